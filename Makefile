@@ -1,0 +1,46 @@
+# The two commands of the README's Quickstart: `make run` and `make test`.
+# Both work on a fresh machine: the venv (torch pinned to 2.13.0) and the Debian packages the tests
+# need are installed on first use and reused after, keyed by the hash of pyproject.toml.
+
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml | sha256sum | cut -c1-16)
+PYTEST_ARGS ?=
+
+.PHONY: run test lint typecheck unit bench clean venv system-deps
+
+venv: $(STAMP)
+
+$(STAMP): pyproject.toml
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q -e '.[ml,dev]'
+	@rm -f $(VENV)/.installed-*
+	@touch $@
+
+system-deps:
+	@scripts/system-deps
+
+run: venv
+	$(BIN)/phalanx run -f examples/pytorch-ddp/polyaxonfile.yml
+
+lint: venv
+	$(BIN)/ruff check src tests bench examples scripts
+	$(BIN)/ruff format --check src tests bench examples
+
+typecheck: venv
+	$(BIN)/mypy
+
+test: venv system-deps lint typecheck
+	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+unit: venv
+	$(BIN)/python -m pytest tests/unit $(PYTEST_ARGS)
+
+bench: venv
+	$(BIN)/python bench/launch.py
+	$(BIN)/python bench/tracking.py
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache build

@@ -1,0 +1,48 @@
+"""The Typer application every command module registers on.
+
+Command modules import only typer and the standard library at module level: `phalanx --help` must
+answer fast, and the supervisor must never import torch or other heavy modules.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Any
+
+import typer
+
+app = typer.Typer(
+    name="phalanx",
+    help="Run and track distributed deep-learning experiments.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    rich_markup_mode=None,
+)
+
+
+def emit_json(document: Any) -> None:
+    """Print exactly one JSON document on stdout (what `-o json` promises scripts)."""
+    sys.stdout.write(json.dumps(document, indent=2, default=str))
+    sys.stdout.write("\n")
+    sys.stdout.flush()
+
+
+def fail(message: str, status: int = 2) -> typer.Exit:
+    """Print a user-facing error to stderr and return the Exit to raise."""
+    sys.stderr.write(f"error: {message}\n")
+    return typer.Exit(status)
+
+
+@app.command("version")
+def version() -> None:
+    """Print Phalanx's version."""
+    from phalanx import __version__
+
+    typer.echo(__version__)
+
+
+@app.callback()
+def _root() -> None:
+    """Run and track distributed deep-learning experiments."""

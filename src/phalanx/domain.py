@@ -1,0 +1,172 @@
+"""The vocabulary every layer shares: frozen dataclasses and string enums.
+
+Nothing here does I/O or imports a third-party package, so the spec, the planner, the backends, the
+store and the server all speak the same names (one concept, one name).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any, Generic, TypeVar
+
+
+class Framework(StrEnum):
+    PYTORCH = "pytorch"
+    TENSORFLOW = "tensorflow"
+    MXNET = "mxnet"
+    HOROVOD = "horovod"
+
+
+class BackendKind(StrEnum):
+    """The `backend:` key of the file: how a distributed experiment is started on a cluster."""
+
+    NATIVE = "native"
+    KUBEFLOW = "kubeflow"
+    MPI = "mpi"
+
+
+class Role(StrEnum):
+    MASTER = "master"
+    WORKER = "worker"
+    PS = "ps"
+
+
+class ExperimentStatus(StrEnum):
+    CREATED = "created"
+    STARTING = "starting"
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    STOPPED = "stopped"
+    UNKNOWN = "unknown"
+
+    @property
+    def done(self) -> bool:
+        return self in (ExperimentStatus.SUCCEEDED, ExperimentStatus.FAILED, ExperimentStatus.STOPPED)
+
+
+class ReplicaState(StrEnum):
+    PENDING = "pending"
+    STARTING = "starting"
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    STOPPED = "stopped"
+    UNKNOWN = "unknown"
+
+    @property
+    def done(self) -> bool:
+        return self in (ReplicaState.SUCCEEDED, ReplicaState.FAILED, ReplicaState.STOPPED)
+
+
+@dataclass(frozen=True)
+class Range:
+    """A `{requests, limits}` pair; None where the file sets nothing."""
+
+    requests: float | None = None
+    limits: float | None = None
+
+    def to_json(self) -> dict[str, float | int | None]:
+        return {"requests": _num(self.requests), "limits": _num(self.limits)}
+
+
+def _num(value: float | None) -> float | int | None:
+    """Render 2.0 as 2 so JSON shows what the user wrote."""
+    if value is None:
+        return None
+    return int(value) if float(value).is_integer() else value
+
+
+@dataclass(frozen=True)
+class Resources:
+    """cpu in cores, memory in MiB, gpu in devices."""
+
+    cpu: Range = field(default_factory=Range)
+    memory: Range = field(default_factory=Range)
+    gpu: Range = field(default_factory=Range)
+
+    def to_json(self) -> dict[str, dict[str, float | int | None]]:
+        return {"cpu": self.cpu.to_json(), "memory": self.memory.to_json(), "gpu": self.gpu.to_json()}
+
+
+@dataclass(frozen=True)
+class Experiment:
+    """An experiment as the store holds it."""
+
+    id: str
+    name: str
+    project: str
+    status: ExperimentStatus
+    framework: str | None = None
+    backend: str | None = None
+    cluster: str | None = None
+    tags: tuple[str, ...] = ()
+    topology: Mapping[str, int] = field(default_factory=dict)  # {"master": 1, "worker": 3, "ps": 1}
+    spec_text: str | None = None  # the experiment file as the user wrote it
+    plan: Mapping[str, Any] = field(default_factory=dict)  # the expanded plan as JSON
+    reason: str | None = None  # why it failed or stopped
+    created_at: float | None = None
+    started_at: float | None = None
+    finished_at: float | None = None
+    handle: str | None = None  # the backend's own id (pid, Slurm job id, pod label)
+
+
+@dataclass(frozen=True)
+class Replica:
+    """One replica of an experiment as the store holds it."""
+
+    experiment_id: str
+    name: str  # "master", "worker-0", "ps-1"
+    role: Role
+    index: int
+    rank: int | None
+    state: ReplicaState = ReplicaState.PENDING
+    host: str | None = None
+    pid: int | None = None
+    exit_code: int | None = None
+    reason: str | None = None
+    resources: Mapping[str, Any] = field(default_factory=dict)
+    started_at: float | None = None
+    finished_at: float | None = None
+
+
+class EventKind(StrEnum):
+    """What a tracking event carries; the store has one write primitive, a batch of these."""
+
+    SCALAR = "scalar"  # title, series, step, value
+    PARAM = "param"  # section, key, value
+    ARTIFACT = "artifact"  # name, kind, path in the artifact store, size, content type
+    MODEL = "model"  # name, format, path, metadata
+    LOG = "log"  # stream, text
+    TEXT = "text"  # report_text: title, text
+    STATUS = "status"  # experiment status decided by a main process (plain `python script.py`)
+    EXPERIMENT = "experiment"  # an experiment created by Task.init outside `phalanx run`
+
+
+@dataclass(frozen=True)
+class Event:
+    """One fact a replica reported. ``stream`` + ``seq`` identify it so ingest is exactly once."""
+
+    experiment_id: str
+    kind: EventKind
+    data: Mapping[str, Any]
+    replica: str = "master"
+    role: str = "master"
+    index: int = 0
+    rank: int | None = None
+    time: float = 0.0
+    stream: str = ""  # the writing process's spool stream id
+    seq: int = 0  # its sequence number inside the stream
+
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class Page(Generic[T]):
+    items: Sequence[T]
+    total: int
+    offset: int = 0
+    limit: int = 50

@@ -1,0 +1,129 @@
+"""One error tree for the whole product.
+
+Every error a user can cause is a PhalanxError subclass; the CLI maps its ``code`` to an exit status
+and the server to an HTTP status through the two tables below, so the same mistake answers the same
+way on every surface.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One thing wrong in a user's input, located precisely enough to fix it."""
+
+    message: str
+    path: str = ""
+    file: str | None = None
+    line: int | None = None
+    column: int | None = None
+
+    def __str__(self) -> str:
+        where = ""
+        if self.file is not None:
+            where = self.file
+            if self.line is not None:
+                where += f":{self.line}"
+                if self.column is not None:
+                    where += f":{self.column}"
+            where += ": "
+        path = f"{self.path}: " if self.path else ""
+        return f"{where}{path}{self.message}"
+
+
+class PhalanxError(Exception):
+    """Base of every error Phalanx raises on purpose."""
+
+    code = "error"
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+    def __str__(self) -> str:
+        return self.message
+
+
+class UsageError(PhalanxError):
+    """A command or API call was given arguments that cannot work."""
+
+    code = "usage"
+
+
+class SpecError(UsageError):
+    """An experiment file (or estimator) is invalid; carries every problem found, in file order."""
+
+    code = "invalid_spec"
+
+    def __init__(self, problems: list[Problem] | Problem | str) -> None:
+        if isinstance(problems, str):
+            problems = [Problem(problems)]
+        elif isinstance(problems, Problem):
+            problems = [problems]
+        self.problems: list[Problem] = list(problems)
+        super().__init__("\n".join(str(p) for p in self.problems))
+
+
+class NotFound(PhalanxError):
+    """The experiment, artifact, cluster or replica asked for does not exist."""
+
+    code = "not_found"
+
+
+class Conflict(PhalanxError):
+    """The request clashes with the current state (e.g. deleting a running experiment)."""
+
+    code = "conflict"
+
+
+class Unauthorized(PhalanxError):
+    """A token is required and was missing or wrong."""
+
+    code = "unauthorized"
+
+
+class BackendUnavailable(PhalanxError):
+    """An engine (Slurm, Kubernetes, mpirun) cannot be reached or is not installed."""
+
+    code = "backend_unavailable"
+
+
+class StoreError(PhalanxError):
+    """The store failed in a way that is not the user's fault."""
+
+    code = "store_error"
+
+
+# Exit statuses for the CLI: 2 is the user's mistake, 1 is a failure that is not.
+EXIT_STATUS: dict[str, int] = {
+    "usage": 2,
+    "invalid_spec": 2,
+    "not_found": 2,
+    "conflict": 2,
+    "unauthorized": 2,
+    "backend_unavailable": 1,
+    "store_error": 1,
+    "error": 1,
+}
+
+# HTTP statuses for the server.
+HTTP_STATUS: dict[str, int] = {
+    "usage": 400,
+    "invalid_spec": 422,
+    "not_found": 404,
+    "conflict": 409,
+    "unauthorized": 401,
+    "backend_unavailable": 503,
+    "store_error": 500,
+    "error": 500,
+}
+
+
+def exit_status(error: PhalanxError) -> int:
+    return EXIT_STATUS.get(error.code, 1)
+
+
+def http_status(error: PhalanxError) -> int:
+    return HTTP_STATUS.get(error.code, 500)

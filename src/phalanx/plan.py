@@ -1,0 +1,177 @@
+"""ExperimentSpec -> Plan: the expanded list of replicas every backend consumes (pure).
+
+Ranks follow Polyaxon and torchrun: the master is rank 0 and worker i is rank i + 1; parameter
+servers take no rank. Per-index overrides replace the role default attribute by attribute.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from phalanx.domain import BackendKind, Framework, Resources, Role
+from phalanx.spec.model import Build, ExperimentSpec, ReplicaTemplate
+
+
+@dataclass(frozen=True)
+class ReplicaPlan:
+    name: str  # "master", "worker-0", "ps-0"
+    role: Role
+    index: int
+    rank: int | None
+    resources: Resources
+    node_selector: Mapping[str, str] = field(default_factory=dict)
+    affinity: Mapping[str, Any] | None = None
+    tolerations: tuple[Mapping[str, Any], ...] = ()
+    processes: int = 1
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "role": str(self.role),
+            "index": self.index,
+            "rank": self.rank,
+            "processes": self.processes,
+            "resources": self.resources.to_json(),
+            "node_selector": dict(self.node_selector),
+            "affinity": self.affinity,
+            "tolerations": [dict(t) for t in self.tolerations],
+        }
+
+
+@dataclass(frozen=True)
+class Plan:
+    """Everything a backend needs to start an experiment, and nothing it must re-read from the file."""
+
+    name: str
+    project: str
+    framework: Framework | None
+    backend: BackendKind | None
+    replicas: tuple[ReplicaPlan, ...]
+    command: str  # the shell command every replica runs, params already filled in
+    params: Mapping[str, Any] = field(default_factory=dict)
+    tags: tuple[str, ...] = ()
+    build: Build = field(default_factory=Build)
+    env: Mapping[str, str] = field(default_factory=dict)
+    max_restarts: int = 0
+    max_run_seconds: float | None = None
+    source_text: str | None = None
+
+    @property
+    def world_size(self) -> int:
+        """Processes taking part in the collective (master + workers, times processes per replica)."""
+        return sum(r.processes for r in self.replicas if r.role is not Role.PS)
+
+    def replica(self, name: str) -> ReplicaPlan:
+        for r in self.replicas:
+            if r.name == name:
+                return r
+        raise KeyError(name)
+
+    def topology(self) -> dict[str, int]:
+        counts = {"master": 0, "worker": 0, "ps": 0}
+        for r in self.replicas:
+            counts[str(r.role)] += 1
+        return counts
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "project": self.project,
+            "framework": str(self.framework) if self.framework else None,
+            "backend": str(self.backend) if self.backend else None,
+            "replicas": [r.to_json() for r in self.replicas],
+            "command": self.command,
+            "params": dict(self.params),
+            "tags": list(self.tags),
+            "max_restarts": self.max_restarts,
+        }
+
+
+_PLACEHOLDER = re.compile(r"\{\{\s*([A-Za-z_][A-Za-z0-9_]*)\s*\}\}")
+
+
+def render_command(commands: tuple[str, ...], params: Mapping[str, Any]) -> str:
+    """Fill `{{ name }}` from params and join several commands with `&&` (they run in sequence).
+
+    Unknown names are a SpecError raised by the loader before we get here; a KeyError here is a bug.
+    Values are inserted as the user wrote them (Polyaxon did the same), so quoting is theirs.
+    """
+
+    def fill(match: re.Match[str]) -> str:
+        value = params[match.group(1)]
+        if isinstance(value, bool):
+            return "true" if value else "false"
+        return str(value)
+
+    return " && ".join(_PLACEHOLDER.sub(fill, c) for c in commands)
+
+
+def placeholders(text: str) -> list[str]:
+    return _PLACEHOLDER.findall(text)
+
+
+def _merge(default: ReplicaTemplate | None, override: ReplicaTemplate | None) -> ReplicaTemplate:
+    d = default or ReplicaTemplate()
+    o = override or ReplicaTemplate()
+    return ReplicaTemplate(
+        resources=o.resources if o.resources is not None else d.resources,
+        node_selector=o.node_selector if o.node_selector is not None else d.node_selector,
+        affinity=o.affinity if o.affinity is not None else d.affinity,
+        tolerations=o.tolerations if o.tolerations is not None else d.tolerations,
+    )
+
+
+def _replica(name: str, role: Role, index: int, rank: int | None, t: ReplicaTemplate, procs: int) -> ReplicaPlan:
+    return ReplicaPlan(
+        name=name,
+        role=role,
+        index=index,
+        rank=rank,
+        resources=t.resources or Resources(),
+        node_selector=dict(t.node_selector or {}),
+        affinity=t.affinity,
+        tolerations=tuple(t.tolerations or ()),
+        processes=procs,
+    )
+
+
+def build_plan(spec: ExperimentSpec, params: Mapping[str, Any] | None = None, name: str | None = None) -> Plan:
+    """Expand a spec into its replicas. ``params`` override the spec's params (``--param k=v``)."""
+    merged = {**spec.params, **(params or {})}
+    topo = spec.topology
+    procs = topo.processes_per_replica
+    replicas = [_replica("master", Role.MASTER, 0, 0, spec.master, procs)]
+    for i in range(topo.n_workers):
+        t = _merge(topo.default_worker, topo.worker.get(i))
+        replicas.append(_replica(f"worker-{i}", Role.WORKER, i, i + 1, t, procs))
+    for i in range(topo.n_ps):
+        t = _merge(topo.default_ps, topo.ps.get(i))
+        replicas.append(_replica(f"ps-{i}", Role.PS, i, None, t, 1))
+    return Plan(
+        name=name or spec.name or "experiment",
+        project=spec.project or "default",
+        framework=spec.framework,
+        backend=spec.backend,
+        replicas=tuple(replicas),
+        command=render_command(spec.command, merged),
+        params=merged,
+        tags=spec.tags,
+        build=spec.build,
+        env=dict(spec.env),
+        max_restarts=spec.max_restarts,
+        max_run_seconds=spec.max_run_seconds,
+        source_text=spec.source_text,
+    )
+
+
+def command_argv(command: str) -> list[str]:
+    """The argv a POSIX backend runs for a plan's command (a shell, so `&&` and env expansion work)."""
+    return ["/bin/sh", "-c", command]
+
+
+def quote(command: str) -> str:
+    return shlex.quote(command)

@@ -1,0 +1,26 @@
+"""Fixtures every test may use. Each test gets its own PHALANX_HOME, so nothing leaks between tests
+or into the user's ~/.phalanx."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+SHARED = REPO.parent / "shared"
+OUTPUT = REPO / "test-output"  # screenshots and other artefacts worth keeping from a run
+
+
+@pytest.fixture
+def phalanx_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    home = tmp_path / "phalanx-home"
+    home.mkdir()
+    monkeypatch.setenv("PHALANX_HOME", str(home))
+    for var in ("PHALANX_DB_URL", "PHALANX_HOST", "PHALANX_TOKEN", "PHALANX_ARTIFACTS_URL"):
+        monkeypatch.delenv(var, raising=False)
+    for var in [v for v in os.environ if v.startswith("PHALANX_") and v != "PHALANX_HOME"]:
+        monkeypatch.delenv(var, raising=False)
+    yield home
