@@ -1,0 +1,86 @@
+"""`phalanx cluster add|ls|rm`: name the engines `phalanx run --cluster NAME` can send experiments to."""
+
+from __future__ import annotations
+
+import typer
+
+from phalanx.cli.app import app, emit_json
+
+cluster_app = typer.Typer(
+    help="Register the Slurm and Kubernetes clusters `phalanx run --cluster NAME` uses.",
+    no_args_is_help=True,
+)
+app.add_typer(cluster_app, name="cluster")
+
+
+@cluster_app.command("add")
+def add(
+    name: str = typer.Argument(..., help="The name to use with --cluster."),
+    kind: str = typer.Option(..., "--kind", help="slurm or kubernetes"),
+    partition: str | None = typer.Option(None, "--partition", help="slurm: the partition to submit to"),
+    namespace: str | None = typer.Option(None, "--namespace", help="kubernetes: namespace (default)"),
+    context: str | None = typer.Option(None, "--context", help="kubernetes: kubeconfig context"),
+    shared_dir: str | None = typer.Option(
+        None, "--shared-dir", help="slurm: a folder all nodes see, for replica logs and exit codes"
+    ),
+    server_url: str | None = typer.Option(
+        None, "--server-url", help="replicas report to this Phalanx server instead of a shared spool"
+    ),
+    slurm_conf: str | None = typer.Option(None, "--slurm-conf", help="slurm: SLURM_CONF for sbatch/squeue"),
+    replace: bool = typer.Option(False, "--replace", help="overwrite a cluster of the same name"),
+) -> None:
+    """Register a cluster."""
+    from phalanx.clusters import Cluster, add_cluster
+
+    cluster = add_cluster(
+        Cluster(
+            name=name,
+            kind=kind,
+            partition=partition,
+            namespace=namespace,
+            context=context,
+            shared_dir=shared_dir,
+            server_url=server_url,
+            slurm_conf=slurm_conf,
+        ),
+        replace=replace,
+    )
+    typer.echo(f"cluster {cluster.name!r} ({cluster.kind}) added")
+    typer.echo(f"use it with: phalanx run -f FILE --cluster {name}")
+
+
+@cluster_app.command("ls")
+def ls(output: str = typer.Option("table", "-o", "--output", help="table or json")) -> None:
+    """List registered clusters."""
+    from phalanx.clusters import load_clusters
+    from phalanx.errors import UsageError
+
+    if output not in ("table", "json"):
+        raise UsageError(f"-o must be table or json, not {output!r}")
+    clusters = load_clusters()
+    if output == "json":
+        emit_json([c.to_json() for c in clusters.values()])
+        return
+    if not clusters:
+        typer.echo("no clusters; add one with: phalanx cluster add NAME --kind slurm|kubernetes")
+        return
+    rows = [("NAME", "KIND", "WHERE")]
+    for c in clusters.values():
+        where = c.partition or c.namespace or c.context or c.slurm_conf or ""
+        if c.kind == "kubernetes":
+            where = f"namespace={c.namespace or 'default'}" + (f" context={c.context}" if c.context else "")
+        elif c.partition:
+            where = f"partition={c.partition}"
+        rows.append((c.name, c.kind, where))
+    width = [max(len(r[i]) for r in rows) for i in range(3)]
+    for r in rows:
+        typer.echo("  ".join(v.ljust(width[i]) for i, v in enumerate(r)).rstrip())
+
+
+@cluster_app.command("rm")
+def rm(name: str = typer.Argument(..., help="The cluster to forget.")) -> None:
+    """Forget a cluster (nothing on the cluster itself is touched)."""
+    from phalanx.clusters import remove_cluster
+
+    remove_cluster(name)
+    typer.echo(f"cluster {name!r} removed")

@@ -1,0 +1,142 @@
+"""Named clusters: where `phalanx run --cluster NAME` sends an experiment.
+
+They live in ``PHALANX_HOME/clusters.toml``, one table per cluster, so a user (or
+``scripts/slurm-local up``) registers an engine once and names it afterwards. Read with ``tomllib``;
+written by hand because the file is flat (strings only) and the standard library has no TOML writer.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import tempfile
+import tomllib
+from dataclasses import asdict, dataclass, fields
+from pathlib import Path
+from typing import Any
+
+from phalanx.errors import NotFound, UsageError
+
+KINDS = ("slurm", "kubernetes")
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
+
+
+@dataclass(frozen=True)
+class Cluster:
+    """One engine a user registered. Fields an engine does not use stay None."""
+
+    name: str
+    kind: str  # "slurm" | "kubernetes"
+    partition: str | None = None  # slurm: --partition
+    namespace: str | None = None  # kubernetes: where objects are created (default "default")
+    context: str | None = None  # kubernetes: kubeconfig context
+    shared_dir: str | None = None  # slurm: a folder every node sees (replica logs, exit codes)
+    server_url: str | None = None  # replicas report to this Phalanx server (PHALANX_HOST)
+    slurm_conf: str | None = None  # slurm: SLURM_CONF for the client commands (a private cluster)
+
+    def to_json(self) -> dict[str, Any]:
+        return {k: v for k, v in asdict(self).items() if v is not None}
+
+    def backend_for(self, plan_backend: str | None) -> str:
+        """The engine module that runs a plan on this cluster (registry name).
+
+        A Kubernetes cluster runs `backend: native` (the default) as plain Pods and Services, and
+        `backend: kubeflow` / `backend: mpi` through the Kubeflow training operator.
+        """
+        if self.kind == "slurm":
+            return "slurm"
+        if plan_backend in ("kubeflow", "mpi"):
+            return "kubeflow"
+        return "kubernetes"
+
+
+def clusters_file(home: Path | None = None) -> Path:
+    if home is None:
+        from phalanx.config import Settings
+
+        home = Settings().home
+    return Path(home) / "clusters.toml"
+
+
+def load_clusters(home: Path | None = None) -> dict[str, Cluster]:
+    """Every registered cluster by name; an absent file means none. A broken file is a UsageError."""
+    path = clusters_file(home)
+    if not path.exists():
+        return {}
+    try:
+        doc = tomllib.loads(path.read_text(encoding="utf-8"))
+    except tomllib.TOMLDecodeError as exc:
+        raise UsageError(f"{path}: not valid TOML ({exc}); fix or remove the file") from exc
+    known = {f.name for f in fields(Cluster)} - {"name"}
+    out: dict[str, Cluster] = {}
+    for name, table in doc.items():
+        if not isinstance(table, dict):
+            raise UsageError(f"{path}: [{name}] must be a table")
+        unknown = sorted(set(table) - known)
+        if unknown:
+            raise UsageError(f"{path}: [{name}] has unknown keys {unknown}; known: {sorted(known)}")
+        if table.get("kind") not in KINDS:
+            raise UsageError(f"{path}: [{name}] kind must be one of {list(KINDS)}")
+        out[name] = Cluster(name=name, **{k: str(v) for k, v in table.items()})
+    return out
+
+
+def get_cluster(name: str, home: Path | None = None) -> Cluster:
+    clusters = load_clusters(home)
+    if name not in clusters:
+        known = ", ".join(sorted(clusters)) or "none registered"
+        raise NotFound(f"no cluster named {name!r} (known: {known}); add one with `phalanx cluster add`")
+    return clusters[name]
+
+
+def _toml_str(value: str) -> str:
+    # A JSON string literal is a valid TOML basic string for everything json.dumps emits.
+    return json.dumps(value, ensure_ascii=False)
+
+
+def _write(clusters: dict[str, Cluster], home: Path | None) -> None:
+    path = clusters_file(home)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    lines = ["# Clusters for `phalanx run --cluster NAME` (managed by `phalanx cluster add|rm`).", ""]
+    for name in sorted(clusters):
+        lines.append(f"[{_toml_str(name)}]")
+        for key, value in clusters[name].to_json().items():
+            if key != "name":
+                lines.append(f"{key} = {_toml_str(str(value))}")
+        lines.append("")
+    # Write then rename, so a crash never leaves half a file.
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".clusters-", suffix=".toml")
+    with os.fdopen(fd, "w", encoding="utf-8") as f:
+        f.write("\n".join(lines))
+    os.replace(tmp, path)
+
+
+def add_cluster(cluster: Cluster, home: Path | None = None, replace: bool = False) -> Cluster:
+    """Register a cluster. Re-adding an existing name needs ``replace`` (scripts pass it)."""
+    if not _NAME.match(cluster.name):
+        raise UsageError(
+            f"cluster name {cluster.name!r} is not allowed: use letters, digits, '-', '_' or '.' (max 63)"
+        )
+    if cluster.kind not in KINDS:
+        raise UsageError(f"--kind must be one of {', '.join(KINDS)}, not {cluster.kind!r}")
+    if cluster.kind == "slurm" and (cluster.namespace or cluster.context):
+        raise UsageError("--namespace and --context are for kubernetes clusters, not slurm")
+    if cluster.kind == "kubernetes" and (cluster.partition or cluster.slurm_conf or cluster.shared_dir):
+        raise UsageError("--partition, --slurm-conf and --shared-dir are for slurm clusters, not kubernetes")
+    clusters = load_clusters(home)
+    if cluster.name in clusters and not replace:
+        from phalanx.errors import Conflict
+
+        raise Conflict(f"cluster {cluster.name!r} exists; remove it first or pass --replace")
+    clusters[cluster.name] = cluster
+    _write(clusters, home)
+    return cluster
+
+
+def remove_cluster(name: str, home: Path | None = None) -> None:
+    clusters = load_clusters(home)
+    if name not in clusters:
+        raise NotFound(f"no cluster named {name!r}")
+    del clusters[name]
+    _write(clusters, home)
