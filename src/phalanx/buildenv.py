@@ -1,0 +1,316 @@
+"""Per-experiment Python environments: `build.pip_packages` / `build.requirements` -> a cached venv.
+
+TensorFlow and MXNet pin numpy and protobuf versions that clash with each other and with Phalanx's own
+environment, so an experiment that names packages runs in its own venv. Venvs are expensive (40 s and
+1.6 GB for TensorFlow), so each is keyed by the hash of what it holds (the interpreter, the sorted
+packages, the requirements file's content, the build steps) and reused by every experiment that asks
+for the same thing.
+
+Publishing is atomic: a venv is built in `<venvs_dir>/.build-<hash>-<random>` and becomes visible only
+when the symlink `<venvs_dir>/<hash>` is renamed into place. (A venv cannot itself be renamed: pip
+writes its absolute path into every script's shebang, so the build folder keeps its name and the
+symlink is what appears atomically.) Builders of the same hash serialise on an `fcntl.flock`, so two
+experiments started together build the environment once; a failed or killed build leaves no `<hash>`
+behind, and its folder is swept by the next builder.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import json
+import logging
+import os
+import platform
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from phalanx.errors import NotFound, UsageError
+from phalanx.spec.model import Build
+
+log = logging.getLogger(__name__)
+
+MANIFEST = "phalanx-env.json"  # what the venv holds, written inside it before it is published
+BUILD_LOG = "phalanx-build.log"  # pip's output, kept inside the venv
+TORCH_PIN = "2.13.0"  # the CPU wheel on these machines; anything else downloads a CUDA build
+TAIL_LINES = 25
+
+_NAME = re.compile(r"^\s*([A-Za-z0-9](?:[A-Za-z0-9._-]*[A-Za-z0-9])?)\s*(\[[^\]]*\])?\s*(.*)$")
+# Packages that drag in torch when torch itself is not pinned next to them.
+_TORCH_FAMILY = frozenset({"torchvision", "torchaudio", "torchtext", "torchdata"})
+
+
+@dataclass(frozen=True)
+class EnvInfo:
+    """One cached environment, as `list_envs` reports it."""
+
+    hash: str
+    path: Path
+    python: Path
+    packages: tuple[str, ...]
+    requirements: str | None
+    created: float
+
+
+def wants_env(build: Build) -> bool:
+    """True when the experiment asks for its own environment (else it runs in Phalanx's)."""
+    return bool(build.pip_packages or build.requirements or build.build_steps)
+
+
+def env_hash(build: Build, workdir: str | Path) -> str:
+    """The key of the venv `build` describes: 16 hex chars of a sha256 over everything it holds.
+
+    Raises UsageError when the requirements file cannot be read or torch is not pinned.
+    """
+    return _hash_of(_contents(build, Path(workdir)))
+
+
+def ensure_env(build: Build, workdir: str | Path, venvs_dir: Path) -> Path:
+    """Return the python of the venv `build` describes, building it on first use.
+
+    With nothing to install, the interpreter running Phalanx is returned. Concurrent callers for
+    the same environment wait for one build; a failed pip install raises UsageError with pip's last
+    lines and publishes nothing.
+    """
+    if not wants_env(build):
+        return Path(sys.executable)
+    workdir = Path(workdir)
+    contents = _contents(build, workdir)
+    key = _hash_of(contents)
+    venvs_dir = Path(venvs_dir)
+    final = venvs_dir / key
+    python = final / "bin" / "python"
+    if python.exists():
+        return python
+    venvs_dir.mkdir(parents=True, exist_ok=True)
+    with _locked(venvs_dir / f".{key}.lock", key):
+        if python.exists():  # built by the process we waited for
+            return python
+        _sweep(venvs_dir, key)
+        _build(build, workdir, contents, key, venvs_dir)
+    return python
+
+
+def list_envs(venvs_dir: Path) -> list[EnvInfo]:
+    """Every published environment under `venvs_dir`, newest first."""
+    found: list[EnvInfo] = []
+    if not Path(venvs_dir).is_dir():
+        return found
+    for link in Path(venvs_dir).iterdir():
+        if link.name.startswith(".") or not (link / "bin" / "python").exists():
+            continue
+        try:
+            manifest = json.loads((link / MANIFEST).read_text())
+        except (OSError, ValueError):
+            manifest = {}
+        found.append(
+            EnvInfo(
+                hash=link.name,
+                path=link,
+                python=link / "bin" / "python",
+                packages=tuple(manifest.get("packages", ())),
+                requirements=manifest.get("requirements_file"),
+                created=float(manifest.get("created", 0.0)),
+            )
+        )
+    return sorted(found, key=lambda e: e.created, reverse=True)
+
+
+def remove_env(venvs_dir: Path, key: str) -> Path:
+    """Delete the environment whose hash is (or starts with) `key`; returns the path it had.
+
+    Takes the build lock, so it never removes an environment while it is being built. An experiment
+    already running in it keeps its open files, but its next import may fail: remove idle ones.
+    """
+    venvs_dir = Path(venvs_dir)
+    matches = [e for e in list_envs(venvs_dir) if e.hash.startswith(key)] if key else []
+    if not matches:
+        raise NotFound(f"no environment {key!r} under {venvs_dir}")
+    if len(matches) > 1:
+        raise UsageError(f"{key!r} matches {len(matches)} environments; give more characters of the hash")
+    env = matches[0]
+    with _locked(venvs_dir / f".{env.hash}.lock", env.hash):
+        target = env.path.resolve()
+        env.path.unlink(missing_ok=True)
+        shutil.rmtree(target, ignore_errors=True)
+    return env.path
+
+
+# --- what an environment holds ------------------------------------------------------------------
+
+
+def _contents(build: Build, workdir: Path) -> dict[str, object]:
+    packages = [p.strip() for p in build.pip_packages if p.strip()]
+    for p in packages:
+        if p.startswith("-"):
+            raise UsageError(
+                f"build.pip_packages: {p!r} is a pip option, not a package; "
+                "put options in a requirements file (build.requirements)"
+            )
+    requirements_text: str | None = None
+    if build.requirements:
+        path = workdir / build.requirements
+        try:
+            requirements_text = path.read_text()
+        except OSError as exc:
+            raise UsageError(
+                f"build.requirements: cannot read {path} ({exc.strerror or exc}); "
+                "the path is relative to the experiment file's directory"
+            ) from None
+    _check_torch_pinned(packages, requirements_text, build.requirements)
+    return {
+        "python": _interpreter_id(),
+        "packages": sorted(packages),
+        "requirements": requirements_text,
+        "requirements_file": build.requirements,
+        "build_steps": list(build.build_steps),
+        "env_vars": dict(sorted(build.env_vars.items())),
+    }
+
+
+def _hash_of(contents: Mapping[str, object]) -> str:
+    keyed = {k: v for k, v in contents.items() if k != "requirements_file"}  # its content counts
+    blob = json.dumps(keyed, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+def _interpreter_id() -> str:
+    """The interpreter a venv is made from: its version, build and real location."""
+    base = getattr(sys, "_base_executable", sys.executable)
+    return f"{sys.implementation.cache_tag} {sys.version} {platform.machine()} {os.path.realpath(base)}"
+
+
+def _requirement_lines(text: str) -> Iterator[str]:
+    for raw in text.splitlines():
+        line = raw.split(" #", 1)[0].strip()
+        if line and not line.startswith(("#", "-")):
+            yield line
+
+
+def _check_torch_pinned(packages: list[str], requirements: str | None, req_file: str | None) -> None:
+    """Refuse a torch that pip would resolve to a multi-GB CUDA build instead of the local CPU wheel."""
+    sources = [(p, "build.pip_packages") for p in packages]
+    if requirements:
+        sources += [(line, f"build.requirements ({req_file})") for line in _requirement_lines(requirements)]
+    pinned = False
+    family: list[tuple[str, str]] = []
+    for entry, where in sources:
+        m = _NAME.match(entry)
+        if not m:
+            continue
+        name = re.sub(r"[-_.]+", "-", m.group(1)).lower()
+        spec = m.group(3).split(";", 1)[0].replace(" ", "")
+        if name == "torch":
+            if not re.fullmatch(rf"==={TORCH_PIN}|=={re.escape(TORCH_PIN)}(\+cpu)?", spec):
+                raise UsageError(
+                    f"{where}: {entry!r} must be pinned exactly: write 'torch=={TORCH_PIN}' "
+                    "(an unpinned or ranged torch makes pip download a multi-GB CUDA build; "
+                    f"{TORCH_PIN} is the CPU build this machine has)"
+                )
+            pinned = True
+        elif name in _TORCH_FAMILY:
+            family.append((entry, where))
+    if family and not pinned:
+        entry, where = family[0]
+        raise UsageError(
+            f"{where}: {entry!r} pulls in torch; add 'torch=={TORCH_PIN}' next to it "
+            "(otherwise pip downloads a multi-GB CUDA build of the newest torch)"
+        )
+
+
+# --- building -----------------------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def _locked(lock_path: Path, key: str) -> Iterator[None]:
+    with open(lock_path, "a+") as handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            log.info("environment %s is being built by another process; waiting for it", key)
+            fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def _sweep(venvs_dir: Path, key: str) -> None:
+    """Remove what a killed build of `key` left (we hold its lock, so nobody is using it)."""
+    for stale in venvs_dir.glob(f".build-{key}-*"):
+        shutil.rmtree(stale, ignore_errors=True)
+    link = venvs_dir / key
+    if link.is_symlink() and not link.exists():  # dangling: its target was removed
+        link.unlink()
+
+
+def _build(build: Build, workdir: Path, contents: dict[str, object], key: str, venvs_dir: Path) -> None:
+    started = time.monotonic()
+    what = ", ".join([*build.pip_packages, *([f"-r {build.requirements}"] if build.requirements else [])])
+    log.info("building environment %s (%s) ...", key, what or "build steps")
+    target = Path(tempfile.mkdtemp(prefix=f".build-{key}-", dir=venvs_dir))
+    try:
+        env = _build_environ(target, build.env_vars)
+        logfile = target / BUILD_LOG
+        _step([sys.executable, "-m", "venv", str(target)], workdir, env, logfile, "creating the venv")
+        pip = [str(target / "bin" / "python"), "-m", "pip", "install", "--no-input"]
+        if build.pip_packages:
+            _step([*pip, *build.pip_packages], workdir, env, logfile, "pip install of build.pip_packages")
+        if build.requirements:
+            _step(
+                [*pip, "-r", str(workdir / build.requirements)], workdir, env, logfile, "build.requirements"
+            )
+        for i, command in enumerate(build.build_steps):
+            _step(["/bin/sh", "-c", command], workdir, env, logfile, f"build.build_steps[{i}] ({command!r})")
+        manifest = {**contents, "hash": key, "created": time.time(), "path": str(target)}
+        (target / MANIFEST).write_text(json.dumps(manifest, indent=2))
+        tmp_link = venvs_dir / f".link-{key}-{os.getpid()}"
+        tmp_link.unlink(missing_ok=True)
+        tmp_link.symlink_to(target.name)
+        os.replace(tmp_link, venvs_dir / key)  # the atomic publish
+    except BaseException:
+        shutil.rmtree(target, ignore_errors=True)
+        raise
+    log.info("environment %s ready in %.0f s", key, time.monotonic() - started)
+
+
+def _build_environ(target: Path, extra: Mapping[str, str]) -> dict[str, str]:
+    """The outer venv and PYTHONPATH must not leak into the new one; the venv's bin comes first."""
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV")}
+    env.update(extra)
+    env["VIRTUAL_ENV"] = str(target)
+    env["PATH"] = f"{target / 'bin'}{os.pathsep}{env.get('PATH', '')}"
+    env["PIP_DISABLE_PIP_VERSION_CHECK"] = "1"
+    env["PYTHONNOUSERSITE"] = "1"
+    return env
+
+
+def _step(argv: list[str], cwd: Path, env: Mapping[str, str], logfile: Path, what: str) -> None:
+    with open(logfile, "ab") as out:
+        out.write(f"$ {' '.join(argv)}\n".encode())
+        out.flush()
+        try:
+            proc = subprocess.Popen(argv, cwd=cwd, env=dict(env), stdout=out, stderr=subprocess.STDOUT)
+        except OSError as exc:
+            raise UsageError(f"building the environment: {what} could not start: {exc}") from None
+        try:
+            code = proc.wait()
+        except BaseException:  # Ctrl-C or SIGTERM: pip must not write on after we remove its folder
+            proc.kill()
+            proc.wait()
+            raise
+    if code != 0:
+        tail = logfile.read_text(errors="replace").splitlines()[-TAIL_LINES:]
+        raise UsageError(
+            f"building the environment failed at {what} (exit status {code}); nothing was kept.\n"
+            + "\n".join(f"  | {line}" for line in tail)
+            + "\nFix the package names or versions in the experiment file's build section and run again."
+        )
