@@ -1,0 +1,66 @@
+"""`phalanx server`: the REST API and the web UI over the same store as the CLI."""
+
+from __future__ import annotations
+
+import ipaddress
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from phalanx.cli.app import app, fail
+
+LOOPBACK_NAMES = ("localhost", "localhost.localdomain", "ip6-localhost")
+
+
+def is_loopback(host: str) -> bool:
+    """True when ``host`` only listens on this machine (127.0.0.0/8, ::1, localhost)."""
+    if host.lower() in LOOPBACK_NAMES:
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def read_token_file(path: Path) -> str:
+    try:
+        token = path.read_text().strip()
+    except OSError as exc:
+        raise fail(f"cannot read the token file {path}: {exc.strerror or exc}") from None
+    if not token:
+        raise fail(f"the token file {path} is empty; put the token on its first line")
+    return token
+
+
+@app.command("server")
+def server(
+    host: Annotated[
+        str, typer.Option(help="address to listen on; a non-loopback one needs a token")
+    ] = "127.0.0.1",
+    port: Annotated[int, typer.Option(min=0, max=65535, help="port to listen on")] = 8000,
+    token_file: Annotated[
+        Path | None, typer.Option("--token-file", help="file holding the token (else PHALANX_TOKEN)")
+    ] = None,
+    log_level: Annotated[str, typer.Option(help="uvicorn log level")] = "info",
+) -> None:
+    """Serve the REST API (/api/v1) and the web UI (/) over this machine's Phalanx store."""
+    from phalanx.config import Settings
+
+    settings = Settings()
+    token = read_token_file(token_file) if token_file is not None else (settings.token or None)
+    if not token and not is_loopback(host):
+        raise fail(
+            f"refusing to listen on {host} without a token: anyone who can reach it could read and delete "
+            "experiments. Set PHALANX_TOKEN or pass --token-file FILE, or listen on 127.0.0.1."
+        )
+
+    import uvicorn
+
+    from phalanx.server.app import create_app
+    from phalanx.server.settings import ServerSettings
+
+    api = create_app(ServerSettings(store=settings, host=host, port=port, token=token))
+    shown = f"[{host}]" if ":" in host else host
+    typer.echo(f"Phalanx server on http://{shown}:{port}/ (API: /api/v1, docs: /api/v1/docs)", err=True)
+    uvicorn.run(api, host=host, port=port, log_level=log_level, access_log=False)

@@ -1,0 +1,113 @@
+"""The Phalanx server: the REST API under /api/v1 and the web UI at /, over the CLI's store.
+
+``create_app(settings)`` builds everything from typed settings (no globals), so tests make as many
+independent apps as they like. Errors from anywhere map through ``errors.HTTP_STATUS`` to a JSON body
+``{"error": code, "message": ...}``.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from fastapi.staticfiles import StaticFiles
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from phalanx import __version__
+from phalanx.errors import PhalanxError, http_status
+from phalanx.server.auth import TokenAuthMiddleware
+from phalanx.server.files import ArtifactFiles
+from phalanx.server.limits import BodyLimitMiddleware
+from phalanx.server.routes import artifacts, experiments, ingest, logs, metrics, pages, params
+from phalanx.server.settings import ServerSettings
+from phalanx.store.base import Store
+
+log = logging.getLogger(__name__)
+
+API = "/api/v1"
+
+HTTP_CODES = {
+    400: "usage",
+    401: "unauthorized",
+    403: "forbidden",
+    404: "not_found",
+    405: "method_not_allowed",
+    409: "conflict",
+    413: "payload_too_large",
+    422: "invalid_request",
+}
+
+
+def create_app(settings: ServerSettings, store: Store | None = None) -> FastAPI:
+    """Build the app. ``store`` defaults to the one ``settings.store`` names (SQLite or PostgreSQL)."""
+    if store is None:
+        from phalanx.store import open_store
+
+        store = open_store(settings.store)
+    app = FastAPI(
+        title="Phalanx",
+        version=__version__,
+        description="Run and track distributed deep-learning experiments.",
+        openapi_url=f"{API}/openapi.json",
+        docs_url=f"{API}/docs",
+        redoc_url=None,
+    )
+    app.state.settings = settings
+    app.state.store = store
+    app.state.files = ArtifactFiles(settings.store.artifacts_root)
+
+    @app.get(f"{API}/health", tags=["server"])
+    def health() -> dict[str, Any]:
+        return {"ok": True, "version": __version__}
+
+    for module in (experiments, metrics, params, artifacts, logs, ingest):
+        app.include_router(module.router, prefix=API)
+    if settings.ui_enabled:
+        app.include_router(pages.router)
+        app.mount("/static", StaticFiles(directory=pages.UI_DIR), name="static")
+
+    _install_error_handlers(app)
+
+    def limit_for(path: str, method: str) -> int:
+        if path == f"{API}/ingest":
+            return settings.max_ingest_bytes
+        if method == "PUT" and "/files/" in path:
+            return settings.max_file_bytes
+        return settings.max_request_bytes
+
+    # Added last = outermost: the size check runs before anything reads a body, auth before that.
+    app.add_middleware(BodyLimitMiddleware, limit_for=limit_for)
+    if settings.token:
+        app.add_middleware(TokenAuthMiddleware, token=settings.token)
+    return app
+
+
+def _error(status: int, code: str, message: str, headers: Mapping[str, str] | None = None) -> JSONResponse:
+    return JSONResponse(
+        {"error": code, "message": message}, status_code=status, headers=dict(headers) if headers else None
+    )
+
+
+def _install_error_handlers(app: FastAPI) -> None:
+    @app.exception_handler(PhalanxError)
+    async def phalanx_error(request: Request, exc: PhalanxError) -> JSONResponse:
+        status = http_status(exc)
+        if status >= 500:
+            log.error("%s %s failed: %s", request.method, request.url.path, exc)
+        return _error(status, exc.code, exc.message)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        return _error(exc.status_code, HTTP_CODES.get(exc.status_code, "error"), str(exc.detail), exc.headers)
+
+    @app.exception_handler(RequestValidationError)
+    async def validation_error(request: Request, exc: RequestValidationError) -> JSONResponse:
+        problems = []
+        for err in exc.errors():
+            where = ".".join(str(p) for p in err.get("loc", ()))
+            problems.append(f"{where}: {err.get('msg', 'invalid')}")
+        return _error(422, "invalid_request", "; ".join(problems) or "invalid request")

@@ -1,0 +1,103 @@
+"""The server's door to artifact bytes: read, stream and write files under one experiment's folder.
+
+Every path from a request is checked by :func:`safe_relpath` before it touches the artifact store,
+so no name can reach outside ``<artifacts root>/<experiment id>/`` (no ``..``, no absolute paths, no
+backslashes, no NUL). The bytes live in the same fsspec artifact store the ingester writes.
+"""
+
+from __future__ import annotations
+
+import posixpath
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from typing import Any
+
+import fsspec
+
+from phalanx.errors import NotFound, UsageError
+
+CHUNK = 1024 * 1024
+
+
+def safe_relpath(path: str) -> str:
+    """``path`` as a clean relative POSIX path, or UsageError when it could escape its folder."""
+    if not path or "\x00" in path or "\\" in path:
+        raise UsageError(f"invalid file path {path!r}: use a relative path with '/' separators")
+    if path.startswith("/") or (len(path) > 1 and path[1] == ":"):
+        raise UsageError(f"invalid file path {path!r}: it must be relative to the experiment's folder")
+    parts = path.split("/")
+    if any(p in ("..", ".") for p in parts):
+        raise UsageError(f"invalid file path {path!r}: '.' and '..' are not allowed")
+    clean = posixpath.normpath("/".join(p for p in parts if p))
+    if clean in ("", ".") or clean.startswith(".."):
+        raise UsageError(f"invalid file path {path!r}")
+    return clean
+
+
+class ArtifactFiles:
+    """Files of experiments inside an fsspec URL (a local folder by default)."""
+
+    def __init__(self, root: str) -> None:
+        self.fs, self.root = fsspec.core.url_to_fs(root)
+        self.root = self.root.rstrip("/")
+
+    def _full(self, experiment_id: str, path: str) -> str:
+        if not experiment_id or "/" in experiment_id or experiment_id in (".", ".."):
+            raise UsageError(f"invalid experiment id {experiment_id!r}")
+        return f"{self.root}/{experiment_id}/{safe_relpath(path)}"
+
+    def size(self, experiment_id: str, path: str) -> int:
+        full = self._full(experiment_id, path)
+        if not self.fs.isfile(full):
+            raise NotFound(f"no file {path!r} in experiment {experiment_id}")
+        return int(self.fs.size(full))
+
+    def is_dir(self, experiment_id: str, path: str) -> bool:
+        return bool(self.fs.isdir(self._full(experiment_id, path)))
+
+    def walk(self, experiment_id: str, path: str) -> list[str]:
+        """Relative paths of the files under a folder artifact, sorted."""
+        base = self._full(experiment_id, path)
+        found: list[str] = self.fs.find(base)
+        return sorted(posixpath.relpath(f, base) for f in found)
+
+    def read(self, experiment_id: str, path: str, limit: int | None = None) -> bytes:
+        full = self._full(experiment_id, path)
+        if not self.fs.isfile(full):
+            raise NotFound(f"no file {path!r} in experiment {experiment_id}")
+        with self.fs.open(full, "rb") as f:
+            data: bytes = f.read() if limit is None else f.read(limit)
+        return data
+
+    def iter_bytes(self, experiment_id: str, path: str) -> Iterator[bytes]:
+        full = self._full(experiment_id, path)
+        if not self.fs.isfile(full):
+            raise NotFound(f"no file {path!r} in experiment {experiment_id}")
+
+        def chunks() -> Iterator[bytes]:
+            with self.fs.open(full, "rb") as f:
+                while chunk := f.read(CHUNK):
+                    yield chunk
+
+        return chunks()
+
+    async def write_stream(self, experiment_id: str, path: str, body: AsyncIterator[bytes]) -> int:
+        """Write a request body to ``path``; a partial upload never replaces a complete file."""
+        full = self._full(experiment_id, path)
+        tmp = f"{full}.tmp-{uuid.uuid4().hex[:8]}"
+        self.fs.makedirs(posixpath.dirname(full), exist_ok=True)
+        size = 0
+        f: Any = self.fs.open(tmp, "wb")
+        try:
+            async for chunk in body:
+                if chunk:
+                    f.write(chunk)
+                    size += len(chunk)
+            f.close()
+            self.fs.mv(tmp, full)
+        except BaseException:
+            f.close()
+            if self.fs.exists(tmp):
+                self.fs.rm(tmp)
+            raise
+        return size

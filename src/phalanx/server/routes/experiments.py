@@ -1,0 +1,104 @@
+"""Experiments: search, detail, replicas, stop and delete."""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from fastapi import APIRouter, Query
+
+from phalanx.domain import ExperimentStatus
+from phalanx.server.control import request_stop
+from phalanx.server.deps import SettingsDep, StoreDep, experiment_of
+from phalanx.server.schemas import (
+    ExperimentDetail,
+    ExperimentOut,
+    ExperimentPage,
+    ReplicaOut,
+    StopOut,
+    experiment_out,
+)
+from phalanx.store.base import ExperimentFilter
+
+router = APIRouter(tags=["experiments"])
+
+SortKey = Literal[
+    "created_at",
+    "-created_at",
+    "started_at",
+    "-started_at",
+    "finished_at",
+    "-finished_at",
+    "name",
+    "-name",
+    "project",
+    "-project",
+    "status",
+    "-status",
+]
+
+
+@router.get("/experiments", response_model=ExperimentPage)
+def list_experiments(
+    store: StoreDep,
+    status: ExperimentStatus | None = None,
+    project: Annotated[str | None, Query(max_length=200)] = None,
+    tag: Annotated[str | None, Query(max_length=200)] = None,
+    q: Annotated[str | None, Query(max_length=200, description="text in the id, name or project")] = None,
+    offset: Annotated[int, Query(ge=0, le=10**9)] = 0,
+    limit: Annotated[int, Query(ge=1, le=500)] = 50,
+    sort: Annotated[SortKey, Query(description="a field, '-' first for descending")] = "-created_at",
+) -> ExperimentPage:
+    """Experiments matching every filter given, one page at a time."""
+    page = store.list_experiments(
+        ExperimentFilter(
+            status=status,
+            project=project or None,
+            tag=tag or None,
+            text=q or None,
+            offset=offset,
+            limit=limit,
+            order_by=sort,
+        )
+    )
+    return ExperimentPage(
+        items=[ExperimentOut(**experiment_out(e)) for e in page.items],
+        total=page.total,
+        offset=page.offset,
+        limit=page.limit,
+    )
+
+
+@router.get("/experiments/{experiment_id}", response_model=ExperimentDetail)
+def get_experiment(experiment_id: str, store: StoreDep) -> ExperimentDetail:
+    """One experiment (a unique id prefix is enough) with its file, plan and replicas."""
+    e = experiment_of(store, experiment_id)
+    return ExperimentDetail(
+        **experiment_out(e),
+        spec_text=e.spec_text,
+        plan=dict(e.plan),
+        handle=e.handle,
+        replicas=[ReplicaOut.of(r) for r in store.list_replicas(e.id)],
+    )
+
+
+@router.get("/experiments/{experiment_id}/replicas", response_model=list[ReplicaOut])
+def list_replicas(experiment_id: str, store: StoreDep) -> list[ReplicaOut]:
+    e = experiment_of(store, experiment_id)
+    return [ReplicaOut.of(r) for r in store.list_replicas(e.id)]
+
+
+@router.post("/experiments/{experiment_id}/stop", response_model=StopOut)
+def stop_experiment(experiment_id: str, store: StoreDep, settings: SettingsDep) -> StopOut:
+    """Ask the experiment's supervisor to stop every replica; the supervisor then marks it stopped."""
+    e = experiment_of(store, experiment_id)
+    if e.status.done:
+        return StopOut(id=e.id, status=str(e.status), stop_requested=False, message=f"already {e.status}")
+    message = request_stop(settings.store, e)
+    return StopOut(id=e.id, status=str(e.status), stop_requested=True, message=message)
+
+
+@router.delete("/experiments/{experiment_id}", status_code=204)
+def delete_experiment(experiment_id: str, store: StoreDep) -> None:
+    """Delete an experiment with everything it reported; 409 while it runs (stop it first)."""
+    e = experiment_of(store, experiment_id)
+    store.delete_experiment(e.id)

@@ -1,0 +1,119 @@
+"""Console output: pages of log lines per replica, and a live follow with server-sent events.
+
+The stream polls the store (the supervisor's ingester writes lines there as replicas print them), so
+it works the same whichever backend ran the experiment, and ends by itself once the experiment is
+done and every line was sent.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import AsyncIterator
+from typing import Annotated
+
+from fastapi import APIRouter, Query, Request
+from fastapi.responses import StreamingResponse
+from starlette.concurrency import run_in_threadpool
+
+from phalanx.server.deps import SettingsDep, StoreDep, experiment_of
+from phalanx.server.schemas import LogLineOut, LogsOut
+from phalanx.store.base import LogLine, Store
+
+router = APIRouter(tags=["logs"])
+
+BATCH = 1000
+KEEPALIVE_SECONDS = 15.0
+ReplicaQuery = Annotated[
+    str | None, Query(max_length=100, description="e.g. worker-1; every replica if absent")
+]
+
+
+@router.get("/experiments/{experiment_id}/logs", response_model=LogsOut)
+def logs(
+    experiment_id: str,
+    store: StoreDep,
+    replica: ReplicaQuery = None,
+    offset: Annotated[int, Query(ge=0, le=10**12)] = 0,
+    limit: Annotated[int, Query(ge=1, le=10_000)] = 1000,
+) -> LogsOut:
+    """Lines from ``offset`` on (the offset counts lines of one replica when ``replica`` is given)."""
+    e = experiment_of(store, experiment_id)
+    lines = store.logs(e.id, replica=replica or None, offset=offset, limit=limit)
+    next_offset = max((line.offset + 1 for line in lines), default=offset) if replica else offset + len(lines)
+    return LogsOut(lines=[LogLineOut.of(line) for line in lines], next_offset=next_offset)
+
+
+@router.get(
+    "/experiments/{experiment_id}/logs/stream",
+    response_class=StreamingResponse,
+    responses={200: {"content": {"text/event-stream": {}}, "description": "`line` events, then `end`"}},
+)
+async def stream_logs(
+    experiment_id: str,
+    request: Request,
+    store: StoreDep,
+    settings: SettingsDep,
+    replica: ReplicaQuery = None,
+    offset: Annotated[int, Query(ge=0, le=10**12, description="start here (with replica)")] = 0,
+) -> StreamingResponse:
+    """Server-sent events: one ``line`` event per log line (JSON), live while the experiment runs,
+    then one ``end`` event once it is done and everything was sent."""
+    e = await run_in_threadpool(experiment_of, store, experiment_id)
+    follower = _Follower(store, e.id, replica or None, offset)
+    return StreamingResponse(
+        _events(follower, request, settings.poll_seconds),
+        media_type="text/event-stream",
+        headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+    )
+
+
+class _Follower:
+    """Remembers, per replica, the offset of the next line to send."""
+
+    def __init__(self, store: Store, experiment_id: str, replica: str | None, offset: int) -> None:
+        self.store = store
+        self.experiment_id = experiment_id
+        self.replica = replica
+        self.offsets: dict[str, int] = {replica: offset} if replica else {}
+
+    def poll(self) -> tuple[list[LogLine], bool]:
+        """New lines since the last poll, and whether the experiment was done before reading them."""
+        done = self.store.get_experiment(self.experiment_id).status.done
+        if not self.replica:
+            names = {r.name for r in self.store.list_replicas(self.experiment_id)}
+            if not self.offsets and not names:
+                names = {line.replica for line in self.store.logs(self.experiment_id, limit=BATCH)}
+            for name in names:
+                self.offsets.setdefault(name, 0)
+        new: list[LogLine] = []
+        for name, start in sorted(self.offsets.items()):
+            lines = self.store.logs(self.experiment_id, replica=name, offset=start, limit=BATCH)
+            if lines:
+                self.offsets[name] = max(line.offset for line in lines) + 1
+                new.extend(lines)
+        new.sort(key=lambda line: (line.time, line.replica, line.offset))
+        return new, done
+
+
+async def _events(follower: _Follower, request: Request, poll_seconds: float) -> AsyncIterator[str]:
+    last_sent = time.monotonic()
+    yield "retry: 2000\n\n"
+    while True:
+        if await request.is_disconnected():
+            return
+        lines, done = await run_in_threadpool(follower.poll)
+        for line in lines:
+            data = json.dumps(LogLineOut.of(line).model_dump())
+            yield f"event: line\nid: {line.replica}:{line.offset}\ndata: {data}\n\n"
+            last_sent = time.monotonic()
+        if lines:
+            continue  # there may be more right away
+        if done:
+            yield "event: end\ndata: {}\n\n"
+            return
+        if time.monotonic() - last_sent > KEEPALIVE_SECONDS:
+            yield ": keepalive\n\n"
+            last_sent = time.monotonic()
+        await asyncio.sleep(poll_seconds)

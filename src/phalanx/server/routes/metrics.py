@@ -1,0 +1,66 @@
+"""Scalars: the titles and series of an experiment, and one title's points (downsampled on request)."""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from fastapi import APIRouter, Query
+
+from phalanx.downsample import downsample_indices
+from phalanx.errors import NotFound
+from phalanx.server.deps import StoreDep, experiment_of
+from phalanx.server.schemas import MetricOut, MetricTitles, SeriesOut, finite_or_none
+from phalanx.store.base import Series
+
+router = APIRouter(tags=["metrics"])
+
+
+@router.get("/experiments/{experiment_id}/metrics", response_model=MetricTitles)
+def metric_titles(experiment_id: str, store: StoreDep) -> MetricTitles:
+    """Every scalar title with its series names (no points: ask for a title to get them)."""
+    e = experiment_of(store, experiment_id)
+    return MetricTitles(titles={t: list(s) for t, s in store.metric_titles(e.id).items()})
+
+
+@router.get("/experiments/{experiment_id}/metrics/{title:path}", response_model=MetricOut)
+def metric(
+    experiment_id: str,
+    title: str,
+    store: StoreDep,
+    max_points: Annotated[
+        int | None,
+        Query(ge=4, le=1_000_000, description="downsample each series to at most this many points"),
+    ] = None,
+    x: Annotated[Literal["step", "time"], Query(description="the axis buckets are taken along")] = "step",
+    series: Annotated[str | None, Query(max_length=500, description="only this series")] = None,
+) -> MetricOut:
+    """One title's series. With ``max_points``, each longer series keeps the min and max of every
+    bucket (so spikes stay visible) plus its first and last point; shorter series come back exact."""
+    e = experiment_of(store, experiment_id)
+    found = store.metrics(e.id, title=title, series=series).get(title)
+    if not found:
+        raise NotFound(f"experiment {e.id} has no scalar titled {title!r}")
+    return MetricOut(
+        title=title, x=x, series={name: _series_out(s, max_points, x) for name, s in found.items()}
+    )
+
+
+def _series_out(s: Series, max_points: int | None, x: str) -> SeriesOut:
+    n = len(s.values)
+    times = list(s.times) if len(s.times) == n else []
+    idx: list[int]
+    if max_points is None or n <= max_points:
+        idx = list(range(n))
+    elif x == "time" and times:
+        # Points come in step order and wall time normally agrees; bucket in time order regardless.
+        order = sorted(range(n), key=lambda i: times[i])
+        idx = [order[i] for i in downsample_indices([s.values[i] for i in order], max_points)]
+    else:
+        idx = downsample_indices(s.values, max_points)
+    return SeriesOut(
+        steps=[s.steps[i] for i in idx],
+        values=[finite_or_none(s.values[i]) for i in idx],
+        times=[times[i] for i in idx] if times else [],
+        count=n,
+        downsampled=len(idx) < n,
+    )

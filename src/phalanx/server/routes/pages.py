@@ -1,0 +1,90 @@
+"""The web UI's pages and the login form. The UI is a set of plain ES modules served from /static;
+every page path returns the same shell (index.html), whose script draws the page the path names."""
+
+from __future__ import annotations
+
+import hmac
+import html
+from pathlib import Path
+from typing import Annotated
+
+from fastapi import APIRouter, Form, Request
+from fastapi.responses import HTMLResponse, RedirectResponse, Response
+
+from phalanx.server.auth import COOKIE, session_value
+from phalanx.server.deps import SettingsDep
+
+UI_DIR = Path(__file__).resolve().parent.parent / "ui"
+
+router = APIRouter(include_in_schema=False)
+
+
+def _shell() -> HTMLResponse:
+    return HTMLResponse((UI_DIR / "index.html").read_text(), headers={"Cache-Control": "no-cache"})
+
+
+@router.get("/")
+def index() -> HTMLResponse:
+    return _shell()
+
+
+@router.get("/experiments/{experiment_id}")
+def experiment_page(experiment_id: str) -> HTMLResponse:
+    return _shell()
+
+
+@router.get("/compare")
+def compare_page() -> HTMLResponse:
+    return _shell()
+
+
+def _login_page(next_url: str, error: str = "", status: int = 200) -> HTMLResponse:
+    text = (UI_DIR / "login.html").read_text()
+    text = text.replace("{{next}}", html.escape(next_url, quote=True))
+    text = text.replace("{{error}}", f'<p class="error">{html.escape(error)}</p>' if error else "")
+    return HTMLResponse(text, status_code=status)
+
+
+def _safe_next(next_url: str | None) -> str:
+    """Only a path on this server: never an absolute URL or '//host' (no open redirect)."""
+    if not next_url or not next_url.startswith("/") or next_url.startswith("//") or "\\" in next_url:
+        return "/"
+    return next_url
+
+
+@router.get("/login")
+def login_form(settings: SettingsDep, next: str = "/") -> Response:
+    if not settings.token:
+        return RedirectResponse(_safe_next(next), status_code=303)
+    return _login_page(_safe_next(next))
+
+
+@router.post("/login")
+def login(
+    request: Request,
+    settings: SettingsDep,
+    token: Annotated[str, Form(max_length=4096)] = "",
+    next: Annotated[str, Form(max_length=4096)] = "/",
+) -> Response:
+    target = _safe_next(next)
+    if not settings.token:
+        return RedirectResponse(target, status_code=303)
+    if not hmac.compare_digest(token.strip().encode(), settings.token.encode()):
+        return _login_page(target, "That token is not right.", status=401)
+    response = RedirectResponse(target, status_code=303)
+    response.set_cookie(
+        COOKIE,
+        session_value(settings.token),
+        httponly=True,
+        samesite="lax",
+        secure=request.url.scheme == "https",
+        max_age=30 * 24 * 3600,
+    )
+    return response
+
+
+@router.get("/logout")
+def logout() -> Response:
+    response = RedirectResponse("/login", status_code=303)
+    response.delete_cookie(COOKIE)
+    return response

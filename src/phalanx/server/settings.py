@@ -1,0 +1,29 @@
+"""The server's typed options, passed into ``create_app`` (never read from globals by the routes)."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from phalanx.config import Settings
+
+MiB = 1024 * 1024
+
+
+class ServerSettings(BaseModel):
+    """What ``phalanx server`` was started with.
+
+    ``store`` says where experiments live (the same PHALANX_HOME / PHALANX_DB_URL the CLI uses);
+    ``token`` (PHALANX_TOKEN or ``--token-file``) turns authentication on for every API call and page.
+    """
+
+    model_config = ConfigDict(arbitrary_types_allowed=True)
+
+    store: Settings = Field(default_factory=Settings)
+    host: str = "127.0.0.1"
+    port: int = 8000
+    token: str | None = None
+    max_ingest_bytes: int = 16 * MiB
+    max_file_bytes: int = 512 * MiB
+    max_request_bytes: int = 1 * MiB  # every other request with a body (login form, stop)
+    poll_seconds: float = 0.5  # how often a live log stream looks for new lines
+    ui_enabled: bool = True
