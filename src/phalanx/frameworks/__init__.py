@@ -1,0 +1,75 @@
+"""Framework wiring: a replica's cluster environment (and launcher argv) as pure functions.
+
+Every backend consumes the same Plan; these functions turn a replica of it, plus the addresses the
+backend chose (`Endpoints`), into the variables each framework's own launcher would set (torchrun,
+TF_CONFIG, DMLC_*, mpirun). Nothing here does I/O, so `--dry-run` shows exactly what runs, and the
+Slurm and Kubernetes engines reuse the same functions with their own hosts.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from phalanx.domain import BackendKind, Framework
+from phalanx.plan import Plan, ReplicaPlan
+
+
+@dataclass(frozen=True)
+class Endpoints:
+    """Where each replica can be reached: a host and a port per replica name, chosen by the backend."""
+
+    hosts: Mapping[str, str]
+    ports: Mapping[str, int]
+    interface: str | None = None  # the network interface MXNet's ps-lite binds (lo on one machine)
+
+    def address(self, replica: str) -> str:
+        return f"{self.hosts[replica]}:{self.ports[replica]}"
+
+    @classmethod
+    def on_host(
+        cls, plan: Plan, host: str, ports: Mapping[str, int], interface: str | None = None
+    ) -> Endpoints:
+        """Every replica on one host (the local engine)."""
+        return cls(hosts={r.name: host for r in plan.replicas}, ports=dict(ports), interface=interface)
+
+
+def uses_mpi(plan: Plan) -> bool:
+    """Horovod, or `backend: mpi`: one mpirun launcher over every worker slot."""
+    return plan.framework is Framework.HOROVOD or plan.backend is BackendKind.MPI
+
+
+def phalanx_env(experiment_id: str, replica: ReplicaPlan, tracking_env: Mapping[str, str]) -> dict[str, str]:
+    """The PHALANX_* variables every replica gets (contract 1), whatever its framework.
+
+    ``tracking_env`` carries what the SDK needs to reach the store (PHALANX_HOME, PHALANX_SPOOL,
+    PHALANX_CAPTURED, PHALANX_HOST/TOKEN), the same for every replica.
+    """
+    env = {
+        "PHALANX_EXPERIMENT_ID": experiment_id,
+        "PHALANX_REPLICA": replica.name,
+        "PHALANX_ROLE": str(replica.role),
+        "PHALANX_INDEX": str(replica.index),
+        "PHALANX_RANK": "" if replica.rank is None else str(replica.rank),
+    }
+    env.update(tracking_env)
+    return env
+
+
+def framework_env(
+    plan: Plan, replica: ReplicaPlan, endpoints: Endpoints, local_rank: int = 0
+) -> dict[str, str]:
+    """The cluster wiring of one process of one replica, by the plan's framework.
+
+    Without a framework the experiment is a single process and gets no cluster wiring. MPI launches
+    are not wired per replica (see ``phalanx.frameworks.mpi``).
+    """
+    from phalanx.frameworks import mxnet, pytorch, tensorflow
+
+    if plan.framework is Framework.TENSORFLOW:
+        return tensorflow.env(plan, replica, endpoints)
+    if plan.framework is Framework.MXNET:
+        return mxnet.env(plan, replica, endpoints)
+    if plan.framework in (Framework.PYTORCH, Framework.HOROVOD):
+        return pytorch.env(plan, replica, endpoints, local_rank)
+    return {}

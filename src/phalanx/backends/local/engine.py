@@ -1,0 +1,383 @@
+"""The local engine: every replica is a process group on this machine, led by its reaper.
+
+``dry_run`` chooses free ports, checks the topology fits the machine (limits.allocate) and returns,
+per launch unit (one per replica; one mpirun launcher for MPI), the exact argv, working directory and
+environment added to the inherited one. ``submit`` writes each unit's config under
+``<runs>/<id>/attempts/<n>/`` and starts ``python -E -m phalanx.backends.local.reaper`` for it in a
+new session. The job's state lives on disk (pids, status files written by the reapers, log files),
+so ``describe``, ``logs`` and ``cancel`` also work from a process other than the one that submitted
+(TorchX's local scheduler keeps jobs only in memory; ``phalanx stop`` needs better).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import shlex
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from phalanx import frameworks, limits
+from phalanx.backends.base import DryRun, JobStatus, LaunchContext, ReplicaStatus
+from phalanx.config import Settings
+from phalanx.domain import ExperimentStatus, ReplicaState
+from phalanx.errors import BackendUnavailable, SpecError
+from phalanx.frameworks import Endpoints, mpi
+from phalanx.plan import Plan, command_argv
+from phalanx.testing.ports import free_port
+
+HOST = "127.0.0.1"
+_LEADING_PYTHON = re.compile(r"(^|&&|\|\||;)(\s*)python3?(?=\s|$)")
+
+
+def with_interpreter(command: str, python: str) -> str:
+    """`python` at the start of each command of run.cmd means the experiment's interpreter."""
+    quoted = shlex.quote(python)
+    return _LEADING_PYTHON.sub(lambda m: f"{m.group(1)}{m.group(2)}{quoted}", command)
+
+
+def signal_name(sig: int) -> str:
+    try:
+        return signal.Signals(sig).name
+    except ValueError:
+        return f"signal {sig}"
+
+
+@dataclass
+class _Unit:
+    name: str
+    replicas: list[str]
+    pid: int
+    start: str  # /proc start time, to tell our pid from a reused one
+    status: str
+    log: str
+    offset: int
+
+
+def _proc_start(pid: int) -> str | None:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_bytes()
+    except OSError:
+        return None
+    fields = stat[stat.rfind(b")") + 2 :].split()
+    if fields and fields[0] == b"Z":
+        return None  # a zombie has finished
+    return fields[19].decode() if len(fields) > 19 else None
+
+
+class LocalBackend:
+    """Runs a Plan as process groups on this machine. One instance may track several jobs."""
+
+    name = "local"
+
+    def __init__(self, settings: Settings | None = None, grace_seconds: float = 5.0) -> None:
+        self.settings = settings or Settings()
+        self.grace = grace_seconds
+        self._popen: dict[str, dict[str, subprocess.Popen[bytes]]] = {}
+        self._finished: dict[tuple[str, str], float] = {}
+
+    # -- dry run --------------------------------------------------------------------------------
+    def dry_run(self, plan: Plan, context: LaunchContext) -> DryRun:
+        here = limits.machine()
+        allotted = limits.allocate(
+            [(r.name, r.resources, r.processes) for r in plan.replicas], here, context.oversubscribe
+        )
+        ports = {r.name: free_port(HOST) for r in plan.replicas}
+        endpoints = Endpoints.on_host(plan, HOST, ports, interface="lo")
+        command = with_interpreter(plan.command, context.python)
+        log_dir = Path(context.log_dir or self.settings.runs_dir / context.experiment_id / "logs")
+        base = self._base_env(plan, context)
+        units: list[dict[str, Any]] = []
+        if frameworks.uses_mpi(plan):
+            problems = mpi.check(plan)
+            if problems:
+                raise SpecError(problems[0])
+            master = plan.replicas[0]
+            env = {
+                **base,
+                **frameworks.phalanx_env(context.experiment_id, master, context.tracking_env),
+                **mpi.launcher_env(plan, endpoints, command),
+                **limits.limit_env(allotted[master.name], plan.env),
+            }
+            units.append(
+                self._unit(master.name, [r.name for r in plan.replicas], allotted[master.name], log_dir)
+                | {"cwd": context.workdir, "processes": [{"argv": mpi.launcher_argv(plan), "env": env}]}
+            )
+        else:
+            for replica in plan.replicas:
+                procs = []
+                for local_rank in range(replica.processes):
+                    env = {
+                        **base,
+                        **frameworks.phalanx_env(context.experiment_id, replica, context.tracking_env),
+                        **frameworks.framework_env(plan, replica, endpoints, local_rank),
+                        **limits.limit_env(allotted[replica.name], plan.env),
+                    }
+                    procs.append({"argv": command_argv(command), "env": env})
+                unit = self._unit(replica.name, [replica.name], allotted[replica.name], log_dir)
+                units.append(unit | {"cwd": context.workdir, "processes": procs})
+        native = {"engine": "local", "experiment_id": context.experiment_id, "units": units}
+        return DryRun(backend=self.name, plan=plan, context=context, native=native, format="json")
+
+    def _unit(self, name: str, covers: list[str], lim: limits.ReplicaLimits, log_dir: Path) -> dict[str, Any]:
+        return {
+            "name": name,
+            "replicas": covers,
+            "log": str(log_dir / f"{name}.log"),
+            "limits": lim.to_json(),
+        }
+
+    def _base_env(self, plan: Plan, context: LaunchContext) -> dict[str, str]:
+        """The plan's env, the interpreter first on PATH, unbuffered output, the SDK importable."""
+        env = {**plan.build.env_vars, **plan.env}
+        bindir = str(Path(context.python).parent)
+        env["PATH"] = os.pathsep.join([bindir, os.environ.get("PATH", os.defpath)])
+        env.setdefault("PYTHONUNBUFFERED", "1")
+        sdk = context.tracking_env.get("PYTHONPATH")
+        if sdk:
+            inherited = env.get("PYTHONPATH", os.environ.get("PYTHONPATH", ""))
+            env["PYTHONPATH"] = os.pathsep.join(p for p in (sdk, inherited) if p)
+        return env
+
+    # -- submit ---------------------------------------------------------------------------------
+    def submit(self, dry_run: DryRun) -> str:
+        native = dry_run.native
+        exp_id = native["experiment_id"]
+        run_dir = self.settings.runs_dir / exp_id
+        attempts = run_dir / "attempts"
+        attempts.mkdir(parents=True, exist_ok=True)
+        attempt = len([p for p in attempts.iterdir() if p.is_dir()])
+        folder = attempts / str(attempt)
+        folder.mkdir()
+        handle = f"{exp_id}:{attempt}"
+        if any(u["processes"][0]["argv"][0] == "mpirun" for u in native["units"]) and not shutil.which(
+            "mpirun"
+        ):
+            raise BackendUnavailable("mpirun was not found: install Open MPI (apt-get install openmpi-bin)")
+        cgroup_root = limits.cgroup_v2_root()
+        state: list[dict[str, Any]] = []
+        popens: dict[str, subprocess.Popen[bytes]] = {}
+        self._popen[handle] = popens
+        try:
+            for unit in native["units"]:
+                state.append(self._start_unit(unit, folder, cgroup_root, exp_id, popens))
+        except BaseException:
+            self._write_state(folder, state)
+            self.cancel(handle)
+            raise
+        self._write_state(folder, state)
+        return handle
+
+    def _start_unit(
+        self,
+        unit: Mapping[str, Any],
+        folder: Path,
+        cgroup_root: Path | None,
+        exp_id: str,
+        popens: dict[str, subprocess.Popen[bytes]],
+    ) -> dict[str, Any]:
+        log = Path(unit["log"])
+        log.parent.mkdir(parents=True, exist_ok=True)
+        offset = log.stat().st_size if log.exists() else 0
+        inherited = dict(os.environ)
+        processes = [
+            {"argv": p["argv"], "cwd": unit["cwd"], "env": {**inherited, **p["env"]}}
+            for p in unit["processes"]
+        ]
+        lim = unit["limits"]
+        memory = float(lim["memory"][:-2]) if lim.get("memory") else None
+        config = {
+            "name": unit["name"],
+            "processes": processes,
+            "log": str(log),
+            "status": str(folder / f"{unit['name']}.status.json"),
+            "parent": os.getpid(),
+            "grace": self.grace,
+            "cpus": lim.get("cpus"),
+            "memory_mib": memory,
+            "cgroup": str(cgroup_root / f"phalanx-{exp_id}-{unit['name']}")
+            if cgroup_root and memory
+            else None,
+        }
+        cfg = folder / f"{unit['name']}.json"
+        fd = os.open(cfg, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)  # holds PHALANX_TOKEN
+        with os.fdopen(fd, "w") as f:
+            json.dump(config, f)
+        with open(log, "ab") as errors:
+            proc = subprocess.Popen(
+                [sys.executable, "-E", "-m", "phalanx.backends.local.reaper", str(cfg)],
+                env=processes[0]["env"],
+                cwd=unit["cwd"],
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=errors,  # the reaper's own trouble, if any, lands in the replica's log
+                start_new_session=True,  # a process group per replica
+            )
+        popens[unit["name"]] = proc
+        return {
+            "name": unit["name"],
+            "replicas": unit["replicas"],
+            "pid": proc.pid,
+            "start": _proc_start(proc.pid) or "",
+            "status": config["status"],
+            "log": str(log),
+            "offset": offset,
+        }
+
+    @staticmethod
+    def _write_state(folder: Path, state: list[dict[str, Any]]) -> None:
+        tmp = folder / "state.tmp"
+        tmp.write_text(json.dumps({"units": state}))
+        tmp.replace(folder / "state.json")
+
+    # -- state ----------------------------------------------------------------------------------
+    def _folder(self, handle: str) -> Path:
+        exp_id, _, attempt = handle.partition(":")
+        return self.settings.runs_dir / exp_id / "attempts" / (attempt or "0")
+
+    def _units(self, handle: str) -> list[_Unit] | None:
+        try:
+            doc = json.loads((self._folder(handle) / "state.json").read_text())
+        except (OSError, ValueError):
+            return None
+        return [_Unit(**u) for u in doc["units"]]
+
+    def _alive(self, handle: str, unit: _Unit) -> bool:
+        proc = self._popen.get(handle, {}).get(unit.name)
+        if proc is not None:
+            return proc.poll() is None
+        return _proc_start(unit.pid) == unit.start
+
+    def _returncode(self, handle: str, unit: _Unit) -> int | None:
+        proc = self._popen.get(handle, {}).get(unit.name)
+        return proc.returncode if proc is not None else None
+
+    def _cancelled(self, handle: str) -> bool:
+        return (self._folder(handle) / "cancelled").exists()
+
+    def _unit_status(self, handle: str, unit: _Unit) -> tuple[ReplicaState, int | None, str | None, float]:
+        key = (handle, unit.name)
+        if self._alive(handle, unit):
+            return ReplicaState.RUNNING, None, None, 0.0
+        finished = self._finished.setdefault(key, time.time())
+        try:
+            status = json.loads(Path(unit.status).read_text())
+        except (OSError, ValueError):
+            status = None
+        code: int | None
+        reason: str | None
+        if status is not None:
+            sig = status.get("signal")
+            code = -int(sig) if sig else int(status.get("exit_code") or 0)
+            reason = status.get("reason")
+            finished = float(status.get("failed_at") or finished)
+        else:
+            rc = self._returncode(handle, unit)
+            code = rc if rc is not None else -signal.SIGKILL
+            reason = None
+        if code == 0:
+            return ReplicaState.SUCCEEDED, 0, None, finished
+        if reason is None or reason == "stopped":
+            reason = f"was killed by {signal_name(-code)}" if code < 0 else f"exited with code {code}"
+        state = ReplicaState.STOPPED if self._cancelled(handle) else ReplicaState.FAILED
+        if state is ReplicaState.STOPPED and status and status.get("reason") not in (None, "stopped"):
+            state = ReplicaState.FAILED  # e.g. over its memory limit while being stopped
+        return state, code, reason, finished
+
+    def describe(self, handle: str) -> JobStatus | None:
+        units = self._units(handle)
+        if units is None:
+            return None
+        replicas: list[ReplicaStatus] = []
+        for unit in units:
+            state, code, reason, finished = self._unit_status(handle, unit)
+            for name in unit.replicas:
+                replicas.append(
+                    ReplicaStatus(
+                        name=name,
+                        state=state,
+                        host=HOST,
+                        exit_code=code,
+                        reason=reason,
+                        pid=unit.pid,
+                        finished_at=finished or None,
+                    )
+                )
+        states = [r.state for r in replicas]
+        if ReplicaState.FAILED in states:
+            first = min(
+                (r for r in replicas if r.state is ReplicaState.FAILED), key=lambda r: r.finished_at or 0
+            )
+            overall, why = ExperimentStatus.FAILED, f"{first.name} {first.reason}"
+        elif all(s is ReplicaState.SUCCEEDED for s in states):
+            overall, why = ExperimentStatus.SUCCEEDED, None
+        elif all(s.done for s in states):
+            overall, why = ExperimentStatus.STOPPED, "stopped"
+        else:
+            overall, why = ExperimentStatus.RUNNING, None
+        return JobStatus(status=overall, replicas=tuple(replicas), reason=why)
+
+    # -- logs -----------------------------------------------------------------------------------
+    def logs(self, handle: str, replica: str, follow: bool = False) -> Iterator[str]:
+        """Lines of a replica's log for this attempt; with follow, until the replica has ended."""
+        units = self._units(handle) or []
+        unit = next((u for u in units if u.name == replica), None)
+        if unit is None:
+            return  # no log of its own (a rank inside an mpirun launcher, or an unknown name)
+        pending = b""
+        pos = unit.offset
+        while True:
+            done = not self._alive(handle, unit)  # read the flag before the file: no line is missed
+            try:
+                with open(unit.log, "rb") as f:
+                    f.seek(pos)
+                    chunk = f.read()
+            except FileNotFoundError:
+                chunk = b""
+            pos += len(chunk)
+            lines = (pending + chunk).split(b"\n")
+            pending = lines.pop()
+            for line in lines:
+                yield line.decode("utf-8", "replace")
+            if not follow or done:
+                if pending:
+                    yield pending.decode("utf-8", "replace")
+                return
+            if not chunk:
+                time.sleep(0.05)
+
+    # -- cancel ---------------------------------------------------------------------------------
+    def cancel(self, handle: str) -> None:
+        """SIGTERM every replica leader (it stops its tree), SIGKILL what remains after the grace."""
+        units = self._units(handle) or []
+        folder = self._folder(handle)
+        if folder.exists():
+            (folder / "cancelled").touch()
+        for unit in units:
+            if self._alive(handle, unit):
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(unit.pid, signal.SIGTERM)
+        deadline = time.monotonic() + self.grace + 3
+        while time.monotonic() < deadline and any(self._alive(handle, u) for u in units):
+            time.sleep(0.05)
+        for unit in units:
+            if self._alive(handle, unit):
+                tree = limits.descendants(unit.pid)
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(unit.pid, signal.SIGKILL)
+                for pid in [unit.pid, *tree]:
+                    with contextlib.suppress(ProcessLookupError):
+                        os.kill(pid, signal.SIGKILL)
+                proc = self._popen.get(handle, {}).get(unit.name)
+                if proc is not None:
+                    with contextlib.suppress(subprocess.TimeoutExpired):
+                        proc.wait(timeout=10)

@@ -1,0 +1,260 @@
+"""The leader of one local replica: starts its processes and makes sure none outlives it.
+
+Runs as ``python -E -m phalanx.backends.local.reaper CONFIG.json`` (standard library only, fast to
+start). It asks the kernel for SIGTERM when its parent (``phalanx run``) dies (PR_SET_PDEATHSIG, set
+here and checked against the expected parent pid to close the race), and becomes a child subreaper
+(PR_SET_CHILD_SUBREAPER) so that every descendant, even one that daemonises or calls setsid, stays
+below it and is killed with it. It starts the replica's k processes (torchrun's nproc_per_node),
+copies their output line by line to the replica's log file, enforces the memory limit when no cgroup
+can, and, like torchrun, stops the siblings when one process fails. It then exits the way its first
+failing process did (same code, or the same signal), after writing a status file with the reason.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import json
+import os
+import resource
+import selectors
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any, BinaryIO
+
+from phalanx import limits
+
+PR_SET_PDEATHSIG = 1
+PR_SET_CHILD_SUBREAPER = 36
+WATCH_INTERVAL = 0.25
+
+
+def _prctl(option: int, value: int) -> None:
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(option, value, 0, 0, 0) != 0:  # pragma: no cover - only on exotic kernels
+        raise OSError(ctypes.get_errno(), f"prctl({option}) failed")
+
+
+class Reaper:
+    def __init__(self, config: dict[str, Any]) -> None:
+        self.config = config
+        self.grace = float(config.get("grace", 5.0))
+        self.stop_signal: int | None = None
+        self.procs: list[subprocess.Popen[bytes]] = []
+        self.buffers: dict[int, bytes] = {}
+        self.failure: tuple[int | None, int | None, str | None] | None = None  # code, signal, reason
+        self.memory_mib: float | None = config.get("memory_mib")
+        self.cgroup: Path | None = None
+        self.failed_at: float | None = None  # when the first failure was seen (orders replicas)
+
+    # -- signals --------------------------------------------------------------------------------
+    def _on_signal(self, signum: int, _frame: object) -> None:
+        if self.stop_signal is None:
+            self.stop_signal = signum
+
+    def install(self) -> None:
+        for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+            signal.signal(sig, self._on_signal)
+        _prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+        parent = self.config.get("parent")
+        if parent and os.getppid() != parent:
+            self.stop_signal = signal.SIGTERM  # the parent died before the death signal was armed
+        _prctl(PR_SET_CHILD_SUBREAPER, 1)
+        cpus = self.config.get("cpus")
+        if cpus:
+            os.sched_setaffinity(0, cpus)  # inherited by every process the replica starts
+        if self.memory_mib and self.config.get("cgroup"):
+            self._join_cgroup(Path(self.config["cgroup"]), int(self.memory_mib * limits.MIB))
+
+    def _join_cgroup(self, path: Path, max_bytes: int) -> None:
+        try:
+            path.mkdir(exist_ok=True)
+            (path / "memory.max").write_text(str(max_bytes))
+            (path / "memory.swap.max").write_text("0") if (path / "memory.swap.max").exists() else None
+            (path / "cgroup.procs").write_text(str(os.getpid()))
+            self.cgroup = path
+        except OSError:
+            self.cgroup = None  # fall back to the watchdog
+
+    # -- processes ------------------------------------------------------------------------------
+    def start(self, log: BinaryIO, sel: selectors.BaseSelector) -> None:
+        for local_rank, spec in enumerate(self.config["processes"]):
+            proc = subprocess.Popen(
+                spec["argv"],
+                cwd=spec["cwd"],
+                env=spec["env"],
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+            )
+            self.procs.append(proc)
+            assert proc.stdout is not None
+            os.set_blocking(proc.stdout.fileno(), False)
+            self.buffers[proc.stdout.fileno()] = b""
+            sel.register(proc.stdout, selectors.EVENT_READ, local_rank)
+
+    def _prefix(self, local_rank: int) -> bytes:
+        return f"[{local_rank}] ".encode() if len(self.config["processes"]) > 1 else b""
+
+    def pump(self, sel: selectors.BaseSelector, log: BinaryIO, timeout: float) -> None:
+        for key, _ in sel.select(timeout):
+            fd = key.fd
+            try:
+                chunk = os.read(fd, 65536)
+            except BlockingIOError:
+                continue
+            except OSError:
+                chunk = b""
+            data = self.buffers[fd] + chunk
+            if not chunk:
+                sel.unregister(key.fileobj)
+                if data:
+                    log.write(self._prefix(key.data) + data + b"\n")
+                self.buffers[fd] = b""
+                continue
+            lines = data.split(b"\n")
+            self.buffers[fd] = lines.pop()
+            if lines:
+                prefix = self._prefix(key.data)
+                log.write(b"".join(prefix + line + b"\n" for line in lines))
+        log.flush()
+
+    def tree(self) -> list[int]:
+        return limits.descendants(os.getpid())
+
+    def signal_tree(self, sig: int) -> int:
+        pids = self.tree()
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, sig)
+        return len(pids)
+
+    def reap_orphans(self) -> None:
+        """Collect exited orphans that were reparented to us, leaving our own children to Popen."""
+        mine = {p.pid for p in self.procs if p.returncode is None}
+        while True:
+            try:
+                info = os.waitid(os.P_ALL, 0, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+            except ChildProcessError:
+                return
+            if info is None or info.si_pid == 0:
+                return
+            if info.si_pid in mine:
+                for p in self.procs:
+                    if p.pid == info.si_pid:
+                        p.poll()
+                mine.discard(info.si_pid)
+                continue
+            with contextlib.suppress(ChildProcessError):
+                os.waitpid(info.si_pid, 0)
+
+    def terminate_all(self, sel: selectors.BaseSelector, log: BinaryIO, grace: float) -> None:
+        """SIGTERM to every descendant, SIGKILL to what is left after the grace period."""
+        self.signal_tree(signal.SIGTERM)
+        deadline = time.monotonic() + grace
+        while time.monotonic() < deadline:
+            self.pump(sel, log, 0.05)
+            self.reap_orphans()
+            if not self.tree():
+                return
+        while self.signal_tree(signal.SIGKILL):
+            self.pump(sel, log, 0.05)
+            self.reap_orphans()
+
+    def check_memory(self) -> bool:
+        if not self.memory_mib:
+            return False
+        if self.cgroup is not None:
+            try:
+                events = (self.cgroup / "memory.events").read_text().split()
+                return int(events[events.index("oom_kill") + 1]) > 0
+            except (OSError, ValueError, IndexError):
+                return False
+        return limits.rss_bytes(self.tree()) > self.memory_mib * limits.MIB
+
+    def run(self) -> int:
+        sel = selectors.DefaultSelector()
+        log_path = Path(self.config["log"])
+        log_path.parent.mkdir(parents=True, exist_ok=True)
+        with open(log_path, "ab") as log:
+            if self.stop_signal is None:
+                self.start(log, sel)
+            next_watch = 0.0
+            while True:
+                self.pump(sel, log, 0.1)
+                self.reap_orphans()
+                if self.stop_signal is not None:
+                    self.terminate_all(sel, log, self.grace)
+                    self.failure = self.failure or (None, self.stop_signal, "stopped")
+                    break
+                now = time.monotonic()
+                if now >= next_watch:
+                    next_watch = now + WATCH_INTERVAL
+                    if self.check_memory():
+                        assert self.memory_mib is not None
+                        self.failure = (None, signal.SIGKILL, limits.memory_exceeded_reason(self.memory_mib))
+                        self.failed_at = time.time()
+                        while self.signal_tree(signal.SIGKILL):
+                            self.pump(sel, log, 0.05)
+                            self.reap_orphans()
+                        break
+                for p in self.procs:
+                    if p.poll() is not None and p.returncode != 0 and self.failure is None:
+                        code = p.returncode
+                        self.failure = (code, None, None) if code > 0 else (None, -code, None)
+                        self.failed_at = time.time()
+                if self.failure is not None or all(p.poll() is not None for p in self.procs):
+                    # a failed process takes its siblings down; a finished replica leaves nothing behind
+                    self.terminate_all(sel, log, self.grace if self.failure else min(self.grace, 2.0))
+                    break
+            for p in self.procs:
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    p.wait(timeout=5)
+            deadline = time.monotonic() + 2
+            while sel.get_map() and time.monotonic() < deadline:
+                self.pump(sel, log, 0.05)
+        self._write_status()
+        if self.cgroup is not None:
+            with contextlib.suppress(OSError):
+                self.cgroup.rmdir()
+        return self._exit()
+
+    def _write_status(self) -> None:
+        code, sig, reason = self.failure or (0, None, None)
+        status = {
+            "exit_code": code,
+            "signal": sig,
+            "reason": reason,
+            "returncodes": [p.returncode for p in self.procs],
+            "failed_at": self.failed_at,
+        }
+        path = Path(self.config["status"])
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(status))
+        tmp.replace(path)
+
+    def _exit(self) -> int:
+        code, sig, _ = self.failure or (0, None, None)
+        if sig is not None:
+            # die of the same signal, so the engine's waitpid reads what happened to the replica
+            resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+            if sig not in (signal.SIGKILL, signal.SIGSTOP):
+                signal.signal(sig, signal.SIG_DFL)
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, [sig])
+            os.kill(os.getpid(), sig)
+            time.sleep(1)
+        return int(code or 0)
+
+
+def main(argv: list[str]) -> int:
+    config = json.loads(Path(argv[0]).read_text())
+    reaper = Reaper(config)
+    reaper.install()
+    return reaper.run()
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,231 @@
+"""Resources on this machine: CPU affinity, memory limits and GPU assignment for local replicas.
+
+The plan's requests are checked against what the machine has before anything starts (more GPUs than
+exist is always refused; more cores or memory than exist unless the user oversubscribes). Limits
+become a CPU affinity set plus OMP/MKL thread counts, a memory cap enforced per replica (cgroup v2
+where it is writable, else a watchdog over the replica's process tree, run by its reaper) and
+disjoint CUDA_VISIBLE_DEVICES. Standard library only: the reaper imports this module.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import shutil
+import subprocess
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from phalanx.domain import Resources
+from phalanx.errors import UsageError
+
+MIB = 1024 * 1024
+
+
+@dataclass(frozen=True)
+class Machine:
+    cpus: tuple[int, ...]  # the CPUs this process may run on
+    memory_mib: float
+    gpus: tuple[str, ...]  # device indices (or UUIDs) of the GPUs present
+
+
+@dataclass(frozen=True)
+class ReplicaLimits:
+    """What the local engine enforces for one replica (None: not limited)."""
+
+    cpus: tuple[int, ...] | None = None
+    threads: int | None = None  # OMP_NUM_THREADS / MKL_NUM_THREADS per process
+    memory_mib: float | None = None
+    gpus: tuple[str, ...] | None = None
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "cpus": list(self.cpus) if self.cpus is not None else None,
+            "threads": self.threads,
+            "memory": memory_label(self.memory_mib) if self.memory_mib is not None else None,
+            "gpus": list(self.gpus) if self.gpus is not None else None,
+        }
+
+
+def memory_label(mib: float) -> str:
+    """1024 -> "1024Mi", the unit the experiment file uses."""
+    return f"{mib:g}Mi"
+
+
+def memory_exceeded_reason(mib: float) -> str:
+    return f"memory limit {memory_label(mib)} exceeded"
+
+
+def detect_gpus() -> tuple[str, ...]:
+    """GPUs present, via nvidia-smi (NVML's command-line face); CUDA_VISIBLE_DEVICES narrows them."""
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    smi = shutil.which("nvidia-smi")
+    found: tuple[str, ...] = ()
+    if smi:
+        try:
+            out = subprocess.run(
+                [smi, "--query-gpu=index", "--format=csv,noheader"],
+                capture_output=True,
+                text=True,
+                timeout=20,
+                check=True,
+            ).stdout
+            found = tuple(line.strip() for line in out.splitlines() if line.strip())
+        except (OSError, subprocess.SubprocessError):
+            found = ()
+    if visible is not None:
+        wanted = [v.strip() for v in visible.split(",") if v.strip() and v.strip() != "-1"]
+        return tuple(v for v in wanted if not found or v in found or not v.isdigit())
+    return found
+
+
+def machine() -> Machine:
+    cpus = tuple(sorted(os.sched_getaffinity(0)))
+    return Machine(cpus=cpus, memory_mib=_mem_total_mib(), gpus=detect_gpus())
+
+
+def _mem_total_mib() -> float:
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemTotal:"):
+                return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return float(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")) / MIB
+
+
+def _asked(r: Resources, what: str) -> float:
+    rng = getattr(r, what)
+    value = rng.requests if rng.requests is not None else rng.limits
+    return float(value or 0)
+
+
+def allocate(
+    replicas: Sequence[tuple[str, Resources, int]], here: Machine, oversubscribe: bool = False
+) -> dict[str, ReplicaLimits]:
+    """Check the topology fits this machine and give each replica its CPUs, memory cap and GPUs.
+
+    ``replicas`` is (name, resources, processes) per replica. Raises UsageError (exit 2) before
+    anything starts when the GPUs asked for are not there, or when cores or memory are short and
+    ``oversubscribe`` is false.
+    """
+    gpus = {name: math.ceil(_asked(res, "gpu")) for name, res, _ in replicas}
+    if sum(gpus.values()) > len(here.gpus):
+        asked = ", ".join(f"{n} {g}" for n, g in gpus.items() if g)
+        raise UsageError(
+            f"the experiment asks for {sum(gpus.values())} GPU(s) ({asked}) but this machine has "
+            f"{len(here.gpus)}; lower the gpu requests or run it on a cluster (--cluster NAME)"
+        )
+    if not oversubscribe:
+        _refuse_over(replicas, "cpu", len(here.cpus), "cpu cores", "cores")
+        _refuse_over(replicas, "memory", here.memory_mib, "MiB of memory", "MiB")
+    out: dict[str, ReplicaLimits] = {}
+    cursor = 0
+    gpu_cursor = 0
+    for name, res, processes in replicas:
+        cpus: tuple[int, ...] | None = None
+        threads: int | None = None
+        if res.cpu.limits:
+            n = max(1, math.ceil(res.cpu.limits))
+            n = min(n, len(here.cpus))
+            cpus = tuple(here.cpus[(cursor + i) % len(here.cpus)] for i in range(n))
+            cursor += n
+            threads = max(1, math.floor(res.cpu.limits / max(1, processes)))
+        assigned: tuple[str, ...] | None = None
+        if gpus[name]:
+            assigned = here.gpus[gpu_cursor : gpu_cursor + gpus[name]]
+            gpu_cursor += gpus[name]
+        memory = float(res.memory.limits) if res.memory.limits else None
+        out[name] = ReplicaLimits(cpus=cpus, threads=threads, memory_mib=memory, gpus=assigned)
+    return out
+
+
+def _refuse_over(
+    replicas: Sequence[tuple[str, Resources, int]], what: str, have: float, noun: str, unit: str
+) -> None:
+    asked = [(n, _asked(res, what)) for n, res, _ in replicas]
+    total = sum(v for _, v in asked)
+    if total > have + 1e-9:
+        detail = ", ".join(f"{n} {v:g}" for n, v in asked if v)
+        raise UsageError(
+            f"the experiment requests {total:g} {noun} ({detail}) but this machine has {have:g} {unit}; "
+            "lower the requests, or pass --oversubscribe to run anyway"
+        )
+
+
+def limit_env(limits: ReplicaLimits, user_env: Mapping[str, str]) -> dict[str, str]:
+    """Thread counts and visible GPUs for a replica's processes (the user's own settings win)."""
+    env: dict[str, str] = {}
+    if limits.threads is not None:
+        for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+            if var not in user_env:
+                env[var] = str(limits.threads)
+    if limits.gpus is not None and "CUDA_VISIBLE_DEVICES" not in user_env:
+        env["CUDA_VISIBLE_DEVICES"] = ",".join(limits.gpus)
+    return env
+
+
+# ---- memory enforcement -------------------------------------------------------------------------
+
+
+def cgroup_v2_root() -> Path | None:
+    """The cgroup v2 folder a replica's cgroup can be made in, or None (then the watchdog is used)."""
+    root = Path("/sys/fs/cgroup")
+    try:
+        here = Path("/proc/self/cgroup").read_text().splitlines()
+    except OSError:
+        return None
+    v2 = [line.split(":", 2)[2] for line in here if line.startswith("0::")]
+    if not v2 or not (root / "cgroup.controllers").exists():
+        return None  # a v1 or hybrid hierarchy
+    parent = root / v2[0].lstrip("/")
+    try:
+        if "memory" not in (parent / "cgroup.subtree_control").read_text().split():
+            return None
+    except OSError:
+        return None
+    return parent if os.access(parent, os.W_OK) else None
+
+
+def children_map() -> dict[int, list[int]]:
+    """ppid -> pids, read from /proc in one pass."""
+    out: dict[int, list[int]] = {}
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry.name}/stat", "rb") as f:
+                stat = f.read()
+        except OSError:
+            continue
+        # the command name may hold spaces and parentheses: fields start after the last ')'
+        fields = stat[stat.rfind(b")") + 2 :].split()
+        if len(fields) > 1:
+            out.setdefault(int(fields[1]), []).append(int(entry.name))
+    return out
+
+
+def descendants(root: int, tree: Mapping[int, list[int]] | None = None) -> list[int]:
+    """Every process below ``root`` (not root itself)."""
+    tree = children_map() if tree is None else tree
+    out: list[int] = []
+    todo = list(tree.get(root, ()))
+    while todo:
+        pid = todo.pop()
+        out.append(pid)
+        todo.extend(tree.get(pid, ()))
+    return out
+
+
+def rss_bytes(pids: Iterable[int]) -> int:
+    """Resident memory of these processes together (what the watchdog compares with the limit)."""
+    page = os.sysconf("SC_PAGE_SIZE")
+    total = 0
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/statm", "rb") as f:
+                total += int(f.read().split()[1]) * page
+        except (OSError, IndexError, ValueError):
+            continue
+    return total
