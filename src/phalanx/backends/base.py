@@ -49,8 +49,10 @@ class ReplicaStatus:
     name: str
     state: ReplicaState
     host: str | None = None
-    exit_code: int | None = None
+    exit_code: int | None = None  # negative: killed by that signal (as subprocess reports it)
     reason: str | None = None
+    pid: int | None = None  # the replica leader's process id, where the engine has one
+    finished_at: float | None = None  # when the engine saw it end (orders simultaneous failures)
 
 
 @dataclass(frozen=True)
