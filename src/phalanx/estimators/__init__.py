@@ -1,0 +1,21 @@
+"""The Python launch API (seed 004): estimators, distribution configs, Experiment.submit -> Run.
+
+`from phalanx import Experiment, PyTorch` resolves here lazily, so `import phalanx` inside a replica
+never pays for it.
+"""
+
+from __future__ import annotations
+
+from phalanx.estimators.distribution import MpiDistribution, PyTorchDistribution, TensorFlowDistribution
+from phalanx.estimators.estimator import Estimator, PyTorch, TensorFlow
+from phalanx.estimators.experiment import Experiment
+
+__all__ = [
+    "Estimator",
+    "Experiment",
+    "MpiDistribution",
+    "PyTorch",
+    "PyTorchDistribution",
+    "TensorFlow",
+    "TensorFlowDistribution",
+]

@@ -1,0 +1,193 @@
+"""Experiment(name, project).submit(estimator) -> Run: start an estimator the way `phalanx run` would.
+
+submit() writes the estimator's experiment file into the run folder (PHALANX_HOME/runs/<id>/) and
+starts the same supervisor `phalanx run` uses, detached in its own session with its output in a file,
+so the Python process that submitted may go on (or exit) while the experiment runs. It returns once
+the supervisor has created the experiment in the store, so `run.get_status()` works at once; an error
+the supervisor finds before starting anything (a cluster that does not exist, more GPUs than the
+machine has) is raised here, as the CLI would print it.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from phalanx.errors import NotFound, PhalanxError, SpecError, UsageError
+
+if TYPE_CHECKING:
+    from phalanx.config import Settings
+    from phalanx.estimators.estimator import Estimator
+    from phalanx.runs import Run
+
+log = logging.getLogger(__name__)
+
+SPEC_FILE = "experiment.yml"
+SUPERVISOR_LOG = "supervisor.log"
+SUBMIT_FILE = "submit.json"  # how this run was started (supervisor pid), read by Run.cancel
+STARTUP_TIMEOUT = 120.0  # generous: 2 shared cores, and the supervisor may build a venv first
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9 _.:-]{0,127}$")
+
+
+class Experiment:
+    """A named group of runs in a project (Azure's Experiment; Phalanx's experiment name + project).
+
+    Args:
+        name: shown in `phalanx ls` and the UI.
+        project: groups experiments (default "default").
+        settings: where the store is (default: the environment's PHALANX_* variables).
+    """
+
+    def __init__(self, name: str, project: str | None = None, *, settings: Settings | None = None) -> None:
+        problems = []
+        if not isinstance(name, str) or not _NAME.match(name):
+            problems.append(f"name {name!r}: use letters, digits, spaces and . _ : - (at most 128)")
+        if project is not None and (not isinstance(project, str) or not _NAME.match(project)):
+            problems.append(f"project {project!r}: use letters, digits, spaces and . _ : - (at most 128)")
+        if problems:
+            raise UsageError("; ".join(problems))
+        self.name = name
+        self.project = project or "default"
+        self._settings = settings
+
+    @property
+    def settings(self) -> Settings:
+        if self._settings is None:
+            from phalanx.config import Settings
+
+            self._settings = Settings()
+        return self._settings
+
+    def submit(self, config: Estimator, tags: Sequence[str] = (), *, timeout: float = STARTUP_TIMEOUT) -> Run:
+        """Start ``config`` and return its Run at once (the experiment exists in the store by then).
+
+        Raises:
+            SpecError / UsageError: the estimator or the compute target cannot work (nothing started).
+            PhalanxError: the supervisor could not start the experiment (its message included).
+        """
+        from phalanx.estimators.estimator import Estimator
+        from phalanx.runs import Run
+
+        if not isinstance(config, Estimator):
+            raise UsageError(
+                f"submit() takes an Estimator, PyTorch or TensorFlow, got {type(config).__name__}"
+            )
+        tags = _tags(tags)
+        self._check_target(config.compute_target)
+        text = config.to_yaml(name=self.name, project=self.project, tags=tags)
+
+        experiment_id = uuid.uuid4().hex[:12]
+        run_dir = self.settings.runs_dir / experiment_id
+        run_dir.mkdir(parents=True, exist_ok=True)
+        spec_path = run_dir / SPEC_FILE
+        spec_path.write_text(text, encoding="utf-8")
+        argv = [
+            sys.executable,
+            "-m",
+            "phalanx.cli.main",
+            "run",
+            "-f",
+            str(spec_path),
+            "--experiment-id",
+            experiment_id,
+            "--workdir",
+            str(config.source_directory),
+        ]
+        if config.compute_target != "local":
+            argv += ["--cluster", config.compute_target]
+        env = {**os.environ, "PHALANX_HOME": str(self.settings.home)}
+        if self.settings.db_url:
+            env["PHALANX_DB_URL"] = self.settings.db_url
+        if self.settings.artifacts_url:
+            env["PHALANX_ARTIFACTS_URL"] = self.settings.artifacts_url
+        env.pop("PHALANX_EXPERIMENT_ID", None)  # a run submitted from inside a replica is its own
+        log_path = run_dir / SUPERVISOR_LOG
+        with open(log_path, "ab") as out, open(os.devnull, "rb") as devnull:
+            proc = subprocess.Popen(
+                argv,
+                stdin=devnull,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                cwd=str(config.source_directory),
+                env=env,
+                start_new_session=True,  # Ctrl-C in the notebook does not reach the experiment
+                close_fds=True,
+            )
+        import json
+
+        (run_dir / SUBMIT_FILE).write_text(
+            json.dumps({"supervisor_pid": proc.pid, "argv": argv, "started": time.time()}), encoding="utf-8"
+        )
+        log.info("submitted experiment %s (supervisor pid %d)", experiment_id, proc.pid)
+        run = Run(experiment_id, settings=self.settings, _process=proc)
+        self._wait_created(run, proc, log_path, timeout)
+        return run
+
+    def _check_target(self, target: str) -> None:
+        if target == "local":
+            return
+        from phalanx.clusters import load_clusters
+
+        known = load_clusters(self.settings.home)
+        if target not in known:
+            names = ", ".join(sorted(known)) or "none yet"
+            raise UsageError(
+                f"compute_target {target!r} is not a configured cluster (configured: {names}); "
+                "add it with `phalanx cluster add` or use compute_target='local'"
+            )
+
+    @staticmethod
+    def _wait_created(run: Run, proc: subprocess.Popen[bytes], log_path: Path, timeout: float) -> None:
+        """Bounded wait for the supervisor's experiment row; its early exit is the error to raise."""
+        deadline = time.monotonic() + timeout
+        delay = 0.02
+        while True:
+            try:
+                run.refresh()
+                return
+            except NotFound:
+                pass
+            code = proc.poll()
+            if code is not None:
+                try:  # it may have created the row and finished already
+                    run.refresh()
+                    return
+                except NotFound:
+                    raise _startup_error(code, log_path) from None
+            if time.monotonic() > deadline:
+                raise PhalanxError(
+                    f"the supervisor did not create experiment {run.id} within {timeout:.0f} s; "
+                    f"see {log_path}"
+                )
+            time.sleep(delay)
+            delay = min(delay * 1.5, 0.25)
+
+
+def _tags(tags: Any) -> tuple[str, ...]:
+    if isinstance(tags, str) or not isinstance(tags, Sequence):
+        raise UsageError(f"tags: give a list of strings, e.g. tags=[{tags!r}]")
+    bad = [t for t in tags if not isinstance(t, str) or not t.strip()]
+    if bad:
+        raise UsageError(f"tags: {bad!r} are not tags; give non-empty strings")
+    return tuple(t.strip() for t in tags)
+
+
+def _startup_error(code: int, log_path: Path) -> PhalanxError:
+    """The supervisor's own message (as `phalanx run` prints it) as the matching error."""
+    try:
+        text = log_path.read_text(encoding="utf-8", errors="replace").strip()
+    except OSError:
+        text = ""
+    lines = [ln for ln in text.splitlines() if ln.strip()][-20:]
+    message = "\n".join(ln.removeprefix("error: ") for ln in lines) or f"exit status {code}"
+    if code == 2:
+        return SpecError(message) if ":" in message else UsageError(message)
+    return PhalanxError(f"the experiment could not start (exit status {code}):\n{message}")

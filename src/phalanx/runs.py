@@ -1,0 +1,305 @@
+"""Run: a handle on one submitted experiment (Azure ML's Run), read entirely from the store.
+
+Everything here reads what the supervisor and the replicas wrote to the store, so a Run made from an
+id in another process (``Run("3f2a9c1b0d4e")``) works the same as the one submit() returned. The only
+thing the handle does beyond reading is cancel(), which asks the experiment's supervisor to stop (the
+supervisor alone writes status, and stops every replica before marking the experiment stopped).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import IO, TYPE_CHECKING, Any
+
+from phalanx.domain import Experiment, ExperimentStatus
+from phalanx.errors import NotFound, PhalanxError
+
+if TYPE_CHECKING:
+    from phalanx.config import Settings
+    from phalanx.store.base import Store
+
+log = logging.getLogger(__name__)
+
+POLL_SECONDS = 0.25
+# After the supervisor process is gone without a final status, how long to wait for the row to settle.
+ORPHAN_GRACE_SECONDS = 10.0
+
+
+class RunFailed(PhalanxError):
+    """The experiment ended failed (or stopped) and ``raise_on_error`` was set; carries the reason."""
+
+    code = "run_failed"
+
+    def __init__(self, run_id: str, status: str, reason: str | None) -> None:
+        self.run_id = run_id
+        self.status = status
+        self.reason = reason
+        super().__init__(f"experiment {run_id} {status}: {reason or 'no reason recorded'}")
+
+
+class RunTimeout(PhalanxError):
+    """wait_for_completion(timeout=...) ran out while the experiment was still going."""
+
+    code = "run_timeout"
+
+
+class Run:
+    """One experiment, as Azure's Run: status, details, metrics, files, logs, cancel.
+
+    Args:
+        run_id: the experiment id (or a unique prefix of it).
+        settings: where the store is (default: the PHALANX_* environment).
+    """
+
+    def __init__(self, run_id: str, *, settings: Settings | None = None, _process: Any = None) -> None:
+        if settings is None:
+            from phalanx.config import Settings
+
+            settings = Settings()
+        self.settings = settings
+        self._id = run_id
+        self._process: subprocess.Popen[bytes] | None = _process
+        self._store_obj: Store | None = None
+        self._artifacts: Any = None
+        self._experiment: Experiment | None = None
+
+    # -- plumbing -------------------------------------------------------------------------------
+
+    @property
+    def _store(self) -> Store:
+        if self._store_obj is None:
+            from phalanx.store import open_store
+
+            self._store_obj = open_store(self.settings)
+        return self._store_obj
+
+    def refresh(self) -> Experiment:
+        """Re-read the experiment row (NotFound until the supervisor has created it)."""
+        self._experiment = self._store.get_experiment(self._id)
+        self._id = self._experiment.id  # a prefix resolves to the full id
+        return self._experiment
+
+    @property
+    def id(self) -> str:
+        return self._id
+
+    @property
+    def experiment(self) -> Experiment:
+        return self._experiment or self.refresh()
+
+    def __repr__(self) -> str:
+        status = self._experiment.status if self._experiment else "?"
+        return f"Run(id={self._id!r}, status={status!s})"
+
+    # -- reading --------------------------------------------------------------------------------
+
+    def get_status(self) -> ExperimentStatus:
+        """created, starting, running, succeeded, failed or stopped (a str enum)."""
+        return self.refresh().status
+
+    def get_details(self) -> dict[str, Any]:
+        """Status, times, reason, topology and every replica's state and exit code."""
+        e = self.refresh()
+        replicas = self._store.list_replicas(e.id)
+        end = e.finished_at or (time.time() if e.started_at else None)
+        return {
+            "id": e.id,
+            "name": e.name,
+            "project": e.project,
+            "status": str(e.status),
+            "reason": e.reason,
+            "framework": e.framework,
+            "backend": e.backend,
+            "cluster": e.cluster,
+            "tags": list(e.tags),
+            "topology": dict(e.topology),
+            "created_at": e.created_at,
+            "started_at": e.started_at,
+            "finished_at": e.finished_at,
+            "duration": (end - e.started_at) if end and e.started_at else None,
+            "replicas": [
+                {
+                    "name": r.name,
+                    "role": str(r.role),
+                    "index": r.index,
+                    "rank": r.rank,
+                    "state": str(r.state),
+                    "host": r.host,
+                    "pid": r.pid,
+                    "exit_code": r.exit_code,
+                    "reason": r.reason,
+                }
+                for r in replicas
+            ],
+        }
+
+    def get_metrics(self, title: str | None = None) -> dict[str, dict[str, dict[str, list[float]]]]:
+        """``{"loss": {"worker 00": {"steps": [...], "values": [...]}}}``, as `phalanx metrics -o json`."""
+        found = self._store.metrics(self.id, title=title)
+        return {
+            t: {s: {"steps": list(v.steps), "values": list(v.values)} for s, v in series.items()}
+            for t, series in found.items()
+        }
+
+    def get_models(self) -> list[dict[str, Any]]:
+        """The models the run saved (task.save_model): name, format, path, size, replica, metadata."""
+        return [
+            {
+                "name": m.name,
+                "format": m.format,
+                "path": m.path,
+                "size": m.size,
+                "replica": m.replica,
+                "metadata": dict(m.metadata),
+            }
+            for m in self._store.models(self.id)
+        ]
+
+    def get_file_names(self) -> list[str]:
+        """Every file stored for the run: artifacts and models, as paths download_file accepts."""
+        return self._artifact_store().list(self.id)
+
+    def download_file(self, name: str, output_file_path: str | os.PathLike[str] | None = None) -> Path:
+        """Copy one stored file to ``output_file_path`` (a file path, or an existing folder to put it
+        in; default: the current folder). ``name`` is a path from get_file_names() or an artifact's or
+        model's name. Returns the local path. Raises NotFound."""
+        path = self._resolve_file(name)
+        data = self._artifact_store().read_bytes(self.id, path)
+        target = Path(output_file_path) if output_file_path is not None else Path.cwd()
+        if target.is_dir():
+            target = target / Path(path).name
+        target.parent.mkdir(parents=True, exist_ok=True)
+        tmp = target.with_name(f".{target.name}.part")
+        tmp.write_bytes(data)
+        tmp.replace(target)
+        return target
+
+    def get_logs(self, replica: str | None = None) -> list[str]:
+        """The console lines recorded so far, ``[replica] text`` each."""
+        return [f"[{ln.replica}] {ln.text}" for ln in self._store.logs(self.id, replica=replica)]
+
+    def _resolve_file(self, name: str) -> str:
+        names = self.get_file_names()
+        if name in names:
+            return name
+        paths = [a.path for a in self._store.artifacts(self.id) if a.name == name]
+        paths += [m.path for m in self._store.models(self.id) if m.name == name]
+        for path in paths:
+            if path in names:
+                return path
+        raise NotFound(
+            f"run {self.id} has no file {name!r}; files: {', '.join(names) if names else 'none yet'}"
+        )
+
+    def _artifact_store(self) -> Any:
+        if self._artifacts is None:
+            from phalanx.store.artifacts import ArtifactStore
+
+            self._artifacts = ArtifactStore(self.settings.artifacts_root)
+        return self._artifacts
+
+    # -- waiting and stopping -------------------------------------------------------------------
+
+    def wait_for_completion(
+        self,
+        show_output: bool = False,
+        raise_on_error: bool = True,
+        timeout: float | None = None,
+        *,
+        output: IO[str] | None = None,
+    ) -> dict[str, Any]:
+        """Block until the experiment has ended; return get_details().
+
+        Args:
+            show_output: stream every replica's console, ``[worker-0] ...``, as it arrives.
+            raise_on_error: raise RunFailed when it ended failed or stopped.
+            timeout: seconds; RunTimeout when still going after that (the run keeps going).
+            output: where show_output writes (default sys.stdout).
+        Raises:
+            RunFailed, RunTimeout.
+        """
+        stream = output or sys.stdout
+        offsets: dict[str, int] = {}
+        deadline = None if timeout is None else time.monotonic() + timeout
+        orphaned_at: float | None = None
+        while True:
+            experiment = self.refresh()
+            if show_output:
+                self._print_new_lines(offsets, stream)
+            if experiment.status.done:
+                break
+            if self._supervisor_gone():
+                # The supervisor ended without a final status (killed): give the row a moment, then
+                # report what is known rather than wait forever.
+                orphaned_at = orphaned_at or time.monotonic()
+                if time.monotonic() - orphaned_at > ORPHAN_GRACE_SECONDS:
+                    if raise_on_error:
+                        raise RunFailed(self.id, "failed", "its supervisor exited without a final status")
+                    break
+            if deadline is not None and time.monotonic() > deadline:
+                raise RunTimeout(f"experiment {self.id} still {experiment.status} after {timeout:g} s")
+            time.sleep(POLL_SECONDS)
+        if show_output:
+            self._print_new_lines(offsets, stream)
+        details = self.get_details()
+        if raise_on_error and experiment.status in (ExperimentStatus.FAILED, ExperimentStatus.STOPPED):
+            raise RunFailed(self.id, str(experiment.status), experiment.reason)
+        return details
+
+    def _print_new_lines(self, offsets: dict[str, int], stream: IO[str]) -> None:
+        for replica in [r.name for r in self._store.list_replicas(self.id)] or ["master"]:
+            lines = self._store.logs(self.id, replica=replica, offset=offsets.get(replica, 0))
+            for line in lines:
+                stream.write(f"[{line.replica}] {line.text}\n")
+            if lines:
+                offsets[replica] = lines[-1].offset + 1
+        stream.flush()
+
+    def _supervisor_pid(self) -> int | None:
+        """Ours when submit() started it; else what the supervisor (supervisor.pid) or submit()
+        (submit.json) wrote in the run folder."""
+        if self._process is not None:
+            return None if self._process.poll() is not None else int(self._process.pid)
+        from phalanx.estimators.experiment import SUBMIT_FILE
+
+        run_dir = self.settings.runs_dir / self.id
+        with contextlib.suppress(OSError, ValueError, IndexError):
+            return int((run_dir / "supervisor.pid").read_text(encoding="utf-8").split()[0])
+        with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
+            doc = json.loads((run_dir / SUBMIT_FILE).read_text(encoding="utf-8"))
+            return int(doc["supervisor_pid"])
+        return None
+
+    def _supervisor_gone(self) -> bool:
+        if self._process is not None:
+            return self._process.poll() is not None
+        return False  # not ours: a pid may have been reused, so trust the store
+
+    def cancel(self) -> None:
+        """Stop the experiment: its supervisor stops every replica and marks it stopped. Returns at
+        once (wait_for_completion(raise_on_error=False) to see it end); a run that has ended is left
+        as it is, so calling it twice is harmless.
+
+        Like the server's stop, it leaves a stop request in the run folder (``runs/<id>/stop``, which
+        the supervisor watches) and sends the supervisor SIGTERM, what Ctrl-C on `phalanx run` does.
+        """
+        if self.get_status().done:
+            return
+        run_dir = self.settings.runs_dir / self.id
+        run_dir.mkdir(parents=True, exist_ok=True)
+        tmp = run_dir / "stop.tmp"
+        tmp.write_text(json.dumps({"requested_at": time.time(), "by": "Run.cancel"}), encoding="utf-8")
+        os.replace(tmp, run_dir / "stop")
+        pid = self._supervisor_pid()
+        if pid is not None and pid > 1:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGTERM)
+                log.info("asked the supervisor of %s (pid %d) to stop", self.id, pid)
