@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from phalanx.domain import BackendKind, Framework, Resources, Role
+from phalanx.errors import SpecError
 from phalanx.spec.model import Build, ExperimentSpec, ReplicaTemplate
 
 
@@ -97,9 +98,14 @@ _PLACEHOLDER = re.compile(r"\{\{\s*([A-Za-z_][A-Za-z0-9_]*)\s*\}\}")
 def render_command(commands: tuple[str, ...], params: Mapping[str, Any]) -> str:
     """Fill `{{ name }}` from params and join several commands with `&&` (they run in sequence).
 
-    Unknown names are a SpecError raised by the loader before we get here; a KeyError here is a bug.
-    Values are inserted as the user wrote them (Polyaxon did the same), so quoting is theirs.
+    The loader refuses unknown names in files; a spec built in Python (the estimators) can still
+    name one, so it is answered with a SpecError too. Values are inserted as the user wrote them
+    (Polyaxon did the same), so quoting is theirs.
     """
+    missing = sorted({n for c in commands for n in placeholders(c) if n not in params})
+    if missing:
+        names = ", ".join(f"{{{{ {n} }}}}" for n in missing)
+        raise SpecError(f"run.cmd: unknown placeholder {names}; give a value with --param NAME=VALUE")
 
     def fill(match: re.Match[str]) -> str:
         value = params[match.group(1)]
@@ -125,7 +131,9 @@ def _merge(default: ReplicaTemplate | None, override: ReplicaTemplate | None) ->
     )
 
 
-def _replica(name: str, role: Role, index: int, rank: int | None, t: ReplicaTemplate, procs: int) -> ReplicaPlan:
+def _replica(
+    name: str, role: Role, index: int, rank: int | None, t: ReplicaTemplate, procs: int
+) -> ReplicaPlan:
     return ReplicaPlan(
         name=name,
         role=role,
@@ -139,7 +147,9 @@ def _replica(name: str, role: Role, index: int, rank: int | None, t: ReplicaTemp
     )
 
 
-def build_plan(spec: ExperimentSpec, params: Mapping[str, Any] | None = None, name: str | None = None) -> Plan:
+def build_plan(
+    spec: ExperimentSpec, params: Mapping[str, Any] | None = None, name: str | None = None
+) -> Plan:
     """Expand a spec into its replicas. ``params`` override the spec's params (``--param k=v``)."""
     merged = {**spec.params, **(params or {})}
     topo = spec.topology

@@ -59,6 +59,7 @@ class Build:
     requirements: str | None = None  # path, relative to the experiment file's directory
     build_steps: tuple[str, ...] = ()
     env_vars: Mapping[str, str] = field(default_factory=dict)
+    dockerfile: str | None = None  # path of a Dockerfile (engines that build images), relative to the file
 
 
 @dataclass(frozen=True)
@@ -81,3 +82,6 @@ class ExperimentSpec:
     max_run_seconds: float | None = None
     source_file: str | None = None  # path of the file it came from, when it came from one
     source_text: str | None = None  # the file's text, shown in the UI's Overview
+    # Keys the loader accepted for Polyaxon compatibility but that change nothing here (e.g. `logging`),
+    # as "FILE:LINE:COL: path: why" lines; `phalanx check` shows them. Not part of the spec's identity.
+    notes: tuple[str, ...] = field(default=(), compare=False)

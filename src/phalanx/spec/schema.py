@@ -1,0 +1,323 @@
+"""The version-1 experiment file: which keys exist, what each may hold, and the cross-checks.
+
+``read_spec`` turns a position-carrying tree (``yamltree``) into an ExperimentSpec, recording every
+problem in a Collector instead of stopping at the first, so the user fixes a file in one pass.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import Any
+
+from phalanx.domain import BackendKind, Framework
+from phalanx.spec.errors import Collector, describe, did_you_mean, join
+from phalanx.spec.model import Build, ExperimentSpec, ReplicaTemplate
+from phalanx.spec.topology import finish_topology, read_environment
+from phalanx.spec.yamltree import Mark, YMap, YNode, YScalar, YSeq, is_null, plain
+
+SUPPORTED_VERSION = 1
+KINDS = ("experiment", "group", "job", "build", "notebook", "tensorboard", "pipeline")
+TOP_KEYS = (
+    "version",
+    "kind",
+    "name",
+    "project",
+    "description",
+    "framework",
+    "backend",
+    "tags",
+    "params",
+    "declarations",
+    "environment",
+    "build",
+    "run",
+    "env",
+)
+_LIB = (
+    "a polyaxon-lib section (Polyaxon itself dropped it in 0.5), not supported:"
+    " put the training code in a script and start it with run.cmd"
+)
+TOP_REFUSED = {
+    "hptuning": "belongs to kind: group (hyperparameter search), not supported yet; remove it",
+    "model": _LIB,
+    "train": _LIB,
+    "eval": _LIB,
+    "inputs": "Polyaxon 0.6 `inputs` are not supported; give the values under params: instead",
+    "outputs": "Polyaxon 0.6 `outputs` are not supported; remove it",
+}
+TOP_IGNORED = {
+    "logging": "accepted for Polyaxon compatibility and ignored: Phalanx captures every replica's output"
+}
+BUILD_KEYS = ("image", "dockerfile", "build_steps", "pip_packages", "requirements", "env_vars")
+BUILD_IGNORED = {
+    name: "accepted for Polyaxon compatibility and ignored: Phalanx builds no images"
+    for name in ("context", "ref", "nocache", "commit", "branch", "lang_env")
+}
+RUN_KEYS = ("cmd", "max_restarts", "max_run_seconds")
+
+PLACEHOLDER = re.compile(r"\{\{(.*?)\}\}", re.S)
+_NAME = re.compile(r"^\s*([A-Za-z_][A-Za-z0-9_]*)\s*$")
+_CONTINUATION = re.compile(r"\\[ \t]*$")
+
+
+def read_spec(c: Collector, root: YNode | None, overrides: Mapping[str, Any]) -> ExperimentSpec | None:
+    """The spec, or None when problems were found (they are in ``c``)."""
+    if root is None:
+        c.add(
+            Mark(1, 1), "", "the file is empty; an experiment file needs at least version, kind and run.cmd"
+        )
+        return None
+    if not isinstance(root, YMap):
+        c.add(
+            root, "", f"expected a mapping of keys (version, kind, run, ...) at the top, got {describe(root)}"
+        )
+        return None
+    version = _read_version(c, root)
+    if not _read_kind(c, root):
+        return None  # a group or job file: the rest would only be noise
+    c.mapping(root, "", TOP_KEYS, refused=TOP_REFUSED, ignored=TOP_IGNORED)
+
+    def opt(name: str) -> YNode | None:
+        node = root.get(name)
+        return None if node is None or is_null(node) else node
+
+    framework = c.choice(n, "framework", Framework, "framework") if (n := opt("framework")) else None
+    backend = c.choice(n, "backend", BackendKind, "backend") if (n := opt("backend")) else None
+    name = c.text(n, "name") if (n := opt("name")) else None
+    project = c.text(n, "project") if (n := opt("project")) else None
+    description = c.text(n, "description") if (n := opt("description")) else None
+    tags = c.texts(n, "tags") if (n := opt("tags")) else ()
+    params = _read_params(c, root)
+    env = c.str_mapping(n, "env", env_names=True) if (n := opt("env")) else {}
+    build = _read_build(c, n) if (n := opt("build")) else Build()
+
+    env_draft = read_environment(c, n) if (n := opt("environment")) else None
+    if env_draft is not None and env_draft.section_framework is not None:
+        section, key = env_draft.section_framework
+        top = opt("framework")
+        if framework is not None and framework is not section and top is not None:
+            c.add(
+                key,
+                f"environment.{key.name}",
+                f"conflicts with `framework: {framework.value}` (line {top.mark.line});"
+                " keep one, e.g. `framework:` with environment.replicas",
+            )
+        elif framework is None and top is None:
+            framework = section
+    topology = finish_topology(c, env_draft.topology if env_draft else None, framework)
+
+    command, max_restarts, max_run_seconds = _read_run(c, root)
+    known = {**(params or {}), **overrides}
+    if command is not None:
+        _check_placeholders(c, root, command, known)
+
+    if c.problems or version is None or command is None:
+        return None
+    return ExperimentSpec(
+        version=version,
+        kind="experiment",
+        command=tuple(cmd for cmd, _ in command),
+        framework=framework,
+        backend=backend,
+        name=name,
+        project=project,
+        description=description,
+        tags=tags or (),
+        params=known,
+        master=env_draft.master if env_draft else ReplicaTemplate(),
+        topology=topology,
+        build=build,
+        env=env or {},
+        max_restarts=max_restarts,
+        max_run_seconds=max_run_seconds,
+    )
+
+
+def _read_version(c: Collector, root: YMap) -> int | None:
+    node = root.get("version")
+    if node is None:
+        c.add(root, "version", f"missing; add `version: {SUPPORTED_VERSION}` at the top")
+        return None
+    v = node.value if isinstance(node, YScalar) else None
+    if isinstance(v, bool) or not isinstance(v, int | float) or v != SUPPORTED_VERSION:
+        c.add(
+            node,
+            "version",
+            f"unsupported version {describe(node)}; Phalanx reads `version: {SUPPORTED_VERSION}`",
+        )
+        return None
+    return SUPPORTED_VERSION
+
+
+def _read_kind(c: Collector, root: YMap) -> bool:
+    """False when the file is of a kind we must not read further."""
+    node = root.get("kind")
+    if node is None:
+        c.add(root, "kind", "missing; add `kind: experiment`")
+        return True
+    v = node.value if isinstance(node, YScalar) else None
+    if v == "experiment":
+        return True
+    if isinstance(v, str) and v in KINDS:
+        c.add(node, "kind", f"'{v}' is not supported yet; Phalanx runs kind: experiment files")
+        return False
+    if not isinstance(v, str):
+        c.add(node, "kind", f"expected a kind name, got {describe(node)}")
+    else:
+        c.add(node, "kind", f"unknown kind '{v}'{did_you_mean(v, KINDS)} (Phalanx runs kind: experiment)")
+    return True
+
+
+def _read_params(c: Collector, root: YMap) -> dict[str, Any] | None:
+    found = [(k, v) for k, v in root.items if k.name in ("params", "declarations") and not is_null(v)]
+    if len(found) > 1:
+        second = found[1][0]
+        c.add(
+            second,
+            second.name,
+            f"give params or declarations, not both ({found[0][0].name} is at line {found[0][0].mark.line})",
+        )
+    if not found:
+        return {}
+    key, node = found[0]
+    m = c.mapping(node, key.name)
+    return {k.name: plain(v) for k, v in m.items} if m is not None else None
+
+
+def _read_build(c: Collector, node: YNode) -> Build:
+    m = c.mapping(node, "build", BUILD_KEYS, ignored=BUILD_IGNORED)
+    if m is None:
+        return Build()
+    values: dict[str, Any] = {}
+    for key, value in m.items:
+        path = join("build", key.name)
+        if is_null(value) or key.name not in BUILD_KEYS:
+            continue
+        if key.name in ("image", "dockerfile", "requirements"):
+            values[key.name] = c.text(value, path)
+        elif key.name in ("build_steps", "pip_packages"):
+            if isinstance(value, YScalar) and isinstance(value.value, str):
+                values[key.name] = (value.value,)  # one step written as text
+            else:
+                values[key.name] = c.texts(value, path) or ()
+        else:
+            values["env_vars"] = read_env_vars(c, value, path) or {}
+    return Build(**{k: v for k, v in values.items() if v is not None})
+
+
+def read_env_vars(c: Collector, node: YNode, path: str) -> dict[str, str] | None:
+    """`env_vars` as Polyaxon wrote it (a list of [name, value] pairs) or as a mapping."""
+    if not isinstance(node, YSeq):
+        return c.str_mapping(node, path, env_names=True)
+    out: dict[str, str] = {}
+    for i, item in enumerate(node.items):
+        sub = join(path, i)
+        if not isinstance(item, YSeq) or len(item.items) != 2:
+            c.add(item, sub, f"expected a [NAME, value] pair, got {describe(item)}")
+            continue
+        name = c.text(item.items[0], join(sub, 0))
+        value = c.scalar_text(item.items[1], join(sub, 1))
+        if name is not None and value is not None:
+            out[name] = value
+    return out
+
+
+def _read_run(c: Collector, root: YMap) -> tuple[list[tuple[str, YScalar]] | None, int, float | None]:
+    run = root.get("run")
+    if run is None or is_null(run):
+        c.add(
+            root.key("run") or root,
+            "run.cmd",
+            "missing; every experiment needs a command, e.g. `run: {cmd: python train.py}`",
+        )
+        return None, 0, None
+    m = c.mapping(run, "run", RUN_KEYS)
+    if m is None:
+        return None, 0, None
+    max_restarts = 0
+    if (n := m.get("max_restarts")) is not None and not is_null(n):
+        max_restarts = c.integer(n, "run.max_restarts", what="a whole number of restarts") or 0
+    max_run_seconds = None
+    if (n := m.get("max_run_seconds")) is not None and not is_null(n):
+        max_run_seconds = c.number(n, "run.max_run_seconds")
+    cmd = m.get("cmd")
+    if cmd is None or is_null(cmd):
+        c.add(
+            m.key("cmd") or root.key("run") or m,
+            "run.cmd",
+            "missing; give the shell command to run, e.g. `cmd: python train.py`",
+        )
+        return None, max_restarts, max_run_seconds
+    items = cmd.items if isinstance(cmd, YSeq) else [cmd]
+    commands: list[tuple[str, YScalar]] = []
+    for i, item in enumerate(items):
+        path = join("run.cmd", i) if isinstance(cmd, YSeq) else "run.cmd"
+        text = c.text(item, path)
+        if text is None:
+            continue
+        if not text.strip():
+            c.add(item, path, "is empty; give the shell command to run")
+            continue
+        assert isinstance(item, YScalar)
+        commands.append((_join_continuations(item), item))
+    if isinstance(cmd, YSeq) and not cmd.items:
+        c.add(cmd, "run.cmd", "is an empty list; give at least one command")
+    return (commands if commands else None), max_restarts, max_run_seconds
+
+
+def _join_continuations(node: YScalar) -> str:
+    """Undo YAML's folding of shell line continuations in plain scalars.
+
+    `cmd: python x.py \\` + newline + `--lr=1` folds to "python x.py \\ --lr=1", which the shell
+    would read as an argument " --lr=1". Polyaxon's examples are written this way; we rebuild the
+    line from the source, dropping the trailing backslashes.
+    """
+    if node.style is not None or "\n" not in node.raw:
+        return str(node.value)
+    lines = [line.strip() for line in node.raw.split("\n")]
+    if not any(_CONTINUATION.search(line) for line in lines):
+        return str(node.value)
+    parts = [_CONTINUATION.sub("", line).rstrip() for line in lines]
+    return " ".join(p for p in parts if p)
+
+
+def _check_placeholders(
+    c: Collector, root: YMap, command: list[tuple[str, YScalar]], known: Mapping[str, Any]
+) -> None:
+    for text, node in command:
+        start = 0
+        for match in PLACEHOLDER.finditer(text):
+            mark, start = _placeholder_mark(node, match.group(0), start)
+            name = _NAME.match(match.group(1))
+            path = "run.cmd"
+            if name is None:
+                c.add(
+                    mark,
+                    path,
+                    f"unsupported placeholder {match.group(0)!r}:"
+                    " only {{ name }} with a name from params is filled",
+                )
+            elif name.group(1) not in known:
+                n = name.group(1)
+                hint = did_you_mean(n, known)
+                listed = f" (params: {', '.join(sorted(known))})" if known else ""
+                c.add(
+                    mark,
+                    path,
+                    f"unknown placeholder {{{{ {n} }}}}: not in params{hint}{listed}; "
+                    f"declare it under params: or pass --param {n}=VALUE",
+                )
+
+
+def _placeholder_mark(node: YScalar, placeholder: str, start: int) -> tuple[Mark, int]:
+    """The placeholder's own line and column when it is written verbatim in the source, and where
+    to look for the next one."""
+    offset = node.raw.find(placeholder, start)
+    if offset < 0:
+        return node.mark, start
+    before = node.raw[:offset]
+    end = offset + len(placeholder)
+    if "\n" not in before:
+        return Mark(node.mark.line, node.mark.column + offset), end
+    return Mark(node.mark.line + before.count("\n"), offset - before.rfind("\n")), end

@@ -1,0 +1,327 @@
+"""The `environment` section: the master's resources and placement, and the replica topology.
+
+Both layouts end in the same Topology: `environment.replicas` (with `framework:` at the top, Polyaxon
+>= 0.4.2) and the older `environment.tensorflow|mxnet|pytorch|horovod` subsection, which also names
+the framework. Either may use the variant keys `default_worker_resources` / `worker_resources` (and
+the ps ones) that Polyaxon's documentation shows next to `default_worker.resources`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from phalanx.domain import Framework, Range, Resources
+from phalanx.spec.errors import Collector, join
+from phalanx.spec.model import ReplicaTemplate, Topology
+from phalanx.spec.quantities import parse_cpu, parse_gpu, parse_memory
+from phalanx.spec.yamltree import Mark, YKey, YMap, YNode, is_null, plain
+
+FRAMEWORK_SECTIONS = tuple(f.value for f in Framework)
+TEMPLATE_KEYS = ("resources", "node_selector", "affinity", "tolerations")
+TOPOLOGY_KEYS = (
+    "n_workers",
+    "n_ps",
+    "processes_per_replica",
+    "default_worker",
+    "worker",
+    "default_ps",
+    "ps",
+    "default_worker_resources",
+    "worker_resources",
+    "default_ps_resources",
+    "ps_resources",
+)
+ENVIRONMENT_KEYS = ("resources", "node_selector", "affinity", "tolerations", "replicas", *FRAMEWORK_SECTIONS)
+ENVIRONMENT_IGNORED = {
+    name: f"accepted for Polyaxon compatibility and ignored: {why}"
+    for name, why in {
+        "persistence": "Phalanx replicas read data from paths or URLs the command names",
+        "secret_refs": "Kubernetes secrets are not mounted by Phalanx",
+        "configmap_refs": "Kubernetes config maps are not mounted by Phalanx",
+        "data_refs": "Phalanx replicas read data from paths or URLs the command names",
+        "outputs_refs": "outputs go to Phalanx's artifact store",
+    }.items()
+}
+RESOURCE_KEYS = ("cpu", "memory", "gpu")
+RANGE_KEYS = ("requests", "limits")
+TOLERATION_KEYS = ("key", "operator", "value", "effect", "tolerationSeconds")
+AFFINITY_KEYS = ("nodeAffinity", "podAffinity", "podAntiAffinity")
+_PARSERS: dict[str, Callable[[object], float]] = {"cpu": parse_cpu, "memory": parse_memory, "gpu": parse_gpu}
+_UNITS = {"cpu": "", "memory": " MiB", "gpu": ""}
+
+
+@dataclass
+class IndexEntry:
+    index: int
+    mark: Mark
+    path: str
+    template: ReplicaTemplate
+
+
+@dataclass
+class TopologyDraft:
+    """What one topology section says, before the cross-checks that need the framework."""
+
+    path: str
+    key: YKey  # `replicas:` or `tensorflow:`, where problems about the whole section point
+    counts: dict[str, tuple[int, YKey]] = field(default_factory=dict)  # n_workers/n_ps/processes...
+    defaults: dict[str, ReplicaTemplate] = field(default_factory=dict)  # "worker"/"ps"
+    entries: dict[str, list[IndexEntry]] = field(default_factory=dict)
+    ps_keys: list[YKey] = field(default_factory=list)  # every key that asks for parameter servers
+
+
+@dataclass
+class EnvironmentDraft:
+    master: ReplicaTemplate = field(default_factory=ReplicaTemplate)
+    topology: TopologyDraft | None = None
+    section_framework: tuple[Framework, YKey] | None = None  # from `environment.<framework>`
+
+
+def read_environment(c: Collector, node: YNode, path: str = "environment") -> EnvironmentDraft:
+    draft = EnvironmentDraft()
+    env = c.mapping(node, path, ENVIRONMENT_KEYS, ignored=ENVIRONMENT_IGNORED)
+    if env is None:
+        return draft
+    draft.master = read_template(c, env, path)
+    for key, value in env.items:
+        if key.name != "replicas" and key.name not in FRAMEWORK_SECTIONS:
+            continue
+        if is_null(value):
+            continue  # `replicas:` with nothing under it
+        sub = join(path, key.name)
+        if draft.topology is not None:
+            first = draft.topology.key
+            c.add(
+                key, sub, f"the topology is already given by {first.name} (line {first.mark.line}); keep one"
+            )
+            continue
+        if key.name in FRAMEWORK_SECTIONS:
+            draft.section_framework = (Framework(key.name), key)
+        draft.topology = read_topology(c, value, sub, key)
+    return draft
+
+
+def read_topology(c: Collector, node: YNode, path: str, section: YKey) -> TopologyDraft:
+    draft = TopologyDraft(path=path, key=section)
+    m = c.mapping(node, path, TOPOLOGY_KEYS)
+    if m is None:
+        return draft
+    for key, value in m.items:
+        sub = join(path, key.name)
+        if is_null(value):
+            continue
+        if key.name != "n_ps" and key.name.startswith(("ps", "default_ps")):
+            draft.ps_keys.append(key)
+        if key.name in ("n_workers", "n_ps"):
+            n = c.integer(value, sub, what="a whole number of replicas")
+            if n is not None:
+                draft.counts[key.name] = (n, key)
+                if key.name == "n_ps" and n > 0:
+                    draft.ps_keys.append(key)
+        elif key.name == "processes_per_replica":
+            n = c.integer(value, sub, minimum=1, what="a whole number of processes")
+            if n is not None:
+                draft.counts[key.name] = (n, key)
+        elif key.name in ("default_worker", "default_ps"):
+            t = c.mapping(value, sub, TEMPLATE_KEYS)
+            if t is not None:
+                _set_default(c, draft, key.name.removeprefix("default_"), read_template(c, t, sub), key)
+        elif key.name in ("default_worker_resources", "default_ps_resources"):
+            res = read_resources(c, value, sub)
+            role = key.name.removeprefix("default_").removesuffix("_resources")
+            _set_default(c, draft, role, ReplicaTemplate(resources=res), key)
+        elif key.name in ("worker", "ps"):
+            _read_entries(c, draft, key.name, value, sub, resources_only=False)
+        else:  # worker_resources / ps_resources
+            _read_entries(c, draft, key.name.removesuffix("_resources"), value, sub, resources_only=True)
+    return draft
+
+
+def _set_default(c: Collector, draft: TopologyDraft, role: str, t: ReplicaTemplate, key: YKey) -> None:
+    before = draft.defaults.get(role)
+    if before is not None:
+        if before.resources is not None and t.resources is not None:
+            c.add(key, join(draft.path, key.name), f"the default {role} resources are given twice; keep one")
+            return
+        t = _combine(before, t)
+    draft.defaults[role] = t
+
+
+def _combine(a: ReplicaTemplate, b: ReplicaTemplate) -> ReplicaTemplate:
+    return ReplicaTemplate(
+        resources=b.resources if b.resources is not None else a.resources,
+        node_selector=b.node_selector if b.node_selector is not None else a.node_selector,
+        affinity=b.affinity if b.affinity is not None else a.affinity,
+        tolerations=b.tolerations if b.tolerations is not None else a.tolerations,
+    )
+
+
+def _read_entries(
+    c: Collector, draft: TopologyDraft, role: str, node: YNode, path: str, resources_only: bool
+) -> None:
+    seq = c.sequence(node, path)
+    if seq is None:
+        return
+    entries = draft.entries.setdefault(role, [])
+    for i, item in enumerate(seq.items):
+        sub = join(path, i)
+        keys = ("index", *RESOURCE_KEYS) if resources_only else ("index", *TEMPLATE_KEYS)
+        m = c.mapping(item, sub, keys)
+        if m is None:
+            continue
+        index_node = m.get("index")
+        if index_node is None:
+            c.add(m, join(sub, "index"), f"missing: each entry names the index of the {role} it overrides")
+            continue
+        index = c.integer(index_node, join(sub, "index"), what=f"a {role} index")
+        if resources_only:
+            res = read_resources(c, _without(m, "index"), sub)
+            template = ReplicaTemplate(resources=res)
+        else:
+            template = read_template(c, m, sub)
+        if index is None:
+            continue
+        same = [e for e in entries if e.index == index]
+        if same and (not resources_only or same[0].template.resources is not None):
+            first = same[0]
+            c.add(
+                index_node,
+                join(sub, "index"),
+                f"duplicate {role} index {index} (first given at line {first.mark.line})",
+            )
+            continue
+        if same:  # worker: [{index: 2, node_selector}] + worker_resources: [{index: 2, cpu}]
+            same[0].template = _combine(same[0].template, template)
+            continue
+        entries.append(IndexEntry(index, index_node.mark, join(sub, "index"), template))
+
+
+def _without(m: YMap, name: str) -> YMap:
+    items = [(k, v) for k, v in m.items if k.name != name]
+    out = YMap(items, m.mark)
+    out.index = {k.name: v for k, v in items}
+    return out
+
+
+def read_template(c: Collector, m: YMap, path: str) -> ReplicaTemplate:
+    """resources / node_selector / affinity / tolerations of one replica (or a role's default).
+
+    The caller has already checked which keys the mapping may hold.
+    """
+    resources = node_selector = affinity = tolerations = None
+    if (n := m.get("resources")) is not None and not is_null(n):
+        resources = read_resources(c, n, join(path, "resources"))
+    if (n := m.get("node_selector")) is not None and not is_null(n):
+        node_selector = c.str_mapping(n, join(path, "node_selector"))
+    if (n := m.get("affinity")) is not None and not is_null(n):
+        am = c.mapping(n, join(path, "affinity"), AFFINITY_KEYS)
+        affinity = plain(am) if am is not None else None
+    if (n := m.get("tolerations")) is not None and not is_null(n):
+        tolerations = _read_tolerations(c, n, join(path, "tolerations"))
+    return ReplicaTemplate(resources, node_selector, affinity, tolerations)
+
+
+def _read_tolerations(c: Collector, node: YNode, path: str) -> tuple[Mapping[str, Any], ...] | None:
+    seq = c.sequence(node, path)
+    if seq is None:
+        return None
+    out = []
+    for i, item in enumerate(seq.items):
+        m = c.mapping(item, join(path, i), TOLERATION_KEYS)
+        if m is not None:
+            out.append(plain(m))
+    return tuple(out)
+
+
+def read_resources(c: Collector, node: YNode, path: str) -> Resources | None:
+    m = c.mapping(node, path, RESOURCE_KEYS)
+    if m is None:
+        return None
+    ranges: dict[str, Range] = {}
+    for name in RESOURCE_KEYS:
+        value = m.get(name)
+        if value is not None and not is_null(value):
+            ranges[name] = _read_range(c, value, join(path, name), name)
+    return Resources(**ranges)
+
+
+def _read_range(c: Collector, node: YNode, path: str, what: str) -> Range:
+    m = c.mapping(node, path, RANGE_KEYS)
+    if m is None:
+        return Range()
+    values: dict[str, float | None] = {"requests": None, "limits": None}
+    for name in RANGE_KEYS:
+        value = m.get(name)
+        if value is None or is_null(value):
+            continue
+        try:
+            values[name] = _PARSERS[what](plain(value))
+        except ValueError as exc:
+            c.add(value, join(path, name), str(exc))
+    req, lim = values["requests"], values["limits"]
+    if req is not None and lim is not None and lim < req:
+        node_lim = m.get("limits")
+        assert node_lim is not None
+        unit = _UNITS[what]
+        c.add(
+            node_lim,
+            join(path, "limits"),
+            f"limits ({_fmt(lim)}{unit}) are below requests ({_fmt(req)}{unit});"
+            " limits must be at least the requests",
+        )
+    return Range(**values)
+
+
+def _fmt(v: float) -> str:
+    return str(int(v)) if float(v).is_integer() else f"{v:g}"
+
+
+def finish_topology(c: Collector, draft: TopologyDraft | None, framework: Framework | None) -> Topology:
+    """Range checks, duplicate and ps-with-pytorch checks, once the framework is known."""
+    if draft is None:
+        return Topology()
+    n_workers = draft.counts.get("n_workers", (0, draft.key))[0]
+    n_ps = draft.counts.get("n_ps", (0, draft.key))[0]
+    procs = draft.counts.get("processes_per_replica", (1, draft.key))[0]
+    if framework is None and (n_workers > 0 or n_ps > 0):
+        c.add(
+            draft.key,
+            draft.path,
+            "replicas need a framework: add `framework: pytorch` (or tensorflow, mxnet, horovod) at the top",
+        )
+    no_ps = framework in (Framework.PYTORCH, Framework.HOROVOD)
+    if framework is not None and no_ps:
+        for key in draft.ps_keys:
+            c.add(
+                key,
+                join(draft.path, key.name),
+                f"{framework.value} has no parameter servers (only tensorflow and mxnet do); remove it",
+            )
+        n_ps = 0
+    counts = {"worker": n_workers, "ps": n_ps}
+    indexed: dict[str, dict[int, ReplicaTemplate]] = {"worker": {}, "ps": {}}
+    for role, entries in draft.entries.items():
+        n = counts[role]
+        for e in entries:
+            if role == "ps" and no_ps:
+                continue
+            count = "n_workers" if role == "worker" else "n_ps"
+            if 0 <= e.index < n:
+                indexed[role][e.index] = e.template
+            elif n == 0:
+                why = f"{count} is 0, so there is no {role} to override"
+                c.add(e.mark, e.path, f"{role} index {e.index} is out of range: {why}")
+            else:
+                why = f"{count} is {n}, so indexes go from 0 to {n - 1}"
+                c.add(e.mark, e.path, f"{role} index {e.index} is out of range: {why}")
+    return Topology(
+        n_workers=n_workers,
+        n_ps=n_ps,
+        default_worker=draft.defaults.get("worker"),
+        worker=dict(sorted(indexed["worker"].items())),
+        default_ps=None if no_ps else draft.defaults.get("ps"),
+        ps=dict(sorted(indexed["ps"].items())),
+        processes_per_replica=procs,
+    )
