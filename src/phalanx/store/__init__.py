@@ -1,0 +1,25 @@
+"""The store: experiments, replicas and everything replicas report (``base.Store``), implemented by
+``sql.SqlStore``; files live in ``artifacts.ArtifactStore``. ``open_store(settings)`` is the one way
+the CLI, the supervisor and the server open it."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from phalanx.config import Settings
+    from phalanx.store.sql.store import SqlStore
+
+
+def open_store(settings: Settings | None = None) -> SqlStore:
+    """The store the settings name (PHALANX_DB_URL, else SQLite under PHALANX_HOME), with its
+    artifact store (PHALANX_ARTIFACTS_URL, else a folder under PHALANX_HOME), schema up to date."""
+    from phalanx.config import Settings
+    from phalanx.store.artifacts import ArtifactStore
+    from phalanx.store.sql.store import SqlStore
+
+    settings = settings or Settings()
+    return SqlStore(settings.database_url, ArtifactStore(settings.artifacts_root))
+
+
+__all__ = ["open_store"]

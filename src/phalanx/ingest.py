@@ -1,0 +1,294 @@
+"""Ingest: spool files -> store, exactly once.
+
+Each spool file (one per writing process, see ``phalanx.tracking.spool``) is read from the byte
+offset the store last committed for it; its complete records become events that are written
+together with the new offset in one transaction (``SqlStore.ingest_batch``), so a crash of the
+writer, of the ingester or of the database at any point neither loses nor repeats a record. Files a
+record names (artifacts, models) are copied into the artifact store before that transaction
+(an idempotent overwrite) and removed from the spool after it. After each commit an ack file tells
+``task.flush()`` that its records are visible.
+
+The server's ingest endpoint uses ``records_to_events`` and ``store_artifact_bytes`` for the same
+records arriving over HTTP. ``python -m phalanx.ingest --spool DIR [--follow-pid PID]`` runs it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import shutil
+import threading
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from phalanx.domain import Event, EventKind
+from phalanx.errors import UsageError
+from phalanx.store.artifacts import ArtifactStore, safe_path
+from phalanx.tracking.spool import SUFFIX, read_records, write_ack
+
+if TYPE_CHECKING:
+    from phalanx.store.sql.store import SqlStore
+
+log = logging.getLogger(__name__)
+
+_FILE_KINDS = (EventKind.ARTIFACT.value, EventKind.MODEL.value)
+
+
+def record_to_event(record: Mapping[str, Any]) -> Event:
+    """One spool record (or one item of a POSTed ``{"events": [...]}``) as an Event.
+    UsageError, naming the field, when it is malformed."""
+    if not isinstance(record, Mapping):
+        raise UsageError("an event must be a JSON object")
+    try:
+        kind = EventKind(record["kind"])
+    except KeyError:
+        raise UsageError("event has no 'kind'") from None
+    except ValueError:
+        raise UsageError(
+            f"unknown event kind {record.get('kind')!r}; one of {', '.join(k.value for k in EventKind)}"
+        ) from None
+    exp = record.get("experiment_id")
+    if not isinstance(exp, str) or not exp:
+        raise UsageError("event has no 'experiment_id'")
+    data = record.get("data") or {}
+    if not isinstance(data, Mapping):
+        raise UsageError("event 'data' must be an object")
+    if kind.value in _FILE_KINDS:
+        if "name" not in data or "path" not in data:
+            raise UsageError(f"{kind.value} event needs 'name' and 'path' in its data")
+        data = {k: v for k, v in data.items() if k != "spool_path"}
+        data["path"] = safe_path(str(data["path"]))
+    if kind is EventKind.SCALAR and "points" not in data and not {"title", "series", "value"} <= set(data):
+        raise UsageError("scalar event needs 'points' or 'title', 'series' and 'value'")
+    try:
+        seq = int(record.get("seq", 0))
+        index = int(record.get("index", 0) or 0)
+        rank = record.get("rank")
+        rank = None if rank is None or rank == "" else int(rank)
+        when = float(record.get("time") or time.time())
+    except (TypeError, ValueError) as exc:
+        raise UsageError(f"event has a malformed seq, index, rank or time: {exc}") from None
+    return Event(
+        experiment_id=exp,
+        kind=kind,
+        data=data,
+        replica=str(record.get("replica") or "master"),
+        role=str(record.get("role") or "master"),
+        index=index,
+        rank=rank,
+        time=when,
+        stream=str(record.get("stream") or ""),
+        seq=seq,
+    )
+
+
+def records_to_events(records: Iterable[Mapping[str, Any]]) -> list[Event]:
+    """Spool records as Events (UsageError on the first malformed one; nothing is written)."""
+    events = []
+    for i, rec in enumerate(records):
+        try:
+            events.append(record_to_event(rec))
+        except UsageError as exc:
+            raise UsageError(f"events[{i}]: {exc.message}") from None
+    return events
+
+
+def store_artifact_bytes(artifacts: ArtifactStore, experiment_id: str, path: str, data: bytes) -> int:
+    """Store a file's bytes at ``path`` inside the experiment's folder (the server's PUT of a file);
+    UsageError if the path would leave the folder. Returns the size."""
+    return artifacts.put_bytes(experiment_id, safe_path(path), data)
+
+
+class Ingester:
+    """Moves what spool files hold into the store. ``spool``: a folder holding ``*.spool`` files or
+    folders of them (``<home>/spool`` or one experiment's ``<home>/spool/<id>``). Several ingesters
+    may run over the same files at once (the supervisor's and a CLI command's): positions are
+    compared-and-set in the store, so each record is stored once."""
+
+    def __init__(
+        self,
+        store: SqlStore,
+        artifacts: ArtifactStore | None,
+        spool: str | os.PathLike[str],
+        *,
+        batch_bytes: int = 16 << 20,
+    ) -> None:
+        self.store = store
+        self.artifacts = artifacts if artifacts is not None else store.artifact_store
+        self.spool = Path(spool)
+        self.batch_bytes = batch_bytes
+        self._positions: dict[str, int] = {}  # stream -> committed offset, as far as we know
+
+    def spool_files(self) -> list[Path]:
+        if not self.spool.is_dir():
+            return []
+        return sorted([*self.spool.glob(f"*{SUFFIX}"), *self.spool.glob(f"*/*{SUFFIX}")])
+
+    def run_once(self) -> int:
+        """One pass over every spool file; returns how many new events were stored."""
+        total = 0
+        for path in self.spool_files():
+            try:
+                total += self._ingest_file(path)
+            except FileNotFoundError:
+                continue  # removed meanwhile (experiment deleted)
+        return total
+
+    def pending(self) -> bool:
+        """Whether some spool file holds bytes not yet ingested."""
+        for path in self.spool_files():
+            known = self._positions.get(path.stem)
+            if known is None or path.stat().st_size > known:
+                return True
+        return False
+
+    def run(self, stop: threading.Event, interval: float = 0.2) -> None:
+        """Ingest until ``stop`` is set, then a final pass so nothing written before it is left."""
+        while not stop.is_set():
+            try:
+                n = self.run_once()
+            except Exception:  # keep the supervisor's ingester alive through a transient error
+                log.exception("ingest pass failed; retrying")
+                n = 0
+            if n == 0:
+                stop.wait(interval)
+        self.run_once()
+
+    def _ingest_file(self, path: Path) -> int:
+        stream = path.stem
+        total = 0
+        while True:
+            size = path.stat().st_size
+            start = self._positions.get(stream)
+            if start is None:
+                start = self.store.ingest_position(stream)[0]
+                self._positions[stream] = start
+            if size <= start:
+                return total
+            records, end = read_records(path, start, self.batch_bytes)
+            if end == start:
+                return total  # only a partial record so far
+            events, files, last_seq = self._convert(path, records)
+            missing = self._copy_files(files)
+            if missing:
+                self._positions.pop(stream, None)
+                if self.store.ingest_position(stream)[0] != start:
+                    continue  # another ingester stored this batch and removed its files
+                for src in missing:
+                    log.warning("%s: file %s named by a record is missing; stored without it", path, src)
+            n = self.store.ingest_batch(stream, start, end, last_seq, events)
+            if n is None:  # another ingester moved the position: reread it
+                self._positions[stream] = self.store.ingest_position(stream)[0]
+                continue
+            self._positions[stream] = end
+            total += n
+            if last_seq >= 0:
+                write_ack(path.parent, stream, last_seq)
+            for src, _, _ in files:
+                _remove(src)
+
+    def _convert(
+        self, path: Path, records: Sequence[Any]
+    ) -> tuple[list[Event], list[tuple[Path, str, str]], int]:
+        events: list[Event] = []
+        files: list[tuple[Path, str, str]] = []  # (spool file, experiment, artifact-store path)
+        last_seq = -1
+        for rec in records:
+            if rec is None:
+                log.warning("%s: skipped a line that is not JSON", path)
+                continue
+            try:
+                ev = record_to_event(rec)
+            except UsageError as exc:
+                log.warning("%s: skipped a malformed record: %s", path, exc)
+                continue
+            last_seq = max(last_seq, ev.seq)
+            spool_path = rec.get("data", {}).get("spool_path") if ev.kind.value in _FILE_KINDS else None
+            if spool_path:
+                src = path.parent / safe_path(str(spool_path))
+                files.append((src, ev.experiment_id, str(ev.data["path"])))
+            events.append(ev)
+        return events, files, last_seq
+
+    def _copy_files(self, files: list[tuple[Path, str, str]]) -> list[Path]:
+        """Copy spool files into the artifact store; returns those that were not there."""
+        if files and self.artifacts is None:
+            raise UsageError("this store has no artifact store; cannot ingest files")
+        missing = []
+        for src, experiment_id, dest in files:
+            assert self.artifacts is not None
+            try:
+                self.artifacts.put_file(experiment_id, dest, src)
+            except FileNotFoundError:
+                missing.append(src)
+        return missing
+
+
+def _remove(path: Path) -> None:
+    try:
+        if path.is_dir():
+            shutil.rmtree(path)
+        else:
+            path.unlink()
+    except FileNotFoundError:
+        pass
+
+
+def ingest_pending(store: SqlStore, spool: str | os.PathLike[str]) -> int:
+    """One pass over a spool folder (what every read command of the CLI does first)."""
+    return Ingester(store, store.artifact_store, spool).run_once()
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:  # a zombie child of ours is dead too
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().split(")")[-1].split()[0] != "Z"
+    except OSError:
+        return True
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m phalanx.ingest", description="Ingest spool files.")
+    parser.add_argument("--spool", help="spool folder (default: $PHALANX_HOME/spool)")
+    parser.add_argument("--follow-pid", type=int, help="run until this process exits, then finish")
+    parser.add_argument("--interval", type=float, default=0.1, help="seconds between passes")
+    parser.add_argument("--once", action="store_true", help="one pass, then exit")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+
+    from phalanx.config import Settings
+    from phalanx.store import open_store
+
+    settings = Settings()
+    store = open_store(settings)
+    ingester = Ingester(store, store.artifact_store, args.spool or settings.spool_dir)
+    if args.once or args.follow_pid is None:
+        n = ingester.run_once()
+        log.info("ingested %d events", n)
+        return 0
+    while _alive(args.follow_pid):
+        try:
+            if ingester.run_once() == 0:
+                time.sleep(args.interval)
+        except Exception:
+            log.exception("ingest pass failed; retrying")
+            time.sleep(1.0)
+    # the process is gone: drain what it (and its children) left, until nothing new arrives
+    quiet = 0
+    while quiet < 3:
+        quiet = quiet + 1 if ingester.run_once() == 0 else 0
+        time.sleep(args.interval)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

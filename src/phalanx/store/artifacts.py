@@ -1,0 +1,131 @@
+"""The artifact store: files of each experiment under ``<root>/<experiment_id>/<path>``.
+
+Any fsspec URL works as the root (a local folder by default, an S3-compatible bucket later). Every
+path a user or a replica names goes through ``safe_path`` first, so a name cannot escape its
+experiment's folder (no ``..``, no absolute paths, no backslashes).
+"""
+
+from __future__ import annotations
+
+import posixpath
+import re
+import uuid
+from pathlib import Path
+from typing import Any
+
+from phalanx.errors import NotFound, UsageError
+
+_ID = re.compile(r"^[0-9a-zA-Z_-]{1,64}$")
+
+
+def safe_path(path: str) -> str:
+    """``path`` as a normalised relative POSIX path; UsageError if it could leave its folder."""
+    if not isinstance(path, str) or not path.strip():
+        raise UsageError("an artifact path must be a non-empty string")
+    if "\x00" in path or "\\" in path:
+        raise UsageError(f"artifact path {path!r} contains a NUL or a backslash")
+    if path.startswith("/") or re.match(r"^[A-Za-z]:", path) or "://" in path:
+        raise UsageError(f"artifact path {path!r} is absolute; give a path relative to the experiment")
+    parts = [p for p in path.split("/") if p not in ("", ".")]
+    if any(p == ".." for p in parts):
+        raise UsageError(f"artifact path {path!r} contains '..'; names cannot leave their folder")
+    if not parts:
+        raise UsageError(f"artifact path {path!r} names no file")
+    return "/".join(parts)
+
+
+def _check_id(experiment_id: str) -> str:
+    if not _ID.match(experiment_id):
+        raise UsageError(f"{experiment_id!r} is not an experiment id")
+    return experiment_id
+
+
+class ArtifactStore:
+    """Files of experiments, on any fsspec filesystem. Writes go to a temporary name then move, so a
+    reader (or a second ingester writing the same bytes) never sees half a file."""
+
+    def __init__(self, root: str) -> None:
+        from fsspec.core import url_to_fs
+
+        self.root_url = root
+        self.fs, self.root = url_to_fs(root)
+        self.local = self.fs.protocol in ("file", "local") or "file" in (self.fs.protocol or ())
+        if self.local:
+            Path(self.root).mkdir(parents=True, exist_ok=True)
+
+    def url(self, experiment_id: str, path: str = "") -> str:
+        base = posixpath.join(self.root, _check_id(experiment_id))
+        return posixpath.join(base, safe_path(path)) if path else base
+
+    def put_bytes(self, experiment_id: str, path: str, data: bytes) -> int:
+        target = self.url(experiment_id, path)
+        self._mkdirs(posixpath.dirname(target))
+        tmp = f"{target}.tmp-{uuid.uuid4().hex[:8]}"
+        with self.fs.open(tmp, "wb") as fh:
+            fh.write(data)
+        self.fs.mv(tmp, target)
+        return len(data)
+
+    def put_file(self, experiment_id: str, path: str, source: str | Path) -> int:
+        """Copy a local file or folder to ``path``; returns the bytes stored."""
+        source = Path(source)
+        if source.is_dir():
+            total = 0
+            for child in sorted(source.rglob("*")):
+                if child.is_file():
+                    rel = child.relative_to(source).as_posix()
+                    total += self.put_file(experiment_id, f"{path}/{rel}", child)
+            return total
+        target = self.url(experiment_id, path)
+        self._mkdirs(posixpath.dirname(target))
+        tmp = f"{target}.tmp-{uuid.uuid4().hex[:8]}"
+        self.fs.put_file(str(source), tmp)
+        self.fs.mv(tmp, target)
+        return source.stat().st_size
+
+    def read_bytes(self, experiment_id: str, path: str) -> bytes:
+        target = self.url(experiment_id, path)
+        if not self.fs.isfile(target):
+            raise NotFound(f"no file {path!r} in experiment {experiment_id}")
+        with self.fs.open(target, "rb") as fh:
+            data: bytes = fh.read()
+        return data
+
+    def exists(self, experiment_id: str, path: str) -> bool:
+        return bool(self.fs.exists(self.url(experiment_id, path)))
+
+    def list(self, experiment_id: str, path: str = "") -> list[str]:
+        """Relative paths of the files under ``path`` (recursive)."""
+        base = self.url(experiment_id)
+        top = self.url(experiment_id, path) if path else base
+        if self.fs.isfile(top):
+            return [posixpath.relpath(top, base)]
+        if not self.fs.exists(top):
+            return []
+        found: list[Any] = self.fs.find(top)
+        return sorted(posixpath.relpath(str(p), base) for p in found)
+
+    def download(self, experiment_id: str, path: str, dest: str | Path) -> Path:
+        """Copy a file or folder to the local ``dest`` (a folder, created if needed); returns it."""
+        dest = Path(dest)
+        files = self.list(experiment_id, path)
+        if not files:
+            raise NotFound(f"no file {path!r} in experiment {experiment_id}")
+        prefix = safe_path(path)
+        top = posixpath.dirname(prefix)
+        for rel in files:
+            local = dest / (posixpath.relpath(rel, top) if top else rel)
+            local.parent.mkdir(parents=True, exist_ok=True)
+            self.fs.get_file(self.url(experiment_id, rel), str(local))
+        return dest / posixpath.basename(prefix)
+
+    def delete_experiment(self, experiment_id: str) -> None:
+        base = self.url(experiment_id)
+        if self.fs.exists(base):
+            self.fs.rm(base, recursive=True)
+
+    def _mkdirs(self, folder: str) -> None:
+        if self.local:
+            Path(folder).mkdir(parents=True, exist_ok=True)
+        else:
+            self.fs.makedirs(folder, exist_ok=True)

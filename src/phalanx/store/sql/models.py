@@ -1,0 +1,183 @@
+"""ORM rows of the SQL store. They never leave ``phalanx.store.sql``: SqlStore maps them to domain
+dataclasses. Schema changes go through an Alembic migration (a test compares the two).
+
+Scalars are the hot table: one row per point, keyed by a small integer series id (a ``series`` row
+per experiment/title/series), so inserts stay narrow and one series reads back through one index.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import JSON, BigInteger, Float, ForeignKey, Index, Integer, String, Text, UniqueConstraint
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+# 64-bit ids on PostgreSQL; on SQLite only INTEGER PRIMARY KEY is the (already 64-bit) rowid alias.
+BIG_ID = BigInteger().with_variant(Integer, "sqlite")
+
+
+class Base(DeclarativeBase):
+    pass
+
+
+class ExperimentRow(Base):
+    __tablename__ = "experiments"
+
+    id: Mapped[str] = mapped_column(String(32), primary_key=True)
+    name: Mapped[str] = mapped_column(String(255))
+    project: Mapped[str] = mapped_column(String(255), index=True)
+    status: Mapped[str] = mapped_column(String(16), index=True)
+    framework: Mapped[str | None] = mapped_column(String(32))
+    backend: Mapped[str | None] = mapped_column(String(32))
+    cluster: Mapped[str | None] = mapped_column(String(255))
+    tags: Mapped[list[str]] = mapped_column(JSON, default=list)
+    topology: Mapped[dict[str, int]] = mapped_column(JSON, default=dict)
+    spec_text: Mapped[str | None] = mapped_column(Text)
+    plan: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
+    reason: Mapped[str | None] = mapped_column(Text)
+    created_at: Mapped[float] = mapped_column(Float, index=True)
+    started_at: Mapped[float | None] = mapped_column(Float)
+    finished_at: Mapped[float | None] = mapped_column(Float)
+    handle: Mapped[str | None] = mapped_column(String(255))
+
+
+class ReplicaRow(Base):
+    __tablename__ = "replicas"
+
+    experiment_id: Mapped[str] = mapped_column(
+        String(32), ForeignKey("experiments.id", ondelete="CASCADE"), primary_key=True
+    )
+    name: Mapped[str] = mapped_column(String(64), primary_key=True)
+    role: Mapped[str] = mapped_column(String(16))
+    index: Mapped[int] = mapped_column(Integer)
+    rank: Mapped[int | None] = mapped_column(Integer)
+    state: Mapped[str] = mapped_column(String(16))
+    host: Mapped[str | None] = mapped_column(String(255))
+    pid: Mapped[int | None] = mapped_column(Integer)
+    exit_code: Mapped[int | None] = mapped_column(Integer)
+    reason: Mapped[str | None] = mapped_column(Text)
+    resources: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
+    started_at: Mapped[float | None] = mapped_column(Float)
+    finished_at: Mapped[float | None] = mapped_column(Float)
+
+
+class SeriesRow(Base):
+    """One (experiment, title, series): the key scalar rows point to."""
+
+    __tablename__ = "series"
+    __table_args__ = (UniqueConstraint("experiment_id", "title", "series", name="uq_series_key"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    experiment_id: Mapped[str] = mapped_column(String(32))
+    title: Mapped[str] = mapped_column(String(255))
+    series: Mapped[str] = mapped_column(String(255))
+
+
+class ScalarRow(Base):
+    __tablename__ = "scalars"
+    __table_args__ = (Index("ix_scalars_series_step", "series_id", "step"),)
+
+    id: Mapped[int] = mapped_column(BIG_ID, primary_key=True, autoincrement=True)
+    series_id: Mapped[int] = mapped_column(Integer)
+    step: Mapped[int] = mapped_column(BigInteger)
+    value: Mapped[float] = mapped_column(Float)
+    time: Mapped[float] = mapped_column(Float)
+    replica: Mapped[str] = mapped_column(String(64))
+    rank: Mapped[int | None] = mapped_column(Integer)
+
+
+class ParamRow(Base):
+    """Append-only: every connect()/argparse report is a row; reads merge them per (section, key)."""
+
+    __tablename__ = "params"
+    __table_args__ = (Index("ix_params_experiment", "experiment_id", "section", "key"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    experiment_id: Mapped[str] = mapped_column(String(32))
+    section: Mapped[str] = mapped_column(String(255))
+    key: Mapped[str] = mapped_column(String(255))
+    value: Mapped[Any] = mapped_column(JSON)
+    replica: Mapped[str] = mapped_column(String(64))
+    rank: Mapped[int | None] = mapped_column(Integer)
+    time: Mapped[float] = mapped_column(Float)
+
+
+class ArtifactRow(Base):
+    __tablename__ = "artifacts"
+    __table_args__ = (UniqueConstraint("experiment_id", "name", name="uq_artifacts_name"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    experiment_id: Mapped[str] = mapped_column(String(32))
+    name: Mapped[str] = mapped_column(String(255))
+    kind: Mapped[str] = mapped_column(String(16))
+    path: Mapped[str] = mapped_column(Text)
+    size: Mapped[int] = mapped_column(BigInteger)
+    content_type: Mapped[str] = mapped_column(String(128))
+    replica: Mapped[str] = mapped_column(String(64))
+    rank: Mapped[int | None] = mapped_column(Integer)
+    time: Mapped[float] = mapped_column(Float)
+    meta: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
+
+
+class ModelRow(Base):
+    __tablename__ = "models"
+    __table_args__ = (UniqueConstraint("experiment_id", "name", name="uq_models_name"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    experiment_id: Mapped[str] = mapped_column(String(32))
+    name: Mapped[str] = mapped_column(String(255))
+    format: Mapped[str] = mapped_column(String(32))
+    path: Mapped[str] = mapped_column(Text)
+    size: Mapped[int] = mapped_column(BigInteger)
+    replica: Mapped[str] = mapped_column(String(64))
+    time: Mapped[float] = mapped_column(Float)
+    meta: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
+
+
+class LogRow(Base):
+    """Console lines; ``offset`` counts lines per (experiment, replica) from 0 and never changes."""
+
+    __tablename__ = "logs"
+    __table_args__ = (UniqueConstraint("experiment_id", "replica", "offset", name="uq_logs_offset"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    experiment_id: Mapped[str] = mapped_column(String(32))
+    replica: Mapped[str] = mapped_column(String(64))
+    offset: Mapped[int] = mapped_column(Integer)
+    stream: Mapped[str] = mapped_column(String(16))
+    text: Mapped[str] = mapped_column(Text)
+    time: Mapped[float] = mapped_column(Float)
+
+
+class TextRow(Base):
+    __tablename__ = "texts"
+    __table_args__ = (Index("ix_texts_experiment", "experiment_id"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    experiment_id: Mapped[str] = mapped_column(String(32))
+    title: Mapped[str] = mapped_column(String(255))
+    text: Mapped[str] = mapped_column(Text)
+    step: Mapped[int | None] = mapped_column(BigInteger)
+    replica: Mapped[str] = mapped_column(String(64))
+    rank: Mapped[int | None] = mapped_column(Integer)
+    time: Mapped[float] = mapped_column(Float)
+
+
+class EventKeyRow(Base):
+    """(stream, seq) of every stored event: what makes write_events idempotent."""
+
+    __tablename__ = "event_keys"
+
+    stream: Mapped[str] = mapped_column(String(128), primary_key=True)
+    seq: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=False)
+
+
+class IngestPositionRow(Base):
+    """How far ingest has read each spool file (byte offset), committed with the rows it produced."""
+
+    __tablename__ = "ingest_positions"
+
+    stream: Mapped[str] = mapped_column(String(128), primary_key=True)
+    offset: Mapped[int] = mapped_column(BigInteger)
+    seq: Mapped[int] = mapped_column(BigInteger)
+    updated_at: Mapped[float] = mapped_column(Float)

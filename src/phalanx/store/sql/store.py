@@ -1,0 +1,547 @@
+"""SqlStore: the Store protocol on SQLAlchemy 2 (SQLite by default, PostgreSQL via PHALANX_DB_URL).
+
+The store owns its transactions: each public method is one transaction. ORM rows stay in this
+package; callers get the domain dataclasses of ``phalanx.domain`` and ``phalanx.store.base``.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+import uuid
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from sqlalchemy import Connection, String, cast, delete, func, insert, or_, select, update
+from sqlalchemy.exc import IntegrityError, OperationalError
+
+from phalanx.domain import Event, Experiment, ExperimentStatus, Page, Replica, ReplicaState, Role
+from phalanx.errors import Conflict, NotFound, StoreError, UsageError
+from phalanx.store.artifacts import ArtifactStore
+from phalanx.store.base import ArtifactRecord, ExperimentFilter, LogLine, ModelRecord, ParamRecord, Series
+from phalanx.store.sql import events as ev_sql
+from phalanx.store.sql.engine import make_engine, upgrade, writer
+from phalanx.store.sql.models import (
+    ArtifactRow,
+    EventKeyRow,
+    ExperimentRow,
+    IngestPositionRow,
+    LogRow,
+    ModelRow,
+    ParamRow,
+    ReplicaRow,
+    ScalarRow,
+    SeriesRow,
+    TextRow,
+)
+
+_PREFIX = re.compile(r"^[0-9a-z]{1,32}$")
+_ORDER = {"created_at", "name", "project", "status", "started_at", "finished_at"}
+_RETRIES = 5
+
+
+class SqlStore:
+    """The store. ``url``: a SQLAlchemy URL (``sqlite:///path`` or ``postgresql+psycopg://...``);
+    ``artifacts``: where files live (deleted with their experiment). The schema is migrated to the
+    newest revision on open unless ``migrate`` is False."""
+
+    def __init__(self, url: str, artifacts: ArtifactStore | None = None, *, migrate: bool = True) -> None:
+        self.engine = make_engine(url)
+        self._writer = writer(self.engine)
+        self.artifact_store = artifacts
+        if migrate:
+            upgrade(self.engine)
+
+    @property
+    def dialect(self) -> str:
+        return self.engine.dialect.name
+
+    def close(self) -> None:
+        self.engine.dispose()
+
+    # --- experiments ------------------------------------------------------------------------
+
+    def create_experiment(
+        self,
+        *,
+        name: str,
+        project: str,
+        replicas: Sequence[Replica] = (),
+        experiment_id: str | None = None,
+        framework: str | None = None,
+        backend: str | None = None,
+        cluster: str | None = None,
+        tags: Sequence[str] = (),
+        topology: Mapping[str, int] | None = None,
+        spec_text: str | None = None,
+        plan: Mapping[str, Any] | None = None,
+        status: ExperimentStatus = ExperimentStatus.CREATED,
+    ) -> Experiment:
+        exp_id = experiment_id or uuid.uuid4().hex[:12]
+        now = time.time()
+        try:
+            with self._writer.begin() as conn:
+                if conn.execute(select(ExperimentRow.id).where(ExperimentRow.id == exp_id)).scalar():
+                    raise Conflict(f"experiment {exp_id} already exists")
+                conn.execute(
+                    insert(ExperimentRow).values(
+                        id=exp_id,
+                        name=name,
+                        project=project,
+                        status=ExperimentStatus(status).value,
+                        framework=framework,
+                        backend=backend,
+                        cluster=cluster,
+                        tags=list(tags),
+                        topology=dict(topology or {}),
+                        spec_text=spec_text,
+                        plan=dict(plan or {}),
+                        reason=None,
+                        created_at=now,
+                        started_at=None,
+                        finished_at=None,
+                        handle=None,
+                    )
+                )
+                if replicas:
+                    conn.execute(insert(ReplicaRow), [_replica_values(exp_id, r) for r in replicas])
+        except IntegrityError as exc:
+            raise Conflict(f"experiment {exp_id} already exists") from exc
+        return self.get_experiment(exp_id)
+
+    def resolve_id(self, experiment_id: str) -> str:
+        """The full id for an id or a unique prefix of one. NotFound / UsageError (ambiguous)."""
+        with self.engine.connect() as conn:
+            return _resolve(conn, experiment_id)
+
+    def get_experiment(self, experiment_id: str) -> Experiment:
+        with self.engine.connect() as conn:
+            full = _resolve(conn, experiment_id)
+            row = conn.execute(select(ExperimentRow).where(ExperimentRow.id == full)).one()
+            return _experiment(row._mapping)
+
+    def list_experiments(self, query: ExperimentFilter | None = None) -> Page[Experiment]:
+        q = query or ExperimentFilter()
+        conds: list[Any] = []
+        if q.status is not None:
+            conds.append(ExperimentRow.status == ExperimentStatus(q.status).value)
+        if q.project:
+            conds.append(ExperimentRow.project == q.project)
+        if q.tag:
+            conds.append(cast(ExperimentRow.tags, String).like(f'%"{_like(q.tag)}"%', escape="\\"))
+        if q.text:
+            pattern = f"%{_like(q.text.lower())}%"
+            conds.append(
+                or_(
+                    func.lower(ExperimentRow.id).like(pattern, escape="\\"),
+                    func.lower(ExperimentRow.name).like(pattern, escape="\\"),
+                    func.lower(ExperimentRow.project).like(pattern, escape="\\"),
+                )
+            )
+        desc = q.order_by.startswith("-")
+        column = q.order_by.lstrip("-+")
+        if column not in _ORDER:
+            raise UsageError(
+                f"cannot order experiments by {column!r}; use one of {', '.join(sorted(_ORDER))}"
+            )
+        if q.limit < 0 or q.offset < 0:
+            raise UsageError("offset and limit must not be negative")
+        col = getattr(ExperimentRow, column)
+        with self.engine.connect() as conn:
+            total = conn.execute(select(func.count()).select_from(ExperimentRow).where(*conds)).scalar_one()
+            rows = conn.execute(
+                select(ExperimentRow)
+                .where(*conds)
+                .order_by(col.desc() if desc else col.asc(), ExperimentRow.id)
+                .offset(q.offset)
+                .limit(q.limit)
+            ).all()
+        return Page(
+            items=[_experiment(r._mapping) for r in rows], total=int(total), offset=q.offset, limit=q.limit
+        )
+
+    def update_experiment(
+        self,
+        experiment_id: str,
+        *,
+        status: ExperimentStatus | None = None,
+        reason: str | None = None,
+        started_at: float | None = None,
+        finished_at: float | None = None,
+        handle: str | None = None,
+        cluster: str | None = None,
+    ) -> Experiment:
+        values: dict[str, Any] = {
+            k: v
+            for k, v in {
+                "status": None if status is None else ExperimentStatus(status).value,
+                "reason": reason,
+                "started_at": started_at,
+                "finished_at": finished_at,
+                "handle": handle,
+                "cluster": cluster,
+            }.items()
+            if v is not None
+        }
+        with self._writer.begin() as conn:
+            full = _resolve(conn, experiment_id)
+            if values:
+                conn.execute(update(ExperimentRow).where(ExperimentRow.id == full).values(**values))
+        return self.get_experiment(full)
+
+    def delete_experiment(self, experiment_id: str) -> None:
+        with self._writer.begin() as conn:
+            full = _resolve(conn, experiment_id)
+            status = conn.execute(select(ExperimentRow.status).where(ExperimentRow.id == full)).scalar_one()
+            if status in (ExperimentStatus.RUNNING.value, ExperimentStatus.STARTING.value):
+                raise Conflict(f"experiment {full} is {status}; stop it before deleting it")
+            series = select(SeriesRow.id).where(SeriesRow.experiment_id == full)
+            conn.execute(delete(ScalarRow).where(ScalarRow.series_id.in_(series)))
+            for row in (SeriesRow, ParamRow, ArtifactRow, ModelRow, LogRow, TextRow, ReplicaRow):
+                conn.execute(delete(row).where(row.experiment_id == full))
+            conn.execute(delete(ExperimentRow).where(ExperimentRow.id == full))
+        if self.artifact_store is not None:
+            self.artifact_store.delete_experiment(full)
+
+    # --- replicas ---------------------------------------------------------------------------
+
+    def list_replicas(self, experiment_id: str) -> list[Replica]:
+        with self.engine.connect() as conn:
+            full = _resolve(conn, experiment_id)
+            rows = conn.execute(select(ReplicaRow).where(ReplicaRow.experiment_id == full)).all()
+        replicas = [_replica(r._mapping) for r in rows]
+        order = {Role.MASTER: 0, Role.WORKER: 1, Role.PS: 2}
+        return sorted(replicas, key=lambda r: (order.get(r.role, 3), r.index, r.name))
+
+    def add_replicas(self, experiment_id: str, replicas: Sequence[Replica]) -> None:
+        """Add replica rows to an existing experiment (Conflict if one exists)."""
+        try:
+            with self._writer.begin() as conn:
+                full = _resolve(conn, experiment_id)
+                conn.execute(insert(ReplicaRow), [_replica_values(full, r) for r in replicas])
+        except IntegrityError as exc:
+            raise Conflict(f"a replica of {experiment_id} already exists: {exc.orig}") from exc
+
+    def update_replica(
+        self,
+        experiment_id: str,
+        name: str,
+        *,
+        state: ReplicaState | None = None,
+        host: str | None = None,
+        pid: int | None = None,
+        exit_code: int | None = None,
+        reason: str | None = None,
+        started_at: float | None = None,
+        finished_at: float | None = None,
+    ) -> None:
+        values: dict[str, Any] = {
+            k: v
+            for k, v in {
+                "state": None if state is None else ReplicaState(state).value,
+                "host": host,
+                "pid": pid,
+                "exit_code": exit_code,
+                "reason": reason,
+                "started_at": started_at,
+                "finished_at": finished_at,
+            }.items()
+            if v is not None
+        }
+        with self._writer.begin() as conn:
+            full = _resolve(conn, experiment_id)
+            result = conn.execute(
+                update(ReplicaRow)
+                .where(ReplicaRow.experiment_id == full, ReplicaRow.name == name)
+                .values(**values)
+                if values
+                else select(ReplicaRow.name).where(ReplicaRow.experiment_id == full, ReplicaRow.name == name)
+            )
+            found = result.rowcount if values else len(result.all())
+            if not found:
+                raise NotFound(f"experiment {full} has no replica {name!r}")
+
+    # --- events -----------------------------------------------------------------------------
+
+    def write_events(self, events: Sequence[Event]) -> int:
+        if not events:
+            return 0
+        return self._retry(lambda conn: _write(conn, events))
+
+    def ingest_batch(
+        self, stream: str, start: int, end: int, last_seq: int, events: Sequence[Event]
+    ) -> int | None:
+        """Write ``events`` read from spool file ``stream`` between byte offsets ``start`` and ``end``,
+        and move the stored position to ``end``, in one transaction. Returns how many events were
+        new, or None (nothing written) if the stored position is no longer ``start`` (another
+        ingester got there first)."""
+
+        def work(conn: Connection) -> int | None:
+            row = conn.execute(
+                select(IngestPositionRow.offset).where(IngestPositionRow.stream == stream)
+            ).scalar()
+            if int(row or 0) != start:
+                return None
+            n = _write(conn, events) if events else 0
+            values = {"offset": end, "seq": last_seq, "updated_at": time.time()}
+            if row is None:
+                conn.execute(insert(IngestPositionRow).values(stream=stream, **values))
+            else:
+                conn.execute(
+                    update(IngestPositionRow).where(IngestPositionRow.stream == stream).values(**values)
+                )
+            return n
+
+        return self._retry(work)
+
+    def ingest_position(self, stream: str) -> tuple[int, int]:
+        """(byte offset, last seq) ingest has committed for a spool stream; (0, -1) if none."""
+        with self.engine.connect() as conn:
+            row = conn.execute(
+                select(IngestPositionRow.offset, IngestPositionRow.seq).where(
+                    IngestPositionRow.stream == stream
+                )
+            ).first()
+        return (0, -1) if row is None else (int(row[0]), int(row[1]))
+
+    def _retry(self, work: Any) -> Any:
+        """Run ``work(conn)`` in a write transaction, retrying on a write clash (PostgreSQL unique
+        violations between concurrent ingesters, SQLite busy past its timeout)."""
+        for attempt in range(_RETRIES):
+            try:
+                with self._writer.begin() as conn:
+                    return work(conn)
+            except (IntegrityError, OperationalError) as exc:
+                if attempt == _RETRIES - 1:
+                    raise StoreError(f"cannot write events: {exc.orig}") from exc
+                time.sleep(0.05 * (attempt + 1))
+        raise AssertionError("unreachable")
+
+    # --- reads ------------------------------------------------------------------------------
+
+    def metric_titles(self, experiment_id: str) -> dict[str, list[str]]:
+        with self.engine.connect() as conn:
+            full = _resolve(conn, experiment_id)
+            rows = conn.execute(
+                select(SeriesRow.title, SeriesRow.series)
+                .where(SeriesRow.experiment_id == full)
+                .order_by(SeriesRow.title, SeriesRow.series)
+            ).all()
+        titles: dict[str, list[str]] = {}
+        for title, series in rows:
+            titles.setdefault(title, []).append(series)
+        return titles
+
+    def metrics(
+        self, experiment_id: str, title: str | None = None, series: str | None = None
+    ) -> dict[str, dict[str, Series]]:
+        conds: list[Any] = []
+        if title is not None:
+            conds.append(SeriesRow.title == title)
+        if series is not None:
+            conds.append(SeriesRow.series == series)
+        out: dict[str, dict[str, Series]] = {}
+        with self.engine.connect() as conn:
+            full = _resolve(conn, experiment_id)
+            keys = conn.execute(
+                select(SeriesRow.id, SeriesRow.title, SeriesRow.series)
+                .where(SeriesRow.experiment_id == full, *conds)
+                .order_by(SeriesRow.title, SeriesRow.series)
+            ).all()
+            sql = "SELECT step, value, time FROM scalars WHERE series_id = {} ORDER BY step, id"
+            param = "?" if self.dialect == "sqlite" else "%s"
+            raw = conn.connection.driver_connection
+            assert raw is not None
+            for sid, t, s in keys:
+                cur = raw.cursor()
+                cur.execute(sql.format(param), (sid,))
+                rows = cur.fetchall()
+                cur.close()
+                if not rows:
+                    continue
+                steps, values, times = zip(*rows, strict=True)
+                out.setdefault(t, {})[s] = Series(steps=list(steps), values=list(values), times=list(times))
+        return out
+
+    def params(self, experiment_id: str) -> list[ParamRecord]:
+        """Every (section, key) once: the latest report wins (rows are append-only)."""
+        with self.engine.connect() as conn:
+            full = _resolve(conn, experiment_id)
+            rows = conn.execute(
+                select(ParamRow).where(ParamRow.experiment_id == full).order_by(ParamRow.time, ParamRow.id)
+            ).all()
+        merged: dict[tuple[str, str], ParamRecord] = {}
+        for r in rows:
+            m = r._mapping
+            merged[(m["section"], m["key"])] = ParamRecord(
+                section=m["section"], key=m["key"], value=m["value"], replica=m["replica"], rank=m["rank"],
+                time=m["time"],
+            )  # fmt: skip
+        return [merged[k] for k in sorted(merged)]
+
+    def artifacts(self, experiment_id: str) -> list[ArtifactRecord]:
+        with self.engine.connect() as conn:
+            full = _resolve(conn, experiment_id)
+            rows = conn.execute(
+                select(ArtifactRow).where(ArtifactRow.experiment_id == full).order_by(ArtifactRow.name)
+            ).all()
+        return [
+            ArtifactRecord(
+                name=m["name"],
+                kind=m["kind"],
+                path=m["path"],
+                size=m["size"],
+                content_type=m["content_type"],
+                replica=m["replica"],
+                rank=m["rank"],
+                time=m["time"],
+                metadata=m["meta"] or {},
+            )
+            for m in (r._mapping for r in rows)
+        ]
+
+    def models(self, experiment_id: str) -> list[ModelRecord]:
+        with self.engine.connect() as conn:
+            full = _resolve(conn, experiment_id)
+            rows = conn.execute(
+                select(ModelRow).where(ModelRow.experiment_id == full).order_by(ModelRow.name)
+            ).all()
+        return [
+            ModelRecord(
+                name=m["name"],
+                format=m["format"],
+                path=m["path"],
+                size=m["size"],
+                replica=m["replica"],
+                time=m["time"],
+                metadata=m["meta"] or {},
+            )
+            for m in (r._mapping for r in rows)
+        ]
+
+    def logs(
+        self, experiment_id: str, replica: str | None = None, offset: int = 0, limit: int | None = None
+    ) -> list[LogLine]:
+        """Console lines in order. With ``replica``: that replica's lines from ``offset`` on (offsets
+        are per replica). Without: every replica's lines ordered by time, ``offset`` skipping rows."""
+        with self.engine.connect() as conn:
+            full = _resolve(conn, experiment_id)
+            q = select(LogRow.offset, LogRow.replica, LogRow.text, LogRow.time, LogRow.stream).where(
+                LogRow.experiment_id == full
+            )
+            if replica is not None:
+                q = q.where(LogRow.replica == replica, LogRow.offset >= offset).order_by(LogRow.offset)
+            else:
+                q = q.order_by(LogRow.time, LogRow.id).offset(offset)
+            if limit is not None:
+                q = q.limit(limit)
+            rows = conn.execute(q).all()
+        return [LogLine(offset=o, replica=r, text=t, time=tm, stream=s) for o, r, t, tm, s in rows]
+
+    def texts(self, experiment_id: str) -> list[dict[str, Any]]:
+        """report_text() entries in order: title, text, step, replica, rank, time."""
+        with self.engine.connect() as conn:
+            full = _resolve(conn, experiment_id)
+            rows = conn.execute(
+                select(TextRow.title, TextRow.text, TextRow.step, TextRow.replica, TextRow.rank, TextRow.time)
+                .where(TextRow.experiment_id == full)
+                .order_by(TextRow.time, TextRow.id)
+            ).all()
+        return [dict(r._mapping) for r in rows]
+
+    def event_count(self, stream: str) -> int:
+        """How many events of a stream are stored (for tests and diagnostics)."""
+        with self.engine.connect() as conn:
+            return int(
+                conn.execute(
+                    select(func.count()).select_from(EventKeyRow).where(EventKeyRow.stream == stream)
+                ).scalar_one()
+            )
+
+
+def _write(conn: Connection, events: Sequence[Event]) -> int:
+    fresh = ev_sql.new_events(conn, events)
+    ev_sql.apply_events(conn, fresh)
+    return len(fresh)
+
+
+def _like(text: str) -> str:
+    return text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+
+
+def _resolve(conn: Connection, experiment_id: str) -> str:
+    if not experiment_id:
+        raise UsageError("an experiment id is required")
+    if conn.execute(select(ExperimentRow.id).where(ExperimentRow.id == experiment_id)).scalar() is not None:
+        return experiment_id
+    if _PREFIX.match(experiment_id):
+        found = (
+            conn.execute(select(ExperimentRow.id).where(ExperimentRow.id.like(f"{experiment_id}%")).limit(5))
+            .scalars()
+            .all()
+        )
+        if len(found) == 1:
+            return str(found[0])
+        if len(found) > 1:
+            raise UsageError(
+                f"experiment id prefix {experiment_id!r} is ambiguous ({', '.join(sorted(found))}); "
+                "type more characters"
+            )
+    raise NotFound(f"no experiment {experiment_id!r}; `phalanx ls` lists them")
+
+
+def _replica_values(experiment_id: str, r: Replica) -> dict[str, Any]:
+    return {
+        "experiment_id": experiment_id,
+        "name": r.name,
+        "role": Role(r.role).value,
+        "index": r.index,
+        "rank": r.rank,
+        "state": ReplicaState(r.state).value,
+        "host": r.host,
+        "pid": r.pid,
+        "exit_code": r.exit_code,
+        "reason": r.reason,
+        "resources": dict(r.resources),
+        "started_at": r.started_at,
+        "finished_at": r.finished_at,
+    }
+
+
+def _experiment(m: Any) -> Experiment:
+    return Experiment(
+        id=m["id"],
+        name=m["name"],
+        project=m["project"],
+        status=ExperimentStatus(m["status"]),
+        framework=m["framework"],
+        backend=m["backend"],
+        cluster=m["cluster"],
+        tags=tuple(m["tags"] or ()),
+        topology=dict(m["topology"] or {}),
+        spec_text=m["spec_text"],
+        plan=dict(m["plan"] or {}),
+        reason=m["reason"],
+        created_at=m["created_at"],
+        started_at=m["started_at"],
+        finished_at=m["finished_at"],
+        handle=m["handle"],
+    )
+
+
+def _replica(m: Any) -> Replica:
+    return Replica(
+        experiment_id=m["experiment_id"],
+        name=m["name"],
+        role=Role(m["role"]),
+        index=m["index"],
+        rank=m["rank"],
+        state=ReplicaState(m["state"]),
+        host=m["host"],
+        pid=m["pid"],
+        exit_code=m["exit_code"],
+        reason=m["reason"],
+        resources=dict(m["resources"] or {}),
+        started_at=m["started_at"],
+        finished_at=m["finished_at"],
+    )

@@ -1,0 +1,238 @@
+"""The spool: one append-only file of JSON lines per writing process (standard library only).
+
+Every record is one event: ``{"stream", "seq", "kind", "experiment_id", "replica", "role", "index",
+"rank", "time", "data"}``. ``stream`` names the file (``<stream>.spool``) and ``seq`` counts the
+stream's records from 0, so (stream, seq) identifies a record everywhere: ingest stores it exactly
+once, and the server accepts the same records over HTTP. A record is complete once its newline is
+written; a reader ignores a trailing partial line (a writer killed mid-write).
+
+After ingest commits a stream's records it writes ``<stream>.ack`` holding the last committed seq;
+``SpoolWriter.wait_for_ack`` is how ``task.flush()`` knows its points are visible in the store.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import socket
+import threading
+import time
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+SUFFIX = ".spool"
+ACK_SUFFIX = ".ack"
+
+
+def new_stream_id() -> str:
+    """Unique per writing process, even across hosts and pid reuse."""
+    host = "".join(c if c.isalnum() or c in "-_" else "-" for c in socket.gethostname())[:32] or "host"
+    return f"{host}-{os.getpid()}-{secrets.token_hex(4)}"
+
+
+def encode(record: Mapping[str, Any]) -> bytes:
+    return (json.dumps(record, separators=(",", ":"), ensure_ascii=False, default=str) + "\n").encode()
+
+
+class SpoolWriter:
+    """Appends records to ``<spool_dir>/<stream>.spool``; thread-safe, synchronous, no buffering.
+
+    ``experiment_id`` / ``replica`` / ``role`` / ``index`` / ``rank`` are defaults every record
+    carries; ``write`` may override them per record (the supervisor writes console lines of several
+    replicas through one writer). ``sync()`` makes what was written durable (fsync). Not fork-safe:
+    a forked child must open its own writer (its own stream)."""
+
+    def __init__(
+        self,
+        spool_dir: str | os.PathLike[str],
+        *,
+        experiment_id: str,
+        replica: str = "master",
+        role: str = "master",
+        index: int = 0,
+        rank: int | None = None,
+        stream: str | None = None,
+    ) -> None:
+        self.spool_dir = Path(spool_dir)
+        self.spool_dir.mkdir(parents=True, exist_ok=True)
+        self.stream = stream or new_stream_id()
+        self.path = self.spool_dir / f"{self.stream}{SUFFIX}"
+        self.experiment_id = experiment_id
+        self.replica, self.role, self.index, self.rank = replica, role, index, rank
+        self._lock = threading.Lock()
+        self._seq = _records_in(self.path)  # resume a stream's numbering if the file exists
+        self._fd: int | None = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+
+    @property
+    def last_seq(self) -> int:
+        """The seq of the last record written (-1 before the first)."""
+        return self._seq - 1
+
+    def record(
+        self,
+        kind: str,
+        data: Mapping[str, Any],
+        *,
+        time_: float | None = None,
+        replica: str | None = None,
+        role: str | None = None,
+        index: int | None = None,
+        rank: int | None = None,
+        experiment_id: str | None = None,
+    ) -> dict[str, Any]:
+        """A record (without stream/seq, which ``append`` assigns) carrying this writer's defaults."""
+        return {
+            "kind": kind,
+            "experiment_id": experiment_id or self.experiment_id,
+            "replica": self.replica if replica is None else replica,
+            "role": self.role if role is None else role,
+            "index": self.index if index is None else index,
+            "rank": self.rank if rank is None else rank,
+            "time": time.time() if time_ is None else time_,
+            "data": dict(data),
+        }
+
+    def write(self, kind: str, data: Mapping[str, Any], **overrides: Any) -> int:
+        """Append one event; returns its seq."""
+        return self.append([self.record(kind, data, **overrides)])
+
+    def log(self, text: str, *, stream: str = "stdout", replica: str | None = None, **overrides: Any) -> int:
+        """Append console output (one or more lines) of ``replica``; returns the seq."""
+        lines = text.split("\n")
+        if len(lines) > 1 and lines[-1] == "":
+            lines.pop()
+        return self.write("log", {"stream": stream, "lines": lines}, replica=replica, **overrides)
+
+    def append(self, records: Iterable[dict[str, Any]]) -> int:
+        """Number and append records in one write; returns the last seq (or last_seq if none)."""
+        with self._lock:
+            if self._fd is None:
+                raise ValueError(f"spool writer {self.path} is closed")
+            chunks = []
+            for rec in records:
+                rec["stream"] = self.stream
+                rec["seq"] = self._seq
+                self._seq += 1
+                chunks.append(encode(rec))
+            if chunks:
+                _write_all(self._fd, b"".join(chunks))
+            return self._seq - 1
+
+    def sync(self) -> None:
+        """Make everything appended so far durable."""
+        with self._lock:
+            if self._fd is not None:
+                os.fsync(self._fd)
+
+    def acked(self) -> int:
+        return read_ack(self.spool_dir, self.stream)
+
+    def wait_for_ack(self, seq: int | None = None, timeout: float = 60.0, alive: Any = None) -> bool:
+        """Wait (bounded) until ingest has committed records up to ``seq`` (default: the last one).
+        ``alive``: optional callable; waiting stops early when it returns False (no ingester)."""
+        target = self.last_seq if seq is None else seq
+        return wait_for_ack(self.spool_dir, self.stream, target, timeout, alive)
+
+    def close(self) -> None:
+        with self._lock:
+            if self._fd is not None:
+                os.fsync(self._fd)
+                os.close(self._fd)
+                self._fd = None
+
+    def __enter__(self) -> SpoolWriter:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        n = os.write(fd, view)
+        view = view[n:]
+
+
+def _records_in(path: Path) -> int:
+    """Complete records already in a spool file (so reopening a stream continues its seq)."""
+    if not path.exists():
+        return 0
+    last = -1
+    with open(path, "rb") as fh:
+        for line in fh:
+            if line.endswith(b"\n"):
+                try:
+                    last = int(json.loads(line)["seq"])
+                except (ValueError, KeyError, TypeError):
+                    continue
+    return last + 1
+
+
+def read_records(
+    path: str | os.PathLike[str], offset: int, max_bytes: int = 16 << 20
+) -> tuple[list[Any], int]:
+    """Complete records from byte ``offset``: (records, offset after the last complete line). A line
+    that is not valid JSON is skipped (and counted as read) so one bad line cannot stall ingest."""
+    with open(path, "rb") as fh:
+        fh.seek(offset)
+        chunk = fh.read(max_bytes)
+    end = chunk.rfind(b"\n")
+    if end < 0:
+        if len(chunk) == max_bytes:  # one record larger than max_bytes: read it whole
+            return read_records(path, offset, max_bytes * 4)
+        return [], offset
+    records: list[Any] = []
+    for line in chunk[: end + 1].splitlines():
+        if not line.strip():
+            continue
+        try:
+            records.append(json.loads(line))
+        except ValueError:
+            records.append(None)  # malformed: the caller logs and skips it
+    return records, offset + end + 1
+
+
+def ack_path(spool_dir: str | os.PathLike[str], stream: str) -> Path:
+    return Path(spool_dir) / f"{stream}{ACK_SUFFIX}"
+
+
+def write_ack(spool_dir: str | os.PathLike[str], stream: str, seq: int) -> None:
+    """Record (atomically) that records up to ``seq`` of ``stream`` are committed to the store."""
+    import fcntl  # POSIX only, and only ingesters write acks
+
+    target = ack_path(spool_dir, stream)
+    dir_fd = os.open(spool_dir, os.O_RDONLY)
+    try:
+        fcntl.flock(dir_fd, fcntl.LOCK_EX)  # two ingesters must not move an ack backwards
+        if read_ack(spool_dir, stream) >= seq:
+            return
+        tmp = target.with_name(f".{target.name}.{os.getpid()}.{threading.get_ident()}")
+        tmp.write_text(f"{seq}\n")
+        os.replace(tmp, target)
+    finally:
+        os.close(dir_fd)  # closing releases the lock
+
+
+def read_ack(spool_dir: str | os.PathLike[str], stream: str) -> int:
+    try:
+        return int(ack_path(spool_dir, stream).read_text().strip() or -1)
+    except (OSError, ValueError):
+        return -1
+
+
+def wait_for_ack(
+    spool_dir: str | os.PathLike[str], stream: str, seq: int, timeout: float = 60.0, alive: Any = None
+) -> bool:
+    """Poll the ack file until it reaches ``seq``; False on timeout or when ``alive()`` says no."""
+    deadline = time.monotonic() + timeout
+    delay = 0.002
+    while True:
+        if read_ack(spool_dir, stream) >= seq:
+            return True
+        if time.monotonic() >= deadline or (alive is not None and not alive()):
+            return read_ack(spool_dir, stream) >= seq
+        time.sleep(delay)
+        delay = min(delay * 2, 0.05)
