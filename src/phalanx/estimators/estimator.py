@@ -293,7 +293,10 @@ class Estimator:
                 problems.append(Problem(f"{key!r} is not a variable name", "environment_variables"))
             elif key.startswith("PHALANX_"):
                 problems.append(
-                    Problem(f"{key}: PHALANX_* variables are set by Phalanx", "environment_variables")
+                    Problem(
+                        f"{key}: PHALANX_* variables are set by Phalanx; choose another name",
+                        "environment_variables",
+                    )
                 )
             elif v is None or isinstance(v, Mapping | list | tuple):
                 problems.append(Problem(f"{key}: give a string value", "environment_variables"))
@@ -330,6 +333,8 @@ class Estimator:
         framework = self.framework
         if framework is None and self.backend in ("gloo", "nccl"):
             framework = Framework.PYTORCH
+        elif framework is None and self.backend == "mpi":
+            framework = Framework.HOROVOD  # the file's name for a framework-neutral mpirun job
         gpus = self.processes if self.use_gpu else 0
         trainer = with_gpus(self.resources, gpus) if gpus else self.resources
         ps = self.resources
