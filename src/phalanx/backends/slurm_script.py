@@ -1,0 +1,295 @@
+"""Plan -> sbatch script (pure): what `phalanx run --cluster NAME --dry-run` prints for a Slurm cluster.
+
+Each process of each replica is one Slurm task. Replicas with the same resources share one job; when
+they differ (per-index overrides) the job is heterogeneous, one component per distinct set of
+resources, so every replica gets exactly what the file asked for. Hosts are not known before Slurm
+allocates them, so the framework wiring (MASTER_ADDR, TF_CONFIG hosts, DMLC_PS_ROOT_URI) is computed
+inside the job from the allocation: the script expands the node list task by task (block
+distribution) and resolves each node's NodeAddr with `scontrol show node`. The values come from the
+same `phalanx.frameworks` functions the local engine uses, rendered with shell expansions in place of
+the hosts.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import shlex
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from phalanx import frameworks
+from phalanx.domain import Framework, Resources, Role
+from phalanx.errors import SpecError
+from phalanx.frameworks import Endpoints, mpi
+from phalanx.plan import Plan, ReplicaPlan
+
+
+@dataclass(frozen=True)
+class SlurmResources:
+    """What one task asks Slurm for.
+
+    Resource mapping (Slurm allocates what a replica may use, so the larger of requests and limits):
+      cpu    -> --cpus-per-task (cores per process; a replica's cpus are split over its processes)
+      memory -> --mem-per-cpu, so that cpus-per-task x mem-per-cpu = the replica's MiB (Slurm's --mem
+                is per node and would be shared by tasks packed on one node); GPU replicas own whole
+                nodes and get --mem
+      gpu    -> --gres=gpu:N with --ntasks-per-node = processes per replica (GPU replicas one per node)
+    """
+
+    cpus: int
+    memory_mib: int | None
+    gpus: int
+    tasks_per_node: int | None
+
+    def options(self, ntasks: int) -> list[str]:
+        opts = [f"--ntasks={ntasks}", f"--cpus-per-task={self.cpus}"]
+        if self.gpus:
+            opts += [f"--ntasks-per-node={self.tasks_per_node}", f"--gres=gpu:{self.gpus}"]
+            if self.memory_mib:
+                opts.append(f"--mem={self.memory_mib}")
+        elif self.memory_mib:
+            opts.append(f"--mem-per-cpu={math.ceil(self.memory_mib / self.cpus)}")
+        return opts
+
+
+def _amount(r: Resources, key: str) -> float | None:
+    rng = getattr(r, key)
+    values = [v for v in (rng.requests, rng.limits) if v is not None]
+    return max(values) if values else None
+
+
+def slurm_resources(replica: ReplicaPlan) -> SlurmResources:
+    k = replica.processes
+    cpu = _amount(replica.resources, "cpu")
+    mem = _amount(replica.resources, "memory")
+    gpu = _amount(replica.resources, "gpu")
+    gpus = math.ceil(gpu) if gpu else 0
+    cpus = max(1, math.ceil(cpu / k)) if cpu else 1
+    if gpus:
+        return SlurmResources(
+            cpus=cpus, memory_mib=math.ceil(mem) if mem else None, gpus=gpus, tasks_per_node=k
+        )
+    per_task_mem = math.ceil(mem / k) if mem else None
+    return SlurmResources(cpus=cpus, memory_mib=per_task_mem, gpus=0, tasks_per_node=None)
+
+
+@dataclass(frozen=True)
+class Task:
+    """One Slurm task: process ``local_rank`` of ``replica``. ``key`` names its log and state files."""
+
+    index: int
+    replica: ReplicaPlan
+    local_rank: int
+
+    @property
+    def key(self) -> str:
+        return self.replica.name if self.local_rank == 0 else f"{self.replica.name}.{self.local_rank}"
+
+
+@dataclass(frozen=True)
+class Component:
+    resources: SlurmResources
+    tasks: tuple[Task, ...]
+
+
+def layout(plan: Plan) -> list[Component]:
+    """Tasks grouped into job components by identical resources, in the plan's order (master first)."""
+    groups: dict[SlurmResources, list[tuple[ReplicaPlan, int]]] = {}
+    for replica in plan.replicas:
+        res = slurm_resources(replica)
+        for j in range(replica.processes):
+            groups.setdefault(res, []).append((replica, j))
+    components: list[Component] = []
+    n = 0
+    for res, members in groups.items():
+        tasks = []
+        for replica, j in members:
+            tasks.append(Task(n, replica, j))
+            n += 1
+        components.append(Component(res, tuple(tasks)))
+    return components
+
+
+def base_port(experiment_id: str) -> int:
+    """A deterministic port range per experiment (tasks add their index), so renders are stable."""
+    try:
+        seed = int(experiment_id[:6], 16)
+    except ValueError:
+        seed = sum(experiment_id.encode())
+    return 20000 + (seed % 2000) * 16
+
+
+_ADDR = re.compile(r"@@ADDR(\d+)@@")
+
+
+def _bash_value(value: str) -> str:
+    """A double-quoted shell word: literal text, with @@ADDRn@@ placeholders as ${ADDR[n]}."""
+    escaped = value.replace("\\", "\\\\").replace('"', '\\"').replace("$", "\\$").replace("`", "\\`")
+    return '"' + _ADDR.sub(lambda m: "${ADDR[" + m.group(1) + "]}", escaped) + '"'
+
+
+def _exports(env: Mapping[str, str], indent: str) -> list[str]:
+    return [f"{indent}export {k}={_bash_value(v)}" for k, v in env.items()]
+
+
+_NAME_OK = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+TASK_NODES = r"""
+# One node per task, in task order: Slurm's node list expanded by its tasks-per-node ("2(x3),1").
+phalanx_task_nodes() {
+  local nodes i=0 part count reps r c
+  read -ra nodes <<<"$(scontrol show hostnames "$1" | tr '\n' ' ')"
+  IFS=, read -ra parts <<<"$2"
+  for part in "${parts[@]}"; do
+    if [[ $part =~ ^([0-9]+)\(x([0-9]+)\)$ ]]; then count=${BASH_REMATCH[1]}; reps=${BASH_REMATCH[2]};
+    else count=$part; reps=1; fi
+    for ((r = 0; r < reps; r++)); do
+      for ((c = 0; c < count; c++)); do echo "${nodes[$i]}"; done
+      i=$((i + 1))
+    done
+  done
+}
+NODES=()
+if [ -n "${SLURM_HET_SIZE:-}" ]; then
+  for ((g = 0; g < SLURM_HET_SIZE; g++)); do
+    list=SLURM_JOB_NODELIST_HET_GROUP_$g; per=SLURM_TASKS_PER_NODE_HET_GROUP_$g
+    mapfile -t -O "${#NODES[@]}" NODES < <(phalanx_task_nodes "${!list}" "${!per}")
+  done
+else
+  mapfile -t NODES < <(phalanx_task_nodes "$SLURM_JOB_NODELIST" "$SLURM_TASKS_PER_NODE")
+fi
+# Each node's address (NodeAddr; it defaults to the node's name on most clusters).
+declare -A NODE_ADDR
+for n in "${NODES[@]}"; do
+  [ -n "${NODE_ADDR[$n]:-}" ] ||
+    NODE_ADDR[$n]=$(scontrol show node -o "$n" | sed -n 's/.*NodeAddr=\([^ ]*\).*/\1/p')
+done
+ADDR=(); for n in "${NODES[@]}"; do ADDR+=("${NODE_ADDR[$n]:-$n}"); done
+export PHALANX_TASK_NODES="${NODES[*]}" PHALANX_TASK_ADDRS="${ADDR[*]}"
+""".strip("\n")
+
+TASK_RUNNER = r"""
+STATE="$PHALANX_RUN_DIR/state/$KEY"
+echo "$SLURMD_NODENAME" >"$STATE.node"
+/bin/sh -c "$PHALANX_COMMAND" >"$PHALANX_RUN_DIR/logs/$KEY.log" 2>&1 </dev/null &
+child=$!
+stopped=0
+trap 'stopped=1; kill -TERM "$child" 2>/dev/null' TERM INT
+while kill -0 "$child" 2>/dev/null; do
+  if [ "$STOP_AFTER_MASTER" = 1 ] && [ "$(cat "$PHALANX_RUN_DIR/state/master.exit" 2>/dev/null)" = 0 ]; then
+    # the chief has finished: this server never exits by itself, stopping it is success
+    kill -TERM "$child" 2>/dev/null; wait "$child"; echo 0 >"$STATE.exit"; exit 0
+  fi
+  sleep 1 & wait $! 2>/dev/null
+done
+wait "$child"; code=$?
+if [ "$stopped" = 1 ]; then echo stopped >"$STATE.exit.tmp"; else echo "$code" >"$STATE.exit.tmp"; fi
+mv "$STATE.exit.tmp" "$STATE.exit"
+exit "$code"
+""".strip("\n")
+
+
+def _task_case(plan: Plan, task: Task, endpoints: Endpoints, experiment_id: str) -> list[str]:
+    r = task.replica
+    env = frameworks.phalanx_env(experiment_id, r, {})
+    if frameworks.uses_mpi(plan):
+        from phalanx.frameworks import pytorch
+
+        env.update(pytorch.env(plan, r, endpoints, task.local_rank))
+    else:
+        env.update(frameworks.framework_env(plan, r, endpoints, task.local_rank))
+    stop = plan.framework is Framework.TENSORFLOW and r.role is not Role.MASTER and plan.topology()["ps"] > 0
+    lines = [f"  {task.index})", f"    KEY={shlex.quote(task.key)} STOP_AFTER_MASTER={int(stop)}"]
+    lines += _exports(env, "    ")
+    lines.append("    ;;")
+    return lines
+
+
+def render(
+    plan: Plan,
+    experiment_id: str,
+    workdir: str,
+    run_dir: Path,
+    env: Mapping[str, str],
+    partition: str | None = None,
+) -> str:
+    """The complete sbatch script. ``env`` is what every replica shares (tracking, plan.env, PATH)."""
+    if frameworks.uses_mpi(plan):
+        problems = mpi.check(plan)
+        if problems:
+            raise SpecError(problems[0])
+    for key in env:
+        if not _NAME_OK.match(key):
+            raise SpecError(f"env: {key!r} is not a valid environment variable name for Slurm's shell")
+    components = layout(plan)
+    tasks = [t for c in components for t in c.tasks]
+    port = base_port(experiment_id)
+    first_task = {t.replica.name: t.index for t in tasks if t.local_rank == 0}
+    endpoints = Endpoints(
+        hosts={name: f"@@ADDR{i}@@" for name, i in first_task.items()},
+        ports={name: port + i for name, i in first_task.items()},
+    )
+    het = len(components) > 1
+    shape = (
+        f"a heterogeneous job of {len(components)} components (replicas' resources differ)"
+        if het
+        else f"one job of {len(tasks)} task(s)"
+    )
+    lines = [
+        "#!/bin/bash",
+        f"# Phalanx experiment {experiment_id} ({plan.name}): {len(plan.replicas)} replica(s) as {shape}.",
+        "# Each replica's processes are Slurm tasks; one failing stops them all (--kill-on-bad-exit).",
+        f"#SBATCH --job-name=phalanx-{experiment_id}",
+        f"#SBATCH --chdir={workdir}",
+        f"#SBATCH --output={run_dir}/slurm-%j.out",
+    ]
+    if partition:
+        lines.append(f"#SBATCH --partition={partition}")
+    if plan.max_run_seconds:
+        lines.append(f"#SBATCH --time={max(1, math.ceil(plan.max_run_seconds / 60))}")
+    for n, comp in enumerate(components):
+        if n:
+            lines.append("#SBATCH hetjob")
+        names = sorted({t.replica.name for t in comp.tasks}, key=lambda s: first_task[s])
+        lines.append(f"# tasks {comp.tasks[0].index}-{comp.tasks[-1].index}: {', '.join(names)}")
+        lines += [f"#SBATCH {opt}" for opt in comp.resources.options(len(comp.tasks))]
+    lines += [
+        "",
+        "set -uo pipefail",
+        f"export PHALANX_RUN_DIR={shlex.quote(str(run_dir))}",
+        'mkdir -p "$PHALANX_RUN_DIR/logs" "$PHALANX_RUN_DIR/state"',
+        "",
+        "# What every replica shares: tracking, the file's env, the experiment's interpreter first on PATH.",
+    ]
+    for k, v in env.items():
+        lines.append(f"export {k}={shlex.quote(v) if k != 'PATH' else _path_value(v)}")
+    lines.append(f"export PHALANX_COMMAND={shlex.quote(plan.command)}")
+    lines += ["", TASK_NODES, ""]
+    lines += [
+        "# Each task names its replica and computes its wiring from the allocation (ADDR[task]).",
+        "cat >\"$PHALANX_RUN_DIR/task.sh\" <<'PHALANX_TASK'",
+        "set -u",
+        'read -ra ADDR <<<"$PHALANX_TASK_ADDRS"',
+        'case "$SLURM_PROCID" in',
+    ]
+    for task in tasks:
+        lines += _task_case(plan, task, endpoints, experiment_id)
+    lines += ['  *) echo "phalanx: unexpected task $SLURM_PROCID" >&2; exit 3 ;;', "esac", TASK_RUNNER]
+    lines += ["PHALANX_TASK", ""]
+    srun = ["srun"]
+    if het:
+        srun.append(f"--het-group=0-{len(components) - 1}")
+    srun += ["--kill-on-bad-exit=1", "--distribution=block"]
+    if frameworks.uses_mpi(plan):
+        srun.append("--mpi=pmi2")
+    srun += ["/bin/bash", '"$PHALANX_RUN_DIR/task.sh"']
+    lines += [" ".join(srun), "exit $?", ""]
+    return "\n".join(lines)
+
+
+def _path_value(value: str) -> str:
+    """PATH keeps the node's own PATH after the interpreter's folder."""
+    head, sep, _ = value.partition(":$PATH")
+    return (shlex.quote(head) + ':"$PATH"') if sep else shlex.quote(value)
