@@ -79,7 +79,9 @@ class LocalBackend:
 
     name = "local"
 
-    def __init__(self, settings: Settings | None = None, grace_seconds: float = 5.0) -> None:
+    def __init__(
+        self, settings: Settings | None = None, cluster: object = None, grace_seconds: float = 5.0
+    ) -> None:
         self.settings = settings or Settings()
         self.grace = grace_seconds
         self._popen: dict[str, dict[str, subprocess.Popen[bytes]]] = {}
@@ -286,12 +288,13 @@ class LocalBackend:
             reason = None
         if code == 0:
             return ReplicaState.SUCCEEDED, 0, None, finished
+        # stopped: its leader was told to stop (cancel), or vanished while we were cancelling
+        stopped = self._cancelled(handle) and (reason == "stopped" or status is None)
         if reason is None or reason == "stopped":
             reason = f"was killed by {signal_name(-code)}" if code < 0 else f"exited with code {code}"
-        state = ReplicaState.STOPPED if self._cancelled(handle) else ReplicaState.FAILED
-        if state is ReplicaState.STOPPED and status and status.get("reason") not in (None, "stopped"):
-            state = ReplicaState.FAILED  # e.g. over its memory limit while being stopped
-        return state, code, reason, finished
+        if stopped:
+            return ReplicaState.STOPPED, code, "stopped", finished
+        return ReplicaState.FAILED, code, reason, finished
 
     def describe(self, handle: str) -> JobStatus | None:
         units = self._units(handle)

@@ -1,0 +1,384 @@
+"""`phalanx run`, `phalanx logs`, `phalanx stop`: start an experiment and supervise it, read its
+console, stop it.
+
+Only typer and the standard library are imported at module level (`phalanx --help` stays fast);
+the supervisor, the store and rich are imported inside the commands.
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+import time
+from enum import StrEnum
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any
+
+import typer
+
+from phalanx.cli.app import app, emit_json
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+
+    from phalanx.config import Settings
+    from phalanx.domain import ReplicaState
+
+
+class Output(StrEnum):
+    TEXT = "text"
+    JSON = "json"
+
+
+# ---- terminal observers -----------------------------------------------------------------------
+
+
+class PlainObserver:
+    """Lines as `[worker-1] text` on stdout; supervisor notes on stderr (pipes, CI logs)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._last: dict[str, str] = {}
+
+    def line(self, replica: str, text: str) -> None:
+        with self._lock:
+            sys.stdout.write(f"[{replica}] {text}\n")
+            sys.stdout.flush()
+
+    def states(self, replicas: Mapping[str, ReplicaState], elapsed: float) -> None:
+        with self._lock:
+            for name, state in replicas.items():
+                if self._last.get(name) != str(state):
+                    self._last[name] = str(state)
+                    sys.stderr.write(f"phalanx: {name} {state} ({elapsed:.1f} s)\n")
+            sys.stderr.flush()
+
+    def message(self, text: str) -> None:
+        with self._lock:
+            sys.stderr.write(f"phalanx: {text}\n")
+            sys.stderr.flush()
+
+
+class RichObserver:
+    """On a terminal: a live table (replica, state, elapsed) under the streaming lines."""
+
+    def __init__(self, names: list[str]) -> None:
+        from rich.console import Console
+        from rich.live import Live
+
+        self.console = Console()
+        self.names = names
+        self.state: dict[str, str] = dict.fromkeys(names, "pending")
+        self.since: dict[str, float] = dict.fromkeys(names, time.monotonic())
+        self.ended: dict[str, float] = {}
+        self.live = Live(self, console=self.console, refresh_per_second=4, transient=False)
+
+    def __rich__(self) -> Any:
+        from rich.table import Table
+
+        table = Table(box=None, show_header=True, header_style="bold")
+        for col in ("replica", "state", "elapsed"):
+            table.add_column(col)
+        colours = {"running": "cyan", "succeeded": "green", "failed": "red", "stopped": "yellow"}
+        now = time.monotonic()
+        for name in self.names:
+            state = self.state[name]
+            end = self.ended.get(name, now)
+            table.add_row(
+                name, f"[{colours.get(state, 'white')}]{state}[/]", f"{end - self.since[name]:.1f}s"
+            )
+        return table
+
+    def __enter__(self) -> RichObserver:
+        self.live.__enter__()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.live.__exit__(None, None, None)
+
+    def line(self, replica: str, text: str) -> None:
+        self.console.print(f"[{replica}] {text}", markup=False, highlight=False, soft_wrap=True)
+
+    def states(self, replicas: Mapping[str, ReplicaState], elapsed: float) -> None:
+        now = time.monotonic()
+        for name, state in replicas.items():
+            if name in self.state and self.state[name] != str(state):
+                if self.state[name] == "pending":
+                    self.since[name] = now
+                self.state[name] = str(state)
+                if state.done:
+                    self.ended[name] = now
+
+    def message(self, text: str) -> None:
+        self.console.print(f"phalanx: {text}", markup=False, highlight=False)
+
+
+# ---- phalanx run ------------------------------------------------------------------------------
+
+
+def _load(file: Path, param: list[str] | None) -> Any:
+    from phalanx.errors import SpecError
+    from phalanx.spec.loader import load_spec, parse_param_overrides
+
+    overrides = parse_param_overrides(param or [])
+    try:
+        return load_spec(file, params=overrides)
+    except SpecError as exc:
+        for problem in exc.problems:
+            sys.stderr.write(f"{problem}\n")
+        n = len(exc.problems)
+        sys.stderr.write(f"error: {file} is not a valid experiment file ({n} problem{'s' * (n != 1)})\n")
+        raise typer.Exit(2) from None
+
+
+@app.command("run")
+def run(
+    file: Annotated[Path, typer.Option("-f", "--file", help="The experiment file (polyaxonfile) to run.")],
+    param: Annotated[
+        list[str] | None,
+        typer.Option("--param", help="Override or add a param: NAME=VALUE (repeatable); fills {{ NAME }}."),
+    ] = None,
+    workdir: Annotated[
+        Path | None, typer.Option("--workdir", help="Where replicas start (default: the file's folder).")
+    ] = None,
+    dry_run: Annotated[
+        bool,
+        typer.Option(
+            "--dry-run", help="Print each replica's command, folder and environment; start nothing."
+        ),
+    ] = False,
+    output: Annotated[
+        Output, typer.Option("-o", "--output", help="text, or json for scripts.")
+    ] = Output.TEXT,
+    oversubscribe: Annotated[
+        bool,
+        typer.Option(
+            "--oversubscribe", help="Run even if the requests exceed this machine's cores or memory."
+        ),
+    ] = False,
+    cluster: Annotated[
+        str | None, typer.Option("--cluster", help="Run on a cluster added with `phalanx cluster add`.")
+    ] = None,
+    detach: Annotated[
+        bool, typer.Option("--detach", "-d", help="Start it in the background and print its id.")
+    ] = False,
+    experiment_id: Annotated[str | None, typer.Option("--experiment-id", hidden=True)] = None,
+) -> None:
+    """Run an experiment: start every replica wired for its framework and supervise it to the end.
+
+    Exit status: 0 succeeded, 1 failed, 130 stopped, 2 invalid file or request.
+    """
+    from phalanx.config import Settings
+    from phalanx.errors import UsageError
+
+    settings = Settings()
+    if experiment_id is not None:
+        _check_id(experiment_id)
+    spec = _load(file, param)
+    for note in getattr(spec, "notes", ()):
+        sys.stderr.write(f"note: {note}\n")
+    if detach and not dry_run:
+        _detach(file, param, workdir, oversubscribe, cluster, settings, output)
+        return
+    from phalanx import supervisor
+
+    if workdir is not None and not workdir.is_dir():
+        raise UsageError(f"--workdir {workdir}: no such folder")
+    options: dict[str, Any] = {
+        "workdir": workdir,
+        "experiment_id": experiment_id,
+        "oversubscribe": oversubscribe,
+        "cluster": cluster,
+    }
+    if dry_run:
+        prepared = supervisor.prepare(spec, settings=settings, dry=True, **options)
+        if output is Output.JSON:
+            emit_json(supervisor.dry_run_json(prepared))
+        else:
+            typer.echo(supervisor.render_dry_run(prepared))
+        return
+    prepared = supervisor.prepare(spec, settings=settings, **options)
+    from phalanx.store import open_store
+
+    store = open_store(settings)
+    names = [r.name for r in prepared.plan.replicas]
+    tty = sys.stdout.isatty() and output is Output.TEXT
+    sys.stderr.write(
+        f"phalanx: experiment {prepared.experiment_id} ({len(names)} replicas, {prepared.backend.name})\n"
+    )
+    if tty:
+        with RichObserver(names) as rich_observer:
+            outcome = supervisor.Supervisor(prepared, store, settings, rich_observer).run()
+    else:
+        outcome = supervisor.Supervisor(prepared, store, settings, PlainObserver()).run()
+    if output is Output.JSON:
+        emit_json({"id": outcome.experiment_id, "status": str(outcome.status), "reason": outcome.reason})
+    else:
+        tail = f": {outcome.reason}" if outcome.reason else ""
+        sys.stderr.write(f"phalanx: experiment {outcome.experiment_id} {outcome.status}{tail}\n")
+    raise typer.Exit(outcome.exit_code)
+
+
+def _check_id(experiment_id: str) -> None:
+    import re
+
+    from phalanx.errors import UsageError
+
+    if not re.fullmatch(r"[0-9a-f]{12}", experiment_id):
+        raise UsageError(f"--experiment-id {experiment_id!r}: expected 12 lowercase hex characters")
+
+
+def _detach(
+    file: Path,
+    param: list[str] | None,
+    workdir: Path | None,
+    oversubscribe: bool,
+    cluster: str | None,
+    settings: Settings,
+    output: Output,
+) -> None:
+    """Start `phalanx run` again in its own session with its output in runs/<id>/supervisor.log,
+    wait (bounded) until it has created the experiment, and print the id."""
+    import subprocess
+    import uuid
+
+    from phalanx.errors import PhalanxError
+
+    exp_id = uuid.uuid4().hex[:12]
+    run_dir = settings.runs_dir / exp_id
+    run_dir.mkdir(parents=True, exist_ok=True)
+    argv = [
+        sys.executable,
+        "-m",
+        "phalanx.cli.main",
+        "run",
+        "-f",
+        str(file.resolve()),
+        "--experiment-id",
+        exp_id,
+    ]
+    for p in param or []:
+        argv += ["--param", p]
+    if workdir is not None:
+        argv += ["--workdir", str(workdir.resolve())]
+    if oversubscribe:
+        argv.append("--oversubscribe")
+    if cluster:
+        argv += ["--cluster", cluster]
+    log_path = run_dir / "supervisor.log"
+    with open(log_path, "ab") as out:
+        proc = subprocess.Popen(
+            argv, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
+        )
+    from phalanx.errors import NotFound
+    from phalanx.store import open_store
+
+    store = open_store(settings)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        try:
+            store.get_experiment(exp_id)
+            break
+        except NotFound:
+            pass
+        if proc.poll() is not None:
+            text = log_path.read_text(errors="replace").strip()
+            raise PhalanxError(text or f"the supervisor exited with status {proc.returncode}")
+        time.sleep(0.1)
+    if output is Output.JSON:
+        emit_json({"id": exp_id, "supervisor_pid": proc.pid, "log": str(log_path)})
+    else:
+        typer.echo(exp_id)
+
+
+# ---- phalanx logs -----------------------------------------------------------------------------
+
+
+@app.command("logs")
+def logs(
+    experiment: Annotated[str, typer.Argument(help="Experiment id (or a unique prefix).")],
+    replica: Annotated[
+        str | None, typer.Option("--replica", "-r", help="Only this replica (e.g. worker-1).")
+    ] = None,
+    follow: Annotated[
+        bool, typer.Option("--follow", "-f", help="Keep printing until the experiment ends.")
+    ] = False,
+    output: Annotated[
+        Output, typer.Option("-o", "--output", help="text, or json lines for scripts.")
+    ] = Output.TEXT,
+) -> None:
+    """Print the console output of an experiment's replicas (as `[worker-1] line` without --replica)."""
+    import json
+
+    from phalanx.config import Settings
+    from phalanx.errors import NotFound
+    from phalanx.store import open_store
+
+    settings = Settings()
+    store = open_store(settings)
+    exp = store.get_experiment(experiment)
+    if replica is not None and replica not in {r.name for r in store.list_replicas(exp.id)}:
+        known = ", ".join(r.name for r in store.list_replicas(exp.id))
+        raise NotFound(f"experiment {exp.id} has no replica {replica!r} (it has {known})")
+    offsets: dict[str, int] = {}
+    while True:
+        done = store.get_experiment(exp.id).status.done  # read before the lines: none is missed
+        _ingest(store, settings, exp.id)
+        names = [replica] if replica else [r.name for r in store.list_replicas(exp.id)]
+        printed = 0
+        for name in names:
+            lines = store.logs(exp.id, replica=name, offset=offsets.get(name, 0))
+            for line in lines:
+                if output is Output.JSON:
+                    doc = {
+                        "replica": line.replica,
+                        "offset": line.offset,
+                        "time": line.time,
+                        "text": line.text,
+                    }
+                    sys.stdout.write(json.dumps(doc) + "\n")
+                elif replica:
+                    sys.stdout.write(line.text + "\n")
+                else:
+                    sys.stdout.write(f"[{line.replica}] {line.text}\n")
+            if lines:
+                offsets[name] = lines[-1].offset + 1
+                printed += len(lines)
+        sys.stdout.flush()
+        if not follow or done:
+            return
+        if not printed:
+            time.sleep(0.3)
+
+
+def _ingest(store: Any, settings: Settings, experiment_id: str) -> None:
+    """One ingest pass over the experiment's spool: fresh lines even when no supervisor runs."""
+    try:
+        from phalanx.ingest import Ingester
+
+        Ingester(store, None, settings.spool_dir / experiment_id).run_once()
+    except Exception:  # reading must work even if the spool cannot be ingested right now
+        return
+
+
+# ---- phalanx stop -----------------------------------------------------------------------------
+
+
+@app.command("stop")
+def stop(
+    experiment: Annotated[str, typer.Argument(help="Experiment id (or a unique prefix).")],
+    timeout: Annotated[float, typer.Option("--timeout", help="Seconds to wait for it to stop.")] = 60.0,
+) -> None:
+    """Stop a running experiment: every replica is stopped and the experiment marked stopped."""
+    from phalanx.config import Settings
+    from phalanx.store import open_store
+    from phalanx.supervisor import stop_experiment
+
+    settings = Settings()
+    store = open_store(settings)
+    exp = store.get_experiment(experiment)
+    if exp.status.done:
+        typer.echo(f"experiment {exp.id} already {exp.status}")
+        return
+    status = stop_experiment(store, settings, exp, timeout=timeout)
+    typer.echo(f"experiment {exp.id} {status}")

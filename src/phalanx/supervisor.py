@@ -1,0 +1,645 @@
+"""The supervisor: drives one experiment's Plan through a Backend until it is done.
+
+It is the only writer of experiment and replica status (invariant 3). It works from the Backend
+protocol alone (dry_run, submit, describe, logs, cancel), so the local engine, Slurm and Kubernetes
+are supervised the same way: it tails every replica's log into the spool (LOG events, so the store
+and the UI see the console) and to an observer (the terminal), runs an Ingester while the experiment
+runs, stops every replica as soon as one fails (fail fast, with a reason naming the replica, its exit
+code or signal and its last lines), restarts the whole group up to ``max_restarts`` times (as
+torchrun does), stops the TensorFlow servers that never exit once the chief has succeeded, and
+answers Ctrl-C, SIGTERM, `phalanx stop` and the server's stop request (``runs/<id>/stop``) by
+stopping everything and marking the experiment stopped.
+
+Public API (used by `phalanx run`, the estimators and the cluster engines' tests):
+  ``prepare(spec_or_plan, ...) -> Prepared``: plan, engine, context and dry run; writes nothing.
+  ``launch(spec_or_plan, ...) -> Outcome``: prepare, then supervise to the end.
+  ``Supervisor(prepared, store, settings, observer).run() -> Outcome``.
+The thread that calls ``run()`` must live as long as the experiment: the local engine asks the
+kernel to stop replicas when the thread that started them ends (PR_SET_PDEATHSIG).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import signal
+import sys
+import threading
+import time
+import uuid
+from collections import deque
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol
+
+from phalanx.backends.base import Backend, DryRun, JobStatus, LaunchContext, ReplicaStatus
+from phalanx.config import Settings
+from phalanx.domain import ExperimentStatus, Framework, Replica, ReplicaState
+from phalanx.plan import Plan, build_plan
+from phalanx.spec.model import ExperimentSpec
+
+if TYPE_CHECKING:
+    from phalanx.store.base import Store
+
+log = logging.getLogger(__name__)
+
+POLL_SECONDS = 0.1
+TAIL_LINES = 10  # log lines quoted in a failed experiment's reason
+EXIT_CODES = {ExperimentStatus.SUCCEEDED: 0, ExperimentStatus.FAILED: 1, ExperimentStatus.STOPPED: 130}
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """Everything decided before anything starts: what `--dry-run` shows."""
+
+    experiment_id: str
+    plan: Plan
+    backend: Backend
+    context: LaunchContext
+    dry_run: DryRun
+    cluster: str | None = None
+
+
+@dataclass(frozen=True)
+class Outcome:
+    experiment_id: str
+    status: ExperimentStatus
+    reason: str | None = None
+    restarts: int = 0
+
+    @property
+    def exit_code(self) -> int:
+        """0 succeeded, 1 failed, 130 stopped (what `phalanx run` exits with)."""
+        return EXIT_CODES.get(self.status, 1)
+
+
+class Observer(Protocol):
+    """What the supervisor tells the terminal (or a notebook); every call comes from one thread at a
+    time for a given replica, but lines of different replicas arrive from different threads."""
+
+    def line(self, replica: str, text: str) -> None: ...
+
+    def states(self, replicas: Mapping[str, ReplicaState], elapsed: float) -> None: ...
+
+    def message(self, text: str) -> None: ...
+
+
+class LoggingObserver:
+    """The default observer: Python logging (for API users without a terminal)."""
+
+    def line(self, replica: str, text: str) -> None:
+        log.info("[%s] %s", replica, text)
+
+    def states(self, replicas: Mapping[str, ReplicaState], elapsed: float) -> None:
+        return None
+
+    def message(self, text: str) -> None:
+        log.info("%s", text)
+
+
+# ---- preparing --------------------------------------------------------------------------------
+
+
+def sdk_path(settings: Settings) -> Path:
+    """A standard-library-only copy of the tracking SDK under PHALANX_HOME/sdk/<version>-<hash>, so
+    `from phalanx import Task` works inside a foreign venv (TensorFlow's, MXNet's)."""
+    import hashlib
+    import shutil
+    import tempfile
+
+    import phalanx
+    from phalanx import tracking
+
+    pkg = Path(phalanx.__file__).parent
+    files = [pkg / "__init__.py", *sorted(Path(tracking.__file__).parent.rglob("*.py"))]
+    digest = hashlib.sha256()
+    for f in files:
+        digest.update(str(f.relative_to(pkg)).encode())
+        digest.update(f.read_bytes())
+    target = settings.home / "sdk" / f"{phalanx.__version__}-{digest.hexdigest()[:12]}"
+    if (target / "phalanx" / "__init__.py").exists():
+        return target
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=".sdk-", dir=target.parent))
+    for f in files:
+        dest = tmp / "phalanx" / f.relative_to(pkg)
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(f, dest)
+    try:
+        tmp.rename(target)
+    except OSError:  # another supervisor published the same copy first
+        shutil.rmtree(tmp, ignore_errors=True)
+    return target
+
+
+def interpreter(plan: Plan, workdir: str, settings: Settings, build: bool = True) -> str:
+    """The experiment's python: its build venv (built on first use unless ``build`` is False), else
+    the interpreter running Phalanx."""
+    try:
+        from phalanx import buildenv
+    except ImportError:  # pragma: no cover - buildenv ships with Phalanx
+        return sys.executable
+    if not buildenv.wants_env(plan.build):
+        return sys.executable
+    if not build:  # dry run: where the venv is or would be, without building it
+        return str(settings.venvs_dir / buildenv.env_hash(plan.build, workdir) / "bin" / "python")
+    return str(buildenv.ensure_env(plan.build, workdir, settings.venvs_dir))
+
+
+def tracking_env(experiment_id: str, settings: Settings, python: str, dry: bool = False) -> dict[str, str]:
+    """What every replica's tracking SDK needs (contract 1), plus the SDK copy for foreign venvs."""
+    env = {
+        "PHALANX_HOME": str(settings.home),
+        "PHALANX_SPOOL": str(settings.spool_dir / experiment_id),
+        "PHALANX_CAPTURED": "1",
+    }
+    if settings.host:
+        env["PHALANX_HOST"] = settings.host
+        if settings.token:
+            env["PHALANX_TOKEN"] = settings.token
+    if os.path.realpath(python) != os.path.realpath(sys.executable) and not dry:
+        env["PYTHONPATH"] = str(sdk_path(settings))
+    return env
+
+
+def prepare(
+    spec_or_plan: ExperimentSpec | Plan,
+    *,
+    settings: Settings | None = None,
+    params: Mapping[str, Any] | None = None,
+    workdir: str | os.PathLike[str] | None = None,
+    experiment_id: str | None = None,
+    oversubscribe: bool = False,
+    cluster: str | None = None,
+    backend: Backend | None = None,
+    dry: bool = False,
+) -> Prepared:
+    """Plan, pick the engine, build the venv (unless ``dry``) and dry-run: nothing started or stored.
+
+    Raises SpecError / UsageError (exit 2) for what cannot run (a GPU that is not there, a topology
+    larger than the machine without ``oversubscribe``, a cluster that does not exist).
+    """
+    settings = settings or Settings()
+    if isinstance(spec_or_plan, Plan):
+        plan = spec_or_plan
+        source = None
+    else:
+        plan = build_plan(spec_or_plan, params)
+        source = spec_or_plan.source_file
+    if workdir is None:
+        workdir = Path(source).parent if source else Path.cwd()
+    workdir = str(Path(workdir).resolve())
+    exp_id = experiment_id or uuid.uuid4().hex[:12]
+    cluster_conf = None
+    engine_name = "local"
+    if cluster:
+        from phalanx.clusters import get_cluster
+
+        cluster_conf = get_cluster(cluster, settings.home)
+        engine_name = cluster_conf.backend_for(str(plan.backend) if plan.backend else None)
+    if backend is None:
+        from phalanx.backends.registry import get_backend
+
+        backend = get_backend(engine_name, settings=settings, cluster=cluster_conf)
+    python = interpreter(plan, workdir, settings, build=not dry)
+    context = LaunchContext(
+        experiment_id=exp_id,
+        workdir=workdir,
+        python=python,
+        tracking_env=tracking_env(exp_id, settings, python, dry=dry),
+        log_dir=str(settings.runs_dir / exp_id / "logs"),
+        oversubscribe=oversubscribe,
+    )
+    return Prepared(exp_id, plan, backend, context, backend.dry_run(plan, context), cluster)
+
+
+def launch(
+    spec_or_plan: ExperimentSpec | Plan,
+    *,
+    settings: Settings | None = None,
+    store: Store | None = None,
+    observer: Observer | None = None,
+    handle_signals: bool = True,
+    **options: Any,
+) -> Outcome:
+    """Run an experiment to its end and return how it ended (options as for ``prepare``)."""
+    settings = settings or Settings()
+    prepared = prepare(spec_or_plan, settings=settings, **options)
+    if store is None:
+        from phalanx.store import open_store
+
+        store = open_store(settings)
+    return Supervisor(prepared, store, settings, observer, handle_signals=handle_signals).run()
+
+
+# ---- supervising ------------------------------------------------------------------------------
+
+
+class _Tail:
+    """One thread per replica: its log lines -> spool LOG events, the observer, a short tail."""
+
+    def __init__(self, lines: Iterator[str], replica: Replica, sink: Callable[[Replica, str], None]) -> None:
+        self.last: deque[str] = deque(maxlen=TAIL_LINES)
+        self._lines = lines
+        self._replica = replica
+        self._sink = sink
+        self.thread = threading.Thread(target=self._run, name=f"tail-{replica.name}", daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        try:
+            for text in self._lines:
+                self.last.append(text)
+                self._sink(self._replica, text)
+        except Exception:  # a log reader's trouble must not take the supervisor down
+            log.exception("reading the log of %s failed", self._replica.name)
+
+
+class Supervisor:
+    def __init__(
+        self,
+        prepared: Prepared,
+        store: Store,
+        settings: Settings,
+        observer: Observer | None = None,
+        *,
+        handle_signals: bool = True,
+    ) -> None:
+        self.p = prepared
+        self.store = store
+        self.settings = settings
+        self.observer: Observer = observer or LoggingObserver()
+        self.handle_signals = handle_signals
+        self.id = prepared.experiment_id
+        self.run_dir = settings.runs_dir / self.id
+        self.spool_dir = settings.spool_dir / self.id
+        self.replicas = {
+            r.name: Replica(
+                experiment_id=self.id,
+                name=r.name,
+                role=r.role,
+                index=r.index,
+                rank=r.rank,
+                resources=r.resources.to_json(),
+            )
+            for r in prepared.plan.replicas
+        }
+        self.states: dict[str, ReplicaStatus] = {}
+        self.stop_reason: str | None = None
+        self.tails: dict[str, _Tail] = {}
+        self.started = time.monotonic()
+        self._spool: Any = None
+
+    # -- signals and stop requests --------------------------------------------------------------
+    def _on_signal(self, signum: int, _frame: object) -> None:
+        if self.stop_reason is None:
+            self.stop_reason = f"stopped by {signal.Signals(signum).name}"
+
+    def _stop_requested(self) -> bool:
+        if self.stop_reason is None and (self.run_dir / "stop").exists():
+            self.stop_reason = "stopped on request"
+        return self.stop_reason is not None
+
+    # -- the run --------------------------------------------------------------------------------
+    def run(self) -> Outcome:
+        from phalanx.tracking.spool import SpoolWriter
+
+        plan = self.p.plan
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        with contextlib.suppress(FileNotFoundError):
+            (self.run_dir / "stop").unlink()  # a request left from an earlier life of this id
+        self.store.create_experiment(
+            experiment_id=self.id,
+            name=plan.name,
+            project=plan.project,
+            replicas=list(self.replicas.values()),
+            framework=str(plan.framework) if plan.framework else None,
+            backend=self.p.backend.name,
+            cluster=self.p.cluster,
+            tags=plan.tags,
+            topology=plan.topology(),
+            spec_text=plan.source_text,
+            plan=plan.to_json(),
+            status=ExperimentStatus.STARTING,
+        )
+        (self.run_dir / "supervisor.pid").write_text(f"{os.getpid()}\n")
+        self._spool = SpoolWriter(self.spool_dir, experiment_id=self.id, stream=f"console-{self.id}")
+        stop_ingest = threading.Event()
+        ingest_thread = self._start_ingester(stop_ingest)
+        previous = self._install_signals()
+        outcome = Outcome(self.id, ExperimentStatus.FAILED, "the supervisor did not finish")
+        try:
+            outcome = self._attempts()
+        except BaseException as exc:
+            outcome = Outcome(self.id, ExperimentStatus.FAILED, f"the supervisor failed: {exc}")
+            raise
+        finally:
+            self._restore_signals(previous)
+            self._spool.close()
+            stop_ingest.set()
+            if ingest_thread is not None:
+                ingest_thread.join(timeout=120)
+            self._finish(outcome)
+        return outcome
+
+    def _start_ingester(self, stop: threading.Event) -> threading.Thread | None:
+        try:
+            from phalanx.ingest import Ingester
+        except ImportError:  # pragma: no cover - ingest ships with Phalanx
+            return None
+        ingester = Ingester(self.store, None, self.spool_dir)  # type: ignore[arg-type]
+        thread = threading.Thread(target=ingester.run, args=(stop,), name="ingest", daemon=True)
+        thread.start()
+        return thread
+
+    def _install_signals(self) -> dict[int, Any]:
+        previous: dict[int, Any] = {}
+        if self.handle_signals and threading.current_thread() is threading.main_thread():
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                previous[sig] = signal.signal(sig, self._on_signal)
+        return previous
+
+    @staticmethod
+    def _restore_signals(previous: Mapping[int, Any]) -> None:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+    def _attempts(self) -> Outcome:
+        plan = self.p.plan
+        dry = self.p.dry_run
+        restarts = 0
+        while True:
+            status, reason = self._attempt(dry, first=restarts == 0)
+            if (
+                status is ExperimentStatus.FAILED
+                and restarts < plan.max_restarts
+                and not self._stop_requested()
+            ):
+                restarts += 1
+                self.observer.message(f"{reason}; restarting the group ({restarts}/{plan.max_restarts})")
+                self._emit_all(
+                    f"phalanx: restarting the group ({restarts}/{plan.max_restarts}) after: {reason}"
+                )
+                dry = self.p.backend.dry_run(plan, self.p.context)  # fresh ports for the new group
+                continue
+            return Outcome(self.id, status, reason, restarts)
+
+    def _attempt(self, dry: DryRun, first: bool) -> tuple[ExperimentStatus, str | None]:
+        backend = self.p.backend
+        if self._stop_requested():
+            return ExperimentStatus.STOPPED, self.stop_reason
+        handle = backend.submit(dry)
+        now = time.time()
+        self.store.update_experiment(
+            self.id,
+            status=ExperimentStatus.RUNNING,
+            handle=handle,
+            started_at=now if first else None,
+        )
+        self.states = {}
+        self.tails = {
+            name: _Tail(backend.logs(handle, name, follow=True), replica, self._line)
+            for name, replica in self.replicas.items()
+        }
+        try:
+            return self._watch(handle)
+        finally:
+            backend.cancel(handle)  # idempotent; leaves nothing of this attempt behind
+            for tail in self.tails.values():
+                tail.thread.join(timeout=30)
+            final = backend.describe(handle)
+            if final is not None:
+                self._record(final)
+
+    def _watch(self, handle: str) -> tuple[ExperimentStatus, str | None]:
+        backend = self.p.backend
+        plan = self.p.plan
+        deadline = self.started + plan.max_run_seconds if plan.max_run_seconds else None
+        while True:
+            if self._stop_requested():
+                backend.cancel(handle)
+                return ExperimentStatus.STOPPED, self.stop_reason
+            job = backend.describe(handle)
+            if job is None:
+                return ExperimentStatus.FAILED, f"the {backend.name} engine no longer knows the job {handle}"
+            self._record(job)
+            failed = [r for r in job.replicas if r.state is ReplicaState.FAILED]
+            if failed or job.status is ExperimentStatus.FAILED:
+                culprit = min(failed, key=lambda r: r.finished_at or float("inf")) if failed else None
+                backend.cancel(handle)  # fail fast: the siblings of a failed replica are stopped
+                return ExperimentStatus.FAILED, self._failure_reason(culprit, job)
+            if job.status is ExperimentStatus.SUCCEEDED:
+                return ExperimentStatus.SUCCEEDED, None
+            if job.status is ExperimentStatus.STOPPED:
+                return ExperimentStatus.STOPPED, job.reason or "stopped by the engine"
+            if self._chief_done(job):
+                self._emit_all("phalanx: the chief succeeded; stopping the TensorFlow servers")
+                backend.cancel(handle)
+                return ExperimentStatus.SUCCEEDED, None
+            if deadline is not None and time.monotonic() > deadline:
+                backend.cancel(handle)
+                return (
+                    ExperimentStatus.FAILED,
+                    f"ran longer than max_run_seconds ({plan.max_run_seconds:g} s)",
+                )
+            time.sleep(POLL_SECONDS)
+
+    def _chief_done(self, job: JobStatus) -> bool:
+        """TensorFlow's worker and ps servers never exit: the chief's success ends the experiment."""
+        if self.p.plan.framework is not Framework.TENSORFLOW:
+            return False
+        return any(r.name == "master" and r.state is ReplicaState.SUCCEEDED for r in job.replicas)
+
+    def _failure_reason(self, culprit: ReplicaStatus | None, job: JobStatus) -> str:
+        if culprit is None:
+            return job.reason or "the engine reported the job failed"
+        what = culprit.reason or (
+            f"exited with code {culprit.exit_code}" if culprit.exit_code is not None else "failed"
+        )
+        reason = f"{culprit.name} {what}"
+        tail = self.tails.get(culprit.name)
+        if tail is not None:
+            tail.thread.join(timeout=5)  # let its last lines arrive
+            lines = [line for line in tail.last if line.strip()]
+            if lines:
+                reason += "; last lines of its log:\n" + "\n".join(f"  {line}" for line in lines)
+        return reason
+
+    # -- recording --------------------------------------------------------------------------------
+    def _record(self, job: JobStatus) -> None:
+        """Write replica rows whose state changed (the supervisor is their only writer)."""
+        changed = False
+        for r in job.replicas:
+            old = self.states.get(r.name)
+            if old == r:
+                continue
+            self.states[r.name] = r
+            if r.name not in self.replicas:
+                continue
+            changed = True
+            now = time.time()
+            started = old is None and r.state is not ReplicaState.PENDING
+            self.store.update_replica(
+                self.id,
+                r.name,
+                state=r.state,
+                host=r.host,
+                pid=r.pid,
+                exit_code=r.exit_code,
+                reason=r.reason,
+                started_at=now if started else None,
+                finished_at=(r.finished_at or now) if r.state.done else None,
+            )
+        if changed:
+            elapsed = time.monotonic() - self.started
+            self.observer.states({n: s.state for n, s in self.states.items()}, elapsed)
+
+    def _line(self, replica: Replica, text: str) -> None:
+        self.observer.line(replica.name, text)
+        with contextlib.suppress(ValueError):  # the writer closed under a late line at shutdown
+            self._spool.log(
+                text, replica=replica.name, role=str(replica.role), index=replica.index, rank=replica.rank
+            )
+
+    def _emit_all(self, text: str) -> None:
+        """A supervisor note in the console of every replica (restarts, servers stopped)."""
+        for replica in self.replicas.values():
+            self._line(replica, text)
+
+    def _finish(self, outcome: Outcome) -> None:
+        now = time.time()
+        for name, r in self.replicas.items():
+            st = self.states.get(name)
+            if st is None or not st.state.done:
+                # never started, or its engine lost it: it did not finish on its own
+                state = (
+                    ReplicaState.STOPPED
+                    if outcome.status is not ExperimentStatus.SUCCEEDED
+                    else ReplicaState.SUCCEEDED
+                )
+                self.store.update_replica(self.id, r.name, state=state, finished_at=now)
+        self.store.update_experiment(self.id, status=outcome.status, reason=outcome.reason, finished_at=now)
+        self.observer.states({n: s.state for n, s in self.states.items()}, time.monotonic() - self.started)
+        with contextlib.suppress(FileNotFoundError):
+            (self.run_dir / "supervisor.pid").unlink()
+
+
+def supervisor_pid(settings: Settings, experiment_id: str) -> int | None:
+    """The pid of the `phalanx run` supervising this experiment, if it is still running."""
+    try:
+        pid = int((settings.runs_dir / experiment_id / "supervisor.pid").read_text().split()[0])
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except (OSError, ValueError, IndexError):
+        return None
+    return pid if b"phalanx" in cmdline else None  # not a reused pid
+
+
+def stop_experiment(
+    store: Store, settings: Settings, experiment: Any, timeout: float = 60.0
+) -> ExperimentStatus:
+    """Stop a running experiment from another process (`phalanx stop`): leave a stop request, signal
+    its supervisor and wait for it to mark the experiment stopped. If its supervisor is gone (killed),
+    cancel what the engine still runs and mark the experiment stopped here."""
+    run_dir = settings.runs_dir / experiment.id
+    run_dir.mkdir(parents=True, exist_ok=True)
+    tmp = run_dir / "stop.tmp"
+    tmp.write_text(f"{time.time()}\n")
+    tmp.replace(run_dir / "stop")
+    pid = supervisor_pid(settings, experiment.id)
+    if pid is not None:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGTERM)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            current = store.get_experiment(experiment.id)
+            if current.status.done:
+                return current.status
+            if supervisor_pid(settings, experiment.id) is None:
+                break
+            time.sleep(0.2)
+    current = store.get_experiment(experiment.id)
+    if current.status.done:
+        return current.status
+    if current.handle:
+        from phalanx.backends.registry import get_backend
+
+        cluster = None
+        if current.cluster:
+            from phalanx.clusters import get_cluster
+
+            cluster = get_cluster(current.cluster, settings.home)
+        backend = get_backend(current.backend or "local", settings=settings, cluster=cluster)
+        backend.cancel(current.handle)
+    now = time.time()
+    for r in store.list_replicas(experiment.id):
+        if not r.state.done:
+            store.update_replica(experiment.id, r.name, state=ReplicaState.STOPPED, finished_at=now)
+    reason = (
+        "stopped by phalanx stop" if pid is not None else "stopped by phalanx stop (its supervisor was gone)"
+    )
+    store.update_experiment(experiment.id, status=ExperimentStatus.STOPPED, reason=reason, finished_at=now)
+    return ExperimentStatus.STOPPED
+
+
+def render_dry_run(prepared: Prepared) -> str:
+    """What `phalanx run --dry-run` prints: per replica, the argv, working directory and environment
+    (local engine), or the engine's own render (an sbatch script, Kubernetes YAML)."""
+    native = prepared.dry_run.native
+    if not (isinstance(native, dict) and native.get("engine") == "local"):
+        return prepared.dry_run.render()
+    import shlex
+
+    out: list[str] = []
+    for unit in native["units"]:
+        covers = unit["replicas"]
+        title = (
+            unit["name"] if covers == [unit["name"]] else f"{unit['name']} (launcher for {', '.join(covers)})"
+        )
+        out.append(f"# {title}")
+        out.append(f"cwd: {unit['cwd']}")
+        out.append(f"log: {unit['log']}")
+        limits = {k: v for k, v in unit["limits"].items() if v is not None}
+        if limits:
+            out.append(f"limits: {limits}")
+        for i, proc in enumerate(unit["processes"]):
+            if len(unit["processes"]) > 1:
+                out.append(f"process {i}:")
+            out.append("env (added to the inherited environment):")
+            out.extend(f"  {k}={shlex.quote(v)}" for k, v in sorted(proc["env"].items()))
+            out.append("argv: " + " ".join(shlex.quote(a) for a in proc["argv"]))
+        out.append("")
+    return "\n".join(out)
+
+
+def dry_run_json(prepared: Prepared) -> dict[str, Any]:
+    native = prepared.dry_run.native
+    doc: dict[str, Any] = {
+        "experiment_id": prepared.experiment_id,
+        "backend": prepared.backend.name,
+        "format": prepared.dry_run.format,
+        "plan": prepared.plan.to_json(),
+    }
+    if isinstance(native, dict) and native.get("engine") == "local":
+        doc["replicas"] = [
+            {
+                "name": u["name"],
+                "replicas": u["replicas"],
+                "cwd": u["cwd"],
+                "log": u["log"],
+                "limits": u["limits"],
+                "processes": [{"argv": p["argv"], "env": p["env"]} for p in u["processes"]],
+            }
+            for u in native["units"]
+        ]
+    else:
+        doc["native"] = native if not isinstance(native, str) else None
+        doc["render"] = prepared.dry_run.render()
+    return doc
+
+
+def replace_plan(prepared: Prepared, **changes: Any) -> Prepared:
+    """A copy with some plan fields changed (tests, estimators); the dry run is redone."""
+    plan = replace(prepared.plan, **changes)
+    return replace(prepared, plan=plan, dry_run=prepared.backend.dry_run(plan, prepared.context))
