@@ -105,7 +105,8 @@ def read_spec(c: Collector, root: YNode | None, overrides: Mapping[str, Any]) ->
             )
         elif framework is None and top is None:
             framework = section
-    topology = finish_topology(c, env_draft.topology if env_draft else None, framework)
+    invalid = framework is None and opt("framework") is not None
+    topology = finish_topology(c, env_draft.topology if env_draft else None, framework, invalid)
 
     command, max_restarts, max_run_seconds = _read_run(c, root)
     known = {**(params or {}), **overrides}
@@ -144,10 +145,16 @@ def _read_version(c: Collector, root: YMap) -> int | None:
         c.add(
             node,
             "version",
-            f"unsupported version {describe(node)}; Phalanx reads `version: {SUPPORTED_VERSION}`",
+            f"unsupported version {_shown(node)}; Phalanx reads `version: {SUPPORTED_VERSION}`",
         )
         return None
     return SUPPORTED_VERSION
+
+
+def _shown(node: YNode) -> str:
+    if isinstance(node, YScalar) and node.value is not None and node.raw.strip():
+        return node.raw.strip()
+    return describe(node)
 
 
 def _read_kind(c: Collector, root: YMap) -> bool:

@@ -278,14 +278,19 @@ def _fmt(v: float) -> str:
     return str(int(v)) if float(v).is_integer() else f"{v:g}"
 
 
-def finish_topology(c: Collector, draft: TopologyDraft | None, framework: Framework | None) -> Topology:
-    """Range checks, duplicate and ps-with-pytorch checks, once the framework is known."""
+def finish_topology(
+    c: Collector, draft: TopologyDraft | None, framework: Framework | None, framework_invalid: bool = False
+) -> Topology:
+    """Range checks, duplicate and ps-with-pytorch checks, once the framework is known.
+
+    ``framework_invalid``: the file names a framework we already complained about; say nothing more.
+    """
     if draft is None:
         return Topology()
     n_workers = draft.counts.get("n_workers", (0, draft.key))[0]
     n_ps = draft.counts.get("n_ps", (0, draft.key))[0]
     procs = draft.counts.get("processes_per_replica", (1, draft.key))[0]
-    if framework is None and (n_workers > 0 or n_ps > 0):
+    if framework is None and not framework_invalid and (n_workers > 0 or n_ps > 0):
         c.add(
             draft.key,
             draft.path,

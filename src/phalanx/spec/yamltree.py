@@ -91,28 +91,40 @@ def compose(text: str, filename: str) -> tuple[YNode | None, list[Problem]]:
 
     Raises TreeError for documents that cannot be read at all.
     """
-    loader = yaml.SafeLoader(text)
+    loader: yaml.SafeLoader | None = None
     try:
+        loader = yaml.SafeLoader(text)
         node = loader.get_single_node()
     except yaml.MarkedYAMLError as exc:
         mark = mark_of(exc.problem_mark or exc.context_mark)
         what = exc.problem or exc.context or "invalid YAML"
         if exc.context and exc.problem:
-            what = f"{exc.context}: {exc.problem}"
+            where = ""
+            if exc.context_mark is not None and exc.problem_mark is not None:
+                start = mark_of(exc.context_mark)
+                if start != mark:
+                    where = f" (started at line {start.line}, column {start.column})"
+            what = f"{exc.context}{where}: {exc.problem}"
         raise TreeError([_p(filename, mark, "", f"YAML syntax error: {what}")]) from None
     except yaml.YAMLError as exc:  # ReaderError (control characters) and friends
-        mark = Mark(1, 1)
+        mark, what = Mark(1, 1), str(exc)
         if isinstance(exc, yaml.reader.ReaderError):
             mark = _offset_mark(text, exc.position)
-        raise TreeError([_p(filename, mark, "", f"not readable as YAML: {exc}")]) from None
+            what = f"character {chr(exc.character)!r} is not allowed in YAML (a control character?)"
+        raise TreeError([_p(filename, mark, "", f"not readable as YAML: {what}")]) from None
     except RecursionError:
         raise TreeError([_p(filename, Mark(1, 1), "", "YAML nested too deeply to read")]) from None
     finally:
-        loader.dispose()
+        if loader is not None:
+            loader.dispose()
     if node is None:
         return None, []
     walker = _Walker(text, filename)
-    return walker.convert(node, 0), walker.problems
+    return walker.convert(node, 0, ""), walker.problems
+
+
+def _tag(tag: str) -> str:
+    return "!!" + tag.removeprefix(_T) if tag.startswith(_T) else tag
 
 
 def _offset_mark(text: str, offset: int) -> Mark:
@@ -135,42 +147,45 @@ class _Walker:
         self.on_path: set[int] = set()
         self.problems: list[Problem] = []
 
-    def fatal(self, node: Node, message: str) -> TreeError:
-        return TreeError([*self.problems, _p(self.filename, mark_of(node.start_mark), "", message)])
+    def fatal(self, node: Node, path: str, message: str) -> TreeError:
+        return TreeError([*self.problems, _p(self.filename, mark_of(node.start_mark), path, message)])
 
-    def convert(self, node: Node, depth: int) -> YNode:
+    def convert(self, node: Node, depth: int, path: str) -> YNode:
         self.count += 1
         if self.count > MAX_NODES:
             raise self.fatal(
                 node,
+                path,
                 f"the document expands to more than {MAX_NODES} values (YAML aliases used as a "
                 "'billion laughs' bomb?); refused",
             )
         if depth > MAX_DEPTH:
-            raise self.fatal(node, f"nested more than {MAX_DEPTH} levels deep; refused")
+            raise self.fatal(node, path, f"nested more than {MAX_DEPTH} levels deep; refused")
         if id(node) in self.on_path:
-            raise self.fatal(node, "a YAML alias refers to a value that contains it (recursive alias)")
+            raise self.fatal(node, path, "a YAML alias refers to a value that contains it (recursive alias)")
         mark = mark_of(node.start_mark)
         if isinstance(node, ScalarNode):
-            return self.scalar(node, mark)
+            return self.scalar(node, mark, path)
         self.on_path.add(id(node))
         try:
             if isinstance(node, SequenceNode):
-                self.check_tag(node, _T + "seq")
-                return YSeq([self.convert(n, depth + 1) for n in node.value], mark)
+                self.check_tag(node, _T + "seq", path)
+                return YSeq(
+                    [self.convert(n, depth + 1, f"{path}[{i}]") for i, n in enumerate(node.value)], mark
+                )
             assert isinstance(node, MappingNode)
-            self.check_tag(node, _T + "map")
-            return self.mapping(node, mark, depth)
+            self.check_tag(node, _T + "map", path)
+            return self.mapping(node, mark, depth, path)
         finally:
             self.on_path.discard(id(node))
 
-    def check_tag(self, node: Node, expected: str) -> None:
+    def check_tag(self, node: Node, expected: str, path: str) -> None:
         if node.tag != expected:
             self.problems.append(
-                _p(self.filename, mark_of(node.start_mark), "", f"unsupported YAML tag {node.tag}")
+                _p(self.filename, mark_of(node.start_mark), path, f"unsupported YAML tag {_tag(node.tag)}")
             )
 
-    def scalar(self, node: ScalarNode, mark: Mark) -> YScalar:
+    def scalar(self, node: ScalarNode, mark: Mark, path: str) -> YScalar:
         raw = self.text[node.start_mark.index : node.end_mark.index]
         tag = node.tag
         value: Any = node.value
@@ -188,35 +203,34 @@ class _Walker:
             elif tag == _T + "timestamp":
                 value = node.value  # dates stay text: they are labels here, not times
             else:
-                self.problems.append(_p(self.filename, mark, "", f"unsupported YAML tag {tag}"))
+                self.problems.append(_p(self.filename, mark, path, f"unsupported YAML tag {_tag(tag)}"))
         except Exception:  # PyYAML raises ValueError & co. on e.g. `!!int abc`
-            self.problems.append(
-                _p(self.filename, mark, "", f"{node.value!r} is not a valid {tag.removeprefix(_T)}")
-            )
+            self.problems.append(_p(self.filename, mark, path, f"{node.value!r} is not a valid {_tag(tag)}"))
             value = node.value
         return YScalar(value, mark, raw, node.style)
 
-    def mapping(self, node: MappingNode, mark: Mark, depth: int) -> YMap:
+    def mapping(self, node: MappingNode, mark: Mark, depth: int, path: str) -> YMap:
         merged: list[tuple[YKey, YNode]] = []
         explicit: list[tuple[YKey, YNode]] = []
         first: dict[str, Mark] = {}
         for key_node, value_node in node.value:
             if isinstance(key_node, ScalarNode) and key_node.tag == _T + "merge":
-                merged.extend(self.merge_source(value_node, depth))
+                merged.extend(self.merge_source(value_node, depth, path))
                 continue
             key_mark = mark_of(key_node.start_mark)
             if not isinstance(key_node, ScalarNode):
-                self.problems.append(_p(self.filename, key_mark, "", "a key must be plain text"))
+                self.problems.append(_p(self.filename, key_mark, path, "a key must be plain text"))
                 continue
             name = str(key_node.value)
+            sub = f"{path}.{name}" if path else name
             if name in first:
                 m = first[name]
                 self.problems.append(
-                    _p(self.filename, key_mark, "", f"duplicate key '{name}' (first given at line {m.line})")
+                    _p(self.filename, key_mark, sub, f"duplicate key (first given at line {m.line})")
                 )
                 continue
             first[name] = key_mark
-            explicit.append((YKey(name, key_mark), self.convert(value_node, depth + 1)))
+            explicit.append((YKey(name, key_mark), self.convert(value_node, depth + 1, sub)))
         items = [(k, v) for k, v in merged if k.name not in first]
         seen: set[str] = set()
         deduped: list[tuple[YKey, YNode]] = []
@@ -228,14 +242,14 @@ class _Walker:
         result.index = {k.name: v for k, v in result.items}
         return result
 
-    def merge_source(self, node: Node, depth: int) -> list[tuple[YKey, YNode]]:
+    def merge_source(self, node: Node, depth: int, path: str) -> list[tuple[YKey, YNode]]:
         sources = node.value if isinstance(node, SequenceNode) else [node]
         out: list[tuple[YKey, YNode]] = []
         for source in reversed(sources):
-            converted = self.convert(source, depth + 1)
+            converted = self.convert(source, depth + 1, path)
             if not isinstance(converted, YMap):
                 self.problems.append(
-                    _p(self.filename, mark_of(source.start_mark), "", "`<<` must merge a mapping")
+                    _p(self.filename, mark_of(source.start_mark), path, "`<<` must merge a mapping")
                 )
                 continue
             out.extend(converted.items)
