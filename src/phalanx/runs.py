@@ -9,10 +9,8 @@ supervisor alone writes status, and stops every replica before marking the exper
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -201,9 +199,12 @@ class Run:
 
     def _artifact_store(self) -> Any:
         if self._artifacts is None:
-            from phalanx.store.artifacts import ArtifactStore
+            found = getattr(self._store, "artifact_store", None)
+            if found is None:
+                from phalanx.store.artifacts import ArtifactStore
 
-            self._artifacts = ArtifactStore(self.settings.artifacts_root)
+                found = ArtifactStore(self.settings.artifacts_root)
+            self._artifacts = found
         return self._artifacts
 
     # -- waiting and stopping -------------------------------------------------------------------
@@ -263,43 +264,24 @@ class Run:
                 offsets[replica] = lines[-1].offset + 1
         stream.flush()
 
-    def _supervisor_pid(self) -> int | None:
-        """Ours when submit() started it; else what the supervisor (supervisor.pid) or submit()
-        (submit.json) wrote in the run folder."""
-        if self._process is not None:
-            return None if self._process.poll() is not None else int(self._process.pid)
-        from phalanx.estimators.experiment import SUBMIT_FILE
-
-        run_dir = self.settings.runs_dir / self.id
-        with contextlib.suppress(OSError, ValueError, IndexError):
-            return int((run_dir / "supervisor.pid").read_text(encoding="utf-8").split()[0])
-        with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
-            doc = json.loads((run_dir / SUBMIT_FILE).read_text(encoding="utf-8"))
-            return int(doc["supervisor_pid"])
-        return None
-
     def _supervisor_gone(self) -> bool:
         if self._process is not None:
             return self._process.poll() is not None
         return False  # not ours: a pid may have been reused, so trust the store
 
-    def cancel(self) -> None:
-        """Stop the experiment: its supervisor stops every replica and marks it stopped. Returns at
-        once (wait_for_completion(raise_on_error=False) to see it end); a run that has ended is left
-        as it is, so calling it twice is harmless.
+    def cancel(self, timeout: float = 60.0) -> ExperimentStatus:
+        """Stop the experiment as `phalanx stop` does: its supervisor stops every replica and marks it
+        stopped (if the supervisor is gone, what the engine still runs is cancelled here). Waits up
+        to ``timeout`` seconds for that and returns the status; a run that has ended is left as it
+        is, so calling it twice is harmless."""
+        experiment = self.refresh()
+        if experiment.status.done:
+            return experiment.status
+        from phalanx.supervisor import stop_experiment
 
-        Like the server's stop, it leaves a stop request in the run folder (``runs/<id>/stop``, which
-        the supervisor watches) and sends the supervisor SIGTERM, what Ctrl-C on `phalanx run` does.
-        """
-        if self.get_status().done:
-            return
-        run_dir = self.settings.runs_dir / self.id
-        run_dir.mkdir(parents=True, exist_ok=True)
-        tmp = run_dir / "stop.tmp"
-        tmp.write_text(json.dumps({"requested_at": time.time(), "by": "Run.cancel"}), encoding="utf-8")
-        os.replace(tmp, run_dir / "stop")
-        pid = self._supervisor_pid()
-        if pid is not None and pid > 1:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.kill(pid, signal.SIGTERM)
-                log.info("asked the supervisor of %s (pid %d) to stop", self.id, pid)
+        status = stop_experiment(self._store, self.settings, experiment, timeout=timeout)
+        if self._process is not None:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self._process.wait(timeout=timeout)  # reap it: no zombie in a long-lived notebook
+        log.info("experiment %s %s", self.id, status)
+        return status
