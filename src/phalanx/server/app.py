@@ -58,7 +58,9 @@ def create_app(settings: ServerSettings, store: Store | None = None) -> FastAPI:
     )
     app.state.settings = settings
     app.state.store = store
-    app.state.files = ArtifactFiles(settings.store.artifacts_root)
+    # Serve files from the store's own artifact root when it has one (a store passed in by a caller).
+    root = getattr(getattr(store, "artifact_store", None), "root_url", None)
+    app.state.files = ArtifactFiles(root or settings.store.artifacts_root)
 
     @app.get(f"{API}/health", tags=["server"])
     def health() -> dict[str, Any]:

@@ -1,0 +1,42 @@
+// The REST API as the UI uses it. A 401 sends the browser to the login page.
+
+const BASE = "/api/v1";
+
+export class ApiError extends Error {
+  constructor(status, code, message) { super(message); this.status = status; this.code = code; }
+}
+
+async function request(path, options = {}) {
+  const res = await fetch(BASE + path, { credentials: "same-origin", ...options });
+  if (res.status === 401) {
+    location.href = `/login?next=${encodeURIComponent(location.pathname + location.search + location.hash)}`;
+    throw new ApiError(401, "unauthorized", "sign in first");
+  }
+  if (!res.ok) {
+    let body = {};
+    try { body = await res.json(); } catch { /* not JSON */ }
+    throw new ApiError(res.status, body.error || "error", body.message || res.statusText);
+  }
+  if (res.status === 204) return null;
+  return res.json();
+}
+
+const enc = encodeURIComponent;
+const encPath = (p) => p.split("/").map(enc).join("/");
+
+export const api = {
+  experiments: (params) => request(`/experiments?${new URLSearchParams(params)}`),
+  experiment: (id) => request(`/experiments/${enc(id)}`),
+  stop: (id) => request(`/experiments/${enc(id)}/stop`, { method: "POST" }),
+  remove: (id) => request(`/experiments/${enc(id)}`, { method: "DELETE" }),
+  titles: (id) => request(`/experiments/${enc(id)}/metrics`),
+  metric: (id, title, params) => request(`/experiments/${enc(id)}/metrics/${encPath(title)}?${new URLSearchParams(params)}`),
+  params: (id) => request(`/experiments/${enc(id)}/params`),
+  artifacts: (id) => request(`/experiments/${enc(id)}/artifacts`),
+  preview: (id, name) => request(`/experiments/${enc(id)}/previews/${encPath(name)}`),
+  models: (id) => request(`/experiments/${enc(id)}/models`),
+  logs: (id, params) => request(`/experiments/${enc(id)}/logs?${new URLSearchParams(params)}`),
+  artifactUrl: (id, name, inline = false) => `${BASE}/experiments/${enc(id)}/artifacts/${encPath(name)}${inline ? "?inline=true" : ""}`,
+  modelUrl: (id, name) => `${BASE}/experiments/${enc(id)}/models/${encPath(name)}`,
+  logStreamUrl: (id, params) => `${BASE}/experiments/${enc(id)}/logs/stream?${new URLSearchParams(params)}`,
+};

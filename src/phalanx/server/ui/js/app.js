@@ -1,0 +1,19 @@
+// The UI's entry point: picks the view from the path. Pages are /, /experiments/{id}, /compare.
+
+import { renderCompare } from "./compare.js";
+import { renderExperiment } from "./experiment.js";
+import { renderList } from "./list.js";
+
+function route() {
+  const root = document.getElementById("app");
+  const path = location.pathname;
+  const ctx = { alive: () => true };
+  let nav = "experiments";
+  const m = /^\/experiments\/([^/]+)\/?$/.exec(path);
+  if (m) renderExperiment(root, ctx, decodeURIComponent(m[1]));
+  else if (path === "/compare" || path === "/compare/") { nav = "compare"; renderCompare(root, ctx); }
+  else renderList(root, ctx);
+  for (const a of document.querySelectorAll(".topbar nav a")) a.classList.toggle("active", a.dataset.nav === nav);
+}
+
+route();

@@ -1,0 +1,124 @@
+// Scalar charts drawn by uPlot (vendored; made for large time series). One chart per title, one line
+// per series. The server already downsampled each series (min/max per bucket keeps peaks); here we
+// only align series on a shared x axis, smooth (EMA, as TensorBoard does) and draw.
+
+import { color, h } from "./util.js";
+
+export const MAX_POINTS = 2000;
+
+export function smooth(values, weight) {
+  if (!weight) return values;
+  const out = new Array(values.length);
+  let last = 0;
+  let n = 0;
+  for (let i = 0; i < values.length; i++) {
+    const v = values[i];
+    if (v === null || !Number.isFinite(v)) { out[i] = null; continue; }
+    last = last * weight + (1 - weight) * v;
+    n++;
+    out[i] = last / (1 - Math.pow(weight, n)); // debiased, so the first points are not pulled to 0
+  }
+  return out;
+}
+
+// lines: [{label, xs, ys}] -> uPlot data [xUnion, ys1, ys2, ...] with nulls where a line has no point.
+export function align(lines) {
+  const xset = new Set();
+  for (const l of lines) for (const x of l.xs) xset.add(x);
+  const xs = Float64Array.from(xset).sort();
+  const index = new Map();
+  xs.forEach((x, i) => index.set(x, i));
+  const data = [Array.from(xs)];
+  for (const l of lines) {
+    const col = new Array(xs.length).fill(null);
+    for (let i = 0; i < l.xs.length; i++) col[index.get(l.xs[i])] = l.ys[i];
+    data.push(col);
+  }
+  return data;
+}
+
+// A chart card: title, note, uPlot canvas. update() redraws with new lines or options.
+export class ScalarChart {
+  constructor(parent, title) {
+    this.title = title;
+    this.plot = null;
+    this.body = h("div", { class: "chart-body" });
+    this.note = h("div", { class: "note" });
+    this.card = h("div", { class: "chart-card", "data-title": title }, h("h3", {}, title), this.body, this.note);
+    parent.append(this.card);
+    this.resizer = new ResizeObserver(() => {
+      if (this.plot) this.plot.setSize({ width: this.width(), height: 300 });
+    });
+    this.resizer.observe(this.card);
+  }
+
+  width() { return Math.max(300, this.card.clientWidth - 24); }
+
+  // lines: [{label, xs, ys, count, downsampled, color?}]; opts: {xMode, log, smoothing}
+  update(lines, opts) {
+    const { xMode = "step", log = false, smoothing = 0 } = opts || {};
+    const prepared = lines.map((l) => {
+      let ys = smooth(l.ys, smoothing);
+      if (log) ys = ys.map((v) => (v !== null && v > 0 ? v : null));
+      return { ...l, ys };
+    });
+    const data = align(prepared);
+    const total = lines.reduce((a, l) => a + (l.count || l.xs.length), 0);
+    const shown = lines.reduce((a, l) => a + l.xs.length, 0);
+    this.note.textContent = `${lines.length} series · ${total.toLocaleString()} points` +
+      (shown < total ? ` (showing ${shown.toLocaleString()}, peaks kept)` : "") +
+      " · drag to zoom, double-click to reset";
+    if (this.plot) { this.plot.destroy(); this.plot = null; }
+    const options = {
+      width: this.width(),
+      height: 300,
+      scales: { x: { time: xMode === "time" }, y: { distr: log ? 3 : 1 } },
+      series: [
+        { label: xMode === "time" ? "time" : "iteration" },
+        ...prepared.map((l, i) => ({
+          label: l.label,
+          stroke: l.color || color(i),
+          width: 1.5,
+          spanGaps: true,
+          points: { show: false },
+          value: (u, v) => (v === null || v === undefined ? "—" : Number(v).toPrecision(5)),
+        })),
+      ],
+      axes: [{ grid: { stroke: "#eef0f3" } }, { grid: { stroke: "#eef0f3" }, size: 60 }],
+      cursor: { drag: { x: true, y: false }, points: { size: 6 } },
+      legend: { live: true },
+    };
+    this.plot = new uPlot(options, data, this.body);
+  }
+
+  destroy() {
+    this.resizer.disconnect();
+    if (this.plot) this.plot.destroy();
+    this.card.remove();
+  }
+}
+
+// The controls every scalars view shares: smoothing, log scale, x axis.
+export function chartControls(state, onChange) {
+  const value = h("span", { class: "mono small" }, state.smoothing.toFixed(2));
+  const slider = h("input", { type: "range", min: "0", max: "0.99", step: "0.01", value: String(state.smoothing),
+    "aria-label": "smoothing",
+    oninput: (ev) => { state.smoothing = Number(ev.target.value); value.textContent = state.smoothing.toFixed(2); onChange(false); } });
+  const log = h("input", { type: "checkbox", id: "log-scale", onchange: (ev) => { state.log = ev.target.checked; onChange(false); } });
+  log.checked = state.log;
+  const xsel = h("select", { "aria-label": "x axis", onchange: (ev) => { state.xMode = ev.target.value; onChange(true); } },
+    h("option", { value: "step" }, "x: iteration"), h("option", { value: "time" }, "x: wall time"));
+  xsel.value = state.xMode;
+  return h("div", { class: "toolbar card", style: { padding: "8px 12px" } },
+    h("label", {}, "Smoothing "), slider, value,
+    h("span", { style: { width: "16px" } }),
+    log, h("label", { for: "log-scale" }, "log scale"),
+    h("span", { style: { width: "16px" } }),
+    xsel);
+}
+
+// One API series -> one chart line.
+export function toLine(label, s, xMode) {
+  const xs = xMode === "time" && s.times.length === s.steps.length ? s.times : s.steps;
+  return { label, xs, ys: s.values, count: s.count };
+}

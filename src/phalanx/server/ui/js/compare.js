@@ -1,0 +1,154 @@
+// Compare: two or more experiments, their scalars overlaid and their hyperparameters side by side,
+// rows that differ marked.
+
+import { api } from "./api.js";
+import { MAX_POINTS, ScalarChart, chartControls, toLine } from "./charts.js";
+import { badge, byReplica, clear, color, fmtAgo, fmtValue, h, topologyText } from "./util.js";
+
+export function renderCompare(root, ctx) {
+  const ids = (new URLSearchParams(location.search).get("ids") || "").split(",").map((s) => s.trim()).filter(Boolean);
+  if (ids.length < 2) return renderPicker(root, ids);
+  clear(root).append(h("p", { class: "muted" }, "Loading…"));
+  const charts = [];
+  (async () => {
+    let exps;
+    try { exps = await Promise.all(ids.map((id) => api.experiment(id))); } catch (err) {
+      clear(root).append(h("div", { class: "empty" }, `Could not load: ${err.message}`));
+      return;
+    }
+    const state = { smoothing: 0, log: false, xMode: "step" };
+    const grid = h("div", { class: "charts", id: "compare-charts" });
+    const paramsBox = h("div", { id: "compare-params" });
+    clear(root).append(
+      h("div", { class: "toolbar" }, h("h1", {}, `Compare ${exps.length} experiments`), h("span", { class: "spacer" }),
+        h("a", { href: `/compare?ids=${ids.join(",")}&pick=1`, onclick: (ev) => { ev.preventDefault(); renderPicker(root, ids); } }, "change selection")),
+      h("div", { class: "cmp-heads" }, exps.map((e, i) => h("div", { class: "card", "data-id": e.id, style: { "--c": color(i) } },
+        h("div", {}, h("a", { href: `/experiments/${e.id}` }, h("b", {}, e.name)), " ", badge(e.status)),
+        h("div", { class: "muted small mono" }, e.id),
+        h("div", { class: "small" }, `${e.project} · ${e.framework || "—"} · ${topologyText(e.topology)}`)))),
+      h("h2", {}, "Scalars"),
+      chartControls(state, (refetch) => (refetch ? loadScalars() : draw())),
+      grid,
+      h("h2", {}, "Hyperparameters"),
+      paramsBox,
+    );
+
+    const metrics = new Map(); // title -> [[exp, metric]]
+    function label(e) { return `${e.name} (${e.id.slice(0, 6)})`; }
+    function draw() {
+      for (const c of charts) c.destroy();
+      charts.length = 0;
+      for (const title of [...metrics.keys()].sort()) {
+        const chart = new ScalarChart(grid, title);
+        charts.push(chart);
+        const lines = [];
+        metrics.get(title).forEach(([e, m, ei]) => {
+          for (const s of Object.keys(m.series).sort()) lines.push(toLine(`${label(e)} · ${s}`, m.series[s], state.xMode));
+        });
+        lines.forEach((l, i) => { l.color = color(i); });
+        chart.update(lines, state);
+      }
+      if (!metrics.size) grid.append(h("p", { class: "muted" }, "None of these experiments reported scalars."));
+    }
+    async function loadScalars() {
+      metrics.clear();
+      const titles = await Promise.all(exps.map((e) => api.titles(e.id)));
+      const jobs = [];
+      exps.forEach((e, ei) => {
+        for (const t of Object.keys(titles[ei].titles)) {
+          jobs.push(api.metric(e.id, t, { max_points: MAX_POINTS, x: state.xMode }).then((m) => {
+            if (!metrics.has(t)) metrics.set(t, []);
+            metrics.get(t).push([e, m, ei]);
+          }));
+        }
+      });
+      await Promise.all(jobs);
+      for (const list of metrics.values()) list.sort((a, b) => a[2] - b[2]);
+      draw();
+    }
+    loadScalars();
+    drawParams(paramsBox, exps, await Promise.all(exps.map((e) => api.params(e.id))));
+  })();
+  return () => { for (const c of charts) c.destroy(); };
+}
+
+// One cell per experiment: the value, or each replica's value when the replicas disagree.
+function cellText(records) {
+  if (!records || !records.length) return null;
+  const values = new Map();
+  for (const r of [...records].sort((a, b) => byReplica(a.replica, b.replica))) {
+    const v = fmtValue(r.value);
+    if (!values.has(v)) values.set(v, []);
+    values.get(v).push(r.replica);
+  }
+  if (values.size === 1) return [...values.keys()][0];
+  return [...values.entries()].map(([v, reps]) => `${v} (${reps.join(", ")})`).join("; ");
+}
+
+function drawParams(box, exps, allParams) {
+  const rows = new Map(); // "section\u0000key" -> [records per experiment]
+  allParams.forEach((params, ei) => {
+    for (const p of params) {
+      const k = `${p.section}\u0000${p.key}`;
+      if (!rows.has(k)) rows.set(k, exps.map(() => []));
+      rows.get(k)[ei].push(p);
+    }
+  });
+  if (!rows.size) { box.append(h("p", { class: "muted" }, "No hyperparameters reported.")); return; }
+  const keys = [...rows.keys()].sort((a, b) => {
+    const [sa, ka] = a.split("\u0000");
+    const [sb, kb] = b.split("\u0000");
+    const rank = (s) => (s === "Args" ? 0 : s === "General" ? 1 : 2);
+    return rank(sa) - rank(sb) || sa.localeCompare(sb) || ka.localeCompare(kb);
+  });
+  const onlyDiff = h("input", { type: "checkbox", id: "only-diff" });
+  const tbody = h("tbody");
+  let differing = 0;
+  for (const k of keys) {
+    const [section, key] = k.split("\u0000");
+    const cells = rows.get(k).map(cellText);
+    const differs = new Set(cells.map((c) => c ?? "\u0000missing")).size > 1;
+    if (differs) differing++;
+    tbody.append(h("tr", { class: differs ? "differs" : "", "data-key": key },
+      h("td", { class: "muted" }, section), h("td", { class: "key mono" }, key),
+      cells.map((c) => h("td", { class: "value" }, c ?? "—"))));
+  }
+  onlyDiff.addEventListener("change", () => {
+    for (const tr of tbody.children) tr.hidden = onlyDiff.checked && !tr.classList.contains("differs");
+  });
+  box.append(
+    h("div", { class: "toolbar" }, onlyDiff, h("label", { for: "only-diff" }, "only differences"),
+      h("span", { class: "muted small" }, `${differing} of ${keys.length} differ`)),
+    h("div", { class: "table-wrap" }, h("table", { class: "grid params-table", id: "compare-params-table" },
+      h("thead", {}, h("tr", {}, h("th", {}, "section"), h("th", {}, "name"), exps.map((e) => h("th", {}, `${e.name} (${e.id.slice(0, 6)})`)))),
+      tbody)),
+  );
+}
+
+function renderPicker(root, preselected) {
+  const chosen = new Set(preselected);
+  const go = h("button", { class: "primary", onclick: () => { location.href = `/compare?ids=${[...chosen].join(",")}`; } }, "Compare");
+  const update = () => { go.disabled = chosen.size < 2; go.textContent = `Compare (${chosen.size})`; };
+  const tbody = h("tbody");
+  clear(root).append(
+    h("div", { class: "toolbar" }, h("h1", {}, "Compare experiments"), h("span", { class: "spacer" }), go),
+    h("p", { class: "muted" }, "Pick two or more experiments."),
+    h("div", { class: "table-wrap" }, h("table", { class: "grid", id: "pick" },
+      h("thead", {}, h("tr", {}, ["", "id", "name", "project", "status", "topology", "started"].map((c) => h("th", {}, c)))), tbody)),
+  );
+  update();
+  api.experiments({ limit: 200 }).then((page) => {
+    for (const e of page.items) {
+      const box = h("input", { type: "checkbox", "aria-label": `select ${e.id}`, onchange: (ev) => {
+        if (ev.target.checked) chosen.add(e.id); else chosen.delete(e.id);
+        update();
+      } });
+      box.checked = chosen.has(e.id);
+      tbody.append(h("tr", { "data-id": e.id }, h("td", {}, box), h("td", { class: "mono" }, e.id), h("td", {}, e.name),
+        h("td", {}, e.project), h("td", {}, badge(e.status)), h("td", {}, topologyText(e.topology)),
+        h("td", { class: "num" }, fmtAgo(e.started_at || e.created_at))));
+    }
+    if (!page.items.length) tbody.append(h("tr", {}, h("td", { colspan: 7, class: "empty" }, "No experiments yet.")));
+  });
+  return () => {};
+}

@@ -1,0 +1,107 @@
+// The Console tab: every replica's output (or one replica's), searchable, following a running
+// experiment live through server-sent events.
+
+import { api } from "./api.js";
+import { byReplica, clear, color, h } from "./util.js";
+
+const MAX_LINES = 50000;
+
+export function renderConsole(panel, ctx, exp) {
+  let source = null;
+  let replica = "";
+  let lines = [];
+  const seen = new Set((exp.replicas || []).map((r) => r.name));
+  const chips = h("div", { class: "chips", id: "replica-chips" });
+  const search = h("input", { type: "search", placeholder: "Search the console", "aria-label": "search console" });
+  const follow = h("input", { type: "checkbox", id: "follow", checked: true });
+  const state = h("span", { class: "muted small" });
+  const out = h("div", { class: "console", id: "console" });
+  panel.append(
+    h("div", { class: "toolbar" }, chips, h("span", { class: "spacer" }), search, follow, h("label", { for: "follow" }, "follow"), state),
+    out,
+  );
+  const colors = new Map();
+  const colorOf = (name) => {
+    if (!colors.has(name)) colors.set(name, color([...seen].sort(byReplica).indexOf(name) + 1));
+    return colors.get(name);
+  };
+
+  function drawChips() {
+    const names = [...seen].sort(byReplica);
+    clear(chips).append(h("button", { class: `chip ${replica === "" ? "active" : ""}`, "data-replica": "", onclick: () => select("") }, "all replicas"),
+      names.map((n) => h("button", { class: `chip ${replica === n ? "active" : ""}`, "data-replica": n, onclick: () => select(n) }, n)));
+  }
+
+  function lineEl(l, needle) {
+    const text = h("span", { class: "text" });
+    if (needle) {
+      const lower = l.text.toLowerCase();
+      let at = 0;
+      for (let i = lower.indexOf(needle); i >= 0; i = lower.indexOf(needle, at)) {
+        text.append(l.text.slice(at, i), h("mark", {}, l.text.slice(i, i + needle.length)));
+        at = i + needle.length;
+      }
+      text.append(l.text.slice(at));
+    } else text.textContent = l.text;
+    return h("div", { class: `line ${l.stream}`, "data-replica": l.replica },
+      h("span", { class: "rep", style: { color: colorOf(l.replica) } }, `[${l.replica}]`), text);
+  }
+
+  function matches(l, needle) { return !needle || l.text.toLowerCase().includes(needle); }
+
+  function redraw() {
+    const needle = search.value.trim().toLowerCase();
+    clear(out);
+    const frag = document.createDocumentFragment();
+    for (const l of lines) if (matches(l, needle)) frag.append(lineEl(l, needle));
+    out.append(frag);
+    if (follow.checked) out.scrollTop = out.scrollHeight;
+  }
+
+  let pending = [];
+  let scheduled = false;
+  function append(l) {
+    lines.push(l);
+    if (!seen.has(l.replica)) { seen.add(l.replica); drawChips(); }
+    pending.push(l);
+    if (!scheduled) {
+      scheduled = true;
+      requestAnimationFrame(() => {
+        scheduled = false;
+        const needle = search.value.trim().toLowerCase();
+        const frag = document.createDocumentFragment();
+        for (const p of pending) if (matches(p, needle)) frag.append(lineEl(p, needle));
+        pending = [];
+        out.append(frag);
+        if (lines.length > MAX_LINES) { lines = lines.slice(-MAX_LINES); redraw(); }
+        if (follow.checked) out.scrollTop = out.scrollHeight;
+      });
+    }
+  }
+
+  function open() {
+    if (source) source.close();
+    lines = [];
+    pending = [];
+    clear(out);
+    state.textContent = "loading…";
+    const params = replica ? { replica } : {};
+    source = new EventSource(api.logStreamUrl(exp.id, params), { withCredentials: true });
+    source.addEventListener("line", (ev) => append(JSON.parse(ev.data)));
+    source.addEventListener("open", () => { state.textContent = ctx.live() ? "live" : ""; });
+    source.addEventListener("end", () => {
+      source.close();
+      state.textContent = `${lines.length} lines`;
+      if (!lines.length) out.append(h("div", { class: "line muted" }, "No console output recorded."));
+    });
+    source.addEventListener("error", () => { if (source.readyState === EventSource.CLOSED) state.textContent = "disconnected"; });
+  }
+
+  function select(name) { replica = name; drawChips(); open(); }
+
+  let debounce = null;
+  search.addEventListener("input", () => { clearTimeout(debounce); debounce = setTimeout(redraw, 150); });
+  drawChips();
+  open();
+  return () => { if (source) source.close(); };
+}

@@ -1,0 +1,140 @@
+// The experiment page: a header and six tabs. The tab is in the URL's hash (#scalars), so a link can
+// open any of them. The header and Overview refresh while the experiment runs.
+
+import { api } from "./api.js";
+import { renderConsole } from "./console.js";
+import { renderArtifacts, renderModels, renderParams, renderScalars } from "./panels.js";
+import { badge, byReplica, clear, durationSeconds, fmtDuration, fmtResources, fmtTime, h, topologyText } from "./util.js";
+
+const TABS = [
+  ["overview", "Overview"], ["scalars", "Scalars"], ["hyperparameters", "Hyperparameters"],
+  ["artifacts", "Artifacts"], ["models", "Models"], ["console", "Console"],
+];
+
+export function renderExperiment(root, ctx, id) {
+  let exp = null;
+  let tab = (location.hash || "#overview").slice(1);
+  if (!TABS.some(([k]) => k === tab)) tab = "overview";
+  let disposePanel = () => {};
+  let timer = null;
+
+  const head = h("div", { class: "exp-head" });
+  const tabs = h("nav", { class: "tabs", role: "tablist" });
+  const panel = h("section", { id: "panel" });
+  clear(root).append(head, tabs, panel);
+
+  function drawTabs() {
+    clear(tabs).append(TABS.map(([key, label]) => h("a", {
+      href: `#${key}`, role: "tab", class: key === tab ? "active" : "", "data-tab": key,
+      "aria-selected": key === tab ? "true" : "false",
+      onclick: (ev) => { ev.preventDefault(); if (key !== tab) { tab = key; history.replaceState(null, "", `#${key}`); drawTabs(); drawPanel(); } },
+    }, label)));
+  }
+
+  function drawHead() {
+    const running = ["running", "starting", "created"].includes(exp.status);
+    const stop = h("button", { class: "danger", onclick: async () => {
+      if (!confirm(`Stop experiment ${exp.id}? Every replica will be stopped.`)) return;
+      try { const r = await api.stop(exp.id); stop.disabled = true; stop.textContent = "Stopping…"; console.info(r.message); refresh(); }
+      catch (err) { alert(`Could not stop: ${err.message}`); }
+    } }, "Stop");
+    const del = h("button", { class: "danger", onclick: async () => {
+      if (!confirm(`Delete experiment ${exp.id} and everything it reported? This cannot be undone.`)) return;
+      try { await api.remove(exp.id); location.href = "/"; } catch (err) { alert(`Could not delete: ${err.message}`); }
+    } }, "Delete");
+    clear(head).append(
+      h("div", { style: { flex: "1" } },
+        h("div", { class: "muted small" }, h("a", { href: "/" }, "Experiments"), " / ", exp.project),
+        h("h1", {}, exp.name, " ", badge(exp.status)),
+        h("div", { class: "meta" },
+          h("span", {}, "id ", h("b", { class: "mono" }, exp.id)),
+          h("span", {}, "framework ", h("b", {}, exp.framework || "—")),
+          h("span", {}, "topology ", h("b", {}, topologyText(exp.topology))),
+          exp.backend ? h("span", {}, "backend ", h("b", {}, exp.backend)) : null,
+          exp.cluster ? h("span", {}, "cluster ", h("b", {}, exp.cluster)) : null,
+          h("span", {}, "started ", h("b", {}, fmtTime(exp.started_at || exp.created_at))),
+          h("span", {}, "duration ", h("b", {}, fmtDuration(durationSeconds(exp)))),
+          (exp.tags || []).length ? h("span", {}, exp.tags.map((t) => h("span", { class: "tag" }, t))) : null,
+        )),
+      h("div", { class: "toolbar" },
+        h("a", { href: `/compare?ids=${exp.id}` }, h("button", {}, "Compare with…")),
+        running ? stop : del),
+    );
+  }
+
+  function drawPanel() {
+    disposePanel();
+    disposePanel = () => {};
+    clear(panel);
+    const live = () => ctx.alive() && exp && ["running", "starting", "created"].includes(exp.status);
+    const pctx = { alive: ctx.alive, live, experiment: () => exp };
+    const result = {
+      overview: () => renderOverview(panel, exp),
+      scalars: () => renderScalars(panel, pctx, exp.id),
+      hyperparameters: () => renderParams(panel, exp.id),
+      artifacts: () => renderArtifacts(panel, exp.id),
+      models: () => renderModels(panel, exp.id),
+      console: () => renderConsole(panel, pctx, exp),
+    }[tab]();
+    if (typeof result === "function") disposePanel = result;
+  }
+
+  async function refresh() {
+    clearTimeout(timer);
+    try {
+      exp = await api.experiment(id);
+      drawHead();
+      if (tab === "overview") drawPanel();
+      if (["running", "starting", "created"].includes(exp.status) && ctx.alive()) timer = setTimeout(refresh, 3000);
+    } catch (err) {
+      clear(root).append(h("div", { class: "empty" }, err.status === 404 ? `No experiment ${id}.` : `Could not load: ${err.message}`));
+    }
+  }
+
+  (async () => {
+    try { exp = await api.experiment(id); } catch (err) {
+      clear(root).append(h("div", { class: "empty" }, err.status === 404 ? `No experiment ${id}.` : `Could not load: ${err.message}`));
+      return;
+    }
+    drawHead(); drawTabs(); drawPanel();
+    if (["running", "starting", "created"].includes(exp.status)) timer = setTimeout(refresh, 3000);
+  })();
+
+  return () => { clearTimeout(timer); disposePanel(); };
+}
+
+function renderOverview(panel, exp) {
+  const replicas = [...(exp.replicas || [])].sort((a, b) => byReplica(a.name, b.name));
+  const roles = [["master", "Master"], ["worker", "Workers"], ["ps", "PS"]];
+  const topo = h("div", { class: "topology", id: "topology" });
+  for (const [role, label] of roles) {
+    const group = replicas.filter((r) => r.role === role);
+    if (!group.length) continue;
+    topo.append(h("div", { class: "role-row" }, h("div", { class: "role-label" }, label), group.map(replicaBox)));
+  }
+  const other = replicas.filter((r) => !roles.some(([k]) => k === r.role));
+  if (other.length) topo.append(h("div", { class: "role-row" }, h("div", { class: "role-label" }, "other"), other.map(replicaBox)));
+  if (!replicas.length) topo.append(h("p", { class: "muted" }, "No replicas recorded (a script run without phalanx run)."));
+  panel.append(
+    exp.reason ? h("div", { class: "alert bad", id: "failure-reason" }, h("b", {}, `${exp.status === "failed" ? "Failed" : "Reason"}: `), exp.reason) : null,
+    h("div", { class: "overview" },
+      h("div", { class: "card" }, h("h2", { style: { marginTop: 0 } }, "Topology ", h("span", { class: "muted small" }, topologyText(exp.topology))), topo),
+      h("div", { class: "card" }, h("h2", { style: { marginTop: 0 } }, "Experiment file"),
+        exp.spec_text ? h("pre", { class: "file", id: "spec-text" }, exp.spec_text) : h("p", { class: "muted" }, "No experiment file (started from a script or the Python API)."))),
+  );
+}
+
+function replicaBox(r) {
+  const res = fmtResources(r.resources);
+  return h("div", { class: `replica ${r.state}`, "data-replica": r.name },
+    h("div", { class: "rname" }, h("span", {}, r.name), badge(r.state)),
+    h("dl", {},
+      r.rank !== null && r.rank !== undefined ? [h("dt", {}, "rank"), h("dd", {}, r.rank)] : null,
+      h("dt", {}, "host"), h("dd", {}, r.host || "—"),
+      r.pid ? [h("dt", {}, "pid"), h("dd", {}, r.pid)] : null,
+      h("dt", {}, "exit"), h("dd", {}, r.exit_code === null || r.exit_code === undefined ? "—" : r.exit_code),
+      res ? [h("dt", {}, "resources"), h("dd", {}, res)] : null,
+    ),
+    r.reason ? h("div", { class: "reason" }, r.reason) : null,
+  );
+}

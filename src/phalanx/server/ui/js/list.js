@@ -1,0 +1,140 @@
+// Experiments: a sortable, filterable table, refreshed every few seconds while any experiment runs.
+
+import { api } from "./api.js";
+import { badge, clear, durationSeconds, fmtAgo, fmtDuration, fmtTime, h, topologyText } from "./util.js";
+
+const SERVER_SORTS = new Set(["created_at", "started_at", "name", "project", "status"]);
+const COLUMNS = [
+  ["", null], ["id", "id"], ["name", "name"], ["project", "project"], ["status", "status"],
+  ["framework", "framework"], ["topology", "topology"], ["started", "started_at"], ["duration", "duration"], ["tags", null],
+];
+const STATUSES = ["", "created", "starting", "running", "succeeded", "failed", "stopped", "unknown"];
+const PAGE = 50;
+
+export function renderList(root, ctx) {
+  const params = new URLSearchParams(location.search);
+  const state = {
+    q: params.get("q") || "", status: params.get("status") || "", project: params.get("project") || "",
+    tag: params.get("tag") || "", sort: params.get("sort") || "-created_at", offset: Number(params.get("offset") || 0),
+    selected: new Set(),
+  };
+  let timer = null;
+  let items = [];
+
+  const q = h("input", { type: "search", placeholder: "Search id, name or project", value: state.q, "aria-label": "search" });
+  const status = h("select", { "aria-label": "status" }, STATUSES.map((s) => h("option", { value: s }, s || "any status")));
+  status.value = state.status;
+  const project = h("input", { type: "text", placeholder: "project", value: state.project, size: 14, "aria-label": "project" });
+  const tag = h("input", { type: "text", placeholder: "tag", value: state.tag, size: 10, "aria-label": "tag" });
+  const compare = h("button", { class: "primary", disabled: true, onclick: () => {
+    location.href = `/compare?ids=${[...state.selected].join(",")}`;
+  } }, "Compare");
+  const counter = h("span", { class: "muted" });
+  const thead = h("thead");
+  const tbody = h("tbody");
+  const pager = h("div", { class: "pager" });
+
+  let debounce = null;
+  const refilter = () => { clearTimeout(debounce); debounce = setTimeout(() => { state.offset = 0; load(); }, 250); };
+  for (const input of [q, project, tag]) input.addEventListener("input", refilter);
+  status.addEventListener("change", () => { state.offset = 0; load(); });
+
+  clear(root).append(
+    h("div", { class: "toolbar" }, h("h1", { style: { marginRight: "12px" } }, "Experiments"), q, status, project, tag,
+      h("span", { class: "spacer" }), counter, compare),
+    h("div", { class: "table-wrap" }, h("table", { class: "grid", id: "experiments" }, thead, tbody)),
+    pager,
+  );
+
+  function sortKey() { return state.sort.replace(/^-/, ""); }
+  function drawHead() {
+    clear(thead).append(h("tr", {}, COLUMNS.map(([label, key]) => {
+      if (!key) return h("th", {}, label);
+      const active = sortKey() === key;
+      const arrow = active ? (state.sort.startsWith("-") ? "▼" : "▲") : "";
+      return h("th", { class: "sortable", onclick: () => {
+        state.sort = active && !state.sort.startsWith("-") ? `-${key}` : (active ? key : (key === "name" || key === "project" ? key : `-${key}`));
+        state.offset = 0;
+        load();
+      } }, label, h("span", { class: "arrow" }, arrow));
+    })));
+  }
+
+  function localSort(list) {
+    const key = sortKey();
+    if (SERVER_SORTS.has(key)) return list;
+    const dir = state.sort.startsWith("-") ? -1 : 1;
+    const val = (e) => (key === "duration" ? durationSeconds(e) ?? -1 : key === "topology" ? topologyText(e.topology) : e[key] ?? "");
+    return [...list].sort((a, b) => (val(a) < val(b) ? -dir : val(a) > val(b) ? dir : 0));
+  }
+
+  function drawBody() {
+    clear(tbody);
+    if (!items.length) {
+      tbody.append(h("tr", {}, h("td", { colspan: COLUMNS.length, class: "empty" },
+        state.q || state.status || state.project || state.tag ? "No experiment matches these filters." :
+          "No experiments yet. Run one with: phalanx run -f polyaxonfile.yml")));
+      return;
+    }
+    for (const e of localSort(items)) {
+      const box = h("input", { type: "checkbox", "aria-label": `select ${e.id}`, onchange: (ev) => {
+        if (ev.target.checked) state.selected.add(e.id); else state.selected.delete(e.id);
+        updateCompare();
+      } });
+      box.checked = state.selected.has(e.id);
+      const link = `/experiments/${e.id}`;
+      tbody.append(h("tr", { "data-id": e.id },
+        h("td", {}, box),
+        h("td", { class: "mono" }, h("a", { href: link }, e.id)),
+        h("td", {}, h("a", { href: link }, e.name)),
+        h("td", {}, e.project),
+        h("td", {}, badge(e.status)),
+        h("td", {}, e.framework || "—"),
+        h("td", { class: "topology" }, topologyText(e.topology)),
+        h("td", { class: "num", title: fmtTime(e.started_at || e.created_at) }, fmtAgo(e.started_at || e.created_at)),
+        h("td", { class: "num" }, fmtDuration(durationSeconds(e))),
+        h("td", {}, (e.tags || []).map((t) => h("span", { class: "tag" }, t))),
+      ));
+    }
+  }
+
+  function updateCompare() {
+    compare.disabled = state.selected.size < 2;
+    compare.textContent = state.selected.size ? `Compare (${state.selected.size})` : "Compare";
+  }
+
+  function drawPager(total) {
+    clear(pager);
+    if (total <= PAGE) return;
+    const last = state.offset + items.length;
+    pager.append(
+      h("span", { class: "muted" }, `${state.offset + 1}–${last} of ${total}`),
+      h("button", { disabled: state.offset === 0, onclick: () => { state.offset = Math.max(0, state.offset - PAGE); load(); } }, "Previous"),
+      h("button", { disabled: last >= total, onclick: () => { state.offset += PAGE; load(); } }, "Next"),
+    );
+  }
+
+  async function load() {
+    clearTimeout(timer);
+    const query = { offset: state.offset, limit: PAGE, sort: SERVER_SORTS.has(sortKey()) ? state.sort : "-created_at" };
+    state.q = q.value.trim(); state.status = status.value; state.project = project.value.trim(); state.tag = tag.value.trim();
+    for (const k of ["q", "status", "project", "tag"]) if (state[k]) query[k] = state[k];
+    const shown = new URLSearchParams();
+    for (const k of ["q", "status", "project", "tag", "sort"]) if (state[k] && !(k === "sort" && state[k] === "-created_at")) shown.set(k, state[k]);
+    history.replaceState(null, "", shown.toString() ? `/?${shown}` : "/");
+    try {
+      const page = await api.experiments(query);
+      items = page.items;
+      counter.textContent = `${page.total} experiment${page.total === 1 ? "" : "s"}`;
+      drawHead(); drawBody(); drawPager(page.total); updateCompare();
+      const live = items.some((e) => ["running", "starting", "created"].includes(e.status));
+      if (live && ctx.alive()) timer = setTimeout(load, 3000);
+    } catch (err) {
+      clear(tbody).append(h("tr", {}, h("td", { colspan: COLUMNS.length, class: "empty" }, `Could not load: ${err.message}`)));
+    }
+  }
+
+  drawHead();
+  load();
+  return () => clearTimeout(timer);
+}

@@ -1,0 +1,127 @@
+// The experiment page's Scalars, Hyperparameters, Artifacts and Models tabs.
+
+import { api } from "./api.js";
+import { MAX_POINTS, ScalarChart, chartControls, toLine } from "./charts.js";
+import { byReplica, clear, fmtBytes, fmtTime, fmtValue, h } from "./util.js";
+
+export function renderScalars(panel, ctx, id) {
+  const state = { smoothing: 0, log: false, xMode: "step" };
+  const charts = new Map();
+  const data = new Map();
+  let timer = null;
+  const grid = h("div", { class: "charts", id: "charts" });
+  const status = h("p", { class: "muted" }, "Loading scalars…");
+  panel.append(chartControls(state, (refetch) => (refetch ? load() : draw())), status, grid);
+
+  function draw() {
+    for (const [title, metric] of data) {
+      let chart = charts.get(title);
+      if (!chart) { chart = new ScalarChart(grid, title); charts.set(title, chart); }
+      const names = Object.keys(metric.series).sort();
+      chart.update(names.map((n) => toLine(n, metric.series[n], state.xMode)), state);
+    }
+  }
+
+  async function load() {
+    clearTimeout(timer);
+    try {
+      const { titles } = await api.titles(id);
+      const names = Object.keys(titles).sort();
+      if (!names.length) { status.textContent = "No scalars reported yet."; }
+      else status.textContent = "";
+      status.hidden = !!names.length;
+      const fetched = await Promise.all(names.map((t) => api.metric(id, t, { max_points: MAX_POINTS, x: state.xMode })));
+      data.clear();
+      names.forEach((t, i) => data.set(t, fetched[i]));
+      draw();
+    } catch (err) {
+      status.hidden = false;
+      status.textContent = `Could not load scalars: ${err.message}`;
+    }
+    if (ctx.live()) timer = setTimeout(load, 5000);
+  }
+
+  load();
+  return () => { clearTimeout(timer); for (const c of charts.values()) c.destroy(); };
+}
+
+const SECTION_ORDER = ["Args", "General"];
+
+export function groupParams(params) {
+  const sections = new Map();
+  for (const p of params) {
+    if (!sections.has(p.section)) sections.set(p.section, []);
+    sections.get(p.section).push(p);
+  }
+  const names = [...sections.keys()].sort((a, b) => {
+    const ia = SECTION_ORDER.indexOf(a);
+    const ib = SECTION_ORDER.indexOf(b);
+    return (ia < 0 ? 99 : ia) - (ib < 0 ? 99 : ib) || a.localeCompare(b);
+  });
+  return names.map((n) => [n, sections.get(n).sort((a, b) => a.key.localeCompare(b.key) || byReplica(a.replica, b.replica))]);
+}
+
+export async function renderParams(panel, id) {
+  const params = await api.params(id);
+  if (!params.length) { panel.append(h("div", { class: "empty" }, "No hyperparameters reported.")); return; }
+  for (const [section, rows] of groupParams(params)) {
+    panel.append(
+      h("h2", {}, section, " ", h("span", { class: "muted small" }, `${rows.length}`)),
+      h("div", { class: "table-wrap" }, h("table", { class: "grid params-table", "data-section": section },
+        h("thead", {}, h("tr", {}, h("th", {}, "name"), h("th", {}, "value"), h("th", {}, "replica"), h("th", {}, "rank"))),
+        h("tbody", {}, rows.map((p) => h("tr", { "data-key": p.key, "data-replica": p.replica },
+          h("td", { class: "key mono" }, p.key), h("td", { class: "value" }, fmtValue(p.value)),
+          h("td", {}, p.replica), h("td", { class: "num" }, p.rank ?? "—")))))),
+    );
+  }
+}
+
+export async function renderArtifacts(panel, id) {
+  const artifacts = await api.artifacts(id);
+  if (!artifacts.length) { panel.append(h("div", { class: "empty" }, "No artifacts uploaded.")); return; }
+  artifacts.sort((a, b) => a.name.localeCompare(b.name));
+  const preview = h("div", { class: "card preview", id: "artifact-preview" }, h("p", { class: "muted" }, "Select an artifact to preview it."));
+  const rows = new Map();
+  async function show(a) {
+    for (const [name, tr] of rows) tr.classList.toggle("selected", name === a.name);
+    clear(preview).append(h("h3", { style: { marginTop: 0 } }, a.name, " ", h("span", { class: "muted small" }, `${a.kind} · ${a.content_type}`)));
+    try {
+      const p = await api.preview(id, a.name);
+      if (p.preview === "image") preview.append(h("img", { src: api.artifactUrl(id, a.name, true), alt: a.name }));
+      else if (p.preview === "json" || p.preview === "text") preview.append(h("pre", {}, p.text), p.truncated ? h("p", { class: "muted small" }, "Preview truncated; download for the whole file.") : null);
+      else if (p.preview === "files") preview.append(h("ul", { class: "mono" }, p.files.map((f) => h("li", {}, f))));
+      else preview.append(h("p", { class: "muted" }, "No preview for this kind of file."));
+    } catch (err) {
+      preview.append(h("p", { class: "muted" }, `No preview: ${err.message}`));
+    }
+    preview.append(h("p", {}, h("a", { href: api.artifactUrl(id, a.name), download: "" }, "Download")));
+  }
+  const table = h("table", { class: "grid", id: "artifacts" },
+    h("thead", {}, h("tr", {}, ["name", "kind", "size", "replica", "uploaded", ""].map((c) => h("th", {}, c)))),
+    h("tbody", {}, artifacts.map((a) => {
+      const tr = h("tr", { "data-name": a.name, style: { cursor: "pointer" }, onclick: () => show(a) },
+        h("td", {}, h("a", { href: "#artifacts", onclick: (ev) => ev.preventDefault() }, a.name)),
+        h("td", {}, a.kind), h("td", { class: "num" }, fmtBytes(a.size)), h("td", {}, a.replica),
+        h("td", { class: "num" }, fmtTime(a.time)),
+        h("td", {}, h("a", { href: api.artifactUrl(id, a.name), download: "", onclick: (ev) => ev.stopPropagation() }, "download")));
+      rows.set(a.name, tr);
+      return tr;
+    })));
+  panel.append(h("div", { class: "split" }, h("div", { class: "table-wrap" }, table), preview));
+  show(artifacts[0]);
+}
+
+export async function renderModels(panel, id) {
+  const models = await api.models(id);
+  if (!models.length) {
+    panel.append(h("div", { class: "empty" }, "No models saved. In a training script: task.save_model(model, \"name\", example_input=x)."));
+    return;
+  }
+  panel.append(h("div", { class: "table-wrap" }, h("table", { class: "grid", id: "models" },
+    h("thead", {}, h("tr", {}, ["name", "format", "size", "replica", "saved", "details", ""].map((c) => h("th", {}, c)))),
+    h("tbody", {}, models.map((m) => h("tr", { "data-name": m.name },
+      h("td", {}, m.name), h("td", {}, m.format), h("td", { class: "num" }, fmtBytes(m.size)), h("td", {}, m.replica),
+      h("td", { class: "num" }, fmtTime(m.time)),
+      h("td", { class: "mono small" }, Object.keys(m.metadata || {}).length ? JSON.stringify(m.metadata) : ""),
+      h("td", {}, h("a", { href: api.modelUrl(id, models.filter((x) => x.name === m.name).length > 1 ? `${m.name}.${m.format}` : m.name), download: "" }, "download"))))))));
+}

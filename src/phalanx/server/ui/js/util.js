@@ -1,0 +1,114 @@
+// Small DOM and formatting helpers shared by every view. Text always goes in through textContent,
+// never innerHTML, so nothing an experiment reported can inject markup.
+
+export function h(tag, attrs = {}, ...children) {
+  const el = document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs || {})) {
+    if (v === null || v === undefined || v === false) continue;
+    if (k === "class") el.className = v;
+    else if (k === "style" && typeof v === "object") Object.assign(el.style, v);
+    else if (k.startsWith("on") && typeof v === "function") el.addEventListener(k.slice(2), v);
+    else if (k === "dataset") Object.assign(el.dataset, v);
+    else el.setAttribute(k, v === true ? "" : String(v));
+  }
+  for (const c of children.flat(Infinity)) {
+    if (c === null || c === undefined || c === false) continue;
+    el.append(c instanceof Node ? c : document.createTextNode(String(c)));
+  }
+  return el;
+}
+
+export function clear(el) { while (el.firstChild) el.removeChild(el.firstChild); return el; }
+
+export function badge(status) { return h("span", { class: `badge ${status}`, "data-status": status }, status); }
+
+const ROLE_WORDS = [["master", "master", "master"], ["worker", "worker", "workers"], ["ps", "ps", "ps"]];
+
+export function topologyText(topology) {
+  const t = topology || {};
+  const parts = [];
+  for (const [key, one, many] of ROLE_WORDS) {
+    const n = t[key] || 0;
+    if (n > 0) parts.push(`${n} ${n === 1 ? one : many}`);
+  }
+  for (const [key, n] of Object.entries(t)) {
+    if (!ROLE_WORDS.some(([k]) => k === key) && n > 0) parts.push(`${n} ${key}`);
+  }
+  return parts.join(" · ") || "—";
+}
+
+export function fmtTime(epoch) {
+  if (!epoch) return "—";
+  const d = new Date(epoch * 1000);
+  const pad = (n) => String(n).padStart(2, "0");
+  return `${d.getFullYear()}-${pad(d.getMonth() + 1)}-${pad(d.getDate())} ${pad(d.getHours())}:${pad(d.getMinutes())}:${pad(d.getSeconds())}`;
+}
+
+export function fmtAgo(epoch) {
+  if (!epoch) return "—";
+  const s = Date.now() / 1000 - epoch;
+  if (s < 60) return "just now";
+  if (s < 3600) return `${Math.floor(s / 60)} min ago`;
+  if (s < 86400) return `${Math.floor(s / 3600)} h ago`;
+  return `${Math.floor(s / 86400)} d ago`;
+}
+
+export function durationSeconds(e) {
+  const start = e.started_at || e.created_at;
+  if (!start) return null;
+  const end = e.finished_at || (["running", "starting"].includes(e.status) ? Date.now() / 1000 : null);
+  return end ? Math.max(0, end - start) : null;
+}
+
+export function fmtDuration(seconds) {
+  if (seconds === null || seconds === undefined) return "—";
+  const s = Math.round(seconds);
+  if (s < 60) return `${s}s`;
+  const m = Math.floor(s / 60);
+  if (m < 60) return `${m}m ${s % 60}s`;
+  return `${Math.floor(m / 60)}h ${m % 60}m`;
+}
+
+export function fmtBytes(n) {
+  if (n === null || n === undefined) return "—";
+  const units = ["B", "KiB", "MiB", "GiB", "TiB"];
+  let i = 0;
+  let v = n;
+  while (v >= 1024 && i < units.length - 1) { v /= 1024; i++; }
+  return `${i === 0 ? v : v.toFixed(1)} ${units[i]}`;
+}
+
+export function fmtValue(v) {
+  if (v === null || v === undefined) return "—";
+  if (typeof v === "object") return JSON.stringify(v);
+  return String(v);
+}
+
+export function fmtResources(res) {
+  if (!res) return "";
+  const out = [];
+  const pick = (r) => (r ? (r.limits ?? r.requests) : null);
+  const cpu = pick(res.cpu);
+  const mem = pick(res.memory);
+  const gpu = pick(res.gpu);
+  if (cpu !== null && cpu !== undefined) out.push(`${cpu} cpu`);
+  if (mem !== null && mem !== undefined) out.push(`${mem} MiB`);
+  if (gpu) out.push(`${gpu} gpu`);
+  return out.join(" · ");
+}
+
+// Distinct, readable colours for series; stable for a given index.
+const PALETTE = ["#3451b2", "#e8590c", "#2b8a3e", "#c2255c", "#7048e8", "#0c8599", "#e67700", "#5c940d",
+  "#d6336c", "#1971c2", "#862e9c", "#495057"];
+export function color(i) { return PALETTE[i % PALETTE.length]; }
+
+export function replicaOrder(name) {
+  const m = /^(master|worker|ps)(?:-(\d+))?$/.exec(name || "");
+  if (!m) return [9, 0, name];
+  return [{ master: 0, worker: 1, ps: 2 }[m[1]], Number(m[2] || 0), name];
+}
+export function byReplica(a, b) {
+  const x = replicaOrder(a);
+  const y = replicaOrder(b);
+  return x[0] - y[0] || x[1] - y[1] || String(x[2]).localeCompare(String(y[2]));
+}

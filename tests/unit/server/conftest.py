@@ -1,0 +1,33 @@
+"""An app over a real SQLite store in a temp PHALANX_HOME, and an HTTP client for it (in process)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from fastapi.testclient import TestClient
+
+from phalanx.config import Settings
+from phalanx.server.app import create_app
+from phalanx.server.settings import ServerSettings
+from phalanx.store import open_store
+from phalanx.store.base import Store
+
+
+@pytest.fixture
+def settings(phalanx_home: Path) -> ServerSettings:
+    return ServerSettings(store=Settings(home=phalanx_home), poll_seconds=0.05)
+
+
+@pytest.fixture
+def store(settings: ServerSettings) -> Iterator[Store]:
+    s = open_store(settings.store)
+    yield s
+    s.close()
+
+
+@pytest.fixture
+def client(settings: ServerSettings, store: Store) -> Iterator[TestClient]:
+    with TestClient(create_app(settings, store)) as c:
+        yield c

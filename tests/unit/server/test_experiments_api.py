@@ -1,0 +1,98 @@
+from pathlib import Path
+
+from fastapi.testclient import TestClient
+
+from phalanx.domain import ExperimentStatus
+from phalanx.store.base import Store
+from tests.unit.server import fill
+
+
+def test_list_shows_experiments_newest_first_with_topology_and_tags(client: TestClient, store: Store) -> None:
+    a = fill.experiment(store, name="first", tags=["baseline"])
+    b = fill.experiment(store, name="second", n_workers=3, n_ps=1)
+    page = client.get("/api/v1/experiments").json()
+    assert page["total"] == 2
+    assert [e["id"] for e in page["items"]] == [b.id, a.id]
+    assert page["items"][0]["topology"] == {"master": 1, "worker": 3, "ps": 1}
+    assert page["items"][1]["tags"] == ["baseline"]
+
+
+def test_list_filters_by_status_project_tag_and_text(client: TestClient, store: Store) -> None:
+    ok = fill.experiment(store, name="mnist-ok", project="vision", tags=["fast"])
+    bad = fill.experiment(store, name="mnist-bad", project="vision", status=ExperimentStatus.FAILED)
+    other = fill.experiment(store, name="bert", project="nlp", tags=["fast"])
+
+    def ids(**params: str) -> set[str]:
+        return {e["id"] for e in client.get("/api/v1/experiments", params=params).json()["items"]}
+
+    assert ids(status="failed") == {bad.id}
+    assert ids(project="vision") == {ok.id, bad.id}
+    assert ids(tag="fast") == {ok.id, other.id}
+    assert ids(q="mnist") == {ok.id, bad.id}
+    assert ids(q=other.id[:6]) == {other.id}
+
+
+def test_list_pages_and_sorts(client: TestClient, store: Store) -> None:
+    for name in ["c", "a", "b"]:
+        fill.experiment(store, name=name)
+    page = client.get("/api/v1/experiments", params={"limit": 2, "offset": 0, "sort": "name"}).json()
+    assert [e["name"] for e in page["items"]] == ["a", "b"]
+    assert page["total"] == 3
+    page = client.get("/api/v1/experiments", params={"limit": 2, "offset": 2, "sort": "name"}).json()
+    assert [e["name"] for e in page["items"]] == ["c"]
+
+
+def test_bad_query_parameters_get_422_with_a_json_error(client: TestClient) -> None:
+    for params in ({"status": "sleeping"}, {"limit": 0}, {"sort": "password"}, {"offset": -1}):
+        r = client.get("/api/v1/experiments", params=params)
+        assert r.status_code == 422, params
+        assert r.json()["error"] == "invalid_request"
+
+
+def test_detail_accepts_a_unique_prefix_and_has_replicas_and_file(client: TestClient, store: Store) -> None:
+    e = fill.experiment(store, n_workers=2, spec_text="version: 1\nkind: experiment\nframework: pytorch\n")
+    doc = client.get(f"/api/v1/experiments/{e.id[:5]}").json()
+    assert doc["id"] == e.id
+    assert doc["spec_text"].startswith("version: 1")
+    assert [r["name"] for r in doc["replicas"]] == ["master", "worker-0", "worker-1"]
+    assert doc["replicas"][2]["rank"] == 2
+    replicas = client.get(f"/api/v1/experiments/{e.id}/replicas").json()
+    assert [r["role"] for r in replicas] == ["master", "worker", "worker"]
+
+
+def test_unknown_experiment_is_404_with_code_and_message(client: TestClient) -> None:
+    for path in ("", "/replicas", "/metrics", "/params", "/artifacts", "/models", "/logs"):
+        r = client.get(f"/api/v1/experiments/0123456789ab{path}")
+        assert r.status_code == 404, path
+        body = r.json()
+        assert body["error"] == "not_found" and "0123456789ab" in body["message"]
+
+
+def test_delete_refuses_a_running_experiment_then_removes_a_finished_one(
+    client: TestClient, store: Store
+) -> None:
+    e = fill.experiment(store, status=ExperimentStatus.RUNNING)
+    r = client.delete(f"/api/v1/experiments/{e.id}")
+    assert r.status_code == 409 and r.json()["error"] == "conflict"
+    store.update_experiment(e.id, status=ExperimentStatus.STOPPED)
+    assert client.delete(f"/api/v1/experiments/{e.id}").status_code == 204
+    assert client.get(f"/api/v1/experiments/{e.id}").status_code == 404
+
+
+def test_stop_records_a_request_the_supervisor_reads(
+    client: TestClient, store: Store, phalanx_home: Path
+) -> None:
+    e = fill.experiment(store, status=ExperimentStatus.RUNNING)
+    r = client.post(f"/api/v1/experiments/{e.id}/stop")
+    assert r.status_code == 200
+    assert r.json()["stop_requested"] is True
+    assert (phalanx_home / "runs" / e.id / "stop").is_file()
+
+
+def test_stop_of_a_finished_experiment_changes_nothing(
+    client: TestClient, store: Store, phalanx_home: Path
+) -> None:
+    e = fill.experiment(store, status=ExperimentStatus.SUCCEEDED)
+    r = client.post(f"/api/v1/experiments/{e.id}/stop").json()
+    assert r["stop_requested"] is False and r["status"] == "succeeded"
+    assert not (phalanx_home / "runs" / e.id / "stop").exists()

@@ -1,0 +1,127 @@
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from fastapi.testclient import TestClient
+
+from phalanx.server.app import create_app
+from phalanx.server.settings import ServerSettings
+from phalanx.store.base import Store
+from tests.unit.server import fill
+
+
+def _records(exp: str, n: int, stream: str = "host-1-abc") -> list[dict[str, object]]:
+    return [
+        {
+            "stream": stream,
+            "seq": i,
+            "kind": "scalar",
+            "experiment_id": exp,
+            "replica": "worker-1",
+            "role": "worker",
+            "index": 1,
+            "rank": 2,
+            "time": 1000.0 + i,
+            "data": {"title": "loss", "series": "worker 02", "value": 1.0 / (i + 1), "iteration": i},
+        }
+        for i in range(n)
+    ]
+
+
+def test_ingest_accepts_a_batch_once(client: TestClient, store: Store) -> None:
+    e = fill.experiment(store)
+    batch = {"events": _records(e.id, 50)}
+    assert client.post("/api/v1/ingest", json=batch).json() == {"accepted": 50}
+    assert client.post("/api/v1/ingest", json=batch).json() == {"accepted": 0}
+    series = store.metrics(e.id, "loss")["loss"]["worker 02"]
+    assert len(series.steps) == 50
+
+
+def test_a_resent_batch_overlapping_the_last_one_adds_only_the_new_events(
+    client: TestClient, store: Store
+) -> None:
+    e = fill.experiment(store)
+    records = _records(e.id, 30)
+    client.post("/api/v1/ingest", json={"events": records[:20]})
+    assert client.post("/api/v1/ingest", json={"events": records[10:]}).json() == {"accepted": 10}
+
+
+def test_a_malformed_event_is_400_and_nothing_is_written(client: TestClient, store: Store) -> None:
+    e = fill.experiment(store)
+    records = _records(e.id, 3)
+    records.append({"stream": "x", "seq": 0, "kind": "telepathy", "experiment_id": e.id, "data": {}})
+    r = client.post("/api/v1/ingest", json={"events": records})
+    assert r.status_code == 400
+    assert r.json()["error"] == "usage" and "events[3]" in r.json()["message"]
+    assert store.metric_titles(e.id) == {}
+
+
+def test_a_body_that_is_not_an_event_batch_is_422(client: TestClient) -> None:
+    for body in ({"event": []}, {"events": "no"}, [1, 2]):
+        assert client.post("/api/v1/ingest", json=body).status_code == 422
+
+
+@pytest.fixture
+def small_limits(settings: ServerSettings, store: Store) -> Iterator[TestClient]:
+    tight = settings.model_copy(update={"max_ingest_bytes": 2000, "max_file_bytes": 100})
+    with TestClient(create_app(tight, store)) as c:
+        yield c
+
+
+def test_a_batch_over_the_size_limit_is_413(small_limits: TestClient, store: Store) -> None:
+    e = fill.experiment(store)
+    r = small_limits.post("/api/v1/ingest", json={"events": _records(e.id, 100)})
+    assert r.status_code == 413 and r.json()["error"] == "payload_too_large"
+    assert store.metric_titles(e.id) == {}
+
+
+def test_a_chunked_body_over_the_limit_is_413_too(small_limits: TestClient, store: Store) -> None:
+    e = fill.experiment(store)
+
+    def chunks() -> Iterator[bytes]:
+        for _ in range(10):
+            yield b"x" * 50
+
+    r = small_limits.put(f"/api/v1/experiments/{e.id}/files/big.bin", content=chunks())
+    assert r.status_code == 413
+    assert small_limits.put(f"/api/v1/experiments/{e.id}/files/ok.bin", content=b"y" * 100).status_code == 200
+
+
+def test_put_file_stores_raw_bytes_in_the_experiment_folder(
+    client: TestClient, store: Store, phalanx_home: Path
+) -> None:
+    e = fill.experiment(store)
+    r = client.put(
+        f"/api/v1/experiments/{e.id[:6]}/files/artifacts/temp%2001.json", content=b'{"worker_rank": 1}'
+    )
+    assert r.status_code == 200 and r.json() == {"path": "artifacts/temp 01.json", "size": 18}
+    assert (
+        phalanx_home / "artifacts" / e.id / "artifacts" / "temp 01.json"
+    ).read_bytes() == b'{"worker_rank": 1}'
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        "../escape.txt",
+        "a/../../escape.txt",
+        "%2e%2e/escape.txt",
+        "a/%2e%2e/%2e%2e/x",
+        "a%5c..%5cx",
+        "./x",
+        "a//..//b",
+    ],
+)
+def test_put_file_cannot_leave_the_experiment_folder(
+    client: TestClient, store: Store, phalanx_home: Path, path: str
+) -> None:
+    e = fill.experiment(store)
+    r = client.put(f"/api/v1/experiments/{e.id}/files/{path}", content=b"pwned")
+    inside = phalanx_home / "artifacts" / e.id
+    written = [p for p in phalanx_home.rglob("*") if p.is_file() and p.read_bytes() == b"pwned"]
+    assert all(inside in p.parents for p in written), written
+    assert r.status_code in (400, 404) or (r.status_code == 200 and written), r.text
+
+
+def test_put_file_to_an_unknown_experiment_is_404(client: TestClient) -> None:
+    assert client.put("/api/v1/experiments/0123456789ab/files/a.txt", content=b"x").status_code == 404
