@@ -13,10 +13,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from phalanx.domain import Framework, Range, Resources
-from phalanx.spec.errors import Collector, join
+from phalanx.spec.errors import Collector, describe, join
 from phalanx.spec.model import ReplicaTemplate, Topology
 from phalanx.spec.quantities import parse_cpu, parse_gpu, parse_memory
-from phalanx.spec.yamltree import Mark, YKey, YMap, YNode, is_null, plain
+from phalanx.spec.yamltree import Mark, YKey, YMap, YNode, YScalar, is_null, plain
 
 FRAMEWORK_SECTIONS = tuple(f.value for f in Framework)
 TEMPLATE_KEYS = ("resources", "node_selector", "affinity", "tolerations")
@@ -50,6 +50,11 @@ TOLERATION_KEYS = ("key", "operator", "value", "effect", "tolerationSeconds")
 AFFINITY_KEYS = ("nodeAffinity", "podAffinity", "podAntiAffinity")
 _PARSERS: dict[str, Callable[[object], float]] = {"cpu": parse_cpu, "memory": parse_memory, "gpu": parse_gpu}
 _UNITS = {"cpu": "", "memory": " MiB", "gpu": ""}
+_EXPECTED = {
+    "cpu": "a number of cores or milli-cores like '500m'",
+    "memory": "MiB as a number or a quantity like '512Mi'",
+    "gpu": "a whole number of GPUs",
+}
 
 
 @dataclass
@@ -255,6 +260,9 @@ def _read_range(c: Collector, node: YNode, path: str, what: str) -> Range:
     for name in RANGE_KEYS:
         value = m.get(name)
         if value is None or is_null(value):
+            continue
+        if not isinstance(value, YScalar) or isinstance(value.value, bool):
+            c.add(value, join(path, name), f"expected {_EXPECTED[what]}, got {describe(value)}")
             continue
         try:
             values[name] = _PARSERS[what](plain(value))

@@ -80,7 +80,8 @@ def test_unknown_keys_at_any_depth_suggest_the_right_key(text: str, expected: st
 
 def test_unknown_kind_and_version_are_refused() -> None:
     assert problems("version: 1\nkind: experimnt\nrun: {cmd: x}\n") == [
-        "f.yml:2:7: kind: unknown kind 'experimnt'; did you mean 'experiment'? (Phalanx runs kind: experiment)"
+        "f.yml:2:7: kind: unknown kind 'experimnt'; did you mean 'experiment'?"
+        " (Phalanx runs kind: experiment)"
     ]
     assert problems("version: '1'\nkind: experiment\nrun: {cmd: x}\n") == [
         "f.yml:1:10: version: unsupported version '1'; Phalanx reads `version: 1`"
@@ -156,10 +157,8 @@ def test_processes_per_replica_is_at_least_one() -> None:
 
 @pytest.mark.parametrize("framework", ["pytorch", "horovod"])
 def test_parameter_servers_are_refused_for_pytorch_and_horovod(framework: str) -> None:
-    text = (
-        HEAD
-        + f"framework: {framework}\nenvironment:\n  replicas:\n    n_workers: 1\n    n_ps: 2\nrun: {{cmd: x}}\n"
-    )
+    text = HEAD + f"framework: {framework}\nenvironment:\n  replicas:\n    n_workers: 1\n    n_ps: 2\n"
+    text += "run: {cmd: x}\n"
     assert problems(text) == [
         f"f.yml:7:5: environment.replicas.n_ps: {framework} has no parameter servers"
         " (only tensorflow and mxnet do); remove it"
@@ -199,7 +198,8 @@ def test_limits_below_requests_are_refused_in_every_unit() -> None:
     [
         (
             "",
-            "f.yml:1:1: run.cmd: missing; every experiment needs a command, e.g. `run: {cmd: python train.py}`",
+            "f.yml:1:1: run.cmd: missing; every experiment needs a command,"
+            " e.g. `run: {cmd: python train.py}`",
         ),
         ("run:\n  max_restarts: 1\n", "f.yml:3:1: run.cmd: missing; give the shell command to run"),
         ("run:\n  cmd: ''\n", "f.yml:4:8: run.cmd: is empty; give the shell command to run"),
@@ -233,7 +233,8 @@ def test_placeholder_on_a_continued_line_is_located_on_that_line() -> None:
 def test_placeholder_expressions_are_refused() -> None:
     text = HEAD + "params: {k: [1, 2]}\nrun:\n  cmd: python x.py {{ k|length }}\n"
     assert problems(text) == [
-        "f.yml:5:20: run.cmd: unsupported placeholder '{{ k|length }}': only {{ name }} with a name from params is filled"
+        "f.yml:5:20: run.cmd: unsupported placeholder '{{ k|length }}':"
+        " only {{ name }} with a name from params is filled"
     ]
 
 
@@ -360,12 +361,13 @@ def test_values_of_the_wrong_shape_are_refused() -> None:
         "f.yml:4:41: build.image: expected text, got the number 3",
         "f.yml:5:7: env.1A: not a valid environment variable name",
         "f.yml:5:17: env.B: expected a text value, got a list",
-        "f.yml:7:34: environment.resources.memory.requests: '512m': 'm' means milli-bytes; did you mean 'Mi'?",
+        "f.yml:7:34: environment.resources.memory.requests: '512m': 'm' means milli-bytes;"
+        " did you mean 'Mi'?",
         "f.yml:7:48: environment.resources.memory.limits: '2GiB': unknown unit 'GiB'; did you mean 'Gi'?"
         " (units: Ki, Mi, Gi, Ti, k, M, G, T)",
         "f.yml:7:71: environment.resources.gpu.requests: expected a whole number of GPUs, got 0.5",
-        "f.yml:7:93: environment.resources.cpu.requests: expected a number of cores or milli-cores like '500m',"
-        " got True",
+        "f.yml:7:93: environment.resources.cpu.requests: expected a number of cores or milli-cores"
+        " like '500m', got the boolean true",
         "f.yml:8:26: environment.tolerations[0].opertor: unknown key; did you mean 'operator'?"
         " (allowed here: key, operator, value, effect, tolerationSeconds)",
         "f.yml:9:16: run.cmd[1]: expected text, got the number 3",
@@ -373,9 +375,8 @@ def test_values_of_the_wrong_shape_are_refused() -> None:
 
 
 def test_topology_given_twice_or_conflicting_framework_is_refused() -> None:
-    text = HEAD + (
-        "framework: pytorch\nenvironment:\n  tensorflow: {n_workers: 1}\n  replicas: {n_workers: 1}\nrun: {cmd: x}\n"
-    )
+    text = HEAD + "framework: pytorch\nenvironment:\n  tensorflow: {n_workers: 1}\n"
+    text += "  replicas: {n_workers: 1}\nrun: {cmd: x}\n"
     assert problems(text) == [
         "f.yml:5:3: environment.tensorflow: conflicts with `framework: pytorch` (line 3);"
         " keep one, e.g. `framework:` with environment.replicas",
