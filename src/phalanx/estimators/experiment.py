@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 import os
 import re
+import shutil
 import subprocess
 import sys
 import time
@@ -128,7 +129,12 @@ class Experiment:
         )
         log.info("submitted experiment %s (supervisor pid %d)", experiment_id, proc.pid)
         run = Run(experiment_id, settings=self.settings, _process=proc)
-        self._wait_created(run, proc, log_path, timeout)
+        try:
+            self._wait_created(run, proc, log_path, timeout)
+        except PhalanxError:
+            if proc.poll() is not None:  # refused before creating anything: leave nothing behind
+                shutil.rmtree(run_dir, ignore_errors=True)
+            raise
         return run
 
     def _check_target(self, target: str) -> None:

@@ -1,0 +1,118 @@
+"""Experiment.submit and the Run handle against real supervisors and real replica processes."""
+
+from __future__ import annotations
+
+import io
+import os
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from phalanx import Estimator, Experiment, PyTorch
+from phalanx.domain import ExperimentStatus
+from phalanx.errors import UsageError
+from phalanx.runs import Run, RunFailed, RunTimeout
+
+
+def wait_until(condition: Callable[[], Any], timeout: float = 90.0) -> None:
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if condition():
+            return
+        time.sleep(0.1)
+    raise AssertionError(f"timed out after {timeout:.0f} s")
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    try:  # a zombie is dead for our purpose
+        return Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def test_submit_returns_at_once_and_wait_streams_every_process(source: Path, runs: list[Run]) -> None:
+    est = PyTorch(
+        source,
+        entry_script="hello.py",
+        script_params={"--lr": 0.5, "--verbose": ""},
+        node_count=2,
+        process_count_per_node=2,
+        distributed_backend="gloo",
+    )
+    run = Experiment("hello", project="estimator-tests").submit(est, tags=["it"])
+    runs.append(run)
+    assert run.get_status() in set(ExperimentStatus)  # the experiment exists when submit returns
+    out = io.StringIO()
+    details = run.wait_for_completion(show_output=True, output=out)
+    assert details["status"] == "succeeded"
+    assert details["tags"] == ["it"]
+    assert details["topology"] == {"master": 1, "worker": 1, "ps": 0}
+    assert [(r["name"], r["exit_code"]) for r in details["replicas"]] == [("master", 0), ("worker-0", 0)]
+    text = out.getvalue()
+    for rank, replica, local, node in [
+        (0, "master", 0, 0),
+        (1, "master", 1, 0),
+        (2, "worker-0", 0, 1),
+        (3, "worker-0", 1, 1),
+    ]:
+        line = f"PHALANX_REPLICA={replica} RANK={rank} LOCAL_RANK={local} NODE_RANK={node} WORLD_SIZE=4"
+        assert line in text
+    assert all(ln.startswith(("[master] ", "[worker-0] ")) for ln in text.splitlines())
+    assert "argv ['--lr', '0.5', '--verbose']" in text
+    assert Run(run.id[:6]).get_status() == ExperimentStatus.SUCCEEDED  # re-attach by id prefix
+
+
+def test_a_failed_run_raises_with_the_reason_or_returns_its_details(source: Path, runs: list[Run]) -> None:
+    est = PyTorch(
+        source,
+        entry_script="hello.py",
+        node_count=2,
+        distributed_backend="gloo",
+        environment_variables={"FAIL_RANK": "1"},
+    )
+    run = Experiment("failing", project="estimator-tests").submit(est)
+    runs.append(run)
+    with pytest.raises(RunFailed) as exc:
+        run.wait_for_completion(output=io.StringIO())
+    assert exc.value.status == "failed"
+    assert "worker-0" in str(exc.value)
+    assert "code 3" in str(exc.value)
+    details = run.wait_for_completion(raise_on_error=False)
+    assert details["status"] == "failed"
+    assert any(r["exit_code"] == 3 for r in details["replicas"])
+
+
+def test_cancel_stops_every_replica_and_marks_the_run_stopped(source: Path, runs: list[Run]) -> None:
+    est = PyTorch(source, entry_script="sleepy.py", node_count=2, distributed_backend="gloo")
+    run = Experiment("sleepy", project="estimator-tests").submit(est)
+    runs.append(run)
+    wait_until(lambda: all(r["pid"] for r in run.get_details()["replicas"]) and run.get_logs())
+    pids = [r["pid"] for r in run.get_details()["replicas"]]
+    with pytest.raises(RunTimeout):
+        run.wait_for_completion(timeout=0.5)
+    assert run.cancel() == ExperimentStatus.STOPPED
+    assert run.get_status() == ExperimentStatus.STOPPED
+    assert run.cancel() == ExperimentStatus.STOPPED  # idempotent
+    with pytest.raises(RunFailed, match="stopped"):
+        run.wait_for_completion()
+    wait_until(lambda: not any(_alive(p) for p in pids))
+
+
+def test_a_request_the_machine_cannot_serve_is_refused_by_submit_and_leaves_nothing(
+    source: Path, runs: list[Run], phalanx_home: Path
+) -> None:
+    # This machine has no GPU (a GPU machine would simply run it; then there is nothing to test).
+    if Path("/dev/nvidia0").exists():
+        pytest.skip("this machine has a GPU")
+    with pytest.raises(UsageError, match="GPU"):
+        Experiment("gpu", project="estimator-tests").submit(
+            Estimator(source, entry_script="hello.py", use_gpu=True)
+        )
+    assert not any((phalanx_home / "runs").iterdir())
