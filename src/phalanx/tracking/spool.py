@@ -61,7 +61,7 @@ class SpoolWriter:
         self.path = self.spool_dir / f"{self.stream}{SUFFIX}"
         self.experiment_id = experiment_id
         self.replica, self.role, self.index, self.rank = replica, role, index, rank
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()  # re-entered by a signal handler flushing mid-write
         self._seq = _records_in(self.path)  # resume a stream's numbering if the file exists
         self._fd: int | None = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
 

@@ -1,0 +1,379 @@
+"""Task and Logger: the ClearML-style calls of seed 003, reporting into one Phalanx experiment.
+
+In a replica started by `phalanx run` (PHALANX_EXPERIMENT_ID set) ``Task.init`` and
+``Task.current_task`` return the experiment's task; nothing is created. In a plain
+``python script.py``, ``Task.init`` creates the experiment: it sets the PHALANX_* variables so every
+process the script spawns reports into the same one, starts a detached ingester, captures the
+console at the file-descriptor level and records how the script ended. Standard library only.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import logging
+import os
+import socket
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from phalanx.tracking import identity as idm
+from phalanx.tracking import lifecycle
+from phalanx.tracking.client import FLUSH_TIMEOUT, Reporter, jsonable
+from phalanx.tracking.console import ConsoleCapture
+from phalanx.tracking.identity import Identity
+from phalanx.tracking.objects import ArtifactError, check_name, materialize, prepare
+
+log = logging.getLogger("phalanx.tracking")
+
+_lock = threading.RLock()
+_current: Task | None = None
+_ingester: subprocess.Popen[bytes] | None = None  # kept so it is not reaped as garbage
+_INGEST_DEPS = ("sqlalchemy", "alembic", "fsspec", "pydantic_settings", "phalanx.ingest")
+
+lifecycle.patch_argparse()
+
+
+class Logger:
+    """``task.get_logger()``: scalars and text. Report calls only append to memory (about a
+    microsecond); a background thread writes them."""
+
+    def __init__(self, task: Task) -> None:
+        self._task = task
+        self._append = task._reporter.scalars.append
+        self._steps: dict[tuple[str, str], int] = {}
+
+    def report_scalar(self, title: str, series: str, value: float, iteration: int | None = None) -> None:
+        if iteration is None:
+            iteration = self._steps.get((title, series), -1) + 1
+            self._steps[(title, series)] = iteration
+        self._append((title, series, int(iteration), float(value), time.time()))
+
+    def report_text(
+        self, msg: str, level: int = logging.INFO, print_console: bool = False, *, title: str = "text",
+        iteration: int | None = None,
+    ) -> None:  # fmt: skip
+        self._task._reporter.event(
+            "text", {"title": title, "text": str(msg), "level": int(level), "step": iteration}
+        )
+        if print_console:
+            sys.stdout.write(f"{msg}\n")
+
+    def flush(self, wait: bool = True, timeout: float = FLUSH_TIMEOUT) -> bool:
+        """Returns once everything reported so far is in the store (see Task.flush)."""
+        return self._task.flush(wait_for_uploads=wait, timeout=timeout)
+
+
+class Task:
+    """One experiment, seen from one process. Get it with ``Task.init`` or ``Task.current_task``."""
+
+    def __init__(self, ident: Identity, *, owner: bool, name: str | None, project: str | None) -> None:
+        self._identity = ident
+        self._owner = owner
+        self._owner_pid = os.getpid()
+        self.name = name
+        self.project = project
+        self._reporter = Reporter(ident)
+        self._logger: Logger | None = None
+        self._console: ConsoleCapture | None = None
+        self._closed = False
+        self._args_enabled: bool | Mapping[str, bool] = True
+        self._lifecycle = lifecycle.Lifecycle(self._finalize)
+
+    # --- getting the task ------------------------------------------------------------------------
+
+    @classmethod
+    def init(
+        cls,
+        project_name: str | None = None,
+        task_name: str | None = None,
+        tags: list[str] | None = None,
+        auto_connect_arg_parser: bool | Mapping[str, bool] = True,
+        **_ignored: Any,
+    ) -> Task:
+        """The experiment's task. Creates the experiment only in a main process that no launcher
+        started (no PHALANX_EXPERIMENT_ID); anywhere else, returns the existing one."""
+        global _current
+        with _lock:
+            if _current is not None and not _current._closed:
+                return _current
+            ident = Identity.from_env()
+            if ident is not None:
+                task = cls(ident, owner=False, name=task_name, project=project_name)
+            else:
+                task = cls._create(project_name or "default", task_name or _script_name(), list(tags or []))
+            task._args_enabled = auto_connect_arg_parser
+            task._lifecycle.install()
+            _current = task
+        task._record_args(lifecycle.parsed_args())
+        lifecycle.on_args(task._record_args)
+        return task
+
+    @classmethod
+    def current_task(cls) -> Task | None:
+        """The task of this process: the one Task.init returned, or, in a replica or in a process a
+        main task spawned, the experiment named by the environment. None outside any experiment."""
+        global _current
+        with _lock:
+            if _current is not None and not _current._closed:
+                return _current
+            ident = Identity.from_env()
+            if ident is None:
+                return None
+            task = cls(ident, owner=False, name=None, project=None)
+            task._lifecycle.install()
+            _current = task
+        task._record_args(lifecycle.parsed_args())
+        lifecycle.on_args(task._record_args)
+        return task
+
+    @classmethod
+    def _create(cls, project: str, name: str, tags: list[str]) -> Task:
+        experiment_id = uuid.uuid4().hex[:12]
+        home = idm.home()
+        spool = home / "spool" / experiment_id
+        os.environ.update(
+            {
+                idm.ENV_EXPERIMENT: experiment_id,
+                idm.ENV_REPLICA: "master",
+                idm.ENV_ROLE: "master",
+                idm.ENV_INDEX: "0",
+                idm.ENV_RANK: "0",
+                idm.ENV_HOME: str(home),
+                idm.ENV_SPOOL: str(spool),
+            }
+        )
+        ident = Identity.from_env()
+        assert ident is not None
+        task = cls(ident, owner=True, name=name, project=project)
+        task._reporter.writer.write(
+            "experiment",
+            {
+                "name": name,
+                "project": project,
+                "tags": tags,
+                "pid": os.getpid(),
+                "host": socket.gethostname(),
+                "command": [sys.executable, *sys.argv],
+            },
+        )
+        task._reporter.writer.sync()
+        if ident.host is None:
+            pid = _start_ingester(spool)
+            os.environ[idm.ENV_INGESTER_PID] = str(pid or 0)
+            task._reporter.ingester_alive = (lambda: False) if pid is None else _popen_alive
+        if os.environ.get(idm.ENV_CAPTURED) != "1":
+            task._console = ConsoleCapture(task._on_console)
+            task._console.start()
+            os.environ[idm.ENV_CAPTURED] = "1"  # children write into our pipes: they must not capture
+        os.register_at_fork(after_in_child=_after_fork)
+        return task
+
+    # --- properties --------------------------------------------------------------------------------
+
+    @property
+    def id(self) -> str:
+        return self._identity.experiment_id
+
+    @property
+    def replica(self) -> str:
+        return self._identity.replica
+
+    @property
+    def rank(self) -> int | None:
+        return self._identity.rank()
+
+    def get_logger(self) -> Logger:
+        if self._logger is None:
+            self._logger = Logger(self)
+        return self._logger
+
+    # --- reporting ---------------------------------------------------------------------------------
+
+    def connect(self, mutable: Any, name: str | None = None) -> Any:
+        """Record a dict (or argparse Namespace, or object's attributes) as hyperparameters in
+        section ``name`` (default "General"); nested dicts become "a/b" keys. Returns ``mutable``."""
+        if isinstance(mutable, Mapping):
+            values = dict(mutable)
+        elif hasattr(mutable, "__dict__"):
+            values = {k: v for k, v in vars(mutable).items() if not k.startswith("_")}
+        else:
+            raise TypeError(
+                f"connect() takes a dict or an object with attributes, not {type(mutable).__name__}"
+            )
+        flat = _flatten(values)
+        if flat:
+            self._reporter.event("param", {"section": name or "General", "values": flat})
+        return mutable
+
+    def upload_artifact(
+        self, name: str, artifact_object: Any, metadata: Mapping[str, Any] | None = None, **_ignored: Any
+    ) -> bool:
+        """Store ``artifact_object`` as artifact ``name`` of the experiment (see phalanx.tracking.objects
+        for how each type is written). It is copied now; later changes to the object do not count."""
+        try:
+            check_name(name)
+            prepared = prepare(name, artifact_object)
+        except ArtifactError as exc:
+            from phalanx.errors import UsageError
+
+            raise UsageError(str(exc)) from None
+        rel, target = self._reporter.file_slot(prepared.filename)
+        size = materialize(prepared, target)
+        path = (
+            f"artifacts/{prepared.filename}"
+            if prepared.source is None
+            else f"artifacts/{name}/{prepared.filename}"
+        )
+        self._reporter.event(
+            "artifact",
+            {
+                "name": name,
+                "kind": prepared.kind,
+                "path": path,
+                "size": size,
+                "content_type": prepared.content_type,
+                "metadata": jsonable(dict(metadata or {})),
+                "spool_path": rel,
+            },
+        )
+        return True
+
+    def save_model(self, *args: Any, **kwargs: Any) -> Any:
+        """Store a trained model (weights and a checked ONNX export): see phalanx.tracking.models."""
+        from phalanx.tracking.models import save_model
+
+        return save_model(self, *args, **kwargs)
+
+    def _record_model_file(self, path: str | os.PathLike[str], data: dict[str, Any]) -> None:
+        """For phalanx.tracking.models: copy ``path`` into the spool and queue a MODEL event."""
+        self._reporter.add_file("model", data, path)
+
+    def flush(self, wait_for_uploads: bool = True, timeout: float = FLUSH_TIMEOUT) -> bool:
+        """Write everything reported so far to the spool (durable) and, by default, wait until it is
+        visible in the store (bounded by ``timeout``). True when it is."""
+        return self._reporter.flush(wait=wait_for_uploads, timeout=timeout)
+
+    def close(self, timeout: float = FLUSH_TIMEOUT) -> bool:
+        """Flush (waiting for the store) and end the task in this process; a main script's status
+        is still decided at its exit."""
+        global _current
+        if self._closed:
+            return True
+        done = self._reporter.flush(wait=True, timeout=timeout)
+        with _lock:
+            self._closed = True
+            if _current is self:
+                _current = None
+        return done
+
+    # --- internals ---------------------------------------------------------------------------------
+
+    def _record_args(self, values: Mapping[str, Any]) -> None:
+        enabled = self._args_enabled
+        if enabled is False or self._closed or not values:
+            return
+        if isinstance(enabled, Mapping):
+            values = {k: v for k, v in values.items() if enabled.get(k, True)}
+        if values:
+            self._reporter.event("param", {"section": "Args", "values": dict(values)})
+
+    def _on_console(self, stream: str, lines: list[str]) -> None:
+        self._reporter.event("log", {"stream": stream, "lines": lines})
+
+    def _finalize(self, status: str, reason: str | None) -> None:
+        """At exit / SIGTERM / a multiprocessing child's end: flush; a main script's task also
+        records how it ended and gives the console back."""
+        main = self._owner and os.getpid() == self._owner_pid
+        try:
+            if main and self._console is not None:
+                self._console.stop()
+            if main:
+                data: dict[str, Any] = {"status": status}
+                if reason:
+                    data["reason"] = reason
+                    data["exit_code"] = 1
+                self._reporter.event("status", data)
+            remote = self._reporter.shipper is not None
+            self._reporter.close(wait=remote, timeout=30.0)
+        except Exception:
+            log.exception("phalanx: flushing at exit failed")
+
+
+def _after_fork() -> None:
+    """A forked child has the parent's task in memory: give it its own stream and no console."""
+    task = _current
+    if task is not None:
+        task._owner = False
+        task._console = None
+        task._reporter.after_fork()
+        task._lifecycle.register_multiprocessing()
+
+
+def _flatten(values: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    flat: dict[str, Any] = {}
+    for key, value in values.items():
+        full = f"{prefix}{key}"
+        if isinstance(value, Mapping) and value:
+            flat.update(_flatten(value, f"{full}/"))
+        else:
+            flat[full] = jsonable(value)
+    return flat
+
+
+def _script_name() -> str:
+    main = sys.modules.get("__main__")
+    path = getattr(main, "__file__", None)
+    return Path(path).stem if path else "interactive"
+
+
+def _start_ingester(spool: Path) -> int | None:
+    """A detached `python -m phalanx.ingest` following this process, if this interpreter has what
+    ingest needs; otherwise None (the spool waits for the next `phalanx` command)."""
+    global _ingester
+    try:
+        if any(importlib.util.find_spec(m) is None for m in _INGEST_DEPS):
+            return None
+    except (ImportError, ValueError):
+        return None
+    spool.mkdir(parents=True, exist_ok=True)
+    env = dict(os.environ)
+    package_root = str(Path(__file__).resolve().parents[2])
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, env.get("PYTHONPATH", "")) if p)
+    env.pop(idm.ENV_CAPTURED, None)
+    with open(spool / "ingest.log", "ab") as out:
+        _ingester = subprocess.Popen(
+            [sys.executable, "-m", "phalanx.ingest", "--spool", str(spool), "--follow-pid", str(os.getpid())],
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            close_fds=True,
+            env=env,
+        )
+    return _ingester.pid
+
+
+def _popen_alive() -> bool:
+    return _ingester is not None and _ingester.poll() is None
+
+
+def log_metrics(step: int | None = None, **values: float) -> None:
+    """Report several scalars at once: each keyword is a title, the series is this replica's name
+    (``phalanx.log_metrics(step=i, loss=0.3, acc=0.9)``). Needs a task (Task.init or a replica)."""
+    task = Task.current_task()
+    if task is None:
+        from phalanx.errors import UsageError
+
+        raise UsageError(
+            "phalanx.log_metrics: no experiment; call Task.init(...) first or run under `phalanx run`"
+        )
+    logger = task.get_logger()
+    series = task.replica
+    for title, value in values.items():
+        logger.report_scalar(title, series, value, step)
