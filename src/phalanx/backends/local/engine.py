@@ -52,6 +52,15 @@ def signal_name(sig: int) -> str:
         return f"signal {sig}"
 
 
+def exit_reason(code: int) -> str:
+    """How a replica ended, in words; a shell reports a command killed by signal N as 128 + N."""
+    if code < 0:
+        return f"was killed by {signal_name(-code)}"
+    if 128 < code < 128 + 65:
+        return f"exited with code {code} (its command was killed by {signal_name(code - 128)})"
+    return f"exited with code {code}"
+
+
 @dataclass
 class _Unit:
     name: str
@@ -291,7 +300,7 @@ class LocalBackend:
         # stopped: its leader was told to stop (cancel), or vanished while we were cancelling
         stopped = self._cancelled(handle) and (reason == "stopped" or status is None)
         if reason is None or reason == "stopped":
-            reason = f"was killed by {signal_name(-code)}" if code < 0 else f"exited with code {code}"
+            reason = exit_reason(code)
         if stopped:
             return ReplicaState.STOPPED, code, "stopped", finished
         return ReplicaState.FAILED, code, reason, finished
