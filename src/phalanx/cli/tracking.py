@@ -1,0 +1,409 @@
+"""Reading what experiments reported: `phalanx ls`, `get`, `metrics`, `params`, `artifacts`,
+`delete`. Each takes `-o json` for scripts (one JSON document on stdout).
+
+Every read first runs one ingest pass over the pending spools, so what a script reported is shown
+even when the ingester that should have stored it died. Only typer and the standard library are
+imported at module level; the store is imported inside the commands.
+"""
+
+from __future__ import annotations
+
+import csv
+import sys
+import time
+from enum import StrEnum
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any
+
+import typer
+
+from phalanx.cli.app import app, emit_json
+
+if TYPE_CHECKING:
+    from phalanx.config import Settings
+    from phalanx.domain import Experiment, Replica
+    from phalanx.store.base import ArtifactRecord, ParamRecord
+    from phalanx.store.sql.store import SqlStore
+
+IdArg = Annotated[str, typer.Argument(metavar="ID", help="Experiment id or a unique prefix of one.")]
+
+
+class Format(StrEnum):
+    TABLE = "table"
+    JSON = "json"
+
+
+class MetricsFormat(StrEnum):
+    TABLE = "table"
+    JSON = "json"
+    CSV = "csv"
+
+
+def open_for_reading(settings: Settings | None = None) -> tuple[SqlStore, Settings]:
+    """The store, after one ingest pass over every pending spool file."""
+    import logging
+
+    from phalanx.config import Settings
+    from phalanx.ingest import Ingester
+    from phalanx.store import open_store
+
+    settings = settings or Settings()
+    store = open_store(settings)
+    try:
+        Ingester(store, store.artifact_store, settings.spool_dir).run_once()
+    except Exception as exc:  # reading must work even when a spool cannot be ingested right now
+        logging.getLogger(__name__).warning("ingesting pending spool files failed: %s", exc)
+    return store, settings
+
+
+# --- formatting ----------------------------------------------------------------------------------
+
+
+def _when(t: float | None) -> str:
+    return "-" if t is None else time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(t))
+
+
+def _duration(start: float | None, end: float | None) -> str:
+    if start is None:
+        return "-"
+    seconds = (end or time.time()) - start
+    if seconds < 60:
+        return f"{seconds:.1f}s"
+    minutes, secs = divmod(int(seconds), 60)
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours}h{minutes:02d}m" if hours else f"{minutes}m{secs:02d}s"
+
+
+def _size(n: int) -> str:
+    value = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if value < 1024 or unit == "GiB":
+            return f"{int(value)} {unit}" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1024
+    return f"{n} B"
+
+
+def _table(headers: list[str], rows: list[list[str]]) -> str:
+    widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(headers)]
+    lines = ["  ".join(h.upper().ljust(w) for h, w in zip(headers, widths, strict=True)).rstrip()]
+    lines += ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows]
+    return "\n".join(lines)
+
+
+def experiment_json(e: Experiment) -> dict[str, Any]:
+    return {
+        "id": e.id,
+        "name": e.name,
+        "project": e.project,
+        "status": str(e.status),
+        "reason": e.reason,
+        "framework": e.framework,
+        "backend": e.backend,
+        "cluster": e.cluster,
+        "tags": list(e.tags),
+        "topology": dict(e.topology),
+        "created_at": e.created_at,
+        "started_at": e.started_at,
+        "finished_at": e.finished_at,
+    }
+
+
+def replica_json(r: Replica) -> dict[str, Any]:
+    return {
+        "name": r.name,
+        "role": str(r.role),
+        "index": r.index,
+        "rank": r.rank,
+        "state": str(r.state),
+        "exit_code": r.exit_code,
+        "reason": r.reason,
+        "host": r.host,
+        "pid": r.pid,
+        "started_at": r.started_at,
+        "finished_at": r.finished_at,
+    }
+
+
+def params_by_section(records: list[ParamRecord]) -> dict[str, dict[str, Any]]:
+    sections: dict[str, dict[str, Any]] = {}
+    for p in records:
+        sections.setdefault(p.section, {})[p.key] = p.value
+    return sections
+
+
+def artifact_json(a: ArtifactRecord) -> dict[str, Any]:
+    return {
+        "name": a.name,
+        "kind": a.kind,
+        "path": a.path,
+        "size": a.size,
+        "content_type": a.content_type,
+        "replica": a.replica,
+        "rank": a.rank,
+        "time": a.time,
+        "metadata": dict(a.metadata),
+    }
+
+
+# --- commands ------------------------------------------------------------------------------------
+
+
+@app.command("ls")
+def ls(
+    status: Annotated[str | None, typer.Option("--status", help="Only experiments in this status.")] = None,
+    project: Annotated[str | None, typer.Option("--project", help="Only this project.")] = None,
+    search: Annotated[str | None, typer.Option("--search", help="Text in the id, name or project.")] = None,
+    limit: Annotated[
+        int, typer.Option("--limit", "-n", min=1, help="At most this many (newest first).")
+    ] = 50,
+    output: Annotated[Format, typer.Option("-o", "--output", help="table or json")] = Format.TABLE,
+) -> None:
+    """List experiments, newest first."""
+    from phalanx.domain import ExperimentStatus
+    from phalanx.errors import UsageError
+    from phalanx.store.base import ExperimentFilter
+
+    wanted = None
+    if status is not None:
+        try:
+            wanted = ExperimentStatus(status)
+        except ValueError:
+            choices = ", ".join(s.value for s in ExperimentStatus)
+            raise UsageError(f"--status {status!r}: use one of {choices}") from None
+    store, _ = open_for_reading()
+    page = store.list_experiments(
+        ExperimentFilter(status=wanted, project=project, text=search, limit=limit, order_by="-created_at")
+    )
+    if output is Format.JSON:
+        emit_json([experiment_json(e) for e in page.items])
+        return
+    if not page.items:
+        typer.echo("no experiments yet: `phalanx run -f FILE` or Task.init() in a script creates one")
+        return
+    rows = [
+        [e.id, e.project, e.name, str(e.status), _when(e.created_at), _duration(e.started_at, e.finished_at)]
+        for e in page.items
+    ]
+    typer.echo(_table(["id", "project", "name", "status", "created", "duration"], rows))
+    if page.total > len(page.items):
+        typer.echo(f"({len(page.items)} of {page.total}; --limit shows more)")
+
+
+@app.command("get")
+def get(
+    experiment_id: IdArg,
+    output: Annotated[Format, typer.Option("-o", "--output", help="table or json")] = Format.TABLE,
+) -> None:
+    """Show one experiment: status, times, replicas, parameters, artifacts and metrics."""
+    store, _ = open_for_reading()
+    e = store.get_experiment(experiment_id)
+    replicas = store.list_replicas(e.id)
+    params = params_by_section(store.params(e.id))
+    artifacts = store.artifacts(e.id)
+    titles = store.metric_titles(e.id)
+    models = store.models(e.id)
+    if output is Format.JSON:
+        doc = experiment_json(e)
+        doc.update(
+            replicas=[replica_json(r) for r in replicas],
+            params=params,
+            artifacts=[artifact_json(a) for a in artifacts],
+            metrics=titles,
+            models=[{"name": m.name, "format": m.format, "path": m.path, "size": m.size} for m in models],
+        )
+        emit_json(doc)
+        return
+    out = [
+        f"id:        {e.id}",
+        f"name:      {e.name}",
+        f"project:   {e.project}",
+        f"status:    {e.status}" + (f" ({e.reason})" if e.reason else ""),
+        f"created:   {_when(e.created_at)}",
+        f"started:   {_when(e.started_at)}",
+        f"finished:  {_when(e.finished_at)}",
+        f"duration:  {_duration(e.started_at, e.finished_at)}",
+    ]
+    if e.framework or e.backend:
+        out.append(
+            f"runs on:   {e.framework or '-'} / {e.backend or '-'}" + (f" / {e.cluster}" if e.cluster else "")
+        )
+    if e.tags:
+        out.append(f"tags:      {', '.join(e.tags)}")
+    out.append("")
+    out.append("replicas:")
+    rows = [[r.name, _opt(r.rank), str(r.state), _opt(r.exit_code), r.reason or ""] for r in replicas]
+    out.append(_indent(_table(["name", "rank", "state", "exit", "reason"], rows)) if rows else "  (none)")
+    out.append("")
+    out.append("parameters:")
+    if not params:
+        out.append("  (none)")
+    for section, values in sorted(params.items()):
+        out.append(f"  {section}:")
+        out.extend(f"    {k} = {_value(v)}" for k, v in sorted(values.items()))
+    out.append("")
+    out.append("artifacts:")
+    out.extend(f"  {a.name}  ({a.kind}, {_size(a.size)}, from {a.replica})" for a in artifacts)
+    if not artifacts:
+        out.append("  (none)")
+    if models:
+        out.append("")
+        out.append("models:")
+        out.extend(f"  {m.name}  ({m.format}, {_size(m.size)})" for m in models)
+    out.append("")
+    out.append("metrics:")
+    out.extend(f"  {t}: {', '.join(series)}" for t, series in titles.items())
+    if not titles:
+        out.append("  (none)")
+    typer.echo("\n".join(out))
+
+
+def _opt(value: int | None) -> str:
+    return "-" if value is None else str(value)
+
+
+def _indent(text: str) -> str:
+    return "\n".join(f"  {line}" for line in text.splitlines())
+
+
+def _value(v: Any) -> str:
+    import json
+
+    return v if isinstance(v, str) else json.dumps(v)
+
+
+@app.command("metrics")
+def metrics(
+    experiment_id: IdArg,
+    title: Annotated[str | None, typer.Option("--title", help="Only this title (e.g. loss).")] = None,
+    series: Annotated[
+        str | None, typer.Option("--series", help="Only this series (e.g. 'worker 00').")
+    ] = None,
+    output: Annotated[
+        MetricsFormat, typer.Option("-o", "--output", help="table, json or csv")
+    ] = MetricsFormat.TABLE,
+) -> None:
+    """Scalars an experiment reported. json: {"loss": {"worker 00": {"steps": [...], "values": [...]}}}."""
+    from phalanx.errors import NotFound
+
+    store, _ = open_for_reading()
+    e = store.get_experiment(experiment_id)
+    data = store.metrics(e.id, title=title, series=series)
+    if title is not None and not data:
+        known = ", ".join(store.metric_titles(e.id)) or "none"
+        which = repr(title) if series is None else f"{title!r}/{series!r}"
+        raise NotFound(f"experiment {e.id} has no metric {which} (titles: {known})")
+    if output is MetricsFormat.JSON:
+        emit_json(
+            {t: {s: {"steps": v.steps, "values": v.values} for s, v in by.items()} for t, by in data.items()}
+        )
+    elif output is MetricsFormat.CSV:
+        writer = csv.writer(sys.stdout, lineterminator="\n")
+        writer.writerow(["title", "series", "step", "value", "time"])
+        for t, by in data.items():
+            for s, v in by.items():
+                times = v.times or [None] * len(v.steps)
+                writer.writerows(
+                    [t, s, st, val, tm] for st, val, tm in zip(v.steps, v.values, times, strict=True)
+                )
+        sys.stdout.flush()
+    else:
+        rows = [
+            [t, s, str(len(v.steps)), str(v.steps[-1]), f"{v.values[-1]:.6g}", f"{min(v.values):.6g}",
+             f"{max(v.values):.6g}"]
+            for t, by in data.items()
+            for s, v in by.items()
+        ]  # fmt: skip
+        if not rows:
+            typer.echo(f"experiment {e.id} reported no metrics yet")
+            return
+        typer.echo(_table(["title", "series", "points", "last step", "last", "min", "max"], rows))
+
+
+@app.command("params")
+def params(
+    experiment_id: IdArg,
+    output: Annotated[Format, typer.Option("-o", "--output", help="table or json")] = Format.TABLE,
+) -> None:
+    """Hyperparameters by section (Args from argparse, General from task.connect, ...)."""
+    store, _ = open_for_reading()
+    e = store.get_experiment(experiment_id)
+    records = store.params(e.id)
+    if output is Format.JSON:
+        emit_json(params_by_section(records))
+        return
+    if not records:
+        typer.echo(f"experiment {e.id} recorded no parameters")
+        return
+    rows = [
+        [p.section, p.key, _value(p.value), p.replica, "-" if p.rank is None else str(p.rank)]
+        for p in records
+    ]
+    typer.echo(_table(["section", "key", "value", "replica", "rank"], rows))
+
+
+@app.command("artifacts")
+def artifacts(
+    experiment_id: IdArg,
+    download: Annotated[
+        str | None, typer.Option("--download", metavar="NAME", help="Fetch this artifact.")
+    ] = None,
+    directory: Annotated[Path, typer.Option("-d", "--dir", help="Where --download writes.")] = Path("."),
+    output: Annotated[Format, typer.Option("-o", "--output", help="table or json")] = Format.TABLE,
+) -> None:
+    """List an experiment's artifacts, or download one with --download NAME [-d DIR]."""
+    from phalanx.errors import NotFound, StoreError
+
+    store, _ = open_for_reading()
+    e = store.get_experiment(experiment_id)
+    records = store.artifacts(e.id)
+    if download is not None:
+        chosen = next((a for a in records if a.name == download), None)
+        if chosen is None:
+            names = ", ".join(repr(a.name) for a in records) or "none"
+            raise NotFound(f"experiment {e.id} has no artifact {download!r} (artifacts: {names})")
+        if store.artifact_store is None:
+            raise StoreError("this store has no artifact store to download from")
+        target = store.artifact_store.download(e.id, chosen.path, directory)
+        if output is Format.JSON:
+            emit_json({"name": chosen.name, "path": str(target)})
+        else:
+            typer.echo(str(target))
+        return
+    if output is Format.JSON:
+        emit_json([artifact_json(a) for a in records])
+        return
+    if not records:
+        typer.echo(f"experiment {e.id} has no artifacts")
+        return
+    rows = [
+        [a.name, a.kind, _size(a.size), a.replica, "-" if a.rank is None else str(a.rank), a.path]
+        for a in records
+    ]
+    typer.echo(_table(["name", "kind", "size", "replica", "rank", "path"], rows))
+
+
+@app.command("delete")
+def delete(
+    experiment_id: IdArg,
+    yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask for confirmation.")] = False,
+    output: Annotated[Format, typer.Option("-o", "--output", help="table or json")] = Format.TABLE,
+) -> None:
+    """Delete an experiment: its rows, artifacts, spool and run folder. Not while it runs."""
+    import shutil
+
+    from phalanx.errors import UsageError
+
+    store, settings = open_for_reading()
+    e = store.get_experiment(experiment_id)
+    if not yes:
+        if not sys.stdin.isatty():
+            raise UsageError(f"deleting {e.id} needs confirmation: pass --yes")
+        if not typer.confirm(f"Delete experiment {e.id} ({e.project}/{e.name}, {e.status})?"):
+            raise typer.Exit(1)
+    store.delete_experiment(e.id)
+    for folder in (settings.spool_dir / e.id, settings.runs_dir / e.id):
+        shutil.rmtree(folder, ignore_errors=True)
+    if output is Format.JSON:
+        emit_json({"deleted": e.id})
+    else:
+        typer.echo(f"deleted {e.id}")
