@@ -301,7 +301,7 @@ def metrics(
         writer.writerow(["title", "series", "step", "value", "time"])
         for t, by in data.items():
             for s, v in by.items():
-                times = v.times or [None] * len(v.steps)
+                times: list[float | None] = list(v.times) or [None] * len(v.steps)
                 writer.writerows(
                     [t, s, st, val, tm] for st, val, tm in zip(v.steps, v.values, times, strict=True)
                 )
