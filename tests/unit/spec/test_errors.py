@@ -9,6 +9,7 @@ import pytest
 
 from phalanx.errors import SpecError
 from phalanx.spec.loader import MAX_FILE_BYTES, load_spec, load_spec_text
+from phalanx.spec.yamltree import MAX_NODES
 
 HEAD = "version: 1\nkind: experiment\n"
 
@@ -325,7 +326,15 @@ def test_a_billion_laughs_document_is_refused_quickly() -> None:
     started = time.monotonic()
     (line,) = problems(BILLION_LAUGHS)
     assert time.monotonic() - started < 1.0
-    assert "expands to more than 100000 values" in line and "billion laughs" in line
+    assert f"expands to more than {MAX_NODES} values" in line and "billion laughs" in line
+
+
+def test_a_file_of_very_many_values_is_refused_quickly() -> None:
+    text = HEAD + "params: {x: [" + "0," * 400_000 + "0]}\nrun: {cmd: x}\n"
+    started = time.monotonic()
+    (line,) = problems(text)
+    assert time.monotonic() - started < 5.0  # generous for a shared machine; about 0.2 s alone
+    assert f"more than {MAX_NODES} values in one file" in line
 
 
 def test_recursive_aliases_and_deep_nesting_are_refused() -> None:
