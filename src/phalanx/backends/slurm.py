@@ -19,6 +19,7 @@ import shutil
 import subprocess
 import time
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 
 from phalanx.backends.base import DryRun, JobStatus, LaunchContext, ReplicaStatus
@@ -216,6 +217,29 @@ class SlurmBackend:
             out.append(
                 ReplicaStatus(name, state, host=host, exit_code=code, reason=reason, finished_at=finished)
             )
+        return self._stopped_not_failed(run_dir, out)
+
+    @staticmethod
+    def _stopped_not_failed(run_dir: Path, replicas: list[ReplicaStatus]) -> list[ReplicaStatus]:
+        """Tell the replicas Slurm killed from the one that failed.
+
+        Slurm signals every task of a step when srun's gang rule fires or on scancel, and a killed
+        task cannot tell that apart from any other death by signal. So a replica killed by a signal
+        after the first failure, or after ``cancel``, was stopped, not failed.
+        """
+        cancelled: float | None = None
+        with contextlib.suppress(OSError):
+            cancelled = (run_dir / "cancelled").stat().st_mtime
+        failed = [r for r in replicas if r.state is ReplicaState.FAILED and r.finished_at is not None]
+        first = min(failed, key=lambda r: r.finished_at or 0) if failed else None
+        out = []
+        for r in replicas:
+            killed = r.state is ReplicaState.FAILED and (r.exit_code or 0) > 128 and r.finished_at
+            if killed and cancelled is not None and (r.finished_at or 0) >= cancelled - 0.5:
+                r = replace(r, state=ReplicaState.STOPPED, reason="stopped by scancel")
+            elif killed and first is not None and r is not first:
+                r = replace(r, state=ReplicaState.STOPPED, reason=f"stopped after {first.name} failed")
+            out.append(r)
         return out
 
     def describe(self, handle: str) -> JobStatus | None:
@@ -290,7 +314,9 @@ class SlurmBackend:
     # -- cancel ---------------------------------------------------------------------------------
     def cancel(self, handle: str) -> None:
         """scancel the job; cancelling a finished or forgotten job is a no-op."""
-        job_id, _ = self._split(handle)
+        job_id, run_dir = self._split(handle)
+        if run_dir.is_dir() and not (run_dir / "cancelled").exists():
+            (run_dir / "cancelled").touch()  # replicas killed from now on were stopped, not failed
         proc = self._cmd(["scancel", job_id], check=False)
         if proc.returncode != 0 and "Invalid job id" not in proc.stderr and "already" not in proc.stderr:
             raise BackendUnavailable(f"scancel {job_id} failed: {proc.stderr.strip()}")

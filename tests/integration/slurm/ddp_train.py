@@ -1,0 +1,81 @@
+"""A small PyTorch DDP job for the Slurm tests: trains an MLP on scikit-learn's digits over gloo.
+
+It reports one loss series per rank and the test accuracy, through the tracking SDK when it is
+there, else straight into the spool (the SDK's own stdlib format), and prints where it runs. With
+--hold SECONDS the non-master replicas print `ready pid=N` and then wait, so a test can kill one.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import time
+from collections.abc import Callable
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from sklearn.datasets import load_digits
+from torch import nn
+from torch.nn.parallel import DistributedDataParallel
+
+
+def reporter() -> tuple[Callable[..., None], Callable[[], Any]]:
+    try:
+        from phalanx import Task
+
+        logger = Task.current_task().get_logger()
+        return logger.report_scalar, Task.current_task().flush
+    except (ImportError, AttributeError):
+        from phalanx.tracking.spool import SpoolWriter
+
+        rank = os.environ.get("PHALANX_RANK") or None
+        writer = SpoolWriter(
+            os.environ["PHALANX_SPOOL"],
+            experiment_id=os.environ["PHALANX_EXPERIMENT_ID"],
+            replica=os.environ["PHALANX_REPLICA"],
+            role=os.environ["PHALANX_ROLE"],
+            index=int(os.environ["PHALANX_INDEX"]),
+            rank=int(rank) if rank else None,
+        )
+
+        def report(title: str, series: str, value: float, iteration: int) -> None:
+            writer.write("scalar", {"title": title, "series": series, "value": value, "step": iteration})
+
+        return report, writer.sync
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--epochs", type=int, default=3)
+    parser.add_argument("--hold", type=float, default=0.0)
+    args = parser.parse_args()
+    torch.set_num_threads(1)
+    replica = os.environ["PHALANX_REPLICA"]
+    print(f"replica={replica} node={os.environ.get('SLURMD_NODENAME')} pid={os.getpid()}", flush=True)
+    if args.hold and replica != "master":
+        print(f"ready pid={os.getpid()}", flush=True)
+        time.sleep(args.hold)
+    dist.init_process_group("gloo")
+    rank, world = dist.get_rank(), dist.get_world_size()
+    report, flush = reporter()
+    x, y = load_digits(return_X_y=True)
+    x_t = torch.tensor(x[rank::world] / 16.0, dtype=torch.float32)
+    y_t = torch.tensor(y[rank::world])
+    torch.manual_seed(0)
+    model = DistributedDataParallel(nn.Sequential(nn.Linear(64, 64), nn.ReLU(), nn.Linear(64, 10)))
+    opt = torch.optim.Adam(model.parameters(), lr=0.01)
+    for epoch in range(args.epochs):
+        opt.zero_grad()
+        loss = nn.functional.cross_entropy(model(x_t), y_t)
+        loss.backward()
+        opt.step()
+        report("loss", f"rank {rank}", float(loss.item()), epoch)
+    print(f"replica={replica} rank={rank} world={world} done", flush=True)
+    flush()
+    dist.barrier()  # before destroy: without it one rank in ~6 aborts inside destroy_process_group
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,163 @@
+"""The Slurm engine on a real two-node cluster: DDP across nodes, tracking, the gang rule, cancel."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from phalanx.backends.base import LaunchContext
+from phalanx.backends.slurm import SlurmBackend
+from phalanx.clusters import add_cluster
+from phalanx.config import Settings
+from phalanx.domain import ExperimentStatus, Framework, Range, ReplicaState, Resources
+from phalanx.plan import build_plan
+from phalanx.spec.model import ExperimentSpec, ReplicaTemplate, Topology
+from phalanx.testing.slurm import LocalSlurm
+
+pytestmark = [pytest.mark.slurm, pytest.mark.slow, pytest.mark.timeout(240)]
+
+HERE = Path(__file__).resolve().parent
+PYTHON = sys.executable
+
+EXPERIMENT = """\
+version: 1
+kind: experiment
+framework: pytorch
+environment:
+  replicas:
+    n_workers: 1
+run:
+  cmd: python -u ddp_train.py --epochs 3 {extra}
+"""
+
+
+def _file(tmp_path: Path, extra: str = "") -> Path:
+    path = tmp_path / "polyaxonfile.yml"
+    path.write_text(EXPERIMENT.format(extra=extra))
+    (tmp_path / "ddp_train.py").write_text((HERE / "ddp_train.py").read_text())
+    return path
+
+
+def _wait(predicate, timeout: float = 120.0, what: str = "condition"):  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.3)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def test_ddp_runs_master_on_n1_and_worker_on_n2_and_its_metrics_reach_the_store(
+    slurm_cluster: LocalSlurm, phalanx_home: Path, tmp_path: Path
+) -> None:
+    from phalanx import supervisor
+    from phalanx.spec.loader import load_spec
+    from phalanx.store import open_store
+
+    settings = Settings()
+    add_cluster(slurm_cluster.cluster(), phalanx_home)
+    store = open_store(settings)
+    outcome = supervisor.launch(
+        load_spec(_file(tmp_path)),
+        settings=settings,
+        store=store,
+        cluster=slurm_cluster.name,
+        handle_signals=False,
+    )
+    assert outcome.status is ExperimentStatus.SUCCEEDED, outcome.reason
+    replicas = {r.name: r for r in store.list_replicas(outcome.experiment_id)}
+    assert replicas["master"].host == "n1"
+    assert replicas["worker-0"].host == "n2"
+    lines = [line.text for line in store.logs(outcome.experiment_id)]
+    assert any("replica=master node=n1" in t for t in lines), lines
+    assert any("replica=worker-0 node=n2" in t for t in lines), lines
+    metrics = store.metrics(outcome.experiment_id)
+    assert set(metrics["loss"]) == {"rank 0", "rank 1"}
+    assert list(metrics["loss"]["rank 1"].steps) == [0, 1, 2]
+    assert slurm_cluster.wait_queue_empty() == []
+
+
+def test_a_killed_task_fails_the_experiment_and_leaves_nothing_in_the_queue(
+    slurm_cluster: LocalSlurm, phalanx_home: Path, tmp_path: Path
+) -> None:
+    from phalanx import supervisor
+    from phalanx.spec.loader import load_spec
+    from phalanx.store import open_store
+
+    settings = Settings()
+    add_cluster(slurm_cluster.cluster(), phalanx_home)
+    store = open_store(settings)
+    prepared = supervisor.prepare(
+        load_spec(_file(tmp_path, "--hold 600")), settings=settings, cluster=slurm_cluster.name
+    )
+    result: dict[str, supervisor.Outcome] = {}
+    runner = threading.Thread(
+        target=lambda: result.setdefault(
+            "outcome", supervisor.Supervisor(prepared, store, settings, handle_signals=False).run()
+        )
+    )
+    runner.start()
+    log = settings.runs_dir / prepared.experiment_id / "slurm" / "logs" / "worker-0.log"
+    text = _wait(lambda: log.exists() and "ready pid=" in log.read_text() and log.read_text(), what="worker")
+    pid = int(text.split("ready pid=")[1].split()[0])
+    os.kill(pid, signal.SIGKILL)  # the worker dies as a node's OOM killer would kill it
+    runner.join(timeout=120)
+    assert not runner.is_alive()
+    outcome = result["outcome"]
+    assert outcome.status is ExperimentStatus.FAILED
+    assert outcome.reason and outcome.reason.startswith("worker-0"), outcome.reason
+    assert slurm_cluster.wait_queue_empty() == []
+
+
+def test_replicas_with_different_resources_run_as_a_heterogeneous_job(
+    slurm_cluster: LocalSlurm, phalanx_home: Path, tmp_path: Path
+) -> None:
+    (tmp_path / "ddp_train.py").write_text((HERE / "ddp_train.py").read_text())
+    spec = ExperimentSpec(
+        version=1,
+        kind="experiment",
+        command=(f"{PYTHON} -u ddp_train.py --epochs 1",),
+        framework=Framework.PYTORCH,
+        master=ReplicaTemplate(resources=Resources(memory=Range(100, 100))),
+        topology=Topology(
+            n_workers=1, worker={0: ReplicaTemplate(resources=Resources(memory=Range(300, 300)))}
+        ),
+    )
+    backend = SlurmBackend(slurm_cluster.cluster(), Settings())
+    context = LaunchContext(
+        "abcabcabc001",
+        str(tmp_path),
+        PYTHON,
+        {"PHALANX_SPOOL": str(tmp_path / "spool"), "PHALANX_HOME": str(phalanx_home)},
+    )
+    dry = backend.dry_run(build_plan(spec), context)
+    assert "#SBATCH hetjob" in dry.native
+    assert "--mem-per-cpu=300" in dry.native
+    handle = backend.submit(dry)
+    status = _wait(lambda: (s := backend.describe(handle)) and s.status.done and s, what="the job to end")
+    assert status.status is ExperimentStatus.SUCCEEDED, status
+    assert {r.name: r.host for r in status.replicas} == {"master": "n1", "worker-0": "n2"}
+    assert any("world=2 done" in line for line in backend.logs(handle, "worker-0"))
+
+
+def test_cancel_stops_the_job_and_is_idempotent(
+    slurm_cluster: LocalSlurm, phalanx_home: Path, tmp_path: Path
+) -> None:
+    spec = ExperimentSpec(version=1, kind="experiment", command=("sleep 600",))
+    backend = SlurmBackend(slurm_cluster.cluster(), Settings())
+    context = LaunchContext("abcabcabc002", str(tmp_path), PYTHON, {})
+    handle = backend.submit(backend.dry_run(build_plan(spec), context))
+    _wait(lambda: (s := backend.describe(handle)) and s.status is ExperimentStatus.RUNNING, what="running")
+    backend.cancel(handle)
+    backend.cancel(handle)
+    status = _wait(lambda: (s := backend.describe(handle)) and s.status.done and s, what="the job to stop")
+    assert status.status is ExperimentStatus.STOPPED
+    assert [r.state for r in status.replicas] == [ReplicaState.STOPPED]
+    assert slurm_cluster.wait_queue_empty() == []
