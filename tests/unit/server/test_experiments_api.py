@@ -79,7 +79,7 @@ def test_delete_refuses_a_running_experiment_then_removes_a_finished_one(
     assert client.get(f"/api/v1/experiments/{e.id}").status_code == 404
 
 
-def test_stop_records_a_request_the_supervisor_reads(
+def test_stop_leaves_a_request_and_stops_an_experiment_whose_supervisor_is_gone(
     client: TestClient, store: Store, phalanx_home: Path
 ) -> None:
     e = fill.experiment(store, status=ExperimentStatus.RUNNING)
@@ -87,6 +87,8 @@ def test_stop_records_a_request_the_supervisor_reads(
     assert r.status_code == 200
     assert r.json()["stop_requested"] is True
     assert (phalanx_home / "runs" / e.id / "stop").is_file()
+    assert r.json()["status"] == "stopped"
+    assert store.get_experiment(e.id).status is ExperimentStatus.STOPPED
 
 
 def test_stop_of_a_finished_experiment_changes_nothing(

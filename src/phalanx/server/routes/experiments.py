@@ -93,8 +93,9 @@ def stop_experiment(experiment_id: str, store: StoreDep, settings: SettingsDep) 
     e = experiment_of(store, experiment_id)
     if e.status.done:
         return StopOut(id=e.id, status=str(e.status), stop_requested=False, message=f"already {e.status}")
-    message = request_stop(settings.store, e)
-    return StopOut(id=e.id, status=str(e.status), stop_requested=True, message=message)
+    message = request_stop(store, settings.store, e)
+    current = store.get_experiment(e.id)
+    return StopOut(id=e.id, status=str(current.status), stop_requested=True, message=message)
 
 
 @router.delete("/experiments/{experiment_id}", status_code=204)

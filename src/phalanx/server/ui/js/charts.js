@@ -2,7 +2,7 @@
 // per series. The server already downsampled each series (min/max per bucket keeps peaks); here we
 // only align series on a shared x axis, smooth (EMA, as TensorBoard does) and draw.
 
-import { color, h } from "./util.js";
+import { color, h, add } from "./util.js";
 
 export const MAX_POINTS = 2000;
 
@@ -45,7 +45,7 @@ export class ScalarChart {
     this.body = h("div", { class: "chart-body" });
     this.note = h("div", { class: "note" });
     this.card = h("div", { class: "chart-card", "data-title": title }, h("h3", {}, title), this.body, this.note);
-    parent.append(this.card);
+    add(parent, this.card);
     this.resizer = new ResizeObserver(() => {
       if (this.plot) this.plot.setSize({ width: this.width(), height: 300 });
     });
@@ -80,7 +80,8 @@ export class ScalarChart {
           stroke: l.color || color(i),
           width: 1.5,
           spanGaps: true,
-          points: { show: false },
+          dash: l.dash,
+          points: { show: l.xs.length <= 60, size: 5 },
           value: (u, v) => (v === null || v === undefined ? "—" : Number(v).toPrecision(5)),
         })),
       ],

@@ -3,29 +3,33 @@
 
 import { api } from "./api.js";
 import { MAX_POINTS, ScalarChart, chartControls, toLine } from "./charts.js";
-import { badge, byReplica, clear, color, fmtAgo, fmtValue, h, topologyText } from "./util.js";
+import { badge, byReplica, clear, color, fmtAgo, fmtValue, h, topologyText, add } from "./util.js";
+
+const DASHES = [undefined, [8, 4], [2, 3], [10, 3, 2, 3]];
+const STYLE_NAMES = ["solid lines", "dashed lines", "dotted lines", "dash-dot lines"];
 
 export function renderCompare(root, ctx) {
   const ids = (new URLSearchParams(location.search).get("ids") || "").split(",").map((s) => s.trim()).filter(Boolean);
   if (ids.length < 2) return renderPicker(root, ids);
-  clear(root).append(h("p", { class: "muted" }, "Loading…"));
+  add(clear(root), h("p", { class: "muted" }, "Loading…"));
   const charts = [];
   (async () => {
     let exps;
     try { exps = await Promise.all(ids.map((id) => api.experiment(id))); } catch (err) {
-      clear(root).append(h("div", { class: "empty" }, `Could not load: ${err.message}`));
+      add(clear(root), h("div", { class: "empty" }, `Could not load: ${err.message}`));
       return;
     }
     const state = { smoothing: 0, log: false, xMode: "step" };
     const grid = h("div", { class: "charts", id: "compare-charts" });
     const paramsBox = h("div", { id: "compare-params" });
-    clear(root).append(
+    add(clear(root), 
       h("div", { class: "toolbar" }, h("h1", {}, `Compare ${exps.length} experiments`), h("span", { class: "spacer" }),
         h("a", { href: `/compare?ids=${ids.join(",")}&pick=1`, onclick: (ev) => { ev.preventDefault(); renderPicker(root, ids); } }, "change selection")),
-      h("div", { class: "cmp-heads" }, exps.map((e, i) => h("div", { class: "card", "data-id": e.id, style: { "--c": color(i) } },
+      h("div", { class: "cmp-heads" }, exps.map((e, i) => h("div", { class: "card", "data-id": e.id },
         h("div", {}, h("a", { href: `/experiments/${e.id}` }, h("b", {}, e.name)), " ", badge(e.status)),
         h("div", { class: "muted small mono" }, e.id),
-        h("div", { class: "small" }, `${e.project} · ${e.framework || "—"} · ${topologyText(e.topology)}`)))),
+        h("div", { class: "small" }, `${e.project} · ${e.framework || "—"} · ${topologyText(e.topology)}`),
+        h("div", { class: "muted small" }, `charts: ${STYLE_NAMES[i % STYLE_NAMES.length]}`)))),
       h("h2", {}, "Scalars"),
       chartControls(state, (refetch) => (refetch ? loadScalars() : draw())),
       grid,
@@ -42,13 +46,16 @@ export function renderCompare(root, ctx) {
         const chart = new ScalarChart(grid, title);
         charts.push(chart);
         const lines = [];
+        // Same series name, same colour; each experiment its own line style (solid, dashed, dotted...).
+        const seriesNames = [...new Set(metrics.get(title).flatMap(([, m]) => Object.keys(m.series)))].sort();
         metrics.get(title).forEach(([e, m, ei]) => {
-          for (const s of Object.keys(m.series).sort()) lines.push(toLine(`${label(e)} · ${s}`, m.series[s], state.xMode));
+          for (const s of Object.keys(m.series).sort()) {
+            lines.push({ ...toLine(`${label(e)} · ${s}`, m.series[s], state.xMode), color: color(seriesNames.indexOf(s)), dash: DASHES[ei % DASHES.length] });
+          }
         });
-        lines.forEach((l, i) => { l.color = color(i); });
         chart.update(lines, state);
       }
-      if (!metrics.size) grid.append(h("p", { class: "muted" }, "None of these experiments reported scalars."));
+      if (!metrics.size) add(grid, h("p", { class: "muted" }, "None of these experiments reported scalars."));
     }
     async function loadScalars() {
       metrics.clear();
@@ -94,7 +101,7 @@ function drawParams(box, exps, allParams) {
       rows.get(k)[ei].push(p);
     }
   });
-  if (!rows.size) { box.append(h("p", { class: "muted" }, "No hyperparameters reported.")); return; }
+  if (!rows.size) { add(box, h("p", { class: "muted" }, "No hyperparameters reported.")); return; }
   const keys = [...rows.keys()].sort((a, b) => {
     const [sa, ka] = a.split("\u0000");
     const [sb, kb] = b.split("\u0000");
@@ -109,14 +116,14 @@ function drawParams(box, exps, allParams) {
     const cells = rows.get(k).map(cellText);
     const differs = new Set(cells.map((c) => c ?? "\u0000missing")).size > 1;
     if (differs) differing++;
-    tbody.append(h("tr", { class: differs ? "differs" : "", "data-key": key },
+    add(tbody, h("tr", { class: differs ? "differs" : "", "data-key": key },
       h("td", { class: "muted" }, section), h("td", { class: "key mono" }, key),
       cells.map((c) => h("td", { class: "value" }, c ?? "—"))));
   }
   onlyDiff.addEventListener("change", () => {
     for (const tr of tbody.children) tr.hidden = onlyDiff.checked && !tr.classList.contains("differs");
   });
-  box.append(
+  add(box, 
     h("div", { class: "toolbar" }, onlyDiff, h("label", { for: "only-diff" }, "only differences"),
       h("span", { class: "muted small" }, `${differing} of ${keys.length} differ`)),
     h("div", { class: "table-wrap" }, h("table", { class: "grid params-table", id: "compare-params-table" },
@@ -130,7 +137,7 @@ function renderPicker(root, preselected) {
   const go = h("button", { class: "primary", onclick: () => { location.href = `/compare?ids=${[...chosen].join(",")}`; } }, "Compare");
   const update = () => { go.disabled = chosen.size < 2; go.textContent = `Compare (${chosen.size})`; };
   const tbody = h("tbody");
-  clear(root).append(
+  add(clear(root), 
     h("div", { class: "toolbar" }, h("h1", {}, "Compare experiments"), h("span", { class: "spacer" }), go),
     h("p", { class: "muted" }, "Pick two or more experiments."),
     h("div", { class: "table-wrap" }, h("table", { class: "grid", id: "pick" },
@@ -144,11 +151,11 @@ function renderPicker(root, preselected) {
         update();
       } });
       box.checked = chosen.has(e.id);
-      tbody.append(h("tr", { "data-id": e.id }, h("td", {}, box), h("td", { class: "mono" }, e.id), h("td", {}, e.name),
+      add(tbody, h("tr", { "data-id": e.id }, h("td", {}, box), h("td", { class: "mono" }, e.id), h("td", {}, e.name),
         h("td", {}, e.project), h("td", {}, badge(e.status)), h("td", {}, topologyText(e.topology)),
         h("td", { class: "num" }, fmtAgo(e.started_at || e.created_at))));
     }
-    if (!page.items.length) tbody.append(h("tr", {}, h("td", { colspan: 7, class: "empty" }, "No experiments yet.")));
+    if (!page.items.length) add(tbody, h("tr", {}, h("td", { colspan: 7, class: "empty" }, "No experiments yet.")));
   });
   return () => {};
 }

@@ -2,7 +2,7 @@
 // experiment live through server-sent events.
 
 import { api } from "./api.js";
-import { byReplica, clear, color, h } from "./util.js";
+import { byReplica, clear, color, h, add } from "./util.js";
 
 const MAX_LINES = 50000;
 
@@ -16,7 +16,7 @@ export function renderConsole(panel, ctx, exp) {
   const follow = h("input", { type: "checkbox", id: "follow", checked: true });
   const state = h("span", { class: "muted small" });
   const out = h("div", { class: "console", id: "console" });
-  panel.append(
+  add(panel, 
     h("div", { class: "toolbar" }, chips, h("span", { class: "spacer" }), search, follow, h("label", { for: "follow" }, "follow"), state),
     out,
   );
@@ -28,7 +28,7 @@ export function renderConsole(panel, ctx, exp) {
 
   function drawChips() {
     const names = [...seen].sort(byReplica);
-    clear(chips).append(h("button", { class: `chip ${replica === "" ? "active" : ""}`, "data-replica": "", onclick: () => select("") }, "all replicas"),
+    add(clear(chips), h("button", { class: `chip ${replica === "" ? "active" : ""}`, "data-replica": "", onclick: () => select("") }, "all replicas"),
       names.map((n) => h("button", { class: `chip ${replica === n ? "active" : ""}`, "data-replica": n, onclick: () => select(n) }, n)));
   }
 
@@ -38,10 +38,10 @@ export function renderConsole(panel, ctx, exp) {
       const lower = l.text.toLowerCase();
       let at = 0;
       for (let i = lower.indexOf(needle); i >= 0; i = lower.indexOf(needle, at)) {
-        text.append(l.text.slice(at, i), h("mark", {}, l.text.slice(i, i + needle.length)));
+        add(text, l.text.slice(at, i), h("mark", {}, l.text.slice(i, i + needle.length)));
         at = i + needle.length;
       }
-      text.append(l.text.slice(at));
+      add(text, l.text.slice(at));
     } else text.textContent = l.text;
     return h("div", { class: `line ${l.stream}`, "data-replica": l.replica },
       h("span", { class: "rep", style: { color: colorOf(l.replica) } }, `[${l.replica}]`), text);
@@ -53,8 +53,8 @@ export function renderConsole(panel, ctx, exp) {
     const needle = search.value.trim().toLowerCase();
     clear(out);
     const frag = document.createDocumentFragment();
-    for (const l of lines) if (matches(l, needle)) frag.append(lineEl(l, needle));
-    out.append(frag);
+    for (const l of lines) if (matches(l, needle)) add(frag, lineEl(l, needle));
+    add(out, frag);
     if (follow.checked) out.scrollTop = out.scrollHeight;
   }
 
@@ -70,9 +70,9 @@ export function renderConsole(panel, ctx, exp) {
         scheduled = false;
         const needle = search.value.trim().toLowerCase();
         const frag = document.createDocumentFragment();
-        for (const p of pending) if (matches(p, needle)) frag.append(lineEl(p, needle));
+        for (const p of pending) if (matches(p, needle)) add(frag, lineEl(p, needle));
         pending = [];
-        out.append(frag);
+        add(out, frag);
         if (lines.length > MAX_LINES) { lines = lines.slice(-MAX_LINES); redraw(); }
         if (follow.checked) out.scrollTop = out.scrollHeight;
       });
@@ -92,7 +92,7 @@ export function renderConsole(panel, ctx, exp) {
     source.addEventListener("end", () => {
       source.close();
       state.textContent = `${lines.length} lines`;
-      if (!lines.length) out.append(h("div", { class: "line muted" }, "No console output recorded."));
+      if (!lines.length) add(out, h("div", { class: "line muted" }, "No console output recorded."));
     });
     source.addEventListener("error", () => { if (source.readyState === EventSource.CLOSED) state.textContent = "disconnected"; });
   }

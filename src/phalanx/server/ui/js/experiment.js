@@ -4,7 +4,7 @@
 import { api } from "./api.js";
 import { renderConsole } from "./console.js";
 import { renderArtifacts, renderModels, renderParams, renderScalars } from "./panels.js";
-import { badge, byReplica, clear, durationSeconds, fmtDuration, fmtResources, fmtTime, h, topologyText } from "./util.js";
+import { badge, byReplica, clear, durationSeconds, fmtDuration, fmtResources, fmtTime, h, topologyText, add } from "./util.js";
 
 const TABS = [
   ["overview", "Overview"], ["scalars", "Scalars"], ["hyperparameters", "Hyperparameters"],
@@ -21,10 +21,10 @@ export function renderExperiment(root, ctx, id) {
   const head = h("div", { class: "exp-head" });
   const tabs = h("nav", { class: "tabs", role: "tablist" });
   const panel = h("section", { id: "panel" });
-  clear(root).append(head, tabs, panel);
+  add(clear(root), head, tabs, panel);
 
   function drawTabs() {
-    clear(tabs).append(TABS.map(([key, label]) => h("a", {
+    add(clear(tabs), TABS.map(([key, label]) => h("a", {
       href: `#${key}`, role: "tab", class: key === tab ? "active" : "", "data-tab": key,
       "aria-selected": key === tab ? "true" : "false",
       onclick: (ev) => { ev.preventDefault(); if (key !== tab) { tab = key; history.replaceState(null, "", `#${key}`); drawTabs(); drawPanel(); } },
@@ -42,7 +42,7 @@ export function renderExperiment(root, ctx, id) {
       if (!confirm(`Delete experiment ${exp.id} and everything it reported? This cannot be undone.`)) return;
       try { await api.remove(exp.id); location.href = "/"; } catch (err) { alert(`Could not delete: ${err.message}`); }
     } }, "Delete");
-    clear(head).append(
+    add(clear(head), 
       h("div", { style: { flex: "1" } },
         h("div", { class: "muted small" }, h("a", { href: "/" }, "Experiments"), " / ", exp.project),
         h("h1", {}, exp.name, " ", badge(exp.status)),
@@ -87,20 +87,26 @@ export function renderExperiment(root, ctx, id) {
       if (tab === "overview") drawPanel();
       if (["running", "starting", "created"].includes(exp.status) && ctx.alive()) timer = setTimeout(refresh, 3000);
     } catch (err) {
-      clear(root).append(h("div", { class: "empty" }, err.status === 404 ? `No experiment ${id}.` : `Could not load: ${err.message}`));
+      add(clear(root), h("div", { class: "empty" }, err.status === 404 ? `No experiment ${id}.` : `Could not load: ${err.message}`));
     }
   }
 
+  const onHash = () => {
+    const want = (location.hash || "#overview").slice(1);
+    if (exp && want !== tab && TABS.some(([k]) => k === want)) { tab = want; drawTabs(); drawPanel(); }
+  };
+  window.addEventListener("hashchange", onHash);
+
   (async () => {
     try { exp = await api.experiment(id); } catch (err) {
-      clear(root).append(h("div", { class: "empty" }, err.status === 404 ? `No experiment ${id}.` : `Could not load: ${err.message}`));
+      add(clear(root), h("div", { class: "empty" }, err.status === 404 ? `No experiment ${id}.` : `Could not load: ${err.message}`));
       return;
     }
     drawHead(); drawTabs(); drawPanel();
     if (["running", "starting", "created"].includes(exp.status)) timer = setTimeout(refresh, 3000);
   })();
 
-  return () => { clearTimeout(timer); disposePanel(); };
+  return () => { clearTimeout(timer); disposePanel(); window.removeEventListener("hashchange", onHash); };
 }
 
 function renderOverview(panel, exp) {
@@ -110,12 +116,12 @@ function renderOverview(panel, exp) {
   for (const [role, label] of roles) {
     const group = replicas.filter((r) => r.role === role);
     if (!group.length) continue;
-    topo.append(h("div", { class: "role-row" }, h("div", { class: "role-label" }, label), group.map(replicaBox)));
+    add(topo, h("div", { class: "role-row" }, h("div", { class: "role-label" }, label), group.map(replicaBox)));
   }
   const other = replicas.filter((r) => !roles.some(([k]) => k === r.role));
-  if (other.length) topo.append(h("div", { class: "role-row" }, h("div", { class: "role-label" }, "other"), other.map(replicaBox)));
-  if (!replicas.length) topo.append(h("p", { class: "muted" }, "No replicas recorded (a script run without phalanx run)."));
-  panel.append(
+  if (other.length) add(topo, h("div", { class: "role-row" }, h("div", { class: "role-label" }, "other"), other.map(replicaBox)));
+  if (!replicas.length) add(topo, h("p", { class: "muted" }, "No replicas recorded (a script run without phalanx run)."));
+  add(panel, 
     exp.reason ? h("div", { class: "alert bad", id: "failure-reason" }, h("b", {}, `${exp.status === "failed" ? "Failed" : "Reason"}: `), exp.reason) : null,
     h("div", { class: "overview" },
       h("div", { class: "card" }, h("h2", { style: { marginTop: 0 } }, "Topology ", h("span", { class: "muted small" }, topologyText(exp.topology))), topo),

@@ -1,7 +1,7 @@
 // Experiments: a sortable, filterable table, refreshed every few seconds while any experiment runs.
 
 import { api } from "./api.js";
-import { badge, clear, durationSeconds, fmtAgo, fmtDuration, fmtTime, h, topologyText } from "./util.js";
+import { badge, clear, durationSeconds, fmtAgo, fmtDuration, fmtTime, h, topologyText, add } from "./util.js";
 
 const SERVER_SORTS = new Set(["created_at", "started_at", "name", "project", "status"]);
 const COLUMNS = [
@@ -39,7 +39,7 @@ export function renderList(root, ctx) {
   for (const input of [q, project, tag]) input.addEventListener("input", refilter);
   status.addEventListener("change", () => { state.offset = 0; load(); });
 
-  clear(root).append(
+  add(clear(root), 
     h("div", { class: "toolbar" }, h("h1", { style: { marginRight: "12px" } }, "Experiments"), q, status, project, tag,
       h("span", { class: "spacer" }), counter, compare),
     h("div", { class: "table-wrap" }, h("table", { class: "grid", id: "experiments" }, thead, tbody)),
@@ -48,7 +48,7 @@ export function renderList(root, ctx) {
 
   function sortKey() { return state.sort.replace(/^-/, ""); }
   function drawHead() {
-    clear(thead).append(h("tr", {}, COLUMNS.map(([label, key]) => {
+    add(clear(thead), h("tr", {}, COLUMNS.map(([label, key]) => {
       if (!key) return h("th", {}, label);
       const active = sortKey() === key;
       const arrow = active ? (state.sort.startsWith("-") ? "▼" : "▲") : "";
@@ -71,7 +71,7 @@ export function renderList(root, ctx) {
   function drawBody() {
     clear(tbody);
     if (!items.length) {
-      tbody.append(h("tr", {}, h("td", { colspan: COLUMNS.length, class: "empty" },
+      add(tbody, h("tr", {}, h("td", { colspan: COLUMNS.length, class: "empty" },
         state.q || state.status || state.project || state.tag ? "No experiment matches these filters." :
           "No experiments yet. Run one with: phalanx run -f polyaxonfile.yml")));
       return;
@@ -83,7 +83,7 @@ export function renderList(root, ctx) {
       } });
       box.checked = state.selected.has(e.id);
       const link = `/experiments/${e.id}`;
-      tbody.append(h("tr", { "data-id": e.id },
+      add(tbody, h("tr", { "data-id": e.id },
         h("td", {}, box),
         h("td", { class: "mono" }, h("a", { href: link }, e.id)),
         h("td", {}, h("a", { href: link }, e.name)),
@@ -107,7 +107,7 @@ export function renderList(root, ctx) {
     clear(pager);
     if (total <= PAGE) return;
     const last = state.offset + items.length;
-    pager.append(
+    add(pager, 
       h("span", { class: "muted" }, `${state.offset + 1}–${last} of ${total}`),
       h("button", { disabled: state.offset === 0, onclick: () => { state.offset = Math.max(0, state.offset - PAGE); load(); } }, "Previous"),
       h("button", { disabled: last >= total, onclick: () => { state.offset += PAGE; load(); } }, "Next"),
@@ -130,7 +130,7 @@ export function renderList(root, ctx) {
       const live = items.some((e) => ["running", "starting", "created"].includes(e.status));
       if (live && ctx.alive()) timer = setTimeout(load, 3000);
     } catch (err) {
-      clear(tbody).append(h("tr", {}, h("td", { colspan: COLUMNS.length, class: "empty" }, `Could not load: ${err.message}`)));
+      add(clear(tbody), h("tr", {}, h("td", { colspan: COLUMNS.length, class: "empty" }, `Could not load: ${err.message}`)));
     }
   }
 

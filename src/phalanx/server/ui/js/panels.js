@@ -2,7 +2,7 @@
 
 import { api } from "./api.js";
 import { MAX_POINTS, ScalarChart, chartControls, toLine } from "./charts.js";
-import { byReplica, clear, fmtBytes, fmtTime, fmtValue, h } from "./util.js";
+import { byReplica, clear, fmtBytes, fmtTime, fmtValue, h, add } from "./util.js";
 
 export function renderScalars(panel, ctx, id) {
   const state = { smoothing: 0, log: false, xMode: "step" };
@@ -11,7 +11,7 @@ export function renderScalars(panel, ctx, id) {
   let timer = null;
   const grid = h("div", { class: "charts", id: "charts" });
   const status = h("p", { class: "muted" }, "Loading scalars…");
-  panel.append(chartControls(state, (refetch) => (refetch ? load() : draw())), status, grid);
+  add(panel, chartControls(state, (refetch) => (refetch ? load() : draw())), status, grid);
 
   function draw() {
     for (const [title, metric] of data) {
@@ -63,9 +63,9 @@ export function groupParams(params) {
 
 export async function renderParams(panel, id) {
   const params = await api.params(id);
-  if (!params.length) { panel.append(h("div", { class: "empty" }, "No hyperparameters reported.")); return; }
+  if (!params.length) { add(panel, h("div", { class: "empty" }, "No hyperparameters reported.")); return; }
   for (const [section, rows] of groupParams(params)) {
-    panel.append(
+    add(panel, 
       h("h2", {}, section, " ", h("span", { class: "muted small" }, `${rows.length}`)),
       h("div", { class: "table-wrap" }, h("table", { class: "grid params-table", "data-section": section },
         h("thead", {}, h("tr", {}, h("th", {}, "name"), h("th", {}, "value"), h("th", {}, "replica"), h("th", {}, "rank"))),
@@ -78,23 +78,23 @@ export async function renderParams(panel, id) {
 
 export async function renderArtifacts(panel, id) {
   const artifacts = await api.artifacts(id);
-  if (!artifacts.length) { panel.append(h("div", { class: "empty" }, "No artifacts uploaded.")); return; }
+  if (!artifacts.length) { add(panel, h("div", { class: "empty" }, "No artifacts uploaded.")); return; }
   artifacts.sort((a, b) => a.name.localeCompare(b.name));
   const preview = h("div", { class: "card preview", id: "artifact-preview" }, h("p", { class: "muted" }, "Select an artifact to preview it."));
   const rows = new Map();
   async function show(a) {
     for (const [name, tr] of rows) tr.classList.toggle("selected", name === a.name);
-    clear(preview).append(h("h3", { style: { marginTop: 0 } }, a.name, " ", h("span", { class: "muted small" }, `${a.kind} · ${a.content_type}`)));
+    add(clear(preview), h("h3", { style: { marginTop: 0 } }, a.name, " ", h("span", { class: "muted small" }, `${a.kind} · ${a.content_type}`)));
     try {
       const p = await api.preview(id, a.name);
-      if (p.preview === "image") preview.append(h("img", { src: api.artifactUrl(id, a.name, true), alt: a.name }));
-      else if (p.preview === "json" || p.preview === "text") preview.append(h("pre", {}, p.text), p.truncated ? h("p", { class: "muted small" }, "Preview truncated; download for the whole file.") : null);
-      else if (p.preview === "files") preview.append(h("ul", { class: "mono" }, p.files.map((f) => h("li", {}, f))));
-      else preview.append(h("p", { class: "muted" }, "No preview for this kind of file."));
+      if (p.preview === "image") add(preview, h("img", { src: api.artifactUrl(id, a.name, true), alt: a.name }));
+      else if (p.preview === "json" || p.preview === "text") add(preview, h("pre", {}, p.text), p.truncated ? h("p", { class: "muted small" }, "Preview truncated; download for the whole file.") : null);
+      else if (p.preview === "files") add(preview, h("ul", { class: "mono" }, p.files.map((f) => h("li", {}, f))));
+      else add(preview, h("p", { class: "muted" }, "No preview for this kind of file."));
     } catch (err) {
-      preview.append(h("p", { class: "muted" }, `No preview: ${err.message}`));
+      add(preview, h("p", { class: "muted" }, `No preview: ${err.message}`));
     }
-    preview.append(h("p", {}, h("a", { href: api.artifactUrl(id, a.name), download: "" }, "Download")));
+    add(preview, h("p", {}, h("a", { href: api.artifactUrl(id, a.name), download: "" }, "Download")));
   }
   const table = h("table", { class: "grid", id: "artifacts" },
     h("thead", {}, h("tr", {}, ["name", "kind", "size", "replica", "uploaded", ""].map((c) => h("th", {}, c)))),
@@ -107,17 +107,17 @@ export async function renderArtifacts(panel, id) {
       rows.set(a.name, tr);
       return tr;
     })));
-  panel.append(h("div", { class: "split" }, h("div", { class: "table-wrap" }, table), preview));
+  add(panel, h("div", { class: "split" }, h("div", { class: "table-wrap" }, table), preview));
   show(artifacts[0]);
 }
 
 export async function renderModels(panel, id) {
   const models = await api.models(id);
   if (!models.length) {
-    panel.append(h("div", { class: "empty" }, "No models saved. In a training script: task.save_model(model, \"name\", example_input=x)."));
+    add(panel, h("div", { class: "empty" }, "No models saved. In a training script: task.save_model(model, \"name\", example_input=x)."));
     return;
   }
-  panel.append(h("div", { class: "table-wrap" }, h("table", { class: "grid", id: "models" },
+  add(panel, h("div", { class: "table-wrap" }, h("table", { class: "grid", id: "models" },
     h("thead", {}, h("tr", {}, ["name", "format", "size", "replica", "saved", "details", ""].map((c) => h("th", {}, c)))),
     h("tbody", {}, models.map((m) => h("tr", { "data-name": m.name },
       h("td", {}, m.name), h("td", {}, m.format), h("td", { class: "num" }, fmtBytes(m.size)), h("td", {}, m.replica),

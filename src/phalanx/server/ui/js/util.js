@@ -18,6 +18,15 @@ export function h(tag, attrs = {}, ...children) {
   return el;
 }
 
+// Append children, flattening arrays and skipping null/undefined/false (DOM append would print them).
+export function add(el, ...children) {
+  for (const c of children.flat(Infinity)) {
+    if (c === null || c === undefined || c === false) continue;
+    el.append(c instanceof Node ? c : document.createTextNode(String(c)));
+  }
+  return el;
+}
+
 export function clear(el) { while (el.firstChild) el.removeChild(el.firstChild); return el; }
 
 export function badge(status) { return h("span", { class: `badge ${status}`, "data-status": status }, status); }
