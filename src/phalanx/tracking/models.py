@@ -155,6 +155,9 @@ def _export_onnx(
             kwargs["opset_version"] = opset
         if dynamo:
             kwargs["verbose"] = False
+            # One self-contained file: by default the weights go to a `<name>.onnx.data` beside it,
+            # which would not travel with the model (ONNX's protobuf limit makes this 2 GB at most).
+            kwargs["external_data"] = False
         try:
             with _quiet_exporter():
                 torch.onnx.export(model, args, str(path), **kwargs)
