@@ -46,6 +46,9 @@ def check(
         spec = load_spec(file, params=overrides)
         plan = build_plan(spec)
     except SpecError as exc:
+        if len(exc.problems) == 1 and exc.problems[0].line is None:  # missing file, directory, too large
+            sys.stderr.write(f"error: {exc.problems[0]}\n")
+            raise typer.Exit(2) from None
         for problem in exc.problems:
             sys.stderr.write(f"{problem}\n")
         n = len(exc.problems)

@@ -105,7 +105,7 @@ def test_an_invalid_file_prints_every_problem_to_stderr_and_nothing_to_stdout() 
 @pytest.mark.parametrize(
     ("args", "words"),
     [
-        (["-f", "no-such-file.yml"], "no-such-file.yml: no such file"),
+        (["-f", "no-such-file.yml"], "error: no-such-file.yml: no such file\n"),
         (["-f", "."], "is a directory"),
         (
             ["-f", FIXTURES / "seed000_pytorch_master.yml", "--param", "oops"],
