@@ -63,6 +63,7 @@ class IndexEntry:
     mark: Mark
     path: str
     template: ReplicaTemplate
+    sources: set[str] = field(default_factory=set)  # "worker" and/or "worker_resources"
 
 
 @dataclass
@@ -93,8 +94,8 @@ def read_environment(c: Collector, node: YNode, path: str = "environment") -> En
     for key, value in env.items:
         if key.name != "replicas" and key.name not in FRAMEWORK_SECTIONS:
             continue
-        if is_null(value):
-            continue  # `replicas:` with nothing under it
+        if is_null(value) and key.name == "replicas":
+            continue  # `replicas:` with nothing under it (`tensorflow:` alone still names the framework)
         sub = join(path, key.name)
         if draft.topology is not None:
             first = draft.topology.key
@@ -104,7 +105,7 @@ def read_environment(c: Collector, node: YNode, path: str = "environment") -> En
             continue
         if key.name in FRAMEWORK_SECTIONS:
             draft.section_framework = (Framework(key.name), key)
-        draft.topology = read_topology(c, value, sub, key)
+        draft.topology = TopologyDraft(sub, key) if is_null(value) else read_topology(c, value, sub, key)
     return draft
 
 
@@ -188,19 +189,23 @@ def _read_entries(
             template = read_template(c, m, sub)
         if index is None:
             continue
-        same = [e for e in entries if e.index == index]
-        if same and (not resources_only or same[0].template.resources is not None):
-            first = same[0]
-            c.add(
-                index_node,
-                join(sub, "index"),
-                f"duplicate {role} index {index} (first given at line {first.mark.line})",
+        source = path.rsplit(".", 1)[-1]
+        same = next((e for e in entries if e.index == index), None)
+        if same is not None and (
+            source in same.sources or (same.template.resources is not None and template.resources is not None)
+        ):
+            what = (
+                f"duplicate {role} index {index}"
+                if source in same.sources
+                else f"the resources of {role} {index} are given twice"
             )
+            c.add(index_node, join(sub, "index"), f"{what} (first given at line {same.mark.line})")
             continue
-        if same:  # worker: [{index: 2, node_selector}] + worker_resources: [{index: 2, cpu}]
-            same[0].template = _combine(same[0].template, template)
+        if same is not None:  # worker: [{index: 2, node_selector}] + worker_resources: [{index: 2, cpu}]
+            same.template = _combine(same.template, template)
+            same.sources.add(source)
             continue
-        entries.append(IndexEntry(index, index_node.mark, join(sub, "index"), template))
+        entries.append(IndexEntry(index, index_node.mark, join(sub, "index"), template, {source}))
 
 
 def _without(m: YMap, name: str) -> YMap:

@@ -403,3 +403,24 @@ def test_replicas_without_a_framework_are_refused() -> None:
 def test_params_and_declarations_together_are_refused() -> None:
     (line,) = problems(HEAD + "params: {a: 1}\ndeclarations: {b: 2}\nrun: {cmd: x}\n")
     assert line == "f.yml:4:1: declarations: give params or declarations, not both (params is at line 3)"
+
+
+def test_worker_and_worker_resources_combine_but_may_not_both_give_resources() -> None:
+    base = HEAD + "framework: pytorch\nenvironment:\n  replicas:\n    n_workers: 3\n"
+    both = "    worker_resources: [{index: 2, cpu: {requests: 1}}]\n    worker: [{index: 2, resources: {}}]\n"
+    assert problems(base + both + "run: {cmd: x}\n") == [
+        "f.yml:8:22: environment.replicas.worker[0].index: the resources of worker 2 are given twice"
+        " (first given at line 7)"
+    ]
+    combined = "    worker_resources: [{index: 2, cpu: {requests: 1}}]\n"
+    combined += "    worker: [{index: 2, node_selector: {a: b}}]\n"
+    spec = load_spec_text(base + combined + "run: {cmd: x}\n", "f.yml")
+    assert spec.topology.worker[2].node_selector == {"a": "b"}
+    assert (
+        spec.topology.worker[2].resources is not None and spec.topology.worker[2].resources.cpu.requests == 1
+    )
+
+
+def test_a_framework_section_with_nothing_under_it_still_names_the_framework() -> None:
+    spec = load_spec_text(HEAD + "environment:\n  mxnet:\nrun: {cmd: x}\n", "f.yml")
+    assert spec.framework is not None and spec.framework.value == "mxnet"
