@@ -27,10 +27,17 @@ class Output(StrEnum):
 
 @app.command("check")
 def check(
-    file: Annotated[Path, typer.Option("-f", "--file", help="The experiment file (polyaxonfile) to check.")],
+    file: Annotated[
+        Path,
+        typer.Option("-f", "--file", metavar="FILE", help="The experiment file (polyaxonfile) to check."),
+    ],
     param: Annotated[
         list[str] | None,
-        typer.Option("--param", help="Override or add a param: NAME=VALUE (repeatable); fills {{ NAME }}."),
+        typer.Option(
+            "--param",
+            metavar="NAME=VALUE",
+            help="Override or add a param: NAME=VALUE (repeatable); fills {{ NAME }}.",
+        ),
     ] = None,
     output: Annotated[
         Output, typer.Option("-o", "--output", help="table (for people) or json (for scripts).")
