@@ -159,7 +159,8 @@ def tracking_env(experiment_id: str, settings: Settings, python: str, dry: bool 
         env["PHALANX_HOST"] = settings.host
         if settings.token:
             env["PHALANX_TOKEN"] = settings.token
-    if os.path.realpath(python) != os.path.realpath(sys.executable) and not dry:
+    # abspath, not realpath: every venv's bin/python links to the same base interpreter
+    if os.path.abspath(python) != os.path.abspath(sys.executable) and not dry:
         env["PYTHONPATH"] = str(sdk_path(settings))
     return env
 
@@ -227,11 +228,16 @@ def launch(
     """Run an experiment to its end and return how it ended (options as for ``prepare``)."""
     settings = settings or Settings()
     prepared = prepare(spec_or_plan, settings=settings, **options)
+    opener: Store | Callable[[], Store]
     if store is None:
         from phalanx.store import open_store
 
-        store = open_store(settings)
-    return Supervisor(prepared, store, settings, observer, handle_signals=handle_signals).run()
+        def opener() -> Store:
+            return open_store(settings)
+
+    else:
+        opener = store
+    return Supervisor(prepared, opener, settings, observer, handle_signals=handle_signals).run()
 
 
 # ---- supervising ------------------------------------------------------------------------------
@@ -261,14 +267,16 @@ class Supervisor:
     def __init__(
         self,
         prepared: Prepared,
-        store: Store,
+        store: Store | Callable[[], Store],
         settings: Settings,
         observer: Observer | None = None,
         *,
         handle_signals: bool = True,
     ) -> None:
+        """``store``: the store, or a function that opens it (called once the replicas have started)."""
         self.p = prepared
-        self.store = store
+        self._store_factory = store
+        self.store: Store = None  # type: ignore[assignment]  # set by run()
         self.settings = settings
         self.observer: Observer = observer or LoggingObserver()
         self.handle_signals = handle_signals
@@ -304,12 +312,54 @@ class Supervisor:
 
     # -- the run --------------------------------------------------------------------------------
     def run(self) -> Outcome:
+        """Start the replicas, supervise them to the end, record the outcome; returns it.
+
+        The first group is started before the store is opened: importing SQLAlchemy and checking
+        the schema then overlaps with the replicas' own start-up (importing torch) instead of
+        delaying it. Should the store fail, the replicas are stopped before the error propagates.
+        """
         from phalanx.tracking.spool import SpoolWriter
 
-        plan = self.p.plan
         self.run_dir.mkdir(parents=True, exist_ok=True)
         with contextlib.suppress(FileNotFoundError):
             (self.run_dir / "stop").unlink()  # a request left from an earlier life of this id
+        (self.run_dir / "supervisor.pid").write_text(f"{os.getpid()}\n")
+        self._spool = SpoolWriter(self.spool_dir, experiment_id=self.id, stream=f"console-{self.id}")
+        previous = self._install_signals()
+        stop_ingest = threading.Event()
+        ingest_thread: threading.Thread | None = None
+        created = False
+        outcome = Outcome(self.id, ExperimentStatus.FAILED, "the supervisor did not finish")
+        try:
+            handle = None if self._stop_requested() else self._submit(self.p.dry_run)
+            try:
+                self.store = self._store_factory() if callable(self._store_factory) else self._store_factory
+                self._create()
+            except BaseException:
+                if handle is not None:
+                    self.p.backend.cancel(handle)
+                    self._join_tails()
+                raise
+            created = True
+            ingest_thread = self._start_ingester(stop_ingest)
+            outcome = self._attempts(handle)
+        except BaseException as exc:
+            outcome = Outcome(self.id, ExperimentStatus.FAILED, f"the supervisor failed: {exc}")
+            raise
+        finally:
+            self._restore_signals(previous)
+            self._spool.close()
+            stop_ingest.set()
+            if ingest_thread is not None:
+                ingest_thread.join(timeout=120)
+            if created:
+                self._finish(outcome)
+            with contextlib.suppress(FileNotFoundError):
+                (self.run_dir / "supervisor.pid").unlink()
+        return outcome
+
+    def _create(self) -> None:
+        plan = self.p.plan
         self.store.create_experiment(
             experiment_id=self.id,
             name=plan.name,
@@ -324,25 +374,19 @@ class Supervisor:
             plan=plan.to_json(),
             status=ExperimentStatus.STARTING,
         )
-        (self.run_dir / "supervisor.pid").write_text(f"{os.getpid()}\n")
-        self._spool = SpoolWriter(self.spool_dir, experiment_id=self.id, stream=f"console-{self.id}")
-        stop_ingest = threading.Event()
-        ingest_thread = self._start_ingester(stop_ingest)
-        previous = self._install_signals()
-        outcome = Outcome(self.id, ExperimentStatus.FAILED, "the supervisor did not finish")
-        try:
-            outcome = self._attempts()
-        except BaseException as exc:
-            outcome = Outcome(self.id, ExperimentStatus.FAILED, f"the supervisor failed: {exc}")
-            raise
-        finally:
-            self._restore_signals(previous)
-            self._spool.close()
-            stop_ingest.set()
-            if ingest_thread is not None:
-                ingest_thread.join(timeout=120)
-            self._finish(outcome)
-        return outcome
+
+    def _submit(self, dry: DryRun) -> str:
+        """Start a group and the threads that tail its replicas' logs."""
+        handle = self.p.backend.submit(dry)
+        self.tails = {
+            name: _Tail(self.p.backend.logs(handle, name, follow=True), replica, self._line)
+            for name, replica in self.replicas.items()
+        }
+        return handle
+
+    def _join_tails(self) -> None:
+        for tail in self.tails.values():
+            tail.thread.join(timeout=30)
 
     def _start_ingester(self, stop: threading.Event) -> threading.Thread | None:
         try:
@@ -366,12 +410,11 @@ class Supervisor:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
 
-    def _attempts(self) -> Outcome:
+    def _attempts(self, handle: str | None) -> Outcome:
         plan = self.p.plan
-        dry = self.p.dry_run
         restarts = 0
         while True:
-            status, reason = self._attempt(dry, first=restarts == 0)
+            status, reason = self._attempt(handle, first=restarts == 0)
             if (
                 status is ExperimentStatus.FAILED
                 and restarts < plan.max_restarts
@@ -382,33 +425,27 @@ class Supervisor:
                 self._emit_all(
                     f"phalanx: restarting the group ({restarts}/{plan.max_restarts}) after: {reason}"
                 )
-                dry = self.p.backend.dry_run(plan, self.p.context)  # fresh ports for the new group
+                # a fresh dry run: new ports for the new group
+                handle = self._submit(self.p.backend.dry_run(plan, self.p.context))
                 continue
             return Outcome(self.id, status, reason, restarts)
 
-    def _attempt(self, dry: DryRun, first: bool) -> tuple[ExperimentStatus, str | None]:
+    def _attempt(self, handle: str | None, first: bool) -> tuple[ExperimentStatus, str | None]:
         backend = self.p.backend
-        if self._stop_requested():
+        if handle is None:
             return ExperimentStatus.STOPPED, self.stop_reason
-        handle = backend.submit(dry)
-        now = time.time()
         self.store.update_experiment(
             self.id,
             status=ExperimentStatus.RUNNING,
             handle=handle,
-            started_at=now if first else None,
+            started_at=time.time() if first else None,
         )
         self.states = {}
-        self.tails = {
-            name: _Tail(backend.logs(handle, name, follow=True), replica, self._line)
-            for name, replica in self.replicas.items()
-        }
         try:
             return self._watch(handle)
         finally:
             backend.cancel(handle)  # idempotent; leaves nothing of this attempt behind
-            for tail in self.tails.values():
-                tail.thread.join(timeout=30)
+            self._join_tails()
             final = backend.describe(handle)
             if final is not None:
                 self._record(final)
@@ -522,8 +559,6 @@ class Supervisor:
                 self.store.update_replica(self.id, r.name, state=state, finished_at=now)
         self.store.update_experiment(self.id, status=outcome.status, reason=outcome.reason, finished_at=now)
         self.observer.states({n: s.state for n, s in self.states.items()}, time.monotonic() - self.started)
-        with contextlib.suppress(FileNotFoundError):
-            (self.run_dir / "supervisor.pid").unlink()
 
 
 def supervisor_pid(settings: Settings, experiment_id: str) -> int | None:

@@ -200,7 +200,9 @@ def run(
     prepared = supervisor.prepare(spec, settings=settings, **options)
     from phalanx.store import open_store
 
-    store = open_store(settings)
+    def store() -> Any:  # opened once the replicas are starting (see Supervisor.run)
+        return open_store(settings)
+
     names = [r.name for r in prepared.plan.replicas]
     tty = sys.stdout.isatty() and output is Output.TEXT
     sys.stderr.write(

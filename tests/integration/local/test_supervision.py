@@ -196,6 +196,10 @@ def test_phalanx_stop_stops_a_detached_run_and_logs_follow_ends_with_it(phalanx:
 def test_phalanx_stop_cleans_up_after_a_supervisor_that_was_killed(phalanx: Phalanx) -> None:
     proc = phalanx.start("run", "-f", sleeper_spec(phalanx))
     wait_started(phalanx, ["master", "worker-0"])
+    store = phalanx.store()
+    wait_for(
+        lambda: [e for e in store.list_experiments().items if e.status == "running"], what="a running row"
+    )
     proc.kill()
     proc.communicate(timeout=30)
     exp = phalanx.only_experiment()
