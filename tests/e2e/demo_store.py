@@ -61,16 +61,39 @@ class Filler:
         self.seq += 1
         return Event(exp, kind, data, replica, role, int(idx or 0), rank, t, "demo", self.seq)
 
-    def experiment(self, name: str, lr: float, n_workers: int, points: int, status: ExperimentStatus,
-                   reason: str | None = None, n_ps: int = 0) -> str:
-        reps = [Replica("", "master", Role.MASTER, 0, 0, resources={"cpu": {"requests": 1, "limits": 2},
-                                                                     "memory": {"requests": 512, "limits": 1024}})]
+    def experiment(
+        self,
+        name: str,
+        lr: float,
+        n_workers: int,
+        points: int,
+        status: ExperimentStatus,
+        reason: str | None = None,
+        n_ps: int = 0,
+    ) -> str:
+        reps = [
+            Replica(
+                "",
+                "master",
+                Role.MASTER,
+                0,
+                0,
+                resources={"cpu": {"requests": 1, "limits": 2}, "memory": {"requests": 512, "limits": 1024}},
+            )
+        ]
         reps += [Replica("", f"worker-{i}", Role.WORKER, i, i + 1) for i in range(n_workers)]
         reps += [Replica("", f"ps-{i}", Role.PS, i, None) for i in range(n_ps)]
         topo = {"master": 1, "worker": n_workers} | ({"ps": n_ps} if n_ps else {})
-        e = self.store.create_experiment(name=name, project="examples", replicas=reps, framework="pytorch",
-                                         backend="native", tags=("examples", "seed-003"), topology=topo,
-                                         spec_text=SPEC.format(lr=lr, n=n_workers))
+        e = self.store.create_experiment(
+            name=name,
+            project="examples",
+            replicas=reps,
+            framework="pytorch",
+            backend="native",
+            tags=("examples", "seed-003"),
+            topology=topo,
+            spec_text=SPEC.format(lr=lr, n=n_workers),
+        )
         t0 = time.time() - 600
         self.store.update_experiment(e.id, status=ExperimentStatus.RUNNING, started_at=t0)
         names = [r.name for r in reps]
@@ -86,43 +109,117 @@ class Filler:
                 pts.append(["loss", series, i, v, t0 + i * 0.01])
             pts.append(["accuracy", series, points - 1, 0.9 + rng.random() * 0.05, t0 + points * 0.01])
             events.append(self.ev(e.id, EventKind.SCALAR, {"points": pts}, r, t0))
-            events.append(self.ev(e.id, EventKind.PARAM, {"section": "Args", "values": {"lr": lr, "epochs": 10,
-                                                                                        "batch_size": 64}}, r, t0))
+            events.append(
+                self.ev(
+                    e.id,
+                    EventKind.PARAM,
+                    {"section": "Args", "values": {"lr": lr, "epochs": 10, "batch_size": 64}},
+                    r,
+                    t0,
+                )
+            )
             rank = 0 if r == "master" else int(r.split("-")[1]) + 1
-            events.append(self.ev(e.id, EventKind.PARAM, {"section": "General", "key": f"worker_{rank}_stuff",
-                                                          "value": f"some stuff {rng.randint(0, 100)}"}, r, t0))
-            lines = [f"rank {rank}: epoch {k} loss {2.3 / (k + 1):.4f}" for k in range(10)] + [f"rank {rank}: done"]
+            events.append(
+                self.ev(
+                    e.id,
+                    EventKind.PARAM,
+                    {
+                        "section": "General",
+                        "key": f"worker_{rank}_stuff",
+                        "value": f"some stuff {rng.randint(0, 100)}",
+                    },
+                    r,
+                    t0,
+                )
+            )
+            lines = [f"rank {rank}: epoch {k} loss {2.3 / (k + 1):.4f}" for k in range(10)] + [
+                f"rank {rank}: done"
+            ]
             events.append(self.ev(e.id, EventKind.LOG, {"lines": lines, "stream": "stdout"}, r, t0 + 1))
             data = json.dumps({"worker_rank": rank}).encode()
             path = f"artifacts/temp {rank:02d}.json"
             assert self.store.artifact_store is not None
             self.store.artifact_store.put_bytes(e.id, path, data)
-            events.append(self.ev(e.id, EventKind.ARTIFACT, {"name": f"temp {rank:02d}", "kind": "json", "path": path,
-                                                             "size": len(data), "content_type": "application/json"},
-                                  r, t0 + 2))
+            events.append(
+                self.ev(
+                    e.id,
+                    EventKind.ARTIFACT,
+                    {
+                        "name": f"temp {rank:02d}",
+                        "kind": "json",
+                        "path": path,
+                        "size": len(data),
+                        "content_type": "application/json",
+                    },
+                    r,
+                    t0 + 2,
+                )
+            )
         for r in names:
             if r.startswith("ps"):
-                events.append(self.ev(e.id, EventKind.LOG, {"text": "parameter server listening", "stream": "stderr"},
-                                      r, t0))
+                events.append(
+                    self.ev(
+                        e.id, EventKind.LOG, {"text": "parameter server listening", "stream": "stderr"}, r, t0
+                    )
+                )
         png = _png()
         assert self.store.artifact_store is not None
         self.store.artifact_store.put_bytes(e.id, "artifacts/curve.png", png)
-        events.append(self.ev(e.id, EventKind.ARTIFACT, {"name": "curve", "kind": "image", "path": "artifacts/curve.png",
-                                                         "size": len(png), "content_type": "image/png"}, "master", t0))
+        events.append(
+            self.ev(
+                e.id,
+                EventKind.ARTIFACT,
+                {
+                    "name": "curve",
+                    "kind": "image",
+                    "path": "artifacts/curve.png",
+                    "size": len(png),
+                    "content_type": "image/png",
+                },
+                "master",
+                t0,
+            )
+        )
         self.store.artifact_store.put_bytes(e.id, "models/mlp.onnx", b"\x08\x07onnx")
-        events.append(self.ev(e.id, EventKind.MODEL, {"name": "mlp", "format": "onnx", "path": "models/mlp.onnx",
-                                                      "size": 7, "metadata": {"opset": 18}}, "master", t0))
+        events.append(
+            self.ev(
+                e.id,
+                EventKind.MODEL,
+                {
+                    "name": "mlp",
+                    "format": "onnx",
+                    "path": "models/mlp.onnx",
+                    "size": 7,
+                    "metadata": {"opset": 18},
+                },
+                "master",
+                t0,
+            )
+        )
         self.store.write_events(events)
         for i, r in enumerate(reps):
             done = status.done
-            state = ReplicaState.RUNNING if not done else (
-                ReplicaState.FAILED if status is ExperimentStatus.FAILED and i == len(reps) - 1
-                else ReplicaState.STOPPED if status is ExperimentStatus.FAILED else ReplicaState(status.value)
+            state = (
+                ReplicaState.RUNNING
+                if not done
+                else (
+                    ReplicaState.FAILED
+                    if status is ExperimentStatus.FAILED and i == len(reps) - 1
+                    else ReplicaState.STOPPED
+                    if status is ExperimentStatus.FAILED
+                    else ReplicaState(status.value)
+                )
             )
-            self.store.update_replica(e.id, r.name, state=state, host="localhost", pid=40000 + i,
-                                      exit_code=(1 if state is ReplicaState.FAILED else 0) if done else None,
-                                      reason="exit code 1: RuntimeError: boom" if state is ReplicaState.FAILED else None,
-                                      started_at=t0)
+            self.store.update_replica(
+                e.id,
+                r.name,
+                state=state,
+                host="localhost",
+                pid=40000 + i,
+                exit_code=(1 if state is ReplicaState.FAILED else 0) if done else None,
+                reason="exit code 1: RuntimeError: boom" if state is ReplicaState.FAILED else None,
+                started_at=t0,
+            )
         if status.done:
             self.store.update_experiment(e.id, status=status, reason=reason, finished_at=t0 + 95)
         return e.id
@@ -134,8 +231,14 @@ def fill(home: Path, points: int = 500) -> dict[str, str]:
     ids = {
         "a": f.experiment("test torch distributed", 0.01, 3, points, ExperimentStatus.SUCCEEDED, n_ps=1),
         "b": f.experiment("test torch distributed lr=0.05", 0.05, 3, points, ExperimentStatus.SUCCEEDED),
-        "c": f.experiment("broken run", 0.1, 2, 50, ExperimentStatus.FAILED,
-                          reason="worker-1 failed: exit code 1\nRuntimeError: boom"),
+        "c": f.experiment(
+            "broken run",
+            0.1,
+            2,
+            50,
+            ExperimentStatus.FAILED,
+            reason="worker-1 failed: exit code 1\nRuntimeError: boom",
+        ),
         "d": f.experiment("still running", 0.02, 2, 100, ExperimentStatus.RUNNING),
     }
     store.close()

@@ -1,0 +1,170 @@
+"""The web UI in a real browser, against a real `phalanx server` over a store filled by real runs."""
+
+from __future__ import annotations
+
+import json
+import re
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.e2e.conftest import Server, shot, start_server, stop_server
+from tests.e2e.fill import Filled, fill_with_runs
+
+pytestmark = pytest.mark.browser
+
+
+@pytest.fixture(scope="session")
+def filled(tmp_path_factory: pytest.TempPathFactory) -> Filled:
+    return fill_with_runs(tmp_path_factory.mktemp("ui-home"))
+
+
+@pytest.fixture(scope="session")
+def server(filled: Filled) -> Iterator[Server]:
+    s = start_server(filled.home)
+    yield s
+    stop_server(s.proc)
+
+
+def api(server: Server, path: str) -> Any:
+    with urllib.request.urlopen(f"{server.url}/api/v1{path}", timeout=30) as r:
+        return json.load(r)
+
+
+def test_the_list_shows_every_experiment_with_its_topology(page: Any, server: Server, filled: Filled) -> None:
+    page.goto(server.url + "/")
+    rows = page.locator("#experiments tbody tr[data-id]")
+    rows.first.wait_for()
+    ids = {rows.nth(i).get_attribute("data-id") for i in range(rows.count())}
+    assert {filled.first, filled.second} <= ids
+    first = page.locator(f'tr[data-id="{filled.first}"]')
+    assert first.locator("td.topology").inner_text() == filled.topology_text
+    assert first.locator(".badge").inner_text() == "succeeded"
+    shot(page, "01-experiments")
+
+
+def test_the_list_filters_by_text(page: Any, server: Server, filled: Filled) -> None:
+    page.goto(server.url + "/")
+    page.locator("#experiments tbody tr[data-id]").first.wait_for()
+    page.fill('input[aria-label="search"]', filled.first)
+    page.wait_for_function(
+        "id => [...document.querySelectorAll('#experiments tbody tr[data-id]')]"
+        ".map(r => r.dataset.id).join() === id",
+        arg=filled.first,
+    )
+
+
+def test_the_experiment_page_shows_one_loss_chart_with_a_series_per_worker(
+    page: Any, server: Server, filled: Filled
+) -> None:
+    page.goto(f"{server.url}/experiments/{filled.first}")
+    page.locator("#topology .replica").first.wait_for()
+    for name in filled.replicas:
+        assert page.locator(f'#topology .replica[data-replica="{name}"]').count() == 1
+    shot(page, "02-overview")
+    page.click('a[data-tab="scalars"]')
+    chart = page.locator('.chart-card[data-title="loss"]')
+    chart.locator("canvas").wait_for()
+    assert page.locator('.chart-card[data-title="loss"]').count() == 1
+    labels = chart.locator(".u-legend .u-series .u-label").all_inner_texts()
+    assert sorted(labels[1:]) == sorted(filled.loss_series)  # the first label is the x axis
+    shot(page, "03-scalars")
+
+
+def test_the_experiment_page_shows_every_artifact_with_a_preview(
+    page: Any, server: Server, filled: Filled
+) -> None:
+    page.goto(f"{server.url}/experiments/{filled.first}#artifacts")
+    page.locator("#artifacts tbody tr").first.wait_for()
+    names = page.locator("#artifacts tbody tr").evaluate_all("rows => rows.map(r => r.dataset.name)")
+    assert set(filled.artifacts) <= set(names)
+    page.click(f'#artifacts tr[data-name="{filled.artifacts[-1]}"]')
+    page.wait_for_function(
+        "() => document.querySelector('#artifact-preview pre')?.textContent.includes('worker_rank')"
+    )
+    shot(page, "04-artifacts")
+
+
+def test_the_experiment_page_shows_each_ranks_hyperparameters(
+    page: Any, server: Server, filled: Filled
+) -> None:
+    page.goto(f"{server.url}/experiments/{filled.first}#hyperparameters")
+    page.locator('table[data-section="General"]').wait_for()
+    for key, replica in filled.general_params.items():
+        row = page.locator(f'table[data-section="General"] tr[data-key="{key}"]')
+        assert row.count() == 1, key
+        assert row.get_attribute("data-replica") == replica
+    assert page.locator('table[data-section="Args"] tr[data-key]').count() > 0
+    shot(page, "05-hyperparameters")
+
+
+def test_the_console_shows_lines_from_every_rank_and_searches(
+    page: Any, server: Server, filled: Filled
+) -> None:
+    page.goto(f"{server.url}/experiments/{filled.first}#console")
+    for replica in filled.console_replicas:
+        page.locator(f'#console .line[data-replica="{replica}"]').first.wait_for()
+    shot(page, "06-console")
+    needle = filled.console_needle
+    page.fill('input[aria-label="search console"]', needle)
+    page.wait_for_function(
+        "n => { const l = [...document.querySelectorAll('#console .line')];"
+        " return l.length > 0 && l.every(x => x.textContent.toLowerCase().includes(n.toLowerCase())); }",
+        arg=needle,
+    )
+    page.click(f'#replica-chips button[data-replica="{filled.console_replicas[-1]}"]')
+    page.wait_for_function(
+        "r => { const l = [...document.querySelectorAll('#console .line')];"
+        " return l.length > 0 && l.every(x => x.dataset.replica === r); }",
+        arg=filled.console_replicas[-1],
+    )
+
+
+def test_compare_overlays_scalars_and_marks_differing_hyperparameters(
+    page: Any, server: Server, filled: Filled
+) -> None:
+    page.goto(f"{server.url}/compare?ids={filled.first},{filled.second}")
+    page.locator("#compare-charts .chart-card canvas").first.wait_for()
+    assert page.locator(".cmp-heads .card").count() == 2
+    loss = page.locator('#compare-charts .chart-card[data-title="loss"]')
+    labels = loss.locator(".u-legend .u-series .u-label").all_inner_texts()[1:]
+    assert any(filled.first[:6] in t for t in labels) and any(filled.second[:6] in t for t in labels)
+    page.locator("#compare-params-table tr.differs").first.wait_for()
+    differing = page.locator("#compare-params-table tr.differs").evaluate_all(
+        "rows => rows.map(r => r.dataset.key)"
+    )
+    assert filled.differing_param in differing
+    shot(page, "07-compare")
+
+
+def test_compare_picker_leads_to_the_comparison(page: Any, server: Server, filled: Filled) -> None:
+    page.goto(f"{server.url}/")
+    page.locator("#experiments tbody tr[data-id]").first.wait_for()
+    page.check(f'tr[data-id="{filled.first}"] input[type=checkbox]')
+    page.check(f'tr[data-id="{filled.second}"] input[type=checkbox]')
+    page.click("text=Compare (2)")
+    page.wait_for_url(re.compile(r"/compare\?ids="))
+    page.locator(".cmp-heads .card").nth(1).wait_for()
+
+
+def test_a_token_protected_server_shows_the_login_page_first(
+    page: Any, filled: Filled, tmp_path: Path
+) -> None:
+    secured = start_server(filled.home, token="e2e-secret-token")
+    try:
+        page.goto(f"{secured.url}/experiments/{filled.first}")
+        page.locator('input[name="token"]').wait_for()
+        assert "/login" in page.url
+        shot(page, "08-login")
+        page.fill('input[name="token"]', "wrong")
+        page.click("button[type=submit]")
+        page.locator("p.error").wait_for()
+        page.fill('input[name="token"]', "e2e-secret-token")
+        page.click("button[type=submit]")
+        page.locator("#topology .replica").first.wait_for()
+        assert page.url.endswith(f"/experiments/{filled.first}")
+    finally:
+        stop_server(secured.proc)

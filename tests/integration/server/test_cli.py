@@ -1,0 +1,98 @@
+"""`phalanx server` and `phalanx plot` as a user runs them (real subprocesses)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import pytest
+from tests.e2e.conftest import clean_env, start_server, stop_server
+from tests.unit.server import fill
+
+from phalanx.cli.server import is_loopback
+from phalanx.config import Settings
+from phalanx.store import open_store
+
+PHALANX = Path(sys.executable).parent / "phalanx"
+
+
+def run(home: Path, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [str(PHALANX), *args], env=clean_env(home, **env), capture_output=True, text=True, timeout=120
+    )
+
+
+@pytest.mark.parametrize("host", ["0.0.0.0", "192.168.1.10", "::", "example.com"])
+def test_server_refuses_a_non_loopback_address_without_a_token(phalanx_home: Path, host: str) -> None:
+    r = run(phalanx_home, "server", "--host", host, "--port", "1")
+    assert r.returncode == 2
+    assert "without a token" in r.stderr and "PHALANX_TOKEN" in r.stderr
+    assert "Traceback" not in r.stderr
+
+
+def test_an_unreadable_or_empty_token_file_is_a_clear_error(phalanx_home: Path) -> None:
+    r = run(phalanx_home, "server", "--token-file", str(phalanx_home / "missing"))
+    assert r.returncode == 2 and "cannot read the token file" in r.stderr
+    empty = phalanx_home / "empty"
+    empty.write_text("\n")
+    r = run(phalanx_home, "server", "--token-file", str(empty))
+    assert r.returncode == 2 and "is empty" in r.stderr
+
+
+def test_loopback_addresses_are_recognised() -> None:
+    assert all(is_loopback(h) for h in ["127.0.0.1", "127.1.2.3", "::1", "[::1]", "localhost"])
+    assert not any(is_loopback(h) for h in ["0.0.0.0", "::", "10.0.0.1", "example.com"])
+
+
+def test_a_token_from_the_environment_protects_the_api(phalanx_home: Path) -> None:
+    server = start_server(phalanx_home, token="env-token")  # through --token-file
+    try:
+        with pytest.raises(urllib.error.HTTPError) as err:
+            urllib.request.urlopen(f"{server.url}/api/v1/experiments", timeout=10)
+        assert err.value.code == 401
+        req = urllib.request.Request(
+            f"{server.url}/api/v1/experiments", headers={"Authorization": "Bearer env-token"}
+        )
+        with urllib.request.urlopen(req, timeout=10) as r:
+            assert json.load(r)["total"] == 0
+    finally:
+        stop_server(server.proc)
+
+
+def test_plot_writes_one_chart_per_title_as_png(phalanx_home: Path, tmp_path: Path) -> None:
+    store = open_store(Settings(home=phalanx_home))
+    e = fill.experiment(store)
+    for w in range(3):
+        fill.scalars(store, e.id, "loss", f"worker {w:02d}", [1.0 / (i + 1 + w) for i in range(200)])
+    fill.scalars(store, e.id, "accuracy", "worker 00", [0.5, 0.9])
+    store.close()
+    out = tmp_path / "loss.png"
+    r = run(phalanx_home, "plot", e.id[:6], "--title", "loss", "-o", str(out))
+    assert r.returncode == 0, r.stderr
+    data = out.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 5000
+    everything = tmp_path / "all.svg"
+    assert run(phalanx_home, "plot", e.id, "-o", str(everything), "--x", "time").returncode == 0
+    svg = everything.read_text()
+    assert "loss" in svg and "accuracy" in svg
+
+
+def test_plot_mistakes_exit_2_with_a_message(phalanx_home: Path, tmp_path: Path) -> None:
+    store = open_store(Settings(home=phalanx_home))
+    e = fill.experiment(store)
+    fill.scalars(store, e.id, "loss", "a", [1.0])
+    store.close()
+    cases = [
+        (("plot", e.id, "--title", "lsos", "-o", str(tmp_path / "x.png")), "no scalar titled 'lsos'"),
+        (("plot", e.id, "-o", str(tmp_path / "x.txt")), "ending in .png"),
+        (("plot", "ffffffffffff", "-o", str(tmp_path / "x.png")), "ffffffffffff"),
+    ]
+    for args, message in cases:
+        r = run(phalanx_home, *args)
+        assert r.returncode == 2, (args, r.stderr)
+        assert message in r.stderr and "Traceback" not in r.stderr
+    assert not (tmp_path / "x.png").exists()

@@ -1,0 +1,50 @@
+"""Property-based fuzzing of the whole API from its own OpenAPI document: whatever schemathesis
+sends (at most 25 examples per operation), the server never answers with a 5xx.
+
+The app is built when the module is collected (schemathesis parametrizes from a schema object, and
+its fixture-based loader does not work with this pytest), over a store in a temp dir removed at exit.
+"""
+
+from __future__ import annotations
+
+import atexit
+import shutil
+import tempfile
+from pathlib import Path
+
+import pytest
+import schemathesis
+from fastapi import FastAPI
+from hypothesis import HealthCheck, settings
+from schemathesis.checks import not_a_server_error
+from tests.unit.server import fill
+
+from phalanx.config import Settings
+from phalanx.server.app import create_app
+from phalanx.server.settings import ServerSettings
+from phalanx.store import open_store
+
+TOKEN = "fuzz-token"
+AUTH = {"Authorization": f"Bearer {TOKEN}"}
+
+
+def _app() -> FastAPI:
+    home = Path(tempfile.mkdtemp(prefix="phalanx-fuzz-"))
+    atexit.register(shutil.rmtree, home, ignore_errors=True)
+    store_settings = Settings(home=home)
+    store = open_store(store_settings)
+    e = fill.experiment(store, name="fuzzed", n_workers=2)
+    fill.scalars(store, e.id, "loss", "worker 00", [1.0, 0.5, 0.25])
+    fill.log_lines(store, e.id, "worker-0", ["hello"])
+    fill.param(store, e.id, "Args", "lr", 0.1)
+    return create_app(ServerSettings(store=store_settings, token=TOKEN, poll_seconds=0.01), store)
+
+
+schema = schemathesis.openapi.from_asgi("/api/v1/openapi.json", _app(), headers=AUTH)
+
+
+@pytest.mark.slow
+@schema.parametrize()
+@settings(max_examples=25, deadline=None, suppress_health_check=list(HealthCheck))
+def test_no_request_makes_the_server_fail(case: schemathesis.Case) -> None:
+    case.call_and_validate(headers=AUTH, checks=[not_a_server_error])
