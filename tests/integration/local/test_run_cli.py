@@ -1,0 +1,102 @@
+"""`phalanx run` as a user meets it: dry runs, refusals before anything starts, the DDP example."""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+
+import pytest
+
+from .conftest import REPO, Phalanx
+
+
+def test_dry_run_prints_every_replicas_command_folder_and_env_and_starts_nothing(phalanx: Phalanx) -> None:
+    spec = phalanx.spec(
+        """
+        version: 1
+        kind: experiment
+        framework: pytorch
+        params: {lr: 0.1}
+        environment:
+          replicas:
+            n_workers: 2
+        run:
+          cmd: python train.py --lr {{ lr }}
+        """
+    )
+    result = phalanx.run("run", "-f", str(spec), "--dry-run", "-o", "json", "--param", "lr=0.5")
+    assert result.returncode == 0, result.stderr
+    doc = json.loads(result.stdout)
+    assert [r["name"] for r in doc["replicas"]] == ["master", "worker-0", "worker-1"]
+    for replica in doc["replicas"]:
+        assert replica["cwd"] == str(spec.parent)
+        (proc,) = replica["processes"]
+        assert proc["argv"] == ["/bin/sh", "-c", f"{sys.executable} train.py --lr 0.5"]
+        assert proc["env"]["PHALANX_REPLICA"] == replica["name"]
+    text = phalanx.run("run", "-f", str(spec), "--dry-run")
+    assert text.returncode == 0 and "# worker-1" in text.stdout and "RANK=2" in text.stdout
+    assert list(phalanx.home.iterdir()) == []  # no store, no run folder
+
+
+def test_an_invalid_file_exits_2_with_where_and_what(phalanx: Phalanx) -> None:
+    spec = phalanx.spec("version: 1\nkind: experiment\nframework: pytroch\nrun:\n  cmd: 'true'\n")
+    result = phalanx.run("run", "-f", str(spec))
+    assert result.returncode == 2
+    assert "polyaxonfile.yml:3" in result.stderr and "Traceback" not in result.stderr
+    assert list(phalanx.home.iterdir()) == []
+
+
+def test_more_cores_than_the_machine_has_is_refused_unless_oversubscribed(phalanx: Phalanx) -> None:
+    spec = phalanx.spec(
+        """
+        version: 1
+        kind: experiment
+        environment:
+          resources:
+            cpu: {requests: 512, limits: 512}
+        run:
+          cmd: echo ran
+        """
+    )
+    refused = phalanx.run("run", "-f", str(spec))
+    assert refused.returncode == 2
+    assert "--oversubscribe" in refused.stderr and "Traceback" not in refused.stderr
+    assert not (phalanx.home / "phalanx.db").exists()
+    ran = phalanx.run("run", "-f", str(spec), "--oversubscribe")
+    assert ran.returncode == 0, ran.stderr
+    assert "[master] ran" in ran.stdout
+
+
+def test_a_gpu_request_on_a_machine_without_gpus_is_refused_before_anything_starts(phalanx: Phalanx) -> None:
+    from phalanx.limits import detect_gpus
+
+    if detect_gpus():
+        pytest.skip("this machine has GPUs")
+    spec = phalanx.spec(
+        """
+        version: 1
+        kind: experiment
+        environment:
+          resources:
+            gpu: {requests: 1, limits: 1}
+        run:
+          cmd: echo ran
+        """
+    )
+    result = phalanx.run("run", "-f", str(spec))
+    assert result.returncode == 2 and "GPU" in result.stderr
+    assert not (phalanx.home / "phalanx.db").exists()
+
+
+def test_the_pytorch_ddp_example_trains_to_at_least_093_and_reports_it(phalanx: Phalanx) -> None:
+    example = REPO / "examples" / "pytorch-ddp" / "polyaxonfile.yml"
+    result = phalanx.run("run", "-f", str(example))
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
+    accuracy = float(re.findall(r"\[master\] test accuracy: ([0-9.]+)", result.stdout)[-1])
+    assert accuracy >= 0.93
+    exp = phalanx.only_experiment()
+    metrics = phalanx.store().metrics(exp.id)
+    assert set(metrics["loss"]) == {"worker 00", "worker 01"}
+    assert metrics["accuracy"]["worker 00"].values[-1] == pytest.approx(accuracy, abs=1e-4)
+    assert "name: pytorch-ddp-digits" in (exp.spec_text or "")  # the file as written, for the UI
