@@ -321,8 +321,8 @@ class Supervisor:
         from phalanx.tracking.spool import SpoolWriter
 
         self.run_dir.mkdir(parents=True, exist_ok=True)
-        with contextlib.suppress(FileNotFoundError):
-            (self.run_dir / "stop").unlink()  # a request left from an earlier life of this id
+        # a stop file here already is a request made before we started (Run.cancel right after
+        # submit): ids are never reused, so it is honoured, not cleared
         (self.run_dir / "supervisor.pid").write_text(f"{os.getpid()}\n")
         self._spool = SpoolWriter(self.spool_dir, experiment_id=self.id, stream=f"console-{self.id}")
         previous = self._install_signals()

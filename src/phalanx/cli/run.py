@@ -75,6 +75,7 @@ class RichObserver:
 
     def __rich__(self) -> Any:
         from rich.table import Table
+        from rich.text import Text
 
         table = Table(box=None, show_header=True, header_style="bold")
         for col in ("replica", "state", "elapsed"):
@@ -84,9 +85,8 @@ class RichObserver:
         for name in self.names:
             state = self.state[name]
             end = self.ended.get(name, now)
-            table.add_row(
-                name, f"[{colours.get(state, 'white')}]{state}[/]", f"{end - self.since[name]:.1f}s"
-            )
+            # Text, not markup: lines printed with markup=False re-render this table too
+            table.add_row(name, Text(state, style=colours.get(state, "")), f"{end - self.since[name]:.1f}s")
         return table
 
     def __enter__(self) -> RichObserver:
@@ -103,8 +103,6 @@ class RichObserver:
         now = time.monotonic()
         for name, state in replicas.items():
             if name in self.state and self.state[name] != str(state):
-                if self.state[name] == "pending":
-                    self.since[name] = now
                 self.state[name] = str(state)
                 if state.done:
                     self.ended[name] = now
