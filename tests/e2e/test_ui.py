@@ -11,8 +11,9 @@ from typing import Any
 
 import pytest
 
-from tests.e2e.conftest import Server, shot, start_server, stop_server
+from tests.e2e.conftest import shot
 from tests.e2e.fill import Filled, fill_with_runs
+from tests.integration.server.serverproc import Server, start_server, stop_server
 
 pytestmark = pytest.mark.browser
 

@@ -10,7 +10,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from tests.e2e.conftest import clean_env, start_server, stop_server
+from tests.integration.server.serverproc import clean_env, start_server, stop_server
 from tests.unit.server import fill
 
 from phalanx.cli.server import is_loopback

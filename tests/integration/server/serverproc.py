@@ -1,0 +1,68 @@
+"""A real `phalanx server` subprocess on a free port, for the integration and browser tests."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+
+from phalanx.testing.ports import free_port
+
+PHALANX = Path(sys.executable).parent / "phalanx"
+
+
+@dataclass
+class Server:
+    url: str
+    home: Path
+    proc: subprocess.Popen[bytes]
+    token: str | None = None
+
+
+def clean_env(home: Path, **extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PHALANX_")}
+    env.update(PHALANX_HOME=str(home), PYTHONUNBUFFERED="1", **extra)
+    return env
+
+
+def start_server(home: Path, token: str | None = None) -> Server:
+    port = free_port()
+    args = [str(PHALANX), "server", "--port", str(port), "--log-level", "warning"]
+    if token:
+        token_file = home / "server.token"
+        token_file.write_text(token + "\n")
+        args += ["--token-file", str(token_file)]
+    log = open(home / f"server-{port}.log", "wb")  # noqa: SIM115 (closed with the process)
+    proc = subprocess.Popen(
+        args, env=clean_env(home), stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+    )
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 90
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(
+                f"phalanx server exited with {proc.returncode}: {(home / f'server-{port}.log').read_text()}"
+            )
+        try:
+            with urllib.request.urlopen(f"{url}/api/v1/health", timeout=2) as r:
+                if r.status == 200:
+                    return Server(url, home, proc, token)
+        except OSError:
+            time.sleep(0.2)
+    stop_server(proc)
+    raise RuntimeError("phalanx server did not answer within 90 s")
+
+
+def stop_server(proc: subprocess.Popen[bytes]) -> None:
+    if proc.poll() is None:
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=15)
