@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 from phalanx.domain import Event, EventKind
 from phalanx.errors import UsageError
 from phalanx.store.artifacts import ArtifactStore, safe_path
+from phalanx.store.sql.events import check_event
 from phalanx.tracking.spool import SUFFIX, read_records, write_ack
 
 if TYPE_CHECKING:
@@ -61,8 +62,6 @@ def record_to_event(record: Mapping[str, Any]) -> Event:
             raise UsageError(f"{kind.value} event needs 'name' and 'path' in its data")
         data = {k: v for k, v in data.items() if k != "spool_path"}
         data["path"] = safe_path(str(data["path"]))
-    if kind is EventKind.SCALAR and "points" not in data and not {"title", "series", "value"} <= set(data):
-        raise UsageError("scalar event needs 'points' or 'title', 'series' and 'value'")
     try:
         seq = int(record.get("seq", 0))
         index = int(record.get("index", 0) or 0)
@@ -71,7 +70,7 @@ def record_to_event(record: Mapping[str, Any]) -> Event:
         when = float(record.get("time") or time.time())
     except (TypeError, ValueError) as exc:
         raise UsageError(f"event has a malformed seq, index, rank or time: {exc}") from None
-    return Event(
+    event = Event(
         experiment_id=exp,
         kind=kind,
         data=data,
@@ -83,6 +82,8 @@ def record_to_event(record: Mapping[str, Any]) -> Event:
         stream=str(record.get("stream") or ""),
         seq=seq,
     )
+    check_event(event)  # malformed data is refused here, never inside a store transaction
+    return event
 
 
 def records_to_events(records: Iterable[Mapping[str, Any]]) -> list[Event]:

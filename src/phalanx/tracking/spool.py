@@ -12,13 +12,16 @@ After ingest commits a stream's records it writes ``<stream>.ack`` holding the l
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import secrets
 import socket
+import sys
 import threading
 import time
-from collections.abc import Iterable, Mapping
+from array import array
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +33,58 @@ def new_stream_id() -> str:
     """Unique per writing process, even across hosts and pid reuse."""
     host = "".join(c if c.isalnum() or c in "-_" else "-" for c in socket.gethostname())[:32] or "host"
     return f"{host}-{os.getpid()}-{secrets.token_hex(4)}"
+
+
+def encode_points(points: Sequence[tuple[str, str, int, float, float]]) -> dict[str, Any]:
+    """A SCALAR event's data for many points, as columns: ``keys`` lists the distinct
+    [title, series] pairs, ``k`` each point's index into it (omitted when there is one key), and
+    ``step`` / ``value`` / ``time`` are little-endian int64 / float64 arrays in base64. Decoding
+    these is a memcpy, where parsing the same points as JSON lists costs microseconds each."""
+    titles, series, steps, values, times = zip(*points, strict=True)
+    keys: dict[tuple[str, str], int] = {}
+    idx = [keys.setdefault(k, len(keys)) for k in zip(titles, series, strict=True)]
+    data: dict[str, Any] = {
+        "keys": [list(k) for k in keys],
+        "n": len(points),
+        "step": _b64(array("q", steps)),
+        "value": _b64(array("d", values)),
+        "time": _b64(array("d", times)),
+    }
+    if len(keys) > 1:
+        data["k"] = _b64(array("I", idx))
+    return data
+
+
+def decode_points(
+    data: Mapping[str, Any],
+) -> tuple[list[tuple[str, str]], list[int] | None, list[int], list[float], list[float]]:
+    """The columns of ``encode_points``: (keys, key index per point or None, steps, values, times).
+    ValueError when they are malformed."""
+    n = int(data["n"])
+    keys = [(str(t), str(s)) for t, s in data["keys"]]
+    steps = _unb64("q", data["step"], n)
+    values = _unb64("d", data["value"], n)
+    times = _unb64("d", data["time"], n)
+    idx = _unb64("I", data["k"], n) if "k" in data else None
+    if not keys or (idx is None and len(keys) != 1) or (idx is not None and idx and max(idx) >= len(keys)):
+        raise ValueError("scalar columns: 'k' does not match 'keys'")
+    return keys, idx, steps, values, times
+
+
+def _b64(values: array[Any]) -> str:
+    if sys.byteorder == "big":
+        values.byteswap()
+    return base64.b64encode(values.tobytes()).decode("ascii")
+
+
+def _unb64(code: str, text: str, n: int) -> list[Any]:
+    values = array(code)
+    values.frombytes(base64.b64decode(text))
+    if sys.byteorder == "big":
+        values.byteswap()
+    if len(values) != n:
+        raise ValueError(f"scalar columns: expected {n} values, got {len(values)}")
+    return values.tolist()
 
 
 def encode(record: Mapping[str, Any]) -> bytes:

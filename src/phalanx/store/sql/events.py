@@ -11,12 +11,15 @@ from __future__ import annotations
 import json
 import time as _time
 from collections import defaultdict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from itertools import repeat
 from typing import Any
 
 from sqlalchemy import Connection, delete, func, insert, select, update
 
 from phalanx.domain import Event, EventKind, ExperimentStatus, ReplicaState, Role
+from phalanx.errors import UsageError
 from phalanx.store.sql.models import (
     ArtifactRow,
     EventKeyRow,
@@ -29,7 +32,19 @@ from phalanx.store.sql.models import (
     TextRow,
 )
 
-ScalarPoint = tuple[str, str, str, int, float, float, str, int | None]  # exp, title, series, step, ...
+
+@dataclass(frozen=True)
+class ScalarBlock:
+    """Points of one event as columns; ``idx[i]`` indexes ``keys`` (None: every point has keys[0])."""
+
+    experiment_id: str
+    replica: str
+    rank: int | None
+    keys: list[tuple[str, str]]
+    idx: Sequence[int] | None
+    steps: Sequence[int]
+    values: Sequence[float]
+    times: Sequence[float]
 
 
 def new_events(conn: Connection, events: Sequence[Event]) -> list[Event]:
@@ -62,65 +77,154 @@ def new_events(conn: Connection, events: Sequence[Event]) -> list[Event]:
     return fresh
 
 
+@dataclass
+class Batch:
+    """The rows a batch of events produces, built without touching the database."""
+
+    scalars: list[ScalarBlock] = field(default_factory=list)
+    params: list[dict[str, Any]] = field(default_factory=list)
+    texts: list[dict[str, Any]] = field(default_factory=list)
+    logs: dict[tuple[str, str], list[tuple[str, str, float]]] = field(
+        default_factory=lambda: defaultdict(list)
+    )
+    artifacts: list[dict[str, Any]] = field(default_factory=list)
+    models: list[dict[str, Any]] = field(default_factory=list)
+    experiments: list[Event] = field(default_factory=list)
+    statuses: list[tuple[Event, ExperimentStatus]] = field(default_factory=list)
+
+
+def collect(events: Sequence[Event]) -> Batch:
+    """Rows of the events; UsageError naming the first malformed event (nothing is written)."""
+    batch = Batch()
+    for i, ev in enumerate(events):
+        try:
+            _collect_one(batch, ev)
+        except UsageError as exc:
+            raise UsageError(
+                f"event {i} ({ev.kind}, stream {ev.stream!r} seq {ev.seq}): {exc.message}"
+            ) from None
+        except (KeyError, IndexError, TypeError, ValueError, AttributeError) as exc:
+            raise UsageError(
+                f"event {i} ({ev.kind}, stream {ev.stream!r} seq {ev.seq}) is malformed: {exc!r}"
+            ) from None
+    return batch
+
+
+def check_event(ev: Event) -> None:
+    """UsageError if the event cannot be stored (what the server answers 400 for)."""
+    collect([ev])
+
+
+def _collect_one(batch: Batch, ev: Event) -> None:
+    kind = EventKind(ev.kind)
+    d = ev.data
+    if kind is EventKind.SCALAR:
+        batch.scalars.append(scalar_block(ev))
+    elif kind is EventKind.PARAM:
+        batch.params.extend(_param_rows(ev))
+    elif kind is EventKind.TEXT:
+        step = d.get("step")
+        batch.texts.append(
+            {
+                "experiment_id": ev.experiment_id,
+                "title": str(d.get("title", "")),
+                "text": str(d.get("text", "")),
+                "step": None if step is None else int(step),
+                "replica": ev.replica,
+                "rank": ev.rank,
+                "time": ev.time,
+            }
+        )
+    elif kind is EventKind.LOG:
+        stream = str(d.get("stream", "stdout"))
+        for line in _log_lines(d):
+            batch.logs[(ev.experiment_id, ev.replica)].append((line, stream, ev.time))
+    elif kind is EventKind.ARTIFACT:
+        batch.artifacts.append(
+            {
+                "experiment_id": ev.experiment_id,
+                "name": str(d["name"]),
+                "kind": str(d.get("kind", "file")),
+                "path": str(d["path"]),
+                "size": int(d.get("size", 0)),
+                "content_type": str(d.get("content_type", "application/octet-stream")),
+                "replica": ev.replica,
+                "rank": ev.rank,
+                "time": ev.time,
+                "meta": dict(d.get("metadata") or {}),
+            }
+        )
+    elif kind is EventKind.MODEL:
+        batch.models.append(
+            {
+                "experiment_id": ev.experiment_id,
+                "name": str(d["name"]),
+                "format": str(d.get("format", "")),
+                "path": str(d["path"]),
+                "size": int(d.get("size", 0)),
+                "replica": ev.replica,
+                "time": ev.time,
+                "meta": dict(d.get("metadata") or {}),
+            }
+        )
+    elif kind is EventKind.EXPERIMENT:
+        batch.experiments.append(ev)
+    elif kind is EventKind.STATUS:
+        batch.statuses.append((ev, ExperimentStatus(d["status"])))
+
+
 def apply_events(conn: Connection, events: Sequence[Event]) -> None:
     """Write the rows of already-deduplicated events. Order inside the batch is kept per kind."""
-    scalars: list[ScalarPoint] = []
-    params: list[dict[str, Any]] = []
-    texts: list[dict[str, Any]] = []
-    logs: dict[tuple[str, str], list[tuple[str, str, float]]] = defaultdict(list)
-    for ev in events:
-        kind = EventKind(ev.kind)
-        d = ev.data
-        if kind is EventKind.SCALAR:
-            scalars.extend(_scalar_points(ev))
-        elif kind is EventKind.PARAM:
-            params.extend(_param_rows(ev))
-        elif kind is EventKind.TEXT:
-            step = d.get("step")
-            texts.append(
-                {
-                    "experiment_id": ev.experiment_id,
-                    "title": str(d.get("title", "")),
-                    "text": str(d.get("text", "")),
-                    "step": None if step is None else int(step),
-                    "replica": ev.replica,
-                    "rank": ev.rank,
-                    "time": ev.time,
-                }
-            )
-        elif kind is EventKind.LOG:
-            stream = str(d.get("stream", "stdout"))
-            for line in _log_lines(d):
-                logs[(ev.experiment_id, ev.replica)].append((line, stream, ev.time))
-        elif kind is EventKind.ARTIFACT:
-            _upsert_artifact(conn, ev)
-        elif kind is EventKind.MODEL:
-            _upsert_model(conn, ev)
-        elif kind is EventKind.EXPERIMENT:
-            _create_from_event(conn, ev)
-        elif kind is EventKind.STATUS:
-            _status_from_event(conn, ev)
-    if scalars:
-        insert_scalars(conn, scalars)
-    if params:
-        conn.execute(insert(ParamRow), params)
-    if texts:
-        conn.execute(insert(TextRow), texts)
-    for (experiment_id, replica), lines in logs.items():
+    batch = collect(events)
+    for ev in batch.experiments:
+        _create_from_event(conn, ev)
+    if batch.scalars:
+        insert_scalars(conn, batch.scalars)
+    if batch.params:
+        conn.execute(insert(ParamRow), batch.params)
+    if batch.texts:
+        conn.execute(insert(TextRow), batch.texts)
+    for (experiment_id, replica), lines in batch.logs.items():
         _insert_logs(conn, experiment_id, replica, lines)
+    for row, values in ((ArtifactRow, batch.artifacts), (ModelRow, batch.models)):
+        latest = {(v["experiment_id"], v["name"]): v for v in values}  # one row per name: the last wins
+        for exp, name in latest:
+            conn.execute(delete(row).where(row.experiment_id == exp, row.name == name))
+        if latest:
+            conn.execute(insert(row), list(latest.values()))
+    for ev, status in batch.statuses:
+        _status_from_event(conn, ev, status)
 
 
-def _scalar_points(ev: Event) -> Iterable[ScalarPoint]:
+def scalar_block(ev: Event) -> ScalarBlock:
+    """A SCALAR event's points, in any of its three shapes: columns (``encode_points``, what the SDK
+    writes), ``points`` ([[title, series, step, value, time?], ...]) or one point. UsageError if
+    malformed."""
     d = ev.data
-    points = d.get("points")
-    if points is None:
-        step = d.get("step", d.get("iteration", 0))
-        yield (ev.experiment_id, str(d["title"]), str(d["series"]), int(step), float(d["value"]),
-               float(d.get("time", ev.time)), ev.replica, ev.rank)  # fmt: skip
-        return
-    exp, replica, rank, t0 = ev.experiment_id, ev.replica, ev.rank, ev.time
-    for p in points:  # [title, series, step, value, time?]
-        yield (exp, p[0], p[1], int(p[2]), float(p[3]), float(p[4]) if len(p) > 4 else t0, replica, rank)
+    try:
+        if "keys" in d:
+            from phalanx.tracking.spool import decode_points
+
+            keys, idx, steps, values, times = decode_points(d)
+            return ScalarBlock(ev.experiment_id, ev.replica, ev.rank, keys, idx, steps, values, times)
+        points = d.get("points")
+        if points is None:
+            step = d.get("step", d.get("iteration", 0))
+            points = [[d["title"], d["series"], step, d["value"], d.get("time", ev.time)]]
+        index: dict[tuple[str, str], int] = {}
+        idx_list = [index.setdefault((str(p[0]), str(p[1])), len(index)) for p in points]
+        return ScalarBlock(
+            ev.experiment_id,
+            ev.replica,
+            ev.rank,
+            list(index),
+            idx_list,
+            [int(p[2]) for p in points],
+            [float(p[3]) for p in points],
+            [float(p[4]) if len(p) > 4 else ev.time for p in points],
+        )
+    except (KeyError, IndexError, TypeError, ValueError) as exc:
+        raise UsageError(f"malformed scalar event: {exc!r}") from None
 
 
 def _param_rows(ev: Event) -> list[dict[str, Any]]:
@@ -183,9 +287,16 @@ def _dialect_insert(conn: Connection, row: Any) -> Any:
     return sqlite_insert(row)
 
 
-def insert_scalars(conn: Connection, points: Sequence[ScalarPoint]) -> None:
-    ids = series_ids(conn, {(p[0], p[1], p[2]) for p in points})
-    rows = [(ids[(p[0], p[1], p[2])], p[3], p[4], p[5], p[6], p[7]) for p in points]
+def insert_scalars(conn: Connection, blocks: Sequence[ScalarBlock]) -> None:
+    ids = series_ids(conn, {(b.experiment_id, t, s) for b in blocks for t, s in b.keys})
+    rows: list[tuple[Any, ...]] = []
+    for b in blocks:
+        sids = [ids[(b.experiment_id, t, s)] for t, s in b.keys]
+        n = len(b.steps)
+        column = repeat(sids[0], n) if b.idx is None else map(sids.__getitem__, b.idx)
+        rows.extend(
+            zip(column, b.steps, b.values, b.times, repeat(b.replica, n), repeat(b.rank, n), strict=True)
+        )
     raw = conn.connection.driver_connection
     assert raw is not None
     if conn.dialect.name == "postgresql":
@@ -226,48 +337,6 @@ def _insert_logs(
             }
             for i, (text, stream, t) in enumerate(lines)
         ],
-    )
-
-
-def _upsert_artifact(conn: Connection, ev: Event) -> None:
-    d = ev.data
-    conn.execute(
-        delete(ArtifactRow).where(
-            ArtifactRow.experiment_id == ev.experiment_id, ArtifactRow.name == d["name"]
-        )
-    )
-    conn.execute(
-        insert(ArtifactRow).values(
-            experiment_id=ev.experiment_id,
-            name=str(d["name"]),
-            kind=str(d.get("kind", "file")),
-            path=str(d["path"]),
-            size=int(d.get("size", 0)),
-            content_type=str(d.get("content_type", "application/octet-stream")),
-            replica=ev.replica,
-            rank=ev.rank,
-            time=ev.time,
-            meta=dict(d.get("metadata") or {}),
-        )
-    )
-
-
-def _upsert_model(conn: Connection, ev: Event) -> None:
-    d = ev.data
-    conn.execute(
-        delete(ModelRow).where(ModelRow.experiment_id == ev.experiment_id, ModelRow.name == d["name"])
-    )
-    conn.execute(
-        insert(ModelRow).values(
-            experiment_id=ev.experiment_id,
-            name=str(d["name"]),
-            format=str(d.get("format", "")),
-            path=str(d["path"]),
-            size=int(d.get("size", 0)),
-            replica=ev.replica,
-            time=ev.time,
-            meta=dict(d.get("metadata") or {}),
-        )
     )
 
 
@@ -316,10 +385,9 @@ def _create_from_event(conn: Connection, ev: Event) -> None:
     )
 
 
-def _status_from_event(conn: Connection, ev: Event) -> None:
+def _status_from_event(conn: Connection, ev: Event, status: ExperimentStatus) -> None:
     """The main process of a plain script decided how it ended."""
     d = ev.data
-    status = ExperimentStatus(d["status"])
     values: dict[str, Any] = {"status": status.value}
     if status.done:
         values["finished_at"] = ev.time
