@@ -1,0 +1,130 @@
+"""The framework examples run end to end through `phalanx run`: exit 0, the experiment succeeded,
+and the accuracy each script reports through `phalanx.Task` is in the store.
+
+The TensorFlow and MXNet examples run in venvs built from their `build.pip_packages`. Building one
+takes ~30 s and 1.6 GB, so every test's PHALANX_HOME links its `venvs` folder to one cache shared by
+all test runs on the machine (`$PHALANX_TEST_VENVS`, default ~/.cache/phalanx/venvs); buildenv's lock
+makes concurrent test workers build each venv once.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from tests.conftest import REPO
+
+PHALANX = Path(sys.executable).parent / "phalanx"
+EXAMPLES = REPO / "examples"
+RUN_TIMEOUT = 420  # covers a first build of the TensorFlow venv on a busy 2-core machine
+
+
+def shared_venvs() -> Path:
+    path = Path(os.environ.get("PHALANX_TEST_VENVS", Path.home() / ".cache" / "phalanx" / "venvs"))
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+@pytest.fixture
+def home(phalanx_home: Path) -> Path:
+    (phalanx_home / "venvs").symlink_to(shared_venvs(), target_is_directory=True)
+    return phalanx_home
+
+
+def phalanx(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    """Run the CLI in its own process group; on a timeout the whole group goes (no leaked replicas)."""
+    proc = subprocess.Popen(
+        [str(PHALANX), *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        out, err = proc.communicate()
+        pytest.fail(f"phalanx {' '.join(args)} ran over {timeout} s\n{out[-3000:]}\n{err[-3000:]}")
+    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+
+
+def run_example(name: str, *extra: str) -> tuple[str, subprocess.CompletedProcess[str]]:
+    """`phalanx run` the example; returns its experiment id and the finished process."""
+    done = phalanx("run", "-f", str(EXAMPLES / name / "polyaxonfile.yml"), *extra, timeout=RUN_TIMEOUT)
+    output = done.stdout + done.stderr
+    assert done.returncode == 0, f"phalanx run {name} exited {done.returncode}:\n{output[-6000:]}"
+    assert "final test accuracy" in output, output[-4000:]
+    listed = phalanx("ls", "-o", "json")
+    assert listed.returncode == 0, listed.stderr
+    experiments = json.loads(listed.stdout)
+    rows = experiments.get("items", experiments) if isinstance(experiments, dict) else experiments
+    assert len(rows) == 1, rows
+    return str(rows[0]["id"]), done
+
+
+def experiment(exp_id: str) -> dict[str, Any]:
+    got = phalanx("get", exp_id, "-o", "json")
+    assert got.returncode == 0, got.stderr
+    return dict(json.loads(got.stdout))
+
+
+def spool_listing() -> str:
+    """What the replicas wrote, for a failure message: which spool files exist and how big."""
+    spool = Path(os.environ["PHALANX_HOME"]) / "spool"
+    return "\n".join(f"{p.relative_to(spool)} {p.stat().st_size} B" for p in sorted(spool.rglob("*.spool")))
+
+
+def accuracy_series(exp_id: str) -> dict[str, dict[str, list[float]]]:
+    metrics = phalanx("metrics", exp_id, "--title", "accuracy", "-o", "json")
+    assert metrics.returncode == 0, f"{metrics.stderr}\nspool files:\n{spool_listing()}"
+    return dict(json.loads(metrics.stdout)["accuracy"])
+
+
+def final_accuracies(exp_id: str) -> dict[str, float]:
+    return {series: points["values"][-1] for series, points in accuracy_series(exp_id).items()}
+
+
+@pytest.mark.slow
+def test_tensorflow_multi_worker_mirrored_trains_in_its_own_venv(home: Path) -> None:
+    exp_id, _ = run_example("tensorflow-mwms", "--param", "epochs=3")
+    assert experiment(exp_id)["status"] == "succeeded"
+    series = accuracy_series(exp_id)
+    assert list(series) == ["test"]
+    assert len(series["test"]["values"]) == 3  # one point per epoch, reported by the chief only
+    assert series["test"]["values"][-1] >= 0.9
+    loss = json.loads(phalanx("metrics", exp_id, "--title", "loss", "-o", "json").stdout)["loss"]
+    assert sorted(loss) == ["chief-0", "worker-0", "worker-1"]  # every replica reported its own series
+
+
+@pytest.mark.slow
+def test_tensorflow_parameter_server_succeeds_when_the_chief_is_done(home: Path) -> None:
+    exp_id, _ = run_example("tensorflow-ps", "--param", "steps=150")
+    got = experiment(exp_id)
+    assert got["status"] == "succeeded"  # although the worker and ps servers had to be stopped
+    assert final_accuracies(exp_id)["test"] >= 0.9
+
+
+@pytest.mark.slow
+def test_mxnet_parameter_server_trains_on_both_workers(home: Path) -> None:
+    exp_id, _ = run_example("mxnet-ps", "--param", "epochs=3")
+    assert experiment(exp_id)["status"] == "succeeded"
+    accuracies = final_accuracies(exp_id)
+    assert sorted(accuracies) == ["worker 0", "worker 1"]
+    assert min(accuracies.values()) >= 0.9
+
+
+def test_pytorch_over_mpirun_trains_without_horovod(home: Path) -> None:
+    assert shutil.which("mpirun"), "Open MPI is missing: `make system-deps` installs openmpi-bin"
+    exp_id, done = run_example("pytorch-mpi")
+    assert experiment(exp_id)["status"] == "succeeded"
+    assert final_accuracies(exp_id)["test"] >= 0.93
+    assert "2 ranks over mpirun" in done.stdout + done.stderr
