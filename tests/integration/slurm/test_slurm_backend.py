@@ -123,7 +123,7 @@ def test_replicas_with_different_resources_run_as_a_heterogeneous_job(
     spec = ExperimentSpec(
         version=1,
         kind="experiment",
-        command=(f"{PYTHON} -u ddp_train.py --epochs 1",),
+        command=(f"{PYTHON} -u ddp_train.py --epochs 1 --no-track",),
         framework=Framework.PYTORCH,
         master=ReplicaTemplate(resources=Resources(memory=Range(100, 100))),
         topology=Topology(
