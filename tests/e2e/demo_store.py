@@ -251,3 +251,39 @@ if __name__ == "__main__":
     p.add_argument("--points", type=int, default=500)
     a = p.parse_args()
     print(json.dumps(fill(a.home, a.points)))
+
+
+def fill_large(home: Path, n_series: int = 8, points: int = 100_000) -> str:
+    """One experiment with ``n_series`` loss series of ``points`` points each (and one spike)."""
+    store = open_store(Settings(home=home))
+    e = store.create_experiment(
+        name=f"{n_series} x {points} points",
+        project="bench",
+        replicas=[Replica("", "master", Role.MASTER, 0, 0)],
+        topology={"master": 1},
+        framework="pytorch",
+    )
+    t0 = time.time() - 3600
+    events = []
+    for w in range(n_series):
+        pts = [
+            [
+                "loss",
+                f"worker {w:02d}",
+                i,
+                2 * math.exp(-i / (points / 3)) + 0.05 * ((i * 7919 + w) % 13) / 13,
+                t0 + i * 0.01,
+            ]
+            for i in range(points)
+        ]
+        if w == 0:
+            pts[points // 2][3] = 9.5  # a spike the downsampling must keep
+        events.append(
+            Event(e.id, EventKind.SCALAR, {"points": pts}, "master", "master", 0, 0, t0, "large", w)
+        )
+    store.write_events(events)
+    store.update_experiment(
+        e.id, status=ExperimentStatus.SUCCEEDED, started_at=t0, finished_at=t0 + points * 0.01
+    )
+    store.close()
+    return e.id

@@ -169,3 +169,18 @@ def test_a_token_protected_server_shows_the_login_page_first(
         assert page.url.endswith(f"/experiments/{filled.first}")
     finally:
         stop_server(secured.proc)
+
+
+def test_eight_series_of_100k_points_draw_with_their_peaks(page: Any, server: Server, filled: Filled) -> None:
+    from tests.e2e.demo_store import fill_large
+
+    exp = fill_large(filled.home)
+    page.goto(f"{server.url}/experiments/{exp}#scalars")
+    chart = page.locator('.chart-card[data-title="loss"]')
+    chart.locator("canvas").wait_for(timeout=90_000)
+    assert len(chart.locator(".u-legend .u-series").all()) == 9  # x + 8 series
+    assert "800,000 points" in chart.locator(".note").inner_text()
+    sent = api(server, f"/experiments/{exp}/metrics/loss?max_points=2000")["series"]
+    assert all(len(s["values"]) <= 2000 for s in sent.values())
+    assert max(v for v in sent["worker 00"]["values"] if v is not None) == 9.5
+    shot(page, "09-large-series")
