@@ -28,7 +28,7 @@ from phalanx.domain import Event, EventKind
 from phalanx.errors import UsageError
 from phalanx.store.artifacts import ArtifactStore, safe_path
 from phalanx.store.sql.events import check_event
-from phalanx.tracking.spool import SUFFIX, read_records, write_ack
+from phalanx.tracking.spool import ACK_SUFFIX, SUFFIX, read_records, write_ack, writer_gone
 
 if TYPE_CHECKING:
     from phalanx.store.sql.store import SqlStore
@@ -116,11 +116,13 @@ class Ingester:
         spool: str | os.PathLike[str],
         *,
         batch_bytes: int = 16 << 20,
+        cleanup: bool = True,
     ) -> None:
         self.store = store
         self.artifacts = artifacts if artifacts is not None else store.artifact_store
         self.spool = Path(spool)
         self.batch_bytes = batch_bytes
+        self.cleanup = cleanup
         self._positions: dict[str, int] = {}  # stream -> committed offset, as far as we know
 
     def spool_files(self) -> list[Path]:
@@ -168,10 +170,12 @@ class Ingester:
                 start = self.store.ingest_position(stream)[0]
                 self._positions[stream] = start
             if size <= start:
+                self._remove_if_finished(path, stream)
                 return total
             records, end = read_records(path, start, self.batch_bytes)
-            if end == start:
-                return total  # only a partial record so far
+            if end == start:  # only a partial record so far (or forever, if its writer was killed)
+                self._remove_if_finished(path, stream)
+                return total
             events, files, last_seq = self._convert(path, records)
             missing = self._copy_files(files)
             if missing:
@@ -190,6 +194,16 @@ class Ingester:
                 write_ack(path.parent, stream, last_seq)
             for src, _, _ in files:
                 _remove(src)
+
+    def _remove_if_finished(self, path: Path, stream: str) -> None:
+        """A fully ingested file whose writer has exited is done: remove it (its position stays in
+        the store, so a stray copy would still not be ingested twice)."""
+        if not self.cleanup or not writer_gone(stream):
+            return
+        for leftover in (path, path.with_suffix(ACK_SUFFIX)):
+            leftover.unlink(missing_ok=True)
+        shutil.rmtree(path.parent / "files" / stream, ignore_errors=True)
+        self._positions.pop(stream, None)
 
     def _convert(
         self, path: Path, records: Sequence[Any]

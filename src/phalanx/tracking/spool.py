@@ -29,10 +29,33 @@ SUFFIX = ".spool"
 ACK_SUFFIX = ".ack"
 
 
+def host_tag() -> str:
+    return "".join(c if c.isalnum() or c in "-_" else "-" for c in socket.gethostname())[:32] or "host"
+
+
 def new_stream_id() -> str:
-    """Unique per writing process, even across hosts and pid reuse."""
-    host = "".join(c if c.isalnum() or c in "-_" else "-" for c in socket.gethostname())[:32] or "host"
-    return f"{host}-{os.getpid()}-{secrets.token_hex(4)}"
+    """``<host>-<pid>-<random>``: unique per writing process, even across hosts and pid reuse."""
+    return f"{host_tag()}-{os.getpid()}-{secrets.token_hex(4)}"
+
+
+def writer_gone(stream: str) -> bool:
+    """True when ``stream`` was written by a process of this host that has exited (so its spool
+    file will never grow again). False when unsure (another host, a stream named otherwise)."""
+    parts = stream.rsplit("-", 2)
+    if len(parts) != 3 or parts[0] != host_tag() or not parts[1].isdigit():
+        return False
+    pid = int(parts[1])
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:
+        return False
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().rsplit(")", 1)[-1].split()[0] == "Z"
+    except OSError:
+        return False
 
 
 def encode_points(points: Sequence[tuple[str, str, int, float, float]]) -> dict[str, Any]:
