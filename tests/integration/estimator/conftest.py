@@ -54,6 +54,14 @@ def source(tmp_path: Path) -> Path:
         "    print('rank failing on purpose', flush=True)\n"
         "    sys.exit(3)\n"
     )
+    (src / "report.py").write_text(
+        "from phalanx import Task\n"
+        "task = Task.init(project_name='estimator-tests', task_name='report')\n"
+        "for i in range(3):\n"
+        "    task.get_logger().report_scalar('loss', 'worker 00', value=1.0 / (i + 1), iteration=i)\n"
+        "task.upload_artifact('stats', artifact_object={'answer': 42})\n"
+        "task.close()\n"
+    )
     (src / "sleepy.py").write_text(
         "import os, time\nprint('sleeping pid', os.getpid(), flush=True)\ntime.sleep(600)\n"
     )

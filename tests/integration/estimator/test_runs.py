@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import json
 import os
 import time
 from collections.abc import Callable
@@ -13,7 +14,7 @@ import pytest
 
 from phalanx import Estimator, Experiment, PyTorch
 from phalanx.domain import ExperimentStatus
-from phalanx.errors import UsageError
+from phalanx.errors import NotFound, UsageError
 from phalanx.runs import Run, RunFailed, RunTimeout
 
 
@@ -87,6 +88,23 @@ def test_a_failed_run_raises_with_the_reason_or_returns_its_details(source: Path
     details = run.wait_for_completion(raise_on_error=False)
     assert details["status"] == "failed"
     assert any(r["exit_code"] == 3 for r in details["replicas"])
+
+
+def test_metrics_and_files_of_a_run_can_be_read_and_downloaded(
+    source: Path, runs: list[Run], tmp_path: Path
+) -> None:
+    run = Experiment("report", project="estimator-tests").submit(PyTorch(source, entry_script="report.py"))
+    runs.append(run)
+    run.wait_for_completion()
+    assert run.get_metrics() == {"loss": {"worker 00": {"steps": [0, 1, 2], "values": [1.0, 0.5, 1.0 / 3]}}}
+    names = run.get_file_names()
+    assert len(names) == 1 and names[0].startswith("artifacts/")
+    by_name = run.download_file("stats", tmp_path / "stats.json")
+    assert json.loads(by_name.read_text()) == {"answer": 42}
+    by_path = run.download_file(names[0], tmp_path)
+    assert by_path.parent == tmp_path and json.loads(by_path.read_text()) == {"answer": 42}
+    with pytest.raises(NotFound, match="no file 'nope'"):
+        run.download_file("nope", tmp_path)
 
 
 def test_cancel_stops_every_replica_and_marks_the_run_stopped(source: Path, runs: list[Run]) -> None:
