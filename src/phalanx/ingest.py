@@ -277,6 +277,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--follow-pid", type=int, help="run until this process exits, then finish")
     parser.add_argument("--interval", type=float, default=0.1, help="seconds between passes")
     parser.add_argument("--once", action="store_true", help="one pass, then exit")
+    parser.add_argument("--batch-bytes", type=int, default=16 << 20, help="spool bytes per transaction")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
 
@@ -285,7 +286,9 @@ def main(argv: list[str] | None = None) -> int:
 
     settings = Settings()
     store = open_store(settings)
-    ingester = Ingester(store, store.artifact_store, args.spool or settings.spool_dir)
+    ingester = Ingester(
+        store, store.artifact_store, args.spool or settings.spool_dir, batch_bytes=args.batch_bytes
+    )
     if args.once or args.follow_pid is None:
         n = ingester.run_once()
         log.info("ingested %d events", n)

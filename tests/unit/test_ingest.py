@@ -1,0 +1,197 @@
+"""Ingest: spool files into the store exactly once, whatever crashes in between."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from phalanx.errors import UsageError
+from phalanx.ingest import Ingester, records_to_events, store_artifact_bytes
+from phalanx.store.artifacts import ArtifactStore
+from phalanx.store.sql import SqlStore
+from phalanx.tracking.spool import SpoolWriter, encode_points, read_ack
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> SqlStore:
+    return SqlStore(f"sqlite:///{tmp_path / 'phalanx.db'}", ArtifactStore(str(tmp_path / "artifacts")))
+
+
+def _points(start: int, n: int, series: str = "worker 00") -> dict[str, object]:
+    return encode_points([("loss", series, i, i / 2, 1.0) for i in range(start, start + n)])
+
+
+def _writer(tmp_path: Path, exp: str, **kw: object) -> SpoolWriter:
+    return SpoolWriter(tmp_path / "spool" / exp, experiment_id=exp, **kw)  # type: ignore[arg-type]
+
+
+def _steps(store: SqlStore, exp: str, series: str = "worker 00") -> list[int]:
+    return store.metrics(exp).get("loss", {}).get(series, None).steps  # type: ignore[union-attr]
+
+
+def test_records_are_stored_once_however_often_ingest_runs(store: SqlStore, tmp_path: Path) -> None:
+    exp = store.create_experiment(name="a", project="p").id
+    w = _writer(tmp_path, exp)
+    for b in range(5):
+        w.write("scalar", _points(b * 100, 100))
+    w.sync()
+    assert Ingester(store, None, tmp_path / "spool").run_once() == 5
+    assert Ingester(store, None, tmp_path / "spool").run_once() == 0  # a fresh ingester: position stored
+    w.write("scalar", _points(500, 100))
+    assert Ingester(store, None, tmp_path / "spool").run_once() == 1
+    assert _steps(store, exp) == list(range(600))
+    assert read_ack(w.spool_dir, w.stream) == 5
+
+
+def test_a_trailing_partial_record_waits_until_it_is_complete(store: SqlStore, tmp_path: Path) -> None:
+    exp = store.create_experiment(name="a", project="p").id
+    w = _writer(tmp_path, exp)
+    w.write("scalar", _points(0, 10))
+    line = json.dumps({**w.record("scalar", _points(10, 10)), "stream": w.stream, "seq": 1}) + "\n"
+    with open(w.path, "a") as fh:
+        fh.write(line[:20])  # a writer killed mid-record leaves this
+    ingester = Ingester(store, None, tmp_path / "spool", cleanup=False)
+    assert ingester.run_once() == 1
+    with open(w.path, "a") as fh:
+        fh.write(line[20:])
+    assert ingester.run_once() == 1
+    assert _steps(store, exp) == list(range(20))
+
+
+def test_a_malformed_line_is_skipped_and_later_records_still_arrive(store: SqlStore, tmp_path: Path) -> None:
+    exp = store.create_experiment(name="a", project="p").id
+    w = _writer(tmp_path, exp)
+    w.write("scalar", _points(0, 5))
+    with open(w.path, "a") as fh:
+        fh.write("this is not json\n")
+        fh.write(json.dumps({"stream": w.stream, "seq": 99, "kind": "nonsense", "experiment_id": exp}) + "\n")
+    w._seq = 100
+    w.write("scalar", _points(5, 5))
+    assert Ingester(store, None, tmp_path / "spool").run_once() == 2
+    assert _steps(store, exp) == list(range(10))
+
+
+def test_concurrent_ingesters_store_each_record_once(store: SqlStore, tmp_path: Path) -> None:
+    exp = store.create_experiment(name="a", project="p").id
+    writers = [_writer(tmp_path, exp) for _ in range(3)]
+    for i, w in enumerate(writers):
+        for b in range(20):
+            w.write("scalar", _points(b * 50, 50, series=f"worker {i:02d}"))
+    stop = threading.Event()
+    ingesters = [Ingester(store, None, tmp_path / "spool", batch_bytes=4096) for _ in range(3)]
+    threads = [threading.Thread(target=ing.run, args=(stop, 0.01)) for ing in ingesters]
+    for t in threads:
+        t.start()
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and any(read_ack(w.spool_dir, w.stream) < 19 for w in writers):
+        time.sleep(0.05)
+    stop.set()
+    for t in threads:
+        t.join(60)
+    for i in range(3):
+        assert _steps(store, exp, f"worker {i:02d}") == list(range(1000))
+
+
+def test_artifact_files_move_into_the_artifact_store(store: SqlStore, tmp_path: Path) -> None:
+    exp = store.create_experiment(name="a", project="p").id
+    w = _writer(tmp_path, exp)
+    source = w.spool_dir / "files" / "x" / "cfg.json"
+    source.parent.mkdir(parents=True)
+    source.write_text('{"a": 1}')
+    data = {
+        "name": "cfg",
+        "kind": "json",
+        "path": "artifacts/cfg.json",
+        "spool_path": "files/x/cfg.json",
+        "size": 8,
+    }
+    w.write("artifact", data)
+    Ingester(store, None, tmp_path / "spool").run_once()
+    [record] = store.artifacts(exp)
+    assert record.path == "artifacts/cfg.json"
+    assert store.artifact_store is not None
+    assert store.artifact_store.read_bytes(exp, "artifacts/cfg.json") == b'{"a": 1}'
+    assert not source.exists()
+
+
+def test_an_artifact_path_cannot_leave_the_experiment_folder(store: SqlStore, tmp_path: Path) -> None:
+    exp = store.create_experiment(name="a", project="p").id
+    w = _writer(tmp_path, exp)
+    w.write("artifact", {"name": "evil", "path": "../../etc/passwd", "size": 1})
+    w.write("artifact", {"name": "abs", "path": "/etc/passwd", "size": 1})
+    Ingester(store, None, tmp_path / "spool").run_once()
+    assert store.artifacts(exp) == []
+    assert store.artifact_store is not None
+    with pytest.raises(UsageError):
+        store_artifact_bytes(store.artifact_store, exp, "a/../../b", b"x")
+    assert store_artifact_bytes(store.artifact_store, exp, "files/ok.bin", b"xyz") == 3
+
+
+def test_records_to_events_names_what_is_wrong() -> None:
+    good = {"stream": "s", "seq": 0, "kind": "param", "experiment_id": "e", "data": {"values": {"a": 1}}}
+    [event] = records_to_events([good])
+    assert (event.stream, event.seq, event.data["values"]) == ("s", 0, {"a": 1})
+    with pytest.raises(UsageError, match=r"events\[1\].*kind"):
+        records_to_events([good, {**good, "kind": "bogus"}])
+    with pytest.raises(UsageError, match="experiment_id"):
+        records_to_events([{**good, "experiment_id": ""}])
+    with pytest.raises(UsageError, match="scalar"):
+        records_to_events(
+            [{**good, "kind": "scalar", "data": {"keys": [["a", "b"]], "n": 3, "step": "AAAA"}}]
+        )
+
+
+def test_the_file_of_an_exited_writer_is_removed_once_ingested(store: SqlStore, tmp_path: Path) -> None:
+    exp = store.create_experiment(name="a", project="p").id
+    code = (
+        "import sys; from phalanx.tracking.spool import SpoolWriter;"
+        f"w = SpoolWriter(sys.argv[1], experiment_id={exp!r});"
+        "w.write('param', {'values': {'a': 1}}); w.close(); print(w.stream)"
+    )
+    spool = tmp_path / "spool" / exp
+    out = subprocess.run([sys.executable, "-c", code, str(spool)], capture_output=True, text=True, check=True)
+    stream = out.stdout.strip()
+    assert (spool / f"{stream}.spool").exists()
+    ingester = Ingester(store, None, tmp_path / "spool")
+    ingester.run_once()
+    ingester.run_once()
+    assert not (spool / f"{stream}.spool").exists()
+    assert [p.key for p in store.params(exp)] == ["a"]
+
+
+def test_an_ingester_killed_mid_way_resumes_without_losing_or_repeating(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    env = {**os.environ, "PHALANX_HOME": str(home)}
+    env.pop("PHALANX_DB_URL", None)
+    from phalanx.config import Settings
+    from phalanx.store import open_store
+
+    store = open_store(Settings(home=home, db_url=None))
+    exp = store.create_experiment(name="a", project="p").id
+    w = SpoolWriter(home / "spool" / exp, experiment_id=exp)
+    total = 0
+    for b in range(200):
+        w.write("scalar", _points(b * 2000, 2000))
+        total += 2000
+    w.sync()
+    assert store.ingest_position(w.stream)[0] == 0
+    cmd = [sys.executable, "-m", "phalanx.ingest", "--spool", str(home / "spool"), "--once"]
+    # small transactions so that the kill lands between two of them
+    proc = subprocess.Popen([*cmd, "--batch-bytes", "200000"], env=env)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and store.ingest_position(w.stream)[0] == 0 and proc.poll() is None:
+        time.sleep(0.01)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(60)
+    assert 0 < store.ingest_position(w.stream)[0] < w.path.stat().st_size  # it did stop half-way
+    subprocess.run(cmd, env=env, check=True, timeout=300)
+    steps = _steps(store, exp)
+    assert len(steps) == total and steps == list(range(total))
