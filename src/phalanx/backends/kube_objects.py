@@ -1,0 +1,160 @@
+"""What the Kubernetes and Kubeflow engines share: names, labels, containers, quantities, validation.
+
+Pure functions of the Plan: the objects they build are exactly what the controllers send, so the
+dry run (YAML) and the golden tests show the real thing. Every Pod/Service/ConfigMap is checked with
+``kubernetes-validate`` in strict mode against the schemas of ``KUBERNETES_VERSION`` (they ship with
+the package, offline), the way the API server would reject an unknown or mistyped field.
+"""
+
+from __future__ import annotations
+
+import math
+import shlex
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from phalanx.backends.base import DryRun
+from phalanx.errors import Problem, SpecError
+from phalanx.plan import Plan, ReplicaPlan
+
+KUBERNETES_VERSION = "1.37.0"  # the newest schema set kubernetes-validate 1.37.0 ships offline
+DEFAULT_IMAGE = "python:3.11-slim"  # when the file names no build.image
+GPU_RESOURCE = "nvidia.com/gpu"
+PORT = 2222  # every replica listens here; each Pod has its own address, so one port fits all
+TOKEN_SECRET = "phalanx-token"  # a Secret the user creates (key "token") when the server wants one
+PLACEHOLDER_UID = "00000000-0000-0000-0000-000000000000"  # replaced by the owner's uid at submit
+
+LABEL_EXPERIMENT = "phalanx.dev/experiment"
+LABEL_REPLICA = "phalanx.dev/replica"
+LABEL_ROLE = "phalanx.dev/role"
+
+
+def prefix(experiment_id: str) -> str:
+    """Object names start with a letter (DNS-1035) and say who made them."""
+    return f"phx-{experiment_id}"
+
+
+def labels(experiment_id: str, replica: ReplicaPlan | None = None) -> dict[str, str]:
+    out = {"app.kubernetes.io/managed-by": "phalanx", LABEL_EXPERIMENT: experiment_id}
+    if replica is not None:
+        out[LABEL_REPLICA] = replica.name
+        out[LABEL_ROLE] = str(replica.role)
+    return out
+
+
+def cpu_quantity(cores: float) -> str:
+    return str(int(cores)) if float(cores).is_integer() else f"{math.ceil(cores * 1000)}m"
+
+
+def resources(replica: ReplicaPlan) -> dict[str, dict[str, str]]:
+    """requests/limits in Kubernetes quantities; GPUs only as limits (an extended resource's request
+    defaults to its limit and may not differ from it)."""
+    r = replica.resources
+    req: dict[str, str] = {}
+    lim: dict[str, str] = {}
+    if r.cpu.requests is not None:
+        req["cpu"] = cpu_quantity(r.cpu.requests)
+    if r.cpu.limits is not None:
+        lim["cpu"] = cpu_quantity(r.cpu.limits)
+    if r.memory.requests is not None:
+        req["memory"] = f"{math.ceil(r.memory.requests)}Mi"
+    if r.memory.limits is not None:
+        lim["memory"] = f"{math.ceil(r.memory.limits)}Mi"
+    gpus = [v for v in (r.gpu.requests, r.gpu.limits) if v is not None]
+    if gpus:
+        lim[GPU_RESOURCE] = str(math.ceil(max(gpus)))
+    out = {}
+    if req:
+        out["requests"] = req
+    if lim:
+        out["limits"] = lim
+    return out
+
+
+def _label_value(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
+
+
+def placement(replica: ReplicaPlan) -> dict[str, Any]:
+    """nodeSelector, affinity and tolerations as the file gave them (Kubernetes' own keys)."""
+    out: dict[str, Any] = {}
+    if replica.node_selector:
+        out["nodeSelector"] = {str(k): _label_value(v) for k, v in replica.node_selector.items()}
+    if replica.affinity:
+        out["affinity"] = _plain(replica.affinity)
+    if replica.tolerations:
+        out["tolerations"] = [_plain(t) for t in replica.tolerations]
+    return out
+
+
+def _plain(value: Any) -> Any:
+    """Mappings and tuples from the frozen spec as JSON-able dicts and lists."""
+    if isinstance(value, Mapping):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_plain(v) for v in value]
+    return value
+
+
+def shell_command(plan: Plan) -> str:
+    """build.build_steps and pip_packages run first in the container, then run.cmd."""
+    steps = list(plan.build.build_steps)
+    if plan.build.pip_packages:
+        steps.insert(0, "pip install " + " ".join(shlex.quote(p) for p in plan.build.pip_packages))
+    return " && ".join([*steps, plan.command])
+
+
+def env_list(env: Mapping[str, str], token: bool = False) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = [{"name": k, "value": v} for k, v in env.items()]
+    if token:
+        out.append(
+            {
+                "name": "PHALANX_TOKEN",
+                "valueFrom": {"secretKeyRef": {"name": TOKEN_SECRET, "key": "token", "optional": True}},
+            }
+        )
+    return out
+
+
+def image(plan: Plan) -> str:
+    return plan.build.image or DEFAULT_IMAGE
+
+
+def owner_reference(name: str, uid: str = PLACEHOLDER_UID) -> dict[str, Any]:
+    return {"apiVersion": "v1", "kind": "ConfigMap", "name": name, "uid": uid, "blockOwnerDeletion": True}
+
+
+def validate_core(objects: Sequence[Mapping[str, Any]]) -> None:
+    """Check core objects against Kubernetes' schemas (strict: unknown fields are errors).
+
+    A failure is a bug in the render or a value the user gave that Kubernetes refuses (a bad
+    toleration, say), so it is a SpecError naming the object and the field.
+    """
+    import kubernetes_validate
+
+    problems = []
+    for obj in objects:
+        try:
+            kubernetes_validate.validate(dict(obj), KUBERNETES_VERSION, strict=True)
+        except kubernetes_validate.ValidationError as exc:
+            where = ".".join(str(p) for p in exc.path)
+            problems.append(f"{obj['kind']} {obj['metadata']['name']}: {where}: {exc.message}")
+    if problems:
+        raise SpecError([Problem(f"Kubernetes would refuse it: {p}") for p in problems])
+
+
+def to_yaml(objects: Sequence[Mapping[str, Any]]) -> str:
+    import yaml
+
+    return yaml.safe_dump_all([dict(o) for o in objects], sort_keys=False, default_flow_style=False)
+
+
+@dataclass(frozen=True)
+class KubeDryRun(DryRun):
+    """A dry run whose native is a list of Kubernetes objects; renders as `kubectl apply -f` YAML."""
+
+    def render(self) -> str:
+        return to_yaml(self.native)

@@ -1,0 +1,387 @@
+"""The Kubeflow engine (`backend: kubeflow`, `backend: mpi`): one training-operator job per experiment.
+
+PyTorchJob (pytorch), TFJob (tensorflow), MXJob (mxnet) or MPIJob (horovod, `backend: mpi`), rendered
+from the same Plan: one replica spec per role (the operator sets the framework wiring itself), the
+tracking variables per pod through the downward API, ``runPolicy`` (cleanPodPolicy Running,
+backoffLimit = max_restarts, activeDeadlineSeconds = max_run_seconds, schedulingPolicy.minAvailable
+= every replica, for gang scheduling). A job is validated before anything is created: against its
+CRD's own openAPIV3Schema (shipped in ``backends/schemas``) as the API server does with strict field
+validation (unknown fields are errors), plus the rules the operator enforces beyond the schema
+(replica type names, one Master/Chief/Scheduler/Launcher, its default container name). A role has
+one pod template, so per-index overrides that differ within a role are refused with the reason.
+"""
+
+from __future__ import annotations
+
+import copy
+import functools
+import logging
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+from phalanx import frameworks
+from phalanx.backends.base import DryRun, JobStatus, LaunchContext, ReplicaStatus
+from phalanx.backends.kube_api import KubeAPI, KubeError, selector
+from phalanx.backends.kube_objects import (
+    KubeDryRun,
+    env_list,
+    image,
+    labels,
+    placement,
+    prefix,
+    resources,
+    shell_command,
+)
+from phalanx.backends.kubernetes import pod_env, pod_status
+from phalanx.clusters import Cluster
+from phalanx.config import Settings
+from phalanx.domain import ExperimentStatus, Framework, ReplicaState, Role
+from phalanx.errors import BackendUnavailable, NotFound, Problem, SpecError
+from phalanx.plan import Plan, ReplicaPlan
+
+log = logging.getLogger(__name__)
+SCHEMAS = Path(__file__).resolve().parent / "schemas"
+
+# kind -> (CRD file, replica-specs field, default container name, plan role -> replica type)
+JOB_KINDS: dict[str, tuple[str, str, str, dict[Role, str]]] = {
+    "PyTorchJob": (
+        "kubeflow.org_pytorchjobs.yaml",
+        "pytorchReplicaSpecs",
+        "pytorch",
+        {Role.MASTER: "Master", Role.WORKER: "Worker"},
+    ),
+    "TFJob": (
+        "kubeflow.org_tfjobs.yaml",
+        "tfReplicaSpecs",
+        "tensorflow",
+        {Role.MASTER: "Chief", Role.WORKER: "Worker", Role.PS: "PS"},
+    ),
+    "MXJob": (
+        "kubeflow.org_mxjobs.yaml",
+        "mxReplicaSpecs",
+        "mxnet",
+        {Role.MASTER: "Scheduler", Role.WORKER: "Worker", Role.PS: "Server"},
+    ),
+    "MPIJob": (
+        "kubeflow.org_mpijobs.yaml",
+        "mpiReplicaSpecs",
+        "mpi",
+        {Role.MASTER: "Launcher", Role.WORKER: "Worker"},
+    ),
+}
+# The operator's own rules (training-operator v1.8 validation): allowed replica types, and the
+# types that must have exactly one replica.
+ALLOWED_TYPES = {
+    "PyTorchJob": {"Master", "Worker"},
+    "TFJob": {"Chief", "Master", "Worker", "PS", "Evaluator"},
+    "MXJob": {"Scheduler", "Server", "Worker", "TunerTracker", "TunerServer", "Tuner"},
+    "MPIJob": {"Launcher", "Worker"},
+}
+SINGLE = {"Master", "Chief", "Scheduler", "Launcher", "Evaluator"}
+REQUIRED = {"MXJob": "Scheduler", "MPIJob": "Launcher"}
+
+# Job condition (the newest with status True) -> experiment status. Anything else: UNKNOWN.
+JOB_CONDITIONS: dict[str, ExperimentStatus] = {
+    "Created": ExperimentStatus.STARTING,  # accepted by the operator, pods being created
+    "Suspended": ExperimentStatus.STARTING,  # runPolicy.suspend: no pods until resumed
+    "Running": ExperimentStatus.RUNNING,
+    "Restarting": ExperimentStatus.RUNNING,  # pods restarted within backoffLimit
+    "Succeeded": ExperimentStatus.SUCCEEDED,
+    "Failed": ExperimentStatus.FAILED,  # a replica failed past backoffLimit, or the deadline passed
+}
+LABEL_JOB = "training.kubeflow.org/job-name"
+LABEL_TYPE = "training.kubeflow.org/replica-type"
+LABEL_INDEX = "training.kubeflow.org/replica-index"
+
+
+def job_kind(plan: Plan) -> str:
+    if frameworks.uses_mpi(plan):
+        return "MPIJob"
+    return {Framework.TENSORFLOW: "TFJob", Framework.MXNET: "MXJob"}.get(plan.framework, "PyTorchJob")  # type: ignore[arg-type]
+
+
+def _template_key(r: ReplicaPlan) -> tuple[Any, ...]:
+    return (r.resources, dict(r.node_selector), r.affinity, r.tolerations, r.processes)
+
+
+def check_expressible(plan: Plan, kind: str) -> None:
+    """A Kubeflow job has one pod template per role: refuse what it cannot say, naming why."""
+    problems = []
+    types = JOB_KINDS[kind][3]
+    for role in Role:
+        members = [r for r in plan.replicas if r.role is role]
+        if not members:
+            continue
+        if role not in types:
+            problems.append(
+                f"a {kind} has no place for {role} replicas ({len(members)} asked): "
+                f"remove them or use another framework/backend"
+            )
+            continue
+        first = members[0]
+        for r in members[1:]:
+            if _template_key(r) != _template_key(first):
+                problems.append(
+                    f"environment.replicas: {r.name} differs from {first.name}, but a {kind} has one pod "
+                    f"template per role; make the per-index overrides of {role} equal, or run it on "
+                    f"Slurm (heterogeneous jobs) or with backend: native"
+                )
+                break
+    if problems:
+        raise SpecError([Problem(p) for p in problems])
+
+
+def _replica_env(plan: Plan, role: Role, experiment_id: str, env: Mapping[str, str]) -> list[dict[str, Any]]:
+    """PHALANX_* per pod: the index comes from the operator's label through the downward API."""
+    out = env_list(env, token="PHALANX_HOST" in env)
+    out += [
+        {"name": "PHALANX_EXPERIMENT_ID", "value": experiment_id},
+        {"name": "PHALANX_ROLE", "value": str(role)},
+        {
+            "name": "PHALANX_INDEX",
+            "valueFrom": {"fieldRef": {"fieldPath": f"metadata.labels['{LABEL_INDEX}']"}},
+        },
+        {"name": "PHALANX_REPLICA", "value": "master" if role is Role.MASTER else f"{role}-$(PHALANX_INDEX)"},
+    ]
+    if role is Role.MASTER:
+        out.append({"name": "PHALANX_RANK", "value": "0"})
+    elif role is Role.PS:
+        out.append({"name": "PHALANX_RANK", "value": ""})
+    return out
+
+
+def render_job(plan: Plan, experiment_id: str, namespace: str, env: Mapping[str, str]) -> dict[str, Any]:
+    """The training-operator job for the plan, validated; SpecError for what it cannot express."""
+    kind = job_kind(plan)
+    check_expressible(plan, kind)
+    _, field, container, types = JOB_KINDS[kind]
+    specs: dict[str, Any] = {}
+    for role in Role:
+        members = [r for r in plan.replicas if r.role is role]
+        if not members:
+            continue
+        r = members[0]
+        command = shell_command(plan)
+        if role is Role.WORKER:  # worker i is rank i + 1 (Polyaxon's and torchrun's numbering)
+            command = f'export PHALANX_RANK="$((PHALANX_INDEX + 1))"; {command}'
+        c: dict[str, Any] = {"name": container, "image": image(plan)}
+        if not (kind == "MPIJob" and role is Role.WORKER):  # MPI workers run the image's sshd
+            c["command"] = ["/bin/sh", "-c", command]
+        c["env"] = _replica_env(plan, role, experiment_id, env)
+        if resources(r):
+            c["resources"] = resources(r)
+        specs[types[role]] = {
+            "replicas": len(members),
+            "restartPolicy": "OnFailure" if plan.max_restarts else "Never",
+            "template": {
+                "metadata": {"labels": labels(experiment_id)},
+                "spec": {"containers": [c], **placement(r)},
+            },
+        }
+    run_policy: dict[str, Any] = {
+        "cleanPodPolicy": "Running",  # stop what still runs when the job ends; keep the rest for logs
+        "backoffLimit": plan.max_restarts,
+        "schedulingPolicy": {"minAvailable": len(plan.replicas)},  # gang: all replicas or none
+    }
+    if plan.max_run_seconds:
+        run_policy["activeDeadlineSeconds"] = max(1, int(plan.max_run_seconds))
+    spec: dict[str, Any] = {field: specs, "runPolicy": run_policy}
+    if kind == "MXJob":
+        spec["jobMode"] = "MXTrain"
+    if kind == "MPIJob":
+        spec["slotsPerWorker"] = max(r.processes for r in plan.replicas)
+    job = {
+        "apiVersion": "kubeflow.org/v1",
+        "kind": kind,
+        "metadata": {"name": prefix(experiment_id), "namespace": namespace, "labels": labels(experiment_id)},
+        "spec": spec,
+    }
+    validate_job(job)
+    return job
+
+
+# -- validation ---------------------------------------------------------------------------------
+def _strict(schema: Any) -> Any:
+    """OpenAPI v3 (structural) -> JSON Schema that rejects unknown fields, as the API server does
+    with strict field validation; x-kubernetes-preserve-unknown-fields keeps a node open."""
+    if isinstance(schema, list):
+        return [_strict(s) for s in schema]
+    if not isinstance(schema, dict):
+        return schema
+    out = {k: _strict(v) for k, v in schema.items()}
+    if (
+        "properties" in out
+        and "additionalProperties" not in out
+        and not out.get("x-kubernetes-preserve-unknown-fields")
+    ):
+        out["additionalProperties"] = False
+    if out.get("x-kubernetes-int-or-string") and "anyOf" not in out:
+        out["anyOf"] = [{"type": "integer"}, {"type": "string"}]
+    return out
+
+
+@functools.cache
+def crd_validator(kind: str) -> Any:
+    import jsonschema
+    import yaml
+
+    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+    crd = yaml.load((SCHEMAS / JOB_KINDS[kind][0]).read_text(), Loader=loader)
+    version = next(v for v in crd["spec"]["versions"] if v.get("storage", True))
+    schema = _strict(version["schema"]["openAPIV3Schema"])
+    return jsonschema.Draft7Validator(schema)
+
+
+def job_problems(job: Mapping[str, Any]) -> list[str]:
+    """Everything the API server and the operator would refuse in ``job`` (empty: it is fine)."""
+    kind = job.get("kind", "")
+    if kind not in JOB_KINDS:
+        return [f"kind {kind!r} is not a Kubeflow training job"]
+    problems = [
+        f"{'.'.join(str(p) for p in e.absolute_path) or '(root)'}: {e.message}"
+        for e in sorted(crd_validator(kind).iter_errors(job), key=lambda e: list(e.absolute_path))
+    ]
+    _, field, container, _ = JOB_KINDS[kind]
+    specs = (job.get("spec") or {}).get(field) or {}
+    if not specs:
+        problems.append(f"spec.{field}: at least one replica type is required")
+    for rtype, rs in specs.items():
+        where = f"spec.{field}.{rtype}"
+        if rtype not in ALLOWED_TYPES[kind]:
+            problems.append(
+                f"{where}: {rtype} is not a {kind} replica type ({', '.join(sorted(ALLOWED_TYPES[kind]))})"
+            )
+        if rtype in SINGLE and rs.get("replicas", 1) != 1:
+            problems.append(f"{where}.replicas: there must be only 1 {rtype.lower()} replica")
+        containers = ((rs.get("template") or {}).get("spec") or {}).get("containers") or []
+        if not containers:
+            problems.append(f"{where}.template.spec.containers: at least one container is required")
+        if any(not c.get("image") for c in containers):
+            problems.append(f"{where}.template.spec.containers: every container needs an image")
+        if containers and not any(c.get("name") == container for c in containers):
+            problems.append(f"{where}: the operator needs a container named {container!r}")
+    if kind == "TFJob" and {"Chief", "Master"} <= set(specs):
+        problems.append(f"spec.{field}: a TFJob has either a Chief or a Master, not both")
+    if kind in REQUIRED and REQUIRED[kind] not in specs:
+        problems.append(f"spec.{field}: a {kind} needs a {REQUIRED[kind]}")
+    return problems
+
+
+def validate_job(job: Mapping[str, Any]) -> None:
+    problems = job_problems(job)
+    if problems:
+        raise SpecError([Problem(f"{job.get('kind')} would be refused: {p}") for p in problems])
+
+
+# -- the controller -----------------------------------------------------------------------------
+class KubeflowBackend:
+    """Creates and follows one training-operator job; ``api`` defaults to the official client."""
+
+    name = "kubeflow"
+
+    def __init__(
+        self, settings: Settings | None = None, cluster: Cluster | None = None, api: KubeAPI | None = None
+    ) -> None:
+        self.settings = settings or Settings()
+        self.cluster = cluster or Cluster(name="kubernetes", kind="kubernetes")
+        self.namespace = self.cluster.namespace or "default"
+        self._api = api
+
+    @property
+    def api(self) -> KubeAPI:
+        if self._api is None:
+            from phalanx.backends.kube_api import ClientAPI
+
+            self._api = ClientAPI(self.cluster.context)
+        return self._api
+
+    def dry_run(self, plan: Plan, context: LaunchContext) -> DryRun:
+        job = render_job(
+            plan, context.experiment_id, self.namespace, pod_env(plan, context, self.cluster.server_url)
+        )
+        return KubeDryRun(backend=self.name, plan=plan, context=context, native=[job], format="yaml")
+
+    def submit(self, dry_run: DryRun) -> str:
+        job = copy.deepcopy(dry_run.native[0])
+        ns = job["metadata"]["namespace"]
+        try:
+            self.api.create(ns, job)
+        except KubeError as exc:
+            raise BackendUnavailable(
+                f"creating {job['kind']} {job['metadata']['name']} failed: {exc}"
+            ) from exc
+        return f"{ns}/{job['kind']}/{dry_run.context.experiment_id}"
+
+    @staticmethod
+    def _split(handle: str) -> tuple[str, str, str]:
+        parts = handle.split("/")
+        if len(parts) != 3 or parts[1] not in JOB_KINDS:
+            raise NotFound(f"{handle!r} is not a Kubeflow handle (<namespace>/<kind>/<experiment id>)")
+        return parts[0], parts[1], parts[2]
+
+    def _replica_name(self, kind: str, pod: Mapping[str, Any]) -> str | None:
+        meta_labels = pod["metadata"].get("labels") or {}
+        rtype, index = meta_labels.get(LABEL_TYPE, ""), meta_labels.get(LABEL_INDEX, "0")
+        for role, t in JOB_KINDS[kind][3].items():
+            if t.lower() == rtype.lower():
+                return "master" if role is Role.MASTER else f"{role}-{index}"
+        return None
+
+    def describe(self, handle: str) -> JobStatus | None:
+        ns, kind, exp = self._split(handle)
+        job = self.api.get(ns, kind, prefix(exp))
+        if job is None:
+            return None
+        conditions = [
+            c for c in (job.get("status") or {}).get("conditions") or [] if c.get("status") == "True"
+        ]
+        current = conditions[-1] if conditions else None
+        terminal = [c for c in conditions if c.get("type") in ("Succeeded", "Failed")]
+        if terminal:
+            current = terminal[-1]
+        status = (
+            JOB_CONDITIONS.get(current["type"], ExperimentStatus.UNKNOWN)
+            if current
+            else ExperimentStatus.CREATED
+        )
+        pods = {
+            self._replica_name(kind, p): p for p in self.api.list_pods(ns, selector({LABEL_JOB: prefix(exp)}))
+        }
+        spec = job["spec"][JOB_KINDS[kind][1]]
+        expected = []
+        for role, rtype in JOB_KINDS[kind][3].items():
+            n = int((spec.get(rtype) or {}).get("replicas", 0))
+            expected += ["master"] if role is Role.MASTER and n else [f"{role}-{i}" for i in range(n)]
+        replicas = [
+            pod_status(name, pods[name]) if name in pods else ReplicaStatus(name, ReplicaState.PENDING)
+            for name in expected
+        ]
+        reason = current.get("message") or None if current and status is ExperimentStatus.FAILED else None
+        return JobStatus(status, tuple(replicas), reason)
+
+    def logs(self, handle: str, replica: str, follow: bool = False) -> Iterator[str]:
+        """The replica's pod console (the operator names pods <job>-<type>-<index>)."""
+        import time
+
+        ns, kind, exp = self._split(handle)
+        role, _, index = replica.partition("-")
+        rtype = JOB_KINDS[kind][3].get(Role(role)) if role in {r.value for r in Role} else None
+        if rtype is None:
+            return
+        name = f"{prefix(exp)}-{rtype.lower()}-{index or 0}"
+        while True:
+            try:
+                yield from self.api.pod_log(ns, name, follow)
+                return
+            except KubeError as exc:
+                if not follow or (exc.status == 404 and self.api.get(ns, kind, prefix(exp)) is None):
+                    return
+                if exc.status not in (400, 404):  # not created or not started yet
+                    raise
+            time.sleep(0.5)
+
+    def cancel(self, handle: str) -> None:
+        """Delete the job; the operator's pods go with it (they are owned by the job). Idempotent."""
+        ns, kind, exp = self._split(handle)
+        self.api.delete(ns, kind, prefix(exp))

@@ -1,0 +1,351 @@
+"""The Kubernetes engine (`backend: native`): one Pod per replica, headless Services for the names
+the framework wiring uses, and a ConfigMap holding the plan that owns them all.
+
+Render: every replica is a Pod (restartPolicy Never; requests/limits, GPUs as nvidia.com/gpu;
+nodeSelector, affinity and tolerations from the file) labelled with its experiment, replica and
+role. A headless Service per replica that the wiring names (MASTER_ADDR, TF_CONFIG's hosts,
+DMLC_PS_ROOT_URI) gives it a stable DNS name. Every Pod and Service names the ConfigMap as its owner,
+so deleting the ConfigMap (``cancel``) garbage-collects the experiment. The dry run holds a
+placeholder owner uid; ``submit`` creates the ConfigMap first and fills in its real uid.
+
+Controller: ``describe`` maps pod phases through ``POD_PHASES``; ``watch`` follows pod events and
+enforces the gang rule itself (one replica failed: the others are stopped by setting their
+activeDeadlineSeconds, which keeps their logs readable); ``logs`` reads a pod's console.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import logging
+import time
+from collections.abc import Iterator, Mapping
+from datetime import datetime
+from typing import Any
+
+from phalanx import frameworks
+from phalanx.backends.base import DryRun, JobStatus, LaunchContext, ReplicaStatus
+from phalanx.backends.kube_api import KubeAPI, KubeError, selector
+from phalanx.backends.kube_objects import (
+    LABEL_REPLICA,
+    PORT,
+    KubeDryRun,
+    env_list,
+    image,
+    labels,
+    owner_reference,
+    placement,
+    prefix,
+    resources,
+    shell_command,
+    validate_core,
+)
+from phalanx.clusters import Cluster
+from phalanx.config import Settings
+from phalanx.domain import ExperimentStatus, ReplicaState
+from phalanx.errors import BackendUnavailable, NotFound, SpecError
+from phalanx.frameworks import Endpoints
+from phalanx.plan import Plan
+
+log = logging.getLogger(__name__)
+
+STOP_ANNOTATION = "phalanx.dev/stopped"  # set on a pod the controller stopped (gang rule)
+
+# Pod phase -> replica state (refined by container state below). Anything else: UNKNOWN.
+POD_PHASES: dict[str, ReplicaState] = {
+    "Pending": ReplicaState.PENDING,  # accepted, not yet scheduled or its image is being pulled
+    "Running": ReplicaState.RUNNING,  # bound to a node, its container started
+    "Succeeded": ReplicaState.SUCCEEDED,  # the container exited 0 (restartPolicy Never)
+    "Failed": ReplicaState.FAILED,  # exited non-zero, OOMKilled, evicted, or past its deadline
+    "Unknown": ReplicaState.UNKNOWN,  # the node stopped reporting
+}
+# Waiting reasons of a Pending pod that will never start by itself: fail fast instead of waiting.
+STUCK = {
+    "ErrImagePull",
+    "ImagePullBackOff",
+    "InvalidImageName",
+    "CreateContainerConfigError",
+    "CreateContainerError",
+}
+# Tracking variables that name paths on the submitting machine: meaningless inside a pod.
+LOCAL_ONLY = {"PHALANX_HOME", "PHALANX_SPOOL", "PYTHONPATH", "PHALANX_TOKEN"}
+
+
+def pod_env(plan: Plan, context: LaunchContext, server_url: str | None) -> dict[str, str]:
+    """What every pod's tracking needs: the server to report to, and that the console is captured."""
+    env = {k: v for k, v in context.tracking_env.items() if k not in LOCAL_ONLY}
+    env["PHALANX_CAPTURED"] = "1"  # the kubelet keeps the console; the supervisor reads it via logs
+    if server_url:
+        env["PHALANX_HOST"] = server_url
+    return {**plan.build.env_vars, **plan.env, **env}
+
+
+def render_native(
+    plan: Plan, experiment_id: str, namespace: str, env: Mapping[str, str]
+) -> list[dict[str, Any]]:
+    """The ConfigMap (owner), the Services and the Pods, in the order they are created."""
+    if any(r.processes > 1 for r in plan.replicas):
+        raise SpecError(
+            "processes_per_replica > 1 cannot run as plain Pods: start the processes in run.cmd "
+            "(torchrun --nproc_per_node N ...) or use one replica per process"
+        )
+    base = prefix(experiment_id)
+    hosts = {r.name: f"{base}-{r.name}.{namespace}.svc" for r in plan.replicas}
+    endpoints = Endpoints(hosts=hosts, ports={r.name: PORT for r in plan.replicas})
+    owner = {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": base, "namespace": namespace, "labels": labels(experiment_id)},
+        "data": {"plan.json": json.dumps(plan.to_json(), sort_keys=True), "experiment-id": experiment_id},
+    }
+    pods: list[dict[str, Any]] = []
+    wired: set[str] = set()
+    token = "PHALANX_HOST" in env
+    for r in plan.replicas:
+        renv = {
+            **env,
+            **frameworks.phalanx_env(experiment_id, r, {}),
+            **frameworks.framework_env(plan, r, endpoints),
+        }
+        wired |= {name for name, host in hosts.items() if any(host in v for v in renv.values())}
+        spec: dict[str, Any] = {
+            "restartPolicy": "Never",
+            "containers": [
+                {
+                    "name": "replica",
+                    "image": image(plan),
+                    "command": ["/bin/sh", "-c", shell_command(plan)],
+                    "env": env_list(renv, token=token),
+                    "ports": [{"name": "phalanx", "containerPort": PORT}],
+                    **({"resources": resources(r)} if resources(r) else {}),
+                }
+            ],
+            **placement(r),
+        }
+        if plan.max_run_seconds:
+            spec["activeDeadlineSeconds"] = max(1, int(plan.max_run_seconds))
+        pods.append(
+            {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "metadata": {
+                    "name": f"{base}-{r.name}",
+                    "namespace": namespace,
+                    "labels": labels(experiment_id, r),
+                    "ownerReferences": [owner_reference(base)],
+                },
+                "spec": spec,
+            }
+        )
+    services = [
+        {
+            "apiVersion": "v1",
+            "kind": "Service",
+            "metadata": {
+                "name": f"{base}-{r.name}",
+                "namespace": namespace,
+                "labels": labels(experiment_id, r),
+                "ownerReferences": [owner_reference(base)],
+            },
+            "spec": {
+                "clusterIP": "None",  # headless: the name resolves to the pod itself
+                "publishNotReadyAddresses": True,  # resolvable before readiness: rendezvous needs it
+                "selector": labels(experiment_id, r),
+                "ports": [{"name": "phalanx", "port": PORT, "targetPort": PORT}],
+            },
+        }
+        for r in plan.replicas
+        if r.name in wired
+    ]
+    objects = [owner, *services, *pods]
+    validate_core(objects)
+    return objects
+
+
+def _time(text: str | None) -> float | None:
+    if not text:
+        return None
+    try:
+        return datetime.fromisoformat(str(text).replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return None
+
+
+def pod_status(name: str, pod: Mapping[str, Any] | None) -> ReplicaStatus:
+    """One replica's state from its pod (None: the pod is gone)."""
+    if pod is None:
+        return ReplicaStatus(name, ReplicaState.STOPPED, reason="its pod was deleted")
+    meta, status = pod.get("metadata") or {}, pod.get("status") or {}
+    phase = status.get("phase") or "Pending"
+    state = POD_PHASES.get(phase, ReplicaState.UNKNOWN)
+    host = (pod.get("spec") or {}).get("nodeName")
+    containers = status.get("containerStatuses") or []
+    cstate = (containers[0].get("state") or {}) if containers else {}
+    terminated = cstate.get("terminated") or {}
+    waiting = cstate.get("waiting") or {}
+    code = terminated.get("exitCode")
+    reason = terminated.get("reason") or status.get("reason") or waiting.get("reason")
+    finished = _time(terminated.get("finishedAt"))
+    if state is ReplicaState.PENDING and waiting.get("reason") in STUCK:
+        state, reason = (
+            ReplicaState.FAILED,
+            f"cannot start: {waiting.get('reason')} {waiting.get('message', '')}",
+        )
+    elif state is ReplicaState.PENDING and (host or waiting):
+        state = ReplicaState.STARTING
+    if meta.get("deletionTimestamp") and not state.done:
+        state, reason = ReplicaState.STOPPED, "its pod is being deleted"
+    stopped_by = (meta.get("annotations") or {}).get(STOP_ANNOTATION)
+    if stopped_by and state is ReplicaState.FAILED:
+        state, reason = ReplicaState.STOPPED, stopped_by
+    elif state is ReplicaState.FAILED and code is not None and reason in (None, "Error"):
+        reason = f"exited with code {code}"
+    return ReplicaStatus(name, state, host=host, exit_code=code, reason=reason, finished_at=finished)
+
+
+def job_status(replicas: list[ReplicaStatus]) -> JobStatus:
+    states = [r.state for r in replicas]
+    failed = [r for r in replicas if r.state is ReplicaState.FAILED]
+    if failed:
+        first = min(failed, key=lambda r: r.finished_at or float("inf"))
+        return JobStatus(ExperimentStatus.FAILED, tuple(replicas), f"{first.name} {first.reason or 'failed'}")
+    if states and all(s is ReplicaState.SUCCEEDED for s in states):
+        return JobStatus(ExperimentStatus.SUCCEEDED, tuple(replicas))
+    if states and all(s.done for s in states):
+        return JobStatus(ExperimentStatus.STOPPED, tuple(replicas), "stopped")
+    if any(s is ReplicaState.RUNNING for s in states):
+        return JobStatus(ExperimentStatus.RUNNING, tuple(replicas))
+    if any(s is ReplicaState.UNKNOWN for s in states):
+        return JobStatus(ExperimentStatus.UNKNOWN, tuple(replicas), "a node stopped reporting")
+    return JobStatus(ExperimentStatus.STARTING, tuple(replicas))
+
+
+class KubernetesBackend:
+    """Pods and Services through the API; ``api`` defaults to the official client (kubeconfig)."""
+
+    name = "kubernetes"
+
+    def __init__(
+        self, settings: Settings | None = None, cluster: Cluster | None = None, api: KubeAPI | None = None
+    ) -> None:
+        self.settings = settings or Settings()
+        self.cluster = cluster or Cluster(name="kubernetes", kind="kubernetes")
+        self.namespace = self.cluster.namespace or "default"
+        self._api = api
+
+    @property
+    def api(self) -> KubeAPI:
+        if self._api is None:
+            from phalanx.backends.kube_api import ClientAPI
+
+            self._api = ClientAPI(self.cluster.context)
+        return self._api
+
+    def dry_run(self, plan: Plan, context: LaunchContext) -> DryRun:
+        objects = render_native(
+            plan, context.experiment_id, self.namespace, pod_env(plan, context, self.cluster.server_url)
+        )
+        return KubeDryRun(backend=self.name, plan=plan, context=context, native=objects, format="yaml")
+
+    def submit(self, dry_run: DryRun) -> str:
+        objects = copy.deepcopy(list(dry_run.native))
+        owner, rest = objects[0], objects[1:]
+        ns = owner["metadata"]["namespace"]
+        try:
+            created = self.api.create(ns, owner)
+        except KubeError as exc:
+            raise BackendUnavailable(f"creating ConfigMap {owner['metadata']['name']} failed: {exc}") from exc
+        uid = created["metadata"]["uid"]
+        try:
+            for obj in rest:
+                obj["metadata"]["ownerReferences"] = [owner_reference(owner["metadata"]["name"], uid)]
+                self.api.create(ns, obj)
+        except KubeError as exc:
+            self.api.delete(ns, "ConfigMap", owner["metadata"]["name"])  # nothing half-created stays
+            raise BackendUnavailable(
+                f"creating {obj['kind']} {obj['metadata']['name']} failed: {exc}"
+            ) from exc
+        return f"{ns}/{dry_run.context.experiment_id}"
+
+    @staticmethod
+    def _split(handle: str) -> tuple[str, str]:
+        ns, sep, exp = handle.partition("/")
+        if not sep or not exp:
+            raise NotFound(f"{handle!r} is not a Kubernetes handle (<namespace>/<experiment id>)")
+        return ns, exp
+
+    def _expected(self, ns: str, exp: str) -> list[str] | None:
+        owner = self.api.get(ns, "ConfigMap", prefix(exp))
+        if owner is None:
+            return None
+        plan = json.loads((owner.get("data") or {}).get("plan.json") or "{}")
+        return [r["name"] for r in plan.get("replicas", [])]
+
+    def describe(self, handle: str) -> JobStatus | None:
+        ns, exp = self._split(handle)
+        expected = self._expected(ns, exp)
+        pods = {
+            p["metadata"]["labels"].get(LABEL_REPLICA): p
+            for p in self.api.list_pods(ns, selector(labels(exp)))
+        }
+        if expected is None:
+            if not pods:
+                return None
+            expected = sorted(n for n in pods if n)
+        return job_status([pod_status(name, pods.get(name)) for name in expected])
+
+    def stop_replicas(self, handle: str, reason: str) -> None:
+        """Stop every pod still pending or running; they end Failed/DeadlineExceeded, logs kept."""
+        ns, exp = self._split(handle)
+        for pod in self.api.list_pods(ns, selector(labels(exp))):
+            if (pod.get("status") or {}).get("phase") in ("Pending", "Running", None):
+                patch = {
+                    "metadata": {"annotations": {STOP_ANNOTATION: reason}},
+                    "spec": {"activeDeadlineSeconds": 1},
+                }
+                try:
+                    self.api.patch_pod(ns, pod["metadata"]["name"], patch)
+                except KubeError as exc:
+                    if exc.status != 404:
+                        raise
+
+    def watch(self, handle: str, timeout: float = 3600.0) -> Iterator[JobStatus]:
+        """Each change of the experiment's state, from pod events, until it is done or ``timeout``.
+        Enforces the gang rule: the first failed replica stops the others."""
+        ns, exp = self._split(handle)
+        last: JobStatus | None = None
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            for _event, _pod in self.api.watch_pods(ns, selector(labels(exp)), deadline - time.monotonic()):
+                status = self.describe(handle)
+                if status is None:
+                    return
+                if status.status is ExperimentStatus.FAILED and any(
+                    not r.state.done for r in status.replicas
+                ):
+                    self.stop_replicas(handle, f"stopped after {status.reason}")
+                if status != last:
+                    last = status
+                    yield status
+                if status.status.done and all(r.state.done for r in status.replicas):
+                    return
+
+    def logs(self, handle: str, replica: str, follow: bool = False) -> Iterator[str]:
+        """The replica's console; with follow, waits for its container to start and reads to its end."""
+        ns, exp = self._split(handle)
+        name = f"{prefix(exp)}-{replica}"
+        while True:
+            try:
+                yield from self.api.pod_log(ns, name, follow)
+                return
+            except KubeError as exc:
+                if exc.status == 404 or not follow:
+                    return
+                if exc.status != 400:  # 400: the container has not started yet
+                    raise
+            time.sleep(0.5)
+
+    def cancel(self, handle: str) -> None:
+        """Delete the owner: Kubernetes garbage-collects the pods and services. Idempotent."""
+        ns, exp = self._split(handle)
+        self.api.delete(ns, "ConfigMap", prefix(exp))
