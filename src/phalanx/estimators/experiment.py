@@ -10,10 +10,12 @@ machine has) is raised here, as the CLI would print it.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -34,7 +36,10 @@ log = logging.getLogger(__name__)
 SPEC_FILE = "experiment.yml"
 SUPERVISOR_LOG = "supervisor.log"
 SUBMIT_FILE = "submit.json"  # how this run was started (supervisor pid), read by Run.cancel
-STARTUP_TIMEOUT = 120.0  # generous: 2 shared cores, and the supervisor may build a venv first
+STARTUP_TIMEOUT = 120.0  # generous: 2 shared cores
+# With pip_packages the supervisor builds (or reuses) the experiment's venv before it creates the
+# experiment; a first TensorFlow build takes minutes on a slow machine.
+BUILD_TIMEOUT = 1800.0
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9 _.:-]{0,127}$")
 
 
@@ -67,8 +72,11 @@ class Experiment:
             self._settings = Settings()
         return self._settings
 
-    def submit(self, config: Estimator, tags: Sequence[str] = (), *, timeout: float = STARTUP_TIMEOUT) -> Run:
+    def submit(self, config: Estimator, tags: Sequence[str] = (), *, timeout: float | None = None) -> Run:
         """Start ``config`` and return its Run at once (the experiment exists in the store by then).
+
+        ``timeout``: how long to wait for that (default 120 s, or 30 min when the estimator names
+        pip packages: their venv is built first); past it the supervisor is stopped and nothing runs.
 
         Raises:
             SpecError / UsageError: the estimator or the compute target cannot work (nothing started).
@@ -129,11 +137,19 @@ class Experiment:
         )
         log.info("submitted experiment %s (supervisor pid %d)", experiment_id, proc.pid)
         run = Run(experiment_id, settings=self.settings, _process=proc)
+        if timeout is None:
+            builds = config.pip_packages or config.pip_requirements_file
+            timeout = BUILD_TIMEOUT if builds else STARTUP_TIMEOUT
         try:
             self._wait_created(run, proc, log_path, timeout)
         except PhalanxError:
-            if proc.poll() is not None:  # refused before creating anything: leave nothing behind
-                shutil.rmtree(run_dir, ignore_errors=True)
+            if proc.poll() is None:  # too slow: stop it rather than let it start unseen later
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(proc.pid, signal.SIGTERM)
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    proc.wait(timeout=30)
+            if proc.poll() is not None and not _exists(run):  # refused before creating anything:
+                shutil.rmtree(run_dir, ignore_errors=True)  # leave nothing behind
             raise
         return run
 
@@ -175,6 +191,14 @@ class Experiment:
                 )
             time.sleep(delay)
             delay = min(delay * 1.5, 0.25)
+
+
+def _exists(run: Run) -> bool:
+    try:
+        run.refresh()
+    except NotFound:
+        return False
+    return True
 
 
 def _tags(tags: Any) -> tuple[str, ...]:

@@ -14,7 +14,7 @@ import pytest
 
 from phalanx import Estimator, Experiment, PyTorch
 from phalanx.domain import ExperimentStatus
-from phalanx.errors import NotFound, UsageError
+from phalanx.errors import NotFound, PhalanxError, UsageError
 from phalanx.runs import Run, RunFailed, RunTimeout
 
 
@@ -134,3 +134,14 @@ def test_a_request_the_machine_cannot_serve_is_refused_by_submit_and_leaves_noth
             Estimator(source, entry_script="hello.py", use_gpu=True)
         )
     assert not any((phalanx_home / "runs").iterdir())
+
+
+def test_a_supervisor_too_slow_to_start_is_stopped_and_submit_raises(
+    source: Path, runs: list[Run], phalanx_home: Path
+) -> None:
+    # A timeout far shorter than a Python start: the row cannot exist yet when the deadline passes.
+    with pytest.raises(PhalanxError, match="did not create experiment"):
+        Experiment("slow", project="estimator-tests").submit(
+            PyTorch(source, entry_script="hello.py"), timeout=0.001
+        )
+    assert not any((phalanx_home / "runs").iterdir())  # stopped, and its folder removed
