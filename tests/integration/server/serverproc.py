@@ -30,8 +30,8 @@ def clean_env(home: Path, **extra: str) -> dict[str, str]:
     return env
 
 
-def start_server(home: Path, token: str | None = None) -> Server:
-    port = free_port()
+def start_server(home: Path, token: str | None = None, port: int | None = None) -> Server:
+    port = port or free_port()
     args = [str(PHALANX), "server", "--port", str(port), "--log-level", "warning"]
     if token:
         token_file = home / "server.token"
