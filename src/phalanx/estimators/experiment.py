@@ -40,6 +40,9 @@ STARTUP_TIMEOUT = 120.0  # generous: 2 shared cores
 # With pip_packages the supervisor builds (or reuses) the experiment's venv before it creates the
 # experiment; a first TensorFlow build takes minutes on a slow machine.
 BUILD_TIMEOUT = 1800.0
+_KEEP_ENV = frozenset(
+    {"PHALANX_HOME", "PHALANX_DB_URL", "PHALANX_ARTIFACTS_URL", "PHALANX_HOST", "PHALANX_TOKEN"}
+)
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9 _.:-]{0,127}$")
 
 
@@ -112,12 +115,18 @@ class Experiment:
         ]
         if config.compute_target != "local":
             argv += ["--cluster", config.compute_target]
-        env = {**os.environ, "PHALANX_HOME": str(self.settings.home)}
-        if self.settings.db_url:
-            env["PHALANX_DB_URL"] = self.settings.db_url
-        if self.settings.artifacts_url:
-            env["PHALANX_ARTIFACTS_URL"] = self.settings.artifacts_url
-        env.pop("PHALANX_EXPERIMENT_ID", None)  # a run submitted from inside a replica is its own
+        # A run submitted from inside an experiment (a replica, or a script that called Task.init) is
+        # its own: keep only where the store is, not the caller's identity.
+        env = {k: v for k, v in os.environ.items() if not k.startswith("PHALANX_") or k in _KEEP_ENV}
+        env["PHALANX_HOME"] = str(self.settings.home)
+        for var, value in (
+            ("PHALANX_DB_URL", self.settings.db_url),
+            ("PHALANX_ARTIFACTS_URL", self.settings.artifacts_url),
+            ("PHALANX_HOST", self.settings.host),
+            ("PHALANX_TOKEN", self.settings.token),
+        ):
+            if value:
+                env[var] = value
         log_path = run_dir / SUPERVISOR_LOG
         with open(log_path, "ab") as out, open(os.devnull, "rb") as devnull:
             proc = subprocess.Popen(
