@@ -23,6 +23,17 @@ def is_loopback(host: str) -> bool:
         return False
 
 
+def ui_hint(experiment_id: str, host: str | None = None) -> str:
+    """The line `phalanx run` ends with: how to see this experiment in the web UI. ``host`` is the
+    server replicas reported to (PHALANX_HOST), if any; otherwise a local `phalanx server`."""
+    if host:
+        return f"phalanx: open {host.rstrip('/')}/experiments/{experiment_id} to see it in the web UI"
+    return (
+        f"phalanx: see it in the web UI: run `phalanx server` and open "
+        f"http://127.0.0.1:8000/experiments/{experiment_id}"
+    )
+
+
 def read_token_file(path: Path) -> str:
     try:
         token = path.read_text().strip()
