@@ -1,0 +1,149 @@
+"""The sbatch script a plan becomes: one task per replica process, heterogeneous components when
+resources differ, Slurm's resource options, wiring computed from the allocation, the gang rule."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+
+import pytest
+
+from phalanx.backends.slurm import JOB_STATES, SlurmBackend, status_of
+from phalanx.backends.slurm_script import layout
+from phalanx.clusters import Cluster
+from phalanx.config import Settings
+from phalanx.domain import ExperimentStatus, Framework
+from phalanx.errors import SpecError
+from phalanx.spec.model import ReplicaTemplate
+from tests.unit.backends.conftest import context, plan, resources
+
+
+def render(p, **cluster: str) -> str:  # type: ignore[no-untyped-def]
+    backend = SlurmBackend(Cluster(name="c", kind="slurm", **cluster), Settings(home="/home/u/.phalanx"))
+    return backend.dry_run(p, context(PHALANX_HOME="/home/u/.phalanx")).native
+
+
+def sbatch(script: str) -> list[str]:
+    return [line[len("#SBATCH ") :] for line in script.splitlines() if line.startswith("#SBATCH ")]
+
+
+def test_equal_replicas_are_one_job_with_one_task_each() -> None:
+    same = ReplicaTemplate(resources=resources(cpu=2))
+    script = render(plan(workers=3, master=same, default_worker=same))
+    opts = sbatch(script)
+    assert "hetjob" not in opts
+    assert {"--ntasks=4", "--cpus-per-task=2"} <= set(opts)
+    assert "srun --kill-on-bad-exit=1" in script
+
+
+def test_replicas_with_different_resources_become_heterogeneous_components() -> None:
+    p = plan(
+        workers=3,
+        master=ReplicaTemplate(resources=resources(cpu=1, memory=512)),
+        default_worker=ReplicaTemplate(resources=resources(cpu=2, memory=1024)),
+        worker={2: ReplicaTemplate(resources=resources(cpu=4, memory=4096))},
+    )
+    script = render(p)
+    opts = sbatch(script)
+    assert opts.count("hetjob") == 2
+    assert [c.resources.cpus for c in layout(p)] == [1, 2, 4]
+    assert [len(c.tasks) for c in layout(p)] == [1, 2, 1]
+    assert opts.count("--mem-per-cpu=512") == 2  # the master's 512 MiB, and 1024 MiB over 2 cpus
+    assert "--mem-per-cpu=1024" in opts  # 4096 MiB over 4 cpus
+    assert "srun --het-group=0-2 --kill-on-bad-exit=1" in script
+
+
+def test_gpus_map_to_gres_with_one_replica_per_node_and_time_to_minutes() -> None:
+    p = plan(
+        workers=1,
+        master=ReplicaTemplate(resources=resources(gpu=2, memory=2048)),
+        default_worker=ReplicaTemplate(resources=resources(gpu=2, memory=2048)),
+        max_run_seconds=90,
+    )
+    opts = sbatch(render(p, partition="gpu"))
+    assert {"--gres=gpu:2", "--ntasks-per-node=1", "--mem=2048", "--partition=gpu", "--time=2"} <= set(opts)
+
+
+def test_the_master_address_comes_from_the_allocation_not_the_render() -> None:
+    script = render(plan(workers=2))
+    assert 'export MASTER_ADDR="${ADDR[0]}"' in script
+    assert 'export RANK="2"' in script  # worker-1
+    assert "scontrol show hostnames" in script
+    assert "NodeAddr" in script
+
+
+def test_tensorflow_hosts_are_every_task_address() -> None:
+    script = render(plan(framework=Framework.TENSORFLOW, workers=1, ps=1))
+    line = next(x for x in script.splitlines() if "TF_CONFIG" in x and "ps" in x and '\\"index\\":0' in x)
+    value = line.split("=", 1)[1]
+    for i in range(3):
+        assert f"${{ADDR[{i}]}}" in value
+    # after the shell expands it, TF_CONFIG is JSON with the hosts in place
+    expanded = subprocess.run(
+        ["bash", "-c", f"ADDR=(10.0.0.1 10.0.0.2 10.0.0.3); echo {value}"], capture_output=True, text=True
+    ).stdout
+    config = json.loads(expanded)
+    assert config["cluster"]["chief"][0].startswith("10.0.0.1:")
+    assert config["cluster"]["ps"][0].startswith("10.0.0.3:")
+
+
+def test_mxnet_scheduler_uri_is_the_masters_node() -> None:
+    script = render(plan(framework=Framework.MXNET, workers=1, ps=1))
+    assert 'export DMLC_PS_ROOT_URI="${ADDR[0]}"' in script
+    assert 'export DMLC_ROLE="server"' in script
+
+
+def test_every_replica_gets_its_phalanx_identity_and_shared_tracking() -> None:
+    script = render(plan(workers=1), server_url="http://phalanx:8000")
+    assert 'export PHALANX_REPLICA="worker-0"' in script
+    assert 'export PHALANX_RANK="1"' in script
+    assert "export PHALANX_HOST=http://phalanx:8000" in script
+    assert "export PHALANX_CAPTURED=1" in script
+    assert 'export PATH=/opt/venv/bin:"$PATH"' in script
+
+
+def test_the_script_is_valid_bash() -> None:
+    script = render(
+        plan(
+            framework=Framework.TENSORFLOW, workers=2, ps=1, command="python -c 'print(1)' && echo \"$HOME\""
+        )
+    )
+    subprocess.run(["bash", "-n"], input=script, text=True, check=True)
+
+
+def test_shared_dir_holds_the_run_folder() -> None:
+    script = render(plan(workers=1), shared_dir="/shared/phalanx")
+    assert "export PHALANX_RUN_DIR=/shared/phalanx/0123456789ab" in script
+    assert "#SBATCH --output=/shared/phalanx/0123456789ab/slurm-%j.out" in script
+
+
+def test_mpi_with_parameter_servers_is_refused_before_anything_runs() -> None:
+    with pytest.raises(SpecError, match="parameter servers"):
+        render(plan(framework=Framework.HOROVOD, workers=1, ps=1))
+
+
+def test_an_env_name_bash_cannot_export_is_refused() -> None:
+    with pytest.raises(SpecError, match="not a valid environment variable"):
+        render(plan(workers=0, env={"BAD-NAME": "1"}))
+
+
+@pytest.mark.parametrize(
+    ("native", "status"),
+    [
+        ("PENDING", ExperimentStatus.STARTING),
+        ("RUNNING", ExperimentStatus.RUNNING),
+        ("COMPLETED", ExperimentStatus.SUCCEEDED),
+        ("FAILED", ExperimentStatus.FAILED),
+        ("TIMEOUT", ExperimentStatus.FAILED),
+        ("CANCELLED by 0", ExperimentStatus.STOPPED),
+        ("SOMETHING_NEW", ExperimentStatus.UNKNOWN),
+        ("", ExperimentStatus.UNKNOWN),
+    ],
+)
+def test_slurm_job_states_map_through_one_table(native: str, status: ExperimentStatus) -> None:
+    assert status_of(native) is status
+
+
+def test_every_mapped_slurm_state_is_a_real_state_name() -> None:
+    assert all(re.fullmatch(r"[A-Z_]+", k) for k in JOB_STATES)
