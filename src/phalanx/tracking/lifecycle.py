@@ -72,10 +72,19 @@ class Lifecycle:
         self.register_multiprocessing()
 
     def register_multiprocessing(self) -> None:
-        """multiprocessing children leave through os._exit (no atexit): its own finalizers run."""
+        """multiprocessing children leave through os._exit (no atexit) but run its finalizers."""
         util = sys.modules.get("multiprocessing.util")
         if util is not None:
             util.Finalize(None, self.finalize, exitpriority=100)
+
+    def after_fork(self) -> None:
+        """In a forked child. A multiprocessing child clears its finalizers after the fork, then
+        runs its after-fork callbacks: register there so the finalizer survives the clearing."""
+        self._done_pid = None
+        util = sys.modules.get("multiprocessing.util")
+        if util is not None:
+            util.register_after_fork(self, Lifecycle.register_multiprocessing)
+        self.register_multiprocessing()
 
     def finalize(self) -> None:
         with self._lock:

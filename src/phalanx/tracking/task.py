@@ -312,7 +312,7 @@ def _after_fork() -> None:
         task._owner = False
         task._console = None
         task._reporter.after_fork()
-        task._lifecycle.register_multiprocessing()
+        task._lifecycle.after_fork()
 
 
 def _flatten(values: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:

@@ -1,0 +1,46 @@
+"""The spool format: complete JSON lines, (stream, seq) numbering, scalar columns."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+
+from phalanx.tracking.spool import SpoolWriter, decode_points, encode_points, read_records
+
+
+def test_points_round_trip_through_columns() -> None:
+    points = [("loss", "w0", 0, 0.5, 1.0), ("acc", "w0", 0, math.inf, 2.0), ("loss", "w0", 1, -1e300, 3.5)]
+    keys, idx, steps, values, times = decode_points(encode_points(points))
+    assert [(*keys[i], s, v, t) for i, s, v, t in zip(idx or [], steps, values, times, strict=True)] == points
+    one = encode_points([("loss", "w0", i, i, i) for i in range(3)])
+    assert "k" not in one and decode_points(one)[1] is None
+
+
+def test_malformed_columns_are_refused() -> None:
+    data = encode_points([("loss", "w0", i, i, i) for i in range(3)])
+    with pytest.raises(ValueError):
+        decode_points({**data, "n": 4})
+    with pytest.raises(ValueError):
+        decode_points({**data, "keys": []})
+
+
+def test_a_reopened_stream_continues_its_numbering(tmp_path: Path) -> None:
+    with SpoolWriter(tmp_path, experiment_id="e", stream="console-e") as w:
+        assert [w.write("log", {"text": "a"}), w.write("log", {"text": "b"})] == [0, 1]
+    with SpoolWriter(tmp_path, experiment_id="e", stream="console-e") as w:
+        assert w.log("c\nd\n", replica="worker-1", stream="stderr") == 2
+    records, end = read_records(tmp_path / "console-e.spool", 0)
+    assert [r["seq"] for r in records] == [0, 1, 2]
+    assert records[2]["data"] == {"stream": "stderr", "lines": ["c", "d"]}
+    assert records[2]["replica"] == "worker-1"
+    assert end == (tmp_path / "console-e.spool").stat().st_size
+
+
+def test_reading_stops_before_a_partial_line(tmp_path: Path) -> None:
+    path = tmp_path / "s.spool"
+    path.write_bytes(b'{"a": 1}\n{"b": 2}\n{"c":')
+    records, end = read_records(path, 0)
+    assert records == [{"a": 1}, {"b": 2}] and end == 18
+    assert read_records(path, end) == ([], end)
