@@ -253,7 +253,9 @@ def render(
         if n:
             lines.append("#SBATCH hetjob")
         names = sorted({t.replica.name for t in comp.tasks}, key=lambda s: first_task[s])
-        lines.append(f"# tasks {comp.tasks[0].index}-{comp.tasks[-1].index}: {', '.join(names)}")
+        first, last = comp.tasks[0].index, comp.tasks[-1].index
+        span = f"task {first}" if first == last else f"tasks {first}-{last}"
+        lines.append(f"# {span}: {', '.join(names)}")
         lines += [f"#SBATCH {opt}" for opt in comp.resources.options(len(comp.tasks))]
     lines += [
         "",

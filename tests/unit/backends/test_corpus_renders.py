@@ -1,0 +1,67 @@
+"""Every experiment file of the shared corpus that loads renders for every engine it can run on,
+and what is rendered validates: sbatch scripts parse as bash, Kubernetes objects pass the strict
+schemas, Kubeflow jobs pass their CRD schema and the operator's rules. A refusal must be a
+SpecError that says why (never a crash), and a file's own `backend:` is never refused."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from phalanx.backends.base import LaunchContext
+from phalanx.backends.kube_objects import validate_core
+from phalanx.backends.kubeflow import KubeflowBackend, job_problems
+from phalanx.backends.kubernetes import KubernetesBackend
+from phalanx.backends.slurm import SlurmBackend
+from phalanx.clusters import Cluster
+from phalanx.config import Settings
+from phalanx.errors import SpecError
+from phalanx.plan import build_plan
+from tests.conftest import SHARED
+
+CORPUS = SHARED / "corpus" / "polyaxonfiles"
+FILES = sorted(p for p in CORPUS.glob("*.y*ml"))
+CONTEXT = LaunchContext("0123456789ab", "/work/exp", "/opt/venv/bin/python", {"PHALANX_HOME": "/h"})
+SETTINGS = Settings(home="/h")
+KUBE = Cluster(name="k", kind="kubernetes", namespace="ml")
+
+
+def loaded(path: Path):  # type: ignore[no-untyped-def]
+    from phalanx.spec.loader import load_spec
+
+    try:
+        return load_spec(path)
+    except SpecError:
+        return None  # known-invalid files stay in the corpus on purpose (see its SOURCES.md)
+
+
+def test_the_corpus_is_there_and_most_of_it_loads() -> None:
+    assert len(FILES) >= 20
+    assert sum(loaded(p) is not None for p in FILES) >= 15
+
+
+@pytest.mark.parametrize("path", FILES, ids=[p.name for p in FILES])
+def test_a_corpus_file_renders_and_validates_on_every_engine(path: Path) -> None:
+    spec = loaded(path)
+    if spec is None:
+        pytest.skip(f"{path.name} does not load (kept as a known-invalid file)")
+    plan = build_plan(spec)
+    asked = KUBE.backend_for(str(spec.backend) if spec.backend else None)
+
+    script = SlurmBackend(Cluster(name="s", kind="slurm"), SETTINGS).dry_run(plan, CONTEXT).native
+    subprocess.run(["bash", "-n"], input=script, text=True, check=True)
+
+    engines = {"kubernetes": KubernetesBackend(SETTINGS, KUBE), "kubeflow": KubeflowBackend(SETTINGS, KUBE)}
+    for name, engine in engines.items():
+        try:
+            native = engine.dry_run(plan, CONTEXT).native
+        except SpecError as exc:
+            assert name != asked, f"{path.name} asks for {asked} but it refused: {exc}"
+            assert "one pod template per role" in str(exc) or "no place for" in str(exc)
+            continue
+        if name == "kubeflow":
+            assert job_problems(native[0]) == []
+        else:
+            validate_core(native)
