@@ -17,6 +17,7 @@ inside the functions: the rest of phalanx.tracking stays standard-library only.
 from __future__ import annotations
 
 import contextlib
+import copy
 import logging
 import os
 import re
@@ -86,6 +87,20 @@ def _unwrap(model: Any) -> Any:
     ):
         return inner
     return model
+
+
+def _on_cpu(module: Any) -> Any:
+    """The module itself when it is on the CPU, else a CPU copy. Export and check run on the CPU:
+    the check compares the exporter's graph with PyTorch, not a GPU's arithmetic (TF32, fused
+    kernels) with onnxruntime's CPU one, and the graph carries no device."""
+    import torch
+
+    tensors = [*module.parameters(), *module.buffers()]
+    if all(t.device.type == "cpu" for t in tensors):
+        return module
+    copy_ = copy.deepcopy(module).to(torch.device("cpu"))
+    copy_.train(module.training)
+    return copy_
 
 
 def _as_tuple(example_input: Any) -> tuple[Any, ...]:
@@ -200,7 +215,8 @@ def export_model(
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     weights = directory / f"{name}.pt"
-    torch.save(module.state_dict(), weights)
+    # CPU tensors: the file loads on any machine, with or without the GPU it was trained on.
+    torch.save({k: v.detach().cpu() for k, v in module.state_dict().items()}, weights)
     n_params = sum(int(p.numel()) for p in module.parameters())
     weights_meta: dict[str, Any] = {
         "model": name,
@@ -209,6 +225,7 @@ def export_model(
         "parameters": n_params,
         "torch_version": torch.__version__,
         "load": f"model.load_state_dict(torch.load('{name}.pt'))",
+        "device": str(next(iter(module.parameters()), torch.empty(0)).device),
     }
     if not onnx:
         return ExportedModel(name, weights, None, weights_meta)
@@ -217,7 +234,8 @@ def export_model(
             "example_input: ONNX export traces the model on one batch; pass one, e.g. "
             "example_input=torch.zeros(1, 64), or onnx=False to store the weights only"
         )
-    args = _as_tuple(example_input)
+    args = tuple(a.detach().cpu() for a in _as_tuple(example_input))
+    module = _on_cpu(module)
     inputs = list(input_names or (["input"] if len(args) == 1 else [f"input_{i}" for i in range(len(args))]))
     was_training = module.training
     module.eval()
