@@ -79,7 +79,8 @@ class Shipper:
                 backoff = 0.5
             except Exception as exc:  # the server is down or slow: keep the spool, try again later
                 log.warning("phalanx: cannot reach %s (%s); retrying in %.1fs", self.host, exc, backoff)
-                time.sleep(backoff)
+                with self._cond:
+                    self._cond.wait(backoff)  # a flush() waiting for us wakes us sooner
                 backoff = min(backoff * 2, 30.0)
                 if self._stop and backoff >= 30.0:
                     return  # exiting and the server stays away: the spool keeps the records
