@@ -60,7 +60,7 @@ def test_dry_run_on_a_kubernetes_cluster_prints_yaml_kubectl_can_apply(
         "run:\n  cmd: python -u train.py\n"
     )
     phalanx("cluster", "add", "k8s", "--kind", "kubernetes", "--namespace", "ml")
-    done = phalanx("run", "-f", tmp_path / "polyaxonfile.yml", "--cluster", "k8s", "--dry-run")
+    done = phalanx("run", "-f", tmp_path / "polyaxonfile.yml", "--cluster", "k8s", "--dry-run", "-o", "yaml")
     assert done.returncode == 0, done.stderr
     kinds = [d["kind"] for d in yaml.safe_load_all(done.stdout)]
     assert kinds == ["ConfigMap", "Service", "Pod", "Pod"]
