@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import json
+import os
 import re
+import signal
+import subprocess
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -13,7 +16,7 @@ import pytest
 
 from tests.e2e.conftest import shot
 from tests.e2e.fill import Filled, fill_with_runs
-from tests.integration.server.serverproc import Server, start_server, stop_server
+from tests.integration.server.serverproc import PHALANX, Server, clean_env, start_server, stop_server
 
 pytestmark = pytest.mark.browser
 
@@ -184,3 +187,48 @@ def test_eight_series_of_100k_points_draw_with_their_peaks(page: Any, server: Se
     assert all(len(s["values"]) <= 2000 for s in sent.values())
     assert max(v for v in sent["worker 00"]["values"] if v is not None) == 9.5
     shot(page, "09-large-series")
+
+
+def test_the_list_console_and_header_follow_a_running_experiment(
+    page: Any, server: Server, filled: Filled, tmp_path: Path
+) -> None:
+    release = tmp_path / "release"
+    run = subprocess.Popen(
+        [
+            str(PHALANX),
+            "run",
+            "-f",
+            str(Path(__file__).parent / "data" / "ticker.yml"),
+            "--param",
+            f"release={release}",
+        ],
+        env=clean_env(filled.home),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    try:
+        page.goto(f"{server.url}/")
+        row = page.locator("#experiments tbody tr[data-id]").filter(has_text="ticker")
+        row.locator('.badge[data-status="running"]').wait_for(timeout=90_000)  # the list refreshes itself
+        row.locator("a").first.click()
+        page.click('a[data-tab="console"]')
+        for replica in ("master", "worker-0"):
+            page.locator("#console .line", has_text=f"tick 4 from {replica}").wait_for(timeout=90_000)
+        assert page.locator("#console .line", has_text="released").count() == 0
+        assert page.locator('.exp-head .badge[data-status="running"]').count() == 1
+        release.touch()
+        for replica in ("master", "worker-0"):
+            page.locator("#console .line", has_text=f"released {replica}").wait_for(timeout=90_000)
+        page.locator('.exp-head .badge[data-status="succeeded"]').wait_for(timeout=90_000)
+        assert run.wait(timeout=60) == 0
+        texts = page.locator('#console .line[data-replica="master"] .text').all_inner_texts()
+        assert texts == [f"tick {i} from master" for i in range(5)] + [
+            "released master"
+        ]  # each once, in order
+        shot(page, "10-live-console")
+    finally:
+        release.touch()
+        if run.poll() is None:
+            os.killpg(run.pid, signal.SIGKILL)
+            run.wait()

@@ -127,11 +127,18 @@ export function renderList(root, ctx) {
       items = page.items;
       counter.textContent = `${page.total} experiment${page.total === 1 ? "" : "s"}`;
       drawHead(); drawBody(); drawPager(page.total); updateCompare();
+      // Quick while anything runs; slower otherwise, so experiments started later still show up.
       const live = items.some((e) => ["running", "starting", "created"].includes(e.status));
-      if (live && ctx.alive()) timer = setTimeout(load, 3000);
+      if (ctx.alive()) timer = setTimeout(refresh, live ? 3000 : 10000);
     } catch (err) {
       add(clear(tbody), h("tr", {}, h("td", { colspan: COLUMNS.length, class: "empty" }, `Could not load: ${err.message}`)));
+      if (ctx.alive()) timer = setTimeout(refresh, 10000);
     }
+  }
+
+  function refresh() {
+    if (document.hidden) { timer = setTimeout(refresh, 3000); return; }
+    load();
   }
 
   drawHead();

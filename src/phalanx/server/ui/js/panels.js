@@ -9,6 +9,7 @@ export function renderScalars(panel, ctx, id) {
   const charts = new Map();
   const data = new Map();
   let timer = null;
+  let wasLive = false;
   const grid = h("div", { class: "charts", id: "charts" });
   const status = h("p", { class: "muted" }, "Loading scalars…");
   add(panel, chartControls(state, (refetch) => (refetch ? load() : draw())), status, grid);
@@ -38,7 +39,9 @@ export function renderScalars(panel, ctx, id) {
       status.hidden = false;
       status.textContent = `Could not load scalars: ${err.message}`;
     }
-    if (ctx.live()) timer = setTimeout(load, 5000);
+    // Reload while the experiment runs, and once more after it ends (its last points).
+    if (ctx.live()) { wasLive = true; timer = setTimeout(load, 5000); }
+    else if (wasLive) { wasLive = false; timer = setTimeout(load, 1000); }
   }
 
   load();
