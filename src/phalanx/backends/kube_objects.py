@@ -158,3 +158,35 @@ class KubeDryRun(DryRun):
 
     def render(self) -> str:
         return to_yaml(self.native)
+
+
+class LogReaders:
+    """Counts this engine's open log followers per handle, so ``cancel`` can let them read a pod's
+    last lines before deleting it (a deleted pod's log is gone for good)."""
+
+    GRACE_SECONDS = 10.0
+
+    def __init__(self) -> None:
+        import threading
+
+        self._lock = threading.Lock()
+        self._open: dict[str, int] = {}
+
+    def enter(self, handle: str) -> None:
+        with self._lock:
+            self._open[handle] = self._open.get(handle, 0) + 1
+
+    def leave(self, handle: str) -> None:
+        with self._lock:
+            self._open[handle] = self._open.get(handle, 1) - 1
+
+    def wait_closed(self, handle: str, timeout: float | None = None) -> bool:
+        import time
+
+        deadline = time.monotonic() + (self.GRACE_SECONDS if timeout is None else timeout)
+        while time.monotonic() < deadline:
+            with self._lock:
+                if self._open.get(handle, 0) <= 0:
+                    return True
+            time.sleep(0.05)
+        return False

@@ -16,6 +16,7 @@ from __future__ import annotations
 import copy
 import functools
 import logging
+import time
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -25,6 +26,7 @@ from phalanx.backends.base import DryRun, JobStatus, LaunchContext, ReplicaStatu
 from phalanx.backends.kube_api import KubeAPI, KubeError, selector
 from phalanx.backends.kube_objects import (
     KubeDryRun,
+    LogReaders,
     env_list,
     image,
     labels,
@@ -287,6 +289,7 @@ class KubeflowBackend:
         self.cluster = cluster or Cluster(name="kubernetes", kind="kubernetes")
         self.namespace = self.cluster.namespace or "default"
         self._api = api
+        self._readers = LogReaders()
 
     @property
     def api(self) -> KubeAPI:
@@ -362,26 +365,34 @@ class KubeflowBackend:
 
     def logs(self, handle: str, replica: str, follow: bool = False) -> Iterator[str]:
         """The replica's pod console (the operator names pods <job>-<type>-<index>)."""
-        import time
-
         ns, kind, exp = self._split(handle)
         role, _, index = replica.partition("-")
         rtype = JOB_KINDS[kind][3].get(Role(role)) if role in {r.value for r in Role} else None
         if rtype is None:
             return
         name = f"{prefix(exp)}-{rtype.lower()}-{index or 0}"
-        while True:
-            try:
-                yield from self.api.pod_log(ns, name, follow)
-                return
-            except KubeError as exc:
-                if not follow or (exc.status == 404 and self.api.get(ns, kind, prefix(exp)) is None):
+        self._readers.enter(handle)
+        try:
+            while True:
+                try:
+                    yield from self.api.pod_log(ns, name, follow)
                     return
-                if exc.status not in (400, 404):  # not created or not started yet
-                    raise
-            time.sleep(0.5)
+                except KubeError as exc:
+                    if not follow or (exc.status == 404 and self.api.get(ns, kind, prefix(exp)) is None):
+                        return
+                    if exc.status not in (400, 404):  # not created or not started yet
+                        raise
+                time.sleep(0.2)
+        finally:
+            self._readers.leave(handle)
 
     def cancel(self, handle: str) -> None:
-        """Delete the job; the operator's pods go with it (they are owned by the job). Idempotent."""
+        """Delete the job; the operator's pods go with it (they are owned by the job). Idempotent.
+        A finished job's pods are kept until this engine's log readers have their last lines."""
         ns, kind, exp = self._split(handle)
+        status = self.describe(handle)
+        if status is None:
+            return
+        if status.status.done:
+            self._readers.wait_closed(handle)
         self.api.delete(ns, kind, prefix(exp))

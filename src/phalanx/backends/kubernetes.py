@@ -30,6 +30,7 @@ from phalanx.backends.kube_objects import (
     LABEL_REPLICA,
     PORT,
     KubeDryRun,
+    LogReaders,
     env_list,
     image,
     labels,
@@ -232,6 +233,7 @@ class KubernetesBackend:
         self.cluster = cluster or Cluster(name="kubernetes", kind="kubernetes")
         self.namespace = self.cluster.namespace or "default"
         self._api = api
+        self._readers = LogReaders()
 
     @property
     def api(self) -> KubeAPI:
@@ -334,18 +336,27 @@ class KubernetesBackend:
         """The replica's console; with follow, waits for its container to start and reads to its end."""
         ns, exp = self._split(handle)
         name = f"{prefix(exp)}-{replica}"
-        while True:
-            try:
-                yield from self.api.pod_log(ns, name, follow)
-                return
-            except KubeError as exc:
-                if exc.status == 404 or not follow:
+        self._readers.enter(handle)
+        try:
+            while True:
+                try:
+                    yield from self.api.pod_log(ns, name, follow)
                     return
-                if exc.status != 400:  # 400: the container has not started yet
-                    raise
-            time.sleep(0.5)
+                except KubeError as exc:
+                    if exc.status == 404 or not follow:
+                        return
+                    if exc.status != 400:  # 400: the container has not started yet
+                        raise
+                time.sleep(0.2)
+        finally:
+            self._readers.leave(handle)
 
     def cancel(self, handle: str) -> None:
-        """Delete the owner: Kubernetes garbage-collects the pods and services. Idempotent."""
+        """Stop what still runs, let this engine's log readers take the last lines, then delete the
+        owner: Kubernetes garbage-collects the pods and services. Idempotent."""
         ns, exp = self._split(handle)
+        if self.api.get(ns, "ConfigMap", prefix(exp)) is None:
+            return
+        self.stop_replicas(handle, "stopped by phalanx")
+        self._readers.wait_closed(handle)
         self.api.delete(ns, "ConfigMap", prefix(exp))
