@@ -20,6 +20,7 @@ from sqlalchemy import Connection, delete, func, insert, select, update
 
 from phalanx.domain import Event, EventKind, ExperimentStatus, ReplicaState, Role
 from phalanx.errors import UsageError
+from phalanx.store.sql.engine import no_gc
 from phalanx.store.sql.models import (
     ArtifactRow,
     EventKeyRow,
@@ -289,6 +290,13 @@ def _dialect_insert(conn: Connection, row: Any) -> Any:
 
 def insert_scalars(conn: Connection, blocks: Sequence[ScalarBlock]) -> None:
     ids = series_ids(conn, {(b.experiment_id, t, s) for b in blocks for t, s in b.keys})
+    with no_gc():
+        _insert_blocks(conn, blocks, ids)
+
+
+def _insert_blocks(
+    conn: Connection, blocks: Sequence[ScalarBlock], ids: dict[tuple[str, str, str], int]
+) -> None:
     rows: list[tuple[Any, ...]] = []
     for b in blocks:
         sids = [ids[(b.experiment_id, t, s)] for t, s in b.keys]

@@ -10,6 +10,7 @@ import re
 import time
 import uuid
 from collections.abc import Mapping, Sequence
+from operator import itemgetter
 from typing import Any
 
 from sqlalchemy import Connection, String, cast, delete, func, insert, or_, select, update
@@ -20,7 +21,7 @@ from phalanx.errors import Conflict, NotFound, StoreError, UsageError
 from phalanx.store.artifacts import ArtifactStore
 from phalanx.store.base import ArtifactRecord, ExperimentFilter, LogLine, ModelRecord, ParamRecord, Series
 from phalanx.store.sql import events as ev_sql
-from phalanx.store.sql.engine import make_engine, upgrade, writer
+from phalanx.store.sql.engine import make_engine, no_gc, upgrade, writer
 from phalanx.store.sql.models import (
     ArtifactRow,
     EventKeyRow,
@@ -35,6 +36,7 @@ from phalanx.store.sql.models import (
     TextRow,
 )
 
+_first, _second, _third = itemgetter(0), itemgetter(1), itemgetter(2)
 _PREFIX = re.compile(r"^[0-9a-z]{1,32}$")
 _ORDER = {"created_at", "name", "project", "status", "started_at", "finished_at"}
 _RETRIES = 5
@@ -355,12 +357,17 @@ class SqlStore:
             for sid, t, s in keys:
                 cur = raw.cursor()
                 cur.execute(sql.format(param), (sid,))
-                rows = cur.fetchall()
-                cur.close()
-                if not rows:
-                    continue
-                steps, values, times = zip(*rows, strict=True)
-                out.setdefault(t, {})[s] = Series(steps=list(steps), values=list(values), times=list(times))
+                with no_gc():
+                    rows = cur.fetchall()
+                    cur.close()
+                    if not rows:
+                        continue
+                    series_ = Series(
+                        steps=list(map(_first, rows)),
+                        values=list(map(_second, rows)),
+                        times=list(map(_third, rows)),
+                    )
+                out.setdefault(t, {})[s] = series_
         return out
 
     def params(self, experiment_id: str) -> list[ParamRecord]:
