@@ -30,7 +30,9 @@ def clean_env(home: Path, **extra: str) -> dict[str, str]:
     return env
 
 
-def start_server(home: Path, token: str | None = None, port: int | None = None) -> Server:
+def start_server(
+    home: Path, token: str | None = None, port: int | None = None, env: dict[str, str] | None = None
+) -> Server:
     port = port or free_port()
     args = [str(PHALANX), "server", "--port", str(port), "--log-level", "warning"]
     if token:
@@ -39,7 +41,7 @@ def start_server(home: Path, token: str | None = None, port: int | None = None) 
         args += ["--token-file", str(token_file)]
     log = open(home / f"server-{port}.log", "wb")  # noqa: SIM115 (closed with the process)
     proc = subprocess.Popen(
-        args, env=clean_env(home), stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+        args, env=clean_env(home, **(env or {})), stdout=log, stderr=subprocess.STDOUT, start_new_session=True
     )
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 90

@@ -13,7 +13,7 @@ import pytest
 from tests.integration.server.serverproc import clean_env, start_server, stop_server
 from tests.unit.server import fill
 
-from phalanx.cli.server import is_loopback
+from phalanx.cli.server import is_loopback, ui_hint
 from phalanx.config import Settings
 from phalanx.store import open_store
 
@@ -48,19 +48,32 @@ def test_loopback_addresses_are_recognised() -> None:
     assert not any(is_loopback(h) for h in ["0.0.0.0", "::", "10.0.0.1", "example.com"])
 
 
-def test_a_token_from_the_environment_protects_the_api(phalanx_home: Path) -> None:
-    server = start_server(phalanx_home, token="env-token")  # through --token-file
+@pytest.mark.parametrize("how", ["token-file", "PHALANX_TOKEN"])
+def test_a_token_protects_the_api(phalanx_home: Path, how: str) -> None:
+    if how == "token-file":
+        server = start_server(phalanx_home, token="the-token")
+    else:
+        server = start_server(phalanx_home, env={"PHALANX_TOKEN": "the-token"})
     try:
         with pytest.raises(urllib.error.HTTPError) as err:
             urllib.request.urlopen(f"{server.url}/api/v1/experiments", timeout=10)
         assert err.value.code == 401
         req = urllib.request.Request(
-            f"{server.url}/api/v1/experiments", headers={"Authorization": "Bearer env-token"}
+            f"{server.url}/api/v1/experiments", headers={"Authorization": "Bearer the-token"}
         )
         with urllib.request.urlopen(req, timeout=10) as r:
             assert json.load(r)["total"] == 0
     finally:
         stop_server(server.proc)
+
+
+def test_run_ends_with_how_to_open_the_experiment_in_the_ui() -> None:
+    assert ui_hint("0123456789ab") == (
+        "phalanx: see it in the web UI: run `phalanx server` and open http://127.0.0.1:8000/experiments/0123456789ab"
+    )
+    assert ui_hint("0123456789ab", "http://gpu-box:8000/").endswith(
+        "http://gpu-box:8000/experiments/0123456789ab to see it in the web UI"
+    )
 
 
 def test_plot_writes_one_chart_per_title_as_png(phalanx_home: Path, tmp_path: Path) -> None:
