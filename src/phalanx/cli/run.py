@@ -28,6 +28,7 @@ if TYPE_CHECKING:
 class Output(StrEnum):
     TEXT = "text"
     JSON = "json"
+    YAML = "yaml"  # with --dry-run on a cluster: the engine's own render (Kubernetes YAML, sbatch)
 
 
 # ---- terminal observers -----------------------------------------------------------------------
@@ -36,14 +37,15 @@ class Output(StrEnum):
 class PlainObserver:
     """Lines as `[worker-1] text` on stdout; supervisor notes on stderr (pipes, CI logs)."""
 
-    def __init__(self) -> None:
+    def __init__(self, out: Any = None) -> None:
+        self._out = out or sys.stdout  # stderr under -o json: stdout holds one JSON document
         self._lock = threading.Lock()
         self._last: dict[str, str] = {}
 
     def line(self, replica: str, text: str) -> None:
         with self._lock:
-            sys.stdout.write(f"[{replica}] {text}\n")
-            sys.stdout.flush()
+            self._out.write(f"[{replica}] {text}\n")
+            self._out.flush()
 
     def states(self, replicas: Mapping[str, ReplicaState], elapsed: float) -> None:
         with self._lock:
@@ -146,7 +148,7 @@ def run(
         ),
     ] = False,
     output: Annotated[
-        Output, typer.Option("-o", "--output", help="text, or json for scripts.")
+        Output, typer.Option("-o", "--output", help="text, json for scripts, or yaml (with --dry-run).")
     ] = Output.TEXT,
     oversubscribe: Annotated[
         bool,
@@ -210,12 +212,16 @@ def run(
         with RichObserver(names) as rich_observer:
             outcome = supervisor.Supervisor(prepared, store, settings, rich_observer).run()
     else:
-        outcome = supervisor.Supervisor(prepared, store, settings, PlainObserver()).run()
+        observer = PlainObserver(sys.stderr if output is Output.JSON else sys.stdout)
+        outcome = supervisor.Supervisor(prepared, store, settings, observer).run()
     if output is Output.JSON:
         emit_json({"id": outcome.experiment_id, "status": str(outcome.status), "reason": outcome.reason})
     else:
         tail = f": {outcome.reason}" if outcome.reason else ""
         sys.stderr.write(f"phalanx: experiment {outcome.experiment_id} {outcome.status}{tail}\n")
+        from phalanx.cli.server import ui_hint
+
+        sys.stderr.write(ui_hint(outcome.experiment_id, settings.host) + "\n")
     raise typer.Exit(outcome.exit_code)
 
 
