@@ -110,6 +110,9 @@ export function renderExperiment(root, ctx, id) {
 }
 
 function renderOverview(panel, exp) {
+  const plan = exp.plan || {};
+  const command = Array.isArray(plan.command) ? plan.command.join(" ") : plan.command;
+  const params = Object.entries(plan.params || {});
   const replicas = [...(exp.replicas || [])].sort((a, b) => byReplica(a.name, b.name));
   const roles = [["master", "Master"], ["worker", "Workers"], ["ps", "PS"]];
   const topo = h("div", { class: "topology", id: "topology" });
@@ -124,7 +127,10 @@ function renderOverview(panel, exp) {
   add(panel, 
     exp.reason ? h("div", { class: "alert bad", id: "failure-reason" }, h("b", {}, `${exp.status === "failed" ? "Failed" : "Reason"}: `), exp.reason) : null,
     h("div", { class: "overview" },
-      h("div", { class: "card" }, h("h2", { style: { marginTop: 0 } }, "Topology ", h("span", { class: "muted small" }, topologyText(exp.topology))), topo),
+      h("div", { class: "card" }, h("h2", { style: { marginTop: 0 } }, "Topology ", h("span", { class: "muted small" }, topologyText(exp.topology))), topo,
+        command ? [h("h3", {}, "Command"), h("pre", { class: "file", id: "command" }, command)] : null,
+        params.length ? [h("h3", {}, "Parameters"), h("div", { class: "mono small", id: "run-params" },
+          params.map(([k, v]) => h("span", { class: "tag" }, `${k}=${typeof v === "object" ? JSON.stringify(v) : v}`)))] : null),
       h("div", { class: "card" }, h("h2", { style: { marginTop: 0 } }, "Experiment file"),
         exp.spec_text ? h("pre", { class: "file", id: "spec-text" }, exp.spec_text) : h("p", { class: "muted" }, "No experiment file (started from a script or the Python API)."))),
   );
