@@ -32,6 +32,13 @@ def sleeper_spec(phalanx: Phalanx, workers: int = 1, extra: str = "") -> str:
 
 
 def wait_started(phalanx: Phalanx, names: list[str]) -> dict[str, int]:
+    """The pids of the replicas' sleepers, once each has printed `ready` (so its log holds a line)."""
+
+    def ready(name: str) -> bool:
+        return any("ready" in p.read_text() for p in phalanx.home.glob(f"runs/*/logs/{name}.log"))
+
+    for n in names:
+        wait_for(lambda n=n: ready(n), what=f"{n} to print ready")
     return {
         n: wait_for(lambda n=n: replica_pid(phalanx.home, n, "time.sleep"), what=f"{n} to start")
         for n in names
