@@ -9,6 +9,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -17,12 +18,23 @@ from phalanx.errors import UsageError
 from phalanx.ingest import Ingester, records_to_events, store_artifact_bytes
 from phalanx.store.artifacts import ArtifactStore
 from phalanx.store.sql import SqlStore
+from phalanx.testing import postgres
 from phalanx.tracking.spool import SpoolWriter, encode_points, read_ack
 
 
-@pytest.fixture
-def store(tmp_path: Path) -> SqlStore:
-    return SqlStore(f"sqlite:///{tmp_path / 'phalanx.db'}", ArtifactStore(str(tmp_path / "artifacts")))
+@pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])
+def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[SqlStore]:
+    """Ingest runs on SQLite and on a real PostgreSQL server."""
+    if request.param == "sqlite":
+        url = f"sqlite:///{tmp_path / 'phalanx.db'}"
+    else:
+        reason = postgres.unavailable_reason()
+        if reason:
+            pytest.skip(reason)
+        url = postgres.shared_postgres().create_database()
+    s = SqlStore(url, ArtifactStore(str(tmp_path / "artifacts")))
+    yield s
+    s.close()
 
 
 def _points(start: int, n: int, series: str = "worker 00") -> dict[str, object]:
