@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 
 import pytest
+from tests.conftest import REPO
 
 from phalanx.backends.base import LaunchContext
 from phalanx.backends.slurm import SlurmBackend
@@ -54,8 +55,8 @@ def _wait(predicate, timeout: float = 120.0, what: str = "condition"):  # type: 
     raise AssertionError(f"timed out waiting for {what}")
 
 
-def test_ddp_runs_master_on_n1_and_worker_on_n2_and_its_metrics_reach_the_store(
-    slurm_cluster: LocalSlurm, phalanx_home: Path, tmp_path: Path
+def test_the_pytorch_ddp_example_runs_master_on_n1_and_worker_on_n2_and_its_metrics_reach_the_store(
+    slurm_cluster: LocalSlurm, phalanx_home: Path
 ) -> None:
     from phalanx import supervisor
     from phalanx.spec.loader import load_spec
@@ -64,23 +65,19 @@ def test_ddp_runs_master_on_n1_and_worker_on_n2_and_its_metrics_reach_the_store(
     settings = Settings()
     add_cluster(slurm_cluster.cluster(), phalanx_home)
     store = open_store(settings)
+    spec = load_spec(REPO / "examples" / "pytorch-ddp" / "polyaxonfile.yml", params={"epochs": 2})
     outcome = supervisor.launch(
-        load_spec(_file(tmp_path)),
-        settings=settings,
-        store=store,
-        cluster=slurm_cluster.name,
-        handle_signals=False,
+        spec, settings=settings, store=store, cluster=slurm_cluster.name, handle_signals=False
     )
     assert outcome.status is ExperimentStatus.SUCCEEDED, outcome.reason
+    # SLURMD_NODENAME inside each task, as the task wrapper recorded it
     replicas = {r.name: r for r in store.list_replicas(outcome.experiment_id)}
-    assert replicas["master"].host == "n1"
-    assert replicas["worker-0"].host == "n2"
-    lines = [line.text for line in store.logs(outcome.experiment_id)]
-    assert any("replica=master node=n1" in t for t in lines), lines
-    assert any("replica=worker-0 node=n2" in t for t in lines), lines
+    assert (replicas["master"].host, replicas["worker-0"].host) == ("n1", "n2")
+    lines = [(line.replica, line.text) for line in store.logs(outcome.experiment_id)]
+    assert any(r == "master" and t.startswith("test accuracy:") for r, t in lines), lines
     metrics = store.metrics(outcome.experiment_id)
-    assert set(metrics["loss"]) == {"rank 0", "rank 1"}
-    assert list(metrics["loss"]["rank 1"].steps) == [0, 1, 2]
+    assert set(metrics["loss"]) == {"worker 00", "worker 01"}
+    assert list(metrics["loss"]["worker 01"].steps) == [0, 1]
     assert slurm_cluster.wait_queue_empty() == []
 
 
@@ -107,6 +104,10 @@ def test_a_killed_task_fails_the_experiment_and_leaves_nothing_in_the_queue(
     log = settings.runs_dir / prepared.experiment_id / "slurm" / "logs" / "worker-0.log"
     text = _wait(lambda: log.exists() and "ready pid=" in log.read_text() and log.read_text(), what="worker")
     pid = int(text.split("ready pid=")[1].split()[0])
+    # each replica's own environment says where Slurm put it: the master on n1, the worker on n2
+    assert "replica=worker-0 node=n2" in text
+    master_log = log.with_name("master.log")
+    _wait(lambda: master_log.exists() and "replica=master node=n1" in master_log.read_text(), what="master")
     os.kill(pid, signal.SIGKILL)  # the worker dies as a node's OOM killer would kill it
     runner.join(timeout=120)
     assert not runner.is_alive()
