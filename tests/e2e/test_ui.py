@@ -142,6 +142,10 @@ def test_compare_overlays_scalars_and_marks_differing_hyperparameters(
     )
     assert filled.differing_param in differing
     shot(page, "07-compare")
+    page.select_option('select[aria-label="x axis"]', "relative")  # runs that started apart line up
+    page.locator(
+        '#compare-charts .chart-card[data-title="loss"] .u-legend .u-series .u-label', has_text="seconds"
+    ).wait_for()
 
 
 def test_compare_picker_leads_to_the_comparison(page: Any, server: Server, filled: Filled) -> None:

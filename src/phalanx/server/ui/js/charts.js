@@ -63,6 +63,9 @@ export class ScalarChart {
       return { ...l, ys };
     });
     const data = align(prepared);
+    const xs0 = data[0].length ? data[0][0] : 0;
+    const single = data[0].length === 1;
+    const pad = xMode === "step" ? 1 : 60;
     const total = lines.reduce((a, l) => a + (l.count || l.xs.length), 0);
     const shown = lines.reduce((a, l) => a + l.xs.length, 0);
     this.note.textContent = `${lines.length} series · ${total.toLocaleString()} points` +
@@ -72,9 +75,13 @@ export class ScalarChart {
     const options = {
       width: this.width(),
       height: 300,
-      scales: { x: { time: xMode === "time" }, y: { distr: log ? 3 : 1 } },
+      // A title whose points all share one x (one report each) still gets a readable axis.
+      scales: {
+        x: single ? { time: xMode === "time", auto: false, range: [xs0 - pad, xs0 + pad] } : { time: xMode === "time" },
+        y: { distr: log ? 3 : 1 },
+      },
       series: [
-        { label: xMode === "time" ? "time" : "iteration" },
+        { label: { time: "time", relative: "seconds" }[xMode] || "iteration" },
         ...prepared.map((l, i) => ({
           label: l.label,
           stroke: l.color || color(i),
@@ -108,7 +115,8 @@ export function chartControls(state, onChange) {
   const log = h("input", { type: "checkbox", id: "log-scale", onchange: (ev) => { state.log = ev.target.checked; onChange(false); } });
   log.checked = state.log;
   const xsel = h("select", { "aria-label": "x axis", onchange: (ev) => { state.xMode = ev.target.value; onChange(true); } },
-    h("option", { value: "step" }, "x: iteration"), h("option", { value: "time" }, "x: wall time"));
+    h("option", { value: "step" }, "x: iteration"), h("option", { value: "time" }, "x: wall time"),
+    h("option", { value: "relative" }, "x: relative time"));
   xsel.value = state.xMode;
   return h("div", { class: "toolbar card", style: { padding: "8px 12px" } },
     h("label", {}, "Smoothing "), slider, value,
@@ -118,8 +126,17 @@ export function chartControls(state, onChange) {
     xsel);
 }
 
-// One API series -> one chart line.
-export function toLine(label, s, xMode) {
-  const xs = xMode === "time" && s.times.length === s.steps.length ? s.times : s.steps;
+// One API series -> one chart line. "relative" is seconds since t0 (the experiment's first point),
+// which lines up experiments that ran at different times.
+export function toLine(label, s, xMode, t0 = 0) {
+  const timed = xMode !== "step" && s.times.length === s.steps.length;
+  const xs = !timed ? s.steps : xMode === "relative" ? s.times.map((t) => t - t0) : s.times;
   return { label, xs, ys: s.values, count: s.count };
+}
+
+// The earliest time of any point in a title -> series map list (for relative time).
+export function firstTime(metrics) {
+  let t0 = Infinity;
+  for (const m of metrics) for (const s of Object.values(m.series)) if (s.times.length) t0 = Math.min(t0, s.times[0]);
+  return Number.isFinite(t0) ? t0 : 0;
 }

@@ -2,7 +2,7 @@
 // rows that differ marked.
 
 import { api } from "./api.js";
-import { MAX_POINTS, ScalarChart, chartControls, toLine } from "./charts.js";
+import { MAX_POINTS, ScalarChart, chartControls, firstTime, toLine } from "./charts.js";
 import { badge, byReplica, clear, color, fmtAgo, fmtValue, h, topologyText, add } from "./util.js";
 
 const DASHES = [undefined, [8, 4], [2, 3], [10, 3, 2, 3]];
@@ -40,6 +40,8 @@ export function renderCompare(root, ctx) {
     const metrics = new Map(); // title -> [[exp, metric]]
     function label(e) { return `${e.name} (${e.id.slice(0, 6)})`; }
     function draw() {
+      // Each experiment's own start, so "relative time" lines experiments up.
+      const starts = new Map(exps.map((e) => [e.id, firstTime([...metrics.values()].flat().filter(([x]) => x.id === e.id).map(([, m]) => m))]));
       for (const c of charts) c.destroy();
       charts.length = 0;
       for (const title of [...metrics.keys()].sort()) {
@@ -50,7 +52,7 @@ export function renderCompare(root, ctx) {
         const seriesNames = [...new Set(metrics.get(title).flatMap(([, m]) => Object.keys(m.series)))].sort();
         metrics.get(title).forEach(([e, m, ei]) => {
           for (const s of Object.keys(m.series).sort()) {
-            lines.push({ ...toLine(`${label(e)} · ${s}`, m.series[s], state.xMode), color: color(seriesNames.indexOf(s)), dash: DASHES[ei % DASHES.length] });
+            lines.push({ ...toLine(`${label(e)} · ${s}`, m.series[s], state.xMode, starts.get(e.id)), color: color(seriesNames.indexOf(s)), dash: DASHES[ei % DASHES.length] });
           }
         });
         chart.update(lines, state);
@@ -63,7 +65,7 @@ export function renderCompare(root, ctx) {
       const jobs = [];
       exps.forEach((e, ei) => {
         for (const t of Object.keys(titles[ei].titles)) {
-          jobs.push(api.metric(e.id, t, { max_points: MAX_POINTS, x: state.xMode }).then((m) => {
+          jobs.push(api.metric(e.id, t, { max_points: MAX_POINTS, x: state.xMode === "step" ? "step" : "time" }).then((m) => {
             if (!metrics.has(t)) metrics.set(t, []);
             metrics.get(t).push([e, m, ei]);
           }));

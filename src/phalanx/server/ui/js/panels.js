@@ -1,7 +1,7 @@
 // The experiment page's Scalars, Hyperparameters, Artifacts and Models tabs.
 
 import { api } from "./api.js";
-import { MAX_POINTS, ScalarChart, chartControls, toLine } from "./charts.js";
+import { MAX_POINTS, ScalarChart, chartControls, firstTime, toLine } from "./charts.js";
 import { byReplica, clear, fmtBytes, fmtTime, fmtValue, h, add } from "./util.js";
 
 export function renderScalars(panel, ctx, id) {
@@ -15,11 +15,12 @@ export function renderScalars(panel, ctx, id) {
   add(panel, chartControls(state, (refetch) => (refetch ? load() : draw())), status, grid);
 
   function draw() {
+    const t0 = firstTime(data.values());
     for (const [title, metric] of data) {
       let chart = charts.get(title);
       if (!chart) { chart = new ScalarChart(grid, title); charts.set(title, chart); }
       const names = Object.keys(metric.series).sort();
-      chart.update(names.map((n) => toLine(n, metric.series[n], state.xMode)), state);
+      chart.update(names.map((n) => toLine(n, metric.series[n], state.xMode, t0)), state);
     }
   }
 
@@ -31,7 +32,7 @@ export function renderScalars(panel, ctx, id) {
       if (!names.length) { status.textContent = "No scalars reported yet."; }
       else status.textContent = "";
       status.hidden = !!names.length;
-      const fetched = await Promise.all(names.map((t) => api.metric(id, t, { max_points: MAX_POINTS, x: state.xMode })));
+      const fetched = await Promise.all(names.map((t) => api.metric(id, t, { max_points: MAX_POINTS, x: state.xMode === "step" ? "step" : "time" })));
       data.clear();
       names.forEach((t, i) => data.set(t, fetched[i]));
       draw();
