@@ -15,11 +15,17 @@ from pathlib import Path
 
 import pytest
 from tests.conftest import REPO
+from typer.testing import CliRunner
+
+from phalanx.cli.app import app
+from phalanx.cli.main import _register
 
 pytest.importorskip("torch")
 ort = pytest.importorskip("onnxruntime")
 
 PHALANX = [sys.executable, "-m", "phalanx.cli.main"]
+CLI = CliRunner()
+_register()
 
 
 def _supervisors(home: Path) -> list[int]:
@@ -41,7 +47,7 @@ def example_run(phalanx_home: Path) -> Iterator[subprocess.CompletedProcess[str]
     """Run the example once (a few epochs keep it short on two shared cores)."""
     try:
         yield subprocess.run(
-            [sys.executable, str(REPO / "examples" / "estimator" / "submit.py"), "--epochs", "6"],
+            [sys.executable, str(REPO / "examples" / "estimator" / "submit.py"), "--epochs", "4"],
             cwd=phalanx_home,
             capture_output=True,
             text=True,
@@ -84,26 +90,18 @@ def test_submit_example_trains_from_python_and_exports_a_working_onnx_model(
     assert onnx_model["metadata"]["check"]["passed"] is True
     assert models["digits-mlp.pt"]["format"] == "pytorch"
 
-    table = subprocess.run(
-        [*PHALANX, "models", run_id[:6]], capture_output=True, text=True, timeout=60, check=True
-    )
-    assert re.search(r"digits-mlp\.onnx\s+onnx\s+.*master\s+passed", table.stdout), table.stdout
+    # the rest in-process (the same typer app; a `phalanx` start costs seconds on a loaded machine)
+    table = CLI.invoke(app, ["models", run_id[:6]])
+    assert table.exit_code == 0, table.output
+    assert re.search(r"digits-mlp\.onnx\s+onnx\s+.*master\s+passed", table.output), table.output
 
-    fetched = subprocess.run(
-        [*PHALANX, "models", run_id, "--download", "digits-mlp", "-d", str(tmp_path)],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=True,
-    )
-    assert sorted(Path(p).name for p in fetched.stdout.split()) == ["digits-mlp.onnx", "digits-mlp.pt"]
+    fetched = CLI.invoke(app, ["models", run_id, "--download", "digits-mlp", "-d", str(tmp_path)])
+    assert fetched.exit_code == 0, fetched.output
+    assert sorted(Path(p).name for p in fetched.output.split()) == ["digits-mlp.onnx", "digits-mlp.pt"]
     session = ort.InferenceSession(str(tmp_path / "digits-mlp.onnx"), providers=["CPUExecutionProvider"])
     assert session.get_inputs()[0].shape[1] == 64
 
-    missing = subprocess.run(
-        [*PHALANX, "models", run_id, "--download", "nope"], capture_output=True, text=True
-    )
-    assert missing.returncode == 2
-    assert "has no model 'nope'" in missing.stderr
-    assert "Traceback" not in missing.stderr
+    missing = CLI.invoke(app, ["models", run_id, "--download", "nope"])
+    assert missing.exit_code == 2
+    assert "has no model 'nope'" in missing.output
     assert not _supervisors(phalanx_home)
