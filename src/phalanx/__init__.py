@@ -13,6 +13,7 @@ __version__ = "0.1.0"
 __all__ = [
     "Estimator",
     "Experiment",
+    "MpiDistribution",
     "PyTorch",
     "PyTorchDistribution",
     "Task",
@@ -30,6 +31,7 @@ _LAZY = {
     "PyTorch": "phalanx.estimators",
     "TensorFlow": "phalanx.estimators",
     "PyTorchDistribution": "phalanx.estimators",
+    "MpiDistribution": "phalanx.estimators",
     "TensorFlowDistribution": "phalanx.estimators",
 }
 
