@@ -236,3 +236,32 @@ def test_the_list_console_and_header_follow_a_running_experiment(
         if run.poll() is None:
             os.killpg(run.pid, signal.SIGKILL)
             run.wait()
+
+
+def test_the_stop_button_stops_a_running_experiment(page: Any, server: Server, filled: Filled) -> None:
+    run = subprocess.Popen(
+        [str(PHALANX), "run", "-f", str(Path(__file__).parent / "data" / "sleepy.yml"), "-o", "json"],
+        env=clean_env(filled.home),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        page.goto(f"{server.url}/?q=sleepy")
+        row = page.locator("#experiments tbody tr[data-id]").filter(has_text="sleepy")
+        row.locator('.badge[data-status="running"]').wait_for(timeout=90_000)
+        exp = row.get_attribute("data-id")
+        page.goto(f"{server.url}/experiments/{exp}")
+        page.locator('#topology .replica.running[data-replica="worker-0"]').wait_for(timeout=90_000)
+        page.once("dialog", lambda dialog: dialog.accept())
+        page.click("button:has-text('Stop')")
+        page.locator('.exp-head .badge[data-status="stopped"]').wait_for(timeout=90_000)
+        out, _ = run.communicate(timeout=90)
+        assert run.returncode == 130 and json.loads(out)["status"] == "stopped"
+        page.locator("button:has-text('Delete')").wait_for()
+        shot(page, "11-stopped")
+    finally:
+        if run.poll() is None:
+            os.killpg(run.pid, signal.SIGKILL)
+            run.wait()

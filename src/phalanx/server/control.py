@@ -1,20 +1,18 @@
 """Asking a running experiment to stop, without the server deciding its status itself.
 
-Only the supervisor decides an experiment's status, so the server does what ``phalanx stop`` does
-first and returns at once: it leaves a stop request where the supervisor looks for one
-(``<PHALANX_HOME>/runs/<id>/stop``) and sends the supervisor (``runs/<id>/supervisor.pid``, checked
-to still be a phalanx process) SIGTERM. The supervisor stops every replica and marks the experiment
-stopped. When no supervisor is alive any more (it was killed), nothing would ever read the request,
-so the server falls back to ``supervisor.stop_experiment``, which cancels what the engine still runs
-and marks the experiment stopped.
+Only the supervisor decides an experiment's status, so the server leaves a stop request where the
+supervisor looks for one (``<PHALANX_HOME>/runs/<id>/stop``, checked on every turn of its loop) and
+returns at once; the supervisor stops every replica and marks the experiment stopped "on request".
+(No signal is sent: the supervisor would then report "stopped by SIGTERM", which is not what
+happened.) When no supervisor is alive any more (``runs/<id>/supervisor.pid`` names no phalanx
+process: it was killed), nothing would ever read the request, so the server falls back to
+``supervisor.stop_experiment``, which cancels what the engine still runs and marks it stopped.
 """
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
-import signal
 import time
 
 from phalanx.config import Settings
@@ -35,8 +33,6 @@ def request_stop(store: Store, settings: Settings, experiment: Experiment) -> st
     os.replace(tmp, run_dir / "stop")
     pid = supervisor_pid(settings, experiment.id)
     if pid is not None:
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.kill(pid, signal.SIGTERM)
         log.info("stop of %s requested from supervisor %s", experiment.id, pid)
         return f"stop requested; its supervisor (pid {pid}) is stopping the replicas"
     status = stop_experiment(store, settings, experiment, timeout=0)

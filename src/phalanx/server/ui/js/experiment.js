@@ -125,7 +125,7 @@ function renderOverview(panel, exp) {
   if (other.length) add(topo, h("div", { class: "role-row" }, h("div", { class: "role-label" }, "other"), other.map(replicaBox)));
   if (!replicas.length) add(topo, h("p", { class: "muted" }, "No replicas recorded (a script run without phalanx run)."));
   add(panel, 
-    exp.reason ? h("div", { class: "alert bad", id: "failure-reason" }, h("b", {}, `${exp.status === "failed" ? "Failed" : "Reason"}: `), exp.reason) : null,
+    exp.reason ? h("div", { class: `alert ${exp.status === "failed" ? "bad" : "warn"}`, id: "failure-reason" }, h("b", {}, `${exp.status === "failed" ? "Failed" : "Reason"}: `), exp.reason) : null,
     h("div", { class: "overview" },
       h("div", { class: "card" }, h("h2", { style: { marginTop: 0 } }, "Topology ", h("span", { class: "muted small" }, topologyText(exp.topology))), topo,
         command ? [h("h3", {}, "Command"), h("pre", { class: "file", id: "command" }, command)] : null,
@@ -136,6 +136,14 @@ function renderOverview(panel, exp) {
   );
 }
 
+const SIGNALS = { 1: "SIGHUP", 2: "SIGINT", 6: "SIGABRT", 9: "SIGKILL", 11: "SIGSEGV", 15: "SIGTERM" };
+
+// Negative exit codes are signals (as Python's subprocess reports them).
+function exitText(code) {
+  if (code === null || code === undefined) return "—";
+  return code < 0 ? `${code} (${SIGNALS[-code] || `signal ${-code}`})` : String(code);
+}
+
 function replicaBox(r) {
   const res = fmtResources(r.resources);
   return h("div", { class: `replica ${r.state}`, "data-replica": r.name },
@@ -144,7 +152,7 @@ function replicaBox(r) {
       r.rank !== null && r.rank !== undefined ? [h("dt", {}, "rank"), h("dd", {}, r.rank)] : null,
       h("dt", {}, "host"), h("dd", {}, r.host || "—"),
       r.pid ? [h("dt", {}, "pid"), h("dd", {}, r.pid)] : null,
-      h("dt", {}, "exit"), h("dd", {}, r.exit_code === null || r.exit_code === undefined ? "—" : r.exit_code),
+      h("dt", {}, "exit"), h("dd", {}, exitText(r.exit_code)),
       res ? [h("dt", {}, "resources"), h("dd", {}, res)] : null,
     ),
     r.reason ? h("div", { class: "reason" }, r.reason) : null,
