@@ -28,7 +28,7 @@ from phalanx.domain import Event, EventKind
 from phalanx.errors import UsageError
 from phalanx.store.artifacts import ArtifactStore, safe_path
 from phalanx.store.sql.events import check_event
-from phalanx.tracking.spool import ACK_SUFFIX, SUFFIX, read_records, write_ack, writer_gone
+from phalanx.tracking.spool import ACK_SUFFIX, SUFFIX, check_columns, read_records, write_ack, writer_gone
 
 if TYPE_CHECKING:
     from phalanx.store.sql.store import SqlStore
@@ -82,7 +82,13 @@ def record_to_event(record: Mapping[str, Any]) -> Event:
         stream=str(record.get("stream") or ""),
         seq=seq,
     )
-    check_event(event)  # malformed data is refused here, never inside a store transaction
+    if kind is EventKind.SCALAR and "keys" in data:
+        try:  # columns: check their shape here; decoding them twice would cost more than storing
+            check_columns(data)
+        except (KeyError, TypeError, ValueError) as exc:
+            raise UsageError(f"malformed scalar columns: {exc}") from None
+    else:
+        check_event(event)  # malformed data is refused here, never inside a store transaction
     return event
 
 
@@ -184,7 +190,12 @@ class Ingester:
                     continue  # another ingester stored this batch and removed its files
                 for src in missing:
                     log.warning("%s: file %s named by a record is missing; stored without it", path, src)
-            n = self.store.ingest_batch(stream, start, end, last_seq, events)
+            try:
+                n = self.store.ingest_batch(stream, start, end, last_seq, events)
+            except UsageError as exc:  # a record whose shape passed but whose content did not
+                log.warning("%s: %s; storing the batch without the malformed events", path, exc)
+                events = [ev for ev in events if _valid(ev)]
+                n = self.store.ingest_batch(stream, start, end, last_seq, events)
             if n is None:  # another ingester moved the position: reread it
                 self._positions[stream] = self.store.ingest_position(stream)[0]
                 continue
@@ -240,6 +251,14 @@ class Ingester:
             except FileNotFoundError:
                 missing.append(src)
         return missing
+
+
+def _valid(event: Event) -> bool:
+    try:
+        check_event(event)
+    except UsageError:
+        return False
+    return True
 
 
 def _remove(path: Path) -> None:

@@ -80,7 +80,7 @@ def encode_points(points: Sequence[tuple[str, str, int, float, float]]) -> dict[
 
 def decode_points(
     data: Mapping[str, Any],
-) -> tuple[list[tuple[str, str]], list[int] | None, list[int], list[float], list[float]]:
+) -> tuple[list[tuple[str, str]], Sequence[int] | None, Sequence[int], Sequence[float], Sequence[float]]:
     """The columns of ``encode_points``: (keys, key index per point or None, steps, values, times).
     ValueError when they are malformed."""
     n = int(data["n"])
@@ -100,14 +100,33 @@ def _b64(values: array[Any]) -> str:
     return base64.b64encode(values.tobytes()).decode("ascii")
 
 
-def _unb64(code: str, text: str, n: int) -> list[Any]:
+def _unb64(code: str, text: str, n: int) -> array[Any]:
     values = array(code)
     values.frombytes(base64.b64decode(text))
     if sys.byteorder == "big":
         values.byteswap()
     if len(values) != n:
         raise ValueError(f"scalar columns: expected {n} values, got {len(values)}")
-    return values.tolist()
+    return values  # iterated straight into the database: no list of a million floats in between
+
+
+def check_columns(data: Mapping[str, Any]) -> None:
+    """Cheap shape check of ``encode_points`` data without decoding it (ValueError if wrong)."""
+    n = data["n"]
+    if not isinstance(n, int) or n < 0:
+        raise ValueError("scalar columns: 'n' must be a count")
+    keys = data["keys"]
+    if not isinstance(keys, list) or not keys or not all(isinstance(k, list) and len(k) == 2 for k in keys):
+        raise ValueError("scalar columns: 'keys' must list [title, series] pairs")
+    sizes = {"step": 8, "value": 8, "time": 8, "k": 4}
+    for column, width in sizes.items():
+        if column == "k" and column not in data:
+            if len(keys) != 1:
+                raise ValueError("scalar columns: 'k' is needed with several keys")
+            continue
+        text = data[column]
+        if not isinstance(text, str) or len(text) != 4 * ((n * width + 2) // 3):
+            raise ValueError(f"scalar columns: {column!r} does not hold {n} values")
 
 
 def encode(record: Mapping[str, Any]) -> bytes:

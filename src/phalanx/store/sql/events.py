@@ -11,9 +11,9 @@ from __future__ import annotations
 import json
 import time as _time
 from collections import defaultdict
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from itertools import repeat
+from itertools import chain, repeat
 from typing import Any
 
 from sqlalchemy import Connection, delete, func, insert, select, update
@@ -297,14 +297,15 @@ def insert_scalars(conn: Connection, blocks: Sequence[ScalarBlock]) -> None:
 def _insert_blocks(
     conn: Connection, blocks: Sequence[ScalarBlock], ids: dict[tuple[str, str, str], int]
 ) -> None:
-    rows: list[tuple[Any, ...]] = []
-    for b in blocks:
+
+    def block_rows(b: ScalarBlock) -> Iterator[tuple[Any, ...]]:
         sids = [ids[(b.experiment_id, t, s)] for t, s in b.keys]
         n = len(b.steps)
         column = repeat(sids[0], n) if b.idx is None else map(sids.__getitem__, b.idx)
-        rows.extend(
-            zip(column, b.steps, b.values, b.times, repeat(b.replica, n), repeat(b.rank, n), strict=True)
-        )
+        return zip(column, b.steps, b.values, b.times, repeat(b.replica, n), repeat(b.rank, n), strict=True)
+
+    # a lazy stream of rows: the driver consumes each tuple before the next (zip then reuses it)
+    rows = chain.from_iterable(block_rows(b) for b in blocks)
     raw = conn.connection.driver_connection
     assert raw is not None
     if conn.dialect.name == "postgresql":
