@@ -69,28 +69,28 @@ class KubeAPI(Protocol):
 class ClientAPI:
     """KubeAPI over the official client; ``context`` picks a kubeconfig context (None: current)."""
 
-    def __init__(self, context: str | None = None) -> None:
-        try:
-            from kubernetes import client, config
-        except ImportError as exc:  # pragma: no cover - kubernetes is a dependency
-            from phalanx.errors import BackendUnavailable
-
-            raise BackendUnavailable("the kubernetes package is not installed") from exc
+    def __init__(self, context: str | None = None, kubeconfig: str | None = None) -> None:
         from phalanx.errors import BackendUnavailable
 
         try:
-            config.load_kube_config(context=context)
-        except Exception:
+            from kubernetes import client, config
+        except ImportError as exc:  # pragma: no cover - kubernetes is a dependency
+            raise BackendUnavailable("the kubernetes package is not installed") from exc
+        try:
+            # a client of its own (not the module-wide default), so two clusters can coexist
+            api = config.new_client_from_config(config_file=kubeconfig, context=context)
+        except Exception as kube_error:
             try:
                 config.load_incluster_config()
-            except Exception as exc:
+            except Exception:
                 raise BackendUnavailable(
-                    f"no Kubernetes configuration found (kubeconfig context {context or 'current'}): {exc}"
-                ) from exc
+                    f"no Kubernetes configuration for context {context or '(current)'}: {kube_error}"
+                ) from kube_error
+            api = client.ApiClient()
         self._client = client
-        self.api = client.ApiClient()
-        self.core = client.CoreV1Api(self.api)
-        self.custom = client.CustomObjectsApi(self.api)
+        self.api = api
+        self.core = client.CoreV1Api(api)
+        self.custom = client.CustomObjectsApi(api)
 
     def _plain(self, obj: Any) -> dict[str, Any]:
         out: dict[str, Any] = self.api.sanitize_for_serialization(obj)

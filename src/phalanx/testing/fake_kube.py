@@ -192,6 +192,24 @@ class FakeKubernetesAPI:
                 return
 
     # -- the kubelet and the operators, played by the test ------------------------------------
+    @staticmethod
+    def _container_status(
+        pod: dict[str, Any], state: dict[str, Any], ready: bool = False
+    ) -> list[dict[str, Any]]:
+        """What a kubelet reports for the pod's first container (every field the API guarantees)."""
+        c = pod["spec"]["containers"][0]
+        return [
+            {
+                "name": c["name"],
+                "image": c.get("image", ""),
+                "imageID": f"docker.io/library/{c.get('image', '')}@sha256:{'0' * 64}",
+                "ready": ready,
+                "restartCount": 0,
+                "started": "running" in state,
+                "state": state,
+            }
+        ]
+
     def start(self, name: str, namespace: str = "default", node: str = "node-1") -> None:
         """The pod is scheduled and its container runs."""
         with self._cond:
@@ -200,7 +218,7 @@ class FakeKubernetesAPI:
             pod["status"] = {
                 "phase": "Running",
                 "startTime": _now(),
-                "containerStatuses": [{"name": "replica", "state": {"running": {"startedAt": _now()}}}],
+                "containerStatuses": self._container_status(pod, {"running": {"startedAt": _now()}}, True),
             }
             self._bump(pod)
             self._event("Pod", "MODIFIED", pod)
@@ -230,17 +248,13 @@ class FakeKubernetesAPI:
             self._bump(pod)
             self._event("Pod", "MODIFIED", pod)
 
-    @staticmethod
-    def _terminate(pod: dict[str, Any], code: int, reason: str, pod_reason: str | None = None) -> None:
+    @classmethod
+    def _terminate(cls, pod: dict[str, Any], code: int, reason: str, pod_reason: str | None = None) -> None:
         pod["status"]["phase"] = "Succeeded" if code == 0 else "Failed"
         if pod_reason:
             pod["status"]["reason"] = pod_reason
-        pod["status"]["containerStatuses"] = [
-            {
-                "name": "replica",
-                "state": {"terminated": {"exitCode": code, "reason": reason, "finishedAt": _now()}},
-            }
-        ]
+        terminated = {"exitCode": code, "reason": reason, "startedAt": _now(), "finishedAt": _now()}
+        pod["status"]["containerStatuses"] = cls._container_status(pod, {"terminated": terminated})
 
     def set_condition(
         self, kind: str, name: str, type_: str, namespace: str = "default", message: str = ""
