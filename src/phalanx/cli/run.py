@@ -168,9 +168,13 @@ def run(
 
     Exit status: 0 succeeded, 1 failed, 130 stopped, 2 invalid file or request.
     """
+    import faulthandler
+    import signal
+
     from phalanx.config import Settings
     from phalanx.errors import UsageError
 
+    faulthandler.register(signal.SIGUSR1, all_threads=True)  # `kill -USR1 PID`: where is it stuck?
     settings = Settings()
     if experiment_id is not None:
         _check_id(experiment_id)

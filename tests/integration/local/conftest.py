@@ -102,9 +102,24 @@ class Phalanx:
         return path
 
     def run(self, *args: str, timeout: float = 180) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            [*PHALANX, *args], env=self.env, capture_output=True, text=True, timeout=timeout, cwd=self.tmp
+        """Run the CLI to its end; past ``timeout``, fail with its threads' stacks (SIGUSR1)."""
+        proc = subprocess.Popen(
+            [*PHALANX, *args],
+            env=self.env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            cwd=self.tmp,
         )
+        try:
+            out, err = proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            proc.send_signal(signal.SIGUSR1)  # `phalanx run` dumps every thread's stack on it
+            time.sleep(2)
+            proc.kill()
+            out, err = proc.communicate()
+            raise AssertionError(f"phalanx {' '.join(args)} hung; stderr:\n{err[-6000:]}") from None
+        return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
 
     def start(self, *args: str) -> subprocess.Popen[str]:
         proc = subprocess.Popen(
