@@ -401,7 +401,8 @@ class Supervisor:
     def _install_signals(self) -> dict[int, Any]:
         previous: dict[int, Any] = {}
         if self.handle_signals and threading.current_thread() is threading.main_thread():
-            for sig in (signal.SIGINT, signal.SIGTERM):
+            # SIGHUP too: a closed terminal stops the experiment cleanly instead of orphaning its row
+            for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
                 previous[sig] = signal.signal(sig, self._on_signal)
         return previous
 
