@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import time
 
 import pytest
@@ -228,3 +229,15 @@ def test_a_100k_point_series_reads_back_in_one_query(store: SqlStore) -> None:
     elapsed = time.perf_counter() - started
     assert len(series.steps) == 100_000 and series.steps == sorted(series.steps)
     assert elapsed < 5.0  # a sanity bound only; bench/tracking.py measures it
+
+
+def test_nan_and_infinite_values_survive_the_round_trip(store: SqlStore) -> None:
+    exp = store.create_experiment(name="a", project="p").id
+    points = [
+        ["loss", "w", 0, float("nan"), 1.0],
+        ["loss", "w", 1, float("inf"), 1.0],
+        ["loss", "w", 2, 0.5, 1.0],
+    ]
+    store.write_events([Event(exp, EventKind.SCALAR, {"points": points}, stream="s", seq=0)])
+    values = store.metrics(exp)["loss"]["w"].values
+    assert math.isnan(values[0]) and values[1:] == [float("inf"), 0.5]

@@ -80,7 +80,7 @@ class ScalarRow(Base):
     id: Mapped[int] = mapped_column(BIG_ID, primary_key=True, autoincrement=True)
     series_id: Mapped[int] = mapped_column(Integer)
     step: Mapped[int] = mapped_column(BigInteger)
-    value: Mapped[float] = mapped_column(Float)
+    value: Mapped[float | None] = mapped_column(Float)  # NULL: NaN, which SQLite cannot store
     time: Mapped[float] = mapped_column(Float)
     replica: Mapped[str] = mapped_column(String(64))
     rank: Mapped[int | None] = mapped_column(Integer)

@@ -6,6 +6,7 @@ package; callers get the domain dataclasses of ``phalanx.domain`` and ``phalanx.
 
 from __future__ import annotations
 
+import math
 import re
 import time
 import uuid
@@ -362,10 +363,11 @@ class SqlStore:
                     cur.close()
                     if not rows:
                         continue
+                    values = list(map(_second, rows))
+                    if None in values:  # a NaN went in (SQLite keeps it as NULL)
+                        values = [math.nan if v is None else v for v in values]
                     series_ = Series(
-                        steps=list(map(_first, rows)),
-                        values=list(map(_second, rows)),
-                        times=list(map(_third, rows)),
+                        steps=list(map(_first, rows)), values=values, times=list(map(_third, rows))
                     )
                 out.setdefault(t, {})[s] = series_
         return out
