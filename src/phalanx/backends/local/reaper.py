@@ -29,7 +29,8 @@ from phalanx import limits
 
 PR_SET_PDEATHSIG = 1
 PR_SET_CHILD_SUBREAPER = 36
-WATCH_INTERVAL = 0.25
+WATCH_INTERVAL = 0.25  # seconds between two looks at the replica's memory
+MAX_LINE = 1 << 20  # bytes of an unterminated line kept before it is written as a line
 
 
 def _prctl(option: int, value: int) -> None:
@@ -117,6 +118,9 @@ class Reaper:
                 continue
             lines = data.split(b"\n")
             self.buffers[fd] = lines.pop()
+            if len(self.buffers[fd]) > MAX_LINE:  # a line without end (progress bars): cut it
+                lines.append(self.buffers[fd])
+                self.buffers[fd] = b""
             if lines:
                 prefix = self._prefix(key.data)
                 log.write(b"".join(prefix + line + b"\n" for line in lines))
