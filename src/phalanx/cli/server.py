@@ -73,5 +73,5 @@ def server(
 
     api = create_app(ServerSettings(store=settings, host=host, port=port, token=token))
     shown = f"[{host}]" if ":" in host else host
-    typer.echo(f"Phalanx server on http://{shown}:{port}/ (API: /api/v1, docs: /api/v1/docs)", err=True)
+    typer.echo(f"Phalanx server on http://{shown}:{port}/ (API: /api/v1/openapi.json)", err=True)
     uvicorn.run(api, host=host, port=port, log_level=log_level, access_log=False)

@@ -53,7 +53,7 @@ def create_app(settings: ServerSettings, store: Store | None = None) -> FastAPI:
         version=__version__,
         description="Run and track distributed deep-learning experiments.",
         openapi_url=f"{API}/openapi.json",
-        docs_url=f"{API}/docs",
+        docs_url=None,  # Swagger UI loads its assets from a CDN; these machines have no internet
         redoc_url=None,
     )
     app.state.settings = settings

@@ -57,7 +57,7 @@ class TokenAuthMiddleware(BaseHTTPMiddleware):
         path = request.url.path
         if is_public(path) or check_credentials(request, self.token):
             return await call_next(request)
-        if path.startswith("/api/") or path in ("/openapi.json", "/docs", "/redoc"):
+        if path.startswith("/api/"):
             return JSONResponse(
                 {
                     "error": "unauthorized",
