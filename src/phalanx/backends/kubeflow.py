@@ -281,6 +281,9 @@ class KubeflowBackend:
     """Creates and follows one training-operator job; ``api`` defaults to the official client."""
 
     name = "kubeflow"
+    # The operator restarts failed pods itself (runPolicy.backoffLimit = max_restarts); a supervisor
+    # that honours this flag must not restart the group on top of it.
+    restarts_itself = True
 
     def __init__(
         self, settings: Settings | None = None, cluster: Cluster | None = None, api: KubeAPI | None = None
@@ -308,6 +311,16 @@ class KubeflowBackend:
     def submit(self, dry_run: DryRun) -> str:
         job = copy.deepcopy(dry_run.native[0])
         ns = job["metadata"]["namespace"]
+        if self.api.get(ns, job["kind"], job["metadata"]["name"]) is not None:
+            # a job of the same experiment is still there (a resubmit): it goes first
+            self.api.delete(ns, job["kind"], job["metadata"]["name"])
+            deadline = time.monotonic() + 120
+            while self.api.get(ns, job["kind"], job["metadata"]["name"]) is not None:
+                if time.monotonic() > deadline:
+                    raise BackendUnavailable(
+                        f"{job['kind']} {job['metadata']['name']} is still being deleted"
+                    )
+                time.sleep(0.5)
         try:
             self.api.create(ns, job)
         except KubeError as exc:

@@ -253,6 +253,7 @@ class KubernetesBackend:
         objects = copy.deepcopy(list(dry_run.native))
         owner, rest = objects[0], objects[1:]
         ns = owner["metadata"]["namespace"]
+        self._clear_previous_attempt(ns, dry_run.context.experiment_id)
         try:
             created = self.api.create(ns, owner)
         except KubeError as exc:
@@ -268,6 +269,19 @@ class KubernetesBackend:
                 f"creating {obj['kind']} {obj['metadata']['name']} failed: {exc}"
             ) from exc
         return f"{ns}/{dry_run.context.experiment_id}"
+
+    def _clear_previous_attempt(self, ns: str, exp: str, timeout: float = 120.0) -> None:
+        """A restart reuses the names: delete what the last attempt left and wait until it is gone."""
+        if self.api.get(ns, "ConfigMap", prefix(exp)) is None and not self.api.list_pods(
+            ns, selector(labels(exp))
+        ):
+            return
+        self.api.delete(ns, "ConfigMap", prefix(exp))
+        deadline = time.monotonic() + timeout
+        while self.api.list_pods(ns, selector(labels(exp))) or self.api.get(ns, "ConfigMap", prefix(exp)):
+            if time.monotonic() > deadline:
+                raise BackendUnavailable(f"the previous attempt's pods of {exp} are still being deleted")
+            time.sleep(0.5)
 
     @staticmethod
     def _split(handle: str) -> tuple[str, str]:

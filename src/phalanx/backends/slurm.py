@@ -130,6 +130,7 @@ class SlurmBackend:
     # -- submit ---------------------------------------------------------------------------------
     def submit(self, dry_run: DryRun) -> str:
         run_dir = self.run_dir(dry_run.context.experiment_id)
+        self._archive_previous_attempt(run_dir)
         (run_dir / "logs").mkdir(parents=True, exist_ok=True)
         (run_dir / "state").mkdir(parents=True, exist_ok=True)
         script = run_dir / "job.sbatch"
@@ -142,6 +143,20 @@ class SlurmBackend:
             raise BackendUnavailable(f"sbatch answered {out!r}, not a job id")
         log.info("submitted %s as Slurm job %s", dry_run.context.experiment_id, job_id)
         return f"{job_id}:{run_dir}"
+
+    @staticmethod
+    def _archive_previous_attempt(run_dir: Path) -> None:
+        """A restart (max_restarts) submits again into the same folder: move the last attempt's logs
+        and state under attempts/<n>/, so this attempt starts clean and nothing is read twice."""
+        leftovers = [run_dir / n for n in ("logs", "state", "cancelled", "tasks") if (run_dir / n).exists()]
+        if not leftovers:
+            return
+        attempts = run_dir / "attempts"
+        attempts.mkdir(exist_ok=True)
+        target = attempts / str(len(list(attempts.iterdir())))
+        target.mkdir()
+        for path in leftovers:
+            path.rename(target / path.name)
 
     @staticmethod
     def _split(handle: str) -> tuple[str, Path]:

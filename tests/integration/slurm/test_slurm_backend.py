@@ -162,3 +162,26 @@ def test_cancel_stops_the_job_and_is_idempotent(
     assert status.status is ExperimentStatus.STOPPED
     assert [r.state for r in status.replicas] == [ReplicaState.STOPPED]
     assert slurm_cluster.wait_queue_empty() == []
+
+
+def test_a_restart_runs_the_group_again_with_a_clean_slate(
+    slurm_cluster: LocalSlurm, phalanx_home: Path, tmp_path: Path
+) -> None:
+    from phalanx import supervisor
+    from phalanx.store import open_store
+
+    settings = Settings()
+    add_cluster(slurm_cluster.cluster(), phalanx_home)
+    first_fails = "if [ -f attempted ]; then echo second attempt; else touch attempted; exit 3; fi"
+    spec = ExperimentSpec(version=1, kind="experiment", command=(first_fails,), max_restarts=1)
+    outcome = supervisor.launch(
+        spec,
+        settings=settings,
+        store=open_store(settings),
+        cluster=slurm_cluster.name,
+        workdir=tmp_path,
+        handle_signals=False,
+    )
+    assert (outcome.status, outcome.restarts) == (ExperimentStatus.SUCCEEDED, 1), outcome.reason
+    attempts = settings.runs_dir / outcome.experiment_id / "slurm" / "attempts"
+    assert (attempts / "0" / "state" / "master.exit").read_text().strip() == "3"

@@ -151,3 +151,7 @@ def test_conditions_map_to_states_and_pods_to_replicas() -> None:
 
 def test_every_condition_the_operator_sets_is_mapped() -> None:
     assert set(JOB_CONDITIONS) >= {"Created", "Running", "Restarting", "Succeeded", "Failed"}
+
+
+def test_the_operator_restarts_so_the_supervisor_must_not() -> None:
+    assert KubeflowBackend.restarts_itself is True

@@ -242,3 +242,16 @@ def test_pod_status_of_a_vanished_pod_is_stopped() -> None:
 def test_unknown_pod_phase_is_unknown() -> None:
     pod = {"metadata": {}, "status": {"phase": "Weird"}}
     assert pod_status("master", pod).state is ReplicaState.UNKNOWN
+
+
+def test_a_restart_resubmits_under_the_same_names_after_the_last_attempt_is_gone() -> None:
+    api = FakeKubernetesAPI()
+    b, handle = submitted(api)
+    api.start(f"{POD}-worker-0", NS)
+    api.finish(f"{POD}-worker-0", 1, NS)
+    assert b.describe(handle).status is ExperimentStatus.FAILED  # type: ignore[union-attr]
+    again = b.submit(b.dry_run(plan(workers=1), context()))  # what the supervisor does on a restart
+    assert again == handle
+    job = b.describe(again)
+    assert job.status is ExperimentStatus.STARTING  # type: ignore[union-attr]
+    assert {r.state for r in job.replicas} == {ReplicaState.PENDING}  # type: ignore[union-attr]
