@@ -144,6 +144,9 @@ class Ingester:
                 total += self._ingest_file(path)
             except FileNotFoundError:
                 continue  # removed meanwhile (experiment deleted)
+            except Exception:  # one stream's trouble must not hold up every other stream
+                log.exception("%s: ingest failed; will retry", path)
+                self._positions.pop(path.stem, None)
         return total
 
     def pending(self) -> bool:

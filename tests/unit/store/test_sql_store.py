@@ -241,3 +241,12 @@ def test_nan_and_infinite_values_survive_the_round_trip(store: SqlStore) -> None
     store.write_events([Event(exp, EventKind.SCALAR, {"points": points}, stream="s", seq=0)])
     values = store.metrics(exp)["loss"]["w"].values
     assert math.isnan(values[0]) and values[1:] == [float("inf"), 0.5]
+
+
+def test_text_postgresql_would_refuse_is_cleaned_or_refused_alone(store: SqlStore) -> None:
+    exp = store.create_experiment(name="a", project="p").id
+    store.write_events([Event(exp, EventKind.LOG, {"lines": ["bin\x00ary"]}, stream="s", seq=0)])
+    assert store.logs(exp)[0].text == "bin\ufffdary"
+    with pytest.raises(UsageError, match="longer than 255"):
+        store.write_events([Event(exp, EventKind.PARAM, {"values": {"k" * 300: 1}}, stream="s", seq=1)])
+    assert store.params(exp) == []

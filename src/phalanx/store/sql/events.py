@@ -120,7 +120,10 @@ def _collect_one(batch: Batch, ev: Event) -> None:
     kind = EventKind(ev.kind)
     d = ev.data
     if kind is EventKind.SCALAR:
-        batch.scalars.append(scalar_block(ev))
+        block = scalar_block(ev)
+        for title, series in block.keys:
+            name(title), name(series)
+        batch.scalars.append(block)
     elif kind is EventKind.PARAM:
         batch.params.extend(_param_rows(ev))
     elif kind is EventKind.TEXT:
@@ -128,8 +131,8 @@ def _collect_one(batch: Batch, ev: Event) -> None:
         batch.texts.append(
             {
                 "experiment_id": ev.experiment_id,
-                "title": str(d.get("title", "")),
-                "text": str(d.get("text", "")),
+                "title": name(d.get("title", "")),
+                "text": clean(d.get("text", "")),
                 "step": None if step is None else int(step),
                 "replica": ev.replica,
                 "rank": ev.rank,
@@ -139,12 +142,12 @@ def _collect_one(batch: Batch, ev: Event) -> None:
     elif kind is EventKind.LOG:
         stream = str(d.get("stream", "stdout"))
         for line in _log_lines(d):
-            batch.logs[(ev.experiment_id, ev.replica)].append((line, stream, ev.time))
+            batch.logs[(ev.experiment_id, ev.replica)].append((clean(line), stream, ev.time))
     elif kind is EventKind.ARTIFACT:
         batch.artifacts.append(
             {
                 "experiment_id": ev.experiment_id,
-                "name": str(d["name"]),
+                "name": name(d["name"]),
                 "kind": str(d.get("kind", "file")),
                 "path": str(d["path"]),
                 "size": int(d.get("size", 0)),
@@ -159,7 +162,7 @@ def _collect_one(batch: Batch, ev: Event) -> None:
         batch.models.append(
             {
                 "experiment_id": ev.experiment_id,
-                "name": str(d["name"]),
+                "name": name(d["name"]),
                 "format": str(d.get("format", "")),
                 "path": str(d["path"]),
                 "size": int(d.get("size", 0)),
@@ -230,13 +233,13 @@ def scalar_block(ev: Event) -> ScalarBlock:
 
 def _param_rows(ev: Event) -> list[dict[str, Any]]:
     d = ev.data
-    section = str(d.get("section") or "General")
+    section = name(d.get("section") or "General")
     values: Mapping[str, Any] = d["values"] if "values" in d else {str(d["key"]): d.get("value")}
     return [
         {
             "experiment_id": ev.experiment_id,
             "section": section,
-            "key": str(k),
+            "key": name(k),
             "value": _jsonable(v),
             "replica": ev.replica,
             "rank": ev.rank,
@@ -252,6 +255,23 @@ def _jsonable(value: Any) -> Any:
         return value
     except (TypeError, ValueError):
         return str(value)
+
+
+def name(value: Any, limit: int = 255) -> str:
+    """A title, series, key, section or artifact name as stored: UsageError if PostgreSQL would
+    refuse it (too long, a NUL), so one bad name is refused alone instead of failing its batch."""
+    text = str(value)
+    if len(text) > limit:
+        raise UsageError(f"name {text[:40]!r}... is longer than {limit} characters")
+    if "\x00" in text:
+        raise UsageError(f"name {text!r} contains a NUL character")
+    return text
+
+
+def clean(value: Any) -> str:
+    """Free text (console lines, report_text) as stored: NUL (which PostgreSQL refuses) replaced."""
+    text = str(value)
+    return text.replace("\x00", "\ufffd") if "\x00" in text else text
 
 
 def _log_lines(d: Mapping[str, Any]) -> list[str]:
