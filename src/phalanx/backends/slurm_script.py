@@ -242,8 +242,8 @@ def render(
         f"# Phalanx experiment {experiment_id} ({plan.name}): {len(plan.replicas)} replica(s) as {shape}.",
         "# Each replica's processes are Slurm tasks; one failing stops them all (--kill-on-bad-exit).",
         f"#SBATCH --job-name=phalanx-{experiment_id}",
-        f"#SBATCH --chdir={workdir}",
-        f"#SBATCH --output={run_dir}/slurm-%j.out",
+        f"#SBATCH --chdir={_sbatch_value(workdir)}",
+        f"#SBATCH --output={_sbatch_value(f'{run_dir}/slurm-%j.out')}",
     ]
     if partition:
         lines.append(f"#SBATCH --partition={partition}")
@@ -289,6 +289,13 @@ def render(
     srun += ["/bin/bash", '"$PHALANX_RUN_DIR/task.sh"']
     lines += [" ".join(srun), "exit $?", ""]
     return "\n".join(lines)
+
+
+def _sbatch_value(value: str) -> str:
+    """#SBATCH lines are split on blanks; sbatch honours double quotes around a value."""
+    if '"' in value or "\n" in value:
+        raise SpecError(f"{value!r}: a path for Slurm cannot contain double quotes or newlines")
+    return f'"{value}"' if any(c.isspace() for c in value) else value
 
 
 def _path_value(value: str) -> str:

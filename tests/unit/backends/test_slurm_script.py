@@ -147,3 +147,13 @@ def test_slurm_job_states_map_through_one_table(native: str, status: ExperimentS
 
 def test_every_mapped_slurm_state_is_a_real_state_name() -> None:
     assert all(re.fullmatch(r"[A-Z_]+", k) for k in JOB_STATES)
+
+
+def test_folders_with_blanks_are_quoted_for_sbatch() -> None:
+    from phalanx.backends.base import LaunchContext
+
+    backend = SlurmBackend(Cluster(name="c", kind="slurm", shared_dir="/shared/my runs"), Settings(home="/h"))
+    ctx = LaunchContext("0123456789ab", "/home/u/my exp", "/usr/bin/python3", {})
+    opts = sbatch(backend.dry_run(plan(workers=0), ctx).native)
+    assert '--chdir="/home/u/my exp"' in opts
+    assert '--output="/shared/my runs/0123456789ab/slurm-%j.out"' in opts
