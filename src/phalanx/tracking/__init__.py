@@ -8,11 +8,23 @@ Standard library only, so it imports inside any replica's environment::
     task.upload_artifact("temp 00", artifact_object={"worker_rank": 0})
     task.connect({"worker_0_stuff": "some stuff"})
 
-See docs/tracking.md.
+``Task`` is loaded on first use: importing ``phalanx.tracking.spool`` (as ingest and the supervisor
+do) does not install the SDK's argparse recording. See docs/tracking.md.
 """
 
 from __future__ import annotations
 
-from phalanx.tracking.task import Logger, Task, log_metrics
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from phalanx.tracking.task import Logger, Task, log_metrics
 
 __all__ = ["Logger", "Task", "log_metrics"]
+
+
+def __getattr__(name: str) -> Any:
+    if name in __all__:
+        from phalanx.tracking import task
+
+        return getattr(task, name)
+    raise AttributeError(f"module 'phalanx.tracking' has no attribute {name!r}")
