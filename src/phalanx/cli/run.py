@@ -201,7 +201,11 @@ def run(
         else:
             typer.echo(supervisor.render_dry_run(prepared))
         return
-    prepared = supervisor.prepare(spec, settings=settings, **options)
+    try:  # may build the experiment's venv first, which takes a while
+        prepared = supervisor.prepare(spec, settings=settings, **options)
+    except KeyboardInterrupt:
+        sys.stderr.write("phalanx: interrupted before anything started\n")
+        raise typer.Exit(130) from None
     from phalanx.store import open_store
 
     def store() -> Any:  # opened once the replicas are starting (see Supervisor.run)
