@@ -70,3 +70,12 @@ def test_an_unknown_title_is_404(client: TestClient, store: Store) -> None:
     e = fill.experiment(store)
     r = client.get(f"/api/v1/experiments/{e.id}/metrics/nope")
     assert r.status_code == 404 and "nope" in r.json()["message"]
+
+
+def test_a_zoomed_range_comes_back_in_full_detail(client: TestClient, store: Store) -> None:
+    e = fill.experiment(store)
+    fill.scalars(store, e.id, "loss", "a", [float(i) for i in range(50_000)])
+    params: dict[str, str | int] = {"max_points": 1000, "x_min": 20_000, "x_max": 20_499}
+    s = client.get(f"/api/v1/experiments/{e.id}/metrics/loss", params=params).json()["series"]["a"]
+    assert s["steps"] == list(range(20_000, 20_500))
+    assert s["count"] == 50_000

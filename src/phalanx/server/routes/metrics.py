@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import Annotated, Literal
 
 from fastapi import APIRouter, Query
@@ -33,34 +34,44 @@ def metric(
     ] = None,
     x: Annotated[Literal["step", "time"], Query(description="the axis buckets are taken along")] = "step",
     series: Annotated[str | None, Query(max_length=500, description="only this series")] = None,
+    x_min: Annotated[float | None, Query(description="only points with x >= this (a zoomed view)")] = None,
+    x_max: Annotated[float | None, Query(description="only points with x <= this")] = None,
 ) -> MetricOut:
     """One title's series. With ``max_points``, each longer series keeps the min and max of every
-    bucket (so spikes stay visible) plus its first and last point; shorter series come back exact."""
+    bucket (so spikes stay visible) plus its first and last point; shorter series come back exact.
+    ``x_min``/``x_max`` (along ``x``) restrict it to a zoomed range first, so zooming in shows every
+    point again once few enough are in view."""
     e = experiment_of(store, experiment_id)
     found = store.metrics(e.id, title=title, series=series).get(title)
     if not found:
         raise NotFound(f"experiment {e.id} has no scalar titled {title!r}")
+    window = (x_min, x_max)
     return MetricOut(
-        title=title, x=x, series={name: _series_out(s, max_points, x) for name, s in found.items()}
+        title=title, x=x, series={name: _series_out(s, max_points, x, window) for name, s in found.items()}
     )
 
 
-def _series_out(s: Series, max_points: int | None, x: str) -> SeriesOut:
+def _series_out(
+    s: Series, max_points: int | None, x: str, window: tuple[float | None, float | None] = (None, None)
+) -> SeriesOut:
     n = len(s.values)
     times = list(s.times) if len(s.times) == n else []
-    idx: list[int]
-    if max_points is None or n <= max_points:
-        idx = list(range(n))
-    elif x == "time" and times:
+    axis: list[float] | list[int] = times if x == "time" and times else s.steps
+    order = list(range(n))
+    if axis is times:
         # Points come in step order and wall time normally agrees; bucket in time order regardless.
-        order = sorted(range(n), key=lambda i: times[i])
-        idx = [order[i] for i in downsample_indices([s.values[i] for i in order], max_points)]
-    else:
-        idx = downsample_indices(s.values, max_points)
+        order.sort(key=lambda i: times[i])
+    lo, hi = window
+    if lo is not None or hi is not None:
+        lo = -math.inf if lo is None else lo
+        hi = math.inf if hi is None else hi
+        order = [i for i in order if lo <= axis[i] <= hi]
+    if max_points is not None and len(order) > max_points:
+        order = [order[k] for k in downsample_indices([s.values[i] for i in order], max_points)]
     return SeriesOut(
-        steps=[s.steps[i] for i in idx],
-        values=[finite_or_none(s.values[i]) for i in idx],
-        times=[times[i] for i in idx] if times else [],
+        steps=[s.steps[i] for i in order],
+        values=[finite_or_none(s.values[i]) for i in order],
+        times=[times[i] for i in order] if times else [],
         count=n,
-        downsampled=len(idx) < n,
+        downsampled=len(order) < n,
     )

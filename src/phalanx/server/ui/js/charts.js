@@ -38,9 +38,15 @@ export function align(lines) {
 }
 
 // A chart card: title, note, uPlot canvas. update() redraws with new lines or options.
+// detail(min, max), if given, returns (a promise of) the same lines restricted to an x range: after a
+// drag-zoom the chart asks for it, so zooming into a downsampled series shows its real points.
+// Double-click goes back to the whole series.
 export class ScalarChart {
-  constructor(parent, title) {
+  constructor(parent, title, detail = null) {
     this.title = title;
+    this.detail = detail;
+    this.request = 0;
+    this.full = null;
     this.plot = null;
     this.body = h("div", { class: "chart-body" });
     this.note = h("div", { class: "note" });
@@ -55,14 +61,22 @@ export class ScalarChart {
   width() { return Math.max(300, this.card.clientWidth - 24); }
 
   // lines: [{label, xs, ys, count, downsampled, color?}]; opts: {xMode, log, smoothing}
-  update(lines, opts) {
-    const { xMode = "step", log = false, smoothing = 0 } = opts || {};
-    const prepared = lines.map((l) => {
+  prepare(lines, opts) {
+    const { log = false, smoothing = 0 } = opts || {};
+    return lines.map((l) => {
       let ys = smooth(l.ys, smoothing);
       if (log) ys = ys.map((v) => (v !== null && v > 0 ? v : null));
       return { ...l, ys };
     });
+  }
+
+  update(lines, opts) {
+    const { xMode = "step", log = false } = opts || {};
+    this.opts = opts;
+    this.request++;
+    const prepared = this.prepare(lines, opts);
     const data = align(prepared);
+    this.full = data;
     const xs0 = data[0].length ? data[0][0] : 0;
     const single = data[0].length === 1;
     const pad = xMode === "step" ? 1 : 60;
@@ -71,6 +85,7 @@ export class ScalarChart {
     this.note.textContent = `${lines.length} series · ${total.toLocaleString()} points` +
       (shown < total ? ` (showing ${shown.toLocaleString()}, peaks kept)` : "") +
       " · drag to zoom, double-click to reset";
+    this.fullNote = this.note.textContent;
     if (this.plot) { this.plot.destroy(); this.plot = null; }
     const options = {
       width: this.width(),
@@ -95,8 +110,38 @@ export class ScalarChart {
       axes: [{ grid: { stroke: "#eef0f3" } }, { grid: { stroke: "#eef0f3" }, size: 60 }],
       cursor: { drag: { x: true, y: false }, points: { size: 6 } },
       legend: { live: true },
+      hooks: { setScale: [(u, key) => { if (key === "x") this.zoomed(u.scales.x.min, u.scales.x.max); }] },
     };
     this.plot = new uPlot(options, data, this.body);
+    this.plot.over.addEventListener("dblclick", () => this.restore());
+  }
+
+  // A drag-zoom narrower than the whole series: fetch that range in full detail.
+  zoomed(min, max) {
+    const xs = this.full ? this.full[0] : [];
+    if (!this.detail || xs.length < 2 || min === null || max === null) return;
+    if (min <= xs[0] && max >= xs[xs.length - 1]) return;
+    const ticket = ++this.request;
+    clearTimeout(this.pending);
+    this.pending = setTimeout(async () => {
+      try {
+        const lines = await this.detail(min, max);
+        if (ticket !== this.request || !this.plot || !lines) return;
+        this.plot.setData(align(this.prepare(lines, this.opts)), false);
+        this.card.dataset.detail = "true";
+        const shown = lines.reduce((a, l) => a + l.xs.length, 0);
+        this.note.textContent = `zoomed: ${shown.toLocaleString()} points in view · double-click to see all`;
+      } catch { /* keep the downsampled view */ }
+    }, 200);
+  }
+
+  restore() {
+    this.request++;
+    if (this.plot && this.full && this.card.dataset.detail) {
+      delete this.card.dataset.detail;
+      this.note.textContent = this.fullNote;
+      this.plot.setData(this.full, true);
+    }
   }
 
   destroy() {

@@ -5,6 +5,7 @@ import { api } from "./api.js";
 import { MAX_POINTS, ScalarChart, chartControls, firstTime, toLine } from "./charts.js";
 import { badge, byReplica, clear, color, fmtAgo, fmtValue, h, topologyText, add } from "./util.js";
 
+const EMPTY = { steps: [], values: [], times: [], count: 0 };
 const DASHES = [undefined, [8, 4], [2, 3], [10, 3, 2, 3]];
 const STYLE_NAMES = ["solid lines", "dashed lines", "dotted lines", "dash-dot lines"];
 
@@ -45,7 +46,21 @@ export function renderCompare(root, ctx) {
       for (const c of charts) c.destroy();
       charts.length = 0;
       for (const title of [...metrics.keys()].sort()) {
-        const chart = new ScalarChart(grid, title);
+        const entries = metrics.get(title);
+        // Zoomed in: each experiment's series restricted to the visible range (in its own time).
+        const detail = async (min, max) => {
+          const parts = await Promise.all(entries.map(([e, m]) => {
+            const off = state.xMode === "relative" ? starts.get(e.id) : 0;
+            return api.metric(e.id, title, { max_points: MAX_POINTS, x: state.xMode === "step" ? "step" : "time",
+              x_min: min + off, x_max: max + off }).then((d) => [e, m, d, off]);
+          }));
+          const out = [];
+          for (const [e, m, d, off] of parts) {
+            for (const s of Object.keys(m.series).sort()) out.push(toLine(s, d.series[s] || EMPTY, state.xMode, off));
+          }
+          return out;
+        };
+        const chart = new ScalarChart(grid, title, detail);
         charts.push(chart);
         const lines = [];
         // Same series name, same colour; each experiment its own line style (solid, dashed, dotted...).

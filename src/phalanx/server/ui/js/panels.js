@@ -4,6 +4,8 @@ import { api } from "./api.js";
 import { MAX_POINTS, ScalarChart, chartControls, firstTime, toLine } from "./charts.js";
 import { byReplica, clear, fmtBytes, fmtTime, fmtValue, h, add } from "./util.js";
 
+const EMPTY = { steps: [], values: [], times: [], count: 0 };
+
 export function renderScalars(panel, ctx, id) {
   const state = { smoothing: 0, log: false, xMode: "step" };
   const charts = new Map();
@@ -18,8 +20,19 @@ export function renderScalars(panel, ctx, id) {
     const t0 = firstTime(data.values());
     for (const [title, metric] of data) {
       let chart = charts.get(title);
-      if (!chart) { chart = new ScalarChart(grid, title); charts.set(title, chart); }
       const names = Object.keys(metric.series).sort();
+      if (!chart) {
+        // Zoomed in: the same title restricted to the visible x range, downsampled again.
+        const detail = async (min, max) => {
+          const off = state.xMode === "relative" ? firstTime(data.values()) : 0;
+          const m = await api.metric(id, title, { max_points: MAX_POINTS, x: state.xMode === "step" ? "step" : "time",
+            x_min: min + off, x_max: max + off });
+          const current = Object.keys(data.get(title).series).sort();
+          return current.map((n) => toLine(n, m.series[n] || EMPTY, state.xMode, off));
+        };
+        chart = new ScalarChart(grid, title, detail);
+        charts.set(title, chart);
+      }
       chart.update(names.map((n) => toLine(n, metric.series[n], state.xMode, t0)), state);
     }
   }
