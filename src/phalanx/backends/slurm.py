@@ -250,7 +250,7 @@ class SlurmBackend:
         out = []
         for r in replicas:
             killed = r.state is ReplicaState.FAILED and (r.exit_code or 0) > 128 and r.finished_at
-            if killed and cancelled is not None and (r.finished_at or 0) >= cancelled - 0.5:
+            if killed and cancelled is not None and (r.finished_at or 0) > cancelled:
                 r = replace(r, state=ReplicaState.STOPPED, reason="stopped by scancel")
             elif killed and first is not None and r is not first:
                 r = replace(r, state=ReplicaState.STOPPED, reason=f"stopped after {first.name} failed")

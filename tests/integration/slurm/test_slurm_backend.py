@@ -113,7 +113,9 @@ def test_a_killed_task_fails_the_experiment_and_leaves_nothing_in_the_queue(
     assert not runner.is_alive()
     outcome = result["outcome"]
     assert outcome.status is ExperimentStatus.FAILED
-    assert outcome.reason and outcome.reason.startswith("worker-0"), outcome.reason
+    assert outcome.reason and outcome.reason.startswith("worker-0 was killed by signal 9"), outcome.reason
+    states = {r.name: r.state for r in store.list_replicas(outcome.experiment_id)}
+    assert states == {"master": ReplicaState.STOPPED, "worker-0": ReplicaState.FAILED}
     assert slurm_cluster.wait_queue_empty() == []
 
 
