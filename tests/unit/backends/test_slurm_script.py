@@ -157,3 +157,17 @@ def test_folders_with_blanks_are_quoted_for_sbatch() -> None:
     opts = sbatch(backend.dry_run(plan(workers=0), ctx).native)
     assert '--chdir="/home/u/my exp"' in opts
     assert '--output="/shared/my runs/0123456789ab/slurm-%j.out"' in opts
+
+
+def test_several_processes_per_replica_are_tasks_with_torchrun_ranks() -> None:
+    from dataclasses import replace
+
+    p = plan(workers=1)
+    p = replace(p, replicas=tuple(replace(r, processes=2) for r in p.replicas))
+    tasks = [t for c in layout(p) for t in c.tasks]
+    assert [t.key for t in tasks] == ["master", "master.1", "worker-0", "worker-0.1"]
+    script = render(p)
+    assert "--ntasks=4" in sbatch(script)
+    case_3 = script.split("  3)\n", 1)[1].split(";;", 1)[0]
+    assert 'export RANK="3"' in case_3 and 'export LOCAL_RANK="1"' in case_3
+    assert 'export MASTER_ADDR="${ADDR[0]}"' in case_3
