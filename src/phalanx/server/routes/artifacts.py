@@ -8,10 +8,11 @@ sandbox CSP, so an uploaded HTML or SVG file can never run script in the UI's or
 from __future__ import annotations
 
 import contextlib
-import io
 import json
 import mimetypes
+import tempfile
 import zipfile
+from collections.abc import Iterator
 from typing import Annotated, Any
 from urllib.parse import quote
 
@@ -131,14 +132,25 @@ def _file_response(
     ctype = content_type or mimetypes.guess_type(path)[0] or "application/octet-stream"
     filename = path.rsplit("/", 1)[-1] or name
     if files.is_dir(experiment_id, path):
-        buffer = io.BytesIO()
-        with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as z:
+        # Built in a spooled temp file (memory up to 32 MiB, disk beyond), each member streamed in.
+        spool = tempfile.SpooledTemporaryFile(max_size=32 * 1024 * 1024)  # noqa: SIM115 (closed below)
+        with zipfile.ZipFile(spool, "w", zipfile.ZIP_DEFLATED) as z:
             for rel in files.walk(experiment_id, path):
-                z.writestr(rel, files.read(experiment_id, f"{path}/{rel}"))
-        return Response(
-            buffer.getvalue(),
+                with z.open(rel, "w") as member:
+                    for chunk in files.iter_bytes(experiment_id, f"{path}/{rel}"):
+                        member.write(chunk)
+        size = spool.tell()
+        spool.seek(0)
+
+        def zipped() -> Iterator[bytes]:
+            with spool:
+                while chunk := spool.read(1024 * 1024):
+                    yield chunk
+
+        return StreamingResponse(
+            zipped(),
             media_type="application/zip",
-            headers={**SAFETY_HEADERS, **_disposition(f"{filename}.zip", False)},
+            headers={**SAFETY_HEADERS, **_disposition(f"{filename}.zip", False), "Content-Length": str(size)},
         )
     size = files.size(experiment_id, path)
     show_inline = inline and ctype in INLINE_SAFE
