@@ -13,6 +13,7 @@ from phalanx.config import Settings
 from phalanx.domain import ExperimentStatus, Framework
 from phalanx.spec.model import ExperimentSpec, Topology
 from phalanx.store import open_store
+from phalanx.supervisor import preparing
 
 from .conftest import experiment_pids
 
@@ -35,7 +36,7 @@ def test_a_replica_in_a_foreign_interpreter_reports_through_the_sdk_copy(
     phalanx_home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """As in a TensorFlow venv: Phalanx is not installed there, yet `from phalanx import Task` works."""
-    monkeypatch.setattr(supervisor, "interpreter", lambda *a, **k: SYSTEM_PYTHON)
+    monkeypatch.setattr(preparing, "interpreter", lambda *a, **k: SYSTEM_PYTHON)
     script = tmp_path / "report.py"
     script.write_text(
         "import sys\n"

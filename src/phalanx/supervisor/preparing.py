@@ -1,0 +1,213 @@
+"""Before anything starts: the plan, the engine, the interpreter, the SDK copy, the dry run."""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from phalanx.backends.base import Backend, DryRun, LaunchContext
+from phalanx.config import Settings
+from phalanx.plan import Plan, build_plan
+from phalanx.spec.model import ExperimentSpec
+
+if TYPE_CHECKING:
+    pass
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """Everything decided before anything starts: what `--dry-run` shows."""
+
+    experiment_id: str
+    plan: Plan
+    backend: Backend
+    context: LaunchContext
+    dry_run: DryRun
+    cluster: str | None = None
+
+
+# ---- preparing --------------------------------------------------------------------------------
+
+
+def sdk_path(settings: Settings) -> Path:
+    """A standard-library-only copy of the tracking SDK under PHALANX_HOME/sdk/<version>-<hash>, so
+    `from phalanx import Task` works inside a foreign venv (TensorFlow's, MXNet's)."""
+    import hashlib
+    import shutil
+    import tempfile
+
+    import phalanx
+    from phalanx import tracking
+
+    pkg = Path(phalanx.__file__).parent
+    files = [pkg / "__init__.py", *sorted(Path(tracking.__file__).parent.rglob("*.py"))]
+    digest = hashlib.sha256()
+    for f in files:
+        digest.update(str(f.relative_to(pkg)).encode())
+        digest.update(f.read_bytes())
+    target = settings.home / "sdk" / f"{phalanx.__version__}-{digest.hexdigest()[:12]}"
+    if (target / "phalanx" / "__init__.py").exists():
+        return target
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=".sdk-", dir=target.parent))
+    for f in files:
+        dest = tmp / "phalanx" / f.relative_to(pkg)
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(f, dest)
+    try:
+        tmp.rename(target)
+    except OSError:  # another supervisor published the same copy first
+        shutil.rmtree(tmp, ignore_errors=True)
+    return target
+
+
+def interpreter(plan: Plan, workdir: str, settings: Settings, build: bool = True) -> str:
+    """The experiment's python: its build venv (built on first use unless ``build`` is False), else
+    the interpreter running Phalanx."""
+    try:
+        from phalanx import buildenv
+    except ImportError:  # pragma: no cover - buildenv ships with Phalanx
+        return sys.executable
+    if not buildenv.wants_env(plan.build):
+        return sys.executable
+    if not build:  # dry run: where the venv is or would be, without building it
+        return str(settings.venvs_dir / buildenv.env_hash(plan.build, workdir) / "bin" / "python")
+    return str(buildenv.ensure_env(plan.build, workdir, settings.venvs_dir))
+
+
+def tracking_env(experiment_id: str, settings: Settings, python: str, dry: bool = False) -> dict[str, str]:
+    """What every replica's tracking SDK needs (contract 1), plus the SDK copy for foreign venvs."""
+    env = {
+        "PHALANX_HOME": str(settings.home),
+        "PHALANX_SPOOL": str(settings.spool_dir / experiment_id),
+        "PHALANX_CAPTURED": "1",
+    }
+    if settings.host:
+        env["PHALANX_HOST"] = settings.host
+        if settings.token:
+            env["PHALANX_TOKEN"] = settings.token
+    # abspath, not realpath: every venv's bin/python links to the same base interpreter
+    if os.path.abspath(python) != os.path.abspath(sys.executable) and not dry:
+        env["PYTHONPATH"] = str(sdk_path(settings))
+    return env
+
+
+def prepare(
+    spec_or_plan: ExperimentSpec | Plan,
+    *,
+    settings: Settings | None = None,
+    params: Mapping[str, Any] | None = None,
+    workdir: str | os.PathLike[str] | None = None,
+    experiment_id: str | None = None,
+    oversubscribe: bool = False,
+    cluster: str | None = None,
+    backend: Backend | None = None,
+    dry: bool = False,
+) -> Prepared:
+    """Plan, pick the engine, build the venv (unless ``dry``) and dry-run: nothing started or stored.
+
+    Raises SpecError / UsageError (exit 2) for what cannot run (a GPU that is not there, a topology
+    larger than the machine without ``oversubscribe``, a cluster that does not exist).
+    """
+    settings = settings or Settings()
+    if isinstance(spec_or_plan, Plan):
+        plan = spec_or_plan
+        source = None
+    else:
+        plan = build_plan(spec_or_plan, params)
+        source = spec_or_plan.source_file
+    if workdir is None:
+        workdir = Path(source).parent if source else Path.cwd()
+    workdir = str(Path(workdir).resolve())
+    exp_id = experiment_id or uuid.uuid4().hex[:12]
+    cluster_conf = None
+    engine_name = "local"
+    if cluster:
+        from phalanx.clusters import get_cluster
+
+        cluster_conf = get_cluster(cluster, settings.home)
+        engine_name = cluster_conf.backend_for(str(plan.backend) if plan.backend else None)
+    if backend is None:
+        from phalanx.backends.registry import get_backend
+
+        backend = get_backend(engine_name, settings=settings, cluster=cluster_conf)
+    python = interpreter(plan, workdir, settings, build=not dry)
+    context = LaunchContext(
+        experiment_id=exp_id,
+        workdir=workdir,
+        python=python,
+        tracking_env=tracking_env(exp_id, settings, python, dry=dry),
+        log_dir=str(settings.runs_dir / exp_id / "logs"),
+        oversubscribe=oversubscribe,
+    )
+    return Prepared(exp_id, plan, backend, context, backend.dry_run(plan, context), cluster)
+
+
+def render_dry_run(prepared: Prepared) -> str:
+    """What `phalanx run --dry-run` prints: per replica, the argv, working directory and environment
+    (local engine), or the engine's own render (an sbatch script, Kubernetes YAML)."""
+    native = prepared.dry_run.native
+    if not (isinstance(native, dict) and native.get("engine") == "local"):
+        return prepared.dry_run.render()
+    import shlex
+
+    out: list[str] = []
+    for unit in native["units"]:
+        covers = unit["replicas"]
+        title = (
+            unit["name"] if covers == [unit["name"]] else f"{unit['name']} (launcher for {', '.join(covers)})"
+        )
+        out.append(f"# {title}")
+        out.append(f"cwd: {unit['cwd']}")
+        out.append(f"log: {unit['log']}")
+        limits = {k: v for k, v in unit["limits"].items() if v is not None}
+        if limits:
+            out.append(f"limits: {limits}")
+        for i, proc in enumerate(unit["processes"]):
+            if len(unit["processes"]) > 1:
+                out.append(f"process {i}:")
+            out.append("env (added to the inherited environment):")
+            out.extend(f"  {k}={shlex.quote(v)}" for k, v in sorted(proc["env"].items()))
+            out.append("argv: " + " ".join(shlex.quote(a) for a in proc["argv"]))
+        out.append("")
+    return "\n".join(out)
+
+
+def dry_run_json(prepared: Prepared) -> dict[str, Any]:
+    native = prepared.dry_run.native
+    doc: dict[str, Any] = {
+        "experiment_id": prepared.experiment_id,
+        "backend": prepared.backend.name,
+        "format": prepared.dry_run.format,
+        "plan": prepared.plan.to_json(),
+    }
+    if isinstance(native, dict) and native.get("engine") == "local":
+        doc["replicas"] = [
+            {
+                "name": u["name"],
+                "replicas": u["replicas"],
+                "cwd": u["cwd"],
+                "log": u["log"],
+                "limits": u["limits"],
+                "processes": [{"argv": p["argv"], "env": p["env"]} for p in u["processes"]],
+            }
+            for u in native["units"]
+        ]
+    else:
+        doc["native"] = native if not isinstance(native, str) else None
+        doc["render"] = prepared.dry_run.render()
+    return doc
+
+
+def replace_plan(prepared: Prepared, **changes: Any) -> Prepared:
+    """A copy with some plan fields changed (tests, estimators); the dry run is redone."""
+    plan = replace(prepared.plan, **changes)
+    return replace(prepared, plan=plan, dry_run=prepared.backend.dry_run(plan, prepared.context))

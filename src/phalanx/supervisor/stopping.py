@@ -1,0 +1,76 @@
+"""Stopping an experiment from another process (`phalanx stop`), its supervisor alive or not."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import signal
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from phalanx.config import Settings
+from phalanx.domain import ExperimentStatus, ReplicaState
+
+if TYPE_CHECKING:
+    from phalanx.store.base import Store
+
+log = logging.getLogger(__name__)
+
+
+def supervisor_pid(settings: Settings, experiment_id: str) -> int | None:
+    """The pid of the `phalanx run` supervising this experiment, if it is still running."""
+    try:
+        pid = int((settings.runs_dir / experiment_id / "supervisor.pid").read_text().split()[0])
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except (OSError, ValueError, IndexError):
+        return None
+    return pid if b"phalanx" in cmdline else None  # not a reused pid
+
+
+def stop_experiment(
+    store: Store, settings: Settings, experiment: Any, timeout: float = 60.0
+) -> ExperimentStatus:
+    """Stop a running experiment from another process (`phalanx stop`): leave a stop request, signal
+    its supervisor and wait for it to mark the experiment stopped. If its supervisor is gone (killed),
+    cancel what the engine still runs and mark the experiment stopped here."""
+    run_dir = settings.runs_dir / experiment.id
+    run_dir.mkdir(parents=True, exist_ok=True)
+    tmp = run_dir / "stop.tmp"
+    tmp.write_text(f"{time.time()}\n")
+    tmp.replace(run_dir / "stop")
+    pid = supervisor_pid(settings, experiment.id)
+    if pid is not None:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGTERM)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            current = store.get_experiment(experiment.id)
+            if current.status.done:
+                return current.status
+            if supervisor_pid(settings, experiment.id) is None:
+                break
+            time.sleep(0.2)
+    current = store.get_experiment(experiment.id)
+    if current.status.done:
+        return current.status
+    if current.handle:
+        from phalanx.backends.registry import get_backend
+
+        cluster = None
+        if current.cluster:
+            from phalanx.clusters import get_cluster
+
+            cluster = get_cluster(current.cluster, settings.home)
+        backend = get_backend(current.backend or "local", settings=settings, cluster=cluster)
+        backend.cancel(current.handle)
+    now = time.time()
+    for r in store.list_replicas(experiment.id):
+        if not r.state.done:
+            store.update_replica(experiment.id, r.name, state=ReplicaState.STOPPED, finished_at=now)
+    reason = (
+        "stopped by phalanx stop" if pid is not None else "stopped by phalanx stop (its supervisor was gone)"
+    )
+    store.update_experiment(experiment.id, status=ExperimentStatus.STOPPED, reason=reason, finished_at=now)
+    return ExperimentStatus.STOPPED
