@@ -86,3 +86,14 @@ def test_login_page_assets_and_health_need_no_token(secured: TestClient) -> None
 def test_without_a_token_configured_everything_is_open(client: TestClient) -> None:
     assert client.get("/api/v1/experiments").status_code == 200
     assert client.get("/").status_code == 200
+
+
+def test_the_live_log_stream_works_behind_the_token(secured: TestClient, store: Store) -> None:
+    e = fill.experiment(store)
+    fill.log_lines(store, e.id, "worker-0", ["secret line"])
+    with secured.stream("GET", f"/api/v1/experiments/{e.id}/logs/stream") as r:
+        assert r.status_code == 401
+    headers = {"Authorization": f"Bearer {TOKEN}"}
+    with secured.stream("GET", f"/api/v1/experiments/{e.id}/logs/stream", headers=headers) as r:
+        body = r.read().decode()
+    assert "secret line" in body and "event: end" in body
