@@ -139,6 +139,23 @@ export async function renderModels(panel, id) {
     h("tbody", {}, models.map((m) => h("tr", { "data-name": m.name },
       h("td", {}, m.name), h("td", {}, m.format), h("td", { class: "num" }, fmtBytes(m.size)), h("td", {}, m.replica),
       h("td", { class: "num" }, fmtTime(m.time)),
-      h("td", { class: "mono small" }, Object.keys(m.metadata || {}).length ? JSON.stringify(m.metadata) : ""),
+      h("td", { class: "small" }, modelDetails(m.metadata || {})),
       h("td", {}, h("a", { href: api.modelUrl(id, models.filter((x) => x.name === m.name).length > 1 ? `${m.name}.${m.format}` : m.name), download: "" }, "download"))))))));
+}
+
+// The few facts a reader wants first (opset, the ONNX check, parameter count...), then everything.
+function modelDetails(meta) {
+  const facts = [];
+  for (const key of ["exporter", "opset", "content", "parameters", "device", "class"]) {
+    if (meta[key] !== undefined && typeof meta[key] !== "object") facts.push(`${key}: ${meta[key]}`);
+  }
+  const check = meta.check;
+  if (check && typeof check === "object" && "passed" in check) {
+    facts.push(check.passed ? `checked with ${check.runtime || "a runtime"}: max diff ${Number(check.max_abs_diff).toExponential(1)}` : "check FAILED");
+  }
+  if (!Object.keys(meta).length) return "";
+  return [
+    h("div", { class: "chips" }, facts.map((f) => h("span", { class: "tag" }, f))),
+    h("details", {}, h("summary", { class: "muted" }, "all details"), h("pre", { class: "mono" }, JSON.stringify(meta, null, 2))),
+  ];
 }
