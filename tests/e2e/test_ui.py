@@ -279,3 +279,50 @@ def test_the_stop_button_stops_a_running_experiment(page: Any, server: Server, f
         if run.poll() is None:
             os.killpg(run.pid, signal.SIGKILL)
             run.wait()
+
+
+def test_the_models_tab_lists_saved_models_with_a_download(page: Any, server: Server, filled: Filled) -> None:
+    from phalanx.config import Settings
+    from phalanx.domain import Event, EventKind
+    from phalanx.store import open_store
+
+    store = open_store(Settings(home=filled.home))
+    assert store.artifact_store is not None
+    data = b"\x08\x07fake-onnx-bytes"
+    store.artifact_store.put_bytes(filled.first, "models/mlp.onnx", data)
+    meta = {
+        "exporter": "dynamo",
+        "opset": 20,
+        "check": {"passed": True, "max_abs_diff": 2e-6, "runtime": "onnxruntime"},
+    }
+    store.write_events(
+        [
+            Event(
+                filled.first,
+                EventKind.MODEL,
+                {
+                    "name": "mlp.onnx",
+                    "format": "onnx",
+                    "path": "models/mlp.onnx",
+                    "size": len(data),
+                    "metadata": meta,
+                },
+                "master",
+                "master",
+                0,
+                0,
+                1.0,
+                "e2e-models",
+                0,
+            )
+        ]
+    )
+    store.close()
+    page.goto(f"{server.url}/experiments/{filled.first}#models")
+    row = page.locator('#models tr[data-name="mlp.onnx"]')
+    row.wait_for()
+    assert "opset: 20" in row.inner_text()
+    with page.expect_download() as download:
+        row.locator("a", has_text="download").click()
+    assert Path(download.value.path()).read_bytes() == data
+    shot(page, "12-models")
