@@ -21,7 +21,15 @@ import pytest
 
 from phalanx.clusters import Cluster
 
-SCRIPT = Path(__file__).resolve().parents[3] / "scripts" / "slurm-local"
+SCRIPT = Path(__file__).resolve().parents[3] / "scripts" / "slurm-local"  # in a source checkout
+
+
+def _script() -> Path:
+    """scripts/slurm-local of the checkout Phalanx runs from (or of the current folder)."""
+    for candidate in (SCRIPT, Path.cwd() / "scripts" / "slurm-local"):
+        if candidate.exists():
+            return candidate
+    raise RuntimeError("scripts/slurm-local not found: run the tests from a Phalanx source checkout")
 
 
 @dataclass(frozen=True)
@@ -62,7 +70,9 @@ class SlurmNotInstallable(Exception):
 
 def _run_script(action: str, folder: Path) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "PHALANX_SLURM_DIR": str(folder), "PHALANX_SLURM_NO_REGISTER": "1"}
-    return subprocess.run(["bash", str(SCRIPT), action], env=env, capture_output=True, text=True, timeout=600)
+    return subprocess.run(
+        ["bash", str(_script()), action], env=env, capture_output=True, text=True, timeout=600
+    )
 
 
 def start_local_slurm(folder: Path | None = None) -> LocalSlurm:
