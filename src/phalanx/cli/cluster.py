@@ -66,11 +66,12 @@ def ls(output: str = typer.Option("table", "-o", "--output", help="table or json
         return
     rows = [("NAME", "KIND", "WHERE")]
     for c in clusters.values():
-        where = c.partition or c.namespace or c.context or c.slurm_conf or ""
         if c.kind == "kubernetes":
             where = f"namespace={c.namespace or 'default'}" + (f" context={c.context}" if c.context else "")
-        elif c.partition:
-            where = f"partition={c.partition}"
+        else:
+            where = f"partition={c.partition or '(default)'}" + (
+                f" conf={c.slurm_conf}" if c.slurm_conf else ""
+            )
         rows.append((c.name, c.kind, where))
     width = [max(len(r[i]) for r in rows) for i in range(3)]
     for r in rows:
