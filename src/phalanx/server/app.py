@@ -106,6 +106,13 @@ def _install_error_handlers(app: FastAPI) -> None:
     async def http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
         return _error(exc.status_code, HTTP_CODES.get(exc.status_code, "error"), str(exc.detail), exc.headers)
 
+    @app.exception_handler(Exception)
+    async def unexpected(request: Request, exc: Exception) -> JSONResponse:
+        # A bug or the database going away: the same JSON shape as every other error, the
+        # traceback in the server's log (not in the answer).
+        log.exception("%s %s failed", request.method, request.url.path)
+        return _error(500, "error", f"internal error ({type(exc).__name__}); the server log has the details")
+
     @app.exception_handler(RequestValidationError)
     async def validation_error(request: Request, exc: RequestValidationError) -> JSONResponse:
         problems = []

@@ -1,8 +1,11 @@
 from pathlib import Path
+from typing import Any
 
 from fastapi.testclient import TestClient
 
 from phalanx.domain import ExperimentStatus
+from phalanx.server.app import create_app
+from phalanx.server.settings import ServerSettings
 from phalanx.store.base import Store
 from tests.unit.server import fill
 
@@ -98,3 +101,24 @@ def test_stop_of_a_finished_experiment_changes_nothing(
     r = client.post(f"/api/v1/experiments/{e.id}/stop").json()
     assert r["stop_requested"] is False and r["status"] == "succeeded"
     assert not (phalanx_home / "runs" / e.id / "stop").exists()
+
+
+def test_an_unexpected_failure_is_a_json_500_without_a_traceback(
+    settings: ServerSettings, store: Store
+) -> None:
+    class Broken:
+        artifact_store = None
+
+        def __getattr__(self, name: str) -> Any:
+            def fail(*args: Any, **kwargs: Any) -> None:
+                raise RuntimeError("database is on fire")
+
+            return fail
+
+    with TestClient(create_app(settings, Broken()), raise_server_exceptions=False) as c:  # type: ignore[arg-type]
+        r = c.get("/api/v1/experiments")
+    assert r.status_code == 500
+    assert r.json() == {
+        "error": "error",
+        "message": "internal error (RuntimeError); the server log has the details",
+    }
