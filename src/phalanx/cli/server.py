@@ -49,7 +49,7 @@ def server(
     host: Annotated[
         str, typer.Option(help="address to listen on; a non-loopback one needs a token")
     ] = "127.0.0.1",
-    port: Annotated[int, typer.Option(min=0, max=65535, help="port to listen on")] = 8000,
+    port: Annotated[int, typer.Option(min=1, max=65535, help="port to listen on")] = 8000,
     token_file: Annotated[
         Path | None, typer.Option("--token-file", help="file holding the token (else PHALANX_TOKEN)")
     ] = None,
