@@ -281,11 +281,8 @@ class SlurmBackend:
             failed = sorted(
                 (r for r in replicas if r.state is ReplicaState.FAILED), key=lambda r: r.finished_at or 0
             )
-            reason = (
-                f"{failed[0].name} {failed[0].reason}" if failed else _REASONS.get(native, f"Slurm: {native}")
-            )
-            if native in _REASONS:
-                reason = _REASONS[native]
+            culprit = f"{failed[0].name} {failed[0].reason}" if failed else None
+            reason = _REASONS.get(native) or culprit or f"Slurm job state {native}"
         elif status is ExperimentStatus.STOPPED:
             reason = _REASONS.get(native, native.lower())
         elif status is ExperimentStatus.UNKNOWN:
@@ -306,8 +303,11 @@ class SlurmBackend:
         while True:
             if follow and time.monotonic() - last_check > 1.0:
                 last_check = time.monotonic()
-                status = self.describe(handle)
-                done = status is None or status.status.done  # read the flag before the file
+                try:
+                    status = self.describe(handle)
+                    done = status is None or status.status.done  # read the flag before the file
+                except BackendUnavailable:
+                    log.warning("slurmctld did not answer; still following %s", path)
             try:
                 with open(path, "rb") as f:
                     f.seek(pos)
