@@ -189,10 +189,15 @@ def render_job(plan: Plan, experiment_id: str, namespace: str, env: Mapping[str,
     if plan.max_run_seconds:
         run_policy["activeDeadlineSeconds"] = max(1, int(plan.max_run_seconds))
     spec: dict[str, Any] = {field: specs, "runPolicy": run_policy}
+    processes = max(r.processes for r in plan.replicas)
+    if kind == "PyTorchJob" and processes > 1:
+        spec["nprocPerNode"] = str(processes)  # the operator starts them with torchrun
+    if kind in ("TFJob", "MXJob") and processes > 1:
+        raise SpecError(f"a {kind} runs one process per replica; processes_per_replica must be 1 here")
     if kind == "MXJob":
         spec["jobMode"] = "MXTrain"
     if kind == "MPIJob":
-        spec["slotsPerWorker"] = max(r.processes for r in plan.replicas)
+        spec["slotsPerWorker"] = processes
     job = {
         "apiVersion": "kubeflow.org/v1",
         "kind": kind,

@@ -155,3 +155,16 @@ def test_every_condition_the_operator_sets_is_mapped() -> None:
 
 def test_the_operator_restarts_so_the_supervisor_must_not() -> None:
     assert KubeflowBackend.restarts_itself is True
+
+
+def test_processes_per_replica_become_torchruns_nproc_per_node_or_mpi_slots() -> None:
+    from dataclasses import replace
+
+    def with_processes(p, k: int):  # type: ignore[no-untyped-def]
+        return replace(p, replicas=tuple(replace(r, processes=k) for r in p.replicas))
+
+    assert job(with_processes(plan(workers=1), 4))["spec"]["nprocPerNode"] == "4"
+    mpi = job(with_processes(plan(framework=Framework.HOROVOD, workers=1), 2))
+    assert mpi["spec"]["slotsPerWorker"] == 2
+    with pytest.raises(SpecError, match="one process per replica"):
+        job(with_processes(plan(framework=Framework.TENSORFLOW, workers=1), 2))
