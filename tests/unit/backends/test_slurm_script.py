@@ -171,3 +171,32 @@ def test_several_processes_per_replica_are_tasks_with_torchrun_ranks() -> None:
     case_3 = script.split("  3)\n", 1)[1].split(";;", 1)[0]
     assert 'export RANK="3"' in case_3 and 'export LOCAL_RANK="1"' in case_3
     assert 'export MASTER_ADDR="${ADDR[0]}"' in case_3
+
+
+class ForgetfulSlurm(SlurmBackend):
+    """Slurm after MinJobAge: scontrol no longer knows the job; only the state files remain."""
+
+    def _job(self, job_id: str) -> dict[str, str] | None:
+        return None
+
+
+def _state(run_dir, **exits: str) -> str:  # type: ignore[no-untyped-def]
+    (run_dir / "state").mkdir(parents=True)
+    (run_dir / "tasks").write_text("\n".join(exits) + "\n")
+    for key, code in exits.items():
+        (run_dir / "state" / f"{key}.node").write_text("n1\n")
+        if code:
+            (run_dir / "state" / f"{key}.exit").write_text(code + "\n")
+    return f"42:{run_dir}"
+
+
+def test_a_forgotten_job_is_described_from_its_state_files(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    backend = ForgetfulSlurm(Cluster(name="c", kind="slurm"), Settings(home=tmp_path))
+    done = backend.describe(_state(tmp_path / "a", master="0", **{"worker-0": "0"}))
+    assert done is not None and done.status is ExperimentStatus.SUCCEEDED
+    failed = backend.describe(_state(tmp_path / "b", master="0", **{"worker-0": "2"}))
+    assert failed is not None and failed.status is ExperimentStatus.FAILED
+    assert failed.reason == "worker-0 exited with code 2"
+    killed = backend.describe(_state(tmp_path / "c", master="0", **{"worker-0": ""}))  # no exit written
+    assert killed is not None and killed.status is ExperimentStatus.STOPPED
+    assert backend.describe(f"42:{tmp_path / 'nothing'}") is None  # nothing left to tell
