@@ -264,19 +264,16 @@ class Supervisor:
 
     def _attempts(self, handle: str | None) -> Outcome:
         plan = self.p.plan
+        # an engine that restarts failed replicas itself (the Kubeflow operator, from backoffLimit)
+        # must not be restarted a second time by us
+        max_restarts = 0 if getattr(self.p.backend, "restarts_itself", False) else plan.max_restarts
         restarts = 0
         while True:
             status, reason = self._attempt(handle, first=restarts == 0)
-            if (
-                status is ExperimentStatus.FAILED
-                and restarts < plan.max_restarts
-                and not self._stop_requested()
-            ):
+            if status is ExperimentStatus.FAILED and restarts < max_restarts and not self._stop_requested():
                 restarts += 1
-                self.observer.message(f"{reason}; restarting the group ({restarts}/{plan.max_restarts})")
-                self._emit_all(
-                    f"phalanx: restarting the group ({restarts}/{plan.max_restarts}) after: {reason}"
-                )
+                self.observer.message(f"{reason}; restarting the group ({restarts}/{max_restarts})")
+                self._emit_all(f"phalanx: restarting the group ({restarts}/{max_restarts}) after: {reason}")
                 # a fresh dry run: new ports for the new group
                 handle = self._submit(self.p.backend.dry_run(plan, self.p.context))
                 continue

@@ -7,6 +7,7 @@ import json
 import os
 import signal
 import time
+from pathlib import Path
 
 from .conftest import Phalanx, experiment_pids, replica_pid, wait_for
 
@@ -215,3 +216,30 @@ def test_phalanx_stop_cleans_up_after_a_supervisor_that_was_killed(phalanx: Phal
     assert stopped.returncode == 0, stopped.stderr
     exp = phalanx.store().get_experiment(exp.id)
     assert exp.status == "stopped" and "supervisor was gone" in (exp.reason or "")
+
+
+def test_an_engine_that_restarts_replicas_itself_is_not_restarted_again(
+    phalanx: Phalanx, tmp_path: Path
+) -> None:
+    """The Kubeflow operator restarts from backoffLimit; a second restart loop would double them."""
+    from phalanx.backends.local.engine import LocalBackend
+    from phalanx.config import Settings
+    from phalanx.domain import ExperimentStatus
+    from phalanx.spec.model import ExperimentSpec
+    from phalanx.supervisor import launch
+
+    class SelfRestartingEngine(LocalBackend):
+        restarts_itself = True
+
+    settings = Settings(home=phalanx.home)
+    spec = ExperimentSpec(version=1, kind="experiment", command=("exit 4",), max_restarts=2)
+    outcome = launch(
+        spec,
+        settings=settings,
+        workdir=tmp_path,
+        backend=SelfRestartingEngine(settings=settings),
+        handle_signals=False,
+    )
+    assert outcome.status is ExperimentStatus.FAILED
+    assert outcome.restarts == 0
+    assert len(list((phalanx.home / "runs" / outcome.experiment_id / "attempts").iterdir())) == 1
