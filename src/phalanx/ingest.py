@@ -121,7 +121,7 @@ class Ingester:
         artifacts: ArtifactStore | None,
         spool: str | os.PathLike[str],
         *,
-        batch_bytes: int = 16 << 20,
+        batch_bytes: int = 2 << 20,
         cleanup: bool = True,
     ) -> None:
         self.store = store
@@ -299,7 +299,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--follow-pid", type=int, help="run until this process exits, then finish")
     parser.add_argument("--interval", type=float, default=0.1, help="seconds between passes")
     parser.add_argument("--once", action="store_true", help="one pass, then exit")
-    parser.add_argument("--batch-bytes", type=int, default=16 << 20, help="spool bytes per transaction")
+    parser.add_argument("--batch-bytes", type=int, default=2 << 20, help="spool bytes per transaction")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
 

@@ -12,6 +12,7 @@ import contextlib
 import fcntl
 import gc
 import logging
+import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -24,6 +25,7 @@ from phalanx.errors import StoreError, UsageError
 log = logging.getLogger(__name__)
 
 BUSY_TIMEOUT_MS = 120_000
+CACHE_KIB = int(os.environ.get("PHALANX_SQLITE_CACHE_KIB", "65536"))
 
 
 @contextlib.contextmanager
@@ -78,6 +80,7 @@ def _sqlite_engine(url: str, database: str | None) -> Engine:
         cur.execute("PRAGMA journal_mode=WAL")
         cur.execute("PRAGMA synchronous=NORMAL")  # durable against process crashes; WAL keeps it fast
         cur.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
+        cur.execute(f"PRAGMA cache_size=-{CACHE_KIB}")  # a batch of points fits: no spill mid-transaction
         cur.execute("PRAGMA foreign_keys=ON")
         cur.close()
 

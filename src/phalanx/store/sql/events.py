@@ -336,12 +336,26 @@ def _insert_blocks(
             for r in rows:
                 copy.write_row(r)
     else:
-        cur = raw.cursor()
-        cur.executemany(
-            "INSERT INTO scalars (series_id, step, value, time, replica, rank) VALUES (?, ?, ?, ?, ?, ?)",
-            rows,
-        )
-        cur.close()
+        _sqlite_insert(raw, rows)
+
+
+_COLUMNS = "INSERT INTO scalars (series_id, step, value, time, replica, rank) VALUES "
+_ROWS_PER_STATEMENT = 50  # 300 parameters: well under SQLite's limit
+
+
+def _sqlite_insert(raw: Any, rows: Iterator[tuple[Any, ...]]) -> None:
+    """Rows in statements of 50 (``VALUES (...), (...), ...``): SQLite's per-statement work is paid
+    once per 50 rows instead of per row, about twice the rows per second of a one-row executemany."""
+    flat = list(chain.from_iterable(rows))
+    width = 6 * _ROWS_PER_STATEMENT
+    full = len(flat) // width * width
+    cur = raw.cursor()
+    if full:
+        many = _COLUMNS + ", ".join(["(?, ?, ?, ?, ?, ?)"] * _ROWS_PER_STATEMENT)
+        cur.executemany(many, (flat[i : i + width] for i in range(0, full, width)))
+    if full < len(flat):
+        cur.executemany(_COLUMNS + "(?, ?, ?, ?, ?, ?)", (flat[i : i + 6] for i in range(full, len(flat), 6)))
+    cur.close()
 
 
 def _insert_logs(
