@@ -136,6 +136,10 @@ def allocate(
         if gpus[name]:
             assigned = here.gpus[gpu_cursor : gpu_cursor + gpus[name]]
             gpu_cursor += gpus[name]
+        elif any(gpus.values()):
+            # in a GPU experiment a replica that asked for none sees none (as on Kubernetes), so it
+            # cannot take memory on a GPU given to another replica
+            assigned = ()
         memory = float(res.memory.limits) if res.memory.limits else None
         out[name] = ReplicaLimits(cpus=cpus, threads=threads, memory_mib=memory, gpus=assigned)
     return out

@@ -49,5 +49,15 @@ def test_gpus_are_disjoint_and_a_missing_gpu_is_refused_even_when_oversubscribin
     assert limit_env(got["worker-0"], {})["CUDA_VISIBLE_DEVICES"] == "1,2"
 
 
+def test_in_a_gpu_experiment_a_replica_without_a_gpu_request_sees_no_gpu() -> None:
+    two = Machine(cpus=(0, 1), memory_mib=4096, gpus=("0", "1"))
+    got = allocate([("master", res(gpu=1), 1), ("worker-0", res(), 1)], two)
+    assert limit_env(got["master"], {})["CUDA_VISIBLE_DEVICES"] == "0"
+    assert limit_env(got["worker-0"], {})["CUDA_VISIBLE_DEVICES"] == ""
+    # an experiment that asks for no GPU leaves the user's devices alone
+    plain = allocate([("master", res(), 1)], two)
+    assert "CUDA_VISIBLE_DEVICES" not in limit_env(plain["master"], {})
+
+
 def test_the_memory_reason_uses_the_files_unit() -> None:
     assert memory_exceeded_reason(1024) == "memory limit 1024Mi exceeded"

@@ -91,7 +91,8 @@ class Phalanx:
         self.tmp = tmp
         self.env = {k: v for k, v in os.environ.items() if not k.startswith("PHALANX_")}
         self.env["PHALANX_HOME"] = str(home)
-        self.env["PYTHONPATH"] = str(REPO)
+        # keep an existing PYTHONPATH (the GPU machine carries Phalanx's dependencies that way)
+        self.env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH")) if p)
         self.started: list[subprocess.Popen[str]] = []
 
     def spec(self, text: str, name: str = "polyaxonfile.yml", folder: Path | None = None) -> Path:
