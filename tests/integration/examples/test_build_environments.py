@@ -1,0 +1,81 @@
+"""`build.pip_packages` through `phalanx run`: the replicas run in the experiment's own venv and still
+report through `phalanx`; a build that cannot succeed is refused with exit 2 and leaves nothing.
+
+A tiny hand-made wheel and PIP_NO_INDEX keep these fast and offline; the TensorFlow and MXNet venvs
+are exercised by test_framework_examples.py.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from tests.unit.test_buildenv import write_wheel
+
+from .test_framework_examples import phalanx
+
+SCRIPT = """\
+import os, sys
+import tinypkg
+import phalanx
+try:
+    import typer  # in Phalanx's own venv, not in this one
+    isolated = 0.0
+except ImportError:
+    isolated = 1.0
+phalanx.log_metrics(step=0, isolated=isolated, tinypkg=float(tinypkg.VERSION))
+print("prefix", sys.prefix, flush=True)
+"""
+
+
+def experiment_file(folder: Path, packages: list[str], script: str = SCRIPT) -> Path:
+    (folder / "train.py").write_text(script)
+    lines = "".join(f"    - {json.dumps(p)}\n" for p in packages)
+    path = folder / "polyaxonfile.yml"
+    path.write_text(
+        "version: 1\nkind: experiment\nframework: pytorch\n"
+        "environment:\n  replicas:\n    n_workers: 1\n"
+        f"build:\n  pip_packages:\n{lines}  env_vars:\n    - [PIP_NO_INDEX, '1']\n"
+        "run:\n  cmd: python train.py\n"
+    )
+    return path
+
+
+def test_replicas_run_in_the_build_venv_and_report_through_phalanx(
+    phalanx_home: Path, tmp_path: Path
+) -> None:
+    write_wheel(tmp_path / "wheels")
+    path = experiment_file(tmp_path, ["./wheels/tinypkg-1.0-py3-none-any.whl"])
+    done = phalanx("run", "-f", str(path), "-o", "json", timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+    exp_id = json.loads(done.stdout)["id"]
+    venvs = [p for p in (phalanx_home / "venvs").iterdir() if not p.name.startswith(".")]
+    assert len(venvs) == 1
+    logs = phalanx("logs", exp_id)
+    assert f"prefix {venvs[0]}" in logs.stdout, logs.stdout + logs.stderr
+    metrics = json.loads(phalanx("metrics", exp_id, "-o", "json").stdout)
+    assert {s: v["values"] for s, v in metrics["isolated"].items()} == {"master": [1.0], "worker-0": [1.0]}
+    assert metrics["tinypkg"]["master"]["values"] == [1.0]
+
+
+def test_a_package_pip_cannot_find_is_refused_with_pip_words_and_nothing_left(
+    phalanx_home: Path, tmp_path: Path
+) -> None:
+    path = experiment_file(tmp_path, ["surely-not-a-package-phalanx==0.0.1"])
+    done = phalanx("run", "-f", str(path), timeout=300)
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert "No matching distribution found for surely-not-a-package-phalanx" in done.stderr
+    assert "Traceback" not in done.stderr
+    venvs = phalanx_home / "venvs"
+    assert [p.name for p in venvs.iterdir() if not p.name.endswith(".lock")] == []
+    assert json.loads(phalanx("ls", "-o", "json").stdout) == []
+
+
+def test_an_unpinned_torch_is_refused_before_anything_starts(phalanx_home: Path, tmp_path: Path) -> None:
+    path = experiment_file(tmp_path, ["torch>=2"])
+    for extra in ([], ["--dry-run"]):
+        done = phalanx("run", "-f", str(path), *extra, timeout=60)
+        assert done.returncode == 2, done.stdout + done.stderr
+        assert "torch==2.13.0" in done.stderr and "Traceback" not in done.stderr
+    for folder in (phalanx_home / "venvs", phalanx_home / "spool"):  # nothing built, nothing started
+        assert not folder.exists() or not any(folder.iterdir()), folder
