@@ -3,7 +3,7 @@
 ``dry_run`` chooses free ports, checks the topology fits the machine (limits.allocate) and returns,
 per launch unit (one per replica; one mpirun launcher for MPI), the exact argv, working directory and
 environment added to the inherited one. ``submit`` writes each unit's config under
-``<runs>/<id>/attempts/<n>/`` and starts ``python -E -m phalanx.backends.local.reaper`` for it in a
+``<runs>/<id>/attempts/<n>/`` and starts the reaper (``phalanx.backends.local.reaper`` under ``python -E``) for it in a
 new session. The job's state lives on disk (pids, status files written by the reapers, log files),
 so ``describe``, ``logs`` and ``cancel`` also work from a process other than the one that submitted
 (TorchX's local scheduler keeps jobs only in memory; ``phalanx stop`` needs better).
@@ -81,6 +81,15 @@ def _proc_start(pid: int) -> str | None:
     if fields and fields[0] == b"Z":
         return None  # a zombie has finished
     return fields[19].decode() if len(fields) > 19 else None
+
+
+# The reaper runs with -E (the replica's PYTHONPATH may point into a foreign venv), so it is told
+# where Phalanx lives explicitly: this works whether Phalanx is installed or run from a source tree.
+_PACKAGE_ROOT = str(Path(__file__).resolve().parents[3])
+_REAPER_BOOT = (
+    "import sys; sys.path.insert(0, sys.argv.pop(1)); "
+    "from phalanx.backends.local.reaper import main; sys.exit(main(sys.argv[1:]))"
+)
 
 
 class LocalBackend:
@@ -225,7 +234,7 @@ class LocalBackend:
             json.dump(config, f)
         with open(log, "ab") as errors:
             proc = subprocess.Popen(
-                [sys.executable, "-E", "-m", "phalanx.backends.local.reaper", str(cfg)],
+                [sys.executable, "-E", "-c", _REAPER_BOOT, _PACKAGE_ROOT, str(cfg)],
                 env=processes[0]["env"],
                 cwd=unit["cwd"],
                 stdin=subprocess.DEVNULL,
