@@ -171,7 +171,6 @@ class Task:
             task._console = ConsoleCapture(task._on_console)
             task._console.start()
             os.environ[idm.ENV_CAPTURED] = "1"  # children write into our pipes: they must not capture
-        os.register_at_fork(after_in_child=_after_fork)
         return task
 
     # --- properties --------------------------------------------------------------------------------
@@ -313,6 +312,9 @@ def _after_fork() -> None:
         task._console = None
         task._reporter.after_fork()
         task._lifecycle.after_fork()
+
+
+os.register_at_fork(after_in_child=_after_fork)
 
 
 def _flatten(values: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:

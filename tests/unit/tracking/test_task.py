@@ -220,3 +220,29 @@ def test_flush_waits_for_the_ingester_of_the_launcher(sandbox: Sandbox) -> None:
     store = sandbox.ingested()
     assert store.list_experiments().total == 1
     assert store.metrics(exp)["loss"]["worker 01"].values == [1.0]
+
+
+def test_a_replicas_forked_children_report_into_its_experiment(sandbox: Sandbox) -> None:
+    store = sandbox.store()
+    exp = store.create_experiment(name="a", project="p").id
+    sandbox.env.update(PHALANX_EXPERIMENT_ID=exp, PHALANX_REPLICA="worker-1", PHALANX_RANK="2",
+                       PHALANX_INGESTER_PID="0")  # fmt: skip
+    done = sandbox.run(
+        """
+        import multiprocessing as mp
+        from phalanx import Task
+
+        def child():
+            Task.current_task().get_logger().report_scalar("loss", "child", 2.0, 0)
+
+        if __name__ == "__main__":
+            logger = Task.init().get_logger()
+            logger.report_scalar("loss", "parent", 1.0, 0)   # still buffered when the child forks
+            p = mp.get_context("fork").Process(target=child)
+            p.start(); p.join()
+            assert p.exitcode == 0
+        """
+    )
+    assert done.returncode == 0, done.stderr
+    metrics = sandbox.ingested().metrics(exp)["loss"]
+    assert {s: v.values for s, v in metrics.items()} == {"child": [2.0], "parent": [1.0]}
