@@ -229,12 +229,14 @@ class Ingester:
             if rec is None:
                 log.warning("%s: skipped a line that is not JSON", path)
                 continue
+            seq = rec.get("seq") if isinstance(rec, dict) else None
+            if isinstance(seq, int):
+                last_seq = max(last_seq, seq)  # acknowledged even if skipped: nobody waits in vain
             try:
                 ev = record_to_event(rec)
             except UsageError as exc:
                 log.warning("%s: skipped a malformed record: %s", path, exc)
                 continue
-            last_seq = max(last_seq, ev.seq)
             spool_path = rec.get("data", {}).get("spool_path") if ev.kind.value in _FILE_KINDS else None
             if spool_path:
                 src = path.parent / safe_path(str(spool_path))
