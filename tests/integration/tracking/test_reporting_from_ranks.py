@@ -57,10 +57,10 @@ def _assert_one_experiment_holds_every_rank(store: SqlStore, ranks: int, iterati
         stuff = params[("General", f"worker_{r}_stuff")]
         assert str(stuff.value).startswith("some stuff ") and stuff.rank == r
     assert params[("Args", "iterations")].value == iterations
-    console = {line.text for line in store.logs(exp.id)}
-    for r in range(ranks):
-        assert any(text.startswith(f"worker {r:02d}: final loss") for text in console), console
-    assert any("ARGS: Namespace(" in text for text in console)
+    console = "\n".join(line.text for line in store.logs(exp.id))
+    for r in range(ranks):  # ranks print at once: their lines may interleave, as on a terminal
+        assert f"worker {r:02d}: final loss" in console, console
+    assert "ARGS: Namespace(" in console
     return exp.id
 
 
