@@ -112,6 +112,24 @@ class Experiment:
     finished_at: float | None = None
     handle: str | None = None  # the backend's own id (pid, Slurm job id, pod label)
 
+    def to_json(self) -> dict[str, Any]:
+        """The experiment as `phalanx get -o json` and the Python Run handle show it."""
+        return {
+            "id": self.id,
+            "name": self.name,
+            "project": self.project,
+            "status": str(self.status),
+            "reason": self.reason,
+            "framework": self.framework,
+            "backend": self.backend,
+            "cluster": self.cluster,
+            "tags": list(self.tags),
+            "topology": dict(self.topology),
+            "created_at": self.created_at,
+            "started_at": self.started_at,
+            "finished_at": self.finished_at,
+        }
+
 
 @dataclass(frozen=True)
 class Replica:
@@ -130,6 +148,21 @@ class Replica:
     resources: Mapping[str, Any] = field(default_factory=dict)
     started_at: float | None = None
     finished_at: float | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "role": str(self.role),
+            "index": self.index,
+            "rank": self.rank,
+            "state": str(self.state),
+            "exit_code": self.exit_code,
+            "reason": self.reason,
+            "host": self.host,
+            "pid": self.pid,
+            "started_at": self.started_at,
+            "finished_at": self.finished_at,
+        }
 
 
 class EventKind(StrEnum):

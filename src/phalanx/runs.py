@@ -109,34 +109,9 @@ class Run:
         replicas = self._store.list_replicas(e.id)
         end = e.finished_at or (time.time() if e.started_at else None)
         return {
-            "id": e.id,
-            "name": e.name,
-            "project": e.project,
-            "status": str(e.status),
-            "reason": e.reason,
-            "framework": e.framework,
-            "backend": e.backend,
-            "cluster": e.cluster,
-            "tags": list(e.tags),
-            "topology": dict(e.topology),
-            "created_at": e.created_at,
-            "started_at": e.started_at,
-            "finished_at": e.finished_at,
+            **e.to_json(),
             "duration": (end - e.started_at) if end and e.started_at else None,
-            "replicas": [
-                {
-                    "name": r.name,
-                    "role": str(r.role),
-                    "index": r.index,
-                    "rank": r.rank,
-                    "state": str(r.state),
-                    "host": r.host,
-                    "pid": r.pid,
-                    "exit_code": r.exit_code,
-                    "reason": r.reason,
-                }
-                for r in replicas
-            ],
+            "replicas": [r.to_json() for r in replicas],
         }
 
     def get_metrics(self, title: str | None = None) -> dict[str, dict[str, dict[str, list[float]]]]:

@@ -91,37 +91,11 @@ def _table(headers: list[str], rows: list[list[str]]) -> str:
 
 
 def experiment_json(e: Experiment) -> dict[str, Any]:
-    return {
-        "id": e.id,
-        "name": e.name,
-        "project": e.project,
-        "status": str(e.status),
-        "reason": e.reason,
-        "framework": e.framework,
-        "backend": e.backend,
-        "cluster": e.cluster,
-        "tags": list(e.tags),
-        "topology": dict(e.topology),
-        "created_at": e.created_at,
-        "started_at": e.started_at,
-        "finished_at": e.finished_at,
-    }
+    return e.to_json()
 
 
 def replica_json(r: Replica) -> dict[str, Any]:
-    return {
-        "name": r.name,
-        "role": str(r.role),
-        "index": r.index,
-        "rank": r.rank,
-        "state": str(r.state),
-        "exit_code": r.exit_code,
-        "reason": r.reason,
-        "host": r.host,
-        "pid": r.pid,
-        "started_at": r.started_at,
-        "finished_at": r.finished_at,
-    }
+    return r.to_json()
 
 
 def params_by_section(records: list[ParamRecord]) -> dict[str, dict[str, Any]]:

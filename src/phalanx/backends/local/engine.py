@@ -3,9 +3,10 @@
 ``dry_run`` chooses free ports, checks the topology fits the machine (limits.allocate) and returns,
 per launch unit (one per replica; one mpirun launcher for MPI), the exact argv, working directory and
 environment added to the inherited one. ``submit`` writes each unit's config under
-``<runs>/<id>/attempts/<n>/`` and starts the reaper (``phalanx.backends.local.reaper`` under ``python -E``) for it in a
-new session. The job's state lives on disk (pids, status files written by the reapers, log files),
-so ``describe``, ``logs`` and ``cancel`` also work from a process other than the one that submitted
+``<runs>/<id>/attempts/<n>/`` and starts the reaper (``phalanx.backends.local.reaper`` under
+``python -E``) for it in a new session. The job's state lives on disk (pids, status files written by
+the reapers, log files), so ``describe``, ``logs`` and ``cancel`` also work from a process other than
+the one that submitted
 (TorchX's local scheduler keeps jobs only in memory; ``phalanx stop`` needs better).
 """
 
