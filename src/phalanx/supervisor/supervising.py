@@ -26,6 +26,10 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 POLL_SECONDS = 0.1
+# Once a TensorFlow chief has succeeded, the other replicas get this long to end by themselves
+# (MultiWorkerMirroredStrategy workers do, and flush what they report) before the servers that
+# never end (ParameterServerStrategy's tf.distribute.Server.join()) are stopped.
+TF_SERVER_GRACE_SECONDS = 5.0
 TAIL_LINES = 10  # log lines quoted in a failed experiment's reason
 EXIT_CODES = {ExperimentStatus.SUCCEEDED: 0, ExperimentStatus.FAILED: 1, ExperimentStatus.STOPPED: 130}
 
@@ -303,6 +307,7 @@ class Supervisor:
         backend = self.p.backend
         plan = self.p.plan
         deadline = self.started + plan.max_run_seconds if plan.max_run_seconds else None
+        chief_done_at: float | None = None
         while True:
             if self._stop_requested():
                 backend.cancel(handle)
@@ -311,6 +316,17 @@ class Supervisor:
             if job is None:
                 return ExperimentStatus.FAILED, f"the {backend.name} engine no longer knows the job {handle}"
             self._record(job)
+            if self._chief_done(job):
+                # the chief decides a TensorFlow experiment: what the others do now cannot fail it
+                chief_done_at = chief_done_at or time.monotonic()
+                others_done = all(r.state.done for r in job.replicas if r.name != "master")
+                if others_done or time.monotonic() - chief_done_at > TF_SERVER_GRACE_SECONDS:
+                    if not others_done:
+                        self._emit_all("phalanx: the chief succeeded; stopping the TensorFlow servers")
+                    backend.cancel(handle)
+                    return ExperimentStatus.SUCCEEDED, None
+                time.sleep(POLL_SECONDS)
+                continue
             failed = [r for r in job.replicas if r.state is ReplicaState.FAILED]
             if failed or job.status is ExperimentStatus.FAILED:
                 culprit = min(failed, key=lambda r: r.finished_at or float("inf")) if failed else None
@@ -320,10 +336,6 @@ class Supervisor:
                 return ExperimentStatus.SUCCEEDED, None
             if job.status is ExperimentStatus.STOPPED:
                 return ExperimentStatus.STOPPED, job.reason or "stopped by the engine"
-            if self._chief_done(job):
-                self._emit_all("phalanx: the chief succeeded; stopping the TensorFlow servers")
-                backend.cancel(handle)
-                return ExperimentStatus.SUCCEEDED, None
             if deadline is not None and time.monotonic() > deadline:
                 backend.cancel(handle)
                 return (
@@ -333,7 +345,7 @@ class Supervisor:
             time.sleep(POLL_SECONDS)
 
     def _chief_done(self, job: JobStatus) -> bool:
-        """TensorFlow's worker and ps servers never exit: the chief's success ends the experiment."""
+        """TensorFlow's ps (and PS-strategy worker) servers never exit: the chief's success ends it."""
         if self.p.plan.framework is not Framework.TENSORFLOW:
             return False
         return any(r.name == "master" and r.state is ReplicaState.SUCCEEDED for r in job.replicas)

@@ -177,3 +177,30 @@ def test_backend_mpi_starts_one_mpirun_whose_ranks_torch_and_phalanx_understand(
     for env in got.values():
         assert env["WORLD_SIZE"] == "3" and env["MASTER_ADDR"] == "127.0.0.1"
         assert env["RANK"] == env["OMPI_COMM_WORLD_RANK"]
+
+
+def test_after_the_chief_succeeds_workers_that_end_by_themselves_are_not_killed(phalanx: Phalanx) -> None:
+    """MultiWorkerMirroredStrategy workers finish just after the chief: they get to end cleanly."""
+    finish = (
+        'if [ "$PHALANX_ROLE" = worker ]; then sleep 1; echo done > "done-$PHALANX_REPLICA"; fi; '
+        'if [ "$PHALANX_ROLE" = ps ]; then exec sleep 600; fi'
+    )
+    spec = phalanx.spec(
+        f"""
+        version: 1
+        kind: experiment
+        framework: tensorflow
+        environment:
+          replicas:
+            n_workers: 1
+            n_ps: 1
+        run:
+          cmd: {json.dumps(finish)}
+        """
+    )
+    result = phalanx.run("run", "-f", str(spec))
+    assert result.returncode == 0, result.stderr
+    assert (spec.parent / "done-worker-0").read_text() == "done\n"
+    exp = phalanx.only_experiment()
+    states = {r.name: r.state for r in phalanx.store().list_replicas(exp.id)}
+    assert states == {"master": "succeeded", "worker-0": "succeeded", "ps-0": "stopped"}
