@@ -29,9 +29,26 @@ def ui_hint(experiment_id: str, host: str | None = None) -> str:
     if host:
         return f"phalanx: open {host.rstrip('/')}/experiments/{experiment_id} to see it in the web UI"
     return (
-        f"phalanx: see it in the web UI: run `phalanx server` and open "
+        f"phalanx: see it in the web UI: run `{_phalanx_command()} server` and open "
         f"http://127.0.0.1:8000/experiments/{experiment_id}"
     )
+
+
+def _phalanx_command() -> str:
+    """`phalanx` when that is what the shell finds, else the path this one was started by
+    (`make run` starts `.venv/bin/phalanx`, which is not on the user's PATH)."""
+    import os
+    import shutil
+    import sys
+
+    started = Path(sys.argv[0])
+    if started.name != "phalanx":
+        return "phalanx"
+    found = shutil.which("phalanx")
+    if found and Path(found).resolve() == started.resolve():
+        return "phalanx"
+    relative = os.path.relpath(started)
+    return relative if not relative.startswith("..") else str(started.resolve())
 
 
 def read_token_file(path: Path) -> str:

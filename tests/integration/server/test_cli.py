@@ -76,6 +76,22 @@ def test_run_ends_with_how_to_open_the_experiment_in_the_ui() -> None:
     )
 
 
+def test_the_ui_hint_names_the_venvs_phalanx_when_the_shell_would_not_find_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`make run` starts .venv/bin/phalanx, which is not on the user's PATH."""
+    exe = tmp_path / ".venv" / "bin" / "phalanx"
+    exe.parent.mkdir(parents=True)
+    exe.write_text("#!/bin/sh\n")
+    exe.chmod(0o755)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr("sys.argv", [".venv/bin/phalanx", "run"])
+    monkeypatch.setenv("PATH", "/usr/bin:/bin")
+    assert "run `.venv/bin/phalanx server`" in ui_hint("0123456789ab")
+    monkeypatch.setenv("PATH", f"{exe.parent}:/usr/bin:/bin")
+    assert "run `phalanx server`" in ui_hint("0123456789ab")
+
+
 def test_plot_writes_one_chart_per_title_as_png(phalanx_home: Path, tmp_path: Path) -> None:
     store = open_store(Settings(home=phalanx_home))
     e = fill.experiment(store)
