@@ -9,6 +9,7 @@ imported at module level; the store is imported inside the commands.
 from __future__ import annotations
 
 import csv
+import math
 import sys
 import time
 from enum import StrEnum
@@ -99,10 +100,30 @@ def replica_json(r: Replica) -> dict[str, Any]:
 
 
 def params_by_section(records: list[ParamRecord]) -> dict[str, dict[str, Any]]:
-    sections: dict[str, dict[str, Any]] = {}
+    """{section: {key: value}}; a key whose writers report different values (each rank its own
+    seed) reads {"per_replica": [{"replica", "rank", "value"}, ...]} instead (docs/tracking.md)."""
+    grouped: dict[str, dict[str, list[ParamRecord]]] = {}
     for p in records:
-        sections.setdefault(p.section, {})[p.key] = p.value
-    return sections
+        grouped.setdefault(p.section, {}).setdefault(p.key, []).append(p)
+    return {
+        section: {
+            key: reports[0].value
+            if len(reports) == 1
+            else {PER_REPLICA: [{"replica": r.replica, "rank": r.rank, "value": r.value} for r in reports]}
+            for key, reports in keys.items()
+        }
+        for section, keys in grouped.items()
+    }
+
+
+PER_REPLICA = "per_replica"
+
+
+def finite_or_none(values: list[float]) -> list[float | None]:
+    """Strict JSON has no NaN/Infinity (jq, JavaScript reject them): -o json writes null instead."""
+    if all(map(math.isfinite, values)):
+        return values  # type: ignore[return-value]
+    return [v if math.isfinite(v) else None for v in values]
 
 
 def artifact_json(a: ArtifactRecord) -> dict[str, Any]:
@@ -239,9 +260,15 @@ def _indent(text: str) -> str:
     return "\n".join(f"  {line}" for line in text.splitlines())
 
 
+def _writer(replica: str, rank: int | None) -> str:
+    return replica if rank is None else f"{replica} rank {rank}"
+
+
 def _value(v: Any) -> str:
     import json
 
+    if isinstance(v, dict) and list(v) == [PER_REPLICA]:  # ranks differ: each value with its writer
+        return ", ".join(f"{_value(r['value'])} ({_writer(r['replica'], r['rank'])})" for r in v[PER_REPLICA])
     return v if isinstance(v, str) else json.dumps(v)
 
 
@@ -268,7 +295,10 @@ def metrics(
         raise NotFound(f"experiment {e.id} has no metric {which} (titles: {known})")
     if output is MetricsFormat.JSON:
         emit_json(
-            {t: {s: {"steps": v.steps, "values": v.values} for s, v in by.items()} for t, by in data.items()}
+            {
+                t: {s: {"steps": v.steps, "values": finite_or_none(v.values)} for s, v in by.items()}
+                for t, by in data.items()
+            }
         )
     elif output is MetricsFormat.CSV:
         writer = csv.writer(sys.stdout, lineterminator="\n")

@@ -8,7 +8,8 @@ Implementations: ``store.sql.SqlStore`` (SQLite by default, PostgreSQL with PHAL
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import json
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -32,6 +33,37 @@ class ParamRecord:
     replica: str
     rank: int | None
     time: float
+
+
+def merge_params(records: Iterable[ParamRecord]) -> list[ParamRecord]:
+    """Merge append-only parameter reports, given oldest first.
+
+    Per (section, key) and writer (replica, rank) the writer's latest report counts. When every
+    writer's value is the same the key reads as one record (the latest report); when they differ
+    (each rank records ``--rank`` or its own seed) it reads as one record per writer, so no rank's
+    value is hidden. Sorted by section, key, then rank and replica.
+    """
+    latest: dict[tuple[str, str], dict[tuple[str, int | None], ParamRecord]] = {}
+    for p in records:
+        by_writer = latest.setdefault((p.section, p.key), {})
+        by_writer.pop((p.replica, p.rank), None)  # re-insert: the dict's last entry is the latest report
+        by_writer[(p.replica, p.rank)] = p
+    out: list[ParamRecord] = []
+    for k in sorted(latest):
+        reports = list(latest[k].values())
+        if len({_canonical(p.value) for p in reports}) == 1:
+            out.append(reports[-1])
+        else:
+            out.extend(sorted(reports, key=_writer_order))
+    return out
+
+
+def _canonical(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, default=str)
+
+
+def _writer_order(p: ParamRecord) -> tuple[bool, int, str]:
+    return (p.rank is None, p.rank or 0, p.replica)
 
 
 @dataclass(frozen=True)

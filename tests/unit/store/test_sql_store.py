@@ -130,14 +130,45 @@ def test_params_are_append_only_and_merged_per_key(store: SqlStore) -> None:
         return Event(exp, EventKind.PARAM, {"section": section, "values": values}, rank=rank, time=t)
 
     store.write_events([param(0, {"lr": 0.1, "shared": "old"}, 1.0), param(1, {"worker_1_stuff": "x"}, 2.0)])
-    store.write_events([param(2, {"shared": "new"}, 3.0), param(0, {"epochs": 3}, 4.0, section="Args")])
+    store.write_events([param(0, {"shared": "new"}, 3.0), param(0, {"epochs": 3}, 4.0, section="Args")])
     merged = {(p.section, p.key): (p.value, p.rank) for p in store.params(exp)}
     assert merged == {
         ("Args", "epochs"): (3, 0),
         ("General", "lr"): (0.1, 0),
-        ("General", "shared"): ("new", 2),
+        ("General", "shared"): ("new", 0),  # the same writer's later report replaces its earlier one
         ("General", "worker_1_stuff"): ("x", 1),
     }
+
+
+def test_params_keep_each_ranks_value_when_ranks_differ_and_one_when_they_agree(store: SqlStore) -> None:
+    exp = store.create_experiment(name="a", project="p").id
+
+    def args(replica: str, rank: int, values: dict[str, object], t: float) -> Event:
+        data = {"section": "Args", "values": values}
+        return Event(exp, EventKind.PARAM, data, replica=replica, rank=rank, time=t)
+
+    store.write_events(
+        [
+            args("master", 0, {"rank": 0, "seed": 100, "lr": 0.1}, 1.0),
+            args("worker-0", 1, {"rank": 1, "seed": 101, "lr": 0.1}, 2.0),
+            args("worker-0", 2, {"rank": 2, "seed": 102, "lr": 0.1}, 3.0),  # 2 processes per replica
+            args("worker-1", 3, {"rank": 3, "seed": 103, "lr": 0.1}, 0.5),  # reported first
+        ]
+    )
+    store.write_events([args("worker-0", 2, {"seed": 7}, 4.0)])  # this rank re-seeds: its latest counts
+    records = store.params(exp)
+    by_key: dict[str, list[tuple[str, int | None, object]]] = {}
+    for p in records:
+        by_key.setdefault(p.key, []).append((p.replica, p.rank, p.value))
+    assert by_key["lr"] == [("worker-0", 2, 0.1)]  # all agree: one record, the latest report
+    assert by_key["rank"] == [("master", 0, 0), ("worker-0", 1, 1), ("worker-0", 2, 2), ("worker-1", 3, 3)]
+    assert by_key["seed"] == [
+        ("master", 0, 100),
+        ("worker-0", 1, 101),
+        ("worker-0", 2, 7),
+        ("worker-1", 3, 103),
+    ]
+    assert [p.key for p in records] == ["lr", "rank", "rank", "rank", "rank", "seed", "seed", "seed", "seed"]
 
 
 def test_log_offsets_are_per_replica_and_stable(store: SqlStore) -> None:
@@ -241,6 +272,36 @@ def test_nan_and_infinite_values_survive_the_round_trip(store: SqlStore) -> None
     store.write_events([Event(exp, EventKind.SCALAR, {"points": points}, stream="s", seq=0)])
     values = store.metrics(exp)["loss"]["w"].values
     assert math.isnan(values[0]) and values[1:] == [float("inf"), 0.5]
+
+
+def test_non_finite_parameters_and_metadata_are_stored_as_text_not_refused(store: SqlStore) -> None:
+    # argparse's `default=float("inf")` (no limit) is common; PostgreSQL's JSON refuses NaN/Infinity,
+    # which used to fail the whole batch (and every batch after it) at ingest
+    exp = store.create_experiment(name="a", project="p").id
+    values = {
+        "clip": float("inf"),
+        "floor": float("-inf"),
+        "x": float("nan"),
+        "lr": 0.1,
+        "ls": [1.0, float("nan")],
+    }
+    artifact = {"name": "a", "kind": "json", "path": "a.json", "metadata": {"loss": float("nan"), "n": 2}}
+    events = [
+        Event(exp, EventKind.PARAM, {"section": "Args", "values": values}, stream="s", seq=0),
+        Event(exp, EventKind.ARTIFACT, artifact, stream="s", seq=1),
+        Event(exp, EventKind.PARAM, {"section": "General", "values": {"after": 1}}, stream="s", seq=2),
+    ]
+    assert store.write_events(events) == 3
+    stored = {(p.section, p.key): p.value for p in store.params(exp)}
+    assert stored == {
+        ("Args", "clip"): "inf",
+        ("Args", "floor"): "-inf",
+        ("Args", "x"): "nan",
+        ("Args", "lr"): 0.1,
+        ("Args", "ls"): [1.0, "nan"],
+        ("General", "after"): 1,
+    }
+    assert dict(store.artifacts(exp)[0].metadata) == {"loss": "nan", "n": 2}
 
 
 def test_text_postgresql_would_refuse_is_cleaned_or_refused_alone(store: SqlStore) -> None:

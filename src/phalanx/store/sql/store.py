@@ -20,7 +20,15 @@ from sqlalchemy.exc import IntegrityError, OperationalError
 from phalanx.domain import Event, Experiment, ExperimentStatus, Page, Replica, ReplicaState, Role
 from phalanx.errors import Conflict, NotFound, StoreError, UsageError
 from phalanx.store.artifacts import ArtifactStore
-from phalanx.store.base import ArtifactRecord, ExperimentFilter, LogLine, ModelRecord, ParamRecord, Series
+from phalanx.store.base import (
+    ArtifactRecord,
+    ExperimentFilter,
+    LogLine,
+    ModelRecord,
+    ParamRecord,
+    Series,
+    merge_params,
+)
 from phalanx.store.sql import events as ev_sql
 from phalanx.store.sql.engine import make_engine, no_gc, upgrade, writer
 from phalanx.store.sql.models import (
@@ -373,20 +381,20 @@ class SqlStore:
         return out
 
     def params(self, experiment_id: str) -> list[ParamRecord]:
-        """Every (section, key) once: the latest report wins (rows are append-only)."""
+        """Hyperparameters, read from append-only rows: per (section, key) and writer (replica,
+        rank), that writer's latest report. Writers that agree give one record (the latest); writers
+        that differ (a per-rank seed, ``--rank``) give one record each, so no rank's value is hidden.
+        Ordered by section, key, rank, replica."""
         with self.engine.connect() as conn:
             full = _resolve(conn, experiment_id)
             rows = conn.execute(
                 select(ParamRow).where(ParamRow.experiment_id == full).order_by(ParamRow.time, ParamRow.id)
             ).all()
-        merged: dict[tuple[str, str], ParamRecord] = {}
-        for r in rows:
-            m = r._mapping
-            merged[(m["section"], m["key"])] = ParamRecord(
-                section=m["section"], key=m["key"], value=m["value"], replica=m["replica"], rank=m["rank"],
-                time=m["time"],
-            )  # fmt: skip
-        return [merged[k] for k in sorted(merged)]
+        records = [
+            ParamRecord(m["section"], m["key"], m["value"], m["replica"], m["rank"], m["time"])
+            for m in (r._mapping for r in rows)
+        ]
+        return merge_params(records)
 
     def artifacts(self, experiment_id: str) -> list[ArtifactRecord]:
         with self.engine.connect() as conn:
