@@ -155,7 +155,7 @@ def _collect_one(batch: Batch, ev: Event) -> None:
                 "replica": ev.replica,
                 "rank": ev.rank,
                 "time": ev.time,
-                "meta": dict(d.get("metadata") or {}),
+                "meta": _jsonable(dict(d.get("metadata") or {})),
             }
         )
     elif kind is EventKind.MODEL:
@@ -168,7 +168,7 @@ def _collect_one(batch: Batch, ev: Event) -> None:
                 "size": int(d.get("size", 0)),
                 "replica": ev.replica,
                 "time": ev.time,
-                "meta": dict(d.get("metadata") or {}),
+                "meta": _jsonable(dict(d.get("metadata") or {})),
             }
         )
     elif kind is EventKind.EXPERIMENT:
@@ -250,11 +250,20 @@ def _param_rows(ev: Event) -> list[dict[str, Any]]:
 
 
 def _jsonable(value: Any) -> Any:
+    """A JSON column value. NaN/Infinity are not JSON (PostgreSQL refuses the row, so the whole batch;
+    jq refuses the CLI's output): a non-finite float is kept as its text, "nan", "inf" or "-inf"."""
     try:
-        json.dumps(value)
+        json.dumps(value, allow_nan=False)
         return value
     except (TypeError, ValueError):
+        pass
+    if isinstance(value, float):
         return str(value)
+    if isinstance(value, dict):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_jsonable(v) for v in value]
+    return str(value)
 
 
 def name(value: Any, limit: int = 255) -> str:
