@@ -125,3 +125,32 @@ def test_put_file_cannot_leave_the_experiment_folder(
 
 def test_put_file_to_an_unknown_experiment_is_404(client: TestClient) -> None:
     assert client.put("/api/v1/experiments/0123456789ab/files/a.txt", content=b"x").status_code == 404
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"seq": 2**64},
+        {"rank": -(2**70)},
+        {"index": 10**30},
+        {"data": {"title": "loss", "series": "w", "value": 1.0, "iteration": 10**23}},
+    ],
+)
+def test_integers_beyond_64_bits_are_400_not_a_server_error(
+    client: TestClient, store: Store, change: dict[str, object]
+) -> None:
+    e = fill.experiment(store)
+    records = _records(e.id, 2)
+    records[1].update(change)
+    r = client.post("/api/v1/ingest", json={"events": records})
+    assert r.status_code == 400, r.text
+    assert r.json()["error"] == "usage" and "out of range" in r.json()["message"]
+    assert store.metric_titles(e.id) == {}
+
+
+def test_a_time_that_is_not_finite_is_400(client: TestClient, store: Store) -> None:
+    e = fill.experiment(store)
+    body = '{"events": [{"stream": "s", "seq": 1, "kind": "scalar", "experiment_id": "%s", "time": 1e400,'
+    body += ' "data": {"title": "loss", "series": "w", "value": 1.0, "iteration": 1}}]}'
+    r = client.post("/api/v1/ingest", content=body % e.id, headers={"Content-Type": "application/json"})
+    assert r.status_code == 400 and "finite" in r.json()["message"]

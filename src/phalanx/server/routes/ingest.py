@@ -8,6 +8,7 @@ them, under the experiment's folder of the artifact store.
 
 from __future__ import annotations
 
+import math
 from typing import Annotated
 
 from fastapi import APIRouter, Path, Request
@@ -34,7 +35,29 @@ def ingest(batch: IngestIn, store: StoreDep) -> IngestOut:
     for experiment_id in {ev.experiment_id for ev in events}:
         if not isinstance(experiment_id, str) or not experiment_id:
             raise UsageError("every event needs an experiment id")
-    return IngestOut(accepted=store.write_events(events))
+    for i, ev in enumerate(events):
+        _check_envelope(i, ev.seq, ev.index, ev.rank, ev.time)
+    from sqlalchemy.exc import DataError
+
+    try:
+        return IngestOut(accepted=store.write_events(events))
+    except (OverflowError, DataError) as exc:  # a step beyond 64 bits (SQLite / PostgreSQL)
+        raise UsageError(
+            f"a number in the batch is out of range ({type(exc).__name__}); integers must fit in 64 bits"
+        ) from None
+
+
+INT64 = (-(2**63), 2**63 - 1)
+
+
+def _check_envelope(i: int, seq: int, index: int, rank: int | None, when: float) -> None:
+    """UsageError naming the record when its integers cannot be stored (the database holds 64-bit
+    integers: a bigger one would fail inside the store's transaction) or its time is not finite."""
+    for field, value in (("seq", seq), ("index", index), ("rank", rank)):
+        if value is not None and not INT64[0] <= value <= INT64[1]:
+            raise UsageError(f"events[{i}]: {field} {value} is out of range (a 64-bit integer)")
+    if not math.isfinite(when):
+        raise UsageError(f"events[{i}]: time must be a finite number of seconds since the epoch")
 
 
 @router.put(
