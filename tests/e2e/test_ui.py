@@ -46,6 +46,8 @@ def test_the_list_shows_every_experiment_with_its_topology(page: Any, server: Se
     assert {filled.first, filled.second} <= ids
     first = page.locator(f'tr[data-id="{filled.first}"]')
     assert first.locator("td.topology").inner_text() == filled.topology_text
+    # a plain table cell (the overview's topology styles once made it a flex box, breaking the row)
+    assert first.locator("td.topology").evaluate("td => getComputedStyle(td).display") == "table-cell"
     assert first.locator(".badge").inner_text() == "succeeded"
     shot(page, "01-experiments")
 
@@ -141,6 +143,8 @@ def test_compare_overlays_scalars_and_marks_differing_hyperparameters(
         "rows => rows.map(r => r.dataset.key)"
     )
     assert filled.differing_param in differing
+    heads = page.locator("#compare-params-table th.exp-col").all_inner_texts()
+    assert any(filled.first[:6] in t for t in heads), heads  # ids as they are, not upper-cased
     shot(page, "07-compare")
     page.select_option('select[aria-label="x axis"]', "relative")  # runs that started apart line up
     page.locator(
@@ -163,7 +167,7 @@ def test_a_token_protected_server_shows_the_login_page_first(
 ) -> None:
     secured = start_server(filled.home, token="e2e-secret-token")
     try:
-        page.goto(f"{secured.url}/experiments/{filled.first}")
+        page.goto(f"{secured.url}/experiments/{filled.first}#console")  # the tab survives signing in
         page.locator('input[name="token"]').wait_for()
         assert "/login" in page.url
         shot(page, "08-login")
@@ -172,8 +176,8 @@ def test_a_token_protected_server_shows_the_login_page_first(
         page.locator("p.error").wait_for()
         page.fill('input[name="token"]', "e2e-secret-token")
         page.click("button[type=submit]")
-        page.locator("#topology .replica").first.wait_for()
-        assert page.url.endswith(f"/experiments/{filled.first}")
+        page.locator("#console .line").first.wait_for()
+        assert page.url.endswith(f"/experiments/{filled.first}#console")
     finally:
         stop_server(secured.proc)
 
@@ -326,3 +330,46 @@ def test_the_models_tab_lists_saved_models_with_a_download(page: Any, server: Se
         row.locator("a", has_text="download").click()
     assert Path(download.value.path()).read_bytes() == data
     shot(page, "12-models")
+
+
+def test_on_a_phone_no_page_is_wider_than_the_screen(browser: Any, server: Server, filled: Filled) -> None:
+    context = browser.new_context(viewport={"width": 390, "height": 844})
+    try:
+        pg = context.new_page()
+        pg.set_default_timeout(30_000)
+        base = f"{server.url}/experiments/{filled.first}"
+        for url, ready in [
+            (f"{server.url}/", "table.grid tbody tr"),
+            (f"{base}#overview", "#topology .replica"),
+            (f"{base}#scalars", ".chart-card canvas"),
+            (f"{base}#artifacts", "#artifact-preview"),
+            (f"{base}#console", "#console .line"),
+            (f"{server.url}/compare?ids={filled.first},{filled.second}", ".chart-card canvas"),
+        ]:
+            pg.goto(url)
+            pg.locator(ready).first.wait_for()
+            width = pg.evaluate("document.documentElement.scrollWidth")
+            assert width <= 390, f"{url} is {width} px wide on a 390 px screen"
+        shot(pg, "13-phone-compare")
+    finally:
+        context.close()
+
+
+def test_a_finished_experiment_without_reports_says_how_to_report(
+    page: Any, server: Server, filled: Filled
+) -> None:
+    from phalanx.config import Settings
+    from phalanx.store import open_store
+    from tests.unit.server import fill
+
+    store = open_store(Settings(home=filled.home))
+    e = fill.experiment(store, name="silent")
+    store.close()
+    page.goto(f"{server.url}/experiments/{e.id}#scalars")
+    page.locator("text=reported no scalars").wait_for()
+    assert "report_scalar" in page.locator("#panel").inner_text()
+    assert not page.locator("#panel .toolbar").is_visible()  # no chart controls without charts
+    page.click('a[data-tab="artifacts"]')
+    page.locator("text=task.upload_artifact").wait_for()
+    page.click('a[data-tab="hyperparameters"]')
+    page.locator("text=task.connect").wait_for()

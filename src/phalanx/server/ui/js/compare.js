@@ -144,7 +144,7 @@ function drawParams(box, exps, allParams) {
     h("div", { class: "toolbar" }, onlyDiff, h("label", { for: "only-diff" }, "only differences"),
       h("span", { class: "muted small" }, `${differing} of ${keys.length} differ`)),
     h("div", { class: "table-wrap" }, h("table", { class: "grid params-table", id: "compare-params-table" },
-      h("thead", {}, h("tr", {}, h("th", {}, "section"), h("th", {}, "name"), exps.map((e) => h("th", {}, `${e.name} (${e.id.slice(0, 6)})`)))),
+      h("thead", {}, h("tr", {}, h("th", {}, "section"), h("th", {}, "name"), exps.map((e) => h("th", { class: "exp-col", title: e.id }, `${e.name} (${e.id.slice(0, 6)})`)))),
       tbody)),
   );
 }

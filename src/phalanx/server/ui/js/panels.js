@@ -14,7 +14,8 @@ export function renderScalars(panel, ctx, id) {
   let wasLive = false;
   const grid = h("div", { class: "charts", id: "charts" });
   const status = h("p", { class: "muted" }, "Loading scalars…");
-  add(panel, chartControls(state, (refetch) => (refetch ? load() : draw())), status, grid);
+  const controls = chartControls(state, (refetch) => (refetch ? load() : draw()));
+  add(panel, controls, status, grid);
 
   function draw() {
     const t0 = firstTime(data.values());
@@ -42,9 +43,14 @@ export function renderScalars(panel, ctx, id) {
     try {
       const { titles } = await api.titles(id);
       const names = Object.keys(titles).sort();
-      if (!names.length) { status.textContent = "No scalars reported yet."; }
-      else status.textContent = "";
+      if (!names.length) {
+        status.className = "empty";
+        status.textContent = ctx.live() ? "No scalars reported yet; they appear here as the replicas report them."
+          : "This experiment reported no scalars. A training script reports them with "
+            + "task.get_logger().report_scalar(title, series, value, iteration).";
+      } else status.textContent = "";
       status.hidden = !!names.length;
+      controls.hidden = !names.length;
       const fetched = await Promise.all(names.map((t) => api.metric(id, t, { max_points: MAX_POINTS, x: state.xMode === "step" ? "step" : "time" })));
       data.clear();
       names.forEach((t, i) => data.set(t, fetched[i]));
@@ -80,7 +86,7 @@ export function groupParams(params) {
 
 export async function renderParams(panel, id) {
   const params = await api.params(id);
-  if (!params.length) { add(panel, h("div", { class: "empty" }, "No hyperparameters reported.")); return; }
+  if (!params.length) { add(panel, h("div", { class: "empty" }, "No hyperparameters reported. A training script records them with task.connect(dict) (argparse arguments are recorded as Args).")); return; }
   for (const [section, rows] of groupParams(params)) {
     add(panel, 
       h("h2", {}, section, " ", h("span", { class: "muted small" }, `${rows.length}`)),
@@ -95,7 +101,7 @@ export async function renderParams(panel, id) {
 
 export async function renderArtifacts(panel, id) {
   const artifacts = await api.artifacts(id);
-  if (!artifacts.length) { add(panel, h("div", { class: "empty" }, "No artifacts uploaded.")); return; }
+  if (!artifacts.length) { add(panel, h("div", { class: "empty" }, "No artifacts uploaded. A training script uploads one with task.upload_artifact(name, artifact_object=...).")); return; }
   artifacts.sort((a, b) => a.name.localeCompare(b.name));
   const preview = h("div", { class: "card preview", id: "artifact-preview" }, h("p", { class: "muted" }, "Select an artifact to preview it."));
   const rows = new Map();
