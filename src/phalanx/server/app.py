@@ -38,6 +38,7 @@ HTTP_CODES = {
     405: "method_not_allowed",
     409: "conflict",
     413: "payload_too_large",
+    415: "unsupported_media_type",
     422: "invalid_request",
 }
 

@@ -154,3 +154,17 @@ def test_a_time_that_is_not_finite_is_400(client: TestClient, store: Store) -> N
     body += ' "data": {"title": "loss", "series": "w", "value": 1.0, "iteration": 1}}]}'
     r = client.post("/api/v1/ingest", content=body % e.id, headers={"Content-Type": "application/json"})
     assert r.status_code == 400 and "finite" in r.json()["message"]
+
+
+@pytest.mark.parametrize("ctype", ["text/plain", "application/x-www-form-urlencoded", "text/xml", None])
+def test_a_batch_not_sent_as_json_is_415_with_a_plain_message(client: TestClient, ctype: str | None) -> None:
+    headers = {"Content-Type": ctype} if ctype else {}
+    r = client.post("/api/v1/ingest", content=b'{"events": []}', headers=headers)
+    assert r.status_code == 415
+    assert r.json()["error"] == "unsupported_media_type"
+    assert "application/json" in r.json()["message"]
+
+
+def test_a_json_content_type_with_a_charset_is_accepted(client: TestClient) -> None:
+    headers = {"Content-Type": "application/json; charset=utf-8"}
+    assert client.post("/api/v1/ingest", content=b'{"events": []}', headers=headers).json() == {"accepted": 0}

@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from typing import Annotated
 
-from fastapi import APIRouter, Path, Request
+from fastapi import APIRouter, Depends, HTTPException, Path, Request
 
 from phalanx.errors import UsageError
 from phalanx.server.deps import FilesDep, StoreDep, experiment_of
@@ -21,7 +21,17 @@ from phalanx.server.schemas import FileOut, IngestIn, IngestOut
 router = APIRouter(tags=["ingest"])
 
 
-@router.post("/ingest", response_model=IngestOut)
+def json_body(request: Request) -> None:
+    """415 with a plain message when the batch is not sent as JSON (else the answer would be a
+    puzzling "Input should be a valid dictionary"). Runs before the body is read."""
+    ctype = request.headers.get("content-type", "").split(";")[0].strip().lower()
+    if ctype != "application/json" and not ctype.endswith("+json"):
+        raise HTTPException(
+            415, f"send the batch as JSON with Content-Type: application/json (got {ctype or 'none'!r})"
+        )
+
+
+@router.post("/ingest", response_model=IngestOut, dependencies=[Depends(json_body)])
 def ingest(batch: IngestIn, store: StoreDep) -> IngestOut:
     """Store a batch of spool records (``{"events": [...]}``), exactly once per (stream, seq)."""
     from phalanx.ingest import records_to_events
