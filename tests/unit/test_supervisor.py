@@ -93,3 +93,40 @@ def test_a_gpu_request_on_a_machine_without_one_is_refused_before_anything(
     )
     with pytest.raises(UsageError, match="GPU"):
         prepare(spec, settings=Settings(), workdir=tmp_path, dry=True)
+
+
+def test_local_replicas_learn_the_supervisors_pid_and_remote_ones_do_not(
+    phalanx_home: Path, tmp_path: Path
+) -> None:
+    """flush() in a local replica stops waiting once the supervisor (its ingester) is gone; on Slurm
+    or Kubernetes a pid of this machine means nothing, so none is passed there."""
+    import os
+    from dataclasses import replace
+
+    from phalanx.backends.kubernetes import KubernetesBackend
+    from phalanx.backends.slurm import SlurmBackend
+    from phalanx.supervisor.preparing import ingester_here
+
+    spec = ExperimentSpec(
+        version=1,
+        kind="experiment",
+        command=("python train.py",),
+        framework=Framework.PYTORCH,
+        topology=Topology(n_workers=1),
+    )
+
+    def pids(prepared: object) -> list[str | None]:
+        units = prepared.dry_run.native["units"]  # type: ignore[attr-defined]
+        return [p["env"].get("PHALANX_INGESTER_PID") for u in units for p in u["processes"]]
+
+    local = prepare(spec, settings=Settings(), workdir=tmp_path)
+    assert pids(local) == [str(os.getpid())] * 2
+    assert pids(prepare(spec, settings=Settings(), workdir=tmp_path, dry=True)) == [None, None]
+    # prepared in another process than the one that supervises: redone with the supervisor's pid
+    elsewhere = replace(local, context=replace(local.context, tracking_env={"PHALANX_INGESTER_PID": "1"}))
+    assert pids(ingester_here(elsewhere)) == [str(os.getpid())] * 2
+    for backend in (SlurmBackend(), KubernetesBackend()):
+        remote = prepare(spec, settings=Settings(), workdir=tmp_path, backend=backend)
+        assert "PHALANX_INGESTER_PID" not in remote.context.tracking_env
+        assert "PHALANX_INGESTER_PID" not in remote.dry_run.render()
+        assert ingester_here(remote) is remote

@@ -15,6 +15,7 @@ from phalanx.backends.base import Backend, DryRun, LaunchContext
 from phalanx.config import Settings
 from phalanx.plan import Plan, build_plan
 from phalanx.spec.model import ExperimentSpec
+from phalanx.tracking.identity import ENV_INGESTER_PID as INGESTER_PID
 
 if TYPE_CHECKING:
     pass
@@ -140,15 +141,35 @@ def prepare(
 
         backend = get_backend(engine_name, settings=settings, cluster=cluster_conf)
     python = interpreter(plan, workdir, settings, build=not dry)
+    env = tracking_env(exp_id, settings, python, dry=dry)
+    if backend.name == LOCAL and not dry:
+        env[INGESTER_PID] = str(os.getpid())  # see ingester_here
     context = LaunchContext(
         experiment_id=exp_id,
         workdir=workdir,
         python=python,
-        tracking_env=tracking_env(exp_id, settings, python, dry=dry),
+        tracking_env=env,
         log_dir=str(settings.runs_dir / exp_id / "logs"),
         oversubscribe=oversubscribe,
     )
     return Prepared(exp_id, plan, backend, context, backend.dry_run(plan, context), cluster)
+
+
+LOCAL = "local"
+
+
+def ingester_here(prepared: Prepared) -> Prepared:
+    """Local replicas get PHALANX_INGESTER_PID = this process (the supervisor, whose thread ingests
+    their spool), so their ``flush()`` stops waiting at once if the supervisor dies instead of
+    waiting out its timeout. Only for the local engine: on Slurm or Kubernetes a pid of this
+    machine means nothing (there flush waits up to its timeout). ``prepare`` already sets it; this
+    redoes the dry run only if the supervisor runs in another process than ``prepare`` did."""
+    pid = str(os.getpid())
+    env = prepared.context.tracking_env
+    if prepared.backend.name != LOCAL or env.get(INGESTER_PID) == pid:
+        return prepared
+    context = replace(prepared.context, tracking_env={**env, INGESTER_PID: pid})
+    return replace(prepared, context=context, dry_run=prepared.backend.dry_run(prepared.plan, context))
 
 
 def render_dry_run(prepared: Prepared) -> str:

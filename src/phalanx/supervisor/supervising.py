@@ -18,7 +18,7 @@ from phalanx.config import Settings
 from phalanx.domain import ExperimentStatus, Framework, Replica, ReplicaState
 from phalanx.plan import Plan
 from phalanx.spec.model import ExperimentSpec
-from phalanx.supervisor.preparing import Prepared, prepare
+from phalanx.supervisor.preparing import Prepared, ingester_here, prepare
 
 if TYPE_CHECKING:
     from phalanx.store.base import Store
@@ -186,6 +186,7 @@ class Supervisor:
         created = False
         outcome = Outcome(self.id, ExperimentStatus.FAILED, "the supervisor did not finish")
         try:
+            self.p = ingester_here(self.p)
             handle = None if self._stop_requested() else self._submit(self.p.dry_run)
             try:
                 self.store = self._store_factory() if callable(self._store_factory) else self._store_factory
