@@ -373,3 +373,35 @@ def test_a_finished_experiment_without_reports_says_how_to_report(
     page.locator("text=task.upload_artifact").wait_for()
     page.click('a[data-tab="hyperparameters"]')
     page.locator("text=task.connect").wait_for()
+
+
+def test_scrolling_the_console_up_stops_following_and_the_bottom_follows_again(
+    page: Any, server: Server, filled: Filled
+) -> None:
+    from phalanx.config import Settings
+    from phalanx.store import open_store
+    from tests.unit.server import fill
+
+    store = open_store(Settings(home=filled.home))
+    e = fill.experiment(store, name="chatty")
+    fill.log_lines(store, e.id, "master", [f"line {i}" for i in range(300)])
+    store.close()
+    page.goto(f"{server.url}/experiments/{e.id}#console")
+    page.locator("#console .line", has_text="line 299").wait_for()
+    follow = page.locator("#follow")
+    assert follow.is_checked()
+    page.locator("#console").evaluate("c => { c.scrollTop = 0; }")
+    page.wait_for_function("!document.getElementById('follow').checked")
+    page.locator("#console").evaluate("c => { c.scrollTop = c.scrollHeight; }")
+    page.wait_for_function("document.getElementById('follow').checked")
+
+
+def test_compare_leaves_out_an_id_that_does_not_exist_and_says_so(
+    page: Any, server: Server, filled: Filled
+) -> None:
+    page.goto(f"{server.url}/compare?ids={filled.first},{filled.second},ffffffffffff")
+    assert "ffffffffffff" in page.locator("#compare-missing").inner_text()
+    assert page.locator(".cmp-heads .card").count() == 2
+    page.goto(f"{server.url}/compare?ids={filled.first},ffffffffffff")  # one left: pick another
+    assert "ffffffffffff" in page.locator("#compare-missing").inner_text()
+    page.locator(f'#pick tr[data-id="{filled.first}"] input:checked').wait_for()

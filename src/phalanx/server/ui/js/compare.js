@@ -15,17 +15,20 @@ export function renderCompare(root, ctx) {
   add(clear(root), h("p", { class: "muted" }, "Loading…"));
   const charts = [];
   (async () => {
-    let exps;
-    try { exps = await Promise.all(ids.map((id) => api.experiment(id))); } catch (err) {
-      add(clear(root), h("div", { class: "empty" }, `Could not load: ${err.message}`));
-      return;
-    }
+    // An id that no longer exists (deleted, mistyped) is left out and named, not a dead end.
+    const got = await Promise.allSettled(ids.map((id) => api.experiment(id)));
+    const exps = got.filter((r) => r.status === "fulfilled").map((r) => r.value);
+    const missing = ids.filter((_, i) => got[i].status === "rejected");
+    const missingNote = missing.length
+      ? h("div", { class: "alert warn", id: "compare-missing" }, `Left out (no such experiment): ${missing.join(", ")}`) : null;
+    if (exps.length < 2) { renderPicker(root, exps.map((e) => e.id), missingNote); return; }
     const state = { smoothing: 0, log: false, xMode: "step" };
     const grid = h("div", { class: "charts", id: "compare-charts" });
     const paramsBox = h("div", { id: "compare-params" });
     add(clear(root), 
       h("div", { class: "toolbar" }, h("h1", {}, `Compare ${exps.length} experiments`), h("span", { class: "spacer" }),
-        h("a", { href: `/compare?ids=${ids.join(",")}&pick=1`, onclick: (ev) => { ev.preventDefault(); renderPicker(root, ids); } }, "change selection")),
+        h("a", { href: `/compare?ids=${ids.join(",")}&pick=1`, onclick: (ev) => { ev.preventDefault(); renderPicker(root, exps.map((e) => e.id)); } }, "change selection")),
+      missingNote,
       h("div", { class: "cmp-heads" }, exps.map((e, i) => h("div", { class: "card", "data-id": e.id },
         h("div", {}, h("a", { href: `/experiments/${e.id}` }, h("b", {}, e.name)), " ", badge(e.status)),
         h("div", { class: "muted small mono" }, e.id),
@@ -149,13 +152,14 @@ function drawParams(box, exps, allParams) {
   );
 }
 
-function renderPicker(root, preselected) {
+function renderPicker(root, preselected, note = null) {
   const chosen = new Set(preselected);
   const go = h("button", { class: "primary", onclick: () => { location.href = `/compare?ids=${[...chosen].join(",")}`; } }, "Compare");
   const update = () => { go.disabled = chosen.size < 2; go.textContent = `Compare (${chosen.size})`; };
   const tbody = h("tbody");
   add(clear(root), 
     h("div", { class: "toolbar" }, h("h1", {}, "Compare experiments"), h("span", { class: "spacer" }), go),
+    note,
     h("p", { class: "muted" }, "Pick two or more experiments."),
     h("div", { class: "table-wrap" }, h("table", { class: "grid", id: "pick" },
       h("thead", {}, h("tr", {}, ["", "id", "name", "project", "status", "topology", "started"].map((c) => h("th", {}, c)))), tbody)),

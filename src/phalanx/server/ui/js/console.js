@@ -99,6 +99,13 @@ export function renderConsole(panel, ctx, exp) {
 
   function select(name) { replica = name; drawChips(); open(); }
 
+  // Scrolling up to read stops following; scrolling back to the bottom follows again.
+  out.addEventListener("scroll", () => {
+    const atBottom = out.scrollHeight - out.scrollTop - out.clientHeight < 24;
+    if (follow.checked !== atBottom) follow.checked = atBottom;
+  });
+  follow.addEventListener("change", () => { if (follow.checked) out.scrollTop = out.scrollHeight; });
+
   let debounce = null;
   search.addEventListener("input", () => { clearTimeout(debounce); debounce = setTimeout(redraw, 150); });
   drawChips();

@@ -88,7 +88,7 @@ export function renderList(root, ctx) {
         h("td", { class: "mono" }, h("a", { href: link }, e.id)),
         h("td", {}, h("a", { href: link }, e.name)),
         h("td", {}, e.project),
-        h("td", {}, badge(e.status)),
+        h("td", { title: e.reason || null }, badge(e.status)),
         h("td", {}, e.framework || "—"),
         h("td", { class: "topology" }, topologyText(e.topology)),
         h("td", { class: "num", title: fmtTime(e.started_at || e.created_at) }, fmtAgo(e.started_at || e.created_at)),
