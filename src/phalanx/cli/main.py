@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import errno
 import importlib
+import os
 import sys
 
 # One module per command group; each registers its commands on phalanx.cli.app.app when imported.
@@ -33,10 +35,14 @@ FAST_EXIT_COMMANDS = frozenset({"run"})
 
 
 def main(argv: list[str] | None = None) -> None:
-    from phalanx.cli.app import app
-    from phalanx.errors import PhalanxError, exit_status
+    try:
+        from phalanx.cli.app import app
+        from phalanx.errors import PhalanxError, exit_status
 
-    _register()
+        _register()
+    except KeyboardInterrupt:  # Ctrl-C while Python was still importing: nothing was started
+        sys.stderr.write("phalanx: interrupted\n")
+        sys.exit(130)
     try:
         # standalone mode: typer answers usage mistakes itself (message + exit 2)
         app(args=argv, prog_name="phalanx")
@@ -44,11 +50,45 @@ def main(argv: list[str] | None = None) -> None:
         text = str(exc)
         sys.stderr.write(f"{text}\n" if "\n" in text else f"error: {text}\n")
         sys.exit(exit_status(exc))
+    except KeyboardInterrupt:  # Ctrl-C outside the supervisor's own handling: no traceback
+        sys.stderr.write("phalanx: interrupted\n")
+        sys.exit(130)
+    except OSError as exc:
+        if exc.errno not in HOME_ERRNOS:
+            raise
+        sys.stderr.write(f"error: {_os_error_message(exc)}\n")
+        sys.exit(1 if exc.errno in (errno.ENOSPC, errno.EDQUOT) else 2)
     except SystemExit as exc:
         args = sys.argv[1:] if argv is None else argv
         if args[:1] and args[0] in FAST_EXIT_COMMANDS and (exc.code is None or isinstance(exc.code, int)):
             _fast_exit(exc.code or 0)
         raise
+
+
+# Errors of the file system under PHALANX_HOME (a file where a folder should be, no permission, a
+# read-only or full disk): a message that names the path and the fix, not a traceback.
+HOME_ERRNOS = frozenset(
+    {errno.ENOTDIR, errno.EEXIST, errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOSPC, errno.EDQUOT}
+)
+
+
+def _os_error_message(exc: OSError) -> str:
+    path = str(exc.filename or "a file")
+    what = exc.strerror or str(exc)
+    home = os.path.abspath(os.path.expanduser(os.environ.get("PHALANX_HOME") or "~/.phalanx"))
+    if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+        fix = "free some space, or use another disk"
+    elif not os.path.abspath(path).startswith(home):
+        fix = (
+            "a file is where a folder is needed"
+            if exc.errno in (errno.ENOTDIR, errno.EEXIST)
+            else "check that path"
+        )
+    elif exc.errno in (errno.ENOTDIR, errno.EEXIST):
+        fix = f"PHALANX_HOME ({home}) must be a folder: point it at one"
+    else:
+        fix = f"PHALANX_HOME ({home}) must be a folder you can write to: fix its permissions or move it"
+    return f"cannot use {path}: {what}; {fix}"
 
 
 def _fast_exit(code: int) -> None:

@@ -133,13 +133,20 @@ def _load(file: Path, param: list[str] | None) -> Any:
 
 @app.command("run")
 def run(
-    file: Annotated[Path, typer.Option("-f", "--file", help="The experiment file (polyaxonfile) to run.")],
+    file: Annotated[
+        Path, typer.Option("-f", "--file", metavar="FILE", help="The experiment file (polyaxonfile) to run.")
+    ],
     param: Annotated[
         list[str] | None,
-        typer.Option("--param", help="Override or add a param: NAME=VALUE (repeatable); fills {{ NAME }}."),
+        typer.Option(
+            "--param",
+            metavar="NAME=VALUE",
+            help="Override or add a param: NAME=VALUE (repeatable); fills {{ NAME }}.",
+        ),
     ] = None,
     workdir: Annotated[
-        Path | None, typer.Option("--workdir", help="Where replicas start (default: the file's folder).")
+        Path | None,
+        typer.Option("--workdir", metavar="DIR", help="Where replicas start (default: the file's folder)."),
     ] = None,
     dry_run: Annotated[
         bool,
@@ -157,7 +164,8 @@ def run(
         ),
     ] = False,
     cluster: Annotated[
-        str | None, typer.Option("--cluster", help="Run on a cluster added with `phalanx cluster add`.")
+        str | None,
+        typer.Option("--cluster", metavar="NAME", help="Run on a cluster added with `phalanx cluster add`."),
     ] = None,
     detach: Annotated[
         bool, typer.Option("--detach", "-d", help="Start it in the background and print its id.")
@@ -178,16 +186,25 @@ def run(
     settings = Settings()
     if experiment_id is not None:
         _check_id(experiment_id)
+    if output is Output.YAML and not dry_run:
+        raise UsageError("-o yaml shows what --dry-run would submit: add --dry-run, or use -o text or json")
     spec = _load(file, param)
     for note in getattr(spec, "notes", ()):
         sys.stderr.write(f"note: {note}\n")
+    # mistakes found now, before anything starts (and, with --detach, before it goes to the background)
+    if workdir is not None and not workdir.is_dir():
+        raise UsageError(f"--workdir {workdir}: no such folder")
+    if cluster is not None:
+        from phalanx.clusters import get_cluster
+
+        get_cluster(cluster, settings.home)
+    if not dry_run:
+        _check_home_and_db(settings)
     if detach and not dry_run:
         _detach(file, param, workdir, oversubscribe, cluster, settings, output)
         return
     from phalanx import supervisor
 
-    if workdir is not None and not workdir.is_dir():
-        raise UsageError(f"--workdir {workdir}: no such folder")
     options: dict[str, Any] = {
         "workdir": workdir,
         "experiment_id": experiment_id,
@@ -233,6 +250,21 @@ def run(
     raise typer.Exit(outcome.exit_code)
 
 
+def _check_home_and_db(settings: Settings) -> None:
+    """PHALANX_HOME and PHALANX_DB_URL mistakes, found before any replica starts (the store itself
+    is opened only once they are starting). A string check: SQLAlchemy is not imported here."""
+    from phalanx.errors import UsageError
+
+    if settings.home.exists() and not settings.home.is_dir():
+        raise UsageError(f"PHALANX_HOME {settings.home} is a file; point PHALANX_HOME at a folder")
+    url = settings.database_url
+    scheme = url.split("://", 1)[0].split("+", 1)[0] if "://" in url else ""
+    if scheme not in ("sqlite", "postgresql", "postgres"):
+        raise UsageError(
+            f"PHALANX_DB_URL {url!r} is not a database URL; use sqlite:///PATH or postgresql://..."
+        )
+
+
 def _check_id(experiment_id: str) -> None:
     import re
 
@@ -253,6 +285,7 @@ def _detach(
 ) -> None:
     """Start `phalanx run` again in its own session with its output in runs/<id>/supervisor.log,
     wait (bounded) until it has created the experiment, and print the id."""
+    import shutil
     import subprocess
     import uuid
 
@@ -295,14 +328,29 @@ def _detach(
             break
         except NotFound:
             pass
-        if proc.poll() is not None:
+        if proc.poll() is not None and not _exists(store, exp_id):
+            # it failed before creating the experiment: its messages already say `error: ...`
             text = log_path.read_text(errors="replace").strip()
-            raise PhalanxError(text or f"the supervisor exited with status {proc.returncode}")
+            shutil.rmtree(run_dir, ignore_errors=True)
+            sys.stderr.write((text or f"error: the supervisor exited with status {proc.returncode}") + "\n")
+            raise typer.Exit(proc.returncode or 1)
         time.sleep(0.1)
+    else:
+        raise PhalanxError(f"the supervisor did not create experiment {exp_id} within 120 s; see {log_path}")
     if output is Output.JSON:
         emit_json({"id": exp_id, "supervisor_pid": proc.pid, "log": str(log_path)})
     else:
         typer.echo(exp_id)
+
+
+def _exists(store: Any, experiment_id: str) -> bool:
+    from phalanx.errors import NotFound
+
+    try:
+        store.get_experiment(experiment_id)
+    except NotFound:
+        return False
+    return True
 
 
 # ---- phalanx logs -----------------------------------------------------------------------------
@@ -310,7 +358,7 @@ def _detach(
 
 @app.command("logs")
 def logs(
-    experiment: Annotated[str, typer.Argument(help="Experiment id (or a unique prefix).")],
+    experiment: Annotated[str, typer.Argument(metavar="ID", help="Experiment id (or a unique prefix).")],
     replica: Annotated[
         str | None, typer.Option("--replica", "-r", help="Only this replica (e.g. worker-1).")
     ] = None,
@@ -325,9 +373,11 @@ def logs(
     import json
 
     from phalanx.config import Settings
-    from phalanx.errors import NotFound
+    from phalanx.errors import NotFound, UsageError
     from phalanx.store import open_store
 
+    if output is Output.YAML:
+        raise UsageError("phalanx logs -o yaml: use -o text, or -o json for one JSON document a line")
     settings = Settings()
     store = open_store(settings)
     exp = store.get_experiment(experiment)
@@ -380,8 +430,10 @@ def _ingest(store: Any, settings: Settings, experiment_id: str) -> None:
 
 @app.command("stop")
 def stop(
-    experiment: Annotated[str, typer.Argument(help="Experiment id (or a unique prefix).")],
-    timeout: Annotated[float, typer.Option("--timeout", help="Seconds to wait for it to stop.")] = 60.0,
+    experiment: Annotated[str, typer.Argument(metavar="ID", help="Experiment id (or a unique prefix).")],
+    timeout: Annotated[
+        float, typer.Option("--timeout", min=0, help="Seconds to wait for it to stop.")
+    ] = 60.0,
 ) -> None:
     """Stop a running experiment: every replica is stopped and the experiment marked stopped."""
     from phalanx.config import Settings

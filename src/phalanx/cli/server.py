@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ipaddress
+from enum import StrEnum
 from pathlib import Path
 from typing import Annotated
 
@@ -61,6 +62,41 @@ def read_token_file(path: Path) -> str:
     return token
 
 
+class LogLevel(StrEnum):
+    CRITICAL = "critical"
+    ERROR = "error"
+    WARNING = "warning"
+    INFO = "info"
+    DEBUG = "debug"
+
+
+def check_can_listen(host: str, port: int) -> None:
+    """Bind once before starting uvicorn, so a port in use, a privileged port or an unknown host is
+    an `error: ...` naming the fix instead of uvicorn's log lines and exit status 3."""
+    import errno
+    import socket
+
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except socket.gaierror as exc:
+        raise fail(f"--host {host}: not an address of this machine ({exc.strerror}); try 127.0.0.1") from None
+    family, kind, proto, _, address = infos[0]
+    with socket.socket(family, kind, proto) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn does
+        try:
+            sock.bind(address)
+        except OSError as exc:
+            if exc.errno == errno.EADDRINUSE:
+                why = "something else listens there; pick another --port, or stop it"
+            elif exc.errno == errno.EACCES:
+                why = "ports below 1024 need root; pick --port 1024 or higher"
+            elif exc.errno == errno.EADDRNOTAVAIL:
+                why = "that address is not one of this machine's; try --host 127.0.0.1"
+            else:
+                why = exc.strerror or str(exc)
+            raise fail(f"cannot listen on {host}:{port}: {why}") from None
+
+
 @app.command("server")
 def server(
     host: Annotated[
@@ -70,7 +106,9 @@ def server(
     token_file: Annotated[
         Path | None, typer.Option("--token-file", help="file holding the token (else PHALANX_TOKEN)")
     ] = None,
-    log_level: Annotated[str, typer.Option(help="uvicorn log level")] = "info",
+    log_level: Annotated[
+        LogLevel, typer.Option(help="how much the server logs: critical, error, warning, info or debug")
+    ] = LogLevel.INFO,
 ) -> None:
     """Serve the REST API (/api/v1) and the web UI (/) over this machine's Phalanx store."""
     from phalanx.config import Settings
@@ -83,6 +121,7 @@ def server(
             "experiments. Set PHALANX_TOKEN or pass --token-file FILE, or listen on 127.0.0.1."
         )
 
+    check_can_listen(host, port)
     import uvicorn
 
     from phalanx.server.app import create_app
@@ -91,4 +130,4 @@ def server(
     api = create_app(ServerSettings(store=settings, host=host, port=port, token=token))
     shown = f"[{host}]" if ":" in host else host
     typer.echo(f"Phalanx server on http://{shown}:{port}/ (API: /api/v1/openapi.json)", err=True)
-    uvicorn.run(api, host=host, port=port, log_level=log_level, access_log=False)
+    uvicorn.run(api, host=host, port=port, log_level=log_level.value, access_log=False)

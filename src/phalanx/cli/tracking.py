@@ -289,9 +289,15 @@ def metrics(
     store, _ = open_for_reading()
     e = store.get_experiment(experiment_id)
     data = store.metrics(e.id, title=title, series=series)
-    if title is not None and not data:
+    if (title is not None or series is not None) and not data:
         known = ", ".join(store.metric_titles(e.id)) or "none"
-        which = repr(title) if series is None else f"{title!r}/{series!r}"
+        which = (
+            f"series {series!r}"
+            if title is None
+            else repr(title)
+            if series is None
+            else f"{title!r}/{series!r}"
+        )
         raise NotFound(f"experiment {e.id} has no metric {which} (titles: {known})")
     if output is MetricsFormat.JSON:
         emit_json(

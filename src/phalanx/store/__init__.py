@@ -14,12 +14,25 @@ if TYPE_CHECKING:
 def open_store(settings: Settings | None = None) -> SqlStore:
     """The store the settings name (PHALANX_DB_URL, else SQLite under PHALANX_HOME), with its
     artifact store (PHALANX_ARTIFACTS_URL, else a folder under PHALANX_HOME), schema up to date."""
+    from sqlalchemy.exc import OperationalError
+
     from phalanx.config import Settings
+    from phalanx.errors import BackendUnavailable
     from phalanx.store.artifacts import ArtifactStore
     from phalanx.store.sql.store import SqlStore
 
     settings = settings or Settings()
-    return SqlStore(settings.database_url, ArtifactStore(settings.artifacts_root))
+    try:
+        return SqlStore(settings.database_url, ArtifactStore(settings.artifacts_root))
+    except OperationalError as exc:  # the database server is down or refuses us: say so, no traceback
+        from sqlalchemy.engine import make_url
+
+        shown = make_url(settings.database_url).render_as_string(hide_password=True)
+        reason = str(exc.orig or exc).strip().splitlines()[0]
+        raise BackendUnavailable(
+            f"cannot open the database {shown} (PHALANX_DB_URL): {reason}; "
+            "start the database server or fix PHALANX_DB_URL"
+        ) from exc
 
 
 __all__ = ["open_store"]

@@ -1,0 +1,137 @@
+"""A careless user's mistakes: each one is `error: ...` (where, what, how to fix), exit status 2
+(1 for what is not the user's doing), no traceback, and nothing half-written."""
+
+from __future__ import annotations
+
+import errno
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from phalanx.cli import main as cli_main
+from phalanx.testing.ports import free_port
+
+PHALANX = Path(sys.executable).parent / "phalanx"
+HELLO = (
+    "version: 1\nkind: experiment\nname: hello\nrun:\n  cmd: python -c \"print('hello from the replica')\"\n"
+)
+
+
+def phalanx(*args: str | Path, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [str(PHALANX), *map(str, args)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, **(env or {})},
+    )
+
+
+def assert_user_error(done: subprocess.CompletedProcess[str], message: str, status: int = 2) -> None:
+    assert done.returncode == status, done.stderr
+    assert message in done.stderr, done.stderr
+    assert "Traceback" not in done.stderr
+    assert "error: error:" not in done.stderr
+
+
+@pytest.fixture
+def hello(tmp_path: Path) -> Path:
+    path = tmp_path / "polyaxonfile.yml"
+    path.write_text(HELLO)
+    return path
+
+
+def test_detached_run_mistakes_are_reported_once_with_status_2_and_leave_no_run_folder(
+    phalanx_home: Path, hello: Path
+) -> None:
+    for args, message in [
+        (("--workdir", hello.parent / "nope"), "--workdir"),
+        (("--cluster", "nope"), "no cluster named 'nope'"),
+    ]:
+        done = phalanx("run", "-f", hello, "--detach", *args)
+        assert_user_error(done, message)
+        assert done.stderr.count("error:") == 1, done.stderr
+    runs = phalanx_home / "runs"
+    assert not runs.exists() or not any(runs.iterdir())
+
+
+def test_yaml_output_without_dry_run_is_refused_before_anything_runs(phalanx_home: Path, hello: Path) -> None:
+    done = phalanx("run", "-f", hello, "-o", "yaml")
+    assert_user_error(done, "-o yaml shows what --dry-run would submit")
+    assert "hello from the replica" not in done.stdout
+
+
+def test_a_phalanx_home_that_is_a_file_is_an_error_naming_it(tmp_path: Path, hello: Path) -> None:
+    home = tmp_path / "home-is-a-file"
+    home.write_text("")
+    env = {"PHALANX_HOME": str(home)}
+    assert_user_error(phalanx("ls", env=env), f"PHALANX_HOME ({home}) must be a folder")
+    done = phalanx("run", "-f", hello, env=env)
+    assert_user_error(done, f"PHALANX_HOME {home} is a file")
+    assert "hello from the replica" not in done.stdout
+
+
+def test_a_garbage_database_url_stops_run_before_any_replica_starts(phalanx_home: Path, hello: Path) -> None:
+    done = phalanx("run", "-f", hello, env={"PHALANX_DB_URL": "garbage"})
+    assert_user_error(done, "PHALANX_DB_URL 'garbage' is not a database URL")
+    assert "hello from the replica" not in done.stdout
+
+
+def test_an_unreachable_database_is_named_without_its_password(phalanx_home: Path) -> None:
+    url = f"postgresql+psycopg://nobody:s3cret@127.0.0.1:{free_port()}/x"
+    done = phalanx("ls", env={"PHALANX_DB_URL": url})
+    assert_user_error(done, "cannot open the database postgresql+psycopg://nobody:***@127.0.0.1", status=1)
+    assert "start the database server or fix PHALANX_DB_URL" in done.stderr
+    assert "s3cret" not in done.stderr
+
+
+def test_server_refuses_a_port_in_use_an_unknown_host_and_a_bad_log_level(phalanx_home: Path) -> None:
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        assert_user_error(phalanx("server", "--port", str(port)), f"cannot listen on 127.0.0.1:{port}")
+    done = phalanx("server", "--host", "nosuch.invalid", env={"PHALANX_TOKEN": "t"})
+    assert_user_error(done, "--host nosuch.invalid")
+    done = phalanx("server", "--log-level", "loud")
+    assert done.returncode == 2 and "'loud' is not one of" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_metrics_of_an_unknown_series_and_logs_as_yaml_are_errors(phalanx_home: Path, hello: Path) -> None:
+    assert phalanx("run", "-f", hello, "--experiment-id", "aaaaaaaaaaa1").returncode == 0
+    assert_user_error(phalanx("metrics", "aaaa", "--series", "nope"), "has no metric series 'nope'")
+    assert_user_error(phalanx("logs", "aaaa", "-o", "yaml"), "use -o text, or -o json")
+
+
+def test_ctrl_c_while_starting_exits_130_without_a_traceback(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    def interrupted(*_args: object, **_kwargs: object) -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(cli_main, "_register", interrupted)
+    with pytest.raises(SystemExit) as exit_:
+        cli_main.main(["ls"])
+    assert exit_.value.code == 130
+    assert "interrupted" in capsys.readouterr().err
+
+
+def test_a_read_only_phalanx_home_is_an_error_that_names_the_fix(
+    phalanx_home: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from phalanx.cli import app as cli_app
+
+    def read_only(*_args: object, **_kwargs: object) -> None:
+        raise OSError(errno.EROFS, "Read-only file system", str(phalanx_home / "artifacts"))
+
+    monkeypatch.setattr(cli_app, "app", read_only)
+    with pytest.raises(SystemExit) as exit_:
+        cli_main.main(["ls"])
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err
+    assert f"error: cannot use {phalanx_home / 'artifacts'}: Read-only file system" in err
+    assert "must be a folder you can write to" in err
