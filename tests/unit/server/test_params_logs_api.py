@@ -67,3 +67,33 @@ def test_text_reports_do_not_break_the_other_endpoints(client: TestClient, store
     e = fill.experiment(store)
     store.write_events([fill.event(e.id, EventKind.TEXT, {"title": "note", "text": "hi"})])
     assert client.get(f"/api/v1/experiments/{e.id}").status_code == 200
+
+
+def _ids(body: str) -> list[str]:
+    return [line[4:] for line in body.splitlines() if line.startswith("id: ")]
+
+
+def test_a_reconnecting_stream_resumes_after_the_last_event_id(client: TestClient, store: Store) -> None:
+    e = fill.experiment(store, status=ExperimentStatus.SUCCEEDED)
+    fill.log_lines(store, e.id, "master", [f"m{i}" for i in range(4)])
+    fill.log_lines(store, e.id, "worker-0", [f"w{i}" for i in range(3)])
+    url = f"/api/v1/experiments/{e.id}/logs/stream"
+    with client.stream("GET", url) as r:
+        body = r.read().decode()
+    everything = [d for k, d in _events(body) if k == "line"]
+    assert len(everything) == 7
+    # The browser got the first 3 events, lost the connection, and reconnects with the last id.
+    with client.stream("GET", url, headers={"Last-Event-ID": _ids(body)[2]}) as r:
+        rest = [d for k, d in _events(r.read().decode()) if k == "line"]
+    assert rest == everything[3:]
+
+
+def test_a_malformed_last_event_id_starts_over(client: TestClient, store: Store) -> None:
+    e = fill.experiment(store, status=ExperimentStatus.SUCCEEDED)
+    fill.log_lines(store, e.id, "master", ["a", "b"])
+    for bad in ["master:-1", "garbage", "master:99999999999999999", ":3", "master:1,,"]:
+        with client.stream(
+            "GET", f"/api/v1/experiments/{e.id}/logs/stream", headers={"Last-Event-ID": bad}
+        ) as r:
+            assert r.status_code == 200
+            assert len([k for k, _ in _events(r.read().decode()) if k == "line"]) == 2, bad

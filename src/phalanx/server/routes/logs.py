@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+import urllib.parse
 from collections.abc import AsyncIterator
 from typing import Annotated
 
@@ -62,6 +63,13 @@ async def stream_logs(
     then one ``end`` event once it is done and everything was sent."""
     e = await run_in_threadpool(experiment_of, store, experiment_id)
     follower = _Follower(store, e.id, replica or None, offset)
+    # A browser reconnecting (server restart, network blip) sends the id of the last event it got:
+    # resume after it instead of sending every line again.
+    resume = parse_event_id(request.headers.get("last-event-id", ""))
+    if resume is not None:
+        follower.offsets = (
+            {follower.replica: resume.get(follower.replica, offset)} if follower.replica else resume
+        )
     return StreamingResponse(
         _events(follower, request, settings.poll_seconds),
         media_type="text/event-stream",
@@ -97,8 +105,27 @@ class _Follower:
         return new, done
 
 
+def event_id(sent: dict[str, int]) -> str:
+    """Every replica's next offset (``master:12,worker-0:9``): what a reconnect resumes from."""
+    return ",".join(f"{urllib.parse.quote(name, safe='-_.')}:{n}" for name, n in sorted(sent.items()))
+
+
+def parse_event_id(text: str) -> dict[str, int] | None:
+    """The offsets an ``event_id`` names; None when it is missing or malformed (start over)."""
+    if not text or len(text) > 100_000:
+        return None
+    out: dict[str, int] = {}
+    for part in text.split(","):
+        name, sep, number = part.rpartition(":")
+        if not sep or not name or not number.isdigit() or len(number) > 12:
+            return None
+        out[urllib.parse.unquote(name)] = int(number)
+    return out
+
+
 async def _events(follower: _Follower, request: Request, poll_seconds: float) -> AsyncIterator[str]:
     last_sent = time.monotonic()
+    sent = dict(follower.offsets)
     yield "retry: 2000\n\n"
     while True:
         if await request.is_disconnected():
@@ -106,7 +133,8 @@ async def _events(follower: _Follower, request: Request, poll_seconds: float) ->
         lines, done = await run_in_threadpool(follower.poll)
         for line in lines:
             data = json.dumps(LogLineOut.of(line).model_dump())
-            yield f"event: line\nid: {line.replica}:{line.offset}\ndata: {data}\n\n"
+            sent[line.replica] = line.offset + 1
+            yield f"event: line\nid: {event_id(sent)}\ndata: {data}\n\n"
             last_sent = time.monotonic()
         if lines:
             continue  # there may be more right away
