@@ -224,10 +224,13 @@ class Task:
             raise UsageError(str(exc)) from None
         rel, target = self._reporter.file_slot(prepared.filename)
         size = materialize(prepared, target)
+        # a folder per writing process: two ranks uploading the same name never share a file (the
+        # store keeps both, docs/tracking.md); the same process uploading it again replaces it
+        folder = f"artifacts/{self._reporter.writer.stream}"
         path = (
-            f"artifacts/{prepared.filename}"
+            f"{folder}/{prepared.filename}"
             if prepared.source is None
-            else f"artifacts/{name}/{prepared.filename}"
+            else f"{folder}/{name}/{prepared.filename}"
         )
         self._reporter.event(
             "artifact",

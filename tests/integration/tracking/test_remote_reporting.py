@@ -117,7 +117,8 @@ def _check_server_store(server: ServerProcess, exp_id: str) -> None:
     assert files is not None
     artifacts = {a.name: a for a in store.artifacts(exp_id)}
     assert files.read_bytes(exp_id, artifacts["cfg"].path) == b'{\n  "remote": true\n}'
-    assert files.read_bytes(exp_id, "artifacts/outputs/out/a.txt") == b"aaa"
+    assert artifacts["outputs"].path.endswith("/outputs/out")  # a folder: artifacts/<writer>/outputs/out
+    assert files.read_bytes(exp_id, f"{artifacts['outputs'].path}/a.txt") == b"aaa"
     assert "printed remotely" in {line.text for line in store.logs(exp_id)}
 
 

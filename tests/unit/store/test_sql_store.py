@@ -274,6 +274,24 @@ def test_nan_and_infinite_values_survive_the_round_trip(store: SqlStore) -> None
     assert math.isnan(values[0]) and values[1:] == [float("inf"), 0.5]
 
 
+def test_an_artifact_name_held_by_another_rank_is_kept_under_a_qualified_name(store: SqlStore) -> None:
+    exp = store.create_experiment(name="a", project="p").id
+
+    def upload(replica: str, rank: int, path: str, seq: int) -> Event:
+        data = {"name": "ckpt", "kind": "json", "path": path, "size": 1}
+        return Event(exp, EventKind.ARTIFACT, data, replica=replica, rank=rank, stream="s", seq=seq)
+
+    store.write_events([upload("worker-0", 1, "artifacts/a/ckpt.json", 0)])
+    store.write_events(
+        [upload("worker-1", 2, "artifacts/b/ckpt.json", 1), upload("worker-0", 1, "artifacts/a/2.json", 2)]
+    )
+    store.write_events([upload("worker-1", 2, "artifacts/b/3.json", 3)])  # its own again: replaced
+    assert [(a.name, a.rank, a.path) for a in store.artifacts(exp)] == [
+        ("ckpt", 1, "artifacts/a/2.json"),
+        ("ckpt [worker-1 rank 2]", 2, "artifacts/b/3.json"),
+    ]
+
+
 def test_non_finite_parameters_and_metadata_are_stored_as_text_not_refused(store: SqlStore) -> None:
     # argparse's `default=float("inf")` (no limit) is common; PostgreSQL's JSON refuses NaN/Infinity,
     # which used to fail the whole batch (and every batch after it) at ingest

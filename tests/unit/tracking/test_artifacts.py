@@ -54,10 +54,9 @@ def test_every_kind_of_artifact_is_stored(sandbox: Sandbox, tmp_path: Path) -> N
     assert files is not None
     assert json.loads(files.read_bytes(exp, records["temp 00"].path)) == {"worker_rank": 0}
     assert files.read_bytes(exp, records["notes"].path) == b"# notes"
-    assert files.list(exp, records["folder"].path) == [
-        "artifacts/folder/a-folder/sub/y.txt",
-        "artifacts/folder/a-folder/x.txt",
-    ]
+    folder = records["folder"].path  # artifacts/<writing process>/folder/a-folder
+    assert folder.startswith("artifacts/") and folder.endswith("/folder/a-folder")
+    assert files.list(exp, folder) == [f"{folder}/sub/y.txt", f"{folder}/x.txt"]
     assert records["folder"].size == 3
     out = files.download(exp, records["array"].path, tmp_path / "dl")
     assert np.load(out).tolist() == [[0, 1, 2], [3, 4, 5]]
@@ -65,3 +64,41 @@ def test_every_kind_of_artifact_is_stored(sandbox: Sandbox, tmp_path: Path) -> N
     assert files.read_bytes(exp, records["picture"].path)[:4] == b"\x89PNG"
     assert records["picture"].metadata == {"note": "red"}
     assert files.read_bytes(exp, records["raw"].path) == b"\x00\x01"
+
+
+SAME_NAME = """
+import os, subprocess, sys
+from phalanx import Task
+task = Task.init("examples", "same name")
+task.upload_artifact("checkpoint", {"rank": 0, "epoch": 1})
+task.upload_artifact("checkpoint", {"rank": 0, "epoch": 2})
+task.flush()
+child = (
+    "from phalanx import Task; t = Task.current_task(); import os; r = int(os.environ['RANK'])\\n"
+    "t.upload_artifact('checkpoint', {'rank': r, 'epoch': 1})\\n"
+    "t.upload_artifact('checkpoint', {'rank': r, 'epoch': 2})\\n"
+)
+for rank in (1, 2):
+    subprocess.run([sys.executable, "-c", child], env={**os.environ, "RANK": str(rank)}, check=True)
+"""
+
+
+def test_ranks_uploading_the_same_name_keep_one_artifact_each(sandbox: Sandbox) -> None:
+    """The same process uploading a name again replaces it; another rank's upload of a name already
+    held is stored as 'NAME [replica rank N]', in its own file: nothing is overwritten silently."""
+    done = sandbox.run(SAME_NAME)
+    assert done.returncode == 0, done.stderr
+    store = sandbox.ingested()
+    exp = sandbox.only_experiment(store)
+    records = {a.name: a for a in store.artifacts(exp)}
+    assert sorted(records) == ["checkpoint", "checkpoint [master rank 1]", "checkpoint [master rank 2]"]
+    assert len({r.path for r in records.values()}) == 3
+    files = store.artifact_store
+    assert files is not None
+    for name, rank in (
+        ("checkpoint", 0),
+        ("checkpoint [master rank 1]", 1),
+        ("checkpoint [master rank 2]", 2),
+    ):
+        assert records[name].rank == rank
+        assert json.loads(files.read_bytes(exp, records[name].path)) == {"rank": rank, "epoch": 2}

@@ -191,13 +191,40 @@ def apply_events(conn: Connection, events: Sequence[Event]) -> None:
     for (experiment_id, replica), lines in batch.logs.items():
         _insert_logs(conn, experiment_id, replica, lines)
     for row, values in ((ArtifactRow, batch.artifacts), (ModelRow, batch.models)):
-        latest = {(v["experiment_id"], v["name"]): v for v in values}  # one row per name: the last wins
-        for exp, name in latest:
-            conn.execute(delete(row).where(row.experiment_id == exp, row.name == name))
-        if latest:
-            conn.execute(insert(row), list(latest.values()))
+        for v in values:
+            _upsert_named(conn, row, v)
     for ev, status in batch.statuses:
         _status_from_event(conn, ev, status)
+
+
+def _upsert_named(conn: Connection, row: type[ArtifactRow] | type[ModelRow], values: dict[str, Any]) -> None:
+    """One artifact (or model) per name. Uploading a name again from the same writer (replica, and
+    rank for artifacts) replaces it: a checkpoint refreshed every epoch. A name another writer
+    already holds is never overwritten: this upload is stored as ``"NAME [replica rank N]"``."""
+    exp, wanted = values["experiment_id"], values["name"]
+    held: Any
+    if row is ArtifactRow:
+        writer: tuple[Any, ...] = (values["replica"], values["rank"])
+        held = conn.execute(
+            select(ArtifactRow.replica, ArtifactRow.rank).where(
+                ArtifactRow.experiment_id == exp, ArtifactRow.name == wanted
+            )
+        ).first()
+    else:
+        writer = (values["replica"],)
+        held = conn.execute(
+            select(ModelRow.replica).where(ModelRow.experiment_id == exp, ModelRow.name == wanted)
+        ).first()
+    if held is not None and tuple(held) != writer:
+        values = {**values, "name": qualified_name(wanted, *writer)}
+    conn.execute(delete(row).where(row.experiment_id == exp, row.name == values["name"]))
+    conn.execute(insert(row), [values])
+
+
+def qualified_name(wanted: str, replica: str, rank: int | None = None, limit: int = 255) -> str:
+    """The name an upload gets when another writer holds ``wanted``: ``"temp [worker-0 rank 1]"``."""
+    suffix = f" [{replica}]" if rank is None else f" [{replica} rank {rank}]"
+    return wanted[: max(limit - len(suffix), 1)] + suffix
 
 
 def scalar_block(ev: Event) -> ScalarBlock:
