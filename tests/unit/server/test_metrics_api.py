@@ -79,3 +79,20 @@ def test_a_zoomed_range_comes_back_in_full_detail(client: TestClient, store: Sto
     s = client.get(f"/api/v1/experiments/{e.id}/metrics/loss", params=params).json()["series"]["a"]
     assert s["steps"] == list(range(20_000, 20_500))
     assert s["count"] == 50_000
+
+
+def test_an_unknown_series_is_404_naming_the_series_there_are(client: TestClient, store: Store) -> None:
+    e = fill.experiment(store)
+    fill.scalars(store, e.id, "loss", "worker 00", [1.0])
+    r = client.get(f"/api/v1/experiments/{e.id}/metrics/loss", params={"series": "worker 09"})
+    assert r.status_code == 404
+    assert "'worker 09'" in r.json()["message"] and "worker 00" in r.json()["message"]
+
+
+def test_a_range_that_is_empty_or_not_finite_is_400(client: TestClient, store: Store) -> None:
+    e = fill.experiment(store)
+    fill.scalars(store, e.id, "loss", "worker 00", [1.0, 2.0])
+    for params in ({"x_min": 10, "x_max": 1}, {"x_min": "nan"}, {"x_max": "inf"}, {"x_min": "-inf"}):
+        r = client.get(f"/api/v1/experiments/{e.id}/metrics/loss", params=params)
+        assert r.status_code == 400, (params, r.text)
+        assert r.json()["error"] == "usage"

@@ -8,7 +8,7 @@ from typing import Annotated, Literal
 from fastapi import APIRouter, Query
 
 from phalanx.downsample import downsample_indices
-from phalanx.errors import NotFound
+from phalanx.errors import NotFound, UsageError
 from phalanx.server.deps import StoreDep, experiment_of
 from phalanx.server.schemas import MetricOut, MetricTitles, SeriesOut, finite_or_none
 from phalanx.store.base import Series
@@ -41,9 +41,19 @@ def metric(
     bucket (so spikes stay visible) plus its first and last point; shorter series come back exact.
     ``x_min``/``x_max`` (along ``x``) restrict it to a zoomed range first, so zooming in shows every
     point again once few enough are in view."""
+    for name, bound in (("x_min", x_min), ("x_max", x_max)):
+        if bound is not None and not math.isfinite(bound):
+            raise UsageError(f"{name} must be a finite number, not {bound}")
+    if x_min is not None and x_max is not None and x_min > x_max:
+        raise UsageError(f"x_min ({x_min}) is larger than x_max ({x_max}): nothing could be in that range")
     e = experiment_of(store, experiment_id)
     found = store.metrics(e.id, title=title, series=series).get(title)
     if not found:
+        known = store.metric_titles(e.id).get(title) if series is not None else None
+        if known:
+            raise NotFound(
+                f"scalar {title!r} of experiment {e.id} has no series {series!r} (it has: {', '.join(known)})"
+            )
         raise NotFound(f"experiment {e.id} has no scalar titled {title!r}")
     window = (x_min, x_max)
     return MetricOut(
