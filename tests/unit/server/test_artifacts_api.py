@@ -167,3 +167,21 @@ def test_a_record_pointing_outside_the_folder_is_refused(client: TestClient, sto
     r = client.get(f"/api/v1/experiments/{e.id}/artifacts/evil")
     assert r.status_code == 400
     assert "root:" not in r.text
+
+
+@pytest.mark.parametrize("kind", ["file", "folder", "json"])
+def test_an_artifact_whose_file_has_not_arrived_is_404_saying_so(
+    client: TestClient, store: Store, kind: str
+) -> None:
+    e = fill.experiment(store)
+    data = {
+        "name": "late",
+        "kind": kind,
+        "path": "artifacts/late",
+        "size": 9,
+        "content_type": "application/json",
+    }
+    store.write_events([fill.event(e.id, EventKind.ARTIFACT, data)])
+    r = client.get(f"/api/v1/experiments/{e.id}/previews/late")
+    assert r.status_code == 404
+    assert "not in the artifact store" in r.json()["message"]

@@ -84,8 +84,15 @@ def preview_artifact(experiment_id: str, name: str, store: StoreDep, files: File
     if a is None:
         raise NotFound(f"experiment {e.id} has no artifact named {name!r}")
     out: dict[str, Any] = {"name": a.name, "kind": a.kind, "content_type": a.content_type}
-    if a.kind == "folder" or files.is_dir(e.id, a.path):
+    if files.is_dir(e.id, a.path):
         return PreviewOut(**out, preview="files", files=files.walk(e.id, a.path)[:1000])
+    try:
+        files.size(e.id, a.path)
+    except NotFound:
+        raise NotFound(
+            f"artifact {a.name!r} is listed but its file is not in the artifact store"
+            " (still being uploaded, or lost)"
+        ) from None
     ctype = a.content_type or ""
     if ctype.startswith("image/") and ctype in INLINE_SAFE:
         return PreviewOut(**out, preview="image")
