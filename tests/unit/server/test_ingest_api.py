@@ -168,3 +168,14 @@ def test_a_batch_not_sent_as_json_is_415_with_a_plain_message(client: TestClient
 def test_a_json_content_type_with_a_charset_is_accepted(client: TestClient) -> None:
     headers = {"Content-Type": "application/json; charset=utf-8"}
     assert client.post("/api/v1/ingest", content=b'{"events": []}', headers=headers).json() == {"accepted": 0}
+
+
+@pytest.mark.parametrize("bad", ["../x", "a/b", "a\x00b", "ünï", "", "x" * 65])
+def test_an_experiment_id_that_could_name_another_folder_is_400(
+    client: TestClient, store: Store, bad: str
+) -> None:
+    records = _records(bad, 1)
+    records.append({**_records(bad, 1)[0], "kind": "experiment", "seq": 9, "data": {"name": "x"}})
+    r = client.post("/api/v1/ingest", json={"events": records})
+    assert r.status_code == 400, r.text
+    assert store.list_experiments().total == 0

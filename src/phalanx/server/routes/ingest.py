@@ -9,6 +9,7 @@ them, under the experiment's folder of the artifact store.
 from __future__ import annotations
 
 import math
+import re
 from typing import Annotated
 
 from fastapi import APIRouter, Depends, HTTPException, Path, Request
@@ -43,8 +44,11 @@ def ingest(batch: IngestIn, store: StoreDep) -> IngestOut:
     except (KeyError, TypeError, ValueError, AttributeError) as exc:
         raise UsageError(f"invalid event record: {exc}") from exc
     for experiment_id in {ev.experiment_id for ev in events}:
-        if not isinstance(experiment_id, str) or not experiment_id:
-            raise UsageError("every event needs an experiment id")
+        if not isinstance(experiment_id, str) or not SAFE_ID.fullmatch(experiment_id):
+            raise UsageError(
+                f"invalid experiment id {experiment_id!r}: ids are letters, digits, '-' and '_'"
+                " (Phalanx makes 12 hex digits)"
+            )
     for i, ev in enumerate(events):
         _check_envelope(i, ev.seq, ev.index, ev.rank, ev.time)
     from sqlalchemy.exc import DataError
@@ -58,6 +62,8 @@ def ingest(batch: IngestIn, store: StoreDep) -> IngestOut:
 
 
 INT64 = (-(2**63), 2**63 - 1)
+# Ids end up in URLs and artifact folders: nothing that could name another folder ('..', '/', NUL).
+SAFE_ID = re.compile(r"[A-Za-z0-9_-]{1,64}")
 
 
 def _check_envelope(i: int, seq: int, index: int, rank: int | None, when: float) -> None:
