@@ -411,8 +411,27 @@ def logs(
         sys.stdout.flush()
         if not follow or done:
             return
+        if (
+            not printed
+            and _supervisor_died(settings, exp.id)
+            and not store.get_experiment(exp.id).status.done
+        ):
+            sys.stderr.write(
+                f"phalanx: the supervisor of experiment {exp.id} is gone (killed?): no more lines will "
+                f"come; `phalanx stop {exp.id}` marks it stopped\n"
+            )
+            raise typer.Exit(1)
         if not printed:
             time.sleep(0.3)
+
+
+def _supervisor_died(settings: Settings, experiment_id: str) -> bool:
+    """True when this machine's `phalanx run` of the experiment left its pid file and is no longer
+    running. False when no pid file is here (a plain script's Task.init, another machine's run)."""
+    from phalanx.supervisor.stopping import supervisor_pid
+
+    pid_file = settings.runs_dir / experiment_id / "supervisor.pid"
+    return pid_file.exists() and supervisor_pid(settings, experiment_id) is None
 
 
 def _ingest(store: Any, settings: Settings, experiment_id: str) -> None:

@@ -128,6 +128,7 @@ def test_a_read_only_phalanx_home_is_an_error_that_names_the_fix(
     def read_only(*_args: object, **_kwargs: object) -> None:
         raise OSError(errno.EROFS, "Read-only file system", str(phalanx_home / "artifacts"))
 
+    monkeypatch.setattr(cli_main, "_register", lambda: None)
     monkeypatch.setattr(cli_app, "app", read_only)
     with pytest.raises(SystemExit) as exit_:
         cli_main.main(["ls"])
@@ -135,3 +136,29 @@ def test_a_read_only_phalanx_home_is_an_error_that_names_the_fix(
     err = capsys.readouterr().err
     assert f"error: cannot use {phalanx_home / 'artifacts'}: Read-only file system" in err
     assert "must be a folder you can write to" in err
+
+
+def test_logs_follow_ends_when_the_supervisor_was_killed_instead_of_waiting_forever(
+    phalanx_home: Path, tmp_path: Path
+) -> None:
+    import signal
+    import time
+
+    path = tmp_path / "sleeper.yml"
+    path.write_text(
+        "version: 1\nkind: experiment\nrun:\n  cmd: python -c \"import time; print('up', flush=True); "
+        'time.sleep(120)"\n'
+    )
+    exp_id = phalanx("run", "-f", path, "--detach").stdout.strip()
+    pid_file = phalanx_home / "runs" / exp_id / "supervisor.pid"
+    deadline = time.monotonic() + 60
+    while not pid_file.exists() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    os.kill(int(pid_file.read_text().split()[0]), signal.SIGKILL)
+    try:
+        done = phalanx("logs", "-f", exp_id)
+        assert done.returncode == 1, done.stderr
+        assert f"the supervisor of experiment {exp_id} is gone" in done.stderr
+        assert f"phalanx stop {exp_id}" in done.stderr
+    finally:
+        phalanx("stop", exp_id)
