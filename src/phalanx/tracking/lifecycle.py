@@ -42,7 +42,33 @@ def patch_argparse() -> None:
 
 
 def parsed_args() -> dict[str, Any]:
-    return dict(_pending_args)
+    """What argparse parsed since the SDK was imported; if nothing (``parse_args()`` ran before
+    ``from phalanx import Task``), the Namespace held by a variable of a calling function or of the
+    main module, so those arguments are recorded too."""
+    if _pending_args:
+        return dict(_pending_args)
+    with contextlib.suppress(Exception):
+        namespace = _namespace_in_callers()
+        if namespace is not None:
+            return {k: jsonable(v) for k, v in vars(namespace).items() if not k.startswith("_")}
+    return {}
+
+
+def _namespace_in_callers() -> argparse.Namespace | None:
+    frame = sys._getframe(1)
+    scopes: list[dict[str, Any]] = []
+    while frame is not None:
+        if not frame.f_globals.get("__name__", "").startswith("phalanx.tracking"):
+            scopes.append(frame.f_locals)
+        frame = frame.f_back  # type: ignore[assignment]
+    main = sys.modules.get("__main__")
+    if main is not None:
+        scopes.append(vars(main))
+    for scope in scopes:
+        for value in list(scope.values()):
+            if isinstance(value, argparse.Namespace):
+                return value
+    return None
 
 
 def on_args(listener: Callable[[dict[str, Any]], None]) -> None:

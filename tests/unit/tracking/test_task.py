@@ -246,3 +246,30 @@ def test_a_replicas_forked_children_report_into_its_experiment(sandbox: Sandbox)
     assert done.returncode == 0, done.stderr
     metrics = sandbox.ingested().metrics(exp)["loss"]
     assert {s: v.values for s, v in metrics.items()} == {"child": [2.0], "parent": [1.0]}
+
+
+def test_arguments_parsed_before_the_sdk_was_imported_are_recorded_per_rank(sandbox: Sandbox) -> None:
+    """`args = parser.parse_args()` first, `from phalanx import Task` later (inside main()): the
+    Namespace the caller holds is recorded; each rank's differing value is kept."""
+    store = sandbox.store()
+    exp = store.create_experiment(name="a", project="p").id
+    sandbox.env.update(PHALANX_EXPERIMENT_ID=exp, PHALANX_REPLICA="worker-0", PHALANX_INGESTER_PID="0")
+    code = """
+        import argparse, sys
+
+        def main():
+            parser = argparse.ArgumentParser()
+            parser.add_argument("--rank", type=int)
+            parser.add_argument("--lr", type=float, default=0.1)
+            args = parser.parse_args()
+            from phalanx import Task
+            Task.init("ignored", "ignored").flush(timeout=5)
+
+        main()
+        """
+    for rank in ("1", "2"):
+        sandbox.env["PHALANX_RANK"] = rank
+        done = sandbox.run(code, "--rank", rank)
+        assert done.returncode == 0, done.stderr
+    records = sandbox.ingested().params(exp)
+    assert [(p.key, p.rank, p.value) for p in records] == [("lr", 2, 0.1), ("rank", 1, 1), ("rank", 2, 2)]
