@@ -213,6 +213,11 @@ def run(
     }
     if dry_run:
         prepared = supervisor.prepare(spec, settings=settings, dry=True, **options)
+        if output is Output.YAML and prepared.dry_run.format == "json":
+            raise UsageError(
+                f"-o yaml: the {prepared.backend.name} engine has no YAML to show (Kubernetes clusters do); "
+                "use -o text, or -o json"
+            )
         if output is Output.JSON:
             emit_json(supervisor.dry_run_json(prepared))
         else:

@@ -63,6 +63,9 @@ def test_yaml_output_without_dry_run_is_refused_before_anything_runs(phalanx_hom
     done = phalanx("run", "-f", hello, "-o", "yaml")
     assert_user_error(done, "-o yaml shows what --dry-run would submit")
     assert "hello from the replica" not in done.stdout
+    done = phalanx("run", "-f", hello, "--dry-run", "-o", "yaml")
+    assert_user_error(done, "-o yaml: the local engine has no YAML to show")
+    assert done.stdout == ""
 
 
 def test_a_phalanx_home_that_is_a_file_is_an_error_naming_it(tmp_path: Path, hello: Path) -> None:
