@@ -121,6 +121,11 @@ def test_the_console_shows_lines_from_every_rank_and_searches(
         " return l.length > 0 && l.every(x => x.textContent.toLowerCase().includes(n.toLowerCase())); }",
         arg=needle,
     )
+    page.get_by_text(re.compile(r"^\d+ of \d+ lines$")).wait_for()  # the count says it is filtered
+    page.fill('input[aria-label="search console"]', "no-such-text-anywhere")
+    page.locator("#console .no-match").wait_for()
+    assert page.get_by_text(re.compile(r"^0 of \d+ lines$")).is_visible()
+    page.fill('input[aria-label="search console"]', needle)
     page.click(f'#replica-chips button[data-replica="{filled.console_replicas[-1]}"]')
     page.wait_for_function(
         "r => { const l = [...document.querySelectorAll('#console .line')];"

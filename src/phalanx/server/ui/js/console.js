@@ -49,12 +49,29 @@ export function renderConsole(panel, ctx, exp) {
 
   function matches(l, needle) { return !needle || l.text.toLowerCase().includes(needle); }
 
+  // "live", "N lines", or while searching "k of N lines" (and a line saying so when none match).
+  let ended = false;
+  let matched = 0;
+  function showCount() {
+    const needle = search.value.trim();
+    if (needle) state.textContent = `${matched.toLocaleString()} of ${lines.length.toLocaleString()} lines`;
+    else if (ended) state.textContent = `${lines.length.toLocaleString()} lines`;
+    else state.textContent = ctx.live() ? "live" : "";
+    const none = out.querySelector(".no-match");
+    if (needle && !matched && lines.length) {
+      if (!none) add(out, h("div", { class: "line muted no-match" }, `No line matches “${needle}”.`));
+      else none.textContent = `No line matches “${needle}”.`;
+    } else if (none) none.remove();
+  }
+
   function redraw() {
     const needle = search.value.trim().toLowerCase();
     clear(out);
+    matched = 0;
     const frag = document.createDocumentFragment();
-    for (const l of lines) if (matches(l, needle)) add(frag, lineEl(l, needle));
+    for (const l of lines) if (matches(l, needle)) { matched++; add(frag, lineEl(l, needle)); }
     add(out, frag);
+    showCount();
     if (follow.checked) out.scrollTop = out.scrollHeight;
   }
 
@@ -70,10 +87,12 @@ export function renderConsole(panel, ctx, exp) {
         scheduled = false;
         const needle = search.value.trim().toLowerCase();
         const frag = document.createDocumentFragment();
-        for (const p of pending) if (matches(p, needle)) add(frag, lineEl(p, needle));
+        for (const p of pending) if (matches(p, needle)) { matched++; add(frag, lineEl(p, needle)); }
         pending = [];
+        out.querySelector(".no-match")?.remove();
         add(out, frag);
         if (lines.length > MAX_LINES) { lines = lines.slice(-MAX_LINES); redraw(); }
+        else if (needle || ended) showCount();
         if (follow.checked) out.scrollTop = out.scrollHeight;
       });
     }
@@ -83,6 +102,8 @@ export function renderConsole(panel, ctx, exp) {
     if (source) source.close();
     lines = [];
     pending = [];
+    matched = 0;
+    ended = false;
     clear(out);
     state.textContent = "loading…";
     const params = replica ? { replica } : {};
@@ -91,7 +112,8 @@ export function renderConsole(panel, ctx, exp) {
     source.addEventListener("open", () => { state.textContent = ctx.live() ? "live" : ""; });
     source.addEventListener("end", () => {
       source.close();
-      state.textContent = `${lines.length} lines`;
+      ended = true;
+      showCount();
       if (!lines.length) add(out, h("div", { class: "line muted" }, "No console output recorded."));
     });
     source.addEventListener("error", () => { if (source.readyState === EventSource.CLOSED) state.textContent = "disconnected"; });
