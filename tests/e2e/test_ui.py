@@ -77,6 +77,9 @@ def test_the_experiment_page_shows_one_loss_chart_with_a_series_per_worker(
     assert page.locator('.chart-card[data-title="loss"]').count() == 1
     labels = chart.locator(".u-legend .u-series .u-label").all_inner_texts()
     assert sorted(labels[1:]) == sorted(filled.loss_series)  # the first label is the x axis
+    # Not hovering: the legend shows each line's last value, not a dash.
+    values = chart.locator(".u-legend .u-series .u-value").all_inner_texts()
+    assert values[0] == "last" and all(re.fullmatch(r"-?[\d.e+-]+", v) for v in values[1:]), values
     shot(page, "03-scalars")
 
 

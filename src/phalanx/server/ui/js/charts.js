@@ -2,7 +2,7 @@
 // per series. The server already downsampled each series (min/max per bucket keeps peaks); here we
 // only align series on a shared x axis, smooth (EMA, as TensorBoard does) and draw.
 
-import { color, h, add } from "./util.js";
+import { color, fmtTime, h, add } from "./util.js";
 
 export const MAX_POINTS = 2000;
 
@@ -35,6 +35,13 @@ export function align(lines) {
     data.push(col);
   }
   return data;
+}
+
+function fmtY(v) { return v === null || v === undefined ? "—" : Number(v).toPrecision(5); }
+
+function lastValue(ys) {
+  for (let i = (ys || []).length - 1; i >= 0; i--) if (ys[i] !== null && ys[i] !== undefined) return ys[i];
+  return null;
 }
 
 // A chart card: title, note, uPlot canvas. update() redraws with new lines or options.
@@ -96,7 +103,10 @@ export class ScalarChart {
         y: { distr: log ? 3 : 1 },
       },
       series: [
-        { label: { time: "time", relative: "seconds" }[xMode] || "iteration" },
+        // Not hovering, the legend shows each line's last value (what one usually wants to read).
+        { label: { time: "time", relative: "seconds" }[xMode] || "iteration",
+          value: (u, v, sidx, idx) => (idx === null || idx === undefined ? "last"
+            : xMode === "time" ? fmtTime(v) : xMode === "relative" ? Number(v).toFixed(1) : v) },
         ...prepared.map((l, i) => ({
           label: l.label,
           stroke: l.color || color(i),
@@ -104,7 +114,7 @@ export class ScalarChart {
           spanGaps: true,
           dash: l.dash,
           points: { show: l.xs.length <= 60, size: 5 },
-          value: (u, v) => (v === null || v === undefined ? "—" : Number(v).toPrecision(5)),
+          value: (u, v, sidx, idx) => fmtY(idx === null || idx === undefined ? lastValue(u.data[sidx]) : v),
         })),
       ],
       axes: [{ grid: { stroke: "#eef0f3" } }, { grid: { stroke: "#eef0f3" }, size: 60 }],
