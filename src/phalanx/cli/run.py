@@ -230,20 +230,38 @@ def run(
         raise typer.Exit(130) from None
     from phalanx.store import open_store
 
+    store_failed = False
+
     def store() -> Any:  # opened once the replicas are starting (see Supervisor.run)
-        return open_store(settings)
+        nonlocal store_failed
+        try:
+            return open_store(settings)
+        except BaseException:
+            store_failed = True
+            raise
 
     names = [r.name for r in prepared.plan.replicas]
     tty = sys.stdout.isatty() and output is Output.TEXT
     sys.stderr.write(
         f"phalanx: experiment {prepared.experiment_id} ({len(names)} replicas, {prepared.backend.name})\n"
     )
-    if tty:
-        with RichObserver(names) as rich_observer:
-            outcome = supervisor.Supervisor(prepared, store, settings, rich_observer).run()
-    else:
-        observer = PlainObserver(sys.stderr if output is Output.JSON else sys.stdout)
-        outcome = supervisor.Supervisor(prepared, store, settings, observer).run()
+    try:
+        if tty:
+            with RichObserver(names) as rich_observer:
+                outcome = supervisor.Supervisor(prepared, store, settings, rich_observer).run()
+        else:
+            observer = PlainObserver(sys.stderr if output is Output.JSON else sys.stdout)
+            outcome = supervisor.Supervisor(prepared, store, settings, observer).run()
+    except BaseException:
+        if store_failed:  # no experiment was recorded: leave no run folder or spool behind for it
+            import shutil
+
+            for folder in (
+                settings.runs_dir / prepared.experiment_id,
+                settings.spool_dir / prepared.experiment_id,
+            ):
+                shutil.rmtree(folder, ignore_errors=True)
+        raise
     if output is Output.JSON:
         emit_json({"id": outcome.experiment_id, "status": str(outcome.status), "reason": outcome.reason})
     else:

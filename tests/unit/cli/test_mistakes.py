@@ -84,12 +84,18 @@ def test_a_garbage_database_url_stops_run_before_any_replica_starts(phalanx_home
     assert "hello from the replica" not in done.stdout
 
 
-def test_an_unreachable_database_is_named_without_its_password(phalanx_home: Path) -> None:
+def test_an_unreachable_database_is_named_without_its_password(phalanx_home: Path, hello: Path) -> None:
     url = f"postgresql+psycopg://nobody:s3cret@127.0.0.1:{free_port()}/x"
-    done = phalanx("ls", env={"PHALANX_DB_URL": url})
-    assert_user_error(done, "cannot open the database postgresql+psycopg://nobody:***@127.0.0.1", status=1)
-    assert "start the database server or fix PHALANX_DB_URL" in done.stderr
-    assert "s3cret" not in done.stderr
+    for args in (("ls",), ("run", "-f", hello)):
+        done = phalanx(*args, env={"PHALANX_DB_URL": url})
+        assert_user_error(
+            done, "cannot open the database postgresql+psycopg://nobody:***@127.0.0.1", status=1
+        )
+        assert "start the database server or fix PHALANX_DB_URL" in done.stderr
+        assert "s3cret" not in done.stderr
+    # the run recorded nothing, so it leaves nothing behind
+    for folder in (phalanx_home / "runs", phalanx_home / "spool"):
+        assert not folder.exists() or not any(folder.iterdir()), list(folder.iterdir())
 
 
 def test_server_refuses_a_port_in_use_an_unknown_host_and_a_bad_log_level(phalanx_home: Path) -> None:
