@@ -413,3 +413,10 @@ def test_compare_leaves_out_an_id_that_does_not_exist_and_says_so(
     page.goto(f"{server.url}/compare?ids={filled.first},ffffffffffff")  # one left: pick another
     assert "ffffffffffff" in page.locator("#compare-missing").inner_text()
     page.locator(f'#pick tr[data-id="{filled.first}"] input:checked').wait_for()
+
+
+def test_an_unknown_experiment_page_says_so_and_links_back(page: Any, server: Server) -> None:
+    page.goto(f"{server.url}/experiments/ffffffffffff")
+    page.locator("text=No experiment ffffffffffff").wait_for()
+    page.click("text=All experiments")
+    page.wait_for_url(f"{server.url}/")

@@ -87,7 +87,7 @@ export function renderExperiment(root, ctx, id) {
       if (tab === "overview") drawPanel();
       if (["running", "starting", "created"].includes(exp.status) && ctx.alive()) timer = setTimeout(refresh, 3000);
     } catch (err) {
-      add(clear(root), h("div", { class: "empty" }, err.status === 404 ? `No experiment ${id}.` : `Could not load: ${err.message}`));
+      add(clear(root), h("div", { class: "empty" }, err.status === 404 ? `No experiment ${id} (it may have been deleted). ` : `Could not load: ${err.message}. `, h("a", { href: "/" }, "All experiments")));
     }
   }
 
@@ -99,7 +99,7 @@ export function renderExperiment(root, ctx, id) {
 
   (async () => {
     try { exp = await api.experiment(id); } catch (err) {
-      add(clear(root), h("div", { class: "empty" }, err.status === 404 ? `No experiment ${id}.` : `Could not load: ${err.message}`));
+      add(clear(root), h("div", { class: "empty" }, err.status === 404 ? `No experiment ${id} (it may have been deleted). ` : `Could not load: ${err.message}. `, h("a", { href: "/" }, "All experiments")));
       return;
     }
     drawHead(); drawTabs(); drawPanel();
