@@ -47,7 +47,9 @@ def model_json(record: ModelRecord) -> dict[str, Any]:
 @app.command("models")
 def models(
     experiment_id: Annotated[str, typer.Argument(metavar="ID", help="experiment id or a unique prefix")],
-    output: Annotated[str, typer.Option("-o", "--output", help="table or json")] = "table",
+    output: Annotated[
+        str, typer.Option("-o", "--output", metavar="table|json", help="table or json")
+    ] = "table",
     download: Annotated[
         str | None,
         typer.Option(
@@ -56,7 +58,9 @@ def models(
             help="fetch a model: a file name (digits.onnx) or a model name (digits: all its files)",
         ),
     ] = None,
-    directory: Annotated[Path, typer.Option("-d", "--dir", help="where --download writes")] = Path("."),
+    directory: Annotated[
+        Path, typer.Option("-d", "--dir", metavar="DIR", help="where --download writes")
+    ] = Path("."),
 ) -> None:
     """List the models an experiment saved (name, format, size, replica, ONNX check), or download one."""
     if output not in ("table", "json"):

@@ -21,14 +21,22 @@ SUFFIXES = (".png", ".svg", ".pdf", ".jpg", ".jpeg")
 @app.command("plot")
 def plot(
     experiment_id: Annotated[str, typer.Argument(metavar="ID", help="experiment id or a unique prefix")],
-    output: Annotated[Path, typer.Option("-o", "--output", help="image file: .png, .svg, .pdf or .jpg")],
+    output: Annotated[
+        Path, typer.Option("-o", "--output", metavar="FILE", help="image file: .png, .svg, .pdf or .jpg")
+    ],
     title: Annotated[
-        list[str] | None, typer.Option("--title", "-t", help="only this title (repeatable); default all")
+        list[str] | None,
+        typer.Option("--title", "-t", metavar="TITLE", help="only this title (repeatable); default all"),
     ] = None,
-    x: Annotated[str, typer.Option(help="x axis: step or time (seconds since the first point)")] = "step",
+    x: Annotated[
+        str, typer.Option(metavar="step|time", help="x axis: step or time (seconds since the first point)")
+    ] = "step",
     log_y: Annotated[bool, typer.Option("--log-y", help="logarithmic y axis")] = False,
 ) -> None:
-    """Draw one chart per scalar title, one line per series (e.g. `loss` with a line per worker)."""
+    """Draw an experiment's scalars to an image file.
+
+    One chart per title, one line per series (e.g. `loss` with a line per worker).
+    """
     if output.suffix.lower() not in SUFFIXES:
         raise fail(f"cannot write {output}: give a file name ending in {', '.join(SUFFIXES)}")
     if x not in ("step", "time"):

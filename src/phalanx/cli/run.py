@@ -383,7 +383,8 @@ def _exists(store: Any, experiment_id: str) -> bool:
 def logs(
     experiment: Annotated[str, typer.Argument(metavar="ID", help="Experiment id (or a unique prefix).")],
     replica: Annotated[
-        str | None, typer.Option("--replica", "-r", help="Only this replica (e.g. worker-1).")
+        str | None,
+        typer.Option("--replica", "-r", metavar="REPLICA", help="Only this replica (e.g. worker-1)."),
     ] = None,
     follow: Annotated[
         bool, typer.Option("--follow", "-f", help="Keep printing until the experiment ends.")
@@ -474,7 +475,7 @@ def _ingest(store: Any, settings: Settings, experiment_id: str) -> None:
 def stop(
     experiment: Annotated[str, typer.Argument(metavar="ID", help="Experiment id (or a unique prefix).")],
     timeout: Annotated[
-        float, typer.Option("--timeout", min=0, help="Seconds to wait for it to stop.")
+        float, typer.Option("--timeout", min=0, metavar="SECONDS", help="Seconds to wait for it to stop.")
     ] = 60.0,
 ) -> None:
     """Stop a running experiment: every replica is stopped and the experiment marked stopped."""

@@ -100,15 +100,14 @@ def check_can_listen(host: str, port: int) -> None:
 @app.command("server")
 def server(
     host: Annotated[
-        str, typer.Option(help="address to listen on; a non-loopback one needs a token")
+        str, typer.Option(metavar="ADDRESS", help="address to listen on; a non-loopback one needs a token")
     ] = "127.0.0.1",
-    port: Annotated[int, typer.Option(min=1, max=65535, help="port to listen on")] = 8000,
+    port: Annotated[int, typer.Option(min=1, max=65535, metavar="PORT", help="port to listen on")] = 8000,
     token_file: Annotated[
-        Path | None, typer.Option("--token-file", help="file holding the token (else PHALANX_TOKEN)")
+        Path | None,
+        typer.Option("--token-file", metavar="FILE", help="file holding the token (else PHALANX_TOKEN)"),
     ] = None,
-    log_level: Annotated[
-        LogLevel, typer.Option(help="how much the server logs: critical, error, warning, info or debug")
-    ] = LogLevel.INFO,
+    log_level: Annotated[LogLevel, typer.Option(help="how much the server logs")] = LogLevel.INFO,
 ) -> None:
     """Serve the REST API (/api/v1) and the web UI (/) over this machine's Phalanx store."""
     from phalanx.config import Settings

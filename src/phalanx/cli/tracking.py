@@ -145,9 +145,18 @@ def artifact_json(a: ArtifactRecord) -> dict[str, Any]:
 
 @app.command("ls")
 def ls(
-    status: Annotated[str | None, typer.Option("--status", help="Only experiments in this status.")] = None,
-    project: Annotated[str | None, typer.Option("--project", help="Only this project.")] = None,
-    search: Annotated[str | None, typer.Option("--search", help="Text in the id, name or project.")] = None,
+    status: Annotated[
+        str | None,
+        typer.Option(
+            "--status", metavar="STATUS", help="Only experiments in this status (running, failed, ...)."
+        ),
+    ] = None,
+    project: Annotated[
+        str | None, typer.Option("--project", metavar="NAME", help="Only this project.")
+    ] = None,
+    search: Annotated[
+        str | None, typer.Option("--search", metavar="TEXT", help="Text in the id, name or project.")
+    ] = None,
     limit: Annotated[
         int, typer.Option("--limit", "-n", min=1, help="At most this many (newest first).")
     ] = 50,
@@ -275,9 +284,11 @@ def _value(v: Any) -> str:
 @app.command("metrics")
 def metrics(
     experiment_id: IdArg,
-    title: Annotated[str | None, typer.Option("--title", help="Only this title (e.g. loss).")] = None,
+    title: Annotated[
+        str | None, typer.Option("--title", metavar="TITLE", help="Only this title (e.g. loss).")
+    ] = None,
     series: Annotated[
-        str | None, typer.Option("--series", help="Only this series (e.g. 'worker 00').")
+        str | None, typer.Option("--series", metavar="SERIES", help="Only this series (e.g. 'worker 00').")
     ] = None,
     output: Annotated[
         MetricsFormat, typer.Option("-o", "--output", help="table, json or csv")
@@ -357,7 +368,9 @@ def artifacts(
     download: Annotated[
         str | None, typer.Option("--download", metavar="NAME", help="Fetch this artifact.")
     ] = None,
-    directory: Annotated[Path, typer.Option("-d", "--dir", help="Where --download writes.")] = Path("."),
+    directory: Annotated[
+        Path, typer.Option("-d", "--dir", metavar="DIR", help="Where --download writes.")
+    ] = Path("."),
     output: Annotated[Format, typer.Option("-o", "--output", help="table or json")] = Format.TABLE,
 ) -> None:
     """List an experiment's artifacts, or download one with --download NAME [-d DIR]."""
