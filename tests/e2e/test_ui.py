@@ -363,7 +363,7 @@ def test_on_a_phone_no_page_is_wider_than_the_screen(browser: Any, server: Serve
         context.close()
 
 
-def test_a_finished_experiment_without_reports_says_how_to_report(
+def test_a_finished_experiment_without_reports_says_how_to_report_and_shows_many_workers(
     page: Any, server: Server, filled: Filled
 ) -> None:
     from phalanx.config import Settings
@@ -371,9 +371,14 @@ def test_a_finished_experiment_without_reports_says_how_to_report(
     from tests.unit.server import fill
 
     store = open_store(Settings(home=filled.home))
-    e = fill.experiment(store, name="silent")
+    e = fill.experiment(store, name="silent", n_workers=12)
     store.close()
-    page.goto(f"{server.url}/experiments/{e.id}#scalars")
+    page.goto(f"{server.url}/experiments/{e.id}#overview")
+    page.locator('#topology .replica[data-replica="worker-11"]').wait_for()
+    label = page.locator('#topology .role-row[data-role="worker"] .role-label').bounding_box()
+    for box in page.locator('#topology .role-row[data-role="worker"] .replica').all():
+        assert box.bounding_box()["x"] >= label["x"] + label["width"]  # wrapped rows stay right of it
+    page.click('a[data-tab="scalars"]')
     page.locator("text=reported no scalars").wait_for()
     assert "report_scalar" in page.locator("#panel").inner_text()
     assert not page.locator("#panel .toolbar").is_visible()  # no chart controls without charts

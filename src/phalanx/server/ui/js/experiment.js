@@ -119,10 +119,10 @@ function renderOverview(panel, exp) {
   for (const [role, label] of roles) {
     const group = replicas.filter((r) => r.role === role);
     if (!group.length) continue;
-    add(topo, h("div", { class: "role-row" }, h("div", { class: "role-label" }, label), group.map(replicaBox)));
+    add(topo, h("div", { class: "role-row", "data-role": role }, h("div", { class: "role-label" }, label), h("div", { class: "role-boxes" }, group.map(replicaBox))));
   }
   const other = replicas.filter((r) => !roles.some(([k]) => k === r.role));
-  if (other.length) add(topo, h("div", { class: "role-row" }, h("div", { class: "role-label" }, "other"), other.map(replicaBox)));
+  if (other.length) add(topo, h("div", { class: "role-row" }, h("div", { class: "role-label" }, "other"), h("div", { class: "role-boxes" }, other.map(replicaBox))));
   if (!replicas.length) add(topo, h("p", { class: "muted" }, "No replicas recorded (a script run without phalanx run)."));
   add(panel, 
     exp.reason ? h("div", { class: `alert ${exp.status === "failed" ? "bad" : "warn"}`, id: "failure-reason" }, h("b", {}, `${exp.status === "failed" ? "Failed" : "Reason"}: `), exp.reason) : null,
