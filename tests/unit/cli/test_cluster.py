@@ -44,6 +44,8 @@ def test_mistakes_exit_2_with_a_message_and_change_nothing(phalanx_home: Path) -
         (("cluster", "add", "bad name", "--kind", "slurm"), "not allowed"),
         (("cluster", "rm", "nope"), "no cluster named 'nope'"),
         (("cluster", "ls", "-o", "xml"), "-o must be table or json"),
+        (("cluster", "add", "x", "--kind", "kubernetes", "--server-url", "gpu-box"), "give the server's URL"),
+        (("cluster", "add", "x", "--kind", "slurm", "--shared-dir", "shared"), "give an absolute path"),
     ]:
         done = phalanx(*args)
         assert done.returncode == 2, (args, done.stderr)
