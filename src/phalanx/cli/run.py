@@ -44,8 +44,13 @@ class PlainObserver:
 
     def line(self, replica: str, text: str) -> None:
         with self._lock:
-            self._out.write(f"[{replica}] {text}\n")
-            self._out.flush()
+            if self._out is None:
+                return
+            try:
+                self._out.write(f"[{replica}] {text}\n")
+                self._out.flush()
+            except BrokenPipeError:  # `phalanx run ... | head`: stop printing; the experiment goes on
+                self._out = None
 
     def states(self, replicas: Mapping[str, ReplicaState], elapsed: float) -> None:
         with self._lock:

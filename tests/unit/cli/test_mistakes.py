@@ -171,3 +171,20 @@ def test_logs_follow_ends_when_the_supervisor_was_killed_instead_of_waiting_fore
         assert f"phalanx stop {exp_id}" in done.stderr
     finally:
         phalanx("stop", exp_id)
+
+
+def test_run_piped_into_head_runs_to_the_end_without_a_traceback(phalanx_home: Path, tmp_path: Path) -> None:
+    path = tmp_path / "chatty.yml"
+    path.write_text(
+        'version: 1\nkind: experiment\nrun:\n  cmd: python -c "[print(i) for i in range(20000)]"\n'
+    )
+    proc = subprocess.Popen(
+        [str(PHALANX), "run", "-f", str(path)], stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
+    assert proc.stdout is not None and proc.stderr is not None
+    proc.stdout.readline()
+    proc.stdout.close()  # what `| head -1` does
+    err = proc.stderr.read().decode()
+    assert proc.wait(timeout=120) == 0, err
+    assert "Traceback" not in err and "BrokenPipeError" not in err
+    assert "succeeded" in err
