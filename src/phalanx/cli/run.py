@@ -235,15 +235,13 @@ def run(
         raise typer.Exit(130) from None
     from phalanx.store import open_store
 
-    store_failed = False
+    store_opened = False
 
     def store() -> Any:  # opened once the replicas are starting (see Supervisor.run)
-        nonlocal store_failed
-        try:
-            return open_store(settings)
-        except BaseException:
-            store_failed = True
-            raise
+        nonlocal store_opened
+        opened = open_store(settings)
+        store_opened = True
+        return opened
 
     names = [r.name for r in prepared.plan.replicas]
     tty = sys.stdout.isatty() and output is Output.TEXT
@@ -258,7 +256,8 @@ def run(
             observer = PlainObserver(sys.stderr if output is Output.JSON else sys.stdout)
             outcome = supervisor.Supervisor(prepared, store, settings, observer).run()
     except BaseException:
-        if store_failed:  # no experiment was recorded: leave no run folder or spool behind for it
+        if not store_opened:  # the engine or the store failed before the experiment was recorded:
+            # leave no run folder or spool behind for an experiment that `phalanx ls` will never show
             import shutil
 
             for folder in (

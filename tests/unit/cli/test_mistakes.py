@@ -188,3 +188,13 @@ def test_run_piped_into_head_runs_to_the_end_without_a_traceback(phalanx_home: P
     assert proc.wait(timeout=120) == 0, err
     assert "Traceback" not in err and "BrokenPipeError" not in err
     assert "succeeded" in err
+
+
+def test_a_cluster_that_refuses_the_job_leaves_no_run_folder_behind(phalanx_home: Path, hello: Path) -> None:
+    """A Kubernetes cluster without a kubeconfig: the submit fails before the experiment is recorded."""
+    assert phalanx("cluster", "add", "k8s", "--kind", "kubernetes").returncode == 0
+    done = phalanx("run", "-f", hello, "--cluster", "k8s", env={"KUBECONFIG": str(phalanx_home / "none")})
+    assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr
+    assert "error:" in done.stderr
+    for folder in (phalanx_home / "runs", phalanx_home / "spool"):
+        assert not folder.exists() or not any(folder.iterdir()), list(folder.iterdir())
