@@ -7,7 +7,7 @@ from pathlib import Path
 
 import numpy as np
 
-from tests.unit.tracking.conftest import Sandbox
+from tests.unit.tracking.conftest import Sandbox, wait_gone
 
 SCRIPT = """
 import pathlib
@@ -80,6 +80,7 @@ child = (
 )
 for rank in (1, 2):
     subprocess.run([sys.executable, "-c", child], env={**os.environ, "RANK": str(rank)}, check=True)
+print("INGESTER", os.environ["PHALANX_INGESTER_PID"])
 """
 
 
@@ -88,6 +89,7 @@ def test_ranks_uploading_the_same_name_keep_one_artifact_each(sandbox: Sandbox) 
     held is stored as 'NAME [replica rank N]', in its own file: nothing is overwritten silently."""
     done = sandbox.run(SAME_NAME)
     assert done.returncode == 0, done.stderr
+    wait_gone(int(done.stdout.split("INGESTER")[1].split()[0]))  # the script's ingester has finished
     store = sandbox.ingested()
     exp = sandbox.only_experiment(store)
     records = {a.name: a for a in store.artifacts(exp)}
