@@ -14,9 +14,14 @@ from typing import Any
 
 import fsspec
 
-from phalanx.errors import NotFound, UsageError
+from phalanx.errors import Conflict, NotFound, UsageError
 
 CHUNK = 1024 * 1024
+# Beyond these a file system refuses the name (ENAMETOOLONG; 255 bytes a name, less the ".tmp-xxxxxxxx"
+# a write adds) or fsspec recurses too deep: answered 400 here, not 500 there.
+MAX_PATH_BYTES = 1024
+MAX_NAME_BYTES = 240
+MAX_DEPTH = 32
 
 
 def safe_relpath(path: str) -> str:
@@ -31,6 +36,16 @@ def safe_relpath(path: str) -> str:
     clean = posixpath.normpath("/".join(p for p in parts if p))
     if clean in ("", ".") or clean.startswith(".."):
         raise UsageError(f"invalid file path {path!r}")
+    names = clean.split("/")
+    if (
+        len(clean.encode()) > MAX_PATH_BYTES
+        or len(names) > MAX_DEPTH
+        or any(len(n.encode()) > MAX_NAME_BYTES for n in names)
+    ):
+        raise UsageError(
+            f"file path {clean[:60]!r}... is too long: at most {MAX_PATH_BYTES} bytes, {MAX_DEPTH} folders"
+            f" deep, {MAX_NAME_BYTES} bytes a name"
+        )
     return clean
 
 
@@ -85,9 +100,16 @@ class ArtifactFiles:
         """Write a request body to ``path``; a partial upload never replaces a complete file."""
         full = self._full(experiment_id, path)
         tmp = f"{full}.tmp-{uuid.uuid4().hex[:8]}"
-        self.fs.makedirs(posixpath.dirname(full), exist_ok=True)
+        if self.fs.isdir(full):
+            raise Conflict(f"{path!r} is a folder in experiment {experiment_id}: it cannot become a file")
+        try:
+            self.fs.makedirs(posixpath.dirname(full), exist_ok=True)
+            f: Any = self.fs.open(tmp, "wb")
+        except (FileExistsError, NotADirectoryError):
+            raise Conflict(
+                f"a folder of {path!r} is a file in experiment {experiment_id}: choose another path"
+            ) from None
         size = 0
-        f: Any = self.fs.open(tmp, "wb")
         try:
             async for chunk in body:
                 if chunk:

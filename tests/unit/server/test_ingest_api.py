@@ -179,3 +179,21 @@ def test_an_experiment_id_that_could_name_another_folder_is_400(
     r = client.post("/api/v1/ingest", json={"events": records})
     assert r.status_code == 400, r.text
     assert store.list_experiments().total == 0
+
+
+@pytest.mark.parametrize("path", ["a/" * 40 + "x", "n" * 300, "d/" * 10 + "y" * 1100])
+def test_put_file_with_a_path_too_long_for_a_file_system_is_400(
+    client: TestClient, store: Store, path: str
+) -> None:
+    e = fill.experiment(store)
+    r = client.put(f"/api/v1/experiments/{e.id}/files/{path}", content=b"x")
+    assert r.status_code == 400 and "too long" in r.json()["message"], r.text
+
+
+def test_put_file_where_a_folder_or_file_is_in_the_way_is_409(client: TestClient, store: Store) -> None:
+    e = fill.experiment(store)
+    assert client.put(f"/api/v1/experiments/{e.id}/files/ckpt/a.bin", content=b"A").status_code == 200
+    over_folder = client.put(f"/api/v1/experiments/{e.id}/files/ckpt", content=b"B")
+    under_file = client.put(f"/api/v1/experiments/{e.id}/files/ckpt/a.bin/b", content=b"C")
+    assert (over_folder.status_code, under_file.status_code) == (409, 409)
+    assert over_folder.json()["error"] == "conflict" and "folder" in over_folder.json()["message"]
