@@ -36,6 +36,7 @@ HTTP_CODES = {
     403: "forbidden",
     404: "not_found",
     405: "method_not_allowed",
+    408: "request_timeout",
     409: "conflict",
     413: "payload_too_large",
     415: "unsupported_media_type",
@@ -83,7 +84,7 @@ def create_app(settings: ServerSettings, store: Store | None = None) -> FastAPI:
         return settings.max_request_bytes
 
     # Added last = outermost: the size check runs before anything reads a body, auth before that.
-    app.add_middleware(BodyLimitMiddleware, limit_for=limit_for)
+    app.add_middleware(BodyLimitMiddleware, limit_for=limit_for, idle_seconds=settings.body_idle_seconds)
     if settings.token:
         app.add_middleware(TokenAuthMiddleware, token=settings.token)
     return app

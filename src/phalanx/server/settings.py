@@ -25,5 +25,6 @@ class ServerSettings(BaseModel):
     max_ingest_bytes: int = 16 * MiB
     max_file_bytes: int = 512 * MiB
     max_request_bytes: int = 1 * MiB  # every other request with a body (login form, stop)
+    body_idle_seconds: float = 60.0  # a request body that pauses longer than this is refused (408)
     poll_seconds: float = 0.5  # how often a live log stream looks for new lines
     ui_enabled: bool = True

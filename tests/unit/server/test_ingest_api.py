@@ -197,3 +197,47 @@ def test_put_file_where_a_folder_or_file_is_in_the_way_is_409(client: TestClient
     under_file = client.put(f"/api/v1/experiments/{e.id}/files/ckpt/a.bin/b", content=b"C")
     assert (over_folder.status_code, under_file.status_code) == (409, 409)
     assert over_folder.json()["error"] == "conflict" and "folder" in over_folder.json()["message"]
+
+
+def test_a_body_that_stalls_is_408_not_a_request_held_for_ever(
+    settings: ServerSettings, store: Store
+) -> None:
+    """Driven as ASGI: the client declares a body, sends a piece of it, then nothing."""
+    import asyncio
+    import json
+
+    app = create_app(settings.model_copy(update={"body_idle_seconds": 0.3}), store)
+    e = fill.experiment(store)
+    sent: list[dict[str, object]] = []
+
+    async def main() -> None:
+        pieces = [{"type": "http.request", "body": b'{"events": [', "more_body": True}]
+
+        async def receive() -> dict[str, object]:
+            if pieces:
+                return pieces.pop()
+            await asyncio.Event().wait()  # the client went quiet
+            return {"type": "http.disconnect"}
+
+        async def send(message: dict[str, object]) -> None:
+            sent.append(message)
+
+        scope = {
+            "type": "http",
+            "asgi": {"version": "3.0"},
+            "http_version": "1.1",
+            "method": "PUT",
+            "scheme": "http",
+            "path": f"/api/v1/experiments/{e.id}/files/slow.bin",
+            "raw_path": f"/api/v1/experiments/{e.id}/files/slow.bin".encode(),
+            "query_string": b"",
+            "headers": [(b"content-type", b"application/octet-stream"), (b"content-length", b"1000")],
+            "client": ("127.0.0.1", 1),
+            "server": ("127.0.0.1", 80),
+        }
+        await asyncio.wait_for(app(scope, receive, send), 30)
+
+    asyncio.run(main())
+    assert sent[0]["status"] == 408
+    body = json.loads(b"".join(m.get("body", b"") for m in sent[1:]))  # type: ignore[misc]
+    assert body["error"] == "request_timeout" and "stalled" in body["message"]
