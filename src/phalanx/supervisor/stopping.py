@@ -29,6 +29,37 @@ def supervisor_pid(settings: Settings, experiment_id: str) -> int | None:
     return pid if b"phalanx" in cmdline else None  # not a reused pid
 
 
+def _stop_script(store: Store, experiment: Any, timeout: float) -> Any:
+    """SIGTERM the process of a plain script's experiment if it runs on this machine (its Task
+    records the end), and wait for it to go. A script that is gone (killed) is simply marked."""
+    import socket
+
+    here = socket.gethostname()
+    pids = [r.pid for r in store.list_replicas(experiment.id) if r.pid and r.host in (None, here)]
+    running = [pid for pid in pids if _alive(pid)]
+    for pid in running:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + timeout
+    while any(_alive(pid) for pid in running) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    return store.get_experiment(experiment.id)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:  # a zombie (ended, not yet reaped by its parent) is gone too
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().split(")")[-1].split()[0] != "Z"
+    except OSError:
+        return True
+
+
 def stop_experiment(
     store: Store, settings: Settings, experiment: Any, timeout: float = 60.0
 ) -> ExperimentStatus:
@@ -55,7 +86,11 @@ def stop_experiment(
     current = store.get_experiment(experiment.id)
     if current.status.done:
         return current.status
-    if current.handle:
+    if current.backend == "script":  # a plain script's Task.init: no engine, only its process
+        current = _stop_script(store, current, timeout)
+        if current.status.done:
+            return current.status
+    elif current.handle:
         from phalanx.backends.registry import get_backend
 
         cluster = None
@@ -69,8 +104,7 @@ def stop_experiment(
     for r in store.list_replicas(experiment.id):
         if not r.state.done:
             store.update_replica(experiment.id, r.name, state=ReplicaState.STOPPED, finished_at=now)
-    reason = (
-        "stopped by phalanx stop" if pid is not None else "stopped by phalanx stop (its supervisor was gone)"
-    )
+    gone = "its script was gone" if current.backend == "script" else "its supervisor was gone"
+    reason = "stopped by phalanx stop" if pid is not None else f"stopped by phalanx stop ({gone})"
     store.update_experiment(experiment.id, status=ExperimentStatus.STOPPED, reason=reason, finished_at=now)
     return ExperimentStatus.STOPPED

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import errno
+import json
 import os
 import socket
 import subprocess
@@ -198,3 +199,39 @@ def test_a_cluster_that_refuses_the_job_leaves_no_run_folder_behind(phalanx_home
     assert "error:" in done.stderr
     for folder in (phalanx_home / "runs", phalanx_home / "spool"):
         assert not folder.exists() or not any(folder.iterdir()), list(folder.iterdir())
+
+
+def test_stop_of_a_plain_script_ends_it_and_a_killed_one_can_be_stopped_and_deleted(
+    phalanx_home: Path, tmp_path: Path
+) -> None:
+    import signal
+    import time
+
+    script = tmp_path / "plain.py"
+    script.write_text(
+        "import time\nfrom phalanx import Task\nTask.init(project_name='qa', task_name='plain')\n"
+        "print('up', flush=True)\ntime.sleep(120)\n"
+    )
+    ids = []
+    for _ in range(2):
+        proc = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True)
+        assert proc.stdout is not None and proc.stdout.readline() == "up\n"
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            listed = phalanx("ls", "-o", "json").stdout
+            found = [e["id"] for e in json.loads(listed) if e["id"] not in ids]
+            if found:
+                ids.append(found[0])
+                break
+            time.sleep(0.2)
+        if len(ids) == 1:
+            done = phalanx("stop", ids[0])  # alive: SIGTERM, and it ends
+            assert done.returncode == 0, done.stderr
+            assert proc.wait(timeout=60) != 0
+        else:
+            proc.send_signal(signal.SIGKILL)  # killed: it stays `running` until stopped
+            proc.wait(timeout=60)
+            done = phalanx("stop", ids[1])
+            assert done.returncode == 0, done.stderr
+            assert "its script was gone" in phalanx("get", ids[1]).stdout
+            assert phalanx("delete", ids[1], "--yes").returncode == 0
