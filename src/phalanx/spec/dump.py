@@ -48,9 +48,26 @@ def spec_to_dict(spec: ExperimentSpec) -> dict[str, Any]:
     return doc
 
 
+# Characters YAML reads as line breaks inside a quoted scalar (and so folds into a space): a string
+# holding one is written double-quoted, where PyYAML escapes them (\N, \L, \P).
+_LINE_BREAKS = frozenset("\x85\u2028\u2029")
+
+
+class _Dumper(yaml.SafeDumper):
+    pass
+
+
+def _represent_str(dumper: yaml.SafeDumper, value: str) -> yaml.ScalarNode:
+    style = '"' if _LINE_BREAKS.intersection(value) else None
+    return dumper.represent_scalar("tag:yaml.org,2002:str", value, style=style)
+
+
+_Dumper.add_representer(str, _represent_str)
+
+
 def spec_to_yaml(spec: ExperimentSpec) -> str:
     # width: never fold long commands over lines (a folded `\\` would read as a continuation)
-    return yaml.safe_dump(spec_to_dict(spec), sort_keys=False, allow_unicode=True, width=2**30)
+    return yaml.dump(spec_to_dict(spec), Dumper=_Dumper, sort_keys=False, allow_unicode=True, width=2**30)
 
 
 def _num(v: float) -> float | int:
