@@ -439,13 +439,10 @@ def logs(
         sys.stdout.flush()
         if not follow or done:
             return
-        if (
-            not printed
-            and _supervisor_died(settings, exp.id)
-            and not store.get_experiment(exp.id).status.done
-        ):
+        gone = None if printed else _gone(store, settings, exp)
+        if gone and not store.get_experiment(exp.id).status.done:
             sys.stderr.write(
-                f"phalanx: the supervisor of experiment {exp.id} is gone (killed?): no more lines will "
+                f"phalanx: the {gone} of experiment {exp.id} is gone (killed?): no more lines will "
                 f"come; `phalanx stop {exp.id}` marks it stopped\n"
             )
             raise typer.Exit(1)
@@ -453,13 +450,20 @@ def logs(
             time.sleep(0.3)
 
 
-def _supervisor_died(settings: Settings, experiment_id: str) -> bool:
-    """True when this machine's `phalanx run` of the experiment left its pid file and is no longer
-    running. False when no pid file is here (a plain script's Task.init, another machine's run)."""
-    from phalanx.supervisor.stopping import supervisor_pid
+def _gone(store: Any, settings: Settings, exp: Any) -> str | None:
+    """What ended without recording the experiment's end ("supervisor", "script"), if this machine
+    can tell: this machine's `phalanx run` left its pid file and no longer runs, or a plain script's
+    processes here are all gone. None when it cannot tell (another machine's run or script)."""
+    import socket
 
-    pid_file = settings.runs_dir / experiment_id / "supervisor.pid"
-    return pid_file.exists() and supervisor_pid(settings, experiment_id) is None
+    from phalanx.supervisor.stopping import pid_alive, supervisor_pid
+
+    if exp.backend == "script":
+        here = socket.gethostname()
+        pids = [r.pid for r in store.list_replicas(exp.id) if r.pid and r.host == here]
+        return "script" if pids and not any(pid_alive(pid) for pid in pids) else None
+    pid_file = settings.runs_dir / exp.id / "supervisor.pid"
+    return "supervisor" if pid_file.exists() and supervisor_pid(settings, exp.id) is None else None
 
 
 def _ingest(store: Any, settings: Settings, experiment_id: str) -> None:

@@ -36,17 +36,18 @@ def _stop_script(store: Store, experiment: Any, timeout: float) -> Any:
 
     here = socket.gethostname()
     pids = [r.pid for r in store.list_replicas(experiment.id) if r.pid and r.host in (None, here)]
-    running = [pid for pid in pids if _alive(pid)]
+    running = [pid for pid in pids if pid_alive(pid)]
     for pid in running:
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.kill(pid, signal.SIGTERM)
     deadline = time.monotonic() + timeout
-    while any(_alive(pid) for pid in running) and time.monotonic() < deadline:
+    while any(pid_alive(pid) for pid in running) and time.monotonic() < deadline:
         time.sleep(0.2)
     return store.get_experiment(experiment.id)
 
 
-def _alive(pid: int) -> bool:
+def pid_alive(pid: int) -> bool:
+    """Whether process ``pid`` on this machine still runs (a zombie does not)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:

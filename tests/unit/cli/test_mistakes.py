@@ -231,6 +231,10 @@ def test_stop_of_a_plain_script_ends_it_and_a_killed_one_can_be_stopped_and_dele
         else:
             proc.send_signal(signal.SIGKILL)  # killed: it stays `running` until stopped
             proc.wait(timeout=60)
+            followed = phalanx("logs", "-f", ids[1])  # ends instead of following forever
+            assert (
+                followed.returncode == 1 and f"the script of experiment {ids[1]} is gone" in followed.stderr
+            )
             done = phalanx("stop", ids[1])
             assert done.returncode == 0, done.stderr
             assert "its script was gone" in phalanx("get", ids[1]).stdout
