@@ -153,6 +153,7 @@ class Supervisor:
         self.stop_reason: str | None = None
         self.tails: dict[str, _Tail] = {}
         self.started = time.monotonic()
+        self.submitted_at: float | None = None  # wall clock of the first submit: the experiment's start
         self._spool: Any = None
 
     # -- signals and stop requests --------------------------------------------------------------
@@ -187,6 +188,7 @@ class Supervisor:
         outcome = Outcome(self.id, ExperimentStatus.FAILED, "the supervisor did not finish")
         try:
             self.p = ingester_here(self.p)
+            self.submitted_at = time.time()  # the store is opened after the submit (see above)
             handle = None if self._stop_requested() else self._submit(self.p.dry_run)
             try:
                 self.store = self._store_factory() if callable(self._store_factory) else self._store_factory
@@ -292,7 +294,7 @@ class Supervisor:
             self.id,
             status=ExperimentStatus.RUNNING,
             handle=handle,
-            started_at=time.time() if first else None,
+            started_at=(self.submitted_at or time.time()) if first else None,
         )
         self.states = {}
         try:
