@@ -17,13 +17,20 @@ def open_store(settings: Settings | None = None) -> SqlStore:
     from sqlalchemy.exc import OperationalError
 
     from phalanx.config import Settings
-    from phalanx.errors import BackendUnavailable
+    from phalanx.errors import BackendUnavailable, UsageError
     from phalanx.store.artifacts import ArtifactStore
     from phalanx.store.sql.store import SqlStore
 
     settings = settings or Settings()
     try:
-        return SqlStore(settings.database_url, ArtifactStore(settings.artifacts_root))
+        artifacts = ArtifactStore(settings.artifacts_root)
+    except (ValueError, ImportError) as exc:  # fsspec: an unknown protocol, or its package missing
+        raise UsageError(
+            f"PHALANX_ARTIFACTS_URL {settings.artifacts_root!r}: {exc}; "
+            "use a folder, or a URL whose fsspec package is installed (e.g. s3:// needs s3fs)"
+        ) from exc
+    try:
+        return SqlStore(settings.database_url, artifacts)
     except OperationalError as exc:  # the database server is down or refuses us: say so, no traceback
         from sqlalchemy.engine import make_url
 

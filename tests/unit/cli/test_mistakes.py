@@ -239,3 +239,8 @@ def test_stop_of_a_plain_script_ends_it_and_a_killed_one_can_be_stopped_and_dele
             assert done.returncode == 0, done.stderr
             assert "its script was gone" in phalanx("get", ids[1]).stdout
             assert phalanx("delete", ids[1], "--yes").returncode == 0
+
+
+def test_an_artifacts_url_fsspec_cannot_open_is_a_usage_error(phalanx_home: Path) -> None:
+    done = phalanx("ls", env={"PHALANX_ARTIFACTS_URL": "garbage://x"})
+    assert_user_error(done, "PHALANX_ARTIFACTS_URL 'garbage://x': Protocol not known: garbage")
