@@ -182,7 +182,12 @@ def ls(
         emit_json([experiment_json(e) for e in page.items])
         return
     if not page.items:
-        typer.echo("no experiments yet: `phalanx run -f FILE` or Task.init() in a script creates one")
+        if status is not None or project is not None or search is not None:
+            typer.echo(
+                "no experiments match; `phalanx ls` without --status/--project/--search lists them all"
+            )
+        else:
+            typer.echo("no experiments yet: `phalanx run -f FILE` or Task.init() in a script creates one")
         return
     rows = [
         [e.id, e.project, e.name, str(e.status), _when(e.created_at), _duration(e.started_at, e.finished_at)]

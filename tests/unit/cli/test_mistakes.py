@@ -244,3 +244,12 @@ def test_stop_of_a_plain_script_ends_it_and_a_killed_one_can_be_stopped_and_dele
 def test_an_artifacts_url_fsspec_cannot_open_is_a_usage_error(phalanx_home: Path) -> None:
     done = phalanx("ls", env={"PHALANX_ARTIFACTS_URL": "garbage://x"})
     assert_user_error(done, "PHALANX_ARTIFACTS_URL 'garbage://x': Protocol not known: garbage")
+
+
+def test_ls_with_a_filter_matching_nothing_does_not_claim_there_are_no_experiments(
+    phalanx_home: Path, hello: Path
+) -> None:
+    assert phalanx("run", "-f", hello).returncode == 0
+    done = phalanx("ls", "--project", "nope")
+    assert done.returncode == 0
+    assert "no experiments match" in done.stdout and "no experiments yet" not in done.stdout
