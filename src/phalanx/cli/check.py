@@ -44,10 +44,14 @@ def check(
     ] = (Output.TABLE),
 ) -> None:
     """Validate an experiment file and print its topology: every replica with its rank and resources."""
-    from phalanx.errors import SpecError
+    from phalanx.errors import SpecError, UsageError
     from phalanx.plan import build_plan
     from phalanx.spec.loader import load_spec, parse_param_overrides
 
+    if str(file) == "-":
+        raise UsageError(
+            "-f -: the experiment file cannot come from stdin; save it to a file and pass its path"
+        )
     overrides = parse_param_overrides(param or [])
     try:
         spec = load_spec(file, params=overrides)

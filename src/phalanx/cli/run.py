@@ -122,13 +122,20 @@ class RichObserver:
 
 
 def _load(file: Path, param: list[str] | None) -> Any:
-    from phalanx.errors import SpecError
+    from phalanx.errors import SpecError, UsageError
     from phalanx.spec.loader import load_spec, parse_param_overrides
 
+    if str(file) == "-":
+        raise UsageError(
+            "-f -: the experiment file cannot come from stdin; save it to a file and pass its path"
+        )
     overrides = parse_param_overrides(param or [])
     try:
         return load_spec(file, params=overrides)
     except SpecError as exc:
+        if len(exc.problems) == 1 and exc.problems[0].line is None:  # missing file, directory, too large
+            sys.stderr.write(f"error: {exc.problems[0]}\n")
+            raise typer.Exit(2) from None
         for problem in exc.problems:
             sys.stderr.write(f"{problem}\n")
         n = len(exc.problems)

@@ -253,3 +253,14 @@ def test_ls_with_a_filter_matching_nothing_does_not_claim_there_are_no_experimen
     done = phalanx("ls", "--project", "nope")
     assert done.returncode == 0
     assert "no experiments match" in done.stdout and "no experiments yet" not in done.stdout
+
+
+def test_run_and_check_of_stdin_a_folder_or_a_missing_file_say_so_once(
+    phalanx_home: Path, tmp_path: Path
+) -> None:
+    for command in ("run", "check"):
+        assert_user_error(phalanx(command, "-f", "-"), "cannot come from stdin")
+        for path, message in ((tmp_path, "is a directory"), (tmp_path / "nope.yml", "no such file")):
+            done = phalanx(command, "-f", path)
+            assert_user_error(done, message)
+            assert done.stderr.count("\n") == 1, done.stderr
