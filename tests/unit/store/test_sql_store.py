@@ -58,6 +58,12 @@ def test_unique_prefix_finds_an_experiment_and_ambiguous_prefix_is_a_usage_error
         store.get_experiment("a%")
 
 
+def test_an_id_copied_with_spaces_or_in_capitals_still_finds_the_experiment(store: SqlStore) -> None:
+    store.create_experiment(name="a", project="p", experiment_id="abc111111111")
+    assert store.get_experiment(" ABC1111 ").name == "a"
+    assert store.resolve_id("Abc111111111\n") == "abc111111111"
+
+
 def test_list_filters_orders_and_pages(store: SqlStore) -> None:
     for i in range(5):
         store.create_experiment(name=f"run{i}", project="p" if i % 2 else "q", tags=["t"] if i == 3 else [])

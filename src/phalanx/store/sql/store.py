@@ -487,10 +487,13 @@ def _like(text: str) -> str:
 
 
 def _resolve(conn: Connection, experiment_id: str) -> str:
+    experiment_id = experiment_id.strip()
     if not experiment_id:
         raise UsageError("an experiment id is required")
     if conn.execute(select(ExperimentRow.id).where(ExperimentRow.id == experiment_id)).scalar() is not None:
         return experiment_id
+    if experiment_id.lower() != experiment_id:  # ids are lowercase hex; a copied id may not be
+        return _resolve(conn, experiment_id.lower())
     if _PREFIX.match(experiment_id):
         found = (
             conn.execute(select(ExperimentRow.id).where(ExperimentRow.id.like(f"{experiment_id}%")).limit(5))
