@@ -427,6 +427,7 @@ def delete(
         if not sys.stdin.isatty():
             raise UsageError(f"deleting {e.id} needs confirmation: pass --yes")
         if not typer.confirm(f"Delete experiment {e.id} ({e.project}/{e.name}, {e.status})?"):
+            typer.echo(f"kept {e.id}: nothing deleted", err=True)
             raise typer.Exit(1)
     store.delete_experiment(e.id)
     for folder in (settings.spool_dir / e.id, settings.runs_dir / e.id):
