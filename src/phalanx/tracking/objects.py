@@ -30,10 +30,11 @@ class Prepared:
 def check_name(name: Any) -> str:
     if not isinstance(name, str) or not name.strip():
         raise ArtifactError("an artifact name must be a non-empty string")
-    if "/" in name or "\\" in name or "\x00" in name or name in (".", "..") or name.startswith("."):
+    control = any(ord(c) < 32 or ord(c) == 127 for c in name)
+    if "/" in name or "\\" in name or control or name in (".", "..") or name.startswith("."):
         raise ArtifactError(
-            f"artifact name {name!r} cannot contain '/', '\\' or NUL, nor start with '.': "
-            "it names a file inside the experiment's folder"
+            f"artifact name {name!r} cannot contain '/', '\\' or control characters (NUL, newline, "
+            "tab...), nor start with '.': it names a file inside the experiment's folder and a URL"
         )
     return name
 

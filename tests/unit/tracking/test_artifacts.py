@@ -26,7 +26,7 @@ task.upload_artifact("array", np.arange(6).reshape(2, 3))
 task.upload_artifact("frame", pd.DataFrame({"a": [1, 2], "b": [3, 4]}))
 task.upload_artifact("picture", Image.new("RGB", (4, 3), "red"), metadata={"note": "red"})
 task.upload_artifact("raw", b"\\x00\\x01")
-for bad in ("../escape", "a/b", ""):
+for bad in ("../escape", "a/b", "", "two\\nlines"):
     try:
         task.upload_artifact(bad, {})
     except Exception as exc:
@@ -41,7 +41,7 @@ except Exception as exc:
 def test_every_kind_of_artifact_is_stored(sandbox: Sandbox, tmp_path: Path) -> None:
     done = sandbox.run(SCRIPT)
     assert done.returncode == 0, done.stderr
-    assert done.stdout.count("REFUSED UsageError") == 4
+    assert done.stdout.count("REFUSED UsageError") == 5
     assert "neither a file nor a folder" in done.stdout
     store = sandbox.ingested()
     exp = sandbox.only_experiment(store)
