@@ -23,10 +23,9 @@ from typing import Any
 
 from phalanx import frameworks
 from phalanx.backends.base import DryRun, JobStatus, LaunchContext, ReplicaStatus
-from phalanx.backends.kube_api import KubeAPI, KubeError, selector
+from phalanx.backends.kube_api import KubeError, selector
 from phalanx.backends.kube_objects import (
     KubeDryRun,
-    LogReaders,
     env_list,
     image,
     labels,
@@ -35,9 +34,7 @@ from phalanx.backends.kube_objects import (
     resources,
     shell_command,
 )
-from phalanx.backends.kubernetes import pod_env, pod_status
-from phalanx.clusters import Cluster
-from phalanx.config import Settings
+from phalanx.backends.kubernetes import KubeEngine, pod_env, pod_status
 from phalanx.domain import ExperimentStatus, Framework, ReplicaState, Role
 from phalanx.errors import BackendUnavailable, NotFound, Problem, SpecError
 from phalanx.plan import Plan, ReplicaPlan
@@ -282,30 +279,13 @@ def validate_job(job: Mapping[str, Any]) -> None:
 
 
 # -- the controller -----------------------------------------------------------------------------
-class KubeflowBackend:
+class KubeflowBackend(KubeEngine):
     """Creates and follows one training-operator job; ``api`` defaults to the official client."""
 
     name = "kubeflow"
     # The operator restarts failed pods itself (runPolicy.backoffLimit = max_restarts); a supervisor
     # that honours this flag must not restart the group on top of it.
     restarts_itself = True
-
-    def __init__(
-        self, settings: Settings | None = None, cluster: Cluster | None = None, api: KubeAPI | None = None
-    ) -> None:
-        self.settings = settings or Settings()
-        self.cluster = cluster or Cluster(name="kubernetes", kind="kubernetes")
-        self.namespace = self.cluster.namespace or "default"
-        self._api = api
-        self._readers = LogReaders()
-
-    @property
-    def api(self) -> KubeAPI:
-        if self._api is None:
-            from phalanx.backends.kube_api import ClientAPI
-
-            self._api = ClientAPI(self.cluster.context)
-        return self._api
 
     def dry_run(self, plan: Plan, context: LaunchContext) -> DryRun:
         job = render_job(

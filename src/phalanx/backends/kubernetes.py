@@ -221,10 +221,9 @@ def job_status(replicas: list[ReplicaStatus]) -> JobStatus:
     return JobStatus(ExperimentStatus.STARTING, tuple(replicas))
 
 
-class KubernetesBackend:
-    """Pods and Services through the API; ``api`` defaults to the official client (kubeconfig)."""
-
-    name = "kubernetes"
+class KubeEngine:
+    """What both Kubernetes engines share: the cluster, its namespace, the API (the official client
+    from kubeconfig unless one is given, e.g. a fake in tests) and the log readers."""
 
     def __init__(
         self, settings: Settings | None = None, cluster: Cluster | None = None, api: KubeAPI | None = None
@@ -242,6 +241,12 @@ class KubernetesBackend:
 
             self._api = ClientAPI(self.cluster.context)
         return self._api
+
+
+class KubernetesBackend(KubeEngine):
+    """Pods and Services through the API; ``api`` defaults to the official client (kubeconfig)."""
+
+    name = "kubernetes"
 
     def dry_run(self, plan: Plan, context: LaunchContext) -> DryRun:
         objects = render_native(
