@@ -17,7 +17,7 @@ if os.environ.get("CI"):
     settings.load_profile("ci")
 
 REPO = Path(__file__).resolve().parents[1]
-SHARED = REPO.parent / "shared"
+CORPUS = REPO / "tests" / "data" / "corpus"  # real-world files, copied in with their sources and licences
 OUTPUT = REPO / "test-output"  # screenshots and other artefacts worth keeping from a run
 
 

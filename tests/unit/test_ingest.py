@@ -18,8 +18,8 @@ from phalanx.errors import UsageError
 from phalanx.ingest import Ingester, records_to_events, store_artifact_bytes
 from phalanx.store.artifacts import ArtifactStore
 from phalanx.store.sql import SqlStore
-from phalanx.testing import postgres
 from phalanx.tracking.spool import SpoolWriter, encode_points, read_ack
+from tests.support import postgres
 
 
 @pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])

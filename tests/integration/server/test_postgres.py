@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 from fastapi.testclient import TestClient
+from tests.support import postgres
 from tests.unit.server import fill
 
 from phalanx.config import Settings
@@ -16,7 +17,6 @@ from phalanx.server.app import create_app
 from phalanx.server.settings import ServerSettings
 from phalanx.store import open_store
 from phalanx.store.base import Store
-from phalanx.testing import postgres
 
 pytestmark = pytest.mark.postgres
 

@@ -1,5 +1,5 @@
 """The two-node Slurm cluster (n1, n2) these tests run on, started once per session."""
 
-from phalanx.testing.slurm import slurm_cluster
+from tests.support.slurm import slurm_cluster
 
 __all__ = ["slurm_cluster"]

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 from tests.conftest import REPO
+from tests.support.slurm import LocalSlurm
 
 from phalanx.backends.base import LaunchContext
 from phalanx.backends.slurm import SlurmBackend
@@ -19,7 +20,6 @@ from phalanx.config import Settings
 from phalanx.domain import ExperimentStatus, Framework, Range, ReplicaState, Resources
 from phalanx.plan import build_plan
 from phalanx.spec.model import ExperimentSpec, ReplicaTemplate, Topology
-from phalanx.testing.slurm import LocalSlurm
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow, pytest.mark.timeout(240)]
 

@@ -17,8 +17,8 @@ import pytest
 
 from phalanx.config import Settings
 from phalanx.domain import ExperimentStatus
+from phalanx.ports import free_port
 from phalanx.store import open_store
-from phalanx.testing.ports import free_port
 
 PHALANX = Path(sys.executable).parent / "phalanx"
 TOKEN = "s3cret-token"

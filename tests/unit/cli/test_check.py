@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO, SHARED
+from tests.conftest import CORPUS, REPO
 
 FIXTURES = REPO / "tests" / "unit" / "spec" / "fixtures"
 GOLDEN = REPO / "tests" / "golden" / "check"
@@ -79,9 +79,7 @@ def test_mxnet_table_names_the_scheduler_and_servers() -> None:
 
 
 def test_param_overrides_fill_the_command() -> None:
-    corpus = SHARED / "corpus" / "polyaxonfiles" / "pytorch__mnist__polyaxonfile.yml"
-    if not corpus.exists():
-        pytest.skip("corpus not found")
+    corpus = CORPUS / "polyaxonfiles" / "pytorch__mnist__polyaxonfile.yml"
     done = check("-f", corpus, "--param", "lr=0.5", "--param", "epochs=1", "-o", "json")
     assert done.returncode == 0, done.stderr
     command = json.loads(done.stdout)["command"]

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from phalanx.cli import main as cli_main
-from phalanx.testing.ports import free_port
+from phalanx.ports import free_port
 
 PHALANX = Path(sys.executable).parent / "phalanx"
 HELLO = (
@@ -193,7 +193,10 @@ def test_run_piped_into_head_runs_to_the_end_without_a_traceback(phalanx_home: P
 
 def test_a_cluster_that_refuses_the_job_leaves_no_run_folder_behind(phalanx_home: Path, hello: Path) -> None:
     """A Kubernetes cluster without a kubeconfig: the submit fails before the experiment is recorded."""
-    assert phalanx("cluster", "add", "k8s", "--kind", "kubernetes").returncode == 0
+    assert (
+        phalanx("cluster", "add", "k8s", "--kind", "kubernetes", "--server-url", "http://p:8000").returncode
+        == 0
+    )
     done = phalanx("run", "-f", hello, "--cluster", "k8s", env={"KUBECONFIG": str(phalanx_home / "none")})
     assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr
     assert "error:" in done.stderr

@@ -1,4 +1,4 @@
-"""The real-world corpus (25 Polyaxon files, ../shared/corpus/polyaxonfiles): every `kind: experiment`
+"""The real-world corpus (25 Polyaxon files, tests/data/corpus/polyaxonfiles): every `kind: experiment`
 file loads, both layouts included; real mistakes and other kinds get a clear error."""
 
 from __future__ import annotations
@@ -14,10 +14,10 @@ from phalanx.errors import SpecError
 from phalanx.plan import build_plan
 from phalanx.spec.dump import spec_to_yaml
 from phalanx.spec.loader import load_spec, load_spec_text
-from tests.conftest import SHARED
+from tests.conftest import CORPUS as CORPUS_ROOT
 
-CORPUS = SHARED / "corpus" / "polyaxonfiles"
-FILES = sorted(p for p in CORPUS.glob("*.y*ml")) if CORPUS.is_dir() else []
+CORPUS = CORPUS_ROOT / "polyaxonfiles"
+FILES = sorted(p for p in CORPUS.glob("*.y*ml"))
 
 # The files with real mistakes, and what each must be told (line, key path, words in the message).
 REFUSED = {
@@ -34,8 +34,6 @@ REFUSED = {
         (151, "eval", "polyaxon-lib section"),
     ],
 }
-
-pytestmark = pytest.mark.skipif(not FILES, reason=f"corpus not found at {CORPUS}")
 
 
 def kind_of(path: Path) -> str:

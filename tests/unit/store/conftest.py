@@ -9,7 +9,7 @@ import pytest
 
 from phalanx.store.artifacts import ArtifactStore
 from phalanx.store.sql import SqlStore
-from phalanx.testing import postgres
+from tests.support import postgres
 
 
 @pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])

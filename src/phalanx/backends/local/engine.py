@@ -34,7 +34,7 @@ from phalanx.domain import ExperimentStatus, ReplicaState
 from phalanx.errors import BackendUnavailable, SpecError
 from phalanx.frameworks import Endpoints, mpi
 from phalanx.plan import Plan, command_argv
-from phalanx.testing.ports import free_port
+from phalanx.ports import free_port
 
 HOST = "127.0.0.1"
 _LEADING_PYTHON = re.compile(r"(^|&&|\|\||;)(\s*)python3?(?=\s|$)")

@@ -18,7 +18,7 @@ from typing import Any
 from urllib.parse import parse_qs, urlparse
 
 from phalanx.backends.kube_api import KINDS, KubeError
-from phalanx.testing.fake_kube import FakeKubernetesAPI
+from tests.support.fake_kube import FakeKubernetesAPI
 
 _PLURAL_KIND = {plural: kind for kind, (_, _, plural) in KINDS.items()}
 _PATH = re.compile(

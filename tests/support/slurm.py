@@ -21,7 +21,7 @@ import pytest
 
 from phalanx.clusters import Cluster
 
-SCRIPT = Path(__file__).resolve().parents[3] / "scripts" / "slurm-local"  # in a source checkout
+SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "slurm-local"
 
 
 def _script() -> Path:
