@@ -1,21 +1,23 @@
 # The two commands of the README's Quickstart: `make run` and `make test`.
 # Both work on a fresh machine: the venv (torch pinned to 2.13.0) and the Debian packages the tests
-# need are installed on first use and reused after, keyed by the hash of pyproject.toml.
+# need are installed on first use and reused after, keyed by the hash of pyproject.toml and
+# requirements.lock (the exact versions, as pip constraints: scripts/lock regenerates it).
 
 PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
-STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml | sha256sum | cut -c1-16)
+LOCK   := requirements.lock
+STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml $(LOCK) | sha256sum | cut -c1-16)
 PYTEST_ARGS ?=
 
 .PHONY: run test lint typecheck unit bench clean venv system-deps
 
 venv: $(STAMP)
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml $(LOCK)
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q -e '.[ml,dev]'
+	$(BIN)/python -m pip install -q -c $(LOCK) -e '.[all,ml,dev]'
 	@rm -f $(VENV)/.installed-*
 	@touch $@
 

@@ -90,6 +90,19 @@ class BackendUnavailable(PhalanxError):
     code = "backend_unavailable"
 
 
+class MissingExtra(UsageError):
+    """A command needs an optional part of Phalanx (a pip extra) that is not installed."""
+
+    code = "missing_extra"
+
+    def __init__(self, extra: str, purpose: str) -> None:
+        self.extra = extra
+        super().__init__(
+            f"{purpose} needs the optional {extra!r} part of Phalanx, which is not installed; "
+            f"install it with: pip install 'phalanx[{extra}]'"
+        )
+
+
 class StoreError(PhalanxError):
     """The store failed in a way that is not the user's fault."""
 
@@ -103,6 +116,7 @@ EXIT_STATUS: dict[str, int] = {
     "not_found": 2,
     "conflict": 2,
     "unauthorized": 2,
+    "missing_extra": 2,
     "backend_unavailable": 1,
     "store_error": 1,
     "error": 1,
@@ -115,6 +129,7 @@ HTTP_STATUS: dict[str, int] = {
     "not_found": 404,
     "conflict": 409,
     "unauthorized": 401,
+    "missing_extra": 501,
     "backend_unavailable": 503,
     "store_error": 500,
     "error": 500,

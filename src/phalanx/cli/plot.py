@@ -42,8 +42,10 @@ def plot(
     if x not in ("step", "time"):
         raise fail(f"--x must be 'step' or 'time', not {x!r}")
     from phalanx.config import Settings
+    from phalanx.extras import require
     from phalanx.store import open_store
 
+    require("matplotlib", "plot", "phalanx plot")  # before any work: say what to install
     store = open_store(Settings())
     experiment = store.get_experiment(experiment_id)
     wanted = list(title or [])
@@ -71,11 +73,10 @@ def render_scalars(
     log_y: bool = False,
 ) -> None:
     """One subplot per title (in the given order), one line per series, written to ``output``."""
-    import matplotlib
-
     from phalanx.downsample import downsample_indices
+    from phalanx.extras import require
 
-    matplotlib.use("Agg")
+    require("matplotlib", "plot", "drawing scalars").use("Agg")
     import matplotlib.pyplot as plt
 
     n = len(metrics)

@@ -206,7 +206,13 @@ def export_model(
         ModelCheckFailed: onnxruntime's output is not within (rtol, atol) of PyTorch's.
         PhalanxError: neither exporter could export the model.
     """
-    import torch
+    try:
+        import torch
+    except ImportError:  # an experiment venv without torch (the SDK copy itself needs none)
+        raise UsageError(
+            "save_model needs torch (and onnx, onnxruntime for the ONNX copy) where the experiment "
+            "runs: add torch==2.13.0, onnx and onnxruntime to build.pip_packages"
+        ) from None
 
     check_name(name)
     module = _unwrap(model)

@@ -64,6 +64,9 @@ def make_engine(url: str) -> Engine:
     if backend == "sqlite":
         return _sqlite_engine(url, parsed.database)
     if backend == "postgresql":
+        from phalanx.extras import require
+
+        require("psycopg", "postgres", "a PostgreSQL store (PHALANX_DB_URL)")
         return create_engine(url, pool_pre_ping=True, pool_size=5, max_overflow=5)
     raise UsageError(f"unsupported database {backend!r} in PHALANX_DB_URL; use sqlite or postgresql")
 
