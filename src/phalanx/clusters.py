@@ -19,6 +19,9 @@ from typing import Any
 from phalanx.errors import NotFound, UsageError
 
 KINDS = ("slurm", "kubernetes")
+# v1: the training operator's PyTorchJob/TFJob/MXJob and the MPI operator's MPIJob (v2beta1);
+# trainer-v2: Kubeflow Trainer's TrainJob referring to a (Cluster)TrainingRuntime.
+KUBEFLOW_APIS = ("v1", "trainer-v2")
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
 
 
@@ -34,6 +37,8 @@ class Cluster:
     shared_dir: str | None = None  # slurm: a folder every node sees (replica logs, exit codes)
     server_url: str | None = None  # replicas report to this Phalanx server (PHALANX_HOST)
     slurm_conf: str | None = None  # slurm: SLURM_CONF for the client commands (a private cluster)
+    env_volume: str | None = None  # kubernetes: a ReadWriteMany PVC where pip environments are built once
+    kubeflow_api: str | None = None  # kubernetes: "v1" (training-operator jobs, default) or "trainer-v2"
 
     def to_json(self) -> dict[str, Any]:
         return {k: v for k, v in asdict(self).items() if v is not None}
@@ -47,7 +52,7 @@ class Cluster:
         if self.kind == "slurm":
             return "slurm"
         if plan_backend in ("kubeflow", "mpi"):
-            return "kubeflow"
+            return "trainer" if self.kubeflow_api == "trainer-v2" else "kubeflow"
         return "kubernetes"
 
 
@@ -124,6 +129,17 @@ def add_cluster(cluster: Cluster, home: Path | None = None, replace: bool = Fals
         raise UsageError("--namespace and --context are for kubernetes clusters, not slurm")
     if cluster.kind == "kubernetes" and (cluster.partition or cluster.slurm_conf or cluster.shared_dir):
         raise UsageError("--partition, --slurm-conf and --shared-dir are for slurm clusters, not kubernetes")
+    if cluster.kind == "slurm" and (cluster.env_volume or cluster.kubeflow_api):
+        raise UsageError("--env-volume and --kubeflow-api are for kubernetes clusters, not slurm")
+    if cluster.kind == "kubernetes" and not cluster.server_url:
+        raise UsageError(
+            "a kubernetes cluster needs --server-url: its pods fetch their code from that Phalanx server "
+            "and report every metric to it (inside the cluster, e.g. http://phalanx.NAMESPACE.svc:8000)"
+        )
+    if cluster.kubeflow_api not in (None, *KUBEFLOW_APIS):
+        raise UsageError(
+            f"--kubeflow-api must be one of {', '.join(KUBEFLOW_APIS)}, not {cluster.kubeflow_api!r}"
+        )
     clusters = load_clusters(home)
     if cluster.name in clusters and not replace:
         from phalanx.errors import Conflict

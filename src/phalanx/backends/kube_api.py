@@ -2,7 +2,7 @@
 
 ``ClientAPI`` implements it with the official ``kubernetes`` client (imported here, on first use,
 never at module import), turning its generated models into plain dicts at the boundary so no
-generated model leaks out. ``phalanx.testing.fake_kube.FakeKubernetesAPI`` implements the same
+generated model leaks out. ``tests.support.fake_kube.FakeKubernetesAPI`` implements the same
 protocol in process for the tests, because no API server can run on the machines we build on.
 """
 
@@ -19,7 +19,8 @@ KINDS: dict[str, tuple[str, str, str]] = {
     "PyTorchJob": ("kubeflow.org", "v1", "pytorchjobs"),
     "TFJob": ("kubeflow.org", "v1", "tfjobs"),
     "MXJob": ("kubeflow.org", "v1", "mxjobs"),
-    "MPIJob": ("kubeflow.org", "v1", "mpijobs"),
+    "MPIJob": ("kubeflow.org", "v2beta1", "mpijobs"),  # the MPI operator's API (v0.8)
+    "TrainJob": ("trainer.kubeflow.org", "v1alpha1", "trainjobs"),  # Kubeflow Trainer v2
 }
 
 
@@ -71,11 +72,11 @@ class ClientAPI:
 
     def __init__(self, context: str | None = None, kubeconfig: str | None = None) -> None:
         from phalanx.errors import BackendUnavailable
+        from phalanx.extras import require
 
-        try:
-            from kubernetes import client, config
-        except ImportError as exc:  # pragma: no cover - kubernetes is a dependency
-            raise BackendUnavailable("the kubernetes package is not installed") from exc
+        require("kubernetes", "kubernetes", "a Kubernetes cluster")
+        from kubernetes import client, config
+
         try:
             # a client of its own (not the module-wide default), so two clusters can coexist
             api = config.new_client_from_config(config_file=kubeconfig, context=context)

@@ -9,7 +9,6 @@ the package, offline), the way the API server would reject an unknown or mistype
 from __future__ import annotations
 
 import math
-import shlex
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -99,14 +98,6 @@ def _plain(value: Any) -> Any:
     return value
 
 
-def shell_command(plan: Plan) -> str:
-    """build.build_steps and pip_packages run first in the container, then run.cmd."""
-    steps = list(plan.build.build_steps)
-    if plan.build.pip_packages:
-        steps.insert(0, "pip install " + " ".join(shlex.quote(p) for p in plan.build.pip_packages))
-    return " && ".join([*steps, plan.command])
-
-
 def env_list(env: Mapping[str, str], token: bool = False) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = [{"name": k, "value": v} for k, v in env.items()]
     if token:
@@ -133,8 +124,9 @@ def validate_core(objects: Sequence[Mapping[str, Any]]) -> None:
     A failure is a bug in the render or a value the user gave that Kubernetes refuses (a bad
     toleration, say), so it is a SpecError naming the object and the field.
     """
-    import kubernetes_validate
+    from phalanx.extras import require
 
+    kubernetes_validate = require("kubernetes_validate", "kubernetes", "checking Kubernetes objects")
     problems = []
     for obj in objects:
         try:

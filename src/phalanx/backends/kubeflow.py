@@ -1,7 +1,9 @@
 """The Kubeflow engine (`backend: kubeflow`, `backend: mpi`): one training-operator job per experiment.
 
-PyTorchJob (pytorch), TFJob (tensorflow), MXJob (mxnet) or MPIJob (horovod, `backend: mpi`), rendered
-from the same Plan: one replica spec per role (the operator sets the framework wiring itself), the
+PyTorchJob (pytorch), TFJob (tensorflow), MXJob (mxnet) — the training operator's kubeflow.org/v1 —
+or MPIJob (horovod, `backend: mpi`) — the MPI operator's kubeflow.org/v2beta1, whose launcher runs
+``mpirun`` over the workers' sshd with the Phalanx master as rank 0 (``runLauncherAsWorker``) —
+rendered from the same Plan: one replica spec per role (the operator sets the framework wiring itself), the
 tracking variables per pod through the downward API, ``runPolicy`` (cleanPodPolicy Running,
 backoffLimit = max_restarts, activeDeadlineSeconds = max_run_seconds, schedulingPolicy.minAvailable
 = every replica, for gang scheduling). A job is validated before anything is created: against its
@@ -16,15 +18,18 @@ from __future__ import annotations
 import copy
 import functools
 import logging
+import shlex
 import time
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
 from phalanx import frameworks
+from phalanx.backends import kube_code
 from phalanx.backends.base import DryRun, JobStatus, LaunchContext, ReplicaStatus
 from phalanx.backends.kube_api import KubeError, selector
 from phalanx.backends.kube_objects import (
+    PORT,
     KubeDryRun,
     env_list,
     image,
@@ -32,11 +37,11 @@ from phalanx.backends.kube_objects import (
     placement,
     prefix,
     resources,
-    shell_command,
 )
 from phalanx.backends.kubernetes import KubeEngine, pod_env, pod_status
 from phalanx.domain import ExperimentStatus, Framework, ReplicaState, Role
 from phalanx.errors import BackendUnavailable, NotFound, Problem, SpecError
+from phalanx.frameworks import mpi
 from phalanx.plan import Plan, ReplicaPlan
 
 log = logging.getLogger(__name__)
@@ -63,7 +68,7 @@ JOB_KINDS: dict[str, tuple[str, str, str, dict[Role, str]]] = {
         {Role.MASTER: "Scheduler", Role.WORKER: "Worker", Role.PS: "Server"},
     ),
     "MPIJob": (
-        "kubeflow.org_mpijobs.yaml",
+        "kubeflow.org_mpijobs.v2beta1.yaml",
         "mpiReplicaSpecs",
         "mpi",
         {Role.MASTER: "Launcher", Role.WORKER: "Worker"},
@@ -150,33 +155,103 @@ def _replica_env(plan: Plan, role: Role, experiment_id: str, env: Mapping[str, s
     return out
 
 
-def render_job(plan: Plan, experiment_id: str, namespace: str, env: Mapping[str, str]) -> dict[str, Any]:
-    """The training-operator job for the plan, validated; SpecError for what it cannot express."""
+def _mpi_launch(plan: Plan, experiment_id: str, namespace: str) -> str:
+    """The launcher's command: mpirun over every slot of the hostfile the MPI operator writes
+    (launcher first, then the workers; ``-map-by slot`` fills the master's slots with ranks 0..k-1),
+    forwarding what every rank needs (``-x``), each rank mapped to its replica by the wrapper."""
+    job = prefix(experiment_id)
+    master = f"{job}-launcher.{job}.{namespace}.svc"  # the operator's launcher hostname + job Service
+    forwarded = [
+        "PHALANX_COMMAND",
+        "PHALANX_PROCESSES",
+        "PHALANX_EXPERIMENT_ID",
+        "PHALANX_HOST",
+        "PHALANX_TOKEN",
+        "PHALANX_CAPTURED",
+        "PYTHONPATH",
+        "PATH",
+        "MASTER_ADDR",
+        "MASTER_PORT",
+    ]
+    argv = [
+        "mpirun",
+        "--allow-run-as-root",
+        "-np",
+        str(plan.world_size),
+        "--map-by",
+        "slot",
+        "--bind-to",
+        "none",
+        "-wdir",
+        kube_code.CODE_DIR,
+    ]
+    for name in forwarded:
+        argv += ["-x", name]
+    exports = (
+        f"export MASTER_ADDR={master} MASTER_PORT={PORT} "
+        f"PHALANX_PROCESSES={plan.replicas[0].processes} PHALANX_COMMAND={shlex.quote(plan.command)}"
+    )
+    wrapper = shlex.quote(mpi.RANK_WRAPPER)
+    return f"{exports}; {shlex.join(argv)} /bin/sh -c {wrapper}"
+
+
+def render_job(
+    plan: Plan,
+    experiment_id: str,
+    namespace: str,
+    env: Mapping[str, str],
+    *,
+    server_url: str | None = None,
+    env_volume: str | None = None,
+    workdir: str | None = None,
+) -> dict[str, Any]:
+    """The training-operator job for the plan, validated; SpecError for what it cannot express.
+
+    Every pod brings its code and environment through init containers (``kube_code``); a PyTorch
+    pod with k processes runs them through the slot launcher; an MPIJob's launcher runs mpirun.
+    """
+    url = kube_code.bundle_url(kube_code.require_server(server_url, "Kubeflow"), experiment_id)
+    kube_code.check_environment(plan, env_volume, workdir)
     kind = job_kind(plan)
     check_expressible(plan, kind)
     _, field, container, types = JOB_KINDS[kind]
     specs: dict[str, Any] = {}
+    processes = max(r.processes for r in plan.replicas)
     for role in Role:
         members = [r for r in plan.replicas if r.role is role]
         if not members:
             continue
         r = members[0]
-        command = shell_command(plan)
-        if role is Role.WORKER:  # worker i is rank i + 1 (Polyaxon's and torchrun's numbering)
-            command = f'export PHALANX_RANK="$((PHALANX_INDEX + 1))"; {command}'
         c: dict[str, Any] = {"name": container, "image": image(plan)}
-        if not (kind == "MPIJob" and role is Role.WORKER):  # MPI workers run the image's sshd
-            c["command"] = ["/bin/sh", "-c", command]
-        c["env"] = _replica_env(plan, role, experiment_id, env)
+        replica_env = _replica_env(plan, role, experiment_id, env)
+        if kind == "MPIJob" and role is Role.WORKER:
+            c["command"] = ["/usr/sbin/sshd", "-De"]  # ranks arrive over ssh from the launcher's mpirun
+        elif kind == "MPIJob":
+            c["command"] = [
+                "/bin/sh",
+                "-c",
+                kube_code.replica_command(plan, _mpi_launch(plan, experiment_id, namespace), workdir),
+            ]
+        else:
+            command = plan.command
+            if kind == "PyTorchJob" and processes > 1:
+                # The operator sets PET_NNODES/PET_NODE_RANK/PET_NPROC_PER_NODE; the slot launcher starts
+                # the processes with their ranks (torchrun's job, without asking the user to call it).
+                replica_env.append({"name": "PHALANX_COMMAND", "value": plan.command})
+                command = f"exec python {kube_code.SLOTS}"
+            if role is Role.WORKER:  # worker i is rank i + 1 (Polyaxon's and torchrun's numbering)
+                command = f'export PHALANX_RANK="$((PHALANX_INDEX + 1))"; {command}'
+            c["command"] = ["/bin/sh", "-c", kube_code.replica_command(plan, command, workdir)]
+        c["env"] = replica_env
         if resources(r):
             c["resources"] = resources(r)
+        pod_spec = kube_code.with_code(
+            {"containers": [c], **placement(r)}, plan, image(plan), url, env_volume, workdir
+        )
         specs[types[role]] = {
             "replicas": len(members),
             "restartPolicy": "OnFailure" if plan.max_restarts else "Never",
-            "template": {
-                "metadata": {"labels": labels(experiment_id)},
-                "spec": {"containers": [c], **placement(r)},
-            },
+            "template": {"metadata": {"labels": labels(experiment_id)}, "spec": pod_spec},
         }
     run_policy: dict[str, Any] = {
         "cleanPodPolicy": "Running",  # stop what still runs when the job ends; keep the rest for logs
@@ -186,17 +261,20 @@ def render_job(plan: Plan, experiment_id: str, namespace: str, env: Mapping[str,
     if plan.max_run_seconds:
         run_policy["activeDeadlineSeconds"] = max(1, int(plan.max_run_seconds))
     spec: dict[str, Any] = {field: specs, "runPolicy": run_policy}
-    processes = max(r.processes for r in plan.replicas)
     if kind == "PyTorchJob" and processes > 1:
-        spec["nprocPerNode"] = str(processes)  # the operator starts them with torchrun
+        spec["nprocPerNode"] = str(processes)  # WORLD_SIZE and PET_NPROC_PER_NODE count processes
     if kind in ("TFJob", "MXJob") and processes > 1:
         raise SpecError(f"a {kind} runs one process per replica; processes_per_replica must be 1 here")
     if kind == "MXJob":
         spec["jobMode"] = "MXTrain"
     if kind == "MPIJob":
         spec["slotsPerWorker"] = processes
+        spec["runLauncherAsWorker"] = True  # the master is rank 0, as on every other engine
+        spec["mpiImplementation"] = "OpenMPI"
+        spec["launcherCreationPolicy"] = "WaitForWorkersReady"
+        run_policy["cleanPodPolicy"] = "Running"
     job = {
-        "apiVersion": "kubeflow.org/v1",
+        "apiVersion": "kubeflow.org/v2beta1" if kind == "MPIJob" else "kubeflow.org/v1",
         "kind": kind,
         "metadata": {"name": prefix(experiment_id), "namespace": namespace, "labels": labels(experiment_id)},
         "spec": spec,
@@ -227,8 +305,11 @@ def _strict(schema: Any) -> Any:
 
 @functools.cache
 def crd_validator(kind: str) -> Any:
-    import jsonschema
     import yaml
+
+    from phalanx.extras import require
+
+    jsonschema = require("jsonschema", "kubernetes", "checking Kubeflow jobs")
 
     loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
     crd = yaml.load((SCHEMAS / JOB_KINDS[kind][0]).read_text(), Loader=loader)
@@ -289,7 +370,13 @@ class KubeflowBackend(KubeEngine):
 
     def dry_run(self, plan: Plan, context: LaunchContext) -> DryRun:
         job = render_job(
-            plan, context.experiment_id, self.namespace, pod_env(plan, context, self.cluster.server_url)
+            plan,
+            context.experiment_id,
+            self.namespace,
+            pod_env(plan, context, self.cluster.server_url),
+            server_url=self.cluster.server_url,
+            env_volume=self.cluster.env_volume,
+            workdir=context.workdir,
         )
         return KubeDryRun(backend=self.name, plan=plan, context=context, native=[job], format="yaml")
 
@@ -306,6 +393,7 @@ class KubeflowBackend(KubeEngine):
                         f"{job['kind']} {job['metadata']['name']} is still being deleted"
                     )
                 time.sleep(0.5)
+        self.upload_code(dry_run.context)
         try:
             self.api.create(ns, job)
         except KubeError as exc:

@@ -19,11 +19,12 @@ import copy
 import json
 import logging
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from datetime import datetime
 from typing import Any
 
 from phalanx import frameworks
+from phalanx.backends import kube_code
 from phalanx.backends.base import DryRun, JobStatus, LaunchContext, ReplicaStatus
 from phalanx.backends.kube_api import KubeAPI, KubeError, selector
 from phalanx.backends.kube_objects import (
@@ -38,12 +39,11 @@ from phalanx.backends.kube_objects import (
     placement,
     prefix,
     resources,
-    shell_command,
     validate_core,
 )
 from phalanx.clusters import Cluster
 from phalanx.config import Settings
-from phalanx.domain import ExperimentStatus, ReplicaState
+from phalanx.domain import ExperimentStatus, Framework, ReplicaState
 from phalanx.errors import BackendUnavailable, NotFound, SpecError
 from phalanx.frameworks import Endpoints
 from phalanx.plan import Plan
@@ -82,13 +82,27 @@ def pod_env(plan: Plan, context: LaunchContext, server_url: str | None) -> dict[
 
 
 def render_native(
-    plan: Plan, experiment_id: str, namespace: str, env: Mapping[str, str]
+    plan: Plan,
+    experiment_id: str,
+    namespace: str,
+    env: Mapping[str, str],
+    *,
+    server_url: str | None = None,
+    env_volume: str | None = None,
+    workdir: str | None = None,
 ) -> list[dict[str, Any]]:
-    """The ConfigMap (owner), the Services and the Pods, in the order they are created."""
-    if any(r.processes > 1 for r in plan.replicas):
+    """The ConfigMap (owner), the Services and the Pods, in the order they are created.
+
+    Each pod fetches the experiment's code bundle (and builds its environment once per cluster)
+    in init containers, then runs run.cmd in ``/phalanx/code``; with ``processes_per_replica: k``
+    a PyTorch pod runs k processes through the slot launcher (see ``backends/slots.py``).
+    """
+    url = kube_code.bundle_url(kube_code.require_server(server_url, "Kubernetes"), experiment_id)
+    kube_code.check_environment(plan, env_volume, workdir)
+    if any(r.processes > 1 for r in plan.replicas) and plan.framework != Framework.PYTORCH:
         raise SpecError(
-            "processes_per_replica > 1 cannot run as plain Pods: start the processes in run.cmd "
-            "(torchrun --nproc_per_node N ...) or use one replica per process"
+            f"processes_per_replica > 1 runs PyTorch processes in one pod (the slot launcher); "
+            f"{plan.framework or 'a plain command'} has no per-process wiring: use one replica per process"
         )
     base = prefix(experiment_id)
     hosts = {r.name: f"{base}-{r.name}.{namespace}.svc" for r in plan.replicas}
@@ -102,12 +116,22 @@ def render_native(
     pods: list[dict[str, Any]] = []
     wired: set[str] = set()
     token = "PHALANX_HOST" in env
+    nodes = sum(1 for r in plan.replicas if r.rank is not None)
     for r in plan.replicas:
         renv = {
             **env,
             **frameworks.phalanx_env(experiment_id, r, {}),
             **frameworks.framework_env(plan, r, endpoints),
         }
+        command = plan.command
+        if r.processes > 1:
+            renv.update(
+                PHALANX_COMMAND=plan.command,
+                PHALANX_PROCESSES=str(r.processes),
+                PHALANX_NODE_RANK=str(r.rank),
+                PHALANX_NNODES=str(nodes),
+            )
+            command = f"exec python {kube_code.SLOTS}"
         wired |= {name for name, host in hosts.items() if any(host in v for v in renv.values())}
         spec: dict[str, Any] = {
             "restartPolicy": "Never",
@@ -115,7 +139,7 @@ def render_native(
                 {
                     "name": "replica",
                     "image": image(plan),
-                    "command": ["/bin/sh", "-c", shell_command(plan)],
+                    "command": ["/bin/sh", "-c", kube_code.replica_command(plan, command, workdir)],
                     "env": env_list(renv, token=token),
                     "ports": [{"name": "phalanx", "containerPort": PORT}],
                     **({"resources": resources(r)} if resources(r) else {}),
@@ -123,6 +147,7 @@ def render_native(
             ],
             **placement(r),
         }
+        spec = kube_code.with_code(spec, plan, image(plan), url, env_volume, workdir)
         if plan.max_run_seconds:
             spec["activeDeadlineSeconds"] = max(1, int(plan.max_run_seconds))
         pods.append(
@@ -226,12 +251,17 @@ class KubeEngine:
     from kubeconfig unless one is given, e.g. a fake in tests) and the log readers."""
 
     def __init__(
-        self, settings: Settings | None = None, cluster: Cluster | None = None, api: KubeAPI | None = None
+        self,
+        settings: Settings | None = None,
+        cluster: Cluster | None = None,
+        api: KubeAPI | None = None,
+        put_code: Callable[[str, bytes], None] | None = None,
     ) -> None:
         self.settings = settings or Settings()
         self.cluster = cluster or Cluster(name="kubernetes", kind="kubernetes")
         self.namespace = self.cluster.namespace or "default"
         self._api = api
+        self._put_code = put_code or self._http_put
         self._readers = LogReaders()
 
     @property
@@ -242,6 +272,39 @@ class KubeEngine:
             self._api = ClientAPI(self.cluster.context)
         return self._api
 
+    def upload_code(self, context: LaunchContext) -> str:
+        """Pack the experiment's folder and the tracking SDK and store them on the cluster's server,
+        where the pods' fetch-code step finds them; returns the URL. BackendUnavailable when the
+        server does not take it (nothing is created on the cluster then)."""
+        from pathlib import Path
+
+        from phalanx.supervisor import sdk_path
+
+        url = kube_code.bundle_url(
+            kube_code.require_server(self.cluster.server_url, "Kubernetes"), context.experiment_id
+        )
+        data = kube_code.bundle(Path(context.workdir), sdk_path(self.settings))
+        self._put_code(url, data)
+        log.info("code bundle: %d bytes at %s", len(data), url)
+        return url
+
+    def _http_put(self, url: str, data: bytes) -> None:
+        import urllib.error
+        import urllib.request
+
+        headers = {"Content-Type": "application/octet-stream"}
+        if self.settings.token:
+            headers["Authorization"] = f"Bearer {self.settings.token}"
+        request = urllib.request.Request(url, data=data, headers=headers, method="PUT")
+        try:
+            with urllib.request.urlopen(request, timeout=120) as answer:
+                answer.read()
+        except (urllib.error.URLError, OSError) as exc:
+            raise BackendUnavailable(
+                f"could not store the code bundle at {url} ({exc}); the pods fetch their code from "
+                "there: check that the server runs and that PHALANX_TOKEN is its token"
+            ) from exc
+
 
 class KubernetesBackend(KubeEngine):
     """Pods and Services through the API; ``api`` defaults to the official client (kubeconfig)."""
@@ -250,7 +313,13 @@ class KubernetesBackend(KubeEngine):
 
     def dry_run(self, plan: Plan, context: LaunchContext) -> DryRun:
         objects = render_native(
-            plan, context.experiment_id, self.namespace, pod_env(plan, context, self.cluster.server_url)
+            plan,
+            context.experiment_id,
+            self.namespace,
+            pod_env(plan, context, self.cluster.server_url),
+            server_url=self.cluster.server_url,
+            env_volume=self.cluster.env_volume,
+            workdir=context.workdir,
         )
         return KubeDryRun(backend=self.name, plan=plan, context=context, native=objects, format="yaml")
 
@@ -259,6 +328,7 @@ class KubernetesBackend(KubeEngine):
         owner, rest = objects[0], objects[1:]
         ns = owner["metadata"]["namespace"]
         self._clear_previous_attempt(ns, dry_run.context.experiment_id)
+        self.upload_code(dry_run.context)
         try:
             created = self.api.create(ns, owner)
         except KubeError as exc:

@@ -22,6 +22,7 @@ ENGINES: dict[str, str] = {
     "slurm": "phalanx.backends.slurm:SlurmBackend",
     "kubernetes": "phalanx.backends.kubernetes:KubernetesBackend",
     "kubeflow": "phalanx.backends.kubeflow:KubeflowBackend",
+    "trainer": "phalanx.backends.kubeflow_trainer:TrainerBackend",
 }
 
 

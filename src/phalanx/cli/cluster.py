@@ -27,6 +27,14 @@ def add(
         None, "--server-url", help="replicas report to this Phalanx server instead of a shared spool"
     ),
     slurm_conf: str | None = typer.Option(None, "--slurm-conf", help="slurm: SLURM_CONF for sbatch/squeue"),
+    env_volume: str | None = typer.Option(
+        None, "--env-volume", help="kubernetes: a ReadWriteMany PVC where pip environments are built once"
+    ),
+    kubeflow_api: str | None = typer.Option(
+        None,
+        "--kubeflow-api",
+        help="kubernetes: v1 (training-operator jobs, default) or trainer-v2 (TrainJob)",
+    ),
     replace: bool = typer.Option(False, "--replace", help="overwrite a cluster of the same name"),
 ) -> None:
     """Register a cluster."""
@@ -50,6 +58,8 @@ def add(
             shared_dir=shared_dir,
             server_url=server_url,
             slurm_conf=slurm_conf,
+            env_volume=env_volume,
+            kubeflow_api=kubeflow_api,
         ),
         replace=replace,
     )

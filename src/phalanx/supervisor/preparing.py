@@ -38,6 +38,11 @@ class Prepared:
 # ---- preparing --------------------------------------------------------------------------------
 
 
+# The modules outside phalanx/tracking that the SDK imports (all standard-library only); a test imports
+# every module of the copy with a bare interpreter, so a missing one fails there, not in a user's venv.
+SDK_TOP_MODULES = ("__init__.py", "errors.py")
+
+
 def sdk_path(settings: Settings) -> Path:
     """A standard-library-only copy of the tracking SDK under PHALANX_HOME/sdk/<version>-<hash>, so
     `from phalanx import Task` works inside a foreign venv (TensorFlow's, MXNet's)."""
@@ -49,7 +54,7 @@ def sdk_path(settings: Settings) -> Path:
     from phalanx import tracking
 
     pkg = Path(phalanx.__file__).parent
-    files = [pkg / "__init__.py", *sorted(Path(tracking.__file__).parent.rglob("*.py"))]
+    files = [*(pkg / name for name in SDK_TOP_MODULES), *sorted(Path(tracking.__file__).parent.rglob("*.py"))]
     digest = hashlib.sha256()
     for f in files:
         digest.update(str(f.relative_to(pkg)).encode())

@@ -13,13 +13,14 @@ import pytest
 
 from phalanx.backends.base import LaunchContext
 from phalanx.backends.kubeflow import KubeflowBackend
+from phalanx.backends.kubeflow_trainer import TrainerBackend
 from phalanx.backends.kubernetes import KubernetesBackend
 from phalanx.backends.slurm import SlurmBackend
 from phalanx.clusters import Cluster
 from phalanx.config import Settings
 from phalanx.domain import BackendKind, Framework, Range, Resources
 from phalanx.plan import Plan, build_plan
-from phalanx.spec.model import ExperimentSpec, ReplicaTemplate, Topology
+from phalanx.spec.model import Build, ExperimentSpec, ReplicaTemplate, Topology
 
 GOLDEN = Path(__file__).resolve().parent / "renders"
 SETTINGS = Settings(home="/home/user/.phalanx")
@@ -87,6 +88,32 @@ MPI = spec_plan(
     backend=BackendKind.MPI,
     topology=Topology(n_workers=2, default_worker=ReplicaTemplate(resources=res(gpu=4))),
 )
+MULTIPROCESS = spec_plan(
+    Framework.PYTORCH,
+    backend=BackendKind.KUBEFLOW,
+    master=ReplicaTemplate(resources=res(cpu=4, memory=8192)),
+    topology=Topology(
+        n_workers=1,
+        processes_per_replica=2,
+        default_worker=ReplicaTemplate(resources=res(cpu=4, memory=8192)),
+    ),
+    build=Build(pip_packages=("scikit-learn==1.9.1",)),
+)
+KUBE_ENVS = Cluster(
+    name="k8s",
+    kind="kubernetes",
+    namespace="ml",
+    server_url="http://phalanx.ml.svc:8000",
+    env_volume="ml-envs",
+)
+TRAINER = Cluster(
+    name="k8s",
+    kind="kubernetes",
+    namespace="ml",
+    server_url="http://phalanx.ml.svc:8000",
+    kubeflow_api="trainer-v2",
+    env_volume="ml-envs",
+)
 
 CASES: dict[str, Callable[[], str]] = {
     "slurm-pytorch-ddp.sbatch": lambda: SlurmBackend(SLURM, SETTINGS).dry_run(PYTORCH, CONTEXT).render(),
@@ -101,6 +128,12 @@ CASES: dict[str, Callable[[], str]] = {
     "kubeflow-tfjob.yaml": lambda: KubeflowBackend(SETTINGS, KUBE).dry_run(TF_KUBEFLOW, CONTEXT).render(),
     "kubeflow-mxjob.yaml": lambda: KubeflowBackend(SETTINGS, KUBE).dry_run(MXNET, CONTEXT).render(),
     "kubeflow-mpijob.yaml": lambda: KubeflowBackend(SETTINGS, KUBE).dry_run(MPI, CONTEXT).render(),
+    "kubeflow-pytorchjob-multiprocess.yaml": lambda: (
+        KubeflowBackend(SETTINGS, KUBE_ENVS).dry_run(MULTIPROCESS, CONTEXT).render()
+    ),
+    "trainer-trainjob.yaml": lambda: (
+        TrainerBackend(SETTINGS, TRAINER).dry_run(MULTIPROCESS, CONTEXT).render()
+    ),
 }
 
 

@@ -8,6 +8,18 @@ from phalanx.plan import Plan, build_plan
 from phalanx.spec.model import ExperimentSpec, ReplicaTemplate, Topology
 
 EXPERIMENT_ID = "0123456789ab"
+SERVER = "http://phalanx.ml.svc:8000"  # the Phalanx server a test cluster's pods fetch code from
+
+
+class CodeShelf:
+    """Stands in for the server's file store in tests that drive a fake cluster: records each code
+    bundle a Kubernetes engine would PUT (url -> bytes), so a test can open what the pods would fetch."""
+
+    def __init__(self) -> None:
+        self.bundles: dict[str, bytes] = {}
+
+    def __call__(self, url: str, data: bytes) -> None:
+        self.bundles[url] = data
 
 
 def context(**tracking: str) -> LaunchContext:

@@ -19,13 +19,14 @@ from phalanx.clusters import Cluster
 from phalanx.config import Settings
 from phalanx.errors import SpecError
 from phalanx.plan import build_plan
-from tests.conftest import SHARED
+from tests.conftest import CORPUS as CORPUS_ROOT
+from tests.unit.backends.conftest import SERVER
 
-CORPUS = SHARED / "corpus" / "polyaxonfiles"
+CORPUS = CORPUS_ROOT / "polyaxonfiles"
 FILES = sorted(p for p in CORPUS.glob("*.y*ml"))
 CONTEXT = LaunchContext("0123456789ab", "/work/exp", "/opt/venv/bin/python", {"PHALANX_HOME": "/h"})
 SETTINGS = Settings(home="/h")
-KUBE = Cluster(name="k", kind="kubernetes", namespace="ml")
+KUBE = Cluster(name="k", kind="kubernetes", server_url=SERVER, namespace="ml", env_volume="phalanx-envs")
 
 
 def loaded(path: Path):  # type: ignore[no-untyped-def]

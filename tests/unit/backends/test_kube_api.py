@@ -16,11 +16,11 @@ from phalanx.clusters import Cluster
 from phalanx.config import Settings
 from phalanx.domain import BackendKind, ExperimentStatus, ReplicaState
 from phalanx.errors import BackendUnavailable
-from phalanx.testing.fake_kube_http import FakeKubernetesServer
-from tests.unit.backends.conftest import EXPERIMENT_ID, context, plan
+from tests.support.fake_kube_http import FakeKubernetesServer
+from tests.unit.backends.conftest import EXPERIMENT_ID, SERVER, CodeShelf, context, plan
 
 POD = f"phx-{EXPERIMENT_ID}"
-CLUSTER = Cluster(name="k", kind="kubernetes", context="fake")
+CLUSTER = Cluster(name="k", kind="kubernetes", server_url=SERVER, context="fake")
 
 
 @pytest.fixture
@@ -37,7 +37,7 @@ def client(server: FakeKubernetesServer, tmp_path: Path) -> ClientAPI:
 def test_the_native_engine_runs_through_the_real_client(
     server: FakeKubernetesServer, client: ClientAPI
 ) -> None:
-    b = KubernetesBackend(Settings(home="/tmp/h"), CLUSTER, api=client)
+    b = KubernetesBackend(Settings(home="/tmp/h"), CLUSTER, api=client, put_code=CodeShelf())
     handle = b.submit(b.dry_run(plan(workers=1), context()))
     assert sorted(server.api.names("Pod")) == [f"{POD}-master", f"{POD}-worker-0"]
     assert server.api.names("Service") == [f"{POD}-master"]
@@ -83,7 +83,7 @@ def test_api_errors_become_kube_errors_with_their_status(client: ClientAPI) -> N
 def test_the_kubeflow_engine_creates_and_deletes_its_job_through_the_real_client(
     server: FakeKubernetesServer, client: ClientAPI
 ) -> None:
-    b = KubeflowBackend(Settings(home="/tmp/h"), CLUSTER, api=client)
+    b = KubeflowBackend(Settings(home="/tmp/h"), CLUSTER, api=client, put_code=CodeShelf())
     handle = b.submit(b.dry_run(plan(workers=2, backend=BackendKind.KUBEFLOW), context()))
     assert server.api.names("PyTorchJob") == [POD]
     server.api.set_condition("PyTorchJob", POD, "Created")

@@ -13,14 +13,19 @@ from phalanx.config import Settings
 from phalanx.domain import BackendKind, ExperimentStatus, Framework, ReplicaState
 from phalanx.errors import SpecError
 from phalanx.spec.model import ReplicaTemplate
-from phalanx.testing.fake_kube import FakeKubernetesAPI
-from tests.unit.backends.conftest import EXPERIMENT_ID, context, plan, resources
+from tests.support.fake_kube import FakeKubernetesAPI
+from tests.unit.backends.conftest import EXPERIMENT_ID, SERVER, CodeShelf, context, plan, resources
 
 NAME = f"phx-{EXPERIMENT_ID}"
 
 
 def backend(api: FakeKubernetesAPI | None = None) -> KubeflowBackend:
-    return KubeflowBackend(Settings(home="/tmp/h"), Cluster(name="k", kind="kubernetes"), api=api)
+    return KubeflowBackend(
+        Settings(home="/tmp/h"),
+        Cluster(name="k", kind="kubernetes", server_url=SERVER),
+        api=api,
+        put_code=CodeShelf(),
+    )
 
 
 def job(p) -> dict:  # type: ignore[no-untyped-def]
@@ -40,7 +45,8 @@ def job(p) -> dict:  # type: ignore[no-untyped-def]
 def test_each_framework_becomes_its_operators_job(framework, backend_kind, kind, types, container) -> None:  # type: ignore[no-untyped-def]
     ps = 1 if kind in ("TFJob", "MXJob") else 0
     j = job(plan(framework=framework, workers=2, ps=ps, backend=backend_kind))
-    assert j["kind"] == kind and j["apiVersion"] == "kubeflow.org/v1"
+    assert j["kind"] == kind
+    assert j["apiVersion"] == ("kubeflow.org/v2beta1" if kind == "MPIJob" else "kubeflow.org/v1")
     field = next(k for k in j["spec"] if k.endswith("ReplicaSpecs"))
     assert set(j["spec"][field]) == types
     assert j["spec"][field]["Worker"]["replicas"] == 2
@@ -67,7 +73,7 @@ def test_each_pod_learns_its_replica_from_the_operators_labels() -> None:
     env = {e["name"]: e for e in worker["env"]}
     assert "training.kubeflow.org/replica-index" in env["PHALANX_INDEX"]["valueFrom"]["fieldRef"]["fieldPath"]
     assert env["PHALANX_REPLICA"]["value"] == "worker-$(PHALANX_INDEX)"
-    assert worker["command"][-1].startswith('export PHALANX_RANK="$((PHALANX_INDEX + 1))"')
+    assert 'export PHALANX_RANK="$((PHALANX_INDEX + 1))"; python -u train.py' in worker["command"][-1]
 
 
 def test_per_index_overrides_that_differ_within_a_role_are_refused_with_why() -> None:
@@ -163,7 +169,12 @@ def test_processes_per_replica_become_torchruns_nproc_per_node_or_mpi_slots() ->
     def with_processes(p, k: int):  # type: ignore[no-untyped-def]
         return replace(p, replicas=tuple(replace(r, processes=k) for r in p.replicas))
 
-    assert job(with_processes(plan(workers=1), 4))["spec"]["nprocPerNode"] == "4"
+    torch = job(with_processes(plan(workers=1), 4))
+    assert torch["spec"]["nprocPerNode"] == "4"
+    # Something must start the 4 processes: the slot launcher shipped in the code bundle does.
+    master = torch["spec"]["pytorchReplicaSpecs"]["Master"]["template"]["spec"]["containers"][0]
+    assert master["command"][-1].endswith("exec python /phalanx/code/.phalanx-sdk/phalanx_slots.py")
+    assert {"name": "PHALANX_COMMAND", "value": "python -u train.py"} in master["env"]
     mpi = job(with_processes(plan(framework=Framework.HOROVOD, workers=1), 2))
     assert mpi["spec"]["slotsPerWorker"] == 2
     with pytest.raises(SpecError, match="one process per replica"):

@@ -15,8 +15,8 @@ from phalanx.config import Settings
 from phalanx.domain import ExperimentStatus, Framework, ReplicaState
 from phalanx.errors import BackendUnavailable, SpecError
 from phalanx.spec.model import ReplicaTemplate
-from phalanx.testing.fake_kube import FakeKubernetesAPI
-from tests.unit.backends.conftest import EXPERIMENT_ID, context, plan, resources
+from tests.support.fake_kube import FakeKubernetesAPI
+from tests.unit.backends.conftest import EXPERIMENT_ID, SERVER, CodeShelf, context, plan, resources
 
 NS = "ml"
 POD = f"phx-{EXPERIMENT_ID}"
@@ -24,7 +24,10 @@ POD = f"phx-{EXPERIMENT_ID}"
 
 def backend(api: FakeKubernetesAPI | None = None, **cluster: str) -> KubernetesBackend:
     return KubernetesBackend(
-        Settings(home="/tmp/h"), Cluster(name="k", kind="kubernetes", namespace=NS, **cluster), api=api
+        Settings(home="/tmp/h"),
+        Cluster(name="k", kind="kubernetes", **{"server_url": SERVER, "namespace": NS, **cluster}),
+        api=api,
+        put_code=CodeShelf(),
     )
 
 
@@ -119,11 +122,20 @@ def test_a_value_kubernetes_would_refuse_is_a_spec_error_naming_the_field() -> N
         objects(plan(workers=1, default_worker=bad))
 
 
-def test_several_processes_per_replica_are_refused_with_the_reason() -> None:
+def test_several_pytorch_processes_per_pod_run_through_the_slot_launcher() -> None:
     p = plan(workers=1)
     p = replace(p, replicas=tuple(replace(r, processes=2) for r in p.replicas))
-    with pytest.raises(SpecError, match="torchrun --nproc_per_node"):
-        objects(p)
+    worker = by_kind(objects(p), "Pod")[f"{POD}-worker-0"]
+    env = env_of(worker)
+    assert (env["PHALANX_PROCESSES"], env["PHALANX_NODE_RANK"], env["PHALANX_NNODES"]) == ("2", "1", "2")
+    assert env["PHALANX_COMMAND"] == "python -u train.py"
+    assert worker["spec"]["containers"][0]["command"][-1].endswith(
+        "exec python /phalanx/code/.phalanx-sdk/phalanx_slots.py"
+    )
+    tf = plan(framework=Framework.TENSORFLOW, workers=1)
+    tf = replace(tf, replicas=tuple(replace(r, processes=2) for r in tf.replicas))
+    with pytest.raises(SpecError, match="one replica per process"):
+        objects(tf)
 
 
 # -- controller against the fake --------------------------------------------------------------

@@ -14,10 +14,10 @@ from phalanx.backends.kubernetes import KubernetesBackend
 from phalanx.clusters import Cluster
 from phalanx.config import Settings
 from phalanx.domain import BackendKind, ExperimentStatus
-from phalanx.testing.fake_kube import FakeKubernetesAPI
-from tests.unit.backends.conftest import plan
+from tests.support.fake_kube import FakeKubernetesAPI
+from tests.unit.backends.conftest import SERVER, CodeShelf, plan
 
-KUBE = Cluster(name="k", kind="kubernetes")
+KUBE = Cluster(name="k", kind="kubernetes", server_url=SERVER)
 
 
 class Kubelet:
@@ -64,7 +64,9 @@ def run(backend: KubernetesBackend | KubeflowBackend, p, home: Path):  # type: i
 def test_a_native_run_succeeds_with_every_replicas_console_in_the_store(phalanx_home: Path) -> None:
     api = FakeKubernetesAPI()
     with Kubelet(api, lambda name: 0):
-        outcome, store = run(KubernetesBackend(Settings(), KUBE, api=api), plan(workers=1), phalanx_home)
+        outcome, store = run(
+            KubernetesBackend(Settings(), KUBE, api=api, put_code=CodeShelf()), plan(workers=1), phalanx_home
+        )
     assert outcome.status is ExperimentStatus.SUCCEEDED, outcome.reason
     texts = {line.text for line in store.logs(outcome.experiment_id)}
     assert any(t.startswith("hello from phx-") and t.endswith("-worker-0") for t in texts), texts
@@ -75,7 +77,9 @@ def test_a_native_run_succeeds_with_every_replicas_console_in_the_store(phalanx_
 def test_a_failing_replica_fails_the_native_run_naming_it(phalanx_home: Path) -> None:
     api = FakeKubernetesAPI()
     with Kubelet(api, lambda name: 3 if name.endswith("worker-1") else 0):
-        outcome, _ = run(KubernetesBackend(Settings(), KUBE, api=api), plan(workers=2), phalanx_home)
+        outcome, _ = run(
+            KubernetesBackend(Settings(), KUBE, api=api, put_code=CodeShelf()), plan(workers=2), phalanx_home
+        )
     assert outcome.status is ExperimentStatus.FAILED
     assert outcome.reason and outcome.reason.startswith("worker-1 exited with code 3"), outcome.reason
     assert api.objects == {}
@@ -105,7 +109,7 @@ def test_a_kubeflow_run_follows_the_job_conditions(phalanx_home: Path) -> None:
     helper.start()
     with Kubelet(api, lambda pod: 0):
         outcome, store = run(
-            KubeflowBackend(Settings(), KUBE, api=api),
+            KubeflowBackend(Settings(), KUBE, api=api, put_code=CodeShelf()),
             plan(workers=1, backend=BackendKind.KUBEFLOW),
             phalanx_home,
         )

@@ -20,12 +20,30 @@ def phalanx(*args: str | Path, cwd: Path | None = None) -> subprocess.CompletedP
 
 def test_clusters_are_added_listed_and_removed(phalanx_home: Path) -> None:
     assert phalanx("cluster", "add", "hpc", "--kind", "slurm", "--partition", "gpu").returncode == 0
-    done = phalanx("cluster", "add", "k8s", "--kind", "kubernetes", "--namespace", "ml", "--context", "prod")
+    done = phalanx(
+        "cluster",
+        "add",
+        "k8s",
+        "--kind",
+        "kubernetes",
+        "--namespace",
+        "ml",
+        "--context",
+        "prod",
+        "--server-url",
+        "http://phalanx.ml.svc:8000",
+    )
     assert done.returncode == 0, done.stderr
     listed = json.loads(phalanx("cluster", "ls", "-o", "json").stdout)
     assert listed == [
         {"name": "hpc", "kind": "slurm", "partition": "gpu"},
-        {"name": "k8s", "kind": "kubernetes", "namespace": "ml", "context": "prod"},
+        {
+            "name": "k8s",
+            "kind": "kubernetes",
+            "namespace": "ml",
+            "context": "prod",
+            "server_url": "http://phalanx.ml.svc:8000",
+        },
     ]
     table = phalanx("cluster", "ls").stdout
     assert "hpc" in table and "partition=gpu" in table and "namespace=ml" in table
@@ -46,6 +64,25 @@ def test_mistakes_exit_2_with_a_message_and_change_nothing(phalanx_home: Path) -
         (("cluster", "ls", "-o", "xml"), "-o must be table or json"),
         (("cluster", "add", "x", "--kind", "kubernetes", "--server-url", "gpu-box"), "give the server's URL"),
         (("cluster", "add", "x", "--kind", "slurm", "--shared-dir", "shared"), "give an absolute path"),
+        (("cluster", "add", "x", "--kind", "kubernetes"), "a kubernetes cluster needs --server-url"),
+        (
+            ("cluster", "add", "x", "--kind", "slurm", "--env-volume", "v"),
+            "for kubernetes clusters, not slurm",
+        ),
+        (
+            (
+                "cluster",
+                "add",
+                "x",
+                "--kind",
+                "kubernetes",
+                "--server-url",
+                "http://p",
+                "--kubeflow-api",
+                "v3",
+            ),
+            "--kubeflow-api must be one of v1, trainer-v2",
+        ),
     ]:
         done = phalanx(*args)
         assert done.returncode == 2, (args, done.stderr)
@@ -61,7 +98,9 @@ def test_dry_run_on_a_kubernetes_cluster_prints_yaml_kubectl_can_apply(
         "version: 1\nkind: experiment\nframework: pytorch\nenvironment:\n  replicas:\n    n_workers: 1\n"
         "run:\n  cmd: python -u train.py\n"
     )
-    phalanx("cluster", "add", "k8s", "--kind", "kubernetes", "--namespace", "ml")
+    phalanx(
+        "cluster", "add", "k8s", "--kind", "kubernetes", "--namespace", "ml", "--server-url", "http://p:8000"
+    )
     done = phalanx("run", "-f", tmp_path / "polyaxonfile.yml", "--cluster", "k8s", "--dry-run", "-o", "yaml")
     assert done.returncode == 0, done.stderr
     kinds = [d["kind"] for d in yaml.safe_load_all(done.stdout)]
@@ -76,7 +115,7 @@ def test_dry_run_on_kubeflow_refuses_differing_overrides_before_anything_is_crea
         "    n_workers: 2\n    worker:\n      - index: 1\n        resources:\n          memory:\n"
         "            requests: 512\n            limits: 512\nrun:\n  cmd: python -u train.py\n"
     )
-    phalanx("cluster", "add", "k8s", "--kind", "kubernetes")
+    phalanx("cluster", "add", "k8s", "--kind", "kubernetes", "--server-url", "http://p:8000")
     done = phalanx("run", "-f", tmp_path / "polyaxonfile.yml", "--cluster", "k8s", "--dry-run")
     assert done.returncode == 2
     assert "one pod template per role" in done.stderr and "Traceback" not in done.stderr

@@ -76,6 +76,24 @@ def download_artifact(
     return _file_response(files, e.id, record.path, record.content_type, name, inline)
 
 
+@router.get(
+    "/experiments/{experiment_id}/files/{path:path}",
+    response_class=Response,
+    responses={200: {"content": {"application/octet-stream": {}}, "description": "the file's bytes"}},
+)
+def get_file(experiment_id: str, path: str, store: StoreDep, files: FilesDep) -> Response:
+    """A file of the experiment's folder by its path (what PUT .../files/{path} stored): how a pod on
+    a cluster fetches the experiment's code bundle."""
+    from phalanx.server.files import safe_relpath
+
+    e = experiment_of(store, experiment_id)
+    clean = safe_relpath(path)
+    if files.is_dir(e.id, clean):
+        raise NotFound(f"experiment {e.id} has no file {clean!r} (it is a folder)")
+    files.size(e.id, clean)  # NotFound when absent, before the response starts
+    return _file_response(files, e.id, clean, "application/octet-stream", clean, False)
+
+
 @router.get("/experiments/{experiment_id}/previews/{name:path}", response_model=PreviewOut)
 def preview_artifact(experiment_id: str, name: str, store: StoreDep, files: FilesDep) -> PreviewOut:
     """What the UI shows of an artifact: JSON or text (first 256 KiB), an image, or a folder's files."""
