@@ -21,7 +21,8 @@ from pathlib import Path
 from typing import Any
 
 from phalanx.tracking.identity import ENV_INGESTER_PID, Identity
-from phalanx.tracking.spool import SpoolWriter, encode_points
+from phalanx.tracking.screen import Problems, names_ok, screen_event, screen_points
+from phalanx.tracking.spool import SpoolWriter, encode_points, read_refused
 
 log = logging.getLogger("phalanx.tracking")
 
@@ -42,6 +43,9 @@ class Reporter:
         self.events: deque[tuple[str, dict[str, Any], float]] = deque()
         self.ingester_alive: Callable[[], bool] | None = _ingester_from_env()
         self._files = itertools.count()
+        self.problems = Problems()  # items that will not reach the store, and why (since last flush)
+        self.last_problems: list[str] = []  # what the last flush() that returned False said
+        self._refused_offset = 0  # how much of this stream's ingest refusals we have read
         self._start()
 
     def _start(self) -> None:
@@ -119,31 +123,62 @@ class Reporter:
                 points = [pop() for _ in range(n)]
                 for i in range(0, n, CHUNK):
                     chunk = points[i : i + CHUNK]
-                    records.append(
-                        self.writer.record("scalar", encode_points(chunk), time_=chunk[0][4], rank=rank)
-                    )
+                    data = self._encode(chunk)
+                    if data is not None:
+                        records.append(self.writer.record("scalar", data, time_=chunk[0][4], rank=rank))
             n = len(self.events)
             if n:
                 pop_event = self.events.popleft
                 for _ in range(n):
                     kind, data, when = pop_event()
-                    records.append(self.writer.record(kind, data, time_=when, rank=rank))
+                    screened = screen_event(kind, data, self.problems)
+                    if screened is not None:
+                        records.append(self.writer.record(kind, screened, time_=when, rank=rank))
             return self.writer.append(records) if records else self.writer.last_seq
+
+    def _encode(self, chunk: list[ScalarItem]) -> dict[str, Any] | None:
+        """A chunk as one record's columns, without the points the store would refuse (a bad name or
+        step used to make ingest drop the whole record: 10,000 good points with it)."""
+        try:
+            data = encode_points(chunk)
+            if names_ok(data["keys"]):
+                return data
+        except OverflowError:  # a step beyond 64 bits
+            pass
+        kept = screen_points(chunk, self.problems)
+        return encode_points(kept) if kept else None
 
     def flush(self, wait: bool = True, timeout: float = FLUSH_TIMEOUT) -> bool:
         """Write and fsync what was reported; with ``wait``, also wait until it is in the store.
-        True when it is visible there (or there was nothing to write), False after ``timeout``
-        or when no ingester is running (the records stay in the spool for the next one)."""
+        True when it is visible there (or there was nothing to write), False after ``timeout``,
+        when no ingester is running (the records stay in the spool for the next one), or when
+        something reported since the last flush will never be stored: then the reasons are logged
+        and kept in ``last_problems``."""
         last = self.drain()
         self.writer.sync()
-        if not wait or last < 0:
-            return True
-        if self.shipper is not None:
-            return bool(self.shipper.wait(last, timeout))
-        alive = self.ingester_alive
-        if alive is not None and not alive():
-            return self.writer.acked() >= last
-        return self.writer.wait_for_ack(last, timeout, alive)
+        stored = True
+        if wait and last >= 0:
+            if self.shipper is not None:
+                stored = bool(self.shipper.wait(last, timeout))
+                for why in self.shipper.take_refusals():
+                    self.problems.add(why)
+            else:
+                alive = self.ingester_alive
+                if alive is not None and not alive():
+                    stored = self.writer.acked() >= last
+                else:
+                    stored = self.writer.wait_for_ack(last, timeout, alive)
+                refused, self._refused_offset = read_refused(
+                    self.writer.spool_dir, self.writer.stream, self._refused_offset
+                )
+                for why in refused:
+                    self.problems.add(why)
+        dropped, reasons = self.problems.take()
+        if dropped:
+            self.last_problems = reasons
+            log.warning("phalanx: %d reported item(s) will not be stored: %s", dropped, "; ".join(reasons))
+            return False
+        return stored
 
     def close(self, wait: bool = True, timeout: float = FLUSH_TIMEOUT) -> bool:
         done = self.flush(wait=wait, timeout=timeout)

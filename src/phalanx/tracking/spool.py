@@ -27,6 +27,7 @@ from typing import Any
 
 SUFFIX = ".spool"
 ACK_SUFFIX = ".ack"
+REFUSED_SUFFIX = ".refused"  # JSON lines {"seq", "why"}: records (or parts) ingest could not store
 
 
 def host_tag() -> str:
@@ -333,3 +334,34 @@ def wait_for_ack(
             return read_ack(spool_dir, stream) >= seq
         time.sleep(delay)
         delay = min(delay * 2, 0.05)
+
+
+def refused_path(spool_dir: str | os.PathLike[str], stream: str) -> Path:
+    return Path(spool_dir) / f"{stream}{REFUSED_SUFFIX}"
+
+
+def write_refused(spool_dir: str | os.PathLike[str], stream: str, seq: int, why: str) -> None:
+    """Tell the writer of ``stream`` that (part of) its record ``seq`` was not stored, and why; its
+    ``flush()`` reads this and returns False. Written before the ack that covers ``seq``."""
+    line = json.dumps({"seq": seq, "why": why}, ensure_ascii=False) + "\n"
+    with open(refused_path(spool_dir, stream), "a", encoding="utf-8") as fh:
+        fh.write(line)
+
+
+def read_refused(spool_dir: str | os.PathLike[str], stream: str, offset: int) -> tuple[list[str], int]:
+    """Reasons written since byte ``offset``: (reasons, new offset)."""
+    try:
+        with open(refused_path(spool_dir, stream), "rb") as fh:
+            fh.seek(offset)
+            chunk = fh.read()
+    except OSError:
+        return [], offset
+    end = chunk.rfind(b"\n") + 1
+    reasons = []
+    for line in chunk[:end].splitlines():
+        try:
+            item = json.loads(line)
+            reasons.append(f"record {item['seq']}: {item['why']}")
+        except (ValueError, KeyError, TypeError):
+            continue
+    return reasons, offset + end

@@ -261,6 +261,12 @@ class Task:
         visible in the store (bounded by ``timeout``). True when it is."""
         return self._reporter.flush(wait=wait_for_uploads, timeout=timeout)
 
+    @property
+    def flush_problems(self) -> list[str]:
+        """Why the last ``flush()`` that returned False did: items refused (a name over 255
+        characters, a step beyond 64 bits, a record the server refused). Empty when none were."""
+        return list(self._reporter.last_problems)
+
     def close(self, timeout: float = FLUSH_TIMEOUT) -> bool:
         """Flush (waiting for the store) and end the task in this process; a main script's status
         is still decided at its exit."""

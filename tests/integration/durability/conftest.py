@@ -1,0 +1,3 @@
+"""Fault tests (issue #11): the SDK sandbox of the tracking tests, shared here."""
+
+from tests.unit.tracking.conftest import sandbox  # noqa: F401  (a fixture)
