@@ -154,8 +154,10 @@ class Ingester:
                 total += self._ingest_file(path)
             except FileNotFoundError:
                 continue  # removed meanwhile (experiment deleted)
-            except Exception:  # one stream's trouble must not hold up every other stream
-                log.exception("%s: ingest failed; will retry", path)
+            except Exception as exc:  # one stream's trouble must not hold up every other stream
+                # one line, not a traceback per file and pass: a database outage is expected
+                log.warning("%s: ingest failed (%s); will retry", path, _one_line(exc))
+                log.debug("ingest failure", exc_info=True)
                 self._positions.pop(path.stem, None)
         return total
 
@@ -316,6 +318,11 @@ def salvage(events: Sequence[Event], refused: Any = None) -> list[Event]:
     return kept
 
 
+def _one_line(exc: BaseException) -> str:
+    lines = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {lines[0][:200]}" if lines else type(exc).__name__
+
+
 def _valid(event: Event) -> bool:
     try:
         check_event(event)
@@ -387,6 +394,12 @@ def main(argv: list[str] | None = None) -> int:
     while quiet < 3:
         quiet = quiet + 1 if ingester.run_once() == 0 else 0
         time.sleep(args.interval)
+    try:  # a script killed before it recorded its end (SIGKILL, OOM, segfault) is marked failed now
+        from phalanx.reconcile import reconcile
+
+        reconcile(store, settings)
+    except Exception:
+        log.exception("checking unfinished experiments failed")
     return 0
 
 

@@ -163,6 +163,7 @@ class Task:
             },
         )
         task._reporter.writer.sync()
+        _record_crashes(spool)
         if ident.host is None:
             pid = _start_ingester(spool)
             os.environ[idm.ENV_INGESTER_PID] = str(pid or 0)
@@ -368,6 +369,26 @@ def _start_ingester(spool: Path) -> int | None:
             env=env,
         )
     return _ingester.pid
+
+
+def _record_crashes(spool: Path) -> None:
+    """Have Python's faulthandler write a crash (segfault, abort) of this script to the spool, where
+    the reader that marks the experiment failed finds how it died (unless the program set up its
+    own faulthandler)."""
+    import faulthandler
+
+    global _fault_file
+    if faulthandler.is_enabled():
+        return
+    try:
+        spool.mkdir(parents=True, exist_ok=True)
+        _fault_file = open(spool / f"fault-{os.getpid()}.txt", "w")  # noqa: SIM115 (kept open)
+        faulthandler.enable(file=_fault_file, all_threads=True)
+    except OSError:
+        pass
+
+
+_fault_file: Any = None
 
 
 def _popen_alive() -> bool:
