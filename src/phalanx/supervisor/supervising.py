@@ -159,6 +159,10 @@ class Supervisor:
         self.submitted_at: float | None = None  # wall clock of the first submit: the experiment's start
         self._spool: Any = None
         self._store_warned = float("-inf")
+        from phalanx.supervisor.liveness import Liveness, hang_timeout_from_env
+
+        hang = hang_timeout_from_env()
+        self.liveness = Liveness(hang) if hang else None
 
     # -- signals and stop requests --------------------------------------------------------------
     def _on_signal(self, signum: int, _frame: object) -> None:
@@ -345,6 +349,12 @@ class Supervisor:
                 return ExperimentStatus.SUCCEEDED, None
             if job.status is ExperimentStatus.STOPPED:
                 return ExperimentStatus.STOPPED, job.reason or "stopped by the engine"
+            if self.liveness is not None:
+                running = {r.name: r.pid for r in job.replicas if r.state is ReplicaState.RUNNING}
+                stalled = self.liveness.check(running)
+                if stalled:
+                    backend.cancel(handle)
+                    return ExperimentStatus.FAILED, stalled
             if deadline is not None and time.monotonic() > deadline:
                 backend.cancel(handle)
                 return (
@@ -416,6 +426,8 @@ class Supervisor:
             self.observer.states({n: s.state for n, s in self.states.items()}, elapsed)
 
     def _line(self, replica: Replica, text: str) -> None:
+        if self.liveness is not None:
+            self.liveness.output(replica.name)
         self.observer.line(replica.name, text)
         with contextlib.suppress(ValueError):  # the writer closed under a late line at shutdown
             self._spool.log(
