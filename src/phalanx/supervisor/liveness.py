@@ -80,8 +80,8 @@ class Liveness:
         }
         if not stalled:
             return None
-        stopped = [n for n in stalled if self._stopped.get(n)]
-        culprit = stopped[0] if stopped else max(stalled, key=lambda n: stalled[n])
+        frozen = [n for n in stalled if self._stopped.get(n)]
+        culprit = frozen[0] if frozen else max(stalled, key=lambda n: stalled[n])
         how = "is stopped (SIGSTOP?) and " if self._stopped.get(culprit) else ""
         return (
             f"{culprit} {how}made no progress (no output, no CPU time) for {stalled[culprit]:.0f} s "
