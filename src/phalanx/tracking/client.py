@@ -27,6 +27,9 @@ from phalanx.tracking.spool import SpoolWriter, encode_points, read_refused
 log = logging.getLogger("phalanx.tracking")
 
 CHUNK = 10_000  # scalar points per spool record: encoding one holds the GIL for about a millisecond
+# While the spool's disk is full, records wait in memory up to this many points (about 40 bytes each,
+# so 160 MB); beyond it new points are dropped, with a warning, and flush() returns False.
+MAX_PENDING_POINTS = int(os.environ.get("PHALANX_MAX_PENDING_POINTS", "4000000"))
 INTERVAL = 0.2  # seconds between background drains
 FLUSH_TIMEOUT = 60.0
 
@@ -46,6 +49,9 @@ class Reporter:
         self.problems = Problems()  # items that will not reach the store, and why (since last flush)
         self.last_problems: list[str] = []  # what the last flush() that returned False said
         self._refused_offset = 0  # how much of this stream's ingest refusals we have read
+        self.pending: list[dict[str, Any]] = []  # records the disk had no room for yet, in order
+        self._pending_points = 0
+        self.disk_error: str | None = None  # set while the spool cannot be written
         self._start()
 
     def _start(self) -> None:
@@ -134,7 +140,44 @@ class Reporter:
                     screened = screen_event(kind, data, self.problems)
                     if screened is not None:
                         records.append(self.writer.record(kind, screened, time_=when, rank=rank))
-            return self.writer.append(records) if records else self.writer.last_seq
+            if self.pending:
+                records = self._keep_within_bound(records)
+                records, self.pending = self.pending + records, []
+            if not records:
+                return self.writer.last_seq
+            try:
+                last = self.writer.append(records)
+            except OSError as exc:  # the disk is full: keep them (bounded) and try again next drain
+                self.pending = records
+                self._pending_points = sum(_points(r) for r in records)
+                if self.disk_error is None:
+                    log.warning(
+                        "phalanx: cannot write the spool %s (%s); keeping what is reported in memory "
+                        "(up to %d points) and writing it once there is space",
+                        self.writer.path, exc.strerror or exc, MAX_PENDING_POINTS,
+                    )  # fmt: skip
+                self.disk_error = f"{exc.strerror or exc} ({self.writer.spool_dir})"
+                return self.writer.last_seq
+            if self.disk_error is not None:
+                log.warning("phalanx: the spool can be written again; %d records written", len(records))
+            self.disk_error, self._pending_points = None, 0
+            return last
+
+    def _keep_within_bound(self, records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """New records while older ones wait for disk space: scalar points past the bound are
+        dropped (counted, so flush() says so); other events are small and kept."""
+        kept = []
+        for rec in records:
+            n = _points(rec)
+            if n and self._pending_points + n > MAX_PENDING_POINTS:
+                self.problems.add(
+                    f"the disk is full ({self.disk_error}) and {MAX_PENDING_POINTS} points already "
+                    "wait in memory: newer points were dropped", n
+                )  # fmt: skip
+                continue
+            self._pending_points += n
+            kept.append(rec)
+        return kept
 
     def _encode(self, chunk: list[ScalarItem]) -> dict[str, Any] | None:
         """A chunk as one record's columns, without the points the store would refuse (a bad name or
@@ -155,9 +198,19 @@ class Reporter:
         something reported since the last flush will never be stored: then the reasons are logged
         and kept in ``last_problems``."""
         last = self.drain()
-        self.writer.sync()
+        try:
+            self.writer.sync()
+        except OSError as exc:
+            self.disk_error = self.disk_error or str(exc)
         stored = True
-        if wait and last >= 0:
+        if self.pending:  # nothing to wait for: these are not even in the spool yet
+            log.warning(
+                "phalanx: flush: %d records wait in memory for disk space (%s)",
+                len(self.pending),
+                self.disk_error,
+            )
+            stored = False
+        elif wait and last >= 0:
             if self.shipper is not None:
                 stored = bool(self.shipper.wait(last, timeout))
                 for why in self.shipper.take_refusals():
@@ -190,6 +243,10 @@ class Reporter:
 
     def wake(self) -> None:
         self._wake.set()
+
+
+def _points(record: Mapping[str, Any]) -> int:
+    return int(record["data"].get("n", 0)) if record.get("kind") == "scalar" else 0
 
 
 def _ingester_from_env() -> Callable[[], bool] | None:

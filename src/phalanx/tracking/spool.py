@@ -13,6 +13,7 @@ After ingest commits a stream's records it writes ``<stream>.ack`` holding the l
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
 import os
 import secrets
@@ -209,13 +210,23 @@ class SpoolWriter:
             if self._fd is None:
                 raise ValueError(f"spool writer {self.path} is closed")
             chunks = []
+            first = self._seq
             for rec in records:
                 rec["stream"] = self.stream
                 rec["seq"] = self._seq
                 self._seq += 1
                 chunks.append(encode(rec))
             if chunks:
-                _write_all(self._fd, b"".join(chunks))
+                size = os.fstat(self._fd).st_size
+                try:
+                    _write_all(self._fd, b"".join(chunks))
+                except OSError:
+                    # disk full (or quota): take back the half-written tail so the next write does
+                    # not glue a record onto it, and the seqs, so these records can be written again
+                    with contextlib.suppress(OSError):
+                        os.ftruncate(self._fd, size)
+                    self._seq = first
+                    raise
             return self._seq - 1
 
     def sync(self) -> None:

@@ -9,6 +9,7 @@ console at the file-descriptor level and records how the script ended. Standard 
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import logging
 import os
@@ -151,7 +152,7 @@ class Task:
         ident = Identity.from_env()
         assert ident is not None
         task = cls(ident, owner=True, name=name, project=project)
-        task._reporter.writer.write(
+        task._reporter.event(
             "experiment",
             {
                 "name": name,
@@ -162,7 +163,9 @@ class Task:
                 "command": [sys.executable, *sys.argv],
             },
         )
-        task._reporter.writer.sync()
+        task._reporter.drain()  # first in the stream; kept in memory if the disk is full
+        with contextlib.suppress(OSError):
+            task._reporter.writer.sync()
         _record_crashes(spool)
         if ident.host is None:
             pid = _start_ingester(spool)
