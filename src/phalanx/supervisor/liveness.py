@@ -6,9 +6,10 @@ is found only by gloo's 30-minute timeout, and the error then blames whichever p
 Set with ``PHALANX_HANG_TIMEOUT`` (seconds; unset or 0: off, the default, since a replica may
 legitimately sit idle, e.g. waiting for data).
 
-The replica named is the one that stalled, not its peers: a stopped one (SIGSTOP, state T) if any,
-else the one whose last progress is the oldest. Peers blocked waiting for it stall later, so they
-are not blamed. Only engines that give replica pids on this machine (local) are watched for CPU;
+A hang is declared when a stopped replica (SIGSTOP, state T) has made no progress for that long, or
+when every running replica has made none (a replica idle while a peer works is waiting for it). The
+replica named is the stopped one, else the one idle longest; the other idle ones are listed as
+likely waiting for it. Only engines that give replica pids on this machine (local) are watched for CPU;
 elsewhere console output alone counts.
 """
 
@@ -75,15 +76,16 @@ class Liveness:
             if ticks != self._cpu.get(name):
                 self._cpu[name] = ticks
                 self.last_progress[name] = now
-        stalled = {
-            n: now - self.last_progress[n] for n in running if now - self.last_progress[n] > self.timeout
-        }
-        if not stalled:
-            return None
+        idle = {n: now - self.last_progress[n] for n in running}
+        stalled = {n: t for n, t in idle.items() if t > self.timeout}
         frozen = [n for n in stalled if self._stopped.get(n)]
+        if not frozen and (not stalled or len(stalled) < len(idle)):
+            return None  # an idle replica while a peer works is waiting for it, not hung
         culprit = frozen[0] if frozen else max(stalled, key=lambda n: stalled[n])
-        how = "is stopped (SIGSTOP?) and " if self._stopped.get(culprit) else ""
+        how = "is stopped (SIGSTOP?) and " if culprit in frozen else ""
+        others = sorted(n for n in stalled if n != culprit)
+        also = f"; also idle, likely waiting for it: {', '.join(others)}" if others else ""
         return (
             f"{culprit} {how}made no progress (no output, no CPU time) for {stalled[culprit]:.0f} s "
-            f"(hang_timeout {self.timeout:g} s)"
+            f"(hang_timeout {self.timeout:g} s){also}"
         )

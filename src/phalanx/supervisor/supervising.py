@@ -429,7 +429,9 @@ class Supervisor:
         if self.liveness is not None:
             self.liveness.output(replica.name)
         self.observer.line(replica.name, text)
-        with contextlib.suppress(ValueError):  # the writer closed under a late line at shutdown
+        # ValueError: the writer closed under a late line at shutdown; OSError: the disk is full
+        # (the line still reached the terminal)
+        with contextlib.suppress(ValueError, OSError):
             self._spool.log(
                 text, replica=replica.name, role=str(replica.role), index=replica.index, rank=replica.rank
             )

@@ -72,9 +72,11 @@ class Reporter:
         self._thread.start()
         self.shipper: Any = None
         if ident.host:
-            from phalanx.tracking.shipper import Shipper
+            from phalanx.tracking.shipper import Shipper, ship_leftovers_in_background
 
             self.shipper = Shipper(self.writer, ident.host, ident.token)
+            # what earlier processes of this host left unshipped (the server was down when they ended)
+            ship_leftovers_in_background(ident.spool_dir.parent, ident.host, ident.token, self.writer.stream)
 
     def after_fork(self) -> None:
         """In a forked child: forget the parent's buffered items and stream, start our own."""
@@ -258,7 +260,8 @@ def _ingester_from_env() -> Callable[[], bool] | None:
     pid = int(value)
     if pid == 0:
         return lambda: False
-    return lambda: pid_alive(pid)
+    # a stopped ingester (SIGSTOP, a suspended `phalanx run`) acknowledges nothing: do not wait for it
+    return lambda: pid_alive(pid) and not pid_stopped(pid)
 
 
 def pid_alive(pid: int) -> bool:
@@ -273,6 +276,15 @@ def pid_alive(pid: int) -> bool:
             return fh.read().rsplit(")", 1)[-1].split()[0] != "Z"
     except OSError:
         return True
+
+
+def pid_stopped(pid: int) -> bool:
+    """Whether process ``pid`` is stopped (SIGSTOP, SIGTSTP, a debugger)."""
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().rsplit(")", 1)[-1].split()[0] in ("T", "t")
+    except OSError:
+        return False
 
 
 def jsonable(value: Any) -> Any:
