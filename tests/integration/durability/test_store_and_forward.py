@@ -101,3 +101,53 @@ def test_records_left_by_a_process_that_exited_during_an_outage_are_shipped_late
         )
     finally:
         stop_server(server.proc)
+
+
+def test_phalanx_run_against_a_server_on_another_store_says_so(tmp_path: Path) -> None:
+    """No dead UI link: the server does not have the experiment, and `phalanx run` says why."""
+    server_home, client_home = tmp_path / "server", tmp_path / "client"
+    server_home.mkdir()
+    client_home.mkdir()
+    server = start_server(server_home)
+    try:
+        spec = tmp_path / "polyaxonfile.yml"
+        spec.write_text("version: 1\nkind: experiment\nrun:\n  cmd: python -c \"print('hi')\"\n")
+        env = clean_env(client_home, PHALANX_HOST=server.url)
+        done = subprocess.run(
+            [sys.executable, "-m", "phalanx.cli.main", "run", "-f", str(spec)], env=env, capture_output=True,
+            text=True, timeout=180, cwd=tmp_path,
+        )  # fmt: skip
+        assert done.returncode == 0, done.stderr
+        assert "does not know experiment" in done.stderr and "another store" in done.stderr, done.stderr
+        assert "to see it in the web UI" not in done.stderr
+    finally:
+        stop_server(server.proc)
+
+
+def test_a_17_mib_text_does_not_stall_shipping(tmp_path: Path) -> None:
+    server_home, client_home = tmp_path / "server", tmp_path / "client"
+    server_home.mkdir()
+    client_home.mkdir()
+    server = start_server(server_home)
+    try:
+        code = (
+            "from phalanx import Task\n"
+            "task = Task.init('remote', 'huge text')\n"
+            "log = task.get_logger()\n"
+            "log.report_text('x' * (17 << 20), title='huge')\n"
+            "for i in range(1000):\n"
+            "    log.report_scalar('loss', 'm', 1.0, i)\n"
+            "print('FLUSH', task.flush(timeout=60), task.id)\n"
+        )
+        done = subprocess.run(
+            [sys.executable, "-c", code], env=clean_env(client_home, PHALANX_HOST=server.url),
+            capture_output=True, text=True, timeout=120,
+        )  # fmt: skip
+        assert done.returncode == 0, done.stderr
+        ok, exp_id = done.stdout.split("FLUSH ", 1)[1].split()[:2]
+        assert ok == "True", done.stderr
+        assert _points(server_home, exp_id) == list(range(1000))
+        text = open_store(Settings(home=server_home)).texts(exp_id)[0]["text"]
+        assert text.endswith("more characters]") and len(text) < (2 << 20)  # truncated, documented
+    finally:
+        stop_server(server.proc)
