@@ -50,6 +50,12 @@ def open_for_reading(settings: Settings | None = None) -> tuple[SqlStore, Settin
 
     settings = settings or Settings()
     store = open_store(settings)
+    try:  # before ingesting: a killed start-up leaves nothing, not rows of an experiment never shown
+        from phalanx.reconcile import clean_aborted_starts
+
+        clean_aborted_starts(store, settings)
+    except Exception as exc:
+        logging.getLogger(__name__).warning("checking aborted starts failed: %s", exc)
     try:
         Ingester(store, store.artifact_store, settings.spool_dir).run_once()
     except Exception as exc:  # reading must work even when a spool cannot be ingested right now
