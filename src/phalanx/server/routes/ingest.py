@@ -51,14 +51,8 @@ def ingest(batch: IngestIn, store: StoreDep) -> IngestOut:
             )
     for i, ev in enumerate(events):
         _check_envelope(i, ev.seq, ev.index, ev.rank, ev.time)
-    from sqlalchemy.exc import DataError
-
-    try:
-        return IngestOut(accepted=store.write_events(events))
-    except (OverflowError, DataError) as exc:  # a step beyond 64 bits (SQLite / PostgreSQL)
-        raise UsageError(
-            f"a number in the batch is out of range ({type(exc).__name__}); integers must fit in 64 bits"
-        ) from None
+    # a number the database cannot hold (a step beyond 64 bits) is the store's UsageError (400)
+    return IngestOut(accepted=store.write_events(events))
 
 
 INT64 = (-(2**63), 2**63 - 1)

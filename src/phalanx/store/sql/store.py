@@ -31,6 +31,7 @@ from phalanx.store.base import (
 )
 from phalanx.store.sql import events as ev_sql
 from phalanx.store.sql.engine import make_engine, no_gc, upgrade, writer
+from phalanx.store.sql.errors import phalanx_errors
 from phalanx.store.sql.models import (
     ArtifactRow,
     EventKeyRow,
@@ -51,10 +52,14 @@ _ORDER = {"created_at", "name", "project", "status", "started_at", "finished_at"
 _RETRIES = 5
 
 
+@phalanx_errors
 class SqlStore:
-    """The store. ``url``: a SQLAlchemy URL (``sqlite:///path`` or ``postgresql+psycopg://...``);
-    ``artifacts``: where files live (deleted with their experiment). The schema is migrated to the
-    newest revision on open unless ``migrate`` is False."""
+    """The store (``base.IngestStore``; each method is documented there). ``url``: a SQLAlchemy URL
+    (``sqlite:///path`` or ``postgresql+psycopg://...``); ``artifacts``: where files live (deleted
+    with their experiment). The schema is migrated to the newest revision on open unless ``migrate``
+    is False. SQLAlchemy's errors never leave it (``errors.phalanx_errors``)."""
+
+    artifact_store: ArtifactStore | None
 
     def __init__(self, url: str, artifacts: ArtifactStore | None = None, *, migrate: bool = True) -> None:
         self.engine = make_engine(url)
@@ -324,6 +329,8 @@ class SqlStore:
                     return work(conn)
             except (IntegrityError, OperationalError) as exc:
                 if attempt == _RETRIES - 1:
+                    if isinstance(exc, OperationalError):
+                        raise  # the database is down or stays locked: BackendUnavailable (errors.py)
                     raise StoreError(f"cannot write events: {exc.orig}") from exc
                 time.sleep(0.05 * (attempt + 1))
         raise AssertionError("unreachable")
