@@ -1,4 +1,12 @@
-"""Stopping an experiment from another process (`phalanx stop`), its supervisor alive or not."""
+"""Stopping an experiment from another process (`phalanx stop`, the server's stop), its supervisor
+alive or not.
+
+Only an experiment's supervisor writes its status and its replicas' states (``store.base.Store``).
+``stop_experiment`` is the one documented exception: when the supervisor is gone (killed, its
+machine rebooted) nothing would ever mark the experiment, so after cancelling what the engine still
+runs it marks the replicas and the experiment STOPPED itself, with a reason that says the supervisor
+(or the plain script) was gone. While the supervisor lives it only leaves a stop request and waits.
+"""
 
 from __future__ import annotations
 
@@ -66,7 +74,8 @@ def stop_experiment(
 ) -> ExperimentStatus:
     """Stop a running experiment from another process (`phalanx stop`): leave a stop request, signal
     its supervisor and wait for it to mark the experiment stopped. If its supervisor is gone (killed),
-    cancel what the engine still runs and mark the experiment stopped here."""
+    cancel what the engine still runs and mark the experiment stopped here: the one case where
+    another process than the supervisor writes its status (see the module docstring)."""
     run_dir = settings.runs_dir / experiment.id
     run_dir.mkdir(parents=True, exist_ok=True)
     tmp = run_dir / "stop.tmp"
