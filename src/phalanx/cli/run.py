@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from phalanx.cli.app import app, emit_json
+from phalanx.cli.terminal import guard_std_streams
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -195,6 +196,7 @@ def run(
     from phalanx.errors import UsageError
 
     faulthandler.register(signal.SIGUSR1, all_threads=True)  # `kill -USR1 PID`: where is it stuck?
+    guard_std_streams()  # `phalanx run ... | head`: a closed pipe ends the echo, not the experiment
     settings = Settings()
     if experiment_id is not None:
         _check_id(experiment_id)
