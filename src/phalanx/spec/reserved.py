@@ -47,4 +47,7 @@ def reserved_reason(name: str) -> str | None:
         who = RESERVED.get(name)
     if who is None:
         return None
-    return f"{name} is set by {who} in every replica, so a value given here would be lost; remove it or choose another name"
+    return (
+        f"{name} is set by {who} in every replica, so a value given here would be lost;"
+        " remove it or choose another name"
+    )
