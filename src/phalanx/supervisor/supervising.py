@@ -71,6 +71,35 @@ class LoggingObserver:
         log.info("%s", text)
 
 
+class _Shielded:
+    """An observer whose failures are its own: a terminal closed under ``phalanx run ... | head``
+    (EPIPE), hung up (EIO) or a full disk behind a redirect must stop the echo, never the
+    supervisor, which still writes every line to the spool. The first failure is logged, then the
+    observer is left alone."""
+
+    def __init__(self, inner: Observer) -> None:
+        self.inner = inner
+        self.broken = False
+
+    def _call(self, method: str, *args: Any) -> None:
+        if self.broken:
+            return
+        try:
+            getattr(self.inner, method)(*args)
+        except Exception as exc:
+            self.broken = True
+            log.warning("the console stopped taking output (%s); the experiment goes on", exc)
+
+    def line(self, replica: str, text: str) -> None:
+        self._call("line", replica, text)
+
+    def states(self, replicas: Mapping[str, ReplicaState], elapsed: float) -> None:
+        self._call("states", replicas, elapsed)
+
+    def message(self, text: str) -> None:
+        self._call("message", text)
+
+
 def launch(
     spec_or_plan: ExperimentSpec | Plan,
     *,
@@ -133,7 +162,7 @@ class Supervisor:
         self._store_factory = store
         self.store: Store = None  # type: ignore[assignment]  # set by run()
         self.settings = settings
-        self.observer: Observer = observer or LoggingObserver()
+        self.observer: Observer = _Shielded(observer or LoggingObserver())
         self.handle_signals = handle_signals
         self.id = prepared.experiment_id
         self.run_dir = settings.runs_dir / self.id
@@ -398,11 +427,11 @@ class Supervisor:
             self.observer.states({n: s.state for n, s in self.states.items()}, elapsed)
 
     def _line(self, replica: Replica, text: str) -> None:
-        self.observer.line(replica.name, text)
         with contextlib.suppress(ValueError):  # the writer closed under a late line at shutdown
             self._spool.log(
                 text, replica=replica.name, role=str(replica.role), index=replica.index, rank=replica.rank
             )
+        self.observer.line(replica.name, text)  # after the spool: the store has it whatever the echo does
 
     def _emit_all(self, text: str) -> None:
         """A supervisor note in the console of every replica (restarts, servers stopped)."""

@@ -46,13 +46,14 @@ class Logger:
     def __init__(self, task: Task) -> None:
         self._task = task
         self._append = task._reporter.scalars.append
+        self._rank = task._reporter.rank
         self._steps: dict[tuple[str, str], int] = {}
 
     def report_scalar(self, title: str, series: str, value: float, iteration: int | None = None) -> None:
         if iteration is None:
             iteration = self._steps.get((title, series), -1) + 1
             self._steps[(title, series)] = iteration
-        self._append((title, series, int(iteration), float(value), time.time()))
+        self._append((title, series, int(iteration), float(value), time.time(), self._rank()))
 
     def report_text(
         self, msg: str, level: int = logging.INFO, print_console: bool = False, *, title: str = "text",
