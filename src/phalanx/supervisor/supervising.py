@@ -31,6 +31,9 @@ POLL_SECONDS = 0.1
 # never end (ParameterServerStrategy's tf.distribute.Server.join()) are stopped.
 TF_SERVER_GRACE_SECONDS = 5.0
 TAIL_LINES = 10  # log lines quoted in a failed experiment's reason
+# How long the supervisor keeps trying to record an experiment's outcome when the store cannot be
+# reached; after that the outcome goes to the spool (a durable marker the next reader applies).
+STORE_RETRY_SECONDS = float(os.environ.get("PHALANX_STORE_RETRY_SECONDS", "30"))
 EXIT_CODES = {ExperimentStatus.SUCCEEDED: 0, ExperimentStatus.FAILED: 1, ExperimentStatus.STOPPED: 130}
 
 
@@ -184,6 +187,11 @@ class Supervisor:
         self.started = time.monotonic()
         self.submitted_at: float | None = None  # wall clock of the first submit: the experiment's start
         self._spool: Any = None
+        self._store_warned = float("-inf")
+        from phalanx.supervisor.liveness import Liveness, hang_timeout_from_env
+
+        hang = hang_timeout_from_env()
+        self.liveness = Liveness(hang) if hang else None
 
     # -- signals and stop requests --------------------------------------------------------------
     def _on_signal(self, signum: int, _frame: object) -> None:
@@ -208,7 +216,9 @@ class Supervisor:
         self.run_dir.mkdir(parents=True, exist_ok=True)
         # a stop file here already is a request made before we started (Run.cancel right after
         # submit): ids are never reused, so it is honoured, not cleared
-        (self.run_dir / "supervisor.pid").write_text(f"{os.getpid()}\n")
+        from phalanx.reconcile import pid_file_text
+
+        (self.run_dir / "supervisor.pid").write_text(pid_file_text(os.getpid()))
         self._spool = SpoolWriter(self.spool_dir, experiment_id=self.id, stream=f"console-{self.id}")
         previous = self._install_signals()
         stop_ingest = threading.Event()
@@ -368,6 +378,12 @@ class Supervisor:
                 return ExperimentStatus.SUCCEEDED, None
             if job.status is ExperimentStatus.STOPPED:
                 return ExperimentStatus.STOPPED, job.reason or "stopped by the engine"
+            if self.liveness is not None:
+                running = {r.name: r.pid for r in job.replicas if r.state is ReplicaState.RUNNING}
+                stalled = self.liveness.check(running)
+                if stalled:
+                    backend.cancel(handle)
+                    return ExperimentStatus.FAILED, stalled
             if deadline is not None and time.monotonic() > deadline:
                 backend.cancel(handle)
                 return (
@@ -399,14 +415,25 @@ class Supervisor:
 
     # -- recording --------------------------------------------------------------------------------
     def _record(self, job: JobStatus) -> None:
-        """Write replica rows whose state changed (the supervisor is their only writer)."""
+        """Write replica rows whose state changed (the supervisor is their only writer). A store
+        that cannot be reached does not stop supervision: the row is written at the next poll
+        (or with the outcome)."""
+        try:
+            self._record_rows(job)
+        except Exception as exc:
+            now = time.monotonic()
+            if now - self._store_warned > 30:
+                self._store_warned = now
+                self.observer.message(f"the store cannot be reached ({_short(exc)}); retrying")
+
+    def _record_rows(self, job: JobStatus) -> None:
         changed = False
         for r in job.replicas:
             old = self.states.get(r.name)
             if old == r:
                 continue
-            self.states[r.name] = r
             if r.name not in self.replicas:
+                self.states[r.name] = r
                 continue
             changed = True
             now = time.time()
@@ -422,11 +449,14 @@ class Supervisor:
                 started_at=now if started else None,
                 finished_at=(r.finished_at or now) if r.state.done else None,
             )
+            self.states[r.name] = r  # only once written: a failed write is tried again
         if changed:
             elapsed = time.monotonic() - self.started
             self.observer.states({n: s.state for n, s in self.states.items()}, elapsed)
 
     def _line(self, replica: Replica, text: str) -> None:
+        if self.liveness is not None:
+            self.liveness.output(replica.name)
         with contextlib.suppress(ValueError):  # the writer closed under a late line at shutdown
             self._spool.log(
                 text, replica=replica.name, role=str(replica.role), index=replica.index, rank=replica.rank
@@ -439,6 +469,45 @@ class Supervisor:
             self._line(replica, text)
 
     def _finish(self, outcome: Outcome) -> None:
+        """Record the outcome, retrying while the store is unreachable; if it stays away, leave the
+        outcome in the spool (fsynced) for the next reader to apply, and say so: the experiment
+        must not stay `running` because the database was down when its replicas ended."""
+        deadline = time.monotonic() + STORE_RETRY_SECONDS
+        delay = 0.2
+        while True:
+            try:
+                self._write_outcome(outcome)
+                return
+            except Exception as exc:
+                if time.monotonic() >= deadline:
+                    self._outcome_to_spool(outcome)
+                    self.observer.message(
+                        f"the store cannot be reached ({_short(exc)}); the outcome is kept in "
+                        f"{self.spool_dir} and recorded by the next phalanx command"
+                    )
+                    return
+                log.warning("recording the outcome failed (%s); retrying", _short(exc))
+                time.sleep(delay)
+                delay = min(delay * 2, 5.0)
+
+    def _outcome_to_spool(self, outcome: Outcome) -> None:
+        """The outcome as STATUS events (one per replica, each with its own final state), which
+        ingest applies like any other record, exactly once."""
+        from phalanx.tracking.spool import SpoolWriter
+
+        with SpoolWriter(self.spool_dir, experiment_id=self.id, stream=f"outcome-{self.id}") as writer:
+            for name, r in self.replicas.items():
+                st = self.states.get(name)
+                state = st.state if st is not None and st.state.done else _unfinished_state(outcome)
+                data: dict[str, Any] = {"status": outcome.status.value, "replica_state": state.value}
+                if outcome.reason:
+                    data["reason"] = outcome.reason
+                if st is not None:
+                    data["replica_exit_code"] = st.exit_code
+                    data["replica_reason"] = st.reason
+                writer.write("status", data, replica=name, role=str(r.role), index=r.index, rank=r.rank)
+
+    def _write_outcome(self, outcome: Outcome) -> None:
         now = time.time()
         for name, r in self.replicas.items():
             st = self.states.get(name)
@@ -452,3 +521,13 @@ class Supervisor:
                 self.store.update_replica(self.id, r.name, state=state, finished_at=now)
         self.store.update_experiment(self.id, status=outcome.status, reason=outcome.reason, finished_at=now)
         self.observer.states({n: s.state for n, s in self.states.items()}, time.monotonic() - self.started)
+
+
+def _short(exc: BaseException) -> str:
+    """An exception in one line (a database driver's message can run over many)."""
+    text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+    return f"{type(exc).__name__}: {text[:200]}" if text else type(exc).__name__
+
+
+def _unfinished_state(outcome: Outcome) -> ReplicaState:
+    return ReplicaState.SUCCEEDED if outcome.status is ExperimentStatus.SUCCEEDED else ReplicaState.STOPPED

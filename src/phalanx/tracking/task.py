@@ -9,6 +9,7 @@ console at the file-descriptor level and records how the script ended. Standard 
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import logging
 import os
@@ -152,7 +153,7 @@ class Task:
         ident = Identity.from_env()
         assert ident is not None
         task = cls(ident, owner=True, name=name, project=project)
-        task._reporter.writer.write(
+        task._reporter.event(
             "experiment",
             {
                 "name": name,
@@ -163,7 +164,10 @@ class Task:
                 "command": [sys.executable, *sys.argv],
             },
         )
-        task._reporter.writer.sync()
+        task._reporter.drain()  # first in the stream; kept in memory if the disk is full
+        with contextlib.suppress(OSError):
+            task._reporter.writer.sync()
+        _record_crashes(spool)
         if ident.host is None:
             pid = _start_ingester(spool)
             os.environ[idm.ENV_INGESTER_PID] = str(pid or 0)
@@ -261,6 +265,12 @@ class Task:
         """Write everything reported so far to the spool (durable) and, by default, wait until it is
         visible in the store (bounded by ``timeout``). True when it is."""
         return self._reporter.flush(wait=wait_for_uploads, timeout=timeout)
+
+    @property
+    def flush_problems(self) -> list[str]:
+        """Why the last ``flush()`` that returned False did: items refused (a name over 255
+        characters, a step beyond 64 bits, a record the server refused). Empty when none were."""
+        return list(self._reporter.last_problems)
 
     def close(self, timeout: float = FLUSH_TIMEOUT) -> bool:
         """Flush (waiting for the store) and end the task in this process; a main script's status
@@ -363,6 +373,26 @@ def _start_ingester(spool: Path) -> int | None:
             env=env,
         )
     return _ingester.pid
+
+
+def _record_crashes(spool: Path) -> None:
+    """Have Python's faulthandler write a crash (segfault, abort) of this script to the spool, where
+    the reader that marks the experiment failed finds how it died (unless the program set up its
+    own faulthandler)."""
+    import faulthandler
+
+    global _fault_file
+    if faulthandler.is_enabled():
+        return
+    try:
+        spool.mkdir(parents=True, exist_ok=True)
+        _fault_file = open(spool / f"fault-{os.getpid()}.txt", "w")  # noqa: SIM115 (kept open)
+        faulthandler.enable(file=_fault_file, all_threads=True)
+    except OSError:
+        pass
+
+
+_fault_file: Any = None
 
 
 def _popen_alive() -> bool:

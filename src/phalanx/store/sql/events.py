@@ -474,6 +474,8 @@ def _status_from_event(conn: Connection, ev: Event, status: ExperimentStatus) ->
         values["reason"] = str(d["reason"])
     conn.execute(update(ExperimentRow).where(ExperimentRow.id == ev.experiment_id).values(**values))
     state = ReplicaState(status.value) if status.value in set(ReplicaState) else ReplicaState.PENDING
+    if d.get("replica_state"):  # a supervisor's outcome left in the spool: each replica's own state
+        state = ReplicaState(str(d["replica_state"]))
     replica_values: dict[str, Any] = {"state": state.value}
     if status.done:
         replica_values["finished_at"] = ev.time
@@ -481,6 +483,9 @@ def _status_from_event(conn: Connection, ev: Event, status: ExperimentStatus) ->
         replica_values["exit_code"] = int(d["exit_code"])
     if d.get("reason"):
         replica_values["reason"] = str(d["reason"])
+    if "replica_state" in d:
+        replica_values["exit_code"] = d.get("replica_exit_code")
+        replica_values["reason"] = d.get("replica_reason")
     conn.execute(
         update(ReplicaRow)
         .where(ReplicaRow.experiment_id == ev.experiment_id, ReplicaRow.name == ev.replica)
