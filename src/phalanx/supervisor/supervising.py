@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import os
 import signal
 import threading
 import time
@@ -174,12 +173,13 @@ class Supervisor:
         the schema then overlaps with the replicas' own start-up (importing torch) instead of
         delaying it. Should the store fail, the replicas are stopped before the error propagates.
         """
+        from phalanx.procs import record_process
         from phalanx.tracking.spool import SpoolWriter
 
         self.run_dir.mkdir(parents=True, exist_ok=True)
         # a stop file here already is a request made before we started (Run.cancel right after
         # submit): ids are never reused, so it is honoured, not cleared
-        (self.run_dir / "supervisor.pid").write_text(f"{os.getpid()}\n")
+        record_process(self.run_dir / "supervisor.pid")  # "pid start-time": what a stop trusts
         self._spool = SpoolWriter(self.spool_dir, experiment_id=self.id, stream=f"console-{self.id}")
         previous = self._install_signals()
         stop_ingest = threading.Event()

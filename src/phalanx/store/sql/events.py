@@ -432,7 +432,7 @@ def _create_from_event(conn: Connection, ev: Event) -> None:
             project=str(d.get("project") or "default"),
             status=ExperimentStatus.RUNNING.value,
             framework=d.get("framework"),
-            backend=d.get("backend", "script"),
+            backend="script",  # never an engine's: a stop then only looks at runs/<id>/script.pid
             cluster=None,
             tags=list(d.get("tags") or []),
             topology={"master": 1},
@@ -442,7 +442,7 @@ def _create_from_event(conn: Connection, ev: Event) -> None:
             created_at=ev.time or _time.time(),
             started_at=ev.time or _time.time(),
             finished_at=None,
-            handle=str(d["pid"]) if d.get("pid") is not None else None,
+            handle=None,  # an engine handle from ingest would be something a stop acts on
         )
     )
     conn.execute(
