@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from phalanx.domain import ExperimentStatus, ReplicaState
+from phalanx.procs import recorded_but_gone
 
 if TYPE_CHECKING:
     from phalanx.config import Settings
@@ -44,31 +45,6 @@ def process_start(pid: int) -> float | None:
     except (OSError, IndexError, ValueError, StopIteration):
         return None
     return btime + ticks / os.sysconf("SC_CLK_TCK")
-
-
-def pid_file_text(pid: int) -> str:
-    """``supervisor.pid``: "PID START HOST" (readers that want only the pid take the first word)."""
-    start = process_start(pid)
-    return f"{pid} {start if start is not None else 0:.2f} {socket.gethostname()}\n"
-
-
-def supervisor_gone(run_dir: Path) -> int | None:
-    """The pid of a supervisor of this machine that left its pid file and no longer runs (its pid
-    may run another program now); None when it runs, when there is no pid file or it is another
-    machine's."""
-    try:
-        words = (run_dir / "supervisor.pid").read_text().split()
-        pid = int(words[0])
-    except (OSError, ValueError, IndexError):
-        return None
-    if len(words) >= 3 and words[2] != socket.gethostname():
-        return None
-    start = process_start(pid)
-    if start is None:
-        return pid
-    if len(words) >= 2 and float(words[1]) > 0 and abs(start - float(words[1])) > 2:
-        return pid  # reused
-    return None
 
 
 def reconcile(store: Any, settings: Settings) -> list[str]:
@@ -102,7 +78,7 @@ def _orphan_reason(store: Any, settings: Settings, exp: Any, here: str) -> str |
             f"the script (pid {pid}) ended without recording its end: killed by a signal it cannot "
             "catch (SIGKILL, the OOM killer) or crashed"
         )
-    pid = supervisor_gone(settings.runs_dir / exp.id)
+    pid = recorded_but_gone(settings.runs_dir / exp.id / "supervisor.pid")
     if pid is None:
         return None
     return f"phalanx run (pid {pid}) was killed before it recorded the outcome"

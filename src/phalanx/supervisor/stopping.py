@@ -26,25 +26,35 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+SCRIPT_PID = "script.pid"  # runs/<id>/script.pid: the plain script's process (Task.init writes it)
+
 
 def supervisor_pid(settings: Settings, experiment_id: str) -> int | None:
-    """The pid of the `phalanx run` supervising this experiment, if it is still running."""
-    try:
-        pid = int((settings.runs_dir / experiment_id / "supervisor.pid").read_text().split()[0])
-        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
-    except (OSError, ValueError, IndexError):
+    """The pid of the `phalanx run` supervising this experiment, if it is still running: the one
+    its ``runs/<id>/supervisor.pid`` records, with the same start time (not a reused pid)."""
+    from phalanx.procs import recorded_process
+
+    pid = recorded_process(settings.runs_dir / experiment_id / "supervisor.pid")
+    if pid is None:
         return None
-    return pid if b"phalanx" in cmdline else None  # not a reused pid
+    try:
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return None
+    return pid if b"phalanx" in cmdline else None
 
 
-def _stop_script(store: Store, experiment: Any, timeout: float) -> Any:
+def _stop_script(store: Store, settings: Settings, experiment: Any, timeout: float) -> Any:
     """SIGTERM the process of a plain script's experiment if it runs on this machine (its Task
-    records the end), and wait for it to go. A script that is gone (killed) is simply marked."""
-    import socket
+    records the end), and wait for it to go. A script that is gone (killed) is simply marked.
 
-    here = socket.gethostname()
-    pids = [r.pid for r in store.list_replicas(experiment.id) if r.pid and r.host in (None, here)]
-    running = [pid for pid in pids if pid_alive(pid)]
+    The pid comes only from ``runs/<id>/script.pid``, which Task.init wrote on this machine, and
+    only while that process has the recorded start time. Never from the store: a replica's pid
+    there arrived through ingest, and anyone who can call the API could have named any process."""
+    from phalanx.procs import recorded_process
+
+    pid = recorded_process(settings.runs_dir / experiment.id / SCRIPT_PID)
+    running = [pid] if pid is not None else []
     for pid in running:
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.kill(pid, signal.SIGTERM)
@@ -97,7 +107,7 @@ def stop_experiment(
     if current.status.done:
         return current.status
     if current.backend == "script":  # a plain script's Task.init: no engine, only its process
-        current = _stop_script(store, current, timeout)
+        current = _stop_script(store, settings, current, timeout)
         if current.status.done:
             return current.status
     elif current.handle:

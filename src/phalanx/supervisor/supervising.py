@@ -211,14 +211,13 @@ class Supervisor:
         the schema then overlaps with the replicas' own start-up (importing torch) instead of
         delaying it. Should the store fail, the replicas are stopped before the error propagates.
         """
+        from phalanx.procs import record_process
         from phalanx.tracking.spool import SpoolWriter
 
         self.run_dir.mkdir(parents=True, exist_ok=True)
         # a stop file here already is a request made before we started (Run.cancel right after
         # submit): ids are never reused, so it is honoured, not cleared
-        from phalanx.reconcile import pid_file_text
-
-        (self.run_dir / "supervisor.pid").write_text(pid_file_text(os.getpid()))
+        record_process(self.run_dir / "supervisor.pid")  # "pid start-time": what a stop trusts
         self._spool = SpoolWriter(self.spool_dir, experiment_id=self.id, stream=f"console-{self.id}")
         previous = self._install_signals()
         stop_ingest = threading.Event()
