@@ -2,7 +2,7 @@
 
 Each spool file (one per writing process, see ``phalanx.tracking.spool``) is read from the byte
 offset the store last committed for it; its complete records become events that are written
-together with the new offset in one transaction (``SqlStore.ingest_batch``), so a crash of the
+together with the new offset in one transaction (``IngestStore.ingest_batch``), so a crash of the
 writer, of the ingester or of the database at any point neither loses nor repeats a record. Files a
 record names (artifacts, models) are copied into the artifact store before that transaction
 (an idempotent overwrite) and removed from the spool after it. After each commit an ack file tells
@@ -41,7 +41,7 @@ from phalanx.tracking.spool import (
 )
 
 if TYPE_CHECKING:
-    from phalanx.store.sql.store import SqlStore
+    from phalanx.store.base import IngestStore
 
 log = logging.getLogger(__name__)
 
@@ -127,7 +127,7 @@ class Ingester:
 
     def __init__(
         self,
-        store: SqlStore,
+        store: IngestStore,
         artifacts: ArtifactStore | None,
         spool: str | os.PathLike[str],
         *,
@@ -341,7 +341,7 @@ def _remove(path: Path) -> None:
         pass
 
 
-def ingest_pending(store: SqlStore, spool: str | os.PathLike[str]) -> int:
+def ingest_pending(store: IngestStore, spool: str | os.PathLike[str]) -> int:
     """One pass over a spool folder (what every read command of the CLI does first)."""
     return Ingester(store, store.artifact_store, spool).run_once()
 

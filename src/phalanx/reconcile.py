@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from phalanx.domain import ExperimentStatus, ReplicaState
+from phalanx.procs import recorded_but_gone
 
 if TYPE_CHECKING:
     from phalanx.config import Settings
@@ -46,31 +47,6 @@ def process_start(pid: int) -> float | None:
     return btime + ticks / os.sysconf("SC_CLK_TCK")
 
 
-def pid_file_text(pid: int) -> str:
-    """``supervisor.pid``: "PID START HOST" (readers that want only the pid take the first word)."""
-    start = process_start(pid)
-    return f"{pid} {start if start is not None else 0:.2f} {socket.gethostname()}\n"
-
-
-def supervisor_gone(run_dir: Path) -> int | None:
-    """The pid of a supervisor of this machine that left its pid file and no longer runs (its pid
-    may run another program now); None when it runs, when there is no pid file or it is another
-    machine's."""
-    try:
-        words = (run_dir / "supervisor.pid").read_text().split()
-        pid = int(words[0])
-    except (OSError, ValueError, IndexError):
-        return None
-    if len(words) >= 3 and words[2] != socket.gethostname():
-        return None
-    start = process_start(pid)
-    if start is None:
-        return pid
-    if len(words) >= 2 and float(words[1]) > 0 and abs(start - float(words[1])) > 2:
-        return pid  # reused
-    return None
-
-
 def clean_aborted_starts(store: Any, settings: Settings) -> list[str]:
     """Folders of experiments whose `phalanx run` was killed before it recorded them (it opens the
     store only once the replicas are starting): with the supervisor gone and no experiment in the
@@ -78,13 +54,13 @@ def clean_aborted_starts(store: Any, settings: Settings) -> list[str]:
     left (nor ingested later as rows of no experiment). Run before an ingest pass."""
     from phalanx.errors import NotFound
 
-    removed = []
+    removed: list[str] = []
     runs = settings.runs_dir
     if not runs.is_dir():
         return removed
     for pid_file in runs.glob("*/supervisor.pid"):
         folder = pid_file.parent
-        if supervisor_gone(folder) is None:
+        if recorded_but_gone(pid_file) is None:
             continue
         try:
             store.get_experiment(folder.name)
@@ -131,7 +107,7 @@ def _orphan_reason(store: Any, settings: Settings, exp: Any, here: str) -> str |
             f"the script (pid {pid}) ended without recording its end: killed by a signal it cannot "
             "catch (SIGKILL, the OOM killer) or crashed"
         )
-    pid = supervisor_gone(settings.runs_dir / exp.id)
+    pid = recorded_but_gone(settings.runs_dir / exp.id / "supervisor.pid")
     if pid is None:
         return None
     return f"phalanx run (pid {pid}) was killed before it recorded the outcome"

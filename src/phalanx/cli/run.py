@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from phalanx.cli.app import app, emit_json
+from phalanx.cli.terminal import guard_std_streams
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -195,6 +196,7 @@ def run(
     from phalanx.errors import UsageError
 
     faulthandler.register(signal.SIGUSR1, all_threads=True)  # `kill -USR1 PID`: where is it stuck?
+    guard_std_streams()  # `phalanx run ... | head`: a closed pipe ends the echo, not the experiment
     settings = Settings()
     if experiment_id is not None:
         _check_id(experiment_id)
@@ -225,6 +227,7 @@ def run(
     }
     if dry_run:
         prepared = supervisor.prepare(spec, settings=settings, dry=True, **options)
+        _warn_if_crowded(prepared)
         if output is Output.YAML and prepared.dry_run.format == "json":
             raise UsageError(
                 f"-o yaml: the {prepared.backend.name} engine has no YAML to show (Kubernetes clusters do); "
@@ -240,6 +243,7 @@ def run(
     except KeyboardInterrupt:
         sys.stderr.write("phalanx: interrupted before anything started\n")
         raise typer.Exit(130) from None
+    _warn_if_crowded(prepared)
     from phalanx.store import open_store
 
     store_opened = False
@@ -309,6 +313,18 @@ def _server_knows(host: str, token: str | None, experiment_id: str) -> bool | No
         return False if exc.code == 404 else None
     except (OSError, ValueError):
         return None
+
+
+def _warn_if_crowded(prepared: Any) -> None:
+    """More local processes than cores, none of them asking for cores: say so before they start."""
+    if prepared.backend.name != "local":
+        return
+    from phalanx import limits
+
+    replicas = [(r.name, r.resources, r.processes) for r in prepared.plan.replicas]
+    warning = limits.crowding_warning(replicas, limits.machine())
+    if warning:
+        sys.stderr.write(f"warning: {warning}\n")
 
 
 def _check_home_and_db(settings: Settings) -> None:

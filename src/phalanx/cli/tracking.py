@@ -23,8 +23,7 @@ from phalanx.cli.app import app, emit_json
 if TYPE_CHECKING:
     from phalanx.config import Settings
     from phalanx.domain import Experiment, Replica
-    from phalanx.store.base import ArtifactRecord, ParamRecord
-    from phalanx.store.sql.store import SqlStore
+    from phalanx.store.base import ArtifactRecord, IngestStore, ParamRecord
 
 IdArg = Annotated[str, typer.Argument(metavar="ID", help="Experiment id or a unique prefix of one.")]
 
@@ -40,7 +39,7 @@ class MetricsFormat(StrEnum):
     CSV = "csv"
 
 
-def open_for_reading(settings: Settings | None = None) -> tuple[SqlStore, Settings]:
+def open_for_reading(settings: Settings | None = None) -> tuple[IngestStore, Settings]:
     """The store, after one ingest pass over every pending spool file."""
     import logging
 

@@ -74,6 +74,35 @@ class LoggingObserver:
         log.info("%s", text)
 
 
+class _Shielded:
+    """An observer whose failures are its own: a terminal closed under ``phalanx run ... | head``
+    (EPIPE), hung up (EIO) or a full disk behind a redirect must stop the echo, never the
+    supervisor, which still writes every line to the spool. The first failure is logged, then the
+    observer is left alone."""
+
+    def __init__(self, inner: Observer) -> None:
+        self.inner = inner
+        self.broken = False
+
+    def _call(self, method: str, *args: Any) -> None:
+        if self.broken:
+            return
+        try:
+            getattr(self.inner, method)(*args)
+        except Exception as exc:
+            self.broken = True
+            log.warning("the console stopped taking output (%s); the experiment goes on", exc)
+
+    def line(self, replica: str, text: str) -> None:
+        self._call("line", replica, text)
+
+    def states(self, replicas: Mapping[str, ReplicaState], elapsed: float) -> None:
+        self._call("states", replicas, elapsed)
+
+    def message(self, text: str) -> None:
+        self._call("message", text)
+
+
 def launch(
     spec_or_plan: ExperimentSpec | Plan,
     *,
@@ -136,7 +165,7 @@ class Supervisor:
         self._store_factory = store
         self.store: Store = None  # type: ignore[assignment]  # set by run()
         self.settings = settings
-        self.observer: Observer = observer or LoggingObserver()
+        self.observer: Observer = _Shielded(observer or LoggingObserver())
         self.handle_signals = handle_signals
         self.id = prepared.experiment_id
         self.run_dir = settings.runs_dir / self.id
@@ -182,14 +211,13 @@ class Supervisor:
         the schema then overlaps with the replicas' own start-up (importing torch) instead of
         delaying it. Should the store fail, the replicas are stopped before the error propagates.
         """
+        from phalanx.procs import record_process
         from phalanx.tracking.spool import SpoolWriter
 
         self.run_dir.mkdir(parents=True, exist_ok=True)
         # a stop file here already is a request made before we started (Run.cancel right after
         # submit): ids are never reused, so it is honoured, not cleared
-        from phalanx.reconcile import pid_file_text
-
-        (self.run_dir / "supervisor.pid").write_text(pid_file_text(os.getpid()))
+        record_process(self.run_dir / "supervisor.pid")  # "pid start-time": what a stop trusts
         self._spool = SpoolWriter(self.spool_dir, experiment_id=self.id, stream=f"console-{self.id}")
         previous = self._install_signals()
         stop_ingest = threading.Event()
@@ -428,13 +456,13 @@ class Supervisor:
     def _line(self, replica: Replica, text: str) -> None:
         if self.liveness is not None:
             self.liveness.output(replica.name)
-        self.observer.line(replica.name, text)
         # ValueError: the writer closed under a late line at shutdown; OSError: the disk is full
-        # (the line still reached the terminal)
+        # (the line still reaches the terminal)
         with contextlib.suppress(ValueError, OSError):
             self._spool.log(
                 text, replica=replica.name, role=str(replica.role), index=replica.index, rank=replica.rank
             )
+        self.observer.line(replica.name, text)  # after the spool: the store has it whatever the echo does
 
     def _emit_all(self, text: str) -> None:
         """A supervisor note in the console of every replica (restarts, servers stopped)."""

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import itertools
 import logging
+import operator
 import os
 import shutil
 import threading
@@ -20,7 +21,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from phalanx.tracking.identity import ENV_INGESTER_PID, Identity
+from phalanx.tracking.identity import ENV_INGESTER_PID, Identity, rank_probe
 from phalanx.tracking.screen import Problems, names_ok, screen_event, screen_points
 from phalanx.tracking.spool import SpoolWriter, encode_points, read_refused
 
@@ -33,7 +34,8 @@ MAX_PENDING_POINTS = int(os.environ.get("PHALANX_MAX_PENDING_POINTS", "4000000")
 INTERVAL = 0.2  # seconds between background drains
 FLUSH_TIMEOUT = 60.0
 
-ScalarItem = tuple[str, str, int, float, float]  # title, series, step, value, time
+ScalarItem = tuple[str, str, int, float, float, int | None]  # title, series, step, value, time, rank
+EventItem = tuple[str, dict[str, Any], float, int | None]  # kind, data, time, rank
 
 
 class Reporter:
@@ -43,7 +45,8 @@ class Reporter:
         self.identity = identity
         self.interval = interval
         self.scalars: deque[ScalarItem] = deque()
-        self.events: deque[tuple[str, dict[str, Any], float]] = deque()
+        self.events: deque[EventItem] = deque()
+        self.rank = rank_probe(identity.replica_rank)  # read at call time: see rank_probe
         self.ingester_alive: Callable[[], bool] | None = _ingester_from_env()
         self._files = itertools.count()
         self.problems = Problems()  # items that will not reach the store, and why (since last flush)
@@ -87,7 +90,7 @@ class Reporter:
     # --- the hot path --------------------------------------------------------------------------
 
     def event(self, kind: str, data: dict[str, Any]) -> None:
-        self.events.append((kind, data, time.time()))
+        self.events.append((kind, data, time.time(), self.rank()))
 
     def file_slot(self, filename: str) -> tuple[str, Path]:
         """A fresh place in the spool for a file an event will name: (path relative to the spool
@@ -124,21 +127,23 @@ class Reporter:
             if os.getpid() != self.pid:  # forked without our at-fork hook (os.fork in C code)
                 self.after_fork()
             records = []
-            rank = self.identity.rank()
             n = len(self.scalars)
             if n:
                 pop = self.scalars.popleft
                 points = [pop() for _ in range(n)]
-                for i in range(0, n, CHUNK):
-                    chunk = points[i : i + CHUNK]
-                    data = self._encode(chunk)
-                    if data is not None:
+                for rank, group in itertools.groupby(points, key=_RANK_OF):
+                    same = list(group)
+                    for i in range(0, len(same), CHUNK):
+                        chunk = same[i : i + CHUNK]
+                        data = self._encode(chunk)
+                        if data is None:
+                            continue
                         records.append(self.writer.record("scalar", data, time_=chunk[0][4], rank=rank))
             n = len(self.events)
             if n:
                 pop_event = self.events.popleft
                 for _ in range(n):
-                    kind, data, when = pop_event()
+                    kind, data, when, rank = pop_event()
                     screened = screen_event(kind, data, self.problems)
                     if screened is not None:
                         records.append(self.writer.record(kind, screened, time_=when, rank=rank))
@@ -245,6 +250,9 @@ class Reporter:
 
     def wake(self) -> None:
         self._wake.set()
+
+
+_RANK_OF = operator.itemgetter(5)
 
 
 def _points(record: Mapping[str, Any]) -> int:

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 NAME_LIMIT = 255  # the store's column width (phalanx.store.sql.events.name)
 TEXT_LIMIT = 1 << 20  # characters of one report_text or one console line
@@ -72,7 +72,8 @@ class Problems:
         return self._dropped > 0
 
 
-Point = tuple[str, str, int, float, float]  # title, series, step, value, time
+# title, series, step, value, time (and, in the SDK's queue, the rank of the call)
+Point = TypeVar("Point", bound=tuple[Any, ...])
 
 
 def screen_points(points: Sequence[Point], problems: Problems) -> list[Point]:

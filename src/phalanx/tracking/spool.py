@@ -60,12 +60,13 @@ def writer_gone(stream: str) -> bool:
         return False
 
 
-def encode_points(points: Sequence[tuple[str, str, int, float, float]]) -> dict[str, Any]:
+def encode_points(points: Sequence[tuple[Any, ...]]) -> dict[str, Any]:
     """A SCALAR event's data for many points, as columns: ``keys`` lists the distinct
     [title, series] pairs, ``k`` each point's index into it (omitted when there is one key), and
     ``step`` / ``value`` / ``time`` are little-endian int64 / float64 arrays in base64. Decoding
     these is a memcpy, where parsing the same points as JSON lists costs microseconds each."""
-    titles, series, steps, values, times = zip(*points, strict=True)
+    # a sixth column (the rank) belongs to the record, not the points
+    titles, series, steps, values, times = list(zip(*points, strict=True))[:5]
     keys: dict[tuple[str, str], int] = {}
     idx = [keys.setdefault(k, len(keys)) for k in zip(titles, series, strict=True)]
     data: dict[str, Any] = {

@@ -47,13 +47,14 @@ class Logger:
     def __init__(self, task: Task) -> None:
         self._task = task
         self._append = task._reporter.scalars.append
+        self._rank = task._reporter.rank
         self._steps: dict[tuple[str, str], int] = {}
 
     def report_scalar(self, title: str, series: str, value: float, iteration: int | None = None) -> None:
         if iteration is None:
             iteration = self._steps.get((title, series), -1) + 1
             self._steps[(title, series)] = iteration
-        self._append((title, series, int(iteration), float(value), time.time()))
+        self._append((title, series, int(iteration), float(value), time.time(), self._rank()))
 
     def report_text(
         self, msg: str, level: int = logging.INFO, print_console: bool = False, *, title: str = "text",
@@ -167,6 +168,7 @@ class Task:
         with contextlib.suppress(OSError):
             task._reporter.writer.sync()
         _record_crashes(spool)
+        _record_script_process(home / "runs" / experiment_id / "script.pid")
         if ident.host is None:
             pid = _start_ingester(spool)
             os.environ[idm.ENV_INGESTER_PID] = str(pid or 0)
@@ -412,3 +414,12 @@ def log_metrics(step: int | None = None, **values: float) -> None:
     series = task.replica
     for title, value in values.items():
         logger.report_scalar(title, series, value, step)
+
+
+def _record_script_process(path: Path) -> None:
+    """Leave "pid start-time" where `phalanx stop` and the server look for the process to stop
+    (they never trust a pid that came through ingest). A home we cannot write is no reason to fail."""
+    from phalanx.procs import record_process
+
+    with contextlib.suppress(OSError):
+        record_process(path)
