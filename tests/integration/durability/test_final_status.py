@@ -145,3 +145,25 @@ def test_the_store_down_when_the_replicas_end_is_no_traceback_and_the_outcome_la
     finally:
         server.stop()
         os.environ.pop("PHALANX_DB_URL", None)
+
+
+LAST_WORDS = """
+import os, signal, sys
+from phalanx import Task
+task = Task.init("faults", "last words")
+open("ids.txt", "w").write("ID " + task.id + " INGESTER " + os.environ["PHALANX_INGESTER_PID"])
+print("last words on stdout", flush=True)
+print("last words on stderr", file=sys.stderr, flush=True)
+os.kill(os.getpid(), signal.SIGKILL)
+"""
+
+
+def test_the_last_lines_before_a_sigkill_reach_the_terminal_and_the_store(sandbox: Sandbox) -> None:
+    done = sandbox.run(LAST_WORDS)
+    assert done.returncode == -signal.SIGKILL
+    ids = (sandbox.home.parent / "ids.txt").read_text()
+    exp_id = ids.split("ID ", 1)[1].split()[0]
+    wait_gone(int(ids.split("INGESTER ", 1)[1].split()[0]))
+    assert "last words on stdout" in done.stdout and "last words on stderr" in done.stderr
+    lines = {(line.stream, line.text) for line in sandbox.store().logs(exp_id)}
+    assert ("stdout", "last words on stdout") in lines and ("stderr", "last words on stderr") in lines
