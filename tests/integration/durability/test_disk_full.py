@@ -11,6 +11,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from tests.integration.durability.figures import figure
 from tests.integration.local.conftest import Phalanx, wait_for
 from tests.unit.tracking.conftest import Sandbox, wait_gone
 
@@ -102,6 +103,14 @@ def test_a_full_disk_keeps_the_points_in_memory_until_there_is_space(
     series = store.metrics(result["id"])["loss"]["m"]
     assert series.steps == list(range(8000))  # every point once: none lost, none twice
     assert store.get_experiment(result["id"]).status == ExperimentStatus.SUCCEEDED
+    figure(
+        "disk full (16 MiB tmpfs), plain script",
+        reported=8000,
+        stored=len(series.steps),
+        duplicated=len(series.steps) - len(set(series.steps)),
+        flush_while_full=result["full"],
+        flush_while_full_s=round(result["full_seconds"], 2),
+    )
 
 
 RUN_SCRIPT = """
@@ -173,5 +182,15 @@ def test_phalanx_run_on_a_full_disk_survives_and_records_everything(
     assert "bytes of output were lost: No space left on device" in out  # the gap is marked
     assert "done" in out
     store = phalanx.store()
+    stored = 0
     for name in names:
         assert store.metrics(exp.id)["loss"][name].steps == list(range(4000)), name
+        stored += len(store.metrics(exp.id)["loss"][name].steps)
+    figure(
+        "disk full (16 MiB tmpfs), phalanx run, 2 replicas",
+        reported=8000,
+        stored=stored,
+        duplicated=0,
+        exit_code=proc.returncode,
+        status=str(exp.status),
+    )

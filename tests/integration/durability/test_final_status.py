@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 
 import pytest
+from tests.integration.durability.figures import figure
 from tests.integration.local.conftest import Phalanx, wait_for
 from tests.support import postgres
 from tests.unit.tracking.conftest import Sandbox, wait_gone
@@ -46,6 +47,11 @@ def test_a_plain_script_that_dies_is_marked_failed_with_how(
     assert exp.status == ExperimentStatus.FAILED, exp
     assert expected in (exp.reason or ""), exp.reason
     assert time.monotonic() - started < 30
+    figure(
+        f"plain script dies ({expected})",
+        status=str(exp.status),
+        seconds_to_final=round(time.monotonic() - started, 1),
+    )
 
 
 def test_a_sigkilled_phalanx_run_is_marked_failed_by_the_next_reader(phalanx: Phalanx) -> None:
@@ -74,6 +80,7 @@ def test_a_sigkilled_phalanx_run_is_marked_failed_by_the_next_reader(phalanx: Ph
     exp = phalanx.store().get_experiment(exp.id)
     assert exp.status == ExperimentStatus.FAILED, (exp, shown.stdout)
     assert "phalanx run (pid" in (exp.reason or "") and "killed" in (exp.reason or "")
+    figure("phalanx run SIGKILLed", status=str(exp.status), final_at="the next read command")
 
 
 def test_the_store_down_when_the_replicas_end_is_no_traceback_and_the_outcome_lands_later(
@@ -138,6 +145,12 @@ def test_the_store_down_when_the_replicas_end_is_no_traceback_and_the_outcome_la
         assert shown.returncode == 0, shown.stderr
         exp = store.list_experiments().items[0]
         assert exp.status == ExperimentStatus.SUCCEEDED, exp
+        figure(
+            "store (PostgreSQL) down when the replicas end",
+            exit_code=proc.returncode,
+            status=str(exp.status),
+            final_at="the next read command after the database is back",
+        )
         assert {r.name: str(r.state) for r in store.list_replicas(exp.id)} == {
             "master": "succeeded",
             "worker-0": "succeeded",

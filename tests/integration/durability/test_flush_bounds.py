@@ -8,6 +8,7 @@ import json
 import os
 import signal
 
+from tests.integration.durability.figures import figure
 from tests.integration.local.conftest import Phalanx, wait_for
 
 from phalanx.domain import ExperimentStatus
@@ -50,3 +51,10 @@ def test_flush_does_not_block_on_a_stopped_supervisor(phalanx: Phalanx) -> None:
     exp = phalanx.only_experiment()
     assert exp.status == ExperimentStatus.SUCCEEDED
     assert phalanx.store().metrics(exp.id)["loss"]["m"].steps == list(range(1000))  # stored after all
+    figure(
+        "supervisor SIGSTOPped during flush()",
+        reported=1000,
+        stored=1000,
+        flush=result["ok"],
+        flush_s=round(result["seconds"], 2),
+    )

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import time
 
+from tests.integration.durability.figures import figure
 from tests.integration.local.conftest import Phalanx
 
 from phalanx.domain import ExperimentStatus
@@ -33,7 +34,7 @@ def test_a_stalled_replica_is_named_and_fails_the_experiment(phalanx: Phalanx) -
           cmd: python hang.py
         """
     )
-    phalanx.env["PHALANX_HANG_TIMEOUT"] = "2"
+    phalanx.env["PHALANX_HANG_TIMEOUT"] = "3"
     started = time.monotonic()
     done = phalanx.run("run", "-f", str(spec), timeout=120)
     took = time.monotonic() - started
@@ -41,5 +42,8 @@ def test_a_stalled_replica_is_named_and_fails_the_experiment(phalanx: Phalanx) -
     exp = phalanx.only_experiment()
     assert exp.status == ExperimentStatus.FAILED
     assert (exp.reason or "").startswith("worker-0 is stopped"), exp.reason
-    assert "hang_timeout 2 s" in (exp.reason or "")
+    assert "hang_timeout 3 s" in (exp.reason or "")
     assert took < 30, took
+    figure(
+        "replica SIGSTOPped, PHALANX_HANG_TIMEOUT=3", status=str(exp.status), seconds_to_final=round(took, 1)
+    )

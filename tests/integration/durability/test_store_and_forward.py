@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 
 import pytest
+from tests.integration.durability.figures import figure
 from tests.integration.local.conftest import wait_for
 from tests.integration.server.serverproc import clean_env, start_server, stop_server
 
@@ -96,8 +97,15 @@ def test_records_left_by_a_process_that_exited_during_an_outage_are_shipped_late
         exp = open_store(Settings(home=server_home)).get_experiment(exp_id)
         assert exp.status == ExperimentStatus.SUCCEEDED
         assert not list((client_home / "spool").glob(f"{exp_id}/*.spool"))  # shipped whole: removed
-        print(
-            f"final status {time.monotonic() - exited:.1f} s after the outage; run {exited - started:.1f} s"
+        figure(
+            f"server down when the script exits, shipped by {shipper}",
+            reported=5000,
+            stored=len(_points(server_home, exp_id)),
+            duplicated=0,
+            status=str(exp.status),
+            flush_while_down_s=round(result["down_seconds"], 1),
+            seconds_to_final_after_restart=round(time.monotonic() - exited, 1),
+            run_s=round(exited - started, 1),
         )
     finally:
         stop_server(server.proc)

@@ -197,6 +197,7 @@ class Reaper:
     def terminate_all(self, sel: selectors.BaseSelector, log: LogSink, grace: float) -> None:
         """SIGTERM to every descendant, SIGKILL to what is left after the grace period."""
         self.signal_tree(signal.SIGTERM)
+        self.signal_tree(signal.SIGCONT)  # a stopped (SIGSTOP) process gets the SIGTERM only once it runs
         deadline = time.monotonic() + grace
         while time.monotonic() < deadline:
             self.pump(sel, log, 0.05)
