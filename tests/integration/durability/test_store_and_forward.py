@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import time
@@ -157,5 +158,32 @@ def test_a_17_mib_text_does_not_stall_shipping(tmp_path: Path) -> None:
         assert _points(server_home, exp_id) == list(range(1000))
         text = open_store(Settings(home=server_home)).texts(exp_id)[0]["text"]
         assert text.endswith("more characters]") and len(text) < (2 << 20)  # truncated, documented
+    finally:
+        stop_server(server.proc)
+
+
+def test_flush_says_false_with_why_when_the_server_refuses_an_unknown_experiment(tmp_path: Path) -> None:
+    """A replica reporting to a server that does not have its experiment (another store): the server
+    refuses (404), and flush() returns False with the server's reason instead of True."""
+    server_home, client_home = tmp_path / "server", tmp_path / "client"
+    server_home.mkdir()
+    client_home.mkdir()
+    server = start_server(server_home)
+    try:
+        code = (
+            "import json\n"
+            "from phalanx import Task\n"
+            "task = Task.init()\n"
+            "task.get_logger().report_scalar('loss', 'm', 1.0, 0)\n"
+            "print('RESULT', json.dumps({'ok': task.flush(timeout=30), 'why': task.flush_problems}))\n"
+        )
+        env = clean_env(client_home, PHALANX_HOST=server.url, PHALANX_EXPERIMENT_ID="0123456789ab")
+        done = subprocess.run(
+            [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120
+        )
+        assert done.returncode == 0, done.stderr
+        result = json.loads(done.stdout.split("RESULT ", 1)[1])
+        assert result["ok"] is False, result
+        assert any("404" in why and "does not exist" in why for why in result["why"]), result
     finally:
         stop_server(server.proc)
