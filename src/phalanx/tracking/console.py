@@ -12,6 +12,7 @@ import contextlib
 import os
 import sys
 import threading
+import time
 from collections.abc import Callable
 
 Sink = Callable[[str, list[str]], None]  # (stream name, complete lines)
@@ -113,9 +114,33 @@ class ExternalCapture:
         _flush_std()
         os.dup2(self._out_w, 1)
         os.dup2(self._err_w, 2)
-        for fd in (self._out_w, self._err_w, self._out_r, self._err_r):
+        for fd in (self._out_w, self._err_w):
             os.close(fd)
+        # the read ends stay open here too (not inherited: os.pipe fds are not): should the reader
+        # die, a print gets no EPIPE, and ``take_back`` recovers what it had not read
         self._attached = True
+
+    def take_back(self, sink: Sink) -> None:
+        """The reader died: fd 1 and 2 back to the terminal, and what it left in the pipes to the
+        terminal and ``sink``."""
+        self.stop()
+        for fd in (self._out_r, self._err_r):
+            os.set_blocking(fd, False)
+        quiet = 0
+        while quiet < 3:  # a write blocked on the full pipe completes once we read: wait for it
+            got = False
+            for fd, name in ((self._out_r, "stdout"), (self._err_r, "stderr")):
+                data = b""
+                with contextlib.suppress(OSError):
+                    while chunk := os.read(fd, 65536):
+                        data += chunk
+                if data:
+                    got = True
+                    with contextlib.suppress(OSError):
+                        _write_all(1 if name == "stdout" else 2, data)
+                    sink(name, data.decode(errors="replace").splitlines())
+            quiet = 0 if got else quiet + 1
+            time.sleep(0.02)
 
     def abandon(self) -> None:
         """No reader could be started: close everything, the console stays as it was."""
@@ -131,6 +156,11 @@ class ExternalCapture:
         os.dup2(self._saved[0], 1)  # our write ends close: the reader gets EOF once children let go
         os.dup2(self._saved[1], 2)
         for fd in self._saved:
+            with contextlib.suppress(OSError):
+                os.close(fd)
+
+    def close_pipes(self) -> None:
+        for fd in (self._out_r, self._err_r):
             with contextlib.suppress(OSError):
                 os.close(fd)
 

@@ -180,6 +180,9 @@ class Task:
                 external.attach()
                 task._console = external
                 capture = False
+                threading.Thread(
+                    target=task._watch_console_reader, name="phalanx-console-watch", daemon=True
+                ).start()
             elif external is not None:
                 external.abandon()
         if capture:
@@ -305,6 +308,23 @@ class Task:
             values = {k: v for k, v in values.items() if enabled.get(k, True)}
         if values:
             self._reporter.event("param", {"section": "Args", "values": dict(values)})
+
+    def _watch_console_reader(self) -> None:
+        """Should the ingester reading our console die while we run (killed by hand, OOM), our
+        prints would break on a pipe without a reader: take the console back in-process then."""
+        while isinstance(self._console, ExternalCapture) and self._console.active:
+            if not _popen_alive():
+                with _lock:
+                    console = self._console
+                    if not (isinstance(console, ExternalCapture) and console.active):
+                        return
+                    console.take_back(self._on_console)
+                    self._console = ConsoleCapture(self._on_console)
+                    self._console.start()
+                    console.close_pipes()
+                log.warning("phalanx: the ingester reading the console ended; capturing in-process")
+                return
+            time.sleep(0.5)
 
     def _on_console(self, stream: str, lines: list[str]) -> None:
         self._reporter.event("log", {"stream": stream, "lines": lines})

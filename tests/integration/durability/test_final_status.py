@@ -180,3 +180,29 @@ def test_the_last_lines_before_a_sigkill_reach_the_terminal_and_the_store(sandbo
     assert "last words on stdout" in done.stdout and "last words on stderr" in done.stderr
     lines = {(line.stream, line.text) for line in sandbox.store().logs(exp_id)}
     assert ("stdout", "last words on stdout") in lines and ("stderr", "last words on stderr") in lines
+
+
+READER_KILLED = """
+import os, signal, sys, time
+from phalanx import Task
+task = Task.init("faults", "reader killed")
+reader = int(os.environ["PHALANX_INGESTER_PID"])
+os.kill(reader, signal.SIGKILL)  # the console's reader dies (with nothing of ours in flight)
+while os.path.exists(f"/proc/{reader}") and open(f"/proc/{reader}/stat").read().split()[2] != "Z":
+    time.sleep(0.01)
+print("before", flush=True)
+for i in range(20000):                                              # more than a pipe holds
+    sys.stdout.write(f"after {i}" + chr(10))  # one write a line; no EPIPE, no hang
+    sys.stdout.flush()
+time.sleep(1)
+print("done", flush=True)
+"""
+
+
+def test_a_dead_console_reader_does_not_break_the_scripts_prints(sandbox: Sandbox) -> None:
+    done = sandbox.run(READER_KILLED, timeout=60)
+    assert done.returncode == 0, done.stderr
+    lines = set(done.stdout.splitlines())
+    assert {"before", "done"} <= lines, done.stdout[-2000:]
+    missing = [i for i in range(20000) if f"after {i}" not in lines]
+    assert not missing, (len(missing), missing[:5], done.stderr[-1000:])  # none lost in the switch
