@@ -54,6 +54,12 @@ def open_for_reading(settings: Settings | None = None) -> tuple[SqlStore, Settin
         Ingester(store, store.artifact_store, settings.spool_dir).run_once()
     except Exception as exc:  # reading must work even when a spool cannot be ingested right now
         logging.getLogger(__name__).warning("ingesting pending spool files failed: %s", exc)
+    try:  # a queued experiment whose `phalanx run` was killed while waiting is shown stopped
+        from phalanx.queue import reconcile
+
+        reconcile(store, settings)
+    except Exception as exc:
+        logging.getLogger(__name__).warning("checking this machine's queue failed: %s", exc)
     return store, settings
 
 
