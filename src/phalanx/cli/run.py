@@ -286,10 +286,10 @@ def run(
             # leave no run folder or spool behind for an experiment that `phalanx ls` will never show
             import shutil
 
-            for folder in (
-                settings.runs_dir / prepared.experiment_id,
-                settings.spool_dir / prepared.experiment_id,
-            ):
+            folders = [settings.spool_dir / prepared.experiment_id]
+            if experiment_id is None:  # else the caller (--detach, submit()) owns the run folder:
+                folders.append(settings.runs_dir / prepared.experiment_id)  # it reads our log there
+            for folder in folders:
                 shutil.rmtree(folder, ignore_errors=True)
         raise
     if output is Output.JSON:
