@@ -266,7 +266,14 @@ def test_a_killed_waiting_run_leaves_no_entry_and_no_queued_experiment(machine: 
     assert machine.ledger() == []
 
 
-@pytest.mark.parametrize("how", ["phalanx stop", "ctrl-c"])
+def _api(url: str, method: str = "GET") -> Any:
+    import urllib.request
+
+    with urllib.request.urlopen(urllib.request.Request(url, method=method), timeout=30) as r:
+        return json.load(r)
+
+
+@pytest.mark.parametrize("how", ["phalanx stop", "ctrl-c", "api"])
 def test_stopping_a_queued_experiment_takes_it_out_of_the_queue(machine: Machine, how: str) -> None:
     spec = spec_for(machine.phalanx, 2)
     holder = machine.start("run", "-f", str(spec))
@@ -278,8 +285,19 @@ def test_stopping_a_queued_experiment_takes_it_out_of_the_queue(machine: Machine
     if how == "phalanx stop":
         stopped = machine.run("stop", waiting)
         assert stopped.returncode == 0 and "stopped" in stopped.stdout, stopped.stderr
-    else:
+    elif how == "ctrl-c":
         waiter.send_signal(signal.SIGINT)
+    else:
+        from tests.integration.server.serverproc import start_server, stop_server
+
+        server = start_server(machine.phalanx.home)
+        try:
+            shown = _api(f"{server.url}/api/v1/experiments?status=queued")["items"]
+            assert [e["id"] for e in shown] == [waiting] and shown[0]["status"] == "queued"
+            assert _api(f"{server.url}/api/v1/experiments/{waiting}/stop", method="POST")["stop_requested"]
+            waiter.wait(timeout=60)
+        finally:
+            stop_server(server.proc)
     _, err = waiter.communicate(timeout=60)
     assert waiter.returncode == 130, err
     exp = machine.experiments()[waiting]
