@@ -322,3 +322,48 @@ def test_no_wait_refuses_and_names_what_is_busy(machine: Machine) -> None:
     assert list(machine.statuses()) == [running]  # nothing recorded for the refused ones
     machine.release()
     holder.communicate(timeout=120)
+
+
+def test_two_experiments_asking_one_gpu_each_on_a_one_gpu_machine_take_turns(machine: Machine) -> None:
+    from phalanx.limits import detect_gpus
+
+    gpus = detect_gpus()
+    if not gpus:
+        pytest.skip("needs a CUDA GPU (nvidia-smi)")
+    machine.env["CUDA_VISIBLE_DEVICES"] = gpus[0]  # a one-GPU machine, whatever this one has
+    show = HOLD.replace("cpus = open", "cpus = os.environ['CUDA_VISIBLE_DEVICES'] or open")
+    spec = machine.phalanx.spec(
+        f"""
+        version: 1
+        kind: experiment
+        environment:
+          resources:
+            gpu: {{requests: 1, limits: 1}}
+        run:
+          cmd: {json.dumps(show)}
+        """,
+        name="gpu.yml",
+    )
+    first = machine.start("run", "-f", str(spec))
+    second = machine.start("run", "-f", str(spec))
+    both = wait_for(
+        lambda: (
+            (s := machine.statuses())
+            and len(_with(s, ExperimentStatus.RUNNING)) == 1
+            and len(_with(s, ExperimentStatus.QUEUED)) == 1
+            and s
+        ),
+        what="one GPU experiment running and one queued",
+    )
+    (running,) = _with(both, ExperimentStatus.RUNNING)
+    (queued,) = _with(both, ExperimentStatus.QUEUED)
+    wait_for(lambda: (machine.probe / f"{running}-master").exists(), what="the first's replica")
+    assert (machine.probe / f"{running}-master").read_text() == gpus[0]
+    assert not list(machine.probe.glob(f"{queued}-*"))
+    machine.release()
+    for proc in (first, second):
+        _, err = proc.communicate(timeout=120)
+        assert proc.returncode == 0, err
+    exps = machine.experiments()
+    assert exps[queued].started_at >= exps[running].finished_at
+    assert (machine.probe / f"{queued}-master").read_text() == gpus[0]
