@@ -205,7 +205,8 @@ class Ledger:
     def locked(self) -> Iterator[State]:
         """The state under the exclusive lock; changes made to it are written back on exit."""
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(self.lock_path, os.O_RDWR | os.O_CREAT, 0o600)
+        # read-only is enough for flock, so users sharing one ledger (PHALANX_LEDGER) need not own it
+        fd = os.open(self.lock_path, os.O_RDONLY | os.O_CREAT, 0o644)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)
             state = self._read()

@@ -204,6 +204,18 @@ def ls(
         typer.echo(f"({len(page.items)} of {page.total}; --limit shows more)")
 
 
+def _queue_place(experiment_id: str) -> str:
+    """Where a queued experiment stands in this machine's queue (`phalanx queue` shows them all)."""
+    from phalanx.config import Settings
+    from phalanx.queue import ledger_for
+
+    _, waiting, _ = ledger_for(Settings()).snapshot()
+    for i, entry in enumerate(waiting, 1):
+        if entry.experiment_id == experiment_id:
+            return f"position {i} of {len(waiting)}, priority {entry.priority}, needs {entry.need.describe()}"
+    return "not waiting on this machine (see `phalanx queue`)"
+
+
 @app.command("get")
 def get(
     experiment_id: IdArg,
@@ -244,6 +256,8 @@ def get(
         )
     if e.tags:
         out.append(f"tags:      {', '.join(e.tags)}")
+    if str(e.status) == "queued":
+        out.append(f"queue:     {_queue_place(e.id)}")
     out.append("")
     out.append("replicas:")
     rows = [[r.name, _opt(r.rank), str(r.state), _opt(r.exit_code), r.reason or ""] for r in replicas]

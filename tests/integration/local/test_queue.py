@@ -144,6 +144,8 @@ def test_two_experiments_that_each_need_both_cores_run_one_after_the_other(machi
     assert [r["experiment_id"] for r in doc["running"]] == [running]
     waiting = [(r["experiment_id"], r["position"], r["needs"]["cpus"]) for r in doc["queued"]]
     assert waiting == [(queued, 1, 2)]
+    shown = machine.run("get", queued).stdout
+    assert "status:    queued" in shown and "position 1 of 1, priority 0, needs 2 cores" in shown
     assert not list(machine.probe.glob(f"{queued}-*"))  # nothing of the second started
     machine.release()
     for proc in (first, second):
