@@ -32,6 +32,7 @@ import fcntl
 import json
 import math
 import os
+import socket
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -96,10 +97,12 @@ class Entry:
     holding: bool = False
     cpus: tuple[int, ...] = ()
     gpus: tuple[str, ...] = ()
+    host: str = ""  # the machine whose pid this is (a ledger file on a shared disk names several)
 
     def to_json(self) -> dict[str, Any]:
         return {
             "experiment_id": self.experiment_id,
+            "host": self.host,
             "pid": self.pid,
             "start": self.start,
             "need": self.need.to_json(),
@@ -126,6 +129,7 @@ class Entry:
             holding=bool(doc.get("holding", False)),
             cpus=tuple(int(c) for c in doc.get("cpus", ())),
             gpus=tuple(str(g) for g in doc.get("gpus", ())),
+            host=str(doc.get("host", "")),
         )
 
     def effective_priority(self, now: float) -> float:
@@ -149,12 +153,13 @@ class State:
     seq: int = 0
 
     def holding(self) -> list[Entry]:
-        return sorted((e for e in self.entries.values() if e.holding), key=lambda e: e.since)
+        return sorted((e for e in self.entries.values() if e.holding and here(e)), key=lambda e: e.since)
 
     def waiting(self, now: float | None = None) -> list[Entry]:
-        """Waiting entries in queue order: effective priority (higher first), then arrival."""
+        """This machine's waiting entries in queue order: effective priority (higher first), then
+        arrival."""
         now = time.time() if now is None else now
-        waiting = [e for e in self.entries.values() if not e.holding]
+        waiting = [e for e in self.entries.values() if not e.holding and here(e)]
         return sorted(waiting, key=lambda e: (-e.effective_priority(now), e.seq))
 
 
@@ -181,8 +186,16 @@ def process_start(pid: int) -> str | None:
     return fields[19].decode() if len(fields) > 19 else None
 
 
+HOST = socket.gethostname()
+
+
+def here(entry: Entry) -> bool:
+    """Whether the entry belongs to this machine (only those hold its cores and can be judged)."""
+    return entry.host in ("", HOST)
+
+
 def alive(entry: Entry) -> bool:
-    return process_start(entry.pid) == entry.start
+    return not here(entry) or process_start(entry.pid) == entry.start
 
 
 # ---- the file ---------------------------------------------------------------------------------
@@ -286,7 +299,7 @@ class Ledger:
                 return Grant(mine.cpus, mine.gpus, mine.need.memory_mib), gone
             if mine is None:
                 state.seq += 1
-                mine = Entry(experiment_id, pid, start, need, name, priority, state.seq, now)
+                mine = Entry(experiment_id, pid, start, need, name, priority, state.seq, now, host=HOST)
             free_cpus, free_gpus, free_mem = _free(state, capacity)
             avail = [len(free_cpus), len(free_gpus), free_mem]
             for ahead in state.waiting(now):
@@ -318,6 +331,7 @@ class Ledger:
                     holding=True,
                     cpus=grant.cpus,
                     gpus=grant.gpus,
+                    host=HOST,
                 )
                 return grant, gone
             if not wait:
@@ -350,9 +364,10 @@ def reclaim(state: State) -> list[Entry]:
 
 
 def _free(state: State, capacity: Capacity) -> tuple[list[int], list[str], float]:
-    held_cpus = {c for e in state.entries.values() if e.holding for c in e.cpus}
-    held_gpus = {g for e in state.entries.values() if e.holding for g in e.gpus}
-    held_mem = sum(e.need.memory_mib for e in state.entries.values() if e.holding)
+    holding = state.holding()
+    held_cpus = {c for e in holding for c in e.cpus}
+    held_gpus = {g for e in holding for g in e.gpus}
+    held_mem = sum(e.need.memory_mib for e in holding)
     return (
         [c for c in capacity.cpus if c not in held_cpus],
         [g for g in capacity.gpus if g not in held_gpus],

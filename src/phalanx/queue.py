@@ -177,14 +177,16 @@ def _stop_queued(store: Store, experiment_id: str) -> None:
     store.update_experiment(exp.id, status=ExperimentStatus.STOPPED, reason=ABANDONED, finished_at=now)
 
 
-def _supervisor_alive(settings: Settings, experiment_id: str) -> bool:
+def _abandoned_here(settings: Settings, experiment_id: str) -> bool:
+    """Whether this machine's `phalanx run` of the experiment is gone: its pid file stays behind
+    when it is killed. No pid file here: another machine's run (a shared store), not ours to judge."""
     from phalanx.supervisor.stopping import pid_alive
 
     try:
         pid = int((settings.runs_dir / experiment_id / "supervisor.pid").read_text().split()[0])
     except (OSError, ValueError, IndexError):
         return False
-    return pid_alive(pid)
+    return not pid_alive(pid)
 
 
 def reconcile(store: Store, settings: Settings) -> list[str]:
@@ -199,7 +201,7 @@ def reconcile(store: Store, settings: Settings) -> list[str]:
     known = {e.experiment_id for e in holding + waiting}
     ended: list[str] = []
     for exp in queued:
-        if exp.id in known or _supervisor_alive(settings, exp.id):
+        if exp.id in known or not _abandoned_here(settings, exp.id):
             continue
         _stop_queued(store, exp.id)
         ended.append(exp.id)
