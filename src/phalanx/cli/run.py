@@ -183,6 +183,20 @@ def run(
     detach: Annotated[
         bool, typer.Option("--detach", "-d", help="Start it in the background and print its id.")
     ] = False,
+    priority: Annotated[
+        int,
+        typer.Option(
+            "--priority",
+            metavar="N",
+            help="Its place in this machine's queue when it must wait: higher starts first (default 0).",
+        ),
+    ] = 0,
+    no_wait: Annotated[
+        bool,
+        typer.Option(
+            "--no-wait", help="Refuse (exit 2) instead of queueing when the cores/GPUs/memory are busy."
+        ),
+    ] = False,
     experiment_id: Annotated[str | None, typer.Option("--experiment-id", hidden=True)] = None,
 ) -> None:
     """Run an experiment: start every replica wired for its framework and supervise it to the end.
@@ -215,7 +229,8 @@ def run(
     if not dry_run:
         _check_home_and_db(settings)
     if detach and not dry_run:
-        _detach(file, param, workdir, oversubscribe, cluster, settings, output)
+        queueing = ["--priority", str(priority)] + (["--no-wait"] if no_wait else [])
+        _detach(file, param, workdir, oversubscribe, cluster, settings, output, queueing)
         return
     from phalanx import supervisor
 
@@ -262,19 +277,23 @@ def run(
     try:
         if tty:
             with RichObserver(names) as rich_observer:
-                outcome = supervisor.Supervisor(prepared, store, settings, rich_observer).run()
+                outcome = supervisor.Supervisor(
+                    prepared, store, settings, rich_observer, priority=priority, wait=not no_wait
+                ).run()
         else:
             observer = PlainObserver(sys.stderr if output is Output.JSON else sys.stdout)
-            outcome = supervisor.Supervisor(prepared, store, settings, observer).run()
+            outcome = supervisor.Supervisor(
+                prepared, store, settings, observer, priority=priority, wait=not no_wait
+            ).run()
     except BaseException:
         if not store_opened:  # the engine or the store failed before the experiment was recorded:
             # leave no run folder or spool behind for an experiment that `phalanx ls` will never show
             import shutil
 
-            for folder in (
-                settings.runs_dir / prepared.experiment_id,
-                settings.spool_dir / prepared.experiment_id,
-            ):
+            folders = [settings.spool_dir / prepared.experiment_id]
+            if experiment_id is None:  # else the caller (--detach, submit()) owns the run folder:
+                folders.append(settings.runs_dir / prepared.experiment_id)  # it reads our log there
+            for folder in folders:
                 shutil.rmtree(folder, ignore_errors=True)
         raise
     if output is Output.JSON:
@@ -332,6 +351,7 @@ def _detach(
     cluster: str | None,
     settings: Settings,
     output: Output,
+    queueing: list[str] | None = None,
 ) -> None:
     """Start `phalanx run` again in its own session with its output in runs/<id>/supervisor.log,
     wait (bounded) until it has created the experiment, and print the id."""
@@ -362,6 +382,7 @@ def _detach(
         argv.append("--oversubscribe")
     if cluster:
         argv += ["--cluster", cluster]
+    argv += queueing or []
     log_path = run_dir / "supervisor.log"
     with open(log_path, "ab") as out:
         proc = subprocess.Popen(

@@ -59,6 +59,12 @@ def open_for_reading(settings: Settings | None = None) -> tuple[IngestStore, Set
         reconcile(store, settings)
     except Exception as exc:
         logging.getLogger(__name__).warning("checking unfinished experiments failed: %s", exc)
+    try:  # a queued experiment whose `phalanx run` was killed while waiting is shown stopped
+        from phalanx.queue import reconcile as reconcile_queue
+
+        reconcile_queue(store, settings)
+    except Exception as exc:
+        logging.getLogger(__name__).warning("checking this machine's queue failed: %s", exc)
     return store, settings
 
 
@@ -203,6 +209,18 @@ def ls(
         typer.echo(f"({len(page.items)} of {page.total}; --limit shows more)")
 
 
+def _queue_place(experiment_id: str) -> str:
+    """Where a queued experiment stands in this machine's queue (`phalanx queue` shows them all)."""
+    from phalanx.config import Settings
+    from phalanx.queue import ledger_for
+
+    _, waiting, _ = ledger_for(Settings()).snapshot()
+    for i, entry in enumerate(waiting, 1):
+        if entry.experiment_id == experiment_id:
+            return f"position {i} of {len(waiting)}, priority {entry.priority}, needs {entry.need.describe()}"
+    return "not waiting on this machine (see `phalanx queue`)"
+
+
 @app.command("get")
 def get(
     experiment_id: IdArg,
@@ -243,6 +261,8 @@ def get(
         )
     if e.tags:
         out.append(f"tags:      {', '.join(e.tags)}")
+    if str(e.status) == "queued":
+        out.append(f"queue:     {_queue_place(e.id)}")
     out.append("")
     out.append("replicas:")
     rows = [[r.name, _opt(r.rank), str(r.state), _opt(r.exit_code), r.reason or ""] for r in replicas]

@@ -120,6 +120,9 @@ def stop_experiment(
             cluster = get_cluster(current.cluster, settings.home)
         backend = get_backend(current.backend or "local", settings=settings, cluster=cluster)
         backend.cancel(current.handle)
+    from phalanx.queue import ledger_for
+
+    ledger_for(settings).release(experiment.id)  # a killed supervisor's place in the queue, if any
     now = time.time()
     for r in store.list_replicas(experiment.id):
         if not r.state.done:

@@ -110,9 +110,12 @@ def launch(
     store: Store | None = None,
     observer: Observer | None = None,
     handle_signals: bool = True,
+    priority: int = 0,
+    wait: bool = True,
     **options: Any,
 ) -> Outcome:
-    """Run an experiment to its end and return how it ended (options as for ``prepare``)."""
+    """Run an experiment to its end and return how it ended (options as for ``prepare``; ``priority``
+    and ``wait`` as for Supervisor)."""
     settings = settings or Settings()
     prepared = prepare(spec_or_plan, settings=settings, **options)
     opener: Store | Callable[[], Store]
@@ -124,7 +127,9 @@ def launch(
 
     else:
         opener = store
-    return Supervisor(prepared, opener, settings, observer, handle_signals=handle_signals).run()
+    return Supervisor(
+        prepared, opener, settings, observer, handle_signals=handle_signals, priority=priority, wait=wait
+    ).run()
 
 
 # ---- supervising ------------------------------------------------------------------------------
@@ -159,8 +164,12 @@ class Supervisor:
         observer: Observer | None = None,
         *,
         handle_signals: bool = True,
+        priority: int = 0,
+        wait: bool = True,
     ) -> None:
-        """``store``: the store, or a function that opens it (called once the replicas have started)."""
+        """``store``: the store, or a function that opens it (called once the replicas have started).
+        ``priority``: its place in this machine's queue (higher first); ``wait``: False refuses
+        (UsageError) instead of queueing when the topology does not fit now (local engine only)."""
         self.p = prepared
         self._store_factory = store
         self.store: Store = None  # type: ignore[assignment]  # set by run()
@@ -192,6 +201,10 @@ class Supervisor:
 
         hang = hang_timeout_from_env()
         self.liveness = Liveness(hang) if hang else None
+        self.priority = priority
+        self.wait = wait
+        self._admission: Any = None  # phalanx.queue.Admission while the ledger holds us
+        self._created = False
 
     # -- signals and stop requests --------------------------------------------------------------
     def _on_signal(self, signum: int, _frame: object) -> None:
@@ -226,11 +239,18 @@ class Supervisor:
         outcome = Outcome(self.id, ExperimentStatus.FAILED, "the supervisor did not finish")
         try:
             self.p = ingester_here(self.p)
+            if not self._stop_requested():
+                self._admit()  # may wait in the queue, the experiment recorded as queued
+            created = self._created
             self.submitted_at = time.time()  # the store is opened after the submit (see above)
             handle = None if self._stop_requested() else self._submit(self.p.dry_run)
             try:
-                self.store = self._store_factory() if callable(self._store_factory) else self._store_factory
-                self._create()
+                self._open_store()
+                if not self._created:
+                    self._create()
+                elif handle is not None:
+                    self.store.update_experiment(self.id, status=ExperimentStatus.STARTING)
+                self._after_admission()
             except BaseException:
                 if handle is not None:
                     self.p.backend.cancel(handle)
@@ -248,13 +268,74 @@ class Supervisor:
             stop_ingest.set()
             if ingest_thread is not None:
                 ingest_thread.join(timeout=120)
-            if created:
+            if created or self._created:
                 self._finish(outcome)
+            if self._admission is not None:  # after the replicas are gone: their cores are free
+                self._admission.release()
             with contextlib.suppress(FileNotFoundError):
                 (self.run_dir / "supervisor.pid").unlink()
         return outcome
 
-    def _create(self) -> None:
+    def _open_store(self) -> None:
+        if self.store is None:
+            self.store = self._store_factory() if callable(self._store_factory) else self._store_factory
+
+    # -- the machine's queue (local engine) ---------------------------------------------------------
+    def _admit(self) -> None:
+        """Take this experiment's cores, GPUs and memory in the machine's ledger, waiting in the
+        queue (recorded as queued) until its whole topology fits; the dry run is redone with the
+        exact cores and GPUs granted. Cluster engines schedule for themselves, and --oversubscribe
+        asks to share: neither goes through the ledger, nor does a topology that requests nothing."""
+        from dataclasses import replace
+
+        from phalanx import queue
+
+        context = self.p.context
+        if self.p.backend.name != "local" or context.oversubscribe:
+            return
+        need = queue.need_of_plan(self.p.plan)
+        if need.empty:
+            return
+        admission = queue.Admission(
+            self.id,
+            need,
+            queue.ledger_for(self.settings),
+            name=self.p.plan.name,
+            priority=self.priority,
+            wait=self.wait,
+        )
+        self._admission = admission
+
+        def queued(text: str) -> None:
+            self._open_store()
+            self._create(ExperimentStatus.QUEUED)
+            self._created = True
+            queue.mark_abandoned(self.store, admission.reclaimed or [])
+            self.observer.message(text)
+
+        try:
+            grant = admission.admit(self._stop_requested, queued)
+        except BaseException:
+            self._admission = None  # admit() left nothing in the ledger
+            raise
+        if grant is None:  # stopped while it waited: already out of the queue
+            self._admission = None
+            return
+        self.started = time.monotonic()  # time spent queued does not count against max_run_seconds
+        context = replace(context, cpu_pool=grant.cpus, gpu_pool=grant.gpus)
+        self.p = replace(self.p, context=context, dry_run=self.p.backend.dry_run(self.p.plan, context))
+        if self._created:
+            self.observer.message("admitted: " + need.describe())
+
+    def _after_admission(self) -> None:
+        """Queued rows of `phalanx run`s killed while waiting, found while we were admitted."""
+        if self._admission is not None and self._admission.reclaimed:
+            from phalanx import queue
+
+            with contextlib.suppress(Exception):
+                queue.mark_abandoned(self.store, self._admission.reclaimed)
+
+    def _create(self, status: ExperimentStatus = ExperimentStatus.STARTING) -> None:
         plan = self.p.plan
         self.store.create_experiment(
             experiment_id=self.id,
@@ -268,7 +349,7 @@ class Supervisor:
             topology=plan.topology(),
             spec_text=plan.source_text,
             plan=plan.to_json(),
-            status=ExperimentStatus.STARTING,
+            status=status,
         )
 
     def _submit(self, dry: DryRun) -> str:
