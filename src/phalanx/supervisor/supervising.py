@@ -163,7 +163,7 @@ class Supervisor:
 
     def _stop_requested(self) -> bool:
         if self.stop_reason is None and (self.run_dir / "stop").exists():
-            self.stop_reason = "stopped on request"
+            self.stop_reason = _requested_reason(self.run_dir / "stop") or "stopped on request"
         return self.stop_reason is not None
 
     # -- the run --------------------------------------------------------------------------------
@@ -423,3 +423,12 @@ class Supervisor:
                 self.store.update_replica(self.id, r.name, state=state, finished_at=now)
         self.store.update_experiment(self.id, status=outcome.status, reason=outcome.reason, finished_at=now)
         self.observer.states({n: s.state for n, s in self.states.items()}, time.monotonic() - self.started)
+
+
+def _requested_reason(path: Any) -> str | None:
+    """The reason written on the stop file's second line (a group's pruning says why), if any."""
+    try:
+        lines = path.read_text().splitlines()
+    except OSError:
+        return None
+    return lines[1].strip() or None if len(lines) > 1 else None
