@@ -140,7 +140,9 @@ class Controller:
         from phalanx.groups import search
 
         self.search = search
-        self.study = search.make_study(self.hp, self.group.id)
+        self.study = search.make_study(
+            self.hp, self.group.id, resumed_after=records.count_trials(store, self.group.id)
+        )
 
     # -- the loop -------------------------------------------------------------------------------
 
@@ -214,7 +216,7 @@ class Controller:
             self.search.sample(ot, self.hp)  # the enqueued values: the same params again
             live = _Live(t, ot)
             self.live[t.number] = live
-            if t.state == "launching" and not self._exists(t.experiment_id):
+            if t.state == "launching" and not self._launched(t.experiment_id):
                 self.say(
                     f"trial {t.number}: relaunching {t.experiment_id}"
                     " (the controller stopped before it started)"
@@ -305,6 +307,22 @@ class Controller:
             )
             raise GroupError(f"trial {trial.number} of group {self.group.id} could not start:\n{message}")
 
+    def _launched(self, experiment_id: str) -> bool:
+        """Whether a trial recorded as launching was launched: its experiment exists, or appears
+        while the `phalanx run --detach` the killed controller had started is still creating it."""
+        if self._exists(experiment_id):
+            return True
+        if not (self.settings.runs_dir / experiment_id).exists():
+            return False  # the launch never began
+        deadline = time.monotonic() + LAUNCH_TIMEOUT
+        while time.monotonic() < deadline:
+            if self._exists(experiment_id):
+                return True
+            if not (self.settings.runs_dir / experiment_id).exists():
+                return False  # it failed and cleaned up: launch it again
+            time.sleep(0.2)
+        return False
+
     def _exists(self, experiment_id: str) -> bool:
         try:
             self.store.get_experiment(experiment_id)
@@ -340,16 +358,21 @@ class Controller:
             except NotFound:
                 continue  # its supervisor has not created it yet
             values = self._series(trial)
+            prune = False
             for step in sorted(values):
                 if step in live.reported:
                     continue
                 live.optuna_trial.report(values[step], step)
                 live.reported.add(step)
                 live.last = (step, values[step])
+                # asked at every step, not once a poll: a rung compares the values at its own step,
+                # however many steps arrived since the last poll
+                if self.hp.pruning is not None and not exp.status.done and live.optuna_trial.should_prune():
+                    prune = True
+                    break
             if live.last is not None:
                 records.update_trial(self.store, self.group.id, number, value=live.last[1], step=live.last[0])
-            pruning = not exp.status.done and live.last is not None and self.hp.pruning is not None
-            if pruning and live.optuna_trial.should_prune():
+            if prune:
                 self._prune(live)
                 ended = True
                 continue
@@ -365,6 +388,7 @@ class Controller:
         from phalanx.supervisor import stop_experiment
 
         t0 = time.monotonic()
+        decided_at = time.time()
         exp = self.store.get_experiment(live.trial.experiment_id)
         stop_experiment(self.store, self.settings, exp, timeout=30, reason=reason)
         self.store.update_experiment(exp.id, reason=reason)
@@ -379,7 +403,7 @@ class Controller:
             value=value,
             step=step,
             finished_at=time.time(),
-            internal={"params": dict(live.optuna_trial.params)},
+            internal={"params": dict(live.optuna_trial.params), "pruned_at": decided_at},
         )
         self.say(
             f"trial {live.trial.number}: {live.trial.experiment_id} {reason}"

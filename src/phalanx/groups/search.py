@@ -15,6 +15,7 @@ start-up never import it. Mapping (docs/groups.md says the same):
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from statistics import NormalDist
 from typing import Any
 
@@ -28,11 +29,20 @@ def optuna() -> Any:
     return require("optuna", "search", "phalanx group run")
 
 
-def make_study(hp: HPTuning, name: str) -> Any:
-    """An in-memory study: the store is the record; a resumed controller replays it (``replay``)."""
+def make_study(hp: HPTuning, name: str, resumed_after: int = 0) -> Any:
+    """An in-memory study: the store is the record; a resumed controller replays it (``replay``).
+
+    ``resumed_after``: trials already recorded. A replayed trial does not advance the sampler's
+    random state, so a resumed random search would draw its first values again; its seed is moved
+    on by that count instead (still reproducible for the same history).
+    """
     op = optuna()
     op.logging.set_verbosity(op.logging.WARNING)
     s = hp.search
+    if s.seed is not None and resumed_after:
+        s = replace(s, seed=s.seed + 7919 * resumed_after)
+    elif resumed_after:
+        s = replace(s, seed=None)
     direction = "maximize" if (hp.metric and hp.metric.maximize) else "minimize"
     if s.kind == "grid":
         space = {d.name: list(d.choices) for d in hp.matrix}
