@@ -27,6 +27,19 @@ for step in range(1, steps + 1):
     time.sleep(pause)
 """
 
+SWEEP_TRAIN = """\
+import argparse, os, time
+from phalanx import log_metrics
+parser = argparse.ArgumentParser()
+parser.add_argument("--x", type=float)
+parser.add_argument("--epochs", type=int)
+args = parser.parse_args()
+for step in range(1, args.epochs + 1):
+    if os.environ.get("RANK", "0") == "0":
+        log_metrics(step=step, loss=args.x + 1.0 / step)
+    time.sleep(0.1)
+"""
+
 
 def group_file(phalanx: Phalanx, hptuning: str, steps: int = 3, pause: float = 0.1) -> Path:
     folder = phalanx.tmp / "group"
@@ -186,3 +199,41 @@ def test_bad_group_files_are_located_errors_and_nothing_is_recorded(phalanx: Pha
     assert shown.returncode == 0, shown.stderr
     assert "search: bo (4 trials)" in shown.stdout and "x  uniform(low=0, high=1)" in shown.stdout
     assert "worker-0" in shown.stdout and "command: python train.py 0.0 3 0.1" in shown.stdout
+
+
+def test_an_estimator_sweep_runs_the_same_group_and_finds_the_best_run(phalanx: Phalanx) -> None:
+    from phalanx.estimators import Experiment, PyTorch
+    from phalanx.estimators.sweep import (
+        GridParameterSampling,
+        HyperDriveConfig,
+        PrimaryMetricGoal,
+        choice,
+    )
+
+    folder = phalanx.tmp / "sweep"
+    folder.mkdir()
+    (folder / "train.py").write_text(SWEEP_TRAIN)
+    est = PyTorch(
+        str(folder),
+        entry_script="train.py",
+        node_count=2,
+        distributed_backend="gloo",
+        script_params={"--epochs": 3},
+    )
+    config = HyperDriveConfig(
+        estimator=est,
+        hyperparameter_sampling=GridParameterSampling({"--x": choice(0.7, 0.2)}),
+        primary_metric_name="loss",
+        primary_metric_goal=PrimaryMetricGoal.MINIMIZE,
+        max_total_runs=2,
+        max_concurrent_runs=2,
+    )
+    group: Any = Experiment("sweep").submit(config)  # type: ignore[arg-type]
+    details = group.wait_for_completion(timeout=240)
+    assert details["status"] == "succeeded", details
+    children = group.get_children()
+    assert len(children) == 2 and all(r.get_status() == "succeeded" for r in children)
+    best = group.get_best_run()
+    assert best is not None and details["best"]["params"] == {"x": 0.2}
+    assert best.id == details["best"]["experiment_id"]
+    assert len(best.get_details()["replicas"]) == 2
