@@ -136,6 +136,7 @@ class Controller:
         self.live: dict[int, _Live] = {}
         self.interrupted: str | None = None
         self.launch_seconds: list[float] = []  # slot free -> next trial's experiment exists (bench)
+        self.notice_seconds: list[float] = []  # a trial's end in the store -> the controller saw it
         self.folder = settings.home / "groups" / self.group.id
         from phalanx.groups import search
 
@@ -377,6 +378,8 @@ class Controller:
                 ended = True
                 continue
             if exp.status.done:
+                if exp.finished_at:
+                    self.notice_seconds.append(max(0.0, time.time() - exp.finished_at))
                 self._ended(live, exp.status.value, exp.reason)
                 ended = True
         return ended
