@@ -48,6 +48,9 @@ class _Live:
 
     trial: Trial
     optuna_trial: Any
+    launch: subprocess.Popen[bytes] | None = None  # `phalanx run --detach`, until the experiment exists
+    freed_at: float | None = None  # monotonic time the slot it took was freed (controller overhead)
+    seen: bool = False  # its experiment row has been seen
     reported: set[int] = field(default_factory=set)
     last: tuple[int, float] | None = None
     best: float | None = None
@@ -217,12 +220,12 @@ class Controller:
             self.search.sample(ot, self.hp)  # the enqueued values: the same params again
             live = _Live(t, ot)
             self.live[t.number] = live
-            if t.state == "launching" and not self._launched(t.experiment_id):
+            if not self._launched(t.experiment_id):
                 self.say(
                     f"trial {t.number}: relaunching {t.experiment_id}"
                     " (the controller stopped before it started)"
                 )
-                self._start_experiment(t)
+                live.launch = self._start_experiment(t)
             records.update_trial(self.store, self.group.id, t.number, state="running")
             records.link_experiment(self.store, t.experiment_id, self.group.id)
             self.say(f"trial {t.number}: {t.experiment_id} still running, watching it again")
@@ -244,14 +247,11 @@ class Controller:
             internal={"params": dict(ot.params)},
         )
         records.add_trial(self.store, trial)  # first: a crash from here on is resumed, not repeated
-        self._start_experiment(trial)
+        launch = self._start_experiment(trial)
         records.update_trial(self.store, self.group.id, number, state="running")
-        records.link_experiment(self.store, trial.experiment_id, self.group.id)
-        if freed_at is not None:
-            self.launch_seconds.append(time.monotonic() - freed_at)
         shown = ", ".join(f"{k}={v}" for k, v in values.items())
-        self.say(f"trial {number}: {trial.experiment_id} started ({shown})")
-        self.live[number] = _Live(replace(trial, state="running"), ot)
+        self.say(f"trial {number}: {trial.experiment_id} starting ({shown})")
+        self.live[number] = _Live(replace(trial, state="running"), ot, launch=launch, freed_at=freed_at)
 
     def _trial_file(self, trial: Trial) -> Path:
         spec = self.spec.trial_spec(trial.params)
@@ -273,8 +273,10 @@ class Controller:
         tmp.replace(path)
         return path
 
-    def _start_experiment(self, trial: Trial) -> None:
-        """`phalanx run --detach` with the id recorded for this trial."""
+    def _start_experiment(self, trial: Trial) -> subprocess.Popen[bytes]:
+        """Start `phalanx run --detach` with the id recorded for this trial; not waited for here
+        (``_watch`` sees the experiment appear, or the launch fail), so the other trials are watched
+        meanwhile."""
         path = self._trial_file(trial)
         argv = [
             sys.executable,
@@ -295,18 +297,26 @@ class Controller:
             argv += ["--cluster", str(self.group.options["cluster"])]
         if self.group.options.get("oversubscribe"):
             argv.append("--oversubscribe")
-        done = subprocess.run(argv, capture_output=True, text=True, timeout=LAUNCH_TIMEOUT, check=False)
-        if done.returncode != 0:
-            message = (done.stderr or done.stdout).strip() or f"exit status {done.returncode}"
-            records.update_trial(
-                self.store,
-                self.group.id,
-                trial.number,
-                state="failed",
-                reason=f"could not start: {message}",
-                finished_at=time.time(),
-            )
-            raise GroupError(f"trial {trial.number} of group {self.group.id} could not start:\n{message}")
+        with open(self.folder / f"trial-{trial.number}.launch.log", "wb") as out:
+            return subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT)
+
+    def _launch_failed(self, live: _Live) -> None:
+        """`phalanx run --detach` exited without creating the experiment: a failed trial, with why."""
+        number = live.trial.number
+        log_path = self.folder / f"trial-{number}.launch.log"
+        try:
+            message = log_path.read_text(errors="replace").strip()
+        except OSError:
+            message = ""
+        status = live.launch.returncode if live.launch else None
+        reason = f"could not start: {message or f'exit status {status}'}"
+        op = self.search.optuna()
+        self.search.tell(self.study, live.optuna_trial, state=op.trial.TrialState.FAIL)
+        records.update_trial(
+            self.store, self.group.id, number, state="failed", reason=reason, finished_at=time.time()
+        )
+        self.say(f"trial {number}: {live.trial.experiment_id} {reason}")
+        del self.live[number]
 
     def _launched(self, experiment_id: str) -> bool:
         """Whether a trial recorded as launching was launched: its experiment exists, or appears
@@ -356,8 +366,19 @@ class Controller:
             trial = live.trial
             try:
                 exp = self.store.get_experiment(trial.experiment_id)
-            except NotFound:
-                continue  # its supervisor has not created it yet
+            except NotFound:  # its supervisor has not created it yet, or the launch failed
+                failed = live.launch is not None and live.launch.poll() not in (None, 0)
+                if failed and not self._exists(trial.experiment_id):
+                    self._launch_failed(live)
+                    ended = True
+                continue
+            if not live.seen:
+                live.seen = True
+                records.link_experiment(self.store, trial.experiment_id, self.group.id)
+                if live.freed_at is not None:
+                    self.launch_seconds.append(time.monotonic() - live.freed_at)
+            if live.launch is not None and live.launch.poll() is not None:
+                live.launch = None  # reaped
             values = self._series(trial)
             prune = False
             for step in sorted(values):
@@ -514,6 +535,11 @@ class Controller:
         from phalanx.supervisor import stop_experiment
 
         for number, live in list(self.live.items()):
+            if live.launch is not None:  # a launch in flight: let it create the experiment, then stop it
+                try:
+                    live.launch.wait(timeout=LAUNCH_TIMEOUT)
+                except subprocess.TimeoutExpired:
+                    live.launch.kill()
             try:
                 exp = self.store.get_experiment(live.trial.experiment_id)
             except NotFound:

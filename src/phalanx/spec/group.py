@@ -223,12 +223,12 @@ def load_group_text(
         )
     else:
         hptuning = _read_hptuning(c, hp_node)
-    sampled = tuple(d.name for d in hptuning.matrix) if hptuning else ()
-    if hptuning and hptuning.search.resource:
-        sampled += (hptuning.search.resource,)
+    # the matrix names as written, even when a distribution is wrong: no second error for {{ lr }}
+    names = _matrix_names(hp_node)
+    resource = hptuning.search.resource if hptuning else None
+    sampled = names + ((resource,) if resource else ())
     spec = read_spec(c, root, dict(params or {}), group=GroupReading(defaults=defaults, sampled=sampled))
-    if spec is not None and hptuning is not None:
-        _check_used(c, root, spec, hptuning, allow_unused)
+    _check_used(c, root, names, resource, allow_unused)
     c.raise_if_any()
     assert spec is not None and hptuning is not None
     spec = replace(spec, source_text=text)
@@ -772,24 +772,43 @@ def _read_pruning(c: Collector, node: YNode | None, search: Search | None) -> Pr
     )
 
 
-def _check_used(c: Collector, root: YMap, spec: ExperimentSpec, hp: HPTuning, allow_unused: bool) -> None:
+def _matrix_names(hp_node: YNode | None) -> tuple[str, ...]:
+    matrix = hp_node.get("matrix") if isinstance(hp_node, YMap) else None
+    return tuple(k.name for k, _ in matrix.items) if isinstance(matrix, YMap) else ()
+
+
+def _command_text(root: YMap) -> str | None:
+    run = root.get("run")
+    cmd = run.get("cmd") if isinstance(run, YMap) else None
+    if cmd is None:
+        return None
+    value = plain(cmd)
+    return " ".join(str(v) for v in value) if isinstance(value, list) else str(value)
+
+
+def _check_used(
+    c: Collector, root: YMap, names: tuple[str, ...], resource: str | None, allow_unused: bool
+) -> None:
     """A matrix name the command never uses would be sampled and recorded but change nothing: a typo
     (`lerning_rate`) would waste the whole search, so it is an error unless --allow-unused."""
-    used = {m.group(1).strip() for cmd in spec.command for m in PLACEHOLDER.finditer(cmd)}
+    text = _command_text(root)
+    if text is None:
+        return  # no command: read_spec says so
+    used = {m.group(1).strip() for m in PLACEHOLDER.finditer(text)}
     hpn = root.get("hptuning")
-    for d in hp.matrix:
-        if d.name in used:
+    for name in names:
+        if name in used:
             continue
-        at = _matrix_mark(hpn, d.name) if isinstance(hpn, YMap) else root.mark
+        at = _matrix_mark(hpn, name) if isinstance(hpn, YMap) else root.mark
         message = (
-            f"{d.name!r} is searched but run.cmd never uses {{{{ {d.name} }}}}{did_you_mean(d.name, used)}; "
+            f"{name!r} is searched but run.cmd never uses {{{{ {name} }}}}{did_you_mean(name, used)}; "
             "use it in the command, remove it, or pass --allow-unused if the script reads it another way"
         )
         if allow_unused:
-            c.note(at, join("hptuning.matrix", d.name), message)
+            c.note(at, join("hptuning.matrix", name), message)
         else:
-            c.add(at, join("hptuning.matrix", d.name), message)
-    r = hp.search.resource
+            c.add(at, join("hptuning.matrix", name), message)
+    r = resource
     if r and r not in used:
         c.add(
             root.mark,

@@ -237,3 +237,50 @@ def test_an_estimator_sweep_runs_the_same_group_and_finds_the_best_run(phalanx: 
     assert best is not None and details["best"]["params"] == {"x": 0.2}
     assert best.id == details["best"]["experiment_id"]
     assert len(best.get_details()["replicas"]) == 2
+
+
+def test_group_stop_stops_every_running_trial_and_hyperband_passes_the_budget(phalanx: Phalanx) -> None:
+    folder = phalanx.tmp / "hb"
+    folder.mkdir()
+    (folder / "train.py").write_text(TRAIN)
+    path = folder / "group.yml"
+    path.write_text(
+        "version: 1\nkind: group\nname: hb\nframework: pytorch\n"
+        "environment:\n  replicas: {n_workers: 1}\n"
+        "hptuning:\n  concurrency: 2\n"
+        "  hyperband:\n    max_iter: 600\n    eta: 3\n    resource: {name: steps, type: int}\n"
+        "    metric: {name: loss, optimization: minimize}\n"
+        "  matrix:\n    x: {uniform: 0:1}\n"
+        "run:\n  cmd: python train.py {{ x }} {{ steps }} 0.2\n"
+    )
+    started = phalanx.run("group", "run", "-f", str(path), "--detach")
+    assert started.returncode == 0, started.stderr
+    group_id = started.stdout.strip()
+    store = phalanx.store()
+
+    def two_running() -> list[Any]:
+        from phalanx.groups.records import list_trials
+
+        running = [t for t in list_trials(store, group_id) if t.state == "running"]
+        return (
+            running
+            if len(running) == 2 and all(experiment_pids(phalanx.home, t.experiment_id) for t in running)
+            else []
+        )
+
+    running = wait_for(two_running, timeout=180, what="two running trials")
+    assert all(t.params["steps"] == 600 for t in running)  # hyperband's budget, as a param
+    stopped = phalanx.run("group", "stop", group_id[:6])
+    assert stopped.returncode == 0, stopped.stderr
+    assert f"group {group_id} stopped" in stopped.stdout
+    doc = group_doc(phalanx, group_id)
+    assert doc["status"] == "stopped" and doc["reason"] == "stopped by phalanx group stop"
+    for t in doc["trials"]:  # (hyperband may have pruned one and started another before the stop)
+        assert t["state"] in ("stopped", "pruned"), t
+        exp = store.get_experiment(t["experiment_id"])
+        assert exp.status == "stopped"
+    assert not experiment_pids(phalanx.home)  # every replica of every trial is gone
+    assert (
+        phalanx.run("group", "get", group_id, "-o", "json").stdout
+        == phalanx.run("group", "get", group_id, "-o", "json").stdout
+    )  # and nothing starts any more
