@@ -17,6 +17,7 @@ COMMAND_MODULES = (
     "phalanx.cli.cluster",
     "phalanx.cli.plot",
     "phalanx.cli.queue",
+    "phalanx.cli.group",
 )
 
 

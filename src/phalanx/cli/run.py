@@ -230,7 +230,7 @@ def run(
         _check_home_and_db(settings)
     if detach and not dry_run:
         queueing = ["--priority", str(priority)] + (["--no-wait"] if no_wait else [])
-        _detach(file, param, workdir, oversubscribe, cluster, settings, output, queueing)
+        _detach(file, param, workdir, oversubscribe, cluster, settings, output, queueing, experiment_id)
         return
     from phalanx import supervisor
 
@@ -352,16 +352,18 @@ def _detach(
     settings: Settings,
     output: Output,
     queueing: list[str] | None = None,
+    experiment_id: str | None = None,
 ) -> None:
     """Start `phalanx run` again in its own session with its output in runs/<id>/supervisor.log,
-    wait (bounded) until it has created the experiment, and print the id."""
+    wait (bounded) until it has created the experiment, and print the id (``experiment_id`` when
+    given: a group's controller records the id before launching the trial)."""
     import shutil
     import subprocess
     import uuid
 
     from phalanx.errors import PhalanxError
 
-    exp_id = uuid.uuid4().hex[:12]
+    exp_id = experiment_id or uuid.uuid4().hex[:12]
     run_dir = settings.runs_dir / exp_id
     run_dir.mkdir(parents=True, exist_ok=True)
     argv = [

@@ -172,6 +172,9 @@ def ls(
         int, typer.Option("--limit", "-n", min=1, help="At most this many (newest first).")
     ] = 50,
     output: Annotated[Format, typer.Option("-o", "--output", help="table or json")] = Format.TABLE,
+    group: Annotated[
+        str | None, typer.Option("--group", metavar="ID", help="Only the trials of this experiment group.")
+    ] = None,
 ) -> None:
     """List experiments, newest first."""
     from phalanx.domain import ExperimentStatus
@@ -186,14 +189,26 @@ def ls(
             choices = ", ".join(s.value for s in ExperimentStatus)
             raise UsageError(f"--status {status!r}: use one of {choices}") from None
     store, _ = open_for_reading()
+    group_id = None
+    if group is not None:
+        from phalanx.groups.records import resolve_group, sql_store
+
+        group_id = resolve_group(sql_store(store), group)
     page = store.list_experiments(
-        ExperimentFilter(status=wanted, project=project, text=search, limit=limit, order_by="-created_at")
+        ExperimentFilter(
+            status=wanted,
+            project=project,
+            text=search,
+            limit=limit,
+            order_by="-created_at",
+            group_id=group_id,
+        )
     )
     if output is Format.JSON:
         emit_json([experiment_json(e) for e in page.items])
         return
     if not page.items:
-        if status is not None or project is not None or search is not None:
+        if status is not None or project is not None or search is not None or group is not None:
             typer.echo(
                 "no experiments match; `phalanx ls` without --status/--project/--search lists them all"
             )

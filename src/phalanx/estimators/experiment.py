@@ -98,8 +98,11 @@ class Experiment:
             PhalanxError: the supervisor could not start the experiment (its message included).
         """
         from phalanx.estimators.estimator import Estimator
+        from phalanx.estimators.sweep import HyperDriveConfig, submit_sweep
         from phalanx.runs import Run
 
+        if isinstance(config, HyperDriveConfig):  # a sweep: returns a GroupRun (estimators/sweep.py)
+            return submit_sweep(config, self.name, self.project, self.settings)  # type: ignore[return-value]
         if not isinstance(config, Estimator):
             raise UsageError(
                 f"submit() takes an Estimator, PyTorch or TensorFlow, got {type(config).__name__}"

@@ -122,6 +122,7 @@ class ExperimentFilter:
     offset: int = 0
     limit: int = 50
     order_by: str = "-created_at"
+    group_id: str | None = None  # only the trials of this experiment group
 
 
 class Store(Protocol):

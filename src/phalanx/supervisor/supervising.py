@@ -213,7 +213,7 @@ class Supervisor:
 
     def _stop_requested(self) -> bool:
         if self.stop_reason is None and (self.run_dir / "stop").exists():
-            self.stop_reason = "stopped on request"
+            self.stop_reason = _requested_reason(self.run_dir / "stop") or "stopped on request"
         return self.stop_reason is not None
 
     # -- the run --------------------------------------------------------------------------------
@@ -611,3 +611,12 @@ def _short(exc: BaseException) -> str:
 
 def _unfinished_state(outcome: Outcome) -> ReplicaState:
     return ReplicaState.SUCCEEDED if outcome.status is ExperimentStatus.SUCCEEDED else ReplicaState.STOPPED
+
+
+def _requested_reason(path: Any) -> str | None:
+    """The reason written on the stop file's second line (a group's pruning says why), if any."""
+    try:
+        lines = path.read_text().splitlines()
+    except OSError:
+        return None
+    return lines[1].strip() or None if len(lines) > 1 else None

@@ -145,6 +145,8 @@ class SqlStore:
             conds.append(ExperimentRow.status == ExperimentStatus(q.status).value)
         if q.project:
             conds.append(ExperimentRow.project == q.project)
+        if q.group_id:
+            conds.append(ExperimentRow.group_id == q.group_id)
         if q.tag:
             conds.append(cast(ExperimentRow.tags, String).like(f'%"{_like(q.tag)}"%', escape="\\"))
         if q.text:
