@@ -7,6 +7,7 @@ the supervisor, the store and rich are imported inside the commands.
 
 from __future__ import annotations
 
+import os
 import sys
 import threading
 import time
@@ -183,6 +184,13 @@ def run(
         bool, typer.Option("--detach", "-d", help="Start it in the background and print its id.")
     ] = False,
     experiment_id: Annotated[str | None, typer.Option("--experiment-id", hidden=True)] = None,
+    no_system_metrics: Annotated[
+        bool,
+        typer.Option(
+            "--no-system-metrics",
+            help="Do not sample the replicas' CPU, memory and GPU into system/... series.",
+        ),
+    ] = False,
 ) -> None:
     """Run an experiment: start every replica wired for its framework and supervise it to the end.
 
@@ -196,6 +204,8 @@ def run(
 
     faulthandler.register(signal.SIGUSR1, all_threads=True)  # `kill -USR1 PID`: where is it stuck?
     settings = Settings()
+    if no_system_metrics:  # read by the supervisor (and inherited by a --detach child)
+        os.environ["PHALANX_SYSTEM_METRICS"] = "off"
     if experiment_id is not None:
         _check_id(experiment_id)
     if output is Output.YAML and not dry_run:

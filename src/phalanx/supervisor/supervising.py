@@ -155,6 +155,7 @@ class Supervisor:
         self.started = time.monotonic()
         self.submitted_at: float | None = None  # wall clock of the first submit: the experiment's start
         self._spool: Any = None
+        self._system: Any = None  # phalanx.sysmetrics.SystemMetrics while replicas run here
 
     # -- signals and stop requests --------------------------------------------------------------
     def _on_signal(self, signum: int, _frame: object) -> None:
@@ -200,12 +201,15 @@ class Supervisor:
                 raise
             created = True
             ingest_thread = self._start_ingester(stop_ingest)
+            self._start_system_metrics()
             outcome = self._attempts(handle)
         except BaseException as exc:
             outcome = Outcome(self.id, ExperimentStatus.FAILED, f"the supervisor failed: {exc}")
             raise
         finally:
             self._restore_signals(previous)
+            if self._system is not None:
+                self._system.stop()
             self._spool.close()
             stop_ingest.set()
             if ingest_thread is not None:
@@ -255,6 +259,29 @@ class Supervisor:
         thread = threading.Thread(target=ingester.run, args=(stop,), name="ingest", daemon=True)
         thread.start()
         return thread
+
+    def _start_system_metrics(self) -> None:
+        """Sample each local replica's process tree into ``system/...`` series (off with
+        PHALANX_SYSTEM_METRICS=off or `phalanx run --no-system-metrics`). Only for replicas whose
+        leader runs on this machine: elsewhere the engine starts ``python -m phalanx.sysmetrics``."""
+        from phalanx import sysmetrics
+
+        interval = sysmetrics.interval_from_env()
+        if interval is None or self.p.backend.name != "local":
+            return
+
+        def targets() -> list[sysmetrics.Target]:
+            out: list[sysmetrics.Target] = []
+            seen: set[int] = set()
+            for name, st in list(self.states.items()):
+                replica = self.replicas.get(name)
+                if replica is None or st.pid is None or st.state.done or st.pid in seen:
+                    continue
+                seen.add(st.pid)  # an mpirun launcher leads several replicas: its tree once
+                out.append(sysmetrics.Target(st.pid, name, str(replica.role), replica.index, replica.rank))
+            return out
+
+        self._system = sysmetrics.SystemMetrics(self.spool_dir, self.id, targets, interval).start()
 
     def _install_signals(self) -> dict[int, Any]:
         previous: dict[int, Any] = {}
