@@ -218,13 +218,15 @@ class SystemMetrics:
         return sum(r["data"]["n"] for r in records)
 
     def _run(self) -> None:
-        while not self._stop.wait(self.interval):
+        while True:
             try:
                 self.look()
             except ValueError:  # the writer was closed under us at shutdown
                 return
             except Exception:  # sampling must never take the supervisor down
                 log.exception("system metrics: a look failed")
+            if self._stop.wait(self.interval):
+                return
 
     def stop(self) -> None:
         self._stop.set()
@@ -240,7 +242,8 @@ def interval_from_env(env: Mapping[str, str] | None = None) -> float | None:
     if value in ("0", "off", "false", "no"):
         return None
     try:
-        return float(value) if value else DEFAULT_INTERVAL
+        # steps are whole seconds: one look per second at most
+        return max(1.0, float(value)) if value else DEFAULT_INTERVAL
     except ValueError:
         return DEFAULT_INTERVAL
 

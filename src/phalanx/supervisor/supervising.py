@@ -156,6 +156,7 @@ class Supervisor:
         self.submitted_at: float | None = None  # wall clock of the first submit: the experiment's start
         self._spool: Any = None
         self._system: Any = None  # phalanx.sysmetrics.SystemMetrics while replicas run here
+        self._handle: str | None = None
 
     # -- signals and stop requests --------------------------------------------------------------
     def _on_signal(self, signum: int, _frame: object) -> None:
@@ -191,6 +192,7 @@ class Supervisor:
             self.p = ingester_here(self.p)
             self.submitted_at = time.time()  # the store is opened after the submit (see above)
             handle = None if self._stop_requested() else self._submit(self.p.dry_run)
+            self._start_system_metrics()  # before the store opens: the replicas are starting now
             try:
                 self.store = self._store_factory() if callable(self._store_factory) else self._store_factory
                 self._create()
@@ -201,7 +203,6 @@ class Supervisor:
                 raise
             created = True
             ingest_thread = self._start_ingester(stop_ingest)
-            self._start_system_metrics()
             outcome = self._attempts(handle)
         except BaseException as exc:
             outcome = Outcome(self.id, ExperimentStatus.FAILED, f"the supervisor failed: {exc}")
@@ -240,6 +241,7 @@ class Supervisor:
     def _submit(self, dry: DryRun) -> str:
         """Start a group and the threads that tail its replicas' logs."""
         handle = self.p.backend.submit(dry)
+        self._handle = handle  # the group the system-metrics sampler looks at
         self.tails = {
             name: _Tail(self.p.backend.logs(handle, name, follow=True), replica, self._line)
             for name, replica in self.replicas.items()
@@ -273,12 +275,13 @@ class Supervisor:
         def targets() -> list[sysmetrics.Target]:
             out: list[sysmetrics.Target] = []
             seen: set[int] = set()
-            for name, st in list(self.states.items()):
-                replica = self.replicas.get(name)
+            job = self.p.backend.describe(self._handle) if self._handle else None
+            for st in job.replicas if job is not None else ():
+                replica = self.replicas.get(st.name)
                 if replica is None or st.pid is None or st.state.done or st.pid in seen:
                     continue
                 seen.add(st.pid)  # an mpirun launcher leads several replicas: its tree once
-                out.append(sysmetrics.Target(st.pid, name, str(replica.role), replica.index, replica.rank))
+                out.append(sysmetrics.Target(st.pid, st.name, str(replica.role), replica.index, replica.rank))
             return out
 
         self._system = sysmetrics.SystemMetrics(self.spool_dir, self.id, targets, interval).start()
