@@ -40,7 +40,7 @@ class Prepared:
 
 # The modules outside phalanx/tracking that the SDK imports (all standard-library only); a test imports
 # every module of the copy with a bare interpreter, so a missing one fails there, not in a user's venv.
-SDK_TOP_MODULES = ("__init__.py", "errors.py")
+SDK_TOP_MODULES = ("__init__.py", "errors.py", "checkpoints.py")
 
 
 def sdk_path(settings: Settings) -> Path:
@@ -147,6 +147,9 @@ def prepare(
         backend = get_backend(engine_name, settings=settings, cluster=cluster_conf)
     python = interpreter(plan, workdir, settings, build=not dry)
     env = tracking_env(exp_id, settings, python, dry=dry)
+    from phalanx.checkpoints import policy_env
+
+    env.update(policy_env(plan.checkpoints))
     if backend.name == LOCAL and not dry:
         env[INGESTER_PID] = str(os.getpid())  # see ingester_here
     context = LaunchContext(

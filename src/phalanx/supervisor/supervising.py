@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import os
 import signal
@@ -10,10 +11,10 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Protocol
 
-from phalanx.backends.base import DryRun, JobStatus, ReplicaStatus
+from phalanx.backends.base import DryRun, JobStatus, LaunchContext, ReplicaStatus
 from phalanx.config import Settings
 from phalanx.domain import ExperimentStatus, Framework, Replica, ReplicaState
 from phalanx.plan import Plan
@@ -311,10 +312,49 @@ class Supervisor:
                 restarts += 1
                 self.observer.message(f"{reason}; restarting the group ({restarts}/{max_restarts})")
                 self._emit_all(f"phalanx: restarting the group ({restarts}/{max_restarts}) after: {reason}")
-                # a fresh dry run: new ports for the new group
-                handle = self._submit(self.p.backend.dry_run(plan, self.p.context))
+                # a fresh dry run: new ports for the new group, and the latest checkpoint to go on from
+                handle = self._submit(self.p.backend.dry_run(plan, self._resume_context()))
                 continue
             return Outcome(self.id, status, reason, restarts)
+
+    def _resume_context(self) -> LaunchContext:
+        """The launch context of a new group: PHALANX_RESUME_CHECKPOINT / _STEP / _METRICS name the
+        experiment's latest checkpoint (what ``task.latest_checkpoint()`` returns), once everything
+        the failed group wrote to the spool is in the store."""
+        from phalanx.checkpoints import ENV_RESUME, ENV_RESUME_STEP, from_artifacts, latest
+
+        with contextlib.suppress(Exception):  # the ingest thread does the same work: this only hurries it
+            from phalanx.ingest import Ingester
+
+            Ingester(self.store, None, self.spool_dir, cleanup=False).run_once()  # type: ignore[arg-type]
+        context = self.p.context
+        try:
+            ckpt = latest(from_artifacts(self.store.artifacts(self.id)))
+        except Exception:
+            log.exception("looking up the latest checkpoint failed; restarting from scratch")
+            return context
+        if ckpt is None:
+            return context
+        path = self._local_checkpoint(ckpt.path)
+        if path is None:
+            return context
+        self._emit_all(f"phalanx: continuing from checkpoint step {ckpt.step} ({ckpt.name})")
+        env = {
+            ENV_RESUME: path,
+            ENV_RESUME_STEP: str(ckpt.step),
+            "PHALANX_RESUME_METRICS": json.dumps(dict(ckpt.metrics)),
+        }
+        return replace(context, tracking_env={**context.tracking_env, **env})
+
+    def _local_checkpoint(self, path: str) -> str | None:
+        """A local path of a stored checkpoint: where the artifact store keeps it when that is a
+        folder here, else a copy downloaded under the run folder."""
+        artifacts = getattr(self.store, "artifact_store", None)
+        if artifacts is None:
+            return None
+        if artifacts.local:
+            return str(artifacts.url(self.id, path))
+        return str(artifacts.download(self.id, path, self.run_dir / "resume"))
 
     def _attempt(self, handle: str | None, first: bool) -> tuple[ExperimentStatus, str | None]:
         backend = self.p.backend

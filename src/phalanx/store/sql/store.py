@@ -6,6 +6,7 @@ package; callers get the domain dataclasses of ``phalanx.domain`` and ``phalanx.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import re
 import time
@@ -277,7 +278,20 @@ class SqlStore:
     def write_events(self, events: Sequence[Event]) -> int:
         if not events:
             return 0
-        return self._retry(lambda conn: _write(conn, events))
+        removed: list[tuple[str, str]] = []
+        n = self._retry(lambda conn: _write(conn, events, removed))
+        self._remove_files(removed)
+        return n
+
+    def _remove_files(self, removed: Sequence[tuple[str, str]]) -> None:
+        """Delete the files of checkpoints a retention policy dropped (their rows are gone). A
+        crash before this leaves files no row names; nothing a user sees is wrong."""
+        store = self.artifact_store
+        if store is None:
+            return
+        for experiment_id, path in removed:
+            with contextlib.suppress(Exception):
+                store.delete(experiment_id, path)
 
     def ingest_batch(
         self, stream: str, start: int, end: int, last_seq: int, events: Sequence[Event]
@@ -293,7 +307,7 @@ class SqlStore:
             ).scalar()
             if int(row or 0) != start:
                 return None
-            n = _write(conn, events) if events else 0
+            n = _write(conn, events, removed) if events else 0
             values = {"offset": end, "seq": last_seq, "updated_at": time.time()}
             if row is None:
                 conn.execute(insert(IngestPositionRow).values(stream=stream, **values))
@@ -303,7 +317,10 @@ class SqlStore:
                 )
             return n
 
-        return self._retry(work)
+        removed: list[tuple[str, str]] = []
+        result = self._retry(work)
+        self._remove_files(removed)
+        return result
 
     def ingest_position(self, stream: str) -> tuple[int, int]:
         """(byte offset, last seq) ingest has committed for a spool stream; (0, -1) if none."""
@@ -476,9 +493,11 @@ class SqlStore:
             )
 
 
-def _write(conn: Connection, events: Sequence[Event]) -> int:
+def _write(conn: Connection, events: Sequence[Event], removed: list[tuple[str, str]] | None = None) -> int:
+    if removed is not None:
+        removed.clear()  # a retried transaction starts over
     fresh = ev_sql.new_events(conn, events)
-    ev_sql.apply_events(conn, fresh)
+    ev_sql.apply_events(conn, fresh, removed)
     return len(fresh)
 
 
