@@ -226,12 +226,15 @@ def run(
         _detach(file, param, workdir, oversubscribe, cluster, settings, output)
         return
     from phalanx import supervisor
+    from phalanx.spec.loader import parse_param_overrides
 
     options: dict[str, Any] = {
         "workdir": workdir,
         "experiment_id": experiment_id,
         "oversubscribe": oversubscribe,
         "cluster": cluster,
+        # what `phalanx rerun` and `phalanx resume` start again from
+        "launch": {"file": str(file.resolve()), "params": parse_param_overrides(param or [])},
     }
     if dry_run:
         prepared = supervisor.prepare(spec, settings=settings, dry=True, **options)

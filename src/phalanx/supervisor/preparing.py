@@ -33,6 +33,7 @@ class Prepared:
     context: LaunchContext
     dry_run: DryRun
     cluster: str | None = None
+    launch: Mapping[str, Any] | None = None  # file, params, workdir, cluster: what rerun/resume need
 
 
 # ---- preparing --------------------------------------------------------------------------------
@@ -117,6 +118,7 @@ def prepare(
     cluster: str | None = None,
     backend: Backend | None = None,
     dry: bool = False,
+    launch: Mapping[str, Any] | None = None,
 ) -> Prepared:
     """Plan, pick the engine, build the venv (unless ``dry``) and dry-run: nothing started or stored.
 
@@ -160,7 +162,15 @@ def prepare(
         log_dir=str(settings.runs_dir / exp_id / "logs"),
         oversubscribe=oversubscribe,
     )
-    return Prepared(exp_id, plan, backend, context, backend.dry_run(plan, context), cluster)
+    recorded = {
+        "file": str(Path(source).resolve()) if source else None,
+        "params": {},
+        **dict(launch or {}),
+        "workdir": workdir,
+        "cluster": cluster,
+        "oversubscribe": oversubscribe,
+    }
+    return Prepared(exp_id, plan, backend, context, backend.dry_run(plan, context), cluster, recorded)
 
 
 LOCAL = "local"

@@ -128,8 +128,11 @@ class Supervisor:
         observer: Observer | None = None,
         *,
         handle_signals: bool = True,
+        resume: bool = False,
     ) -> None:
-        """``store``: the store, or a function that opens it (called once the replicas have started)."""
+        """``store``: the store, or a function that opens it (called once the replicas have started).
+        ``resume``: continue an existing failed or stopped experiment (`phalanx resume`) as a new
+        attempt, from its latest checkpoint, instead of creating one."""
         self.p = prepared
         self._store_factory = store
         self.store: Store = None  # type: ignore[assignment]  # set by run()
@@ -158,6 +161,10 @@ class Supervisor:
         self._spool: Any = None
         self._system: Any = None  # phalanx.sysmetrics.SystemMetrics while replicas run here
         self._handle: str | None = None
+        self.resume = resume
+        self._resume_step: int | None = None  # the checkpoint step the next group continues from
+        self._repro_thread: threading.Thread | None = None
+        self._store_ready = threading.Event()
 
     # -- signals and stop requests --------------------------------------------------------------
     def _on_signal(self, signum: int, _frame: object) -> None:
@@ -183,7 +190,9 @@ class Supervisor:
         # a stop file here already is a request made before we started (Run.cancel right after
         # submit): ids are never reused, so it is honoured, not cleared
         (self.run_dir / "supervisor.pid").write_text(f"{os.getpid()}\n")
-        self._spool = SpoolWriter(self.spool_dir, experiment_id=self.id, stream=f"console-{self.id}")
+        # a resumed experiment's console is a new stream: the old one's numbers are already stored
+        stream = f"console-{self.id}" if not self.resume else f"console-{self.id}-{int(time.time() * 1000)}"
+        self._spool = SpoolWriter(self.spool_dir, experiment_id=self.id, stream=stream)
         previous = self._install_signals()
         stop_ingest = threading.Event()
         ingest_thread: threading.Thread | None = None
@@ -192,16 +201,23 @@ class Supervisor:
         try:
             self.p = ingester_here(self.p)
             self.submitted_at = time.time()  # the store is opened after the submit (see above)
-            handle = None if self._stop_requested() else self._submit(self.p.dry_run)
-            self._start_system_metrics()  # before the store opens: the replicas are starting now
-            try:
-                self.store = self._store_factory() if callable(self._store_factory) else self._store_factory
-                self._create()
-            except BaseException:
-                if handle is not None:
-                    self.p.backend.cancel(handle)
-                    self._join_tails()
-                raise
+            if self.resume:
+                handle = self._start_resumed()
+            else:
+                self._start_repro()
+                handle = None if self._stop_requested() else self._submit(self.p.dry_run)
+                self._start_system_metrics()  # before the store opens: the replicas are starting now
+                try:
+                    self.store = (
+                        self._store_factory() if callable(self._store_factory) else self._store_factory
+                    )
+                    self._create()
+                except BaseException:
+                    if handle is not None:
+                        self.p.backend.cancel(handle)
+                        self._join_tails()
+                    raise
+                self._store_ready.set()
             created = True
             ingest_thread = self._start_ingester(stop_ingest)
             outcome = self._attempts(handle)
@@ -216,11 +232,59 @@ class Supervisor:
             stop_ingest.set()
             if ingest_thread is not None:
                 ingest_thread.join(timeout=120)
+            if self._repro_thread is not None:
+                self._store_ready.set()  # (also when the store never opened: the thread then ends)
+                self._repro_thread.join(timeout=120)
             if created:
                 self._finish(outcome)
             with contextlib.suppress(FileNotFoundError):
                 (self.run_dir / "supervisor.pid").unlink()
         return outcome
+
+    def _start_resumed(self) -> str | None:
+        """`phalanx resume`: reopen the experiment, then start a group from its latest checkpoint."""
+        self.store = self._store_factory() if callable(self._store_factory) else self._store_factory
+        self.store.reopen_experiment(self.id)  # type: ignore[attr-defined]
+        # the stop request that ended the last attempt is spent: this is a new one
+        with contextlib.suppress(FileNotFoundError):
+            (self.run_dir / "stop").unlink()
+        if self._stop_requested():
+            return None
+        handle = self._submit(self.p.backend.dry_run(self.p.plan, self._resume_context()))
+        self._start_system_metrics()
+        return handle
+
+    def _start_repro(self) -> None:
+        """Record what runs (phalanx.repro) in a thread: the replicas do not wait for git or pip."""
+        launch = dict(getattr(self.p, "launch", None) or {})
+        launch.setdefault("workdir", self.p.context.workdir)
+        launch.setdefault("cluster", self.p.cluster)
+
+        def work() -> None:
+            from phalanx import repro
+
+            try:
+                record, data = repro.collect(
+                    workdir=self.p.context.workdir, python=self.p.context.python, launch=launch
+                )
+            except Exception:
+                log.exception("recording what the experiment runs failed")
+                return
+            self._store_ready.wait()
+            if self.store is None:
+                return
+            try:
+                artifacts = getattr(self.store, "artifact_store", None)
+                if artifacts is not None:
+                    artifacts.put_bytes(self.id, repro.SNAPSHOT_PATH, data)
+                else:
+                    record["snapshot"] = {**record["snapshot"], "path": None}
+                self.store.set_repro(self.id, record)  # type: ignore[attr-defined]
+            except Exception:
+                log.exception("storing what the experiment runs failed")
+
+        self._repro_thread = threading.Thread(target=work, name="repro", daemon=True)
+        self._repro_thread.start()
 
     def _create(self) -> None:
         plan = self.p.plan
@@ -306,16 +370,37 @@ class Supervisor:
         # must not be restarted a second time by us
         max_restarts = 0 if getattr(self.p.backend, "restarts_itself", False) else plan.max_restarts
         restarts = 0
+        kind = "resume" if self.resume else "start"
         while True:
-            status, reason = self._attempt(handle, first=restarts == 0)
+            number = self._add_attempt(kind)
+            status, reason = self._attempt(handle, first=restarts == 0 and not self.resume)
+            self._finish_attempt(number, status, reason)
             if status is ExperimentStatus.FAILED and restarts < max_restarts and not self._stop_requested():
                 restarts += 1
+                kind = "restart"
                 self.observer.message(f"{reason}; restarting the group ({restarts}/{max_restarts})")
                 self._emit_all(f"phalanx: restarting the group ({restarts}/{max_restarts}) after: {reason}")
                 # a fresh dry run: new ports for the new group, and the latest checkpoint to go on from
                 handle = self._submit(self.p.backend.dry_run(plan, self._resume_context()))
                 continue
             return Outcome(self.id, status, reason, restarts)
+
+    def _add_attempt(self, kind: str) -> int | None:
+        add = getattr(self.store, "add_attempt", None)
+        if add is None:
+            return None
+        try:
+            return int(add(self.id, kind=kind, checkpoint_step=self._resume_step))
+        except Exception:
+            log.exception("recording the attempt failed")
+            return None
+
+    def _finish_attempt(self, number: int | None, status: ExperimentStatus, reason: str | None) -> None:
+        finish = getattr(self.store, "finish_attempt", None)
+        if number is None or finish is None:
+            return
+        with contextlib.suppress(Exception):
+            finish(self.id, number, status=status, reason=reason)
 
     def _resume_context(self) -> LaunchContext:
         """The launch context of a new group: PHALANX_RESUME_CHECKPOINT / _STEP / _METRICS name the
@@ -328,6 +413,7 @@ class Supervisor:
 
             Ingester(self.store, None, self.spool_dir, cleanup=False).run_once()  # type: ignore[arg-type]
         context = self.p.context
+        self._resume_step = None
         try:
             ckpt = latest(from_artifacts(self.store.artifacts(self.id)))
         except Exception:
@@ -338,6 +424,7 @@ class Supervisor:
         path = self._local_checkpoint(ckpt.path)
         if path is None:
             return context
+        self._resume_step = ckpt.step
         self._emit_all(f"phalanx: continuing from checkpoint step {ckpt.step} ({ckpt.name})")
         env = {
             ENV_RESUME: path,

@@ -34,6 +34,7 @@ from phalanx.store.sql import events as ev_sql
 from phalanx.store.sql.engine import make_engine, no_gc, upgrade, writer
 from phalanx.store.sql.models import (
     ArtifactRow,
+    AttemptRow,
     EventKeyRow,
     ExperimentRow,
     IngestPositionRow,
@@ -50,6 +51,8 @@ _first, _second, _third = itemgetter(0), itemgetter(1), itemgetter(2)
 _PREFIX = re.compile(r"^[0-9a-z]{1,32}$")
 _ORDER = {"created_at", "name", "project", "status", "started_at", "finished_at"}
 _RETRIES = 5
+# experiments are read without `repro` (a diff and a package list): store.repro() reads it alone
+_EXP_COLUMNS = [c for c in ExperimentRow.__table__.c if c.key != "repro"]
 
 
 class SqlStore:
@@ -129,7 +132,7 @@ class SqlStore:
     def get_experiment(self, experiment_id: str) -> Experiment:
         with self.engine.connect() as conn:
             full = _resolve(conn, experiment_id)
-            row = conn.execute(select(ExperimentRow).where(ExperimentRow.id == full)).one()
+            row = conn.execute(select(*_EXP_COLUMNS).where(ExperimentRow.id == full)).one()
             return _experiment(row._mapping)
 
     def list_experiments(self, query: ExperimentFilter | None = None) -> Page[Experiment]:
@@ -162,7 +165,7 @@ class SqlStore:
         with self.engine.connect() as conn:
             total = conn.execute(select(func.count()).select_from(ExperimentRow).where(*conds)).scalar_one()
             rows = conn.execute(
-                select(ExperimentRow)
+                select(*_EXP_COLUMNS)
                 .where(*conds)
                 .order_by(col.desc() if desc else col.asc(), ExperimentRow.id)
                 .offset(q.offset)
@@ -201,6 +204,98 @@ class SqlStore:
                 conn.execute(update(ExperimentRow).where(ExperimentRow.id == full).values(**values))
         return self.get_experiment(full)
 
+    # -- attempts and reproducibility (issue 15) ------------------------------------------------
+    def add_attempt(
+        self,
+        experiment_id: str,
+        *,
+        kind: str,
+        checkpoint_step: int | None = None,
+        started_at: float | None = None,
+    ) -> int:
+        """Record a started group (kind: start, restart or resume); returns its number (0, 1, ...)."""
+        with self._writer.begin() as conn:
+            full = _resolve(conn, experiment_id)
+            last = conn.execute(
+                select(func.max(AttemptRow.number)).where(AttemptRow.experiment_id == full)
+            ).scalar()
+            number = 0 if last is None else int(last) + 1
+            conn.execute(
+                insert(AttemptRow).values(
+                    experiment_id=full,
+                    number=number,
+                    kind=kind,
+                    status=ExperimentStatus.RUNNING.value,
+                    checkpoint_step=checkpoint_step,
+                    started_at=started_at or time.time(),
+                )
+            )
+        return number
+
+    def finish_attempt(
+        self, experiment_id: str, number: int, *, status: ExperimentStatus, reason: str | None = None
+    ) -> None:
+        with self._writer.begin() as conn:
+            full = _resolve(conn, experiment_id)
+            conn.execute(
+                update(AttemptRow)
+                .where(AttemptRow.experiment_id == full, AttemptRow.number == number)
+                .values(status=ExperimentStatus(status).value, reason=reason, finished_at=time.time())
+            )
+
+    def attempts(self, experiment_id: str) -> list[dict[str, Any]]:
+        with self.engine.connect() as conn:
+            full = _resolve(conn, experiment_id)
+            rows = conn.execute(
+                select(AttemptRow).where(AttemptRow.experiment_id == full).order_by(AttemptRow.number)
+            ).all()
+        return [
+            {
+                "number": m["number"],
+                "kind": m["kind"],
+                "status": m["status"],
+                "reason": m["reason"],
+                "checkpoint_step": m["checkpoint_step"],
+                "started_at": m["started_at"],
+                "finished_at": m["finished_at"],
+            }
+            for m in (r._mapping for r in rows)
+        ]
+
+    def reopen_experiment(self, experiment_id: str) -> Experiment:
+        """A failed or stopped experiment starts again (`phalanx resume`): status starting, no
+        reason or end; its replicas pending again. Conflict unless it is failed or stopped."""
+        with self._writer.begin() as conn:
+            full = _resolve(conn, experiment_id)
+            status = conn.execute(select(ExperimentRow.status).where(ExperimentRow.id == full)).scalar_one()
+            if status not in (ExperimentStatus.FAILED.value, ExperimentStatus.STOPPED.value):
+                raise Conflict(f"experiment {full} is {status}; only a failed or stopped one can be resumed")
+            conn.execute(
+                update(ExperimentRow)
+                .where(ExperimentRow.id == full)
+                .values(status=ExperimentStatus.STARTING.value, reason=None, finished_at=None)
+            )
+            conn.execute(
+                update(ReplicaRow)
+                .where(ReplicaRow.experiment_id == full)
+                .values(
+                    state=ReplicaState.PENDING.value, exit_code=None, reason=None, finished_at=None, pid=None
+                )
+            )
+        return self.get_experiment(full)
+
+    def set_repro(self, experiment_id: str, repro: Mapping[str, Any]) -> None:
+        with self._writer.begin() as conn:
+            full = _resolve(conn, experiment_id)
+            conn.execute(update(ExperimentRow).where(ExperimentRow.id == full).values(repro=dict(repro)))
+
+    def repro(self, experiment_id: str) -> dict[str, Any]:
+        """What the experiment ran (phalanx.repro); {} when nothing was recorded."""
+        with self.engine.connect() as conn:
+            full = _resolve(conn, experiment_id)
+            value = conn.execute(select(ExperimentRow.repro).where(ExperimentRow.id == full)).scalar()
+        return dict(value or {})
+
     def delete_experiment(self, experiment_id: str) -> None:
         with self._writer.begin() as conn:
             full = _resolve(conn, experiment_id)
@@ -209,7 +304,7 @@ class SqlStore:
                 raise Conflict(f"experiment {full} is {status}; stop it before deleting it")
             series = select(SeriesRow.id).where(SeriesRow.experiment_id == full)
             conn.execute(delete(ScalarRow).where(ScalarRow.series_id.in_(series)))
-            for row in (SeriesRow, ParamRow, ArtifactRow, ModelRow, LogRow, TextRow, ReplicaRow):
+            for row in (SeriesRow, ParamRow, ArtifactRow, ModelRow, LogRow, TextRow, ReplicaRow, AttemptRow):
                 conn.execute(delete(row).where(row.experiment_id == full))
             conn.execute(delete(ExperimentRow).where(ExperimentRow.id == full))
         if self.artifact_store is not None:
