@@ -244,7 +244,7 @@ class Supervisor:
     def _start_resumed(self) -> str | None:
         """`phalanx resume`: reopen the experiment, then start a group from its latest checkpoint."""
         self.store = self._store_factory() if callable(self._store_factory) else self._store_factory
-        self.store.reopen_experiment(self.id)  # type: ignore[attr-defined]
+        self.store.reopen_experiment(self.id)
         # the stop request that ended the last attempt is spent: this is a new one
         with contextlib.suppress(FileNotFoundError):
             (self.run_dir / "stop").unlink()
@@ -279,7 +279,7 @@ class Supervisor:
                     artifacts.put_bytes(self.id, repro.SNAPSHOT_PATH, data)
                 else:
                     record["snapshot"] = {**record["snapshot"], "path": None}
-                self.store.set_repro(self.id, record)  # type: ignore[attr-defined]
+                self.store.set_repro(self.id, record)
             except Exception:
                 log.exception("storing what the experiment runs failed")
 
