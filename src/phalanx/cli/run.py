@@ -7,6 +7,7 @@ the supervisor, the store and rich are imported inside the commands.
 
 from __future__ import annotations
 
+import os
 import sys
 import threading
 import time
@@ -183,7 +184,28 @@ def run(
     detach: Annotated[
         bool, typer.Option("--detach", "-d", help="Start it in the background and print its id.")
     ] = False,
+    priority: Annotated[
+        int,
+        typer.Option(
+            "--priority",
+            metavar="N",
+            help="Its place in this machine's queue when it must wait: higher starts first (default 0).",
+        ),
+    ] = 0,
+    no_wait: Annotated[
+        bool,
+        typer.Option(
+            "--no-wait", help="Refuse (exit 2) instead of queueing when the cores/GPUs/memory are busy."
+        ),
+    ] = False,
     experiment_id: Annotated[str | None, typer.Option("--experiment-id", hidden=True)] = None,
+    no_system_metrics: Annotated[
+        bool,
+        typer.Option(
+            "--no-system-metrics",
+            help="Do not sample the replicas' CPU, memory and GPU into system/... series.",
+        ),
+    ] = False,
 ) -> None:
     """Run an experiment: start every replica wired for its framework and supervise it to the end.
 
@@ -198,6 +220,8 @@ def run(
     faulthandler.register(signal.SIGUSR1, all_threads=True)  # `kill -USR1 PID`: where is it stuck?
     guard_std_streams()  # `phalanx run ... | head`: a closed pipe ends the echo, not the experiment
     settings = Settings()
+    if no_system_metrics:  # read by the supervisor (and inherited by a --detach child)
+        os.environ["PHALANX_SYSTEM_METRICS"] = "off"
     if experiment_id is not None:
         _check_id(experiment_id)
     if output is Output.YAML and not dry_run:
@@ -215,15 +239,19 @@ def run(
     if not dry_run:
         _check_home_and_db(settings)
     if detach and not dry_run:
-        _detach(file, param, workdir, oversubscribe, cluster, settings, output)
+        queueing = ["--priority", str(priority)] + (["--no-wait"] if no_wait else [])
+        _detach(file, param, workdir, oversubscribe, cluster, settings, output, queueing, experiment_id)
         return
     from phalanx import supervisor
+    from phalanx.spec.loader import parse_param_overrides
 
     options: dict[str, Any] = {
         "workdir": workdir,
         "experiment_id": experiment_id,
         "oversubscribe": oversubscribe,
         "cluster": cluster,
+        # what `phalanx rerun` and `phalanx resume` start again from
+        "launch": {"file": str(file.resolve()), "params": parse_param_overrides(param or [])},
     }
     if dry_run:
         prepared = supervisor.prepare(spec, settings=settings, dry=True, **options)
@@ -262,19 +290,23 @@ def run(
     try:
         if tty:
             with RichObserver(names) as rich_observer:
-                outcome = supervisor.Supervisor(prepared, store, settings, rich_observer).run()
+                outcome = supervisor.Supervisor(
+                    prepared, store, settings, rich_observer, priority=priority, wait=not no_wait
+                ).run()
         else:
             observer = PlainObserver(sys.stderr if output is Output.JSON else sys.stdout)
-            outcome = supervisor.Supervisor(prepared, store, settings, observer).run()
+            outcome = supervisor.Supervisor(
+                prepared, store, settings, observer, priority=priority, wait=not no_wait
+            ).run()
     except BaseException:
         if not store_opened:  # the engine or the store failed before the experiment was recorded:
             # leave no run folder or spool behind for an experiment that `phalanx ls` will never show
             import shutil
 
-            for folder in (
-                settings.runs_dir / prepared.experiment_id,
-                settings.spool_dir / prepared.experiment_id,
-            ):
+            folders = [settings.spool_dir / prepared.experiment_id]
+            if experiment_id is None:  # else the caller (--detach, submit()) owns the run folder:
+                folders.append(settings.runs_dir / prepared.experiment_id)  # it reads our log there
+            for folder in folders:
                 shutil.rmtree(folder, ignore_errors=True)
         raise
     if output is Output.JSON:
@@ -359,16 +391,19 @@ def _detach(
     cluster: str | None,
     settings: Settings,
     output: Output,
+    queueing: list[str] | None = None,
+    experiment_id: str | None = None,
 ) -> None:
     """Start `phalanx run` again in its own session with its output in runs/<id>/supervisor.log,
-    wait (bounded) until it has created the experiment, and print the id."""
+    wait (bounded) until it has created the experiment, and print the id (``experiment_id`` when
+    given: a group's controller records the id before launching the trial)."""
     import shutil
     import subprocess
     import uuid
 
     from phalanx.errors import PhalanxError
 
-    exp_id = uuid.uuid4().hex[:12]
+    exp_id = experiment_id or uuid.uuid4().hex[:12]
     run_dir = settings.runs_dir / exp_id
     run_dir.mkdir(parents=True, exist_ok=True)
     argv = [
@@ -389,6 +424,7 @@ def _detach(
         argv.append("--oversubscribe")
     if cluster:
         argv += ["--cluster", cluster]
+    argv += queueing or []
     log_path = run_dir / "supervisor.log"
     with open(log_path, "ab") as out:
         proc = subprocess.Popen(

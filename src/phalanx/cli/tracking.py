@@ -65,6 +65,12 @@ def open_for_reading(settings: Settings | None = None) -> tuple[IngestStore, Set
         reconcile(store, settings)
     except Exception as exc:
         logging.getLogger(__name__).warning("checking unfinished experiments failed: %s", exc)
+    try:  # a queued experiment whose `phalanx run` was killed while waiting is shown stopped
+        from phalanx.queue import reconcile as reconcile_queue
+
+        reconcile_queue(store, settings)
+    except Exception as exc:
+        logging.getLogger(__name__).warning("checking this machine's queue failed: %s", exc)
     return store, settings
 
 
@@ -172,6 +178,9 @@ def ls(
         int, typer.Option("--limit", "-n", min=1, help="At most this many (newest first).")
     ] = 50,
     output: Annotated[Format, typer.Option("-o", "--output", help="table or json")] = Format.TABLE,
+    group: Annotated[
+        str | None, typer.Option("--group", metavar="ID", help="Only the trials of this experiment group.")
+    ] = None,
 ) -> None:
     """List experiments, newest first."""
     from phalanx.domain import ExperimentStatus
@@ -186,14 +195,26 @@ def ls(
             choices = ", ".join(s.value for s in ExperimentStatus)
             raise UsageError(f"--status {status!r}: use one of {choices}") from None
     store, _ = open_for_reading()
+    group_id = None
+    if group is not None:
+        from phalanx.groups.records import resolve_group, sql_store
+
+        group_id = resolve_group(sql_store(store), group)
     page = store.list_experiments(
-        ExperimentFilter(status=wanted, project=project, text=search, limit=limit, order_by="-created_at")
+        ExperimentFilter(
+            status=wanted,
+            project=project,
+            text=search,
+            limit=limit,
+            order_by="-created_at",
+            group_id=group_id,
+        )
     )
     if output is Format.JSON:
         emit_json([experiment_json(e) for e in page.items])
         return
     if not page.items:
-        if status is not None or project is not None or search is not None:
+        if status is not None or project is not None or search is not None or group is not None:
             typer.echo(
                 "no experiments match; `phalanx ls` without --status/--project/--search lists them all"
             )
@@ -207,6 +228,78 @@ def ls(
     typer.echo(_table(["id", "project", "name", "status", "created", "duration"], rows))
     if page.total > len(page.items):
         typer.echo(f"({len(page.items)} of {page.total}; --limit shows more)")
+
+
+def _queue_place(experiment_id: str) -> str:
+    """Where a queued experiment stands in this machine's queue (`phalanx queue` shows them all)."""
+    from phalanx.config import Settings
+    from phalanx.queue import ledger_for
+
+    _, waiting, _ = ledger_for(Settings()).snapshot()
+    for i, entry in enumerate(waiting, 1):
+        if entry.experiment_id == experiment_id:
+            return f"position {i} of {len(waiting)}, priority {entry.priority}, needs {entry.need.describe()}"
+    return "not waiting on this machine (see `phalanx queue`)"
+
+
+def run_details(store: Any, experiment_id: str) -> dict[str, Any]:
+    """Attempts, what ran (git, versions, host) and the pace of each rank: `get -o json` and the API."""
+    from phalanx.stragglers import pace
+
+    repro = store.repro(experiment_id) if hasattr(store, "repro") else {}
+    git = dict(repro.get("git") or {})
+    git.pop("diff", None)  # `phalanx diff` shows code; get stays short
+    source = {
+        "git": git or None,
+        "python": repro.get("python"),
+        "phalanx": repro.get("phalanx"),
+        "host": repro.get("host"),
+        "packages": len(repro.get("packages") or []),
+        "snapshot": repro.get("snapshot"),
+        "launch": repro.get("launch"),
+    }
+    return {
+        "attempts": store.attempts(experiment_id) if hasattr(store, "attempts") else [],
+        "source": source if repro else None,
+        "pace": pace(store, experiment_id),
+    }
+
+
+def run_details_text(details: dict[str, Any]) -> list[str]:
+    out: list[str] = []
+    attempts = details.get("attempts") or []
+    if len(attempts) > 1:
+        out += ["", "attempts:"]
+        for a in attempts:
+            step = f" from checkpoint step {a['checkpoint_step']}" if a["checkpoint_step"] is not None else ""
+            why = f" ({a['reason'].splitlines()[0]})" if a.get("reason") else ""
+            out.append(f"  {a['number']}  {a['kind']}{step}: {a['status']}{why}")
+    source = details.get("source")
+    if source:
+        git = source.get("git") or {}
+        where = (
+            f"git {str(git.get('commit'))[:12]} ({git.get('branch')})"
+            + (" + uncommitted changes" if git.get("dirty") else "")
+            if git
+            else "not a git work tree"
+        )
+        out += [
+            "",
+            f"source:    {where}; python {source.get('python')}, phalanx {source.get('phalanx')}, "
+            f"{source.get('packages')} packages, host {source.get('host')}",
+        ]
+    pace_doc = details.get("pace")
+    if pace_doc and pace_doc.get("ranks"):
+        out += ["", f"pace ({pace_doc['title']}):"]
+        for r in pace_doc["ranks"]:
+            out.append(f"  {r['replica']:<12} {r['steps_per_second']:.3g} steps/s  (step {r['last_step']})")
+        if pace_doc.get("straggler"):
+            s = pace_doc["straggler"]
+            out.append(
+                f"  straggler: {s['replica']} at {s['steps_per_second']:.3g} steps/s, "
+                f"{s['behind_percent']:.0f} % below the median"
+            )
+    return out
 
 
 @app.command("get")
@@ -231,6 +324,7 @@ def get(
             metrics=titles,
             models=[{"name": m.name, "format": m.format, "path": m.path, "size": m.size} for m in models],
         )
+        doc.update(run_details(store, e.id))
         emit_json(doc)
         return
     out = [
@@ -249,6 +343,8 @@ def get(
         )
     if e.tags:
         out.append(f"tags:      {', '.join(e.tags)}")
+    if str(e.status) == "queued":
+        out.append(f"queue:     {_queue_place(e.id)}")
     out.append("")
     out.append("replicas:")
     rows = [[r.name, _opt(r.rank), str(r.state), _opt(r.exit_code), r.reason or ""] for r in replicas]
@@ -274,6 +370,7 @@ def get(
     out.extend(f"  {t}: {', '.join(series)}" for t, series in titles.items())
     if not titles:
         out.append("  (none)")
+    out.extend(run_details_text(run_details(store, e.id)))
     typer.echo("\n".join(out))
 
 

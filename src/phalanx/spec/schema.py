@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 from phalanx.domain import BackendKind, Framework
@@ -40,7 +41,8 @@ _LIB = (
     " put the training code in a script and start it with run.cmd"
 )
 TOP_REFUSED = {
-    "hptuning": "belongs to kind: group (hyperparameter search), not supported yet; remove it",
+    "hptuning": "belongs to kind: group (hyperparameter search): write `kind: group` and run it with"
+    " `phalanx group run -f FILE`, or remove it",
     "model": _LIB,
     "train": _LIB,
     "eval": _LIB,
@@ -55,15 +57,24 @@ BUILD_IGNORED = {
     name: "accepted for Polyaxon compatibility and ignored: Phalanx builds no images"
     for name in ("context", "ref", "nocache", "commit", "branch", "lang_env")
 }
-RUN_KEYS = ("cmd", "max_restarts", "max_run_seconds")
+RUN_KEYS = ("cmd", "max_restarts", "max_run_seconds", "checkpoints")
 
 PLACEHOLDER = re.compile(r"\{\{(.*?)\}\}", re.S)
 _NAME = re.compile(r"^\s*([A-Za-z_][A-Za-z0-9_]*)\s*$")
 _CONTINUATION = re.compile(r"\\[ \t]*$")
 
 
-def read_spec(c: Collector, root: YNode | None, overrides: Mapping[str, Any]) -> ExperimentSpec | None:
-    """The spec, or None when problems were found (they are in ``c``)."""
+def read_spec(
+    c: Collector,
+    root: YNode | None,
+    overrides: Mapping[str, Any],
+    group: GroupReading | None = None,
+) -> ExperimentSpec | None:
+    """The spec, or None when problems were found (they are in ``c``).
+
+    ``group``: the file is a `kind: group` (read by ``spec.group``): its hptuning and inputs keys are
+    accepted, and the matrix names count as known placeholders; the spec returned is the trials' base.
+    """
     if root is None:
         c.add(
             Mark(1, 1), "", "the file is empty; an experiment file needs at least version, kind and run.cmd"
@@ -75,9 +86,13 @@ def read_spec(c: Collector, root: YNode | None, overrides: Mapping[str, Any]) ->
         )
         return None
     version = _read_version(c, root)
-    if not _read_kind(c, root):
+    if not _read_kind(c, root, group is not None):
         return None  # a group or job file: the rest would only be noise
-    c.mapping(root, "", TOP_KEYS, refused=TOP_REFUSED, ignored=TOP_IGNORED)
+    if group is None:
+        c.mapping(root, "", TOP_KEYS, refused=TOP_REFUSED, ignored=TOP_IGNORED)
+    else:
+        refused = {k: v for k, v in TOP_REFUSED.items() if k not in GROUP_KEYS}
+        c.mapping(root, "", (*TOP_KEYS, *GROUP_KEYS), refused=refused, ignored=TOP_IGNORED)
 
     def opt(name: str) -> YNode | None:
         node = root.get(name)
@@ -112,9 +127,11 @@ def read_spec(c: Collector, root: YNode | None, overrides: Mapping[str, Any]) ->
     topology = finish_topology(c, env_draft.topology if env_draft else None, framework, invalid)
 
     command, max_restarts, max_run_seconds = _read_run(c, root)
-    known = {**(params or {}), **overrides}
+    checkpoints = _read_checkpoints(c, root)
+    known = {**(group.defaults if group else {}), **(params or {}), **overrides}
     if command is not None:
-        _check_placeholders(c, root, command, known)
+        names = {**known, **dict.fromkeys(group.sampled if group else ())}
+        _check_placeholders(c, root, command, names)
 
     if c.problems or version is None or command is None:
         return None
@@ -135,7 +152,28 @@ def read_spec(c: Collector, root: YNode | None, overrides: Mapping[str, Any]) ->
         env=env or {},
         max_restarts=max_restarts,
         max_run_seconds=max_run_seconds,
+        checkpoints=checkpoints,
     )
+
+
+def _read_checkpoints(c: Collector, root: YMap) -> dict[str, Any] | None:
+    """run.checkpoints: the retention policy of the experiment's checkpoints (phalanx.checkpoints)."""
+    from phalanx.checkpoints import POLICY_KEYS, Policy, PolicyError
+
+    run = root.get("run")
+    if not isinstance(run, YMap):
+        return None
+    node = run.get("checkpoints")
+    if node is None or is_null(node):
+        return None
+    m = c.mapping(node, "run.checkpoints", POLICY_KEYS)
+    if m is None:
+        return None
+    try:
+        return Policy.parse(plain(m), "run.checkpoints").to_json()
+    except PolicyError as exc:
+        c.add(m, "run.checkpoints", str(exc).removeprefix("run.checkpoints").lstrip(": "))
+        return None
 
 
 def _read_version(c: Collector, root: YMap) -> int | None:
@@ -160,15 +198,26 @@ def _shown(node: YNode) -> str:
     return describe(node)
 
 
-def _read_kind(c: Collector, root: YMap) -> bool:
+def _read_kind(c: Collector, root: YMap, group: bool = False) -> bool:
     """False when the file is of a kind we must not read further."""
     node = root.get("kind")
     if node is None:
-        c.add(root, "kind", "missing; add `kind: experiment`")
+        c.add(root, "kind", "missing; add `kind: group`" if group else "missing; add `kind: experiment`")
         return True
     v = node.value if isinstance(node, YScalar) else None
-    if v == "experiment":
+    if v == ("group" if group else "experiment"):
         return True
+    if v == "group":
+        c.add(
+            node,
+            "kind",
+            "a group is a hyperparameter search: run it with `phalanx group run -f FILE`"
+            " (`phalanx check -f FILE` shows its search space)",
+        )
+        return False
+    if group and v == "experiment":
+        c.add(node, "kind", "an experiment file: run it with `phalanx run -f FILE`")
+        return False
     if isinstance(v, str) and v in KINDS:
         c.add(node, "kind", f"'{v}' is not supported yet; Phalanx runs kind: experiment files")
         return False
@@ -177,6 +226,18 @@ def _read_kind(c: Collector, root: YMap) -> bool:
     else:
         c.add(node, "kind", f"unknown kind '{v}'{did_you_mean(v, KINDS)} (Phalanx runs kind: experiment)")
     return True
+
+
+@dataclass(frozen=True)
+class GroupReading:
+    """What a group file adds to the experiment keys: ``defaults`` (from Polyaxon `inputs`) fill
+    placeholders below params; ``sampled`` names (the matrix, hyperband's resource) are filled per trial."""
+
+    defaults: Mapping[str, Any] = field(default_factory=dict)
+    sampled: tuple[str, ...] = ()
+
+
+GROUP_KEYS = ("hptuning", "inputs")
 
 
 def _read_params(c: Collector, root: YMap) -> dict[str, Any] | None:

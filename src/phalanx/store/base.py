@@ -122,6 +122,7 @@ class ExperimentFilter:
     offset: int = 0
     limit: int = 50
     order_by: str = "-created_at"
+    group_id: str | None = None  # only the trials of this experiment group
 
 
 class Store(Protocol):
@@ -292,6 +293,32 @@ class Store(Protocol):
         """``report_text()`` entries in order, each with title, text, step, replica, rank and time.
         Raises NotFound."""
         ...
+
+    # -- attempts and reproducibility (docs/checkpoints.md) -------------------------------------
+    def add_attempt(
+        self,
+        experiment_id: str,
+        *,
+        kind: str,
+        checkpoint_step: int | None = None,
+        started_at: float | None = None,
+    ) -> int:
+        """Record a started group (start, restart, resume); returns its number."""
+        ...
+
+    def finish_attempt(
+        self, experiment_id: str, number: int, *, status: ExperimentStatus, reason: str | None = None
+    ) -> None: ...
+
+    def attempts(self, experiment_id: str) -> list[dict[str, Any]]: ...
+
+    def reopen_experiment(self, experiment_id: str) -> Experiment:
+        """A failed or stopped experiment starts again (`phalanx resume`). Conflict otherwise."""
+        ...
+
+    def set_repro(self, experiment_id: str, repro: Mapping[str, Any]) -> None: ...
+
+    def repro(self, experiment_id: str) -> dict[str, Any]: ...
 
 
 class IngestStore(Store, Protocol):

@@ -80,16 +80,17 @@ def pid_alive(pid: int) -> bool:
 
 
 def stop_experiment(
-    store: Store, settings: Settings, experiment: Any, timeout: float = 60.0
+    store: Store, settings: Settings, experiment: Any, timeout: float = 60.0, reason: str | None = None
 ) -> ExperimentStatus:
     """Stop a running experiment from another process (`phalanx stop`): leave a stop request, signal
     its supervisor and wait for it to mark the experiment stopped. If its supervisor is gone (killed),
     cancel what the engine still runs and mark the experiment stopped here: the one case where
-    another process than the supervisor writes its status (see the module docstring)."""
+    another process than the supervisor writes its status (see the module docstring).
+    ``reason`` (a group's pruning decision) replaces "stopped by phalanx stop" as the experiment's reason."""
     run_dir = settings.runs_dir / experiment.id
     run_dir.mkdir(parents=True, exist_ok=True)
     tmp = run_dir / "stop.tmp"
-    tmp.write_text(f"{time.time()}\n")
+    tmp.write_text(f"{time.time()}\n{reason or ''}\n")
     tmp.replace(run_dir / "stop")
     pid = supervisor_pid(settings, experiment.id)
     if pid is not None:
@@ -120,11 +121,15 @@ def stop_experiment(
             cluster = get_cluster(current.cluster, settings.home)
         backend = get_backend(current.backend or "local", settings=settings, cluster=cluster)
         backend.cancel(current.handle)
+    from phalanx.queue import ledger_for
+
+    ledger_for(settings).release(experiment.id)  # a killed supervisor's place in the queue, if any
     now = time.time()
     for r in store.list_replicas(experiment.id):
         if not r.state.done:
             store.update_replica(experiment.id, r.name, state=ReplicaState.STOPPED, finished_at=now)
     gone = "its script was gone" if current.backend == "script" else "its supervisor was gone"
-    reason = "stopped by phalanx stop" if pid is not None else f"stopped by phalanx stop ({gone})"
+    said = reason or "stopped by phalanx stop"
+    reason = said if pid is not None else f"{said} ({gone})"
     store.update_experiment(experiment.id, status=ExperimentStatus.STOPPED, reason=reason, finished_at=now)
     return ExperimentStatus.STOPPED

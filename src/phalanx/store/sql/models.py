@@ -39,6 +39,9 @@ class ExperimentRow(Base):
     started_at: Mapped[float | None] = mapped_column(Float)
     finished_at: Mapped[float | None] = mapped_column(Float)
     handle: Mapped[str | None] = mapped_column(String(255))
+    group_id: Mapped[str | None] = mapped_column(String(32), index=True)  # the group it is a trial of
+    # what ran: git commit/branch/diff, packages, versions, host, launch options, source snapshot
+    repro: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
 
 
 class ReplicaRow(Base):
@@ -203,3 +206,68 @@ class IngestPositionRow(Base):
     offset: Mapped[int] = mapped_column(BigInteger)
     seq: Mapped[int] = mapped_column(BigInteger)
     updated_at: Mapped[float] = mapped_column(Float)
+
+
+class GroupRow(Base):
+    """An experiment group (hyperparameter search). Its controller's state lives here and in
+    ``group_trials``, so a killed controller can be resumed by any process."""
+
+    __tablename__ = "groups"
+
+    id: Mapped[str] = mapped_column(String(32), primary_key=True)
+    name: Mapped[str] = mapped_column(String(255))
+    project: Mapped[str] = mapped_column(String(255), index=True)
+    status: Mapped[str] = mapped_column(String(16), index=True)
+    search: Mapped[str] = mapped_column(String(16))
+    planned: Mapped[int] = mapped_column(Integer)
+    concurrency: Mapped[int] = mapped_column(Integer)
+    metric: Mapped[str | None] = mapped_column(String(255))
+    optimization: Mapped[str | None] = mapped_column(String(16))
+    spec_text: Mapped[str] = mapped_column(Text)
+    source_file: Mapped[str | None] = mapped_column(Text)
+    workdir: Mapped[str | None] = mapped_column(Text)
+    options: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)  # params overrides, cluster, ...
+    reason: Mapped[str | None] = mapped_column(Text)
+    controller_pid: Mapped[int | None] = mapped_column(Integer)
+    controller_host: Mapped[str | None] = mapped_column(String(255))
+    stop_requested: Mapped[int] = mapped_column(Integer, default=0)
+    created_at: Mapped[float] = mapped_column(Float, index=True)
+    finished_at: Mapped[float | None] = mapped_column(Float)
+
+
+class TrialRow(Base):
+    """One trial of a group: written (with its experiment id) before the experiment is launched, so
+    a resumed controller neither loses nor repeats it."""
+
+    __tablename__ = "group_trials"
+    __table_args__ = (UniqueConstraint("experiment_id", name="uq_group_trials_experiment"),)
+
+    group_id: Mapped[str] = mapped_column(
+        String(32), ForeignKey("groups.id", ondelete="CASCADE"), primary_key=True
+    )
+    number: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=False)
+    experiment_id: Mapped[str] = mapped_column(String(32))
+    params: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
+    internal: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)  # the sampler's own values
+    state: Mapped[str] = mapped_column(String(16))  # launching, running, done, pruned
+    value: Mapped[float | None] = mapped_column(Float)
+    step: Mapped[int | None] = mapped_column(BigInteger)
+    reason: Mapped[str | None] = mapped_column(Text)
+    created_at: Mapped[float] = mapped_column(Float)
+
+
+class AttemptRow(Base):
+    """One started group of an experiment: the first start, each restart, each `phalanx resume`."""
+
+    __tablename__ = "attempts"
+
+    experiment_id: Mapped[str] = mapped_column(
+        String(32), ForeignKey("experiments.id", ondelete="CASCADE"), primary_key=True
+    )
+    number: Mapped[int] = mapped_column(Integer, primary_key=True)
+    kind: Mapped[str] = mapped_column(String(16))  # start, restart, resume
+    status: Mapped[str] = mapped_column(String(16))
+    reason: Mapped[str | None] = mapped_column(Text)
+    checkpoint_step: Mapped[int | None] = mapped_column(BigInteger)  # the step it continued from
+    started_at: Mapped[float] = mapped_column(Float)
+    finished_at: Mapped[float | None] = mapped_column(Float)
