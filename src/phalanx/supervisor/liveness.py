@@ -2,7 +2,8 @@
 
 Without it a replica that hangs (SIGSTOPped, deadlocked, a worker that stopped calling all_reduce)
 is found only by gloo's 30-minute timeout, and the error then blames whichever peer timed out first
-(often the master). Progress is any of: a console line, CPU time used by the replica's processes.
+(often the master). Progress is any of: a console line, CPU time used by the replica's processes
+(at least a tenth of a core: a rank blocked in all_reduce still uses a tick now and then).
 Set with ``PHALANX_HANG_TIMEOUT`` (seconds; unset or 0: off, the default, since a replica may
 legitimately sit idle, e.g. waiting for data).
 
@@ -24,6 +25,8 @@ from pathlib import Path
 from phalanx import limits
 
 CHECK_SECONDS = 1.0  # how often the process tree is read
+BUSY_FRACTION = 0.1  # CPU use (of one core) that counts as progress; a blocked rank uses about 0.01
+TICKS = os.sysconf("SC_CLK_TCK")
 
 
 def hang_timeout_from_env() -> float | None:
@@ -53,6 +56,7 @@ class Liveness:
     last_progress: dict[str, float] = field(default_factory=dict)
     _cpu: dict[str, int] = field(default_factory=dict)
     _stopped: dict[str, bool] = field(default_factory=dict)
+    _cpu_at: dict[str, float] = field(default_factory=dict)
     _checked: float = 0.0
 
     def output(self, replica: str) -> None:
@@ -73,8 +77,13 @@ class Liveness:
                 continue
             ticks, stopped = _cpu_and_stopped([pid, *limits.descendants(pid, tree)])
             self._stopped[name] = stopped
-            if ticks != self._cpu.get(name):
-                self._cpu[name] = ticks
+            before, since = self._cpu.get(name), self._cpu_at.get(name)
+            self._cpu[name], self._cpu_at[name] = ticks, now
+            if before is None or since is None:
+                continue
+            # progress is real work: a process blocked in all_reduce still uses a tick now and then
+            # (gloo's threads); counting those would hide every hang
+            if (ticks - before) / TICKS / max(now - since, 1e-3) >= BUSY_FRACTION:
                 self.last_progress[name] = now
         idle = {n: now - self.last_progress[n] for n in running}
         stalled = {n: t for n, t in idle.items() if t > self.timeout}
