@@ -303,22 +303,34 @@ class Store(Protocol):
         checkpoint_step: int | None = None,
         started_at: float | None = None,
     ) -> int:
-        """Record a started group (start, restart, resume); returns its number."""
+        """Record a started group of replicas (``kind``: start, restart, resume), continuing from
+        ``checkpoint_step`` when given; returns its number (1, 2, ...). Raises NotFound."""
         ...
 
     def finish_attempt(
         self, experiment_id: str, number: int, *, status: ExperimentStatus, reason: str | None = None
-    ) -> None: ...
-
-    def attempts(self, experiment_id: str) -> list[dict[str, Any]]: ...
-
-    def reopen_experiment(self, experiment_id: str) -> Experiment:
-        """A failed or stopped experiment starts again (`phalanx resume`). Conflict otherwise."""
+    ) -> None:
+        """Record how attempt ``number`` ended. Returns None. Raises NotFound."""
         ...
 
-    def set_repro(self, experiment_id: str, repro: Mapping[str, Any]) -> None: ...
+    def attempts(self, experiment_id: str) -> list[dict[str, Any]]:
+        """Attempts in order: number, kind, status, reason, checkpoint_step, started_at, finished_at.
+        Returns [] for an experiment without any. Raises NotFound."""
+        ...
 
-    def repro(self, experiment_id: str) -> dict[str, Any]: ...
+    def reopen_experiment(self, experiment_id: str) -> Experiment:
+        """A failed or stopped experiment starts again (`phalanx resume`); returns it as it now is.
+        Raises NotFound, or Conflict when it is not failed or stopped."""
+        ...
+
+    def set_repro(self, experiment_id: str, repro: Mapping[str, Any]) -> None:
+        """Record what ran (git, packages, versions, host, launch, snapshot). Returns None. Raises
+        NotFound."""
+        ...
+
+    def repro(self, experiment_id: str) -> dict[str, Any]:
+        """What ``set_repro`` recorded; {} when nothing was. Raises NotFound."""
+        ...
 
 
 class IngestStore(Store, Protocol):
