@@ -42,6 +42,13 @@ def check(
     output: Annotated[
         Output, typer.Option("-o", "--output", help="table (for people) or json (for scripts).")
     ] = (Output.TABLE),
+    extra_params: Annotated[
+        bool,
+        typer.Option(
+            "--extra-params",
+            help="Accept --param names the file neither declares nor uses (refused without this flag).",
+        ),
+    ] = False,
 ) -> None:
     """Validate an experiment file and print its topology: every replica with its rank and resources."""
     from phalanx.errors import SpecError, UsageError
@@ -54,7 +61,7 @@ def check(
         )
     overrides = parse_param_overrides(param or [])
     try:
-        spec = load_spec(file, params=overrides)
+        spec = load_spec(file, params=overrides, extra_params=extra_params)
         plan = build_plan(spec)
     except SpecError as exc:
         if len(exc.problems) == 1 and exc.problems[0].line is None:  # missing file, directory, too large

@@ -122,7 +122,7 @@ class RichObserver:
 # ---- phalanx run ------------------------------------------------------------------------------
 
 
-def _load(file: Path, param: list[str] | None) -> Any:
+def _load(file: Path, param: list[str] | None, extra_params: bool = False) -> Any:
     from phalanx.errors import SpecError, UsageError
     from phalanx.spec.loader import load_spec, parse_param_overrides
 
@@ -132,7 +132,7 @@ def _load(file: Path, param: list[str] | None) -> Any:
         )
     overrides = parse_param_overrides(param or [])
     try:
-        return load_spec(file, params=overrides)
+        return load_spec(file, params=overrides, extra_params=extra_params)
     except SpecError as exc:
         if len(exc.problems) == 1 and exc.problems[0].line is None:  # missing file, directory, too large
             sys.stderr.write(f"error: {exc.problems[0]}\n")
@@ -157,6 +157,13 @@ def run(
             help="Override or add a param: NAME=VALUE (repeatable); fills {{ NAME }}.",
         ),
     ] = None,
+    extra_params: Annotated[
+        bool,
+        typer.Option(
+            "--extra-params",
+            help="Record --param names the file neither declares nor uses (refused without this flag).",
+        ),
+    ] = False,
     workdir: Annotated[
         Path | None,
         typer.Option("--workdir", metavar="DIR", help="Where replicas start (default: the file's folder)."),
@@ -202,7 +209,7 @@ def run(
         _check_id(experiment_id)
     if output is Output.YAML and not dry_run:
         raise UsageError("-o yaml shows what --dry-run would submit: add --dry-run, or use -o text or json")
-    spec = _load(file, param)
+    spec = _load(file, param, extra_params)
     for note in getattr(spec, "notes", ()):
         sys.stderr.write(f"note: {note}\n")
     # mistakes found now, before anything starts (and, with --detach, before it goes to the background)
@@ -215,7 +222,7 @@ def run(
     if not dry_run:
         _check_home_and_db(settings)
     if detach and not dry_run:
-        _detach(file, param, workdir, oversubscribe, cluster, settings, output)
+        _detach(file, param, workdir, oversubscribe, cluster, settings, output, extra_params)
         return
     from phalanx import supervisor
 
@@ -332,6 +339,7 @@ def _detach(
     cluster: str | None,
     settings: Settings,
     output: Output,
+    extra_params: bool = False,
 ) -> None:
     """Start `phalanx run` again in its own session with its output in runs/<id>/supervisor.log,
     wait (bounded) until it has created the experiment, and print the id."""
@@ -356,6 +364,8 @@ def _detach(
     ]
     for p in param or []:
         argv += ["--param", p]
+    if extra_params:
+        argv.append("--extra-params")
     if workdir is not None:
         argv += ["--workdir", str(workdir.resolve())]
     if oversubscribe:

@@ -202,10 +202,22 @@ def ls(
 def get(
     experiment_id: IdArg,
     output: Annotated[Format, typer.Option("-o", "--output", help="table or json")] = Format.TABLE,
+    file: Annotated[
+        bool, typer.Option("--file", help="Print only the experiment file it was launched with.")
+    ] = False,
 ) -> None:
-    """Show one experiment: status, times, replicas, parameters, artifacts and metrics."""
+    """Show one experiment: status, times, how it was launched (file, --param values, each replica's
+    command), replicas, parameters, artifacts and metrics."""
     store, _ = open_for_reading()
     e = store.get_experiment(experiment_id)
+    launch = _launch(e)
+    if file:
+        if e.spec_text is None:
+            from phalanx.errors import UsageError
+
+            raise UsageError(f"experiment {e.id} was not launched from a file (Task.init or an estimator)")
+        sys.stdout.write(e.spec_text if e.spec_text.endswith("\n") else e.spec_text + "\n")
+        return
     replicas = store.list_replicas(e.id)
     params = params_by_section(store.params(e.id))
     artifacts = store.artifacts(e.id)
@@ -214,6 +226,8 @@ def get(
     if output is Format.JSON:
         doc = experiment_json(e)
         doc.update(
+            launch=launch,
+            spec_text=e.spec_text,
             replicas=[replica_json(r) for r in replicas],
             params=params,
             artifacts=[artifact_json(a) for a in artifacts],
@@ -238,6 +252,15 @@ def get(
         )
     if e.tags:
         out.append(f"tags:      {', '.join(e.tags)}")
+    if launch["file"] or e.spec_text:
+        out.append(f"file:      {launch['file'] or '(text kept)'}  (phalanx get {e.id} --file prints it)")
+    if launch["params"]:
+        given = " ".join(f"{k}={_value(v)}" for k, v in launch["params"].items())
+        out.append(f"--param:   {given}")
+    if launch["commands"]:
+        out.append("")
+        out.append("commands:")
+        out.extend(f"  {name}: {command}" for name, command in launch["commands"].items())
     out.append("")
     out.append("replicas:")
     rows = [[r.name, _opt(r.rank), str(r.state), _opt(r.exit_code), r.reason or ""] for r in replicas]
@@ -264,6 +287,20 @@ def get(
     if not titles:
         out.append("  (none)")
     typer.echo("\n".join(out))
+
+
+def _launch(e: Experiment) -> dict[str, Any]:
+    """How it was launched (kept with the plan since #10; older experiments show the plan's command)."""
+    plan = dict(e.plan or {})
+    launch = dict(plan.get("launch") or {})
+    commands = launch.get("commands")
+    if not commands and plan.get("command"):
+        commands = {r.get("name", "?"): plan["command"] for r in plan.get("replicas", [])}
+    return {
+        "file": launch.get("file"),
+        "params": dict(launch.get("params") or {}),
+        "commands": commands or {},
+    }
 
 
 def _opt(value: int | None) -> str:

@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from phalanx.domain import BackendKind, Framework
+from phalanx.errors import Problem
 from phalanx.spec.errors import Collector, describe, did_you_mean, join
 from phalanx.spec.model import Build, ExperimentSpec, ReplicaTemplate
 from phalanx.spec.reserved import reserved_reason
@@ -58,12 +59,16 @@ BUILD_IGNORED = {
 RUN_KEYS = ("cmd", "max_restarts", "max_run_seconds")
 
 PLACEHOLDER = re.compile(r"\{\{(.*?)\}\}", re.S)
-_NAME = re.compile(r"^\s*([A-Za-z_][A-Za-z0-9_]*)\s*$")
+_NAME = re.compile(r"^\s*([A-Za-z_][A-Za-z0-9_]*)\s*(\|\s*raw\s*)?$")  # `| raw`: not shell-quoted
 _CONTINUATION = re.compile(r"\\[ \t]*$")
 
 
-def read_spec(c: Collector, root: YNode | None, overrides: Mapping[str, Any]) -> ExperimentSpec | None:
-    """The spec, or None when problems were found (they are in ``c``)."""
+def read_spec(
+    c: Collector, root: YNode | None, overrides: Mapping[str, Any], extra_params: bool = False
+) -> ExperimentSpec | None:
+    """The spec, or None when problems were found (they are in ``c``). An override that fills no
+    placeholder and names no declared param is refused unless ``extra_params`` (then it is only
+    recorded): a misspelt `--param lrr=0.1` used to be ignored without a word."""
     if root is None:
         c.add(
             Mark(1, 1), "", "the file is empty; an experiment file needs at least version, kind and run.cmd"
@@ -115,6 +120,8 @@ def read_spec(c: Collector, root: YNode | None, overrides: Mapping[str, Any]) ->
     known = {**(params or {}), **overrides}
     if command is not None:
         _check_placeholders(c, root, command, known)
+        if not extra_params and params is not None:
+            _check_overrides(c, command, params, overrides)
 
     if c.problems or version is None or command is None:
         return None
@@ -338,6 +345,33 @@ def _check_placeholders(
                     f"unknown placeholder {{{{ {n} }}}}: not in params{hint}{listed}; "
                     f"declare it under params: or pass --param {n}=VALUE",
                 )
+
+
+def _check_overrides(
+    c: Collector,
+    command: list[tuple[str, YScalar]],
+    declared: Mapping[str, Any],
+    overrides: Mapping[str, Any],
+) -> None:
+    used = {
+        m.group(1)
+        for text, _ in command
+        for p in PLACEHOLDER.finditer(text)
+        if (m := _NAME.match(p.group(1)))
+    }
+    for name in overrides:
+        if name in declared or name in used:
+            continue
+        choices = sorted(set(declared) | used)
+        hint = did_you_mean(name, choices)
+        listed = f" (it has: {', '.join(choices)})" if choices else ""
+        c.problems.append(
+            Problem(
+                f"the file neither declares a param {name!r} nor uses {{{{ {name} }}}} in run.cmd"
+                f"{listed}{hint}; fix the name, or pass --extra-params to record it anyway",
+                path=f"--param {name}",
+            )
+        )
 
 
 def _placeholder_mark(node: YScalar, placeholder: str, start: int) -> tuple[Mark, int]:

@@ -18,7 +18,7 @@ from phalanx.config import Settings
 from phalanx.domain import ExperimentStatus, Framework, Replica, ReplicaState
 from phalanx.plan import Plan
 from phalanx.spec.model import ExperimentSpec
-from phalanx.supervisor.preparing import Prepared, ingester_here, prepare
+from phalanx.supervisor.preparing import Prepared, ingester_here, launch_json, prepare
 
 if TYPE_CHECKING:
     from phalanx.store.base import Store
@@ -258,7 +258,7 @@ class Supervisor:
             tags=plan.tags,
             topology=plan.topology(),
             spec_text=plan.source_text,
-            plan=plan.to_json(),
+            plan={**plan.to_json(), "launch": launch_json(self.p)},
             status=ExperimentStatus.STARTING,
         )
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 
 from .conftest import PHALANX, Phalanx
@@ -34,3 +35,45 @@ def test_a_pipe_closed_early_stops_the_echo_not_the_experiment(phalanx: Phalanx)
     assert exp.status == "succeeded", exp.reason
     texts = [line.text for line in phalanx.store().logs(exp.id)]
     assert texts == [f"line {i}" for i in range(60)] + ["saved the model"]
+
+
+def test_param_values_reach_the_command_as_one_argument_and_get_shows_the_launch(phalanx: Phalanx) -> None:
+    """`it's` failed at run time after `check` passed, `a;echo X` ran a second command, and
+    `phalanx get` could not show the params, command or file an experiment was launched with."""
+    spec = phalanx.spec(
+        """
+        version: 1
+        kind: experiment
+        params: {note: plain}
+        run:
+          cmd: python show.py {{ note }} --tag={{ tag }}
+        """
+    )
+    (spec.parent / "show.py").write_text("import sys\nprint(repr(sys.argv[1:]))\n")
+    done = phalanx.run("run", "-f", str(spec), "--param", "note=it's", "--param", "tag=a;echo INJECTED")
+    assert done.returncode == 0, done.stderr
+    assert "[master] [\"it's\", '--tag=a;echo INJECTED']" in done.stdout
+    assert "[master] INJECTED" not in done.stdout
+    exp = phalanx.only_experiment()
+    shown = phalanx.run("get", exp.id, "-o", "json")
+    assert shown.returncode == 0, shown.stderr
+    doc = json.loads(shown.stdout)
+    assert doc["launch"]["params"] == {"note": "it's", "tag": "a;echo INJECTED"}
+    assert doc["launch"]["file"] == str(spec)
+    assert doc["launch"]["commands"]["master"].endswith("show.py 'it'\"'\"'s' --tag='a;echo INJECTED'")
+    assert doc["spec_text"] == spec.read_text()
+    text = phalanx.run("get", exp.id).stdout
+    assert "--param:   note=it's tag=a;echo INJECTED" in text and "  master: " in text
+    assert phalanx.run("get", exp.id, "--file").stdout == spec.read_text()
+
+
+def test_a_misspelt_param_is_refused_with_a_hint_unless_extras_are_asked_for(phalanx: Phalanx) -> None:
+    spec = phalanx.spec("version: 1\nkind: experiment\nparams: {lr: 0.1}\nrun:\n  cmd: echo {{ lr }}\n")
+    done = phalanx.run("run", "-f", str(spec), "--param", "lrr=0.5")
+    assert done.returncode == 2
+    assert "--param lrr:" in done.stderr and "did you mean 'lr'?" in done.stderr
+    assert "Traceback" not in done.stderr and not (phalanx.home / "runs").exists()
+    kept = phalanx.run("run", "-f", str(spec), "--param", "lrr=0.5", "--extra-params")
+    assert kept.returncode == 0, kept.stderr
+    exp = phalanx.only_experiment()
+    assert exp.plan["launch"]["params"] == {"lrr": 0.5} and exp.plan["params"]["lrr"] == 0.5
