@@ -263,9 +263,6 @@ def run(
 
     names = [r.name for r in prepared.plan.replicas]
     tty = sys.stdout.isatty() and output is Output.TEXT
-    sys.stderr.write(
-        f"phalanx: experiment {prepared.experiment_id} ({len(names)} replicas, {prepared.backend.name})\n"
-    )
     try:
         if tty:
             with RichObserver(names) as rich_observer:

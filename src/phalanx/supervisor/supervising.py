@@ -219,6 +219,10 @@ class Supervisor:
             self.p = ingester_here(self.p)
             self.submitted_at = time.time()  # the store is opened after the submit (see above)
             handle = None if self._stop_requested() else self._submit(self.p.dry_run)
+            # announced once the engine has taken it: a submit that fails names no experiment
+            self.observer.message(
+                f"experiment {self.id} ({len(self.replicas)} replicas, {self.p.backend.name})"
+            )
             try:
                 self.store = self._store_factory() if callable(self._store_factory) else self._store_factory
                 self._create()

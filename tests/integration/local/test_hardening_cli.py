@@ -77,3 +77,31 @@ def test_a_misspelt_param_is_refused_with_a_hint_unless_extras_are_asked_for(pha
     assert kept.returncode == 0, kept.stderr
     exp = phalanx.only_experiment()
     assert exp.plan["launch"]["params"] == {"lrr": 0.5} and exp.plan["params"]["lrr"] == 0.5
+
+
+def test_a_failed_cluster_submit_announces_no_experiment_and_leaves_no_folder(phalanx: Phalanx) -> None:
+    """The real sbatch refusing the job (here: a slurm.conf it cannot use) used to be preceded by
+    `phalanx: experiment ID` for an experiment that never existed, and left its run folder."""
+    import shutil
+
+    import pytest
+
+    if shutil.which("sbatch") is None:
+        pytest.skip("Slurm's sbatch is not installed")
+    shared = phalanx.tmp / "shared"
+    shared.mkdir()
+    conf = phalanx.tmp / "slurm.conf"
+    conf.write_text("# no ClusterName: sbatch refuses at once\n")
+    added = phalanx.run(
+        "cluster", "add", "bad", "--kind", "slurm", "--shared-dir", str(shared), "--slurm-conf", str(conf)
+    )
+    assert added.returncode == 0, added.stderr
+    spec = phalanx.spec("version: 1\nkind: experiment\nrun:\n  cmd: echo hi\n")
+    done = phalanx.run("run", "-f", str(spec), "--cluster", "bad")
+    assert done.returncode != 0
+    assert "ClusterName" in done.stderr and "Traceback" not in done.stderr
+    assert "phalanx: experiment" not in done.stderr + done.stdout
+    assert list(shared.iterdir()) == []
+    for folder in ("runs", "spool"):
+        assert not (phalanx.home / folder).exists() or list((phalanx.home / folder).iterdir()) == []
+    assert phalanx.store().list_experiments().items == []
