@@ -473,3 +473,35 @@ def delete(
         emit_json({"deleted": e.id})
     else:
         typer.echo(f"deleted {e.id}")
+
+
+@app.command("gc")
+def gc(
+    min_age: Annotated[
+        float,
+        typer.Option(
+            "--min-age",
+            metavar="SECONDS",
+            help="Leave orphaned folders younger than this (a run that is just starting has one).",
+        ),
+    ] = 600.0,
+    output: Annotated[Format, typer.Option("-o", "--output", help="table or json")] = Format.TABLE,
+) -> None:
+    """Remove what no experiment needs (run folders and spools of deleted or never-recorded
+    experiments, ingested spools of finished ones) and compact the store (VACUUM)."""
+    from phalanx.gc import collect
+
+    store, settings = open_for_reading()
+    done = collect(store, settings, min_age=min_age)
+    if output is Format.JSON:
+        emit_json(done.to_json())
+        return
+    lines = [
+        f"removed {len(done.run_folders)} run folder(s), {len(done.spool_folders)} spool folder(s) and "
+        f"{len(done.spool_files)} spool file(s): {_size(done.bytes_freed)} freed"
+    ]
+    if done.store_bytes_before is not None and done.store_bytes_after is not None:
+        lines.append(f"store compacted: {_size(done.store_bytes_before)} -> {_size(done.store_bytes_after)}")
+    else:
+        lines.append("store compacted (VACUUM)")
+    typer.echo("\n".join(lines))

@@ -5,6 +5,8 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import secrets
+import shutil
 import signal
 import threading
 import time
@@ -209,7 +211,10 @@ class Supervisor:
         # a stop file here already is a request made before we started (Run.cancel right after
         # submit): ids are never reused, so it is honoured, not cleared
         (self.run_dir / "supervisor.pid").write_text(f"{os.getpid()}\n")
-        self._spool = SpoolWriter(self.spool_dir, experiment_id=self.id, stream=f"console-{self.id}")
+        # a stream of its own per supervisor process: once ingested it is removed (_tidy), and a later
+        # supervisor of the same experiment (a resume) must not reopen a stream the store has seen
+        stream = f"console-{self.id}-{os.getpid()}-{secrets.token_hex(4)}"
+        self._spool = SpoolWriter(self.spool_dir, experiment_id=self.id, stream=stream)
         previous = self._install_signals()
         stop_ingest = threading.Event()
         ingest_thread: threading.Thread | None = None
@@ -245,6 +250,7 @@ class Supervisor:
                 ingest_thread.join(timeout=120)
             if created:
                 self._finish(outcome)
+                self._tidy(ingested=ingest_thread is not None and not ingest_thread.is_alive())
             with contextlib.suppress(FileNotFoundError):
                 (self.run_dir / "supervisor.pid").unlink()
         return outcome
@@ -441,6 +447,26 @@ class Supervisor:
         """A supervisor note in the console of every replica (restarts, servers stopped)."""
         for replica in self.replicas.values():
             self._line(replica, text)
+
+    def _tidy(self, ingested: bool) -> None:
+        """Keep one copy of the console, the store's: once every line this supervisor spooled is
+        ingested, its spool file goes (docs/tracking.md), and so do the local engine's log files,
+        which held the same lines again. Anything not yet ingested stays for the next ingester."""
+        if not ingested:
+            return
+        try:
+            path = self._spool.path
+            position = getattr(self.store, "ingest_position", None)
+            if position is None or position(self._spool.stream)[0] < path.stat().st_size:
+                return
+            path.unlink()
+            path.with_suffix(".ack").unlink(missing_ok=True)
+            if self.p.backend.name == "local":
+                shutil.rmtree(self.run_dir / "logs", ignore_errors=True)
+            with contextlib.suppress(OSError):
+                self.spool_dir.rmdir()  # only when nothing else (a script's stream) is left in it
+        except Exception:  # tidying must never change the outcome
+            log.warning("could not remove the ingested console spool of %s", self.id, exc_info=True)
 
     def _finish(self, outcome: Outcome) -> None:
         now = time.time()

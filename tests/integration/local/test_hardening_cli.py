@@ -105,3 +105,43 @@ def test_a_failed_cluster_submit_announces_no_experiment_and_leaves_no_folder(ph
     for folder in ("runs", "spool"):
         assert not (phalanx.home / folder).exists() or list((phalanx.home / folder).iterdir()) == []
     assert phalanx.store().list_experiments().items == []
+
+
+def test_console_output_is_kept_once_and_gc_removes_orphans_and_compacts_the_store(phalanx: Phalanx) -> None:
+    """6 MB printed used to leave a 19 MB console spool that was never removed (against
+    docs/tracking.md) next to the replica's log file, and nothing gave back what `phalanx delete`
+    freed."""
+    from phalanx.tracking.spool import SpoolWriter, host_tag
+
+    spec = phalanx.spec("version: 1\nkind: experiment\nrun:\n  cmd: python print.py\n")
+    (spec.parent / "print.py").write_text("for i in range(20000):\n    print('x' * 100, i)\n")
+    done = phalanx.run("run", "-f", str(spec))
+    assert done.returncode == 0, done.stderr
+    exp = phalanx.only_experiment()
+    assert len(phalanx.store().logs(exp.id, limit=100000)) == 20000
+    spool = phalanx.home / "spool" / exp.id
+    assert not spool.exists() or not list(spool.glob("*.spool")), list(spool.iterdir())
+    assert not (phalanx.home / "runs" / exp.id / "logs").exists()  # the store holds the one copy
+
+    # orphans: a run folder and a spool of experiments the store does not hold, written by a
+    # process that has exited
+    gone_pid = subprocess.Popen(["true"])
+    gone_pid.wait()
+    (phalanx.home / "runs" / "0rphan0000aa").mkdir(parents=True)
+    orphan_spool = phalanx.home / "spool" / "0rphan0000bb"
+    with SpoolWriter(
+        orphan_spool, experiment_id="0rphan0000bb", stream=f"{host_tag()}-{gone_pid.pid}-ab12cd34"
+    ) as w:
+        w.write("text", {"title": "t", "text": "left behind", "level": 20, "step": None})
+    deleted = phalanx.run("delete", "-y", exp.id)
+    assert deleted.returncode == 0, deleted.stderr
+    db = phalanx.home / "phalanx.db"
+    before = db.stat().st_size + (
+        db.with_name("phalanx.db-wal").stat().st_size if db.with_name("phalanx.db-wal").exists() else 0
+    )
+    collected = phalanx.run("gc", "--min-age", "0", "-o", "json")
+    assert collected.returncode == 0, collected.stderr
+    report = json.loads(collected.stdout)
+    assert report["run_folders"] == ["0rphan0000aa"] and "0rphan0000bb" in report["spool_folders"]
+    assert not (phalanx.home / "runs" / "0rphan0000aa").exists() and not orphan_spool.exists()
+    assert report["store_bytes_after"] < before / 2  # VACUUM gave back the deleted console
