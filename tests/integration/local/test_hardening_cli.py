@@ -65,6 +65,16 @@ def test_param_values_reach_the_command_as_one_argument_and_get_shows_the_launch
     text = phalanx.run("get", exp.id).stdout
     assert "--param:   note=it's tag=a;echo INJECTED" in text and "  master: " in text
     assert phalanx.run("get", exp.id, "--file").stdout == spec.read_text()
+    from fastapi.testclient import TestClient
+
+    from phalanx.config import Settings
+    from phalanx.server.app import create_app
+    from phalanx.server.settings import ServerSettings
+
+    server = ServerSettings(store=Settings(home=phalanx.home))
+    with TestClient(create_app(server, phalanx.store())) as client:
+        api = client.get(f"/api/v1/experiments/{exp.id}").json()
+    assert api["plan"]["launch"] == doc["launch"] and api["spec_text"] == doc["spec_text"]
 
 
 def test_a_misspelt_param_is_refused_with_a_hint_unless_extras_are_asked_for(phalanx: Phalanx) -> None:
