@@ -727,12 +727,18 @@ class Supervisor:
         if not ingested:
             return
         try:
-            path = self._spool.path
             position = getattr(self.store, "ingest_position", None)
-            if position is None or position(self._spool.stream)[0] < path.stat().st_size:
+            if position is None:
                 return
-            path.unlink()
-            path.with_suffix(".ack").unlink(missing_ok=True)
+            # the console and the system-metrics samples: each stream this supervisor wrote
+            writers = [self._spool, getattr(self._system, "writer", None)]
+            for writer in [w for w in writers if w is not None]:
+                path = writer.path
+                if path.exists() and position(writer.stream)[0] < path.stat().st_size:
+                    return  # not all ingested: the next ingester takes the rest
+            for writer in [w for w in writers if w is not None]:
+                writer.path.unlink(missing_ok=True)
+                writer.path.with_suffix(".ack").unlink(missing_ok=True)
             if self.p.backend.name == "local":
                 shutil.rmtree(self.run_dir / "logs", ignore_errors=True)
             with contextlib.suppress(OSError):
