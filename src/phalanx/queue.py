@@ -114,8 +114,16 @@ class Admission:
         if grant is not None:
             return grant
         try:
-            position = self.ledger.position(self.experiment_id)
-            on_queued(f"queued (position {position}): waiting for {self.need.describe()}")
+            holding, waiting, _ = self.ledger.snapshot()
+            position = next(
+                (i for i, e in enumerate(waiting, 1) if e.experiment_id == self.experiment_id), "?"
+            )
+            held = ", ".join(e.experiment_id + (f" ({e.name})" if e.name else "") for e in holding)
+            on_queued(
+                f"queued (position {position} of {len(waiting)}): waiting for {self.need.describe()}"
+                + (f"; running now: {held}" if held else "")
+                + "; `phalanx queue` shows the queue"
+            )
             seen = self.ledger.version()
             last = time.monotonic()
             while True:
