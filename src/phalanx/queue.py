@@ -36,7 +36,7 @@ if TYPE_CHECKING:
 # tries again as soon as the file changed (someone ended or joined), and at least every RETRY_SECONDS
 # (to reclaim the entries of killed processes).
 LOOK_SECONDS = 0.05
-RETRY_SECONDS = 1.0
+RETRY_SECONDS = 0.5
 ABANDONED = "its phalanx run ended while it was queued (killed?)"
 
 __all__ = [
@@ -222,7 +222,7 @@ def overview(settings: Settings, store: Store | None = None) -> dict[str, Any]:
         with contextlib.suppress(Exception):  # reading the queue must work even if the store fails
             reconcile(store, settings)
     holding, waiting, _ = ledger_for(settings).snapshot()
-    cap = capacity(need_gpus=any(e.need.gpus for e in holding + waiting))
+    cap = capacity(need_gpus=True)
     now = time.time()
     held_cpus = sum(len(e.cpus) for e in holding)
     held_mem = sum(e.need.memory_mib for e in holding)
