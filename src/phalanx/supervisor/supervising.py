@@ -346,7 +346,8 @@ class Supervisor:
             else:
                 self._create(ExperimentStatus.QUEUED)
             self._created = True
-            queue.mark_abandoned(self.store, admission.reclaimed or [])
+            with contextlib.suppress(Exception):  # others' leftovers must not stop this experiment
+                queue.mark_abandoned(self.store, admission.reclaimed or [])
             self.observer.message(text)
 
         try:
