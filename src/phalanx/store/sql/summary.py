@@ -16,7 +16,7 @@ batch costs one grouped statement per level and series (C speed, not a Python lo
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -119,6 +119,144 @@ def refresh(conn: Connection, spans: Mapping[int, tuple[int, int]]) -> None:
             plo, phi = lo // width(level), hi // width(level)
             up, last = ups[level]
             # the children (level - 1) of the parent buckets covering lo..hi
+            conn.execute(up, {"sid": sid, "lo": plo * BASE, "hi": phi * BASE + BASE - 1})
+            conn.execute(last, {"sid": sid, "blo": plo, "bhi": phi})
+
+
+# --- level 1, at ingest ----------------------------------------------------------------------------
+# Level 1 is aggregated here, in Python, from the points the batch brings (they are in memory
+# already), and merged into the stored buckets by an upsert whose SET combines old and new
+# (both databases apply it atomically per row, so concurrent writers of one bucket do not lose
+# each other's points; the store's (stream, seq) keys make sure no point is counted twice). The
+# levels above are then recomputed from level 1 in SQL, over the few buckets touched.
+
+SHIFT = 4  # 2**SHIFT == BASE: step >> SHIFT is floor(step / 16), negative steps included
+
+_MERGE = """
+    INSERT INTO scalar_summary (series_id, level, bucket, n, min_value, max_value, first_step,
+        last_step, min_time, max_time, first_value, last_value, last_time, min_step, max_step)
+    VALUES ({p}, 1, {p}, {p}, {p}, {p}, {p}, {p}, {p}, {p}, {p}, {p}, {p}, {p}, {p})
+    ON CONFLICT (series_id, level, bucket) DO UPDATE SET
+        n = scalar_summary.n + excluded.n,
+        min_step = CASE WHEN excluded.min_value IS NOT NULL AND (scalar_summary.min_value IS NULL
+            OR excluded.min_value < scalar_summary.min_value) THEN excluded.min_step
+            ELSE scalar_summary.min_step END,
+        min_value = CASE WHEN excluded.min_value IS NOT NULL AND (scalar_summary.min_value IS NULL
+            OR excluded.min_value < scalar_summary.min_value) THEN excluded.min_value
+            ELSE scalar_summary.min_value END,
+        max_step = CASE WHEN excluded.max_value IS NOT NULL AND (scalar_summary.max_value IS NULL
+            OR excluded.max_value > scalar_summary.max_value) THEN excluded.max_step
+            ELSE scalar_summary.max_step END,
+        max_value = CASE WHEN excluded.max_value IS NOT NULL AND (scalar_summary.max_value IS NULL
+            OR excluded.max_value > scalar_summary.max_value) THEN excluded.max_value
+            ELSE scalar_summary.max_value END,
+        first_value = CASE WHEN excluded.first_step < scalar_summary.first_step
+            THEN excluded.first_value ELSE scalar_summary.first_value END,
+        first_step = CASE WHEN excluded.first_step < scalar_summary.first_step
+            THEN excluded.first_step ELSE scalar_summary.first_step END,
+        last_value = CASE WHEN excluded.last_step >= scalar_summary.last_step
+            THEN excluded.last_value ELSE scalar_summary.last_value END,
+        last_time = CASE WHEN excluded.last_step >= scalar_summary.last_step
+            THEN excluded.last_time ELSE scalar_summary.last_time END,
+        last_step = CASE WHEN excluded.last_step >= scalar_summary.last_step
+            THEN excluded.last_step ELSE scalar_summary.last_step END,
+        min_time = CASE WHEN excluded.min_time < scalar_summary.min_time
+            THEN excluded.min_time ELSE scalar_summary.min_time END,
+        max_time = CASE WHEN excluded.max_time > scalar_summary.max_time
+            THEN excluded.max_time ELSE scalar_summary.max_time END
+"""
+
+
+def aggregate(
+    rows: Iterable[tuple[int, Sequence[int], Sequence[float], Sequence[float]]],
+) -> dict[tuple[int, int], list[Any]]:
+    """Level-1 buckets of points given as (series id, steps, values, times) columns.
+    A bucket: [n, min, max, first_step, last_step, min_time, max_time, first_value, last_value,
+    last_time, min_step, max_step]; NaN values count as points but never as min or max."""
+    out: dict[tuple[int, int], list[Any]] = {}
+    for sid, steps, values, times in rows:
+        for step, v, t in zip(steps, values, times, strict=True):
+            key = (sid, step >> SHIFT)
+            b = out.get(key)
+            real = v == v and v is not None  # NaN (and a NULL) is no min or max
+            if b is None:
+                out[key] = [
+                    1,
+                    v if real else None,
+                    v if real else None,
+                    step,
+                    step,
+                    t,
+                    t,
+                    v,
+                    v,
+                    t,
+                    step if real else None,
+                    step if real else None,
+                ]
+                continue
+            b[0] += 1
+            if real:
+                if b[1] is None or v < b[1]:
+                    b[1], b[10] = v, step
+                if b[2] is None or v > b[2]:
+                    b[2], b[11] = v, step
+            if step < b[3]:
+                b[3], b[7] = step, v
+            if step >= b[4]:
+                b[4], b[8], b[9] = step, v, t
+            if t < b[5]:
+                b[5] = t
+            if t > b[6]:
+                b[6] = t
+    return out
+
+
+def merge_level1(conn: Connection, buckets: Mapping[tuple[int, int], list[Any]]) -> None:
+    """Merge freshly aggregated level-1 buckets into the stored ones."""
+    if not buckets:
+        return
+    raw = conn.connection.driver_connection
+    assert raw is not None
+    postgres = conn.dialect.name == "postgresql"
+    sql = _MERGE.format(p="%s" if postgres else "?")
+
+    def nan_free(x: Any) -> Any:
+        return None if isinstance(x, float) and x != x else x  # NaN is NULL (SQLite does so anyway)
+
+    params = [
+        (
+            sid,
+            bucket,
+            b[0],
+            b[1],
+            b[2],
+            b[3],
+            b[4],
+            b[5],
+            b[6],
+            nan_free(b[7]),
+            nan_free(b[8]),
+            b[9],
+            b[10],
+            b[11],
+        )
+        for (sid, bucket), b in sorted(buckets.items())
+    ]
+    cur = raw.cursor()
+    try:
+        cur.executemany(sql, params)
+    finally:
+        cur.close()
+
+
+def refresh_upper(conn: Connection, spans: Mapping[int, tuple[int, int]]) -> None:
+    """Recompute levels 2.. over steps ``lo..hi`` of each series from level 1."""
+    ups = {level: tuple(text(q) for q in _level_up(level)) for level in LEVELS[1:]}
+    for sid, (lo, hi) in spans.items():
+        for level in LEVELS[1:]:
+            plo, phi = lo // width(level), hi // width(level)
+            up, last = ups[level]
             conn.execute(up, {"sid": sid, "lo": plo * BASE, "hi": phi * BASE + BASE - 1})
             conn.execute(last, {"sid": sid, "blo": plo, "bhi": phi})
 

@@ -6,8 +6,36 @@ export class ApiError extends Error {
   constructor(status, code, message) { super(message); this.status = status; this.code = code; }
 }
 
+// A server restart (or a network blip) must not replace the page with "Failed to fetch": reads are
+// retried with backoff (0.5 s doubling to 5 s) for as long as it takes, under a "Reconnecting…"
+// banner. Writes (stop, delete) are not retried: the user sees the error and decides.
+let banner = null;
+function reconnecting(on) {
+  if (on && !banner) {
+    banner = document.createElement("div");
+    banner.id = "reconnecting";
+    banner.className = "reconnecting";
+    banner.setAttribute("role", "status");
+    banner.textContent = "Reconnecting to the server…";
+    document.body.append(banner);
+  } else if (!on && banner) { banner.remove(); banner = null; }
+}
+
+const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+
+async function fetchRetrying(url, options) {
+  const read = !options.method || options.method === "GET";
+  for (let delay = 500; ; delay = Math.min(delay * 2, 5000)) {
+    let res = null;
+    try { res = await fetch(url, options); } catch (err) { if (!read) throw err; }
+    if (res && !(read && [502, 503, 504].includes(res.status))) { reconnecting(false); return res; }
+    reconnecting(true);
+    await sleep(delay);
+  }
+}
+
 async function request(path, options = {}) {
-  const res = await fetch(BASE + path, { credentials: "same-origin", ...options });
+  const res = await fetchRetrying(BASE + path, { credentials: "same-origin", ...options });
   if (res.status === 401) {
     location.href = `/login?next=${encodeURIComponent(location.pathname + location.search + location.hash)}`;
     throw new ApiError(401, "unauthorized", "sign in first");

@@ -1,0 +1,115 @@
+"""Live charts and server restarts in a real browser (issue #16): a running experiment's new points
+come in without losing the user's zoom, and a page lives through a 10 s server restart."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from phalanx.config import Settings
+from phalanx.domain import Event, EventKind, ExperimentStatus, Replica, Role
+from phalanx.ports import free_port
+from phalanx.store import open_store
+from tests.e2e.conftest import shot
+from tests.integration.server.serverproc import Server, start_server, stop_server
+
+pytestmark = pytest.mark.browser
+
+LOSS = "document.querySelector('.chart-card[data-title=\"loss\"]')"
+
+
+@pytest.fixture
+def home(tmp_path: Path) -> Path:
+    return tmp_path / "home"
+
+
+@pytest.fixture
+def store(home: Path) -> Iterator[Any]:
+    s = open_store(Settings(home=home))
+    yield s
+    s.close()
+
+
+@pytest.fixture
+def server(home: Path, store: Any) -> Iterator[Server]:
+    s = start_server(home)
+    yield s
+    stop_server(s.proc)
+
+
+def _running(store: Any) -> str:
+    e = store.create_experiment(
+        name="live", project="p", replicas=[Replica("", "master", Role.MASTER, 0, 0)], backend="local"
+    )
+    store.update_experiment(e.id, status=ExperimentStatus.RUNNING, started_at=time.time())
+    return str(e.id)
+
+
+def _points(store: Any, exp: str, start: int, n: int, seq: int) -> None:
+    pts = [
+        ["loss", s, i, 1.0 / (i + 1) + 0.1 * s, 1000.0 + i]
+        for s in ("a", "b")
+        for i in range(start, start + n)
+    ]
+    store.write_events([Event(exp, EventKind.SCALAR, {"points": pts}, stream="live", seq=seq)])
+
+
+def test_a_live_chart_keeps_the_users_zoom_and_hidden_series_across_refreshes(
+    page: Any, server: Server, store: Any
+) -> None:
+    exp = _running(store)
+    _points(store, exp, 0, 3000, 0)
+    page.add_init_script("localStorage.setItem('phalanx.refreshMs', '700')")
+    page.goto(f"{server.url}/experiments/{exp}#scalars")
+    chart = page.locator('.chart-card[data-title="loss"]')
+    chart.locator("canvas").wait_for()
+    chart.locator(".u-legend .u-series").nth(2).click()  # hide series "b"
+    over = chart.locator(".u-over").bounding_box()
+    y = over["y"] + over["height"] / 2
+    page.mouse.move(over["x"] + over["width"] * 0.20, y)
+    page.mouse.down()
+    page.mouse.move(over["x"] + over["width"] * 0.40, y, steps=5)
+    page.mouse.up()
+    page.locator('.chart-card[data-title="loss"][data-detail="true"]').wait_for()
+    zoom = chart.get_attribute("data-zoom")
+    for i in range(3):  # three refreshes, each bringing new points
+        _points(store, exp, 3000 + 500 * i, 500, i + 1)
+        page.wait_for_function(
+            f"n => Number({LOSS}.dataset.refreshes || 0) >= n",
+            arg=i + 1,
+        )
+    assert chart.get_attribute("data-zoom") == zoom
+    assert chart.get_attribute("data-detail") == "true"
+    assert "u-off" in (chart.locator(".u-legend .u-series").nth(2).get_attribute("class") or "")
+    # back to the whole series: the points that came in meanwhile are there
+    chart.locator(".u-over").dblclick()
+    page.wait_for_function("() => !document.querySelector('.chart-card[data-title=\"loss\"]').dataset.zoom")
+    page.wait_for_function(f"() => {LOSS}.querySelector('.note').textContent.includes('9,000 points')")
+    shot(page, "20-live-zoom-kept")
+
+
+def test_a_page_lives_through_a_10_second_server_restart(page: Any, home: Path, store: Any) -> None:
+    exp = _running(store)
+    _points(store, exp, 0, 100, 0)
+    port = free_port()
+    server = start_server(home, port=port)
+    try:
+        page.add_init_script("localStorage.setItem('phalanx.refreshMs', '500')")
+        page.goto(f"{server.url}/experiments/{exp}#scalars")
+        page.locator('.chart-card[data-title="loss"] canvas').wait_for()
+        stop_server(server.proc)
+        page.locator("#reconnecting").wait_for(timeout=15_000)
+        time.sleep(10)
+        assert page.locator('.chart-card[data-title="loss"] canvas').count() == 1  # nothing replaced
+        _points(store, exp, 100, 100, 1)
+        server = start_server(home, port=port)
+        page.locator("#reconnecting").wait_for(state="detached", timeout=30_000)
+        page.wait_for_function(f"() => {LOSS}.querySelector('.note').textContent.includes('400 points')")
+        page.click('a[data-tab="console"]')  # still a working page
+        page.locator("#console").wait_for()
+    finally:
+        stop_server(server.proc)
