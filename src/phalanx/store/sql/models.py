@@ -90,6 +90,8 @@ class ScalarSummaryRow(Base):
     """Per series, level and bucket of 16**level steps: what a chart needs (store.sql.summary)."""
 
     __tablename__ = "scalar_summary"
+    # SQLite: rows clustered by (series, level, bucket), so a chart's window is one sequential read
+    __table_args__ = {"sqlite_with_rowid": False}
 
     series_id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=False)
     level: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=False)

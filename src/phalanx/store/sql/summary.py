@@ -346,12 +346,12 @@ def read_view(
         return None
     count, first, last, _, _ = stats
     if x == "time" and (x_min is not None or x_max is not None):
-        steps = _time_to_steps(
+        found = _time_to_steps(
             conn, sid, -math.inf if x_min is None else x_min, math.inf if x_max is None else x_max
         )
-        if steps is None:
+        if found is None:
             return View([], [], [], count, count > 0)
-        lo, hi = steps
+        lo, hi = found
         tlo, thi = x_min, x_max
     else:
         lo = first if x_min is None else max(first, math.ceil(x_min))
@@ -373,34 +373,62 @@ def read_view(
         return _raw(conn, sid, lo, hi, tlo, thi, count, max_points)
     level = _level_for(hi - lo, max(max_points // 2, 2))
     w = width(level)
-    rows = conn.execute(
-        text(
-            "SELECT first_step, last_step, min_step, max_step, first_value, min_value, max_value, "
-            "last_value, min_time, max_time FROM scalar_summary WHERE series_id = :sid "
-            "AND level = :level AND bucket >= :blo AND bucket <= :bhi ORDER BY bucket"
-        ),
-        {"sid": sid, "level": level, "blo": lo // w, "bhi": hi // w},
-    ).all()
-    points: dict[int, tuple[float, float]] = {}  # step -> (value, time)
-    last_point: tuple[int, float, float] | None = None
+    rows = _fetch(
+        conn,
+        "SELECT first_step, last_step, min_step, max_step, first_value, min_value, max_value, "
+        "last_value, min_time, max_time FROM scalar_summary WHERE series_id = ? "
+        "AND level = ? AND bucket >= ? AND bucket <= ? ORDER BY bucket",
+        (sid, level, lo // w, hi // w),
+    )
+    steps: list[int] = []
+    values: list[float] = []
+    times: list[float] = []
+    nan = math.nan
+    opening = True
+    last_value: float | None = None
+    tl: float | None = None
+    ls = 0
     for fs, ls, mns, mxs, fv, mn, mx, lv, tmin, tmax in rows:
         if tlo is not None and tmax is not None and tmax < tlo:
             continue
         if thi is not None and tmin is not None and tmin > thi:
             continue
-        t0 = float(tmin if tmin is not None else 0.0)
-        t1 = float(tmax if tmax is not None else t0)
-        span = ls - fs
-        if last_point is None:  # the window's first bucket: its first point too
-            points[int(fs)] = (_nan(fv), t0)
-        for step, value in ((mns, mn), (mxs, mx)):
-            if step is not None:  # time interpolated inside the bucket (points arrive in order)
-                points[int(step)] = (_nan(value), t0 if span == 0 else t0 + (t1 - t0) * (step - fs) / span)
-        last_point = (int(ls), _nan(lv), t1)
-    if last_point is not None:
-        points[last_point[0]] = (last_point[1], last_point[2])  # the exact last point
-    ordered = sorted(points)
-    return View(ordered, [points[k][0] for k in ordered], [points[k][1] for k in ordered], count, True)
+        t0 = tmin if tmin is not None else 0.0
+        tl = tmax if tmax is not None else t0
+        last_value = lv
+        rate = 0.0 if ls == fs else (tl - t0) / (ls - fs)  # time interpolated inside the bucket
+        if opening:  # the window's first bucket: its first point too
+            opening = False
+            steps.append(fs)
+            values.append(nan if fv is None else fv)
+            times.append(t0)
+        if mns is not None and mxs is not None:
+            pair = ((mns, mn), (mxs, mx)) if mns <= mxs else ((mxs, mx), (mns, mn))
+            for step, value in pair:
+                if step > steps[-1]:
+                    steps.append(step)
+                    values.append(value)
+                    times.append(t0 + rate * (step - fs))
+    if not opening and ls > steps[-1]:  # the exact last point
+        steps.append(ls)
+        values.append(nan if last_value is None else last_value)
+        times.append(tl or 0.0)
+    return View(steps, values, times, count, True)
+
+
+def _fetch(conn: Connection, sql: str, params: tuple[Any, ...]) -> list[Any]:
+    """Rows through the driver's own cursor ('?' placeholders): a chart reads thousands of rows,
+    and SQLAlchemy's row objects would cost more than the query."""
+    raw = conn.connection.driver_connection
+    assert raw is not None
+    if conn.dialect.name == "postgresql":
+        sql = sql.replace("?", "%s")
+    cur = raw.cursor()
+    try:
+        cur.execute(sql, params)
+        return list(cur.fetchall())
+    finally:
+        cur.close()
 
 
 def _raw(
@@ -413,18 +441,19 @@ def _raw(
     count: int,
     max_points: int,
 ) -> View:
-    sql = "SELECT step, value, time FROM scalars WHERE series_id = :sid AND step >= :lo AND step <= :hi"
-    params: dict[str, Any] = {"sid": sid, "lo": lo, "hi": hi}
+    nan = math.nan
+    sql = "SELECT step, value, time FROM scalars WHERE series_id = ? AND step >= ? AND step <= ?"
+    params: list[Any] = [sid, lo, hi]
     if tlo is not None:
-        sql += " AND time >= :tlo"
-        params["tlo"] = tlo
+        sql += " AND time >= ?"
+        params.append(tlo)
     if thi is not None:
-        sql += " AND time <= :thi"
-        params["thi"] = thi
-    rows = conn.execute(text(sql + " ORDER BY step, id"), params).all()
-    steps = [int(r[0]) for r in rows]
-    values = [_nan(r[1]) for r in rows]
-    times = [float(r[2]) for r in rows]
+        sql += " AND time <= ?"
+        params.append(thi)
+    rows = _fetch(conn, sql + " ORDER BY step, id", tuple(params))
+    steps = [r[0] for r in rows]
+    values = [nan if r[1] is None else r[1] for r in rows]
+    times = [r[2] for r in rows]
     if len(rows) > max_points:
         from phalanx.downsample import downsample_indices
 

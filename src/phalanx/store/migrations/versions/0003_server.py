@@ -35,6 +35,7 @@ def upgrade() -> None:
         sa.Column("min_time", sa.Float(), nullable=True),
         sa.Column("max_time", sa.Float(), nullable=True),
         sa.PrimaryKeyConstraint("series_id", "level", "bucket"),
+        sqlite_with_rowid=False,  # a chart's window: one sequential read of the primary key
     )
     from phalanx.store.sql.summary import backfill
 
