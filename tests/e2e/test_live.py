@@ -51,8 +51,8 @@ def _running(store: Any) -> str:
 
 def _points(store: Any, exp: str, start: int, n: int, seq: int) -> None:
     pts = [
-        ["loss", s, i, 1.0 / (i + 1) + 0.1 * s, 1000.0 + i]
-        for s in ("a", "b")
+        ["loss", s, i, 1.0 / (i + 1) + 0.1 * k, 1000.0 + i]
+        for k, s in enumerate(("a", "b"))
         for i in range(start, start + n)
     ]
     store.write_events([Event(exp, EventKind.SCALAR, {"points": pts}, stream="live", seq=seq)])
@@ -67,7 +67,9 @@ def test_a_live_chart_keeps_the_users_zoom_and_hidden_series_across_refreshes(
     page.goto(f"{server.url}/experiments/{exp}#scalars")
     chart = page.locator('.chart-card[data-title="loss"]')
     chart.locator("canvas").wait_for()
-    chart.locator(".u-legend .u-series").nth(2).click()  # hide series "b"
+    hidden = chart.locator(".u-legend .u-series").nth(2)
+    hidden.locator("th").click()  # hide series "b"
+    assert "u-off" in (hidden.get_attribute("class") or "")
     over = chart.locator(".u-over").bounding_box()
     y = over["y"] + over["height"] / 2
     page.mouse.move(over["x"] + over["width"] * 0.20, y)
