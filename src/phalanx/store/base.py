@@ -208,6 +208,25 @@ class Store(Protocol):
         summary, never more raw points than ``max_points`` (charts of millions of points)."""
         ...
 
+    def experiment_columns(self, ids: Sequence[str], columns: Sequence[str]) -> dict[str, dict[str, Any]]:
+        """id -> column -> value for the run table: ``param:KEY`` and ``metric:AGG:TITLE`` columns
+        (AGG last/min/max, from the summary: never the points). Missing values are absent."""
+        ...
+
+    def column_names(self) -> dict[str, list[str]]:
+        """{"params": keys, "metrics": titles} that experiments reported (the column chooser)."""
+        ...
+
+    def annotate(
+        self, experiment_id: str, *, tags: Sequence[str] | None = None, notes: str | None = None
+    ) -> Experiment:
+        """Replace the tags and/or the notes the user keeps on an experiment (None: unchanged)."""
+        ...
+
+    def texts(self, experiment_id: str) -> list[dict[str, Any]]:
+        """report_text messages: title, text, step, replica, rank, time; oldest first."""
+        ...
+
     def params(self, experiment_id: str) -> list[ParamRecord]: ...
 
     def artifacts(self, experiment_id: str) -> list[ArtifactRecord]: ...

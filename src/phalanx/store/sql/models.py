@@ -39,6 +39,7 @@ class ExperimentRow(Base):
     started_at: Mapped[float | None] = mapped_column(Float)
     finished_at: Mapped[float | None] = mapped_column(Float)
     handle: Mapped[str | None] = mapped_column(String(255))
+    notes: Mapped[str | None] = mapped_column(Text)  # the user's notes (UI, `phalanx note`)
 
 
 class ReplicaRow(Base):
@@ -91,7 +92,7 @@ class ScalarSummaryRow(Base):
 
     __tablename__ = "scalar_summary"
     # SQLite: rows clustered by (series, level, bucket), so a chart's window is one sequential read
-    __table_args__ = {"sqlite_with_rowid": False}
+    __table_args__ = {"sqlite_with_rowid": False}  # noqa: RUF012 (SQLAlchemy reads it)
 
     series_id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=False)
     level: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=False)
