@@ -219,6 +219,8 @@ def get(
             artifacts=[artifact_json(a) for a in artifacts],
             metrics=titles,
             models=[{"name": m.name, "format": m.format, "path": m.path, "size": m.size} for m in models],
+            notes=e.notes,
+            reports=store.texts(e.id),
         )
         emit_json(doc)
         return
@@ -238,6 +240,8 @@ def get(
         )
     if e.tags:
         out.append(f"tags:      {', '.join(e.tags)}")
+    if e.notes:
+        out.append("notes:     " + e.notes.replace("\n", "\n           "))
     out.append("")
     out.append("replicas:")
     rows = [[r.name, _opt(r.rank), str(r.state), _opt(r.exit_code), r.reason or ""] for r in replicas]
@@ -263,6 +267,13 @@ def get(
     out.extend(f"  {t}: {', '.join(series)}" for t, series in titles.items())
     if not titles:
         out.append("  (none)")
+    texts = store.texts(e.id)
+    if texts:
+        out.append("")
+        out.append(f"reports ({len(texts)}; `phalanx reports {e.id}` shows them all):")
+        for t in texts[-3:]:
+            first = t["text"].splitlines()[0] if t["text"] else ""
+            out.append(f"  {t['title'] or 'text'}: {first[:100]}")
     typer.echo("\n".join(out))
 
 
