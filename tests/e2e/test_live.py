@@ -115,3 +115,37 @@ def test_a_page_lives_through_a_10_second_server_restart(page: Any, home: Path, 
         page.locator("#console").wait_for()
     finally:
         stop_server(server.proc)
+
+
+def test_the_run_table_sorts_by_a_metric_column_and_notes_are_editable(
+    page: Any, server: Server, store: Any
+) -> None:
+    ids = []
+    for i, best in enumerate([0.7, 0.9, 0.8]):
+        e = store.create_experiment(name=f"run{i}", project="p")
+        pts = [["val/acc", "master", s, best * (s + 1) / 3, 1000.0 + s] for s in range(3)]
+        store.write_events(
+            [
+                Event(e.id, EventKind.SCALAR, {"points": pts}, stream=f"t{i}", seq=0),
+                Event(
+                    e.id, EventKind.TEXT, {"title": "summary", "text": f"best {best}"}, stream=f"t{i}", seq=1
+                ),
+            ]
+        )
+        ids.append(e.id)
+    page.goto(f"{server.url}/?col=metric:max:val/acc")
+    header = page.locator('th[data-column="metric:max:val/acc"]')
+    header.click()  # descending: best first, across every page
+    page.wait_for_function(
+        "() => document.querySelector('#experiments tbody tr[data-id]')?.textContent.includes('run1')"
+    )
+    cells = page.locator('#experiments tbody td[data-column="metric:max:val/acc"]').all_inner_texts()
+    assert [round(float(c), 6) for c in cells] == [0.9, 0.8, 0.7]
+    page.goto(f"{server.url}/experiments/{ids[1]}")
+    page.locator("#reports .report", has_text="best 0.9").wait_for()
+    page.fill("#edit-tags", "best, baseline")
+    page.fill("#edit-notes", "the one to beat")
+    page.click("#save-notes")
+    page.locator("#notes-state", has_text="Saved").wait_for()
+    got = store.get_experiment(ids[1])
+    assert got.tags == ("best", "baseline") and got.notes == "the one to beat"

@@ -50,10 +50,20 @@ async function request(path, options = {}) {
 }
 
 const enc = encodeURIComponent;
+// {k: v, k2: [a, b]} -> "k=v&k2=a&k2=b" (a list is a repeated parameter)
+function query(params) {
+  const q = new URLSearchParams();
+  for (const [k, v] of Object.entries(params)) for (const x of Array.isArray(v) ? v : [v]) q.append(k, x);
+  return q;
+}
 const encPath = (p) => p.split("/").map(enc).join("/");
 
 export const api = {
-  experiments: (params) => request(`/experiments?${new URLSearchParams(params)}`),
+  experiments: (params) => request(`/experiments?${query(params)}`),
+  annotate: (id, body) => request(`/experiments/${enc(id)}`, {
+    method: "PATCH", headers: { "Content-Type": "application/json" }, body: JSON.stringify(body) }),
+  texts: (id) => request(`/experiments/${enc(id)}/texts`),
+  columns: () => request("/columns"),
   experiment: (id) => request(`/experiments/${enc(id)}`),
   stop: (id) => request(`/experiments/${enc(id)}/stop`, { method: "POST" }),
   remove: (id) => request(`/experiments/${enc(id)}`, { method: "DELETE" }),
