@@ -4,6 +4,7 @@ come in without losing the user's zoom, and a page lives through a 10 s server r
 from __future__ import annotations
 
 import time
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -149,3 +150,32 @@ def test_the_run_table_sorts_by_a_metric_column_and_notes_are_editable(
     page.locator("#notes-state", has_text="Saved").wait_for()
     got = store.get_experiment(ids[1])
     assert got.tags == ("best", "baseline") and got.notes == "the one to beat"
+
+
+def test_the_console_collapses_progress_bars_renders_colours_marks_stderr_and_says_what_it_drops(
+    page: Any, server: Server, store: Any
+) -> None:
+    e = store.create_experiment(name="noisy", project="p")
+    bar = "".join(f"\r{p:3d}%|{'#' * (p // 10):<10}|" for p in range(0, 101, 5))
+    lines = [f"line {i}" for i in range(12_000)] + [bar, "\x1b[31mred alert\x1b[0m plain"]
+    store.write_events(
+        [
+            Event(e.id, EventKind.LOG, {"stream": "stdout", "lines": lines}, stream="c", seq=0),
+            Event(e.id, EventKind.LOG, {"stream": "stderr", "lines": ["Traceback: boom"]}, stream="c", seq=1),
+        ]
+    )
+    page.add_init_script("localStorage.setItem('phalanx.consoleLines', '10000')")
+    page.goto(f"{server.url}/experiments/{e.id}#console")
+    page.locator("#console .line", has_text="Traceback: boom").wait_for()
+    bar_line = page.locator("#console .line", has_text="100%")
+    assert bar_line.locator(".text").inner_text() == "100%|##########|"
+    red = page.locator("#console .line", has_text="red alert").locator(".fg-red")
+    assert red.inner_text() == "red alert"
+    err = page.locator('#console .line[data-stream="stderr"]')
+    assert err.locator(".err-mark").count() == 1
+    note = page.locator("#console-dropped")
+    note.wait_for()
+    assert "2,003 earlier lines are not shown" in note.inner_text()
+    assert page.locator("#console-cap").input_value() == "10000"
+    with urllib.request.urlopen(f"{server.url}/api/v1/experiments/{e.id}/logs.txt", timeout=30) as r:
+        assert r.read().decode().count("\n") == 12_003  # nothing lost: the whole log

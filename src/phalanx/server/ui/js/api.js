@@ -76,5 +76,6 @@ export const api = {
   logs: (id, params) => request(`/experiments/${enc(id)}/logs?${new URLSearchParams(params)}`),
   artifactUrl: (id, name, inline = false) => `${BASE}/experiments/${enc(id)}/artifacts/${encPath(name)}${inline ? "?inline=true" : ""}`,
   modelUrl: (id, name) => `${BASE}/experiments/${enc(id)}/models/${encPath(name)}`,
+  logsTextUrl: (id, params) => `${BASE}/experiments/${enc(id)}/logs.txt?${new URLSearchParams(params)}`,
   logStreamUrl: (id, params) => `${BASE}/experiments/${enc(id)}/logs/stream?${new URLSearchParams(params)}`,
 };
