@@ -67,7 +67,8 @@ def download_logs(experiment_id: str, store: StoreDep, replica: ReplicaQuery = N
             ).encode()
             offset = (batch[-1].offset + 1) if replica else offset + len(batch)
 
-    name = f"{e.id}{'-' + replica if replica else ''}.log"
+    safe = "".join(c for c in (replica or "") if c.isascii() and (c.isalnum() or c in "-_"))
+    name = f"{e.id}{'-' + safe if safe else ''}.log"  # a header is latin-1: nothing else in it
     return StreamingResponse(
         lines(),
         media_type="text/plain; charset=utf-8",
