@@ -35,3 +35,31 @@ def test_replicas_report_with_a_token_that_writes_only_their_experiment(tmp_path
         store.close()
     finally:
         stop_server(server.proc)
+
+
+def test_sigterm_does_not_wait_for_open_consoles(tmp_path: Path) -> None:
+    """A browser following a running experiment's console holds a stream open for ever; stopping
+    the server must not wait for it (issue #16: it waited)."""
+    import signal
+    import time
+    import urllib.request
+
+    from phalanx.domain import ExperimentStatus
+
+    home = tmp_path / "home"
+    home.mkdir()
+    store = open_store(Settings(home=home))
+    e = store.create_experiment(name="live", project="p")
+    store.update_experiment(e.id, status=ExperimentStatus.RUNNING, started_at=time.time())
+    store.close()
+    server = start_server(home)
+    try:
+        stream = urllib.request.urlopen(f"{server.url}/api/v1/experiments/{e.id}/logs/stream", timeout=30)
+        assert stream.status == 200
+        started = time.monotonic()
+        server.proc.send_signal(signal.SIGTERM)
+        server.proc.wait(timeout=30)
+        assert time.monotonic() - started < 10
+        stream.close()
+    finally:
+        stop_server(server.proc)
