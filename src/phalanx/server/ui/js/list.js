@@ -152,8 +152,10 @@ export function renderList(root, ctx) {
     );
   }
 
+  let loads = 0; // an answer to an older request (another sort, filter, page) must not overwrite a newer one
   async function load() {
     clearTimeout(timer);
+    const ticket = ++loads;
     const query = { offset: state.offset, limit: PAGE, sort: SERVER_SORTS.has(sortKey()) ? state.sort : "-created_at" };
     if (isExtra(sortKey())) query.order = state.sort;
     if (state.cols.length) query.column = state.cols;
@@ -167,6 +169,7 @@ export function renderList(root, ctx) {
     history.replaceState(null, "", shown.toString() ? `/?${shown}` : "/");
     try {
       const page = await api.experiments(query);
+      if (ticket !== loads) return;
       items = page.items;
       counter.textContent = `${page.total} experiment${page.total === 1 ? "" : "s"}`;
       drawHead(); drawBody(); drawPager(page.total); updateCompare();
@@ -174,6 +177,7 @@ export function renderList(root, ctx) {
       const live = items.some((e) => ["running", "starting", "created"].includes(e.status));
       if (ctx.alive()) timer = setTimeout(refresh, live ? 3000 : 10000);
     } catch (err) {
+      if (ticket !== loads) return;
       add(clear(tbody), h("tr", {}, h("td", { colspan: COLUMNS.length, class: "empty" }, `Could not load: ${err.message}`)));
       if (ctx.alive()) timer = setTimeout(refresh, 10000);
     }
