@@ -112,6 +112,7 @@ class Experiment:
     started_at: float | None = None
     finished_at: float | None = None
     handle: str | None = None  # the backend's own id (pid, Slurm job id, pod label)
+    notes: str | None = None  # free text the user wrote about it (UI, `phalanx note`)
 
     def to_json(self) -> dict[str, Any]:
         """The experiment as `phalanx get -o json` and the Python Run handle show it."""

@@ -331,6 +331,8 @@ def get(
             artifacts=[artifact_json(a) for a in artifacts],
             metrics=titles,
             models=[{"name": m.name, "format": m.format, "path": m.path, "size": m.size} for m in models],
+            notes=e.notes,
+            reports=store.texts(e.id),
         )
         doc.update(run_details(store, e.id))
         emit_json(doc)
@@ -362,6 +364,8 @@ def get(
         out.extend(f"  {name}: {command}" for name, command in launch["commands"].items())
     if str(e.status) == "queued":
         out.append(f"queue:     {_queue_place(e.id)}")
+    if e.notes:
+        out.append("notes:     " + e.notes.replace("\n", "\n           "))
     out.append("")
     out.append("replicas:")
     rows = [[r.name, _opt(r.rank), str(r.state), _opt(r.exit_code), r.reason or ""] for r in replicas]
@@ -387,6 +391,13 @@ def get(
     out.extend(f"  {t}: {', '.join(series)}" for t, series in titles.items())
     if not titles:
         out.append("  (none)")
+    texts = store.texts(e.id)
+    if texts:
+        out.append("")
+        out.append(f"reports ({len(texts)}; `phalanx reports {e.id}` shows them all):")
+        for t in texts[-3:]:
+            first = t["text"].splitlines()[0] if t["text"] else ""
+            out.append(f"  {t['title'] or 'text'}: {first[:100]}")
     out.extend(run_details_text(run_details(store, e.id)))
     typer.echo("\n".join(out))
 
