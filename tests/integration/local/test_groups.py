@@ -96,6 +96,9 @@ def test_random_search_runs_six_two_replica_trials_two_at_a_time(phalanx: Phalan
     listed = phalanx.run("ls", "--group", doc["id"][:6], "-o", "json")
     assert listed.returncode == 0, listed.stderr
     assert {e["id"] for e in json.loads(listed.stdout)} == {e.id for e in experiments}
+    assert {e["group_id"] for e in json.loads(listed.stdout)} == {doc["id"]}
+    table = phalanx.run("ls").stdout  # the experiment list says which group each trial belongs to
+    assert table.splitlines()[0].split()[-1] == "GROUP" and doc["id"] in table
     table = phalanx.run("group", "get", doc["id"])
     assert f"{best['number']}*" in table.stdout and "best (*)" in table.stdout
 

@@ -548,6 +548,7 @@ def _experiment(m: Any) -> Experiment:
         started_at=m["started_at"],
         finished_at=m["finished_at"],
         handle=m["handle"],
+        group_id=m.get("group_id"),
     )
 
 
