@@ -1,18 +1,20 @@
 """The Backend protocol every engine follows (local processes, Slurm, Kubernetes, Kubeflow).
 
-``dry_run`` is pure: its ``native`` is exactly what ``submit`` would send, in the engine's own terms
-(argv and env per process, an sbatch script, Kubernetes objects), and ``render()`` prints it the way
-that engine's users read it. ``describe`` returns None once the engine has forgotten the job;
-``cancel`` is idempotent. Engine SDKs are imported inside the engine modules only.
+``dry_run`` is pure and typed: each engine returns its own ``DryRun`` subclass (process units, an
+sbatch script, Kubernetes objects) whose ``native`` is exactly what ``submit`` would send, in the
+engine's own terms, and whose ``render()`` prints it the way that engine's users read it.
+``describe`` returns None once the engine has forgotten the job; ``cancel`` is idempotent. Each
+method's contract is on ``Backend``. Engine SDKs are imported inside the engine modules only.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, ClassVar, Protocol, TypeVar
 
 from phalanx.domain import ExperimentStatus, ReplicaState
+from phalanx.errors import UsageError
 from phalanx.plan import Plan
 
 
@@ -26,22 +28,46 @@ class LaunchContext:
     tracking_env: Mapping[str, str] = field(default_factory=dict)  # PHALANX_HOST/TOKEN/HOME/SPOOL...
     log_dir: str | None = None  # where per-replica log files go, when the backend writes them
     oversubscribe: bool = False
+    # the exact cores and GPUs this machine's ledger granted the experiment (local engine); None:
+    # not admitted through the ledger (dry run, --oversubscribe), so the whole machine is the pool
+    cpu_pool: tuple[int, ...] | None = None
+    gpu_pool: tuple[str, ...] | None = None
 
 
 @dataclass(frozen=True)
 class DryRun:
-    backend: str  # "local", "slurm", "kubernetes", "kubeflow"
+    """What an engine would create for a plan, as a typed value: each engine subclasses it with its
+    own request (``LocalDryRun``: process units; ``SlurmDryRun``: an sbatch script; ``KubeDryRun``:
+    Kubernetes objects), as TorchX types its ``AppDryRunInfo``. ``native`` is the request in the
+    engine's own JSON-able terms (exactly what ``submit`` sends) and ``render()`` prints it the way
+    that engine's users read it (``format`` names how)."""
+
+    backend: str  # "local", "slurm", "kubernetes", "kubeflow", "trainer"
     plan: Plan
     context: LaunchContext
-    native: Any  # exactly what submit() sends
-    format: str = "text"  # "text", "sbatch", "yaml"
+    format: ClassVar[str] = "text"  # "json", "sbatch", "yaml"
+
+    @property
+    def native(self) -> Any:
+        """The request in the engine's own terms: JSON-able values, a script text..."""
+        raise NotImplementedError
 
     def render(self) -> str:
-        if isinstance(self.native, str):
-            return self.native
+        """The request as the engine's users read it (``format``)."""
         import json
 
-        return json.dumps(self.native, indent=2, default=str)
+        native = self.native
+        return native if isinstance(native, str) else json.dumps(native, indent=2, default=str)
+
+
+D = TypeVar("D", bound=DryRun)
+
+
+def expect_dry_run(dry_run: DryRun, kind: type[D], backend: str) -> D:
+    """``dry_run`` as the engine's own type; UsageError when it came from another engine."""
+    if not isinstance(dry_run, kind):
+        raise UsageError(f"the {backend} engine cannot submit a dry run made by {dry_run.backend!r}")
+    return dry_run
 
 
 @dataclass(frozen=True)
@@ -63,18 +89,50 @@ class JobStatus:
 
 
 class Backend(Protocol):
+    """An engine that runs a Plan: local processes, Slurm, Kubernetes, Kubeflow. The supervisor
+    drives it: ``dry_run`` then ``submit``, then ``describe`` on every turn of its loop until the
+    job is done, ``logs`` per replica, and ``cancel`` to stop. A handle is a string the engine
+    chooses; it is stored with the experiment, so a later process (``phalanx stop``, ``phalanx logs``)
+    can call ``describe``, ``logs`` and ``cancel`` with a new instance. Errors: ``SpecError`` for
+    what the engine cannot express, ``BackendUnavailable`` when the engine cannot be reached (or is
+    not installed), ``MissingExtra`` when its pip extra is missing. An engine whose own controller
+    restarts failed replicas (the Kubeflow operators) sets ``restarts_itself = True`` on its class;
+    the supervisor then does not restart on top of it."""
+
     name: str
 
     def dry_run(self, plan: Plan, context: LaunchContext) -> DryRun:
-        """What would be created; raises SpecError for what this engine cannot express."""
+        """What ``submit`` would create, without touching the engine (pure, apart from choosing
+        free ports for the local engine). Returns the engine's own ``DryRun`` subclass. Raises
+        SpecError for what this engine cannot express (the message names the field and the fix)."""
         ...
 
     def submit(self, dry_run: DryRun) -> str:
-        """Start it; returns the engine's handle (job id, label selector...)."""
+        """Create exactly what ``dry_run`` describes and return the engine's handle (an attempt id,
+        a Slurm job id and run folder, a namespace and name). On failure nothing is left running.
+        Raises BackendUnavailable when the engine refuses or cannot be reached, UsageError for a
+        dry run made by another engine."""
         ...
 
-    def describe(self, handle: str) -> JobStatus | None: ...
+    def describe(self, handle: str) -> JobStatus | None:
+        """The job's status and one ``ReplicaStatus`` per replica of the plan, read from the engine
+        now. Its ``reason`` names the first replica that failed (by ``finished_at``). None once the
+        engine has forgotten the job (deleted, or aged out of Slurm with no state left behind).
+        Raises BackendUnavailable when the engine cannot be asked (a transient failure: callers
+        retry)."""
+        ...
 
-    def logs(self, handle: str, replica: str, follow: bool = False) -> Iterator[str]: ...
+    def logs(self, handle: str, replica: str, follow: bool = False) -> Iterator[str]:
+        """The console lines (without newlines) of one replica of this attempt, from its start.
+        Without ``follow``: what there is now. With ``follow``: waits for more until the replica
+        (or the job) has ended, then yields the last partial line too and returns. Yields nothing
+        for a replica with no console of its own (a rank inside an mpirun launcher) or an unknown
+        name."""
+        ...
 
-    def cancel(self, handle: str) -> None: ...
+    def cancel(self, handle: str) -> None:
+        """Stop everything the job runs (a grace period, then kill) and free what the engine holds
+        for it. Idempotent: cancelling a finished, cancelled or forgotten job does nothing. Replicas
+        killed by it end STOPPED, not FAILED. Raises BackendUnavailable when the engine cannot be
+        reached."""
+        ...

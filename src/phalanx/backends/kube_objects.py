@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 from phalanx.backends.base import DryRun
 from phalanx.errors import Problem, SpecError
@@ -146,10 +146,18 @@ def to_yaml(objects: Sequence[Mapping[str, Any]]) -> str:
 
 @dataclass(frozen=True)
 class KubeDryRun(DryRun):
-    """A dry run whose native is a list of Kubernetes objects; renders as `kubectl apply -f` YAML."""
+    """The Kubernetes engines' request: the objects to create, owner first (a ConfigMap, a Kubeflow
+    job, a TrainJob); ``native`` is them as a list, rendered as `kubectl apply -f` YAML."""
+
+    objects: tuple[Mapping[str, Any], ...]
+    format: ClassVar[str] = "yaml"
+
+    @property
+    def native(self) -> list[Mapping[str, Any]]:
+        return list(self.objects)
 
     def render(self) -> str:
-        return to_yaml(self.native)
+        return to_yaml(self.objects)
 
 
 class LogReaders:

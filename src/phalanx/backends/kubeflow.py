@@ -26,7 +26,7 @@ from typing import Any
 
 from phalanx import frameworks
 from phalanx.backends import kube_code
-from phalanx.backends.base import DryRun, JobStatus, LaunchContext, ReplicaStatus
+from phalanx.backends.base import DryRun, JobStatus, LaunchContext, ReplicaStatus, expect_dry_run
 from phalanx.backends.kube_api import KubeError, selector
 from phalanx.backends.kube_objects import (
     PORT,
@@ -378,10 +378,10 @@ class KubeflowBackend(KubeEngine):
             env_volume=self.cluster.env_volume,
             workdir=context.workdir,
         )
-        return KubeDryRun(backend=self.name, plan=plan, context=context, native=[job], format="yaml")
+        return KubeDryRun(backend=self.name, plan=plan, context=context, objects=(job,))
 
     def submit(self, dry_run: DryRun) -> str:
-        job = copy.deepcopy(dry_run.native[0])
+        job = copy.deepcopy(dict(expect_dry_run(dry_run, KubeDryRun, self.name).objects[0]))
         ns = job["metadata"]["namespace"]
         if self.api.get(ns, job["kind"], job["metadata"]["name"]) is not None:
             # a job of the same experiment is still there (a resubmit): it goes first

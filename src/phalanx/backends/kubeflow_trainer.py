@@ -23,7 +23,7 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 from phalanx.backends import kube_code
-from phalanx.backends.base import DryRun, JobStatus, LaunchContext, ReplicaStatus
+from phalanx.backends.base import DryRun, JobStatus, LaunchContext, ReplicaStatus, expect_dry_run
 from phalanx.backends.kube_api import KubeError, selector
 from phalanx.backends.kube_objects import KubeDryRun, env_list, image, labels, prefix, resources
 from phalanx.backends.kubeflow import _strict
@@ -184,10 +184,10 @@ class TrainerBackend(KubeEngine):
             env_volume=self.cluster.env_volume,
             workdir=context.workdir,
         )
-        return KubeDryRun(backend=self.name, plan=plan, context=context, native=[job], format="yaml")
+        return KubeDryRun(backend=self.name, plan=plan, context=context, objects=(job,))
 
     def submit(self, dry_run: DryRun) -> str:
-        job = copy.deepcopy(dry_run.native[0])
+        job = copy.deepcopy(dict(expect_dry_run(dry_run, KubeDryRun, self.name).objects[0]))
         ns, name = job["metadata"]["namespace"], job["metadata"]["name"]
         if self.api.get(ns, KIND, name) is not None:
             self.api.delete(ns, KIND, name)  # a resubmit: the last attempt's job goes first

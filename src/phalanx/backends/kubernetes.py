@@ -25,7 +25,7 @@ from typing import Any
 
 from phalanx import frameworks
 from phalanx.backends import kube_code
-from phalanx.backends.base import DryRun, JobStatus, LaunchContext, ReplicaStatus
+from phalanx.backends.base import DryRun, JobStatus, LaunchContext, ReplicaStatus, expect_dry_run
 from phalanx.backends.kube_api import KubeAPI, KubeError, selector
 from phalanx.backends.kube_objects import (
     LABEL_REPLICA,
@@ -321,10 +321,10 @@ class KubernetesBackend(KubeEngine):
             env_volume=self.cluster.env_volume,
             workdir=context.workdir,
         )
-        return KubeDryRun(backend=self.name, plan=plan, context=context, native=objects, format="yaml")
+        return KubeDryRun(backend=self.name, plan=plan, context=context, objects=tuple(objects))
 
     def submit(self, dry_run: DryRun) -> str:
-        objects = copy.deepcopy(list(dry_run.native))
+        objects = copy.deepcopy([dict(o) for o in expect_dry_run(dry_run, KubeDryRun, self.name).objects])
         owner, rest = objects[0], objects[1:]
         ns = owner["metadata"]["namespace"]
         self._clear_previous_attempt(ns, dry_run.context.experiment_id)

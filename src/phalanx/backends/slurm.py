@@ -22,7 +22,8 @@ from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 
-from phalanx.backends.base import DryRun, JobStatus, LaunchContext, ReplicaStatus
+from phalanx.backends.base import DryRun, JobStatus, LaunchContext, ReplicaStatus, expect_dry_run
+from phalanx.backends.dry_runs import SlurmDryRun
 from phalanx.backends.slurm_script import layout, render
 from phalanx.clusters import Cluster
 from phalanx.config import Settings
@@ -125,7 +126,7 @@ class SlurmBackend:
             env,
             partition=self.cluster.partition,
         )
-        return DryRun(backend=self.name, plan=plan, context=context, native=script, format="sbatch")
+        return SlurmDryRun(backend=self.name, plan=plan, context=context, script=script)
 
     # -- submit ---------------------------------------------------------------------------------
     def submit(self, dry_run: DryRun) -> str:
@@ -134,7 +135,7 @@ class SlurmBackend:
         (run_dir / "logs").mkdir(parents=True, exist_ok=True)
         (run_dir / "state").mkdir(parents=True, exist_ok=True)
         script = run_dir / "job.sbatch"
-        script.write_text(dry_run.native)
+        script.write_text(expect_dry_run(dry_run, SlurmDryRun, self.name).script)
         keys = [t.key for c in layout(dry_run.plan) for t in c.tasks]
         (run_dir / "tasks").write_text("\n".join(keys) + "\n")
         out = self._cmd(["sbatch", "--parsable", str(script)]).stdout.strip()

@@ -150,9 +150,10 @@ def run(
 
     require("optuna", "search", "phalanx group run")
     from phalanx.groups import controller
+    from phalanx.groups.records import sql_store
     from phalanx.store import open_store
 
-    store = open_store(settings)
+    store = sql_store(open_store(settings))
     record = controller.create(
         store,
         group,
@@ -207,10 +208,11 @@ def resume(
     from phalanx.config import Settings
     from phalanx.errors import UsageError
     from phalanx.groups import controller, records
+    from phalanx.groups.records import sql_store
     from phalanx.store import open_store
 
     settings = Settings()
-    store = open_store(settings)
+    store = sql_store(open_store(settings))
     g = records.get_group(store, group_id)
     if g.done:
         typer.echo(f"group {g.id} already {g.status}")
@@ -235,10 +237,11 @@ def stop(
     """Stop a group: no new trial starts and every running trial is stopped."""
     from phalanx.config import Settings
     from phalanx.groups import controller, records
+    from phalanx.groups.records import sql_store
     from phalanx.store import open_store
 
     settings = Settings()
-    store = open_store(settings)
+    store = sql_store(open_store(settings))
     g = records.get_group(store, group_id)
     if g.done:
         typer.echo(f"group {g.id} already {g.status}")
@@ -256,10 +259,12 @@ def get(
     from phalanx.cli.tracking import _table, open_for_reading
     from phalanx.errors import UsageError
     from phalanx.groups import controller, records
+    from phalanx.groups.records import sql_store
 
     if output not in ("table", "json"):
         raise UsageError(f"-o {output!r}: use table or json")
-    store, _ = open_for_reading()
+    reading, _ = open_for_reading()
+    store = sql_store(reading)
     g = records.get_group(store, group_id)
     doc = controller.group_json(store, g)
     if output == "json":
@@ -298,9 +303,10 @@ def ls(
     """List groups, newest first."""
     from phalanx.cli.tracking import _table, _when
     from phalanx.groups import records
+    from phalanx.groups.records import sql_store
     from phalanx.store import open_store
 
-    store = open_store()
+    store = sql_store(open_store())
     groups = records.list_groups(store, limit=limit)
     if output == "json":
         emit_json([{**g.to_json(), "trials": records.count_trials(store, g.id)} for g in groups])

@@ -23,8 +23,7 @@ from phalanx.cli.app import app, emit_json
 if TYPE_CHECKING:
     from phalanx.config import Settings
     from phalanx.domain import Experiment, Replica
-    from phalanx.store.base import ArtifactRecord, ParamRecord
-    from phalanx.store.sql.store import SqlStore
+    from phalanx.store.base import ArtifactRecord, IngestStore, ParamRecord
 
 IdArg = Annotated[str, typer.Argument(metavar="ID", help="Experiment id or a unique prefix of one.")]
 
@@ -40,7 +39,7 @@ class MetricsFormat(StrEnum):
     CSV = "csv"
 
 
-def open_for_reading(settings: Settings | None = None) -> tuple[SqlStore, Settings]:
+def open_for_reading(settings: Settings | None = None) -> tuple[IngestStore, Settings]:
     """The store, after one ingest pass over every pending spool file."""
     import logging
 
@@ -54,6 +53,18 @@ def open_for_reading(settings: Settings | None = None) -> tuple[SqlStore, Settin
         Ingester(store, store.artifact_store, settings.spool_dir).run_once()
     except Exception as exc:  # reading must work even when a spool cannot be ingested right now
         logging.getLogger(__name__).warning("ingesting pending spool files failed: %s", exc)
+    try:  # an experiment whose supervisor or script was killed gets its final status here
+        from phalanx.reconcile import reconcile
+
+        reconcile(store, settings)
+    except Exception as exc:
+        logging.getLogger(__name__).warning("checking unfinished experiments failed: %s", exc)
+    try:  # a queued experiment whose `phalanx run` was killed while waiting is shown stopped
+        from phalanx.queue import reconcile as reconcile_queue
+
+        reconcile_queue(store, settings)
+    except Exception as exc:
+        logging.getLogger(__name__).warning("checking this machine's queue failed: %s", exc)
     return store, settings
 
 
@@ -180,9 +191,9 @@ def ls(
     store, _ = open_for_reading()
     group_id = None
     if group is not None:
-        from phalanx.groups.records import resolve_group
+        from phalanx.groups.records import resolve_group, sql_store
 
-        group_id = resolve_group(store, group)
+        group_id = resolve_group(sql_store(store), group)
     page = store.list_experiments(
         ExperimentFilter(
             status=wanted,
@@ -215,6 +226,18 @@ def ls(
     typer.echo(_table(headers, rows))
     if page.total > len(page.items):
         typer.echo(f"({len(page.items)} of {page.total}; --limit shows more)")
+
+
+def _queue_place(experiment_id: str) -> str:
+    """Where a queued experiment stands in this machine's queue (`phalanx queue` shows them all)."""
+    from phalanx.config import Settings
+    from phalanx.queue import ledger_for
+
+    _, waiting, _ = ledger_for(Settings()).snapshot()
+    for i, entry in enumerate(waiting, 1):
+        if entry.experiment_id == experiment_id:
+            return f"position {i} of {len(waiting)}, priority {entry.priority}, needs {entry.need.describe()}"
+    return "not waiting on this machine (see `phalanx queue`)"
 
 
 @app.command("get")
@@ -257,6 +280,8 @@ def get(
         )
     if e.tags:
         out.append(f"tags:      {', '.join(e.tags)}")
+    if str(e.status) == "queued":
+        out.append(f"queue:     {_queue_place(e.id)}")
     out.append("")
     out.append("replicas:")
     rows = [[r.name, _opt(r.rank), str(r.state), _opt(r.exit_code), r.reason or ""] for r in replicas]

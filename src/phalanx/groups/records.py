@@ -219,3 +219,15 @@ def best_trial(trials: list[Trial], optimization: str | None) -> Trial | None:
         return None
     pick = max if optimization == "maximize" else min
     return pick(scored, key=lambda t: t.value)  # type: ignore[arg-type,return-value]
+
+
+def sql_store(store: object) -> SqlStore:
+    """The SQL store groups keep their tables in (migration 0003_groups): SQLite or PostgreSQL.
+    Group records are not on the Store protocol yet; another store is told so plainly."""
+    if not isinstance(store, SqlStore):
+        from phalanx.errors import UsageError
+
+        raise UsageError(
+            f"experiment groups need the SQL store (SQLite or PostgreSQL), not {type(store).__name__}"
+        )
+    return store

@@ -14,8 +14,9 @@ from typing import Any
 from phalanx.domain import BackendKind, Framework
 from phalanx.spec.errors import Collector, describe, did_you_mean, join
 from phalanx.spec.model import Build, ExperimentSpec, ReplicaTemplate
+from phalanx.spec.reserved import reserved_reason
 from phalanx.spec.topology import finish_topology, read_environment
-from phalanx.spec.yamltree import Mark, YMap, YNode, YScalar, YSeq, is_null, plain
+from phalanx.spec.yamltree import Mark, YKey, YMap, YNode, YScalar, YSeq, is_null, plain
 
 SUPPORTED_VERSION = 1
 KINDS = ("experiment", "group", "job", "build", "notebook", "tensorboard", "pipeline")
@@ -105,6 +106,8 @@ def read_spec(
     tags = c.texts(n, "tags") if (n := opt("tags")) else ()
     params = _read_params(c, root)
     env = c.str_mapping(n, "env", env_names=True) if (n := opt("env")) else {}
+    if (n := opt("env")) is not None:
+        _refuse_reserved(c, n, "env")
     build = _read_build(c, n) if (n := opt("build")) else Build()
 
     env_draft = read_environment(c, n) if (n := opt("environment")) else None
@@ -252,8 +255,28 @@ def _read_build(c: Collector, node: YNode) -> Build:
     return Build(**{k: v for k, v in values.items() if v is not None})
 
 
+def _refuse_reserved(c: Collector, node: YNode, path: str) -> None:
+    """Variables the launcher sets itself (RANK, TF_CONFIG, PHALANX_*...): see spec.reserved."""
+    named: list[tuple[YNode | YKey, Any]]
+    if isinstance(node, YMap):
+        named = [(key, key.name) for key, _ in node.items]
+    elif isinstance(node, YSeq):  # env_vars as [NAME, value] pairs
+        named = [
+            (item.items[0], item.items[0].value)
+            for item in node.items
+            if isinstance(item, YSeq) and item.items and isinstance(item.items[0], YScalar)
+        ]
+    else:
+        return
+    for where, name in named:
+        why = reserved_reason(name) if isinstance(name, str) else None
+        if why is not None:
+            c.add(where, join(path, name), why)
+
+
 def read_env_vars(c: Collector, node: YNode, path: str) -> dict[str, str] | None:
     """`env_vars` as Polyaxon wrote it (a list of [name, value] pairs) or as a mapping."""
+    _refuse_reserved(c, node, path)
     if not isinstance(node, YSeq):
         return c.str_mapping(node, path, env_names=True)
     out: dict[str, str] = {}

@@ -8,10 +8,10 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from phalanx.config import Settings
-    from phalanx.store.sql.store import SqlStore
+    from phalanx.store.base import IngestStore
 
 
-def open_store(settings: Settings | None = None) -> SqlStore:
+def open_store(settings: Settings | None = None) -> IngestStore:
     """The store the settings name (PHALANX_DB_URL, else SQLite under PHALANX_HOME), with its
     artifact store (PHALANX_ARTIFACTS_URL, else a folder under PHALANX_HOME), schema up to date."""
     from sqlalchemy.exc import OperationalError

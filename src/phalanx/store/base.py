@@ -2,8 +2,11 @@
 
 One write primitive for what replicas report (``write_events``, a batch, idempotent on each event's
 (stream, seq)); experiment and replica rows are written only by the supervisor (and by ingest of a
-plain script's EXPERIMENT/STATUS events). Searches return pages. The store owns its transactions.
-Implementations: ``store.sql.SqlStore`` (SQLite by default, PostgreSQL with PHALANX_DB_URL).
+plain script's EXPERIMENT/STATUS events, and by ``phalanx stop`` when the supervisor is gone).
+Searches return pages. The store owns its transactions and raises only Phalanx errors
+(``phalanx.errors``), never its storage library's. ``IngestStore`` adds the exactly-once spool
+ingest. Implementations: ``store.sql.SqlStore`` (SQLite by default, PostgreSQL with PHALANX_DB_URL).
+A new method a caller needs goes on the protocol first, documented (args, returns, raises).
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from phalanx.domain import Event, Experiment, ExperimentStatus, Page, Replica, ReplicaState
+from phalanx.store.artifacts import ArtifactStore
 
 
 @dataclass(frozen=True)
@@ -23,6 +27,16 @@ class Series:
     steps: list[int]
     values: list[float]
     times: list[float] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class SeriesView:
+    """One series as a chart shows it: at most about ``max_points`` points of a window, from the
+    stored summary (min/max per bucket) when the window holds more; ``count``: points in all."""
+
+    series: Series
+    count: int
+    downsampled: bool
 
 
 @dataclass(frozen=True)
@@ -112,6 +126,29 @@ class ExperimentFilter:
 
 
 class Store(Protocol):
+    """What the CLI, the supervisor and the server may ask of the store.
+
+    Every method is one transaction. Errors are Phalanx errors, never the storage library's own:
+    ``NotFound`` (no such experiment or replica), ``UsageError`` (an ambiguous id prefix, a bad
+    filter, a number the database cannot hold), ``Conflict`` (a clash with what is stored),
+    ``BackendUnavailable`` (the database cannot be reached) and ``StoreError`` (anything else the
+    storage failed at, not the caller's fault). Experiment ids may be given as a unique prefix
+    (as git does) and in any case; returned objects carry the full id.
+
+    Who writes what: an experiment's status and its replicas' states are written by its supervisor
+    only (``update_experiment``, ``update_replica``). Two documented exceptions: ingest of a plain
+    script's own EXPERIMENT/STATUS events (a script run by ``Task.init`` has no supervisor), and
+    ``phalanx stop`` of an experiment whose supervisor is gone (``supervisor.stop_experiment``
+    cancels what the engine still runs and marks it stopped, since nobody else ever would).
+    """
+
+    artifact_store: ArtifactStore | None
+    """Where this store's files live (deleted with their experiment); None: the store keeps none."""
+
+    def close(self) -> None:
+        """Release connections. The store must not be used afterwards."""
+        ...
+
     def create_experiment(
         self,
         *,
@@ -128,14 +165,27 @@ class Store(Protocol):
         plan: Mapping[str, Any] | None = None,
         status: ExperimentStatus = ExperimentStatus.CREATED,
     ) -> Experiment:
-        """Create an experiment (and its replica rows). Conflict if experiment_id exists."""
+        """Create an experiment and its replica rows; returns it as stored.
+
+        ``experiment_id``: the id to use (a new 12-hex-digit id when None). ``topology``: replicas
+        per role; ``spec_text``: the experiment file as given; ``plan``: the launch plan (JSON).
+        Raises Conflict if ``experiment_id`` exists."""
+        ...
+
+    def resolve_id(self, experiment_id: str) -> str:
+        """The full id of an id or unique prefix. Raises NotFound, or UsageError when the prefix is
+        ambiguous or empty."""
         ...
 
     def get_experiment(self, experiment_id: str) -> Experiment:
-        """Raises NotFound. Accepts a unique id prefix, as git does."""
+        """The experiment an id or unique prefix names. Raises NotFound, UsageError (ambiguous)."""
         ...
 
-    def list_experiments(self, query: ExperimentFilter | None = None) -> Page[Experiment]: ...
+    def list_experiments(self, query: ExperimentFilter | None = None) -> Page[Experiment]:
+        """One page of experiments matching ``query`` (all, newest first, 50 a page by default);
+        ``Page.total`` counts every match. Raises UsageError for an unknown ``order_by`` column or
+        a negative offset/limit."""
+        ...
 
     def update_experiment(
         self,
@@ -147,13 +197,26 @@ class Store(Protocol):
         finished_at: float | None = None,
         handle: str | None = None,
         cluster: str | None = None,
-    ) -> Experiment: ...
-
-    def delete_experiment(self, experiment_id: str) -> None:
-        """Removes rows and artifacts. Conflict while the experiment is running."""
+    ) -> Experiment:
+        """Set the fields given (None leaves a field as it is); returns the experiment after.
+        Only the supervisor calls this (see the class docstring for the exceptions). ``handle``:
+        the engine's handle of the submitted job. Raises NotFound, UsageError (ambiguous id)."""
         ...
 
-    def list_replicas(self, experiment_id: str) -> list[Replica]: ...
+    def delete_experiment(self, experiment_id: str) -> None:
+        """Remove the experiment, everything reported for it, and its files. Raises NotFound, and
+        Conflict while it is starting or running (stop it first)."""
+        ...
+
+    def list_replicas(self, experiment_id: str) -> list[Replica]:
+        """Its replicas, master first, then workers, then parameter servers, each by index.
+        Raises NotFound."""
+        ...
+
+    def add_replicas(self, experiment_id: str, replicas: Sequence[Replica]) -> None:
+        """Add replica rows to an existing experiment (a plain script's process joining late).
+        Raises NotFound, and Conflict if one of the names exists."""
+        ...
 
     def update_replica(
         self,
@@ -167,29 +230,86 @@ class Store(Protocol):
         reason: str | None = None,
         started_at: float | None = None,
         finished_at: float | None = None,
-    ) -> None: ...
+    ) -> None:
+        """Set the fields given on replica ``name`` (None leaves a field as it is). Only the
+        supervisor calls this. Raises NotFound (no such experiment, or no such replica)."""
+        ...
 
     def write_events(self, events: Sequence[Event]) -> int:
-        """Store a batch in one transaction; events whose (stream, seq) is stored are skipped.
-        Returns how many were new."""
+        """Store a batch of what replicas reported in one transaction; events whose (stream, seq)
+        is stored already are skipped, so re-sending a batch is harmless. Returns how many were new.
+        A STATUS or EXPERIMENT event is applied only to a plain script's experiment. Raises
+        UsageError when a value cannot be stored (an integer beyond 64 bits), StoreError when the
+        write keeps clashing with other writers."""
         ...
 
     def metric_titles(self, experiment_id: str) -> dict[str, list[str]]:
-        """title -> its series names."""
+        """Chart title -> its series names, both sorted. Raises NotFound."""
         ...
 
     def metrics(
         self, experiment_id: str, title: str | None = None, series: str | None = None
     ) -> dict[str, dict[str, Series]]:
-        """title -> series -> points ordered by step."""
+        """Title -> series -> points ordered by step, optionally only one title and/or series
+        (a series with no point is left out). Raises NotFound."""
         ...
 
-    def params(self, experiment_id: str) -> list[ParamRecord]: ...
+    def metric_view(
+        self,
+        experiment_id: str,
+        title: str,
+        *,
+        series: str | None = None,
+        x: str = "step",
+        x_min: float | None = None,
+        x_max: float | None = None,
+        max_points: int = 1000,
+    ) -> dict[str, SeriesView]:
+        """series -> what a chart of ``max_points`` needs in the window: reads the multi-resolution
+        summary, never more raw points than ``max_points`` (charts of millions of points)."""
+        ...
 
-    def artifacts(self, experiment_id: str) -> list[ArtifactRecord]: ...
+    def params(self, experiment_id: str) -> list[ParamRecord]:
+        """Hyperparameters, merged as ``merge_params`` says. Raises NotFound."""
+        ...
 
-    def models(self, experiment_id: str) -> list[ModelRecord]: ...
+    def artifacts(self, experiment_id: str) -> list[ArtifactRecord]:
+        """Artifacts by name (their bytes are in ``artifact_store`` at ``path``). Raises NotFound."""
+        ...
+
+    def models(self, experiment_id: str) -> list[ModelRecord]:
+        """Saved models by name (bytes in ``artifact_store`` at ``path``). Raises NotFound."""
+        ...
 
     def logs(
         self, experiment_id: str, replica: str | None = None, offset: int = 0, limit: int | None = None
-    ) -> list[LogLine]: ...
+    ) -> list[LogLine]:
+        """Console lines in order, at most ``limit``. With ``replica``: that replica's lines from
+        its line ``offset`` on. Without: every replica's lines by time, skipping ``offset`` lines.
+        Raises NotFound."""
+        ...
+
+    def texts(self, experiment_id: str) -> list[dict[str, Any]]:
+        """``report_text()`` entries in order, each with title, text, step, replica, rank and time.
+        Raises NotFound."""
+        ...
+
+
+class IngestStore(Store, Protocol):
+    """A store that spool files can be ingested into exactly once (``phalanx.ingest.Ingester``):
+    the position read in each spool file is committed in the same transaction as its events, so a
+    crash anywhere neither loses nor repeats a record. ``open_store`` returns one."""
+
+    def ingest_position(self, stream: str) -> tuple[int, int]:
+        """(byte offset, last seq) committed for spool file ``stream``; (0, -1) if none yet."""
+        ...
+
+    def ingest_batch(
+        self, stream: str, start: int, end: int, last_seq: int, events: Sequence[Event]
+    ) -> int | None:
+        """Write ``events``, read from spool file ``stream`` between byte offsets ``start`` and
+        ``end``, and move its committed position to (``end``, ``last_seq``), in one transaction.
+        Returns how many events were new, or None (nothing written) when the committed offset is
+        no longer ``start`` (another ingester got there first: re-read the position). Raises what
+        ``write_events`` raises."""
+        ...

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from phalanx.backends.base import Backend, DryRun, LaunchContext
+from phalanx.backends.dry_runs import LocalDryRun
 from phalanx.config import Settings
 from phalanx.plan import Plan, build_plan
 from phalanx.spec.model import ExperimentSpec
@@ -40,7 +41,7 @@ class Prepared:
 
 # The modules outside phalanx/tracking that the SDK imports (all standard-library only); a test imports
 # every module of the copy with a bare interpreter, so a missing one fails there, not in a user's venv.
-SDK_TOP_MODULES = ("__init__.py", "errors.py")
+SDK_TOP_MODULES = ("__init__.py", "errors.py", "procs.py")
 
 
 def sdk_path(settings: Settings) -> Path:
@@ -98,8 +99,10 @@ def tracking_env(experiment_id: str, settings: Settings, python: str, dry: bool 
     }
     if settings.host:
         env["PHALANX_HOST"] = settings.host
-        if settings.token:
-            env["PHALANX_TOKEN"] = settings.token
+        if settings.token:  # a token that writes this experiment only (docs/security.md)
+            from phalanx.tokens import experiment_token
+
+            env["PHALANX_TOKEN"] = experiment_token(settings.token, experiment_id)
     # abspath, not realpath: every venv's bin/python links to the same base interpreter
     if os.path.abspath(python) != os.path.abspath(sys.executable) and not dry:
         env["PYTHONPATH"] = str(sdk_path(settings))
@@ -180,56 +183,24 @@ def ingester_here(prepared: Prepared) -> Prepared:
 def render_dry_run(prepared: Prepared) -> str:
     """What `phalanx run --dry-run` prints: per replica, the argv, working directory and environment
     (local engine), or the engine's own render (an sbatch script, Kubernetes YAML)."""
-    native = prepared.dry_run.native
-    if not (isinstance(native, dict) and native.get("engine") == "local"):
-        return prepared.dry_run.render()
-    import shlex
-
-    out: list[str] = []
-    for unit in native["units"]:
-        covers = unit["replicas"]
-        title = (
-            unit["name"] if covers == [unit["name"]] else f"{unit['name']} (launcher for {', '.join(covers)})"
-        )
-        out.append(f"# {title}")
-        out.append(f"cwd: {unit['cwd']}")
-        out.append(f"log: {unit['log']}")
-        limits = {k: v for k, v in unit["limits"].items() if v is not None}
-        if limits:
-            out.append(f"limits: {limits}")
-        for i, proc in enumerate(unit["processes"]):
-            if len(unit["processes"]) > 1:
-                out.append(f"process {i}:")
-            out.append("env (added to the inherited environment):")
-            out.extend(f"  {k}={shlex.quote(v)}" for k, v in sorted(proc["env"].items()))
-            out.append("argv: " + " ".join(shlex.quote(a) for a in proc["argv"]))
-        out.append("")
-    return "\n".join(out)
+    dry = prepared.dry_run
+    return dry.text() if isinstance(dry, LocalDryRun) else dry.render()
 
 
 def dry_run_json(prepared: Prepared) -> dict[str, Any]:
-    native = prepared.dry_run.native
+    dry = prepared.dry_run
     doc: dict[str, Any] = {
         "experiment_id": prepared.experiment_id,
         "backend": prepared.backend.name,
-        "format": prepared.dry_run.format,
+        "format": dry.format,
         "plan": prepared.plan.to_json(),
     }
-    if isinstance(native, dict) and native.get("engine") == "local":
-        doc["replicas"] = [
-            {
-                "name": u["name"],
-                "replicas": u["replicas"],
-                "cwd": u["cwd"],
-                "log": u["log"],
-                "limits": u["limits"],
-                "processes": [{"argv": p["argv"], "env": p["env"]} for p in u["processes"]],
-            }
-            for u in native["units"]
-        ]
+    if isinstance(dry, LocalDryRun):
+        doc["replicas"] = [u.to_json() for u in dry.units]
     else:
+        native = dry.native
         doc["native"] = native if not isinstance(native, str) else None
-        doc["render"] = prepared.dry_run.render()
+        doc["render"] = dry.render()
     return doc
 
 

@@ -1,4 +1,12 @@
-"""Stopping an experiment from another process (`phalanx stop`), its supervisor alive or not."""
+"""Stopping an experiment from another process (`phalanx stop`, the server's stop), its supervisor
+alive or not.
+
+Only an experiment's supervisor writes its status and its replicas' states (``store.base.Store``).
+``stop_experiment`` is the one documented exception: when the supervisor is gone (killed, its
+machine rebooted) nothing would ever mark the experiment, so after cancelling what the engine still
+runs it marks the replicas and the experiment STOPPED itself, with a reason that says the supervisor
+(or the plain script) was gone. While the supervisor lives it only leaves a stop request and waits.
+"""
 
 from __future__ import annotations
 
@@ -18,25 +26,35 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+SCRIPT_PID = "script.pid"  # runs/<id>/script.pid: the plain script's process (Task.init writes it)
+
 
 def supervisor_pid(settings: Settings, experiment_id: str) -> int | None:
-    """The pid of the `phalanx run` supervising this experiment, if it is still running."""
-    try:
-        pid = int((settings.runs_dir / experiment_id / "supervisor.pid").read_text().split()[0])
-        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
-    except (OSError, ValueError, IndexError):
+    """The pid of the `phalanx run` supervising this experiment, if it is still running: the one
+    its ``runs/<id>/supervisor.pid`` records, with the same start time (not a reused pid)."""
+    from phalanx.procs import recorded_process
+
+    pid = recorded_process(settings.runs_dir / experiment_id / "supervisor.pid")
+    if pid is None:
         return None
-    return pid if b"phalanx" in cmdline else None  # not a reused pid
+    try:
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return None
+    return pid if b"phalanx" in cmdline else None
 
 
-def _stop_script(store: Store, experiment: Any, timeout: float) -> Any:
+def _stop_script(store: Store, settings: Settings, experiment: Any, timeout: float) -> Any:
     """SIGTERM the process of a plain script's experiment if it runs on this machine (its Task
-    records the end), and wait for it to go. A script that is gone (killed) is simply marked."""
-    import socket
+    records the end), and wait for it to go. A script that is gone (killed) is simply marked.
 
-    here = socket.gethostname()
-    pids = [r.pid for r in store.list_replicas(experiment.id) if r.pid and r.host in (None, here)]
-    running = [pid for pid in pids if pid_alive(pid)]
+    The pid comes only from ``runs/<id>/script.pid``, which Task.init wrote on this machine, and
+    only while that process has the recorded start time. Never from the store: a replica's pid
+    there arrived through ingest, and anyone who can call the API could have named any process."""
+    from phalanx.procs import recorded_process
+
+    pid = recorded_process(settings.runs_dir / experiment.id / SCRIPT_PID)
+    running = [pid] if pid is not None else []
     for pid in running:
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.kill(pid, signal.SIGTERM)
@@ -66,8 +84,9 @@ def stop_experiment(
 ) -> ExperimentStatus:
     """Stop a running experiment from another process (`phalanx stop`): leave a stop request, signal
     its supervisor and wait for it to mark the experiment stopped. If its supervisor is gone (killed),
-    cancel what the engine still runs and mark the experiment stopped here. ``reason`` (a group's
-    pruning decision) replaces "stopped by phalanx stop" as the experiment's reason."""
+    cancel what the engine still runs and mark the experiment stopped here: the one case where
+    another process than the supervisor writes its status (see the module docstring).
+    ``reason`` (a group's pruning decision) replaces "stopped by phalanx stop" as the experiment's reason."""
     run_dir = settings.runs_dir / experiment.id
     run_dir.mkdir(parents=True, exist_ok=True)
     tmp = run_dir / "stop.tmp"
@@ -89,7 +108,7 @@ def stop_experiment(
     if current.status.done:
         return current.status
     if current.backend == "script":  # a plain script's Task.init: no engine, only its process
-        current = _stop_script(store, current, timeout)
+        current = _stop_script(store, settings, current, timeout)
         if current.status.done:
             return current.status
     elif current.handle:
@@ -102,6 +121,9 @@ def stop_experiment(
             cluster = get_cluster(current.cluster, settings.home)
         backend = get_backend(current.backend or "local", settings=settings, cluster=cluster)
         backend.cancel(current.handle)
+    from phalanx.queue import ledger_for
+
+    ledger_for(settings).release(experiment.id)  # a killed supervisor's place in the queue, if any
     now = time.time()
     for r in store.list_replicas(experiment.id):
         if not r.state.done:

@@ -22,13 +22,14 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from phalanx import frameworks, limits
-from phalanx.backends.base import DryRun, JobStatus, LaunchContext, ReplicaStatus
+from phalanx.backends.base import DryRun, JobStatus, LaunchContext, ReplicaStatus, expect_dry_run
+from phalanx.backends.dry_runs import LocalDryRun, LocalProcess, LocalUnit
 from phalanx.config import Settings
 from phalanx.domain import ExperimentStatus, ReplicaState
 from phalanx.errors import BackendUnavailable, SpecError
@@ -107,8 +108,15 @@ class LocalBackend:
         self._finished: dict[tuple[str, str], float] = {}
 
     # -- dry run --------------------------------------------------------------------------------
-    def dry_run(self, plan: Plan, context: LaunchContext) -> DryRun:
+    def dry_run(self, plan: Plan, context: LaunchContext) -> LocalDryRun:
         here = limits.machine()
+        if context.cpu_pool is not None or context.gpu_pool is not None:
+            # admitted by the ledger: replicas get the cores and GPUs granted, disjoint from others'
+            here = limits.Machine(
+                cpus=context.cpu_pool if context.cpu_pool is not None else here.cpus,
+                memory_mib=here.memory_mib,
+                gpus=context.gpu_pool if context.gpu_pool is not None else here.gpus,
+            )
         allotted = limits.allocate(
             [(r.name, r.resources, r.processes) for r in plan.replicas], here, context.oversubscribe
         )
@@ -117,7 +125,7 @@ class LocalBackend:
         command = with_interpreter(plan.command, context.python)
         log_dir = Path(context.log_dir or self.settings.runs_dir / context.experiment_id / "logs")
         base = self._base_env(plan, context)
-        units: list[dict[str, Any]] = []
+        units: list[LocalUnit] = []
         if frameworks.uses_mpi(plan):
             problems = mpi.check(plan)
             if problems:
@@ -129,10 +137,9 @@ class LocalBackend:
                 **mpi.launcher_env(plan, endpoints, command),
                 **limits.limit_env(allotted[master.name], plan.env),
             }
-            units.append(
-                self._unit(master.name, [r.name for r in plan.replicas], allotted[master.name], log_dir)
-                | {"cwd": context.workdir, "processes": [{"argv": mpi.launcher_argv(plan), "env": env}]}
-            )
+            covers = tuple(r.name for r in plan.replicas)
+            launcher = LocalProcess(tuple(mpi.launcher_argv(plan)), env)
+            units.append(_unit(master.name, covers, allotted[master.name], log_dir, context, (launcher,)))
         else:
             for replica in plan.replicas:
                 procs = []
@@ -143,19 +150,10 @@ class LocalBackend:
                         **frameworks.framework_env(plan, replica, endpoints, local_rank),
                         **limits.limit_env(allotted[replica.name], plan.env),
                     }
-                    procs.append({"argv": command_argv(command), "env": env})
-                unit = self._unit(replica.name, [replica.name], allotted[replica.name], log_dir)
-                units.append(unit | {"cwd": context.workdir, "processes": procs})
-        native = {"engine": "local", "experiment_id": context.experiment_id, "units": units}
-        return DryRun(backend=self.name, plan=plan, context=context, native=native, format="json")
-
-    def _unit(self, name: str, covers: list[str], lim: limits.ReplicaLimits, log_dir: Path) -> dict[str, Any]:
-        return {
-            "name": name,
-            "replicas": covers,
-            "log": str(log_dir / f"{name}.log"),
-            "limits": lim.to_json(),
-        }
+                    procs.append(LocalProcess(tuple(command_argv(command)), env))
+                lim = allotted[replica.name]
+                units.append(_unit(replica.name, (replica.name,), lim, log_dir, context, tuple(procs)))
+        return LocalDryRun(backend=self.name, plan=plan, context=context, units=tuple(units))
 
     def _base_env(self, plan: Plan, context: LaunchContext) -> dict[str, str]:
         """The plan's env, the interpreter first on PATH, unbuffered output, the SDK importable."""
@@ -171,8 +169,8 @@ class LocalBackend:
 
     # -- submit ---------------------------------------------------------------------------------
     def submit(self, dry_run: DryRun) -> str:
-        native = dry_run.native
-        exp_id = native["experiment_id"]
+        units = expect_dry_run(dry_run, LocalDryRun, self.name).units
+        exp_id = dry_run.context.experiment_id
         run_dir = self.settings.runs_dir / exp_id
         attempts = run_dir / "attempts"
         attempts.mkdir(parents=True, exist_ok=True)
@@ -180,16 +178,14 @@ class LocalBackend:
         folder = attempts / str(attempt)
         folder.mkdir()
         handle = f"{exp_id}:{attempt}"
-        if any(u["processes"][0]["argv"][0] == "mpirun" for u in native["units"]) and not shutil.which(
-            "mpirun"
-        ):
+        if any(u.processes[0].argv[0] == "mpirun" for u in units) and not shutil.which("mpirun"):
             raise BackendUnavailable("mpirun was not found: install Open MPI (apt-get install openmpi-bin)")
         cgroup_root = limits.cgroup_v2_root()
         state: list[dict[str, Any]] = []
         popens: dict[str, subprocess.Popen[bytes]] = {}
         self._popen[handle] = popens
         try:
-            for unit in native["units"]:
+            for unit in units:
                 state.append(self._start_unit(unit, folder, cgroup_root, exp_id, popens))
         except BaseException:
             self._write_state(folder, state)
@@ -200,36 +196,33 @@ class LocalBackend:
 
     def _start_unit(
         self,
-        unit: Mapping[str, Any],
+        unit: LocalUnit,
         folder: Path,
         cgroup_root: Path | None,
         exp_id: str,
         popens: dict[str, subprocess.Popen[bytes]],
     ) -> dict[str, Any]:
-        log = Path(unit["log"])
+        log = Path(unit.log)
         log.parent.mkdir(parents=True, exist_ok=True)
         offset = log.stat().st_size if log.exists() else 0
         inherited = dict(os.environ)
-        processes = [
-            {"argv": p["argv"], "cwd": unit["cwd"], "env": {**inherited, **p["env"]}}
-            for p in unit["processes"]
+        processes: list[dict[str, Any]] = [
+            {"argv": list(p.argv), "cwd": unit.cwd, "env": {**inherited, **p.env}} for p in unit.processes
         ]
-        lim = unit["limits"]
+        lim = unit.limits
         memory = float(lim["memory"][:-2]) if lim.get("memory") else None
         config = {
-            "name": unit["name"],
+            "name": unit.name,
             "processes": processes,
             "log": str(log),
-            "status": str(folder / f"{unit['name']}.status.json"),
+            "status": str(folder / f"{unit.name}.status.json"),
             "parent": os.getpid(),
             "grace": self.grace,
             "cpus": lim.get("cpus"),
             "memory_mib": memory,
-            "cgroup": str(cgroup_root / f"phalanx-{exp_id}-{unit['name']}")
-            if cgroup_root and memory
-            else None,
+            "cgroup": str(cgroup_root / f"phalanx-{exp_id}-{unit.name}") if cgroup_root and memory else None,
         }
-        cfg = folder / f"{unit['name']}.json"
+        cfg = folder / f"{unit.name}.json"
         fd = os.open(cfg, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)  # holds PHALANX_TOKEN
         with os.fdopen(fd, "w") as f:
             json.dump(config, f)
@@ -237,16 +230,16 @@ class LocalBackend:
             proc = subprocess.Popen(
                 [sys.executable, "-E", "-c", _REAPER_BOOT, _PACKAGE_ROOT, str(cfg)],
                 env=processes[0]["env"],
-                cwd=unit["cwd"],
+                cwd=unit.cwd,
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.DEVNULL,
                 stderr=errors,  # the reaper's own trouble, if any, lands in the replica's log
                 start_new_session=True,  # a process group per replica
             )
-        popens[unit["name"]] = proc
+        popens[unit.name] = proc
         return {
-            "name": unit["name"],
-            "replicas": unit["replicas"],
+            "name": unit.name,
+            "replicas": list(unit.replicas),
             "pid": proc.pid,
             "start": _proc_start(proc.pid) or "",
             "status": config["status"],
@@ -403,3 +396,14 @@ class LocalBackend:
                 if proc is not None:
                     with contextlib.suppress(subprocess.TimeoutExpired):
                         proc.wait(timeout=10)
+
+
+def _unit(
+    name: str,
+    covers: tuple[str, ...],
+    lim: limits.ReplicaLimits,
+    log_dir: Path,
+    context: LaunchContext,
+    processes: tuple[LocalProcess, ...],
+) -> LocalUnit:
+    return LocalUnit(name, covers, str(log_dir / f"{name}.log"), lim.to_json(), context.workdir, processes)

@@ -87,6 +87,28 @@ class ScalarRow(Base):
     rank: Mapped[int | None] = mapped_column(Integer)
 
 
+class ScalarSummaryRow(Base):
+    """Per series, level and bucket of 16**level steps: what a chart needs (store.sql.summary)."""
+
+    __tablename__ = "scalar_summary"
+
+    series_id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=False)
+    level: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=False)
+    bucket: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=False)
+    n: Mapped[int] = mapped_column(BigInteger)
+    min_value: Mapped[float | None] = mapped_column(Float)
+    max_value: Mapped[float | None] = mapped_column(Float)
+    first_step: Mapped[int] = mapped_column(BigInteger)
+    last_step: Mapped[int] = mapped_column(BigInteger)
+    first_value: Mapped[float | None] = mapped_column(Float)
+    last_value: Mapped[float | None] = mapped_column(Float)
+    last_time: Mapped[float | None] = mapped_column(Float)
+    min_step: Mapped[int | None] = mapped_column(BigInteger)  # where min_value is (the first such)
+    max_step: Mapped[int | None] = mapped_column(BigInteger)
+    min_time: Mapped[float | None] = mapped_column(Float)
+    max_time: Mapped[float | None] = mapped_column(Float)
+
+
 class ParamRow(Base):
     """Append-only: every connect()/argparse report is a row; reads merge them per (section, key)."""
 

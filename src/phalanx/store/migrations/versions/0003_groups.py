@@ -1,7 +1,7 @@
 """experiment groups: groups and group_trials tables, experiments.group_id
 
 Revision ID: 0003_groups
-Revises: 0002
+Revises: 0003_server
 Create Date: 2026-11-23 17:50:00
 """
 
@@ -11,7 +11,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision = "0003_groups"
-down_revision = "0002"
+down_revision = "0003_server"
 branch_labels = None
 depends_on = None
 

@@ -1,0 +1,104 @@
+"""The typed dry runs of the local and Slurm engines (Kubernetes' is ``kube_objects.KubeDryRun``).
+
+Each is a frozen dataclass holding the engine's request field by field, so ``submit`` and the CLI
+read attributes instead of keys of an untyped dict; ``native`` gives the same request in the
+engine's own JSON-able terms and ``render()`` prints it as that engine's users read it.
+"""
+
+from __future__ import annotations
+
+import shlex
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+from phalanx.backends.base import DryRun
+
+
+@dataclass(frozen=True)
+class LocalProcess:
+    """One process of a unit: its argv and what it adds to the inherited environment."""
+
+    argv: tuple[str, ...]
+    env: Mapping[str, str]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"argv": list(self.argv), "env": dict(self.env)}
+
+
+@dataclass(frozen=True)
+class LocalUnit:
+    """One process group the local engine starts under its reaper: a replica, or the mpirun launcher
+    that covers several replicas (``replicas``). Its console goes to ``log``."""
+
+    name: str
+    replicas: tuple[str, ...]
+    log: str
+    limits: Mapping[str, Any]  # limits.ReplicaLimits.to_json(): cpus, memory, threads...
+    cwd: str
+    processes: tuple[LocalProcess, ...]
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "replicas": list(self.replicas),
+            "log": self.log,
+            "limits": dict(self.limits),
+            "cwd": self.cwd,
+            "processes": [p.to_json() for p in self.processes],
+        }
+
+    def title(self) -> str:
+        if self.replicas == (self.name,):
+            return self.name
+        return f"{self.name} (launcher for {', '.join(self.replicas)})"
+
+
+@dataclass(frozen=True)
+class LocalDryRun(DryRun):
+    """The local engine's request: process units, each argv, working directory and environment."""
+
+    units: tuple[LocalUnit, ...]
+    format: ClassVar[str] = "json"
+
+    @property
+    def native(self) -> dict[str, Any]:
+        return {
+            "engine": "local",
+            "experiment_id": self.context.experiment_id,
+            "units": [u.to_json() for u in self.units],
+        }
+
+    def text(self) -> str:
+        """What `phalanx run --dry-run` prints for it: per unit, its cwd, log, limits, env, argv."""
+        out: list[str] = []
+        for unit in self.units:
+            out.append(f"# {unit.title()}")
+            out.append(f"cwd: {unit.cwd}")
+            out.append(f"log: {unit.log}")
+            limits = {k: v for k, v in unit.limits.items() if v is not None}
+            if limits:
+                out.append(f"limits: {limits}")
+            for i, proc in enumerate(unit.processes):
+                if len(unit.processes) > 1:
+                    out.append(f"process {i}:")
+                out.append("env (added to the inherited environment):")
+                out.extend(f"  {k}={shlex.quote(v)}" for k, v in sorted(proc.env.items()))
+                out.append("argv: " + " ".join(shlex.quote(a) for a in proc.argv))
+            out.append("")
+        return "\n".join(out)
+
+
+@dataclass(frozen=True)
+class SlurmDryRun(DryRun):
+    """The Slurm engine's request: one sbatch script (a heterogeneous job when replicas differ)."""
+
+    script: str
+    format: ClassVar[str] = "sbatch"
+
+    @property
+    def native(self) -> str:
+        return self.script
+
+    def render(self) -> str:
+        return self.script
