@@ -282,6 +282,8 @@ def test_group_stop_stops_every_running_trial_and_hyperband_passes_the_budget(ph
         assert t["state"] in ("stopped", "pruned"), t
         exp = store.get_experiment(t["experiment_id"])
         assert exp.status == "stopped"
+        if t["state"] == "stopped":  # the reason left with the stop request, not "stopped by SIGTERM"
+            assert exp.reason == "stopped by phalanx group stop", exp.reason
     assert not experiment_pids(phalanx.home)  # every replica of every trial is gone
     assert (
         phalanx.run("group", "get", group_id, "-o", "json").stdout
