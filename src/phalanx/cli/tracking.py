@@ -219,7 +219,11 @@ def ls(
         [e.id, e.project, e.name, str(e.status), _when(e.created_at), _duration(e.started_at, e.finished_at)]
         for e in page.items
     ]
-    typer.echo(_table(["id", "project", "name", "status", "created", "duration"], rows))
+    headers = ["id", "project", "name", "status", "created", "duration"]
+    if any(getattr(e, "group_id", None) for e in page.items):  # trials of a group: say which
+        headers.append("group")
+        rows = [[*row, getattr(e, "group_id", None) or "-"] for row, e in zip(rows, page.items, strict=True)]
+    typer.echo(_table(headers, rows))
     if page.total > len(page.items):
         typer.echo(f"({len(page.items)} of {page.total}; --limit shows more)")
 

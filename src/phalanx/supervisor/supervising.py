@@ -220,8 +220,9 @@ class Supervisor:
 
     # -- signals and stop requests --------------------------------------------------------------
     def _on_signal(self, signum: int, _frame: object) -> None:
-        if self.stop_reason is None:
-            self.stop_reason = f"stopped by {signal.Signals(signum).name}"
+        if self.stop_reason is None:  # a reason left with the request (a group's pruning) wins
+            requested = _requested_reason(self.run_dir / "stop")
+            self.stop_reason = requested or f"stopped by {signal.Signals(signum).name}"
 
     def _stop_requested(self) -> bool:
         if self.stop_reason is None and (self.run_dir / "stop").exists():

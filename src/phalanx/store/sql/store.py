@@ -749,6 +749,7 @@ def _experiment(m: Any) -> Experiment:
         finished_at=m["finished_at"],
         handle=m["handle"],
         notes=m.get("notes"),
+        group_id=m.get("group_id"),
     )
 
 
