@@ -269,6 +269,24 @@ class Store(Protocol):
         summary, never more raw points than ``max_points`` (charts of millions of points)."""
         ...
 
+    def experiment_columns(self, ids: Sequence[str], columns: Sequence[str]) -> dict[str, dict[str, Any]]:
+        """id -> column -> value for the run table: ``param:KEY`` and ``metric:AGG:TITLE`` columns
+        (AGG last/min/max, from the summary: never the points). Missing values are absent; unknown
+        ids are left out. Raises UsageError for a malformed column name."""
+        ...
+
+    def column_names(self) -> dict[str, list[str]]:
+        """{"params": keys, "metrics": titles} that experiments reported (the column chooser).
+        Returns empty lists in an empty store; raises nothing of its own."""
+        ...
+
+    def annotate(
+        self, experiment_id: str, *, tags: Sequence[str] | None = None, notes: str | None = None
+    ) -> Experiment:
+        """Replace the tags and/or the notes the user keeps on an experiment (None: unchanged);
+        returns the experiment as it now is. Raises NotFound."""
+        ...
+
     def params(self, experiment_id: str) -> list[ParamRecord]:
         """Hyperparameters, merged as ``merge_params`` says. Raises NotFound."""
         ...
@@ -303,22 +321,34 @@ class Store(Protocol):
         checkpoint_step: int | None = None,
         started_at: float | None = None,
     ) -> int:
-        """Record a started group (start, restart, resume); returns its number."""
+        """Record a started group of replicas (``kind``: start, restart, resume), continuing from
+        ``checkpoint_step`` when given; returns its number (1, 2, ...). Raises NotFound."""
         ...
 
     def finish_attempt(
         self, experiment_id: str, number: int, *, status: ExperimentStatus, reason: str | None = None
-    ) -> None: ...
-
-    def attempts(self, experiment_id: str) -> list[dict[str, Any]]: ...
-
-    def reopen_experiment(self, experiment_id: str) -> Experiment:
-        """A failed or stopped experiment starts again (`phalanx resume`). Conflict otherwise."""
+    ) -> None:
+        """Record how attempt ``number`` ended. Returns None. Raises NotFound."""
         ...
 
-    def set_repro(self, experiment_id: str, repro: Mapping[str, Any]) -> None: ...
+    def attempts(self, experiment_id: str) -> list[dict[str, Any]]:
+        """Attempts in order: number, kind, status, reason, checkpoint_step, started_at, finished_at.
+        Returns [] for an experiment without any. Raises NotFound."""
+        ...
 
-    def repro(self, experiment_id: str) -> dict[str, Any]: ...
+    def reopen_experiment(self, experiment_id: str) -> Experiment:
+        """A failed or stopped experiment starts again (`phalanx resume`); returns it as it now is.
+        Raises NotFound, or Conflict when it is not failed or stopped."""
+        ...
+
+    def set_repro(self, experiment_id: str, repro: Mapping[str, Any]) -> None:
+        """Record what ran (git, packages, versions, host, launch, snapshot). Returns None. Raises
+        NotFound."""
+        ...
+
+    def repro(self, experiment_id: str) -> dict[str, Any]:
+        """What ``set_repro`` recorded; {} when nothing was. Raises NotFound."""
+        ...
 
 
 class IngestStore(Store, Protocol):

@@ -6,6 +6,8 @@ import contextlib
 import json
 import logging
 import os
+import secrets
+import shutil
 import signal
 import threading
 import time
@@ -19,7 +21,7 @@ from phalanx.config import Settings
 from phalanx.domain import ExperimentStatus, Framework, Replica, ReplicaState
 from phalanx.plan import Plan
 from phalanx.spec.model import ExperimentSpec
-from phalanx.supervisor.preparing import Prepared, ingester_here, prepare
+from phalanx.supervisor.preparing import Prepared, ingester_here, launch_json, prepare
 
 if TYPE_CHECKING:
     from phalanx.store.base import Store
@@ -218,8 +220,9 @@ class Supervisor:
 
     # -- signals and stop requests --------------------------------------------------------------
     def _on_signal(self, signum: int, _frame: object) -> None:
-        if self.stop_reason is None:
-            self.stop_reason = f"stopped by {signal.Signals(signum).name}"
+        if self.stop_reason is None:  # a reason left with the request (a group's pruning) wins
+            requested = _requested_reason(self.run_dir / "stop")
+            self.stop_reason = requested or f"stopped by {signal.Signals(signum).name}"
 
     def _stop_requested(self) -> bool:
         if self.stop_reason is None and (self.run_dir / "stop").exists():
@@ -241,8 +244,9 @@ class Supervisor:
         # a stop file here already is a request made before we started (Run.cancel right after
         # submit): ids are never reused, so it is honoured, not cleared
         record_process(self.run_dir / "supervisor.pid")  # "pid start-time host": what a stop trusts
-        # a resumed experiment's console is a new stream: the old one's numbers are already stored
-        stream = f"console-{self.id}" if not self.resume else f"console-{self.id}-{int(time.time() * 1000)}"
+        # a stream of its own per supervisor process: once ingested it is removed (_tidy), and a later
+        # supervisor of the same experiment (a resume) must not reopen a stream the store has seen
+        stream = f"console-{self.id}-{os.getpid()}-{secrets.token_hex(4)}"
         self._spool = SpoolWriter(self.spool_dir, experiment_id=self.id, stream=stream)
         previous = self._install_signals()
         stop_ingest = threading.Event()
@@ -276,6 +280,10 @@ class Supervisor:
                         self._join_tails()
                     raise
                 self._store_ready.set()
+            # announced once the engine has taken it: a submit that fails names no experiment
+            self.observer.message(
+                f"experiment {self.id} ({len(self.replicas)} replicas, {self.p.backend.name})"
+            )
             created = True
             ingest_thread = self._start_ingester(stop_ingest)
             outcome = self._attempts(handle)
@@ -295,6 +303,7 @@ class Supervisor:
                 self._repro_thread.join(timeout=120)
             if created or self._created:
                 self._finish(outcome)
+                self._tidy(ingested=ingest_thread is not None and not ingest_thread.is_alive())
             if self._admission is not None:  # after the replicas are gone: their cores are free
                 self._admission.release()
             with contextlib.suppress(FileNotFoundError):
@@ -338,7 +347,8 @@ class Supervisor:
             else:
                 self._create(ExperimentStatus.QUEUED)
             self._created = True
-            queue.mark_abandoned(self.store, admission.reclaimed or [])
+            with contextlib.suppress(Exception):  # others' leftovers must not stop this experiment
+                queue.mark_abandoned(self.store, admission.reclaimed or [])
             self.observer.message(text)
 
         try:
@@ -425,7 +435,7 @@ class Supervisor:
             tags=plan.tags,
             topology=plan.topology(),
             spec_text=plan.source_text,
-            plan=plan.to_json(),
+            plan={**plan.to_json(), "launch": launch_json(self.p)},
             status=status,
         )
 
@@ -713,6 +723,33 @@ class Supervisor:
         """A supervisor note in the console of every replica (restarts, servers stopped)."""
         for replica in self.replicas.values():
             self._line(replica, text)
+
+    def _tidy(self, ingested: bool) -> None:
+        """Keep one copy of the console, the store's: once every line this supervisor spooled is
+        ingested, its spool file goes (docs/tracking.md), and so do the local engine's log files,
+        which held the same lines again. Anything not yet ingested stays for the next ingester."""
+        if not ingested:
+            return
+        try:
+            position = getattr(self.store, "ingest_position", None)
+            if position is None:
+                return
+            # the console and the system-metrics samples: each stream this supervisor wrote
+            writers = [self._spool, getattr(self._system, "writer", None)]
+            for writer in [w for w in writers if w is not None]:
+                path = writer.path
+                if path.exists() and position(writer.stream)[0] < path.stat().st_size:
+                    return  # not all ingested: the next ingester takes the rest
+            for writer in [w for w in writers if w is not None]:
+                writer.path.unlink(missing_ok=True)
+                writer.path.with_suffix(".ack").unlink(missing_ok=True)
+            if self.p.backend.name == "local":
+                shutil.rmtree(self.run_dir / "logs", ignore_errors=True)
+            with contextlib.suppress(OSError):
+                self.spool_dir.rmdir()  # only when nothing else (a script's stream) is left in it
+        except Exception as exc:  # tidying must never change the outcome (e.g. the store is down)
+            log.warning("could not remove the ingested console spool of %s (%s)", self.id, _short(exc))
+            log.debug("tidy failure", exc_info=True)
 
     def _finish(self, outcome: Outcome) -> None:
         """Record the outcome, retrying while the store is unreachable; if it stays away, leave the
