@@ -16,12 +16,13 @@ import os
 import signal
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from phalanx.config import Settings
 from phalanx.domain import ExperimentStatus, ReplicaState
 
 if TYPE_CHECKING:
+    from phalanx.domain import Experiment
     from phalanx.store.base import Store
 
 log = logging.getLogger(__name__)
@@ -37,7 +38,7 @@ def supervisor_pid(settings: Settings, experiment_id: str) -> int | None:
     return pid if b"phalanx" in cmdline else None  # not a reused pid
 
 
-def _stop_script(store: Store, experiment: Any, timeout: float) -> Any:
+def _stop_script(store: Store, experiment: Experiment, timeout: float) -> Experiment:
     """SIGTERM the process of a plain script's experiment if it runs on this machine (its Task
     records the end), and wait for it to go. A script that is gone (killed) is simply marked."""
     import socket
@@ -70,7 +71,7 @@ def pid_alive(pid: int) -> bool:
 
 
 def stop_experiment(
-    store: Store, settings: Settings, experiment: Any, timeout: float = 60.0
+    store: Store, settings: Settings, experiment: Experiment, timeout: float = 60.0
 ) -> ExperimentStatus:
     """Stop a running experiment from another process (`phalanx stop`): leave a stop request, signal
     its supervisor and wait for it to mark the experiment stopped. If its supervisor is gone (killed),
