@@ -28,6 +28,7 @@ from phalanx.domain import Event, EventKind
 from phalanx.errors import UsageError
 from phalanx.store.artifacts import ArtifactStore, safe_path
 from phalanx.store.sql.events import check_event
+from phalanx.tracking.processes import pid_alive
 from phalanx.tracking.spool import ACK_SUFFIX, SUFFIX, check_columns, read_records, write_ack, writer_gone
 
 if TYPE_CHECKING:
@@ -281,20 +282,6 @@ def ingest_pending(store: IngestStore, spool: str | os.PathLike[str]) -> int:
     return Ingester(store, store.artifact_store, spool).run_once()
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    try:  # a zombie child of ours is dead too
-        with open(f"/proc/{pid}/stat") as fh:
-            return fh.read().split(")")[-1].split()[0] != "Z"
-    except OSError:
-        return True
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m phalanx.ingest", description="Ingest spool files.")
     parser.add_argument("--spool", help="spool folder (default: $PHALANX_HOME/spool)")
@@ -317,7 +304,7 @@ def main(argv: list[str] | None = None) -> int:
         n = ingester.run_once()
         log.info("ingested %d events", n)
         return 0
-    while _alive(args.follow_pid):
+    while pid_alive(args.follow_pid):
         try:
             if ingester.run_once() == 0:
                 time.sleep(args.interval)

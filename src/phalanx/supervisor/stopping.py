@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 
 from phalanx.config import Settings
 from phalanx.domain import ExperimentStatus, ReplicaState
+from phalanx.tracking.processes import pid_alive
 
 if TYPE_CHECKING:
     from phalanx.domain import Experiment
@@ -36,6 +37,16 @@ def supervisor_pid(settings: Settings, experiment_id: str) -> int | None:
     except (OSError, ValueError, IndexError):
         return None
     return pid if b"phalanx" in cmdline else None  # not a reused pid
+
+
+def write_stop_request(settings: Settings, experiment_id: str) -> Path:
+    """Leave a stop request where the experiment's supervisor looks on every turn of its loop
+    (``<runs>/<id>/stop``), written whole (a temporary file renamed). Returns its path."""
+    run_dir = settings.runs_dir / experiment_id
+    run_dir.mkdir(parents=True, exist_ok=True)
+    tmp = run_dir / "stop.tmp"
+    tmp.write_text(f"{time.time()}\n")
+    return tmp.replace(run_dir / "stop")
 
 
 def _stop_script(store: Store, experiment: Experiment, timeout: float) -> Experiment:
@@ -55,21 +66,6 @@ def _stop_script(store: Store, experiment: Experiment, timeout: float) -> Experi
     return store.get_experiment(experiment.id)
 
 
-def pid_alive(pid: int) -> bool:
-    """Whether process ``pid`` on this machine still runs (a zombie does not)."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    try:  # a zombie (ended, not yet reaped by its parent) is gone too
-        with open(f"/proc/{pid}/stat") as fh:
-            return fh.read().split(")")[-1].split()[0] != "Z"
-    except OSError:
-        return True
-
-
 def stop_experiment(
     store: Store, settings: Settings, experiment: Experiment, timeout: float = 60.0
 ) -> ExperimentStatus:
@@ -77,11 +73,7 @@ def stop_experiment(
     its supervisor and wait for it to mark the experiment stopped. If its supervisor is gone (killed),
     cancel what the engine still runs and mark the experiment stopped here: the one case where
     another process than the supervisor writes its status (see the module docstring)."""
-    run_dir = settings.runs_dir / experiment.id
-    run_dir.mkdir(parents=True, exist_ok=True)
-    tmp = run_dir / "stop.tmp"
-    tmp.write_text(f"{time.time()}\n")
-    tmp.replace(run_dir / "stop")
+    write_stop_request(settings, experiment.id)
     pid = supervisor_pid(settings, experiment.id)
     if pid is not None:
         with contextlib.suppress(ProcessLookupError):

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from phalanx.tracking.identity import ENV_INGESTER_PID, Identity
+from phalanx.tracking.processes import pid_alive
 from phalanx.tracking.spool import SpoolWriter, encode_points
 
 log = logging.getLogger("phalanx.tracking")
@@ -167,20 +168,6 @@ def _ingester_from_env() -> Callable[[], bool] | None:
     if pid == 0:
         return lambda: False
     return lambda: pid_alive(pid)
-
-
-def pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    try:
-        with open(f"/proc/{pid}/stat") as fh:
-            return fh.read().rsplit(")", 1)[-1].split()[0] != "Z"
-    except OSError:
-        return True
 
 
 def jsonable(value: Any) -> Any:

@@ -25,6 +25,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from phalanx.tracking.processes import pid_alive
+
 SUFFIX = ".spool"
 ACK_SUFFIX = ".ack"
 
@@ -44,18 +46,7 @@ def writer_gone(stream: str) -> bool:
     parts = stream.rsplit("-", 2)
     if len(parts) != 3 or parts[0] != host_tag() or not parts[1].isdigit():
         return False
-    pid = int(parts[1])
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return True
-    except PermissionError:
-        return False
-    try:
-        with open(f"/proc/{pid}/stat") as fh:
-            return fh.read().rsplit(")", 1)[-1].split()[0] == "Z"
-    except OSError:
-        return False
+    return not pid_alive(int(parts[1]))
 
 
 def encode_points(points: Sequence[tuple[str, str, int, float, float]]) -> dict[str, Any]:

@@ -18,7 +18,7 @@ from phalanx.config import Settings
 from phalanx.ingest import Ingester
 from phalanx.store import open_store
 from phalanx.store.sql import SqlStore
-from phalanx.tracking.client import pid_alive
+from phalanx.tracking.processes import pid_alive
 
 
 @dataclass
