@@ -457,20 +457,11 @@ class KubeflowBackend(KubeEngine):
         if rtype is None:
             return
         name = f"{prefix(exp)}-{rtype.lower()}-{index or 0}"
-        self._readers.enter(handle)
-        try:
-            while True:
-                try:
-                    yield from self.api.pod_log(ns, name, follow)
-                    return
-                except KubeError as exc:
-                    if not follow or (exc.status == 404 and self.api.get(ns, kind, prefix(exp)) is None):
-                        return
-                    if exc.status not in (400, 404):  # not created or not started yet
-                        raise
-                time.sleep(0.2)
-        finally:
-            self._readers.leave(handle)
+
+        def gone(exc: KubeError) -> bool:  # a pod not created yet is awaited while its job exists
+            return exc.status == 404 and self.api.get(ns, kind, prefix(exp)) is None
+
+        yield from self.pod_lines(handle, ns, name, follow, gone)
 
     def cancel(self, handle: str) -> None:
         """Delete the job; the operator's pods go with it (they are owned by the job). Idempotent.

@@ -238,17 +238,10 @@ class TrainerBackend(KubeEngine):
 
     def logs(self, handle: str, replica: str, follow: bool = False) -> Iterator[str]:
         ns, exp = self._split(handle)
-        self._readers.enter(handle)
-        try:
-            pod = self._pods(ns, exp).get(replica)
-            if pod is not None:
-                try:
-                    yield from self.api.pod_log(ns, pod["metadata"]["name"], follow)
-                except KubeError as exc:
-                    if exc.status not in (400, 404):
-                        raise
-        finally:
-            self._readers.leave(handle)
+        pod = self._pods(ns, exp).get(replica)
+        if pod is not None:  # the runtime names its pods: only one that exists can be read
+            name = pod["metadata"]["name"]
+            yield from self.pod_lines(handle, ns, name, follow, gone=lambda exc: exc.status in (400, 404))
 
     def cancel(self, handle: str) -> None:
         """Delete the TrainJob; its JobSet and pods go with it. Idempotent."""

@@ -272,6 +272,28 @@ class KubeEngine:
             self._api = ClientAPI(self.cluster.context)
         return self._api
 
+    def pod_lines(
+        self, handle: str, namespace: str, pod: str, follow: bool, gone: Callable[[KubeError], bool]
+    ) -> Iterator[str]:
+        """A pod's console, read as one of this engine's log readers (``cancel`` lets them take
+        the last lines before deleting the pod). Without ``follow``: what it has now, nothing when
+        it has no log. With ``follow``: to its end; a pod not created (404) or not started (400)
+        yet is waited for until ``gone(error)`` says it never will be; other errors raise."""
+        self._readers.enter(handle)
+        try:
+            while True:
+                try:
+                    yield from self.api.pod_log(namespace, pod, follow)
+                    return
+                except KubeError as exc:
+                    if not follow or gone(exc):
+                        return
+                    if exc.status not in (400, 404):
+                        raise
+                time.sleep(0.2)
+        finally:
+            self._readers.leave(handle)
+
     def upload_code(self, context: LaunchContext) -> str:
         """Pack the experiment's folder and the tracking SDK and store them on the cluster's server,
         where the pods' fetch-code step finds them; returns the URL. BackendUnavailable when the
@@ -425,20 +447,7 @@ class KubernetesBackend(KubeEngine):
         """The replica's console; with follow, waits for its container to start and reads to its end."""
         ns, exp = self._split(handle)
         name = f"{prefix(exp)}-{replica}"
-        self._readers.enter(handle)
-        try:
-            while True:
-                try:
-                    yield from self.api.pod_log(ns, name, follow)
-                    return
-                except KubeError as exc:
-                    if exc.status == 404 or not follow:
-                        return
-                    if exc.status != 400:  # 400: the container has not started yet
-                        raise
-                time.sleep(0.2)
-        finally:
-            self._readers.leave(handle)
+        yield from self.pod_lines(handle, ns, name, follow, gone=lambda exc: exc.status == 404)
 
     def cancel(self, handle: str) -> None:
         """Stop what still runs, let this engine's log readers take the last lines, then delete the

@@ -30,6 +30,7 @@ from typing import Any
 from phalanx import frameworks, limits
 from phalanx.backends.base import DryRun, JobStatus, LaunchContext, ReplicaStatus, expect_dry_run
 from phalanx.backends.dry_runs import LocalDryRun, LocalProcess, LocalUnit
+from phalanx.backends.logfiles import follow_file
 from phalanx.config import Settings
 from phalanx.domain import ExperimentStatus, ReplicaState
 from phalanx.errors import BackendUnavailable, SpecError
@@ -341,27 +342,8 @@ class LocalBackend:
         unit = next((u for u in units if u.name == replica), None)
         if unit is None:
             return  # no log of its own (a rank inside an mpirun launcher, or an unknown name)
-        pending = b""
-        pos = unit.offset
-        while True:
-            done = not self._alive(handle, unit)  # read the flag before the file: no line is missed
-            try:
-                with open(unit.log, "rb") as f:
-                    f.seek(pos)
-                    chunk = f.read()
-            except FileNotFoundError:
-                chunk = b""
-            pos += len(chunk)
-            lines = (pending + chunk).split(b"\n")
-            pending = lines.pop()
-            for line in lines:
-                yield line.decode("utf-8", "replace")
-            if not follow or done:
-                if pending:
-                    yield pending.decode("utf-8", "replace")
-                return
-            if not chunk:
-                time.sleep(0.05)
+        ended = (lambda: not self._alive(handle, unit)) if follow else None
+        yield from follow_file(unit.log, unit.offset, ended)
 
     # -- cancel ---------------------------------------------------------------------------------
     def cancel(self, handle: str) -> None:
