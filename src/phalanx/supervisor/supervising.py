@@ -277,7 +277,12 @@ class Supervisor:
         restarts = 0
         while True:
             status, reason = self._attempt(handle, first=restarts == 0)
-            if status is ExperimentStatus.FAILED and restarts < max_restarts and not self._stop_requested():
+            if (
+                status is ExperimentStatus.FAILED
+                and restarts < max_restarts
+                and not self._stop_requested()
+                and not self._past_deadline()  # a new group would be stopped at once: no restart
+            ):
                 restarts += 1
                 self.observer.message(f"{reason}; restarting the group ({restarts}/{max_restarts})")
                 self._emit_all(f"phalanx: restarting the group ({restarts}/{max_restarts}) after: {reason}")
@@ -346,6 +351,11 @@ class Supervisor:
                     f"ran longer than max_run_seconds ({plan.max_run_seconds:g} s)",
                 )
             time.sleep(POLL_SECONDS)
+
+    def _past_deadline(self) -> bool:
+        """Whether the experiment has run longer than max_run_seconds (counted from its start)."""
+        limit = self.p.plan.max_run_seconds
+        return bool(limit) and time.monotonic() > self.started + (limit or 0)
 
     def _chief_done(self, job: JobStatus) -> bool:
         """TensorFlow's ps (and PS-strategy worker) servers never exit: the chief's success ends it."""
