@@ -21,7 +21,7 @@ from phalanx.spec.model import ExperimentSpec
 from phalanx.supervisor.preparing import Prepared, ingester_here, prepare
 
 if TYPE_CHECKING:
-    from phalanx.store.base import Store
+    from phalanx.store.base import IngestStore
 
 log = logging.getLogger(__name__)
 
@@ -75,7 +75,7 @@ def launch(
     spec_or_plan: ExperimentSpec | Plan,
     *,
     settings: Settings | None = None,
-    store: Store | None = None,
+    store: IngestStore | None = None,
     observer: Observer | None = None,
     handle_signals: bool = True,
     **options: Any,
@@ -83,11 +83,11 @@ def launch(
     """Run an experiment to its end and return how it ended (options as for ``prepare``)."""
     settings = settings or Settings()
     prepared = prepare(spec_or_plan, settings=settings, **options)
-    opener: Store | Callable[[], Store]
+    opener: IngestStore | Callable[[], IngestStore]
     if store is None:
         from phalanx.store import open_store
 
-        def opener() -> Store:
+        def opener() -> IngestStore:
             return open_store(settings)
 
     else:
@@ -122,7 +122,7 @@ class Supervisor:
     def __init__(
         self,
         prepared: Prepared,
-        store: Store | Callable[[], Store],
+        store: IngestStore | Callable[[], IngestStore],
         settings: Settings,
         observer: Observer | None = None,
         *,
@@ -131,7 +131,7 @@ class Supervisor:
         """``store``: the store, or a function that opens it (called once the replicas have started)."""
         self.p = prepared
         self._store_factory = store
-        self.store: Store = None  # type: ignore[assignment]  # set by run()
+        self.store: IngestStore = None  # type: ignore[assignment]  # set by run()
         self.settings = settings
         self.observer: Observer = observer or LoggingObserver()
         self.handle_signals = handle_signals
@@ -251,7 +251,7 @@ class Supervisor:
             from phalanx.ingest import Ingester
         except ImportError:  # pragma: no cover - ingest ships with Phalanx
             return None
-        ingester = Ingester(self.store, None, self.spool_dir)  # type: ignore[arg-type]
+        ingester = Ingester(self.store, None, self.spool_dir)
         thread = threading.Thread(target=ingester.run, args=(stop,), name="ingest", daemon=True)
         thread.start()
         return thread
