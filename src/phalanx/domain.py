@@ -41,6 +41,7 @@ class ExperimentStatus(StrEnum):
     FAILED = "failed"
     STOPPED = "stopped"
     UNKNOWN = "unknown"
+    QUEUED = "queued"  # waiting in this machine's queue for its cores, GPUs or memory (phalanx.ledger)
 
     @property
     def done(self) -> bool:

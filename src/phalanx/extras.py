@@ -18,6 +18,7 @@ EXTRAS: dict[str, tuple[str, ...]] = {
     "kubernetes": ("kubernetes", "kubernetes_validate", "jsonschema"),
     "plot": ("matplotlib",),
     "postgres": ("psycopg",),
+    "search": ("optuna",),  # phalanx group run: samplers and pruners
 }
 
 

@@ -15,6 +15,7 @@ records arriving over HTTP. ``python -m phalanx.ingest --spool DIR [--follow-pid
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import logging
 import os
 import shutil
@@ -29,7 +30,16 @@ from phalanx.errors import UsageError
 from phalanx.store.artifacts import ArtifactStore, safe_path
 from phalanx.store.sql.events import check_event
 from phalanx.tracking.processes import pid_alive
-from phalanx.tracking.spool import ACK_SUFFIX, SUFFIX, check_columns, read_records, write_ack, writer_gone
+from phalanx.tracking.spool import (
+    ACK_SUFFIX,
+    REFUSED_SUFFIX,
+    SUFFIX,
+    check_columns,
+    read_records,
+    write_ack,
+    write_refused,
+    writer_gone,
+)
 
 if TYPE_CHECKING:
     from phalanx.store.base import IngestStore
@@ -145,8 +155,10 @@ class Ingester:
                 total += self._ingest_file(path)
             except FileNotFoundError:
                 continue  # removed meanwhile (experiment deleted)
-            except Exception:  # one stream's trouble must not hold up every other stream
-                log.exception("%s: ingest failed; will retry", path)
+            except Exception as exc:  # one stream's trouble must not hold up every other stream
+                # one line, not a traceback per file and pass: a database outage is expected
+                log.warning("%s: ingest failed (%s); will retry", path, _one_line(exc))
+                log.debug("ingest failure", exc_info=True)
                 self._positions.pop(path.stem, None)
         return total
 
@@ -197,8 +209,8 @@ class Ingester:
             try:
                 n = self.store.ingest_batch(stream, start, end, last_seq, events)
             except UsageError as exc:  # a record whose shape passed but whose content did not
-                log.warning("%s: %s; storing the batch without the malformed events", path, exc)
-                events = [ev for ev in events if _valid(ev)]
+                log.warning("%s: %s; storing the batch without the malformed parts", path, exc)
+                events = salvage(events, lambda ev, why: write_refused(path.parent, stream, ev.seq, why))
                 n = self.store.ingest_batch(stream, start, end, last_seq, events)
             if n is None:  # another ingester moved the position: reread it
                 self._positions[stream] = self.store.ingest_position(stream)[0]
@@ -215,7 +227,7 @@ class Ingester:
         the store, so a stray copy would still not be ingested twice)."""
         if not self.cleanup or not writer_gone(stream):
             return
-        for leftover in (path, path.with_suffix(ACK_SUFFIX)):
+        for leftover in (path, path.with_suffix(ACK_SUFFIX), path.with_suffix(REFUSED_SUFFIX)):
             leftover.unlink(missing_ok=True)
         shutil.rmtree(path.parent / "files" / stream, ignore_errors=True)
         self._positions.pop(stream, None)
@@ -237,6 +249,8 @@ class Ingester:
                 ev = record_to_event(rec)
             except UsageError as exc:
                 log.warning("%s: skipped a malformed record: %s", path, exc)
+                if isinstance(seq, int):
+                    write_refused(path.parent, path.stem, seq, exc.message)
                 continue
             spool_path = rec.get("data", {}).get("spool_path") if ev.kind.value in _FILE_KINDS else None
             if spool_path:
@@ -257,6 +271,57 @@ class Ingester:
             except FileNotFoundError:
                 missing.append(src)
         return missing
+
+
+def salvage(events: Sequence[Event], refused: Any = None) -> list[Event]:
+    """The events without what the store refuses: an invalid event is left out, except that the
+    good points of a SCALAR event are kept (one over-long metric name among 10,000 points used to
+    take all of them). ``refused(event, why)`` hears about each event (or part) left out."""
+    from phalanx.store.sql.events import name, scalar_block
+
+    kept: list[Event] = []
+    for ev in events:
+        try:
+            check_event(ev)
+            kept.append(ev)
+            continue
+        except UsageError as exc:
+            why = exc.message
+        if ev.kind is EventKind.SCALAR:
+            try:
+                block = scalar_block(ev)
+            except UsageError:
+                block = None
+            if block is not None:
+                good = set()
+                for key in block.keys:
+                    try:
+                        name(key[0]), name(key[1])
+                        good.add(key)
+                    except UsageError as exc:
+                        why = f"metric {key[0][:40]!r}/{key[1][:40]!r}: {exc.message}"
+                points = [
+                    [
+                        *block.keys[0 if block.idx is None else block.idx[i]],
+                        block.steps[i],
+                        block.values[i],
+                        t,
+                    ]
+                    for i, t in enumerate(block.times)
+                ]
+                points = [p for p in points if (p[0], p[1]) in good]
+                if points:
+                    part = dataclasses.replace(ev, data={"points": points})
+                    if _valid(part):
+                        kept.append(part)
+        if refused is not None:
+            refused(ev, why)
+    return kept
+
+
+def _one_line(exc: BaseException) -> str:
+    lines = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {lines[0][:200]}" if lines else type(exc).__name__
 
 
 def _valid(event: Event) -> bool:
@@ -316,6 +381,12 @@ def main(argv: list[str] | None = None) -> int:
     while quiet < 3:
         quiet = quiet + 1 if ingester.run_once() == 0 else 0
         time.sleep(args.interval)
+    try:  # a script killed before it recorded its end (SIGKILL, OOM, segfault) is marked failed now
+        from phalanx.reconcile import reconcile
+
+        reconcile(store, settings)
+    except Exception:
+        log.exception("checking unfinished experiments failed")
     return 0
 
 

@@ -22,6 +22,34 @@ from phalanx.errors import UsageError
 
 MIB = 1024 * 1024
 
+# Replicas one experiment may have. A file asking for more is almost always a typo (n_workers:
+# 1000000 used to make `phalanx check` expand a million replicas: 14 minutes, 7.6 GB); a larger
+# cluster job raises it with PHALANX_MAX_REPLICAS (docs/experiment-file.md).
+MAX_REPLICAS = 1024
+ENV_MAX_REPLICAS = "PHALANX_MAX_REPLICAS"
+MAX_PROCESSES_PER_REPLICA = 1024
+
+
+def max_replicas() -> int:
+    """The replica bound in force: PHALANX_MAX_REPLICAS when it holds a positive whole number."""
+    value = os.environ.get(ENV_MAX_REPLICAS, "").strip()
+    if value:
+        if not value.isdigit() or int(value) < 1:
+            raise UsageError(f"{ENV_MAX_REPLICAS}={value!r}: expected a whole number of replicas, at least 1")
+        return int(value)
+    return MAX_REPLICAS
+
+
+def replicas_over_limit(n: int) -> str | None:
+    """Why ``n`` replicas are refused, or None when they are within the bound."""
+    limit = max_replicas()
+    if n <= limit:
+        return None
+    return (
+        f"{n} replicas is more than the {limit} one experiment may have; lower it, or raise the bound"
+        f" with {ENV_MAX_REPLICAS}={n} when the cluster really has room for them"
+    )
+
 
 @dataclass(frozen=True)
 class Machine:
@@ -156,6 +184,21 @@ def _refuse_over(
             f"the experiment requests {total:g} {noun} ({detail}) but this machine has {have:g} {unit}; "
             "lower the requests, or pass --oversubscribe to run anyway"
         )
+
+
+def crowding_warning(replicas: Sequence[tuple[str, Resources, int]], here: Machine) -> str | None:
+    """A warning when the replicas that request no cores start more processes than this machine
+    has cores: each then gets a fraction of a core, and training (or a collective's timeout) is
+    slow for reasons nothing else would name. None when they fit."""
+    loose = [(n, procs) for n, res, procs in replicas if not _asked(res, "cpu")]
+    processes = sum(p for _, p in loose)
+    if processes <= len(here.cpus):
+        return None
+    return (
+        f"{processes} processes ({len(loose)} replicas without cpu requests) will share this machine's "
+        f"{len(here.cpus)} cores and run slowly; give the replicas `resources: {{cpu: {{requests: N}}}}`"
+        " (Phalanx then refuses what does not fit), lower n_workers, or run on a cluster (--cluster NAME)"
+    )
 
 
 def limit_env(limits: ReplicaLimits, user_env: Mapping[str, str]) -> dict[str, str]:

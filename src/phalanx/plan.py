@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from phalanx import limits
 from phalanx.domain import BackendKind, Framework, Resources, Role
 from phalanx.errors import SpecError
 from phalanx.spec.model import Build, ExperimentSpec, ReplicaTemplate
@@ -153,6 +154,9 @@ def build_plan(
     """Expand a spec into its replicas. ``params`` override the spec's params (``--param k=v``)."""
     merged = {**spec.params, **(params or {})}
     topo = spec.topology
+    too_many = limits.replicas_over_limit(1 + topo.n_workers + topo.n_ps)
+    if too_many is not None:  # a spec built in Python (the estimators) has not met the file's check
+        raise SpecError(f"environment.replicas: {too_many}")
     procs = topo.processes_per_replica
     replicas = [_replica("master", Role.MASTER, 0, 0, spec.master, procs)]
     for i in range(topo.n_workers):

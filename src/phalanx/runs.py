@@ -101,7 +101,7 @@ class Run:
     # -- reading --------------------------------------------------------------------------------
 
     def get_status(self) -> ExperimentStatus:
-        """created, starting, running, succeeded, failed or stopped (a str enum)."""
+        """created, queued, starting, running, succeeded, failed or stopped (a str enum)."""
         return self.refresh().status
 
     def get_details(self) -> dict[str, Any]:

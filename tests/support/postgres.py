@@ -136,3 +136,20 @@ def shared_postgres() -> PostgresServer:
             _SHARED = start_postgres()
             atexit.register(_SHARED.stop)
         return _SHARED
+
+
+def pause(server: PostgresServer) -> None:
+    """Stop the server but keep its data (a database outage); ``resume`` starts it again."""
+    _as_postgres([_bin_or("pg_ctl"), "-D", str(server.directory / "data"), "-m", "immediate", "-w", "stop"])
+
+
+def resume(server: PostgresServer) -> None:
+    """Start a paused server again, on the same port."""
+    options = (
+        f"-p {server.port} -k {server.directory} -c listen_addresses=127.0.0.1 -c fsync=off "
+        "-c max_connections=100"
+    )
+    _as_postgres(
+        [_bin_or("pg_ctl"), "-D", str(server.directory / "data"), "-l", str(server.directory / "log"),
+         "-o", options, "-w", "-t", "60", "start"]
+    )  # fmt: skip

@@ -28,6 +28,10 @@ class LaunchContext:
     tracking_env: Mapping[str, str] = field(default_factory=dict)  # PHALANX_HOST/TOKEN/HOME/SPOOL...
     log_dir: str | None = None  # where per-replica log files go, when the backend writes them
     oversubscribe: bool = False
+    # the exact cores and GPUs this machine's ledger granted the experiment (local engine); None:
+    # not admitted through the ledger (dry run, --oversubscribe), so the whole machine is the pool
+    cpu_pool: tuple[int, ...] | None = None
+    gpu_pool: tuple[str, ...] | None = None
 
 
 @dataclass(frozen=True)

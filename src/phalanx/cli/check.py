@@ -42,6 +42,12 @@ def check(
     output: Annotated[
         Output, typer.Option("-o", "--output", help="table (for people) or json (for scripts).")
     ] = (Output.TABLE),
+    allow_unused: Annotated[
+        bool,
+        typer.Option(
+            "--allow-unused", help="Group files: a matrix name run.cmd never uses is a note, not an error."
+        ),
+    ] = False,
 ) -> None:
     """Validate an experiment file and print its topology: every replica with its rank and resources."""
     from phalanx.errors import SpecError, UsageError
@@ -53,6 +59,13 @@ def check(
             "-f -: the experiment file cannot come from stdin; save it to a file and pass its path"
         )
     overrides = parse_param_overrides(param or [])
+    from phalanx.spec.group import is_group_file
+
+    if is_group_file(file):
+        from phalanx.cli.group import check_group
+
+        check_group(file, overrides, output is Output.JSON, allow_unused)
+        return
     try:
         spec = load_spec(file, params=overrides)
         plan = build_plan(spec)

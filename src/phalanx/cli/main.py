@@ -16,6 +16,8 @@ COMMAND_MODULES = (
     "phalanx.cli.server",
     "phalanx.cli.cluster",
     "phalanx.cli.plot",
+    "phalanx.cli.queue",
+    "phalanx.cli.group",
 )
 
 

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from phalanx.cli.app import app, emit_json
+from phalanx.cli.terminal import guard_std_streams
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -182,6 +183,20 @@ def run(
     detach: Annotated[
         bool, typer.Option("--detach", "-d", help="Start it in the background and print its id.")
     ] = False,
+    priority: Annotated[
+        int,
+        typer.Option(
+            "--priority",
+            metavar="N",
+            help="Its place in this machine's queue when it must wait: higher starts first (default 0).",
+        ),
+    ] = 0,
+    no_wait: Annotated[
+        bool,
+        typer.Option(
+            "--no-wait", help="Refuse (exit 2) instead of queueing when the cores/GPUs/memory are busy."
+        ),
+    ] = False,
     experiment_id: Annotated[str | None, typer.Option("--experiment-id", hidden=True)] = None,
 ) -> None:
     """Run an experiment: start every replica wired for its framework and supervise it to the end.
@@ -195,6 +210,7 @@ def run(
     from phalanx.errors import UsageError
 
     faulthandler.register(signal.SIGUSR1, all_threads=True)  # `kill -USR1 PID`: where is it stuck?
+    guard_std_streams()  # `phalanx run ... | head`: a closed pipe ends the echo, not the experiment
     settings = Settings()
     if experiment_id is not None:
         _check_id(experiment_id)
@@ -213,7 +229,8 @@ def run(
     if not dry_run:
         _check_home_and_db(settings)
     if detach and not dry_run:
-        _detach(file, param, workdir, oversubscribe, cluster, settings, output)
+        queueing = ["--priority", str(priority)] + (["--no-wait"] if no_wait else [])
+        _detach(file, param, workdir, oversubscribe, cluster, settings, output, queueing, experiment_id)
         return
     from phalanx import supervisor
 
@@ -225,6 +242,7 @@ def run(
     }
     if dry_run:
         prepared = supervisor.prepare(spec, settings=settings, dry=True, **options)
+        _warn_if_crowded(prepared)
         if output is Output.YAML and prepared.dry_run.format == "json":
             raise UsageError(
                 f"-o yaml: the {prepared.backend.name} engine has no YAML to show (Kubernetes clusters do); "
@@ -240,6 +258,7 @@ def run(
     except KeyboardInterrupt:
         sys.stderr.write("phalanx: interrupted before anything started\n")
         raise typer.Exit(130) from None
+    _warn_if_crowded(prepared)
     from phalanx.store import open_store
 
     store_opened = False
@@ -258,19 +277,23 @@ def run(
     try:
         if tty:
             with RichObserver(names) as rich_observer:
-                outcome = supervisor.Supervisor(prepared, store, settings, rich_observer).run()
+                outcome = supervisor.Supervisor(
+                    prepared, store, settings, rich_observer, priority=priority, wait=not no_wait
+                ).run()
         else:
             observer = PlainObserver(sys.stderr if output is Output.JSON else sys.stdout)
-            outcome = supervisor.Supervisor(prepared, store, settings, observer).run()
+            outcome = supervisor.Supervisor(
+                prepared, store, settings, observer, priority=priority, wait=not no_wait
+            ).run()
     except BaseException:
         if not store_opened:  # the engine or the store failed before the experiment was recorded:
             # leave no run folder or spool behind for an experiment that `phalanx ls` will never show
             import shutil
 
-            for folder in (
-                settings.runs_dir / prepared.experiment_id,
-                settings.spool_dir / prepared.experiment_id,
-            ):
+            folders = [settings.spool_dir / prepared.experiment_id]
+            if experiment_id is None:  # else the caller (--detach, submit()) owns the run folder:
+                folders.append(settings.runs_dir / prepared.experiment_id)  # it reads our log there
+            for folder in folders:
                 shutil.rmtree(folder, ignore_errors=True)
         raise
     if output is Output.JSON:
@@ -282,6 +305,18 @@ def run(
 
         sys.stderr.write(ui_hint(outcome.experiment_id, settings.host) + "\n")
     raise typer.Exit(outcome.exit_code)
+
+
+def _warn_if_crowded(prepared: Any) -> None:
+    """More local processes than cores, none of them asking for cores: say so before they start."""
+    if prepared.backend.name != "local":
+        return
+    from phalanx import limits
+
+    replicas = [(r.name, r.resources, r.processes) for r in prepared.plan.replicas]
+    warning = limits.crowding_warning(replicas, limits.machine())
+    if warning:
+        sys.stderr.write(f"warning: {warning}\n")
 
 
 def _check_home_and_db(settings: Settings) -> None:
@@ -316,16 +351,19 @@ def _detach(
     cluster: str | None,
     settings: Settings,
     output: Output,
+    queueing: list[str] | None = None,
+    experiment_id: str | None = None,
 ) -> None:
     """Start `phalanx run` again in its own session with its output in runs/<id>/supervisor.log,
-    wait (bounded) until it has created the experiment, and print the id."""
+    wait (bounded) until it has created the experiment, and print the id (``experiment_id`` when
+    given: a group's controller records the id before launching the trial)."""
     import shutil
     import subprocess
     import uuid
 
     from phalanx.errors import PhalanxError
 
-    exp_id = uuid.uuid4().hex[:12]
+    exp_id = experiment_id or uuid.uuid4().hex[:12]
     run_dir = settings.runs_dir / exp_id
     run_dir.mkdir(parents=True, exist_ok=True)
     argv = [
@@ -346,6 +384,7 @@ def _detach(
         argv.append("--oversubscribe")
     if cluster:
         argv += ["--cluster", cluster]
+    argv += queueing or []
     log_path = run_dir / "supervisor.log"
     with open(log_path, "ab") as out:
         proc = subprocess.Popen(

@@ -97,6 +97,27 @@ def check_can_listen(host: str, port: int) -> None:
             raise fail(f"cannot listen on {host}:{port}: {why}") from None
 
 
+def _access_log(path: Path | None, level: LogLevel) -> None:
+    """Requests go to stderr with the server's other lines (at --log-level info or debug), or to
+    ``path`` when given (always)."""
+    import logging
+
+    logger = logging.getLogger("phalanx.server.access")
+    quiet = path is None and level not in (LogLevel.INFO, LogLevel.DEBUG)
+    logger.setLevel(logging.WARNING if quiet else logging.INFO)
+    logger.propagate = False
+    handler: logging.Handler
+    if path is not None:
+        try:
+            handler = logging.FileHandler(path)
+        except OSError as exc:
+            raise fail(f"cannot write the access log {path}: {exc.strerror or exc}") from None
+    else:
+        handler = logging.StreamHandler()
+    handler.setFormatter(logging.Formatter("%(asctime)s %(message)s"))
+    logger.addHandler(handler)
+
+
 @app.command("server")
 def server(
     host: Annotated[
@@ -108,6 +129,18 @@ def server(
         typer.Option("--token-file", metavar="FILE", help="file holding the token (else PHALANX_TOKEN)"),
     ] = None,
     log_level: Annotated[LogLevel, typer.Option(help="how much the server logs")] = LogLevel.INFO,
+    allowed_host: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--allowed-host",
+            metavar="NAME",
+            help="a host name the server answers to (repeat; '*' for any; else PHALANX_ALLOWED_HOSTS, "
+            "else loopback names and the --host address)",
+        ),
+    ] = None,
+    access_log: Annotated[
+        Path | None, typer.Option("--access-log", metavar="FILE", help="append one line per request here")
+    ] = None,
 ) -> None:
     """Serve the REST API (/api/v1) and the web UI (/) over this machine's Phalanx store."""
     from phalanx.config import Settings
@@ -121,12 +154,24 @@ def server(
         )
 
     check_can_listen(host, port)
+    import os
+
     import uvicorn
 
     from phalanx.server.app import create_app
     from phalanx.server.settings import ServerSettings
 
-    api = create_app(ServerSettings(store=settings, host=host, port=port, token=token))
+    hosts = list(allowed_host or [])
+    if not hosts and os.environ.get("PHALANX_ALLOWED_HOSTS"):
+        hosts = [h.strip() for h in os.environ["PHALANX_ALLOWED_HOSTS"].split(",") if h.strip()]
+    if hosts:
+        from phalanx.server.auth import default_allowed_hosts
+
+        hosts = sorted({*default_allowed_hosts(host), *hosts})
+    _access_log(access_log, log_level)
+    api = create_app(
+        ServerSettings(store=settings, host=host, port=port, token=token, allowed_hosts=hosts or None)
+    )
     shown = f"[{host}]" if ":" in host else host
     typer.echo(f"Phalanx server on http://{shown}:{port}/ (API: /api/v1/openapi.json)", err=True)
     uvicorn.run(api, host=host, port=port, log_level=log_level.value, access_log=False)

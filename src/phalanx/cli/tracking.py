@@ -53,6 +53,18 @@ def open_for_reading(settings: Settings | None = None) -> tuple[IngestStore, Set
         Ingester(store, store.artifact_store, settings.spool_dir).run_once()
     except Exception as exc:  # reading must work even when a spool cannot be ingested right now
         logging.getLogger(__name__).warning("ingesting pending spool files failed: %s", exc)
+    try:  # an experiment whose supervisor or script was killed gets its final status here
+        from phalanx.reconcile import reconcile
+
+        reconcile(store, settings)
+    except Exception as exc:
+        logging.getLogger(__name__).warning("checking unfinished experiments failed: %s", exc)
+    try:  # a queued experiment whose `phalanx run` was killed while waiting is shown stopped
+        from phalanx.queue import reconcile as reconcile_queue
+
+        reconcile_queue(store, settings)
+    except Exception as exc:
+        logging.getLogger(__name__).warning("checking this machine's queue failed: %s", exc)
     return store, settings
 
 
@@ -160,6 +172,9 @@ def ls(
         int, typer.Option("--limit", "-n", min=1, help="At most this many (newest first).")
     ] = 50,
     output: Annotated[Format, typer.Option("-o", "--output", help="table or json")] = Format.TABLE,
+    group: Annotated[
+        str | None, typer.Option("--group", metavar="ID", help="Only the trials of this experiment group.")
+    ] = None,
 ) -> None:
     """List experiments, newest first."""
     from phalanx.domain import ExperimentStatus
@@ -174,14 +189,26 @@ def ls(
             choices = ", ".join(s.value for s in ExperimentStatus)
             raise UsageError(f"--status {status!r}: use one of {choices}") from None
     store, _ = open_for_reading()
+    group_id = None
+    if group is not None:
+        from phalanx.groups.records import resolve_group, sql_store
+
+        group_id = resolve_group(sql_store(store), group)
     page = store.list_experiments(
-        ExperimentFilter(status=wanted, project=project, text=search, limit=limit, order_by="-created_at")
+        ExperimentFilter(
+            status=wanted,
+            project=project,
+            text=search,
+            limit=limit,
+            order_by="-created_at",
+            group_id=group_id,
+        )
     )
     if output is Format.JSON:
         emit_json([experiment_json(e) for e in page.items])
         return
     if not page.items:
-        if status is not None or project is not None or search is not None:
+        if status is not None or project is not None or search is not None or group is not None:
             typer.echo(
                 "no experiments match; `phalanx ls` without --status/--project/--search lists them all"
             )
@@ -195,6 +222,18 @@ def ls(
     typer.echo(_table(["id", "project", "name", "status", "created", "duration"], rows))
     if page.total > len(page.items):
         typer.echo(f"({len(page.items)} of {page.total}; --limit shows more)")
+
+
+def _queue_place(experiment_id: str) -> str:
+    """Where a queued experiment stands in this machine's queue (`phalanx queue` shows them all)."""
+    from phalanx.config import Settings
+    from phalanx.queue import ledger_for
+
+    _, waiting, _ = ledger_for(Settings()).snapshot()
+    for i, entry in enumerate(waiting, 1):
+        if entry.experiment_id == experiment_id:
+            return f"position {i} of {len(waiting)}, priority {entry.priority}, needs {entry.need.describe()}"
+    return "not waiting on this machine (see `phalanx queue`)"
 
 
 @app.command("get")
@@ -237,6 +276,8 @@ def get(
         )
     if e.tags:
         out.append(f"tags:      {', '.join(e.tags)}")
+    if str(e.status) == "queued":
+        out.append(f"queue:     {_queue_place(e.id)}")
     out.append("")
     out.append("replicas:")
     rows = [[r.name, _opt(r.rank), str(r.state), _opt(r.exit_code), r.reason or ""] for r in replicas]

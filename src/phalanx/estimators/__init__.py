@@ -9,10 +9,13 @@ from __future__ import annotations
 from phalanx.estimators.distribution import MpiDistribution, PyTorchDistribution, TensorFlowDistribution
 from phalanx.estimators.estimator import Estimator, PyTorch, TensorFlow
 from phalanx.estimators.experiment import Experiment
+from phalanx.estimators.sweep import GroupRun, HyperDriveConfig
 
 __all__ = [
     "Estimator",
     "Experiment",
+    "GroupRun",
+    "HyperDriveConfig",
     "MpiDistribution",
     "PyTorch",
     "PyTorchDistribution",

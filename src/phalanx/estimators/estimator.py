@@ -25,6 +25,7 @@ from phalanx.estimators.distribution import Distribution
 from phalanx.estimators.resources import parse_resources, with_gpus
 from phalanx.estimators.topology import TopologyArgs, did_you_mean, resolve_topology
 from phalanx.spec.model import Build, ExperimentSpec, ReplicaTemplate, Topology
+from phalanx.spec.reserved import reserved_reason
 
 _CONDA = {
     "conda_packages": "pip_packages=[...]",
@@ -291,13 +292,8 @@ class Estimator:
         for key, v in value.items():
             if not isinstance(key, str) or not key.replace("_", "a").isalnum() or key[0].isdigit():
                 problems.append(Problem(f"{key!r} is not a variable name", "environment_variables"))
-            elif key.startswith("PHALANX_"):
-                problems.append(
-                    Problem(
-                        f"{key}: PHALANX_* variables are set by Phalanx; choose another name",
-                        "environment_variables",
-                    )
-                )
+            elif reserved_reason(key) is not None:
+                problems.append(Problem(str(reserved_reason(key)), "environment_variables"))
             elif v is None or isinstance(v, Mapping | list | tuple):
                 problems.append(Problem(f"{key}: give a string value", "environment_variables"))
             else:

@@ -75,8 +75,20 @@ class Experiment:
             self._settings = Settings()
         return self._settings
 
-    def submit(self, config: Estimator, tags: Sequence[str] = (), *, timeout: float | None = None) -> Run:
+    def submit(
+        self,
+        config: Estimator,
+        tags: Sequence[str] = (),
+        *,
+        timeout: float | None = None,
+        priority: int = 0,
+        wait: bool = True,
+    ) -> Run:
         """Start ``config`` and return its Run at once (the experiment exists in the store by then).
+
+        On this machine (compute_target "local") it may first wait in the machine's queue, its status
+        ``queued``, until its cores, GPUs and memory are free: ``priority`` orders the queue (higher
+        first), ``wait=False`` raises UsageError instead of queueing (see docs/sharing-a-machine.md).
 
         ``timeout``: how long to wait for that (default 120 s, or 30 min when the estimator names
         pip packages: their venv is built first); past it the supervisor is stopped and nothing runs.
@@ -86,8 +98,11 @@ class Experiment:
             PhalanxError: the supervisor could not start the experiment (its message included).
         """
         from phalanx.estimators.estimator import Estimator
+        from phalanx.estimators.sweep import HyperDriveConfig, submit_sweep
         from phalanx.runs import Run
 
+        if isinstance(config, HyperDriveConfig):  # a sweep: returns a GroupRun (estimators/sweep.py)
+            return submit_sweep(config, self.name, self.project, self.settings)  # type: ignore[return-value]
         if not isinstance(config, Estimator):
             raise UsageError(
                 f"submit() takes an Estimator, PyTorch or TensorFlow, got {type(config).__name__}"
@@ -115,6 +130,9 @@ class Experiment:
         ]
         if config.compute_target != "local":
             argv += ["--cluster", config.compute_target]
+        if not isinstance(priority, int) or isinstance(priority, bool):
+            raise UsageError(f"priority {priority!r}: give a whole number (higher starts first)")
+        argv += ["--priority", str(priority)] + ([] if wait else ["--no-wait"])
         # A run submitted from inside an experiment (a replica, or a script that called Task.init) is
         # its own: keep only where the store is, not the caller's identity.
         env = {k: v for k, v in os.environ.items() if not k.startswith("PHALANX_") or k in _KEEP_ENV}

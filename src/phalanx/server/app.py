@@ -19,10 +19,11 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from phalanx import __version__
 from phalanx.errors import PhalanxError, http_status
-from phalanx.server.auth import TokenAuthMiddleware
+from phalanx.server.auth import SecurityMiddleware, default_allowed_hosts
 from phalanx.server.files import ArtifactFiles
 from phalanx.server.limits import BodyLimitMiddleware
-from phalanx.server.routes import artifacts, experiments, ingest, logs, metrics, pages, params
+from phalanx.server.routes import artifacts, experiments, groups, ingest, logs, metrics, pages, params
+from phalanx.server.sessions import LoginThrottle, Sessions
 from phalanx.server.settings import ServerSettings
 from phalanx.store.base import Store
 
@@ -63,18 +64,25 @@ def create_app(settings: ServerSettings, store: Store | None = None) -> FastAPI:
     # Serve files from the store's own artifact root when it has one (a store passed in by a caller).
     root = getattr(getattr(store, "artifact_store", None), "root_url", None)
     app.state.files = ArtifactFiles(root or settings.store.artifacts_root)
+    sessions = (
+        Sessions(settings.token, settings.store.home / "server" / "sessions.json") if settings.token else None
+    )
+    app.state.sessions = sessions
+    app.state.login_throttle = LoginThrottle(attempts=settings.login_attempts)
 
     @app.get(f"{API}/health", tags=["server"])
     def health() -> dict[str, Any]:
         return {"ok": True, "version": __version__}
 
-    for module in (experiments, metrics, params, artifacts, logs, ingest):
+    for module in (experiments, metrics, params, artifacts, logs, ingest, groups):
         app.include_router(module.router, prefix=API)
     if settings.ui_enabled:
         app.include_router(pages.router)
+        app.include_router(groups.page_router)
         app.mount("/static", StaticFiles(directory=pages.UI_DIR), name="static")
 
     _install_error_handlers(app)
+    _install_openapi(app)
 
     def limit_for(path: str, method: str) -> int:
         if path == f"{API}/ingest":
@@ -85,9 +93,61 @@ def create_app(settings: ServerSettings, store: Store | None = None) -> FastAPI:
 
     # Added last = outermost: the size check runs before anything reads a body, auth before that.
     app.add_middleware(BodyLimitMiddleware, limit_for=limit_for, idle_seconds=settings.body_idle_seconds)
-    if settings.token:
-        app.add_middleware(TokenAuthMiddleware, token=settings.token)
+    allowed = (
+        settings.allowed_hosts if settings.allowed_hosts is not None else default_allowed_hosts(settings.host)
+    )
+    app.add_middleware(SecurityMiddleware, token=settings.token, allowed_hosts=allowed, sessions=sessions)
     return app
+
+
+ERROR_RESPONSES = {
+    400: "bad request: malformed input, or a Host header this server does not answer to",
+    401: "no token, or a wrong one (servers started with a token)",
+    403: "refused: a cross-site request, or a replica token used beyond its experiment",
+    404: "no such experiment (or file)",
+    409: "conflicts with the experiment's state",
+    413: "request body too large",
+    422: "invalid parameters",
+    429: "too many attempts; wait Retry-After seconds",
+}
+
+
+def _install_openapi(app: FastAPI) -> None:
+    """The document says how to authenticate (bearer) and what errors look like (ErrorOut)."""
+    from fastapi.openapi.utils import get_openapi
+
+    from phalanx.server.schemas import ErrorOut
+
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema:
+            return app.openapi_schema
+        doc = get_openapi(
+            title=app.title, version=app.version, description=app.description, routes=app.routes
+        )
+        components = doc.setdefault("components", {})
+        components.setdefault("securitySchemes", {})["bearer"] = {
+            "type": "http",
+            "scheme": "bearer",
+            "description": "the server's token, or a replica's per-experiment token (docs/security.md)",
+        }
+        schemas = components.setdefault("schemas", {})
+        schemas["ErrorOut"] = ErrorOut.model_json_schema(ref_template="#/components/schemas/{model}")
+        doc["security"] = [{"bearer": []}]
+        error = {"application/json": {"schema": {"$ref": "#/components/schemas/ErrorOut"}}}
+        for path, operations in doc.get("paths", {}).items():
+            for operation in operations.values():
+                responses = operation.setdefault("responses", {})
+                for status, why in ERROR_RESPONSES.items():
+                    if status == 429 and path != "/login":
+                        continue
+                    entry = responses.setdefault(str(status), {"description": why})
+                    entry["content"] = error  # also replaces FastAPI's own 422 shape: ours is ErrorOut
+                if path == f"{API}/health":
+                    operation["security"] = []
+        app.openapi_schema = doc
+        return doc
+
+    app.openapi = openapi  # type: ignore[method-assign]
 
 
 def _error(status: int, code: str, message: str, headers: Mapping[str, str] | None = None) -> JSONResponse:

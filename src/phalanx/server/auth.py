@@ -1,70 +1,244 @@
-"""Token authentication for the API and the pages.
+"""Who may ask the server what: the checks every request passes before any route sees it.
 
-When the server has a token, every API call must carry ``Authorization: Bearer <token>`` or the
-session cookie that ``/login`` sets; pages without either are redirected to ``/login``. The cookie
-holds an HMAC of the token (never the token itself), so reading a cookie does not reveal the token,
-and changing the token logs everybody out. Comparisons are constant-time.
+One ASGI middleware, in this order (docs/security.md says why each exists):
+
+1. Host allow-list: a request whose ``Host`` header is not one of the server's names is refused
+   (400). A web page on another site that re-points its own DNS name at 127.0.0.1 (DNS rebinding)
+   would otherwise reach a tokenless loopback server as if it were same-origin.
+2. Token (when the server has one): ``Authorization: Bearer <token>``, or a per-experiment
+   replica token (``phalanx.tokens``: only that experiment's ingest and files), or the session
+   cookie that ``/login`` sets. Else 401 (API) or a redirect to /login (pages).
+3. Cross-site requests: a state-changing request (POST, PUT, PATCH, DELETE) without an
+   ``Authorization`` header must come from this server's own pages: its ``Origin`` (or, without
+   one, ``Sec-Fetch-Site``) must not name another site. Scripts and the SDK send no ``Origin``.
+4. Headers on every answer: CSP, X-Frame-Options, nosniff, Referrer-Policy.
+5. An access log line per request (logger ``phalanx.server.access``), without tokens or cookies.
 """
 
 from __future__ import annotations
 
-import hashlib
+import contextlib
 import hmac
-from collections.abc import Awaitable, Callable
-from urllib.parse import quote
+import json
+import logging
+import re
+import time
+from collections.abc import Iterable
+from http.cookies import SimpleCookie
+from typing import Any
+from urllib.parse import quote, urlsplit
 
-from starlette.middleware.base import BaseHTTPMiddleware
-from starlette.requests import Request
-from starlette.responses import JSONResponse, RedirectResponse, Response
-from starlette.types import ASGIApp
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from phalanx.server.sessions import Sessions
+from phalanx.tokens import token_experiment
 
 COOKIE = "phalanx_session"
+
+access_log = logging.getLogger("phalanx.server.access")
 
 # Reachable without a token: the login page itself, the static assets it needs (code and styles,
 # no data) and a liveness probe that says nothing but "ok".
 PUBLIC_PREFIXES = ("/login", "/logout", "/static/", "/api/v1/health")
 
+UNSAFE_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 
-def session_value(token: str) -> str:
-    """What the session cookie holds for ``token``."""
-    return hmac.new(token.encode(), b"phalanx-session-v1", hashlib.sha256).hexdigest()
+LOOPBACK_HOSTS = ("localhost", "127.0.0.1", "::1", "localhost.localdomain", "ip6-localhost")
 
+CSP = (
+    "default-src 'self'; script-src 'self'; style-src 'self' 'unsafe-inline'; img-src 'self' data: blob:; "
+    "connect-src 'self'; object-src 'none'; base-uri 'none'; frame-ancestors 'none'; form-action 'self'"
+)
+SECURITY_HEADERS = [
+    (b"content-security-policy", CSP.encode()),
+    (b"x-frame-options", b"DENY"),
+    (b"x-content-type-options", b"nosniff"),
+    (b"referrer-policy", b"same-origin"),
+]
 
-def check_credentials(request: Request, token: str) -> bool:
-    """True when the request carries the token (bearer header) or a valid session cookie."""
-    header = request.headers.get("authorization", "")
-    scheme, _, given = header.partition(" ")
-    if scheme.lower() == "bearer" and given and hmac.compare_digest(given.strip().encode(), token.encode()):
-        return True
-    cookie = request.cookies.get(COOKIE, "")
-    return bool(cookie) and hmac.compare_digest(cookie.encode(), session_value(token).encode())
+# What a replica's token may do: send its experiment's records and files, fetch its files (the
+# Kubernetes code bundle), and check the server is up.
+_SCOPED = re.compile(r"^/api/v1/experiments/(?P<id>[^/]+)/files/")
 
 
 def is_public(path: str) -> bool:
     return any(path == p.rstrip("/") or path.startswith(p) for p in PUBLIC_PREFIXES)
 
 
-class TokenAuthMiddleware(BaseHTTPMiddleware):
-    """Answers 401 (API) or a redirect to /login (pages) when credentials are missing or wrong."""
+def host_name(host_header: str) -> str:
+    """The name in a Host header, without the port, lower-case; IPv6 without its brackets."""
+    host = host_header.strip().lower()
+    if host.startswith("["):
+        return host[1:].split("]", 1)[0]
+    if host.count(":") == 1:
+        host = host.split(":", 1)[0]
+    return host.rstrip(".")
 
-    def __init__(self, app: ASGIApp, token: str) -> None:
-        super().__init__(app)
+
+def _header(scope: Scope, name: bytes) -> str:
+    for key, value in scope.get("headers", ()):
+        if key == name:
+            return str(value.decode("latin-1"))
+    return ""
+
+
+def _json(status: int, code: str, message: str, headers: Iterable[tuple[bytes, bytes]] = ()) -> Any:
+    from starlette.responses import Response
+
+    body = json.dumps({"error": code, "message": message}).encode()
+    response = Response(body, status_code=status, media_type="application/json")
+    for k, v in headers:
+        response.raw_headers.append((k, v))
+    return response
+
+
+class SecurityMiddleware:
+    """The checks above. ``token`` None: a tokenless (loopback) server; ``allowed_hosts`` holds
+    lower-case names without ports, ``"*"`` for any."""
+
+    def __init__(
+        self, app: ASGIApp, token: str | None, allowed_hosts: Iterable[str], sessions: Sessions | None
+    ) -> None:
+        self.app = app
         self.token = token
+        self.allowed = {h.lower().strip("[]") for h in allowed_hosts}
+        self.sessions = sessions
 
-    async def dispatch(
-        self, request: Request, call_next: Callable[[Request], Awaitable[Response]]
-    ) -> Response:
-        path = request.url.path
-        if is_public(path) or check_credentials(request, self.token):
-            return await call_next(request)
-        if path.startswith("/api/"):
-            return JSONResponse(
-                {
-                    "error": "unauthorized",
-                    "message": "this server needs a token: send 'Authorization: Bearer <token>'",
-                },
-                status_code=401,
-                headers={"WWW-Authenticate": "Bearer"},
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = time.monotonic()
+        status_holder = [0]
+
+        async def send_with_headers(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                status_holder[0] = message["status"]
+                headers = list(message.get("headers", []))
+                present = {k.lower() for k, _ in headers}
+                headers += [(k, v) for k, v in SECURITY_HEADERS if k not in present]
+                message = {**message, "headers": headers}
+            await send(message)
+
+        try:
+            refusal = self.check(scope)
+            if refusal is not None:
+                await refusal(scope, receive, send_with_headers)
+            else:
+                await self.app(scope, receive, send_with_headers)
+        finally:
+            self._log(scope, status_holder[0], time.monotonic() - started)
+
+    def _log(self, scope: Scope, status: int, seconds: float) -> None:
+        if not access_log.isEnabledFor(logging.INFO):
+            return
+        client = scope.get("client") or ("-", 0)
+        access_log.info(
+            '%s "%s %s" %s %.1fms', client[0], scope["method"], scope["path"], status or "-", seconds * 1000
+        )
+
+    def check(self, scope: Scope) -> Any:
+        """A response refusing the request, or None to let it through."""
+        path: str = scope["path"]
+        method: str = scope["method"]
+        host = host_name(_header(scope, b"host"))
+        # no Host at all (HTTP/1.0 clients) cannot be a rebinding browser, which always sends one
+        if host and "*" not in self.allowed and host not in self.allowed:
+            return _json(
+                400,
+                "bad_host",
+                f"this server does not answer to the host name {host!r}; start it with "
+                f"--allowed-host {host or 'NAME'} (or PHALANX_ALLOWED_HOSTS) if that name is really its own",
             )
-        target = request.url.path + (f"?{request.url.query}" if request.url.query else "")
+        authorization = _header(scope, b"authorization")
+        if self.token is not None and not is_public(path):
+            refusal = self._check_token(scope, path, method, authorization)
+            if refusal is not None:
+                return refusal
+        if method in UNSAFE_METHODS and not authorization and not self._same_origin(scope, host):
+            return _json(
+                403,
+                "forbidden",
+                "cross-site request refused: state-changing requests come from this server's own pages "
+                "or carry 'Authorization: Bearer <token>'",
+            )
+        return None
+
+    def _check_token(self, scope: Scope, path: str, method: str, authorization: str) -> Any:
+        assert self.token is not None
+        scheme, _, given = authorization.partition(" ")
+        given = given.strip()
+        if scheme.lower() == "bearer" and given:
+            if hmac.compare_digest(given.encode(), self.token.encode()):
+                return None
+            experiment = token_experiment(self.token, given)
+            if experiment is not None:
+                return self._check_scoped(scope, path, method, experiment)
+        if self._cookie_session(scope):
+            return None
+        if path.startswith("/api/"):
+            return _json(
+                401,
+                "unauthorized",
+                "this server needs a token: send 'Authorization: Bearer <token>'",
+                [(b"www-authenticate", b"Bearer")],
+            )
+        from starlette.responses import RedirectResponse
+
+        query = scope.get("query_string", b"").decode("latin-1")
+        target = path + (f"?{query}" if query else "")
         return RedirectResponse(f"/login?next={quote(target, safe='')}", status_code=303)
+
+    def _check_scoped(self, scope: Scope, path: str, method: str, experiment: str) -> Any:
+        match = _SCOPED.match(path)
+        if (path == "/api/v1/ingest" and method == "POST") or (
+            match is not None and match["id"] == experiment and method in ("PUT", "GET", "HEAD")
+        ):
+            scope.setdefault("state", {})["experiment_scope"] = experiment
+            return None
+        return _json(
+            403,
+            "forbidden",
+            f"this is a replica token of experiment {experiment}: it can only send that experiment's "
+            "records and files",
+        )
+
+    def _cookie_session(self, scope: Scope) -> bool:
+        raw = _header(scope, b"cookie")
+        if not raw or self.sessions is None:
+            return False
+        cookie: SimpleCookie = SimpleCookie()
+        try:
+            cookie.load(raw)
+        except Exception:  # a malformed Cookie header is no session
+            return False
+        morsel = cookie.get(COOKIE)
+        return morsel is not None and self.sessions.valid(morsel.value)
+
+    def _same_origin(self, scope: Scope, host: str) -> bool:
+        """Whether a browser says this request comes from a page of this server (or is no browser)."""
+        origin = _header(scope, b"origin")
+        if origin:
+            if origin == "null":
+                return False
+            parts = urlsplit(origin)
+            return (parts.netloc.lower() == _header(scope, b"host").strip().lower()) and bool(host)
+        site = _header(scope, b"sec-fetch-site").lower()
+        return site not in ("cross-site", "same-site")
+
+
+def default_allowed_hosts(bind: str) -> list[str]:
+    """Loopback names, plus the address the server listens on and, for a wildcard address, this
+    machine's names and addresses (what replicas on other machines use to reach it)."""
+    import socket
+
+    names = list(LOOPBACK_HOSTS)
+    bind = bind.strip("[]").lower()
+    if bind in ("0.0.0.0", "::", ""):
+        hostname = socket.gethostname()
+        names += [hostname, socket.getfqdn()]
+        with contextlib.suppress(OSError):
+            names += [str(info[4][0]) for info in socket.getaddrinfo(hostname, None)]
+    elif bind not in names:
+        names.append(bind)
+    return sorted({n.lower() for n in names if n})

@@ -28,3 +28,7 @@ class ServerSettings(BaseModel):
     body_idle_seconds: float = 60.0  # a request body that pauses longer than this is refused (408)
     poll_seconds: float = 0.5  # how often a live log stream looks for new lines
     ui_enabled: bool = True
+    # Host-header names the server answers to (no ports; "*" for any). None: loopback names plus the
+    # address it listens on (see phalanx.server.auth.default_allowed_hosts).
+    allowed_hosts: list[str] | None = None
+    login_attempts: int = 5  # wrong tokens per client address per minute before /login answers 429

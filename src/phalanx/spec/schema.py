@@ -8,13 +8,15 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 from phalanx.domain import BackendKind, Framework
 from phalanx.spec.errors import Collector, describe, did_you_mean, join
 from phalanx.spec.model import Build, ExperimentSpec, ReplicaTemplate
+from phalanx.spec.reserved import reserved_reason
 from phalanx.spec.topology import finish_topology, read_environment
-from phalanx.spec.yamltree import Mark, YMap, YNode, YScalar, YSeq, is_null, plain
+from phalanx.spec.yamltree import Mark, YKey, YMap, YNode, YScalar, YSeq, is_null, plain
 
 SUPPORTED_VERSION = 1
 KINDS = ("experiment", "group", "job", "build", "notebook", "tensorboard", "pipeline")
@@ -39,7 +41,8 @@ _LIB = (
     " put the training code in a script and start it with run.cmd"
 )
 TOP_REFUSED = {
-    "hptuning": "belongs to kind: group (hyperparameter search), not supported yet; remove it",
+    "hptuning": "belongs to kind: group (hyperparameter search): write `kind: group` and run it with"
+    " `phalanx group run -f FILE`, or remove it",
     "model": _LIB,
     "train": _LIB,
     "eval": _LIB,
@@ -61,8 +64,17 @@ _NAME = re.compile(r"^\s*([A-Za-z_][A-Za-z0-9_]*)\s*$")
 _CONTINUATION = re.compile(r"\\[ \t]*$")
 
 
-def read_spec(c: Collector, root: YNode | None, overrides: Mapping[str, Any]) -> ExperimentSpec | None:
-    """The spec, or None when problems were found (they are in ``c``)."""
+def read_spec(
+    c: Collector,
+    root: YNode | None,
+    overrides: Mapping[str, Any],
+    group: GroupReading | None = None,
+) -> ExperimentSpec | None:
+    """The spec, or None when problems were found (they are in ``c``).
+
+    ``group``: the file is a `kind: group` (read by ``spec.group``): its hptuning and inputs keys are
+    accepted, and the matrix names count as known placeholders; the spec returned is the trials' base.
+    """
     if root is None:
         c.add(
             Mark(1, 1), "", "the file is empty; an experiment file needs at least version, kind and run.cmd"
@@ -74,9 +86,13 @@ def read_spec(c: Collector, root: YNode | None, overrides: Mapping[str, Any]) ->
         )
         return None
     version = _read_version(c, root)
-    if not _read_kind(c, root):
+    if not _read_kind(c, root, group is not None):
         return None  # a group or job file: the rest would only be noise
-    c.mapping(root, "", TOP_KEYS, refused=TOP_REFUSED, ignored=TOP_IGNORED)
+    if group is None:
+        c.mapping(root, "", TOP_KEYS, refused=TOP_REFUSED, ignored=TOP_IGNORED)
+    else:
+        refused = {k: v for k, v in TOP_REFUSED.items() if k not in GROUP_KEYS}
+        c.mapping(root, "", (*TOP_KEYS, *GROUP_KEYS), refused=refused, ignored=TOP_IGNORED)
 
     def opt(name: str) -> YNode | None:
         node = root.get(name)
@@ -90,6 +106,8 @@ def read_spec(c: Collector, root: YNode | None, overrides: Mapping[str, Any]) ->
     tags = c.texts(n, "tags") if (n := opt("tags")) else ()
     params = _read_params(c, root)
     env = c.str_mapping(n, "env", env_names=True) if (n := opt("env")) else {}
+    if (n := opt("env")) is not None:
+        _refuse_reserved(c, n, "env")
     build = _read_build(c, n) if (n := opt("build")) else Build()
 
     env_draft = read_environment(c, n) if (n := opt("environment")) else None
@@ -109,9 +127,10 @@ def read_spec(c: Collector, root: YNode | None, overrides: Mapping[str, Any]) ->
     topology = finish_topology(c, env_draft.topology if env_draft else None, framework, invalid)
 
     command, max_restarts, max_run_seconds = _read_run(c, root)
-    known = {**(params or {}), **overrides}
+    known = {**(group.defaults if group else {}), **(params or {}), **overrides}
     if command is not None:
-        _check_placeholders(c, root, command, known)
+        names = {**known, **dict.fromkeys(group.sampled if group else ())}
+        _check_placeholders(c, root, command, names)
 
     if c.problems or version is None or command is None:
         return None
@@ -157,15 +176,26 @@ def _shown(node: YNode) -> str:
     return describe(node)
 
 
-def _read_kind(c: Collector, root: YMap) -> bool:
+def _read_kind(c: Collector, root: YMap, group: bool = False) -> bool:
     """False when the file is of a kind we must not read further."""
     node = root.get("kind")
     if node is None:
-        c.add(root, "kind", "missing; add `kind: experiment`")
+        c.add(root, "kind", "missing; add `kind: group`" if group else "missing; add `kind: experiment`")
         return True
     v = node.value if isinstance(node, YScalar) else None
-    if v == "experiment":
+    if v == ("group" if group else "experiment"):
         return True
+    if v == "group":
+        c.add(
+            node,
+            "kind",
+            "a group is a hyperparameter search: run it with `phalanx group run -f FILE`"
+            " (`phalanx check -f FILE` shows its search space)",
+        )
+        return False
+    if group and v == "experiment":
+        c.add(node, "kind", "an experiment file: run it with `phalanx run -f FILE`")
+        return False
     if isinstance(v, str) and v in KINDS:
         c.add(node, "kind", f"'{v}' is not supported yet; Phalanx runs kind: experiment files")
         return False
@@ -174,6 +204,18 @@ def _read_kind(c: Collector, root: YMap) -> bool:
     else:
         c.add(node, "kind", f"unknown kind '{v}'{did_you_mean(v, KINDS)} (Phalanx runs kind: experiment)")
     return True
+
+
+@dataclass(frozen=True)
+class GroupReading:
+    """What a group file adds to the experiment keys: ``defaults`` (from Polyaxon `inputs`) fill
+    placeholders below params; ``sampled`` names (the matrix, hyperband's resource) are filled per trial."""
+
+    defaults: Mapping[str, Any] = field(default_factory=dict)
+    sampled: tuple[str, ...] = ()
+
+
+GROUP_KEYS = ("hptuning", "inputs")
 
 
 def _read_params(c: Collector, root: YMap) -> dict[str, Any] | None:
@@ -213,8 +255,28 @@ def _read_build(c: Collector, node: YNode) -> Build:
     return Build(**{k: v for k, v in values.items() if v is not None})
 
 
+def _refuse_reserved(c: Collector, node: YNode, path: str) -> None:
+    """Variables the launcher sets itself (RANK, TF_CONFIG, PHALANX_*...): see spec.reserved."""
+    named: list[tuple[YNode | YKey, Any]]
+    if isinstance(node, YMap):
+        named = [(key, key.name) for key, _ in node.items]
+    elif isinstance(node, YSeq):  # env_vars as [NAME, value] pairs
+        named = [
+            (item.items[0], item.items[0].value)
+            for item in node.items
+            if isinstance(item, YSeq) and item.items and isinstance(item.items[0], YScalar)
+        ]
+    else:
+        return
+    for where, name in named:
+        why = reserved_reason(name) if isinstance(name, str) else None
+        if why is not None:
+            c.add(where, join(path, name), why)
+
+
 def read_env_vars(c: Collector, node: YNode, path: str) -> dict[str, str] | None:
     """`env_vars` as Polyaxon wrote it (a list of [name, value] pairs) or as a mapping."""
+    _refuse_reserved(c, node, path)
     if not isinstance(node, YSeq):
         return c.str_mapping(node, path, env_names=True)
     out: dict[str, str] = {}

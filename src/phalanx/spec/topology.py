@@ -12,7 +12,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from phalanx import limits
 from phalanx.domain import Framework, Range, Resources
+from phalanx.errors import UsageError
 from phalanx.spec.errors import Collector, describe, join
 from phalanx.spec.model import ReplicaTemplate, Topology
 from phalanx.spec.quantities import parse_cpu, parse_gpu, parse_memory
@@ -273,6 +275,15 @@ def _read_range(c: Collector, node: YNode, path: str, what: str) -> Range:
             values[name] = _PARSERS[what](plain(value))
         except ValueError as exc:
             c.add(value, join(path, name), str(exc))
+            continue
+        if name == "limits" and what in ("cpu", "memory") and values[name] == 0:
+            c.add(
+                value,
+                join(path, name),
+                f"a {what} limit of 0 would leave the replica no {what}, so it is refused (it is not"
+                f" `no limit`); give a positive limit, or remove `limits` for none",
+            )
+            values[name] = None
     req, lim = values["requests"], values["limits"]
     if req is not None and lim is not None and lim < req:
         node_lim = m.get("limits")
@@ -300,9 +311,26 @@ def finish_topology(
     """
     if draft is None:
         return Topology()
-    n_workers = draft.counts.get("n_workers", (0, draft.key))[0]
-    n_ps = draft.counts.get("n_ps", (0, draft.key))[0]
-    procs = draft.counts.get("processes_per_replica", (1, draft.key))[0]
+    n_workers, workers_key = draft.counts.get("n_workers", (0, draft.key))
+    n_ps, ps_key = draft.counts.get("n_ps", (0, draft.key))
+    procs, procs_key = draft.counts.get("processes_per_replica", (1, draft.key))
+    try:
+        too_many = limits.replicas_over_limit(1 + n_workers + n_ps)
+    except UsageError as exc:  # a malformed PHALANX_MAX_REPLICAS
+        too_many = str(exc)
+    if too_many is not None:
+        # before anything is expanded: the bound is the point (n_workers: 1000000 is a typo)
+        key = workers_key if n_workers >= n_ps else ps_key
+        c.add(key, join(draft.path, key.name), f"1 master + {n_workers} workers + {n_ps} ps = {too_many}")
+        n_workers = n_ps = 0
+    if procs > limits.MAX_PROCESSES_PER_REPLICA:
+        c.add(
+            procs_key,
+            join(draft.path, procs_key.name),
+            f"{procs} processes per replica is more than {limits.MAX_PROCESSES_PER_REPLICA}; "
+            "a replica runs one process per GPU or core",
+        )
+        procs = 1
     if framework is None and not framework_invalid and (n_workers > 0 or n_ps > 0):
         c.add(
             draft.key,

@@ -30,6 +30,16 @@ class Series:
 
 
 @dataclass(frozen=True)
+class SeriesView:
+    """One series as a chart shows it: at most about ``max_points`` points of a window, from the
+    stored summary (min/max per bucket) when the window holds more; ``count``: points in all."""
+
+    series: Series
+    count: int
+    downsampled: bool
+
+
+@dataclass(frozen=True)
 class ParamRecord:
     section: str  # "Args", "General", or a connect(name=...) section
     key: str
@@ -112,6 +122,7 @@ class ExperimentFilter:
     offset: int = 0
     limit: int = 50
     order_by: str = "-created_at"
+    group_id: str | None = None  # only the trials of this experiment group
 
 
 class Store(Protocol):
@@ -241,6 +252,21 @@ class Store(Protocol):
     ) -> dict[str, dict[str, Series]]:
         """Title -> series -> points ordered by step, optionally only one title and/or series
         (a series with no point is left out). Raises NotFound."""
+        ...
+
+    def metric_view(
+        self,
+        experiment_id: str,
+        title: str,
+        *,
+        series: str | None = None,
+        x: str = "step",
+        x_min: float | None = None,
+        x_max: float | None = None,
+        max_points: int = 1000,
+    ) -> dict[str, SeriesView]:
+        """series -> what a chart of ``max_points`` needs in the window: reads the multi-resolution
+        summary, never more raw points than ``max_points`` (charts of millions of points)."""
         ...
 
     def params(self, experiment_id: str) -> list[ParamRecord]:

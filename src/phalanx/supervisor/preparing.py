@@ -41,7 +41,7 @@ class Prepared:
 
 # The modules outside phalanx/tracking that the SDK imports (all standard-library only); a test imports
 # every module of the copy with a bare interpreter, so a missing one fails there, not in a user's venv.
-SDK_TOP_MODULES = ("__init__.py", "errors.py")
+SDK_TOP_MODULES = ("__init__.py", "errors.py", "procs.py")
 
 
 def sdk_path(settings: Settings) -> Path:
@@ -99,8 +99,10 @@ def tracking_env(experiment_id: str, settings: Settings, python: str, dry: bool 
     }
     if settings.host:
         env["PHALANX_HOST"] = settings.host
-        if settings.token:
-            env["PHALANX_TOKEN"] = settings.token
+        if settings.token:  # a token that writes this experiment only (docs/security.md)
+            from phalanx.tokens import experiment_token
+
+            env["PHALANX_TOKEN"] = experiment_token(settings.token, experiment_id)
     # abspath, not realpath: every venv's bin/python links to the same base interpreter
     if os.path.abspath(python) != os.path.abspath(sys.executable) and not dry:
         env["PYTHONPATH"] = str(sdk_path(settings))

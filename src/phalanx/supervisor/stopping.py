@@ -28,35 +28,46 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+SCRIPT_PID = "script.pid"  # runs/<id>/script.pid: the plain script's process (Task.init writes it)
+
 
 def supervisor_pid(settings: Settings, experiment_id: str) -> int | None:
-    """The pid of the `phalanx run` supervising this experiment, if it is still running."""
-    try:
-        pid = int((settings.runs_dir / experiment_id / "supervisor.pid").read_text().split()[0])
-        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
-    except (OSError, ValueError, IndexError):
+    """The pid of the `phalanx run` supervising this experiment, if it is still running: the one
+    its ``runs/<id>/supervisor.pid`` records, with the same start time (not a reused pid)."""
+    from phalanx.procs import recorded_process
+
+    pid = recorded_process(settings.runs_dir / experiment_id / "supervisor.pid")
+    if pid is None:
         return None
-    return pid if b"phalanx" in cmdline else None  # not a reused pid
+    try:
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return None
+    return pid if b"phalanx" in cmdline else None
 
 
-def write_stop_request(settings: Settings, experiment_id: str) -> Path:
+def write_stop_request(settings: Settings, experiment_id: str, reason: str | None = None) -> Path:
     """Leave a stop request where the experiment's supervisor looks on every turn of its loop
-    (``<runs>/<id>/stop``), written whole (a temporary file renamed). Returns its path."""
+    (``<runs>/<id>/stop``: the time, then ``reason`` if any), written whole (a temporary file
+    renamed). Returns its path."""
     run_dir = settings.runs_dir / experiment_id
     run_dir.mkdir(parents=True, exist_ok=True)
     tmp = run_dir / "stop.tmp"
-    tmp.write_text(f"{time.time()}\n")
+    tmp.write_text(f"{time.time()}\n{reason or ''}\n")
     return tmp.replace(run_dir / "stop")
 
 
-def _stop_script(store: Store, experiment: Experiment, timeout: float) -> Experiment:
+def _stop_script(store: Store, settings: Settings, experiment: Experiment, timeout: float) -> Experiment:
     """SIGTERM the process of a plain script's experiment if it runs on this machine (its Task
-    records the end), and wait for it to go. A script that is gone (killed) is simply marked."""
-    import socket
+    records the end), and wait for it to go. A script that is gone (killed) is simply marked.
 
-    here = socket.gethostname()
-    pids = [r.pid for r in store.list_replicas(experiment.id) if r.pid and r.host in (None, here)]
-    running = [pid for pid in pids if pid_alive(pid)]
+    The pid comes only from ``runs/<id>/script.pid``, which Task.init wrote on this machine, and
+    only while that process has the recorded start time. Never from the store: a replica's pid
+    there arrived through ingest, and anyone who can call the API could have named any process."""
+    from phalanx.procs import recorded_process
+
+    pid = recorded_process(settings.runs_dir / experiment.id / SCRIPT_PID)
+    running = [pid] if pid is not None else []
     for pid in running:
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.kill(pid, signal.SIGTERM)
@@ -67,13 +78,14 @@ def _stop_script(store: Store, experiment: Experiment, timeout: float) -> Experi
 
 
 def stop_experiment(
-    store: Store, settings: Settings, experiment: Experiment, timeout: float = 60.0
+    store: Store, settings: Settings, experiment: Experiment, timeout: float = 60.0, reason: str | None = None
 ) -> ExperimentStatus:
     """Stop a running experiment from another process (`phalanx stop`): leave a stop request, signal
     its supervisor and wait for it to mark the experiment stopped. If its supervisor is gone (killed),
     cancel what the engine still runs and mark the experiment stopped here: the one case where
-    another process than the supervisor writes its status (see the module docstring)."""
-    write_stop_request(settings, experiment.id)
+    another process than the supervisor writes its status (see the module docstring).
+    ``reason`` (a group's pruning decision) replaces "stopped by phalanx stop" as the experiment's reason."""
+    write_stop_request(settings, experiment.id, reason)
     pid = supervisor_pid(settings, experiment.id)
     if pid is not None:
         with contextlib.suppress(ProcessLookupError):
@@ -90,7 +102,7 @@ def stop_experiment(
     if current.status.done:
         return current.status
     if current.backend == "script":  # a plain script's Task.init: no engine, only its process
-        current = _stop_script(store, current, timeout)
+        current = _stop_script(store, settings, current, timeout)
         if current.status.done:
             return current.status
     elif current.handle:
@@ -103,11 +115,15 @@ def stop_experiment(
             cluster = get_cluster(current.cluster, settings.home)
         backend = get_backend(current.backend or "local", settings=settings, cluster=cluster)
         backend.cancel(current.handle)
+    from phalanx.queue import ledger_for
+
+    ledger_for(settings).release(experiment.id)  # a killed supervisor's place in the queue, if any
     now = time.time()
     for r in store.list_replicas(experiment.id):
         if not r.state.done:
             store.update_replica(experiment.id, r.name, state=ReplicaState.STOPPED, finished_at=now)
     gone = "its script was gone" if current.backend == "script" else "its supervisor was gone"
-    reason = "stopped by phalanx stop" if pid is not None else f"stopped by phalanx stop ({gone})"
+    said = reason or "stopped by phalanx stop"
+    reason = said if pid is not None else f"{said} ({gone})"
     store.update_experiment(experiment.id, status=ExperimentStatus.STOPPED, reason=reason, finished_at=now)
     return ExperimentStatus.STOPPED

@@ -31,6 +31,9 @@ POLL_SECONDS = 0.1
 # never end (ParameterServerStrategy's tf.distribute.Server.join()) are stopped.
 TF_SERVER_GRACE_SECONDS = 5.0
 TAIL_LINES = 10  # log lines quoted in a failed experiment's reason
+# How long the supervisor keeps trying to record an experiment's outcome when the store cannot be
+# reached; after that the outcome goes to the spool (a durable marker the next reader applies).
+STORE_RETRY_SECONDS = float(os.environ.get("PHALANX_STORE_RETRY_SECONDS", "30"))
 EXIT_CODES = {ExperimentStatus.SUCCEEDED: 0, ExperimentStatus.FAILED: 1, ExperimentStatus.STOPPED: 130}
 
 
@@ -71,6 +74,35 @@ class LoggingObserver:
         log.info("%s", text)
 
 
+class _Shielded:
+    """An observer whose failures are its own: a terminal closed under ``phalanx run ... | head``
+    (EPIPE), hung up (EIO) or a full disk behind a redirect must stop the echo, never the
+    supervisor, which still writes every line to the spool. The first failure is logged, then the
+    observer is left alone."""
+
+    def __init__(self, inner: Observer) -> None:
+        self.inner = inner
+        self.broken = False
+
+    def _call(self, method: str, *args: Any) -> None:
+        if self.broken:
+            return
+        try:
+            getattr(self.inner, method)(*args)
+        except Exception as exc:
+            self.broken = True
+            log.warning("the console stopped taking output (%s); the experiment goes on", exc)
+
+    def line(self, replica: str, text: str) -> None:
+        self._call("line", replica, text)
+
+    def states(self, replicas: Mapping[str, ReplicaState], elapsed: float) -> None:
+        self._call("states", replicas, elapsed)
+
+    def message(self, text: str) -> None:
+        self._call("message", text)
+
+
 def launch(
     spec_or_plan: ExperimentSpec | Plan,
     *,
@@ -78,9 +110,12 @@ def launch(
     store: IngestStore | None = None,
     observer: Observer | None = None,
     handle_signals: bool = True,
+    priority: int = 0,
+    wait: bool = True,
     **options: Any,
 ) -> Outcome:
-    """Run an experiment to its end and return how it ended (options as for ``prepare``)."""
+    """Run an experiment to its end and return how it ended (options as for ``prepare``; ``priority``
+    and ``wait`` as for Supervisor)."""
     settings = settings or Settings()
     prepared = prepare(spec_or_plan, settings=settings, **options)
     opener: IngestStore | Callable[[], IngestStore]
@@ -92,7 +127,9 @@ def launch(
 
     else:
         opener = store
-    return Supervisor(prepared, opener, settings, observer, handle_signals=handle_signals).run()
+    return Supervisor(
+        prepared, opener, settings, observer, handle_signals=handle_signals, priority=priority, wait=wait
+    ).run()
 
 
 # ---- supervising ------------------------------------------------------------------------------
@@ -127,13 +164,17 @@ class Supervisor:
         observer: Observer | None = None,
         *,
         handle_signals: bool = True,
+        priority: int = 0,
+        wait: bool = True,
     ) -> None:
-        """``store``: the store, or a function that opens it (called once the replicas have started)."""
+        """``store``: the store, or a function that opens it (called once the replicas have started).
+        ``priority``: its place in this machine's queue (higher first); ``wait``: False refuses
+        (UsageError) instead of queueing when the topology does not fit now (local engine only)."""
         self.p = prepared
         self._store_factory = store
         self.store: IngestStore = None  # type: ignore[assignment]  # set by run()
         self.settings = settings
-        self.observer: Observer = observer or LoggingObserver()
+        self.observer: Observer = _Shielded(observer or LoggingObserver())
         self.handle_signals = handle_signals
         self.id = prepared.experiment_id
         self.run_dir = settings.runs_dir / self.id
@@ -155,6 +196,15 @@ class Supervisor:
         self.started = time.monotonic()
         self.submitted_at: float | None = None  # wall clock of the first submit: the experiment's start
         self._spool: Any = None
+        self._store_warned = float("-inf")
+        from phalanx.supervisor.liveness import Liveness, hang_timeout_from_env
+
+        hang = hang_timeout_from_env()
+        self.liveness = Liveness(hang) if hang else None
+        self.priority = priority
+        self.wait = wait
+        self._admission: Any = None  # phalanx.queue.Admission while the ledger holds us
+        self._created = False
 
     # -- signals and stop requests --------------------------------------------------------------
     def _on_signal(self, signum: int, _frame: object) -> None:
@@ -163,7 +213,7 @@ class Supervisor:
 
     def _stop_requested(self) -> bool:
         if self.stop_reason is None and (self.run_dir / "stop").exists():
-            self.stop_reason = "stopped on request"
+            self.stop_reason = _requested_reason(self.run_dir / "stop") or "stopped on request"
         return self.stop_reason is not None
 
     # -- the run --------------------------------------------------------------------------------
@@ -174,12 +224,13 @@ class Supervisor:
         the schema then overlaps with the replicas' own start-up (importing torch) instead of
         delaying it. Should the store fail, the replicas are stopped before the error propagates.
         """
+        from phalanx.procs import record_process
         from phalanx.tracking.spool import SpoolWriter
 
         self.run_dir.mkdir(parents=True, exist_ok=True)
         # a stop file here already is a request made before we started (Run.cancel right after
         # submit): ids are never reused, so it is honoured, not cleared
-        (self.run_dir / "supervisor.pid").write_text(f"{os.getpid()}\n")
+        record_process(self.run_dir / "supervisor.pid")  # "pid start-time": what a stop trusts
         self._spool = SpoolWriter(self.spool_dir, experiment_id=self.id, stream=f"console-{self.id}")
         previous = self._install_signals()
         stop_ingest = threading.Event()
@@ -188,11 +239,18 @@ class Supervisor:
         outcome = Outcome(self.id, ExperimentStatus.FAILED, "the supervisor did not finish")
         try:
             self.p = ingester_here(self.p)
+            if not self._stop_requested():
+                self._admit()  # may wait in the queue, the experiment recorded as queued
+            created = self._created
             self.submitted_at = time.time()  # the store is opened after the submit (see above)
             handle = None if self._stop_requested() else self._submit(self.p.dry_run)
             try:
-                self.store = self._store_factory() if callable(self._store_factory) else self._store_factory
-                self._create()
+                self._open_store()
+                if not self._created:
+                    self._create()
+                elif handle is not None:
+                    self.store.update_experiment(self.id, status=ExperimentStatus.STARTING)
+                self._after_admission()
             except BaseException:
                 if handle is not None:
                     self.p.backend.cancel(handle)
@@ -210,13 +268,74 @@ class Supervisor:
             stop_ingest.set()
             if ingest_thread is not None:
                 ingest_thread.join(timeout=120)
-            if created:
+            if created or self._created:
                 self._finish(outcome)
+            if self._admission is not None:  # after the replicas are gone: their cores are free
+                self._admission.release()
             with contextlib.suppress(FileNotFoundError):
                 (self.run_dir / "supervisor.pid").unlink()
         return outcome
 
-    def _create(self) -> None:
+    def _open_store(self) -> None:
+        if self.store is None:
+            self.store = self._store_factory() if callable(self._store_factory) else self._store_factory
+
+    # -- the machine's queue (local engine) ---------------------------------------------------------
+    def _admit(self) -> None:
+        """Take this experiment's cores, GPUs and memory in the machine's ledger, waiting in the
+        queue (recorded as queued) until its whole topology fits; the dry run is redone with the
+        exact cores and GPUs granted. Cluster engines schedule for themselves, and --oversubscribe
+        asks to share: neither goes through the ledger, nor does a topology that requests nothing."""
+        from dataclasses import replace
+
+        from phalanx import queue
+
+        context = self.p.context
+        if self.p.backend.name != "local" or context.oversubscribe:
+            return
+        need = queue.need_of_plan(self.p.plan)
+        if need.empty:
+            return
+        admission = queue.Admission(
+            self.id,
+            need,
+            queue.ledger_for(self.settings),
+            name=self.p.plan.name,
+            priority=self.priority,
+            wait=self.wait,
+        )
+        self._admission = admission
+
+        def queued(text: str) -> None:
+            self._open_store()
+            self._create(ExperimentStatus.QUEUED)
+            self._created = True
+            queue.mark_abandoned(self.store, admission.reclaimed or [])
+            self.observer.message(text)
+
+        try:
+            grant = admission.admit(self._stop_requested, queued)
+        except BaseException:
+            self._admission = None  # admit() left nothing in the ledger
+            raise
+        if grant is None:  # stopped while it waited: already out of the queue
+            self._admission = None
+            return
+        self.started = time.monotonic()  # time spent queued does not count against max_run_seconds
+        context = replace(context, cpu_pool=grant.cpus, gpu_pool=grant.gpus)
+        self.p = replace(self.p, context=context, dry_run=self.p.backend.dry_run(self.p.plan, context))
+        if self._created:
+            self.observer.message("admitted: " + need.describe())
+
+    def _after_admission(self) -> None:
+        """Queued rows of `phalanx run`s killed while waiting, found while we were admitted."""
+        if self._admission is not None and self._admission.reclaimed:
+            from phalanx import queue
+
+            with contextlib.suppress(Exception):
+                queue.mark_abandoned(self.store, self._admission.reclaimed)
+
+    def _create(self, status: ExperimentStatus = ExperimentStatus.STARTING) -> None:
         plan = self.p.plan
         self.store.create_experiment(
             experiment_id=self.id,
@@ -230,7 +349,7 @@ class Supervisor:
             topology=plan.topology(),
             spec_text=plan.source_text,
             plan=plan.to_json(),
-            status=ExperimentStatus.STARTING,
+            status=status,
         )
 
     def _submit(self, dry: DryRun) -> str:
@@ -344,6 +463,12 @@ class Supervisor:
                 return ExperimentStatus.SUCCEEDED, None
             if job.status is ExperimentStatus.STOPPED:
                 return ExperimentStatus.STOPPED, job.reason or "stopped by the engine"
+            if self.liveness is not None:
+                running = {r.name: r.pid for r in job.replicas if r.state is ReplicaState.RUNNING}
+                stalled = self.liveness.check(running)
+                if stalled:
+                    backend.cancel(handle)
+                    return ExperimentStatus.FAILED, stalled
             if deadline is not None and time.monotonic() > deadline:
                 backend.cancel(handle)
                 return (
@@ -380,14 +505,25 @@ class Supervisor:
 
     # -- recording --------------------------------------------------------------------------------
     def _record(self, job: JobStatus) -> None:
-        """Write replica rows whose state changed (the supervisor is their only writer)."""
+        """Write replica rows whose state changed (the supervisor is their only writer). A store
+        that cannot be reached does not stop supervision: the row is written at the next poll
+        (or with the outcome)."""
+        try:
+            self._record_rows(job)
+        except Exception as exc:
+            now = time.monotonic()
+            if now - self._store_warned > 30:
+                self._store_warned = now
+                self.observer.message(f"the store cannot be reached ({_short(exc)}); retrying")
+
+    def _record_rows(self, job: JobStatus) -> None:
         changed = False
         for r in job.replicas:
             old = self.states.get(r.name)
             if old == r:
                 continue
-            self.states[r.name] = r
             if r.name not in self.replicas:
+                self.states[r.name] = r
                 continue
             changed = True
             now = time.time()
@@ -403,16 +539,19 @@ class Supervisor:
                 started_at=now if started else None,
                 finished_at=(r.finished_at or now) if r.state.done else None,
             )
+            self.states[r.name] = r  # only once written: a failed write is tried again
         if changed:
             elapsed = time.monotonic() - self.started
             self.observer.states({n: s.state for n, s in self.states.items()}, elapsed)
 
     def _line(self, replica: Replica, text: str) -> None:
-        self.observer.line(replica.name, text)
+        if self.liveness is not None:
+            self.liveness.output(replica.name)
         with contextlib.suppress(ValueError):  # the writer closed under a late line at shutdown
             self._spool.log(
                 text, replica=replica.name, role=str(replica.role), index=replica.index, rank=replica.rank
             )
+        self.observer.line(replica.name, text)  # after the spool: the store has it whatever the echo does
 
     def _emit_all(self, text: str) -> None:
         """A supervisor note in the console of every replica (restarts, servers stopped)."""
@@ -420,6 +559,45 @@ class Supervisor:
             self._line(replica, text)
 
     def _finish(self, outcome: Outcome) -> None:
+        """Record the outcome, retrying while the store is unreachable; if it stays away, leave the
+        outcome in the spool (fsynced) for the next reader to apply, and say so: the experiment
+        must not stay `running` because the database was down when its replicas ended."""
+        deadline = time.monotonic() + STORE_RETRY_SECONDS
+        delay = 0.2
+        while True:
+            try:
+                self._write_outcome(outcome)
+                return
+            except Exception as exc:
+                if time.monotonic() >= deadline:
+                    self._outcome_to_spool(outcome)
+                    self.observer.message(
+                        f"the store cannot be reached ({_short(exc)}); the outcome is kept in "
+                        f"{self.spool_dir} and recorded by the next phalanx command"
+                    )
+                    return
+                log.warning("recording the outcome failed (%s); retrying", _short(exc))
+                time.sleep(delay)
+                delay = min(delay * 2, 5.0)
+
+    def _outcome_to_spool(self, outcome: Outcome) -> None:
+        """The outcome as STATUS events (one per replica, each with its own final state), which
+        ingest applies like any other record, exactly once."""
+        from phalanx.tracking.spool import SpoolWriter
+
+        with SpoolWriter(self.spool_dir, experiment_id=self.id, stream=f"outcome-{self.id}") as writer:
+            for name, r in self.replicas.items():
+                st = self.states.get(name)
+                state = st.state if st is not None and st.state.done else _unfinished_state(outcome)
+                data: dict[str, Any] = {"status": outcome.status.value, "replica_state": state.value}
+                if outcome.reason:
+                    data["reason"] = outcome.reason
+                if st is not None:
+                    data["replica_exit_code"] = st.exit_code
+                    data["replica_reason"] = st.reason
+                writer.write("status", data, replica=name, role=str(r.role), index=r.index, rank=r.rank)
+
+    def _write_outcome(self, outcome: Outcome) -> None:
         now = time.time()
         for name, r in self.replicas.items():
             st = self.states.get(name)
@@ -433,3 +611,22 @@ class Supervisor:
                 self.store.update_replica(self.id, r.name, state=state, finished_at=now)
         self.store.update_experiment(self.id, status=outcome.status, reason=outcome.reason, finished_at=now)
         self.observer.states({n: s.state for n, s in self.states.items()}, time.monotonic() - self.started)
+
+
+def _short(exc: BaseException) -> str:
+    """An exception in one line (a database driver's message can run over many)."""
+    text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+    return f"{type(exc).__name__}: {text[:200]}" if text else type(exc).__name__
+
+
+def _unfinished_state(outcome: Outcome) -> ReplicaState:
+    return ReplicaState.SUCCEEDED if outcome.status is ExperimentStatus.SUCCEEDED else ReplicaState.STOPPED
+
+
+def _requested_reason(path: Any) -> str | None:
+    """The reason written on the stop file's second line (a group's pruning says why), if any."""
+    try:
+        lines = path.read_text().splitlines()
+    except OSError:
+        return None
+    return lines[1].strip() or None if len(lines) > 1 else None

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import itertools
 import logging
+import operator
 import os
 import shutil
 import threading
@@ -20,17 +21,22 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from phalanx.tracking.identity import ENV_INGESTER_PID, Identity
+from phalanx.tracking.identity import ENV_INGESTER_PID, Identity, rank_probe
 from phalanx.tracking.processes import pid_alive
-from phalanx.tracking.spool import SpoolWriter, encode_points
+from phalanx.tracking.screen import Problems, names_ok, screen_event, screen_points
+from phalanx.tracking.spool import SpoolWriter, encode_points, read_refused
 
 log = logging.getLogger("phalanx.tracking")
 
 CHUNK = 10_000  # scalar points per spool record: encoding one holds the GIL for about a millisecond
+# While the spool's disk is full, records wait in memory up to this many points (about 40 bytes each,
+# so 160 MB); beyond it new points are dropped, with a warning, and flush() returns False.
+MAX_PENDING_POINTS = int(os.environ.get("PHALANX_MAX_PENDING_POINTS", "4000000"))
 INTERVAL = 0.2  # seconds between background drains
 FLUSH_TIMEOUT = 60.0
 
-ScalarItem = tuple[str, str, int, float, float]  # title, series, step, value, time
+ScalarItem = tuple[str, str, int, float, float, int | None]  # title, series, step, value, time, rank
+EventItem = tuple[str, dict[str, Any], float, int | None]  # kind, data, time, rank
 
 
 class Reporter:
@@ -40,9 +46,16 @@ class Reporter:
         self.identity = identity
         self.interval = interval
         self.scalars: deque[ScalarItem] = deque()
-        self.events: deque[tuple[str, dict[str, Any], float]] = deque()
+        self.events: deque[EventItem] = deque()
+        self.rank = rank_probe(identity.replica_rank)  # read at call time: see rank_probe
         self.ingester_alive: Callable[[], bool] | None = _ingester_from_env()
         self._files = itertools.count()
+        self.problems = Problems()  # items that will not reach the store, and why (since last flush)
+        self.last_problems: list[str] = []  # what the last flush() that returned False said
+        self._refused_offset = 0  # how much of this stream's ingest refusals we have read
+        self.pending: list[dict[str, Any]] = []  # records the disk had no room for yet, in order
+        self._pending_points = 0
+        self.disk_error: str | None = None  # set while the spool cannot be written
         self._start()
 
     def _start(self) -> None:
@@ -76,7 +89,7 @@ class Reporter:
     # --- the hot path --------------------------------------------------------------------------
 
     def event(self, kind: str, data: dict[str, Any]) -> None:
-        self.events.append((kind, data, time.time()))
+        self.events.append((kind, data, time.time(), self.rank()))
 
     def file_slot(self, filename: str) -> tuple[str, Path]:
         """A fresh place in the spool for a file an event will name: (path relative to the spool
@@ -113,38 +126,118 @@ class Reporter:
             if os.getpid() != self.pid:  # forked without our at-fork hook (os.fork in C code)
                 self.after_fork()
             records = []
-            rank = self.identity.rank()
             n = len(self.scalars)
             if n:
                 pop = self.scalars.popleft
                 points = [pop() for _ in range(n)]
-                for i in range(0, n, CHUNK):
-                    chunk = points[i : i + CHUNK]
-                    records.append(
-                        self.writer.record("scalar", encode_points(chunk), time_=chunk[0][4], rank=rank)
-                    )
+                for rank, group in itertools.groupby(points, key=_RANK_OF):
+                    same = list(group)
+                    for i in range(0, len(same), CHUNK):
+                        chunk = same[i : i + CHUNK]
+                        data = self._encode(chunk)
+                        if data is None:
+                            continue
+                        records.append(self.writer.record("scalar", data, time_=chunk[0][4], rank=rank))
             n = len(self.events)
             if n:
                 pop_event = self.events.popleft
                 for _ in range(n):
-                    kind, data, when = pop_event()
-                    records.append(self.writer.record(kind, data, time_=when, rank=rank))
-            return self.writer.append(records) if records else self.writer.last_seq
+                    kind, data, when, rank = pop_event()
+                    screened = screen_event(kind, data, self.problems)
+                    if screened is not None:
+                        records.append(self.writer.record(kind, screened, time_=when, rank=rank))
+            if self.pending:
+                records = self._keep_within_bound(records)
+                records, self.pending = self.pending + records, []
+            if not records:
+                return self.writer.last_seq
+            try:
+                last = self.writer.append(records)
+            except OSError as exc:  # the disk is full: keep them (bounded) and try again next drain
+                self.pending = records
+                self._pending_points = sum(_points(r) for r in records)
+                if self.disk_error is None:
+                    log.warning(
+                        "phalanx: cannot write the spool %s (%s); keeping what is reported in memory "
+                        "(up to %d points) and writing it once there is space",
+                        self.writer.path, exc.strerror or exc, MAX_PENDING_POINTS,
+                    )  # fmt: skip
+                self.disk_error = f"{exc.strerror or exc} ({self.writer.spool_dir})"
+                return self.writer.last_seq
+            if self.disk_error is not None:
+                log.warning("phalanx: the spool can be written again; %d records written", len(records))
+            self.disk_error, self._pending_points = None, 0
+            return last
+
+    def _keep_within_bound(self, records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """New records while older ones wait for disk space: scalar points past the bound are
+        dropped (counted, so flush() says so); other events are small and kept."""
+        kept = []
+        for rec in records:
+            n = _points(rec)
+            if n and self._pending_points + n > MAX_PENDING_POINTS:
+                self.problems.add(
+                    f"the disk is full ({self.disk_error}) and {MAX_PENDING_POINTS} points already "
+                    "wait in memory: newer points were dropped", n
+                )  # fmt: skip
+                continue
+            self._pending_points += n
+            kept.append(rec)
+        return kept
+
+    def _encode(self, chunk: list[ScalarItem]) -> dict[str, Any] | None:
+        """A chunk as one record's columns, without the points the store would refuse (a bad name or
+        step used to make ingest drop the whole record: 10,000 good points with it)."""
+        try:
+            data = encode_points(chunk)
+            if names_ok(data["keys"]):
+                return data
+        except OverflowError:  # a step beyond 64 bits
+            pass
+        kept = screen_points(chunk, self.problems)
+        return encode_points(kept) if kept else None
 
     def flush(self, wait: bool = True, timeout: float = FLUSH_TIMEOUT) -> bool:
         """Write and fsync what was reported; with ``wait``, also wait until it is in the store.
-        True when it is visible there (or there was nothing to write), False after ``timeout``
-        or when no ingester is running (the records stay in the spool for the next one)."""
+        True when it is visible there (or there was nothing to write), False after ``timeout``,
+        when no ingester is running (the records stay in the spool for the next one), or when
+        something reported since the last flush will never be stored: then the reasons are logged
+        and kept in ``last_problems``."""
         last = self.drain()
-        self.writer.sync()
-        if not wait or last < 0:
-            return True
-        if self.shipper is not None:
-            return bool(self.shipper.wait(last, timeout))
-        alive = self.ingester_alive
-        if alive is not None and not alive():
-            return self.writer.acked() >= last
-        return self.writer.wait_for_ack(last, timeout, alive)
+        try:
+            self.writer.sync()
+        except OSError as exc:
+            self.disk_error = self.disk_error or str(exc)
+        stored = True
+        if self.pending:  # nothing to wait for: these are not even in the spool yet
+            log.warning(
+                "phalanx: flush: %d records wait in memory for disk space (%s)",
+                len(self.pending),
+                self.disk_error,
+            )
+            stored = False
+        elif wait and last >= 0:
+            if self.shipper is not None:
+                stored = bool(self.shipper.wait(last, timeout))
+                for why in self.shipper.take_refusals():
+                    self.problems.add(why)
+            else:
+                alive = self.ingester_alive
+                if alive is not None and not alive():
+                    stored = self.writer.acked() >= last
+                else:
+                    stored = self.writer.wait_for_ack(last, timeout, alive)
+                refused, self._refused_offset = read_refused(
+                    self.writer.spool_dir, self.writer.stream, self._refused_offset
+                )
+                for why in refused:
+                    self.problems.add(why)
+        dropped, reasons = self.problems.take()
+        if dropped:
+            self.last_problems = reasons
+            log.warning("phalanx: %d reported item(s) will not be stored: %s", dropped, "; ".join(reasons))
+            return False
+        return stored
 
     def close(self, wait: bool = True, timeout: float = FLUSH_TIMEOUT) -> bool:
         done = self.flush(wait=wait, timeout=timeout)
@@ -156,6 +249,13 @@ class Reporter:
 
     def wake(self) -> None:
         self._wake.set()
+
+
+_RANK_OF = operator.itemgetter(5)
+
+
+def _points(record: Mapping[str, Any]) -> int:
+    return int(record["data"].get("n", 0)) if record.get("kind") == "scalar" else 0
 
 
 def _ingester_from_env() -> Callable[[], bool] | None:

@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 ENV_EXPERIMENT = "PHALANX_EXPERIMENT_ID"
 ENV_REPLICA = "PHALANX_REPLICA"
@@ -67,14 +69,39 @@ class Identity:
         """This process's rank: RANK (as torchrun and our launcher set it), else the rank of an
         initialised torch.distributed group (processes spawned by torch.multiprocessing), else the
         replica's rank. torch is only looked at if the program imported it already."""
-        env_rank = _int(os.environ.get("RANK"))
-        if env_rank is not None:
-            return env_rank
-        dist = sys.modules.get("torch.distributed")
+        return rank_probe(self.replica_rank)()
+
+
+_ENV_BYTES: Any = getattr(os.environ, "_data", None)  # CPython keeps the encoded environment here
+
+
+def rank_probe(fallback: int | None) -> Callable[[], int | None]:
+    """``Identity.rank()`` fast enough for every report call (about 0.15 µs): the rank must be
+    read when a call is made, not when the background thread writes it, because by then a spawned
+    rank may have left its process group (``destroy_process_group``) and would be taken for
+    rank 0. What was parsed last is cached by the identity of the raw value it came from."""
+    env: Any = _ENV_BYTES if isinstance(_ENV_BYTES, dict) else None
+    modules = sys.modules
+    cache: list[Any] = [None, None, None, None]  # raw RANK, its int, the world group, its rank
+
+    def probe() -> int | None:
+        raw = env.get(b"RANK") if env is not None else os.environ.get("RANK")
+        if raw is not None:
+            if raw is not cache[0]:
+                text = raw.decode(errors="replace") if isinstance(raw, bytes) else raw
+                cache[0], cache[1] = raw, _int(text)
+            if cache[1] is not None:
+                return cache[1]  # type: ignore[no-any-return]  # an int; no cast() on this hot path
+        dist = modules.get("torch.distributed")
         if dist is not None:
             try:
-                if dist.is_available() and dist.is_initialized():
-                    return int(dist.get_rank())
-            except Exception:  # torch half torn down at exit
+                world = dist.GroupMember.WORLD
+                if world is not None:
+                    if world is not cache[2]:
+                        cache[2], cache[3] = world, int(dist.get_rank())
+                    return cache[3]  # type: ignore[no-any-return]  # an int, as above
+            except Exception:  # torch half torn down at exit, or built without distributed
                 pass
-        return self.replica_rank
+        return fallback
+
+    return probe

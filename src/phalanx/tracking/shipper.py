@@ -30,6 +30,18 @@ TIMEOUT = 30.0
 class RejectedError(Exception):
     """The server refused a batch for good (4xx other than 408/429): re-sending cannot help."""
 
+    def __init__(self, code: int, detail: str) -> None:
+        super().__init__(f"{code} {detail}")
+        self.code, self.detail = code, detail
+
+
+def _why(exc: RejectedError) -> str:
+    try:
+        detail = json.loads(exc.detail).get("message") or exc.detail
+    except (ValueError, AttributeError):
+        detail = exc.detail
+    return f"the server refused it ({exc.code}): {detail}"
+
 
 class Shipper:
     def __init__(self, writer: SpoolWriter, host: str, token: str | None, *, interval: float = 0.2) -> None:
@@ -39,6 +51,7 @@ class Shipper:
         self.interval = interval
         self.offset = 0
         self.shipped = -1  # last seq the server has answered for
+        self._refusals: list[str] = []  # why records were refused for good, since take_refusals()
         self._cond = threading.Condition()
         self._stop = False
         self._thread = threading.Thread(target=self._run, name="phalanx-shipper", daemon=True)
@@ -57,6 +70,19 @@ class Shipper:
                     return False
                 self._cond.wait(min(left, 0.05))
         return True
+
+    def take_refusals(self) -> list[str]:
+        """Reasons the server gave for records it refused for good (since the last call)."""
+        with self._cond:
+            out, self._refusals = self._refusals, []
+        return out
+
+    def _refused(self, what: str, exc: RejectedError) -> None:
+        why = f"{what}: {_why(exc)}"
+        log.error("phalanx: %s", why)
+        with self._cond:
+            if len(self._refusals) < 20:
+                self._refusals.append(why)
 
     def stop(self, timeout: float = 10.0) -> None:
         with self._cond:
@@ -100,7 +126,10 @@ class Shipper:
                 self._post(pending)  # the experiment must exist before its files arrive
                 pending = []
                 source = self.writer.spool_dir / spool_path
-                self._upload(rec["experiment_id"], rec["data"]["path"], source)
+                try:
+                    self._upload(rec["experiment_id"], rec["data"]["path"], source)
+                except RejectedError as exc:
+                    self._refused(f"file {rec['data']['path']}", exc)
                 uploaded.append(source)
                 rec["data"] = {k: v for k, v in rec["data"].items() if k != "spool_path"}
             pending.append(rec)
@@ -115,9 +144,22 @@ class Shipper:
         return len(records)
 
     def _post(self, records: list[dict[str, Any]]) -> None:
-        if records:
-            body = json.dumps({"events": records}, default=str).encode()
+        """Send records; when the server refuses the batch for good, split it so only the records it
+        refuses are left out (one bad record must not take the good ones with it)."""
+        if not records:
+            return
+        body = json.dumps({"events": records}, default=str).encode()
+        try:
             self._request("POST", f"{self.host}/api/v1/ingest", body, "application/json")
+        except RejectedError as exc:
+            if len(records) == 1 or exc.code in (401, 403, 404):  # unknown experiment, no token: all
+                first, last = records[0].get("seq"), records[-1].get("seq")
+                span = f"record {first}" if len(records) == 1 else f"records {first}-{last}"
+                self._refused(span, exc)
+                return
+            half = len(records) // 2
+            self._post(records[:half])
+            self._post(records[half:])
 
     def _upload(self, experiment_id: str, path: str, source: Path) -> None:
         files = sorted(p for p in source.rglob("*") if p.is_file()) if source.is_dir() else [source]
@@ -139,9 +181,6 @@ class Shipper:
                 resp.read()
         except urllib.error.HTTPError as exc:
             if 400 <= exc.code < 500 and exc.code not in (408, 429):
-                detail = exc.read()[:500].decode(errors="replace")
-                log.error(
-                    "phalanx: %s %s was refused (%d %s); dropping that batch", method, url, exc.code, detail
-                )
-                return  # re-sending cannot help; do not stall every later report behind it
+                # re-sending cannot help; do not stall every later report behind it
+                raise RejectedError(exc.code, exc.read()[:500].decode(errors="replace")) from None
             raise

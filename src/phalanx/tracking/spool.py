@@ -13,6 +13,7 @@ After ingest commits a stream's records it writes ``<stream>.ack`` holding the l
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
 import os
 import secrets
@@ -29,6 +30,7 @@ from phalanx.tracking.processes import pid_alive
 
 SUFFIX = ".spool"
 ACK_SUFFIX = ".ack"
+REFUSED_SUFFIX = ".refused"  # JSON lines {"seq", "why"}: records (or parts) ingest could not store
 
 
 def host_tag() -> str:
@@ -49,12 +51,13 @@ def writer_gone(stream: str) -> bool:
     return not pid_alive(int(parts[1]))
 
 
-def encode_points(points: Sequence[tuple[str, str, int, float, float]]) -> dict[str, Any]:
+def encode_points(points: Sequence[tuple[Any, ...]]) -> dict[str, Any]:
     """A SCALAR event's data for many points, as columns: ``keys`` lists the distinct
     [title, series] pairs, ``k`` each point's index into it (omitted when there is one key), and
     ``step`` / ``value`` / ``time`` are little-endian int64 / float64 arrays in base64. Decoding
     these is a memcpy, where parsing the same points as JSON lists costs microseconds each."""
-    titles, series, steps, values, times = zip(*points, strict=True)
+    # a sixth column (the rank) belongs to the record, not the points
+    titles, series, steps, values, times = list(zip(*points, strict=True))[:5]
     keys: dict[tuple[str, str], int] = {}
     idx = [keys.setdefault(k, len(keys)) for k in zip(titles, series, strict=True)]
     data: dict[str, Any] = {
@@ -199,13 +202,23 @@ class SpoolWriter:
             if self._fd is None:
                 raise ValueError(f"spool writer {self.path} is closed")
             chunks = []
+            first = self._seq
             for rec in records:
                 rec["stream"] = self.stream
                 rec["seq"] = self._seq
                 self._seq += 1
                 chunks.append(encode(rec))
             if chunks:
-                _write_all(self._fd, b"".join(chunks))
+                size = os.fstat(self._fd).st_size
+                try:
+                    _write_all(self._fd, b"".join(chunks))
+                except OSError:
+                    # disk full (or quota): take back the half-written tail so the next write does
+                    # not glue a record onto it, and the seqs, so these records can be written again
+                    with contextlib.suppress(OSError):
+                        os.ftruncate(self._fd, size)
+                    self._seq = first
+                    raise
             return self._seq - 1
 
     def sync(self) -> None:
@@ -324,3 +337,34 @@ def wait_for_ack(
             return read_ack(spool_dir, stream) >= seq
         time.sleep(delay)
         delay = min(delay * 2, 0.05)
+
+
+def refused_path(spool_dir: str | os.PathLike[str], stream: str) -> Path:
+    return Path(spool_dir) / f"{stream}{REFUSED_SUFFIX}"
+
+
+def write_refused(spool_dir: str | os.PathLike[str], stream: str, seq: int, why: str) -> None:
+    """Tell the writer of ``stream`` that (part of) its record ``seq`` was not stored, and why; its
+    ``flush()`` reads this and returns False. Written before the ack that covers ``seq``."""
+    line = json.dumps({"seq": seq, "why": why}, ensure_ascii=False) + "\n"
+    with open(refused_path(spool_dir, stream), "a", encoding="utf-8") as fh:
+        fh.write(line)
+
+
+def read_refused(spool_dir: str | os.PathLike[str], stream: str, offset: int) -> tuple[list[str], int]:
+    """Reasons written since byte ``offset``: (reasons, new offset)."""
+    try:
+        with open(refused_path(spool_dir, stream), "rb") as fh:
+            fh.seek(offset)
+            chunk = fh.read()
+    except OSError:
+        return [], offset
+    end = chunk.rfind(b"\n") + 1
+    reasons = []
+    for line in chunk[:end].splitlines():
+        try:
+            item = json.loads(line)
+            reasons.append(f"record {item['seq']}: {item['why']}")
+        except (ValueError, KeyError, TypeError):
+            continue
+    return reasons, offset + end

@@ -9,6 +9,7 @@ console at the file-descriptor level and records how the script ended. Standard 
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import logging
 import os
@@ -46,13 +47,14 @@ class Logger:
     def __init__(self, task: Task) -> None:
         self._task = task
         self._append = task._reporter.scalars.append
+        self._rank = task._reporter.rank
         self._steps: dict[tuple[str, str], int] = {}
 
     def report_scalar(self, title: str, series: str, value: float, iteration: int | None = None) -> None:
         if iteration is None:
             iteration = self._steps.get((title, series), -1) + 1
             self._steps[(title, series)] = iteration
-        self._append((title, series, int(iteration), float(value), time.time()))
+        self._append((title, series, int(iteration), float(value), time.time(), self._rank()))
 
     def report_text(
         self, msg: str, level: int = logging.INFO, print_console: bool = False, *, title: str = "text",
@@ -151,7 +153,7 @@ class Task:
         ident = Identity.from_env()
         assert ident is not None
         task = cls(ident, owner=True, name=name, project=project)
-        task._reporter.writer.write(
+        task._reporter.event(
             "experiment",
             {
                 "name": name,
@@ -162,7 +164,11 @@ class Task:
                 "command": [sys.executable, *sys.argv],
             },
         )
-        task._reporter.writer.sync()
+        task._reporter.drain()  # first in the stream; kept in memory if the disk is full
+        with contextlib.suppress(OSError):
+            task._reporter.writer.sync()
+        _record_crashes(spool)
+        _record_script_process(home / "runs" / experiment_id / "script.pid")
         if ident.host is None:
             pid = _start_ingester(spool)
             os.environ[idm.ENV_INGESTER_PID] = str(pid or 0)
@@ -260,6 +266,12 @@ class Task:
         """Write everything reported so far to the spool (durable) and, by default, wait until it is
         visible in the store (bounded by ``timeout``). True when it is."""
         return self._reporter.flush(wait=wait_for_uploads, timeout=timeout)
+
+    @property
+    def flush_problems(self) -> list[str]:
+        """Why the last ``flush()`` that returned False did: items refused (a name over 255
+        characters, a step beyond 64 bits, a record the server refused). Empty when none were."""
+        return list(self._reporter.last_problems)
 
     def close(self, timeout: float = FLUSH_TIMEOUT) -> bool:
         """Flush (waiting for the store) and end the task in this process; a main script's status
@@ -364,6 +376,26 @@ def _start_ingester(spool: Path) -> int | None:
     return _ingester.pid
 
 
+def _record_crashes(spool: Path) -> None:
+    """Have Python's faulthandler write a crash (segfault, abort) of this script to the spool, where
+    the reader that marks the experiment failed finds how it died (unless the program set up its
+    own faulthandler)."""
+    import faulthandler
+
+    global _fault_file
+    if faulthandler.is_enabled():
+        return
+    try:
+        spool.mkdir(parents=True, exist_ok=True)
+        _fault_file = open(spool / f"fault-{os.getpid()}.txt", "w")  # noqa: SIM115 (kept open)
+        faulthandler.enable(file=_fault_file, all_threads=True)
+    except OSError:
+        pass
+
+
+_fault_file: Any = None
+
+
 def _popen_alive() -> bool:
     return _ingester is not None and _ingester.poll() is None
 
@@ -382,3 +414,12 @@ def log_metrics(step: int | None = None, **values: float) -> None:
     series = task.replica
     for title, value in values.items():
         logger.report_scalar(title, series, value, step)
+
+
+def _record_script_process(path: Path) -> None:
+    """Leave "pid start-time" where `phalanx stop` and the server look for the process to stop
+    (they never trust a pid that came through ingest). A home we cannot write is no reason to fail."""
+    from phalanx.procs import record_process
+
+    with contextlib.suppress(OSError):
+        record_process(path)

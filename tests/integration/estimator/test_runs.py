@@ -145,3 +145,27 @@ def test_a_supervisor_too_slow_to_start_is_stopped_and_submit_raises(
             PyTorch(source, entry_script="hello.py"), timeout=0.001
         )
     assert not any((phalanx_home / "runs").iterdir())  # stopped, and its folder removed
+
+
+def test_submit_queues_behind_a_run_holding_every_core_or_refuses_with_wait_false(
+    source: Path, runs: list[Run], tmp_path: Path
+) -> None:
+    release = tmp_path / "release"
+    (source / "hold.py").write_text(
+        f"import os, time\nwhile not os.path.exists({str(release)!r}): time.sleep(0.05)\n"
+    )
+    (source / "ok.py").write_text("print('ok')\n")
+    every_core = {"cpu": len(os.sched_getaffinity(0))}
+    holder = Experiment("holder").submit(Estimator(source, entry_script="hold.py", resources=every_core))
+    runs.append(holder)
+    wait_until(lambda: holder.get_status() is ExperimentStatus.RUNNING)
+    small = Estimator(source, entry_script="ok.py", resources={"cpu": 1})
+    with pytest.raises(UsageError, match=holder.id):
+        Experiment("refused").submit(small, wait=False)
+    queued = Experiment("queued").submit(small, priority=3)
+    runs.append(queued)
+    assert queued.get_status() is ExperimentStatus.QUEUED
+    release.touch()
+    assert queued.wait_for_completion()["status"] == "succeeded"
+    assert holder.wait_for_completion()["status"] == "succeeded"
+    assert queued.get_details()["started_at"] >= holder.get_details()["finished_at"]

@@ -28,7 +28,9 @@ def pg(phalanx_home: Path) -> Iterator[tuple[TestClient, Store]]:
         pytest.skip(reason)
     settings = Settings(home=phalanx_home, db_url=postgres.shared_postgres().create_database())
     store = open_store(settings)
-    with TestClient(create_app(ServerSettings(store=settings, poll_seconds=0.05), store)) as client:
+    with TestClient(
+        create_app(ServerSettings(store=settings, poll_seconds=0.05, allowed_hosts=["testserver"]), store)
+    ) as client:
         yield client, store
     store.close()
 

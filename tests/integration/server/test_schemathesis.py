@@ -39,7 +39,9 @@ def _app() -> FastAPI:
     fill.log_lines(store, e.id, "worker-0", ["hello"])
     fill.param(store, e.id, "Args", "lr", 0.1)
     REAL["id"] = e.id
-    return create_app(ServerSettings(store=store_settings, token=TOKEN, poll_seconds=0.01), store)
+    return create_app(
+        ServerSettings(store=store_settings, token=TOKEN, poll_seconds=0.01, allowed_hosts=["*"]), store
+    )
 
 
 schema = schemathesis.openapi.from_asgi("/api/v1/openapi.json", _app(), headers=AUTH)

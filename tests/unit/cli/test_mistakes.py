@@ -204,7 +204,7 @@ def test_a_cluster_that_refuses_the_job_leaves_no_run_folder_behind(phalanx_home
         assert not folder.exists() or not any(folder.iterdir()), list(folder.iterdir())
 
 
-def test_stop_of_a_plain_script_ends_it_and_a_killed_one_can_be_stopped_and_deleted(
+def test_stop_of_a_plain_script_ends_it_and_a_killed_one_is_marked_failed_and_can_be_deleted(
     phalanx_home: Path, tmp_path: Path
 ) -> None:
     import signal
@@ -232,15 +232,13 @@ def test_stop_of_a_plain_script_ends_it_and_a_killed_one_can_be_stopped_and_dele
             assert done.returncode == 0, done.stderr
             assert proc.wait(timeout=60) != 0
         else:
-            proc.send_signal(signal.SIGKILL)  # killed: it stays `running` until stopped
+            proc.send_signal(signal.SIGKILL)  # killed: the next reader marks it failed, saying how
             proc.wait(timeout=60)
             followed = phalanx("logs", "-f", ids[1])  # ends instead of following forever
-            assert (
-                followed.returncode == 1 and f"the script of experiment {ids[1]} is gone" in followed.stderr
-            )
-            done = phalanx("stop", ids[1])
-            assert done.returncode == 0, done.stderr
-            assert "its script was gone" in phalanx("get", ids[1]).stdout
+            assert followed.returncode == 0 and "up" in followed.stdout, followed.stderr
+            shown = json.loads(phalanx("get", ids[1], "-o", "json").stdout)
+            assert shown["status"] == "failed"
+            assert "ended without recording its end" in shown["reason"]
             assert phalanx("delete", ids[1], "--yes").returncode == 0
 
 

@@ -17,7 +17,7 @@ from phalanx.store.base import Store
 
 @pytest.fixture
 def settings(phalanx_home: Path) -> ServerSettings:
-    return ServerSettings(store=Settings(home=phalanx_home), poll_seconds=0.05)
+    return ServerSettings(store=Settings(home=phalanx_home), poll_seconds=0.05, allowed_hosts=["testserver"])
 
 
 @pytest.fixture

@@ -90,10 +90,16 @@ def test_unknown_kind_and_version_are_refused() -> None:
     ]
 
 
-@pytest.mark.parametrize("kind", ["group", "job"])
-def test_group_and_job_files_are_not_supported_yet(kind: str) -> None:
-    assert problems(f"version: 1\nkind: {kind}\nhptuning: {{}}\n") == [
-        f"f.yml:2:7: kind: '{kind}' is not supported yet; Phalanx runs kind: experiment files"
+def test_job_files_are_not_supported_yet() -> None:
+    assert problems("version: 1\nkind: job\nhptuning: {}\n") == [
+        "f.yml:2:7: kind: 'job' is not supported yet; Phalanx runs kind: experiment files"
+    ]
+
+
+def test_a_group_file_given_to_the_experiment_reader_names_the_group_command() -> None:
+    assert problems("version: 1\nkind: group\nhptuning: {}\n") == [
+        "f.yml:2:7: kind: a group is a hyperparameter search: run it with `phalanx group run -f FILE`"
+        " (`phalanx check -f FILE` shows its search space)"
     ]
 
 
@@ -357,7 +363,8 @@ def test_recursive_aliases_and_deep_nesting_are_refused() -> None:
 def test_unsupported_polyaxon_sections_say_why() -> None:
     found = problems(HEAD + "hptuning: {concurrency: 2}\nmodel: {}\nrun: {cmd: x}\n")
     assert found == [
-        "f.yml:3:1: hptuning: belongs to kind: group (hyperparameter search), not supported yet; remove it",
+        "f.yml:3:1: hptuning: belongs to kind: group (hyperparameter search): write `kind: group` and run it"
+        " with `phalanx group run -f FILE`, or remove it",
         "f.yml:4:1: model: a polyaxon-lib section (Polyaxon itself dropped it in 0.5), not supported:"
         " put the training code in a script and start it with run.cmd",
     ]

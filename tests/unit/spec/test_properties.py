@@ -24,11 +24,15 @@ FIXTURES = Path(__file__).parent / "fixtures"
 SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
-def _range(values: st.SearchStrategy[int], show: Any) -> st.SearchStrategy[dict[str, Any]]:
+def _range(
+    values: st.SearchStrategy[int], show: Any, least_limit: int = 0
+) -> st.SearchStrategy[dict[str, Any]]:
+    """``least_limit``: a cpu or memory limit of 0 is refused (it would leave the replica nothing)."""
+
     @st.composite
     def build(draw: st.DrawFn) -> dict[str, Any]:
         low = draw(values)
-        high = low + draw(st.integers(0, 8))
+        high = max(low + draw(st.integers(0, 8)), least_limit)
         out: dict[str, Any] = {}
         if draw(st.booleans()):
             out["requests"] = show(draw, low)
@@ -54,8 +58,8 @@ def _gpu(draw: st.DrawFn, n: int) -> Any:
 resources = st.fixed_dictionaries(
     {},
     optional={
-        "cpu": _range(st.integers(0, 8), _cpu),
-        "memory": _range(st.integers(0, 8), _memory),
+        "cpu": _range(st.integers(0, 8), _cpu, least_limit=1),
+        "memory": _range(st.integers(0, 8), _memory, least_limit=1),
         "gpu": _range(st.integers(0, 4), _gpu),
     },
 )

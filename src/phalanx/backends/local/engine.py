@@ -111,6 +111,13 @@ class LocalBackend:
     # -- dry run --------------------------------------------------------------------------------
     def dry_run(self, plan: Plan, context: LaunchContext) -> LocalDryRun:
         here = limits.machine()
+        if context.cpu_pool is not None or context.gpu_pool is not None:
+            # admitted by the ledger: replicas get the cores and GPUs granted, disjoint from others'
+            here = limits.Machine(
+                cpus=context.cpu_pool if context.cpu_pool is not None else here.cpus,
+                memory_mib=here.memory_mib,
+                gpus=context.gpu_pool if context.gpu_pool is not None else here.gpus,
+            )
         allotted = limits.allocate(
             [(r.name, r.resources, r.processes) for r in plan.replicas], here, context.oversubscribe
         )

@@ -10,14 +10,17 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Sequence
 from typing import Annotated
 
 from fastapi import APIRouter, Depends, HTTPException, Path, Request
 
-from phalanx.errors import UsageError
+from phalanx.domain import Event, EventKind, Experiment, ExperimentStatus
+from phalanx.errors import Conflict, NotFound, UsageError
 from phalanx.server.deps import FilesDep, StoreDep, experiment_of
 from phalanx.server.files import safe_relpath
 from phalanx.server.schemas import FileOut, IngestIn, IngestOut
+from phalanx.store.base import Store
 
 router = APIRouter(tags=["ingest"])
 
@@ -33,8 +36,12 @@ def json_body(request: Request) -> None:
 
 
 @router.post("/ingest", response_model=IngestOut, dependencies=[Depends(json_body)])
-def ingest(batch: IngestIn, store: StoreDep) -> IngestOut:
-    """Store a batch of spool records (``{"events": [...]}``), exactly once per (stream, seq)."""
+def ingest(batch: IngestIn, store: StoreDep, request: Request) -> IngestOut:
+    """Store a batch of spool records (``{"events": [...]}``), exactly once per (stream, seq).
+
+    Refused whole: 403 when a replica token sends another experiment's records; 404 for an
+    experiment that does not exist (unless the batch creates it: a plain script's ``experiment``
+    record); 409 for a ``status`` record of an experiment a supervisor owns."""
     from phalanx.ingest import records_to_events
 
     if not batch.events:
@@ -51,8 +58,59 @@ def ingest(batch: IngestIn, store: StoreDep) -> IngestOut:
             )
     for i, ev in enumerate(events):
         _check_envelope(i, ev.seq, ev.index, ev.rank, ev.time)
+    check_owners(store, events, getattr(request.state, "experiment_scope", None))
     # a number the database cannot hold (a step beyond 64 bits) is the store's UsageError (400)
     return IngestOut(accepted=store.write_events(events))
+
+
+def check_owners(store: Store, events: Sequence[Event], scope: str | None) -> None:
+    """What the sender may write (the batch is refused whole, nothing written):
+
+    - a replica token (``scope``) writes only its own experiment, and never creates one;
+    - records of an experiment that does not exist are refused, except in a batch holding the
+      ``experiment`` record of a plain script (``Task.init`` outside ``phalanx run``) creating it;
+    - a ``status`` record decides only a plain script's status (backend "script"): an experiment a
+      supervisor runs gets its status from that supervisor, and an ended one stays ended.
+    """
+    ids = {ev.experiment_id for ev in events}
+    if scope is not None and ids - {scope}:
+        others = ", ".join(sorted(ids - {scope}))
+        raise HTTPException(
+            403, f"this replica token belongs to experiment {scope}; it cannot write experiment {others}"
+        )
+    creating = {ev.experiment_id for ev in events if ev.kind is EventKind.EXPERIMENT}
+    statuses: dict[str, list[ExperimentStatus]] = {}
+    for ev in events:
+        if ev.kind is EventKind.STATUS:
+            statuses.setdefault(ev.experiment_id, []).append(ExperimentStatus(ev.data["status"]))
+    for experiment_id in sorted(ids):
+        current = _exact(store, experiment_id)
+        if current is None:
+            if experiment_id in creating and scope is None:
+                continue
+            raise NotFound(
+                f"experiment {experiment_id} does not exist: records are accepted only for an existing "
+                "experiment (or with the 'experiment' record of a plain script that creates it)"
+            )
+        wanted = statuses.get(experiment_id)
+        if not wanted:
+            continue
+        if current.backend != "script":
+            raise Conflict(
+                f"experiment {experiment_id} is run by a supervisor ({current.backend or 'local'}); only it "
+                "decides the status, a 'status' record cannot"
+            )
+        if current.status.done and any(not s.done for s in wanted):
+            raise Conflict(f"experiment {experiment_id} has ended ({current.status}); it cannot run again")
+
+
+def _exact(store: Store, experiment_id: str) -> Experiment | None:
+    """The experiment with exactly this id (get_experiment also accepts a prefix), else None."""
+    try:
+        found = store.get_experiment(experiment_id)
+    except NotFound:
+        return None
+    return found if found.id == experiment_id else None
 
 
 INT64 = (-(2**63), 2**63 - 1)
@@ -91,5 +149,8 @@ async def put_file(
 
     clean = safe_relpath(path)
     e = await run_in_threadpool(experiment_of, store, experiment_id)
+    scope = getattr(request.state, "experiment_scope", None)
+    if scope is not None and e.id != scope:  # a replica token names its experiment in full
+        raise HTTPException(403, f"this replica token belongs to experiment {scope}")
     size = await files.write_stream(e.id, clean, request.stream())
     return FileOut(path=clean, size=size)

@@ -15,6 +15,10 @@ from phalanx.store.base import Series
 
 router = APIRouter(tags=["metrics"])
 
+# A view this size or smaller comes from the stored summary (never reading the raw points of a
+# zoomed-out view); a bigger max_points (an export) reads the points.
+MAX_VIEW_POINTS = 20_000
+
 
 @router.get("/experiments/{experiment_id}/metrics", response_model=MetricTitles)
 def metric_titles(experiment_id: str, store: StoreDep) -> MetricTitles:
@@ -47,6 +51,25 @@ def metric(
     if x_min is not None and x_max is not None and x_min > x_max:
         raise UsageError(f"x_min ({x_min}) is larger than x_max ({x_max}): nothing could be in that range")
     e = experiment_of(store, experiment_id)
+    if max_points is not None and max_points <= MAX_VIEW_POINTS:
+        view = store.metric_view(
+            e.id, title, series=series, x=x, x_min=x_min, x_max=x_max, max_points=max_points
+        )
+        if view:
+            return MetricOut(
+                title=title,
+                x=x,
+                series={
+                    name: SeriesOut(
+                        steps=v.series.steps,
+                        values=[finite_or_none(val) for val in v.series.values],
+                        times=v.series.times,
+                        count=v.count,
+                        downsampled=v.downsampled,
+                    )
+                    for name, v in view.items()
+                },
+            )
     found = store.metrics(e.id, title=title, series=series).get(title)
     if not found:
         known = store.metric_titles(e.id).get(title) if series is not None else None

@@ -11,7 +11,7 @@ from typing import Annotated
 from fastapi import APIRouter, Form, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 
-from phalanx.server.auth import COOKIE, session_value
+from phalanx.server.auth import COOKIE
 from phalanx.server.deps import SettingsDep
 
 UI_DIR = Path(__file__).resolve().parent.parent / "ui"
@@ -69,22 +69,46 @@ def login(
     target = _safe_next(next)
     if not settings.token:
         return RedirectResponse(target, status_code=303)
+    throttle = request.app.state.login_throttle
+    client = request.client.host if request.client else "-"
+    wait = throttle.retry_after(client)
+    if wait:
+        page = _login_page(target, f"Too many wrong tokens; try again in {wait} s.", status=429)
+        page.headers["Retry-After"] = str(wait)
+        return page
     if not hmac.compare_digest(token.strip().encode(), settings.token.encode()):
+        throttle.failed(client)
         return _login_page(target, "That token is not right.", status=401)
+    sessions = request.app.state.sessions
     response = RedirectResponse(target, status_code=303)
     response.set_cookie(
         COOKIE,
-        session_value(settings.token),
+        sessions.create(),
         httponly=True,
         samesite="lax",
         secure=request.url.scheme == "https",
-        max_age=30 * 24 * 3600,
+        max_age=int(sessions.lifetime),
     )
     return response
 
 
-@router.get("/logout")
-def logout() -> Response:
+def _end_session(request: Request) -> Response:
+    """End this browser's session on the server (the cookie is worthless afterwards, even copied)."""
+    sessions = request.app.state.sessions
+    value = request.cookies.get(COOKIE, "")
+    if sessions is not None and value:
+        sessions.end(value)
     response = RedirectResponse("/login", status_code=303)
     response.delete_cookie(COOKIE)
     return response
+
+
+@router.post("/logout")
+def logout(request: Request) -> Response:
+    return _end_session(request)
+
+
+@router.get("/logout")
+def logout_link(request: Request) -> Response:
+    """A plain link works too: logging someone out is the only thing it can do (no harm cross-site)."""
+    return _end_session(request)

@@ -348,6 +348,24 @@ def insert_scalars(conn: Connection, blocks: Sequence[ScalarBlock]) -> None:
     ids = series_ids(conn, {(b.experiment_id, t, s) for b in blocks for t, s in b.keys})
     with no_gc():
         _insert_blocks(conn, blocks, ids)
+    from phalanx.store.sql.summary import refresh
+
+    refresh(conn, _spans(blocks, ids))
+
+
+def _spans(blocks: Sequence[ScalarBlock], ids: dict[tuple[str, str, str], int]) -> dict[int, tuple[int, int]]:
+    """Per series id, the step range the blocks wrote (a block's whole range for each of its
+    series: a little more than needed when a block mixes series, never less)."""
+    spans: dict[int, tuple[int, int]] = {}
+    for b in blocks:
+        if not b.steps:
+            continue
+        lo, hi = min(b.steps), max(b.steps)
+        for t, s in b.keys:
+            sid = ids[(b.experiment_id, t, s)]
+            old = spans.get(sid)
+            spans[sid] = (lo, hi) if old is None else (min(old[0], lo), max(old[1], hi))
+    return spans
 
 
 def _insert_blocks(
@@ -432,7 +450,7 @@ def _create_from_event(conn: Connection, ev: Event) -> None:
             project=str(d.get("project") or "default"),
             status=ExperimentStatus.RUNNING.value,
             framework=d.get("framework"),
-            backend=d.get("backend", "script"),
+            backend="script",  # never an engine's: a stop then only looks at runs/<id>/script.pid
             cluster=None,
             tags=list(d.get("tags") or []),
             topology={"master": 1},
@@ -442,7 +460,7 @@ def _create_from_event(conn: Connection, ev: Event) -> None:
             created_at=ev.time or _time.time(),
             started_at=ev.time or _time.time(),
             finished_at=None,
-            handle=str(d["pid"]) if d.get("pid") is not None else None,
+            handle=None,  # an engine handle from ingest would be something a stop acts on
         )
     )
     conn.execute(
@@ -474,6 +492,8 @@ def _status_from_event(conn: Connection, ev: Event, status: ExperimentStatus) ->
         values["reason"] = str(d["reason"])
     conn.execute(update(ExperimentRow).where(ExperimentRow.id == ev.experiment_id).values(**values))
     state = ReplicaState(status.value) if status.value in set(ReplicaState) else ReplicaState.PENDING
+    if d.get("replica_state"):  # a supervisor's outcome left in the spool: each replica's own state
+        state = ReplicaState(str(d["replica_state"]))
     replica_values: dict[str, Any] = {"state": state.value}
     if status.done:
         replica_values["finished_at"] = ev.time
@@ -481,6 +501,9 @@ def _status_from_event(conn: Connection, ev: Event, status: ExperimentStatus) ->
         replica_values["exit_code"] = int(d["exit_code"])
     if d.get("reason"):
         replica_values["reason"] = str(d["reason"])
+    if "replica_state" in d:
+        replica_values["exit_code"] = d.get("replica_exit_code")
+        replica_values["reason"] = d.get("replica_reason")
     conn.execute(
         update(ReplicaRow)
         .where(ReplicaRow.experiment_id == ev.experiment_id, ReplicaRow.name == ev.replica)

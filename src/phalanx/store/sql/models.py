@@ -39,6 +39,7 @@ class ExperimentRow(Base):
     started_at: Mapped[float | None] = mapped_column(Float)
     finished_at: Mapped[float | None] = mapped_column(Float)
     handle: Mapped[str | None] = mapped_column(String(255))
+    group_id: Mapped[str | None] = mapped_column(String(32), index=True)  # the group it is a trial of
 
 
 class ReplicaRow(Base):
@@ -84,6 +85,28 @@ class ScalarRow(Base):
     time: Mapped[float] = mapped_column(Float)
     replica: Mapped[str] = mapped_column(String(64))
     rank: Mapped[int | None] = mapped_column(Integer)
+
+
+class ScalarSummaryRow(Base):
+    """Per series, level and bucket of 16**level steps: what a chart needs (store.sql.summary)."""
+
+    __tablename__ = "scalar_summary"
+
+    series_id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=False)
+    level: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=False)
+    bucket: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=False)
+    n: Mapped[int] = mapped_column(BigInteger)
+    min_value: Mapped[float | None] = mapped_column(Float)
+    max_value: Mapped[float | None] = mapped_column(Float)
+    first_step: Mapped[int] = mapped_column(BigInteger)
+    last_step: Mapped[int] = mapped_column(BigInteger)
+    first_value: Mapped[float | None] = mapped_column(Float)
+    last_value: Mapped[float | None] = mapped_column(Float)
+    last_time: Mapped[float | None] = mapped_column(Float)
+    min_step: Mapped[int | None] = mapped_column(BigInteger)  # where min_value is (the first such)
+    max_step: Mapped[int | None] = mapped_column(BigInteger)
+    min_time: Mapped[float | None] = mapped_column(Float)
+    max_time: Mapped[float | None] = mapped_column(Float)
 
 
 class ParamRow(Base):
@@ -181,3 +204,52 @@ class IngestPositionRow(Base):
     offset: Mapped[int] = mapped_column(BigInteger)
     seq: Mapped[int] = mapped_column(BigInteger)
     updated_at: Mapped[float] = mapped_column(Float)
+
+
+class GroupRow(Base):
+    """An experiment group (hyperparameter search). Its controller's state lives here and in
+    ``group_trials``, so a killed controller can be resumed by any process."""
+
+    __tablename__ = "groups"
+
+    id: Mapped[str] = mapped_column(String(32), primary_key=True)
+    name: Mapped[str] = mapped_column(String(255))
+    project: Mapped[str] = mapped_column(String(255), index=True)
+    status: Mapped[str] = mapped_column(String(16), index=True)
+    search: Mapped[str] = mapped_column(String(16))
+    planned: Mapped[int] = mapped_column(Integer)
+    concurrency: Mapped[int] = mapped_column(Integer)
+    metric: Mapped[str | None] = mapped_column(String(255))
+    optimization: Mapped[str | None] = mapped_column(String(16))
+    spec_text: Mapped[str] = mapped_column(Text)
+    source_file: Mapped[str | None] = mapped_column(Text)
+    workdir: Mapped[str | None] = mapped_column(Text)
+    options: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)  # params overrides, cluster, ...
+    reason: Mapped[str | None] = mapped_column(Text)
+    controller_pid: Mapped[int | None] = mapped_column(Integer)
+    controller_host: Mapped[str | None] = mapped_column(String(255))
+    stop_requested: Mapped[int] = mapped_column(Integer, default=0)
+    created_at: Mapped[float] = mapped_column(Float, index=True)
+    finished_at: Mapped[float | None] = mapped_column(Float)
+
+
+class TrialRow(Base):
+    """One trial of a group: written (with its experiment id) before the experiment is launched, so
+    a resumed controller neither loses nor repeats it."""
+
+    __tablename__ = "group_trials"
+    __table_args__ = (UniqueConstraint("experiment_id", name="uq_group_trials_experiment"),)
+
+    group_id: Mapped[str] = mapped_column(
+        String(32), ForeignKey("groups.id", ondelete="CASCADE"), primary_key=True
+    )
+    number: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=False)
+    experiment_id: Mapped[str] = mapped_column(String(32))
+    params: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
+    internal: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)  # the sampler's own values
+    state: Mapped[str] = mapped_column(String(16))  # launching, running, done, pruned
+    value: Mapped[float | None] = mapped_column(Float)
+    step: Mapped[int | None] = mapped_column(BigInteger)
+    reason: Mapped[str | None] = mapped_column(Text)
+    created_at: Mapped[float] = mapped_column(Float)
+    finished_at: Mapped[float | None] = mapped_column(Float)

@@ -27,6 +27,7 @@ from phalanx.store.base import (
     ModelRecord,
     ParamRecord,
     Series,
+    SeriesView,
     merge_params,
 )
 from phalanx.store.sql import events as ev_sql
@@ -42,6 +43,7 @@ from phalanx.store.sql.models import (
     ParamRow,
     ReplicaRow,
     ScalarRow,
+    ScalarSummaryRow,
     SeriesRow,
     TextRow,
 )
@@ -144,6 +146,8 @@ class SqlStore:
             conds.append(ExperimentRow.status == ExperimentStatus(q.status).value)
         if q.project:
             conds.append(ExperimentRow.project == q.project)
+        if q.group_id:
+            conds.append(ExperimentRow.group_id == q.group_id)
         if q.tag:
             conds.append(cast(ExperimentRow.tags, String).like(f'%"{_like(q.tag)}"%', escape="\\"))
         if q.text:
@@ -210,10 +214,16 @@ class SqlStore:
         with self._writer.begin() as conn:
             full = _resolve(conn, experiment_id)
             status = conn.execute(select(ExperimentRow.status).where(ExperimentRow.id == full)).scalar_one()
-            if status in (ExperimentStatus.RUNNING.value, ExperimentStatus.STARTING.value):
+            live = (
+                ExperimentStatus.RUNNING.value,
+                ExperimentStatus.STARTING.value,
+                ExperimentStatus.QUEUED.value,
+            )
+            if status in live:
                 raise Conflict(f"experiment {full} is {status}; stop it before deleting it")
             series = select(SeriesRow.id).where(SeriesRow.experiment_id == full)
             conn.execute(delete(ScalarRow).where(ScalarRow.series_id.in_(series)))
+            conn.execute(delete(ScalarSummaryRow).where(ScalarSummaryRow.series_id.in_(series)))
             for row in (SeriesRow, ParamRow, ArtifactRow, ModelRow, LogRow, TextRow, ReplicaRow):
                 conn.execute(delete(row).where(row.experiment_id == full))
             conn.execute(delete(ExperimentRow).where(ExperimentRow.id == full))
@@ -386,6 +396,39 @@ class SqlStore:
                         steps=list(map(_first, rows)), values=values, times=list(map(_third, rows))
                     )
                 out.setdefault(t, {})[s] = series_
+        return out
+
+    def metric_view(
+        self,
+        experiment_id: str,
+        title: str,
+        *,
+        series: str | None = None,
+        x: str = "step",
+        x_min: float | None = None,
+        x_max: float | None = None,
+        max_points: int = 1000,
+    ) -> dict[str, SeriesView]:
+        from phalanx.store.sql.summary import read_view
+
+        conds: list[Any] = [SeriesRow.title == title]
+        if series is not None:
+            conds.append(SeriesRow.series == series)
+        out: dict[str, SeriesView] = {}
+        with self.engine.connect() as conn:
+            full = _resolve(conn, experiment_id)
+            keys = conn.execute(
+                select(SeriesRow.id, SeriesRow.series)
+                .where(SeriesRow.experiment_id == full, *conds)
+                .order_by(SeriesRow.series)
+            ).all()
+            for sid, name in keys:
+                view = read_view(conn, int(sid), x=x, x_min=x_min, x_max=x_max, max_points=max_points)
+                if view is None:
+                    continue  # a series without points
+                out[str(name)] = SeriesView(
+                    Series(view.steps, view.values, view.times), view.count, view.downsampled
+                )
         return out
 
     def params(self, experiment_id: str) -> list[ParamRecord]:

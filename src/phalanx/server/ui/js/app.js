@@ -2,6 +2,7 @@
 
 import { renderCompare } from "./compare.js";
 import { renderExperiment } from "./experiment.js";
+import { renderGroup, renderGroups } from "./groups.js";
 import { renderList } from "./list.js";
 
 function route() {
@@ -10,7 +11,10 @@ function route() {
   const ctx = { alive: () => true };
   let nav = "experiments";
   const m = /^\/experiments\/([^/]+)\/?$/.exec(path);
+  const g = /^\/groups\/([^/]+)\/?$/.exec(path);
   if (m) renderExperiment(root, ctx, decodeURIComponent(m[1]));
+  else if (g) { nav = "groups"; renderGroup(root, ctx, decodeURIComponent(g[1])); }
+  else if (path === "/groups" || path === "/groups/") { nav = "groups"; renderGroups(root); }
   else if (path === "/compare" || path === "/compare/") { nav = "compare"; renderCompare(root, ctx); }
   else renderList(root, ctx);
   for (const a of document.querySelectorAll(".topbar nav a")) a.classList.toggle("active", a.dataset.nav === nav);

@@ -8,7 +8,7 @@ const COLUMNS = [
   ["", null], ["id", "id"], ["name", "name"], ["project", "project"], ["status", "status"],
   ["framework", "framework"], ["topology", "topology"], ["started", "started_at"], ["duration", "duration"], ["tags", null],
 ];
-const STATUSES = ["", "created", "starting", "running", "succeeded", "failed", "stopped", "unknown"];
+const STATUSES = ["", "created", "starting", "running", "succeeded", "failed", "stopped", "unknown", "queued"];
 const PAGE = 50;
 
 export function renderList(root, ctx) {
@@ -128,7 +128,7 @@ export function renderList(root, ctx) {
       counter.textContent = `${page.total} experiment${page.total === 1 ? "" : "s"}`;
       drawHead(); drawBody(); drawPager(page.total); updateCompare();
       // Quick while anything runs; slower otherwise, so experiments started later still show up.
-      const live = items.some((e) => ["running", "starting", "created"].includes(e.status));
+      const live = items.some((e) => ["running", "starting", "created", "queued"].includes(e.status));
       if (ctx.alive()) timer = setTimeout(refresh, live ? 3000 : 10000);
     } catch (err) {
       add(clear(tbody), h("tr", {}, h("td", { colspan: COLUMNS.length, class: "empty" }, `Could not load: ${err.message}`)));

@@ -1,0 +1,144 @@
+"""The queue's hand-over: how long a machine stays idle between one experiment's end and the next
+one's start, through the queue versus a shell loop, in one run.
+
+    .venv/bin/python bench/queue.py [--n 50] [--json FILE]
+
+- queue: a blocker experiment holds every core; N trivial experiments (`echo done`, each asking for
+  every core, so they can only run one at a time) are started with `phalanx run --detach` and wait
+  in the queue; the blocker is released and the queue drains.
+- loop: the same N experiments run back to back by `for i in $(seq N); do phalanx run -f ...; done`.
+
+Gap = next experiment's started_at minus the previous one's finished_at, read from each run's store
+(both times are written by the supervisors themselves). Median and p99 (nearest rank) over N - 1 gaps.
+Each mode has its own temporary PHALANX_HOME. Not run by the tests; figures are in README.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import math
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+CLI = [sys.executable, "-m", "phalanx.cli.main"]
+
+
+def spec(folder: Path, name: str, cmd: str, cores: int) -> Path:
+    path = folder / f"{name}.yml"
+    path.write_text(
+        "version: 1\nkind: experiment\n"
+        f"environment:\n  resources:\n    cpu: {{limits: {cores}}}\n"
+        f"run:\n  cmd: {json.dumps(cmd)}\n"
+    )
+    return path
+
+
+def env_for(home: Path) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PHALANX_")}
+    env["PHALANX_HOME"] = str(home)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO / "src"), os.environ.get("PYTHONPATH")) if p)
+    return env
+
+
+def times(home: Path, exclude: set[str] = frozenset()) -> list[tuple[float, float]]:
+    sys.path.insert(0, str(REPO / "src"))
+    from phalanx.config import Settings
+    from phalanx.store import open_store
+    from phalanx.store.base import ExperimentFilter
+
+    store = open_store(Settings(home=home))
+    items = store.list_experiments(ExperimentFilter(limit=10_000)).items
+    bad = [(e.id, e.status, e.reason) for e in items if str(e.status) != "succeeded"]
+    if bad:
+        raise SystemExit(f"some experiments did not succeed: {bad[:3]}")
+    return sorted((e.started_at, e.finished_at) for e in items if e.id not in exclude)  # type: ignore[misc]
+
+
+def gaps(spans: list[tuple[float, float]]) -> list[float]:
+    return [b[0] - a[1] for a, b in itertools.pairwise(spans)]
+
+
+def p99(values: list[float]) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, math.ceil(0.99 * len(ordered)) - 1)]
+
+
+def run_queue(n: int, work: Path, cores: int) -> list[float]:
+    home = work / "queue-home"
+    env = env_for(home)
+    release = work / "release"
+    blocker_spec = spec(
+        work,
+        "blocker",
+        f"python -c \"import os, time\nwhile not os.path.exists('{release}'): time.sleep(0.05)\"",
+        cores,
+    )
+    trivial = spec(work, "trivial", "echo done", cores)
+    detach = [*CLI, "run", "--detach", "-f"]
+    blocker = subprocess.run(
+        [*detach, str(blocker_spec)], env=env, capture_output=True, text=True, check=True
+    ).stdout.strip()
+    for i in range(n):
+        subprocess.run([*detach, str(trivial)], env=env, capture_output=True, text=True, check=True)
+        print(f"\rqueued {i + 1}/{n}", end="", file=sys.stderr, flush=True)
+    print(file=sys.stderr)
+    release.touch()
+    deadline = time.monotonic() + 60 * n
+    while time.monotonic() < deadline:
+        cmd = [*CLI, "queue", "-o", "json"]
+        out = subprocess.run(cmd, env=env, capture_output=True, text=True, check=True)
+        doc = json.loads(out.stdout)
+        if not doc["running"] and not doc["queued"]:
+            break
+        time.sleep(1)
+    time.sleep(1)  # the last supervisor writes its end before it leaves the ledger; let it exit
+    return gaps(times(home, exclude={blocker}))
+
+
+def run_loop(n: int, work: Path, cores: int) -> list[float]:
+    home = work / "loop-home"
+    trivial = spec(work, "trivial", "echo done", cores)
+    cli = " ".join(CLI)
+    script = f'for i in $(seq {n}); do {cli} run -f "{trivial}" >/dev/null 2>&1 || exit 1; done'
+    subprocess.run(["bash", "-c", script], env=env_for(home), check=True)
+    return gaps(times(home))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--n", type=int, default=50)
+    parser.add_argument("--json", type=Path)
+    args = parser.parse_args()
+    cores = len(os.sched_getaffinity(0))
+    results: dict[str, Any] = {"n": args.n, "cores": cores, "modes": {}}
+    with tempfile.TemporaryDirectory(prefix="phalanx-bench-queue-") as tmp:
+        work = Path(tmp)
+        for mode, fn in (("queue", run_queue), ("loop", run_loop)):
+            started = time.monotonic()
+            values = fn(args.n, work, cores)
+            results["modes"][mode] = {
+                "median_s": statistics.median(values),
+                "p99_s": p99(values),
+                "min_s": min(values),
+                "max_s": max(values),
+                "wall_s": time.monotonic() - started,
+            }
+    print(f"{args.n} trivial experiments, each asking for all {cores} cores (one at a time)")
+    print(f"{'mode':<8}{'gap median s':>14}{'gap p99 s':>12}{'min':>8}{'max':>8}")
+    for mode, r in results["modes"].items():
+        print(f"{mode:<8}{r['median_s']:>14.3f}{r['p99_s']:>12.3f}{r['min_s']:>8.3f}{r['max_s']:>8.3f}")
+    if args.json:
+        args.json.write_text(json.dumps(results, indent=2))
+
+
+if __name__ == "__main__":
+    main()

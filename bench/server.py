@@ -1,0 +1,224 @@
+"""Charts that scale: the Scalars view of a huge experiment against a small one, in one run.
+
+    .venv/bin/python bench/server.py [--points 1000000] [--series 8] [--clients 20] [--json FILE]
+
+A real `phalanx server` (uvicorn, one process) over a temp PHALANX_HOME holding two experiments:
+"big" (``--series`` series x ``--points`` points, one title) and "small" (the same series x 1,000
+points). The big one's rows go in by direct bulk insert (the same table and index the store uses;
+building millions of points through the SDK would take minutes and measures ingest, not the
+server), then its summary is built as the migration does (``summary.backfill``).
+
+Measured, as the UI asks (``max_points=2000``):
+
+1. the Scalars view: the title list plus the title's points, big vs small (median of repeats);
+2. a 1 % zoom window of the big one vs the small view;
+3. ``--clients`` threads loading the big Scalars view in a loop while another thread lists
+   experiments: the list request's p50/p99.
+
+Targets (issue #16): ratios 1 and 2 within 2x, list p99 under 0.5 s. Printed as ratios; the figures
+belong to the machine that measured them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "src"))
+
+
+def fill(home: Path, series: int, points: int) -> tuple[str, str]:
+    """Create the two experiments; returns (big id, small id)."""
+    from sqlalchemy import text
+
+    from phalanx.config import Settings
+    from phalanx.domain import Event, EventKind, ExperimentStatus, Replica, Role
+    from phalanx.store import open_store
+    from phalanx.store.sql.summary import backfill
+
+    store: Any = open_store(Settings(home=home))
+    ids = []
+    for name, n in (("big", points), ("small", 1000)):
+        e = store.create_experiment(
+            name=name, project="bench", replicas=[Replica("", "master", Role.MASTER, 0, 0)], backend="local"
+        )
+        store.update_experiment(e.id, status=ExperimentStatus.SUCCEEDED, started_at=1.0, finished_at=2.0)
+        ids.append(e.id)
+        if n <= 100_000:  # the small one through the store, as ingest writes it
+            pts = [
+                ["loss", f"rank {r}", i, 1.0 / (i + 1) + r, 1000.0 + i]
+                for r in range(series)
+                for i in range(n)
+            ]
+            store.write_events([Event(e.id, EventKind.SCALAR, {"points": pts}, stream=f"s-{name}", seq=0)])
+            continue
+        started = time.monotonic()
+        with store.engine.begin() as conn:
+            sids = []
+            for r in range(series):
+                conn.execute(
+                    text("INSERT INTO series (experiment_id, title, series) VALUES (:e, 'loss', :s)"),
+                    {"e": e.id, "s": f"rank {r}"},
+                )
+                sids.append(
+                    conn.execute(
+                        text("SELECT id FROM series WHERE experiment_id = :e AND series = :s"),
+                        {"e": e.id, "s": f"rank {r}"},
+                    ).scalar_one()
+                )
+            raw = conn.connection.driver_connection
+            cur = raw.cursor()
+            for sid in sids:
+                chunk = 200_000
+                for start in range(0, n, chunk):
+                    cur.executemany(
+                        "INSERT INTO scalars (series_id, step, value, time, replica, rank) "
+                        "VALUES (?, ?, ?, ?, ?, ?)",
+                        (
+                            (sid, i, 1.0 / (i + 1) + (i % 977) * 1e-4, 1000.0 + i, "master", 0)
+                            for i in range(start, min(start + chunk, n))
+                        ),
+                    )
+            inserted = time.monotonic()
+            backfill(conn, sids)
+        print(
+            f"filled {series} x {n:,} points: insert {inserted - started:.1f} s, "
+            f"summary {time.monotonic() - inserted:.1f} s",
+            flush=True,
+        )
+    store.close()
+    return ids[0], ids[1]
+
+
+def get(url: str) -> float:
+    started = time.perf_counter()
+    with urllib.request.urlopen(url, timeout=60) as r:
+        r.read()
+    return time.perf_counter() - started
+
+
+def view(base: str, exp: str, extra: str = "") -> float:
+    """The Scalars tab: the title list, then the title's points."""
+    return get(f"{base}/api/v1/experiments/{exp}/metrics") + get(
+        f"{base}/api/v1/experiments/{exp}/metrics/loss?max_points=2000&x=step{extra}"
+    )
+
+
+def median_of(fn: Any, repeat: int) -> float:
+    fn()  # warm
+    return statistics.median(fn() for _ in range(repeat))
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--points", type=int, default=1_000_000)
+    parser.add_argument("--series", type=int, default=8)
+    parser.add_argument("--clients", type=int, default=20)
+    parser.add_argument("--repeat", type=int, default=15)
+    parser.add_argument("--json", type=Path)
+    args = parser.parse_args()
+    from phalanx.ports import free_port
+
+    with tempfile.TemporaryDirectory(prefix="phalanx-bench-server-") as tmp:
+        home = Path(tmp)
+        big, small = fill(home, args.series, args.points)
+        port = free_port()
+        env = {k: v for k, v in os.environ.items() if not k.startswith("PHALANX_")}
+        env.update(PHALANX_HOME=str(home), PYTHONPATH=str(REPO / "src"))
+        proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-c",
+                "from phalanx.cli.main import main; main()",
+                "server",
+                "--port",
+                str(port),
+                "--log-level",
+                "warning",
+            ],
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        base = f"http://127.0.0.1:{port}"
+        try:
+            deadline = time.monotonic() + 60
+            while True:
+                try:
+                    get(f"{base}/api/v1/health")
+                    break
+                except OSError:
+                    if time.monotonic() > deadline:
+                        raise
+                    time.sleep(0.2)
+            small_s = median_of(lambda: view(base, small), args.repeat)
+            big_s = median_of(lambda: view(base, big), args.repeat)
+            lo = args.points // 2
+            hi = lo + args.points // 100 - 1
+            zoom_s = median_of(lambda: view(base, big, f"&x_min={lo}&x_max={hi}"), args.repeat)
+
+            stop = threading.Event()
+
+            def client() -> None:
+                while not stop.is_set():
+                    view(base, big)
+
+            threads = [threading.Thread(target=client, daemon=True) for _ in range(args.clients)]
+            for t in threads:
+                t.start()
+            time.sleep(1.0)
+            lists = []
+            for _ in range(100):
+                lists.append(get(f"{base}/api/v1/experiments?limit=50"))
+                time.sleep(0.05)
+            stop.set()
+            for t in threads:
+                t.join(60)
+        finally:
+            proc.terminate()
+            proc.wait(30)
+    lists.sort()
+    p50, p99 = lists[len(lists) // 2], lists[int(len(lists) * 0.99) - 1]
+    result = {
+        "series": args.series,
+        "points": args.points,
+        "small_view_s": small_s,
+        "big_view_s": big_s,
+        "zoom_1pct_s": zoom_s,
+        "big_vs_small": big_s / small_s,
+        "zoom_vs_small": zoom_s / small_s,
+        "clients": args.clients,
+        "list_p50_s": p50,
+        "list_p99_s": p99,
+    }
+    print(f"Scalars view, {args.series} x 1,000 points:      {small_s * 1000:7.1f} ms")
+    print(f"Scalars view, {args.series} x {args.points:,} points: {big_s * 1000:7.1f} ms")
+    print(f"1% zoom of the big one:                {zoom_s * 1000:7.1f} ms")
+    print(
+        f"big / small: {big_s / small_s:.2f}x (target <= 2)   "
+        f"zoom / small: {zoom_s / small_s:.2f}x (target <= 2)"
+    )
+    print(
+        f"{args.clients} clients on the big view: list p50 {p50 * 1000:.0f} ms, "
+        f"p99 {p99 * 1000:.0f} ms (target < 500)"
+    )
+    if args.json:
+        args.json.write_text(json.dumps(result, indent=2))
+    ok = big_s / small_s <= 2 and zoom_s / small_s <= 2 and p99 < 0.5
+    print("targets met" if ok else "TARGETS MISSED")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,328 @@
+"""`phalanx group run|resume|stop|get|ls`: hyperparameter search where each trial is an experiment.
+
+Only typer and the standard library at module level; Optuna is imported by the controller alone.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any
+
+import typer
+
+from phalanx.cli.app import app, emit_json
+
+if TYPE_CHECKING:
+    from phalanx.spec.group import GroupSpec
+
+group_app = typer.Typer(
+    help="Hyperparameter search (kind: group files): every trial is a whole experiment.",
+    no_args_is_help=True,
+)
+app.add_typer(group_app, name="group")
+
+IdArg = Annotated[str, typer.Argument(metavar="ID", help="Group id (or a unique prefix).")]
+
+
+def _load_group(file: Path, overrides: dict[str, Any], allow_unused: bool) -> GroupSpec:
+    from phalanx.errors import SpecError, UsageError
+    from phalanx.spec.group import load_group
+
+    if str(file) == "-":
+        raise UsageError("-f -: the group file cannot come from stdin; save it to a file and pass its path")
+    try:
+        return load_group(file, params=overrides, allow_unused=allow_unused)
+    except SpecError as exc:
+        if len(exc.problems) == 1 and exc.problems[0].line is None:
+            sys.stderr.write(f"error: {exc.problems[0]}\n")
+            raise typer.Exit(2) from None
+        for problem in exc.problems:
+            sys.stderr.write(f"{problem}\n")
+        n = len(exc.problems)
+        sys.stderr.write(f"error: {file} is not a valid group file ({n} problem{'s' * (n != 1)})\n")
+        raise typer.Exit(2) from None
+
+
+def check_group(file: Path, overrides: dict[str, Any], as_json: bool, allow_unused: bool) -> None:
+    """`phalanx check -f GROUP`: the search space and the topology of one trial."""
+    from phalanx.cli.check import _print_table
+    from phalanx.errors import SpecError
+    from phalanx.plan import build_plan
+    from phalanx.spec.group import example_values, search_space_text
+
+    group = _load_group(file, overrides, allow_unused)
+    for note in group.notes:
+        sys.stderr.write(f"note: {note}\n")
+    example = example_values(group)
+    try:
+        plan = build_plan(group.trial_spec(example))
+    except SpecError as exc:
+        for problem in exc.problems:
+            sys.stderr.write(f"{problem}\n")
+        raise typer.Exit(2) from None
+    hp = group.hptuning
+    if as_json:
+        doc = plan.to_json()
+        doc["topology"] = plan.topology()
+        doc["world_size"] = plan.world_size
+        emit_json(
+            {
+                "kind": "group",
+                "search": hp.search.kind,
+                "trials": hp.planned_trials(),
+                "concurrency": hp.concurrency,
+                "metric": None
+                if hp.metric is None
+                else {"name": hp.metric.name, "optimization": hp.metric.optimization},
+                "pruning": None if hp.pruning is None else hp.pruning.kind,
+                "matrix": [d.to_json() for d in hp.matrix],
+                "example_trial": {"params": example, **doc},
+            }
+        )
+        return
+    typer.echo(search_space_text(group))
+    shown = ", ".join(f"{k}={v}" for k, v in example.items())
+    typer.echo(f"\none trial ({shown}):")
+    _print_table(plan)
+
+
+def _printer(quiet: bool) -> Any:
+    def say(text: str) -> None:
+        if not quiet:
+            sys.stderr.write(f"phalanx: {text}\n")
+            sys.stderr.flush()
+
+    return say
+
+
+@group_app.command("run")
+def run(
+    file: Annotated[Path, typer.Option("-f", "--file", metavar="FILE", help="The group file (kind: group).")],
+    param: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--param", metavar="NAME=VALUE", help="Override or add a param of every trial (repeatable)."
+        ),
+    ] = None,
+    workdir: Annotated[
+        Path | None,
+        typer.Option("--workdir", metavar="DIR", help="Where trials start (default: the file's folder)."),
+    ] = None,
+    cluster: Annotated[
+        str | None, typer.Option("--cluster", metavar="NAME", help="Run the trials on this cluster.")
+    ] = None,
+    oversubscribe: Annotated[
+        bool, typer.Option("--oversubscribe", help="Pass --oversubscribe to every trial.")
+    ] = False,
+    allow_unused: Annotated[
+        bool, typer.Option("--allow-unused", help="A matrix name run.cmd never uses is a note, not an error.")
+    ] = False,
+    detach: Annotated[
+        bool, typer.Option("--detach", "-d", help="Run the controller in the background; print the id.")
+    ] = False,
+    json_out: Annotated[
+        bool, typer.Option("--json", help="Print the finished group as JSON (as group get -o json).")
+    ] = False,
+) -> None:
+    """Run a hyperparameter search: each trial is a whole experiment, `concurrency` at a time.
+
+    Exit status: 0 the search finished, 1 every trial failed, 130 stopped, 2 invalid file.
+    """
+    from phalanx.cli.run import _check_home_and_db
+    from phalanx.config import Settings
+    from phalanx.errors import UsageError
+    from phalanx.spec.loader import parse_param_overrides
+
+    settings = Settings()
+    overrides = parse_param_overrides(param or [])
+    group = _load_group(file, overrides, allow_unused)
+    for note in group.notes:
+        sys.stderr.write(f"note: {note}\n")
+    if workdir is not None and not workdir.is_dir():
+        raise UsageError(f"--workdir {workdir}: no such folder")
+    if cluster is not None:
+        from phalanx.clusters import get_cluster
+
+        get_cluster(cluster, settings.home)
+    _check_home_and_db(settings)
+    from phalanx.extras import require
+
+    require("optuna", "search", "phalanx group run")
+    from phalanx.groups import controller
+    from phalanx.groups.records import sql_store
+    from phalanx.store import open_store
+
+    store = sql_store(open_store(settings))
+    record = controller.create(
+        store,
+        group,
+        workdir=workdir,
+        params=overrides,
+        cluster=cluster,
+        oversubscribe=oversubscribe,
+        allow_unused=allow_unused,
+    )
+    if detach:
+        _spawn_controller(settings, record.id)
+        typer.echo(record.id)
+        return
+    sys.stderr.write(
+        f"phalanx: group {record.id}: {record.search} search, {record.planned} trials,"
+        f" {record.concurrency} at a time\n"
+    )
+    _drive(store, settings, record.id, json_out)
+
+
+def _drive(store: Any, settings: Any, group_id: str, json_out: bool, quiet: bool = False) -> None:
+    from phalanx.groups import controller
+
+    done = controller.Controller(store, settings, group_id, say=_printer(quiet)).run()
+    if json_out:
+        emit_json(controller.group_json(store, done))
+    raise typer.Exit({"succeeded": 0, "stopped": 130}.get(done.status, 1))
+
+
+def _spawn_controller(settings: Any, group_id: str) -> None:
+    import subprocess
+
+    folder = settings.home / "groups" / group_id
+    folder.mkdir(parents=True, exist_ok=True)
+    with open(folder / "controller.log", "ab") as out:
+        subprocess.Popen(
+            [sys.executable, "-m", "phalanx.cli.main", "group", "resume", group_id],
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+
+
+@group_app.command("resume")
+def resume(
+    group_id: IdArg,
+    detach: Annotated[bool, typer.Option("--detach", "-d", help="Resume in the background.")] = False,
+) -> None:
+    """Go on with a group whose controller stopped (killed, machine restarted): finished trials are
+    kept, running ones are watched again, only the missing ones are launched."""
+    from phalanx.config import Settings
+    from phalanx.errors import UsageError
+    from phalanx.groups import controller, records
+    from phalanx.groups.records import sql_store
+    from phalanx.store import open_store
+
+    settings = Settings()
+    store = sql_store(open_store(settings))
+    g = records.get_group(store, group_id)
+    if g.done:
+        typer.echo(f"group {g.id} already {g.status}")
+        return
+    if controller.controller_alive(g):
+        raise UsageError(
+            f"group {g.id}: its controller still runs (pid {g.controller_pid}); nothing to resume"
+        )
+    if detach:
+        _spawn_controller(settings, g.id)
+        typer.echo(g.id)
+        return
+    sys.stderr.write(f"phalanx: resuming group {g.id}\n")
+    _drive(store, settings, g.id, False)
+
+
+@group_app.command("stop")
+def stop(
+    group_id: IdArg,
+    timeout: Annotated[float, typer.Option("--timeout", min=0, help="Seconds to wait.")] = 60.0,
+) -> None:
+    """Stop a group: no new trial starts and every running trial is stopped."""
+    from phalanx.config import Settings
+    from phalanx.groups import controller, records
+    from phalanx.groups.records import sql_store
+    from phalanx.store import open_store
+
+    settings = Settings()
+    store = sql_store(open_store(settings))
+    g = records.get_group(store, group_id)
+    if g.done:
+        typer.echo(f"group {g.id} already {g.status}")
+        return
+    done = controller.stop_group(store, settings, g, timeout=timeout)
+    typer.echo(f"group {done.id} {done.status}")
+
+
+@group_app.command("get")
+def get(
+    group_id: IdArg,
+    output: Annotated[str, typer.Option("-o", "--output", help="table or json")] = "table",
+) -> None:
+    """Show a group: its trials with their params and metric, and the best trial."""
+    from phalanx.cli.tracking import _table, open_for_reading
+    from phalanx.errors import UsageError
+    from phalanx.groups import controller, records
+    from phalanx.groups.records import sql_store
+
+    if output not in ("table", "json"):
+        raise UsageError(f"-o {output!r}: use table or json")
+    reading, _ = open_for_reading()
+    store = sql_store(reading)
+    g = records.get_group(store, group_id)
+    doc = controller.group_json(store, g)
+    if output == "json":
+        emit_json(doc)
+        return
+    metric = g.metric or "metric"
+    typer.echo(
+        f"group {g.id}  {g.name}  {g.status}  {g.search} search  {len(doc['trials'])}/{g.planned} trials"
+    )
+    if g.reason:
+        typer.echo(f"reason: {g.reason}")
+    best = doc["best"]
+    names: list[str] = []
+    for t in doc["trials"]:
+        names += [k for k in t["params"] if k not in names]
+    rows = []
+    for t in doc["trials"]:
+        mark = "*" if best and t["number"] == best["number"] else ""
+        value = "-" if t["value"] is None else f"{t['value']:.4g}"
+        rows.append(
+            [f"{t['number']}{mark}", t["experiment_id"], t["state"], value]
+            + [str(t["params"].get(n, "-")) for n in names]
+        )
+    typer.echo(_table(["trial", "experiment", "state", metric, *names], rows))
+    if best:
+        typer.echo(f"best (*): trial {best['number']} ({best['experiment_id']}) {metric} {best['value']:.4g}")
+
+
+@group_app.command("ls")
+def ls(
+    limit: Annotated[
+        int, typer.Option("--limit", "-n", min=1, help="At most this many (newest first).")
+    ] = 50,
+    output: Annotated[str, typer.Option("-o", "--output", help="table or json")] = "table",
+) -> None:
+    """List groups, newest first."""
+    from phalanx.cli.tracking import _table, _when
+    from phalanx.groups import records
+    from phalanx.groups.records import sql_store
+    from phalanx.store import open_store
+
+    store = sql_store(open_store())
+    groups = records.list_groups(store, limit=limit)
+    if output == "json":
+        emit_json([{**g.to_json(), "trials": records.count_trials(store, g.id)} for g in groups])
+        return
+    if not groups:
+        typer.echo("no groups yet: `phalanx group run -f FILE` starts one")
+        return
+    rows = [
+        [
+            g.id,
+            g.name,
+            g.status,
+            g.search,
+            f"{records.count_trials(store, g.id)}/{g.planned}",
+            _when(g.created_at),
+        ]
+        for g in groups
+    ]
+    typer.echo(_table(["id", "name", "status", "search", "trials", "created"], rows))

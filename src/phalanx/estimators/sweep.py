@@ -1,0 +1,363 @@
+"""A sweep over an estimator (Azure's HyperDrive): the same group a `kind: group` file describes.
+
+    from phalanx.estimators import Experiment, PyTorch
+    from phalanx.estimators.sweep import (HyperDriveConfig, RandomParameterSampling, MedianStoppingPolicy,
+                                          PrimaryMetricGoal, choice, loguniform)
+    est = PyTorch("examples/digits-sweep", entry_script="train.py", node_count=2,
+                  script_params={"--epochs": 12})
+    config = HyperDriveConfig(
+        estimator=est,
+        hyperparameter_sampling=RandomParameterSampling(
+            {"--lr": loguniform(-7, -1), "--hidden": choice(16, 64)}),
+        primary_metric_name="accuracy", primary_metric_goal=PrimaryMetricGoal.MAXIMIZE,
+        max_total_runs=8, max_concurrent_runs=2, policy=MedianStoppingPolicy(delay_evaluation=3))
+    group = Experiment("digits").submit(config)      # a GroupRun
+    group.wait_for_completion(); best = group.get_best_run()
+
+``HyperDriveConfig.to_yaml()`` is the group file it runs (`phalanx group run -f` on it is the same
+search): a swept flag ``--lr`` becomes the param ``lr`` and ``--lr {{ lr }}`` in the command.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+import subprocess
+import sys
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from enum import StrEnum
+from typing import TYPE_CHECKING, Any
+
+from phalanx.errors import PhalanxError, Problem, SpecError, UsageError
+
+if TYPE_CHECKING:
+    from phalanx.config import Settings
+    from phalanx.estimators.estimator import Estimator
+    from phalanx.runs import Run
+
+_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+@dataclass(frozen=True)
+class _Dist:
+    kind: str  # the Polyaxon distribution name
+    args: Any
+
+    def to_matrix(self) -> dict[str, Any]:
+        return {self.kind: self.args}
+
+
+def choice(*options: Any) -> _Dist:
+    """One of the values (a single list argument is taken as the values)."""
+    values = (
+        list(options[0])
+        if len(options) == 1 and isinstance(options[0], list | tuple | range)
+        else list(options)
+    )
+    return _Dist("values", values)
+
+
+def randint(upper: int) -> _Dist:
+    """An integer from 0 to upper - 1."""
+    return _Dist("range", [0, int(upper), 1])
+
+
+def uniform(min_value: float, max_value: float) -> _Dist:
+    return _Dist("uniform", [min_value, max_value])
+
+
+def quniform(min_value: float, max_value: float, q: float) -> _Dist:
+    return _Dist("quniform", [min_value, max_value, q])
+
+
+def loguniform(min_value: float, max_value: float) -> _Dist:
+    """exp(uniform(min_value, max_value)): the bounds are natural logs, as in Azure and Polyaxon."""
+    return _Dist("loguniform", [min_value, max_value])
+
+
+def qloguniform(min_value: float, max_value: float, q: float) -> _Dist:
+    return _Dist("qloguniform", [min_value, max_value, q])
+
+
+def normal(mu: float, sigma: float) -> _Dist:
+    return _Dist("normal", [mu, sigma])
+
+
+def qnormal(mu: float, sigma: float, q: float) -> _Dist:
+    return _Dist("qnormal", [mu, sigma, q])
+
+
+def lognormal(mu: float, sigma: float) -> _Dist:
+    return _Dist("lognormal", [mu, sigma])
+
+
+def qlognormal(mu: float, sigma: float, q: float) -> _Dist:
+    return _Dist("qlognormal", [mu, sigma, q])
+
+
+class PrimaryMetricGoal(StrEnum):
+    MAXIMIZE = "maximize"
+    MINIMIZE = "minimize"
+
+
+@dataclass(frozen=True)
+class _Sampling:
+    search: str
+    space: Mapping[str, _Dist]
+    seed: int | None = None
+
+
+def RandomParameterSampling(space: Mapping[str, _Dist], seed: int | None = None) -> _Sampling:
+    return _Sampling("random_search", space, seed)
+
+
+def GridParameterSampling(space: Mapping[str, _Dist]) -> _Sampling:
+    return _Sampling("grid_search", space)
+
+
+def BayesianParameterSampling(space: Mapping[str, _Dist], seed: int | None = None) -> _Sampling:
+    """Optuna's TPE (docs/groups.md): model-guided after a few random trials."""
+    return _Sampling("bo", space, seed)
+
+
+@dataclass(frozen=True)
+class MedianStoppingPolicy:
+    """Stop a run whose best metric so far is worse than the median of finished runs at that step.
+    ``delay_evaluation``: steps before the first decision. (``evaluation_interval`` is accepted: the
+    controller evaluates every reported step.)"""
+
+    evaluation_interval: int = 1
+    delay_evaluation: int = 0
+
+    def to_pruning(self) -> dict[str, Any]:
+        return {"kind": "median", "warmup_steps": self.delay_evaluation}
+
+
+@dataclass(frozen=True)
+class SuccessiveHalvingPolicy:
+    """Keep the best 1/reduction_factor of the runs at steps min_resource * reduction_factor**k."""
+
+    min_resource: int = 1
+    reduction_factor: int = 3
+
+    def to_pruning(self) -> dict[str, Any]:
+        return {
+            "kind": "successive_halving",
+            "min_resource": self.min_resource,
+            "reduction_factor": self.reduction_factor,
+        }
+
+
+class HyperDriveConfig:
+    """A hyperparameter search over ``estimator``: what to sample, the metric and its goal, how many
+    runs in all and at once, and the early-termination policy. Builds a `kind: group` file."""
+
+    def __init__(
+        self,
+        *,
+        estimator: Estimator,
+        hyperparameter_sampling: _Sampling,
+        primary_metric_name: str,
+        primary_metric_goal: PrimaryMetricGoal | str,
+        max_total_runs: int,
+        max_concurrent_runs: int = 1,
+        policy: MedianStoppingPolicy | SuccessiveHalvingPolicy | None = None,
+    ) -> None:
+        problems: list[Problem] = []
+        if not isinstance(hyperparameter_sampling, _Sampling):
+            problems.append(
+                Problem(
+                    "use RandomParameterSampling, GridParameterSampling or BayesianParameterSampling",
+                    "hyperparameter_sampling",
+                )
+            )
+        else:
+            for flag, dist in hyperparameter_sampling.space.items():
+                if not isinstance(dist, _Dist):
+                    problems.append(
+                        Problem(f"{flag}: use choice(), uniform(), loguniform(), ...", "parameter_space")
+                    )
+                elif not _NAME.match(_param(flag)):
+                    problems.append(Problem(f"{flag!r} is not a flag like '--lr'", "parameter_space"))
+        try:
+            goal = PrimaryMetricGoal(str(primary_metric_goal).lower())
+        except ValueError:
+            problems.append(Problem("use PrimaryMetricGoal.MAXIMIZE or MINIMIZE", "primary_metric_goal"))
+            goal = PrimaryMetricGoal.MINIMIZE
+        if not isinstance(max_total_runs, int) or max_total_runs < 1:
+            problems.append(Problem("a number of runs, at least 1", "max_total_runs"))
+        if not isinstance(max_concurrent_runs, int) or max_concurrent_runs < 1:
+            problems.append(Problem("a number of runs at once, at least 1", "max_concurrent_runs"))
+        if policy is not None and not isinstance(policy, MedianStoppingPolicy | SuccessiveHalvingPolicy):
+            problems.append(
+                Problem(
+                    f"{type(policy).__name__} is not supported;"
+                    " use MedianStoppingPolicy or SuccessiveHalvingPolicy",
+                    "policy",
+                )
+            )
+        if problems:
+            raise SpecError(problems)
+        self.estimator = estimator
+        self.sampling = hyperparameter_sampling
+        self.metric = primary_metric_name
+        self.goal = goal
+        self.max_total_runs = max_total_runs
+        self.max_concurrent_runs = max_concurrent_runs
+        self.policy = policy
+
+    def to_dict(self, name: str | None = None, project: str | None = None) -> dict[str, Any]:
+        from phalanx.spec.dump import spec_to_dict
+
+        spec = self.estimator.to_spec(name=name, project=project)
+        swept = " ".join(f"{flag} {{{{ {_param(flag)} }}}}" for flag in self.sampling.space)
+        spec = replace(spec, command=(f"{spec.command[0]} {swept}",))
+        doc = spec_to_dict(spec)
+        doc["kind"] = "group"
+        search: dict[str, Any] = {}
+        if self.sampling.search == "random_search" or self.sampling.search == "grid_search":
+            search = {"n_experiments": self.max_total_runs}
+        else:
+            search = {
+                "n_iterations": self.max_total_runs,
+                "metric": {"name": self.metric, "optimization": self.goal.value},
+            }
+        if self.sampling.seed is not None:
+            search["seed"] = self.sampling.seed
+        hp: dict[str, Any] = {"concurrency": self.max_concurrent_runs, self.sampling.search: search}
+        if self.sampling.search != "bo":
+            hp["metric"] = {"name": self.metric, "optimization": self.goal.value}
+        if self.policy is not None:
+            hp["pruning"] = self.policy.to_pruning()
+        hp["matrix"] = {_param(flag): dist.to_matrix() for flag, dist in self.sampling.space.items()}
+        doc["hptuning"] = hp
+        return doc
+
+    def to_yaml(self, name: str | None = None, project: str | None = None) -> str:
+        """The group file (validated: it loads as `phalanx group run -f` would load it)."""
+        import yaml
+
+        from phalanx.spec.group import load_group_text
+
+        text = yaml.safe_dump(self.to_dict(name, project), sort_keys=False)
+        load_group_text(text, "<HyperDriveConfig>")
+        return text
+
+
+def _param(flag: str) -> str:
+    return flag.lstrip("-").replace("-", "_")
+
+
+class GroupRun:
+    """A submitted sweep: its status, its child runs, the best one, cancel (read from the store)."""
+
+    def __init__(self, group_id: str, *, settings: Settings | None = None) -> None:
+        from phalanx.config import Settings
+
+        self.settings = settings or Settings()
+        self.id = group_id
+        self._store_obj: Any = None
+
+    @property
+    def _store(self) -> Any:
+        if self._store_obj is None:
+            from phalanx.store import open_store
+
+            self._store_obj = open_store(self.settings)
+        return self._store_obj
+
+    def get_details(self) -> dict[str, Any]:
+        """The group, every trial (experiment id, params, state, metric) and the best one."""
+        from phalanx.groups import records
+        from phalanx.groups.controller import group_json
+
+        return group_json(self._store, records.get_group(self._store, self.id))
+
+    def get_status(self) -> str:
+        from phalanx.groups import records
+
+        return records.get_group(self._store, self.id).status
+
+    def get_children(self) -> list[Run]:
+        from phalanx.runs import Run
+
+        return [Run(t["experiment_id"], settings=self.settings) for t in self.get_details()["trials"]]
+
+    def get_best_run(self) -> Run | None:
+        from phalanx.runs import Run
+
+        best = self.get_details()["best"]
+        return Run(best["experiment_id"], settings=self.settings) if best else None
+
+    def wait_for_completion(self, timeout: float | None = None) -> dict[str, Any]:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while self.get_status() not in ("succeeded", "stopped", "failed"):
+            if deadline is not None and time.monotonic() > deadline:
+                raise PhalanxError(f"group {self.id} still running after {timeout:g} s")
+            time.sleep(0.5)
+        return self.get_details()
+
+    def cancel(self, timeout: float = 60.0) -> str:
+        from phalanx.groups import controller, records
+
+        group = records.get_group(self._store, self.id)
+        return controller.stop_group(self._store, self.settings, group, timeout=timeout).status
+
+    def __repr__(self) -> str:
+        return f"GroupRun(id={self.id!r})"
+
+
+def submit_sweep(config: HyperDriveConfig, name: str, project: str | None, settings: Settings) -> GroupRun:
+    """Write the group file and start `phalanx group run --detach` on it (the CLI's own path)."""
+    folder = settings.home / "sweeps"
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"{name}-{time.time_ns()}.yml"
+    path.write_text(config.to_yaml(name=name, project=project))
+    argv = [
+        sys.executable,
+        "-m",
+        "phalanx.cli.main",
+        "group",
+        "run",
+        "--detach",
+        "-f",
+        str(path),
+        "--workdir",
+        str(config.estimator.source_directory),
+    ]
+    import os
+
+    env = {**os.environ, "PHALANX_HOME": str(settings.home)}
+    if settings.db_url:
+        env["PHALANX_DB_URL"] = settings.db_url
+    done = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=120, check=False)
+    if done.returncode != 0:
+        message = (done.stderr or done.stdout).strip()
+        if done.returncode == 2:
+            raise UsageError(message)
+        raise PhalanxError(f"the sweep could not start ({shlex.join(argv)}):\n{message}")
+    return GroupRun(done.stdout.strip().splitlines()[-1], settings=settings)
+
+
+__all__ = [
+    "BayesianParameterSampling",
+    "GridParameterSampling",
+    "GroupRun",
+    "HyperDriveConfig",
+    "MedianStoppingPolicy",
+    "PrimaryMetricGoal",
+    "RandomParameterSampling",
+    "SuccessiveHalvingPolicy",
+    "choice",
+    "lognormal",
+    "loguniform",
+    "normal",
+    "qlognormal",
+    "qloguniform",
+    "qnormal",
+    "quniform",
+    "randint",
+    "uniform",
+]

@@ -1,0 +1,6 @@
+"""Experiment groups: hyperparameter search where every trial is a whole (distributed) experiment.
+
+``spec.group`` reads the file; ``groups.records`` keeps the group and its trials in the store;
+``groups.search`` turns the matrix into Optuna calls (imported only by the controller);
+``groups.controller`` launches trials through `phalanx run --detach`, prunes and resumes.
+"""

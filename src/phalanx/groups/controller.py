@@ -1,0 +1,634 @@
+"""The group controller: ask the search for values, launch each trial as a whole experiment, watch
+its metric in the store, prune it, and finish the search.
+
+Every trial goes through `phalanx run --detach` (the same launch path, engine choice and machine
+ledger as any experiment), with an experiment id the controller recorded in ``group_trials`` first.
+The controller keeps nothing that is not in the store: after a SIGKILL, ``Controller(...).run()``
+from `phalanx group resume` rebuilds the Optuna study from the finished trials, adopts the running
+ones and launches only what is still missing, so the planned number of trials runs exactly once.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from phalanx.config import Settings
+from phalanx.errors import NotFound, PhalanxError
+from phalanx.groups import records
+from phalanx.groups.records import Group, Trial
+from phalanx.spec.group import GroupSpec, load_group_text
+from phalanx.store.sql.store import SqlStore
+
+log = logging.getLogger(__name__)
+
+POLL_SECONDS = 0.3
+LAUNCH_TIMEOUT = 180.0
+
+
+class GroupError(PhalanxError):
+    code = "group_error"
+
+
+@dataclass
+class _Live:
+    """A trial the controller is watching, with its Optuna trial and the steps already reported."""
+
+    trial: Trial
+    optuna_trial: Any
+    launch: subprocess.Popen[bytes] | None = None  # `phalanx run --detach`, until the experiment exists
+    freed_at: float | None = None  # monotonic time the slot it took was freed (controller overhead)
+    seen: bool = False  # its experiment row has been seen
+    reported: set[int] = field(default_factory=set)
+    last: tuple[int, float] | None = None
+    best: float | None = None
+
+
+def create(
+    store: SqlStore,
+    group: GroupSpec,
+    *,
+    workdir: Path | None,
+    params: dict[str, Any] | None = None,
+    cluster: str | None = None,
+    oversubscribe: bool = False,
+    allow_unused: bool = False,
+) -> Group:
+    """Record a new group (status created); ``Controller(...).run()`` then runs it."""
+    base = group.base
+    source = Path(base.source_file) if base.source_file else None
+    name = base.name or (source.stem if source else "group")
+    hp = group.hptuning
+    return records.create_group(
+        store,
+        name=name,
+        project=base.project or "default",
+        search=hp.search.kind,
+        planned=hp.planned_trials(),
+        concurrency=hp.concurrency,
+        metric=hp.metric.name if hp.metric else None,
+        optimization=hp.metric.optimization if hp.metric else None,
+        spec_text=base.source_text or "",
+        source_file=str(source) if source else None,
+        workdir=str((workdir or (source.parent if source else Path.cwd())).resolve()),
+        options={
+            "params": dict(params or {}),
+            "cluster": cluster,
+            "oversubscribe": oversubscribe,
+            "allow_unused": allow_unused,
+        },
+    )
+
+
+def load(group: Group) -> GroupSpec:
+    """The GroupSpec of a recorded group, from the text stored with it (the file may have changed)."""
+    spec = load_group_text(
+        group.spec_text,
+        group.source_file or "group.yml",
+        params=dict(group.options.get("params") or {}),
+        allow_unused=bool(group.options.get("allow_unused")),
+    )
+    return replace(spec, base=replace(spec.base, source_file=group.source_file))
+
+
+def controller_alive(group: Group) -> bool:
+    """Whether the group's controller still runs (on this machine; another host's is trusted)."""
+    if group.controller_pid is None:
+        return False
+    if group.controller_host and group.controller_host != socket.gethostname():
+        return True
+    from phalanx.tracking.processes import pid_alive
+
+    if not pid_alive(group.controller_pid):
+        return False
+    try:
+        cmdline = Path(f"/proc/{group.controller_pid}/cmdline").read_bytes()
+    except OSError:
+        return False
+    return b"phalanx" in cmdline and group.controller_pid != os.getpid()
+
+
+class Controller:
+    """Runs (or resumes) one group to its end. ``say`` prints progress (the CLI passes a printer)."""
+
+    def __init__(
+        self,
+        store: SqlStore,
+        settings: Settings,
+        group_id: str,
+        say: Callable[[str], None] | None = None,
+    ) -> None:
+        self.store = store
+        self.settings = settings
+        self.group = records.get_group(store, group_id)
+        self.spec = load(self.group)
+        self.hp = self.spec.hptuning
+        self.say = say or (lambda text: log.info("%s", text))
+        self.live: dict[int, _Live] = {}
+        self.interrupted: str | None = None
+        self.launch_seconds: list[float] = []  # slot free -> next trial's experiment exists (bench)
+        self.notice_seconds: list[float] = []  # a trial's end in the store -> the controller saw it
+        self.folder = settings.home / "groups" / self.group.id
+        from phalanx.groups import search
+
+        self.search = search
+        self.study = search.make_study(
+            self.hp, self.group.id, resumed_after=records.count_trials(store, self.group.id)
+        )
+
+    # -- the loop -------------------------------------------------------------------------------
+
+    def run(self, handle_signals: bool = True) -> Group:
+        g = self.group
+        if g.done:
+            return g
+        previous = self._install_signals() if handle_signals else {}
+        try:
+            records.update_group(
+                self.store,
+                g.id,
+                status="running",
+                controller_pid=os.getpid(),
+                controller_host=socket.gethostname(),
+            )
+            self._restore()
+            return self._loop()
+        finally:
+            for signum, handler in previous.items():
+                signal.signal(signum, handler)
+
+    def _install_signals(self) -> dict[int, Any]:
+        def on_signal(signum: int, _frame: object) -> None:
+            self.interrupted = f"stopped by {signal.Signals(signum).name}"
+
+        previous: dict[int, Any] = {}
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            previous[signum] = signal.signal(signum, on_signal)
+        return previous
+
+    def _loop(self) -> Group:
+        freed_at: float | None = time.monotonic()
+        while True:
+            current = records.get_group(self.store, self.group.id)
+            if current.stop_requested or self.interrupted:
+                return self._stop(self.interrupted or "stopped by phalanx group stop")
+            ended = self._watch()
+            if ended:
+                freed_at = time.monotonic()
+            reached = self._early_stop_reached()
+            if reached:
+                self._stop_trials(f"group early stopping: {reached}")
+                return self._finish("succeeded", f"early stopping: {reached}")
+            started = records.count_trials(self.store, self.group.id)
+            while len(self.live) < self.hp.concurrency and started < self.group.planned:
+                self._launch_next(started, freed_at)
+                freed_at = None
+                started += 1
+                if self.interrupted:
+                    break
+            if not self.live and started >= self.group.planned:
+                trials = records.list_trials(self.store, self.group.id)
+                ok = [t for t in trials if t.state in ("done", "pruned")]
+                if not ok and trials:
+                    return self._finish("failed", "every trial failed")
+                return self._finish("succeeded", None)
+            time.sleep(POLL_SECONDS)
+
+    # -- resuming -------------------------------------------------------------------------------
+
+    def _restore(self) -> None:
+        """Replay finished trials into the study; adopt (or launch) the unfinished ones."""
+        for t in records.list_trials(self.store, self.group.id):
+            internal = dict(t.internal.get("params") or {})
+            if t.state in ("done", "pruned", "failed", "stopped"):
+                self.search.replay(self.study, self.hp, internal, t.state, t.value, self._series(t))
+                continue
+            self.study.enqueue_trial(internal, skip_if_exists=False)
+            ot = self.study.ask()
+            self.search.sample(ot, self.hp)  # the enqueued values: the same params again
+            live = _Live(t, ot)
+            self.live[t.number] = live
+            if not self._launched(t.experiment_id):
+                self.say(
+                    f"trial {t.number}: relaunching {t.experiment_id}"
+                    " (the controller stopped before it started)"
+                )
+                live.launch = self._start_experiment(t)
+            records.update_trial(self.store, self.group.id, t.number, state="running")
+            records.link_experiment(self.store, t.experiment_id, self.group.id)
+            self.say(f"trial {t.number}: {t.experiment_id} still running, watching it again")
+
+    # -- launching ------------------------------------------------------------------------------
+
+    def _launch_next(self, number: int, freed_at: float | None) -> None:
+        ot = self.study.ask()
+        values = self.search.sample(ot, self.hp)
+        s = self.hp.search
+        if s.resource and s.max_iter:
+            values[s.resource] = int(s.max_iter) if s.resource_type == "int" else float(s.max_iter)
+        trial = Trial(
+            group_id=self.group.id,
+            number=number,
+            experiment_id=uuid.uuid4().hex[:12],
+            params=values,
+            state="launching",
+            internal={"params": dict(ot.params)},
+        )
+        records.add_trial(self.store, trial)  # first: a crash from here on is resumed, not repeated
+        launch = self._start_experiment(trial)
+        records.update_trial(self.store, self.group.id, number, state="running")
+        shown = ", ".join(f"{k}={v}" for k, v in values.items())
+        self.say(f"trial {number}: {trial.experiment_id} starting ({shown})")
+        self.live[number] = _Live(replace(trial, state="running"), ot, launch=launch, freed_at=freed_at)
+
+    def _trial_file(self, trial: Trial) -> Path:
+        spec = self.spec.trial_spec(trial.params)
+        base_dir = (
+            Path(self.group.source_file).parent if self.group.source_file else Path(self.group.workdir or ".")
+        )
+        build = spec.build
+        if build.requirements and not Path(build.requirements).is_absolute():
+            build = replace(build, requirements=str(base_dir / build.requirements))
+        if build.dockerfile and not Path(build.dockerfile).is_absolute():
+            build = replace(build, dockerfile=str(base_dir / build.dockerfile))
+        spec = replace(spec, build=build, name=f"{self.group.name}-{trial.number}")
+        from phalanx.spec.dump import spec_to_yaml
+
+        self.folder.mkdir(parents=True, exist_ok=True)
+        path = self.folder / f"trial-{trial.number}.yml"
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(spec_to_yaml(spec))
+        tmp.replace(path)
+        return path
+
+    def _start_experiment(self, trial: Trial) -> subprocess.Popen[bytes]:
+        """Start `phalanx run --detach` with the id recorded for this trial; not waited for here
+        (``_watch`` sees the experiment appear, or the launch fail), so the other trials are watched
+        meanwhile."""
+        path = self._trial_file(trial)
+        argv = [
+            sys.executable,
+            "-m",
+            "phalanx.cli.main",
+            "run",
+            "--detach",
+            "-o",
+            "json",
+            "-f",
+            str(path),
+            "--experiment-id",
+            trial.experiment_id,
+        ]
+        if self.group.workdir:
+            argv += ["--workdir", self.group.workdir]
+        if self.group.options.get("cluster"):
+            argv += ["--cluster", str(self.group.options["cluster"])]
+        if self.group.options.get("oversubscribe"):
+            argv.append("--oversubscribe")
+        with open(self.folder / f"trial-{trial.number}.launch.log", "wb") as out:
+            return subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT)
+
+    def _launch_failed(self, live: _Live) -> None:
+        """`phalanx run --detach` exited without creating the experiment: a failed trial, with why."""
+        number = live.trial.number
+        log_path = self.folder / f"trial-{number}.launch.log"
+        try:
+            message = log_path.read_text(errors="replace").strip()
+        except OSError:
+            message = ""
+        status = live.launch.returncode if live.launch else None
+        reason = f"could not start: {message or f'exit status {status}'}"
+        op = self.search.optuna()
+        self.search.tell(self.study, live.optuna_trial, state=op.trial.TrialState.FAIL)
+        records.update_trial(
+            self.store, self.group.id, number, state="failed", reason=reason, finished_at=time.time()
+        )
+        self.say(f"trial {number}: {live.trial.experiment_id} {reason}")
+        del self.live[number]
+
+    def _launched(self, experiment_id: str) -> bool:
+        """Whether a trial recorded as launching was launched: its experiment exists, or appears
+        while the `phalanx run --detach` the killed controller had started is still creating it."""
+        if self._exists(experiment_id):
+            return True
+        if not (self.settings.runs_dir / experiment_id).exists():
+            return False  # the launch never began
+        deadline = time.monotonic() + LAUNCH_TIMEOUT
+        while time.monotonic() < deadline:
+            if self._exists(experiment_id):
+                return True
+            if not (self.settings.runs_dir / experiment_id).exists():
+                return False  # it failed and cleaned up: launch it again
+            time.sleep(0.2)
+        return False
+
+    def _exists(self, experiment_id: str) -> bool:
+        try:
+            self.store.get_experiment(experiment_id)
+        except NotFound:
+            return False
+        return True
+
+    # -- watching -------------------------------------------------------------------------------
+
+    def _series(self, trial: Trial, metric: str | None = None) -> dict[int, float]:
+        """step -> value of the metric the trial reported (the master's series, else the first)."""
+        name = metric or (self.hp.metric.name if self.hp.metric else None)
+        if name is None:
+            return {}
+        found = self.store.metrics(trial.experiment_id, title=name).get(name) or {}
+        if not found:
+            return {}
+        key = "master" if "master" in found else sorted(found)[0]
+        series = found[key]
+        return {
+            int(s): float(v)
+            for s, v in zip(series.steps, series.values, strict=False)
+            if v is not None and math.isfinite(float(v))
+        }
+
+    def _watch(self) -> bool:
+        """One pass over the running trials; True when one ended (a slot is free)."""
+        ended = False
+        for number, live in list(self.live.items()):
+            trial = live.trial
+            try:
+                exp = self.store.get_experiment(trial.experiment_id)
+            except NotFound:  # its supervisor has not created it yet, or the launch failed
+                failed = live.launch is not None and live.launch.poll() not in (None, 0)
+                if failed and not self._exists(trial.experiment_id):
+                    self._launch_failed(live)
+                    ended = True
+                continue
+            if not live.seen:
+                live.seen = True
+                records.link_experiment(self.store, trial.experiment_id, self.group.id)
+                if live.freed_at is not None:
+                    self.launch_seconds.append(time.monotonic() - live.freed_at)
+            if live.launch is not None and live.launch.poll() is not None:
+                live.launch = None  # reaped
+            values = self._series(trial)
+            prune = False
+            for step in sorted(values):
+                if step in live.reported:
+                    continue
+                live.optuna_trial.report(values[step], step)
+                live.reported.add(step)
+                live.last = (step, values[step])
+                # asked at every step, not once a poll: a rung compares the values at its own step,
+                # however many steps arrived since the last poll
+                if self.hp.pruning is not None and not exp.status.done and live.optuna_trial.should_prune():
+                    prune = True
+                    break
+            if live.last is not None:
+                records.update_trial(self.store, self.group.id, number, value=live.last[1], step=live.last[0])
+            if prune:
+                self._prune(live)
+                ended = True
+                continue
+            if exp.status.done:
+                if exp.finished_at:
+                    self.notice_seconds.append(max(0.0, time.time() - exp.finished_at))
+                self._ended(live, exp.status.value, exp.reason)
+                ended = True
+        return ended
+
+    def _prune(self, live: _Live) -> None:
+        assert live.last is not None and self.hp.pruning is not None
+        step, value = live.last
+        reason = f"pruned at step {step}: {self._why(live, step, value)}"
+        from phalanx.supervisor import stop_experiment
+
+        t0 = time.monotonic()
+        decided_at = time.time()
+        exp = self.store.get_experiment(live.trial.experiment_id)
+        stop_experiment(self.store, self.settings, exp, timeout=30, reason=reason)
+        self.store.update_experiment(exp.id, reason=reason)
+        op = self.search.optuna()
+        self.search.tell(self.study, live.optuna_trial, state=op.trial.TrialState.PRUNED)
+        records.update_trial(
+            self.store,
+            self.group.id,
+            live.trial.number,
+            state="pruned",
+            reason=reason,
+            value=value,
+            step=step,
+            finished_at=time.time(),
+            internal={"params": dict(live.optuna_trial.params), "pruned_at": decided_at},
+        )
+        self.say(
+            f"trial {live.trial.number}: {live.trial.experiment_id} {reason}"
+            f" (stopped in {time.monotonic() - t0:.1f} s)"
+        )
+        del self.live[live.trial.number]
+
+    def _why(self, live: _Live, step: int, value: float) -> str:
+        p = self.hp.pruning
+        assert p is not None
+        name = p.metric.name
+        if p.kind == "median":
+            op = self.search.optuna()
+            others = [
+                t.intermediate_values[step]
+                for t in self.study.get_trials(deepcopy=False, states=(op.trial.TrialState.COMPLETE,))
+                if step in t.intermediate_values
+            ]
+            if others:
+                import statistics
+
+                sign = "<" if p.metric.maximize else ">"
+                return f"{name} {value:.4g} {sign} median {statistics.median(others):.4g}"
+            return f"{name} {value:.4g}"
+        how = p.kind.replace("_", " ")
+        return f"{name} {value:.4g} not in the best 1/{p.reduction_factor} of the trials at this rung ({how})"
+
+    def _ended(self, live: _Live, status: str, reason: str | None) -> None:
+        op = self.search.optuna()
+        value = live.last[1] if live.last else None
+        number = live.trial.number
+        internal = {"params": dict(live.optuna_trial.params)}
+        if status == "succeeded" and value is not None:
+            self.search.tell(self.study, live.optuna_trial, value)
+            records.update_trial(
+                self.store,
+                self.group.id,
+                number,
+                state="done",
+                value=value,
+                finished_at=time.time(),
+                internal=internal,
+            )
+            metric = self.hp.metric.name if self.hp.metric else "metric"
+            self.say(f"trial {number}: {live.trial.experiment_id} succeeded ({metric} {value:.4g})")
+        elif status == "succeeded":
+            self.search.tell(self.study, live.optuna_trial, state=op.trial.TrialState.FAIL)
+            why = f"reported no {self.hp.metric.name}" if self.hp.metric else "no metric to compare"
+            records.update_trial(
+                self.store,
+                self.group.id,
+                number,
+                state="done",
+                finished_at=time.time(),
+                internal=internal,
+                reason=why,
+            )
+            self.say(f"trial {number}: {live.trial.experiment_id} succeeded ({why})")
+        elif status == "stopped" and (reason or "").startswith("pruned at step"):
+            # pruned by a controller that was killed before it recorded the decision
+            self.search.tell(self.study, live.optuna_trial, state=op.trial.TrialState.PRUNED)
+            records.update_trial(
+                self.store,
+                self.group.id,
+                number,
+                state="pruned",
+                reason=reason,
+                finished_at=time.time(),
+                internal=internal,
+            )
+            self.say(f"trial {number}: {live.trial.experiment_id} {reason}")
+        else:
+            self.search.tell(self.study, live.optuna_trial, state=op.trial.TrialState.FAIL)
+            records.update_trial(
+                self.store,
+                self.group.id,
+                number,
+                state="failed",
+                reason=reason,
+                finished_at=time.time(),
+                internal=internal,
+            )
+            self.say(f"trial {number}: {live.trial.experiment_id} {status}: {reason or ''}")
+        del self.live[number]
+
+    def _early_stop_reached(self) -> str | None:
+        rules = self.hp.early_stopping
+        if not rules:
+            return None
+        for t in records.list_trials(self.store, self.group.id):
+            if t.state != "done":
+                continue
+            for rule in rules:
+                values = self._series(t, rule.metric)
+                if values:
+                    last = values[max(values)]
+                    if rule.reached(last):
+                        sign = ">=" if rule.optimization == "maximize" else "<="
+                        return f"trial {t.number} reached {rule.metric} {last:.4g} {sign} {rule.value:g}"
+        return None
+
+    # -- ending ---------------------------------------------------------------------------------
+
+    def _stop_trials(self, reason: str) -> None:
+        from phalanx.supervisor import stop_experiment
+
+        for number, live in list(self.live.items()):
+            if live.launch is not None:  # a launch in flight: let it create the experiment, then stop it
+                try:
+                    live.launch.wait(timeout=LAUNCH_TIMEOUT)
+                except subprocess.TimeoutExpired:
+                    live.launch.kill()
+            try:
+                exp = self.store.get_experiment(live.trial.experiment_id)
+            except NotFound:
+                exp = None
+            if exp is not None and not exp.status.done:
+                stop_experiment(self.store, self.settings, exp, timeout=30, reason=reason)
+            records.update_trial(
+                self.store,
+                self.group.id,
+                number,
+                state="failed" if exp is None else "stopped",
+                reason=reason,
+                finished_at=time.time(),
+            )
+            del self.live[number]
+
+    def _stop(self, reason: str) -> Group:
+        self._stop_trials(reason)
+        return self._finish("stopped", reason)
+
+    def _finish(self, status: str, reason: str | None) -> Group:
+        records.update_group(
+            self.store,
+            self.group.id,
+            status=status,
+            reason=reason,
+            finished_at=time.time(),
+            controller_pid=None,
+        )
+        self.group = records.get_group(self.store, self.group.id)
+        best = records.best_trial(records.list_trials(self.store, self.group.id), self.group.optimization)
+        tail = f": {reason}" if reason else ""
+        self.say(f"group {self.group.id} {status}{tail}")
+        if best is not None:
+            shown = ", ".join(f"{k}={v}" for k, v in best.params.items())
+            self.say(
+                f"best: trial {best.number} ({best.experiment_id})"
+                f" {self.group.metric} {best.value:.4g} ({shown})"
+            )
+        return self.group
+
+
+def group_json(store: SqlStore, group: Group) -> dict[str, Any]:
+    """`phalanx group get -o json` and the API: the group, its trials and the best one."""
+    trials = records.list_trials(store, group.id)
+    best = records.best_trial(trials, group.optimization)
+    doc = group.to_json()
+    doc["trials"] = [t.to_json() for t in trials]
+    doc["best"] = best.to_json() if best else None
+    doc["counts"] = {
+        s: sum(1 for t in trials if t.state == s) for s in ("running", "done", "pruned", "failed", "stopped")
+    }
+    return doc
+
+
+def stop_group(store: SqlStore, settings: Settings, group: Group, timeout: float = 60.0) -> Group:
+    """`phalanx group stop`: ask the controller; if none runs, stop the running trials here."""
+    records.update_group(store, group.id, stop_requested=True)
+    if controller_alive(group):
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            current = records.get_group(store, group.id)
+            if current.done:
+                return current
+            if not controller_alive(current):
+                break
+            time.sleep(0.2)
+    current = records.get_group(store, group.id)
+    if current.done:
+        return current
+    from phalanx.supervisor import stop_experiment
+
+    reason = "stopped by phalanx group stop"
+    for t in records.list_trials(store, group.id):
+        if t.state in ("launching", "running"):
+            try:
+                exp = store.get_experiment(t.experiment_id)
+                if not exp.status.done:
+                    stop_experiment(store, settings, exp, timeout=timeout, reason=reason)
+            except NotFound:
+                pass
+            records.update_trial(
+                store, group.id, t.number, state="stopped", reason=reason, finished_at=time.time()
+            )
+    records.update_group(
+        store, group.id, status="stopped", reason=reason, finished_at=time.time(), controller_pid=None
+    )
+    return records.get_group(store, group.id)
+
+
+def dumps(doc: Any) -> str:
+    return json.dumps(doc, indent=2, default=str)

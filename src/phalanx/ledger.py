@@ -1,0 +1,441 @@
+"""The machine's resource ledger and queue: which experiment holds which cores, GPUs and memory,
+and who waits for them, in which order.
+
+Why a locked file and not a table: every `phalanx run` on this machine (attached, ``--detach``,
+estimator ``submit()``, a hyperparameter search's trials) must see the same ledger whichever store
+it writes to (SQLite or PostgreSQL, maybe a remote one shared by several machines), with no daemon
+to install. So the ledger is one JSON document (``<PHALANX_HOME>/ledger.json``, or the file
+``PHALANX_LEDGER`` names, to share it between several homes), read and rewritten only under an
+exclusive ``fcntl.flock`` on ``ledger.json.lock``. The kernel drops a flock when its holder dies,
+so a crash never leaves the ledger locked; the document itself is replaced atomically.
+
+Every entry carries its supervisor's pid and that process's start time (from /proc): an entry
+whose process is gone, or whose pid now belongs to another process, is reclaimed by the next
+process that takes the lock, so a SIGKILLed `phalanx run` frees what it held at the next look.
+
+Admission (``Ledger.admit``) is all or nothing: the experiment's whole need (every replica) fits in
+what is free, or it waits. The queue order is priority (higher first), then arrival. Anti-starvation:
+
+* head of the queue reserves: a waiting experiment that does not fit yet keeps what it needs of what
+  is free (clamped at zero) for itself, so nobody behind it may take those cores, GPUs or memory;
+  a small experiment may only start beside it using resources the blocked one does not need;
+* aging: an experiment's priority grows by one for every ``AGING_SECONDS`` it has waited, so a
+  steady stream of higher-priority experiments cannot keep a lower one waiting forever.
+
+Standard library only (it is imported by the supervisor before anything else starts).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import math
+import os
+import socket
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+AGING_SECONDS = 600.0  # one priority point per 10 minutes of waiting
+FORMAT = 1
+
+
+@dataclass(frozen=True)
+class Need:
+    """What one experiment asks of the machine, all replicas together."""
+
+    cpus: int = 0
+    gpus: int = 0
+    memory_mib: float = 0.0
+
+    @property
+    def empty(self) -> bool:
+        return not (self.cpus or self.gpus or self.memory_mib)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"cpus": self.cpus, "gpus": self.gpus, "memory_mib": self.memory_mib}
+
+    @staticmethod
+    def from_json(doc: Mapping[str, Any]) -> Need:
+        return Need(int(doc.get("cpus", 0)), int(doc.get("gpus", 0)), float(doc.get("memory_mib", 0.0)))
+
+    def describe(self) -> str:
+        parts = []
+        if self.cpus:
+            parts.append(f"{self.cpus} core{'s' * (self.cpus != 1)}")
+        if self.gpus:
+            parts.append(f"{self.gpus} GPU{'s' * (self.gpus != 1)}")
+        if self.memory_mib:
+            parts.append(f"{self.memory_mib:g} MiB")
+        return ", ".join(parts) or "nothing"
+
+
+@dataclass(frozen=True)
+class Grant:
+    """What an admitted experiment was given: these exact cores and GPUs, this much memory."""
+
+    cpus: tuple[int, ...] = ()
+    gpus: tuple[str, ...] = ()
+    memory_mib: float = 0.0
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One experiment in the ledger: holding (admitted) or waiting."""
+
+    experiment_id: str
+    pid: int
+    start: str  # the process's start time in clock ticks since boot (/proc/<pid>/stat field 22)
+    need: Need
+    name: str = ""
+    priority: int = 0
+    seq: int = 0  # arrival order
+    since: float = 0.0  # when it started waiting, or was admitted
+    holding: bool = False
+    cpus: tuple[int, ...] = ()
+    gpus: tuple[str, ...] = ()
+    host: str = ""  # the machine whose pid this is (a ledger file on a shared disk names several)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "experiment_id": self.experiment_id,
+            "host": self.host,
+            "pid": self.pid,
+            "start": self.start,
+            "need": self.need.to_json(),
+            "name": self.name,
+            "priority": self.priority,
+            "seq": self.seq,
+            "since": self.since,
+            "holding": self.holding,
+            "cpus": list(self.cpus),
+            "gpus": list(self.gpus),
+        }
+
+    @staticmethod
+    def from_json(doc: Mapping[str, Any]) -> Entry:
+        return Entry(
+            experiment_id=str(doc["experiment_id"]),
+            pid=int(doc["pid"]),
+            start=str(doc.get("start", "")),
+            need=Need.from_json(doc.get("need", {})),
+            name=str(doc.get("name", "")),
+            priority=int(doc.get("priority", 0)),
+            seq=int(doc.get("seq", 0)),
+            since=float(doc.get("since", 0.0)),
+            holding=bool(doc.get("holding", False)),
+            cpus=tuple(int(c) for c in doc.get("cpus", ())),
+            gpus=tuple(str(g) for g in doc.get("gpus", ())),
+            host=str(doc.get("host", "")),
+        )
+
+    def effective_priority(self, now: float) -> float:
+        return self.priority + math.floor(max(0.0, now - self.since) / AGING_SECONDS)
+
+
+@dataclass(frozen=True)
+class Capacity:
+    """What the machine offers the ledger (as this process sees it)."""
+
+    cpus: tuple[int, ...]
+    gpus: tuple[str, ...]
+    memory_mib: float
+
+
+@dataclass
+class State:
+    """The ledger document."""
+
+    entries: dict[str, Entry] = field(default_factory=dict)
+    seq: int = 0
+
+    def holding(self) -> list[Entry]:
+        return sorted((e for e in self.entries.values() if e.holding and here(e)), key=lambda e: e.since)
+
+    def waiting(self, now: float | None = None) -> list[Entry]:
+        """This machine's waiting entries in queue order: effective priority (higher first), then
+        arrival."""
+        now = time.time() if now is None else now
+        waiting = [e for e in self.entries.values() if not e.holding and here(e)]
+        return sorted(waiting, key=lambda e: (-e.effective_priority(now), e.seq))
+
+
+class NoRoom(Exception):
+    """Raised by ``admit(..., wait=False)``: the experiment does not fit now; says what is busy."""
+
+
+class NeverFits(Exception):
+    """The experiment needs more than this machine has at all."""
+
+
+# ---- processes --------------------------------------------------------------------------------
+
+
+def process_start(pid: int) -> str | None:
+    """Start time of ``pid`` (None: gone, or a zombie): with the pid it names one process for good."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_bytes()
+    except OSError:
+        return None
+    fields = stat[stat.rfind(b")") + 2 :].split()
+    if fields and fields[0] == b"Z":
+        return None
+    return fields[19].decode() if len(fields) > 19 else None
+
+
+HOST = socket.gethostname()
+
+
+def here(entry: Entry) -> bool:
+    """Whether the entry belongs to this machine (only those hold its cores and can be judged)."""
+    return entry.host in ("", HOST)
+
+
+def alive(entry: Entry) -> bool:
+    return not here(entry) or process_start(entry.pid) == entry.start
+
+
+# ---- the file ---------------------------------------------------------------------------------
+
+
+def ledger_path(home: str | os.PathLike[str]) -> Path:
+    """``PHALANX_LEDGER`` if set (one ledger for several PHALANX_HOMEs), else <home>/ledger.json."""
+    override = os.environ.get("PHALANX_LEDGER")
+    return Path(override) if override else Path(home) / "ledger.json"
+
+
+class Ledger:
+    """The ledger file of one machine. Every method takes the lock for its whole read-modify-write."""
+
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        self.path = Path(path)
+        self.lock_path = self.path.with_name(self.path.name + ".lock")
+
+    @contextlib.contextmanager
+    def locked(self) -> Iterator[State]:
+        """The state under the exclusive lock; changes made to it are written back on exit."""
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        # read-only is enough for flock, so users sharing one ledger (PHALANX_LEDGER) need not own it
+        fd = os.open(self.lock_path, os.O_RDONLY | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            state = self._read()
+            before = self._dump(state)
+            yield state
+            after = self._dump(state)
+            if after != before:
+                tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
+                tmp.write_text(after)
+                tmp.replace(self.path)
+        finally:
+            os.close(fd)  # releases the flock
+
+    def _read(self) -> State:
+        try:
+            doc = json.loads(self.path.read_text())
+        except FileNotFoundError:
+            return State()
+        except ValueError:  # not ours, or damaged: start afresh rather than block every run
+            return State()
+        entries = {}
+        for raw in doc.get("entries", []):
+            with contextlib.suppress(KeyError, ValueError, TypeError):
+                e = Entry.from_json(raw)
+                entries[e.experiment_id] = e
+        return State(entries=entries, seq=int(doc.get("seq", 0)))
+
+    @staticmethod
+    def _dump(state: State) -> str:
+        entries = [e.to_json() for e in sorted(state.entries.values(), key=lambda e: e.seq)]
+        return json.dumps({"format": FORMAT, "seq": state.seq, "entries": entries}, indent=1)
+
+    def version(self) -> tuple[int, int] | None:
+        """Changes whenever the ledger is rewritten (a cheap look for waiters, no lock taken)."""
+        try:
+            st = self.path.stat()
+        except OSError:
+            return None
+        return (st.st_ino, st.st_mtime_ns)
+
+    # -- reading ----------------------------------------------------------------------------------
+    def snapshot(self) -> tuple[list[Entry], list[Entry], list[Entry]]:
+        """(holding, waiting in queue order, reclaimed): dead entries are reclaimed on the way."""
+        with self.locked() as state:
+            gone = reclaim(state)
+            return state.holding(), state.waiting(), gone
+
+    # -- changing ---------------------------------------------------------------------------------
+    def admit(
+        self,
+        experiment_id: str,
+        need: Need,
+        capacity: Capacity,
+        *,
+        pid: int | None = None,
+        name: str = "",
+        priority: int = 0,
+        wait: bool = True,
+    ) -> tuple[Grant | None, list[Entry]]:
+        """Admit the experiment if its whole need fits now and nobody ahead in the queue is owed it.
+
+        Returns (grant, reclaimed): the grant when admitted, else None and the experiment is (still)
+        in the queue. ``reclaimed``: entries of dead processes removed on the way (their store rows
+        may need marking). With ``wait=False`` NoRoom is raised instead of queueing.
+        Raises NeverFits when the need exceeds the machine itself.
+        """
+        pid = os.getpid() if pid is None else pid
+        start = process_start(pid) or ""
+        never = _never_fits(need, capacity)
+        if never:
+            raise NeverFits(never)
+        with self.locked() as state:
+            gone = reclaim(state)
+            now = time.time()
+            mine = state.entries.get(experiment_id)
+            if mine is not None and mine.holding:
+                return Grant(mine.cpus, mine.gpus, mine.need.memory_mib), gone
+            if mine is None:
+                state.seq += 1
+                mine = Entry(experiment_id, pid, start, need, name, priority, state.seq, now, host=HOST)
+            free_cpus, free_gpus, free_mem = _free(state, capacity)
+            avail = [len(free_cpus), len(free_gpus), free_mem]
+            for ahead in state.waiting(now):
+                if ahead.experiment_id == experiment_id:
+                    break
+                if ahead.effective_priority(now) < mine.effective_priority(now) or (
+                    ahead.effective_priority(now) == mine.effective_priority(now) and ahead.seq > mine.seq
+                ):
+                    break  # not ahead of us (a fresh entry has not been sorted in yet)
+                # whether it fits now (it starts at its next look) or not (it reserves): it is owed
+                # its need out of what is free, before us
+                avail = [
+                    max(0.0, avail[0] - ahead.need.cpus),
+                    max(0.0, avail[1] - ahead.need.gpus),
+                    max(0.0, avail[2] - ahead.need.memory_mib),
+                ]
+            fits = need.cpus <= avail[0] and need.gpus <= avail[1] and need.memory_mib <= avail[2] + 1e-9
+            if fits:
+                grant = Grant(tuple(free_cpus[: need.cpus]), tuple(free_gpus[: need.gpus]), need.memory_mib)
+                state.entries[experiment_id] = Entry(
+                    experiment_id,
+                    pid,
+                    start,
+                    need,
+                    name,
+                    priority,
+                    mine.seq,
+                    now,
+                    holding=True,
+                    cpus=grant.cpus,
+                    gpus=grant.gpus,
+                    host=HOST,
+                )
+                return grant, gone
+            if not wait:
+                state.entries.pop(experiment_id, None)
+                raise NoRoom(busy_message(state, need, capacity))
+            state.entries[experiment_id] = mine
+            return None, gone
+
+    def release(self, experiment_id: str) -> bool:
+        """Forget the experiment (it ended, was stopped, or stopped waiting); True if it was there."""
+        with self.locked() as state:
+            return state.entries.pop(experiment_id, None) is not None
+
+    def position(self, experiment_id: str) -> int | None:
+        """1-based place in the queue (None: not waiting)."""
+        with self.locked() as state:
+            reclaim(state)
+            for i, e in enumerate(state.waiting(), 1):
+                if e.experiment_id == experiment_id:
+                    return i
+        return None
+
+
+def reclaim(state: State) -> list[Entry]:
+    """Remove (and return) the entries whose supervisor is gone."""
+    gone = [e for e in state.entries.values() if not alive(e)]
+    for e in gone:
+        del state.entries[e.experiment_id]
+    return gone
+
+
+def _free(state: State, capacity: Capacity) -> tuple[list[int], list[str], float]:
+    holding = state.holding()
+    held_cpus = {c for e in holding for c in e.cpus}
+    held_gpus = {g for e in holding for g in e.gpus}
+    held_mem = sum(e.need.memory_mib for e in holding)
+    return (
+        [c for c in capacity.cpus if c not in held_cpus],
+        [g for g in capacity.gpus if g not in held_gpus],
+        capacity.memory_mib - held_mem,
+    )
+
+
+def _never_fits(need: Need, capacity: Capacity) -> str | None:
+    short = []
+    if need.cpus > len(capacity.cpus):
+        short.append(f"{need.cpus} cores (it has {len(capacity.cpus)})")
+    if need.gpus > len(capacity.gpus):
+        short.append(f"{need.gpus} GPUs (it has {len(capacity.gpus)})")
+    if need.memory_mib > capacity.memory_mib + 1e-9:
+        short.append(f"{need.memory_mib:g} MiB of memory (it has {capacity.memory_mib:g})")
+    if not short:
+        return None
+    return "the experiment needs " + " and ".join(short) + " on this machine"
+
+
+def busy_message(state: State, need: Need, capacity: Capacity) -> str:
+    """What --no-wait says: what the experiment needs, what is free, and who holds or is owed the rest."""
+    free_cpus, free_gpus, free_mem = _free(state, capacity)
+    lines = [
+        f"the experiment needs {need.describe()}; free now: {len(free_cpus)} of {len(capacity.cpus)} cores"
+        + (f", {len(free_gpus)} of {len(capacity.gpus)} GPUs" if capacity.gpus or need.gpus else "")
+        + (f", {max(0.0, free_mem):g} MiB" if need.memory_mib else "")
+    ]
+    for e in state.holding():
+        lines.append(f"  held by experiment {e.experiment_id}{_named(e)} (pid {e.pid}): {_holds(e)}")
+    for e in state.waiting():
+        lines.append(
+            f"  waiting ahead: experiment {e.experiment_id}{_named(e)} (priority {e.priority}, pid {e.pid}) "
+            f"needs {e.need.describe()}"
+        )
+    lines.append("run it without --no-wait to queue it until it fits")
+    return "\n".join(lines)
+
+
+def _named(e: Entry) -> str:
+    return f" ({e.name})" if e.name else ""
+
+
+def _holds(e: Entry) -> str:
+    parts = []
+    if e.cpus:
+        parts.append("cores " + ",".join(str(c) for c in e.cpus))
+    if e.gpus:
+        parts.append("GPUs " + ",".join(e.gpus))
+    if e.need.memory_mib:
+        parts.append(f"{e.need.memory_mib:g} MiB")
+    return "; ".join(parts) or "nothing"
+
+
+def need_of(replicas: Sequence[tuple[Any, int]]) -> Need:
+    """The need of a topology: ``replicas`` is (Resources, processes) per replica. Cores: every
+    replica's cpu limit (or request) rounded up, as the local engine pins them; GPUs likewise;
+    memory: the request (or limit) in MiB."""
+    cpus = gpus = 0
+    mem = 0.0
+    for res, _processes in replicas:
+        c = res.cpu.limits if res.cpu.limits is not None else res.cpu.requests
+        if c:
+            cpus += max(1, math.ceil(c))
+        g = res.gpu.requests if res.gpu.requests is not None else res.gpu.limits
+        if g:
+            gpus += math.ceil(g)
+        m = res.memory.requests if res.memory.requests is not None else res.memory.limits
+        if m:
+            mem += float(m)
+    return Need(cpus, gpus, mem)

@@ -1,0 +1,112 @@
+"""Experiments whose recorder died: found by the next reader and given a final status.
+
+An experiment's end is recorded by the process that watched it: `phalanx run`'s supervisor, or the
+Task of a plain ``python script.py``. If that process is SIGKILLed (or the OOM killer takes it, or it
+segfaults) nothing records the end and the experiment would stay `running` forever. Every CLI read
+command (after its ingest pass, which applies an outcome a supervisor left in the spool while the
+store was down) therefore looks at this machine's unfinished experiments: one whose supervisor (pid
+and start time from ``runs/<id>/supervisor.pid``) or whose script processes are gone is marked
+failed, with what is known of how it died. A pid now used by another process is told apart by its
+start time. Experiments of other machines are left alone (their processes cannot be seen here).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from phalanx.domain import ExperimentStatus, ReplicaState
+from phalanx.procs import recorded_but_gone
+
+if TYPE_CHECKING:
+    from phalanx.config import Settings
+
+log = logging.getLogger(__name__)
+
+FAULT_FILE = "fault-{pid}.txt"  # where a plain script's faulthandler writes a crash (spool folder)
+
+
+def process_start(pid: int) -> float | None:
+    """When process ``pid`` started (seconds since the epoch), None if it does not run (or is a zombie)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        if fields[0] == "Z":
+            return None
+        ticks = int(fields[19])
+        btime = next(
+            int(line.split()[1])
+            for line in Path("/proc/stat").read_text().splitlines()
+            if line.startswith("btime")
+        )
+    except (OSError, IndexError, ValueError, StopIteration):
+        return None
+    return btime + ticks / os.sysconf("SC_CLK_TCK")
+
+
+def reconcile(store: Any, settings: Settings) -> list[str]:
+    """Mark this machine's orphaned unfinished experiments failed; returns their ids."""
+    fixed = []
+    here = socket.gethostname()
+    for status in (ExperimentStatus.RUNNING, ExperimentStatus.STARTING):
+        from phalanx.store.base import ExperimentFilter
+
+        for exp in store.list_experiments(ExperimentFilter(status=status, limit=500)).items:
+            try:
+                reason = _orphan_reason(store, settings, exp, here)
+                if reason:
+                    _mark_failed(store, exp, reason)
+                    fixed.append(exp.id)
+            except Exception as exc:  # one experiment's trouble must not stop a read command
+                log.warning("checking experiment %s failed: %s", exp.id, exc)
+    return fixed
+
+
+def _orphan_reason(store: Any, settings: Settings, exp: Any, here: str) -> str | None:
+    if exp.backend == "script":
+        replicas = [r for r in store.list_replicas(exp.id) if r.pid and r.host == here]
+        if not replicas or any(_runs_since(r.pid, exp.created_at) for r in replicas):
+            return None
+        pid = replicas[0].pid
+        crash = _fault_line(settings.spool_dir / exp.id, pid)
+        if crash:
+            return f"the script (pid {pid}) crashed: {crash}"
+        return (
+            f"the script (pid {pid}) ended without recording its end: killed by a signal it cannot "
+            "catch (SIGKILL, the OOM killer) or crashed"
+        )
+    pid = recorded_but_gone(settings.runs_dir / exp.id / "supervisor.pid")
+    if pid is None:
+        return None
+    return f"phalanx run (pid {pid}) was killed before it recorded the outcome"
+
+
+def _runs_since(pid: int, created: float | None) -> bool:
+    """Whether ``pid`` runs and is the process that created the experiment (not a reused pid)."""
+    start = process_start(pid)
+    if start is None:
+        return False
+    return created is None or start <= created + 2
+
+
+def _fault_line(spool: Path, pid: int) -> str | None:
+    """The first line Python's faulthandler wrote for a crash of ``pid`` ("Fatal Python error:
+    Segmentation fault"), if any."""
+    try:
+        text = (spool / FAULT_FILE.format(pid=pid)).read_text(errors="replace")
+    except OSError:
+        return None
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    return lines[0] if lines else None
+
+
+def _mark_failed(store: Any, exp: Any, reason: str) -> None:
+    now = time.time()
+    for r in store.list_replicas(exp.id):
+        if not ReplicaState(r.state).done:
+            store.update_replica(exp.id, r.name, state=ReplicaState.FAILED, reason=reason, finished_at=now)
+    store.update_experiment(exp.id, status=ExperimentStatus.FAILED, reason=reason, finished_at=now)
+    log.warning("experiment %s: %s; marked failed", exp.id, reason)

@@ -1,0 +1,111 @@
+"""Browser sessions that logout really ends, and login throttling.
+
+A session cookie holds a random id; the server keeps only an HMAC of it (under the server's token,
+so changing the token ends every session) with its expiry, in memory and in
+``<PHALANX_HOME>/server/sessions.json`` (mode 0600) so a server restart does not log everybody
+out. Logout deletes the entry: a copy of the cookie taken before is worthless afterwards.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import hmac
+import json
+import os
+import secrets
+import threading
+import time
+from collections import deque
+from pathlib import Path
+
+SESSION_SECONDS = 7 * 24 * 3600
+
+
+class Sessions:
+    """Live sessions of one server token."""
+
+    def __init__(self, token: str, path: Path | None, lifetime: float = SESSION_SECONDS) -> None:
+        self._token = token.encode()
+        self._path = path
+        self.lifetime = lifetime
+        self._lock = threading.Lock()
+        self._live: dict[str, float] = self._load()
+
+    def _key(self, session_id: str) -> str:
+        return hmac.new(self._token, f"phalanx-session-v2:{session_id}".encode(), hashlib.sha256).hexdigest()
+
+    def _load(self) -> dict[str, float]:
+        if self._path is None:
+            return {}
+        try:
+            data = json.loads(self._path.read_text())
+            now = time.time()
+            return {str(k): float(v) for k, v in data.items() if float(v) > now}
+        except (OSError, ValueError, TypeError, AttributeError):
+            return {}
+
+    def _save(self) -> None:
+        if self._path is None:
+            return
+        with contextlib.suppress(OSError):
+            self._path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = self._path.with_name(f".{self._path.name}.{os.getpid()}.tmp")
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            with os.fdopen(fd, "w") as fh:
+                json.dump(self._live, fh)
+            os.replace(tmp, self._path)
+
+    def create(self) -> str:
+        """A new session; returns the id the cookie carries."""
+        session_id = secrets.token_urlsafe(32)
+        now = time.time()
+        with self._lock:
+            self._live = {k: v for k, v in self._live.items() if v > now}
+            self._live[self._key(session_id)] = now + self.lifetime
+            self._save()
+        return session_id
+
+    def valid(self, session_id: str) -> bool:
+        if not session_id:
+            return False
+        expiry = self._live.get(self._key(session_id))
+        return expiry is not None and expiry > time.time()
+
+    def end(self, session_id: str) -> None:
+        with self._lock:
+            if self._live.pop(self._key(session_id), None) is not None:
+                self._save()
+
+
+class LoginThrottle:
+    """At most ``attempts`` wrong tokens per client address per ``window`` seconds; then 429 until
+    the oldest failure leaves the window. Guessing a token stays impractical even for a short one."""
+
+    def __init__(self, attempts: int = 5, window: float = 60.0) -> None:
+        self.attempts = attempts
+        self.window = window
+        self._failures: dict[str, deque[float]] = {}
+        self._lock = threading.Lock()
+
+    def _recent(self, client: str, now: float) -> deque[float]:
+        q = self._failures.setdefault(client, deque())
+        while q and q[0] <= now - self.window:
+            q.popleft()
+        return q
+
+    def retry_after(self, client: str) -> int:
+        """Seconds until ``client`` may try again (0: now)."""
+        now = time.monotonic()
+        with self._lock:
+            q = self._recent(client, now)
+            if len(q) < self.attempts:
+                return 0
+            return max(1, int(q[0] + self.window - now) + 1)
+
+    def failed(self, client: str) -> None:
+        now = time.monotonic()
+        with self._lock:
+            self._recent(client, now).append(now)
+            if len(self._failures) > 10_000:  # bounded memory under a spray of addresses
+                self._failures = {k: v for k, v in self._failures.items() if v}

@@ -1,0 +1,96 @@
+"""The group pages in a real browser: a real `phalanx server` over a store holding a group written
+through the controller's own records (the trials' runs are not needed to draw the page)."""
+
+from __future__ import annotations
+
+import json
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.e2e.conftest import shot
+from tests.integration.server.serverproc import Server, start_server, stop_server
+
+pytestmark = pytest.mark.browser
+
+GROUP_FILE = """version: 1
+kind: group
+hptuning:
+  concurrency: 2
+  random_search: {n_experiments: 4}
+  metric: {name: loss, optimization: minimize}
+  matrix:
+    lr: {loguniform: [-7, -1]}
+    opt: {values: [adam, sgd]}
+run:
+  cmd: python train.py --lr={{ lr }} --opt={{ opt }}
+"""
+
+
+def fill_group(home: Path) -> str:
+    from phalanx.config import Settings
+    from phalanx.groups import records
+    from phalanx.groups.controller import create
+    from phalanx.spec.group import load_group
+
+    (home / "g.yml").write_text(GROUP_FILE)
+    store: Any = __import__("phalanx.store", fromlist=["open_store"]).open_store(Settings(home=home))
+    group = create(store, load_group(home / "g.yml"), workdir=home)
+    rows = [
+        (0.01, "adam", "done", 0.42),
+        (0.001, "sgd", "done", 0.31),
+        (0.1, "adam", "pruned", 0.93),
+        (0.003, "sgd", "running", 0.5),
+    ]
+    for n, (lr, opt, state, value) in enumerate(rows):
+        exp = store.create_experiment(name=f"g-{n}", project="default", experiment_id=f"{n:012x}")
+        records.add_trial(store, records.Trial(group.id, n, exp.id, {"lr": lr, "opt": opt}, state, value, 10))
+        records.link_experiment(store, exp.id, group.id)
+    records.update_trial(store, group.id, 2, reason="pruned at step 10: loss 0.93 > median 0.41")
+    records.update_group(store, group.id, status="running")
+    return group.id
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Server, str]]:
+    home = tmp_path_factory.mktemp("group-ui-home")
+    gid = fill_group(home)
+    s = start_server(home)
+    yield s, gid
+    stop_server(s.proc)
+
+
+def test_the_group_api_lists_the_trials_and_the_best(served: tuple[Server, str]) -> None:
+    server, gid = served
+    with urllib.request.urlopen(f"{server.url}/api/v1/groups/{gid[:6]}", timeout=30) as r:
+        doc = json.load(r)
+    assert [t["number"] for t in doc["trials"]] == [0, 1, 2, 3]
+    assert doc["best"]["number"] == 1  # the pruned 0.93 and the running trial are not candidates
+    with urllib.request.urlopen(f"{server.url}/api/v1/groups", timeout=30) as r:
+        assert [g["id"] for g in json.load(r)] == [gid]
+
+
+def test_the_group_page_marks_the_best_sorts_and_draws_parallel_coordinates(
+    page: Any, served: tuple[Server, str]
+) -> None:
+    server, gid = served
+    page.goto(f"{server.url}/groups")
+    page.locator(f'#groups a[href="/groups/{gid}"]').click()
+    rows = page.locator("#trials tbody tr")
+    rows.first.wait_for()
+    assert rows.count() == 4
+    assert page.locator("#trials tr.best").get_attribute("data-trial") == "1"
+    assert "★ 1" in page.locator("#trials tr.best").inner_text()
+    order = lambda: [rows.nth(i).get_attribute("data-trial") for i in range(rows.count())]  # noqa: E731
+    assert order() == ["1", "0", "3", "2"]  # by the metric, best first
+    page.locator('#trials th[data-key="lr"]').click()
+    assert order() == ["1", "3", "0", "2"]  # by lr, ascending
+    page.locator('#trials th[data-key="lr"]').click()
+    assert order() == ["2", "0", "3", "1"]
+    assert page.locator("#parallel polyline").count() == 4
+    assert page.locator('#parallel polyline[data-trial="1"]').get_attribute("stroke-width") == "3"
+    assert "pruned at step 10" in page.locator("#trials").inner_text()
+    shot(page, "group-page")

@@ -1,0 +1,104 @@
+"""Disk full (ENOSPC) on a real small tmpfs: the training process is not killed, what it reports
+waits in memory and is written once there is space again; nothing is lost or stored twice."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from tests.integration.local.conftest import wait_for
+from tests.unit.tracking.conftest import Sandbox, wait_gone
+
+from phalanx.domain import ExperimentStatus
+
+
+@pytest.fixture
+def small_disk(tmp_path: Path) -> Iterator[Path]:
+    """An 16 MiB tmpfs (root only; skipped elsewhere)."""
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    if os.geteuid() != 0:
+        pytest.skip("mounting a tmpfs needs root")
+    mounted = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=16m", "tmpfs", str(disk)], capture_output=True
+    )
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs: {mounted.stderr.decode()}")
+    try:
+        yield disk
+    finally:
+        subprocess.run(["umount", "-l", str(disk)], capture_output=True)
+
+
+def fill(disk: Path) -> Path:
+    """Write a file until the disk is full; returns it (remove it to free the space)."""
+    filler = disk / "filler"
+    with open(filler, "wb", buffering=0) as fh, contextlib.suppress(OSError):
+        while True:
+            fh.write(b"\0" * 65536)
+    with open(filler, "ab", buffering=0) as fh, contextlib.suppress(OSError):
+        while True:
+            fh.write(b"\0")
+    return filler
+
+
+SCRIPT = """
+import json, os, pathlib, time
+from phalanx import Task
+marks = pathlib.Path({marks!r})
+def wait(name):
+    while not (marks / name).exists():
+        time.sleep(0.02)
+task = Task.init("faults", "disk-full")
+log = task.get_logger()
+for i in range(2000):
+    log.report_scalar("loss", "m", 1.0, i)
+result = {{"before": task.flush()}}
+(marks / "ready").touch()
+wait("filled")
+for i in range(2000, 8000):
+    log.report_scalar("loss", "m", 1.0, i)
+print("a line while the disk is full")
+t = time.monotonic()
+result["full"] = task.flush(timeout=30)
+result["full_seconds"] = time.monotonic() - t
+(marks / "reported").touch()
+wait("freed")
+result["after"] = task.flush()
+result["id"] = task.id
+result["ingester"] = int(os.environ["PHALANX_INGESTER_PID"])
+(marks / "result.json").write_text(json.dumps(result))
+"""
+
+
+def test_a_full_disk_keeps_the_points_in_memory_until_there_is_space(
+    sandbox: Sandbox, small_disk: Path, tmp_path: Path
+) -> None:
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    sandbox.env["PHALANX_HOME"] = str(small_disk / "home")
+    proc = sandbox.popen(SCRIPT.format(marks=str(marks)))
+    wait_for(lambda: (marks / "ready").exists() or proc.poll() is not None, what="the first flush")
+    assert proc.poll() is None, proc.communicate()
+    filler = fill(small_disk)
+    (marks / "filled").touch()
+    wait_for(lambda: (marks / "reported").exists() or proc.poll() is not None, what="reports on a full disk")
+    assert proc.poll() is None, proc.communicate()  # not killed by the full disk
+    filler.unlink()
+    (marks / "freed").touch()
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 0, err
+    result = json.loads((marks / "result.json").read_text())
+    assert result["before"] is True and result["after"] is True, result
+    assert result["full"] is False and result["full_seconds"] < 5, result  # says so, at once
+    assert "cannot write the spool" in err and "No space left on device" in err
+    wait_gone(result["ingester"])
+    store = Sandbox(home=small_disk / "home", env=sandbox.env).ingested()
+    series = store.metrics(result["id"])["loss"]["m"]
+    assert series.steps == list(range(8000))  # every point once: none lost, none twice
+    assert store.get_experiment(result["id"]).status == ExperimentStatus.SUCCEEDED

@@ -1,0 +1,263 @@
+"""The attacks of issue #16, each failing: a pid named through ingest is never signalled, ingest
+cannot rewrite a supervised experiment's status nor write an experiment that does not exist, a
+replica token writes its own experiment only, foreign Host headers and cross-site POSTs are
+refused, a cookie is worthless after logout, login is throttled, pages carry CSP/frame headers."""
+
+from __future__ import annotations
+
+import logging
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from fastapi.testclient import TestClient
+
+from phalanx.domain import ExperimentStatus
+from phalanx.procs import record_process
+from phalanx.server.app import create_app
+from phalanx.server.auth import COOKIE
+from phalanx.server.settings import ServerSettings
+from phalanx.store.base import Store
+from phalanx.supervisor.stopping import pid_alive
+from phalanx.tokens import experiment_token
+from tests.unit.server import fill
+
+TOKEN = "the-server-token-0123456789"
+
+
+@pytest.fixture
+def victim() -> Iterator[subprocess.Popen[bytes]]:
+    """A process of the server's user that nobody asked to stop."""
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
+    yield proc
+    proc.kill()
+    proc.wait(10)
+
+
+@pytest.fixture
+def secured(settings: ServerSettings, store: Store) -> Iterator[TestClient]:
+    with TestClient(
+        create_app(settings.model_copy(update={"token": TOKEN}), store), follow_redirects=False
+    ) as c:
+        yield c
+
+
+def _record(exp: str, kind: str, data: dict[str, Any], seq: int = 0, stream: str = "s-1") -> dict[str, Any]:
+    return {
+        "stream": stream,
+        "seq": seq,
+        "kind": kind,
+        "experiment_id": exp,
+        "time": time.time(),
+        "data": data,
+    }
+
+
+def _script_experiment(client: TestClient, exp: str, pid: int, **extra: Any) -> None:
+    data = {"name": "evil", "project": "p", "pid": pid, "host": __import__("socket").gethostname(), **extra}
+    r = client.post("/api/v1/ingest", json={"events": [_record(exp, "experiment", data, stream=f"s-{exp}")]})
+    assert r.status_code == 200, r.text
+
+
+def test_stop_never_signals_a_pid_that_came_through_ingest(
+    client: TestClient, store: Store, victim: subprocess.Popen[bytes]
+) -> None:
+    _script_experiment(client, "attack1", victim.pid)
+    # claiming an engine does not help either: the backend is always "script", no handle
+    _script_experiment(client, "attack2", victim.pid, backend="local")
+    assert store.get_experiment("attack2").backend == "script"
+    assert store.get_experiment("attack2").handle is None
+    for exp in ("attack1", "attack2"):
+        r = client.post(f"/api/v1/experiments/{exp}/stop")
+        assert r.status_code == 200, r.text
+        assert store.get_experiment(exp).status is ExperimentStatus.STOPPED
+    time.sleep(0.3)
+    assert victim.poll() is None and pid_alive(victim.pid)
+
+
+def test_stop_signals_the_script_process_recorded_under_runs_with_its_start_time(
+    client: TestClient, store: Store, settings: ServerSettings, victim: subprocess.Popen[bytes]
+) -> None:
+    _script_experiment(client, "legit1", victim.pid)
+    record_process(settings.store.runs_dir / "legit1" / "script.pid", victim.pid)
+    # a record whose start time does not match (a reused pid) is ignored
+    stale = settings.store.runs_dir / "stale1" / "script.pid"
+    _script_experiment(client, "stale1", victim.pid)
+    stale.parent.mkdir(parents=True)
+    stale.write_text(f"{victim.pid} 1\n")
+    client.post("/api/v1/experiments/stale1/stop")
+    assert victim.poll() is None
+    client.post("/api/v1/experiments/legit1/stop")
+    assert victim.wait(10) is not None
+
+
+def test_ingest_cannot_change_the_status_of_a_supervised_experiment(client: TestClient, store: Store) -> None:
+    e = fill.experiment(store, status=ExperimentStatus.SUCCEEDED)
+    r = client.post("/api/v1/ingest", json={"events": [_record(e.id, "status", {"status": "running"})]})
+    assert r.status_code == 409 and r.json()["error"] == "conflict"
+    assert store.get_experiment(e.id).status is ExperimentStatus.SUCCEEDED
+    assert client.delete(f"/api/v1/experiments/{e.id}").status_code == 204
+
+
+def test_a_plain_script_reports_its_status_but_an_ended_one_cannot_run_again(
+    client: TestClient, store: Store
+) -> None:
+    _script_experiment(client, "script1", 0)
+    ok = client.post(
+        "/api/v1/ingest", json={"events": [_record("script1", "status", {"status": "succeeded"}, 1)]}
+    )
+    assert ok.status_code == 200
+    assert store.get_experiment("script1").status is ExperimentStatus.SUCCEEDED
+    again = client.post(
+        "/api/v1/ingest", json={"events": [_record("script1", "status", {"status": "running"}, 2)]}
+    )
+    assert again.status_code == 409
+    assert store.get_experiment("script1").status is ExperimentStatus.SUCCEEDED
+
+
+def test_ingest_refuses_records_of_an_experiment_that_does_not_exist(
+    client: TestClient, store: Store
+) -> None:
+    e = fill.experiment(store)
+    scalar = {"title": "loss", "series": "s", "value": 1.0, "iteration": 0}
+    batch = [_record(e.id, "scalar", scalar, 0), _record("nosuchexp", "scalar", scalar, 1)]
+    r = client.post("/api/v1/ingest", json={"events": batch})
+    assert r.status_code == 404 and "nosuchexp" in r.json()["message"]
+    assert store.metric_titles(e.id) == {}  # the batch is refused whole
+    # a prefix of an existing id is not that experiment
+    r = client.post("/api/v1/ingest", json={"events": [_record(e.id[:4], "scalar", scalar, 2)]})
+    assert r.status_code == 404
+
+
+def test_a_replica_token_writes_its_own_experiment_only(secured: TestClient, store: Store) -> None:
+    mine, other = fill.experiment(store, status=ExperimentStatus.RUNNING), fill.experiment(store)
+    auth = {"Authorization": f"Bearer {experiment_token(TOKEN, mine.id)}"}
+    scalar = {"title": "loss", "series": "s", "value": 1.0, "iteration": 0}
+    own = secured.post("/api/v1/ingest", json={"events": [_record(mine.id, "scalar", scalar)]}, headers=auth)
+    assert own.status_code == 200 and own.json() == {"accepted": 1}
+    foreign = secured.post(
+        "/api/v1/ingest", json={"events": [_record(other.id, "scalar", scalar, 1)]}, headers=auth
+    )
+    assert foreign.status_code == 403
+    assert store.metric_titles(other.id) == {}
+    created = secured.post(
+        "/api/v1/ingest", json={"events": [_record("brandnew", "experiment", {"name": "x"}, 2)]}, headers=auth
+    )
+    assert created.status_code == 403
+    assert (
+        secured.put(f"/api/v1/experiments/{mine.id}/files/a.txt", content=b"x", headers=auth).status_code
+        == 200
+    )
+    assert (
+        secured.put(f"/api/v1/experiments/{other.id}/files/a.txt", content=b"x", headers=auth).status_code
+        == 403
+    )
+    for method, path in [
+        ("GET", "/api/v1/experiments"),
+        ("GET", f"/api/v1/experiments/{mine.id}"),
+        ("POST", f"/api/v1/experiments/{mine.id}/stop"),
+        ("DELETE", f"/api/v1/experiments/{other.id}"),
+    ]:
+        assert secured.request(method, path, headers=auth).status_code == 403, (method, path)
+    assert store.get_experiment(other.id).id == other.id
+    # a token made up for another experiment (not signed by the server's token) is no token at all
+    forged = {"Authorization": f"Bearer {experiment_token('guess', other.id)}"}
+    assert secured.post("/api/v1/ingest", json={"events": []}, headers=forged).status_code == 401
+
+
+def test_a_foreign_host_header_is_refused(settings: ServerSettings, store: Store) -> None:
+    default = settings.model_copy(update={"allowed_hosts": None})  # loopback names only
+    with TestClient(create_app(default, store), base_url="http://127.0.0.1:8000") as c:
+        assert c.get("/api/v1/experiments").status_code == 200
+        assert c.get("/api/v1/experiments", headers={"Host": "localhost:8000"}).status_code == 200
+        rebound = c.get("/api/v1/experiments", headers={"Host": "attacker.example:8000"})
+        assert rebound.status_code == 400 and rebound.json()["error"] == "bad_host"
+        assert (
+            c.post("/api/v1/ingest", json={"events": []}, headers={"Host": "attacker.example"}).status_code
+            == 400
+        )
+    custom = settings.model_copy(update={"allowed_hosts": ["phalanx.lab"]})
+    with TestClient(create_app(custom, store), base_url="http://phalanx.lab") as c:
+        assert c.get("/api/v1/experiments").status_code == 200
+
+
+def test_a_cross_site_post_is_refused(client: TestClient, store: Store) -> None:
+    e = fill.experiment(store, status=ExperimentStatus.RUNNING)
+    for headers in (
+        {"Origin": "http://attacker.example"},
+        {"Origin": "null"},
+        {"Sec-Fetch-Site": "cross-site"},
+    ):
+        r = client.post(f"/api/v1/experiments/{e.id}/stop", headers=headers)
+        assert r.status_code == 403, headers
+        assert client.delete(f"/api/v1/experiments/{e.id}", headers=headers).status_code == 403
+    assert store.get_experiment(e.id).status is ExperimentStatus.RUNNING
+    assert not (Path(client.app.state.settings.store.runs_dir) / e.id / "stop").exists()  # type: ignore[attr-defined]
+    same = client.post(f"/api/v1/experiments/{e.id}/stop", headers={"Origin": "http://testserver"})
+    assert same.status_code == 200
+
+
+def test_a_session_cookie_is_worthless_after_logout(secured: TestClient) -> None:
+    ok = secured.post("/login", data={"token": TOKEN, "next": "/"})
+    assert ok.status_code == 303
+    cookie = ok.cookies[COOKIE]
+    assert cookie != TOKEN and TOKEN not in cookie
+    copied = {"Cookie": f"{COOKIE}={cookie}"}
+    assert secured.get("/api/v1/experiments", headers=copied).status_code == 200
+    secured.post("/logout", headers={**copied, "Origin": "http://testserver"})
+    secured.cookies.clear()
+    assert secured.get("/api/v1/experiments", headers=copied).status_code == 401
+
+
+def test_sessions_survive_a_server_restart(settings: ServerSettings, store: Store) -> None:
+    s = settings.model_copy(update={"token": TOKEN})
+    with TestClient(create_app(s, store), follow_redirects=False) as c:
+        cookie = c.post("/login", data={"token": TOKEN}).cookies[COOKIE]
+    with TestClient(create_app(s, store), follow_redirects=False) as c:
+        assert c.get("/api/v1/experiments", headers={"Cookie": f"{COOKIE}={cookie}"}).status_code == 200
+
+
+def test_login_is_throttled(secured: TestClient) -> None:
+    for _ in range(5):
+        assert secured.post("/login", data={"token": "guess"}).status_code == 401
+    blocked = secured.post("/login", data={"token": TOKEN})  # even the right one, for a while
+    assert blocked.status_code == 429 and int(blocked.headers["retry-after"]) > 0
+    assert COOKIE not in blocked.cookies
+
+
+def test_pages_and_answers_carry_csp_frame_and_nosniff_headers(
+    secured: TestClient, client: TestClient
+) -> None:
+    for c, path in ((client, "/"), (client, "/api/v1/experiments"), (secured, "/login")):
+        r = c.get(path)
+        assert "frame-ancestors 'none'" in r.headers["content-security-policy"]
+        assert "script-src 'self'" in r.headers["content-security-policy"]
+        assert r.headers["x-frame-options"] == "DENY"
+        assert r.headers["x-content-type-options"] == "nosniff"
+
+
+def test_openapi_names_the_bearer_scheme_and_error_answers(client: TestClient) -> None:
+    doc = client.get("/api/v1/openapi.json").json()
+    assert doc["components"]["securitySchemes"]["bearer"] == {
+        "type": "http",
+        "scheme": "bearer",
+        "description": doc["components"]["securitySchemes"]["bearer"]["description"],
+    }
+    assert doc["security"] == [{"bearer": []}]
+    stop = doc["paths"]["/api/v1/experiments/{experiment_id}/stop"]["post"]["responses"]
+    for status in ("401", "403", "404"):
+        assert stop[status]["content"]["application/json"]["schema"] == {
+            "$ref": "#/components/schemas/ErrorOut"
+        }
+
+
+def test_every_request_is_in_the_access_log(client: TestClient, caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level(logging.INFO, logger="phalanx.server.access"):
+        client.get("/api/v1/experiments/nope", headers={"Authorization": "Bearer hidden"})
+    lines = [r.getMessage() for r in caplog.records if r.name == "phalanx.server.access"]
+    assert any('"GET /api/v1/experiments/nope" 404' in line for line in lines), lines
+    assert not any("hidden" in line for line in lines)

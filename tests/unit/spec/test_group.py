@@ -1,0 +1,198 @@
+"""Group files (kind: group with hptuning): the four corpus groups load, every Polyaxon distribution
+is read in both forms, and mistakes are located (FILE:LINE:COL: key.path: what, how to fix)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from phalanx.errors import SpecError
+from phalanx.plan import build_plan
+from phalanx.spec.group import (
+    example_values,
+    hyperband_trials,
+    load_group,
+    load_group_text,
+    search_space_text,
+)
+from tests.conftest import CORPUS
+
+GROUPS = CORPUS / "polyaxonfiles"
+
+HEAD = "version: 1\nkind: group\n"
+RUN = "run:\n  cmd: python t.py --lr={{ lr }}\n"
+
+
+def problems(text: str, **kw: object) -> list[str]:
+    with pytest.raises(SpecError) as err:
+        load_group_text(text, "g.yml", **kw)  # type: ignore[arg-type]
+    return [str(p) for p in err.value.problems]
+
+
+def group(hptuning: str, run: str = RUN) -> str:
+    return HEAD + "hptuning:\n" + hptuning + run
+
+
+def test_the_corpus_groups_load_and_one_trial_plans() -> None:
+    keras = load_group(GROUPS / "keras__mnist__polyaxonfile_hyperparams.yml")
+    assert keras.hptuning.search.kind == "random" and keras.hptuning.planned_trials() == 50
+    assert keras.hptuning.concurrency == 5
+    kinds = {d.name: d.kind for d in keras.hptuning.matrix}
+    assert kinds["optimizer"] == "pvalues" and kinds["dropout"] == "uniform"
+    hidden = next(d for d in keras.hptuning.matrix if d.name == "hidden1_size")
+    assert hidden.choices == tuple(range(10, 600, 50))
+    assert any("keras" in n for n in keras.notes)  # framework: keras is one process, said as a note
+
+    bo = load_group(GROUPS / "fixtures__typing__test_parallel_distributed.yaml")
+    assert bo.hptuning.search.kind == "bo" and bo.hptuning.planned_trials() == 15
+    assert bo.hptuning.metric is not None and bo.hptuning.metric.name == "loss"
+    assert bo.base.params["batch_size"] == 8  # Polyaxon 0.6 inputs: their defaults are params
+    assert any("utility_function" in n for n in bo.notes)
+    plan = build_plan(bo.trial_spec(example_values(bo)))
+    assert plan.topology()["worker"] == 1 and "{{" not in plan.command
+
+    torch = load_group(GROUPS / "pytorch__mnist__polyaxonfile_hyperparams.yml")
+    lr = torch.hptuning.matrix[0]
+    assert lr.kind == "linspace" and lr.choices == (0.001, 0.02575, 0.0505, 0.07525, 0.1)
+    assert "linspace" in search_space_text(torch)
+
+
+def test_a_corpus_group_with_a_matrix_name_the_command_never_uses_is_located() -> None:
+    path = GROUPS / "tensorflow__cifar10__polyaxonfile_hyperparams.yml"
+    with pytest.raises(SpecError) as err:
+        load_group(path)
+    (p,) = err.value.problems
+    assert (p.line, p.path) == (18, "hptuning.matrix.num_layers")
+    assert "never uses {{ num_layers }}" in p.message and "--allow-unused" in p.message
+    loaded = load_group(path, allow_unused=True)  # the script may read it another way
+    assert any("num_layers" in n for n in loaded.notes)
+
+
+@pytest.mark.parametrize(
+    ("text", "kind", "args"),
+    [
+        ("{uniform: 0:1}", "uniform", {"low": 0, "high": 1}),
+        ("{uniform: [0, 1]}", "uniform", {"low": 0, "high": 1}),
+        ("{uniform: {low: 0, high: 1}}", "uniform", {"low": 0, "high": 1}),
+        ("{quniform: 0:10:2}", "quniform", {"low": 0, "high": 10, "q": 2}),
+        ("{loguniform: [-7, -1]}", "loguniform", {"low": -7, "high": -1}),
+        ("{qloguniform: '-7:-1:0.001'}", "qloguniform", {"low": -7, "high": -1, "q": 0.001}),
+        ("{normal: 0:1}", "normal", {"loc": 0, "scale": 1}),
+        ("{qnormal: [0, 1, 0.5]}", "qnormal", {"loc": 0, "scale": 1, "q": 0.5}),
+        ("{lognormal: '0:1'}", "lognormal", {"loc": 0, "scale": 1}),
+        ("{qlognormal: [0, 1, 1]}", "qlognormal", {"loc": 0, "scale": 1, "q": 1}),
+    ],
+)
+def test_continuous_distributions_in_list_string_and_mapping_form(text: str, kind: str, args: dict) -> None:
+    g = load_group_text(group(f"  random_search: {{n_experiments: 2}}\n  matrix:\n    lr: {text}\n"), "g.yml")
+    (d,) = g.hptuning.matrix
+    assert (d.kind, dict(d.args)) == (kind, args)
+
+
+def test_discrete_distributions_list_their_values() -> None:
+    text = group(
+        "  grid_search: {}\n  matrix:\n"
+        "    lr: {logspace: '-3:-1:3'}\n    a: {geomspace: [1, 100, 3]}\n"
+        "    b: {range: [0, 1, 0.25]}\n    c: {values: [x, 1, true]}\n"
+        "    d: {pvalues: [[a, 0.25], [b, 0.75]]}\n",
+        run="run:\n  cmd: t {{ lr }} {{ a }} {{ b }} {{ c }} {{ d }}\n",
+    )
+    g = load_group_text(text, "g.yml")
+    lr, a, b, c, d = g.hptuning.matrix
+    assert lr.choices == (0.001, 0.01, 0.1)
+    assert a.choices == (1.0, 10.0, 100.0)
+    assert b.choices == (0.0, 0.25, 0.5, 0.75)
+    assert c.choices == ("x", 1, True)
+    assert d.choices == ("a", "b") and d.weights == (0.25, 0.75)
+    assert g.hptuning.planned_trials() == 3 * 3 * 4 * 3 * 2  # the whole grid
+
+
+def test_bad_groups_are_located_with_the_fix() -> None:
+    found = problems(
+        group(
+            "  random_search: {n_experiments: 4}\n  matrix:\n"
+            "    lr: {unifrom: 0:1}\n"  # line 6
+            "    m: {uniform: 1:0}\n"  # line 7
+            "    q: {linspace: 0:1:x}\n",  # line 8
+            run="run:\n  cmd: t {{ lr }} {{ m }} {{ q }}\n",
+        )
+    )
+    assert found[0].startswith("g.yml:6:10: hptuning.matrix.lr.unifrom: unknown distribution 'unifrom';")
+    assert "did you mean 'uniform'?" in found[0]
+    assert found[1] == (
+        "g.yml:7:18: hptuning.matrix.m.uniform: bounds reversed or equal: low 1 must be below high 0"
+    )
+    assert found[2].startswith("g.yml:8:19: hptuning.matrix.q.linspace: num 'x' is not a number")
+
+
+def test_hyperband_and_bo_need_a_metric() -> None:
+    hb = problems(
+        group(
+            "  hyperband: {max_iter: 9, eta: 3, resource: {name: epochs, type: int}}\n"
+            "  matrix:\n    lr: {uniform: 0:1}\n",
+            run="run:\n  cmd: t {{ lr }} {{ epochs }}\n",
+        )
+    )
+    assert hb == [
+        "g.yml:4:14: hptuning.hyperband.metric: missing; hyperband needs metric:"
+        " {name: loss, optimization: minimize}"
+    ]
+    bo = problems(group("  bo: {n_iterations: 5}\n  matrix:\n    lr: {uniform: 0:1}\n"))
+    assert bo == [
+        "g.yml:4:7: hptuning.bo.metric: missing; bo needs metric: {name: loss, optimization: minimize}"
+    ]
+
+
+def test_hyperband_budget_param_and_trial_count() -> None:
+    g = load_group_text(
+        group(
+            "  hyperband:\n    max_iter: 9\n    eta: 3\n    resource: {name: epochs, type: int}\n"
+            "    metric: {name: loss, optimization: minimize}\n  matrix:\n    lr: {uniform: 0:1}\n",
+            run="run:\n  cmd: t {{ lr }} {{ epochs }}\n",
+        ),
+        "g.yml",
+    )
+    assert g.hptuning.search.resource == "epochs"
+    assert g.hptuning.pruning is not None and g.hptuning.pruning.kind == "hyperband"
+    assert g.hptuning.planned_trials() == hyperband_trials(9, 3) == 9 + 5 + 3
+    assert example_values(g)["epochs"] == 9
+
+
+def test_grid_search_refuses_continuous_and_pruning_reads_its_metric() -> None:
+    found = problems(group("  grid_search: {}\n  matrix:\n    lr: {uniform: 0:1}\n"))
+    assert found == [
+        "g.yml:6:5: hptuning.matrix.lr: grid_search needs a list of values; uniform is continuous"
+        " (use values, range, linspace, logspace or geomspace, or random_search)"
+    ]
+    g = load_group_text(
+        group(
+            "  random_search: {n_experiments: 3}\n  metric: {name: acc, optimization: maximize}\n"
+            "  pruning: {kind: median, warmup_steps: 5}\n"
+            "  early_stopping: [{metric: acc, value: 0.99, optimization: maximize}]\n"
+            "  matrix:\n    lr: {uniform: 0:1}\n"
+        ),
+        "g.yml",
+    )
+    assert g.hptuning.pruning is not None
+    assert (g.hptuning.pruning.kind, g.hptuning.pruning.metric.name) == ("median", "acc")
+    assert g.hptuning.early_stopping[0].reached(0.995)
+    bad = problems(
+        group(
+            "  random_search: {n_experiments: 3}\n  pruning: {kind: medain}\n"
+            "  matrix:\n    lr: {uniform: 0:1}\n"
+        )
+    )
+    assert bad[0].startswith(
+        "g.yml:5:19: hptuning.pruning.kind: unknown pruner 'medain'; did you mean 'median'?"
+    )
+
+
+def test_trial_spec_fills_the_sampled_values() -> None:
+    g = load_group_text(
+        group("  random_search: {n_experiments: 1}\n  matrix:\n    lr: {loguniform: [-5, 0]}\n"), "g.yml"
+    )
+    values = example_values(g)
+    assert math.isclose(values["lr"], math.exp(-5))
+    plan = build_plan(g.trial_spec({"lr": 0.01}))
+    assert plan.command == "python t.py --lr=0.01"
