@@ -77,3 +77,18 @@ def test_a_database_that_went_away_is_backend_unavailable(tmp_path: Path) -> Non
             store.write_events([_scalar(e.id, 1)])
     finally:
         store.close()
+
+
+def test_group_records_also_raise_phalanx_errors(tmp_path: Path) -> None:
+    from phalanx.groups import records
+
+    folder = tmp_path / "db"
+    folder.mkdir()
+    store = SqlStore(f"sqlite:///{folder / 'phalanx.db'}", ArtifactStore(str(tmp_path / "a")))
+    store.close()
+    shutil.rmtree(folder)
+    try:
+        with pytest.raises(BackendUnavailable):
+            records.list_groups(store)
+    finally:
+        store.close()
