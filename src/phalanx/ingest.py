@@ -27,9 +27,9 @@ from typing import TYPE_CHECKING, Any
 
 from phalanx.domain import Event, EventKind
 from phalanx.errors import UsageError
+from phalanx.procs import pid_alive
 from phalanx.store.artifacts import ArtifactStore, safe_path
 from phalanx.store.sql.events import check_event
-from phalanx.tracking.processes import pid_alive
 from phalanx.tracking.spool import (
     ACK_SUFFIX,
     REFUSED_SUFFIX,

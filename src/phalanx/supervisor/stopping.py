@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 
 from phalanx.config import Settings
 from phalanx.domain import ExperimentStatus, ReplicaState
-from phalanx.tracking.processes import pid_alive
+from phalanx.procs import pid_alive
 
 if TYPE_CHECKING:
     from phalanx.domain import Experiment

@@ -21,8 +21,8 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+from phalanx.procs import pid_alive
 from phalanx.tracking.identity import ENV_INGESTER_PID, Identity, rank_probe
-from phalanx.tracking.processes import pid_alive
 from phalanx.tracking.screen import Problems, names_ok, screen_event, screen_points
 from phalanx.tracking.spool import SpoolWriter, encode_points, read_refused
 

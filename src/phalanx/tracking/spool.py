@@ -26,7 +26,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from phalanx.tracking.processes import pid_alive
+from phalanx.procs import pid_alive
 
 SUFFIX = ".spool"
 ACK_SUFFIX = ".ack"

@@ -37,6 +37,7 @@ from phalanx.errors import BackendUnavailable, SpecError
 from phalanx.frameworks import Endpoints, mpi
 from phalanx.plan import Plan, command_argv
 from phalanx.ports import free_port
+from phalanx.procs import start_time
 
 HOST = "127.0.0.1"
 _LEADING_PYTHON = re.compile(r"(^|&&|\|\||;)(\s*)python3?(?=\s|$)")
@@ -76,14 +77,9 @@ class _Unit:
 
 
 def _proc_start(pid: int) -> str | None:
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_bytes()
-    except OSError:
-        return None
-    fields = stat[stat.rfind(b")") + 2 :].split()
-    if fields and fields[0] == b"Z":
-        return None  # a zombie has finished
-    return fields[19].decode() if len(fields) > 19 else None
+    """``procs.start_time`` as the string state.json keeps (None: gone, or a zombie)."""
+    ticks = start_time(pid)
+    return None if ticks is None else str(ticks)
 
 
 # The reaper runs with -E (the replica's PYTHONPATH may point into a foreign venv), so it is told
