@@ -61,6 +61,7 @@ class Plan:
     max_restarts: int = 0
     max_run_seconds: float | None = None
     source_text: str | None = None
+    checkpoints: Mapping[str, Any] | None = None  # the retention policy (phalanx.checkpoints)
 
     @property
     def world_size(self) -> int:
@@ -90,6 +91,7 @@ class Plan:
             "params": dict(self.params),
             "tags": list(self.tags),
             "max_restarts": self.max_restarts,
+            **({"checkpoints": dict(self.checkpoints)} if self.checkpoints else {}),
         }
 
 
@@ -179,6 +181,7 @@ def build_plan(
         max_restarts=spec.max_restarts,
         max_run_seconds=spec.max_run_seconds,
         source_text=spec.source_text,
+        checkpoints=spec.checkpoints,
     )
 
 

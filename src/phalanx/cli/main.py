@@ -18,6 +18,7 @@ COMMAND_MODULES = (
     "phalanx.cli.plot",
     "phalanx.cli.queue",
     "phalanx.cli.group",
+    "phalanx.cli.resume",
 )
 
 

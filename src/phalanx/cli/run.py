@@ -7,6 +7,7 @@ the supervisor, the store and rich are imported inside the commands.
 
 from __future__ import annotations
 
+import os
 import sys
 import threading
 import time
@@ -198,6 +199,13 @@ def run(
         ),
     ] = False,
     experiment_id: Annotated[str | None, typer.Option("--experiment-id", hidden=True)] = None,
+    no_system_metrics: Annotated[
+        bool,
+        typer.Option(
+            "--no-system-metrics",
+            help="Do not sample the replicas' CPU, memory and GPU into system/... series.",
+        ),
+    ] = False,
 ) -> None:
     """Run an experiment: start every replica wired for its framework and supervise it to the end.
 
@@ -212,6 +220,8 @@ def run(
     faulthandler.register(signal.SIGUSR1, all_threads=True)  # `kill -USR1 PID`: where is it stuck?
     guard_std_streams()  # `phalanx run ... | head`: a closed pipe ends the echo, not the experiment
     settings = Settings()
+    if no_system_metrics:  # read by the supervisor (and inherited by a --detach child)
+        os.environ["PHALANX_SYSTEM_METRICS"] = "off"
     if experiment_id is not None:
         _check_id(experiment_id)
     if output is Output.YAML and not dry_run:
@@ -233,12 +243,15 @@ def run(
         _detach(file, param, workdir, oversubscribe, cluster, settings, output, queueing, experiment_id)
         return
     from phalanx import supervisor
+    from phalanx.spec.loader import parse_param_overrides
 
     options: dict[str, Any] = {
         "workdir": workdir,
         "experiment_id": experiment_id,
         "oversubscribe": oversubscribe,
         "cluster": cluster,
+        # what `phalanx rerun` and `phalanx resume` start again from
+        "launch": {"file": str(file.resolve()), "params": parse_param_overrides(param or [])},
     }
     if dry_run:
         prepared = supervisor.prepare(spec, settings=settings, dry=True, **options)

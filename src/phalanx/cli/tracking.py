@@ -236,6 +236,66 @@ def _queue_place(experiment_id: str) -> str:
     return "not waiting on this machine (see `phalanx queue`)"
 
 
+def run_details(store: Any, experiment_id: str) -> dict[str, Any]:
+    """Attempts, what ran (git, versions, host) and the pace of each rank: `get -o json` and the API."""
+    from phalanx.stragglers import pace
+
+    repro = store.repro(experiment_id) if hasattr(store, "repro") else {}
+    git = dict(repro.get("git") or {})
+    git.pop("diff", None)  # `phalanx diff` shows code; get stays short
+    source = {
+        "git": git or None,
+        "python": repro.get("python"),
+        "phalanx": repro.get("phalanx"),
+        "host": repro.get("host"),
+        "packages": len(repro.get("packages") or []),
+        "snapshot": repro.get("snapshot"),
+        "launch": repro.get("launch"),
+    }
+    return {
+        "attempts": store.attempts(experiment_id) if hasattr(store, "attempts") else [],
+        "source": source if repro else None,
+        "pace": pace(store, experiment_id),
+    }
+
+
+def run_details_text(details: dict[str, Any]) -> list[str]:
+    out: list[str] = []
+    attempts = details.get("attempts") or []
+    if len(attempts) > 1:
+        out += ["", "attempts:"]
+        for a in attempts:
+            step = f" from checkpoint step {a['checkpoint_step']}" if a["checkpoint_step"] is not None else ""
+            why = f" ({a['reason'].splitlines()[0]})" if a.get("reason") else ""
+            out.append(f"  {a['number']}  {a['kind']}{step}: {a['status']}{why}")
+    source = details.get("source")
+    if source:
+        git = source.get("git") or {}
+        where = (
+            f"git {str(git.get('commit'))[:12]} ({git.get('branch')})"
+            + (" + uncommitted changes" if git.get("dirty") else "")
+            if git
+            else "not a git work tree"
+        )
+        out += [
+            "",
+            f"source:    {where}; python {source.get('python')}, phalanx {source.get('phalanx')}, "
+            f"{source.get('packages')} packages, host {source.get('host')}",
+        ]
+    pace_doc = details.get("pace")
+    if pace_doc and pace_doc.get("ranks"):
+        out += ["", f"pace ({pace_doc['title']}):"]
+        for r in pace_doc["ranks"]:
+            out.append(f"  {r['replica']:<12} {r['steps_per_second']:.3g} steps/s  (step {r['last_step']})")
+        if pace_doc.get("straggler"):
+            s = pace_doc["straggler"]
+            out.append(
+                f"  straggler: {s['replica']} at {s['steps_per_second']:.3g} steps/s, "
+                f"{s['behind_percent']:.0f} % below the median"
+            )
+    return out
+
+
 @app.command("get")
 def get(
     experiment_id: IdArg,
@@ -258,6 +318,7 @@ def get(
             metrics=titles,
             models=[{"name": m.name, "format": m.format, "path": m.path, "size": m.size} for m in models],
         )
+        doc.update(run_details(store, e.id))
         emit_json(doc)
         return
     out = [
@@ -303,6 +364,7 @@ def get(
     out.extend(f"  {t}: {', '.join(series)}" for t, series in titles.items())
     if not titles:
         out.append("  (none)")
+    out.extend(run_details_text(run_details(store, e.id)))
     typer.echo("\n".join(out))
 
 

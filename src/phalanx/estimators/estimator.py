@@ -52,7 +52,6 @@ _UNSUPPORTED = {
     "inputs": "pass data locations to the script through script_params",
     "source_directory_data_store": "replicas read source_directory where it is",
     "shm_size": "not needed: replicas run as processes or pods of the chosen backend",
-    "resume_from": "not supported; load your checkpoint in the script",
 }
 
 
@@ -73,6 +72,10 @@ class Estimator:
         use_gpu: one GPU per process.  resources: ``{"cpu": 2, "memory": "2Gi", "gpu": 1}`` per replica.
         max_run_duration_seconds: the experiment is stopped after this long.
         image: a container image for cluster engines (Azure's custom_docker_image).
+        checkpoint_policy: which checkpoints the store keeps, e.g. ``{"keep_last": 3, "keep_best": 1,
+            "metric": "accuracy"}`` (the file's run.checkpoints).
+        resume_from: an experiment id (or Run) whose latest checkpoint this one starts from
+            (``task.latest_checkpoint()`` returns it), or the path of a checkpoint file.
     Raises:
         SpecError: every problem found, each naming the parameter and the fix.
     """
@@ -98,6 +101,8 @@ class Estimator:
         max_run_duration_seconds: float | None = None,
         resources: Mapping[str, Any] | Resources | None = None,
         image: str | None = None,
+        checkpoint_policy: Mapping[str, Any] | None = None,
+        resume_from: Any = None,
         **kwargs: Any,
     ) -> None:
         problems: list[Problem] = []
@@ -155,6 +160,8 @@ class Estimator:
             distribution=given["distribution"],
         )
         self.backend, self.n_workers, self.n_ps, self.processes = self._topology(topology, problems)
+        self.checkpoint_policy = self._checkpoint_policy(checkpoint_policy, problems)
+        self.resume_from = self._resume_from(resume_from, problems)
         if problems:
             raise SpecError(problems)
 
@@ -166,6 +173,38 @@ class Estimator:
 
         names = [p for p in inspect.signature(cls.__init__).parameters if p not in ("self", "kwargs")]
         return [*names, "worker_count", "parameter_server_count"]
+
+    @staticmethod
+    def _checkpoint_policy(value: Any, problems: list[Problem]) -> dict[str, Any] | None:
+        """{"keep_last": 3, "keep_best": 1, "metric": "accuracy", "mode": "max"}: the file's
+        run.checkpoints (docs/checkpoints.md)."""
+        from phalanx.checkpoints import Policy, PolicyError
+
+        if value is None:
+            return None
+        try:
+            return Policy.parse(value, "checkpoint_policy").to_json() or None
+        except PolicyError as exc:
+            problems.append(
+                Problem(str(exc).removeprefix("checkpoint_policy").lstrip(": "), "checkpoint_policy")
+            )
+            return None
+
+    @staticmethod
+    def _resume_from(value: Any, problems: list[Problem]) -> str | None:
+        """An experiment id (or a Run) whose latest checkpoint the new experiment starts from, or a
+        checkpoint file; resolved at submit (Experiment.submit)."""
+        if value is None:
+            return None
+        value = getattr(value, "id", value)  # a Run
+        if isinstance(value, Path):
+            value = str(value)
+        if not isinstance(value, str) or not value.strip():
+            problems.append(
+                Problem("give an experiment id, a Run, or the path of a checkpoint file", "resume_from")
+            )
+            return None
+        return value.strip()
 
     @staticmethod
     def _source_directory(value: Any, problems: list[Problem]) -> Path:
@@ -360,6 +399,7 @@ class Estimator:
             ),
             env=dict(self.environment_variables),
             max_run_seconds=self.max_run_duration_seconds,
+            checkpoints=self.checkpoint_policy,
         )
 
     def to_yaml(self, name: str | None = None, project: str | None = None, tags: Sequence[str] = ()) -> str:

@@ -110,6 +110,15 @@ class Experiment:
         tags = _tags(tags)
         self._check_target(config.compute_target)
         text = config.to_yaml(name=self.name, project=self.project, tags=tags)
+        if config.resume_from is not None:
+            from dataclasses import replace as _replace
+
+            from phalanx.spec.dump import spec_to_yaml
+
+            spec = config.to_spec(name=self.name, project=self.project, tags=tags)
+            text = spec_to_yaml(
+                _replace(spec, env={**spec.env, **resume_env(config.resume_from, self.settings)})
+            )
 
         experiment_id = uuid.uuid4().hex[:12]
         run_dir = self.settings.runs_dir / experiment_id
@@ -248,3 +257,40 @@ def _startup_error(code: int, log_path: Path) -> PhalanxError:
     if code == 2:
         return SpecError(message) if ":" in message else UsageError(message)
     return PhalanxError(f"the experiment could not start (exit status {code}):\n{message}")
+
+
+def resume_env(resume_from: str, settings: Settings) -> dict[str, str]:
+    """The environment naming the checkpoint an estimator's ``resume_from`` points at: a file or
+    folder path as it is, or the latest checkpoint of the experiment with that id. UsageError when
+    there is none."""
+    import json
+    from pathlib import Path
+
+    from phalanx.checkpoints import ENV_RESUME, ENV_RESUME_STEP, from_artifacts, latest
+
+    path = Path(resume_from).expanduser()
+    if path.exists():
+        return {ENV_RESUME: str(path.resolve())}
+    from phalanx.store import open_store
+
+    store = open_store(settings)
+    experiment = store.get_experiment(resume_from)  # NotFound names the id
+    ckpt = latest(from_artifacts(store.artifacts(experiment.id)))
+    if ckpt is None or store.artifact_store is None:
+        raise UsageError(
+            f"resume_from={resume_from!r}: experiment {experiment.id} has no checkpoints "
+            "(task.save_checkpoint saves them)"
+        )
+    if store.artifact_store.local:
+        local = str(store.artifact_store.url(experiment.id, ckpt.path))
+    else:
+        local = str(
+            store.artifact_store.download(
+                experiment.id, ckpt.path, settings.runs_dir / "resume" / experiment.id
+            )
+        )
+    return {
+        ENV_RESUME: local,
+        ENV_RESUME_STEP: str(ckpt.step),
+        "PHALANX_RESUME_METRICS": json.dumps(dict(ckpt.metrics)),
+    }

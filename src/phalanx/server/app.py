@@ -22,7 +22,7 @@ from phalanx.errors import PhalanxError, http_status
 from phalanx.server.auth import SecurityMiddleware, default_allowed_hosts
 from phalanx.server.files import ArtifactFiles
 from phalanx.server.limits import BodyLimitMiddleware
-from phalanx.server.routes import artifacts, experiments, groups, ingest, logs, metrics, pages, params
+from phalanx.server.routes import artifacts, experiments, groups, ingest, logs, metrics, pages, params, runs
 from phalanx.server.sessions import LoginThrottle, Sessions
 from phalanx.server.settings import ServerSettings
 from phalanx.store.base import Store
@@ -74,7 +74,7 @@ def create_app(settings: ServerSettings, store: Store | None = None) -> FastAPI:
     def health() -> dict[str, Any]:
         return {"ok": True, "version": __version__}
 
-    for module in (experiments, metrics, params, artifacts, logs, ingest, groups):
+    for module in (experiments, metrics, params, artifacts, logs, ingest, groups, runs):
         app.include_router(module.router, prefix=API)
     if settings.ui_enabled:
         app.include_router(pages.router)

@@ -42,6 +42,8 @@ def spec_to_dict(spec: ExperimentSpec) -> dict[str, Any]:
         run["max_restarts"] = spec.max_restarts
     if spec.max_run_seconds is not None:
         run["max_run_seconds"] = _num(spec.max_run_seconds)
+    if spec.checkpoints:
+        run["checkpoints"] = dict(spec.checkpoints)
     doc["run"] = run
     if spec.env:
         doc["env"] = dict(spec.env)

@@ -80,6 +80,7 @@ class ExperimentSpec:
     env: Mapping[str, str] = field(default_factory=dict)  # extra environment for every replica
     max_restarts: int = 0
     max_run_seconds: float | None = None
+    checkpoints: Mapping[str, Any] | None = None  # run.checkpoints: the retention policy
     source_file: str | None = None  # path of the file it came from, when it came from one
     source_text: str | None = None  # the file's text, shown in the UI's Overview
     # Keys the loader accepted for Polyaxon compatibility but that change nothing here (e.g. `logging`),

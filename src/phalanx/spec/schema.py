@@ -57,7 +57,7 @@ BUILD_IGNORED = {
     name: "accepted for Polyaxon compatibility and ignored: Phalanx builds no images"
     for name in ("context", "ref", "nocache", "commit", "branch", "lang_env")
 }
-RUN_KEYS = ("cmd", "max_restarts", "max_run_seconds")
+RUN_KEYS = ("cmd", "max_restarts", "max_run_seconds", "checkpoints")
 
 PLACEHOLDER = re.compile(r"\{\{(.*?)\}\}", re.S)
 _NAME = re.compile(r"^\s*([A-Za-z_][A-Za-z0-9_]*)\s*$")
@@ -127,6 +127,7 @@ def read_spec(
     topology = finish_topology(c, env_draft.topology if env_draft else None, framework, invalid)
 
     command, max_restarts, max_run_seconds = _read_run(c, root)
+    checkpoints = _read_checkpoints(c, root)
     known = {**(group.defaults if group else {}), **(params or {}), **overrides}
     if command is not None:
         names = {**known, **dict.fromkeys(group.sampled if group else ())}
@@ -151,7 +152,28 @@ def read_spec(
         env=env or {},
         max_restarts=max_restarts,
         max_run_seconds=max_run_seconds,
+        checkpoints=checkpoints,
     )
+
+
+def _read_checkpoints(c: Collector, root: YMap) -> dict[str, Any] | None:
+    """run.checkpoints: the retention policy of the experiment's checkpoints (phalanx.checkpoints)."""
+    from phalanx.checkpoints import POLICY_KEYS, Policy, PolicyError
+
+    run = root.get("run")
+    if not isinstance(run, YMap):
+        return None
+    node = run.get("checkpoints")
+    if node is None or is_null(node):
+        return None
+    m = c.mapping(node, "run.checkpoints", POLICY_KEYS)
+    if m is None:
+        return None
+    try:
+        return Policy.parse(plain(m), "run.checkpoints").to_json()
+    except PolicyError as exc:
+        c.add(m, "run.checkpoints", str(exc).removeprefix("run.checkpoints").lstrip(": "))
+        return None
 
 
 def _read_version(c: Collector, root: YMap) -> int | None:

@@ -136,6 +136,12 @@ class ArtifactStore:
             self.fs.get_file(self.url(experiment_id, rel), str(local))
         return dest / posixpath.basename(prefix)
 
+    def delete(self, experiment_id: str, path: str) -> None:
+        """Remove one file or folder of an experiment (a checkpoint its retention policy dropped)."""
+        target = self.url(experiment_id, path)
+        if self.fs.exists(target):
+            self.fs.rm(target, recursive=True)
+
     def delete_experiment(self, experiment_id: str) -> None:
         base = self.url(experiment_id)
         if self.fs.exists(base):

@@ -294,6 +294,45 @@ class Store(Protocol):
         Raises NotFound."""
         ...
 
+    # -- attempts and reproducibility (docs/checkpoints.md) -------------------------------------
+    def add_attempt(
+        self,
+        experiment_id: str,
+        *,
+        kind: str,
+        checkpoint_step: int | None = None,
+        started_at: float | None = None,
+    ) -> int:
+        """Record a started group (``kind``: start, restart or resume; ``checkpoint_step``: the
+        checkpoint it goes on from) as running; returns its number (0, 1, ...). Only the supervisor
+        calls this. Raises NotFound."""
+        ...
+
+    def finish_attempt(
+        self, experiment_id: str, number: int, *, status: ExperimentStatus, reason: str | None = None
+    ) -> None:
+        """Record how attempt ``number`` ended (now). Only the supervisor calls this. Raises
+        NotFound (no such experiment; an unknown attempt number changes nothing)."""
+        ...
+
+    def attempts(self, experiment_id: str) -> list[dict[str, Any]]:
+        """Its attempts in order, each with number, kind, status, reason, checkpoint_step,
+        started_at and finished_at. Raises NotFound."""
+        ...
+
+    def reopen_experiment(self, experiment_id: str) -> Experiment:
+        """A failed or stopped experiment starts again (`phalanx resume`). Conflict otherwise."""
+        ...
+
+    def set_repro(self, experiment_id: str, repro: Mapping[str, Any]) -> None:
+        """Store what the experiment ran (``phalanx.repro``: commit, diff, packages, host...),
+        replacing what was there. Raises NotFound."""
+        ...
+
+    def repro(self, experiment_id: str) -> dict[str, Any]:
+        """What ``set_repro`` stored; {} when nothing was. Raises NotFound."""
+        ...
+
 
 class IngestStore(Store, Protocol):
     """A store that spool files can be ingested into exactly once (``phalanx.ingest.Ingester``):

@@ -34,6 +34,7 @@ class Prepared:
     context: LaunchContext
     dry_run: DryRun
     cluster: str | None = None
+    launch: Mapping[str, Any] | None = None  # file, params, workdir, cluster: what rerun/resume need
 
 
 # ---- preparing --------------------------------------------------------------------------------
@@ -41,7 +42,7 @@ class Prepared:
 
 # The modules outside phalanx/tracking that the SDK imports (all standard-library only); a test imports
 # every module of the copy with a bare interpreter, so a missing one fails there, not in a user's venv.
-SDK_TOP_MODULES = ("__init__.py", "errors.py", "procs.py")
+SDK_TOP_MODULES = ("__init__.py", "errors.py", "procs.py", "checkpoints.py")
 
 
 def sdk_path(settings: Settings) -> Path:
@@ -120,6 +121,7 @@ def prepare(
     cluster: str | None = None,
     backend: Backend | None = None,
     dry: bool = False,
+    launch: Mapping[str, Any] | None = None,
 ) -> Prepared:
     """Plan, pick the engine, build the venv (unless ``dry``) and dry-run: nothing started or stored.
 
@@ -150,6 +152,9 @@ def prepare(
         backend = get_backend(engine_name, settings=settings, cluster=cluster_conf)
     python = interpreter(plan, workdir, settings, build=not dry)
     env = tracking_env(exp_id, settings, python, dry=dry)
+    from phalanx.checkpoints import policy_env
+
+    env.update(policy_env(plan.checkpoints))
     if backend.name == LOCAL and not dry:
         env[INGESTER_PID] = str(os.getpid())  # see ingester_here
     context = LaunchContext(
@@ -160,7 +165,15 @@ def prepare(
         log_dir=str(settings.runs_dir / exp_id / "logs"),
         oversubscribe=oversubscribe,
     )
-    return Prepared(exp_id, plan, backend, context, backend.dry_run(plan, context), cluster)
+    recorded = {
+        "file": str(Path(source).resolve()) if source else None,
+        "params": {},
+        **dict(launch or {}),
+        "workdir": workdir,
+        "cluster": cluster,
+        "oversubscribe": oversubscribe,
+    }
+    return Prepared(exp_id, plan, backend, context, backend.dry_run(plan, context), cluster, recorded)
 
 
 LOCAL = "local"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import os
 import signal
@@ -10,10 +11,10 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Protocol
 
-from phalanx.backends.base import DryRun, JobStatus, ReplicaStatus
+from phalanx.backends.base import DryRun, JobStatus, LaunchContext, ReplicaStatus
 from phalanx.config import Settings
 from phalanx.domain import ExperimentStatus, Framework, Replica, ReplicaState
 from phalanx.plan import Plan
@@ -166,10 +167,13 @@ class Supervisor:
         handle_signals: bool = True,
         priority: int = 0,
         wait: bool = True,
+        resume: bool = False,
     ) -> None:
         """``store``: the store, or a function that opens it (called once the replicas have started).
         ``priority``: its place in this machine's queue (higher first); ``wait``: False refuses
-        (UsageError) instead of queueing when the topology does not fit now (local engine only)."""
+        (UsageError) instead of queueing when the topology does not fit now (local engine only).
+        ``resume``: continue an existing failed or stopped experiment (`phalanx resume`) as a new
+        attempt, from its latest checkpoint, instead of creating one."""
         self.p = prepared
         self._store_factory = store
         self.store: IngestStore = None  # type: ignore[assignment]  # set by run()
@@ -205,6 +209,12 @@ class Supervisor:
         self.wait = wait
         self._admission: Any = None  # phalanx.queue.Admission while the ledger holds us
         self._created = False
+        self._system: Any = None  # phalanx.sysmetrics.SystemMetrics while replicas run here
+        self._handle: str | None = None
+        self.resume = resume
+        self._resume_step: int | None = None  # the checkpoint step the next group continues from
+        self._repro_thread: threading.Thread | None = None
+        self._store_ready = threading.Event()
 
     # -- signals and stop requests --------------------------------------------------------------
     def _on_signal(self, signum: int, _frame: object) -> None:
@@ -230,8 +240,10 @@ class Supervisor:
         self.run_dir.mkdir(parents=True, exist_ok=True)
         # a stop file here already is a request made before we started (Run.cancel right after
         # submit): ids are never reused, so it is honoured, not cleared
-        record_process(self.run_dir / "supervisor.pid")  # "pid start-time": what a stop trusts
-        self._spool = SpoolWriter(self.spool_dir, experiment_id=self.id, stream=f"console-{self.id}")
+        record_process(self.run_dir / "supervisor.pid")  # "pid start-time host": what a stop trusts
+        # a resumed experiment's console is a new stream: the old one's numbers are already stored
+        stream = f"console-{self.id}" if not self.resume else f"console-{self.id}-{int(time.time() * 1000)}"
+        self._spool = SpoolWriter(self.spool_dir, experiment_id=self.id, stream=stream)
         previous = self._install_signals()
         stop_ingest = threading.Event()
         ingest_thread: threading.Thread | None = None
@@ -239,23 +251,31 @@ class Supervisor:
         outcome = Outcome(self.id, ExperimentStatus.FAILED, "the supervisor did not finish")
         try:
             self.p = ingester_here(self.p)
+            if self.resume:
+                self._reopen()
             if not self._stop_requested():
                 self._admit()  # may wait in the queue, the experiment recorded as queued
             created = self._created
             self.submitted_at = time.time()  # the store is opened after the submit (see above)
-            handle = None if self._stop_requested() else self._submit(self.p.dry_run)
-            try:
-                self._open_store()
-                if not self._created:
-                    self._create()
-                elif handle is not None:
-                    self.store.update_experiment(self.id, status=ExperimentStatus.STARTING)
-                self._after_admission()
-            except BaseException:
-                if handle is not None:
-                    self.p.backend.cancel(handle)
-                    self._join_tails()
-                raise
+            if self.resume:
+                handle = self._start_resumed()
+            else:
+                self._start_repro()
+                handle = None if self._stop_requested() else self._submit(self.p.dry_run)
+                self._start_system_metrics()  # before the store opens: the replicas are starting now
+                try:
+                    self._open_store()
+                    if not self._created:
+                        self._create()
+                    elif handle is not None:
+                        self.store.update_experiment(self.id, status=ExperimentStatus.STARTING)
+                    self._after_admission()
+                except BaseException:
+                    if handle is not None:
+                        self.p.backend.cancel(handle)
+                        self._join_tails()
+                    raise
+                self._store_ready.set()
             created = True
             ingest_thread = self._start_ingester(stop_ingest)
             outcome = self._attempts(handle)
@@ -264,10 +284,15 @@ class Supervisor:
             raise
         finally:
             self._restore_signals(previous)
+            if self._system is not None:
+                self._system.stop()
             self._spool.close()
             stop_ingest.set()
             if ingest_thread is not None:
                 ingest_thread.join(timeout=120)
+            if self._repro_thread is not None:
+                self._store_ready.set()  # (also when the store never opened: the thread then ends)
+                self._repro_thread.join(timeout=120)
             if created or self._created:
                 self._finish(outcome)
             if self._admission is not None:  # after the replicas are gone: their cores are free
@@ -308,7 +333,10 @@ class Supervisor:
 
         def queued(text: str) -> None:
             self._open_store()
-            self._create(ExperimentStatus.QUEUED)
+            if self.resume:  # it exists: only its status says it waits
+                self.store.update_experiment(self.id, status=ExperimentStatus.QUEUED)
+            else:
+                self._create(ExperimentStatus.QUEUED)
             self._created = True
             queue.mark_abandoned(self.store, admission.reclaimed or [])
             self.observer.message(text)
@@ -335,6 +363,55 @@ class Supervisor:
             with contextlib.suppress(Exception):
                 queue.mark_abandoned(self.store, self._admission.reclaimed)
 
+    def _reopen(self) -> None:
+        """`phalanx resume`: the failed or stopped experiment runs again (before it may queue)."""
+        self._open_store()
+        self.store.reopen_experiment(self.id)
+        self._created = True
+        # the stop request that ended the last attempt is spent: this is a new one
+        with contextlib.suppress(FileNotFoundError):
+            (self.run_dir / "stop").unlink()
+
+    def _start_resumed(self) -> str | None:
+        """`phalanx resume`: start a group from the reopened experiment's latest checkpoint."""
+        if self._stop_requested():
+            return None
+        handle = self._submit(self.p.backend.dry_run(self.p.plan, self._resume_context()))
+        self._start_system_metrics()
+        return handle
+
+    def _start_repro(self) -> None:
+        """Record what runs (phalanx.repro) in a thread: the replicas do not wait for git or pip."""
+        launch = dict(getattr(self.p, "launch", None) or {})
+        launch.setdefault("workdir", self.p.context.workdir)
+        launch.setdefault("cluster", self.p.cluster)
+
+        def work() -> None:
+            from phalanx import repro
+
+            try:
+                record, data = repro.collect(
+                    workdir=self.p.context.workdir, python=self.p.context.python, launch=launch
+                )
+            except Exception:
+                log.exception("recording what the experiment runs failed")
+                return
+            self._store_ready.wait()
+            if self.store is None:
+                return
+            try:
+                artifacts = getattr(self.store, "artifact_store", None)
+                if artifacts is not None:
+                    artifacts.put_bytes(self.id, repro.SNAPSHOT_PATH, data)
+                else:
+                    record["snapshot"] = {**record["snapshot"], "path": None}
+                self.store.set_repro(self.id, record)
+            except Exception:
+                log.exception("storing what the experiment runs failed")
+
+        self._repro_thread = threading.Thread(target=work, name="repro", daemon=True)
+        self._repro_thread.start()
+
     def _create(self, status: ExperimentStatus = ExperimentStatus.STARTING) -> None:
         plan = self.p.plan
         self.store.create_experiment(
@@ -355,6 +432,7 @@ class Supervisor:
     def _submit(self, dry: DryRun) -> str:
         """Start a group and the threads that tail its replicas' logs."""
         handle = self.p.backend.submit(dry)
+        self._handle = handle  # the group the system-metrics sampler looks at
         self.tails = {
             name: _Tail(self.p.backend.logs(handle, name, follow=True), replica, self._line)
             for name, replica in self.replicas.items()
@@ -375,6 +453,30 @@ class Supervisor:
         thread.start()
         return thread
 
+    def _start_system_metrics(self) -> None:
+        """Sample each local replica's process tree into ``system/...`` series (off with
+        PHALANX_SYSTEM_METRICS=off or `phalanx run --no-system-metrics`). Only for replicas whose
+        leader runs on this machine: elsewhere the engine starts ``python -m phalanx.sysmetrics``."""
+        from phalanx import sysmetrics
+
+        interval = sysmetrics.interval_from_env()
+        if interval is None or self.p.backend.name != "local":
+            return
+
+        def targets() -> list[sysmetrics.Target]:
+            out: list[sysmetrics.Target] = []
+            seen: set[int] = set()
+            job = self.p.backend.describe(self._handle) if self._handle else None
+            for st in job.replicas if job is not None else ():
+                replica = self.replicas.get(st.name)
+                if replica is None or st.pid is None or st.state.done or st.pid in seen:
+                    continue
+                seen.add(st.pid)  # an mpirun launcher leads several replicas: its tree once
+                out.append(sysmetrics.Target(st.pid, st.name, str(replica.role), replica.index, replica.rank))
+            return out
+
+        self._system = sysmetrics.SystemMetrics(self.spool_dir, self.id, targets, interval).start()
+
     def _install_signals(self) -> dict[int, Any]:
         previous: dict[int, Any] = {}
         if self.handle_signals and threading.current_thread() is threading.main_thread():
@@ -394,8 +496,11 @@ class Supervisor:
         # must not be restarted a second time by us
         max_restarts = 0 if getattr(self.p.backend, "restarts_itself", False) else plan.max_restarts
         restarts = 0
+        kind = "resume" if self.resume else "start"
         while True:
-            status, reason = self._attempt(handle, first=restarts == 0)
+            number = self._add_attempt(kind)
+            status, reason = self._attempt(handle, first=restarts == 0 and not self.resume)
+            self._finish_attempt(number, status, reason)
             if (
                 status is ExperimentStatus.FAILED
                 and restarts < max_restarts
@@ -403,12 +508,71 @@ class Supervisor:
                 and not self._past_deadline()  # a new group would be stopped at once: no restart
             ):
                 restarts += 1
+                kind = "restart"
                 self.observer.message(f"{reason}; restarting the group ({restarts}/{max_restarts})")
                 self._emit_all(f"phalanx: restarting the group ({restarts}/{max_restarts}) after: {reason}")
-                # a fresh dry run: new ports for the new group
-                handle = self._submit(self.p.backend.dry_run(plan, self.p.context))
+                # a fresh dry run: new ports for the new group, and the latest checkpoint to go on from
+                handle = self._submit(self.p.backend.dry_run(plan, self._resume_context()))
                 continue
             return Outcome(self.id, status, reason, restarts)
+
+    def _add_attempt(self, kind: str) -> int | None:
+        add = getattr(self.store, "add_attempt", None)
+        if add is None:
+            return None
+        try:
+            return int(add(self.id, kind=kind, checkpoint_step=self._resume_step))
+        except Exception:
+            log.exception("recording the attempt failed")
+            return None
+
+    def _finish_attempt(self, number: int | None, status: ExperimentStatus, reason: str | None) -> None:
+        finish = getattr(self.store, "finish_attempt", None)
+        if number is None or finish is None:
+            return
+        with contextlib.suppress(Exception):
+            finish(self.id, number, status=status, reason=reason)
+
+    def _resume_context(self) -> LaunchContext:
+        """The launch context of a new group: PHALANX_RESUME_CHECKPOINT / _STEP / _METRICS name the
+        experiment's latest checkpoint (what ``task.latest_checkpoint()`` returns), once everything
+        the failed group wrote to the spool is in the store."""
+        from phalanx.checkpoints import ENV_RESUME, ENV_RESUME_STEP, from_artifacts, latest
+
+        with contextlib.suppress(Exception):  # the ingest thread does the same work: this only hurries it
+            from phalanx.ingest import Ingester
+
+            Ingester(self.store, None, self.spool_dir, cleanup=False).run_once()
+        context = self.p.context
+        self._resume_step = None
+        try:
+            ckpt = latest(from_artifacts(self.store.artifacts(self.id)))
+        except Exception:
+            log.exception("looking up the latest checkpoint failed; restarting from scratch")
+            return context
+        if ckpt is None:
+            return context
+        path = self._local_checkpoint(ckpt.path)
+        if path is None:
+            return context
+        self._resume_step = ckpt.step
+        self._emit_all(f"phalanx: continuing from checkpoint step {ckpt.step} ({ckpt.name})")
+        env = {
+            ENV_RESUME: path,
+            ENV_RESUME_STEP: str(ckpt.step),
+            "PHALANX_RESUME_METRICS": json.dumps(dict(ckpt.metrics)),
+        }
+        return replace(context, tracking_env={**context.tracking_env, **env})
+
+    def _local_checkpoint(self, path: str) -> str | None:
+        """A local path of a stored checkpoint: where the artifact store keeps it when that is a
+        folder here, else a copy downloaded under the run folder."""
+        artifacts = getattr(self.store, "artifact_store", None)
+        if artifacts is None:
+            return None
+        if artifacts.local:
+            return str(artifacts.url(self.id, path))
+        return str(artifacts.download(self.id, path, self.run_dir / "resume"))
 
     def _attempt(self, handle: str | None, first: bool) -> tuple[ExperimentStatus, str | None]:
         backend = self.p.backend

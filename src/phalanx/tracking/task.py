@@ -86,6 +86,7 @@ class Task:
         self._closed = False
         self._args_enabled: bool | Mapping[str, bool] = True
         self._lifecycle = lifecycle.Lifecycle(self._finalize)
+        self._checkpoints: list[tuple[Any, str]] = []  # (Checkpoint, path in the artifact store)
 
     # --- getting the task ------------------------------------------------------------------------
 
@@ -257,6 +258,39 @@ class Task:
         from phalanx.tracking.models import save_model
 
         return save_model(self, *args, **kwargs)
+
+    def save_checkpoint(
+        self,
+        obj_or_path: Any,
+        step: int,
+        metrics: Mapping[str, Any] | None = None,
+        *,
+        keep_last: int | None = None,
+        keep_best: int | None = None,
+        metric: str | None = None,
+        mode: str | None = None,
+    ) -> Any:
+        """Store a checkpoint of ``step`` (a torch object, any picklable object, or a file/folder
+        path) with its ``metrics``; durable before it returns. The retention policy (the file's
+        ``run.checkpoints``, or these keywords) decides which checkpoints the store keeps. Returns a
+        phalanx.checkpoints.Checkpoint. See docs/checkpoints.md."""
+        from phalanx.tracking import checkpointing
+
+        policy = {"keep_last": keep_last, "keep_best": keep_best, "metric": metric, "mode": mode}
+        return checkpointing.save(self, obj_or_path, step, metrics, **policy)
+
+    def latest_checkpoint(self) -> Any:
+        """The latest checkpoint (step, metrics, local path): the newest this process saved, else
+        the one a restart or `phalanx resume` continues from; None on a fresh start."""
+        from phalanx.tracking import checkpointing
+
+        return checkpointing.latest(self)
+
+    def load_checkpoint(self, checkpoint: Any = None, **torch_kwargs: Any) -> Any:
+        """The object saved in ``checkpoint`` (default: ``latest_checkpoint()``), or None."""
+        from phalanx.tracking import checkpointing
+
+        return checkpointing.load(self, checkpoint, **torch_kwargs)
 
     def _record_model_file(self, path: str | os.PathLike[str], data: dict[str, Any]) -> None:
         """For phalanx.tracking.models: copy ``path`` into the spool and queue a MODEL event."""

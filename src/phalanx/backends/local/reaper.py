@@ -25,7 +25,7 @@ import time
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from phalanx import limits
+from phalanx import limits, proctree
 
 PR_SET_PDEATHSIG = 1
 PR_SET_CHILD_SUBREAPER = 36
@@ -50,6 +50,7 @@ class Reaper:
         self.memory_mib: float | None = config.get("memory_mib")
         self.cgroup: Path | None = None
         self.failed_at: float | None = None  # when the first failure was seen (orders replicas)
+        self.memory = proctree.MemoryWatch()  # the watchdog's view: PSS plus held /dev/shm files
 
     # -- signals --------------------------------------------------------------------------------
     def _on_signal(self, signum: int, _frame: object) -> None:
@@ -177,7 +178,9 @@ class Reaper:
                 return int(events[events.index("oom_kill") + 1]) > 0
             except (OSError, ValueError, IndexError):
                 return False
-        return limits.rss_bytes(self.tree()) > self.memory_mib * limits.MIB
+        # each page once: PSS across the tree (a forked DataLoader's shared pages are not counted
+        # per worker) plus the /dev/shm files the tree holds without mapping them
+        return self.memory.usage(self.tree()).total > self.memory_mib * limits.MIB
 
     def run(self) -> int:
         sel = selectors.DefaultSelector()

@@ -18,6 +18,7 @@ from typing import Any
 
 from sqlalchemy import Connection, delete, func, insert, select, update
 
+from phalanx.checkpoints import KIND, Checkpoint, Policy, PolicyError, retain
 from phalanx.domain import Event, EventKind, ExperimentStatus, ReplicaState, Role
 from phalanx.errors import UsageError
 from phalanx.store.sql.engine import no_gc
@@ -177,8 +178,12 @@ def _collect_one(batch: Batch, ev: Event) -> None:
         batch.statuses.append((ev, ExperimentStatus(d["status"])))
 
 
-def apply_events(conn: Connection, events: Sequence[Event]) -> None:
-    """Write the rows of already-deduplicated events. Order inside the batch is kept per kind."""
+def apply_events(
+    conn: Connection, events: Sequence[Event], removed: list[tuple[str, str]] | None = None
+) -> None:
+    """Write the rows of already-deduplicated events. Order inside the batch is kept per kind.
+    ``removed`` collects (experiment, artifact path) of checkpoints a retention policy dropped: their
+    rows are gone with this transaction, their files are the caller's to delete after it commits."""
     batch = collect(events)
     for ev in batch.experiments:
         _create_from_event(conn, ev)
@@ -193,6 +198,11 @@ def apply_events(conn: Connection, events: Sequence[Event]) -> None:
     for row, values in ((ArtifactRow, batch.artifacts), (ModelRow, batch.models)):
         for v in values:
             _upsert_named(conn, row, v)
+    policies = {v["experiment_id"]: v["meta"].get("policy") for v in batch.artifacts if v["kind"] == KIND}
+    for experiment_id, policy in policies.items():
+        dropped = _retain_checkpoints(conn, experiment_id, policy)
+        if removed is not None:
+            removed.extend((experiment_id, path) for path in dropped)
     for ev, status in batch.statuses:
         _status_from_event(conn, ev, status)
 
@@ -219,6 +229,37 @@ def _upsert_named(conn: Connection, row: type[ArtifactRow] | type[ModelRow], val
         values = {**values, "name": qualified_name(wanted, *writer)}
     conn.execute(delete(row).where(row.experiment_id == exp, row.name == values["name"]))
     conn.execute(insert(row), [values])
+
+
+def _retain_checkpoints(conn: Connection, experiment_id: str, policy: Any) -> list[str]:
+    """Apply the retention policy of the latest checkpoint to the experiment's checkpoints; returns
+    the artifact paths of those removed."""
+    try:
+        chosen = Policy.parse(policy if isinstance(policy, Mapping) else None)
+    except PolicyError:
+        return []  # the SDK checks the policy; a bad one from elsewhere keeps everything
+    if not chosen.active:
+        return []
+    rows = conn.execute(
+        select(ArtifactRow.id, ArtifactRow.name, ArtifactRow.path, ArtifactRow.meta, ArtifactRow.time).where(
+            ArtifactRow.experiment_id == experiment_id, ArtifactRow.kind == KIND
+        )
+    ).all()
+    found = [
+        Checkpoint(
+            r.name,
+            int((r.meta or {}).get("step", 0)),
+            r.path,
+            dict((r.meta or {}).get("metrics") or {}),
+            time=r.time,
+        )
+        for r in rows
+    ]
+    keep = retain(found, chosen)
+    gone = [r for r in rows if r.name not in keep]
+    if gone:
+        conn.execute(delete(ArtifactRow).where(ArtifactRow.id.in_([r.id for r in gone])))
+    return [r.path for r in gone]
 
 
 def qualified_name(wanted: str, replica: str, rank: int | None = None, limit: int = 255) -> str:

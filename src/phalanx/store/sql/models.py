@@ -40,6 +40,8 @@ class ExperimentRow(Base):
     finished_at: Mapped[float | None] = mapped_column(Float)
     handle: Mapped[str | None] = mapped_column(String(255))
     group_id: Mapped[str | None] = mapped_column(String(32), index=True)  # the group it is a trial of
+    # what ran: git commit/branch/diff, packages, versions, host, launch options, source snapshot
+    repro: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
 
 
 class ReplicaRow(Base):
@@ -252,4 +254,20 @@ class TrialRow(Base):
     step: Mapped[int | None] = mapped_column(BigInteger)
     reason: Mapped[str | None] = mapped_column(Text)
     created_at: Mapped[float] = mapped_column(Float)
+
+
+class AttemptRow(Base):
+    """One started group of an experiment: the first start, each restart, each `phalanx resume`."""
+
+    __tablename__ = "attempts"
+
+    experiment_id: Mapped[str] = mapped_column(
+        String(32), ForeignKey("experiments.id", ondelete="CASCADE"), primary_key=True
+    )
+    number: Mapped[int] = mapped_column(Integer, primary_key=True)
+    kind: Mapped[str] = mapped_column(String(16))  # start, restart, resume
+    status: Mapped[str] = mapped_column(String(16))
+    reason: Mapped[str | None] = mapped_column(Text)
+    checkpoint_step: Mapped[int | None] = mapped_column(BigInteger)  # the step it continued from
+    started_at: Mapped[float] = mapped_column(Float)
     finished_at: Mapped[float | None] = mapped_column(Float)

@@ -6,6 +6,7 @@ package; callers get the domain dataclasses of ``phalanx.domain`` and ``phalanx.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import re
 import time
@@ -35,6 +36,7 @@ from phalanx.store.sql.engine import make_engine, no_gc, upgrade, writer
 from phalanx.store.sql.errors import phalanx_errors
 from phalanx.store.sql.models import (
     ArtifactRow,
+    AttemptRow,
     EventKeyRow,
     ExperimentRow,
     IngestPositionRow,
@@ -53,6 +55,8 @@ _PREFIX = re.compile(r"^[0-9a-z]{1,32}$")
 _ORDER = {"created_at", "name", "project", "status", "started_at", "finished_at"}
 _RETRIES = 5
 _T = TypeVar("_T")
+# experiments are read without `repro` (a diff and a package list): store.repro() reads it alone
+_EXP_COLUMNS = [c for c in ExperimentRow.__table__.c if c.key != "repro"]
 
 
 @phalanx_errors
@@ -136,7 +140,7 @@ class SqlStore:
     def get_experiment(self, experiment_id: str) -> Experiment:
         with self.engine.connect() as conn:
             full = _resolve(conn, experiment_id)
-            row = conn.execute(select(ExperimentRow).where(ExperimentRow.id == full)).one()
+            row = conn.execute(select(*_EXP_COLUMNS).where(ExperimentRow.id == full)).one()
             return _experiment(row._mapping)
 
     def list_experiments(self, query: ExperimentFilter | None = None) -> Page[Experiment]:
@@ -171,7 +175,7 @@ class SqlStore:
         with self.engine.connect() as conn:
             total = conn.execute(select(func.count()).select_from(ExperimentRow).where(*conds)).scalar_one()
             rows = conn.execute(
-                select(ExperimentRow)
+                select(*_EXP_COLUMNS)
                 .where(*conds)
                 .order_by(col.desc() if desc else col.asc(), ExperimentRow.id)
                 .offset(q.offset)
@@ -210,6 +214,98 @@ class SqlStore:
                 conn.execute(update(ExperimentRow).where(ExperimentRow.id == full).values(**values))
         return self.get_experiment(full)
 
+    # -- attempts and reproducibility (issue 15) ------------------------------------------------
+    def add_attempt(
+        self,
+        experiment_id: str,
+        *,
+        kind: str,
+        checkpoint_step: int | None = None,
+        started_at: float | None = None,
+    ) -> int:
+        """Record a started group (kind: start, restart or resume); returns its number (0, 1, ...)."""
+        with self._writer.begin() as conn:
+            full = _resolve(conn, experiment_id)
+            last = conn.execute(
+                select(func.max(AttemptRow.number)).where(AttemptRow.experiment_id == full)
+            ).scalar()
+            number = 0 if last is None else int(last) + 1
+            conn.execute(
+                insert(AttemptRow).values(
+                    experiment_id=full,
+                    number=number,
+                    kind=kind,
+                    status=ExperimentStatus.RUNNING.value,
+                    checkpoint_step=checkpoint_step,
+                    started_at=started_at or time.time(),
+                )
+            )
+        return number
+
+    def finish_attempt(
+        self, experiment_id: str, number: int, *, status: ExperimentStatus, reason: str | None = None
+    ) -> None:
+        with self._writer.begin() as conn:
+            full = _resolve(conn, experiment_id)
+            conn.execute(
+                update(AttemptRow)
+                .where(AttemptRow.experiment_id == full, AttemptRow.number == number)
+                .values(status=ExperimentStatus(status).value, reason=reason, finished_at=time.time())
+            )
+
+    def attempts(self, experiment_id: str) -> list[dict[str, Any]]:
+        with self.engine.connect() as conn:
+            full = _resolve(conn, experiment_id)
+            rows = conn.execute(
+                select(AttemptRow).where(AttemptRow.experiment_id == full).order_by(AttemptRow.number)
+            ).all()
+        return [
+            {
+                "number": m["number"],
+                "kind": m["kind"],
+                "status": m["status"],
+                "reason": m["reason"],
+                "checkpoint_step": m["checkpoint_step"],
+                "started_at": m["started_at"],
+                "finished_at": m["finished_at"],
+            }
+            for m in (r._mapping for r in rows)
+        ]
+
+    def reopen_experiment(self, experiment_id: str) -> Experiment:
+        """A failed or stopped experiment starts again (`phalanx resume`): status starting, no
+        reason or end; its replicas pending again. Conflict unless it is failed or stopped."""
+        with self._writer.begin() as conn:
+            full = _resolve(conn, experiment_id)
+            status = conn.execute(select(ExperimentRow.status).where(ExperimentRow.id == full)).scalar_one()
+            if status not in (ExperimentStatus.FAILED.value, ExperimentStatus.STOPPED.value):
+                raise Conflict(f"experiment {full} is {status}; only a failed or stopped one can be resumed")
+            conn.execute(
+                update(ExperimentRow)
+                .where(ExperimentRow.id == full)
+                .values(status=ExperimentStatus.STARTING.value, reason=None, finished_at=None)
+            )
+            conn.execute(
+                update(ReplicaRow)
+                .where(ReplicaRow.experiment_id == full)
+                .values(
+                    state=ReplicaState.PENDING.value, exit_code=None, reason=None, finished_at=None, pid=None
+                )
+            )
+        return self.get_experiment(full)
+
+    def set_repro(self, experiment_id: str, repro: Mapping[str, Any]) -> None:
+        with self._writer.begin() as conn:
+            full = _resolve(conn, experiment_id)
+            conn.execute(update(ExperimentRow).where(ExperimentRow.id == full).values(repro=dict(repro)))
+
+    def repro(self, experiment_id: str) -> dict[str, Any]:
+        """What the experiment ran (phalanx.repro); {} when nothing was recorded."""
+        with self.engine.connect() as conn:
+            full = _resolve(conn, experiment_id)
+            value = conn.execute(select(ExperimentRow.repro).where(ExperimentRow.id == full)).scalar()
+        return dict(value or {})
+
     def delete_experiment(self, experiment_id: str) -> None:
         with self._writer.begin() as conn:
             full = _resolve(conn, experiment_id)
@@ -224,7 +320,7 @@ class SqlStore:
             series = select(SeriesRow.id).where(SeriesRow.experiment_id == full)
             conn.execute(delete(ScalarRow).where(ScalarRow.series_id.in_(series)))
             conn.execute(delete(ScalarSummaryRow).where(ScalarSummaryRow.series_id.in_(series)))
-            for row in (SeriesRow, ParamRow, ArtifactRow, ModelRow, LogRow, TextRow, ReplicaRow):
+            for row in (SeriesRow, ParamRow, ArtifactRow, ModelRow, LogRow, TextRow, ReplicaRow, AttemptRow):
                 conn.execute(delete(row).where(row.experiment_id == full))
             conn.execute(delete(ExperimentRow).where(ExperimentRow.id == full))
         if self.artifact_store is not None:
@@ -293,7 +389,20 @@ class SqlStore:
     def write_events(self, events: Sequence[Event]) -> int:
         if not events:
             return 0
-        return self._retry(lambda conn: _write(conn, events))
+        removed: list[tuple[str, str]] = []
+        n = self._retry(lambda conn: _write(conn, events, removed))
+        self._remove_files(removed)
+        return n
+
+    def _remove_files(self, removed: Sequence[tuple[str, str]]) -> None:
+        """Delete the files of checkpoints a retention policy dropped (their rows are gone). A
+        crash before this leaves files no row names; nothing a user sees is wrong."""
+        store = self.artifact_store
+        if store is None:
+            return
+        for experiment_id, path in removed:
+            with contextlib.suppress(Exception):
+                store.delete(experiment_id, path)
 
     def ingest_batch(
         self, stream: str, start: int, end: int, last_seq: int, events: Sequence[Event]
@@ -309,7 +418,7 @@ class SqlStore:
             ).scalar()
             if int(row or 0) != start:
                 return None
-            n = _write(conn, events) if events else 0
+            n = _write(conn, events, removed) if events else 0
             values = {"offset": end, "seq": last_seq, "updated_at": time.time()}
             if row is None:
                 conn.execute(insert(IngestPositionRow).values(stream=stream, **values))
@@ -319,7 +428,10 @@ class SqlStore:
                 )
             return n
 
-        return self._retry(work)
+        removed: list[tuple[str, str]] = []
+        result = self._retry(work)
+        self._remove_files(removed)
+        return result
 
     def ingest_position(self, stream: str) -> tuple[int, int]:
         """(byte offset, last seq) ingest has committed for a spool stream; (0, -1) if none."""
@@ -527,9 +639,11 @@ class SqlStore:
             )
 
 
-def _write(conn: Connection, events: Sequence[Event]) -> int:
+def _write(conn: Connection, events: Sequence[Event], removed: list[tuple[str, str]] | None = None) -> int:
+    if removed is not None:
+        removed.clear()  # a retried transaction starts over
     fresh = ev_sql.new_events(conn, events)
-    ev_sql.apply_events(conn, fresh)
+    ev_sql.apply_events(conn, fresh, removed)
     return len(fresh)
 
 

@@ -1,0 +1,305 @@
+"""`phalanx checkpoints ID`, `phalanx resume ID`, `phalanx rerun ID`, `phalanx diff A B`."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+import typer
+
+from phalanx.cli.app import app, emit_json, fail
+
+IdArg = Annotated[str, typer.Argument(metavar="ID", help="experiment id or a unique prefix")]
+OutputOpt = Annotated[str, typer.Option("-o", "--output", metavar="table|json", help="table or json")]
+
+
+def _size(n: int) -> str:
+    value = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if value < 1024 or unit == "GiB":
+            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1024
+    return f"{n} B"
+
+
+def _check_output(output: str) -> None:
+    if output not in ("table", "json"):
+        raise fail(f"-o must be 'table' or 'json', not {output!r}")
+
+
+def _open() -> Any:
+    from phalanx.config import Settings
+    from phalanx.store import open_store
+
+    return open_store(Settings())
+
+
+@app.command("checkpoints")
+def checkpoints(experiment_id: IdArg, output: OutputOpt = "table") -> None:
+    """List an experiment's checkpoints (step, metrics, size, replica), the latest and the policy."""
+    _check_output(output)
+    from phalanx.checkpoints import from_artifacts, latest
+
+    store = _open()
+    experiment = store.get_experiment(experiment_id)
+    found = from_artifacts(store.artifacts(experiment.id))
+    last = latest(found)
+    policy = (experiment.plan or {}).get("checkpoints") or {}
+    if output == "json":
+        emit_json(
+            {
+                "experiment_id": experiment.id,
+                "policy": policy,
+                "checkpoints": [c.to_json() for c in found],
+                "latest": last.to_json() if last else None,
+            }
+        )
+        return
+    if not found:
+        typer.echo(
+            f"experiment {experiment.id} has no checkpoints (task.save_checkpoint(obj, step=...) saves one)"
+        )
+        return
+    rows = [("STEP", "NAME", "METRICS", "SIZE", "REPLICA", "")]
+    for c in found:
+        metrics = ", ".join(f"{k}={v:.4g}" for k, v in sorted(c.metrics.items()))
+        rows.append((str(c.step), c.name, metrics, _size(c.size), c.replica, "latest" if c is last else ""))
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    for row in rows:
+        typer.echo("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip())
+    if policy:
+        typer.echo("retention: " + ", ".join(f"{k}={v}" for k, v in policy.items()))
+
+
+def _supervise(prepared: Any, settings: Any, output: str, *, resume: bool) -> None:
+    """Run a prepared experiment to its end with `phalanx run`'s terminal output; exits with its code."""
+    import sys
+
+    from phalanx import supervisor
+    from phalanx.cli.run import PlainObserver, RichObserver
+    from phalanx.store import open_store
+
+    names = [r.name for r in prepared.plan.replicas]
+    what = "resuming" if resume else "experiment"
+    sys.stderr.write(
+        f"phalanx: {what} {prepared.experiment_id} ({len(names)} replicas, {prepared.backend.name})\n"
+    )
+
+    def store() -> Any:
+        return open_store(settings)
+
+    tty = sys.stdout.isatty() and output == "table"
+    if tty:
+        with RichObserver(names) as observer:
+            outcome = supervisor.Supervisor(prepared, store, settings, observer, resume=resume).run()
+    else:
+        plain = PlainObserver(sys.stderr if output == "json" else sys.stdout)
+        outcome = supervisor.Supervisor(prepared, store, settings, plain, resume=resume).run()
+    if output == "json":
+        emit_json({"id": outcome.experiment_id, "status": str(outcome.status), "reason": outcome.reason})
+    else:
+        tail = f": {outcome.reason}" if outcome.reason else ""
+        sys.stderr.write(f"phalanx: experiment {outcome.experiment_id} {outcome.status}{tail}\n")
+    raise typer.Exit(outcome.exit_code)
+
+
+def _launch_of(store: Any, experiment: Any) -> dict[str, Any]:
+    launch = dict((store.repro(experiment.id) or {}).get("launch") or {})
+    if not launch or not experiment.spec_text:
+        raise fail(
+            f"experiment {experiment.id} was recorded without its launch details (file, folder, params); "
+            "start it again with `phalanx run -f FILE`"
+        )
+    return launch
+
+
+@app.command("resume")
+def resume(experiment_id: IdArg, output: OutputOpt = "table") -> None:
+    """Continue a failed or stopped experiment as a new attempt of the same experiment, from its
+    latest checkpoint (PHALANX_RESUME_CHECKPOINT; task.latest_checkpoint()). Metrics continue on
+    the same series. Exit status as for `phalanx run`."""
+    _check_output(output)
+    from pathlib import Path
+
+    from phalanx import supervisor
+    from phalanx.config import Settings
+    from phalanx.domain import ExperimentStatus
+    from phalanx.spec.loader import load_spec_text
+
+    settings = Settings()
+    store = _open()
+    experiment = store.get_experiment(experiment_id)
+    if experiment.status not in (ExperimentStatus.FAILED, ExperimentStatus.STOPPED):
+        raise fail(
+            f"experiment {experiment.id} is {experiment.status}; only a failed or stopped one can be resumed"
+            + (
+                " (use `phalanx rerun` to run it again)"
+                if experiment.status is ExperimentStatus.SUCCEEDED
+                else ""
+            )
+        )
+    launch = _launch_of(store, experiment)
+    workdir = launch.get("workdir")
+    if not workdir or not Path(workdir).is_dir():
+        raise fail(
+            f"the experiment's folder {workdir} is gone; use `phalanx rerun {experiment.id}` (its snapshot)"
+        )
+    spec = load_spec_text(experiment.spec_text, launch.get("file") or "<stored file>", launch.get("params"))
+    prepared = supervisor.prepare(
+        spec,
+        settings=settings,
+        workdir=workdir,
+        experiment_id=experiment.id,
+        cluster=launch.get("cluster"),
+        oversubscribe=bool(launch.get("oversubscribe")),
+        launch=launch,
+    )
+    _supervise(prepared, settings, output, resume=True)
+
+
+def _param_text(value: Any) -> str:
+    import json
+
+    return value if isinstance(value, str) else json.dumps(value)
+
+
+@app.command("rerun")
+def rerun(
+    experiment_id: IdArg,
+    param: Annotated[
+        list[str] | None,
+        typer.Option("--param", metavar="NAME=VALUE", help="Change a param of the rerun (repeatable)."),
+    ] = None,
+    output: OutputOpt = "table",
+) -> None:
+    """Start a new experiment from exactly the file, params and source snapshot another one ran
+    (with --param changes). Exit status as for `phalanx run`."""
+    _check_output(output)
+    import time
+    import uuid
+
+    from phalanx import repro, supervisor
+    from phalanx.config import Settings
+    from phalanx.spec.loader import load_spec_text, parse_param_overrides
+
+    settings = Settings()
+    store = _open()
+    experiment = store.get_experiment(experiment_id)
+    launch = _launch_of(store, experiment)
+    record = store.repro(experiment.id)
+    params = {**dict(launch.get("params") or {}), **parse_param_overrides(param or [])}
+    new_id = uuid.uuid4().hex[:12]
+    folder = settings.runs_dir / new_id / "source"
+    snap = (record.get("snapshot") or {}).get("path")
+    if snap and store.artifact_store is not None and store.artifact_store.exists(experiment.id, snap):
+        repro.extract(store.artifact_store.read_bytes(experiment.id, snap), folder)
+    else:
+        raise fail(f"experiment {experiment.id} has no source snapshot to rerun from")
+    spec = load_spec_text(experiment.spec_text, launch.get("file") or "<stored file>", params)
+    started = time.time()
+    prepared = supervisor.prepare(
+        spec,
+        settings=settings,
+        workdir=folder,
+        experiment_id=new_id,
+        cluster=launch.get("cluster"),
+        oversubscribe=bool(launch.get("oversubscribe")),
+        launch={**launch, "params": params, "rerun_of": experiment.id, "rerun_at": started},
+    )
+    _supervise(prepared, settings, output, resume=False)
+
+
+def _diff_doc(store: Any, a: Any, b: Any) -> dict[str, Any]:
+    import difflib
+
+    from phalanx import repro
+
+    ra, rb = store.repro(a.id), store.repro(b.id)
+    pa = dict((a.plan or {}).get("params") or {})
+    pb = dict((b.plan or {}).get("params") or {})
+    params = {
+        k: {"a": pa.get(k), "b": pb.get(k)} for k in sorted(set(pa) | set(pb)) if pa.get(k) != pb.get(k)
+    }
+    file_diff = list(
+        difflib.unified_diff(
+            (a.spec_text or "").splitlines(),
+            (b.spec_text or "").splitlines(),
+            f"{a.id}/file",
+            f"{b.id}/file",
+            lineterm="",
+        )
+    )
+
+    def files(exp: Any, record: dict[str, Any]) -> dict[str, bytes]:
+        path = (record.get("snapshot") or {}).get("path")
+        if not path or store.artifact_store is None or not store.artifact_store.exists(exp.id, path):
+            return {}
+        return repro.source_files(store.artifact_store.read_bytes(exp.id, path))
+
+    fa, fb = files(a, ra), files(b, rb)
+    code: list[str] = []
+    for name in sorted(set(fa) | set(fb)):
+        if fa.get(name) == fb.get(name):
+            continue
+        old = fa.get(name, b"").decode(errors="replace").splitlines()
+        new = fb.get(name, b"").decode(errors="replace").splitlines()
+        code.extend(difflib.unified_diff(old, new, f"a/{name}", f"b/{name}", lineterm=""))
+    ka = dict(p.split("==", 1) for p in ra.get("packages") or [] if "==" in p)
+    kb = dict(p.split("==", 1) for p in rb.get("packages") or [] if "==" in p)
+    packages = {
+        k: {"a": ka.get(k), "b": kb.get(k)} for k in sorted(set(ka) | set(kb)) if ka.get(k) != kb.get(k)
+    }
+    ga, gb = ra.get("git") or {}, rb.get("git") or {}
+    return {
+        "a": a.id,
+        "b": b.id,
+        "params": params,
+        "file": file_diff,
+        "code": code,
+        "packages": packages,
+        "git": {
+            k: {"a": ga.get(k), "b": gb.get(k)}
+            for k in ("commit", "branch", "dirty")
+            if ga.get(k) != gb.get(k)
+        },
+        "versions": {
+            k: {"a": ra.get(k), "b": rb.get(k)}
+            for k in ("python", "phalanx", "host")
+            if ra.get(k) != rb.get(k)
+        },
+    }
+
+
+@app.command("diff")
+def diff(
+    a: Annotated[str, typer.Argument(metavar="A", help="an experiment id (or unique prefix)")],
+    b: Annotated[str, typer.Argument(metavar="B", help="another experiment id")],
+    output: OutputOpt = "table",
+) -> None:
+    """What differs between two experiments: params, the experiment file, the code (their source
+    snapshots), packages, git commit and versions."""
+    _check_output(output)
+    store = _open()
+    ea, eb = store.get_experiment(a), store.get_experiment(b)
+    doc = _diff_doc(store, ea, eb)
+    if output == "json":
+        emit_json(doc)
+        return
+    out = [f"diff {ea.id} {eb.id}"]
+    for title, key in (
+        ("params", "params"),
+        ("packages", "packages"),
+        ("git", "git"),
+        ("versions", "versions"),
+    ):
+        if doc[key]:
+            out.append(f"{title}:")
+            out.extend(f"  {k}: {v['a']!r} -> {v['b']!r}" for k, v in doc[key].items())
+    if doc["file"]:
+        out.append("experiment file:")
+        out.extend(f"  {line}" for line in doc["file"])
+    if doc["code"]:
+        out.append("code:")
+        out.extend(f"  {line}" for line in doc["code"])
+    if len(out) == 1:
+        out.append("no differences in params, file, code, packages or versions")
+    typer.echo("\n".join(out))

@@ -1,0 +1,188 @@
+"""What an experiment ran, recorded so it can be rerun and compared (`phalanx rerun`, `phalanx diff`).
+
+At start the supervisor records, off the replicas' path (a thread while they start): the git commit,
+branch and uncommitted diff (``git diff HEAD``, plus untracked files' names) of the source folder
+when it is in a git work tree; the resolved package list of the interpreter the replicas run
+(``importlib.metadata`` in that interpreter); Python's and Phalanx's versions; the host; how it was
+launched (file, params, folder, cluster); and a snapshot of the source folder, stored as the
+artifact ``_source/source.tar.gz``.
+
+The snapshot holds at most SNAPSHOT_MAX_BYTES (50 MiB) of files, each at most SNAPSHOT_MAX_FILE
+(10 MiB), and skips version control (.git, .hg, .svn), virtual environments (any folder holding a
+pyvenv.cfg, and .venv/venv/env), caches (__pycache__, .mypy_cache, .pytest_cache, .ruff_cache,
+node_modules) and data folders (data, datasets, checkpoints, outputs, wandb, mlruns, lightning_logs).
+What was skipped or cut is listed in the record, so nobody mistakes a partial snapshot for a whole.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import platform
+import socket
+import subprocess
+import sys
+import tarfile
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+SNAPSHOT_MAX_BYTES = 50 * 1024 * 1024
+SNAPSHOT_MAX_FILE = 10 * 1024 * 1024
+DIFF_MAX_BYTES = 1024 * 1024
+SKIP_DIRS = frozenset(
+    {
+        ".git", ".hg", ".svn", ".venv", "venv", "env", "__pycache__", ".mypy_cache", ".pytest_cache",
+        ".ruff_cache", "node_modules", "data", "datasets", "checkpoints", "outputs", "wandb", "mlruns",
+        "lightning_logs", ".ipynb_checkpoints",
+    }
+)  # fmt: skip
+SNAPSHOT_PATH = "_source/source.tar.gz"
+
+_PACKAGES = (
+    "import importlib.metadata as m, json; "
+    "print(json.dumps(sorted({(d.metadata['Name'] or '?') + '==' + d.version for d in m.distributions()})))"
+)
+
+
+def _git(folder: str, *args: str) -> str | None:
+    try:
+        out = subprocess.run(
+            ["git", "-C", folder, *args], capture_output=True, text=True, timeout=20, check=True
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out.stdout
+
+
+def git_info(folder: str) -> dict[str, Any] | None:
+    """Commit, branch, uncommitted diff (tracked files) and untracked files; None outside git."""
+    top = _git(folder, "rev-parse", "--show-toplevel")
+    if top is None:
+        return None
+    commit = (_git(folder, "rev-parse", "HEAD") or "").strip() or None
+    branch = (_git(folder, "rev-parse", "--abbrev-ref", "HEAD") or "").strip() or None
+    diff = _git(folder, "diff", "HEAD", "--no-color", "--", ".") or ""
+    untracked = (_git(folder, "ls-files", "--others", "--exclude-standard", "--", ".") or "").split("\n")
+    truncated = len(diff.encode()) > DIFF_MAX_BYTES
+    return {
+        "root": top.strip(),
+        "commit": commit,
+        "branch": branch,
+        "dirty": bool(diff.strip()) or any(untracked),
+        "diff": diff.encode()[:DIFF_MAX_BYTES].decode(errors="ignore") if truncated else diff,
+        "diff_truncated": truncated,
+        "untracked": [u for u in untracked if u],
+    }
+
+
+def packages(python: str) -> list[str]:
+    """``name==version`` of every distribution the interpreter sees (what the replicas import)."""
+    if os.path.abspath(python) == os.path.abspath(sys.executable):
+        import importlib.metadata as md
+
+        return sorted({f"{d.metadata['Name'] or '?'}=={d.version}" for d in md.distributions()})
+    try:
+        out = subprocess.run(
+            [python, "-c", _PACKAGES], capture_output=True, text=True, timeout=60, check=True
+        ).stdout
+        return list(json.loads(out))
+    except (OSError, subprocess.SubprocessError, ValueError):
+        return []
+
+
+def _skipped_dir(path: Path) -> bool:
+    return path.name in SKIP_DIRS or (path / "pyvenv.cfg").exists()
+
+
+def snapshot(folder: str) -> tuple[bytes, dict[str, Any]]:
+    """A tar.gz of ``folder`` within the caps, and what it holds and left out."""
+    root = Path(folder)
+    buf = io.BytesIO()
+    total = 0
+    files: list[str] = []
+    skipped: list[str] = []
+    capped: list[str] = []
+    with tarfile.open(fileobj=buf, mode="w:gz") as tar:
+        for dirpath, dirnames, filenames in os.walk(root):
+            here = Path(dirpath)
+            keep = []
+            for d in sorted(dirnames):
+                if _skipped_dir(here / d):
+                    skipped.append((here / d).relative_to(root).as_posix() + "/")
+                else:
+                    keep.append(d)
+            dirnames[:] = keep
+            for name in sorted(filenames):
+                path = here / name
+                rel = path.relative_to(root).as_posix()
+                try:
+                    size = path.stat().st_size
+                except OSError:
+                    continue
+                if not path.is_file():
+                    continue
+                if size > SNAPSHOT_MAX_FILE or total + size > SNAPSHOT_MAX_BYTES:
+                    capped.append(rel)
+                    continue
+                tar.add(str(path), arcname=rel, recursive=False)
+                total += size
+                files.append(rel)
+    info = {
+        "path": SNAPSHOT_PATH,
+        "files": len(files),
+        "bytes": total,
+        "skipped": skipped,
+        "capped": capped,
+        "max_bytes": SNAPSHOT_MAX_BYTES,
+        "max_file_bytes": SNAPSHOT_MAX_FILE,
+    }
+    return buf.getvalue(), info
+
+
+def collect(
+    *,
+    workdir: str,
+    python: str,
+    launch: Mapping[str, Any],
+) -> tuple[dict[str, Any], bytes]:
+    """The record (without the snapshot's bytes) and the snapshot."""
+    import phalanx
+
+    data, snap = snapshot(workdir)
+    record = {
+        "git": git_info(workdir),
+        "packages": packages(python),
+        "python": platform.python_version(),
+        "python_executable": python,
+        "phalanx": phalanx.__version__,
+        "host": socket.gethostname(),
+        "platform": platform.platform(),
+        "launch": dict(launch),
+        "snapshot": snap,
+    }
+    return record, data
+
+
+def source_files(data: bytes) -> dict[str, bytes]:
+    """The files of a snapshot, by path."""
+    out: dict[str, bytes] = {}
+    with tarfile.open(fileobj=io.BytesIO(data), mode="r:gz") as tar:
+        for member in tar.getmembers():
+            if member.isfile():
+                f = tar.extractfile(member)
+                if f is not None:
+                    out[member.name] = f.read()
+    return out
+
+
+def extract(data: bytes, dest: Path) -> None:
+    """Unpack a snapshot into ``dest`` (only regular files, only below it)."""
+    dest.mkdir(parents=True, exist_ok=True)
+    for name, content in source_files(data).items():
+        target = (dest / name).resolve()
+        if not str(target).startswith(str(dest.resolve()) + os.sep):
+            continue
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes(content)

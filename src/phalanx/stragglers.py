@@ -1,0 +1,72 @@
+"""The pace of each rank: steps per second from the steps each replica reports and their times, and
+the straggler, the slowest rank when it lags the median by more than a threshold.
+
+The series used is the metric title reported by the most replicas (one series per replica, as
+``phalanx.log_metrics`` and ``report_scalar(title, task.replica, ...)`` write; ``system/...`` series
+are not steps). Each rank's pace is measured over its last WINDOW points, so a rank that slowed down
+late in a long run shows it. THRESHOLD (20 %, or PHALANX_STRAGGLER_THRESHOLD in percent) keeps the
+ordinary jitter of a shared machine from naming anybody.
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+from typing import Any
+
+WINDOW = 20
+THRESHOLD_PERCENT = 20.0
+
+
+def _threshold() -> float:
+    try:
+        return float(os.environ.get("PHALANX_STRAGGLER_THRESHOLD", THRESHOLD_PERCENT))
+    except ValueError:
+        return THRESHOLD_PERCENT
+
+
+def _rate(steps: list[int], times: list[float]) -> float | None:
+    if len(steps) < 2:
+        return None
+    steps, times = steps[-WINDOW:], times[-WINDOW:]
+    span = times[-1] - times[0]
+    if span <= 0:
+        return None
+    return (steps[-1] - steps[0]) / span
+
+
+def pace(store: Any, experiment_id: str, threshold_percent: float | None = None) -> dict[str, Any] | None:
+    """{title, ranks: [{replica, steps_per_second, last_step}], median, threshold_percent, straggler}
+    or None when fewer than two replicas report a common series."""
+    titles = store.metric_titles(experiment_id)
+    candidates = [
+        (len(series), t) for t, series in titles.items() if not t.startswith("system/") and len(series) > 1
+    ]
+    if not candidates:
+        return None
+    _, title = max(candidates)
+    by_series = store.metrics(experiment_id, title).get(title, {})
+    ranks = []
+    for name, series in sorted(by_series.items()):
+        times = series.times or []
+        rate = _rate(list(series.steps), list(times)) if len(times) == len(series.steps) else None
+        if rate is None:
+            continue
+        ranks.append({"replica": name, "steps_per_second": rate, "last_step": series.steps[-1]})
+    if len(ranks) < 2:
+        return None
+    median = statistics.median(r["steps_per_second"] for r in ranks)
+    threshold = _threshold() if threshold_percent is None else threshold_percent
+    slowest = min(ranks, key=lambda r: r["steps_per_second"])
+    straggler = None
+    if median > 0:
+        behind = (median - slowest["steps_per_second"]) / median * 100
+        if behind > threshold:
+            straggler = {**slowest, "behind_percent": behind}
+    return {
+        "title": title,
+        "ranks": ranks,
+        "median_steps_per_second": median,
+        "threshold_percent": threshold,
+        "straggler": straggler,
+    }

@@ -1,0 +1,286 @@
+"""System metrics: every few seconds, each replica's process tree as scalar series ``system/...``.
+
+The sampler runs in the supervisor (a thread of `phalanx run`, never in a training process, so the
+training thread pays nothing) or, on a cluster node, as ``python -m phalanx.sysmetrics`` beside the
+replica. Each look reads /proc once for the whole machine (parent links), then per replica its tree:
+CPU % (user + system seconds since the last look, over the wall time; 100 = one core), resident
+memory, threads, processes, and block I/O bytes read and written (/proc/PID/io). Network bytes are
+not per process on Linux (/proc/PID/net/dev is the whole network namespace), so they are not
+recorded. GPU utilisation and memory come from NVIDIA's library (libnvidia-ml, through ctypes) when
+it loads, per device the replica's processes use; without it the GPU series are simply absent.
+
+Points go to a spool stream of their own, so ingest stores them like any reported scalar (exactly
+once), with the replica as the series: ``system/cpu_percent`` / ``master``. The step is the whole
+seconds since the sampler started. Standard library only.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import logging
+import os
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
+from phalanx import limits, proctree
+
+log = logging.getLogger(__name__)
+
+DEFAULT_INTERVAL = 5.0
+MIB = 1024 * 1024
+
+
+@dataclass(frozen=True)
+class Target:
+    """One replica to sample: the root of its process tree and who it is."""
+
+    pid: int
+    replica: str
+    role: str = "master"
+    index: int = 0
+    rank: int | None = None
+
+
+class _Nvml:
+    """The few NVML calls needed, through ctypes; ``ok`` is False when the library is not there."""
+
+    class _Util(ctypes.Structure):
+        _fields_ = [("gpu", ctypes.c_uint), ("memory", ctypes.c_uint)]
+
+    class _Mem(ctypes.Structure):
+        _fields_ = [("total", ctypes.c_ulonglong), ("free", ctypes.c_ulonglong), ("used", ctypes.c_ulonglong)]
+
+    class _Proc(ctypes.Structure):  # nvmlProcessInfo_t (v2/v3 layout)
+        _fields_ = [
+            ("pid", ctypes.c_uint),
+            ("usedGpuMemory", ctypes.c_ulonglong),
+            ("gpuInstanceId", ctypes.c_uint),
+            ("computeInstanceId", ctypes.c_uint),
+        ]
+
+    def __init__(self) -> None:
+        self.ok = False
+        self.handles: list[ctypes.c_void_p] = []
+        try:
+            self.lib = ctypes.CDLL("libnvidia-ml.so.1")
+            if self.lib.nvmlInit_v2() != 0:
+                return
+            count = ctypes.c_uint()
+            if self.lib.nvmlDeviceGetCount_v2(ctypes.byref(count)) != 0:
+                return
+            for i in range(count.value):
+                handle = ctypes.c_void_p()
+                if self.lib.nvmlDeviceGetHandleByIndex_v2(i, ctypes.byref(handle)) == 0:
+                    self.handles.append(handle)
+            self.ok = bool(self.handles)
+        except (OSError, AttributeError):
+            self.ok = False
+
+    def devices_of(self, pids: set[int]) -> dict[int, int]:
+        """device index -> bytes of its memory the given processes use (devices they use only)."""
+        out: dict[int, int] = {}
+        for i, handle in enumerate(self.handles):
+            for getter in ("nvmlDeviceGetComputeRunningProcesses_v3", "nvmlDeviceGetComputeRunningProcesses"):
+                fn = getattr(self.lib, getter, None)
+                if fn is None:
+                    continue
+                n = ctypes.c_uint(64)
+                procs = (self._Proc * 64)()
+                if fn(handle, ctypes.byref(n), procs) != 0:
+                    continue
+                used = [p.usedGpuMemory for p in procs[: n.value] if p.pid in pids]
+                if used:
+                    out[i] = sum(int(u) for u in used if u < (1 << 63))
+                break
+        return out
+
+    def utilisation(self, index: int) -> tuple[float, int] | None:
+        util, mem = self._Util(), self._Mem()
+        handle = self.handles[index]
+        if self.lib.nvmlDeviceGetUtilizationRates(handle, ctypes.byref(util)) != 0:
+            return None
+        if self.lib.nvmlDeviceGetMemoryInfo(handle, ctypes.byref(mem)) != 0:
+            return None
+        return float(util.gpu), int(mem.used)
+
+
+class Sampler:
+    """Looks at each target's tree and turns two successive looks into points."""
+
+    def __init__(self, with_gpu: bool = True) -> None:
+        self.started = time.monotonic()
+        self._last: dict[int, proctree.TreeSample] = {}
+        self._nvml: _Nvml | None = _Nvml() if with_gpu else None
+        self.cost_seconds = 0.0  # CPU time this sampler's looks took (the bench's figure)
+
+    def points(self, targets: list[Target]) -> list[tuple[Target, list[tuple[str, float]]]]:
+        """(target, [(title, value), ...]) for each target alive now; CPU % from the second look on."""
+        cpu0 = time.thread_time()
+        tree = limits.children_map()
+        now = time.monotonic()
+        out: list[tuple[Target, list[tuple[str, float]]]] = []
+        live = set()
+        for t in targets:
+            pids = [t.pid, *limits.descendants(t.pid, tree)]
+            sample = proctree.sample_tree(pids, now, with_pss=False)
+            if sample.processes == 0:
+                continue
+            live.add(t.pid)
+            values: list[tuple[str, float]] = [
+                ("system/rss_mib", sample.rss / MIB),
+                ("system/threads", float(sample.threads)),
+                ("system/processes", float(sample.processes)),
+                ("system/disk_read_mib", sample.read_bytes / MIB),
+                ("system/disk_write_mib", sample.write_bytes / MIB),
+            ]
+            prev = self._last.get(t.pid)
+            if prev is not None and now > prev.time:
+                cpu = max(0.0, sample.cpu_seconds - prev.cpu_seconds) / (now - prev.time) * 100.0
+                values.insert(0, ("system/cpu_percent", cpu))
+            self._last[t.pid] = sample
+            values.extend(self._gpu(set(pids)))
+            out.append((t, values))
+        for pid in list(self._last):
+            if pid not in live:
+                del self._last[pid]
+        self.cost_seconds += time.thread_time() - cpu0
+        return out
+
+    def _gpu(self, pids: set[int]) -> list[tuple[str, float]]:
+        nvml = self._nvml
+        if nvml is None or not nvml.ok:
+            return []
+        values: list[tuple[str, float]] = []
+        try:
+            for index, used in sorted(nvml.devices_of(pids).items()):
+                util = nvml.utilisation(index)
+                if util is not None:
+                    values.append((f"system/gpu{index}_util_percent", util[0]))
+                values.append((f"system/gpu{index}_memory_mib", used / MIB))
+        except (OSError, ValueError):  # a driver hiccup costs the GPU series of one look, nothing else
+            return []
+        return values
+
+
+class SystemMetrics:
+    """A daemon thread sampling ``targets()`` every ``interval`` seconds into a spool stream."""
+
+    def __init__(
+        self,
+        spool_dir: os.PathLike[str] | str,
+        experiment_id: str,
+        targets: Callable[[], list[Target]],
+        interval: float = DEFAULT_INTERVAL,
+        stream: str | None = None,
+    ) -> None:
+        from phalanx.tracking.spool import SpoolWriter, new_stream_id
+
+        self.interval = interval
+        self._targets = targets
+        self._writer = SpoolWriter(spool_dir, experiment_id=experiment_id, stream=stream or new_stream_id())
+        self.sampler = Sampler()
+        self.cost_seconds = 0.0  # CPU time of the looks, writing included (bench/system_metrics.py)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="system-metrics", daemon=True)
+
+    def start(self) -> SystemMetrics:
+        self._thread.start()
+        return self
+
+    def look(self) -> int:
+        """One look: sample and write; returns the number of points written."""
+        cpu0 = time.thread_time()
+        now = time.time()
+        step = int(time.monotonic() - self.sampler.started)
+        records = []
+        from phalanx.tracking.spool import encode_points
+
+        for target, values in self.sampler.points(self._targets()):
+            if not values:
+                continue
+            points = [(title, target.replica, step, value, now) for title, value in values]
+            records.append(
+                self._writer.record(
+                    "scalar",
+                    encode_points(points),
+                    replica=target.replica,
+                    role=target.role,
+                    index=target.index,
+                    rank=target.rank,
+                )
+            )
+        if records:
+            self._writer.append(records)
+        self.cost_seconds += time.thread_time() - cpu0
+        return sum(r["data"]["n"] for r in records)
+
+    def _run(self) -> None:
+        while True:
+            try:
+                self.look()
+            except ValueError:  # the writer was closed under us at shutdown
+                return
+            except Exception:  # sampling must never take the supervisor down
+                log.exception("system metrics: a look failed")
+            if self._stop.wait(self.interval):
+                return
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout=10)
+        with contextlib.suppress(Exception):
+            self._writer.close()
+
+
+def interval_from_env(env: Mapping[str, str] | None = None) -> float | None:
+    """PHALANX_SYSTEM_METRICS: "0"/"off" disables, a number sets the interval in seconds."""
+    value = (env if env is not None else os.environ).get("PHALANX_SYSTEM_METRICS", "").strip().lower()
+    if value in ("0", "off", "false", "no"):
+        return None
+    try:
+        # steps are whole seconds: one look per second at most
+        return max(1.0, float(value)) if value else DEFAULT_INTERVAL
+    except ValueError:
+        return DEFAULT_INTERVAL
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m phalanx.sysmetrics --pid PID``: sample one replica's tree (a cluster node) into
+    PHALANX_SPOOL, as the replica named by PHALANX_REPLICA, until the process is gone."""
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="python -m phalanx.sysmetrics")
+    parser.add_argument("--pid", type=int, required=True)
+    parser.add_argument("--interval", type=float, default=None)
+    args = parser.parse_args(argv)
+    interval = args.interval or interval_from_env()
+    env = os.environ
+    exp = env.get("PHALANX_EXPERIMENT_ID")
+    if interval is None or not exp:
+        return 0
+    home = env.get("PHALANX_HOME") or os.path.expanduser("~/.phalanx")
+    spool = env.get("PHALANX_SPOOL") or os.path.join(home, "spool", exp)
+    rank = env.get("PHALANX_RANK", "")
+    target = Target(
+        args.pid,
+        env.get("PHALANX_REPLICA", "master"),
+        env.get("PHALANX_ROLE", "master"),
+        int(env.get("PHALANX_INDEX") or 0),
+        int(rank) if rank.isdigit() else None,
+    )
+    metrics = SystemMetrics(spool, exp, lambda: [target], interval)
+    try:
+        while os.path.exists(f"/proc/{args.pid}"):
+            metrics.look()
+            time.sleep(interval)
+    finally:
+        metrics.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

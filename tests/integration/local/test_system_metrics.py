@@ -1,0 +1,128 @@
+"""System metrics: the sampler's CPU % and RSS of a real process tree agree with /proc read at the
+same moment, and `phalanx run` records system/... series for every replica (off with a flag)."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from phalanx.sysmetrics import Sampler, Target
+
+from .conftest import Phalanx, wait_for
+
+TREE = """
+import subprocess, sys, time
+ballast = bytearray(b"a" * (80 << 20))
+child = subprocess.Popen([sys.executable, "-c",
+    "import time; b = bytearray(b'c' * (40 << 20)); print('up', flush=True); time.sleep(120)"],
+    stdout=subprocess.PIPE)
+child.stdout.readline()
+print("ready", flush=True)
+end = time.time() + 60
+while time.time() < end:
+    pass
+"""
+
+
+def _proc_tree(root: int) -> list[int]:
+    parents: dict[int, int] = {}
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            try:
+                stat = Path(f"/proc/{name}/stat").read_text()
+            except OSError:
+                continue
+            parents[int(name)] = int(stat.rsplit(")", 1)[1].split()[1])
+    tree, todo = [root], [root]
+    while todo:
+        pid = todo.pop()
+        kids = [p for p, pp in parents.items() if pp == pid]
+        tree += kids
+        todo += kids
+    return tree
+
+
+def _proc_rss_and_cpu(root: int) -> tuple[float, float]:
+    """What /proc says: VmRSS summed (bytes) and utime+stime (+ reaped children) seconds."""
+    rss = cpu = 0.0
+    for pid in _proc_tree(root):
+        try:
+            status = Path(f"/proc/{pid}/status").read_text()
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        rss += next(int(line.split()[1]) * 1024 for line in status.splitlines() if line.startswith("VmRSS:"))
+        cpu += sum(int(fields[i]) for i in (11, 12, 13, 14)) / os.sysconf("SC_CLK_TCK")
+    return rss, cpu
+
+
+def test_cpu_and_rss_agree_with_proc_at_the_same_moment() -> None:
+    proc = subprocess.Popen([sys.executable, "-c", TREE], stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
+        sampler = Sampler(with_gpu=False)
+        target = Target(proc.pid, "master")
+        rss_a, cpu_a = _proc_rss_and_cpu(proc.pid)
+        t_a = time.monotonic()
+        sampler.points([target])
+        time.sleep(2.0)
+        [(_, values)] = sampler.points([target])
+        t_b = time.monotonic()
+        rss_b, cpu_b = _proc_rss_and_cpu(proc.pid)
+        got = dict(values)
+        expected_cpu = (cpu_b - cpu_a) / (t_b - t_a) * 100
+        assert abs(got["system/cpu_percent"] - expected_cpu) <= 0.10 * expected_cpu, (got, expected_cpu)
+        expected_rss = (rss_a + rss_b) / 2 / (1 << 20)
+        assert abs(got["system/rss_mib"] - expected_rss) <= 0.10 * expected_rss, (got, expected_rss)
+        assert got["system/rss_mib"] > 120  # both processes' ballast is in it
+        assert got["system/processes"] == 2 and got["system/threads"] >= 2
+        assert sampler.cost_seconds < 0.5
+    finally:
+        for pid in _proc_tree(proc.pid)[::-1]:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, 9)
+        proc.wait(timeout=30)
+
+
+def _two_replicas(phalanx: Phalanx) -> str:
+    busy = (
+        'python -c "import time; end = time.time() + 3; [0 for _ in iter(lambda: time.time() < end, False)]"'
+    )
+    return str(
+        phalanx.spec(
+            f"""
+            version: 1
+            kind: experiment
+            framework: pytorch
+            environment:
+              replicas:
+                n_workers: 1
+            run:
+              cmd: {json.dumps(busy)}
+            """
+        )
+    )
+
+
+def test_every_replica_gets_system_series_and_the_flag_turns_them_off(phalanx: Phalanx) -> None:
+    phalanx.env["PHALANX_SYSTEM_METRICS"] = "1"
+    result = phalanx.run("run", "-f", _two_replicas(phalanx))
+    assert result.returncode == 0, result.stderr[-2000:]
+    store = phalanx.store()
+    exp = phalanx.only_experiment()
+    titles = wait_for(lambda: store.metric_titles(exp.id), what="system series")
+    for title in ("system/cpu_percent", "system/rss_mib", "system/threads"):
+        assert set(titles.get(title, [])) == {"master", "worker-0"}, titles
+    cpu = store.metrics(exp.id, "system/cpu_percent")["system/cpu_percent"]
+    assert max(cpu["master"].values) > 5  # a busy loop shows (2 cores shared by many: not 100)
+
+    store.delete_experiment(exp.id)
+    result = phalanx.run("run", "-f", _two_replicas(phalanx), "--no-system-metrics")
+    assert result.returncode == 0, result.stderr[-2000:]
+    exp = phalanx.only_experiment()
+    assert not [t for t in store.metric_titles(exp.id) if t.startswith("system/")]
