@@ -254,6 +254,7 @@ class TrialRow(Base):
     step: Mapped[int | None] = mapped_column(BigInteger)
     reason: Mapped[str | None] = mapped_column(Text)
     created_at: Mapped[float] = mapped_column(Float)
+    finished_at: Mapped[float | None] = mapped_column(Float)
 
 
 class AttemptRow(Base):
