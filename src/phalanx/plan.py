@@ -6,6 +6,7 @@ servers take no rank. Per-index overrides replace the role default attribute by 
 
 from __future__ import annotations
 
+import json
 import re
 import shlex
 from collections.abc import Mapping
@@ -62,6 +63,8 @@ class Plan:
     max_run_seconds: float | None = None
     source_text: str | None = None
     checkpoints: Mapping[str, Any] | None = None  # the retention policy (phalanx.checkpoints)
+    source_file: str | None = None  # the experiment file's path, when it came from one
+    launch_params: Mapping[str, Any] = field(default_factory=dict)  # what `--param` gave at launch
 
     @property
     def world_size(self) -> int:
@@ -95,32 +98,81 @@ class Plan:
         }
 
 
-_PLACEHOLDER = re.compile(r"\{\{\s*([A-Za-z_][A-Za-z0-9_]*)\s*\}\}")
+_PLACEHOLDER = re.compile(r"\{\{\s*([A-Za-z_][A-Za-z0-9_]*)\s*(\|\s*raw\s*)?\}\}")
 
 
 def render_command(commands: tuple[str, ...], params: Mapping[str, Any]) -> str:
     """Fill `{{ name }}` from params and join several commands with `&&` (they run in sequence).
 
+    A value becomes exactly one shell word, whatever it holds (`it's`, `a;echo X`, spaces): it is
+    quoted for where the placeholder stands (bare, inside "..." or inside '...'), as the estimators
+    quote their arguments. A list or mapping is inserted as its JSON text. `{{ name | raw }}`
+    inserts the value as written, for a value that is meant to be shell syntax (Polyaxon's way).
+
     The loader refuses unknown names in files; a spec built in Python (the estimators) can still
-    name one, so it is answered with a SpecError too. Values are inserted as the user wrote them
-    (Polyaxon did the same), so quoting is theirs.
+    name one, so it is answered with a SpecError too.
     """
     missing = sorted({n for c in commands for n in placeholders(c) if n not in params})
     if missing:
         names = ", ".join(f"{{{{ {n} }}}}" for n in missing)
         raise SpecError(f"run.cmd: unknown placeholder {names}; give a value with --param NAME=VALUE")
+    return " && ".join(_fill(c, params) for c in commands)
 
-    def fill(match: re.Match[str]) -> str:
-        value = params[match.group(1)]
-        if isinstance(value, bool):
-            return "true" if value else "false"
-        return str(value)
 
-    return " && ".join(_PLACEHOLDER.sub(fill, c) for c in commands)
+def param_text(value: Any) -> str:
+    """A param's value as the text a command receives."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, Mapping | list | tuple):
+        return json.dumps(value, separators=(", ", ": "), default=str)
+    return str(value)
+
+
+def _fill(command: str, params: Mapping[str, Any]) -> str:
+    out: list[str] = []
+    done = 0
+    for match in _PLACEHOLDER.finditer(command):
+        out.append(command[done : match.start()])
+        text = param_text(params[match.group(1)])
+        if match.group(2):
+            out.append(text)
+        else:
+            out.append(_quoted(text, _quote_state(command, match.start())))
+        done = match.end()
+    out.append(command[done:])
+    return "".join(out)
+
+
+def _quote_state(command: str, end: int) -> str:
+    """The shell's quoting at ``command[end]``: "" (bare), "'" or '"'."""
+    state = ""
+    i = 0
+    while i < end:
+        ch = command[i]
+        if state == "'":
+            if ch == "'":
+                state = ""
+        elif ch == "\\":
+            i += 1  # an escaped character (bare or inside "...") changes nothing
+        elif state == '"':
+            if ch == '"':
+                state = ""
+        elif ch in "'\"":
+            state = ch
+        i += 1
+    return state
+
+
+def _quoted(text: str, state: str) -> str:
+    if state == "'":  # close, an escaped quote, reopen
+        return text.replace("'", "'\\''")
+    if state == '"':
+        return "".join("\\" + ch if ch in '\\"$`' else ch for ch in text)
+    return shlex.quote(text)
 
 
 def placeholders(text: str) -> list[str]:
-    return _PLACEHOLDER.findall(text)
+    return [m.group(1) for m in _PLACEHOLDER.finditer(text)]
 
 
 def _merge(default: ReplicaTemplate | None, override: ReplicaTemplate | None) -> ReplicaTemplate:
@@ -182,6 +234,8 @@ def build_plan(
         max_run_seconds=spec.max_run_seconds,
         source_text=spec.source_text,
         checkpoints=spec.checkpoints,
+        source_file=spec.source_file,
+        launch_params={**spec.launch_params, **(params or {})},
     )
 
 

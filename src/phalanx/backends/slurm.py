@@ -132,17 +132,23 @@ class SlurmBackend:
     # -- submit ---------------------------------------------------------------------------------
     def submit(self, dry_run: DryRun) -> str:
         run_dir = self.run_dir(dry_run.context.experiment_id)
-        self._archive_previous_attempt(run_dir)
-        (run_dir / "logs").mkdir(parents=True, exist_ok=True)
-        (run_dir / "state").mkdir(parents=True, exist_ok=True)
-        script = run_dir / "job.sbatch"
-        script.write_text(expect_dry_run(dry_run, SlurmDryRun, self.name).script)
-        keys = [t.key for c in layout(dry_run.plan) for t in c.tasks]
-        (run_dir / "tasks").write_text("\n".join(keys) + "\n")
-        out = self._cmd(["sbatch", "--parsable", str(script)]).stdout.strip()
-        job_id = out.split(";")[0]
-        if not job_id.isdigit():
-            raise BackendUnavailable(f"sbatch answered {out!r}, not a job id")
+        first = not run_dir.exists()
+        try:
+            self._archive_previous_attempt(run_dir)
+            (run_dir / "logs").mkdir(parents=True, exist_ok=True)
+            (run_dir / "state").mkdir(parents=True, exist_ok=True)
+            script = run_dir / "job.sbatch"
+            script.write_text(expect_dry_run(dry_run, SlurmDryRun, self.name).script)
+            keys = [t.key for c in layout(dry_run.plan) for t in c.tasks]
+            (run_dir / "tasks").write_text("\n".join(keys) + "\n")
+            out = self._cmd(["sbatch", "--parsable", str(script)]).stdout.strip()
+            job_id = out.split(";")[0]
+            if not job_id.isdigit():
+                raise BackendUnavailable(f"sbatch answered {out!r}, not a job id")
+        except BaseException:
+            if first:  # Slurm took nothing: leave no folder for an experiment that never existed
+                shutil.rmtree(run_dir, ignore_errors=True)
+            raise
         log.info("submitted %s as Slurm job %s", dry_run.context.experiment_id, job_id)
         return f"{job_id}:{run_dir}"
 

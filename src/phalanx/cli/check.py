@@ -48,6 +48,13 @@ def check(
             "--allow-unused", help="Group files: a matrix name run.cmd never uses is a note, not an error."
         ),
     ] = False,
+    extra_params: Annotated[
+        bool,
+        typer.Option(
+            "--extra-params",
+            help="Accept --param names the file neither declares nor uses (refused without this flag).",
+        ),
+    ] = False,
 ) -> None:
     """Validate an experiment file and print its topology: every replica with its rank and resources."""
     from phalanx.errors import SpecError, UsageError
@@ -67,7 +74,7 @@ def check(
         check_group(file, overrides, output is Output.JSON, allow_unused)
         return
     try:
-        spec = load_spec(file, params=overrides)
+        spec = load_spec(file, params=overrides, extra_params=extra_params)
         plan = build_plan(spec)
     except SpecError as exc:
         if len(exc.problems) == 1 and exc.problems[0].line is None:  # missing file, directory, too large

@@ -123,7 +123,7 @@ class RichObserver:
 # ---- phalanx run ------------------------------------------------------------------------------
 
 
-def _load(file: Path, param: list[str] | None) -> Any:
+def _load(file: Path, param: list[str] | None, extra_params: bool = False) -> Any:
     from phalanx.errors import SpecError, UsageError
     from phalanx.spec.loader import load_spec, parse_param_overrides
 
@@ -133,7 +133,7 @@ def _load(file: Path, param: list[str] | None) -> Any:
         )
     overrides = parse_param_overrides(param or [])
     try:
-        return load_spec(file, params=overrides)
+        return load_spec(file, params=overrides, extra_params=extra_params)
     except SpecError as exc:
         if len(exc.problems) == 1 and exc.problems[0].line is None:  # missing file, directory, too large
             sys.stderr.write(f"error: {exc.problems[0]}\n")
@@ -158,6 +158,13 @@ def run(
             help="Override or add a param: NAME=VALUE (repeatable); fills {{ NAME }}.",
         ),
     ] = None,
+    extra_params: Annotated[
+        bool,
+        typer.Option(
+            "--extra-params",
+            help="Record --param names the file neither declares nor uses (refused without this flag).",
+        ),
+    ] = False,
     workdir: Annotated[
         Path | None,
         typer.Option("--workdir", metavar="DIR", help="Where replicas start (default: the file's folder)."),
@@ -226,7 +233,7 @@ def run(
         _check_id(experiment_id)
     if output is Output.YAML and not dry_run:
         raise UsageError("-o yaml shows what --dry-run would submit: add --dry-run, or use -o text or json")
-    spec = _load(file, param)
+    spec = _load(file, param, extra_params)
     for note in getattr(spec, "notes", ()):
         sys.stderr.write(f"note: {note}\n")
     # mistakes found now, before anything starts (and, with --detach, before it goes to the background)
@@ -240,7 +247,18 @@ def run(
         _check_home_and_db(settings)
     if detach and not dry_run:
         queueing = ["--priority", str(priority)] + (["--no-wait"] if no_wait else [])
-        _detach(file, param, workdir, oversubscribe, cluster, settings, output, queueing, experiment_id)
+        _detach(
+            file,
+            param,
+            workdir,
+            oversubscribe,
+            cluster,
+            settings,
+            output,
+            queueing,
+            experiment_id,
+            extra_params,
+        )
         return
     from phalanx import supervisor
     from phalanx.spec.loader import parse_param_overrides
@@ -284,9 +302,6 @@ def run(
 
     names = [r.name for r in prepared.plan.replicas]
     tty = sys.stdout.isatty() and output is Output.TEXT
-    sys.stderr.write(
-        f"phalanx: experiment {prepared.experiment_id} ({len(names)} replicas, {prepared.backend.name})\n"
-    )
     try:
         if tty:
             with RichObserver(names) as rich_observer:
@@ -366,6 +381,7 @@ def _detach(
     output: Output,
     queueing: list[str] | None = None,
     experiment_id: str | None = None,
+    extra_params: bool = False,
 ) -> None:
     """Start `phalanx run` again in its own session with its output in runs/<id>/supervisor.log,
     wait (bounded) until it has created the experiment, and print the id (``experiment_id`` when
@@ -391,6 +407,8 @@ def _detach(
     ]
     for p in param or []:
         argv += ["--param", p]
+    if extra_params:
+        argv.append("--extra-params")
     if workdir is not None:
         argv += ["--workdir", str(workdir.resolve())]
     if oversubscribe:

@@ -300,10 +300,22 @@ def run_details_text(details: dict[str, Any]) -> list[str]:
 def get(
     experiment_id: IdArg,
     output: Annotated[Format, typer.Option("-o", "--output", help="table or json")] = Format.TABLE,
+    file: Annotated[
+        bool, typer.Option("--file", help="Print only the experiment file it was launched with.")
+    ] = False,
 ) -> None:
-    """Show one experiment: status, times, replicas, parameters, artifacts and metrics."""
+    """Show one experiment: status, times, how it was launched (file, --param values, each replica's
+    command), replicas, parameters, artifacts and metrics."""
     store, _ = open_for_reading()
     e = store.get_experiment(experiment_id)
+    launch = _launch(e)
+    if file:
+        if e.spec_text is None:
+            from phalanx.errors import UsageError
+
+            raise UsageError(f"experiment {e.id} was not launched from a file (Task.init or an estimator)")
+        sys.stdout.write(e.spec_text if e.spec_text.endswith("\n") else e.spec_text + "\n")
+        return
     replicas = store.list_replicas(e.id)
     params = params_by_section(store.params(e.id))
     artifacts = store.artifacts(e.id)
@@ -312,6 +324,8 @@ def get(
     if output is Format.JSON:
         doc = experiment_json(e)
         doc.update(
+            launch=launch,
+            spec_text=e.spec_text,
             replicas=[replica_json(r) for r in replicas],
             params=params,
             artifacts=[artifact_json(a) for a in artifacts],
@@ -337,6 +351,15 @@ def get(
         )
     if e.tags:
         out.append(f"tags:      {', '.join(e.tags)}")
+    if launch["file"] or e.spec_text:
+        out.append(f"file:      {launch['file'] or '(text kept)'}  (phalanx get {e.id} --file prints it)")
+    if launch["params"]:
+        given = " ".join(f"{k}={_value(v)}" for k, v in launch["params"].items())
+        out.append(f"--param:   {given}")
+    if launch["commands"]:
+        out.append("")
+        out.append("commands:")
+        out.extend(f"  {name}: {command}" for name, command in launch["commands"].items())
     if str(e.status) == "queued":
         out.append(f"queue:     {_queue_place(e.id)}")
     out.append("")
@@ -366,6 +389,20 @@ def get(
         out.append("  (none)")
     out.extend(run_details_text(run_details(store, e.id)))
     typer.echo("\n".join(out))
+
+
+def _launch(e: Experiment) -> dict[str, Any]:
+    """How it was launched (kept with the plan since #10; older experiments show the plan's command)."""
+    plan = dict(e.plan or {})
+    launch = dict(plan.get("launch") or {})
+    commands = launch.get("commands")
+    if not commands and plan.get("command"):
+        commands = {r.get("name", "?"): plan["command"] for r in plan.get("replicas", [])}
+    return {
+        "file": launch.get("file"),
+        "params": dict(launch.get("params") or {}),
+        "commands": commands or {},
+    }
 
 
 def _opt(value: int | None) -> str:
@@ -538,3 +575,35 @@ def delete(
         emit_json({"deleted": e.id})
     else:
         typer.echo(f"deleted {e.id}")
+
+
+@app.command("gc")
+def gc(
+    min_age: Annotated[
+        float,
+        typer.Option(
+            "--min-age",
+            metavar="SECONDS",
+            help="Leave orphaned folders younger than this (a run that is just starting has one).",
+        ),
+    ] = 600.0,
+    output: Annotated[Format, typer.Option("-o", "--output", help="table or json")] = Format.TABLE,
+) -> None:
+    """Remove what no experiment needs (run folders and spools of deleted or never-recorded
+    experiments, ingested spools of finished ones) and compact the store (VACUUM)."""
+    from phalanx.gc import collect
+
+    store, settings = open_for_reading()
+    done = collect(store, settings, min_age=min_age)
+    if output is Format.JSON:
+        emit_json(done.to_json())
+        return
+    lines = [
+        f"removed {len(done.run_folders)} run folder(s), {len(done.spool_folders)} spool folder(s) and "
+        f"{len(done.spool_files)} spool file(s): {_size(done.bytes_freed)} freed"
+    ]
+    if done.store_bytes_before is not None and done.store_bytes_after is not None:
+        lines.append(f"store compacted: {_size(done.store_bytes_before)} -> {_size(done.store_bytes_after)}")
+    else:
+        lines.append("store compacted (VACUUM)")
+    typer.echo("\n".join(lines))

@@ -6,18 +6,18 @@ needs a distributed backend, what only parameter-server training uses, and that 
 
 from __future__ import annotations
 
-import difflib
 from collections.abc import Sequence
 from typing import Any
 
 from phalanx.domain import Framework
 from phalanx.errors import Problem
 from phalanx.estimators.distribution import MpiDistribution, PyTorchDistribution, TensorFlowDistribution
+from phalanx.suggest import closest
 
 
 def did_you_mean(word: str, choices: Sequence[str]) -> str:
-    close = difflib.get_close_matches(word, list(choices), n=1, cutoff=0.6)
-    return f" (did you mean {close[0]!r}?)" if close else ""
+    close = closest(word, choices)
+    return f" (did you mean {close!r}?)" if close else ""
 
 
 def _is_int(value: Any) -> bool:

@@ -6,13 +6,13 @@ and the loader raises one SpecError with all of them in file order.
 
 from __future__ import annotations
 
-import difflib
 import math
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from enum import StrEnum
 from typing import Any, TypeVar
 
+from phalanx import suggest
 from phalanx.errors import Problem, SpecError
 from phalanx.spec.yamltree import Mark, YKey, YMap, YNode, YScalar, YSeq, plain
 
@@ -21,9 +21,9 @@ E = TypeVar("E", bound=StrEnum)
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
-def did_you_mean(word: str, choices: Iterable[str]) -> str:
-    close = difflib.get_close_matches(word, list(choices), n=1, cutoff=0.6)
-    return f"; did you mean '{close[0]}'?" if close else ""
+def did_you_mean(word: str, choices: Iterable[str], fits: Callable[[str], bool] | None = None) -> str:
+    """ "; did you mean 'X'?" with the nearest choice by edit distance (phalanx.suggest), or ""."""
+    return suggest.did_you_mean(word, choices, fits)
 
 
 def join(path: str, key: str | int) -> str:
@@ -79,25 +79,31 @@ class Collector:
         allowed: Iterable[str] | None = None,
         refused: Mapping[str, str] | None = None,
         ignored: Mapping[str, str] | None = None,
+        shapes: Mapping[str, type] | None = None,
     ) -> YMap | None:
         """The node as a mapping whose keys are checked against ``allowed`` (None: any key).
 
         ``refused`` keys get their own explanation instead of "unknown key"; ``ignored`` keys are
-        accepted with a note (Polyaxon features that mean nothing here).
+        accepted with a note (Polyaxon features that mean nothing here). ``shapes``: what each
+        allowed key holds (YScalar, YSeq, YMap), so an unknown key's hint prefers, among equally
+        near names, one that takes the value written (`workers: 2` -> n_workers).
         """
         if not isinstance(node, YMap):
             self.add(node, path, f"expected a mapping (key: value lines), got {describe(node)}")
             return None
         if allowed is not None:
             allowed = list(allowed)
-            for key, _ in node.items:
+            for key, value in node.items:
                 sub = join(path, key.name)
                 if refused and key.name in refused:
                     self.add(key, sub, refused[key.name])
                 elif ignored and key.name in ignored:
                     self.note(key, sub, ignored[key.name])
                 elif key.name not in allowed:
-                    hint = did_you_mean(key.name, allowed)
+                    fits = None
+                    if shapes:
+                        fits = lambda name, v=value: isinstance(v, shapes.get(name, object))  # noqa: E731
+                    hint = did_you_mean(key.name, allowed, fits)
                     self.add(key, sub, f"unknown key{hint} (allowed here: {', '.join(allowed)})")
         return node
 

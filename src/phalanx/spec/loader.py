@@ -6,6 +6,7 @@ parsing; YAML alias bombs are refused while the document is copied (see ``yamltr
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import replace
@@ -25,11 +26,14 @@ _PARAM_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _LEADING_ZERO = re.compile(r"^[+-]?0[0-9xXoObB_]")
 
 
-def load_spec(path: str | Path, params: Mapping[str, Any] | None = None) -> ExperimentSpec:
+def load_spec(
+    path: str | Path, params: Mapping[str, Any] | None = None, extra_params: bool = False
+) -> ExperimentSpec:
     """Read and validate an experiment file.
 
     ``params`` are `--param name=value` overrides: they fill `{{ name }}` placeholders (even ones
-    the file does not declare) and take precedence over the file's params in the returned spec.
+    the file does not declare) and take precedence over the file's params in the returned spec; one
+    that does neither is refused unless ``extra_params`` (then it is recorded only).
     Raises SpecError (exit status 2) for a missing, unreadable or invalid file.
     """
     p = Path(path)
@@ -59,12 +63,12 @@ def load_spec(path: str | Path, params: Mapping[str, Any] | None = None) -> Expe
         line = data[: exc.start].count(b"\n") + 1
         column = exc.start - (data.rfind(b"\n", 0, exc.start) + 1) + 1
         raise SpecError(Problem("the file is not UTF-8 text", file=name, line=line, column=column)) from None
-    spec = load_spec_text(text, name, params=params)
+    spec = load_spec_text(text, name, params=params, extra_params=extra_params)
     return _with_source(spec, str(p.resolve()))
 
 
 def load_spec_text(
-    text: str, filename: str = "<text>", params: Mapping[str, Any] | None = None
+    text: str, filename: str = "<text>", params: Mapping[str, Any] | None = None, extra_params: bool = False
 ) -> ExperimentSpec:
     """Validate experiment-file text; ``filename`` is only used in messages."""
     if len(text.encode("utf-8", "surrogatepass")) > MAX_FILE_BYTES:
@@ -75,9 +79,10 @@ def load_spec_text(
     except TreeError as exc:
         raise SpecError(sorted_problems(exc.problems)) from None
     c.problems.extend(problems)
-    spec = read_spec(c, root, dict(params or {}))
+    spec = read_spec(c, root, dict(params or {}), extra_params=extra_params)
     c.raise_if_any()
     assert spec is not None  # read_spec returns None only with problems recorded
+    spec = replace(spec, launch_params=dict(params or {}))
     return _with_text(spec, text, tuple(str(n) for n in sorted_problems(c.notes)))
 
 
@@ -92,9 +97,11 @@ def _with_source(spec: ExperimentSpec, source: str) -> ExperimentSpec:
 def parse_param_overrides(items: Iterable[str]) -> dict[str, Any]:
     """`--param name=value` arguments -> {name: value}; values read as YAML scalars.
 
-    `lr=0.1` gives 0.1, `flag=true` gives True, `name=abc` gives "abc", `x=` gives "". A value that
-    is not a plain scalar in YAML (`[1, 2]`, `a: b`, `'unclosed`) is kept as the text given.
-    A later argument for the same name wins. Raises UsageError naming the bad argument.
+    `lr=0.1` gives 0.1, `flag=true` gives True, `name=abc` gives "abc", `x=` gives "". A list or
+    mapping must be written as JSON (`layers=[64, 32]`, `opt={"lr": 0.1}`); YAML's flow forms
+    (`{lr: 0.1}`) are refused, since what the command receives would differ from what was typed. Text
+    that YAML cannot read (`'unclosed`, `a: b`) is kept as given. A later argument for the same
+    name wins. Raises UsageError naming the bad argument.
     """
     out: dict[str, Any] = {}
     for item in items:
@@ -107,13 +114,22 @@ def parse_param_overrides(items: Iterable[str]) -> dict[str, Any]:
                 f"--param {item!r}: {name!r} is not a parameter name"
                 " (letters, digits and _, not starting with a digit)"
             )
-        out[name] = _scalar(raw)
+        out[name] = _scalar(raw, item)
     return out
 
 
-def _scalar(raw: str) -> Any:
+def _scalar(raw: str, item: str = "") -> Any:
     if raw.strip() == "":
         return raw
+    if raw.lstrip().startswith(("[", "{")):
+        try:
+            return json.loads(raw)
+        except ValueError:
+            raise UsageError(
+                f"--param {item!r}: a list or mapping must be JSON, e.g. --param 'layers=[64, 32]' or"
+                """ --param 'opt={"lr": 0.1}' (quote it for the shell); for text, write it as a JSON"""
+                " string"
+            ) from None
     try:
         value = yaml.safe_load(raw)
     except yaml.YAMLError:

@@ -82,6 +82,7 @@ class ExperimentSpec:
     max_run_seconds: float | None = None
     checkpoints: Mapping[str, Any] | None = None  # run.checkpoints: the retention policy
     source_file: str | None = None  # path of the file it came from, when it came from one
+    launch_params: Mapping[str, Any] = field(default_factory=dict)  # the `--param` values given at launch
     source_text: str | None = None  # the file's text, shown in the UI's Overview
     # Keys the loader accepted for Polyaxon compatibility but that change nothing here (e.g. `logging`),
     # as "FILE:LINE:COL: path: why" lines; `phalanx check` shows them. Not part of the spec's identity.

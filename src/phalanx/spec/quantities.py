@@ -7,9 +7,10 @@ ValueError with a message a person can act on.
 
 from __future__ import annotations
 
-import difflib
 import math
 import re
+
+from phalanx.suggest import did_you_mean
 
 _MIB = float(2**20)
 _MEMORY_UNITS: dict[str, float] = {
@@ -54,8 +55,7 @@ def parse_memory(value: object) -> float:
         if unit == "m":
             raise ValueError(f"{value!r}: 'm' means milli-bytes; did you mean 'Mi'?")
         if unit not in _MEMORY_UNITS:
-            close = difflib.get_close_matches(unit, list(_MEMORY_UNITS), n=1, cutoff=0.5)
-            hint = f"; did you mean '{close[0]}'?" if close else ""
+            hint = did_you_mean(unit, _MEMORY_UNITS)
             raise ValueError(f"{value!r}: unknown unit '{unit}'{hint} (units: Ki, Mi, Gi, Ti, k, M, G, T)")
         return number * _MEMORY_UNITS[unit] / _MIB
     return _finite_non_negative(value, "a memory size in MiB or a quantity like '512Mi'")

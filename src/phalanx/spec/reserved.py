@@ -38,9 +38,16 @@ RESERVED: dict[str, str] = {
 }
 
 
+# PHALANX_RESUME_CHECKPOINT / _STEP / _METRICS may be given: they name the checkpoint the first attempt
+# starts from (docs/checkpoints.md); Phalanx sets them itself only for restarts and `phalanx resume`.
+RESUME_PREFIX = "PHALANX_RESUME_"
+
+
 def reserved_reason(name: str) -> str | None:
     """Why ``name`` may not be given by the experiment, or None when it may."""
     who: str | None
+    if name.startswith(RESUME_PREFIX):
+        return None  # where the first attempt starts from (what an estimator's resume_from sets)
     if name.startswith("PHALANX_"):
         who = "Phalanx itself (which experiment and replica each process reports as, and where)"
     else:

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from phalanx.domain import BackendKind, Framework
+from phalanx.errors import Problem
 from phalanx.spec.errors import Collector, describe, did_you_mean, join
 from phalanx.spec.model import Build, ExperimentSpec, ReplicaTemplate
 from phalanx.spec.reserved import reserved_reason
@@ -60,7 +61,7 @@ BUILD_IGNORED = {
 RUN_KEYS = ("cmd", "max_restarts", "max_run_seconds", "checkpoints")
 
 PLACEHOLDER = re.compile(r"\{\{(.*?)\}\}", re.S)
-_NAME = re.compile(r"^\s*([A-Za-z_][A-Za-z0-9_]*)\s*$")
+_NAME = re.compile(r"^\s*([A-Za-z_][A-Za-z0-9_]*)\s*(\|\s*raw\s*)?$")  # `| raw`: not shell-quoted
 _CONTINUATION = re.compile(r"\\[ \t]*$")
 
 
@@ -69,11 +70,14 @@ def read_spec(
     root: YNode | None,
     overrides: Mapping[str, Any],
     group: GroupReading | None = None,
+    extra_params: bool = False,
 ) -> ExperimentSpec | None:
     """The spec, or None when problems were found (they are in ``c``).
 
     ``group``: the file is a `kind: group` (read by ``spec.group``): its hptuning and inputs keys are
     accepted, and the matrix names count as known placeholders; the spec returned is the trials' base.
+    An override that fills no placeholder and names no declared param is refused unless
+    ``extra_params`` (then it is only recorded): a misspelt `--param lrr=0.1` used to be ignored.
     """
     if root is None:
         c.add(
@@ -132,6 +136,8 @@ def read_spec(
     if command is not None:
         names = {**known, **dict.fromkeys(group.sampled if group else ())}
         _check_placeholders(c, root, command, names)
+        if not extra_params and params is not None and group is None:
+            _check_overrides(c, command, params, overrides)
 
     if c.problems or version is None or command is None:
         return None
@@ -399,6 +405,33 @@ def _check_placeholders(
                     f"unknown placeholder {{{{ {n} }}}}: not in params{hint}{listed}; "
                     f"declare it under params: or pass --param {n}=VALUE",
                 )
+
+
+def _check_overrides(
+    c: Collector,
+    command: list[tuple[str, YScalar]],
+    declared: Mapping[str, Any],
+    overrides: Mapping[str, Any],
+) -> None:
+    used = {
+        m.group(1)
+        for text, _ in command
+        for p in PLACEHOLDER.finditer(text)
+        if (m := _NAME.match(p.group(1)))
+    }
+    for name in overrides:
+        if name in declared or name in used:
+            continue
+        choices = sorted(set(declared) | used)
+        hint = did_you_mean(name, choices)
+        listed = f" (it has: {', '.join(choices)})" if choices else ""
+        c.problems.append(
+            Problem(
+                f"the file neither declares a param {name!r} nor uses {{{{ {name} }}}} in run.cmd"
+                f"{listed}{hint}; fix the name, or pass --extra-params to record it anyway",
+                path=f"--param {name}",
+            )
+        )
 
 
 def _placeholder_mark(node: YScalar, placeholder: str, start: int) -> tuple[Mark, int]:

@@ -18,7 +18,7 @@ from phalanx.errors import UsageError
 from phalanx.spec.errors import Collector, describe, join
 from phalanx.spec.model import ReplicaTemplate, Topology
 from phalanx.spec.quantities import parse_cpu, parse_gpu, parse_memory
-from phalanx.spec.yamltree import Mark, YKey, YMap, YNode, YScalar, is_null, plain
+from phalanx.spec.yamltree import Mark, YKey, YMap, YNode, YScalar, YSeq, is_null, plain
 
 FRAMEWORK_SECTIONS = tuple(f.value for f in Framework)
 TEMPLATE_KEYS = ("resources", "node_selector", "affinity", "tolerations")
@@ -35,6 +35,13 @@ TOPOLOGY_KEYS = (
     "default_ps_resources",
     "ps_resources",
 )
+TOPOLOGY_SHAPES: dict[str, type] = {
+    **dict.fromkeys(("n_workers", "n_ps", "processes_per_replica"), YScalar),
+    **dict.fromkeys(("worker", "ps", "worker_resources", "ps_resources"), YSeq),
+    **dict.fromkeys(
+        ("default_worker", "default_ps", "default_worker_resources", "default_ps_resources"), YMap
+    ),
+}
 ENVIRONMENT_KEYS = ("resources", "node_selector", "affinity", "tolerations", "replicas", *FRAMEWORK_SECTIONS)
 ENVIRONMENT_IGNORED = {
     name: f"accepted for Polyaxon compatibility and ignored: {why}"
@@ -113,7 +120,7 @@ def read_environment(c: Collector, node: YNode, path: str = "environment") -> En
 
 def read_topology(c: Collector, node: YNode, path: str, section: YKey) -> TopologyDraft:
     draft = TopologyDraft(path=path, key=section)
-    m = c.mapping(node, path, TOPOLOGY_KEYS)
+    m = c.mapping(node, path, TOPOLOGY_KEYS, shapes=TOPOLOGY_SHAPES)
     if m is None:
         return draft
     for key, value in m.items:
@@ -142,7 +149,7 @@ def read_topology(c: Collector, node: YNode, path: str, section: YKey) -> Topolo
             _set_default(c, draft, role, ReplicaTemplate(resources=res), key)
         elif key.name in ("worker", "ps"):
             _read_entries(c, draft, key.name, value, sub, resources_only=False)
-        else:  # worker_resources / ps_resources
+        elif key.name in ("worker_resources", "ps_resources"):
             _read_entries(c, draft, key.name.removesuffix("_resources"), value, sub, resources_only=True)
     return draft
 

@@ -303,34 +303,33 @@ class Store(Protocol):
         checkpoint_step: int | None = None,
         started_at: float | None = None,
     ) -> int:
-        """Record a started group (``kind``: start, restart or resume; ``checkpoint_step``: the
-        checkpoint it goes on from) as running; returns its number (0, 1, ...). Only the supervisor
-        calls this. Raises NotFound."""
+        """Record a started group of replicas (``kind``: start, restart, resume), continuing from
+        ``checkpoint_step`` when given; returns its number (1, 2, ...). Raises NotFound."""
         ...
 
     def finish_attempt(
         self, experiment_id: str, number: int, *, status: ExperimentStatus, reason: str | None = None
     ) -> None:
-        """Record how attempt ``number`` ended (now). Only the supervisor calls this. Raises
-        NotFound (no such experiment; an unknown attempt number changes nothing)."""
+        """Record how attempt ``number`` ended. Returns None. Raises NotFound."""
         ...
 
     def attempts(self, experiment_id: str) -> list[dict[str, Any]]:
-        """Its attempts in order, each with number, kind, status, reason, checkpoint_step,
-        started_at and finished_at. Raises NotFound."""
+        """Attempts in order: number, kind, status, reason, checkpoint_step, started_at, finished_at.
+        Returns [] for an experiment without any. Raises NotFound."""
         ...
 
     def reopen_experiment(self, experiment_id: str) -> Experiment:
-        """A failed or stopped experiment starts again (`phalanx resume`). Conflict otherwise."""
+        """A failed or stopped experiment starts again (`phalanx resume`); returns it as it now is.
+        Raises NotFound, or Conflict when it is not failed or stopped."""
         ...
 
     def set_repro(self, experiment_id: str, repro: Mapping[str, Any]) -> None:
-        """Store what the experiment ran (``phalanx.repro``: commit, diff, packages, host...),
-        replacing what was there. Raises NotFound."""
+        """Record what ran (git, packages, versions, host, launch, snapshot). Returns None. Raises
+        NotFound."""
         ...
 
     def repro(self, experiment_id: str) -> dict[str, Any]:
-        """What ``set_repro`` stored; {} when nothing was. Raises NotFound."""
+        """What ``set_repro`` recorded; {} when nothing was. Raises NotFound."""
         ...
 
 

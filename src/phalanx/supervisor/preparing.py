@@ -200,6 +200,23 @@ def render_dry_run(prepared: Prepared) -> str:
     return dry.text() if isinstance(dry, LocalDryRun) else dry.render()
 
 
+def launch_json(prepared: Prepared) -> dict[str, Any]:
+    """How the experiment was launched, kept with its plan (`phalanx get`, the API): the file, the
+    `--param` values given and the command each replica runs, params filled in and quoted."""
+    import shlex
+
+    plan = prepared.plan
+    commands = {r.name: plan.command for r in plan.replicas}
+    native = prepared.dry_run.native
+    if isinstance(native, dict) and native.get("engine") == "local":
+        for unit in native["units"]:
+            argv = unit["processes"][0]["argv"]  # every process of a unit runs the same argv
+            shown = argv[2] if argv[:2] == ["/bin/sh", "-c"] else shlex.join(argv)
+            for name in unit["replicas"]:
+                commands[name] = shown
+    return {"file": plan.source_file, "params": dict(plan.launch_params), "commands": commands}
+
+
 def dry_run_json(prepared: Prepared) -> dict[str, Any]:
     dry = prepared.dry_run
     doc: dict[str, Any] = {

@@ -6,6 +6,8 @@ import contextlib
 import json
 import logging
 import os
+import secrets
+import shutil
 import signal
 import threading
 import time
@@ -19,7 +21,7 @@ from phalanx.config import Settings
 from phalanx.domain import ExperimentStatus, Framework, Replica, ReplicaState
 from phalanx.plan import Plan
 from phalanx.spec.model import ExperimentSpec
-from phalanx.supervisor.preparing import Prepared, ingester_here, prepare
+from phalanx.supervisor.preparing import Prepared, ingester_here, launch_json, prepare
 
 if TYPE_CHECKING:
     from phalanx.store.base import IngestStore
@@ -241,8 +243,9 @@ class Supervisor:
         # a stop file here already is a request made before we started (Run.cancel right after
         # submit): ids are never reused, so it is honoured, not cleared
         record_process(self.run_dir / "supervisor.pid")  # "pid start-time host": what a stop trusts
-        # a resumed experiment's console is a new stream: the old one's numbers are already stored
-        stream = f"console-{self.id}" if not self.resume else f"console-{self.id}-{int(time.time() * 1000)}"
+        # a stream of its own per supervisor process: once ingested it is removed (_tidy), and a later
+        # supervisor of the same experiment (a resume) must not reopen a stream the store has seen
+        stream = f"console-{self.id}-{os.getpid()}-{secrets.token_hex(4)}"
         self._spool = SpoolWriter(self.spool_dir, experiment_id=self.id, stream=stream)
         previous = self._install_signals()
         stop_ingest = threading.Event()
@@ -276,6 +279,10 @@ class Supervisor:
                         self._join_tails()
                     raise
                 self._store_ready.set()
+            # announced once the engine has taken it: a submit that fails names no experiment
+            self.observer.message(
+                f"experiment {self.id} ({len(self.replicas)} replicas, {self.p.backend.name})"
+            )
             created = True
             ingest_thread = self._start_ingester(stop_ingest)
             outcome = self._attempts(handle)
@@ -295,6 +302,7 @@ class Supervisor:
                 self._repro_thread.join(timeout=120)
             if created or self._created:
                 self._finish(outcome)
+                self._tidy(ingested=ingest_thread is not None and not ingest_thread.is_alive())
             if self._admission is not None:  # after the replicas are gone: their cores are free
                 self._admission.release()
             with contextlib.suppress(FileNotFoundError):
@@ -425,7 +433,7 @@ class Supervisor:
             tags=plan.tags,
             topology=plan.topology(),
             spec_text=plan.source_text,
-            plan=plan.to_json(),
+            plan={**plan.to_json(), "launch": launch_json(self.p)},
             status=status,
         )
 
@@ -721,6 +729,26 @@ class Supervisor:
         """A supervisor note in the console of every replica (restarts, servers stopped)."""
         for replica in self.replicas.values():
             self._line(replica, text)
+
+    def _tidy(self, ingested: bool) -> None:
+        """Keep one copy of the console, the store's: once every line this supervisor spooled is
+        ingested, its spool file goes (docs/tracking.md), and so do the local engine's log files,
+        which held the same lines again. Anything not yet ingested stays for the next ingester."""
+        if not ingested:
+            return
+        try:
+            path = self._spool.path
+            position = getattr(self.store, "ingest_position", None)
+            if position is None or position(self._spool.stream)[0] < path.stat().st_size:
+                return
+            path.unlink()
+            path.with_suffix(".ack").unlink(missing_ok=True)
+            if self.p.backend.name == "local":
+                shutil.rmtree(self.run_dir / "logs", ignore_errors=True)
+            with contextlib.suppress(OSError):
+                self.spool_dir.rmdir()  # only when nothing else (a script's stream) is left in it
+        except Exception:  # tidying must never change the outcome
+            log.warning("could not remove the ingested console spool of %s", self.id, exc_info=True)
 
     def _finish(self, outcome: Outcome) -> None:
         """Record the outcome, retrying while the store is unreachable; if it stays away, leave the

@@ -143,3 +143,36 @@ def test_reserved_environment_names_are_errors_naming_who_sets_them(tmp_path: Pa
         "build.env_vars.WORLD_SIZE: WORLD_SIZE is set by the PyTorch launcher",
     )
     assert "MY_SETTING" not in done.stderr and "OTHER" not in done.stderr
+
+
+# --- did-you-mean ------------------------------------------------------------------------------
+
+
+def test_did_you_mean_offers_the_nearest_name_never_a_farther_one(tmp_path: Path) -> None:
+    """`1gi` used to suggest 'Ti' and `workers: 2` the per-index list 'worker' (then failed on its
+    value a second time)."""
+    file = spec(
+        tmp_path,
+        """
+        version: 1
+        kind: experiment
+        framework: pytorch
+        environment:
+          replicas:
+            workers: 2
+            Worker: [{index: 0}]
+          resources:
+            memory: {limits: 1gi}
+        run:
+          cmd: echo
+        """,
+    )
+    done = phalanx("check", "-f", file)
+    refused(
+        done,
+        "environment.replicas.workers: unknown key; did you mean 'n_workers'?",
+        "environment.replicas.Worker: unknown key; did you mean 'worker'?",
+        "unknown unit 'gi'; did you mean 'Gi'?",
+    )
+    assert "expected a list" not in done.stderr and "did you mean 'Ti'" not in done.stderr
+    assert done.stderr.count("\n") == 4  # three problems and the summary: nothing said twice

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from phalanx.errors import SpecError, UsageError
@@ -26,7 +28,8 @@ FILE = (
         ("nothing=null", None),
         ("spaced=a b", "a b"),
         ("eq=a=b", "a=b"),
-        ("list=[1, 2]", "[1, 2]"),
+        ("list=[1, 2]", [1, 2]),  # JSON
+        ('mapping={"a": 1}', {"a": 1}),
         ("id=0123", "0123"),
         ("date=2020-01-01", "2020-01-01"),
         ("broken='open", "'open"),
@@ -63,9 +66,42 @@ def test_an_override_may_fill_a_placeholder_the_file_does_not_declare() -> None:
     assert build_plan(spec).command == "python x.py --seed=7"
 
 
-def test_an_override_of_an_unused_name_is_kept_as_a_param() -> None:
-    spec = load_spec_text(FILE, "f.yml", params={"note": "baseline"})
+def test_an_override_of_an_unused_name_is_refused_unless_extras_are_asked_for() -> None:
+    with pytest.raises(SpecError, match=r"--param lrr: .*did you mean 'lr'\?.*--extra-params"):
+        load_spec_text(FILE, "f.yml", params={"lrr": 0.5})
+    spec = load_spec_text(FILE, "f.yml", params={"note": "baseline"}, extra_params=True)
     assert spec.params["note"] == "baseline"
+
+
+@pytest.mark.parametrize("arg", ["m={a: 1}", "l=[a, b]", "m={'a': 1}"])
+def test_a_list_or_mapping_must_be_json(arg: str) -> None:
+    with pytest.raises(UsageError, match="must be JSON"):
+        parse_param_overrides([arg])
+
+
+@pytest.mark.parametrize(
+    ("cmd", "value", "argv"),
+    [
+        ("echo {{ v }}", "it's", ["it's"]),
+        ("echo {{ v }}", "a;echo X", ["a;echo X"]),
+        ("echo {{ v }}", "a b  c", ["a b  c"]),
+        ("echo --v={{ v }}", "$(id) `id`", ["--v=$(id) `id`"]),
+        ('echo "--v={{ v }}"', 'say "hi" $HOME \\', ['--v=say "hi" $HOME \\']),
+        ("echo '{{ v }}'", "it's", ["it's"]),
+        ("echo {{ v }}", {"a": [1, 2]}, ['{"a": [1, 2]}']),
+        ("echo {{ v | raw }}", "a b", ["a", "b"]),
+    ],
+)
+def test_a_value_reaches_the_command_as_one_argument(cmd: str, value: object, argv: list[str]) -> None:
+    """Values used to be pasted into the shell as written: `it's` failed at run time, `a;echo X`
+    ran a second command, a mapping became several words."""
+    import subprocess
+
+    text = f"version: 1\nkind: experiment\nrun:\n  cmd: {json.dumps(cmd)}\n"
+    spec = load_spec_text(text, "f.yml", params={"v": value})
+    command = build_plan(spec).command.replace("echo", "printf '%s\\n'", 1)
+    out = subprocess.run(["/bin/sh", "-c", command], capture_output=True, text=True, check=True).stdout
+    assert out.split("\n")[:-1] == argv
 
 
 def test_booleans_are_written_as_yaml_spells_them() -> None:

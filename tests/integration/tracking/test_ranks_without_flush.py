@@ -18,6 +18,7 @@ from phalanx.ingest import Ingester
 from phalanx.store import open_store
 
 pytest.importorskip("torch")
+pytestmark = pytest.mark.slow
 
 SCRIPT = textwrap.dedent(
     """

@@ -1,0 +1,192 @@
+"""Garbage collection of what experiments leave on disk: `phalanx gc`, and ``collect`` for a
+server's periodic sweep.
+
+After one ingest pass (so nothing that reached a spool is lost), it removes
+* run folders (``runs/<id>``) of experiments the store does not hold, once no supervisor runs for
+  them and they are older than ``min_age`` (a `--detach` run creates its folder a moment before
+  the experiment);
+* spool folders (``spool/<id>``) of experiments the store does not hold, once every writer of them
+  has exited (deleted experiments, scripts killed before their first record was ingested);
+* spool files of finished experiments that are fully ingested and whose writers have exited (a
+  supervisor that died before tidying up, a stream no ingester saw close), and empty spool folders;
+then compacts the store: VACUUM (and a WAL checkpoint) on SQLite, VACUUM on PostgreSQL, giving back
+the pages `phalanx delete` freed.
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from phalanx.config import Settings
+from phalanx.errors import NotFound
+from phalanx.tracking.spool import ACK_SUFFIX, SUFFIX, writer_gone
+
+log = logging.getLogger(__name__)
+
+MIN_AGE_SECONDS = 600.0
+
+
+@dataclass
+class Collected:
+    run_folders: list[str] = field(default_factory=list)
+    spool_folders: list[str] = field(default_factory=list)
+    spool_files: list[str] = field(default_factory=list)
+    bytes_freed: int = 0
+    store_bytes_before: int | None = None
+    store_bytes_after: int | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "run_folders": self.run_folders,
+            "spool_folders": self.spool_folders,
+            "spool_files": self.spool_files,
+            "bytes_freed": self.bytes_freed,
+            "store_bytes_before": self.store_bytes_before,
+            "store_bytes_after": self.store_bytes_after,
+        }
+
+
+def collect(
+    store: Any, settings: Settings, *, min_age: float = MIN_AGE_SECONDS, vacuum: bool = True
+) -> Collected:
+    """Remove what no experiment needs any more and compact the store (see the module docstring)."""
+    from phalanx.ingest import Ingester
+    from phalanx.supervisor.stopping import supervisor_pid
+
+    out = Collected()
+    try:
+        Ingester(store, store.artifact_store, settings.spool_dir).run_once()
+    except Exception:  # a spool that cannot be ingested now is kept: it is not garbage
+        log.exception("gc: ingest pass failed; spools are kept")
+        return out
+    now = time.time()
+    runs = settings.runs_dir
+    for folder in sorted(runs.iterdir()) if runs.is_dir() else []:
+        if not folder.is_dir() or _exists(store, folder.name) or supervisor_pid(settings, folder.name):
+            continue
+        if now - _newest(folder) < min_age:
+            continue
+        out.bytes_freed += _size(folder)
+        shutil.rmtree(folder, ignore_errors=True)
+        out.run_folders.append(folder.name)
+    spool = settings.spool_dir
+    for folder in sorted(spool.iterdir()) if spool.is_dir() else []:
+        if not folder.is_dir():
+            continue
+        streams = list(folder.glob(f"*{SUFFIX}"))
+        exists = _exists(store, folder.name)
+        if not exists:
+            live = [s for s in streams if not _finished_writer(s.stem, settings, folder.name)]
+            if not live and now - _newest(folder) >= min_age:
+                out.bytes_freed += _size(folder)
+                shutil.rmtree(folder, ignore_errors=True)
+                out.spool_folders.append(folder.name)
+            continue
+        for path in streams:
+            if not _finished_writer(path.stem, settings, folder.name):
+                continue
+            if store.ingest_position(path.stem)[0] < path.stat().st_size:
+                continue  # not all of it is in the store (a partial last line stays too)
+            out.bytes_freed += path.stat().st_size
+            for leftover in (path, path.with_suffix(ACK_SUFFIX)):
+                leftover.unlink(missing_ok=True)
+            shutil.rmtree(folder / "files" / path.stem, ignore_errors=True)
+            out.spool_files.append(f"{folder.name}/{path.name}")
+        if not any(folder.glob(f"*{SUFFIX}")) and not supervisor_pid(settings, folder.name):
+            for name in ("ingest.log", "files"):
+                target = folder / name
+                shutil.rmtree(target, ignore_errors=True) if target.is_dir() else target.unlink(
+                    missing_ok=True
+                )
+            try:
+                folder.rmdir()
+                out.spool_folders.append(folder.name)
+            except OSError:
+                pass  # something else lives there: keep it
+    if vacuum:
+        out.store_bytes_before = _store_bytes(settings)
+        compact(store)
+        out.store_bytes_after = _store_bytes(settings)
+    return out
+
+
+def compact(store: Any) -> None:
+    """VACUUM the store's database. Both engines refuse it inside a transaction, and the store's
+    SQLite engine begins one on every connection, so it goes through the driver's own connection."""
+    engine = getattr(store, "engine", None)
+    if engine is None:
+        return
+    raw = engine.raw_connection()
+    try:
+        driver = raw.driver_connection
+        if engine.dialect.name == "sqlite":
+            driver.isolation_level = None  # autocommit: no implicit BEGIN
+            driver.execute("VACUUM")
+            driver.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        else:
+            raw.rollback()
+            driver.autocommit = True  # psycopg: VACUUM needs autocommit
+            try:
+                with driver.cursor() as cur:
+                    cur.execute("VACUUM")
+            finally:
+                driver.autocommit = False
+    finally:
+        raw.close()
+
+
+def _finished_writer(stream: str, settings: Settings, experiment_id: str) -> bool:
+    """Whether the process writing ``stream`` has exited. A supervisor's console stream ends with
+    its supervisor; a stream named otherwise by another host cannot be told, so it is kept."""
+    from phalanx.supervisor.stopping import supervisor_pid
+
+    if stream.startswith("console-"):
+        return supervisor_pid(settings, experiment_id) is None
+    return writer_gone(stream)
+
+
+def _exists(store: Any, experiment_id: str) -> bool:
+    try:
+        return bool(store.get_experiment(experiment_id).id == experiment_id)
+    except NotFound:
+        return False
+    except Exception:  # an ambiguous prefix, a store hiccup: keep what might belong to something
+        return True
+
+
+def _newest(folder: Path) -> float:
+    newest = folder.stat().st_mtime
+    for path in folder.rglob("*"):
+        try:
+            newest = max(newest, path.lstat().st_mtime)
+        except OSError:
+            continue
+    return newest
+
+
+def _size(folder: Path) -> int:
+    total = 0
+    for path in folder.rglob("*"):
+        try:
+            if path.is_file() and not path.is_symlink():
+                total += path.stat().st_size
+        except OSError:
+            continue
+    return total
+
+
+def _store_bytes(settings: Settings) -> int | None:
+    """The SQLite database's size on disk (with its WAL); None for a database server."""
+    if settings.db_url and not settings.db_url.startswith("sqlite"):
+        return None
+    db = (
+        Path(settings.database_url.removeprefix("sqlite:///"))
+        if settings.db_url
+        else settings.home / "phalanx.db"
+    )
+    return sum(p.stat().st_size for p in (db, db.with_name(db.name + "-wal")) if p.exists()) or None
