@@ -27,7 +27,7 @@ from phalanx.backends.base import DryRun, JobStatus, LaunchContext, ReplicaStatu
 from phalanx.backends.kube_api import KubeError, selector
 from phalanx.backends.kube_objects import KubeDryRun, env_list, image, labels, prefix, resources
 from phalanx.backends.kubeflow import _strict
-from phalanx.backends.kubernetes import KubeEngine, pod_env, pod_status
+from phalanx.backends.kubernetes import KubeEngine, pod_status
 from phalanx.domain import ExperimentStatus, Framework, ReplicaState
 from phalanx.errors import BackendUnavailable, NotFound, Problem, SpecError
 from phalanx.plan import Plan
@@ -175,16 +175,7 @@ class TrainerBackend(KubeEngine):
     restarts_itself = True  # the runtime's JobSet restarts failed nodes itself
 
     def dry_run(self, plan: Plan, context: LaunchContext) -> DryRun:
-        job = render_trainjob(
-            plan,
-            context.experiment_id,
-            self.namespace,
-            pod_env(plan, context, self.cluster.server_url),
-            server_url=self.cluster.server_url,
-            env_volume=self.cluster.env_volume,
-            workdir=context.workdir,
-        )
-        return KubeDryRun(backend=self.name, plan=plan, context=context, objects=(job,))
+        return self.kube_dry_run(plan, context, render_trainjob)
 
     def submit(self, dry_run: DryRun) -> str:
         job = copy.deepcopy(dict(expect_dry_run(dry_run, KubeDryRun, self.name).objects[0]))

@@ -250,6 +250,8 @@ class KubeEngine:
     """What both Kubernetes engines share: the cluster, its namespace, the API (the official client
     from kubeconfig unless one is given, e.g. a fake in tests) and the log readers."""
 
+    name: str  # each engine's own ("kubernetes", "kubeflow", "trainer")
+
     def __init__(
         self,
         settings: Settings | None = None,
@@ -271,6 +273,26 @@ class KubeEngine:
 
             self._api = ClientAPI(self.cluster.context)
         return self._api
+
+    def kube_dry_run(
+        self,
+        plan: Plan,
+        context: LaunchContext,
+        render: Callable[..., Mapping[str, Any] | list[dict[str, Any]]],
+    ) -> KubeDryRun:
+        """The engine's dry run: ``render`` (its own render function) given this cluster's namespace,
+        the pods' environment, the server URL and the environments volume; owner object first."""
+        rendered = render(
+            plan,
+            context.experiment_id,
+            self.namespace,
+            pod_env(plan, context, self.cluster.server_url),
+            server_url=self.cluster.server_url,
+            env_volume=self.cluster.env_volume,
+            workdir=context.workdir,
+        )
+        objects = tuple(rendered) if isinstance(rendered, list) else (rendered,)
+        return KubeDryRun(backend=self.name, plan=plan, context=context, objects=objects)
 
     def pod_lines(
         self, handle: str, namespace: str, pod: str, follow: bool, gone: Callable[[KubeError], bool]
@@ -334,16 +356,7 @@ class KubernetesBackend(KubeEngine):
     name = "kubernetes"
 
     def dry_run(self, plan: Plan, context: LaunchContext) -> DryRun:
-        objects = render_native(
-            plan,
-            context.experiment_id,
-            self.namespace,
-            pod_env(plan, context, self.cluster.server_url),
-            server_url=self.cluster.server_url,
-            env_volume=self.cluster.env_volume,
-            workdir=context.workdir,
-        )
-        return KubeDryRun(backend=self.name, plan=plan, context=context, objects=tuple(objects))
+        return self.kube_dry_run(plan, context, render_native)
 
     def submit(self, dry_run: DryRun) -> str:
         objects = copy.deepcopy([dict(o) for o in expect_dry_run(dry_run, KubeDryRun, self.name).objects])
