@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 from phalanx.domain import Event, EventKind
 from phalanx.errors import UsageError
+from phalanx.procs import pid_alive
 from phalanx.store.artifacts import ArtifactStore, safe_path
 from phalanx.store.sql.events import check_event
 from phalanx.tracking.spool import (
@@ -347,20 +348,6 @@ def ingest_pending(store: IngestStore, spool: str | os.PathLike[str]) -> int:
     return Ingester(store, store.artifact_store, spool).run_once()
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    try:  # a zombie child of ours is dead too
-        with open(f"/proc/{pid}/stat") as fh:
-            return fh.read().split(")")[-1].split()[0] != "Z"
-    except OSError:
-        return True
-
-
 def _start_relays(console_fds: str | None, spool: str | os.PathLike[str]) -> list[threading.Thread]:
     """Threads relaying a plain script's console pipes (``--console-fds``) to its terminal and, as
     LOG records of its experiment, to the spool: from this process, which outlives the script."""
@@ -420,7 +407,7 @@ def main(argv: list[str] | None = None) -> int:
         log.info("ingested %d events", n)
         return 0
     relays = _start_relays(args.console_fds, args.spool or settings.spool_dir)
-    while _alive(args.follow_pid):
+    while pid_alive(args.follow_pid):
         try:
             if ingester.run_once() == 0:
                 time.sleep(args.interval)

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from phalanx.domain import ExperimentStatus, ReplicaState
-from phalanx.procs import recorded_but_gone
+from phalanx.procs import recorded_but_gone, start_time
 
 if TYPE_CHECKING:
     from phalanx.config import Settings
@@ -32,11 +32,10 @@ FAULT_FILE = "fault-{pid}.txt"  # where a plain script's faulthandler writes a c
 
 def process_start(pid: int) -> float | None:
     """When process ``pid`` started (seconds since the epoch), None if it does not run (or is a zombie)."""
+    ticks = start_time(pid)
+    if ticks is None:
+        return None
     try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        if fields[0] == "Z":
-            return None
-        ticks = int(fields[19])
         btime = next(
             int(line.split()[1])
             for line in Path("/proc/stat").read_text().splitlines()

@@ -24,6 +24,7 @@ from pathlib import Path
 
 from phalanx.backends.base import DryRun, JobStatus, LaunchContext, ReplicaStatus, expect_dry_run
 from phalanx.backends.dry_runs import SlurmDryRun
+from phalanx.backends.logfiles import follow_file
 from phalanx.backends.slurm_script import layout, render
 from phalanx.clusters import Cluster
 from phalanx.config import Settings
@@ -303,35 +304,21 @@ class SlurmBackend:
         """Lines of a replica's console (its first process); with follow, until the job has ended."""
         _, run_dir = self._split(handle)
         path = run_dir / "logs" / f"{replica}.log"
-        pending = b""
-        pos = 0
         last_check = 0.0
-        done = not follow
-        while True:
-            if follow and time.monotonic() - last_check > 1.0:
+        done = False
+
+        def ended() -> bool:  # asks slurmctld at most once a second
+            nonlocal last_check, done
+            if time.monotonic() - last_check > 1.0:
                 last_check = time.monotonic()
                 try:
                     status = self.describe(handle)
-                    done = status is None or status.status.done  # read the flag before the file
+                    done = status is None or status.status.done
                 except BackendUnavailable:
                     log.warning("slurmctld did not answer; still following %s", path)
-            try:
-                with open(path, "rb") as f:
-                    f.seek(pos)
-                    chunk = f.read()
-            except FileNotFoundError:
-                chunk = b""
-            pos += len(chunk)
-            lines = (pending + chunk).split(b"\n")
-            pending = lines.pop()
-            for line in lines:
-                yield line.decode("utf-8", "replace")
-            if done:
-                if pending:
-                    yield pending.decode("utf-8", "replace")
-                return
-            if not chunk:
-                time.sleep(0.2)
+            return done
+
+        yield from follow_file(path, 0, ended if follow else None, poll=0.2)
 
     # -- cancel ---------------------------------------------------------------------------------
     def cancel(self, handle: str) -> None:

@@ -560,7 +560,8 @@ def _gone(store: Any, settings: Settings, exp: Any) -> str | None:
     processes here are all gone. None when it cannot tell (another machine's run or script)."""
     import socket
 
-    from phalanx.supervisor.stopping import pid_alive, supervisor_pid
+    from phalanx.procs import pid_alive
+    from phalanx.supervisor.stopping import supervisor_pid
 
     if exp.backend == "script":
         here = socket.gethostname()

@@ -24,7 +24,7 @@ from phalanx.spec.model import ExperimentSpec
 from phalanx.supervisor.preparing import Prepared, ingester_here, launch_json, prepare
 
 if TYPE_CHECKING:
-    from phalanx.store.base import Store
+    from phalanx.store.base import IngestStore
 
 log = logging.getLogger(__name__)
 
@@ -110,7 +110,7 @@ def launch(
     spec_or_plan: ExperimentSpec | Plan,
     *,
     settings: Settings | None = None,
-    store: Store | None = None,
+    store: IngestStore | None = None,
     observer: Observer | None = None,
     handle_signals: bool = True,
     priority: int = 0,
@@ -121,11 +121,11 @@ def launch(
     and ``wait`` as for Supervisor)."""
     settings = settings or Settings()
     prepared = prepare(spec_or_plan, settings=settings, **options)
-    opener: Store | Callable[[], Store]
+    opener: IngestStore | Callable[[], IngestStore]
     if store is None:
         from phalanx.store import open_store
 
-        def opener() -> Store:
+        def opener() -> IngestStore:
             return open_store(settings)
 
     else:
@@ -162,7 +162,7 @@ class Supervisor:
     def __init__(
         self,
         prepared: Prepared,
-        store: Store | Callable[[], Store],
+        store: IngestStore | Callable[[], IngestStore],
         settings: Settings,
         observer: Observer | None = None,
         *,
@@ -178,7 +178,7 @@ class Supervisor:
         attempt, from its latest checkpoint, instead of creating one."""
         self.p = prepared
         self._store_factory = store
-        self.store: Store = None  # type: ignore[assignment]  # set by run()
+        self.store: IngestStore = None  # type: ignore[assignment]  # set by run()
         self.settings = settings
         self.observer: Observer = _Shielded(observer or LoggingObserver())
         self.handle_signals = handle_signals
@@ -458,7 +458,7 @@ class Supervisor:
             from phalanx.ingest import Ingester
         except ImportError:  # pragma: no cover - ingest ships with Phalanx
             return None
-        ingester = Ingester(self.store, None, self.spool_dir)  # type: ignore[arg-type]
+        ingester = Ingester(self.store, None, self.spool_dir)
         thread = threading.Thread(target=ingester.run, args=(stop,), name="ingest", daemon=True)
         thread.start()
         return thread
@@ -511,7 +511,12 @@ class Supervisor:
             number = self._add_attempt(kind)
             status, reason = self._attempt(handle, first=restarts == 0 and not self.resume)
             self._finish_attempt(number, status, reason)
-            if status is ExperimentStatus.FAILED and restarts < max_restarts and not self._stop_requested():
+            if (
+                status is ExperimentStatus.FAILED
+                and restarts < max_restarts
+                and not self._stop_requested()
+                and not self._past_deadline()  # a new group would be stopped at once: no restart
+            ):
                 restarts += 1
                 kind = "restart"
                 self.observer.message(f"{reason}; restarting the group ({restarts}/{max_restarts})")
@@ -547,7 +552,7 @@ class Supervisor:
         with contextlib.suppress(Exception):  # the ingest thread does the same work: this only hurries it
             from phalanx.ingest import Ingester
 
-            Ingester(self.store, None, self.spool_dir, cleanup=False).run_once()  # type: ignore[arg-type]
+            Ingester(self.store, None, self.spool_dir, cleanup=False).run_once()
         context = self.p.context
         self._resume_step = None
         try:
@@ -645,6 +650,11 @@ class Supervisor:
                     f"ran longer than max_run_seconds ({plan.max_run_seconds:g} s)",
                 )
             time.sleep(POLL_SECONDS)
+
+    def _past_deadline(self) -> bool:
+        """Whether the experiment has run longer than max_run_seconds (counted from its start)."""
+        limit = self.p.plan.max_run_seconds
+        return bool(limit) and time.monotonic() > self.started + (limit or 0)
 
     def _chief_done(self, job: JobStatus) -> bool:
         """TensorFlow's ps (and PS-strategy worker) servers never exit: the chief's success ends it."""

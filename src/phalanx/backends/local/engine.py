@@ -30,12 +30,14 @@ from typing import Any
 from phalanx import frameworks, limits
 from phalanx.backends.base import DryRun, JobStatus, LaunchContext, ReplicaStatus, expect_dry_run
 from phalanx.backends.dry_runs import LocalDryRun, LocalProcess, LocalUnit
+from phalanx.backends.logfiles import follow_file
 from phalanx.config import Settings
 from phalanx.domain import ExperimentStatus, ReplicaState
 from phalanx.errors import BackendUnavailable, SpecError
 from phalanx.frameworks import Endpoints, mpi
 from phalanx.plan import Plan, command_argv
 from phalanx.ports import free_port
+from phalanx.procs import start_time
 
 HOST = "127.0.0.1"
 _LEADING_PYTHON = re.compile(r"(^|&&|\|\||;)(\s*)python3?(?=\s|$)")
@@ -75,14 +77,9 @@ class _Unit:
 
 
 def _proc_start(pid: int) -> str | None:
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_bytes()
-    except OSError:
-        return None
-    fields = stat[stat.rfind(b")") + 2 :].split()
-    if fields and fields[0] == b"Z":
-        return None  # a zombie has finished
-    return fields[19].decode() if len(fields) > 19 else None
+    """``procs.start_time`` as the string state.json keeps (None: gone, or a zombie)."""
+    ticks = start_time(pid)
+    return None if ticks is None else str(ticks)
 
 
 # The reaper runs with -E (the replica's PYTHONPATH may point into a foreign venv), so it is told
@@ -353,27 +350,8 @@ class LocalBackend:
         unit = next((u for u in units if u.name == replica), None)
         if unit is None:
             return  # no log of its own (a rank inside an mpirun launcher, or an unknown name)
-        pending = b""
-        pos = unit.offset
-        while True:
-            done = not self._alive(handle, unit)  # read the flag before the file: no line is missed
-            try:
-                with open(unit.log, "rb") as f:
-                    f.seek(pos)
-                    chunk = f.read()
-            except FileNotFoundError:
-                chunk = b""
-            pos += len(chunk)
-            lines = (pending + chunk).split(b"\n")
-            pending = lines.pop()
-            for line in lines:
-                yield line.decode("utf-8", "replace")
-            if not follow or done:
-                if pending:
-                    yield pending.decode("utf-8", "replace")
-                return
-            if not chunk:
-                time.sleep(0.05)
+        ended = (lambda: not self._alive(handle, unit)) if follow else None
+        yield from follow_file(unit.log, unit.offset, ended)
 
     # -- cancel ---------------------------------------------------------------------------------
     def cancel(self, handle: str) -> None:
