@@ -41,6 +41,7 @@ class ExperimentStatus(StrEnum):
     FAILED = "failed"
     STOPPED = "stopped"
     UNKNOWN = "unknown"
+    PENDING = "pending"  # accepted by a cluster's scheduler, waiting for resources (reason says why)
 
     @property
     def done(self) -> bool:

@@ -144,6 +144,15 @@ def artifact_json(a: ArtifactRecord) -> dict[str, Any]:
 
 
 @app.command("ls")
+def _status(e: Experiment) -> str:
+    """`pending (Resources)`: a waiting experiment says why (the scheduler's reason)."""
+    from phalanx.domain import ExperimentStatus
+
+    if e.status is ExperimentStatus.PENDING and e.reason:
+        return f"{e.status} ({e.reason})"
+    return str(e.status)
+
+
 def ls(
     status: Annotated[
         str | None,
@@ -190,7 +199,7 @@ def ls(
             typer.echo("no experiments yet: `phalanx run -f FILE` or Task.init() in a script creates one")
         return
     rows = [
-        [e.id, e.project, e.name, str(e.status), _when(e.created_at), _duration(e.started_at, e.finished_at)]
+        [e.id, e.project, e.name, _status(e), _when(e.created_at), _duration(e.started_at, e.finished_at)]
         for e in page.items
     ]
     typer.echo(_table(["id", "project", "name", "status", "created", "duration"], rows))

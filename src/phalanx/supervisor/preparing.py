@@ -43,7 +43,7 @@ class Prepared:
 SDK_TOP_MODULES = ("__init__.py", "errors.py")
 
 
-def sdk_path(settings: Settings) -> Path:
+def sdk_path(settings: Settings, root: Path | None = None) -> Path:
     """A standard-library-only copy of the tracking SDK under PHALANX_HOME/sdk/<version>-<hash>, so
     `from phalanx import Task` works inside a foreign venv (TensorFlow's, MXNet's)."""
     import hashlib
@@ -59,7 +59,7 @@ def sdk_path(settings: Settings) -> Path:
     for f in files:
         digest.update(str(f.relative_to(pkg)).encode())
         digest.update(f.read_bytes())
-    target = settings.home / "sdk" / f"{phalanx.__version__}-{digest.hexdigest()[:12]}"
+    target = (root or settings.home) / "sdk" / f"{phalanx.__version__}-{digest.hexdigest()[:12]}"
     if (target / "phalanx" / "__init__.py").exists():
         return target
     target.parent.mkdir(parents=True, exist_ok=True)
@@ -75,21 +75,26 @@ def sdk_path(settings: Settings) -> Path:
     return target
 
 
-def interpreter(plan: Plan, workdir: str, settings: Settings, build: bool = True) -> str:
+def interpreter(
+    plan: Plan, workdir: str, settings: Settings, build: bool = True, venvs_dir: Path | None = None
+) -> str:
     """The experiment's python: its build venv (built on first use unless ``build`` is False), else
-    the interpreter running Phalanx."""
+    the interpreter running Phalanx. ``venvs_dir``: where venvs live (a cluster's shared folder)."""
     try:
         from phalanx import buildenv
     except ImportError:  # pragma: no cover - buildenv ships with Phalanx
         return sys.executable
     if not buildenv.wants_env(plan.build):
         return sys.executable
+    venvs = venvs_dir or settings.venvs_dir
     if not build:  # dry run: where the venv is or would be, without building it
-        return str(settings.venvs_dir / buildenv.env_hash(plan.build, workdir) / "bin" / "python")
-    return str(buildenv.ensure_env(plan.build, workdir, settings.venvs_dir))
+        return str(venvs / buildenv.env_hash(plan.build, workdir) / "bin" / "python")
+    return str(buildenv.ensure_env(plan.build, workdir, venvs))
 
 
-def tracking_env(experiment_id: str, settings: Settings, python: str, dry: bool = False) -> dict[str, str]:
+def tracking_env(
+    experiment_id: str, settings: Settings, python: str, dry: bool = False, sdk_root: Path | None = None
+) -> dict[str, str]:
     """What every replica's tracking SDK needs (contract 1), plus the SDK copy for foreign venvs."""
     env = {
         "PHALANX_HOME": str(settings.home),
@@ -102,7 +107,7 @@ def tracking_env(experiment_id: str, settings: Settings, python: str, dry: bool 
             env["PHALANX_TOKEN"] = settings.token
     # abspath, not realpath: every venv's bin/python links to the same base interpreter
     if os.path.abspath(python) != os.path.abspath(sys.executable) and not dry:
-        env["PYTHONPATH"] = str(sdk_path(settings))
+        env["PYTHONPATH"] = str(sdk_path(settings, sdk_root))
     return env
 
 
@@ -145,8 +150,11 @@ def prepare(
         from phalanx.backends.registry import get_backend
 
         backend = get_backend(engine_name, settings=settings, cluster=cluster_conf)
-    python = interpreter(plan, workdir, settings, build=not dry)
-    env = tracking_env(exp_id, settings, python, dry=dry)
+    shared = _shared_dir(cluster_conf)
+    python = interpreter(
+        plan, workdir, settings, build=not dry, venvs_dir=shared / "venvs" if shared else None
+    )
+    env = tracking_env(exp_id, settings, python, dry=dry, sdk_root=shared)
     if backend.name == LOCAL and not dry:
         env[INGESTER_PID] = str(os.getpid())  # see ingester_here
     context = LaunchContext(
@@ -161,6 +169,16 @@ def prepare(
 
 
 LOCAL = "local"
+
+
+def _shared_dir(cluster_conf: Any) -> Path | None:
+    """A Slurm cluster's shared folder, where the venv and the SDK copy go so every node sees them
+    (refused with how to register one when the cluster has none)."""
+    if cluster_conf is None or cluster_conf.kind != "slurm":
+        return None
+    from phalanx.backends.slurm import require_shared_dir
+
+    return Path(require_shared_dir(cluster_conf))
 
 
 def ingester_here(prepared: Prepared) -> Prepared:

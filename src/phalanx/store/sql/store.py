@@ -204,7 +204,11 @@ class SqlStore:
         with self._writer.begin() as conn:
             full = _resolve(conn, experiment_id)
             status = conn.execute(select(ExperimentRow.status).where(ExperimentRow.id == full)).scalar_one()
-            if status in (ExperimentStatus.RUNNING.value, ExperimentStatus.STARTING.value):
+            if status in (
+                ExperimentStatus.RUNNING.value,
+                ExperimentStatus.STARTING.value,
+                ExperimentStatus.PENDING.value,
+            ):
                 raise Conflict(f"experiment {full} is {status}; stop it before deleting it")
             series = select(SeriesRow.id).where(SeriesRow.experiment_id == full)
             conn.execute(delete(ScalarRow).where(ScalarRow.series_id.in_(series)))

@@ -32,7 +32,7 @@ export function renderExperiment(root, ctx, id) {
   }
 
   function drawHead() {
-    const running = ["running", "starting", "created"].includes(exp.status);
+    const running = ["running", "starting", "created", "pending"].includes(exp.status);
     const stop = h("button", { class: "danger", onclick: async () => {
       if (!confirm(`Stop experiment ${exp.id}? Every replica will be stopped.`)) return;
       try { const r = await api.stop(exp.id); stop.disabled = true; stop.textContent = "Stopping…"; console.info(r.message); refresh(); }
@@ -66,7 +66,7 @@ export function renderExperiment(root, ctx, id) {
     disposePanel();
     disposePanel = () => {};
     clear(panel);
-    const live = () => ctx.alive() && exp && ["running", "starting", "created"].includes(exp.status);
+    const live = () => ctx.alive() && exp && ["running", "starting", "created", "pending"].includes(exp.status);
     const pctx = { alive: ctx.alive, live, experiment: () => exp };
     const result = {
       overview: () => renderOverview(panel, exp),
@@ -85,7 +85,7 @@ export function renderExperiment(root, ctx, id) {
       exp = await api.experiment(id);
       drawHead();
       if (tab === "overview") drawPanel();
-      if (["running", "starting", "created"].includes(exp.status) && ctx.alive()) timer = setTimeout(refresh, 3000);
+      if (["running", "starting", "created", "pending"].includes(exp.status) && ctx.alive()) timer = setTimeout(refresh, 3000);
     } catch (err) {
       add(clear(root), h("div", { class: "empty" }, err.status === 404 ? `No experiment ${id} (it may have been deleted). ` : `Could not load: ${err.message}. `, h("a", { href: "/" }, "All experiments")));
     }
@@ -103,7 +103,7 @@ export function renderExperiment(root, ctx, id) {
       return;
     }
     drawHead(); drawTabs(); drawPanel();
-    if (["running", "starting", "created"].includes(exp.status)) timer = setTimeout(refresh, 3000);
+    if (["running", "starting", "created", "pending"].includes(exp.status)) timer = setTimeout(refresh, 3000);
   })();
 
   return () => { clearTimeout(timer); disposePanel(); window.removeEventListener("hashchange", onHash); };
