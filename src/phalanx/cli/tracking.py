@@ -143,7 +143,6 @@ def artifact_json(a: ArtifactRecord) -> dict[str, Any]:
 # --- commands ------------------------------------------------------------------------------------
 
 
-@app.command("ls")
 def _status(e: Experiment) -> str:
     """`pending (Resources)`: a waiting experiment says why (the scheduler's reason)."""
     from phalanx.domain import ExperimentStatus
@@ -153,6 +152,7 @@ def _status(e: Experiment) -> str:
     return str(e.status)
 
 
+@app.command("ls")
 def ls(
     status: Annotated[
         str | None,
