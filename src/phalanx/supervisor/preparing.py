@@ -13,8 +13,9 @@ from typing import TYPE_CHECKING, Any
 
 from phalanx.backends.base import Backend, DryRun, LaunchContext
 from phalanx.config import Settings
+from phalanx.domain import Framework
 from phalanx.plan import Plan, build_plan
-from phalanx.spec.model import ExperimentSpec
+from phalanx.spec.model import Build, ExperimentSpec
 from phalanx.tracking.identity import ENV_INGESTER_PID as INGESTER_PID
 
 if TYPE_CHECKING:
@@ -84,12 +85,38 @@ def interpreter(
         from phalanx import buildenv
     except ImportError:  # pragma: no cover - buildenv ships with Phalanx
         return sys.executable
+    venvs = venvs_dir or settings.venvs_dir
+    if plan.framework is Framework.HOROVOD:
+        plan = replace(plan, build=with_horovod(plan.build, workdir, venvs, build))
     if not buildenv.wants_env(plan.build):
         return sys.executable
-    venvs = venvs_dir or settings.venvs_dir
     if not build:  # dry run: where the venv is or would be, without building it
         return str(venvs / buildenv.env_hash(plan.build, workdir) / "bin" / "python")
     return str(buildenv.ensure_env(plan.build, workdir, venvs))
+
+
+def with_horovod(build_spec: Build, workdir: str, venvs: Path, build: bool = True) -> Build:
+    """The experiment's build plus Horovod: its torch pin (this machine's default when it names none)
+    and the Horovod wheel built for it (built once per machine, see ``phalanx.horovod``)."""
+    from phalanx import buildenv, horovod
+
+    pin = horovod.torch_pin_of(build_spec.pip_packages)
+    extra: list[str] = [] if pin else [f"torch=={buildenv.TORCH_PIN}"]
+    pin = pin or buildenv.TORCH_PIN
+    if build:
+        tools = Build(pip_packages=(f"torch=={pin}", *horovod.BUILD_PACKAGES))
+        wheel = horovod.ensure_wheel(
+            pin, lambda: buildenv.ensure_env(tools, workdir, venvs), progress=_progress
+        )
+    else:
+        wheel = horovod.expected_wheel(pin)
+    return replace(build_spec, pip_packages=(*build_spec.pip_packages, *extra, str(wheel)))
+
+
+def _progress(text: str) -> None:
+    """Build progress on the terminal (stderr), as the venv build reports its own."""
+    sys.stderr.write(f"phalanx: {text}\n")
+    sys.stderr.flush()
 
 
 def tracking_env(

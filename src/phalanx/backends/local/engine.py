@@ -37,6 +37,7 @@ from phalanx.plan import Plan, command_argv
 from phalanx.ports import free_port
 
 HOST = "127.0.0.1"
+_MPI_TAG = re.compile(r"^\[\d+,(\d+)\]<std(?:out|err)>:(.*)$")  # mpirun --tag-output
 _LEADING_PYTHON = re.compile(r"(^|&&|\|\||;)(\s*)python3?(?=\s|$)")
 
 
@@ -71,6 +72,7 @@ class _Unit:
     status: str
     log: str
     offset: int
+    ranks_per_replica: int = 1  # an mpirun unit: its tagged lines go to replica rank // this
 
 
 def _proc_start(pid: int) -> str | None:
@@ -247,6 +249,7 @@ class LocalBackend:
         return {
             "name": unit["name"],
             "replicas": unit["replicas"],
+            "ranks_per_replica": int(unit["processes"][0]["env"].get("PHALANX_PROCESSES", "1") or 1),
             "pid": proc.pid,
             "start": _proc_start(proc.pid) or "",
             "status": config["status"],
@@ -350,11 +353,19 @@ class LocalBackend:
 
     # -- logs -----------------------------------------------------------------------------------
     def logs(self, handle: str, replica: str, follow: bool = False) -> Iterator[str]:
-        """Lines of a replica's log for this attempt; with follow, until the replica has ended."""
+        """Lines of a replica's log for this attempt; with follow, until the replica has ended.
+
+        An mpirun unit holds every rank's output in one file, each line tagged by ``--tag-output``
+        (``[1,R]<stdout>:``): a replica gets the lines of its own ranks, prefixed ``[rank R]``, and
+        mpirun's own untagged lines go to the master.
+        """
         units = self._units(handle) or []
         unit = next((u for u in units if u.name == replica), None)
         if unit is None:
-            return  # no log of its own (a rank inside an mpirun launcher, or an unknown name)
+            unit = next((u for u in units if replica in u.replicas and len(u.replicas) > 1), None)
+        if unit is None:
+            return  # an unknown name
+        mpi_unit = len(unit.replicas) > 1
         pending = b""
         pos = unit.offset
         while True:
@@ -368,14 +379,30 @@ class LocalBackend:
             pos += len(chunk)
             lines = (pending + chunk).split(b"\n")
             pending = lines.pop()
+            if (not follow or done) and pending:
+                lines.append(pending)
+                pending = b""
             for line in lines:
-                yield line.decode("utf-8", "replace")
+                text = line.decode("utf-8", "replace")
+                if mpi_unit:
+                    text = self._rank_line(unit, replica, text)
+                    if text is None:
+                        continue
+                yield text
             if not follow or done:
-                if pending:
-                    yield pending.decode("utf-8", "replace")
                 return
             if not chunk:
                 time.sleep(0.05)
+
+    @staticmethod
+    def _rank_line(unit: _Unit, replica: str, text: str) -> str | None:
+        """The line as ``replica`` shows it, or None when it belongs to another replica's rank."""
+        m = _MPI_TAG.match(text)
+        if m is None:
+            return text if replica == unit.replicas[0] else None  # mpirun's own words
+        rank = int(m.group(1))
+        owner = unit.replicas[min(rank // max(1, unit.ranks_per_replica), len(unit.replicas) - 1)]
+        return f"[rank {rank}] {m.group(2)}" if owner == replica else None
 
     # -- cancel ---------------------------------------------------------------------------------
     def cancel(self, handle: str) -> None:
