@@ -135,7 +135,7 @@ def test_horovod_example_trains_on_two_ranks_with_the_same_accuracy_and_per_rank
     """framework: horovod gets Horovod built once per machine (cached under ~/.cache/phalanx/wheels;
     the first run on a fresh machine builds it, 4+ minutes), then trains on 2 ranks over mpirun."""
     assert shutil.which("mpirun"), "Open MPI is missing: `make system-deps` installs openmpi-bin"
-    exp_id, done = phalanx_horovod()
+    exp_id, _ = phalanx_horovod()
     assert experiment(exp_id)["status"] == "succeeded"
     accuracies = final_accuracies(exp_id)
     assert sorted(accuracies) == ["rank 0", "rank 1"]
