@@ -286,11 +286,12 @@ def render(
         lines.append(f"#SBATCH --partition={partition}")
     if plan.max_run_seconds:
         minutes = max(1, math.ceil(plan.max_run_seconds / 60))
-        lines += [
-            f"#SBATCH --time={minutes}",
-            f"# SIGTERM {SIGNAL_SECONDS} s before the time limit, so the tasks can write a checkpoint",
-            f"#SBATCH --signal=TERM@{SIGNAL_SECONDS}",
-        ]
+        lines.append(f"#SBATCH --time={minutes}")
+        if minutes > 2 * SIGNAL_SECONDS // 60:  # a shorter limit would be signalled right at the start
+            lines += [
+                f"# SIGTERM {SIGNAL_SECONDS} s before the time limit, so the tasks can write a checkpoint",
+                f"#SBATCH --signal=TERM@{SIGNAL_SECONDS}",
+            ]
     lines.append("# replicas are machines in the file's terms: spread the tasks over as many nodes as it can")
     lines.append("#SBATCH --spread-job")
     if plan.max_restarts:

@@ -154,9 +154,9 @@ def test_a_job_waiting_behind_another_is_pending_with_its_reason_and_its_clock_w
         env=slurm_cluster.env(), capture_output=True, text=True, check=True, cwd="/tmp",
     ).stdout.strip()  # fmt: skip
     (tmp_path / "polyaxonfile.yml").write_text(
-        FAILING.replace("backend: mpi\n", "max_run_seconds: 40\n").replace(
-            "sys.exit(3 if os.environ['RANK'] == '1' else 0)", "time.sleep(13)"
-        )
+        FAILING.replace("backend: mpi\n", "")
+        .replace("run:\n", "run:\n  max_run_seconds: 40\n")
+        .replace("sys.exit(3 if os.environ['RANK'] == '1' else 0)", "time.sleep(13)")
     )
     settings = Settings()
     result: dict[str, Any] = {}
