@@ -107,6 +107,14 @@ def test_horovod_over_mpi_runs_one_rank_per_node_with_pmix(
     assert slurm_cluster.wait_queue_empty() == []
 
 
+def test_pytorch_over_mpi_runs_one_rank_per_node(slurm_cluster: LocalSlurm, phalanx_home: Path) -> None:
+    outcome, store = _launch(slurm_cluster, "pytorch-mpi", epochs=3)
+    assert outcome.status is ExperimentStatus.SUCCEEDED, outcome.reason
+    assert sorted(_series(store, outcome.experiment_id, "loss")) == ["rank 0", "rank 1"]
+    assert _series(store, outcome.experiment_id, "accuracy")["test"][-1] >= 0.9
+    assert slurm_cluster.wait_queue_empty() == []
+
+
 FAILING = """\
 version: 1
 kind: experiment

@@ -243,3 +243,21 @@ def test_a_forgotten_job_is_described_from_its_state_files(tmp_path) -> None:  #
     killed = backend.describe(_state(tmp_path / "c", master="0", **{"worker-0": ""}))  # no exit written
     assert killed is not None and killed.status is ExperimentStatus.STOPPED
     assert backend.describe(f"42:{tmp_path / 'nothing'}") is None  # nothing left to tell
+
+
+def test_a_failing_non_first_process_of_a_replica_is_named(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    backend = ForgetfulSlurm(Cluster(name="c", kind="slurm", slurm_conf="forgetful"), Settings(home=tmp_path))
+    handle = _state(tmp_path / "p", master="0", **{"master.1": "3", "worker-0": "0", "worker-0.1": "0"})
+    failed = backend.describe(handle)
+    assert failed is not None and failed.status is ExperimentStatus.FAILED
+    assert failed.reason == "master (process 1 of 2) exited with code 3"
+
+
+def test_every_process_log_reaches_its_replica_with_its_rank(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    backend = ForgetfulSlurm(Cluster(name="c", kind="slurm", slurm_conf="forgetful"), Settings(home=tmp_path))
+    handle = _state(tmp_path / "l", master="0", **{"master.1": "0", "worker-0": "0", "worker-0.1": "0"})
+    logs = tmp_path / "l" / "logs"
+    logs.mkdir()
+    (logs / "worker-0.log").write_text("a\nb")
+    (logs / "worker-0.1.log").write_text("c\n")
+    assert list(backend.logs(handle, "worker-0")) == ["[rank 2] a", "[rank 2] b", "[rank 3] c"]
