@@ -182,7 +182,7 @@ def test_a_job_waiting_behind_another_is_pending_with_its_reason_and_its_clock_w
         seen = None
         while time.monotonic() < deadline and seen is None:
             rows = store.list_experiments().items
-            seen = next((e for e in rows if e.status is ExperimentStatus.PENDING), None)
+            seen = next((e for e in rows if e.status is ExperimentStatus.PENDING and e.reason), None)
             time.sleep(0.5)
         assert seen is not None, "the experiment never showed as pending"
         assert seen.reason in ("Resources", "Priority"), seen.reason

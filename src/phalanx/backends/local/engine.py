@@ -383,12 +383,10 @@ class LocalBackend:
                 lines.append(pending)
                 pending = b""
             for line in lines:
-                text = line.decode("utf-8", "replace")
-                if mpi_unit:
-                    text = self._rank_line(unit, replica, text)
-                    if text is None:
-                        continue
-                yield text
+                raw = line.decode("utf-8", "replace")
+                text = self._rank_line(unit, replica, raw) if mpi_unit else raw
+                if text is not None:
+                    yield text
             if not follow or done:
                 return
             if not chunk:
