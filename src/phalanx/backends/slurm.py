@@ -117,6 +117,8 @@ class SlurmBackend:
             return MPI_PREFERENCE[0]
         proc = self._cmd(["srun", "--mpi=list"], check=False)
         offered = set(re.findall(r"^\s*(?:srun: )?(\w+)\s*$", proc.stdout + proc.stderr, re.M))
+        if proc.returncode != 0 or not offered:
+            return MPI_PREFERENCE[0]  # srun could not say (no slurm.conf here): not remembered
         chosen = next((p for p in MPI_PREFERENCE if p in offered), "none")
         _MPI_PLUGINS[key] = chosen
         return chosen
