@@ -116,6 +116,7 @@ def ensure_wheel(
     folder = cache / f"horovod-{key}"
     found = sorted(folder.glob("horovod-*.whl"))
     if found:
+        say(f"Horovod {HOROVOD_VERSION} for torch {torch_pin}: the cached build {found[0]}")
         return found[0]
     missing = missing_tools()
     if missing:
