@@ -194,18 +194,28 @@ TASK_RUNNER = r"""
 export OMP_NUM_THREADS="$THREADS" MKL_NUM_THREADS="$THREADS"
 STATE="$PHALANX_RUN_DIR/state/$KEY"
 echo "$SLURMD_NODENAME" >"$STATE.node"
-/bin/sh -c "$PHALANX_COMMAND" >"$PHALANX_RUN_DIR/logs/$KEY.log" 2>&1 </dev/null &
+# its own process group: `sh -c` need not exec, and stopping the command must stop its python too
+# (an orphaned TensorFlow server would outlive the job: proctrack/linuxproc loses reparented processes)
+setsid /bin/sh -c "$PHALANX_COMMAND" >"$PHALANX_RUN_DIR/logs/$KEY.log" 2>&1 </dev/null &
 child=$!
 stopped=0
-trap 'stopped=1; kill -TERM "$child" 2>/dev/null' TERM INT
+code=
+stop_tree() {
+  kill -TERM -- "-$child" 2>/dev/null
+  wait "$child" 2>/dev/null; code=$?
+  for _ in $(seq 40); do kill -0 -- "-$child" 2>/dev/null || return 0; sleep 0.25; done
+  kill -KILL -- "-$child" 2>/dev/null
+}
+trap 'stopped=1; stop_tree' TERM INT
 while kill -0 "$child" 2>/dev/null; do
   if [ "$STOP_AFTER_MASTER" = 1 ] && [ "$(cat "$PHALANX_RUN_DIR/state/master.exit" 2>/dev/null)" = 0 ]; then
     # the chief has finished: this server never exits by itself, stopping it is success
-    kill -TERM "$child" 2>/dev/null; wait "$child"; echo 0 >"$STATE.exit"; exit 0
+    stop_tree; echo 0 >"$STATE.exit"; exit 0
   fi
   sleep 1 & wait $! 2>/dev/null
 done
-wait "$child"; code=$?
+if [ -z "$code" ]; then wait "$child"; code=$?; fi
+kill -KILL -- "-$child" 2>/dev/null  # whatever the command left behind in its group
 if [ "$stopped" = 1 ]; then echo stopped >"$STATE.exit.tmp"; else echo "$code" >"$STATE.exit.tmp"; fi
 mv "$STATE.exit.tmp" "$STATE.exit"
 exit "$code"

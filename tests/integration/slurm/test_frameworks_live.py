@@ -50,6 +50,25 @@ def _launch(slurm: LocalSlurm, example: str | Path, **params: Any) -> tuple[Any,
     return outcome, store
 
 
+def _leftovers(exp_id: str, wait: float = 15.0) -> list[int]:
+    """Processes of this machine still carrying the experiment's id (none may outlive the job)."""
+    deadline = time.monotonic() + wait
+    while True:
+        found = []
+        for proc in Path("/proc").iterdir():
+            if not proc.name.isdigit():
+                continue
+            try:
+                environ = (proc / "environ").read_bytes()
+            except OSError:
+                continue
+            if f"PHALANX_EXPERIMENT_ID={exp_id}".encode() in environ.split(b"\0"):
+                found.append(int(proc.name))
+        if not found or time.monotonic() > deadline:
+            return found
+        time.sleep(0.5)
+
+
 def _series(store: Any, exp_id: str, title: str) -> dict[str, list[float]]:
     return {name: list(points.values) for name, points in store.metrics(exp_id).get(title, {}).items()}
 
@@ -73,6 +92,7 @@ def test_tensorflow_parameter_server_succeeds_when_the_chief_does_and_its_server
     assert outcome.status is ExperimentStatus.SUCCEEDED, outcome.reason
     assert _series(store, outcome.experiment_id, "accuracy")["test"][-1] >= 0.8
     assert slurm_cluster.wait_queue_empty() == []  # the ps and worker servers did not keep the job
+    assert _leftovers(outcome.experiment_id) == []  # nor outlived it (they once did, orphaned)
 
 
 def test_mxnet_parameter_server_trains_on_both_workers(slurm_cluster: LocalSlurm, phalanx_home: Path) -> None:
@@ -136,6 +156,7 @@ def test_a_failing_rank_fails_the_job_with_a_reason_naming_it(
     assert outcome.status is ExperimentStatus.FAILED
     assert outcome.reason and outcome.reason.startswith("worker-0 exited with code 3"), outcome.reason
     assert slurm_cluster.wait_queue_empty() == []
+    assert _leftovers(outcome.experiment_id) == []
 
 
 def test_an_over_sized_job_is_refused_at_submit_with_slurms_reason(
