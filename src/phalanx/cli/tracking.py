@@ -160,6 +160,15 @@ def artifact_json(a: ArtifactRecord) -> dict[str, Any]:
 # --- commands ------------------------------------------------------------------------------------
 
 
+def _status(e: Experiment) -> str:
+    """`pending (Resources)`: a waiting experiment says why (the scheduler's reason)."""
+    from phalanx.domain import ExperimentStatus
+
+    if e.status is ExperimentStatus.PENDING and e.reason:
+        return f"{e.status} ({e.reason})"
+    return str(e.status)
+
+
 @app.command("ls")
 def ls(
     status: Annotated[
@@ -222,7 +231,7 @@ def ls(
             typer.echo("no experiments yet: `phalanx run -f FILE` or Task.init() in a script creates one")
         return
     rows = [
-        [e.id, e.project, e.name, str(e.status), _when(e.created_at), _duration(e.started_at, e.finished_at)]
+        [e.id, e.project, e.name, _status(e), _when(e.created_at), _duration(e.started_at, e.finished_at)]
         for e in page.items
     ]
     headers = ["id", "project", "name", "status", "created", "duration"]

@@ -607,7 +607,10 @@ class Supervisor:
     def _watch(self, handle: str) -> tuple[ExperimentStatus, str | None]:
         backend = self.p.backend
         plan = self.p.plan
-        deadline = self.started + plan.max_run_seconds if plan.max_run_seconds else None
+        # max_run_seconds counts from the moment the job runs: time waiting in a cluster's queue is not
+        # the experiment's (a job pending behind another must not fail for it)
+        deadline: float | None = None
+        pending_reason: str | None = None
         chief_done_at: float | None = None
         while True:
             if self._stop_requested():
@@ -616,6 +619,19 @@ class Supervisor:
             job = backend.describe(handle)
             if job is None:
                 return ExperimentStatus.FAILED, f"the {backend.name} engine no longer knows the job {handle}"
+            if job.status is ExperimentStatus.PENDING:
+                if pending_reason != (job.reason or ""):
+                    pending_reason = job.reason or ""
+                    self.store.update_experiment(
+                        self.id, status=ExperimentStatus.PENDING, reason=pending_reason
+                    )
+                    self.observer.message(f"pending ({pending_reason or 'queued'})")
+            else:
+                if pending_reason is not None:
+                    pending_reason = None
+                    self.store.update_experiment(self.id, status=ExperimentStatus.RUNNING, reason="")
+                if deadline is None and plan.max_run_seconds:
+                    deadline = time.monotonic() + plan.max_run_seconds
             self._record(job)
             if self._chief_done(job):
                 # the chief decides a TensorFlow experiment: what the others do now cannot fail it

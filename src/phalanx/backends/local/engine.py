@@ -40,6 +40,7 @@ from phalanx.ports import free_port
 from phalanx.procs import start_time
 
 HOST = "127.0.0.1"
+_MPI_TAG = re.compile(r"^\[\d+,(\d+)\]<std(?:out|err)>:(.*)$")  # mpirun --tag-output
 _LEADING_PYTHON = re.compile(r"(^|&&|\|\||;)(\s*)python3?(?=\s|$)")
 
 
@@ -74,6 +75,7 @@ class _Unit:
     status: str
     log: str
     offset: int
+    ranks_per_replica: int = 1  # an mpirun unit: its tagged lines go to replica rank // this
 
 
 def _proc_start(pid: int) -> str | None:
@@ -237,6 +239,7 @@ class LocalBackend:
         return {
             "name": unit.name,
             "replicas": list(unit.replicas),
+            "ranks_per_replica": int(unit.processes[0].env.get("PHALANX_PROCESSES", "1") or 1),
             "pid": proc.pid,
             "start": _proc_start(proc.pid) or "",
             "status": config["status"],
@@ -345,13 +348,38 @@ class LocalBackend:
 
     # -- logs -----------------------------------------------------------------------------------
     def logs(self, handle: str, replica: str, follow: bool = False) -> Iterator[str]:
-        """Lines of a replica's log for this attempt; with follow, until the replica has ended."""
+        """Lines of a replica's log for this attempt; with follow, until the replica has ended.
+
+        An mpirun unit holds every rank's output in one file, each line tagged by ``--tag-output``
+        (``[1,R]<stdout>:``): a replica gets the lines of its own ranks, prefixed ``[rank R]``, and
+        mpirun's own untagged lines go to the master.
+        """
         units = self._units(handle) or []
         unit = next((u for u in units if u.name == replica), None)
         if unit is None:
-            return  # no log of its own (a rank inside an mpirun launcher, or an unknown name)
-        ended = (lambda: not self._alive(handle, unit)) if follow else None
-        yield from follow_file(unit.log, unit.offset, ended)
+            unit = next((u for u in units if replica in u.replicas and len(u.replicas) > 1), None)
+        if unit is None:
+            return  # an unknown name
+        found = unit
+        ended = (lambda: not self._alive(handle, found)) if follow else None
+        lines = follow_file(found.log, found.offset, ended)
+        if len(found.replicas) <= 1:
+            yield from lines
+            return
+        for raw in lines:  # an mpirun unit: each rank's tagged lines go to the replica that rank is
+            text = self._rank_line(found, replica, raw)
+            if text is not None:
+                yield text
+
+    @staticmethod
+    def _rank_line(unit: _Unit, replica: str, text: str) -> str | None:
+        """The line as ``replica`` shows it, or None when it belongs to another replica's rank."""
+        m = _MPI_TAG.match(text)
+        if m is None:
+            return text if replica == unit.replicas[0] else None  # mpirun's own words
+        rank = int(m.group(1))
+        owner = unit.replicas[min(rank // max(1, unit.ranks_per_replica), len(unit.replicas) - 1)]
+        return f"[rank {rank}] {m.group(2)}" if owner == replica else None
 
     # -- cancel ---------------------------------------------------------------------------------
     def cancel(self, handle: str) -> None:

@@ -314,6 +314,7 @@ class SqlStore:
                 ExperimentStatus.RUNNING.value,
                 ExperimentStatus.STARTING.value,
                 ExperimentStatus.QUEUED.value,
+                ExperimentStatus.PENDING.value,
             )
             if status in live:
                 raise Conflict(f"experiment {full} is {status}; stop it before deleting it")
