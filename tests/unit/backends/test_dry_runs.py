@@ -34,7 +34,9 @@ def test_the_local_dry_run_is_typed_units_of_processes(tmp_path: Path) -> None:
 
 def test_the_slurm_and_kubernetes_dry_runs_carry_their_request(tmp_path: Path) -> None:
     settings = Settings(home=str(tmp_path))
-    slurm = SlurmBackend(Cluster(name="s", kind="slurm"), settings).dry_run(plan(), context())
+    slurm = SlurmBackend(
+        Cluster(name="s", kind="slurm", shared_dir=str(tmp_path / "shared")), settings
+    ).dry_run(plan(), context())
     assert isinstance(slurm, SlurmDryRun) and slurm.format == "sbatch"
     assert slurm.script.startswith("#!") and slurm.render() == slurm.script == slurm.native
     kube = KubernetesBackend(
@@ -48,4 +50,6 @@ def test_an_engine_refuses_a_dry_run_made_by_another(tmp_path: Path) -> None:
     settings = Settings(home=str(tmp_path))
     local = LocalBackend(settings).dry_run(plan(), context())
     with pytest.raises(UsageError, match="slurm engine cannot submit a dry run made by 'local'"):
-        SlurmBackend(Cluster(name="s", kind="slurm"), settings).submit(local)
+        SlurmBackend(Cluster(name="s", kind="slurm", shared_dir=str(tmp_path / "shared")), settings).submit(
+            local
+        )
