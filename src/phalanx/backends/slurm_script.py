@@ -175,6 +175,11 @@ STATE="$PHALANX_RUN_DIR/state/$KEY"
 echo "$SLURMD_NODENAME" >"$STATE.node"
 /bin/sh -c "$PHALANX_COMMAND" >"$PHALANX_RUN_DIR/logs/$KEY.log" 2>&1 </dev/null &
 child=$!
+# system/... series of this replica's process tree, sampled beside it (docs/checkpoints.md)
+sampler=
+if [ "${PHALANX_SYSTEM_METRICS:-}" != off ]; then
+  python -m phalanx.sysmetrics --pid "$child" >/dev/null 2>&1 </dev/null & sampler=$!
+fi
 stopped=0
 trap 'stopped=1; kill -TERM "$child" 2>/dev/null' TERM INT
 while kill -0 "$child" 2>/dev/null; do
@@ -185,6 +190,7 @@ while kill -0 "$child" 2>/dev/null; do
   sleep 1 & wait $! 2>/dev/null
 done
 wait "$child"; code=$?
+[ -n "$sampler" ] && kill "$sampler" 2>/dev/null
 if [ "$stopped" = 1 ]; then echo stopped >"$STATE.exit.tmp"; else echo "$code" >"$STATE.exit.tmp"; fi
 mv "$STATE.exit.tmp" "$STATE.exit"
 exit "$code"

@@ -42,7 +42,17 @@ class Prepared:
 
 # The modules outside phalanx/tracking that the SDK imports (all standard-library only); a test imports
 # every module of the copy with a bare interpreter, so a missing one fails there, not in a user's venv.
-SDK_TOP_MODULES = ("__init__.py", "errors.py", "procs.py", "checkpoints.py")
+SDK_TOP_MODULES = (
+    "__init__.py",
+    "errors.py",
+    "procs.py",
+    "checkpoints.py",
+    # `python -m phalanx.sysmetrics` beside a replica on a cluster node (the Slurm task runner)
+    "sysmetrics.py",
+    "proctree.py",
+    "limits.py",
+    "domain.py",
+)
 
 
 def sdk_path(settings: Settings) -> Path:

@@ -187,3 +187,39 @@ def test_a_restart_runs_the_group_again_with_a_clean_slate(
     assert (outcome.status, outcome.restarts) == (ExperimentStatus.SUCCEEDED, 1), outcome.reason
     attempts = settings.runs_dir / outcome.experiment_id / "slurm" / "attempts"
     assert (attempts / "0" / "state" / "master.exit").read_text().strip() == "3"
+
+
+def test_inside_a_slurm_job_each_replica_is_sampled_into_system_series(
+    slurm_cluster: LocalSlurm, phalanx_home: Path, tmp_path: Path
+) -> None:
+    import json
+
+    busy = f"{PYTHON} -c 'import time; end = time.time() + 4\nwhile time.time() < end: pass'"
+    spec = ExperimentSpec(
+        version=1,
+        kind="experiment",
+        command=(busy,),
+        framework=Framework.PYTORCH,
+        topology=Topology(n_workers=1),
+        env={"PHALANX_SYSTEM_METRICS": "1"},
+    )
+    backend = SlurmBackend(slurm_cluster.cluster(), Settings())
+    spool = tmp_path / "spool"
+    context = LaunchContext(
+        "abcabcabc009",
+        str(tmp_path),
+        PYTHON,
+        {"PHALANX_SPOOL": str(spool), "PHALANX_HOME": str(phalanx_home)},
+    )
+    handle = backend.submit(backend.dry_run(build_plan(spec), context))
+    status = _wait(lambda: (s := backend.describe(handle)) and s.status.done and s, what="the job to end")
+    assert status.status is ExperimentStatus.SUCCEEDED, status
+    sampled: dict[str, set[str]] = {}
+    for path in spool.glob("*.spool"):
+        for line in path.read_text().splitlines():
+            record = json.loads(line)
+            if record["kind"] == "scalar":
+                for title, series in record["data"]["keys"]:
+                    sampled.setdefault(title, set()).add(series)
+    assert sampled.get("system/cpu_percent") == {"master", "worker-0"}, sampled
+    assert sampled.get("system/rss_mib") == {"master", "worker-0"}, sampled
