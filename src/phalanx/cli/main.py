@@ -19,6 +19,7 @@ COMMAND_MODULES = (
     "phalanx.cli.queue",
     "phalanx.cli.group",
     "phalanx.cli.resume",
+    "phalanx.cli.annotate",
 )
 
 
