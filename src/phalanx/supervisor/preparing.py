@@ -108,6 +108,8 @@ def tracking_env(experiment_id: str, settings: Settings, python: str, dry: bool 
         "PHALANX_SPOOL": str(settings.spool_dir / experiment_id),
         "PHALANX_CAPTURED": "1",
     }
+    if os.environ.get("PHALANX_SYSTEM_METRICS"):  # --no-system-metrics reaches a cluster job's sampler
+        env["PHALANX_SYSTEM_METRICS"] = os.environ["PHALANX_SYSTEM_METRICS"]
     if settings.host:
         env["PHALANX_HOST"] = settings.host
         if settings.token:  # a token that writes this experiment only (docs/security.md)

@@ -260,3 +260,15 @@ def test_a_restarted_slurm_group_continues_from_the_latest_checkpoint(
         assert loss[replica].values == expected
     lines = [line.text for line in store.logs(outcome.experiment_id)]
     assert lines.count("rank 1 starts at epoch 0") == 1 and lines.count("rank 1 starts at epoch 3") == 1
+
+
+def test_no_system_metrics_reaches_the_slurm_job(
+    slurm_cluster: LocalSlurm, phalanx_home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from phalanx import supervisor
+
+    monkeypatch.setenv("PHALANX_SYSTEM_METRICS", "off")  # what `phalanx run --no-system-metrics` sets
+    add_cluster(slurm_cluster.cluster(), phalanx_home)
+    spec = ExperimentSpec(version=1, kind="experiment", command=("echo hi",))
+    prepared = supervisor.prepare(spec, settings=Settings(), cluster=slurm_cluster.name, workdir=tmp_path)
+    assert "export PHALANX_SYSTEM_METRICS=off" in prepared.dry_run.render()
