@@ -24,6 +24,7 @@ import logging
 import os
 import platform
 import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -40,9 +41,17 @@ log = logging.getLogger(__name__)
 
 MANIFEST = "phalanx-env.json"  # what the venv holds, written inside it before it is published
 BUILD_LOG = "phalanx-build.log"  # pip's output, kept inside the venv
-TORCH_PIN = "2.13.0"  # the CPU wheel on these machines; anything else downloads a CUDA build
+# This machine's default torch: the CPU wheel its package sources hold. Any other exact pin the user
+# names (another version, a CUDA build such as 2.13.0+cu126 from an --extra-index-url) is accepted;
+# only an unpinned or ranged torch is refused, because pip would resolve it to the newest multi-GB
+# CUDA build.
+TORCH_PIN = os.environ.get("PHALANX_DEFAULT_TORCH", "2.13.0")
+# pip options an entry of build.pip_packages may carry: where packages come from, nothing else
+PIP_SOURCE_OPTIONS = ("--extra-index-url", "--index-url", "--find-links", "--pre")
 TAIL_LINES = 25
 
+# ==2.13.0, ==2.13.0+cu126, ===2.13.0+cpu: one exact version, with or without a local build label
+_EXACT_PIN = re.compile(r"===?[0-9][0-9A-Za-z.!]*(\+[0-9A-Za-z.]+)?")
 _NAME = re.compile(r"^\s*([A-Za-z0-9](?:[A-Za-z0-9._-]*[A-Za-z0-9])?)\s*(\[[^\]]*\])?\s*(.*)$")
 # Packages that drag in torch when torch itself is not pinned next to them.
 _TORCH_FAMILY = frozenset({"torchvision", "torchaudio", "torchtext", "torchdata"})
@@ -148,13 +157,15 @@ def remove_env(venvs_dir: Path, key: str) -> Path:
 
 
 def _contents(build: Build, workdir: Path) -> dict[str, object]:
-    packages = [p.strip() for p in build.pip_packages if p.strip()]
-    for p in packages:
-        if p.startswith("-"):
+    entries = [p.strip() for p in build.pip_packages if p.strip()]
+    for p in entries:
+        if p.startswith("-") and not p.startswith(PIP_SOURCE_OPTIONS):
             raise UsageError(
-                f"build.pip_packages: {p!r} is a pip option, not a package; "
-                "put options in a requirements file (build.requirements)"
+                f"build.pip_packages: {p!r} is a pip option, not a package; only "
+                f"{', '.join(PIP_SOURCE_OPTIONS)} may stand there, put other options in a "
+                "requirements file (build.requirements)"
             )
+    packages = [p for p in entries if not p.startswith("-")]
     requirements_text: str | None = None
     if build.requirements:
         path = workdir / build.requirements
@@ -166,9 +177,12 @@ def _contents(build: Build, workdir: Path) -> dict[str, object]:
                 "the path is relative to the experiment file's directory"
             ) from None
     _check_torch_pinned(packages, requirements_text, build.requirements)
+    options = [p for p in entries if p.startswith("-")]
     return {
         "python": _interpreter_id(),
         "packages": sorted(packages),
+        # only when there are some, so environments cached before options were allowed keep their hash
+        **({"pip_options": options} if options else {}),
         "requirements": requirements_text,
         "requirements_file": build.requirements,
         "build_steps": list(build.build_steps),
@@ -209,11 +223,12 @@ def _check_torch_pinned(packages: list[str], requirements: str | None, req_file:
         name = re.sub(r"[-_.]+", "-", m.group(1)).lower()
         spec = m.group(3).split(";", 1)[0].replace(" ", "")
         if name == "torch":
-            if not re.fullmatch(rf"==={TORCH_PIN}|=={re.escape(TORCH_PIN)}(\+cpu)?", spec):
+            if not _EXACT_PIN.fullmatch(spec):
                 raise UsageError(
-                    f"{where}: {entry!r} must be pinned exactly: write 'torch=={TORCH_PIN}' "
-                    "(an unpinned or ranged torch makes pip download a multi-GB CUDA build; "
-                    f"{TORCH_PIN} is the CPU build this machine has)"
+                    f"{where}: {entry!r} must be pinned exactly: write 'torch=={TORCH_PIN}' (the "
+                    "CPU build this machine has) or the build you want, e.g. 'torch==2.13.0+cu126' "
+                    "with '--extra-index-url https://download.pytorch.org/whl/cu126' "
+                    "(an unpinned or ranged torch makes pip download the newest multi-GB CUDA build)"
                 )
             pinned = True
         elif name in _TORCH_FAMILY:
@@ -222,7 +237,7 @@ def _check_torch_pinned(packages: list[str], requirements: str | None, req_file:
         entry, where = family[0]
         raise UsageError(
             f"{where}: {entry!r} pulls in torch; add 'torch=={TORCH_PIN}' next to it "
-            "(otherwise pip downloads a multi-GB CUDA build of the newest torch)"
+            "or the exact build you want (otherwise pip downloads a multi-GB CUDA build of the newest torch)"
         )
 
 
@@ -263,7 +278,8 @@ def _build(build: Build, workdir: Path, contents: dict[str, object], key: str, v
         _step([sys.executable, "-m", "venv", str(target)], workdir, env, logfile, "creating the venv")
         pip = [str(target / "bin" / "python"), "-m", "pip", "install", "--no-input"]
         if build.pip_packages:
-            _step([*pip, *build.pip_packages], workdir, env, logfile, "pip install of build.pip_packages")
+            args = [a for p in build.pip_packages if p.strip() for a in shlex.split(p)]
+            _step([*pip, *args], workdir, env, logfile, "pip install of build.pip_packages")
         if build.requirements:
             _step(
                 [*pip, "-r", str(workdir / build.requirements)], workdir, env, logfile, "build.requirements"

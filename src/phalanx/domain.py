@@ -42,6 +42,7 @@ class ExperimentStatus(StrEnum):
     STOPPED = "stopped"
     UNKNOWN = "unknown"
     QUEUED = "queued"  # waiting in this machine's queue for its cores, GPUs or memory (phalanx.ledger)
+    PENDING = "pending"  # accepted by a cluster's scheduler, waiting for resources (reason says why)
 
     @property
     def done(self) -> bool:

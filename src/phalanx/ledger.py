@@ -176,14 +176,10 @@ class NeverFits(Exception):
 
 def process_start(pid: int) -> str | None:
     """Start time of ``pid`` (None: gone, or a zombie): with the pid it names one process for good."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_bytes()
-    except OSError:
-        return None
-    fields = stat[stat.rfind(b")") + 2 :].split()
-    if fields and fields[0] == b"Z":
-        return None
-    return fields[19].decode() if len(fields) > 19 else None
+    from phalanx.procs import start_time
+
+    ticks = start_time(pid)
+    return None if ticks is None else str(ticks)
 
 
 HOST = socket.gethostname()

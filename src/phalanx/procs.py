@@ -1,4 +1,9 @@
-"""Process records a stop may trust: ``<PHALANX_HOME>/runs/<id>/<name>`` holding "pid start-time".
+"""This machine's processes: whether one runs (``pid_alive``), its start time (with the pid, it names
+one process for good), and process records a stop may trust. The one place for these: the SDK
+(a copy of this module ships with it: standard library only), ingest, stops, the queue's ledger,
+the local engine and the reconciler all use it.
+
+Process records a stop may trust: ``<PHALANX_HOME>/runs/<id>/<name>`` holding "pid start-time".
 
 Why: the server and ``phalanx stop`` signal processes. A pid that arrived through ingest (anyone who
 can call the API can send one) must never be signalled, and a pid written by Phalanx itself may
@@ -12,6 +17,22 @@ from __future__ import annotations
 import os
 import socket
 from pathlib import Path
+
+
+def pid_alive(pid: int) -> bool:
+    """Whether process ``pid`` on this machine still runs. A zombie (ended, not yet reaped by its
+    parent) does not; a process we may not signal (another user's) does. True when unsure."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().rsplit(")", 1)[-1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return True
 
 
 def start_time(pid: int) -> int | None:

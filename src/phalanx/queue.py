@@ -188,7 +188,7 @@ def _stop_queued(store: Store, experiment_id: str) -> None:
 def _abandoned_here(settings: Settings, experiment_id: str) -> bool:
     """Whether this machine's `phalanx run` of the experiment is gone: its pid file stays behind
     when it is killed. No pid file here: another machine's run (a shared store), not ours to judge."""
-    from phalanx.supervisor.stopping import pid_alive
+    from phalanx.procs import pid_alive
 
     try:
         pid = int((settings.runs_dir / experiment_id / "supervisor.pid").read_text().split()[0])

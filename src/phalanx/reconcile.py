@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from phalanx.domain import ExperimentStatus, ReplicaState
-from phalanx.procs import recorded_but_gone
+from phalanx.procs import recorded_but_gone, start_time
 
 if TYPE_CHECKING:
     from phalanx.config import Settings
@@ -32,11 +32,10 @@ FAULT_FILE = "fault-{pid}.txt"  # where a plain script's faulthandler writes a c
 
 def process_start(pid: int) -> float | None:
     """When process ``pid`` started (seconds since the epoch), None if it does not run (or is a zombie)."""
+    ticks = start_time(pid)
+    if ticks is None:
+        return None
     try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        if fields[0] == "Z":
-            return None
-        ticks = int(fields[19])
         btime = next(
             int(line.split()[1])
             for line in Path("/proc/stat").read_text().splitlines()
@@ -45,6 +44,35 @@ def process_start(pid: int) -> float | None:
     except (OSError, IndexError, ValueError, StopIteration):
         return None
     return btime + ticks / os.sysconf("SC_CLK_TCK")
+
+
+def clean_aborted_starts(store: Any, settings: Settings) -> list[str]:
+    """Folders of experiments whose `phalanx run` was killed before it recorded them (it opens the
+    store only once the replicas are starting): with the supervisor gone and no experiment in the
+    store, its run folder and spool are removed, so nothing of an experiment that never appears is
+    left (nor ingested later as rows of no experiment). Run before an ingest pass."""
+    from phalanx.errors import NotFound
+
+    removed: list[str] = []
+    runs = settings.runs_dir
+    if not runs.is_dir():
+        return removed
+    for pid_file in runs.glob("*/supervisor.pid"):
+        folder = pid_file.parent
+        if recorded_but_gone(pid_file) is None:
+            continue
+        try:
+            store.get_experiment(folder.name)
+            continue
+        except NotFound:
+            pass
+        import shutil
+
+        for path in (folder, settings.spool_dir / folder.name):
+            shutil.rmtree(path, ignore_errors=True)
+        removed.append(folder.name)
+        log.warning("removed what a killed `phalanx run` left of experiment %s (never recorded)", folder.name)
+    return removed
 
 
 def reconcile(store: Any, settings: Settings) -> list[str]:

@@ -22,6 +22,7 @@ from phalanx.errors import NotFound, PhalanxError
 
 if TYPE_CHECKING:
     from phalanx.config import Settings
+    from phalanx.store.artifacts import ArtifactStore
     from phalanx.store.base import Store
 
 log = logging.getLogger(__name__)
@@ -66,7 +67,7 @@ class Run:
         self._id = run_id
         self._process: subprocess.Popen[bytes] | None = _process
         self._store_obj: Store | None = None
-        self._artifacts: Any = None
+        self._artifacts: ArtifactStore | None = None
         self._experiment: Experiment | None = None
 
     # -- plumbing -------------------------------------------------------------------------------
@@ -172,9 +173,9 @@ class Run:
             f"run {self.id} has no file {name!r}; files: {', '.join(names) if names else 'none yet'}"
         )
 
-    def _artifact_store(self) -> Any:
+    def _artifact_store(self) -> ArtifactStore:
         if self._artifacts is None:
-            found = getattr(self._store, "artifact_store", None)
+            found = self._store.artifact_store
             if found is None:
                 from phalanx.store.artifacts import ArtifactStore
 

@@ -41,6 +41,20 @@ class LocalSlurm:
     name: str = "slurm-test"
 
     def cluster(self, shared_dir: str | None = None) -> Cluster:
+        """The cluster as `phalanx cluster add` registers it; its shared folder defaults to
+        <dir>/shared, whose venvs folder links to the machine's test venv cache (TensorFlow's and
+        MXNet's venvs are built once per machine, not once per session)."""
+        if shared_dir is None:
+            shared = self.dir / "shared"
+            shared.mkdir(exist_ok=True)
+            venvs = shared / "venvs"
+            if not venvs.exists():
+                cache = Path(
+                    os.environ.get("PHALANX_TEST_VENVS", Path.home() / ".cache" / "phalanx" / "venvs")
+                )
+                cache.mkdir(parents=True, exist_ok=True)
+                venvs.symlink_to(cache, target_is_directory=True)
+            shared_dir = str(shared)
         return Cluster(
             name=self.name, kind="slurm", partition="debug", slurm_conf=str(self.conf), shared_dir=shared_dir
         )

@@ -185,9 +185,11 @@ def test_remove_env_deletes_the_venv_and_its_folder(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(
     "packages",
-    [("torch",), ("torch>=2.0",), ("torch==2.12.0",), ("numpy", "torch~=2.13.0"), ("torchvision",)],
+    [("torch",), ("torch>=2.0",), ("torch==2.*",), ("numpy", "torch~=2.13.0"), ("torchvision",)],
 )
-def test_torch_must_be_pinned_to_the_local_cpu_build(tmp_path: Path, packages: tuple[str, ...]) -> None:
+def test_torch_must_be_pinned_exactly_and_the_message_names_the_local_cpu_build(
+    tmp_path: Path, packages: tuple[str, ...]
+) -> None:
     with pytest.raises(UsageError, match=r"torch==2\.13\.0"):
         ensure_env(Build(pip_packages=packages), tmp_path, tmp_path / "venvs")
     assert not (tmp_path / "venvs").exists()
@@ -213,4 +215,28 @@ def test_a_missing_requirements_file_is_a_usage_error(tmp_path: Path) -> None:
 
 def test_pip_options_in_pip_packages_are_refused(tmp_path: Path) -> None:
     with pytest.raises(UsageError, match="pip option"):
-        env_hash(Build(pip_packages=("--index-url=http://x",)), tmp_path)
+        env_hash(Build(pip_packages=("--no-deps",)), tmp_path)
+
+
+@pytest.mark.parametrize(
+    "packages",
+    [
+        ("torch==2.13.0+cu126", "--extra-index-url https://download.pytorch.org/whl/cu126"),
+        ("torch==2.12.1",),
+        ("torch===2.13.0+cpu", "torchvision==0.28.0"),
+        ("--index-url=https://download.pytorch.org/whl/cu126", "torch==2.13.0+cu126"),
+    ],
+)
+def test_any_exactly_pinned_torch_build_is_accepted_with_its_package_source(
+    tmp_path: Path, packages: tuple[str, ...]
+) -> None:
+    """A GPU partition needs a CUDA build: the local CPU pin is only this machine's default."""
+    assert len(env_hash(Build(pip_packages=packages), tmp_path)) == 16
+
+
+def test_a_package_source_is_part_of_the_environment_hash(tmp_path: Path) -> None:
+    plain = env_hash(Build(pip_packages=("torch==2.13.0+cu126",)), tmp_path)
+    sourced = env_hash(
+        Build(pip_packages=("torch==2.13.0+cu126", "--extra-index-url https://x/cu126")), tmp_path
+    )
+    assert plain != sourced

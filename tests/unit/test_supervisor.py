@@ -127,7 +127,11 @@ def test_local_replicas_learn_the_supervisors_pid_and_remote_ones_do_not(
     elsewhere = replace(local, context=replace(local.context, tracking_env={"PHALANX_INGESTER_PID": "1"}))
     assert pids(ingester_here(elsewhere)) == [str(os.getpid())] * 2
     in_cluster = Cluster(name="k8s", kind="kubernetes", server_url="http://phalanx.ml.svc:8000")
-    for backend in (SlurmBackend(), KubernetesBackend(cluster=in_cluster, put_code=lambda url, data: None)):
+    hpc = Cluster(name="s", kind="slurm", shared_dir=str(tmp_path))
+    for backend in (
+        SlurmBackend(hpc),
+        KubernetesBackend(cluster=in_cluster, put_code=lambda url, data: None),
+    ):
         remote = prepare(spec, settings=Settings(), workdir=tmp_path, backend=backend)
         assert "PHALANX_INGESTER_PID" not in remote.context.tracking_env
         assert "PHALANX_INGESTER_PID" not in remote.dry_run.render()

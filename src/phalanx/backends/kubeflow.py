@@ -38,7 +38,7 @@ from phalanx.backends.kube_objects import (
     prefix,
     resources,
 )
-from phalanx.backends.kubernetes import KubeEngine, pod_env, pod_status
+from phalanx.backends.kubernetes import KubeEngine, pod_status
 from phalanx.domain import ExperimentStatus, Framework, ReplicaState, Role
 from phalanx.errors import BackendUnavailable, NotFound, Problem, SpecError
 from phalanx.frameworks import mpi
@@ -369,16 +369,7 @@ class KubeflowBackend(KubeEngine):
     restarts_itself = True
 
     def dry_run(self, plan: Plan, context: LaunchContext) -> DryRun:
-        job = render_job(
-            plan,
-            context.experiment_id,
-            self.namespace,
-            pod_env(plan, context, self.cluster.server_url),
-            server_url=self.cluster.server_url,
-            env_volume=self.cluster.env_volume,
-            workdir=context.workdir,
-        )
-        return KubeDryRun(backend=self.name, plan=plan, context=context, objects=(job,))
+        return self.kube_dry_run(plan, context, render_job)
 
     def submit(self, dry_run: DryRun) -> str:
         job = copy.deepcopy(dict(expect_dry_run(dry_run, KubeDryRun, self.name).objects[0]))
@@ -457,20 +448,11 @@ class KubeflowBackend(KubeEngine):
         if rtype is None:
             return
         name = f"{prefix(exp)}-{rtype.lower()}-{index or 0}"
-        self._readers.enter(handle)
-        try:
-            while True:
-                try:
-                    yield from self.api.pod_log(ns, name, follow)
-                    return
-                except KubeError as exc:
-                    if not follow or (exc.status == 404 and self.api.get(ns, kind, prefix(exp)) is None):
-                        return
-                    if exc.status not in (400, 404):  # not created or not started yet
-                        raise
-                time.sleep(0.2)
-        finally:
-            self._readers.leave(handle)
+
+        def gone(exc: KubeError) -> bool:  # a pod not created yet is awaited while its job exists
+            return exc.status == 404 and self.api.get(ns, kind, prefix(exp)) is None
+
+        yield from self.pod_lines(handle, ns, name, follow, gone)
 
     def cancel(self, handle: str) -> None:
         """Delete the job; the operator's pods go with it (they are owned by the job). Idempotent.

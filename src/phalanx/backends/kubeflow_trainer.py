@@ -27,7 +27,7 @@ from phalanx.backends.base import DryRun, JobStatus, LaunchContext, ReplicaStatu
 from phalanx.backends.kube_api import KubeError, selector
 from phalanx.backends.kube_objects import KubeDryRun, env_list, image, labels, prefix, resources
 from phalanx.backends.kubeflow import _strict
-from phalanx.backends.kubernetes import KubeEngine, pod_env, pod_status
+from phalanx.backends.kubernetes import KubeEngine, pod_status
 from phalanx.domain import ExperimentStatus, Framework, ReplicaState
 from phalanx.errors import BackendUnavailable, NotFound, Problem, SpecError
 from phalanx.plan import Plan
@@ -175,16 +175,7 @@ class TrainerBackend(KubeEngine):
     restarts_itself = True  # the runtime's JobSet restarts failed nodes itself
 
     def dry_run(self, plan: Plan, context: LaunchContext) -> DryRun:
-        job = render_trainjob(
-            plan,
-            context.experiment_id,
-            self.namespace,
-            pod_env(plan, context, self.cluster.server_url),
-            server_url=self.cluster.server_url,
-            env_volume=self.cluster.env_volume,
-            workdir=context.workdir,
-        )
-        return KubeDryRun(backend=self.name, plan=plan, context=context, objects=(job,))
+        return self.kube_dry_run(plan, context, render_trainjob)
 
     def submit(self, dry_run: DryRun) -> str:
         job = copy.deepcopy(dict(expect_dry_run(dry_run, KubeDryRun, self.name).objects[0]))
@@ -238,17 +229,10 @@ class TrainerBackend(KubeEngine):
 
     def logs(self, handle: str, replica: str, follow: bool = False) -> Iterator[str]:
         ns, exp = self._split(handle)
-        self._readers.enter(handle)
-        try:
-            pod = self._pods(ns, exp).get(replica)
-            if pod is not None:
-                try:
-                    yield from self.api.pod_log(ns, pod["metadata"]["name"], follow)
-                except KubeError as exc:
-                    if exc.status not in (400, 404):
-                        raise
-        finally:
-            self._readers.leave(handle)
+        pod = self._pods(ns, exp).get(replica)
+        if pod is not None:  # the runtime names its pods: only one that exists can be read
+            name = pod["metadata"]["name"]
+            yield from self.pod_lines(handle, ns, name, follow, gone=lambda exc: exc.status in (400, 404))
 
     def cancel(self, handle: str) -> None:
         """Delete the TrainJob; its JobSet and pods go with it. Idempotent."""

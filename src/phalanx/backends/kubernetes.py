@@ -250,6 +250,8 @@ class KubeEngine:
     """What both Kubernetes engines share: the cluster, its namespace, the API (the official client
     from kubeconfig unless one is given, e.g. a fake in tests) and the log readers."""
 
+    name: str  # each engine's own ("kubernetes", "kubeflow", "trainer")
+
     def __init__(
         self,
         settings: Settings | None = None,
@@ -271,6 +273,48 @@ class KubeEngine:
 
             self._api = ClientAPI(self.cluster.context)
         return self._api
+
+    def kube_dry_run(
+        self,
+        plan: Plan,
+        context: LaunchContext,
+        render: Callable[..., Mapping[str, Any] | list[dict[str, Any]]],
+    ) -> KubeDryRun:
+        """The engine's dry run: ``render`` (its own render function) given this cluster's namespace,
+        the pods' environment, the server URL and the environments volume; owner object first."""
+        rendered = render(
+            plan,
+            context.experiment_id,
+            self.namespace,
+            pod_env(plan, context, self.cluster.server_url),
+            server_url=self.cluster.server_url,
+            env_volume=self.cluster.env_volume,
+            workdir=context.workdir,
+        )
+        objects = tuple(rendered) if isinstance(rendered, list) else (rendered,)
+        return KubeDryRun(backend=self.name, plan=plan, context=context, objects=objects)
+
+    def pod_lines(
+        self, handle: str, namespace: str, pod: str, follow: bool, gone: Callable[[KubeError], bool]
+    ) -> Iterator[str]:
+        """A pod's console, read as one of this engine's log readers (``cancel`` lets them take
+        the last lines before deleting the pod). Without ``follow``: what it has now, nothing when
+        it has no log. With ``follow``: to its end; a pod not created (404) or not started (400)
+        yet is waited for until ``gone(error)`` says it never will be; other errors raise."""
+        self._readers.enter(handle)
+        try:
+            while True:
+                try:
+                    yield from self.api.pod_log(namespace, pod, follow)
+                    return
+                except KubeError as exc:
+                    if not follow or gone(exc):
+                        return
+                    if exc.status not in (400, 404):
+                        raise
+                time.sleep(0.2)
+        finally:
+            self._readers.leave(handle)
 
     def upload_code(self, context: LaunchContext) -> str:
         """Pack the experiment's folder and the tracking SDK and store them on the cluster's server,
@@ -312,16 +356,7 @@ class KubernetesBackend(KubeEngine):
     name = "kubernetes"
 
     def dry_run(self, plan: Plan, context: LaunchContext) -> DryRun:
-        objects = render_native(
-            plan,
-            context.experiment_id,
-            self.namespace,
-            pod_env(plan, context, self.cluster.server_url),
-            server_url=self.cluster.server_url,
-            env_volume=self.cluster.env_volume,
-            workdir=context.workdir,
-        )
-        return KubeDryRun(backend=self.name, plan=plan, context=context, objects=tuple(objects))
+        return self.kube_dry_run(plan, context, render_native)
 
     def submit(self, dry_run: DryRun) -> str:
         objects = copy.deepcopy([dict(o) for o in expect_dry_run(dry_run, KubeDryRun, self.name).objects])
@@ -425,20 +460,7 @@ class KubernetesBackend(KubeEngine):
         """The replica's console; with follow, waits for its container to start and reads to its end."""
         ns, exp = self._split(handle)
         name = f"{prefix(exp)}-{replica}"
-        self._readers.enter(handle)
-        try:
-            while True:
-                try:
-                    yield from self.api.pod_log(ns, name, follow)
-                    return
-                except KubeError as exc:
-                    if exc.status == 404 or not follow:
-                        return
-                    if exc.status != 400:  # 400: the container has not started yet
-                        raise
-                time.sleep(0.2)
-        finally:
-            self._readers.leave(handle)
+        yield from self.pod_lines(handle, ns, name, follow, gone=lambda exc: exc.status == 404)
 
     def cancel(self, handle: str) -> None:
         """Stop what still runs, let this engine's log readers take the last lines, then delete the

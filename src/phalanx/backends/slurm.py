@@ -4,9 +4,11 @@
 and runs ``sbatch --parsable``. Replicas write their console to ``<run>/logs/<replica>.log`` and their
 node and exit code to ``<run>/state/`` (a folder every node sees: the cluster's ``shared_dir``, or
 PHALANX_HOME's runs folder on a one-machine cluster), so ``describe`` and ``logs`` work from any
-process. The job's state comes from ``scontrol show job`` (this engine assumes no accounting
-database, so no ``sacct``), mapped through ``JOB_STATES``. ``srun --kill-on-bad-exit=1`` is the gang
-rule: one task failing kills the others and fails the job. The handle is ``<job id>:<run folder>``.
+process. The job's state comes from one ``squeue`` per poll interval shared by every experiment
+(``slurm_queue``; this engine assumes no accounting database, so no ``sacct``), mapped through
+``JOB_STATES``; ``scontrol show job`` only once Slurm has dropped a job from squeue.
+``srun --kill-on-bad-exit=1`` is the gang rule: one task failing kills the others and fails the job.
+The handle is ``<job id>:<run folder>``.
 """
 
 from __future__ import annotations
@@ -24,22 +26,24 @@ from pathlib import Path
 
 from phalanx.backends.base import DryRun, JobStatus, LaunchContext, ReplicaStatus, expect_dry_run
 from phalanx.backends.dry_runs import SlurmDryRun
+from phalanx.backends.slurm_queue import SlurmQueue, queue_for
 from phalanx.backends.slurm_script import layout, render
 from phalanx.clusters import Cluster
 from phalanx.config import Settings
 from phalanx.domain import ExperimentStatus, ReplicaState
-from phalanx.errors import BackendUnavailable, NotFound
+from phalanx.errors import BackendUnavailable, NotFound, UsageError
+from phalanx.frameworks import uses_mpi
 from phalanx.plan import Plan
 
 log = logging.getLogger(__name__)
 
 # Slurm job state (scontrol's JobState, squeue's %T) -> experiment status. Anything else: UNKNOWN.
 JOB_STATES: dict[str, ExperimentStatus] = {
-    "PENDING": ExperimentStatus.STARTING,  # queued, waiting for resources or priority
+    "PENDING": ExperimentStatus.PENDING,  # queued, waiting for resources or priority (Reason says)
     "CONFIGURING": ExperimentStatus.STARTING,  # nodes allocated, being readied
-    "REQUEUED": ExperimentStatus.STARTING,  # put back in the queue; it will start again
-    "REQUEUE_HOLD": ExperimentStatus.STARTING,
-    "REQUEUE_FED": ExperimentStatus.STARTING,
+    "REQUEUED": ExperimentStatus.PENDING,  # put back in the queue; it will start again
+    "REQUEUE_HOLD": ExperimentStatus.PENDING,
+    "REQUEUE_FED": ExperimentStatus.PENDING,
     "RUNNING": ExperimentStatus.RUNNING,
     "COMPLETING": ExperimentStatus.RUNNING,  # processes ending; the final state follows
     "SIGNALING": ExperimentStatus.RUNNING,
@@ -68,6 +72,19 @@ _REASONS = {
     "PREEMPTED": "preempted",
 }
 
+# Pending reasons that mean the job can never start as submitted (it asks for more than the partition
+# has, or for something no node offers): it is refused, not left waiting forever.
+NEVER_REASONS = {
+    "PartitionConfig": "it asks for more than the partition has (tasks x cpus-per-task, memory, gpus)",
+    "PartitionNodeLimit": "it needs more nodes than the partition allows",
+    "PartitionTimeLimit": "its --time (max_run_seconds) is above the partition's limit",
+    "BadConstraints": "no node has what it asks for",
+    "ReqNodeNotAvail": "a node it needs is not available",
+    "InvalidQOS": "its QOS is invalid",
+    "InvalidAccount": "its account is invalid",
+}
+MPI_PREFERENCE = ("pmix", "pmi2")  # Debian's Open MPI aborts in MPI_Init under pmi2; pmix works
+
 _KV = re.compile(r"(\w[\w/:]*)=(\S*)")
 
 
@@ -84,6 +101,28 @@ class SlurmBackend:
     def __init__(self, cluster: Cluster | None = None, settings: Settings | None = None) -> None:
         self.cluster = cluster or Cluster(name="slurm", kind="slurm")
         self.settings = settings or Settings()
+        self._submitted: dict[str, float] = {}  # job id -> when sbatch answered
+
+    @property
+    def queue(self) -> SlurmQueue:
+        """The process-wide squeue snapshot of this cluster (one query per interval for all jobs)."""
+        return queue_for(self.cluster.slurm_conf or os.environ.get("SLURM_CONF", ""), self._cmd)
+
+    def mpi_plugin(self) -> str:
+        """The MPI plugin to launch ranks with: the first of MPI_PREFERENCE the cluster offers
+        (``srun --mpi=list``), pmix when srun cannot be asked (a dry run on a machine without Slurm)."""
+        key = self.cluster.slurm_conf or os.environ.get("SLURM_CONF", "")
+        if key in _MPI_PLUGINS:
+            return _MPI_PLUGINS[key]
+        if shutil.which("srun") is None:
+            return MPI_PREFERENCE[0]
+        proc = self._cmd(["srun", "--mpi=list"], check=False)
+        offered = set(re.findall(r"^\s*(?:srun: )?(\w+)\s*$", proc.stdout + proc.stderr, re.M))
+        if proc.returncode != 0 or not offered:
+            return MPI_PREFERENCE[0]  # srun could not say (no slurm.conf here): not remembered
+        chosen = next((p for p in MPI_PREFERENCE if p in offered), "none")
+        _MPI_PLUGINS[key] = chosen
+        return chosen
 
     # -- commands -------------------------------------------------------------------------------
     def _env(self) -> dict[str, str]:
@@ -107,9 +146,7 @@ class SlurmBackend:
 
     # -- dry run --------------------------------------------------------------------------------
     def run_dir(self, experiment_id: str) -> Path:
-        if self.cluster.shared_dir:
-            return Path(self.cluster.shared_dir) / experiment_id
-        return self.settings.runs_dir / experiment_id / "slurm"
+        return Path(require_shared_dir(self.cluster)) / "runs" / experiment_id
 
     def dry_run(self, plan: Plan, context: LaunchContext) -> DryRun:
         env: dict[str, str] = {**plan.build.env_vars, **plan.env, **context.tracking_env}
@@ -125,6 +162,7 @@ class SlurmBackend:
             self.run_dir(context.experiment_id),
             env,
             partition=self.cluster.partition,
+            mpi_plugin=self.mpi_plugin() if uses_mpi(plan) else "none",
         )
         return SlurmDryRun(backend=self.name, plan=plan, context=context, script=script)
 
@@ -139,7 +177,8 @@ class SlurmBackend:
             script = run_dir / "job.sbatch"
             script.write_text(expect_dry_run(dry_run, SlurmDryRun, self.name).script)
             keys = [t.key for c in layout(dry_run.plan) for t in c.tasks]
-            (run_dir / "tasks").write_text("\n".join(keys) + "\n")
+            (run_dir / "tasks").write_text("\n".join(keys) + "\n")  # the script writes it too; read before
+            self._refuse_if_it_can_never_run(script, dry_run)
             out = self._cmd(["sbatch", "--parsable", str(script)]).stdout.strip()
             job_id = out.split(";")[0]
             if not job_id.isdigit():
@@ -148,8 +187,32 @@ class SlurmBackend:
             if first:  # Slurm took nothing: leave no folder for an experiment that never existed
                 shutil.rmtree(run_dir, ignore_errors=True)
             raise
+        self._submitted[job_id] = time.monotonic()
         log.info("submitted %s as Slurm job %s", dry_run.context.experiment_id, job_id)
         return f"{job_id}:{run_dir}"
+
+    def _refuse_if_it_can_never_run(self, script: Path, dry_run: DryRun) -> None:
+        """``sbatch --test-only``: Slurm's own verdict, before anything is queued.
+
+        Slurm accepts a job larger than its partition and leaves it pending forever (Reason
+        PartitionConfig); the test-only submission says so at once, so it is refused with Slurm's words
+        and what the job asked for.
+        """
+        proc = self._cmd(["sbatch", "--test-only", str(script)], check=False)
+        if proc.returncode == 0:
+            return
+        said = " ".join(line.removeprefix("sbatch: error: ") for line in proc.stderr.strip().splitlines())
+        asked = "; ".join(
+            f"{', '.join(sorted({t.replica.name for t in c.tasks}))}: {len(c.tasks)} task(s), "
+            + " ".join(o for o in c.resources.options(len(c.tasks)) if not o.startswith("--ntasks="))
+            for c in layout(dry_run.plan)
+        )
+        where = f"partition {self.cluster.partition}" if self.cluster.partition else "the default partition"
+        raise UsageError(
+            f"Slurm cluster {self.cluster.name} can never run this experiment: {said or 'refused'} "
+            f"(asked for {asked} on {where}). Lower the replicas' resources or processes, or pick a "
+            "larger partition (phalanx cluster add NAME --kind slurm --partition P --replace)."
+        )
 
     @staticmethod
     def _archive_previous_attempt(run_dir: Path) -> None:
@@ -200,6 +263,7 @@ class SlurmBackend:
     def _replicas(self, run_dir: Path, job_status: ExperimentStatus | None) -> list[ReplicaStatus]:
         """Each replica from its tasks' state files: node at start, exit code (or "stopped") at end."""
         by_replica: dict[str, list[tuple[str | None, str | None, float | None]]] = {}
+        culprits: dict[str, str] = {}  # replica -> its first failing process, when not process 0
         for key in self._tasks(run_dir):
             folder = run_dir / "state"
             exit_text = self._read(folder / f"{key}.exit")
@@ -207,9 +271,10 @@ class SlurmBackend:
             if exit_text is not None:
                 with contextlib.suppress(OSError):
                     finished = (folder / f"{key}.exit").stat().st_mtime
-            by_replica.setdefault(key.split(".")[0], []).append(
-                (self._read(folder / f"{key}.node"), exit_text, finished)
-            )
+            name, _, process = key.partition(".")
+            if exit_text not in (None, "0", "stopped") and name not in culprits:
+                culprits[name] = process
+            by_replica.setdefault(name, []).append((self._read(folder / f"{key}.node"), exit_text, finished))
         ended = job_status is None or job_status.done
         out = []
         for name, tasks in by_replica.items():
@@ -224,6 +289,8 @@ class SlurmBackend:
                 reason = f"exited with code {code}" if code is not None and code < 128 else None
                 if code is not None and code > 128:
                     reason = f"was killed by signal {code - 128}"
+                if culprits.get(name) and reason:
+                    reason = f"(process {culprits[name]} of {len(tasks)}) {reason}"
             elif exits and all(e == "0" for e in exits):
                 state, code = ReplicaState.SUCCEEDED, 0
             elif "stopped" in exits or (ended and any(n for n, _, _ in tasks)):
@@ -266,7 +333,16 @@ class SlurmBackend:
 
     def describe(self, handle: str) -> JobStatus | None:
         job_id, run_dir = self._split(handle)
-        job = self._job(job_id)
+        ended = self._ended_by_state_files(run_dir)
+        if ended is not None:
+            return ended  # every task wrote its exit code: no need to ask Slurm
+        queued = self.queue.job(job_id, self._submitted.get(job_id))
+        if queued is not None:
+            job: dict[str, str] | None = {"JobState": queued.state, "Reason": queued.reason}
+        elif job_id in self._submitted and not self._seen_gone(job_id):
+            job = {"JobState": "PENDING", "Reason": "None"}  # not yet in a snapshot
+        else:
+            job = self._job(job_id)
         if job is None:
             # Slurm forgot the job (MinJobAge); the state files still tell how it ended, if they do.
             replicas = self._replicas(run_dir, None)
@@ -282,6 +358,9 @@ class SlurmBackend:
             return JobStatus(ExperimentStatus.STOPPED, tuple(replicas), "stopped")
         native = job.get("JobState", "")
         status = status_of(native)
+        started = any(self._read(run_dir / "state" / f"{k}.node") for k in self._tasks(run_dir))
+        if status is ExperimentStatus.PENDING and started:
+            status = ExperimentStatus.RUNNING  # its tasks have started since the last snapshot
         replicas = self._replicas(run_dir, status)
         reason = None
         if status is ExperimentStatus.FAILED:
@@ -294,17 +373,55 @@ class SlurmBackend:
             reason = _REASONS.get(native, native.lower())
         elif status is ExperimentStatus.UNKNOWN:
             reason = f"Slurm job state {native!r}"
-        elif status is ExperimentStatus.STARTING and job.get("Reason") not in (None, "None"):
-            reason = f"pending: {job['Reason']}"
+        elif status is ExperimentStatus.PENDING:
+            why = job.get("Reason", "None")
+            if why in NEVER_REASONS:
+                return JobStatus(
+                    ExperimentStatus.FAILED,
+                    tuple(replicas),
+                    f"Slurm can never start this job ({why}): {NEVER_REASONS[why]}",
+                )
+            reason = why if why not in ("", "None") else None
         return JobStatus(status, tuple(replicas), reason)
+
+    def _seen_gone(self, job_id: str) -> bool:
+        """True once the job was submitted long enough ago that a snapshot without it means it is gone."""
+        submitted = self._submitted.get(job_id)
+        return submitted is not None and time.monotonic() - submitted > 30
+
+    def _ended_by_state_files(self, run_dir: Path) -> JobStatus | None:
+        """The outcome when every task has written its exit code (success, or a real failure)."""
+        keys = self._tasks(run_dir)
+        if not keys:
+            return None
+        exits = [self._read(run_dir / "state" / f"{k}.exit") for k in keys]
+        if any(e is None for e in exits) or (run_dir / "cancelled").exists():
+            return None
+        replicas = self._replicas(run_dir, ExperimentStatus.RUNNING)
+        if all(e == "0" for e in exits):
+            return JobStatus(ExperimentStatus.SUCCEEDED, tuple(replicas))
+        failed = sorted(
+            (r for r in replicas if r.state is ReplicaState.FAILED), key=lambda r: r.finished_at or 0
+        )
+        if failed:
+            return JobStatus(ExperimentStatus.FAILED, tuple(replicas), f"{failed[0].name} {failed[0].reason}")
+        return None
 
     # -- logs -----------------------------------------------------------------------------------
     def logs(self, handle: str, replica: str, follow: bool = False) -> Iterator[str]:
-        """Lines of a replica's console (its first process); with follow, until the job has ended."""
+        """Lines of every process of a replica; with follow, until the job has ended.
+
+        A replica with several processes (torchrun-style, or MPI ranks) has one log file per process;
+        each line is prefixed ``[rank R]`` (its global rank), and lines are split per file, so two
+        processes' output is never glued together.
+        """
         _, run_dir = self._split(handle)
-        path = run_dir / "logs" / f"{replica}.log"
-        pending = b""
-        pos = 0
+        keys = [k for k in self._tasks(run_dir) if k.partition(".")[0] == replica] or [replica]
+        ranks = self._ranks(replica, len(keys)) if len(keys) > 1 else {}
+        files = {
+            k: _LogFile(run_dir / "logs" / f"{k}.log", f"[rank {ranks[k]}] " if k in ranks else "")
+            for k in keys
+        }
         last_check = 0.0
         done = not follow
         while True:
@@ -312,26 +429,30 @@ class SlurmBackend:
                 last_check = time.monotonic()
                 try:
                     status = self.describe(handle)
-                    done = status is None or status.status.done  # read the flag before the file
+                    done = status is None or status.status.done  # read the flag before the files
                 except BackendUnavailable:
-                    log.warning("slurmctld did not answer; still following %s", path)
-            try:
-                with open(path, "rb") as f:
-                    f.seek(pos)
-                    chunk = f.read()
-            except FileNotFoundError:
-                chunk = b""
-            pos += len(chunk)
-            lines = (pending + chunk).split(b"\n")
-            pending = lines.pop()
-            for line in lines:
-                yield line.decode("utf-8", "replace")
+                    log.warning("slurmctld did not answer; still following %s", replica)
+            got = False
+            for f in files.values():
+                for line in f.read(final=done):
+                    got = True
+                    yield line
             if done:
-                if pending:
-                    yield pending.decode("utf-8", "replace")
                 return
-            if not chunk:
+            if not got:
                 time.sleep(0.2)
+
+    @staticmethod
+    def _ranks(replica: str, processes: int) -> dict[str, int]:
+        """Global rank of each process of a replica (master is node 0, worker-i node i + 1)."""
+        node = (
+            0
+            if replica == "master"
+            else int(replica.rsplit("-", 1)[1]) + 1
+            if replica.startswith("worker-")
+            else 0
+        )
+        return {(replica if j == 0 else f"{replica}.{j}"): node * processes + j for j in range(processes)}
 
     # -- cancel ---------------------------------------------------------------------------------
     def cancel(self, handle: str) -> None:
@@ -342,6 +463,43 @@ class SlurmBackend:
         proc = self._cmd(["scancel", job_id], check=False)
         if proc.returncode != 0 and "Invalid job id" not in proc.stderr and "already" not in proc.stderr:
             raise BackendUnavailable(f"scancel {job_id} failed: {proc.stderr.strip()}")
+        self.queue.forget_snapshot()
+
+
+class _LogFile:
+    """One process's log file, read incrementally into whole lines."""
+
+    def __init__(self, path: Path, prefix: str) -> None:
+        self.path, self.prefix, self.pos, self.pending = path, prefix, 0, b""
+
+    def read(self, final: bool) -> list[str]:
+        try:
+            with open(self.path, "rb") as f:
+                f.seek(self.pos)
+                chunk = f.read()
+        except FileNotFoundError:
+            chunk = b""
+        self.pos += len(chunk)
+        parts = (self.pending + chunk).split(b"\n")
+        self.pending = parts.pop()
+        if final and self.pending:
+            parts.append(self.pending)
+            self.pending = b""
+        return [self.prefix + p.decode("utf-8", "replace") for p in parts]
+
+
+_MPI_PLUGINS: dict[str, str] = {}  # slurm.conf -> the plugin srun --mpi=list offered
+
+
+def require_shared_dir(cluster: Cluster) -> str:
+    """The cluster's shared folder (venvs, the SDK copy, run folders), or a UsageError saying how."""
+    if not cluster.shared_dir:
+        raise UsageError(
+            f"Slurm cluster {cluster.name} has no shared directory: the nodes must see the experiment's "
+            "venv, the tracking SDK and its run folder. Register a folder every node mounts: "
+            f"phalanx cluster add {cluster.name} --kind slurm --shared-dir /shared/phalanx --replace"
+        )
+    return cluster.shared_dir
 
 
 def create(cluster: Cluster | None = None, settings: Settings | None = None) -> SlurmBackend:

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from phalanx import frameworks
-from phalanx.domain import Framework, Resources, Role
+from phalanx.domain import Framework, Range, Resources, Role
 from phalanx.errors import SpecError
 from phalanx.frameworks import Endpoints, mpi
 from phalanx.plan import Plan, ReplicaPlan
@@ -30,8 +30,10 @@ from phalanx.plan import Plan, ReplicaPlan
 class SlurmResources:
     """What one task asks Slurm for.
 
-    Resource mapping (Slurm allocates what a replica may use, so the larger of requests and limits):
-      cpu    -> --cpus-per-task (cores per process; a replica's cpus are split over its processes)
+    Resource mapping (Slurm reserves what a replica is guaranteed, so requests; limits only stand in
+    where no request is given, because Slurm has no separate ceiling a task could burst to):
+      cpu    -> --cpus-per-task (cores per process; a replica's cpus are split over its processes),
+                and OMP_NUM_THREADS (TF_NUM_INTRAOP_THREADS too) = the task's cores
       memory -> --mem-per-cpu, so that cpus-per-task x mem-per-cpu = the replica's MiB (Slurm's --mem
                 is per node and would be shared by tasks packed on one node); GPU replicas own whole
                 nodes and get --mem
@@ -55,9 +57,9 @@ class SlurmResources:
 
 
 def _amount(r: Resources, key: str) -> float | None:
-    rng = getattr(r, key)
-    values = [v for v in (rng.requests, rng.limits) if v is not None]
-    return max(values) if values else None
+    """The request (what the scheduler reserves); the limit only when no request is given."""
+    rng: Range = getattr(r, key)
+    return rng.requests if rng.requests is not None else rng.limits
 
 
 def slurm_resources(replica: ReplicaPlan) -> SlurmResources:
@@ -134,6 +136,24 @@ def _exports(env: Mapping[str, str], indent: str) -> list[str]:
     return [f"{indent}export {k}={_bash_value(v)}" for k, v in env.items()]
 
 
+SIGNAL_SECONDS = 60  # Slurm sends --signal with a resolution of about a minute anyway
+
+# A requeued job (node failure, preemption) starts again in the same run folder: the last attempt's
+# logs and state move under attempts/<n>/ (n continues the numbering the engine's restarts use), so
+# nothing is read twice and the new attempt starts clean. PHALANX_ATTEMPT tells the tasks.
+REQUEUE = r"""
+if [ "${SLURM_RESTART_COUNT:-0}" -gt 0 ] && [ -d "$PHALANX_RUN_DIR/logs" ]; then
+  mkdir -p "$PHALANX_RUN_DIR/attempts"
+  n=$(find "$PHALANX_RUN_DIR/attempts" -mindepth 1 -maxdepth 1 -type d | wc -l)
+  mkdir "$PHALANX_RUN_DIR/attempts/$n"
+  for f in logs state cancelled; do
+    [ -e "$PHALANX_RUN_DIR/$f" ] && mv "$PHALANX_RUN_DIR/$f" "$PHALANX_RUN_DIR/attempts/$n/"
+  done
+fi
+PHALANX_ATTEMPT=$(find "$PHALANX_RUN_DIR/attempts" -mindepth 1 -maxdepth 1 -type d 2>/dev/null | wc -l)
+export PHALANX_ATTEMPT
+""".strip("\n")
+
 _NAME_OK = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 TASK_NODES = r"""
@@ -171,9 +191,12 @@ export PHALANX_TASK_NODES="${NODES[*]}" PHALANX_TASK_ADDRS="${ADDR[*]}"
 """.strip("\n")
 
 TASK_RUNNER = r"""
+export OMP_NUM_THREADS="$THREADS" MKL_NUM_THREADS="$THREADS"
 STATE="$PHALANX_RUN_DIR/state/$KEY"
 echo "$SLURMD_NODENAME" >"$STATE.node"
-/bin/sh -c "$PHALANX_COMMAND" >"$PHALANX_RUN_DIR/logs/$KEY.log" 2>&1 </dev/null &
+# its own process group: `sh -c` need not exec, and stopping the command must stop its python too
+# (an orphaned TensorFlow server would outlive the job: proctrack/linuxproc loses reparented processes)
+setsid /bin/sh -c "$PHALANX_COMMAND" >"$PHALANX_RUN_DIR/logs/$KEY.log" 2>&1 </dev/null &
 child=$!
 # system/... series of this replica's process tree, sampled beside it (docs/checkpoints.md)
 sampler=
@@ -181,15 +204,23 @@ if [ "${PHALANX_SYSTEM_METRICS:-}" != off ]; then
   python -m phalanx.sysmetrics --pid "$child" >/dev/null 2>&1 </dev/null & sampler=$!
 fi
 stopped=0
-trap 'stopped=1; kill -TERM "$child" 2>/dev/null' TERM INT
+code=
+stop_tree() {
+  kill -TERM -- "-$child" 2>/dev/null
+  wait "$child" 2>/dev/null; code=$?
+  for _ in $(seq 40); do kill -0 -- "-$child" 2>/dev/null || return 0; sleep 0.25; done
+  kill -KILL -- "-$child" 2>/dev/null
+}
+trap 'stopped=1; stop_tree' TERM INT
 while kill -0 "$child" 2>/dev/null; do
   if [ "$STOP_AFTER_MASTER" = 1 ] && [ "$(cat "$PHALANX_RUN_DIR/state/master.exit" 2>/dev/null)" = 0 ]; then
     # the chief has finished: this server never exits by itself, stopping it is success
-    kill -TERM "$child" 2>/dev/null; wait "$child"; echo 0 >"$STATE.exit"; exit 0
+    stop_tree; echo 0 >"$STATE.exit"; exit 0
   fi
   sleep 1 & wait $! 2>/dev/null
 done
-wait "$child"; code=$?
+if [ -z "$code" ]; then wait "$child"; code=$?; fi
+kill -KILL -- "-$child" 2>/dev/null  # whatever the command left behind in its group
 [ -n "$sampler" ] && kill "$sampler" 2>/dev/null
 if [ "$stopped" = 1 ]; then echo stopped >"$STATE.exit.tmp"; else echo "$code" >"$STATE.exit.tmp"; fi
 mv "$STATE.exit.tmp" "$STATE.exit"
@@ -207,7 +238,14 @@ def _task_case(plan: Plan, task: Task, endpoints: Endpoints, experiment_id: str)
     else:
         env.update(frameworks.framework_env(plan, r, endpoints, task.local_rank))
     stop = plan.framework is Framework.TENSORFLOW and r.role is not Role.MASTER and plan.topology()["ps"] > 0
-    lines = [f"  {task.index})", f"    KEY={shlex.quote(task.key)} STOP_AFTER_MASTER={int(stop)}"]
+    threads = slurm_resources(r).cpus
+    if plan.framework is Framework.TENSORFLOW:
+        # ParameterServerStrategy hangs with a single inter-op thread (its RPCs wait on each other)
+        env.update({"TF_NUM_INTRAOP_THREADS": str(threads), "TF_NUM_INTEROP_THREADS": str(max(2, threads))})
+    lines = [
+        f"  {task.index})",
+        f"    KEY={shlex.quote(task.key)} STOP_AFTER_MASTER={int(stop)} THREADS={threads}",
+    ]
     lines += _exports(env, "    ")
     lines.append("    ;;")
     return lines
@@ -220,8 +258,14 @@ def render(
     run_dir: Path,
     env: Mapping[str, str],
     partition: str | None = None,
+    mpi_plugin: str = "pmix",
 ) -> str:
-    """The complete sbatch script. ``env`` is what every replica shares (tracking, plan.env, PATH)."""
+    """The complete sbatch script. ``env`` is what every replica shares (tracking, plan.env, PATH).
+
+    The script is self-contained: it creates its run folder and writes what the engine reads back, so
+    the dry run is exactly what is submitted and `sbatch` of a saved copy works by hand. Tasks get
+    only the environment written here (``--export=NONE``), not the submitting shell's.
+    """
     if frameworks.uses_mpi(plan):
         problems = mpi.check(plan)
         if problems:
@@ -249,12 +293,28 @@ def render(
         "# Each replica's processes are Slurm tasks; one failing stops them all (--kill-on-bad-exit).",
         f"#SBATCH --job-name=phalanx-{experiment_id}",
         f"#SBATCH --chdir={_sbatch_value(workdir)}",
-        f"#SBATCH --output={_sbatch_value(f'{run_dir}/slurm-%j.out')}",
+        "# the run folder may not exist yet: the script creates it and sends its own output there",
+        "#SBATCH --output=/dev/null",
+        "# only what this script exports reaches the tasks, not the submitting shell's environment",
+        "#SBATCH --export=NONE",
     ]
     if partition:
         lines.append(f"#SBATCH --partition={partition}")
     if plan.max_run_seconds:
-        lines.append(f"#SBATCH --time={max(1, math.ceil(plan.max_run_seconds / 60))}")
+        minutes = max(1, math.ceil(plan.max_run_seconds / 60))
+        lines.append(f"#SBATCH --time={minutes}")
+        if minutes > 2 * SIGNAL_SECONDS // 60:  # a shorter limit would be signalled right at the start
+            lines += [
+                f"# SIGTERM {SIGNAL_SECONDS} s before the time limit, so the tasks can write a checkpoint",
+                f"#SBATCH --signal=TERM@{SIGNAL_SECONDS}",
+            ]
+    lines.append("# replicas are machines in the file's terms: spread the tasks over as many nodes as it can")
+    lines.append("#SBATCH --spread-job")
+    if plan.max_restarts:
+        lines.append("# requeued after a node failure or preemption (attempts keep counting)")
+        lines.append("#SBATCH --requeue")
+    else:
+        lines.append("#SBATCH --no-requeue")
     for n, comp in enumerate(components):
         if n:
             lines.append("#SBATCH hetjob")
@@ -267,7 +327,17 @@ def render(
         "",
         "set -uo pipefail",
         f"export PHALANX_RUN_DIR={shlex.quote(str(run_dir))}",
+        REQUEUE,
         'mkdir -p "$PHALANX_RUN_DIR/logs" "$PHALANX_RUN_DIR/state"',
+        'exec >>"$PHALANX_RUN_DIR/slurm-$SLURM_JOB_ID.out" 2>&1',
+        "# the tasks, one per line (the engine reads their state files)",
+        "cat >\"$PHALANX_RUN_DIR/tasks\" <<'PHALANX_TASKS'",
+        *[t.key for t in tasks],
+        "PHALANX_TASKS",
+        "",
+        "# A minimal base environment (--export=NONE gave the script only SLURM_* variables).",
+        'export HOME="${HOME:-$(getent passwd "$(id -un)" | cut -d: -f6)}" USER="${USER:-$(id -un)}"',
+        "export LANG=C.UTF-8 PATH=/usr/local/bin:/usr/bin:/bin",
         "",
         "# What every replica shares: tracking, the file's env, the experiment's interpreter first on PATH.",
     ]
@@ -289,9 +359,10 @@ def render(
     srun = ["srun"]
     if het:
         srun.append(f"--het-group=0-{len(components) - 1}")
-    srun += ["--kill-on-bad-exit=1", "--distribution=block"]
+    # --export=ALL: the step takes this script's environment (sbatch's NONE would otherwise carry over)
+    srun += ["--export=ALL", "--kill-on-bad-exit=1", "--distribution=block"]
     if frameworks.uses_mpi(plan):
-        srun.append("--mpi=pmi2")
+        srun.append(f"--mpi={mpi_plugin}")
     srun += ["/bin/bash", '"$PHALANX_RUN_DIR/task.sh"']
     lines += [" ".join(srun), "exit $?", ""]
     return "\n".join(lines)

@@ -20,6 +20,7 @@ COMMAND_MODULES = (
     "phalanx.cli.group",
     "phalanx.cli.resume",
     "phalanx.cli.annotate",
+    "phalanx.cli.sync",
 )
 
 

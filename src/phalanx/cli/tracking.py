@@ -49,6 +49,12 @@ def open_for_reading(settings: Settings | None = None) -> tuple[IngestStore, Set
 
     settings = settings or Settings()
     store = open_store(settings)
+    try:  # before ingesting: a killed start-up leaves nothing, not rows of an experiment never shown
+        from phalanx.reconcile import clean_aborted_starts
+
+        clean_aborted_starts(store, settings)
+    except Exception as exc:
+        logging.getLogger(__name__).warning("checking aborted starts failed: %s", exc)
     try:
         Ingester(store, store.artifact_store, settings.spool_dir).run_once()
     except Exception as exc:  # reading must work even when a spool cannot be ingested right now
@@ -154,6 +160,15 @@ def artifact_json(a: ArtifactRecord) -> dict[str, Any]:
 # --- commands ------------------------------------------------------------------------------------
 
 
+def _status(e: Experiment) -> str:
+    """`pending (Resources)`: a waiting experiment says why (the scheduler's reason)."""
+    from phalanx.domain import ExperimentStatus
+
+    if e.status is ExperimentStatus.PENDING and e.reason:
+        return f"{e.status} ({e.reason})"
+    return str(e.status)
+
+
 @app.command("ls")
 def ls(
     status: Annotated[
@@ -216,7 +231,7 @@ def ls(
             typer.echo("no experiments yet: `phalanx run -f FILE` or Task.init() in a script creates one")
         return
     rows = [
-        [e.id, e.project, e.name, str(e.status), _when(e.created_at), _duration(e.started_at, e.finished_at)]
+        [e.id, e.project, e.name, _status(e), _when(e.created_at), _duration(e.started_at, e.finished_at)]
         for e in page.items
     ]
     headers = ["id", "project", "name", "status", "created", "duration"]

@@ -41,7 +41,10 @@ def check(plan: Plan) -> list[str]:
 
 
 def launcher_argv(plan: Plan, mpirun: str = "mpirun", hostfile: str | None = None) -> list[str]:
-    argv = [mpirun, "--allow-run-as-root", "--oversubscribe", "--bind-to", "none", "-np", str(slots(plan))]
+    # --tag-output: mpirun prefixes every line with its rank ([1,R]<stdout>:), line by line, so the
+    # engine can give each replica its ranks' lines and two ranks' output is never glued together
+    argv = [mpirun, "--allow-run-as-root", "--oversubscribe", "--bind-to", "none", "--tag-output"]
+    argv += ["-np", str(slots(plan))]
     if hostfile:
         argv += ["--hostfile", hostfile]
     return [*argv, "/bin/sh", "-c", RANK_WRAPPER]

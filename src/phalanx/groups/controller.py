@@ -109,7 +109,7 @@ def controller_alive(group: Group) -> bool:
         return False
     if group.controller_host and group.controller_host != socket.gethostname():
         return True
-    from phalanx.supervisor.stopping import pid_alive
+    from phalanx.procs import pid_alive
 
     if not pid_alive(group.controller_pid):
         return False

@@ -12,8 +12,6 @@ process: it was killed), nothing would ever read the request, so the server fall
 from __future__ import annotations
 
 import logging
-import os
-import time
 
 from phalanx.config import Settings
 from phalanx.domain import Experiment
@@ -25,12 +23,9 @@ log = logging.getLogger(__name__)
 def request_stop(store: Store, settings: Settings, experiment: Experiment) -> str:
     """Record a stop request for ``experiment`` and signal its supervisor; returns what was done."""
     from phalanx.supervisor import stop_experiment, supervisor_pid
+    from phalanx.supervisor.stopping import write_stop_request
 
-    run_dir = settings.runs_dir / experiment.id
-    run_dir.mkdir(parents=True, exist_ok=True)
-    tmp = run_dir / "stop.tmp"
-    tmp.write_text(f"{time.time()}\n")
-    os.replace(tmp, run_dir / "stop")
+    write_stop_request(settings, experiment.id)
     pid = supervisor_pid(settings, experiment.id)
     if pid is not None:
         log.info("stop of %s requested from supervisor %s", experiment.id, pid)

@@ -1,8 +1,9 @@
 """The server's door to artifact bytes: read, stream and write files under one experiment's folder.
 
-Every path from a request is checked by :func:`safe_relpath` before it touches the artifact store,
-so no name can reach outside ``<artifacts root>/<experiment id>/`` (no ``..``, no absolute paths, no
-backslashes, no NUL). The bytes live in the same fsspec artifact store the ingester writes.
+Every path from a request is checked by ``safe_relpath`` (the store's ``safe_path``) before it
+touches the artifact store, so no name can reach outside ``<artifacts root>/<experiment id>/`` (no
+``..``, no absolute paths, no backslashes, no NUL). The bytes live in the same fsspec artifact store
+the ingester writes.
 """
 
 from __future__ import annotations
@@ -15,38 +16,11 @@ from typing import Any
 import fsspec
 
 from phalanx.errors import Conflict, NotFound, UsageError
+from phalanx.store.artifacts import safe_path
 
 CHUNK = 1024 * 1024
-# Beyond these a file system refuses the name (ENAMETOOLONG; 255 bytes a name, less the ".tmp-xxxxxxxx"
-# a write adds) or fsspec recurses too deep: answered 400 here, not 500 there.
-MAX_PATH_BYTES = 1024
-MAX_NAME_BYTES = 240
-MAX_DEPTH = 32
-
-
-def safe_relpath(path: str) -> str:
-    """``path`` as a clean relative POSIX path, or UsageError when it could escape its folder."""
-    if not path or "\x00" in path or "\\" in path:
-        raise UsageError(f"invalid file path {path!r}: use a relative path with '/' separators")
-    if path.startswith("/") or (len(path) > 1 and path[1] == ":"):
-        raise UsageError(f"invalid file path {path!r}: it must be relative to the experiment's folder")
-    parts = path.split("/")
-    if any(p in ("..", ".") for p in parts):
-        raise UsageError(f"invalid file path {path!r}: '.' and '..' are not allowed")
-    clean = posixpath.normpath("/".join(p for p in parts if p))
-    if clean in ("", ".") or clean.startswith(".."):
-        raise UsageError(f"invalid file path {path!r}")
-    names = clean.split("/")
-    if (
-        len(clean.encode()) > MAX_PATH_BYTES
-        or len(names) > MAX_DEPTH
-        or any(len(n.encode()) > MAX_NAME_BYTES for n in names)
-    ):
-        raise UsageError(
-            f"file path {clean[:60]!r}... is too long: at most {MAX_PATH_BYTES} bytes, {MAX_DEPTH} folders"
-            f" deep, {MAX_NAME_BYTES} bytes a name"
-        )
-    return clean
+# One sanitizer for every artifact path (the store's): the server's name for it.
+safe_relpath = safe_path
 
 
 class ArtifactFiles:

@@ -146,7 +146,7 @@ class _CountingLoader(yaml.SafeLoader):
     def compose_node(self, parent: Node | None, index: int) -> Node | None:
         self.nodes += 1
         if self.nodes > MAX_NODES:
-            raise _TooManyNodes(mark_of(self.peek_event().start_mark))
+            raise _TooManyNodes(mark_of(self.peek_event().start_mark))  # type: ignore[no-untyped-call]
         return super().compose_node(parent, index)
 
 

@@ -16,10 +16,17 @@ from typing import Any
 from phalanx.errors import NotFound, UsageError
 
 _ID = re.compile(r"^[0-9a-zA-Z_-]{1,64}$")
+# Beyond these a file system refuses the name (ENAMETOOLONG; 255 bytes a name, less the ".tmp-xxxxxxxx"
+# a write adds) or fsspec recurses too deep: refused here (400), not failing there (500).
+MAX_PATH_BYTES = 1024
+MAX_NAME_BYTES = 240
+MAX_DEPTH = 32
 
 
 def safe_path(path: str) -> str:
-    """``path`` as a normalised relative POSIX path; UsageError if it could leave its folder."""
+    """``path`` as a normalised relative POSIX path; UsageError if it could leave its folder or is
+    too long for a file system. The one sanitizer of artifact paths: the SDK's records, ingest and
+    the server's file routes all go through it."""
     if not isinstance(path, str) or not path.strip():
         raise UsageError("an artifact path must be a non-empty string")
     if "\x00" in path or "\\" in path:
@@ -31,7 +38,17 @@ def safe_path(path: str) -> str:
         raise UsageError(f"artifact path {path!r} contains '..'; names cannot leave their folder")
     if not parts:
         raise UsageError(f"artifact path {path!r} names no file")
-    return "/".join(parts)
+    clean = "/".join(parts)
+    if (
+        len(clean.encode()) > MAX_PATH_BYTES
+        or len(parts) > MAX_DEPTH
+        or any(len(n.encode()) > MAX_NAME_BYTES for n in parts)
+    ):
+        raise UsageError(
+            f"file path {clean[:60]!r}... is too long: at most {MAX_PATH_BYTES} bytes, {MAX_DEPTH} folders"
+            f" deep, {MAX_NAME_BYTES} bytes a name"
+        )
+    return clean
 
 
 def _check_id(experiment_id: str) -> str:

@@ -14,8 +14,9 @@ from typing import TYPE_CHECKING, Any
 from phalanx.backends.base import Backend, DryRun, LaunchContext
 from phalanx.backends.dry_runs import LocalDryRun
 from phalanx.config import Settings
+from phalanx.domain import Framework
 from phalanx.plan import Plan, build_plan
-from phalanx.spec.model import ExperimentSpec
+from phalanx.spec.model import Build, ExperimentSpec
 from phalanx.tracking.identity import ENV_INGESTER_PID as INGESTER_PID
 
 if TYPE_CHECKING:
@@ -55,7 +56,7 @@ SDK_TOP_MODULES = (
 )
 
 
-def sdk_path(settings: Settings) -> Path:
+def sdk_path(settings: Settings, root: Path | None = None) -> Path:
     """A standard-library-only copy of the tracking SDK under PHALANX_HOME/sdk/<version>-<hash>, so
     `from phalanx import Task` works inside a foreign venv (TensorFlow's, MXNet's)."""
     import hashlib
@@ -71,7 +72,7 @@ def sdk_path(settings: Settings) -> Path:
     for f in files:
         digest.update(str(f.relative_to(pkg)).encode())
         digest.update(f.read_bytes())
-    target = settings.home / "sdk" / f"{phalanx.__version__}-{digest.hexdigest()[:12]}"
+    target = (root or settings.home) / "sdk" / f"{phalanx.__version__}-{digest.hexdigest()[:12]}"
     if (target / "phalanx" / "__init__.py").exists():
         return target
     target.parent.mkdir(parents=True, exist_ok=True)
@@ -87,21 +88,52 @@ def sdk_path(settings: Settings) -> Path:
     return target
 
 
-def interpreter(plan: Plan, workdir: str, settings: Settings, build: bool = True) -> str:
+def interpreter(
+    plan: Plan, workdir: str, settings: Settings, build: bool = True, venvs_dir: Path | None = None
+) -> str:
     """The experiment's python: its build venv (built on first use unless ``build`` is False), else
-    the interpreter running Phalanx."""
+    the interpreter running Phalanx. ``venvs_dir``: where venvs live (a cluster's shared folder)."""
     try:
         from phalanx import buildenv
     except ImportError:  # pragma: no cover - buildenv ships with Phalanx
         return sys.executable
+    venvs = venvs_dir or settings.venvs_dir
+    if plan.framework is Framework.HOROVOD:
+        plan = replace(plan, build=with_horovod(plan.build, workdir, venvs, build))
     if not buildenv.wants_env(plan.build):
         return sys.executable
     if not build:  # dry run: where the venv is or would be, without building it
-        return str(settings.venvs_dir / buildenv.env_hash(plan.build, workdir) / "bin" / "python")
-    return str(buildenv.ensure_env(plan.build, workdir, settings.venvs_dir))
+        return str(venvs / buildenv.env_hash(plan.build, workdir) / "bin" / "python")
+    return str(buildenv.ensure_env(plan.build, workdir, venvs))
 
 
-def tracking_env(experiment_id: str, settings: Settings, python: str, dry: bool = False) -> dict[str, str]:
+def with_horovod(build_spec: Build, workdir: str, venvs: Path, build: bool = True) -> Build:
+    """The experiment's build plus Horovod: its torch pin (this machine's default when it names none)
+    and the Horovod wheel built for it (built once per machine, see ``phalanx.horovod``)."""
+    from phalanx import buildenv, horovod
+
+    pin = horovod.torch_pin_of(build_spec.pip_packages)
+    extra: list[str] = [] if pin else [f"torch=={buildenv.TORCH_PIN}"]
+    pin = pin or buildenv.TORCH_PIN
+    if build:
+        tools = Build(pip_packages=(f"torch=={pin}", *horovod.BUILD_PACKAGES))
+        wheel = horovod.ensure_wheel(
+            pin, lambda: buildenv.ensure_env(tools, workdir, venvs), progress=_progress
+        )
+    else:
+        wheel = horovod.expected_wheel(pin)
+    return replace(build_spec, pip_packages=(*build_spec.pip_packages, *extra, str(wheel)))
+
+
+def _progress(text: str) -> None:
+    """Build progress on the terminal (stderr), as the venv build reports its own."""
+    sys.stderr.write(f"phalanx: {text}\n")
+    sys.stderr.flush()
+
+
+def tracking_env(
+    experiment_id: str, settings: Settings, python: str, dry: bool = False, sdk_root: Path | None = None
+) -> dict[str, str]:
     """What every replica's tracking SDK needs (contract 1), plus the SDK copy for foreign venvs."""
     env = {
         "PHALANX_HOME": str(settings.home),
@@ -118,7 +150,7 @@ def tracking_env(experiment_id: str, settings: Settings, python: str, dry: bool 
             env["PHALANX_TOKEN"] = experiment_token(settings.token, experiment_id)
     # abspath, not realpath: every venv's bin/python links to the same base interpreter
     if os.path.abspath(python) != os.path.abspath(sys.executable) and not dry:
-        env["PYTHONPATH"] = str(sdk_path(settings))
+        env["PYTHONPATH"] = str(sdk_path(settings, sdk_root))
     return env
 
 
@@ -162,8 +194,11 @@ def prepare(
         from phalanx.backends.registry import get_backend
 
         backend = get_backend(engine_name, settings=settings, cluster=cluster_conf)
-    python = interpreter(plan, workdir, settings, build=not dry)
-    env = tracking_env(exp_id, settings, python, dry=dry)
+    shared = _shared_dir(cluster_conf)
+    python = interpreter(
+        plan, workdir, settings, build=not dry, venvs_dir=shared / "venvs" if shared else None
+    )
+    env = tracking_env(exp_id, settings, python, dry=dry, sdk_root=shared)
     from phalanx.checkpoints import policy_env
 
     env.update(policy_env(plan.checkpoints))
@@ -189,6 +224,16 @@ def prepare(
 
 
 LOCAL = "local"
+
+
+def _shared_dir(cluster_conf: Any) -> Path | None:
+    """A Slurm cluster's shared folder, where the venv and the SDK copy go so every node sees them
+    (refused with how to register one when the cluster has none)."""
+    if cluster_conf is None or cluster_conf.kind != "slurm":
+        return None
+    from phalanx.backends.slurm import require_shared_dir
+
+    return Path(require_shared_dir(cluster_conf))
 
 
 def ingester_here(prepared: Prepared) -> Prepared:

@@ -16,12 +16,14 @@ import os
 import signal
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from phalanx.config import Settings
 from phalanx.domain import ExperimentStatus, ReplicaState
+from phalanx.procs import pid_alive
 
 if TYPE_CHECKING:
+    from phalanx.domain import Experiment
     from phalanx.store.base import Store
 
 log = logging.getLogger(__name__)
@@ -44,7 +46,18 @@ def supervisor_pid(settings: Settings, experiment_id: str) -> int | None:
     return pid if b"phalanx" in cmdline else None
 
 
-def _stop_script(store: Store, settings: Settings, experiment: Any, timeout: float) -> Any:
+def write_stop_request(settings: Settings, experiment_id: str, reason: str | None = None) -> Path:
+    """Leave a stop request where the experiment's supervisor looks on every turn of its loop
+    (``<runs>/<id>/stop``: the time, then ``reason`` if any), written whole (a temporary file
+    renamed). Returns its path."""
+    run_dir = settings.runs_dir / experiment_id
+    run_dir.mkdir(parents=True, exist_ok=True)
+    tmp = run_dir / "stop.tmp"
+    tmp.write_text(f"{time.time()}\n{reason or ''}\n")
+    return tmp.replace(run_dir / "stop")
+
+
+def _stop_script(store: Store, settings: Settings, experiment: Experiment, timeout: float) -> Experiment:
     """SIGTERM the process of a plain script's experiment if it runs on this machine (its Task
     records the end), and wait for it to go. A script that is gone (killed) is simply marked.
 
@@ -64,34 +77,15 @@ def _stop_script(store: Store, settings: Settings, experiment: Any, timeout: flo
     return store.get_experiment(experiment.id)
 
 
-def pid_alive(pid: int) -> bool:
-    """Whether process ``pid`` on this machine still runs (a zombie does not)."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    try:  # a zombie (ended, not yet reaped by its parent) is gone too
-        with open(f"/proc/{pid}/stat") as fh:
-            return fh.read().split(")")[-1].split()[0] != "Z"
-    except OSError:
-        return True
-
-
 def stop_experiment(
-    store: Store, settings: Settings, experiment: Any, timeout: float = 60.0, reason: str | None = None
+    store: Store, settings: Settings, experiment: Experiment, timeout: float = 60.0, reason: str | None = None
 ) -> ExperimentStatus:
     """Stop a running experiment from another process (`phalanx stop`): leave a stop request, signal
     its supervisor and wait for it to mark the experiment stopped. If its supervisor is gone (killed),
     cancel what the engine still runs and mark the experiment stopped here: the one case where
     another process than the supervisor writes its status (see the module docstring).
     ``reason`` (a group's pruning decision) replaces "stopped by phalanx stop" as the experiment's reason."""
-    run_dir = settings.runs_dir / experiment.id
-    run_dir.mkdir(parents=True, exist_ok=True)
-    tmp = run_dir / "stop.tmp"
-    tmp.write_text(f"{time.time()}\n{reason or ''}\n")
-    tmp.replace(run_dir / "stop")
+    write_stop_request(settings, experiment.id, reason)
     pid = supervisor_pid(settings, experiment.id)
     if pid is not None:
         with contextlib.suppress(ProcessLookupError):

@@ -24,7 +24,7 @@ from phalanx.spec.model import ExperimentSpec
 from phalanx.supervisor.preparing import Prepared, ingester_here, launch_json, prepare
 
 if TYPE_CHECKING:
-    from phalanx.store.base import Store
+    from phalanx.store.base import IngestStore
 
 log = logging.getLogger(__name__)
 
@@ -110,7 +110,7 @@ def launch(
     spec_or_plan: ExperimentSpec | Plan,
     *,
     settings: Settings | None = None,
-    store: Store | None = None,
+    store: IngestStore | None = None,
     observer: Observer | None = None,
     handle_signals: bool = True,
     priority: int = 0,
@@ -121,11 +121,11 @@ def launch(
     and ``wait`` as for Supervisor)."""
     settings = settings or Settings()
     prepared = prepare(spec_or_plan, settings=settings, **options)
-    opener: Store | Callable[[], Store]
+    opener: IngestStore | Callable[[], IngestStore]
     if store is None:
         from phalanx.store import open_store
 
-        def opener() -> Store:
+        def opener() -> IngestStore:
             return open_store(settings)
 
     else:
@@ -162,7 +162,7 @@ class Supervisor:
     def __init__(
         self,
         prepared: Prepared,
-        store: Store | Callable[[], Store],
+        store: IngestStore | Callable[[], IngestStore],
         settings: Settings,
         observer: Observer | None = None,
         *,
@@ -178,7 +178,7 @@ class Supervisor:
         attempt, from its latest checkpoint, instead of creating one."""
         self.p = prepared
         self._store_factory = store
-        self.store: Store = None  # type: ignore[assignment]  # set by run()
+        self.store: IngestStore = None  # type: ignore[assignment]  # set by run()
         self.settings = settings
         self.observer: Observer = _Shielded(observer or LoggingObserver())
         self.handle_signals = handle_signals
@@ -458,7 +458,7 @@ class Supervisor:
             from phalanx.ingest import Ingester
         except ImportError:  # pragma: no cover - ingest ships with Phalanx
             return None
-        ingester = Ingester(self.store, None, self.spool_dir)  # type: ignore[arg-type]
+        ingester = Ingester(self.store, None, self.spool_dir)
         thread = threading.Thread(target=ingester.run, args=(stop,), name="ingest", daemon=True)
         thread.start()
         return thread
@@ -511,7 +511,12 @@ class Supervisor:
             number = self._add_attempt(kind)
             status, reason = self._attempt(handle, first=restarts == 0 and not self.resume)
             self._finish_attempt(number, status, reason)
-            if status is ExperimentStatus.FAILED and restarts < max_restarts and not self._stop_requested():
+            if (
+                status is ExperimentStatus.FAILED
+                and restarts < max_restarts
+                and not self._stop_requested()
+                and not self._past_deadline()  # a new group would be stopped at once: no restart
+            ):
                 restarts += 1
                 kind = "restart"
                 self.observer.message(f"{reason}; restarting the group ({restarts}/{max_restarts})")
@@ -547,7 +552,7 @@ class Supervisor:
         with contextlib.suppress(Exception):  # the ingest thread does the same work: this only hurries it
             from phalanx.ingest import Ingester
 
-            Ingester(self.store, None, self.spool_dir, cleanup=False).run_once()  # type: ignore[arg-type]
+            Ingester(self.store, None, self.spool_dir, cleanup=False).run_once()
         context = self.p.context
         self._resume_step = None
         try:
@@ -602,7 +607,10 @@ class Supervisor:
     def _watch(self, handle: str) -> tuple[ExperimentStatus, str | None]:
         backend = self.p.backend
         plan = self.p.plan
-        deadline = self.started + plan.max_run_seconds if plan.max_run_seconds else None
+        # max_run_seconds counts from the moment the job runs: time waiting in a cluster's queue is not
+        # the experiment's (a job pending behind another must not fail for it)
+        deadline: float | None = None
+        pending_reason: str | None = None
         chief_done_at: float | None = None
         while True:
             if self._stop_requested():
@@ -611,6 +619,19 @@ class Supervisor:
             job = backend.describe(handle)
             if job is None:
                 return ExperimentStatus.FAILED, f"the {backend.name} engine no longer knows the job {handle}"
+            if job.status is ExperimentStatus.PENDING:
+                if pending_reason != (job.reason or ""):
+                    pending_reason = job.reason or ""
+                    self.store.update_experiment(
+                        self.id, status=ExperimentStatus.PENDING, reason=pending_reason
+                    )
+                    self.observer.message(f"pending ({pending_reason or 'queued'})")
+            else:
+                if pending_reason is not None:
+                    pending_reason = None
+                    self.store.update_experiment(self.id, status=ExperimentStatus.RUNNING, reason="")
+                if deadline is None and plan.max_run_seconds:
+                    deadline = time.monotonic() + plan.max_run_seconds
             self._record(job)
             if self._chief_done(job):
                 # the chief decides a TensorFlow experiment: what the others do now cannot fail it
@@ -645,6 +666,11 @@ class Supervisor:
                     f"ran longer than max_run_seconds ({plan.max_run_seconds:g} s)",
                 )
             time.sleep(POLL_SECONDS)
+
+    def _past_deadline(self) -> bool:
+        """Whether the experiment has run longer than max_run_seconds (counted from its start)."""
+        limit = self.p.plan.max_run_seconds
+        return bool(limit) and time.monotonic() > self.started + (limit or 0)
 
     def _chief_done(self, job: JobStatus) -> bool:
         """TensorFlow's ps (and PS-strategy worker) servers never exit: the chief's success ends it."""
@@ -711,7 +737,9 @@ class Supervisor:
     def _line(self, replica: Replica, text: str) -> None:
         if self.liveness is not None:
             self.liveness.output(replica.name)
-        with contextlib.suppress(ValueError):  # the writer closed under a late line at shutdown
+        # ValueError: the writer closed under a late line at shutdown; OSError: the disk is full
+        # (the line still reaches the terminal)
+        with contextlib.suppress(ValueError, OSError):
             self._spool.log(
                 text, replica=replica.name, role=str(replica.role), index=replica.index, rank=replica.rank
             )
@@ -745,8 +773,9 @@ class Supervisor:
                 shutil.rmtree(self.run_dir / "logs", ignore_errors=True)
             with contextlib.suppress(OSError):
                 self.spool_dir.rmdir()  # only when nothing else (a script's stream) is left in it
-        except Exception:  # tidying must never change the outcome
-            log.warning("could not remove the ingested console spool of %s", self.id, exc_info=True)
+        except Exception as exc:  # tidying must never change the outcome (e.g. the store is down)
+            log.warning("could not remove the ingested console spool of %s (%s)", self.id, _short(exc))
+            log.debug("tidy failure", exc_info=True)
 
     def _finish(self, outcome: Outcome) -> None:
         """Record the outcome, retrying while the store is unreachable; if it stays away, leave the

@@ -21,6 +21,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+from phalanx.procs import pid_alive
 from phalanx.tracking.identity import ENV_INGESTER_PID, Identity, rank_probe
 from phalanx.tracking.screen import Problems, names_ok, screen_event, screen_points
 from phalanx.tracking.spool import SpoolWriter, encode_points, read_refused
@@ -75,9 +76,11 @@ class Reporter:
         self._thread.start()
         self.shipper: Any = None
         if ident.host:
-            from phalanx.tracking.shipper import Shipper
+            from phalanx.tracking.shipper import Shipper, ship_leftovers_in_background
 
             self.shipper = Shipper(self.writer, ident.host, ident.token)
+            # what earlier processes of this host left unshipped (the server was down when they ended)
+            ship_leftovers_in_background(ident.spool_dir.parent, ident.host, ident.token, self.writer.stream)
 
     def after_fork(self) -> None:
         """In a forked child: forget the parent's buffered items and stream, start our own."""
@@ -266,21 +269,17 @@ def _ingester_from_env() -> Callable[[], bool] | None:
     pid = int(value)
     if pid == 0:
         return lambda: False
-    return lambda: pid_alive(pid)
+    # a stopped ingester (SIGSTOP, a suspended `phalanx run`) acknowledges nothing: do not wait for it
+    return lambda: pid_alive(pid) and not pid_stopped(pid)
 
 
-def pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
+def pid_stopped(pid: int) -> bool:
+    """Whether process ``pid`` is stopped (SIGSTOP, SIGTSTP, a debugger)."""
     try:
         with open(f"/proc/{pid}/stat") as fh:
-            return fh.read().rsplit(")", 1)[-1].split()[0] != "Z"
+            return fh.read().rsplit(")", 1)[-1].split()[0] in ("T", "t")
     except OSError:
-        return True
+        return False
 
 
 def jsonable(value: Any) -> Any:

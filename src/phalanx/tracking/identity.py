@@ -91,7 +91,7 @@ def rank_probe(fallback: int | None) -> Callable[[], int | None]:
                 text = raw.decode(errors="replace") if isinstance(raw, bytes) else raw
                 cache[0], cache[1] = raw, _int(text)
             if cache[1] is not None:
-                return cache[1]
+                return cache[1]  # type: ignore[no-any-return]  # an int; no cast() on this hot path
         dist = modules.get("torch.distributed")
         if dist is not None:
             try:
@@ -99,7 +99,7 @@ def rank_probe(fallback: int | None) -> Callable[[], int | None]:
                 if world is not None:
                     if world is not cache[2]:
                         cache[2], cache[3] = world, int(dist.get_rank())
-                    return cache[3]
+                    return cache[3]  # type: ignore[no-any-return]  # an int, as above
             except Exception:  # torch half torn down at exit, or built without distributed
                 pass
         return fallback

@@ -26,6 +26,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from phalanx.procs import pid_alive
+
 SUFFIX = ".spool"
 ACK_SUFFIX = ".ack"
 REFUSED_SUFFIX = ".refused"  # JSON lines {"seq", "why"}: records (or parts) ingest could not store
@@ -46,18 +48,7 @@ def writer_gone(stream: str) -> bool:
     parts = stream.rsplit("-", 2)
     if len(parts) != 3 or parts[0] != host_tag() or not parts[1].isdigit():
         return False
-    pid = int(parts[1])
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return True
-    except PermissionError:
-        return False
-    try:
-        with open(f"/proc/{pid}/stat") as fh:
-            return fh.read().rsplit(")", 1)[-1].split()[0] == "Z"
-    except OSError:
-        return False
+    return not pid_alive(int(parts[1]))
 
 
 def encode_points(points: Sequence[tuple[Any, ...]]) -> dict[str, Any]:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -115,11 +116,22 @@ TRAINER = Cluster(
     env_volume="ml-envs",
 )
 
+
+def _slurm_horovod() -> str:
+    from phalanx.backends import slurm
+
+    slurm._MPI_PLUGINS["/golden/slurm.conf"] = "pmix"  # what srun --mpi=list would have offered
+    backend = SlurmBackend(replace(SLURM, slurm_conf="/golden/slurm.conf"), SETTINGS)
+    return backend.dry_run(replace(MPI, max_run_seconds=3600, max_restarts=1), CONTEXT).render()
+
+
 CASES: dict[str, Callable[[], str]] = {
     "slurm-pytorch-ddp.sbatch": lambda: SlurmBackend(SLURM, SETTINGS).dry_run(PYTORCH, CONTEXT).render(),
     "slurm-tensorflow-heterogeneous.sbatch": lambda: (
         SlurmBackend(SLURM, SETTINGS).dry_run(TENSORFLOW_OVERRIDES, CONTEXT).render()
     ),
+    # Horovod on GPUs: srun launches the ranks with pmix, --gres, --time with --signal, --requeue
+    "slurm-horovod-gpu.sbatch": lambda: _slurm_horovod(),
     "kubernetes-pytorch.yaml": lambda: KubernetesBackend(SETTINGS, KUBE).dry_run(PLACED, CONTEXT).render(),
     "kubernetes-tensorflow.yaml": lambda: (
         KubernetesBackend(SETTINGS, KUBE).dry_run(TF_KUBEFLOW, CONTEXT).render()

@@ -128,3 +128,37 @@ def test_pytorch_over_mpirun_trains_without_horovod(home: Path) -> None:
     assert experiment(exp_id)["status"] == "succeeded"
     assert final_accuracies(exp_id)["test"] >= 0.93
     assert "2 ranks over mpirun" in done.stdout + done.stderr
+
+
+@pytest.mark.slow
+def test_horovod_example_trains_on_two_ranks_with_the_same_accuracy_and_per_rank_console(home: Path) -> None:
+    """framework: horovod gets Horovod built once per machine (cached under ~/.cache/phalanx/wheels;
+    the first run on a fresh machine builds it, 4+ minutes), then trains on 2 ranks over mpirun."""
+    assert shutil.which("mpirun"), "Open MPI is missing: `make system-deps` installs openmpi-bin"
+    exp_id, _ = phalanx_horovod()
+    assert experiment(exp_id)["status"] == "succeeded"
+    accuracies = final_accuracies(exp_id)
+    assert sorted(accuracies) == ["rank 0", "rank 1"]
+    assert accuracies["rank 0"] == accuracies["rank 1"] >= 0.9  # allreduce keeps the models identical
+    logs = {}
+    for replica in ("master", "worker-0"):
+        got = phalanx("logs", exp_id, "--replica", replica)
+        assert got.returncode == 0, got.stderr
+        logs[replica] = got.stdout
+    # each rank's lines reach its own replica, tagged with its rank, one line each (never glued)
+    assert "[rank 0] final test accuracy" in logs["master"] and "[rank 1]" not in logs["master"]
+    assert "[rank 1] final test accuracy" in logs["worker-0"]
+    for text in logs.values():
+        assert all(line.count("final test accuracy") <= 1 for line in text.splitlines())
+
+
+def phalanx_horovod() -> tuple[str, subprocess.CompletedProcess[str]]:
+    # the Horovod build may run first on a fresh machine: allow for it
+    done = phalanx(
+        "run", "-f", str(EXAMPLES / "horovod" / "polyaxonfile.yml"), "--param", "epochs=5", timeout=2400
+    )
+    output = done.stdout + done.stderr
+    assert done.returncode == 0, f"phalanx run horovod exited {done.returncode}:\n{output[-6000:]}"
+    rows = json.loads(phalanx("ls", "-o", "json").stdout)
+    rows = rows.get("items", rows) if isinstance(rows, dict) else rows
+    return str(rows[0]["id"]), done

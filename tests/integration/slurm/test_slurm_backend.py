@@ -101,7 +101,7 @@ def test_a_killed_task_fails_the_experiment_and_leaves_nothing_in_the_queue(
         )
     )
     runner.start()
-    log = settings.runs_dir / prepared.experiment_id / "slurm" / "logs" / "worker-0.log"
+    log = slurm_cluster.dir / "shared" / "runs" / prepared.experiment_id / "logs" / "worker-0.log"
     text = _wait(lambda: log.exists() and "ready pid=" in log.read_text() and log.read_text(), what="worker")
     pid = int(text.split("ready pid=")[1].split()[0])
     # each replica's own environment says where Slurm put it: the master on n1, the worker on n2
@@ -185,7 +185,7 @@ def test_a_restart_runs_the_group_again_with_a_clean_slate(
         handle_signals=False,
     )
     assert (outcome.status, outcome.restarts) == (ExperimentStatus.SUCCEEDED, 1), outcome.reason
-    attempts = settings.runs_dir / outcome.experiment_id / "slurm" / "attempts"
+    attempts = slurm_cluster.dir / "shared" / "runs" / outcome.experiment_id / "attempts"
     assert (attempts / "0" / "state" / "master.exit").read_text().strip() == "3"
 
 

@@ -51,7 +51,8 @@ def test_a_corpus_file_renders_and_validates_on_every_engine(path: Path) -> None
     plan = build_plan(spec)
     asked = KUBE.backend_for(str(spec.backend) if spec.backend else None)
 
-    script = SlurmBackend(Cluster(name="s", kind="slurm"), SETTINGS).dry_run(plan, CONTEXT).native
+    hpc = Cluster(name="s", kind="slurm", shared_dir="/shared/phalanx")
+    script = SlurmBackend(hpc, SETTINGS).dry_run(plan, CONTEXT).native
     subprocess.run(["bash", "-n"], input=script, text=True, check=True)
 
     engines = {"kubernetes": KubernetesBackend(SETTINGS, KUBE), "kubeflow": KubeflowBackend(SETTINGS, KUBE)}

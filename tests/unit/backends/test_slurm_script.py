@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import re
 import subprocess
+from dataclasses import replace
 
 import pytest
 
@@ -14,12 +15,13 @@ from phalanx.backends.slurm_script import layout
 from phalanx.clusters import Cluster
 from phalanx.config import Settings
 from phalanx.domain import ExperimentStatus, Framework
-from phalanx.errors import SpecError
+from phalanx.errors import SpecError, UsageError
 from phalanx.spec.model import ReplicaTemplate
 from tests.unit.backends.conftest import context, plan, resources
 
 
 def render(p, **cluster: str) -> str:  # type: ignore[no-untyped-def]
+    cluster.setdefault("shared_dir", "/shared/phalanx")
     backend = SlurmBackend(Cluster(name="c", kind="slurm", **cluster), Settings(home="/home/u/.phalanx"))
     return backend.dry_run(p, context(PHALANX_HOME="/home/u/.phalanx")).native
 
@@ -34,7 +36,7 @@ def test_equal_replicas_are_one_job_with_one_task_each() -> None:
     opts = sbatch(script)
     assert "hetjob" not in opts
     assert {"--ntasks=4", "--cpus-per-task=2"} <= set(opts)
-    assert "srun --kill-on-bad-exit=1" in script
+    assert "srun --export=ALL --kill-on-bad-exit=1" in script
 
 
 def test_replicas_with_different_resources_become_heterogeneous_components() -> None:
@@ -51,7 +53,7 @@ def test_replicas_with_different_resources_become_heterogeneous_components() -> 
     assert [len(c.tasks) for c in layout(p)] == [1, 2, 1]
     assert opts.count("--mem-per-cpu=512") == 2  # the master's 512 MiB, and 1024 MiB over 2 cpus
     assert "--mem-per-cpu=1024" in opts  # 4096 MiB over 4 cpus
-    assert "srun --het-group=0-2 --kill-on-bad-exit=1" in script
+    assert "srun --het-group=0-2 --export=ALL --kill-on-bad-exit=1" in script
 
 
 def test_gpus_map_to_gres_with_one_replica_per_node_and_time_to_minutes() -> None:
@@ -112,10 +114,47 @@ def test_the_script_is_valid_bash() -> None:
     subprocess.run(["bash", "-n"], input=script, text=True, check=True)
 
 
-def test_shared_dir_holds_the_run_folder() -> None:
+def test_shared_dir_holds_the_run_folder_and_the_script_creates_it() -> None:
     script = render(plan(workers=1), shared_dir="/shared/phalanx")
-    assert "export PHALANX_RUN_DIR=/shared/phalanx/0123456789ab" in script
-    assert "#SBATCH --output=/shared/phalanx/0123456789ab/slurm-%j.out" in script
+    assert "export PHALANX_RUN_DIR=/shared/phalanx/runs/0123456789ab" in script
+    # sbatch by hand works before the folder exists: the script makes it and redirects into it
+    assert "--output=/dev/null" in sbatch(script)
+    assert 'exec >>"$PHALANX_RUN_DIR/slurm-$SLURM_JOB_ID.out" 2>&1' in script
+
+
+def test_a_cluster_without_a_shared_dir_is_refused_with_how_to_add_one() -> None:
+    with pytest.raises(UsageError, match=r"no shared directory.*--shared-dir"):
+        render(plan(workers=1), shared_dir="")
+
+
+def test_tasks_get_only_the_scripts_environment_and_threads_from_their_cpus() -> None:
+    four = ReplicaTemplate(resources=resources(cpu=4))
+    script = render(plan(workers=1, master=four, default_worker=four))
+    assert "--export=NONE" in sbatch(script)
+    assert "srun --export=ALL" in script
+    assert "THREADS=4" in script and 'export OMP_NUM_THREADS="$THREADS"' in script
+
+
+def test_time_limit_signal_and_requeue_from_the_file() -> None:
+    p = replace(plan(workers=1), max_run_seconds=600, max_restarts=2)
+    opts = sbatch(render(p))
+    assert "--time=10" in opts and "--signal=TERM@60" in opts and "--requeue" in opts
+    assert "--no-requeue" in sbatch(render(plan(workers=1)))
+
+
+def test_the_mpi_plugin_is_the_one_the_cluster_offers_pmix_first() -> None:
+    backend = SlurmBackend(Cluster(name="c", kind="slurm", shared_dir="/s", slurm_conf="/x/a.conf"))
+    listing = (
+        "MPI plugin types are...\n\tnone\n\tpmi2\n\tpmix\nspecific pmix plugin versions available: pmix_v4\n"
+    )
+    backend._cmd = lambda argv, check=True: subprocess.CompletedProcess(argv, 0, listing, "")  # type: ignore[method-assign]
+    from phalanx.backends import slurm as slurm_mod
+
+    slurm_mod._MPI_PLUGINS.pop("/x/a.conf", None)
+    assert backend.mpi_plugin() == "pmix"
+    slurm_mod._MPI_PLUGINS.pop("/x/a.conf", None)
+    backend._cmd = lambda argv, check=True: subprocess.CompletedProcess(argv, 0, "\tnone\n\tpmi2\n", "")  # type: ignore[method-assign]
+    assert backend.mpi_plugin() == "pmi2"
 
 
 def test_mpi_with_parameter_servers_is_refused_before_anything_runs() -> None:
@@ -131,7 +170,7 @@ def test_an_env_name_bash_cannot_export_is_refused() -> None:
 @pytest.mark.parametrize(
     ("native", "status"),
     [
-        ("PENDING", ExperimentStatus.STARTING),
+        ("PENDING", ExperimentStatus.PENDING),
         ("RUNNING", ExperimentStatus.RUNNING),
         ("COMPLETED", ExperimentStatus.SUCCEEDED),
         ("FAILED", ExperimentStatus.FAILED),
@@ -154,9 +193,10 @@ def test_folders_with_blanks_are_quoted_for_sbatch() -> None:
 
     backend = SlurmBackend(Cluster(name="c", kind="slurm", shared_dir="/shared/my runs"), Settings(home="/h"))
     ctx = LaunchContext("0123456789ab", "/home/u/my exp", "/usr/bin/python3", {})
-    opts = sbatch(backend.dry_run(plan(workers=0), ctx).native)
+    script = backend.dry_run(plan(workers=0), ctx).native
+    opts = sbatch(script)
     assert '--chdir="/home/u/my exp"' in opts
-    assert '--output="/shared/my runs/0123456789ab/slurm-%j.out"' in opts
+    assert "export PHALANX_RUN_DIR='/shared/my runs/runs/0123456789ab'" in script
 
 
 def test_several_processes_per_replica_are_tasks_with_torchrun_ranks() -> None:
@@ -174,10 +214,13 @@ def test_several_processes_per_replica_are_tasks_with_torchrun_ranks() -> None:
 
 
 class ForgetfulSlurm(SlurmBackend):
-    """Slurm after MinJobAge: scontrol no longer knows the job; only the state files remain."""
+    """Slurm after MinJobAge: squeue and scontrol no longer know the job; only the state files remain."""
 
     def _job(self, job_id: str) -> dict[str, str] | None:
         return None
+
+    def _cmd(self, argv, check=True):  # type: ignore[no-untyped-def]
+        return subprocess.CompletedProcess(argv, 0, "", "")
 
 
 def _state(run_dir, **exits: str) -> str:  # type: ignore[no-untyped-def]
@@ -191,7 +234,7 @@ def _state(run_dir, **exits: str) -> str:  # type: ignore[no-untyped-def]
 
 
 def test_a_forgotten_job_is_described_from_its_state_files(tmp_path) -> None:  # type: ignore[no-untyped-def]
-    backend = ForgetfulSlurm(Cluster(name="c", kind="slurm"), Settings(home=tmp_path))
+    backend = ForgetfulSlurm(Cluster(name="c", kind="slurm", slurm_conf="forgetful"), Settings(home=tmp_path))
     done = backend.describe(_state(tmp_path / "a", master="0", **{"worker-0": "0"}))
     assert done is not None and done.status is ExperimentStatus.SUCCEEDED
     failed = backend.describe(_state(tmp_path / "b", master="0", **{"worker-0": "2"}))
@@ -200,3 +243,21 @@ def test_a_forgotten_job_is_described_from_its_state_files(tmp_path) -> None:  #
     killed = backend.describe(_state(tmp_path / "c", master="0", **{"worker-0": ""}))  # no exit written
     assert killed is not None and killed.status is ExperimentStatus.STOPPED
     assert backend.describe(f"42:{tmp_path / 'nothing'}") is None  # nothing left to tell
+
+
+def test_a_failing_non_first_process_of_a_replica_is_named(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    backend = ForgetfulSlurm(Cluster(name="c", kind="slurm", slurm_conf="forgetful"), Settings(home=tmp_path))
+    handle = _state(tmp_path / "p", master="0", **{"master.1": "3", "worker-0": "0", "worker-0.1": "0"})
+    failed = backend.describe(handle)
+    assert failed is not None and failed.status is ExperimentStatus.FAILED
+    assert failed.reason == "master (process 1 of 2) exited with code 3"
+
+
+def test_every_process_log_reaches_its_replica_with_its_rank(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    backend = ForgetfulSlurm(Cluster(name="c", kind="slurm", slurm_conf="forgetful"), Settings(home=tmp_path))
+    handle = _state(tmp_path / "l", master="0", **{"master.1": "0", "worker-0": "0", "worker-0.1": "0"})
+    logs = tmp_path / "l" / "logs"
+    logs.mkdir()
+    (logs / "worker-0.log").write_text("a\nb")
+    (logs / "worker-0.1.log").write_text("c\n")
+    assert list(backend.logs(handle, "worker-0")) == ["[rank 2] a", "[rank 2] b", "[rank 3] c"]

@@ -127,6 +127,21 @@ def test_dry_run_on_a_slurm_cluster_prints_the_sbatch_script(phalanx_home: Path,
         "run:\n  cmd: python -u train.py\n"
     )
     phalanx("cluster", "add", "hpc", "--kind", "slurm", "--partition", "debug")
+    refused = phalanx("run", "-f", tmp_path / "polyaxonfile.yml", "--cluster", "hpc", "--dry-run")
+    assert refused.returncode == 2 and "--shared-dir" in refused.stderr, refused.stderr
+    assert "Traceback" not in refused.stderr
+    phalanx(
+        "cluster",
+        "add",
+        "hpc",
+        "--kind",
+        "slurm",
+        "--partition",
+        "debug",
+        "--shared-dir",
+        "/shared/x",
+        "--replace",
+    )
     done = phalanx("run", "-f", tmp_path / "polyaxonfile.yml", "--cluster", "hpc", "--dry-run")
     assert done.returncode == 0, done.stderr
     assert done.stdout.startswith("#!/bin/bash")

@@ -16,9 +16,9 @@ import pytest
 
 from phalanx.config import Settings
 from phalanx.ingest import Ingester
+from phalanx.procs import pid_alive
 from phalanx.store import open_store
 from phalanx.store.sql import SqlStore
-from phalanx.tracking.client import pid_alive
 
 
 @dataclass

@@ -30,14 +30,17 @@ from typing import Any
 from phalanx import frameworks, limits
 from phalanx.backends.base import DryRun, JobStatus, LaunchContext, ReplicaStatus, expect_dry_run
 from phalanx.backends.dry_runs import LocalDryRun, LocalProcess, LocalUnit
+from phalanx.backends.logfiles import follow_file
 from phalanx.config import Settings
 from phalanx.domain import ExperimentStatus, ReplicaState
 from phalanx.errors import BackendUnavailable, SpecError
 from phalanx.frameworks import Endpoints, mpi
 from phalanx.plan import Plan, command_argv
 from phalanx.ports import free_port
+from phalanx.procs import start_time
 
 HOST = "127.0.0.1"
+_MPI_TAG = re.compile(r"^\[\d+,(\d+)\]<std(?:out|err)>:(.*)$")  # mpirun --tag-output
 _LEADING_PYTHON = re.compile(r"(^|&&|\|\||;)(\s*)python3?(?=\s|$)")
 
 
@@ -72,17 +75,13 @@ class _Unit:
     status: str
     log: str
     offset: int
+    ranks_per_replica: int = 1  # an mpirun unit: its tagged lines go to replica rank // this
 
 
 def _proc_start(pid: int) -> str | None:
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_bytes()
-    except OSError:
-        return None
-    fields = stat[stat.rfind(b")") + 2 :].split()
-    if fields and fields[0] == b"Z":
-        return None  # a zombie has finished
-    return fields[19].decode() if len(fields) > 19 else None
+    """``procs.start_time`` as the string state.json keeps (None: gone, or a zombie)."""
+    ticks = start_time(pid)
+    return None if ticks is None else str(ticks)
 
 
 # The reaper runs with -E (the replica's PYTHONPATH may point into a foreign venv), so it is told
@@ -240,6 +239,7 @@ class LocalBackend:
         return {
             "name": unit.name,
             "replicas": list(unit.replicas),
+            "ranks_per_replica": int(unit.processes[0].env.get("PHALANX_PROCESSES", "1") or 1),
             "pid": proc.pid,
             "start": _proc_start(proc.pid) or "",
             "status": config["status"],
@@ -304,6 +304,11 @@ class LocalBackend:
         stopped = self._cancelled(handle) and (reason == "stopped" or status is None)
         if reason is None or reason == "stopped":
             reason = exit_reason(code)
+        disk = (status or {}).get("disk_error") or (
+            _disk_full(Path(unit.status).parent) if status is None else None
+        )
+        if disk:  # say what is wrong with the machine, not only the exit code it led to
+            reason = f"{reason} (the disk is full: {disk})"
         if stopped:
             return ReplicaState.STOPPED, code, "stopped", finished
         return ReplicaState.FAILED, code, reason, finished
@@ -343,32 +348,38 @@ class LocalBackend:
 
     # -- logs -----------------------------------------------------------------------------------
     def logs(self, handle: str, replica: str, follow: bool = False) -> Iterator[str]:
-        """Lines of a replica's log for this attempt; with follow, until the replica has ended."""
+        """Lines of a replica's log for this attempt; with follow, until the replica has ended.
+
+        An mpirun unit holds every rank's output in one file, each line tagged by ``--tag-output``
+        (``[1,R]<stdout>:``): a replica gets the lines of its own ranks, prefixed ``[rank R]``, and
+        mpirun's own untagged lines go to the master.
+        """
         units = self._units(handle) or []
         unit = next((u for u in units if u.name == replica), None)
         if unit is None:
-            return  # no log of its own (a rank inside an mpirun launcher, or an unknown name)
-        pending = b""
-        pos = unit.offset
-        while True:
-            done = not self._alive(handle, unit)  # read the flag before the file: no line is missed
-            try:
-                with open(unit.log, "rb") as f:
-                    f.seek(pos)
-                    chunk = f.read()
-            except FileNotFoundError:
-                chunk = b""
-            pos += len(chunk)
-            lines = (pending + chunk).split(b"\n")
-            pending = lines.pop()
-            for line in lines:
-                yield line.decode("utf-8", "replace")
-            if not follow or done:
-                if pending:
-                    yield pending.decode("utf-8", "replace")
-                return
-            if not chunk:
-                time.sleep(0.05)
+            unit = next((u for u in units if replica in u.replicas and len(u.replicas) > 1), None)
+        if unit is None:
+            return  # an unknown name
+        found = unit
+        ended = (lambda: not self._alive(handle, found)) if follow else None
+        lines = follow_file(found.log, found.offset, ended)
+        if len(found.replicas) <= 1:
+            yield from lines
+            return
+        for raw in lines:  # an mpirun unit: each rank's tagged lines go to the replica that rank is
+            text = self._rank_line(found, replica, raw)
+            if text is not None:
+                yield text
+
+    @staticmethod
+    def _rank_line(unit: _Unit, replica: str, text: str) -> str | None:
+        """The line as ``replica`` shows it, or None when it belongs to another replica's rank."""
+        m = _MPI_TAG.match(text)
+        if m is None:
+            return text if replica == unit.replicas[0] else None  # mpirun's own words
+        rank = int(m.group(1))
+        owner = unit.replicas[min(rank // max(1, unit.ranks_per_replica), len(unit.replicas) - 1)]
+        return f"[rank {rank}] {m.group(2)}" if owner == replica else None
 
     # -- cancel ---------------------------------------------------------------------------------
     def cancel(self, handle: str) -> None:
@@ -396,6 +407,17 @@ class LocalBackend:
                 if proc is not None:
                     with contextlib.suppress(subprocess.TimeoutExpired):
                         proc.wait(timeout=10)
+
+
+def _disk_full(folder: Path) -> str | None:
+    """ "No space left on device (FOLDER)" when the disk holding ``folder`` has (almost) no room."""
+    import shutil
+
+    try:
+        free = shutil.disk_usage(folder).free
+    except OSError:
+        return None
+    return f"No space left on device ({folder})" if free < 64 * 1024 else None
 
 
 def _unit(

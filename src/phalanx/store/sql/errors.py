@@ -55,7 +55,9 @@ def _first_line(exc: BaseException) -> str:
     return text.splitlines()[0] if text else type(exc).__name__
 
 
-def _wrap(method: Callable[..., Any]) -> Callable[..., Any]:
+def translating(method: Callable[..., Any]) -> Callable[..., Any]:
+    """``method`` raising Phalanx errors for storage failures (``translate``)."""
+
     @functools.wraps(method)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         try:
@@ -75,5 +77,19 @@ def phalanx_errors(cls: C) -> C:
     """Class decorator: every public method of ``cls`` raises only Phalanx errors for storage failures."""
     for name, member in list(vars(cls).items()):
         if not name.startswith("_") and callable(member) and not isinstance(member, type):
-            setattr(cls, name, _wrap(member))
+            setattr(cls, name, translating(member))
     return cls
+
+
+def translate_module(namespace: dict[str, Any]) -> None:
+    """Wrap every public function defined in a module (pass its ``globals()``) with ``translating``:
+    for SQL code that lives outside ``SqlStore`` (the group records)."""
+    module = namespace.get("__name__")
+    for name, value in list(namespace.items()):
+        if (
+            not name.startswith("_")
+            and callable(value)
+            and not isinstance(value, type)
+            and getattr(value, "__module__", None) == module
+        ):
+            namespace[name] = translating(value)

@@ -232,3 +232,13 @@ def sql_store(store: object) -> SqlStore:
             f"experiment groups need the SQL store (SQLite or PostgreSQL), not {type(store).__name__}"
         )
     return store
+
+
+# Storage errors leave these functions as Phalanx errors, as they leave SqlStore (store/sql/errors.py).
+def _translate_errors() -> None:
+    from phalanx.store.sql.errors import translate_module
+
+    translate_module(globals())
+
+
+_translate_errors()

@@ -11,9 +11,9 @@ import math
 import re
 import time
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from operator import itemgetter
-from typing import Any
+from typing import Any, TypeVar
 
 from sqlalchemy import Connection, String, cast, delete, func, insert, or_, select, update
 from sqlalchemy.exc import IntegrityError, OperationalError
@@ -54,6 +54,7 @@ _first, _second, _third = itemgetter(0), itemgetter(1), itemgetter(2)
 _PREFIX = re.compile(r"^[0-9a-z]{1,32}$")
 _ORDER = {"created_at", "name", "project", "status", "started_at", "finished_at"}
 _RETRIES = 5
+_T = TypeVar("_T")
 # experiments are read without `repro` (a diff and a package list): store.repro() reads it alone
 _EXP_COLUMNS = [c for c in ExperimentRow.__table__.c if c.key != "repro"]
 
@@ -313,6 +314,7 @@ class SqlStore:
                 ExperimentStatus.RUNNING.value,
                 ExperimentStatus.STARTING.value,
                 ExperimentStatus.QUEUED.value,
+                ExperimentStatus.PENDING.value,
             )
             if status in live:
                 raise Conflict(f"experiment {full} is {status}; stop it before deleting it")
@@ -442,7 +444,7 @@ class SqlStore:
             ).first()
         return (0, -1) if row is None else (int(row[0]), int(row[1]))
 
-    def _retry(self, work: Any) -> Any:
+    def _retry(self, work: Callable[[Connection], _T]) -> _T:
         """Run ``work(conn)`` in a write transaction, retrying on a write clash (PostgreSQL unique
         violations between concurrent ingesters, SQLite busy past its timeout)."""
         for attempt in range(_RETRIES):

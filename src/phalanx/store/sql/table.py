@@ -153,11 +153,13 @@ def matches(value: Any, op: str, wanted: Any) -> bool:
         left: Any = number
     else:
         left = str(value)
-    return {
-        "=": left == wanted,
-        "!=": left != wanted,
-        "<": left < wanted,
-        "<=": left <= wanted,
-        ">": left > wanted,
-        ">=": left >= wanted,
-    }[op]
+    return bool(
+        {
+            "=": left == wanted,
+            "!=": left != wanted,
+            "<": left < wanted,
+            "<=": left <= wanted,
+            ">": left > wanted,
+            ">=": left >= wanted,
+        }[op]
+    )

@@ -32,7 +32,7 @@ export function renderExperiment(root, ctx, id) {
   }
 
   function drawHead() {
-    const running = ["running", "starting", "created", "queued"].includes(exp.status);
+    const running = ["running", "starting", "created", "queued", "pending"].includes(exp.status);
     const stop = h("button", { class: "danger", onclick: async () => {
       if (!confirm(`Stop experiment ${exp.id}? Every replica will be stopped.`)) return;
       try { const r = await api.stop(exp.id); stop.disabled = true; stop.textContent = "Stopping…"; console.info(r.message); refresh(); }
@@ -45,7 +45,8 @@ export function renderExperiment(root, ctx, id) {
     add(clear(head), 
       h("div", { style: { flex: "1" } },
         h("div", { class: "muted small" }, h("a", { href: "/" }, "Experiments"), " / ", exp.project),
-        h("h1", {}, exp.name, " ", badge(exp.status)),
+        h("h1", {}, exp.name, " ", badge(exp.status),
+          exp.status === "pending" && exp.reason ? h("span", { class: "muted small", "data-pending-reason": "" }, ` (${exp.reason})`) : null),
         h("div", { class: "meta" },
           h("span", {}, "id ", h("b", { class: "mono" }, exp.id)),
           h("span", {}, "framework ", h("b", {}, exp.framework || "—")),
@@ -66,7 +67,7 @@ export function renderExperiment(root, ctx, id) {
     disposePanel();
     disposePanel = () => {};
     clear(panel);
-    const live = () => ctx.alive() && exp && ["running", "starting", "created", "queued"].includes(exp.status);
+    const live = () => ctx.alive() && exp && ["running", "starting", "created", "queued", "pending"].includes(exp.status);
     const pctx = { alive: ctx.alive, live, experiment: () => exp };
     const result = {
       overview: () => { renderOverview(panel, exp); renderRun(panel, exp); renderNotes(panel, exp, (e) => { exp = { ...exp, ...e }; drawHead(); }); },
@@ -86,7 +87,7 @@ export function renderExperiment(root, ctx, id) {
       drawHead();
       // the Overview is redrawn with the new state, unless the user is typing in it (notes, tags)
       if (tab === "overview" && !panel.contains(document.activeElement)) drawPanel();
-      if (["running", "starting", "created", "queued"].includes(exp.status) && ctx.alive()) timer = setTimeout(refresh, 3000);
+      if (["running", "starting", "created", "queued", "pending"].includes(exp.status) && ctx.alive()) timer = setTimeout(refresh, 3000);
     } catch (err) {
       add(clear(root), h("div", { class: "empty" }, err.status === 404 ? `No experiment ${id} (it may have been deleted). ` : `Could not load: ${err.message}. `, h("a", { href: "/" }, "All experiments")));
     }
@@ -104,7 +105,7 @@ export function renderExperiment(root, ctx, id) {
       return;
     }
     drawHead(); drawTabs(); drawPanel();
-    if (["running", "starting", "created", "queued"].includes(exp.status)) timer = setTimeout(refresh, 3000);
+    if (["running", "starting", "created", "queued", "pending"].includes(exp.status)) timer = setTimeout(refresh, 3000);
   })();
 
   return () => { clearTimeout(timer); disposePanel(); window.removeEventListener("hashchange", onHash); };

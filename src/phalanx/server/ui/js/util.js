@@ -65,7 +65,7 @@ export function fmtAgo(epoch) {
 export function durationSeconds(e) {
   const start = e.started_at || e.created_at;
   if (!start) return null;
-  const end = e.finished_at || (["running", "starting"].includes(e.status) ? Date.now() / 1000 : null);
+  const end = e.finished_at || (["running", "starting", "pending"].includes(e.status) ? Date.now() / 1000 : null);
   return end ? Math.max(0, end - start) : null;
 }
 
