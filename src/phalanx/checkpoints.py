@@ -32,7 +32,12 @@ POLICY_KEYS = ("keep_last", "keep_best", "metric", "mode")
 
 
 class PolicyError(ValueError):
-    """A policy that cannot be applied (the message names the key and the fix)."""
+    """A policy that cannot be applied: ``path`` names the key, ``message`` says what to do."""
+
+    def __init__(self, path: str, message: str) -> None:
+        super().__init__(f"{path}: {message}")
+        self.path = path
+        self.message = message
 
 
 @dataclass(frozen=True)
@@ -48,28 +53,28 @@ class Policy:
         if not value:
             return cls()
         if not isinstance(value, Mapping):
-            raise PolicyError(f"{where}: expected a mapping like {{keep_last: 3}}, got {value!r}")
+            raise PolicyError(where, f"expected a mapping like {{keep_last: 3}}, got {value!r}")
         unknown = [k for k in value if k not in POLICY_KEYS]
         if unknown:
-            raise PolicyError(f"{where}.{unknown[0]}: unknown key; use {', '.join(POLICY_KEYS)}")
+            raise PolicyError(f"{where}.{unknown[0]}", f"unknown key; use {', '.join(POLICY_KEYS)}")
         out: dict[str, Any] = {}
         for key in ("keep_last", "keep_best"):
             n = value.get(key)
             if n is None:
                 continue
             if isinstance(n, bool) or not isinstance(n, int) or n < 0:
-                raise PolicyError(f"{where}.{key}: expected a whole number >= 0, got {n!r}")
+                raise PolicyError(f"{where}.{key}", f"expected a whole number >= 0, got {n!r}")
             out[key] = n
         metric = value.get("metric")
         if metric is not None and (not isinstance(metric, str) or not metric.strip()):
-            raise PolicyError(f"{where}.metric: expected the name of a reported metric, got {metric!r}")
+            raise PolicyError(f"{where}.metric", f"expected the name of a reported metric, got {metric!r}")
         mode = value.get("mode")
         if mode is not None and mode not in ("max", "min"):
-            raise PolicyError(f"{where}.mode: expected max or min, got {mode!r}")
+            raise PolicyError(f"{where}.mode", f"expected max or min, got {mode!r}")
         if out.get("keep_best") and not metric:
-            raise PolicyError(f"{where}.keep_best needs {where}.metric: the metric that decides the best")
+            raise PolicyError(f"{where}.keep_best", f"needs {where}.metric: the metric that decides the best")
         if out.get("keep_last") == 0 and not out.get("keep_best"):
-            raise PolicyError(f"{where}.keep_last: 0 would keep no checkpoint; give 1 or more")
+            raise PolicyError(f"{where}.keep_last", "0 would keep no checkpoint; give 1 or more")
         return cls(out.get("keep_last"), out.get("keep_best"), metric, mode)
 
     @property

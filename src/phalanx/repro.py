@@ -8,10 +8,11 @@ launched (file, params, folder, cluster); and a snapshot of the source folder, s
 artifact ``_source/source.tar.gz``.
 
 The snapshot holds at most SNAPSHOT_MAX_BYTES (50 MiB) of files, each at most SNAPSHOT_MAX_FILE
-(10 MiB), and skips version control (.git, .hg, .svn), virtual environments (any folder holding a
-pyvenv.cfg, and .venv/venv/env), caches (__pycache__, .mypy_cache, .pytest_cache, .ruff_cache,
-node_modules) and data folders (data, datasets, checkpoints, outputs, wandb, mlruns, lightning_logs).
-What was skipped or cut is listed in the record, so nobody mistakes a partial snapshot for a whole.
+(10 MiB), looks at 20,000 files at most, and skips version control (.git, .hg, .svn), virtual
+environments (any folder holding a pyvenv.cfg, and .venv/venv/env), caches (__pycache__,
+.mypy_cache, .pytest_cache, .ruff_cache, node_modules) and data folders (data, datasets,
+checkpoints, outputs, wandb, mlruns, lightning_logs). What was skipped or cut is listed in the
+record, so nobody mistakes a partial snapshot for a whole.
 """
 
 from __future__ import annotations
@@ -39,6 +40,8 @@ SKIP_DIRS = frozenset(
     }
 )  # fmt: skip
 SNAPSHOT_PATH = "_source/source.tar.gz"
+LISTED_MAX = 100  # capped files named in the record (all are counted)
+WALK_MAX_FILES = 20000  # files looked at before the walk stops (a home folder given as the source)
 
 _PACKAGES = (
     "import importlib.metadata as m, json; "
@@ -104,8 +107,14 @@ def snapshot(folder: str) -> tuple[bytes, dict[str, Any]]:
     files: list[str] = []
     skipped: list[str] = []
     capped: list[str] = []
+    capped_count = 0
+    seen = 0
     with tarfile.open(fileobj=buf, mode="w:gz") as tar:
         for dirpath, dirnames, filenames in os.walk(root):
+            seen += len(filenames)
+            if seen > WALK_MAX_FILES:  # a home folder or a data tree: stop looking, say so
+                capped.append(f"... (stopped after {WALK_MAX_FILES} files)")
+                break
             here = Path(dirpath)
             keep = []
             for d in sorted(dirnames):
@@ -124,7 +133,9 @@ def snapshot(folder: str) -> tuple[bytes, dict[str, Any]]:
                 if not path.is_file():
                     continue
                 if size > SNAPSHOT_MAX_FILE or total + size > SNAPSHOT_MAX_BYTES:
-                    capped.append(rel)
+                    capped_count += 1
+                    if len(capped) < LISTED_MAX:
+                        capped.append(rel)
                     continue
                 tar.add(str(path), arcname=rel, recursive=False)
                 total += size
@@ -135,6 +146,7 @@ def snapshot(folder: str) -> tuple[bytes, dict[str, Any]]:
         "bytes": total,
         "skipped": skipped,
         "capped": capped,
+        "capped_count": capped_count,
         "max_bytes": SNAPSHOT_MAX_BYTES,
         "max_file_bytes": SNAPSHOT_MAX_FILE,
     }

@@ -45,7 +45,7 @@ def pace(store: Any, experiment_id: str, threshold_percent: float | None = None)
     if not candidates:
         return None
     _, title = max(candidates)
-    by_series = store.metrics(experiment_id, title).get(title, {})
+    by_series = store.last_points(experiment_id, title, WINDOW)
     ranks = []
     for name, series in sorted(by_series.items()):
         times = series.times or []

@@ -425,3 +425,38 @@ def test_an_unknown_experiment_page_says_so_and_links_back(page: Any, server: Se
     page.locator("text=No experiment ffffffffffff").wait_for()
     page.click("text=All experiments")
     page.wait_for_url(f"{server.url}/")
+
+
+def test_the_overview_shows_attempts_checkpoints_and_source(
+    page: Any, server: Server, filled: Filled
+) -> None:
+    from phalanx.config import Settings
+    from phalanx.domain import Event, EventKind, ExperimentStatus
+    from phalanx.store import open_store
+
+    store = open_store(Settings(home=filled.home))
+    exp = filled.first
+    data = {
+        "name": "checkpoint-3",
+        "kind": "checkpoint",
+        "path": "checkpoints/master/step-000000003.pkl",
+        "size": 2048,
+        "metadata": {"step": 3, "metrics": {"loss": 0.25}, "policy": {}},
+    }
+    store.write_events([Event(exp, EventKind.ARTIFACT, data, stream="e2e-ckpt", seq=0)])
+    n = store.add_attempt(exp, kind="start")
+    store.finish_attempt(exp, n, status=ExperimentStatus.FAILED, reason="worker-0 exited with code 137")
+    m = store.add_attempt(exp, kind="restart", checkpoint_step=3)
+    store.finish_attempt(exp, m, status=ExperimentStatus.SUCCEEDED)
+    store.set_repro(
+        exp, {"git": {"commit": "0123456789abcdef", "branch": "main", "dirty": True}, "python": "3.11"}
+    )
+    store.close()
+    page.goto(f"{server.url}/experiments/{exp}#overview")
+    page.locator('#checkpoints tr[data-step="3"]').wait_for()
+    assert "latest" in page.locator('#checkpoints tr[data-step="3"]').inner_text()
+    assert "loss=0.25" in page.locator("#checkpoints").inner_text()
+    restart = page.locator('#attempts tr[data-kind="restart"]').inner_text()
+    assert "from step 3" in restart and "succeeded" in restart
+    assert "git 0123456789ab (main) + uncommitted changes" in page.locator("#source").inner_text()
+    shot(page, "20-run-details")

@@ -198,6 +198,11 @@ echo "$SLURMD_NODENAME" >"$STATE.node"
 # (an orphaned TensorFlow server would outlive the job: proctrack/linuxproc loses reparented processes)
 setsid /bin/sh -c "$PHALANX_COMMAND" >"$PHALANX_RUN_DIR/logs/$KEY.log" 2>&1 </dev/null &
 child=$!
+# system/... series of this replica's process tree, sampled beside it (docs/checkpoints.md)
+sampler=
+if [ "${PHALANX_SYSTEM_METRICS:-}" != off ]; then
+  python -m phalanx.sysmetrics --pid "$child" >/dev/null 2>&1 </dev/null & sampler=$!
+fi
 stopped=0
 code=
 stop_tree() {
@@ -216,6 +221,7 @@ while kill -0 "$child" 2>/dev/null; do
 done
 if [ -z "$code" ]; then wait "$child"; code=$?; fi
 kill -KILL -- "-$child" 2>/dev/null  # whatever the command left behind in its group
+[ -n "$sampler" ] && kill "$sampler" 2>/dev/null
 if [ "$stopped" = 1 ]; then echo stopped >"$STATE.exit.tmp"; else echo "$code" >"$STATE.exit.tmp"; fi
 mv "$STATE.exit.tmp" "$STATE.exit"
 exit "$code"

@@ -185,9 +185,7 @@ class Estimator:
         try:
             return Policy.parse(value, "checkpoint_policy").to_json() or None
         except PolicyError as exc:
-            problems.append(
-                Problem(str(exc).removeprefix("checkpoint_policy").lstrip(": "), "checkpoint_policy")
-            )
+            problems.append(Problem(f"{exc.path}: {exc.message}", "checkpoint_policy"))
             return None
 
     @staticmethod

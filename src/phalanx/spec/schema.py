@@ -178,7 +178,8 @@ def _read_checkpoints(c: Collector, root: YMap) -> dict[str, Any] | None:
     try:
         return Policy.parse(plain(m), "run.checkpoints").to_json()
     except PolicyError as exc:
-        c.add(m, "run.checkpoints", str(exc).removeprefix("run.checkpoints").lstrip(": "))
+        key = exc.path.rsplit(".", 1)[-1]
+        c.add(m.get(key) or m.key(key) or m if key in POLICY_KEYS else m, exc.path, exc.message)
         return None
 
 

@@ -243,6 +243,12 @@ class Store(Protocol):
         write keeps clashing with other writers."""
         ...
 
+    def last_points(self, experiment_id: str, title: str, n: int) -> dict[str, Series]:
+        """series -> its last ``n`` points by step, oldest first (the pace of each rank in
+        phalanx.stragglers reads only these). Returns {} for a title nobody reported. Raises
+        NotFound."""
+        ...
+
     def metric_titles(self, experiment_id: str) -> dict[str, list[str]]:
         """Chart title -> its series names, both sorted. Raises NotFound."""
         ...

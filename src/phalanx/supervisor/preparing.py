@@ -43,7 +43,17 @@ class Prepared:
 
 # The modules outside phalanx/tracking that the SDK imports (all standard-library only); a test imports
 # every module of the copy with a bare interpreter, so a missing one fails there, not in a user's venv.
-SDK_TOP_MODULES = ("__init__.py", "errors.py", "procs.py", "checkpoints.py")
+SDK_TOP_MODULES = (
+    "__init__.py",
+    "errors.py",
+    "procs.py",
+    "checkpoints.py",
+    # `python -m phalanx.sysmetrics` beside a replica on a cluster node (the Slurm task runner)
+    "sysmetrics.py",
+    "proctree.py",
+    "limits.py",
+    "domain.py",
+)
 
 
 def sdk_path(settings: Settings, root: Path | None = None) -> Path:
@@ -130,6 +140,8 @@ def tracking_env(
         "PHALANX_SPOOL": str(settings.spool_dir / experiment_id),
         "PHALANX_CAPTURED": "1",
     }
+    if os.environ.get("PHALANX_SYSTEM_METRICS"):  # --no-system-metrics reaches a cluster job's sampler
+        env["PHALANX_SYSTEM_METRICS"] = os.environ["PHALANX_SYSTEM_METRICS"]
     if settings.host:
         env["PHALANX_HOST"] = settings.host
         if settings.token:  # a token that writes this experiment only (docs/security.md)

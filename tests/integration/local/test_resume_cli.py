@@ -100,6 +100,24 @@ def test_rerun_reproduces_a_dirty_tree_and_diff_names_param_and_code_changes(pha
         "+print('version two')" in record["git"]["diff"] and "-print('version one')" in record["git"]["diff"]
     )
     assert record["snapshot"]["skipped"] == [".git/", ".venv/"]
+    # the snapshot holds exactly the recorded change: diffing it against the commit gives the same lines
+    import difflib
+
+    from phalanx import repro
+
+    snapshot = repro.source_files(store.artifact_store.read_bytes(a, record["snapshot"]["path"]))
+    committed = _git(folder, "show", "HEAD:train.py").splitlines()
+    ours = [
+        line
+        for line in difflib.unified_diff(committed, snapshot["train.py"].decode().splitlines(), lineterm="")
+        if line[:1] in "+-" and not line.startswith(("+++", "---"))
+    ]
+    recorded = [
+        line
+        for line in record["git"]["diff"].splitlines()
+        if line[:1] in "+-" and not line.startswith(("+++", "---"))
+    ]
+    assert ours == recorded == ["-print('version one')", "+print('version two')"]
     assert any(p.startswith("PyYAML==") or p.startswith("pydantic==") for p in record["packages"])
 
     (folder / "train.py").write_text("import sys\nprint('lr is', sys.argv[1])\nprint('version three')\n")

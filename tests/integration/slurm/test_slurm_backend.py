@@ -187,3 +187,88 @@ def test_a_restart_runs_the_group_again_with_a_clean_slate(
     assert (outcome.status, outcome.restarts) == (ExperimentStatus.SUCCEEDED, 1), outcome.reason
     attempts = slurm_cluster.dir / "shared" / "runs" / outcome.experiment_id / "attempts"
     assert (attempts / "0" / "state" / "master.exit").read_text().strip() == "3"
+
+
+def test_inside_a_slurm_job_each_replica_is_sampled_into_system_series(
+    slurm_cluster: LocalSlurm, phalanx_home: Path, tmp_path: Path
+) -> None:
+    import json
+
+    busy = f"{PYTHON} -c 'import time; end = time.time() + 4\nwhile time.time() < end: pass'"
+    spec = ExperimentSpec(
+        version=1,
+        kind="experiment",
+        command=(busy,),
+        framework=Framework.PYTORCH,
+        topology=Topology(n_workers=1),
+        env={"PHALANX_SYSTEM_METRICS": "1"},
+    )
+    backend = SlurmBackend(slurm_cluster.cluster(), Settings())
+    spool = tmp_path / "spool"
+    context = LaunchContext(
+        "abcabcabc009",
+        str(tmp_path),
+        PYTHON,
+        {"PHALANX_SPOOL": str(spool), "PHALANX_HOME": str(phalanx_home)},
+    )
+    handle = backend.submit(backend.dry_run(build_plan(spec), context))
+    status = _wait(lambda: (s := backend.describe(handle)) and s.status.done and s, what="the job to end")
+    assert status.status is ExperimentStatus.SUCCEEDED, status
+    sampled: dict[str, set[str]] = {}
+    for path in spool.glob("*.spool"):
+        for line in path.read_text().splitlines():
+            record = json.loads(line)
+            if record["kind"] == "scalar":
+                for title, series in record["data"]["keys"]:
+                    sampled.setdefault(title, set()).add(series)
+    assert sampled.get("system/cpu_percent") == {"master", "worker-0"}, sampled
+    assert sampled.get("system/rss_mib") == {"master", "worker-0"}, sampled
+
+
+def test_a_restarted_slurm_group_continues_from_the_latest_checkpoint(
+    slurm_cluster: LocalSlurm, phalanx_home: Path, tmp_path: Path
+) -> None:
+    """The restart-from-checkpoint test of the local engine (tests/integration/local/test_resume.py)
+    with the replicas on the two Slurm nodes: the worker is SIGKILLed in epoch 3, max_restarts 1."""
+    from tests.integration.local.test_resume import EPOCHS, TRAIN
+
+    from phalanx import supervisor
+    from phalanx.spec.loader import load_spec_text
+    from phalanx.store import open_store
+
+    settings = Settings()
+    add_cluster(slurm_cluster.cluster(), phalanx_home)
+    (tmp_path / "train.py").write_text(TRAIN)
+    spec = load_spec_text(
+        "version: 1\nkind: experiment\nframework: pytorch\nenvironment:\n  replicas:\n    n_workers: 1\n"
+        f"run:\n  cmd: {PYTHON} train.py {tmp_path / 'marks'}\n  max_restarts: 1\n"
+    )
+    store = open_store(settings)
+    outcome = supervisor.launch(
+        spec,
+        settings=settings,
+        store=store,
+        cluster=slurm_cluster.name,
+        workdir=tmp_path,
+        handle_signals=False,
+    )
+    assert (outcome.status, outcome.restarts) == (ExperimentStatus.SUCCEEDED, 1), outcome.reason
+    loss = store.metrics(outcome.experiment_id, "loss")["loss"]
+    expected = [10.0 * 0.5 ** (e + 1) for e in range(EPOCHS)]
+    for replica in ("master", "worker-0"):
+        assert loss[replica].steps == list(range(EPOCHS)), (replica, loss[replica].steps)
+        assert loss[replica].values == expected
+    lines = [line.text for line in store.logs(outcome.experiment_id)]
+    assert lines.count("rank 1 starts at epoch 0") == 1 and lines.count("rank 1 starts at epoch 3") == 1
+
+
+def test_no_system_metrics_reaches_the_slurm_job(
+    slurm_cluster: LocalSlurm, phalanx_home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from phalanx import supervisor
+
+    monkeypatch.setenv("PHALANX_SYSTEM_METRICS", "off")  # what `phalanx run --no-system-metrics` sets
+    add_cluster(slurm_cluster.cluster(), phalanx_home)
+    spec = ExperimentSpec(version=1, kind="experiment", command=("echo hi",))
+    prepared = supervisor.prepare(spec, settings=Settings(), cluster=slurm_cluster.name, workdir=tmp_path)
+    assert "export PHALANX_SYSTEM_METRICS=off" in prepared.dry_run.render()

@@ -29,7 +29,7 @@ def test_keep_last_and_keep_best_by_a_metric() -> None:
     ("policy", "message"),
     [
         ({"keep_last": -1}, "keep_last: expected a whole number"),
-        ({"keep_best": 1}, "keep_best needs checkpoints.metric"),
+        ({"keep_best": 1}, "keep_best: needs checkpoints.metric"),
         ({"keep_last": 0}, "would keep no checkpoint"),
         ({"mode": "up", "metric": "a"}, "mode: expected max or min"),
         ({"keep": 3}, "keep: unknown key"),

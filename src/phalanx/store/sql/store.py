@@ -474,6 +474,31 @@ class SqlStore:
             titles.setdefault(title, []).append(series)
         return titles
 
+    def last_points(self, experiment_id: str, title: str, n: int) -> dict[str, Series]:
+        """series -> its last ``n`` points by step (the pace of each rank reads only these, through
+        the (series, step) index, however long the run)."""
+        out: dict[str, Series] = {}
+        with self.engine.connect() as conn:
+            full = _resolve(conn, experiment_id)
+            keys = conn.execute(
+                select(SeriesRow.id, SeriesRow.series).where(
+                    SeriesRow.experiment_id == full, SeriesRow.title == title
+                )
+            ).all()
+            for series_id, name in keys:
+                rows = conn.execute(
+                    select(ScalarRow.step, ScalarRow.value, ScalarRow.time)
+                    .where(ScalarRow.series_id == series_id)
+                    .order_by(ScalarRow.step.desc())
+                    .limit(n)
+                ).all()[::-1]
+                out[name] = Series(
+                    [int(r[0]) for r in rows],
+                    [math.nan if r[1] is None else float(r[1]) for r in rows],
+                    [float(r[2]) for r in rows],
+                )
+        return out
+
     def metrics(
         self, experiment_id: str, title: str | None = None, series: str | None = None
     ) -> dict[str, dict[str, Series]]:

@@ -63,6 +63,8 @@ export const api = {
   annotate: (id, body) => request(`/experiments/${enc(id)}`, {
     method: "PATCH", headers: { "Content-Type": "application/json" }, body: JSON.stringify(body) }),
   texts: (id) => request(`/experiments/${enc(id)}/texts`),
+  run: (id) => request(`/experiments/${enc(id)}/run`),
+  checkpoints: (id) => request(`/experiments/${enc(id)}/checkpoints`),
   columns: () => request("/columns"),
   experiment: (id) => request(`/experiments/${enc(id)}`),
   stop: (id) => request(`/experiments/${enc(id)}/stop`, { method: "POST" }),

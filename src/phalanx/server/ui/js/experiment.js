@@ -4,7 +4,7 @@
 import { api } from "./api.js";
 import { renderConsole } from "./console.js";
 import { renderArtifacts, renderModels, renderParams, renderScalars } from "./panels.js";
-import { badge, byReplica, clear, durationSeconds, fmtDuration, fmtResources, fmtTime, h, topologyText, add } from "./util.js";
+import { badge, byReplica, clear, durationSeconds, fmtBytes, fmtDuration, fmtResources, fmtTime, fmtValue, h, topologyText, add } from "./util.js";
 
 const TABS = [
   ["overview", "Overview"], ["scalars", "Scalars"], ["hyperparameters", "Hyperparameters"],
@@ -70,7 +70,7 @@ export function renderExperiment(root, ctx, id) {
     const live = () => ctx.alive() && exp && ["running", "starting", "created", "queued", "pending"].includes(exp.status);
     const pctx = { alive: ctx.alive, live, experiment: () => exp };
     const result = {
-      overview: () => { renderOverview(panel, exp); renderNotes(panel, exp, (e) => { exp = { ...exp, ...e }; drawHead(); }); },
+      overview: () => { renderOverview(panel, exp); renderRun(panel, exp); renderNotes(panel, exp, (e) => { exp = { ...exp, ...e }; drawHead(); }); },
       scalars: () => renderScalars(panel, pctx, exp.id),
       hyperparameters: () => renderParams(panel, exp.id),
       artifacts: () => renderArtifacts(panel, exp.id),
@@ -191,4 +191,46 @@ function renderNotes(panel, exp, saved) {
       h("div", { class: "muted small" }, `${t.title || "text"}${t.step !== null && t.step !== undefined ? ` · step ${t.step}` : ""} · ${t.replica}${t.rank !== null && t.rank !== undefined ? ` rank ${t.rank}` : ""}`),
       h("pre", { class: "file" }, t.text))));
   }).catch((err) => { clear(reports); add(reports, h("p", { class: "muted" }, `Could not load: ${err.message}`)); });
+}
+
+// Attempts (start, restarts, resumes), checkpoints, what ran (git, versions) and each rank's pace
+// with the straggler: GET /experiments/{id}/run and /checkpoints (docs/checkpoints.md).
+function renderRun(panel, exp) {
+  const title = () => h("h2", { style: { marginTop: 0 } }, "Attempts, checkpoints and source");
+  const box = h("div", { class: "card", id: "run-details" }, title(), h("p", { class: "muted" }, "Loading…"));
+  add(panel, h("div", { class: "overview" }, box));
+  Promise.all([api.run(exp.id), api.checkpoints(exp.id)]).then(([run, ck]) => {
+    clear(box);
+    add(box, title());
+    if (run.attempts.length) {
+      add(box, h("h3", {}, "Attempts"), h("table", { id: "attempts" }, run.attempts.map((a) =>
+        h("tr", { "data-kind": a.kind },
+          h("td", {}, String(a.number)), h("td", {}, a.kind), h("td", {}, badge(a.status)),
+          h("td", {}, a.checkpoint_step === null || a.checkpoint_step === undefined ? "" : `from step ${a.checkpoint_step}`),
+          h("td", { class: "small" }, (a.reason || "").split("\n")[0])))));
+    }
+    add(box, h("h3", {}, "Checkpoints"), ck.checkpoints.length
+      ? h("table", { id: "checkpoints" }, ck.checkpoints.map((c) =>
+        h("tr", { "data-step": String(c.step) },
+          h("td", {}, `step ${c.step}`),
+          h("td", { class: "mono small" }, Object.entries(c.metrics).map(([k, v]) => `${k}=${fmtValue(v)}`).join(", ")),
+          h("td", {}, fmtBytes(c.size)), h("td", {}, c.replica),
+          h("td", {}, ck.latest && ck.latest.name === c.name ? "latest" : ""))))
+      : h("p", { class: "muted" }, "No checkpoints. A script saves one with task.save_checkpoint(obj, step=...)."));
+    const s = run.source;
+    add(box, h("h3", {}, "Source"), s
+      ? h("div", { id: "source", class: "mono small" },
+        s.git ? `git ${String(s.git.commit).slice(0, 12)} (${s.git.branch})${s.git.dirty ? " + uncommitted changes" : ""}` : "not a git work tree",
+        [s.python ? `python ${s.python}` : "", s.phalanx ? `phalanx ${s.phalanx}` : "",
+          s.packages ? `${s.packages} packages` : "", s.host || ""].filter(Boolean).map((x) => ` · ${x}`).join(""))
+      : h("p", { class: "muted" }, "Not recorded."));
+    const p = run.pace;
+    if (p && p.ranks.length) {
+      const slow = p.straggler ? p.straggler.replica : null;
+      add(box, h("h3", {}, `Pace (${p.title})`), h("table", { id: "pace" }, p.ranks.map((r) =>
+        h("tr", { "data-replica": r.replica },
+          h("td", {}, r.replica), h("td", {}, `${r.steps_per_second.toPrecision(3)} steps/s`),
+          h("td", {}, r.replica === slow ? "straggler" : "")))));
+    }
+  }).catch((err) => { clear(box); add(box, title(), h("p", { class: "muted" }, `Could not load: ${err.message}`)); });
 }
