@@ -43,6 +43,7 @@ unit: venv
 bench: venv
 	$(BIN)/python bench/launch.py
 	$(BIN)/python bench/tracking.py
+	$(BIN)/python bench/sweep.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache build

@@ -45,7 +45,7 @@ def fill(home: Path, series: int, points: int) -> tuple[str, str]:
     from phalanx.config import Settings
     from phalanx.domain import Event, EventKind, ExperimentStatus, Replica, Role
     from phalanx.store import open_store
-    from phalanx.store.sql.summary import backfill
+    from phalanx.store.sql import summary
 
     store: Any = open_store(Settings(home=home))
     ids = []
@@ -91,7 +91,14 @@ def fill(home: Path, series: int, points: int) -> tuple[str, str]:
                         ),
                     )
             inserted = time.monotonic()
-            backfill(conn, sids)
+            # the summary as ingest builds it: level 1 aggregated from the points, the rest in SQL
+            for sid in sids:
+                steps = list(range(n))
+                values = [1.0 / (i + 1) + (i % 977) * 1e-4 for i in steps]
+                summary.merge_level1(
+                    conn, summary.aggregate([(sid, steps, values, [1000.0 + i for i in steps])])
+                )
+            summary.refresh_upper(conn, {sid: (0, n - 1) for sid in sids})
         print(
             f"filled {series} x {n:,} points: insert {inserted - started:.1f} s, "
             f"summary {time.monotonic() - inserted:.1f} s",
@@ -127,12 +134,18 @@ def main() -> int:
     parser.add_argument("--clients", type=int, default=20)
     parser.add_argument("--repeat", type=int, default=15)
     parser.add_argument("--json", type=Path)
+    parser.add_argument("--home", type=Path, help="keep the filled store here (reused when it exists)")
     args = parser.parse_args()
     from phalanx.ports import free_port
 
     with tempfile.TemporaryDirectory(prefix="phalanx-bench-server-") as tmp:
-        home = Path(tmp)
-        big, small = fill(home, args.series, args.points)
+        home = args.home or Path(tmp)
+        ids_file = home / "bench-ids.json"
+        if ids_file.exists():
+            big, small = json.loads(ids_file.read_text())
+        else:
+            big, small = fill(home, args.series, args.points)
+            ids_file.write_text(json.dumps([big, small]))
         port = free_port()
         env = {k: v for k, v in os.environ.items() if not k.startswith("PHALANX_")}
         env.update(PHALANX_HOME=str(home), PYTHONPATH=str(REPO / "src"))

@@ -112,10 +112,12 @@ class Experiment:
     started_at: float | None = None
     finished_at: float | None = None
     handle: str | None = None  # the backend's own id (pid, Slurm job id, pod label)
+    notes: str | None = None  # free text the user wrote about it (UI, `phalanx note`)
+    group_id: str | None = None  # the experiment group (hyperparameter search) it is a trial of
 
     def to_json(self) -> dict[str, Any]:
         """The experiment as `phalanx get -o json` and the Python Run handle show it."""
-        return {
+        doc = {
             "id": self.id,
             "name": self.name,
             "project": self.project,
@@ -130,6 +132,9 @@ class Experiment:
             "started_at": self.started_at,
             "finished_at": self.finished_at,
         }
+        if self.group_id:  # only trials carry it: other experiments' JSON is unchanged
+            doc["group_id"] = self.group_id
+        return doc
 
 
 @dataclass(frozen=True)

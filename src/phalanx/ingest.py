@@ -15,6 +15,7 @@ records arriving over HTTP. ``python -m phalanx.ingest --spool DIR [--follow-pid
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import logging
 import os
@@ -347,6 +348,39 @@ def ingest_pending(store: IngestStore, spool: str | os.PathLike[str]) -> int:
     return Ingester(store, store.artifact_store, spool).run_once()
 
 
+def _start_relays(console_fds: str | None, spool: str | os.PathLike[str]) -> list[threading.Thread]:
+    """Threads relaying a plain script's console pipes (``--console-fds``) to its terminal and, as
+    LOG records of its experiment, to the spool: from this process, which outlives the script."""
+    if not console_fds:
+        return []
+    from phalanx.tracking.console import relay
+    from phalanx.tracking.identity import Identity
+    from phalanx.tracking.spool import SpoolWriter
+
+    out_r, err_r, term_out, term_err = (int(x) for x in console_fds.split(","))
+    ident = Identity.from_env()
+    if ident is None:
+        return []
+    writer = SpoolWriter(
+        Path(spool), experiment_id=ident.experiment_id, replica=ident.replica, role=ident.role,
+        index=ident.index, rank=ident.replica_rank,
+    )  # fmt: skip
+
+    def sink(name: str, lines: list[str]) -> None:
+        from phalanx.tracking.screen import truncate
+
+        with contextlib.suppress(OSError, ValueError):  # a full disk: the terminal still got them
+            writer.write("log", {"stream": name, "lines": [truncate(line) for line in lines]})
+
+    threads = [
+        threading.Thread(target=relay, args=(fd, term, name, sink), name=f"relay-{name}", daemon=True)
+        for fd, term, name in ((out_r, term_out, "stdout"), (err_r, term_err, "stderr"))
+    ]
+    for thread in threads:
+        thread.start()
+    return threads
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m phalanx.ingest", description="Ingest spool files.")
     parser.add_argument("--spool", help="spool folder (default: $PHALANX_HOME/spool)")
@@ -354,6 +388,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--interval", type=float, default=0.1, help="seconds between passes")
     parser.add_argument("--once", action="store_true", help="one pass, then exit")
     parser.add_argument("--batch-bytes", type=int, default=2 << 20, help="spool bytes per transaction")
+    parser.add_argument(
+        "--console-fds", help="OUT,ERR,TERM_OUT,TERM_ERR: relay the followed script's console pipes"
+    )
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
 
@@ -369,6 +406,7 @@ def main(argv: list[str] | None = None) -> int:
         n = ingester.run_once()
         log.info("ingested %d events", n)
         return 0
+    relays = _start_relays(args.console_fds, args.spool or settings.spool_dir)
     while pid_alive(args.follow_pid):
         try:
             if ingester.run_once() == 0:
@@ -376,7 +414,9 @@ def main(argv: list[str] | None = None) -> int:
         except Exception:
             log.exception("ingest pass failed; retrying")
             time.sleep(1.0)
-    # the process is gone: drain what it (and its children) left, until nothing new arrives
+    # the process is gone: its last console lines (still in the pipes), then what it left
+    for thread in relays:
+        thread.join(timeout=5)  # a child that outlives it may hold the pipe: bounded
     quiet = 0
     while quiet < 3:
         quiet = quiet + 1 if ingester.run_once() == 0 else 0

@@ -36,7 +36,7 @@ if TYPE_CHECKING:
 # tries again as soon as the file changed (someone ended or joined), and at least every RETRY_SECONDS
 # (to reclaim the entries of killed processes).
 LOOK_SECONDS = 0.05
-RETRY_SECONDS = 1.0
+RETRY_SECONDS = 0.5
 ABANDONED = "its phalanx run ended while it was queued (killed?)"
 
 __all__ = [
@@ -114,8 +114,16 @@ class Admission:
         if grant is not None:
             return grant
         try:
-            position = self.ledger.position(self.experiment_id)
-            on_queued(f"queued (position {position}): waiting for {self.need.describe()}")
+            holding, waiting, _ = self.ledger.snapshot()
+            position = next(
+                (i for i, e in enumerate(waiting, 1) if e.experiment_id == self.experiment_id), "?"
+            )
+            held = ", ".join(e.experiment_id + (f" ({e.name})" if e.name else "") for e in holding)
+            on_queued(
+                f"queued (position {position} of {len(waiting)}): waiting for {self.need.describe()}"
+                + (f"; running now: {held}" if held else "")
+                + "; `phalanx queue` shows the queue"
+            )
             seen = self.ledger.version()
             last = time.monotonic()
             while True:
@@ -214,7 +222,7 @@ def overview(settings: Settings, store: Store | None = None) -> dict[str, Any]:
         with contextlib.suppress(Exception):  # reading the queue must work even if the store fails
             reconcile(store, settings)
     holding, waiting, _ = ledger_for(settings).snapshot()
-    cap = capacity(need_gpus=any(e.need.gpus for e in holding + waiting))
+    cap = capacity(need_gpus=True)
     now = time.time()
     held_cpus = sum(len(e.cpus) for e in holding)
     held_mem = sum(e.need.memory_mib for e in holding)

@@ -46,6 +46,35 @@ def process_start(pid: int) -> float | None:
     return btime + ticks / os.sysconf("SC_CLK_TCK")
 
 
+def clean_aborted_starts(store: Any, settings: Settings) -> list[str]:
+    """Folders of experiments whose `phalanx run` was killed before it recorded them (it opens the
+    store only once the replicas are starting): with the supervisor gone and no experiment in the
+    store, its run folder and spool are removed, so nothing of an experiment that never appears is
+    left (nor ingested later as rows of no experiment). Run before an ingest pass."""
+    from phalanx.errors import NotFound
+
+    removed: list[str] = []
+    runs = settings.runs_dir
+    if not runs.is_dir():
+        return removed
+    for pid_file in runs.glob("*/supervisor.pid"):
+        folder = pid_file.parent
+        if recorded_but_gone(pid_file) is None:
+            continue
+        try:
+            store.get_experiment(folder.name)
+            continue
+        except NotFound:
+            pass
+        import shutil
+
+        for path in (folder, settings.spool_dir / folder.name):
+            shutil.rmtree(path, ignore_errors=True)
+        removed.append(folder.name)
+        log.warning("removed what a killed `phalanx run` left of experiment %s (never recorded)", folder.name)
+    return removed
+
+
 def reconcile(store: Any, settings: Settings) -> list[str]:
     """Mark this machine's orphaned unfinished experiments failed; returns their ids."""
     fixed = []

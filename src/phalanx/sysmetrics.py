@@ -180,7 +180,7 @@ class SystemMetrics:
 
         self.interval = interval
         self._targets = targets
-        self._writer = SpoolWriter(spool_dir, experiment_id=experiment_id, stream=stream or new_stream_id())
+        self.writer = SpoolWriter(spool_dir, experiment_id=experiment_id, stream=stream or new_stream_id())
         self.sampler = Sampler()
         self.cost_seconds = 0.0  # CPU time of the looks, writing included (bench/system_metrics.py)
         self._stop = threading.Event()
@@ -203,7 +203,7 @@ class SystemMetrics:
                 continue
             points = [(title, target.replica, step, value, now) for title, value in values]
             records.append(
-                self._writer.record(
+                self.writer.record(
                     "scalar",
                     encode_points(points),
                     replica=target.replica,
@@ -213,7 +213,7 @@ class SystemMetrics:
                 )
             )
         if records:
-            self._writer.append(records)
+            self.writer.append(records)
         self.cost_seconds += time.thread_time() - cpu0
         return sum(r["data"]["n"] for r in records)
 
@@ -233,7 +233,7 @@ class SystemMetrics:
         if self._thread.is_alive():
             self._thread.join(timeout=10)
         with contextlib.suppress(Exception):
-            self._writer.close()
+            self.writer.close()
 
 
 def interval_from_env(env: Mapping[str, str] | None = None) -> float | None:

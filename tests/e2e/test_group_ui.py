@@ -93,4 +93,6 @@ def test_the_group_page_marks_the_best_sorts_and_draws_parallel_coordinates(
     assert page.locator("#parallel polyline").count() == 4
     assert page.locator('#parallel polyline[data-trial="1"]').get_attribute("stroke-width") == "3"
     assert "pruned at step 10" in page.locator("#trials").inner_text()
+    ids = ",".join(f"{n:012x}" for n in range(4))  # the trials' scalars overlaid on the Compare page
+    assert page.locator("#overlay").get_attribute("href") == f"/compare?ids={ids}"
     shot(page, "group-page")

@@ -404,9 +404,9 @@ def test_scrolling_the_console_up_stops_following_and_the_bottom_follows_again(
     follow = page.locator("#follow")
     assert follow.is_checked()
     page.locator("#console").evaluate("c => { c.scrollTop = 0; }")
-    page.wait_for_function("!document.getElementById('follow').checked")
+    page.wait_for_function("() => !document.getElementById('follow').checked")
     page.locator("#console").evaluate("c => { c.scrollTop = c.scrollHeight; }")
-    page.wait_for_function("document.getElementById('follow').checked")
+    page.wait_for_function("() => document.getElementById('follow').checked")
 
 
 def test_compare_leaves_out_an_id_that_does_not_exist_and_says_so(

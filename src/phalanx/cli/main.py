@@ -19,6 +19,8 @@ COMMAND_MODULES = (
     "phalanx.cli.queue",
     "phalanx.cli.group",
     "phalanx.cli.resume",
+    "phalanx.cli.annotate",
+    "phalanx.cli.sync",
 )
 
 

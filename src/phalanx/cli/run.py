@@ -331,8 +331,35 @@ def run(
         sys.stderr.write(f"phalanx: experiment {outcome.experiment_id} {outcome.status}{tail}\n")
         from phalanx.cli.server import ui_hint
 
-        sys.stderr.write(ui_hint(outcome.experiment_id, settings.host) + "\n")
+        if settings.host and _server_knows(settings.host, settings.token, outcome.experiment_id) is False:
+            sys.stderr.write(
+                f"phalanx: the server at {settings.host} (PHALANX_HOST) does not know experiment "
+                f"{outcome.experiment_id}: it keeps another store than this machine's "
+                f"({settings.database_url}), so it refused what the replicas reported and its web UI "
+                f"cannot show it. It is in this machine's store: `phalanx get {outcome.experiment_id}`. "
+                "Give `phalanx run` the server's database (PHALANX_DB_URL) to record it there.\n"
+            )
+        else:
+            sys.stderr.write(ui_hint(outcome.experiment_id, settings.host) + "\n")
     raise typer.Exit(outcome.exit_code)
+
+
+def _server_knows(host: str, token: str | None, experiment_id: str) -> bool | None:
+    """Whether the server at ``host`` has the experiment: False on 404 (it keeps another store),
+    None when it cannot be asked (down, no access)."""
+    import urllib.error
+    import urllib.request
+
+    req = urllib.request.Request(f"{host.rstrip('/')}/api/v1/experiments/{experiment_id}")
+    if token:
+        req.add_header("Authorization", f"Bearer {token}")
+    try:
+        with urllib.request.urlopen(req, timeout=5) as resp:
+            return bool(resp.status == 200)
+    except urllib.error.HTTPError as exc:
+        return False if exc.code == 404 else None
+    except (OSError, ValueError):
+        return None
 
 
 def _warn_if_crowded(prepared: Any) -> None:

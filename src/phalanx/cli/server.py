@@ -174,4 +174,7 @@ def server(
     )
     shown = f"[{host}]" if ":" in host else host
     typer.echo(f"Phalanx server on http://{shown}:{port}/ (API: /api/v1/openapi.json)", err=True)
-    uvicorn.run(api, host=host, port=port, log_level=log_level.value, access_log=False)
+    # open live consoles (server-sent events) never end by themselves: do not wait for them on SIGTERM
+    uvicorn.run(
+        api, host=host, port=port, log_level=log_level.value, access_log=False, timeout_graceful_shutdown=3
+    )

@@ -49,6 +49,12 @@ def open_for_reading(settings: Settings | None = None) -> tuple[IngestStore, Set
 
     settings = settings or Settings()
     store = open_store(settings)
+    try:  # before ingesting: a killed start-up leaves nothing, not rows of an experiment never shown
+        from phalanx.reconcile import clean_aborted_starts
+
+        clean_aborted_starts(store, settings)
+    except Exception as exc:
+        logging.getLogger(__name__).warning("checking aborted starts failed: %s", exc)
     try:
         Ingester(store, store.artifact_store, settings.spool_dir).run_once()
     except Exception as exc:  # reading must work even when a spool cannot be ingested right now
@@ -219,7 +225,11 @@ def ls(
         [e.id, e.project, e.name, str(e.status), _when(e.created_at), _duration(e.started_at, e.finished_at)]
         for e in page.items
     ]
-    typer.echo(_table(["id", "project", "name", "status", "created", "duration"], rows))
+    headers = ["id", "project", "name", "status", "created", "duration"]
+    if any(getattr(e, "group_id", None) for e in page.items):  # trials of a group: say which
+        headers.append("group")
+        rows = [[*row, getattr(e, "group_id", None) or "-"] for row, e in zip(rows, page.items, strict=True)]
+    typer.echo(_table(headers, rows))
     if page.total > len(page.items):
         typer.echo(f"({len(page.items)} of {page.total}; --limit shows more)")
 
@@ -331,6 +341,8 @@ def get(
             artifacts=[artifact_json(a) for a in artifacts],
             metrics=titles,
             models=[{"name": m.name, "format": m.format, "path": m.path, "size": m.size} for m in models],
+            notes=e.notes,
+            reports=store.texts(e.id),
         )
         doc.update(run_details(store, e.id))
         emit_json(doc)
@@ -362,6 +374,8 @@ def get(
         out.extend(f"  {name}: {command}" for name, command in launch["commands"].items())
     if str(e.status) == "queued":
         out.append(f"queue:     {_queue_place(e.id)}")
+    if e.notes:
+        out.append("notes:     " + e.notes.replace("\n", "\n           "))
     out.append("")
     out.append("replicas:")
     rows = [[r.name, _opt(r.rank), str(r.state), _opt(r.exit_code), r.reason or ""] for r in replicas]
@@ -387,6 +401,13 @@ def get(
     out.extend(f"  {t}: {', '.join(series)}" for t, series in titles.items())
     if not titles:
         out.append("  (none)")
+    texts = store.texts(e.id)
+    if texts:
+        out.append("")
+        out.append(f"reports ({len(texts)}; `phalanx reports {e.id}` shows them all):")
+        for t in texts[-3:]:
+            first = t["text"].splitlines()[0] if t["text"] else ""
+            out.append(f"  {t['title'] or 'text'}: {first[:100]}")
     out.extend(run_details_text(run_details(store, e.id)))
     typer.echo("\n".join(out))
 

@@ -75,6 +75,16 @@ def host_name(host_header: str) -> str:
     return host.rstrip(".")
 
 
+def _is_ip(host: str) -> bool:
+    import ipaddress
+
+    try:
+        ipaddress.ip_address(host)
+    except ValueError:
+        return False
+    return True
+
+
 def _header(scope: Scope, name: bytes) -> str:
     for key, value in scope.get("headers", ()):
         if key == name:
@@ -142,8 +152,9 @@ class SecurityMiddleware:
         path: str = scope["path"]
         method: str = scope["method"]
         host = host_name(_header(scope, b"host"))
-        # no Host at all (HTTP/1.0 clients) cannot be a rebinding browser, which always sends one
-        if host and "*" not in self.allowed and host not in self.allowed:
+        # no Host at all (HTTP/1.0 clients) cannot be a rebinding browser, which always sends one;
+        # nor can an IP address (rebinding needs the attacker's own DNS name in the Host header)
+        if host and "*" not in self.allowed and host not in self.allowed and not _is_ip(host):
             return _json(
                 400,
                 "bad_host",

@@ -63,6 +63,10 @@ class ExperimentOut(BaseModel):
     created_at: float | None = None
     started_at: float | None = None
     finished_at: float | None = None
+    notes: str | None = None
+    columns: dict[str, Any] = Field(
+        default_factory=dict, description="the param/metric columns asked for (param:KEY, metric:AGG:TITLE)"
+    )
 
 
 class ExperimentDetail(ExperimentOut):
@@ -87,6 +91,7 @@ def experiment_out(e: Experiment) -> dict[str, Any]:
         "created_at": e.created_at,
         "started_at": e.started_at,
         "finished_at": e.finished_at,
+        "notes": e.notes,
     }
 
 
@@ -217,3 +222,22 @@ class IngestOut(BaseModel):
 class FileOut(BaseModel):
     path: str
     size: int
+
+
+class AnnotateIn(BaseModel):
+    tags: list[str] | None = Field(default=None, max_length=100, description="the new tags (all of them)")
+    notes: str | None = Field(default=None, max_length=100_000, description="the new notes")
+
+
+class TextOut(BaseModel):
+    title: str
+    text: str
+    step: int | None = None
+    replica: str
+    rank: int | None = None
+    time: float
+
+
+class ColumnsOut(BaseModel):
+    params: list[str]
+    metrics: list[str]

@@ -269,6 +269,24 @@ class Store(Protocol):
         summary, never more raw points than ``max_points`` (charts of millions of points)."""
         ...
 
+    def experiment_columns(self, ids: Sequence[str], columns: Sequence[str]) -> dict[str, dict[str, Any]]:
+        """id -> column -> value for the run table: ``param:KEY`` and ``metric:AGG:TITLE`` columns
+        (AGG last/min/max, from the summary: never the points). Missing values are absent; unknown
+        ids are left out. Raises UsageError for a malformed column name."""
+        ...
+
+    def column_names(self) -> dict[str, list[str]]:
+        """{"params": keys, "metrics": titles} that experiments reported (the column chooser).
+        Returns empty lists in an empty store; raises nothing of its own."""
+        ...
+
+    def annotate(
+        self, experiment_id: str, *, tags: Sequence[str] | None = None, notes: str | None = None
+    ) -> Experiment:
+        """Replace the tags and/or the notes the user keeps on an experiment (None: unchanged);
+        returns the experiment as it now is. Raises NotFound."""
+        ...
+
     def params(self, experiment_id: str) -> list[ParamRecord]:
         """Hyperparameters, merged as ``merge_params`` says. Raises NotFound."""
         ...

@@ -2,13 +2,15 @@
 
 Without it a replica that hangs (SIGSTOPped, deadlocked, a worker that stopped calling all_reduce)
 is found only by gloo's 30-minute timeout, and the error then blames whichever peer timed out first
-(often the master). Progress is any of: a console line, CPU time used by the replica's processes.
+(often the master). Progress is any of: a console line, CPU time used by the replica's processes
+(at least a tenth of a core: a rank blocked in all_reduce still uses a tick now and then).
 Set with ``PHALANX_HANG_TIMEOUT`` (seconds; unset or 0: off, the default, since a replica may
 legitimately sit idle, e.g. waiting for data).
 
-The replica named is the one that stalled, not its peers: a stopped one (SIGSTOP, state T) if any,
-else the one whose last progress is the oldest. Peers blocked waiting for it stall later, so they
-are not blamed. Only engines that give replica pids on this machine (local) are watched for CPU;
+A hang is declared when a stopped replica (SIGSTOP, state T) has made no progress for that long, or
+when every running replica has made none (a replica idle while a peer works is waiting for it). The
+replica named is the stopped one, else the one idle longest; the other idle ones are listed as
+likely waiting for it. Only engines that give replica pids on this machine (local) are watched for CPU;
 elsewhere console output alone counts.
 """
 
@@ -23,6 +25,8 @@ from pathlib import Path
 from phalanx import limits
 
 CHECK_SECONDS = 1.0  # how often the process tree is read
+BUSY_FRACTION = 0.1  # CPU use (of one core) that counts as progress; a blocked rank uses about 0.01
+TICKS = os.sysconf("SC_CLK_TCK")
 
 
 def hang_timeout_from_env() -> float | None:
@@ -52,6 +56,7 @@ class Liveness:
     last_progress: dict[str, float] = field(default_factory=dict)
     _cpu: dict[str, int] = field(default_factory=dict)
     _stopped: dict[str, bool] = field(default_factory=dict)
+    _cpu_at: dict[str, float] = field(default_factory=dict)
     _checked: float = 0.0
 
     def output(self, replica: str) -> None:
@@ -72,18 +77,24 @@ class Liveness:
                 continue
             ticks, stopped = _cpu_and_stopped([pid, *limits.descendants(pid, tree)])
             self._stopped[name] = stopped
-            if ticks != self._cpu.get(name):
-                self._cpu[name] = ticks
+            before, since = self._cpu.get(name), self._cpu_at.get(name)
+            self._cpu[name], self._cpu_at[name] = ticks, now
+            if before is None or since is None:
+                continue
+            # progress is real work: a process blocked in all_reduce still uses a tick now and then
+            # (gloo's threads); counting those would hide every hang
+            if (ticks - before) / TICKS / max(now - since, 1e-3) >= BUSY_FRACTION:
                 self.last_progress[name] = now
-        stalled = {
-            n: now - self.last_progress[n] for n in running if now - self.last_progress[n] > self.timeout
-        }
-        if not stalled:
-            return None
+        idle = {n: now - self.last_progress[n] for n in running}
+        stalled = {n: t for n, t in idle.items() if t > self.timeout}
         frozen = [n for n in stalled if self._stopped.get(n)]
+        if not frozen and (not stalled or len(stalled) < len(idle)):
+            return None  # an idle replica while a peer works is waiting for it, not hung
         culprit = frozen[0] if frozen else max(stalled, key=lambda n: stalled[n])
-        how = "is stopped (SIGSTOP?) and " if self._stopped.get(culprit) else ""
+        how = "is stopped (SIGSTOP?) and " if culprit in frozen else ""
+        others = sorted(n for n in stalled if n != culprit)
+        also = f"; also idle, likely waiting for it: {', '.join(others)}" if others else ""
         return (
             f"{culprit} {how}made no progress (no output, no CPU time) for {stalled[culprit]:.0f} s "
-            f"(hang_timeout {self.timeout:g} s)"
+            f"(hang_timeout {self.timeout:g} s){also}"
         )

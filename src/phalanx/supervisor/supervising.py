@@ -220,8 +220,9 @@ class Supervisor:
 
     # -- signals and stop requests --------------------------------------------------------------
     def _on_signal(self, signum: int, _frame: object) -> None:
-        if self.stop_reason is None:
-            self.stop_reason = f"stopped by {signal.Signals(signum).name}"
+        if self.stop_reason is None:  # a reason left with the request (a group's pruning) wins
+            requested = _requested_reason(self.run_dir / "stop")
+            self.stop_reason = requested or f"stopped by {signal.Signals(signum).name}"
 
     def _stop_requested(self) -> bool:
         if self.stop_reason is None and (self.run_dir / "stop").exists():
@@ -346,7 +347,8 @@ class Supervisor:
             else:
                 self._create(ExperimentStatus.QUEUED)
             self._created = True
-            queue.mark_abandoned(self.store, admission.reclaimed or [])
+            with contextlib.suppress(Exception):  # others' leftovers must not stop this experiment
+                queue.mark_abandoned(self.store, admission.reclaimed or [])
             self.observer.message(text)
 
         try:
@@ -719,7 +721,9 @@ class Supervisor:
     def _line(self, replica: Replica, text: str) -> None:
         if self.liveness is not None:
             self.liveness.output(replica.name)
-        with contextlib.suppress(ValueError):  # the writer closed under a late line at shutdown
+        # ValueError: the writer closed under a late line at shutdown; OSError: the disk is full
+        # (the line still reaches the terminal)
+        with contextlib.suppress(ValueError, OSError):
             self._spool.log(
                 text, replica=replica.name, role=str(replica.role), index=replica.index, rank=replica.rank
             )
@@ -737,18 +741,25 @@ class Supervisor:
         if not ingested:
             return
         try:
-            path = self._spool.path
             position = getattr(self.store, "ingest_position", None)
-            if position is None or position(self._spool.stream)[0] < path.stat().st_size:
+            if position is None:
                 return
-            path.unlink()
-            path.with_suffix(".ack").unlink(missing_ok=True)
+            # the console and the system-metrics samples: each stream this supervisor wrote
+            writers = [self._spool, getattr(self._system, "writer", None)]
+            for writer in [w for w in writers if w is not None]:
+                path = writer.path
+                if path.exists() and position(writer.stream)[0] < path.stat().st_size:
+                    return  # not all ingested: the next ingester takes the rest
+            for writer in [w for w in writers if w is not None]:
+                writer.path.unlink(missing_ok=True)
+                writer.path.with_suffix(".ack").unlink(missing_ok=True)
             if self.p.backend.name == "local":
                 shutil.rmtree(self.run_dir / "logs", ignore_errors=True)
             with contextlib.suppress(OSError):
                 self.spool_dir.rmdir()  # only when nothing else (a script's stream) is left in it
-        except Exception:  # tidying must never change the outcome
-            log.warning("could not remove the ingested console spool of %s", self.id, exc_info=True)
+        except Exception as exc:  # tidying must never change the outcome (e.g. the store is down)
+            log.warning("could not remove the ingested console spool of %s (%s)", self.id, _short(exc))
+            log.debug("tidy failure", exc_info=True)
 
     def _finish(self, outcome: Outcome) -> None:
         """Record the outcome, retrying while the store is unreachable; if it stays away, leave the

@@ -21,7 +21,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from phalanx.procs import pid_alive
+from phalanx.procs import pid_alive, pid_stopped
 from phalanx.tracking.identity import ENV_INGESTER_PID, Identity, rank_probe
 from phalanx.tracking.screen import Problems, names_ok, screen_event, screen_points
 from phalanx.tracking.spool import SpoolWriter, encode_points, read_refused
@@ -76,9 +76,11 @@ class Reporter:
         self._thread.start()
         self.shipper: Any = None
         if ident.host:
-            from phalanx.tracking.shipper import Shipper
+            from phalanx.tracking.shipper import Shipper, ship_leftovers_in_background
 
             self.shipper = Shipper(self.writer, ident.host, ident.token)
+            # what earlier processes of this host left unshipped (the server was down when they ended)
+            ship_leftovers_in_background(ident.spool_dir.parent, ident.host, ident.token, self.writer.stream)
 
     def after_fork(self) -> None:
         """In a forked child: forget the parent's buffered items and stream, start our own."""
@@ -267,7 +269,8 @@ def _ingester_from_env() -> Callable[[], bool] | None:
     pid = int(value)
     if pid == 0:
         return lambda: False
-    return lambda: pid_alive(pid)
+    # a stopped ingester (SIGSTOP, a suspended `phalanx run`) acknowledges nothing: do not wait for it
+    return lambda: pid_alive(pid) and not pid_stopped(pid)
 
 
 def jsonable(value: Any) -> Any:

@@ -12,6 +12,7 @@ import contextlib
 import os
 import sys
 import threading
+import time
 from collections.abc import Callable
 
 Sink = Callable[[str, list[str]], None]  # (stream name, complete lines)
@@ -88,3 +89,110 @@ def _flush_std() -> None:
         with contextlib.suppress(Exception):
             if stream is not None:
                 stream.flush()
+
+
+class ExternalCapture:
+    """Console capture read by another process (the script's detached ingester), so the lines a
+    script prints just before it is SIGKILLed, OOM-killed or segfaults still reach the terminal and
+    the store: they wait in the pipe for a reader that did not die with the script. (The in-process
+    ``ConsoleCapture`` thread dies with its process, and what it had not read yet is lost.)
+
+    ``reader_fds()`` are passed to the reader process (pipe read ends, then the terminal's stdout
+    and stderr); ``attach()`` then points fd 1 and 2 at the pipes, ``stop()`` gives them back."""
+
+    def __init__(self) -> None:
+        _flush_std()
+        self._out_r, self._out_w = os.pipe()
+        self._err_r, self._err_w = os.pipe()
+        self._saved = (os.dup(1), os.dup(2))
+        self._attached = False
+
+    def reader_fds(self) -> tuple[int, int, int, int]:
+        return self._out_r, self._err_r, self._saved[0], self._saved[1]
+
+    def attach(self) -> None:
+        _flush_std()
+        os.dup2(self._out_w, 1)
+        os.dup2(self._err_w, 2)
+        for fd in (self._out_w, self._err_w):
+            os.close(fd)
+        # the read ends stay open here too (not inherited: os.pipe fds are not): should the reader
+        # die, a print gets no EPIPE, and ``take_back`` recovers what it had not read
+        self._attached = True
+
+    def take_back(self, sink: Sink) -> None:
+        """The reader died: fd 1 and 2 back to the terminal, and what it left in the pipes to the
+        terminal and ``sink``."""
+        self.stop()
+        for fd in (self._out_r, self._err_r):
+            os.set_blocking(fd, False)
+        quiet = 0
+        while quiet < 3:  # a write blocked on the full pipe completes once we read: wait for it
+            got = False
+            for fd, name in ((self._out_r, "stdout"), (self._err_r, "stderr")):
+                data = b""
+                with contextlib.suppress(OSError):
+                    while chunk := os.read(fd, 65536):
+                        data += chunk
+                if data:
+                    got = True
+                    with contextlib.suppress(OSError):
+                        _write_all(1 if name == "stdout" else 2, data)
+                    sink(name, data.decode(errors="replace").splitlines())
+            quiet = 0 if got else quiet + 1
+            time.sleep(0.02)
+
+    def abandon(self) -> None:
+        """No reader could be started: close everything, the console stays as it was."""
+        for fd in (self._out_w, self._err_w, self._out_r, self._err_r, *self._saved):
+            with contextlib.suppress(OSError):
+                os.close(fd)
+
+    def stop(self, timeout: float = 2.0) -> None:
+        if not self._attached:
+            return
+        self._attached = False
+        _flush_std()
+        os.dup2(self._saved[0], 1)  # our write ends close: the reader gets EOF once children let go
+        os.dup2(self._saved[1], 2)
+        for fd in self._saved:
+            with contextlib.suppress(OSError):
+                os.close(fd)
+
+    def close_pipes(self) -> None:
+        for fd in (self._out_r, self._err_r):
+            with contextlib.suppress(OSError):
+                os.close(fd)
+
+    @property
+    def active(self) -> bool:
+        return self._attached
+
+
+def relay(read_fd: int, terminal_fd: int, name: str, sink: Sink) -> None:
+    """In the reader process: copy ``read_fd`` to ``terminal_fd`` and its complete lines to ``sink``
+    until EOF (every writer closed: the script and its children ended, however they ended)."""
+    decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+    partial = ""
+    while True:
+        try:
+            data = os.read(read_fd, 65536)
+        except InterruptedError:
+            continue
+        except OSError:
+            data = b""
+        if not data:
+            break
+        with contextlib.suppress(OSError):  # the terminal went away: the store still gets the lines
+            _write_all(terminal_fd, data)
+        text = partial + decoder.decode(data)
+        lines = text.split("\n")
+        partial = lines.pop()
+        if lines:
+            sink(name, lines)
+    rest = partial + decoder.decode(b"", final=True)
+    if rest:
+        sink(name, [rest])
+    os.close(read_fd)
+    with contextlib.suppress(OSError):
+        os.close(terminal_fd)  # a `script | tee` pipeline ends when the script does, not after us

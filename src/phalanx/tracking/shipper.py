@@ -8,8 +8,10 @@ records are PUT before the record that names them. Standard library only (urllib
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
+import os
 import shutil
 import threading
 import time
@@ -19,11 +21,25 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-from phalanx.tracking.spool import SpoolWriter, read_records
+from phalanx.tracking.spool import (
+    ACK_SUFFIX,
+    REFUSED_SUFFIX,
+    SUFFIX,
+    SpoolWriter,
+    _records_in,
+    read_records,
+    writer_gone,
+)
 
 log = logging.getLogger("phalanx.tracking")
 
 BATCH_BYTES = 4 << 20
+# One record larger than this is refused here: a server's default limit is 16 MiB, and a body over
+# the limit is answered 413 before it is read, which the client sees as a broken connection and would
+# retry for ever (texts are truncated to 1 Mi characters, so only an odd record gets here).
+MAX_RECORD_BYTES = 15 << 20
+SHIPPED_SUFFIX = ".shipped"
+DOWN_GRACE = 5.0  # seconds a flush() waits for a server that does not answer before returning False
 TIMEOUT = 30.0
 
 
@@ -43,30 +59,55 @@ def _why(exc: RejectedError) -> str:
     return f"the server refused it ({exc.code}): {detail}"
 
 
+class SpoolFile:
+    """A spool file left by a process that has exited: what the shipper needs of a SpoolWriter."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.spool_dir = path.parent
+        self.stream = path.name[: -len(SUFFIX)]
+        self.last_seq = _records_in(path) - 1
+
+
 class Shipper:
-    def __init__(self, writer: SpoolWriter, host: str, token: str | None, *, interval: float = 0.2) -> None:
+    """Ships one spool file (the live writer's, or a leftover ``SpoolFile``). Progress is kept in
+    ``<stream>.shipped`` ("OFFSET SEQ"), so a file whose writer died before the server came back is
+    shipped later from where it stopped (``ship_leftovers``), by whichever process gets to it."""
+
+    def __init__(
+        self, writer: SpoolWriter | SpoolFile, host: str, token: str | None, *, interval: float = 0.2,
+        thread: bool = True,
+    ) -> None:  # fmt: skip
         self.writer = writer
         self.host = host.rstrip("/")
         self.token = token
         self.interval = interval
-        self.offset = 0
-        self.shipped = -1  # last seq the server has answered for
+        self.offset, self.shipped = read_shipped(writer.spool_dir, writer.stream)
         self._refusals: list[str] = []  # why records were refused for good, since take_refusals()
+        self.down_since: float | None = None  # when the server stopped answering (None: it answers)
         self._cond = threading.Condition()
         self._stop = False
         self._thread = threading.Thread(target=self._run, name="phalanx-shipper", daemon=True)
-        self._thread.start()
+        if thread:
+            self._thread.start()
 
     # --- public ----------------------------------------------------------------------------------
 
     def wait(self, seq: int, timeout: float) -> bool:
         """Wait until the server has stored records up to ``seq``."""
-        deadline = time.monotonic() + timeout
+        start = time.monotonic()
+        deadline = start + timeout
         with self._cond:
             self._cond.notify_all()
             while self.shipped < seq:
-                left = deadline - time.monotonic()
+                now = time.monotonic()
+                left = deadline - now
                 if left <= 0:
+                    return False
+                down = self.down_since
+                if down is not None and now - max(down, start) > DOWN_GRACE:
+                    # the server is away: the records are safe in the spool and go when it is back
+                    # (this process, a later one, or `phalanx sync`); do not hold training up
                     return False
                 self._cond.wait(min(left, 0.05))
         return True
@@ -103,13 +144,20 @@ class Shipper:
                 while self.ship_once():
                     pass
                 backoff = 0.5
+                self.down_since = None
             except Exception as exc:  # the server is down or slow: keep the spool, try again later
+                if self.down_since is None:
+                    self.down_since = time.monotonic()
+                if self._stop:
+                    log.warning(
+                        "phalanx: cannot reach %s (%s); what was not shipped stays in %s and is shipped "
+                        "by the next process here or `phalanx sync`", self.host, exc, self.writer.path,
+                    )  # fmt: skip
+                    return  # exiting and the server is away: the spool keeps the records
                 log.warning("phalanx: cannot reach %s (%s); retrying in %.1fs", self.host, exc, backoff)
                 with self._cond:
                     self._cond.wait(backoff)  # a flush() waiting for us wakes us sooner
                 backoff = min(backoff * 2, 30.0)
-                if self._stop and backoff >= 30.0:
-                    return  # exiting and the server stays away: the spool keeps the records
 
     def ship_once(self) -> int:
         """Send the next batch of complete records; returns how many were sent."""
@@ -139,6 +187,8 @@ class Shipper:
             self.offset = end
             self.shipped = max(self.shipped, last)
             self._cond.notify_all()
+        with contextlib.suppress(OSError):  # a full disk: progress is re-learned from the server's dedup
+            write_shipped(self.writer.spool_dir, self.writer.stream, end, self.shipped)
         for path in uploaded:
             shutil.rmtree(path, ignore_errors=True) if path.is_dir() else path.unlink(missing_ok=True)
         return len(records)
@@ -149,6 +199,12 @@ class Shipper:
         if not records:
             return
         body = json.dumps({"events": records}, default=str).encode()
+        if len(records) == 1 and len(body) > MAX_RECORD_BYTES:  # a server would answer 413 mid-upload
+            self._refused(
+                f"record {records[0].get('seq')}",
+                RejectedError(413, f"a {len(body)}-byte record is larger than {MAX_RECORD_BYTES} bytes"),
+            )
+            return
         try:
             self._request("POST", f"{self.host}/api/v1/ingest", body, "application/json")
         except RejectedError as exc:
@@ -184,3 +240,79 @@ class Shipper:
                 # re-sending cannot help; do not stall every later report behind it
                 raise RejectedError(exc.code, exc.read()[:500].decode(errors="replace")) from None
             raise
+
+
+def shipped_path(spool_dir: Path, stream: str) -> Path:
+    return spool_dir / f"{stream}{SHIPPED_SUFFIX}"
+
+
+def read_shipped(spool_dir: Path, stream: str) -> tuple[int, int]:
+    """(byte offset, last seq) the server has answered for; (0, -1) when nothing was shipped."""
+    try:
+        offset, seq = shipped_path(spool_dir, stream).read_text().split()
+        return int(offset), int(seq)
+    except (OSError, ValueError):
+        return 0, -1
+
+
+def write_shipped(spool_dir: Path, stream: str, offset: int, seq: int) -> None:
+    target = shipped_path(spool_dir, stream)
+    tmp = target.with_name(f".{target.name}.{os.getpid()}.{threading.get_ident()}")
+    tmp.write_text(f"{offset} {seq}\n")
+    os.replace(tmp, target)
+
+
+def ship_leftovers(
+    spool_root: Path, host: str, token: str | None, *, skip: str | None = None, timeout: float = 60.0
+) -> tuple[int, int, list[str]]:
+    """Ship what spool files of exited processes under ``spool_root`` (``<home>/spool``, or one
+    experiment's folder) hold and the server has not answered for; a file shipped whole is removed.
+    Returns (records shipped, files finished, problems). The server stores each (stream, seq) once,
+    so two processes shipping the same leftover at once store nothing twice. Stops (leaving the
+    rest for later) at the first batch the server cannot be reached for, or after ``timeout``."""
+    import fcntl
+
+    files = sorted([*spool_root.glob(f"*{SUFFIX}"), *spool_root.glob(f"*/*{SUFFIX}")])
+    deadline = time.monotonic() + timeout
+    shipped = finished = 0
+    problems: list[str] = []
+    for path in files:
+        stream = path.name[: -len(SUFFIX)]
+        if stream == skip or not writer_gone(stream) or time.monotonic() > deadline:
+            continue
+        with open(path, "rb") as lock:
+            try:
+                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)  # another process ships it now
+            except OSError:
+                continue
+            shipper = Shipper(SpoolFile(path), host, token, thread=False)
+            try:
+                while time.monotonic() < deadline:
+                    n = shipper.ship_once()
+                    if n == 0:
+                        break
+                    shipped += n
+            except Exception as exc:  # the server is away again: the rest waits for the next try
+                problems.append(f"{path.name}: {exc}")
+                continue
+            problems.extend(shipper.take_refusals())
+            if shipper.offset >= path.stat().st_size:
+                for leftover in (SUFFIX, ACK_SUFFIX, REFUSED_SUFFIX, SHIPPED_SUFFIX):
+                    path.with_name(stream + leftover).unlink(missing_ok=True)
+                finished += 1
+    return shipped, finished, problems
+
+
+def ship_leftovers_in_background(spool_root: Path, host: str, token: str | None, skip: str) -> None:
+    """What a new reporting process does: ship what earlier processes of this host left, in a
+    daemon thread (the server may be slow; training must not wait)."""
+
+    def run() -> None:
+        try:
+            n, _, _ = ship_leftovers(spool_root, host, token, skip=skip)
+            if n:
+                log.info("phalanx: shipped %d records left by earlier processes", n)
+        except Exception:
+            log.debug("shipping leftovers failed", exc_info=True)
+
+    threading.Thread(target=run, name="phalanx-leftovers", daemon=True).start()

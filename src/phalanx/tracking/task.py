@@ -26,7 +26,7 @@ from typing import Any
 from phalanx.tracking import identity as idm
 from phalanx.tracking import lifecycle
 from phalanx.tracking.client import FLUSH_TIMEOUT, Reporter, jsonable
-from phalanx.tracking.console import ConsoleCapture
+from phalanx.tracking.console import ConsoleCapture, ExternalCapture
 from phalanx.tracking.identity import Identity
 from phalanx.tracking.objects import ArtifactError, check_name, materialize, prepare
 
@@ -82,7 +82,7 @@ class Task:
         self.project = project
         self._reporter = Reporter(ident)
         self._logger: Logger | None = None
-        self._console: ConsoleCapture | None = None
+        self._console: ConsoleCapture | ExternalCapture | None = None
         self._closed = False
         self._args_enabled: bool | Mapping[str, bool] = True
         self._lifecycle = lifecycle.Lifecycle(self._finalize)
@@ -170,14 +170,26 @@ class Task:
             task._reporter.writer.sync()
         _record_crashes(spool)
         _record_script_process(home / "runs" / experiment_id / "script.pid")
+        capture = os.environ.get(idm.ENV_CAPTURED) != "1"
         if ident.host is None:
-            pid = _start_ingester(spool)
+            # the ingester also reads the console (from outside: it outlives a SIGKILLed script)
+            external = ExternalCapture() if capture else None
+            pid = _start_ingester(spool, external)
             os.environ[idm.ENV_INGESTER_PID] = str(pid or 0)
             task._reporter.ingester_alive = (lambda: False) if pid is None else _popen_alive
-        if os.environ.get(idm.ENV_CAPTURED) != "1":
+            if external is not None and pid is not None:
+                external.attach()
+                task._console = external
+                capture = False
+                threading.Thread(
+                    target=task._watch_console_reader, name="phalanx-console-watch", daemon=True
+                ).start()
+            elif external is not None:
+                external.abandon()
+        if capture:
             task._console = ConsoleCapture(task._on_console)
             task._console.start()
-            os.environ[idm.ENV_CAPTURED] = "1"  # children write into our pipes: they must not capture
+        os.environ[idm.ENV_CAPTURED] = "1"  # children write into our pipes: they must not capture
         return task
 
     # --- properties --------------------------------------------------------------------------------
@@ -331,6 +343,23 @@ class Task:
         if values:
             self._reporter.event("param", {"section": "Args", "values": dict(values)})
 
+    def _watch_console_reader(self) -> None:
+        """Should the ingester reading our console die while we run (killed by hand, OOM), our
+        prints would break on a pipe without a reader: take the console back in-process then."""
+        while isinstance(self._console, ExternalCapture) and self._console.active:
+            if not _popen_alive():
+                with _lock:
+                    console = self._console
+                    if not (isinstance(console, ExternalCapture) and console.active):
+                        return
+                    console.take_back(self._on_console)
+                    self._console = ConsoleCapture(self._on_console)
+                    self._console.start()
+                    console.close_pipes()
+                log.warning("phalanx: the ingester reading the console ended; capturing in-process")
+                return
+            time.sleep(0.5)
+
     def _on_console(self, stream: str, lines: list[str]) -> None:
         self._reporter.event("log", {"stream": stream, "lines": lines})
 
@@ -383,9 +412,10 @@ def _script_name() -> str:
     return Path(path).stem if path else "interactive"
 
 
-def _start_ingester(spool: Path) -> int | None:
+def _start_ingester(spool: Path, console: ExternalCapture | None = None) -> int | None:
     """A detached `python -m phalanx.ingest` following this process, if this interpreter has what
-    ingest needs; otherwise None (the spool waits for the next `phalanx` command)."""
+    ingest needs; otherwise None (the spool waits for the next `phalanx` command). With
+    ``console``, it also reads this process's console pipes."""
     global _ingester
     try:
         if any(importlib.util.find_spec(m) is None for m in _INGEST_DEPS):
@@ -397,14 +427,20 @@ def _start_ingester(spool: Path) -> int | None:
     package_root = str(Path(__file__).resolve().parents[2])
     env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, env.get("PYTHONPATH", "")) if p)
     env.pop(idm.ENV_CAPTURED, None)
+    argv = [sys.executable, "-m", "phalanx.ingest", "--spool", str(spool), "--follow-pid", str(os.getpid())]
+    fds: tuple[int, ...] = ()
+    if console is not None:
+        fds = console.reader_fds()
+        argv += ["--console-fds", ",".join(map(str, fds))]
     with open(spool / "ingest.log", "ab") as out:
         _ingester = subprocess.Popen(
-            [sys.executable, "-m", "phalanx.ingest", "--spool", str(spool), "--follow-pid", str(os.getpid())],
+            argv,
             stdin=subprocess.DEVNULL,
             stdout=out,
             stderr=subprocess.STDOUT,
             start_new_session=True,
             close_fds=True,
+            pass_fds=fds,
             env=env,
         )
     return _ingester.pid

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 
+from tests.integration.durability.figures import figure
 from tests.unit.tracking.conftest import Sandbox, wait_gone
 
 from phalanx.ingest import Ingester
@@ -45,6 +46,15 @@ def test_an_overlong_name_drops_only_itself_and_flush_says_so(sandbox: Sandbox) 
     text = store.texts(exp_id)[0]["text"]
     assert len(text) < (2 << 20) and text.endswith("more characters]")
     assert {(p.key, p.value) for p in store.params(exp_id) if p.section == "General"} == {("fine", 2)}
+    steps = metrics["loss"]["master"].steps
+    figure(
+        "300-char metric name among 1,000 good points",
+        reported=1002,
+        stored=len(steps),
+        duplicated=len(steps) - len(set(steps)),
+        refused=2,
+        flush=result["first"],
+    )
 
 
 def test_ingest_splits_a_bad_key_out_of_a_record_written_by_an_older_sdk(sandbox: Sandbox) -> None:

@@ -11,7 +11,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from tests.integration.local.conftest import wait_for
+from tests.integration.durability.figures import figure
+from tests.integration.local.conftest import Phalanx, wait_for
 from tests.unit.tracking.conftest import Sandbox, wait_gone
 
 from phalanx.domain import ExperimentStatus
@@ -102,3 +103,94 @@ def test_a_full_disk_keeps_the_points_in_memory_until_there_is_space(
     series = store.metrics(result["id"])["loss"]["m"]
     assert series.steps == list(range(8000))  # every point once: none lost, none twice
     assert store.get_experiment(result["id"]).status == ExperimentStatus.SUCCEEDED
+    figure(
+        "disk full (16 MiB tmpfs), plain script",
+        reported=8000,
+        stored=len(series.steps),
+        duplicated=len(series.steps) - len(set(series.steps)),
+        flush_while_full=result["full"],
+        flush_while_full_s=round(result["full_seconds"], 2),
+    )
+
+
+RUN_SCRIPT = """
+import os, pathlib, time
+from phalanx import Task
+marks = pathlib.Path({marks!r})
+def wait(name):
+    while not (marks / name).exists():
+        time.sleep(0.02)
+task = Task.init()
+log = task.get_logger()
+series = os.environ["PHALANX_REPLICA"]
+for i in range(2000):
+    log.report_scalar("loss", series, 1.0, i)
+task.flush()
+(marks / ("ready-" + os.environ["PHALANX_REPLICA"])).touch()
+wait("filled")
+for i in range(2000, 4000):
+    log.report_scalar("loss", series, 1.0, i)
+for i in range(200):
+    print("printing on a full disk", i, flush=True)
+(marks / ("reported-" + os.environ["PHALANX_REPLICA"])).touch()
+wait("freed")
+print("done", flush=True)
+"""
+
+
+def test_phalanx_run_on_a_full_disk_survives_and_records_everything(
+    phalanx: Phalanx, small_disk: Path, tmp_path: Path
+) -> None:
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    phalanx.home = small_disk / "home"
+    phalanx.home.mkdir()
+    phalanx.env["PHALANX_HOME"] = str(phalanx.home)
+    phalanx.spec(RUN_SCRIPT.format(marks=str(marks)), name="train.py")
+    spec = phalanx.spec(
+        """
+        version: 1
+        kind: experiment
+        framework: pytorch
+        environment:
+          replicas:
+            n_workers: 1
+        run:
+          cmd: python train.py
+        """
+    )
+    proc = phalanx.start("run", "-f", str(spec))
+    names = ("master", "worker-0")
+    wait_for(
+        lambda: all((marks / f"ready-{n}").exists() for n in names) or proc.poll() is not None, what="ready"
+    )
+    assert proc.poll() is None, proc.communicate()
+    filler = fill(small_disk)
+    (marks / "filled").touch()
+    wait_for(
+        lambda: all((marks / f"reported-{n}").exists() for n in names) or proc.poll() is not None,
+        what="reports on a full disk",
+    )
+    assert proc.poll() is None, proc.communicate()  # not killed by the full disk
+    filler.unlink()
+    (marks / "freed").touch()
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 0, out + err
+    assert "Traceback" not in out + err and "code 120" not in out + err, out + err
+    exp = phalanx.only_experiment()
+    assert exp.status == ExperimentStatus.SUCCEEDED
+    assert "bytes of output were lost: No space left on device" in out  # the gap is marked
+    assert "done" in out
+    store = phalanx.store()
+    stored = 0
+    for name in names:
+        assert store.metrics(exp.id)["loss"][name].steps == list(range(4000)), name
+        stored += len(store.metrics(exp.id)["loss"][name].steps)
+    figure(
+        "disk full (16 MiB tmpfs), phalanx run, 2 replicas",
+        reported=8000,
+        stored=stored,
+        duplicated=0,
+        exit_code=proc.returncode,
+        status=str(exp.status),
+    )

@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 
 import pytest
+from tests.integration.durability.figures import figure
 from tests.integration.local.conftest import Phalanx, wait_for
 from tests.support import postgres
 from tests.unit.tracking.conftest import Sandbox, wait_gone
@@ -46,6 +47,11 @@ def test_a_plain_script_that_dies_is_marked_failed_with_how(
     assert exp.status == ExperimentStatus.FAILED, exp
     assert expected in (exp.reason or ""), exp.reason
     assert time.monotonic() - started < 30
+    figure(
+        f"plain script dies ({expected})",
+        status=str(exp.status),
+        seconds_to_final=round(time.monotonic() - started, 1),
+    )
 
 
 def test_a_sigkilled_phalanx_run_is_marked_failed_by_the_next_reader(phalanx: Phalanx) -> None:
@@ -74,6 +80,7 @@ def test_a_sigkilled_phalanx_run_is_marked_failed_by_the_next_reader(phalanx: Ph
     exp = phalanx.store().get_experiment(exp.id)
     assert exp.status == ExperimentStatus.FAILED, (exp, shown.stdout)
     assert "phalanx run (pid" in (exp.reason or "") and "killed" in (exp.reason or "")
+    figure("phalanx run SIGKILLed", status=str(exp.status), final_at="the next read command")
 
 
 def test_the_store_down_when_the_replicas_end_is_no_traceback_and_the_outcome_lands_later(
@@ -138,6 +145,12 @@ def test_the_store_down_when_the_replicas_end_is_no_traceback_and_the_outcome_la
         assert shown.returncode == 0, shown.stderr
         exp = store.list_experiments().items[0]
         assert exp.status == ExperimentStatus.SUCCEEDED, exp
+        figure(
+            "store (PostgreSQL) down when the replicas end",
+            exit_code=proc.returncode,
+            status=str(exp.status),
+            final_at="the next read command after the database is back",
+        )
         assert {r.name: str(r.state) for r in store.list_replicas(exp.id)} == {
             "master": "succeeded",
             "worker-0": "succeeded",
@@ -145,3 +158,51 @@ def test_the_store_down_when_the_replicas_end_is_no_traceback_and_the_outcome_la
     finally:
         server.stop()
         os.environ.pop("PHALANX_DB_URL", None)
+
+
+LAST_WORDS = """
+import os, signal, sys
+from phalanx import Task
+task = Task.init("faults", "last words")
+open("ids.txt", "w").write("ID " + task.id + " INGESTER " + os.environ["PHALANX_INGESTER_PID"])
+print("last words on stdout", flush=True)
+print("last words on stderr", file=sys.stderr, flush=True)
+os.kill(os.getpid(), signal.SIGKILL)
+"""
+
+
+def test_the_last_lines_before_a_sigkill_reach_the_terminal_and_the_store(sandbox: Sandbox) -> None:
+    done = sandbox.run(LAST_WORDS)
+    assert done.returncode == -signal.SIGKILL
+    ids = (sandbox.home.parent / "ids.txt").read_text()
+    exp_id = ids.split("ID ", 1)[1].split()[0]
+    wait_gone(int(ids.split("INGESTER ", 1)[1].split()[0]))
+    assert "last words on stdout" in done.stdout and "last words on stderr" in done.stderr
+    lines = {(line.stream, line.text) for line in sandbox.store().logs(exp_id)}
+    assert ("stdout", "last words on stdout") in lines and ("stderr", "last words on stderr") in lines
+
+
+READER_KILLED = """
+import os, signal, sys, time
+from phalanx import Task
+task = Task.init("faults", "reader killed")
+reader = int(os.environ["PHALANX_INGESTER_PID"])
+os.kill(reader, signal.SIGKILL)  # the console's reader dies (with nothing of ours in flight)
+while os.path.exists(f"/proc/{reader}") and open(f"/proc/{reader}/stat").read().split()[2] != "Z":
+    time.sleep(0.01)
+print("before", flush=True)
+for i in range(20000):                                              # more than a pipe holds
+    sys.stdout.write(f"after {i}" + chr(10))  # one write a line; no EPIPE, no hang
+    sys.stdout.flush()
+time.sleep(1)
+print("done", flush=True)
+"""
+
+
+def test_a_dead_console_reader_does_not_break_the_scripts_prints(sandbox: Sandbox) -> None:
+    done = sandbox.run(READER_KILLED, timeout=60)
+    assert done.returncode == 0, done.stderr
+    lines = set(done.stdout.splitlines())
+    assert {"before", "done"} <= lines, done.stdout[-2000:]
+    missing = [i for i in range(20000) if f"after {i}" not in lines]
+    assert not missing, (len(missing), missing[:5], done.stderr[-1000:])  # none lost in the switch

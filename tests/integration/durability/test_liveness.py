@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import time
 
+import pytest
+from tests.integration.durability.figures import figure
 from tests.integration.local.conftest import Phalanx
 
 from phalanx.domain import ExperimentStatus
@@ -33,7 +35,7 @@ def test_a_stalled_replica_is_named_and_fails_the_experiment(phalanx: Phalanx) -
           cmd: python hang.py
         """
     )
-    phalanx.env["PHALANX_HANG_TIMEOUT"] = "2"
+    phalanx.env["PHALANX_HANG_TIMEOUT"] = "3"
     started = time.monotonic()
     done = phalanx.run("run", "-f", str(spec), timeout=120)
     took = time.monotonic() - started
@@ -41,5 +43,50 @@ def test_a_stalled_replica_is_named_and_fails_the_experiment(phalanx: Phalanx) -
     exp = phalanx.only_experiment()
     assert exp.status == ExperimentStatus.FAILED
     assert (exp.reason or "").startswith("worker-0 is stopped"), exp.reason
-    assert "hang_timeout 2 s" in (exp.reason or "")
+    assert "hang_timeout 3 s" in (exp.reason or "")
     assert took < 30, took
+    figure(
+        "replica SIGSTOPped, PHALANX_HANG_TIMEOUT=3", status=str(exp.status), seconds_to_final=round(took, 1)
+    )
+
+
+DDP = """
+import os, time, torch, torch.distributed as dist
+dist.init_process_group("gloo")
+t = torch.ones(4)
+dist.all_reduce(t)
+print("first all_reduce done", flush=True)
+if dist.get_rank() == 1:
+    time.sleep(600)          # this worker stops calling all_reduce
+dist.all_reduce(t)           # the master waits for it (gloo alone would wait 30 minutes)
+"""
+
+
+def test_a_worker_that_stops_calling_all_reduce_is_caught(phalanx: Phalanx) -> None:
+    pytest.importorskip("torch")
+    phalanx.spec(DDP, name="ddp.py")
+    spec = phalanx.spec(
+        """
+        version: 1
+        kind: experiment
+        framework: pytorch
+        environment:
+          replicas:
+            n_workers: 1
+        run:
+          cmd: python ddp.py
+        """
+    )
+    phalanx.env["PHALANX_HANG_TIMEOUT"] = "5"
+    started = time.monotonic()
+    done = phalanx.run("run", "-f", str(spec), timeout=180)
+    took = time.monotonic() - started
+    assert done.returncode == 1, done.stdout + done.stderr
+    reason = phalanx.only_experiment().reason or ""
+    assert "made no progress" in reason and "hang_timeout 5 s" in reason, reason
+    assert "worker-0" in reason and "master" in reason, reason  # the stalled one, and who waits
+    figure(
+        "DDP worker stops calling all_reduce, PHALANX_HANG_TIMEOUT=5",
+        seconds_to_final=round(took, 1),
+        reason=reason.split(";")[0],
+    )

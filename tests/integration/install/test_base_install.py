@@ -23,7 +23,15 @@ from tests.conftest import REPO
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 
-HEAVY = ("kubernetes", "kubernetes-validate", "matplotlib", "psycopg", "psycopg-binary", "jsonschema")
+HEAVY = (
+    "kubernetes",
+    "kubernetes-validate",
+    "matplotlib",
+    "psycopg",
+    "psycopg-binary",
+    "jsonschema",
+    "optuna",
+)
 
 
 def clean_env() -> dict[str, str]:
@@ -136,6 +144,7 @@ def test_run_and_tracking_work_in_the_base_install(venv: Path, tmp_path: Path) -
         ("plot", ("plot", "{id}", "-o", "loss.png"), {}),
         ("postgres", ("ls",), {"PHALANX_DB_URL": "postgresql://nobody@127.0.0.1:1/none"}),
         ("kubernetes", ("run", "-f", "{file}", "--cluster", "k8s", "--dry-run"), {}),
+        ("search", ("group", "run", "-f", "{group}"), {}),
     ],
 )
 def test_a_command_without_its_extra_names_the_pip_command(
@@ -164,7 +173,15 @@ def test_a_command_without_its_extra_names_the_pip_command(
             "http://phalanx.ml.svc:8000",
         )
         assert added.returncode == 0, added.stderr
-    done = phalanx(venv, home, *(a.format(id=exp_id, file=spec) for a in args), env=env)
+    group = tmp_path / "group.yml"
+    group.write_text(
+        "version: 1\nkind: group\nhptuning:\n  random_search: {n_experiments: 2}\n"
+        "  matrix: {lr: {uniform: 0:1}}\nrun:\n  cmd: python -c pass {{ lr }}\n"
+    )
+    if extra == "search":  # checking a group file needs no extra (no Optuna, no numpy)
+        checked = phalanx(venv, home, "check", "-f", str(group))
+        assert checked.returncode == 0 and "search: random (2 trials)" in checked.stdout, checked.stderr
+    done = phalanx(venv, home, *(a.format(id=exp_id, file=spec, group=group) for a in args), env=env)
     assert done.returncode == 2, done.stdout + done.stderr
     assert f"pip install 'phalanx[{extra}]'" in done.stderr
     assert "Traceback" not in done.stderr

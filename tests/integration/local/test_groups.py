@@ -96,6 +96,9 @@ def test_random_search_runs_six_two_replica_trials_two_at_a_time(phalanx: Phalan
     listed = phalanx.run("ls", "--group", doc["id"][:6], "-o", "json")
     assert listed.returncode == 0, listed.stderr
     assert {e["id"] for e in json.loads(listed.stdout)} == {e.id for e in experiments}
+    assert {e["group_id"] for e in json.loads(listed.stdout)} == {doc["id"]}
+    table = phalanx.run("ls").stdout  # the experiment list says which group each trial belongs to
+    assert table.splitlines()[0].split()[-1] == "GROUP" and doc["id"] in table
     table = phalanx.run("group", "get", doc["id"])
     assert f"{best['number']}*" in table.stdout and "best (*)" in table.stdout
 
@@ -279,6 +282,8 @@ def test_group_stop_stops_every_running_trial_and_hyperband_passes_the_budget(ph
         assert t["state"] in ("stopped", "pruned"), t
         exp = store.get_experiment(t["experiment_id"])
         assert exp.status == "stopped"
+        if t["state"] == "stopped":  # the reason left with the stop request, not "stopped by SIGTERM"
+            assert exp.reason == "stopped by phalanx group stop", exp.reason
     assert not experiment_pids(phalanx.home)  # every replica of every trial is gone
     assert (
         phalanx.run("group", "get", group_id, "-o", "json").stdout

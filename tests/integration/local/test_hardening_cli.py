@@ -72,7 +72,7 @@ def test_param_values_reach_the_command_as_one_argument_and_get_shows_the_launch
     from phalanx.server.settings import ServerSettings
 
     server = ServerSettings(store=Settings(home=phalanx.home))
-    with TestClient(create_app(server, phalanx.store())) as client:
+    with TestClient(create_app(server, phalanx.store()), base_url="http://127.0.0.1:8000") as client:
         api = client.get(f"/api/v1/experiments/{exp.id}").json()
     assert api["plan"]["launch"] == doc["launch"] and api["spec_text"] == doc["spec_text"]
 

@@ -148,9 +148,12 @@ def test_two_experiments_that_each_need_both_cores_run_one_after_the_other(machi
     assert "status:    queued" in shown and "position 1 of 1, priority 0, needs 2 cores" in shown
     assert not list(machine.probe.glob(f"{queued}-*"))  # nothing of the second started
     machine.release()
+    errs = []
     for proc in (first, second):
         _, err = proc.communicate(timeout=120)
         assert proc.returncode == 0, err
+        errs.append(err)
+    assert any(f"queued (position 1 of 1): waiting for 2 cores; running now: {running}" in e for e in errs)
     exps = machine.experiments()
     assert exps[queued].started_at >= exps[running].finished_at
     for exp in (running, queued):  # inside each experiment the replicas' cores are disjoint

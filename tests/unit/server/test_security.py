@@ -180,6 +180,9 @@ def test_a_foreign_host_header_is_refused(settings: ServerSettings, store: Store
             c.post("/api/v1/ingest", json={"events": []}, headers={"Host": "attacker.example"}).status_code
             == 400
         )
+        # an address is no DNS name: nothing to rebind (replicas reach a 0.0.0.0 server by its IP)
+        assert c.get("/api/v1/experiments", headers={"Host": "10.1.2.3:8000"}).status_code == 200
+        assert c.get("/api/v1/experiments", headers={"Host": "[fd00::1]:8000"}).status_code == 200
     custom = settings.model_copy(update={"allowed_hosts": ["phalanx.lab"]})
     with TestClient(create_app(custom, store), base_url="http://phalanx.lab") as c:
         assert c.get("/api/v1/experiments").status_code == 200

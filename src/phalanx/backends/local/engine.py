@@ -301,6 +301,11 @@ class LocalBackend:
         stopped = self._cancelled(handle) and (reason == "stopped" or status is None)
         if reason is None or reason == "stopped":
             reason = exit_reason(code)
+        disk = (status or {}).get("disk_error") or (
+            _disk_full(Path(unit.status).parent) if status is None else None
+        )
+        if disk:  # say what is wrong with the machine, not only the exit code it led to
+            reason = f"{reason} (the disk is full: {disk})"
         if stopped:
             return ReplicaState.STOPPED, code, "stopped", finished
         return ReplicaState.FAILED, code, reason, finished
@@ -374,6 +379,17 @@ class LocalBackend:
                 if proc is not None:
                     with contextlib.suppress(subprocess.TimeoutExpired):
                         proc.wait(timeout=10)
+
+
+def _disk_full(folder: Path) -> str | None:
+    """ "No space left on device (FOLDER)" when the disk holding ``folder`` has (almost) no room."""
+    import shutil
+
+    try:
+        free = shutil.disk_usage(folder).free
+    except OSError:
+        return None
+    return f"No space left on device ({folder})" if free < 64 * 1024 else None
 
 
 def _unit(

@@ -23,13 +23,14 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any
 
 from phalanx import limits, proctree
 
 PR_SET_PDEATHSIG = 1
 PR_SET_CHILD_SUBREAPER = 36
 WATCH_INTERVAL = 0.25  # seconds between two looks at the replica's memory
+STATUS_RETRY_SECONDS = 10.0  # how long a full disk may delay the status file
 MAX_LINE = 1 << 20  # bytes of an unterminated line kept before it is written as a line
 
 
@@ -37,6 +38,43 @@ def _prctl(option: int, value: int) -> None:
     libc = ctypes.CDLL(None, use_errno=True)
     if libc.prctl(option, value, 0, 0, 0) != 0:  # pragma: no cover - only on exotic kernels
         raise OSError(ctypes.get_errno(), f"prctl({option}) failed")
+
+
+class LogSink:
+    """The replica's log file, written so that a full disk never takes the reaper (and with it the
+    replica, whose output pipe would break) down: output that finds no room is dropped and counted,
+    and a note saying how much was lost is written once there is room again."""
+
+    def __init__(self, path: Path) -> None:
+        self.fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        self.lost = 0
+        self.error: str | None = None  # the last write error while output is being lost
+
+    def write(self, data: bytes) -> None:
+        if self.lost:
+            note = f"[phalanx: {self.lost} bytes of output were lost: {self.error}]\n".encode()
+            if not self._write(note):
+                self.lost += len(data)
+                return
+            self.lost, self.error = 0, None
+        if not self._write(data):
+            self.lost += len(data)
+
+    def _write(self, data: bytes) -> bool:
+        view = memoryview(data)
+        try:
+            while view:
+                view = view[os.write(self.fd, view) :]
+        except OSError as exc:
+            self.error = f"{exc.strerror or exc} ({exc.filename or 'the log file'})"
+            return False
+        return True
+
+    def flush(self) -> None:
+        return None
+
+    def close(self) -> None:
+        os.close(self.fd)
 
 
 class Reaper:
@@ -50,6 +88,7 @@ class Reaper:
         self.memory_mib: float | None = config.get("memory_mib")
         self.cgroup: Path | None = None
         self.failed_at: float | None = None  # when the first failure was seen (orders replicas)
+        self.disk_error: str | None = None  # output was lost to a full disk
         self.memory = proctree.MemoryWatch()  # the watchdog's view: PSS plus held /dev/shm files
 
     # -- signals --------------------------------------------------------------------------------
@@ -82,7 +121,7 @@ class Reaper:
             self.cgroup = None  # fall back to the watchdog
 
     # -- processes ------------------------------------------------------------------------------
-    def start(self, log: BinaryIO, sel: selectors.BaseSelector) -> None:
+    def start(self, log: LogSink, sel: selectors.BaseSelector) -> None:
         for local_rank, spec in enumerate(self.config["processes"]):
             proc = subprocess.Popen(
                 spec["argv"],
@@ -101,7 +140,7 @@ class Reaper:
     def _prefix(self, local_rank: int) -> bytes:
         return f"[{local_rank}] ".encode() if len(self.config["processes"]) > 1 else b""
 
-    def pump(self, sel: selectors.BaseSelector, log: BinaryIO, timeout: float) -> None:
+    def pump(self, sel: selectors.BaseSelector, log: LogSink, timeout: float) -> None:
         for key, _ in sel.select(timeout):
             fd = key.fd
             try:
@@ -156,9 +195,10 @@ class Reaper:
             with contextlib.suppress(ChildProcessError):
                 os.waitpid(info.si_pid, 0)
 
-    def terminate_all(self, sel: selectors.BaseSelector, log: BinaryIO, grace: float) -> None:
+    def terminate_all(self, sel: selectors.BaseSelector, log: LogSink, grace: float) -> None:
         """SIGTERM to every descendant, SIGKILL to what is left after the grace period."""
         self.signal_tree(signal.SIGTERM)
+        self.signal_tree(signal.SIGCONT)  # a stopped (SIGSTOP) process gets the SIGTERM only once it runs
         deadline = time.monotonic() + grace
         while time.monotonic() < deadline:
             self.pump(sel, log, 0.05)
@@ -186,7 +226,8 @@ class Reaper:
         sel = selectors.DefaultSelector()
         log_path = Path(self.config["log"])
         log_path.parent.mkdir(parents=True, exist_ok=True)
-        with open(log_path, "ab") as log:
+        log = LogSink(log_path)
+        try:
             if self.stop_signal is None:
                 self.start(log, sel)
             next_watch = 0.0
@@ -223,6 +264,9 @@ class Reaper:
             deadline = time.monotonic() + 2
             while sel.get_map() and time.monotonic() < deadline:
                 self.pump(sel, log, 0.05)
+        finally:
+            log.close()
+        self.disk_error = log.error if log.lost else None
         self._write_status()
         if self.cgroup is not None:
             with contextlib.suppress(OSError):
@@ -238,10 +282,22 @@ class Reaper:
             "returncodes": [p.returncode for p in self.procs],
             "failed_at": self.failed_at,
         }
+        if self.disk_error:
+            status["disk_error"] = self.disk_error
         path = Path(self.config["status"])
         tmp = path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(status))
-        tmp.replace(path)
+        deadline = time.monotonic() + STATUS_RETRY_SECONDS
+        while True:  # a full disk: the engine must still learn how the replica ended
+            try:
+                tmp.write_text(json.dumps(status))
+                tmp.replace(path)
+                return
+            except OSError:
+                with contextlib.suppress(OSError):
+                    tmp.unlink()
+                if time.monotonic() > deadline:
+                    return  # the engine falls back to our exit status and names the full disk
+                time.sleep(0.2)
 
     def _exit(self) -> int:
         code, sig, _ = self.failure or (0, None, None)

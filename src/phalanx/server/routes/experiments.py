@@ -10,11 +10,14 @@ from phalanx.domain import ExperimentStatus
 from phalanx.server.control import request_stop
 from phalanx.server.deps import SettingsDep, StoreDep, experiment_of
 from phalanx.server.schemas import (
+    AnnotateIn,
+    ColumnsOut,
     ExperimentDetail,
     ExperimentOut,
     ExperimentPage,
     ReplicaOut,
     StopOut,
+    TextOut,
     experiment_out,
 )
 from phalanx.store.base import ExperimentFilter
@@ -40,6 +43,22 @@ SortKey = Literal[
 @router.get("/experiments", response_model=ExperimentPage)
 def list_experiments(
     store: StoreDep,
+    column: Annotated[
+        list[str] | None,
+        Query(
+            max_length=300,
+            description="extra columns: param:KEY (or param:SECTION/KEY), "
+            "metric:AGG:TITLE (AGG last/min/max)",
+        ),
+    ] = None,
+    where: Annotated[
+        list[str] | None,
+        Query(max_length=300, description="COLUMN OP VALUE (OP = != < <= > >=), e.g. metric:max:acc>=0.9"),
+    ] = None,
+    order: Annotated[
+        str | None,
+        Query(max_length=300, description="sort by an extra column, '-' first for descending (all pages)"),
+    ] = None,
     status: ExperimentStatus | None = None,
     project: Annotated[str | None, Query(max_length=200)] = None,
     tag: Annotated[str | None, Query(max_length=200)] = None,
@@ -48,24 +67,21 @@ def list_experiments(
     limit: Annotated[int, Query(ge=1, le=500)] = 50,
     sort: Annotated[SortKey, Query(description="a field, '-' first for descending")] = "-created_at",
 ) -> ExperimentPage:
-    """Experiments matching every filter given, one page at a time."""
-    page = store.list_experiments(
-        ExperimentFilter(
-            status=status,
-            project=project or None,
-            tag=tag or None,
-            text=q or None,
-            offset=offset,
-            limit=limit,
-            order_by=sort,
-        )
+    """Experiments matching every filter given, one page at a time. Extra ``column``s (params,
+    metric aggregates) come back in each item's ``columns``; ``where`` and ``order`` on such columns
+    filter and sort across every page, on the server."""
+    from phalanx.server.table import table_page
+
+    base = ExperimentFilter(
+        status=status,
+        project=project or None,
+        tag=tag or None,
+        text=q or None,
+        offset=offset,
+        limit=limit,
+        order_by=sort,
     )
-    return ExperimentPage(
-        items=[ExperimentOut(**experiment_out(e)) for e in page.items],
-        total=page.total,
-        offset=page.offset,
-        limit=page.limit,
-    )
+    return table_page(store, base, list(column or []), list(where or []), order)
 
 
 @router.get("/experiments/{experiment_id}", response_model=ExperimentDetail)
@@ -85,6 +101,27 @@ def get_experiment(experiment_id: str, store: StoreDep) -> ExperimentDetail:
 def list_replicas(experiment_id: str, store: StoreDep) -> list[ReplicaOut]:
     e = experiment_of(store, experiment_id)
     return [ReplicaOut.of(r) for r in store.list_replicas(e.id)]
+
+
+@router.patch("/experiments/{experiment_id}", response_model=ExperimentOut)
+def annotate_experiment(experiment_id: str, body: AnnotateIn, store: StoreDep) -> ExperimentOut:
+    """Replace the experiment's tags and/or notes (a field left out is unchanged)."""
+    e = experiment_of(store, experiment_id)
+    return ExperimentOut(**experiment_out(store.annotate(e.id, tags=body.tags, notes=body.notes)))
+
+
+@router.get("/experiments/{experiment_id}/texts", response_model=list[TextOut])
+def list_texts(experiment_id: str, store: StoreDep) -> list[TextOut]:
+    """The experiment's report_text messages, oldest first."""
+    e = experiment_of(store, experiment_id)
+    return [TextOut(**t) for t in store.texts(e.id)]
+
+
+@router.get("/columns", response_model=ColumnsOut)
+def list_columns(store: StoreDep) -> ColumnsOut:
+    """Param keys and scalar titles experiments reported: what the run table can show as columns."""
+    names = store.column_names()
+    return ColumnsOut(params=names["params"], metrics=names["metrics"])
 
 
 @router.post("/experiments/{experiment_id}/stop", response_model=StopOut)

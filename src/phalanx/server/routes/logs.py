@@ -11,7 +11,7 @@ import asyncio
 import json
 import time
 import urllib.parse
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from typing import Annotated
 
 from fastapi import APIRouter, Query, Request
@@ -44,6 +44,36 @@ def logs(
     lines = store.logs(e.id, replica=replica or None, offset=offset, limit=limit)
     next_offset = max((line.offset + 1 for line in lines), default=offset) if replica else offset + len(lines)
     return LogsOut(lines=[LogLineOut.of(line) for line in lines], next_offset=next_offset)
+
+
+@router.get(
+    "/experiments/{experiment_id}/logs.txt",
+    response_class=StreamingResponse,
+    responses={200: {"content": {"text/plain": {}}, "description": "every line, '[replica] text'"}},
+)
+def download_logs(experiment_id: str, store: StoreDep, replica: ReplicaQuery = None) -> StreamingResponse:
+    """The whole console as plain text (the UI keeps only its last N lines on screen: this has all)."""
+    e = experiment_of(store, experiment_id)
+
+    def lines() -> Iterator[bytes]:
+        offset = 0
+        while True:
+            batch = store.logs(e.id, replica=replica or None, offset=offset, limit=10_000)
+            if not batch:
+                return
+            yield "".join(
+                f"[{line.replica}{' stderr' if line.stream == 'stderr' else ''}] {line.text}\n"
+                for line in batch
+            ).encode()
+            offset = (batch[-1].offset + 1) if replica else offset + len(batch)
+
+    safe = "".join(c for c in (replica or "") if c.isascii() and (c.isalnum() or c in "-_"))
+    name = f"{e.id}{'-' + safe if safe else ''}.log"  # a header is latin-1: nothing else in it
+    return StreamingResponse(
+        lines(),
+        media_type="text/plain; charset=utf-8",
+        headers={"Content-Disposition": f'attachment; filename="{name}"'},
+    )
 
 
 @router.get(

@@ -2,22 +2,24 @@
 
 from __future__ import annotations
 
+import asyncio
 import math
 from typing import Annotated, Literal
 
-from fastapi import APIRouter, Query
+from fastapi import APIRouter, Query, Request
 
 from phalanx.downsample import downsample_indices
 from phalanx.errors import NotFound, UsageError
 from phalanx.server.deps import StoreDep, experiment_of
 from phalanx.server.schemas import MetricOut, MetricTitles, SeriesOut, finite_or_none
-from phalanx.store.base import Series
+from phalanx.store.base import Series, Store
 
 router = APIRouter(tags=["metrics"])
 
 # A view this size or smaller comes from the stored summary (never reading the raw points of a
 # zoomed-out view); a bigger max_points (an export) reads the points.
 MAX_VIEW_POINTS = 20_000
+CHART_SLOTS = 2  # chart reads running at once
 
 
 @router.get("/experiments/{experiment_id}/metrics", response_model=MetricTitles)
@@ -28,7 +30,8 @@ def metric_titles(experiment_id: str, store: StoreDep) -> MetricTitles:
 
 
 @router.get("/experiments/{experiment_id}/metrics/{title:path}", response_model=MetricOut)
-def metric(
+async def metric(
+    request: Request,
     experiment_id: str,
     title: str,
     store: StoreDep,
@@ -44,7 +47,36 @@ def metric(
     """One title's series. With ``max_points``, each longer series keeps the min and max of every
     bucket (so spikes stay visible) plus its first and last point; shorter series come back exact.
     ``x_min``/``x_max`` (along ``x``) restrict it to a zoomed range first, so zooming in shows every
-    point again once few enough are in view."""
+    point again once few enough are in view.
+
+    At most a few chart reads run at once (the rest wait their turn): twenty browsers on a big
+    experiment must not starve the list and the other pages of the one server process."""
+    from starlette.concurrency import run_in_threadpool
+
+    async with chart_slots(request):
+        return await run_in_threadpool(
+            _metric, experiment_id, title, store, max_points, x, series, x_min, x_max
+        )
+
+
+def chart_slots(request: Request) -> asyncio.Semaphore:
+    state = request.app.state
+    slots: asyncio.Semaphore | None = getattr(state, "chart_slots", None)
+    if slots is None:
+        slots = state.chart_slots = asyncio.Semaphore(CHART_SLOTS)
+    return slots
+
+
+def _metric(
+    experiment_id: str,
+    title: str,
+    store: Store,
+    max_points: int | None,
+    x: Literal["step", "time"],
+    series: str | None,
+    x_min: float | None,
+    x_max: float | None,
+) -> MetricOut:
     for name, bound in (("x_min", x_min), ("x_max", x_max)):
         if bound is not None and not math.isfinite(bound):
             raise UsageError(f"{name} must be a finite number, not {bound}")

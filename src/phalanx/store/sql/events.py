@@ -389,9 +389,31 @@ def insert_scalars(conn: Connection, blocks: Sequence[ScalarBlock]) -> None:
     ids = series_ids(conn, {(b.experiment_id, t, s) for b in blocks for t, s in b.keys})
     with no_gc():
         _insert_blocks(conn, blocks, ids)
-    from phalanx.store.sql.summary import refresh
+    from phalanx.store.sql import summary
 
-    refresh(conn, _spans(blocks, ids))
+    summary.merge_level1(conn, summary.aggregate(_columns(blocks, ids)))
+    summary.refresh_upper(conn, _spans(blocks, ids))
+
+
+def _columns(
+    blocks: Sequence[ScalarBlock], ids: dict[tuple[str, str, str], int]
+) -> Iterator[tuple[int, Sequence[int], Sequence[float], Sequence[float]]]:
+    """(series id, steps, values, times) per series of each block."""
+    for b in blocks:
+        sids = [ids[(b.experiment_id, t, s)] for t, s in b.keys]
+        if b.idx is None or len(sids) == 1:
+            yield sids[0], b.steps, b.values, b.times
+            continue
+        split: dict[int, tuple[list[int], list[float], list[float]]] = {}
+        for k, step, v, t in zip(b.idx, b.steps, b.values, b.times, strict=True):
+            cols = split.get(k)
+            if cols is None:
+                cols = split[k] = ([], [], [])
+            cols[0].append(step)
+            cols[1].append(v)
+            cols[2].append(t)
+        for k, (steps, values, times) in split.items():
+            yield sids[k], steps, values, times
 
 
 def _spans(blocks: Sequence[ScalarBlock], ids: dict[tuple[str, str, str], int]) -> dict[int, tuple[int, int]]:

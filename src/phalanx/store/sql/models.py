@@ -42,6 +42,7 @@ class ExperimentRow(Base):
     group_id: Mapped[str | None] = mapped_column(String(32), index=True)  # the group it is a trial of
     # what ran: git commit/branch/diff, packages, versions, host, launch options, source snapshot
     repro: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
+    notes: Mapped[str | None] = mapped_column(Text)  # the user's notes (UI, `phalanx note`)
 
 
 class ReplicaRow(Base):
@@ -93,6 +94,8 @@ class ScalarSummaryRow(Base):
     """Per series, level and bucket of 16**level steps: what a chart needs (store.sql.summary)."""
 
     __tablename__ = "scalar_summary"
+    # SQLite: rows clustered by (series, level, bucket), so a chart's window is one sequential read
+    __table_args__ = {"sqlite_with_rowid": False}  # noqa: RUF012 (SQLAlchemy reads it)
 
     series_id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=False)
     level: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=False)

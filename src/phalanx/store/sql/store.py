@@ -543,6 +543,44 @@ class SqlStore:
                 )
         return out
 
+    def experiment_columns(self, ids: Sequence[str], columns: Sequence[str]) -> dict[str, dict[str, Any]]:
+        from phalanx.store.sql.table import column_values
+
+        with self.engine.connect() as conn:
+            return column_values(conn, list(ids), list(columns))
+
+    def column_names(self) -> dict[str, list[str]]:
+        with self.engine.connect() as conn:
+            keys = conn.execute(select(ParamRow.key).distinct().order_by(ParamRow.key).limit(500)).scalars()
+            params = [str(k) for k in keys]
+            titles = conn.execute(
+                select(SeriesRow.title).distinct().order_by(SeriesRow.title).limit(500)
+            ).scalars()
+            return {"params": params, "metrics": [str(t) for t in titles]}
+
+    def annotate(
+        self, experiment_id: str, *, tags: Sequence[str] | None = None, notes: str | None = None
+    ) -> Experiment:
+        values: dict[str, Any] = {}
+        if tags is not None:
+            clean = []
+            for t in tags:
+                t = str(t).strip()
+                if not t or len(t) > 100 or "\x00" in t:
+                    raise UsageError(f"tag {t!r}: a tag is 1 to 100 characters, no NUL")
+                if t not in clean:
+                    clean.append(t)
+            values["tags"] = clean
+        if notes is not None:
+            if len(notes) > 100_000:
+                raise UsageError("notes are limited to 100,000 characters")
+            values["notes"] = notes.replace("\x00", "\ufffd")
+        with self._writer.begin() as conn:
+            full = _resolve(conn, experiment_id)
+            if values:
+                conn.execute(update(ExperimentRow).where(ExperimentRow.id == full).values(**values))
+        return self.get_experiment(full)
+
     def params(self, experiment_id: str) -> list[ParamRecord]:
         """Hyperparameters, read from append-only rows: per (section, key) and writer (replica,
         rank), that writer's latest report. Writers that agree give one record (the latest); writers
@@ -711,6 +749,8 @@ def _experiment(m: Any) -> Experiment:
         started_at=m["started_at"],
         finished_at=m["finished_at"],
         handle=m["handle"],
+        notes=m.get("notes"),
+        group_id=m.get("group_id"),
     )
 
 

@@ -16,7 +16,7 @@ batch costs one grouped statement per level and series (C speed, not a Python lo
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -123,6 +123,144 @@ def refresh(conn: Connection, spans: Mapping[int, tuple[int, int]]) -> None:
             conn.execute(last, {"sid": sid, "blo": plo, "bhi": phi})
 
 
+# --- level 1, at ingest ----------------------------------------------------------------------------
+# Level 1 is aggregated here, in Python, from the points the batch brings (they are in memory
+# already), and merged into the stored buckets by an upsert whose SET combines old and new
+# (both databases apply it atomically per row, so concurrent writers of one bucket do not lose
+# each other's points; the store's (stream, seq) keys make sure no point is counted twice). The
+# levels above are then recomputed from level 1 in SQL, over the few buckets touched.
+
+SHIFT = 4  # 2**SHIFT == BASE: step >> SHIFT is floor(step / 16), negative steps included
+
+_MERGE = """
+    INSERT INTO scalar_summary (series_id, level, bucket, n, min_value, max_value, first_step,
+        last_step, min_time, max_time, first_value, last_value, last_time, min_step, max_step)
+    VALUES ({p}, 1, {p}, {p}, {p}, {p}, {p}, {p}, {p}, {p}, {p}, {p}, {p}, {p}, {p})
+    ON CONFLICT (series_id, level, bucket) DO UPDATE SET
+        n = scalar_summary.n + excluded.n,
+        min_step = CASE WHEN excluded.min_value IS NOT NULL AND (scalar_summary.min_value IS NULL
+            OR excluded.min_value < scalar_summary.min_value) THEN excluded.min_step
+            ELSE scalar_summary.min_step END,
+        min_value = CASE WHEN excluded.min_value IS NOT NULL AND (scalar_summary.min_value IS NULL
+            OR excluded.min_value < scalar_summary.min_value) THEN excluded.min_value
+            ELSE scalar_summary.min_value END,
+        max_step = CASE WHEN excluded.max_value IS NOT NULL AND (scalar_summary.max_value IS NULL
+            OR excluded.max_value > scalar_summary.max_value) THEN excluded.max_step
+            ELSE scalar_summary.max_step END,
+        max_value = CASE WHEN excluded.max_value IS NOT NULL AND (scalar_summary.max_value IS NULL
+            OR excluded.max_value > scalar_summary.max_value) THEN excluded.max_value
+            ELSE scalar_summary.max_value END,
+        first_value = CASE WHEN excluded.first_step < scalar_summary.first_step
+            THEN excluded.first_value ELSE scalar_summary.first_value END,
+        first_step = CASE WHEN excluded.first_step < scalar_summary.first_step
+            THEN excluded.first_step ELSE scalar_summary.first_step END,
+        last_value = CASE WHEN excluded.last_step >= scalar_summary.last_step
+            THEN excluded.last_value ELSE scalar_summary.last_value END,
+        last_time = CASE WHEN excluded.last_step >= scalar_summary.last_step
+            THEN excluded.last_time ELSE scalar_summary.last_time END,
+        last_step = CASE WHEN excluded.last_step >= scalar_summary.last_step
+            THEN excluded.last_step ELSE scalar_summary.last_step END,
+        min_time = CASE WHEN excluded.min_time < scalar_summary.min_time
+            THEN excluded.min_time ELSE scalar_summary.min_time END,
+        max_time = CASE WHEN excluded.max_time > scalar_summary.max_time
+            THEN excluded.max_time ELSE scalar_summary.max_time END
+"""
+
+
+def aggregate(
+    rows: Iterable[tuple[int, Sequence[int], Sequence[float], Sequence[float]]],
+) -> dict[tuple[int, int], list[Any]]:
+    """Level-1 buckets of points given as (series id, steps, values, times) columns.
+    A bucket: [n, min, max, first_step, last_step, min_time, max_time, first_value, last_value,
+    last_time, min_step, max_step]; NaN values count as points but never as min or max."""
+    out: dict[tuple[int, int], list[Any]] = {}
+    for sid, steps, values, times in rows:
+        for step, v, t in zip(steps, values, times, strict=True):
+            key = (sid, step >> SHIFT)
+            b = out.get(key)
+            real = v == v and v is not None  # NaN (and a NULL) is no min or max
+            if b is None:
+                out[key] = [
+                    1,
+                    v if real else None,
+                    v if real else None,
+                    step,
+                    step,
+                    t,
+                    t,
+                    v,
+                    v,
+                    t,
+                    step if real else None,
+                    step if real else None,
+                ]
+                continue
+            b[0] += 1
+            if real:
+                if b[1] is None or v < b[1]:
+                    b[1], b[10] = v, step
+                if b[2] is None or v > b[2]:
+                    b[2], b[11] = v, step
+            if step < b[3]:
+                b[3], b[7] = step, v
+            if step >= b[4]:
+                b[4], b[8], b[9] = step, v, t
+            if t < b[5]:
+                b[5] = t
+            if t > b[6]:
+                b[6] = t
+    return out
+
+
+def merge_level1(conn: Connection, buckets: Mapping[tuple[int, int], list[Any]]) -> None:
+    """Merge freshly aggregated level-1 buckets into the stored ones."""
+    if not buckets:
+        return
+    raw = conn.connection.driver_connection
+    assert raw is not None
+    postgres = conn.dialect.name == "postgresql"
+    sql = _MERGE.format(p="%s" if postgres else "?")
+
+    def nan_free(x: Any) -> Any:
+        return None if isinstance(x, float) and x != x else x  # NaN is NULL (SQLite does so anyway)
+
+    params = [
+        (
+            sid,
+            bucket,
+            b[0],
+            b[1],
+            b[2],
+            b[3],
+            b[4],
+            b[5],
+            b[6],
+            nan_free(b[7]),
+            nan_free(b[8]),
+            b[9],
+            b[10],
+            b[11],
+        )
+        for (sid, bucket), b in sorted(buckets.items())
+    ]
+    cur = raw.cursor()
+    try:
+        cur.executemany(sql, params)
+    finally:
+        cur.close()
+
+
+def refresh_upper(conn: Connection, spans: Mapping[int, tuple[int, int]]) -> None:
+    """Recompute levels 2.. over steps ``lo..hi`` of each series from level 1."""
+    ups = {level: tuple(text(q) for q in _level_up(level)) for level in LEVELS[1:]}
+    for sid, (lo, hi) in spans.items():
+        for level in LEVELS[1:]:
+            plo, phi = lo // width(level), hi // width(level)
+            up, last = ups[level]
+            conn.execute(up, {"sid": sid, "lo": plo * BASE, "hi": phi * BASE + BASE - 1})
+            conn.execute(last, {"sid": sid, "blo": plo, "bhi": phi})
+
+
 def backfill(conn: Connection, series_ids: Iterable[int] | None = None) -> None:
     """Build the summary of series already stored (the migration that adds the table)."""
     if series_ids is None:
@@ -208,12 +346,12 @@ def read_view(
         return None
     count, first, last, _, _ = stats
     if x == "time" and (x_min is not None or x_max is not None):
-        steps = _time_to_steps(
+        found = _time_to_steps(
             conn, sid, -math.inf if x_min is None else x_min, math.inf if x_max is None else x_max
         )
-        if steps is None:
+        if found is None:
             return View([], [], [], count, count > 0)
-        lo, hi = steps
+        lo, hi = found
         tlo, thi = x_min, x_max
     else:
         lo = first if x_min is None else max(first, math.ceil(x_min))
@@ -235,34 +373,62 @@ def read_view(
         return _raw(conn, sid, lo, hi, tlo, thi, count, max_points)
     level = _level_for(hi - lo, max(max_points // 2, 2))
     w = width(level)
-    rows = conn.execute(
-        text(
-            "SELECT first_step, last_step, min_step, max_step, first_value, min_value, max_value, "
-            "last_value, min_time, max_time FROM scalar_summary WHERE series_id = :sid "
-            "AND level = :level AND bucket >= :blo AND bucket <= :bhi ORDER BY bucket"
-        ),
-        {"sid": sid, "level": level, "blo": lo // w, "bhi": hi // w},
-    ).all()
-    points: dict[int, tuple[float, float]] = {}  # step -> (value, time)
-    last_point: tuple[int, float, float] | None = None
+    rows = _fetch(
+        conn,
+        "SELECT first_step, last_step, min_step, max_step, first_value, min_value, max_value, "
+        "last_value, min_time, max_time FROM scalar_summary WHERE series_id = ? "
+        "AND level = ? AND bucket >= ? AND bucket <= ? ORDER BY bucket",
+        (sid, level, lo // w, hi // w),
+    )
+    steps: list[int] = []
+    values: list[float] = []
+    times: list[float] = []
+    nan = math.nan
+    opening = True
+    last_value: float | None = None
+    tl: float | None = None
+    ls = 0
     for fs, ls, mns, mxs, fv, mn, mx, lv, tmin, tmax in rows:
         if tlo is not None and tmax is not None and tmax < tlo:
             continue
         if thi is not None and tmin is not None and tmin > thi:
             continue
-        t0 = float(tmin if tmin is not None else 0.0)
-        t1 = float(tmax if tmax is not None else t0)
-        span = ls - fs
-        if last_point is None:  # the window's first bucket: its first point too
-            points[int(fs)] = (_nan(fv), t0)
-        for step, value in ((mns, mn), (mxs, mx)):
-            if step is not None:  # time interpolated inside the bucket (points arrive in order)
-                points[int(step)] = (_nan(value), t0 if span == 0 else t0 + (t1 - t0) * (step - fs) / span)
-        last_point = (int(ls), _nan(lv), t1)
-    if last_point is not None:
-        points[last_point[0]] = (last_point[1], last_point[2])  # the exact last point
-    ordered = sorted(points)
-    return View(ordered, [points[k][0] for k in ordered], [points[k][1] for k in ordered], count, True)
+        t0 = tmin if tmin is not None else 0.0
+        tl = tmax if tmax is not None else t0
+        last_value = lv
+        rate = 0.0 if ls == fs else (tl - t0) / (ls - fs)  # time interpolated inside the bucket
+        if opening:  # the window's first bucket: its first point too
+            opening = False
+            steps.append(fs)
+            values.append(nan if fv is None else fv)
+            times.append(t0)
+        if mns is not None and mxs is not None:
+            pair = ((mns, mn), (mxs, mx)) if mns <= mxs else ((mxs, mx), (mns, mn))
+            for step, value in pair:
+                if step > steps[-1]:
+                    steps.append(step)
+                    values.append(value)
+                    times.append(t0 + rate * (step - fs))
+    if not opening and ls > steps[-1]:  # the exact last point
+        steps.append(ls)
+        values.append(nan if last_value is None else last_value)
+        times.append(tl or 0.0)
+    return View(steps, values, times, count, True)
+
+
+def _fetch(conn: Connection, sql: str, params: tuple[Any, ...]) -> list[Any]:
+    """Rows through the driver's own cursor ('?' placeholders): a chart reads thousands of rows,
+    and SQLAlchemy's row objects would cost more than the query."""
+    raw = conn.connection.driver_connection
+    assert raw is not None
+    if conn.dialect.name == "postgresql":
+        sql = sql.replace("?", "%s")
+    cur = raw.cursor()
+    try:
+        cur.execute(sql, params)
+        return list(cur.fetchall())
+    finally:
+        cur.close()
 
 
 def _raw(
@@ -275,18 +441,19 @@ def _raw(
     count: int,
     max_points: int,
 ) -> View:
-    sql = "SELECT step, value, time FROM scalars WHERE series_id = :sid AND step >= :lo AND step <= :hi"
-    params: dict[str, Any] = {"sid": sid, "lo": lo, "hi": hi}
+    nan = math.nan
+    sql = "SELECT step, value, time FROM scalars WHERE series_id = ? AND step >= ? AND step <= ?"
+    params: list[Any] = [sid, lo, hi]
     if tlo is not None:
-        sql += " AND time >= :tlo"
-        params["tlo"] = tlo
+        sql += " AND time >= ?"
+        params.append(tlo)
     if thi is not None:
-        sql += " AND time <= :thi"
-        params["thi"] = thi
-    rows = conn.execute(text(sql + " ORDER BY step, id"), params).all()
-    steps = [int(r[0]) for r in rows]
-    values = [_nan(r[1]) for r in rows]
-    times = [float(r[2]) for r in rows]
+        sql += " AND time <= ?"
+        params.append(thi)
+    rows = _fetch(conn, sql + " ORDER BY step, id", tuple(params))
+    steps = [r[0] for r in rows]
+    values = [nan if r[1] is None else r[1] for r in rows]
+    times = [r[2] for r in rows]
     if len(rows) > max_points:
         from phalanx.downsample import downsample_indices
 

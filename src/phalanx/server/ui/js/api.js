@@ -6,8 +6,36 @@ export class ApiError extends Error {
   constructor(status, code, message) { super(message); this.status = status; this.code = code; }
 }
 
+// A server restart (or a network blip) must not replace the page with "Failed to fetch": reads are
+// retried with backoff (0.5 s doubling to 5 s) for as long as it takes, under a "Reconnecting…"
+// banner. Writes (stop, delete) are not retried: the user sees the error and decides.
+let banner = null;
+function reconnecting(on) {
+  if (on && !banner) {
+    banner = document.createElement("div");
+    banner.id = "reconnecting";
+    banner.className = "reconnecting";
+    banner.setAttribute("role", "status");
+    banner.textContent = "Reconnecting to the server…";
+    document.body.append(banner);
+  } else if (!on && banner) { banner.remove(); banner = null; }
+}
+
+const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+
+async function fetchRetrying(url, options) {
+  const read = !options.method || options.method === "GET";
+  for (let delay = 500; ; delay = Math.min(delay * 2, 5000)) {
+    let res = null;
+    try { res = await fetch(url, options); } catch (err) { if (!read) throw err; }
+    if (res && !(read && [502, 503, 504].includes(res.status))) { reconnecting(false); return res; }
+    reconnecting(true);
+    await sleep(delay);
+  }
+}
+
 async function request(path, options = {}) {
-  const res = await fetch(BASE + path, { credentials: "same-origin", ...options });
+  const res = await fetchRetrying(BASE + path, { credentials: "same-origin", ...options });
   if (res.status === 401) {
     location.href = `/login?next=${encodeURIComponent(location.pathname + location.search + location.hash)}`;
     throw new ApiError(401, "unauthorized", "sign in first");
@@ -22,10 +50,20 @@ async function request(path, options = {}) {
 }
 
 const enc = encodeURIComponent;
+// {k: v, k2: [a, b]} -> "k=v&k2=a&k2=b" (a list is a repeated parameter)
+function query(params) {
+  const q = new URLSearchParams();
+  for (const [k, v] of Object.entries(params)) for (const x of Array.isArray(v) ? v : [v]) q.append(k, x);
+  return q;
+}
 const encPath = (p) => p.split("/").map(enc).join("/");
 
 export const api = {
-  experiments: (params) => request(`/experiments?${new URLSearchParams(params)}`),
+  experiments: (params) => request(`/experiments?${query(params)}`),
+  annotate: (id, body) => request(`/experiments/${enc(id)}`, {
+    method: "PATCH", headers: { "Content-Type": "application/json" }, body: JSON.stringify(body) }),
+  texts: (id) => request(`/experiments/${enc(id)}/texts`),
+  columns: () => request("/columns"),
   experiment: (id) => request(`/experiments/${enc(id)}`),
   stop: (id) => request(`/experiments/${enc(id)}/stop`, { method: "POST" }),
   remove: (id) => request(`/experiments/${enc(id)}`, { method: "DELETE" }),
@@ -38,5 +76,6 @@ export const api = {
   logs: (id, params) => request(`/experiments/${enc(id)}/logs?${new URLSearchParams(params)}`),
   artifactUrl: (id, name, inline = false) => `${BASE}/experiments/${enc(id)}/artifacts/${encPath(name)}${inline ? "?inline=true" : ""}`,
   modelUrl: (id, name) => `${BASE}/experiments/${enc(id)}/models/${encPath(name)}`,
+  logsTextUrl: (id, params) => `${BASE}/experiments/${enc(id)}/logs.txt?${new URLSearchParams(params)}`,
   logStreamUrl: (id, params) => `${BASE}/experiments/${enc(id)}/logs/stream?${new URLSearchParams(params)}`,
 };

@@ -6,6 +6,12 @@ import { color, fmtTime, h, add } from "./util.js";
 
 export const MAX_POINTS = 2000;
 
+// How often a live experiment's charts take in new points (localStorage "phalanx.refreshMs" overrides).
+export function liveMs() {
+  const v = Number(globalThis.localStorage?.getItem("phalanx.refreshMs"));
+  return Number.isFinite(v) && v >= 200 ? v : 5000;
+}
+
 export function smooth(values, weight) {
   if (!weight) return values;
   const out = new Array(values.length);
@@ -77,9 +83,43 @@ export class ScalarChart {
     });
   }
 
+  // New points of a live experiment (same series, same x axis and scale kind): swap the data into
+  // the plot in place. The user's zoom, hidden series and smoothing stay; a zoomed view refetches
+  // its window so new points inside it show up.
+  refresh(lines, opts) {
+    const labels = lines.map((l) => l.label).join("\u0000");
+    const same = this.plot && labels === this.labels && this.opts && opts &&
+      this.opts.xMode === opts.xMode && this.opts.log === opts.log;
+    if (!same) return false;
+    this.opts = opts;
+    const data = align(this.prepare(lines, opts));
+    this.full = data;
+    this.fullNote = this.describe(lines);
+    if (this.zoomedTo) {
+      const [min, max] = this.zoomedTo;
+      this.zoomed(min, max, true);
+    } else {
+      this.note.textContent = this.fullNote;
+      this.plot.setData(data, true);
+    }
+    this.card.dataset.refreshes = String(Number(this.card.dataset.refreshes || 0) + 1);
+    return true;
+  }
+
+  describe(lines) {
+    const total = lines.reduce((a, l) => a + (l.count || l.xs.length), 0);
+    const shown = lines.reduce((a, l) => a + l.xs.length, 0);
+    return `${lines.length} series · ${total.toLocaleString()} points` +
+      (shown < total ? ` (showing ${shown.toLocaleString()}, peaks kept)` : "") +
+      " · drag to zoom, double-click to reset";
+  }
+
   update(lines, opts) {
+    if (this.refresh(lines, opts)) return;
     const { xMode = "step", log = false } = opts || {};
     this.opts = opts;
+    this.labels = lines.map((l) => l.label).join("\u0000");
+    this.zoomedTo = null;
     this.request++;
     const prepared = this.prepare(lines, opts);
     const data = align(prepared);
@@ -87,13 +127,15 @@ export class ScalarChart {
     const xs0 = data[0].length ? data[0][0] : 0;
     const single = data[0].length === 1;
     const pad = xMode === "step" ? 1 : 60;
-    const total = lines.reduce((a, l) => a + (l.count || l.xs.length), 0);
-    const shown = lines.reduce((a, l) => a + l.xs.length, 0);
-    this.note.textContent = `${lines.length} series · ${total.toLocaleString()} points` +
-      (shown < total ? ` (showing ${shown.toLocaleString()}, peaks kept)` : "") +
-      " · drag to zoom, double-click to reset";
+    this.note.textContent = this.describe(lines);
     this.fullNote = this.note.textContent;
-    if (this.plot) { this.plot.destroy(); this.plot = null; }
+    // rebuilding (other series, another axis): keep which series the user hid
+    const hidden = new Set();
+    if (this.plot) {
+      this.plot.series.forEach((s, i) => { if (i > 0 && s.show === false) hidden.add(s.label); });
+      this.plot.destroy();
+      this.plot = null;
+    }
     const options = {
       width: this.width(),
       height: 300,
@@ -113,6 +155,7 @@ export class ScalarChart {
           width: 1.5,
           spanGaps: true,
           dash: l.dash,
+          show: !hidden.has(l.label),
           points: { show: l.xs.length <= 60, size: 5 },
           value: (u, v, sidx, idx) => fmtY(idx === null || idx === undefined ? lastValue(u.data[sidx]) : v),
         })),
@@ -127,10 +170,12 @@ export class ScalarChart {
   }
 
   // A drag-zoom narrower than the whole series: fetch that range in full detail.
-  zoomed(min, max) {
+  zoomed(min, max, again = false) {
     const xs = this.full ? this.full[0] : [];
     if (!this.detail || xs.length < 2 || min === null || max === null) return;
-    if (min <= xs[0] && max >= xs[xs.length - 1]) return;
+    if (!again && min <= xs[0] && max >= xs[xs.length - 1]) return;
+    this.zoomedTo = [min, max];
+    this.card.dataset.zoom = `${min},${max}`;
     const ticket = ++this.request;
     clearTimeout(this.pending);
     this.pending = setTimeout(async () => {
@@ -147,6 +192,8 @@ export class ScalarChart {
 
   restore() {
     this.request++;
+    this.zoomedTo = null;
+    delete this.card.dataset.zoom;
     if (this.plot && this.full && this.card.dataset.detail) {
       delete this.card.dataset.detail;
       this.note.textContent = this.fullNote;

@@ -1,10 +1,17 @@
 // The Console tab: every replica's output (or one replica's), searchable, following a running
 // experiment live through server-sent events.
 
+import { ansiRuns, collapseCR, stripAnsi } from "./ansi.js";
 import { api } from "./api.js";
 import { byReplica, clear, color, h, add } from "./util.js";
 
-const MAX_LINES = 50000;
+// Lines kept on screen (a browser tab slows down past a few hundred thousand); older ones are counted
+// and announced, and the whole log is one click away (logs.txt). The user picks the cap.
+const CAPS = [10000, 50000, 200000, 1000000];
+function lineCap() {
+  const v = Number(localStorage.getItem("phalanx.consoleLines"));
+  return CAPS.includes(v) ? v : 50000;
+}
 
 export function renderConsole(panel, ctx, exp) {
   let source = null;
@@ -16,10 +23,27 @@ export function renderConsole(panel, ctx, exp) {
   const follow = h("input", { type: "checkbox", id: "follow", checked: true });
   const state = h("span", { class: "muted small" });
   const out = h("div", { class: "console", id: "console" });
-  add(panel, 
-    h("div", { class: "toolbar" }, chips, h("span", { class: "spacer" }), search, follow, h("label", { for: "follow" }, "follow"), state),
+  let cap = lineCap();
+  let dropped = 0;
+  const capSelect = h("select", { "aria-label": "lines kept", id: "console-cap", title: "lines kept on screen",
+    onchange: () => { cap = Number(capSelect.value); localStorage.setItem("phalanx.consoleLines", String(cap)); open(); } },
+    CAPS.map((c) => h("option", { value: String(c) }, `last ${c.toLocaleString()} lines`)));
+  capSelect.value = String(cap);
+  const download = h("a", { href: api.logsTextUrl(exp.id, {}), download: "", class: "small" }, "download all");
+  const droppedNote = h("div", { class: "alert warn", id: "console-dropped", hidden: true });
+  add(panel,
+    h("div", { class: "toolbar" }, chips, h("span", { class: "spacer" }), search, follow, h("label", { for: "follow" }, "follow"),
+      capSelect, download, state),
+    droppedNote,
     out,
   );
+  function showDropped() {
+    droppedNote.hidden = dropped === 0;
+    if (!dropped) return;
+    add(clear(droppedNote), `${dropped.toLocaleString()} earlier line${dropped === 1 ? " is" : "s are"} not shown: this view keeps the last ${cap.toLocaleString()}. `,
+      h("a", { href: api.logsTextUrl(exp.id, replica ? { replica } : {}), download: "" }, "Download the whole log"),
+      " or keep more lines (the menu above).");
+  }
   const colors = new Map();
   const colorOf = (name) => {
     if (!colors.has(name)) colors.set(name, color([...seen].sort(byReplica).indexOf(name) + 1));
@@ -34,20 +58,26 @@ export function renderConsole(panel, ctx, exp) {
 
   function lineEl(l, needle) {
     const text = h("span", { class: "text" });
+    const shown = collapseCR(l.text);
     if (needle) {
-      const lower = l.text.toLowerCase();
+      const plain = stripAnsi(shown);
+      const lower = plain.toLowerCase();
       let at = 0;
       for (let i = lower.indexOf(needle); i >= 0; i = lower.indexOf(needle, at)) {
-        add(text, l.text.slice(at, i), h("mark", {}, l.text.slice(i, i + needle.length)));
+        add(text, plain.slice(at, i), h("mark", {}, plain.slice(i, i + needle.length)));
         at = i + needle.length;
       }
-      add(text, l.text.slice(at));
-    } else text.textContent = l.text;
-    return h("div", { class: `line ${l.stream}`, "data-replica": l.replica },
-      h("span", { class: "rep", style: { color: colorOf(l.replica) } }, `[${l.replica}]`), text);
+      add(text, plain.slice(at));
+    } else if (shown.includes("\x1b")) {
+      for (const run of ansiRuns(shown)) add(text, run.cls ? h("span", { class: run.cls }, run.text) : run.text);
+    } else text.textContent = shown;
+    const err = l.stream === "stderr";
+    return h("div", { class: `line ${l.stream}`, "data-replica": l.replica, "data-stream": l.stream },
+      h("span", { class: "rep", style: { color: colorOf(l.replica) } }, `[${l.replica}]`),
+      err ? h("span", { class: "err-mark", title: "written to stderr" }, "err") : null, text);
   }
 
-  function matches(l, needle) { return !needle || l.text.toLowerCase().includes(needle); }
+  function matches(l, needle) { return !needle || stripAnsi(collapseCR(l.text)).toLowerCase().includes(needle); }
 
   // "live", "N lines", or while searching "k of N lines" (and a line saying so when none match).
   let ended = false;
@@ -91,7 +121,7 @@ export function renderConsole(panel, ctx, exp) {
         pending = [];
         out.querySelector(".no-match")?.remove();
         add(out, frag);
-        if (lines.length > MAX_LINES) { lines = lines.slice(-MAX_LINES); redraw(); }
+        if (lines.length > cap) { dropped += lines.length - cap; lines = lines.slice(-cap); redraw(); showDropped(); }
         else if (needle || ended) showCount();
         if (follow.checked) out.scrollTop = out.scrollHeight;
       });
@@ -103,6 +133,8 @@ export function renderConsole(panel, ctx, exp) {
     lines = [];
     pending = [];
     matched = 0;
+    dropped = 0;
+    showDropped();
     ended = false;
     clear(out);
     state.textContent = "loading…";

@@ -69,7 +69,7 @@ export function renderExperiment(root, ctx, id) {
     const live = () => ctx.alive() && exp && ["running", "starting", "created", "queued"].includes(exp.status);
     const pctx = { alive: ctx.alive, live, experiment: () => exp };
     const result = {
-      overview: () => renderOverview(panel, exp),
+      overview: () => { renderOverview(panel, exp); renderNotes(panel, exp, (e) => { exp = { ...exp, ...e }; drawHead(); }); },
       scalars: () => renderScalars(panel, pctx, exp.id),
       hyperparameters: () => renderParams(panel, exp.id),
       artifacts: () => renderArtifacts(panel, exp.id),
@@ -84,7 +84,8 @@ export function renderExperiment(root, ctx, id) {
     try {
       exp = await api.experiment(id);
       drawHead();
-      if (tab === "overview") drawPanel();
+      // the Overview is redrawn with the new state, unless the user is typing in it (notes, tags)
+      if (tab === "overview" && !panel.contains(document.activeElement)) drawPanel();
       if (["running", "starting", "created", "queued"].includes(exp.status) && ctx.alive()) timer = setTimeout(refresh, 3000);
     } catch (err) {
       add(clear(root), h("div", { class: "empty" }, err.status === 404 ? `No experiment ${id} (it may have been deleted). ` : `Could not load: ${err.message}. `, h("a", { href: "/" }, "All experiments")));
@@ -157,4 +158,36 @@ function replicaBox(r) {
     ),
     r.reason ? h("div", { class: "reason" }, r.reason) : null,
   );
+}
+
+// Tags and notes the user keeps on the experiment (saved with PATCH), and what its scripts
+// reported as text (report_text).
+function renderNotes(panel, exp, saved) {
+  const tags = h("input", { type: "text", id: "edit-tags", value: (exp.tags || []).join(", "), "aria-label": "tags",
+    placeholder: "tags, comma-separated", style: { width: "100%" } });
+  const notes = h("textarea", { id: "edit-notes", rows: "4", "aria-label": "notes", placeholder: "Notes about this experiment",
+    style: { width: "100%" } });
+  notes.value = exp.notes || "";
+  const state = h("span", { class: "muted small", id: "notes-state" });
+  const save = h("button", { class: "primary", id: "save-notes", onclick: async () => {
+    save.disabled = true;
+    try {
+      const e = await api.annotate(exp.id, { tags: tags.value.split(",").map((t) => t.trim()).filter(Boolean), notes: notes.value });
+      state.textContent = "Saved.";
+      saved(e);
+    } catch (err) { state.textContent = `Not saved: ${err.message}`; }
+    save.disabled = false;
+  } }, "Save");
+  const reports = h("div", { id: "reports" }, h("p", { class: "muted" }, "Loading…"));
+  add(panel, h("div", { class: "overview" },
+    h("div", { class: "card" }, h("h2", { style: { marginTop: 0 } }, "Tags and notes"), tags, notes,
+      h("div", { class: "toolbar" }, save, state)),
+    h("div", { class: "card" }, h("h2", { style: { marginTop: 0 } }, "Reports"), reports)));
+  api.texts(exp.id).then((texts) => {
+    clear(reports);
+    if (!texts.length) { add(reports, h("p", { class: "muted" }, "No text reported. A script reports some with task.get_logger().report_text(text).")); return; }
+    add(reports, texts.map((t) => h("div", { class: "report", "data-title": t.title },
+      h("div", { class: "muted small" }, `${t.title || "text"}${t.step !== null && t.step !== undefined ? ` · step ${t.step}` : ""} · ${t.replica}${t.rank !== null && t.rank !== undefined ? ` rank ${t.rank}` : ""}`),
+      h("pre", { class: "file" }, t.text))));
+  }).catch((err) => { clear(reports); add(reports, h("p", { class: "muted" }, `Could not load: ${err.message}`)); });
 }

@@ -89,6 +89,8 @@ export function renderGroup(root, ctx, groupId) {
       h("div", { class: "toolbar" }, h("h1", {}, `Group ${g.name}`), badge(g.status),
         h("span", { class: "muted" }, ` ${g.search} search · ${g.trials.length}/${g.planned} trials · ${g.concurrency} at a time`)),
       g.reason ? h("p", { class: "muted" }, g.reason) : null,
+      g.trials.length ? h("p", {}, h("a", { id: "overlay", href: `/compare?ids=${g.trials.map((t) => t.experiment_id).join(",")}` },
+        "Every trial's scalars overlaid (Compare)")) : null,
       g.best ? h("p", { id: "best" }, `Best: trial ${g.best.number} (`, h("a", { href: `/experiments/${g.best.experiment_id}` }, g.best.experiment_id),
         `) ${metric} ${fmt(g.best.value)} — `, Object.entries(g.best.params).map(([k, v]) => `${k}=${fmt(v)}`).join(", ")) : null,
       h("div", { class: "table-wrap" }, h("table", { class: "grid", id: "trials" },

@@ -1,7 +1,7 @@
 // Experiments: a sortable, filterable table, refreshed every few seconds while any experiment runs.
 
 import { api } from "./api.js";
-import { badge, clear, durationSeconds, fmtAgo, fmtDuration, fmtTime, h, topologyText, add } from "./util.js";
+import { badge, clear, durationSeconds, fmtAgo, fmtDuration, fmtTime, fmtValue, h, topologyText, add } from "./util.js";
 
 const SERVER_SORTS = new Set(["created_at", "started_at", "name", "project", "status"]);
 const COLUMNS = [
@@ -17,7 +17,11 @@ export function renderList(root, ctx) {
     q: params.get("q") || "", status: params.get("status") || "", project: params.get("project") || "",
     tag: params.get("tag") || "", sort: params.get("sort") || "-created_at", offset: Number(params.get("offset") || 0),
     selected: new Set(),
+    // extra columns (param:KEY, metric:AGG:TITLE), sorted and filtered by the server across all pages
+    cols: params.getAll("col").length ? params.getAll("col") : JSON.parse(localStorage.getItem("phalanx.columns") || "[]"),
+    where: params.get("where") || "",
   };
+  const isExtra = (key) => key.startsWith("param:") || key.startsWith("metric:");
   let timer = null;
   let items = [];
 
@@ -30,6 +34,21 @@ export function renderList(root, ctx) {
     location.href = `/compare?ids=${[...state.selected].join(",")}`;
   } }, "Compare");
   const counter = h("span", { class: "muted" });
+  const choices = h("datalist", { id: "column-choices" });
+  const addCol = h("input", { type: "text", list: "column-choices", placeholder: "+ column (param:…, metric:max:…)",
+    size: 26, "aria-label": "add column", onkeydown: (ev) => {
+      if (ev.key !== "Enter" || !addCol.value.trim()) return;
+      if (!state.cols.includes(addCol.value.trim())) state.cols.push(addCol.value.trim());
+      addCol.value = "";
+      saveCols(); load();
+    } });
+  const where = h("input", { type: "text", placeholder: "filter, e.g. metric:max:acc>=0.9", value: state.where, size: 24,
+    "aria-label": "column filter", onkeydown: (ev) => { if (ev.key === "Enter") { state.offset = 0; load(); } } });
+  function saveCols() { localStorage.setItem("phalanx.columns", JSON.stringify(state.cols)); }
+  api.columns().then((c) => {
+    add(choices, c.params.map((k) => h("option", { value: `param:${k}` })),
+      c.metrics.flatMap((t) => ["last", "min", "max"].map((a) => h("option", { value: `metric:${a}:${t}` }))));
+  }).catch(() => {});
   const thead = h("thead");
   const tbody = h("tbody");
   const pager = h("div", { class: "pager" });
@@ -42,11 +61,28 @@ export function renderList(root, ctx) {
   add(clear(root), 
     h("div", { class: "toolbar" }, h("h1", { style: { marginRight: "12px" } }, "Experiments"), q, status, project, tag,
       h("span", { class: "spacer" }), counter, compare),
+    h("div", { class: "toolbar" }, addCol, choices, where),
     h("div", { class: "table-wrap" }, h("table", { class: "grid", id: "experiments" }, thead, tbody)),
     pager,
   );
 
   function sortKey() { return state.sort.replace(/^-/, ""); }
+  function extraHead(key) {
+    const active = sortKey() === key;
+    const arrow = active ? (state.sort.startsWith("-") ? "▼" : "▲") : "";
+    return h("th", { class: "sortable extra", "data-column": key, onclick: () => {
+      state.sort = active && state.sort.startsWith("-") ? key : `-${key}`;
+      state.offset = 0;
+      load();
+    } }, key.replace(/^param:/, "").replace(/^metric:(\w+):(.*)$/, "$2 ($1)"), h("span", { class: "arrow" }, arrow),
+    h("button", { class: "link small", title: "remove this column", "aria-label": `remove column ${key}`, onclick: (ev) => {
+      ev.stopPropagation();
+      state.cols = state.cols.filter((c) => c !== key);
+      if (sortKey() === key) state.sort = "-created_at";
+      saveCols(); load();
+    } }, "×"));
+  }
+
   function drawHead() {
     add(clear(thead), h("tr", {}, COLUMNS.map(([label, key]) => {
       if (!key) return h("th", {}, label);
@@ -57,12 +93,12 @@ export function renderList(root, ctx) {
         state.offset = 0;
         load();
       } }, label, h("span", { class: "arrow" }, arrow));
-    })));
+    }), state.cols.map(extraHead)));
   }
 
   function localSort(list) {
     const key = sortKey();
-    if (SERVER_SORTS.has(key)) return list;
+    if (SERVER_SORTS.has(key) || isExtra(key)) return list;
     const dir = state.sort.startsWith("-") ? -1 : 1;
     const val = (e) => (key === "duration" ? durationSeconds(e) ?? -1 : key === "topology" ? topologyText(e.topology) : e[key] ?? "");
     return [...list].sort((a, b) => (val(a) < val(b) ? -dir : val(a) > val(b) ? dir : 0));
@@ -94,6 +130,8 @@ export function renderList(root, ctx) {
         h("td", { class: "num", title: fmtTime(e.started_at || e.created_at) }, fmtAgo(e.started_at || e.created_at)),
         h("td", { class: "num" }, fmtDuration(durationSeconds(e))),
         h("td", {}, (e.tags || []).map((t) => h("span", { class: "tag" }, t))),
+        state.cols.map((c) => h("td", { class: "num", "data-column": c },
+          e.columns && c in e.columns ? fmtValue(e.columns[c]) : "—")),
       ));
     }
   }
@@ -114,16 +152,24 @@ export function renderList(root, ctx) {
     );
   }
 
+  let loads = 0; // an answer to an older request (another sort, filter, page) must not overwrite a newer one
   async function load() {
     clearTimeout(timer);
+    const ticket = ++loads;
     const query = { offset: state.offset, limit: PAGE, sort: SERVER_SORTS.has(sortKey()) ? state.sort : "-created_at" };
+    if (isExtra(sortKey())) query.order = state.sort;
+    if (state.cols.length) query.column = state.cols;
+    state.where = where.value.trim();
+    if (state.where) query.where = state.where;
     state.q = q.value.trim(); state.status = status.value; state.project = project.value.trim(); state.tag = tag.value.trim();
     for (const k of ["q", "status", "project", "tag"]) if (state[k]) query[k] = state[k];
     const shown = new URLSearchParams();
-    for (const k of ["q", "status", "project", "tag", "sort"]) if (state[k] && !(k === "sort" && state[k] === "-created_at")) shown.set(k, state[k]);
+    for (const k of ["q", "status", "project", "tag", "sort", "where"]) if (state[k] && !(k === "sort" && state[k] === "-created_at")) shown.set(k, state[k]);
+    for (const c of state.cols) shown.append("col", c);
     history.replaceState(null, "", shown.toString() ? `/?${shown}` : "/");
     try {
       const page = await api.experiments(query);
+      if (ticket !== loads) return;
       items = page.items;
       counter.textContent = `${page.total} experiment${page.total === 1 ? "" : "s"}`;
       drawHead(); drawBody(); drawPager(page.total); updateCompare();
@@ -131,6 +177,7 @@ export function renderList(root, ctx) {
       const live = items.some((e) => ["running", "starting", "created", "queued"].includes(e.status));
       if (ctx.alive()) timer = setTimeout(refresh, live ? 3000 : 10000);
     } catch (err) {
+      if (ticket !== loads) return;
       add(clear(tbody), h("tr", {}, h("td", { colspan: COLUMNS.length, class: "empty" }, `Could not load: ${err.message}`)));
       if (ctx.alive()) timer = setTimeout(refresh, 10000);
     }

@@ -1,7 +1,7 @@
 // The experiment page's Scalars, Hyperparameters, Artifacts and Models tabs.
 
 import { api } from "./api.js";
-import { MAX_POINTS, ScalarChart, chartControls, firstTime, toLine } from "./charts.js";
+import { MAX_POINTS, ScalarChart, chartControls, firstTime, liveMs, toLine } from "./charts.js";
 import { byReplica, clear, fmtBytes, fmtTime, fmtValue, h, add } from "./util.js";
 
 const EMPTY = { steps: [], values: [], times: [], count: 0 };
@@ -60,7 +60,7 @@ export function renderScalars(panel, ctx, id) {
       status.textContent = `Could not load scalars: ${err.message}`;
     }
     // Reload while the experiment runs, and once more after it ends (its last points).
-    if (ctx.live()) { wasLive = true; timer = setTimeout(load, 5000); }
+    if (ctx.live()) { wasLive = true; timer = setTimeout(load, liveMs()); }
     else if (wasLive) { wasLive = false; timer = setTimeout(load, 1000); }
   }
 

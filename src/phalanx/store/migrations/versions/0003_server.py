@@ -35,11 +35,16 @@ def upgrade() -> None:
         sa.Column("min_time", sa.Float(), nullable=True),
         sa.Column("max_time", sa.Float(), nullable=True),
         sa.PrimaryKeyConstraint("series_id", "level", "bucket"),
+        sqlite_with_rowid=False,  # a chart's window: one sequential read of the primary key
     )
+    with op.batch_alter_table("experiments", schema=None) as batch_op:
+        batch_op.add_column(sa.Column("notes", sa.Text(), nullable=True))
     from phalanx.store.sql.summary import backfill
 
     backfill(op.get_bind())  # series stored before this revision get their summary now
 
 
 def downgrade() -> None:
+    with op.batch_alter_table("experiments", schema=None) as batch_op:
+        batch_op.drop_column("notes")
     op.drop_table("scalar_summary")

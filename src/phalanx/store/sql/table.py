@@ -1,0 +1,165 @@
+"""The run table's extra columns: any hyperparameter, and the last/min/max of any scalar title.
+
+Why here and not in the browser: sorting and filtering by such a column must see every experiment,
+not the page on screen. A column's values for many experiments cost two queries: the params rows
+of the keys asked for, and the coarsest summary level (``store.sql.summary``; a handful of rows
+per series) of the titles asked for, so a metric column never reads the points.
+
+Column names: ``param:KEY`` (or ``param:SECTION/KEY``) and ``metric:AGG:TITLE`` with AGG one of
+last, min, max (over every series of the title: for ``last``, the series reported last).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+from collections.abc import Sequence
+from typing import Any
+
+from sqlalchemy import Connection, select
+
+from phalanx.errors import UsageError
+from phalanx.store.base import ParamRecord, merge_params
+from phalanx.store.sql.models import ParamRow, ScalarSummaryRow, SeriesRow
+from phalanx.store.sql.summary import LEVELS
+
+AGGREGATES = ("last", "min", "max")
+
+
+def parse_column(column: str) -> tuple[str, str, str]:
+    """("param", key, "") or ("metric", title, agg); UsageError naming the accepted forms."""
+    kind, _, rest = column.partition(":")
+    if kind == "param" and rest:
+        return "param", rest, ""
+    if kind == "metric":
+        agg, _, title = rest.partition(":")
+        if agg in AGGREGATES and title:
+            return "metric", title, agg
+    raise UsageError(
+        f"unknown column {column!r}: use param:KEY (or param:SECTION/KEY) or metric:AGG:TITLE with AGG "
+        "one of last, min, max"
+    )
+
+
+def column_values(conn: Connection, ids: Sequence[str], columns: Sequence[str]) -> dict[str, dict[str, Any]]:
+    """experiment id -> column -> value (absent when the experiment has none)."""
+    out: dict[str, dict[str, Any]] = {i: {} for i in ids}
+    if not ids or not columns:
+        return out
+    parsed = [(c, *parse_column(c)) for c in columns]
+    params = [(c, key) for c, kind, key, _ in parsed if kind == "param"]
+    metrics = [(c, title, agg) for c, kind, title, agg in parsed if kind == "metric"]
+    if params:
+        _params(conn, ids, params, out)
+    if metrics:
+        _metrics(conn, ids, metrics, out)
+    return out
+
+
+def _params(
+    conn: Connection, ids: Sequence[str], wanted: list[tuple[str, str]], out: dict[str, dict[str, Any]]
+) -> None:
+    keys = {key.rsplit("/", 1)[-1] for _, key in wanted} | {key for _, key in wanted}
+    rows = conn.execute(
+        select(ParamRow)
+        .where(ParamRow.experiment_id.in_(ids), ParamRow.key.in_(keys))
+        .order_by(ParamRow.time, ParamRow.id)
+    ).all()
+    by_exp: dict[str, list[ParamRecord]] = {}
+    for r in rows:
+        m = r._mapping
+        by_exp.setdefault(m["experiment_id"], []).append(
+            ParamRecord(m["section"], m["key"], m["value"], m["replica"], m["rank"], m["time"])
+        )
+    for exp, records in by_exp.items():
+        merged = merge_params(records)
+        for column, key in wanted:
+            for p in merged:  # merged: by section, key, rank: the first match is rank 0's / the master's
+                if p.key == key or f"{p.section}/{p.key}" == key:
+                    out[exp][column] = p.value
+                    break
+
+
+def _metrics(
+    conn: Connection, ids: Sequence[str], wanted: list[tuple[str, str, str]], out: dict[str, dict[str, Any]]
+) -> None:
+    titles = {title for _, title, _ in wanted}
+    top = LEVELS[-1]
+    rows = conn.execute(
+        select(
+            SeriesRow.experiment_id,
+            SeriesRow.title,
+            ScalarSummaryRow.min_value,
+            ScalarSummaryRow.max_value,
+            ScalarSummaryRow.last_step,
+            ScalarSummaryRow.last_value,
+            ScalarSummaryRow.last_time,
+        )
+        .join(ScalarSummaryRow, ScalarSummaryRow.series_id == SeriesRow.id)
+        .where(SeriesRow.experiment_id.in_(ids), SeriesRow.title.in_(titles), ScalarSummaryRow.level == top)
+    ).all()
+    acc: dict[tuple[str, str], dict[str, Any]] = {}
+    for exp, title, mn, mx, last_step, last_value, last_time in rows:
+        a = acc.setdefault((exp, title), {"min": None, "max": None, "last": None, "at": None})
+        if mn is not None and (a["min"] is None or mn < a["min"]):
+            a["min"] = mn
+        if mx is not None and (a["max"] is None or mx > a["max"]):
+            a["max"] = mx
+        at = (last_time or 0.0, last_step)
+        if a["at"] is None or at > a["at"]:
+            a["at"], a["last"] = at, last_value
+    for (exp, title), a in acc.items():
+        for column, t, agg in wanted:
+            if t == title and a[agg] is not None and not (isinstance(a[agg], float) and math.isnan(a[agg])):
+                out[exp][column] = a[agg]
+
+
+def sort_key(value: Any) -> tuple[int, Any]:
+    """Numbers before text, both in order; experiments without the value last (either direction)."""
+    if isinstance(value, bool):
+        return (0, float(value))
+    if isinstance(value, int | float):
+        return (0, float(value))
+    if value is None:
+        return (2, "")
+    return (1, str(value))
+
+
+_OPS = ("<=", ">=", "!=", "=", "<", ">")
+
+
+def parse_condition(text: str) -> tuple[str, str, Any]:
+    """``COLUMN OP VALUE`` (OP one of = != < <= > >=) -> (column, op, value as number when it is one)."""
+    for op in _OPS:
+        column, sep, raw = text.partition(op)
+        if sep and column.strip():
+            column = column.strip()
+            parse_column(column)
+            value: Any = raw.strip()
+            with contextlib.suppress(ValueError):
+                value = float(value)
+            return column, op, value
+    raise UsageError(f"filter {text!r}: write COLUMN OP VALUE, e.g. metric:max:val/acc>=0.9 or param:lr=0.01")
+
+
+def matches(value: Any, op: str, wanted: Any) -> bool:
+    if value is None:
+        return op == "!="
+    if isinstance(wanted, float):
+        try:
+            number = float(value)
+        except (TypeError, ValueError):
+            return op == "!="
+        left: Any = number
+    else:
+        left = str(value)
+    return bool(
+        {
+            "=": left == wanted,
+            "!=": left != wanted,
+            "<": left < wanted,
+            "<=": left <= wanted,
+            ">": left > wanted,
+            ">=": left >= wanted,
+        }[op]
+    )
