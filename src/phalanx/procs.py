@@ -35,6 +35,15 @@ def pid_alive(pid: int) -> bool:
         return True
 
 
+def pid_stopped(pid: int) -> bool:
+    """Whether process ``pid`` is stopped (SIGSTOP, SIGTSTP, a debugger)."""
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().rsplit(")", 1)[-1].split()[0] in ("T", "t")
+    except (OSError, IndexError):
+        return False
+
+
 def start_time(pid: int) -> int | None:
     """The process's start time in clock ticks since boot (None when it does not exist)."""
     try:

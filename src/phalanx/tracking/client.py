@@ -21,7 +21,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from phalanx.procs import pid_alive
+from phalanx.procs import pid_alive, pid_stopped
 from phalanx.tracking.identity import ENV_INGESTER_PID, Identity, rank_probe
 from phalanx.tracking.screen import Problems, names_ok, screen_event, screen_points
 from phalanx.tracking.spool import SpoolWriter, encode_points, read_refused
@@ -271,15 +271,6 @@ def _ingester_from_env() -> Callable[[], bool] | None:
         return lambda: False
     # a stopped ingester (SIGSTOP, a suspended `phalanx run`) acknowledges nothing: do not wait for it
     return lambda: pid_alive(pid) and not pid_stopped(pid)
-
-
-def pid_stopped(pid: int) -> bool:
-    """Whether process ``pid`` is stopped (SIGSTOP, SIGTSTP, a debugger)."""
-    try:
-        with open(f"/proc/{pid}/stat") as fh:
-            return fh.read().rsplit(")", 1)[-1].split()[0] in ("T", "t")
-    except OSError:
-        return False
 
 
 def jsonable(value: Any) -> Any:

@@ -35,11 +35,6 @@ def test_every_protocol_method_says_what_it_raises_or_returns() -> None:
                 assert doc, f"{proto.__name__}.{name} has no docstring"
 
 
-# Known exception, to be moved behind a GroupStore protocol: the group tables' SQL lives with the
-# group controller (groups/records.py works on SqlStore directly; its own docstring says so).
-NOT_YET_BEHIND_THE_PROTOCOL = {"groups/records.py"}
-
-
 def test_only_the_store_package_knows_sqlalchemy() -> None:
     users = {
         str(p.relative_to(SRC))
@@ -47,7 +42,7 @@ def test_only_the_store_package_knows_sqlalchemy() -> None:
         if "store" not in p.relative_to(SRC).parts[:1]
         and ("from sqlalchemy" in p.read_text() or "import sqlalchemy" in p.read_text())
     }
-    assert users <= NOT_YET_BEHIND_THE_PROTOCOL
+    assert users == set()
 
 
 def _scalar(experiment_id: str, iteration: int) -> Event:
