@@ -141,6 +141,16 @@ def server(
     access_log: Annotated[
         Path | None, typer.Option("--access-log", metavar="FILE", help="append one line per request here")
     ] = None,
+    gc_hours: Annotated[
+        float,
+        typer.Option(
+            "--gc-hours",
+            min=0,
+            metavar="HOURS",
+            help="run `phalanx gc` (orphaned run folders and spools, then compact the store) every "
+            "HOURS; 0: never",
+        ),
+    ] = 24.0,
 ) -> None:
     """Serve the REST API (/api/v1) and the web UI (/) over this machine's Phalanx store."""
     from phalanx.config import Settings
@@ -170,7 +180,9 @@ def server(
         hosts = sorted({*default_allowed_hosts(host), *hosts})
     _access_log(access_log, log_level)
     api = create_app(
-        ServerSettings(store=settings, host=host, port=port, token=token, allowed_hosts=hosts or None)
+        ServerSettings(
+            store=settings, host=host, port=port, token=token, allowed_hosts=hosts or None, gc_hours=gc_hours
+        )
     )
     shown = f"[{host}]" if ":" in host else host
     typer.echo(f"Phalanx server on http://{shown}:{port}/ (API: /api/v1/openapi.json)", err=True)

@@ -7,8 +7,9 @@ independent apps as they like. Errors from anywhere map through ``errors.HTTP_ST
 
 from __future__ import annotations
 
+import contextlib
 import logging
-from collections.abc import Mapping
+from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -25,6 +26,7 @@ from phalanx.server.limits import BodyLimitMiddleware
 from phalanx.server.routes import artifacts, experiments, groups, ingest, logs, metrics, pages, params, runs
 from phalanx.server.sessions import LoginThrottle, Sessions
 from phalanx.server.settings import ServerSettings
+from phalanx.server.sweeper import Sweeper
 from phalanx.store.base import Store
 
 log = logging.getLogger(__name__)
@@ -51,7 +53,22 @@ def create_app(settings: ServerSettings, store: Store | None = None) -> FastAPI:
         from phalanx.store import open_store
 
         store = open_store(settings.store)
+    sweeper: Sweeper | None = None
+
+    @contextlib.asynccontextmanager
+    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        nonlocal sweeper
+        if settings.gc_hours > 0:
+            sweeper = Sweeper(store, settings.store, settings.gc_hours * 3600).start()
+        app.state.sweeper = sweeper
+        try:
+            yield
+        finally:
+            if sweeper is not None:
+                sweeper.stop()
+
     app = FastAPI(
+        lifespan=lifespan,
         title="Phalanx",
         version=__version__,
         description="Run and track distributed deep-learning experiments.",

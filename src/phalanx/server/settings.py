@@ -32,3 +32,5 @@ class ServerSettings(BaseModel):
     # address it listens on (see phalanx.server.auth.default_allowed_hosts).
     allowed_hosts: list[str] | None = None
     login_attempts: int = 5  # wrong tokens per client address per minute before /login answers 429
+    # `phalanx gc` every this many hours (orphaned run folders and spools, then VACUUM); 0: never
+    gc_hours: float = 24.0
