@@ -211,6 +211,7 @@ class Reporter:
         except OSError as exc:
             self.disk_error = self.disk_error or str(exc)
         stored = True
+        waiting: str | None = None
         if self.pending:  # nothing to wait for: these are not even in the spool yet
             log.warning(
                 "phalanx: flush: %d records wait in memory for disk space (%s)",
@@ -223,6 +224,7 @@ class Reporter:
                 stored = bool(self.shipper.wait(last, timeout))
                 for why in self.shipper.take_refusals():
                     self.problems.add(why)
+                waiting = None if stored else self.shipper.waiting_why
             else:
                 alive = self.ingester_alive
                 if alive is not None and not alive():
@@ -239,6 +241,9 @@ class Reporter:
             self.last_problems = reasons
             log.warning("phalanx: %d reported item(s) will not be stored: %s", dropped, "; ".join(reasons))
             return False
+        if waiting:  # nothing is lost (the spool keeps it and it is shipped later), but say why now
+            self.last_problems = [f"not stored yet, kept in the spool: {waiting}"]
+            log.warning("phalanx: flush: %s", self.last_problems[0])
         return stored
 
     def close(self, wait: bool = True, timeout: float = FLUSH_TIMEOUT) -> bool:

@@ -40,7 +40,15 @@ BATCH_BYTES = 4 << 20
 MAX_RECORD_BYTES = 15 << 20
 SHIPPED_SUFFIX = ".shipped"
 DOWN_GRACE = 5.0  # seconds a flush() waits for a server that does not answer before returning False
+# A replica may report before its supervisor has recorded the experiment (the store is opened after
+# the replicas start): for this long after the shipper starts, "no such experiment" (404) is retried
+# like an outage; after it, the server's refusal is final and flush() says so.
+UNKNOWN_GRACE = 60.0
 TIMEOUT = 30.0
+
+
+class NotYetKnown(Exception):
+    """The server does not know the experiment yet (404 within ``UNKNOWN_GRACE``): retried."""
 
 
 class RejectedError(Exception):
@@ -85,6 +93,8 @@ class Shipper:
         self.offset, self.shipped = read_shipped(writer.spool_dir, writer.stream)
         self._refusals: list[str] = []  # why records were refused for good, since take_refusals()
         self.down_since: float | None = None  # when the server stopped answering (None: it answers)
+        self.waiting_why: str | None = None  # why records wait (the server away, or not knowing them yet)
+        self.started = time.monotonic()
         self._cond = threading.Condition()
         self._stop = False
         self._thread = threading.Thread(target=self._run, name="phalanx-shipper", daemon=True)
@@ -145,9 +155,13 @@ class Shipper:
                     pass
                 backoff = 0.5
                 self.down_since = None
+                self.waiting_why = None
             except Exception as exc:  # the server is down or slow: keep the spool, try again later
                 if self.down_since is None:
                     self.down_since = time.monotonic()
+                self.waiting_why = (
+                    str(exc) if isinstance(exc, NotYetKnown) else f"cannot reach {self.host}: {exc}"
+                )
                 if self._stop:
                     log.warning(
                         "phalanx: cannot reach %s (%s); what was not shipped stays in %s and is shipped "
@@ -178,6 +192,8 @@ class Shipper:
                     self._upload(rec["experiment_id"], rec["data"]["path"], source)
                 except RejectedError as exc:
                     self._refused(f"file {rec['data']['path']}", exc)
+                except FileNotFoundError:  # an ingester of this machine's spool stored it already
+                    log.debug("phalanx: %s was taken by a local ingester", source)
                 uploaded.append(source)
                 rec["data"] = {k: v for k, v in rec["data"].items() if k != "spool_path"}
             pending.append(rec)
@@ -236,6 +252,11 @@ class Shipper:
             with urllib.request.urlopen(req, timeout=TIMEOUT) as resp:
                 resp.read()
         except urllib.error.HTTPError as exc:
+            if exc.code == 404 and time.monotonic() - self.started < UNKNOWN_GRACE:
+                detail = exc.read()[:500].decode(errors="replace")
+                raise NotYetKnown(
+                    f"{_why(RejectedError(404, detail))} (retried for {UNKNOWN_GRACE:.0f} s)"
+                ) from None
             if 400 <= exc.code < 500 and exc.code not in (408, 429):
                 # re-sending cannot help; do not stall every later report behind it
                 raise RejectedError(exc.code, exc.read()[:500].decode(errors="replace")) from None

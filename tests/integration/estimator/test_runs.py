@@ -96,8 +96,13 @@ def test_metrics_and_files_of_a_run_can_be_read_and_downloaded(
     run = Experiment("report", project="estimator-tests").submit(PyTorch(source, entry_script="report.py"))
     runs.append(run)
     run.wait_for_completion()
-    assert run.get_metrics() == {"loss": {"worker 00": {"steps": [0, 1, 2], "values": [1.0, 0.5, 1.0 / 3]}}}
-    names = run.get_file_names()
+    metrics = run.get_metrics()
+    assert "system/rss_mib" in metrics  # the supervisor's sampler, beside what the script reported
+    reported = {k: v for k, v in metrics.items() if not k.startswith("system/")}
+    assert reported == {"loss": {"worker 00": {"steps": [0, 1, 2], "values": [1.0, 0.5, 1.0 / 3]}}}
+    everything = run.get_file_names()
+    assert "_source/source.tar.gz" in everything  # the source snapshot `phalanx rerun` starts from
+    names = [n for n in everything if not n.startswith("_source/")]
     assert len(names) == 1 and names[0].startswith("artifacts/")
     by_name = run.download_file("stats", tmp_path / "stats.json")
     assert json.loads(by_name.read_text()) == {"answer": 42}

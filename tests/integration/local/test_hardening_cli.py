@@ -111,7 +111,8 @@ def test_a_failed_cluster_submit_announces_no_experiment_and_leaves_no_folder(ph
     assert done.returncode != 0
     assert "ClusterName" in done.stderr and "Traceback" not in done.stderr
     assert "phalanx: experiment" not in done.stderr + done.stdout
-    assert list(shared.iterdir()) == []
+    assert [p for p in shared.rglob("*") if p.is_file()] == []  # no run folder of a job that never was
+    assert not (shared / "runs").exists() or list((shared / "runs").iterdir()) == []
     for folder in ("runs", "spool"):
         assert not (phalanx.home / folder).exists() or list((phalanx.home / folder).iterdir()) == []
     assert phalanx.store().list_experiments().items == []

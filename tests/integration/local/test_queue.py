@@ -25,12 +25,14 @@ from .conftest import PHALANX, Phalanx, wait_for
 CORES = sorted(os.sched_getaffinity(0))[:2]
 pytestmark = pytest.mark.skipif(len(CORES) < 2, reason="needs two cores")
 
-# Each replica records its allowed CPU list and waits (bounded) for the release file.
+# Each replica records its allowed CPU list (atomically: a test may glob it at any moment) and waits
+# (bounded) for the release file.
 HOLD = (
     'python -c "import os, pathlib, time; '
     "d = pathlib.Path(os.environ['PROBE_DIR']); "
     "cpus = open('/proc/self/status').read().split('Cpus_allowed_list:')[1].split()[0]; "
-    "(d / (os.environ['PHALANX_EXPERIMENT_ID'] + '-' + os.environ['PHALANX_REPLICA'])).write_text(cpus); "
+    "p = d / (os.environ['PHALANX_EXPERIMENT_ID'] + '-' + os.environ['PHALANX_REPLICA']); "
+    "t = d / (p.name + '.tmp'); t.write_text(cpus); os.replace(t, p); "  # seen whole, never half-written
     "end = time.time() + 120; "
     "exec('while not (d / \\'release\\').exists() and time.time() < end: time.sleep(0.05)')\""
 )
