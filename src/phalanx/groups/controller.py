@@ -459,58 +459,30 @@ class Controller:
         op = self.search.optuna()
         value = live.last[1] if live.last else None
         number = live.trial.number
-        internal = {"params": dict(live.optuna_trial.params)}
+        exp_id = live.trial.experiment_id
+        record: dict[str, Any] = {
+            "finished_at": time.time(),
+            "internal": {"params": dict(live.optuna_trial.params)},
+        }
         if status == "succeeded" and value is not None:
             self.search.tell(self.study, live.optuna_trial, value)
-            records.update_trial(
-                self.store,
-                self.group.id,
-                number,
-                state="done",
-                value=value,
-                finished_at=time.time(),
-                internal=internal,
-            )
+            record.update(state="done", value=value)
             metric = self.hp.metric.name if self.hp.metric else "metric"
-            self.say(f"trial {number}: {live.trial.experiment_id} succeeded ({metric} {value:.4g})")
-        elif status == "succeeded":
-            self.search.tell(self.study, live.optuna_trial, state=op.trial.TrialState.FAIL)
-            why = f"reported no {self.hp.metric.name}" if self.hp.metric else "no metric to compare"
-            records.update_trial(
-                self.store,
-                self.group.id,
-                number,
-                state="done",
-                finished_at=time.time(),
-                internal=internal,
-                reason=why,
-            )
-            self.say(f"trial {number}: {live.trial.experiment_id} succeeded ({why})")
-        elif status == "stopped" and (reason or "").startswith("pruned at step"):
-            # pruned by a controller that was killed before it recorded the decision
-            self.search.tell(self.study, live.optuna_trial, state=op.trial.TrialState.PRUNED)
-            records.update_trial(
-                self.store,
-                self.group.id,
-                number,
-                state="pruned",
-                reason=reason,
-                finished_at=time.time(),
-                internal=internal,
-            )
-            self.say(f"trial {number}: {live.trial.experiment_id} {reason}")
+            said = f"succeeded ({metric} {value:.4g})"
         else:
-            self.search.tell(self.study, live.optuna_trial, state=op.trial.TrialState.FAIL)
-            records.update_trial(
-                self.store,
-                self.group.id,
-                number,
-                state="failed",
-                reason=reason,
-                finished_at=time.time(),
-                internal=internal,
-            )
-            self.say(f"trial {number}: {live.trial.experiment_id} {status}: {reason or ''}")
+            if status == "succeeded":
+                outcome, state = op.trial.TrialState.FAIL, "done"
+                reason = f"reported no {self.hp.metric.name}" if self.hp.metric else "no metric to compare"
+                said = f"succeeded ({reason})"
+            elif status == "stopped" and (reason or "").startswith("pruned at step"):
+                # pruned by a controller that was killed before it recorded the decision
+                outcome, state, said = op.trial.TrialState.PRUNED, "pruned", str(reason)
+            else:
+                outcome, state, said = op.trial.TrialState.FAIL, "failed", f"{status}: {reason or ''}"
+            self.search.tell(self.study, live.optuna_trial, state=outcome)
+            record.update(state=state, reason=reason)
+        records.update_trial(self.store, self.group.id, number, **record)
+        self.say(f"trial {number}: {exp_id} {said}")
         del self.live[number]
 
     def _early_stop_reached(self) -> str | None:
