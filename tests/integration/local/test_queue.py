@@ -109,6 +109,21 @@ class Machine:
         except Exception:  # the store is not created yet
             return {}
 
+    def one_running_one_queued(self) -> tuple[str, str]:
+        """Wait (bounded) until exactly one experiment runs and one waits; their ids."""
+        both = wait_for(
+            lambda: (
+                (s := self.statuses())
+                and len(_with(s, ExperimentStatus.RUNNING)) == 1
+                and len(_with(s, ExperimentStatus.QUEUED)) == 1
+                and s
+            ),
+            what="one experiment running and one queued",
+        )
+        (running,) = _with(both, ExperimentStatus.RUNNING)
+        (queued,) = _with(both, ExperimentStatus.QUEUED)
+        return running, queued
+
     def ledger(self) -> list[dict[str, Any]]:
         """The ledger's entries, read without taking its lock (so the test reclaims nothing)."""
         try:
@@ -130,17 +145,7 @@ def test_two_experiments_that_each_need_both_cores_run_one_after_the_other(machi
     spec = spec_for(machine.phalanx, 1, workers=1)  # master + worker, 1 core each: 2 cores
     first = machine.start("run", "-f", str(spec))
     second = machine.start("run", "-f", str(spec))
-    both = wait_for(
-        lambda: (
-            (s := machine.statuses())
-            and len(_with(s, ExperimentStatus.RUNNING)) == 1
-            and len(_with(s, ExperimentStatus.QUEUED)) == 1
-            and s
-        ),
-        what="one experiment running and one queued",
-    )
-    (running,) = _with(both, ExperimentStatus.RUNNING)
-    (queued,) = _with(both, ExperimentStatus.QUEUED)
+    running, queued = machine.one_running_one_queued()
     wait_for(lambda: (machine.probe / f"{running}-worker-0").exists(), what="the first's replicas")
     doc = json.loads(machine.run("queue", "-o", "json").stdout)
     assert [r["experiment_id"] for r in doc["running"]] == [running]
@@ -353,17 +358,7 @@ def test_two_experiments_asking_one_gpu_each_on_a_one_gpu_machine_take_turns(mac
     )
     first = machine.start("run", "-f", str(spec))
     second = machine.start("run", "-f", str(spec))
-    both = wait_for(
-        lambda: (
-            (s := machine.statuses())
-            and len(_with(s, ExperimentStatus.RUNNING)) == 1
-            and len(_with(s, ExperimentStatus.QUEUED)) == 1
-            and s
-        ),
-        what="one GPU experiment running and one queued",
-    )
-    (running,) = _with(both, ExperimentStatus.RUNNING)
-    (queued,) = _with(both, ExperimentStatus.QUEUED)
+    running, queued = machine.one_running_one_queued()
     wait_for(lambda: (machine.probe / f"{running}-master").exists(), what="the first's replica")
     assert (machine.probe / f"{running}-master").read_text() == gpus[0]
     assert not list(machine.probe.glob(f"{queued}-*"))
