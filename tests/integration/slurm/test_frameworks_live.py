@@ -121,9 +121,12 @@ def test_horovod_over_mpi_runs_one_rank_per_node_with_pmix(
     assert replicas == {"master": "n1", "worker-0": "n2"}
     lines = [(line.replica, line.text) for line in store.logs(outcome.experiment_id)]
     assert any(r == "worker-0" and "[rank 1] final test accuracy" in t for r, t in lines), lines[-20:]
-    per_minute = (queue.queries - before) / max(minutes, 1 / 60)
-    print(f"squeue queries: {queue.queries - before} in {minutes * 60:.0f} s = {per_minute:.1f} per minute")
-    assert per_minute <= 35  # one query per >= 2 s interval, shared; the first version made ~600/min
+    queries, seconds = queue.queries - before, minutes * 60
+    print(f"squeue queries: {queries} in {seconds:.1f} s")
+    # At most one query per >= 2 s interval, shared, plus the ones taken at once on purpose: the
+    # fencepost, one after the submit, one after scancel (an 8 s run made 5). The first version
+    # made about 600 a minute.
+    assert queries <= seconds / 2 + 3
     assert slurm_cluster.wait_queue_empty() == []
 
 
