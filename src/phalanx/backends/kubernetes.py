@@ -120,7 +120,7 @@ def render_native(
     for r in plan.replicas:
         renv = {
             **env,
-            **frameworks.phalanx_env(experiment_id, r, {}),
+            **frameworks.phalanx_env(experiment_id, r, {}, plan.params),
             **frameworks.framework_env(plan, r, endpoints),
         }
         command = plan.command

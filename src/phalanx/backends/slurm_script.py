@@ -230,7 +230,7 @@ exit "$code"
 
 def _task_case(plan: Plan, task: Task, endpoints: Endpoints, experiment_id: str) -> list[str]:
     r = task.replica
-    env = frameworks.phalanx_env(experiment_id, r, {})
+    env = frameworks.phalanx_env(experiment_id, r, {}, plan.params)
     if frameworks.uses_mpi(plan):
         from phalanx.frameworks import pytorch
 

@@ -45,7 +45,8 @@ def check(
     allow_unused: Annotated[
         bool,
         typer.Option(
-            "--allow-unused", help="Group files: a matrix name run.cmd never uses is a note, not an error."
+            "--allow-unused",
+            help="Group files: a matrix name that looks like a placeholder typo is a note, not an error.",
         ),
     ] = False,
     extra_params: Annotated[

@@ -116,7 +116,11 @@ def run(
         bool, typer.Option("--oversubscribe", help="Pass --oversubscribe to every trial.")
     ] = False,
     allow_unused: Annotated[
-        bool, typer.Option("--allow-unused", help="A matrix name run.cmd never uses is a note, not an error.")
+        bool,
+        typer.Option(
+            "--allow-unused",
+            help="A matrix name that looks like a typo of a placeholder is a note, not an error.",
+        ),
     ] = False,
     detach: Annotated[
         bool, typer.Option("--detach", "-d", help="Run the controller in the background; print the id.")

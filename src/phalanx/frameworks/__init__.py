@@ -8,11 +8,14 @@ Slurm and Kubernetes engines reuse the same functions with their own hosts.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from phalanx.domain import BackendKind, Framework
 from phalanx.plan import Plan, ReplicaPlan
+from phalanx.tracking.identity import ENV_PARAMS
 
 
 @dataclass(frozen=True)
@@ -39,11 +42,18 @@ def uses_mpi(plan: Plan) -> bool:
     return plan.framework is Framework.HOROVOD or plan.backend is BackendKind.MPI
 
 
-def phalanx_env(experiment_id: str, replica: ReplicaPlan, tracking_env: Mapping[str, str]) -> dict[str, str]:
+def phalanx_env(
+    experiment_id: str,
+    replica: ReplicaPlan,
+    tracking_env: Mapping[str, str],
+    params: Mapping[str, Any] | None = None,
+) -> dict[str, str]:
     """The PHALANX_* variables every replica gets (contract 1), whatever its framework.
 
     ``tracking_env`` carries what the SDK needs to reach the store (PHALANX_HOME, PHALANX_SPOOL,
-    PHALANX_CAPTURED, PHALANX_HOST/TOKEN), the same for every replica.
+    PHALANX_CAPTURED, PHALANX_HOST/TOKEN), the same for every replica. ``params`` (declarations,
+    `--param` values, a group trial's sampled values) go as JSON in PHALANX_PARAMS, so a script reads
+    them with ``task.connect()`` / ``task.get_parameters()`` even when the command never names them.
     """
     env = {
         "PHALANX_EXPERIMENT_ID": experiment_id,
@@ -52,6 +62,8 @@ def phalanx_env(experiment_id: str, replica: ReplicaPlan, tracking_env: Mapping[
         "PHALANX_INDEX": str(replica.index),
         "PHALANX_RANK": "" if replica.rank is None else str(replica.rank),
     }
+    if params:
+        env[ENV_PARAMS] = json.dumps(dict(params), sort_keys=True, default=str)
     env.update(tracking_env)
     return env
 

@@ -789,32 +789,38 @@ def _command_text(root: YMap) -> str | None:
 def _check_used(
     c: Collector, root: YMap, names: tuple[str, ...], resource: str | None, allow_unused: bool
 ) -> None:
-    """A matrix name the command never uses would be sampled and recorded but change nothing: a typo
-    (`lerning_rate`) would waste the whole search, so it is an error unless --allow-unused."""
+    """A matrix name run.cmd never uses still reaches the script (PHALANX_PARAMS, read by
+    ``task.connect()`` / ``task.get_parameters()``, as Polyaxon's corpus files rely on), so it is a
+    note. Only a near miss of a placeholder the command does use (`lerning_rate` beside
+    ``{{ learning_rate }}``) is an error, unless --allow-unused: that typo would waste the search."""
     text = _command_text(root)
     if text is None:
         return  # no command: read_spec says so
     used = {m.group(1).strip() for m in PLACEHOLDER.finditer(text)}
     hpn = root.get("hptuning")
-    for name in names:
+    wanted = [(n, "hptuning.matrix", "is searched") for n in names]
+    if resource:
+        wanted.append((resource, "hptuning.hyperband.resource.name", "is hyperband's budget"))
+    for name, where, what in wanted:
         if name in used:
             continue
-        at = _matrix_mark(hpn, name) if isinstance(hpn, YMap) else root.mark
-        message = (
-            f"{name!r} is searched but run.cmd never uses {{{{ {name} }}}}{did_you_mean(name, used)}; "
-            "use it in the command, remove it, or pass --allow-unused if the script reads it another way"
-        )
-        if allow_unused:
-            c.note(at, join("hptuning.matrix", name), message)
+        at = _matrix_mark(hpn, name) if isinstance(hpn, YMap) and where == "hptuning.matrix" else root.mark
+        path = join(where, name) if where == "hptuning.matrix" else where
+        hint = did_you_mean(name, used)
+        if hint and not allow_unused:
+            c.add(
+                at,
+                path,
+                f"{name!r} {what} but run.cmd never uses {{{{ {name} }}}}{hint} Fix the name, or pass "
+                "--allow-unused if the script reads it through task.connect() / PHALANX_PARAMS",
+            )
         else:
-            c.add(at, join("hptuning.matrix", name), message)
-    r = resource
-    if r and r not in used:
-        c.add(
-            root.mark,
-            "hptuning.hyperband.resource.name",
-            f"the budget param {{{{ {r} }}}} is not used by run.cmd; hyperband's budget would change nothing",
-        )
+            c.note(
+                at,
+                path,
+                f"{name!r} {what} but run.cmd never uses {{{{ {name} }}}}{hint}: the script gets it only "
+                "through task.connect() / task.get_parameters() (PHALANX_PARAMS)",
+            )
 
 
 def search_space_text(group: GroupSpec) -> str:

@@ -21,6 +21,24 @@ ENV_HOST = "PHALANX_HOST"
 ENV_TOKEN = "PHALANX_TOKEN"
 ENV_CAPTURED = "PHALANX_CAPTURED"
 ENV_INGESTER_PID = "PHALANX_INGESTER_PID"  # a process running an Ingester over PHALANX_SPOOL
+ENV_PARAMS = "PHALANX_PARAMS"  # the experiment's params as JSON (declarations, --param, a trial's sample)
+
+
+def launch_params() -> dict[str, Any]:
+    """The params this experiment was launched with (PHALANX_PARAMS), {} outside Phalanx or if unreadable.
+
+    A group trial's sampled values arrive here even when run.cmd never names them (Polyaxon's
+    ``get_declarations()``, ClearML's overridden ``connect()``)."""
+    import json
+
+    raw = os.environ.get(ENV_PARAMS)
+    if not raw:
+        return {}
+    try:
+        value = json.loads(raw)
+    except ValueError:
+        return {}
+    return value if isinstance(value, dict) else {}
 
 
 def home() -> Path:

@@ -19,7 +19,7 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Mapping, MutableMapping
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +27,7 @@ from phalanx.tracking import identity as idm
 from phalanx.tracking import lifecycle
 from phalanx.tracking.client import FLUSH_TIMEOUT, Reporter, jsonable
 from phalanx.tracking.console import ConsoleCapture, ExternalCapture
-from phalanx.tracking.identity import Identity
+from phalanx.tracking.identity import Identity, launch_params
 from phalanx.tracking.objects import ArtifactError, check_name, materialize, prepare
 
 log = logging.getLogger("phalanx.tracking")
@@ -215,10 +215,21 @@ class Task:
 
     def connect(self, mutable: Any, name: str | None = None) -> Any:
         """Record a dict (or argparse Namespace, or object's attributes) as hyperparameters in
-        section ``name`` (default "General"); nested dicts become "a/b" keys. Returns ``mutable``."""
-        if isinstance(mutable, Mapping):
+        section ``name`` (default "General"); nested dicts become "a/b" keys. Returns ``mutable``.
+
+        As in ClearML, a top-level key the experiment was launched with (a group trial's sampled
+        value, a ``--param``) overrides the script's default first, in place, so a search can tune
+        a value the command line never mentions."""
+        launched = launch_params()
+        if isinstance(mutable, MutableMapping):
+            for key in mutable.keys() & launched.keys():
+                mutable[key] = launched[key]
+            values = dict(mutable)
+        elif isinstance(mutable, Mapping):
             values = dict(mutable)
         elif hasattr(mutable, "__dict__"):
+            for key in vars(mutable).keys() & launched.keys():
+                setattr(mutable, key, launched[key])
             values = {k: v for k, v in vars(mutable).items() if not k.startswith("_")}
         else:
             raise TypeError(
@@ -228,6 +239,11 @@ class Task:
         if flat:
             self._reporter.event("param", {"section": name or "General", "values": flat})
         return mutable
+
+    def get_parameters(self) -> dict[str, Any]:
+        """The params this experiment was launched with: declarations, ``--param`` values and, in
+        a group trial, the sampled values (Polyaxon's ``get_declarations()``)."""
+        return launch_params()
 
     def upload_artifact(
         self, name: str, artifact_object: Any, metadata: Mapping[str, Any] | None = None, **_ignored: Any

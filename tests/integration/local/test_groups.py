@@ -183,12 +183,15 @@ def test_a_controller_killed_mid_search_is_resumed_without_repeating_a_trial(pha
 def test_bad_group_files_are_located_errors_and_nothing_is_recorded(phalanx: Phalanx) -> None:
     path = group_file(
         phalanx,
-        "  random_search: {n_experiments: 2}\n  matrix:\n    x: {unifrom: 0:1}\n    y: {values: [1, 2]}\n",
+        "  random_search: {n_experiments: 2}\n  matrix:\n    x: {unifrom: 0:1}\n    xs: {values: [1, 2]}\n",
     )
     bad = phalanx.run("group", "run", "-f", str(path))
     assert bad.returncode == 2
     assert f"{path}:10:9: hptuning.matrix.x.unifrom: unknown distribution 'unifrom'" in bad.stderr
-    assert f"{path}:11:5: hptuning.matrix.y: 'y' is searched but run.cmd never uses {{{{ y }}}}" in bad.stderr
+    assert (
+        f"{path}:11:5: hptuning.matrix.xs: 'xs' is searched but run.cmd never uses {{{{ xs }}}}; did"
+        in bad.stderr
+    )
     assert "Traceback" not in bad.stderr
     checked = phalanx.run("check", "-f", str(path))
     assert checked.returncode == 2 and "unknown distribution 'unifrom'" in checked.stderr

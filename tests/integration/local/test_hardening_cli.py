@@ -156,3 +156,31 @@ def test_console_output_is_kept_once_and_gc_removes_orphans_and_compacts_the_sto
     assert report["run_folders"] == ["0rphan0000aa"] and "0rphan0000bb" in report["spool_folders"]
     assert not (phalanx.home / "runs" / "0rphan0000aa").exists() and not orphan_spool.exists()
     assert report["store_bytes_after"] < before / 2  # VACUUM gave back the deleted console
+
+
+def test_params_the_command_never_names_reach_the_script_through_connect(phalanx: Phalanx) -> None:
+    """A group trial's sampled value that run.cmd never names (Polyaxon's cifar10 `num_layers`)
+    must still reach the script: PHALANX_PARAMS, read by task.connect() and get_parameters()."""
+    spec = phalanx.spec(
+        """
+        version: 1
+        kind: experiment
+        declarations: {num_layers: 44, batch_size: 128}
+        run:
+          cmd: python depth.py
+        """
+    )
+    (spec.parent / "depth.py").write_text(
+        "from phalanx import Task\n"
+        "task = Task.init()\n"
+        "config = task.connect({'num_layers': 1, 'dropout': 0.5})\n"
+        "print('config', sorted(config.items()), flush=True)\n"
+        "print('all', sorted(task.get_parameters().items()), flush=True)\n"
+    )
+    done = phalanx.run("run", "-f", str(spec), "--param", "num_layers=46")
+    assert done.returncode == 0, done.stderr
+    assert "config [('dropout', 0.5), ('num_layers', 46)]" in done.stdout
+    assert "all [('batch_size', 128), ('num_layers', 46)]" in done.stdout
+    exp = phalanx.only_experiment()
+    recorded = {(p.section, p.key): p.value for p in phalanx.store().params(exp.id)}
+    assert recorded[("General", "num_layers")] == 46 and recorded[("General", "dropout")] == 0.5

@@ -58,15 +58,31 @@ def test_the_corpus_groups_load_and_one_trial_plans() -> None:
     assert "linspace" in search_space_text(torch)
 
 
-def test_a_corpus_group_with_a_matrix_name_the_command_never_uses_is_located() -> None:
+def test_a_corpus_group_whose_script_reads_a_searched_name_itself_loads_with_a_note() -> None:
+    """Polyaxon's cifar10 group searches `num_layers` that run.cmd never names: its script reads it
+    through the client, as a Phalanx script does through task.connect() / PHALANX_PARAMS."""
     path = GROUPS / "tensorflow__cifar10__polyaxonfile_hyperparams.yml"
+    loaded = load_group(path)
+    (note,) = [n for n in loaded.notes if "num_layers" in n]
+    assert note.startswith(f"{path}:18:5: hptuning.matrix.num_layers:") and "task.connect()" in note
+    plan = build_plan(loaded.trial_spec(example_values(loaded)))
+    assert plan.params["num_layers"] == 44  # recorded and handed to the replicas (PHALANX_PARAMS)
+
+
+def test_a_searched_name_that_is_a_near_miss_of_a_placeholder_is_a_located_error() -> None:
+    text = (
+        "version: 1\nkind: group\n"
+        "hptuning:\n  random_search: {n_experiments: 2}\n  matrix:\n    lerning_rate: {uniform: 0:1}\n"
+        "declarations: {learning_rate: 0.1}\n"
+        "run:\n  cmd: python train.py --lr={{ learning_rate }}\n"
+    )
     with pytest.raises(SpecError) as err:
-        load_group(path)
+        load_group_text(text, "typo.yml")
     (p,) = err.value.problems
-    assert (p.line, p.path) == (18, "hptuning.matrix.num_layers")
-    assert "never uses {{ num_layers }}" in p.message and "--allow-unused" in p.message
-    loaded = load_group(path, allow_unused=True)  # the script may read it another way
-    assert any("num_layers" in n for n in loaded.notes)
+    assert (p.line, p.path) == (6, "hptuning.matrix.lerning_rate")
+    assert "did you mean 'learning_rate'?" in p.message and "--allow-unused" in p.message
+    loaded = load_group_text(text, "typo.yml", allow_unused=True)
+    assert any("lerning_rate" in n for n in loaded.notes)
 
 
 @pytest.mark.parametrize(

@@ -132,7 +132,7 @@ class LocalBackend:
             master = plan.replicas[0]
             env = {
                 **base,
-                **frameworks.phalanx_env(context.experiment_id, master, context.tracking_env),
+                **frameworks.phalanx_env(context.experiment_id, master, context.tracking_env, plan.params),
                 **mpi.launcher_env(plan, endpoints, command),
                 **limits.limit_env(allotted[master.name], plan.env),
             }
@@ -145,7 +145,9 @@ class LocalBackend:
                 for local_rank in range(replica.processes):
                     env = {
                         **base,
-                        **frameworks.phalanx_env(context.experiment_id, replica, context.tracking_env),
+                        **frameworks.phalanx_env(
+                            context.experiment_id, replica, context.tracking_env, plan.params
+                        ),
                         **frameworks.framework_env(plan, replica, endpoints, local_rank),
                         **limits.limit_env(allotted[replica.name], plan.env),
                     }
