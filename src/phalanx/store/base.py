@@ -164,12 +164,15 @@ class Store(Protocol):
         spec_text: str | None = None,
         plan: Mapping[str, Any] | None = None,
         status: ExperimentStatus = ExperimentStatus.CREATED,
+        created_at: float | None = None,
     ) -> Experiment:
         """Create an experiment and its replica rows; returns it as stored.
 
         ``experiment_id``: the id to use (a new 12-hex-digit id when None). ``topology``: replicas
         per role; ``spec_text``: the experiment file as given; ``plan``: the launch plan (JSON).
-        Raises Conflict if ``experiment_id`` exists."""
+        ``created_at``: when it was launched (default now; the supervisor records the experiment
+        only after its engine took it, so it passes the submit time). Raises Conflict if
+        ``experiment_id`` exists."""
         ...
 
     def resolve_id(self, experiment_id: str) -> str:

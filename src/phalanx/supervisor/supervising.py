@@ -437,6 +437,7 @@ class Supervisor:
             spec_text=plan.source_text,
             plan={**plan.to_json(), "launch": launch_json(self.p)},
             status=status,
+            created_at=self.submitted_at,  # recorded after the submit, created before it started
         )
 
     def _submit(self, dry: DryRun) -> str:

@@ -62,6 +62,8 @@ def test_param_values_reach_the_command_as_one_argument_and_get_shows_the_launch
     assert doc["launch"]["file"] == str(spec)
     assert doc["launch"]["commands"]["master"].endswith("show.py 'it'\"'\"'s' --tag='a;echo INJECTED'")
     assert doc["spec_text"] == spec.read_text()
+    # recorded after its engine took it, but created before it started (it once read the other way)
+    assert doc["created_at"] <= doc["started_at"] <= doc["attempts"][0]["started_at"]
     text = phalanx.run("get", exp.id).stdout
     assert "--param:   note=it's tag=a;echo INJECTED" in text and "  master: " in text
     assert phalanx.run("get", exp.id, "--file").stdout == spec.read_text()

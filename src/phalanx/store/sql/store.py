@@ -99,9 +99,10 @@ class SqlStore:
         spec_text: str | None = None,
         plan: Mapping[str, Any] | None = None,
         status: ExperimentStatus = ExperimentStatus.CREATED,
+        created_at: float | None = None,
     ) -> Experiment:
         exp_id = experiment_id or uuid.uuid4().hex[:12]
-        now = time.time()
+        now = time.time() if created_at is None else created_at
         try:
             with self._writer.begin() as conn:
                 if conn.execute(select(ExperimentRow.id).where(ExperimentRow.id == exp_id)).scalar():
