@@ -114,6 +114,11 @@ def test_the_overview_shows_what_ran_with_the_uncommitted_diff_as_text(
     assert page.locator("#source-commit").inner_text().strip()
     assert "files" in page.locator("#source-snapshot").inner_text()
     assert ".git/" in page.locator("#source-snapshot").inner_text()
+    packages = page.locator("#source-package-list")
+    packages.locator("summary").click()
+    listed = packages.locator("div.mono > div").all_inner_texts()
+    assert f"{len(listed)} packages" in packages.locator("summary").inner_text()
+    assert any(p.startswith("phalanx==") for p in listed) and MARKER not in " ".join(listed)
     shot(page, "30-what-ran")
     _not_run(page)
 

@@ -43,7 +43,9 @@ export function sourceDetails(record) {
     }
   }
   if (packages.length) {
-    out.push(h("details", { id: "source-package-list" }, h("summary", {}, `${packages.length} packages`),
+    // redrawn every few seconds while the experiment runs: an opened list stays open
+    out.push(h("details", { id: "source-package-list", open: record.packagesOpen === true,
+      ontoggle: (ev) => { record.packagesOpen = ev.target.open; } }, h("summary", {}, `${packages.length} packages`),
       h("div", { class: "mono small" }, packages.map((p) => h("div", {}, p)))));
   }
   return out;
