@@ -141,3 +141,20 @@ def test_compare_shows_the_param_code_and_package_differences(page: Any, server:
     assert "1.2.3" in marker and "—" in marker  # absent from A, installed for B
     shot(page, "31-compare-what-ran")
     _not_run(page)
+
+
+def test_on_a_phone_the_diffs_scroll_inside_their_box(browser: Any, server: Server, pair: Pair) -> None:
+    context = browser.new_context(viewport={"width": 390, "height": 844})
+    try:
+        pg = context.new_page()
+        pg.set_default_timeout(30_000)
+        for url, ready in [
+            (f"{server.url}/experiments/{pair.a}#overview", "#source-diff"),
+            (f"{server.url}/compare?ids={pair.a},{pair.b}", ".repro-diff pre"),
+        ]:
+            pg.goto(url)
+            pg.locator(ready).first.wait_for()
+            width = pg.evaluate("document.documentElement.scrollWidth")
+            assert width <= 390, f"{url} is {width} px wide on a 390 px screen"
+    finally:
+        context.close()
