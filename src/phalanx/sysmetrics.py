@@ -8,6 +8,7 @@ memory, threads, processes, and block I/O bytes read and written (/proc/PID/io).
 not per process on Linux (/proc/PID/net/dev is the whole network namespace), so they are not
 recorded. GPU utilisation and memory come from NVIDIA's library (libnvidia-ml, through ctypes) when
 it loads, per device the replica's processes use; without it the GPU series are simply absent.
+That path has only run against a fake NVML (tests/unit/test_sysmetrics_nvml.py), never a real GPU.
 
 Points go to a spool stream of their own, so ingest stores them like any reported scalar (exactly
 once), with the replica as the series: ``system/cpu_percent`` / ``master``. The step is the whole
