@@ -8,6 +8,7 @@ memory, threads, processes, and block I/O bytes read and written (/proc/PID/io).
 not per process on Linux (/proc/PID/net/dev is the whole network namespace), so they are not
 recorded. GPU utilisation and memory come from NVIDIA's library (libnvidia-ml, through ctypes) when
 it loads, per device the replica's processes use; without it the GPU series are simply absent.
+That path has only run against a fake NVML (tests/unit/test_sysmetrics_nvml.py), never a real GPU.
 
 Points go to a spool stream of their own, so ingest stores them like any reported scalar (exactly
 once), with the replica as the series: ``system/cpu_percent`` / ``master``. The step is the whole
@@ -24,6 +25,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from phalanx import limits, proctree
 
@@ -44,16 +46,30 @@ class Target:
     rank: int | None = None
 
 
-class _Nvml:
-    """The few NVML calls needed, through ctypes; ``ok`` is False when the library is not there."""
+NVML_LIBRARY = "libnvidia-ml.so.1"
+_NVML_SUCCESS = 0
+_NVML_INSUFFICIENT_SIZE = 7
+_NVML_UNAVAILABLE = (1 << 64) - 1  # NVML_VALUE_NOT_AVAILABLE in usedGpuMemory
 
-    class _Util(ctypes.Structure):
+
+def _load_nvml() -> Any:
+    """NVIDIA's library, or OSError where it is not installed (every machine without the driver)."""
+    return ctypes.CDLL(NVML_LIBRARY)
+
+
+class _Nvml:
+    """The few NVML calls needed, through ctypes; ``ok`` is False when the library is not there.
+
+    ``lib`` is the loaded library: ctypes' handle on libnvidia-ml by default, or anything with the
+    same functions (the tests' fake NVML, which writes the structures as the C library does)."""
+
+    class _Util(ctypes.Structure):  # nvmlUtilization_t
         _fields_ = [("gpu", ctypes.c_uint), ("memory", ctypes.c_uint)]
 
-    class _Mem(ctypes.Structure):
+    class _Mem(ctypes.Structure):  # nvmlMemory_t
         _fields_ = [("total", ctypes.c_ulonglong), ("free", ctypes.c_ulonglong), ("used", ctypes.c_ulonglong)]
 
-    class _Proc(ctypes.Structure):  # nvmlProcessInfo_t (v2/v3 layout)
+    class _Proc(ctypes.Structure):  # nvmlProcessInfo_t, v2 layout: what the _v2/_v3 getters fill
         _fields_ = [
             ("pid", ctypes.c_uint),
             ("usedGpuMemory", ctypes.c_ulonglong),
@@ -61,59 +77,88 @@ class _Nvml:
             ("computeInstanceId", ctypes.c_uint),
         ]
 
-    def __init__(self) -> None:
+    class _ProcV1(ctypes.Structure):  # nvmlProcessInfo_v1_t: what the unversioned getter fills (old drivers)
+        _fields_ = [("pid", ctypes.c_uint), ("usedGpuMemory", ctypes.c_ulonglong)]
+
+    # newest first; each with the layout of the array it fills
+    _GETTERS = (
+        ("nvmlDeviceGetComputeRunningProcesses_v3", _Proc),
+        ("nvmlDeviceGetComputeRunningProcesses_v2", _Proc),
+        ("nvmlDeviceGetComputeRunningProcesses", _ProcV1),
+    )
+
+    def __init__(self, lib: Any = None) -> None:
         self.ok = False
         self.handles: list[ctypes.c_void_p] = []
         try:
-            self.lib = ctypes.CDLL("libnvidia-ml.so.1")
-            if self.lib.nvmlInit_v2() != 0:
+            self.lib = lib if lib is not None else _load_nvml()
+            if self.lib.nvmlInit_v2() != _NVML_SUCCESS:
                 return
             count = ctypes.c_uint()
-            if self.lib.nvmlDeviceGetCount_v2(ctypes.byref(count)) != 0:
+            if self.lib.nvmlDeviceGetCount_v2(ctypes.byref(count)) != _NVML_SUCCESS:
                 return
             for i in range(count.value):
                 handle = ctypes.c_void_p()
-                if self.lib.nvmlDeviceGetHandleByIndex_v2(i, ctypes.byref(handle)) == 0:
+                if self.lib.nvmlDeviceGetHandleByIndex_v2(i, ctypes.byref(handle)) == _NVML_SUCCESS:
                     self.handles.append(handle)
-            self.ok = bool(self.handles)
-        except (OSError, AttributeError):
+                else:  # indices must stay the driver's: gpu<N> is device N, as nvidia-smi numbers it
+                    self.handles.append(ctypes.c_void_p())
+            self.ok = any(h.value for h in self.handles)
+        except Exception:  # no library, an old one without these symbols, or one that misbehaves
             self.ok = False
 
-    def devices_of(self, pids: set[int]) -> dict[int, int]:
-        """device index -> bytes of its memory the given processes use (devices they use only)."""
-        out: dict[int, int] = {}
+    def _processes(self, handle: ctypes.c_void_p) -> list[tuple[int, int | None]] | None:
+        """(pid, bytes or None when NVML cannot say) of the compute processes on a device."""
+        for name, layout in self._GETTERS:
+            fn = getattr(self.lib, name, None)
+            if fn is None:
+                continue
+            size = 64
+            for _ in range(3):  # NVML says how many there are when the array is too small
+                n = ctypes.c_uint(size)
+                procs = (layout * size)()
+                rc = fn(handle, ctypes.byref(n), procs)
+                if rc == _NVML_INSUFFICIENT_SIZE and n.value > size:
+                    size = n.value + 8  # processes may start between the two calls
+                    continue
+                if rc != _NVML_SUCCESS:
+                    return None
+                return [
+                    (int(p.pid), None if p.usedGpuMemory >= _NVML_UNAVAILABLE else int(p.usedGpuMemory))
+                    for p in procs[: min(n.value, size)]
+                ]
+            return None
+        return None
+
+    def devices_of(self, pids: set[int]) -> dict[int, int | None]:
+        """device index -> bytes of its memory the given processes use (None: NVML cannot say),
+        for the devices they use only."""
+        out: dict[int, int | None] = {}
         for i, handle in enumerate(self.handles):
-            for getter in ("nvmlDeviceGetComputeRunningProcesses_v3", "nvmlDeviceGetComputeRunningProcesses"):
-                fn = getattr(self.lib, getter, None)
-                if fn is None:
-                    continue
-                n = ctypes.c_uint(64)
-                procs = (self._Proc * 64)()
-                if fn(handle, ctypes.byref(n), procs) != 0:
-                    continue
-                used = [p.usedGpuMemory for p in procs[: n.value] if p.pid in pids]
-                if used:
-                    out[i] = sum(int(u) for u in used if u < (1 << 63))
-                break
+            if not handle.value:
+                continue
+            procs = self._processes(handle)
+            used = [m for pid, m in procs or [] if pid in pids]
+            if used:
+                known = [m for m in used if m is not None]
+                out[i] = sum(known) if known else None
         return out
 
-    def utilisation(self, index: int) -> tuple[float, int] | None:
-        util, mem = self._Util(), self._Mem()
-        handle = self.handles[index]
-        if self.lib.nvmlDeviceGetUtilizationRates(handle, ctypes.byref(util)) != 0:
+    def utilisation(self, index: int) -> float | None:
+        """The device's utilisation in percent over NVML's last sample period (the whole device)."""
+        util = self._Util()
+        if self.lib.nvmlDeviceGetUtilizationRates(self.handles[index], ctypes.byref(util)) != _NVML_SUCCESS:
             return None
-        if self.lib.nvmlDeviceGetMemoryInfo(handle, ctypes.byref(mem)) != 0:
-            return None
-        return float(util.gpu), int(mem.used)
+        return float(util.gpu)
 
 
 class Sampler:
     """Looks at each target's tree and turns two successive looks into points."""
 
-    def __init__(self, with_gpu: bool = True) -> None:
+    def __init__(self, with_gpu: bool = True, nvml_lib: Any = None) -> None:
         self.started = time.monotonic()
         self._last: dict[int, proctree.TreeSample] = {}
-        self._nvml: _Nvml | None = _Nvml() if with_gpu else None
+        self._nvml: _Nvml | None = _Nvml(nvml_lib) if with_gpu else None
         self.cost_seconds = 0.0  # CPU time this sampler's looks took (the bench's figure)
 
     def points(self, targets: list[Target]) -> list[tuple[Target, list[tuple[str, float]]]]:
@@ -158,9 +203,14 @@ class Sampler:
             for index, used in sorted(nvml.devices_of(pids).items()):
                 util = nvml.utilisation(index)
                 if util is not None:
-                    values.append((f"system/gpu{index}_util_percent", util[0]))
-                values.append((f"system/gpu{index}_memory_mib", used / MIB))
-        except (OSError, ValueError):  # a driver hiccup costs the GPU series of one look, nothing else
+                    values.append((f"system/gpu{index}_util_percent", util))
+                if used is not None:
+                    values.append((f"system/gpu{index}_memory_mib", used / MIB))
+        except Exception:
+            # An error code costs the GPU series of one look; a library that raises (a bad build, a
+            # ctypes mismatch) would raise on every look, so GPU sampling stops and the rest goes on.
+            log.warning("system metrics: NVML failed; GPU series are off for this run", exc_info=True)
+            nvml.ok = False
             return []
         return values
 

@@ -3,6 +3,7 @@
 
 import { api } from "./api.js";
 import { MAX_POINTS, ScalarChart, chartControls, firstTime, toLine } from "./charts.js";
+import { diffView } from "./repro.js";
 import { badge, byReplica, clear, color, fmtAgo, fmtValue, h, topologyText, add } from "./util.js";
 
 const EMPTY = { steps: [], values: [], times: [], count: 0 };
@@ -25,6 +26,7 @@ export function renderCompare(root, ctx) {
     const state = { smoothing: 0, log: false, xMode: "step" };
     const grid = h("div", { class: "charts", id: "compare-charts" });
     const paramsBox = h("div", { id: "compare-params" });
+    const diffBox = h("div", { id: "compare-diff" }, h("p", { class: "muted" }, "Loading…"));
     add(clear(root), 
       h("div", { class: "toolbar" }, h("h1", {}, `Compare ${exps.length} experiments`), h("span", { class: "spacer" }),
         h("a", { href: `/compare?ids=${ids.join(",")}&pick=1`, onclick: (ev) => { ev.preventDefault(); renderPicker(root, exps.map((e) => e.id)); } }, "change selection")),
@@ -39,6 +41,8 @@ export function renderCompare(root, ctx) {
       grid,
       h("h2", {}, "Hyperparameters"),
       paramsBox,
+      h("h2", {}, "What ran ", h("span", { class: "muted small" }, `params, file, code and packages of each against ${label(exps[0])} (phalanx diff)`)),
+      diffBox,
     );
 
     const metrics = new Map(); // title -> [[exp, metric]]
@@ -94,6 +98,10 @@ export function renderCompare(root, ctx) {
       draw();
     }
     loadScalars();
+    // the first experiment against each other one, as `phalanx diff A B` shows them
+    Promise.all(exps.slice(1).map((e) => api.diff(exps[0].id, e.id).then((doc) => diffView(doc, label(exps[0]), label(e)),
+      (err) => h("p", { class: "muted" }, `Could not diff ${exps[0].id} and ${e.id}: ${err.message}`))))
+      .then((views) => add(clear(diffBox), views));
     drawParams(paramsBox, exps, await Promise.all(exps.map((e) => api.params(e.id))));
   })();
   return () => { for (const c of charts) c.destroy(); };

@@ -4,6 +4,7 @@
 import { api } from "./api.js";
 import { renderConsole } from "./console.js";
 import { renderArtifacts, renderModels, renderParams, renderScalars } from "./panels.js";
+import { sourceDetails } from "./repro.js";
 import { badge, byReplica, clear, durationSeconds, fmtBytes, fmtDuration, fmtResources, fmtTime, fmtValue, h, topologyText, add } from "./util.js";
 
 const TABS = [
@@ -195,11 +196,18 @@ function renderNotes(panel, exp, saved) {
 
 // Attempts (start, restarts, resumes), checkpoints, what ran (git, versions) and each rank's pace
 // with the straggler: GET /experiments/{id}/run and /checkpoints (docs/checkpoints.md).
+const SOURCES = new Map(); // experiment id -> its reproducibility record (GET .../source)
+
 function renderRun(panel, exp) {
   const title = () => h("h2", { style: { marginTop: 0 } }, "Attempts, checkpoints and source");
   const box = h("div", { class: "card", id: "run-details" }, title(), h("p", { class: "muted" }, "Loading…"));
   add(panel, h("div", { class: "overview" }, box));
-  Promise.all([api.run(exp.id), api.checkpoints(exp.id)]).then(([run, ck]) => {
+  // The full record (uncommitted diff up to 1 MiB, package list) is written once, at start: fetched
+  // until it is there, then kept, so the Overview's refresh of a running experiment does not
+  // fetch it every 3 s. An experiment from before records existed has none.
+  const record = SOURCES.has(exp.id) ? Promise.resolve(SOURCES.get(exp.id))
+    : api.source(exp.id).then((r) => { if (r.snapshot || r.git || r.packages) SOURCES.set(exp.id, r); return r; }, () => ({}));
+  Promise.all([api.run(exp.id), api.checkpoints(exp.id), record]).then(([run, ck, rec]) => {
     clear(box);
     add(box, title());
     if (run.attempts.length) {
@@ -224,6 +232,11 @@ function renderRun(panel, exp) {
         [s.python ? `python ${s.python}` : "", s.phalanx ? `phalanx ${s.phalanx}` : "",
           s.packages ? `${s.packages} packages` : "", s.host || ""].filter(Boolean).map((x) => ` · ${x}`).join(""))
       : h("p", { class: "muted" }, "Not recorded."));
+    if (s) {
+      add(box, sourceDetails(rec),
+        h("p", { class: "small" }, h("a", { href: `/compare?ids=${exp.id}`, id: "diff-with" }, "Compare with…"),
+          h("span", { class: "muted" }, " another experiment to see its param, file, code and package differences (phalanx diff).")));
+    }
     const p = run.pace;
     if (p && p.ranks.length) {
       const slow = p.straggler ? p.straggler.replica : null;
