@@ -30,6 +30,9 @@ run:
 """
 
 
+PLAIN = "abcdefabcdef"
+
+
 def fill_group(home: Path) -> str:
     from phalanx.config import Settings
     from phalanx.groups import records
@@ -49,6 +52,7 @@ def fill_group(home: Path) -> str:
         exp = store.create_experiment(name=f"g-{n}", project="default", experiment_id=f"{n:012x}")
         records.add_trial(store, records.Trial(group.id, n, exp.id, {"lr": lr, "opt": opt}, state, value, 10))
         records.link_experiment(store, exp.id, group.id)
+    store.create_experiment(name="plain", project="default", experiment_id=PLAIN)  # in no group
     records.update_trial(store, group.id, 2, reason="pruned at step 10: loss 0.93 > median 0.41")
     records.update_group(store, group.id, status="running")
     return group.id
@@ -96,3 +100,36 @@ def test_the_group_page_marks_the_best_sorts_and_draws_parallel_coordinates(
     ids = ",".join(f"{n:012x}" for n in range(4))  # the trials' scalars overlaid on the Compare page
     assert page.locator("#overlay").get_attribute("href") == f"/compare?ids={ids}"
     shot(page, "group-page")
+
+
+def test_the_experiment_api_says_which_group_each_trial_belongs_to(served: tuple[Server, str]) -> None:
+    server, gid = served
+    with urllib.request.urlopen(f"{server.url}/api/v1/experiments", timeout=30) as r:
+        items = {e["id"]: e["group_id"] for e in json.load(r)["items"]}
+    assert items == {**{f"{n:012x}": gid for n in range(4)}, PLAIN: None}
+    with urllib.request.urlopen(f"{server.url}/api/v1/experiments/{1:012x}", timeout=30) as r:
+        assert json.load(r)["group_id"] == gid
+
+
+def test_the_experiment_list_has_a_group_column_that_leads_to_the_group(
+    page: Any, served: tuple[Server, str]
+) -> None:
+    server, gid = served
+    page.goto(server.url)
+    trial = page.locator(f'#experiments tbody tr[data-id="{2:012x}"]')
+    trial.wait_for()
+    assert "GROUP" in page.locator("#experiments thead th").all_inner_texts()  # (headers are upper case)
+    link = trial.locator("td.group a")
+    link.wait_for()
+    assert link.get_attribute("href") == f"/groups/{gid}"
+    assert link.inner_text() == f"g ({gid[:6]})"  # the group's name (its file's name) and short id
+    assert page.locator(f'#experiments tbody tr[data-id="{PLAIN}"] td.group').inner_text() == "—"
+    shot(page, "experiment-list-groups")
+    link.click()
+    page.wait_for_url(f"{server.url}/groups/{gid}")
+    page.locator("#trials tbody tr").first.wait_for()
+    assert page.locator("#trials tbody tr").count() == 4
+    # and back from a trial's own page
+    page.goto(f"{server.url}/experiments/{2:012x}")
+    page.locator(f'[data-group="{gid}"] a').click()
+    page.wait_for_url(f"{server.url}/groups/{gid}")

@@ -67,6 +67,9 @@ class ExperimentOut(BaseModel):
     columns: dict[str, Any] = Field(
         default_factory=dict, description="the param/metric columns asked for (param:KEY, metric:AGG:TITLE)"
     )
+    group_id: str | None = Field(
+        default=None, description="the experiment group (hyperparameter search) it is a trial of, if any"
+    )
 
 
 class ExperimentDetail(ExperimentOut):
@@ -92,6 +95,7 @@ def experiment_out(e: Experiment) -> dict[str, Any]:
         "started_at": e.started_at,
         "finished_at": e.finished_at,
         "notes": e.notes,
+        "group_id": e.group_id,
     }
 
 

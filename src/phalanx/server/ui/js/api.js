@@ -82,4 +82,5 @@ export const api = {
   modelUrl: (id, name) => `${BASE}/experiments/${enc(id)}/models/${encPath(name)}`,
   logsTextUrl: (id, params) => `${BASE}/experiments/${enc(id)}/logs.txt?${new URLSearchParams(params)}`,
   logStreamUrl: (id, params) => `${BASE}/experiments/${enc(id)}/logs/stream?${new URLSearchParams(params)}`,
+  groups: () => request("/groups"),
 };

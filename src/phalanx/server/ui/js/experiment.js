@@ -54,6 +54,8 @@ export function renderExperiment(root, ctx, id) {
           h("span", {}, "topology ", h("b", {}, topologyText(exp.topology))),
           exp.backend ? h("span", {}, "backend ", h("b", {}, exp.backend)) : null,
           exp.cluster ? h("span", {}, "cluster ", h("b", {}, exp.cluster)) : null,
+          exp.group_id ? h("span", { "data-group": exp.group_id }, "group ",
+            h("a", { href: `/groups/${encodeURIComponent(exp.group_id)}`, class: "mono" }, exp.group_id)) : null,
           h("span", {}, "started ", h("b", {}, fmtTime(exp.started_at || exp.created_at))),
           h("span", {}, "duration ", h("b", {}, fmtDuration(durationSeconds(exp)))),
           (exp.tags || []).length ? h("span", {}, exp.tags.map((t) => h("span", { class: "tag" }, t))) : null,

@@ -7,6 +7,7 @@ const SERVER_SORTS = new Set(["created_at", "started_at", "name", "project", "st
 const COLUMNS = [
   ["", null], ["id", "id"], ["name", "name"], ["project", "project"], ["status", "status"],
   ["framework", "framework"], ["topology", "topology"], ["started", "started_at"], ["duration", "duration"], ["tags", null],
+  ["group", "group_id"],
 ];
 const STATUSES = ["", "created", "starting", "running", "succeeded", "failed", "stopped", "unknown", "queued"];
 const PAGE = 50;
@@ -24,6 +25,18 @@ export function renderList(root, ctx) {
   const isExtra = (key) => key.startsWith("param:") || key.startsWith("metric:");
   let timer = null;
   let items = [];
+  // group id -> its name, for the group column (trials of a hyperparameter search link to its page)
+  const groupNames = new Map();
+  async function nameGroups(list) {
+    if (!list.some((e) => e.group_id && !groupNames.has(e.group_id))) return;
+    try { for (const g of await api.groups()) groupNames.set(g.id, g.name); } catch { /* the ids will do */ }
+  }
+  function groupCell(e) {
+    if (!e.group_id) return h("td", { class: "group" }, "—");
+    const name = groupNames.get(e.group_id);
+    return h("td", { class: "group", title: `group ${e.group_id}` },
+      h("a", { href: `/groups/${encodeURIComponent(e.group_id)}` }, name ? `${name} (${e.group_id.slice(0, 6)})` : e.group_id.slice(0, 12)));
+  }
 
   const q = h("input", { type: "search", placeholder: "Search id, name or project", value: state.q, "aria-label": "search" });
   const status = h("select", { "aria-label": "status" }, STATUSES.map((s) => h("option", { value: s }, s || "any status")));
@@ -130,6 +143,7 @@ export function renderList(root, ctx) {
         h("td", { class: "num", title: fmtTime(e.started_at || e.created_at) }, fmtAgo(e.started_at || e.created_at)),
         h("td", { class: "num" }, fmtDuration(durationSeconds(e))),
         h("td", {}, (e.tags || []).map((t) => h("span", { class: "tag" }, t))),
+        groupCell(e),
         state.cols.map((c) => h("td", { class: "num", "data-column": c },
           e.columns && c in e.columns ? fmtValue(e.columns[c]) : "—")),
       ));
@@ -169,6 +183,8 @@ export function renderList(root, ctx) {
     history.replaceState(null, "", shown.toString() ? `/?${shown}` : "/");
     try {
       const page = await api.experiments(query);
+      if (ticket !== loads) return;
+      await nameGroups(page.items);
       if (ticket !== loads) return;
       items = page.items;
       counter.textContent = `${page.total} experiment${page.total === 1 ? "" : "s"}`;
