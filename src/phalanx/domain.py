@@ -199,6 +199,7 @@ class Event:
     time: float = 0.0
     stream: str = ""  # the writing process's spool stream id
     seq: int = 0  # its sequence number inside the stream
+    attempt: int | None = None  # the writer's attempt (PHALANX_ATTEMPT): a later one replaces steps
 
 
 T = TypeVar("T")

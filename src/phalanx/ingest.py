@@ -80,8 +80,10 @@ def record_to_event(record: Mapping[str, Any]) -> Event:
         rank = record.get("rank")
         rank = None if rank is None or rank == "" else int(rank)
         when = float(record.get("time") or time.time())
+        attempt = record.get("attempt")  # absent in records of writers before attempts: None
+        attempt = None if attempt is None or attempt == "" else int(attempt)
     except (TypeError, ValueError) as exc:
-        raise UsageError(f"event has a malformed seq, index, rank or time: {exc}") from None
+        raise UsageError(f"event has a malformed seq, index, rank, attempt or time: {exc}") from None
     event = Event(
         experiment_id=exp,
         kind=kind,
@@ -93,6 +95,7 @@ def record_to_event(record: Mapping[str, Any]) -> Event:
         time=when,
         stream=str(record.get("stream") or ""),
         seq=seq,
+        attempt=attempt,
     )
     if kind is EventKind.SCALAR and "keys" in data:
         try:  # columns: check their shape here; decoding them twice would cost more than storing

@@ -554,7 +554,7 @@ class Supervisor:
             from phalanx.ingest import Ingester
 
             Ingester(self.store, None, self.spool_dir, cleanup=False).run_once()
-        context = self.p.context
+        context = self._with_attempt(self.p.context)
         self._resume_step = None
         try:
             ckpt = latest(from_artifacts(self.store.artifacts(self.id)))
@@ -574,6 +574,20 @@ class Supervisor:
             "PHALANX_RESUME_METRICS": json.dumps(dict(ckpt.metrics)),
         }
         return replace(context, tracking_env={**context.tracking_env, **env})
+
+    def _with_attempt(self, context: LaunchContext) -> LaunchContext:
+        """PHALANX_ATTEMPT: the number the next group's attempt gets in the store, so its points
+        replace the steps earlier attempts reported (store.sql.attempts) instead of repeating them."""
+        attempts = getattr(self.store, "attempts", None)
+        if attempts is None:
+            return context
+        try:
+            numbers = [int(a["number"]) for a in attempts(self.id)]
+        except Exception:
+            log.exception("reading the attempts failed; the new group's points are appended")
+            return context
+        env = {**context.tracking_env, "PHALANX_ATTEMPT": str(max(numbers, default=-1) + 1)}
+        return replace(context, tracking_env=env)
 
     def _local_checkpoint(self, path: str) -> str | None:
         """A local path of a stored checkpoint: where the artifact store keeps it when that is a

@@ -68,6 +68,7 @@ class Reporter:
             role=ident.role,
             index=ident.index,
             rank=ident.replica_rank,
+            attempt=ident.attempt,
         )
         self._drain_lock = threading.RLock()  # a SIGTERM handler may flush mid-drain
         self._wake = threading.Event()

@@ -20,6 +20,7 @@ ENV_SPOOL = "PHALANX_SPOOL"
 ENV_HOST = "PHALANX_HOST"
 ENV_TOKEN = "PHALANX_TOKEN"
 ENV_CAPTURED = "PHALANX_CAPTURED"
+ENV_ATTEMPT = "PHALANX_ATTEMPT"  # the attempt (0, 1, ...) this process belongs to; unset: not known
 ENV_INGESTER_PID = "PHALANX_INGESTER_PID"  # a process running an Ingester over PHALANX_SPOOL
 ENV_PARAMS = "PHALANX_PARAMS"  # the experiment's params as JSON (declarations, --param, a trial's sample)
 
@@ -63,6 +64,7 @@ class Identity:
     spool_dir: Path
     host: str | None
     token: str | None
+    attempt: int | None = None  # PHALANX_ATTEMPT: which start of the experiment this process is
 
     @classmethod
     def from_env(cls) -> Identity | None:
@@ -81,6 +83,7 @@ class Identity:
             spool_dir=Path(spool),
             host=(env.get(ENV_HOST) or "").rstrip("/") or None,
             token=env.get(ENV_TOKEN) or None,
+            attempt=_int(env.get(ENV_ATTEMPT)),
         )
 
     def rank(self) -> int | None:

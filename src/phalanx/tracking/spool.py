@@ -1,10 +1,11 @@
 """The spool: one append-only file of JSON lines per writing process (standard library only).
 
 Every record is one event: ``{"stream", "seq", "kind", "experiment_id", "replica", "role", "index",
-"rank", "time", "data"}``. ``stream`` names the file (``<stream>.spool``) and ``seq`` counts the
-stream's records from 0, so (stream, seq) identifies a record everywhere: ingest stores it exactly
-once, and the server accepts the same records over HTTP. A record is complete once its newline is
-written; a reader ignores a trailing partial line (a writer killed mid-write).
+"rank", "time", "data"}``, and ``"attempt"`` when the writer knows it (store.sql.attempts).
+``stream`` names the file (``<stream>.spool``) and ``seq`` counts the stream's records from 0, so
+(stream, seq) identifies a record everywhere: ingest stores it exactly once, and the server accepts
+the same records over HTTP. A record is complete once its newline is written; a reader ignores a
+trailing partial line (a writer killed mid-write).
 
 After ingest commits a stream's records it writes ``<stream>.ack`` holding the last committed seq;
 ``SpoolWriter.wait_for_ack`` is how ``task.flush()`` knows its points are visible in the store.
@@ -145,6 +146,7 @@ class SpoolWriter:
         index: int = 0,
         rank: int | None = None,
         stream: str | None = None,
+        attempt: int | None = None,
     ) -> None:
         self.spool_dir = Path(spool_dir)
         self.spool_dir.mkdir(parents=True, exist_ok=True)
@@ -152,6 +154,7 @@ class SpoolWriter:
         self.path = self.spool_dir / f"{self.stream}{SUFFIX}"
         self.experiment_id = experiment_id
         self.replica, self.role, self.index, self.rank = replica, role, index, rank
+        self.attempt = attempt  # PHALANX_ATTEMPT: a later attempt's steps replace an earlier one's
         self._lock = threading.RLock()  # re-entered by a signal handler flushing mid-write
         self._seq = _records_in(self.path)  # resume a stream's numbering if the file exists
         self._fd: int | None = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
@@ -174,7 +177,7 @@ class SpoolWriter:
         experiment_id: str | None = None,
     ) -> dict[str, Any]:
         """A record (without stream/seq, which ``append`` assigns) carrying this writer's defaults."""
-        return {
+        rec = {
             "kind": kind,
             "experiment_id": experiment_id or self.experiment_id,
             "replica": self.replica if replica is None else replica,
@@ -184,6 +187,9 @@ class SpoolWriter:
             "time": time.time() if time_ is None else time_,
             "data": dict(data),
         }
+        if self.attempt is not None:
+            rec["attempt"] = self.attempt
+        return rec
 
     def write(self, kind: str, data: Mapping[str, Any], **overrides: Any) -> int:
         """Append one event; returns its seq."""

@@ -47,6 +47,7 @@ class ScalarBlock:
     steps: Sequence[int]
     values: Sequence[float]
     times: Sequence[float]
+    attempt: int | None = None  # a later attempt's points replace an earlier one's (store.sql.attempts)
 
 
 def new_events(conn: Connection, events: Sequence[Event]) -> list[Event]:
@@ -278,7 +279,9 @@ def scalar_block(ev: Event) -> ScalarBlock:
             from phalanx.tracking.spool import decode_points
 
             keys, idx, steps, values, times = decode_points(d)
-            return ScalarBlock(ev.experiment_id, ev.replica, ev.rank, keys, idx, steps, values, times)
+            return ScalarBlock(
+                ev.experiment_id, ev.replica, ev.rank, keys, idx, steps, values, times, ev.attempt
+            )
         points = d.get("points")
         if points is None:
             step = d.get("step", d.get("iteration", 0))
@@ -294,6 +297,7 @@ def scalar_block(ev: Event) -> ScalarBlock:
             [int(p[2]) for p in points],
             [float(p[3]) for p in points],
             [float(p[4]) if len(p) > 4 else ev.time for p in points],
+            ev.attempt,
         )
     except (KeyError, IndexError, TypeError, ValueError) as exc:
         raise UsageError(f"malformed scalar event: {exc!r}") from None
@@ -387,12 +391,19 @@ def _dialect_insert(conn: Connection, row: Any) -> Any:
 
 def insert_scalars(conn: Connection, blocks: Sequence[ScalarBlock]) -> None:
     ids = series_ids(conn, {(b.experiment_id, t, s) for b in blocks for t, s in b.keys})
+    rebuild: set[int] = set()
+    if any(b.attempt is not None for b in blocks):  # a point of a later attempt replaces the step
+        from phalanx.store.sql import attempts
+
+        blocks, rebuild = attempts.reconcile(conn, blocks, ids)
     with no_gc():
         _insert_blocks(conn, blocks, ids)
     from phalanx.store.sql import summary
 
     summary.merge_level1(conn, summary.aggregate(_columns(blocks, ids)))
     summary.refresh_upper(conn, _spans(blocks, ids))
+    if rebuild:
+        summary.rebuild(conn, rebuild)
 
 
 def _columns(

@@ -75,6 +75,10 @@ class SeriesRow(Base):
     experiment_id: Mapped[str] = mapped_column(String(32))
     title: Mapped[str] = mapped_column(String(255))
     series: Mapped[str] = mapped_column(String(255))
+    # the latest attempt that reported points of this series and the first step it reported: rows at
+    # or after that step are that attempt's own (store.sql.attempts); NULL: none said its attempt
+    attempt: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    attempt_step: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
 
 
 class ScalarRow(Base):

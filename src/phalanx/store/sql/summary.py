@@ -275,6 +275,15 @@ def backfill(conn: Connection, series_ids: Iterable[int] | None = None) -> None:
     refresh(conn, spans)
 
 
+def rebuild(conn: Connection, series_ids: Iterable[int]) -> None:
+    """Build these series' summary again from their points: after points were deleted (a later
+    attempt replaced them), buckets that lost points, or all of them, must not keep counting them."""
+    sids = sorted(set(series_ids))
+    for sid in sids:
+        conn.execute(text("DELETE FROM scalar_summary WHERE series_id = :sid"), {"sid": sid})
+    backfill(conn, sids)
+
+
 # --- reading a view ------------------------------------------------------------------------------
 
 

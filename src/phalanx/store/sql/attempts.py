@@ -1,0 +1,124 @@
+"""Steps are idempotent per attempt: a later attempt's points replace what an earlier one reported.
+
+Why: a restarted group (max_restarts, `phalanx resume`) or a requeued Slurm job runs the training
+again from its checkpoint (or from scratch) and reports the same steps a second time; appended, a
+40-step run showed 52 points. Each scalar record carries its writer's attempt (PHALANX_ATTEMPT), and
+each series remembers the latest attempt that wrote to it and the first step that attempt reported
+(``series.attempt``, ``series.attempt_step``). The invariant: every stored point at or after
+``attempt_step`` belongs to ``attempt``; the points before it are earlier attempts' and are kept.
+
+- A point of a newer attempt than the series': the earlier attempts' points at or after its first
+  step are deleted, and the series continues from there (no duplicate, no stale tail).
+- A point of the same attempt before ``attempt_step``: the earlier attempts' points from there up
+  to ``attempt_step`` are deleted (another rank of the new attempt resumed a little earlier).
+- A point of an older attempt (a record that reached the store late): kept only before
+  ``attempt_step``; later steps belong to the newer attempt.
+- Within one attempt nothing changes (exactly once per record, repeats of a step are kept), and a
+  record without an attempt (older writers, system metrics) is appended as it always was.
+
+This runs inside the batch's transaction, before the points are inserted, and only for batches that
+carry an attempt; the series rows are locked (PostgreSQL) so two ingesters of two attempts agree.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+
+from sqlalchemy import Connection, delete, select, update
+
+from phalanx.store.sql.events import ScalarBlock
+from phalanx.store.sql.models import ScalarRow, SeriesRow
+
+
+def _first_steps(
+    blocks: Sequence[ScalarBlock], ids: dict[tuple[str, str, str], int]
+) -> dict[int, dict[int, int]]:
+    """Per series id and attempt, the smallest step the batch brings."""
+    firsts: dict[int, dict[int, int]] = {}
+    for b in blocks:
+        if b.attempt is None or not b.steps:
+            continue
+        sids = [ids[(b.experiment_id, t, s)] for t, s in b.keys]
+        if b.idx is None or len(sids) == 1:
+            pairs = [(sids[0], min(b.steps))]
+        else:
+            low: dict[int, int] = {}
+            for k, step in zip(b.idx, b.steps, strict=True):
+                if k not in low or step < low[k]:
+                    low[k] = step
+            pairs = [(sids[k], step) for k, step in low.items()]
+        for sid, step in pairs:
+            per = firsts.setdefault(sid, {})
+            per[b.attempt] = min(step, per.get(b.attempt, step))
+    return firsts
+
+
+def reconcile(
+    conn: Connection, blocks: Sequence[ScalarBlock], ids: dict[tuple[str, str, str], int]
+) -> tuple[list[ScalarBlock], set[int]]:
+    """Delete the earlier attempts' points the batch replaces and record each series' attempt;
+    returns the blocks without points of older attempts that came too late, and the ids of the
+    series that lost points (their summary must be rebuilt)."""
+    firsts = _first_steps(blocks, ids)
+    if not firsts:
+        return list(blocks), set()
+    query = select(SeriesRow.id, SeriesRow.attempt, SeriesRow.attempt_step).where(
+        SeriesRow.id.in_(sorted(firsts))
+    )
+    if conn.dialect.name == "postgresql":
+        query = query.with_for_update()
+    stored = {int(r[0]): (r[1], r[2]) for r in conn.execute(query)}
+    rebuild: set[int] = set()
+    state: dict[int, tuple[int | None, int | None]] = {}
+    for sid, per_attempt in firsts.items():
+        cur, start = stored.get(sid, (None, None))
+        before = (cur, start)
+        for attempt in sorted(per_attempt):
+            first = per_attempt[attempt]
+            if cur is None or attempt > cur:  # a newer attempt takes the series over from `first`
+                stale = delete(ScalarRow).where(ScalarRow.series_id == sid, ScalarRow.step >= first)
+                gone = conn.execute(stale)
+                cur, start = attempt, first
+            elif attempt == cur and start is not None and first < start:
+                gone = conn.execute(
+                    delete(ScalarRow).where(
+                        ScalarRow.series_id == sid, ScalarRow.step >= first, ScalarRow.step < start
+                    )
+                )
+                start = first
+            else:
+                continue
+            if gone.rowcount:
+                rebuild.add(sid)
+        state[sid] = (cur, start)
+        if (cur, start) != before:
+            conn.execute(update(SeriesRow).where(SeriesRow.id == sid).values(attempt=cur, attempt_step=start))
+    return [_without_stale(b, ids, state) for b in blocks], rebuild
+
+
+def _without_stale(
+    b: ScalarBlock, ids: dict[tuple[str, str, str], int], state: dict[int, tuple[int | None, int | None]]
+) -> ScalarBlock:
+    """The block without its points that a newer attempt of their series has replaced already."""
+    if b.attempt is None:
+        return b
+    sids = [ids[(b.experiment_id, t, s)] for t, s in b.keys]
+    limits = []
+    for sid in sids:
+        cur, start = state.get(sid, (None, None))
+        limits.append(start if cur is not None and start is not None and cur > b.attempt else None)
+    if all(limit is None for limit in limits):
+        return b
+    keep = [
+        i
+        for i, step in enumerate(b.steps)
+        if (limit := limits[0 if b.idx is None else b.idx[i]]) is None or step < limit
+    ]
+    return dataclasses.replace(
+        b,
+        idx=None if b.idx is None else [b.idx[i] for i in keep],
+        steps=[b.steps[i] for i in keep],
+        values=[b.values[i] for i in keep],
+        times=[b.times[i] for i in keep],
+    )
