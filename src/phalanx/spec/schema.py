@@ -175,8 +175,11 @@ def _read_checkpoints(c: Collector, root: YMap) -> dict[str, Any] | None:
     m = c.mapping(node, "run.checkpoints", POLICY_KEYS)
     if m is None:
         return None
+    # an unknown key was reported by c.mapping (with a did-you-mean): parse only the known ones,
+    # so the same typo is not a second problem
+    known = {k: v for k, v in plain(m).items() if k in POLICY_KEYS}
     try:
-        return Policy.parse(plain(m), "run.checkpoints").to_json()
+        return Policy.parse(known, "run.checkpoints").to_json()
     except PolicyError as exc:
         key = exc.path.rsplit(".", 1)[-1]
         c.add(m.get(key) or m.key(key) or m if key in POLICY_KEYS else m, exc.path, exc.message)

@@ -39,3 +39,12 @@ def test_a_bad_policy_names_the_key(policy: str, message: str) -> None:
     with pytest.raises(SpecError) as info:
         load_spec_text(FILE.format(policy=policy), "p.yml")
     assert message in str(info.value), str(info.value)
+
+
+def test_an_unknown_policy_key_is_one_problem_with_a_hint() -> None:
+    """A typo in run.checkpoints is reported once (with the did-you-mean hint), not twice."""
+    with pytest.raises(SpecError) as info:
+        load_spec_text(FILE.format(policy="    keep_lst: 2"), "p.yml")
+    text = str(info.value)
+    assert text.count("keep_lst") == 1, text
+    assert "did you mean 'keep_last'?" in text
