@@ -143,7 +143,10 @@ def resume(experiment_id: IdArg, output: OutputOpt = "table") -> None:
         raise fail(
             f"the experiment's folder {workdir} is gone; use `phalanx rerun {experiment.id}` (its snapshot)"
         )
-    spec = load_spec_text(experiment.spec_text, launch.get("file") or "<stored file>", launch.get("params"))
+    # the recorded params were accepted at launch (some perhaps with --extra-params): not checked again
+    spec = load_spec_text(
+        experiment.spec_text, launch.get("file") or "<stored file>", launch.get("params"), extra_params=True
+    )
     prepared = supervisor.prepare(
         spec,
         settings=settings,
@@ -169,11 +172,19 @@ def rerun(
         list[str] | None,
         typer.Option("--param", metavar="NAME=VALUE", help="Change a param of the rerun (repeatable)."),
     ] = None,
+    extra_params: Annotated[
+        bool,
+        typer.Option(
+            "--extra-params",
+            help="Record --param names the file neither declares nor uses (refused without this flag).",
+        ),
+    ] = False,
     output: OutputOpt = "table",
 ) -> None:
     """Start a new experiment from exactly the file, params and source snapshot another one ran
     (with --param changes). Exit status as for `phalanx run`."""
     _check_output(output)
+    import shutil
     import time
     import uuid
 
@@ -186,25 +197,37 @@ def rerun(
     experiment = store.get_experiment(experiment_id)
     launch = _launch_of(store, experiment)
     record = store.repro(experiment.id)
-    params = {**dict(launch.get("params") or {}), **parse_param_overrides(param or [])}
+    recorded = dict(launch.get("params") or {})
+    changes = parse_param_overrides(param or [])
+    params = {**recorded, **changes}
+    filename = launch.get("file") or "<stored file>"
+    # Check the file and the params before anything is written, so a refused rerun leaves nothing.
+    # The recorded params were accepted at launch (some perhaps with --extra-params); a name only
+    # the rerun adds is checked as `phalanx run` checks it.
+    new_names = {k: v for k, v in changes.items() if k not in recorded}
+    if new_names and not extra_params:
+        load_spec_text(experiment.spec_text, filename, new_names)
+    spec = load_spec_text(experiment.spec_text, filename, params, extra_params=True)
+    snap = (record.get("snapshot") or {}).get("path")
+    if not (snap and store.artifact_store is not None and store.artifact_store.exists(experiment.id, snap)):
+        raise fail(f"experiment {experiment.id} has no source snapshot to rerun from")
     new_id = uuid.uuid4().hex[:12]
     folder = settings.runs_dir / new_id / "source"
-    snap = (record.get("snapshot") or {}).get("path")
-    if snap and store.artifact_store is not None and store.artifact_store.exists(experiment.id, snap):
+    try:
         repro.extract(store.artifact_store.read_bytes(experiment.id, snap), folder)
-    else:
-        raise fail(f"experiment {experiment.id} has no source snapshot to rerun from")
-    spec = load_spec_text(experiment.spec_text, launch.get("file") or "<stored file>", params)
-    started = time.time()
-    prepared = supervisor.prepare(
-        spec,
-        settings=settings,
-        workdir=folder,
-        experiment_id=new_id,
-        cluster=launch.get("cluster"),
-        oversubscribe=bool(launch.get("oversubscribe")),
-        launch={**launch, "params": params, "rerun_of": experiment.id, "rerun_at": started},
-    )
+        started = time.time()
+        prepared = supervisor.prepare(
+            spec,
+            settings=settings,
+            workdir=folder,
+            experiment_id=new_id,
+            cluster=launch.get("cluster"),
+            oversubscribe=bool(launch.get("oversubscribe")),
+            launch={**launch, "params": params, "rerun_of": experiment.id, "rerun_at": started},
+        )
+    except BaseException:
+        shutil.rmtree(folder.parent, ignore_errors=True)  # nothing half-written: the run never started
+        raise
     _supervise(prepared, settings, output, resume=False)
 
 

@@ -1,0 +1,58 @@
+"""What a tired user gets wrong with `phalanx rerun` / `phalanx resume`: a refused rerun leaves
+nothing behind, and an experiment launched with --extra-params can still be resumed and rerun."""
+
+from __future__ import annotations
+
+import json
+
+from .conftest import Phalanx
+
+# fails on its first run (no marker yet), succeeds afterwards: a failed experiment to resume
+SCRIPT = """
+import pathlib, sys
+marker = pathlib.Path(sys.argv[1])
+if not marker.exists():
+    marker.write_text("ran once")
+    sys.exit("first attempt fails")
+print("second attempt succeeds", flush=True)
+"""
+
+
+def _failed_experiment(phalanx: Phalanx, *extra: str) -> str:
+    folder = phalanx.tmp / "exp"
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "train.py").write_text(SCRIPT)
+    spec = phalanx.spec(
+        f"version: 1\nkind: experiment\nparams:\n  epochs: 2\nrun:\n  cmd: python train.py {phalanx.tmp}/marker\n"
+    )
+    first = phalanx.run("run", "-f", str(spec), "-o", "json", *extra)
+    assert first.returncode == 1, first.stderr[-2000:]
+    return str(json.loads(first.stdout)["id"])
+
+
+def test_a_refused_rerun_writes_nothing_and_extra_params_survive_resume_and_rerun(phalanx: Phalanx) -> None:
+    exp_id = _failed_experiment(phalanx, "--param", "note=baseline", "--extra-params")
+    store = phalanx.store()
+    runs = phalanx.home / "runs"
+    before = sorted(p.name for p in runs.iterdir())
+    count = store.list_experiments().total
+
+    typo = phalanx.run("rerun", exp_id, "--param", "epcohs=3")
+    assert typo.returncode == 2 and "did you mean 'epochs'?" in typo.stderr, typo.stderr
+    assert "Traceback" not in typo.stderr
+    assert sorted(p.name for p in runs.iterdir()) == before  # no half-written run folder
+    assert store.list_experiments().total == count
+
+    # launched with --extra-params: resuming it must not refuse the params it was launched with
+    resumed = phalanx.run("resume", exp_id)
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    assert store.get_experiment(exp_id).status == "succeeded"
+
+    again = phalanx.run("rerun", exp_id, "-o", "json")
+    assert again.returncode == 0, again.stderr[-2000:]
+    # a name only the rerun adds is checked as `phalanx run` checks it, and --extra-params lets it in
+    assert phalanx.run("rerun", exp_id, "--param", "seed=1").returncode == 2
+    more = phalanx.run("rerun", exp_id, "--param", "seed=1", "--extra-params", "-o", "json")
+    assert more.returncode == 0, more.stderr[-2000:]
+    assert store.get_experiment(json.loads(more.stdout)["id"]).plan["params"]["seed"] == 1
+
