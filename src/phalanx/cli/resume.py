@@ -129,11 +129,13 @@ def resume(experiment_id: IdArg, output: OutputOpt = "table") -> None:
     store = _open()
     experiment = store.get_experiment(experiment_id)
     if experiment.status not in (ExperimentStatus.FAILED, ExperimentStatus.STOPPED):
+        # point to `phalanx rerun` only where it can work: it needs the recorded launch
+        rerunnable = bool((store.repro(experiment.id) or {}).get("launch")) and bool(experiment.spec_text)
         raise fail(
             f"experiment {experiment.id} is {experiment.status}; only a failed or stopped one can be resumed"
             + (
                 " (use `phalanx rerun` to run it again)"
-                if experiment.status is ExperimentStatus.SUCCEEDED
+                if experiment.status is ExperimentStatus.SUCCEEDED and rerunnable
                 else ""
             )
         )

@@ -22,9 +22,8 @@ def _failed_experiment(phalanx: Phalanx, *extra: str) -> str:
     folder = phalanx.tmp / "exp"
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "train.py").write_text(SCRIPT)
-    spec = phalanx.spec(
-        f"version: 1\nkind: experiment\nparams:\n  epochs: 2\nrun:\n  cmd: python train.py {phalanx.tmp}/marker\n"
-    )
+    cmd = f"python train.py {phalanx.tmp}/marker"
+    spec = phalanx.spec(f"version: 1\nkind: experiment\nparams:\n  epochs: 2\nrun:\n  cmd: {cmd}\n")
     first = phalanx.run("run", "-f", str(spec), "-o", "json", *extra)
     assert first.returncode == 1, first.stderr[-2000:]
     return str(json.loads(first.stdout)["id"])
@@ -56,3 +55,17 @@ def test_a_refused_rerun_writes_nothing_and_extra_params_survive_resume_and_reru
     assert more.returncode == 0, more.stderr[-2000:]
     assert store.get_experiment(json.loads(more.stdout)["id"]).plan["params"]["seed"] == 1
 
+
+def test_resume_of_a_plain_script_run_does_not_point_to_a_rerun_that_would_refuse(phalanx: Phalanx) -> None:
+    import subprocess
+    import sys
+
+    script = phalanx.tmp / "plain.py"
+    script.write_text("from phalanx import Task\nTask.init(project_name='p', task_name='plain')\n")
+    subprocess.run([sys.executable, str(script)], env=phalanx.env, check=True, timeout=120)
+    assert phalanx.run("ls").returncode == 0  # a phalanx command ingests what the script spooled
+    exp_id = phalanx.store().list_experiments().items[0].id
+    resumed = phalanx.run("resume", exp_id)
+    assert resumed.returncode == 2 and "only a failed or stopped one" in resumed.stderr
+    assert "phalanx rerun" not in resumed.stderr  # a rerun needs the launch a plain script never records
+    assert phalanx.run("rerun", exp_id).returncode == 2
