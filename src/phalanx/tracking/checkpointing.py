@@ -173,12 +173,21 @@ def load(
 ) -> Any:
     """The object of a checkpoint (default: the latest): torch.load for .pt files (torch must be
     installed), pickle for .pkl, the path itself for a file or folder saved as a path. None when
-    there is no checkpoint."""
+    there is no checkpoint; FileNotFoundError when its file is gone."""
     if checkpoint is None:
         checkpoint = latest(task)
         if checkpoint is None:
             return None
     path = Path(checkpoint.path if isinstance(checkpoint, Checkpoint) else checkpoint)
+    if not path.exists():
+        # a Path handed back here would fail later, far from the cause (`state["epoch"]` on a Path)
+        what = "checkpoint"
+        if isinstance(checkpoint, Checkpoint):
+            what = f"{checkpoint.name} (step {checkpoint.step})"
+        raise FileNotFoundError(
+            f"load_checkpoint: the file of {what} is gone: {path} (a retention policy or a clean-up "
+            "removed it?); task.latest_checkpoint() names the newest one saved"
+        )
     if path.suffix == ".pt" and path.is_file():
         import importlib
 
