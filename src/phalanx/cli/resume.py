@@ -244,13 +244,18 @@ def _diff_doc(store: Any, a: Any, b: Any) -> dict[str, Any]:
     params = {
         k: {"a": pa.get(k), "b": pb.get(k)} for k in sorted(set(pa) | set(pb)) if pa.get(k) != pb.get(k)
     }
-    file_diff = list(
-        difflib.unified_diff(
-            (a.spec_text or "").splitlines(),
-            (b.spec_text or "").splitlines(),
-            f"{a.id}/file",
-            f"{b.id}/file",
-            lineterm="",
+    no_file = not (a.spec_text and b.spec_text)  # a plain script's run has no experiment file
+    file_diff = (
+        []
+        if no_file
+        else list(
+            difflib.unified_diff(
+                (a.spec_text or "").splitlines(),
+                (b.spec_text or "").splitlines(),
+                f"{a.id}/file",
+                f"{b.id}/file",
+                lineterm="",
+            )
         )
     )
 
@@ -261,6 +266,21 @@ def _diff_doc(store: Any, a: Any, b: Any) -> dict[str, Any]:
         return repro.source_files(store.artifact_store.read_bytes(exp.id, path))
 
     fa, fb = files(a, ra), files(b, rb)
+    # What one side never recorded is not compared: a missing record or snapshot is not "every
+    # package removed" or "every file deleted" (a plain script's run, one recorded before repro).
+    unrecorded: dict[str, list[str]] = {"a": [], "b": []}
+    for side, record, snapshot in (("a", ra, fa), ("b", rb, fb)):
+        if not (record.get("python") or record.get("packages")):
+            unrecorded[side].append("environment")
+        if not snapshot:
+            unrecorded[side].append("source snapshot")
+        if not (a if side == "a" else b).spec_text:
+            unrecorded[side].append("experiment file")
+    if unrecorded["a"] or unrecorded["b"]:
+        if "environment" in unrecorded["a"] + unrecorded["b"]:
+            ra, rb = {}, {}
+        if "source snapshot" in unrecorded["a"] + unrecorded["b"]:
+            fa, fb = {}, {}
     code: list[str] = []
     for name in sorted(set(fa) | set(fb)):
         if fa.get(name) == fb.get(name):
@@ -291,6 +311,7 @@ def _diff_doc(store: Any, a: Any, b: Any) -> dict[str, Any]:
             for k in ("python", "phalanx", "host")
             if ra.get(k) != rb.get(k)
         },
+        "unrecorded": {side: what for side, what in unrecorded.items() if what},
     }
 
 
@@ -325,6 +346,13 @@ def diff(
     if doc["code"]:
         out.append("code:")
         out.extend(f"  {line}" for line in doc["code"])
+    for side, exp in (("a", ea), ("b", eb)):
+        missing = doc["unrecorded"].get(side)
+        if missing:
+            out.append(
+                f"not compared: {exp.id} recorded no {', '.join(missing)} "
+                "(a plain script's run, or one recorded before Phalanx kept them)"
+            )
     if len(out) == 1:
         out.append("no differences in params, file, code, packages or versions")
     typer.echo("\n".join(out))

@@ -69,3 +69,31 @@ def test_resume_of_a_plain_script_run_does_not_point_to_a_rerun_that_would_refus
     assert resumed.returncode == 2 and "only a failed or stopped one" in resumed.stderr
     assert "phalanx rerun" not in resumed.stderr  # a rerun needs the launch a plain script never records
     assert phalanx.run("rerun", exp_id).returncode == 2
+
+
+def test_diff_with_a_run_that_recorded_nothing_does_not_claim_every_package_and_file_changed(
+    phalanx: Phalanx,
+) -> None:
+    import subprocess
+    import sys
+
+    script = phalanx.tmp / "plain.py"
+    script.write_text("from phalanx import Task\nTask.init(project_name='p', task_name='plain')\n")
+    subprocess.run([sys.executable, str(script)], env=phalanx.env, check=True, timeout=120)
+    assert phalanx.run("ls").returncode == 0
+    plain = phalanx.store().list_experiments().items[0].id
+    folder = phalanx.tmp / "exp"
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "train.py").write_text("print('hello')\n")
+    spec = phalanx.spec("version: 1\nkind: experiment\nrun:\n  cmd: python train.py\n")
+    ran = phalanx.run("run", "-f", str(spec), "-o", "json")
+    assert ran.returncode == 0, ran.stderr[-2000:]
+    full = json.loads(ran.stdout)["id"]
+
+    doc = json.loads(phalanx.run("diff", plain, full, "-o", "json").stdout)
+    assert doc["packages"] == {} and doc["code"] == [] and doc["file"] == [] and doc["versions"] == {}
+    assert doc["unrecorded"] == {"a": ["environment", "source snapshot", "experiment file"]}
+    text = phalanx.run("diff", full, plain)
+    assert text.returncode == 0
+    assert f"not compared: {plain} recorded no environment, source snapshot, experiment file" in text.stdout
+    assert "print('hello')" not in text.stdout  # not shown as a file the other run lacks

@@ -33,7 +33,10 @@ def test_checkpoints_attempts_source_and_diff(client: TestClient, store: Store) 
     ]
     assert run["source"]["git"]["commit"] == "abc" and run["source"]["packages"] == 1
     assert client.get(f"/api/v1/experiments/{a}/source").json()["packages"] == ["x==1"]
+    unrecorded = client.get(f"/api/v1/experiments/{a}/diff/{b}").json()
+    assert unrecorded["params"] == {"lr": {"a": 0.1, "b": 0.5}}
+    assert unrecorded["packages"] == {} and unrecorded["unrecorded"]["b"][0] == "environment"
+    store.set_repro(b, {"python": "3.11.7", "packages": []})
     diff = client.get(f"/api/v1/experiments/{a}/diff/{b}").json()
-    assert diff["params"] == {"lr": {"a": 0.1, "b": 0.5}}
     assert diff["packages"] == {"x": {"a": "1", "b": None}}
     assert client.get("/api/v1/experiments/nope/run").status_code == 404

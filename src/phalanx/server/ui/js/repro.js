@@ -75,6 +75,14 @@ export function diffView(doc, labelA, labelB) {
   }
   if ((doc.file || []).length) { any = true; add(box, h("h3", {}, "Experiment file"), diffBlock(doc.file, { "data-section": "file" })); }
   if ((doc.code || []).length) { any = true; add(box, h("h3", {}, "Code (source snapshots)"), diffBlock(doc.code, { "data-section": "code" })); }
+  // what one side never recorded was not compared (the same note as `phalanx diff`)
+  for (const [side, label] of [["a", labelA], ["b", labelB]]) {
+    const missing = (doc.unrecorded || {})[side] || [];
+    if (!missing.length) continue;
+    any = true;
+    add(box, h("p", { class: "muted", "data-section": "unrecorded" },
+      `Not compared: ${label} recorded no ${missing.join(", ")} (a plain script's run, or one recorded before Phalanx kept them).`));
+  }
   if (!any) add(box, h("p", { class: "muted", "data-section": "none" }, "No differences in params, file, code, packages or versions."));
   return box;
 }
