@@ -233,9 +233,12 @@ class Store(Protocol):
         reason: str | None = None,
         started_at: float | None = None,
         finished_at: float | None = None,
+        fresh: bool = False,
     ) -> None:
-        """Set the fields given on replica ``name`` (None leaves a field as it is). Only the
-        supervisor calls this. Raises NotFound (no such experiment, or no such replica)."""
+        """Set the fields given on replica ``name`` (None leaves a field as it is; ``fresh``: the
+        first write of a new attempt, which also clears the exit code, reason and end the previous
+        attempt left). Only the supervisor calls this. Raises NotFound (no such experiment, or no
+        such replica)."""
         ...
 
     def write_events(self, events: Sequence[Event]) -> int:

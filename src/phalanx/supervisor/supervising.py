@@ -743,6 +743,9 @@ class Supervisor:
                 reason=r.reason,
                 started_at=now if started else None,
                 finished_at=(r.finished_at or now) if r.state.done else None,
+                # the first write of this attempt (a restart's group): the previous attempt's exit
+                # code and reason ("was killed by SIGKILL") are not this replica's any more
+                fresh=old is None,
             )
             self.states[r.name] = r  # only once written: a failed write is tried again
         if changed:

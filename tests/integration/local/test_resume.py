@@ -90,6 +90,9 @@ def test_a_restarted_group_continues_from_the_latest_checkpoint(phalanx: Phalanx
         assert lines.count(f"rank {rank} starts at epoch 3") == 1, lines
         assert lines.count(f"rank {rank} epoch 3 loss {expected[3]}") == 1, lines
     assert any("continuing from checkpoint step 2" in line for line in lines)
+    # the replicas show how this attempt ended, not the killed attempt's exit code and reason
+    rows = {r.name: (r.state, r.exit_code, r.reason) for r in store.list_replicas(exp.id)}
+    assert rows == {"master": ("succeeded", 0, None), "worker-0": ("succeeded", 0, None)}, rows
 
     # retention: keep_last 2 leaves exactly the last two, files included
     from phalanx.checkpoints import from_artifacts

@@ -359,6 +359,7 @@ class SqlStore:
         reason: str | None = None,
         started_at: float | None = None,
         finished_at: float | None = None,
+        fresh: bool = False,
     ) -> None:
         values: dict[str, Any] = {
             k: v
@@ -373,6 +374,9 @@ class SqlStore:
             }.items()
             if v is not None
         }
+        if fresh:  # a new attempt of the replica: what the last one ended with is not this one's
+            for key in ("exit_code", "reason", "finished_at"):
+                values.setdefault(key, None)
         with self._writer.begin() as conn:
             full = _resolve(conn, experiment_id)
             result = conn.execute(
