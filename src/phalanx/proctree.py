@@ -14,6 +14,7 @@ the reaper imports this module.
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
@@ -156,6 +157,18 @@ def _stat_fields(pid: int) -> list[bytes] | None:
     except OSError:
         return None
     return raw[raw.rfind(b")") + 2 :].split()
+
+
+def age_seconds(pid: int) -> float | None:
+    """How long ago the process started (its stat's starttime against the boot clock), or None."""
+    fields = _stat_fields(pid)
+    if fields is None or len(fields) < 20:
+        return None
+    try:
+        # starttime is field 22 of proc(5): index 19 from the state field; ticks since boot
+        return time.clock_gettime(time.CLOCK_BOOTTIME) - int(fields[19]) / TICKS
+    except (ValueError, AttributeError, OSError):
+        return None
 
 
 def _io(pid: int) -> tuple[int, int]:

@@ -33,6 +33,8 @@ log = logging.getLogger(__name__)
 
 DEFAULT_INTERVAL = 5.0
 MIB = 1024 * 1024
+FIRST_LOOK_SECONDS = 1.0  # after the replicas start
+MIN_AGE_SECONDS = 0.5  # a younger process: too few clock ticks for a meaningful first CPU %
 
 
 @dataclass(frozen=True)
@@ -162,7 +164,8 @@ class Sampler:
         self.cost_seconds = 0.0  # CPU time this sampler's looks took (the bench's figure)
 
     def points(self, targets: list[Target]) -> list[tuple[Target, list[tuple[str, float]]]]:
-        """(target, [(title, value), ...]) for each target alive now; CPU % from the second look on."""
+        """(target, [(title, value), ...]) for each target alive now; CPU % over the time since the
+        last look (at the first look: since the replica started)."""
         cpu0 = time.thread_time()
         tree = limits.children_map()
         now = time.monotonic()
@@ -185,6 +188,12 @@ class Sampler:
             if prev is not None and now > prev.time:
                 cpu = max(0.0, sample.cpu_seconds - prev.cpu_seconds) / (now - prev.time) * 100.0
                 values.insert(0, ("system/cpu_percent", cpu))
+            elif prev is None:
+                # the first look at this replica: its CPU since it started, so a replica that lives
+                # less than two looks (a short run, a restarted group's last minutes) still has one
+                age = proctree.age_seconds(t.pid)
+                if age is not None and age >= MIN_AGE_SECONDS:
+                    values.insert(0, ("system/cpu_percent", sample.cpu_seconds / age * 100.0))
             self._last[t.pid] = sample
             values.extend(self._gpu(set(pids)))
             out.append((t, values))
@@ -268,6 +277,10 @@ class SystemMetrics:
         return sum(r["data"]["n"] for r in records)
 
     def _run(self) -> None:
+        # the first look waits a moment: replicas that have just started have used too little CPU
+        # to measure, and a run shorter than one interval then still gets its CPU point
+        if self._stop.wait(min(self.interval, FIRST_LOOK_SECONDS)):
+            return
         while True:
             try:
                 self.look()
@@ -324,6 +337,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     metrics = SystemMetrics(spool, exp, lambda: [target], interval)
     try:
+        time.sleep(min(interval, FIRST_LOOK_SECONDS))  # as the supervisor's thread: see _run
         while os.path.exists(f"/proc/{args.pid}"):
             metrics.look()
             time.sleep(interval)

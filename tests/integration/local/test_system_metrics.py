@@ -126,3 +126,31 @@ def test_every_replica_gets_system_series_and_the_flag_turns_them_off(phalanx: P
     assert result.returncode == 0, result.stderr[-2000:]
     exp = phalanx.only_experiment()
     assert not [t for t in store.metric_titles(exp.id) if t.startswith("system/")]
+
+
+def test_the_first_look_at_a_replica_already_has_its_cpu_percent() -> None:
+    """A replica living less than two looks (5 s apart by default: a short run, the last minutes
+    of a restarted group) still gets a CPU series: its first point is the CPU since it started."""
+    busy = "import time\nend = time.time() + 30\nwhile time.time() < end:\n    pass\n"
+    proc = subprocess.Popen([sys.executable, "-c", busy])
+    try:
+        wait_for(lambda: _proc_rss_and_cpu(proc.pid)[1] >= 0.6, what="0.6 s of CPU")
+        [(_, values)] = Sampler(with_gpu=False).points([Target(proc.pid, "master")])
+        got = dict(values)
+        assert "system/cpu_percent" in got, got
+        # a busy loop on 2 shared cores: well above idle, at most one core
+        assert 10 < got["system/cpu_percent"] <= 105, got
+    finally:
+        proc.kill()
+        proc.wait(timeout=30)
+
+
+def test_a_run_shorter_than_one_interval_has_cpu_series_for_every_replica(phalanx: Phalanx) -> None:
+    """With the default 5 s interval, a 3 s run used to get RSS but no CPU series (CPU % needed two
+    looks): the first look now comes after 1 s and gives the CPU since each replica started."""
+    result = phalanx.run("run", "-f", _two_replicas(phalanx))
+    assert result.returncode == 0, result.stderr[-2000:]
+    store = phalanx.store()
+    exp = phalanx.only_experiment()
+    titles = wait_for(lambda: store.metric_titles(exp.id), what="system series")
+    assert set(titles.get("system/cpu_percent", [])) == {"master", "worker-0"}, titles
