@@ -4,7 +4,8 @@ the straggler, the slowest rank when it lags the median by more than a threshold
 The series used is the metric title reported by the most replicas (one series per replica, as
 ``phalanx.log_metrics`` and ``report_scalar(title, task.replica, ...)`` write; ``system/...`` series
 are not steps). Each rank's pace is measured over its last WINDOW points, so a rank that slowed down
-late in a long run shows it. THRESHOLD (20 %, or PHALANX_STRAGGLER_THRESHOLD in percent) keeps the
+late in a long run shows it; while it runs, a rank that stopped reporting is measured up to now.
+THRESHOLD (20 %, or PHALANX_STRAGGLER_THRESHOLD in percent) keeps the
 ordinary jitter of a shared machine from naming anybody.
 """
 
@@ -12,10 +13,15 @@ from __future__ import annotations
 
 import os
 import statistics
+import time
 from typing import Any
 
 WINDOW = 20
 THRESHOLD_PERCENT = 20.0
+# A running rank silent for longer than this many of its own step intervals (and at least
+# STALL_SECONDS, so clock skew between nodes does not count) is stalled: its pace runs to now.
+STALL_STEPS = 3.0
+STALL_SECONDS = 10.0
 
 
 def _threshold() -> float:
@@ -25,14 +31,33 @@ def _threshold() -> float:
         return THRESHOLD_PERCENT
 
 
-def _rate(steps: list[int], times: list[float]) -> float | None:
+def _rate(steps: list[int], times: list[float], now: float | None = None) -> tuple[float, float] | None:
+    """(steps per second, seconds it has been silent when stalled else 0). ``now``: the rank is
+    still running, so a rank that stopped reporting (hung in a collective, stuck on I/O) slows
+    down as time passes instead of keeping the pace it had before it stopped."""
     if len(steps) < 2:
         return None
     steps, times = steps[-WINDOW:], times[-WINDOW:]
     span = times[-1] - times[0]
     if span <= 0:
         return None
-    return (steps[-1] - steps[0]) / span
+    silent = 0.0
+    if now is not None and now - times[-1] > max(STALL_STEPS * span / (len(steps) - 1), STALL_SECONDS):
+        silent = now - times[-1]
+        span = now - times[0]
+    return (steps[-1] - steps[0]) / span, silent
+
+
+def _running_replicas(store: Any, experiment_id: str) -> set[str]:
+    """The replicas running now (none unless the experiment runs): only they can be stalled."""
+    from phalanx.domain import ExperimentStatus, ReplicaState
+
+    try:
+        if store.get_experiment(experiment_id).status is not ExperimentStatus.RUNNING:
+            return set()
+        return {r.name for r in store.list_replicas(experiment_id) if r.state is ReplicaState.RUNNING}
+    except Exception:  # the pace is a view: without the states it is measured as for a finished run
+        return set()
 
 
 def pace(store: Any, experiment_id: str, threshold_percent: float | None = None) -> dict[str, Any] | None:
@@ -46,13 +71,21 @@ def pace(store: Any, experiment_id: str, threshold_percent: float | None = None)
         return None
     _, title = max(candidates)
     by_series = store.last_points(experiment_id, title, WINDOW)
+    running = _running_replicas(store, experiment_id)
+    now = time.time()
     ranks = []
     for name, series in sorted(by_series.items()):
         times = series.times or []
-        rate = _rate(list(series.steps), list(times)) if len(times) == len(series.steps) else None
-        if rate is None:
+        if len(times) != len(series.steps):
             continue
-        ranks.append({"replica": name, "steps_per_second": rate, "last_step": series.steps[-1]})
+        got = _rate(list(series.steps), list(times), now if name in running else None)
+        if got is None:
+            continue
+        rate, silent = got
+        rank: dict[str, Any] = {"replica": name, "steps_per_second": rate, "last_step": series.steps[-1]}
+        if silent:
+            rank["silent_seconds"] = silent
+        ranks.append(rank)
     if len(ranks) < 2:
         return None
     median = statistics.median(r["steps_per_second"] for r in ranks)

@@ -305,7 +305,10 @@ def run_details_text(details: dict[str, Any]) -> list[str]:
     if pace_doc and pace_doc.get("ranks"):
         out += ["", f"pace ({pace_doc['title']}):"]
         for r in pace_doc["ranks"]:
-            out.append(f"  {r['replica']:<12} {r['steps_per_second']:.3g} steps/s  (step {r['last_step']})")
+            silent = f", no step for {r['silent_seconds']:.0f} s" if r.get("silent_seconds") else ""
+            out.append(
+                f"  {r['replica']:<12} {r['steps_per_second']:.3g} steps/s  (step {r['last_step']}{silent})"
+            )
         if pace_doc.get("straggler"):
             s = pace_doc["straggler"]
             out.append(

@@ -245,7 +245,8 @@ function renderRun(panel, exp) {
       add(box, h("h3", {}, `Pace (${p.title})`), h("table", { id: "pace" }, p.ranks.map((r) =>
         h("tr", { "data-replica": r.replica },
           h("td", {}, r.replica), h("td", {}, `${r.steps_per_second.toPrecision(3)} steps/s`),
-          h("td", {}, r.replica === slow ? "straggler" : "")))));
+          h("td", {}, [r.replica === slow ? "straggler" : "",
+            r.silent_seconds ? ` (no step for ${Math.round(r.silent_seconds)} s)` : ""].join(""))))));
     }
   }).catch((err) => { clear(box); add(box, title(), h("p", { class: "muted" }, `Could not load: ${err.message}`)); });
 }

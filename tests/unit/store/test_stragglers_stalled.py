@@ -1,0 +1,45 @@
+"""The pace view names a rank that stopped reporting while the others go on (hung in a collective,
+stuck on I/O): its pace runs to now while it runs, instead of the pace it had before it stopped."""
+
+from __future__ import annotations
+
+import time
+
+from phalanx.domain import Event, EventKind, ExperimentStatus, Replica, ReplicaState, Role
+from phalanx.store.sql import SqlStore
+from phalanx.stragglers import pace
+
+
+def _experiment(store: SqlStore) -> str:
+    replicas = [
+        Replica("", "master", Role.MASTER, 0, 0),
+        Replica("", "worker-0", Role.WORKER, 0, 1),
+        Replica("", "worker-1", Role.WORKER, 1, 2),
+    ]
+    exp = store.create_experiment(name="stall", project="p", replicas=replicas, backend="local").id
+    for i, name in enumerate(("master", "worker-0", "worker-1")):
+        steps = range(3) if name == "worker-0" else range(40)  # worker-0 went silent 37 s ago
+        now = time.time()
+        data = {"points": [["loss", name, s, 1.0, now - 40 + s] for s in steps]}
+        store.write_events([Event(exp, EventKind.SCALAR, data, stream=f"s{i}", seq=0)])
+    return exp
+
+
+def test_a_running_rank_that_stopped_reporting_is_named(store: SqlStore) -> None:
+    exp = _experiment(store)
+    store.update_experiment(exp, status=ExperimentStatus.RUNNING)
+    for name in ("master", "worker-0", "worker-1"):
+        store.update_replica(exp, name, state=ReplicaState.RUNNING)
+    doc = pace(store, exp)
+    assert doc is not None and doc["straggler"] is not None, doc
+    assert doc["straggler"]["replica"] == "worker-0"
+    assert doc["straggler"]["silent_seconds"] > 30
+    others = [r for r in doc["ranks"] if r["replica"] != "worker-0"]
+    assert all("silent_seconds" not in r for r in others)
+
+
+def test_a_finished_run_is_measured_over_the_points_only(store: SqlStore) -> None:
+    exp = _experiment(store)
+    store.update_experiment(exp, status=ExperimentStatus.SUCCEEDED)
+    doc = pace(store, exp)
+    assert doc is not None and doc["straggler"] is None, doc  # each rank ran at 1 step/s
