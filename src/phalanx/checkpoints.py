@@ -133,7 +133,9 @@ def retain(checkpoints: Sequence[Checkpoint], policy: Policy) -> set[str]:
     if policy.keep_last is None:
         keep |= {c.name for c in by_step}
     elif policy.keep_last:
-        keep |= {c.name for c in by_step[-policy.keep_last :]}
+        # the N latest *steps*: when several ranks save a step, each rank's copy of it is kept
+        steps = sorted({c.step for c in by_step})[-policy.keep_last :]
+        keep |= {c.name for c in by_step if c.step in steps}
     if policy.keep_best and policy.metric:
         metric = policy.metric
         scored = [c for c in by_step if _metric(c, metric) is not None]

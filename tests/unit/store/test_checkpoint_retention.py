@@ -60,3 +60,19 @@ def test_the_store_applies_the_policy_to_rows_and_files(store: SqlStore) -> None
     assert sorted(store.artifact_store.list(exp, "checkpoints")) == [
         f"checkpoints/master/step-{s:09d}.pkl" for s in (1, 3, 4)
     ]
+
+
+def test_keep_last_counts_steps_when_several_ranks_save_each_step() -> None:
+    """keep_last is "the N latest steps" (docs/checkpoints.md): with two ranks saving every epoch,
+    keep_last 2 keeps both ranks' copies of the last two steps, not the two copies of the last one."""
+    found = []
+    for step in range(4):
+        found.append(Checkpoint(f"checkpoint-{step}", step, f"m{step}", {}, "master", time=step))
+        worker = f"checkpoint-{step} [worker-0 rank 1]"
+        found.append(Checkpoint(worker, step, f"w{step}", {}, "worker-0", time=step))
+    assert retain(found, Policy(keep_last=2)) == {
+        "checkpoint-2",
+        "checkpoint-2 [worker-0 rank 1]",
+        "checkpoint-3",
+        "checkpoint-3 [worker-0 rank 1]",
+    }
