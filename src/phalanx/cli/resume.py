@@ -70,8 +70,9 @@ def checkpoints(experiment_id: IdArg, output: OutputOpt = "table") -> None:
         typer.echo("retention: " + ", ".join(f"{k}={v}" for k, v in policy.items()))
 
 
-def _supervise(prepared: Any, settings: Any, output: str, *, resume: bool) -> None:
-    """Run a prepared experiment to its end with `phalanx run`'s terminal output; exits with its code."""
+def _supervise(prepared: Any, settings: Any, output: str, *, resume: bool, headline: str) -> None:
+    """Run a prepared experiment to its end with `phalanx run`'s terminal output; exits with its code.
+    ``headline`` says what starts; the supervisor then prints its own `experiment ID (N replicas)`."""
     import sys
 
     from phalanx import supervisor
@@ -79,10 +80,7 @@ def _supervise(prepared: Any, settings: Any, output: str, *, resume: bool) -> No
     from phalanx.store import open_store
 
     names = [r.name for r in prepared.plan.replicas]
-    what = "resuming" if resume else "experiment"
-    sys.stderr.write(
-        f"phalanx: {what} {prepared.experiment_id} ({len(names)} replicas, {prepared.backend.name})\n"
-    )
+    sys.stderr.write(f"phalanx: {headline}\n")
 
     def store() -> Any:
         return open_store(settings)
@@ -158,7 +156,7 @@ def resume(experiment_id: IdArg, output: OutputOpt = "table") -> None:
         oversubscribe=bool(launch.get("oversubscribe")),
         launch=launch,
     )
-    _supervise(prepared, settings, output, resume=True)
+    _supervise(prepared, settings, output, resume=True, headline=f"resuming {experiment.id}")
 
 
 def _param_text(value: Any) -> str:
@@ -230,7 +228,9 @@ def rerun(
     except BaseException:
         shutil.rmtree(folder.parent, ignore_errors=True)  # nothing half-written: the run never started
         raise
-    _supervise(prepared, settings, output, resume=False)
+    _supervise(
+        prepared, settings, output, resume=False, headline=f"rerun of {experiment.id} from its snapshot"
+    )
 
 
 def _diff_doc(store: Any, a: Any, b: Any) -> dict[str, Any]:
