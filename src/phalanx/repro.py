@@ -39,6 +39,8 @@ SKIP_DIRS = frozenset(
         "lightning_logs", ".ipynb_checkpoints",
     }
 )  # fmt: skip
+# skipped folders a script may read at run time (not version control, venvs or caches)
+DATA_DIRS = frozenset({"data", "datasets", "checkpoints", "outputs", "wandb", "mlruns", "lightning_logs"})
 SNAPSHOT_PATH = "_source/source.tar.gz"
 LISTED_MAX = 100  # capped files named in the record (all are counted)
 WALK_MAX_FILES = 20000  # files looked at before the walk stops (a home folder given as the source)
@@ -198,3 +200,26 @@ def extract(data: bytes, dest: Path) -> None:
             continue
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_bytes(content)
+
+
+def left_out_note(snapshot: dict[str, Any] | None) -> str | None:
+    """What a rerun from this snapshot runs without (data-like folders skipped, files over the caps),
+    in one line for the terminal; None when nothing a script might read was left out."""
+    snapshot = snapshot or {}
+    folders = [d for d in snapshot.get("skipped") or [] if d.rstrip("/").rsplit("/", 1)[-1] in DATA_DIRS]
+    capped = list(snapshot.get("capped") or [])
+    count = int(snapshot.get("capped_count") or len(capped))
+    parts = []
+    if folders:
+        parts.append(
+            ", ".join(folders[:5]) + (f" and {len(folders) - 5} more folders" if len(folders) > 5 else "")
+        )
+    if count:
+        shown = ", ".join(capped[:3]) + (", ..." if count > 3 else "")
+        parts.append(f"{count} file{'s' if count != 1 else ''} over the size caps ({shown})")
+    if not parts:
+        return None
+    return (
+        f"the snapshot left out {'; '.join(parts)}: the rerun runs without them "
+        "(a script that reads them should take their path as a param)"
+    )

@@ -211,6 +211,11 @@ def rerun(
     snap = (record.get("snapshot") or {}).get("path")
     if not (snap and store.artifact_store is not None and store.artifact_store.exists(experiment.id, snap)):
         raise fail(f"experiment {experiment.id} has no source snapshot to rerun from")
+    note = repro.left_out_note(record.get("snapshot"))
+    if note:
+        import sys
+
+        sys.stderr.write(f"phalanx: warning: {note}\n")
     new_id = uuid.uuid4().hex[:12]
     folder = settings.runs_dir / new_id / "source"
     try:

@@ -22,6 +22,8 @@ def _failed_experiment(phalanx: Phalanx, *extra: str) -> str:
     folder = phalanx.tmp / "exp"
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "train.py").write_text(SCRIPT)
+    (folder / "data").mkdir(exist_ok=True)
+    (folder / "data" / "train.csv").write_text("x\n")  # skipped by the snapshot
     cmd = f"python train.py {phalanx.tmp}/marker"
     spec = phalanx.spec(f"version: 1\nkind: experiment\nparams:\n  epochs: 2\nrun:\n  cmd: {cmd}\n")
     first = phalanx.run("run", "-f", str(spec), "-o", "json", *extra)
@@ -51,6 +53,7 @@ def test_a_refused_rerun_writes_nothing_and_extra_params_survive_resume_and_reru
     again = phalanx.run("rerun", exp_id, "-o", "json")
     assert again.returncode == 0, again.stderr[-2000:]
     assert again.stderr.count("replicas, local)") == 1 and f"rerun of {exp_id}" in again.stderr
+    assert "the snapshot left out data/: the rerun runs without them" in again.stderr, again.stderr
     # a name only the rerun adds is checked as `phalanx run` checks it, and --extra-params lets it in
     assert phalanx.run("rerun", exp_id, "--param", "seed=1").returncode == 2
     more = phalanx.run("rerun", exp_id, "--param", "seed=1", "--extra-params", "-o", "json")
