@@ -293,6 +293,7 @@ def run_details_text(details: dict[str, Any]) -> list[str]:
         where = (
             f"git {str(git.get('commit'))[:12]} ({git.get('branch')})"
             + (" + uncommitted changes" if git.get("dirty") else "")
+            + (f", as the snapshot of {git['from']} recorded it" if git.get("from") else "")
             if git
             else "not a git work tree"
         )

@@ -410,6 +410,13 @@ class Supervisor:
             if self.store is None:
                 return
             try:
+                original = launch.get("rerun_of")
+                if original and not record.get("git"):
+                    # a rerun runs an unpacked snapshot (no work tree): the code is the original's,
+                    # so is its commit and uncommitted diff (`from` names where it came from)
+                    git = (self.store.repro(original) or {}).get("git")
+                    if git:
+                        record["git"] = {**git, "from": original}
                 artifacts = getattr(self.store, "artifact_store", None)
                 if artifacts is not None:
                     artifacts.put_bytes(self.id, repro.SNAPSHOT_PATH, data)

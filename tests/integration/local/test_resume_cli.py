@@ -131,6 +131,12 @@ def test_rerun_reproduces_a_dirty_tree_and_diff_names_param_and_code_changes(pha
     diff = json.loads(phalanx.run("diff", a, b, "-o", "json").stdout)
     assert diff["params"] == {"lr": {"a": 0.1, "b": 0.5}}
     assert diff["code"] == []  # the same snapshot
+    # the rerun ran the original's code: it carries its commit and diff, not "not a git work tree"
+    rerun_git = store.repro(b)["git"]
+    assert rerun_git["commit"] == record["git"]["commit"] and rerun_git["from"] == a
+    assert rerun_git["diff"] == record["git"]["diff"]
+    assert diff["git"] == {}, diff["git"]
+    assert f"as the snapshot of {a} recorded it" in phalanx.run("get", b).stdout
 
     third = phalanx.run("run", "-f", str(spec), "-o", "json")  # version three, from the folder
     c = json.loads(third.stdout)["id"]
