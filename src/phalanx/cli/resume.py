@@ -110,8 +110,54 @@ def _launch_of(store: Any, experiment: Any) -> dict[str, Any]:
     return launch
 
 
+def _detach_resume(experiment_id: str, settings: Any, output: str) -> None:
+    """`phalanx resume ID` again in its own session, its output appended to runs/<id>/supervisor.log;
+    returns (printing the id) once that supervisor has reopened the experiment, bounded."""
+    import subprocess
+    import sys
+    import time
+
+    from phalanx.domain import ExperimentStatus
+    from phalanx.errors import PhalanxError
+
+    run_dir = settings.runs_dir / experiment_id
+    run_dir.mkdir(parents=True, exist_ok=True)
+    log_path = run_dir / "supervisor.log"
+    start = log_path.stat().st_size if log_path.exists() else 0
+    argv = [sys.executable, "-m", "phalanx.cli.main", "resume", experiment_id]
+    with open(log_path, "ab") as out:
+        proc = subprocess.Popen(
+            argv, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
+        )
+    store = _open()
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        status = store.get_experiment(experiment_id).status
+        if status not in (ExperimentStatus.FAILED, ExperimentStatus.STOPPED):
+            break  # reopened: the resume is under way
+        if proc.poll() is not None:
+            with open(log_path, "rb") as fh:
+                fh.seek(start)
+                text = fh.read().decode(errors="replace").strip()
+            sys.stderr.write((text or f"error: the supervisor exited with status {proc.returncode}") + "\n")
+            raise typer.Exit(proc.returncode or 1)
+        time.sleep(0.1)
+    else:
+        raise PhalanxError(f"the resume of {experiment_id} did not start within 120 s; see {log_path}")
+    if output == "json":
+        emit_json({"id": experiment_id, "status": "resuming", "log": str(log_path)})
+    else:
+        typer.echo(experiment_id)
+
+
 @app.command("resume")
-def resume(experiment_id: IdArg, output: OutputOpt = "table") -> None:
+def resume(
+    experiment_id: IdArg,
+    detach: Annotated[
+        bool, typer.Option("--detach", "-d", help="Resume it in the background and print its id.")
+    ] = False,
+    output: OutputOpt = "table",
+) -> None:
     """Continue a failed or stopped experiment as a new attempt of the same experiment, from its
     latest checkpoint (PHALANX_RESUME_CHECKPOINT; task.latest_checkpoint()). Metrics continue on
     the same series. Exit status as for `phalanx run`."""
@@ -147,6 +193,9 @@ def resume(experiment_id: IdArg, output: OutputOpt = "table") -> None:
     spec = load_spec_text(
         experiment.spec_text, launch.get("file") or "<stored file>", launch.get("params"), extra_params=True
     )
+    if detach:  # every mistake above is found before it goes to the background
+        _detach_resume(experiment.id, settings, output)
+        return
     prepared = supervisor.prepare(
         spec,
         settings=settings,

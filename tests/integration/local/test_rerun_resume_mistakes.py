@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 
-from .conftest import Phalanx
+from .conftest import Phalanx, experiment_pids
 
 # fails on its first run (no marker yet), succeeds afterwards: a failed experiment to resume
 SCRIPT = """
@@ -102,3 +102,19 @@ def test_diff_with_a_run_that_recorded_nothing_does_not_claim_every_package_and_
     assert text.returncode == 0
     assert f"not compared: {plain} recorded no environment, source snapshot, experiment file" in text.stdout
     assert "print('hello')" not in text.stdout  # not shown as a file the other run lacks
+
+
+def test_resume_detach_returns_at_once_and_the_resume_runs_in_the_background(phalanx: Phalanx) -> None:
+    """An 11-hour job is resumed in the background, as `phalanx run -d` starts one."""
+    from .conftest import wait_for
+
+    exp_id = _failed_experiment(phalanx)
+    store = phalanx.store()
+    refused = phalanx.run("resume", "-d", "nope")
+    assert refused.returncode == 2 and "no experiment 'nope'" in refused.stderr
+    started = phalanx.run("resume", "-d", exp_id)
+    assert started.returncode == 0, started.stderr[-2000:]
+    assert started.stdout.strip() == exp_id
+    wait_for(lambda: store.get_experiment(exp_id).status == "succeeded", what="the resumed run")
+    assert [a["kind"] for a in store.attempts(exp_id)] == ["start", "resume"]
+    wait_for(lambda: not experiment_pids(phalanx.home, exp_id), what="the background supervisor's end")
