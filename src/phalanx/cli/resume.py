@@ -101,12 +101,17 @@ def _supervise(prepared: Any, settings: Any, output: str, *, resume: bool, headl
 
 
 def _launch_of(store: Any, experiment: Any) -> dict[str, Any]:
+    import os
+
     launch = dict((store.repro(experiment.id) or {}).get("launch") or {})
     if not launch or not experiment.spec_text:
         raise fail(
             f"experiment {experiment.id} was recorded without its launch details (file, folder, params); "
             "start it again with `phalanx run -f FILE`"
         )
+    if launch.get("system_metrics") and not os.environ.get("PHALANX_SYSTEM_METRICS"):
+        # launched with --no-system-metrics (or an interval): a resume or rerun samples the same way
+        os.environ["PHALANX_SYSTEM_METRICS"] = str(launch["system_metrics"])
     return launch
 
 

@@ -220,6 +220,8 @@ def prepare(
         "cluster": cluster,
         "oversubscribe": oversubscribe,
     }
+    if os.environ.get("PHALANX_SYSTEM_METRICS"):  # --no-system-metrics: `phalanx resume` keeps it
+        recorded["system_metrics"] = os.environ["PHALANX_SYSTEM_METRICS"]
     return Prepared(exp_id, plan, backend, context, backend.dry_run(plan, context), cluster, recorded)
 
 

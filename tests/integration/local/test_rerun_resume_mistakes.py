@@ -14,6 +14,8 @@ marker = pathlib.Path(sys.argv[1])
 if not marker.exists():
     marker.write_text("ran once")
     sys.exit("first attempt fails")
+import os, time
+time.sleep(float(os.environ.get("SECOND_SLEEP", "0")))  # long enough for the system-metrics sampler
 print("second attempt succeeds", flush=True)
 """
 
@@ -118,3 +120,12 @@ def test_resume_detach_returns_at_once_and_the_resume_runs_in_the_background(pha
     wait_for(lambda: store.get_experiment(exp_id).status == "succeeded", what="the resumed run")
     assert [a["kind"] for a in store.attempts(exp_id)] == ["start", "resume"]
     wait_for(lambda: not experiment_pids(phalanx.home, exp_id), what="the background supervisor's end")
+
+
+def test_resume_keeps_no_system_metrics(phalanx: Phalanx) -> None:
+    phalanx.env["SECOND_SLEEP"] = "2.5"
+    exp_id = _failed_experiment(phalanx, "--no-system-metrics")
+    resumed = phalanx.run("resume", exp_id)
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    titles = phalanx.store().metric_titles(exp_id)
+    assert not [t for t in titles if t.startswith("system/")], titles
