@@ -115,6 +115,12 @@ def test_a_requeued_job_continues_the_attempts_and_leaves_one_point_per_step(
         (0, "start", "failed"),
         (1, "requeue", "succeeded"),
     ], attempts
+    shown = subprocess.run(
+        [sys.executable, "-m", "phalanx.cli.main", "get", outcome.experiment_id],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert "  0  start: failed (requeued by slurm)" in shown.stdout, (shown.stdout, shown.stderr)
+    assert "  1  requeue: succeeded" in shown.stdout, shown.stdout
     lines = [line.text for line in store.logs(outcome.experiment_id)]
     assert "attempt 1 starts" in lines, lines
     run_dir = slurm_cluster.dir / "shared" / "runs" / outcome.experiment_id
