@@ -150,6 +150,11 @@ def run(
 
     require("optuna", "search", "phalanx group run")
     from phalanx.groups import controller
+
+    if cluster is not None:  # a trial the cluster can never run: refused now, nothing recorded
+        controller.check_trials_can_run(
+            group, settings, cluster=cluster, workdir=workdir, oversubscribe=oversubscribe
+        )
     from phalanx.groups.records import sql_store
     from phalanx.store import open_store
 
@@ -167,9 +172,10 @@ def run(
         _spawn_controller(settings, record.id)
         typer.echo(record.id)
         return
+    on = f" on cluster {cluster}" if cluster else ""
     sys.stderr.write(
         f"phalanx: group {record.id}: {record.search} search, {record.planned} trials,"
-        f" {record.concurrency} at a time\n"
+        f" {record.concurrency} at a time{on}\n"
     )
     _drive(store, settings, record.id, json_out)
 

@@ -92,6 +92,44 @@ def create(
     )
 
 
+def check_trials_can_run(
+    group: GroupSpec,
+    settings: Settings,
+    *,
+    cluster: str,
+    workdir: Path | None,
+    oversubscribe: bool = False,
+) -> None:
+    """Before a group on a cluster is recorded: prepare one trial (the example values `phalanx
+    check` shows) as its `phalanx run` would, without building or starting anything, and ask the
+    engine whether it could ever run it (Slurm: ``sbatch --test-only``). A search whose every trial
+    Slurm would refuse is a UsageError here (exit 2, nothing recorded), not N failed trials."""
+    from phalanx.errors import UsageError
+    from phalanx.spec.group import example_values
+    from phalanx.supervisor.preparing import prepare
+
+    values = example_values(group)
+    spec = group.trial_spec(values)  # (--param overrides are in the group's params already)
+    source = group.base.source_file
+    try:
+        prepared = prepare(
+            spec,
+            settings=settings,
+            workdir=workdir or (Path(source).parent if source else None),
+            cluster=cluster,
+            oversubscribe=oversubscribe,
+            dry=True,
+        )
+        refuse = getattr(prepared.backend, "refuse_if_it_can_never_run", None)
+        if refuse is not None:
+            refuse(prepared.dry_run)
+    except UsageError as exc:
+        shown = ", ".join(f"{k}={v}" for k, v in values.items())
+        raise UsageError(
+            f"{source or 'the group'}: its trials cannot run (a trial with {shown}): {exc}"
+        ) from None
+
+
 def load(group: Group) -> GroupSpec:
     """The GroupSpec of a recorded group, from the text stored with it (the file may have changed)."""
     spec = load_group_text(

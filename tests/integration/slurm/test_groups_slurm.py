@@ -258,3 +258,24 @@ def test_a_pruned_trial_is_scancelled_mid_run_with_the_pruners_reason(
     assert slurm_cluster.wait_queue_empty(timeout=30) == []
     ids = {first["experiment_id"], second["experiment_id"]}
     assert wait_for(lambda: not leftover(ids), timeout=30, what="every trial process gone")
+
+
+def test_a_group_whose_trials_slurm_can_never_hold_is_refused_before_anything_is_recorded(
+    phalanx: Phalanx, slurm_cluster: LocalSlurm
+) -> None:
+    path = group_file(
+        phalanx,
+        "  concurrency: 2\n  random_search: {n_experiments: 3}\n"
+        "  metric: {name: loss, optimization: minimize}\n  matrix:\n    x: {uniform: 0:1}\n",
+        steps=1,
+        pause=0.1,
+        environment="  resources: {cpu: {requests: 64, limits: 64}}\n  replicas:\n",
+    )
+    refused = phalanx.run("group", "run", "-f", str(path), "--cluster", slurm_cluster.name)
+    assert refused.returncode == 2, refused.stderr
+    assert refused.stderr.startswith(f"error: {path}: its trials cannot run (a trial with x=0.0): ")
+    assert f"Slurm cluster {slurm_cluster.name} can never run this experiment" in refused.stderr
+    assert "--cpus-per-task=64" in refused.stderr and "Traceback" not in refused.stderr
+    assert "no groups yet" in phalanx.run("group", "ls").stdout  # nothing recorded, no trial failed
+    assert phalanx.store().list_experiments().items == []
+    assert jobs(slurm_cluster) == []
