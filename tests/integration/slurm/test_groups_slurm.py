@@ -159,8 +159,10 @@ def test_a_random_search_runs_its_trials_as_slurm_jobs_two_at_a_time_across_a_co
     assert all(e.status == "succeeded" for e in experiments), [(e.status, e.reason) for e in experiments]
     assert all(e.group_id == group_id and e.cluster == slurm_cluster.name for e in experiments)
     for e in experiments:  # each trial ran on Slurm: master on one node, its worker on the other
-        hosts = sorted(r.host or "" for r in store.list_replicas(e.id))
-        assert hosts == ["n1", "n2"], hosts
+        replicas = store.list_replicas(e.id)
+        assert sorted(r.host or "" for r in replicas) == ["n1", "n2"], [r.host for r in replicas]
+        for r in replicas:  # each with its start time, though Slurm first showed its job pending
+            assert r.started_at is not None and r.started_at <= r.finished_at, (r.name, r.started_at)
     for t in doc["trials"]:
         assert t["state"] == "done" and abs(t["value"] - (t["params"]["x"] + 1 / 10)) < 1e-9
     best = min(doc["trials"], key=lambda t: t["value"])
@@ -226,6 +228,14 @@ def test_group_stop_scancels_the_running_trial_and_the_one_slurm_holds_pending(
             exp.status,
             exp.reason,
         )
+        replicas = store.list_replicas(exp.id)
+        assert all(r.state == "stopped" for r in replicas), [(r.name, r.state) for r in replicas]
+        for r in replicas:  # a replica that reached a node has its start time; one cancelled in the
+            # queue has none (the trials are stopped at once, but Slurm may start the queued one on
+            # the nodes the other frees before its own scancel lands)
+            assert (r.started_at is None) == (r.host is None), (r.name, r.host, r.started_at)
+            if exp.id == seen["running"]:
+                assert r.host and r.started_at is not None, (r.name, r.host, r.started_at)
     assert slurm_cluster.wait_queue_empty(timeout=30) == []
     assert wait_for(lambda: not leftover(set(seen.values())), timeout=30, what="every trial process gone")
 
