@@ -192,6 +192,17 @@ class SlurmBackend:
         log.info("submitted %s as Slurm job %s", dry_run.context.experiment_id, job_id)
         return f"{job_id}:{run_dir}"
 
+    def refuse_if_it_can_never_run(self, dry_run: DryRun) -> None:
+        """The check ``submit`` makes, on a dry run alone: `phalanx group run --cluster` asks it of
+        one trial before it records the group, so a search whose trials Slurm can never hold is
+        refused at once (exit 2) instead of failing every trial one by one."""
+        import tempfile
+
+        with tempfile.TemporaryDirectory(prefix="phalanx-sbatch-") as folder:
+            script = Path(folder) / "job.sbatch"
+            script.write_text(expect_dry_run(dry_run, SlurmDryRun, self.name).script)
+            self._refuse_if_it_can_never_run(script, dry_run)
+
     def _refuse_if_it_can_never_run(self, script: Path, dry_run: DryRun) -> None:
         """``sbatch --test-only``: Slurm's own verdict, before anything is queued.
 

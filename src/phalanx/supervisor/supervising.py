@@ -745,7 +745,14 @@ class Supervisor:
                 continue
             changed = True
             now = time.time()
-            started = old is None and r.state is not ReplicaState.PENDING
+            # started: the first state past PENDING. An engine that queues (Slurm, Kubernetes) shows
+            # PENDING first; a replica seen waiting gets its start time when it leaves it, unless it
+            # ended without ever landing on a node (cancelled while queued: it never started).
+            # Ended between two polls, it started no later than it finished.
+            landed = not r.state.done or r.host is not None
+            waited = old is not None and old.state is ReplicaState.PENDING and landed
+            started = (old is None or waited) and r.state is not ReplicaState.PENDING
+            started_at = min(now, r.finished_at) if r.finished_at else now
             self.store.update_replica(
                 self.id,
                 r.name,
@@ -754,7 +761,7 @@ class Supervisor:
                 pid=r.pid,
                 exit_code=r.exit_code,
                 reason=r.reason,
-                started_at=now if started else None,
+                started_at=started_at if started else None,
                 finished_at=(r.finished_at or now) if r.state.done else None,
             )
             self.states[r.name] = r  # only once written: a failed write is tried again
