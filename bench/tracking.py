@@ -166,7 +166,7 @@ def _lat(values: list[float]) -> tuple[float, float]:
 # --- contenders --------------------------------------------------------------------------------------
 
 
-def bench_phalanx(n: int, work: Path) -> dict[str, Any]:
+def bench_phalanx(n: int, work: Path, attempt: int | None = None) -> dict[str, Any]:
     sys.path.insert(0, str(REPO / "src"))
     from phalanx.config import Settings
     from phalanx.domain import Event, EventKind
@@ -190,6 +190,8 @@ def bench_phalanx(n: int, work: Path) -> dict[str, Any]:
             PHALANX_HOME=str(home), PHALANX_EXPERIMENT_ID=exp, PHALANX_SPOOL=str(home / "spool" / exp),
             PHALANX_INGESTER_PID=str(os.getpid()), PHALANX_CAPTURED="1", PYTHONPATH=str(REPO / "src"),
         )  # fmt: skip
+        if attempt is not None:  # records carry an attempt: the store checks each series' (issue 18)
+            env["PHALANX_ATTEMPT"] = str(attempt)
         per = n // procs if not timed else min(n, 300_000)
         argvs = [
             [sys.executable, str(script), str(r), str(per), "timed" if timed else "fast"]
@@ -350,13 +352,14 @@ def main() -> None:
     )
     parser.add_argument("--mlflow-points", type=int, default=100_000, help="points per run for MLflow")
     parser.add_argument("--skip-mlflow", action="store_true")
+    parser.add_argument("--attempt", type=int, help="writers report as this attempt (PHALANX_ATTEMPT)")
     parser.add_argument("--json", type=Path, help="also write the figures here")
     args = parser.parse_args()
     results: dict[str, dict[str, Any]] = {}
     with tempfile.TemporaryDirectory(prefix="phalanx-bench-") as tmp:
         work = Path(tmp)
         results["raw"] = bench_raw(args.points, work)
-        results["phalanx"] = bench_phalanx(args.points, work)
+        results["phalanx"] = bench_phalanx(args.points, work, args.attempt)
         if not args.skip_mlflow:
             results["mlflow"] = bench_mlflow(args.mlflow_points, work)
     cpus = os.cpu_count()

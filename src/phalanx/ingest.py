@@ -84,6 +84,8 @@ def record_to_event(record: Mapping[str, Any]) -> Event:
         attempt = None if attempt is None or attempt == "" else int(attempt)
     except (TypeError, ValueError) as exc:
         raise UsageError(f"event has a malformed seq, index, rank, attempt or time: {exc}") from None
+    if attempt is not None and not 0 <= attempt < 2**31:
+        raise UsageError(f"event attempt {attempt} is out of range (0 to 2147483647; PHALANX_ATTEMPT)")
     event = Event(
         experiment_id=exp,
         kind=kind,

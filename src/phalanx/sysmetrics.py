@@ -239,7 +239,15 @@ class SystemMetrics:
 
         self.interval = interval
         self._targets = targets
-        self.writer = SpoolWriter(spool_dir, experiment_id=experiment_id, stream=stream or new_stream_id())
+        # inside a Slurm task the sampler restarts at step 0 with a requeued attempt: its attempt
+        # (PHALANX_ATTEMPT) makes the new samples replace the old ones (store.sql.attempts)
+        raw = os.environ.get("PHALANX_ATTEMPT", "").strip()
+        self.writer = SpoolWriter(
+            spool_dir,
+            experiment_id=experiment_id,
+            stream=stream or new_stream_id(),
+            attempt=int(raw) if raw.isdigit() else None,
+        )
         self.sampler = Sampler()
         self.cost_seconds = 0.0  # CPU time of the looks, writing included (bench/system_metrics.py)
         self._stop = threading.Event()

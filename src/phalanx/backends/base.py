@@ -86,6 +86,8 @@ class JobStatus:
     status: ExperimentStatus
     replicas: tuple[ReplicaStatus, ...] = ()
     reason: str | None = None
+    # the attempt the engine runs now, where it starts a job again by itself (a Slurm requeue)
+    attempt: int | None = None
 
 
 class Backend(Protocol):

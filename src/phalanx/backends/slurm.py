@@ -150,6 +150,7 @@ class SlurmBackend:
 
     def dry_run(self, plan: Plan, context: LaunchContext) -> DryRun:
         env: dict[str, str] = {**plan.build.env_vars, **plan.env, **context.tracking_env}
+        env.pop("PHALANX_ATTEMPT", None)  # the script counts attempts itself: a requeue is one more
         env["PHALANX_CAPTURED"] = "1"  # the task wrapper writes the console to the replica's log file
         if self.cluster.server_url:
             env["PHALANX_HOST"] = self.cluster.server_url
@@ -190,6 +191,17 @@ class SlurmBackend:
         self._submitted[job_id] = time.monotonic()
         log.info("submitted %s as Slurm job %s", dry_run.context.experiment_id, job_id)
         return f"{job_id}:{run_dir}"
+
+    def refuse_if_it_can_never_run(self, dry_run: DryRun) -> None:
+        """The check ``submit`` makes, on a dry run alone: `phalanx group run --cluster` asks it of
+        one trial before it records the group, so a search whose trials Slurm can never hold is
+        refused at once (exit 2) instead of failing every trial one by one."""
+        import tempfile
+
+        with tempfile.TemporaryDirectory(prefix="phalanx-sbatch-") as folder:
+            script = Path(folder) / "job.sbatch"
+            script.write_text(expect_dry_run(dry_run, SlurmDryRun, self.name).script)
+            self._refuse_if_it_can_never_run(script, dry_run)
 
     def _refuse_if_it_can_never_run(self, script: Path, dry_run: DryRun) -> None:
         """``sbatch --test-only``: Slurm's own verdict, before anything is queued.
@@ -332,6 +344,18 @@ class SlurmBackend:
         return out
 
     def describe(self, handle: str) -> JobStatus | None:
+        """The job's state, and its attempt: how many earlier attempts the run folder keeps
+        (attempts/<n>/, archived by a restart's submit or by the script of a requeued job), which is
+        the PHALANX_ATTEMPT its tasks report with; the supervisor records a requeue from it."""
+        job = self._describe(handle)
+        if job is None:
+            return None
+        attempts = self._split(handle)[1] / "attempts"
+        with contextlib.suppress(OSError):
+            return replace(job, attempt=sum(1 for p in attempts.iterdir() if p.is_dir()))
+        return replace(job, attempt=0)
+
+    def _describe(self, handle: str) -> JobStatus | None:
         job_id, run_dir = self._split(handle)
         ended = self._ended_by_state_files(run_dir)
         if ended is not None:
@@ -467,14 +491,20 @@ class SlurmBackend:
 
 
 class _LogFile:
-    """One process's log file, read incrementally into whole lines."""
+    """One process's log file, read incrementally into whole lines. A requeued job's script moves
+    the file to attempts/<n>/ and its tasks start a new one: that one is read from its start."""
 
     def __init__(self, path: Path, prefix: str) -> None:
         self.path, self.prefix, self.pos, self.pending = path, prefix, 0, b""
+        self.inode: int | None = None
 
     def read(self, final: bool) -> list[str]:
         try:
             with open(self.path, "rb") as f:
+                inode = os.fstat(f.fileno()).st_ino
+                if self.inode is not None and inode != self.inode:
+                    self.pos, self.pending = 0, b""  # a new attempt's file
+                self.inode = inode
                 f.seek(self.pos)
                 chunk = f.read()
         except FileNotFoundError:

@@ -154,6 +154,11 @@ def run(
 
     require("optuna", "search", "phalanx group run")
     from phalanx.groups import controller
+
+    if cluster is not None:  # a trial the cluster can never run: refused now, nothing recorded
+        controller.check_trials_can_run(
+            group, settings, cluster=cluster, workdir=workdir, oversubscribe=oversubscribe
+        )
     from phalanx.groups.records import sql_store
     from phalanx.store import open_store
 
@@ -171,9 +176,10 @@ def run(
         _spawn_controller(settings, record.id)
         typer.echo(record.id)
         return
+    on = f" on cluster {cluster}" if cluster else ""
     sys.stderr.write(
         f"phalanx: group {record.id}: {record.search} search, {record.planned} trials,"
-        f" {record.concurrency} at a time\n"
+        f" {record.concurrency} at a time{on}\n"
     )
     _drive(store, settings, record.id, json_out)
 

@@ -10,6 +10,7 @@ ones and launches only what is still missing, so the planned number of trials ru
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import math
@@ -90,6 +91,44 @@ def create(
             "allow_unused": allow_unused,
         },
     )
+
+
+def check_trials_can_run(
+    group: GroupSpec,
+    settings: Settings,
+    *,
+    cluster: str,
+    workdir: Path | None,
+    oversubscribe: bool = False,
+) -> None:
+    """Before a group on a cluster is recorded: prepare one trial (the example values `phalanx
+    check` shows) as its `phalanx run` would, without building or starting anything, and ask the
+    engine whether it could ever run it (Slurm: ``sbatch --test-only``). A search whose every trial
+    Slurm would refuse is a UsageError here (exit 2, nothing recorded), not N failed trials."""
+    from phalanx.errors import UsageError
+    from phalanx.spec.group import example_values
+    from phalanx.supervisor.preparing import prepare
+
+    values = example_values(group)
+    spec = group.trial_spec(values)  # (--param overrides are in the group's params already)
+    source = group.base.source_file
+    try:
+        prepared = prepare(
+            spec,
+            settings=settings,
+            workdir=workdir or (Path(source).parent if source else None),
+            cluster=cluster,
+            oversubscribe=oversubscribe,
+            dry=True,
+        )
+        refuse = getattr(prepared.backend, "refuse_if_it_can_never_run", None)
+        if refuse is not None:
+            refuse(prepared.dry_run)
+    except UsageError as exc:
+        shown = ", ".join(f"{k}={v}" for k, v in values.items())
+        raise UsageError(
+            f"{source or 'the group'}: its trials cannot run (a trial with {shown}): {exc}"
+        ) from None
 
 
 def load(group: Group) -> GroupSpec:
@@ -504,20 +543,21 @@ class Controller:
     # -- ending ---------------------------------------------------------------------------------
 
     def _stop_trials(self, reason: str) -> None:
-        from phalanx.supervisor import stop_experiment
-
-        for number, live in list(self.live.items()):
+        for live in self.live.values():
             if live.launch is not None:  # a launch in flight: let it create the experiment, then stop it
                 try:
                     live.launch.wait(timeout=LAUNCH_TIMEOUT)
                 except subprocess.TimeoutExpired:
                     live.launch.kill()
+        found: dict[int, Any] = {}
+        for number, live in self.live.items():
             try:
-                exp = self.store.get_experiment(live.trial.experiment_id)
+                found[number] = self.store.get_experiment(live.trial.experiment_id)
             except NotFound:
-                exp = None
-            if exp is not None and not exp.status.done:
-                stop_experiment(self.store, self.settings, exp, timeout=30, reason=reason)
+                found[number] = None
+        stop_all(self.store, self.settings, [e for e in found.values() if e is not None], reason, timeout=30)
+        for number in list(self.live):
+            exp = found[number]
             records.update_trial(
                 self.store,
                 self.group.id,
@@ -582,24 +622,42 @@ def stop_group(store: SqlStore, settings: Settings, group: Group, timeout: float
     current = records.get_group(store, group.id)
     if current.done:
         return current
-    from phalanx.supervisor import stop_experiment
-
     reason = "stopped by phalanx group stop"
-    for t in records.list_trials(store, group.id):
-        if t.state in ("launching", "running"):
-            try:
-                exp = store.get_experiment(t.experiment_id)
-                if not exp.status.done:
-                    stop_experiment(store, settings, exp, timeout=timeout, reason=reason)
-            except NotFound:
-                pass
-            records.update_trial(
-                store, group.id, t.number, state="stopped", reason=reason, finished_at=time.time()
-            )
+    unfinished = [t for t in records.list_trials(store, group.id) if t.state in ("launching", "running")]
+    experiments = []
+    for t in unfinished:
+        with contextlib.suppress(NotFound):  # its launch never created it
+            experiments.append(store.get_experiment(t.experiment_id))
+    stop_all(store, settings, experiments, reason, timeout=timeout)
+    for t in unfinished:
+        records.update_trial(
+            store, group.id, t.number, state="stopped", reason=reason, finished_at=time.time()
+        )
     records.update_group(
         store, group.id, status="stopped", reason=reason, finished_at=time.time(), controller_pid=None
     )
     return records.get_group(store, group.id)
+
+
+def stop_all(
+    store: SqlStore, settings: Settings, experiments: list[Any], reason: str, timeout: float
+) -> None:
+    """Stop these experiments all at once, not one after the other: each stop waits for its
+    supervisor (on Slurm: scancel, then the job's end), and a trial still queued behind a running
+    one must be cancelled before the running one's nodes free up and Slurm starts it."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from phalanx.supervisor import stop_experiment
+
+    running = [e for e in experiments if not e.status.done]
+    if not running:
+        return
+    with ThreadPoolExecutor(max_workers=min(16, len(running))) as pool:
+        futures = [
+            pool.submit(stop_experiment, store, settings, e, timeout=timeout, reason=reason) for e in running
+        ]
+        for f in futures:
+            f.result()
 
 
 def dumps(doc: Any) -> str:

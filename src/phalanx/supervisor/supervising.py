@@ -215,6 +215,7 @@ class Supervisor:
         self._handle: str | None = None
         self.resume = resume
         self._resume_step: int | None = None  # the checkpoint step the next group continues from
+        self._attempt_no: int | None = None  # the store's number of the attempt running now
         self._repro_thread: threading.Thread | None = None
         self._store_ready = threading.Event()
 
@@ -516,9 +517,9 @@ class Supervisor:
         restarts = 0
         kind = "resume" if self.resume else "start"
         while True:
-            number = self._add_attempt(kind)
+            self._attempt_no = self._add_attempt(kind)
             status, reason = self._attempt(handle, first=restarts == 0 and not self.resume)
-            self._finish_attempt(number, status, reason)
+            self._finish_attempt(self._attempt_no, status, reason)  # a requeue may have moved it on
             if (
                 status is ExperimentStatus.FAILED
                 and restarts < max_restarts
@@ -543,6 +544,17 @@ class Supervisor:
         except Exception:
             log.exception("recording the attempt failed")
             return None
+
+    def _follow_requeue(self, job: JobStatus) -> None:
+        """The engine started the job again by itself (a Slurm requeue after a node failure,
+        preemption or `scontrol requeue`): the attempt it runs now is recorded as a new one, so the
+        attempts in `phalanx get` match the numbers the tasks report their points with."""
+        while job.attempt is not None and self._attempt_no is not None and job.attempt > self._attempt_no:
+            why = f"requeued by {self.p.backend.name}"
+            self._finish_attempt(self._attempt_no, ExperimentStatus.FAILED, why)
+            self._attempt_no = self._add_attempt("requeue")
+            self.observer.message(f"{why}; attempt {self._attempt_no} starts")
+            self._emit_all(f"phalanx: {why}; attempt {self._attempt_no} starts")
 
     def _finish_attempt(self, number: int | None, status: ExperimentStatus, reason: str | None) -> None:
         finish = getattr(self.store, "finish_attempt", None)
@@ -641,6 +653,7 @@ class Supervisor:
             job = backend.describe(handle)
             if job is None:
                 return ExperimentStatus.FAILED, f"the {backend.name} engine no longer knows the job {handle}"
+            self._follow_requeue(job)
             if job.status is ExperimentStatus.PENDING:
                 if pending_reason != (job.reason or ""):
                     pending_reason = job.reason or ""
@@ -739,7 +752,14 @@ class Supervisor:
                 continue
             changed = True
             now = time.time()
-            started = old is None and r.state is not ReplicaState.PENDING
+            # started: the first state past PENDING. An engine that queues (Slurm, Kubernetes) shows
+            # PENDING first; a replica seen waiting gets its start time when it leaves it, unless it
+            # ended without ever landing on a node (cancelled while queued: it never started).
+            # Ended between two polls, it started no later than it finished.
+            landed = not r.state.done or r.host is not None
+            waited = old is not None and old.state is ReplicaState.PENDING and landed
+            started = (old is None or waited) and r.state is not ReplicaState.PENDING
+            started_at = min(now, r.finished_at) if r.finished_at else now
             self.store.update_replica(
                 self.id,
                 r.name,
@@ -748,7 +768,7 @@ class Supervisor:
                 pid=r.pid,
                 exit_code=r.exit_code,
                 reason=r.reason,
-                started_at=now if started else None,
+                started_at=started_at if started else None,
                 finished_at=(r.finished_at or now) if r.state.done else None,
                 # the first write of this attempt (a restart's group): the previous attempt's exit
                 # code and reason ("was killed by SIGKILL") are not this replica's any more

@@ -8,10 +8,12 @@ The trials are tiny scripts (a loss that depends on one param, reported each ste
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
 import threading
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -36,11 +38,18 @@ for step in range(1, steps + 1):
 
 
 @pytest.fixture
-def phalanx(slurm_cluster: LocalSlurm, phalanx_home: Path, tmp_path: Path) -> Phalanx:
+def phalanx(slurm_cluster: LocalSlurm, phalanx_home: Path, tmp_path: Path) -> Iterator[Phalanx]:
+    """The CLI against a PHALANX_HOME where the local Slurm is registered; a controller a failed test
+    left running is killed (the test that cares asserts nothing was left)."""
     add_cluster(slurm_cluster.cluster(), phalanx_home)
     cli = Phalanx(phalanx_home, tmp_path)
     cli.env["SLURM_CONF"] = str(slurm_cluster.conf)
-    return cli
+    yield cli
+    for proc in cli.started:
+        if proc.poll() is None:
+            proc.kill()
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.communicate(timeout=30)
 
 
 def group_file(
@@ -112,43 +121,60 @@ class QueueWatch:
         self._thread.join(timeout=10)
 
 
-def test_a_random_search_runs_its_trials_as_slurm_jobs_two_at_a_time(
+def test_a_random_search_runs_its_trials_as_slurm_jobs_two_at_a_time_across_a_controller_kill(
     phalanx: Phalanx, slurm_cluster: LocalSlurm
 ) -> None:
     path = group_file(
         phalanx,
         "  concurrency: 2\n  random_search: {n_experiments: 3, seed: 5}\n"
         "  metric: {name: loss, optimization: minimize}\n  matrix:\n    x: {uniform: 0:1}\n",
-        steps=3,
+        steps=10,
         pause=0.2,
     )
-    with QueueWatch(slurm_cluster) as watch:
-        done = phalanx.run(
-            "group", "run", "-f", str(path), "--cluster", slurm_cluster.name, "--json", timeout=180
-        )
-    assert done.returncode == 0, done.stderr
-    doc = json.loads(done.stdout)
-    assert doc["status"] == "succeeded" and len(doc["trials"]) == 3, doc
     store = phalanx.store()
+
+    def a_trial_running_in_slurm() -> str | None:
+        from phalanx.groups.records import list_groups, list_trials
+
+        groups = list_groups(store)
+        states = dict(line.split()[:2] for line in jobs(slurm_cluster))
+        for t in list_trials(store, groups[0].id) if groups else []:
+            if states.get(f"phalanx-{t.experiment_id}") == "RUNNING":
+                return groups[0].id
+        return None
+
+    with QueueWatch(slurm_cluster) as watch:
+        controller = phalanx.start("group", "run", "-f", str(path), "--cluster", slurm_cluster.name)
+        group_id = wait_for(a_trial_running_in_slurm, timeout=120, what="a trial running in Slurm")
+        controller.kill()  # SIGKILL: the trials' supervisors and Slurm jobs go on without it
+        controller.communicate(timeout=30)
+        resumed = phalanx.run("group", "resume", group_id, timeout=180)
+    assert resumed.returncode == 0, resumed.stderr
+    doc = json.loads(phalanx.run("group", "get", group_id, "-o", "json").stdout)
+    assert doc["status"] == "succeeded" and len(doc["trials"]) == 3, doc
     experiments = [store.get_experiment(t["experiment_id"]) for t in doc["trials"]]
+    assert sorted(e.id for e in store.list_experiments().items) == sorted(
+        e.id for e in experiments
+    )  # none twice
     assert all(e.status == "succeeded" for e in experiments), [(e.status, e.reason) for e in experiments]
-    assert all(e.group_id == doc["id"] for e in experiments)
+    assert all(e.group_id == group_id and e.cluster == slurm_cluster.name for e in experiments)
     for e in experiments:  # each trial ran on Slurm: master on one node, its worker on the other
-        hosts = sorted(r.host or "" for r in store.list_replicas(e.id))
-        assert hosts == ["n1", "n2"], hosts
+        replicas = store.list_replicas(e.id)
+        assert sorted(r.host or "" for r in replicas) == ["n1", "n2"], [r.host for r in replicas]
+        for r in replicas:  # each with its start time, though Slurm first showed its job pending
+            assert r.started_at is not None and r.started_at <= r.finished_at, (r.name, r.started_at)
     for t in doc["trials"]:
-        assert t["state"] == "done" and abs(t["value"] - (t["params"]["x"] + 1 / 3)) < 1e-9
+        assert t["state"] == "done" and abs(t["value"] - (t["params"]["x"] + 1 / 10)) < 1e-9
     best = min(doc["trials"], key=lambda t: t["value"])
     assert doc["best"]["number"] == best["number"]
     # every trial was a Slurm job of its own, never more than `concurrency` of them in the queue
     assert {f"phalanx-{e.id}" for e in experiments} <= watch.seen, watch.seen
     assert 1 <= watch.most <= 2, watch.most
-    listed = phalanx.run("ls", "--group", doc["id"], "-o", "json")
+    listed = phalanx.run("ls", "--group", group_id, "-o", "json")
     assert {e["id"] for e in json.loads(listed.stdout)} == {e.id for e in experiments}
     assert slurm_cluster.wait_queue_empty() == []
-    assert wait_for(
-        lambda: not leftover({e.id for e in experiments}), timeout=30, what="every trial process gone"
-    )
+    ids = {e.id for e in experiments}
+    assert wait_for(lambda: not leftover(ids), timeout=30, what="every trial process gone")
 
 
 CPU2 = "  resources: {cpu: {requests: 2, limits: 2}}\n"
@@ -202,6 +228,14 @@ def test_group_stop_scancels_the_running_trial_and_the_one_slurm_holds_pending(
             exp.status,
             exp.reason,
         )
+        replicas = store.list_replicas(exp.id)
+        assert all(r.state == "stopped" for r in replicas), [(r.name, r.state) for r in replicas]
+        for r in replicas:  # a replica that reached a node has its start time; one cancelled in the
+            # queue has none (the trials are stopped at once, but Slurm may start the queued one on
+            # the nodes the other frees before its own scancel lands)
+            assert (r.started_at is None) == (r.host is None), (r.name, r.host, r.started_at)
+            if exp.id == seen["running"]:
+                assert r.host and r.started_at is not None, (r.name, r.host, r.started_at)
     assert slurm_cluster.wait_queue_empty(timeout=30) == []
     assert wait_for(lambda: not leftover(set(seen.values())), timeout=30, what="every trial process gone")
 
@@ -234,3 +268,24 @@ def test_a_pruned_trial_is_scancelled_mid_run_with_the_pruners_reason(
     assert slurm_cluster.wait_queue_empty(timeout=30) == []
     ids = {first["experiment_id"], second["experiment_id"]}
     assert wait_for(lambda: not leftover(ids), timeout=30, what="every trial process gone")
+
+
+def test_a_group_whose_trials_slurm_can_never_hold_is_refused_before_anything_is_recorded(
+    phalanx: Phalanx, slurm_cluster: LocalSlurm
+) -> None:
+    path = group_file(
+        phalanx,
+        "  concurrency: 2\n  random_search: {n_experiments: 3}\n"
+        "  metric: {name: loss, optimization: minimize}\n  matrix:\n    x: {uniform: 0:1}\n",
+        steps=1,
+        pause=0.1,
+        environment="  resources: {cpu: {requests: 64, limits: 64}}\n  replicas:\n",
+    )
+    refused = phalanx.run("group", "run", "-f", str(path), "--cluster", slurm_cluster.name)
+    assert refused.returncode == 2, refused.stderr
+    assert refused.stderr.startswith(f"error: {path}: its trials cannot run (a trial with x=0.0): ")
+    assert f"Slurm cluster {slurm_cluster.name} can never run this experiment" in refused.stderr
+    assert "--cpus-per-task=64" in refused.stderr and "Traceback" not in refused.stderr
+    assert "no groups yet" in phalanx.run("group", "ls").stdout  # nothing recorded, no trial failed
+    assert phalanx.store().list_experiments().items == []
+    assert jobs(slurm_cluster) == []

@@ -256,3 +256,17 @@ def test_a_body_that_stalls_is_408_not_a_request_held_for_ever(
     assert sent[0]["status"] == 408
     body = json.loads(b"".join(m.get("body", b"") for m in sent[1:]))  # type: ignore[misc]
     assert body["error"] == "request_timeout" and "stalled" in body["message"]
+
+
+def test_a_later_attempt_posting_the_same_steps_replaces_them(client: TestClient, store: Store) -> None:
+    e = fill.experiment(store)
+    first = [{**r, "attempt": 0} for r in _records(e.id, 30, stream="first")]
+    again = [{**r, "attempt": 1, "data": {**r["data"], "value": 5.0}} for r in _records(e.id, 20, "again")]
+    assert client.post("/api/v1/ingest", json={"events": first}).json() == {"accepted": 30}
+    assert client.post("/api/v1/ingest", json={"events": again}).json() == {"accepted": 20}
+    series = store.metrics(e.id, "loss")["loss"]["worker 02"]
+    assert series.steps == list(range(20))  # the requeued run is at step 19: no stale tail either
+    assert set(series.values) == {5.0}
+    bad = [{**r, "attempt": 2**40} for r in _records(e.id, 1, stream="bad")]
+    r = client.post("/api/v1/ingest", json={"events": bad})
+    assert r.status_code == 400 and "attempt" in r.json()["message"], r.json()

@@ -63,8 +63,10 @@ def reconcile(
     firsts = _first_steps(blocks, ids)
     if not firsts:
         return list(blocks), set()
-    query = select(SeriesRow.id, SeriesRow.attempt, SeriesRow.attempt_step).where(
-        SeriesRow.id.in_(sorted(firsts))
+    query = (
+        select(SeriesRow.id, SeriesRow.attempt, SeriesRow.attempt_step)
+        .where(SeriesRow.id.in_(sorted(firsts)))
+        .order_by(SeriesRow.id)  # locked in one order by every writer: no deadlock between two
     )
     if conn.dialect.name == "postgresql":
         query = query.with_for_update()
