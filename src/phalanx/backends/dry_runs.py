@@ -78,7 +78,9 @@ class LocalDryRun(DryRun):
             out.append(f"log: {unit.log}")
             limits = {k: v for k, v in unit.limits.items() if v is not None}
             if limits:
-                out.append(f"limits: {limits}")
+                provisional = limits.get("cpus") and self.context.cpu_pool is None
+                # a dry run is not admitted: the ledger hands out the cores free at the real start
+                out.append(f"limits: {limits}" + ("  (cores as on an idle machine)" if provisional else ""))
             for i, proc in enumerate(unit.processes):
                 if len(unit.processes) > 1:
                     out.append(f"process {i}:")

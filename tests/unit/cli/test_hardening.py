@@ -96,6 +96,25 @@ def test_more_local_processes_than_cores_without_requests_is_warned_about(
     assert "warning" not in phalanx("run", "-f", one, "--dry-run").stderr
 
 
+def test_a_dry_run_says_its_cores_are_those_of_an_idle_machine(tmp_path: Path) -> None:
+    """A dry run is not admitted by the ledger: `cpus: [0]` would mislead a user whose core 0 is
+    busy with another experiment, so the pinning is marked as provisional."""
+    file = spec(
+        tmp_path,
+        """
+        version: 1
+        kind: experiment
+        environment:
+          resources: {cpu: {requests: 1, limits: 1}}
+        run:
+          cmd: python train.py
+        """,
+    )
+    done = phalanx("run", "-f", file, "--dry-run")
+    assert done.returncode == 0, done.stderr
+    assert "limits: {'cpus': [0], 'threads': 1}  (cores as on an idle machine)" in done.stdout
+
+
 def test_zero_cpu_and_memory_limits_are_errors_not_no_limit(tmp_path: Path) -> None:
     file = spec(
         tmp_path,
