@@ -497,9 +497,20 @@ def log_metrics(step: int | None = None, **values: float) -> None:
             "phalanx.log_metrics: no experiment; call Task.init(...) first or run under `phalanx run`"
         )
     logger = task.get_logger()
-    series = task.replica
+    series = _own_series(task)
     for title, value in values.items():
         logger.report_scalar(title, series, value, step)
+
+
+def _own_series(task: Task) -> str:
+    """The series a process's metrics go to: its replica's name, or ``rank N`` when the replica runs
+    several processes (``processes_per_replica``, torchrun's ``--nproc_per_node``) or this process is
+    a rank spawned from the replica's (``mp.spawn``): one series per replica would mix their points."""
+    rank = task.rank
+    local_world = idm._int(os.environ.get("LOCAL_WORLD_SIZE")) or 1
+    if rank is not None and (local_world > 1 or rank != task._identity.replica_rank):
+        return f"rank {rank}"
+    return task.replica
 
 
 def _record_script_process(path: Path) -> None:

@@ -186,3 +186,31 @@ def test_params_the_command_never_names_reach_the_script_through_connect(phalanx
     exp = phalanx.only_experiment()
     recorded = {(p.section, p.key): p.value for p in phalanx.store().params(exp.id)}
     assert recorded[("General", "num_layers")] == 46 and recorded[("General", "dropout")] == 0.5
+
+
+def test_log_metrics_gives_each_process_of_a_multi_process_replica_its_own_series(phalanx: Phalanx) -> None:
+    """With processes_per_replica: 2 both processes of `master` once wrote series "master":
+    6 interleaved points for 3 steps, a chart that zigzags between two ranks."""
+    spec = phalanx.spec(
+        """
+        version: 1
+        kind: experiment
+        framework: pytorch
+        environment:
+          replicas: {n_workers: 1, processes_per_replica: 2}
+        run:
+          cmd: python ranks.py
+        """
+    )
+    (spec.parent / "ranks.py").write_text(
+        "import os, phalanx\n"
+        "for step in range(3):\n"
+        "    phalanx.log_metrics(step=step, rank=float(os.environ['RANK']))\n"
+    )
+    done = phalanx.run("run", "-f", str(spec))
+    assert done.returncode == 0, done.stderr
+    exp = phalanx.only_experiment()
+    series = phalanx.store().metrics(exp.id)["rank"]
+    assert sorted(series) == ["rank 0", "rank 1", "rank 2", "rank 3"]
+    for name, points in series.items():
+        assert list(points.steps) == [0, 1, 2] and set(points.values) == {float(name.split()[1])}
