@@ -16,6 +16,7 @@ KINDS: dict[str, tuple[str, str, str]] = {
     "ConfigMap": ("", "v1", "configmaps"),
     "Service": ("", "v1", "services"),
     "Pod": ("", "v1", "pods"),
+    "Secret": ("", "v1", "secrets"),  # the per-experiment replica token
     "PyTorchJob": ("kubeflow.org", "v1", "pytorchjobs"),
     "TFJob": ("kubeflow.org", "v1", "tfjobs"),
     "MXJob": ("kubeflow.org", "v1", "mxjobs"),
@@ -189,4 +190,4 @@ class ClientAPI:
 
 
 def _snake(kind: str) -> str:
-    return {"ConfigMap": "config_map", "Service": "service", "Pod": "pod"}[kind]
+    return {"ConfigMap": "config_map", "Service": "service", "Pod": "pod", "Secret": "secret"}[kind]

@@ -21,7 +21,7 @@ KUBERNETES_VERSION = "1.37.0"  # the newest schema set kubernetes-validate 1.37.
 DEFAULT_IMAGE = "python:3.11-slim"  # when the file names no build.image
 GPU_RESOURCE = "nvidia.com/gpu"
 PORT = 2222  # every replica listens here; each Pod has its own address, so one port fits all
-TOKEN_SECRET = "phalanx-token"  # a Secret the user creates (key "token") when the server wants one
+TOKEN_SECRET = "phalanx-token"  # rendered; replaced by a per-experiment Secret when Phalanx has the token
 PLACEHOLDER_UID = "00000000-0000-0000-0000-000000000000"  # replaced by the owner's uid at submit
 
 LABEL_EXPERIMENT = "phalanx.dev/experiment"
@@ -32,6 +32,45 @@ LABEL_ROLE = "phalanx.dev/role"
 def prefix(experiment_id: str) -> str:
     """Object names start with a letter (DNS-1035) and say who made them."""
     return f"phx-{experiment_id}"
+
+
+def token_secret_name(experiment_id: str) -> str:
+    return f"{prefix(experiment_id)}-token"
+
+
+def with_experiment_token(
+    objects: Sequence[Mapping[str, Any]], experiment_id: str, namespace: str, token: str
+) -> list[Mapping[str, Any]]:
+    """The objects with a Secret holding a token that writes this experiment only (phalanx.tokens),
+    placed right after the owner, and every reference to the user's `phalanx-token` Secret pointed
+    at it (required, so a pod without it waits visibly instead of reporting unauthenticated).
+
+    Why: a pod runs the user's code on a shared cluster; the server's token in it would let that
+    code, or anyone who can read the namespace's Secrets, read, stop and delete every experiment.
+    """
+    from phalanx.tokens import experiment_token
+
+    name = token_secret_name(experiment_id)
+    secret = {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": {"name": name, "namespace": namespace, "labels": labels(experiment_id)},
+        "type": "Opaque",
+        "stringData": {"token": experiment_token(token, experiment_id)},
+    }
+
+    def point(value: Any) -> Any:
+        if isinstance(value, Mapping):
+            ref = value.get("secretKeyRef")
+            if isinstance(ref, Mapping) and ref.get("name") == TOKEN_SECRET:
+                return {**value, "secretKeyRef": {"name": name, "key": "token"}}
+            return {k: point(v) for k, v in value.items()}
+        if isinstance(value, list):
+            return [point(v) for v in value]
+        return value
+
+    pointed = [point(o) for o in objects]
+    return [pointed[0], secret, *pointed[1:]]
 
 
 def labels(experiment_id: str, replica: ReplicaPlan | None = None) -> dict[str, str]:

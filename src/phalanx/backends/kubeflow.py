@@ -372,7 +372,8 @@ class KubeflowBackend(KubeEngine):
         return self.kube_dry_run(plan, context, render_job)
 
     def submit(self, dry_run: DryRun) -> str:
-        job = copy.deepcopy(dict(expect_dry_run(dry_run, KubeDryRun, self.name).objects[0]))
+        objects = expect_dry_run(dry_run, KubeDryRun, self.name).objects
+        job = copy.deepcopy(dict(objects[0]))
         ns = job["metadata"]["namespace"]
         if self.api.get(ns, job["kind"], job["metadata"]["name"]) is not None:
             # a job of the same experiment is still there (a resubmit): it goes first
@@ -385,9 +386,11 @@ class KubeflowBackend(KubeEngine):
                     )
                 time.sleep(0.5)
         self.upload_code(dry_run.context)
+        self.create_token_secret(ns, objects[1:])
         try:
             self.api.create(ns, job)
         except KubeError as exc:
+            self.delete_token_secret(ns, dry_run.context.experiment_id)  # nothing half-created stays
             raise BackendUnavailable(
                 f"creating {job['kind']} {job['metadata']['name']} failed: {exc}"
             ) from exc
@@ -460,7 +463,9 @@ class KubeflowBackend(KubeEngine):
         ns, kind, exp = self._split(handle)
         status = self.describe(handle)
         if status is None:
+            self.delete_token_secret(ns, exp)
             return
         if status.status.done:
             self._readers.wait_closed(handle)
         self.api.delete(ns, kind, prefix(exp))
+        self.delete_token_secret(ns, exp)

@@ -178,14 +178,17 @@ class TrainerBackend(KubeEngine):
         return self.kube_dry_run(plan, context, render_trainjob)
 
     def submit(self, dry_run: DryRun) -> str:
-        job = copy.deepcopy(dict(expect_dry_run(dry_run, KubeDryRun, self.name).objects[0]))
+        objects = expect_dry_run(dry_run, KubeDryRun, self.name).objects
+        job = copy.deepcopy(dict(objects[0]))
         ns, name = job["metadata"]["namespace"], job["metadata"]["name"]
         if self.api.get(ns, KIND, name) is not None:
             self.api.delete(ns, KIND, name)  # a resubmit: the last attempt's job goes first
         self.upload_code(dry_run.context)
+        self.create_token_secret(ns, objects[1:])
         try:
             self.api.create(ns, job)
         except KubeError as exc:
+            self.delete_token_secret(ns, dry_run.context.experiment_id)  # nothing half-created stays
             raise BackendUnavailable(f"creating TrainJob {name} failed: {exc}") from exc
         return f"{ns}/{dry_run.context.experiment_id}"
 
@@ -239,7 +242,9 @@ class TrainerBackend(KubeEngine):
         ns, exp = self._split(handle)
         status = self.describe(handle)
         if status is None:
+            self.delete_token_secret(ns, exp)
             return
         if status.status.done:
             self._readers.wait_closed(handle)
         self.api.delete(ns, KIND, prefix(exp))
+        self.delete_token_secret(ns, exp)

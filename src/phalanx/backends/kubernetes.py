@@ -19,7 +19,7 @@ import copy
 import json
 import logging
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -39,7 +39,9 @@ from phalanx.backends.kube_objects import (
     placement,
     prefix,
     resources,
+    token_secret_name,
     validate_core,
+    with_experiment_token,
 )
 from phalanx.clusters import Cluster
 from phalanx.config import Settings
@@ -291,8 +293,28 @@ class KubeEngine:
             env_volume=self.cluster.env_volume,
             workdir=context.workdir,
         )
-        objects = tuple(rendered) if isinstance(rendered, list) else (rendered,)
-        return KubeDryRun(backend=self.name, plan=plan, context=context, objects=objects)
+        objects: list[Mapping[str, Any]] = list(rendered) if isinstance(rendered, list) else [rendered]
+        if self.settings.token and self.cluster.server_url:
+            objects = with_experiment_token(
+                objects, context.experiment_id, self.namespace, self.settings.token
+            )
+        return KubeDryRun(backend=self.name, plan=plan, context=context, objects=tuple(objects))
+
+    def create_token_secret(self, namespace: str, objects: Sequence[Mapping[str, Any]]) -> None:
+        """Create the dry run's per-experiment token Secret, if any, before the job that reads it
+        (Kubeflow jobs own their pods, not this Secret: ``delete_token_secret`` at cancel)."""
+        for obj in objects:
+            if obj["kind"] == "Secret":
+                self.api.delete(namespace, "Secret", obj["metadata"]["name"])  # a resubmit's
+                try:
+                    self.api.create(namespace, copy.deepcopy(dict(obj)))
+                except KubeError as exc:
+                    raise BackendUnavailable(
+                        f"creating Secret {obj['metadata']['name']} failed: {exc}"
+                    ) from exc
+
+    def delete_token_secret(self, namespace: str, experiment_id: str) -> None:
+        self.api.delete(namespace, "Secret", token_secret_name(experiment_id))
 
     def pod_lines(
         self, handle: str, namespace: str, pod: str, follow: bool, gone: Callable[[KubeError], bool]
