@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import sys
-from typing import Any
+from typing import Annotated, Any
 
 import typer
 
@@ -20,6 +20,16 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
     rich_markup_mode=None,
 )
+
+
+# `--extra-params`, shared by `run` and `rerun` (both launch from a file with `--param` values)
+ExtraParamsOpt = Annotated[
+    bool,
+    typer.Option(
+        "--extra-params",
+        help="Record --param names the file neither declares nor uses (refused without this flag).",
+    ),
+]
 
 
 def emit_json(document: Any) -> None:

@@ -6,7 +6,7 @@ from typing import Annotated, Any
 
 import typer
 
-from phalanx.cli.app import app, emit_json, fail
+from phalanx.cli.app import ExtraParamsOpt, app, emit_json, fail
 
 IdArg = Annotated[str, typer.Argument(metavar="ID", help="experiment id or a unique prefix")]
 OutputOpt = Annotated[str, typer.Option("-o", "--output", metavar="table|json", help="table or json")]
@@ -226,13 +226,7 @@ def rerun(
         list[str] | None,
         typer.Option("--param", metavar="NAME=VALUE", help="Change a param of the rerun (repeatable)."),
     ] = None,
-    extra_params: Annotated[
-        bool,
-        typer.Option(
-            "--extra-params",
-            help="Record --param names the file neither declares nor uses (refused without this flag).",
-        ),
-    ] = False,
+    extra_params: ExtraParamsOpt = False,
     output: OutputOpt = "table",
 ) -> None:
     """Start a new experiment from exactly the file, params and source snapshot another one ran

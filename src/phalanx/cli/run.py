@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from phalanx.cli.app import app, emit_json
+from phalanx.cli.app import ExtraParamsOpt, app, emit_json
 from phalanx.cli.terminal import guard_std_streams
 
 if TYPE_CHECKING:
@@ -158,13 +158,7 @@ def run(
             help="Override or add a param: NAME=VALUE (repeatable); fills {{ NAME }}.",
         ),
     ] = None,
-    extra_params: Annotated[
-        bool,
-        typer.Option(
-            "--extra-params",
-            help="Record --param names the file neither declares nor uses (refused without this flag).",
-        ),
-    ] = False,
+    extra_params: ExtraParamsOpt = False,
     workdir: Annotated[
         Path | None,
         typer.Option("--workdir", metavar="DIR", help="Where replicas start (default: the file's folder)."),

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 from tests.integration.local.conftest import Phalanx, environ_of, wait_for
+from tests.integration.local.test_groups import TRAIN
 from tests.support.slurm import LocalSlurm
 
 from phalanx.clusters import add_cluster
@@ -25,16 +26,6 @@ from phalanx.errors import NotFound
 
 pytest.importorskip("optuna")
 pytestmark = [pytest.mark.slurm, pytest.mark.slow, pytest.mark.timeout(240)]
-
-TRAIN = """\
-import os, sys, time
-from phalanx import log_metrics
-x, steps, pause = float(sys.argv[1]), int(sys.argv[2]), float(sys.argv[3])
-for step in range(1, steps + 1):
-    if os.environ.get("RANK", "0") == "0":
-        log_metrics(step=step, loss=x + 1.0 / step)
-    time.sleep(pause)
-"""
 
 
 @pytest.fixture

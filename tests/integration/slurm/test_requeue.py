@@ -7,10 +7,10 @@ from __future__ import annotations
 import subprocess
 import sys
 import threading
-import time
 from pathlib import Path
 
 import pytest
+from tests.integration.local.conftest import wait_for
 from tests.support.slurm import LocalSlurm
 
 from phalanx.clusters import add_cluster
@@ -37,16 +37,6 @@ for step in range(STEPS):
         time.sleep(300)
 task.flush()
 """.replace("STEPS", str(STEPS))
-
-
-def _wait(predicate, timeout: float, what: str):  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.2)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def _dump(slurm: LocalSlurm, prepared: object) -> str:
@@ -89,14 +79,14 @@ def test_a_requeued_job_continues_the_attempts_and_leaves_one_point_per_step(
     )
     runner.start()
     try:
-        _wait(lambda: (marks / "requeue-me").exists(), 90, "the first attempt to reach step 25")
+        wait_for(lambda: (marks / "requeue-me").exists(), 90, "the first attempt to reach step 25")
         handle = store.get_experiment(prepared.experiment_id).handle
         assert handle
         job_id = handle.split(":")[0]
         env = slurm_cluster.env()
         subprocess.run(["scontrol", "requeue", job_id], env=env, check=True, timeout=30)
         # once back in the queue a requeued job waits 2 minutes (BeginTime) before it may start again
-        _wait(lambda: f"{job_id} PENDING" in slurm_cluster.squeue(), 60, "the job back in the queue")
+        wait_for(lambda: f"{job_id} PENDING" in slurm_cluster.squeue(), 60, "the job back in the queue")
         subprocess.run(["scontrol", "update", f"JobId={job_id}", "StartTime=now"], env=env, check=True)
         runner.join(timeout=90)
         assert not runner.is_alive(), f"the requeued job did not finish:\n{_dump(slurm_cluster, prepared)}"
