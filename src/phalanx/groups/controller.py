@@ -11,6 +11,7 @@ ones and launches only what is still missing, so the planned number of trials ru
 from __future__ import annotations
 
 import contextlib
+import difflib
 import json
 import logging
 import math
@@ -511,18 +512,39 @@ class Controller:
         else:
             if status == "succeeded":
                 outcome, state = op.trial.TrialState.FAIL, "done"
-                reason = f"reported no {self.hp.metric.name}" if self.hp.metric else "no metric to compare"
-                said = f"succeeded ({reason})"
+                reason = self._no_metric(live.trial)
+                said = f"succeeded but {reason}"
             elif status == "stopped" and (reason or "").startswith("pruned at step"):
                 # pruned by a controller that was killed before it recorded the decision
                 outcome, state, said = op.trial.TrialState.PRUNED, "pruned", str(reason)
             else:
                 outcome, state, said = op.trial.TrialState.FAIL, "failed", f"{status}: {reason or ''}"
+                if status == "failed":
+                    said += f" (`phalanx logs {exp_id}` shows why)"
             self.search.tell(self.study, live.optuna_trial, state=outcome)
             record.update(state=state, reason=reason)
         records.update_trial(self.store, self.group.id, number, **record)
         self.say(f"trial {number}: {exp_id} {said}")
         del self.live[number]
+
+    def _no_metric(self, trial: Trial) -> str:
+        """Why a trial that succeeded has no value, with what it did report: a metric name that the
+        script never logs (`acc` for `accuracy`) otherwise wastes the whole search unnoticed."""
+        if self.hp.metric is None:
+            return "no metric to compare"
+        name = self.hp.metric.name
+        try:
+            titles = self.store.metric_titles(trial.experiment_id)
+        except NotFound:
+            titles = {}
+        own = sorted(t for t in titles if t != name and not t.startswith("system/"))
+        if not own:
+            example = f"phalanx.log_metrics(step=..., {name}=...)"
+            return f"reported no {name} (nor any other metric): log it, e.g. {example}"
+        shown = ", ".join(own[:8]) + (", ..." if len(own) > 8 else "")
+        close = difflib.get_close_matches(name, own, 1)
+        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        return f"reported no {name}; it reported {shown}{hint}: fix hptuning.metric.name in the group file"
 
     def _early_stop_reached(self) -> str | None:
         rules = self.hp.early_stopping
@@ -582,9 +604,13 @@ class Controller:
             controller_pid=None,
         )
         self.group = records.get_group(self.store, self.group.id)
-        best = records.best_trial(records.list_trials(self.store, self.group.id), self.group.optimization)
+        trials = records.list_trials(self.store, self.group.id)
+        best = records.best_trial(trials, self.group.optimization)
         tail = f": {reason}" if reason else ""
         self.say(f"group {self.group.id} {status}{tail}")
+        if best is None and self.group.metric and any(t.state == "done" for t in trials):
+            metric, gid = self.group.metric, self.group.id
+            self.say(f"no best trial: no trial reported {metric} (`phalanx group get {gid}` says why)")
         if best is not None:
             shown = ", ".join(f"{k}={v}" for k, v in best.params.items())
             self.say(

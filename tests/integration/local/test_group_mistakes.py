@@ -1,0 +1,69 @@
+"""Group mistakes a tired user makes, on real one-replica trials: a metric name the script never
+logs, a trial that always fails, `group resume` of a finished group. Each says what went wrong and
+how to fix it, with no traceback."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from tests.integration.local.conftest import Phalanx
+
+pytest.importorskip("optuna")
+
+TRAIN = """\
+import sys
+from phalanx import log_metrics
+if sys.argv[2] == "fail":
+    sys.exit(3)
+log_metrics(step=1, loss=float(sys.argv[1]))
+"""
+
+
+def group_file(phalanx: Phalanx, metric: str, mode: str = "ok") -> Path:
+    folder = phalanx.tmp / "group"
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "train.py").write_text(TRAIN)
+    path = folder / "group.yml"
+    path.write_text(
+        "version: 1\nkind: group\nname: tired\n"
+        "hptuning:\n  concurrency: 1\n  random_search: {n_experiments: 1, seed: 3}\n"
+        f"  metric: {{name: {metric}, optimization: minimize}}\n  matrix:\n    x: {{uniform: 0:1}}\n"
+        f"run:\n  cmd: python train.py {{{{ x }}}} {mode}\n"
+    )
+    return path
+
+
+def test_a_metric_name_the_script_never_logs_is_named_with_what_it_did_log(phalanx: Phalanx) -> None:
+    done = phalanx.run("group", "run", "-f", str(group_file(phalanx, "los")), "--json", timeout=120)
+    assert done.returncode == 0, done.stderr
+    said = "reported no los; it reported loss (did you mean 'loss'?): fix hptuning.metric.name"
+    assert said in done.stderr
+    doc = json.loads(done.stdout)
+    assert doc["best"] is None and said in doc["trials"][0]["reason"]
+    assert "no best trial: no trial reported los" in done.stderr
+    shown = phalanx.run("group", "get", doc["id"])
+    assert shown.returncode == 0 and f"trial 0: {said}" in shown.stdout
+
+
+def test_a_failing_trial_points_at_its_logs(phalanx: Phalanx) -> None:
+    done = phalanx.run("group", "run", "-f", str(group_file(phalanx, "loss", "fail")), "--json", timeout=120)
+    assert done.returncode == 1, done.stderr
+    exp = json.loads(done.stdout)["trials"][0]["experiment_id"]
+    assert f"failed: master exited with code 3 (`phalanx logs {exp}` shows why)" in done.stderr
+    shown = phalanx.run("group", "get", json.loads(done.stdout)["id"])
+    assert "trial 0: master exited with code 3" in shown.stdout
+
+
+def test_resume_of_a_finished_group_is_a_mistake_with_what_to_do(phalanx: Phalanx) -> None:
+    path = group_file(phalanx, "loss")
+    done = phalanx.run("group", "run", "-f", str(path), "--json", timeout=120)
+    assert done.returncode == 0, done.stderr
+    group_id = json.loads(done.stdout)["id"]
+    again = phalanx.run("group", "resume", group_id)
+    assert again.returncode == 2, again.stdout
+    assert f"group {group_id} already succeeded: nothing to resume" in again.stderr
+    assert f"`phalanx group run -f {path}` starts a new search" in again.stderr
+    assert "Traceback" not in again.stderr
+    assert len(phalanx.store().list_experiments().items) == 1  # nothing run again
