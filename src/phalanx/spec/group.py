@@ -522,6 +522,18 @@ def _validated(
     if "q" in args and args["q"] <= 0:
         bad(f"q (the step values are rounded to) must be more than 0, got {_num(args['q'])}")
         return None
+    if kind.endswith("loguniform") and 0 < args["low"] < args["high"] <= 1:
+        # Polyaxon's (and Azure's) bounds are natural logs: [0.0001, 0.1] draws 1.0001..1.105, which
+        # is surely not the learning rate meant; a note, not an error, since it is a valid search
+        low, high = args["low"], args["high"]
+        q = f", {_num(args['q'])}" if "q" in args else ""
+        c.note(
+            node,
+            path,
+            f"the bounds are natural logs, so this draws from exp({_num(low)}) = {math.exp(low):.4g}"
+            f" to exp({_num(high)}) = {math.exp(high):.4g}; for values from {_num(low)} to {_num(high)}"
+            f" write {kind}: [{math.log(low):.4g}, {math.log(high):.4g}{q}]",
+        )
     choices: tuple[Any, ...] = ()
     if kind == "range":
         start, stop, step = args["start"], args["stop"], args["step"]

@@ -212,3 +212,24 @@ def test_trial_spec_fills_the_sampled_values() -> None:
     assert math.isclose(values["lr"], math.exp(-5))
     plan = build_plan(g.trial_spec({"lr": 0.01}))
     assert plan.command == "python t.py --lr=0.01"
+
+
+def test_loguniform_bounds_written_as_the_values_meant_get_a_note_with_the_logs_to_write() -> None:
+    """`loguniform: [0.0001, 0.1]` draws from e^0.0001 to e^0.1 (1.0001..1.105): the bounds are
+    natural logs. A tired user meant the learning rate 0.0001..0.1, so `check` says what to write."""
+    loaded = load_group_text(
+        group(
+            "  random_search: {n_experiments: 2}\n  matrix:\n"
+            "    lr: {loguniform: [0.0001, 0.1]}\n    m: {qloguniform: '0.01:1:0.01'}\n",
+            run="run:\n  cmd: python t.py --lr={{ lr }} --m={{ m }}\n",
+        ),
+        "g.yml",
+    )
+    lr, m = [n for n in loaded.notes if "natural logs" in n]
+    assert lr.startswith("g.yml:6:22: hptuning.matrix.lr.loguniform: the bounds are natural logs")
+    assert "exp(0.1) = 1.105" in lr and "write loguniform: [-9.21, -2.303]" in lr
+    assert "write qloguniform: [-4.605, 0, 0.01]" in m
+    usual = load_group_text(
+        group("  random_search: {n_experiments: 2}\n  matrix:\n    lr: {loguniform: [-7, -1]}\n"), "g.yml"
+    )
+    assert not [n for n in usual.notes if "natural logs" in n]  # the usual negative logs: no note
