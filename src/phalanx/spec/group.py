@@ -229,6 +229,7 @@ def load_group_text(
     sampled = names + ((resource,) if resource else ())
     spec = read_spec(c, root, dict(params or {}), group=GroupReading(defaults=defaults, sampled=sampled))
     _check_used(c, root, names, resource, allow_unused)
+    _check_overrides(c, hp_node, dict(params or {}), resource)
     c.raise_if_any()
     assert spec is not None and hptuning is not None
     spec = replace(spec, source_text=text)
@@ -782,6 +783,32 @@ def _read_pruning(c: Collector, node: YNode | None, search: Search | None) -> Pr
         min_resource=integer("min_resource", 1, 1),
         reduction_factor=integer("reduction_factor", 3, 2),
     )
+
+
+def _check_overrides(
+    c: Collector, hp_node: YNode | None, params: dict[str, Any], resource: str | None
+) -> None:
+    """`--param lr=0.01` for a name the search samples (or hyperband's budget) would be replaced in
+    every trial by the sampled value: the user's value silently lost. Said where the name is searched."""
+    if not params or not isinstance(hp_node, YMap):
+        return
+    matrix = hp_node.get("matrix")
+    for name, value in params.items():
+        shown = f"--param {name}={value}"
+        if isinstance(matrix, YMap) and matrix.get(name) is not None:
+            c.add(
+                matrix.key(name) or matrix,
+                join("hptuning.matrix", name),
+                f"{shown} sets a name the search samples, so every trial would use the sampled value;"
+                f" drop {shown}, or remove {name} from the matrix to fix it for every trial",
+            )
+        elif name == resource:
+            c.add(
+                hp_node.key("hyperband") or hp_node,
+                "hptuning.hyperband.resource",
+                f"{shown} sets hyperband's budget param, which every trial gets as max_iter;"
+                " drop it, or change hptuning.hyperband.max_iter",
+            )
 
 
 def _matrix_names(hp_node: YNode | None) -> tuple[str, ...]:

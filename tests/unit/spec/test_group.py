@@ -233,3 +233,24 @@ def test_loguniform_bounds_written_as_the_values_meant_get_a_note_with_the_logs_
         group("  random_search: {n_experiments: 2}\n  matrix:\n    lr: {loguniform: [-7, -1]}\n"), "g.yml"
     )
     assert not [n for n in usual.notes if "natural logs" in n]  # the usual negative logs: no note
+
+
+def test_a_param_override_of_a_searched_name_is_a_located_error() -> None:
+    """`phalanx group run --param lr=0.01` on a group that searches lr: every trial would have used
+    the sampled lr, the user's value silently lost. The same for hyperband's budget param."""
+    (lr,) = problems(
+        group("  random_search: {n_experiments: 2}\n  matrix:\n    lr: {uniform: 0:1}\n"), params={"lr": 0.01}
+    )
+    assert lr.startswith("g.yml:6:5: hptuning.matrix.lr: --param lr=0.01 sets a name the search samples")
+    assert "drop --param lr=0.01, or remove lr from the matrix" in lr
+    hyperband = group(
+        "  hyperband:\n    max_iter: 9\n    eta: 3\n    resource: {name: epochs, type: int}\n"
+        "    metric: {name: loss, optimization: minimize}\n  matrix:\n    lr: {uniform: 0:1}\n",
+        run="run:\n  cmd: t {{ lr }} {{ epochs }}\n",
+    )
+    (epochs,) = problems(hyperband, params={"epochs": 3})
+    assert epochs.startswith(
+        "g.yml:4:3: hptuning.hyperband.resource: --param epochs=3 sets hyperband's budget"
+    )
+    other = load_group_text(hyperband, "g.yml", params={"batch": 64})  # a name not searched: as before
+    assert other.base.params["batch"] == 64
