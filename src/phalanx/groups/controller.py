@@ -338,7 +338,11 @@ class Controller:
         if self.group.options.get("oversubscribe"):
             argv.append("--oversubscribe")
         with open(self.folder / f"trial-{trial.number}.launch.log", "wb") as out:
-            return subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT)
+            # its own session: a Ctrl-C at the terminal reaches the controller, which lets the launch
+            # finish and then stops the trial, instead of killing `run --detach` halfway
+            return subprocess.Popen(
+                argv, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
+            )
 
     def _launch_failed(self, live: _Live) -> None:
         """`phalanx run --detach` exited without creating the experiment: a failed trial, with why."""
@@ -577,6 +581,9 @@ class Controller:
                 found[number] = self.store.get_experiment(live.trial.experiment_id)
             except NotFound:
                 found[number] = None
+        for exp in found.values():  # a launch that finished only now was never seen by _watch
+            if exp is not None:
+                records.link_experiment(self.store, exp.id, self.group.id)
         stop_all(self.store, self.settings, [e for e in found.values() if e is not None], reason, timeout=30)
         for number in list(self.live):
             exp = found[number]
@@ -654,6 +661,7 @@ def stop_group(store: SqlStore, settings: Settings, group: Group, timeout: float
     for t in unfinished:
         with contextlib.suppress(NotFound):  # its launch never created it
             experiments.append(store.get_experiment(t.experiment_id))
+            records.link_experiment(store, t.experiment_id, group.id)  # a controller killed before it saw it
     stop_all(store, settings, experiments, reason, timeout=timeout)
     for t in unfinished:
         records.update_trial(

@@ -67,3 +67,38 @@ def test_resume_of_a_finished_group_is_a_mistake_with_what_to_do(phalanx: Phalan
     assert f"`phalanx group run -f {path}` starts a new search" in again.stderr
     assert "Traceback" not in again.stderr
     assert len(phalanx.store().list_experiments().items) == 1  # nothing run again
+
+
+def test_a_group_stopped_while_its_trials_launch_still_links_them(phalanx: Phalanx) -> None:
+    """Ctrl-C (or `group stop`) right after a trial's `phalanx run --detach` began: the controller
+    waits for that launch and stops the experiment. It must still be linked to its group, or
+    `phalanx ls --group ID` misses it and `phalanx ls` shows it as a plain experiment."""
+    from phalanx.config import Settings
+    from phalanx.groups import controller, records
+    from phalanx.groups.records import sql_store
+    from phalanx.spec.group import load_group
+
+    path = group_file(phalanx, "loss")
+    path.write_text(
+        path.read_text()
+        .replace("n_experiments: 1", "n_experiments: 2")
+        .replace("concurrency: 1", "concurrency: 2")
+    )
+    settings = Settings(home=phalanx.home)
+    store = sql_store(phalanx.store())
+    group = controller.create(store, load_group(path), workdir=path.parent)
+    ctl = controller.Controller(store, settings, group.id)
+
+    def say(text: str) -> None:  # the first launch under way: interrupt before the loop sees it
+        if "starting" in text:
+            ctl.interrupted = "stopped by SIGINT"
+
+    ctl.say = say
+    done = ctl.run(handle_signals=False)
+    assert done.status == "stopped"
+    trials = records.list_trials(store, group.id)
+    assert len(trials) == 1  # the second was never started
+    listed = phalanx.run("ls", "--group", group.id, "-o", "json")
+    assert listed.returncode == 0, listed.stderr
+    assert [e["id"] for e in json.loads(listed.stdout)] == [trials[0].experiment_id]
+    assert store.get_experiment(trials[0].experiment_id).status.done
