@@ -146,6 +146,8 @@ class HPTuning:
     def planned_trials(self) -> int:
         """How many trials the search starts at most."""
         if self.search.n_trials is not None:
+            if self.search.kind == "grid":  # n_experiments is "at most": never a combination twice
+                return min(self.search.n_trials, grid_size(self.matrix))
             return self.search.n_trials
         return grid_size(self.matrix)
 
@@ -868,7 +870,11 @@ def search_space_text(group: GroupSpec) -> str:
     s = hp.search
     lines = [
         f"search: {s.kind}"
-        + (f" ({s.n_trials} trials)" if s.n_trials else f" ({hp.planned_trials()} trials: the whole grid)")
+        + (
+            f" ({s.n_trials} trials)"
+            if s.n_trials and s.n_trials == hp.planned_trials()
+            else f" ({hp.planned_trials()} trials: the whole grid)"
+        )
         + f", concurrency {hp.concurrency}"
         + (f", seed {s.seed}" if s.seed is not None else "")
     ]

@@ -254,3 +254,18 @@ def test_a_param_override_of_a_searched_name_is_a_located_error() -> None:
     )
     other = load_group_text(hyperband, "g.yml", params={"batch": 64})  # a name not searched: as before
     assert other.base.params["batch"] == 64
+
+
+def test_grid_n_experiments_beyond_the_grid_runs_each_combination_once() -> None:
+    """`grid_search: {n_experiments: 50}` over 5 values is "at most 50": 5 trials, not 45 repeats."""
+    g = load_group_text(
+        group("  grid_search: {n_experiments: 50}\n  matrix:\n    lr: {values: [1, 2, 3, 4, 5]}\n"), "g.yml"
+    )
+    assert g.hptuning.planned_trials() == 5
+    assert search_space_text(g).startswith("search: grid (5 trials: the whole grid)")
+    fewer = load_group_text(
+        group("  grid_search: {n_experiments: 2}\n  matrix:\n    lr: {values: [1, 2, 3]}\n"), "g.yml"
+    )
+    assert fewer.hptuning.planned_trials() == 2 and search_space_text(fewer).startswith(
+        "search: grid (2 trials)"
+    )
