@@ -587,6 +587,13 @@ class Controller:
         stop_all(self.store, self.settings, [e for e in found.values() if e is not None], reason, timeout=30)
         for number in list(self.live):
             exp = found[number]
+            ended = None
+            if exp is not None and exp.status.done:  # it ended on its own, before this stop
+                ended = _ended_while_unwatched(self.store, self.group, self.live[number].trial)
+            if ended is not None:
+                records.update_trial(self.store, self.group.id, number, **ended)
+                del self.live[number]
+                continue
             records.update_trial(
                 self.store,
                 self.group.id,
@@ -664,6 +671,10 @@ def stop_group(store: SqlStore, settings: Settings, group: Group, timeout: float
             records.link_experiment(store, t.experiment_id, group.id)  # a controller killed before it saw it
     stop_all(store, settings, experiments, reason, timeout=timeout)
     for t in unfinished:
+        ended = _ended_while_unwatched(store, current, t)
+        if ended is not None:  # the controller was dead when this trial finished: keep its outcome
+            records.update_trial(store, group.id, t.number, **ended)
+            continue
         records.update_trial(
             store, group.id, t.number, state="stopped", reason=reason, finished_at=time.time()
         )
@@ -671,6 +682,35 @@ def stop_group(store: SqlStore, settings: Settings, group: Group, timeout: float
         store, group.id, status="stopped", reason=reason, finished_at=time.time(), controller_pid=None
     )
     return records.get_group(store, group.id)
+
+
+def _ended_while_unwatched(store: SqlStore, group: Group, trial: Trial) -> dict[str, Any] | None:
+    """A trial recorded as running whose experiment had already ended before `group stop` (its
+    controller killed, nobody watching): succeeded with the metric is `done` with its last value (it
+    can be the best trial), failed is `failed`; None when the stop is what ended it."""
+    try:
+        exp = store.get_experiment(trial.experiment_id)
+    except NotFound:
+        return None
+    status = str(exp.status)
+    finished = exp.finished_at or time.time()
+    if status == "failed":
+        return {"state": "failed", "reason": exp.reason, "finished_at": finished}
+    if status != "succeeded" or not group.metric:
+        return None
+    found = store.metrics(trial.experiment_id, title=group.metric).get(group.metric) or {}
+    if not found:
+        return None
+    series = found["master" if "master" in found else sorted(found)[0]]
+    points = [
+        (int(st), float(v))
+        for st, v in zip(series.steps, series.values, strict=False)
+        if v is not None and math.isfinite(float(v))
+    ]
+    if not points:
+        return None
+    step, value = max(points)
+    return {"state": "done", "value": value, "step": step, "finished_at": finished}
 
 
 def stop_all(

@@ -102,3 +102,35 @@ def test_a_group_stopped_while_its_trials_launch_still_links_them(phalanx: Phala
     assert listed.returncode == 0, listed.stderr
     assert [e["id"] for e in json.loads(listed.stdout)] == [trials[0].experiment_id]
     assert store.get_experiment(trials[0].experiment_id).status.done
+
+
+def test_group_stop_after_a_killed_controller_keeps_a_trial_that_had_already_succeeded(
+    phalanx: Phalanx,
+) -> None:
+    """The controller was SIGKILLed; one trial then finished with its metric while nobody watched.
+    `group stop` (which does the stopping itself) must record that trial as done with its value
+    (it is the best trial), not as stopped by the stop that never touched it."""
+    from phalanx.groups import controller, records
+    from phalanx.groups.records import Trial, sql_store
+    from phalanx.spec.group import load_group
+
+    path = group_file(phalanx, "loss")
+    (path.parent / "exp.yml").write_text(
+        "version: 1\nkind: experiment\nname: tired-0\nrun:\n  cmd: python train.py 0.25 ok\n"
+    )
+    ran = phalanx.run("run", "-f", str(path.parent / "exp.yml"))
+    assert ran.returncode == 0, ran.stderr
+    store = sql_store(phalanx.store())
+    (exp,) = store.list_experiments().items
+    group = controller.create(store, load_group(path), workdir=path.parent)
+    records.add_trial(store, Trial(group.id, 0, exp.id, {"x": 0.25}, state="running"))
+    records.link_experiment(store, exp.id, group.id)
+
+    stopped = phalanx.run("group", "stop", group.id)
+    assert stopped.returncode == 0, stopped.stderr
+    doc = json.loads(phalanx.run("group", "get", group.id, "-o", "json").stdout)
+    assert doc["status"] == "stopped"
+    (trial,) = doc["trials"]
+    assert trial["state"] == "done" and trial["value"] == 0.25 and trial["step"] == 1
+    assert doc["best"]["number"] == 0
+    assert store.get_experiment(exp.id).status == "succeeded"  # untouched by the stop
