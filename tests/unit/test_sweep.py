@@ -123,5 +123,8 @@ def test_a_bad_space_is_refused_when_the_config_is_built_named_by_its_flag(tmp_p
     with pytest.raises(SpecError) as err:
         config(GridParameterSampling({"--lr": uniform(0, 1), "--hidden": choice(16, 64)}))
     (problem,) = err.value.problems
-    assert str(problem).startswith("parameter_space: --lr: grid_search needs a list of values")
+    assert str(problem) == (
+        "parameter_space: --lr: grid_search needs a list of values; uniform is continuous"
+        " (use choice(...), or RandomParameterSampling)"
+    )
     assert "<HyperDriveConfig>" not in str(err.value)

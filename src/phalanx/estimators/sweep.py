@@ -225,7 +225,12 @@ class HyperDriveConfig:
             for p in exc.problems:
                 found = re.match(r"hptuning\.matrix\.([A-Za-z0-9_]+)", p.path)
                 if found and found.group(1) in flags:
-                    problems.append(Problem(f"{flags[found.group(1)]}: {p.message}", "parameter_space"))
+                    message = re.sub(  # the file's advice in this API's words
+                        r"\(use values, range, .*\)$",
+                        "(use choice(...), or RandomParameterSampling)",
+                        p.message,
+                    )
+                    problems.append(Problem(f"{flags[found.group(1)]}: {message}", "parameter_space"))
                 else:
                     problems.append(Problem(p.message, p.path))
             raise SpecError(problems) from None
