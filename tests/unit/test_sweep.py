@@ -100,3 +100,31 @@ def test_a_bad_sweep_names_every_parameter_to_fix(tmp_path: Path) -> None:
         "primary_metric_goal",
         "max_total_runs",
     ]
+
+
+def test_a_bad_space_is_refused_when_the_config_is_built_named_by_its_flag(tmp_path: Path) -> None:
+    """Bounds reversed or a grid over a continuous distribution: said at HyperDriveConfig(...) with the
+    user's flag, not later by to_yaml()/submit() with a line of a YAML file the user never wrote."""
+    from phalanx.estimators.sweep import HyperDriveConfig, uniform
+
+    def config(sampling: object) -> None:
+        HyperDriveConfig(
+            estimator=estimator(tmp_path),
+            hyperparameter_sampling=sampling,  # type: ignore[arg-type]
+            primary_metric_name="loss",
+            primary_metric_goal=PrimaryMetricGoal.MINIMIZE,
+            max_total_runs=3,
+        )
+
+    with pytest.raises(SpecError) as err:
+        config(RandomParameterSampling({"--lr": uniform(1, 0)}))
+    (problem,) = err.value.problems
+    assert str(problem) == "parameter_space: --lr: bounds reversed or equal: low 1 must be below high 0"
+    with pytest.raises(SpecError) as err:
+        config(GridParameterSampling({"--lr": uniform(0, 1), "--hidden": choice(16, 64)}))
+    (problem,) = err.value.problems
+    assert str(problem) == (
+        "parameter_space: --lr: grid_search needs a list of values; uniform is continuous"
+        " (use choice(...), or RandomParameterSampling)"
+    )
+    assert "<HyperDriveConfig>" not in str(err.value)

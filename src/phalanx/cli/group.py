@@ -224,9 +224,13 @@ def resume(
     settings = Settings()
     store = sql_store(open_store(settings))
     g = records.get_group(store, group_id)
-    if g.done:
-        typer.echo(f"group {g.id} already {g.status}")
-        return
+    if g.done:  # as `phalanx resume` of a finished experiment: a mistake, said with what to do instead
+        again = f"`phalanx group run -f {g.source_file}` starts a new search" if g.source_file else ""
+        raise UsageError(
+            f"group {g.id} already {g.status}: nothing to resume (resume goes on with a group whose"
+            f" controller was killed); `phalanx group get {g.id}` shows its trials"
+            + (f", {again}" if again else "")
+        )
     if controller.controller_alive(g):
         raise UsageError(
             f"group {g.id}: its controller still runs (pid {g.controller_pid}); nothing to resume"
@@ -299,6 +303,9 @@ def get(
             + [str(t["params"].get(n, "-")) for n in names]
         )
     typer.echo(_table(["trial", "experiment", "state", metric, *names], rows))
+    for t in doc["trials"]:  # why a trial has no value or was cut short (pruned, failed, stopped)
+        if t["reason"] and t["reason"] != g.reason:
+            typer.echo(f"trial {t['number']}: {t['reason']}")
     if best:
         typer.echo(f"best (*): trial {best['number']} ({best['experiment_id']}) {metric} {best['value']:.4g}")
 
@@ -312,10 +319,13 @@ def ls(
 ) -> None:
     """List groups, newest first."""
     from phalanx.cli.tracking import _table, _when
+    from phalanx.errors import UsageError
     from phalanx.groups import records
     from phalanx.groups.records import sql_store
     from phalanx.store import open_store
 
+    if output not in ("table", "json"):
+        raise UsageError(f"-o {output!r}: use table or json")
     store = sql_store(open_store())
     groups = records.list_groups(store, limit=limit)
     if output == "json":

@@ -223,10 +223,15 @@ def ls(
         emit_json([experiment_json(e) for e in page.items])
         return
     if not page.items:
-        if status is not None or project is not None or search is not None or group is not None:
-            typer.echo(
-                "no experiments match; `phalanx ls` without --status/--project/--search lists them all"
-            )
+        given = [
+            f
+            for f, v in (("--status", status), ("--project", project), ("--search", search))
+            if v is not None
+        ]
+        if group is not None:  # say the filter the user typed, not the ones they did not
+            given.append("--group")
+        if given:
+            typer.echo(f"no experiments match; `phalanx ls` without {'/'.join(given)} lists them all")
         else:
             typer.echo("no experiments yet: `phalanx run -f FILE` or Task.init() in a script creates one")
         return

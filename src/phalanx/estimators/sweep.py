@@ -207,6 +207,33 @@ class HyperDriveConfig:
         self.max_total_runs = max_total_runs
         self.max_concurrent_runs = max_concurrent_runs
         self.policy = policy
+        self._check_space()
+
+    def _check_space(self) -> None:
+        """Refuse a space the group file would refuse (bounds reversed, a continuous distribution
+        in a grid, ...) now, named by the user's flag (`--lr: ...`), not by a line of a YAML file
+        the user never wrote (`<HyperDriveConfig>:16:7: hptuning.matrix.lr.uniform: ...`)."""
+        import yaml
+
+        from phalanx.spec.group import load_group_text
+
+        flags = {_param(flag): flag for flag in self.sampling.space}
+        try:
+            load_group_text(yaml.safe_dump(self.to_dict(), sort_keys=False), "<HyperDriveConfig>")
+        except SpecError as exc:
+            problems = []
+            for p in exc.problems:
+                found = re.match(r"hptuning\.matrix\.([A-Za-z0-9_]+)", p.path)
+                if found and found.group(1) in flags:
+                    message = re.sub(  # the file's advice in this API's words
+                        r"\(use values, range, .*\)$",
+                        "(use choice(...), or RandomParameterSampling)",
+                        p.message,
+                    )
+                    problems.append(Problem(f"{flags[found.group(1)]}: {message}", "parameter_space"))
+                else:
+                    problems.append(Problem(p.message, p.path))
+            raise SpecError(problems) from None
 
     def to_dict(self, name: str | None = None, project: str | None = None) -> dict[str, Any]:
         from phalanx.spec.dump import spec_to_dict

@@ -11,6 +11,7 @@ ones and launches only what is still missing, so the planned number of trials ru
 from __future__ import annotations
 
 import contextlib
+import difflib
 import json
 import logging
 import math
@@ -337,7 +338,11 @@ class Controller:
         if self.group.options.get("oversubscribe"):
             argv.append("--oversubscribe")
         with open(self.folder / f"trial-{trial.number}.launch.log", "wb") as out:
-            return subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT)
+            # its own session: a Ctrl-C at the terminal reaches the controller, which lets the launch
+            # finish and then stops the trial, instead of killing `run --detach` halfway
+            return subprocess.Popen(
+                argv, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
+            )
 
     def _launch_failed(self, live: _Live) -> None:
         """`phalanx run --detach` exited without creating the experiment: a failed trial, with why."""
@@ -511,18 +516,39 @@ class Controller:
         else:
             if status == "succeeded":
                 outcome, state = op.trial.TrialState.FAIL, "done"
-                reason = f"reported no {self.hp.metric.name}" if self.hp.metric else "no metric to compare"
-                said = f"succeeded ({reason})"
+                reason = self._no_metric(live.trial)
+                said = f"succeeded but {reason}"
             elif status == "stopped" and (reason or "").startswith("pruned at step"):
                 # pruned by a controller that was killed before it recorded the decision
                 outcome, state, said = op.trial.TrialState.PRUNED, "pruned", str(reason)
             else:
                 outcome, state, said = op.trial.TrialState.FAIL, "failed", f"{status}: {reason or ''}"
+                if status == "failed":
+                    said += f" (`phalanx logs {exp_id}` shows why)"
             self.search.tell(self.study, live.optuna_trial, state=outcome)
             record.update(state=state, reason=reason)
         records.update_trial(self.store, self.group.id, number, **record)
         self.say(f"trial {number}: {exp_id} {said}")
         del self.live[number]
+
+    def _no_metric(self, trial: Trial) -> str:
+        """Why a trial that succeeded has no value, with what it did report: a metric name that the
+        script never logs (`acc` for `accuracy`) otherwise wastes the whole search unnoticed."""
+        if self.hp.metric is None:
+            return "no metric to compare"
+        name = self.hp.metric.name
+        try:
+            titles = self.store.metric_titles(trial.experiment_id)
+        except NotFound:
+            titles = {}
+        own = sorted(t for t in titles if t != name and not t.startswith("system/"))
+        if not own:
+            example = f"phalanx.log_metrics(step=..., {name}=...)"
+            return f"reported no {name} (nor any other metric): log it, e.g. {example}"
+        shown = ", ".join(own[:8]) + (", ..." if len(own) > 8 else "")
+        close = difflib.get_close_matches(name, own, 1)
+        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        return f"reported no {name}; it reported {shown}{hint}: fix hptuning.metric.name in the group file"
 
     def _early_stop_reached(self) -> str | None:
         rules = self.hp.early_stopping
@@ -555,9 +581,19 @@ class Controller:
                 found[number] = self.store.get_experiment(live.trial.experiment_id)
             except NotFound:
                 found[number] = None
+        for exp in found.values():  # a launch that finished only now was never seen by _watch
+            if exp is not None:
+                records.link_experiment(self.store, exp.id, self.group.id)
         stop_all(self.store, self.settings, [e for e in found.values() if e is not None], reason, timeout=30)
         for number in list(self.live):
             exp = found[number]
+            ended = None
+            if exp is not None and exp.status.done:  # it ended on its own, before this stop
+                ended = _ended_while_unwatched(self.store, self.group, self.live[number].trial)
+            if ended is not None:
+                records.update_trial(self.store, self.group.id, number, **ended)
+                del self.live[number]
+                continue
             records.update_trial(
                 self.store,
                 self.group.id,
@@ -582,9 +618,13 @@ class Controller:
             controller_pid=None,
         )
         self.group = records.get_group(self.store, self.group.id)
-        best = records.best_trial(records.list_trials(self.store, self.group.id), self.group.optimization)
+        trials = records.list_trials(self.store, self.group.id)
+        best = records.best_trial(trials, self.group.optimization)
         tail = f": {reason}" if reason else ""
         self.say(f"group {self.group.id} {status}{tail}")
+        if best is None and self.group.metric and any(t.state == "done" for t in trials):
+            metric, gid = self.group.metric, self.group.id
+            self.say(f"no best trial: no trial reported {metric} (`phalanx group get {gid}` says why)")
         if best is not None:
             shown = ", ".join(f"{k}={v}" for k, v in best.params.items())
             self.say(
@@ -628,8 +668,13 @@ def stop_group(store: SqlStore, settings: Settings, group: Group, timeout: float
     for t in unfinished:
         with contextlib.suppress(NotFound):  # its launch never created it
             experiments.append(store.get_experiment(t.experiment_id))
+            records.link_experiment(store, t.experiment_id, group.id)  # a controller killed before it saw it
     stop_all(store, settings, experiments, reason, timeout=timeout)
     for t in unfinished:
+        ended = _ended_while_unwatched(store, current, t)
+        if ended is not None:  # the controller was dead when this trial finished: keep its outcome
+            records.update_trial(store, group.id, t.number, **ended)
+            continue
         records.update_trial(
             store, group.id, t.number, state="stopped", reason=reason, finished_at=time.time()
         )
@@ -637,6 +682,35 @@ def stop_group(store: SqlStore, settings: Settings, group: Group, timeout: float
         store, group.id, status="stopped", reason=reason, finished_at=time.time(), controller_pid=None
     )
     return records.get_group(store, group.id)
+
+
+def _ended_while_unwatched(store: SqlStore, group: Group, trial: Trial) -> dict[str, Any] | None:
+    """A trial recorded as running whose experiment had already ended before `group stop` (its
+    controller killed, nobody watching): succeeded with the metric is `done` with its last value (it
+    can be the best trial), failed is `failed`; None when the stop is what ended it."""
+    try:
+        exp = store.get_experiment(trial.experiment_id)
+    except NotFound:
+        return None
+    status = str(exp.status)
+    finished = exp.finished_at or time.time()
+    if status == "failed":
+        return {"state": "failed", "reason": exp.reason, "finished_at": finished}
+    if status != "succeeded" or not group.metric:
+        return None
+    found = store.metrics(trial.experiment_id, title=group.metric).get(group.metric) or {}
+    if not found:
+        return None
+    series = found["master" if "master" in found else sorted(found)[0]]
+    points = [
+        (int(st), float(v))
+        for st, v in zip(series.steps, series.values, strict=False)
+        if v is not None and math.isfinite(float(v))
+    ]
+    if not points:
+        return None
+    step, value = max(points)
+    return {"state": "done", "value": value, "step": step, "finished_at": finished}
 
 
 def stop_all(

@@ -146,6 +146,8 @@ class HPTuning:
     def planned_trials(self) -> int:
         """How many trials the search starts at most."""
         if self.search.n_trials is not None:
+            if self.search.kind == "grid":  # n_experiments is "at most": never a combination twice
+                return min(self.search.n_trials, grid_size(self.matrix))
             return self.search.n_trials
         return grid_size(self.matrix)
 
@@ -229,6 +231,7 @@ def load_group_text(
     sampled = names + ((resource,) if resource else ())
     spec = read_spec(c, root, dict(params or {}), group=GroupReading(defaults=defaults, sampled=sampled))
     _check_used(c, root, names, resource, allow_unused)
+    _check_overrides(c, hp_node, dict(params or {}), resource)
     c.raise_if_any()
     assert spec is not None and hptuning is not None
     spec = replace(spec, source_text=text)
@@ -522,6 +525,18 @@ def _validated(
     if "q" in args and args["q"] <= 0:
         bad(f"q (the step values are rounded to) must be more than 0, got {_num(args['q'])}")
         return None
+    if kind.endswith("loguniform") and 0 < args["low"] < args["high"] <= 1:
+        # Polyaxon's (and Azure's) bounds are natural logs: [0.0001, 0.1] draws 1.0001..1.105, which
+        # is surely not the learning rate meant; a note, not an error, since it is a valid search
+        low, high = args["low"], args["high"]
+        q = f", {_num(args['q'])}" if "q" in args else ""
+        c.note(
+            node,
+            path,
+            f"the bounds are natural logs, so this draws from exp({_num(low)}) = {math.exp(low):.4g}"
+            f" to exp({_num(high)}) = {math.exp(high):.4g}; for values from {_num(low)} to {_num(high)}"
+            f" write {kind}: [{math.log(low):.4g}, {math.log(high):.4g}{q}]",
+        )
     choices: tuple[Any, ...] = ()
     if kind == "range":
         start, stop, step = args["start"], args["stop"], args["step"]
@@ -772,6 +787,32 @@ def _read_pruning(c: Collector, node: YNode | None, search: Search | None) -> Pr
     )
 
 
+def _check_overrides(
+    c: Collector, hp_node: YNode | None, params: dict[str, Any], resource: str | None
+) -> None:
+    """`--param lr=0.01` for a name the search samples (or hyperband's budget) would be replaced in
+    every trial by the sampled value: the user's value silently lost. Said where the name is searched."""
+    if not params or not isinstance(hp_node, YMap):
+        return
+    matrix = hp_node.get("matrix")
+    for name, value in params.items():
+        shown = f"--param {name}={value}"
+        if isinstance(matrix, YMap) and matrix.get(name) is not None:
+            c.add(
+                matrix.key(name) or matrix,
+                join("hptuning.matrix", name),
+                f"{shown} sets a name the search samples, so every trial would use the sampled value;"
+                f" drop {shown}, or remove {name} from the matrix to fix it for every trial",
+            )
+        elif name == resource:
+            c.add(
+                hp_node.key("hyperband") or hp_node,
+                "hptuning.hyperband.resource",
+                f"{shown} sets hyperband's budget param, which every trial gets as max_iter;"
+                " drop it, or change hptuning.hyperband.max_iter",
+            )
+
+
 def _matrix_names(hp_node: YNode | None) -> tuple[str, ...]:
     matrix = hp_node.get("matrix") if isinstance(hp_node, YMap) else None
     return tuple(k.name for k, _ in matrix.items) if isinstance(matrix, YMap) else ()
@@ -829,7 +870,11 @@ def search_space_text(group: GroupSpec) -> str:
     s = hp.search
     lines = [
         f"search: {s.kind}"
-        + (f" ({s.n_trials} trials)" if s.n_trials else f" ({hp.planned_trials()} trials: the whole grid)")
+        + (
+            f" ({s.n_trials} trials)"
+            if s.n_trials and s.n_trials == hp.planned_trials()
+            else f" ({hp.planned_trials()} trials: the whole grid)"
+        )
         + f", concurrency {hp.concurrency}"
         + (f", seed {s.seed}" if s.seed is not None else "")
     ]

@@ -177,7 +177,7 @@ def test_a_controller_killed_mid_search_is_resumed_without_repeating_a_trial(pha
     assert all(e.status == "succeeded" for e in all_experiments)
     assert len({t["params"]["x"] for t in doc["trials"]}) == 5
     again = phalanx.run("group", "resume", group_id)
-    assert again.returncode == 0 and "already succeeded" in again.stdout
+    assert again.returncode == 2 and "already succeeded: nothing to resume" in again.stderr
 
 
 def test_bad_group_files_are_located_errors_and_nothing_is_recorded(phalanx: Phalanx) -> None:

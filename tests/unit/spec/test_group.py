@@ -212,3 +212,60 @@ def test_trial_spec_fills_the_sampled_values() -> None:
     assert math.isclose(values["lr"], math.exp(-5))
     plan = build_plan(g.trial_spec({"lr": 0.01}))
     assert plan.command == "python t.py --lr=0.01"
+
+
+def test_loguniform_bounds_written_as_the_values_meant_get_a_note_with_the_logs_to_write() -> None:
+    """`loguniform: [0.0001, 0.1]` draws from e^0.0001 to e^0.1 (1.0001..1.105): the bounds are
+    natural logs. A tired user meant the learning rate 0.0001..0.1, so `check` says what to write."""
+    loaded = load_group_text(
+        group(
+            "  random_search: {n_experiments: 2}\n  matrix:\n"
+            "    lr: {loguniform: [0.0001, 0.1]}\n    m: {qloguniform: '0.01:1:0.01'}\n",
+            run="run:\n  cmd: python t.py --lr={{ lr }} --m={{ m }}\n",
+        ),
+        "g.yml",
+    )
+    lr, m = [n for n in loaded.notes if "natural logs" in n]
+    assert lr.startswith("g.yml:6:22: hptuning.matrix.lr.loguniform: the bounds are natural logs")
+    assert "exp(0.1) = 1.105" in lr and "write loguniform: [-9.21, -2.303]" in lr
+    assert "write qloguniform: [-4.605, 0, 0.01]" in m
+    usual = load_group_text(
+        group("  random_search: {n_experiments: 2}\n  matrix:\n    lr: {loguniform: [-7, -1]}\n"), "g.yml"
+    )
+    assert not [n for n in usual.notes if "natural logs" in n]  # the usual negative logs: no note
+
+
+def test_a_param_override_of_a_searched_name_is_a_located_error() -> None:
+    """`phalanx group run --param lr=0.01` on a group that searches lr: every trial would have used
+    the sampled lr, the user's value silently lost. The same for hyperband's budget param."""
+    (lr,) = problems(
+        group("  random_search: {n_experiments: 2}\n  matrix:\n    lr: {uniform: 0:1}\n"), params={"lr": 0.01}
+    )
+    assert lr.startswith("g.yml:6:5: hptuning.matrix.lr: --param lr=0.01 sets a name the search samples")
+    assert "drop --param lr=0.01, or remove lr from the matrix" in lr
+    hyperband = group(
+        "  hyperband:\n    max_iter: 9\n    eta: 3\n    resource: {name: epochs, type: int}\n"
+        "    metric: {name: loss, optimization: minimize}\n  matrix:\n    lr: {uniform: 0:1}\n",
+        run="run:\n  cmd: t {{ lr }} {{ epochs }}\n",
+    )
+    (epochs,) = problems(hyperband, params={"epochs": 3})
+    assert epochs.startswith(
+        "g.yml:4:3: hptuning.hyperband.resource: --param epochs=3 sets hyperband's budget"
+    )
+    other = load_group_text(hyperband, "g.yml", params={"batch": 64})  # a name not searched: as before
+    assert other.base.params["batch"] == 64
+
+
+def test_grid_n_experiments_beyond_the_grid_runs_each_combination_once() -> None:
+    """`grid_search: {n_experiments: 50}` over 5 values is "at most 50": 5 trials, not 45 repeats."""
+    g = load_group_text(
+        group("  grid_search: {n_experiments: 50}\n  matrix:\n    lr: {values: [1, 2, 3, 4, 5]}\n"), "g.yml"
+    )
+    assert g.hptuning.planned_trials() == 5
+    assert search_space_text(g).startswith("search: grid (5 trials: the whole grid)")
+    fewer = load_group_text(
+        group("  grid_search: {n_experiments: 2}\n  matrix:\n    lr: {values: [1, 2, 3]}\n"), "g.yml"
+    )
+    assert fewer.hptuning.planned_trials() == 2 and search_space_text(fewer).startswith(
+        "search: grid (2 trials)"
+    )

@@ -1,0 +1,40 @@
+"""`phalanx group ...` mistakes a tired user makes: each is a clear message, the right exit status
+and no traceback (groups need no Optuna for these: nothing is run)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+PHALANX = Path(sys.executable).parent / "phalanx"
+
+
+def phalanx(*args: str | Path, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [str(PHALANX), *map(str, args)], capture_output=True, text=True, timeout=120, cwd=cwd
+    )
+
+
+def test_group_ls_with_an_unknown_output_format_is_refused(phalanx_home: Path) -> None:
+    done = phalanx("group", "ls", "-o", "yaml")
+    assert done.returncode == 2, done.stdout
+    assert "-o 'yaml': use table or json" in done.stderr
+    assert "Traceback" not in done.stderr and done.stdout == ""
+
+
+def test_ls_of_a_group_with_no_trial_yet_names_the_group_filter(phalanx_home: Path, tmp_path: Path) -> None:
+    from phalanx.groups import controller
+    from phalanx.groups.records import sql_store
+    from phalanx.spec.group import load_group
+    from phalanx.store import open_store
+
+    path = tmp_path / "g.yml"
+    path.write_text(
+        "version: 1\nkind: group\nhptuning:\n  random_search: {n_experiments: 2}\n"
+        "  matrix:\n    x: {uniform: 0:1}\nrun:\n  cmd: python t.py {{ x }}\n"
+    )
+    group = controller.create(sql_store(open_store()), load_group(path), workdir=tmp_path)
+    done = phalanx("ls", "--group", group.id)
+    assert done.returncode == 0, done.stderr
+    assert "no experiments match; `phalanx ls` without --group lists them all" in done.stdout
