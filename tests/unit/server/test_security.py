@@ -264,3 +264,25 @@ def test_every_request_is_in_the_access_log(client: TestClient, caplog: pytest.L
     lines = [r.getMessage() for r in caplog.records if r.name == "phalanx.server.access"]
     assert any('"GET /api/v1/experiments/nope" 404' in line for line in lines), lines
     assert not any("hidden" in line for line in lines)
+
+
+def test_wrong_bearer_tokens_are_throttled_like_the_login_form(secured: TestClient) -> None:
+    """The API is no way around the login form's limit: guessing the token with Authorization
+    headers is throttled too, and a guess made while throttled is not even checked."""
+    for _ in range(5):
+        assert secured.get("/api/v1/experiments", headers=_bearer("guess")).status_code == 401
+    blocked = secured.get("/api/v1/experiments", headers=_bearer(TOKEN))
+    assert blocked.status_code == 429 and int(blocked.headers["retry-after"]) > 0
+    assert blocked.json()["error"] == "too_many_attempts"
+    assert secured.post("/login", data={"token": TOKEN}).status_code == 429  # one budget for both ways
+
+
+def test_right_tokens_and_requests_without_one_spend_no_attempts(secured: TestClient) -> None:
+    for _ in range(10):
+        assert secured.get("/api/v1/experiments", headers=_bearer(TOKEN)).status_code == 200
+        assert secured.get("/api/v1/experiments").status_code == 401
+    assert secured.get("/api/v1/experiments", headers=_bearer(TOKEN)).status_code == 200
+
+
+def _bearer(token: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {token}"}
