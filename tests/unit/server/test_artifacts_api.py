@@ -216,3 +216,26 @@ def test_a_link_in_the_experiment_folder_cannot_lead_outside_it(
     assert sorted(names) == ["a.txt", "sub/b.txt"]
     preview = client.get(f"{base}/previews/ckpt").json()
     assert preview["files"] == ["a.txt", "sub/b.txt"]
+
+
+@pytest.mark.parametrize(
+    "claimed", ["text/plain\r\nSet-Cookie: phalanx_session=x", "text/plain\r\n; a=b", "not a type", "x" * 300]
+)
+def test_a_content_type_that_is_no_media_type_is_served_as_bytes(
+    client: TestClient, store: SqlStore, exp_id: str, claimed: str
+) -> None:
+    """The content type of an artifact is whatever its record claimed: one with a line break made the
+    server drop the connection with no answer (h11 refuses the header); it is served as bytes."""
+    _artifact(store, exp_id, "odd", "artifacts/odd.txt", b"hello", "file", claimed)
+    for inline in ("false", "true"):
+        r = client.get(f"/api/v1/experiments/{exp_id}/artifacts/odd?inline={inline}")
+        assert r.status_code == 200 and r.content == b"hello"
+        assert r.headers["content-type"] == "application/octet-stream"
+        assert r.headers["content-disposition"].startswith("attachment")
+        assert "set-cookie" not in r.headers
+
+
+def test_a_real_media_type_with_parameters_is_kept(client: TestClient, store: SqlStore, exp_id: str) -> None:
+    _artifact(store, exp_id, "csv", "artifacts/t.csv", b"a,b\n", "file", 'text/csv; charset="utf-8"')
+    r = client.get(f"/api/v1/experiments/{exp_id}/artifacts/csv")
+    assert r.headers["content-type"] == 'text/csv; charset="utf-8"'
