@@ -239,3 +239,13 @@ def test_a_real_media_type_with_parameters_is_kept(client: TestClient, store: Sq
     _artifact(store, exp_id, "csv", "artifacts/t.csv", b"a,b\n", "file", 'text/csv; charset="utf-8"')
     r = client.get(f"/api/v1/experiments/{exp_id}/artifacts/csv")
     assert r.headers["content-type"] == 'text/csv; charset="utf-8"'
+
+
+def test_a_file_name_with_a_line_break_downloads(client: TestClient, store: SqlStore, exp_id: str) -> None:
+    """Content-Disposition carries the file's name: a line break in it would end the header line."""
+    _artifact(store, exp_id, "odd name", "artifacts/a\r\nSet-Cookie: x=1.txt", b"hi", "text", "text/plain")
+    r = client.get(f"/api/v1/experiments/{exp_id}/artifacts/odd name")
+    assert r.status_code == 200 and r.content == b"hi"
+    disposition = r.headers["content-disposition"]
+    assert "\r" not in disposition and "\n" not in disposition and "set-cookie" not in r.headers
+    assert 'filename="a__Set-Cookie: x=1.txt"' in disposition

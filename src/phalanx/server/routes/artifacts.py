@@ -195,6 +195,8 @@ def _file_response(
 
 
 def _disposition(filename: str, inline: bool) -> dict[str, str]:
-    ascii_name = filename.encode("ascii", "replace").decode().replace('"', "_").replace("?", "_")
+    # control characters (a line break in a file's name) would end the header line: replaced
+    printable = "".join("_" if ord(c) < 32 or ord(c) == 127 else c for c in filename)
+    ascii_name = printable.encode("ascii", "replace").decode().replace('"', "_").replace("?", "_")
     kind = "inline" if inline else "attachment"
     return {"Content-Disposition": f"{kind}; filename=\"{ascii_name}\"; filename*=UTF-8''{quote(filename)}"}
