@@ -286,3 +286,35 @@ def test_right_tokens_and_requests_without_one_spend_no_attempts(secured: TestCl
 
 def _bearer(token: str) -> dict[str, str]:
     return {"Authorization": f"Bearer {token}"}
+
+
+def test_a_replica_token_no_longer_writes_once_its_experiment_ended_long_ago(
+    secured: TestClient, store: Store
+) -> None:
+    """A token left in a finished pod's environment cannot add records to its experiment nor replace
+    its files (a model a teammate downloads later) once the grace for late batches is over."""
+    from phalanx.server.routes.ingest import REPLICA_GRACE_SECONDS
+
+    e = fill.experiment(store, status=ExperimentStatus.SUCCEEDED)
+    assert store.artifact_store is not None
+    store.artifact_store.put_bytes(e.id, "models/model.pt", b"trained weights")
+    auth = {"Authorization": f"Bearer {experiment_token(TOKEN, e.id)}"}
+    scalar = {"title": "loss", "series": "s", "value": 1.0, "iteration": 0}
+    late = secured.post("/api/v1/ingest", json={"events": [_record(e.id, "scalar", scalar)]}, headers=auth)
+    assert late.status_code == 200  # just ended: a last batch retried late is still welcome
+    store.update_experiment(e.id, finished_at=time.time() - REPLICA_GRACE_SECONDS - 60)
+    refused = secured.post(
+        "/api/v1/ingest", json={"events": [_record(e.id, "scalar", scalar, 1)]}, headers=auth
+    )
+    assert refused.status_code == 403 and "ended" in refused.json()["message"]
+    put = secured.put(f"/api/v1/experiments/{e.id}/files/models/model.pt", content=b"evil", headers=auth)
+    assert put.status_code == 403
+    assert store.artifact_store.read_bytes(e.id, "models/model.pt") == b"trained weights"
+    # the server's own token still writes it (phalanx sync of an offline spool)
+    full = {"Authorization": f"Bearer {TOKEN}"}
+    assert (
+        secured.post(
+            "/api/v1/ingest", json={"events": [_record(e.id, "scalar", scalar, 2)]}, headers=full
+        ).status_code
+        == 200
+    )
