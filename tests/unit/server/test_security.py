@@ -318,3 +318,19 @@ def test_a_replica_token_no_longer_writes_once_its_experiment_ended_long_ago(
         ).status_code
         == 200
     )
+
+
+def test_the_throttle_forgets_addresses_whose_failures_are_old(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Wrong tokens sprayed from many addresses (an IPv6 /64) must not grow the server's memory for
+    ever: an address's failures used to be dropped only when that address came back."""
+    from phalanx.server import sessions
+
+    clock = [1000.0]
+    monkeypatch.setattr(sessions.time, "monotonic", lambda: clock[0])
+    throttle = sessions.LoginThrottle(attempts=5, window=60.0)
+    for i in range(10_001):
+        throttle.failed(f"2001:db8::{i:x}")
+    clock[0] += 61.0
+    throttle.failed("2001:db8::ffff:1")
+    assert len(throttle._failures) <= 2
+    assert throttle.retry_after("2001:db8::1") == 0
