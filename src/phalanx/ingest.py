@@ -99,6 +99,7 @@ def record_to_event(record: Mapping[str, Any]) -> Event:
         seq=seq,
         attempt=attempt,
     )
+    _check_names(event)
     if kind is EventKind.SCALAR and "keys" in data:
         try:  # columns: check their shape here; decoding them twice would cost more than storing
             check_columns(data)
@@ -107,6 +108,20 @@ def record_to_event(record: Mapping[str, Any]) -> Event:
     else:
         check_event(event)  # malformed data is refused here, never inside a store transaction
     return event
+
+
+# The envelope's strings land in columns of bounded length (PostgreSQL enforces them, SQLite does
+# not) and PostgreSQL cannot store a NUL: a record either store could not hold is refused here.
+ENVELOPE_LIMITS = {"stream": 128, "replica": 64, "role": 16}
+
+
+def _check_names(event: Event) -> None:
+    for field, most in ENVELOPE_LIMITS.items():
+        value = getattr(event, field)
+        if "\x00" in value:
+            raise UsageError(f"event {field} {value[:40]!r} contains a NUL character")
+        if len(value) > most:
+            raise UsageError(f"event {field} {value[:40]!r}... is longer than {most} characters")
 
 
 def records_to_events(records: Iterable[Mapping[str, Any]]) -> list[Event]:
