@@ -69,3 +69,40 @@ def test_a_record_whose_envelope_no_store_can_hold_is_refused(
     assert field in r.json()["message"]
     ok = client.post("/api/v1/ingest", json={"events": [_log(exp, seq=1)]})
     assert ok.status_code == 200 and ok.json() == {"accepted": 1}
+
+
+def _created(exp: str, data: dict[str, Any]) -> dict[str, Any]:
+    return {"experiment_id": exp, "kind": "experiment", "data": data, "stream": "c-1", "seq": 0}
+
+
+@pytest.mark.parametrize(
+    ("exp", "data", "field"),
+    [
+        ("a" * 33, {"name": "x"}, "experiment id"),
+        ("plain1", {"name": 5}, "name"),
+        ("plain3", {"name": "x", "project": ["p"]}, "project"),
+        ("plain4", {"name": "x", "framework": {"a": 1}}, "framework"),
+        ("plain5", {"name": "x", "tags": "notalist"}, "tags"),
+        ("plain6", {"name": "x", "tags": [{"a": 1}]}, "tags"),
+        ("plain7", {"name": "x", "pid": "abc"}, "pid"),
+        ("plain8", {"name": "x", "host": ["h"]}, "host"),
+    ],
+)
+def test_a_plain_script_experiment_record_either_store_cannot_hold_is_refused(
+    api: tuple[TestClient, str], exp: str, data: dict[str, Any], field: str
+) -> None:
+    client, _ = api
+    r = client.post("/api/v1/ingest", json={"events": [_created(exp, data)]})
+    assert r.status_code == 400, r.text
+    assert field in r.json()["message"]
+    assert client.get(f"/api/v1/experiments/{exp}").status_code == 404
+
+
+def test_text_too_long_for_its_column_is_cut_not_lost(api: tuple[TestClient, str]) -> None:
+    """A script's very long name (or a NUL in it) must not lose the whole experiment on PostgreSQL."""
+    client, _ = api
+    data = {"name": "n" * 300, "project": "p\x00q", "tags": ["t" * 150, "\x00"], "host": "h" * 300}
+    r = client.post("/api/v1/ingest", json={"events": [_created("plainlong", data)]})
+    assert r.status_code == 200, r.text
+    e = client.get("/api/v1/experiments/plainlong").json()
+    assert e["name"] == "n" * 255 and e["project"] == "pq" and e["tags"] == ["t" * 100]

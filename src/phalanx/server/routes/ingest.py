@@ -55,7 +55,7 @@ def ingest(batch: IngestIn, store: StoreDep, request: Request) -> IngestOut:
         if not isinstance(experiment_id, str) or not SAFE_ID.fullmatch(experiment_id):
             raise UsageError(
                 f"invalid experiment id {experiment_id!r}: ids are letters, digits, '-' and '_'"
-                " (Phalanx makes 12 hex digits)"
+                ", at most 32 (Phalanx makes 12 hex digits)"
             )
     for i, ev in enumerate(events):
         _check_envelope(i, ev.seq, ev.index, ev.rank, ev.time)
@@ -135,7 +135,7 @@ def _exact(store: Store, experiment_id: str) -> Experiment | None:
 
 INT64 = (-(2**63), 2**63 - 1)
 # Ids end up in URLs and artifact folders: nothing that could name another folder ('..', '/', NUL).
-SAFE_ID = re.compile(r"[A-Za-z0-9_-]{1,64}")
+SAFE_ID = re.compile(r"[A-Za-z0-9_-]{1,32}")  # the id column holds 32
 
 
 def _check_envelope(i: int, seq: int, index: int, rank: int | None, when: float) -> None:
