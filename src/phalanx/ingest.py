@@ -151,8 +151,8 @@ def _clean_created(data: Mapping[str, Any]) -> dict[str, Any]:
             raise UsageError("experiment record: tags must be a list of texts")
         out["tags"] = [t.replace("\x00", "")[:100] for t in tags if t.replace("\x00", "")][:100]
     pid = out.get("pid")
-    if pid is not None and (not isinstance(pid, int) or isinstance(pid, bool) or not 0 < pid < 2**31):
-        raise UsageError(f"experiment record: pid must be a process id (a positive integer), not {pid!r}")
+    if pid is not None and (not isinstance(pid, int) or isinstance(pid, bool) or not 0 <= pid < 2**31):
+        raise UsageError(f"experiment record: pid must be a process id (an integer from 0), not {pid!r}")
     return out
 
 
