@@ -74,6 +74,8 @@ def record_to_event(record: Mapping[str, Any]) -> Event:
             raise UsageError(f"{kind.value} event needs 'name' and 'path' in its data")
         data = {k: v for k, v in data.items() if k != "spool_path"}
         data["path"] = safe_path(str(data["path"]))
+    if kind is EventKind.EXPERIMENT:
+        data = _clean_created(data)
     try:
         seq = int(record.get("seq", 0))
         index = int(record.get("index", 0) or 0)
@@ -99,6 +101,7 @@ def record_to_event(record: Mapping[str, Any]) -> Event:
         seq=seq,
         attempt=attempt,
     )
+    _check_names(event)
     if kind is EventKind.SCALAR and "keys" in data:
         try:  # columns: check their shape here; decoding them twice would cost more than storing
             check_columns(data)
@@ -107,6 +110,50 @@ def record_to_event(record: Mapping[str, Any]) -> Event:
     else:
         check_event(event)  # malformed data is refused here, never inside a store transaction
     return event
+
+
+# The envelope's strings land in columns of bounded length (PostgreSQL enforces them, SQLite does
+# not) and PostgreSQL cannot store a NUL: a record either store could not hold is refused here.
+ENVELOPE_LIMITS = {"stream": 128, "replica": 64, "role": 16}
+
+
+def _check_names(event: Event) -> None:
+    for field, most in ENVELOPE_LIMITS.items():
+        value = getattr(event, field)
+        if "\x00" in value:
+            raise UsageError(f"event {field} {value[:40]!r} contains a NUL character")
+        if len(value) > most:
+            raise UsageError(f"event {field} {value[:40]!r}... is longer than {most} characters")
+
+
+def _text(data: dict[str, Any], field: str, most: int) -> None:
+    value = data.get(field)
+    if value is None:
+        return
+    if not isinstance(value, str):
+        raise UsageError(f"experiment record: {field} must be text, not {type(value).__name__}")
+    data[field] = value.replace("\x00", "")[:most]  # what a column can hold (PostgreSQL: no NUL)
+
+
+def _clean_created(data: Mapping[str, Any]) -> dict[str, Any]:
+    """The fields of a plain script's ``experiment`` record that become columns, made storable:
+    a wrong type is a 400 here rather than an internal error inside the store (or tags given as
+    text stored as a list of characters); text too long for its column is cut, as a script's long
+    name must not lose the whole experiment."""
+    out = dict(data)
+    _text(out, "name", 255)
+    _text(out, "project", 255)
+    _text(out, "framework", 32)
+    _text(out, "host", 255)
+    tags = out.get("tags")
+    if tags is not None:
+        if not isinstance(tags, list) or any(not isinstance(t, str) for t in tags):
+            raise UsageError("experiment record: tags must be a list of texts")
+        out["tags"] = [t.replace("\x00", "")[:100] for t in tags if t.replace("\x00", "")][:100]
+    pid = out.get("pid")
+    if pid is not None and (not isinstance(pid, int) or isinstance(pid, bool) or not 0 <= pid < 2**31):
+        raise UsageError(f"experiment record: pid must be a process id (an integer from 0), not {pid!r}")
+    return out
 
 
 def records_to_events(records: Iterable[Mapping[str, Any]]) -> list[Event]:

@@ -180,14 +180,25 @@ def collect(
 
 
 def source_files(data: bytes) -> dict[str, bytes]:
-    """The files of a snapshot, by path."""
+    """The files of a snapshot, by path, within the limits a snapshot is made with: a file over
+    SNAPSHOT_MAX_FILE is left out, and reading stops at SNAPSHOT_MAX_BYTES or WALK_MAX_FILES
+    members. The archive is read from the artifact store, where anyone holding the experiment's
+    token can replace it: a few KiB of gzip can unpack to many GiB (the server's diff would hold
+    them all in memory)."""
     out: dict[str, bytes] = {}
+    total = 0
     with tarfile.open(fileobj=io.BytesIO(data), mode="r:gz") as tar:
-        for member in tar.getmembers():
-            if member.isfile():
-                f = tar.extractfile(member)
-                if f is not None:
-                    out[member.name] = f.read()
+        for count, member in enumerate(tar, 1):
+            if count > WALK_MAX_FILES:
+                break
+            if not member.isfile() or member.size > SNAPSHOT_MAX_FILE:
+                continue
+            total += member.size
+            if total > SNAPSHOT_MAX_BYTES:
+                break
+            f = tar.extractfile(member)
+            if f is not None:
+                out[member.name] = f.read(SNAPSHOT_MAX_FILE)
     return out
 
 

@@ -14,6 +14,11 @@ from phalanx.cli.app import app, fail
 LOOPBACK_NAMES = ("localhost", "localhost.localdomain", "ip6-localhost")
 
 
+# A token guarding a server other machines reach: login and bearer guesses are throttled per client
+# address, but an attacker with many addresses (an IPv6 /64) could still try a short one out.
+MIN_TOKEN_CHARS = 16
+
+
 def is_loopback(host: str) -> bool:
     """True when ``host`` only listens on this machine (127.0.0.0/8, ::1, localhost)."""
     if host.lower() in LOOPBACK_NAMES:
@@ -164,6 +169,12 @@ def server(
         )
 
     check_can_listen(host, port)
+    if token and not is_loopback(host) and len(token) < MIN_TOKEN_CHARS:
+        raise fail(
+            f"the token is {len(token)} characters long: too easy to guess for a server on {host}, "
+            f"which other machines reach. Use at least {MIN_TOKEN_CHARS} random characters, e.g. "
+            '`python -c "import secrets; print(secrets.token_urlsafe(32))"`.'
+        )
     import os
 
     import uvicorn

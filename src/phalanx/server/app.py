@@ -113,7 +113,13 @@ def create_app(settings: ServerSettings, store: Store | None = None) -> FastAPI:
     allowed = (
         settings.allowed_hosts if settings.allowed_hosts is not None else default_allowed_hosts(settings.host)
     )
-    app.add_middleware(SecurityMiddleware, token=settings.token, allowed_hosts=allowed, sessions=sessions)
+    app.add_middleware(
+        SecurityMiddleware,
+        token=settings.token,
+        allowed_hosts=allowed,
+        sessions=sessions,
+        throttle=app.state.login_throttle,
+    )
     return app
 
 
@@ -125,7 +131,7 @@ ERROR_RESPONSES = {
     409: "conflicts with the experiment's state",
     413: "request body too large",
     422: "invalid parameters",
-    429: "too many attempts; wait Retry-After seconds",
+    429: "too many wrong tokens from this address; wait Retry-After seconds",
 }
 
 
@@ -155,7 +161,7 @@ def _install_openapi(app: FastAPI) -> None:
             for operation in operations.values():
                 responses = operation.setdefault("responses", {})
                 for status, why in ERROR_RESPONSES.items():
-                    if status == 429 and path != "/login":
+                    if status == 429 and path == f"{API}/health":
                         continue
                     entry = responses.setdefault(str(status), {"description": why})
                     entry["content"] = error  # also replaces FastAPI's own 422 shape: ours is ErrorOut

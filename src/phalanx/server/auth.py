@@ -30,7 +30,7 @@ from urllib.parse import quote, urlsplit
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from phalanx.server.sessions import Sessions
+from phalanx.server.sessions import LoginThrottle, Sessions
 from phalanx.tokens import token_experiment
 
 COOKIE = "phalanx_session"
@@ -107,12 +107,20 @@ class SecurityMiddleware:
     lower-case names without ports, ``"*"`` for any."""
 
     def __init__(
-        self, app: ASGIApp, token: str | None, allowed_hosts: Iterable[str], sessions: Sessions | None
+        self,
+        app: ASGIApp,
+        token: str | None,
+        allowed_hosts: Iterable[str],
+        sessions: Sessions | None,
+        throttle: LoginThrottle | None = None,
     ) -> None:
         self.app = app
         self.token = token
         self.allowed = {h.lower().strip("[]") for h in allowed_hosts}
         self.sessions = sessions
+        # the login form's throttle, shared: wrong bearer tokens count with wrong login attempts, so
+        # the API is no way around the form's limit on guesses
+        self.throttle = throttle
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -180,11 +188,22 @@ class SecurityMiddleware:
         scheme, _, given = authorization.partition(" ")
         given = given.strip()
         if scheme.lower() == "bearer" and given:
+            client = (scope.get("client") or ("-", 0))[0]
+            wait = self.throttle.retry_after(client) if self.throttle is not None else 0
+            if wait:  # not even compared: a guess made now tells nothing, right or wrong
+                return _json(
+                    429,
+                    "too_many_attempts",
+                    f"too many wrong tokens from {client}; try again in {wait} s",
+                    [(b"retry-after", str(wait).encode())],
+                )
             if hmac.compare_digest(given.encode(), self.token.encode()):
                 return None
             experiment = token_experiment(self.token, given)
             if experiment is not None:
                 return self._check_scoped(scope, path, method, experiment)
+            if self.throttle is not None:
+                self.throttle.failed(client)
         if self._cookie_session(scope):
             return None
         if path.startswith("/api/"):

@@ -2,12 +2,15 @@
 
 Every path from a request is checked by ``safe_relpath`` (the store's ``safe_path``) before it
 touches the artifact store, so no name can reach outside ``<artifacts root>/<experiment id>/`` (no
-``..``, no absolute paths, no backslashes, no NUL). The bytes live in the same fsspec artifact store
-the ingester writes.
+``..``, no absolute paths, no backslashes, no NUL). On a local artifact root a symbolic link inside
+the folder (planted by anyone who can write there, e.g. on a shared file system) cannot lead out of
+it either: a path whose real location is outside the experiment's folder is "not found", for reads
+and for writes. The bytes live in the same fsspec artifact store the ingester writes.
 """
 
 from __future__ import annotations
 
+import os
 import posixpath
 import uuid
 from collections.abc import AsyncIterator, Iterator
@@ -33,7 +36,21 @@ class ArtifactFiles:
     def _full(self, experiment_id: str, path: str) -> str:
         if not experiment_id or "/" in experiment_id or experiment_id in (".", ".."):
             raise UsageError(f"invalid experiment id {experiment_id!r}")
-        return f"{self.root}/{experiment_id}/{safe_relpath(path)}"
+        full = f"{self.root}/{experiment_id}/{safe_relpath(path)}"
+        if not self._inside(experiment_id, full):
+            raise NotFound(
+                f"no file {path!r} in experiment {experiment_id} (it is a link that leads outside the "
+                "experiment's folder)"
+            )
+        return full
+
+    def _inside(self, experiment_id: str, full: str) -> bool:
+        """Whether ``full`` really lies in the experiment's folder once symbolic links are followed
+        (always true on object stores, which have no links)."""
+        if "file" not in _protocols(self.fs):
+            return True
+        base = os.path.realpath(f"{self.root}/{experiment_id}")
+        return os.path.realpath(full).startswith(base + os.sep)
 
     def size(self, experiment_id: str, path: str) -> int:
         full = self._full(experiment_id, path)
@@ -48,7 +65,8 @@ class ArtifactFiles:
         """Relative paths of the files under a folder artifact, sorted."""
         base = self._full(experiment_id, path)
         found: list[str] = self.fs.find(base)
-        return sorted(posixpath.relpath(f, base) for f in found)
+        # a link inside the folder that leads out of it is left out of listings and zips
+        return sorted(posixpath.relpath(f, base) for f in found if self._inside(experiment_id, f))
 
     def read(self, experiment_id: str, path: str, limit: int | None = None) -> bytes:
         full = self._full(experiment_id, path)
@@ -97,3 +115,8 @@ class ArtifactFiles:
                 self.fs.rm(tmp)
             raise
         return size
+
+
+def _protocols(fs: Any) -> tuple[str, ...]:
+    protocol = fs.protocol
+    return (protocol,) if isinstance(protocol, str) else tuple(protocol)

@@ -108,4 +108,5 @@ class LoginThrottle:
         with self._lock:
             self._recent(client, now).append(now)
             if len(self._failures) > 10_000:  # bounded memory under a spray of addresses
-                self._failures = {k: v for k, v in self._failures.items() if v}
+                # an address's failures are only dropped when it comes back: look at their age here
+                self._failures = {k: v for k, v in self._failures.items() if v and v[-1] > now - self.window}

@@ -265,3 +265,16 @@ def test_run_and_check_of_stdin_a_folder_or_a_missing_file_say_so_once(
             done = phalanx(command, "-f", path)
             assert_user_error(done, message)
             assert done.stderr.count("\n") == 1, done.stderr
+
+
+def test_server_refuses_a_short_token_on_an_address_other_machines_reach() -> None:
+    """Throttling is per client address: a short token on 0.0.0.0 could still be guessed from many."""
+    done = subprocess.run(
+        [sys.executable, "-m", "phalanx.cli.main", "server", "--host", "0.0.0.0", "--port", str(free_port())],
+        env={**os.environ, "PHALANX_TOKEN": "short-token"},
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert_user_error(done, "too easy to guess")
+    assert "secrets.token_urlsafe" in done.stderr

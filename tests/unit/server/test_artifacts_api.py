@@ -1,6 +1,7 @@
 import io
 import json
 import zipfile
+from pathlib import Path
 
 import pytest
 from fastapi.testclient import TestClient
@@ -185,3 +186,66 @@ def test_an_artifact_whose_file_has_not_arrived_is_404_saying_so(
     r = client.get(f"/api/v1/experiments/{e.id}/previews/late")
     assert r.status_code == 404
     assert "not in the artifact store" in r.json()["message"]
+
+
+def test_a_link_in_the_experiment_folder_cannot_lead_outside_it(
+    client: TestClient, store: SqlStore, exp_id: str, tmp_path: Path
+) -> None:
+    """Someone who can write in the artifact root (a shared file system) plants links to files of the
+    server's user: the file routes neither read nor write through them."""
+    secret = tmp_path / "outside" / "id_rsa"
+    secret.parent.mkdir()
+    secret.write_text("PRIVATE KEY")
+    assert store.artifact_store is not None
+    folder = Path(store.artifact_store.url(exp_id))
+    (folder / "link").symlink_to(secret)
+    (folder / "dir").symlink_to(secret.parent)
+    (folder / "artifacts" / "ckpt" / "key").symlink_to(secret)
+    base = f"/api/v1/experiments/{exp_id}"
+    for path in ("link", "dir/id_rsa"):
+        r = client.get(f"{base}/files/{path}")
+        assert r.status_code == 404 and "PRIVATE" not in r.text
+    put = client.put(f"{base}/files/dir/planted", content=b"x")
+    assert put.status_code == 404
+    assert not (secret.parent / "planted").exists()
+    assert client.put(f"{base}/files/dir/id_rsa", content=b"gone").status_code == 404
+    assert secret.read_text() == "PRIVATE KEY"
+    zipped = client.get(f"{base}/artifacts/ckpt")
+    assert zipped.status_code == 200
+    names = zipfile.ZipFile(io.BytesIO(zipped.content)).namelist()
+    assert sorted(names) == ["a.txt", "sub/b.txt"]
+    preview = client.get(f"{base}/previews/ckpt").json()
+    assert preview["files"] == ["a.txt", "sub/b.txt"]
+
+
+@pytest.mark.parametrize(
+    "claimed", ["text/plain\r\nSet-Cookie: phalanx_session=x", "text/plain\r\n; a=b", "not a type", "x" * 300]
+)
+def test_a_content_type_that_is_no_media_type_is_served_as_bytes(
+    client: TestClient, store: SqlStore, exp_id: str, claimed: str
+) -> None:
+    """The content type of an artifact is whatever its record claimed: one with a line break made the
+    server drop the connection with no answer (h11 refuses the header); it is served as bytes."""
+    _artifact(store, exp_id, "odd", "artifacts/odd.txt", b"hello", "file", claimed)
+    for inline in ("false", "true"):
+        r = client.get(f"/api/v1/experiments/{exp_id}/artifacts/odd?inline={inline}")
+        assert r.status_code == 200 and r.content == b"hello"
+        assert r.headers["content-type"] == "application/octet-stream"
+        assert r.headers["content-disposition"].startswith("attachment")
+        assert "set-cookie" not in r.headers
+
+
+def test_a_real_media_type_with_parameters_is_kept(client: TestClient, store: SqlStore, exp_id: str) -> None:
+    _artifact(store, exp_id, "csv", "artifacts/t.csv", b"a,b\n", "file", 'text/csv; charset="utf-8"')
+    r = client.get(f"/api/v1/experiments/{exp_id}/artifacts/csv")
+    assert r.headers["content-type"] == 'text/csv; charset="utf-8"'
+
+
+def test_a_file_name_with_a_line_break_downloads(client: TestClient, store: SqlStore, exp_id: str) -> None:
+    """Content-Disposition carries the file's name: a line break in it would end the header line."""
+    _artifact(store, exp_id, "odd name", "artifacts/a\r\nSet-Cookie: x=1.txt", b"hi", "text", "text/plain")
+    r = client.get(f"/api/v1/experiments/{exp_id}/artifacts/odd name")
+    assert r.status_code == 200 and r.content == b"hi"
+    disposition = r.headers["content-disposition"]
+    assert "\r" not in disposition and "\n" not in disposition and "set-cookie" not in r.headers
+    assert 'filename="a__Set-Cookie: x=1.txt"' in disposition

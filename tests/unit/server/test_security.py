@@ -264,3 +264,73 @@ def test_every_request_is_in_the_access_log(client: TestClient, caplog: pytest.L
     lines = [r.getMessage() for r in caplog.records if r.name == "phalanx.server.access"]
     assert any('"GET /api/v1/experiments/nope" 404' in line for line in lines), lines
     assert not any("hidden" in line for line in lines)
+
+
+def test_wrong_bearer_tokens_are_throttled_like_the_login_form(secured: TestClient) -> None:
+    """The API is no way around the login form's limit: guessing the token with Authorization
+    headers is throttled too, and a guess made while throttled is not even checked."""
+    for _ in range(5):
+        assert secured.get("/api/v1/experiments", headers=_bearer("guess")).status_code == 401
+    blocked = secured.get("/api/v1/experiments", headers=_bearer(TOKEN))
+    assert blocked.status_code == 429 and int(blocked.headers["retry-after"]) > 0
+    assert blocked.json()["error"] == "too_many_attempts"
+    assert secured.post("/login", data={"token": TOKEN}).status_code == 429  # one budget for both ways
+
+
+def test_right_tokens_and_requests_without_one_spend_no_attempts(secured: TestClient) -> None:
+    for _ in range(10):
+        assert secured.get("/api/v1/experiments", headers=_bearer(TOKEN)).status_code == 200
+        assert secured.get("/api/v1/experiments").status_code == 401
+    assert secured.get("/api/v1/experiments", headers=_bearer(TOKEN)).status_code == 200
+
+
+def _bearer(token: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {token}"}
+
+
+def test_a_replica_token_no_longer_writes_once_its_experiment_ended_long_ago(
+    secured: TestClient, store: Store
+) -> None:
+    """A token left in a finished pod's environment cannot add records to its experiment nor replace
+    its files (a model a teammate downloads later) once the grace for late batches is over."""
+    from phalanx.server.routes.ingest import REPLICA_GRACE_SECONDS
+
+    e = fill.experiment(store, status=ExperimentStatus.SUCCEEDED)
+    assert store.artifact_store is not None
+    store.artifact_store.put_bytes(e.id, "models/model.pt", b"trained weights")
+    auth = {"Authorization": f"Bearer {experiment_token(TOKEN, e.id)}"}
+    scalar = {"title": "loss", "series": "s", "value": 1.0, "iteration": 0}
+    late = secured.post("/api/v1/ingest", json={"events": [_record(e.id, "scalar", scalar)]}, headers=auth)
+    assert late.status_code == 200  # just ended: a last batch retried late is still welcome
+    store.update_experiment(e.id, finished_at=time.time() - REPLICA_GRACE_SECONDS - 60)
+    refused = secured.post(
+        "/api/v1/ingest", json={"events": [_record(e.id, "scalar", scalar, 1)]}, headers=auth
+    )
+    assert refused.status_code == 403 and "ended" in refused.json()["message"]
+    put = secured.put(f"/api/v1/experiments/{e.id}/files/models/model.pt", content=b"evil", headers=auth)
+    assert put.status_code == 403
+    assert store.artifact_store.read_bytes(e.id, "models/model.pt") == b"trained weights"
+    # the server's own token still writes it (phalanx sync of an offline spool)
+    full = {"Authorization": f"Bearer {TOKEN}"}
+    assert (
+        secured.post(
+            "/api/v1/ingest", json={"events": [_record(e.id, "scalar", scalar, 2)]}, headers=full
+        ).status_code
+        == 200
+    )
+
+
+def test_the_throttle_forgets_addresses_whose_failures_are_old(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Wrong tokens sprayed from many addresses (an IPv6 /64) must not grow the server's memory for
+    ever: an address's failures used to be dropped only when that address came back."""
+    from phalanx.server import sessions
+
+    clock = [1000.0]
+    monkeypatch.setattr(sessions.time, "monotonic", lambda: clock[0])
+    throttle = sessions.LoginThrottle(attempts=5, window=60.0)
+    for i in range(10_001):
+        throttle.failed(f"2001:db8::{i:x}")
+    clock[0] += 61.0
+    throttle.failed("2001:db8::ffff:1")
+    assert len(throttle._failures) <= 2
+    assert throttle.retry_after("2001:db8::1") == 0

@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import json
 import mimetypes
+import re
 import tempfile
 import zipfile
 from collections.abc import Iterator
@@ -37,6 +38,9 @@ INLINE_SAFE = (
     "text/plain",
     "text/csv",
 )
+# type "/" subtype [; name=value]...: RFC 9110 tokens, nothing that could end the header line
+_TOKEN = r"[A-Za-z0-9!#$%&'*+.^_`|~-]+"
+MEDIA_TYPE = re.compile(rf"{_TOKEN}/{_TOKEN}([ \t]*;[ \t]*{_TOKEN}=(?:{_TOKEN}|\"[^\"\\\x00-\x1f\x7f]*\"))*")
 SAFETY_HEADERS = {"X-Content-Type-Options": "nosniff", "Content-Security-Policy": "sandbox"}
 
 
@@ -155,6 +159,10 @@ def _file_response(
     files: ArtifactFiles, experiment_id: str, path: str, content_type: str, name: str, inline: bool
 ) -> Response:
     ctype = content_type or mimetypes.guess_type(path)[0] or "application/octet-stream"
+    if len(ctype) > 200 or not MEDIA_TYPE.fullmatch(ctype):
+        # a content type that came through ingest is only a claim: one that is no media type (a line
+        # break in it made the server drop the connection without an answer) is served as bytes
+        ctype = "application/octet-stream"
     filename = path.rsplit("/", 1)[-1] or name
     if files.is_dir(experiment_id, path):
         # Built in a spooled temp file (memory up to 32 MiB, disk beyond), each member streamed in.
@@ -187,6 +195,8 @@ def _file_response(
 
 
 def _disposition(filename: str, inline: bool) -> dict[str, str]:
-    ascii_name = filename.encode("ascii", "replace").decode().replace('"', "_").replace("?", "_")
+    # control characters (a line break in a file's name) would end the header line: replaced
+    printable = "".join("_" if ord(c) < 32 or ord(c) == 127 else c for c in filename)
+    ascii_name = printable.encode("ascii", "replace").decode().replace('"', "_").replace("?", "_")
     kind = "inline" if inline else "attachment"
     return {"Content-Disposition": f"{kind}; filename=\"{ascii_name}\"; filename*=UTF-8''{quote(filename)}"}

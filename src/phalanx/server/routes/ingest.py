@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import re
+import time
 from collections.abc import Sequence
 from typing import Annotated
 
@@ -54,7 +55,7 @@ def ingest(batch: IngestIn, store: StoreDep, request: Request) -> IngestOut:
         if not isinstance(experiment_id, str) or not SAFE_ID.fullmatch(experiment_id):
             raise UsageError(
                 f"invalid experiment id {experiment_id!r}: ids are letters, digits, '-' and '_'"
-                " (Phalanx makes 12 hex digits)"
+                ", at most 32 (Phalanx makes 12 hex digits)"
             )
     for i, ev in enumerate(events):
         _check_envelope(i, ev.seq, ev.index, ev.rank, ev.time)
@@ -92,6 +93,8 @@ def check_owners(store: Store, events: Sequence[Event], scope: str | None) -> No
                 f"experiment {experiment_id} does not exist: records are accepted only for an existing "
                 "experiment (or with the 'experiment' record of a plain script that creates it)"
             )
+        if scope is not None:
+            refuse_ended(current)
         wanted = statuses.get(experiment_id)
         if not wanted:
             continue
@@ -102,6 +105,23 @@ def check_owners(store: Store, events: Sequence[Event], scope: str | None) -> No
             )
         if current.status.done and any(not s.done for s in wanted):
             raise Conflict(f"experiment {experiment_id} has ended ({current.status}); it cannot run again")
+
+
+# How long after an experiment ended its replicas' tokens still write (a last batch retried late).
+REPLICA_GRACE_SECONDS = 3600.0
+
+
+def refuse_ended(experiment: Experiment) -> None:
+    """403 when a replica token writes an experiment that ended more than REPLICA_GRACE_SECONDS
+    ago: a token left in a finished pod's environment must not rewrite its records or replace its
+    model files afterwards. Resuming the experiment makes its token write again."""
+    finished = experiment.finished_at
+    if experiment.status.done and finished is not None and time.time() - finished > REPLICA_GRACE_SECONDS:
+        raise HTTPException(
+            403,
+            f"experiment {experiment.id} ended ({experiment.status}) over {REPLICA_GRACE_SECONDS / 60:.0f} "
+            "minutes ago: its replica token no longer writes it",
+        )
 
 
 def _exact(store: Store, experiment_id: str) -> Experiment | None:
@@ -115,7 +135,7 @@ def _exact(store: Store, experiment_id: str) -> Experiment | None:
 
 INT64 = (-(2**63), 2**63 - 1)
 # Ids end up in URLs and artifact folders: nothing that could name another folder ('..', '/', NUL).
-SAFE_ID = re.compile(r"[A-Za-z0-9_-]{1,64}")
+SAFE_ID = re.compile(r"[A-Za-z0-9_-]{1,32}")  # the id column holds 32
 
 
 def _check_envelope(i: int, seq: int, index: int, rank: int | None, when: float) -> None:
@@ -152,5 +172,7 @@ async def put_file(
     scope = getattr(request.state, "experiment_scope", None)
     if scope is not None and e.id != scope:  # a replica token names its experiment in full
         raise HTTPException(403, f"this replica token belongs to experiment {scope}")
+    if scope is not None:
+        refuse_ended(e)
     size = await files.write_stream(e.id, clean, request.stream())
     return FileOut(path=clean, size=size)

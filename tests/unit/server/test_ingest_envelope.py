@@ -1,0 +1,108 @@
+"""What the envelope of a POSTed record may hold: its ``stream`` and ``replica`` end up in columns of
+bounded length (stream 128, replica 64) that PostgreSQL enforces and SQLite does not, and
+PostgreSQL cannot store a NUL in text. Such a record is a 400 naming the field on both stores,
+never an internal error (500) on one of them."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from fastapi.testclient import TestClient
+
+from phalanx.config import Settings
+from phalanx.server.app import create_app
+from phalanx.server.settings import ServerSettings
+from phalanx.store import open_store
+from tests.support import postgres
+from tests.unit.server import fill
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])
+def api(request: pytest.FixtureRequest, phalanx_home: Path) -> Iterator[tuple[TestClient, str]]:
+    db_url = None
+    if request.param == "postgresql":
+        reason = postgres.unavailable_reason()
+        if reason:
+            pytest.skip(reason)
+        db_url = postgres.shared_postgres().create_database()
+    store_settings = Settings(home=phalanx_home, db_url=db_url) if db_url else Settings(home=phalanx_home)
+    store = open_store(store_settings)
+    e = fill.experiment(store)
+    settings = ServerSettings(store=store_settings, allowed_hosts=["testserver"])
+    with TestClient(create_app(settings, store)) as c:
+        yield c, e.id
+    store.close()
+
+
+def _log(exp: str, **envelope: Any) -> dict[str, Any]:
+    return {
+        "experiment_id": exp,
+        "kind": "log",
+        "data": {"lines": ["hello"]},
+        "stream": "s-1",
+        "seq": 0,
+        "time": time.time(),
+        **envelope,
+    }
+
+
+@pytest.mark.parametrize(
+    ("envelope", "field"),
+    [
+        ({"stream": "s" * 129}, "stream"),
+        ({"stream": "a\x00b"}, "stream"),
+        ({"replica": "r" * 65}, "replica"),
+        ({"replica": "worker\x000"}, "replica"),
+        ({"role": "w\x00"}, "role"),
+    ],
+)
+def test_a_record_whose_envelope_no_store_can_hold_is_refused(
+    api: tuple[TestClient, str], envelope: dict[str, Any], field: str
+) -> None:
+    client, exp = api
+    r = client.post("/api/v1/ingest", json={"events": [_log(exp, **envelope)]})
+    assert r.status_code == 400, r.text
+    assert field in r.json()["message"]
+    ok = client.post("/api/v1/ingest", json={"events": [_log(exp, seq=1)]})
+    assert ok.status_code == 200 and ok.json() == {"accepted": 1}
+
+
+def _created(exp: str, data: dict[str, Any]) -> dict[str, Any]:
+    return {"experiment_id": exp, "kind": "experiment", "data": data, "stream": "c-1", "seq": 0}
+
+
+@pytest.mark.parametrize(
+    ("exp", "data", "field"),
+    [
+        ("a" * 33, {"name": "x"}, "experiment id"),
+        ("plain1", {"name": 5}, "name"),
+        ("plain3", {"name": "x", "project": ["p"]}, "project"),
+        ("plain4", {"name": "x", "framework": {"a": 1}}, "framework"),
+        ("plain5", {"name": "x", "tags": "notalist"}, "tags"),
+        ("plain6", {"name": "x", "tags": [{"a": 1}]}, "tags"),
+        ("plain7", {"name": "x", "pid": "abc"}, "pid"),
+        ("plain8", {"name": "x", "host": ["h"]}, "host"),
+    ],
+)
+def test_a_plain_script_experiment_record_either_store_cannot_hold_is_refused(
+    api: tuple[TestClient, str], exp: str, data: dict[str, Any], field: str
+) -> None:
+    client, _ = api
+    r = client.post("/api/v1/ingest", json={"events": [_created(exp, data)]})
+    assert r.status_code == 400, r.text
+    assert field in r.json()["message"]
+    assert client.get(f"/api/v1/experiments/{exp}").status_code == 404
+
+
+def test_text_too_long_for_its_column_is_cut_not_lost(api: tuple[TestClient, str]) -> None:
+    """A script's very long name (or a NUL in it) must not lose the whole experiment on PostgreSQL."""
+    client, _ = api
+    data = {"name": "n" * 300, "project": "p\x00q", "tags": ["t" * 150, "\x00"], "host": "h" * 300}
+    r = client.post("/api/v1/ingest", json={"events": [_created("plainlong", data)]})
+    assert r.status_code == 200, r.text
+    e = client.get("/api/v1/experiments/plainlong").json()
+    assert e["name"] == "n" * 255 and e["project"] == "pq" and e["tags"] == ["t" * 100]
