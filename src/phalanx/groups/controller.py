@@ -602,6 +602,8 @@ class Controller:
                 reason=reason,
                 finished_at=time.time(),
             )
+            if exp is not None:  # say it: early stopping or Ctrl-C ended this trial, not its own end
+                self.say(f"trial {number}: {exp.id} stopped ({reason})")
             del self.live[number]
 
     def _stop(self, reason: str) -> Group:

@@ -134,3 +134,29 @@ def test_group_stop_after_a_killed_controller_keeps_a_trial_that_had_already_suc
     assert trial["state"] == "done" and trial["value"] == 0.25 and trial["step"] == 1
     assert doc["best"]["number"] == 0
     assert store.get_experiment(exp.id).status == "succeeded"  # untouched by the stop
+
+
+def test_early_stopping_names_the_trials_it_stops(phalanx: Phalanx) -> None:
+    """Early stopping ends the group while another trial still runs: the progress says that trial
+    was stopped and why, instead of the group simply ending."""
+    folder = phalanx.tmp / "early"
+    folder.mkdir()
+    (folder / "train.py").write_text(
+        "import sys, time\nfrom phalanx import log_metrics\nx = float(sys.argv[1])\n"
+        "for step in range(1, 300 if x > 0.5 else 2):\n"
+        "    log_metrics(step=step, loss=x)\n    time.sleep(0.1)\n"
+    )
+    path = folder / "group.yml"
+    path.write_text(
+        "version: 1\nkind: group\nname: early\nhptuning:\n  concurrency: 2\n  grid_search: {}\n"
+        "  metric: {name: loss, optimization: minimize}\n"
+        "  early_stopping: [{metric: loss, value: 0.5, optimization: minimize}]\n"
+        "  matrix:\n    x: {values: [0.1, 0.9]}\nrun:\n  cmd: python train.py {{ x }}\n"
+    )
+    done = phalanx.run("group", "run", "-f", str(path), "--json", timeout=120)
+    assert done.returncode == 0, done.stderr
+    doc = json.loads(done.stdout)
+    (slow,) = [t for t in doc["trials"] if t["params"]["x"] == 0.9]
+    assert slow["state"] == "stopped"
+    said = f"trial {slow['number']}: {slow['experiment_id']} stopped (group early stopping: trial"
+    assert said in done.stderr
