@@ -176,6 +176,12 @@ def _collect_one(batch: Batch, ev: Event) -> None:
     elif kind is EventKind.EXPERIMENT:
         batch.experiments.append(ev)
     elif kind is EventKind.STATUS:
+        # what _status_from_event converts inside the transaction, converted here first: a bad
+        # replica_state or exit_code is a malformed event (400), not an internal error
+        if d.get("replica_state"):
+            ReplicaState(str(d["replica_state"]))
+        if d.get("exit_code") is not None and not -(2**31) <= int(d["exit_code"]) < 2**31:
+            raise ValueError(f"exit_code {d['exit_code']} is out of range")
         batch.statuses.append((ev, ExperimentStatus(d["status"])))
 
 
