@@ -130,3 +130,13 @@ def test_a_malformed_status_record_of_a_plain_script_is_a_400(
     r = client.post("/api/v1/ingest", json={"events": [status]})
     assert r.status_code == 400, r.text
     assert client.get("/api/v1/experiments/plainst").json()["status"] == "running"
+
+
+def test_log_lines_given_as_text_are_refused_not_stored_a_character_a_line(
+    api: tuple[TestClient, str],
+) -> None:
+    client, exp = api
+    bad = {**_log(exp), "data": {"lines": "hello"}}
+    r = client.post("/api/v1/ingest", json={"events": [bad]})
+    assert r.status_code == 400 and "lines" in r.json()["message"]
+    assert client.get(f"/api/v1/experiments/{exp}/logs").json()["lines"] == []

@@ -363,6 +363,8 @@ def clean(value: Any) -> str:
 
 def _log_lines(d: Mapping[str, Any]) -> list[str]:
     if "lines" in d:
+        if not isinstance(d["lines"], list):  # a text would be stored one character a line
+            raise ValueError(f"'lines' must be a list of lines, not {type(d['lines']).__name__}")
         return [str(x) for x in d["lines"]]
     text = str(d.get("text", ""))
     lines = text.split("\n")
