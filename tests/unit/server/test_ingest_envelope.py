@@ -106,3 +106,37 @@ def test_text_too_long_for_its_column_is_cut_not_lost(api: tuple[TestClient, str
     assert r.status_code == 200, r.text
     e = client.get("/api/v1/experiments/plainlong").json()
     assert e["name"] == "n" * 255 and e["project"] == "pq" and e["tags"] == ["t" * 100]
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        {"status": "failed", "replica_state": "bogus"},
+        {"status": "failed", "exit_code": "abc"},
+        {"status": "failed", "exit_code": 2**40},
+    ],
+)
+def test_a_malformed_status_record_of_a_plain_script_is_a_400(
+    api: tuple[TestClient, str], data: dict[str, Any]
+) -> None:
+    """A status record's replica_state and exit_code were converted inside the store's transaction:
+    a bad one was an internal error (500)."""
+    client, _ = api
+    assert (
+        client.post("/api/v1/ingest", json={"events": [_created("plainst", {"name": "s"})]}).status_code
+        == 200
+    )
+    status = {**_created("plainst", data), "kind": "status", "seq": 1}
+    r = client.post("/api/v1/ingest", json={"events": [status]})
+    assert r.status_code == 400, r.text
+    assert client.get("/api/v1/experiments/plainst").json()["status"] == "running"
+
+
+def test_log_lines_given_as_text_are_refused_not_stored_a_character_a_line(
+    api: tuple[TestClient, str],
+) -> None:
+    client, exp = api
+    bad = {**_log(exp), "data": {"lines": "hello"}}
+    r = client.post("/api/v1/ingest", json={"events": [bad]})
+    assert r.status_code == 400 and "lines" in r.json()["message"]
+    assert client.get(f"/api/v1/experiments/{exp}/logs").json()["lines"] == []

@@ -176,6 +176,12 @@ def _collect_one(batch: Batch, ev: Event) -> None:
     elif kind is EventKind.EXPERIMENT:
         batch.experiments.append(ev)
     elif kind is EventKind.STATUS:
+        # what _status_from_event converts inside the transaction, converted here first: a bad
+        # replica_state or exit_code is a malformed event (400), not an internal error
+        if d.get("replica_state"):
+            ReplicaState(str(d["replica_state"]))
+        if d.get("exit_code") is not None and not -(2**31) <= int(d["exit_code"]) < 2**31:
+            raise ValueError(f"exit_code {d['exit_code']} is out of range")
         batch.statuses.append((ev, ExperimentStatus(d["status"])))
 
 
@@ -357,6 +363,8 @@ def clean(value: Any) -> str:
 
 def _log_lines(d: Mapping[str, Any]) -> list[str]:
     if "lines" in d:
+        if not isinstance(d["lines"], list):  # a text would be stored one character a line
+            raise ValueError(f"'lines' must be a list of lines, not {type(d['lines']).__name__}")
         return [str(x) for x in d["lines"]]
     text = str(d.get("text", ""))
     lines = text.split("\n")
