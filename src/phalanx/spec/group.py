@@ -370,6 +370,15 @@ def _matrix_mark(m: YMap, name: str) -> YNode | Mark:
     return m.mark
 
 
+def _budget_mark(m: YMap) -> YNode | Mark:
+    """Where hyperband's `resource: {name: ...}` is written (the search's node if not found)."""
+    search = m.get("hyperband")
+    resource = search.get("resource") if isinstance(search, YMap) else None
+    name = resource.get("name") if isinstance(resource, YMap) else None
+    found = name or resource or search
+    return found.mark if found is not None else m.mark
+
+
 def _read_matrix(c: Collector, m: YMap) -> tuple[Distribution, ...] | None:
     node = m.get("matrix")
     if node is None or is_null(node):
@@ -845,7 +854,11 @@ def _check_used(
     for name, where, what in wanted:
         if name in used:
             continue
-        at = _matrix_mark(hpn, name) if isinstance(hpn, YMap) and where == "hptuning.matrix" else root.mark
+        at = (
+            (_matrix_mark(hpn, name) if where == "hptuning.matrix" else _budget_mark(hpn))
+            if isinstance(hpn, YMap)
+            else root.mark
+        )
         path = join(where, name) if where == "hptuning.matrix" else where
         hint = did_you_mean(name, used)
         if hint and not allow_unused:

@@ -269,3 +269,14 @@ def test_grid_n_experiments_beyond_the_grid_runs_each_combination_once() -> None
     assert fewer.hptuning.planned_trials() == 2 and search_space_text(fewer).startswith(
         "search: grid (2 trials)"
     )
+
+
+def test_an_unused_hyperband_budget_name_is_located_at_its_resource_name() -> None:
+    text = (
+        "version: 1\nkind: group\nhptuning:\n  hyperband:\n    max_iter: 9\n    eta: 3\n"
+        "    resource: {name: epoch, type: int}\n    metric: {name: loss, optimization: minimize}\n"
+        "  matrix:\n    lr: {values: [0.1, 0.2]}\nrun:\n  cmd: python train.py --lr={{ lr }}\n"
+    )
+    group = load_group_text(text, "hb.yml")
+    (note,) = [n for n in group.notes if "budget" in n]
+    assert note.startswith("hb.yml:7:22: hptuning.hyperband.resource.name: 'epoch' is hyperband's budget")
