@@ -4,6 +4,7 @@ through the controller's own records (the trials' runs are not needed to draw th
 from __future__ import annotations
 
 import json
+import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -109,6 +110,12 @@ def test_the_experiment_api_says_which_group_each_trial_belongs_to(served: tuple
     assert items == {**{f"{n:012x}": gid for n in range(4)}, PLAIN: None}
     with urllib.request.urlopen(f"{server.url}/api/v1/experiments/{1:012x}", timeout=30) as r:
         assert json.load(r)["group_id"] == gid
+    # ?group= filters (by a prefix too); it was silently ignored and listed every experiment
+    with urllib.request.urlopen(f"{server.url}/api/v1/experiments?group={gid[:6]}", timeout=30) as r:
+        assert sorted(e["id"] for e in json.load(r)["items"]) == [f"{n:012x}" for n in range(4)]
+    with pytest.raises(urllib.error.HTTPError) as unknown:
+        urllib.request.urlopen(f"{server.url}/api/v1/experiments?group=zzzz", timeout=30)
+    assert unknown.value.code == 404
 
 
 def test_the_experiment_list_has_a_group_column_that_leads_to_the_group(

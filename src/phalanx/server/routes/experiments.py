@@ -63,6 +63,9 @@ def list_experiments(
     project: Annotated[str | None, Query(max_length=200)] = None,
     tag: Annotated[str | None, Query(max_length=200)] = None,
     q: Annotated[str | None, Query(max_length=200, description="text in the id, name or project")] = None,
+    group: Annotated[
+        str | None, Query(max_length=64, description="only the trials of this group (id or unique prefix)")
+    ] = None,
     offset: Annotated[int, Query(ge=0, le=10**9)] = 0,
     limit: Annotated[int, Query(ge=1, le=500)] = 50,
     sort: Annotated[SortKey, Query(description="a field, '-' first for descending")] = "-created_at",
@@ -72,7 +75,13 @@ def list_experiments(
     filter and sort across every page, on the server."""
     from phalanx.server.table import table_page
 
+    group_id = None
+    if group:  # an unknown group is a 404, not every experiment
+        from phalanx.groups.records import resolve_group, sql_store
+
+        group_id = resolve_group(sql_store(store), group)
     base = ExperimentFilter(
+        group_id=group_id,
         status=status,
         project=project or None,
         tag=tag or None,
