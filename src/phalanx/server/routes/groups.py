@@ -8,7 +8,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Query
 from fastapi.responses import HTMLResponse
 
-from phalanx.server.deps import StoreDep
+from phalanx.server.deps import SettingsDep, StoreDep
 
 router = APIRouter(tags=["groups"])
 page_router = APIRouter(include_in_schema=False)
@@ -34,6 +34,20 @@ def get_group(store: StoreDep, group_id: str) -> dict[str, Any]:
 
     sql: Any = store
     return group_json(sql, records.get_group(sql, group_id))
+
+
+@router.post("/groups/{group_id}/stop")
+def stop_group(store: StoreDep, settings: SettingsDep, group_id: str) -> dict[str, Any]:
+    """Stop a group as `phalanx group stop` does: no new trial starts and every running trial is
+    stopped (by its controller, or here when none runs). Returns the group after; a finished group
+    is returned unchanged."""
+    from phalanx.groups import controller, records
+
+    sql: Any = store
+    group = records.get_group(sql, group_id)
+    if not group.done:
+        controller.stop_group(sql, settings.store, group, timeout=30)
+    return controller.group_json(sql, records.get_group(sql, group.id))
 
 
 @page_router.get("/groups")
