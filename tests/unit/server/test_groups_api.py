@@ -42,7 +42,9 @@ def _group_with_a_running_trial(store: Store, home: Path) -> str:
     return group.id
 
 
-def test_stop_ends_the_group_and_its_running_trial(client: TestClient, store: Store, phalanx_home: Path) -> None:
+def test_stop_ends_the_group_and_its_running_trial(
+    client: TestClient, store: Store, phalanx_home: Path
+) -> None:
     gid = _group_with_a_running_trial(store, phalanx_home)
     r = client.post(f"/api/v1/groups/{gid[:6]}/stop")
     assert r.status_code == 200, r.text
