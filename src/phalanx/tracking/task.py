@@ -109,7 +109,7 @@ class Task:
             if ident is not None:
                 task = cls(ident, owner=False, name=task_name, project=project_name)
             else:
-                task = cls._create(project_name or "default", task_name or _script_name(), list(tags or []))
+                task = cls._create(project_name or "default", task_name or _script_name(), _tag_list(tags))
             task._args_enabled = auto_connect_arg_parser
             task._lifecycle.install()
             _current = task
@@ -500,6 +500,15 @@ def log_metrics(step: int | None = None, **values: float) -> None:
     series = _own_series(task)
     for title, value in values.items():
         logger.report_scalar(title, series, value, step)
+
+
+def _tag_list(tags: Any) -> list[str]:
+    """``tags=["a", "b"]``, or one tag as a plain string (``list("abc")`` made three tags of it)."""
+    if tags is None:
+        return []
+    if isinstance(tags, str):
+        return [tags]
+    return [str(t) for t in tags]
 
 
 def _own_series(task: Task) -> str:

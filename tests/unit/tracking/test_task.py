@@ -14,7 +14,7 @@ parser = argparse.ArgumentParser()
 parser.add_argument("--lr", type=float, default=0.1)
 parser.add_argument("--epochs", type=int, default=3)
 args = parser.parse_args()              # parsed before Task.init: still recorded (section Args)
-task = Task.init(project_name="examples", task_name="unit")
+task = Task.init(project_name="examples", task_name="unit", tags="baseline")  # one tag as a string
 assert Task.init("other", "ignored") is task
 logger = task.get_logger()
 for i in range(100):
@@ -44,6 +44,7 @@ def test_a_plain_script_records_everything_and_succeeds(sandbox: Sandbox) -> Non
     store = sandbox.store()
     exp = store.get_experiment(exp_id)
     assert (exp.name, exp.project, exp.status) == ("unit", "examples", ExperimentStatus.SUCCEEDED)
+    assert list(exp.tags) == ["baseline"]  # not ['b', 'a', 's', ...]
     assert store.metrics(exp_id)["loss"]["master"].steps == list(range(100))
     params = {(p.section, p.key): p.value for p in store.params(exp_id)}
     assert params == {
