@@ -23,7 +23,7 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -285,18 +285,17 @@ class SystemMetrics:
         return sum(r["data"]["n"] for r in records)
 
     def _run(self) -> None:
-        # the first look waits a moment: replicas that have just started have used too little CPU
-        # to measure, and a run shorter than one interval then still gets its CPU point
-        if self._stop.wait(min(self.interval, FIRST_LOOK_SECONDS)):
-            return
-        while True:
+        # Looks at once (a replica that lives under a second still gets its memory and threads),
+        # again after FIRST_LOOK_SECONDS (a run shorter than one interval still gets a CPU %: a
+        # just-started process has used too little CPU to measure), then every interval.
+        for wait in first_waits(self.interval):
             try:
                 self.look()
             except ValueError:  # the writer was closed under us at shutdown
                 return
             except Exception:  # sampling must never take the supervisor down
                 log.exception("system metrics: a look failed")
-            if self._stop.wait(self.interval):
+            if self._stop.wait(wait):
                 return
 
     def stop(self) -> None:
@@ -305,6 +304,14 @@ class SystemMetrics:
             self._thread.join(timeout=10)
         with contextlib.suppress(Exception):
             self.writer.close()
+
+
+def first_waits(interval: float) -> Iterator[float]:
+    """The pauses after each look: FIRST_LOOK_SECONDS after the first (at the start), then
+    ``interval`` for ever."""
+    yield min(interval, FIRST_LOOK_SECONDS)
+    while True:
+        yield interval
 
 
 def interval_from_env(env: Mapping[str, str] | None = None) -> float | None:
@@ -345,10 +352,11 @@ def main(argv: list[str] | None = None) -> int:
     )
     metrics = SystemMetrics(spool, exp, lambda: [target], interval)
     try:
-        time.sleep(min(interval, FIRST_LOOK_SECONDS))  # as the supervisor's thread: see _run
-        while os.path.exists(f"/proc/{args.pid}"):
+        for wait in first_waits(interval):  # as the supervisor's thread: see _run
+            if not os.path.exists(f"/proc/{args.pid}"):
+                break
             metrics.look()
-            time.sleep(interval)
+            time.sleep(wait)
     finally:
         metrics.stop()
     return 0
