@@ -34,11 +34,13 @@ def test_the_server_removes_orphaned_run_folders_on_its_own(phalanx_home: Path) 
     (settings.runs_dir / kept.id).mkdir(parents=True, exist_ok=True)
     server = ServerSettings(store=settings, allowed_hosts=["testserver"], gc_hours=0.5 / 3600)
     with TestClient(create_app(server, store)) as client:
+        sweeper = client.app.state.sweeper  # type: ignore[attr-defined]
         deadline = time.monotonic() + 30
-        while old_orphan.exists() and time.monotonic() < deadline:
+        # a sweep counts once it has finished (it VACUUMs after removing folders): wait for both
+        while (old_orphan.exists() or sweeper.sweeps < 1) and time.monotonic() < deadline:
             time.sleep(0.1)
         assert client.get("/api/v1/health").json()["ok"]
-        assert client.app.state.sweeper.sweeps >= 1  # type: ignore[attr-defined]
+        assert sweeper.sweeps >= 1
     assert not old_orphan.exists()
     assert fresh_orphan.exists() and (settings.runs_dir / kept.id).exists()
 
