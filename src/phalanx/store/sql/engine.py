@@ -80,9 +80,13 @@ def _sqlite_engine(url: str, database: str | None) -> Engine:
     def _on_connect(dbapi_conn: Any, _record: Any) -> None:
         dbapi_conn.isolation_level = None  # we emit BEGIN ourselves (see module docstring)
         cur = dbapi_conn.cursor()
-        cur.execute("PRAGMA journal_mode=WAL")
+        cur.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")  # first: what follows may wait for a lock
+        # WAL is a property of the file: switching needs an exclusive lock that another process
+        # creating or migrating the same store holds ("database is locked" at a concurrent first
+        # open), so switch only a file that is not WAL yet.
+        if str(cur.execute("PRAGMA journal_mode").fetchone()[0]).lower() != "wal":
+            cur.execute("PRAGMA journal_mode=WAL")
         cur.execute("PRAGMA synchronous=NORMAL")  # durable against process crashes; WAL keeps it fast
-        cur.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
         cur.execute(f"PRAGMA cache_size=-{CACHE_KIB}")  # a batch of points fits: no spill mid-transaction
         cur.execute("PRAGMA foreign_keys=ON")
         cur.close()

@@ -1,0 +1,34 @@
+"""Several processes opening the same new SQLite store at once (a test thread beside a supervisor,
+`phalanx run -d` twice): switching the file to WAL needs an exclusive lock, and one opener got
+"database is locked" while another created or migrated it (CI, under load: the 120 s busy timeout
+was set only after the WAL switch, which waited python's 5 s default). A guard: on an idle machine
+the old code passed it too."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+OPEN = """
+import sys
+from phalanx.config import Settings
+from phalanx.store import open_store
+store = open_store(Settings(home=sys.argv[1]))
+store.create_experiment(name="e", project="p")
+store.close()
+"""
+
+
+def test_processes_opening_a_new_store_together_all_get_it(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    procs = [
+        subprocess.Popen([sys.executable, "-c", OPEN, str(home)], stderr=subprocess.PIPE, text=True)
+        for _ in range(6)
+    ]
+    errors = [p.communicate(timeout=120)[1] for p in procs]
+    assert [p.returncode for p in procs] == [0] * 6, errors
+    from phalanx.config import Settings
+    from phalanx.store import open_store
+
+    assert open_store(Settings(home=home)).list_experiments().total == 6
