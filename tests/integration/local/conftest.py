@@ -146,15 +146,20 @@ class Phalanx:
         return page.items[0]
 
 
-@pytest.fixture
-def phalanx(phalanx_home: Path, tmp_path: Path) -> Iterator[Phalanx]:
-    cli = Phalanx(phalanx_home, tmp_path)
-    yield cli
+def kill_started(cli: Phalanx) -> None:
+    """Teardown: kill what a failed test left running of the commands it started."""
     for proc in cli.started:
         if proc.poll() is None:
             proc.kill()
         with contextlib.suppress(subprocess.TimeoutExpired):
             proc.communicate(timeout=30)
+
+
+@pytest.fixture
+def phalanx(phalanx_home: Path, tmp_path: Path) -> Iterator[Phalanx]:
+    cli = Phalanx(phalanx_home, tmp_path)
+    yield cli
+    kill_started(cli)
     for pid in experiment_pids(phalanx_home):
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)

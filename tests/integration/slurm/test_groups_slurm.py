@@ -8,7 +8,6 @@ The trials are tiny scripts (a loss that depends on one param, reported each ste
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import subprocess
@@ -17,7 +16,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from tests.integration.local.conftest import Phalanx, environ_of, wait_for
+from tests.integration.local.conftest import Phalanx, environ_of, kill_started, wait_for
 from tests.integration.local.test_groups import TRAIN
 from tests.support.slurm import LocalSlurm
 
@@ -36,11 +35,7 @@ def phalanx(slurm_cluster: LocalSlurm, phalanx_home: Path, tmp_path: Path) -> It
     cli = Phalanx(phalanx_home, tmp_path)
     cli.env["SLURM_CONF"] = str(slurm_cluster.conf)
     yield cli
-    for proc in cli.started:
-        if proc.poll() is None:
-            proc.kill()
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            proc.communicate(timeout=30)
+    kill_started(cli)
 
 
 def group_file(
