@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -50,12 +51,43 @@ def test_the_experiments_torch_pin_is_found() -> None:
     assert horovod.torch_pin_of(["numpy"]) is None
 
 
-def test_mpirun_lines_go_to_the_replica_of_their_rank() -> None:
-    from phalanx.backends.local.engine import LocalBackend, _Unit
+def _lines(replica: str, raw: str, ranks_per_replica: int = 1) -> list[str]:
+    """What ``replica`` shows of an mpirun unit whose log file holds ``raw``."""
+    from phalanx.backends.local.engine import LocalBackend
 
-    unit = _Unit("master", ["master", "worker-0"], 1, "", "", "", 0, ranks_per_replica=1)
-    line = LocalBackend._rank_line
-    assert line(unit, "master", "[1,0]<stdout>:epoch 0") == "[rank 0] epoch 0"
-    assert line(unit, "worker-0", "[1,0]<stdout>:epoch 0") is None
-    assert line(unit, "worker-0", "[1,1]<stderr>:boom") == "[rank 1] boom"
-    assert line(unit, "master", "mpirun noticed that ...") == "mpirun noticed that ..."
+    return list(LocalBackend._unit_lines(iter(raw.split("\n")), _unit(ranks_per_replica), replica))
+
+
+def _unit(ranks_per_replica: int) -> Any:
+    from phalanx.backends.local.engine import _Unit
+
+    return _Unit("master", ["master", "worker-0"], 1, "", "", "", 0, ranks_per_replica=ranks_per_replica)
+
+
+def test_mpirun_lines_go_to_the_replica_of_their_rank() -> None:
+    raw = "[1,0]<stdout>:epoch 0\n[1,1]<stderr>:boom\nmpirun noticed that ..."
+    assert _lines("master", raw) == ["[rank 0] epoch 0", "mpirun noticed that ..."]
+    assert _lines("worker-0", raw) == ["[rank 1] boom"]
+    assert _lines("master", raw, ranks_per_replica=2) == [
+        "[rank 0] epoch 0",
+        "[rank 1] boom",
+        "mpirun noticed that ...",
+    ]
+
+
+def test_a_line_written_in_two_pieces_is_not_glued_to_another_ranks_line() -> None:
+    # What Open MPI 4.1 wrote in CI: each rank's print() came as the text, then "\n", and rank 1's
+    # chunks landed between rank 0's two; the newline that ends a file line is the last tag's.
+    raw = (
+        "[1,0]<stdout>:2 ranks, 674 samples here[1,1]<stdout>:2 ranks, 673 samples here[1,1]<stdout>:\n"
+        "[1,0]<stdout>:\n"
+        "[1,0]<stdout>:epoch 0[1,0]<stderr>:warning\n"
+        "[1,0]<stdout>: done\n"
+        "[1,1]<stdout>:cut short"
+    )
+    assert _lines("master", raw) == [
+        "[rank 0] 2 ranks, 674 samples here",
+        "[rank 0] warning",
+        "[rank 0] epoch 0 done",
+    ]
+    assert _lines("worker-0", raw) == ["[rank 1] 2 ranks, 673 samples here", "[rank 1] cut short"]

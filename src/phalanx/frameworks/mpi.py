@@ -41,8 +41,9 @@ def check(plan: Plan) -> list[str]:
 
 
 def launcher_argv(plan: Plan, mpirun: str = "mpirun", hostfile: str | None = None) -> list[str]:
-    # --tag-output: mpirun prefixes every line with its rank ([1,R]<stdout>:), line by line, so the
-    # engine can give each replica its ranks' lines and two ranks' output is never glued together
+    # --tag-output: mpirun prefixes every chunk a rank writes with its rank ([1,R]<stdout>:), so the
+    # engine can give each replica its ranks' lines (backends/local/mpi_output.py puts lines that
+    # arrived in pieces back together)
     argv = [mpirun, "--allow-run-as-root", "--oversubscribe", "--bind-to", "none", "--tag-output"]
     argv += ["-np", str(slots(plan))]
     if hostfile:

@@ -178,8 +178,8 @@ def test_two_experiments_side_by_side_get_different_cores(machine: Machine) -> N
     assert len(a) == 1 and len(b) == 1 and not a & b  # not both pinned to core 0
     machine.release()
     for proc in procs:
-        proc.communicate(timeout=120)
-        assert proc.returncode == 0
+        _, err = proc.communicate(timeout=120)
+        assert proc.returncode == 0, err
 
 
 def test_twelve_detached_experiments_all_run_in_priority_order(machine: Machine) -> None:

@@ -179,6 +179,42 @@ def test_backend_mpi_starts_one_mpirun_whose_ranks_torch_and_phalanx_understand(
         assert env["RANK"] == env["OMPI_COMM_WORLD_RANK"]
 
 
+@pytest.mark.skipif(
+    shutil.which("mpirun") is None, reason="Open MPI is not installed (make test installs it)"
+)
+def test_an_mpirun_replica_of_several_ranks_shows_each_ranks_lines_whole_and_untagged(
+    phalanx: Phalanx,
+) -> None:
+    # unbuffered print() writes the text and the newline apart: mpirun tags each piece, so two
+    # ranks' pieces interleave in its stream and must be put back together per rank
+    talk = (
+        "python -u -c \"import os, time; r = os.environ['RANK']; "
+        "[print(f'line {i} of rank {r}') or time.sleep(0.01) for i in range(30)]\""
+    )
+    spec = phalanx.spec(
+        f"""
+        version: 1
+        kind: experiment
+        framework: pytorch
+        backend: mpi
+        environment:
+          replicas:
+            processes_per_replica: 2
+        run:
+          cmd: {json.dumps(talk)}
+        """
+    )
+    result = phalanx.run("run", "-f", str(spec))
+    assert result.returncode == 0, result.stdout + result.stderr
+    exp_id = result.stderr.split("experiment ")[1].split()[0]
+    logs = phalanx.run("logs", exp_id)
+    assert logs.returncode == 0, logs.stderr
+    lines = [line for line in logs.stdout.splitlines() if "line " in line]
+    expected = [f"[rank {r}] line {i} of rank {r}" for r in (0, 1) for i in range(30)]
+    assert sorted(line.removeprefix("[master] ") for line in lines) == sorted(expected)
+    assert "<stdout>" not in logs.stdout
+
+
 def test_after_the_chief_succeeds_workers_that_end_by_themselves_are_not_killed(phalanx: Phalanx) -> None:
     """MultiWorkerMirroredStrategy workers finish just after the chief: they get to end cleanly."""
     finish = (

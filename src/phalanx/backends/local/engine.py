@@ -30,6 +30,7 @@ from typing import Any
 from phalanx import frameworks, limits
 from phalanx.backends.base import DryRun, JobStatus, LaunchContext, ReplicaStatus, expect_dry_run
 from phalanx.backends.dry_runs import LocalDryRun, LocalProcess, LocalUnit
+from phalanx.backends.local.mpi_output import TaggedStream
 from phalanx.backends.logfiles import follow_file
 from phalanx.config import Settings
 from phalanx.domain import ExperimentStatus, ReplicaState
@@ -40,7 +41,6 @@ from phalanx.ports import free_port
 from phalanx.procs import start_time
 
 HOST = "127.0.0.1"
-_MPI_TAG = re.compile(r"^\[\d+,(\d+)\]<std(?:out|err)>:(.*)$")  # mpirun --tag-output
 _LEADING_PYTHON = re.compile(r"(^|&&|\|\||;)(\s*)python3?(?=\s|$)")
 
 
@@ -76,6 +76,7 @@ class _Unit:
     log: str
     offset: int
     ranks_per_replica: int = 1  # an mpirun unit: its tagged lines go to replica rank // this
+    tagged: bool = False  # an mpirun unit: its log is mpirun's --tag-output stream
 
 
 def _proc_start(pid: int) -> str | None:
@@ -242,6 +243,7 @@ class LocalBackend:
             "name": unit.name,
             "replicas": list(unit.replicas),
             "ranks_per_replica": int(unit.processes[0].env.get("PHALANX_PROCESSES", "1") or 1),
+            "tagged": "--tag-output" in unit.processes[0].argv,
             "pid": proc.pid,
             "start": _proc_start(proc.pid) or "",
             "status": config["status"],
@@ -352,9 +354,9 @@ class LocalBackend:
     def logs(self, handle: str, replica: str, follow: bool = False) -> Iterator[str]:
         """Lines of a replica's log for this attempt; with follow, until the replica has ended.
 
-        An mpirun unit holds every rank's output in one file, each line tagged by ``--tag-output``
-        (``[1,R]<stdout>:``): a replica gets the lines of its own ranks, prefixed ``[rank R]``, and
-        mpirun's own untagged lines go to the master.
+        An mpirun unit holds every rank's output in one file, tagged by ``--tag-output``
+        (``[1,R]<stdout>:``, see mpi_output): a replica gets the lines of its own ranks, prefixed
+        ``[rank R]``, and mpirun's own untagged lines go to the master.
         """
         units = self._units(handle) or []
         unit = next((u for u in units if u.name == replica), None)
@@ -365,23 +367,29 @@ class LocalBackend:
         found = unit
         ended = (lambda: not self._alive(handle, found)) if follow else None
         lines = follow_file(found.log, found.offset, ended)
-        if len(found.replicas) <= 1:
+        if not found.tagged and len(found.replicas) <= 1:
             yield from lines
             return
-        for raw in lines:  # an mpirun unit: each rank's tagged lines go to the replica that rank is
-            text = self._rank_line(found, replica, raw)
-            if text is not None:
-                yield text
+        yield from self._unit_lines(lines, found, replica)
+
+    @classmethod
+    def _unit_lines(cls, lines: Iterator[str], unit: _Unit, replica: str) -> Iterator[str]:
+        """``replica``'s lines of an mpirun unit's log: its ranks' lines, prefixed ``[rank R]``."""
+        stream = TaggedStream()
+        for raw in lines:
+            for rank, text in stream.feed(raw):
+                if cls._owner(unit, rank) == replica:
+                    yield text if rank is None else f"[rank {rank}] {text}"
+        for rank, text in stream.close():
+            if cls._owner(unit, rank) == replica:
+                yield f"[rank {rank}] {text}"
 
     @staticmethod
-    def _rank_line(unit: _Unit, replica: str, text: str) -> str | None:
-        """The line as ``replica`` shows it, or None when it belongs to another replica's rank."""
-        m = _MPI_TAG.match(text)
-        if m is None:
-            return text if replica == unit.replicas[0] else None  # mpirun's own words
-        rank = int(m.group(1))
-        owner = unit.replicas[min(rank // max(1, unit.ranks_per_replica), len(unit.replicas) - 1)]
-        return f"[rank {rank}] {m.group(2)}" if owner == replica else None
+    def _owner(unit: _Unit, rank: int | None) -> str:
+        """The replica a rank's lines belong to; mpirun's own words go to the first."""
+        if rank is None:
+            return unit.replicas[0]
+        return unit.replicas[min(rank // max(1, unit.ranks_per_replica), len(unit.replicas) - 1)]
 
     # -- cancel ---------------------------------------------------------------------------------
     def cancel(self, handle: str) -> None:
