@@ -334,3 +334,25 @@ def test_the_throttle_forgets_addresses_whose_failures_are_old(monkeypatch: pyte
     throttle.failed("2001:db8::ffff:1")
     assert len(throttle._failures) <= 2
     assert throttle.retry_after("2001:db8::1") == 0
+
+
+def test_a_replica_token_cannot_make_another_experiments_records_count_as_duplicates(
+    secured: TestClient, store: Store
+) -> None:
+    """Exactly-once keys include the experiment: a replica of A that learnt one of B's stream ids
+    and sent A's records under it first must not make B's records with those keys be skipped."""
+    mine = fill.experiment(store, status=ExperimentStatus.RUNNING)
+    victim = fill.experiment(store, status=ExperimentStatus.RUNNING)
+    stolen = "victimhost-4242-0badf00d"
+    first = {"Authorization": f"Bearer {experiment_token(TOKEN, mine.id)}"}
+    scalar = {"title": "loss", "series": "s", "value": 9.0, "iteration": 0}
+    squat = [_record(mine.id, "scalar", scalar, seq, stream=stolen) for seq in range(3)]
+    assert secured.post("/api/v1/ingest", json={"events": squat}, headers=first).json() == {"accepted": 3}
+    theirs = {"Authorization": f"Bearer {experiment_token(TOKEN, victim.id)}"}
+    points = [{**scalar, "value": 0.5 - seq / 10, "iteration": seq} for seq in range(3)]
+    batch = [_record(victim.id, "scalar", p, seq, stream=stolen) for seq, p in enumerate(points)]
+    r = secured.post("/api/v1/ingest", json={"events": batch}, headers=theirs)
+    assert r.status_code == 200 and r.json() == {"accepted": 3}
+    assert store.metric_titles(victim.id) == {"loss": ["s"]}
+    again = secured.post("/api/v1/ingest", json={"events": batch}, headers=theirs)
+    assert again.json() == {"accepted": 0}

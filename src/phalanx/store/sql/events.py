@@ -1,8 +1,8 @@
 """Applying a batch of events inside one transaction: the store's single write primitive.
 
-Idempotent on each event's (stream, seq): keys already stored are skipped, new keys are stored with
-the rows they produced, in the same transaction, so a retried batch (ingest after a crash, a client
-re-POSTing to the server) adds nothing twice. Scalars go in through the driver's bulk path
+Idempotent on each event's (experiment, stream, seq): keys already stored are skipped, new keys are
+stored with the rows they produced, in the same transaction, so a retried batch (ingest after a
+crash, a client re-POSTing to the server) adds nothing twice. Scalars go in through the driver's bulk path
 (executemany on SQLite, COPY on PostgreSQL): that is where the points per second come from.
 """
 
@@ -16,13 +16,14 @@ from dataclasses import dataclass, field
 from itertools import chain, repeat
 from typing import Any
 
-from sqlalchemy import Connection, delete, func, insert, select, update
+from sqlalchemy import Connection, delete, func, insert, or_, select, update
 
 from phalanx.checkpoints import KIND, Checkpoint, Policy, PolicyError, retain
 from phalanx.domain import Event, EventKind, ExperimentStatus, ReplicaState, Role
 from phalanx.errors import UsageError
 from phalanx.store.sql.engine import no_gc
 from phalanx.store.sql.models import (
+    LEGACY_KEY,
     ArtifactRow,
     EventKeyRow,
     ExperimentRow,
@@ -51,29 +52,34 @@ class ScalarBlock:
 
 
 def new_events(conn: Connection, events: Sequence[Event]) -> list[Event]:
-    """The events whose (stream, seq) is not stored yet (nor repeated earlier in the batch); their
-    keys are stored now. Events without a stream are always new."""
-    wanted: dict[str, set[int]] = defaultdict(set)
+    """The events whose (experiment, stream, seq) is not stored yet (nor repeated earlier in the
+    batch); their keys are stored now. Events without a stream are always new. A key stored before
+    the experiment was part of it (``LEGACY_KEY``) still counts for every experiment."""
+    wanted: dict[tuple[str, str], set[int]] = defaultdict(set)
     for ev in events:
         if ev.stream:
-            wanted[ev.stream].add(ev.seq)
-    seen: set[tuple[str, int]] = set()
-    for stream, seqs in wanted.items():
+            wanted[(ev.experiment_id, ev.stream)].add(ev.seq)
+    seen: set[tuple[str, str, int]] = set()
+    for (experiment_id, stream), seqs in wanted.items():
+        # the experiment is filtered here, not in SQL: the same index range as before it was part
+        # of the key, and a statement whose compiled form is cached (an IN list is not)
         rows = conn.execute(
             select(EventKeyRow.seq).where(
-                EventKeyRow.stream == stream, EventKeyRow.seq.between(min(seqs), max(seqs))
+                EventKeyRow.stream == stream,
+                EventKeyRow.seq.between(min(seqs), max(seqs)),
+                or_(EventKeyRow.experiment_id == experiment_id, EventKeyRow.experiment_id == LEGACY_KEY),
             )
         )
-        seen.update((stream, int(s)) for (s,) in rows)
+        seen.update((experiment_id, stream, int(s)) for (s,) in rows)
     fresh: list[Event] = []
     keys: list[dict[str, Any]] = []
     for ev in events:
         if ev.stream:
-            key = (ev.stream, ev.seq)
+            key = (ev.experiment_id, ev.stream, ev.seq)
             if key in seen:
                 continue
             seen.add(key)
-            keys.append({"stream": ev.stream, "seq": ev.seq})
+            keys.append({"stream": ev.stream, "seq": ev.seq, "experiment_id": ev.experiment_id})
         fresh.append(ev)
     if keys:
         conn.execute(insert(EventKeyRow), keys)

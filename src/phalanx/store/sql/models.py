@@ -9,7 +9,18 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import JSON, BigInteger, Float, ForeignKey, Index, Integer, String, Text, UniqueConstraint
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    Float,
+    ForeignKey,
+    Index,
+    Integer,
+    PrimaryKeyConstraint,
+    String,
+    Text,
+    UniqueConstraint,
+)
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 # 64-bit ids on PostgreSQL; on SQLite only INTEGER PRIMARY KEY is the (already 64-bit) rowid alias.
@@ -195,13 +206,23 @@ class TextRow(Base):
     time: Mapped[float] = mapped_column(Float)
 
 
+# experiment_id of an event key stored before migration 0005: it holds for every experiment
+LEGACY_KEY = ""
+
+
 class EventKeyRow(Base):
-    """(stream, seq) of every stored event: what makes write_events idempotent."""
+    """(stream, seq, experiment) of every stored event: what makes write_events idempotent.
+
+    The experiment is part of the key: with (stream, seq) alone, a writer of experiment A that knew
+    a stream id of experiment B could send A's records under it first and make B's later records
+    count as already stored (lost). Keys stored before that have experiment ``LEGACY_KEY``."""
 
     __tablename__ = "event_keys"
+    __table_args__ = (PrimaryKeyConstraint("stream", "seq", "experiment_id", name="event_keys_pkey"),)
 
-    stream: Mapped[str] = mapped_column(String(128), primary_key=True)
-    seq: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=False)
+    stream: Mapped[str] = mapped_column(String(128))
+    seq: Mapped[int] = mapped_column(BigInteger, autoincrement=False)
+    experiment_id: Mapped[str] = mapped_column(String(32), server_default=LEGACY_KEY)
 
 
 class IngestPositionRow(Base):
