@@ -67,6 +67,29 @@ def read_token_file(path: Path) -> str:
     return token
 
 
+def forwarded_ips(option: str | None) -> list[str]:
+    """The proxies whose X-Forwarded-* headers the server believes: ``--forwarded-allow-ips``, else
+    PHALANX_FORWARDED_ALLOW_IPS, else none (uvicorn's own default, 127.0.0.1, and its
+    FORWARDED_ALLOW_IPS variable are not used). Exit 2 naming an entry that is no address."""
+    import os
+
+    source = "--forwarded-allow-ips"
+    if option is None:
+        option, source = os.environ.get("PHALANX_FORWARDED_ALLOW_IPS", ""), "PHALANX_FORWARDED_ALLOW_IPS"
+    entries = [e.strip() for e in option.split(",") if e.strip()]
+    for entry in entries:
+        if entry == "*":
+            continue
+        try:
+            ipaddress.ip_network(entry, strict=False)
+        except ValueError:
+            raise fail(
+                f"{source}: {entry!r} is not an IP address or network; give the reverse proxy's "
+                "addresses, e.g. 127.0.0.1 or 10.0.0.0/8 (comma-separated), or '*' for any"
+            ) from None
+    return entries
+
+
 class LogLevel(StrEnum):
     CRITICAL = "critical"
     ERROR = "error"
@@ -156,6 +179,16 @@ def server(
             "HOURS; 0: never",
         ),
     ] = 24.0,
+    forwarded_allow_ips: Annotated[
+        str | None,
+        typer.Option(
+            "--forwarded-allow-ips",
+            metavar="ADDRESSES",
+            help="behind a reverse proxy: the proxy's addresses (comma-separated IPs or networks) whose "
+            "X-Forwarded-For/-Proto headers are believed (else PHALANX_FORWARDED_ALLOW_IPS; default: "
+            "none, every client is the address it connects from)",
+        ),
+    ] = None,
 ) -> None:
     """Serve the REST API (/api/v1) and the web UI (/) over this machine's Phalanx store."""
     from phalanx.config import Settings
@@ -168,6 +201,7 @@ def server(
             "experiments. Set PHALANX_TOKEN or pass --token-file FILE, or listen on 127.0.0.1."
         )
 
+    proxies = forwarded_ips(forwarded_allow_ips)
     check_can_listen(host, port)
     if token and not is_loopback(host) and len(token) < MIN_TOKEN_CHARS:
         raise fail(
@@ -199,5 +233,14 @@ def server(
     typer.echo(f"Phalanx server on http://{shown}:{port}/ (API: /api/v1/openapi.json)", err=True)
     # open live consoles (server-sent events) never end by themselves: do not wait for them on SIGTERM
     uvicorn.run(
-        api, host=host, port=port, log_level=log_level.value, access_log=False, timeout_graceful_shutdown=3
+        api,
+        host=host,
+        port=port,
+        log_level=log_level.value,
+        access_log=False,
+        timeout_graceful_shutdown=3,
+        # uvicorn believes X-Forwarded-For from 127.0.0.1 by default: any local process could then
+        # claim a new address per request and get a fresh login/token throttle budget each time
+        proxy_headers=bool(proxies),
+        forwarded_allow_ips=proxies or None,
     )

@@ -67,6 +67,47 @@ def test_a_token_protects_the_api(phalanx_home: Path, how: str) -> None:
         stop_server(server.proc)
 
 
+def _list_status(url: str, token: str, forwarded_for: str) -> int:
+    req = urllib.request.Request(
+        f"{url}/api/v1/experiments",
+        headers={"Authorization": f"Bearer {token}", "X-Forwarded-For": forwarded_for},
+    )
+    try:
+        with urllib.request.urlopen(req, timeout=10) as r:
+            return int(r.status)
+    except urllib.error.HTTPError as exc:
+        return exc.code
+
+
+TOKEN = "the-server-token-0123456789"
+
+
+def test_a_spoofed_x_forwarded_for_gets_no_fresh_throttle_budget(phalanx_home: Path) -> None:
+    """By default no X-Forwarded-For is believed (uvicorn's own default believes it from 127.0.0.1):
+    a local client that names a new address in each request still spends its one budget."""
+    server = start_server(phalanx_home, token=TOKEN)
+    try:
+        for i in range(5):
+            assert _list_status(server.url, "guess", f"10.0.0.{i}") == 401
+        assert _list_status(server.url, "another-guess", "10.0.0.99") == 429
+        assert _list_status(server.url, TOKEN, "192.0.2.7") == 429
+    finally:
+        stop_server(server.proc)
+
+
+def test_behind_a_reverse_proxy_its_clients_are_told_apart_when_asked(phalanx_home: Path) -> None:
+    """With PHALANX_FORWARDED_ALLOW_IPS naming the proxy (here 127.0.0.1), the address it forwards
+    is the client's: one client's wrong guesses do not lock out the others behind the proxy."""
+    server = start_server(phalanx_home, token=TOKEN, env={"PHALANX_FORWARDED_ALLOW_IPS": "127.0.0.1"})
+    try:
+        for _ in range(5):
+            assert _list_status(server.url, "guess", "10.0.0.1") == 401
+        assert _list_status(server.url, TOKEN, "10.0.0.1") == 429
+        assert _list_status(server.url, TOKEN, "10.0.0.2") == 200
+    finally:
+        stop_server(server.proc)
+
+
 def test_run_ends_with_how_to_open_the_experiment_in_the_ui() -> None:
     assert ui_hint("0123456789ab") == (
         "phalanx: see it in the web UI: run `phalanx server` and open http://127.0.0.1:8000/experiments/0123456789ab"

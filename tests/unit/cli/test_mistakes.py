@@ -278,3 +278,18 @@ def test_server_refuses_a_short_token_on_an_address_other_machines_reach() -> No
     )
     assert_user_error(done, "too easy to guess")
     assert "secrets.token_urlsafe" in done.stderr
+
+
+@pytest.mark.parametrize(
+    ("how", "value"), [("option", "my-proxy"), ("env", "10.0.0.1,10.0.0.300"), ("option", "10.0.0.0/33")]
+)
+def test_server_refuses_forwarded_allow_ips_that_are_no_addresses(how: str, value: str) -> None:
+    args = [sys.executable, "-m", "phalanx.cli.main", "server", "--port", str(free_port())]
+    env = {**os.environ, "PHALANX_TOKEN": ""}
+    if how == "option":
+        args += ["--forwarded-allow-ips", value]
+    else:
+        env["PHALANX_FORWARDED_ALLOW_IPS"] = value
+    done = subprocess.run(args, env=env, capture_output=True, text=True, timeout=30)
+    assert_user_error(done, "is not an IP address or network")
+    assert ("--forwarded-allow-ips" if how == "option" else "PHALANX_FORWARDED_ALLOW_IPS") in done.stderr
