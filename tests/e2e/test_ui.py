@@ -186,6 +186,22 @@ def test_a_token_protected_server_shows_the_login_page_first(
         page.click("button[type=submit]")
         page.locator("#console .line").first.wait_for()
         assert page.url.endswith(f"/experiments/{filled.first}#console")
+        # Log out (top right) is a same-origin POST: it signs out for real
+        page.click("form.logout button")
+        page.locator('input[name="token"]').wait_for()
+        page.goto(f"{secured.url}/experiments/{filled.first}")
+        page.locator('input[name="token"]').wait_for()
+        # a typed (or linked) /logout only shows the button; the session ends when it is pressed
+        page.fill('input[name="token"]', "e2e-secret-token")
+        page.click("button[type=submit]")
+        page.locator(".topbar form.logout").wait_for()
+        page.goto(f"{secured.url}/logout")
+        page.goto(f"{secured.url}/")
+        page.locator(".topbar form.logout").wait_for()  # still signed in
+        page.goto(f"{secured.url}/logout")
+        page.click("button[type=submit]")
+        page.locator('input[name="token"]').wait_for()
+        assert "/login" in page.url
     finally:
         stop_server(secured.proc)
 

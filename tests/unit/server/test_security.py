@@ -356,3 +356,26 @@ def test_a_replica_token_cannot_make_another_experiments_records_count_as_duplic
     assert store.metric_titles(victim.id) == {"loss": ["s"]}
     again = secured.post("/api/v1/ingest", json={"events": batch}, headers=theirs)
     assert again.json() == {"accepted": 0}
+
+
+def test_only_a_same_site_post_logs_out(secured: TestClient) -> None:
+    """A link or an image on any page (a GET, sent with the cookie) or a cross-site form must not
+    end the user's session; the UI's Log out button (a same-origin POST) does."""
+    cookie = secured.post("/login", data={"token": TOKEN}).cookies[COOKIE]
+    secured.cookies.clear()
+    copied = {"Cookie": f"{COOKIE}={cookie}"}
+    link = secured.get("/logout", headers={**copied, "Sec-Fetch-Site": "cross-site"})
+    assert link.status_code == 200 and 'method="post" action="/logout"' in link.text
+    assert COOKIE not in link.headers.get("set-cookie", "")
+    for cross_site in ({"Origin": "http://attacker.example"}, {"Sec-Fetch-Site": "cross-site"}):
+        assert secured.post("/logout", headers={**copied, **cross_site}).status_code == 403
+    assert secured.get("/api/v1/experiments", headers=copied).status_code == 200
+    out = secured.post("/logout", headers={**copied, "Origin": "http://testserver"})
+    assert out.status_code == 303 and out.headers["location"] == "/login"
+    assert secured.get("/api/v1/experiments", headers=copied).status_code == 401
+
+
+def test_the_ui_logs_out_with_a_post(client: TestClient) -> None:
+    page = client.get("/").text
+    assert '<form class="logout" method="post" action="/logout">' in page
+    assert 'href="/logout"' not in page

@@ -105,10 +105,14 @@ def _end_session(request: Request) -> Response:
 
 @router.post("/logout")
 def logout(request: Request) -> Response:
+    """Only a POST logs out, so the cross-site check every POST passes applies: a link or an image
+    on another site (a GET, which browsers send with the cookie) cannot log the user out."""
     return _end_session(request)
 
 
 @router.get("/logout")
-def logout_link(request: Request) -> Response:
-    """A plain link works too: logging someone out is the only thing it can do (no harm cross-site)."""
-    return _end_session(request)
+def logout_page(settings: SettingsDep) -> Response:
+    """A bookmarked or typed /logout changes nothing: it shows the button that POSTs the logout."""
+    if not settings.token:
+        return RedirectResponse("/", status_code=303)
+    return HTMLResponse((UI_DIR / "logout.html").read_text(), headers={"Cache-Control": "no-cache"})
