@@ -30,7 +30,7 @@ from phalanx.domain import Event, EventKind
 from phalanx.errors import UsageError
 from phalanx.procs import pid_alive
 from phalanx.store.artifacts import ArtifactStore, safe_path
-from phalanx.store.sql.events import check_event
+from phalanx.store.sql.events import check_event, text_field
 from phalanx.tracking.spool import (
     ACK_SUFFIX,
     REFUSED_SUFFIX,
@@ -73,7 +73,7 @@ def record_to_event(record: Mapping[str, Any]) -> Event:
         if "name" not in data or "path" not in data:
             raise UsageError(f"{kind.value} event needs 'name' and 'path' in its data")
         data = {k: v for k, v in data.items() if k != "spool_path"}
-        data["path"] = safe_path(str(data["path"]))
+        data["path"] = safe_path(text_field(data, "path"))
     if kind is EventKind.EXPERIMENT:
         data = _clean_created(data)
     try:

@@ -114,6 +114,9 @@ def test_text_too_long_for_its_column_is_cut_not_lost(api: tuple[TestClient, str
         {"status": "failed", "replica_state": "bogus"},
         {"status": "failed", "exit_code": "abc"},
         {"status": "failed", "exit_code": 2**40},
+        {"status": "failed", "reason": {"why": "oom"}},
+        {"status": "failed", "replica_state": "failed", "replica_reason": ["oom"]},
+        {"status": "failed", "replica_state": "failed", "replica_exit_code": "one"},
     ],
 )
 def test_a_malformed_status_record_of_a_plain_script_is_a_400(
@@ -140,3 +143,63 @@ def test_log_lines_given_as_text_are_refused_not_stored_a_character_a_line(
     r = client.post("/api/v1/ingest", json={"events": [bad]})
     assert r.status_code == 400 and "lines" in r.json()["message"]
     assert client.get(f"/api/v1/experiments/{exp}/logs").json()["lines"] == []
+
+
+@pytest.mark.parametrize(
+    ("kind", "data", "field"),
+    [
+        ("text", {"title": "notes", "text": {"epoch": 1}}, "data.text"),
+        ("text", {"title": ["notes"], "text": "x"}, "data.title"),
+        ("artifact", {"name": "a", "path": "a.txt", "kind": {"k": "file"}}, "data.kind"),
+        ("artifact", {"name": "a", "path": "a.txt", "kind": "k" * 17}, "data.kind"),
+        (
+            "artifact",
+            {"name": "a", "path": "a.txt", "content_type": "text/" + "c" * 124},
+            "data.content_type",
+        ),
+        ("artifact", {"name": {"n": 1}, "path": "a.txt"}, "data.name"),
+        ("artifact", {"name": "a", "path": {"p": "a.txt"}}, "data.path"),
+        ("artifact", {"name": "a", "path": "a.txt", "metadata": [1]}, "data.metadata"),
+        ("model", {"name": "m", "path": "m.pt", "format": {"f": 1}}, "data.format"),
+        ("model", {"name": "m", "path": "m.pt", "format": "f" * 33}, "data.format"),
+        ("log", {"lines": ["ok", {"line": 1}]}, "data.lines[1]"),
+        ("log", {"lines": ["ok"], "stream": {"s": 1}}, "data.stream"),
+        ("log", {"lines": ["ok"], "stream": "s" * 17}, "data.stream"),
+        ("log", {"text": ["ok"]}, "data.text"),
+        ("param", {"section": {"s": 1}, "values": {"lr": 0.1}}, "data.section"),
+        ("param", {"values": ["lr", 0.1]}, "data.values"),
+    ],
+)
+def test_a_field_of_the_wrong_json_type_or_too_long_for_its_column_is_a_400_naming_it(
+    api: tuple[TestClient, str], kind: str, data: dict[str, Any], field: str
+) -> None:
+    """It used to be stored as its Python text ("{'epoch': 1}"), or on PostgreSQL refused with a
+    message about 64-bit integers; the batch is refused whole, so nothing of it is stored."""
+    client, exp = api
+    good = _log(exp)
+    bad = {**_log(exp), "kind": kind, "data": data, "seq": 1}
+    r = client.post("/api/v1/ingest", json={"events": [good, bad]})
+    assert r.status_code == 400, r.text
+    assert field in r.json()["message"], r.json()
+    assert client.get(f"/api/v1/experiments/{exp}/logs").json()["lines"] == []
+
+
+def test_a_console_line_longer_than_the_sdks_cap_is_cut_visibly_and_its_batch_kept(
+    api: tuple[TestClient, str],
+) -> None:
+    """The SDK and the local console cut a line (and a report_text) at TEXT_LIMIT characters with
+    a marker; the server does the same for records that did not come through them, instead of
+    storing a 5 MB line or refusing the batch (which would lose its other records)."""
+    from phalanx.tracking.screen import TEXT_LIMIT
+
+    client, exp = api
+    long_line = "x" * (TEXT_LIMIT + 5000)
+    log = {**_log(exp), "data": {"lines": ["before", long_line, "after"]}}
+    text = {**_log(exp), "kind": "text", "seq": 1, "data": {"title": "notes", "text": "y" * (TEXT_LIMIT + 7)}}
+    r = client.post("/api/v1/ingest", json={"events": [log, text]})
+    assert r.status_code == 200 and r.json() == {"accepted": 2}, r.text[:200]
+    lines = [line["text"] for line in client.get(f"/api/v1/experiments/{exp}/logs").json()["lines"]]
+    assert lines[0] == "before" and lines[2] == "after"
+    assert lines[1] == "x" * TEXT_LIMIT + "\n[truncated by phalanx: 5000 more characters]"
+    (note,) = client.get(f"/api/v1/experiments/{exp}/texts").json()
+    assert note["text"].endswith("[truncated by phalanx: 7 more characters]")

@@ -34,6 +34,7 @@ from phalanx.store.sql.models import (
     SeriesRow,
     TextRow,
 )
+from phalanx.tracking.screen import truncate
 
 
 @dataclass(frozen=True)
@@ -139,8 +140,8 @@ def _collect_one(batch: Batch, ev: Event) -> None:
         batch.texts.append(
             {
                 "experiment_id": ev.experiment_id,
-                "title": name(d.get("title", "")),
-                "text": clean(d.get("text", "")),
+                "title": name(text_field(d, "title")),
+                "text": clean(truncate(text_field(d, "text"))),
                 "step": None if step is None else int(step),
                 "replica": ev.replica,
                 "rank": ev.rank,
@@ -148,35 +149,35 @@ def _collect_one(batch: Batch, ev: Event) -> None:
             }
         )
     elif kind is EventKind.LOG:
-        stream = str(d.get("stream", "stdout"))
+        stream = text_field(d, "stream", "stdout", limit=16)
         for line in _log_lines(d):
-            batch.logs[(ev.experiment_id, ev.replica)].append((clean(line), stream, ev.time))
+            batch.logs[(ev.experiment_id, ev.replica)].append((clean(truncate(line)), stream, ev.time))
     elif kind is EventKind.ARTIFACT:
         batch.artifacts.append(
             {
                 "experiment_id": ev.experiment_id,
-                "name": name(d["name"]),
-                "kind": str(d.get("kind", "file")),
-                "path": str(d["path"]),
+                "name": name(text_field(d, "name")),
+                "kind": text_field(d, "kind", "file", limit=16),
+                "path": text_field(d, "path"),
                 "size": int(d.get("size", 0)),
-                "content_type": str(d.get("content_type", "application/octet-stream")),
+                "content_type": text_field(d, "content_type", "application/octet-stream", limit=128),
                 "replica": ev.replica,
                 "rank": ev.rank,
                 "time": ev.time,
-                "meta": _jsonable(dict(d.get("metadata") or {})),
+                "meta": _jsonable(_object(d, "metadata")),
             }
         )
     elif kind is EventKind.MODEL:
         batch.models.append(
             {
                 "experiment_id": ev.experiment_id,
-                "name": name(d["name"]),
-                "format": str(d.get("format", "")),
-                "path": str(d["path"]),
+                "name": name(text_field(d, "name")),
+                "format": text_field(d, "format", limit=32),
+                "path": text_field(d, "path"),
                 "size": int(d.get("size", 0)),
                 "replica": ev.replica,
                 "time": ev.time,
-                "meta": _jsonable(dict(d.get("metadata") or {})),
+                "meta": _jsonable(_object(d, "metadata")),
             }
         )
     elif kind is EventKind.EXPERIMENT:
@@ -186,8 +187,11 @@ def _collect_one(batch: Batch, ev: Event) -> None:
         # replica_state or exit_code is a malformed event (400), not an internal error
         if d.get("replica_state"):
             ReplicaState(str(d["replica_state"]))
-        if d.get("exit_code") is not None and not -(2**31) <= int(d["exit_code"]) < 2**31:
-            raise ValueError(f"exit_code {d['exit_code']} is out of range")
+        for field in ("exit_code", "replica_exit_code"):
+            if d.get(field) is not None and not -(2**31) <= int(d[field]) < 2**31:
+                raise ValueError(f"{field} {d[field]} is out of range")
+        text_field(d, "reason")
+        text_field(d, "replica_reason")
         batch.statuses.append((ev, ExperimentStatus(d["status"])))
 
 
@@ -317,8 +321,10 @@ def scalar_block(ev: Event) -> ScalarBlock:
 
 def _param_rows(ev: Event) -> list[dict[str, Any]]:
     d = ev.data
-    section = name(d.get("section") or "General")
-    values: Mapping[str, Any] = d["values"] if "values" in d else {str(d["key"]): d.get("value")}
+    section = name(text_field(d, "section") or "General")
+    if "values" in d and not isinstance(d["values"], Mapping):
+        raise UsageError(f"data.values must be an object of parameters, not {_json_type(d['values'])}")
+    values: Mapping[str, Any] = d["values"] if "values" in d else {text_field(d, "key"): d.get("value")}
     return [
         {
             "experiment_id": ev.experiment_id,
@@ -361,6 +367,39 @@ def name(value: Any, limit: int = 255) -> str:
     return text
 
 
+_JSON_TYPES = {dict: "an object", list: "a list", bool: "true or false", str: "text", int: "a number"}
+
+
+def _json_type(value: Any) -> str:
+    return _JSON_TYPES.get(type(value), "a number" if isinstance(value, float) else type(value).__name__)
+
+
+def _object(data: Mapping[str, Any], field: str) -> dict[str, Any]:
+    """An object field of an event's data ({} when absent); UsageError naming it otherwise."""
+    value = data.get(field)
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise UsageError(f"data.{field} must be an object, not {_json_type(value)}")
+    return dict(value)
+
+
+def text_field(data: Mapping[str, Any], field: str, default: str = "", limit: int | None = None) -> str:
+    """A text field of an event's data (absent or null: ``default``). UsageError naming the field
+    when it holds another JSON type (an object would otherwise be stored as its Python text) or is
+    longer than its column (``limit``: PostgreSQL refuses the row, SQLite would keep it). A number
+    is taken as its text."""
+    value = data.get(field)
+    if value is None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, str | int | float):
+        raise UsageError(f"data.{field} must be text, not {_json_type(value)}")
+    text = str(value)
+    if limit is not None and len(text) > limit:
+        raise UsageError(f"data.{field} {text[:40]!r} is longer than {limit} characters")
+    return text
+
+
 def clean(value: Any) -> str:
     """Free text (console lines, report_text) as stored: NUL (which PostgreSQL refuses) replaced."""
     text = str(value)
@@ -369,10 +408,14 @@ def clean(value: Any) -> str:
 
 def _log_lines(d: Mapping[str, Any]) -> list[str]:
     if "lines" in d:
-        if not isinstance(d["lines"], list):  # a text would be stored one character a line
-            raise ValueError(f"'lines' must be a list of lines, not {type(d['lines']).__name__}")
-        return [str(x) for x in d["lines"]]
-    text = str(d.get("text", ""))
+        lines = d["lines"]
+        if not isinstance(lines, list):  # a text would be stored one character a line
+            raise ValueError(f"'lines' must be a list of lines, not {type(lines).__name__}")
+        if not all(type(x) is str for x in lines):  # the SDK's lines are texts: check the rest
+            for i, x in enumerate(lines):
+                text_field({f"lines[{i}]": x}, f"lines[{i}]")
+        return [str(x) for x in lines]
+    text = text_field(d, "text")
     lines = text.split("\n")
     if lines and lines[-1] == "" and len(lines) > 1:
         lines.pop()
@@ -589,9 +632,10 @@ def _status_from_event(conn: Connection, ev: Event, status: ExperimentStatus) ->
         replica_values["exit_code"] = int(d["exit_code"])
     if d.get("reason"):
         replica_values["reason"] = str(d["reason"])
-    if "replica_state" in d:
-        replica_values["exit_code"] = d.get("replica_exit_code")
-        replica_values["reason"] = d.get("replica_reason")
+    if "replica_state" in d:  # converted as collect() checked them (a text "3" is no integer column)
+        code, why = d.get("replica_exit_code"), d.get("replica_reason")
+        replica_values["exit_code"] = None if code is None else int(code)
+        replica_values["reason"] = None if why is None else str(why)
     conn.execute(
         update(ReplicaRow)
         .where(ReplicaRow.experiment_id == ev.experiment_id, ReplicaRow.name == ev.replica)
