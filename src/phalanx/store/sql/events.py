@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from itertools import chain, repeat
 from typing import Any
 
-from sqlalchemy import Connection, delete, func, insert, or_, select, update
+from sqlalchemy import Connection, bindparam, delete, func, insert, or_, select, update
 
 from phalanx.checkpoints import KIND, Checkpoint, Policy, PolicyError, retain
 from phalanx.domain import Event, EventKind, ExperimentStatus, ReplicaState, Role
@@ -52,6 +52,14 @@ class ScalarBlock:
     attempt: int | None = None  # a later attempt's points replace an earlier one's (store.sql.attempts)
 
 
+# built once (a batch's work is mostly per event; building the statement was a part of it)
+_STORED_SEQS = select(EventKeyRow.seq).where(
+    EventKeyRow.stream == bindparam("stream"),
+    EventKeyRow.seq.between(bindparam("lo"), bindparam("hi")),
+    or_(EventKeyRow.experiment_id == bindparam("experiment"), EventKeyRow.experiment_id == LEGACY_KEY),
+)
+
+
 def new_events(conn: Connection, events: Sequence[Event]) -> list[Event]:
     """The events whose (experiment, stream, seq) is not stored yet (nor repeated earlier in the
     batch); their keys are stored now. Events without a stream are always new. A key stored before
@@ -60,26 +68,20 @@ def new_events(conn: Connection, events: Sequence[Event]) -> list[Event]:
     for ev in events:
         if ev.stream:
             wanted[(ev.experiment_id, ev.stream)].add(ev.seq)
-    seen: set[tuple[str, str, int]] = set()
+    # per (experiment, stream): the seqs already stored, fetched in one go (fetchall: iterating a
+    # result row by row cost more than the query)
+    held: dict[tuple[str, str], set[int]] = {}
     for (experiment_id, stream), seqs in wanted.items():
-        # the experiment is filtered here, not in SQL: the same index range as before it was part
-        # of the key, and a statement whose compiled form is cached (an IN list is not)
-        rows = conn.execute(
-            select(EventKeyRow.seq).where(
-                EventKeyRow.stream == stream,
-                EventKeyRow.seq.between(min(seqs), max(seqs)),
-                or_(EventKeyRow.experiment_id == experiment_id, EventKeyRow.experiment_id == LEGACY_KEY),
-            )
-        )
-        seen.update((experiment_id, stream, int(s)) for (s,) in rows)
+        params = {"stream": stream, "lo": min(seqs), "hi": max(seqs), "experiment": experiment_id}
+        held[(experiment_id, stream)] = set(conn.execute(_STORED_SEQS, params).scalars().all())
     fresh: list[Event] = []
     keys: list[dict[str, Any]] = []
     for ev in events:
         if ev.stream:
-            key = (ev.experiment_id, ev.stream, ev.seq)
-            if key in seen:
+            stored = held[(ev.experiment_id, ev.stream)]
+            if ev.seq in stored:
                 continue
-            seen.add(key)
+            stored.add(ev.seq)
             keys.append({"stream": ev.stream, "seq": ev.seq, "experiment_id": ev.experiment_id})
         fresh.append(ev)
     if keys:
