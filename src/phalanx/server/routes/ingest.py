@@ -1,8 +1,8 @@
 """What remote replicas send: batches of spool records, and artifact bytes.
 
 The tracking SDK keeps its spool as a write-ahead log and re-sends a batch until the server accepts
-it; the store skips events whose (stream, seq) it already holds, so a re-sent batch is harmless
-(``accepted`` counts only the new ones). Artifact bytes are PUT before the ARTIFACT event that names
+it; the store skips events whose (experiment, stream, seq) it already holds, so a re-sent batch is
+harmless (``accepted`` counts only the new ones). Artifact bytes are PUT before the ARTIFACT event that names
 them, under the experiment's folder of the artifact store.
 """
 
@@ -38,7 +38,7 @@ def json_body(request: Request) -> None:
 
 @router.post("/ingest", response_model=IngestOut, dependencies=[Depends(json_body)])
 def ingest(batch: IngestIn, store: StoreDep, request: Request) -> IngestOut:
-    """Store a batch of spool records (``{"events": [...]}``), exactly once per (stream, seq).
+    """Store a batch of spool records (``{"events": [...]}``), exactly once per (experiment, stream, seq).
 
     Refused whole: 403 when a replica token sends another experiment's records; 404 for an
     experiment that does not exist (unless the batch creates it: a plain script's ``experiment``
