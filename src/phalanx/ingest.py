@@ -73,7 +73,7 @@ def record_to_event(record: Mapping[str, Any]) -> Event:
         if "name" not in data or "path" not in data:
             raise UsageError(f"{kind.value} event needs 'name' and 'path' in its data")
         data = {k: v for k, v in data.items() if k != "spool_path"}
-        data["path"] = safe_path(text_field(data, "path"))
+        data["path"] = safe_path(text_field(data, "path", None))
     if kind is EventKind.EXPERIMENT:
         data = _clean_created(data)
     try:

@@ -158,9 +158,9 @@ def _collect_one(batch: Batch, ev: Event) -> None:
         batch.artifacts.append(
             {
                 "experiment_id": ev.experiment_id,
-                "name": name(text_field(d, "name")),
+                "name": name(text_field(d, "name", None)),
                 "kind": text_field(d, "kind", "file", limit=16),
-                "path": text_field(d, "path"),
+                "path": text_field(d, "path", None),
                 "size": int(d.get("size", 0)),
                 "content_type": text_field(d, "content_type", "application/octet-stream", limit=128),
                 "replica": ev.replica,
@@ -173,9 +173,9 @@ def _collect_one(batch: Batch, ev: Event) -> None:
         batch.models.append(
             {
                 "experiment_id": ev.experiment_id,
-                "name": name(text_field(d, "name")),
+                "name": name(text_field(d, "name", None)),
                 "format": text_field(d, "format", limit=32),
-                "path": text_field(d, "path"),
+                "path": text_field(d, "path", None),
                 "size": int(d.get("size", 0)),
                 "replica": ev.replica,
                 "time": ev.time,
@@ -386,13 +386,17 @@ def _object(data: Mapping[str, Any], field: str) -> dict[str, Any]:
     return dict(value)
 
 
-def text_field(data: Mapping[str, Any], field: str, default: str = "", limit: int | None = None) -> str:
+def text_field(
+    data: Mapping[str, Any], field: str, default: str | None = "", limit: int | None = None
+) -> str:
     """A text field of an event's data (absent or null: ``default``). UsageError naming the field
     when it holds another JSON type (an object would otherwise be stored as its Python text) or is
     longer than its column (``limit``: PostgreSQL refuses the row, SQLite would keep it). A number
-    is taken as its text."""
+    is taken as its text. ``default`` None: the field is required."""
     value = data.get(field)
     if value is None:
+        if default is None:
+            raise UsageError(f"data.{field} is missing")
         return default
     if isinstance(value, bool) or not isinstance(value, str | int | float):
         raise UsageError(f"data.{field} must be text, not {_json_type(value)}")
