@@ -326,7 +326,7 @@ def _param_rows(ev: Event) -> list[dict[str, Any]]:
     section = name(text_field(d, "section") or "General")
     if "values" in d and not isinstance(d["values"], Mapping):
         raise UsageError(f"data.values must be an object of parameters, not {_json_type(d['values'])}")
-    values: Mapping[str, Any] = d["values"] if "values" in d else {text_field(d, "key"): d.get("value")}
+    values: Mapping[str, Any] = d["values"] if "values" in d else {text_field(d, "key", None): d.get("value")}
     return [
         {
             "experiment_id": ev.experiment_id,
@@ -419,7 +419,7 @@ def _log_lines(d: Mapping[str, Any]) -> list[str]:
             raise ValueError(f"'lines' must be a list of lines, not {type(lines).__name__}")
         if not all(type(x) is str for x in lines):  # the SDK's lines are texts: check the rest
             for i, x in enumerate(lines):
-                text_field({f"lines[{i}]": x}, f"lines[{i}]")
+                text_field({f"lines[{i}]": x}, f"lines[{i}]", None)
         return [str(x) for x in lines]
     text = text_field(d, "text")
     lines = text.split("\n")
