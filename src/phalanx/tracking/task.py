@@ -87,6 +87,7 @@ class Task:
         self._args_enabled: bool | Mapping[str, bool] = True
         self._lifecycle = lifecycle.Lifecycle(self._finalize)
         self._checkpoints: list[tuple[Any, str]] = []  # (Checkpoint, path in the artifact store)
+        self._warned_unscored = False  # keep_best by a metric a checkpoint lacked: said once
 
     # --- getting the task ------------------------------------------------------------------------
 
