@@ -122,6 +122,28 @@ def test_resume_detach_returns_at_once_and_the_resume_runs_in_the_background(pha
     wait_for(lambda: not experiment_pids(phalanx.home, exp_id), what="the background supervisor's end")
 
 
+def test_rerun_detach_prints_the_new_id_and_the_rerun_runs_in_the_background(phalanx: Phalanx) -> None:
+    from .conftest import wait_for
+
+    exp_id = _failed_experiment(phalanx)
+    store = phalanx.store()
+    runs = phalanx.home / "runs"
+    before = sorted(p.name for p in runs.iterdir())
+    typo = phalanx.run("rerun", "-d", exp_id, "--param", "epcohs=3")
+    assert typo.returncode == 2 and "did you mean 'epochs'?" in typo.stderr, typo.stderr
+    assert sorted(p.name for p in runs.iterdir()) == before  # refused before going to the background
+    started = phalanx.run("rerun", "-d", exp_id, "--param", "epochs=5")
+    assert started.returncode == 0, started.stderr[-2000:]
+    new_id = started.stdout.strip()
+    assert new_id != exp_id and len(new_id) == 12
+    wait_for(lambda: store.get_experiment(new_id).status == "succeeded", what="the detached rerun")
+    rerun = store.get_experiment(new_id)
+    assert rerun.plan["params"]["epochs"] == 5
+    assert (store.repro(new_id).get("launch") or {}).get("rerun_of") == exp_id
+    assert "rerun of" in (runs / new_id / "supervisor.log").read_text()
+    wait_for(lambda: not experiment_pids(phalanx.home, new_id), what="the background supervisor's end")
+
+
 def test_resume_keeps_no_system_metrics(phalanx: Phalanx) -> None:
     phalanx.env["SECOND_SLEEP"] = "2.5"
     exp_id = _failed_experiment(phalanx, "--no-system-metrics")
