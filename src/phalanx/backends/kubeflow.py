@@ -168,6 +168,7 @@ def _mpi_launch(plan: Plan, experiment_id: str, namespace: str) -> str:
         "PHALANX_HOST",
         "PHALANX_TOKEN",
         "PHALANX_CAPTURED",
+        "PHALANX_ATTEMPT",  # the launcher's start: every rank restarts with it (mpirun)
         "PYTHONPATH",
         "PATH",
         "MASTER_ADDR",

@@ -1,0 +1,40 @@
+"""per-replica attempt state of scalar series, and the count of each replica's starts (Kubernetes)
+
+Revision ID: 0005_kattempt
+Revises: 0004_requeue
+Create Date: 2026-11-23 23:50:00
+"""
+
+from __future__ import annotations
+
+import sqlalchemy as sa
+from alembic import op
+
+revision = "0005_kattempt"
+down_revision = "0004_requeue"
+branch_labels = None
+depends_on = None
+
+
+def upgrade() -> None:
+    op.create_table(
+        "series_attempts",
+        sa.Column("series_id", sa.Integer(), nullable=False),
+        sa.Column("replica", sa.String(length=64), nullable=False),
+        sa.Column("attempt", sa.Integer(), nullable=False),
+        sa.Column("attempt_step", sa.BigInteger(), nullable=False),
+        sa.PrimaryKeyConstraint("series_id", "replica"),
+    )
+    op.create_table(
+        "replica_starts",
+        sa.Column("experiment_id", sa.String(length=32), nullable=False),
+        sa.Column("replica", sa.String(length=64), nullable=False),
+        sa.Column("last", sa.Integer(), nullable=False),
+        sa.ForeignKeyConstraint(["experiment_id"], ["experiments.id"], ondelete="CASCADE"),
+        sa.PrimaryKeyConstraint("experiment_id", "replica"),
+    )
+
+
+def downgrade() -> None:
+    op.drop_table("replica_starts")
+    op.drop_table("series_attempts")
