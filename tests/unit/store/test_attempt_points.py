@@ -155,8 +155,8 @@ def test_a_replica_restarted_alone_replaces_only_its_own_points_of_a_shared_seri
     exp = _exp(store)
 
     def points(stream: str, seq: int, replica: str, steps: range, value: float, attempt: int) -> Event:
-        event = _points(exp, stream, seq, steps, value, attempt)
-        return Event(exp, EventKind.SCALAR, event.data, replica=replica, stream=stream, seq=seq, attempt=attempt)
+        data = _points(exp, stream, seq, steps, value, attempt).data
+        return Event(exp, EventKind.SCALAR, data, replica=replica, stream=stream, seq=seq, attempt=attempt)
 
     store.write_events([points("m", 0, "master", range(0, 10), 0.0, 0)])
     store.write_events([points("w0", 0, "worker-0", range(0, 6), 10.0, 0)])  # the worker's pod fails
