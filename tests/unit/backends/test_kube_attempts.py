@@ -126,9 +126,8 @@ def test_a_restarted_or_replaced_pod_replaces_the_steps_it_reports_again(tmp_pat
             (s, 1000.0 + s) for s in range(20)
         ]
         assert store.metric_view(EXPERIMENT_ID, "loss")["train"].count == 40
-        for console, says in zip(
-            consoles, ["master starts as attempt 0", "worker-0 starts as attempt 0", "attempt 1", "attempt 2"]
-        ):
+        said = ["master starts as attempt 0", "worker-0 starts as attempt 0", "attempt 1", "attempt 2"]
+        for console, says in zip(consoles, said, strict=True):
             assert says in console
     finally:
         store.close()
