@@ -2,7 +2,7 @@
 
 Shipped in the code bundle (standard library only, any Python 3.8+) and run by a Kubernetes or
 Kubeflow pod's main container each time it starts, before the user's command; it prints the number,
-which the container's shell exports as ``PHALANX_ATTEMPT`` (docs/kubernetes.md).
+which the container's shell exports as ``PHALANX_ATTEMPT`` (docs/clusters.md#pods-restarted-by-kubernetes).
 
 Why the server counts: Kubernetes restarts a failed replica without asking Phalanx, either in place
 (restartPolicy OnFailure: the kubelet starts the container again in the same pod, whose init
