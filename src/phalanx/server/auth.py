@@ -59,7 +59,8 @@ SECURITY_HEADERS = [
 # What a replica's token may do: send its experiment's records and files, fetch its files (the
 # Kubernetes code bundle), and check the server is up.
 _SCOPED = re.compile(r"^/api/v1/experiments/(?P<id>[^/]+)/files/")
-# ... and ask for the attempt number of a new start of one of its pods (docs/clusters.md#pods-restarted-by-kubernetes)
+# ... and ask for the attempt number of a new start of one of its pods
+# (docs/clusters.md#pods-restarted-by-kubernetes)
 _SCOPED_ATTEMPT = re.compile(r"^/api/v1/experiments/(?P<id>[^/]+)/attempts/next$")
 
 

@@ -339,7 +339,8 @@ def test_the_throttle_forgets_addresses_whose_failures_are_old(monkeypatch: pyte
 def test_a_replica_token_numbers_the_starts_of_its_own_experiments_pods_only(
     secured: TestClient, store: Store
 ) -> None:
-    """docs/clusters.md#pods-restarted-by-kubernetes: each start of a pod's container asks for its PHALANX_ATTEMPT."""
+    """Each start of a pod's container asks for its PHALANX_ATTEMPT
+    (docs/clusters.md#pods-restarted-by-kubernetes)."""
     mine, other = fill.experiment(store, status=ExperimentStatus.RUNNING), fill.experiment(store)
     auth = {"Authorization": f"Bearer {experiment_token(TOKEN, mine.id)}"}
 

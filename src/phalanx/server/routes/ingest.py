@@ -181,8 +181,9 @@ async def put_file(
 @router.post("/experiments/{experiment_id}/attempts/next", response_model=AttemptOut)
 def next_attempt(experiment_id: str, body: AttemptIn, store: StoreDep, request: Request) -> AttemptOut:
     """The attempt number of a replica's new start, asked by the pod's entry each time its container
-    starts (docs/clusters.md#pods-restarted-by-kubernetes): Kubernetes restarts pods itself, so only the server can count them.
-    A replica token may ask for its own experiment only, and not once it has ended."""
+    starts: Kubernetes restarts pods itself, so only the server can count them
+    (docs/clusters.md#pods-restarted-by-kubernetes). A replica token may ask for its own
+    experiment only, and not once it has ended."""
     e = experiment_of(store, experiment_id)
     scope = getattr(request.state, "experiment_scope", None)
     if scope is not None and e.id != scope:
