@@ -68,10 +68,10 @@ def ask(env: dict[str, str], tries: int = 6, timeout: float = 10.0) -> int:
     raise OSError("unreachable")  # not reached: the last try raises
 
 
-def main() -> int:
-    env = dict(os.environ)
+def main(env: dict[str, str] | None = None, tries: int = 6) -> int:
+    env = dict(os.environ) if env is None else env
     try:
-        number = str(ask(env))
+        number = str(ask(env, tries=tries))
         print(f"phalanx: {replica(env)} starts as attempt {number}", file=sys.stderr)
     except (OSError, ValueError, KeyError) as exc:
         number = env.get("PHALANX_ATTEMPT", "").strip()

@@ -21,6 +21,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+import pytest
 from sqlalchemy import text
 
 from phalanx.backends.kubeflow import LABEL_INDEX, KubeflowBackend
@@ -132,3 +133,32 @@ def test_a_restarted_or_replaced_pod_replaces_the_steps_it_reports_again(tmp_pat
     finally:
         store.close()
         stop_server(server.proc)
+
+
+def test_a_start_that_cannot_reach_the_server_goes_on_with_the_supervisors_number(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from phalanx.backends import podattempt
+    from phalanx.ports import free_port
+
+    env = {
+        "PHALANX_HOST": f"http://127.0.0.1:{free_port()}",
+        "PHALANX_EXPERIMENT_ID": "e",
+        "PHALANX_ATTEMPT": "2",
+    }
+    assert podattempt.main(env, tries=1) == 0
+    out = capsys.readouterr()
+    assert out.out == "2\n"
+    assert "could not get this start's attempt number" in out.err and "appended" in out.err
+    assert podattempt.main({**env, "PHALANX_ATTEMPT": ""}, tries=1) == 0
+    assert capsys.readouterr().out == "\n"  # no number: the points are appended as before
+
+
+def test_a_trainer_node_asks_for_the_replica_its_slot_launcher_reports_as() -> None:
+    from phalanx.backends import podattempt
+
+    assert podattempt.replica({"PHALANX_REPLICA": "worker-3", "PET_NODE_RANK": "0"}) == "worker-3"
+    assert podattempt.replica({"PET_NODE_RANK": "0"}) == "master"
+    assert podattempt.replica({"PET_NODE_RANK": "2"}) == "worker-1"
+    assert podattempt.replica({"JOB_COMPLETION_INDEX": "1"}) == "worker-0"
+    assert podattempt.replica({}) == "master"
