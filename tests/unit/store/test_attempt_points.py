@@ -179,3 +179,25 @@ def test_each_start_of_a_replica_gets_a_higher_attempt_number(store: SqlStore) -
     store.delete_experiment(exp)
     with store.engine.connect() as conn:
         assert conn.execute(text("SELECT count(*) FROM replica_starts")).scalar_one() == 0
+
+
+def test_a_text_reported_again_at_a_step_by_a_later_attempt_replaces_the_earlier_one(store: SqlStore) -> None:
+    exp = _exp(store)
+
+    def text_event(stream: str, seq: int, step: int | None, body: str, attempt: int | None) -> Event:
+        data = {"title": "samples", "text": body, "step": step}
+        return Event(exp, EventKind.TEXT, data, stream=stream, seq=seq, attempt=attempt)
+
+    store.write_events([text_event("a", i, step, f"first {step}", 0) for i, step in enumerate((0, 1, 2))])
+    store.write_events([text_event("b", 0, 1, "second 1", 1), text_event("b", 1, 1, "second 1 again", 1)])
+    store.write_events([text_event("a", 3, 1, "first 1, late", 0)])  # an older attempt's, late
+    store.write_events([text_event("c", 0, None, "no step", 2), text_event("d", 0, 5, "no attempt", None)])
+    texts = sorted((t["step"] is None, t["step"] or 0, t["text"]) for t in store.texts(exp))
+    assert texts == [
+        (False, 0, "first 0"),
+        (False, 1, "second 1"),
+        (False, 1, "second 1 again"),  # within one attempt, both are kept
+        (False, 2, "first 2"),  # not reported again: kept
+        (False, 5, "no attempt"),
+        (True, 0, "no step"),
+    ]

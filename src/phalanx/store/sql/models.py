@@ -193,6 +193,7 @@ class TextRow(Base):
     replica: Mapped[str] = mapped_column(String(64))
     rank: Mapped[int | None] = mapped_column(Integer)
     time: Mapped[float] = mapped_column(Float)
+    attempt: Mapped[int | None] = mapped_column(Integer, nullable=True)  # a later one replaces its step
 
 
 class EventKeyRow(Base):

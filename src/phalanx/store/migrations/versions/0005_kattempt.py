@@ -1,4 +1,4 @@
-"""per-replica attempt state of scalar series, and the count of each replica's starts (Kubernetes)
+"""per-replica attempt state of scalar series, each replica's starts (Kubernetes), texts' attempts
 
 Revision ID: 0005_kattempt
 Revises: 0004_requeue
@@ -17,6 +17,8 @@ depends_on = None
 
 
 def upgrade() -> None:
+    with op.batch_alter_table("texts", schema=None) as batch_op:
+        batch_op.add_column(sa.Column("attempt", sa.Integer(), nullable=True))
     op.create_table(
         "series_attempts",
         sa.Column("series_id", sa.Integer(), nullable=False),
@@ -38,3 +40,5 @@ def upgrade() -> None:
 def downgrade() -> None:
     op.drop_table("replica_starts")
     op.drop_table("series_attempts")
+    with op.batch_alter_table("texts", schema=None) as batch_op:
+        batch_op.drop_column("attempt")
