@@ -250,7 +250,12 @@ class ColumnsOut(BaseModel):
 class AttemptIn(BaseModel):
     """A pod's container starting (again): which replica it is, and the group's attempt, if any."""
 
-    replica: str = Field(min_length=1, max_length=64, description="the replica starting (PHALANX_REPLICA)")
+    replica: str = Field(
+        min_length=1,
+        max_length=64,
+        pattern=r"^[A-Za-z0-9_.-]+$",
+        description="the replica starting (PHALANX_REPLICA: master, worker-0, ...)",
+    )
     at_least: int = Field(
         0, ge=0, le=2**31 - 1, description="the attempt the supervisor gave the group (PHALANX_ATTEMPT)"
     )

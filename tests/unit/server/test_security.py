@@ -352,6 +352,7 @@ def test_a_replica_token_numbers_the_starts_of_its_own_experiments_pods_only(
     assert ask(other.id, auth, replica="master").status_code == 403
     assert secured.get(f"/api/v1/experiments/{mine.id}/attempts/next", headers=auth).status_code == 403
     assert ask(mine.id, auth, replica="").status_code == 422
+    assert ask(mine.id, auth, replica="a\x00b").status_code == 422
     admin = {"Authorization": f"Bearer {TOKEN}"}
     assert ask(other.id, admin, replica="master").json() == {"attempt": 0}
     assert ask("nosuchexperiment", admin, replica="master").status_code == 404
