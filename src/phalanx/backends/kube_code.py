@@ -240,7 +240,7 @@ def env_prefix(plan: Plan, workdir: str | None = None) -> str:
 
 # Every start of the container asks the server for its attempt number (backends/podattempt.py): a
 # restart in place re-runs only this command, a replaced pod runs it again too.
-ATTEMPT_LINE = f'PHALANX_ATTEMPT="$(python {ATTEMPT})"; export PHALANX_ATTEMPT'
+ATTEMPT_LINE = f'PHALANX_ATTEMPT="$(python -E {ATTEMPT})"; export PHALANX_ATTEMPT'  # -E: not the env's path
 
 
 def replica_command(plan: Plan, command: str, workdir: str | None = None) -> str:
