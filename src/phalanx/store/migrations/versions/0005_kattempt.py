@@ -27,6 +27,14 @@ def upgrade() -> None:
         sa.Column("attempt_step", sa.BigInteger(), nullable=False),
         sa.PrimaryKeyConstraint("series_id", "replica"),
     )
+    # what 0004 kept per series holds for each replica that wrote to the series
+    op.execute(
+        "INSERT INTO series_attempts (series_id, replica, attempt, attempt_step)"
+        " SELECT s.id, w.replica, s.attempt, s.attempt_step FROM series s JOIN"
+        " (SELECT DISTINCT series_id, replica FROM scalars WHERE series_id IN"
+        " (SELECT id FROM series WHERE attempt IS NOT NULL)) w ON w.series_id = s.id"
+        " WHERE s.attempt IS NOT NULL AND s.attempt_step IS NOT NULL"
+    )
     op.create_table(
         "replica_starts",
         sa.Column("experiment_id", sa.String(length=32), nullable=False),
