@@ -20,7 +20,7 @@ from phalanx.domain import Event, EventKind, Experiment, ExperimentStatus
 from phalanx.errors import Conflict, NotFound, UsageError
 from phalanx.server.deps import FilesDep, StoreDep, experiment_of
 from phalanx.server.files import safe_relpath
-from phalanx.server.schemas import FileOut, IngestIn, IngestOut
+from phalanx.server.schemas import AttemptIn, AttemptOut, FileOut, IngestIn, IngestOut
 from phalanx.store.base import Store
 
 router = APIRouter(tags=["ingest"])
@@ -176,3 +176,21 @@ async def put_file(
         refuse_ended(e)
     size = await files.write_stream(e.id, clean, request.stream())
     return FileOut(path=clean, size=size)
+
+
+@router.post("/experiments/{experiment_id}/attempts/next", response_model=AttemptOut)
+def next_attempt(experiment_id: str, body: AttemptIn, store: StoreDep, request: Request) -> AttemptOut:
+    """The attempt number of a replica's new start, asked by the pod's entry each time its container
+    starts: Kubernetes restarts pods itself, so only the server can count them
+    (docs/clusters.md#pods-restarted-by-kubernetes). A replica token may ask for its own
+    experiment only, and not once it has ended."""
+    e = experiment_of(store, experiment_id)
+    scope = getattr(request.state, "experiment_scope", None)
+    if scope is not None and e.id != scope:
+        raise HTTPException(403, f"this replica token belongs to experiment {scope}")
+    if scope is not None:
+        refuse_ended(e)
+    number = store.next_attempt(e.id, body.replica, body.at_least)
+    if number > 2**31 - 1:
+        raise UsageError(f"replica {body.replica} of {e.id}: attempt {number} is past 2^31-1")
+    return AttemptOut(attempt=number)
