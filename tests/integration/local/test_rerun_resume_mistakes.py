@@ -69,7 +69,9 @@ def test_resume_of_a_plain_script_run_does_not_point_to_a_rerun_that_would_refus
 
     script = phalanx.tmp / "plain.py"
     script.write_text("from phalanx import Task\nTask.init(project_name='p', task_name='plain')\n")
-    subprocess.run([sys.executable, str(script)], env=phalanx.env, check=True, timeout=120)
+    # a run that recorded nothing (PHALANX_RECORD_SOURCE=0, or one from before plain scripts recorded)
+    quiet = {**phalanx.env, "PHALANX_RECORD_SOURCE": "0"}
+    subprocess.run([sys.executable, str(script)], env=quiet, check=True, timeout=120)
     assert phalanx.run("ls").returncode == 0  # a phalanx command ingests what the script spooled
     exp_id = phalanx.store().list_experiments().items[0].id
     resumed = phalanx.run("resume", exp_id)
@@ -86,7 +88,9 @@ def test_diff_with_a_run_that_recorded_nothing_does_not_claim_every_package_and_
 
     script = phalanx.tmp / "plain.py"
     script.write_text("from phalanx import Task\nTask.init(project_name='p', task_name='plain')\n")
-    subprocess.run([sys.executable, str(script)], env=phalanx.env, check=True, timeout=120)
+    # a run that recorded nothing (PHALANX_RECORD_SOURCE=0, or one from before plain scripts recorded)
+    quiet = {**phalanx.env, "PHALANX_RECORD_SOURCE": "0"}
+    subprocess.run([sys.executable, str(script)], env=quiet, check=True, timeout=120)
     assert phalanx.run("ls").returncode == 0
     plain = phalanx.store().list_experiments().items[0].id
     folder = phalanx.tmp / "exp"

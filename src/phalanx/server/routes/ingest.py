@@ -42,7 +42,7 @@ def ingest(batch: IngestIn, store: StoreDep, request: Request) -> IngestOut:
 
     Refused whole: 403 when a replica token sends another experiment's records; 404 for an
     experiment that does not exist (unless the batch creates it: a plain script's ``experiment``
-    record); 409 for a ``status`` record of an experiment a supervisor owns."""
+    record); 409 for a ``status`` or ``repro`` record of an experiment a supervisor owns."""
     from phalanx.ingest import records_to_events
 
     if not batch.events:
@@ -71,7 +71,8 @@ def check_owners(store: Store, events: Sequence[Event], scope: str | None) -> No
     - records of an experiment that does not exist are refused, except in a batch holding the
       ``experiment`` record of a plain script (``Task.init`` outside ``phalanx run``) creating it;
     - a ``status`` record decides only a plain script's status (backend "script"): an experiment a
-      supervisor runs gets its status from that supervisor, and an ended one stays ended.
+      supervisor runs gets its status from that supervisor, and an ended one stays ended;
+    - a ``repro`` record (what ran: commit, diff, packages, snapshot) likewise only a plain script's.
     """
     ids = {ev.experiment_id for ev in events}
     if scope is not None and ids - {scope}:
@@ -80,6 +81,7 @@ def check_owners(store: Store, events: Sequence[Event], scope: str | None) -> No
             403, f"this replica token belongs to experiment {scope}; it cannot write experiment {others}"
         )
     creating = {ev.experiment_id for ev in events if ev.kind is EventKind.EXPERIMENT}
+    repros = {ev.experiment_id for ev in events if ev.kind is EventKind.REPRO}
     statuses: dict[str, list[ExperimentStatus]] = {}
     for ev in events:
         if ev.kind is EventKind.STATUS:
@@ -95,6 +97,11 @@ def check_owners(store: Store, events: Sequence[Event], scope: str | None) -> No
             )
         if scope is not None:
             refuse_ended(current)
+        if current.backend != "script" and experiment_id in repros:
+            raise Conflict(
+                f"experiment {experiment_id} is run by a supervisor ({current.backend or 'local'}); it "
+                "records what the experiment ran, a 'repro' record cannot"
+            )
         wanted = statuses.get(experiment_id)
         if not wanted:
             continue

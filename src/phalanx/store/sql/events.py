@@ -34,6 +34,8 @@ from phalanx.store.sql.models import (
     TextRow,
 )
 
+SCRIPT_BACKEND = "script"  # the backend column of an experiment a plain script created
+
 
 @dataclass(frozen=True)
 class ScalarBlock:
@@ -94,6 +96,7 @@ class Batch:
     models: list[dict[str, Any]] = field(default_factory=list)
     experiments: list[Event] = field(default_factory=list)
     statuses: list[tuple[Event, ExperimentStatus]] = field(default_factory=list)
+    repros: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
 
 
 def collect(events: Sequence[Event]) -> Batch:
@@ -184,6 +187,15 @@ def _collect_one(batch: Batch, ev: Event) -> None:
         if d.get("exit_code") is not None and not -(2**31) <= int(d["exit_code"]) < 2**31:
             raise ValueError(f"exit_code {d['exit_code']} is out of range")
         batch.statuses.append((ev, ExperimentStatus(d["status"])))
+    elif kind is EventKind.REPRO:
+        record = d.get("record")
+        if not isinstance(record, Mapping):
+            raise UsageError("a repro record needs 'record': an object (what phalanx.repro collects)")
+        record = _jsonable(dict(record))
+        snapshot = record.get("snapshot")
+        if isinstance(snapshot, Mapping):  # the snapshot's bytes are the file this event names
+            record["snapshot"] = {**snapshot, "path": str(d["path"])}
+        batch.repros.append((ev.experiment_id, record))
 
 
 def apply_events(
@@ -215,6 +227,13 @@ def apply_events(
             removed.extend((experiment_id, path) for path in dropped)
     for ev, status in batch.statuses:
         _status_from_event(conn, ev, status)
+    for experiment_id, record in batch.repros:
+        # only a plain script's own record: what a supervised experiment ran its supervisor records
+        conn.execute(
+            update(ExperimentRow)
+            .where(ExperimentRow.id == experiment_id, ExperimentRow.backend == SCRIPT_BACKEND)
+            .values(repro=record)
+        )
 
 
 def _texts_of_latest_attempts(conn: Connection, texts: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -559,7 +578,7 @@ def _create_from_event(conn: Connection, ev: Event) -> None:
             project=str(d.get("project") or "default"),
             status=ExperimentStatus.RUNNING.value,
             framework=d.get("framework"),
-            backend="script",  # never an engine's: a stop then only looks at runs/<id>/script.pid
+            backend=SCRIPT_BACKEND,  # never an engine's: a stop then only looks at runs/<id>/script.pid
             cluster=None,
             tags=list(d.get("tags") or []),
             topology={"master": 1},
