@@ -486,6 +486,9 @@ class KubernetesBackend(KubeEngine):
         name = f"{prefix(exp)}-{replica}"
         yield from self.pod_lines(handle, ns, name, follow, gone=lambda exc: exc.status == 404)
 
+    def discard_logs(self, handle: str) -> None:
+        """Nothing to remove: the pods' logs are the kubelet's, and go with the pods."""
+
     def cancel(self, handle: str) -> None:
         """Stop what still runs, let this engine's log readers take the last lines, then delete the
         owner: Kubernetes garbage-collects the pods and services. Idempotent."""
