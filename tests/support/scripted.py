@@ -156,6 +156,9 @@ class ScriptedBackend:
         if job is not None:
             yield from self._end(job, replica).lines
 
+    def discard_logs(self, handle: str) -> None:
+        """The scripted jobs' lines live in memory only: nothing to remove."""
+
     def cancel(self, handle: str) -> None:
         job = self.jobs.get(handle)
         self.cancels.append((handle, self.clock.now))

@@ -138,3 +138,10 @@ class Backend(Protocol):
         killed by it end STOPPED, not FAILED. Raises BackendUnavailable when the engine cannot be
         reached."""
         ...
+
+    def discard_logs(self, handle: str) -> None:
+        """Remove the engine's own copies of the job's console (every attempt's log files), called
+        by the supervisor once the job has ended and the store holds every line: the console is
+        kept once, in the store. A no-op for an engine that keeps no copy of its own (Kubernetes:
+        the pods' logs are the kubelet's, gone with the pods). Never raises for a missing file."""
+        ...

@@ -479,6 +479,13 @@ class SlurmBackend:
         return {(replica if j == 0 else f"{replica}.{j}"): node * processes + j for j in range(processes)}
 
     # -- cancel ---------------------------------------------------------------------------------
+    def discard_logs(self, handle: str) -> None:
+        """The log files of every attempt in the shared run folder; the state files stay (what
+        ``describe`` reads after the job has aged out of Slurm)."""
+        _, run_dir = self._split(handle)
+        for logs in [run_dir / "logs", *run_dir.glob("attempts/*/logs")]:
+            shutil.rmtree(logs, ignore_errors=True)
+
     def cancel(self, handle: str) -> None:
         """scancel the job; cancelling a finished or forgotten job is a no-op."""
         job_id, run_dir = self._split(handle)

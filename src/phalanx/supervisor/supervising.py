@@ -7,7 +7,6 @@ import json
 import logging
 import os
 import secrets
-import shutil
 import signal
 import threading
 import time
@@ -797,8 +796,8 @@ class Supervisor:
 
     def _tidy(self, ingested: bool) -> None:
         """Keep one copy of the console, the store's: once every line this supervisor spooled is
-        ingested, its spool file goes (docs/tracking.md), and so do the local engine's log files,
-        which held the same lines again. Anything not yet ingested stays for the next ingester."""
+        ingested, its spool file goes (docs/tracking.md), and so do the engine's log files (local,
+        Slurm), which held the same lines again. Anything not yet ingested stays for the next ingester."""
         if not ingested:
             return
         try:
@@ -814,8 +813,8 @@ class Supervisor:
             for writer in [w for w in writers if w is not None]:
                 writer.path.unlink(missing_ok=True)
                 writer.path.with_suffix(".ack").unlink(missing_ok=True)
-            if self.p.backend.name == "local":
-                shutil.rmtree(self.run_dir / "logs", ignore_errors=True)
+            if self._handle is not None:  # the engine's copies of the console (every attempt's)
+                self.p.backend.discard_logs(self._handle)
             with contextlib.suppress(OSError):
                 self.spool_dir.rmdir()  # only when nothing else (a script's stream) is left in it
         except Exception as exc:  # tidying must never change the outcome (e.g. the store is down)

@@ -66,6 +66,11 @@ def test_every_point_arrives_exactly_once_across_a_server_restart(tmp_path: Path
         assert series.steps == list(range(POINTS))
         assert series.values == [1.0 / (i + 1) for i in range(POINTS)]
         assert store.get_experiment(experiment_id).name == "server restart"
+        # what the plain script ran reached the server too, its snapshot in the server's artifacts
+        record = store.repro(experiment_id)
+        assert record["packages"] and record["script"]["command"][1] == str(SCRIPT)
+        assert store.artifact_store is not None
+        assert store.artifact_store.exists(experiment_id, record["snapshot"]["path"])
     finally:
         store.close()
     assert not (client_home / "phalanx.db").exists()  # nothing went to a local store

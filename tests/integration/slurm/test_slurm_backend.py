@@ -79,6 +79,9 @@ def test_the_pytorch_ddp_example_runs_master_on_n1_and_worker_on_n2_and_its_metr
     assert set(metrics["loss"]) == {"worker 00", "worker 01"}
     assert list(metrics["loss"]["worker 01"].steps) == [0, 1]
     assert slurm_cluster.wait_queue_empty() == []
+    # the console is kept once, in the store: the job's log files on the shared disk are gone
+    run_dir = slurm_cluster.dir / "shared" / "runs" / outcome.experiment_id
+    assert run_dir.is_dir() and not (run_dir / "logs").exists()
 
 
 def test_a_killed_task_fails_the_experiment_and_leaves_nothing_in_the_queue(
@@ -187,6 +190,7 @@ def test_a_restart_runs_the_group_again_with_a_clean_slate(
     assert (outcome.status, outcome.restarts) == (ExperimentStatus.SUCCEEDED, 1), outcome.reason
     attempts = slurm_cluster.dir / "shared" / "runs" / outcome.experiment_id / "attempts"
     assert (attempts / "0" / "state" / "master.exit").read_text().strip() == "3"
+    assert not list(attempts.glob("*/logs")) and not (attempts.parent / "logs").exists()  # in the store
 
 
 def test_inside_a_slurm_job_each_replica_is_sampled_into_system_series(

@@ -32,3 +32,32 @@ def test_processes_opening_a_new_store_together_all_get_it(tmp_path: Path) -> No
     from phalanx.store import open_store
 
     assert open_store(Settings(home=home)).list_experiments().total == 6
+
+
+def test_the_wal_switch_waits_for_a_writer_of_the_new_file_instead_of_failing(tmp_path: Path) -> None:
+    """SQLite runs no busy handler for ``PRAGMA journal_mode=WAL``: while another connection holds
+    the write lock of a file still in rollback mode (another opener switching it, or creating the
+    tables), the switch failed at once with "database is locked" whatever the busy timeout (CI, two
+    `phalanx run` on a fresh home). The engine now waits for the lock, within the busy timeout."""
+    import sqlite3
+    import threading
+
+    from sqlalchemy import text
+
+    from phalanx.store.sql.engine import make_engine
+
+    path = tmp_path / "phalanx.db"
+    other = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+    other.execute("BEGIN IMMEDIATE")  # the write lock, in rollback mode
+    other.execute("CREATE TABLE t (x INTEGER)")
+    done = threading.Timer(0.5, lambda: other.execute("COMMIT"))
+    done.start()
+    try:
+        engine = make_engine(f"sqlite:///{path}")
+        with engine.connect() as conn:
+            assert conn.execute(text("PRAGMA journal_mode")).scalar() == "wal"
+            assert conn.execute(text("SELECT count(*) FROM t")).scalar() == 0  # after the commit
+        engine.dispose()
+    finally:
+        done.join()
+        other.close()

@@ -391,6 +391,11 @@ class LocalBackend:
             return unit.replicas[0]
         return unit.replicas[min(rank // max(1, unit.ranks_per_replica), len(unit.replicas) - 1)]
 
+    def discard_logs(self, handle: str) -> None:
+        """Every attempt's log files of the experiment (runs/<id>/logs); the state stays."""
+        exp_id = handle.partition(":")[0]
+        shutil.rmtree(self.settings.runs_dir / exp_id / "logs", ignore_errors=True)
+
     # -- cancel ---------------------------------------------------------------------------------
     def cancel(self, handle: str) -> None:
         """SIGTERM every replica leader (it stops its tree), SIGKILL what remains after the grace."""

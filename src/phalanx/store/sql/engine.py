@@ -13,6 +13,7 @@ import fcntl
 import gc
 import logging
 import os
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -75,17 +76,15 @@ def _sqlite_engine(url: str, database: str | None) -> Engine:
     if database and database != ":memory:":
         Path(database).parent.mkdir(parents=True, exist_ok=True)
     engine = create_engine(url, connect_args={"timeout": BUSY_TIMEOUT_MS / 1000, "check_same_thread": False})
+    file_backed = bool(database) and database != ":memory:"
 
     @event.listens_for(engine, "connect")
     def _on_connect(dbapi_conn: Any, _record: Any) -> None:
         dbapi_conn.isolation_level = None  # we emit BEGIN ourselves (see module docstring)
         cur = dbapi_conn.cursor()
         cur.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")  # first: what follows may wait for a lock
-        # WAL is a property of the file: switching needs an exclusive lock that another process
-        # creating or migrating the same store holds ("database is locked" at a concurrent first
-        # open), so switch only a file that is not WAL yet.
-        if str(cur.execute("PRAGMA journal_mode").fetchone()[0]).lower() != "wal":
-            cur.execute("PRAGMA journal_mode=WAL")
+        if file_backed:
+            _switch_to_wal(cur)
         cur.execute("PRAGMA synchronous=NORMAL")  # durable against process crashes; WAL keeps it fast
         cur.execute(f"PRAGMA cache_size=-{CACHE_KIB}")  # a batch of points fits: no spill mid-transaction
         cur.execute("PRAGMA foreign_keys=ON")
@@ -97,6 +96,34 @@ def _sqlite_engine(url: str, database: str | None) -> Engine:
         conn.exec_driver_sql(f"BEGIN {mode}".strip())
 
     return engine
+
+
+def _switch_to_wal(cur: Any) -> None:
+    """Put the file in WAL mode (a property of the file: once switched, there is nothing to do).
+
+    Switching takes the file's write lock, and SQLite runs no busy handler for it: while another
+    connection holds that lock in rollback mode (another process switching the same new file, or
+    creating its tables) ``PRAGMA journal_mode=WAL`` fails at once with "database is locked",
+    whatever the busy timeout (CI: two `phalanx run` on a fresh home). So it is retried, backing off,
+    within the busy timeout; someone else finishing the switch meanwhile ends the wait too."""
+    import sqlite3
+
+    deadline = time.monotonic() + BUSY_TIMEOUT_MS / 1000
+    delay = 0.005
+    while True:
+        try:
+            mode = str(cur.execute("PRAGMA journal_mode").fetchone()[0]).lower()
+            if mode == "wal" or str(cur.execute("PRAGMA journal_mode=WAL").fetchone()[0]).lower() == "wal":
+                return
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) and "busy" not in str(exc):
+                raise
+            if time.monotonic() >= deadline:
+                raise
+        if time.monotonic() >= deadline:  # the switch kept answering the old mode
+            raise sqlite3.OperationalError("database is locked (the switch to WAL mode never succeeded)")
+        time.sleep(delay)
+        delay = min(delay * 2, 0.1)
 
 
 def writer(engine: Engine) -> Engine:

@@ -36,6 +36,8 @@ from phalanx.store.sql.models import (
 )
 from phalanx.tracking.screen import truncate
 
+SCRIPT_BACKEND = "script"  # the backend column of an experiment a plain script created
+
 
 @dataclass(frozen=True)
 class ScalarBlock:
@@ -103,6 +105,7 @@ class Batch:
     models: list[dict[str, Any]] = field(default_factory=list)
     experiments: list[Event] = field(default_factory=list)
     statuses: list[tuple[Event, ExperimentStatus]] = field(default_factory=list)
+    repros: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
 
 
 def collect(events: Sequence[Event]) -> Batch:
@@ -148,6 +151,7 @@ def _collect_one(batch: Batch, ev: Event) -> None:
                 "replica": ev.replica,
                 "rank": ev.rank,
                 "time": ev.time,
+                "attempt": ev.attempt,
             }
         )
     elif kind is EventKind.LOG:
@@ -195,6 +199,15 @@ def _collect_one(batch: Batch, ev: Event) -> None:
         text_field(d, "reason")
         text_field(d, "replica_reason")
         batch.statuses.append((ev, ExperimentStatus(d["status"])))
+    elif kind is EventKind.REPRO:
+        record = d.get("record")
+        if not isinstance(record, Mapping):
+            raise UsageError("a repro record needs 'record': an object (what phalanx.repro collects)")
+        record = _jsonable(dict(record))
+        snapshot = record.get("snapshot")
+        if isinstance(snapshot, Mapping):  # the snapshot's bytes are the file this event names
+            record["snapshot"] = {**snapshot, "path": str(d["path"])}
+        batch.repros.append((ev.experiment_id, record))
 
 
 def apply_events(
@@ -211,7 +224,9 @@ def apply_events(
     if batch.params:
         conn.execute(insert(ParamRow), batch.params)
     if batch.texts:
-        conn.execute(insert(TextRow), batch.texts)
+        texts = _texts_of_latest_attempts(conn, batch.texts)
+        if texts:
+            conn.execute(insert(TextRow), texts)
     for (experiment_id, replica), lines in batch.logs.items():
         _insert_logs(conn, experiment_id, replica, lines)
     for row, values in ((ArtifactRow, batch.artifacts), (ModelRow, batch.models)):
@@ -224,6 +239,37 @@ def apply_events(
             removed.extend((experiment_id, path) for path in dropped)
     for ev, status in batch.statuses:
         _status_from_event(conn, ev, status)
+    for experiment_id, record in batch.repros:
+        # only a plain script's own record: what a supervised experiment ran its supervisor records
+        conn.execute(
+            update(ExperimentRow)
+            .where(ExperimentRow.id == experiment_id, ExperimentRow.backend == SCRIPT_BACKEND)
+            .values(repro=record)
+        )
+
+
+def _texts_of_latest_attempts(conn: Connection, texts: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """A text a restarted replica reports again at a step (same title) replaces what its earlier
+    attempts reported there, as its points do (store.sql.attempts); one of an older attempt that
+    comes late is dropped. Texts without a step or an attempt are kept as they are."""
+    keep = []
+    for t in texts:
+        if t["attempt"] is None or t["step"] is None:
+            keep.append(t)
+            continue
+        same = (
+            TextRow.experiment_id == t["experiment_id"],
+            TextRow.title == t["title"],
+            TextRow.replica == t["replica"],
+            TextRow.step == t["step"],
+        )
+        newer = conn.execute(select(TextRow.id).where(*same, TextRow.attempt > t["attempt"]).limit(1)).first()
+        if newer is not None:
+            continue
+        older = or_(TextRow.attempt.is_(None), TextRow.attempt < t["attempt"])
+        conn.execute(delete(TextRow).where(*same, older))
+        keep.append(t)
+    return keep
 
 
 def _upsert_named(conn: Connection, row: type[ArtifactRow] | type[ModelRow], values: dict[str, Any]) -> None:
@@ -587,7 +633,7 @@ def _create_from_event(conn: Connection, ev: Event) -> None:
             project=str(d.get("project") or "default"),
             status=ExperimentStatus.RUNNING.value,
             framework=d.get("framework"),
-            backend="script",  # never an engine's: a stop then only looks at runs/<id>/script.pid
+            backend=SCRIPT_BACKEND,  # never an engine's: a stop then only looks at runs/<id>/script.pid
             cluster=None,
             tags=list(d.get("tags") or []),
             topology={"master": 1},

@@ -5,8 +5,8 @@ make that experiment's later records count as already stored. Keys stored before
 experiment_id '' (``models.LEGACY_KEY``), which still holds for every experiment, so a batch retried
 across the upgrade is not stored twice.
 
-Revision ID: 0005_event_key_experiment
-Revises: 0004_requeue
+Revision ID: 0006_event_key_experiment
+Revises: 0005_kattempt
 Create Date: 2026-11-23 23:40:00
 """
 
@@ -15,12 +15,12 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
-revision = "0005_event_key_experiment"
-down_revision = "0004_requeue"
+revision = "0006_event_key_experiment"
+down_revision = "0005_kattempt"
 branch_labels = None
 depends_on = None
 
-_TMP = "_event_keys_0005"
+_TMP = "_event_keys_0006"
 
 
 def upgrade() -> None:
