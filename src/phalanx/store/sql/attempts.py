@@ -27,7 +27,7 @@ from collections.abc import Sequence
 
 from sqlalchemy import Connection, delete, select, update
 
-from phalanx.store.sql.events import ScalarBlock
+from phalanx.store.batch import ScalarBlock
 from phalanx.store.sql.models import ScalarRow, SeriesRow
 
 
