@@ -29,7 +29,7 @@ from typing import Any
 
 from phalanx.config import Settings
 from phalanx.errors import NotFound, PhalanxError
-from phalanx.groups.records import Group, Trial, best_trial
+from phalanx.groups.records import Group, Trial, TrialUpdate, best_trial
 from phalanx.spec.group import GroupSpec, load_group_text
 from phalanx.store.base import GroupStore
 
@@ -498,13 +498,13 @@ class Controller:
         value = live.last[1] if live.last else None
         number = live.trial.number
         exp_id = live.trial.experiment_id
-        record: dict[str, Any] = {
+        record: TrialUpdate = {
             "finished_at": time.time(),
             "internal": {"params": dict(live.optuna_trial.params)},
         }
         if status == "succeeded" and value is not None:
             self.search.tell(self.study, live.optuna_trial, value)
-            record.update(state="done", value=value)
+            record["state"], record["value"] = "done", value
             metric = self.hp.metric.name if self.hp.metric else "metric"
             said = f"succeeded ({metric} {value:.4g})"
         else:
@@ -520,7 +520,7 @@ class Controller:
                 if status == "failed":
                     said += f" (`phalanx logs {exp_id}` shows why)"
             self.search.tell(self.study, live.optuna_trial, state=outcome)
-            record.update(state=state, reason=reason)
+            record["state"], record["reason"] = state, reason
         self.store.update_trial(self.group.id, number, **record)
         self.say(f"trial {number}: {exp_id} {said}")
         del self.live[number]
@@ -676,7 +676,7 @@ def stop_group(store: GroupStore, settings: Settings, group: Group, timeout: flo
     return store.get_group(group.id)
 
 
-def _ended_while_unwatched(store: GroupStore, group: Group, trial: Trial) -> dict[str, Any] | None:
+def _ended_while_unwatched(store: GroupStore, group: Group, trial: Trial) -> TrialUpdate | None:
     """A trial recorded as running whose experiment had already ended before `group stop` (its
     controller killed, nobody watching): succeeded with the metric is `done` with its last value (it
     can be the best trial), failed is `failed`; None when the stop is what ended it."""
