@@ -183,6 +183,7 @@ class EventKind(StrEnum):
     TEXT = "text"  # report_text: title, text
     STATUS = "status"  # experiment status decided by a main process (plain `python script.py`)
     EXPERIMENT = "experiment"  # an experiment created by Task.init outside `phalanx run`
+    REPRO = "repro"  # what a plain script ran (phalanx.repro record); its source snapshot a file
 
 
 @dataclass(frozen=True)

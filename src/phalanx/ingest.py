@@ -47,7 +47,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-_FILE_KINDS = (EventKind.ARTIFACT.value, EventKind.MODEL.value)
+_FILE_KINDS = (EventKind.ARTIFACT.value, EventKind.MODEL.value, EventKind.REPRO.value)
 
 
 def record_to_event(record: Mapping[str, Any]) -> Event:

@@ -11,8 +11,8 @@ The snapshot holds at most SNAPSHOT_MAX_BYTES (50 MiB) of files, each at most SN
 (10 MiB), looks at 20,000 files at most, and skips version control (.git, .hg, .svn), virtual
 environments (any folder holding a pyvenv.cfg, and .venv/venv/env), caches (__pycache__,
 .mypy_cache, .pytest_cache, .ruff_cache, node_modules) and data folders (data, datasets,
-checkpoints, outputs, wandb, mlruns, lightning_logs). What was skipped or cut is listed in the
-record, so nobody mistakes a partial snapshot for a whole.
+checkpoints, outputs, wandb, mlruns, lightning_logs), and a Phalanx home inside the folder. What was
+skipped or cut is listed in the record, so nobody mistakes a partial snapshot for a whole.
 """
 
 from __future__ import annotations
@@ -98,7 +98,24 @@ def packages(python: str) -> list[str]:
 
 
 def _skipped_dir(path: Path) -> bool:
-    return path.name in SKIP_DIRS or (path / "pyvenv.cfg").exists()
+    """Version control, caches, data folders, a venv, or a Phalanx home (its store, spool and
+    artifacts, when PHALANX_HOME lies inside the source folder)."""
+    return (
+        path.name in SKIP_DIRS
+        or (path / "pyvenv.cfg").exists()
+        or (path / "phalanx.db").exists()
+        or _is_home(path)
+    )
+
+
+def _is_home(path: Path) -> bool:
+    home = os.environ.get("PHALANX_HOME")
+    if not home:
+        return False
+    try:
+        return path.resolve() == Path(home).expanduser().resolve()
+    except OSError:
+        return False
 
 
 def snapshot(folder: str) -> tuple[bytes, dict[str, Any]]:

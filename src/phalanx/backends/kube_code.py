@@ -17,6 +17,9 @@ start costs minutes per replica and restart. So:
   (``build.image``): refused otherwise, since a per-pod install is what this avoids.
 - Reporting: replicas report to the cluster's server URL; without one a pod could neither fetch its
   code nor deliver a metric, so it is refused before anything is created.
+- Attempts: each start of the main container (the first, a restart in place, a replaced pod) asks
+  the server for its ``PHALANX_ATTEMPT`` first (``phalanx_attempt.py``, from ``backends/podattempt.py``),
+  so steps a restarted replica reports again replace the earlier ones instead of repeating them.
 
 Kubeflow Trainer v2 cannot add init containers through ``runtimePatches``, so there the same two steps
 run at the head of the trainer's command (``inline_setup``): one mechanism, two placements.
@@ -43,6 +46,7 @@ ENVS_DIR = "/phalanx/envs"
 SDK_DIR = f"{CODE_DIR}/.phalanx-sdk"
 SLOTS = f"{SDK_DIR}/phalanx_slots.py"
 ENV_BUILDER = f"{SDK_DIR}/phalanx_env.py"
+ATTEMPT = f"{SDK_DIR}/phalanx_attempt.py"
 BUNDLE_PATH = "_phalanx/code.tar.gz"  # under the experiment's files on the server
 CODE_VOLUME = "phalanx-code"
 ENV_VOLUME = "phalanx-envs"
@@ -165,7 +169,11 @@ def bundle(workdir: Path, sdk: Path, cap: int = BUNDLE_CAP) -> bytes:
             tar.add(f, arcname=str(f.relative_to(workdir)), recursive=False, filter=_plain)
         for f in sorted(sdk.rglob("*.py")):
             tar.add(f, arcname=f".phalanx-sdk/{f.relative_to(sdk)}", recursive=False, filter=_plain)
-        for module, name in (("slots.py", "phalanx_slots.py"), ("podenv.py", "phalanx_env.py")):
+        for module, name in (
+            ("slots.py", "phalanx_slots.py"),
+            ("podenv.py", "phalanx_env.py"),
+            ("podattempt.py", "phalanx_attempt.py"),
+        ):
             tar.add(
                 Path(__file__).with_name(module),
                 arcname=f".phalanx-sdk/{name}",
@@ -230,9 +238,15 @@ def env_prefix(plan: Plan, workdir: str | None = None) -> str:
     return line
 
 
+# Every start of the container asks the server for its attempt number (backends/podattempt.py): a
+# restart in place re-runs only this command, a replaced pod runs it again too.
+ATTEMPT_LINE = f'PHALANX_ATTEMPT="$(python -E {ATTEMPT})"; export PHALANX_ATTEMPT'  # -E: not the env's path
+
+
 def replica_command(plan: Plan, command: str, workdir: str | None = None) -> str:
-    """What the container's shell runs: the environment first, then the command, in the code folder."""
-    return f"{env_prefix(plan, workdir)}; cd {CODE_DIR}; {command}"
+    """What the container's shell runs: the environment first, this start's attempt number, then
+    the command, in the code folder."""
+    return f"{env_prefix(plan, workdir)}; {ATTEMPT_LINE}; cd {CODE_DIR}; {command}"
 
 
 def inline_setup(plan: Plan, url: str, workdir: str | None = None) -> str:

@@ -11,6 +11,11 @@ CRD's own openAPIV3Schema (shipped in ``backends/schemas``) as the API server do
 validation (unknown fields are errors), plus the rules the operator enforces beyond the schema
 (replica type names, one Master/Chief/Scheduler/Launcher, its default container name). A role has
 one pod template, so per-index overrides that differ within a role are refused with the reason.
+
+The operator and the kubelet restart failed pods without Phalanx (``restarts_itself``): every start
+of a pod's main container asks the server for its ``PHALANX_ATTEMPT`` (``kube_code.ATTEMPT_LINE``,
+``podattempt.py``; an MPIJob's launcher passes it to every rank), so a restarted replica's
+re-reported steps replace its earlier ones in the store instead of being appended again.
 """
 
 from __future__ import annotations
@@ -168,6 +173,7 @@ def _mpi_launch(plan: Plan, experiment_id: str, namespace: str) -> str:
         "PHALANX_HOST",
         "PHALANX_TOKEN",
         "PHALANX_CAPTURED",
+        "PHALANX_ATTEMPT",  # the launcher's start: every rank restarts with it (mpirun)
         "PYTHONPATH",
         "PATH",
         "MASTER_ADDR",

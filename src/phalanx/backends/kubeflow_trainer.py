@@ -13,6 +13,8 @@ runs the slot launcher, which gives each process its rank and each node its repl
 the master). Code and environment: ``runtimePatches`` can add volumes and mounts but no containers,
 so the fetch-code/build-env steps run at the head of the trainer's command (``kube_code.inline_setup``).
 The job is validated against the TrainJob CRD's own schema (``schemas/``, Trainer v2.3.0).
+Each start of a node pod asks the server for its ``PHALANX_ATTEMPT`` (``podattempt.py``), named
+for the node's replica, since the JobSet restarts nodes without Phalanx.
 """
 
 from __future__ import annotations

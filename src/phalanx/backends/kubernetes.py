@@ -11,6 +11,8 @@ placeholder owner uid; ``submit`` creates the ConfigMap first and fills in its r
 Controller: ``describe`` maps pod phases through ``POD_PHASES``; ``watch`` follows pod events and
 enforces the gang rule itself (one replica failed: the others are stopped by setting their
 activeDeadlineSeconds, which keeps their logs readable); ``logs`` reads a pod's console.
+Pods never restart by themselves (restartPolicy Never); the supervisor's restarts are new pods,
+whose start asks the server for its ``PHALANX_ATTEMPT`` like any Kubernetes pod (``podattempt.py``).
 """
 
 from __future__ import annotations

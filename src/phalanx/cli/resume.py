@@ -227,10 +227,14 @@ def rerun(
         typer.Option("--param", metavar="NAME=VALUE", help="Change a param of the rerun (repeatable)."),
     ] = None,
     extra_params: ExtraParamsOpt = False,
+    detach: Annotated[
+        bool, typer.Option("--detach", "-d", help="Start the rerun in the background and print its id.")
+    ] = False,
+    new_experiment_id: Annotated[str | None, typer.Option("--experiment-id", hidden=True)] = None,
     output: OutputOpt = "table",
 ) -> None:
     """Start a new experiment from exactly the file, params and source snapshot another one ran
-    (with --param changes). Exit status as for `phalanx run`."""
+    (with --param changes). Exit status as for `phalanx run`; with -d, 0 once it has started."""
     _check_output(output)
     import shutil
     import time
@@ -264,7 +268,14 @@ def rerun(
         import sys
 
         sys.stderr.write(f"phalanx: warning: {note}\n")
-    new_id = uuid.uuid4().hex[:12]
+    if new_experiment_id is not None:
+        from phalanx.cli.run import _check_id
+
+        _check_id(new_experiment_id)
+    new_id = new_experiment_id or uuid.uuid4().hex[:12]
+    if detach:  # every mistake above is found before it goes to the background
+        _detach_rerun(experiment.id, new_id, param or [], extra_params, settings, output)
+        return
     folder = settings.runs_dir / new_id / "source"
     try:
         repro.extract(store.artifact_store.read_bytes(experiment.id, snap), folder)
@@ -279,11 +290,29 @@ def rerun(
             launch={**launch, "params": params, "rerun_of": experiment.id, "rerun_at": started},
         )
     except BaseException:
-        shutil.rmtree(folder.parent, ignore_errors=True)  # nothing half-written: the run never started
+        # nothing half-written: the run never started (a detached parent removes the folder with
+        # its log once it has shown this process's messages)
+        shutil.rmtree(folder if new_experiment_id else folder.parent, ignore_errors=True)
         raise
     _supervise(
         prepared, settings, output, resume=False, headline=f"rerun of {experiment.id} from its snapshot"
     )
+
+
+def _detach_rerun(
+    experiment_id: str, new_id: str, params: list[str], extra_params: bool, settings: Any, output: str
+) -> None:
+    """`phalanx rerun` again in its own session, as `phalanx run -d` does (cli.run.start_detached)."""
+    import sys
+
+    from phalanx.cli.run import Output, start_detached
+
+    argv = [sys.executable, "-m", "phalanx.cli.main", "rerun", experiment_id, "--experiment-id", new_id]
+    for p in params:
+        argv += ["--param", p]
+    if extra_params:
+        argv.append("--extra-params")
+    start_detached(argv, new_id, settings, Output.JSON if output == "json" else Output.TEXT)
 
 
 def _diff_doc(store: Any, a: Any, b: Any) -> dict[str, Any]:

@@ -407,15 +407,9 @@ def _detach(
     """Start `phalanx run` again in its own session with its output in runs/<id>/supervisor.log,
     wait (bounded) until it has created the experiment, and print the id (``experiment_id`` when
     given: a group's controller records the id before launching the trial)."""
-    import shutil
-    import subprocess
     import uuid
 
-    from phalanx.errors import PhalanxError
-
     exp_id = experiment_id or uuid.uuid4().hex[:12]
-    run_dir = settings.runs_dir / exp_id
-    run_dir.mkdir(parents=True, exist_ok=True)
     argv = [
         sys.executable,
         "-m",
@@ -437,14 +431,27 @@ def _detach(
     if cluster:
         argv += ["--cluster", cluster]
     argv += queueing or []
+    start_detached(argv, exp_id, settings, output)
+
+
+def start_detached(argv: list[str], exp_id: str, settings: Settings, output: Output) -> None:
+    """Run ``argv`` (a `phalanx` command that creates experiment ``exp_id``) in its own session,
+    its output in runs/<id>/supervisor.log; wait (bounded) until the experiment exists, then print
+    its id. If the command ends before creating it, its own messages are shown and its exit status
+    is ours, and its run folder is removed (nothing half-written)."""
+    import shutil
+    import subprocess
+
+    from phalanx.errors import NotFound, PhalanxError
+    from phalanx.store import open_store
+
+    run_dir = settings.runs_dir / exp_id
+    run_dir.mkdir(parents=True, exist_ok=True)
     log_path = run_dir / "supervisor.log"
     with open(log_path, "ab") as out:
         proc = subprocess.Popen(
             argv, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
         )
-    from phalanx.errors import NotFound
-    from phalanx.store import open_store
-
     store = open_store(settings)
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
@@ -455,7 +462,7 @@ def _detach(
             pass
         if proc.poll() is not None and not _exists(store, exp_id):
             # it failed before creating the experiment: its messages already say `error: ...`
-            text = log_path.read_text(errors="replace").strip()
+            text = log_path.read_text(errors="replace").strip() if log_path.exists() else ""
             shutil.rmtree(run_dir, ignore_errors=True)
             sys.stderr.write((text or f"error: the supervisor exited with status {proc.returncode}") + "\n")
             raise typer.Exit(proc.returncode or 1)

@@ -59,6 +59,9 @@ SECURITY_HEADERS = [
 # What a replica's token may do: send its experiment's records and files, fetch its files (the
 # Kubernetes code bundle), and check the server is up.
 _SCOPED = re.compile(r"^/api/v1/experiments/(?P<id>[^/]+)/files/")
+# ... and ask for the attempt number of a new start of one of its pods
+# (docs/clusters.md#pods-restarted-by-kubernetes)
+_SCOPED_ATTEMPT = re.compile(r"^/api/v1/experiments/(?P<id>[^/]+)/attempts/next$")
 
 
 def is_public(path: str) -> bool:
@@ -221,8 +224,11 @@ class SecurityMiddleware:
 
     def _check_scoped(self, scope: Scope, path: str, method: str, experiment: str) -> Any:
         match = _SCOPED.match(path)
-        if (path == "/api/v1/ingest" and method == "POST") or (
-            match is not None and match["id"] == experiment and method in ("PUT", "GET", "HEAD")
+        attempt = _SCOPED_ATTEMPT.match(path)
+        if (
+            (path == "/api/v1/ingest" and method == "POST")
+            or (match is not None and match["id"] == experiment and method in ("PUT", "GET", "HEAD"))
+            or (attempt is not None and attempt["id"] == experiment and method == "POST")
         ):
             scope.setdefault("state", {})["experiment_scope"] = experiment
             return None

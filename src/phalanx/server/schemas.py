@@ -245,3 +245,21 @@ class TextOut(BaseModel):
 class ColumnsOut(BaseModel):
     params: list[str]
     metrics: list[str]
+
+
+class AttemptIn(BaseModel):
+    """A pod's container starting (again): which replica it is, and the group's attempt, if any."""
+
+    replica: str = Field(
+        min_length=1,
+        max_length=64,
+        pattern=r"^[A-Za-z0-9_.-]+$",
+        description="the replica starting (PHALANX_REPLICA: master, worker-0, ...)",
+    )
+    at_least: int = Field(
+        0, ge=0, le=2**31 - 1, description="the attempt the supervisor gave the group (PHALANX_ATTEMPT)"
+    )
+
+
+class AttemptOut(BaseModel):
+    attempt: int = Field(description="this start's PHALANX_ATTEMPT: higher than every earlier start's")

@@ -348,6 +348,11 @@ class Store(Protocol):
         """Record how attempt ``number`` ended. Returns None. Raises NotFound."""
         ...
 
+    def next_attempt(self, experiment_id: str, replica: str, at_least: int = 0) -> int:
+        """A new start of ``replica`` (a pod Kubernetes restarted): its PHALANX_ATTEMPT, one more
+        than the replica's last start and at least ``at_least``. Raises NotFound."""
+        ...
+
     def attempts(self, experiment_id: str) -> list[dict[str, Any]]:
         """Attempts in order: number, kind, status, reason, checkpoint_step, started_at, finished_at.
         Returns [] for an experiment without any. Raises NotFound."""

@@ -45,6 +45,7 @@ class Batch:
     models: list[dict[str, Any]] = field(default_factory=list)
     experiments: list[Event] = field(default_factory=list)
     statuses: list[tuple[Event, ExperimentStatus]] = field(default_factory=list)
+    repros: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
 
 
 def collect(events: Sequence[Event]) -> Batch:
@@ -90,6 +91,7 @@ def _collect_one(batch: Batch, ev: Event) -> None:
                 "replica": ev.replica,
                 "rank": ev.rank,
                 "time": ev.time,
+                "attempt": ev.attempt,
             }
         )
     elif kind is EventKind.LOG:
@@ -134,6 +136,15 @@ def _collect_one(batch: Batch, ev: Event) -> None:
         if d.get("exit_code") is not None and not -(2**31) <= int(d["exit_code"]) < 2**31:
             raise ValueError(f"exit_code {d['exit_code']} is out of range")
         batch.statuses.append((ev, ExperimentStatus(d["status"])))
+    elif kind is EventKind.REPRO:
+        record = d.get("record")
+        if not isinstance(record, Mapping):
+            raise UsageError("a repro record needs 'record': an object (what phalanx.repro collects)")
+        record = _jsonable(dict(record))
+        snapshot = record.get("snapshot")
+        if isinstance(snapshot, Mapping):  # the snapshot's bytes are the file this event names
+            record["snapshot"] = {**snapshot, "path": str(d["path"])}
+        batch.repros.append((ev.experiment_id, record))
 
 
 def qualified_name(wanted: str, replica: str, rank: int | None = None, limit: int = 255) -> str:

@@ -66,6 +66,7 @@ def save(
         raise UsageError(f"save_checkpoint: step must be a whole number >= 0, got {step!r}")
     chosen = _policy(policy)
     values = _metrics(metrics)
+    _warn_unscored(task, chosen, values)
     reporter = task._reporter
     replica = task.replica
     if isinstance(obj_or_path, str | os.PathLike):
@@ -117,6 +118,26 @@ def save(
     ckpt = Checkpoint(name, step, str(target), values, replica, time.time(), size)
     task._checkpoints.append((ckpt, path))
     return ckpt
+
+
+def _warn_unscored(task: Task, policy: Policy, values: Mapping[str, float]) -> None:
+    """Say once per process when ``keep_best`` ranks by a metric this checkpoint does not report:
+    such a checkpoint can never count among the best, so the policy would silently keep only the
+    latest ones (a typo in the metric's name, or metrics forgotten in the call)."""
+    if not policy.keep_best or not policy.metric or policy.metric in values:
+        return
+    if task._warned_unscored:
+        return
+    task._warned_unscored = True
+    import warnings
+
+    reported = ", ".join(sorted(values)) or "none"
+    warnings.warn(
+        f"phalanx: the checkpoint policy keeps the best {policy.keep_best} by {policy.metric!r}, but "
+        f"save_checkpoint got no {policy.metric!r} in metrics (reported: {reported}); this "
+        f"checkpoint can never be among the best: pass metrics={{{policy.metric!r}: ...}}",
+        stacklevel=4,
+    )
 
 
 def _artifact_root() -> Path | None:

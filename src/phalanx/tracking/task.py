@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from phalanx.tracking import identity as idm
-from phalanx.tracking import lifecycle
+from phalanx.tracking import lifecycle, whatran
 from phalanx.tracking.client import FLUSH_TIMEOUT, Reporter, jsonable
 from phalanx.tracking.console import ConsoleCapture, ExternalCapture
 from phalanx.tracking.identity import Identity, launch_params
@@ -87,6 +87,8 @@ class Task:
         self._args_enabled: bool | Mapping[str, bool] = True
         self._lifecycle = lifecycle.Lifecycle(self._finalize)
         self._checkpoints: list[tuple[Any, str]] = []  # (Checkpoint, path in the artifact store)
+        self._whatran: threading.Thread | None = None  # a plain script's "what ran" recorder
+        self._warned_unscored = False  # keep_best by a metric a checkpoint lacked: said once
 
     # --- getting the task ------------------------------------------------------------------------
 
@@ -170,6 +172,8 @@ class Task:
             task._reporter.writer.sync()
         _record_crashes(spool)
         _record_script_process(home / "runs" / experiment_id / "script.pid")
+        if whatran.enabled():
+            task._whatran = whatran.start(task._reporter)
         capture = os.environ.get(idm.ENV_CAPTURED) != "1"
         if ident.host is None:
             # the ingester also reads the console (from outside: it outlives a SIGKILLed script)
@@ -341,6 +345,8 @@ class Task:
         global _current
         if self._closed:
             return True
+        if self._whatran is not None and self._owner and os.getpid() == self._owner_pid:
+            self._whatran.join(timeout=whatran.WAIT_AT_EXIT)
         done = self._reporter.flush(wait=True, timeout=timeout)
         with _lock:
             self._closed = True
@@ -386,6 +392,8 @@ class Task:
         try:
             if main and self._console is not None:
                 self._console.stop()
+            if main and self._whatran is not None:
+                self._whatran.join(timeout=whatran.WAIT_AT_EXIT)  # a short script still gets it
             if main:
                 data: dict[str, Any] = {"status": status}
                 if reason:

@@ -69,7 +69,9 @@ def test_resume_of_a_plain_script_run_does_not_point_to_a_rerun_that_would_refus
 
     script = phalanx.tmp / "plain.py"
     script.write_text("from phalanx import Task\nTask.init(project_name='p', task_name='plain')\n")
-    subprocess.run([sys.executable, str(script)], env=phalanx.env, check=True, timeout=120)
+    # a run that recorded nothing (PHALANX_RECORD_SOURCE=0, or one from before plain scripts recorded)
+    quiet = {**phalanx.env, "PHALANX_RECORD_SOURCE": "0"}
+    subprocess.run([sys.executable, str(script)], env=quiet, check=True, timeout=120)
     assert phalanx.run("ls").returncode == 0  # a phalanx command ingests what the script spooled
     exp_id = phalanx.store().list_experiments().items[0].id
     resumed = phalanx.run("resume", exp_id)
@@ -86,7 +88,9 @@ def test_diff_with_a_run_that_recorded_nothing_does_not_claim_every_package_and_
 
     script = phalanx.tmp / "plain.py"
     script.write_text("from phalanx import Task\nTask.init(project_name='p', task_name='plain')\n")
-    subprocess.run([sys.executable, str(script)], env=phalanx.env, check=True, timeout=120)
+    # a run that recorded nothing (PHALANX_RECORD_SOURCE=0, or one from before plain scripts recorded)
+    quiet = {**phalanx.env, "PHALANX_RECORD_SOURCE": "0"}
+    subprocess.run([sys.executable, str(script)], env=quiet, check=True, timeout=120)
     assert phalanx.run("ls").returncode == 0
     plain = phalanx.store().list_experiments().items[0].id
     folder = phalanx.tmp / "exp"
@@ -120,6 +124,28 @@ def test_resume_detach_returns_at_once_and_the_resume_runs_in_the_background(pha
     wait_for(lambda: store.get_experiment(exp_id).status == "succeeded", what="the resumed run")
     assert [a["kind"] for a in store.attempts(exp_id)] == ["start", "resume"]
     wait_for(lambda: not experiment_pids(phalanx.home, exp_id), what="the background supervisor's end")
+
+
+def test_rerun_detach_prints_the_new_id_and_the_rerun_runs_in_the_background(phalanx: Phalanx) -> None:
+    from .conftest import wait_for
+
+    exp_id = _failed_experiment(phalanx)
+    store = phalanx.store()
+    runs = phalanx.home / "runs"
+    before = sorted(p.name for p in runs.iterdir())
+    typo = phalanx.run("rerun", "-d", exp_id, "--param", "epcohs=3")
+    assert typo.returncode == 2 and "did you mean 'epochs'?" in typo.stderr, typo.stderr
+    assert sorted(p.name for p in runs.iterdir()) == before  # refused before going to the background
+    started = phalanx.run("rerun", "-d", exp_id, "--param", "epochs=5")
+    assert started.returncode == 0, started.stderr[-2000:]
+    new_id = started.stdout.strip()
+    assert new_id != exp_id and len(new_id) == 12
+    wait_for(lambda: store.get_experiment(new_id).status == "succeeded", what="the detached rerun")
+    rerun = store.get_experiment(new_id)
+    assert rerun.plan["params"]["epochs"] == 5
+    assert (store.repro(new_id).get("launch") or {}).get("rerun_of") == exp_id
+    assert "rerun of" in (runs / new_id / "supervisor.log").read_text()
+    wait_for(lambda: not experiment_pids(phalanx.home, new_id), what="the background supervisor's end")
 
 
 def test_resume_keeps_no_system_metrics(phalanx: Phalanx) -> None:

@@ -54,6 +54,7 @@ def test_the_bundle_holds_the_code_and_the_sdk_but_no_vcs_venv_data_or_big_files
     assert {
         ".phalanx-sdk/phalanx_slots.py",
         ".phalanx-sdk/phalanx_env.py",
+        ".phalanx-sdk/phalanx_attempt.py",
     } <= names and ".phalanx-sdk/phalanx/tracking/task.py" in names
     assert not [n for n in names if n.startswith((".git", "venv", "data", "__pycache__", "myenv"))]
     assert "weights.bin" not in names

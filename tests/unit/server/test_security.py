@@ -334,3 +334,25 @@ def test_the_throttle_forgets_addresses_whose_failures_are_old(monkeypatch: pyte
     throttle.failed("2001:db8::ffff:1")
     assert len(throttle._failures) <= 2
     assert throttle.retry_after("2001:db8::1") == 0
+
+
+def test_a_replica_token_numbers_the_starts_of_its_own_experiments_pods_only(
+    secured: TestClient, store: Store
+) -> None:
+    """Each start of a pod's container asks for its PHALANX_ATTEMPT
+    (docs/clusters.md#pods-restarted-by-kubernetes)."""
+    mine, other = fill.experiment(store, status=ExperimentStatus.RUNNING), fill.experiment(store)
+    auth = {"Authorization": f"Bearer {experiment_token(TOKEN, mine.id)}"}
+
+    def ask(exp: str, headers: dict[str, str], **body: object) -> Any:
+        return secured.post(f"/api/v1/experiments/{exp}/attempts/next", json=body, headers=headers)
+
+    assert [ask(mine.id, auth, replica="master").json() for _ in range(2)] == [{"attempt": 0}, {"attempt": 1}]
+    assert ask(mine.id, auth, replica="worker-0", at_least=3).json() == {"attempt": 3}
+    assert ask(other.id, auth, replica="master").status_code == 403
+    assert secured.get(f"/api/v1/experiments/{mine.id}/attempts/next", headers=auth).status_code == 403
+    assert ask(mine.id, auth, replica="").status_code == 422
+    assert ask(mine.id, auth, replica="a\x00b").status_code == 422
+    admin = {"Authorization": f"Bearer {TOKEN}"}
+    assert ask(other.id, admin, replica="master").json() == {"attempt": 0}
+    assert ask("nosuchexperiment", admin, replica="master").status_code == 404

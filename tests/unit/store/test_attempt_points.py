@@ -8,7 +8,7 @@ from pathlib import Path
 
 from sqlalchemy import text
 
-from phalanx.domain import Event, EventKind
+from phalanx.domain import Event, EventKind, ExperimentStatus
 from phalanx.ingest import Ingester, record_to_event
 from phalanx.store.sql import SqlStore
 from phalanx.tracking.spool import SpoolWriter, encode_points
@@ -130,3 +130,74 @@ def test_a_record_names_its_attempt_and_an_old_record_has_none() -> None:
     base = {"kind": "scalar", "experiment_id": "e", "data": data}
     assert record_to_event({**base, "attempt": 3}).attempt == 3
     assert record_to_event(base).attempt is None
+
+
+def _by_replica(store: SqlStore, exp: str) -> dict[str, list[tuple[int, float]]]:
+    with store.engine.connect() as conn:
+        rows = conn.execute(
+            text(
+                "SELECT s.replica, s.step, s.value FROM scalars s JOIN series r ON r.id = s.series_id"
+                " WHERE r.experiment_id = :e ORDER BY s.replica, s.step"
+            ),
+            {"e": exp},
+        ).all()
+    out: dict[str, list[tuple[int, float]]] = {}
+    for replica, step, value in rows:
+        out.setdefault(replica, []).append((int(step), float(value)))
+    return out
+
+
+def test_a_replica_restarted_alone_replaces_only_its_own_points_of_a_shared_series(store: SqlStore) -> None:
+    """Kubernetes restarts each pod on its own: the worker is at its second start (attempt 1) while
+    the master still runs its first (attempt 0), both reporting `loss/a`. The worker's re-reported
+    steps replace its own; the master's points, before and after, all stay (per series, the
+    worker's first point deleted the master's and the master's later ones were dropped as late)."""
+    exp = _exp(store)
+
+    def points(stream: str, seq: int, replica: str, steps: range, value: float, attempt: int) -> Event:
+        data = _points(exp, stream, seq, steps, value, attempt).data
+        return Event(exp, EventKind.SCALAR, data, replica=replica, stream=stream, seq=seq, attempt=attempt)
+
+    store.write_events([points("m", 0, "master", range(0, 10), 0.0, 0)])
+    store.write_events([points("w0", 0, "worker-0", range(0, 6), 10.0, 0)])  # the worker's pod fails
+    store.write_events([points("w1", 0, "worker-0", range(0, 10), 20.0, 1)])  # ...and starts again
+    store.write_events([points("m", 1, "master", range(10, 15), 0.0, 0)])  # the master goes on
+    stored = _by_replica(store, exp)
+    assert stored["master"] == [(s, float(s)) for s in range(15)]
+    assert stored["worker-0"] == [(s, 20.0 + s) for s in range(10)]
+    assert _summary_count(store, exp) == 25
+
+
+def test_each_start_of_a_replica_gets_a_higher_attempt_number(store: SqlStore) -> None:
+    exp = _exp(store)
+    assert [store.next_attempt(exp, "master") for _ in range(3)] == [0, 1, 2]
+    assert store.next_attempt(exp, "worker-0") == 0  # counted per replica
+    assert store.next_attempt(exp, "worker-0", at_least=5) == 5  # a `phalanx resume` gave the group 5
+    assert store.next_attempt(exp, "worker-0", at_least=5) == 6  # a restart in that resumed group
+    assert store.next_attempt(exp, "master", at_least=1) == 3  # never lower than an earlier start's
+    store.update_experiment(exp, status=ExperimentStatus.FAILED)
+    store.delete_experiment(exp)
+    with store.engine.connect() as conn:
+        assert conn.execute(text("SELECT count(*) FROM replica_starts")).scalar_one() == 0
+
+
+def test_a_text_reported_again_at_a_step_by_a_later_attempt_replaces_the_earlier_one(store: SqlStore) -> None:
+    exp = _exp(store)
+
+    def text_event(stream: str, seq: int, step: int | None, body: str, attempt: int | None) -> Event:
+        data = {"title": "samples", "text": body, "step": step}
+        return Event(exp, EventKind.TEXT, data, stream=stream, seq=seq, attempt=attempt)
+
+    store.write_events([text_event("a", i, step, f"first {step}", 0) for i, step in enumerate((0, 1, 2))])
+    store.write_events([text_event("b", 0, 1, "second 1", 1), text_event("b", 1, 1, "second 1 again", 1)])
+    store.write_events([text_event("a", 3, 1, "first 1, late", 0)])  # an older attempt's, late
+    store.write_events([text_event("c", 0, None, "no step", 2), text_event("d", 0, 5, "no attempt", None)])
+    texts = sorted((t["step"] is None, t["step"] or 0, t["text"]) for t in store.texts(exp))
+    assert texts == [
+        (False, 0, "first 0"),
+        (False, 1, "second 1"),
+        (False, 1, "second 1 again"),  # within one attempt, both are kept
+        (False, 2, "first 2"),  # not reported again: kept
+        (False, 5, "no attempt"),
+        (True, 0, "no step"),
+    ]

@@ -29,3 +29,34 @@ def test_opening_a_store_twice_migrates_once(tmp_path) -> None:  # type: ignore[
     with again.engine.connect() as conn:
         assert conn.exec_driver_sql("SELECT version_num FROM alembic_version").scalar() == HEAD
     again.close()
+
+
+def test_a_store_migrated_from_0004_keeps_the_attempt_state_of_each_replica(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """0005 keeps per (series, replica) what 0004 kept per series: a later attempt still replaces,
+    an older one arriving late is still dropped."""
+    from alembic import command
+    from sqlalchemy import create_engine, text
+
+    from phalanx.store.sql.engine import alembic_config
+
+    url = f"sqlite:///{tmp_path / 'db.sqlite'}"
+    engine = create_engine(url)
+    cfg = alembic_config()
+    with engine.begin() as conn:
+        cfg.attributes["connection"] = conn
+        command.upgrade(cfg, "0004_requeue")
+        conn.execute(
+            text(
+                "INSERT INTO series (id, experiment_id, title, series, attempt, attempt_step)"
+                " VALUES (1, 'e', 'loss', 'a', 1, 5), (2, 'e', 'loss', 'b', NULL, NULL)"
+            )
+        )
+        conn.execute(text("INSERT INTO scalars (series_id, step, value, time, replica) VALUES"
+                          " (1, 4, 0, 0, 'master'), (1, 5, 0, 0, 'master'), (1, 6, 0, 0, 'worker-0'),"
+                          " (2, 0, 0, 0, 'master')"))  # fmt: skip
+    engine.dispose()
+    store = SqlStore(url)
+    with store.engine.connect() as conn:
+        rows = conn.execute(text("SELECT series_id, replica, attempt, attempt_step FROM series_attempts"))
+        assert sorted(tuple(r) for r in rows) == [(1, "master", 1, 5), (1, "worker-0", 1, 5)]
+    store.close()

@@ -20,7 +20,7 @@ from phalanx.domain import Event, EventKind, Experiment, ExperimentStatus
 from phalanx.errors import Conflict, NotFound, UsageError
 from phalanx.server.deps import FilesDep, StoreDep, experiment_of
 from phalanx.server.files import safe_relpath
-from phalanx.server.schemas import FileOut, IngestIn, IngestOut
+from phalanx.server.schemas import AttemptIn, AttemptOut, FileOut, IngestIn, IngestOut
 from phalanx.store.base import Store
 
 router = APIRouter(tags=["ingest"])
@@ -42,7 +42,7 @@ def ingest(batch: IngestIn, store: StoreDep, request: Request) -> IngestOut:
 
     Refused whole: 403 when a replica token sends another experiment's records; 404 for an
     experiment that does not exist (unless the batch creates it: a plain script's ``experiment``
-    record); 409 for a ``status`` record of an experiment a supervisor owns."""
+    record); 409 for a ``status`` or ``repro`` record of an experiment a supervisor owns."""
     from phalanx.ingest import records_to_events
 
     if not batch.events:
@@ -71,7 +71,8 @@ def check_owners(store: Store, events: Sequence[Event], scope: str | None) -> No
     - records of an experiment that does not exist are refused, except in a batch holding the
       ``experiment`` record of a plain script (``Task.init`` outside ``phalanx run``) creating it;
     - a ``status`` record decides only a plain script's status (backend "script"): an experiment a
-      supervisor runs gets its status from that supervisor, and an ended one stays ended.
+      supervisor runs gets its status from that supervisor, and an ended one stays ended;
+    - a ``repro`` record (what ran: commit, diff, packages, snapshot) likewise only a plain script's.
     """
     ids = {ev.experiment_id for ev in events}
     if scope is not None and ids - {scope}:
@@ -80,6 +81,7 @@ def check_owners(store: Store, events: Sequence[Event], scope: str | None) -> No
             403, f"this replica token belongs to experiment {scope}; it cannot write experiment {others}"
         )
     creating = {ev.experiment_id for ev in events if ev.kind is EventKind.EXPERIMENT}
+    repros = {ev.experiment_id for ev in events if ev.kind is EventKind.REPRO}
     statuses: dict[str, list[ExperimentStatus]] = {}
     for ev in events:
         if ev.kind is EventKind.STATUS:
@@ -95,6 +97,11 @@ def check_owners(store: Store, events: Sequence[Event], scope: str | None) -> No
             )
         if scope is not None:
             refuse_ended(current)
+        if current.backend != "script" and experiment_id in repros:
+            raise Conflict(
+                f"experiment {experiment_id} is run by a supervisor ({current.backend or 'local'}); it "
+                "records what the experiment ran, a 'repro' record cannot"
+            )
         wanted = statuses.get(experiment_id)
         if not wanted:
             continue
@@ -176,3 +183,21 @@ async def put_file(
         refuse_ended(e)
     size = await files.write_stream(e.id, clean, request.stream())
     return FileOut(path=clean, size=size)
+
+
+@router.post("/experiments/{experiment_id}/attempts/next", response_model=AttemptOut)
+def next_attempt(experiment_id: str, body: AttemptIn, store: StoreDep, request: Request) -> AttemptOut:
+    """The attempt number of a replica's new start, asked by the pod's entry each time its container
+    starts: Kubernetes restarts pods itself, so only the server can count them
+    (docs/clusters.md#pods-restarted-by-kubernetes). A replica token may ask for its own
+    experiment only, and not once it has ended."""
+    e = experiment_of(store, experiment_id)
+    scope = getattr(request.state, "experiment_scope", None)
+    if scope is not None and e.id != scope:
+        raise HTTPException(403, f"this replica token belongs to experiment {scope}")
+    if scope is not None:
+        refuse_ended(e)
+    number = store.next_attempt(e.id, body.replica, body.at_least)
+    if number > 2**31 - 1:
+        raise UsageError(f"replica {body.replica} of {e.id}: attempt {number} is past 2^31-1")
+    return AttemptOut(attempt=number)

@@ -3,14 +3,22 @@
 Why: a restarted group (max_restarts, `phalanx resume`) or a requeued Slurm job runs the training
 again from its checkpoint (or from scratch) and reports the same steps a second time; appended, a
 40-step run showed 52 points. Each scalar record carries its writer's attempt (PHALANX_ATTEMPT), and
-each series remembers the latest attempt that wrote to it and the first step that attempt reported
-(``series.attempt``, ``series.attempt_step``). The invariant: every stored point at or after
-``attempt_step`` belongs to ``attempt``; the points before it are earlier attempts' and are kept.
+each series remembers, per replica, the latest attempt of that replica that wrote to it and the
+first step that attempt reported (``series_attempts``). The invariant: every stored point of that
+replica at or after ``attempt_step`` belongs to ``attempt``; its points before it are earlier
+attempts' and are kept.
 
-- A point of a newer attempt than the series': the earlier attempts' points at or after its first
+Why per replica: on Kubernetes the kubelet or the training operator restarts each pod on its own
+(restartPolicy OnFailure/ExitCode), so one replica may be at its third start while another still
+runs its first, both reporting into the same series (every rank reports ``loss``). Kept per series,
+the restarted replica's first point would delete the other's points and make its later ones look
+late. Per replica, a start only replaces what its own replica reported. Where every replica restarts
+together (local restarts, `phalanx resume`, a Slurm requeue) the result is the same as per series.
+
+- A point of a newer attempt than the replica's: the earlier attempts' points at or after its first
   step are deleted, and the series continues from there (no duplicate, no stale tail).
 - A point of the same attempt before ``attempt_step``: the earlier attempts' points from there up
-  to ``attempt_step`` are deleted (another rank of the new attempt resumed a little earlier).
+  to ``attempt_step`` are deleted (another rank of the replica resumed a little earlier).
 - A point of an older attempt (a record that reached the store late): kept only before
   ``attempt_step``; later steps belong to the newer attempt.
 - Within one attempt nothing changes (exactly once per record, repeats of a step are kept), and a
@@ -25,17 +33,19 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Sequence
 
-from sqlalchemy import Connection, delete, select, update
+from sqlalchemy import Connection, delete, insert, select, update
 
 from phalanx.store.batch import ScalarBlock
-from phalanx.store.sql.models import ScalarRow, SeriesRow
+from phalanx.store.sql.models import ScalarRow, SeriesAttemptRow, SeriesRow
+
+Key = tuple[int, str]  # (series id, replica)
 
 
 def _first_steps(
     blocks: Sequence[ScalarBlock], ids: dict[tuple[str, str, str], int]
-) -> dict[int, dict[int, int]]:
-    """Per series id and attempt, the smallest step the batch brings."""
-    firsts: dict[int, dict[int, int]] = {}
+) -> dict[Key, dict[int, int]]:
+    """Per series id and replica, and per attempt, the smallest step the batch brings."""
+    firsts: dict[Key, dict[int, int]] = {}
     for b in blocks:
         if b.attempt is None or not b.steps:
             continue
@@ -49,7 +59,7 @@ def _first_steps(
                     low[k] = step
             pairs = [(sids[k], step) for k, step in low.items()]
         for sid, step in pairs:
-            per = firsts.setdefault(sid, {})
+            per = firsts.setdefault((sid, b.replica), {})
             per[b.attempt] = min(step, per.get(b.attempt, step))
     return firsts
 
@@ -57,58 +67,74 @@ def _first_steps(
 def reconcile(
     conn: Connection, blocks: Sequence[ScalarBlock], ids: dict[tuple[str, str, str], int]
 ) -> tuple[list[ScalarBlock], set[int]]:
-    """Delete the earlier attempts' points the batch replaces and record each series' attempt;
-    returns the blocks without points of older attempts that came too late, and the ids of the
-    series that lost points (their summary must be rebuilt)."""
+    """Delete the replica's earlier attempts' points the batch replaces and record each series'
+    attempt per replica; returns the blocks without points of older attempts that came too late,
+    and the ids of the series that lost points (their summary must be rebuilt)."""
     firsts = _first_steps(blocks, ids)
     if not firsts:
         return list(blocks), set()
-    query = (
-        select(SeriesRow.id, SeriesRow.attempt, SeriesRow.attempt_step)
-        .where(SeriesRow.id.in_(sorted(firsts)))
-        .order_by(SeriesRow.id)  # locked in one order by every writer: no deadlock between two
+    sids = sorted({sid for sid, _ in firsts})
+    if conn.dialect.name == "postgresql":  # locked in one order by every writer: no deadlock between two
+        conn.execute(
+            select(SeriesRow.id).where(SeriesRow.id.in_(sids)).order_by(SeriesRow.id).with_for_update()
+        )
+    rows = conn.execute(
+        select(
+            SeriesAttemptRow.series_id,
+            SeriesAttemptRow.replica,
+            SeriesAttemptRow.attempt,
+            SeriesAttemptRow.attempt_step,
+        ).where(SeriesAttemptRow.series_id.in_(sids))
     )
-    if conn.dialect.name == "postgresql":
-        query = query.with_for_update()
-    stored = {int(r[0]): (r[1], r[2]) for r in conn.execute(query)}
+    stored: dict[Key, tuple[int, int]] = {(int(r[0]), str(r[1])): (int(r[2]), int(r[3])) for r in rows}
     rebuild: set[int] = set()
-    state: dict[int, tuple[int | None, int | None]] = {}
-    for sid, per_attempt in firsts.items():
-        cur, start = stored.get(sid, (None, None))
-        before = (cur, start)
+    state: dict[Key, tuple[int | None, int | None]] = {}
+    for key, per_attempt in firsts.items():
+        sid, replica = key
+        cur: int | None
+        start: int | None
+        cur, start = stored.get(key, (None, None))
         for attempt in sorted(per_attempt):
             first = per_attempt[attempt]
-            if cur is None or attempt > cur:  # a newer attempt takes the series over from `first`
-                stale = delete(ScalarRow).where(ScalarRow.series_id == sid, ScalarRow.step >= first)
-                gone = conn.execute(stale)
+            mine = (ScalarRow.series_id == sid, ScalarRow.replica == replica)
+            if cur is None or attempt > cur:  # a newer attempt takes the replica's points over from `first`
+                gone = conn.execute(delete(ScalarRow).where(*mine, ScalarRow.step >= first))
                 cur, start = attempt, first
             elif attempt == cur and start is not None and first < start:
                 gone = conn.execute(
-                    delete(ScalarRow).where(
-                        ScalarRow.series_id == sid, ScalarRow.step >= first, ScalarRow.step < start
-                    )
+                    delete(ScalarRow).where(*mine, ScalarRow.step >= first, ScalarRow.step < start)
                 )
                 start = first
             else:
                 continue
             if gone.rowcount:
                 rebuild.add(sid)
-        state[sid] = (cur, start)
-        if (cur, start) != before:
-            conn.execute(update(SeriesRow).where(SeriesRow.id == sid).values(attempt=cur, attempt_step=start))
+        state[key] = (cur, start)
+        if key not in stored:
+            conn.execute(
+                insert(SeriesAttemptRow).values(
+                    series_id=sid, replica=replica, attempt=cur, attempt_step=start
+                )
+            )
+        elif stored[key] != (cur, start):
+            conn.execute(
+                update(SeriesAttemptRow)
+                .where(SeriesAttemptRow.series_id == sid, SeriesAttemptRow.replica == replica)
+                .values(attempt=cur, attempt_step=start)
+            )
     return [_without_stale(b, ids, state) for b in blocks], rebuild
 
 
 def _without_stale(
-    b: ScalarBlock, ids: dict[tuple[str, str, str], int], state: dict[int, tuple[int | None, int | None]]
+    b: ScalarBlock, ids: dict[tuple[str, str, str], int], state: dict[Key, tuple[int | None, int | None]]
 ) -> ScalarBlock:
-    """The block without its points that a newer attempt of their series has replaced already."""
+    """The block without its points that a newer attempt of their replica has replaced already."""
     if b.attempt is None:
         return b
     sids = [ids[(b.experiment_id, t, s)] for t, s in b.keys]
     limits = []
     for sid in sids:
-        cur, start = state.get(sid, (None, None))
+        cur, start = state.get((sid, b.replica), (None, None))
         limits.append(start if cur is not None and start is not None and cur > b.attempt else None)
     if all(limit is None for limit in limits):
         return b

@@ -14,7 +14,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from itertools import chain, repeat
 from typing import Any
 
-from sqlalchemy import Connection, delete, func, insert, select, update
+from sqlalchemy import Connection, delete, func, insert, or_, select, update
 
 from phalanx.checkpoints import KIND, Checkpoint, Policy, PolicyError, retain
 from phalanx.domain import Event, ExperimentStatus, ReplicaState, Role
@@ -31,6 +31,8 @@ from phalanx.store.sql.models import (
     SeriesRow,
     TextRow,
 )
+
+SCRIPT_BACKEND = "script"  # the backend column of an experiment a plain script created
 
 
 def new_events(conn: Connection, events: Sequence[Event]) -> list[Event]:
@@ -77,7 +79,9 @@ def apply_events(
     if batch.params:
         conn.execute(insert(ParamRow), batch.params)
     if batch.texts:
-        conn.execute(insert(TextRow), batch.texts)
+        texts = _texts_of_latest_attempts(conn, batch.texts)
+        if texts:
+            conn.execute(insert(TextRow), texts)
     for (experiment_id, replica), lines in batch.logs.items():
         _insert_logs(conn, experiment_id, replica, lines)
     for row, values in ((ArtifactRow, batch.artifacts), (ModelRow, batch.models)):
@@ -90,6 +94,37 @@ def apply_events(
             removed.extend((experiment_id, path) for path in dropped)
     for ev, status in batch.statuses:
         _status_from_event(conn, ev, status)
+    for experiment_id, record in batch.repros:
+        # only a plain script's own record: what a supervised experiment ran its supervisor records
+        conn.execute(
+            update(ExperimentRow)
+            .where(ExperimentRow.id == experiment_id, ExperimentRow.backend == SCRIPT_BACKEND)
+            .values(repro=record)
+        )
+
+
+def _texts_of_latest_attempts(conn: Connection, texts: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """A text a restarted replica reports again at a step (same title) replaces what its earlier
+    attempts reported there, as its points do (store.sql.attempts); one of an older attempt that
+    comes late is dropped. Texts without a step or an attempt are kept as they are."""
+    keep = []
+    for t in texts:
+        if t["attempt"] is None or t["step"] is None:
+            keep.append(t)
+            continue
+        same = (
+            TextRow.experiment_id == t["experiment_id"],
+            TextRow.title == t["title"],
+            TextRow.replica == t["replica"],
+            TextRow.step == t["step"],
+        )
+        newer = conn.execute(select(TextRow.id).where(*same, TextRow.attempt > t["attempt"]).limit(1)).first()
+        if newer is not None:
+            continue
+        older = or_(TextRow.attempt.is_(None), TextRow.attempt < t["attempt"])
+        conn.execute(delete(TextRow).where(*same, older))
+        keep.append(t)
+    return keep
 
 
 def _upsert_named(conn: Connection, row: type[ArtifactRow] | type[ModelRow], values: dict[str, Any]) -> None:
@@ -306,7 +341,7 @@ def _create_from_event(conn: Connection, ev: Event) -> None:
             project=str(d.get("project") or "default"),
             status=ExperimentStatus.RUNNING.value,
             framework=d.get("framework"),
-            backend="script",  # never an engine's: a stop then only looks at runs/<id>/script.pid
+            backend=SCRIPT_BACKEND,  # never an engine's: a stop then only looks at runs/<id>/script.pid
             cluster=None,
             tags=list(d.get("tags") or []),
             topology={"master": 1},

@@ -193,6 +193,7 @@ class TextRow(Base):
     replica: Mapped[str] = mapped_column(String(64))
     rank: Mapped[int | None] = mapped_column(Integer)
     time: Mapped[float] = mapped_column(Float)
+    attempt: Mapped[int | None] = mapped_column(Integer, nullable=True)  # a later one replaces its step
 
 
 class EventKeyRow(Base):
@@ -279,3 +280,30 @@ class AttemptRow(Base):
     checkpoint_step: Mapped[int | None] = mapped_column(BigInteger)  # the step it continued from
     started_at: Mapped[float] = mapped_column(Float)
     finished_at: Mapped[float | None] = mapped_column(Float)
+
+
+class SeriesAttemptRow(Base):
+    """Per scalar series and replica: the latest attempt of that replica that reported points and
+    the first step it reported (store.sql.attempts). Per replica because on Kubernetes each pod is
+    restarted on its own (the training operator, the kubelet), so replicas of one experiment may be
+    at different attempts while they report into the same series."""
+
+    __tablename__ = "series_attempts"
+
+    series_id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    replica: Mapped[str] = mapped_column(String(64), primary_key=True)
+    attempt: Mapped[int] = mapped_column(Integer)
+    attempt_step: Mapped[int] = mapped_column(BigInteger)
+
+
+class ReplicaStartRow(Base):
+    """How many times a replica (a pod's container) has started: the attempt number the server
+    hands to each start of a pod that Kubernetes restarted by itself (``next_attempt``)."""
+
+    __tablename__ = "replica_starts"
+
+    experiment_id: Mapped[str] = mapped_column(
+        String(32), ForeignKey("experiments.id", ondelete="CASCADE"), primary_key=True
+    )
+    replica: Mapped[str] = mapped_column(String(64), primary_key=True)
+    last: Mapped[int] = mapped_column(Integer)

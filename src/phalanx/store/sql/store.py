@@ -48,8 +48,10 @@ from phalanx.store.sql.models import (
     ModelRow,
     ParamRow,
     ReplicaRow,
+    ReplicaStartRow,
     ScalarRow,
     ScalarSummaryRow,
+    SeriesAttemptRow,
     SeriesRow,
     TextRow,
 )
@@ -258,6 +260,29 @@ class SqlStore:
                 .values(status=ExperimentStatus(status).value, reason=reason, finished_at=time.time())
             )
 
+    def next_attempt(self, experiment_id: str, replica: str, at_least: int = 0) -> int:
+        """The attempt number of a new start of ``replica``: one more than its last start, and at
+        least ``at_least`` (the attempt the supervisor gave the whole group, e.g. a `phalanx
+        resume`). Each call hands out a new number, so two starts never share one."""
+        with self._writer.begin() as conn:
+            full = _resolve(conn, experiment_id)
+            key = (ReplicaStartRow.experiment_id == full, ReplicaStartRow.replica == replica)
+            from sqlalchemy.dialects import postgresql, sqlite
+
+            dialect = postgresql if conn.dialect.name == "postgresql" else sqlite
+            # the row first (a concurrent first start of the same replica finds it), then locked
+            conn.execute(
+                dialect.insert(ReplicaStartRow)
+                .values(experiment_id=full, replica=replica, last=-1)
+                .on_conflict_do_nothing()
+            )
+            query = select(ReplicaStartRow.last).where(*key)
+            if conn.dialect.name == "postgresql":
+                query = query.with_for_update()
+            number = max(at_least, int(conn.execute(query).scalar_one()) + 1)
+            conn.execute(update(ReplicaStartRow).where(*key).values(last=number))
+        return number
+
     def attempts(self, experiment_id: str) -> list[dict[str, Any]]:
         with self.engine.connect() as conn:
             full = _resolve(conn, experiment_id)
@@ -326,8 +351,10 @@ class SqlStore:
             series = select(SeriesRow.id).where(SeriesRow.experiment_id == full)
             conn.execute(delete(ScalarRow).where(ScalarRow.series_id.in_(series)))
             conn.execute(delete(ScalarSummaryRow).where(ScalarSummaryRow.series_id.in_(series)))
+            conn.execute(delete(SeriesAttemptRow).where(SeriesAttemptRow.series_id.in_(series)))
             for row in (SeriesRow, ParamRow, ArtifactRow, ModelRow, LogRow, TextRow, ReplicaRow, AttemptRow):
                 conn.execute(delete(row).where(row.experiment_id == full))
+            conn.execute(delete(ReplicaStartRow).where(ReplicaStartRow.experiment_id == full))
             conn.execute(delete(ExperimentRow).where(ExperimentRow.id == full))
         if self.artifact_store is not None:
             self.artifact_store.delete_experiment(full)
