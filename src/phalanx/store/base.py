@@ -154,6 +154,12 @@ class Store(Protocol):
         """Release connections. The store must not be used afterwards."""
         ...
 
+    def compact(self) -> None:
+        """Give the space of deleted rows back to the file system (`phalanx gc`: VACUUM, and a WAL
+        checkpoint on SQLite). Returns None; a store with nothing to compact does nothing. Raises
+        BackendUnavailable (the database cannot be reached or stays locked), StoreError."""
+        ...
+
     def create_experiment(
         self,
         *,

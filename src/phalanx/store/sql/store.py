@@ -88,6 +88,27 @@ class SqlStore:
     def close(self) -> None:
         self.engine.dispose()
 
+    def compact(self) -> None:
+        # Both engines refuse VACUUM inside a transaction, and the SQLite engine begins one on every
+        # connection, so it goes through the driver's own connection (its errors are translated too).
+        raw = self.engine.raw_connection()
+        try:
+            driver: Any = raw.driver_connection
+            if self.dialect == "sqlite":
+                driver.isolation_level = None  # autocommit: no implicit BEGIN
+                driver.execute("VACUUM")
+                driver.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+            else:
+                raw.rollback()
+                driver.autocommit = True  # psycopg: VACUUM needs autocommit
+                try:
+                    with driver.cursor() as cur:
+                        cur.execute("VACUUM")
+                finally:
+                    driver.autocommit = False
+        finally:
+            raw.close()
+
     # --- experiments ------------------------------------------------------------------------
 
     def create_experiment(
