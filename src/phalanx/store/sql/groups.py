@@ -24,44 +24,24 @@ if TYPE_CHECKING:
     from phalanx.store.sql.store import SqlStore
 
 
-def create_group(
-    store: SqlStore,
-    *,
-    name: str,
-    project: str,
-    search: str,
-    planned: int,
-    concurrency: int,
-    metric: str | None,
-    optimization: str | None,
-    spec_text: str,
-    source_file: str | None,
-    workdir: str | None,
-    options: Mapping[str, Any],
-) -> Group:
+def create_group(store: SqlStore, fields: Mapping[str, Any]) -> Group:
+    """``fields``: what ``GroupStore.create_group`` takes (name, project, search, ... options)."""
     gid = uuid.uuid4().hex[:12]
     with store._writer.begin() as conn:
         conn.execute(
             insert(GroupRow).values(
-                id=gid,
-                name=name,
-                project=project,
-                status="created",
-                search=search,
-                planned=planned,
-                concurrency=concurrency,
-                metric=metric,
-                optimization=optimization,
-                spec_text=spec_text,
-                source_file=source_file,
-                workdir=workdir,
-                options=dict(options),
-                reason=None,
-                controller_pid=None,
-                controller_host=None,
-                stop_requested=0,
-                created_at=time.time(),
-                finished_at=None,
+                {
+                    **fields,
+                    "options": dict(fields["options"]),
+                    "id": gid,
+                    "status": "created",
+                    "reason": None,
+                    "controller_pid": None,
+                    "controller_host": None,
+                    "stop_requested": 0,
+                    "created_at": time.time(),
+                    "finished_at": None,
+                }
             )
         )
     return get_group(store, gid)

@@ -769,17 +769,19 @@ class SqlStore:
     ) -> Group:
         return group_sql.create_group(
             self,
-            name=name,
-            project=project,
-            search=search,
-            planned=planned,
-            concurrency=concurrency,
-            metric=metric,
-            optimization=optimization,
-            spec_text=spec_text,
-            source_file=source_file,
-            workdir=workdir,
-            options=options,
+            {
+                "name": name,
+                "project": project,
+                "search": search,
+                "planned": planned,
+                "concurrency": concurrency,
+                "metric": metric,
+                "optimization": optimization,
+                "spec_text": spec_text,
+                "source_file": source_file,
+                "workdir": workdir,
+                "options": options,
+            },
         )
 
     def resolve_group(self, group_id: str) -> str:
