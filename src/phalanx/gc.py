@@ -9,7 +9,7 @@ After one ingest pass (so nothing that reached a spool is lost), it removes
   has exited (deleted experiments, scripts killed before their first record was ingested);
 * spool files of finished experiments that are fully ingested and whose writers have exited (a
   supervisor that died before tidying up, a stream no ingester saw close), and empty spool folders;
-then compacts the store: VACUUM (and a WAL checkpoint) on SQLite, VACUUM on PostgreSQL, giving back
+then compacts the store (``Store.compact``: VACUUM, and a WAL checkpoint on SQLite), giving back
 the pages `phalanx delete` freed.
 """
 
@@ -20,11 +20,14 @@ import shutil
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from phalanx.config import Settings
 from phalanx.errors import NotFound
 from phalanx.tracking.spool import ACK_SUFFIX, SUFFIX, writer_gone
+
+if TYPE_CHECKING:
+    from phalanx.store.base import IngestStore
 
 log = logging.getLogger(__name__)
 
@@ -52,7 +55,7 @@ class Collected:
 
 
 def collect(
-    store: Any, settings: Settings, *, min_age: float = MIN_AGE_SECONDS, vacuum: bool = True
+    store: IngestStore, settings: Settings, *, min_age: float = MIN_AGE_SECONDS, vacuum: bool = True
 ) -> Collected:
     """Remove what no experiment needs any more and compact the store (see the module docstring)."""
     from phalanx.ingest import Ingester
@@ -110,34 +113,9 @@ def collect(
                 pass  # something else lives there: keep it
     if vacuum:
         out.store_bytes_before = _store_bytes(settings)
-        compact(store)
+        store.compact()
         out.store_bytes_after = _store_bytes(settings)
     return out
-
-
-def compact(store: Any) -> None:
-    """VACUUM the store's database. Both engines refuse it inside a transaction, and the store's
-    SQLite engine begins one on every connection, so it goes through the driver's own connection."""
-    engine = getattr(store, "engine", None)
-    if engine is None:
-        return
-    raw = engine.raw_connection()
-    try:
-        driver = raw.driver_connection
-        if engine.dialect.name == "sqlite":
-            driver.isolation_level = None  # autocommit: no implicit BEGIN
-            driver.execute("VACUUM")
-            driver.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-        else:
-            raw.rollback()
-            driver.autocommit = True  # psycopg: VACUUM needs autocommit
-            try:
-                with driver.cursor() as cur:
-                    cur.execute("VACUUM")
-            finally:
-                driver.autocommit = False
-    finally:
-        raw.close()
 
 
 def _finished_writer(stream: str, settings: Settings, experiment_id: str) -> bool:

@@ -30,7 +30,7 @@ from phalanx.domain import Event, EventKind
 from phalanx.errors import UsageError
 from phalanx.procs import pid_alive
 from phalanx.store.artifacts import ArtifactStore, safe_path
-from phalanx.store.sql.events import check_event, text_field
+from phalanx.store.batch import check_event, text_field
 from phalanx.tracking.spool import (
     ACK_SUFFIX,
     REFUSED_SUFFIX,
@@ -330,7 +330,7 @@ def salvage(events: Sequence[Event], refused: Any = None) -> list[Event]:
     """The events without what the store refuses: an invalid event is left out, except that the
     good points of a SCALAR event are kept (one over-long metric name among 10,000 points used to
     take all of them). ``refused(event, why)`` hears about each event (or part) left out."""
-    from phalanx.store.sql.events import name, scalar_block
+    from phalanx.store.batch import name, scalar_block
 
     kept: list[Event] = []
     for ev in events:

@@ -17,7 +17,7 @@ from pathlib import Path
 from phalanx.config import Settings
 from phalanx.domain import Event, EventKind, ExperimentStatus, Replica, ReplicaState, Role
 from phalanx.store import open_store
-from phalanx.store.sql.store import SqlStore
+from phalanx.store.base import IngestStore
 
 SPEC = """version: 1
 kind: experiment
@@ -51,7 +51,7 @@ def _png() -> bytes:
 
 
 class Filler:
-    def __init__(self, store: SqlStore) -> None:
+    def __init__(self, store: IngestStore) -> None:
         self.store = store
         self.seq = 0
 

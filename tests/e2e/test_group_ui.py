@@ -36,12 +36,14 @@ PLAIN = "abcdefabcdef"
 
 def fill_group(home: Path) -> str:
     from phalanx.config import Settings
-    from phalanx.groups import records
     from phalanx.groups.controller import create
+    from phalanx.groups.records import Trial
     from phalanx.spec.group import load_group
+    from phalanx.store import open_store
+    from phalanx.store.base import group_store
 
     (home / "g.yml").write_text(GROUP_FILE)
-    store: Any = __import__("phalanx.store", fromlist=["open_store"]).open_store(Settings(home=home))
+    store = group_store(open_store(Settings(home=home)))
     group = create(store, load_group(home / "g.yml"), workdir=home)
     rows = [
         (0.01, "adam", "done", 0.42),
@@ -51,11 +53,11 @@ def fill_group(home: Path) -> str:
     ]
     for n, (lr, opt, state, value) in enumerate(rows):
         exp = store.create_experiment(name=f"g-{n}", project="default", experiment_id=f"{n:012x}")
-        records.add_trial(store, records.Trial(group.id, n, exp.id, {"lr": lr, "opt": opt}, state, value, 10))
-        records.link_experiment(store, exp.id, group.id)
+        store.add_trial(Trial(group.id, n, exp.id, {"lr": lr, "opt": opt}, state, value, 10))
+        store.link_experiment(exp.id, group.id)
     store.create_experiment(name="plain", project="default", experiment_id=PLAIN)  # in no group
-    records.update_trial(store, group.id, 2, reason="pruned at step 10: loss 0.93 > median 0.41")
-    records.update_group(store, group.id, status="running")
+    store.update_trial(group.id, 2, reason="pruned at step 10: loss 0.93 > median 0.41")
+    store.update_group(group.id, status="running")
     return group.id
 
 

@@ -14,7 +14,9 @@ import typer
 from phalanx.cli.app import app, emit_json
 
 if TYPE_CHECKING:
+    from phalanx.config import Settings
     from phalanx.spec.group import GroupSpec
+    from phalanx.store.base import GroupStore
 
 group_app = typer.Typer(
     help="Hyperparameter search (kind: group files): every trial is a whole experiment.",
@@ -159,10 +161,10 @@ def run(
         controller.check_trials_can_run(
             group, settings, cluster=cluster, workdir=workdir, oversubscribe=oversubscribe
         )
-    from phalanx.groups.records import sql_store
     from phalanx.store import open_store
+    from phalanx.store.base import group_store
 
-    store = sql_store(open_store(settings))
+    store = group_store(open_store(settings))
     record = controller.create(
         store,
         group,
@@ -184,7 +186,7 @@ def run(
     _drive(store, settings, record.id, json_out)
 
 
-def _drive(store: Any, settings: Any, group_id: str, json_out: bool, quiet: bool = False) -> None:
+def _drive(store: GroupStore, settings: Settings, group_id: str, json_out: bool, quiet: bool = False) -> None:
     from phalanx.groups import controller
 
     done = controller.Controller(store, settings, group_id, say=_printer(quiet)).run()
@@ -217,13 +219,13 @@ def resume(
     kept, running ones are watched again, only the missing ones are launched."""
     from phalanx.config import Settings
     from phalanx.errors import UsageError
-    from phalanx.groups import controller, records
-    from phalanx.groups.records import sql_store
+    from phalanx.groups import controller
     from phalanx.store import open_store
+    from phalanx.store.base import group_store
 
     settings = Settings()
-    store = sql_store(open_store(settings))
-    g = records.get_group(store, group_id)
+    store = group_store(open_store(settings))
+    g = store.get_group(group_id)
     if g.done:  # as `phalanx resume` of a finished experiment: a mistake, said with what to do instead
         again = f"`phalanx group run -f {g.source_file}` starts a new search" if g.source_file else ""
         raise UsageError(
@@ -250,13 +252,13 @@ def stop(
 ) -> None:
     """Stop a group: no new trial starts and every running trial is stopped."""
     from phalanx.config import Settings
-    from phalanx.groups import controller, records
-    from phalanx.groups.records import sql_store
+    from phalanx.groups import controller
     from phalanx.store import open_store
+    from phalanx.store.base import group_store
 
     settings = Settings()
-    store = sql_store(open_store(settings))
-    g = records.get_group(store, group_id)
+    store = group_store(open_store(settings))
+    g = store.get_group(group_id)
     if g.done:
         typer.echo(f"group {g.id} already {g.status}")
         return
@@ -272,14 +274,14 @@ def get(
     """Show a group: its trials with their params and metric, and the best trial."""
     from phalanx.cli.tracking import _table, open_for_reading
     from phalanx.errors import UsageError
-    from phalanx.groups import controller, records
-    from phalanx.groups.records import sql_store
+    from phalanx.groups import controller
+    from phalanx.store.base import group_store
 
     if output not in ("table", "json"):
         raise UsageError(f"-o {output!r}: use table or json")
     reading, _ = open_for_reading()
-    store = sql_store(reading)
-    g = records.get_group(store, group_id)
+    store = group_store(reading)
+    g = store.get_group(group_id)
     doc = controller.group_json(store, g)
     if output == "json":
         emit_json(doc)
@@ -320,16 +322,15 @@ def ls(
     """List groups, newest first."""
     from phalanx.cli.tracking import _table, _when
     from phalanx.errors import UsageError
-    from phalanx.groups import records
-    from phalanx.groups.records import sql_store
     from phalanx.store import open_store
+    from phalanx.store.base import group_store
 
     if output not in ("table", "json"):
         raise UsageError(f"-o {output!r}: use table or json")
-    store = sql_store(open_store())
-    groups = records.list_groups(store, limit=limit)
+    store = group_store(open_store())
+    groups = store.list_groups(limit=limit)
     if output == "json":
-        emit_json([{**g.to_json(), "trials": records.count_trials(store, g.id)} for g in groups])
+        emit_json([{**g.to_json(), "trials": store.count_trials(g.id)} for g in groups])
         return
     if not groups:
         typer.echo("no groups yet: `phalanx group run -f FILE` starts one")
@@ -340,7 +341,7 @@ def ls(
             g.name,
             g.status,
             g.search,
-            f"{records.count_trials(store, g.id)}/{g.planned}",
+            f"{store.count_trials(g.id)}/{g.planned}",
             _when(g.created_at),
         ]
         for g in groups

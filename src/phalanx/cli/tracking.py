@@ -206,9 +206,9 @@ def ls(
     store, _ = open_for_reading()
     group_id = None
     if group is not None:
-        from phalanx.groups.records import resolve_group, sql_store
+        from phalanx.store.base import group_store
 
-        group_id = resolve_group(sql_store(store), group)
+        group_id = group_store(store).resolve_group(group)
     page = store.list_experiments(
         ExperimentFilter(
             status=wanted,

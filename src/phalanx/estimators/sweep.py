@@ -36,6 +36,7 @@ if TYPE_CHECKING:
     from phalanx.config import Settings
     from phalanx.estimators.estimator import Estimator
     from phalanx.runs import Run
+    from phalanx.store.base import GroupStore
 
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
@@ -285,27 +286,25 @@ class GroupRun:
 
         self.settings = settings or Settings()
         self.id = group_id
-        self._store_obj: Any = None
+        self._store_obj: GroupStore | None = None
 
     @property
-    def _store(self) -> Any:
+    def _store(self) -> GroupStore:
         if self._store_obj is None:
             from phalanx.store import open_store
+            from phalanx.store.base import group_store
 
-            self._store_obj = open_store(self.settings)
+            self._store_obj = group_store(open_store(self.settings))
         return self._store_obj
 
     def get_details(self) -> dict[str, Any]:
         """The group, every trial (experiment id, params, state, metric) and the best one."""
-        from phalanx.groups import records
         from phalanx.groups.controller import group_json
 
-        return group_json(self._store, records.get_group(self._store, self.id))
+        return group_json(self._store, self._store.get_group(self.id))
 
     def get_status(self) -> str:
-        from phalanx.groups import records
-
-        return records.get_group(self._store, self.id).status
+        return self._store.get_group(self.id).status
 
     def get_children(self) -> list[Run]:
         from phalanx.runs import Run
@@ -327,9 +326,9 @@ class GroupRun:
         return self.get_details()
 
     def cancel(self, timeout: float = 60.0) -> str:
-        from phalanx.groups import controller, records
+        from phalanx.groups import controller
 
-        group = records.get_group(self._store, self.id)
+        group = self._store.get_group(self.id)
         return controller.stop_group(self._store, self.settings, group, timeout=timeout).status
 
     def __repr__(self) -> str:

@@ -29,10 +29,9 @@ from typing import Any
 
 from phalanx.config import Settings
 from phalanx.errors import NotFound, PhalanxError
-from phalanx.groups import records
-from phalanx.groups.records import Group, Trial
+from phalanx.groups.records import Group, Trial, TrialUpdate, best_trial
 from phalanx.spec.group import GroupSpec, load_group_text
-from phalanx.store.sql.store import SqlStore
+from phalanx.store.base import GroupStore
 
 log = logging.getLogger(__name__)
 
@@ -59,7 +58,7 @@ class _Live:
 
 
 def create(
-    store: SqlStore,
+    store: GroupStore,
     group: GroupSpec,
     *,
     workdir: Path | None,
@@ -73,8 +72,7 @@ def create(
     source = Path(base.source_file) if base.source_file else None
     name = base.name or (source.stem if source else "group")
     hp = group.hptuning
-    return records.create_group(
-        store,
+    return store.create_group(
         name=name,
         project=base.project or "default",
         search=hp.search.kind,
@@ -165,14 +163,14 @@ class Controller:
 
     def __init__(
         self,
-        store: SqlStore,
+        store: GroupStore,
         settings: Settings,
         group_id: str,
         say: Callable[[str], None] | None = None,
     ) -> None:
         self.store = store
         self.settings = settings
-        self.group = records.get_group(store, group_id)
+        self.group = store.get_group(group_id)
         self.spec = load(self.group)
         self.hp = self.spec.hptuning
         self.say = say or (lambda text: log.info("%s", text))
@@ -185,7 +183,7 @@ class Controller:
 
         self.search = search
         self.study = search.make_study(
-            self.hp, self.group.id, resumed_after=records.count_trials(store, self.group.id)
+            self.hp, self.group.id, resumed_after=store.count_trials(self.group.id)
         )
 
     # -- the loop -------------------------------------------------------------------------------
@@ -196,8 +194,7 @@ class Controller:
             return g
         previous = self._install_signals() if handle_signals else {}
         try:
-            records.update_group(
-                self.store,
+            self.store.update_group(
                 g.id,
                 status="running",
                 controller_pid=os.getpid(),
@@ -221,7 +218,7 @@ class Controller:
     def _loop(self) -> Group:
         freed_at: float | None = time.monotonic()
         while True:
-            current = records.get_group(self.store, self.group.id)
+            current = self.store.get_group(self.group.id)
             if current.stop_requested or self.interrupted:
                 return self._stop(self.interrupted or "stopped by phalanx group stop")
             ended = self._watch()
@@ -231,7 +228,7 @@ class Controller:
             if reached:
                 self._stop_trials(f"group early stopping: {reached}")
                 return self._finish("succeeded", f"early stopping: {reached}")
-            started = records.count_trials(self.store, self.group.id)
+            started = self.store.count_trials(self.group.id)
             while len(self.live) < self.hp.concurrency and started < self.group.planned:
                 self._launch_next(started, freed_at)
                 freed_at = None
@@ -239,7 +236,7 @@ class Controller:
                 if self.interrupted:
                     break
             if not self.live and started >= self.group.planned:
-                trials = records.list_trials(self.store, self.group.id)
+                trials = self.store.list_trials(self.group.id)
                 ok = [t for t in trials if t.state in ("done", "pruned")]
                 if not ok and trials:
                     return self._finish("failed", "every trial failed")
@@ -250,7 +247,7 @@ class Controller:
 
     def _restore(self) -> None:
         """Replay finished trials into the study; adopt (or launch) the unfinished ones."""
-        for t in records.list_trials(self.store, self.group.id):
+        for t in self.store.list_trials(self.group.id):
             internal = dict(t.internal.get("params") or {})
             if t.state in ("done", "pruned", "failed", "stopped"):
                 self.search.replay(self.study, self.hp, internal, t.state, t.value, self._series(t))
@@ -266,8 +263,8 @@ class Controller:
                     " (the controller stopped before it started)"
                 )
                 live.launch = self._start_experiment(t)
-            records.update_trial(self.store, self.group.id, t.number, state="running")
-            records.link_experiment(self.store, t.experiment_id, self.group.id)
+            self.store.update_trial(self.group.id, t.number, state="running")
+            self.store.link_experiment(t.experiment_id, self.group.id)
             self.say(f"trial {t.number}: {t.experiment_id} still running, watching it again")
 
     # -- launching ------------------------------------------------------------------------------
@@ -286,9 +283,9 @@ class Controller:
             state="launching",
             internal={"params": dict(ot.params)},
         )
-        records.add_trial(self.store, trial)  # first: a crash from here on is resumed, not repeated
+        self.store.add_trial(trial)  # first: a crash from here on is resumed, not repeated
         launch = self._start_experiment(trial)
-        records.update_trial(self.store, self.group.id, number, state="running")
+        self.store.update_trial(self.group.id, number, state="running")
         shown = ", ".join(f"{k}={v}" for k, v in values.items())
         self.say(f"trial {number}: {trial.experiment_id} starting ({shown})")
         self.live[number] = _Live(replace(trial, state="running"), ot, launch=launch, freed_at=freed_at)
@@ -356,9 +353,7 @@ class Controller:
         reason = f"could not start: {message or f'exit status {status}'}"
         op = self.search.optuna()
         self.search.tell(self.study, live.optuna_trial, state=op.trial.TrialState.FAIL)
-        records.update_trial(
-            self.store, self.group.id, number, state="failed", reason=reason, finished_at=time.time()
-        )
+        self.store.update_trial(self.group.id, number, state="failed", reason=reason, finished_at=time.time())
         self.say(f"trial {number}: {live.trial.experiment_id} {reason}")
         del self.live[number]
 
@@ -418,7 +413,7 @@ class Controller:
                 continue
             if not live.seen:
                 live.seen = True
-                records.link_experiment(self.store, trial.experiment_id, self.group.id)
+                self.store.link_experiment(trial.experiment_id, self.group.id)
                 if live.freed_at is not None:
                     self.launch_seconds.append(time.monotonic() - live.freed_at)
             if live.launch is not None and live.launch.poll() is not None:
@@ -437,7 +432,7 @@ class Controller:
                     prune = True
                     break
             if live.last is not None:
-                records.update_trial(self.store, self.group.id, number, value=live.last[1], step=live.last[0])
+                self.store.update_trial(self.group.id, number, value=live.last[1], step=live.last[0])
             if prune:
                 self._prune(live)
                 ended = True
@@ -462,8 +457,7 @@ class Controller:
         self.store.update_experiment(exp.id, reason=reason)
         op = self.search.optuna()
         self.search.tell(self.study, live.optuna_trial, state=op.trial.TrialState.PRUNED)
-        records.update_trial(
-            self.store,
+        self.store.update_trial(
             self.group.id,
             live.trial.number,
             state="pruned",
@@ -504,13 +498,13 @@ class Controller:
         value = live.last[1] if live.last else None
         number = live.trial.number
         exp_id = live.trial.experiment_id
-        record: dict[str, Any] = {
+        record: TrialUpdate = {
             "finished_at": time.time(),
             "internal": {"params": dict(live.optuna_trial.params)},
         }
         if status == "succeeded" and value is not None:
             self.search.tell(self.study, live.optuna_trial, value)
-            record.update(state="done", value=value)
+            record["state"], record["value"] = "done", value
             metric = self.hp.metric.name if self.hp.metric else "metric"
             said = f"succeeded ({metric} {value:.4g})"
         else:
@@ -526,8 +520,8 @@ class Controller:
                 if status == "failed":
                     said += f" (`phalanx logs {exp_id}` shows why)"
             self.search.tell(self.study, live.optuna_trial, state=outcome)
-            record.update(state=state, reason=reason)
-        records.update_trial(self.store, self.group.id, number, **record)
+            record["state"], record["reason"] = state, reason
+        self.store.update_trial(self.group.id, number, **record)
         self.say(f"trial {number}: {exp_id} {said}")
         del self.live[number]
 
@@ -554,7 +548,7 @@ class Controller:
         rules = self.hp.early_stopping
         if not rules:
             return None
-        for t in records.list_trials(self.store, self.group.id):
+        for t in self.store.list_trials(self.group.id):
             if t.state != "done":
                 continue
             for rule in rules:
@@ -583,7 +577,7 @@ class Controller:
                 found[number] = None
         for exp in found.values():  # a launch that finished only now was never seen by _watch
             if exp is not None:
-                records.link_experiment(self.store, exp.id, self.group.id)
+                self.store.link_experiment(exp.id, self.group.id)
         stop_all(self.store, self.settings, [e for e in found.values() if e is not None], reason, timeout=30)
         for number in list(self.live):
             exp = found[number]
@@ -591,11 +585,10 @@ class Controller:
             if exp is not None and exp.status.done:  # it ended on its own, before this stop
                 ended = _ended_while_unwatched(self.store, self.group, self.live[number].trial)
             if ended is not None:
-                records.update_trial(self.store, self.group.id, number, **ended)
+                self.store.update_trial(self.group.id, number, **ended)
                 del self.live[number]
                 continue
-            records.update_trial(
-                self.store,
+            self.store.update_trial(
                 self.group.id,
                 number,
                 state="failed" if exp is None else "stopped",
@@ -611,17 +604,16 @@ class Controller:
         return self._finish("stopped", reason)
 
     def _finish(self, status: str, reason: str | None) -> Group:
-        records.update_group(
-            self.store,
+        self.store.update_group(
             self.group.id,
             status=status,
             reason=reason,
             finished_at=time.time(),
             controller_pid=None,
         )
-        self.group = records.get_group(self.store, self.group.id)
-        trials = records.list_trials(self.store, self.group.id)
-        best = records.best_trial(trials, self.group.optimization)
+        self.group = self.store.get_group(self.group.id)
+        trials = self.store.list_trials(self.group.id)
+        best = best_trial(trials, self.group.optimization)
         tail = f": {reason}" if reason else ""
         self.say(f"group {self.group.id} {status}{tail}")
         if best is None and self.group.metric and any(t.state == "done" for t in trials):
@@ -636,10 +628,10 @@ class Controller:
         return self.group
 
 
-def group_json(store: SqlStore, group: Group) -> dict[str, Any]:
+def group_json(store: GroupStore, group: Group) -> dict[str, Any]:
     """`phalanx group get -o json` and the API: the group, its trials and the best one."""
-    trials = records.list_trials(store, group.id)
-    best = records.best_trial(trials, group.optimization)
+    trials = store.list_trials(group.id)
+    best = best_trial(trials, group.optimization)
     doc = group.to_json()
     doc["trials"] = [t.to_json() for t in trials]
     doc["best"] = best.to_json() if best else None
@@ -649,44 +641,42 @@ def group_json(store: SqlStore, group: Group) -> dict[str, Any]:
     return doc
 
 
-def stop_group(store: SqlStore, settings: Settings, group: Group, timeout: float = 60.0) -> Group:
+def stop_group(store: GroupStore, settings: Settings, group: Group, timeout: float = 60.0) -> Group:
     """`phalanx group stop`: ask the controller; if none runs, stop the running trials here."""
-    records.update_group(store, group.id, stop_requested=True)
+    store.update_group(group.id, stop_requested=True)
     if controller_alive(group):
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            current = records.get_group(store, group.id)
+            current = store.get_group(group.id)
             if current.done:
                 return current
             if not controller_alive(current):
                 break
             time.sleep(0.2)
-    current = records.get_group(store, group.id)
+    current = store.get_group(group.id)
     if current.done:
         return current
     reason = "stopped by phalanx group stop"
-    unfinished = [t for t in records.list_trials(store, group.id) if t.state in ("launching", "running")]
+    unfinished = [t for t in store.list_trials(group.id) if t.state in ("launching", "running")]
     experiments = []
     for t in unfinished:
         with contextlib.suppress(NotFound):  # its launch never created it
             experiments.append(store.get_experiment(t.experiment_id))
-            records.link_experiment(store, t.experiment_id, group.id)  # a controller killed before it saw it
+            store.link_experiment(t.experiment_id, group.id)  # a controller killed before it saw it
     stop_all(store, settings, experiments, reason, timeout=timeout)
     for t in unfinished:
         ended = _ended_while_unwatched(store, current, t)
         if ended is not None:  # the controller was dead when this trial finished: keep its outcome
-            records.update_trial(store, group.id, t.number, **ended)
+            store.update_trial(group.id, t.number, **ended)
             continue
-        records.update_trial(
-            store, group.id, t.number, state="stopped", reason=reason, finished_at=time.time()
-        )
-    records.update_group(
-        store, group.id, status="stopped", reason=reason, finished_at=time.time(), controller_pid=None
+        store.update_trial(group.id, t.number, state="stopped", reason=reason, finished_at=time.time())
+    store.update_group(
+        group.id, status="stopped", reason=reason, finished_at=time.time(), controller_pid=None
     )
-    return records.get_group(store, group.id)
+    return store.get_group(group.id)
 
 
-def _ended_while_unwatched(store: SqlStore, group: Group, trial: Trial) -> dict[str, Any] | None:
+def _ended_while_unwatched(store: GroupStore, group: Group, trial: Trial) -> TrialUpdate | None:
     """A trial recorded as running whose experiment had already ended before `group stop` (its
     controller killed, nobody watching): succeeded with the metric is `done` with its last value (it
     can be the best trial), failed is `failed`; None when the stop is what ended it."""
@@ -716,7 +706,7 @@ def _ended_while_unwatched(store: SqlStore, group: Group, trial: Trial) -> dict[
 
 
 def stop_all(
-    store: SqlStore, settings: Settings, experiments: list[Any], reason: str, timeout: float
+    store: GroupStore, settings: Settings, experiments: list[Any], reason: str, timeout: float
 ) -> None:
     """Stop these experiments all at once, not one after the other: each stop waits for its
     supervisor (on Slurm: scancel, then the job's end), and a trial still queued behind a running

@@ -2,18 +2,20 @@
 
 Without ``where``/``order`` on an extra column, the store pages as usual and only the page's rows
 get their column values. With them, every experiment matching the plain filters gets its values
-(two queries, see ``phalanx.store.sql.table``), is filtered and sorted here, then paged: the order
+(two queries in the store), is filtered and sorted here, then paged: the order
 is the same on every page.
 """
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import replace
+from typing import Any
 
 from phalanx.errors import UsageError
 from phalanx.server.schemas import ExperimentOut, ExperimentPage, experiment_out
 from phalanx.store.base import ExperimentFilter, Store
-from phalanx.store.sql.table import matches, parse_column, parse_condition, sort_key
+from phalanx.store.columns import parse_column
 
 MAX_COLUMNS = 20
 MAX_SCAN = 100_000  # experiments considered when sorting or filtering by an extra column
@@ -58,3 +60,54 @@ def table_page(
         row.columns = {c: values.get(e.id, {}).get(c) for c in columns if c in values.get(e.id, {})}
         out.append(row)
     return ExperimentPage(items=out, total=total, offset=base.offset, limit=base.limit)
+
+
+def sort_key(value: Any) -> tuple[int, Any]:
+    """Numbers before text, both in order; experiments without the value last (either direction)."""
+    if isinstance(value, bool):
+        return (0, float(value))
+    if isinstance(value, int | float):
+        return (0, float(value))
+    if value is None:
+        return (2, "")
+    return (1, str(value))
+
+
+_OPS = ("<=", ">=", "!=", "=", "<", ">")
+
+
+def parse_condition(text: str) -> tuple[str, str, Any]:
+    """``COLUMN OP VALUE`` (OP one of = != < <= > >=) -> (column, op, value as number when it is one)."""
+    for op in _OPS:
+        column, sep, raw = text.partition(op)
+        if sep and column.strip():
+            column = column.strip()
+            parse_column(column)
+            value: Any = raw.strip()
+            with contextlib.suppress(ValueError):
+                value = float(value)
+            return column, op, value
+    raise UsageError(f"filter {text!r}: write COLUMN OP VALUE, e.g. metric:max:val/acc>=0.9 or param:lr=0.01")
+
+
+def matches(value: Any, op: str, wanted: Any) -> bool:
+    if value is None:
+        return op == "!="
+    if isinstance(wanted, float):
+        try:
+            number = float(value)
+        except (TypeError, ValueError):
+            return op == "!="
+        left: Any = number
+    else:
+        left = str(value)
+    return bool(
+        {
+            "=": left == wanted,
+            "!=": left != wanted,
+            "<": left < wanted,
+            "<=": left <= wanted,
+            ">": left > wanted,
+            ">=": left >= wanted,
+        }[op]
+    )

@@ -5,8 +5,11 @@ One write primitive for what replicas report (``write_events``, a batch, idempot
 plain script's EXPERIMENT/STATUS events, and by ``phalanx stop`` when the supervisor is gone).
 Searches return pages. The store owns its transactions and raises only Phalanx errors
 (``phalanx.errors``), never its storage library's. ``IngestStore`` adds the exactly-once spool
-ingest. Implementations: ``store.sql.SqlStore`` (SQLite by default, PostgreSQL with PHALANX_DB_URL).
-A new method a caller needs goes on the protocol first, documented (args, returns, raises).
+ingest; ``GroupStore`` adds experiment groups (hyperparameter searches) and their trials.
+Implementation: ``store.sql.SqlStore`` (SQLite by default, PostgreSQL with PHALANX_DB_URL). No
+product code outside the store package names it (a test checks): callers get a store from
+``open_store`` and type it with these protocols. A new method a caller needs goes on a protocol
+first, documented (args, returns, raises).
 """
 
 from __future__ import annotations
@@ -14,9 +17,11 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, Unpack, runtime_checkable
 
 from phalanx.domain import Event, Experiment, ExperimentStatus, Page, Replica, ReplicaState
+from phalanx.errors import UsageError
+from phalanx.groups.records import Group, GroupUpdate, Trial, TrialUpdate
 from phalanx.store.artifacts import ArtifactStore
 
 
@@ -147,6 +152,12 @@ class Store(Protocol):
 
     def close(self) -> None:
         """Release connections. The store must not be used afterwards."""
+        ...
+
+    def compact(self) -> None:
+        """Give the space of deleted rows back to the file system (`phalanx gc`: VACUUM, and a WAL
+        checkpoint on SQLite). Returns None; a store with nothing to compact does nothing. Raises
+        BackendUnavailable (the database cannot be reached or stays locked), StoreError."""
         ...
 
     def create_experiment(
@@ -386,3 +397,106 @@ class IngestStore(Store, Protocol):
         no longer ``start`` (another ingester got there first: re-read the position). Raises what
         ``write_events`` raises."""
         ...
+
+
+@runtime_checkable
+class GroupStore(Store, Protocol):
+    """A store that also keeps experiment groups (``phalanx group``, hyperparameter searches) and
+    their trials: what the group controller, the CLI, the server and the UI ask of it. A separate
+    protocol, not part of ``Store``: a store may keep experiments without groups, and a caller that
+    needs groups says so with ``group_store`` (a clear UsageError instead of an AttributeError).
+
+    The controller records a trial, with the experiment id it is about to launch, before launching
+    it (``add_trial``): a controller killed at any point is resumed without losing or repeating a
+    trial. Group ids, like experiment ids, may be given as a unique prefix where the docstring says
+    so; other methods take the full id (``Group.id``). Errors are those of ``Store``.
+    """
+
+    def create_group(
+        self,
+        *,
+        name: str,
+        project: str,
+        search: str,
+        planned: int,
+        concurrency: int,
+        metric: str | None,
+        optimization: str | None,
+        spec_text: str,
+        source_file: str | None,
+        workdir: str | None,
+        options: Mapping[str, Any],
+    ) -> Group:
+        """Record a new group (status ``created``, a new 12-hex-digit id); returns it as stored.
+        ``search``: the algorithm (grid, random, ...); ``planned``: how many trials at most;
+        ``concurrency``: how many run at once; ``metric``/``optimization``: what the best trial
+        minimizes or maximizes (None: no metric); ``spec_text``: the group file as given;
+        ``source_file``/``workdir``: where it was read and runs from; ``options``: the controller's
+        settings (JSON). Returns the group as stored. Raises UsageError for a value the database
+        cannot hold."""
+        ...
+
+    def resolve_group(self, group_id: str) -> str:
+        """Returns the full id of a group id or unique prefix (any case, spaces around ignored).
+        Raises NotFound (no such group, or an empty id), UsageError (an ambiguous prefix)."""
+        ...
+
+    def get_group(self, group_id: str) -> Group:
+        """Returns the group an id or unique prefix names. Raises NotFound, UsageError (ambiguous)."""
+        ...
+
+    def list_groups(self, limit: int = 50) -> list[Group]:
+        """Returns the newest ``limit`` groups, newest first; [] in a store without any. Raises
+        nothing of its own."""
+        ...
+
+    def update_group(self, group_id: str, **values: Unpack[GroupUpdate]) -> None:
+        """Set the fields given (``GroupUpdate``: a key given is written, None included) on group
+        ``group_id`` (the full id). Returns None. Raises no error for a group that does not exist
+        (it is left alone: the controller and ``group stop`` may race a ``delete_group``); Raises
+        UsageError for a value the database cannot hold."""
+        ...
+
+    def delete_group(self, group_id: str) -> None:
+        """Remove group ``group_id`` (the full id) and its trial records; the trials' experiments
+        stay (``delete_experiment`` removes them). Returns None. Raises nothing of its own (an
+        unknown id is a no-op)."""
+        ...
+
+    def add_trial(self, trial: Trial) -> None:
+        """Record ``trial`` (its ``created_at`` is set to now, ``finished_at`` to None) before its
+        experiment is launched, its experiment id fixed here. Returns None. Raises Conflict when
+        the group already has a trial with this number, or another trial has this experiment id."""
+        ...
+
+    def update_trial(self, group_id: str, number: int, **values: Unpack[TrialUpdate]) -> None:
+        """Set the fields given (``TrialUpdate``: a key given is written, None included) on trial
+        ``number`` of group ``group_id`` (the full id). Returns None. Raises nothing of its own (an
+        unknown trial is a no-op), UsageError for a value the database cannot hold."""
+        ...
+
+    def list_trials(self, group_id: str) -> list[Trial]:
+        """Returns the trials of group ``group_id`` (the full id) by number; [] for a group without
+        any (or an unknown id). Raises nothing of its own."""
+        ...
+
+    def count_trials(self, group_id: str) -> int:
+        """Returns how many trials group ``group_id`` (the full id) has recorded (started); 0 for
+        an unknown id. Raises nothing of its own."""
+        ...
+
+    def link_experiment(self, experiment_id: str, group_id: str) -> None:
+        """Mark experiment ``experiment_id`` as a trial of group ``group_id`` (both full ids), so
+        ``ExperimentFilter(group_id=...)`` (``phalanx ls --group``, the API) finds it. Returns None.
+        Raises nothing of its own (an experiment that does not exist yet is left alone)."""
+        ...
+
+
+def group_store(store: Store) -> GroupStore:
+    """``store`` as a ``GroupStore``: experiment groups need a store that keeps them (the SQL store,
+    SQLite or PostgreSQL). Raises UsageError, saying so, for any other store."""
+    if not isinstance(store, GroupStore):
+        raise UsageError(
+            f"experiment groups need the SQL store (SQLite or PostgreSQL), not {type(store).__name__}"
+        )
+    return store

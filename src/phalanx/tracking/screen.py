@@ -17,7 +17,7 @@ import threading
 from collections.abc import Mapping, Sequence
 from typing import Any, TypeVar
 
-NAME_LIMIT = 255  # the store's column width (phalanx.store.sql.events.name)
+NAME_LIMIT = 255  # the store's column width (phalanx.store.batch.name)
 TEXT_LIMIT = 1 << 20  # characters of one report_text or one console line
 INT64 = (-(2**63), 2**63 - 1)
 MAX_REASONS = 20  # reasons kept per flush: a loop reporting one bad name a million times stays small

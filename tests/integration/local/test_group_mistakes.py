@@ -74,9 +74,9 @@ def test_a_group_stopped_while_its_trials_launch_still_links_them(phalanx: Phala
     waits for that launch and stops the experiment. It must still be linked to its group, or
     `phalanx ls --group ID` misses it and `phalanx ls` shows it as a plain experiment."""
     from phalanx.config import Settings
-    from phalanx.groups import controller, records
-    from phalanx.groups.records import sql_store
+    from phalanx.groups import controller
     from phalanx.spec.group import load_group
+    from phalanx.store.base import group_store
 
     path = group_file(phalanx, "loss")
     path.write_text(
@@ -85,7 +85,7 @@ def test_a_group_stopped_while_its_trials_launch_still_links_them(phalanx: Phala
         .replace("concurrency: 1", "concurrency: 2")
     )
     settings = Settings(home=phalanx.home)
-    store = sql_store(phalanx.store())
+    store = group_store(phalanx.store())
     group = controller.create(store, load_group(path), workdir=path.parent)
     ctl = controller.Controller(store, settings, group.id)
 
@@ -96,7 +96,7 @@ def test_a_group_stopped_while_its_trials_launch_still_links_them(phalanx: Phala
     ctl.say = say
     done = ctl.run(handle_signals=False)
     assert done.status == "stopped"
-    trials = records.list_trials(store, group.id)
+    trials = store.list_trials(group.id)
     assert len(trials) == 1  # the second was never started
     listed = phalanx.run("ls", "--group", group.id, "-o", "json")
     assert listed.returncode == 0, listed.stderr
@@ -110,9 +110,10 @@ def test_group_stop_after_a_killed_controller_keeps_a_trial_that_had_already_suc
     """The controller was SIGKILLed; one trial then finished with its metric while nobody watched.
     `group stop` (which does the stopping itself) must record that trial as done with its value
     (it is the best trial), not as stopped by the stop that never touched it."""
-    from phalanx.groups import controller, records
-    from phalanx.groups.records import Trial, sql_store
+    from phalanx.groups import controller
+    from phalanx.groups.records import Trial
     from phalanx.spec.group import load_group
+    from phalanx.store.base import group_store
 
     path = group_file(phalanx, "loss")
     (path.parent / "exp.yml").write_text(
@@ -120,11 +121,11 @@ def test_group_stop_after_a_killed_controller_keeps_a_trial_that_had_already_suc
     )
     ran = phalanx.run("run", "-f", str(path.parent / "exp.yml"))
     assert ran.returncode == 0, ran.stderr
-    store = sql_store(phalanx.store())
+    store = group_store(phalanx.store())
     (exp,) = store.list_experiments().items
     group = controller.create(store, load_group(path), workdir=path.parent)
-    records.add_trial(store, Trial(group.id, 0, exp.id, {"x": 0.25}, state="running"))
-    records.link_experiment(store, exp.id, group.id)
+    store.add_trial(Trial(group.id, 0, exp.id, {"x": 0.25}, state="running"))
+    store.link_experiment(exp.id, group.id)
 
     stopped = phalanx.run("group", "stop", group.id)
     assert stopped.returncode == 0, stopped.stderr

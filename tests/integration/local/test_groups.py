@@ -133,9 +133,7 @@ def test_successive_halving_prunes_and_every_replica_of_a_pruned_trial_is_gone(p
 
 
 def store_trial_internal(store: Any, group_id: str, number: int) -> dict[str, Any]:
-    from phalanx.groups.records import list_trials
-
-    (t,) = [t for t in list_trials(store, group_id) if t.number == number]
+    (t,) = [t for t in store.list_trials(group_id) if t.number == number]
     return dict(t.internal)
 
 
@@ -151,12 +149,10 @@ def test_a_controller_killed_mid_search_is_resumed_without_repeating_a_trial(pha
     store = phalanx.store()
 
     def finished_and_running() -> bool:
-        from phalanx.groups.records import list_groups, list_trials
-
-        groups = list_groups(store)
+        groups = store.list_groups()
         if not groups:
             return False
-        trials = list_trials(store, groups[0].id)
+        trials = store.list_trials(groups[0].id)
         return sum(t.state == "done" for t in trials) >= 1 and any(t.state == "running" for t in trials)
 
     wait_for(finished_and_running, timeout=180, what="one finished trial and one running")
@@ -265,9 +261,7 @@ def test_group_stop_stops_every_running_trial_and_hyperband_passes_the_budget(ph
     store = phalanx.store()
 
     def two_running() -> list[Any]:
-        from phalanx.groups.records import list_trials
-
-        running = [t for t in list_trials(store, group_id) if t.state == "running"]
+        running = [t for t in store.list_trials(group_id) if t.state == "running"]
         return (
             running
             if len(running) == 2 and all(experiment_pids(phalanx.home, t.experiment_id) for t in running)

@@ -120,11 +120,9 @@ def test_a_random_search_runs_its_trials_as_slurm_jobs_two_at_a_time_across_a_co
     store = phalanx.store()
 
     def a_trial_running_in_slurm() -> str | None:
-        from phalanx.groups.records import list_groups, list_trials
-
-        groups = list_groups(store)
+        groups = store.list_groups()
         states = dict(line.split()[:2] for line in jobs(slurm_cluster))
-        for t in list_trials(store, groups[0].id) if groups else []:
+        for t in store.list_trials(groups[0].id) if groups else []:
             if states.get(f"phalanx-{t.experiment_id}") == "RUNNING":
                 return groups[0].id
         return None
@@ -191,11 +189,9 @@ def test_group_stop_scancels_the_running_trial_and_the_one_slurm_holds_pending(
             return False
 
     def one_running_one_pending() -> dict[str, str]:
-        from phalanx.groups.records import list_trials
-
         states = dict(line.split()[:2] for line in jobs(slurm_cluster))
         trials = {
-            t.experiment_id: states.get(f"phalanx-{t.experiment_id}") for t in list_trials(store, group_id)
+            t.experiment_id: states.get(f"phalanx-{t.experiment_id}") for t in store.list_trials(group_id)
         }
         running = [e for e, s in trials.items() if s == "RUNNING" and reported(e)]
         pending = [e for e, s in trials.items() if s == "PENDING"]

@@ -25,16 +25,16 @@ def test_group_ls_with_an_unknown_output_format_is_refused(phalanx_home: Path) -
 
 def test_ls_of_a_group_with_no_trial_yet_names_the_group_filter(phalanx_home: Path, tmp_path: Path) -> None:
     from phalanx.groups import controller
-    from phalanx.groups.records import sql_store
     from phalanx.spec.group import load_group
     from phalanx.store import open_store
+    from phalanx.store.base import group_store
 
     path = tmp_path / "g.yml"
     path.write_text(
         "version: 1\nkind: group\nhptuning:\n  random_search: {n_experiments: 2}\n"
         "  matrix:\n    x: {uniform: 0:1}\nrun:\n  cmd: python t.py {{ x }}\n"
     )
-    group = controller.create(sql_store(open_store()), load_group(path), workdir=tmp_path)
+    group = controller.create(group_store(open_store()), load_group(path), workdir=tmp_path)
     done = phalanx("ls", "--group", group.id)
     assert done.returncode == 0, done.stderr
     assert "no experiments match; `phalanx ls` without --group lists them all" in done.stdout

@@ -4,7 +4,6 @@ docstring promised it; only the CLI had it)."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
@@ -28,17 +27,18 @@ run:
 
 
 def _group_with_a_running_trial(store: Store, home: Path) -> str:
-    from phalanx.groups import records
     from phalanx.groups.controller import create
+    from phalanx.groups.records import Trial
     from phalanx.spec.group import load_group
+    from phalanx.store.base import group_store
 
     (home / "g.yml").write_text(GROUP)
-    sql: Any = store
+    sql = group_store(store)
     group = create(sql, load_group(home / "g.yml"), workdir=home)
     exp = store.create_experiment(name="g-0", project="default", status=ExperimentStatus.RUNNING)
-    records.add_trial(sql, records.Trial(group.id, 0, exp.id, {"lr": 0.1}, "running", None, None))
-    records.link_experiment(sql, exp.id, group.id)
-    records.update_group(sql, group.id, status="running")  # its controller is gone (never started here)
+    sql.add_trial(Trial(group.id, 0, exp.id, {"lr": 0.1}, "running", None, None))
+    sql.link_experiment(exp.id, group.id)
+    sql.update_group(group.id, status="running")  # its controller is gone (never started here)
     return group.id
 
 

@@ -77,9 +77,9 @@ def list_experiments(
 
     group_id = None
     if group:  # an unknown group is a 404, not every experiment
-        from phalanx.groups.records import resolve_group, sql_store
+        from phalanx.store.base import group_store
 
-        group_id = resolve_group(sql_store(store), group)
+        group_id = group_store(store).resolve_group(group)
     base = ExperimentFilter(
         group_id=group_id,
         status=status,

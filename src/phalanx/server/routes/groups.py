@@ -1,5 +1,6 @@
 """Experiment groups (hyperparameter searches): list, detail with trials and the best one, stop;
-and the UI's /groups pages. Read from the tables the group controller writes (groups.records)."""
+and the UI's /groups pages. Read through the store's ``GroupStore`` methods (``group_store``: a
+store without groups is a 400 saying so), as the group controller writes them."""
 
 from __future__ import annotations
 
@@ -17,23 +18,20 @@ page_router = APIRouter(include_in_schema=False)
 @router.get("/groups")
 def list_groups(store: StoreDep, limit: Annotated[int, Query(ge=1, le=500)] = 50) -> list[dict[str, Any]]:
     """Groups, newest first, with how many trials each has started."""
-    from phalanx.groups import records
+    from phalanx.store.base import group_store
 
-    sql: Any = store
-    return [
-        {**g.to_json(), "trials": records.count_trials(sql, g.id)}
-        for g in records.list_groups(sql, limit=limit)
-    ]
+    groups = group_store(store)
+    return [{**g.to_json(), "trials": groups.count_trials(g.id)} for g in groups.list_groups(limit=limit)]
 
 
 @router.get("/groups/{group_id}")
 def get_group(store: StoreDep, group_id: str) -> dict[str, Any]:
     """One group: its search, every trial (experiment id, params, state, metric) and the best trial."""
-    from phalanx.groups import records
     from phalanx.groups.controller import group_json
+    from phalanx.store.base import group_store
 
-    sql: Any = store
-    return group_json(sql, records.get_group(sql, group_id))
+    groups = group_store(store)
+    return group_json(groups, groups.get_group(group_id))
 
 
 @router.post("/groups/{group_id}/stop")
@@ -41,13 +39,14 @@ def stop_group(store: StoreDep, settings: SettingsDep, group_id: str) -> dict[st
     """Stop a group as `phalanx group stop` does: no new trial starts and every running trial is
     stopped (by its controller, or here when none runs). Returns the group after; a finished group
     is returned unchanged."""
-    from phalanx.groups import controller, records
+    from phalanx.groups import controller
+    from phalanx.store.base import group_store
 
-    sql: Any = store
-    group = records.get_group(sql, group_id)
+    groups = group_store(store)
+    group = groups.get_group(group_id)
     if not group.done:
-        controller.stop_group(sql, settings.store, group, timeout=30)
-    return controller.group_json(sql, records.get_group(sql, group.id))
+        controller.stop_group(groups, settings.store, group, timeout=30)
+    return controller.group_json(groups, groups.get_group(group.id))
 
 
 @page_router.get("/groups")

@@ -35,7 +35,7 @@ from collections.abc import Sequence
 
 from sqlalchemy import Connection, delete, insert, select, update
 
-from phalanx.store.sql.events import ScalarBlock
+from phalanx.store.batch import ScalarBlock
 from phalanx.store.sql.models import ScalarRow, SeriesAttemptRow, SeriesRow
 
 Key = tuple[int, str]  # (series id, replica)

@@ -79,17 +79,3 @@ def phalanx_errors(cls: C) -> C:
         if not name.startswith("_") and callable(member) and not isinstance(member, type):
             setattr(cls, name, translating(member))
     return cls
-
-
-def translate_module(namespace: dict[str, Any]) -> None:
-    """Wrap every public function defined in a module (pass its ``globals()``) with ``translating``:
-    for SQL code that lives outside ``SqlStore`` (the group records)."""
-    module = namespace.get("__name__")
-    for name, value in list(namespace.items()):
-        if (
-            not name.startswith("_")
-            and callable(value)
-            and not isinstance(value, type)
-            and getattr(value, "__module__", None) == module
-        ):
-            namespace[name] = translating(value)

@@ -1,5 +1,7 @@
-"""Groups and trials in the store (tables ``groups`` and ``group_trials``, migration 0003_groups);
-the rest of Phalanx reads and writes them through ``phalanx.groups.records``.
+"""Groups and trials in the SQL store (tables ``groups`` and ``group_trials``, migration 0003_groups):
+the SQL behind ``SqlStore``'s ``base.GroupStore`` methods (documented there). Callers never import
+this module: they call the store's methods, which also turn storage errors into Phalanx errors
+(``errors.phalanx_errors``).
 
 The controller writes a trial row, with the experiment id it is about to launch, before launching
 it: a controller killed at any point is resumed without losing or repeating a trial.
@@ -10,110 +12,36 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import delete, func, insert, select, update
 
 from phalanx.errors import NotFound, UsageError
+from phalanx.groups.records import Group, Trial
 from phalanx.store.sql.models import ExperimentRow, GroupRow, TrialRow
-from phalanx.store.sql.store import SqlStore
 
-GROUP_DONE = ("succeeded", "stopped", "failed")
-
-
-@dataclass(frozen=True)
-class Trial:
-    group_id: str
-    number: int
-    experiment_id: str
-    params: Mapping[str, Any]
-    state: str  # launching, running, done, pruned, failed
-    value: float | None = None
-    step: int | None = None
-    reason: str | None = None
-    internal: Mapping[str, Any] = field(default_factory=dict)
-    created_at: float = 0.0
-    finished_at: float | None = None
-
-    def to_json(self) -> dict[str, Any]:
-        doc = asdict(self)
-        doc.pop("internal")
-        doc["params"] = dict(self.params)
-        return doc
+if TYPE_CHECKING:
+    from phalanx.store.sql.store import SqlStore
 
 
-@dataclass(frozen=True)
-class Group:
-    id: str
-    name: str
-    project: str
-    status: str  # created, running, succeeded, stopped, failed
-    search: str
-    planned: int
-    concurrency: int
-    metric: str | None
-    optimization: str | None
-    spec_text: str
-    source_file: str | None
-    workdir: str | None
-    options: Mapping[str, Any]
-    reason: str | None
-    controller_pid: int | None
-    controller_host: str | None
-    stop_requested: bool
-    created_at: float
-    finished_at: float | None
-
-    @property
-    def done(self) -> bool:
-        return self.status in GROUP_DONE
-
-    def to_json(self) -> dict[str, Any]:
-        doc = asdict(self)
-        doc.pop("spec_text")
-        doc["options"] = dict(self.options)
-        return doc
-
-
-def create_group(
-    store: SqlStore,
-    *,
-    name: str,
-    project: str,
-    search: str,
-    planned: int,
-    concurrency: int,
-    metric: str | None,
-    optimization: str | None,
-    spec_text: str,
-    source_file: str | None,
-    workdir: str | None,
-    options: Mapping[str, Any],
-) -> Group:
+def create_group(store: SqlStore, fields: Mapping[str, Any]) -> Group:
+    """``fields``: what ``GroupStore.create_group`` takes (name, project, search, ... options)."""
     gid = uuid.uuid4().hex[:12]
     with store._writer.begin() as conn:
         conn.execute(
             insert(GroupRow).values(
-                id=gid,
-                name=name,
-                project=project,
-                status="created",
-                search=search,
-                planned=planned,
-                concurrency=concurrency,
-                metric=metric,
-                optimization=optimization,
-                spec_text=spec_text,
-                source_file=source_file,
-                workdir=workdir,
-                options=dict(options),
-                reason=None,
-                controller_pid=None,
-                controller_host=None,
-                stop_requested=0,
-                created_at=time.time(),
-                finished_at=None,
+                {
+                    **fields,
+                    "options": dict(fields["options"]),
+                    "id": gid,
+                    "status": "created",
+                    "reason": None,
+                    "controller_pid": None,
+                    "controller_host": None,
+                    "stop_requested": 0,
+                    "created_at": time.time(),
+                    "finished_at": None,
+                }
             )
         )
     return get_group(store, gid)
@@ -150,11 +78,12 @@ def list_groups(store: SqlStore, limit: int = 50) -> list[Group]:
     return [_group(r._mapping) for r in rows]
 
 
-def update_group(store: SqlStore, group_id: str, **values: Any) -> None:
-    if "stop_requested" in values:
-        values["stop_requested"] = int(bool(values["stop_requested"]))
+def update_group(store: SqlStore, group_id: str, values: Mapping[str, Any]) -> None:
+    changes = dict(values)
+    if "stop_requested" in changes:
+        changes["stop_requested"] = int(bool(changes["stop_requested"]))
     with store._writer.begin() as conn:
-        conn.execute(update(GroupRow).where(GroupRow.id == group_id).values(**values))
+        conn.execute(update(GroupRow).where(GroupRow.id == group_id).values(**changes))
 
 
 def count_trials(store: SqlStore, group_id: str) -> int:
@@ -167,7 +96,6 @@ def count_trials(store: SqlStore, group_id: str) -> int:
 
 
 def add_trial(store: SqlStore, trial: Trial) -> None:
-    """Record a trial before its experiment is launched (its id fixed here)."""
     with store._writer.begin() as conn:
         conn.execute(
             insert(TrialRow).values(
@@ -186,10 +114,13 @@ def add_trial(store: SqlStore, trial: Trial) -> None:
         )
 
 
-def update_trial(store: SqlStore, group_id: str, number: int, **values: Any) -> None:
+def update_trial(store: SqlStore, group_id: str, number: int, values: Mapping[str, Any]) -> None:
+    changes = dict(values)
+    if "internal" in changes:
+        changes["internal"] = dict(changes["internal"])
     with store._writer.begin() as conn:
         conn.execute(
-            update(TrialRow).where(TrialRow.group_id == group_id, TrialRow.number == number).values(**values)
+            update(TrialRow).where(TrialRow.group_id == group_id, TrialRow.number == number).values(**changes)
         )
 
 
@@ -202,7 +133,6 @@ def list_trials(store: SqlStore, group_id: str) -> list[Trial]:
 
 
 def link_experiment(store: SqlStore, experiment_id: str, group_id: str) -> None:
-    """experiments.group_id: `phalanx ls --group ID` and the API find a group's trials by it."""
     with store._writer.begin() as conn:
         conn.execute(update(ExperimentRow).where(ExperimentRow.id == experiment_id).values(group_id=group_id))
 
@@ -211,34 +141,3 @@ def delete_group(store: SqlStore, group_id: str) -> None:
     with store._writer.begin() as conn:
         conn.execute(delete(TrialRow).where(TrialRow.group_id == group_id))
         conn.execute(delete(GroupRow).where(GroupRow.id == group_id))
-
-
-def best_trial(trials: list[Trial], optimization: str | None) -> Trial | None:
-    """The finished (not pruned) trial with the best metric value."""
-    scored = [t for t in trials if t.state == "done" and t.value is not None]
-    if not scored:
-        return None
-    pick = max if optimization == "maximize" else min
-    return pick(scored, key=lambda t: t.value)  # type: ignore[arg-type,return-value]
-
-
-def sql_store(store: object) -> SqlStore:
-    """The SQL store groups keep their tables in (migration 0003_groups): SQLite or PostgreSQL.
-    Group records are not on the Store protocol yet; another store is told so plainly."""
-    if not isinstance(store, SqlStore):
-        from phalanx.errors import UsageError
-
-        raise UsageError(
-            f"experiment groups need the SQL store (SQLite or PostgreSQL), not {type(store).__name__}"
-        )
-    return store
-
-
-# Storage errors leave these functions as Phalanx errors, as they leave SqlStore (store/sql/errors.py).
-def _translate_errors() -> None:
-    from phalanx.store.sql.errors import translate_module
-
-    translate_module(globals())
-
-
-_translate_errors()

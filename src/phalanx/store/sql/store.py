@@ -13,17 +13,20 @@ import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from operator import itemgetter
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar, Unpack
 
 from sqlalchemy import Connection, String, cast, delete, func, insert, or_, select, update
 from sqlalchemy.exc import IntegrityError, OperationalError
 
 from phalanx.domain import Event, Experiment, ExperimentStatus, Page, Replica, ReplicaState, Role
 from phalanx.errors import Conflict, NotFound, StoreError, UsageError
+from phalanx.groups.records import Group, GroupUpdate, Trial, TrialUpdate
 from phalanx.store.artifacts import ArtifactStore
 from phalanx.store.base import (
     ArtifactRecord,
     ExperimentFilter,
+    GroupStore,
+    IngestStore,
     LogLine,
     ModelRecord,
     ParamRecord,
@@ -32,6 +35,7 @@ from phalanx.store.base import (
     merge_params,
 )
 from phalanx.store.sql import events as ev_sql
+from phalanx.store.sql import groups as group_sql
 from phalanx.store.sql.engine import make_engine, no_gc, upgrade, writer
 from phalanx.store.sql.errors import phalanx_errors
 from phalanx.store.sql.models import (
@@ -63,10 +67,10 @@ _EXP_COLUMNS = [c for c in ExperimentRow.__table__.c if c.key != "repro"]
 
 @phalanx_errors
 class SqlStore:
-    """The store (``base.IngestStore``; each method is documented there). ``url``: a SQLAlchemy URL
-    (``sqlite:///path`` or ``postgresql+psycopg://...``); ``artifacts``: where files live (deleted
-    with their experiment). The schema is migrated to the newest revision on open unless ``migrate``
-    is False. SQLAlchemy's errors never leave it (``errors.phalanx_errors``)."""
+    """The store (``base.IngestStore`` and ``base.GroupStore``; each method is documented there).
+    ``url``: a SQLAlchemy URL (``sqlite:///path`` or ``postgresql+psycopg://...``); ``artifacts``:
+    where files live (deleted with their experiment). The schema is migrated to the newest revision
+    on open unless ``migrate`` is False. SQLAlchemy's errors never leave it (``errors.phalanx_errors``)."""
 
     artifact_store: ArtifactStore | None
 
@@ -83,6 +87,27 @@ class SqlStore:
 
     def close(self) -> None:
         self.engine.dispose()
+
+    def compact(self) -> None:
+        # Both engines refuse VACUUM inside a transaction, and the SQLite engine begins one on every
+        # connection, so it goes through the driver's own connection (its errors are translated too).
+        raw = self.engine.raw_connection()
+        try:
+            driver: Any = raw.driver_connection
+            if self.dialect == "sqlite":
+                driver.isolation_level = None  # autocommit: no implicit BEGIN
+                driver.execute("VACUUM")
+                driver.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+            else:
+                raw.rollback()
+                driver.autocommit = True  # psycopg: VACUUM needs autocommit
+                try:
+                    with driver.cursor() as cur:
+                        cur.execute("VACUUM")
+                finally:
+                    driver.autocommit = False
+        finally:
+            raw.close()
 
     # --- experiments ------------------------------------------------------------------------
 
@@ -725,6 +750,70 @@ class SqlStore:
             ).all()
         return [dict(r._mapping) for r in rows]
 
+    # --- experiment groups (base.GroupStore; the SQL is in store.sql.groups) -----------------
+
+    def create_group(
+        self,
+        *,
+        name: str,
+        project: str,
+        search: str,
+        planned: int,
+        concurrency: int,
+        metric: str | None,
+        optimization: str | None,
+        spec_text: str,
+        source_file: str | None,
+        workdir: str | None,
+        options: Mapping[str, Any],
+    ) -> Group:
+        return group_sql.create_group(
+            self,
+            {
+                "name": name,
+                "project": project,
+                "search": search,
+                "planned": planned,
+                "concurrency": concurrency,
+                "metric": metric,
+                "optimization": optimization,
+                "spec_text": spec_text,
+                "source_file": source_file,
+                "workdir": workdir,
+                "options": options,
+            },
+        )
+
+    def resolve_group(self, group_id: str) -> str:
+        return group_sql.resolve_group(self, group_id)
+
+    def get_group(self, group_id: str) -> Group:
+        return group_sql.get_group(self, group_id)
+
+    def list_groups(self, limit: int = 50) -> list[Group]:
+        return group_sql.list_groups(self, limit)
+
+    def update_group(self, group_id: str, **values: Unpack[GroupUpdate]) -> None:
+        group_sql.update_group(self, group_id, values)
+
+    def delete_group(self, group_id: str) -> None:
+        group_sql.delete_group(self, group_id)
+
+    def add_trial(self, trial: Trial) -> None:
+        group_sql.add_trial(self, trial)
+
+    def update_trial(self, group_id: str, number: int, **values: Unpack[TrialUpdate]) -> None:
+        group_sql.update_trial(self, group_id, number, values)
+
+    def list_trials(self, group_id: str) -> list[Trial]:
+        return group_sql.list_trials(self, group_id)
+
+    def count_trials(self, group_id: str) -> int:
+        return group_sql.count_trials(self, group_id)
+
+    def link_experiment(self, experiment_id: str, group_id: str) -> None:
+        group_sql.link_experiment(self, experiment_id, group_id)
+
     def event_count(self, stream: str) -> int:
         """How many events of a stream are stored (for tests and diagnostics)."""
         with self.engine.connect() as conn:
@@ -828,3 +917,9 @@ def _replica(m: Any) -> Replica:
         started_at=m["started_at"],
         finished_at=m["finished_at"],
     )
+
+
+if TYPE_CHECKING:  # mypy checks here that SqlStore implements every protocol it is used as
+
+    def _implements(store: SqlStore) -> tuple[IngestStore, GroupStore]:
+        return store, store

@@ -6,39 +6,22 @@ of the keys asked for, and the coarsest summary level (``store.sql.summary``; a 
 per series) of the titles asked for, so a metric column never reads the points.
 
 Column names: ``param:KEY`` (or ``param:SECTION/KEY``) and ``metric:AGG:TITLE`` with AGG one of
-last, min, max (over every series of the title: for ``last``, the series reported last).
+last, min, max (over every series of the title: for ``last``, the series reported last); the
+grammar is ``store.columns`` (no SQL: the server parses the same names).
 """
 
 from __future__ import annotations
 
-import contextlib
 import math
 from collections.abc import Sequence
 from typing import Any
 
 from sqlalchemy import Connection, select
 
-from phalanx.errors import UsageError
 from phalanx.store.base import ParamRecord, merge_params
+from phalanx.store.columns import parse_column
 from phalanx.store.sql.models import ParamRow, ScalarSummaryRow, SeriesRow
 from phalanx.store.sql.summary import LEVELS
-
-AGGREGATES = ("last", "min", "max")
-
-
-def parse_column(column: str) -> tuple[str, str, str]:
-    """("param", key, "") or ("metric", title, agg); UsageError naming the accepted forms."""
-    kind, _, rest = column.partition(":")
-    if kind == "param" and rest:
-        return "param", rest, ""
-    if kind == "metric":
-        agg, _, title = rest.partition(":")
-        if agg in AGGREGATES and title:
-            return "metric", title, agg
-    raise UsageError(
-        f"unknown column {column!r}: use param:KEY (or param:SECTION/KEY) or metric:AGG:TITLE with AGG "
-        "one of last, min, max"
-    )
 
 
 def column_values(conn: Connection, ids: Sequence[str], columns: Sequence[str]) -> dict[str, dict[str, Any]]:
@@ -112,54 +95,3 @@ def _metrics(
         for column, t, agg in wanted:
             if t == title and a[agg] is not None and not (isinstance(a[agg], float) and math.isnan(a[agg])):
                 out[exp][column] = a[agg]
-
-
-def sort_key(value: Any) -> tuple[int, Any]:
-    """Numbers before text, both in order; experiments without the value last (either direction)."""
-    if isinstance(value, bool):
-        return (0, float(value))
-    if isinstance(value, int | float):
-        return (0, float(value))
-    if value is None:
-        return (2, "")
-    return (1, str(value))
-
-
-_OPS = ("<=", ">=", "!=", "=", "<", ">")
-
-
-def parse_condition(text: str) -> tuple[str, str, Any]:
-    """``COLUMN OP VALUE`` (OP one of = != < <= > >=) -> (column, op, value as number when it is one)."""
-    for op in _OPS:
-        column, sep, raw = text.partition(op)
-        if sep and column.strip():
-            column = column.strip()
-            parse_column(column)
-            value: Any = raw.strip()
-            with contextlib.suppress(ValueError):
-                value = float(value)
-            return column, op, value
-    raise UsageError(f"filter {text!r}: write COLUMN OP VALUE, e.g. metric:max:val/acc>=0.9 or param:lr=0.01")
-
-
-def matches(value: Any, op: str, wanted: Any) -> bool:
-    if value is None:
-        return op == "!="
-    if isinstance(wanted, float):
-        try:
-            number = float(value)
-        except (TypeError, ValueError):
-            return op == "!="
-        left: Any = number
-    else:
-        left = str(value)
-    return bool(
-        {
-            "=": left == wanted,
-            "!=": left != wanted,
-            "<": left < wanted,
-            "<=": left <= wanted,
-            ">": left > wanted,
-            ">=": left >= wanted,
-        }[op]
-    )

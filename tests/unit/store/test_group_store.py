@@ -1,0 +1,92 @@
+"""Groups and trials in the store (SQLite and PostgreSQL), through the ``GroupStore`` protocol
+alone: written before a trial is launched, read back by a resumed controller, linked to the
+trial's experiment, the best one picked."""
+
+from __future__ import annotations
+
+import pytest
+
+from phalanx.errors import Conflict, NotFound, UsageError
+from phalanx.groups.records import Group, Trial, best_trial
+from phalanx.store.base import ExperimentFilter, GroupStore, group_store
+from phalanx.store.sql import SqlStore
+
+
+def new_group(store: GroupStore, optimization: str = "minimize") -> Group:
+    return store.create_group(
+        name="g",
+        project="p",
+        search="random",
+        planned=3,
+        concurrency=2,
+        metric="loss",
+        optimization=optimization,
+        spec_text="version: 1\n",
+        source_file=None,
+        workdir="/tmp",
+        options={"params": {"a": 1}},
+    )
+
+
+def test_trials_are_recorded_linked_and_the_best_is_picked(store: SqlStore) -> None:
+    groups = group_store(store)
+    g = new_group(groups)
+    assert groups.get_group(g.id[:5]).options == {"params": {"a": 1}}
+    assert groups.resolve_group(f"  {g.id[:6].upper()} ") == g.id
+    values = [("done", 0.5), ("pruned", 0.1), ("done", 0.3)]
+    for n, (state, value) in enumerate(values):
+        exp = groups.create_experiment(name=f"g-{n}", project="p")
+        groups.add_trial(Trial(g.id, n, exp.id, {"x": n}, "launching", internal={"params": {"x": n}}))
+        groups.update_trial(g.id, n, state=state, value=value, step=10)
+        groups.link_experiment(exp.id, g.id)
+    groups.create_experiment(name="other", project="p")
+    trials = groups.list_trials(g.id)
+    assert [t.state for t in trials] == ["done", "pruned", "done"]
+    assert trials[0].internal == {"params": {"x": 0}}
+    best = best_trial(trials, "minimize")
+    assert best is not None and best.number == 2  # a pruned trial is never the best
+    assert best_trial(trials, "maximize").number == 0  # type: ignore[union-attr]
+    linked = groups.list_experiments(ExperimentFilter(group_id=g.id)).items
+    assert sorted(e.name for e in linked) == ["g-0", "g-1", "g-2"]
+    assert all(e.group_id == g.id for e in linked)
+    assert groups.count_trials(g.id) == 3
+    groups.update_group(g.id, status="succeeded", stop_requested=True, controller_pid=4242)
+    again = groups.get_group(g.id)
+    assert again.done and again.stop_requested and again.controller_pid == 4242
+    groups.update_group(g.id, controller_pid=None)  # a key given as None is cleared, others kept
+    cleared = groups.get_group(g.id)
+    assert cleared.controller_pid is None and cleared.status == "succeeded"
+    assert [x.id for x in groups.list_groups()] == [g.id]
+    with pytest.raises(NotFound):
+        groups.get_group("ffffffffffff")
+    groups.delete_group(g.id)
+    assert groups.list_groups() == []
+    assert groups.count_trials(g.id) == 0
+
+
+def test_a_trial_number_recorded_twice_is_a_conflict(store: SqlStore) -> None:
+    """What the protocol promises: a resumed controller cannot record trial N a second time."""
+    g = new_group(store)
+    exp = store.create_experiment(name="g-0", project="p")
+    store.add_trial(Trial(g.id, 0, exp.id, {}, "launching"))
+    other = store.create_experiment(name="g-0b", project="p")
+    with pytest.raises(Conflict):
+        store.add_trial(Trial(g.id, 0, other.id, {}, "launching"))
+    assert [t.experiment_id for t in store.list_trials(g.id)] == [exp.id]
+
+
+def test_an_ambiguous_or_empty_group_id_is_refused(store: SqlStore) -> None:
+    ids = {new_group(store).id for _ in range(40)}  # 40 ids over 16 first digits: a shared prefix
+    shared = next(i[0] for i in ids if sum(j.startswith(i[0]) for j in ids) > 1)
+    with pytest.raises(UsageError, match="ambiguous"):
+        store.get_group(shared)
+    with pytest.raises(NotFound):
+        store.resolve_group("  ")
+
+
+def test_a_store_without_groups_is_told_plainly() -> None:
+    class ExperimentsOnly:  # a Store implementation that keeps no groups
+        artifact_store = None
+
+    with pytest.raises(UsageError, match="experiment groups need the SQL store"):
+        group_store(ExperimentsOnly())  # type: ignore[arg-type]
