@@ -392,8 +392,9 @@ class Task:
         try:
             if main and self._console is not None:
                 self._console.stop()
-            if main and self._whatran is not None:
-                self._whatran.join(timeout=whatran.WAIT_AT_EXIT)  # a short script still gets it
+            if main and self._whatran is not None and status != "stopped":
+                # a short script still gets its record; a stop (SIGTERM, Ctrl-C) must not wait
+                self._whatran.join(timeout=whatran.WAIT_AT_EXIT)
             if main:
                 data: dict[str, Any] = {"status": status}
                 if reason:

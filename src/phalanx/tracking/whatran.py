@@ -5,7 +5,8 @@ script's folder. ClearML records this for every ``Task.init``; a team comparing 
 with `phalanx diff` needs it as much as for launched ones.
 
 It runs in a daemon thread, so the script never waits for git or the package list; the script's
-exit waits for it (bounded by ``WAIT_AT_EXIT``) so a short script still gets its record. The record
+exit waits for it (bounded by ``WAIT_AT_EXIT``; not when it is stopped: SIGTERM must end it within
+its grace) so a short script still gets its record. The record
 travels as one ``repro`` event whose file is the snapshot, through the same spool as every other
 report (locally ingested, or shipped to a server). ``PHALANX_RECORD_SOURCE=0`` turns it off.
 Standard library only.
