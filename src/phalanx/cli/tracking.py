@@ -278,6 +278,7 @@ def run_details(store: Any, experiment_id: str) -> dict[str, Any]:
     }
     return {
         "attempts": store.attempts(experiment_id) if hasattr(store, "attempts") else [],
+        "pod_attempts": store.replica_starts(experiment_id) if hasattr(store, "replica_starts") else {},
         "source": source if repro else None,
         "pace": pace(store, experiment_id),
     }
@@ -292,6 +293,9 @@ def run_details_text(details: dict[str, Any]) -> list[str]:
             step = f" from checkpoint step {a['checkpoint_step']}" if a["checkpoint_step"] is not None else ""
             why = f" ({a['reason'].splitlines()[0]})" if a.get("reason") else ""
             out.append(f"  {a['number']}  {a['kind']}{step}: {a['status']}{why}")
+    pods = details.get("pod_attempts") or {}
+    if pods:  # pods Kubernetes restarted by itself: each start asked the server for its attempt
+        out += ["", "pod attempts: " + ", ".join(f"{name} {n}" for name, n in pods.items())]
     source = details.get("source")
     if source:
         git = source.get("git") or {}

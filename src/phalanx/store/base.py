@@ -359,6 +359,12 @@ class Store(Protocol):
         than the replica's last start and at least ``at_least``. Raises NotFound."""
         ...
 
+    def replica_starts(self, experiment_id: str) -> dict[str, int]:
+        """The attempt ``next_attempt`` last handed to each replica (pods that Kubernetes or the
+        training operator restarted by themselves): {replica: attempt}. Returns {} for an
+        experiment none of whose pods asked (every engine but Kubernetes). Raises NotFound."""
+        ...
+
     def attempts(self, experiment_id: str) -> list[dict[str, Any]]:
         """Attempts in order: number, kind, status, reason, checkpoint_step, started_at, finished_at.
         Returns [] for an experiment without any. Raises NotFound."""

@@ -130,6 +130,13 @@ def test_a_restarted_or_replaced_pod_replaces_the_steps_it_reports_again(tmp_pat
         said = ["master starts as attempt 0", "worker-0 starts as attempt 0", "attempt 1", "attempt 2"]
         for console, says in zip(consoles, said, strict=True):
             assert says in console
+        # `phalanx get` (and the API's run details) show how often Kubernetes restarted each pod
+        from phalanx.cli.tracking import run_details, run_details_text
+
+        assert store.replica_starts(EXPERIMENT_ID) == {"master": 2, "worker-0": 0}
+        details = run_details(store, EXPERIMENT_ID)
+        assert details["pod_attempts"] == {"master": 2, "worker-0": 0}
+        assert "pod attempts: master 2, worker-0 0" in run_details_text(details)
     finally:
         store.close()
         stop_server(server.proc)

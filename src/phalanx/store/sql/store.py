@@ -304,6 +304,16 @@ class SqlStore:
             conn.execute(update(ReplicaStartRow).where(*key).values(last=number))
         return number
 
+    def replica_starts(self, experiment_id: str) -> dict[str, int]:
+        with self.engine.connect() as conn:
+            full = _resolve(conn, experiment_id)
+            rows = conn.execute(
+                select(ReplicaStartRow.replica, ReplicaStartRow.last)
+                .where(ReplicaStartRow.experiment_id == full)
+                .order_by(ReplicaStartRow.replica)
+            )
+            return {str(r[0]): int(r[1]) for r in rows}
+
     def attempts(self, experiment_id: str) -> list[dict[str, Any]]:
         with self.engine.connect() as conn:
             full = _resolve(conn, experiment_id)
