@@ -27,7 +27,7 @@ from phalanx.errors import NotFound
 from phalanx.tracking.spool import ACK_SUFFIX, SUFFIX, writer_gone
 
 if TYPE_CHECKING:
-    from phalanx.store.base import IngestStore
+    from phalanx.store.base import IngestStore, Store
 
 log = logging.getLogger(__name__)
 
@@ -128,7 +128,7 @@ def _finished_writer(stream: str, settings: Settings, experiment_id: str) -> boo
     return writer_gone(stream)
 
 
-def _exists(store: Any, experiment_id: str) -> bool:
+def _exists(store: Store, experiment_id: str) -> bool:
     try:
         return bool(store.get_experiment(experiment_id).id == experiment_id)
     except NotFound:

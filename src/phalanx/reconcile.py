@@ -17,13 +17,15 @@ import os
 import socket
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from phalanx.domain import ExperimentStatus, ReplicaState
 from phalanx.procs import recorded_but_gone, start_time
 
 if TYPE_CHECKING:
     from phalanx.config import Settings
+    from phalanx.domain import Experiment
+    from phalanx.store.base import Store
 
 log = logging.getLogger(__name__)
 
@@ -46,7 +48,7 @@ def process_start(pid: int) -> float | None:
     return btime + ticks / os.sysconf("SC_CLK_TCK")
 
 
-def clean_aborted_starts(store: Any, settings: Settings) -> list[str]:
+def clean_aborted_starts(store: Store, settings: Settings) -> list[str]:
     """Folders of experiments whose `phalanx run` was killed before it recorded them (it opens the
     store only once the replicas are starting): with the supervisor gone and no experiment in the
     store, its run folder and spool are removed, so nothing of an experiment that never appears is
@@ -75,7 +77,7 @@ def clean_aborted_starts(store: Any, settings: Settings) -> list[str]:
     return removed
 
 
-def reconcile(store: Any, settings: Settings) -> list[str]:
+def reconcile(store: Store, settings: Settings) -> list[str]:
     """Mark this machine's orphaned unfinished experiments failed; returns their ids."""
     fixed = []
     here = socket.gethostname()
@@ -93,12 +95,12 @@ def reconcile(store: Any, settings: Settings) -> list[str]:
     return fixed
 
 
-def _orphan_reason(store: Any, settings: Settings, exp: Any, here: str) -> str | None:
+def _orphan_reason(store: Store, settings: Settings, exp: Experiment, here: str) -> str | None:
     if exp.backend == "script":
-        replicas = [r for r in store.list_replicas(exp.id) if r.pid and r.host == here]
-        if not replicas or any(_runs_since(r.pid, exp.created_at) for r in replicas):
+        pids = [r.pid for r in store.list_replicas(exp.id) if r.pid and r.host == here]
+        if not pids or any(_runs_since(p, exp.created_at) for p in pids):
             return None
-        pid = replicas[0].pid
+        pid = pids[0]
         crash = _fault_line(settings.spool_dir / exp.id, pid)
         if crash:
             return f"the script (pid {pid}) crashed: {crash}"
@@ -106,10 +108,10 @@ def _orphan_reason(store: Any, settings: Settings, exp: Any, here: str) -> str |
             f"the script (pid {pid}) ended without recording its end: killed by a signal it cannot "
             "catch (SIGKILL, the OOM killer) or crashed"
         )
-    pid = recorded_but_gone(settings.runs_dir / exp.id / "supervisor.pid")
-    if pid is None:
+    gone = recorded_but_gone(settings.runs_dir / exp.id / "supervisor.pid")
+    if gone is None:
         return None
-    return f"phalanx run (pid {pid}) was killed before it recorded the outcome"
+    return f"phalanx run (pid {gone}) was killed before it recorded the outcome"
 
 
 def _runs_since(pid: int, created: float | None) -> bool:
@@ -131,7 +133,7 @@ def _fault_line(spool: Path, pid: int) -> str | None:
     return lines[0] if lines else None
 
 
-def _mark_failed(store: Any, exp: Any, reason: str) -> None:
+def _mark_failed(store: Store, exp: Experiment, reason: str) -> None:
     now = time.time()
     for r in store.list_replicas(exp.id):
         if not ReplicaState(r.state).done:

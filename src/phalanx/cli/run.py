@@ -24,7 +24,8 @@ if TYPE_CHECKING:
     from collections.abc import Mapping
 
     from phalanx.config import Settings
-    from phalanx.domain import ReplicaState
+    from phalanx.domain import Experiment, ReplicaState
+    from phalanx.store.base import IngestStore, Store
 
 
 class Output(StrEnum):
@@ -475,7 +476,7 @@ def start_detached(argv: list[str], exp_id: str, settings: Settings, output: Out
         typer.echo(exp_id)
 
 
-def _exists(store: Any, experiment_id: str) -> bool:
+def _exists(store: Store, experiment_id: str) -> bool:
     from phalanx.errors import NotFound
 
     try:
@@ -555,7 +556,7 @@ def logs(
             time.sleep(0.3)
 
 
-def _gone(store: Any, settings: Settings, exp: Any) -> str | None:
+def _gone(store: Store, settings: Settings, exp: Experiment) -> str | None:
     """What ended without recording the experiment's end ("supervisor", "script"), if this machine
     can tell: this machine's `phalanx run` left its pid file and no longer runs, or a plain script's
     processes here are all gone. None when it cannot tell (another machine's run or script)."""
@@ -572,7 +573,7 @@ def _gone(store: Any, settings: Settings, exp: Any) -> str | None:
     return "supervisor" if pid_file.exists() and supervisor_pid(settings, exp.id) is None else None
 
 
-def _ingest(store: Any, settings: Settings, experiment_id: str) -> None:
+def _ingest(store: IngestStore, settings: Settings, experiment_id: str) -> None:
     """One ingest pass over the experiment's spool: fresh lines even when no supervisor runs."""
     try:
         from phalanx.ingest import Ingester

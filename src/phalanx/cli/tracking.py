@@ -23,7 +23,7 @@ from phalanx.cli.app import app, emit_json
 if TYPE_CHECKING:
     from phalanx.config import Settings
     from phalanx.domain import Experiment, Replica
-    from phalanx.store.base import ArtifactRecord, IngestStore, ParamRecord
+    from phalanx.store.base import ArtifactRecord, IngestStore, ParamRecord, Store
 
 IdArg = Annotated[str, typer.Argument(metavar="ID", help="Experiment id or a unique prefix of one.")]
 
@@ -260,7 +260,7 @@ def _queue_place(experiment_id: str) -> str:
     return "not waiting on this machine (see `phalanx queue`)"
 
 
-def run_details(store: Any, experiment_id: str) -> dict[str, Any]:
+def run_details(store: Store, experiment_id: str) -> dict[str, Any]:
     """Attempts, what ran (git, versions, host) and the pace of each rank: `get -o json` and the API."""
     from phalanx.stragglers import pace
 

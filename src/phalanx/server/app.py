@@ -27,7 +27,7 @@ from phalanx.server.routes import artifacts, experiments, groups, ingest, logs, 
 from phalanx.server.sessions import LoginThrottle, Sessions
 from phalanx.server.settings import ServerSettings
 from phalanx.server.sweeper import Sweeper
-from phalanx.store.base import Store
+from phalanx.store.base import IngestStore
 
 log = logging.getLogger(__name__)
 
@@ -47,7 +47,7 @@ HTTP_CODES = {
 }
 
 
-def create_app(settings: ServerSettings, store: Store | None = None) -> FastAPI:
+def create_app(settings: ServerSettings, store: IngestStore | None = None) -> FastAPI:
     """Build the app. ``store`` defaults to the one ``settings.store`` names (SQLite or PostgreSQL)."""
     if store is None:
         from phalanx.store import open_store

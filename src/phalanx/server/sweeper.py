@@ -10,9 +10,12 @@ from __future__ import annotations
 
 import logging
 import threading
-from typing import Any
+from typing import TYPE_CHECKING
 
 from phalanx.config import Settings
+
+if TYPE_CHECKING:
+    from phalanx.store.base import IngestStore
 
 log = logging.getLogger(__name__)
 
@@ -21,7 +24,7 @@ class Sweeper:
     """Calls ``phalanx.gc.collect`` every ``period`` seconds until ``stop()``."""
 
     def __init__(
-        self, store: Any, settings: Settings, period: float, *, min_age: float | None = None
+        self, store: IngestStore, settings: Settings, period: float, *, min_age: float | None = None
     ) -> None:
         self.store = store
         self.settings = settings
