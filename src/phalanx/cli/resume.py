@@ -104,6 +104,12 @@ def _launch_of(store: Any, experiment: Any) -> dict[str, Any]:
     import os
 
     launch = dict((store.repro(experiment.id) or {}).get("launch") or {})
+    if getattr(experiment, "backend", None) == "script":  # `phalanx run -f FILE` is no help here
+        raise fail(
+            f"experiment {experiment.id} is a plain script's run (a script calling "
+            "Task.init, not `phalanx run`): Phalanx did not start it, so it cannot start it again; "
+            f"run the script again yourself (`phalanx get {experiment.id}` shows the code it ran)"
+        )
     if not launch or not experiment.spec_text:
         raise fail(
             f"experiment {experiment.id} was recorded without its launch details (file, folder, params); "
