@@ -362,7 +362,8 @@ def _diff_doc(store: Any, a: Any, b: Any) -> dict[str, Any]:
             unrecorded[side].append("environment")
         if not snapshot:
             unrecorded[side].append("source snapshot")
-        if not (a if side == "a" else b).spec_text:
+        both_plain = a.backend == b.backend == "script"  # neither ever has a file: nothing to say
+        if not (a if side == "a" else b).spec_text and not both_plain:
             unrecorded[side].append("experiment file")
     if unrecorded["a"] or unrecorded["b"]:
         if "environment" in unrecorded["a"] + unrecorded["b"]:
@@ -403,6 +404,11 @@ def _diff_doc(store: Any, a: Any, b: Any) -> dict[str, Any]:
     }
 
 
+def _shown(value: Any) -> str:
+    """A compared value for the terminal: one side without it reads "(none)", not Python's None."""
+    return "(none)" if value is None else repr(value)
+
+
 @app.command("diff")
 def diff(
     a: Annotated[str, typer.Argument(metavar="A", help="an experiment id (or unique prefix)")],
@@ -427,7 +433,7 @@ def diff(
     ):
         if doc[key]:
             out.append(f"{title}:")
-            out.extend(f"  {k}: {v['a']!r} -> {v['b']!r}" for k, v in doc[key].items())
+            out.extend(f"  {k}: {_shown(v['a'])} -> {_shown(v['b'])}" for k, v in doc[key].items())
     if doc["file"]:
         out.append("experiment file:")
         out.extend(f"  {line}" for line in doc["file"])
