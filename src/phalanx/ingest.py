@@ -434,10 +434,10 @@ def _start_relays(console_fds: str | None, spool: str | os.PathLike[str]) -> lis
     )  # fmt: skip
 
     def sink(name: str, lines: list[str]) -> None:
-        from phalanx.tracking.screen import truncate
+        from phalanx.tracking.screen import truncate_line
 
         with contextlib.suppress(OSError, ValueError):  # a full disk: the terminal still got them
-            writer.write("log", {"stream": name, "lines": [truncate(line) for line in lines]})
+            writer.write("log", {"stream": name, "lines": [truncate_line(line) for line in lines]})
 
     threads = [
         threading.Thread(target=relay, args=(fd, term, name, sink), name=f"relay-{name}", daemon=True)
