@@ -50,6 +50,17 @@ log = logging.getLogger(__name__)
 _FILE_KINDS = (EventKind.ARTIFACT.value, EventKind.MODEL.value, EventKind.REPRO.value)
 
 
+def _integer(value: Any, field: str) -> int:
+    """An integer field of a record, naming the field when it is not one. A fractional number is
+    refused, not truncated: seq 1.5 read as 1 would be taken for a re-sent event and dropped."""
+    if isinstance(value, bool) or (isinstance(value, float) and not value.is_integer()):
+        raise UsageError(f"event {field!r} must be an integer, not {value!r}")
+    try:
+        return int(value)
+    except (TypeError, ValueError, OverflowError):
+        raise UsageError(f"event {field!r} must be an integer, not {value!r}") from None
+
+
 def record_to_event(record: Mapping[str, Any]) -> Event:
     """One spool record (or one item of a POSTed ``{"events": [...]}``) as an Event.
     UsageError, naming the field, when it is malformed."""
@@ -64,8 +75,10 @@ def record_to_event(record: Mapping[str, Any]) -> Event:
             f"unknown event kind {record.get('kind')!r}; one of {', '.join(k.value for k in EventKind)}"
         ) from None
     exp = record.get("experiment_id")
-    if not isinstance(exp, str) or not exp:
+    if exp is None or exp == "":
         raise UsageError("event has no 'experiment_id'")
+    if not isinstance(exp, str):
+        raise UsageError(f"event 'experiment_id' must be text, not {exp!r}")
     data = record.get("data") or {}
     if not isinstance(data, Mapping):
         raise UsageError("event 'data' must be an object")
@@ -76,16 +89,18 @@ def record_to_event(record: Mapping[str, Any]) -> Event:
         data["path"] = safe_path(text_field(data, "path", None))
     if kind is EventKind.EXPERIMENT:
         data = _clean_created(data)
+    seq = _integer(record.get("seq", 0), "seq")
+    index = _integer(record.get("index", 0) or 0, "index")
+    rank = record.get("rank")
+    rank = None if rank is None or rank == "" else _integer(rank, "rank")
     try:
-        seq = int(record.get("seq", 0))
-        index = int(record.get("index", 0) or 0)
-        rank = record.get("rank")
-        rank = None if rank is None or rank == "" else int(rank)
         when = float(record.get("time") or time.time())
-        attempt = record.get("attempt")  # absent in records of writers before attempts: None
-        attempt = None if attempt is None or attempt == "" else int(attempt)
-    except (TypeError, ValueError) as exc:
-        raise UsageError(f"event has a malformed seq, index, rank, attempt or time: {exc}") from None
+    except (TypeError, ValueError):
+        raise UsageError(
+            f"event 'time' must be seconds since the epoch, not {record.get('time')!r}"
+        ) from None
+    attempt = record.get("attempt")  # absent in records of writers before attempts: None
+    attempt = None if attempt is None or attempt == "" else _integer(attempt, "attempt")
     if attempt is not None and not 0 <= attempt < 2**31:
         raise UsageError(f"event attempt {attempt} is out of range (0 to 2147483647; PHALANX_ATTEMPT)")
     event = Event(
@@ -419,10 +434,10 @@ def _start_relays(console_fds: str | None, spool: str | os.PathLike[str]) -> lis
     )  # fmt: skip
 
     def sink(name: str, lines: list[str]) -> None:
-        from phalanx.tracking.screen import truncate
+        from phalanx.tracking.screen import truncate_line
 
         with contextlib.suppress(OSError, ValueError):  # a full disk: the terminal still got them
-            writer.write("log", {"stream": name, "lines": [truncate(line) for line in lines]})
+            writer.write("log", {"stream": name, "lines": [truncate_line(line) for line in lines]})
 
     threads = [
         threading.Thread(target=relay, args=(fd, term, name, sink), name=f"relay-{name}", daemon=True)

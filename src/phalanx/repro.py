@@ -128,11 +128,13 @@ def snapshot(folder: str) -> tuple[bytes, dict[str, Any]]:
     capped: list[str] = []
     capped_count = 0
     seen = 0
+    walk_stopped = False
     with tarfile.open(fileobj=buf, mode="w:gz") as tar:
         for dirpath, dirnames, filenames in os.walk(root):
             seen += len(filenames)
             if seen > WALK_MAX_FILES:  # a home folder or a data tree: stop looking, say so
                 capped.append(f"... (stopped after {WALK_MAX_FILES} files)")
+                walk_stopped = True
                 break
             here = Path(dirpath)
             keep = []
@@ -166,6 +168,7 @@ def snapshot(folder: str) -> tuple[bytes, dict[str, Any]]:
         "skipped": skipped,
         "capped": capped,
         "capped_count": capped_count,
+        "walk_stopped": walk_stopped,
         "max_bytes": SNAPSHOT_MAX_BYTES,
         "max_file_bytes": SNAPSHOT_MAX_FILE,
     }
@@ -235,7 +238,10 @@ def left_out_note(snapshot: dict[str, Any] | None) -> str | None:
     in one line for the terminal; None when nothing a script might read was left out."""
     snapshot = snapshot or {}
     folders = [d for d in snapshot.get("skipped") or [] if d.rstrip("/").rsplit("/", 1)[-1] in DATA_DIRS]
-    capped = list(snapshot.get("capped") or [])
+    walk_stopped = bool(snapshot.get("walk_stopped")) or any(
+        str(c).startswith("... (stopped after") for c in snapshot.get("capped") or []
+    )
+    capped = [c for c in snapshot.get("capped") or [] if not str(c).startswith("... (stopped after")]
     count = int(snapshot.get("capped_count") or len(capped))
     parts = []
     if folders:
@@ -245,6 +251,8 @@ def left_out_note(snapshot: dict[str, Any] | None) -> str | None:
     if count:
         shown = ", ".join(capped[:3]) + (", ..." if count > 3 else "")
         parts.append(f"{count} file{'s' if count != 1 else ''} over the size caps ({shown})")
+    if walk_stopped:  # a home folder or a data tree as the script's folder
+        parts.append(f"every file after the first {WALK_MAX_FILES} it looked at (the folder is too large)")
     if not parts:
         return None
     return (

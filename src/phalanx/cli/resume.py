@@ -104,6 +104,12 @@ def _launch_of(store: Any, experiment: Any) -> dict[str, Any]:
     import os
 
     launch = dict((store.repro(experiment.id) or {}).get("launch") or {})
+    if getattr(experiment, "backend", None) == "script":  # `phalanx run -f FILE` is no help here
+        raise fail(
+            f"experiment {experiment.id} is a plain script's run (a script calling "
+            "Task.init, not `phalanx run`): Phalanx did not start it, so it cannot start it again; "
+            f"run the script again yourself (`phalanx get {experiment.id}` shows the code it ran)"
+        )
     if not launch or not experiment.spec_text:
         raise fail(
             f"experiment {experiment.id} was recorded without its launch details (file, folder, params); "
@@ -356,7 +362,8 @@ def _diff_doc(store: Any, a: Any, b: Any) -> dict[str, Any]:
             unrecorded[side].append("environment")
         if not snapshot:
             unrecorded[side].append("source snapshot")
-        if not (a if side == "a" else b).spec_text:
+        both_plain = a.backend == b.backend == "script"  # neither ever has a file: nothing to say
+        if not (a if side == "a" else b).spec_text and not both_plain:
             unrecorded[side].append("experiment file")
     if unrecorded["a"] or unrecorded["b"]:
         if "environment" in unrecorded["a"] + unrecorded["b"]:
@@ -397,6 +404,11 @@ def _diff_doc(store: Any, a: Any, b: Any) -> dict[str, Any]:
     }
 
 
+def _shown(value: Any) -> str:
+    """A compared value for the terminal: one side without it reads "(none)", not Python's None."""
+    return "(none)" if value is None else repr(value)
+
+
 @app.command("diff")
 def diff(
     a: Annotated[str, typer.Argument(metavar="A", help="an experiment id (or unique prefix)")],
@@ -421,7 +433,7 @@ def diff(
     ):
         if doc[key]:
             out.append(f"{title}:")
-            out.extend(f"  {k}: {v['a']!r} -> {v['b']!r}" for k, v in doc[key].items())
+            out.extend(f"  {k}: {_shown(v['a'])} -> {_shown(v['b'])}" for k, v in doc[key].items())
     if doc["file"]:
         out.append("experiment file:")
         out.extend(f"  {line}" for line in doc["file"])

@@ -311,6 +311,11 @@ def run_details_text(details: dict[str, Any]) -> list[str]:
             f"source:    {where}; python {source.get('python')}, phalanx {source.get('phalanx')}, "
             f"{source.get('packages')} packages, host {source.get('host')}",
         ]
+        from phalanx import repro
+
+        note = repro.left_out_note(source.get("snapshot"))
+        if note:  # a capped snapshot must say so where the user looks, not only in -o json
+            out.append(f"snapshot:  {note}")
     pace_doc = details.get("pace")
     if pace_doc and pace_doc.get("ranks"):
         out += ["", f"pace ({pace_doc['title']}):"]

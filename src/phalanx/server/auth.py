@@ -260,7 +260,14 @@ class SecurityMiddleware:
             parts = urlsplit(origin)
             return (parts.netloc.lower() == _header(scope, b"host").strip().lower()) and bool(host)
         site = _header(scope, b"sec-fetch-site").lower()
-        return site not in ("cross-site", "same-site")
+        if site:
+            return site not in ("cross-site", "same-site")
+        # no Origin and no Fetch Metadata (an older browser, or a privacy setting dropping Origin):
+        # a Referer from another site still says where the request comes from
+        referer = _header(scope, b"referer")
+        if referer:
+            return urlsplit(referer).netloc.lower() == _header(scope, b"host").strip().lower()
+        return True
 
 
 def default_allowed_hosts(bind: str) -> list[str]:

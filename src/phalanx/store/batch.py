@@ -14,7 +14,7 @@ from typing import Any
 
 from phalanx.domain import Event, EventKind, ExperimentStatus, ReplicaState
 from phalanx.errors import UsageError
-from phalanx.tracking.screen import truncate
+from phalanx.tracking.screen import truncate, truncate_line
 
 
 @dataclass(frozen=True)
@@ -98,7 +98,7 @@ def _collect_one(batch: Batch, ev: Event) -> None:
     elif kind is EventKind.LOG:
         stream = text_field(d, "stream", "stdout", limit=16)
         for line in _log_lines(d):
-            batch.logs[(ev.experiment_id, ev.replica)].append((clean(truncate(line)), stream, ev.time))
+            batch.logs[(ev.experiment_id, ev.replica)].append((clean(truncate_line(line)), stream, ev.time))
     elif kind is EventKind.ARTIFACT:
         batch.artifacts.append(
             {

@@ -159,6 +159,28 @@ class ExternalCapture:
             with contextlib.suppress(OSError):
                 os.close(fd)
 
+    def wait_relayed(self, timeout: float = 2.0) -> None:
+        """Wait (bounded) until the reader has taken everything from the pipes. Else the script
+        exits before its last lines reach the terminal: a shell prompt comes back first, and
+        `python train.py > out.log; tail out.log` misses the end. Call after ``stop()``."""
+        import fcntl
+        import termios
+
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            left = 0
+            for fd in (self._out_r, self._err_r):
+                buf = bytearray(4)
+                try:
+                    fcntl.ioctl(fd, termios.FIONREAD, buf)
+                except OSError:
+                    return
+                left += int.from_bytes(buf, sys.byteorder)
+            if not left:
+                time.sleep(0.02)  # the reader writes what it read to the terminal right after
+                return
+            time.sleep(0.005)
+
     def close_pipes(self) -> None:
         for fd in (self._out_r, self._err_r):
             with contextlib.suppress(OSError):

@@ -39,11 +39,17 @@ def step_problem(step: int) -> str | None:
     return None
 
 
-def truncate(text: str, limit: int = TEXT_LIMIT) -> str:
-    """``text`` cut to ``limit`` characters, saying so at its end."""
+def truncate(text: str, limit: int = TEXT_LIMIT, sep: str = "\n") -> str:
+    """``text`` cut to ``limit`` characters, saying so at its end. A console line takes ``sep=" "``:
+    a newline inside one stored line shows as a second line that names no replica."""
     if len(text) <= limit:
         return text
-    return f"{text[:limit]}\n[truncated by phalanx: {len(text) - limit} more characters]"
+    return f"{text[:limit]}{sep}[truncated by phalanx: {len(text) - limit} more characters]"
+
+
+def truncate_line(line: str) -> str:
+    """A console line cut to TEXT_LIMIT characters, the marker on the same line."""
+    return truncate(line, sep=" ")
 
 
 class Problems:
@@ -132,5 +138,5 @@ def screen_event(kind: str, data: Mapping[str, Any], problems: Problems) -> dict
     elif kind == "log":
         lines = out.get("lines")
         if isinstance(lines, list) and any(len(line) > TEXT_LIMIT for line in lines):
-            out["lines"] = [truncate(line) for line in lines]
+            out["lines"] = [truncate_line(line) for line in lines]
     return out

@@ -392,6 +392,8 @@ class Task:
         try:
             if main and self._console is not None:
                 self._console.stop()
+                if isinstance(self._console, ExternalCapture):
+                    self._console.wait_relayed()
             if main and self._whatran is not None and status != "stopped":
                 # a short script still gets its record; a stop (SIGTERM, Ctrl-C) must not wait
                 self._whatran.join(timeout=whatran.WAIT_AT_EXIT)

@@ -200,6 +200,31 @@ def test_a_console_line_longer_than_the_sdks_cap_is_cut_visibly_and_its_batch_ke
     assert r.status_code == 200 and r.json() == {"accepted": 2}, r.text[:200]
     lines = [line["text"] for line in client.get(f"/api/v1/experiments/{exp}/logs").json()["lines"]]
     assert lines[0] == "before" and lines[2] == "after"
-    assert lines[1] == "x" * TEXT_LIMIT + "\n[truncated by phalanx: 5000 more characters]"
+    # the marker on the same line: a newline in a stored line shows as a line naming no replica
+    assert lines[1] == "x" * TEXT_LIMIT + " [truncated by phalanx: 5000 more characters]"
     (note,) = client.get(f"/api/v1/experiments/{exp}/texts").json()
     assert note["text"].endswith("[truncated by phalanx: 7 more characters]")
+
+
+@pytest.mark.parametrize(
+    ("envelope", "field"),
+    [
+        ({"seq": 1.5}, "seq"),  # was read as seq 1, taken for a re-sent event: dropped with a 200
+        ({"seq": "abc"}, "seq"),
+        ({"seq": True}, "seq"),
+        ({"rank": "zero"}, "rank"),
+        ({"attempt": "one"}, "attempt"),
+        ({"index": 0.5}, "index"),
+        ({"time": "now"}, "time"),
+        ({"experiment_id": 5}, "experiment_id must be text"),
+    ],
+)
+def test_a_record_with_a_number_of_the_wrong_type_is_refused_naming_it(
+    api: tuple[TestClient, str], envelope: dict[str, Any], field: str
+) -> None:
+    client, exp = api
+    assert client.post("/api/v1/ingest", json={"events": [_log(exp, seq=1)]}).json() == {"accepted": 1}
+    r = client.post("/api/v1/ingest", json={"events": [_log(exp, **envelope)]})
+    assert r.status_code == 400, r.text
+    assert field.split()[0] in r.json()["message"]
+    assert "must be" in r.json()["message"]

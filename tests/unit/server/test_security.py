@@ -204,6 +204,18 @@ def test_a_cross_site_post_is_refused(client: TestClient, store: Store) -> None:
     assert same.status_code == 200
 
 
+def test_a_post_whose_only_clue_is_a_foreign_referer_is_refused(client: TestClient, store: Store) -> None:
+    """An older browser sends neither Origin nor Sec-Fetch-Site on a form POST, but a Referer."""
+    e = fill.experiment(store, status=ExperimentStatus.RUNNING)
+    r = client.post(f"/api/v1/experiments/{e.id}/stop", headers={"Referer": "https://attacker.example/page"})
+    assert r.status_code == 403
+    assert store.get_experiment(e.id).status is ExperimentStatus.RUNNING
+    ours = client.post(
+        f"/api/v1/experiments/{e.id}/stop", headers={"Referer": "http://testserver/experiments"}
+    )
+    assert ours.status_code == 200
+
+
 def test_a_session_cookie_is_worthless_after_logout(secured: TestClient) -> None:
     ok = secured.post("/login", data={"token": TOKEN, "next": "/"})
     assert ok.status_code == 303

@@ -66,6 +66,12 @@ def test_a_plain_script_records_its_commit_diff_packages_and_snapshot(sandbox: S
     doc = json.loads(diff.stdout)
     assert "+LR = 0.5" in doc["code"] and "-LR = 0.1" in doc["code"]  # the changed line, from the snapshots
     assert doc["packages"] == {}  # both recorded, the same
+    text = subprocess.run(
+        [sys.executable, "-m", "phalanx.cli.main", "diff", first, second],
+        env=sandbox.env, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert "+LR = 0.5" in text.stdout
+    assert "not compared" not in text.stdout, text.stdout  # a plain script never has an experiment file
 
 
 def test_record_source_off_records_nothing(sandbox: Sandbox) -> None:
