@@ -264,7 +264,7 @@ def run_details(store: Store, experiment_id: str) -> dict[str, Any]:
     """Attempts, what ran (git, versions, host) and the pace of each rank: `get -o json` and the API."""
     from phalanx.stragglers import pace
 
-    repro = store.repro(experiment_id) if hasattr(store, "repro") else {}
+    repro = store.repro(experiment_id)
     git = dict(repro.get("git") or {})
     git.pop("diff", None)  # `phalanx diff` shows code; get stays short
     source = {
@@ -277,8 +277,8 @@ def run_details(store: Store, experiment_id: str) -> dict[str, Any]:
         "launch": repro.get("launch"),
     }
     return {
-        "attempts": store.attempts(experiment_id) if hasattr(store, "attempts") else [],
-        "pod_attempts": store.replica_starts(experiment_id) if hasattr(store, "replica_starts") else {},
+        "attempts": store.attempts(experiment_id),
+        "pod_attempts": store.replica_starts(experiment_id),
         "source": source if repro else None,
         "pace": pace(store, experiment_id),
     }

@@ -152,12 +152,14 @@ def test_mxnet_gets_the_dmlc_variables_of_each_role(phalanx: Phalanx) -> None:
         assert env["DMLC_PS_ROOT_PORT"] == got["master-0"]["DMLC_PS_ROOT_PORT"]
 
 
-@pytest.mark.skipif(
+needs_mpirun = pytest.mark.skipif(
     shutil.which("mpirun") is None, reason="Open MPI is not installed (make test installs it)"
 )
-def test_backend_mpi_starts_one_mpirun_whose_ranks_torch_and_phalanx_understand(phalanx: Phalanx) -> None:
-    dump = DUMP.replace("os.environ.get('LOCAL_RANK', '0')", "os.environ['RANK']")
-    spec = phalanx.spec(
+
+
+def mpi_spec(phalanx: Phalanx, replicas: str, cmd: str) -> Path:
+    """A PyTorch experiment started by one mpirun (``backend: mpi``) with ``replicas`` (one line)."""
+    return phalanx.spec(
         f"""
         version: 1
         kind: experiment
@@ -165,11 +167,17 @@ def test_backend_mpi_starts_one_mpirun_whose_ranks_torch_and_phalanx_understand(
         backend: mpi
         environment:
           replicas:
-            n_workers: 2
+            {replicas}
         run:
-          cmd: {json.dumps(dump)}
+          cmd: {json.dumps(cmd)}
         """
     )
+
+
+@needs_mpirun
+def test_backend_mpi_starts_one_mpirun_whose_ranks_torch_and_phalanx_understand(phalanx: Phalanx) -> None:
+    dump = DUMP.replace("os.environ.get('LOCAL_RANK', '0')", "os.environ['RANK']")
+    spec = mpi_spec(phalanx, "n_workers: 2", dump)
     result = phalanx.run("run", "-f", str(spec))
     assert result.returncode == 0, result.stdout + result.stderr
     got = envs(spec.parent)
@@ -179,9 +187,7 @@ def test_backend_mpi_starts_one_mpirun_whose_ranks_torch_and_phalanx_understand(
         assert env["RANK"] == env["OMPI_COMM_WORLD_RANK"]
 
 
-@pytest.mark.skipif(
-    shutil.which("mpirun") is None, reason="Open MPI is not installed (make test installs it)"
-)
+@needs_mpirun
 def test_an_mpirun_replica_of_several_ranks_shows_each_ranks_lines_whole_and_untagged(
     phalanx: Phalanx,
 ) -> None:
@@ -191,20 +197,7 @@ def test_an_mpirun_replica_of_several_ranks_shows_each_ranks_lines_whole_and_unt
         "python -u -c \"import os, time; r = os.environ['RANK']; "
         "[print(f'line {i} of rank {r}') or time.sleep(0.01) for i in range(30)]\""
     )
-    spec = phalanx.spec(
-        f"""
-        version: 1
-        kind: experiment
-        framework: pytorch
-        backend: mpi
-        environment:
-          replicas:
-            processes_per_replica: 2
-        run:
-          cmd: {json.dumps(talk)}
-        """
-    )
-    result = phalanx.run("run", "-f", str(spec))
+    result = phalanx.run("run", "-f", str(mpi_spec(phalanx, "processes_per_replica: 2", talk)))
     assert result.returncode == 0, result.stdout + result.stderr
     exp_id = result.stderr.split("experiment ")[1].split()[0]
     logs = phalanx.run("logs", exp_id)
