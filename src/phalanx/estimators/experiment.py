@@ -24,6 +24,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from phalanx.domain import ExperimentStatus
 from phalanx.errors import NotFound, PhalanxError, SpecError, UsageError
 
 if TYPE_CHECKING:
@@ -184,8 +185,10 @@ class Experiment:
                     os.killpg(proc.pid, signal.SIGTERM)
                 with contextlib.suppress(subprocess.TimeoutExpired):
                     proc.wait(timeout=30)
-            if proc.poll() is not None and not _exists(run):  # refused before creating anything:
-                shutil.rmtree(run_dir, ignore_errors=True)  # leave nothing behind
+            if proc.poll() is not None:  # it ended: leave nothing behind, as the error promises
+                if _exists(run):  # created just as the deadline passed (a slow first store open)
+                    _erase(run, self.settings)
+                shutil.rmtree(run_dir, ignore_errors=True)
             raise
         return run
 
@@ -235,6 +238,23 @@ def _exists(run: Run) -> bool:
     except NotFound:
         return False
     return True
+
+
+def _erase(run: Run, settings: Settings) -> None:
+    """Remove an experiment whose supervisor was stopped (and has ended) before submit() saw it:
+    the caller gets an error and no handle, so an experiment left behind would be one nobody
+    started knowingly. Recording its end first is the documented exception to "only the supervisor
+    writes status" (its supervisor is gone)."""
+    store = run._store
+    if not run.refresh().status.done:
+        store.update_experiment(
+            run.id,
+            status=ExperimentStatus.STOPPED,
+            reason="submit() gave up waiting for it",
+            finished_at=time.time(),
+        )
+    store.delete_experiment(run.id)
+    shutil.rmtree(settings.spool_dir / run.id, ignore_errors=True)
 
 
 def _tags(tags: Any) -> tuple[str, ...]:

@@ -142,14 +142,47 @@ def test_a_request_the_machine_cannot_serve_is_refused_by_submit_and_leaves_noth
 
 
 def test_a_supervisor_too_slow_to_start_is_stopped_and_submit_raises(
-    source: Path, runs: list[Run], phalanx_home: Path
+    source: Path, runs: list[Run], phalanx_home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # A timeout far shorter than a Python start: the row cannot exist yet when the deadline passes.
+    # The supervisor's Python is held at start-up (a sitecustomize that waits, bounded) so it cannot
+    # create its row before the deadline, however fast or loaded the machine is.
+    gate = tmp_path / "gate"
+    gate.mkdir()
+    (gate / "sitecustomize.py").write_text(
+        "import time\nend = time.monotonic() + 60\nwhile time.monotonic() < end: time.sleep(0.05)\n"
+    )
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(gate), os.environ.get("PYTHONPATH")])))
+    started = time.monotonic()
     with pytest.raises(PhalanxError, match="did not create experiment"):
         Experiment("slow", project="estimator-tests").submit(
-            PyTorch(source, entry_script="hello.py"), timeout=0.001
+            PyTorch(source, entry_script="hello.py"), timeout=0.5
         )
+    assert time.monotonic() - started < 30  # stopped, not waited out
     assert not any((phalanx_home / "runs").iterdir())  # stopped, and its folder removed
+
+
+def test_a_supervisor_that_creates_its_row_just_as_the_deadline_passes_is_stopped_and_erased(
+    source: Path, runs: list[Run], phalanx_home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The race CI met: the caller's first store open is slow, so the row appears between the last
+    # look and the stop. The error says the experiment was not created, so none may remain.
+    def late(run: Run, proc: Any, log_path: Path, timeout: float) -> None:
+        wait_until(lambda: run_exists(run))
+        raise PhalanxError(f"the supervisor did not create experiment {run.id} within 0 s")
+
+    def run_exists(run: Run) -> bool:
+        try:
+            run.refresh()
+        except NotFound:
+            return False
+        return True
+
+    monkeypatch.setattr(Experiment, "_wait_created", staticmethod(late))
+    with pytest.raises(PhalanxError, match="did not create experiment"):
+        Experiment("late", project="estimator-tests").submit(PyTorch(source, entry_script="hello.py"))
+    assert not any((phalanx_home / "runs").iterdir())  # stopped, its row, spool and folder removed
+    assert not list((phalanx_home / "spool").glob("*/*"))
+    assert Run("x")._store.list_experiments().total == 0
 
 
 def test_submit_queues_behind_a_run_holding_every_core_or_refuses_with_wait_false(
