@@ -63,7 +63,7 @@ def record_process(path: Path, pid: int | None = None) -> None:
     """Write "pid start-time host" for ``pid`` (default: this process) atomically at ``path``."""
     pid = os.getpid() if pid is None else pid
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
+    tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")  # two writers never share one
     tmp.write_text(f"{pid} {start_time(pid) or 0} {socket.gethostname()}\n")
     os.replace(tmp, path)
 

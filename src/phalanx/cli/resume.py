@@ -123,13 +123,16 @@ def _launch_of(store: Any, experiment: Any) -> dict[str, Any]:
 
 def _detach_resume(experiment_id: str, settings: Any, output: str) -> None:
     """`phalanx resume ID` again in its own session, its output appended to runs/<id>/supervisor.log;
-    returns (printing the id) once that supervisor has reopened the experiment, bounded."""
+    returns (printing the id) once that supervisor has reopened the experiment, bounded. Of two
+    resumes of one experiment only the one whose supervisor won prints the id; the other fails
+    with its supervisor's message (the experiment is already starting)."""
     import subprocess
     import sys
     import time
 
     from phalanx.domain import ExperimentStatus
     from phalanx.errors import PhalanxError
+    from phalanx.procs import recorded_process
 
     run_dir = settings.runs_dir / experiment_id
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -144,12 +147,17 @@ def _detach_resume(experiment_id: str, settings: Any, output: str) -> None:
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
         status = store.get_experiment(experiment_id).status
-        if status not in (ExperimentStatus.FAILED, ExperimentStatus.STOPPED):
-            break  # reopened: the resume is under way
+        ours = recorded_process(run_dir / "supervisor.pid") == proc.pid  # not another resume's
+        if ours and status not in (ExperimentStatus.FAILED, ExperimentStatus.STOPPED):
+            break  # reopened by our supervisor: the resume is under way
         if proc.poll() is not None:
+            if proc.returncode == 0:
+                break  # it reopened the experiment and is already done
             with open(log_path, "rb") as fh:
                 fh.seek(start)
                 text = fh.read().decode(errors="replace").strip()
+            errors = [ln for ln in text.splitlines() if ln.startswith("error: ")]
+            text = "\n".join(errors) or text  # a resume that lost the race: not the winner's lines
             sys.stderr.write((text or f"error: the supervisor exited with status {proc.returncode}") + "\n")
             raise typer.Exit(proc.returncode or 1)
         time.sleep(0.1)

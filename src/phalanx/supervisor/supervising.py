@@ -27,6 +27,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+PID_FILE = "supervisor.pid"  # "pid start-time host" of the supervisor (phalanx.procs.record_process)
+
 POLL_SECONDS = 0.1
 # Once a TensorFlow chief has succeeded, the other replicas get this long to end by themselves
 # (MultiWorkerMirroredStrategy workers do, and flush what they report) before the servers that
@@ -237,13 +239,14 @@ class Supervisor:
         the schema then overlaps with the replicas' own start-up (importing torch) instead of
         delaying it. Should the store fail, the replicas are stopped before the error propagates.
         """
-        from phalanx.procs import record_process
+        from phalanx.procs import record_process, recorded_process
         from phalanx.tracking.spool import SpoolWriter
 
         self.run_dir.mkdir(parents=True, exist_ok=True)
         # a stop file here already is a request made before we started (Run.cancel right after
         # submit): ids are never reused, so it is honoured, not cleared
-        record_process(self.run_dir / "supervisor.pid")  # "pid start-time host": what a stop trusts
+        if not self.resume:  # a resume records itself once it has won the reopen (_reopen)
+            record_process(self.run_dir / PID_FILE)  # "pid start-time host": what a stop trusts
         # a stream of its own per supervisor process: once ingested it is removed (_tidy), and a later
         # supervisor of the same experiment (a resume) must not reopen a stream the store has seen
         stream = f"console-{self.id}-{os.getpid()}-{secrets.token_hex(4)}"
@@ -306,8 +309,8 @@ class Supervisor:
                 self._tidy(ingested=ingest_thread is not None and not ingest_thread.is_alive())
             if self._admission is not None:  # after the replicas are gone: their cores are free
                 self._admission.release()
-            with contextlib.suppress(FileNotFoundError):
-                (self.run_dir / "supervisor.pid").unlink()
+            if recorded_process(self.run_dir / PID_FILE) == os.getpid():  # a resume that lost
+                (self.run_dir / PID_FILE).unlink(missing_ok=True)  # leaves the winner's record
         return outcome
 
     def _open_store(self) -> None:
@@ -374,9 +377,35 @@ class Supervisor:
                 queue.mark_abandoned(self.store, self._admission.reclaimed)
 
     def _reopen(self) -> None:
-        """`phalanx resume`: the failed or stopped experiment runs again (before it may queue)."""
+        """`phalanx resume`: the failed or stopped experiment runs again (before it may queue).
+
+        Two resumes of one experiment race: the store lets one reopen it (the other gets Conflict).
+        Under a lock, the pid file names the reopener before its reopen commits (so no reader ever
+        sees the experiment starting with a dead supervisor recorded), and a loser puts back what
+        the file said: a stop then still reaches the winner."""
+        import fcntl
+
+        from phalanx.procs import record_process
+
         self._open_store()
-        self.store.reopen_experiment(self.id)
+        pid_file = self.run_dir / PID_FILE
+        with open(self.run_dir / "resume.lock", "a+b") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes (or we die)
+            try:
+                before = pid_file.read_bytes()
+            except FileNotFoundError:
+                before = None
+            record_process(pid_file)
+            try:
+                self.store.reopen_experiment(self.id)
+            except BaseException:
+                if before is None:
+                    pid_file.unlink(missing_ok=True)
+                else:  # atomically, as record_process writes it: a reader never sees half
+                    tmp = pid_file.with_name(f"{PID_FILE}.{os.getpid()}.tmp")
+                    tmp.write_bytes(before)
+                    os.replace(tmp, pid_file)
+                raise
         self._created = True
         # the stop request that ended the last attempt is spent: this is a new one
         with contextlib.suppress(FileNotFoundError):

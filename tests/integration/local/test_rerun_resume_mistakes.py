@@ -126,6 +126,45 @@ def test_resume_detach_returns_at_once_and_the_resume_runs_in_the_background(pha
     wait_for(lambda: not experiment_pids(phalanx.home, exp_id), what="the background supervisor's end")
 
 
+def test_of_two_resumes_at_once_one_wins_and_the_other_says_so_leaving_the_winner_stoppable(
+    phalanx: Phalanx,
+) -> None:
+    """Two teammates press resume together: exactly one resume runs; the other exits non-zero with
+    the reason and does not take away the pid record through which `phalanx stop` reaches the winner."""
+    import subprocess
+
+    from .conftest import PHALANX, wait_for
+
+    phalanx.env["SECOND_SLEEP"] = "600"
+    exp_id = _failed_experiment(phalanx)
+    store = phalanx.store()
+    both = [
+        subprocess.Popen(
+            [*PHALANX, "resume", "-d", exp_id],
+            env=phalanx.env,
+            cwd=phalanx.tmp,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for _ in range(2)
+    ]
+    results = [(p.wait(timeout=180), *p.communicate()) for p in both]
+    codes = sorted(code for code, _, _ in results)
+    assert codes[0] == 0 and codes[1] != 0, results
+    won = next(out for code, out, _ in results if code == 0)
+    lost = next(err for code, _, err in results if code != 0)
+    assert won.strip() == exp_id
+    assert "only a failed or stopped one can be resumed" in lost, lost
+    assert "running (" not in lost  # only its own message, not the winner's lines
+    assert [a["kind"] for a in store.attempts(exp_id)] == ["start", "resume"]
+    wait_for(lambda: store.get_experiment(exp_id).status == "running", what="the winning resume")
+    stopped = phalanx.run("stop", exp_id)
+    assert stopped.returncode == 0, stopped.stderr
+    assert store.get_experiment(exp_id).status == "stopped"
+    wait_for(lambda: not experiment_pids(phalanx.home, exp_id), what="the winner's end")
+
+
 def test_rerun_detach_prints_the_new_id_and_the_rerun_runs_in_the_background(phalanx: Phalanx) -> None:
     from .conftest import wait_for
 
