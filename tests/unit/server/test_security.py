@@ -289,6 +289,25 @@ def test_wrong_bearer_tokens_are_throttled_like_the_login_form(secured: TestClie
     assert secured.post("/login", data={"token": TOKEN}).status_code == 429  # one budget for both ways
 
 
+def test_replicas_sharing_a_throttled_address_keep_reporting(secured: TestClient, store: Store) -> None:
+    """Five wrong tokens typed on the training machine must not cut its replicas off for a minute:
+    their experiment tokens (a 256-bit HMAC, no use to a guesser) are still checked and accepted,
+    while the server's own token and any guess stay refused until the window passes."""
+    e = fill.experiment(store, status=ExperimentStatus.RUNNING)
+    for _ in range(5):
+        assert secured.get("/api/v1/experiments", headers=_bearer("guess")).status_code == 401
+    assert secured.get("/api/v1/experiments", headers=_bearer(TOKEN)).status_code == 429
+    scalar = {"title": "loss", "series": "s", "value": 1.0, "iteration": 0}
+    replica = _bearer(experiment_token(TOKEN, e.id))
+    sent = secured.post("/api/v1/ingest", json={"events": [_record(e.id, "scalar", scalar)]}, headers=replica)
+    assert sent.status_code == 200, sent.text
+    assert store.metrics(e.id, "loss")["loss"]["s"].values == [1.0]
+    forged = _bearer(experiment_token("not the server's token", e.id))
+    assert secured.post("/api/v1/ingest", json={"events": []}, headers=forged).status_code == 429
+    listing = secured.get("/api/v1/experiments", headers=replica)  # still only its own records
+    assert listing.status_code == 403
+
+
 def test_right_tokens_and_requests_without_one_spend_no_attempts(secured: TestClient) -> None:
     for _ in range(10):
         assert secured.get("/api/v1/experiments", headers=_bearer(TOKEN)).status_code == 200
