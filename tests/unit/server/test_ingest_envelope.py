@@ -228,3 +228,24 @@ def test_a_record_with_a_number_of_the_wrong_type_is_refused_naming_it(
     assert r.status_code == 400, r.text
     assert field.split()[0] in r.json()["message"]
     assert "must be" in r.json()["message"]
+
+
+@pytest.mark.parametrize(
+    ("data", "where"),
+    [
+        ({"title": "loss", "series": "s", "value": 1.0, "iteration": 2**80}, f"events[1]: step {2**80} "),
+        ({"title": "loss", "series": "s", "value": 1.0, "step": str(-(2**70))}, "events[1]: step -"),
+        ({"points": [["loss", "s", 0, 1.0], ["loss", "s", 2**64, 2.0]]}, "events[1]: points[1] step"),
+    ],
+)
+def test_a_step_beyond_64_bits_is_a_400_naming_the_record_and_point(
+    api: tuple[TestClient, str], data: dict[str, Any], where: str
+) -> None:
+    """Which of a thousand records (and which of its points) holds the bad step is what the sender
+    needs to fix it; the store's own error could only say that some number was too big."""
+    client, exp = api
+    bad = {**_log(exp), "kind": "scalar", "data": data, "seq": 1}
+    r = client.post("/api/v1/ingest", json={"events": [_log(exp), bad]})
+    assert r.status_code == 400, r.text
+    assert r.json()["message"].startswith(where) and "64-bit" in r.json()["message"], r.json()
+    assert client.get(f"/api/v1/experiments/{exp}/logs").json()["lines"] == []  # refused whole

@@ -59,6 +59,7 @@ def ingest(batch: IngestIn, store: StoreDep, request: Request) -> IngestOut:
             )
     for i, ev in enumerate(events):
         _check_envelope(i, ev.seq, ev.index, ev.rank, ev.time)
+        _check_steps(i, ev)
     check_owners(store, events, getattr(request.state, "experiment_scope", None))
     # a number the database cannot hold (a step beyond 64 bits) is the store's UsageError (400)
     return IngestOut(accepted=store.write_events(events))
@@ -153,6 +154,28 @@ def _check_envelope(i: int, seq: int, index: int, rank: int | None, when: float)
             raise UsageError(f"events[{i}]: {field} {value} is out of range (a 64-bit integer)")
     if not math.isfinite(when):
         raise UsageError(f"events[{i}]: time must be a finite number of seconds since the epoch")
+
+
+def _check_steps(i: int, ev: Event) -> None:
+    """UsageError naming the record and the point whose step is beyond 64 bits (JSON integers have
+    no bound; the SDK's packed form cannot hold one). Anything else malformed is the store's to say."""
+    if ev.kind not in (EventKind.SCALAR, EventKind.TEXT) or not isinstance(ev.data, dict):
+        return
+    d = ev.data
+    if "keys" in d:  # the SDK's packed points: 64-bit by construction
+        return
+    points = d.get("points") if ev.kind is EventKind.SCALAR else None
+    if isinstance(points, list):
+        steps = [(f"points[{j}] step", p[2]) for j, p in enumerate(points) if isinstance(p, list) and p[2:]]
+    else:
+        steps = [("step", d.get("step", d.get("iteration")))]
+    for where, value in steps:
+        try:
+            number = int(value) if isinstance(value, (int, str)) and not isinstance(value, bool) else None
+        except ValueError:
+            continue  # not a number at all: the store names it
+        if number is not None and not INT64[0] <= number <= INT64[1]:
+            raise UsageError(f"events[{i}]: {where} {number} is out of range (a 64-bit integer)")
 
 
 @router.put(
