@@ -415,12 +415,14 @@ def ingest_pending(store: IngestStore, spool: str | os.PathLike[str]) -> int:
     return Ingester(store, store.artifact_store, spool).run_once()
 
 
-def _start_relays(console_fds: str | None, spool: str | os.PathLike[str]) -> list[threading.Thread]:
+def _start_relays(
+    console_fds: str | None, spool: str | os.PathLike[str], script_pid: int | None = None
+) -> list[threading.Thread]:
     """Threads relaying a plain script's console pipes (``--console-fds``) to its terminal and, as
     LOG records of its experiment, to the spool: from this process, which outlives the script."""
     if not console_fds:
         return []
-    from phalanx.tracking.console import relay
+    from phalanx.tracking.console import relay, relay_lock_path
     from phalanx.tracking.identity import Identity
     from phalanx.tracking.spool import SpoolWriter
 
@@ -439,8 +441,9 @@ def _start_relays(console_fds: str | None, spool: str | os.PathLike[str]) -> lis
         with contextlib.suppress(OSError, ValueError):  # a full disk: the terminal still got them
             writer.write("log", {"stream": name, "lines": [truncate_line(line) for line in lines]})
 
+    lock = relay_lock_path(Path(spool), script_pid) if script_pid else None
     threads = [
-        threading.Thread(target=relay, args=(fd, term, name, sink), name=f"relay-{name}", daemon=True)
+        threading.Thread(target=relay, args=(fd, term, name, sink, lock), name=f"relay-{name}", daemon=True)
         for fd, term, name in ((out_r, term_out, "stdout"), (err_r, term_err, "stderr"))
     ]
     for thread in threads:
@@ -473,7 +476,7 @@ def main(argv: list[str] | None = None) -> int:
         n = ingester.run_once()
         log.info("ingested %d events", n)
         return 0
-    relays = _start_relays(args.console_fds, args.spool or settings.spool_dir)
+    relays = _start_relays(args.console_fds, args.spool or settings.spool_dir, args.follow_pid)
     while pid_alive(args.follow_pid):
         try:
             if ingester.run_once() == 0:

@@ -14,6 +14,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 Sink = Callable[[str, list[str]], None]  # (stream name, complete lines)
 
@@ -100,8 +101,9 @@ class ExternalCapture:
     ``reader_fds()`` are passed to the reader process (pipe read ends, then the terminal's stdout
     and stderr); ``attach()`` then points fd 1 and 2 at the pipes, ``stop()`` gives them back."""
 
-    def __init__(self) -> None:
+    def __init__(self, lock_path: Path | None = None) -> None:
         _flush_std()
+        self._lock_path = lock_path  # the relay holds it while a chunk it read is not yet written
         self._out_r, self._out_w = os.pipe()
         self._err_r, self._err_w = os.pipe()
         self._saved = (os.dup(1), os.dup(2))
@@ -167,19 +169,39 @@ class ExternalCapture:
         import termios
 
         deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            left = 0
-            for fd in (self._out_r, self._err_r):
-                buf = bytearray(4)
+        try:  # holding the relay's lock, an empty pipe means every byte reached the terminal
+            lock = os.open(self._lock_path, os.O_RDWR | os.O_CREAT, 0o600) if self._lock_path else None
+        except OSError:
+            lock = None
+        try:
+            while time.monotonic() < deadline:
+                if lock is not None:
+                    try:
+                        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    except BlockingIOError:  # a chunk is between the pipe and the terminal
+                        time.sleep(0.002)
+                        continue
                 try:
-                    fcntl.ioctl(fd, termios.FIONREAD, buf)
-                except OSError:
+                    left = 0
+                    for fd in (self._out_r, self._err_r):
+                        buf = bytearray(4)
+                        try:
+                            fcntl.ioctl(fd, termios.FIONREAD, buf)
+                        except OSError:
+                            return
+                        left += int.from_bytes(buf, sys.byteorder)
+                finally:
+                    if lock is not None:
+                        fcntl.flock(lock, fcntl.LOCK_UN)
+                if not left:
                     return
-                left += int.from_bytes(buf, sys.byteorder)
-            if not left:
-                time.sleep(0.02)  # the reader writes what it read to the terminal right after
-                return
-            time.sleep(0.005)
+                time.sleep(0.005)
+        finally:
+            if lock is not None:
+                os.close(lock)
+            if self._lock_path is not None:  # the relay keeps its own descriptor of it
+                with contextlib.suppress(OSError):
+                    self._lock_path.unlink()
 
     def close_pipes(self) -> None:
         for fd in (self._out_r, self._err_r):
@@ -191,22 +213,45 @@ class ExternalCapture:
         return self._attached
 
 
-def relay(read_fd: int, terminal_fd: int, name: str, sink: Sink) -> None:
+def relay_lock_path(spool: Path, script_pid: int) -> Path:
+    """The lock a relay holds from reading a chunk until it is on the terminal (wait_relayed)."""
+    return spool / f"relay-{script_pid}.lock"
+
+
+def relay(read_fd: int, terminal_fd: int, name: str, sink: Sink, lock_path: Path | None = None) -> None:
     """In the reader process: copy ``read_fd`` to ``terminal_fd`` and its complete lines to ``sink``
-    until EOF (every writer closed: the script and its children ended, however they ended)."""
+    until EOF (every writer closed: the script and its children ended, however they ended). With
+    ``lock_path``, each chunk is read and written under its lock, so the script, holding the lock
+    and seeing an empty pipe, knows its last line is on the terminal (not in our hands)."""
+    import fcntl
+    import select
+
+    try:
+        lock = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o600) if lock_path else None
+    except OSError:
+        lock = None
     decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
     partial = ""
     while True:
+        if lock is not None:  # wait for data unlocked, then take the lock before reading it
+            with contextlib.suppress(InterruptedError, OSError):
+                select.select([read_fd], [], [])
+            fcntl.flock(lock, fcntl.LOCK_EX)
         try:
             data = os.read(read_fd, 65536)
         except InterruptedError:
-            continue
+            data = None
         except OSError:
             data = b""
+        if data:
+            with contextlib.suppress(OSError):  # the terminal went away: the store still gets them
+                _write_all(terminal_fd, data)
+        if lock is not None:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+        if data is None:
+            continue
         if not data:
             break
-        with contextlib.suppress(OSError):  # the terminal went away: the store still gets the lines
-            _write_all(terminal_fd, data)
         text = partial + decoder.decode(data)
         lines = text.split("\n")
         partial = lines.pop()
@@ -216,5 +261,7 @@ def relay(read_fd: int, terminal_fd: int, name: str, sink: Sink) -> None:
     if rest:
         sink(name, [rest])
     os.close(read_fd)
+    if lock is not None:
+        os.close(lock)
     with contextlib.suppress(OSError):
         os.close(terminal_fd)  # a `script | tee` pipeline ends when the script does, not after us

@@ -26,7 +26,7 @@ from typing import Any
 from phalanx.tracking import identity as idm
 from phalanx.tracking import lifecycle, whatran
 from phalanx.tracking.client import FLUSH_TIMEOUT, Reporter, jsonable
-from phalanx.tracking.console import ConsoleCapture, ExternalCapture
+from phalanx.tracking.console import ConsoleCapture, ExternalCapture, relay_lock_path
 from phalanx.tracking.identity import Identity, launch_params
 from phalanx.tracking.objects import ArtifactError, check_name, materialize, prepare
 
@@ -177,7 +177,8 @@ class Task:
         capture = os.environ.get(idm.ENV_CAPTURED) != "1"
         if ident.host is None:
             # the ingester also reads the console (from outside: it outlives a SIGKILLed script)
-            external = ExternalCapture() if capture else None
+            lock = relay_lock_path(spool, os.getpid())
+            external = ExternalCapture(lock) if capture else None
             pid = _start_ingester(spool, external)
             os.environ[idm.ENV_INGESTER_PID] = str(pid or 0)
             task._reporter.ingester_alive = (lambda: False) if pid is None else _popen_alive

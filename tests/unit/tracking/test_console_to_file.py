@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import termios
+from pathlib import Path
 
 from tests.unit.tracking.conftest import Sandbox
 
@@ -30,3 +32,52 @@ def test_every_line_is_in_the_redirected_file_when_the_script_exits(sandbox: San
         assert done.returncode == 0
         lines = out.read_text().splitlines()  # read at once, as `; tail out.log` does
         assert len(lines) == 3001 and lines[-1] == "LAST", lines[-3:]
+
+
+def test_the_script_waits_for_a_chunk_the_relay_has_read_but_not_yet_written(tmp_path: Path) -> None:
+    """The window the relay lock closes: the pipe is already empty, but the last chunk is still in
+    the relay's hands (its terminal is slow: a full pipe to `less`, a slow disk). Waiting a fixed
+    moment and hoping returned here before the chunk was written."""
+    import fcntl
+    import os
+    import threading
+    import time
+
+    from phalanx.tracking.console import ExternalCapture, relay, relay_lock_path
+
+    lock = relay_lock_path(tmp_path, os.getpid())
+    capture = ExternalCapture(lock)
+    out_r, _err_r, saved_out, saved_err = capture.reader_fds()
+    for fd in (saved_out, saved_err):
+        os.close(fd)
+    term_r, term_w = os.pipe()
+    size = fcntl.fcntl(term_w, fcntl.F_GETPIPE_SZ)
+    os.write(term_w, b"x" * size)  # the terminal is full: the relay's write of LAST blocks
+    reader = threading.Thread(target=relay, args=(out_r, term_w, "stdout", lambda *_: None, lock))
+    reader.start()
+    os.write(capture._out_w, b"LAST\n")
+    buf = bytearray(4)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:  # the relay took LAST from the pipe (and holds it)
+        fcntl.ioctl(out_r, termios.FIONREAD, buf)
+        if not int.from_bytes(buf, sys.byteorder):
+            break
+        time.sleep(0.01)
+    returned: list[float] = []
+    waiter = threading.Thread(
+        target=lambda: (capture.wait_relayed(timeout=20), returned.append(time.monotonic()))
+    )
+    waiter.start()
+    time.sleep(0.3)  # (only to give a wrong wait_relayed the chance to return early)
+    drained_at = time.monotonic()
+    got = b""
+    while not got.endswith(b"LAST\n"):
+        got += os.read(term_r, 1 << 20)
+    waiter.join(timeout=30)
+    assert returned and returned[0] >= drained_at, "wait_relayed returned while LAST was not written"
+    for fd in (capture._out_w, capture._err_w):
+        os.close(fd)  # the script's end: the relay sees EOF
+    reader.join(timeout=30)
+    assert not reader.is_alive()
+    os.close(_err_r)  # (the relay closed out_r)
+    os.close(term_r)
