@@ -91,3 +91,10 @@ def test_a_line_written_in_two_pieces_is_not_glued_to_another_ranks_line() -> No
         "[rank 0] epoch 0 done",
     ]
     assert _lines("worker-0", raw) == ["[rank 1] 2 ranks, 673 samples here", "[rank 1] cut short"]
+
+
+def test_a_line_that_already_names_its_rank_is_not_labelled_twice() -> None:
+    # The Horovod example (like most Horovod scripts) prints "[rank N] ..." itself.
+    raw = "[1,0]<stdout>:[rank 0] final test accuracy: 0.95\n[1,1]<stdout>:[rank 0] is what rank 1 says"
+    assert _lines("master", raw) == ["[rank 0] final test accuracy: 0.95"]
+    assert _lines("worker-0", raw) == ["[rank 1] [rank 0] is what rank 1 says"]  # not its own rank

@@ -150,6 +150,7 @@ def test_horovod_example_trains_on_two_ranks_with_the_same_accuracy_and_per_rank
     assert "[rank 1] final test accuracy" in logs["worker-0"]
     for text in logs.values():
         assert all(line.count("final test accuracy") <= 1 for line in text.splitlines())
+        assert "[rank 0] [rank 0]" not in text and "[rank 1] [rank 1]" not in text  # labelled once
 
 
 def phalanx_horovod() -> tuple[str, subprocess.CompletedProcess[str]]:

@@ -379,10 +379,10 @@ class LocalBackend:
         for raw in lines:
             for rank, text in stream.feed(raw):
                 if cls._owner(unit, rank) == replica:
-                    yield text if rank is None else f"[rank {rank}] {text}"
+                    yield _ranked(rank, text)
         for rank, text in stream.close():
             if cls._owner(unit, rank) == replica:
-                yield f"[rank {rank}] {text}"
+                yield _ranked(rank, text)
 
     @staticmethod
     def _owner(unit: _Unit, rank: int | None) -> str:
@@ -444,3 +444,12 @@ def _unit(
     processes: tuple[LocalProcess, ...],
 ) -> LocalUnit:
     return LocalUnit(name, covers, str(log_dir / f"{name}.log"), lim.to_json(), context.workdir, processes)
+
+
+def _ranked(rank: int | None, text: str) -> str:
+    """``[rank R] text``; a line that already says so (Horovod scripts often print their rank that
+    way) is not labelled twice."""
+    if rank is None:
+        return text
+    label = f"[rank {rank}] "
+    return text if text.startswith(label) else label + text
