@@ -72,7 +72,7 @@ def check(
     if is_group_file(file):
         from phalanx.cli.group import check_group
 
-        check_group(file, overrides, output is Output.JSON, allow_unused)
+        check_group(file, overrides, output is Output.JSON, allow_unused, extra_params)
         return
     try:
         spec = load_spec(file, params=overrides, extra_params=extra_params)

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from phalanx.cli.app import app, emit_json
+from phalanx.cli.app import ExtraParamsOpt, app, emit_json
 
 if TYPE_CHECKING:
     from phalanx.config import Settings
@@ -27,14 +27,16 @@ app.add_typer(group_app, name="group")
 IdArg = Annotated[str, typer.Argument(metavar="ID", help="Group id (or a unique prefix).")]
 
 
-def _load_group(file: Path, overrides: dict[str, Any], allow_unused: bool) -> GroupSpec:
+def _load_group(
+    file: Path, overrides: dict[str, Any], allow_unused: bool, extra_params: bool = False
+) -> GroupSpec:
     from phalanx.errors import SpecError, UsageError
     from phalanx.spec.group import load_group
 
     if str(file) == "-":
         raise UsageError("-f -: the group file cannot come from stdin; save it to a file and pass its path")
     try:
-        return load_group(file, params=overrides, allow_unused=allow_unused)
+        return load_group(file, params=overrides, allow_unused=allow_unused, extra_params=extra_params)
     except SpecError as exc:
         if len(exc.problems) == 1 and exc.problems[0].line is None:
             sys.stderr.write(f"error: {exc.problems[0]}\n")
@@ -46,14 +48,16 @@ def _load_group(file: Path, overrides: dict[str, Any], allow_unused: bool) -> Gr
         raise typer.Exit(2) from None
 
 
-def check_group(file: Path, overrides: dict[str, Any], as_json: bool, allow_unused: bool) -> None:
+def check_group(
+    file: Path, overrides: dict[str, Any], as_json: bool, allow_unused: bool, extra_params: bool = False
+) -> None:
     """`phalanx check -f GROUP`: the search space and the topology of one trial."""
     from phalanx.cli.check import _print_table
     from phalanx.errors import SpecError
     from phalanx.plan import build_plan
     from phalanx.spec.group import example_values, search_space_text
 
-    group = _load_group(file, overrides, allow_unused)
+    group = _load_group(file, overrides, allow_unused, extra_params)
     for note in group.notes:
         sys.stderr.write(f"note: {note}\n")
     example = example_values(group)
@@ -124,6 +128,7 @@ def run(
             help="A matrix name that looks like a typo of a placeholder is a note, not an error.",
         ),
     ] = False,
+    extra_params: ExtraParamsOpt = False,
     detach: Annotated[
         bool, typer.Option("--detach", "-d", help="Run the controller in the background; print the id.")
     ] = False,
@@ -142,7 +147,7 @@ def run(
 
     settings = Settings()
     overrides = parse_param_overrides(param or [])
-    group = _load_group(file, overrides, allow_unused)
+    group = _load_group(file, overrides, allow_unused, extra_params)
     for note in group.notes:
         sys.stderr.write(f"note: {note}\n")
     if workdir is not None and not workdir.is_dir():
@@ -173,6 +178,7 @@ def run(
         cluster=cluster,
         oversubscribe=oversubscribe,
         allow_unused=allow_unused,
+        extra_params=extra_params,
     )
     if detach:
         _spawn_controller(settings, record.id)

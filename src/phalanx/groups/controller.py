@@ -66,6 +66,7 @@ def create(
     cluster: str | None = None,
     oversubscribe: bool = False,
     allow_unused: bool = False,
+    extra_params: bool = False,
 ) -> Group:
     """Record a new group (status created); ``Controller(...).run()`` then runs it."""
     base = group.base
@@ -88,6 +89,7 @@ def create(
             "cluster": cluster,
             "oversubscribe": oversubscribe,
             "allow_unused": allow_unused,
+            "extra_params": extra_params,
         },
     )
 
@@ -137,6 +139,7 @@ def load(group: Group) -> GroupSpec:
         group.source_file or "group.yml",
         params=dict(group.options.get("params") or {}),
         allow_unused=bool(group.options.get("allow_unused")),
+        extra_params=bool(group.options.get("extra_params")),
     )
     return replace(spec, base=replace(spec.base, source_file=group.source_file))
 

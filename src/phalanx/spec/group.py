@@ -171,7 +171,10 @@ def grid_size(matrix: tuple[Distribution, ...]) -> int:
 
 
 def load_group(
-    path: str | Path, params: Mapping[str, Any] | None = None, allow_unused: bool = False
+    path: str | Path,
+    params: Mapping[str, Any] | None = None,
+    allow_unused: bool = False,
+    extra_params: bool = False,
 ) -> GroupSpec:
     """Read and validate a group file; SpecError (exit 2) lists every problem with its place."""
     p = Path(path)
@@ -190,14 +193,21 @@ def load_group(
         text = data.decode("utf-8-sig")
     except UnicodeDecodeError:
         raise SpecError(Problem(f"{name}: the file is not UTF-8 text")) from None
-    group = load_group_text(text, name, params=params, allow_unused=allow_unused)
+    group = load_group_text(text, name, params=params, allow_unused=allow_unused, extra_params=extra_params)
 
     return replace(group, base=replace(group.base, source_file=str(p.resolve())))
 
 
 def load_group_text(
-    text: str, filename: str = "<text>", params: Mapping[str, Any] | None = None, allow_unused: bool = False
+    text: str,
+    filename: str = "<text>",
+    params: Mapping[str, Any] | None = None,
+    allow_unused: bool = False,
+    extra_params: bool = False,
 ) -> GroupSpec:
+    """``extra_params``: a ``--param`` that the file neither declares nor uses is recorded instead of
+    refused (as ``phalanx run --extra-params``): a misspelt one would otherwise run the whole search
+    with the file's value."""
 
     c = Collector(filename)
     try:
@@ -229,7 +239,13 @@ def load_group_text(
     names = _matrix_names(hp_node)
     resource = hptuning.search.resource if hptuning else None
     sampled = names + ((resource,) if resource else ())
-    spec = read_spec(c, root, dict(params or {}), group=GroupReading(defaults=defaults, sampled=sampled))
+    spec = read_spec(
+        c,
+        root,
+        dict(params or {}),
+        group=GroupReading(defaults=defaults, sampled=sampled),
+        extra_params=extra_params,
+    )
     _check_used(c, root, names, resource, allow_unused)
     _check_overrides(c, hp_node, dict(params or {}), resource)
     c.raise_if_any()

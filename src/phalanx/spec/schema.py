@@ -136,8 +136,12 @@ def read_spec(
     if command is not None:
         names = {**known, **dict.fromkeys(group.sampled if group else ())}
         _check_placeholders(c, root, command, names)
-        if not extra_params and params is not None and group is None:
-            _check_overrides(c, command, params, overrides)
+        if not extra_params and params is not None:
+            # a group's inputs and searched names count as declared (a searched one has its own error)
+            declared = (
+                {**params, **group.defaults, **dict.fromkeys(group.sampled)} if group is not None else params
+            )
+            _check_overrides(c, command, declared, overrides)
 
     if c.problems or version is None or command is None:
         return None

@@ -38,3 +38,29 @@ def test_ls_of_a_group_with_no_trial_yet_names_the_group_filter(phalanx_home: Pa
     done = phalanx("ls", "--group", group.id)
     assert done.returncode == 0, done.stderr
     assert "no experiments match; `phalanx ls` without --group lists them all" in done.stdout
+
+
+GROUP_WITH_PARAMS = (
+    "version: 1\nkind: group\nparams: {steps: 3}\nhptuning:\n  random_search: {n_experiments: 2}\n"
+    "  matrix:\n    x: {uniform: 0:1}\nrun:\n  cmd: python t.py --x {{ x }} --steps {{ steps }}\n"
+)
+
+
+def test_group_run_with_a_misspelt_param_is_refused_before_anything_is_recorded(
+    phalanx_home: Path, tmp_path: Path
+) -> None:
+    """`phalanx run --param stpes=5` is refused; `group run` used to run the whole search with the
+    file's steps and the typo silently recorded."""
+    path = tmp_path / "g.yml"
+    path.write_text(GROUP_WITH_PARAMS)
+    done = phalanx("group", "run", "-f", path, "--param", "stpes=5")
+    assert done.returncode == 2, done.stderr
+    assert "--param stpes: the file neither declares a param 'stpes'" in done.stderr
+    assert "(it has: steps, x)" in done.stderr and "--extra-params" in done.stderr
+    assert "Traceback" not in done.stderr
+    listed = phalanx("group", "ls")
+    assert listed.stdout.startswith("no groups yet"), listed.stdout
+    # a declared param is still fine, and --extra-params records an unknown one (check: nothing runs)
+    assert phalanx("check", "-f", path, "--param", "steps=5").returncode == 0
+    extra = phalanx("check", "-f", path, "--param", "stpes=5", "--extra-params")
+    assert extra.returncode == 0, extra.stderr

@@ -252,7 +252,10 @@ def test_a_param_override_of_a_searched_name_is_a_located_error() -> None:
     assert epochs.startswith(
         "g.yml:4:3: hptuning.hyperband.resource: --param epochs=3 sets hyperband's budget"
     )
-    other = load_group_text(hyperband, "g.yml", params={"batch": 64})  # a name not searched: as before
+    # a name neither searched, declared nor used: refused as by `phalanx run`, unless --extra-params
+    (batch,) = problems(hyperband, params={"batch": 64})
+    assert batch.startswith("--param batch: the file neither declares a param 'batch'")
+    other = load_group_text(hyperband, "g.yml", params={"batch": 64}, extra_params=True)
     assert other.base.params["batch"] == 64
 
 
