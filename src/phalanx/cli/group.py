@@ -272,6 +272,20 @@ def stop(
     typer.echo(f"group {done.id} {done.status}")
 
 
+_ORPHANED = (
+    "controller: not running (killed, or the machine restarted): no new trial starts;"
+    " `phalanx group resume {id}` finishes the search, `phalanx group stop {id}` ends it"
+)
+
+
+def _orphaned(g: Any) -> bool:
+    """A group not ended whose controller is gone: `running` alone would let a user wait for ever
+    for trials that nobody launches (after `kill -9` of `group run`, or a reboot)."""
+    from phalanx.groups import controller
+
+    return not g.done and g.status != "created" and not controller.controller_alive(g)
+
+
 @group_app.command("get")
 def get(
     group_id: IdArg,
@@ -290,7 +304,7 @@ def get(
     g = store.get_group(group_id)
     doc = controller.group_json(store, g)
     if output == "json":
-        emit_json(doc)
+        emit_json({**doc, "controller_running": not _orphaned(g)})
         return
     metric = g.metric or "metric"
     typer.echo(
@@ -298,6 +312,8 @@ def get(
     )
     if g.reason:
         typer.echo(f"reason: {g.reason}")
+    if _orphaned(g):
+        typer.echo(_ORPHANED.format(id=g.id))
     best = doc["best"]
     names: list[str] = []
     for t in doc["trials"]:
@@ -336,7 +352,12 @@ def ls(
     store = group_store(open_store())
     groups = store.list_groups(limit=limit)
     if output == "json":
-        emit_json([{**g.to_json(), "trials": store.count_trials(g.id)} for g in groups])
+        emit_json(
+            [
+                {**g.to_json(), "trials": store.count_trials(g.id), "controller_running": not _orphaned(g)}
+                for g in groups
+            ]
+        )
         return
     if not groups:
         typer.echo("no groups yet: `phalanx group run -f FILE` starts one")
@@ -345,7 +366,7 @@ def ls(
         [
             g.id,
             g.name,
-            g.status,
+            f"{g.status} (no controller: group resume)" if _orphaned(g) else g.status,
             g.search,
             f"{store.count_trials(g.id)}/{g.planned}",
             _when(g.created_at),

@@ -3,6 +3,7 @@ and no traceback (groups need no Optuna for these: nothing is run)."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -64,3 +65,45 @@ def test_group_run_with_a_misspelt_param_is_refused_before_anything_is_recorded(
     assert phalanx("check", "-f", path, "--param", "steps=5").returncode == 0
     extra = phalanx("check", "-f", path, "--param", "stpes=5", "--extra-params")
     assert extra.returncode == 0, extra.stderr
+
+
+def test_a_group_whose_controller_was_killed_says_so_and_how_to_finish_it(
+    phalanx_home: Path, tmp_path: Path
+) -> None:
+    """After `kill -9` of `phalanx group run`, `group get`/`group ls` used to say `running` for ever,
+    with no trial ever launched again and nothing telling the user to run `group resume`."""
+    import socket
+
+    from phalanx.groups import controller
+    from phalanx.spec.group import load_group
+    from phalanx.store import open_store
+    from phalanx.store.base import group_store
+
+    path = tmp_path / "g.yml"
+    path.write_text(GROUP_WITH_PARAMS)
+    store = group_store(open_store())
+    group = controller.create(store, load_group(path), workdir=tmp_path)
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])  # a pid that no longer runs
+    gone.wait()
+    store.update_group(
+        group.id, status="running", controller_pid=gone.pid, controller_host=socket.gethostname()
+    )
+    shown = phalanx("group", "get", group.id)
+    assert shown.returncode == 0, shown.stderr
+    assert "controller: not running (killed, or the machine restarted)" in shown.stdout
+    assert f"`phalanx group resume {group.id}` finishes the search" in shown.stdout
+    listed = phalanx("group", "ls")
+    assert "running (no controller: group resume)" in listed.stdout, listed.stdout
+    doc = json.loads(phalanx("group", "ls", "-o", "json").stdout)
+    assert doc[0]["controller_running"] is False and doc[0]["status"] == "running"
+    # a live controller (this test process runs phalanx code: its cmdline names pytest, not phalanx,
+    # so use a real `phalanx` process) is not flagged
+    live = subprocess.Popen(
+        [sys.executable, "-c", "import time; time.sleep(30)", "phalanx"], stdin=subprocess.DEVNULL
+    )
+    try:
+        store.update_group(group.id, controller_pid=live.pid)
+        assert "controller: not running" not in phalanx("group", "get", group.id).stdout
+    finally:
+        live.kill()
+        live.wait()
