@@ -110,6 +110,8 @@ def _launch_of(store: Any, experiment: Any) -> dict[str, Any]:
             "Task.init, not `phalanx run`): Phalanx did not start it, so it cannot start it again; "
             f"run the script again yourself (`phalanx get {experiment.id}` shows the code it ran)"
         )
+    if not launch and experiment.started_at is None:
+        raise fail(_never_started(experiment))
     if not launch or not experiment.spec_text:
         raise fail(
             f"experiment {experiment.id} was recorded without its launch details (file, folder, params); "
@@ -119,6 +121,26 @@ def _launch_of(store: Any, experiment: Any) -> dict[str, Any]:
         # launched with --no-system-metrics (or an interval): a resume or rerun samples the same way
         os.environ["PHALANX_SYSTEM_METRICS"] = str(launch["system_metrics"])
     return launch
+
+
+def _never_started(experiment: Any) -> str:
+    """An experiment stopped while it waited in the queue never ran: no attempt, checkpoint or
+    snapshot to go on from. Said as such, with the `phalanx run` that puts it in the queue again
+    (its file and --param values are kept with its plan), not as a record missing its details."""
+    import shlex
+
+    launch = (experiment.plan or {}).get("launch") or {}
+    file, params = launch.get("file"), dict(launch.get("params") or {})
+    again = "`phalanx run -f FILE`"
+    if file:
+        args = ["phalanx", "run", "-f", str(file)]
+        for name, value in params.items():
+            args += ["--param", f"{name}={_param_text(value)}"]
+        again = f"`{shlex.join(args)}`"
+    return (
+        f"experiment {experiment.id} never started (it was {experiment.status} while it waited in the"
+        f" queue): there is no run, checkpoint or snapshot of it to go on from; start it again with {again}"
+    )
 
 
 def _detach_resume(experiment_id: str, settings: Any, output: str) -> None:

@@ -293,3 +293,27 @@ def test_server_refuses_forwarded_allow_ips_that_are_no_addresses(how: str, valu
     done = subprocess.run(args, env=env, capture_output=True, text=True, timeout=30)
     assert_user_error(done, "is not an IP address or network")
     assert ("--forwarded-allow-ips" if how == "option" else "PHALANX_FORWARDED_ALLOW_IPS") in done.stderr
+
+
+def test_resume_or_rerun_of_an_experiment_that_never_left_the_queue_says_so(phalanx_home: Path) -> None:
+    """A `phalanx run` SIGKILLed while it waited in the queue leaves a stopped experiment that never
+    started; `phalanx resume`/`rerun` of it used to blame a record 'without its launch details'
+    and send the user to `phalanx run -f FILE` without saying which file or params."""
+    from phalanx.domain import ExperimentStatus
+    from phalanx.store import open_store
+
+    store = open_store()
+    exp = store.create_experiment(
+        name="sleeper",
+        project="default",
+        status=ExperimentStatus.QUEUED,
+        spec_text=HELLO,
+        plan={"launch": {"file": "/data/my runs/train.yml", "params": {"lr": 0.1, "tag": "a b"}}},
+    )
+    store.update_experiment(exp.id, status=ExperimentStatus.STOPPED)
+    for command in ("resume", "rerun"):
+        done = phalanx(command, exp.id)
+        said = f"experiment {exp.id} never started (it was stopped while it waited in the queue)"
+        assert_user_error(done, said)
+        assert "phalanx run -f '/data/my runs/train.yml' --param lr=0.1 --param 'tag=a b'" in done.stderr
+        assert "without its launch details" not in done.stderr
