@@ -166,6 +166,8 @@ def run(
         controller.check_trials_can_run(
             group, settings, cluster=cluster, workdir=workdir, oversubscribe=oversubscribe
         )
+    else:  # every trial shares one build: a failing one refused now, not once per trial
+        controller.build_trials_env(group, settings, workdir=workdir)
     from phalanx.store import open_store
     from phalanx.store.base import group_store
 

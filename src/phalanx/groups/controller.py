@@ -28,9 +28,11 @@ from pathlib import Path
 from typing import Any
 
 from phalanx.config import Settings
+from phalanx.domain import Framework
 from phalanx.errors import NotFound, PhalanxError
 from phalanx.groups.records import Group, Trial, TrialUpdate, best_trial
 from phalanx.spec.group import GroupSpec, load_group_text
+from phalanx.spec.model import Build, ExperimentSpec
 from phalanx.store.base import GroupStore
 
 log = logging.getLogger(__name__)
@@ -130,6 +132,45 @@ def check_trials_can_run(
         raise UsageError(
             f"{source or 'the group'}: its trials cannot run (a trial with {shown}): {exc}"
         ) from None
+
+
+def trial_build(spec: ExperimentSpec, base_dir: Path) -> Build:
+    """A trial's build section with its files named from the group file's folder (the trial's own
+    file lives under PHALANX_HOME/groups/ID)."""
+    build = spec.build
+    if build.requirements and not Path(build.requirements).is_absolute():
+        build = replace(build, requirements=str(base_dir / build.requirements))
+    if build.dockerfile and not Path(build.dockerfile).is_absolute():
+        build = replace(build, dockerfile=str(base_dir / build.dockerfile))
+    return build
+
+
+def build_trials_env(group: GroupSpec, settings: Settings, *, workdir: Path | None) -> None:
+    """Before a group on this machine is recorded: build the trials' environment (their `build`
+    section, the same for every trial) once. A build that fails is a UsageError here (exit 2,
+    nothing recorded), not every trial building it again in turn and failing the same way; one
+    that succeeds is cached, so the trials start at once instead of queueing on its lock."""
+    from phalanx import buildenv
+    from phalanx.errors import SpecError, UsageError
+    from phalanx.plan import build_plan
+    from phalanx.spec.group import example_values
+    from phalanx.supervisor.preparing import interpreter
+
+    source = group.base.source_file
+    base_dir = Path(source).parent if source else Path.cwd()
+    spec = group.trial_spec(example_values(group))
+    spec = replace(spec, build=trial_build(spec, base_dir))
+    if not buildenv.wants_env(spec.build) and spec.framework is not Framework.HOROVOD:
+        return
+    folder = str((workdir or base_dir).resolve())
+    try:
+        plan = build_plan(spec)
+        sys.stderr.write("phalanx: building the trials' environment (once, for every trial) ...\n")
+        interpreter(plan, folder, settings)
+    except SpecError:
+        return  # the trial's own launch says what is wrong with it, as before
+    except UsageError as exc:
+        raise UsageError(f"{source or 'the group'}: the trials' environment cannot be built: {exc}") from None
 
 
 def load(group: Group) -> GroupSpec:
@@ -298,12 +339,7 @@ class Controller:
         base_dir = (
             Path(self.group.source_file).parent if self.group.source_file else Path(self.group.workdir or ".")
         )
-        build = spec.build
-        if build.requirements and not Path(build.requirements).is_absolute():
-            build = replace(build, requirements=str(base_dir / build.requirements))
-        if build.dockerfile and not Path(build.dockerfile).is_absolute():
-            build = replace(build, dockerfile=str(base_dir / build.dockerfile))
-        spec = replace(spec, build=build, name=f"{self.group.name}-{trial.number}")
+        spec = replace(spec, build=trial_build(spec, base_dir), name=f"{self.group.name}-{trial.number}")
         from phalanx.spec.dump import spec_to_yaml
 
         self.folder.mkdir(parents=True, exist_ok=True)

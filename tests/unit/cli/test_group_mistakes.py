@@ -107,3 +107,26 @@ def test_a_group_whose_controller_was_killed_says_so_and_how_to_finish_it(
     finally:
         live.kill()
         live.wait()
+
+
+def test_a_group_whose_trials_environment_cannot_be_built_is_refused_once(
+    phalanx_home: Path, tmp_path: Path
+) -> None:
+    """Every trial shares the group's `build`: a failing build step used to be built (and fail) once
+    per trial, one after the other on the build lock (the corpus's pytorch mnist group: 10 failed
+    builds, a minute), then the group failed. Now it is built once before anything is recorded."""
+    path = tmp_path / "g.yml"
+    path.write_text(
+        GROUP_WITH_PARAMS.replace(
+            "run:\n", "build:\n  build_steps: ['echo no such requirements >&2; exit 3']\nrun:\n"
+        )
+    )
+    done = phalanx("group", "run", "-f", path)
+    assert done.returncode == 2, done.stderr
+    assert (
+        f"{path}: the trials' environment cannot be built: building the environment failed at" in done.stderr
+    )
+    assert done.stderr.count("| no such requirements\n") == 1, done.stderr  # built once
+    assert "Traceback" not in done.stderr
+    assert phalanx("group", "ls").stdout.startswith("no groups yet")
+    assert not (phalanx_home / "groups").exists() or not any((phalanx_home / "groups").iterdir())
