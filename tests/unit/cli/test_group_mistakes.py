@@ -130,3 +130,38 @@ def test_a_group_whose_trials_environment_cannot_be_built_is_refused_once(
     assert "Traceback" not in done.stderr
     assert phalanx("group", "ls").stdout.startswith("no groups yet")
     assert not (phalanx_home / "groups").exists() or not any((phalanx_home / "groups").iterdir())
+
+
+def test_a_group_id_where_an_experiment_id_is_wanted_and_back_says_which_is_which(
+    phalanx_home: Path, tmp_path: Path
+) -> None:
+    """`phalanx stop GROUP` (meant: `phalanx group stop`) and `phalanx group get TRIAL` used to say
+    only 'no experiment'/'no group', as if the id were mistyped."""
+    from phalanx.domain import ExperimentStatus
+    from phalanx.groups import controller
+    from phalanx.spec.group import load_group
+    from phalanx.store import open_store
+    from phalanx.store.base import group_store
+
+    path = tmp_path / "g.yml"
+    path.write_text(GROUP_WITH_PARAMS)
+    store = open_store()
+    group = controller.create(group_store(store), load_group(path), workdir=tmp_path)
+    trial = store.create_experiment(name="g-0", project="default", status=ExperimentStatus.SUCCEEDED)
+    group_store(store).link_experiment(trial.id, group.id)
+    plain = store.create_experiment(name="plain", project="default", status=ExperimentStatus.SUCCEEDED)
+    for command in ("stop", "get", "resume", "logs"):
+        done = phalanx(command, group.id[:6])
+        assert done.returncode == 2, done.stderr
+        assert f"{group.id} is an experiment group (g), not an experiment" in done.stderr, done.stderr
+        assert f"`phalanx group get|stop|resume {group.id}`" in done.stderr
+        assert "Traceback" not in done.stderr
+    done = phalanx("group", "get", trial.id)
+    assert done.returncode == 2
+    assert f"{trial.id} is an experiment, a trial of group {group.id} (`phalanx group get {group.id}`)" in (
+        done.stderr
+    )
+    done = phalanx("group", "stop", plain.id)
+    assert done.returncode == 2
+    assert f"{plain.id} is an experiment, not a group (`phalanx get {plain.id}`)" in done.stderr
+    assert "no group 'nosuch'; `phalanx group ls` lists them" in phalanx("group", "get", "nosuch").stderr

@@ -54,12 +54,29 @@ def _group(m: Any) -> Group:
     )
 
 
+def _experiment_hint(store: SqlStore, text: str) -> str:
+    """An experiment's id given where a group's is wanted (`phalanx group get TRIAL`): say what it is."""
+    if not text:
+        return ""
+    with store.engine.connect() as conn:
+        found = conn.execute(
+            select(ExperimentRow.id, ExperimentRow.group_id).where(ExperimentRow.id.like(f"{text}%")).limit(2)
+        ).all()
+    if len(found) != 1:
+        return ""
+    eid, gid = found[0]
+    if gid:
+        return f": {eid} is an experiment, a trial of group {gid} (`phalanx group get {gid}`)"
+    return f": {eid} is an experiment, not a group (`phalanx get {eid}`)"
+
+
 def resolve_group(store: SqlStore, group_id: str) -> str:
     gid = group_id.strip().lower()
     with store.engine.connect() as conn:
         found = conn.execute(select(GroupRow.id).where(GroupRow.id.like(f"{gid}%")).limit(2)).scalars().all()
     if not found or not gid:
-        raise NotFound(f"no group {group_id!r}; `phalanx group ls` lists them")
+        hint = _experiment_hint(store, gid)
+        raise NotFound(f"no group {group_id!r}{hint or '; `phalanx group ls` lists them'}")
     if len(found) > 1:
         raise UsageError(f"group id {group_id!r} is ambiguous; give more characters")
     return str(found[0])

@@ -867,7 +867,26 @@ def _resolve(conn: Connection, experiment_id: str) -> str:
                 f"experiment id prefix {experiment_id!r} is ambiguous ({', '.join(sorted(found))}); "
                 "type more characters"
             )
+    group = _group_named(conn, experiment_id)
+    if group is not None:  # a group's id given where an experiment's is wanted: say which is which
+        gid, name = group
+        raise NotFound(
+            f"no experiment {experiment_id!r}: {gid} is an experiment group ({name}), not an experiment;"
+            f" use `phalanx group get|stop|resume {gid}`, or `phalanx ls --group {gid}` for its trials"
+        )
     raise NotFound(f"no experiment {experiment_id!r}; `phalanx ls` lists them")
+
+
+def _group_named(conn: Connection, text: str) -> tuple[str, str] | None:
+    """The (id, name) of the one group whose id is or starts with ``text``, if any."""
+    from phalanx.store.sql.models import GroupRow
+
+    if not _PREFIX.match(text):
+        return None
+    found = conn.execute(
+        select(GroupRow.id, GroupRow.name).where(GroupRow.id.like(f"{text}%")).limit(2)
+    ).all()
+    return (str(found[0][0]), str(found[0][1])) if len(found) == 1 else None
 
 
 def _replica_values(experiment_id: str, r: Replica) -> dict[str, Any]:
