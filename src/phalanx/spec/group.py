@@ -354,6 +354,7 @@ def _read_hptuning(c: Collector, node: YNode) -> HPTuning | None:
             search = replace(search, metric=_read_metric(c, mn, "hptuning", m, "hptuning.metric"))
     early = _read_early_stopping(c, m.get("early_stopping"))
     pruning = _read_pruning(c, m.get("pruning"), search)
+    _check_early_metrics(c, m.get("early_stopping"), early, search, pruning)
     if search is None or matrix is None:
         return None
     if search.kind == "grid":
@@ -752,6 +753,44 @@ def _read_early_stopping(c: Collector, node: YNode | None) -> tuple[EarlyStop, .
         if metric is not None and value is not None:
             out.append(EarlyStop(metric, value, opt))
     return tuple(out)
+
+
+def _check_early_metrics(
+    c: Collector,
+    node: YNode | None,
+    early: tuple[EarlyStop, ...],
+    search: Search | None,
+    pruning: Pruning | None,
+) -> None:
+    """An early-stopping metric one typo away from the metric the search reads (`scor` beside
+    `score`) never fires: no trial reports it, and the group runs every trial. An error; a near
+    name that contains the other (`loss` beside `val_loss`) may be meant, so only a note."""
+    known = {x.name for x in (search.metric if search else None, pruning.metric if pruning else None) if x}
+    if not known or not isinstance(node, YSeq):
+        return
+    for i, (rule, item) in enumerate(zip(early, node.items, strict=False)):
+        hint = did_you_mean(rule.metric, sorted(known))
+        if rule.metric in known or not hint:
+            continue
+        at = item.get("metric") if isinstance(item, YMap) else None
+        path = join(join("hptuning.early_stopping", i), "metric")
+        reads = ", ".join(sorted(known))
+        text = (
+            f"{rule.metric!r} is not the metric the search reads ({reads}){hint} Early stopping fires"
+            f" only once a finished trial reports {rule.metric!r}"
+        )
+        if any(_qualified(rule.metric, k) for k in known):
+            c.note(at or item, path, text + " (fine if the trials report it too)")
+        else:
+            c.add(at or item, path, text + "; fix the name")
+
+
+def _qualified(a: str, b: str) -> bool:
+    """Whether one name is the other with a word before or after it (`val_loss`, `loss/train`)."""
+    short, long = sorted((a, b), key=len)
+    seps = "_/.-"
+    head = long.startswith(short) and long[len(short)] in seps
+    return head or (long.endswith(short) and long[-len(short) - 1] in seps)
 
 
 def _read_pruning(c: Collector, node: YNode | None, search: Search | None) -> Pruning | None:

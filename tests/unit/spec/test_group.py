@@ -283,3 +283,20 @@ def test_an_unused_hyperband_budget_name_is_located_at_its_resource_name() -> No
     group = load_group_text(text, "hb.yml")
     (note,) = [n for n in group.notes if "budget" in n]
     assert note.startswith("hb.yml:7:22: hptuning.hyperband.resource.name: 'epoch' is hyperband's budget")
+
+
+def test_an_early_stopping_metric_one_typo_from_the_searched_one_is_an_error() -> None:
+    """`early_stopping: [{metric: scor, ...}]` beside `metric: {name: score}` was accepted: no trial
+    reports `scor`, so early stopping never fired and the group ran every trial."""
+    hp = (
+        "  random_search: {n_experiments: 2}\n  metric: {name: score, optimization: maximize}\n"
+        "  early_stopping:\n    - {metric: %s, value: 5, optimization: maximize}\n"
+        "  matrix:\n    lr: {uniform: 0:1}\n"
+    )
+    (typo,) = problems(group(hp % "scor"))
+    assert typo.startswith("g.yml:7:16: hptuning.early_stopping[0].metric: 'scor' is not the metric")
+    assert "did you mean 'score'?" in typo and typo.endswith("; fix the name")
+    qualified = load_group_text(group(hp % "val_score"), "g.yml")  # may be meant: a note
+    assert any("'val_score' is not the metric the search reads" in n for n in qualified.notes)
+    other = load_group_text(group(hp % "accuracy"), "g.yml")  # another metric altogether: fine
+    assert other.notes == ()
