@@ -237,7 +237,8 @@ def load_group_text(
         hptuning = _read_hptuning(c, hp_node)
     # the matrix names as written, even when a distribution is wrong: no second error for {{ lr }}
     names = _matrix_names(hp_node)
-    resource = hptuning.search.resource if hptuning else None
+    # hyperband's budget name as written too: a wrong distribution must not make {{ epochs }} unknown
+    resource = hptuning.search.resource if hptuning else _resource_name(hp_node)
     sampled = names + ((resource,) if resource else ())
     spec = read_spec(
         c,
@@ -875,6 +876,16 @@ def _check_overrides(
                 f"{shown} sets hyperband's budget param, which every trial gets as max_iter;"
                 " drop it, or change hptuning.hyperband.max_iter",
             )
+
+
+def _resource_name(hp_node: YNode | None) -> str | None:
+    """`hptuning.hyperband.resource.name` as written, when the hptuning as a whole is invalid."""
+    band = hp_node.get("hyperband") if isinstance(hp_node, YMap) else None
+    resource = band.get("resource") if isinstance(band, YMap) else None
+    name = resource.get("name") if isinstance(resource, YMap) else None
+    if isinstance(name, YScalar) and isinstance(plain(name), str):
+        return str(plain(name))
+    return None
 
 
 def _matrix_names(hp_node: YNode | None) -> tuple[str, ...]:

@@ -300,3 +300,15 @@ def test_an_early_stopping_metric_one_typo_from_the_searched_one_is_an_error() -
     assert any("'val_score' is not the metric the search reads" in n for n in qualified.notes)
     other = load_group_text(group(hp % "accuracy"), "g.yml")  # another metric altogether: fine
     assert other.notes == ()
+
+
+def test_a_wrong_distribution_in_a_hyperband_group_does_not_make_its_budget_placeholder_unknown() -> None:
+    """One mistake in the matrix used to bring a second, false one: `{{ epochs }}` (hyperband's
+    budget) 'unknown placeholder', since the budget name was lost with the invalid hptuning."""
+    text = group(
+        "  hyperband:\n    max_iter: 9\n    eta: 3\n    resource: {name: epochs, type: int}\n"
+        "    metric: {name: loss, optimization: minimize}\n  matrix:\n    lr: {uniform: 1:0}\n",
+        run="run:\n  cmd: t {{ lr }} {{ epochs }}\n",
+    )
+    (only,) = problems(text)
+    assert "hptuning.matrix.lr.uniform: bounds reversed or equal" in only
