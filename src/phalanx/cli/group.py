@@ -325,7 +325,7 @@ def get(
         mark = "*" if best and t["number"] == best["number"] else ""
         value = "-" if t["value"] is None else f"{t['value']:.4g}"
         rows.append(
-            [f"{t['number']}{mark}", t["experiment_id"], t["state"], value]
+            [f"{t['number']}{mark}", t["experiment_id"], _shown_state(store, t), value]
             + [str(t["params"].get(n, "-")) for n in names]
         )
     typer.echo(_table(["trial", "experiment", "state", metric, *names], rows))
@@ -334,6 +334,21 @@ def get(
             typer.echo(f"trial {t['number']}: {t['reason']}")
     if best:
         typer.echo(f"best (*): trial {best['number']} ({best['experiment_id']}) {metric} {best['value']:.4g}")
+
+
+def _shown_state(store: Any, trial: dict[str, Any]) -> str:
+    """A running trial whose experiment still waits in this machine's queue shows `queued`: a
+    `running` trial with no value for minutes looked stuck."""
+    from phalanx.domain import ExperimentStatus
+    from phalanx.errors import NotFound
+
+    if trial["state"] != "running":
+        return str(trial["state"])
+    try:
+        status = store.get_experiment(trial["experiment_id"]).status
+    except NotFound:  # its launch has not created it yet
+        return "starting"
+    return "queued" if status is ExperimentStatus.QUEUED else "running"
 
 
 @group_app.command("ls")

@@ -165,3 +165,30 @@ def test_a_group_id_where_an_experiment_id_is_wanted_and_back_says_which_is_whic
     assert done.returncode == 2
     assert f"{plain.id} is an experiment, not a group (`phalanx get {plain.id}`)" in done.stderr
     assert "no group 'nosuch'; `phalanx group ls` lists them" in phalanx("group", "get", "nosuch").stderr
+
+
+def test_group_get_shows_a_trial_waiting_in_the_machines_queue_as_queued(
+    phalanx_home: Path, tmp_path: Path
+) -> None:
+    """Trials that do not all fit on the machine wait in its queue; `group get` said `running` with
+    no value for them, which looked like a stuck trial."""
+    import time
+
+    from phalanx.domain import ExperimentStatus
+    from phalanx.groups import controller
+    from phalanx.groups.records import Trial
+    from phalanx.spec.group import load_group
+    from phalanx.store import open_store
+    from phalanx.store.base import group_store
+
+    path = tmp_path / "g.yml"
+    path.write_text(GROUP_WITH_PARAMS)
+    store = group_store(open_store())
+    group = controller.create(store, load_group(path), workdir=tmp_path)
+    for number, status in enumerate((ExperimentStatus.RUNNING, ExperimentStatus.QUEUED)):
+        exp = store.create_experiment(name=f"g-{number}", project="default", status=status)
+        store.add_trial(Trial(group.id, number, exp.id, {"x": 0.5}, "running", created_at=time.time()))
+        store.link_experiment(exp.id, group.id)
+    lines = phalanx("group", "get", group.id).stdout.splitlines()
+    rows = {line.split()[0]: line.split()[2] for line in lines if line[:1].isdigit()}
+    assert rows == {"0": "running", "1": "queued"}, lines
