@@ -42,7 +42,7 @@ FAST_EXIT_COMMANDS = frozenset({"run"})
 def main(argv: list[str] | None = None) -> None:
     try:
         from phalanx.cli.app import app
-        from phalanx.errors import PhalanxError, exit_status
+        from phalanx.errors import PhalanxError, SpecError, exit_status
 
         _register()
     except KeyboardInterrupt:  # Ctrl-C while Python was still importing: nothing was started
@@ -53,7 +53,10 @@ def main(argv: list[str] | None = None) -> None:
         app(args=argv, prog_name="phalanx")
     except PhalanxError as exc:
         text = str(exc)
-        sys.stderr.write(f"{text}\n" if "\n" in text else f"error: {text}\n")
+        # a file's problems are one located line each (FILE:LINE:COL: ...); any other message,
+        # one line or several (pip's last lines, who holds the cores), starts with `error:`
+        located = isinstance(exc, SpecError) and "\n" in text
+        sys.stderr.write(f"{text}\n" if located or text.startswith("error:") else f"error: {text}\n")
         sys.exit(exit_status(exc))
     except KeyboardInterrupt:  # Ctrl-C outside the supervisor's own handling: no traceback
         sys.stderr.write("phalanx: interrupted\n")

@@ -123,9 +123,8 @@ def test_a_group_whose_trials_environment_cannot_be_built_is_refused_once(
     )
     done = phalanx("group", "run", "-f", path)
     assert done.returncode == 2, done.stderr
-    assert (
-        f"{path}: the trials' environment cannot be built: building the environment failed at" in done.stderr
-    )
+    said = f"error: {path}: the trials' environment cannot be built: building the environment failed at"
+    assert done.stderr.splitlines()[1].startswith(said), done.stderr  # (after 'phalanx: building ...')
     assert done.stderr.count("| no such requirements\n") == 1, done.stderr  # built once
     assert "Traceback" not in done.stderr
     assert phalanx("group", "ls").stdout.startswith("no groups yet")
