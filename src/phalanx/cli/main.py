@@ -39,7 +39,38 @@ def _register() -> None:
 FAST_EXIT_COMMANDS = frozenset({"run"})
 
 
+# Commands whose file is given with -f: a file named without it is the commonest slip.
+FILE_COMMANDS = (("run",), ("check",), ("group", "run"))
+
+
+def _file_without_f(args: list[str]) -> str | None:
+    """`phalanx run train.yml` (no -f): typer said only "Missing option '-f'", not that the file
+    was there. The message that names the command to type instead, or None."""
+    if any(a in ("-f", "--file", "--help") or a.startswith(("--file=", "-f")) for a in args):
+        return None
+    for command in FILE_COMMANDS:
+        if tuple(args[: len(command)]) != command:
+            continue
+        rest = args[len(command) :]
+        files = [
+            a
+            for i, a in enumerate(rest)
+            if not a.startswith("-")
+            and "=" not in a
+            and a.endswith((".yml", ".yaml"))
+            and (i == 0 or rest[i - 1] != "--param")
+        ]
+        if len(files) == 1:
+            fixed = [a if a != files[0] else f"-f {files[0]}" for a in rest]
+            return f"error: {files[0]}: give the file with -f: `phalanx {' '.join([*command, *fixed])}`\n"
+    return None
+
+
 def main(argv: list[str] | None = None) -> None:
+    slip = _file_without_f(sys.argv[1:] if argv is None else list(argv))
+    if slip is not None:
+        sys.stderr.write(slip)
+        sys.exit(2)
     try:
         from phalanx.cli.app import app
         from phalanx.errors import PhalanxError, SpecError, exit_status

@@ -317,3 +317,22 @@ def test_resume_or_rerun_of_an_experiment_that_never_left_the_queue_says_so(phal
         assert_user_error(done, said)
         assert "phalanx run -f '/data/my runs/train.yml' --param lr=0.1 --param 'tag=a b'" in done.stderr
         assert "without its launch details" not in done.stderr
+
+
+@pytest.mark.parametrize(
+    ("args", "fixed"),
+    [
+        (["run", "train.yml", "-d"], "phalanx run -f train.yml -d"),
+        (["check", "train.yaml"], "phalanx check -f train.yaml"),
+        (["group", "run", "--param", "lr=0.1", "sweep.yml"], "phalanx group run --param lr=0.1 -f sweep.yml"),
+    ],
+)
+def test_a_file_named_without_f_gets_the_command_to_type(args: list[str], fixed: str) -> None:
+    """`phalanx run train.yml` used to get typer's "Missing option '-f' / '--file'" alone, as if no
+    file had been given."""
+    done = phalanx(*args)
+    assert done.returncode == 2
+    assert (
+        done.stderr
+        == f"error: {args[-1] if args[-1] != '-d' else args[1]}: give the file with -f: `{fixed}`\n"
+    )
