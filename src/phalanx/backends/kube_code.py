@@ -28,6 +28,7 @@ run at the head of the trainer's command (``inline_setup``): one mechanism, two 
 from __future__ import annotations
 
 import contextlib
+import gzip
 import hashlib
 import io
 import os
@@ -164,7 +165,12 @@ def bundle(workdir: Path, sdk: Path, cap: int = BUNDLE_CAP) -> bytes:
             ]
         )
     buf = io.BytesIO()
-    with tarfile.open(fileobj=buf, mode="w:gz", compresslevel=6) as tar:
+    # mtime=0: the gzip header otherwise holds the time of the build, and the same files built a
+    # second apart would give different bytes (the bundle is content-addressed)
+    with (
+        gzip.GzipFile(fileobj=buf, mode="wb", compresslevel=6, mtime=0) as gz,
+        tarfile.open(fileobj=gz, mode="w") as tar,
+    ):
         for f in files:
             tar.add(f, arcname=str(f.relative_to(workdir)), recursive=False, filter=_plain)
         for f in sorted(sdk.rglob("*.py")):

@@ -33,7 +33,23 @@ def clean_env(home: Path, **extra: str) -> dict[str, str]:
 def start_server(
     home: Path, token: str | None = None, port: int | None = None, env: dict[str, str] | None = None
 ) -> Server:
-    port = port or free_port()
+    """A server that answers /health. free_port's port is only free when it is picked: something
+    (an outgoing connection's ephemeral port) can take it before the server binds, so a server that
+    could not bind a port the test did not choose is started again on another one."""
+    for attempt in range(3):
+        try:
+            return _start_server(home, token, port or free_port(), env)
+        except _PortTaken:
+            if port is not None or attempt == 2:
+                raise
+    raise AssertionError("unreachable")
+
+
+class _PortTaken(RuntimeError):
+    pass
+
+
+def _start_server(home: Path, token: str | None, port: int, env: dict[str, str] | None) -> Server:
     args = [str(PHALANX), "server", "--port", str(port), "--log-level", "warning"]
     if token:
         token_file = home / "server.token"
@@ -47,9 +63,10 @@ def start_server(
     deadline = time.monotonic() + 90
     while time.monotonic() < deadline:
         if proc.poll() is not None:
-            raise RuntimeError(
-                f"phalanx server exited with {proc.returncode}: {(home / f'server-{port}.log').read_text()}"
-            )
+            log_text = (home / f"server-{port}.log").read_text()
+            taken = ("something else listens there", "address already in use")  # phalanx's check, uvicorn's
+            failure = _PortTaken if any(t in log_text.lower() for t in taken) else RuntimeError
+            raise failure(f"phalanx server exited with {proc.returncode}: {log_text}")
         try:
             with urllib.request.urlopen(f"{url}/api/v1/health", timeout=2) as r:
                 if r.status == 200:
