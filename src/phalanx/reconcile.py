@@ -140,3 +140,25 @@ def _mark_failed(store: Store, exp: Experiment, reason: str) -> None:
             store.update_replica(exp.id, r.name, state=ReplicaState.FAILED, reason=reason, finished_at=now)
     store.update_experiment(exp.id, status=ExperimentStatus.FAILED, reason=reason, finished_at=now)
     log.warning("experiment %s: %s; marked failed", exp.id, reason)
+
+
+def settle(store: Store, settings: Settings, exp: Experiment) -> Experiment:
+    """One unfinished experiment, as ``reconcile`` and ``queue.reconcile`` judge it: the same
+    experiment, or its final state when its `phalanx run` is gone (SIGKILLed running: failed; while
+    queued: stopped). For a watcher that polls a few experiments (a group's controller): a trial
+    whose supervisor was killed used to stay `running` until some `phalanx ls` looked."""
+    if exp.status in (ExperimentStatus.RUNNING, ExperimentStatus.STARTING):
+        reason = _orphan_reason(store, settings, exp, socket.gethostname())
+        if reason:
+            fresh = store.get_experiment(exp.id)  # it may have recorded its end since it was read
+            if fresh.status.done:
+                return fresh
+            _mark_failed(store, fresh, reason)
+            return store.get_experiment(exp.id)
+    elif exp.status is ExperimentStatus.QUEUED:
+        from phalanx import queue
+
+        if queue._abandoned_here(settings, exp.id):
+            queue._stop_queued(store, exp.id)
+            return store.get_experiment(exp.id)
+    return exp

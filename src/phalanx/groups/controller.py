@@ -457,6 +457,10 @@ class Controller:
                     self.launch_seconds.append(time.monotonic() - live.freed_at)
             if live.launch is not None and live.launch.poll() is not None:
                 live.launch = None  # reaped
+            if not exp.status.done and live.launch is None:  # its supervisor SIGKILLed: it ended
+                from phalanx.reconcile import settle
+
+                exp = settle(self.store, self.settings, exp)
             values = self._series(trial)
             prune = False
             for step in sorted(values):

@@ -161,3 +161,48 @@ def test_early_stopping_names_the_trials_it_stops(phalanx: Phalanx) -> None:
     assert slow["state"] == "stopped"
     said = f"trial {slow['number']}: {slow['experiment_id']} stopped (group early stopping: trial"
     assert said in done.stderr
+
+
+def test_a_trial_whose_supervisor_is_sigkilled_ends_failed_and_the_group_goes_on(phalanx: Phalanx) -> None:
+    """A trial's `phalanx run` SIGKILLed (the OOM killer, a careless `kill -9`): its replicas die
+    with it, but the controller used to watch the trial as `running` for ever (it ended only when
+    some `phalanx ls` or `get` happened to look)."""
+    import contextlib
+    import os
+    import signal
+    import time
+
+    folder = phalanx.tmp / "group"
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / "group.yml"
+    path.write_text(
+        "version: 1\nkind: group\nname: killed\n"
+        "hptuning:\n  concurrency: 1\n  random_search: {n_experiments: 1, seed: 3}\n"
+        "  metric: {name: loss, optimization: minimize}\n  matrix:\n    x: {uniform: 0:1}\n"
+        "run:\n  cmd: python -c 'import time; time.sleep(120)' {{ x }}\n"
+    )
+    controller = phalanx.start("group", "run", "-f", str(path))
+    deadline = time.monotonic() + 60
+    pid_file = None
+    while pid_file is None and time.monotonic() < deadline:
+        found = (
+            list((phalanx.home / "runs").glob("*/supervisor.pid")) if (phalanx.home / "runs").exists() else []
+        )
+        pid_file = found[0] if found else None
+        time.sleep(0.1)
+    assert pid_file is not None, "the trial never started"
+    experiment_id = pid_file.parent.name
+    from phalanx.errors import NotFound
+
+    store = phalanx.store()
+    while time.monotonic() < deadline:  # running: its replica started
+        with contextlib.suppress(NotFound):  # (its supervisor records it just after its pid file)
+            if store.get_experiment(experiment_id).status.value == "running":
+                break
+        time.sleep(0.1)
+    os.kill(int(pid_file.read_text().split()[0]), signal.SIGKILL)
+    _, err = controller.communicate(timeout=60)  # hung for ever before
+    assert controller.returncode == 1, err  # its only trial failed
+    assert f"trial 0: {experiment_id} failed: phalanx run (pid" in err, err
+    assert "was killed before it recorded the outcome" in err
+    assert phalanx.store().get_experiment(experiment_id).status.value == "failed"
