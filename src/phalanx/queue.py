@@ -38,6 +38,8 @@ if TYPE_CHECKING:
 LOOK_SECONDS = 0.05
 RETRY_SECONDS = 0.5
 ABANDONED = "its phalanx run ended while it was queued (killed?)"
+# --priority bounds: aging adds one per 10 minutes waited, so 1000 already outranks a week of waiting
+MAX_PRIORITY = 1000
 
 __all__ = [
     "ABANDONED",

@@ -191,7 +191,8 @@ def run(
         typer.Option(
             "--priority",
             metavar="N",
-            help="Its place in this machine's queue when it must wait: higher starts first (default 0).",
+            help="Its place in this machine's queue when it must wait: higher starts first "
+            "(default 0, -1000 to 1000).",
         ),
     ] = 0,
     no_wait: Annotated[
@@ -226,6 +227,13 @@ def run(
         os.environ["PHALANX_SYSTEM_METRICS"] = "off"
     if experiment_id is not None:
         _check_id(experiment_id)
+    from phalanx.queue import MAX_PRIORITY
+
+    if abs(priority) > MAX_PRIORITY:
+        raise UsageError(
+            f"--priority {priority}: give a number from -{MAX_PRIORITY} to {MAX_PRIORITY} (higher starts "
+            f"first; a waiting run also gains one point per 10 minutes)"
+        )
     if output is Output.YAML and not dry_run:
         raise UsageError("-o yaml shows what --dry-run would submit: add --dry-run, or use -o text or json")
     spec = _load(file, param, extra_params)

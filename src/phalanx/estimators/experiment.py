@@ -110,6 +110,13 @@ class Experiment:
             )
         tags = _tags(tags)
         self._check_target(config.compute_target)
+        from phalanx.queue import MAX_PRIORITY
+
+        if not isinstance(priority, int) or isinstance(priority, bool) or abs(priority) > MAX_PRIORITY:
+            raise UsageError(
+                f"priority {priority!r}: give a whole number from -{MAX_PRIORITY} to {MAX_PRIORITY} "
+                "(higher starts first)"
+            )
         text = config.to_yaml(name=self.name, project=self.project, tags=tags)
         if config.resume_from is not None:
             from dataclasses import replace as _replace
@@ -140,8 +147,6 @@ class Experiment:
         ]
         if config.compute_target != "local":
             argv += ["--cluster", config.compute_target]
-        if not isinstance(priority, int) or isinstance(priority, bool):
-            raise UsageError(f"priority {priority!r}: give a whole number (higher starts first)")
         argv += ["--priority", str(priority)] + ([] if wait else ["--no-wait"])
         # A run submitted from inside an experiment (a replica, or a script that called Task.init) is
         # its own: keep only where the store is, not the caller's identity.

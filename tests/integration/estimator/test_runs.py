@@ -200,6 +200,10 @@ def test_submit_queues_behind_a_run_holding_every_core_or_refuses_with_wait_fals
     small = Estimator(source, entry_script="ok.py", resources={"cpu": 1})
     with pytest.raises(UsageError, match=holder.id):
         Experiment("refused").submit(small, wait=False)
+    for wrong in (10**6, 2.5, True):  # refused before anything is written
+        with pytest.raises(UsageError, match="from -1000 to 1000"):
+            Experiment("wrong").submit(small, priority=wrong)  # type: ignore[arg-type]
+    assert len(list((Path(os.environ["PHALANX_HOME"]) / "runs").iterdir())) == 1  # the holder's
     queued = Experiment("queued").submit(small, priority=3)
     runs.append(queued)
     assert queued.get_status() is ExperimentStatus.QUEUED

@@ -336,3 +336,15 @@ def test_a_file_named_without_f_gets_the_command_to_type(args: list[str], fixed:
         done.stderr
         == f"error: {args[-1] if args[-1] != '-d' else args[1]}: give the file with -f: `{fixed}`\n"
     )
+
+
+def test_a_priority_beyond_the_bound_is_refused_before_anything_starts(
+    phalanx_home: Path, tmp_path: Path
+) -> None:
+    """`--priority 99999999999999999999` used to be queued as given: no waiting run could ever age
+    past it. The bound says what the scale is."""
+    spec = tmp_path / "hello.yml"
+    spec.write_text(HELLO)
+    done = phalanx("run", "-f", spec, "--priority", "99999999999999999999", "-d")
+    assert_user_error(done, "--priority 99999999999999999999: give a number from -1000 to 1000")
+    assert not (phalanx_home / "runs").exists() or not any((phalanx_home / "runs").iterdir())
