@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from typing import Annotated, Any
 
 import typer
@@ -225,6 +226,12 @@ def resume(
             )
         )
     launch = _launch_of(store, experiment)
+    if experiment.group_id:  # the search decided on this trial already: resuming it is the user's own
+        sys.stderr.write(
+            f"note: experiment {experiment.id} is a trial of group {experiment.group_id}; the group keeps"
+            " what it recorded of this trial (its state and value) and its search does not see this"
+            " resume (`phalanx get` shows the resumed run)\n"
+        )
     workdir = launch.get("workdir")
     if not workdir or not Path(workdir).is_dir():
         raise fail(

@@ -52,8 +52,16 @@ def test_a_failing_trial_points_at_its_logs(phalanx: Phalanx) -> None:
     assert done.returncode == 1, done.stderr
     exp = json.loads(done.stdout)["trials"][0]["experiment_id"]
     assert f"failed: master exited with code 3 (`phalanx logs {exp}` shows why)" in done.stderr
-    shown = phalanx.run("group", "get", json.loads(done.stdout)["id"])
+    group = json.loads(done.stdout)["id"]
+    shown = phalanx.run("group", "get", group)
     assert "trial 0: master exited with code 3" in shown.stdout
+    # resuming a trial by hand is the user's own run: said, since the group's record stays as it was
+    again = phalanx.run("resume", exp, timeout=120)
+    assert again.returncode == 1, again.stderr
+    assert (
+        f"note: experiment {exp} is a trial of group {group}; the group keeps what it recorded"
+        in again.stderr
+    )
 
 
 def test_resume_of_a_finished_group_is_a_mistake_with_what_to_do(phalanx: Phalanx) -> None:
