@@ -3,18 +3,25 @@ or into the user's ~/.phalanx."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
-from hypothesis import settings
+from hypothesis import HealthCheck, settings
 
+# Everywhere: no per-example deadline and no "too slow" health check. Hypothesis's defaults (200 ms
+# an example; fail when drawing examples is slow) turn a busy machine into a red test ("Unreliable
+# test timings", FailedHealthCheck) that says nothing about the code; a test that cares about time
+# measures it itself.
+_UNTIMED = {"deadline": None, "suppress_health_check": [HealthCheck.too_slow]}
+settings.register_profile("untimed", **_UNTIMED)
 # In CI the property-based tests (the spec's, schemathesis's) draw the same examples every run, so a
 # red CI always means a regression; locally they keep exploring new ones.
-settings.register_profile("ci", derandomize=True, database=None)
-if os.environ.get("CI"):
-    settings.load_profile("ci")
+settings.register_profile("ci", derandomize=True, database=None, **_UNTIMED)
+settings.load_profile("ci" if os.environ.get("CI") else "untimed")
 
 REPO = Path(__file__).resolve().parents[1]
 CORPUS = REPO / "tests" / "data" / "corpus"  # real-world files, copied in with their sources and licences
@@ -31,3 +38,52 @@ def phalanx_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Pa
     for var in [v for v in os.environ if v.startswith("PHALANX_") and v != "PHALANX_HOME"]:
         monkeypatch.delenv(var, raising=False)
     yield home
+
+
+# ---- nothing left behind ------------------------------------------------------------------------
+_LEFT_BEHIND: list[str] = []
+
+
+def _processes_under(root: Path) -> list[tuple[int, str]]:
+    """Live processes (not zombies) whose PHALANX_HOME lies under ``root``: every experiment,
+    supervisor, ingester and server a test starts has one under its tmp_path."""
+    prefix = str(root).encode()
+    found = []
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            environ = Path(f"/proc/{entry.name}/environ").read_bytes().split(b"\0")
+            home = next((v[len(b"PHALANX_HOME=") :] for v in environ if v.startswith(b"PHALANX_HOME=")), None)
+            if home is None or not home.startswith(prefix):
+                continue
+            if Path(f"/proc/{entry.name}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z":
+                continue
+            cmdline = Path(f"/proc/{entry.name}/cmdline").read_bytes().replace(b"\0", b" ")
+        except (OSError, IndexError):
+            continue
+        found.append((int(entry.name), cmdline.decode(errors="replace").strip()))
+    return found
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _no_process_left_behind(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """At the session's end, kill any process a test left running under the session's temp folder
+    (a failed or timed-out test skips its own clean-up) and name it in the summary: a CI machine
+    must not carry a test's `sleep 600` into the next job."""
+    yield
+    if not Path("/proc").is_dir():
+        return
+    import signal
+
+    for pid, cmdline in _processes_under(tmp_path_factory.getbasetemp()):
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, signal.SIGKILL)
+            _LEFT_BEHIND.append(f"{pid}: {cmdline[:200]}")
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    if _LEFT_BEHIND:
+        terminalreporter.section("processes left behind by tests (killed at the session's end)")
+        for line in _LEFT_BEHIND:
+            terminalreporter.write_line(line)

@@ -3,13 +3,15 @@ what reached the store."""
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
 import subprocess
 import sys
 import textwrap
 import time
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
@@ -25,6 +27,7 @@ from phalanx.store.sql import SqlStore
 class Sandbox:
     home: Path
     env: dict[str, str]
+    started: list[subprocess.Popen[str]] = field(default_factory=list)
 
     def script(self, code: str, name: str = "script.py") -> Path:
         path = self.home.parent / name
@@ -42,10 +45,25 @@ class Sandbox:
 
     def popen(self, code: str, *args: str) -> subprocess.Popen[str]:
         path = self.script(code)
-        return subprocess.Popen(
+        proc = subprocess.Popen(
             [sys.executable, str(path), *args], env=self.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-            text=True, cwd=self.home.parent, start_new_session=True,
+            text=True, cwd=self.home.parent, start_new_session=True, preexec_fn=_default_sigint,
         )  # fmt: skip
+        self.started.append(proc)
+        return proc
+
+    def kill_leftovers(self) -> None:
+        """At teardown: the scripts a test started (a failed test leaves them in time.sleep(600)),
+        their process groups, and any process still running under this PHALANX_HOME (an ingester
+        follows its script out, but not at once)."""
+        for proc in self.started:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(proc.pid, signal.SIGKILL)  # start_new_session: its group is its pid
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.communicate(timeout=30)
+        for pid in _pids_under(self.home):
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGKILL)
 
     def store(self) -> SqlStore:
         return open_store(Settings(home=self.home, db_url=None, artifacts_url=None))
@@ -74,11 +92,39 @@ def wait_gone(pid: int, timeout: float = 60.0) -> None:
     wait_for(lambda: not pid_alive(pid), timeout, f"process {pid} to exit")
 
 
+def _default_sigint() -> None:
+    """In the child before exec: SIGINT as a terminal's Ctrl-C finds it. A test run started in the
+    background of a non-interactive shell (a CI step, `make test &`) has SIGINT ignored, children
+    inherit that, Python then installs no KeyboardInterrupt handler, and a test's SIGINT is lost:
+    test_sigterm_and_ctrl_c_... hung 120 s that way."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+def _pids_under(home: Path) -> list[int]:
+    """Live processes (not zombies) whose environment names ``home`` as PHALANX_HOME."""
+    wanted = f"PHALANX_HOME={home}".encode()
+    found = []
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            if wanted not in Path(f"/proc/{entry.name}/environ").read_bytes().split(b"\0"):
+                continue
+            if Path(f"/proc/{entry.name}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z":
+                continue
+        except (OSError, IndexError):
+            continue
+        found.append(int(entry.name))
+    return found
+
+
 @pytest.fixture
-def sandbox(tmp_path: Path) -> Sandbox:
+def sandbox(tmp_path: Path) -> Iterator[Sandbox]:
     home = tmp_path / "home"
     home.mkdir()
     env = {k: v for k, v in os.environ.items() if not k.startswith("PHALANX_")}
     env["PHALANX_HOME"] = str(home)
     env["PYTHONUNBUFFERED"] = "1"
-    return Sandbox(home=home, env=env)
+    box = Sandbox(home=home, env=env)
+    yield box
+    box.kill_leftovers()
