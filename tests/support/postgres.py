@@ -89,7 +89,10 @@ def _bin_or(name: str) -> str:
 def _as_postgres(argv: list[str], check: bool = True) -> subprocess.CompletedProcess[str]:
     if os.geteuid() == 0:
         argv = ["runuser", "-u", "postgres", "--", *argv]
-    return subprocess.run(argv, check=check, capture_output=True, text=True, timeout=120)
+    # without the PHALANX_* of the test that happened to start it: the shared server lives for the
+    # session, and a PHALANX_HOME under a test's tmp_path would make it look like that test's leftover
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PHALANX_")}
+    return subprocess.run(argv, check=check, capture_output=True, text=True, timeout=120, env=env)
 
 
 def start_postgres() -> PostgresServer:
