@@ -199,6 +199,15 @@ def _abandoned_here(settings: Settings, experiment_id: str) -> bool:
     return not pid_alive(pid)
 
 
+def stop_if_abandoned(store: Store, settings: Settings, experiment_id: str) -> bool:
+    """Mark the queued experiment stopped if this machine's `phalanx run` of it is gone (killed
+    while it waited); whether it was gone."""
+    if not _abandoned_here(settings, experiment_id):
+        return False
+    _stop_queued(store, experiment_id)
+    return True
+
+
 def reconcile(store: Store, settings: Settings) -> list[str]:
     """Mark stopped every queued experiment nobody waits for any more (its `phalanx run` was
     killed); returns their ids. Dead ledger entries are reclaimed on the way."""
@@ -211,10 +220,8 @@ def reconcile(store: Store, settings: Settings) -> list[str]:
     known = {e.experiment_id for e in holding + waiting}
     ended: list[str] = []
     for exp in queued:
-        if exp.id in known or not _abandoned_here(settings, exp.id):
-            continue
-        _stop_queued(store, exp.id)
-        ended.append(exp.id)
+        if exp.id not in known and stop_if_abandoned(store, settings, exp.id):
+            ended.append(exp.id)
     return ended
 
 

@@ -158,7 +158,6 @@ def settle(store: Store, settings: Settings, exp: Experiment) -> Experiment:
     elif exp.status is ExperimentStatus.QUEUED:
         from phalanx import queue
 
-        if queue._abandoned_here(settings, exp.id):
-            queue._stop_queued(store, exp.id)
+        if queue.stop_if_abandoned(store, settings, exp.id):
             return store.get_experiment(exp.id)
     return exp

@@ -166,16 +166,11 @@ def test_a_supervisor_that_creates_its_row_just_as_the_deadline_passes_is_stoppe
 ) -> None:
     # The race CI met: the caller's first store open is slow, so the row appears between the last
     # look and the stop. The error says the experiment was not created, so none may remain.
-    def late(run: Run, proc: Any, log_path: Path, timeout: float) -> None:
-        wait_until(lambda: run_exists(run))
-        raise PhalanxError(f"the supervisor did not create experiment {run.id} within 0 s")
+    from phalanx.estimators.experiment import _exists
 
-    def run_exists(run: Run) -> bool:
-        try:
-            run.refresh()
-        except NotFound:
-            return False
-        return True
+    def late(run: Run, proc: Any, log_path: Path, timeout: float) -> None:
+        wait_until(lambda: _exists(run))
+        raise PhalanxError(f"the supervisor did not create experiment {run.id} within 0 s")
 
     monkeypatch.setattr(Experiment, "_wait_created", staticmethod(late))
     with pytest.raises(PhalanxError, match="did not create experiment"):
