@@ -379,18 +379,26 @@ class Supervisor:
     def _reopen(self) -> None:
         """`phalanx resume`: the failed or stopped experiment runs again (before it may queue).
 
-        Two resumes of one experiment race: the store lets one reopen it (the other gets Conflict).
-        Under a lock, the pid file names the reopener before its reopen commits (so no reader ever
-        sees the experiment starting with a dead supervisor recorded), and a loser puts back what
-        the file said: a stop then still reaches the winner."""
+        Two resumes of one experiment race: under a lock, each reads the status first, so a loser
+        (the winner reopened it already) leaves the pid file alone: a `phalanx resume -d` watching
+        that file for its own pid never takes the winner's reopen for its own. The winner's pid
+        file names it before its reopen commits (no reader ever sees the experiment starting with a
+        dead supervisor recorded); should the reopen still fail, what the file said is put back."""
         import fcntl
 
+        from phalanx.errors import Conflict
         from phalanx.procs import record_process
 
         self._open_store()
         pid_file = self.run_dir / PID_FILE
         with open(self.run_dir / "resume.lock", "a+b") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes (or we die)
+            current = self.store.get_experiment(self.id)
+            if current.status not in (ExperimentStatus.FAILED, ExperimentStatus.STOPPED):
+                raise Conflict(
+                    f"experiment {current.id} is {current.status};"
+                    " only a failed or stopped one can be resumed"
+                )
             try:
                 before = pid_file.read_bytes()
             except FileNotFoundError:

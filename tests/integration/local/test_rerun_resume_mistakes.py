@@ -5,6 +5,10 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
+from phalanx.procs import recorded_process, start_time
+
 from .conftest import Phalanx, experiment_pids
 
 # fails on its first run (no marker yet), succeeds afterwards: a failed experiment to resume
@@ -131,6 +135,8 @@ def test_of_two_resumes_at_once_one_wins_and_the_other_says_so_leaving_the_winne
 ) -> None:
     """Two teammates press resume together: exactly one resume runs; the other exits non-zero with
     the reason and does not take away the pid record through which `phalanx stop` reaches the winner."""
+    import fcntl
+    import os
     import subprocess
 
     from .conftest import PHALANX, wait_for
@@ -138,17 +144,29 @@ def test_of_two_resumes_at_once_one_wins_and_the_other_says_so_leaving_the_winne
     phalanx.env["SECOND_SLEEP"] = "600"
     exp_id = _failed_experiment(phalanx)
     store = phalanx.store()
-    both = [
-        subprocess.Popen(
-            [*PHALANX, "resume", "-d", exp_id],
-            env=phalanx.env,
-            cwd=phalanx.tmp,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        for _ in range(2)
-    ]
+    # the race at its closest: both supervisors passed `resume`'s own status check and wait for
+    # the reopen lock together; the test holds it until both are queued on it (/proc/locks)
+    lock_path = phalanx.home / "runs" / exp_id / "resume.lock"
+    with open(lock_path, "a+b") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)
+        both = [
+            subprocess.Popen(
+                [*PHALANX, "resume", "-d", exp_id],
+                env=phalanx.env,
+                cwd=phalanx.tmp,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+            for _ in range(2)
+        ]
+        inode = f":{os.stat(lock_path).st_ino} "
+
+        def waiting_on_the_lock() -> int:
+            with open("/proc/locks") as locks:
+                return sum(1 for line in locks if "->" in line and inode in line)
+
+        wait_for(lambda: waiting_on_the_lock() == 2, what="both resumes at the reopen lock")
     results = [(p.wait(timeout=180), *p.communicate()) for p in both]
     codes = sorted(code for code, _, _ in results)
     assert codes[0] == 0 and codes[1] != 0, results
@@ -159,10 +177,13 @@ def test_of_two_resumes_at_once_one_wins_and_the_other_says_so_leaving_the_winne
     assert "running (" not in lost  # only its own message, not the winner's lines
     assert [a["kind"] for a in store.attempts(exp_id)] == ["start", "resume"]
     wait_for(lambda: store.get_experiment(exp_id).status == "running", what="the winning resume")
+    winner = recorded_process(phalanx.home / "runs" / exp_id / "supervisor.pid")
+    assert winner is not None
     stopped = phalanx.run("stop", exp_id)
     assert stopped.returncode == 0, stopped.stderr
     assert store.get_experiment(exp_id).status == "stopped"
-    wait_for(lambda: not experiment_pids(phalanx.home, exp_id), what="the winner's end")
+    wait_for(lambda: not experiment_pids(phalanx.home, exp_id), what="the winner's replicas' end")
+    wait_for(lambda: start_time(winner) is None, what="the winning supervisor's end")
 
 
 def test_rerun_detach_prints_the_new_id_and_the_rerun_runs_in_the_background(phalanx: Phalanx) -> None:
@@ -194,3 +215,59 @@ def test_resume_keeps_no_system_metrics(phalanx: Phalanx) -> None:
     assert resumed.returncode == 0, resumed.stderr[-2000:]
     titles = phalanx.store().metric_titles(exp_id)
     assert not [t for t in titles if t.startswith("system/")], titles
+
+
+def test_a_resume_finding_the_experiment_reopened_by_another_leaves_the_pid_record_alone(
+    phalanx: Phalanx, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The race of two resumes, deterministically: this supervisor passed `phalanx resume`'s own
+    status check, then another resume reopened the experiment first. It must refuse without once
+    rewriting runs/<id>/supervisor.pid: a `resume -d` reads that file to tell its own supervisor's
+    reopen from another's, and a moment naming the loser made both report success (CI, stop 22)."""
+    import subprocess
+    import sys
+
+    from phalanx import supervisor
+    from phalanx.config import Settings
+    from phalanx.errors import Conflict
+    from phalanx.spec.loader import load_spec_text
+
+    exp_id = _failed_experiment(phalanx)
+    store = phalanx.store()
+    experiment = store.get_experiment(exp_id)
+    launch = store.repro(exp_id)["launch"]
+    pid_file = phalanx.home / "runs" / exp_id / "supervisor.pid"
+    winner = subprocess.Popen(  # the other resume: its record, then its reopen
+        [
+            sys.executable,
+            "-c",
+            "import sys, time; from pathlib import Path; from phalanx.procs import record_process;"
+            " record_process(Path(sys.argv[1])); print('recorded', flush=True); time.sleep(120)",
+            str(pid_file),
+        ],
+        env=phalanx.env,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert winner.stdout is not None and winner.stdout.readline().strip() == "recorded"
+        store.reopen_experiment(exp_id)
+        before = pid_file.stat()
+        for name, value in phalanx.env.items():
+            if name.startswith("PHALANX_"):
+                monkeypatch.setenv(name, value)
+        settings = Settings()
+        spec = load_spec_text(experiment.spec_text, "<stored file>", launch.get("params"), extra_params=True)
+        prepared = supervisor.prepare(
+            spec, settings=settings, workdir=launch["workdir"], experiment_id=exp_id, launch=launch
+        )
+        loser = supervisor.Supervisor(prepared, store, settings, handle_signals=False, resume=True)
+        with pytest.raises(Conflict, match="only a failed or stopped one can be resumed"):
+            loser.run()
+        after = pid_file.stat()
+        assert (after.st_ino, after.st_mtime_ns) == (before.st_ino, before.st_mtime_ns)
+        assert recorded_process(pid_file) == winner.pid
+        assert store.get_experiment(exp_id).status == "starting"  # the winner's, untouched
+    finally:
+        winner.kill()
+        winner.wait()
