@@ -35,7 +35,12 @@ start = state["epoch"] + 1
 print(f"rank {rank} starts at epoch {start}", flush=True)
 for epoch in range(start, EPOCHS):
     if rank == 1 and epoch == 3 and ckpt is None:
-        os.kill(os.getpid(), signal.SIGKILL)   # the worker dies in epoch 3 of the first attempt
+        # the worker dies in epoch 3 of the first attempt, once the master has reached epoch 3: it
+        # touches that mark only after save_checkpoint(step=2) returned (durable in its spool), so
+        # the restart's "latest checkpoint" is step 2, not a race with the supervisor's SIGTERM
+        while not (marks / f"{group}-3-0").exists():
+            time.sleep(0.02)
+        os.kill(os.getpid(), signal.SIGKILL)
     w = state["w"] * 0.5                         # deterministic "training"
     barrier(epoch)
     state = {"epoch": epoch, "w": w}
