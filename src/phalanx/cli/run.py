@@ -497,6 +497,9 @@ def _exists(store: Store, experiment_id: str) -> bool:
 # ---- phalanx logs -----------------------------------------------------------------------------
 
 
+SCRIPT_END_GRACE_SECONDS = 2.0  # a killed plain script's own ingester records its end in ~0.5 s
+
+
 @app.command("logs")
 def logs(
     experiment: Annotated[str, typer.Argument(metavar="ID", help="Experiment id (or a unique prefix).")],
@@ -527,6 +530,7 @@ def logs(
         known = ", ".join(r.name for r in store.list_replicas(exp.id))
         raise NotFound(f"experiment {exp.id} has no replica {replica!r} (it has {known})")
     offsets: dict[str, int] = {}
+    script_gone_at: float | None = None
     while True:
         done = store.get_experiment(exp.id).status.done  # read before the lines: none is missed
         _ingest(store, settings, exp.id)
@@ -554,6 +558,19 @@ def logs(
         if not follow or done:
             return
         gone = None if printed else _gone(store, settings, exp)
+        if gone == "script":
+            # a plain script records its end through its detached ingester, after its last lines:
+            # give that a moment, then judge it as `phalanx get` does (a killed script is marked
+            # failed) and print what is left, instead of "gone" depending on who came first
+            if script_gone_at is None:
+                script_gone_at = time.monotonic()
+            if time.monotonic() - script_gone_at < SCRIPT_END_GRACE_SECONDS:
+                time.sleep(0.3)
+                continue
+            from phalanx.reconcile import settle
+
+            if settle(store, settings, store.get_experiment(exp.id)).status.done:
+                continue  # the next pass reads `done`, prints the last lines and returns
         if gone and not store.get_experiment(exp.id).status.done:
             sys.stderr.write(
                 f"phalanx: the {gone} of experiment {exp.id} is gone (killed?): no more lines will "

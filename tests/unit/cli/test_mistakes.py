@@ -242,6 +242,49 @@ def test_stop_of_a_plain_script_ends_it_and_a_killed_one_is_marked_failed_and_ca
             assert phalanx("delete", ids[1], "--yes").returncode == 0
 
 
+def test_logs_follow_of_a_killed_plain_script_whose_ingester_died_too_marks_it_failed_and_ends(
+    phalanx_home: Path, tmp_path: Path
+) -> None:
+    """Nothing is left to record the script's end (its detached ingester is SIGKILLed as well):
+    `logs -f` judges it as `phalanx get` would, prints the lines and ends with 0, instead of
+    exiting 1 with "the script is gone" (what it did whenever it looked before the ingester)."""
+    import signal
+    import time
+
+    script = tmp_path / "plain.py"
+    script.write_text(
+        "import os, time\nfrom phalanx import Task\nTask.init(project_name='qa', task_name='plain')\n"
+        "print('up', os.environ['PHALANX_INGESTER_PID'], flush=True)\ntime.sleep(120)\n"
+    )
+    proc = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None
+        ingester = int(proc.stdout.readline().split()[1])
+        assert ingester > 0
+        deadline = time.monotonic() + 60
+        exp_id = None
+        while time.monotonic() < deadline:  # the line is in the store: the ingester relayed it
+            listed = json.loads(phalanx("ls", "-o", "json").stdout)
+            if listed:
+                exp_id = listed[0]["id"]
+                if "up" in phalanx("logs", exp_id).stdout:
+                    break
+            time.sleep(0.2)
+        assert exp_id is not None
+        os.kill(ingester, signal.SIGKILL)
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=60)
+        followed = phalanx("logs", "-f", exp_id)
+        assert followed.returncode == 0, followed.stderr
+        assert "up" in followed.stdout
+        shown = json.loads(phalanx("get", exp_id, "-o", "json").stdout)
+        assert shown["status"] == "failed"
+        assert "ended without recording its end" in shown["reason"]
+    finally:
+        proc.kill()
+        proc.wait(timeout=60)
+
+
 def test_an_artifacts_url_fsspec_cannot_open_is_a_usage_error(phalanx_home: Path) -> None:
     done = phalanx("ls", env={"PHALANX_ARTIFACTS_URL": "garbage://x"})
     assert_user_error(done, "PHALANX_ARTIFACTS_URL 'garbage://x': Protocol not known: garbage")
