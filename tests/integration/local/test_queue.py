@@ -200,7 +200,6 @@ def test_twelve_detached_experiments_all_run_in_priority_order(machine: Machine)
         name="trivial.yml",
     )
     priorities = [0, 5, 1, 5, 0, 3, 2, 1, 3, 0, 2, 4]
-    started = time.monotonic()
     launchers = [
         machine.start("run", "-f", str(trivial), "--detach", "--priority", str(p), "-o", "json")
         for p in priorities
@@ -210,7 +209,10 @@ def test_twelve_detached_experiments_all_run_in_priority_order(machine: Machine)
         out, err = proc.communicate(timeout=180)
         assert proc.returncode == 0, err
         ids[json.loads(out)["id"]] = priority
-    assert time.monotonic() - started < 120
+    # every launcher returned while the blocker still holds both cores (it waits for release()):
+    # submitting is not serialized behind it; no wall bound on 24 processes started at once
+    # (communicate's 180 s catches a hang)
+    assert blocker.poll() is None
     statuses = machine.statuses()
     assert all(statuses[i] is ExperimentStatus.QUEUED for i in ids), statuses
     doc = json.loads(machine.run("queue", "-o", "json").stdout)
@@ -243,14 +245,16 @@ def test_a_killed_supervisor_frees_its_cores_within_five_seconds(machine: Machin
     (waiting,) = wait_for(
         lambda: _with(machine.statuses(), ExperimentStatus.QUEUED), what="the second queued"
     )
-    killed_at = time.monotonic()
+    killed_at = time.time()  # wall clock, as the ledger's own `since`
     holder.send_signal(signal.SIGKILL)
-    wait_for(
-        lambda: any(e["experiment_id"] == waiting and e["holding"] for e in machine.ledger()),
-        timeout=5,
+    (admitted,) = wait_for(
+        lambda: [e for e in machine.ledger() if e["experiment_id"] == waiting and e["holding"]],
+        timeout=30,
         what="the waiting experiment admitted after the holder was killed",
     )
-    assert time.monotonic() - killed_at < 5
+    # the product's latency: the waiter stamps `since` when it admits (under the ledger's lock),
+    # so a slow test process polling the ledger does not count
+    assert admitted["since"] - killed_at < 5, admitted["since"] - killed_at
     wait_for(lambda: (machine.probe / f"{waiting}-master").exists(), what="the second's replica")
     assert machine.cpus(waiting, "master") == set(CORES)
     machine.release()
