@@ -11,14 +11,14 @@ STEPS = """
 import os, time
 import phalanx
 slow = os.environ["PHALANX_REPLICA"] == os.environ.get("SLOW_REPLICA")
-for step in range(15):
-    time.sleep(0.25 if slow else 0.08)
+for step in range(int(os.environ["N_STEPS"])):
+    time.sleep(0.25 if slow else float(os.environ["STEP_SECONDS"]))
     phalanx.log_metrics(step=step, loss=1.0 / (step + 1))
 phalanx.Task.current_task().flush()
 """
 
 
-def _run(phalanx: Phalanx, slow: str) -> dict:
+def _run(phalanx: Phalanx, slow: str, steps: int = 15, step_seconds: float = 0.08) -> dict:
     folder = phalanx.tmp / "exp"
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "steps.py").write_text(STEPS)
@@ -32,6 +32,8 @@ def _run(phalanx: Phalanx, slow: str) -> dict:
             n_workers: 2
         env:
           SLOW_REPLICA: "{slow}"
+          N_STEPS: "{steps}"
+          STEP_SECONDS: "{step_seconds}"
         run:
           cmd: python steps.py
         """
@@ -57,6 +59,9 @@ def test_a_sleeping_rank_is_named_the_straggler(phalanx: Phalanx) -> None:
 
 
 def test_ranks_at_the_same_pace_name_no_straggler(phalanx: Phalanx) -> None:
-    out = _run(phalanx, slow="nobody")
+    # the pace is measured over the last WINDOW (20) points: 20 steps of 0.2 s span 3.8 s, so a
+    # rank must lose 0.76 s to scheduling to be named (0.23 s over 15 steps of 0.08 s: a loaded
+    # 2-core machine running 3 ranks, their reapers and the supervisor could)
+    out = _run(phalanx, slow="nobody", steps=20, step_seconds=0.2)
     assert out["json"]["pace"]["straggler"] is None, out["json"]["pace"]
     assert "straggler" not in out["text"]
