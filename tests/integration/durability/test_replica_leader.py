@@ -55,9 +55,11 @@ def test_a_phalanx_run_killed_during_start_up_leaves_a_visible_experiment_or_not
     proc.send_signal(signal.SIGKILL)  # in its first second: replicas starting, store maybe not open
     proc.wait(30)
     exp_id = pid_file.parent.name
+    # nothing of the killed run may still be starting when `ls` cleans up: a reaper spawned just
+    # before the kill could otherwise write into the run folder after `ls` removed it
+    wait_for(lambda: not experiment_pids(phalanx.home), timeout=15, what="no replica left")
     listed = phalanx.run("ls", "-o", "json")
     assert listed.returncode == 0, listed.stderr
-    wait_for(lambda: not experiment_pids(phalanx.home), timeout=15, what="no replica left")
     if exp_id in listed.stdout:  # recorded: then it is visible with a final status
         exp = phalanx.store().get_experiment(exp_id)
         assert exp.status.done, exp

@@ -96,12 +96,16 @@ class Reaper:
         if self.stop_signal is None:
             self.stop_signal = signum
 
+    def parent_gone(self) -> bool:
+        """Whether the engine that started us is no longer our parent (it died)."""
+        parent = self.config.get("parent")
+        return bool(parent) and os.getppid() != parent
+
     def install(self) -> None:
         for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
             signal.signal(sig, self._on_signal)
         _prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
-        parent = self.config.get("parent")
-        if parent and os.getppid() != parent:
+        if self.parent_gone():
             self.stop_signal = signal.SIGTERM  # the parent died before the death signal was armed
         _prctl(PR_SET_CHILD_SUBREAPER, 1)
         cpus = self.config.get("cpus")
@@ -316,6 +320,11 @@ def main(argv: list[str]) -> int:
     config = json.loads(Path(argv[0]).read_text())
     reaper = Reaper(config)
     reaper.install()
+    if reaper.parent_gone():
+        # the engine died while we were starting (a SIGKILLed `phalanx run`): nothing was started
+        # and nobody will read a status, so write nothing; a log folder made now could re-create
+        # the run folder the next reader removed as an aborted start
+        return 128 + signal.SIGTERM
     return reaper.run()
 
 
