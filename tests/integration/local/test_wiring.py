@@ -210,9 +210,14 @@ def test_an_mpirun_replica_of_several_ranks_shows_each_ranks_lines_whole_and_unt
 
 def test_after_the_chief_succeeds_workers_that_end_by_themselves_are_not_killed(phalanx: Phalanx) -> None:
     """MultiWorkerMirroredStrategy workers finish just after the chief: they get to end cleanly."""
+    # the chief ends once the worker runs (not at once): the supervisor's 5 s grace after the chief
+    # then covers the worker's last second, not also its reaper's start on a loaded machine
     finish = (
-        'if [ "$PHALANX_ROLE" = worker ]; then sleep 1; echo done > "done-$PHALANX_REPLICA"; fi; '
-        'if [ "$PHALANX_ROLE" = ps ]; then exec sleep 600; fi'
+        'if [ "$PHALANX_ROLE" = worker ]; then touch "started-$PHALANX_REPLICA"; sleep 1; '
+        'echo done > "done-$PHALANX_REPLICA"; fi; '
+        'if [ "$PHALANX_ROLE" = ps ]; then exec sleep 600; fi; '
+        'if [ "$PHALANX_REPLICA" = master ]; then i=0; '
+        "while [ ! -e started-worker-0 ] && [ $i -lt 600 ]; do sleep 0.1; i=$((i + 1)); done; fi"
     )
     spec = phalanx.spec(
         f"""
