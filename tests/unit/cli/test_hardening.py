@@ -62,10 +62,10 @@ def test_a_million_workers_is_refused_at_once_with_the_bound_and_how_to_raise_it
     from phalanx.errors import SpecError
     from phalanx.spec.loader import load_spec
 
-    started = time.monotonic()
-    with pytest.raises(SpecError):
+    started = time.process_time()  # CPU time: the regression was CPU-bound (14 min); a descheduled
+    with pytest.raises(SpecError):  # test process on a loaded machine does not count
         load_spec(file)
-    assert time.monotonic() - started < 0.5
+    assert time.process_time() - started < 1.0
     file.write_text(file.read_text().replace("1000000", "1500"))
     refused(phalanx("check", "-f", file), "1501 replicas is more than the 1024")
     raised = phalanx("check", "-f", file, "-o", "json", env={"PHALANX_MAX_REPLICAS": "2000"})
