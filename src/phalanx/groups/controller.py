@@ -373,12 +373,27 @@ class Controller:
             argv += ["--cluster", str(self.group.options["cluster"])]
         if self.group.options.get("oversubscribe"):
             argv.append("--oversubscribe")
-        with open(self.folder / f"trial-{trial.number}.launch.log", "wb") as out:
-            # its own session: a Ctrl-C at the terminal reaches the controller, which lets the launch
-            # finish and then stops the trial, instead of killing `run --detach` halfway
-            return subprocess.Popen(
-                argv, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
-            )
+        # the run folder first: a controller killed from here on leaves a launch that `_launched`
+        # waits for on resume (the experiment appears, or the launch fails and removes the folder).
+        # Made by `run --detach` alone, a kill before the launcher got that far let the resumed
+        # controller start the same experiment id a second time beside the orphaned launcher
+        run_dir = self.settings.runs_dir / trial.experiment_id
+        run_dir.mkdir(parents=True, exist_ok=True)
+        try:
+            with open(self.folder / f"trial-{trial.number}.launch.log", "wb") as out:
+                # its own session: a Ctrl-C at the terminal reaches the controller, which lets the
+                # launch finish and then stops the trial, instead of killing `run --detach` halfway
+                return subprocess.Popen(
+                    argv,
+                    stdin=subprocess.DEVNULL,
+                    stdout=out,
+                    stderr=subprocess.STDOUT,
+                    start_new_session=True,
+                )
+        except BaseException:
+            with contextlib.suppress(OSError):
+                run_dir.rmdir()  # nothing was launched: a resume must not wait for it
+            raise
 
     def _launch_failed(self, live: _Live) -> None:
         """`phalanx run --detach` exited without creating the experiment: a failed trial, with why."""
@@ -390,6 +405,8 @@ class Controller:
             message = ""
         status = live.launch.returncode if live.launch else None
         reason = f"could not start: {message or f'exit status {status}'}"
+        with contextlib.suppress(OSError):  # the run folder made before the launch, if still empty
+            (self.settings.runs_dir / live.trial.experiment_id).rmdir()
         op = self.search.optuna()
         self.search.tell(self.study, live.optuna_trial, state=op.trial.TrialState.FAIL)
         self.store.update_trial(self.group.id, number, state="failed", reason=reason, finished_at=time.time())
@@ -402,7 +419,7 @@ class Controller:
         if self._exists(experiment_id):
             return True
         if not (self.settings.runs_dir / experiment_id).exists():
-            return False  # the launch never began
+            return False  # the launch never began (the folder is made before it starts)
         deadline = time.monotonic() + LAUNCH_TIMEOUT
         while time.monotonic() < deadline:
             if self._exists(experiment_id):
