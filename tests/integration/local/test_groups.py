@@ -128,7 +128,9 @@ def test_successive_halving_prunes_and_every_replica_of_a_pruned_trial_is_gone(p
         decided = store_trial_internal(store, doc["id"], t["number"])["pruned_at"]
         for r in store.list_replicas(exp.id):
             assert r.state == "stopped" and r.finished_at is not None
-            assert r.finished_at - decided < 5.0, (r.name, r.finished_at - decided)
+            # promptly, not a latency figure: the chain (controller, supervisor, reaper, the
+            # script's SIGTERM flush, the supervisor's describe) on two loaded cores
+            assert r.finished_at - decided < 15.0, (r.name, r.finished_at - decided)
     assert doc["best"]["params"]["x"] == 0.1, doc["trials"]
 
 
