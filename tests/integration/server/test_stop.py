@@ -23,6 +23,16 @@ def api(url: str, method: str = "GET") -> Any:
         return json.load(r)
 
 
+def _ended(pid: int) -> bool:
+    """Gone, or a zombie not yet reaped by init. One read, no exists() first: a zombie reaped
+    between the two looks raised FileNotFoundError. (procs.pid_alive has the same gap the other
+    way: reaped between its kill(0) and its read of /proc/<pid>/stat, it answers alive.)"""
+    try:
+        return "zombie" in Path(f"/proc/{pid}/status").read_text()
+    except (FileNotFoundError, ProcessLookupError):
+        return True
+
+
 def test_stop_through_the_api_stops_a_running_experiment(phalanx_home: Path) -> None:
     server = start_server(phalanx_home)
     run = subprocess.Popen(
@@ -53,7 +63,7 @@ def test_stop_through_the_api_stops_a_running_experiment(phalanx_home: Path) -> 
         assert final["status"] == "stopped"
         for pid in pids:
             assert isinstance(pid, int)
-            assert not Path(f"/proc/{pid}").exists() or "zombie" in Path(f"/proc/{pid}/status").read_text()
+            assert _ended(pid), f"replica process {pid} survived the stop"
     finally:
         if run.poll() is None:
             os.killpg(run.pid, signal.SIGKILL)
