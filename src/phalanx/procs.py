@@ -31,6 +31,9 @@ def pid_alive(pid: int) -> bool:
     try:
         with open(f"/proc/{pid}/stat") as fh:
             return fh.read().rsplit(")", 1)[-1].split()[0] != "Z"
+    except (FileNotFoundError, ProcessLookupError):
+        # reaped between the signal and the read: gone (unless there is no /proc to read at all)
+        return not os.path.exists("/proc/self/stat")
     except (OSError, IndexError):
         return True
 
