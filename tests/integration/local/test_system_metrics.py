@@ -150,7 +150,7 @@ def test_the_first_look_at_a_replica_already_has_its_cpu_percent() -> None:
     busy = "import time\nend = time.time() + 30\nwhile time.time() < end:\n    pass\n"
     proc = subprocess.Popen([sys.executable, "-c", busy])
     try:
-        wait_for(lambda: _proc_rss_and_cpu(proc.pid)[1] >= 0.6, what="0.6 s of CPU")
+        wait_for(lambda: _proc_rss_and_cpu([proc.pid])[1] >= 0.6, what="0.6 s of CPU")
         [(_, values)] = Sampler(with_gpu=False).points([Target(proc.pid, "master")])
         got = dict(values)
         assert "system/cpu_percent" in got, got
