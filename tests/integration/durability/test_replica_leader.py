@@ -30,11 +30,15 @@ def test_killing_a_replica_leader_leaves_none_of_its_processes(phalanx: Phalanx,
     wait_for(lambda: marker.exists() or proc.poll() is not None, what="the replica and its child")
     assert proc.poll() is None, proc.communicate()
     user = wait_for(lambda: replica_pid(phalanx.home, "master", "train.py"), what="the replica's process")
-    leader = int(Path(f"/proc/{user}/stat").read_text().rsplit(")", 1)[1].split()[1])  # its reaper
-    os.kill(leader if victim == "reaper" else user, signal.SIGKILL)
+    # the replica's leader: the process its reaper started (`sh -c` here), the user's script's parent
+    leader = int(Path(f"/proc/{user}/stat").read_text().rsplit(")", 1)[1].split()[1])
+    killed = leader if victim == "reaper" else user
+    what = Path(f"/proc/{killed}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+    os.kill(killed, signal.SIGKILL)
     started = time.monotonic()
-    _, err = proc.communicate(timeout=120)
-    assert proc.returncode == 1, err
+    out, err = proc.communicate(timeout=120)
+    statuses = {str(p): p.read_text() for p in (phalanx.home / "runs").rglob("*.status.json")}
+    assert proc.returncode == 1, f"killed {killed} ({what})\n{err}\nstdout: {out[-2000:]}\n{statuses}"
     wait_for(lambda: not experiment_pids(phalanx.home), timeout=15, what="no process of the experiment left")
     assert time.monotonic() - started < 20
     exp = phalanx.only_experiment()

@@ -181,8 +181,11 @@ class Reaper:
         return len(pids)
 
     def reap_orphans(self) -> None:
-        """Collect exited orphans that were reparented to us, leaving our own children to Popen."""
-        mine = {p.pid for p in self.procs if p.returncode is None}
+        """Collect exited orphans that were reparented to us, leaving our own children to Popen.
+
+        Only its Popen may wait for a replica process: reaped here, its status would be lost and
+        Popen would then report 0 (ECHILD) for a process that was killed, a failed replica
+        recorded as succeeded. One whose Popen cannot collect it yet is left for the next look."""
         while True:
             try:
                 info = os.waitid(os.P_ALL, 0, os.WEXITED | os.WNOHANG | os.WNOWAIT)
@@ -190,11 +193,10 @@ class Reaper:
                 return
             if info is None or info.si_pid == 0:
                 return
-            if info.si_pid in mine:
-                for p in self.procs:
-                    if p.pid == info.si_pid:
-                        p.poll()
-                mine.discard(info.si_pid)
+            own = next((p for p in self.procs if p.pid == info.si_pid and p.returncode is None), None)
+            if own is not None:
+                if own.poll() is None:
+                    return  # not collected now: never by us; the next look tries again
                 continue
             with contextlib.suppress(ChildProcessError):
                 os.waitpid(info.si_pid, 0)
