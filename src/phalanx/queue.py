@@ -43,6 +43,7 @@ MAX_PRIORITY = 1000
 
 __all__ = [
     "ABANDONED",
+    "MAX_PRIORITY",
     "Admission",
     "Capacity",
     "Entry",
@@ -52,10 +53,12 @@ __all__ = [
     "NeverFits",
     "NoRoom",
     "capacity",
+    "check_priority",
     "ledger_for",
     "need_of_plan",
     "overview",
     "reconcile",
+    "stop_if_abandoned",
 ]
 
 
@@ -197,6 +200,19 @@ def _abandoned_here(settings: Settings, experiment_id: str) -> bool:
     except (OSError, ValueError, IndexError):
         return False
     return not pid_alive(pid)
+
+
+def check_priority(priority: object, given_as: str) -> int:
+    """A queue priority as given (``--priority``, ``submit(priority=)``): a whole number within
+    ±MAX_PRIORITY, else a UsageError naming where it was given."""
+    from phalanx.errors import UsageError
+
+    if not isinstance(priority, int) or isinstance(priority, bool) or abs(priority) > MAX_PRIORITY:
+        raise UsageError(
+            f"{given_as} {priority!r}: give a whole number from -{MAX_PRIORITY} to {MAX_PRIORITY}"
+            " (higher starts first; a waiting run also gains one point per 10 minutes)"
+        )
+    return priority
 
 
 def stop_if_abandoned(store: Store, settings: Settings, experiment_id: str) -> bool:

@@ -227,13 +227,9 @@ def run(
         os.environ["PHALANX_SYSTEM_METRICS"] = "off"
     if experiment_id is not None:
         _check_id(experiment_id)
-    from phalanx.queue import MAX_PRIORITY
+    from phalanx.queue import check_priority
 
-    if abs(priority) > MAX_PRIORITY:
-        raise UsageError(
-            f"--priority {priority}: give a number from -{MAX_PRIORITY} to {MAX_PRIORITY} (higher starts "
-            f"first; a waiting run also gains one point per 10 minutes)"
-        )
+    check_priority(priority, "--priority")
     if output is Output.YAML and not dry_run:
         raise UsageError("-o yaml shows what --dry-run would submit: add --dry-run, or use -o text or json")
     spec = _load(file, param, extra_params)

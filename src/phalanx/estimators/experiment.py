@@ -110,13 +110,9 @@ class Experiment:
             )
         tags = _tags(tags)
         self._check_target(config.compute_target)
-        from phalanx.queue import MAX_PRIORITY
+        from phalanx.queue import check_priority
 
-        if not isinstance(priority, int) or isinstance(priority, bool) or abs(priority) > MAX_PRIORITY:
-            raise UsageError(
-                f"priority {priority!r}: give a whole number from -{MAX_PRIORITY} to {MAX_PRIORITY} "
-                "(higher starts first)"
-            )
+        check_priority(priority, "priority")
         text = config.to_yaml(name=self.name, project=self.project, tags=tags)
         if config.resume_from is not None:
             from dataclasses import replace as _replace

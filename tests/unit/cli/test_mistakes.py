@@ -389,5 +389,5 @@ def test_a_priority_beyond_the_bound_is_refused_before_anything_starts(
     spec = tmp_path / "hello.yml"
     spec.write_text(HELLO)
     done = phalanx("run", "-f", spec, "--priority", "99999999999999999999", "-d")
-    assert_user_error(done, "--priority 99999999999999999999: give a number from -1000 to 1000")
+    assert_user_error(done, "--priority 99999999999999999999: give a whole number from -1000 to 1000")
     assert not (phalanx_home / "runs").exists() or not any((phalanx_home / "runs").iterdir())
