@@ -48,6 +48,11 @@ class ExperimentStatus(StrEnum):
     def done(self) -> bool:
         return self in (ExperimentStatus.SUCCEEDED, ExperimentStatus.FAILED, ExperimentStatus.STOPPED)
 
+    @property
+    def resumable(self) -> bool:
+        """`phalanx resume` continues only a failed or stopped experiment."""
+        return self in (ExperimentStatus.FAILED, ExperimentStatus.STOPPED)
+
 
 class ReplicaState(StrEnum):
     PENDING = "pending"

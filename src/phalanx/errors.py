@@ -78,6 +78,11 @@ class Conflict(PhalanxError):
     code = "conflict"
 
 
+def not_resumable(experiment_id: str, status: str) -> Conflict:
+    """Why an experiment cannot be resumed (the store, the supervisor and the CLI all say it)."""
+    return Conflict(f"experiment {experiment_id} is {status}; only a failed or stopped one can be resumed")
+
+
 class Unauthorized(PhalanxError):
     """A token is required and was missing or wrong."""
 

@@ -153,7 +153,6 @@ def _detach_resume(experiment_id: str, settings: Any, output: str) -> None:
     import sys
     import time
 
-    from phalanx.domain import ExperimentStatus
     from phalanx.errors import PhalanxError
     from phalanx.procs import recorded_process
 
@@ -171,7 +170,7 @@ def _detach_resume(experiment_id: str, settings: Any, output: str) -> None:
     while time.monotonic() < deadline:
         status = store.get_experiment(experiment_id).status
         ours = recorded_process(run_dir / "supervisor.pid") == proc.pid  # not another resume's
-        if ours and status not in (ExperimentStatus.FAILED, ExperimentStatus.STOPPED):
+        if ours and not status.resumable:
             break  # reopened by our supervisor: the resume is under way
         if proc.poll() is not None:
             if proc.returncode == 0:
@@ -209,16 +208,17 @@ def resume(
     from phalanx import supervisor
     from phalanx.config import Settings
     from phalanx.domain import ExperimentStatus
+    from phalanx.errors import not_resumable
     from phalanx.spec.loader import load_spec_text
 
     settings = Settings()
     store = _open()
     experiment = store.get_experiment(experiment_id)
-    if experiment.status not in (ExperimentStatus.FAILED, ExperimentStatus.STOPPED):
+    if not experiment.status.resumable:
         # point to `phalanx rerun` only where it can work: it needs the recorded launch
         rerunnable = bool((store.repro(experiment.id) or {}).get("launch")) and bool(experiment.spec_text)
         raise fail(
-            f"experiment {experiment.id} is {experiment.status}; only a failed or stopped one can be resumed"
+            str(not_resumable(experiment.id, experiment.status))
             + (
                 " (use `phalanx rerun` to run it again)"
                 if experiment.status is ExperimentStatus.SUCCEEDED and rerunnable

@@ -386,7 +386,7 @@ class Supervisor:
         dead supervisor recorded); should the reopen still fail, what the file said is put back."""
         import fcntl
 
-        from phalanx.errors import Conflict
+        from phalanx.errors import not_resumable
         from phalanx.procs import record_process
 
         self._open_store()
@@ -394,11 +394,8 @@ class Supervisor:
         with open(self.run_dir / "resume.lock", "a+b") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes (or we die)
             current = self.store.get_experiment(self.id)
-            if current.status not in (ExperimentStatus.FAILED, ExperimentStatus.STOPPED):
-                raise Conflict(
-                    f"experiment {current.id} is {current.status};"
-                    " only a failed or stopped one can be resumed"
-                )
+            if not current.status.resumable:
+                raise not_resumable(current.id, current.status)
             try:
                 before = pid_file.read_bytes()
             except FileNotFoundError:

@@ -19,7 +19,7 @@ from sqlalchemy import Connection, String, cast, delete, func, insert, or_, sele
 from sqlalchemy.exc import IntegrityError, OperationalError
 
 from phalanx.domain import Event, Experiment, ExperimentStatus, Page, Replica, ReplicaState, Role
-from phalanx.errors import Conflict, NotFound, StoreError, UsageError
+from phalanx.errors import Conflict, NotFound, StoreError, UsageError, not_resumable
 from phalanx.groups.records import Group, GroupUpdate, Trial, TrialUpdate
 from phalanx.store.artifacts import ArtifactStore
 from phalanx.store.base import (
@@ -339,8 +339,8 @@ class SqlStore:
         with self._writer.begin() as conn:
             full = _resolve(conn, experiment_id)
             status = conn.execute(select(ExperimentRow.status).where(ExperimentRow.id == full)).scalar_one()
-            if status not in (ExperimentStatus.FAILED.value, ExperimentStatus.STOPPED.value):
-                raise Conflict(f"experiment {full} is {status}; only a failed or stopped one can be resumed")
+            if not ExperimentStatus(status).resumable:
+                raise not_resumable(full, status)
             conn.execute(
                 update(ExperimentRow)
                 .where(ExperimentRow.id == full)
