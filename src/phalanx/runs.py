@@ -38,15 +38,6 @@ class RunFailed(PhalanxError):
 
     code = "run_failed"
 
-    @classmethod
-    def get_context(cls, allow_offline: bool = True) -> RunContext | OfflineRun:
-        """Inside a training script: this process's experiment run, Azure's ``Run.get_context()``
-        (``run.log``, ``log_list``, ``log_row``, ``log_image``, ``tag``, ``upload_file``); outside
-        any experiment an offline run that records nothing (see phalanx.tracking.context)."""
-        from phalanx.tracking.context import get_context
-
-        return get_context(allow_offline)
-
     def __init__(self, run_id: str, status: str, reason: str | None) -> None:
         self.run_id = run_id
         self.status = status
@@ -67,6 +58,15 @@ class Run:
         run_id: the experiment id (or a unique prefix of it).
         settings: where the store is (default: the PHALANX_* environment).
     """
+
+    @classmethod
+    def get_context(cls, allow_offline: bool = True) -> RunContext | OfflineRun:
+        """Inside a training script: this process's experiment run, Azure's ``Run.get_context()``
+        (``run.log``, ``log_list``, ``log_row``, ``log_image``, ``tag``, ``upload_file``); outside
+        any experiment an offline run that records nothing (see phalanx.tracking.context)."""
+        from phalanx.tracking.context import get_context
+
+        return get_context(allow_offline)
 
     def __init__(self, run_id: str, *, settings: Settings | None = None, _process: Any = None) -> None:
         if settings is None:
