@@ -345,8 +345,48 @@ def test_horovod_seed_trains_and_exports_onnx(seed_project: Path, phalanx_home: 
     assert details["status"] == "succeeded", f"{details.get('reason')}\n{logs[-4000:]}"
     assert logs.count("size 2 data_dir") == 2  # both ranks imported Horovod and saw a world of 2
     accuracy = run.get_metrics("accuracy")["accuracy"]
-    assert sorted(accuracy) == ["master", "worker-0"]
-    assert accuracy["master"]["values"] == accuracy["worker-0"]["values"]  # allreduce kept them equal
+    # mpirun's ranks share this machine (LOCAL_WORLD_SIZE 2): one series per rank, as log_metrics
+    assert sorted(accuracy) == ["rank 0", "rank 1"]
+    assert accuracy["rank 0"]["values"] == accuracy["rank 1"]["values"]  # allreduce kept them equal
     models = {m["name"]: m for m in run.get_models()}
     assert set(models) == {"seed004.pt", "seed004.onnx"}
     assert models["seed004.onnx"]["metadata"]["check"]["passed"] is True
+
+
+SKLEARN_SCRIPT = """
+import sklearn
+import torch
+from phalanx import Run, Task
+
+model = torch.nn.Linear(4, 2)
+Run.get_context().log("sklearn_major", int(sklearn.__version__.split(".")[0]))
+Task.current_task().save_model(model, "linear", example_input=torch.randn(3, 4))
+print("torch", torch.__version__, flush=True)
+"""
+
+
+@pytest.mark.slow
+def test_pytorch_estimator_with_its_own_packages_still_has_torch_and_exports_onnx(
+    seed_project: Path, phalanx_home: Path
+) -> None:
+    """``pip_packages=['scikit-learn']`` builds a venv; it still holds torch 2.13.0 and what
+    save_model's ONNX export and check import (it once had no torch at all). The venv is cached in
+    the shared test venvs folder, so only a machine's first run builds it (about a minute)."""
+    shared = Path(os.environ.get("PHALANX_TEST_VENVS", Path.home() / ".cache" / "phalanx" / "venvs"))
+    shared.mkdir(parents=True, exist_ok=True)
+    (phalanx_home / "venvs").symlink_to(shared, target_is_directory=True)
+    (seed_project / "train.py").write_text(textwrap.dedent(SKLEARN_SCRIPT))
+    est = PyTorch(seed_project, entry_script="train.py", pip_packages=["scikit-learn"])
+    run = Experiment("sklearn", project="seed004").submit(est)
+    try:
+        details = run.wait_for_completion(show_output=False, raise_on_error=False, timeout=900)
+    finally:
+        proc = run._process
+        if proc is not None and proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=30)
+    logs = "\n".join(run.get_logs())
+    assert details["status"] == "succeeded", f"{details.get('reason')}\n{logs[-4000:]}"
+    assert "torch 2.13.0" in logs
+    models = {m["name"]: m for m in run.get_models()}
+    assert models["linear.onnx"]["metadata"]["check"]["passed"] is True
