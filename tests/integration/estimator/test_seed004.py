@@ -312,6 +312,7 @@ Task.current_task().save_model(model, "seed004", example_input=x[:2])
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(2700)  # a fresh machine's first Horovod build: 4 min idle, up to 26 loaded
 @needs_mpirun
 def test_horovod_seed_trains_and_exports_onnx(seed_project: Path, phalanx_home: Path, tmp_path: Path) -> None:
     """Seed 004 live: its exact call, `import horovod` in the script, ONNX export checked.
@@ -366,6 +367,7 @@ print("torch", torch.__version__, flush=True)
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(900)
 def test_pytorch_estimator_with_its_own_packages_still_has_torch_and_exports_onnx(
     seed_project: Path, phalanx_home: Path
 ) -> None:
