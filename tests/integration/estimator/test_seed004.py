@@ -116,6 +116,9 @@ def assert_recorded_per_rank(store: SqlStore, exp_id: str) -> None:
     }
     assert metrics["Y over X/y"]["worker-0"].steps == [0, 1]
     assert metrics["Y over X/y"]["worker-0"].values == [11.0, 21.0]
+    rows = [(t["title"], t["step"], t["replica"], json.loads(t["text"])) for t in store.texts(exp_id)]
+    assert ("Y over X", 1, "worker-0", {"x": 2, "y": 21, "note": "last row"}) in rows  # a row with text
+    assert len(rows) == 2  # only the rows that had text, one per replica
     tags = {(p.replica, p.rank, p.value) for p in store.params(exp_id) if p.section == "tags"}
     assert tags == {("master", 0, "rank 0"), ("worker-0", 1, "rank 1")}
     files = {a.name: (a.replica, a.rank) for a in store.artifacts(exp_id)}
