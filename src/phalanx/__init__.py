@@ -16,6 +16,7 @@ __all__ = [
     "MpiDistribution",
     "PyTorch",
     "PyTorchDistribution",
+    "Run",
     "Task",
     "TensorFlow",
     "TensorFlowDistribution",
@@ -37,9 +38,22 @@ _LAZY = {
 
 
 def __getattr__(name: str) -> Any:
+    if name == "Run":
+        return _run_class()
     module = _LAZY.get(name)
     if module is None:
         raise AttributeError(f"module 'phalanx' has no attribute {name!r}")
     import importlib
 
     return getattr(importlib.import_module(module), name)
+
+
+def _run_class() -> Any:
+    """``phalanx.Run``: the submitted-run handle (phalanx.runs), whose ``Run.get_context()`` a
+    training script calls; in a replica's own venv, where only the standard-library SDK copy is
+    importable, the SDK's class with that same classmethod."""
+    try:
+        from phalanx.runs import Run
+    except ImportError:
+        from phalanx.tracking.context import Run  # type: ignore[assignment]
+    return Run

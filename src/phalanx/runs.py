@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     from phalanx.config import Settings
     from phalanx.store.artifacts import ArtifactStore
     from phalanx.store.base import Store
+    from phalanx.tracking.context import OfflineRun, RunContext
 
 log = logging.getLogger(__name__)
 
@@ -57,6 +58,15 @@ class Run:
         run_id: the experiment id (or a unique prefix of it).
         settings: where the store is (default: the PHALANX_* environment).
     """
+
+    @classmethod
+    def get_context(cls, allow_offline: bool = True) -> RunContext | OfflineRun:
+        """Inside a training script: this process's experiment run, Azure's ``Run.get_context()``
+        (``run.log``, ``log_list``, ``log_row``, ``log_image``, ``tag``, ``upload_file``); outside
+        any experiment an offline run that records nothing (see phalanx.tracking.context)."""
+        from phalanx.tracking.context import get_context
+
+        return get_context(allow_offline)
 
     def __init__(self, run_id: str, *, settings: Settings | None = None, _process: Any = None) -> None:
         if settings is None:

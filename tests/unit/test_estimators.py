@@ -85,7 +85,7 @@ def test_distribution_config_gives_the_same_plan_as_the_arguments(project: Path)
 
 def test_mpi_backend_maps_to_the_files_mpi_backend(project: Path) -> None:
     spec = PyTorch(project, entry_script="train.py", node_count=2, distributed_backend="mpi").to_spec()
-    assert spec.backend is BackendKind.MPI
+    assert (spec.framework, spec.backend) == (Framework.HOROVOD, BackendKind.MPI)  # Horovod comes with it
     generic = Estimator(
         project, entry_script="train.py", distribution=MpiDistribution(node_count=2)
     ).to_spec()
@@ -142,10 +142,34 @@ def test_packages_environment_and_duration_reach_the_spec(project: Path) -> None
     )
     spec = est.to_spec()
     assert spec.command == ("python pkg/main.py",)
-    assert spec.build.pip_packages == ("numpy==2.4.6",)
+    assert spec.build.pip_packages[0] == "numpy==2.4.6"  # the user's pin wins: no second numpy
+    assert "torch==2.13.0" in spec.build.pip_packages  # a PyTorch venv always has torch
+    assert [p for p in spec.build.pip_packages if p.startswith("numpy")] == ["numpy==2.4.6"]
     assert spec.build.requirements == str(project / "requirements.txt")
     assert dict(spec.env) == {"OMP_NUM_THREADS": "1"}
     assert spec.max_run_seconds == 600
+
+
+def test_a_framework_estimators_environment_always_has_its_framework_and_the_onnx_pieces(
+    project: Path,
+) -> None:
+    packages = PyTorch(project, entry_script="train.py", pip_packages=["scikit-learn"]).to_spec()
+    names = [p.split("==")[0] for p in packages.build.pip_packages]
+    assert names == ["scikit-learn", "torch", "numpy", "onnx", "onnxscript", "onnxruntime"]
+    assert "torch==2.13.0" in packages.build.pip_packages
+    own_torch = PyTorch(project, entry_script="train.py", pip_packages=["Torch==2.13.0+cpu"]).to_spec()
+    assert [p for p in own_torch.build.pip_packages if "orch" in p] == ["Torch==2.13.0+cpu"]
+    # nothing to install: Phalanx's own interpreter (it has torch), no venv built for nothing
+    assert PyTorch(project, entry_script="train.py").to_spec().build.pip_packages == ()
+    horovod = PyTorch(project, entry_script="train.py", node_count=2, distributed_backend="mpi")
+    assert [p.split("==")[0] for p in horovod.to_spec().build.pip_packages] == [
+        "torch", "numpy", "onnx", "onnxscript", "onnxruntime"
+    ]  # fmt: skip
+    assert TensorFlow(project, entry_script="train.py").to_spec().build.pip_packages == (
+        "tensorflow-cpu==2.21.0",
+    )
+    tf_own = TensorFlow(project, entry_script="train.py", pip_packages=["tensorflow==2.21.0"]).to_spec()
+    assert tf_own.build.pip_packages == ("tensorflow==2.21.0",)
 
 
 def test_absolute_entry_script_inside_source_directory_is_made_relative(project: Path) -> None:

@@ -6,7 +6,9 @@ to the file's model is deliberately small (docs/estimators.md shows both forms s
 
 - node_count N            -> the master plus N-1 workers (the master is node 0, rank 0)
 - process_count_per_node  -> topology.processes_per_replica (torchrun's --nproc_per_node)
-- distributed_backend mpi -> backend: mpi (one mpirun over every slot)
+- distributed_backend mpi -> backend: mpi (one mpirun over every slot); on PyTorch and the plain
+                             Estimator also framework: horovod (Horovod built into the venv)
+- the environment          -> pip_packages plus the framework (estimators/environment.py)
 - TensorFlow worker_count -> the master (TF_CONFIG's chief) plus worker_count-1 workers, as Azure's
                              TensorflowConfiguration counts them; parameter_server_count -> n_ps
 - use_gpu                 -> one GPU per process, on every replica but parameter servers
@@ -22,6 +24,7 @@ from typing import Any, ClassVar
 from phalanx.domain import BackendKind, Framework, Resources
 from phalanx.errors import Problem, SpecError
 from phalanx.estimators.distribution import Distribution
+from phalanx.estimators.environment import framework_packages
 from phalanx.estimators.resources import parse_resources, with_gpus
 from phalanx.estimators.topology import TopologyArgs, did_you_mean, resolve_topology
 from phalanx.spec.model import Build, ExperimentSpec, ReplicaTemplate, Topology
@@ -366,8 +369,10 @@ class Estimator:
         framework = self.framework
         if framework is None and self.backend in ("gloo", "nccl"):
             framework = Framework.PYTORCH
-        elif framework is None and self.backend == "mpi":
-            framework = Framework.HOROVOD  # the file's name for a framework-neutral mpirun job
+        elif framework in (None, Framework.PYTORCH) and self.backend == "mpi":
+            # Azure's MPI training is Horovod ("Horovod and its dependencies will be installed for
+            # you"): the file's framework horovod builds it into the experiment's venv
+            framework = Framework.HOROVOD
         gpus = self.processes if self.use_gpu else 0
         trainer = with_gpus(self.resources, gpus) if gpus else self.resources
         ps = self.resources
@@ -392,7 +397,7 @@ class Estimator:
             ),
             build=Build(
                 image=self.image,
-                pip_packages=self.pip_packages,
+                pip_packages=framework_packages(framework, self.pip_packages, self.pip_requirements_file),
                 requirements=self.pip_requirements_file,
             ),
             env=dict(self.environment_variables),
@@ -416,7 +421,9 @@ class Estimator:
 
 
 class PyTorch(Estimator):
-    """seed 004's PyTorch estimator: torch.distributed wiring (MASTER_ADDR, RANK, LOCAL_RANK, ...)."""
+    """seed 004's PyTorch estimator: torch.distributed wiring (MASTER_ADDR, RANK, LOCAL_RANK, ...);
+    distributed_backend='mpi' is Horovod over mpirun (framework horovod). With pip_packages its venv
+    still holds torch and what save_model's ONNX export needs."""
 
     framework = Framework.PYTORCH
     backends = ("gloo", "nccl", "mpi")
@@ -424,7 +431,9 @@ class PyTorch(Estimator):
 
 class TensorFlow(Estimator):
     """TensorFlow: TF_CONFIG wiring; distributed_backend 'ps' (worker_count, parameter_server_count;
-    parameter_server_count=0 is MultiWorkerMirroredStrategy) or 'mpi' (Horovod)."""
+    parameter_server_count=0 is MultiWorkerMirroredStrategy) or 'mpi' (one mpirun over every slot,
+    for mpi4py-style scripts: Phalanx's Horovod build has only the PyTorch extension, see
+    docs/horovod.md). Its venv always holds TensorFlow (tensorflow-cpu unless pip_packages names one)."""
 
     framework = Framework.TENSORFLOW
     backends = ("ps", "mpi")

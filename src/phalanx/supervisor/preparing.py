@@ -111,9 +111,14 @@ def with_horovod(build_spec: Build, workdir: str, venvs: Path, build: bool = Tru
     """The experiment's build plus Horovod: its torch pin (this machine's default when it names none)
     and the Horovod wheel built for it (built once per machine, see ``phalanx.horovod``)."""
     from phalanx import buildenv, horovod
+    from phalanx.estimators.environment import framework_packages
 
     pin = horovod.torch_pin_of(build_spec.pip_packages)
-    extra: list[str] = [] if pin else [f"torch=={buildenv.TORCH_PIN}"]
+    # torch (this machine's pin unless named), numpy and what save_model's ONNX export needs
+    packages = framework_packages(
+        Framework.HOROVOD, build_spec.pip_packages, _requirements(build_spec, workdir)
+    )
+    extra = list(packages[len(build_spec.pip_packages) :])
     pin = pin or buildenv.TORCH_PIN
     if build:
         tools = Build(pip_packages=(f"torch=={pin}", *horovod.BUILD_PACKAGES))
@@ -123,6 +128,10 @@ def with_horovod(build_spec: Build, workdir: str, venvs: Path, build: bool = Tru
     else:
         wheel = horovod.expected_wheel(pin)
     return replace(build_spec, pip_packages=(*build_spec.pip_packages, *extra, str(wheel)))
+
+
+def _requirements(build_spec: Build, workdir: str) -> str | None:
+    return str(Path(workdir) / build_spec.requirements) if build_spec.requirements else None
 
 
 def _progress(text: str) -> None:

@@ -754,7 +754,9 @@ class Supervisor:
         )
         reason = f"{culprit.name} {what}"
         tail = self.tails.get(culprit.name)
-        if tail is not None:
+        # an engine that quoted the lines itself (an mpirun unit: the failed rank's own lines)
+        # knows better than this replica's merged tail, which ends with mpirun's boilerplate
+        if tail is not None and "\n" not in what:
             tail.thread.join(timeout=5)  # let its last lines arrive
             lines = [line for line in tail.last if line.strip()]
             if lines:

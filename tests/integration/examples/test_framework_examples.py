@@ -131,6 +131,7 @@ def test_pytorch_over_mpirun_trains_without_horovod(home: Path) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(2700)  # a fresh machine's first Horovod build: 4 min idle, up to 26 loaded
 def test_horovod_example_trains_on_two_ranks_with_the_same_accuracy_and_per_rank_console(home: Path) -> None:
     """framework: horovod gets Horovod built once per machine (cached under ~/.cache/phalanx/wheels;
     the first run on a fresh machine builds it, 4+ minutes), then trains on 2 ranks over mpirun."""

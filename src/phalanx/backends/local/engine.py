@@ -30,7 +30,7 @@ from typing import Any
 from phalanx import frameworks, limits
 from phalanx.backends.base import DryRun, JobStatus, LaunchContext, ReplicaStatus, expect_dry_run
 from phalanx.backends.dry_runs import LocalDryRun, LocalProcess, LocalUnit
-from phalanx.backends.local.mpi_output import TaggedStream
+from phalanx.backends.local.mpi_output import RankFailure, TaggedStream, rank_failure
 from phalanx.backends.logfiles import follow_file
 from phalanx.config import Settings
 from phalanx.domain import ExperimentStatus, ReplicaState
@@ -41,6 +41,7 @@ from phalanx.ports import free_port
 from phalanx.procs import start_time
 
 HOST = "127.0.0.1"
+RANK_FAILURE_BYTES = 256 * 1024  # how much of a failed mpirun unit's log is read for its culprit
 _LEADING_PYTHON = re.compile(r"(^|&&|\|\||;)(\s*)python3?(?=\s|$)")
 
 
@@ -106,6 +107,7 @@ class LocalBackend:
         self.grace = grace_seconds
         self._popen: dict[str, dict[str, subprocess.Popen[bytes]]] = {}
         self._finished: dict[tuple[str, str], float] = {}
+        self._rank_failures: dict[tuple[str, str], RankFailure | None] = {}
 
     # -- dry run --------------------------------------------------------------------------------
     def dry_run(self, plan: Plan, context: LaunchContext) -> LocalDryRun:
@@ -324,14 +326,21 @@ class LocalBackend:
         replicas: list[ReplicaStatus] = []
         for unit in units:
             state, code, reason, finished = self._unit_status(handle, unit)
+            failure = self._rank_failure(handle, unit) if state is ReplicaState.FAILED else None
             for name in unit.replicas:
+                own_state, own_reason = state, reason
+                if failure is not None and name == self._owner(unit, failure.rank):
+                    own_reason = failure.reason()  # its own last lines, not mpirun's boilerplate
+                elif failure is not None:
+                    own_state = ReplicaState.STOPPED
+                    own_reason = f"stopped: mpirun ended its ranks after rank {failure.rank} failed"
                 replicas.append(
                     ReplicaStatus(
                         name=name,
-                        state=state,
+                        state=own_state,
                         host=HOST,
                         exit_code=code,
-                        reason=reason,
+                        reason=own_reason,
                         pid=unit.pid,
                         finished_at=finished or None,
                     )
@@ -390,6 +399,27 @@ class LocalBackend:
         if rank is None:
             return unit.replicas[0]
         return unit.replicas[min(rank // max(1, unit.ranks_per_replica), len(unit.replicas) - 1)]
+
+    def _rank_failure(self, handle: str, unit: _Unit) -> RankFailure | None:
+        """The rank that ended a failed mpirun unit and its last lines, read once from the end of
+        the unit's log (the last RANK_FAILURE_BYTES: a traceback and mpirun's summary are there)."""
+        if not unit.tagged:
+            return None
+        key = (handle, unit.name)
+        if key not in self._rank_failures:
+            try:
+                with open(unit.log, "rb") as f:
+                    size = f.seek(0, os.SEEK_END)
+                    start = max(unit.offset, size - RANK_FAILURE_BYTES)
+                    f.seek(start)
+                    text = f.read().decode(errors="replace")
+            except OSError:
+                return None
+            lines = text.splitlines()
+            if start > unit.offset and lines:
+                lines = lines[1:]  # began inside a line
+            self._rank_failures[key] = rank_failure(lines)
+        return self._rank_failures[key]
 
     def discard_logs(self, handle: str) -> None:
         """Every attempt's log files of the experiment (runs/<id>/logs); the state stays."""
