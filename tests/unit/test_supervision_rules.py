@@ -19,8 +19,10 @@ from phalanx.supervisor import supervising
 from phalanx.supervisor.stopping import write_stop_request
 from tests.support.scripted import RUNS_FOREVER, Ends, dump, replica_rows, supervise
 
-# every test here must take milliseconds of wall time, whatever virtual time it covers
-WALL_BUDGET = 2.0
+# Every test here takes milliseconds of wall time whatever virtual time it covers. The bound only
+# catches virtual time leaking into real sleeps (the rules cover minutes of virtual time), so it is
+# generous: a loaded 2-core CI machine can stall a millisecond test for seconds.
+WALL_BUDGET = 20.0
 
 
 @pytest.fixture(scope="module")
