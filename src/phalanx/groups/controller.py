@@ -104,7 +104,11 @@ class Controller:
         with controller_lock(self.folder, self.group.id):
             self.group = self.store.get_group(self.group.id)
             if self.group.done:  # the controller that held the lock finished it meanwhile
-                return self.group
+                gid = self.group.id
+                raise ControllerRunning(
+                    f"group {gid}: another controller ran it to its end ({self.group.status}) meanwhile;"
+                    f" nothing to resume: `phalanx group get {gid}` shows its trials"
+                )
             previous = self._install_signals() if handle_signals else {}
             try:
                 self.store.update_group(

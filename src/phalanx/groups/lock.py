@@ -24,9 +24,7 @@ LOCK_FILE = "controller.lock"
 
 
 class ControllerRunning(UsageError):
-    """Another controller holds the group's lock."""
-
-    code = "controller_running"
+    """Another controller holds the group's lock (a usage mistake: exit 2, HTTP 400)."""
 
 
 @contextlib.contextmanager
@@ -39,18 +37,21 @@ def controller_lock(folder: Path, group_id: str) -> Iterator[None]:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            pid = _read_pid(fd)
-            who = f" (pid {pid})" if pid else ""
-            raise ControllerRunning(
-                f"group {group_id}: another controller already runs it{who}; nothing to do here:"
-                f" `phalanx group get {group_id}` shows its trials, `phalanx group stop {group_id}`"
-                " ends it"
-            ) from None
+            raise ControllerRunning(busy(group_id, _read_pid(fd))) from None
         os.ftruncate(fd, 0)
         os.pwrite(fd, str(os.getpid()).encode(), 0)
         yield
     finally:
         os.close(fd)  # releases the lock (the kernel does the same if this process dies)
+
+
+def busy(group_id: str, pid: int | None) -> str:
+    """What a second controller (or `group resume` beside a running one) is told."""
+    who = f" (pid {pid})" if pid and pid > 0 else ""
+    return (
+        f"group {group_id}: another controller already runs it{who}; nothing to resume:"
+        f" `phalanx group get {group_id}` shows its trials, `phalanx group stop {group_id}` ends it"
+    )
 
 
 def holder(folder: Path) -> int | None:
