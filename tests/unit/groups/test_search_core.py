@@ -320,3 +320,35 @@ def test_the_study_persists_in_its_sqlite_file(tmp_path: Path) -> None:
     assert len(opened) == 3 and len({id(s) for s in opened}) == 3
     assert resumed.launched == simulate(TPE).launched
     assert (tmp_path / "g" / "study.sqlite").is_file()
+
+
+def test_a_group_recorded_before_the_study_was_kept_is_resumed_by_one_replay() -> None:
+    """Trials recorded by an older Phalanx (no study file, no Optuna number): the finished ones are
+    replayed into the new study once, the running one is adopted, the rest launched."""
+    old = [
+        Trial(
+            "g",
+            0,
+            "e0",
+            {"x": 0.3, "y": 1},
+            TrialState.DONE,
+            value=0.5,
+            internal={"params": {"x": 0.3, "y": 1}},
+        ),
+        Trial("g", 1, "e1", {"x": 0.7, "y": 2}, TrialState.RUNNING, internal={"params": {"x": 0.7, "y": 2}}),
+    ]
+    storage = optuna.storages.InMemoryStorage()
+    search = core.Search(RANDOM, name="g", seed=5, planned=4, storage=storage)
+    assert search.restore(old, series=lambda t: {1: 0.9, 2: 0.5}) == []
+    launches = search.next()
+    assert [op.number for op in launches if isinstance(op, core.Launch)] == [2]  # concurrency 2
+    study = optuna.load_study(study_name="g", storage=storage)
+    first = study.trials[0]
+    assert (
+        first.state.name == "COMPLETE"
+        and first.value == 0.5
+        and first.intermediate_values == {1: 0.9, 2: 0.5}
+    )
+    out = search.ended(1, "succeeded", None)  # the adopted trial reported nothing: no metric
+    assert out.missing_metric and search.report(2, {1: 0.4}, ended=False) == []
+    assert [op.number for op in search.next() if isinstance(op, core.Launch)] == [3]
