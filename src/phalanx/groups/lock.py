@@ -15,12 +15,15 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
 from phalanx.errors import UsageError
 
 LOCK_FILE = "controller.lock"
+PROBE_TRIES = 10  # (x PROBE_PAUSE: far longer than a probe holds the lock, far shorter than a controller)
+PROBE_PAUSE = 0.02
 
 
 class ControllerRunning(UsageError):
@@ -34,15 +37,28 @@ def controller_lock(folder: Path, group_id: str) -> Iterator[None]:
     folder.mkdir(parents=True, exist_ok=True)
     fd = os.open(folder / LOCK_FILE, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
     try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            raise ControllerRunning(busy(group_id, _read_pid(fd))) from None
+        if not _take(fd):
+            raise ControllerRunning(busy(group_id, _read_pid(fd)))
         os.ftruncate(fd, 0)
         os.pwrite(fd, str(os.getpid()).encode(), 0)
         yield
     finally:
         os.close(fd)  # releases the lock (the kernel does the same if this process dies)
+
+
+def _take(fd: int) -> bool:
+    """Take the lock, or False when a controller holds it. A few quick tries, not one: ``holder``
+    (`group resume`, `group stop`) tests the lock by holding it shared for a moment, and a
+    controller starting in that moment must not take the probe for a rival."""
+    for attempt in range(PROBE_TRIES):
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            if attempt + 1 < PROBE_TRIES:
+                time.sleep(PROBE_PAUSE)
+            continue
+        return True
+    return False
 
 
 def busy(group_id: str, pid: int | None) -> str:
