@@ -389,8 +389,9 @@ class Controller:
         t0 = time.monotonic()
         decided_at = time.time()
         exp = self.store.get_experiment(live.trial.experiment_id)
-        stop_experiment(self.store, self.settings, exp, timeout=30, reason=op.reason)
-        self.store.update_experiment(exp.id, reason=op.reason)
+        if not exp.status.done:  # (one a killed controller decided to prune may have ended since)
+            stop_experiment(self.store, self.settings, exp, timeout=30, reason=op.reason)
+            self.store.update_experiment(exp.id, reason=op.reason)
         self.searcher.pruned(op.number)
         self.store.update_trial(
             self.group.id,

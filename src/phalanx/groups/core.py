@@ -93,6 +93,7 @@ class _Running:
     reported: set[int] = field(default_factory=set)
     last: tuple[int, float] | None = None
     pruned: Prune | None = None  # decided (and told to the study); the controller has to carry it out
+    told: bool = False  # its outcome is in the study already (a controller died before recording it)
 
 
 class Search:
@@ -148,6 +149,7 @@ class Search:
             self.claimed.add(ot.number)
             frozen = self.study._storage.get_trial(ot._trial_id)
             run = _Running(t.number, ot, reported=set(frozen.intermediate_values))
+            run.told = frozen.state.is_finished()
             if frozen.intermediate_values:
                 step = max(frozen.intermediate_values)
                 run.last = (step, frozen.intermediate_values[step])
@@ -241,14 +243,14 @@ class Search:
         the values at its own step however many steps arrived since. ``ended``: its experiment has
         already ended (no pruning then)."""
         run = self.running[number]
-        if run.pruned is not None:
-            return []
         for step in sorted(values):
             if step in run.reported:
                 continue
-            run.optuna_trial.report(values[step], step)
             run.reported.add(step)
             run.last = (step, values[step])
+            if run.pruned is not None or run.told:
+                continue  # its outcome is decided: the value is only recorded
+            run.optuna_trial.report(values[step], step)
             if self.hp.pruning is not None and not ended and run.optuna_trial.should_prune():
                 run.pruned = Prune(number, step, values[step], self._prune_reason(step, values[step]))
                 _search.tell(self.study, run.optuna_trial, state=_search.optuna().trial.TrialState.PRUNED)
