@@ -53,6 +53,7 @@ def _resume(group_id: str, stderr: str) -> None:
     main(["group", "resume", group_id])
 
 
+@pytest.mark.timeout(600)  # 20 races: about 40 s here, 2 min when the 2 cores are shared by many
 def test_two_resumes_at_once_run_one_controller_20_times_out_of_20(phalanx: Phalanx) -> None:
     importlib.import_module("phalanx.cli.group")  # imported once, before the forks
     from phalanx.groups import controller, search
