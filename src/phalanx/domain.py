@@ -7,9 +7,9 @@ store and the server all speak the same names (one concept, one name).
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from enum import StrEnum
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, TypedDict, TypeVar
 
 
 class Framework(StrEnum):
@@ -217,3 +217,136 @@ class Page(Generic[T]):
     total: int
     offset: int = 0
     limit: int = 50
+
+
+# -- experiment groups (hyperparameter searches): what the store keeps of a group and its trials --
+
+
+class GroupStatus(StrEnum):
+    """A group's life: created (recorded, no controller yet), running (a controller drives it), then
+    one of the three ends."""
+
+    CREATED = "created"
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"
+    STOPPED = "stopped"
+    FAILED = "failed"
+
+    @property
+    def done(self) -> bool:
+        return self in (GroupStatus.SUCCEEDED, GroupStatus.STOPPED, GroupStatus.FAILED)
+
+
+GROUP_DONE = (GroupStatus.SUCCEEDED, GroupStatus.STOPPED, GroupStatus.FAILED)
+
+
+class TrialState(StrEnum):
+    """A trial's life in its group: launching (recorded with the experiment id it is about to use,
+    before the launch), running, then done (succeeded; its value is the metric's last, or none),
+    pruned, failed or stopped (by `group stop` or early stopping)."""
+
+    LAUNCHING = "launching"
+    RUNNING = "running"
+    DONE = "done"
+    PRUNED = "pruned"
+    FAILED = "failed"
+    STOPPED = "stopped"
+
+    @property
+    def finished(self) -> bool:
+        return self not in (TrialState.LAUNCHING, TrialState.RUNNING)
+
+
+@dataclass(frozen=True)
+class Trial:
+    group_id: str
+    number: int
+    experiment_id: str
+    params: Mapping[str, Any]
+    state: TrialState
+    value: float | None = None
+    step: int | None = None
+    reason: str | None = None
+    internal: Mapping[str, Any] = field(default_factory=dict)
+    created_at: float = 0.0
+    finished_at: float | None = None
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "state", TrialState(self.state))  # a stored string becomes the enum
+
+    def to_json(self) -> dict[str, Any]:
+        doc = asdict(self)
+        doc.pop("internal")
+        doc["params"] = dict(self.params)
+        doc["state"] = str(self.state)
+        return doc
+
+
+@dataclass(frozen=True)
+class Group:
+    id: str
+    name: str
+    project: str
+    status: GroupStatus
+    search: str
+    planned: int
+    concurrency: int
+    metric: str | None
+    optimization: str | None
+    spec_text: str
+    source_file: str | None
+    workdir: str | None
+    options: Mapping[str, Any]
+    reason: str | None
+    controller_pid: int | None
+    controller_host: str | None
+    stop_requested: bool
+    created_at: float
+    finished_at: float | None
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "status", GroupStatus(self.status))
+
+    @property
+    def done(self) -> bool:
+        return self.status.done
+
+    def to_json(self) -> dict[str, Any]:
+        doc = asdict(self)
+        doc.pop("spec_text")
+        doc["options"] = dict(self.options)
+        doc["status"] = str(self.status)
+        return doc
+
+
+class GroupUpdate(TypedDict, total=False):
+    """The fields ``GroupStore.update_group`` may set: a key given is written (None clears it, as
+    ``controller_pid=None`` does when the controller ends); a key left out is unchanged."""
+
+    status: GroupStatus
+    reason: str | None
+    controller_pid: int | None
+    controller_host: str | None
+    stop_requested: bool
+    finished_at: float | None
+
+
+class TrialUpdate(TypedDict, total=False):
+    """The fields ``GroupStore.update_trial`` may set: a key given is written (None clears it); a key
+    left out is unchanged."""
+
+    state: TrialState
+    value: float | None
+    step: int | None
+    reason: str | None
+    internal: Mapping[str, Any]
+    finished_at: float | None
+
+
+def best_trial(trials: Sequence[Trial], optimization: str | None) -> Trial | None:
+    """The finished (not pruned) trial with the best metric value."""
+    scored = [t for t in trials if t.state is TrialState.DONE and t.value is not None]
+    if not scored:
+        return None
+    pick = max if optimization == "maximize" else min
+    return pick(scored, key=lambda t: t.value)  # type: ignore[arg-type,return-value]

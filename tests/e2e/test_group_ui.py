@@ -36,8 +36,8 @@ PLAIN = "abcdefabcdef"
 
 def fill_group(home: Path) -> str:
     from phalanx.config import Settings
+    from phalanx.domain import Trial
     from phalanx.groups.controller import create
-    from phalanx.groups.records import Trial
     from phalanx.spec.group import load_group
     from phalanx.store import open_store
     from phalanx.store.base import group_store

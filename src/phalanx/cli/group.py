@@ -245,6 +245,11 @@ def resume(
         raise UsageError(
             f"group {g.id}: its controller still runs (pid {g.controller_pid}); nothing to resume"
         )
+    from phalanx.groups.lock import busy, holder
+
+    pid = holder(settings.home / "groups" / g.id)  # one still starting has not recorded its pid
+    if pid is not None:
+        raise UsageError(busy(g.id, pid))
     if detach:
         _spawn_controller(settings, g.id)
         typer.echo(g.id)

@@ -1,18 +1,21 @@
-"""The group controller: ask the search for values, launch each trial as a whole experiment, watch
-its metric in the store, prune it, and finish the search.
+"""The group controller: the effects around the search's decisions (``groups.core``).
 
-Every trial goes through `phalanx run --detach` (the same launch path, engine choice and machine
-ledger as any experiment), with an experiment id the controller recorded in ``group_trials`` first.
-The controller keeps nothing that is not in the store: after a SIGKILL, ``Controller(...).run()``
-from `phalanx group resume` rebuilds the Optuna study from the finished trials, adopts the running
-ones and launches only what is still missing, so the planned number of trials runs exactly once.
+The core decides (which values the next trial gets, whether a trial is pruned, when the group stops
+early, how it ends); the controller carries that out: it records each trial with the experiment id
+it is about to use, launches it as a whole experiment (``_start_experiment``: the same launch path,
+engine choice and machine ledger as any experiment), reads its metric from the store, stops pruned
+trials, and records every outcome. It holds the group's lock (``groups.lock``) for its whole life:
+one controller per group at a time.
+
+After a SIGKILL, ``Controller(...).run()`` from `phalanx group resume` opens the same Optuna study
+(``PHALANX_HOME/groups/ID/study.sqlite``), adopts the running trials and launches only what is still
+missing: the planned number of trials runs once each, with the values an uninterrupted search draws.
 """
 
 from __future__ import annotations
 
 import contextlib
 import difflib
-import json
 import logging
 import math
 import os
@@ -23,16 +26,24 @@ import sys
 import time
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from phalanx.config import Settings
-from phalanx.domain import Framework
+from phalanx.domain import Experiment, Group, GroupStatus, Trial, TrialState, TrialUpdate, best_trial
 from phalanx.errors import NotFound, PhalanxError
-from phalanx.groups.records import Group, Trial, TrialUpdate, best_trial
-from phalanx.spec.group import GroupSpec, load_group_text
-from phalanx.spec.model import Build, ExperimentSpec
+from phalanx.groups import core
+from phalanx.groups.ending import (
+    controller_alive,
+    dumps,
+    ended_while_unwatched,
+    group_json,
+    stop_all,
+    stop_group,
+)
+from phalanx.groups.lock import ControllerRunning, controller_lock
+from phalanx.groups.setup import build_trials_env, check_trials_can_run, create, load, trial_build
 from phalanx.store.base import GroupStore
 
 log = logging.getLogger(__name__)
@@ -47,159 +58,12 @@ class GroupError(PhalanxError):
 
 @dataclass
 class _Live:
-    """A trial the controller is watching, with its Optuna trial and the steps already reported."""
+    """A trial the controller is watching (its search state is the core's)."""
 
     trial: Trial
-    optuna_trial: Any
     launch: subprocess.Popen[bytes] | None = None  # `phalanx run --detach`, until the experiment exists
     freed_at: float | None = None  # monotonic time the slot it took was freed (controller overhead)
     seen: bool = False  # its experiment row has been seen
-    reported: set[int] = field(default_factory=set)
-    last: tuple[int, float] | None = None
-    best: float | None = None
-
-
-def create(
-    store: GroupStore,
-    group: GroupSpec,
-    *,
-    workdir: Path | None,
-    params: dict[str, Any] | None = None,
-    cluster: str | None = None,
-    oversubscribe: bool = False,
-    allow_unused: bool = False,
-    extra_params: bool = False,
-) -> Group:
-    """Record a new group (status created); ``Controller(...).run()`` then runs it."""
-    base = group.base
-    source = Path(base.source_file) if base.source_file else None
-    name = base.name or (source.stem if source else "group")
-    hp = group.hptuning
-    return store.create_group(
-        name=name,
-        project=base.project or "default",
-        search=hp.search.kind,
-        planned=hp.planned_trials(),
-        concurrency=hp.concurrency,
-        metric=hp.metric.name if hp.metric else None,
-        optimization=hp.metric.optimization if hp.metric else None,
-        spec_text=base.source_text or "",
-        source_file=str(source) if source else None,
-        workdir=str((workdir or (source.parent if source else Path.cwd())).resolve()),
-        options={
-            "params": dict(params or {}),
-            "cluster": cluster,
-            "oversubscribe": oversubscribe,
-            "allow_unused": allow_unused,
-            "extra_params": extra_params,
-        },
-    )
-
-
-def check_trials_can_run(
-    group: GroupSpec,
-    settings: Settings,
-    *,
-    cluster: str,
-    workdir: Path | None,
-    oversubscribe: bool = False,
-) -> None:
-    """Before a group on a cluster is recorded: prepare one trial (the example values `phalanx
-    check` shows) as its `phalanx run` would, without building or starting anything, and ask the
-    engine whether it could ever run it (Slurm: ``sbatch --test-only``). A search whose every trial
-    Slurm would refuse is a UsageError here (exit 2, nothing recorded), not N failed trials."""
-    from phalanx.errors import UsageError
-    from phalanx.spec.group import example_values
-    from phalanx.supervisor.preparing import prepare
-
-    values = example_values(group)
-    spec = group.trial_spec(values)  # (--param overrides are in the group's params already)
-    source = group.base.source_file
-    try:
-        prepared = prepare(
-            spec,
-            settings=settings,
-            workdir=workdir or (Path(source).parent if source else None),
-            cluster=cluster,
-            oversubscribe=oversubscribe,
-            dry=True,
-        )
-        refuse = getattr(prepared.backend, "refuse_if_it_can_never_run", None)
-        if refuse is not None:
-            refuse(prepared.dry_run)
-    except UsageError as exc:
-        shown = ", ".join(f"{k}={v}" for k, v in values.items())
-        raise UsageError(
-            f"{source or 'the group'}: its trials cannot run (a trial with {shown}): {exc}"
-        ) from None
-
-
-def trial_build(spec: ExperimentSpec, base_dir: Path) -> Build:
-    """A trial's build section with its files named from the group file's folder (the trial's own
-    file lives under PHALANX_HOME/groups/ID)."""
-    build = spec.build
-    if build.requirements and not Path(build.requirements).is_absolute():
-        build = replace(build, requirements=str(base_dir / build.requirements))
-    if build.dockerfile and not Path(build.dockerfile).is_absolute():
-        build = replace(build, dockerfile=str(base_dir / build.dockerfile))
-    return build
-
-
-def build_trials_env(group: GroupSpec, settings: Settings, *, workdir: Path | None) -> None:
-    """Before a group on this machine is recorded: build the trials' environment (their `build`
-    section, the same for every trial) once. A build that fails is a UsageError here (exit 2,
-    nothing recorded), not every trial building it again in turn and failing the same way; one
-    that succeeds is cached, so the trials start at once instead of queueing on its lock."""
-    from phalanx import buildenv
-    from phalanx.errors import SpecError, UsageError
-    from phalanx.plan import build_plan
-    from phalanx.spec.group import example_values
-    from phalanx.supervisor.preparing import interpreter
-
-    source = group.base.source_file
-    base_dir = Path(source).parent if source else Path.cwd()
-    spec = group.trial_spec(example_values(group))
-    spec = replace(spec, build=trial_build(spec, base_dir))
-    if not buildenv.wants_env(spec.build) and spec.framework is not Framework.HOROVOD:
-        return
-    folder = str((workdir or base_dir).resolve())
-    try:
-        plan = build_plan(spec)
-        sys.stderr.write("phalanx: building the trials' environment (once, for every trial) ...\n")
-        interpreter(plan, folder, settings)
-    except SpecError:
-        return  # the trial's own launch says what is wrong with it, as before
-    except UsageError as exc:
-        raise UsageError(f"{source or 'the group'}: the trials' environment cannot be built: {exc}") from None
-
-
-def load(group: Group) -> GroupSpec:
-    """The GroupSpec of a recorded group, from the text stored with it (the file may have changed)."""
-    spec = load_group_text(
-        group.spec_text,
-        group.source_file or "group.yml",
-        params=dict(group.options.get("params") or {}),
-        allow_unused=bool(group.options.get("allow_unused")),
-        extra_params=bool(group.options.get("extra_params")),
-    )
-    return replace(spec, base=replace(spec.base, source_file=group.source_file))
-
-
-def controller_alive(group: Group) -> bool:
-    """Whether the group's controller still runs (on this machine; another host's is trusted)."""
-    if group.controller_pid is None:
-        return False
-    if group.controller_host and group.controller_host != socket.gethostname():
-        return True
-    from phalanx.procs import pid_alive
-
-    if not pid_alive(group.controller_pid):
-        return False
-    try:
-        cmdline = Path(f"/proc/{group.controller_pid}/cmdline").read_bytes()
-    except OSError:
-        return False
-    return b"phalanx" in cmdline and group.controller_pid != os.getpid()
 
 
 class Controller:
@@ -223,32 +87,41 @@ class Controller:
         self.launch_seconds: list[float] = []  # slot free -> next trial's experiment exists (bench)
         self.notice_seconds: list[float] = []  # a trial's end in the store -> the controller saw it
         self.folder = settings.home / "groups" / self.group.id
-        from phalanx.groups import search
+        self._core: core.Search | None = None  # opened under the lock (``run``)
 
-        self.search = search
-        self.study = search.make_study(
-            self.hp, self.group.id, resumed_after=store.count_trials(self.group.id)
-        )
+    @property
+    def searcher(self) -> core.Search:
+        assert self._core is not None, "the search is opened by run()"
+        return self._core
 
     # -- the loop -------------------------------------------------------------------------------
 
     def run(self, handle_signals: bool = True) -> Group:
-        g = self.group
-        if g.done:
-            return g
-        previous = self._install_signals() if handle_signals else {}
-        try:
-            self.store.update_group(
-                g.id,
-                status="running",
-                controller_pid=os.getpid(),
-                controller_host=socket.gethostname(),
-            )
-            self._restore()
-            return self._loop()
-        finally:
-            for signum, handler in previous.items():
-                signal.signal(signum, handler)
+        """Drive the group to its end. Raises ControllerRunning (exit 2) when another controller
+        holds the group, before anything is written."""
+        if self.group.done:
+            return self.group
+        with controller_lock(self.folder, self.group.id):
+            self.group = self.store.get_group(self.group.id)
+            if self.group.done:  # the controller that held the lock finished it meanwhile
+                gid = self.group.id
+                raise ControllerRunning(
+                    f"group {gid}: another controller ran it to its end ({self.group.status}) meanwhile;"
+                    f" nothing to resume: `phalanx group get {gid}` shows its trials"
+                )
+            previous = self._install_signals() if handle_signals else {}
+            try:
+                self.store.update_group(
+                    self.group.id,
+                    status=GroupStatus.RUNNING,
+                    controller_pid=os.getpid(),
+                    controller_host=socket.gethostname(),
+                )
+                self._restore()
+                return self._loop()
+            finally:
+                for signum, handler in previous.items():
+                    signal.signal(signum, handler)
 
     def _install_signals(self) -> dict[int, Any]:
         def on_signal(signum: int, _frame: object) -> None:
@@ -264,42 +137,43 @@ class Controller:
         while True:
             current = self.store.get_group(self.group.id)
             if current.stop_requested or self.interrupted:
-                return self._stop(self.interrupted or "stopped by phalanx group stop")
-            ended = self._watch()
-            if ended:
+                (stop,) = self.searcher.stop(self.interrupted or "stopped by phalanx group stop")
+                assert isinstance(stop, core.StopGroup)
+                return self._stop_group(stop)
+            if self._watch():
                 freed_at = time.monotonic()
-            reached = self._early_stop_reached()
-            if reached:
-                self._stop_trials(f"group early stopping: {reached}")
-                return self._finish("succeeded", f"early stopping: {reached}")
-            started = self.store.count_trials(self.group.id)
-            while len(self.live) < self.hp.concurrency and started < self.group.planned:
-                self._launch_next(started, freed_at)
-                freed_at = None
-                started += 1
-                if self.interrupted:
-                    break
-            if not self.live and started >= self.group.planned:
-                trials = self.store.list_trials(self.group.id)
-                ok = [t for t in trials if t.state in ("done", "pruned")]
-                if not ok and trials:
-                    return self._finish("failed", "every trial failed")
-                return self._finish("succeeded", None)
+            for op in self.searcher.next():
+                if isinstance(op, core.Launch):
+                    self._launch(op, freed_at)
+                    freed_at = None
+                    if self.interrupted:
+                        break
+                elif isinstance(op, core.StopGroup):
+                    return self._stop_group(op)
+                elif isinstance(op, core.Finish):
+                    return self._finish(op.status, op.reason)
             time.sleep(POLL_SECONDS)
 
     # -- resuming -------------------------------------------------------------------------------
 
     def _restore(self) -> None:
-        """Replay finished trials into the study; adopt (or launch) the unfinished ones."""
-        for t in self.store.list_trials(self.group.id):
-            internal = dict(t.internal.get("params") or {})
-            if t.state in ("done", "pruned", "failed", "stopped"):
-                self.search.replay(self.study, self.hp, internal, t.state, t.value, self._series(t))
+        """Open the group's study (made on the first run); adopt (or launch) the unfinished trials."""
+        from phalanx.groups import search
+
+        trials = self.store.list_trials(self.group.id)
+        self._core = core.Search(
+            self.hp,
+            name=self.group.id,
+            seed=search.group_seed(self.hp.search.seed, self.group.id),
+            planned=self.group.planned,
+            storage=search.study_storage(self.folder),
+        )
+        finals = {t.number: self._finals(t) for t in trials if t.state is TrialState.DONE}
+        pending = self.searcher.restore(trials, finals, series=self._series)
+        for t in trials:
+            if t.state.finished:
                 continue
-            self.study.enqueue_trial(internal, skip_if_exists=False)
-            ot = self.study.ask()
-            self.search.sample(ot, self.hp)  # the enqueued values: the same params again
-            live = _Live(t, ot)
+            live = _Live(t)
             self.live[t.number] = live
             if not self._launched(t.experiment_id):
                 self.say(
@@ -307,32 +181,32 @@ class Controller:
                     " (the controller stopped before it started)"
                 )
                 live.launch = self._start_experiment(t)
-            self.store.update_trial(self.group.id, t.number, state="running")
+            self.store.update_trial(self.group.id, t.number, state=TrialState.RUNNING)
             self.store.link_experiment(t.experiment_id, self.group.id)
             self.say(f"trial {t.number}: {t.experiment_id} still running, watching it again")
+        for op in pending:  # a prune decided by the killed controller, not yet carried out
+            if isinstance(op, core.Prune) and op.number in self.live:
+                self._prune(op)
 
     # -- launching ------------------------------------------------------------------------------
 
-    def _launch_next(self, number: int, freed_at: float | None) -> None:
-        ot = self.study.ask()
-        values = self.search.sample(ot, self.hp)
-        s = self.hp.search
-        if s.resource and s.max_iter:
-            values[s.resource] = int(s.max_iter) if s.resource_type == "int" else float(s.max_iter)
+    def _launch(self, op: core.Launch, freed_at: float | None) -> None:
         trial = Trial(
             group_id=self.group.id,
-            number=number,
+            number=op.number,
             experiment_id=uuid.uuid4().hex[:12],
-            params=values,
-            state="launching",
-            internal={"params": dict(ot.params)},
+            params=op.params,
+            state=TrialState.LAUNCHING,
+            internal=op.internal,
         )
         self.store.add_trial(trial)  # first: a crash from here on is resumed, not repeated
         launch = self._start_experiment(trial)
-        self.store.update_trial(self.group.id, number, state="running")
-        shown = ", ".join(f"{k}={v}" for k, v in values.items())
-        self.say(f"trial {number}: {trial.experiment_id} starting ({shown})")
-        self.live[number] = _Live(replace(trial, state="running"), ot, launch=launch, freed_at=freed_at)
+        self.store.update_trial(self.group.id, op.number, state=TrialState.RUNNING)
+        shown = ", ".join(f"{k}={v}" for k, v in op.params.items())
+        self.say(f"trial {op.number}: {trial.experiment_id} starting ({shown})")
+        self.live[op.number] = _Live(
+            replace(trial, state=TrialState.RUNNING), launch=launch, freed_at=freed_at
+        )
 
     def _trial_file(self, trial: Trial) -> Path:
         spec = self.spec.trial_spec(trial.params)
@@ -407,10 +281,13 @@ class Controller:
         reason = f"could not start: {message or f'exit status {status}'}"
         with contextlib.suppress(OSError):  # the run folder made before the launch, if still empty
             (self.settings.runs_dir / live.trial.experiment_id).rmdir()
-        op = self.search.optuna()
-        self.search.tell(self.study, live.optuna_trial, state=op.trial.TrialState.FAIL)
-        self.store.update_trial(self.group.id, number, state="failed", reason=reason, finished_at=time.time())
+        self.searcher.launch_failed(number)
+        self.store.update_trial(
+            self.group.id, number, state=TrialState.FAILED, reason=reason, finished_at=time.time()
+        )
         self.say(f"trial {number}: {live.trial.experiment_id} {reason}")
+        del self.live[number]
+
         del self.live[number]
 
     def _launched(self, experiment_id: str) -> bool:
@@ -454,6 +331,15 @@ class Controller:
             if v is not None and math.isfinite(float(v))
         }
 
+    def _finals(self, trial: Trial) -> dict[str, float]:
+        """The last value of each early-stopping metric the trial reported."""
+        out: dict[str, float] = {}
+        for rule in self.hp.early_stopping:
+            values = self._series(trial, rule.metric)
+            if values:
+                out[rule.metric] = values[max(values)]
+        return out
+
     def _watch(self) -> bool:
         """One pass over the running trials; True when one ended (a slot is free)."""
         ended = False
@@ -478,112 +364,77 @@ class Controller:
                 from phalanx.reconcile import settle
 
                 exp = settle(self.store, self.settings, exp)
-            values = self._series(trial)
-            prune = False
-            for step in sorted(values):
-                if step in live.reported:
-                    continue
-                live.optuna_trial.report(values[step], step)
-                live.reported.add(step)
-                live.last = (step, values[step])
-                # asked at every step, not once a poll: a rung compares the values at its own step,
-                # however many steps arrived since the last poll
-                if self.hp.pruning is not None and not exp.status.done and live.optuna_trial.should_prune():
-                    prune = True
-                    break
-            if live.last is not None:
-                self.store.update_trial(self.group.id, number, value=live.last[1], step=live.last[0])
-            if prune:
-                self._prune(live)
+            ops = self.searcher.report(number, self._series(trial), ended=exp.status.done)
+            last = self.searcher.last(number)
+            if last is not None:
+                self.store.update_trial(self.group.id, number, value=last[1], step=last[0])
+            if ops:
+                for op in ops:
+                    assert isinstance(op, core.Prune)
+                    self._prune(op)
                 ended = True
                 continue
             if exp.status.done:
                 if exp.finished_at:
                     self.notice_seconds.append(max(0.0, time.time() - exp.finished_at))
-                self._ended(live, exp.status.value, exp.reason)
+                self._ended(live, exp)
                 ended = True
         return ended
 
-    def _prune(self, live: _Live) -> None:
-        assert live.last is not None and self.hp.pruning is not None
-        step, value = live.last
-        reason = f"pruned at step {step}: {self._why(live, step, value)}"
+    def _prune(self, op: core.Prune) -> None:
+        """Carry out the core's decision: stop the trial's experiment, record it pruned."""
         from phalanx.supervisor import stop_experiment
 
+        live = self.live[op.number]
         t0 = time.monotonic()
         decided_at = time.time()
         exp = self.store.get_experiment(live.trial.experiment_id)
-        stop_experiment(self.store, self.settings, exp, timeout=30, reason=reason)
-        self.store.update_experiment(exp.id, reason=reason)
-        op = self.search.optuna()
-        self.search.tell(self.study, live.optuna_trial, state=op.trial.TrialState.PRUNED)
+        if not exp.status.done:  # (one a killed controller decided to prune may have ended since)
+            stop_experiment(self.store, self.settings, exp, timeout=30, reason=op.reason)
+            self.store.update_experiment(exp.id, reason=op.reason)
+        self.searcher.pruned(op.number)
         self.store.update_trial(
             self.group.id,
-            live.trial.number,
-            state="pruned",
-            reason=reason,
-            value=value,
-            step=step,
+            op.number,
+            state=TrialState.PRUNED,
+            reason=op.reason,
+            value=op.value,
+            step=op.step,
             finished_at=time.time(),
-            internal={"params": dict(live.optuna_trial.params), "pruned_at": decided_at},
+            internal={**live.trial.internal, "pruned_at": decided_at},
         )
         self.say(
-            f"trial {live.trial.number}: {live.trial.experiment_id} {reason}"
+            f"trial {op.number}: {live.trial.experiment_id} {op.reason}"
             f" (stopped in {time.monotonic() - t0:.1f} s)"
         )
-        del self.live[live.trial.number]
+        del self.live[op.number]
 
-    def _why(self, live: _Live, step: int, value: float) -> str:
-        p = self.hp.pruning
-        assert p is not None
-        name = p.metric.name
-        if p.kind == "median":
-            op = self.search.optuna()
-            others = [
-                t.intermediate_values[step]
-                for t in self.study.get_trials(deepcopy=False, states=(op.trial.TrialState.COMPLETE,))
-                if step in t.intermediate_values
-            ]
-            if others:
-                import statistics
-
-                sign = "<" if p.metric.maximize else ">"
-                return f"{name} {value:.4g} {sign} median {statistics.median(others):.4g}"
-            return f"{name} {value:.4g}"
-        how = p.kind.replace("_", " ")
-        return f"{name} {value:.4g} not in the best 1/{p.reduction_factor} of the trials at this rung ({how})"
-
-    def _ended(self, live: _Live, status: str, reason: str | None) -> None:
-        op = self.search.optuna()
-        value = live.last[1] if live.last else None
-        number = live.trial.number
-        exp_id = live.trial.experiment_id
-        record: TrialUpdate = {
-            "finished_at": time.time(),
-            "internal": {"params": dict(live.optuna_trial.params)},
-        }
-        if status == "succeeded" and value is not None:
-            self.search.tell(self.study, live.optuna_trial, value)
-            record["state"], record["value"] = "done", value
+    def _ended(self, live: _Live, exp: Experiment) -> None:
+        number, exp_id = live.trial.number, live.trial.experiment_id
+        status = str(exp.status)
+        finals = self._finals(live.trial) if status == "succeeded" else {}
+        out = self.searcher.ended(number, status, exp.reason, finals)
+        record: TrialUpdate = {"state": out.state, "finished_at": time.time()}
+        if out.state is TrialState.DONE and out.value is not None:
+            record["value"] = out.value
             metric = self.hp.metric.name if self.hp.metric else "metric"
-            said = f"succeeded ({metric} {value:.4g})"
+            said = f"succeeded ({metric} {out.value:.4g})"
+        elif out.missing_metric:
+            record["reason"] = self._no_metric(live.trial)
+            said = f"succeeded but {record['reason']}"
+        elif out.state is TrialState.PRUNED:
+            record["reason"] = out.reason
+            said = str(out.reason)
         else:
-            if status == "succeeded":
-                outcome, state = op.trial.TrialState.FAIL, "done"
-                reason = self._no_metric(live.trial)
-                said = f"succeeded but {reason}"
-            elif status == "stopped" and (reason or "").startswith("pruned at step"):
-                # pruned by a controller that was killed before it recorded the decision
-                outcome, state, said = op.trial.TrialState.PRUNED, "pruned", str(reason)
-            else:
-                outcome, state, said = op.trial.TrialState.FAIL, "failed", f"{status}: {reason or ''}"
-                if status == "failed":
-                    said += f" (`phalanx logs {exp_id}` shows why)"
-            self.search.tell(self.study, live.optuna_trial, state=outcome)
-            record["state"], record["reason"] = state, reason
+            record["reason"] = out.reason
+            said = f"{status}: {out.reason or ''}"
+            if status == "failed":
+                said += f" (`phalanx logs {exp_id}` shows why)"
         self.store.update_trial(self.group.id, number, **record)
         self.say(f"trial {number}: {exp_id} {said}")
         del self.live[number]
+
+    # -- reasons -------------------------------------------------------------------------------
 
     def _no_metric(self, trial: Trial) -> str:
         """Why a trial that succeeded has no value, with what it did report: a metric name that the
@@ -603,22 +454,6 @@ class Controller:
         close = difflib.get_close_matches(name, own, 1)
         hint = f" (did you mean {close[0]!r}?)" if close else ""
         return f"reported no {name}; it reported {shown}{hint}: fix hptuning.metric.name in the group file"
-
-    def _early_stop_reached(self) -> str | None:
-        rules = self.hp.early_stopping
-        if not rules:
-            return None
-        for t in self.store.list_trials(self.group.id):
-            if t.state != "done":
-                continue
-            for rule in rules:
-                values = self._series(t, rule.metric)
-                if values:
-                    last = values[max(values)]
-                    if rule.reached(last):
-                        sign = ">=" if rule.optimization == "maximize" else "<="
-                        return f"trial {t.number} reached {rule.metric} {last:.4g} {sign} {rule.value:g}"
-        return None
 
     # -- ending ---------------------------------------------------------------------------------
 
@@ -643,27 +478,28 @@ class Controller:
             exp = found[number]
             ended = None
             if exp is not None and exp.status.done:  # it ended on its own, before this stop
-                ended = _ended_while_unwatched(self.store, self.group, self.live[number].trial)
+                ended = ended_while_unwatched(self.store, self.group, self.live[number].trial)
             if ended is not None:
+                self.searcher.stopped(number, ended["state"], ended.get("value"))
                 self.store.update_trial(self.group.id, number, **ended)
                 del self.live[number]
                 continue
+            state = TrialState.FAILED if exp is None else TrialState.STOPPED
+            self.searcher.stopped(number, state)
             self.store.update_trial(
-                self.group.id,
-                number,
-                state="failed" if exp is None else "stopped",
-                reason=reason,
-                finished_at=time.time(),
+                self.group.id, number, state=state, reason=reason, finished_at=time.time()
             )
             if exp is not None:  # say it: early stopping or Ctrl-C ended this trial, not its own end
                 self.say(f"trial {number}: {exp.id} stopped ({reason})")
             del self.live[number]
 
-    def _stop(self, reason: str) -> Group:
-        self._stop_trials(reason)
-        return self._finish("stopped", reason)
+    def _stop_group(self, op: core.StopGroup) -> Group:
+        """Stop every running trial (``op.trials_reason`` is what their experiments record), then
+        end the group."""
+        self._stop_trials(op.trials_reason)
+        return self._finish(op.status, op.reason)
 
-    def _finish(self, status: str, reason: str | None) -> Group:
+    def _finish(self, status: GroupStatus, reason: str | None) -> Group:
         self.store.update_group(
             self.group.id,
             status=status,
@@ -676,7 +512,7 @@ class Controller:
         best = best_trial(trials, self.group.optimization)
         tail = f": {reason}" if reason else ""
         self.say(f"group {self.group.id} {status}{tail}")
-        if best is None and self.group.metric and any(t.state == "done" for t in trials):
+        if best is None and self.group.metric and any(t.state is TrialState.DONE for t in trials):
             metric, gid = self.group.metric, self.group.id
             self.say(f"no best trial: no trial reported {metric} (`phalanx group get {gid}` says why)")
         if best is not None:
@@ -688,103 +524,20 @@ class Controller:
         return self.group
 
 
-def group_json(store: GroupStore, group: Group) -> dict[str, Any]:
-    """`phalanx group get -o json` and the API: the group, its trials and the best one."""
-    trials = store.list_trials(group.id)
-    best = best_trial(trials, group.optimization)
-    doc = group.to_json()
-    doc["trials"] = [t.to_json() for t in trials]
-    doc["best"] = best.to_json() if best else None
-    doc["counts"] = {
-        s: sum(1 for t in trials if t.state == s) for s in ("running", "done", "pruned", "failed", "stopped")
-    }
-    return doc
-
-
-def stop_group(store: GroupStore, settings: Settings, group: Group, timeout: float = 60.0) -> Group:
-    """`phalanx group stop`: ask the controller; if none runs, stop the running trials here."""
-    store.update_group(group.id, stop_requested=True)
-    if controller_alive(group):
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            current = store.get_group(group.id)
-            if current.done:
-                return current
-            if not controller_alive(current):
-                break
-            time.sleep(0.2)
-    current = store.get_group(group.id)
-    if current.done:
-        return current
-    reason = "stopped by phalanx group stop"
-    unfinished = [t for t in store.list_trials(group.id) if t.state in ("launching", "running")]
-    experiments = []
-    for t in unfinished:
-        with contextlib.suppress(NotFound):  # its launch never created it
-            experiments.append(store.get_experiment(t.experiment_id))
-            store.link_experiment(t.experiment_id, group.id)  # a controller killed before it saw it
-    stop_all(store, settings, experiments, reason, timeout=timeout)
-    for t in unfinished:
-        ended = _ended_while_unwatched(store, current, t)
-        if ended is not None:  # the controller was dead when this trial finished: keep its outcome
-            store.update_trial(group.id, t.number, **ended)
-            continue
-        store.update_trial(group.id, t.number, state="stopped", reason=reason, finished_at=time.time())
-    store.update_group(
-        group.id, status="stopped", reason=reason, finished_at=time.time(), controller_pid=None
-    )
-    return store.get_group(group.id)
-
-
-def _ended_while_unwatched(store: GroupStore, group: Group, trial: Trial) -> TrialUpdate | None:
-    """A trial recorded as running whose experiment had already ended before `group stop` (its
-    controller killed, nobody watching): succeeded with the metric is `done` with its last value (it
-    can be the best trial), failed is `failed`; None when the stop is what ended it."""
-    try:
-        exp = store.get_experiment(trial.experiment_id)
-    except NotFound:
-        return None
-    status = str(exp.status)
-    finished = exp.finished_at or time.time()
-    if status == "failed":
-        return {"state": "failed", "reason": exp.reason, "finished_at": finished}
-    if status != "succeeded" or not group.metric:
-        return None
-    found = store.metrics(trial.experiment_id, title=group.metric).get(group.metric) or {}
-    if not found:
-        return None
-    series = found["master" if "master" in found else sorted(found)[0]]
-    points = [
-        (int(st), float(v))
-        for st, v in zip(series.steps, series.values, strict=False)
-        if v is not None and math.isfinite(float(v))
-    ]
-    if not points:
-        return None
-    step, value = max(points)
-    return {"state": "done", "value": value, "step": step, "finished_at": finished}
-
-
-def stop_all(
-    store: GroupStore, settings: Settings, experiments: list[Any], reason: str, timeout: float
-) -> None:
-    """Stop these experiments all at once, not one after the other: each stop waits for its
-    supervisor (on Slurm: scancel, then the job's end), and a trial still queued behind a running
-    one must be cancelled before the running one's nodes free up and Slurm starts it."""
-    from concurrent.futures import ThreadPoolExecutor
-
-    from phalanx.supervisor import stop_experiment
-
-    running = [e for e in experiments if not e.status.done]
-    if not running:
-        return
-    with ThreadPoolExecutor(max_workers=min(16, len(running))) as pool:
-        futures = [
-            pool.submit(stop_experiment, store, settings, e, timeout=timeout, reason=reason) for e in running
-        ]
-        for f in futures:
-            f.result()
-
-
-def dumps(doc: Any) -> str:
-    return json.dumps(doc, indent=2, default=str)
+__all__ = [
+    "LAUNCH_TIMEOUT",
+    "POLL_SECONDS",
+    "Controller",
+    "ControllerRunning",
+    "GroupError",
+    "build_trials_env",
+    "check_trials_can_run",
+    "controller_alive",
+    "create",
+    "dumps",
+    "group_json",
+    "load",
+    "stop_all",
+    "stop_group",
+    "trial_build",
+]

@@ -15,7 +15,7 @@ start-up never import it. Mapping (docs/groups.md says the same):
 from __future__ import annotations
 
 import math
-from dataclasses import replace
+from pathlib import Path
 from statistics import NormalDist
 from typing import Any
 
@@ -26,35 +26,64 @@ _EPS = 1e-9
 
 
 def optuna() -> Any:
+    """The optuna module, or a UsageError naming the `search` extra."""
     return require("optuna", "search", "phalanx group run")
 
 
-def make_study(hp: HPTuning, name: str, resumed_after: int = 0) -> Any:
-    """An in-memory study: the store is the record; a resumed controller replays it (``replay``).
-
-    ``resumed_after``: trials already recorded. A replayed trial does not advance the sampler's
-    random state, so a resumed random search would draw its first values again; its seed is moved
-    on by that count instead (still reproducible for the same history).
-    """
+def open_study(hp: HPTuning, name: str, storage: Any, seed: int) -> Any:
+    """The group's study in ``storage`` (made the first time, loaded after): what a resumed
+    controller continues, trials, intermediate values and all, with nothing replayed."""
     op = optuna()
     op.logging.set_verbosity(op.logging.WARNING)
-    s = hp.search
-    if s.seed is not None and resumed_after:
-        s = replace(s, seed=s.seed + 7919 * resumed_after)
-    elif resumed_after:
-        s = replace(s, seed=None)
     direction = "maximize" if (hp.metric and hp.metric.maximize) else "minimize"
+    return op.create_study(
+        study_name=name,
+        storage=storage,
+        load_if_exists=True,
+        direction=direction,
+        sampler=sampler_for(hp, seed, 0),
+        pruner=make_pruner(hp.pruning),
+    )
+
+
+def study_storage(folder: Path) -> Any:
+    """Optuna's RDB storage in its own SQLite file in the group's folder (``study.sqlite``): the
+    study outlives the controller (docs/groups.md says why this and not the Phalanx store)."""
+    op = optuna()
+    folder.mkdir(parents=True, exist_ok=True)
+    return op.storages.RDBStorage(f"sqlite:///{folder / 'study.sqlite'}")
+
+
+def trial_seed(seed: int, number: int) -> int:
+    """The seed of trial ``number``'s sampling: a function of the group's seed and the number only,
+    so a resumed controller draws what the one it replaces would have drawn (no state to save)."""
+    import numpy as np
+
+    return int(np.random.SeedSequence([seed, number]).generate_state(1)[0])
+
+
+def group_seed(search_seed: int | None, group_id: str) -> int:
+    """The file's seed, else one derived from the group id (fixed for the group's life)."""
+    if search_seed is not None:
+        return search_seed
+    import hashlib
+
+    return int.from_bytes(hashlib.sha256(group_id.encode()).digest()[:4], "big")
+
+
+def sampler_for(hp: HPTuning, seed: int, number: int) -> Any:
+    """The sampler that draws trial ``number``: a fresh one seeded by ``trial_seed``. The grid's
+    order is shuffled by the group's seed alone (a grid id must name the same combination for every
+    trial); its pick among the unvisited ids is then a function of what was visited."""
+    op = optuna()
+    s = hp.search
     if s.kind == "grid":
         space = {d.name: list(d.choices) for d in hp.matrix}
-        sampler = op.samplers.GridSampler(space, seed=s.seed)
-    elif s.kind == "bo":
+        return op.samplers.GridSampler(space, seed=seed)
+    if s.kind == "bo":
         startup = s.n_initial_trials if s.n_initial_trials is not None else 5
-        sampler = op.samplers.TPESampler(n_startup_trials=max(startup, 1), seed=s.seed)
-    else:
-        sampler = op.samplers.RandomSampler(seed=s.seed)
-    return op.create_study(
-        study_name=name, direction=direction, sampler=sampler, pruner=make_pruner(hp.pruning)
-    )
+        return op.samplers.TPESampler(n_startup_trials=max(startup, 1), seed=trial_seed(seed, number))
+    return op.samplers.RandomSampler(seed=trial_seed(seed, number))
 
 
 def make_pruner(p: Pruning | None) -> Any:
@@ -150,7 +179,8 @@ def replay(
     value: float | None,
     intermediate: dict[int, float],
 ) -> None:
-    """Add a trial recorded in the store (a resumed controller's past) to a fresh study."""
+    """Add a trial recorded in the store to an empty study: only for a group recorded by a Phalanx
+    that did not keep its study (``core.Search.restore``)."""
     op = optuna()
     dists = distributions(hp)
     states = {"done": op.trial.TrialState.COMPLETE, "pruned": op.trial.TrialState.PRUNED}
@@ -170,12 +200,13 @@ def replay(
 def tell(study: Any, trial: Any, value: float | None = None, state: Any = None) -> None:
     """study.tell, ignoring GridSampler's `study.stop()` once the grid is covered: outside
     study.optimize() that raises, after the trial's result has been stored (the controller knows
-    the grid's size and stops launching by itself)."""
+    the grid's size and stops launching by itself). A trial already finished in the study (told
+    by a controller killed before it recorded the outcome in the store) is left as it is."""
     try:
         if state is None:
-            study.tell(trial, value)
+            study.tell(trial, value, skip_if_finished=True)
         else:
-            study.tell(trial, state=state)
+            study.tell(trial, state=state, skip_if_finished=True)
     except RuntimeError as exc:
         if "Study.stop" not in str(exc):
             raise

@@ -19,9 +19,19 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, Unpack, runtime_checkable
 
-from phalanx.domain import Event, Experiment, ExperimentStatus, Page, Replica, ReplicaState
+from phalanx.domain import (
+    Event,
+    Experiment,
+    ExperimentStatus,
+    Group,
+    GroupUpdate,
+    Page,
+    Replica,
+    ReplicaState,
+    Trial,
+    TrialUpdate,
+)
 from phalanx.errors import UsageError
-from phalanx.groups.records import Group, GroupUpdate, Trial, TrialUpdate
 from phalanx.store.artifacts import ArtifactStore
 
 

@@ -118,8 +118,8 @@ def test_group_stop_after_a_killed_controller_keeps_a_trial_that_had_already_suc
     """The controller was SIGKILLed; one trial then finished with its metric while nobody watched.
     `group stop` (which does the stopping itself) must record that trial as done with its value
     (it is the best trial), not as stopped by the stop that never touched it."""
+    from phalanx.domain import Trial
     from phalanx.groups import controller
-    from phalanx.groups.records import Trial
     from phalanx.spec.group import load_group
     from phalanx.store.base import group_store
 

@@ -174,8 +174,34 @@ def test_a_controller_killed_mid_search_is_resumed_without_repeating_a_trial(pha
     assert sorted(e.id for e in all_experiments) == sorted(ids)  # none launched twice
     assert all(e.status == "succeeded" for e in all_experiments)
     assert len({t["params"]["x"] for t in doc["trials"]}) == 5
+    # exactly the values an uninterrupted search with the same seed proposes: the resumed
+    # controller opened the same study and seeded trial N's sampling from (seed, N), no replay
+    assert [t["params"] for t in doc["trials"]] == uninterrupted(path, 5)
     again = phalanx.run("group", "resume", group_id)
     assert again.returncode == 2 and "already succeeded: nothing to resume" in again.stderr
+
+
+def uninterrupted(path: Path, trials: int) -> list[dict[str, Any]]:
+    """The values a search of this file proposes when nothing interrupts it (random search: they
+    do not depend on the trials' results), from the search's pure core."""
+    import optuna
+
+    from phalanx.groups import core
+    from phalanx.spec.group import load_group
+
+    hp = load_group(path).hptuning
+    assert hp.search.seed is not None
+    search = core.Search(
+        hp, name="g", seed=hp.search.seed, planned=trials, storage=optuna.storages.InMemoryStorage()
+    )
+    search.restore([])
+    proposed: list[dict[str, Any]] = []
+    while len(proposed) < trials:
+        for op in search.next():
+            assert isinstance(op, core.Launch)
+            proposed.append(op.params)
+            search.ended(op.number, "succeeded", None)
+    return proposed
 
 
 def test_bad_group_files_are_located_errors_and_nothing_is_recorded(phalanx: Phalanx) -> None:

@@ -173,9 +173,8 @@ def test_group_get_shows_a_trial_waiting_in_the_machines_queue_as_queued(
     no value for them, which looked like a stuck trial."""
     import time
 
-    from phalanx.domain import ExperimentStatus
+    from phalanx.domain import ExperimentStatus, Trial
     from phalanx.groups import controller
-    from phalanx.groups.records import Trial
     from phalanx.spec.group import load_group
     from phalanx.store import open_store
     from phalanx.store.base import group_store

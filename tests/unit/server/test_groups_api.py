@@ -27,8 +27,8 @@ run:
 
 
 def _group_with_a_running_trial(store: Store, home: Path) -> str:
+    from phalanx.domain import Trial
     from phalanx.groups.controller import create
-    from phalanx.groups.records import Trial
     from phalanx.spec.group import load_group
     from phalanx.store.base import group_store
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 
+from phalanx.domain import Group, Trial, best_trial
 from phalanx.errors import Conflict, NotFound, UsageError
-from phalanx.groups.records import Group, Trial, best_trial
 from phalanx.store.base import ExperimentFilter, GroupStore, group_store
 from phalanx.store.sql import SqlStore
 

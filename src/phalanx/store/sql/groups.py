@@ -16,8 +16,8 @@ from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import delete, func, insert, select, update
 
+from phalanx.domain import Group, Trial
 from phalanx.errors import NotFound, UsageError
-from phalanx.groups.records import Group, Trial
 from phalanx.store.sql.models import ExperimentRow, GroupRow, TrialRow
 
 if TYPE_CHECKING:

@@ -18,9 +18,20 @@ from typing import TYPE_CHECKING, Any, TypeVar, Unpack
 from sqlalchemy import Connection, String, cast, delete, func, insert, or_, select, update
 from sqlalchemy.exc import IntegrityError, OperationalError
 
-from phalanx.domain import Event, Experiment, ExperimentStatus, Page, Replica, ReplicaState, Role
+from phalanx.domain import (
+    Event,
+    Experiment,
+    ExperimentStatus,
+    Group,
+    GroupUpdate,
+    Page,
+    Replica,
+    ReplicaState,
+    Role,
+    Trial,
+    TrialUpdate,
+)
 from phalanx.errors import Conflict, NotFound, StoreError, UsageError, not_resumable
-from phalanx.groups.records import Group, GroupUpdate, Trial, TrialUpdate
 from phalanx.store.artifacts import ArtifactStore
 from phalanx.store.base import (
     ArtifactRecord,

@@ -1,0 +1,148 @@
+"""A group's end seen from outside its controller: whether the controller still runs, `phalanx
+group stop` (ask the controller; if none runs, stop the trials here), stopping many experiments at
+once, and the group as `group get -o json` and the API show it."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import os
+import socket
+import time
+from pathlib import Path
+from typing import Any
+
+from phalanx.config import Settings
+from phalanx.domain import Group, GroupStatus, Trial, TrialState, TrialUpdate, best_trial
+from phalanx.errors import NotFound
+from phalanx.store.base import GroupStore
+
+
+def controller_alive(group: Group) -> bool:
+    """Whether the group's controller still runs (on this machine; another host's is trusted)."""
+    if group.controller_pid is None:
+        return False
+    if group.controller_host and group.controller_host != socket.gethostname():
+        return True
+    from phalanx.procs import pid_alive
+
+    if not pid_alive(group.controller_pid):
+        return False
+    try:
+        cmdline = Path(f"/proc/{group.controller_pid}/cmdline").read_bytes()
+    except OSError:
+        return False
+    return b"phalanx" in cmdline and group.controller_pid != os.getpid()
+
+
+def controller_locked(group_id: str, settings: Settings) -> bool:
+    """Whether a controller of this group holds its lock on this machine (one that is still
+    starting has not yet written its pid to the group's record)."""
+    from phalanx.groups.lock import holder
+
+    return holder(settings.home / "groups" / group_id) is not None
+
+
+def group_json(store: GroupStore, group: Group) -> dict[str, Any]:
+    """`phalanx group get -o json` and the API: the group, its trials and the best one."""
+    trials = store.list_trials(group.id)
+    best = best_trial(trials, group.optimization)
+    doc = group.to_json()
+    doc["trials"] = [t.to_json() for t in trials]
+    doc["best"] = best.to_json() if best else None
+    doc["counts"] = {
+        s: sum(1 for t in trials if t.state == s) for s in ("running", "done", "pruned", "failed", "stopped")
+    }
+    return doc
+
+
+def stop_group(store: GroupStore, settings: Settings, group: Group, timeout: float = 60.0) -> Group:
+    """`phalanx group stop`: ask the controller; if none runs, stop the running trials here."""
+    store.update_group(group.id, stop_requested=True)
+    if controller_alive(group) or controller_locked(group.id, settings):
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            current = store.get_group(group.id)
+            if current.done:
+                return current
+            if not controller_alive(current) and not controller_locked(current.id, settings):
+                break
+            time.sleep(0.2)
+    current = store.get_group(group.id)
+    if current.done:
+        return current
+    reason = "stopped by phalanx group stop"
+    unfinished = [t for t in store.list_trials(group.id) if not t.state.finished]
+    experiments = []
+    for t in unfinished:
+        with contextlib.suppress(NotFound):  # its launch never created it
+            experiments.append(store.get_experiment(t.experiment_id))
+            store.link_experiment(t.experiment_id, group.id)  # a controller killed before it saw it
+    stop_all(store, settings, experiments, reason, timeout=timeout)
+    for t in unfinished:
+        ended = ended_while_unwatched(store, current, t)
+        if ended is not None:  # the controller was dead when this trial finished: keep its outcome
+            store.update_trial(group.id, t.number, **ended)
+            continue
+        store.update_trial(
+            group.id, t.number, state=TrialState.STOPPED, reason=reason, finished_at=time.time()
+        )
+    store.update_group(
+        group.id, status=GroupStatus.STOPPED, reason=reason, finished_at=time.time(), controller_pid=None
+    )
+    return store.get_group(group.id)
+
+
+def ended_while_unwatched(store: GroupStore, group: Group, trial: Trial) -> TrialUpdate | None:
+    """A trial recorded as running whose experiment had already ended before `group stop` (its
+    controller killed, nobody watching): succeeded with the metric is `done` with its last value (it
+    can be the best trial), failed is `failed`; None when the stop is what ended it."""
+    try:
+        exp = store.get_experiment(trial.experiment_id)
+    except NotFound:
+        return None
+    status = str(exp.status)
+    finished = exp.finished_at or time.time()
+    if status == "failed":
+        return {"state": TrialState.FAILED, "reason": exp.reason, "finished_at": finished}
+    if status != "succeeded" or not group.metric:
+        return None
+    found = store.metrics(trial.experiment_id, title=group.metric).get(group.metric) or {}
+    if not found:
+        return None
+    series = found["master" if "master" in found else sorted(found)[0]]
+    points = [
+        (int(st), float(v))
+        for st, v in zip(series.steps, series.values, strict=False)
+        if v is not None and math.isfinite(float(v))
+    ]
+    if not points:
+        return None
+    step, value = max(points)
+    return {"state": TrialState.DONE, "value": value, "step": step, "finished_at": finished}
+
+
+def stop_all(
+    store: GroupStore, settings: Settings, experiments: list[Any], reason: str, timeout: float
+) -> None:
+    """Stop these experiments all at once, not one after the other: each stop waits for its
+    supervisor (on Slurm: scancel, then the job's end), and a trial still queued behind a running
+    one must be cancelled before the running one's nodes free up and Slurm starts it."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from phalanx.supervisor import stop_experiment
+
+    running = [e for e in experiments if not e.status.done]
+    if not running:
+        return
+    with ThreadPoolExecutor(max_workers=min(16, len(running))) as pool:
+        futures = [
+            pool.submit(stop_experiment, store, settings, e, timeout=timeout, reason=reason) for e in running
+        ]
+        for f in futures:
+            f.result()
+
+
+def dumps(doc: Any) -> str:
+    return json.dumps(doc, indent=2, default=str)
