@@ -107,6 +107,7 @@ def create_app(settings: ServerSettings, store: IngestStore | None = None) -> Fa
     if settings.ui_enabled:
         app.include_router(pages.router)
         app.include_router(groups.page_router)
+        app.include_router(models.page_router)
         app.mount("/static", StaticFiles(directory=pages.UI_DIR), name="static")
 
     _install_error_handlers(app)

@@ -7,6 +7,7 @@ these routes are plain ``def``), so a tampered file is refused (400, with its pa
 from __future__ import annotations
 
 from fastapi import APIRouter, Response
+from fastapi.responses import HTMLResponse
 
 from phalanx.registry.records import ModelRef, check_alias, check_model_name
 from phalanx.registry.service import Registry
@@ -21,6 +22,21 @@ from phalanx.server.registry_schemas import (
 )
 
 router = APIRouter(tags=["models"])
+page_router = APIRouter(include_in_schema=False)
+
+
+@page_router.get("/models")
+def models_page() -> HTMLResponse:
+    from phalanx.server.routes.pages import _shell
+
+    return _shell()
+
+
+@page_router.get("/models/{name}")
+def model_page(name: str) -> HTMLResponse:
+    from phalanx.server.routes.pages import _shell
+
+    return _shell()
 
 
 @router.get("/models", response_model=list[RegisteredModelOut])
