@@ -77,8 +77,11 @@ def serve(
     ] = True,
     max_batch: Annotated[int, typer.Option("--max-batch", min=1, help="rows per call at most")] = 64,
     max_wait_ms: Annotated[
-        float, typer.Option("--max-wait-ms", min=0.0, help="how long a batch waits for more requests")
-    ] = 2.0,
+        float,
+        typer.Option(
+            "--max-wait-ms", min=0.0, help="how long a batch waits for more (0: only what queued meanwhile)"
+        ),
+    ] = 0.0,
     token: Annotated[
         str | None,
         typer.Option(

@@ -38,7 +38,7 @@ PUBLIC = ("/healthz",)
 class ServeOptions:
     batching: bool = True
     max_batch: int = 64
-    max_wait_ms: float = 2.0
+    max_wait_ms: float = 0.0
     workers: int = 1
     token: str | None = None  # None: no token asked (--no-auth)
     max_body_bytes: int = 64 << 20

@@ -1,8 +1,9 @@
 """Dynamic batching: concurrent requests joined into one ONNX Runtime call.
 
 The first waiting request opens a batch; it closes when it holds ``max_batch`` rows or ``max_wait``
-seconds have passed, whichever is first. At most ``workers`` batches run at once (ONNX Runtime
-releases the GIL, so they run in parallel threads). A batch takes the served model once (see
+seconds have passed, whichever is first; requests that came while every worker was busy join the
+next batch at once. At most ``workers`` batches run at once (ONNX Runtime releases the GIL, so
+they run in parallel threads). A batch takes the served model once (see
 follower.py), so all its requests are answered by the same version. A request larger than
 ``max_batch`` rows runs alone, never split. With batching off each request is its own batch.
 """
@@ -87,40 +88,38 @@ class Batcher:
         return await future
 
     async def _collect(self) -> None:
+        """Form batches: take the first waiting request, wait for a free worker (requests that come
+        meanwhile join), take whatever else is waiting, then wait up to ``max_wait`` for more while
+        the batch has room. With ``max_wait`` 0 a batch is what queued while the workers were busy:
+        no added latency at low load, large batches under load."""
         assert self._queue is not None and self._slots is not None
         loop = asyncio.get_running_loop()
+        carry: _Pending | None = None
         while True:
-            first = await self._queue.get()
-            batch = [first]
-            rows = first.rows
+            first = carry if carry is not None else await self._queue.get()
+            carry = None
+            await self._slots.acquire()
+            batch, rows = [first], first.rows
             deadline = loop.time() + self.max_wait
             while rows < self.max_batch:
-                remaining = deadline - loop.time()
-                if remaining <= 0 and self._queue.empty():
-                    break
                 try:
-                    item = (
-                        self._queue.get_nowait()
-                        if remaining <= 0
-                        else await asyncio.wait_for(self._queue.get(), remaining)
-                    )
-                except (TimeoutError, asyncio.QueueEmpty):
-                    break
+                    item = self._queue.get_nowait()
+                except asyncio.QueueEmpty:
+                    remaining = deadline - loop.time()
+                    if remaining <= 0:
+                        break
+                    try:
+                        item = await asyncio.wait_for(self._queue.get(), remaining)
+                    except TimeoutError:
+                        break
                 if rows + item.rows > self.max_batch:
-                    await self._dispatch(batch)
-                    batch, rows = [item], item.rows
-                    deadline = loop.time() + self.max_wait
-                    continue
+                    carry = item  # opens the next batch
+                    break
                 batch.append(item)
                 rows += item.rows
-            await self._dispatch(batch)
-
-    async def _dispatch(self, batch: list[_Pending]) -> None:
-        assert self._slots is not None
-        await self._slots.acquire()  # at most `workers` batches run; the next one forms meanwhile
-        task = asyncio.create_task(self._run_batch(batch))
-        self._running.add(task)
-        task.add_done_callback(self._running.discard)
+            task = asyncio.create_task(self._run_batch(batch))
+            self._running.add(task)
+            task.add_done_callback(self._running.discard)
 
     async def _run_batch(self, batch: list[_Pending]) -> None:
         assert self._slots is not None
