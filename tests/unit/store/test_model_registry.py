@@ -25,6 +25,7 @@ def _experiment(store: SqlStore, seed: int, name: str = "digits") -> str:
             Event(exp, EventKind.PARAM, {"section": "Args", "key": "lr", "value": 0.1 * seed}),
             Event(exp, EventKind.SCALAR, {"title": "accuracy", "series": "test", "value": 0.5, "step": 1}),
             Event(exp, EventKind.SCALAR, {"title": "accuracy", "series": "test", "value": 0.9, "step": 2}),
+            Event(exp, EventKind.SCALAR, {"title": "system/rss_mib", "series": "master", "value": 9, "step": 2}),
         ]
     )
     record_model(store, exp, name, random_linear(seed))
@@ -39,7 +40,7 @@ def test_register_numbers_versions_and_keeps_lineage_and_signature(store: SqlSto
     assert (v1.version, v2.version) == (1, 2)
     assert v1.experiment_id == first and v1.description == "first" and v1.tags == {"team": "vision"}
     assert v1.lineage["params"] == {"Args/lr": 0.1}
-    assert v1.lineage["metrics"] == {"accuracy/test": 0.9}
+    assert v1.lineage["metrics"] == {"accuracy/test": 0.9}  # the machine's series are not the model's
     assert v1.parity["passed"] is True and v1.parity["max_abs_diff"] <= 1e-5
     assert v1.signature["inputs"] == [{"name": "input", "dtype": "float32", "shape": [None, 64]}]
     assert v1.signature["outputs"] == [{"name": "output", "dtype": "float32", "shape": [None, 10]}]
