@@ -27,7 +27,7 @@ from phalanx.registry.records import (
 
 if TYPE_CHECKING:
     from phalanx.store.base import ModelRecord, Store
-    from phalanx.store.sql.registry import SqlRegistry
+    from phalanx.store.registry import RegistryStore
 
 # the artifact store's folder for the registry's copies (experiment ids are 12 hex digits: no clash)
 REGISTRY_ID = "_registry"
@@ -37,16 +37,13 @@ class Registry:
     """The registry over ``store`` (the SQL store, SQLite or PostgreSQL, with its artifact store)."""
 
     def __init__(self, store: Store) -> None:
-        from phalanx.store.sql.registry import SqlRegistry
-        from phalanx.store.sql.store import SqlStore
+        from phalanx.store.registry import registry_store
 
-        if not isinstance(store, SqlStore):
-            raise UsageError(f"the model registry needs the SQL store, not {type(store).__name__}")
+        self.sql: RegistryStore = registry_store(store)
         if store.artifact_store is None:
             raise UsageError("the model registry needs an artifact store to keep the models' files in")
         self.store = store
         self.artifacts = store.artifact_store
-        self.sql: SqlRegistry = SqlRegistry(store)
 
     # --- register ---------------------------------------------------------------------------
 
