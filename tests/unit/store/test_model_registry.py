@@ -25,7 +25,7 @@ def _experiment(store: SqlStore, seed: int, name: str = "digits") -> str:
             Event(exp, EventKind.PARAM, {"section": "Args", "key": "lr", "value": 0.1 * seed}),
             Event(exp, EventKind.SCALAR, {"title": "accuracy", "series": "test", "value": 0.5, "step": 1}),
             Event(exp, EventKind.SCALAR, {"title": "accuracy", "series": "test", "value": 0.9, "step": 2}),
-            Event(exp, EventKind.SCALAR, {"title": "system/rss_mib", "series": "master", "value": 9, "step": 2}),
+            Event(exp, EventKind.SCALAR, {"title": "system/rss_mib", "series": "m", "value": 9, "step": 1}),
         ]
     )
     record_model(store, exp, name, random_linear(seed))
