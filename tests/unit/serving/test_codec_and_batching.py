@@ -79,7 +79,12 @@ def _loaded(version: int) -> Loaded:
 
 
 def _run(coro: Any) -> Any:
-    return asyncio.run(coro)
+    """``asyncio.run`` in a thread of its own: the browser tests' sync Playwright leaves an event
+    loop running in the main thread of the same pytest process."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        return pool.submit(asyncio.run, coro).result(timeout=300)
 
 
 def test_concurrent_requests_are_joined_and_each_gets_its_own_rows() -> None:
