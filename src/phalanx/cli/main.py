@@ -13,6 +13,7 @@ COMMAND_MODULES = (
     "phalanx.cli.run",
     "phalanx.cli.tracking",
     "phalanx.cli.models",
+    "phalanx.cli.serve",
     "phalanx.cli.server",
     "phalanx.cli.cluster",
     "phalanx.cli.plot",

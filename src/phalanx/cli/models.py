@@ -1,16 +1,54 @@
-"""`phalanx models ID`: the models an experiment saved (task.save_model), and `--download NAME`."""
+"""`phalanx models`: the models an experiment saved, and the model registry.
+
+One command group, two kinds of first word:
+
+- a verb (``register``, ``ls``, ``get``, ``alias``, ``download``, ``update``): the registry
+  (phalanx.registry): named, versioned ONNX models with aliases that `phalanx serve` follows;
+- anything else is an experiment id, as before the registry existed: `phalanx models ID` lists the
+  models experiment ID saved (task.save_model) and `--download NAME` fetches one. It is the hidden
+  subcommand ``experiment``; ``_ModelsGroup`` routes a non-verb first word to it.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
+from typer.core import TyperGroup
 
 from phalanx.cli.app import app, emit_json, fail
 
 if TYPE_CHECKING:
+    from phalanx.registry.records import ModelVersion
+    from phalanx.registry.service import Registry
     from phalanx.store.base import ModelRecord
+
+
+class _ModelsGroup(TyperGroup):
+    """`phalanx models ID ...` (an experiment, not a verb) runs `phalanx models experiment ID ...`."""
+
+    def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
+        if args and args[0] not in self.commands and args[0] not in ("--help", "-h"):
+            args = ["experiment", *args]
+        return super().parse_args(ctx, args)
+
+
+models_app = typer.Typer(
+    cls=_ModelsGroup,
+    help=(
+        "The model registry (register, ls, get, alias, download, update), or an experiment's saved "
+        "models: `phalanx models ID [--download NAME]`."
+    ),
+    no_args_is_help=True,
+)
+app.add_typer(models_app, name="models")
+
+OutputOpt = Annotated[str, typer.Option("-o", "--output", metavar="table|json", help="table or json")]
+RefArg = Annotated[
+    str, typer.Argument(metavar="NAME[@ALIAS|@N]", help="a registered model: latest, an alias or a version")
+]
 
 
 def _size(n: int) -> str:
@@ -44,8 +82,8 @@ def model_json(record: ModelRecord) -> dict[str, Any]:
     }
 
 
-@app.command("models")
-def models(
+@models_app.command("experiment", hidden=True)
+def experiment_models(
     experiment_id: Annotated[str, typer.Argument(metavar="ID", help="experiment id or a unique prefix")],
     output: Annotated[
         str, typer.Option("-o", "--output", metavar="table|json", help="table or json")
@@ -62,7 +100,8 @@ def models(
         Path, typer.Option("-d", "--dir", metavar="DIR", help="where --download writes")
     ] = Path("."),
 ) -> None:
-    """List the models an experiment saved (name, format, size, replica, ONNX check), or download one."""
+    """List the models experiment ID saved (name, format, size, replica, ONNX check), or download one
+    (`phalanx models ID` runs this)."""
     if output not in ("table", "json"):
         raise fail(f"-o must be 'table' or 'json', not {output!r}")
     from phalanx.config import Settings
@@ -108,3 +147,228 @@ def models(
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     for row in rows:
         typer.echo("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip())
+
+
+# --- the registry -----------------------------------------------------------------------------
+
+
+def _registry() -> Registry:
+    from phalanx.config import Settings
+    from phalanx.registry.service import Registry
+    from phalanx.store import open_store
+
+    return Registry(open_store(Settings()))
+
+
+def _check_output(output: str) -> None:
+    if output not in ("table", "json"):
+        raise fail(f"-o must be 'table' or 'json', not {output!r}")
+
+
+def _tags(values: list[str] | None) -> dict[str, str]:
+    found: dict[str, str] = {}
+    for item in values or []:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise fail(f"--tag {item!r}: give KEY=VALUE, e.g. --tag team=vision")
+        found[key.strip()] = value
+    return found
+
+
+def _table(rows: Sequence[Sequence[str]]) -> None:
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    for row in rows:
+        typer.echo("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip())
+
+
+def _parity(v: ModelVersion) -> str:
+    p = v.parity
+    if not p:
+        return "-"
+    return f"{'passed' if p.get('passed') else 'FAILED'} (max diff {float(p.get('max_abs_diff', 0)):.2g})"
+
+
+def _shapes(items: list[dict[str, Any]]) -> str:
+    def dim(d: Any) -> str:
+        return "?" if d is None else str(d)
+
+    return ", ".join(f"{i['name']}: {i['dtype']}[{', '.join(dim(d) for d in i['shape'])}]" for i in items)
+
+
+@models_app.command("register")
+def register(
+    source: Annotated[
+        str,
+        typer.Argument(
+            metavar="EXPERIMENT[/MODEL]",
+            help="an experiment id (or prefix), and the model's name when it saved several",
+        ),
+    ],
+    name: Annotated[str, typer.Option("--name", "-n", metavar="NAME", help="the registered model's name")],
+    description: Annotated[str | None, typer.Option("--description", help="what this version is")] = None,
+    tag: Annotated[list[str] | None, typer.Option("--tag", metavar="KEY=VALUE", help="repeatable")] = None,
+    alias: Annotated[
+        str | None, typer.Option("--alias", metavar="ALIAS", help="also point NAME@ALIAS at the new version")
+    ] = None,
+    output: OutputOpt = "table",
+) -> None:
+    """Register an experiment's ONNX model as the next version of NAME, after re-running its ONNX
+    check on the stored file (a file that fails it is refused, with its parity figure)."""
+    _check_output(output)
+    tags = _tags(tag)
+    if alias is not None:
+        from phalanx.registry.records import check_alias
+
+        check_alias(alias)
+    registry = _registry()
+    created = registry.register(source, name, description=description, tags=tags)
+    if alias is not None:
+        registry.set_alias(created.name, alias, created.version)
+        created = registry.resolve(f"{created.name}@{created.version}")
+    if output == "json":
+        from phalanx.registry.service import version_json
+
+        emit_json(version_json(created))
+        return
+    typer.echo(
+        f"registered {created.name} version {created.version} from experiment {created.experiment_id} "
+        f"({created.source}; parity {_parity(created)})"
+        + (f"; {created.name}@{alias} -> {created.version}" if alias else "")
+    )
+
+
+@models_app.command("ls")
+def ls(
+    name: Annotated[str | None, typer.Argument(metavar="[NAME]", help="list this model's versions")] = None,
+    output: OutputOpt = "table",
+) -> None:
+    """List the registered models, or the versions of NAME."""
+    _check_output(output)
+    from phalanx.registry.service import model_json, version_json
+
+    registry = _registry()
+    if name is None:
+        models = registry.models()
+        if output == "json":
+            emit_json([model_json(m) for m in models])
+            return
+        if not models:
+            typer.echo("no registered models (`phalanx models register EXPERIMENT --name NAME` adds one)")
+            return
+        rows: list[tuple[str, ...]] = [("NAME", "LATEST", "ALIASES", "DESCRIPTION")]
+        for m in models:
+            aliases = ", ".join(f"@{a}={v}" for a, v in m.aliases.items()) or "-"
+            rows.append((m.name, str(m.latest_version or "-"), aliases, (m.description or "")[:60]))
+        _table(rows)
+        return
+    versions = registry.versions(name)
+    if output == "json":
+        emit_json([version_json(v) for v in versions])
+        return
+    table: list[tuple[str, ...]] = [("VERSION", "ALIASES", "EXPERIMENT", "SOURCE", "PARITY", "DESCRIPTION")]
+    for v in versions:
+        aliases = ", ".join(f"@{a}" for a in v.aliases) or "-"
+        table.append(
+            (str(v.version), aliases, v.experiment_id, v.source, _parity(v), (v.description or "")[:50])
+        )
+    _table(table)
+
+
+@models_app.command("get")
+def get(ref: RefArg, output: OutputOpt = "table") -> None:
+    """Show one version: lineage (experiment, params, final metrics, snapshot), signature, aliases."""
+    _check_output(output)
+    from phalanx.registry.service import version_json
+
+    v = _registry().resolve(ref)
+    if output == "json":
+        emit_json(version_json(v))
+        return
+    lineage = v.lineage
+    exp = lineage.get("experiment", {})
+    lines = [
+        f"{v.name} version {v.version}"
+        + (f"  aliases: {', '.join('@' + a for a in v.aliases)}" if v.aliases else ""),
+        f"experiment:  {v.experiment_id} ({exp.get('name', '?')}, project {exp.get('project', '?')})",
+        f"source:      {v.source} (sha256 {v.sha256[:16]}…, {_size(v.size)})",
+        f"parity:      {_parity(v)}",
+        f"inputs:      {_shapes(v.signature.get('inputs', []))}",
+        f"outputs:     {_shapes(v.signature.get('outputs', []))}",
+    ]
+    if v.description:
+        lines.append(f"description: {v.description}")
+    if v.tags:
+        lines.append("tags:        " + ", ".join(f"{k}={val}" for k, val in sorted(v.tags.items())))
+    snapshot = lineage.get("snapshot") or {}
+    if snapshot:
+        lines.append("snapshot:    " + ", ".join(f"{k} {val}" for k, val in snapshot.items()))
+    for title, values in (("params", lineage.get("params") or {}), ("metrics", lineage.get("metrics") or {})):
+        if values:
+            lines.append(f"{title}:")
+            lines += [f"  {k} = {val}" for k, val in sorted(values.items())]
+    for line in lines:
+        typer.echo(line)
+
+
+@models_app.command("alias")
+def alias(
+    target: Annotated[str, typer.Argument(metavar="NAME@ALIAS", help="the alias to set or move")],
+    version: Annotated[
+        int | None, typer.Argument(metavar="[VERSION]", help="the version it names from now on")
+    ] = None,
+    delete: Annotated[bool, typer.Option("--delete", help="remove the alias")] = False,
+) -> None:
+    """Point NAME@ALIAS at VERSION (moved in one transaction: a server following it never sees none)."""
+    from phalanx.registry.records import parse_ref
+
+    ref = parse_ref(target)
+    if ref.alias is None:
+        raise fail(f"{target!r}: give NAME@ALIAS, e.g. `phalanx models alias {ref.name}@prod 3`")
+    registry = _registry()
+    if delete:
+        if version is not None:
+            raise fail("--delete takes no VERSION")
+        registry.delete_alias(ref.name, ref.alias)
+        typer.echo(f"removed {ref}")
+        return
+    if version is None:
+        raise fail(f"give the version {ref} names, e.g. `phalanx models alias {ref} 3`")
+    before = registry.set_alias(ref.name, ref.alias, version)
+    moved = "" if before is None or before == version else f" (was {before})"
+    typer.echo(f"{ref} -> version {version}{moved}")
+
+
+@models_app.command("download")
+def download(
+    ref: RefArg,
+    directory: Annotated[Path, typer.Option("-d", "--dir", metavar="DIR", help="where to write")] = Path("."),
+) -> None:
+    """Write a version's ONNX file as DIR/NAME-vN.onnx."""
+    from phalanx.registry.model import Model
+    from phalanx.registry.records import parse_ref
+
+    parse_ref(ref)
+    registry = _registry()
+    model = Model(ref, store=registry.store)
+    typer.echo(str(model.download(directory)))
+
+
+@models_app.command("update")
+def update(
+    ref: Annotated[str, typer.Argument(metavar="NAME[@N]", help="the model, or one version of it")],
+    description: Annotated[str | None, typer.Option("--description", help="new description")] = None,
+    tag: Annotated[
+        list[str] | None, typer.Option("--tag", metavar="KEY=VALUE", help="set a tag (KEY= removes it)")
+    ] = None,
+) -> None:
+    """Set the description or tags of a registered model (NAME) or of one version (NAME@N)."""
+    from phalanx.registry.records import parse_ref
+
+    parsed = parse_ref(ref)
+    if parsed.alias is not None:
+        raise fail(f"{ref!r}: update takes NAME or NAME@VERSION, not an alias")
+    if description is None and not tag:
+        raise fail("nothing to update: give --description TEXT and/or --tag KEY=VALUE")
+    tags: dict[str, str | None] = {k: (v if v != "" else None) for k, v in _tags(tag).items()}
+    _registry().update(parsed.name, parsed.version, description=description, tags=tags)
+    typer.echo(f"updated {ref}")

@@ -23,7 +23,18 @@ from phalanx.errors import PhalanxError, http_status
 from phalanx.server.auth import SecurityMiddleware, default_allowed_hosts
 from phalanx.server.files import ArtifactFiles
 from phalanx.server.limits import BodyLimitMiddleware
-from phalanx.server.routes import artifacts, experiments, groups, ingest, logs, metrics, pages, params, runs
+from phalanx.server.routes import (
+    artifacts,
+    experiments,
+    groups,
+    ingest,
+    logs,
+    metrics,
+    models,
+    pages,
+    params,
+    runs,
+)
 from phalanx.server.sessions import LoginThrottle, Sessions
 from phalanx.server.settings import ServerSettings
 from phalanx.server.sweeper import Sweeper
@@ -91,11 +102,12 @@ def create_app(settings: ServerSettings, store: IngestStore | None = None) -> Fa
     def health() -> dict[str, Any]:
         return {"ok": True, "version": __version__}
 
-    for module in (experiments, metrics, params, artifacts, logs, ingest, groups, runs):
+    for module in (experiments, metrics, params, artifacts, logs, ingest, groups, runs, models):
         app.include_router(module.router, prefix=API)
     if settings.ui_enabled:
         app.include_router(pages.router)
         app.include_router(groups.page_router)
+        app.include_router(models.page_router)
         app.mount("/static", StaticFiles(directory=pages.UI_DIR), name="static")
 
     _install_error_handlers(app)

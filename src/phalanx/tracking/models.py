@@ -16,8 +16,10 @@ inside the functions: the rest of phalanx.tracking stays standard-library only.
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import copy
+import hashlib
 import logging
 import os
 import re
@@ -37,6 +39,10 @@ log = logging.getLogger(__name__)
 RTOL = 1e-3
 ATOL = 1e-5
 MODELS_DIR = "models"  # the models' folder inside the experiment's artifact folder
+# The check's inputs and outputs are kept in the ONNX model's metadata up to this many raw bytes, so
+# the registry can re-run the check on the stored file (phalanx.registry.parity); one example batch
+# of a typical model is far below it.
+PARITY_MAX_BYTES = 1 << 20
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$")
 
 
@@ -278,11 +284,42 @@ def export_model(
         "output_shapes": [list(e.shape) for e in expected],
         "dynamic_axes": {n: {"0": "batch"} for n in [*inputs, *outputs]},
         "check": check,
+        "sha256": hashlib.sha256(path.read_bytes()).hexdigest(),
+        **_parity_arrays(inputs, [a.numpy() for a in args], outputs, expected),
         "export_seconds": round(export_seconds, 3),
         "torch_version": torch.__version__,
         "onnx_version": onnx_lib.__version__,
     }
     return ExportedModel(name, weights, path, weights_meta, onnx_meta)
+
+
+def _array_record(name: str, array: Any) -> dict[str, Any]:
+    import numpy as np
+
+    arr = np.ascontiguousarray(array)
+    return {
+        "name": name,
+        "dtype": arr.dtype.str,
+        "shape": list(arr.shape),
+        "data": base64.b64encode(arr.tobytes()).decode("ascii"),
+    }
+
+
+def _parity_arrays(
+    input_names: Sequence[str], inputs: Sequence[Any], output_names: Sequence[str], outputs: Sequence[Any]
+) -> dict[str, Any]:
+    """``{"parity": {"inputs": [...], "outputs": [...]}}``: the check's example input and PyTorch's
+    output (base64 of the raw array, dtype, shape), so the check can be run again on the stored file
+    (a registry refuses a file that no longer computes them). Over PARITY_MAX_BYTES only a note."""
+    total = sum(int(a.nbytes) for a in [*inputs, *outputs])
+    if total > PARITY_MAX_BYTES:
+        return {"parity_omitted": f"example input and output take {total} bytes (> {PARITY_MAX_BYTES})"}
+    return {
+        "parity": {
+            "inputs": [_array_record(n, a) for n, a in zip(input_names, inputs, strict=False)],
+            "outputs": [_array_record(n, a) for n, a in zip(output_names, outputs, strict=False)],
+        }
+    }
 
 
 def check_onnx(

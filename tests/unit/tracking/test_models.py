@@ -85,6 +85,22 @@ def test_onnx_metadata_records_the_check_and_the_graph(exported: Any) -> None:
     assert meta["exporter"] in ("dynamo", "torchscript")
 
 
+def test_onnx_metadata_keeps_what_re_runs_the_check_on_the_stored_file(exported: Any) -> None:
+    """The registry re-checks a file before registering it: the example input and PyTorch's output
+    travel in the metadata, and the check passes on the file as saved and fails on an altered one."""
+    import hashlib
+
+    from phalanx.registry.parity import recheck
+
+    result = exported[1]
+    meta = result.onnx_metadata
+    data = result.onnx.read_bytes()
+    assert meta["sha256"] == hashlib.sha256(data).hexdigest()
+    assert [a["shape"] for a in meta["parity"]["inputs"]] == [[2, 64]]
+    assert recheck(data, meta).passed
+    assert not recheck(data[: len(data) // 2], meta).passed
+
+
 def test_an_export_that_computes_something_else_is_refused(tmp_path: Path) -> None:
     with pytest.raises(ModelCheckFailed, match="max abs diff 1"):
         export_model(_DriftsAfterTracing(), "drifts", torch.randn(1, 4), tmp_path)

@@ -328,3 +328,51 @@ class ReplicaStartRow(Base):
     )
     replica: Mapped[str] = mapped_column(String(64), primary_key=True)
     last: Mapped[int] = mapped_column(Integer)
+
+
+class RegisteredModelRow(Base):
+    """A name in the model registry (phalanx.registry); its versions and aliases point to it."""
+
+    __tablename__ = "registered_models"
+
+    name: Mapped[str] = mapped_column(String(100), primary_key=True)
+    description: Mapped[str | None] = mapped_column(Text)
+    tags: Mapped[dict[str, str]] = mapped_column(JSON, default=dict)
+    created_at: Mapped[float] = mapped_column(Float)
+    updated_at: Mapped[float] = mapped_column(Float)
+
+
+class ModelVersionRow(Base):
+    """Version N of a registered model: the registry's own copy of an experiment's ONNX file (``path``
+    in the artifact store), what made it (``lineage``) and what it takes and gives (``signature``)."""
+
+    __tablename__ = "model_versions"
+
+    name: Mapped[str] = mapped_column(
+        String(100), ForeignKey("registered_models.name", ondelete="CASCADE"), primary_key=True
+    )
+    version: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=False)
+    experiment_id: Mapped[str] = mapped_column(String(32), index=True)
+    source: Mapped[str] = mapped_column(String(255))
+    path: Mapped[str] = mapped_column(Text)
+    sha256: Mapped[str] = mapped_column(String(64))
+    size: Mapped[int] = mapped_column(BigInteger)
+    signature: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
+    lineage: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
+    description: Mapped[str | None] = mapped_column(Text)
+    tags: Mapped[dict[str, str]] = mapped_column(JSON, default=dict)
+    created_at: Mapped[float] = mapped_column(Float)
+
+
+class ModelAliasRow(Base):
+    """``NAME@alias`` -> a version. One row per alias, so moving it is one UPDATE (atomic: a reader
+    sees the old version or the new one, never none)."""
+
+    __tablename__ = "model_aliases"
+
+    name: Mapped[str] = mapped_column(
+        String(100), ForeignKey("registered_models.name", ondelete="CASCADE"), primary_key=True
+    )
+    alias: Mapped[str] = mapped_column(String(64), primary_key=True)
+    version: Mapped[int] = mapped_column(Integer)
+    updated_at: Mapped[float] = mapped_column(Float)

@@ -1,9 +1,11 @@
-// The UI's entry point: picks the view from the path. Pages are /, /experiments/{id}, /compare.
+// The UI's entry point: picks the view from the path. Pages are /, /experiments/{id}, /compare,
+// /groups[/{id}], /models[/{name}].
 
 import { renderCompare } from "./compare.js";
 import { renderExperiment } from "./experiment.js";
 import { renderGroup, renderGroups } from "./groups.js";
 import { renderList } from "./list.js";
+import { renderModel, renderModels } from "./models.js";
 
 function route() {
   const root = document.getElementById("app");
@@ -12,9 +14,12 @@ function route() {
   let nav = "experiments";
   const m = /^\/experiments\/([^/]+)\/?$/.exec(path);
   const g = /^\/groups\/([^/]+)\/?$/.exec(path);
+  const md = /^\/models\/([^/]+)\/?$/.exec(path);
   if (m) renderExperiment(root, ctx, decodeURIComponent(m[1]));
   else if (g) { nav = "groups"; renderGroup(root, ctx, decodeURIComponent(g[1])); }
   else if (path === "/groups" || path === "/groups/") { nav = "groups"; renderGroups(root); }
+  else if (md) { nav = "models"; renderModel(root, decodeURIComponent(md[1])); }
+  else if (path === "/models" || path === "/models/") { nav = "models"; renderModels(root); }
   else if (path === "/compare" || path === "/compare/") { nav = "compare"; renderCompare(root, ctx); }
   else renderList(root, ctx);
   for (const a of document.querySelectorAll(".topbar nav a")) a.classList.toggle("active", a.dataset.nav === nav);

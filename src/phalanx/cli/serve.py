@@ -1,0 +1,162 @@
+"""`phalanx serve NAME@alias`: serve a registered ONNX model over HTTP (phalanx.serving).
+
+The port is bound here, before anything else starts (``--port 0``: any free port), and the line
+``serving NAME@alias (version N, PROVIDER) at http://HOST:PORT`` is printed once the model is
+loaded, so a script can read the address from the first line that starts with ``serving``.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import secrets
+import socket
+import sys
+from typing import Annotated
+
+import typer
+
+from phalanx.cli.app import app, fail
+
+LOOPBACK_NAMES = ("localhost", "ip6-localhost", "localhost.localdomain")
+
+
+def _is_loopback(host: str) -> bool:
+    if host in LOOPBACK_NAMES:
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def _bind(host: str, port: int) -> socket.socket:
+    """The listening socket, bound now: a port in use or an unknown host is a clear error, and port
+    0 gets a free port that nobody else can take before the server uses it."""
+    import errno
+
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except socket.gaierror as exc:
+        raise fail(f"--host {host}: not an address of this machine ({exc.strerror}); try 127.0.0.1") from None
+    family, kind, proto, _, address = infos[0]
+    sock = socket.socket(family, kind, proto)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind(address)
+        sock.listen(2048)
+    except OSError as exc:
+        sock.close()
+        if exc.errno == errno.EADDRINUSE:
+            why = "something else listens there; pick another --port (0: any free one), or stop it"
+        elif exc.errno == errno.EACCES:
+            why = "ports below 1024 need root; pick --port 1024 or higher"
+        else:
+            why = exc.strerror or str(exc)
+        raise fail(f"cannot listen on {host}:{port}: {why}") from None
+    sock.set_inheritable(True)
+    return sock
+
+
+@app.command("serve")
+def serve(
+    ref: Annotated[
+        str,
+        typer.Argument(
+            metavar="NAME[@ALIAS|@N]", help="the registered model; with an alias, a moved alias is followed"
+        ),
+    ],
+    host: Annotated[str, typer.Option("--host", help="address to listen on")] = "127.0.0.1",
+    port: Annotated[
+        int, typer.Option("--port", help="port (0: any free port, printed)", min=0, max=65535)
+    ] = 8500,
+    workers: Annotated[
+        int, typer.Option("--workers", min=1, max=64, help="ONNX Runtime calls (batches) run at once")
+    ] = 1,
+    batching: Annotated[
+        bool, typer.Option("--batching/--no-batching", help="join concurrent requests into one call")
+    ] = True,
+    max_batch: Annotated[int, typer.Option("--max-batch", min=1, help="rows per call at most")] = 64,
+    max_wait_ms: Annotated[
+        float,
+        typer.Option(
+            "--max-wait-ms", min=0.0, help="how long a batch waits for more (0: only what queued meanwhile)"
+        ),
+    ] = 0.0,
+    token: Annotated[
+        str | None,
+        typer.Option(
+            "--token",
+            envvar="PHALANX_SERVE_TOKEN",
+            help="the bearer token clients send (default: a new one, printed)",
+        ),
+    ] = None,
+    no_auth: Annotated[
+        bool, typer.Option("--no-auth", help="ask no token (loopback addresses only)")
+    ] = False,
+    poll_seconds: Annotated[
+        float, typer.Option("--poll-seconds", min=0.05, help="how often the alias is checked for a move")
+    ] = 0.5,
+    intra_threads: Annotated[
+        int, typer.Option("--threads", min=0, help="ONNX Runtime threads per call (0: its default)")
+    ] = 0,
+    log_level: Annotated[
+        str, typer.Option("--log-level", help="uvicorn's: warning, info, debug")
+    ] = "warning",
+) -> None:
+    """Serve a registered ONNX model: POST /v1/models/NAME:predict (JSON or .npy), /healthz, /metrics."""
+    from phalanx.registry.records import parse_ref
+
+    parsed = parse_ref(ref)
+    if no_auth and token:
+        raise fail("--no-auth and --token (or PHALANX_SERVE_TOKEN) contradict each other: give one")
+    if no_auth and not _is_loopback(host):
+        raise fail(
+            f"--no-auth listens only on a loopback address, not {host!r}: use --host 127.0.0.1, or drop "
+            "--no-auth and give clients the token"
+        )
+    if log_level not in ("critical", "error", "warning", "info", "debug"):
+        raise fail(f"--log-level {log_level!r}: use warning, info or debug")
+    try:
+        import onnxruntime  # noqa: F401
+        import uvicorn
+
+        from phalanx.serving.app import ServeOptions, create_serving_app
+        from phalanx.serving.follower import Follower
+    except ImportError as exc:
+        raise fail(
+            f"phalanx serve needs the serve extra ({exc.name} is missing): pip install 'phalanx[serve]'"
+        ) from None
+    from phalanx.config import Settings
+    from phalanx.registry.service import Registry
+    from phalanx.store import open_store
+
+    sock = _bind(host, port)
+    registry = Registry(open_store(Settings()))
+    follower = Follower(
+        parsed, registry.resolve, registry.read_bytes, poll_seconds=poll_seconds, intra_threads=intra_threads
+    )
+    generated = token is None and not no_auth
+    if generated:
+        token = secrets.token_urlsafe(24)
+    options = ServeOptions(
+        batching=batching,
+        max_batch=max_batch,
+        max_wait_ms=max_wait_ms,
+        workers=workers,
+        token=None if no_auth else token,
+    )
+    serving_app = create_serving_app(follower, options)
+    bound_host, bound_port = sock.getsockname()[:2]
+    shown = f"[{bound_host}]" if ":" in bound_host else bound_host
+    if generated:
+        typer.echo(f"token: {token}  (clients send Authorization: Bearer <token>; --token sets your own)")
+    loaded = follower.current
+    typer.echo(
+        f"serving {parsed} (version {loaded.version}, {loaded.provider}) at http://{shown}:{bound_port}"
+    )
+    sys.stdout.flush()
+    config = uvicorn.Config(
+        serving_app, log_level=log_level, lifespan="on", access_log=log_level in ("info", "debug")
+    )
+    server = uvicorn.Server(config)
+    server.run(sockets=[sock])

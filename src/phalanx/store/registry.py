@@ -1,0 +1,62 @@
+"""The model registry's side of the store: the ``RegistryStore`` protocol (names, versions, aliases)
+that phalanx.registry uses, and ``registry_store(store)``, the one way to get it. Implemented by the
+SQL store (``sql.registry.SqlRegistry``; tables of migration 0007_model_registry_i27)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, Protocol
+
+from phalanx.errors import UsageError
+
+if TYPE_CHECKING:
+    from phalanx.registry.records import ModelVersion, RegisteredModel
+    from phalanx.store.base import Store
+
+
+class RegistryStore(Protocol):
+    """Every method is one transaction; errors are Phalanx errors (NotFound names what exists)."""
+
+    def add_version(self, name: str, fields: Mapping[str, Any]) -> int:
+        """Insert the next version of ``name`` (creating the name); returns its number."""
+        ...
+
+    def set_alias(self, name: str, alias: str, version: int) -> int | None:
+        """Point ``name@alias`` at ``version`` atomically; returns the version it named before.
+        NotFound for a version that does not exist (and the alias is unchanged)."""
+        ...
+
+    def delete_alias(self, name: str, alias: str) -> None: ...
+
+    def alias_version(self, name: str, alias: str) -> int: ...
+
+    def latest_version(self, name: str) -> int: ...
+
+    def get_version(self, name: str, version: int) -> ModelVersion: ...
+
+    def versions(self, name: str) -> list[ModelVersion]: ...
+
+    def list_models(self) -> list[RegisteredModel]: ...
+
+    def update(
+        self,
+        name: str,
+        version: int | None,
+        *,
+        description: str | None = None,
+        tags: Mapping[str, str | None] | None = None,
+    ) -> None:
+        """Set the description and/or merge tags (None removes one) of a name or one version."""
+        ...
+
+
+def registry_store(store: Store) -> RegistryStore:
+    """``store``'s registry tables. Raises UsageError for a store that keeps none (not the SQL store)."""
+    from phalanx.store.sql.registry import SqlRegistry
+    from phalanx.store.sql.store import SqlStore
+
+    if not isinstance(store, SqlStore):
+        raise UsageError(
+            f"the model registry needs the SQL store (SQLite or PostgreSQL), not {type(store).__name__}"
+        )
+    return SqlRegistry(store)

@@ -1,0 +1,265 @@
+"""The model registry's tables in the SQL store (``registered_models``, ``model_versions``,
+``model_aliases``; migration 0007_model_registry_i27). phalanx.registry calls this class; nothing
+else does. Every method is one transaction, and SQLAlchemy's errors leave it as Phalanx errors.
+
+Version numbers are taken as max + 1 inside the inserting transaction; two registrations racing on
+PostgreSQL collide on the primary key and the loser retries, so numbers stay dense and unique.
+Moving an alias is one upsert of its row: readers see the old version or the new one, never none.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from sqlalchemy import delete, func, insert, select, update
+from sqlalchemy.exc import IntegrityError
+
+from phalanx.errors import NotFound
+from phalanx.registry.records import ModelVersion, RegisteredModel
+from phalanx.store.sql.errors import phalanx_errors
+from phalanx.store.sql.models import ModelAliasRow, ModelVersionRow, RegisteredModelRow
+
+if TYPE_CHECKING:
+    from phalanx.store.sql.store import SqlStore
+
+_RETRIES = 5
+
+
+def _upsert(dialect: str) -> Any:
+    if dialect == "postgresql":
+        from sqlalchemy.dialects.postgresql import insert as pg_insert
+
+        return pg_insert
+    from sqlalchemy.dialects.sqlite import insert as sqlite_insert
+
+    return sqlite_insert
+
+
+@phalanx_errors
+class SqlRegistry:
+    """``store``'s engine, holding the registry's rows. See phalanx.registry.service for the
+    operations users call (which also copy and check the files)."""
+
+    def __init__(self, store: SqlStore) -> None:
+        self.engine = store.engine
+        self._writer = store._writer
+        self.dialect = store.dialect
+
+    def add_version(self, name: str, fields: Mapping[str, Any]) -> int:
+        """Insert the next version of ``name`` (creating the name) and return its number."""
+        for attempt in range(_RETRIES):
+            now = time.time()
+            try:
+                with self._writer.begin() as conn:
+                    stmt = _upsert(self.dialect)(RegisteredModelRow).values(
+                        name=name, description=None, tags={}, created_at=now, updated_at=now
+                    )
+                    conn.execute(
+                        stmt.on_conflict_do_update(index_elements=["name"], set_={"updated_at": now})
+                    )
+                    latest = conn.execute(
+                        select(func.max(ModelVersionRow.version)).where(ModelVersionRow.name == name)
+                    ).scalar()
+                    number = int(latest or 0) + 1
+                    conn.execute(
+                        insert(ModelVersionRow).values(
+                            {**fields, "name": name, "version": number, "created_at": now}
+                        )
+                    )
+                return number
+            except IntegrityError:
+                if attempt == _RETRIES - 1:
+                    raise
+        raise AssertionError("unreachable")
+
+    def set_alias(self, name: str, alias: str, version: int) -> int | None:
+        """Point ``name@alias`` at ``version``; returns the version it pointed at before (or None)."""
+        now = time.time()
+        with self._writer.begin() as conn:
+            if (
+                conn.execute(
+                    select(ModelVersionRow.version).where(
+                        ModelVersionRow.name == name, ModelVersionRow.version == version
+                    )
+                ).scalar()
+                is None
+            ):
+                raise NotFound(f"model {name} has no version {version}{self._versions_hint(conn, name)}")
+            before = conn.execute(
+                select(ModelAliasRow.version).where(ModelAliasRow.name == name, ModelAliasRow.alias == alias)
+            ).scalar()
+            stmt = _upsert(self.dialect)(ModelAliasRow).values(
+                name=name, alias=alias, version=version, updated_at=now
+            )
+            conn.execute(
+                stmt.on_conflict_do_update(
+                    index_elements=["name", "alias"], set_={"version": version, "updated_at": now}
+                )
+            )
+        return None if before is None else int(before)
+
+    def delete_alias(self, name: str, alias: str) -> None:
+        with self._writer.begin() as conn:
+            gone = conn.execute(
+                delete(ModelAliasRow).where(ModelAliasRow.name == name, ModelAliasRow.alias == alias)
+            ).rowcount
+        if not gone:
+            raise NotFound(f"model {name} has no alias {alias!r}")
+
+    def alias_version(self, name: str, alias: str) -> int:
+        with self.engine.connect() as conn:
+            version = conn.execute(
+                select(ModelAliasRow.version).where(ModelAliasRow.name == name, ModelAliasRow.alias == alias)
+            ).scalar()
+            if version is None:
+                self._require_name(conn, name)
+                known = conn.execute(
+                    select(ModelAliasRow.alias)
+                    .where(ModelAliasRow.name == name)
+                    .order_by(ModelAliasRow.alias)
+                ).scalars()
+                shown = ", ".join(known) or "none"
+                raise NotFound(
+                    f"model {name} has no alias {alias!r} (aliases: {shown}); set one with "
+                    f"`phalanx models alias {name}@{alias} VERSION`"
+                )
+        return int(version)
+
+    def latest_version(self, name: str) -> int:
+        with self.engine.connect() as conn:
+            self._require_name(conn, name)
+            latest = conn.execute(
+                select(func.max(ModelVersionRow.version)).where(ModelVersionRow.name == name)
+            ).scalar()
+        if latest is None:
+            raise NotFound(f"model {name} has no version")
+        return int(latest)
+
+    def get_version(self, name: str, version: int) -> ModelVersion:
+        with self.engine.connect() as conn:
+            row = conn.execute(
+                select(ModelVersionRow).where(
+                    ModelVersionRow.name == name, ModelVersionRow.version == version
+                )
+            ).first()
+            if row is None:
+                self._require_name(conn, name)
+                raise NotFound(f"model {name} has no version {version}{self._versions_hint(conn, name)}")
+            aliases = self._aliases(conn, name)
+        return _version(row._mapping, aliases)
+
+    def versions(self, name: str) -> list[ModelVersion]:
+        with self.engine.connect() as conn:
+            self._require_name(conn, name)
+            rows = conn.execute(
+                select(ModelVersionRow).where(ModelVersionRow.name == name).order_by(ModelVersionRow.version)
+            ).all()
+            aliases = self._aliases(conn, name)
+        return [_version(r._mapping, aliases) for r in rows]
+
+    def list_models(self) -> list[RegisteredModel]:
+        with self.engine.connect() as conn:
+            rows = conn.execute(select(RegisteredModelRow).order_by(RegisteredModelRow.name)).all()
+            latest = dict(
+                conn.execute(
+                    select(ModelVersionRow.name, func.max(ModelVersionRow.version)).group_by(
+                        ModelVersionRow.name
+                    )
+                ).all()
+            )
+            aliases: dict[str, dict[str, int]] = {}
+            for name, alias, version in conn.execute(
+                select(ModelAliasRow.name, ModelAliasRow.alias, ModelAliasRow.version).order_by(
+                    ModelAliasRow.alias
+                )
+            ).all():
+                aliases.setdefault(name, {})[alias] = int(version)
+        return [
+            RegisteredModel(
+                name=m["name"],
+                description=m["description"],
+                tags=dict(m["tags"] or {}),
+                created_at=m["created_at"],
+                updated_at=m["updated_at"],
+                latest_version=latest.get(m["name"]),
+                aliases=aliases.get(m["name"], {}),
+            )
+            for m in (r._mapping for r in rows)
+        ]
+
+    def update(
+        self,
+        name: str,
+        version: int | None,
+        *,
+        description: str | None = None,
+        tags: Mapping[str, str | None] | None = None,
+    ) -> None:
+        """Set the description and/or merge tags (a None value removes a tag) of the name, or of one
+        version when ``version`` is given."""
+        table: Any = RegisteredModelRow if version is None else ModelVersionRow
+        where = [table.name == name] + ([] if version is None else [ModelVersionRow.version == version])
+        with self._writer.begin() as conn:
+            current = conn.execute(select(table.tags).where(*where)).first()
+            if current is None:
+                raise NotFound(f"no model {name}" + ("" if version is None else f" version {version}"))
+            values: dict[str, Any] = {}
+            if description is not None:
+                values["description"] = description
+            if tags:
+                merged = {**(current[0] or {}), **tags}
+                values["tags"] = {k: v for k, v in merged.items() if v is not None}
+            if version is None:
+                values["updated_at"] = time.time()
+            if values:
+                conn.execute(update(table).where(*where).values(values))
+
+    def _require_name(self, conn: Any, name: str) -> None:
+        if (
+            conn.execute(select(RegisteredModelRow.name).where(RegisteredModelRow.name == name)).scalar()
+            is None
+        ):
+            raise NotFound(
+                f"no registered model {name!r}; register one with "
+                f"`phalanx models register EXPERIMENT --name {name}` (`phalanx models ls` lists them)"
+            )
+
+    def _versions_hint(self, conn: Any, name: str) -> str:
+        numbers = list(
+            conn.execute(
+                select(ModelVersionRow.version)
+                .where(ModelVersionRow.name == name)
+                .order_by(ModelVersionRow.version)
+            ).scalars()
+        )
+        return f" (versions: {', '.join(map(str, numbers)) or 'none'})"
+
+    def _aliases(self, conn: Any, name: str) -> dict[int, list[str]]:
+        found: dict[int, list[str]] = {}
+        for alias, version in conn.execute(
+            select(ModelAliasRow.alias, ModelAliasRow.version)
+            .where(ModelAliasRow.name == name)
+            .order_by(ModelAliasRow.alias)
+        ).all():
+            found.setdefault(int(version), []).append(alias)
+        return found
+
+
+def _version(m: Any, aliases: dict[int, list[str]]) -> ModelVersion:
+    return ModelVersion(
+        name=m["name"],
+        version=int(m["version"]),
+        experiment_id=m["experiment_id"],
+        source=m["source"],
+        path=m["path"],
+        sha256=m["sha256"],
+        size=int(m["size"]),
+        signature=dict(m["signature"] or {}),
+        lineage=dict(m["lineage"] or {}),
+        description=m["description"],
+        tags=dict(m["tags"] or {}),
+        created_at=m["created_at"],
+        aliases=aliases.get(int(m["version"]), []),
+    )

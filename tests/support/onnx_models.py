@@ -1,0 +1,81 @@
+"""Small ONNX models for the registry and serving tests, built with onnx's helpers (no torch export,
+which costs seconds a model), and recorded into a store as save_model records them: the file in the
+experiment's artifact folder and a MODEL event whose metadata carries the check, the sha256 and the
+parity arrays (phalanx.tracking.models)."""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any
+
+import numpy as np
+
+from phalanx.domain import Event, EventKind
+from phalanx.tracking.models import _parity_arrays
+
+
+def linear_onnx(weights: np.ndarray, bias: np.ndarray) -> bytes:
+    """``output = input @ weights + bias``; input float32 [batch, in], batch dynamic."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    n_in, n_out = weights.shape
+    graph = helper.make_graph(
+        [
+            helper.make_node("MatMul", ["input", "W"], ["mm"]),
+            helper.make_node("Add", ["mm", "B"], ["output"]),
+        ],
+        "linear",
+        [helper.make_tensor_value_info("input", TensorProto.FLOAT, ["batch", n_in])],
+        [helper.make_tensor_value_info("output", TensorProto.FLOAT, ["batch", n_out])],
+        [
+            numpy_helper.from_array(weights.astype(np.float32), "W"),
+            numpy_helper.from_array(bias.astype(np.float32), "B"),
+        ],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    return bytes(model.SerializeToString())
+
+
+def random_linear(seed: int, n_in: int = 64, n_out: int = 10) -> bytes:
+    rng = np.random.default_rng(seed)
+    return linear_onnx(rng.normal(size=(n_in, n_out)), rng.normal(size=n_out))
+
+
+def run_onnx(data: bytes, x: np.ndarray) -> np.ndarray:
+    import onnxruntime as ort
+
+    session = ort.InferenceSession(data, providers=["CPUExecutionProvider"])
+    out: np.ndarray = session.run(None, {"input": x})[0]
+    return out
+
+
+def record_model(store: Any, experiment_id: str, name: str, data: bytes, n_in: int = 64) -> None:
+    """Store ``data`` as experiment ``experiment_id``'s ONNX model ``name`` (with its check's
+    example input and output), as save_model and ingest would."""
+    x = np.random.default_rng(1).normal(size=(2, n_in)).astype(np.float32)
+    path = f"models/{name}.onnx"
+    store.artifact_store.put_bytes(experiment_id, path, data)
+    metadata = {
+        "model": name,
+        "input_names": ["input"],
+        "output_names": ["output"],
+        "check": {"passed": True, "max_abs_diff": 0.0, "rtol": 1e-3, "atol": 1e-5},
+        "sha256": hashlib.sha256(data).hexdigest(),
+        **_parity_arrays(["input"], [x], ["output"], [run_onnx(data, x)]),
+    }
+    event = {"name": f"{name}.onnx", "format": "onnx", "path": path, "size": len(data), "metadata": metadata}
+    store.write_events([Event(experiment_id, EventKind.MODEL, event)])
+
+
+def tamper(store: Any, experiment_id: str, name: str) -> None:
+    """Change one weight of the stored file in place, as a corrupted or hand-edited copy would."""
+    import onnx
+    from onnx import numpy_helper
+
+    path = f"models/{name}.onnx"
+    model = onnx.load_from_string(store.artifact_store.read_bytes(experiment_id, path))
+    w = numpy_helper.to_array(model.graph.initializer[0]).copy()
+    w[0, 0] += 0.5
+    model.graph.initializer[0].CopyFrom(numpy_helper.from_array(w, "W"))
+    store.artifact_store.put_bytes(experiment_id, path, model.SerializeToString())

@@ -1,0 +1,102 @@
+"""`phalanx models`: the registry's verbs, and `phalanx models ID` still listing an experiment's
+saved models as before the registry."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+pytest.importorskip("onnxruntime")
+
+from phalanx.cli.app import app
+from phalanx.cli.main import _register
+from phalanx.config import Settings
+from phalanx.store import open_store
+from tests.support.onnx_models import random_linear, record_model, tamper
+
+CLI = CliRunner()
+_register()
+
+
+def _phalanx(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str]:
+    """The exit status and stderr of `phalanx ARGS` through the real entry point (its error mapping)."""
+    from phalanx.cli.main import main
+
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as done:
+        main(list(args))
+    return int(done.value.code or 0), capsys.readouterr().err
+
+
+def _saved(seed: int) -> str:
+    store = open_store(Settings())
+    exp = store.create_experiment(name=f"train-{seed}", project="p").id
+    record_model(store, exp, "digits", random_linear(seed))
+    return exp
+
+
+def test_experiment_models_still_list_and_download(phalanx_home: Path, tmp_path: Path) -> None:
+    exp = _saved(1)
+    listed = CLI.invoke(app, ["models", exp[:6]])
+    assert listed.exit_code == 0, listed.output
+    assert "digits.onnx" in listed.output and "passed" in listed.output
+    as_json = CLI.invoke(app, ["models", "-o", "json", exp])
+    assert json.loads(as_json.output)[0]["name"] == "digits.onnx"
+    got = CLI.invoke(app, ["models", exp, "--download", "digits.onnx", "-d", str(tmp_path)])
+    assert got.exit_code == 0, got.output
+    assert (tmp_path / "digits.onnx").is_file()
+
+
+def test_register_alias_get_ls_download(phalanx_home: Path, tmp_path: Path) -> None:
+    first, second = _saved(1), _saved(2)
+    out = CLI.invoke(app, ["models", "register", first, "--name", "digits", "--tag", "team=vision"])
+    assert out.exit_code == 0, out.output
+    assert "registered digits version 1" in out.output and "passed" in out.output
+    out = CLI.invoke(app, ["models", "register", f"{second}/digits", "-n", "digits", "--alias", "prod"])
+    assert "version 2" in out.output and "digits@prod -> 2" in out.output
+    out = CLI.invoke(app, ["models", "alias", "digits@prod", "1"])
+    assert out.exit_code == 0 and "(was 2)" in out.output
+    doc = json.loads(CLI.invoke(app, ["models", "get", "digits@prod", "-o", "json"]).output)
+    assert (doc["version"], doc["experiment_id"], doc["aliases"]) == (1, first, ["prod"])
+    assert doc["tags"] == {"team": "vision"}
+    text = CLI.invoke(app, ["models", "get", "digits@prod"]).output
+    assert "input: float32[?, 64]" in text and first in text
+    assert "@prod=1" in CLI.invoke(app, ["models", "ls"]).output
+    versions = CLI.invoke(app, ["models", "ls", "digits"]).output.splitlines()
+    assert [line.split()[0] for line in versions] == ["VERSION", "1", "2"]
+    out = CLI.invoke(app, ["models", "download", "digits@prod", "-d", str(tmp_path)])
+    assert out.exit_code == 0, out.output
+    assert (tmp_path / "digits-v1.onnx").is_file()
+
+
+def test_tampered_model_is_refused_with_the_parity_figure(
+    phalanx_home: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    exp = _saved(1)
+    tamper(open_store(Settings()), exp, "digits")
+    status, err = _phalanx(capsys, "models", "register", exp, "--name", "digits")
+    assert status == 2
+    assert "fails its parity check (max abs diff" in err
+    assert "Traceback" not in err
+    assert "no registered models" in CLI.invoke(app, ["models", "ls"]).output
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["models", "alias", "digits", "1"], "give NAME@ALIAS"),
+        (["models", "alias", "digits@prod"], "give the version"),
+        (["models", "get", "nothing@prod"], "no registered model 'nothing'"),
+        (["models", "get", "bad name"], "model name"),
+        (["models", "register", "abc", "--name", "x", "--tag", "novalue"], "KEY=VALUE"),
+    ],
+)
+def test_mistakes_exit_2_with_a_message(
+    phalanx_home: Path, capsys: pytest.CaptureFixture[str], args: list[str], message: str
+) -> None:
+    status, err = _phalanx(capsys, *args)
+    assert status == 2, err
+    assert message in err and "Traceback" not in err

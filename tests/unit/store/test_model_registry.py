@@ -1,0 +1,137 @@
+"""The model registry on the SQL store (SQLite and PostgreSQL): versions numbered per name with their
+lineage and signature, aliases that move, a tampered or corrupt file refused with its parity figure
+and nothing recorded, and a version that outlives a change of its experiment's file."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+pytest.importorskip("onnxruntime")
+
+from phalanx.domain import Event, EventKind
+from phalanx.errors import NotFound, UsageError
+from phalanx.registry.model import Model
+from phalanx.registry.parity import ParityFailed
+from phalanx.registry.service import Registry
+from phalanx.store.sql import SqlStore
+from tests.support.onnx_models import random_linear, record_model, run_onnx, tamper
+
+
+def _experiment(store: SqlStore, seed: int, name: str = "digits") -> str:
+    exp = store.create_experiment(name=f"train-{seed}", project="p").id
+    store.write_events(
+        [
+            Event(exp, EventKind.PARAM, {"section": "Args", "key": "lr", "value": 0.1 * seed}),
+            Event(exp, EventKind.SCALAR, {"title": "accuracy", "series": "test", "value": 0.5, "step": 1}),
+            Event(exp, EventKind.SCALAR, {"title": "accuracy", "series": "test", "value": 0.9, "step": 2}),
+            Event(exp, EventKind.SCALAR, {"title": "system/rss_mib", "series": "m", "value": 9, "step": 1}),
+        ]
+    )
+    record_model(store, exp, name, random_linear(seed))
+    return exp
+
+
+def test_register_numbers_versions_and_keeps_lineage_and_signature(store: SqlStore) -> None:
+    registry = Registry(store)
+    first, second = _experiment(store, 1), _experiment(store, 2)
+    v1 = registry.register(first, "digits", description="first", tags={"team": "vision"})
+    v2 = registry.register(f"{second}/digits", "digits")
+    assert (v1.version, v2.version) == (1, 2)
+    assert v1.experiment_id == first and v1.description == "first" and v1.tags == {"team": "vision"}
+    assert v1.lineage["params"] == {"Args/lr": 0.1}
+    assert v1.lineage["metrics"] == {"accuracy/test": 0.9}  # the machine's series are not the model's
+    assert v1.parity["passed"] is True and v1.parity["max_abs_diff"] <= 1e-5
+    assert v1.signature["inputs"] == [{"name": "input", "dtype": "float32", "shape": [None, 64]}]
+    assert v1.signature["outputs"] == [{"name": "output", "dtype": "float32", "shape": [None, 10]}]
+    assert registry.resolve("digits").version == 2
+    assert registry.resolve("digits@1").experiment_id == first
+    [listed] = registry.models()
+    assert (listed.name, listed.latest_version) == ("digits", 2)
+
+
+def test_a_version_keeps_its_own_copy_of_the_file(store: SqlStore) -> None:
+    registry = Registry(store)
+    exp = _experiment(store, 1)
+    original = store.artifact_store.read_bytes(exp, "models/digits.onnx")  # type: ignore[union-attr]
+    v1 = registry.register(exp, "digits")
+    store.artifact_store.delete_experiment(exp)  # type: ignore[union-attr]
+    assert registry.read_bytes(v1) == original
+    x = np.ones((3, 64), np.float32)
+    assert np.array_equal(run_onnx(registry.read_bytes(v1), x), run_onnx(original, x))
+
+
+def test_aliases_move_and_resolve(store: SqlStore) -> None:
+    registry = Registry(store)
+    for seed in (1, 2):
+        registry.register(_experiment(store, seed), "digits")
+    assert registry.set_alias("digits", "prod", 1) is None
+    assert registry.resolve("digits@prod").version == 1
+    assert registry.set_alias("digits", "prod", 2) == 1
+    assert registry.resolve("digits@prod").version == 2
+    assert registry.resolve("digits@2").aliases == ["prod"]
+    assert registry.resolve("digits@1").aliases == []
+    with pytest.raises(NotFound, match="no version 7"):
+        registry.set_alias("digits", "prod", 7)
+    assert registry.resolve("digits@prod").version == 2  # a refused move changes nothing
+    with pytest.raises(NotFound, match="no alias 'staging'"):
+        registry.resolve("digits@staging")
+    registry.delete_alias("digits", "prod")
+    with pytest.raises(NotFound):
+        registry.resolve("digits@prod")
+
+
+def test_a_tampered_file_is_refused_with_its_parity_figure_and_nothing_is_recorded(store: SqlStore) -> None:
+    registry = Registry(store)
+    exp = _experiment(store, 1)
+    tamper(store, exp, "digits")
+    with pytest.raises(ParityFailed, match=r"max abs diff \d") as caught:
+        registry.register(exp, "digits")
+    assert "altered or corrupted" in str(caught.value)
+    assert registry.models() == []
+
+
+def test_a_corrupt_file_is_refused(store: SqlStore) -> None:
+    registry = Registry(store)
+    exp = _experiment(store, 1)
+    data = store.artifact_store.read_bytes(exp, "models/digits.onnx")  # type: ignore[union-attr]
+    store.artifact_store.put_bytes(exp, "models/digits.onnx", data[: len(data) // 2])  # type: ignore[union-attr]
+    with pytest.raises(ParityFailed, match="does not run"):
+        registry.register(exp, "digits")
+    assert registry.models() == []
+
+
+def test_mistakes_are_named(store: SqlStore) -> None:
+    registry = Registry(store)
+    exp = _experiment(store, 1)
+    with pytest.raises(UsageError, match="model name"):
+        registry.register(exp, "bad name")
+    with pytest.raises(NotFound, match="no ONNX model 'other'"):
+        registry.register(f"{exp}/other", "digits")
+    with pytest.raises(NotFound, match="no registered model 'missing'"):
+        registry.resolve("missing@prod")
+    record_model(store, exp, "second", random_linear(5))
+    with pytest.raises(UsageError, match="several ONNX models"):
+        registry.register(exp, "digits")
+
+
+def test_tags_and_description_update(store: SqlStore) -> None:
+    registry = Registry(store)
+    registry.register(_experiment(store, 1), "digits", tags={"a": "1", "b": "2"})
+    registry.update("digits", 1, description="better", tags={"a": None, "c": "3"})
+    registry.update("digits", description="the digits classifier")
+    v = registry.resolve("digits@1")
+    assert (v.description, v.tags) == ("better", {"b": "2", "c": "3"})
+    assert registry.models()[0].description == "the digits classifier"
+
+
+def test_model_api_registers_aliases_and_downloads(store: SqlStore, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    exp = _experiment(store, 3)
+    model = Model.register(exp, "digits", description="api", store=store)
+    assert (model.name, model.version, model.experiment_id) == ("digits", 1, exp)
+    model.set_alias("prod")
+    again = Model("digits", alias="prod", store=store)
+    assert again.version == 1 and again.aliases == ["prod"]
+    path = again.download(tmp_path)
+    assert path.name == "digits-v1.onnx"
+    assert path.read_bytes() == store.artifact_store.read_bytes(exp, "models/digits.onnx")  # type: ignore[union-attr]
