@@ -88,10 +88,12 @@ export class ScalarChart {
   // its window so new points inside it show up.
   refresh(lines, opts) {
     const labels = lines.map((l) => l.label).join("\u0000");
+    // this.opts is a copy: the views pass their one shared, mutated state object, so comparing
+    // against it would always find "the same" and never rebuild for log scale or another x axis.
     const same = this.plot && labels === this.labels && this.opts && opts &&
       this.opts.xMode === opts.xMode && this.opts.log === opts.log;
     if (!same) return false;
-    this.opts = opts;
+    this.opts = { ...opts };
     const data = align(this.prepare(lines, opts));
     this.full = data;
     this.fullNote = this.describe(lines);
@@ -117,7 +119,7 @@ export class ScalarChart {
   update(lines, opts) {
     if (this.refresh(lines, opts)) return;
     const { xMode = "step", log = false } = opts || {};
-    this.opts = opts;
+    this.opts = { ...opts };
     this.labels = lines.map((l) => l.label).join("\u0000");
     this.zoomedTo = null;
     this.request++;
@@ -167,6 +169,10 @@ export class ScalarChart {
     };
     this.plot = new uPlot(options, data, this.body);
     this.plot.over.addEventListener("dblclick", () => this.restore());
+    // What is drawn, readable by the browser tests (scales, data arrays, colours).
+    this.card.plot = this.plot;
+    this.card.dataset.builds = String(Number(this.card.dataset.builds || 0) + 1);
+    this.card.dataset.ready = "true";
   }
 
   // A drag-zoom narrower than the whole series: fetch that range in full detail.
@@ -174,7 +180,10 @@ export class ScalarChart {
     const xs = this.full ? this.full[0] : [];
     if (!this.detail || xs.length < 2 || min === null || max === null) return;
     if (!again && min <= xs[0] && max >= xs[xs.length - 1]) return;
+    // Setting the x scale after swapping in the detail fires this hook again: nothing new to fetch.
+    if (!again && this.shown && this.shown[0] === min && this.shown[1] === max) return;
     this.zoomedTo = [min, max];
+    this.shown = null;
     this.card.dataset.zoom = `${min},${max}`;
     const ticket = ++this.request;
     clearTimeout(this.pending);
@@ -182,7 +191,14 @@ export class ScalarChart {
       try {
         const lines = await this.detail(min, max);
         if (ticket !== this.request || !this.plot || !lines) return;
-        this.plot.setData(align(this.prepare(lines, this.opts)), false);
+        // The detail replaces the coarse data, and the x scale is set again so uPlot recomputes
+        // which indexes are in view: setData(…, false) alone keeps the old index window, which
+        // drew a slice of the new array (a sawtooth that was not in the data).
+        this.shown = [min, max];
+        this.plot.batch(() => {
+          this.plot.setData(align(this.prepare(lines, this.opts)), false);
+          this.plot.setScale("x", { min, max });
+        });
         this.card.dataset.detail = "true";
         const shown = lines.reduce((a, l) => a + l.xs.length, 0);
         this.note.textContent = `zoomed: ${shown.toLocaleString()} points in view · double-click to see all`;
@@ -193,6 +209,7 @@ export class ScalarChart {
   restore() {
     this.request++;
     this.zoomedTo = null;
+    this.shown = null;
     delete this.card.dataset.zoom;
     if (this.plot && this.full && this.card.dataset.detail) {
       delete this.card.dataset.detail;

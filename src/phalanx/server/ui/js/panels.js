@@ -2,7 +2,7 @@
 
 import { api } from "./api.js";
 import { MAX_POINTS, ScalarChart, chartControls, firstTime, liveMs, toLine } from "./charts.js";
-import { byReplica, clear, fmtBytes, fmtTime, fmtValue, h, add } from "./util.js";
+import { byReplica, clear, fmtBytes, fmtTime, fmtValue, h, add, runColor } from "./util.js";
 
 const EMPTY = { steps: [], values: [], times: [], count: 0 };
 
@@ -34,7 +34,8 @@ export function renderScalars(panel, ctx, id) {
         chart = new ScalarChart(grid, title, detail);
         charts.set(title, chart);
       }
-      chart.update(names.map((n) => toLine(n, metric.series[n], state.xMode, t0)), state);
+      // The run's colour (the same on Compare), each series (rank) a shade of it.
+      chart.update(names.map((n, i) => ({ ...toLine(n, metric.series[n], state.xMode, t0), color: runColor(id, i, names.length) })), state);
     }
   }
 
