@@ -8,7 +8,6 @@ is the same on every page.
 
 from __future__ import annotations
 
-import contextlib
 from dataclasses import replace
 from typing import Any
 
@@ -16,6 +15,7 @@ from phalanx.errors import UsageError
 from phalanx.server.schemas import ExperimentOut, ExperimentPage, experiment_out
 from phalanx.store.base import ExperimentFilter, Store
 from phalanx.store.columns import parse_column
+from phalanx.store.filters import parse_filters
 
 MAX_COLUMNS = 20
 MAX_SCAN = 100_000  # experiments considered when sorting or filtering by an extra column
@@ -24,10 +24,10 @@ MAX_SCAN = 100_000  # experiments considered when sorting or filtering by an ext
 def table_page(
     store: Store, base: ExperimentFilter, columns: list[str], where: list[str], order: str | None
 ) -> ExperimentPage:
-    conditions = [parse_condition(w) for w in where]
+    conditions = parse_filters(where)  # each where= may itself be an and-joined filter
     order_column = order.lstrip("-") if order else None
     wanted = list(
-        dict.fromkeys([*columns, *(c for c, _, _ in conditions), *([order_column] if order_column else [])])
+        dict.fromkeys([*columns, *(c.column for c in conditions), *([order_column] if order_column else [])])
     )
     if len(wanted) > MAX_COLUMNS:
         raise UsageError(f"at most {MAX_COLUMNS} extra columns at once")
@@ -42,7 +42,7 @@ def table_page(
         everything = store.list_experiments(replace(base, offset=0, limit=MAX_SCAN))
         values = store.experiment_columns([e.id for e in everything.items], wanted)
         items = [
-            e for e in everything.items if all(matches(values[e.id].get(c), op, v) for c, op, v in conditions)
+            e for e in everything.items if all(c.matches(values[e.id].get(c.column)) for c in conditions)
         ]
         if order_column:
             present = [e for e in items if order_column in values[e.id]]
@@ -71,43 +71,3 @@ def sort_key(value: Any) -> tuple[int, Any]:
     if value is None:
         return (2, "")
     return (1, str(value))
-
-
-_OPS = ("<=", ">=", "!=", "=", "<", ">")
-
-
-def parse_condition(text: str) -> tuple[str, str, Any]:
-    """``COLUMN OP VALUE`` (OP one of = != < <= > >=) -> (column, op, value as number when it is one)."""
-    for op in _OPS:
-        column, sep, raw = text.partition(op)
-        if sep and column.strip():
-            column = column.strip()
-            parse_column(column)
-            value: Any = raw.strip()
-            with contextlib.suppress(ValueError):
-                value = float(value)
-            return column, op, value
-    raise UsageError(f"filter {text!r}: write COLUMN OP VALUE, e.g. metric:max:val/acc>=0.9 or param:lr=0.01")
-
-
-def matches(value: Any, op: str, wanted: Any) -> bool:
-    if value is None:
-        return op == "!="
-    if isinstance(wanted, float):
-        try:
-            number = float(value)
-        except (TypeError, ValueError):
-            return op == "!="
-        left: Any = number
-    else:
-        left = str(value)
-    return bool(
-        {
-            "=": left == wanted,
-            "!=": left != wanted,
-            "<": left < wanted,
-            "<=": left <= wanted,
-            ">": left > wanted,
-            ">=": left >= wanted,
-        }[op]
-    )

@@ -55,8 +55,17 @@ export function renderList(root, ctx) {
       addCol.value = "";
       saveCols(); load();
     } });
-  const where = h("input", { type: "text", placeholder: "filter, e.g. metric:max:acc>=0.9", value: state.where, size: 24,
-    "aria-label": "column filter", onkeydown: (ev) => { if (ev.key === "Enter") { state.offset = 0; load(); } } });
+  // The filter is read by the server (phalanx.store.filters, the grammar of where= and `phalanx ls
+  // --where`): conditions joined by "and"; what it cannot read comes back as a 400 shown here.
+  const where = h("input", { type: "text", placeholder: "filter, e.g. param:optimizer=adam and metric:max:acc>=0.9",
+    value: state.where, size: 44, "aria-label": "column filter",
+    onkeydown: (ev) => { if (ev.key === "Enter") { state.offset = 0; load(); } } });
+  const whereError = h("span", { class: "filter-error", id: "filter-error", role: "alert", hidden: true });
+  function showFilterError(message) {
+    whereError.hidden = !message;
+    whereError.textContent = message || "";
+    if (message) where.setAttribute("aria-invalid", "true"); else where.removeAttribute("aria-invalid");
+  }
   function saveCols() { localStorage.setItem("phalanx.columns", JSON.stringify(state.cols)); }
   api.columns().then((c) => {
     add(choices, c.params.map((k) => h("option", { value: `param:${k}` })),
@@ -74,7 +83,7 @@ export function renderList(root, ctx) {
   add(clear(root), 
     h("div", { class: "toolbar" }, h("h1", { style: { marginRight: "12px" } }, "Experiments"), q, status, project, tag,
       h("span", { class: "spacer" }), counter, compare),
-    h("div", { class: "toolbar" }, addCol, choices, where),
+    h("div", { class: "toolbar" }, addCol, choices, where, whereError),
     h("div", { class: "table-wrap" }, h("table", { class: "grid", id: "experiments" }, thead, tbody)),
     pager,
   );
@@ -187,6 +196,7 @@ export function renderList(root, ctx) {
       await nameGroups(page.items);
       if (ticket !== loads) return;
       items = page.items;
+      showFilterError(null);
       counter.textContent = `${page.total} experiment${page.total === 1 ? "" : "s"}`;
       drawHead(); drawBody(); drawPager(page.total); updateCompare();
       // Quick while anything runs; slower otherwise, so experiments started later still show up.
@@ -194,6 +204,8 @@ export function renderList(root, ctx) {
       if (ctx.alive()) timer = setTimeout(refresh, live ? 3000 : 10000);
     } catch (err) {
       if (ticket !== loads) return;
+      // A filter the server cannot read: say why next to the box and keep the rows on screen.
+      if (err.status === 400 && state.where) { showFilterError(err.message); return; }
       add(clear(tbody), h("tr", {}, h("td", { colspan: COLUMNS.length, class: "empty" }, `Could not load: ${err.message}`)));
       if (ctx.alive()) timer = setTimeout(refresh, 10000);
     }
