@@ -16,6 +16,7 @@ from phalanx.server.schemas import ExperimentOut, ExperimentPage, experiment_out
 from phalanx.store.base import ExperimentFilter, Store
 from phalanx.store.columns import parse_column
 from phalanx.store.filters import parse_filters
+from phalanx.store.paramshape import shown
 
 MAX_COLUMNS = 20
 MAX_SCAN = 100_000  # experiments considered when sorting or filtering by an extra column
@@ -35,12 +36,12 @@ def table_page(
         parse_column(c)
     if not conditions and not order_column:
         page = store.list_experiments(base)
-        values = store.experiment_columns([e.id for e in page.items], columns) if columns else {}
+        values = readable(store.experiment_columns([e.id for e in page.items], columns)) if columns else {}
         items = page.items
         total = page.total
     else:
         everything = store.list_experiments(replace(base, offset=0, limit=MAX_SCAN))
-        values = store.experiment_columns([e.id for e in everything.items], wanted)
+        values = readable(store.experiment_columns([e.id for e in everything.items], wanted))
         items = [
             e for e in everything.items if all(c.matches(values[e.id].get(c.column)) for c in conditions)
         ]
@@ -60,6 +61,12 @@ def table_page(
         row.columns = {c: values.get(e.id, {}).get(c) for c in columns if c in values.get(e.id, {})}
         out.append(row)
     return ExperimentPage(items=out, total=total, offset=base.offset, limit=base.limit)
+
+
+def readable(values: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Column values as the table shows, filters and sorts them: a param stored before the bounds
+    on depth and size (``store.paramshape``) reads as a short note, so the page still answers."""
+    return {exp: {c: shown(v) for c, v in cols.items()} for exp, cols in values.items()}
 
 
 def sort_key(value: Any) -> tuple[int, Any]:
