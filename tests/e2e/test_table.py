@@ -7,6 +7,7 @@ import json
 import urllib.parse
 import urllib.request
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -20,7 +21,7 @@ from tests.unit.server import fill
 pytestmark = pytest.mark.browser
 
 OPTIMIZERS = ["adam", "sgd"]
-LRS = [0.1, 0.01, 0.0005, 0.0001]
+LRS = [0.1, 0.01, 0.0005, 0.00031839345902151214]
 
 
 @pytest.fixture(scope="module")
@@ -85,3 +86,30 @@ def test_a_two_condition_filter_shows_exactly_what_the_api_returns(page: Any, se
     box.press("Enter")
     page.wait_for_function("() => document.querySelectorAll('#experiments tbody tr[data-id]').length === 12")
     assert error.is_hidden()
+
+
+def test_every_column_sorts_on_the_server_numbers_are_short_and_the_table_exports(
+    page: Any, server: Server
+) -> None:
+    page.goto(f"{server.url}/?col=param:lr")
+    page.locator("#experiments tbody tr[data-id]").first.wait_for()
+    with page.expect_response(lambda r: "sort=-topology" in r.url):
+        page.locator("th.sortable", has_text="topology").click()  # a computed column: the server sorts it
+    expected = [
+        e["id"] for e in api(server, "/experiments", [("sort", "-topology"), ("limit", "50")])["items"]
+    ]
+    page.wait_for_function(
+        "ids => [...document.querySelectorAll('#experiments tbody tr[data-id]')]"
+        ".map(r => r.dataset.id).join() === ids.join()",
+        arg=expected,
+    )
+    cell = page.locator('#experiments tbody td[data-column="param:lr"]', has_text="0.0003").first
+    assert cell.inner_text() == "0.00031839"  # 5 significant digits ...
+    assert cell.get_attribute("title") == "0.00031839345902151214"  # ... the full value on hover
+    with page.expect_download() as download:
+        page.click("#export-csv")
+    text = Path(download.value.path()).read_text()
+    header, *rows = text.strip().splitlines()
+    assert header.split(",")[-1] == "param:lr" and len(rows) == 12
+    assert [r.split(",")[0] for r in rows] == expected  # the table's order, every row
+    assert "0.00031839345902151214" in text  # full precision

@@ -58,7 +58,17 @@ from phalanx.store.sql.models import (
 
 _first, _second, _third = itemgetter(0), itemgetter(1), itemgetter(2)
 _PREFIX = re.compile(r"^[0-9a-z]{1,32}$")
-_ORDER = {"created_at", "name", "project", "status", "started_at", "finished_at"}
+_ORDER = {
+    "created_at",
+    "name",
+    "project",
+    "status",
+    "started_at",
+    "finished_at",
+    "id",
+    "framework",
+    "group_id",
+}
 _RETRIES = 5
 _T = TypeVar("_T")
 # experiments are read without `repro` (a diff and a package list): store.repro() reads it alone

@@ -93,6 +93,16 @@ export function fmtValue(v) {
   return String(v);
 }
 
+// A number as a table shows it: at most 5 significant digits (0.0031839345902151214 -> 0.0031839,
+// 123456789 -> 1.2346e+8); anything else as fmtValue. The cell's title keeps the full value.
+export function fmtShort(v) {
+  if (typeof v !== "number" || !Number.isFinite(v)) return fmtValue(v);
+  if (Number.isInteger(v) && Math.abs(v) < 1e6) return String(v);
+  const a = Math.abs(v);
+  if (a !== 0 && (a >= 1e6 || a < 1e-4)) return v.toExponential(4).replace(/\.?0+e/, "e");
+  return String(Number(v.toPrecision(5)));
+}
+
 export function fmtResources(res) {
   if (!res) return "";
   const out = [];
