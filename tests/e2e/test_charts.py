@@ -264,3 +264,28 @@ def test_a_drag_zoom_draws_exactly_the_points_the_api_returns_for_that_window(
     chart.locator(".u-over").dblclick()
     page.wait_for_function(f"() => !document.querySelector('{CARD}').dataset.detail")
     wait_plot(page, f"u.data[0].length === {len(coarse['x'])}")
+
+
+def test_system_metrics_have_their_own_section_on_a_wall_time_axis(
+    page: Any, server: Server, runs: tuple[Path, Runs]
+) -> None:
+    home, r = runs
+    exp = scalar_run(home, "with system metrics", 1, 50, r.t0)
+    store = open_store(Settings(home=home))
+    try:
+        pts = [["system/cpu_percent", "master", i, 50.0 + i % 7, r.t0 + 5.0 * i] for i in range(40)]
+        data = {"points": pts}
+        store.write_events([Event(exp, EventKind.SCALAR, data, "master", "master", 0, 0, r.t0, "sys", 0)])
+    finally:
+        store.close()
+    page.goto(f"{server.url}/experiments/{exp}#scalars")
+    card = '#system-charts .chart-card[data-title="system/cpu_percent"]'
+    page.wait_for_function(f"() => document.querySelector('{card}')?.plot?.scales.x.time === true")
+    assert page.locator('#charts .chart-card[data-title^="system/"]').count() == 0
+    assert page.locator('#charts .chart-card[data-title="loss"]').count() == 1
+    assert page.locator("#system-head").is_visible()
+    xs = page.evaluate(f"() => document.querySelector('{card}').plot.data[0]")
+    assert xs == [r.t0 + 5.0 * i for i in range(40)]  # wall time, not the sample number
+    page.select_option('select[aria-label="x axis"]', "relative")  # the training charts' axis only
+    wait_plot(page, "u.scales.x.time === false", "#charts")
+    assert page.evaluate(f"() => document.querySelector('{card}').plot.scales.x.time") is True

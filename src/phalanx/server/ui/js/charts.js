@@ -43,6 +43,19 @@ export function align(lines) {
   return data;
 }
 
+// The y axis as wide as its longest tick label (a fixed 60 px clipped values from 100,000 up).
+function axisWidth(u, values, axisIdx, cycleNum) {
+  const axis = u.axes[axisIdx];
+  if (cycleNum > 1) return axis._size;
+  let width = axis.ticks.size + axis.gap;
+  const longest = (values || []).reduce((a, v) => (String(v).length > a.length ? String(v) : a), "");
+  if (longest) {
+    u.ctx.font = axis.font[0];
+    width += u.ctx.measureText(longest).width / devicePixelRatio;
+  }
+  return Math.max(40, Math.ceil(width) + 4);
+}
+
 function fmtY(v) { return v === null || v === undefined ? "—" : Number(v).toPrecision(5); }
 
 function lastValue(ys) {
@@ -162,7 +175,7 @@ export class ScalarChart {
           value: (u, v, sidx, idx) => fmtY(idx === null || idx === undefined ? lastValue(u.data[sidx]) : v),
         })),
       ],
-      axes: [{ grid: { stroke: "#eef0f3" } }, { grid: { stroke: "#eef0f3" }, size: 60 }],
+      axes: [{ grid: { stroke: "#eef0f3" } }, { grid: { stroke: "#eef0f3" }, size: axisWidth }],
       cursor: { drag: { x: true, y: false }, points: { size: 6 } },
       legend: { live: true },
       hooks: { setScale: [(u, key) => { if (key === "x") this.zoomed(u.scales.x.min, u.scales.x.max); }] },
