@@ -146,7 +146,7 @@ function parallel(trials, names, metric, bestNo) {
     const pts = axes.map((a, i) => `${x(i)},${y(scales[i].f(a === "value" ? t.value : t.params[a]))}`).join(" ");
     const best = t.number === bestNo;
     el("polyline", {
-      points: pts, fill: "none", stroke: runColor(t.experiment_id), "stroke-width": best ? 3.5 : 1.2,
+      points: pts, fill: "none", stroke: runColor(t.experiment_id), "stroke-width": best ? 3 : 1.2,
       "stroke-opacity": best ? 1 : 0.55, "stroke-dasharray": t.state === "pruned" ? "4 3" : "none", "data-trial": t.number,
     });
   }
