@@ -132,6 +132,7 @@ export function renderConsole(panel, ctx, exp) {
   // A finished experiment's console opens at its tail: the first request asks for the last lines
   // (from_end), which are drawn at once; earlier pages are then read backwards and put above them,
   // up to the lines kept. (Streaming it from the first line took 68 s to reach the end of 60,000.)
+  const FIRST_PAGE = 1000; // a screenful and then some, drawn at once
   const BACK_PAGE = 10000;
   let opened = 0;
   async function openFinished(ticket) {
@@ -140,7 +141,7 @@ export function renderConsole(panel, ctx, exp) {
     let more = false;
     try {
       for (;;) {
-        const want = Math.min(BACK_PAGE, cap - lines.length);
+        const want = Math.min(fromEnd ? BACK_PAGE : FIRST_PAGE, cap - lines.length);
         if (want <= 0) {
           more = (await api.logs(exp.id, { ...params, from_end: true, offset: fromEnd, limit: 1 })).lines.length > 0;
           break;
