@@ -24,6 +24,7 @@ from phalanx.server.auth import SecurityMiddleware, default_allowed_hosts
 from phalanx.server.files import ArtifactFiles
 from phalanx.server.limits import BodyLimitMiddleware
 from phalanx.server.routes import artifacts, experiments, groups, ingest, logs, metrics, pages, params, runs
+from phalanx.server.routes import queue as queue_routes
 from phalanx.server.sessions import LoginThrottle, Sessions
 from phalanx.server.settings import ServerSettings
 from phalanx.server.sweeper import Sweeper
@@ -91,7 +92,7 @@ def create_app(settings: ServerSettings, store: IngestStore | None = None) -> Fa
     def health() -> dict[str, Any]:
         return {"ok": True, "version": __version__}
 
-    for module in (experiments, metrics, params, artifacts, logs, ingest, groups, runs):
+    for module in (experiments, metrics, params, artifacts, logs, ingest, groups, runs, queue_routes):
         app.include_router(module.router, prefix=API)
     if settings.ui_enabled:
         app.include_router(pages.router)

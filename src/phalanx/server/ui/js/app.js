@@ -4,6 +4,7 @@ import { renderCompare } from "./compare.js";
 import { renderExperiment } from "./experiment.js";
 import { renderGroup, renderGroups } from "./groups.js";
 import { renderList } from "./list.js";
+import { renderQueue } from "./queue.js";
 
 function route() {
   const root = document.getElementById("app");
@@ -16,6 +17,7 @@ function route() {
   else if (g) { nav = "groups"; renderGroup(root, ctx, decodeURIComponent(g[1])); }
   else if (path === "/groups" || path === "/groups/") { nav = "groups"; renderGroups(root); }
   else if (path === "/compare" || path === "/compare/") { nav = "compare"; renderCompare(root, ctx); }
+  else if (path === "/queue" || path === "/queue/") { nav = "queue"; renderQueue(root, ctx); }
   else renderList(root, ctx);
   for (const a of document.querySelectorAll(".topbar nav a")) a.classList.toggle("active", a.dataset.nav === nav);
 }
