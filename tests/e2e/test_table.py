@@ -113,3 +113,14 @@ def test_every_column_sorts_on_the_server_numbers_are_short_and_the_table_export
     assert header.split(",")[-1] == "param:lr" and len(rows) == 12
     assert [r.split(",")[0] for r in rows] == expected  # the table's order, every row
     assert "0.00031839345902151214" in text  # full precision
+
+
+def test_the_api_explorer_draws_every_operation_offline(page: Any, server: Server) -> None:
+    asked: list[str] = []
+    page.on("request", lambda r: asked.append(r.url))
+    page.goto(f"{server.url}/")
+    page.click(".topbar a:has-text('API')")
+    page.locator(".swagger-ui .opblock").first.wait_for()
+    summaries = page.locator(".swagger-ui .opblock-summary-path").all_inner_texts()
+    assert any("/api/v1/experiments.csv" in s for s in summaries), summaries
+    assert all(u.startswith(server.url) for u in asked), [u for u in asked if not u.startswith(server.url)]

@@ -95,6 +95,9 @@ def create_app(settings: ServerSettings, store: IngestStore | None = None) -> Fa
     for module in (experiments, metrics, params, artifacts, logs, ingest, groups, runs, queue_routes):
         app.include_router(module.router, prefix=API)
     if settings.ui_enabled:
+        from phalanx.server.apidocs import install_docs
+
+        install_docs(app, f"{API}/openapi.json")
         app.include_router(pages.router)
         app.include_router(groups.page_router)
         app.mount("/static", StaticFiles(directory=pages.UI_DIR), name="static")
