@@ -21,7 +21,7 @@ export function renderConsole(panel, ctx, exp) {
   const chips = h("div", { class: "chips", id: "replica-chips" });
   const search = h("input", { type: "search", placeholder: "Search the console", "aria-label": "search console" });
   const follow = h("input", { type: "checkbox", id: "follow", checked: true });
-  const state = h("span", { class: "muted small" });
+  const state = h("span", { class: "muted small", id: "console-state" });
   const out = h("div", { class: "console", id: "console" });
   let cap = lineCap();
   let dropped = 0;
