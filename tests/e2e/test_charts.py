@@ -289,3 +289,19 @@ def test_system_metrics_have_their_own_section_on_a_wall_time_axis(
     page.select_option('select[aria-label="x axis"]', "relative")  # the training charts' axis only
     wait_plot(page, "u.scales.x.time === false", "#charts")
     assert page.evaluate(f"() => document.querySelector('{card}').plot.scales.x.time") is True
+
+
+def test_a_chart_exports_the_points_it_draws_as_csv(
+    page: Any, server: Server, runs: tuple[Path, Runs]
+) -> None:
+    _, r = runs
+    page.goto(f"{server.url}/experiments/{r.ranks}#scalars")
+    wait_plot(page, "u.data[0].length === 300")
+    with page.expect_download() as download:
+        page.locator(f"{CARD} .chart-csv").click()
+    assert download.value.suggested_filename == "loss.csv"
+    header, *rows = Path(download.value.path()).read_text().strip().splitlines()
+    assert header == "step,worker 00,worker 01,worker 02"
+    drawn = plot(page)
+    assert len(rows) == 300
+    assert [float(v) for v in rows[7].split(",")] == [drawn["x"][7], *(c[7] for c in drawn["cols"])]

@@ -76,7 +76,8 @@ export class ScalarChart {
     this.plot = null;
     this.body = h("div", { class: "chart-body" });
     this.note = h("div", { class: "note" });
-    this.card = h("div", { class: "chart-card", "data-title": title }, h("h3", {}, title), this.body, this.note);
+    const csv = h("button", { class: "link small chart-csv", title: "the points drawn, as CSV", onclick: () => this.exportCsv() }, "CSV");
+    this.card = h("div", { class: "chart-card", "data-title": title }, h("h3", {}, title, " ", csv), this.body, this.note);
     add(parent, this.card);
     this.resizer = new ResizeObserver(() => {
       if (this.plot) this.plot.setSize({ width: this.width(), height: 300 });
@@ -217,6 +218,22 @@ export class ScalarChart {
         this.note.textContent = `zoomed: ${shown.toLocaleString()} points in view · double-click to see all`;
       } catch { /* keep the downsampled view */ }
     }, 200);
+  }
+
+  // The points drawn (after smoothing; a zoomed view's detail), one column per series, as a file.
+  exportCsv() {
+    if (!this.plot) return;
+    const quote = (v) => (/[",\n]/.test(v) ? `"${v.replace(/"/g, '""')}"` : v);
+    const labels = this.plot.series.map((s, i) => (i === 0 ? { step: "step", time: "time", relative: "seconds" }[this.opts?.xMode] || "x" : s.label));
+    const rows = [labels.map((l) => quote(String(l))).join(",")];
+    const data = this.plot.data;
+    for (let i = 0; i < data[0].length; i++) rows.push(data.map((col) => (col[i] === null || col[i] === undefined ? "" : String(col[i]))).join(","));
+    const url = URL.createObjectURL(new Blob([rows.join("\n") + "\n"], { type: "text/csv" }));
+    const a = h("a", { href: url, download: `${this.title.replace(/[^\w.-]+/g, "_")}.csv` });
+    document.body.append(a);
+    a.click();
+    a.remove();
+    setTimeout(() => URL.revokeObjectURL(url), 10000);
   }
 
   restore() {
