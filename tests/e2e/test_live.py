@@ -179,3 +179,28 @@ def test_the_console_collapses_progress_bars_renders_colours_marks_stderr_and_sa
     assert page.locator("#console-cap").input_value() == "10000"
     with urllib.request.urlopen(f"{server.url}/api/v1/experiments/{e.id}/logs.txt", timeout=30) as r:
         assert r.read().decode().count("\n") == 12_003  # nothing lost: the whole log
+
+
+def test_the_console_says_live_only_while_its_stream_is_connected(page: Any, home: Path, store: Any) -> None:
+    exp = _running(store)
+    store.write_events(
+        [Event(exp, EventKind.LOG, {"stream": "stdout", "lines": ["hello"]}, stream="c", seq=0)]
+    )
+    port = free_port()
+    server = start_server(home, port=port)
+    try:
+        page.goto(f"{server.url}/experiments/{exp}#console")
+        page.locator("#console .line", has_text="hello").wait_for()
+        badge = page.locator("#console-state")
+        page.wait_for_function("() => document.getElementById('console-state').textContent === 'live'")
+        stop_server(server.proc)
+        page.wait_for_function(
+            "() => document.getElementById('console-state').textContent === 'reconnecting…'", timeout=30_000
+        )
+        server = start_server(home, port=port)
+        page.wait_for_function(
+            "() => document.getElementById('console-state').textContent === 'live'", timeout=60_000
+        )
+        assert badge.inner_text() == "live"
+    finally:
+        stop_server(server.proc)

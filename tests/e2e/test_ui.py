@@ -206,35 +206,6 @@ def test_a_token_protected_server_shows_the_login_page_first(
         stop_server(secured.proc)
 
 
-def test_eight_series_of_100k_points_draw_with_their_peaks(page: Any, server: Server, filled: Filled) -> None:
-    from tests.e2e.demo_store import fill_large
-
-    exp = fill_large(filled.home)
-    page.goto(f"{server.url}/experiments/{exp}#scalars")
-    chart = page.locator('.chart-card[data-title="loss"]')
-    chart.locator("canvas").wait_for(timeout=90_000)
-    assert len(chart.locator(".u-legend .u-series").all()) == 9  # x + 8 series
-    assert "800,000 points" in chart.locator(".note").inner_text()
-    sent = api(server, f"/experiments/{exp}/metrics/loss?max_points=2000")["series"]
-    assert all(len(s["values"]) <= 2000 for s in sent.values())
-    assert max(v for v in sent["worker 00"]["values"] if v is not None) == 9.5
-    shot(page, "09-large-series")
-    # Drag-zoom into about 1% of the steps: the chart fetches that range and shows every point in it.
-    over = chart.locator(".u-over").bounding_box()
-    y = over["y"] + over["height"] / 2
-    with page.expect_response(lambda r: "x_min=" in r.url and "/metrics/loss" in r.url) as zoom:
-        page.mouse.move(over["x"] + over["width"] * 0.30, y)
-        page.mouse.down()
-        page.mouse.move(over["x"] + over["width"] * 0.31, y, steps=5)
-        page.mouse.up()
-    detail = zoom.value.json()["series"]["worker 00"]["steps"]
-    assert 100 < len(detail) <= 2000 and detail == list(range(detail[0], detail[-1] + 1))
-    page.locator('.chart-card[data-title="loss"][data-detail="true"]').wait_for()
-    shot(page, "09b-zoomed")
-    chart.locator(".u-over").dblclick()
-    page.wait_for_function("() => !document.querySelector('.chart-card[data-title=\"loss\"]').dataset.detail")
-
-
 def test_the_list_console_and_header_follow_a_running_experiment(
     page: Any, server: Server, filled: Filled, tmp_path: Path
 ) -> None:

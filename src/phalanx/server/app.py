@@ -35,6 +35,7 @@ from phalanx.server.routes import (
     params,
     runs,
 )
+from phalanx.server.routes import queue as queue_routes
 from phalanx.server.sessions import LoginThrottle, Sessions
 from phalanx.server.settings import ServerSettings
 from phalanx.server.sweeper import Sweeper
@@ -102,9 +103,12 @@ def create_app(settings: ServerSettings, store: IngestStore | None = None) -> Fa
     def health() -> dict[str, Any]:
         return {"ok": True, "version": __version__}
 
-    for module in (experiments, metrics, params, artifacts, logs, ingest, groups, runs, models):
+    for module in (experiments, metrics, params, artifacts, logs, ingest, groups, runs, models, queue_routes):
         app.include_router(module.router, prefix=API)
     if settings.ui_enabled:
+        from phalanx.server.apidocs import install_docs
+
+        install_docs(app, f"{API}/openapi.json")
         app.include_router(pages.router)
         app.include_router(groups.page_router)
         app.include_router(models.page_router)

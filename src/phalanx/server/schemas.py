@@ -10,6 +10,7 @@ from pydantic import BaseModel, Field
 
 from phalanx.domain import Experiment, Replica
 from phalanx.store.base import ArtifactRecord, LogLine, ModelRecord, ParamRecord
+from phalanx.store.paramshape import shown
 
 
 class ErrorOut(BaseModel):
@@ -145,7 +146,8 @@ class ParamOut(BaseModel):
 
     @classmethod
     def of(cls, p: ParamRecord) -> ParamOut:
-        return cls(section=p.section, key=p.key, value=p.value, replica=p.replica, rank=p.rank, time=p.time)
+        value = shown(p.value)  # one value stored before the bounds must not break the page
+        return cls(section=p.section, key=p.key, value=value, replica=p.replica, rank=p.rank, time=p.time)
 
 
 class ArtifactOut(BaseModel):

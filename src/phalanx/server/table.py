@@ -8,14 +8,22 @@ is the same on every page.
 
 from __future__ import annotations
 
-import contextlib
+import csv
+import io
+import json
+import time
+from collections.abc import Callable
 from dataclasses import replace
+from datetime import UTC, datetime
 from typing import Any
 
+from phalanx.domain import Experiment, ExperimentStatus
 from phalanx.errors import UsageError
 from phalanx.server.schemas import ExperimentOut, ExperimentPage, experiment_out
 from phalanx.store.base import ExperimentFilter, Store
 from phalanx.store.columns import parse_column
+from phalanx.store.filters import parse_filters
+from phalanx.store.paramshape import shown
 
 MAX_COLUMNS = 20
 MAX_SCAN = 100_000  # experiments considered when sorting or filtering by an extra column
@@ -24,25 +32,37 @@ MAX_SCAN = 100_000  # experiments considered when sorting or filtering by an ext
 def table_page(
     store: Store, base: ExperimentFilter, columns: list[str], where: list[str], order: str | None
 ) -> ExperimentPage:
-    conditions = [parse_condition(w) for w in where]
+    conditions = parse_filters(where)  # each where= may itself be an and-joined filter
     order_column = order.lstrip("-") if order else None
     wanted = list(
-        dict.fromkeys([*columns, *(c for c, _, _ in conditions), *([order_column] if order_column else [])])
+        dict.fromkeys([*columns, *(c.column for c in conditions), *([order_column] if order_column else [])])
     )
     if len(wanted) > MAX_COLUMNS:
         raise UsageError(f"at most {MAX_COLUMNS} extra columns at once")
     for c in wanted:
-        parse_column(c)
+        if c not in COMPUTED_SORTS:
+            parse_column(c)
+    if base.order_by.lstrip("-") in COMPUTED_SORTS:  # sorted here, over every match, then paged
+        if not order_column:
+            order, order_column = base.order_by, base.order_by.lstrip("-")
+        base = replace(base, order_by="-created_at")
     if not conditions and not order_column:
         page = store.list_experiments(base)
-        values = store.experiment_columns([e.id for e in page.items], columns) if columns else {}
+        values = readable(store.experiment_columns([e.id for e in page.items], columns)) if columns else {}
         items = page.items
         total = page.total
     else:
         everything = store.list_experiments(replace(base, offset=0, limit=MAX_SCAN))
-        values = store.experiment_columns([e.id for e in everything.items], wanted)
+        wanted = [c for c in wanted if c not in COMPUTED_SORTS]
+        values = readable(store.experiment_columns([e.id for e in everything.items], wanted))
+        if order_column in COMPUTED_SORTS:
+            now = time.time()
+            for e in everything.items:
+                key = COMPUTED_SORTS[order_column](e, now)
+                if key is not None:
+                    values[e.id][order_column] = key
         items = [
-            e for e in everything.items if all(matches(values[e.id].get(c), op, v) for c, op, v in conditions)
+            e for e in everything.items if all(c.matches(values[e.id].get(c.column)) for c in conditions)
         ]
         if order_column:
             present = [e for e in items if order_column in values[e.id]]
@@ -62,6 +82,36 @@ def table_page(
     return ExperimentPage(items=out, total=total, offset=base.offset, limit=base.limit)
 
 
+def duration(e: Experiment, now: float) -> float | None:
+    return duration_of(str(e.status), e.created_at, e.started_at, e.finished_at, now)
+
+
+def duration_of(
+    status: str, created: float | None, started: float | None, finished: float | None, now: float
+) -> float | None:
+    """Seconds it ran, as the table shows them: until now while it runs, None before it starts."""
+    start = started or created
+    end = finished or (now if status in LIVE else None)
+    return None if not start or end is None else max(0.0, end - start)
+
+
+def replicas(e: Experiment, now: float) -> int:
+    """Topology order: by how many replicas it has (1 master · 2 workers: 3)."""
+    return sum(int(n) for n in (e.topology or {}).values())
+
+
+LIVE = {str(s) for s in (ExperimentStatus.RUNNING, ExperimentStatus.STARTING, ExperimentStatus.PENDING)}
+# built-in columns the database cannot order by (derived from several fields): sorted here, over
+# every experiment that matches, so the order is the same on every page
+COMPUTED_SORTS: dict[str, Callable[[Experiment, float], Any]] = {"duration": duration, "topology": replicas}
+
+
+def readable(values: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Column values as the table shows, filters and sorts them: a param stored before the bounds
+    on depth and size (``store.paramshape``) reads as a short note, so the page still answers."""
+    return {exp: {c: shown(v) for c, v in cols.items()} for exp, cols in values.items()}
+
+
 def sort_key(value: Any) -> tuple[int, Any]:
     """Numbers before text, both in order; experiments without the value last (either direction)."""
     if isinstance(value, bool):
@@ -73,41 +123,70 @@ def sort_key(value: Any) -> tuple[int, Any]:
     return (1, str(value))
 
 
-_OPS = ("<=", ">=", "!=", "=", "<", ">")
+CSV_FIELDS = [
+    "id",
+    "name",
+    "project",
+    "status",
+    "framework",
+    "topology",
+    "created_at",
+    "started_at",
+    "finished_at",
+    "duration_s",
+    "tags",
+    "group_id",
+]
+CSV_PAGE = 500
 
 
-def parse_condition(text: str) -> tuple[str, str, Any]:
-    """``COLUMN OP VALUE`` (OP one of = != < <= > >=) -> (column, op, value as number when it is one)."""
-    for op in _OPS:
-        column, sep, raw = text.partition(op)
-        if sep and column.strip():
-            column = column.strip()
-            parse_column(column)
-            value: Any = raw.strip()
-            with contextlib.suppress(ValueError):
-                value = float(value)
-            return column, op, value
-    raise UsageError(f"filter {text!r}: write COLUMN OP VALUE, e.g. metric:max:val/acc>=0.9 or param:lr=0.01")
+def table_csv(
+    store: Store, base: ExperimentFilter, columns: list[str], where: list[str], order: str | None
+) -> str:
+    """Every matching row (up to MAX_SCAN), in the table's order, as CSV with a header row."""
+    out = io.StringIO()
+    writer = csv.writer(out)
+    writer.writerow(CSV_FIELDS + columns)
+    now = time.time()
+    offset = 0
+    while offset < MAX_SCAN:
+        page = table_page(store, replace(base, offset=offset, limit=CSV_PAGE), columns, where, order)
+        for e in page.items:
+            topology = " ".join(f"{k}={v}" for k, v in e.topology.items())
+            took = duration_of(e.status, e.created_at, e.started_at, e.finished_at, now)
+            writer.writerow(
+                [
+                    e.id,
+                    e.name,
+                    e.project,
+                    e.status,
+                    e.framework or "",
+                    topology,
+                    iso(e.created_at),
+                    iso(e.started_at),
+                    iso(e.finished_at),
+                    "" if took is None else round(took, 3),
+                    ";".join(e.tags),
+                    e.group_id or "",
+                ]
+                + [cell(e.columns.get(c)) for c in columns]
+            )
+        offset += CSV_PAGE
+        if offset >= page.total:
+            break
+    return out.getvalue()
 
 
-def matches(value: Any, op: str, wanted: Any) -> bool:
+def iso(epoch: float | None) -> str:
+    return "" if not epoch else datetime.fromtimestamp(epoch, tz=UTC).isoformat(timespec="seconds")
+
+
+def cell(value: Any) -> str:
+    """A column value as CSV text: numbers in full (repr), objects as JSON, nothing as empty."""
     if value is None:
-        return op == "!="
-    if isinstance(wanted, float):
-        try:
-            number = float(value)
-        except (TypeError, ValueError):
-            return op == "!="
-        left: Any = number
-    else:
-        left = str(value)
-    return bool(
-        {
-            "=": left == wanted,
-            "!=": left != wanted,
-            "<": left < wanted,
-            "<=": left <= wanted,
-            ">": left > wanted,
-            ">=": left >= wanted,
-        }[op]
-    )
+        return ""
+    if isinstance(value, float):
+        return repr(value)
+    if isinstance(value, dict | list):
+        return json.dumps(value)
+    return str(value)

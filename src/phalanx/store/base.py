@@ -333,10 +333,17 @@ class Store(Protocol):
         ...
 
     def logs(
-        self, experiment_id: str, replica: str | None = None, offset: int = 0, limit: int | None = None
+        self,
+        experiment_id: str,
+        replica: str | None = None,
+        offset: int = 0,
+        limit: int | None = None,
+        from_end: bool = False,
     ) -> list[LogLine]:
         """Console lines in order, at most ``limit``. With ``replica``: that replica's lines from
         its line ``offset`` on. Without: every replica's lines by time, skipping ``offset`` lines.
+        ``from_end``: counted from the last line instead (offset 0: the last ``limit`` lines; then
+        offset = how many were read, for the page before), so a finished console opens at its tail.
         Raises NotFound."""
         ...
 

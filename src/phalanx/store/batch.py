@@ -14,6 +14,7 @@ from typing import Any
 
 from phalanx.domain import Event, EventKind, ExperimentStatus, ReplicaState
 from phalanx.errors import UsageError
+from phalanx.store.paramshape import check_param
 from phalanx.tracking.screen import truncate, truncate_line
 
 
@@ -197,6 +198,8 @@ def _param_rows(ev: Event) -> list[dict[str, Any]]:
     if "values" in d and not isinstance(d["values"], Mapping):
         raise UsageError(f"data.values must be an object of parameters, not {_json_type(d['values'])}")
     values: Mapping[str, Any] = d["values"] if "values" in d else {text_field(d, "key", None): d.get("value")}
+    for k, v in values.items():
+        check_param(section, str(k), v, f"data.values.{k}" if "values" in d else "data.value")
     return [
         {
             "experiment_id": ev.experiment_id,

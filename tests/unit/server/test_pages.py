@@ -24,6 +24,13 @@ def test_the_ui_loads_nothing_from_outside_the_server(client: TestClient) -> Non
         assert client.get(asset).status_code == 200, asset
 
 
-def test_no_swagger_page_that_would_need_a_cdn(client: TestClient) -> None:
+def test_the_api_explorer_serves_its_own_assets_not_a_cdn(client: TestClient) -> None:
     assert client.get("/api/v1/docs").status_code == 404
     assert client.get("/api/v1/openapi.json").json()["info"]["title"] == "Phalanx"
+    page = client.get("/docs")
+    assert page.status_code == 200 and "/api/v1/openapi.json" in client.get("/docs/init.js").text
+    assert not re.search(r"""(src|href)\s*=\s*["']?(https?:)?//""", page.text, re.I), page.text
+    assets = re.findall(r"""(?:src|href)\s*=\s*["'](/[^"']+)["']""", page.text)
+    assert any(a.endswith("swagger-ui-bundle.js") for a in assets), assets
+    for asset in assets:
+        assert client.get(asset).status_code == 200, asset

@@ -53,6 +53,24 @@ def test_filters_by_a_column_across_every_page(client: TestClient, store: Store)
     assert bad.status_code == 400 and "param:KEY" in bad.json()["message"]
 
 
+def test_one_and_joined_where_is_the_same_as_repeated_wheres(client: TestClient, store: Store) -> None:
+    """The UI's filter box sends what the user typed as one where=; the API reads it with the same
+    grammar as repeated where= (it used to read "a=x and b<y" as a=("x and b<y"): 0 rows)."""
+    _runs(store)
+    repeated = client.get(
+        "/api/v1/experiments", params={"where": ["param:lr=0.01", "metric:max:val/acc>=0.6"]}
+    ).json()
+    joined = client.get(
+        "/api/v1/experiments", params={"where": "param:lr=0.01 and metric:max:val/acc>=0.6"}
+    ).json()
+    assert joined == repeated and joined["total"] == 1
+    first_only = client.get("/api/v1/experiments", params={"where": "param:lr=0.01"}).json()
+    assert first_only["total"] == 2  # the second condition does narrow it
+    bad = client.get("/api/v1/experiments", params={"where": "param:lr=0.01 and acc>0.6"})
+    assert bad.status_code == 400
+    assert "condition 2 of 2 ('acc>0.6')" in bad.json()["message"], bad.json()
+
+
 def test_the_column_chooser_lists_keys_and_titles(client: TestClient, store: Store) -> None:
     _runs(store, 1)
     assert client.get("/api/v1/columns").json() == {"params": ["lr"], "metrics": ["val/acc"]}

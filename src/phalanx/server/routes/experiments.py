@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Annotated, Literal
 
-from fastapi import APIRouter, Query
+from fastapi import APIRouter, Depends, Query, Response
 
 from phalanx.domain import ExperimentStatus
 from phalanx.server.control import request_stop
@@ -37,11 +38,30 @@ SortKey = Literal[
     "-project",
     "status",
     "-status",
+    "id",
+    "-id",
+    "framework",
+    "-framework",
+    "group_id",
+    "-group_id",
+    "duration",
+    "-duration",
+    "topology",
+    "-topology",
 ]
 
 
-@router.get("/experiments", response_model=ExperimentPage)
-def list_experiments(
+@dataclass(frozen=True)
+class TableRequest:
+    """What the run table asked for: the plain filters (with the page) and the extra columns."""
+
+    base: ExperimentFilter
+    columns: list[str]
+    where: list[str]
+    order: str | None
+
+
+def table_request(
     store: StoreDep,
     column: Annotated[
         list[str] | None,
@@ -53,7 +73,11 @@ def list_experiments(
     ] = None,
     where: Annotated[
         list[str] | None,
-        Query(max_length=300, description="COLUMN OP VALUE (OP = != < <= > >=), e.g. metric:max:acc>=0.9"),
+        Query(
+            max_length=300,
+            description="COLUMN OP VALUE (OP = != < <= > >=), several joined by 'and' or repeated, "
+            "e.g. param:optimizer=adam and metric:max:acc>=0.9",
+        ),
     ] = None,
     order: Annotated[
         str | None,
@@ -68,13 +92,10 @@ def list_experiments(
     ] = None,
     offset: Annotated[int, Query(ge=0, le=10**9)] = 0,
     limit: Annotated[int, Query(ge=1, le=500)] = 50,
-    sort: Annotated[SortKey, Query(description="a field, '-' first for descending")] = "-created_at",
-) -> ExperimentPage:
-    """Experiments matching every filter given, one page at a time. Extra ``column``s (params,
-    metric aggregates) come back in each item's ``columns``; ``where`` and ``order`` on such columns
-    filter and sort across every page, on the server."""
-    from phalanx.server.table import table_page
-
+    sort: Annotated[
+        SortKey, Query(description="a field, '-' first for descending (every page, on the server)")
+    ] = "-created_at",
+) -> TableRequest:
     group_id = None
     if group:  # an unknown group is a 404, not every experiment
         from phalanx.store.base import group_store
@@ -90,7 +111,34 @@ def list_experiments(
         limit=limit,
         order_by=sort,
     )
-    return table_page(store, base, list(column or []), list(where or []), order)
+    return TableRequest(base, list(column or []), list(where or []), order)
+
+
+TableDep = Annotated[TableRequest, Depends(table_request)]
+
+
+@router.get("/experiments", response_model=ExperimentPage)
+def list_experiments(store: StoreDep, table: TableDep) -> ExperimentPage:
+    """Experiments matching every filter given, one page at a time. Extra ``column``s (params,
+    metric aggregates) come back in each item's ``columns``; ``where`` and ``order`` on such columns
+    filter and sort across every page, on the server."""
+    from phalanx.server.table import table_page
+
+    return table_page(store, table.base, table.columns, table.where, table.order)
+
+
+@router.get("/experiments.csv", response_class=Response)
+def export_experiments(store: StoreDep, table: TableDep) -> Response:
+    """The run table as CSV: every experiment matching the filters (not one page), in the same
+    order, with the extra columns; numbers at full precision."""
+    from phalanx.server.table import table_csv
+
+    text = table_csv(store, table.base, table.columns, table.where, table.order)
+    return Response(
+        text,
+        media_type="text/csv; charset=utf-8",
+        headers={"Content-Disposition": 'attachment; filename="experiments.csv"'},
+    )
 
 
 @router.get("/experiments/{experiment_id}", response_model=ExperimentDetail)

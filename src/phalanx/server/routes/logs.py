@@ -38,10 +38,19 @@ def logs(
     replica: ReplicaQuery = None,
     offset: Annotated[int, Query(ge=0, le=10**12)] = 0,
     limit: Annotated[int, Query(ge=1, le=10_000)] = 1000,
+    from_end: Annotated[
+        bool,
+        Query(
+            description="count offset back from the last line: offset=0 is the last `limit` lines, "
+            "next_offset the page before (a finished console opens at its tail)"
+        ),
+    ] = False,
 ) -> LogsOut:
     """Lines from ``offset`` on (the offset counts lines of one replica when ``replica`` is given)."""
     e = experiment_of(store, experiment_id)
-    lines = store.logs(e.id, replica=replica or None, offset=offset, limit=limit)
+    lines = store.logs(e.id, replica=replica or None, offset=offset, limit=limit, from_end=from_end)
+    if from_end:
+        return LogsOut(lines=[LogLineOut.of(line) for line in lines], next_offset=offset + len(lines))
     next_offset = max((line.offset + 1 for line in lines), default=offset) if replica else offset + len(lines)
     return LogsOut(lines=[LogLineOut.of(line) for line in lines], next_offset=next_offset)
 

@@ -38,6 +38,11 @@ def compare_page() -> HTMLResponse:
     return _shell()
 
 
+@router.get("/queue")
+def queue_page() -> HTMLResponse:
+    return _shell()
+
+
 def _login_page(next_url: str, error: str = "", status: int = 200) -> HTMLResponse:
     text = (UI_DIR / "login.html").read_text()
     text = text.replace("{{next}}", html.escape(next_url, quote=True))

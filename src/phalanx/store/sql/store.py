@@ -69,7 +69,17 @@ from phalanx.store.sql.models import (
 
 _first, _second, _third = itemgetter(0), itemgetter(1), itemgetter(2)
 _PREFIX = re.compile(r"^[0-9a-z]{1,32}$")
-_ORDER = {"created_at", "name", "project", "status", "started_at", "finished_at"}
+_ORDER = {
+    "created_at",
+    "name",
+    "project",
+    "status",
+    "started_at",
+    "finished_at",
+    "id",
+    "framework",
+    "group_id",
+}
 _RETRIES = 5
 _T = TypeVar("_T")
 # experiments are read without `repro` (a diff and a package list): store.repro() reads it alone
@@ -742,22 +752,36 @@ class SqlStore:
         ]
 
     def logs(
-        self, experiment_id: str, replica: str | None = None, offset: int = 0, limit: int | None = None
+        self,
+        experiment_id: str,
+        replica: str | None = None,
+        offset: int = 0,
+        limit: int | None = None,
+        from_end: bool = False,
     ) -> list[LogLine]:
         """Console lines in order. With ``replica``: that replica's lines from ``offset`` on (offsets
-        are per replica). Without: every replica's lines ordered by time, ``offset`` skipping rows."""
+        are per replica). Without: every replica's lines ordered by time, ``offset`` skipping rows.
+        ``from_end``: ``offset`` lines back from the last one, read backwards, returned in order."""
         with self.engine.connect() as conn:
             full = _resolve(conn, experiment_id)
             q = select(LogRow.offset, LogRow.replica, LogRow.text, LogRow.time, LogRow.stream).where(
                 LogRow.experiment_id == full
             )
-            if replica is not None:
+            if from_end:
+                if replica is not None:
+                    q = q.where(LogRow.replica == replica).order_by(LogRow.offset.desc())
+                else:
+                    q = q.order_by(LogRow.time.desc(), LogRow.id.desc())
+                q = q.offset(offset)
+            elif replica is not None:
                 q = q.where(LogRow.replica == replica, LogRow.offset >= offset).order_by(LogRow.offset)
             else:
                 q = q.order_by(LogRow.time, LogRow.id).offset(offset)
             if limit is not None:
                 q = q.limit(limit)
             rows = conn.execute(q).all()
+        if from_end:
+            rows = rows[::-1]
         return [LogLine(offset=o, replica=r, text=t, time=tm, stream=s) for o, r, t, tm, s in rows]
 
     def texts(self, experiment_id: str) -> list[dict[str, Any]]:

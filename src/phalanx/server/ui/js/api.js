@@ -83,4 +83,5 @@ export const api = {
   logsTextUrl: (id, params) => `${BASE}/experiments/${enc(id)}/logs.txt?${new URLSearchParams(params)}`,
   logStreamUrl: (id, params) => `${BASE}/experiments/${enc(id)}/logs/stream?${new URLSearchParams(params)}`,
   groups: () => request("/groups"),
+  queue: () => request("/queue"),
 };

@@ -1,11 +1,12 @@
 // The UI's entry point: picks the view from the path. Pages are /, /experiments/{id}, /compare,
-// /groups[/{id}], /models[/{name}].
+// /groups[/{id}], /models[/{name}], /queue.
 
 import { renderCompare } from "./compare.js";
 import { renderExperiment } from "./experiment.js";
 import { renderGroup, renderGroups } from "./groups.js";
 import { renderList } from "./list.js";
 import { renderModel, renderModels } from "./models.js";
+import { renderQueue } from "./queue.js";
 
 function route() {
   const root = document.getElementById("app");
@@ -21,6 +22,7 @@ function route() {
   else if (md) { nav = "models"; renderModel(root, decodeURIComponent(md[1])); }
   else if (path === "/models" || path === "/models/") { nav = "models"; renderModels(root); }
   else if (path === "/compare" || path === "/compare/") { nav = "compare"; renderCompare(root, ctx); }
+  else if (path === "/queue" || path === "/queue/") { nav = "queue"; renderQueue(root, ctx); }
   else renderList(root, ctx);
   for (const a of document.querySelectorAll(".topbar nav a")) a.classList.toggle("active", a.dataset.nav === nav);
 }

@@ -43,6 +43,19 @@ export function align(lines) {
   return data;
 }
 
+// The y axis as wide as its longest tick label (a fixed 60 px clipped values from 100,000 up).
+function axisWidth(u, values, axisIdx, cycleNum) {
+  const axis = u.axes[axisIdx];
+  if (cycleNum > 1) return axis._size;
+  let width = axis.ticks.size + axis.gap;
+  const longest = (values || []).reduce((a, v) => (String(v).length > a.length ? String(v) : a), "");
+  if (longest) {
+    u.ctx.font = axis.font[0];
+    width += u.ctx.measureText(longest).width / devicePixelRatio;
+  }
+  return Math.max(40, Math.ceil(width) + 4);
+}
+
 function fmtY(v) { return v === null || v === undefined ? "—" : Number(v).toPrecision(5); }
 
 function lastValue(ys) {
@@ -63,7 +76,8 @@ export class ScalarChart {
     this.plot = null;
     this.body = h("div", { class: "chart-body" });
     this.note = h("div", { class: "note" });
-    this.card = h("div", { class: "chart-card", "data-title": title }, h("h3", {}, title), this.body, this.note);
+    const csv = h("button", { class: "link small chart-csv", title: "the points drawn, as CSV", onclick: () => this.exportCsv() }, "CSV");
+    this.card = h("div", { class: "chart-card", "data-title": title }, h("h3", {}, title, " ", csv), this.body, this.note);
     add(parent, this.card);
     this.resizer = new ResizeObserver(() => {
       if (this.plot) this.plot.setSize({ width: this.width(), height: 300 });
@@ -88,10 +102,12 @@ export class ScalarChart {
   // its window so new points inside it show up.
   refresh(lines, opts) {
     const labels = lines.map((l) => l.label).join("\u0000");
+    // this.opts is a copy: the views pass their one shared, mutated state object, so comparing
+    // against it would always find "the same" and never rebuild for log scale or another x axis.
     const same = this.plot && labels === this.labels && this.opts && opts &&
       this.opts.xMode === opts.xMode && this.opts.log === opts.log;
     if (!same) return false;
-    this.opts = opts;
+    this.opts = { ...opts };
     const data = align(this.prepare(lines, opts));
     this.full = data;
     this.fullNote = this.describe(lines);
@@ -117,7 +133,7 @@ export class ScalarChart {
   update(lines, opts) {
     if (this.refresh(lines, opts)) return;
     const { xMode = "step", log = false } = opts || {};
-    this.opts = opts;
+    this.opts = { ...opts };
     this.labels = lines.map((l) => l.label).join("\u0000");
     this.zoomedTo = null;
     this.request++;
@@ -160,13 +176,17 @@ export class ScalarChart {
           value: (u, v, sidx, idx) => fmtY(idx === null || idx === undefined ? lastValue(u.data[sidx]) : v),
         })),
       ],
-      axes: [{ grid: { stroke: "#eef0f3" } }, { grid: { stroke: "#eef0f3" }, size: 60 }],
+      axes: [{ grid: { stroke: "#eef0f3" } }, { grid: { stroke: "#eef0f3" }, size: axisWidth }],
       cursor: { drag: { x: true, y: false }, points: { size: 6 } },
       legend: { live: true },
       hooks: { setScale: [(u, key) => { if (key === "x") this.zoomed(u.scales.x.min, u.scales.x.max); }] },
     };
     this.plot = new uPlot(options, data, this.body);
     this.plot.over.addEventListener("dblclick", () => this.restore());
+    // What is drawn, readable by the browser tests (scales, data arrays, colours).
+    this.card.plot = this.plot;
+    this.card.dataset.builds = String(Number(this.card.dataset.builds || 0) + 1);
+    this.card.dataset.ready = "true";
   }
 
   // A drag-zoom narrower than the whole series: fetch that range in full detail.
@@ -174,7 +194,10 @@ export class ScalarChart {
     const xs = this.full ? this.full[0] : [];
     if (!this.detail || xs.length < 2 || min === null || max === null) return;
     if (!again && min <= xs[0] && max >= xs[xs.length - 1]) return;
+    // Setting the x scale after swapping in the detail fires this hook again: nothing new to fetch.
+    if (!again && this.shown && this.shown[0] === min && this.shown[1] === max) return;
     this.zoomedTo = [min, max];
+    this.shown = null;
     this.card.dataset.zoom = `${min},${max}`;
     const ticket = ++this.request;
     clearTimeout(this.pending);
@@ -182,7 +205,14 @@ export class ScalarChart {
       try {
         const lines = await this.detail(min, max);
         if (ticket !== this.request || !this.plot || !lines) return;
-        this.plot.setData(align(this.prepare(lines, this.opts)), false);
+        // The detail replaces the coarse data, and the x scale is set again so uPlot recomputes
+        // which indexes are in view: setData(…, false) alone keeps the old index window, which
+        // drew a slice of the new array (a sawtooth that was not in the data).
+        this.shown = [min, max];
+        this.plot.batch(() => {
+          this.plot.setData(align(this.prepare(lines, this.opts)), false);
+          this.plot.setScale("x", { min, max });
+        });
         this.card.dataset.detail = "true";
         const shown = lines.reduce((a, l) => a + l.xs.length, 0);
         this.note.textContent = `zoomed: ${shown.toLocaleString()} points in view · double-click to see all`;
@@ -190,9 +220,26 @@ export class ScalarChart {
     }, 200);
   }
 
+  // The points drawn (after smoothing; a zoomed view's detail), one column per series, as a file.
+  exportCsv() {
+    if (!this.plot) return;
+    const quote = (v) => (/[",\n]/.test(v) ? `"${v.replace(/"/g, '""')}"` : v);
+    const labels = this.plot.series.map((s, i) => (i === 0 ? { step: "step", time: "time", relative: "seconds" }[this.opts?.xMode] || "x" : s.label));
+    const rows = [labels.map((l) => quote(String(l))).join(",")];
+    const data = this.plot.data;
+    for (let i = 0; i < data[0].length; i++) rows.push(data.map((col) => (col[i] === null || col[i] === undefined ? "" : String(col[i]))).join(","));
+    const url = URL.createObjectURL(new Blob([rows.join("\n") + "\n"], { type: "text/csv" }));
+    const a = h("a", { href: url, download: `${this.title.replace(/[^\w.-]+/g, "_")}.csv` });
+    document.body.append(a);
+    a.click();
+    a.remove();
+    setTimeout(() => URL.revokeObjectURL(url), 10000);
+  }
+
   restore() {
     this.request++;
     this.zoomedTo = null;
+    this.shown = null;
     delete this.card.dataset.zoom;
     if (this.plot && this.full && this.card.dataset.detail) {
       delete this.card.dataset.detail;

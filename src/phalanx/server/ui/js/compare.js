@@ -4,11 +4,9 @@
 import { api } from "./api.js";
 import { MAX_POINTS, ScalarChart, chartControls, firstTime, toLine } from "./charts.js";
 import { diffView } from "./repro.js";
-import { badge, byReplica, clear, color, fmtAgo, fmtValue, h, topologyText, add } from "./util.js";
+import { badge, byReplica, clear, fmtAgo, fmtValue, h, runColor, topologyText, add } from "./util.js";
 
 const EMPTY = { steps: [], values: [], times: [], count: 0 };
-const DASHES = [undefined, [8, 4], [2, 3], [10, 3, 2, 3]];
-const STYLE_NAMES = ["solid lines", "dashed lines", "dotted lines", "dash-dot lines"];
 
 export function renderCompare(root, ctx) {
   const ids = (new URLSearchParams(location.search).get("ids") || "").split(",").map((s) => s.trim()).filter(Boolean);
@@ -31,11 +29,11 @@ export function renderCompare(root, ctx) {
       h("div", { class: "toolbar" }, h("h1", {}, `Compare ${exps.length} experiments`), h("span", { class: "spacer" }),
         h("a", { href: `/compare?ids=${ids.join(",")}&pick=1`, onclick: (ev) => { ev.preventDefault(); renderPicker(root, exps.map((e) => e.id)); } }, "change selection")),
       missingNote,
-      h("div", { class: "cmp-heads" }, exps.map((e, i) => h("div", { class: "card", "data-id": e.id },
+      h("div", { class: "cmp-heads" }, exps.map((e) => h("div", { class: "card", "data-id": e.id },
         h("div", {}, h("a", { href: `/experiments/${e.id}` }, h("b", {}, e.name)), " ", badge(e.status)),
         h("div", { class: "muted small mono" }, e.id),
         h("div", { class: "small" }, `${e.project} · ${e.framework || "—"} · ${topologyText(e.topology)}`),
-        h("div", { class: "muted small" }, `charts: ${STYLE_NAMES[i % STYLE_NAMES.length]}`)))),
+        h("div", { class: "muted small" }, h("span", { class: "swatch", style: { background: runColor(e.id) } }), " its colour in the charts")))),
       h("h2", {}, "Scalars"),
       chartControls(state, (refetch) => (refetch ? loadScalars() : draw())),
       grid,
@@ -70,12 +68,13 @@ export function renderCompare(root, ctx) {
         const chart = new ScalarChart(grid, title, detail);
         charts.push(chart);
         const lines = [];
-        // Same series name, same colour; each experiment its own line style (solid, dashed, dotted...).
-        const seriesNames = [...new Set(metrics.get(title).flatMap(([, m]) => Object.keys(m.series)))].sort();
-        metrics.get(title).forEach(([e, m, ei]) => {
-          for (const s of Object.keys(m.series).sort()) {
-            lines.push({ ...toLine(`${label(e)} · ${s}`, m.series[s], state.xMode, starts.get(e.id)), color: color(seriesNames.indexOf(s)), dash: DASHES[ei % DASHES.length] });
-          }
+        // Each experiment its own colour (the one it has on its own Scalars tab), its series
+        // (ranks) shades of it.
+        metrics.get(title).forEach(([e, m]) => {
+          const names = Object.keys(m.series).sort();
+          names.forEach((s, i) => {
+            lines.push({ ...toLine(`${label(e)} · ${s}`, m.series[s], state.xMode, starts.get(e.id)), color: runColor(e.id, i, names.length) });
+          });
         });
         chart.update(lines, state);
       }

@@ -21,7 +21,7 @@ export function renderConsole(panel, ctx, exp) {
   const chips = h("div", { class: "chips", id: "replica-chips" });
   const search = h("input", { type: "search", placeholder: "Search the console", "aria-label": "search console" });
   const follow = h("input", { type: "checkbox", id: "follow", checked: true });
-  const state = h("span", { class: "muted small" });
+  const state = h("span", { class: "muted small", id: "console-state" });
   const out = h("div", { class: "console", id: "console" });
   let cap = lineCap();
   let dropped = 0;
@@ -40,7 +40,8 @@ export function renderConsole(panel, ctx, exp) {
   function showDropped() {
     droppedNote.hidden = dropped === 0;
     if (!dropped) return;
-    add(clear(droppedNote), `${dropped.toLocaleString()} earlier line${dropped === 1 ? " is" : "s are"} not shown: this view keeps the last ${cap.toLocaleString()}. `,
+    const what = dropped < 0 ? "Earlier lines are" : `${dropped.toLocaleString()} earlier line${dropped === 1 ? " is" : "s are"}`;
+    add(clear(droppedNote), `${what} not shown: this view keeps the last ${cap.toLocaleString()}. `,
       h("a", { href: api.logsTextUrl(exp.id, replica ? { replica } : {}), download: "" }, "Download the whole log"),
       " or keep more lines (the menu above).");
   }
@@ -86,7 +87,7 @@ export function renderConsole(panel, ctx, exp) {
     const needle = search.value.trim();
     if (needle) state.textContent = `${matched.toLocaleString()} of ${lines.length.toLocaleString()} lines`;
     else if (ended) state.textContent = `${lines.length.toLocaleString()} lines`;
-    else state.textContent = ctx.live() ? "live" : "";
+    else state.textContent = ctx.live() && source && source.readyState === EventSource.OPEN ? "live" : "";
     const none = out.querySelector(".no-match");
     if (needle && !matched && lines.length) {
       if (!none) add(out, h("div", { class: "line muted no-match" }, `No line matches “${needle}”.`));
@@ -128,8 +129,66 @@ export function renderConsole(panel, ctx, exp) {
     }
   }
 
+  // A finished experiment's console opens at its tail: the first request asks for the last lines
+  // (from_end), which are drawn at once; earlier pages are then read backwards and put above them,
+  // up to the lines kept. (Streaming it from the first line took 68 s to reach the end of 60,000.)
+  const FIRST_PAGE = 1000; // a screenful and then some, drawn at once
+  const BACK_PAGE = 10000;
+  let opened = 0;
+  async function openFinished(ticket) {
+    const params = replica ? { replica } : {};
+    let fromEnd = 0;
+    let more = false;
+    try {
+      for (;;) {
+        const want = Math.min(fromEnd ? BACK_PAGE : FIRST_PAGE, cap - lines.length);
+        if (want <= 0) {
+          more = (await api.logs(exp.id, { ...params, from_end: true, offset: fromEnd, limit: 1 })).lines.length > 0;
+          break;
+        }
+        const page = await api.logs(exp.id, { ...params, from_end: true, offset: fromEnd, limit: want });
+        if (ticket !== opened) return;
+        prepend(page.lines);
+        fromEnd = page.next_offset;
+        if (page.lines.length < want) break; // the first line is in view
+      }
+    } catch (err) {
+      if (ticket !== opened) return;
+      state.textContent = `could not load: ${err.message}`;
+      return;
+    }
+    if (ticket !== opened) return;
+    dropped = more ? -1 : 0;
+    showDropped();
+    ended = true;
+    out.dataset.loaded = "true";
+    showCount();
+    if (!lines.length) add(out, h("div", { class: "line muted" }, "No console output recorded."));
+  }
+
+  // Older lines go above the ones shown; the view stays where the reader is (at the bottom when
+  // following).
+  function prepend(batch) {
+    if (!batch.length) return;
+    lines = batch.concat(lines);
+    let fresh = false;
+    for (const l of batch) if (!seen.has(l.replica)) { seen.add(l.replica); fresh = true; }
+    if (fresh) drawChips();
+    const needle = search.value.trim().toLowerCase();
+    const frag = document.createDocumentFragment();
+    for (const l of batch) if (matches(l, needle)) { matched++; add(frag, lineEl(l, needle)); }
+    const below = out.scrollHeight - out.scrollTop;
+    out.prepend(frag);
+    if (follow.checked) out.scrollTop = out.scrollHeight;
+    else out.scrollTop = out.scrollHeight - below;
+    showCount();
+  }
+
   function open() {
     if (source) source.close();
+    source = null;
+    const ticket = ++opened;
+    delete out.dataset.loaded;
     lines = [];
     pending = [];
     matched = 0;
@@ -138,6 +197,7 @@ export function renderConsole(panel, ctx, exp) {
     ended = false;
     clear(out);
     state.textContent = "loading…";
+    if (!ctx.live()) { openFinished(ticket); return; }
     const params = replica ? { replica } : {};
     source = new EventSource(api.logStreamUrl(exp.id, params), { withCredentials: true });
     source.addEventListener("line", (ev) => append(JSON.parse(ev.data)));
@@ -148,7 +208,10 @@ export function renderConsole(panel, ctx, exp) {
       showCount();
       if (!lines.length) add(out, h("div", { class: "line muted" }, "No console output recorded."));
     });
-    source.addEventListener("error", () => { if (source.readyState === EventSource.CLOSED) state.textContent = "disconnected"; });
+    // The badge follows the connection: "live" only while the stream is open.
+    source.addEventListener("error", () => {
+      state.textContent = source.readyState === EventSource.CLOSED ? "disconnected" : "reconnecting…";
+    });
   }
 
   function select(name) { replica = name; drawChips(); open(); }

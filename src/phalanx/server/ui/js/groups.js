@@ -2,7 +2,7 @@
 // sortable by the metric or any param, the best trial marked, parallel coordinates of params
 // against the metric). Refreshed every few seconds while the group runs.
 
-import { badge, clear, fmtTime, h, add } from "./util.js";
+import { badge, clear, fmtTime, h, add, runColor } from "./util.js";
 
 async function getJson(path) {
   const res = await fetch(`/api/v1${path}`, { credentials: "same-origin" });
@@ -105,7 +105,8 @@ export function renderGroup(root, ctx, groupId) {
 }
 
 // Parallel coordinates in plain SVG: one axis per param and one for the metric; a line per trial
-// (the best one thick, pruned ones dashed). Categorical params are spaced evenly in their order.
+// in the trial's own colour (as on its Scalars tab and in Compare; the best one thick, pruned ones
+// dashed). Categorical params are spaced evenly in their order.
 function parallel(trials, names, metric, bestNo) {
   const NS = "http://www.w3.org/2000/svg";
   const axes = [...names, "value"];
@@ -145,7 +146,7 @@ function parallel(trials, names, metric, bestNo) {
     const pts = axes.map((a, i) => `${x(i)},${y(scales[i].f(a === "value" ? t.value : t.params[a]))}`).join(" ");
     const best = t.number === bestNo;
     el("polyline", {
-      points: pts, fill: "none", stroke: best ? "#d97706" : "#2563eb", "stroke-width": best ? 3 : 1.2,
+      points: pts, fill: "none", stroke: runColor(t.experiment_id), "stroke-width": best ? 3 : 1.2,
       "stroke-opacity": best ? 1 : 0.55, "stroke-dasharray": t.state === "pruned" ? "4 3" : "none", "data-trial": t.number,
     });
   }

@@ -1,9 +1,11 @@
 // Experiments: a sortable, filterable table, refreshed every few seconds while any experiment runs.
 
 import { api } from "./api.js";
-import { badge, clear, durationSeconds, fmtAgo, fmtDuration, fmtTime, fmtValue, h, topologyText, add } from "./util.js";
+import { badge, clear, durationSeconds, fmtAgo, fmtDuration, fmtShort, fmtTime, fmtValue, h, topologyText, add } from "./util.js";
 
-const SERVER_SORTS = new Set(["created_at", "started_at", "name", "project", "status"]);
+// Every column sorts on the server, over all pages (duration and topology are computed there).
+const SERVER_SORTS = new Set(["created_at", "started_at", "name", "project", "status", "id", "framework",
+  "topology", "duration", "group_id"]);
 const COLUMNS = [
   ["", null], ["id", "id"], ["name", "name"], ["project", "project"], ["status", "status"],
   ["framework", "framework"], ["topology", "topology"], ["started", "started_at"], ["duration", "duration"], ["tags", null],
@@ -47,6 +49,8 @@ export function renderList(root, ctx) {
     location.href = `/compare?ids=${[...state.selected].join(",")}`;
   } }, "Compare");
   const counter = h("span", { class: "muted" });
+  // The whole table as CSV (every page, same filters, order and columns, full precision).
+  const exportCsv = h("a", { class: "button", id: "export-csv", href: "/api/v1/experiments.csv", download: "experiments.csv" }, "Export CSV");
   const choices = h("datalist", { id: "column-choices" });
   const addCol = h("input", { type: "text", list: "column-choices", placeholder: "+ column (param:…, metric:max:…)",
     size: 26, "aria-label": "add column", onkeydown: (ev) => {
@@ -55,8 +59,17 @@ export function renderList(root, ctx) {
       addCol.value = "";
       saveCols(); load();
     } });
-  const where = h("input", { type: "text", placeholder: "filter, e.g. metric:max:acc>=0.9", value: state.where, size: 24,
-    "aria-label": "column filter", onkeydown: (ev) => { if (ev.key === "Enter") { state.offset = 0; load(); } } });
+  // The filter is read by the server (phalanx.store.filters, the grammar of where= and `phalanx ls
+  // --where`): conditions joined by "and"; what it cannot read comes back as a 400 shown here.
+  const where = h("input", { type: "text", placeholder: "filter, e.g. param:optimizer=adam and metric:max:acc>=0.9",
+    value: state.where, size: 44, "aria-label": "column filter",
+    onkeydown: (ev) => { if (ev.key === "Enter") { state.offset = 0; load(); } } });
+  const whereError = h("span", { class: "filter-error", id: "filter-error", role: "alert", hidden: true });
+  function showFilterError(message) {
+    whereError.hidden = !message;
+    whereError.textContent = message || "";
+    if (message) where.setAttribute("aria-invalid", "true"); else where.removeAttribute("aria-invalid");
+  }
   function saveCols() { localStorage.setItem("phalanx.columns", JSON.stringify(state.cols)); }
   api.columns().then((c) => {
     add(choices, c.params.map((k) => h("option", { value: `param:${k}` })),
@@ -73,8 +86,8 @@ export function renderList(root, ctx) {
 
   add(clear(root), 
     h("div", { class: "toolbar" }, h("h1", { style: { marginRight: "12px" } }, "Experiments"), q, status, project, tag,
-      h("span", { class: "spacer" }), counter, compare),
-    h("div", { class: "toolbar" }, addCol, choices, where),
+      h("span", { class: "spacer" }), counter, exportCsv, compare),
+    h("div", { class: "toolbar" }, addCol, choices, where, whereError),
     h("div", { class: "table-wrap" }, h("table", { class: "grid", id: "experiments" }, thead, tbody)),
     pager,
   );
@@ -109,14 +122,6 @@ export function renderList(root, ctx) {
     }), state.cols.map(extraHead)));
   }
 
-  function localSort(list) {
-    const key = sortKey();
-    if (SERVER_SORTS.has(key) || isExtra(key)) return list;
-    const dir = state.sort.startsWith("-") ? -1 : 1;
-    const val = (e) => (key === "duration" ? durationSeconds(e) ?? -1 : key === "topology" ? topologyText(e.topology) : e[key] ?? "");
-    return [...list].sort((a, b) => (val(a) < val(b) ? -dir : val(a) > val(b) ? dir : 0));
-  }
-
   function drawBody() {
     clear(tbody);
     if (!items.length) {
@@ -125,7 +130,7 @@ export function renderList(root, ctx) {
           "No experiments yet. Run one with: phalanx run -f polyaxonfile.yml")));
       return;
     }
-    for (const e of localSort(items)) {
+    for (const e of items) {
       const box = h("input", { type: "checkbox", "aria-label": `select ${e.id}`, onchange: (ev) => {
         if (ev.target.checked) state.selected.add(e.id); else state.selected.delete(e.id);
         updateCompare();
@@ -144,8 +149,12 @@ export function renderList(root, ctx) {
         h("td", { class: "num" }, fmtDuration(durationSeconds(e))),
         h("td", {}, (e.tags || []).map((t) => h("span", { class: "tag" }, t))),
         groupCell(e),
-        state.cols.map((c) => h("td", { class: "num", "data-column": c },
-          e.columns && c in e.columns ? fmtValue(e.columns[c]) : "—")),
+        state.cols.map((c) => {
+          const v = e.columns && c in e.columns ? e.columns[c] : undefined;
+          // 5 significant digits on screen, the full value on hover (and in the CSV export)
+          return h("td", { class: "num", "data-column": c, title: v === undefined ? null : fmtValue(v) },
+            v === undefined ? "—" : fmtShort(v));
+        }),
       ));
     }
   }
@@ -181,12 +190,16 @@ export function renderList(root, ctx) {
     for (const k of ["q", "status", "project", "tag", "sort", "where"]) if (state[k] && !(k === "sort" && state[k] === "-created_at")) shown.set(k, state[k]);
     for (const c of state.cols) shown.append("col", c);
     history.replaceState(null, "", shown.toString() ? `/?${shown}` : "/");
+    const all = new URLSearchParams();
+    for (const [k, v] of Object.entries(query)) if (k !== "offset" && k !== "limit") for (const x of [v].flat()) all.append(k, x);
+    exportCsv.href = `/api/v1/experiments.csv?${all}`;
     try {
       const page = await api.experiments(query);
       if (ticket !== loads) return;
       await nameGroups(page.items);
       if (ticket !== loads) return;
       items = page.items;
+      showFilterError(null);
       counter.textContent = `${page.total} experiment${page.total === 1 ? "" : "s"}`;
       drawHead(); drawBody(); drawPager(page.total); updateCompare();
       // Quick while anything runs; slower otherwise, so experiments started later still show up.
@@ -194,6 +207,8 @@ export function renderList(root, ctx) {
       if (ctx.alive()) timer = setTimeout(refresh, live ? 3000 : 10000);
     } catch (err) {
       if (ticket !== loads) return;
+      // A filter the server cannot read: say why next to the box and keep the rows on screen.
+      if (err.status === 400 && state.where) { showFilterError(err.message); return; }
       add(clear(tbody), h("tr", {}, h("td", { colspan: COLUMNS.length, class: "empty" }, `Could not load: ${err.message}`)));
       if (ctx.alive()) timer = setTimeout(refresh, 10000);
     }

@@ -2,9 +2,14 @@
 
 import { api } from "./api.js";
 import { MAX_POINTS, ScalarChart, chartControls, firstTime, liveMs, toLine } from "./charts.js";
-import { byReplica, clear, fmtBytes, fmtTime, fmtValue, h, add } from "./util.js";
+import { byReplica, clear, fmtBytes, fmtTime, fmtValue, h, add, runColor } from "./util.js";
 
 const EMPTY = { steps: [], values: [], times: [], count: 0 };
+
+// System metrics (phalanx.sysmetrics: CPU, memory, GPU of each replica's processes) are titled
+// "system/...": they get a section of their own, on a wall-time axis (their step is a sample count).
+const isSystem = (title) => title.startsWith("system/");
+const SYSTEM_VIEW = Object.freeze({ smoothing: 0, log: false, xMode: "time" });
 
 export function renderScalars(panel, ctx, id) {
   const state = { smoothing: 0, log: false, xMode: "step" };
@@ -13,28 +18,35 @@ export function renderScalars(panel, ctx, id) {
   let timer = null;
   let wasLive = false;
   const grid = h("div", { class: "charts", id: "charts" });
+  const sysGrid = h("div", { class: "charts", id: "system-charts" });
+  const sysHead = h("h2", { id: "system-head", hidden: true }, "System ",
+    h("span", { class: "muted small" }, "CPU, memory and GPU of each replica's processes, over wall time"));
   const status = h("p", { class: "muted" }, "Loading scalars…");
   const controls = chartControls(state, (refetch) => (refetch ? load() : draw()));
-  add(panel, controls, status, grid);
+  add(panel, controls, status, grid, sysHead, sysGrid);
+  const viewOf = (title) => (isSystem(title) ? SYSTEM_VIEW : state);
 
   function draw() {
-    const t0 = firstTime(data.values());
+    const t0 = firstTime([...data].filter(([t]) => !isSystem(t)).map(([, m]) => m));
     for (const [title, metric] of data) {
+      const view = viewOf(title);
       let chart = charts.get(title);
       const names = Object.keys(metric.series).sort();
       if (!chart) {
         // Zoomed in: the same title restricted to the visible x range, downsampled again.
         const detail = async (min, max) => {
-          const off = state.xMode === "relative" ? firstTime(data.values()) : 0;
-          const m = await api.metric(id, title, { max_points: MAX_POINTS, x: state.xMode === "step" ? "step" : "time",
+          const v = viewOf(title);
+          const off = v.xMode === "relative" ? t0 : 0;
+          const m = await api.metric(id, title, { max_points: MAX_POINTS, x: v.xMode === "step" ? "step" : "time",
             x_min: min + off, x_max: max + off });
           const current = Object.keys(data.get(title).series).sort();
-          return current.map((n) => toLine(n, m.series[n] || EMPTY, state.xMode, off));
+          return current.map((n) => toLine(n, m.series[n] || EMPTY, v.xMode, off));
         };
-        chart = new ScalarChart(grid, title, detail);
+        chart = new ScalarChart(isSystem(title) ? sysGrid : grid, title, detail);
         charts.set(title, chart);
       }
-      chart.update(names.map((n) => toLine(n, metric.series[n], state.xMode, t0)), state);
+      // The run's colour (the same on Compare), each series (rank) a shade of it.
+      chart.update(names.map((n, i) => ({ ...toLine(n, metric.series[n], view.xMode, t0), color: runColor(id, i, names.length) })), view);
     }
   }
 
@@ -43,6 +55,7 @@ export function renderScalars(panel, ctx, id) {
     try {
       const { titles } = await api.titles(id);
       const names = Object.keys(titles).sort();
+      const training = names.filter((t) => !isSystem(t));
       if (!names.length) {
         status.className = "empty";
         status.textContent = ctx.live() ? "No scalars reported yet; they appear here as the replicas report them."
@@ -50,8 +63,9 @@ export function renderScalars(panel, ctx, id) {
             + "task.get_logger().report_scalar(title, series, value, iteration).";
       } else status.textContent = "";
       status.hidden = !!names.length;
-      controls.hidden = !names.length;
-      const fetched = await Promise.all(names.map((t) => api.metric(id, t, { max_points: MAX_POINTS, x: state.xMode === "step" ? "step" : "time" })));
+      controls.hidden = !training.length;
+      sysHead.hidden = training.length === names.length;
+      const fetched = await Promise.all(names.map((t) => api.metric(id, t, { max_points: MAX_POINTS, x: viewOf(t).xMode === "step" ? "step" : "time" })));
       data.clear();
       names.forEach((t, i) => data.set(t, fetched[i]));
       draw();

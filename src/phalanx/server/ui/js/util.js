@@ -93,6 +93,16 @@ export function fmtValue(v) {
   return String(v);
 }
 
+// A number as a table shows it: at most 5 significant digits (0.0031839345902151214 -> 0.0031839,
+// 123456789 -> 1.2346e+8); anything else as fmtValue. The cell's title keeps the full value.
+export function fmtShort(v) {
+  if (typeof v !== "number" || !Number.isFinite(v)) return fmtValue(v);
+  if (Number.isInteger(v) && Math.abs(v) < 1e6) return String(v);
+  const a = Math.abs(v);
+  if (a !== 0 && (a >= 1e6 || a < 1e-4)) return v.toExponential(4).replace(/\.?0+e/, "e");
+  return String(Number(v.toPrecision(5)));
+}
+
 export function fmtResources(res) {
   if (!res) return "";
   const out = [];
@@ -110,6 +120,27 @@ export function fmtResources(res) {
 const PALETTE = ["#3451b2", "#e8590c", "#2b8a3e", "#c2255c", "#7048e8", "#0c8599", "#e67700", "#5c940d",
   "#d6336c", "#1971c2", "#862e9c", "#495057"];
 export function color(i) { return PALETTE[i % PALETTE.length]; }
+
+// A run's colour, the same on every page and panel: its hue, saturation and lightness come from a
+// hash of its id (FNV-1a), not from where it sits in a list, so a run keeps its colour when the
+// selection changes. Series `i` of `n` (one per rank, say) are shades of that colour.
+export function hashId(id) {
+  let x = 0x811c9dc5;
+  for (const ch of String(id)) { x ^= ch.codePointAt(0); x = Math.imul(x, 0x01000193) >>> 0; }
+  // a final mix, so ids that differ only in their last characters still land far apart in hue
+  x ^= x >>> 15; x = Math.imul(x, 0x2c1b3c6d) >>> 0; x ^= x >>> 12; x = Math.imul(x, 0x297a2d39) >>> 0; x ^= x >>> 15;
+  return x >>> 0;
+}
+
+export function runColor(id, i = 0, n = 1) {
+  const x = hashId(id);
+  const hue = ((x % 36000) / 100).toFixed(2);
+  const sat = 62 + ((x >>> 16) % 4) * 8; // 62..86
+  const base = [38, 47, 56][(x >>> 20) % 3];
+  // shades: darker to lighter, centred on the run's own lightness
+  const light = n <= 1 ? base : Math.round(base - 14 + (28 * i) / (n - 1));
+  return `hsl(${hue}, ${sat}%, ${Math.max(22, Math.min(72, light))}%)`;
+}
 
 export function replicaOrder(name) {
   const m = /^(master|worker|ps)(?:-(\d+))?$/.exec(name || "");
