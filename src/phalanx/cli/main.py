@@ -21,6 +21,7 @@ COMMAND_MODULES = (
     "phalanx.cli.resume",
     "phalanx.cli.annotate",
     "phalanx.cli.sync",
+    "phalanx.cli.data",
 )
 
 

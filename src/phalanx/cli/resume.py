@@ -438,7 +438,15 @@ def _diff_doc(store: Any, a: Any, b: Any) -> dict[str, Any]:
             if ra.get(k) != rb.get(k)
         },
         "unrecorded": {side: what for side, what in unrecorded.items() if what},
+        "data": _data_diff(a, b),
     }
+
+
+def _data_diff(a: Any, b: Any) -> dict[str, Any]:
+    """The inputs whose dataset version or datastore differ (phalanx.data.lineage)."""
+    from phalanx.data.lineage import inputs_diff
+
+    return inputs_diff(a.plan, b.plan)
 
 
 def _shown(value: Any) -> str:
@@ -467,6 +475,7 @@ def diff(
         ("packages", "packages"),
         ("git", "git"),
         ("versions", "versions"),
+        ("data", "data"),
     ):
         if doc[key]:
             out.append(f"{title}:")
@@ -485,5 +494,5 @@ def diff(
                 "(a plain script's run, or one recorded before Phalanx kept them)"
             )
     if len(out) == 1:
-        out.append("no differences in params, file, code, packages or versions")
+        out.append("no differences in params, file, code, packages, versions or data")
     typer.echo("\n".join(out))
