@@ -241,6 +241,9 @@ def resume(
     spec = load_spec_text(
         experiment.spec_text, launch.get("file") or "<stored file>", launch.get("params"), extra_params=True
     )
+    from phalanx.data.lineage import pin_inputs
+
+    spec = pin_inputs(spec, experiment.plan)  # the dataset versions it started with
     if detach:  # every mistake above is found before it goes to the background
         _detach_resume(experiment.id, settings, output)
         return
@@ -316,6 +319,9 @@ def rerun(
 
         _check_id(new_experiment_id)
     new_id = new_experiment_id or uuid.uuid4().hex[:12]
+    from phalanx.data.lineage import pin_inputs
+
+    spec = pin_inputs(spec, experiment.plan)  # the same dataset versions as the original
     if detach:  # every mistake above is found before it goes to the background
         _detach_rerun(experiment.id, new_id, param or [], extra_params, settings, output)
         return

@@ -40,3 +40,18 @@ def inputs_diff(plan_a: Mapping[str, Any] | None, plan_b: Mapping[str, Any] | No
         for k in sorted(set(a) | set(b), key=str)
         if a.get(k) != b.get(k)
     }
+
+
+def pin_inputs(spec: Any, plan: Mapping[str, Any] | None) -> Any:
+    """``spec`` reading exactly the data an earlier run of it read (``phalanx resume``/``rerun``): a
+    dataset at the version that run used, not whatever ``@latest`` means now."""
+    from dataclasses import replace
+
+    from phalanx.data.inputs import from_record
+
+    records = {r.get("name"): r for r in inputs_of(plan)}
+    if not records or not getattr(spec, "inputs", ()):
+        return spec
+    return replace(
+        spec, inputs=tuple(from_record(records[i.name]) if i.name in records else i for i in spec.inputs)
+    )

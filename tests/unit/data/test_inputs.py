@@ -104,3 +104,31 @@ def test_the_estimator_file_keeps_its_inputs(tmp_path: Path) -> None:
     spec = est.to_spec()
     again = load_spec_text(est.to_yaml())
     assert again.inputs == spec.inputs and again.command == spec.command
+
+
+def test_resume_and_rerun_read_the_versions_the_run_used() -> None:
+    from phalanx.data.lineage import inputs_diff, pin_inputs
+
+    spec = load_spec_text(FILE.replace("digits@2", "digits@latest"))
+    recorded = {
+        "inputs": [
+            {"name": "digits", "kind": "dataset", "ref": "digits@5", "digest": "ab" * 32, "mode": "download"},
+            {
+                "name": "raw",
+                "kind": "datastore",
+                "datastore": "lake",
+                "path": "images/train",
+                "mode": "mount",
+            },
+        ]
+    }
+    pinned = pin_inputs(spec, recorded)
+    assert pinned.inputs[0] == InputSpec("digits", dataset="digits@5")
+    assert pinned.inputs[1] == spec.inputs[1]
+    assert pin_inputs(spec, {}) is spec  # nothing recorded (an older run): as written
+    other = {
+        "inputs": [{**recorded["inputs"][0], "ref": "digits@6", "digest": "cd" * 32}, recorded["inputs"][1]]
+    }
+    assert inputs_diff(recorded, other) == {
+        "digits": {"a": f"digits@5 ({'ab' * 6})", "b": f"digits@6 ({'cd' * 6})"}
+    }
