@@ -89,6 +89,11 @@ def check_name(name: str, what: str) -> str:
 
 def normalise_url(url: str, what: str) -> str:
     """A local path as an absolute folder path that exists; a URL as given (its package checked)."""
+    if "://" in url and "@" in url.split("://", 1)[1].split("/", 1)[0]:
+        raise UsageError(
+            f"{what} the URL holds credentials (user@ or key@); give them through the AWS variables or "
+            "a profile, never in a URL (it would be stored and shown)"
+        )
     if "://" in url and not url.startswith("file://"):
         protocol = url.split("://", 1)[0].lower()
         if protocol in ("s3", "s3a"):
@@ -107,11 +112,6 @@ def normalise_url(url: str, what: str) -> str:
 
 def add_datastore(store: SqlStore, name: str, url: str) -> DatastoreRecord:
     check_name(name, "datastore")
-    if "@" in url.split("://", 1)[-1].split("/", 1)[0]:
-        raise UsageError(
-            f"datastore {name!r}: the URL holds credentials (user@ or key@); give credentials through "
-            "the AWS variables or a profile, never in the URL"
-        )
     url = normalise_url(url, f"datastore {name!r}:")
     with store._writer.begin() as conn:
         if conn.execute(select(_ds().c.name).where(_ds().c.name == name)).first() is not None:
@@ -192,7 +192,7 @@ def resolve_source(store: SqlStore, source: str) -> str:
         from phalanx.data.manifest import join_url
 
         return join_url(base, rest)
-    return normalise_url(source, "dataset source")
+    return normalise_url(source, "dataset source:")
 
 
 def parse_ref(ref: str) -> tuple[str, int | None]:

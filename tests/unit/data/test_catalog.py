@@ -83,3 +83,10 @@ def test_a_dataset_from_a_datastore_folder(store: Any, folder: Path) -> None:
     assert [f.path for f in v.files] == ["x.csv"] and v.url == str(folder.resolve() / "train")
     with pytest.raises(UsageError, match=r"'\.\.'"):
         catalog.add_dataset(store, "escape", "lake:../..")
+
+
+def test_credentials_in_a_dataset_url_are_refused_and_not_echoed(store: Any) -> None:
+    with pytest.raises(UsageError) as caught:
+        catalog.add_dataset(store, "leaky", "s3://AKIAXXXX:hunter2@bucket/digits")
+    assert "holds credentials" in caught.value.message and "hunter2" not in caught.value.message
+    assert catalog.list_datasets(store) == []
