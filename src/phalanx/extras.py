@@ -19,6 +19,7 @@ EXTRAS: dict[str, tuple[str, ...]] = {
     "plot": ("matplotlib",),
     "postgres": ("psycopg",),
     "search": ("optuna",),  # phalanx group run: samplers and pruners
+    "s3": ("s3fs",),  # PHALANX_ARTIFACTS_URL=s3://..., s3:// datastores
 }
 
 

@@ -9,7 +9,8 @@ After one ingest pass (so nothing that reached a spool is lost), it removes
   has exited (deleted experiments, scripts killed before their first record was ingested);
 * spool files of finished experiments that are fully ingested and whose writers have exited (a
   supervisor that died before tidying up, a stream no ingester saw close), and empty spool folders;
-then compacts the store (``Store.compact``: VACUUM, and a WAL checkpoint on SQLite), giving back
+removes download-cache entries (``phalanx.data.cache``) unused for 7 days; then compacts the store
+(``Store.compact``: VACUUM, and a WAL checkpoint on SQLite), giving back
 the pages `phalanx delete` freed.
 """
 
@@ -39,6 +40,7 @@ class Collected:
     run_folders: list[str] = field(default_factory=list)
     spool_folders: list[str] = field(default_factory=list)
     spool_files: list[str] = field(default_factory=list)
+    data_cache: list[str] = field(default_factory=list)  # download-cache entries unused for 7 days
     bytes_freed: int = 0
     store_bytes_before: int | None = None
     store_bytes_after: int | None = None
@@ -48,6 +50,7 @@ class Collected:
             "run_folders": self.run_folders,
             "spool_folders": self.spool_folders,
             "spool_files": self.spool_files,
+            "data_cache": self.data_cache,
             "bytes_freed": self.bytes_freed,
             "store_bytes_before": self.store_bytes_before,
             "store_bytes_after": self.store_bytes_after,
@@ -111,6 +114,9 @@ def collect(
                 out.spool_folders.append(folder.name)
             except OSError:
                 pass  # something else lives there: keep it
+    from phalanx.data.cache import collect as collect_cache
+
+    out.data_cache = collect_cache(settings.home)
     if vacuum:
         out.store_bytes_before = _store_bytes(settings)
         store.compact()

@@ -65,6 +65,8 @@ class Plan:
     checkpoints: Mapping[str, Any] | None = None  # the retention policy (phalanx.checkpoints)
     source_file: str | None = None  # the experiment file's path, when it came from one
     launch_params: Mapping[str, Any] = field(default_factory=dict)  # what `--param` gave at launch
+    # the data it reads: InputSpecs as written, replaced by their lineage records once resolved
+    inputs: tuple[Any, ...] = ()
 
     @property
     def world_size(self) -> int:
@@ -95,10 +97,17 @@ class Plan:
             "tags": list(self.tags),
             "max_restarts": self.max_restarts,
             **({"checkpoints": dict(self.checkpoints)} if self.checkpoints else {}),
+            **({"inputs": [_input_json(i) for i in self.inputs]} if self.inputs else {}),
         }
 
 
+def _input_json(item: Any) -> dict[str, Any]:
+    return dict(item) if isinstance(item, Mapping) else dict(item.to_json())
+
+
 _PLACEHOLDER = re.compile(r"\{\{\s*([A-Za-z_][A-Za-z0-9_]*)\s*(\|\s*raw\s*)?\}\}")
+# {{ inputs.NAME }}: the replica's local path of input NAME, through its environment variable
+_INPUT_PLACEHOLDER = re.compile(r"\{\{\s*inputs\.([A-Za-z_][A-Za-z0-9_-]*)\s*\}\}")
 
 
 def render_command(commands: tuple[str, ...], params: Mapping[str, Any]) -> str:
@@ -126,6 +135,27 @@ def param_text(value: Any) -> str:
     if isinstance(value, Mapping | list | tuple):
         return json.dumps(value, separators=(", ", ": "), default=str)
     return str(value)
+
+
+def render_inputs(command: str, names: set[str]) -> str:
+    """``{{ inputs.NAME }}`` -> ``"${PHALANX_INPUT_NAME}"`` (quoted for where it stands); SpecError
+    for a name that is not one of the experiment's inputs."""
+    from phalanx.data.inputs import shell_ref
+
+    unknown = sorted({m.group(1) for m in _INPUT_PLACEHOLDER.finditer(command)} - names)
+    if unknown:
+        listed = ", ".join(sorted(names)) or "none"
+        raise SpecError(f"run.cmd: {{{{ inputs.{unknown[0]} }}}} names no input (inputs: {listed})")
+    out: list[str] = []
+    done = 0
+    for match in _INPUT_PLACEHOLDER.finditer(command):
+        out.append(command[done : match.start()])
+        ref = shell_ref(match.group(1))
+        state = _quote_state(command, match.start())
+        out.append(ref if state == '"' else f"'\"{ref}\"'" if state == "'" else f'"{ref}"')
+        done = match.end()
+    out.append(command[done:])
+    return "".join(out)
 
 
 def _fill(command: str, params: Mapping[str, Any]) -> str:
@@ -225,7 +255,7 @@ def build_plan(
         framework=spec.framework,
         backend=spec.backend,
         replicas=tuple(replicas),
-        command=render_command(spec.command, merged),
+        command=render_inputs(render_command(spec.command, merged), {i.name for i in spec.inputs}),
         params=merged,
         tags=spec.tags,
         build=spec.build,
@@ -236,6 +266,7 @@ def build_plan(
         checkpoints=spec.checkpoints,
         source_file=spec.source_file,
         launch_params={**spec.launch_params, **(params or {})},
+        inputs=tuple(spec.inputs),
     )
 
 

@@ -22,6 +22,7 @@ COMMAND_MODULES = (
     "phalanx.cli.resume",
     "phalanx.cli.annotate",
     "phalanx.cli.sync",
+    "phalanx.cli.data",
 )
 
 

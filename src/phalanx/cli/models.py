@@ -122,11 +122,8 @@ def experiment_models(
         directory.mkdir(parents=True, exist_ok=True)
         written = []
         for record in chosen:
-            data = store.artifact_store.read_bytes(experiment.id, record.path)
             target = directory / Path(record.path).name
-            tmp = target.with_name(f".{target.name}.part")
-            tmp.write_bytes(data)
-            tmp.replace(target)
+            store.artifact_store.get_file(experiment.id, record.path, target)  # in parts, never whole
             written.append(target)
         if output == "json":
             emit_json([{"name": r.name, "file": str(p)} for r, p in zip(chosen, written, strict=True)])

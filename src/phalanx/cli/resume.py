@@ -241,6 +241,9 @@ def resume(
     spec = load_spec_text(
         experiment.spec_text, launch.get("file") or "<stored file>", launch.get("params"), extra_params=True
     )
+    from phalanx.data.lineage import pin_inputs
+
+    spec = pin_inputs(spec, experiment.plan)  # the dataset versions it started with
     if detach:  # every mistake above is found before it goes to the background
         _detach_resume(experiment.id, settings, output)
         return
@@ -316,6 +319,9 @@ def rerun(
 
         _check_id(new_experiment_id)
     new_id = new_experiment_id or uuid.uuid4().hex[:12]
+    from phalanx.data.lineage import pin_inputs
+
+    spec = pin_inputs(spec, experiment.plan)  # the same dataset versions as the original
     if detach:  # every mistake above is found before it goes to the background
         _detach_rerun(experiment.id, new_id, param or [], extra_params, settings, output)
         return
@@ -438,7 +444,15 @@ def _diff_doc(store: Any, a: Any, b: Any) -> dict[str, Any]:
             if ra.get(k) != rb.get(k)
         },
         "unrecorded": {side: what for side, what in unrecorded.items() if what},
+        "data": _data_diff(a, b),
     }
+
+
+def _data_diff(a: Any, b: Any) -> dict[str, Any]:
+    """The inputs whose dataset version or datastore differ (phalanx.data.lineage)."""
+    from phalanx.data.lineage import inputs_diff
+
+    return inputs_diff(a.plan, b.plan)
 
 
 def _shown(value: Any) -> str:
@@ -467,6 +481,7 @@ def diff(
         ("packages", "packages"),
         ("git", "git"),
         ("versions", "versions"),
+        ("data", "data"),
     ):
         if doc[key]:
             out.append(f"{title}:")
@@ -485,5 +500,5 @@ def diff(
                 "(a plain script's run, or one recorded before Phalanx kept them)"
             )
     if len(out) == 1:
-        out.append("no differences in params, file, code, packages or versions")
+        out.append("no differences in params, file, code, packages, versions or data")
     typer.echo("\n".join(out))

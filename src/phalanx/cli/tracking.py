@@ -372,6 +372,9 @@ def get(
             reports=store.texts(e.id),
         )
         doc.update(run_details(store, e.id))
+        from phalanx.data.lineage import inputs_of
+
+        doc["inputs"] = inputs_of(e.plan)  # the dataset versions and datastores it read
         emit_json(doc)
         return
     out = [
@@ -436,6 +439,9 @@ def get(
             first = t["text"].splitlines()[0] if t["text"] else ""
             out.append(f"  {t['title'] or 'text'}: {first[:100]}")
     out.extend(run_details_text(run_details(store, e.id)))
+    from phalanx.data.lineage import inputs_text
+
+    out.extend(inputs_text(e.plan))
     typer.echo("\n".join(out))
 
 

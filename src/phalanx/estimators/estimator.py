@@ -52,7 +52,6 @@ _UNSUPPORTED = {
     "user_managed": "an experiment without pip_packages runs in Phalanx's own interpreter",
     "framework_version": "pin the framework with pip_packages=['torch==2.13.0']",
     "environment_definition": "use pip_packages, pip_requirements_file and environment_variables",
-    "inputs": "pass data locations to the script through script_params",
     "source_directory_data_store": "replicas read source_directory where it is",
     "shm_size": "not needed: replicas run as processes or pods of the chosen backend",
 }
@@ -106,6 +105,7 @@ class Estimator:
         image: str | None = None,
         checkpoint_policy: Mapping[str, Any] | None = None,
         resume_from: Any = None,
+        inputs: Sequence[Any] | None = None,
         **kwargs: Any,
     ) -> None:
         problems: list[Problem] = []
@@ -144,6 +144,7 @@ class Estimator:
         self.source_directory = self._source_directory(source_directory, problems)
         self.entry_script = self._entry_script(given["entry_script"], problems)
         self.arguments = self._arguments(given["script_params"], problems)
+        self.inputs = self._inputs(inputs, given["script_params"], problems)
         self.compute_target = self._compute_target(compute_target, problems)
         self.use_gpu = bool(use_gpu)
         self.pip_packages = self._pip_packages(pip_packages, problems)
@@ -260,8 +261,8 @@ class Estimator:
                     args.append(key)
                 elif isinstance(v, list | tuple):
                     args.extend([key, *(str(x) for x in v)])
-                elif isinstance(v, str | int | float | Path):
-                    args.extend([key, str(v)])
+                elif isinstance(v, str | int | float | Path) or hasattr(v, "as_input"):
+                    args.extend([key, str(v)])  # a Datastore/Dataset: its input's variable
                 else:
                     problems.append(
                         Problem(
@@ -282,6 +283,27 @@ class Estimator:
                 Problem("values cannot contain '{{' or '}}' (the file's placeholders)", "script_params")
             )
         return tuple(args)
+
+    @staticmethod
+    def _inputs(value: Any, params: Any, problems: list[Problem]) -> tuple[Any, ...]:
+        """``inputs=[...]`` plus every Datastore/Dataset handle given as a script_params value."""
+        from phalanx.data.inputs import parse_inputs
+        from phalanx.errors import UsageError
+
+        handles = (
+            [v for v in params.values() if hasattr(v, "as_input")] if isinstance(params, Mapping) else []
+        )
+        try:
+            given = parse_inputs(value, "inputs")
+            seen = {i.name: i for i in given}
+            for handle in handles:
+                spec = handle.as_input()
+                if seen.setdefault(spec.name, spec) != spec:
+                    raise UsageError(f"input {spec.name!r} is given twice with different data")
+            return tuple(seen.values())
+        except UsageError as exc:
+            problems.append(Problem(exc.message, "inputs"))
+            return ()
 
     @staticmethod
     def _compute_target(value: Any, problems: list[Problem]) -> str:
@@ -360,7 +382,12 @@ class Estimator:
     @property
     def command(self) -> str:
         """The shell command every process runs (`python` is the experiment's interpreter)."""
-        return shlex.join(["python", self.entry_script, *self.arguments])
+        from phalanx.data.inputs import shell_ref
+
+        refs = {shell_ref(i.name) for i in self.inputs}
+        words = ["python", self.entry_script, *self.arguments]
+        # an input's variable is expanded by the replica's shell: double quotes, not shlex's single
+        return " ".join(f'"{w}"' if w in refs else shlex.quote(w) for w in words)
 
     def to_spec(
         self, name: str | None = None, project: str | None = None, tags: Sequence[str] = ()
@@ -403,6 +430,7 @@ class Estimator:
             env=dict(self.environment_variables),
             max_run_seconds=self.max_run_duration_seconds,
             checkpoints=self.checkpoint_policy,
+            inputs=tuple(self.inputs),
         )
 
     def to_yaml(self, name: str | None = None, project: str | None = None, tags: Sequence[str] = ()) -> str:

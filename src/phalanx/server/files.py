@@ -16,10 +16,8 @@ import uuid
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
-import fsspec
-
 from phalanx.errors import Conflict, NotFound, UsageError
-from phalanx.store.artifacts import safe_path
+from phalanx.store.artifacts import open_fs, safe_path
 
 CHUNK = 1024 * 1024
 # One sanitizer for every artifact path (the store's): the server's name for it.
@@ -30,8 +28,9 @@ class ArtifactFiles:
     """Files of experiments inside an fsspec URL (a local folder by default)."""
 
     def __init__(self, root: str) -> None:
-        self.fs, self.root = fsspec.core.url_to_fs(root)
+        self.fs, self.root = open_fs(root)
         self.root = self.root.rstrip("/")
+        self.local = "file" in _protocols(self.fs)
 
     def _full(self, experiment_id: str, path: str) -> str:
         if not experiment_id or "/" in experiment_id or experiment_id in (".", ".."):
@@ -91,7 +90,8 @@ class ArtifactFiles:
     async def write_stream(self, experiment_id: str, path: str, body: AsyncIterator[bytes]) -> int:
         """Write a request body to ``path``; a partial upload never replaces a complete file."""
         full = self._full(experiment_id, path)
-        tmp = f"{full}.tmp-{uuid.uuid4().hex[:8]}"
+        # an object store shows an object only once its upload completes: no temporary name there
+        tmp = f"{full}.tmp-{uuid.uuid4().hex[:8]}" if self.local else full
         if self.fs.isdir(full):
             raise Conflict(f"{path!r} is a folder in experiment {experiment_id}: it cannot become a file")
         try:
@@ -108,11 +108,15 @@ class ArtifactFiles:
                     f.write(chunk)
                     size += len(chunk)
             f.close()
-            self.fs.mv(tmp, full)
+            if tmp != full:
+                self.fs.mv(tmp, full)
         except BaseException:
-            f.close()
-            if self.fs.exists(tmp):
-                self.fs.rm(tmp)
+            if not self.local and hasattr(f, "discard"):
+                f.discard()  # abort the multipart upload: the half-sent object never appears
+            else:
+                f.close()
+                if self.fs.exists(tmp):
+                    self.fs.rm(tmp)
             raise
         return size
 

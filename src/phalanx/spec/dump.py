@@ -44,6 +44,8 @@ def spec_to_dict(spec: ExperimentSpec) -> dict[str, Any]:
         run["max_run_seconds"] = _num(spec.max_run_seconds)
     if spec.checkpoints:
         run["checkpoints"] = dict(spec.checkpoints)
+    if spec.inputs:  # the data it reads (phalanx.data): before run, as a user writes it
+        doc["inputs"] = [i.to_json() for i in spec.inputs]
     doc["run"] = run
     if spec.env:
         doc["env"] = dict(spec.env)

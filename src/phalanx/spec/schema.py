@@ -62,6 +62,7 @@ RUN_KEYS = ("cmd", "max_restarts", "max_run_seconds", "checkpoints")
 
 PLACEHOLDER = re.compile(r"\{\{(.*?)\}\}", re.S)
 _NAME = re.compile(r"^\s*([A-Za-z_][A-Za-z0-9_]*)\s*(\|\s*raw\s*)?$")  # `| raw`: not shell-quoted
+_INPUT_REF = re.compile(r"^\s*inputs\.([A-Za-z_][A-Za-z0-9_-]*)\s*$")  # {{ inputs.NAME }}
 _CONTINUATION = re.compile(r"\\[ \t]*$")
 
 
@@ -92,7 +93,11 @@ def read_spec(
     version = _read_version(c, root)
     if not _read_kind(c, root, group is not None):
         return None  # a group or job file: the rest would only be noise
-    if group is None:
+    data_inputs = group is None and _data_inputs(root.get("inputs"))
+    if group is None and data_inputs:  # `inputs:` naming datasets or datastores (phalanx.data)
+        refused = {k: v for k, v in TOP_REFUSED.items() if k != "inputs"}
+        c.mapping(root, "", (*TOP_KEYS, "inputs"), refused=refused, ignored=TOP_IGNORED)
+    elif group is None:
         c.mapping(root, "", TOP_KEYS, refused=TOP_REFUSED, ignored=TOP_IGNORED)
     else:
         refused = {k: v for k, v in TOP_REFUSED.items() if k not in GROUP_KEYS}
@@ -132,10 +137,11 @@ def read_spec(
 
     command, max_restarts, max_run_seconds = _read_run(c, root)
     checkpoints = _read_checkpoints(c, root)
+    inputs = _read_inputs(c, root) if data_inputs else ()
     known = {**(group.defaults if group else {}), **(params or {}), **overrides}
     if command is not None:
         names = {**known, **dict.fromkeys(group.sampled if group else ())}
-        _check_placeholders(c, root, command, names)
+        _check_placeholders(c, root, command, names, {i.name for i in inputs})
         if not extra_params and params is not None:
             # a group's inputs and searched names count as declared (a searched one has its own error)
             declared = (
@@ -163,7 +169,37 @@ def read_spec(
         max_restarts=max_restarts,
         max_run_seconds=max_run_seconds,
         checkpoints=checkpoints,
+        inputs=inputs,
     )
+
+
+def _data_inputs(node: YNode | None) -> bool:
+    """Whether ``inputs:`` is the data section (items naming a dataset or datastore), not Polyaxon
+    0.6's typed params (refused with their own message)."""
+    return isinstance(node, YSeq) and any(
+        isinstance(item, YMap) and (item.get("dataset") is not None or item.get("datastore") is not None)
+        for item in node.items
+    )
+
+
+def _read_inputs(c: Collector, root: YMap) -> tuple[Any, ...]:
+    """inputs: [{name, dataset | datastore, path, mode}]: the data every replica gets (phalanx.data)."""
+    from phalanx.data.inputs import INPUT_KEYS, parse_inputs
+    from phalanx.errors import UsageError
+
+    node = root.get("inputs")
+    assert isinstance(node, YSeq)
+    items = []
+    for i, item in enumerate(node.items):
+        m = c.mapping(item, join("inputs", i), INPUT_KEYS)
+        if m is None:
+            return ()
+        items.append({k: v for k, v in plain(m).items() if k in INPUT_KEYS})
+    try:
+        return parse_inputs(items)
+    except UsageError as exc:
+        c.add(node, "inputs", exc.message)
+        return ()
 
 
 def _read_checkpoints(c: Collector, root: YMap) -> dict[str, Any] | None:
@@ -388,7 +424,11 @@ def _join_continuations(node: YScalar) -> str:
 
 
 def _check_placeholders(
-    c: Collector, root: YMap, command: list[tuple[str, YScalar]], known: Mapping[str, Any]
+    c: Collector,
+    root: YMap,
+    command: list[tuple[str, YScalar]],
+    known: Mapping[str, Any],
+    inputs: set[str] | frozenset[str] = frozenset(),
 ) -> None:
     for text, node in command:
         start = 0
@@ -396,7 +436,16 @@ def _check_placeholders(
             mark, start = _placeholder_mark(node, match.group(0), start)
             name = _NAME.match(match.group(1))
             path = "run.cmd"
-            if name is None:
+            data = _INPUT_REF.match(match.group(1))
+            if data is not None:
+                if data.group(1) not in inputs:
+                    listed = ", ".join(sorted(inputs)) or "none"
+                    c.add(
+                        mark,
+                        path,
+                        f"{match.group(0)!r} names no input (inputs: {listed}); add it under inputs:",
+                    )
+            elif name is None:
                 c.add(
                     mark,
                     path,

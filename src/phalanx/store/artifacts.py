@@ -1,19 +1,27 @@
 """The artifact store: files of each experiment under ``<root>/<experiment_id>/<path>``.
 
-Any fsspec URL works as the root (a local folder by default, an S3-compatible bucket later). Every
-path a user or a replica names goes through ``safe_path`` first, so a name cannot escape its
-experiment's folder (no ``..``, no absolute paths, no backslashes).
+Any fsspec URL works as the root: a local folder by default, an S3-compatible bucket
+(``s3://bucket/prefix``, the ``phalanx[s3]`` extra; endpoint and credentials from the usual AWS
+variables or profile), or any other fsspec URL (``gs://``, ``az://`` with their packages). Every path a
+user or a replica names goes through ``safe_path`` first, so a name cannot escape its experiment's
+folder (no ``..``, no absolute paths, no backslashes).
+
+On an object store files move in parts of ``PART_BYTES`` with at most ``PART_CONCURRENCY`` in flight, so
+a file of any size is uploaded and downloaded with bounded memory, and transient errors (timeouts,
+throttling, 5xx) are retried by botocore's ``standard`` mode. A write there needs no temporary name:
+an object appears whole when its upload completes, and a failed upload is aborted.
 """
 
 from __future__ import annotations
 
+import os
 import posixpath
 import re
 import uuid
 from pathlib import Path
 from typing import Any
 
-from phalanx.errors import NotFound, UsageError
+from phalanx.errors import MissingExtra, NotFound, UsageError
 
 _ID = re.compile(r"^[0-9a-zA-Z_-]{1,64}$")
 # Beyond these a file system refuses the name (ENAMETOOLONG; 255 bytes a name, less the ".tmp-xxxxxxxx"
@@ -21,6 +29,42 @@ _ID = re.compile(r"^[0-9a-zA-Z_-]{1,64}$")
 MAX_PATH_BYTES = 1024
 MAX_NAME_BYTES = 240
 MAX_DEPTH = 32
+# object stores: parts of 16 MiB (S3's minimum part is 5 MiB), 4 in flight: about 64 MiB a transfer
+PART_BYTES = 16 * 1024 * 1024
+PART_CONCURRENCY = 4
+RETRY_ATTEMPTS = 8  # botocore "standard" retries (unless AWS_MAX_ATTEMPTS says otherwise)
+S3_PROTOCOLS = ("s3", "s3a")
+
+
+def open_fs(url: str) -> tuple[Any, str]:
+    """The fsspec filesystem and root path of ``url``, with the bounded-memory and retry options of
+    object stores. An ``s3://`` URL without s3fs installed is MissingExtra (exit 2, the pip command)."""
+    from fsspec.core import url_to_fs
+
+    protocol = url.split("://", 1)[0].lower() if "://" in url else "file"
+    options: dict[str, Any] = {}
+    if protocol in S3_PROTOCOLS:
+        try:
+            import s3fs  # noqa: F401
+        except ImportError as exc:
+            raise MissingExtra("s3", f"PHALANX_ARTIFACTS_URL={url.split('?')[0]!r}") from exc
+        options = s3_options()
+    fs, root = url_to_fs(url, **options)
+    return fs, str(root)
+
+
+def s3_options() -> dict[str, Any]:
+    """s3fs options: bounded parts, and botocore's retries of transient errors. Endpoint, region and
+    credentials come from AWS_ENDPOINT_URL, AWS_REGION/AWS_DEFAULT_REGION, AWS_ACCESS_KEY_ID/
+    AWS_SECRET_ACCESS_KEY or AWS_PROFILE, read by botocore itself (never by Phalanx, never stored)."""
+    retries: dict[str, Any] = {"mode": os.environ.get("AWS_RETRY_MODE", "standard")}
+    if not os.environ.get("AWS_MAX_ATTEMPTS"):
+        retries["max_attempts"] = RETRY_ATTEMPTS
+    return {
+        "default_block_size": PART_BYTES,
+        "max_concurrency": PART_CONCURRENCY,
+        "config_kwargs": {"retries": retries},
+    }
 
 
 def safe_path(path: str) -> str:
@@ -62,10 +106,8 @@ class ArtifactStore:
     reader (or a second ingester writing the same bytes) never sees half a file."""
 
     def __init__(self, root: str) -> None:
-        from fsspec.core import url_to_fs
-
         self.root_url = root
-        self.fs, self.root = url_to_fs(root)
+        self.fs, self.root = open_fs(root)
         self.local = self.fs.protocol in ("file", "local") or "file" in (self.fs.protocol or ())
         if self.local:
             Path(self.root).mkdir(parents=True, exist_ok=True)
@@ -77,6 +119,9 @@ class ArtifactStore:
     def put_bytes(self, experiment_id: str, path: str, data: bytes) -> int:
         target = self.url(experiment_id, path)
         self._mkdirs(posixpath.dirname(target))
+        if not self.local:  # an object appears whole when its upload completes
+            self.fs.pipe_file(target, data)
+            return len(data)
         tmp = f"{target}.tmp-{uuid.uuid4().hex[:8]}"
         with self.fs.open(tmp, "wb") as fh:
             fh.write(data)
@@ -95,6 +140,9 @@ class ArtifactStore:
             return total
         target = self.url(experiment_id, path)
         self._mkdirs(posixpath.dirname(target))
+        if not self.local:  # multipart in PART_BYTES parts; a failed upload is aborted, never seen
+            self.fs.put_file(str(source), target, chunksize=PART_BYTES)
+            return source.stat().st_size
         tmp = f"{target}.tmp-{uuid.uuid4().hex[:8]}"
         self.fs.put_file(str(source), tmp)
         self.fs.mv(tmp, target)
@@ -107,6 +155,22 @@ class ArtifactStore:
         with self.fs.open(target, "rb") as fh:
             data: bytes = fh.read()
         return data
+
+    def get_file(self, experiment_id: str, path: str, dest: str | Path) -> Path:
+        """Copy one file to the local file ``dest`` in parts (never whole in memory); a reader of
+        ``dest`` never sees half of it (written under a temporary name, then renamed)."""
+        target = self.url(experiment_id, path)
+        if not self.fs.isfile(target):
+            raise NotFound(f"no file {path!r} in experiment {experiment_id}")
+        dest = Path(dest)
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        tmp = dest.with_name(f".{dest.name}.part-{uuid.uuid4().hex[:8]}")
+        try:
+            self.fs.get_file(target, str(tmp))
+            tmp.replace(dest)
+        finally:
+            tmp.unlink(missing_ok=True)
+        return dest
 
     def exists(self, experiment_id: str, path: str) -> bool:
         return bool(self.fs.exists(self.url(experiment_id, path)))
@@ -132,8 +196,7 @@ class ArtifactStore:
         top = posixpath.dirname(prefix)
         for rel in files:
             local = dest / (posixpath.relpath(rel, top) if top else rel)
-            local.parent.mkdir(parents=True, exist_ok=True)
-            self.fs.get_file(self.url(experiment_id, rel), str(local))
+            self.get_file(experiment_id, rel, local)
         return dest / posixpath.basename(prefix)
 
     def delete(self, experiment_id: str, path: str) -> None:

@@ -211,6 +211,8 @@ def prepare(
     from phalanx.checkpoints import policy_env
 
     env.update(policy_env(plan.checkpoints))
+    plan, input_env = _with_inputs(plan, settings, dry)
+    env.update(input_env)
     if backend.name == LOCAL and not dry:
         env[INGESTER_PID] = str(os.getpid())  # see ingester_here
     context = LaunchContext(
@@ -235,6 +237,20 @@ def prepare(
 
 
 LOCAL = "local"
+
+
+def _with_inputs(plan: Plan, settings: Settings, dry: bool) -> tuple[Plan, dict[str, str]]:
+    """Resolve the plan's data inputs before anything starts (a missing dataset or datastore is a
+    NotFound, exit 2), fetching downloads into this machine's cache; the plan then carries their
+    lineage records (dataset versions, datastore URLs) and every replica their local paths."""
+    from phalanx.data.inputs import from_record, resolve
+
+    if not plan.inputs:
+        return plan, {}
+    # a plan resolved before (read back from the store) names the exact versions it used
+    specs = [i if not isinstance(i, Mapping) else from_record(i) for i in plan.inputs]
+    env, records = resolve(specs, settings, dry=dry)
+    return replace(plan, inputs=tuple(records)), env
 
 
 def _shared_dir(cluster_conf: Any) -> Path | None:

@@ -209,9 +209,10 @@ class LocalBackend:
         log = Path(unit.log)
         log.parent.mkdir(parents=True, exist_ok=True)
         offset = log.stat().st_size if log.exists() else 0
-        inherited = dict(os.environ)
+        # the file holds only what Phalanx adds: the inherited environment (AWS keys, a user's
+        # secrets) reaches the reaper as its own environment, never a file on disk
         processes: list[dict[str, Any]] = [
-            {"argv": list(p.argv), "cwd": unit.cwd, "env": {**inherited, **p.env}} for p in unit.processes
+            {"argv": list(p.argv), "cwd": unit.cwd, "env": dict(p.env)} for p in unit.processes
         ]
         lim = unit.limits
         memory = float(lim["memory"][:-2]) if lim.get("memory") else None
@@ -233,7 +234,7 @@ class LocalBackend:
         with open(log, "ab") as errors:
             proc = subprocess.Popen(
                 [sys.executable, "-E", "-c", _REAPER_BOOT, _PACKAGE_ROOT, str(cfg)],
-                env=processes[0]["env"],
+                env={**os.environ, **processes[0]["env"]},
                 cwd=unit.cwd,
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.DEVNULL,

@@ -130,7 +130,7 @@ class Reaper:
             proc = subprocess.Popen(
                 spec["argv"],
                 cwd=spec["cwd"],
-                env=spec["env"],
+                env={**os.environ, **spec["env"]},  # the file holds only what Phalanx adds
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.STDOUT,

@@ -376,3 +376,29 @@ class ModelAliasRow(Base):
     alias: Mapped[str] = mapped_column(String(64), primary_key=True)
     version: Mapped[int] = mapped_column(Integer)
     updated_at: Mapped[float] = mapped_column(Float)
+class DatastoreRow(Base):
+    """A named place holding data (phalanx.data): a local or NFS folder or an fsspec URL (s3://...).
+    Only the URL is kept: credentials stay with the machine that reads it (AWS variables, profiles)."""
+
+    __tablename__ = "datastores"
+
+    name: Mapped[str] = mapped_column(String(128), primary_key=True)
+    url: Mapped[str] = mapped_column(Text)
+    created_at: Mapped[float] = mapped_column(Float)
+
+
+class DatasetVersionRow(Base):
+    """One immutable version of a dataset: where its bytes are and the manifest that names them
+    (path, size, sha256 of every file); ``digest`` (of the manifest) addresses the download cache."""
+
+    __tablename__ = "dataset_versions"
+
+    name: Mapped[str] = mapped_column(String(128), primary_key=True)
+    version: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=False)
+    digest: Mapped[str] = mapped_column(String(64), index=True)
+    url: Mapped[str] = mapped_column(Text)  # the folder or file the manifest's paths are relative to
+    copied: Mapped[int] = mapped_column(Integer, default=0)  # 1: the bytes were copied to ``url``
+    files: Mapped[list[dict[str, Any]]] = mapped_column(JSON, default=list)
+    size: Mapped[int] = mapped_column(BigInteger)
+    file_count: Mapped[int] = mapped_column(Integer)
+    created_at: Mapped[float] = mapped_column(Float)

@@ -1,0 +1,106 @@
+"""The download cache: ``$PHALANX_HOME/cache/data/<digest>/``, one folder per content, shared by
+every experiment on the machine.
+
+A fetch takes an exclusive file lock on ``<digest>.lock`` (fcntl: released by the kernel if the
+process dies), looks again, downloads into a temporary folder beside it, checks every file against
+its recorded sha256 and renames the folder into place: two experiments starting at the same moment
+fetch once, and nobody ever sees half a folder. Each use touches ``<digest>.used``; ``phalanx gc``
+removes entries unused for ``CACHE_MAX_AGE`` seconds (7 days) whose lock nobody holds.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+import shutil
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+from phalanx.data.manifest import Manifest, copy_file, filesystem
+
+CACHE_MAX_AGE = 7 * 24 * 3600.0
+
+
+def cache_root(home: Path) -> Path:
+    return home / "cache" / "data"
+
+
+@contextlib.contextmanager
+def _locked(path: Path, blocking: bool = True) -> Iterator[bool]:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | (0 if blocking else fcntl.LOCK_NB))
+        except BlockingIOError:
+            yield False
+            return
+        yield True
+    finally:
+        os.close(fd)  # releases the lock
+
+
+def fetch(home: Path, manifest: Manifest, key: str, what: str) -> Path:
+    """The local folder holding ``manifest``'s files, downloaded once per machine under ``key``."""
+    root = cache_root(home)
+    final = root / key
+    if not final.is_dir():
+        with _locked(root / f"{key}.lock"):
+            if not final.is_dir():
+                tmp = root / f".tmp-{key[:16]}-{uuid.uuid4().hex[:8]}"
+                try:
+                    _download(manifest, tmp, what)
+                    os.rename(tmp, final)
+                finally:
+                    shutil.rmtree(tmp, ignore_errors=True)
+    (root / f"{key}.used").touch()
+    return final
+
+
+def _download(manifest: Manifest, folder: Path, what: str) -> None:
+    fs, base = filesystem(manifest.url)
+    local, _ = filesystem(str(folder))
+    folder.mkdir(parents=True)
+    for entry in manifest.files:
+        target = folder / entry.path
+        target.parent.mkdir(parents=True, exist_ok=True)
+        copy_file(fs, f"{base.rstrip('/')}/{entry.path}", entry, local, str(target), what)
+        target.chmod(0o444)  # read-only: inputs are never changed in place
+
+
+def collect(home: Path, max_age: float = CACHE_MAX_AGE, now: float | None = None) -> list[str]:
+    """Remove cache entries unused for ``max_age`` seconds and leftovers of killed fetches; returns
+    the keys removed. An entry whose lock is held (a fetch in progress) is left alone."""
+    root = cache_root(home)
+    if not root.is_dir():
+        return []
+    now = time.time() if now is None else now
+    removed = []
+    for entry in sorted(root.iterdir()):
+        if entry.name.startswith(".tmp-") and now - entry.stat().st_mtime > 3600:
+            shutil.rmtree(entry, ignore_errors=True)  # a fetch killed midway
+            continue
+        if not entry.is_dir() or entry.name.startswith("."):
+            continue
+        used = root / f"{entry.name}.used"
+        last = used.stat().st_mtime if used.exists() else entry.stat().st_mtime
+        if now - last < max_age:
+            continue
+        with _locked(root / f"{entry.name}.lock", blocking=False) as got:
+            if not got:
+                continue
+            _make_writable(entry)
+            shutil.rmtree(entry, ignore_errors=True)
+            used.unlink(missing_ok=True)
+            removed.append(entry.name)
+        (root / f"{entry.name}.lock").unlink(missing_ok=True)
+    return removed
+
+
+def _make_writable(folder: Path) -> None:
+    for path in folder.rglob("*"):
+        if path.is_file():
+            path.chmod(0o644)

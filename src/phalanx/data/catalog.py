@@ -1,0 +1,260 @@
+"""The data catalog in the store: datastores (named places holding data) and the immutable versions
+of datasets (tables ``datastores`` and ``dataset_versions``, migration 0008_data_catalog_i26).
+
+A datastore keeps only a URL: a local or NFS folder (kept as an absolute path) or an fsspec URL
+(``s3://bucket/prefix``). Credentials never enter the catalog: whoever reads the data uses the AWS
+variables or profile of its own machine.
+
+A dataset version is its manifest (every file's relative path, size and sha256) plus where the bytes
+are. ``phalanx data add NAME PATH`` leaves the bytes where they are (the manifest is then what a
+fetch checks them against: a changed file is refused, never used) or, with ``--copy-to STORE``,
+copies them into ``<store>/datasets/<name>/<digest>/`` first. Adding the same content again
+returns the latest version; any change makes a new one.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from sqlalchemy import delete, func, insert, select
+
+from phalanx.data.manifest import FileEntry, Manifest, build_manifest, copy_tree
+from phalanx.errors import Conflict, NotFound, UsageError
+
+if TYPE_CHECKING:
+    from phalanx.store.sql.store import SqlStore
+
+NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
+_REF = re.compile(r"^(?P<name>[^@]+?)(?:@(?P<version>[0-9]+|latest))?$")
+
+
+@dataclass(frozen=True)
+class DatastoreRecord:
+    name: str
+    url: str
+    created_at: float
+
+    def to_json(self) -> dict[str, Any]:
+        return {"name": self.name, "url": self.url, "created_at": self.created_at}
+
+
+@dataclass(frozen=True)
+class DatasetVersion:
+    name: str
+    version: int
+    digest: str
+    url: str
+    copied: bool
+    files: tuple[FileEntry, ...]
+    size: int
+    created_at: float
+
+    @property
+    def ref(self) -> str:
+        return f"{self.name}@{self.version}"
+
+    @property
+    def manifest(self) -> Manifest:
+        return Manifest(self.url, self.files)
+
+    def to_json(self, with_files: bool = False) -> dict[str, Any]:
+        doc: dict[str, Any] = {
+            "name": self.name,
+            "version": self.version,
+            "ref": self.ref,
+            "digest": self.digest,
+            "url": self.url,
+            "bytes": "copied" if self.copied else "referenced",
+            "size": self.size,
+            "files": len(self.files),
+            "created_at": self.created_at,
+        }
+        if with_files:
+            doc["manifest"] = [f.to_json() for f in self.files]
+        return doc
+
+
+def check_name(name: str, what: str) -> str:
+    if not isinstance(name, str) or not NAME.match(name):
+        raise UsageError(
+            f"{what} name {name!r}: use letters, digits, '.', '_' and '-' (at most 128, not starting with"
+            " '.', '_' or '-')"
+        )
+    return name
+
+
+def normalise_url(url: str, what: str) -> str:
+    """A local path as an absolute folder path that exists; a URL as given (its package checked)."""
+    if "://" in url and "@" in url.split("://", 1)[1].split("/", 1)[0]:
+        raise UsageError(
+            f"{what} the URL holds credentials (user@ or key@); give them through the AWS variables or "
+            "a profile, never in a URL (it would be stored and shown)"
+        )
+    if "://" in url and not url.startswith("file://"):
+        protocol = url.split("://", 1)[0].lower()
+        if protocol in ("s3", "s3a"):
+            from phalanx.extras import require
+
+            require("s3fs", "s3", f"{what} {url!r}")
+        return url.rstrip("/")
+    path = Path(url.removeprefix("file://")).expanduser().resolve()
+    if not path.exists():
+        raise UsageError(f"{what} {url!r}: no such file or folder; give an existing path or an s3:// URL")
+    return str(path)
+
+
+# ---- datastores ---------------------------------------------------------------------------------
+
+
+def add_datastore(store: SqlStore, name: str, url: str) -> DatastoreRecord:
+    check_name(name, "datastore")
+    url = normalise_url(url, f"datastore {name!r}:")
+    with store._writer.begin() as conn:
+        if conn.execute(select(_ds().c.name).where(_ds().c.name == name)).first() is not None:
+            raise Conflict(f"datastore {name!r} exists; remove it first with `phalanx datastore rm {name}`")
+        conn.execute(insert(_ds()).values(name=name, url=url, created_at=time.time()))
+    return get_datastore(store, name)
+
+
+def list_datastores(store: SqlStore) -> list[DatastoreRecord]:
+    with store.engine.connect() as conn:
+        rows = conn.execute(select(_ds()).order_by(_ds().c.name)).mappings().all()
+    return [DatastoreRecord(r["name"], r["url"], r["created_at"]) for r in rows]
+
+
+def get_datastore(store: SqlStore, name: str) -> DatastoreRecord:
+    with store.engine.connect() as conn:
+        row = conn.execute(select(_ds()).where(_ds().c.name == name)).mappings().first()
+    if row is None:
+        known = ", ".join(d.name for d in list_datastores(store)) or "none"
+        raise NotFound(
+            f"no datastore {name!r} (datastores: {known}); add it with `phalanx datastore add {name} URL`"
+        )
+    return DatastoreRecord(row["name"], row["url"], row["created_at"])
+
+
+def remove_datastore(store: SqlStore, name: str) -> None:
+    get_datastore(store, name)
+    with store._writer.begin() as conn:
+        conn.execute(delete(_ds()).where(_ds().c.name == name))
+
+
+# ---- datasets -----------------------------------------------------------------------------------
+
+
+def add_dataset(
+    store: SqlStore, name: str, source: str, copy_to: str | None = None
+) -> tuple[DatasetVersion, bool]:
+    """Record a version of ``name`` from ``source`` (a path, an fsspec URL or ``store:sub/dir`` of a
+    datastore); returns it and whether it is new (False: the latest version has the same content)."""
+    check_name(name, "dataset")
+    url = resolve_source(store, source)
+    manifest = build_manifest(url)
+    if not manifest.files:
+        raise UsageError(f"dataset {name!r}: {source!r} holds no files")
+    latest = _latest(store, name)
+    if latest is not None and latest.digest == manifest.digest and (copy_to is None or latest.copied):
+        return latest, False
+    copied = False
+    if copy_to is not None:
+        target = f"{get_datastore(store, copy_to).url}/datasets/{name}/{manifest.digest}"
+        copy_tree(manifest, target)
+        url, copied = target, True
+    with store._writer.begin() as conn:
+        version = (
+            int(conn.execute(select(func.max(_dv().c.version)).where(_dv().c.name == name)).scalar() or 0) + 1
+        )
+        conn.execute(
+            insert(_dv()).values(
+                name=name,
+                version=version,
+                digest=manifest.digest,
+                url=url,
+                copied=int(copied),
+                files=[f.to_json() for f in manifest.files],
+                size=manifest.size,
+                file_count=len(manifest.files),
+                created_at=time.time(),
+            )
+        )
+    return get_dataset(store, f"{name}@{version}"), True
+
+
+def resolve_source(store: SqlStore, source: str) -> str:
+    """A dataset's source as a URL or absolute path: ``STORE:sub/dir`` names a datastore's folder."""
+    head, sep, rest = source.partition(":")
+    if sep and not rest.startswith("//") and NAME.match(head) and len(head) > 1:
+        base = get_datastore(store, head).url
+        from phalanx.data.manifest import join_url
+
+        return join_url(base, rest)
+    return normalise_url(source, "dataset source:")
+
+
+def parse_ref(ref: str) -> tuple[str, int | None]:
+    """``name``, ``name@latest`` -> (name, None); ``name@3`` -> (name, 3)."""
+    m = _REF.match(ref.strip()) if isinstance(ref, str) else None
+    if m is None:
+        raise UsageError(f"dataset {ref!r}: write NAME, NAME@latest or NAME@VERSION (e.g. digits@3)")
+    version = m.group("version")
+    return check_name(m.group("name"), "dataset"), (int(version) if version and version != "latest" else None)
+
+
+def get_dataset(store: SqlStore, ref: str) -> DatasetVersion:
+    name, version = parse_ref(ref)
+    query = select(_dv()).where(_dv().c.name == name)
+    query = query.where(_dv().c.version == version) if version else query.order_by(_dv().c.version.desc())
+    with store.engine.connect() as conn:
+        row = conn.execute(query.limit(1)).mappings().first()
+    if row is None:
+        versions = [v.version for v in list_datasets(store, name)]
+        if versions:
+            raise NotFound(
+                f"dataset {name!r} has no version {version} (versions: {versions[0]}..{versions[-1]})"
+            )
+        raise NotFound(f"no dataset {name!r}; record one with `phalanx data add {name} PATH`")
+    return _version(row)
+
+
+def list_datasets(store: SqlStore, name: str | None = None) -> list[DatasetVersion]:
+    query = select(_dv()).order_by(_dv().c.name, _dv().c.version)
+    if name is not None:
+        query = query.where(_dv().c.name == name)
+    with store.engine.connect() as conn:
+        return [_version(r) for r in conn.execute(query).mappings().all()]
+
+
+def _latest(store: SqlStore, name: str) -> DatasetVersion | None:
+    try:
+        return get_dataset(store, f"{name}@latest")
+    except NotFound:
+        return None
+
+
+def _version(row: Any) -> DatasetVersion:
+    return DatasetVersion(
+        name=row["name"],
+        version=row["version"],
+        digest=row["digest"],
+        url=row["url"],
+        copied=bool(row["copied"]),
+        files=tuple(FileEntry.from_json(f) for f in row["files"]),
+        size=row["size"],
+        created_at=row["created_at"],
+    )
+
+
+def _ds() -> Any:
+    from phalanx.store.sql.models import DatastoreRow
+
+    return DatastoreRow.__table__
+
+
+def _dv() -> Any:
+    from phalanx.store.sql.models import DatasetVersionRow
+
+    return DatasetVersionRow.__table__

@@ -1,0 +1,274 @@
+"""Inputs: the data an experiment reads, given in the file's ``inputs:`` section or the estimator's
+``inputs=[...]`` / ``script_params={'--data_dir': ds}``, resolved before anything starts.
+
+Every replica finds input NAME at the same local path, in the environment variable
+``PHALANX_INPUT_<NAME>`` (upper case, other characters as ``_``); ``{{ inputs.NAME }}`` in run.cmd
+becomes that variable (expanded by the replica's shell), so the command is the same on every
+engine. ``resolve`` turns each input into that path and a lineage record (the dataset version and
+its digest, or the datastore's URL), which the plan keeps: ``phalanx get``, the API and ``phalanx
+diff`` show it. A name that does not exist is a NotFound (exit 2) before anything starts.
+
+Modes: ``download`` (the default) fetches the files once per machine into the content-addressed
+cache (``phalanx.data.cache``); ``mount`` gives the data's own folder when it is a local or NFS path
+(a dataset's files are checked against their hashes first). A ``mount`` of an object store falls back
+to ``download``: no FUSE is used (containers and CI machines rarely allow it), and the record says so.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from phalanx.errors import UsageError
+
+if TYPE_CHECKING:
+    from phalanx.config import Settings
+
+MODES = ("download", "mount")
+INPUT_KEYS = ("name", "dataset", "datastore", "path", "mode")
+ENV_PREFIX = "PHALANX_INPUT_"
+_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_-]{0,63}$")
+
+
+@dataclass(frozen=True)
+class InputSpec:
+    """One input as written: a dataset reference (``digits@3``) or a datastore (and a folder in it)."""
+
+    name: str
+    dataset: str | None = None
+    datastore: str | None = None
+    path: str = ""
+    mode: str = "download"
+
+    def __post_init__(self) -> None:
+        problem = self.problem()
+        if problem:
+            raise UsageError(f"input {self.name!r}: {problem}")
+
+    def problem(self) -> str | None:
+        if not isinstance(self.name, str) or not _NAME.match(self.name):
+            return "a name is letters, digits, '_' and '-' (at most 64, starting with a letter or '_')"
+        if (self.dataset is None) == (self.datastore is None):
+            return "give one of dataset: NAME[@VERSION] or datastore: NAME"
+        if self.mode not in MODES:
+            return f"mode {self.mode!r}: use download or mount"
+        if self.path and self.dataset is not None:
+            return "path: is a folder inside a datastore; a dataset is used whole"
+        return None
+
+    @property
+    def env(self) -> str:
+        return env_name(self.name)
+
+    def to_json(self) -> dict[str, Any]:
+        doc: dict[str, Any] = {"name": self.name, "mode": self.mode}
+        if self.dataset is not None:
+            doc["dataset"] = self.dataset
+        else:
+            doc["datastore"] = self.datastore
+            if self.path:
+                doc["path"] = self.path
+        return doc
+
+
+def env_name(name: str) -> str:
+    return ENV_PREFIX + re.sub(r"[^A-Za-z0-9]", "_", name).upper()
+
+
+def shell_ref(name: str) -> str:
+    """What ``{{ inputs.NAME }}`` becomes in a command: the variable, expanded by the shell."""
+    return "${" + env_name(name) + "}"
+
+
+def parse_inputs(value: Any, where: str = "inputs") -> tuple[InputSpec, ...]:
+    """A list of mappings (the file's section, the estimator's argument) -> InputSpecs; UsageError
+    naming ``where[i].key`` for what is wrong."""
+    if value is None:
+        return ()
+    if not isinstance(value, Sequence) or isinstance(value, str | bytes):
+        raise UsageError(f"{where}: expected a list like [{{name: digits, dataset: digits@latest}}]")
+    out: list[InputSpec] = []
+    for i, item in enumerate(value):
+        if isinstance(item, InputSpec):
+            out.append(item)
+            continue
+        if hasattr(item, "as_input"):
+            out.append(item.as_input())
+            continue
+        if not isinstance(item, Mapping):
+            raise UsageError(f"{where}[{i}]: expected a mapping with name and dataset or datastore")
+        unknown = [k for k in item if k not in INPUT_KEYS]
+        if unknown:
+            raise UsageError(f"{where}[{i}].{unknown[0]}: unknown key; use {', '.join(INPUT_KEYS)}")
+        try:
+            out.append(
+                InputSpec(
+                    name=item.get("name"),  # type: ignore[arg-type]
+                    dataset=_text(item.get("dataset")),
+                    datastore=_text(item.get("datastore")),
+                    path=_text(item.get("path")) or "",
+                    mode=str(item.get("mode") or "download"),
+                )
+            )
+        except UsageError as exc:
+            raise UsageError(f"{where}[{i}]: {exc.message}") from None
+    names = [s.name for s in out]
+    dup = next((n for n in names if names.count(n) > 1), None)
+    if dup:
+        raise UsageError(f"{where}: two inputs are named {dup!r}; names must differ")
+    return tuple(out)
+
+
+def from_record(record: Mapping[str, Any]) -> InputSpec:
+    """The input a lineage record was resolved from, pinned: a dataset at the version it used."""
+    mode = str(record.get("requested_mode") or record.get("mode") or "download")
+    if record.get("kind") == "dataset":
+        return InputSpec(name=str(record["name"]), dataset=str(record["ref"]), mode=mode)
+    return InputSpec(
+        name=str(record["name"]),
+        datastore=str(record["datastore"]),
+        path=str(record.get("path") or ""),
+        mode=mode,
+    )
+
+
+def _text(value: Any) -> str | None:
+    return None if value is None else str(value)
+
+
+def resolve(
+    inputs: Sequence[InputSpec], settings: Settings, *, dry: bool = False
+) -> tuple[dict[str, str], list[dict[str, Any]]]:
+    """The environment every replica gets and the lineage records, for ``inputs``; downloads happen
+    here (not when ``dry``). NotFound / UsageError (exit 2) for a name that does not exist."""
+    if not inputs:
+        return {}, []
+    from phalanx.data import catalog
+    from phalanx.store import open_store
+
+    store: Any = open_store(settings)
+    env: dict[str, str] = {}
+    records: list[dict[str, Any]] = []
+    try:
+        for spec in inputs:
+            if spec.dataset is not None:
+                record = _dataset(store, spec, settings, dry)
+            else:
+                ds = catalog.get_datastore(store, str(spec.datastore))
+                record = _datastore(ds.url, spec, settings, dry)
+            env[spec.env] = record["local_path"]
+            records.append(record)
+    finally:
+        store.close()
+    return env, records
+
+
+def _dataset(store: Any, spec: InputSpec, settings: Settings, dry: bool) -> dict[str, Any]:
+    from phalanx.data import cache, catalog
+
+    version = catalog.get_dataset(store, str(spec.dataset))
+    record: dict[str, Any] = {
+        "name": spec.name,
+        "kind": "dataset",
+        "dataset": version.name,
+        "version": version.version,
+        "ref": version.ref,
+        "digest": version.digest,
+        "url": version.url,
+        "mode": spec.mode,
+        "requested_mode": spec.mode,
+        "env": spec.env,
+    }
+    what = f"input {spec.name!r} (dataset {version.ref})"
+    local_source = "://" not in version.url
+    if spec.mode == "mount" and local_source:
+        if not dry:
+            _check_in_place(version.manifest, what)
+        record["local_path"] = version.url
+        return record
+    if spec.mode == "mount":
+        record["mode"] = "download"
+        record["note"] = "mount of an object store: downloaded instead (no FUSE)"
+    key = version.digest
+    record["local_path"] = (
+        str(cache.cache_root(settings.home) / key)
+        if dry
+        else str(cache.fetch(settings.home, version.manifest, key, what))
+    )
+    return record
+
+
+def _datastore(base: str, spec: InputSpec, settings: Settings, dry: bool) -> dict[str, Any]:
+    from phalanx.data import cache
+    from phalanx.data.manifest import join_url
+
+    url = join_url(base, spec.path)
+    record: dict[str, Any] = {
+        "name": spec.name,
+        "kind": "datastore",
+        "datastore": spec.datastore,
+        "path": spec.path,
+        "url": url,
+        "mode": spec.mode,
+        "requested_mode": spec.mode,
+        "env": spec.env,
+    }
+    if "://" not in url:  # a local or NFS folder: every replica on this machine reads it in place
+        if not Path(url).exists():
+            raise UsageError(f"input {spec.name!r}: {url} does not exist (datastore {spec.datastore!r})")
+        if spec.mode == "download":
+            record["mode"] = "mount"
+            record["note"] = "a local or NFS folder is read in place"
+        record["local_path"] = url
+        return record
+    if spec.mode == "mount":
+        record["mode"] = "download"
+        record["note"] = "mount of an object store: downloaded instead (no FUSE)"
+    manifest, key = _listing(url)
+    record["listing"] = key
+    what = f"input {spec.name!r} (datastore {spec.datastore})"
+    record["local_path"] = (
+        str(cache.cache_root(settings.home) / key)
+        if dry
+        else str(cache.fetch(settings.home, manifest, key, what))
+    )
+    return record
+
+
+def _listing(url: str) -> tuple[Any, str]:
+    """A datastore folder's files as a manifest without hashes (nobody recorded them), keyed by the
+    listing itself (paths, sizes, ETags or modification times): changed content, a new cache entry."""
+    from phalanx.data.manifest import FileEntry, Manifest, filesystem
+
+    fs, root = filesystem(url)
+    found: dict[str, Any] = fs.find(root, detail=True)
+    if not found:
+        raise UsageError(f"{url}: no files there")
+    files = []
+    h = hashlib.sha256(url.encode())
+    for full, info in sorted(found.items()):
+        rel = full[len(root.rstrip("/")) + 1 :]
+        stamp = info.get("ETag") or info.get("LastModified") or info.get("mtime") or ""
+        h.update(f"{rel}\0{info.get('size')}\0{stamp}\n".encode())
+        files.append(FileEntry(rel, int(info.get("size") or 0), ""))
+    return Manifest(url, tuple(files)), h.hexdigest()
+
+
+def _check_in_place(manifest: Any, what: str) -> None:
+    """Read a referenced dataset where it is and refuse it if any file changed."""
+    from phalanx.data.manifest import DataChanged, build_manifest
+
+    current = {f.path: f for f in build_manifest(manifest.url).files}
+    for entry in manifest.files:
+        now = current.get(entry.path)
+        if now is None:
+            raise DataChanged(f"{what}: file {entry.path!r} is gone from {manifest.url}")
+        if now.sha256 != entry.sha256:
+            raise DataChanged(
+                f"{what}: file {entry.path!r} changed since the version was recorded; refused. "
+                "Record the new content as a new version with `phalanx data add NAME PATH`"
+            )

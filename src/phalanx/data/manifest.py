@@ -1,0 +1,144 @@
+"""What a dataset version is made of: every file's relative path, size and sha256, and the digest of
+that list (the version's identity and its address in the download cache). Files are read in 1 MiB
+pieces on any fsspec filesystem, so a dataset of any size is hashed and copied in bounded memory.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import posixpath
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, BinaryIO
+
+from phalanx.errors import UsageError
+
+CHUNK = 1024 * 1024
+
+
+class DataChanged(UsageError):
+    """A referenced file no longer has the bytes its dataset version recorded: refused, never used."""
+
+    code = "conflict"
+
+
+@dataclass(frozen=True)
+class FileEntry:
+    path: str  # relative, POSIX
+    size: int
+    sha256: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {"path": self.path, "size": self.size, "sha256": self.sha256}
+
+    @classmethod
+    def from_json(cls, doc: dict[str, Any]) -> FileEntry:
+        return cls(str(doc["path"]), int(doc["size"]), str(doc["sha256"]))
+
+
+@dataclass(frozen=True)
+class Manifest:
+    url: str  # the folder the paths are relative to
+    files: tuple[FileEntry, ...]
+
+    @property
+    def size(self) -> int:
+        return sum(f.size for f in self.files)
+
+    @property
+    def digest(self) -> str:
+        """sha256 of the sorted (path, size, sha256) lines: the same content has the same digest
+        wherever it is stored."""
+        h = hashlib.sha256()
+        for f in sorted(self.files, key=lambda f: f.path):
+            h.update(f"{f.path}\0{f.size}\0{f.sha256}\n".encode())
+        return h.hexdigest()
+
+
+def filesystem(url: str) -> tuple[Any, str]:
+    """fsspec filesystem and path of a URL or local path (s3:// with the store's part sizes and
+    retries, and the s3 extra's message when s3fs is missing)."""
+    from phalanx.store.artifacts import open_fs
+
+    return open_fs(url)
+
+
+def join_url(base: str, sub: str) -> str:
+    """``base/sub`` where ``sub`` may not leave ``base`` (the artifact store's path rules)."""
+    from phalanx.store.artifacts import safe_path
+
+    if not sub.strip("/ "):
+        return base
+    return f"{base.rstrip('/')}/{safe_path(sub)}"
+
+
+def build_manifest(url: str) -> Manifest:
+    """Hash every file under ``url`` (a folder, or one file: then its folder with that one file)."""
+    fs, root = filesystem(url)
+    if not fs.exists(root):
+        raise UsageError(f"{url!r}: no such file or folder")
+    if fs.isfile(root):
+        folder, names = posixpath.dirname(root), [root]
+        base = url[: len(url) - len(posixpath.basename(root))].rstrip("/") or "/"
+    else:
+        folder, names, base = root.rstrip("/"), sorted(str(p) for p in fs.find(root)), url
+    files = []
+    for full in names:
+        rel = posixpath.relpath(full, folder)
+        with fs.open(full, "rb") as fh:
+            digest, size = _hash(fh)
+        files.append(FileEntry(rel, size, digest))
+    return Manifest(base.rstrip("/") if base != "/" else base, tuple(files))
+
+
+def _hash(fh: BinaryIO) -> tuple[str, int]:
+    h = hashlib.sha256()
+    size = 0
+    while chunk := fh.read(CHUNK):
+        h.update(chunk)
+        size += len(chunk)
+    return h.hexdigest(), size
+
+
+def _chunks(fh: BinaryIO) -> Iterator[bytes]:
+    while chunk := fh.read(CHUNK):
+        yield chunk
+
+
+def copy_file(fs: Any, source: str, entry: FileEntry, dest: Any, target: str, what: str) -> None:
+    """Copy one file of a manifest from ``fs:source`` to ``dest:target`` checking its sha256 on the
+    way; DataChanged (the partial copy removed) when the bytes are not the recorded ones."""
+    h = hashlib.sha256()
+    size = 0
+    try:
+        with fs.open(source, "rb") as src, dest.open(target, "wb") as out:
+            for chunk in _chunks(src):
+                h.update(chunk)
+                size += len(chunk)
+                out.write(chunk)
+    except FileNotFoundError:
+        raise DataChanged(f"{what}: file {entry.path!r} is gone from {posixpath.dirname(source)}") from None
+    if entry.sha256 and (h.hexdigest() != entry.sha256 or size != entry.size):  # "": never hashed
+        dest.rm(target)
+        raise DataChanged(
+            f"{what}: file {entry.path!r} changed since the version was recorded ({size} bytes, sha256 "
+            f"{h.hexdigest()[:12]}..., recorded {entry.size} bytes, {entry.sha256[:12]}...); refused. "
+            "Record the new content as a new version with `phalanx data add NAME PATH`"
+        )
+
+
+def copy_tree(manifest: Manifest, target_url: str, what: str = "dataset") -> None:
+    """Copy every file of ``manifest`` under ``target_url`` (a local folder or a URL), checked."""
+    fs, root = filesystem(manifest.url)
+    dest, droot = filesystem(target_url)
+    for entry in manifest.files:
+        target = f"{droot.rstrip('/')}/{entry.path}"
+        if "file" in _protocols(dest):
+            Path(target).parent.mkdir(parents=True, exist_ok=True)
+        copy_file(fs, f"{root.rstrip('/')}/{entry.path}", entry, dest, target, what)
+
+
+def _protocols(fs: Any) -> tuple[str, ...]:
+    p = fs.protocol
+    return (p,) if isinstance(p, str) else tuple(p)

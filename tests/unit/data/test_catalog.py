@@ -1,0 +1,92 @@
+"""The data catalog: datastores by name, and dataset versions that are immutable and content-addressed
+(a changed file is a new version; the same content is not)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from phalanx.data import catalog
+from phalanx.data.manifest import DataChanged, copy_tree
+from phalanx.errors import Conflict, NotFound, UsageError, exit_status
+
+
+def test_a_datastore_is_added_listed_and_removed(store: Any, folder: Path) -> None:
+    record = catalog.add_datastore(store, "digits-store", str(folder))
+    assert record.url == str(folder.resolve())
+    assert [d.name for d in catalog.list_datastores(store)] == ["digits-store"]
+    with pytest.raises(Conflict):
+        catalog.add_datastore(store, "digits-store", str(folder))
+    catalog.remove_datastore(store, "digits-store")
+    with pytest.raises(NotFound) as missing:
+        catalog.get_datastore(store, "digits-store")
+    assert exit_status(missing.value) == 2
+    assert "phalanx datastore add digits-store URL" in missing.value.message
+
+
+def test_datastore_mistakes_are_refused_with_the_fix(store: Any, tmp_path: Path) -> None:
+    with pytest.raises(UsageError, match="no such file or folder"):
+        catalog.add_datastore(store, "gone", str(tmp_path / "nope"))
+    with pytest.raises(UsageError, match="holds credentials"):
+        catalog.add_datastore(store, "leaky", "s3://AKIA:secret@bucket/prefix")
+    with pytest.raises(UsageError, match="letters, digits"):
+        catalog.add_datastore(store, "../x", str(tmp_path))
+    assert catalog.list_datastores(store) == []
+
+
+def test_versions_follow_the_content(store: Any, folder: Path) -> None:
+    v1, new1 = catalog.add_dataset(store, "digits", str(folder))
+    assert new1 and v1.ref == "digits@1" and not v1.copied
+    assert {f.path: f.size for f in v1.files} == {"labels.txt": 4, "train/x.csv": 6}
+    again, new = catalog.add_dataset(store, "digits", str(folder))
+    assert not new and again.ref == "digits@1"  # same bytes: no new version
+    (folder / "labels.txt").write_text("0\n2\n")  # same size, other bytes
+    v2, new2 = catalog.add_dataset(store, "digits", str(folder))
+    assert new2 and v2.version == 2 and v2.digest != v1.digest
+    assert catalog.get_dataset(store, "digits@latest").version == 2
+    assert catalog.get_dataset(store, "digits").version == 2
+    assert catalog.get_dataset(store, "digits@1").digest == v1.digest  # kept as it was
+    with pytest.raises(NotFound, match="no version 7"):
+        catalog.get_dataset(store, "digits@7")
+    with pytest.raises(NotFound, match="phalanx data add other PATH"):
+        catalog.get_dataset(store, "other@latest")
+    with pytest.raises(UsageError, match="NAME@VERSION"):
+        catalog.get_dataset(store, "digits@v2")
+
+
+def test_referenced_bytes_that_changed_are_refused_at_fetch(store: Any, folder: Path, tmp_path: Path) -> None:
+    v1, _ = catalog.add_dataset(store, "digits", str(folder))
+    (folder / "train" / "x.csv").write_text("9,9,9\n")
+    with pytest.raises(DataChanged, match=r"'train/x\.csv' changed since the version was recorded") as caught:
+        copy_tree(v1.manifest, str(tmp_path / "out"), "dataset digits@1")
+    assert exit_status(caught.value) == 2
+    assert not (tmp_path / "out" / "train" / "x.csv").exists()  # the bad copy is not left behind
+
+
+def test_copy_to_a_datastore_keeps_the_version_when_the_source_changes(
+    store: Any, folder: Path, tmp_path: Path
+) -> None:
+    (tmp_path / "lake").mkdir()
+    catalog.add_datastore(store, "lake", str(tmp_path / "lake"))
+    v1, _ = catalog.add_dataset(store, "digits", str(folder), copy_to="lake")
+    assert v1.copied and v1.url == f"{tmp_path / 'lake'}/datasets/digits/{v1.digest}"
+    (folder / "labels.txt").write_text("changed\n")
+    copy_tree(v1.manifest, str(tmp_path / "out"))  # the copy still has the recorded bytes
+    assert (tmp_path / "out" / "labels.txt").read_text() == "0\n1\n"
+
+
+def test_a_dataset_from_a_datastore_folder(store: Any, folder: Path) -> None:
+    catalog.add_datastore(store, "lake", str(folder))
+    v, _ = catalog.add_dataset(store, "train-only", "lake:train")
+    assert [f.path for f in v.files] == ["x.csv"] and v.url == str(folder.resolve() / "train")
+    with pytest.raises(UsageError, match=r"'\.\.'"):
+        catalog.add_dataset(store, "escape", "lake:../..")
+
+
+def test_credentials_in_a_dataset_url_are_refused_and_not_echoed(store: Any) -> None:
+    with pytest.raises(UsageError) as caught:
+        catalog.add_dataset(store, "leaky", "s3://AKIAXXXX:hunter2@bucket/digits")
+    assert "holds credentials" in caught.value.message and "hunter2" not in caught.value.message
+    assert catalog.list_datasets(store) == []

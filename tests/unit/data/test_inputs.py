@@ -1,0 +1,134 @@
+"""Inputs as the experiment file and the estimator give them: `inputs:` and `{{ inputs.NAME }}`,
+the estimator's inputs= and seed 004's `script_params={'--data_dir': ds}`; every replica's command
+reads the path from the same environment variable."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from phalanx.data import Datastore
+from phalanx.data.inputs import InputSpec, env_name
+from phalanx.errors import SpecError
+from phalanx.estimators import PyTorch
+from phalanx.plan import build_plan
+from phalanx.spec.loader import load_spec_text
+
+FILE = """
+version: 1
+kind: experiment
+inputs:
+  - name: digits
+    dataset: digits@2
+  - name: raw
+    datastore: lake
+    path: images/train
+    mode: mount
+run:
+  cmd: python train.py --data {{ inputs.digits }} --raw "{{ inputs.raw }}/x" --q '{{ inputs.digits }}'
+"""
+
+
+def test_the_file_inputs_section_and_placeholders() -> None:
+    spec = load_spec_text(FILE)
+    assert spec.inputs == (
+        InputSpec("digits", dataset="digits@2"),
+        InputSpec("raw", datastore="lake", path="images/train", mode="mount"),
+    )
+    plan = build_plan(spec)
+    env = {"PHALANX_INPUT_DIGITS": "/cache/a b", "PHALANX_INPUT_RAW": "/nfs/x y"}
+    echoed = subprocess.run(
+        ["/bin/sh", "-c", plan.command.replace("python train.py", "printf '%s\\n'")],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.splitlines()
+    # one shell word each, wherever the placeholder stood (bare, "...", '...')
+    assert echoed == ["--data", "/cache/a b", "--raw", "/nfs/x y/x", "--q", "/cache/a b"]
+    assert [i["name"] for i in plan.to_json()["inputs"]] == ["digits", "raw"]
+
+
+@pytest.mark.parametrize(
+    ("inputs", "cmd", "message"),
+    [
+        ("[{name: d, dataset: x}]", "echo {{ inputs.other }}", r"names no input \(inputs: d\)"),
+        ("[{name: d, dataset: x, mode: copy}]", "echo", "mode 'copy': use download or mount"),
+        ("[{name: d, dataset: x, datastore: y}]", "echo", "give one of dataset"),
+        ("[{name: d, dataset: x}, {name: d, dataset: y}]", "echo", "two inputs are named 'd'"),
+        ("[{name: d, dataset: x, where: /data}]", "echo", "unknown key"),
+    ],
+)
+def test_input_mistakes_name_the_key(inputs: str, cmd: str, message: str) -> None:
+    with pytest.raises(SpecError, match=message):
+        load_spec_text(f"version: 1\nkind: experiment\ninputs: {inputs}\nrun: {{cmd: '{cmd}'}}\n")
+
+
+def test_polyaxon_typed_inputs_are_still_refused_with_their_message() -> None:
+    with pytest.raises(SpecError, match=r"Polyaxon 0\.6 `inputs` are not supported"):
+        load_spec_text("version: 1\nkind: experiment\ninputs: [{name: lr, type: float}]\nrun: {cmd: echo}\n")
+
+
+def test_seed_004_datastore_in_script_params(tmp_path: Path) -> None:
+    (tmp_path / "train.py").write_text("print('hi')\n")
+    ds = Datastore("digits-store", str(tmp_path))
+    est = PyTorch(
+        source_directory=tmp_path,
+        entry_script="train.py",
+        script_params={"--data_dir": ds, "--sub": ds.path("train").as_download(), "--lr": "0.1"},
+        node_count=2,
+        distributed_backend="gloo",
+    )
+    spec = est.to_spec()
+    assert spec.inputs == (
+        InputSpec("digits-store", datastore="digits-store", mode="mount"),
+        InputSpec("digits-store_train", datastore="digits-store", path="train", mode="download"),
+    )
+    assert spec.command == (
+        f'python train.py --data_dir "${{{env_name("digits-store")}}}" '
+        f'--sub "${{{env_name("digits-store_train")}}}" --lr 0.1',
+    )
+
+
+def test_the_estimator_file_keeps_its_inputs(tmp_path: Path) -> None:
+    """Experiment.submit writes the estimator as a file: the inputs and the command must survive it."""
+    (tmp_path / "train.py").write_text("print('hi')\n")
+    est = PyTorch(
+        source_directory=tmp_path,
+        entry_script="train.py",
+        script_params={"--data_dir": Datastore("lake", str(tmp_path))},
+        inputs=[{"name": "digits", "dataset": "digits@3"}],
+    )
+    spec = est.to_spec()
+    again = load_spec_text(est.to_yaml())
+    assert again.inputs == spec.inputs and again.command == spec.command
+
+
+def test_resume_and_rerun_read_the_versions_the_run_used() -> None:
+    from phalanx.data.lineage import inputs_diff, pin_inputs
+
+    spec = load_spec_text(FILE.replace("digits@2", "digits@latest"))
+    recorded = {
+        "inputs": [
+            {"name": "digits", "kind": "dataset", "ref": "digits@5", "digest": "ab" * 32, "mode": "download"},
+            {
+                "name": "raw",
+                "kind": "datastore",
+                "datastore": "lake",
+                "path": "images/train",
+                "mode": "mount",
+            },
+        ]
+    }
+    pinned = pin_inputs(spec, recorded)
+    assert pinned.inputs[0] == InputSpec("digits", dataset="digits@5")
+    assert pinned.inputs[1] == spec.inputs[1]
+    assert pin_inputs(spec, {}) is spec  # nothing recorded (an older run): as written
+    other = {
+        "inputs": [{**recorded["inputs"][0], "ref": "digits@6", "digest": "cd" * 32}, recorded["inputs"][1]]
+    }
+    assert inputs_diff(recorded, other) == {
+        "digits": {"a": f"digits@5 ({'ab' * 6})", "b": f"digits@6 ({'cd' * 6})"}
+    }
