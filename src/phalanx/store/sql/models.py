@@ -376,6 +376,8 @@ class ModelAliasRow(Base):
     alias: Mapped[str] = mapped_column(String(64), primary_key=True)
     version: Mapped[int] = mapped_column(Integer)
     updated_at: Mapped[float] = mapped_column(Float)
+
+
 class DatastoreRow(Base):
     """A named place holding data (phalanx.data): a local or NFS folder or an fsspec URL (s3://...).
     Only the URL is kept: credentials stay with the machine that reads it (AWS variables, profiles)."""
