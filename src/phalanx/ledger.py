@@ -447,7 +447,7 @@ def memory_counted(res: Any) -> tuple[float, str]:
 
 
 def bases(found: Sequence[str]) -> str:
-    """"limits", "requests" or "limits and requests": what a sum was counted from."""
+    """What a sum was counted from: "limits", "requests" or "limits and requests"."""
     seen = sorted({b for b in found if b})
     return " and ".join(seen) or "requests"
 
