@@ -89,6 +89,8 @@ def read_spec(
             root, "", f"expected a mapping of keys (version, kind, run, ...) at the top, got {describe(root)}"
         )
         return None
+    if _polyaxon_v1(c, root):
+        return None  # one sentence says what the file is; its other keys would be seven more errors
     version = _read_version(c, root)
     if not _read_kind(c, root, group is not None):
         return None  # a group or job file: the rest would only be noise
@@ -188,6 +190,27 @@ def _read_checkpoints(c: Collector, root: YMap) -> dict[str, Any] | None:
         key = exc.path.rsplit(".", 1)[-1]
         c.add(m.get(key) or m.key(key) or m if key in POLICY_KEYS else m, exc.path, exc.message)
         return None
+
+
+# Polyaxon v1.x's kinds: a file with one of them is of the newer format, not a broken 0.x file
+POLYAXON_V1_KINDS = ("component", "operation")
+
+
+def _polyaxon_v1(c: Collector, root: YMap) -> bool:
+    """True (and one problem) for a Polyaxon v1.x file (`kind: component` or `operation`, usually
+    `version: 1.1`): Phalanx reads the 0.x format, and every other key would only be noise."""
+    node = root.get("kind")
+    kind = node.value if isinstance(node, YScalar) else None
+    if node is None or kind not in POLYAXON_V1_KINDS:
+        return False
+    c.add(
+        node,
+        "kind",
+        f"'{kind}' is a Polyaxon v1.x file; Phalanx reads the Polyaxon 0.x format (`version: 1` with"
+        " `kind: experiment`, or `kind: group` for a search, and the command in `run.cmd`). Rewrite it"
+        " in that format: docs/experiment-file.md, 'From a Polyaxon v1.x file', maps each v1.x key",
+    )
+    return True
 
 
 def _read_version(c: Collector, root: YMap) -> int | None:

@@ -440,3 +440,22 @@ def test_worker_and_worker_resources_combine_but_may_not_both_give_resources() -
 def test_a_framework_section_with_nothing_under_it_still_names_the_framework() -> None:
     spec = load_spec_text(HEAD + "environment:\n  mxnet:\nrun: {cmd: x}\n", "f.yml")
     assert spec.framework is not None and spec.framework.value == "mxnet"
+
+
+def test_a_polyaxon_v1_file_gets_one_sentence_naming_the_format_phalanx_reads() -> None:
+    v1 = """version: 1.1
+kind: component
+name: train
+inputs:
+- {name: lr, type: float, value: 0.1}
+run:
+  kind: job
+  container:
+    image: python:3.11
+    command: [python, train.py]
+"""
+    (only,) = problems(v1)
+    assert only.startswith("f.yml:2:7: kind: 'component' is a Polyaxon v1.x file")
+    assert "Polyaxon 0.x format" in only and "`version: 1`" in only and "docs/experiment-file.md" in only
+    (op,) = problems(v1.replace("kind: component", "kind: operation"))
+    assert "'operation' is a Polyaxon v1.x file" in op
