@@ -12,6 +12,7 @@ COMMAND_MODULES = (
     "phalanx.cli.check",
     "phalanx.cli.run",
     "phalanx.cli.tracking",
+    "phalanx.cli.delete",
     "phalanx.cli.models",
     "phalanx.cli.server",
     "phalanx.cli.cluster",
