@@ -8,12 +8,15 @@ the first two deleted and the user unsure which.
 from __future__ import annotations
 
 import sys
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from phalanx.cli.app import app, emit_json
 from phalanx.cli.tracking import Format, open_for_reading
+
+if TYPE_CHECKING:
+    from phalanx.domain import Experiment
 
 # what the store refuses to delete (it would pull an experiment from under its supervisor)
 _LIVE = frozenset({"running", "starting", "queued", "pending"})
@@ -38,7 +41,7 @@ def delete(
     from phalanx.ids import check_destructive
 
     store, settings = open_for_reading()
-    found = []
+    found: list[Experiment] = []
     for given in experiment_ids:
         e = store.get_experiment(given)
         check_destructive(given, e.id)

@@ -5,11 +5,14 @@ from __future__ import annotations
 import ipaddress
 from enum import StrEnum
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from phalanx.cli.app import app, fail
+
+if TYPE_CHECKING:
+    from fastapi import FastAPI
 
 LOOPBACK_NAMES = ("localhost", "localhost.localdomain", "ip6-localhost")
 
@@ -239,7 +242,7 @@ def server(
         _serve(api, host, port, log_level, proxies)
 
 
-def _serve(api: object, host: str, port: int, log_level: LogLevel, proxies: list[str]) -> None:
+def _serve(api: FastAPI, host: str, port: int, log_level: LogLevel, proxies: list[str]) -> None:
     import uvicorn
 
     # open live consoles (server-sent events) never end by themselves: do not wait for them on SIGTERM
