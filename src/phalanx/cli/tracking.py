@@ -190,6 +190,9 @@ def ls(
     group: Annotated[
         str | None, typer.Option("--group", metavar="ID", help="Only the trials of this experiment group.")
     ] = None,
+    tag: Annotated[
+        str | None, typer.Option("--tag", metavar="TAG", help="Only experiments with this tag.")
+    ] = None,
 ) -> None:
     """List experiments, newest first."""
     from phalanx.domain import ExperimentStatus
@@ -217,6 +220,7 @@ def ls(
             limit=limit,
             order_by="-created_at",
             group_id=group_id,
+            tag=tag,
         )
     )
     if output is Format.JSON:
@@ -225,7 +229,7 @@ def ls(
     if not page.items:
         given = [
             f
-            for f, v in (("--status", status), ("--project", project), ("--search", search))
+            for f, v in (("--status", status), ("--project", project), ("--search", search), ("--tag", tag))
             if v is not None
         ]
         if group is not None:  # say the filter the user typed, not the ones they did not
