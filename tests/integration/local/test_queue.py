@@ -318,6 +318,10 @@ def test_stopping_a_queued_experiment_takes_it_out_of_the_queue(machine: Machine
     assert waiter.returncode == 130, err
     exp = machine.experiments()[waiting]
     assert exp.status is ExperimentStatus.STOPPED and exp.started_at is None
+    # it never ran: not "stopped by SIGTERM"
+    assert exp.reason == (
+        "stopped while queued (by SIGINT)" if how == "ctrl-c" else "stopped while queued (by a stop request)"
+    )
     assert all(e["experiment_id"] != waiting for e in machine.ledger())
     assert not list(machine.probe.glob(f"{waiting}-*"))
     machine.release()
