@@ -18,6 +18,7 @@ from phalanx.spec.model import Build, ExperimentSpec, ReplicaTemplate
 from phalanx.spec.reserved import reserved_reason
 from phalanx.spec.topology import finish_topology, read_environment
 from phalanx.spec.yamltree import Mark, YKey, YMap, YNode, YScalar, YSeq, is_null, plain
+from phalanx.tracking.labels import MAX_TAG, label_problem
 
 SUPPORTED_VERSION = 1
 KINDS = ("experiment", "group", "job", "build", "notebook", "tensorboard", "pipeline")
@@ -106,10 +107,14 @@ def read_spec(
 
     framework = c.choice(n, "framework", Framework, "framework") if (n := opt("framework")) else None
     backend = c.choice(n, "backend", BackendKind, "backend") if (n := opt("backend")) else None
-    name = c.text(n, "name") if (n := opt("name")) else None
-    project = c.text(n, "project") if (n := opt("project")) else None
+    name = _label(c, n, "name") if (n := opt("name")) else None
+    project = _label(c, n, "project") if (n := opt("project")) else None
     description = c.text(n, "description") if (n := opt("description")) else None
     tags = c.texts(n, "tags") if (n := opt("tags")) else ()
+    if tags and isinstance(n, YSeq):
+        for i, item in enumerate(n.items):
+            if isinstance(item, YScalar) and (problem := label_problem(str(tags[i]), "tag", MAX_TAG)):
+                c.add(item, join("tags", i), problem)
     params = _read_params(c, root)
     env = c.str_mapping(n, "env", env_names=True) if (n := opt("env")) else {}
     if (n := opt("env")) is not None:
@@ -190,6 +195,16 @@ def _read_checkpoints(c: Collector, root: YMap) -> dict[str, Any] | None:
         key = exc.path.rsplit(".", 1)[-1]
         c.add(m.get(key) or m.key(key) or m if key in POLICY_KEYS else m, exc.path, exc.message)
         return None
+
+
+def _label(c: Collector, node: YNode, path: str) -> str | None:
+    """A name or project: text on one line, not too long (phalanx.tracking.labels), else a problem
+    at its position."""
+    value = c.text(node, path)
+    if value is not None and (problem := label_problem(value, path)):
+        c.add(node, path, problem)
+        return None
+    return value
 
 
 # Polyaxon v1.x's kinds: a file with one of them is of the newer format, not a broken 0.x file

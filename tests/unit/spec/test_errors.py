@@ -459,3 +459,20 @@ run:
     assert "Polyaxon 0.x format" in only and "`version: 1`" in only and "docs/experiment-file.md" in only
     (op,) = problems(v1.replace("kind: component", "kind: operation"))
     assert "'operation' is a Polyaxon v1.x file" in op
+
+
+def test_a_name_project_or_tag_that_would_break_tables_is_refused_where_it_is() -> None:
+    found = problems(
+        HEAD
+        + 'name: "first\\nsecond"\nproject: '
+        + "p" * 200
+        + '\ntags: [ok, "a\\tb"]\nrun:\n  cmd: "true"\n'
+    )
+    assert found == [
+        "f.yml:3:7: name: the name 'first\\nsecond' holds a control character ('\\n'): it is shown on one"
+        " line in tables and logs; remove it",
+        "f.yml:4:10: project: the project is 200 characters long; at most 128"
+        " (it is shown in tables and logs)",
+        "f.yml:5:12: tags[1]: the tag 'a\\tb' holds a control character ('\\t'): it is shown on one line in"
+        " tables and logs; remove it",
+    ]
