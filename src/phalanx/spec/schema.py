@@ -143,6 +143,7 @@ def read_spec(
     if command is not None:
         names = {**known, **dict.fromkeys(group.sampled if group else ())}
         _check_placeholders(c, root, command, names)
+        _note_empty_params(c, command, known)
         if not extra_params and params is not None:
             # a group's inputs and searched names count as declared (a searched one has its own error)
             declared = (
@@ -450,6 +451,28 @@ def _check_placeholders(
                     path,
                     f"unknown placeholder {{{{ {n} }}}}: not in params{hint}{listed}; "
                     f"declare it under params: or pass --param {n}=VALUE",
+                )
+
+
+def _note_empty_params(c: Collector, command: list[tuple[str, YScalar]], values: Mapping[str, Any]) -> None:
+    """A note for each `{{ name }}` standing alone whose value is empty: it renders as nothing (no
+    argument, as Polyaxon 0.x did; plan.stands_alone says why), which `phalanx check` says."""
+    from phalanx.plan import stands_alone
+
+    for text, node in command:
+        start = 0
+        for match in PLACEHOLDER.finditer(text):
+            mark, start = _placeholder_mark(node, match.group(0), start)
+            name = _NAME.match(match.group(1))
+            if name is None or name.group(2) or values.get(name.group(1), None) != "":
+                continue
+            if stands_alone(text, match.start(), match.end()):
+                n = name.group(1)
+                c.note(
+                    mark,
+                    "run.cmd",
+                    f"{{{{ {n} }}}} is empty, so it adds no argument to the command (as in Polyaxon 0.x);"
+                    f' write "{{{{ {n} }}}}" (in quotes) to pass an empty argument',
                 )
 
 
