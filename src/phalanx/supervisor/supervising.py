@@ -925,11 +925,12 @@ def _unfinished_state(outcome: Outcome) -> ReplicaState:
 
 def _queued_reason(reason: str | None, stop_file: Path) -> str:
     """The reason of an experiment stopped before it left the queue: it never ran, so "stopped by
-    SIGTERM" (the signal `phalanx stop` sends) told the user less than the truth. Keeps the reason
-    left with the request (a group's), else says a stop request or the signal did it."""
+    SIGTERM" (the signal `phalanx stop` sends) told the user less than the truth. A reason left
+    with the request (a group's stop or pruning) is kept as it is; else it says a stop request or
+    the signal did it."""
     requested = _requested_reason(stop_file)
     if requested:
-        return f"stopped while queued ({requested})"
+        return requested
     how = "a stop request" if stop_file.exists() else (reason or "stopped").removeprefix("stopped by ")
     return f"stopped while queued (by {how})"
 
