@@ -391,7 +391,9 @@ def busy_message(state: State, need: Need, capacity: Capacity) -> str:
     """What --no-wait says: what the experiment needs, what is free, and who holds or is owed the rest."""
     free_cpus, free_gpus, free_mem = _free(state, capacity)
     lines = [
-        f"the experiment needs {need.describe()}; free now: {len(free_cpus)} of {len(capacity.cpus)} cores"
+        f"the experiment needs {need.describe()}"
+        + (f" ({need.counted})" if need.counted else "")
+        + f"; free now: {len(free_cpus)} of {len(capacity.cpus)} cores"
         + (f", {len(free_gpus)} of {len(capacity.gpus)} GPUs" if capacity.gpus or need.gpus else "")
         + (f", {max(0.0, free_mem):g} MiB" if need.memory_mib else "")
     ]

@@ -337,6 +337,7 @@ def test_no_wait_refuses_and_names_what_is_busy(machine: Machine) -> None:
     refused = machine.run("run", "-f", str(spec), "--no-wait")
     assert refused.returncode == 2
     assert running in refused.stderr and "2 cores" in refused.stderr and "Traceback" not in refused.stderr
+    assert "needs 2 cores (cores from the cpu limits)" in refused.stderr  # names what it counted
     detached = machine.run("run", "-f", str(spec), "--no-wait", "--detach")
     assert detached.returncode == 2 and running in detached.stderr
     assert list(machine.statuses()) == [running]  # nothing recorded for the refused ones
