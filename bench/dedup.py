@@ -40,7 +40,14 @@ def main() -> None:
     parser.add_argument("--events", type=int, default=40_000)
     parser.add_argument("--batch", type=int, default=200)
     parser.add_argument("--runs", type=int, default=5)
+    parser.add_argument(
+        "--smoke",
+        action="store_true",
+        help="tiny sizes, one round: the suite's check that the bench runs (its figures mean nothing)",
+    )
     args = parser.parse_args()
+    if args.smoke:
+        args.events, args.batch, args.runs = 200, 50, 1
     results = [run(args.events, args.batch) for _ in range(args.runs)]
     new = statistics.median(r[0] for r in results)
     again = statistics.median(r[1] for r in results)

@@ -14,6 +14,7 @@ import argparse
 import json
 import statistics
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -49,9 +50,17 @@ def help_seconds(venv: Path) -> float:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("venvs", nargs="+", type=Path)
+    parser.add_argument("venvs", nargs="*", type=Path, help="default: the venv running this script")
     parser.add_argument("--repeat", type=int, default=7)
+    parser.add_argument(
+        "--smoke",
+        action="store_true",
+        help="tiny sizes, one round: the suite's check that the bench runs (its figures mean nothing)",
+    )
     args = parser.parse_args()
+    args.venvs = args.venvs or [Path(sys.prefix)]
+    if args.smoke:
+        args.repeat = 1
     for venv in args.venvs:
         help_seconds(venv)  # warm the page cache: the first run reads every .pyc from disk
     times: dict[Path, list[float]] = {v: [] for v in args.venvs}

@@ -99,7 +99,14 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=5, help="runs of each launcher (default 5)")
     parser.add_argument("--json", type=Path, help="also write the figures to this file")
     parser.add_argument("--without-phalanx", action="store_true", help="only the two anchors (debugging)")
+    parser.add_argument(
+        "--smoke",
+        action="store_true",
+        help="tiny sizes, one round: the suite's check that the bench runs (its figures mean nothing)",
+    )
     args = parser.parse_args()
+    if args.smoke:
+        args.repeat = 1
 
     phalanx, torchrun = BIN / "phalanx", BIN / "torchrun"
     for tool in (phalanx, torchrun):
@@ -122,7 +129,7 @@ def main() -> None:
         if args.without_phalanx:
             del launchers["phalanx run"]
         # One untimed run of each: page cache, .pyc files, the store's first migration.
-        for argv in launchers.values():
+        for argv in launchers.values() if not args.smoke else ():
             timed(argv, work, env)
         launchers["phalanx --help"] = [str(phalanx), "--help"]
         wall: dict[str, list[float]] = {name: [] for name in launchers}

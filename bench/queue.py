@@ -49,7 +49,7 @@ def env_for(home: Path) -> dict[str, str]:
     return env
 
 
-def times(home: Path, exclude: set[str] = frozenset()) -> list[tuple[float, float]]:
+def times(home: Path, exclude: frozenset[str] | set[str] = frozenset()) -> list[tuple[float, float]]:
     sys.path.insert(0, str(REPO / "src"))
     from phalanx.config import Settings
     from phalanx.store import open_store
@@ -117,7 +117,14 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--n", type=int, default=50)
     parser.add_argument("--json", type=Path)
+    parser.add_argument(
+        "--smoke",
+        action="store_true",
+        help="tiny sizes, one round: the suite's check that the bench runs (its figures mean nothing)",
+    )
     args = parser.parse_args()
+    if args.smoke:
+        args.n = 2
     cores = len(os.sched_getaffinity(0))
     results: dict[str, Any] = {"n": args.n, "cores": cores, "modes": {}}
     with tempfile.TemporaryDirectory(prefix="phalanx-bench-queue-") as tmp:

@@ -31,6 +31,7 @@ import tempfile
 import threading
 import time
 import urllib.request
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -122,7 +123,7 @@ def view(base: str, exp: str, extra: str = "") -> float:
     )
 
 
-def median_of(fn: Any, repeat: int) -> float:
+def median_of(fn: Callable[[], float], repeat: int) -> float:
     fn()  # warm
     return statistics.median(fn() for _ in range(repeat))
 
@@ -135,7 +136,14 @@ def main() -> int:
     parser.add_argument("--repeat", type=int, default=15)
     parser.add_argument("--json", type=Path)
     parser.add_argument("--home", type=Path, help="keep the filled store here (reused when it exists)")
+    parser.add_argument(
+        "--smoke",
+        action="store_true",
+        help="tiny sizes, one round: the suite's check that the bench runs (its figures mean nothing)",
+    )
     args = parser.parse_args()
+    if args.smoke:
+        args.points, args.series, args.clients, args.repeat = 2000, 2, 2, 1
     from phalanx.ports import free_port
 
     with tempfile.TemporaryDirectory(prefix="phalanx-bench-server-") as tmp:

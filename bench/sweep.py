@@ -55,9 +55,10 @@ def one(home: Path, folder: Path, trials: int, steps: int, pruning: bool) -> dic
     from phalanx.groups import controller, records
     from phalanx.spec.group import load_group
     from phalanx.store import open_store
+    from phalanx.store.base import group_store
 
     settings = Settings(home=home)
-    store = open_store(settings)
+    store = group_store(open_store(settings))
     path = folder / ("pruned.yml" if pruning else "full.yml")
     path.write_text(group_text(trials, steps, pruning))
     group = controller.create(store, load_group(path), workdir=folder)
@@ -65,7 +66,7 @@ def one(home: Path, folder: Path, trials: int, steps: int, pruning: bool) -> dic
     ctl = controller.Controller(store, settings, group.id)
     done = ctl.run(handle_signals=False)
     wall = time.monotonic() - started
-    trials_done = records.list_trials(store, done.id)
+    trials_done = store.list_trials(done.id)
     replica_seconds = 0.0
     for t in trials_done:
         for r in store.list_replicas(t.experiment_id):
@@ -93,7 +94,14 @@ def main() -> None:
     parser.add_argument("--trials", type=int, default=8)
     parser.add_argument("--steps", type=int, default=30)
     parser.add_argument("--json", type=Path, default=None)
+    parser.add_argument(
+        "--smoke",
+        action="store_true",
+        help="tiny sizes, one round: the suite's check that the bench runs (its figures mean nothing)",
+    )
     args = parser.parse_args()
+    if args.smoke:
+        args.trials, args.steps = 2, 3
     runs = []
     with tempfile.TemporaryDirectory(prefix="phalanx-bench-sweep-") as tmp:
         folder = Path(tmp) / "work"

@@ -42,7 +42,14 @@ def main() -> None:
     ap.add_argument("--children", type=int, default=3)
     ap.add_argument("--seconds", type=float, default=30.0)
     ap.add_argument("--interval", type=float, default=5.0)
+    ap.add_argument(
+        "--smoke",
+        action="store_true",
+        help="tiny sizes, one round: the suite's check that the bench runs (its figures mean nothing)",
+    )
     args = ap.parse_args()
+    if args.smoke:
+        args.replicas, args.children, args.seconds, args.interval = 1, 1, 1.0, 0.5
     procs = [
         subprocess.Popen([sys.executable, "-c", TREE.format(n=args.children)]) for _ in range(args.replicas)
     ]

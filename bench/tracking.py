@@ -153,7 +153,7 @@ def _race(argvs: list[list[str]], env: dict[str, str], workdir: Path) -> list[di
 
 
 def _rate(results: list[dict[str, Any]], total: int) -> float:
-    return total / (max(r["t1"] for r in results) - min(r["t0"] for r in results))
+    return total / float(max(r["t1"] for r in results) - min(r["t0"] for r in results))
 
 
 def _lat(values: list[float]) -> tuple[float, float]:
@@ -209,15 +209,16 @@ def bench_phalanx(n: int, work: Path, attempt: int | None = None) -> dict[str, A
     stop.set()
     ingester.join(600)
     exp = store.create_experiment(name="readback", project="bench").id
-    points = [("loss", "worker 00", i, 0.5, time.time()) for i in range(READBACK_POINTS)]
+    readback = min(READBACK_POINTS, n)  # a smoke run's few points read back as they are
+    points = [("loss", "worker 00", i, 0.5, time.time()) for i in range(readback)]
     store.write_events([Event(exp, EventKind.SCALAR, encode_points(points[i : i + 10000]), stream="rb", seq=i)
-                        for i in range(0, READBACK_POINTS, 10000)])  # fmt: skip
+                        for i in range(0, readback, 10000)])  # fmt: skip
     reads = []
     for _ in range(5):
         t = time.perf_counter()
         series = store.metrics(exp, title="loss", series="worker 00")["loss"]["worker 00"]
         reads.append(time.perf_counter() - t)
-        assert len(series.steps) == READBACK_POINTS
+        assert len(series.steps) == readback
     out["read_s"] = statistics.median(reads)
     return out
 
@@ -225,6 +226,7 @@ def bench_phalanx(n: int, work: Path, attempt: int | None = None) -> dict[str, A
 def bench_raw(n: int, work: Path) -> dict[str, Any]:
     import sqlite3
 
+    readback = min(READBACK_POINTS, n)
     script = work / "raw_writer.py"
     script.write_text(RAW_WRITER)
     out: dict[str, Any] = {}
@@ -249,10 +251,10 @@ def bench_raw(n: int, work: Path) -> dict[str, Any]:
                 t = time.perf_counter()
                 rows = con.execute(
                     "SELECT step, value, time FROM scalars WHERE series_id = 1 AND step < ? ORDER BY step",
-                    (READBACK_POINTS,),
+                    (readback,),
                 ).fetchall()
                 reads.append(time.perf_counter() - t)
-                assert len(rows) == READBACK_POINTS
+                assert len(rows) == readback
             out["read_s"] = statistics.median(reads)
         con.close()
     return out
@@ -354,7 +356,14 @@ def main() -> None:
     parser.add_argument("--skip-mlflow", action="store_true")
     parser.add_argument("--attempt", type=int, help="writers report as this attempt (PHALANX_ATTEMPT)")
     parser.add_argument("--json", type=Path, help="also write the figures here")
+    parser.add_argument(
+        "--smoke",
+        action="store_true",
+        help="tiny sizes, one round: the suite's check that the bench runs (its figures mean nothing)",
+    )
     args = parser.parse_args()
+    if args.smoke:  # MLflow needs its own venv, built on first use: not in a smoke run
+        args.points, args.skip_mlflow = 2000, True
     results: dict[str, dict[str, Any]] = {}
     with tempfile.TemporaryDirectory(prefix="phalanx-bench-") as tmp:
         work = Path(tmp)

@@ -31,6 +31,7 @@ from phalanx.errors import UsageError
 from phalanx.procs import pid_alive
 from phalanx.store.artifacts import ArtifactStore, safe_path
 from phalanx.store.batch import check_event, text_field
+from phalanx.tracking.labels import MAX_TAG, label_problem
 from phalanx.tracking.spool import (
     ACK_SUFFIX,
     REFUSED_SUFFIX,
@@ -156,6 +157,10 @@ def _clean_created(data: Mapping[str, Any]) -> dict[str, Any]:
     text stored as a list of characters); text too long for its column is cut, as a script's long
     name must not lose the whole experiment."""
     out = dict(data)
+    for field in ("name", "project"):  # refused (400), not cut: tables and logs show them
+        value = out.get(field)
+        if isinstance(value, str) and (problem := label_problem(value, field)):
+            raise UsageError(f"experiment record: {problem}")
     _text(out, "name", 255)
     _text(out, "project", 255)
     _text(out, "framework", 32)
@@ -164,7 +169,10 @@ def _clean_created(data: Mapping[str, Any]) -> dict[str, Any]:
     if tags is not None:
         if not isinstance(tags, list) or any(not isinstance(t, str) for t in tags):
             raise UsageError("experiment record: tags must be a list of texts")
-        out["tags"] = [t.replace("\x00", "")[:100] for t in tags if t.replace("\x00", "")][:100]
+        for t in tags:
+            if problem := label_problem(t, "tag", MAX_TAG):
+                raise UsageError(f"experiment record: {problem}")
+        out["tags"] = tags[:100]
     pid = out.get("pid")
     if pid is not None and (not isinstance(pid, int) or isinstance(pid, bool) or not 0 <= pid < 2**31):
         raise UsageError(f"experiment record: pid must be a process id (an integer from 0), not {pid!r}")

@@ -50,6 +50,8 @@ class Need:
     cpus: int = 0
     gpus: int = 0
     memory_mib: float = 0.0
+    # what the counts were taken from, for messages ("cores from the cpu limits"); not stored
+    counted: str = field(default="", compare=False)
 
     @property
     def empty(self) -> bool:
@@ -381,14 +383,17 @@ def _never_fits(need: Need, capacity: Capacity) -> str | None:
         short.append(f"{need.memory_mib:g} MiB of memory (it has {capacity.memory_mib:g})")
     if not short:
         return None
-    return "the experiment needs " + " and ".join(short) + " on this machine"
+    counted = f" (counted: {need.counted})" if need.counted else ""
+    return "the experiment needs " + " and ".join(short) + f" on this machine{counted}"
 
 
 def busy_message(state: State, need: Need, capacity: Capacity) -> str:
     """What --no-wait says: what the experiment needs, what is free, and who holds or is owed the rest."""
     free_cpus, free_gpus, free_mem = _free(state, capacity)
     lines = [
-        f"the experiment needs {need.describe()}; free now: {len(free_cpus)} of {len(capacity.cpus)} cores"
+        f"the experiment needs {need.describe()}"
+        + (f" ({need.counted})" if need.counted else "")
+        + f"; free now: {len(free_cpus)} of {len(capacity.cpus)} cores"
         + (f", {len(free_gpus)} of {len(capacity.gpus)} GPUs" if capacity.gpus or need.gpus else "")
         + (f", {max(0.0, free_mem):g} MiB" if need.memory_mib else "")
     ]
@@ -418,20 +423,62 @@ def _holds(e: Entry) -> str:
     return "; ".join(parts) or "nothing"
 
 
+def cores_counted(res: Any) -> tuple[int, str]:
+    """The one size rule of this machine, for one replica's cores: the local engine pins a replica
+    to ``ceil(cpu limit)`` cores, so that is what it counts, or ``ceil(cpu request)`` where no limit
+    is given (the cores it may use). Returns (cores, "limits" | "requests" | ""): every local check
+    (`phalanx check`, the dry run, the early refusal, the queue) counts through here and names what
+    it counted. Cluster engines schedule on requests and do not use it."""
+    if res.cpu.limits is not None:
+        c, basis = res.cpu.limits, "limits"
+    elif res.cpu.requests is not None:
+        c, basis = res.cpu.requests, "requests"
+    else:
+        return 0, ""
+    return (max(1, math.ceil(c)), basis) if c else (0, "")
+
+
+def memory_counted(res: Any) -> tuple[float, str]:
+    """A replica's memory on this machine: its request (what it is owed; the limit is only a cap
+    enforced on it), or its limit where no request is given."""
+    if res.memory.requests is not None:
+        return float(res.memory.requests), "requests"
+    if res.memory.limits is not None:
+        return float(res.memory.limits), "limits"
+    return 0.0, ""
+
+
+def bases(found: Sequence[str]) -> str:
+    """What a sum was counted from: "limits", "requests" or "limits and requests"."""
+    seen = sorted({b for b in found if b})
+    return " and ".join(seen) or "requests"
+
+
 def need_of(replicas: Sequence[tuple[Any, int]]) -> Need:
-    """The need of a topology: ``replicas`` is (Resources, processes) per replica. Cores: every
-    replica's cpu limit (or request) rounded up, as the local engine pins them; GPUs likewise;
-    memory: the request (or limit) in MiB."""
+    """The need of a topology: ``replicas`` is (Resources, processes) per replica. Cores: see
+    ``cores_counted`` (limits, as the local engine pins them); GPUs: the request (or limit);
+    memory: see ``memory_counted``."""
     cpus = gpus = 0
     mem = 0.0
+    cpu_bases: list[str] = []
+    mem_bases: list[str] = []
     for res, _processes in replicas:
-        c = res.cpu.limits if res.cpu.limits is not None else res.cpu.requests
-        if c:
-            cpus += max(1, math.ceil(c))
+        c, basis = cores_counted(res)
+        cpus += c
+        cpu_bases.append(basis)
         g = res.gpu.requests if res.gpu.requests is not None else res.gpu.limits
         if g:
             gpus += math.ceil(g)
-        m = res.memory.requests if res.memory.requests is not None else res.memory.limits
-        if m:
-            mem += float(m)
-    return Need(cpus, gpus, mem)
+        m, basis = memory_counted(res)
+        mem += m
+        mem_bases.append(basis)
+    return Need(cpus, gpus, mem, counted=_counted_from(cpus, bases(cpu_bases), mem, bases(mem_bases)))
+
+
+def _counted_from(cpus: int, cpu_basis: str, mem: float, mem_basis: str) -> str:
+    parts = []
+    if cpus:
+        parts.append(f"cores from the cpu {cpu_basis}")
+    if mem:
+        parts.append(f"memory from the memory {mem_basis}")
+    return ", ".join(parts)

@@ -176,14 +176,42 @@ def allocate(
 def _refuse_over(
     replicas: Sequence[tuple[str, Resources, int]], what: str, have: float, noun: str, unit: str
 ) -> None:
-    asked = [(n, _asked(res, what)) for n, res, _ in replicas]
-    total = sum(v for _, v in asked)
+    """Refuse a topology larger than this machine, counted by the ledger's one rule (cores: the cpu
+    limits, as they are pinned, or the requests where no limit is given), so this early refusal, the
+    dry run, `phalanx check` and the queue agree, and the message names what was counted."""
+    # imported here: the SDK copy replicas get carries this module but not the ledger
+    from phalanx.ledger import bases, cores_counted, memory_counted
+
+    count = cores_counted if what == "cpu" else memory_counted
+    asked = [(n, *count(res)) for n, res, _ in replicas]
+    total = sum(v for _, v, _ in asked)
     if total > have + 1e-9:
-        detail = ", ".join(f"{n} {v:g}" for n, v in asked if v)
+        detail = ", ".join(f"{n} {v:g}" for n, v, _ in asked if v)
+        basis = bases([b for _, _, b in asked])
         raise UsageError(
-            f"the experiment requests {total:g} {noun} ({detail}) but this machine has {have:g} {unit}; "
-            "lower the requests, or pass --oversubscribe to run anyway"
+            f"the experiment needs {total:g} {noun} on this machine, counted from the {what} {basis}"
+            f" ({detail}) but this machine has {have:g} {unit}; lower the {what} {basis}, or pass"
+            " --oversubscribe to run anyway" + (_PINNED if what == "cpu" else "")
         )
+
+
+# why the count is limits and not requests: said once, where a user meets it
+_PINNED = (
+    " (the local engine pins each replica to its cpu limit, so this machine counts limits, or the"
+    " request where no limit is given; clusters schedule on requests)"
+)
+
+
+def size_note(replicas: Sequence[tuple[str, Resources, int]], here: Machine) -> str | None:
+    """What `phalanx check` says when the topology is larger than this machine (None: it fits):
+    the same words `phalanx run` refuses it with, as a note, since the file may be meant for a
+    cluster."""
+    try:
+        _refuse_over(replicas, "cpu", len(here.cpus), "cpu cores", "cores")
+        _refuse_over(replicas, "memory", here.memory_mib, "MiB of memory", "MiB")
+    except UsageError as exc:
+        return f"`phalanx run` on this machine would refuse it: {exc}"
+    return None
 
 
 def crowding_warning(replicas: Sequence[tuple[str, Resources, int]], here: Machine) -> str | None:

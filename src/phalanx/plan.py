@@ -166,11 +166,25 @@ def _fill(command: str, params: Mapping[str, Any]) -> str:
         text = param_text(params[match.group(1)])
         if match.group(2):
             out.append(text)
+        elif not text and stands_alone(command, match.start(), match.end()):
+            pass  # an empty optional param adds no argument (see stands_alone)
         else:
             out.append(_quoted(text, _quote_state(command, match.start())))
         done = match.end()
     out.append(command[done:])
     return "".join(out)
+
+
+def stands_alone(command: str, start: int, end: int) -> bool:
+    """Whether the placeholder at ``command[start:end]`` is a whole shell word by itself (bare, with
+    blanks or the command's ends around it). Filled with an empty value, such a placeholder renders
+    as nothing, not as ``''``: Polyaxon 0.x filled files by plain text substitution, so files written
+    for it use ``{{ extra }}`` with ``extra: ""`` for an optional flag, and an empty argument made
+    their scripts fail (argparse: "unrecognized arguments"). A user who means an empty argument
+    writes it quoted: ``"{{ extra }}"``."""
+    before = command[start - 1] if start > 0 else " "
+    after = command[end] if end < len(command) else " "
+    return before in " \t\n;&|(" and after in " \t\n;&|)" and _quote_state(command, start) == ""
 
 
 def _quote_state(command: str, end: int) -> str:

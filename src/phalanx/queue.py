@@ -113,7 +113,7 @@ class Admission:
         try:
             grant, _ = self._try(cap)
         except NeverFits as exc:
-            raise UsageError(f"{exc}; lower the requests, or pass --oversubscribe to run anyway") from None
+            raise UsageError(f"{exc}; lower what was counted, or pass --oversubscribe") from None
         except NoRoom as exc:
             raise UsageError(f"--no-wait: the experiment does not fit now.\n{exc}") from None
         if grant is not None:

@@ -146,3 +146,15 @@ def test_concurrent_processes_never_share_a_core(tmp_path: Path) -> None:
         flat = [c for cpus in held for c in cpus]
         assert len(flat) == len(set(flat)) and len(held) <= 4
     assert Ledger(path).snapshot()[:2] == ([], [])
+
+
+def test_the_queue_counts_cpu_limits_and_its_refusal_names_them(tmp_path: Path) -> None:
+    from phalanx.domain import Range, Resources
+
+    seed = Resources(cpu=Range(requests=1, limits=3))
+    need = ledger_mod.need_of([(seed, 1), (seed, 1)])
+    assert need.cpus == 6 and "cores from the cpu limits" in need.counted
+    with pytest.raises(NeverFits, match="counted: cores from the cpu limits"):
+        Ledger(tmp_path / "ledger.json").admit("a", need, FOUR)
+    only_request = ledger_mod.need_of([(Resources(cpu=Range(requests=2)), 1)])
+    assert only_request.cpus == 2 and "cpu requests" in only_request.counted

@@ -85,3 +85,9 @@ def test_plan_json_has_the_documented_shape() -> None:
         "memory": {"requests": None, "limits": None},
         "gpu": {"requests": None, "limits": None},
     }
+
+
+def test_an_empty_param_standing_alone_renders_as_nothing_but_stays_quoted_elsewhere() -> None:
+    cmd = ("python t.py {{ e }} --x={{ e }} \"{{ e }}\" '{{ e }}' {{ e }}",)
+    assert render_command(cmd, {"e": ""}) == "python t.py  --x='' \"\" '' "
+    assert render_command(("python t.py {{ e }}",), {"e": "a b"}) == "python t.py 'a b'"

@@ -20,8 +20,18 @@ def tag(
     ] = None,
 ) -> None:
     """Add (or --remove) tags of an experiment; without any, list its tags."""
+    from phalanx.errors import UsageError
+    from phalanx.suggest import did_you_mean
+
     store, _ = open_for_reading()
     e = store.get_experiment(experiment_id)
+    absent = [t for t in remove or [] if t not in e.tags]
+    if absent:  # a typo removed nothing and said nothing; now nothing changes and it says why
+        has = ", ".join(e.tags) if e.tags else "none"
+        raise UsageError(
+            f"--remove {absent[0]}: experiment {e.id} has no tag {absent[0]!r}"
+            f"{did_you_mean(absent[0], e.tags)} (its tags: {has}); nothing changed"
+        )
     if tags or remove:
         gone = set(remove or [])
         e = store.annotate(e.id, tags=[t for t in [*e.tags, *(tags or [])] if t not in gone])

@@ -53,6 +53,25 @@ def version() -> None:
     typer.echo(__version__)
 
 
+def _print_version(value: bool) -> None:
+    if value:
+        from phalanx import __version__
+
+        typer.echo(f"phalanx {__version__}")
+        raise typer.Exit()
+
+
 @app.callback()
-def _root() -> None:
+def _root(
+    version: Annotated[
+        bool,
+        typer.Option(
+            "--version",
+            "-V",
+            is_eager=True,
+            callback=_print_version,
+            help="Print Phalanx's version and exit.",
+        ),
+    ] = False,
+) -> None:
     """Run and track distributed deep-learning experiments."""

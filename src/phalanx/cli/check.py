@@ -88,6 +88,11 @@ def check(
         raise typer.Exit(2) from None
     for note in spec.notes:
         sys.stderr.write(f"note: {note}\n")
+    from phalanx import limits
+
+    size = limits.size_note([(r.name, r.resources, r.processes) for r in plan.replicas], limits.machine())
+    if size:
+        sys.stderr.write(f"note: {size}\n")
     if output is Output.JSON:
         doc = plan.to_json()
         doc["topology"] = plan.topology()

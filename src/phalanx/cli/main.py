@@ -12,6 +12,7 @@ COMMAND_MODULES = (
     "phalanx.cli.check",
     "phalanx.cli.run",
     "phalanx.cli.tracking",
+    "phalanx.cli.delete",
     "phalanx.cli.models",
     "phalanx.cli.serve",
     "phalanx.cli.server",
@@ -68,8 +69,40 @@ def _file_without_f(args: list[str]) -> str | None:
     return None
 
 
+def _several_files(args: list[str]) -> str | None:
+    """`phalanx run -f a.yml -f b.yml`: typer kept the last -f and dropped the others without a word.
+    Polyaxon 0.x deep-merged several files; Phalanx refuses instead (docs/experiment-file.md, "One
+    file"): a merged file's problems could not be shown at their line in the file they came from."""
+    for command in FILE_COMMANDS:
+        if tuple(args[: len(command)]) != command:
+            continue
+        rest, files, i = args[len(command) :], [], 0
+        while i < len(rest) and rest[i] != "--":
+            a = rest[i]
+            if a in ("-f", "--file") and i + 1 < len(rest):
+                files.append(rest[i + 1])
+                i += 1
+            elif a.startswith("--file="):
+                files.append(a.split("=", 1)[1])
+            elif a.startswith("-f") and not a.startswith("--") and len(a) > 2:
+                files.append(a[2:])
+            elif a == "--param":
+                i += 1  # its value is not an option
+            i += 1
+        if len(files) > 1:
+            return (
+                f"error: -f given {len(files)} times ({', '.join(files)}): Phalanx reads one experiment"
+                " file. Polyaxon 0.x merged several (later keys overriding earlier ones); Phalanx does not,"
+                " so that every problem is shown at its line in its own file. Put the shared keys in one"
+                " file (YAML anchors and `<<:` merge keys work inside it) and pass the values that change"
+                " with --param NAME=VALUE (docs/experiment-file.md, 'One file, not several')\n"
+            )
+    return None
+
+
 def main(argv: list[str] | None = None) -> None:
     slip = _file_without_f(sys.argv[1:] if argv is None else list(argv))
+    slip = slip or _several_files(sys.argv[1:] if argv is None else list(argv))
     if slip is not None:
         sys.stderr.write(slip)
         sys.exit(2)

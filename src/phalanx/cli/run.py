@@ -339,7 +339,10 @@ def run(
                 "Give `phalanx run` the server's database (PHALANX_DB_URL) to record it there.\n"
             )
         else:
-            sys.stderr.write(ui_hint(outcome.experiment_id, settings.host) + "\n")
+            from phalanx.server.address import running_url
+
+            running = running_url(settings.home, settings.database_url)
+            sys.stderr.write(ui_hint(outcome.experiment_id, settings.host, running) + "\n")
     raise typer.Exit(outcome.exit_code)
 
 

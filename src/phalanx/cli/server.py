@@ -5,11 +5,14 @@ from __future__ import annotations
 import ipaddress
 from enum import StrEnum
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from phalanx.cli.app import app, fail
+
+if TYPE_CHECKING:
+    from fastapi import FastAPI
 
 LOOPBACK_NAMES = ("localhost", "localhost.localdomain", "ip6-localhost")
 
@@ -29,11 +32,14 @@ def is_loopback(host: str) -> bool:
         return False
 
 
-def ui_hint(experiment_id: str, host: str | None = None) -> str:
+def ui_hint(experiment_id: str, host: str | None = None, running: str | None = None) -> str:
     """The line `phalanx run` ends with: how to see this experiment in the web UI. ``host`` is the
-    server replicas reported to (PHALANX_HOST), if any; otherwise a local `phalanx server`."""
-    if host:
-        return f"phalanx: open {host.rstrip('/')}/experiments/{experiment_id} to see it in the web UI"
+    server replicas reported to (PHALANX_HOST), if any; ``running`` the URL of the `phalanx server`
+    running over this machine's store (server.address.running_url); else how to start one (on its
+    default port)."""
+    if host or running:
+        url = (host or running or "").rstrip("/")
+        return f"phalanx: open {url}/experiments/{experiment_id} to see it in the web UI"
     return (
         f"phalanx: see it in the web UI: run `{_phalanx_command()} server` and open "
         f"http://127.0.0.1:8000/experiments/{experiment_id}"
@@ -211,8 +217,6 @@ def server(
         )
     import os
 
-    import uvicorn
-
     from phalanx.server.app import create_app
     from phalanx.server.settings import ServerSettings
 
@@ -229,8 +233,18 @@ def server(
             store=settings, host=host, port=port, token=token, allowed_hosts=hosts or None, gc_hours=gc_hours
         )
     )
+    from phalanx.server.address import local_url, recorded
+
     shown = f"[{host}]" if ":" in host else host
     typer.echo(f"Phalanx server on http://{shown}:{port}/ (API: /api/v1/openapi.json)", err=True)
+    # `phalanx run` names this address in its last line (ui_hint) while the server runs
+    with recorded(settings.home, local_url(host, port), settings.database_url):
+        _serve(api, host, port, log_level, proxies)
+
+
+def _serve(api: FastAPI, host: str, port: int, log_level: LogLevel, proxies: list[str]) -> None:
+    import uvicorn
+
     # open live consoles (server-sent events) never end by themselves: do not wait for them on SIGTERM
     uvicorn.run(
         api,

@@ -1,5 +1,5 @@
-"""Reading what experiments reported: `phalanx ls`, `get`, `metrics`, `params`, `artifacts`,
-`delete`. Each takes `-o json` for scripts (one JSON document on stdout).
+"""Reading what experiments reported: `phalanx ls`, `get`, `metrics`, `params`, `artifacts`
+(`delete` is in cli/delete.py). Each takes `-o json` for scripts (one JSON document on stdout).
 
 Every read first runs one ingest pass over the pending spools, so what a script reported is shown
 even when the ingester that should have stored it died. Only typer and the standard library are
@@ -190,6 +190,9 @@ def ls(
     group: Annotated[
         str | None, typer.Option("--group", metavar="ID", help="Only the trials of this experiment group.")
     ] = None,
+    tag: Annotated[
+        str | None, typer.Option("--tag", metavar="TAG", help="Only experiments with this tag.")
+    ] = None,
 ) -> None:
     """List experiments, newest first."""
     from phalanx.domain import ExperimentStatus
@@ -217,6 +220,7 @@ def ls(
             limit=limit,
             order_by="-created_at",
             group_id=group_id,
+            tag=tag,
         )
     )
     if output is Format.JSON:
@@ -225,7 +229,7 @@ def ls(
     if not page.items:
         given = [
             f
-            for f, v in (("--status", status), ("--project", project), ("--search", search))
+            for f, v in (("--status", status), ("--project", project), ("--search", search), ("--tag", tag))
             if v is not None
         ]
         if group is not None:  # say the filter the user typed, not the ones they did not
@@ -601,34 +605,6 @@ def artifacts(
         for a in records
     ]
     typer.echo(_table(["name", "kind", "size", "replica", "rank", "path"], rows))
-
-
-@app.command("delete")
-def delete(
-    experiment_id: IdArg,
-    yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask for confirmation.")] = False,
-    output: Annotated[Format, typer.Option("-o", "--output", help="table or json")] = Format.TABLE,
-) -> None:
-    """Delete an experiment: its rows, artifacts, spool and run folder. Not while it runs."""
-    import shutil
-
-    from phalanx.errors import UsageError
-
-    store, settings = open_for_reading()
-    e = store.get_experiment(experiment_id)
-    if not yes:
-        if not sys.stdin.isatty():
-            raise UsageError(f"deleting {e.id} needs confirmation: pass --yes")
-        if not typer.confirm(f"Delete experiment {e.id} ({e.project}/{e.name}, {e.status})?"):
-            typer.echo(f"kept {e.id}: nothing deleted", err=True)
-            raise typer.Exit(1)
-    store.delete_experiment(e.id)
-    for folder in (settings.spool_dir / e.id, settings.runs_dir / e.id):
-        shutil.rmtree(folder, ignore_errors=True)
-    if output is Format.JSON:
-        emit_json({"deleted": e.id})
-    else:
-        typer.echo(f"deleted {e.id}")
 
 
 @app.command("gc")

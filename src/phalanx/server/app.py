@@ -97,7 +97,11 @@ def create_app(settings: ServerSettings, store: IngestStore | None = None) -> Fa
         Sessions(settings.token, settings.store.home / "server" / "sessions.json") if settings.token else None
     )
     app.state.sessions = sessions
+    # two budgets per address: the login form's, and the API's for wrong bearer tokens, so a script
+    # with a stale PHALANX_TOKEN on a machine does not lock the people there out of the login form
+    # (each budget alone still bounds guessing: together 2 x login_attempts a minute per address)
     app.state.login_throttle = LoginThrottle(attempts=settings.login_attempts)
+    app.state.bearer_throttle = LoginThrottle(attempts=settings.login_attempts)
 
     @app.get(f"{API}/health", tags=["server"])
     def health() -> dict[str, Any]:
@@ -134,7 +138,7 @@ def create_app(settings: ServerSettings, store: IngestStore | None = None) -> Fa
         token=settings.token,
         allowed_hosts=allowed,
         sessions=sessions,
-        throttle=app.state.login_throttle,
+        throttle=app.state.bearer_throttle,
     )
     return app
 

@@ -121,8 +121,8 @@ class SecurityMiddleware:
         self.token = token
         self.allowed = {h.lower().strip("[]") for h in allowed_hosts}
         self.sessions = sessions
-        # the login form's throttle, shared: wrong bearer tokens count with wrong login attempts, so
-        # the API is no way around the form's limit on guesses
+        # wrong bearer tokens per client address (the login form has its own budget: a script's
+        # stale token must not lock people out of the form)
         self.throttle = throttle
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -202,7 +202,8 @@ class SecurityMiddleware:
                 return _json(
                     429,
                     "too_many_attempts",
-                    f"too many wrong tokens from {client}; try again in {wait} s",
+                    f"too many wrong bearer tokens came from {client} in the last minute, so this"
+                    f" request's token was not checked (it may be right); try again in {wait} s",
                     [(b"retry-after", str(wait).encode())],
                 )
             if hmac.compare_digest(given.encode(), self.token.encode()):

@@ -18,6 +18,7 @@ from phalanx.spec.model import Build, ExperimentSpec, ReplicaTemplate
 from phalanx.spec.reserved import reserved_reason
 from phalanx.spec.topology import finish_topology, read_environment
 from phalanx.spec.yamltree import Mark, YKey, YMap, YNode, YScalar, YSeq, is_null, plain
+from phalanx.tracking.labels import MAX_TAG, label_problem
 
 SUPPORTED_VERSION = 1
 KINDS = ("experiment", "group", "job", "build", "notebook", "tensorboard", "pipeline")
@@ -90,6 +91,8 @@ def read_spec(
             root, "", f"expected a mapping of keys (version, kind, run, ...) at the top, got {describe(root)}"
         )
         return None
+    if _polyaxon_v1(c, root):
+        return None  # one sentence says what the file is; its other keys would be seven more errors
     version = _read_version(c, root)
     if not _read_kind(c, root, group is not None):
         return None  # a group or job file: the rest would only be noise
@@ -109,10 +112,14 @@ def read_spec(
 
     framework = c.choice(n, "framework", Framework, "framework") if (n := opt("framework")) else None
     backend = c.choice(n, "backend", BackendKind, "backend") if (n := opt("backend")) else None
-    name = c.text(n, "name") if (n := opt("name")) else None
-    project = c.text(n, "project") if (n := opt("project")) else None
+    name = _label(c, n, "name") if (n := opt("name")) else None
+    project = _label(c, n, "project") if (n := opt("project")) else None
     description = c.text(n, "description") if (n := opt("description")) else None
     tags = c.texts(n, "tags") if (n := opt("tags")) else ()
+    if tags and isinstance(n, YSeq):
+        for i, item in enumerate(n.items):
+            if isinstance(item, YScalar) and (problem := label_problem(str(tags[i]), "tag", MAX_TAG)):
+                c.add(item, join("tags", i), problem)
     params = _read_params(c, root)
     env = c.str_mapping(n, "env", env_names=True) if (n := opt("env")) else {}
     if (n := opt("env")) is not None:
@@ -142,6 +149,7 @@ def read_spec(
     if command is not None:
         names = {**known, **dict.fromkeys(group.sampled if group else ())}
         _check_placeholders(c, root, command, names, {i.name for i in inputs})
+        _note_empty_params(c, command, known)
         if not extra_params and params is not None:
             # a group's inputs and searched names count as declared (a searched one has its own error)
             declared = (
@@ -224,6 +232,37 @@ def _read_checkpoints(c: Collector, root: YMap) -> dict[str, Any] | None:
         key = exc.path.rsplit(".", 1)[-1]
         c.add(m.get(key) or m.key(key) or m if key in POLICY_KEYS else m, exc.path, exc.message)
         return None
+
+
+def _label(c: Collector, node: YNode, path: str) -> str | None:
+    """A name or project: text on one line, not too long (phalanx.tracking.labels), else a problem
+    at its position."""
+    value = c.text(node, path)
+    if value is not None and (problem := label_problem(value, path)):
+        c.add(node, path, problem)
+        return None
+    return value
+
+
+# Polyaxon v1.x's kinds: a file with one of them is of the newer format, not a broken 0.x file
+POLYAXON_V1_KINDS = ("component", "operation")
+
+
+def _polyaxon_v1(c: Collector, root: YMap) -> bool:
+    """True (and one problem) for a Polyaxon v1.x file (`kind: component` or `operation`, usually
+    `version: 1.1`): Phalanx reads the 0.x format, and every other key would only be noise."""
+    node = root.get("kind")
+    kind = node.value if isinstance(node, YScalar) else None
+    if node is None or kind not in POLYAXON_V1_KINDS:
+        return False
+    c.add(
+        node,
+        "kind",
+        f"'{kind}' is a Polyaxon v1.x file; Phalanx reads the Polyaxon 0.x format (`version: 1` with"
+        " `kind: experiment`, or `kind: group` for a search, and the command in `run.cmd`). Rewrite it"
+        " in that format: docs/experiment-file.md, 'From a Polyaxon v1.x file', maps each v1.x key",
+    )
+    return True
 
 
 def _read_version(c: Collector, root: YMap) -> int | None:
@@ -461,6 +500,28 @@ def _check_placeholders(
                     path,
                     f"unknown placeholder {{{{ {n} }}}}: not in params{hint}{listed}; "
                     f"declare it under params: or pass --param {n}=VALUE",
+                )
+
+
+def _note_empty_params(c: Collector, command: list[tuple[str, YScalar]], values: Mapping[str, Any]) -> None:
+    """A note for each `{{ name }}` standing alone whose value is empty: it renders as nothing (no
+    argument, as Polyaxon 0.x did; plan.stands_alone says why), which `phalanx check` says."""
+    from phalanx.plan import stands_alone
+
+    for text, node in command:
+        start = 0
+        for match in PLACEHOLDER.finditer(text):
+            mark, start = _placeholder_mark(node, match.group(0), start)
+            name = _NAME.match(match.group(1))
+            if name is None or name.group(2) or values.get(name.group(1), None) != "":
+                continue
+            if stands_alone(text, match.start(), match.end()):
+                n = name.group(1)
+                c.note(
+                    mark,
+                    "run.cmd",
+                    f"{{{{ {n} }}}} is empty, so it adds no argument to the command (as in Polyaxon 0.x);"
+                    f' write "{{{{ {n} }}}}" (in quotes) to pass an empty argument',
                 )
 
 

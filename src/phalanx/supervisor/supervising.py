@@ -23,6 +23,8 @@ from phalanx.spec.model import ExperimentSpec
 from phalanx.supervisor.preparing import Prepared, ingester_here, launch_json, prepare
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from phalanx.store.base import IngestStore
 
 log = logging.getLogger(__name__)
@@ -361,6 +363,7 @@ class Supervisor:
             raise
         if grant is None:  # stopped while it waited: already out of the queue
             self._admission = None
+            self.stop_reason = _queued_reason(self.stop_reason, self.run_dir / "stop")
             return
         self.started = time.monotonic()  # time spent queued does not count against max_run_seconds
         context = replace(context, cpu_pool=grant.cpus, gpu_pool=grant.gpus)
@@ -920,6 +923,18 @@ def _short(exc: BaseException) -> str:
 
 def _unfinished_state(outcome: Outcome) -> ReplicaState:
     return ReplicaState.SUCCEEDED if outcome.status is ExperimentStatus.SUCCEEDED else ReplicaState.STOPPED
+
+
+def _queued_reason(reason: str | None, stop_file: Path) -> str:
+    """The reason of an experiment stopped before it left the queue: it never ran, so "stopped by
+    SIGTERM" (the signal `phalanx stop` sends) told the user less than the truth. A reason left
+    with the request (a group's stop or pruning) is kept as it is; else it says a stop request or
+    the signal did it."""
+    requested = _requested_reason(stop_file)
+    if requested:
+        return requested
+    how = "a stop request" if stop_file.exists() else (reason or "stopped").removeprefix("stopped by ")
+    return f"stopped while queued (by {how})"
 
 
 def _requested_reason(path: Any) -> str | None:

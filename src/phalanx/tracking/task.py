@@ -28,6 +28,7 @@ from phalanx.tracking import lifecycle, whatran
 from phalanx.tracking.client import FLUSH_TIMEOUT, Reporter, jsonable
 from phalanx.tracking.console import ConsoleCapture, ExternalCapture, relay_lock_path
 from phalanx.tracking.identity import Identity, launch_params
+from phalanx.tracking.labels import MAX_TAG, check_label
 from phalanx.tracking.objects import ArtifactError, check_name, materialize, prepare
 
 log = logging.getLogger("phalanx.tracking")
@@ -111,7 +112,13 @@ class Task:
             if ident is not None:
                 task = cls(ident, owner=False, name=task_name, project=project_name)
             else:
-                task = cls._create(project_name or "default", task_name or _script_name(), _tag_list(tags))
+                # a name with a newline, or of hundreds of characters, broke every table and log
+                # line showing it: refused here, before anything is recorded (ValueError)
+                task = cls._create(
+                    check_label(project_name or "default", "project"),
+                    check_label(task_name or _script_name(), "name"),
+                    [check_label(t, "tag", MAX_TAG) for t in _tag_list(tags)],
+                )
             task._args_enabled = auto_connect_arg_parser
             task._lifecycle.install()
             _current = task

@@ -318,6 +318,10 @@ def test_stopping_a_queued_experiment_takes_it_out_of_the_queue(machine: Machine
     assert waiter.returncode == 130, err
     exp = machine.experiments()[waiting]
     assert exp.status is ExperimentStatus.STOPPED and exp.started_at is None
+    # it never ran: not "stopped by SIGTERM"
+    assert exp.reason == (
+        "stopped while queued (by SIGINT)" if how == "ctrl-c" else "stopped while queued (by a stop request)"
+    )
     assert all(e["experiment_id"] != waiting for e in machine.ledger())
     assert not list(machine.probe.glob(f"{waiting}-*"))
     machine.release()
@@ -333,6 +337,7 @@ def test_no_wait_refuses_and_names_what_is_busy(machine: Machine) -> None:
     refused = machine.run("run", "-f", str(spec), "--no-wait")
     assert refused.returncode == 2
     assert running in refused.stderr and "2 cores" in refused.stderr and "Traceback" not in refused.stderr
+    assert "needs 2 cores (cores from the cpu limits)" in refused.stderr  # names what it counted
     detached = machine.run("run", "-f", str(spec), "--no-wait", "--detach")
     assert detached.returncode == 2 and running in detached.stderr
     assert list(machine.statuses()) == [running]  # nothing recorded for the refused ones

@@ -117,6 +117,24 @@ def test_run_ends_with_how_to_open_the_experiment_in_the_ui() -> None:
     )
 
 
+def test_run_names_the_address_of_the_server_running_over_its_store(
+    phalanx_home: Path, tmp_path: Path
+) -> None:
+    """The hint named port 8000 while the server ran elsewhere."""
+    spec = tmp_path / "e.yml"
+    spec.write_text("version: 1\nkind: experiment\nrun:\n  cmd: echo ran\n")
+    server = start_server(phalanx_home)
+    try:
+        ran = run(phalanx_home, "run", "-f", str(spec))
+        assert ran.returncode == 0, ran.stderr
+        exp_id = json.loads(run(phalanx_home, "ls", "-o", "json").stdout)[0]["id"]
+        assert f"phalanx: open {server.url}/experiments/{exp_id} to see it in the web UI" in ran.stderr
+    finally:
+        stop_server(server.proc)
+    after = run(phalanx_home, "run", "-f", str(spec))  # a stopped server's address is not named
+    assert "phalanx server` and open http://127.0.0.1:8000/experiments/" in after.stderr
+
+
 def test_the_ui_hint_names_the_venvs_phalanx_when_the_shell_would_not_find_it(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

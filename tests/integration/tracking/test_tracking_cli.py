@@ -139,6 +139,48 @@ def test_delete_asks_for_confirmation_then_removes_everything(tmp_path: Path) ->
     store.artifact_store.put_bytes(exp, "artifacts/x.json", b"{}")
     refused = cli("delete", exp, ok=False)
     assert refused.returncode == 2 and "--yes" in refused.stderr
-    assert cli.json("delete", exp, "--yes") == {"deleted": exp}
+    assert cli.json("delete", exp, "--yes") == {"deleted": [exp]}
     assert cli.json("ls") == []
     assert not store.artifact_store.exists(exp, "artifacts/x.json")
+
+
+def test_delete_takes_several_ids_all_or_nothing_and_refuses_a_short_prefix(tmp_path: Path) -> None:
+    cli = Cli(tmp_path / "home")
+    from phalanx.config import Settings
+    from phalanx.store import open_store
+
+    store = open_store(Settings(home=cli.home, db_url=None, artifacts_url=None))
+    a, b, c = (store.create_experiment(name=n, project="p").id for n in "abc")
+    short = cli("delete", a[:2], "--yes", ok=False)
+    assert short.returncode == 2 and "at least 8 characters" in short.stderr and a in short.stderr
+    typo = cli("delete", a, b, "0123456789ab", "--yes", ok=False)
+    assert typo.returncode == 2 and "Traceback" not in typo.stderr
+    assert {e["id"] for e in cli.json("ls")} == {a, b, c}  # nothing deleted
+    assert cli.json("delete", a, b[:8], "--yes") == {"deleted": [a, b]}
+    assert [e["id"] for e in cli.json("ls")] == [c]
+
+
+def test_ls_filters_by_tag_and_removing_a_tag_that_is_not_there_says_so(tmp_path: Path) -> None:
+    cli = Cli(tmp_path / "home")
+    from phalanx.config import Settings
+    from phalanx.store import open_store
+
+    store = open_store(Settings(home=cli.home, db_url=None, artifacts_url=None))
+    a, b = (store.create_experiment(name=n, project="p").id for n in "ab")
+    cli("tag", a, "baseline", "fast")
+    assert [e["id"] for e in cli.json("ls", "--tag", "baseline")] == [a]
+    assert "no experiments match; `phalanx ls` without --tag" in cli("ls", "--tag", "nope").stdout
+    typo = cli("tag", a, "--remove", "basline", ok=False)
+    assert typo.returncode == 2 and "Traceback" not in typo.stderr
+    assert "has no tag 'basline'; did you mean 'baseline'?" in typo.stderr
+    assert cli("tag", a).stdout.split() == ["baseline", "fast"]  # nothing changed
+    cli("tag", a, "--remove", "fast")
+    assert cli("tag", a).stdout.split() == ["baseline"]
+    assert b not in {e["id"] for e in cli.json("ls", "--tag", "baseline")}
+
+
+def test_version_flag_prints_the_version(tmp_path: Path) -> None:
+    from phalanx import __version__
+
+    done = Cli(tmp_path / "home")("--version")
+    assert done.stdout.strip() == f"phalanx {__version__}"

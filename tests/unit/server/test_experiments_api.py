@@ -82,6 +82,17 @@ def test_delete_refuses_a_running_experiment_then_removes_a_finished_one(
     assert client.get(f"/api/v1/experiments/{e.id}").status_code == 404
 
 
+def test_delete_needs_the_full_id_or_eight_characters_of_it(client: TestClient, store: Store) -> None:
+    """`DELETE /experiments/a` deleted the only experiment whose id started with `a`."""
+    e = fill.experiment(store, status=ExperimentStatus.SUCCEEDED)
+    r = client.delete(f"/api/v1/experiments/{e.id[:1]}")
+    assert r.status_code == 400 and r.json()["error"] == "usage"
+    assert e.id in r.json()["message"] and "at least 8 characters" in r.json()["message"]
+    assert client.delete(f"/api/v1/experiments/{e.id[:7]}").status_code == 400
+    assert client.get(f"/api/v1/experiments/{e.id[:1]}").status_code == 200  # reading: any unique prefix
+    assert client.delete(f"/api/v1/experiments/{e.id[:8]}").status_code == 204
+
+
 def test_stop_leaves_a_request_and_stops_an_experiment_whose_supervisor_is_gone(
     client: TestClient, store: Store, phalanx_home: Path
 ) -> None:

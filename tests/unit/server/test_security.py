@@ -279,14 +279,27 @@ def test_every_request_is_in_the_access_log(client: TestClient, caplog: pytest.L
 
 
 def test_wrong_bearer_tokens_are_throttled_like_the_login_form(secured: TestClient) -> None:
-    """The API is no way around the login form's limit: guessing the token with Authorization
-    headers is throttled too, and a guess made while throttled is not even checked."""
+    """Guessing the token with Authorization headers is throttled too, a guess made while throttled
+    is not even checked, and the answer says so rather than that this token was wrong."""
     for _ in range(5):
         assert secured.get("/api/v1/experiments", headers=_bearer("guess")).status_code == 401
     blocked = secured.get("/api/v1/experiments", headers=_bearer(TOKEN))
     assert blocked.status_code == 429 and int(blocked.headers["retry-after"]) > 0
     assert blocked.json()["error"] == "too_many_attempts"
-    assert secured.post("/login", data={"token": TOKEN}).status_code == 429  # one budget for both ways
+    assert "was not checked" in blocked.json()["message"]
+
+
+def test_a_scripts_wrong_tokens_do_not_lock_people_out_of_the_login_form(secured: TestClient) -> None:
+    """Six wrong bearer tokens (a script with a stale PHALANX_TOKEN) from one address locked the
+    login form for everyone there for a minute, saying *their* token was wrong."""
+    for _ in range(6):
+        secured.get("/api/v1/experiments", headers=_bearer("stale"))
+    assert secured.post("/login", data={"token": TOKEN}).status_code == 303  # logged in
+    for _ in range(5):
+        assert secured.post("/login", data={"token": "guess"}).status_code == 401
+    blocked = secured.post("/login", data={"token": TOKEN})
+    assert blocked.status_code == 429
+    assert "was not checked" in blocked.text and "not right" not in blocked.text
 
 
 def test_replicas_sharing_a_throttled_address_keep_reporting(secured: TestClient, store: Store) -> None:

@@ -440,3 +440,39 @@ def test_worker_and_worker_resources_combine_but_may_not_both_give_resources() -
 def test_a_framework_section_with_nothing_under_it_still_names_the_framework() -> None:
     spec = load_spec_text(HEAD + "environment:\n  mxnet:\nrun: {cmd: x}\n", "f.yml")
     assert spec.framework is not None and spec.framework.value == "mxnet"
+
+
+def test_a_polyaxon_v1_file_gets_one_sentence_naming_the_format_phalanx_reads() -> None:
+    v1 = """version: 1.1
+kind: component
+name: train
+inputs:
+- {name: lr, type: float, value: 0.1}
+run:
+  kind: job
+  container:
+    image: python:3.11
+    command: [python, train.py]
+"""
+    (only,) = problems(v1)
+    assert only.startswith("f.yml:2:7: kind: 'component' is a Polyaxon v1.x file")
+    assert "Polyaxon 0.x format" in only and "`version: 1`" in only and "docs/experiment-file.md" in only
+    (op,) = problems(v1.replace("kind: component", "kind: operation"))
+    assert "'operation' is a Polyaxon v1.x file" in op
+
+
+def test_a_name_project_or_tag_that_would_break_tables_is_refused_where_it_is() -> None:
+    found = problems(
+        HEAD
+        + 'name: "first\\nsecond"\nproject: '
+        + "p" * 200
+        + '\ntags: [ok, "a\\tb"]\nrun:\n  cmd: "true"\n'
+    )
+    assert found == [
+        "f.yml:3:7: name: the name 'first\\nsecond' holds a control character ('\\n'): it is shown on one"
+        " line in tables and logs; remove it",
+        "f.yml:4:10: project: the project is 200 characters long; at most 128"
+        " (it is shown in tables and logs)",
+        "f.yml:5:12: tags[1]: the tag 'a\\tb' holds a control character ('\\t'): it is shown on one line in"
+        " tables and logs; remove it",
+    ]

@@ -274,3 +274,18 @@ def test_arguments_parsed_before_the_sdk_was_imported_are_recorded_per_rank(sand
         assert done.returncode == 0, done.stderr
     records = sandbox.ingested().params(exp)
     assert [(p.key, p.rank, p.value) for p in records] == [("lr", 2, 0.1), ("rank", 1, 1), ("rank", 2, 2)]
+
+
+def test_task_init_refuses_a_name_that_would_break_tables_before_recording_anything(sandbox: Sandbox) -> None:
+    done = sandbox.run(
+        """
+        from phalanx import Task
+        try:
+            Task.init(project_name="p", task_name="first\\nsecond")
+        except ValueError as exc:
+            print("refused:", exc)
+        """
+    )
+    assert done.returncode == 0, done.stderr
+    assert "refused: the name 'first\\nsecond' holds a control character" in done.stdout
+    assert not list((sandbox.home / "spool").glob("*"))  # no experiment was started

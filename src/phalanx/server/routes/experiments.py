@@ -194,6 +194,10 @@ def stop_experiment(experiment_id: str, store: StoreDep, settings: SettingsDep) 
 
 @router.delete("/experiments/{experiment_id}", status_code=204)
 def delete_experiment(experiment_id: str, store: StoreDep) -> None:
-    """Delete an experiment with everything it reported; 409 while it runs (stop it first)."""
+    """Delete an experiment with everything it reported; 409 while it runs (stop it first); 400 for
+    a short prefix of its id (phalanx.ids: a destructive call needs 8 characters or the full id)."""
+    from phalanx.ids import check_destructive
+
     e = experiment_of(store, experiment_id)
+    check_destructive(experiment_id, e.id)
     store.delete_experiment(e.id)

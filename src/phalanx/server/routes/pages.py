@@ -78,7 +78,12 @@ def login(
     client = request.client.host if request.client else "-"
     wait = throttle.retry_after(client)
     if wait:
-        page = _login_page(target, f"Too many wrong tokens; try again in {wait} s.", status=429)
+        page = _login_page(
+            target,
+            f"Too many wrong tokens were typed into this form from your address ({client}) in the last"
+            f" minute, so the token you typed was not checked; try again in {wait} s.",
+            status=429,
+        )
         page.headers["Retry-After"] = str(wait)
         return page
     if not hmac.compare_digest(token.strip().encode(), settings.token.encode()):

@@ -66,6 +66,7 @@ from phalanx.store.sql.models import (
     SeriesRow,
     TextRow,
 )
+from phalanx.tracking.labels import MAX_NAME, MAX_TAG, label_problem
 
 _first, _second, _third = itemgetter(0), itemgetter(1), itemgetter(2)
 _PREFIX = re.compile(r"^[0-9a-z]{1,32}$")
@@ -149,6 +150,14 @@ class SqlStore:
         status: ExperimentStatus = ExperimentStatus.CREATED,
         created_at: float | None = None,
     ) -> Experiment:
+        # the last gate for names (files, Task.init and the API check them first, with positions)
+        for value, what, most in (
+            (name, "name", MAX_NAME),
+            (project, "project", MAX_NAME),
+            *((t, "tag", MAX_TAG) for t in tags),
+        ):
+            if value.strip() and (problem := label_problem(value, what, most)):
+                raise UsageError(problem)
         exp_id = experiment_id or uuid.uuid4().hex[:12]
         now = time.time() if created_at is None else created_at
         try:
@@ -680,8 +689,8 @@ class SqlStore:
             clean = []
             for t in tags:
                 t = str(t).strip()
-                if not t or len(t) > 100 or "\x00" in t:
-                    raise UsageError(f"tag {t!r}: a tag is 1 to 100 characters, no NUL")
+                if problem := label_problem(t, "tag", MAX_TAG):
+                    raise UsageError(problem)
                 if t not in clean:
                     clean.append(t)
             values["tags"] = clean

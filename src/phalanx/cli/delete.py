@@ -1,0 +1,69 @@
+"""`phalanx delete ID [ID...]`: delete experiments with everything they reported.
+
+All or nothing: every id is resolved and checked (known, not ambiguous, long enough for a
+destructive call, not running) before anything is deleted, so a typo in the third id does not leave
+the first two deleted and the user unsure which.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+
+from phalanx.cli.app import app, emit_json
+from phalanx.cli.tracking import Format, open_for_reading
+
+if TYPE_CHECKING:
+    from phalanx.domain import Experiment
+
+# what the store refuses to delete (it would pull an experiment from under its supervisor)
+_LIVE = frozenset({"running", "starting", "queued", "pending"})
+
+
+@app.command("delete")
+def delete(
+    experiment_ids: Annotated[
+        list[str],
+        typer.Argument(
+            metavar="ID...",
+            help="Experiment ids: full, or at least 8 characters of one (a destructive call).",
+        ),
+    ],
+    yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask for confirmation.")] = False,
+    output: Annotated[Format, typer.Option("-o", "--output", help="table or json")] = Format.TABLE,
+) -> None:
+    """Delete experiments: their rows, artifacts, spools and run folders. Not while they run."""
+    import shutil
+
+    from phalanx.errors import Conflict, UsageError
+    from phalanx.ids import check_destructive
+
+    store, settings = open_for_reading()
+    found: list[Experiment] = []
+    for given in experiment_ids:
+        e = store.get_experiment(given)
+        check_destructive(given, e.id)
+        if e.status in _LIVE:
+            raise Conflict(
+                f"experiment {e.id} is {e.status}; stop it before deleting it (nothing was deleted)"
+            )
+        if all(e.id != seen.id for seen in found):
+            found.append(e)
+    if not yes:
+        if not sys.stdin.isatty():
+            raise UsageError(f"deleting {', '.join(e.id for e in found)} needs confirmation: pass --yes")
+        listed = "\n".join(f"  {e.id} ({e.project}/{e.name}, {e.status})" for e in found)
+        if not typer.confirm(f"Delete {len(found)} experiment(s)?\n{listed}\n"):
+            typer.echo("nothing deleted", err=True)
+            raise typer.Exit(1)
+    for e in found:
+        store.delete_experiment(e.id)
+        for folder in (settings.spool_dir / e.id, settings.runs_dir / e.id):
+            shutil.rmtree(folder, ignore_errors=True)
+    if output is Format.JSON:
+        emit_json({"deleted": [e.id for e in found]})
+    else:
+        for e in found:
+            typer.echo(f"deleted {e.id}")
