@@ -30,6 +30,8 @@ log = logging.getLogger(__name__)
 PID_FILE = "supervisor.pid"  # "pid start-time host" of the supervisor (phalanx.procs.record_process)
 
 POLL_SECONDS = 0.1
+SPOOL_BATCH_LINES = 1000  # console lines per spooled LOG event, at most
+TAIL_STALL_SECONDS = 30.0  # a replica's log reader that takes no line for this long is given up on
 # Once a TensorFlow chief has succeeded, the other replicas get this long to end by themselves
 # (MultiWorkerMirroredStrategy workers do, and flush what they report) before the servers that
 # never end (ParameterServerStrategy's tf.distribute.Server.join()) are stopped.
@@ -140,13 +142,28 @@ def launch(
 
 
 class _Tail:
-    """One thread per replica: its log lines -> spool LOG events, the observer, a short tail."""
+    """One thread per replica: its log lines -> the observer and a short tail at once, and to the
+    spool as LOG events of many lines each. One event per line cost a JSON record, two system
+    calls and a database row per line: at 200,000 lines a replica the reader fell far behind the
+    replica. A batch is written once it is full, and whatever it holds at each poll of the
+    supervisor (``flush``), so a line reaches the spool within a poll however slowly a replica prints."""
 
-    def __init__(self, lines: Iterator[str], replica: Replica, sink: Callable[[Replica, str], None]) -> None:
+    def __init__(
+        self,
+        lines: Iterator[str],
+        replica: Replica,
+        sink: Callable[[Replica, str], None],
+        spool: Callable[[Replica, list[str]], None],
+    ) -> None:
         self.last: deque[str] = deque(maxlen=TAIL_LINES)
+        self.count = 0  # lines taken so far: a reader still making progress is waited for
         self._lines = lines
         self._replica = replica
         self._sink = sink
+        self._spool = spool
+        self._batch: list[str] = []
+        self._lock = threading.Lock()
+        self.name = replica.name
         self.thread = threading.Thread(target=self._run, name=f"tail-{replica.name}", daemon=True)
         self.thread.start()
 
@@ -154,9 +171,24 @@ class _Tail:
         try:
             for text in self._lines:
                 self.last.append(text)
+                with self._lock:
+                    self._batch.append(text)
+                    full = len(self._batch) >= SPOOL_BATCH_LINES
+                if full:
+                    self.flush()
                 self._sink(self._replica, text)
+                self.count += 1
         except Exception:  # a log reader's trouble must not take the supervisor down
             log.exception("reading the log of %s failed", self._replica.name)
+        finally:
+            self.flush()
+
+    def flush(self) -> None:
+        """Spool the lines taken and not yet spooled (in order: one flush at a time)."""
+        with self._lock:
+            batch, self._batch = self._batch, []
+            if batch:
+                self._spool(self._replica, batch)
 
 
 class Supervisor:
@@ -200,6 +232,7 @@ class Supervisor:
         self.states: dict[str, ReplicaStatus] = {}
         self.stop_reason: str | None = None
         self.tails: dict[str, _Tail] = {}
+        self.lost_lines = 0  # console lines that could not be spooled (said in the outcome)
         self.started = time.monotonic()
         self.submitted_at: float | None = None  # wall clock of the first submit: the experiment's start
         self._spool: Any = None
@@ -304,6 +337,10 @@ class Supervisor:
             if self._repro_thread is not None:
                 self._store_ready.set()  # (also when the store never opened: the thread then ends)
                 self._repro_thread.join(timeout=120)
+            if self.lost_lines:  # never silently: the user must know the console is incomplete
+                note = f"{self.lost_lines} console line(s) could not be stored"
+                outcome = replace(outcome, reason=f"{outcome.reason}; {note}" if outcome.reason else note)
+                self.observer.message(note)
             if created or self._created:
                 self._finish(outcome)
                 self._tidy(ingested=ingest_thread is not None and not ingest_thread.is_alive())
@@ -486,14 +523,30 @@ class Supervisor:
         handle = self.p.backend.submit(dry)
         self._handle = handle  # the group the system-metrics sampler looks at
         self.tails = {
-            name: _Tail(self.p.backend.logs(handle, name, follow=True), replica, self._line)
+            name: _Tail(
+                self.p.backend.logs(handle, name, follow=True), replica, self._show, self._spool_lines
+            )
             for name, replica in self.replicas.items()
         }
         return handle
 
     def _join_tails(self) -> None:
+        """Wait for every replica's log reader to reach the end of its log. The replicas have
+        ended, so each reads a file that no longer grows: however long the console (a replica
+        printing 500,000 lines keeps its reader busy well after it exits on a loaded machine), the
+        reader is waited for as long as it makes progress; only one stuck for TAIL_STALL_SECONDS
+        is given up on, and the lines it did not deliver are then counted (``lost_lines``)."""
         for tail in self.tails.values():
-            tail.thread.join(timeout=30)
+            seen, since = tail.count, time.monotonic()
+            while tail.thread.is_alive():
+                tail.thread.join(timeout=1.0)
+                if tail.count != seen:
+                    seen, since = tail.count, time.monotonic()
+                elif time.monotonic() - since > TAIL_STALL_SECONDS:
+                    log.warning(
+                        "the log reader of %s made no progress for %.0f s", tail.name, TAIL_STALL_SECONDS
+                    )
+                    break
 
     def _start_ingester(self, stop: threading.Event) -> threading.Thread | None:
         try:
@@ -680,6 +733,7 @@ class Supervisor:
         pending_reason: str | None = None
         chief_done_at: float | None = None
         while True:
+            self._flush_tails()  # what the replicas printed since the last poll reaches the spool
             if self._stop_requested():
                 backend.cancel(handle)
                 return ExperimentStatus.STOPPED, self.stop_reason
@@ -813,15 +867,33 @@ class Supervisor:
             self.observer.states({n: s.state for n, s in self.states.items()}, elapsed)
 
     def _line(self, replica: Replica, text: str) -> None:
+        """A supervisor note in a replica's console: spooled, then shown."""
+        self._spool_lines(replica, [text])
+        self._show(replica, text)
+
+    def _show(self, replica: Replica, text: str) -> None:
         if self.liveness is not None:
             self.liveness.output(replica.name)
-        # ValueError: the writer closed under a late line at shutdown; OSError: the disk is full
-        # (the line still reaches the terminal)
-        with contextlib.suppress(ValueError, OSError):
-            self._spool.log(
-                text, replica=replica.name, role=str(replica.role), index=replica.index, rank=replica.rank
+        self.observer.line(replica.name, text)
+
+    def _spool_lines(self, replica: Replica, lines: list[str]) -> None:
+        # ValueError: the writer closed under a late line at shutdown (a stuck reader given up on);
+        # OSError: the disk is full. The lines still reach the terminal; the outcome counts them.
+        try:
+            self._spool.write(
+                "log",
+                {"stream": "stdout", "lines": lines},
+                replica=replica.name,
+                role=str(replica.role),
+                index=replica.index,
+                rank=replica.rank,
             )
-        self.observer.line(replica.name, text)  # after the spool: the store has it whatever the echo does
+        except (ValueError, OSError):
+            self.lost_lines += len(lines)
+
+    def _flush_tails(self) -> None:
+        for tail in list(self.tails.values()):
+            tail.flush()
 
     def _emit_all(self, text: str) -> None:
         """A supervisor note in the console of every replica (restarts, servers stopped)."""
