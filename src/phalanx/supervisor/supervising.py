@@ -457,12 +457,20 @@ class Supervisor:
         """`phalanx resume`: start a group from the reopened experiment's latest checkpoint."""
         if self._stop_requested():
             return None
-        handle = self._submit(self.p.backend.dry_run(self.p.plan, self._resume_context()))
+        context = self._resume_context()
+        handle = self._submit(self.p.backend.dry_run(self.p.plan, context))
+        attempt = context.tracking_env.get("PHALANX_ATTEMPT")
+        self._start_repro(attempt=int(attempt) if attempt else None)  # the code may have been edited
         self._start_system_metrics()
         return handle
 
-    def _start_repro(self) -> None:
-        """Record what runs (phalanx.repro) in a thread: the replicas do not wait for git or pip."""
+    def _start_repro(self, attempt: int | None = None) -> None:
+        """Record what runs (phalanx.repro) in a thread: the replicas do not wait for git or pip.
+
+        ``attempt``: a later attempt of the experiment (`phalanx resume`), whose folder may hold
+        edited code. Its record becomes the experiment's (what produced its latest result), its
+        snapshot is stored beside the earlier ones, and every attempt's record is kept in order
+        under ``attempts`` (repro.with_attempt), for `phalanx get`, `diff ID` and `rerun --attempt`."""
         launch = dict(getattr(self.p, "launch", None) or {})
         launch.setdefault("workdir", self.p.context.workdir)
         launch.setdefault("cluster", self.p.cluster)
@@ -489,10 +497,14 @@ class Supervisor:
                     if git:
                         record["git"] = {**git, "from": original}
                 artifacts = getattr(self.store, "artifact_store", None)
+                path = repro.snapshot_path(attempt)
                 if artifacts is not None:
-                    artifacts.put_bytes(self.id, repro.SNAPSHOT_PATH, data)
+                    artifacts.put_bytes(self.id, path, data)
+                    record["snapshot"] = {**record["snapshot"], "path": path}
                 else:
                     record["snapshot"] = {**record["snapshot"], "path": None}
+                if attempt is not None:
+                    record = repro.with_attempt(self.store.repro(self.id), record, attempt)
                 self.store.set_repro(self.id, record)
             except Exception:
                 log.exception("storing what the experiment runs failed")
