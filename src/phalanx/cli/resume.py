@@ -541,6 +541,7 @@ def diff(
     from phalanx import repro
 
     ea, at_a = _side(store, a)
+    at_b: int | None
     if b is None:
         numbers = [int(r.get("attempt") or 0) for r in store.repro(ea.id).get("attempts") or []] or [0]
         eb, at_a, at_b = ea, at_a if at_a is not None else numbers[0], numbers[-1]

@@ -234,6 +234,8 @@ class Supervisor:
         self.tails: dict[str, _Tail] = {}
         self.lost_lines = 0  # console lines that could not be spooled (said in the outcome)
         self.started = time.monotonic()
+        self._ran_seconds = 0.0  # time the replicas of finished attempts ran (max_run_seconds)
+        self._running_since: float | None = None  # the current attempt runs (not pending) since
         self.submitted_at: float | None = None  # wall clock of the first submit: the experiment's start
         self._spool: Any = None
         self._store_warned = float("-inf")
@@ -549,16 +551,16 @@ class Supervisor:
         reader is waited for as long as it makes progress; only one stuck for TAIL_STALL_SECONDS
         is given up on, and the lines it did not deliver are then counted (``lost_lines``)."""
         for tail in self.tails.values():
-            seen, since = tail.count, time.monotonic()
+            seen, still = tail.count, 0
             while tail.thread.is_alive():
-                tail.thread.join(timeout=1.0)
+                tail.thread.join(timeout=1.0)  # real seconds (a test's virtual clock never moves here)
                 if tail.count != seen:
-                    seen, since = tail.count, time.monotonic()
-                elif time.monotonic() - since > TAIL_STALL_SECONDS:
-                    log.warning(
-                        "the log reader of %s made no progress for %.0f s", tail.name, TAIL_STALL_SECONDS
-                    )
+                    seen, still = tail.count, 0
+                elif still >= TAIL_STALL_SECONDS:
+                    log.warning("the log reader of %s made no progress for %.0f s", tail.name, still)
                     break
+                else:
+                    still += 1
 
     def _start_ingester(self, stop: threading.Event) -> threading.Thread | None:
         try:
@@ -730,6 +732,7 @@ class Supervisor:
         try:
             return self._watch(handle)
         finally:
+            self._pause_run_clock()  # the attempt has ended: its running time is counted
             backend.cancel(handle)  # idempotent; leaves nothing of this attempt behind
             self._join_tails()
             final = backend.describe(handle)
@@ -739,9 +742,6 @@ class Supervisor:
     def _watch(self, handle: str) -> tuple[ExperimentStatus, str | None]:
         backend = self.p.backend
         plan = self.p.plan
-        # max_run_seconds counts from the moment the job runs: time waiting in a cluster's queue is not
-        # the experiment's (a job pending behind another must not fail for it)
-        deadline: float | None = None
         pending_reason: str | None = None
         chief_done_at: float | None = None
         while True:
@@ -754,6 +754,7 @@ class Supervisor:
                 return ExperimentStatus.FAILED, f"the {backend.name} engine no longer knows the job {handle}"
             self._follow_requeue(job)
             if job.status is ExperimentStatus.PENDING:
+                self._pause_run_clock()  # pending (again, after a requeue): not the experiment's time
                 if pending_reason != (job.reason or ""):
                     pending_reason = job.reason or ""
                     self.store.update_experiment(
@@ -764,8 +765,8 @@ class Supervisor:
                 if pending_reason is not None:
                     pending_reason = None
                     self.store.update_experiment(self.id, status=ExperimentStatus.RUNNING, reason="")
-                if deadline is None and plan.max_run_seconds:
-                    deadline = time.monotonic() + plan.max_run_seconds
+                if self._running_since is None:
+                    self._running_since = time.monotonic()
             self._record(job)
             if self._chief_done(job):
                 # the chief decides a TensorFlow experiment: what the others do now cannot fail it
@@ -789,11 +790,11 @@ class Supervisor:
                 return ExperimentStatus.STOPPED, job.reason or "stopped by the engine"
             if self.liveness is not None:
                 running = {r.name: r.pid for r in job.replicas if r.state is ReplicaState.RUNNING}
-                stalled = self.liveness.check(running)
+                stalled = self.liveness.check(running, self._last_steps)
                 if stalled:
                     backend.cancel(handle)
                     return ExperimentStatus.FAILED, stalled
-            if deadline is not None and time.monotonic() > deadline:
+            if plan.max_run_seconds and self._run_seconds() > plan.max_run_seconds:
                 backend.cancel(handle)
                 return (
                     ExperimentStatus.FAILED,
@@ -801,10 +802,34 @@ class Supervisor:
                 )
             time.sleep(POLL_SECONDS)
 
+    def _last_steps(self) -> Mapping[str, int]:
+        """replica -> the last step it reported, once what the spool holds is in the store."""
+        from phalanx import stragglers
+        from phalanx.ingest import Ingester
+
+        with contextlib.suppress(Exception):  # the ingest thread does the same: this only hurries it
+            Ingester(self.store, None, self.spool_dir, cleanup=False).run_once()
+        return stragglers.last_steps(self.store, self.id)
+
+    # max_run_seconds counts the time the experiment's replicas ran, every attempt's together, and
+    # the same way for both decisions it takes part in: stopping a running group and restarting a
+    # failed one. Time pending in a cluster's queue (Slurm, Kubernetes) or waiting in this machine's
+    # queue is not the experiment's: a job pending behind another neither fails for it nor loses
+    # its restarts to it.
+    def _pause_run_clock(self) -> None:
+        if self._running_since is not None:
+            self._ran_seconds += time.monotonic() - self._running_since
+            self._running_since = None
+
+    def _run_seconds(self) -> float:
+        """How long the experiment's replicas have run, over every attempt so far."""
+        now = time.monotonic()
+        return self._ran_seconds + (now - self._running_since if self._running_since is not None else 0.0)
+
     def _past_deadline(self) -> bool:
-        """Whether the experiment has run longer than max_run_seconds (counted from its start)."""
+        """Whether the experiment has run max_run_seconds already (no time left for a restart)."""
         limit = self.p.plan.max_run_seconds
-        return bool(limit) and time.monotonic() > self.started + (limit or 0)
+        return bool(limit) and self._run_seconds() >= (limit or 0)
 
     def _chief_done(self, job: JobStatus) -> bool:
         """TensorFlow's ps (and PS-strategy worker) servers never exit: the chief's success ends it."""
