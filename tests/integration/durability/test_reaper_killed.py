@@ -57,3 +57,37 @@ def test_a_killed_reaper_leaves_no_process_and_the_experiment_says_so(phalanx: P
     assert exp.status == ExperimentStatus.FAILED, exp
     assert "master" in (exp.reason or "") and "SIGKILL" in (exp.reason or ""), exp.reason
     assert "master stopped" not in out + err, out + err
+
+
+def test_a_reaper_killed_with_its_supervisor_leaves_nothing_after_the_next_command(phalanx: Phalanx) -> None:
+    """Both the supervisor and the master's reaper die (SIGKILL, the supervisor held still so it
+    cannot clean up first): the next read command, which marks the experiment failed, also ends
+    what the reaper left running."""
+    marker = phalanx.tmp / "children-"
+    phalanx.spec(SCRIPT.format(marker=str(marker)), name="train.py")
+    spec = phalanx.spec(
+        "version: 1\nkind: experiment\nframework: pytorch\nenvironment:\n  replicas:\n    n_workers: 1\n"
+        "run:\n  cmd: python train.py\n"
+    )
+    proc = phalanx.start("run", "-f", str(spec))
+    wait_for(
+        lambda: all(Path(f"{marker}{r}").exists() for r in ("master", "worker-0")) or proc.poll() is not None,
+        what="the replicas and their children",
+    )
+    assert proc.poll() is None, proc.communicate()
+    store = phalanx.store()
+    wait_for(
+        lambda: [e for e in store.list_experiments().items if e.status == ExperimentStatus.RUNNING],
+        what="the experiment recorded as running",
+    )
+    supervisor = int(next((phalanx.home / "runs").glob("*/supervisor.pid")).read_text().split()[0])
+    os.kill(supervisor, signal.SIGSTOP)
+    os.kill(_reaper_of(phalanx.home), signal.SIGKILL)
+    os.kill(supervisor, signal.SIGKILL)
+    proc.communicate(timeout=60)
+    listed = phalanx.run("ls")
+    assert listed.returncode == 0, listed.stderr
+    left = experiment_pids(phalanx.home)
+    assert not left, f"outlived the next command: {left}; {phalanx.only_experiment()}; {listed.stderr}"
+    exp = phalanx.only_experiment()
+    assert exp.status == ExperimentStatus.FAILED and "killed before it recorded" in (exp.reason or ""), exp
