@@ -10,8 +10,7 @@ import secrets
 import signal
 import threading
 import time
-from collections import deque
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -21,6 +20,7 @@ from phalanx.domain import ExperimentStatus, Framework, Replica, ReplicaState
 from phalanx.plan import Plan
 from phalanx.spec.model import ExperimentSpec
 from phalanx.supervisor.preparing import Prepared, ingester_here, launch_json, prepare
+from phalanx.supervisor.tails import LogTail, join_tails
 
 if TYPE_CHECKING:
     from phalanx.store.base import IngestStore
@@ -30,13 +30,10 @@ log = logging.getLogger(__name__)
 PID_FILE = "supervisor.pid"  # "pid start-time host" of the supervisor (phalanx.procs.record_process)
 
 POLL_SECONDS = 0.1
-SPOOL_BATCH_LINES = 1000  # console lines per spooled LOG event, at most
-TAIL_STALL_SECONDS = 30.0  # a replica's log reader that takes no line for this long is given up on
 # Once a TensorFlow chief has succeeded, the other replicas get this long to end by themselves
 # (MultiWorkerMirroredStrategy workers do, and flush what they report) before the servers that
 # never end (ParameterServerStrategy's tf.distribute.Server.join()) are stopped.
 TF_SERVER_GRACE_SECONDS = 5.0
-TAIL_LINES = 10  # log lines quoted in a failed experiment's reason
 # How long the supervisor keeps trying to record an experiment's outcome when the store cannot be
 # reached; after that the outcome goes to the spool (a durable marker the next reader applies).
 STORE_RETRY_SECONDS = float(os.environ.get("PHALANX_STORE_RETRY_SECONDS", "30"))
@@ -141,56 +138,6 @@ def launch(
 # ---- supervising ------------------------------------------------------------------------------
 
 
-class _Tail:
-    """One thread per replica: its log lines -> the observer and a short tail at once, and to the
-    spool as LOG events of many lines each. One event per line cost a JSON record, two system
-    calls and a database row per line: at 200,000 lines a replica the reader fell far behind the
-    replica. A batch is written once it is full, and whatever it holds at each poll of the
-    supervisor (``flush``), so a line reaches the spool within a poll however slowly a replica prints."""
-
-    def __init__(
-        self,
-        lines: Iterator[str],
-        replica: Replica,
-        sink: Callable[[Replica, str], None],
-        spool: Callable[[Replica, list[str]], None],
-    ) -> None:
-        self.last: deque[str] = deque(maxlen=TAIL_LINES)
-        self.count = 0  # lines taken so far: a reader still making progress is waited for
-        self._lines = lines
-        self._replica = replica
-        self._sink = sink
-        self._spool = spool
-        self._batch: list[str] = []
-        self._lock = threading.Lock()
-        self.name = replica.name
-        self.thread = threading.Thread(target=self._run, name=f"tail-{replica.name}", daemon=True)
-        self.thread.start()
-
-    def _run(self) -> None:
-        try:
-            for text in self._lines:
-                self.last.append(text)
-                with self._lock:
-                    self._batch.append(text)
-                    full = len(self._batch) >= SPOOL_BATCH_LINES
-                if full:
-                    self.flush()
-                self._sink(self._replica, text)
-                self.count += 1
-        except Exception:  # a log reader's trouble must not take the supervisor down
-            log.exception("reading the log of %s failed", self._replica.name)
-        finally:
-            self.flush()
-
-    def flush(self) -> None:
-        """Spool the lines taken and not yet spooled (in order: one flush at a time)."""
-        with self._lock:
-            batch, self._batch = self._batch, []
-            if batch:
-                self._spool(self._replica, batch)
-
-
 class Supervisor:
     def __init__(
         self,
@@ -231,7 +178,7 @@ class Supervisor:
         }
         self.states: dict[str, ReplicaStatus] = {}
         self.stop_reason: str | None = None
-        self.tails: dict[str, _Tail] = {}
+        self.tails: dict[str, LogTail] = {}
         self.lost_lines = 0  # console lines that could not be spooled (said in the outcome)
         self.started = time.monotonic()
         self._ran_seconds = 0.0  # time the replicas of finished attempts ran (max_run_seconds)
@@ -537,7 +484,7 @@ class Supervisor:
         handle = self.p.backend.submit(dry)
         self._handle = handle  # the group the system-metrics sampler looks at
         self.tails = {
-            name: _Tail(
+            name: LogTail(
                 self.p.backend.logs(handle, name, follow=True), replica, self._show, self._spool_lines
             )
             for name, replica in self.replicas.items()
@@ -545,22 +492,7 @@ class Supervisor:
         return handle
 
     def _join_tails(self) -> None:
-        """Wait for every replica's log reader to reach the end of its log. The replicas have
-        ended, so each reads a file that no longer grows: however long the console (a replica
-        printing 500,000 lines keeps its reader busy well after it exits on a loaded machine), the
-        reader is waited for as long as it makes progress; only one stuck for TAIL_STALL_SECONDS
-        is given up on, and the lines it did not deliver are then counted (``lost_lines``)."""
-        for tail in self.tails.values():
-            seen, still = tail.count, 0
-            while tail.thread.is_alive():
-                tail.thread.join(timeout=1.0)  # real seconds (a test's virtual clock never moves here)
-                if tail.count != seen:
-                    seen, still = tail.count, 0
-                elif still >= TAIL_STALL_SECONDS:
-                    log.warning("the log reader of %s made no progress for %.0f s", tail.name, still)
-                    break
-                else:
-                    still += 1
+        join_tails(self.tails.values())
 
     def _start_ingester(self, stop: threading.Event) -> threading.Thread | None:
         try:
@@ -904,7 +836,11 @@ class Supervisor:
             self.observer.states({n: s.state for n, s in self.states.items()}, elapsed)
 
     def _line(self, replica: Replica, text: str) -> None:
-        """A supervisor note in a replica's console: spooled, then shown."""
+        """A supervisor note in a replica's console: spooled (after what the replica printed
+        before it), then shown."""
+        tail = self.tails.get(replica.name)
+        if tail is not None:
+            tail.flush()
         self._spool_lines(replica, [text])
         self._show(replica, text)
 
