@@ -12,6 +12,7 @@ start time. Experiments of other machines are left alone (their processes cannot
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import socket
@@ -70,6 +71,9 @@ def clean_aborted_starts(store: Store, settings: Settings) -> list[str]:
             pass
         import shutil
 
+        for attempt in sorted((folder / "attempts").glob("*/state.json")):  # its local replicas
+            with contextlib.suppress(Exception):
+                _end_handle(settings, f"{folder.name}:{attempt.parent.name}")
         for path in (folder, settings.spool_dir / folder.name):
             shutil.rmtree(path, ignore_errors=True)
         removed.append(folder.name)
@@ -88,7 +92,7 @@ def reconcile(store: Store, settings: Settings) -> list[str]:
             try:
                 reason = _orphan_reason(store, settings, exp, here)
                 if reason:
-                    _mark_failed(store, exp, reason)
+                    _mark_failed(store, exp, reason, settings)
                     fixed.append(exp.id)
             except Exception as exc:  # one experiment's trouble must not stop a read command
                 log.warning("checking experiment %s failed: %s", exp.id, exc)
@@ -133,7 +137,27 @@ def _fault_line(spool: Path, pid: int) -> str | None:
     return lines[0] if lines else None
 
 
-def _mark_failed(store: Store, exp: Experiment, reason: str) -> None:
+def _end_leftovers(settings: Settings, exp: Experiment) -> None:
+    """A local experiment whose supervisor is gone: end whatever its replicas left running before
+    it is marked failed. Their leaders die with the supervisor (parent-death signal) and take their
+    trees along, but a leader killed too leaves its processes to nobody; the engine finds them by
+    their mark (backends.local.members) and its cancel returns once none runs."""
+    if exp.backend != "local" or not exp.handle:
+        return
+    _end_handle(settings, exp.handle)
+
+
+def _end_handle(settings: Settings, handle: str) -> None:
+    from phalanx.backends.local import LocalBackend
+
+    LocalBackend(settings).cancel(handle)
+
+
+def _mark_failed(store: Store, exp: Experiment, reason: str, settings: Settings) -> None:
+    try:
+        _end_leftovers(settings, exp)
+    except Exception as exc:  # marking it failed matters more
+        log.warning("ending what experiment %s left running failed: %s", exp.id, exc)
     now = time.time()
     for r in store.list_replicas(exp.id):
         if not ReplicaState(r.state).done:
@@ -153,7 +177,7 @@ def settle(store: Store, settings: Settings, exp: Experiment) -> Experiment:
             fresh = store.get_experiment(exp.id)  # it may have recorded its end since it was read
             if fresh.status.done:
                 return fresh
-            _mark_failed(store, fresh, reason)
+            _mark_failed(store, fresh, reason, settings)
             return store.get_experiment(exp.id)
     elif exp.status is ExperimentStatus.QUEUED:
         from phalanx import queue

@@ -25,7 +25,7 @@ import socket
 import subprocess
 import sys
 import tarfile
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -259,3 +259,75 @@ def left_out_note(snapshot: dict[str, Any] | None) -> str | None:
         f"the snapshot left out {'; '.join(parts)}: the rerun runs without them "
         "(a script that reads them should take their path as a param)"
     )
+
+
+def snapshot_path(attempt: int | None) -> str:
+    """Where an attempt's snapshot is stored: the first attempt's at SNAPSHOT_PATH (as always), a
+    resumed attempt's beside it, so each attempt's code stays readable."""
+    return SNAPSHOT_PATH if not attempt else f"_source/attempt-{attempt}/source.tar.gz"
+
+
+def with_attempt(previous: Mapping[str, Any], record: Mapping[str, Any], attempt: int) -> dict[str, Any]:
+    """The experiment's record once ``attempt`` (a resume) has recorded what it runs: the new
+    attempt's record at the top (what `get`, `diff` and `rerun` read by default: what produced the
+    latest result), and every attempt's record in ``attempts``, oldest first, each with its number.
+    What the resume does not know (the file and params it was launched with) is the experiment's."""
+    history = [dict(a) for a in previous.get("attempts") or []]
+    if not history and previous:
+        first = {k: v for k, v in previous.items() if k != "attempts"}
+        history.append({**first, "attempt": int(first.get("attempt") or 0)})
+    launch = {**dict(previous.get("launch") or {}), **dict(record.get("launch") or {})}
+    current = {**record, "launch": launch, "attempt": attempt}
+    history = [a for a in history if a.get("attempt") != attempt] + [current]
+    return {**current, "attempts": history}
+
+
+def attempt_record(record: Mapping[str, Any], attempt: int | None) -> dict[str, Any] | None:
+    """The record of one attempt (None: not recorded); ``None`` asks for the experiment's own."""
+    if attempt is None:
+        return {k: v for k, v in record.items() if k != "attempts"}
+    for entry in record.get("attempts") or []:
+        if entry.get("attempt") == attempt:
+            return dict(entry)
+    if attempt == 0 and record and not record.get("attempts"):  # one attempt: the record is its
+        return {k: v for k, v in record.items() if k != "attempts"}
+    return None
+
+
+def rerun_record(record: Mapping[str, Any], attempts: list[Mapping[str, Any]]) -> dict[str, Any]:
+    """What `phalanx rerun` starts from by default: the last attempt that succeeded and recorded
+    its code, else the experiment's latest record. ``attempts``: the store's attempt rows."""
+    recorded = sorted(int(a.get("attempt") or 0) for a in record.get("attempts") or [])
+    succeeded = [int(a["number"]) for a in attempts if str(a.get("status")) == "succeeded"]
+    for number in reversed(succeeded):
+        # a restart records no code of its own: it ran what the attempt before it recorded
+        ran = max((n for n in recorded if n <= number), default=None)
+        found = attempt_record(record, ran) if ran is not None else None
+        if found and (found.get("snapshot") or {}).get("path"):
+            return found
+    return attempt_record(record, None) or {}
+
+
+def attempt_changes(
+    record: Mapping[str, Any], read: Callable[[str], bytes | None]
+) -> dict[int, dict[str, Any]]:
+    """Per recorded attempt (a resume records its own code): its snapshot, and the files that
+    differ from the attempt recorded before it (added, removed or changed; None for the first).
+    ``read``: a snapshot's bytes by artifact path (None when it is gone). Empty with one attempt."""
+    entries = sorted(record.get("attempts") or [], key=lambda a: int(a.get("attempt") or 0))
+    if len(entries) < 2:
+        return {}
+    out: dict[int, dict[str, Any]] = {}
+    before: dict[str, bytes] | None = None
+    for entry in entries:
+        path = (entry.get("snapshot") or {}).get("path")
+        data = read(path) if path else None
+        files = source_files(data) if data is not None else None
+        changed = (
+            sorted(n for n in set(before) | set(files) if before.get(n) != files.get(n))
+            if files is not None and before is not None
+            else None
+        )
+        out[int(entry.get("attempt") or 0)] = {"snapshot": path, "changed": changed}
+        before = files
+    return out

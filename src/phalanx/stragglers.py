@@ -7,6 +7,10 @@ are not steps). Each rank's pace is measured over its last WINDOW points, so a r
 late in a long run shows it; while it runs, a rank that stopped reporting is measured up to now.
 THRESHOLD (20 %, or PHALANX_STRAGGLER_THRESHOLD in percent) keeps the
 ordinary jitter of a shared machine from naming anybody.
+
+Series are named by the user (``rank 1``, seed 003's style, as well as the replica's name): each is
+mapped to the replica that reported its points (``store.series_replicas``), so a rank's row, its
+stall and the straggler name the replica whatever its series is called.
 """
 
 from __future__ import annotations
@@ -48,6 +52,36 @@ def _rate(steps: list[int], times: list[float], now: float | None = None) -> tup
     return (steps[-1] - steps[0]) / span, silent
 
 
+def _owners(store: Any, experiment_id: str, title: str) -> dict[str, str]:
+    """series -> the replica reporting it, when each series comes from a replica of its own (the
+    pace's premise: one series per rank). Otherwise (one process reporting every rank's series,
+    or a store without the mapping) the series' names stand for the replicas, as they say."""
+    try:
+        owners = dict(store.series_replicas(experiment_id, title))
+    except Exception:  # a view: without the mapping, series names stand for replicas as before
+        return {}
+    return owners if len(set(owners.values())) == len(owners) else {}
+
+
+def last_steps(store: Any, experiment_id: str) -> dict[str, int]:
+    """replica -> the last step it reported in the series most replicas report (the pace's), for
+    the liveness check: in a synchronous job, the ranks that got further wait for the one behind."""
+    titles = store.metric_titles(experiment_id)
+    candidates = [
+        (len(series), t) for t, series in titles.items() if not t.startswith("system/") and len(series) > 1
+    ]
+    if not candidates:
+        return {}
+    _, title = max(candidates)
+    owners = _owners(store, experiment_id, title)
+    out: dict[str, int] = {}
+    for name, series in store.last_points(experiment_id, title, 1).items():
+        if series.steps:
+            replica = owners.get(name, name)
+            out[replica] = max(out.get(replica, series.steps[-1]), series.steps[-1])
+    return out
+
+
 def _running_replicas(store: Any, experiment_id: str) -> set[str]:
     """The replicas running now (none unless the experiment runs): only they can be stalled."""
     from phalanx.domain import ExperimentStatus, ReplicaState
@@ -71,6 +105,7 @@ def pace(store: Any, experiment_id: str, threshold_percent: float | None = None)
         return None
     _, title = max(candidates)
     by_series = store.last_points(experiment_id, title, WINDOW)
+    owners = _owners(store, experiment_id, title)
     running = _running_replicas(store, experiment_id)
     now = time.time()
     ranks = []
@@ -78,11 +113,14 @@ def pace(store: Any, experiment_id: str, threshold_percent: float | None = None)
         times = series.times or []
         if len(times) != len(series.steps):
             continue
-        got = _rate(list(series.steps), list(times), now if name in running else None)
+        replica = owners.get(name, name)
+        got = _rate(list(series.steps), list(times), now if replica in running else None)
         if got is None:
             continue
         rate, silent = got
-        rank: dict[str, Any] = {"replica": name, "steps_per_second": rate, "last_step": series.steps[-1]}
+        rank: dict[str, Any] = {"replica": replica, "steps_per_second": rate, "last_step": series.steps[-1]}
+        if replica != name:
+            rank["series"] = name
         if silent:
             rank["silent_seconds"] = silent
         ranks.append(rank)

@@ -83,16 +83,24 @@ class _Job:
     submitted: float
     replicas: tuple[str, ...]
     cancelled_at: float | None = None
+    pending: float = 0.0  # virtual seconds it waits in the engine's queue before it runs
+
+    @property
+    def started(self) -> float:
+        return self.submitted + self.pending
 
 
 @dataclass
 class ScriptedBackend:
     """An in-process engine playing ``scripts[n]`` on its n-th submit (replicas a script does not
-    name succeed after 0.1 s; past the last script, every replica succeeds). Records what the
-    supervisor asked of it: ``dry_runs``, ``submits``, ``cancels`` (handle, virtual time)."""
+    name succeed after 0.1 s; past the last script, every replica succeeds). ``pending[n]``: how
+    long the n-th submit stays PENDING (a cluster's queue) before it runs; replicas' times count
+    from then. Records what the supervisor asked of it: ``dry_runs``, ``submits``, ``cancels``
+    (handle, virtual time)."""
 
     clock: VirtualClock
     scripts: Sequence[Mapping[str, Ends]] = ()
+    pending: Sequence[float] = ()
     restarts_itself: bool = False
     name: str = "scripted"
     dry_runs: int = 0
@@ -113,7 +121,8 @@ class ScriptedBackend:
         attempt = len(self.jobs)
         script = self.scripts[attempt] if attempt < len(self.scripts) else {}
         handle = f"{dry.context.experiment_id}:{attempt}"
-        self.jobs[handle] = _Job(script, self.clock.now, dry.replicas)
+        waits = self.pending[attempt] if attempt < len(self.pending) else 0.0
+        self.jobs[handle] = _Job(script, self.clock.now, dry.replicas, pending=waits)
         return handle
 
     def _end(self, job: _Job, name: str) -> Ends:
@@ -122,7 +131,7 @@ class ScriptedBackend:
     def _replica(self, job: _Job, name: str) -> ReplicaStatus:
         end = self._end(job, name)
         now = self.clock.now
-        ends_at = None if end.at is None else job.submitted + end.at
+        ends_at = None if end.at is None else job.started + end.at
         if (
             ends_at is not None
             and ends_at <= now
@@ -139,6 +148,9 @@ class ScriptedBackend:
         job = self.jobs.get(handle)
         if job is None:
             return None
+        if self.clock.now < job.started and job.cancelled_at is None:
+            waiting = tuple(ReplicaStatus(n, ReplicaState.PENDING) for n in job.replicas)
+            return JobStatus(ExperimentStatus.PENDING, waiting, "queued")
         replicas = tuple(self._replica(job, n) for n in job.replicas)
         failed = sorted(
             (r for r in replicas if r.state is ReplicaState.FAILED), key=lambda r: r.finished_at or 0
@@ -181,12 +193,13 @@ def supervise(
     *,
     restarts_itself: bool = False,
     before_run: Any = None,
+    pending: Sequence[float] = (),
 ) -> tuple[Outcome, ScriptedBackend]:
     """Run ``spec`` under the real Supervisor on a ScriptedBackend, in virtual time; returns how it
     ended and the engine (what was submitted and cancelled, when). ``before_run(prepared)`` runs
     after preparing, before supervising (to leave a stop request, say)."""
     clock = VirtualClock(limit=3 * 3600.0)
-    engine = ScriptedBackend(clock, scripts, restarts_itself=restarts_itself)
+    engine = ScriptedBackend(clock, scripts, pending, restarts_itself=restarts_itself)
     prepared = prepare(spec, settings=settings, backend=engine, workdir=settings.home)
     if before_run is not None:
         before_run(prepared)

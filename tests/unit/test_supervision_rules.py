@@ -170,6 +170,26 @@ def test_max_run_seconds_fails_an_experiment_that_runs_too_long(store: SqlStore,
     assert {state for state, _ in replica_rows(store, outcome.experiment_id).values()} == {"stopped"}
 
 
+def test_time_pending_in_a_clusters_queue_counts_neither_for_the_stop_nor_for_the_restart(
+    store: SqlStore, settings: Settings
+) -> None:
+    """max_run_seconds=60: the first group waits 100 s in the engine's queue, then a worker fails
+    after 10 s of running. The experiment ran 10 s, not 110: it is restarted, and the second
+    group is stopped once the two together have run 60 s."""
+    scripts = [
+        {"master": RUNS_FOREVER, "worker-0": Ends(10.0, exit_code=1), "worker-1": RUNS_FOREVER},
+        {"master": RUNS_FOREVER, "worker-0": RUNS_FOREVER, "worker-1": RUNS_FOREVER},
+    ]
+    outcome, engine = supervise(
+        spec(max_run_seconds=60, max_restarts=1), scripts, store, settings, pending=[100.0, 0.0]
+    )
+    assert engine.submits == 2, dump(engine)  # restarted: pending time is not running time
+    assert outcome.status is ExperimentStatus.FAILED
+    assert outcome.reason == "ran longer than max_run_seconds (60 s)"
+    second = engine.jobs[engine.cancels[-1][0]]
+    assert 50 <= engine.cancels[-1][1] - second.started <= 50 + 0.3  # 10 s + 50 s of running
+
+
 def test_a_stop_request_left_before_the_start_submits_nothing(store: SqlStore, settings: Settings) -> None:
     outcome, engine = supervise(
         spec(), [], store, settings, before_run=lambda p: write_stop_request(settings, p.experiment_id)

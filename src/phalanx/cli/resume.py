@@ -277,10 +277,21 @@ def rerun(
         bool, typer.Option("--detach", "-d", help="Start the rerun in the background and print its id.")
     ] = False,
     new_experiment_id: Annotated[str | None, typer.Option("--experiment-id", hidden=True)] = None,
+    attempt: Annotated[
+        int | None,
+        typer.Option(
+            "--attempt",
+            min=0,
+            help="Rerun what this attempt ran (`phalanx get ID` lists them); "
+            "default: the last attempt that succeeded.",
+        ),
+    ] = None,
     output: OutputOpt = "table",
 ) -> None:
     """Start a new experiment from exactly the file, params and source snapshot another one ran
-    (with --param changes). Exit status as for `phalanx run`; with -d, 0 once it has started."""
+    (with --param changes): by default what its last successful attempt ran (after a `phalanx
+    resume` with edited code, the edited code), or what --attempt N ran. Exit status as for
+    `phalanx run`; with -d, 0 once it has started."""
     _check_output(output)
     import shutil
     import time
@@ -294,7 +305,8 @@ def rerun(
     store = _open()
     experiment = store.get_experiment(experiment_id)
     launch = _launch_of(store, experiment)
-    record = store.repro(experiment.id)
+    record = _rerun_record(store, experiment.id, attempt)
+    launch = {**launch, **dict(record.get("launch") or {})}
     recorded = dict(launch.get("params") or {})
     changes = parse_param_overrides(param or [])
     params = {**recorded, **changes}
@@ -308,7 +320,8 @@ def rerun(
     spec = load_spec_text(experiment.spec_text, filename, params, extra_params=True)
     snap = (record.get("snapshot") or {}).get("path")
     if not (snap and store.artifact_store is not None and store.artifact_store.exists(experiment.id, snap)):
-        raise fail(f"experiment {experiment.id} has no source snapshot to rerun from")
+        which = f"attempt {attempt} of experiment" if attempt is not None else "experiment"
+        raise fail(f"{which} {experiment.id} has no source snapshot to rerun from")
     note = repro.left_out_note(record.get("snapshot"))
     if note:
         import sys
@@ -323,7 +336,7 @@ def rerun(
 
     spec = pin_inputs(spec, experiment.plan)  # the same dataset versions as the original
     if detach:  # every mistake above is found before it goes to the background
-        _detach_rerun(experiment.id, new_id, param or [], extra_params, settings, output)
+        _detach_rerun(experiment.id, new_id, param or [], extra_params, settings, output, attempt)
         return
     folder = settings.runs_dir / new_id / "source"
     try:
@@ -348,8 +361,32 @@ def rerun(
     )
 
 
+def _rerun_record(store: Any, experiment_id: str, attempt: int | None) -> dict[str, Any]:
+    """The record a rerun starts from: --attempt N's, else the last successful attempt's."""
+    from phalanx import repro
+
+    record = store.repro(experiment_id)
+    if attempt is None:
+        return repro.rerun_record(record, store.attempts(experiment_id))
+    found = repro.attempt_record(record, attempt)
+    if found is None:
+        numbers = [int(a.get("attempt") or 0) for a in record.get("attempts") or []] or [0]
+        raise fail(
+            f"attempt {attempt} of experiment {experiment_id} recorded no code of its own (a restart "
+            f"runs the code of the attempt before it); attempts with a record: "
+            f"{', '.join(map(str, numbers))} (`phalanx get {experiment_id}` lists them)"
+        )
+    return found
+
+
 def _detach_rerun(
-    experiment_id: str, new_id: str, params: list[str], extra_params: bool, settings: Any, output: str
+    experiment_id: str,
+    new_id: str,
+    params: list[str],
+    extra_params: bool,
+    settings: Any,
+    output: str,
+    attempt: int | None = None,
 ) -> None:
     """`phalanx rerun` again in its own session, as `phalanx run -d` does (cli.run.start_detached)."""
     import sys
@@ -361,15 +398,26 @@ def _detach_rerun(
         argv += ["--param", p]
     if extra_params:
         argv.append("--extra-params")
+    if attempt is not None:
+        argv += ["--attempt", str(attempt)]
     start_detached(argv, new_id, settings, Output.JSON if output == "json" else Output.TEXT)
 
 
-def _diff_doc(store: Any, a: Any, b: Any) -> dict[str, Any]:
+def _diff_doc(
+    store: Any,
+    a: Any,
+    b: Any,
+    records: tuple[dict[str, Any], dict[str, Any]] | None = None,
+    labels: tuple[str, str] | None = None,
+) -> dict[str, Any]:
+    """``records``: the two sides' repro records when not the experiments' own (two attempts);
+    ``labels``: how the sides are named then (``ID@N``)."""
     import difflib
 
     from phalanx import repro
 
-    ra, rb = store.repro(a.id), store.repro(b.id)
+    ra, rb = records if records is not None else (store.repro(a.id), store.repro(b.id))
+    name_a, name_b = labels or (a.id, b.id)
     pa = dict((a.plan or {}).get("params") or {})
     pb = dict((b.plan or {}).get("params") or {})
     params = {
@@ -383,8 +431,8 @@ def _diff_doc(store: Any, a: Any, b: Any) -> dict[str, Any]:
             difflib.unified_diff(
                 (a.spec_text or "").splitlines(),
                 (b.spec_text or "").splitlines(),
-                f"{a.id}/file",
-                f"{b.id}/file",
+                f"{name_a}/file",
+                f"{name_b}/file",
                 lineterm="",
             )
         )
@@ -426,9 +474,15 @@ def _diff_doc(store: Any, a: Any, b: Any) -> dict[str, Any]:
         k: {"a": ka.get(k), "b": kb.get(k)} for k in sorted(set(ka) | set(kb)) if ka.get(k) != kb.get(k)
     }
     ga, gb = ra.get("git") or {}, rb.get("git") or {}
+    if records is not None:  # two attempts: their params are what each was launched with
+        la, lb = dict(ra.get("launch") or {}), dict(rb.get("launch") or {})
+        pa, pb = dict(la.get("params") or pa), dict(lb.get("params") or pb)
+        params = {
+            k: {"a": pa.get(k), "b": pb.get(k)} for k in sorted(set(pa) | set(pb)) if pa.get(k) != pb.get(k)
+        }
     return {
-        "a": a.id,
-        "b": b.id,
+        "a": name_a,
+        "b": name_b,
         "params": params,
         "file": file_diff,
         "code": code,
@@ -460,22 +514,75 @@ def _shown(value: Any) -> str:
     return "(none)" if value is None else repr(value)
 
 
+def _side(store: Any, ref: str) -> tuple[Any, int | None]:
+    """``ID`` or ``ID@N`` (attempt N of it) -> (experiment, attempt)."""
+    ident, sep, number = ref.partition("@")
+    if sep and not number.isdigit():
+        raise fail(f"{ref!r}: write an attempt as ID@N, N its number (`phalanx get {ident}` lists them)")
+    return store.get_experiment(ident), int(number) if sep else None
+
+
+def _attempt_of(store: Any, exp: Any, attempt: int) -> dict[str, Any]:
+    from phalanx import repro
+
+    found = repro.attempt_record(store.repro(exp.id), attempt)
+    if found is None:
+        raise fail(
+            f"attempt {attempt} of experiment {exp.id} recorded no code of its own "
+            f"(`phalanx get {exp.id}` lists its attempts)"
+        )
+    return found
+
+
 @app.command("diff")
 def diff(
-    a: Annotated[str, typer.Argument(metavar="A", help="an experiment id (or unique prefix)")],
-    b: Annotated[str, typer.Argument(metavar="B", help="another experiment id")],
+    a: Annotated[
+        str, typer.Argument(metavar="A", help="an experiment id (or unique prefix); ID@N: its attempt N")
+    ],
+    b: Annotated[
+        str | None,
+        typer.Argument(
+            metavar="[B]", help="another experiment (or ID@N); left out: A's first and last attempts"
+        ),
+    ] = None,
     output: OutputOpt = "table",
 ) -> None:
-    """What differs between two experiments: params, the experiment file, the code (their source
-    snapshots), packages, git commit and versions."""
+    """What differs between two experiments, or two attempts of one: params, the experiment file,
+    the code (their source snapshots), packages, git commit and versions. `phalanx diff ID` compares
+    the first attempt of ID with its last (what a `phalanx resume` after an edit changed)."""
     _check_output(output)
     store = _open()
-    ea, eb = store.get_experiment(a), store.get_experiment(b)
-    doc = _diff_doc(store, ea, eb)
+    from phalanx import repro
+
+    ea, at_a = _side(store, a)
+    at_b: int | None
+    if b is None:
+        numbers = [int(r.get("attempt") or 0) for r in store.repro(ea.id).get("attempts") or []] or [0]
+        eb, at_a, at_b = ea, at_a if at_a is not None else numbers[0], numbers[-1]
+    else:
+        eb, at_b = _side(store, b)
+    if at_a is None and at_b is None:
+        doc = _diff_doc(store, ea, eb)
+    else:
+        ra = (
+            _attempt_of(store, ea, at_a)
+            if at_a is not None
+            else repro.attempt_record(store.repro(ea.id), None)
+        )
+        rb = (
+            _attempt_of(store, eb, at_b)
+            if at_b is not None
+            else repro.attempt_record(store.repro(eb.id), None)
+        )
+        labels = (
+            ea.id if at_a is None else f"{ea.id}@{at_a}",
+            eb.id if at_b is None else f"{eb.id}@{at_b}",
+        )
+        doc = _diff_doc(store, ea, eb, (ra or {}, rb or {}), labels)
     if output == "json":
         emit_json(doc)
         return
-    out = [f"diff {ea.id} {eb.id}"]
+    out = [f"diff {doc['a']} {doc['b']}"]
     for title, key in (
         ("params", "params"),
         ("packages", "packages"),

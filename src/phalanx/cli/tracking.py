@@ -280,12 +280,44 @@ def run_details(store: Store, experiment_id: str) -> dict[str, Any]:
         "snapshot": repro.get("snapshot"),
         "launch": repro.get("launch"),
     }
+    attempts = store.attempts(experiment_id)
+    code = _attempt_code(store, experiment_id, repro)
+    for a in attempts:  # what each attempt ran, where `phalanx resume` recorded it (docs/checkpoints.md)
+        if a["number"] in code:
+            a["code"] = code[a["number"]]
     return {
-        "attempts": store.attempts(experiment_id),
+        "attempts": attempts,
         "pod_attempts": store.replica_starts(experiment_id),
         "source": source if repro else None,
         "pace": pace(store, experiment_id),
     }
+
+
+def _code_note(attempt: dict[str, Any]) -> str:
+    """What an attempt's recorded code changed, for the attempts table."""
+    changed = (attempt.get("code") or {}).get("changed")
+    if changed is None:
+        return ""
+    if not changed:
+        return "; same code"
+    shown = ", ".join(changed[:3]) + (f" and {len(changed) - 3} more" if len(changed) > 3 else "")
+    return f"; code changed: {shown} (`phalanx diff ID` shows how)"
+
+
+def _attempt_code(store: Store, experiment_id: str, record: dict[str, Any]) -> dict[int, dict[str, Any]]:
+    from phalanx import repro
+
+    artifacts = getattr(store, "artifact_store", None)
+
+    def read(path: str) -> bytes | None:
+        if artifacts is None or not artifacts.exists(experiment_id, path):
+            return None
+        return bytes(artifacts.read_bytes(experiment_id, path))
+
+    try:
+        return repro.attempt_changes(record, read)
+    except Exception:  # an unreadable snapshot must not take `get` down
+        return {}
 
 
 def run_details_text(details: dict[str, Any]) -> list[str]:
@@ -296,7 +328,7 @@ def run_details_text(details: dict[str, Any]) -> list[str]:
         for a in attempts:
             step = f" from checkpoint step {a['checkpoint_step']}" if a["checkpoint_step"] is not None else ""
             why = f" ({a['reason'].splitlines()[0]})" if a.get("reason") else ""
-            out.append(f"  {a['number']}  {a['kind']}{step}: {a['status']}{why}")
+            out.append(f"  {a['number']}  {a['kind']}{step}: {a['status']}{why}{_code_note(a)}")
     pods = details.get("pod_attempts") or {}
     if pods:  # pods Kubernetes restarted by itself: each start asked the server for its attempt
         out += ["", "pod attempts: " + ", ".join(f"{name} {n}" for name, n in pods.items())]

@@ -276,6 +276,12 @@ class Store(Protocol):
         NotFound."""
         ...
 
+    def series_replicas(self, experiment_id: str, title: str) -> dict[str, str]:
+        """series -> the replica that reported its latest point: series are named by the user
+        (``rank 1``, ``gpu-0``), so a per-replica view (pace, stalls) maps them back through this.
+        Raises NotFound."""
+        ...
+
     def metric_titles(self, experiment_id: str) -> dict[str, list[str]]:
         """Chart title -> its series names, both sorted. Raises NotFound."""
         ...

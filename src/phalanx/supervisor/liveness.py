@@ -9,16 +9,19 @@ legitimately sit idle, e.g. waiting for data).
 
 A hang is declared when a stopped replica (SIGSTOP, state T) has made no progress for that long, or
 when every running replica has made none (a replica idle while a peer works is waiting for it). The
-replica named is the stopped one, else the one idle longest; the other idle ones are listed as
-likely waiting for it. Only engines that give replica pids on this machine (local) are watched for CPU;
-elsewhere console output alone counts.
+replica named is the stopped one; else the one behind in the steps the replicas report (in a
+synchronous job the ranks that reached a later step wait in a collective for the one that did not:
+idle time alone misleads, since the master waiting in all_reduce may well have gone idle first);
+else the one idle longest. The other idle ones are listed as likely waiting for it. Only engines
+that give replica pids on this machine (local) are watched for CPU; elsewhere console output alone
+counts.
 """
 
 from __future__ import annotations
 
 import os
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -50,6 +53,22 @@ def _cpu_and_stopped(pids: list[int]) -> tuple[int, bool]:
     return ticks, stopped
 
 
+def _behind(stalled: Mapping[str, float], steps: Callable[[], Mapping[str, int]] | None) -> str | None:
+    """The one stalled replica whose last reported step is behind every other's (None: no such one,
+    or nothing reported)."""
+    if steps is None:
+        return None
+    try:
+        known = {n: s for n, s in steps().items() if n in stalled}
+    except Exception:  # the store may be unreachable: idle time decides then
+        return None
+    if len(known) < 2:
+        return None
+    lowest = min(known.values())
+    behind = [n for n, s in known.items() if s == lowest]
+    return behind[0] if len(behind) == 1 else None
+
+
 @dataclass
 class Liveness:
     timeout: float
@@ -63,8 +82,11 @@ class Liveness:
         """A console line of ``replica`` arrived (called from its tail thread)."""
         self.last_progress[replica] = time.monotonic()
 
-    def check(self, running: Mapping[str, int | None]) -> str | None:
-        """``running``: replica -> leader pid (None if unknown) of replicas still running. The reason
+    def check(
+        self, running: Mapping[str, int | None], steps: Callable[[], Mapping[str, int]] | None = None
+    ) -> str | None:
+        """``running``: replica -> leader pid (None if unknown) of replicas still running;
+        ``steps``: replica -> last step it reported (asked only once a hang is declared). The reason
         to fail the experiment when one has stalled for longer than the timeout, else None."""
         now = time.monotonic()
         if now - self._checked < CHECK_SECONDS:
@@ -90,7 +112,7 @@ class Liveness:
         frozen = [n for n in stalled if self._stopped.get(n)]
         if not frozen and (not stalled or len(stalled) < len(idle)):
             return None  # an idle replica while a peer works is waiting for it, not hung
-        culprit = frozen[0] if frozen else max(stalled, key=lambda n: stalled[n])
+        culprit = frozen[0] if frozen else _behind(stalled, steps) or max(stalled, key=lambda n: stalled[n])
         how = "is stopped (SIGSTOP?) and " if culprit in frozen else ""
         others = sorted(n for n in stalled if n != culprit)
         also = f"; also idle, likely waiting for it: {', '.join(others)}" if others else ""

@@ -10,8 +10,7 @@ import secrets
 import signal
 import threading
 import time
-from collections import deque
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -21,6 +20,7 @@ from phalanx.domain import ExperimentStatus, Framework, Replica, ReplicaState
 from phalanx.plan import Plan
 from phalanx.spec.model import ExperimentSpec
 from phalanx.supervisor.preparing import Prepared, ingester_here, launch_json, prepare
+from phalanx.supervisor.tails import LogTail, join_tails
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -36,7 +36,6 @@ POLL_SECONDS = 0.1
 # (MultiWorkerMirroredStrategy workers do, and flush what they report) before the servers that
 # never end (ParameterServerStrategy's tf.distribute.Server.join()) are stopped.
 TF_SERVER_GRACE_SECONDS = 5.0
-TAIL_LINES = 10  # log lines quoted in a failed experiment's reason
 # How long the supervisor keeps trying to record an experiment's outcome when the store cannot be
 # reached; after that the outcome goes to the spool (a durable marker the next reader applies).
 STORE_RETRY_SECONDS = float(os.environ.get("PHALANX_STORE_RETRY_SECONDS", "30"))
@@ -141,26 +140,6 @@ def launch(
 # ---- supervising ------------------------------------------------------------------------------
 
 
-class _Tail:
-    """One thread per replica: its log lines -> spool LOG events, the observer, a short tail."""
-
-    def __init__(self, lines: Iterator[str], replica: Replica, sink: Callable[[Replica, str], None]) -> None:
-        self.last: deque[str] = deque(maxlen=TAIL_LINES)
-        self._lines = lines
-        self._replica = replica
-        self._sink = sink
-        self.thread = threading.Thread(target=self._run, name=f"tail-{replica.name}", daemon=True)
-        self.thread.start()
-
-    def _run(self) -> None:
-        try:
-            for text in self._lines:
-                self.last.append(text)
-                self._sink(self._replica, text)
-        except Exception:  # a log reader's trouble must not take the supervisor down
-            log.exception("reading the log of %s failed", self._replica.name)
-
-
 class Supervisor:
     def __init__(
         self,
@@ -201,8 +180,11 @@ class Supervisor:
         }
         self.states: dict[str, ReplicaStatus] = {}
         self.stop_reason: str | None = None
-        self.tails: dict[str, _Tail] = {}
+        self.tails: dict[str, LogTail] = {}
+        self.lost_lines = 0  # console lines that could not be spooled (said in the outcome)
         self.started = time.monotonic()
+        self._ran_seconds = 0.0  # time the replicas of finished attempts ran (max_run_seconds)
+        self._running_since: float | None = None  # the current attempt runs (not pending) since
         self.submitted_at: float | None = None  # wall clock of the first submit: the experiment's start
         self._spool: Any = None
         self._store_warned = float("-inf")
@@ -306,6 +288,10 @@ class Supervisor:
             if self._repro_thread is not None:
                 self._store_ready.set()  # (also when the store never opened: the thread then ends)
                 self._repro_thread.join(timeout=120)
+            if self.lost_lines:  # never silently: the user must know the console is incomplete
+                note = f"{self.lost_lines} console line(s) could not be stored"
+                outcome = replace(outcome, reason=f"{outcome.reason}; {note}" if outcome.reason else note)
+                self.observer.message(note)
             if created or self._created:
                 self._finish(outcome)
                 self._tidy(ingested=ingest_thread is not None and not ingest_thread.is_alive())
@@ -423,12 +409,20 @@ class Supervisor:
         """`phalanx resume`: start a group from the reopened experiment's latest checkpoint."""
         if self._stop_requested():
             return None
-        handle = self._submit(self.p.backend.dry_run(self.p.plan, self._resume_context()))
+        context = self._resume_context()
+        handle = self._submit(self.p.backend.dry_run(self.p.plan, context))
+        attempt = context.tracking_env.get("PHALANX_ATTEMPT")
+        self._start_repro(attempt=int(attempt) if attempt else None)  # the code may have been edited
         self._start_system_metrics()
         return handle
 
-    def _start_repro(self) -> None:
-        """Record what runs (phalanx.repro) in a thread: the replicas do not wait for git or pip."""
+    def _start_repro(self, attempt: int | None = None) -> None:
+        """Record what runs (phalanx.repro) in a thread: the replicas do not wait for git or pip.
+
+        ``attempt``: a later attempt of the experiment (`phalanx resume`), whose folder may hold
+        edited code. Its record becomes the experiment's (what produced its latest result), its
+        snapshot is stored beside the earlier ones, and every attempt's record is kept in order
+        under ``attempts`` (repro.with_attempt), for `phalanx get`, `diff ID` and `rerun --attempt`."""
         launch = dict(getattr(self.p, "launch", None) or {})
         launch.setdefault("workdir", self.p.context.workdir)
         launch.setdefault("cluster", self.p.cluster)
@@ -455,10 +449,14 @@ class Supervisor:
                     if git:
                         record["git"] = {**git, "from": original}
                 artifacts = getattr(self.store, "artifact_store", None)
+                path = repro.snapshot_path(attempt)
                 if artifacts is not None:
-                    artifacts.put_bytes(self.id, repro.SNAPSHOT_PATH, data)
+                    artifacts.put_bytes(self.id, path, data)
+                    record["snapshot"] = {**record["snapshot"], "path": path}
                 else:
                     record["snapshot"] = {**record["snapshot"], "path": None}
+                if attempt is not None:
+                    record = repro.with_attempt(self.store.repro(self.id), record, attempt)
                 self.store.set_repro(self.id, record)
             except Exception:
                 log.exception("storing what the experiment runs failed")
@@ -489,14 +487,15 @@ class Supervisor:
         handle = self.p.backend.submit(dry)
         self._handle = handle  # the group the system-metrics sampler looks at
         self.tails = {
-            name: _Tail(self.p.backend.logs(handle, name, follow=True), replica, self._line)
+            name: LogTail(
+                self.p.backend.logs(handle, name, follow=True), replica, self._show, self._spool_lines
+            )
             for name, replica in self.replicas.items()
         }
         return handle
 
     def _join_tails(self) -> None:
-        for tail in self.tails.values():
-            tail.thread.join(timeout=30)
+        join_tails(self.tails.values())
 
     def _start_ingester(self, stop: threading.Event) -> threading.Thread | None:
         try:
@@ -668,6 +667,7 @@ class Supervisor:
         try:
             return self._watch(handle)
         finally:
+            self._pause_run_clock()  # the attempt has ended: its running time is counted
             backend.cancel(handle)  # idempotent; leaves nothing of this attempt behind
             self._join_tails()
             final = backend.describe(handle)
@@ -677,12 +677,10 @@ class Supervisor:
     def _watch(self, handle: str) -> tuple[ExperimentStatus, str | None]:
         backend = self.p.backend
         plan = self.p.plan
-        # max_run_seconds counts from the moment the job runs: time waiting in a cluster's queue is not
-        # the experiment's (a job pending behind another must not fail for it)
-        deadline: float | None = None
         pending_reason: str | None = None
         chief_done_at: float | None = None
         while True:
+            self._flush_tails()  # what the replicas printed since the last poll reaches the spool
             if self._stop_requested():
                 backend.cancel(handle)
                 return ExperimentStatus.STOPPED, self.stop_reason
@@ -691,6 +689,7 @@ class Supervisor:
                 return ExperimentStatus.FAILED, f"the {backend.name} engine no longer knows the job {handle}"
             self._follow_requeue(job)
             if job.status is ExperimentStatus.PENDING:
+                self._pause_run_clock()  # pending (again, after a requeue): not the experiment's time
                 if pending_reason != (job.reason or ""):
                     pending_reason = job.reason or ""
                     self.store.update_experiment(
@@ -701,8 +700,8 @@ class Supervisor:
                 if pending_reason is not None:
                     pending_reason = None
                     self.store.update_experiment(self.id, status=ExperimentStatus.RUNNING, reason="")
-                if deadline is None and plan.max_run_seconds:
-                    deadline = time.monotonic() + plan.max_run_seconds
+                if self._running_since is None:
+                    self._running_since = time.monotonic()
             self._record(job)
             if self._chief_done(job):
                 # the chief decides a TensorFlow experiment: what the others do now cannot fail it
@@ -726,11 +725,11 @@ class Supervisor:
                 return ExperimentStatus.STOPPED, job.reason or "stopped by the engine"
             if self.liveness is not None:
                 running = {r.name: r.pid for r in job.replicas if r.state is ReplicaState.RUNNING}
-                stalled = self.liveness.check(running)
+                stalled = self.liveness.check(running, self._last_steps)
                 if stalled:
                     backend.cancel(handle)
                     return ExperimentStatus.FAILED, stalled
-            if deadline is not None and time.monotonic() > deadline:
+            if plan.max_run_seconds and self._run_seconds() > plan.max_run_seconds:
                 backend.cancel(handle)
                 return (
                     ExperimentStatus.FAILED,
@@ -738,10 +737,34 @@ class Supervisor:
                 )
             time.sleep(POLL_SECONDS)
 
+    def _last_steps(self) -> Mapping[str, int]:
+        """replica -> the last step it reported, once what the spool holds is in the store."""
+        from phalanx import stragglers
+        from phalanx.ingest import Ingester
+
+        with contextlib.suppress(Exception):  # the ingest thread does the same: this only hurries it
+            Ingester(self.store, None, self.spool_dir, cleanup=False).run_once()
+        return stragglers.last_steps(self.store, self.id)
+
+    # max_run_seconds counts the time the experiment's replicas ran, every attempt's together, and
+    # the same way for both decisions it takes part in: stopping a running group and restarting a
+    # failed one. Time pending in a cluster's queue (Slurm, Kubernetes) or waiting in this machine's
+    # queue is not the experiment's: a job pending behind another neither fails for it nor loses
+    # its restarts to it.
+    def _pause_run_clock(self) -> None:
+        if self._running_since is not None:
+            self._ran_seconds += time.monotonic() - self._running_since
+            self._running_since = None
+
+    def _run_seconds(self) -> float:
+        """How long the experiment's replicas have run, over every attempt so far."""
+        now = time.monotonic()
+        return self._ran_seconds + (now - self._running_since if self._running_since is not None else 0.0)
+
     def _past_deadline(self) -> bool:
-        """Whether the experiment has run longer than max_run_seconds (counted from its start)."""
+        """Whether the experiment has run max_run_seconds already (no time left for a restart)."""
         limit = self.p.plan.max_run_seconds
-        return bool(limit) and time.monotonic() > self.started + (limit or 0)
+        return bool(limit) and self._run_seconds() >= (limit or 0)
 
     def _chief_done(self, job: JobStatus) -> bool:
         """TensorFlow's ps (and PS-strategy worker) servers never exit: the chief's success ends it."""
@@ -818,15 +841,37 @@ class Supervisor:
             self.observer.states({n: s.state for n, s in self.states.items()}, elapsed)
 
     def _line(self, replica: Replica, text: str) -> None:
+        """A supervisor note in a replica's console: spooled (after what the replica printed
+        before it), then shown."""
+        tail = self.tails.get(replica.name)
+        if tail is not None:
+            tail.flush()
+        self._spool_lines(replica, [text])
+        self._show(replica, text)
+
+    def _show(self, replica: Replica, text: str) -> None:
         if self.liveness is not None:
             self.liveness.output(replica.name)
-        # ValueError: the writer closed under a late line at shutdown; OSError: the disk is full
-        # (the line still reaches the terminal)
-        with contextlib.suppress(ValueError, OSError):
-            self._spool.log(
-                text, replica=replica.name, role=str(replica.role), index=replica.index, rank=replica.rank
+        self.observer.line(replica.name, text)
+
+    def _spool_lines(self, replica: Replica, lines: list[str]) -> None:
+        # ValueError: the writer closed under a late line at shutdown (a stuck reader given up on);
+        # OSError: the disk is full. The lines still reach the terminal; the outcome counts them.
+        try:
+            self._spool.write(
+                "log",
+                {"stream": "stdout", "lines": lines},
+                replica=replica.name,
+                role=str(replica.role),
+                index=replica.index,
+                rank=replica.rank,
             )
-        self.observer.line(replica.name, text)  # after the spool: the store has it whatever the echo does
+        except (ValueError, OSError):
+            self.lost_lines += len(lines)
+
+    def _flush_tails(self) -> None:
+        for tail in list(self.tails.values()):
+            tail.flush()
 
     def _emit_all(self, text: str) -> None:
         """A supervisor note in the console of every replica (restarts, servers stopped)."""

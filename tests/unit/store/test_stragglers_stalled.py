@@ -7,7 +7,7 @@ import time
 
 from phalanx.domain import Event, EventKind, ExperimentStatus, Replica, ReplicaState, Role
 from phalanx.store.sql import SqlStore
-from phalanx.stragglers import pace
+from phalanx.stragglers import last_steps, pace
 
 
 def _experiment(store: SqlStore) -> str:
@@ -43,3 +43,27 @@ def test_a_finished_run_is_measured_over_the_points_only(store: SqlStore) -> Non
     store.update_experiment(exp, status=ExperimentStatus.SUCCEEDED)
     doc = pace(store, exp)
     assert doc is not None and doc["straggler"] is None, doc  # each rank ran at 1 step/s
+
+
+def test_series_named_by_rank_are_measured_and_named_as_their_replica(store: SqlStore) -> None:
+    """Seed 003 names a rank's series `rank N`, not after the replica: the stalled rank is still
+    found among the running replicas and named as the replica that reported it."""
+    replicas = [
+        Replica("", "master", Role.MASTER, 0, 0),
+        Replica("", "worker-0", Role.WORKER, 0, 1),
+        Replica("", "worker-1", Role.WORKER, 1, 2),
+    ]
+    exp = store.create_experiment(name="ranks", project="p", replicas=replicas, backend="local").id
+    now = time.time()
+    for rank, name in enumerate(("master", "worker-0", "worker-1")):
+        steps = range(3) if name == "worker-0" else range(40)
+        data = {"points": [["loss", f"rank {rank}", s, 1.0, now - 40 + s] for s in steps]}
+        store.write_events([Event(exp, EventKind.SCALAR, data, replica=name, rank=rank, stream=f"r{rank}")])
+    store.update_experiment(exp, status=ExperimentStatus.RUNNING)
+    for name in ("master", "worker-0", "worker-1"):
+        store.update_replica(exp, name, state=ReplicaState.RUNNING)
+    doc = pace(store, exp)
+    assert doc is not None and doc["straggler"] is not None, doc
+    assert doc["straggler"]["replica"] == "worker-0" and doc["straggler"]["series"] == "rank 1"
+    assert doc["straggler"]["silent_seconds"] > 30
+    assert last_steps(store, exp) == {"master": 39, "worker-0": 2, "worker-1": 39}

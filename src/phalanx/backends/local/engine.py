@@ -30,6 +30,7 @@ from typing import Any
 from phalanx import frameworks, limits
 from phalanx.backends.base import DryRun, JobStatus, LaunchContext, ReplicaStatus, expect_dry_run
 from phalanx.backends.dry_runs import LocalDryRun, LocalProcess, LocalUnit
+from phalanx.backends.local import members
 from phalanx.backends.local.mpi_output import RankFailure, TaggedStream, rank_failure
 from phalanx.backends.logfiles import follow_file
 from phalanx.config import Settings
@@ -108,6 +109,9 @@ class LocalBackend:
         self._popen: dict[str, dict[str, subprocess.Popen[bytes]]] = {}
         self._finished: dict[tuple[str, str], float] = {}
         self._rank_failures: dict[tuple[str, str], RankFailure | None] = {}
+        # units whose reaper died before its processes: when we first told them to end, how many
+        self._orphaned: dict[tuple[str, str], tuple[float, int]] = {}
+        self._settled: set[tuple[str, str]] = set()  # leader and every process of the unit gone
 
     # -- dry run --------------------------------------------------------------------------------
     def dry_run(self, plan: Plan, context: LaunchContext) -> LocalDryRun:
@@ -210,9 +214,11 @@ class LocalBackend:
         log.parent.mkdir(parents=True, exist_ok=True)
         offset = log.stat().st_size if log.exists() else 0
         # the file holds only what Phalanx adds: the inherited environment (AWS keys, a user's
-        # secrets) reaches the reaper as its own environment, never a file on disk
+        # secrets) reaches the reaper as its own environment, never a file on disk; the mark is how
+        # the engine finds the unit's processes once its reaper is gone (members)
+        mark = {members.ENV: members.marker(f"{exp_id}:{folder.name}", unit.name)}
         processes: list[dict[str, Any]] = [
-            {"argv": list(p.argv), "cwd": unit.cwd, "env": dict(p.env)} for p in unit.processes
+            {"argv": list(p.argv), "cwd": unit.cwd, "env": {**p.env, **mark}} for p in unit.processes
         ]
         lim = unit.limits
         memory = float(lim["memory"][:-2]) if lim.get("memory") else None
@@ -282,12 +288,46 @@ class LocalBackend:
         proc = self._popen.get(handle, {}).get(unit.name)
         return proc.returncode if proc is not None else None
 
-    def _cancelled(self, handle: str) -> bool:
-        return (self._folder(handle) / "cancelled").exists()
+    def _cancelled(self, handle: str) -> set[str] | None:
+        """The units whose leader was alive when the job was cancelled (None: never cancelled).
+        Only those were stopped: one that had ended before keeps its own outcome."""
+        try:
+            text = (self._folder(handle) / "cancelled").read_text()
+        except OSError:
+            return None
+        try:
+            return set(json.loads(text))
+        except ValueError:  # an empty file (older versions): every unit was told to stop
+            return {u.name for u in self._units(handle) or []}
+
+    def _left_behind(self, handle: str, unit: _Unit) -> list[int]:
+        """The unit's processes still running although its leader is gone (none once settled)."""
+        key = (handle, unit.name)
+        if key in self._settled:
+            return []
+        found = members.find(members.marker(handle, unit.name), exclude=[unit.pid])
+        if not found:
+            self._settled.add(key)  # a gone tree cannot grow again: no need to look twice
+        return found
+
+    def _end_orphans(self, handle: str, unit: _Unit, pids: list[int]) -> None:
+        """The reaper died before its processes: do its job. SIGTERM first, as it would have (a
+        failed process's siblings get the grace period), SIGKILL once the grace has passed."""
+        key = (handle, unit.name)
+        first = self._orphaned.get(key)
+        if first is None:
+            self._orphaned[key] = (time.monotonic(), len(pids))
+            members.signal_all(pids, signal.SIGTERM)
+        elif time.monotonic() - first[0] > self.grace:
+            members.signal_all(pids, signal.SIGKILL)
 
     def _unit_status(self, handle: str, unit: _Unit) -> tuple[ReplicaState, int | None, str | None, float]:
         key = (handle, unit.name)
         if self._alive(handle, unit):
+            return ReplicaState.RUNNING, None, None, 0.0
+        left = self._left_behind(handle, unit)
+        if left:  # never `stopped` nor `failed` while a process of it runs: its cores are still used
+            self._end_orphans(handle, unit, left)
             return ReplicaState.RUNNING, None, None, 0.0
         finished = self._finished.setdefault(key, time.time())
         try:
@@ -308,9 +348,14 @@ class LocalBackend:
         if code == 0:
             return ReplicaState.SUCCEEDED, 0, None, finished
         # stopped: its leader was told to stop (cancel), or vanished while we were cancelling
-        stopped = self._cancelled(handle) and (reason == "stopped" or status is None)
+        stopped = unit.name in (self._cancelled(handle) or ()) and (reason == "stopped" or status is None)
         if reason is None or reason == "stopped":
             reason = exit_reason(code)
+        orphaned = self._orphaned.get(key)
+        if status is None and not stopped:  # its reaper died without a word: say so, and what it left
+            reason = f"lost its leader (the reaper, pid {unit.pid}, {reason})"
+            if orphaned is not None:
+                reason += f"; Phalanx ended the {orphaned[1]} process(es) it left running"
         disk = (status or {}).get("disk_error") or (
             _disk_full(Path(unit.status).parent) if status is None else None
         )
@@ -429,30 +474,49 @@ class LocalBackend:
 
     # -- cancel ---------------------------------------------------------------------------------
     def cancel(self, handle: str) -> None:
-        """SIGTERM every replica leader (it stops its tree), SIGKILL what remains after the grace."""
+        """SIGTERM every replica leader (it stops its tree), and every process of a unit whose
+        leader is already gone (found by its mark, see members); SIGKILL what remains after the
+        grace. Returns once no process of the job runs, so the cores it held are free."""
         units = self._units(handle) or []
         folder = self._folder(handle)
+        leading = [u for u in units if self._alive(handle, u)]
         if folder.exists():
-            (folder / "cancelled").touch()
+            told = (self._cancelled(handle) or set()) | {u.name for u in leading}
+            tmp = folder / "cancelled.tmp"
+            tmp.write_text(json.dumps(sorted(told)))
+            tmp.replace(folder / "cancelled")
+        for unit in leading:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(unit.pid, signal.SIGTERM)
         for unit in units:
-            if self._alive(handle, unit):
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(unit.pid, signal.SIGTERM)
+            if unit not in leading:
+                members.signal_all(self._left_behind(handle, unit), signal.SIGTERM)
         deadline = time.monotonic() + self.grace + 3
-        while time.monotonic() < deadline and any(self._alive(handle, u) for u in units):
+        while time.monotonic() < deadline and self._running(handle, units):
+            time.sleep(0.1)
+        deadline = time.monotonic() + 30  # a SIGKILLed process ends at once, unless the kernel holds it
+        while time.monotonic() < deadline:
+            left = self._running(handle, units)
+            if not left:
+                break
+            members.signal_all(left, signal.SIGKILL)
             time.sleep(0.05)
         for unit in units:
+            proc = self._popen.get(handle, {}).get(unit.name)
+            if proc is not None:
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    proc.wait(timeout=10)
+
+    def _running(self, handle: str, units: list[_Unit]) -> list[int]:
+        """Every live process of the job: leaders, their trees and what a dead leader left."""
+        pids: list[int] = []
+        for unit in units:
             if self._alive(handle, unit):
-                tree = limits.descendants(unit.pid)
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(unit.pid, signal.SIGKILL)
-                for pid in [unit.pid, *tree]:
-                    with contextlib.suppress(ProcessLookupError):
-                        os.kill(pid, signal.SIGKILL)
-                proc = self._popen.get(handle, {}).get(unit.name)
-                if proc is not None:
-                    with contextlib.suppress(subprocess.TimeoutExpired):
-                        proc.wait(timeout=10)
+                mark = members.marker(handle, unit.name)
+                pids += [unit.pid, *members.find(mark, pgid=unit.pid), *limits.descendants(unit.pid)]
+            else:
+                pids += self._left_behind(handle, unit)
+        return sorted(set(pids))
 
 
 def _disk_full(folder: Path) -> str | None:

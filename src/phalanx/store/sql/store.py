@@ -571,6 +571,26 @@ class SqlStore:
             titles.setdefault(title, []).append(series)
         return titles
 
+    def series_replicas(self, experiment_id: str, title: str) -> dict[str, str]:
+        out: dict[str, str] = {}
+        with self.engine.connect() as conn:
+            full = _resolve(conn, experiment_id)
+            keys = conn.execute(
+                select(SeriesRow.id, SeriesRow.series).where(
+                    SeriesRow.experiment_id == full, SeriesRow.title == title
+                )
+            ).all()
+            for series_id, name in keys:
+                replica = conn.execute(
+                    select(ScalarRow.replica)
+                    .where(ScalarRow.series_id == series_id)
+                    .order_by(ScalarRow.step.desc())
+                    .limit(1)
+                ).scalar()
+                if replica:
+                    out[name] = str(replica)
+        return out
+
     def last_points(self, experiment_id: str, title: str, n: int) -> dict[str, Series]:
         """series -> its last ``n`` points by step (the pace of each rank reads only these, through
         the (series, step) index, however long the run)."""
