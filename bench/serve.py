@@ -179,7 +179,7 @@ def http_call(url: str) -> Callable[[], Callable[[], None]]:
     body = json.dumps({"inputs": [[0.5] * 64]}).encode()
 
     def factory() -> Callable[[], None]:
-        conn = http.client.HTTPConnection(parts.hostname, parts.port, timeout=60)
+        conn = http.client.HTTPConnection(parts.hostname or "127.0.0.1", parts.port, timeout=60)
 
         def call() -> None:
             conn.request("POST", "/v1/models/digits:predict", body, {"Content-Type": "application/json"})

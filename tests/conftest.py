@@ -16,7 +16,7 @@ from hypothesis import HealthCheck, settings
 # an example; fail when drawing examples is slow) turn a busy machine into a red test ("Unreliable
 # test timings", FailedHealthCheck) that says nothing about the code; a test that cares about time
 # measures it itself.
-_UNTIMED = {"deadline": None, "suppress_health_check": [HealthCheck.too_slow]}
+_UNTIMED: dict[str, Any] = {"deadline": None, "suppress_health_check": [HealthCheck.too_slow]}
 settings.register_profile("untimed", **_UNTIMED)
 # In CI the property-based tests (the spec's, schemathesis's) draw the same examples every run, so a
 # red CI always means a regression; locally they keep exploring new ones.

@@ -148,7 +148,7 @@ def _end_leftovers(settings: Settings, exp: Experiment) -> None:
 
 
 def _end_handle(settings: Settings, handle: str) -> None:
-    from phalanx.backends.local import LocalBackend
+    from phalanx.backends.local.engine import LocalBackend
 
     LocalBackend(settings).cancel(handle)
 
