@@ -71,28 +71,23 @@ def checkpoints(experiment_id: IdArg, output: OutputOpt = "table") -> None:
         typer.echo("retention: " + ", ".join(f"{k}={v}" for k, v in policy.items()))
 
 
-def _supervise(prepared: Any, settings: Any, output: str, *, resume: bool, headline: str) -> None:
+def _supervise(runner: Any, prepared: Any, options: Any, output: str, *, headline: str) -> None:
     """Run a prepared experiment to its end with `phalanx run`'s terminal output; exits with its code.
     ``headline`` says what starts; the supervisor then prints its own `experiment ID (N replicas)`."""
     import sys
 
-    from phalanx import supervisor
-    from phalanx.cli.run import PlainObserver, RichObserver
-    from phalanx.store import open_store
+    from phalanx.cli.run import RichObserver
+    from phalanx.runner.observers import PlainObserver
 
     names = [r.name for r in prepared.plan.replicas]
     sys.stderr.write(f"phalanx: {headline}\n")
-
-    def store() -> Any:
-        return open_store(settings)
-
     tty = sys.stdout.isatty() and output == "table"
     if tty:
         with RichObserver(names) as observer:
-            outcome = supervisor.Supervisor(prepared, store, settings, observer, resume=resume).run()
+            outcome = runner.run(prepared, options, observer, owns_run_dir=False)
     else:
         plain = PlainObserver(sys.stderr if output == "json" else sys.stdout)
-        outcome = supervisor.Supervisor(prepared, store, settings, plain, resume=resume).run()
+        outcome = runner.run(prepared, options, plain, owns_run_dir=False)
     if output == "json":
         emit_json({"id": outcome.experiment_id, "status": str(outcome.status), "reason": outcome.reason})
     else:
@@ -144,51 +139,24 @@ def _never_started(experiment: Any) -> str:
     )
 
 
-def _detach_resume(experiment_id: str, settings: Any, output: str) -> None:
-    """`phalanx resume ID` again in its own session, its output appended to runs/<id>/supervisor.log;
-    returns (printing the id) once that supervisor has reopened the experiment, bounded. Of two
-    resumes of one experiment only the one whose supervisor won prints the id; the other fails
-    with its supervisor's message (the experiment is already starting)."""
-    import subprocess
+def _detach_resume(runner: Any, spec: Any, options: Any, output: str) -> None:
+    """Resume it with its supervisor in its own session, its output appended to
+    runs/<id>/supervisor.log; returns (printing the id) once that supervisor has reopened the
+    experiment, bounded. Of two resumes of one experiment only the one whose supervisor won prints
+    the id; the other fails with its supervisor's message (the experiment is already starting)."""
     import sys
-    import time
 
-    from phalanx.errors import PhalanxError
-    from phalanx.procs import recorded_process
+    from phalanx.runner import StartFailed
 
-    run_dir = settings.runs_dir / experiment_id
-    run_dir.mkdir(parents=True, exist_ok=True)
-    log_path = run_dir / "supervisor.log"
-    start = log_path.stat().st_size if log_path.exists() else 0
-    argv = [sys.executable, "-m", "phalanx.cli.main", "resume", experiment_id]
-    with open(log_path, "ab") as out:
-        proc = subprocess.Popen(
-            argv, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
-        )
-    store = _open()
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
-        status = store.get_experiment(experiment_id).status
-        ours = recorded_process(run_dir / "supervisor.pid") == proc.pid  # not another resume's
-        if ours and not status.resumable:
-            break  # reopened by our supervisor: the resume is under way
-        if proc.poll() is not None:
-            if proc.returncode == 0:
-                break  # it reopened the experiment and is already done
-            with open(log_path, "rb") as fh:
-                fh.seek(start)
-                text = fh.read().decode(errors="replace").strip()
-            errors = [ln for ln in text.splitlines() if ln.startswith("error: ")]
-            text = "\n".join(errors) or text  # a resume that lost the race: not the winner's lines
-            sys.stderr.write((text or f"error: the supervisor exited with status {proc.returncode}") + "\n")
-            raise typer.Exit(proc.returncode or 1)
-        time.sleep(0.1)
-    else:
-        raise PhalanxError(f"the resume of {experiment_id} did not start within 120 s; see {log_path}")
+    try:
+        submitted = runner.submit(spec, options, headline=f"resuming {options.experiment_id}")
+    except StartFailed as exc:
+        sys.stderr.write((exc.text or f"error: the supervisor exited with status {exc.exit_code}") + "\n")
+        raise typer.Exit(exc.exit_code or 1) from None
     if output == "json":
-        emit_json({"id": experiment_id, "status": "resuming", "log": str(log_path)})
+        emit_json({"id": submitted.experiment_id, "status": "resuming", "log": str(submitted.log)})
     else:
-        typer.echo(experiment_id)
+        typer.echo(submitted.experiment_id)
 
 
 @app.command("resume")
@@ -205,7 +173,6 @@ def resume(
     _check_output(output)
     from pathlib import Path
 
-    from phalanx import supervisor
     from phalanx.config import Settings
     from phalanx.domain import ExperimentStatus
     from phalanx.errors import not_resumable
@@ -241,19 +208,23 @@ def resume(
     spec = load_spec_text(
         experiment.spec_text, launch.get("file") or "<stored file>", launch.get("params"), extra_params=True
     )
-    if detach:  # every mistake above is found before it goes to the background
-        _detach_resume(experiment.id, settings, output)
-        return
-    prepared = supervisor.prepare(
-        spec,
-        settings=settings,
-        workdir=workdir,
-        experiment_id=experiment.id,
+    from phalanx.runner import LaunchOptions, LaunchRecord, Runner
+
+    runner = Runner(settings)
+    options = LaunchOptions(
+        workdir=Path(workdir),
         cluster=launch.get("cluster"),
         oversubscribe=bool(launch.get("oversubscribe")),
-        launch=launch,
+        experiment_id=experiment.id,
+        system_metrics=launch.get("system_metrics"),
+        record=LaunchRecord.from_json(launch),
+        resume=True,
     )
-    _supervise(prepared, settings, output, resume=True, headline=f"resuming {experiment.id}")
+    if detach:  # every mistake above is found before it goes to the background
+        _detach_resume(runner, spec, options, output)
+        return
+    prepared = runner.prepare(spec, options)
+    _supervise(runner, prepared, options, output, headline=f"resuming {experiment.id}")
 
 
 def _param_text(value: Any) -> str:
@@ -282,8 +253,9 @@ def rerun(
     import shutil
     import time
     import uuid
+    from dataclasses import replace
 
-    from phalanx import repro, supervisor
+    from phalanx import repro
     from phalanx.config import Settings
     from phalanx.spec.loader import load_spec_text, parse_param_overrides
 
@@ -316,46 +288,35 @@ def rerun(
 
         _check_id(new_experiment_id)
     new_id = new_experiment_id or uuid.uuid4().hex[:12]
-    if detach:  # every mistake above is found before it goes to the background
-        _detach_rerun(experiment.id, new_id, param or [], extra_params, settings, output)
-        return
+    from phalanx.runner import LaunchOptions, LaunchRecord, Runner
+
+    runner = Runner(settings)
     folder = settings.runs_dir / new_id / "source"
+    headline = f"rerun of {experiment.id} from its snapshot"
     try:
         repro.extract(store.artifact_store.read_bytes(experiment.id, snap), folder)
-        started = time.time()
-        prepared = supervisor.prepare(
-            spec,
-            settings=settings,
+        record = LaunchRecord.from_json(launch)
+        options = LaunchOptions(
             workdir=folder,
-            experiment_id=new_id,
             cluster=launch.get("cluster"),
             oversubscribe=bool(launch.get("oversubscribe")),
-            launch={**launch, "params": params, "rerun_of": experiment.id, "rerun_at": started},
+            experiment_id=new_id,
+            system_metrics=launch.get("system_metrics"),
+            record=replace(record, params=params, rerun_of=experiment.id, rerun_at=time.time()),
         )
-    except BaseException:
-        # nothing half-written: the run never started (a detached parent removes the folder with
-        # its log once it has shown this process's messages)
+        if detach:  # every mistake above is found before it goes to the background
+            from phalanx.cli.run import Output, submit_detached
+
+            submit_detached(runner, spec, options, Output.JSON if output == "json" else Output.TEXT, headline)
+            return
+        prepared = runner.prepare(spec, options)
+    except BaseException as exc:
+        if isinstance(exc, typer.Exit) and exc.exit_code == 0:
+            raise
+        # nothing half-written: the run never started
         shutil.rmtree(folder if new_experiment_id else folder.parent, ignore_errors=True)
         raise
-    _supervise(
-        prepared, settings, output, resume=False, headline=f"rerun of {experiment.id} from its snapshot"
-    )
-
-
-def _detach_rerun(
-    experiment_id: str, new_id: str, params: list[str], extra_params: bool, settings: Any, output: str
-) -> None:
-    """`phalanx rerun` again in its own session, as `phalanx run -d` does (cli.run.start_detached)."""
-    import sys
-
-    from phalanx.cli.run import Output, start_detached
-
-    argv = [sys.executable, "-m", "phalanx.cli.main", "rerun", experiment_id, "--experiment-id", new_id]
-    for p in params:
-        argv += ["--param", p]
-    if extra_params:
-        argv.append("--extra-params")
-    start_detached(argv, new_id, settings, Output.JSON if output == "json" else Output.TEXT)
+    _supervise(runner, prepared, options, output, headline=headline)
 
 
 def _diff_doc(store: Any, a: Any, b: Any) -> dict[str, Any]:

@@ -17,7 +17,6 @@ import re
 import shutil
 import signal
 import subprocess
-import sys
 import time
 import uuid
 from collections.abc import Sequence
@@ -126,72 +125,62 @@ class Experiment:
 
         experiment_id = uuid.uuid4().hex[:12]
         run_dir = self.settings.runs_dir / experiment_id
-        run_dir.mkdir(parents=True, exist_ok=True)
         spec_path = run_dir / SPEC_FILE
+        # the spec the supervisor runs is validated here, as `phalanx run -f` would validate the file
+        # (its mistakes raised now, nothing written); the file is kept for `phalanx rerun`/`resume`
+        from dataclasses import replace
+
+        from phalanx.spec.loader import load_spec_text
+
+        spec = replace(load_spec_text(text, str(spec_path)), source_file=str(spec_path))
+        run_dir.mkdir(parents=True, exist_ok=True)
         spec_path.write_text(text, encoding="utf-8")
-        argv = [
-            sys.executable,
-            "-m",
-            "phalanx.cli.main",
-            "run",
-            "-f",
-            str(spec_path),
-            "--experiment-id",
-            experiment_id,
-            "--workdir",
-            str(config.source_directory),
-        ]
-        if config.compute_target != "local":
-            argv += ["--cluster", config.compute_target]
-        argv += ["--priority", str(priority)] + ([] if wait else ["--no-wait"])
+        from phalanx.runner import LaunchOptions, LaunchRecord, Runner, StartFailed, StartTimeout
+
+        options = LaunchOptions(
+            workdir=Path(config.source_directory).resolve(),
+            cluster=None if config.compute_target == "local" else config.compute_target,
+            priority=priority,
+            wait=wait,
+            experiment_id=experiment_id,
+            record=LaunchRecord(file=str(spec_path)),
+        )
         # A run submitted from inside an experiment (a replica, or a script that called Task.init) is
         # its own: keep only where the store is, not the caller's identity.
         env = {k: v for k, v in os.environ.items() if not k.startswith("PHALANX_") or k in _KEEP_ENV}
-        env["PHALANX_HOME"] = str(self.settings.home)
-        for var, value in (
-            ("PHALANX_DB_URL", self.settings.db_url),
-            ("PHALANX_ARTIFACTS_URL", self.settings.artifacts_url),
-            ("PHALANX_HOST", self.settings.host),
-            ("PHALANX_TOKEN", self.settings.token),
-        ):
-            if value:
-                env[var] = value
-        log_path = run_dir / SUPERVISOR_LOG
-        with open(log_path, "ab") as out, open(os.devnull, "rb") as devnull:
-            proc = subprocess.Popen(
-                argv,
-                stdin=devnull,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                cwd=str(config.source_directory),
-                env=env,
-                start_new_session=True,  # Ctrl-C in the notebook does not reach the experiment
-                close_fds=True,
-            )
-        import json
-
-        (run_dir / SUBMIT_FILE).write_text(
-            json.dumps({"supervisor_pid": proc.pid, "argv": argv, "started": time.time()}), encoding="utf-8"
-        )
-        log.info("submitted experiment %s (supervisor pid %d)", experiment_id, proc.pid)
-        run = Run(experiment_id, settings=self.settings, _process=proc)
         if timeout is None:
             builds = config.pip_packages or config.pip_requirements_file
             timeout = BUILD_TIMEOUT if builds else STARTUP_TIMEOUT
+        runner = Runner(self.settings)
         try:
-            self._wait_created(run, proc, log_path, timeout)
-        except PhalanxError:
+            submitted = runner.submit(
+                spec, options, env=env, cwd=Path(config.source_directory), timeout=timeout
+            )
+        except StartFailed as exc:
+            shutil.rmtree(run_dir, ignore_errors=True)
+            raise _startup_error(exc.exit_code, exc.text) from None
+        except StartTimeout as exc:
+            proc = exc.process
             if proc.poll() is None:  # too slow: stop it rather than let it start unseen later
                 with contextlib.suppress(ProcessLookupError):
                     os.killpg(proc.pid, signal.SIGTERM)
                 with contextlib.suppress(subprocess.TimeoutExpired):
                     proc.wait(timeout=30)
             if proc.poll() is not None:  # it ended: leave nothing behind, as the error promises
+                run = Run(experiment_id, settings=self.settings)
                 if _exists(run):  # created just as the deadline passed (a slow first store open)
                     _erase(run, self.settings)
                 shutil.rmtree(run_dir, ignore_errors=True)
             raise
-        return run
+        proc = submitted.process
+        import json
+
+        (run_dir / SUBMIT_FILE).write_text(
+            json.dumps({"supervisor_pid": proc.pid, "argv": proc.args, "started": time.time()}),
+            encoding="utf-8",
+        )
+        log.info("submitted experiment %s (supervisor pid %d)", experiment_id, proc.pid)
+        return Run(experiment_id, settings=self.settings, _process=proc)
 
     def _check_target(self, target: str) -> None:
         if target == "local":
@@ -205,32 +194,6 @@ class Experiment:
                 f"compute_target {target!r} is not a configured cluster (configured: {names}); "
                 "add it with `phalanx cluster add` or use compute_target='local'"
             )
-
-    @staticmethod
-    def _wait_created(run: Run, proc: subprocess.Popen[bytes], log_path: Path, timeout: float) -> None:
-        """Bounded wait for the supervisor's experiment row; its early exit is the error to raise."""
-        deadline = time.monotonic() + timeout
-        delay = 0.02
-        while True:
-            try:
-                run.refresh()
-                return
-            except NotFound:
-                pass
-            code = proc.poll()
-            if code is not None:
-                try:  # it may have created the row and finished already
-                    run.refresh()
-                    return
-                except NotFound:
-                    raise _startup_error(code, log_path) from None
-            if time.monotonic() > deadline:
-                raise PhalanxError(
-                    f"the supervisor did not create experiment {run.id} within {timeout:.0f} s; "
-                    f"see {log_path}"
-                )
-            time.sleep(delay)
-            delay = min(delay * 1.5, 0.25)
 
 
 def _exists(run: Run) -> bool:
@@ -267,12 +230,8 @@ def _tags(tags: Any) -> tuple[str, ...]:
     return tuple(t.strip() for t in tags)
 
 
-def _startup_error(code: int, log_path: Path) -> PhalanxError:
+def _startup_error(code: int, text: str) -> PhalanxError:
     """The supervisor's own message (as `phalanx run` prints it) as the matching error."""
-    try:
-        text = log_path.read_text(encoding="utf-8", errors="replace").strip()
-    except OSError:
-        text = ""
     lines = [ln for ln in text.splitlines() if ln.strip()][-20:]
     message = "\n".join(ln.removeprefix("error: ") for ln in lines) or f"exit status {code}"
     if code == 2:
