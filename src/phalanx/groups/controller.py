@@ -618,11 +618,14 @@ class Controller:
 
     def _stop_trials(self, reason: str) -> None:
         for live in self.live.values():
-            if live.launch is not None:  # a launch in flight: let it create the experiment, then stop it
-                try:
-                    live.launch.wait(timeout=LAUNCH_TIMEOUT)
-                except subprocess.TimeoutExpired:
-                    live.launch.kill()
+            launch = live.launch
+            if launch is not None:  # a supervisor still starting: let it create the experiment, then stop it
+                deadline = time.monotonic() + LAUNCH_TIMEOUT
+                while not self._exists(live.trial.experiment_id) and launch.poll() is None:
+                    if time.monotonic() > deadline:
+                        launch.terminate()
+                        break
+                    time.sleep(0.1)
         found: dict[int, Any] = {}
         for number, live in self.live.items():
             try:
