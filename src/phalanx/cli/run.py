@@ -210,6 +210,8 @@ def run(
         get_cluster(cluster, settings.home)
     if not dry_run:
         _check_home_and_db(settings)
+    from dataclasses import replace
+
     from phalanx.runner import LaunchOptions, LaunchRecord, Runner
     from phalanx.spec.loader import parse_param_overrides
 
@@ -243,21 +245,23 @@ def run(
         else:
             typer.echo(supervisor.render_dry_run(prepared))
         return
-    try:  # may build the experiment's venv first, which takes a while
-        prepared = runner.prepare(spec, options)
-    except KeyboardInterrupt:
+    prepared = runner.dry_run(spec, options)  # its id, and what is refused before anything is built
+    _warn_if_crowded(prepared)
+    owns_run_dir = experiment_id is None
+    options = replace(options, experiment_id=prepared.experiment_id)
+    names = [r.name for r in prepared.plan.replicas]
+    try:  # may build the experiment's venv first (recorded as building meanwhile)
+        if sys.stdout.isatty() and output is Output.TEXT:
+            with RichObserver(names) as rich_observer:
+                outcome = runner.run(spec, options, rich_observer, owns_run_dir=owns_run_dir)
+        else:
+            from phalanx.runner.observers import PlainObserver
+
+            observer = PlainObserver(sys.stderr if output is Output.JSON else sys.stdout)
+            outcome = runner.run(spec, options, observer, owns_run_dir=owns_run_dir)
+    except KeyboardInterrupt:  # the supervisor answers Ctrl-C itself once it runs: this is before
         sys.stderr.write("phalanx: interrupted before anything started\n")
         raise typer.Exit(130) from None
-    _warn_if_crowded(prepared)
-    names = [r.name for r in prepared.plan.replicas]
-    if sys.stdout.isatty() and output is Output.TEXT:
-        with RichObserver(names) as rich_observer:
-            outcome = runner.run(prepared, options, rich_observer)
-    else:
-        from phalanx.runner.observers import PlainObserver
-
-        observer = PlainObserver(sys.stderr if output is Output.JSON else sys.stdout)
-        outcome = runner.run(prepared, options, observer)
     if output is Output.JSON:
         emit_json({"id": outcome.experiment_id, "status": str(outcome.status), "reason": outcome.reason})
     else:

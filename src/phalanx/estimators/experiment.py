@@ -3,7 +3,8 @@
 submit() writes the estimator's experiment file into the run folder (PHALANX_HOME/runs/<id>/) and
 starts the same supervisor `phalanx run` uses, detached in its own session with its output in a file,
 so the Python process that submitted may go on (or exit) while the experiment runs. It returns once
-the supervisor has created the experiment in the store, so `run.get_status()` works at once; an error
+the supervisor has created the experiment in the store (before any environment build: its status is
+then ``building``), so `run.get_status()` works at once; an error
 the supervisor finds before starting anything (a cluster that does not exist, more GPUs than the
 machine has) is raised here, as the CLI would print it.
 """
@@ -37,9 +38,6 @@ SPEC_FILE = "experiment.yml"
 SUPERVISOR_LOG = "supervisor.log"
 SUBMIT_FILE = "submit.json"  # how this run was started (supervisor pid), read by Run.cancel
 STARTUP_TIMEOUT = 120.0  # generous: 2 shared cores
-# With pip_packages the supervisor builds (or reuses) the experiment's venv before it creates the
-# experiment; a first TensorFlow build takes minutes on a slow machine.
-BUILD_TIMEOUT = 1800.0
 _KEEP_ENV = frozenset(
     {"PHALANX_HOME", "PHALANX_DB_URL", "PHALANX_ARTIFACTS_URL", "PHALANX_HOST", "PHALANX_TOKEN"}
 )
@@ -90,8 +88,9 @@ class Experiment:
         ``queued``, until its cores, GPUs and memory are free: ``priority`` orders the queue (higher
         first), ``wait=False`` raises UsageError instead of queueing (see docs/sharing-a-machine.md).
 
-        ``timeout``: how long to wait for that (default 120 s, or 30 min when the estimator names
-        pip packages: their venv is built first); past it the supervisor is stopped and nothing runs.
+        ``timeout``: how long to wait for the experiment to exist (default 120 s); past it the
+        supervisor is stopped and nothing runs. An environment to build (pip_packages) does not
+        count: the experiment exists first, status ``building``, and the build follows.
 
         Raises:
             SpecError / UsageError: the estimator or the compute target cannot work (nothing started).
@@ -148,9 +147,8 @@ class Experiment:
         # A run submitted from inside an experiment (a replica, or a script that called Task.init) is
         # its own: keep only where the store is, not the caller's identity.
         env = {k: v for k, v in os.environ.items() if not k.startswith("PHALANX_") or k in _KEEP_ENV}
-        if timeout is None:
-            builds = config.pip_packages or config.pip_requirements_file
-            timeout = BUILD_TIMEOUT if builds else STARTUP_TIMEOUT
+        if timeout is None:  # an environment build comes after: the experiment exists, `building`
+            timeout = STARTUP_TIMEOUT
         runner = Runner(self.settings)
         try:
             submitted = runner.submit(

@@ -96,29 +96,35 @@ class Runner:
         """Supervise the experiment in this process (this thread must live as long as it: the local
         engine's replicas end with it, PR_SET_PDEATHSIG) and return how it ended.
 
-        Should it fail before the experiment is recorded, nothing is left that `phalanx ls` would
+        An experiment whose environment must be built first is recorded before the build (status
+        building). Should it fail before the experiment is recorded, nothing is left that `phalanx ls` would
         never show: its spool, and its run folder when this launch owns it (``owns_run_dir``;
         default: no id was given, else the caller that gave the id reads its log there)."""
         options.apply_environment()
         if owns_run_dir is None:
             owns_run_dir = options.experiment_id is None
         exp_id = options.experiment_id
-        store_opened = False
+        opened: list[IngestStore] = []  # the store, once opened
+
+        def store() -> IngestStore:  # opened once the replicas are starting (see Supervisor.run)
+            if not opened:
+                from phalanx.store import open_store
+
+                opened.append(open_store(self.settings))
+            return opened[0]
+
+        exists = False
         try:
             if isinstance(spec_or_prepared, Prepared):
                 prepared = spec_or_prepared
             else:
-                prepared = self.prepare(spec_or_prepared, options)
+                dry = self.dry_run(spec_or_prepared, options)
+                exp_id = dry.experiment_id
+                options = replace(options, experiment_id=exp_id)
+                if not options.resume and _builds(dry):
+                    exists = self._record_building(dry, store(), observer)
+                prepared = self._build(spec_or_prepared, options, observer, store() if exists else None)
             exp_id = prepared.experiment_id
-
-            def store() -> IngestStore:  # opened once the replicas are starting (see Supervisor.run)
-                nonlocal store_opened
-                from phalanx.store import open_store
-
-                opened = open_store(self.settings)
-                store_opened = True
-                return opened
-
             supervisor = Supervisor(
                 prepared,
                 store,
@@ -128,14 +134,54 @@ class Runner:
                 priority=options.priority,
                 wait=options.wait,
                 resume=options.resume,
+                exists=exists,
             )
             return supervisor.run()
         except BaseException:
-            if not store_opened and not options.resume and exp_id is not None:
+            if not opened and not options.resume and exp_id is not None:
                 shutil.rmtree(self.settings.spool_dir / exp_id, ignore_errors=True)
                 if owns_run_dir:
                     shutil.rmtree(self.settings.runs_dir / exp_id, ignore_errors=True)
             raise
+
+    def _record_building(self, dry: Prepared, store: IngestStore, observer: Observer | None) -> bool:
+        """The experiment exists (status building, with its id, in `phalanx ls`) before a build
+        that may take minutes; its supervisor is this process (`phalanx stop` finds it)."""
+        from phalanx.procs import record_process
+        from phalanx.supervisor import record_building
+        from phalanx.supervisor.supervising import PID_FILE
+
+        record_process(self.settings.runs_dir / dry.experiment_id / PID_FILE)
+        record_building(dry, store, self.settings)
+        _say(observer, f"experiment {dry.experiment_id}: building its environment ({dry.context.python})")
+        return True
+
+    def _build(
+        self,
+        spec: ExperimentSpec,
+        options: LaunchOptions,
+        observer: Observer | None,
+        store: IngestStore | None,
+    ) -> Prepared:
+        """``prepare`` (the build); a build that fails, or is interrupted, ends the experiment
+        recorded as building (failed, or stopped), with why."""
+        started = time.monotonic()
+        try:
+            prepared = self.prepare(spec, options)
+        except BaseException as exc:
+            if store is not None and options.experiment_id is not None:
+                from phalanx.domain import ExperimentStatus
+
+                stopped = isinstance(exc, KeyboardInterrupt)
+                status = ExperimentStatus.STOPPED if stopped else ExperimentStatus.FAILED
+                reason = "stopped while its environment was built" if stopped else str(exc)
+                store.update_experiment(
+                    options.experiment_id, status=status, reason=reason, finished_at=time.time()
+                )
+            raise
+        if store is not None:
+            _say(observer, f"environment ready in {time.monotonic() - started:.0f} s")
+        return prepared
 
     # -- detached ----------------------------------------------------------------------------------
     def start(
@@ -316,3 +362,17 @@ def _resumed(store: Store, settings: Settings, experiment_id: str, pid: int) -> 
 
     ours = recorded_process(settings.runs_dir / experiment_id / "supervisor.pid") == pid
     return ours and not store.get_experiment(experiment_id).status.resumable
+
+
+def _builds(dry: Prepared) -> bool:
+    """Whether preparing it for real builds an environment first (a venv not there yet)."""
+    python = dry.context.python
+    return os.path.abspath(python) != os.path.abspath(sys.executable) and not os.path.exists(python)
+
+
+def _say(observer: Observer | None, text: str) -> None:
+    if observer is None:
+        sys.stderr.write(f"phalanx: {text}\n")
+        sys.stderr.flush()
+    else:
+        observer.message(text)

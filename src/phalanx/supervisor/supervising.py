@@ -136,6 +136,15 @@ def launch(
     ).run()
 
 
+def record_building(prepared: Prepared, store: IngestStore, settings: Settings) -> None:
+    """Record the experiment, status building, before its environment is built (minutes): it has
+    its id and shows in `phalanx ls` meanwhile. ``prepared``: its dry run (nothing built yet); the
+    Supervisor that runs it afterwards is told it exists (``exists=True``)."""
+    supervisor = Supervisor(prepared, store, settings, handle_signals=False)
+    supervisor._open_store()
+    supervisor._create(ExperimentStatus.BUILDING)
+
+
 # ---- supervising ------------------------------------------------------------------------------
 
 
@@ -171,8 +180,11 @@ class Supervisor:
         priority: int = 0,
         wait: bool = True,
         resume: bool = False,
+        exists: bool = False,
     ) -> None:
         """``store``: the store, or a function that opens it (called once the replicas have started).
+        ``exists``: its row was recorded already (``record_building``: status building while its
+        environment was built), so it is updated, not created.
         ``priority``: its place in this machine's queue (higher first); ``wait``: False refuses
         (UsageError) instead of queueing when the topology does not fit now (local engine only).
         ``resume``: continue an existing failed or stopped experiment (`phalanx resume`) as a new
@@ -211,7 +223,8 @@ class Supervisor:
         self.priority = priority
         self.wait = wait
         self._admission: Any = None  # phalanx.queue.Admission while the ledger holds us
-        self._created = False
+        self._created = exists
+        self._existed = exists
         self._system: Any = None  # phalanx.sysmetrics.SystemMetrics while replicas run here
         self._handle: str | None = None
         self.resume = resume
@@ -345,7 +358,7 @@ class Supervisor:
 
         def queued(text: str) -> None:
             self._open_store()
-            if self.resume:  # it exists: only its status says it waits
+            if self.resume or self._existed:  # it exists: only its status says it waits
                 self.store.update_experiment(self.id, status=ExperimentStatus.QUEUED)
             else:
                 self._create(ExperimentStatus.QUEUED)
