@@ -40,6 +40,7 @@ log = logging.getLogger(__name__)
 
 POLL_SECONDS = 0.3
 LAUNCH_TIMEOUT = 180.0
+TRIAL_PARAMS = "Trial"  # the section of `phalanx params TRIAL` holding its sampled values
 
 
 class GroupError(PhalanxError):
@@ -369,6 +370,7 @@ class Controller:
             oversubscribe=bool(self.group.options.get("oversubscribe")),
             experiment_id=trial.experiment_id,
             record=LaunchRecord(file=spec.source_file, params=dict(trial.params)),
+            params_section=TRIAL_PARAMS,
         )
         # the run folder first: a controller killed from here on leaves a launch that `_launched`
         # waits for on resume (the experiment appears, or the supervisor fails before creating it

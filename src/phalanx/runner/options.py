@@ -50,6 +50,8 @@ class LaunchOptions:
     ``wait``: False refuses (UsageError) instead of queueing when this machine is busy.
     ``system_metrics``: None as the environment says (PHALANX_SYSTEM_METRICS), "off" for none, or a
     sampling interval. ``resume``: continue the existing failed or stopped ``experiment_id``.
+    ``params_section``: also record the launch params as the experiment's tracked params, in this
+    section (a group trial's sampled values, so `phalanx params` and the run table show them).
     """
 
     workdir: Path | None = None
@@ -61,6 +63,7 @@ class LaunchOptions:
     system_metrics: str | None = None
     record: LaunchRecord = field(default_factory=LaunchRecord)
     resume: bool = False
+    params_section: str | None = None  # the launch params recorded as tracked params (a trial's: "Trial")
 
     def apply_environment(self) -> None:
         """The supervisor and the engines read the system-metrics choice from the environment (a

@@ -135,6 +135,7 @@ class Runner:
                 wait=options.wait,
                 resume=options.resume,
                 exists=exists,
+                params_section=options.params_section,
             )
             return supervisor.run()
         except BaseException:

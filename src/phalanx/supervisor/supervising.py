@@ -181,8 +181,11 @@ class Supervisor:
         wait: bool = True,
         resume: bool = False,
         exists: bool = False,
+        params_section: str | None = None,
     ) -> None:
         """``store``: the store, or a function that opens it (called once the replicas have started).
+        ``params_section``: record the launch params as the experiment's params in this section
+        (a group trial's sampled values: `phalanx params`, the run table, compare).
         ``exists``: its row was recorded already (``record_building``: status building while its
         environment was built), so it is updated, not created.
         ``priority``: its place in this machine's queue (higher first); ``wait``: False refuses
@@ -225,6 +228,7 @@ class Supervisor:
         self._admission: Any = None  # phalanx.queue.Admission while the ledger holds us
         self._created = exists
         self._existed = exists
+        self.params_section = params_section
         self._system: Any = None  # phalanx.sysmetrics.SystemMetrics while replicas run here
         self._handle: str | None = None
         self.resume = resume
@@ -301,6 +305,7 @@ class Supervisor:
                 f"experiment {self.id} ({len(self.replicas)} replicas, {self.p.backend.name})"
             )
             created = True
+            self._record_launch_params()
             ingest_thread = self._start_ingester(stop_ingest)
             outcome = self._attempts(handle)
         except BaseException as exc:
@@ -835,6 +840,27 @@ class Supervisor:
                 text, replica=replica.name, role=str(replica.role), index=replica.index, rank=replica.rank
             )
         self.observer.line(replica.name, text)  # after the spool: the store has it whatever the echo does
+
+    def _record_launch_params(self) -> None:
+        """The launch params as tracked params (PARAM event of the first replica, rank 0 where
+        there is one), once per experiment: a resume has them already."""
+        params = dict(self.p.plan.launch_params)
+        if not self.params_section or not params or self.resume:
+            return
+        first = min(self.replicas.values(), key=lambda r: (r.rank is None, r.rank or 0))
+        values = {
+            k: v if isinstance(v, (str, int, float, bool)) or v is None else json.dumps(v)
+            for k, v in params.items()
+        }
+        with contextlib.suppress(ValueError, OSError):
+            self._spool.write(
+                "param",
+                {"section": self.params_section, "values": values},
+                replica=first.name,
+                role=str(first.role),
+                index=first.index,
+                rank=first.rank,
+            )
 
     def _emit_all(self, text: str) -> None:
         """A supervisor note in the console of every replica (restarts, servers stopped)."""

@@ -105,7 +105,9 @@ def test_a_group_trial_starts_its_supervisor_and_nothing_else(
     controller = _the_cli(trace)  # `phalanx group run` itself: the trials start no CLI process
     children = _children(trace, controller)
     assert len(children) == 2 and all(c[1:3] == SUPERVISOR for c in children), children
-    # the sampled values are the trial's launch params (`phalanx get TRIAL -o json`)
+    # the sampled values are the trial's launch params (`phalanx get TRIAL -o json`) and its params
     for t in trials:
         got = phalanx.run("get", t["experiment_id"], "-o", "json")
         assert json.loads(got.stdout)["launch"]["params"] == t["params"], got.stdout
+        params = phalanx.run("params", t["experiment_id"], "-o", "json")
+        assert json.loads(params.stdout) == {"Trial": t["params"]}, params.stdout + params.stderr
