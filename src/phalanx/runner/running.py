@@ -139,7 +139,7 @@ class Runner:
             )
             return supervisor.run()
         except BaseException:
-            if not opened and not options.resume and exp_id is not None:
+            if not options.resume and exp_id is not None and not _recorded(opened, exp_id):
                 shutil.rmtree(self.settings.spool_dir / exp_id, ignore_errors=True)
                 if owns_run_dir:
                     shutil.rmtree(self.settings.runs_dir / exp_id, ignore_errors=True)
@@ -349,6 +349,19 @@ def _exists(store: Store, experiment_id: str) -> bool:
         store.get_experiment(experiment_id)
     except NotFound:
         return False
+    return True
+
+
+def _recorded(opened: list[IngestStore], experiment_id: str) -> bool:
+    """Whether the experiment was recorded (True when the store cannot tell: keep its files)."""
+    if not opened:
+        return False
+    try:
+        opened[0].get_experiment(experiment_id)
+    except NotFound:
+        return False
+    except Exception:
+        return True
     return True
 
 

@@ -344,6 +344,7 @@ class Supervisor:
         from dataclasses import replace
 
         from phalanx import queue
+        from phalanx.errors import UsageError
 
         context = self.p.context
         if self.p.backend.name != "local" or context.oversubscribe:
@@ -360,22 +361,31 @@ class Supervisor:
             wait=self.wait,
         )
         self._admission = admission
+        # its row before its ledger entry: `phalanx queue` (which reads the ledger) never lists an
+        # id that `phalanx get` does not know, nor does a killed supervisor leave such an entry
+        self._open_store()
+        recorded_here = not self._created
+        if recorded_here:
+            self._create(ExperimentStatus.STARTING)
+            self._created = True
+        was_queued = False
 
         def queued(text: str) -> None:
-            self._open_store()
-            if self.resume or self._existed:  # it exists: only its status says it waits
-                self.store.update_experiment(self.id, status=ExperimentStatus.QUEUED)
-            else:
-                self._create(ExperimentStatus.QUEUED)
-            self._created = True
+            nonlocal was_queued
+            was_queued = True
+            self.store.update_experiment(self.id, status=ExperimentStatus.QUEUED)
             with contextlib.suppress(Exception):  # others' leftovers must not stop this experiment
                 queue.mark_abandoned(self.store, admission.reclaimed or [])
             self.observer.message(text)
 
         try:
             grant = admission.admit(self._stop_requested, queued)
-        except BaseException:
+        except BaseException as exc:
             self._admission = None  # admit() left nothing in the ledger
+            if recorded_here and isinstance(exc, UsageError):  # refused: nothing half-written
+                with contextlib.suppress(Exception):
+                    self.store.delete_experiment(self.id)
+                    self._created = False
             raise
         if grant is None:  # stopped while it waited: already out of the queue
             self._admission = None
@@ -383,7 +393,7 @@ class Supervisor:
         self.started = time.monotonic()  # time spent queued does not count against max_run_seconds
         context = replace(context, cpu_pool=grant.cpus, gpu_pool=grant.gpus)
         self.p = replace(self.p, context=context, dry_run=self.p.backend.dry_run(self.p.plan, context))
-        if self._created:
+        if was_queued:
             self.observer.message("admitted: " + need.describe())
 
     def _after_admission(self) -> None:

@@ -111,3 +111,37 @@ def test_a_group_trial_starts_its_supervisor_and_nothing_else(
         assert json.loads(got.stdout)["launch"]["params"] == t["params"], got.stdout
         params = phalanx.run("params", t["experiment_id"], "-o", "json")
         assert json.loads(params.stdout) == {"Trial": t["params"]}, params.stdout + params.stderr
+
+
+def test_the_experiment_row_exists_before_its_ledger_entry(
+    phalanx: Phalanx, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`phalanx queue` reads the ledger: an entry whose experiment `phalanx get` does not know yet
+    (or never will, its supervisor killed between the two) must not exist. The row comes first."""
+    from phalanx import queue
+    from phalanx.config import Settings
+    from phalanx.domain import ExperimentStatus
+    from phalanx.errors import NotFound
+    from phalanx.runner import LaunchOptions, Runner
+    from phalanx.spec.loader import load_spec
+    from phalanx.store import open_store
+
+    seen: list[str] = []
+    admit = queue.Admission.admit
+
+    def checked(self: queue.Admission, *args: object, **kwargs: object) -> object:
+        try:
+            row = open_store(Settings()).get_experiment(self.experiment_id)
+            seen.append(str(row.status))
+        except NotFound:
+            seen.append("no row")
+        return admit(self, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(queue.Admission, "admit", checked)
+    path = phalanx.spec(
+        "version: 1\nkind: experiment\nenvironment:\n  resources: {cpu: {requests: 1, limits: 1}}\n"
+        "run:\n  cmd: python -c \"print('ok')\"\n"
+    )
+    outcome = Runner(Settings()).run(load_spec(path), LaunchOptions(), handle_signals=False)
+    assert outcome.status is ExperimentStatus.SUCCEEDED, outcome.reason
+    assert seen == ["starting"]
