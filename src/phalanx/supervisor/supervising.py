@@ -362,10 +362,12 @@ class Supervisor:
         )
         self._admission = admission
         # its row before its ledger entry: `phalanx queue` (which reads the ledger) never lists an
-        # id that `phalanx get` does not know, nor does a killed supervisor leave such an entry
-        self._open_store()
-        recorded_here = not self._created
+        # id that `phalanx get` does not know, nor does a killed supervisor leave such an entry.
+        # Not with --no-wait: there the row means "accepted" to `run -d`/submit() waiting for it, so
+        # it follows the grant (a refusal then records nothing at all)
+        recorded_here = self.wait and not self._created
         if recorded_here:
+            self._open_store()
             self._create(ExperimentStatus.STARTING)
             self._created = True
         was_queued = False
@@ -373,7 +375,12 @@ class Supervisor:
         def queued(text: str) -> None:
             nonlocal was_queued
             was_queued = True
-            self.store.update_experiment(self.id, status=ExperimentStatus.QUEUED)
+            self._open_store()
+            if self._created:  # it exists: only its status says it waits
+                self.store.update_experiment(self.id, status=ExperimentStatus.QUEUED)
+            else:
+                self._create(ExperimentStatus.QUEUED)
+                self._created = True
             with contextlib.suppress(Exception):  # others' leftovers must not stop this experiment
                 queue.mark_abandoned(self.store, admission.reclaimed or [])
             self.observer.message(text)
