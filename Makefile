@@ -30,6 +30,7 @@ run: venv
 lint: venv
 	$(BIN)/ruff check src tests bench examples scripts
 	$(BIN)/ruff format --check src tests bench examples
+	$(BIN)/lint-imports --no-logo  # the layers contract (.importlinter, docs/architecture.md)
 
 typecheck: venv
 	$(BIN)/mypy

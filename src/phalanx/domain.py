@@ -43,6 +43,7 @@ class ExperimentStatus(StrEnum):
     UNKNOWN = "unknown"
     QUEUED = "queued"  # waiting in this machine's queue for its cores, GPUs or memory (phalanx.ledger)
     PENDING = "pending"  # accepted by a cluster's scheduler, waiting for resources (reason says why)
+    BUILDING = "building"  # its environment (build.pip_packages, Horovod) is being built first
 
     @property
     def done(self) -> bool:

@@ -85,7 +85,7 @@ def reconcile(store: Store, settings: Settings) -> list[str]:
     """Mark this machine's orphaned unfinished experiments failed; returns their ids."""
     fixed = []
     here = socket.gethostname()
-    for status in (ExperimentStatus.RUNNING, ExperimentStatus.STARTING):
+    for status in (ExperimentStatus.RUNNING, ExperimentStatus.STARTING, ExperimentStatus.BUILDING):
         from phalanx.store.base import ExperimentFilter
 
         for exp in store.list_experiments(ExperimentFilter(status=status, limit=500)).items:
@@ -171,7 +171,7 @@ def settle(store: Store, settings: Settings, exp: Experiment) -> Experiment:
     experiment, or its final state when its `phalanx run` is gone (SIGKILLed running: failed; while
     queued: stopped). For a watcher that polls a few experiments (a group's controller): a trial
     whose supervisor was killed used to stay `running` until some `phalanx ls` looked."""
-    if exp.status in (ExperimentStatus.RUNNING, ExperimentStatus.STARTING):
+    if exp.status in (ExperimentStatus.RUNNING, ExperimentStatus.STARTING, ExperimentStatus.BUILDING):
         reason = _orphan_reason(store, settings, exp, socket.gethostname())
         if reason:
             fresh = store.get_experiment(exp.id)  # it may have recorded its end since it was read

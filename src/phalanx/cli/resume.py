@@ -71,28 +71,23 @@ def checkpoints(experiment_id: IdArg, output: OutputOpt = "table") -> None:
         typer.echo("retention: " + ", ".join(f"{k}={v}" for k, v in policy.items()))
 
 
-def _supervise(prepared: Any, settings: Any, output: str, *, resume: bool, headline: str) -> None:
+def _supervise(runner: Any, prepared: Any, options: Any, output: str, *, headline: str) -> None:
     """Run a prepared experiment to its end with `phalanx run`'s terminal output; exits with its code.
     ``headline`` says what starts; the supervisor then prints its own `experiment ID (N replicas)`."""
     import sys
 
-    from phalanx import supervisor
-    from phalanx.cli.run import PlainObserver, RichObserver
-    from phalanx.store import open_store
+    from phalanx.cli.run import RichObserver
+    from phalanx.runner.observers import PlainObserver
 
     names = [r.name for r in prepared.plan.replicas]
     sys.stderr.write(f"phalanx: {headline}\n")
-
-    def store() -> Any:
-        return open_store(settings)
-
     tty = sys.stdout.isatty() and output == "table"
     if tty:
         with RichObserver(names) as observer:
-            outcome = supervisor.Supervisor(prepared, store, settings, observer, resume=resume).run()
+            outcome = runner.run(prepared, options, observer, owns_run_dir=False)
     else:
         plain = PlainObserver(sys.stderr if output == "json" else sys.stdout)
-        outcome = supervisor.Supervisor(prepared, store, settings, plain, resume=resume).run()
+        outcome = runner.run(prepared, options, plain, owns_run_dir=False)
     if output == "json":
         emit_json({"id": outcome.experiment_id, "status": str(outcome.status), "reason": outcome.reason})
     else:
@@ -144,51 +139,24 @@ def _never_started(experiment: Any) -> str:
     )
 
 
-def _detach_resume(experiment_id: str, settings: Any, output: str) -> None:
-    """`phalanx resume ID` again in its own session, its output appended to runs/<id>/supervisor.log;
-    returns (printing the id) once that supervisor has reopened the experiment, bounded. Of two
-    resumes of one experiment only the one whose supervisor won prints the id; the other fails
-    with its supervisor's message (the experiment is already starting)."""
-    import subprocess
+def _detach_resume(runner: Any, spec: Any, options: Any, output: str) -> None:
+    """Resume it with its supervisor in its own session, its output appended to
+    runs/<id>/supervisor.log; returns (printing the id) once that supervisor has reopened the
+    experiment, bounded. Of two resumes of one experiment only the one whose supervisor won prints
+    the id; the other fails with its supervisor's message (the experiment is already starting)."""
     import sys
-    import time
 
-    from phalanx.errors import PhalanxError
-    from phalanx.procs import recorded_process
+    from phalanx.runner import StartFailed
 
-    run_dir = settings.runs_dir / experiment_id
-    run_dir.mkdir(parents=True, exist_ok=True)
-    log_path = run_dir / "supervisor.log"
-    start = log_path.stat().st_size if log_path.exists() else 0
-    argv = [sys.executable, "-m", "phalanx.cli.main", "resume", experiment_id]
-    with open(log_path, "ab") as out:
-        proc = subprocess.Popen(
-            argv, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
-        )
-    store = _open()
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
-        status = store.get_experiment(experiment_id).status
-        ours = recorded_process(run_dir / "supervisor.pid") == proc.pid  # not another resume's
-        if ours and not status.resumable:
-            break  # reopened by our supervisor: the resume is under way
-        if proc.poll() is not None:
-            if proc.returncode == 0:
-                break  # it reopened the experiment and is already done
-            with open(log_path, "rb") as fh:
-                fh.seek(start)
-                text = fh.read().decode(errors="replace").strip()
-            errors = [ln for ln in text.splitlines() if ln.startswith("error: ")]
-            text = "\n".join(errors) or text  # a resume that lost the race: not the winner's lines
-            sys.stderr.write((text or f"error: the supervisor exited with status {proc.returncode}") + "\n")
-            raise typer.Exit(proc.returncode or 1)
-        time.sleep(0.1)
-    else:
-        raise PhalanxError(f"the resume of {experiment_id} did not start within 120 s; see {log_path}")
+    try:
+        submitted = runner.submit(spec, options, headline=f"resuming {options.experiment_id}")
+    except StartFailed as exc:
+        sys.stderr.write((exc.text or f"error: the supervisor exited with status {exc.exit_code}") + "\n")
+        raise typer.Exit(exc.exit_code or 1) from None
     if output == "json":
-        emit_json({"id": experiment_id, "status": "resuming", "log": str(log_path)})
+        emit_json({"id": submitted.experiment_id, "status": "resuming", "log": str(submitted.log)})
     else:
-        typer.echo(experiment_id)
+        typer.echo(submitted.experiment_id)
 
 
 @app.command("resume")
@@ -205,7 +173,6 @@ def resume(
     _check_output(output)
     from pathlib import Path
 
-    from phalanx import supervisor
     from phalanx.config import Settings
     from phalanx.domain import ExperimentStatus
     from phalanx.errors import not_resumable
@@ -242,21 +209,25 @@ def resume(
         experiment.spec_text, launch.get("file") or "<stored file>", launch.get("params"), extra_params=True
     )
     from phalanx.data.lineage import pin_inputs
+    from phalanx.runner import LaunchOptions, LaunchRecord, Runner
 
     spec = pin_inputs(spec, experiment.plan)  # the dataset versions it started with
-    if detach:  # every mistake above is found before it goes to the background
-        _detach_resume(experiment.id, settings, output)
-        return
-    prepared = supervisor.prepare(
-        spec,
-        settings=settings,
-        workdir=workdir,
-        experiment_id=experiment.id,
+
+    runner = Runner(settings)
+    options = LaunchOptions(
+        workdir=Path(workdir),
         cluster=launch.get("cluster"),
         oversubscribe=bool(launch.get("oversubscribe")),
-        launch=launch,
+        experiment_id=experiment.id,
+        system_metrics=launch.get("system_metrics"),
+        record=LaunchRecord.from_json(launch),
+        resume=True,
     )
-    _supervise(prepared, settings, output, resume=True, headline=f"resuming {experiment.id}")
+    if detach:  # every mistake above is found before it goes to the background
+        _detach_resume(runner, spec, options, output)
+        return
+    prepared = runner.prepare(spec, options)
+    _supervise(runner, prepared, options, output, headline=f"resuming {experiment.id}")
 
 
 def _param_text(value: Any) -> str:
@@ -296,8 +267,9 @@ def rerun(
     import shutil
     import time
     import uuid
+    from dataclasses import replace
 
-    from phalanx import repro, supervisor
+    from phalanx import repro
     from phalanx.config import Settings
     from phalanx.spec.loader import load_spec_text, parse_param_overrides
 
@@ -333,32 +305,37 @@ def rerun(
         _check_id(new_experiment_id)
     new_id = new_experiment_id or uuid.uuid4().hex[:12]
     from phalanx.data.lineage import pin_inputs
+    from phalanx.runner import LaunchOptions, LaunchRecord, Runner
 
     spec = pin_inputs(spec, experiment.plan)  # the same dataset versions as the original
-    if detach:  # every mistake above is found before it goes to the background
-        _detach_rerun(experiment.id, new_id, param or [], extra_params, settings, output, attempt)
-        return
+
+    runner = Runner(settings)
     folder = settings.runs_dir / new_id / "source"
+    headline = f"rerun of {experiment.id} from its snapshot"
     try:
         repro.extract(store.artifact_store.read_bytes(experiment.id, snap), folder)
-        started = time.time()
-        prepared = supervisor.prepare(
-            spec,
-            settings=settings,
+        launch_record = LaunchRecord.from_json(launch)
+        options = LaunchOptions(
             workdir=folder,
-            experiment_id=new_id,
             cluster=launch.get("cluster"),
             oversubscribe=bool(launch.get("oversubscribe")),
-            launch={**launch, "params": params, "rerun_of": experiment.id, "rerun_at": started},
+            experiment_id=new_id,
+            system_metrics=launch.get("system_metrics"),
+            record=replace(launch_record, params=params, rerun_of=experiment.id, rerun_at=time.time()),
         )
-    except BaseException:
-        # nothing half-written: the run never started (a detached parent removes the folder with
-        # its log once it has shown this process's messages)
+        if detach:  # every mistake above is found before it goes to the background
+            from phalanx.cli.run import Output, submit_detached
+
+            submit_detached(runner, spec, options, Output.JSON if output == "json" else Output.TEXT, headline)
+            return
+        prepared = runner.prepare(spec, options)
+    except BaseException as exc:
+        if isinstance(exc, typer.Exit) and exc.exit_code == 0:
+            raise
+        # nothing half-written: the run never started
         shutil.rmtree(folder if new_experiment_id else folder.parent, ignore_errors=True)
         raise
-    _supervise(
-        prepared, settings, output, resume=False, headline=f"rerun of {experiment.id} from its snapshot"
-    )
+    _supervise(runner, prepared, options, output, headline=headline)
 
 
 def _rerun_record(store: Any, experiment_id: str, attempt: int | None) -> dict[str, Any]:
@@ -377,136 +354,6 @@ def _rerun_record(store: Any, experiment_id: str, attempt: int | None) -> dict[s
             f"{', '.join(map(str, numbers))} (`phalanx get {experiment_id}` lists them)"
         )
     return found
-
-
-def _detach_rerun(
-    experiment_id: str,
-    new_id: str,
-    params: list[str],
-    extra_params: bool,
-    settings: Any,
-    output: str,
-    attempt: int | None = None,
-) -> None:
-    """`phalanx rerun` again in its own session, as `phalanx run -d` does (cli.run.start_detached)."""
-    import sys
-
-    from phalanx.cli.run import Output, start_detached
-
-    argv = [sys.executable, "-m", "phalanx.cli.main", "rerun", experiment_id, "--experiment-id", new_id]
-    for p in params:
-        argv += ["--param", p]
-    if extra_params:
-        argv.append("--extra-params")
-    if attempt is not None:
-        argv += ["--attempt", str(attempt)]
-    start_detached(argv, new_id, settings, Output.JSON if output == "json" else Output.TEXT)
-
-
-def _diff_doc(
-    store: Any,
-    a: Any,
-    b: Any,
-    records: tuple[dict[str, Any], dict[str, Any]] | None = None,
-    labels: tuple[str, str] | None = None,
-) -> dict[str, Any]:
-    """``records``: the two sides' repro records when not the experiments' own (two attempts);
-    ``labels``: how the sides are named then (``ID@N``)."""
-    import difflib
-
-    from phalanx import repro
-
-    ra, rb = records if records is not None else (store.repro(a.id), store.repro(b.id))
-    name_a, name_b = labels or (a.id, b.id)
-    pa = dict((a.plan or {}).get("params") or {})
-    pb = dict((b.plan or {}).get("params") or {})
-    params = {
-        k: {"a": pa.get(k), "b": pb.get(k)} for k in sorted(set(pa) | set(pb)) if pa.get(k) != pb.get(k)
-    }
-    no_file = not (a.spec_text and b.spec_text)  # a plain script's run has no experiment file
-    file_diff = (
-        []
-        if no_file
-        else list(
-            difflib.unified_diff(
-                (a.spec_text or "").splitlines(),
-                (b.spec_text or "").splitlines(),
-                f"{name_a}/file",
-                f"{name_b}/file",
-                lineterm="",
-            )
-        )
-    )
-
-    def files(exp: Any, record: dict[str, Any]) -> dict[str, bytes]:
-        path = (record.get("snapshot") or {}).get("path")
-        if not path or store.artifact_store is None or not store.artifact_store.exists(exp.id, path):
-            return {}
-        return repro.source_files(store.artifact_store.read_bytes(exp.id, path))
-
-    fa, fb = files(a, ra), files(b, rb)
-    # What one side never recorded is not compared: a missing record or snapshot is not "every
-    # package removed" or "every file deleted" (a plain script's run, one recorded before repro).
-    unrecorded: dict[str, list[str]] = {"a": [], "b": []}
-    for side, record, snapshot in (("a", ra, fa), ("b", rb, fb)):
-        if not (record.get("python") or record.get("packages")):
-            unrecorded[side].append("environment")
-        if not snapshot:
-            unrecorded[side].append("source snapshot")
-        both_plain = a.backend == b.backend == "script"  # neither ever has a file: nothing to say
-        if not (a if side == "a" else b).spec_text and not both_plain:
-            unrecorded[side].append("experiment file")
-    if unrecorded["a"] or unrecorded["b"]:
-        if "environment" in unrecorded["a"] + unrecorded["b"]:
-            ra, rb = {}, {}
-        if "source snapshot" in unrecorded["a"] + unrecorded["b"]:
-            fa, fb = {}, {}
-    code: list[str] = []
-    for name in sorted(set(fa) | set(fb)):
-        if fa.get(name) == fb.get(name):
-            continue
-        old = fa.get(name, b"").decode(errors="replace").splitlines()
-        new = fb.get(name, b"").decode(errors="replace").splitlines()
-        code.extend(difflib.unified_diff(old, new, f"a/{name}", f"b/{name}", lineterm=""))
-    ka = dict(p.split("==", 1) for p in ra.get("packages") or [] if "==" in p)
-    kb = dict(p.split("==", 1) for p in rb.get("packages") or [] if "==" in p)
-    packages = {
-        k: {"a": ka.get(k), "b": kb.get(k)} for k in sorted(set(ka) | set(kb)) if ka.get(k) != kb.get(k)
-    }
-    ga, gb = ra.get("git") or {}, rb.get("git") or {}
-    if records is not None:  # two attempts: their params are what each was launched with
-        la, lb = dict(ra.get("launch") or {}), dict(rb.get("launch") or {})
-        pa, pb = dict(la.get("params") or pa), dict(lb.get("params") or pb)
-        params = {
-            k: {"a": pa.get(k), "b": pb.get(k)} for k in sorted(set(pa) | set(pb)) if pa.get(k) != pb.get(k)
-        }
-    return {
-        "a": name_a,
-        "b": name_b,
-        "params": params,
-        "file": file_diff,
-        "code": code,
-        "packages": packages,
-        "git": {
-            k: {"a": ga.get(k), "b": gb.get(k)}
-            for k in ("commit", "branch", "dirty")
-            if ga.get(k) != gb.get(k)
-        },
-        "versions": {
-            k: {"a": ra.get(k), "b": rb.get(k)}
-            for k in ("python", "phalanx", "host")
-            if ra.get(k) != rb.get(k)
-        },
-        "unrecorded": {side: what for side, what in unrecorded.items() if what},
-        "data": _data_diff(a, b),
-    }
-
-
-def _data_diff(a: Any, b: Any) -> dict[str, Any]:
-    """The inputs whose dataset version or datastore differ (phalanx.data.lineage)."""
-    from phalanx.data.lineage import inputs_diff
-
-    return inputs_diff(a.plan, b.plan)
 
 
 def _shown(value: Any) -> str:
@@ -553,6 +400,7 @@ def diff(
     _check_output(output)
     store = _open()
     from phalanx import repro
+    from phalanx.views import diff_doc
 
     ea, at_a = _side(store, a)
     at_b: int | None
@@ -562,7 +410,7 @@ def diff(
     else:
         eb, at_b = _side(store, b)
     if at_a is None and at_b is None:
-        doc = _diff_doc(store, ea, eb)
+        doc = diff_doc(store, ea, eb)
     else:
         ra = (
             _attempt_of(store, ea, at_a)
@@ -578,7 +426,7 @@ def diff(
             ea.id if at_a is None else f"{ea.id}@{at_a}",
             eb.id if at_b is None else f"{eb.id}@{at_b}",
         )
-        doc = _diff_doc(store, ea, eb, (ra or {}, rb or {}), labels)
+        doc = diff_doc(store, ea, eb, (ra or {}, rb or {}), labels)
     if output == "json":
         emit_json(doc)
         return

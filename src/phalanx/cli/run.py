@@ -7,9 +7,7 @@ the supervisor, the store and rich are imported inside the commands.
 
 from __future__ import annotations
 
-import os
 import sys
-import threading
 import time
 from enum import StrEnum
 from pathlib import Path
@@ -25,6 +23,8 @@ if TYPE_CHECKING:
 
     from phalanx.config import Settings
     from phalanx.domain import Experiment, ReplicaState
+    from phalanx.runner import LaunchOptions, Runner
+    from phalanx.spec.model import ExperimentSpec
     from phalanx.store.base import IngestStore, Store
 
 
@@ -35,38 +35,6 @@ class Output(StrEnum):
 
 
 # ---- terminal observers -----------------------------------------------------------------------
-
-
-class PlainObserver:
-    """Lines as `[worker-1] text` on stdout; supervisor notes on stderr (pipes, CI logs)."""
-
-    def __init__(self, out: Any = None) -> None:
-        self._out = out or sys.stdout  # stderr under -o json: stdout holds one JSON document
-        self._lock = threading.Lock()
-        self._last: dict[str, str] = {}
-
-    def line(self, replica: str, text: str) -> None:
-        with self._lock:
-            if self._out is None:
-                return
-            try:
-                self._out.write(f"[{replica}] {text}\n")
-                self._out.flush()
-            except BrokenPipeError:  # `phalanx run ... | head`: stop printing; the experiment goes on
-                self._out = None
-
-    def states(self, replicas: Mapping[str, ReplicaState], elapsed: float) -> None:
-        with self._lock:
-            for name, state in replicas.items():
-                if self._last.get(name) != str(state):
-                    self._last[name] = str(state)
-                    sys.stderr.write(f"phalanx: {name} {state} ({elapsed:.1f} s)\n")
-            sys.stderr.flush()
-
-    def message(self, text: str) -> None:
-        with self._lock:
-            sys.stderr.write(f"phalanx: {text}\n")
-            sys.stderr.flush()
 
 
 class RichObserver:
@@ -223,8 +191,6 @@ def run(
     faulthandler.register(signal.SIGUSR1, all_threads=True)  # `kill -USR1 PID`: where is it stuck?
     guard_std_streams()  # `phalanx run ... | head`: a closed pipe ends the echo, not the experiment
     settings = Settings()
-    if no_system_metrics:  # read by the supervisor (and inherited by a --detach child)
-        os.environ["PHALANX_SYSTEM_METRICS"] = "off"
     if experiment_id is not None:
         _check_id(experiment_id)
     from phalanx.queue import check_priority
@@ -244,34 +210,30 @@ def run(
         get_cluster(cluster, settings.home)
     if not dry_run:
         _check_home_and_db(settings)
-    if detach and not dry_run:
-        queueing = ["--priority", str(priority)] + (["--no-wait"] if no_wait else [])
-        _detach(
-            file,
-            param,
-            workdir,
-            oversubscribe,
-            cluster,
-            settings,
-            output,
-            queueing,
-            experiment_id,
-            extra_params,
-        )
-        return
-    from phalanx import supervisor
+    from dataclasses import replace
+
+    from phalanx.runner import LaunchOptions, LaunchRecord, Runner
     from phalanx.spec.loader import parse_param_overrides
 
-    options: dict[str, Any] = {
-        "workdir": workdir,
-        "experiment_id": experiment_id,
-        "oversubscribe": oversubscribe,
-        "cluster": cluster,
+    options = LaunchOptions(
+        workdir=workdir.resolve() if workdir is not None else None,
+        cluster=cluster,
+        oversubscribe=oversubscribe,
+        priority=priority,
+        wait=not no_wait,
+        experiment_id=experiment_id,
+        system_metrics="off" if no_system_metrics else None,
         # what `phalanx rerun` and `phalanx resume` start again from
-        "launch": {"file": str(file.resolve()), "params": parse_param_overrides(param or [])},
-    }
+        record=LaunchRecord(file=str(file.resolve()), params=parse_param_overrides(param or [])),
+    )
+    runner = Runner(settings)
+    if detach and not dry_run:
+        submit_detached(runner, spec, options, output)
+        return
+    from phalanx import supervisor
+
     if dry_run:
-        prepared = supervisor.prepare(spec, settings=settings, dry=True, **options)
+        prepared = runner.dry_run(spec, options)
         _warn_if_crowded(prepared)
         if output is Output.YAML and prepared.dry_run.format == "json":
             raise UsageError(
@@ -283,46 +245,23 @@ def run(
         else:
             typer.echo(supervisor.render_dry_run(prepared))
         return
-    try:  # may build the experiment's venv first, which takes a while
-        prepared = supervisor.prepare(spec, settings=settings, **options)
-    except KeyboardInterrupt:
+    prepared = runner.dry_run(spec, options)  # its id, and what is refused before anything is built
+    _warn_if_crowded(prepared)
+    owns_run_dir = experiment_id is None
+    options = replace(options, experiment_id=prepared.experiment_id)
+    names = [r.name for r in prepared.plan.replicas]
+    try:  # may build the experiment's venv first (recorded as building meanwhile)
+        if sys.stdout.isatty() and output is Output.TEXT:
+            with RichObserver(names) as rich_observer:
+                outcome = runner.run(spec, options, rich_observer, owns_run_dir=owns_run_dir)
+        else:
+            from phalanx.runner.observers import PlainObserver
+
+            observer = PlainObserver(sys.stderr if output is Output.JSON else sys.stdout)
+            outcome = runner.run(spec, options, observer, owns_run_dir=owns_run_dir)
+    except KeyboardInterrupt:  # the supervisor answers Ctrl-C itself once it runs: this is before
         sys.stderr.write("phalanx: interrupted before anything started\n")
         raise typer.Exit(130) from None
-    _warn_if_crowded(prepared)
-    from phalanx.store import open_store
-
-    store_opened = False
-
-    def store() -> Any:  # opened once the replicas are starting (see Supervisor.run)
-        nonlocal store_opened
-        opened = open_store(settings)
-        store_opened = True
-        return opened
-
-    names = [r.name for r in prepared.plan.replicas]
-    tty = sys.stdout.isatty() and output is Output.TEXT
-    try:
-        if tty:
-            with RichObserver(names) as rich_observer:
-                outcome = supervisor.Supervisor(
-                    prepared, store, settings, rich_observer, priority=priority, wait=not no_wait
-                ).run()
-        else:
-            observer = PlainObserver(sys.stderr if output is Output.JSON else sys.stdout)
-            outcome = supervisor.Supervisor(
-                prepared, store, settings, observer, priority=priority, wait=not no_wait
-            ).run()
-    except BaseException:
-        if not store_opened:  # the engine or the store failed before the experiment was recorded:
-            # leave no run folder or spool behind for an experiment that `phalanx ls` will never show
-            import shutil
-
-            folders = [settings.spool_dir / prepared.experiment_id]
-            if experiment_id is None:  # else the caller (--detach, submit()) owns the run folder:
-                folders.append(settings.runs_dir / prepared.experiment_id)  # it reads our log there
-            for folder in folders:
-                shutil.rmtree(folder, ignore_errors=True)
-        raise
     if output is Output.JSON:
         emit_json({"id": outcome.experiment_id, "status": str(outcome.status), "reason": outcome.reason})
     else:
@@ -400,97 +339,30 @@ def _check_id(experiment_id: str) -> None:
         raise UsageError(f"--experiment-id {experiment_id!r}: expected 12 lowercase hex characters")
 
 
-def _detach(
-    file: Path,
-    param: list[str] | None,
-    workdir: Path | None,
-    oversubscribe: bool,
-    cluster: str | None,
-    settings: Settings,
-    output: Output,
-    queueing: list[str] | None = None,
-    experiment_id: str | None = None,
-    extra_params: bool = False,
+def submit_detached(
+    runner: Runner, spec: ExperimentSpec, options: LaunchOptions, output: Output, headline: str | None = None
 ) -> None:
-    """Start `phalanx run` again in its own session with its output in runs/<id>/supervisor.log,
-    wait (bounded) until it has created the experiment, and print the id (``experiment_id`` when
-    given: a group's controller records the id before launching the trial)."""
-    import uuid
-
-    exp_id = experiment_id or uuid.uuid4().hex[:12]
-    argv = [
-        sys.executable,
-        "-m",
-        "phalanx.cli.main",
-        "run",
-        "-f",
-        str(file.resolve()),
-        "--experiment-id",
-        exp_id,
-    ]
-    for p in param or []:
-        argv += ["--param", p]
-    if extra_params:
-        argv.append("--extra-params")
-    if workdir is not None:
-        argv += ["--workdir", str(workdir.resolve())]
-    if oversubscribe:
-        argv.append("--oversubscribe")
-    if cluster:
-        argv += ["--cluster", cluster]
-    argv += queueing or []
-    start_detached(argv, exp_id, settings, output)
-
-
-def start_detached(argv: list[str], exp_id: str, settings: Settings, output: Output) -> None:
-    """Run ``argv`` (a `phalanx` command that creates experiment ``exp_id``) in its own session,
-    its output in runs/<id>/supervisor.log; wait (bounded) until the experiment exists, then print
-    its id. If the command ends before creating it, its own messages are shown and its exit status
-    is ours, and its run folder is removed (nothing half-written)."""
-    import shutil
-    import subprocess
-
-    from phalanx.errors import NotFound, PhalanxError
-    from phalanx.store import open_store
-
-    run_dir = settings.runs_dir / exp_id
-    run_dir.mkdir(parents=True, exist_ok=True)
-    log_path = run_dir / "supervisor.log"
-    with open(log_path, "ab") as out:
-        proc = subprocess.Popen(
-            argv, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
-        )
-    store = open_store(settings)
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
-        try:
-            store.get_experiment(exp_id)
-            break
-        except NotFound:
-            pass
-        if proc.poll() is not None and not _exists(store, exp_id):
-            # it failed before creating the experiment: its messages already say `error: ...`
-            text = log_path.read_text(errors="replace").strip() if log_path.exists() else ""
-            shutil.rmtree(run_dir, ignore_errors=True)
-            sys.stderr.write((text or f"error: the supervisor exited with status {proc.returncode}") + "\n")
-            raise typer.Exit(proc.returncode or 1)
-        time.sleep(0.1)
-    else:
-        raise PhalanxError(f"the supervisor did not create experiment {exp_id} within 120 s; see {log_path}")
-    if output is Output.JSON:
-        emit_json({"id": exp_id, "supervisor_pid": proc.pid, "log": str(log_path)})
-    else:
-        typer.echo(exp_id)
-
-
-def _exists(store: Store, experiment_id: str) -> bool:
-    from phalanx.errors import NotFound
+    """Start the experiment's supervisor in its own session (its output in runs/<id>/supervisor.log),
+    wait (bounded) until the experiment exists and print its id. If the supervisor ends before, its
+    own messages are shown and its exit status is ours (its run folder is removed: nothing
+    half-written)."""
+    from phalanx.runner import StartFailed
 
     try:
-        store.get_experiment(experiment_id)
-    except NotFound:
-        return False
-    return True
+        submitted = runner.submit(spec, options, headline=headline)
+    except StartFailed as exc:
+        sys.stderr.write((exc.text or f"error: the supervisor exited with status {exc.exit_code}") + "\n")
+        raise typer.Exit(exc.exit_code or 1) from None
+    if output is Output.JSON:
+        emit_json(
+            {
+                "id": submitted.experiment_id,
+                "supervisor_pid": submitted.process.pid,
+                "log": str(submitted.log),
+            }
+        )
+    else:
+        typer.echo(submitted.experiment_id)
 
 
 # ---- phalanx logs -----------------------------------------------------------------------------

@@ -19,11 +19,12 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from phalanx.cli.app import app, emit_json
+from phalanx.views import PER_REPLICA, params_by_section, run_details
 
 if TYPE_CHECKING:
     from phalanx.config import Settings
     from phalanx.domain import Experiment, Replica
-    from phalanx.store.base import ArtifactRecord, IngestStore, ParamRecord, Store
+    from phalanx.store.base import ArtifactRecord, IngestStore
 
 IdArg = Annotated[str, typer.Argument(metavar="ID", help="Experiment id or a unique prefix of one.")]
 
@@ -114,26 +115,6 @@ def experiment_json(e: Experiment) -> dict[str, Any]:
 
 def replica_json(r: Replica) -> dict[str, Any]:
     return r.to_json()
-
-
-def params_by_section(records: list[ParamRecord]) -> dict[str, dict[str, Any]]:
-    """{section: {key: value}}; a key whose writers report different values (each rank its own
-    seed) reads {"per_replica": [{"replica", "rank", "value"}, ...]} instead (docs/tracking.md)."""
-    grouped: dict[str, dict[str, list[ParamRecord]]] = {}
-    for p in records:
-        grouped.setdefault(p.section, {}).setdefault(p.key, []).append(p)
-    return {
-        section: {
-            key: reports[0].value
-            if len(reports) == 1
-            else {PER_REPLICA: [{"replica": r.replica, "rank": r.rank, "value": r.value} for r in reports]}
-            for key, reports in keys.items()
-        }
-        for section, keys in grouped.items()
-    }
-
-
-PER_REPLICA = "per_replica"
 
 
 def finite_or_none(values: list[float]) -> list[float | None]:
@@ -264,35 +245,6 @@ def _queue_place(experiment_id: str) -> str:
     return "not waiting on this machine (see `phalanx queue`)"
 
 
-def run_details(store: Store, experiment_id: str) -> dict[str, Any]:
-    """Attempts, what ran (git, versions, host) and the pace of each rank: `get -o json` and the API."""
-    from phalanx.stragglers import pace
-
-    repro = store.repro(experiment_id)
-    git = dict(repro.get("git") or {})
-    git.pop("diff", None)  # `phalanx diff` shows code; get stays short
-    source = {
-        "git": git or None,
-        "python": repro.get("python"),
-        "phalanx": repro.get("phalanx"),
-        "host": repro.get("host"),
-        "packages": len(repro.get("packages") or []),
-        "snapshot": repro.get("snapshot"),
-        "launch": repro.get("launch"),
-    }
-    attempts = store.attempts(experiment_id)
-    code = _attempt_code(store, experiment_id, repro)
-    for a in attempts:  # what each attempt ran, where `phalanx resume` recorded it (docs/checkpoints.md)
-        if a["number"] in code:
-            a["code"] = code[a["number"]]
-    return {
-        "attempts": attempts,
-        "pod_attempts": store.replica_starts(experiment_id),
-        "source": source if repro else None,
-        "pace": pace(store, experiment_id),
-    }
-
-
 def _code_note(attempt: dict[str, Any]) -> str:
     """What an attempt's recorded code changed, for the attempts table."""
     changed = (attempt.get("code") or {}).get("changed")
@@ -302,22 +254,6 @@ def _code_note(attempt: dict[str, Any]) -> str:
         return "; same code"
     shown = ", ".join(changed[:3]) + (f" and {len(changed) - 3} more" if len(changed) > 3 else "")
     return f"; code changed: {shown} (`phalanx diff ID` shows how)"
-
-
-def _attempt_code(store: Store, experiment_id: str, record: dict[str, Any]) -> dict[int, dict[str, Any]]:
-    from phalanx import repro
-
-    artifacts = getattr(store, "artifact_store", None)
-
-    def read(path: str) -> bytes | None:
-        if artifacts is None or not artifacts.exists(experiment_id, path):
-            return None
-        return bytes(artifacts.read_bytes(experiment_id, path))
-
-    try:
-        return repro.attempt_changes(record, read)
-    except Exception:  # an unreadable snapshot must not take `get` down
-        return {}
 
 
 def run_details_text(details: dict[str, Any]) -> list[str]:

@@ -3,7 +3,8 @@
 submit() writes the estimator's experiment file into the run folder (PHALANX_HOME/runs/<id>/) and
 starts the same supervisor `phalanx run` uses, detached in its own session with its output in a file,
 so the Python process that submitted may go on (or exit) while the experiment runs. It returns once
-the supervisor has created the experiment in the store, so `run.get_status()` works at once; an error
+the supervisor has created the experiment in the store (before any environment build: its status is
+then ``building``), so `run.get_status()` works at once; an error
 the supervisor finds before starting anything (a cluster that does not exist, more GPUs than the
 machine has) is raised here, as the CLI would print it.
 """
@@ -17,7 +18,6 @@ import re
 import shutil
 import signal
 import subprocess
-import sys
 import time
 import uuid
 from collections.abc import Sequence
@@ -38,9 +38,6 @@ SPEC_FILE = "experiment.yml"
 SUPERVISOR_LOG = "supervisor.log"
 SUBMIT_FILE = "submit.json"  # how this run was started (supervisor pid), read by Run.cancel
 STARTUP_TIMEOUT = 120.0  # generous: 2 shared cores
-# With pip_packages the supervisor builds (or reuses) the experiment's venv before it creates the
-# experiment; a first TensorFlow build takes minutes on a slow machine.
-BUILD_TIMEOUT = 1800.0
 _KEEP_ENV = frozenset(
     {"PHALANX_HOME", "PHALANX_DB_URL", "PHALANX_ARTIFACTS_URL", "PHALANX_HOST", "PHALANX_TOKEN"}
 )
@@ -91,8 +88,9 @@ class Experiment:
         ``queued``, until its cores, GPUs and memory are free: ``priority`` orders the queue (higher
         first), ``wait=False`` raises UsageError instead of queueing (see docs/sharing-a-machine.md).
 
-        ``timeout``: how long to wait for that (default 120 s, or 30 min when the estimator names
-        pip packages: their venv is built first); past it the supervisor is stopped and nothing runs.
+        ``timeout``: how long to wait for the experiment to exist (default 120 s); past it the
+        supervisor is stopped and nothing runs. An environment to build (pip_packages) does not
+        count: the experiment exists first, status ``building``, and the build follows.
 
         Raises:
             SpecError / UsageError: the estimator or the compute target cannot work (nothing started).
@@ -126,72 +124,61 @@ class Experiment:
 
         experiment_id = uuid.uuid4().hex[:12]
         run_dir = self.settings.runs_dir / experiment_id
-        run_dir.mkdir(parents=True, exist_ok=True)
         spec_path = run_dir / SPEC_FILE
+        # the spec the supervisor runs is validated here, as `phalanx run -f` would validate the file
+        # (its mistakes raised now, nothing written); the file is kept for `phalanx rerun`/`resume`
+        from dataclasses import replace
+
+        from phalanx.spec.loader import load_spec_text
+
+        spec = replace(load_spec_text(text, str(spec_path)), source_file=str(spec_path))
+        run_dir.mkdir(parents=True, exist_ok=True)
         spec_path.write_text(text, encoding="utf-8")
-        argv = [
-            sys.executable,
-            "-m",
-            "phalanx.cli.main",
-            "run",
-            "-f",
-            str(spec_path),
-            "--experiment-id",
-            experiment_id,
-            "--workdir",
-            str(config.source_directory),
-        ]
-        if config.compute_target != "local":
-            argv += ["--cluster", config.compute_target]
-        argv += ["--priority", str(priority)] + ([] if wait else ["--no-wait"])
+        from phalanx.runner import LaunchOptions, LaunchRecord, Runner, StartFailed, StartTimeout
+
+        options = LaunchOptions(
+            workdir=Path(config.source_directory).resolve(),
+            cluster=None if config.compute_target == "local" else config.compute_target,
+            priority=priority,
+            wait=wait,
+            experiment_id=experiment_id,
+            record=LaunchRecord(file=str(spec_path)),
+        )
         # A run submitted from inside an experiment (a replica, or a script that called Task.init) is
         # its own: keep only where the store is, not the caller's identity.
         env = {k: v for k, v in os.environ.items() if not k.startswith("PHALANX_") or k in _KEEP_ENV}
-        env["PHALANX_HOME"] = str(self.settings.home)
-        for var, value in (
-            ("PHALANX_DB_URL", self.settings.db_url),
-            ("PHALANX_ARTIFACTS_URL", self.settings.artifacts_url),
-            ("PHALANX_HOST", self.settings.host),
-            ("PHALANX_TOKEN", self.settings.token),
-        ):
-            if value:
-                env[var] = value
-        log_path = run_dir / SUPERVISOR_LOG
-        with open(log_path, "ab") as out, open(os.devnull, "rb") as devnull:
-            proc = subprocess.Popen(
-                argv,
-                stdin=devnull,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                cwd=str(config.source_directory),
-                env=env,
-                start_new_session=True,  # Ctrl-C in the notebook does not reach the experiment
-                close_fds=True,
-            )
-        import json
-
-        (run_dir / SUBMIT_FILE).write_text(
-            json.dumps({"supervisor_pid": proc.pid, "argv": argv, "started": time.time()}), encoding="utf-8"
-        )
-        log.info("submitted experiment %s (supervisor pid %d)", experiment_id, proc.pid)
-        run = Run(experiment_id, settings=self.settings, _process=proc)
-        if timeout is None:
-            builds = config.pip_packages or config.pip_requirements_file
-            timeout = BUILD_TIMEOUT if builds else STARTUP_TIMEOUT
+        if timeout is None:  # an environment build comes after: the experiment exists, `building`
+            timeout = STARTUP_TIMEOUT
+        runner = Runner(self.settings)
         try:
-            self._wait_created(run, proc, log_path, timeout)
-        except PhalanxError:
+            submitted = runner.submit(
+                spec, options, env=env, cwd=Path(config.source_directory), timeout=timeout
+            )
+        except StartFailed as exc:
+            shutil.rmtree(run_dir, ignore_errors=True)
+            raise _startup_error(exc.exit_code, exc.text) from None
+        except StartTimeout as exc:
+            proc = exc.process
             if proc.poll() is None:  # too slow: stop it rather than let it start unseen later
                 with contextlib.suppress(ProcessLookupError):
                     os.killpg(proc.pid, signal.SIGTERM)
                 with contextlib.suppress(subprocess.TimeoutExpired):
                     proc.wait(timeout=30)
             if proc.poll() is not None:  # it ended: leave nothing behind, as the error promises
+                run = Run(experiment_id, settings=self.settings)
                 if _exists(run):  # created just as the deadline passed (a slow first store open)
                     _erase(run, self.settings)
                 shutil.rmtree(run_dir, ignore_errors=True)
             raise
-        return run
+        proc = submitted.process
+        import json
+
+        (run_dir / SUBMIT_FILE).write_text(
+            json.dumps({"supervisor_pid": proc.pid, "argv": proc.args, "started": time.time()}),
+            encoding="utf-8",
+        )
+        log.info("submitted experiment %s (supervisor pid %d)", experiment_id, proc.pid)
+        return Run(experiment_id, settings=self.settings, _process=proc)
 
     def _check_target(self, target: str) -> None:
         if target == "local":
@@ -205,32 +192,6 @@ class Experiment:
                 f"compute_target {target!r} is not a configured cluster (configured: {names}); "
                 "add it with `phalanx cluster add` or use compute_target='local'"
             )
-
-    @staticmethod
-    def _wait_created(run: Run, proc: subprocess.Popen[bytes], log_path: Path, timeout: float) -> None:
-        """Bounded wait for the supervisor's experiment row; its early exit is the error to raise."""
-        deadline = time.monotonic() + timeout
-        delay = 0.02
-        while True:
-            try:
-                run.refresh()
-                return
-            except NotFound:
-                pass
-            code = proc.poll()
-            if code is not None:
-                try:  # it may have created the row and finished already
-                    run.refresh()
-                    return
-                except NotFound:
-                    raise _startup_error(code, log_path) from None
-            if time.monotonic() > deadline:
-                raise PhalanxError(
-                    f"the supervisor did not create experiment {run.id} within {timeout:.0f} s; "
-                    f"see {log_path}"
-                )
-            time.sleep(delay)
-            delay = min(delay * 1.5, 0.25)
 
 
 def _exists(run: Run) -> bool:
@@ -267,12 +228,8 @@ def _tags(tags: Any) -> tuple[str, ...]:
     return tuple(t.strip() for t in tags)
 
 
-def _startup_error(code: int, log_path: Path) -> PhalanxError:
+def _startup_error(code: int, text: str) -> PhalanxError:
     """The supervisor's own message (as `phalanx run` prints it) as the matching error."""
-    try:
-        text = log_path.read_text(encoding="utf-8", errors="replace").strip()
-    except OSError:
-        text = ""
     lines = [ln for ln in text.splitlines() if ln.strip()][-20:]
     message = "\n".join(ln.removeprefix("error: ") for ln in lines) or f"exit status {code}"
     if code == 2:

@@ -19,10 +19,10 @@ import difflib
 import logging
 import math
 import os
+import shutil
 import signal
 import socket
 import subprocess
-import sys
 import time
 import uuid
 from collections.abc import Callable
@@ -44,12 +44,14 @@ from phalanx.groups.ending import (
 )
 from phalanx.groups.lock import ControllerRunning, controller_lock
 from phalanx.groups.setup import build_trials_env, check_trials_can_run, create, load, trial_build
+from phalanx.spec.model import ExperimentSpec
 from phalanx.store.base import GroupStore
 
 log = logging.getLogger(__name__)
 
 POLL_SECONDS = 0.3
 LAUNCH_TIMEOUT = 180.0
+TRIAL_PARAMS = "Trial"  # the section of `phalanx params TRIAL` holding its sampled values
 
 
 class GroupError(PhalanxError):
@@ -61,7 +63,7 @@ class _Live:
     """A trial the controller is watching (its search state is the core's)."""
 
     trial: Trial
-    launch: subprocess.Popen[bytes] | None = None  # `phalanx run --detach`, until the experiment exists
+    launch: subprocess.Popen[bytes] | None = None  # its supervisor, until seen ended (reaped)
     freed_at: float | None = None  # monotonic time the slot it took was freed (controller overhead)
     seen: bool = False  # its experiment row has been seen
 
@@ -208,7 +210,10 @@ class Controller:
             replace(trial, state=TrialState.RUNNING), launch=launch, freed_at=freed_at
         )
 
-    def _trial_file(self, trial: Trial) -> Path:
+    def _trial_spec(self, trial: Trial) -> ExperimentSpec:
+        """The trial's validated spec: the group's experiment with the sampled values as its params
+        (recorded as its launch params: `phalanx get`, rerun). Its text is also written to
+        groups/ID/trial-N.yml, what `phalanx rerun`/`resume` of the trial read back."""
         spec = self.spec.trial_spec(trial.params)
         base_dir = (
             Path(self.group.source_file).parent if self.group.source_file else Path(self.group.workdir or ".")
@@ -216,57 +221,48 @@ class Controller:
         spec = replace(spec, build=trial_build(spec, base_dir), name=f"{self.group.name}-{trial.number}")
         from phalanx.spec.dump import spec_to_yaml
 
+        text = spec_to_yaml(spec)
         self.folder.mkdir(parents=True, exist_ok=True)
         path = self.folder / f"trial-{trial.number}.yml"
         tmp = path.with_suffix(".tmp")
-        tmp.write_text(spec_to_yaml(spec))
+        tmp.write_text(text)
         tmp.replace(path)
-        return path
+        return replace(
+            spec, source_file=str(path), source_text=text, launch_params=dict(trial.params), notes=()
+        )
 
     def _start_experiment(self, trial: Trial) -> subprocess.Popen[bytes]:
-        """Start `phalanx run --detach` with the id recorded for this trial; not waited for here
-        (``_watch`` sees the experiment appear, or the launch fail), so the other trials are watched
-        meanwhile."""
-        path = self._trial_file(trial)
-        argv = [
-            sys.executable,
-            "-m",
-            "phalanx.cli.main",
-            "run",
-            "--detach",
-            "-o",
-            "json",
-            "-f",
-            str(path),
-            "--experiment-id",
-            trial.experiment_id,
-        ]
-        if self.group.workdir:
-            argv += ["--workdir", self.group.workdir]
-        if self.group.options.get("cluster"):
-            argv += ["--cluster", str(self.group.options["cluster"])]
-        if self.group.options.get("oversubscribe"):
-            argv.append("--oversubscribe")
+        """Start the trial's supervisor (the Runner, from the trial's spec object) with the id
+        recorded for this trial; not waited for here (``_watch`` sees the experiment appear, or the
+        supervisor end without creating it), so the other trials are watched meanwhile."""
+        from phalanx.runner import LaunchOptions, LaunchRecord, Runner
+
+        spec = self._trial_spec(trial)
+        options = LaunchOptions(
+            workdir=Path(self.group.workdir).resolve() if self.group.workdir else None,
+            cluster=str(self.group.options["cluster"]) if self.group.options.get("cluster") else None,
+            oversubscribe=bool(self.group.options.get("oversubscribe")),
+            experiment_id=trial.experiment_id,
+            record=LaunchRecord(file=spec.source_file, params=dict(trial.params)),
+            params_section=TRIAL_PARAMS,
+        )
         # the run folder first: a controller killed from here on leaves a launch that `_launched`
-        # waits for on resume (the experiment appears, or the launch fails and removes the folder).
-        # Made by `run --detach` alone, a kill before the launcher got that far let the resumed
-        # controller start the same experiment id a second time beside the orphaned launcher
+        # waits for on resume (the experiment appears, or the supervisor fails before creating it
+        # and removes the folder). Made by the launch alone, a kill before it got that far let the
+        # resumed controller start the same experiment id a second time beside the orphaned one
         run_dir = self.settings.runs_dir / trial.experiment_id
         run_dir.mkdir(parents=True, exist_ok=True)
         try:
-            with open(self.folder / f"trial-{trial.number}.launch.log", "wb") as out:
-                # its own session: a Ctrl-C at the terminal reaches the controller, which lets the
-                # launch finish and then stops the trial, instead of killing `run --detach` halfway
-                return subprocess.Popen(
-                    argv,
-                    stdin=subprocess.DEVNULL,
-                    stdout=out,
-                    stderr=subprocess.STDOUT,
-                    start_new_session=True,
-                )
+            # its own session: a Ctrl-C at the terminal reaches the controller, which then stops the
+            # trial. Its output goes to the group's folder: a supervisor that fails before creating
+            # the experiment removes its run folder (see above) and `_launch_failed` reads why here
+            _, proc, _ = Runner(self.settings).start(
+                spec, options, log=self.folder / f"trial-{trial.number}.launch.log"
+            )
+            return proc
         except BaseException:
             with contextlib.suppress(OSError):
-                run_dir.rmdir()  # nothing was launched: a resume must not wait for it
+                shutil.rmtree(run_dir)  # nothing was launched: a resume must not wait for it
             raise
 
     def _launch_failed(self, live: _Live) -> None:
@@ -279,8 +275,8 @@ class Controller:
             message = ""
         status = live.launch.returncode if live.launch else None
         reason = f"could not start: {message or f'exit status {status}'}"
-        with contextlib.suppress(OSError):  # the run folder made before the launch, if still empty
-            (self.settings.runs_dir / live.trial.experiment_id).rmdir()
+        # the run folder made before the launch (its launch file in it), if still there
+        shutil.rmtree(self.settings.runs_dir / live.trial.experiment_id, ignore_errors=True)
         self.searcher.launch_failed(number)
         self.store.update_trial(
             self.group.id, number, state=TrialState.FAILED, reason=reason, finished_at=time.time()
@@ -459,11 +455,14 @@ class Controller:
 
     def _stop_trials(self, reason: str) -> None:
         for live in self.live.values():
-            if live.launch is not None:  # a launch in flight: let it create the experiment, then stop it
-                try:
-                    live.launch.wait(timeout=LAUNCH_TIMEOUT)
-                except subprocess.TimeoutExpired:
-                    live.launch.kill()
+            launch = live.launch
+            if launch is not None:  # a supervisor still starting: let it create the experiment, then stop it
+                deadline = time.monotonic() + LAUNCH_TIMEOUT
+                while not self._exists(live.trial.experiment_id) and launch.poll() is None:
+                    if time.monotonic() > deadline:
+                        launch.terminate()
+                        break
+                    time.sleep(0.1)
         found: dict[int, Any] = {}
         for number, live in self.live.items():
             try:

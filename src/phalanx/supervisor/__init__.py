@@ -36,6 +36,7 @@ from phalanx.supervisor.supervising import (
     Outcome,
     Supervisor,
     launch,
+    record_building,
 )
 
 __all__ = [
@@ -49,6 +50,7 @@ __all__ = [
     "interpreter",
     "launch",
     "prepare",
+    "record_building",
     "render_dry_run",
     "replace_plan",
     "sdk_path",

@@ -137,6 +137,15 @@ def launch(
     ).run()
 
 
+def record_building(prepared: Prepared, store: IngestStore, settings: Settings) -> None:
+    """Record the experiment, status building, before its environment is built (minutes): it has
+    its id and shows in `phalanx ls` meanwhile. ``prepared``: its dry run (nothing built yet); the
+    Supervisor that runs it afterwards is told it exists (``exists=True``)."""
+    supervisor = Supervisor(prepared, store, settings, handle_signals=False)
+    supervisor._open_store()
+    supervisor._create(ExperimentStatus.BUILDING)
+
+
 # ---- supervising ------------------------------------------------------------------------------
 
 
@@ -152,8 +161,14 @@ class Supervisor:
         priority: int = 0,
         wait: bool = True,
         resume: bool = False,
+        exists: bool = False,
+        params_section: str | None = None,
     ) -> None:
         """``store``: the store, or a function that opens it (called once the replicas have started).
+        ``params_section``: record the launch params as the experiment's params in this section
+        (a group trial's sampled values: `phalanx params`, the run table, compare).
+        ``exists``: its row was recorded already (``record_building``: status building while its
+        environment was built), so it is updated, not created.
         ``priority``: its place in this machine's queue (higher first); ``wait``: False refuses
         (UsageError) instead of queueing when the topology does not fit now (local engine only).
         ``resume``: continue an existing failed or stopped experiment (`phalanx resume`) as a new
@@ -195,7 +210,9 @@ class Supervisor:
         self.priority = priority
         self.wait = wait
         self._admission: Any = None  # phalanx.queue.Admission while the ledger holds us
-        self._created = False
+        self._created = exists
+        self._existed = exists
+        self.params_section = params_section
         self._system: Any = None  # phalanx.sysmetrics.SystemMetrics while replicas run here
         self._handle: str | None = None
         self.resume = resume
@@ -272,6 +289,7 @@ class Supervisor:
                 f"experiment {self.id} ({len(self.replicas)} replicas, {self.p.backend.name})"
             )
             created = True
+            self._record_launch_params()
             ingest_thread = self._start_ingester(stop_ingest)
             outcome = self._attempts(handle)
         except BaseException as exc:
@@ -314,6 +332,7 @@ class Supervisor:
         from dataclasses import replace
 
         from phalanx import queue
+        from phalanx.errors import UsageError
 
         context = self.p.context
         if self.p.backend.name != "local" or context.oversubscribe:
@@ -330,22 +349,38 @@ class Supervisor:
             wait=self.wait,
         )
         self._admission = admission
+        # its row before its ledger entry: `phalanx queue` (which reads the ledger) never lists an
+        # id that `phalanx get` does not know, nor does a killed supervisor leave such an entry.
+        # Not with --no-wait: there the row means "accepted" to `run -d`/submit() waiting for it, so
+        # it follows the grant (a refusal then records nothing at all)
+        recorded_here = self.wait and not self._created
+        if recorded_here:
+            self._open_store()
+            self._create(ExperimentStatus.STARTING)
+            self._created = True
+        was_queued = False
 
         def queued(text: str) -> None:
+            nonlocal was_queued
+            was_queued = True
             self._open_store()
-            if self.resume:  # it exists: only its status says it waits
+            if self._created:  # it exists: only its status says it waits
                 self.store.update_experiment(self.id, status=ExperimentStatus.QUEUED)
             else:
                 self._create(ExperimentStatus.QUEUED)
-            self._created = True
+                self._created = True
             with contextlib.suppress(Exception):  # others' leftovers must not stop this experiment
                 queue.mark_abandoned(self.store, admission.reclaimed or [])
             self.observer.message(text)
 
         try:
             grant = admission.admit(self._stop_requested, queued)
-        except BaseException:
+        except BaseException as exc:
             self._admission = None  # admit() left nothing in the ledger
+            if recorded_here and isinstance(exc, UsageError):  # refused: nothing half-written
+                with contextlib.suppress(Exception):
+                    self.store.delete_experiment(self.id)
+                    self._created = False
             raise
         if grant is None:  # stopped while it waited: already out of the queue
             self._admission = None
@@ -354,7 +389,7 @@ class Supervisor:
         self.started = time.monotonic()  # time spent queued does not count against max_run_seconds
         context = replace(context, cpu_pool=grant.cpus, gpu_pool=grant.gpus)
         self.p = replace(self.p, context=context, dry_run=self.p.backend.dry_run(self.p.plan, context))
-        if self._created:
+        if was_queued:
             self.observer.message("admitted: " + need.describe())
 
     def _after_admission(self) -> None:
@@ -872,6 +907,27 @@ class Supervisor:
     def _flush_tails(self) -> None:
         for tail in list(self.tails.values()):
             tail.flush()
+
+    def _record_launch_params(self) -> None:
+        """The launch params as tracked params (PARAM event of the first replica, rank 0 where
+        there is one), once per experiment: a resume has them already."""
+        params = dict(self.p.plan.launch_params)
+        if not self.params_section or not params or self.resume:
+            return
+        first = min(self.replicas.values(), key=lambda r: (r.rank is None, r.rank or 0))
+        values = {
+            k: v if isinstance(v, (str, int, float, bool)) or v is None else json.dumps(v)
+            for k, v in params.items()
+        }
+        with contextlib.suppress(ValueError, OSError):
+            self._spool.write(
+                "param",
+                {"section": self.params_section, "values": values},
+                replica=first.name,
+                role=str(first.role),
+                index=first.index,
+                rank=first.rank,
+            )
 
     def _emit_all(self, text: str) -> None:
         """A supervisor note in the console of every replica (restarts, servers stopped)."""

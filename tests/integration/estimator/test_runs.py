@@ -167,12 +167,13 @@ def test_a_supervisor_that_creates_its_row_just_as_the_deadline_passes_is_stoppe
     # The race CI met: the caller's first store open is slow, so the row appears between the last
     # look and the stop. The error says the experiment was not created, so none may remain.
     from phalanx.estimators.experiment import _exists
+    from phalanx.runner import Runner, StartTimeout
 
-    def late(run: Run, proc: Any, log_path: Path, timeout: float) -> None:
-        wait_until(lambda: _exists(run))
-        raise PhalanxError(f"the supervisor did not create experiment {run.id} within 0 s")
+    def late(runner: Runner, exp_id: str, proc: Any, log: Path, timeout: float, **_: Any) -> None:
+        wait_until(lambda: _exists(Run(exp_id)))
+        raise StartTimeout(f"the supervisor did not create experiment {exp_id} within 0 s", proc)
 
-    monkeypatch.setattr(Experiment, "_wait_created", staticmethod(late))
+    monkeypatch.setattr(Runner, "_wait_started", late)
     with pytest.raises(PhalanxError, match="did not create experiment"):
         Experiment("late", project="estimator-tests").submit(PyTorch(source, entry_script="hello.py"))
     assert not any((phalanx_home / "runs").iterdir())  # stopped, its row, spool and folder removed

@@ -68,7 +68,42 @@ def test_a_package_pip_cannot_find_is_refused_with_pip_words_and_nothing_left(
     assert "Traceback" not in done.stderr
     venvs = phalanx_home / "venvs"
     assert [p.name for p in venvs.iterdir() if not p.name.endswith(".lock")] == []
-    assert json.loads(phalanx("ls", "-o", "json").stdout) == []
+    # it existed while it built (status building), and says why it ended
+    (failed,) = json.loads(phalanx("ls", "-o", "json").stdout)
+    assert failed["status"] == "failed", failed
+    assert "No matching distribution found" in failed["reason"], failed
+
+
+def test_an_experiment_exists_before_its_environment_is_built_and_detach_does_not_wait_for_it(
+    phalanx_home: Path, tmp_path: Path
+) -> None:
+    """`phalanx run --detach` of a file with build.pip_packages prints the id at once: the
+    experiment is in `phalanx ls` as building while pip runs (here: while the test holds the
+    environment's build lock, as another build of it would), and its log says so."""
+    import fcntl
+
+    from phalanx.buildenv import env_hash
+    from phalanx.plan import build_plan
+    from phalanx.spec.loader import load_spec
+
+    write_wheel(tmp_path / "wheels")
+    path = experiment_file(tmp_path, ["./wheels/tinypkg-1.0-py3-none-any.whl"])
+    key = env_hash(build_plan(load_spec(path)).build, tmp_path)
+    (phalanx_home / "venvs").mkdir()
+    with open(phalanx_home / "venvs" / f".{key}.lock", "a+") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        done = phalanx("run", "--detach", "-o", "json", "-f", str(path), timeout=120)
+        assert done.returncode == 0, done.stdout + done.stderr
+        exp_id = json.loads(done.stdout)["id"]
+        (listed,) = json.loads(phalanx("ls", "-o", "json").stdout)
+        assert (listed["id"], listed["status"]) == (exp_id, "building")
+        fcntl.flock(lock, fcntl.LOCK_UN)
+    logs = phalanx("logs", exp_id, "--follow", timeout=300)
+    assert "prefix" in logs.stdout, logs.stdout + logs.stderr
+    (ended,) = json.loads(phalanx("ls", "-o", "json").stdout)
+    assert ended["status"] == "succeeded", ended
+    log = (phalanx_home / "runs" / exp_id / "supervisor.log").read_text()
+    assert "building its environment" in log and "environment ready" in log, log
 
 
 def test_an_unpinned_torch_is_refused_before_anything_starts(phalanx_home: Path, tmp_path: Path) -> None:

@@ -35,7 +35,7 @@ def checkpoints(experiment_id: str, store: StoreDep) -> dict[str, Any]:
 def run_details(experiment_id: str, store: StoreDep) -> dict[str, Any]:
     """Attempts (start, restarts, resumes), what ran (git, versions, packages count, snapshot) and
     the pace of each rank with the straggler, as `phalanx get -o json` shows them."""
-    from phalanx.cli.tracking import run_details as details
+    from phalanx.views import run_details as details
 
     e = experiment_of(store, experiment_id)
     return {"experiment_id": e.id, **details(store, e.id)}
@@ -51,7 +51,7 @@ def source(experiment_id: str, store: StoreDep) -> dict[str, Any]:
 @router.get("/experiments/{experiment_id}/diff/{other_id}")
 def diff(experiment_id: str, other_id: str, store: StoreDep) -> dict[str, Any]:
     """What differs between two experiments: params, file, code, packages, git, versions."""
-    from phalanx.cli.resume import _diff_doc
+    from phalanx.views import diff_doc
 
     a, b = experiment_of(store, experiment_id), experiment_of(store, other_id)
-    return _diff_doc(store, a, b)
+    return diff_doc(store, a, b)

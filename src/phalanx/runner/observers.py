@@ -1,0 +1,42 @@
+"""The plain observer: what `phalanx run` prints to a pipe and a detached supervisor to its log."""
+
+from __future__ import annotations
+
+import sys
+import threading
+from collections.abc import Mapping
+from typing import IO
+
+from phalanx.domain import ReplicaState
+
+
+class PlainObserver:
+    """Lines as `[worker-1] text` on stdout; supervisor notes on stderr (pipes, CI logs)."""
+
+    def __init__(self, out: IO[str] | None = None) -> None:
+        self._out: IO[str] | None = out or sys.stdout  # stderr under -o json: stdout holds one JSON doc
+        self._lock = threading.Lock()
+        self._last: dict[str, str] = {}
+
+    def line(self, replica: str, text: str) -> None:
+        with self._lock:
+            if self._out is None:
+                return
+            try:
+                self._out.write(f"[{replica}] {text}\n")
+                self._out.flush()
+            except BrokenPipeError:  # `phalanx run ... | head`: stop printing; the experiment goes on
+                self._out = None
+
+    def states(self, replicas: Mapping[str, ReplicaState], elapsed: float) -> None:
+        with self._lock:
+            for name, state in replicas.items():
+                if self._last.get(name) != str(state):
+                    self._last[name] = str(state)
+                    sys.stderr.write(f"phalanx: {name} {state} ({elapsed:.1f} s)\n")
+            sys.stderr.flush()
+
+    def message(self, text: str) -> None:
+        with self._lock:
+            sys.stderr.write(f"phalanx: {text}\n")
+            sys.stderr.flush()

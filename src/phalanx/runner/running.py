@@ -1,0 +1,392 @@
+"""The Runner: prepare, supervise here or start detached, and follow an experiment by its id."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from phalanx.config import Settings
+from phalanx.errors import NotFound, PhalanxError
+from phalanx.runner.options import Launch, LaunchOptions, write_launch
+from phalanx.spec.model import ExperimentSpec
+from phalanx.supervisor import Observer, Outcome, Prepared, Supervisor, prepare
+
+if TYPE_CHECKING:
+    from phalanx.domain import Experiment
+    from phalanx.store.base import IngestStore, LogLine, Store
+
+SUPERVISOR_LOG = "supervisor.log"  # runs/<id>/supervisor.log: a detached supervisor's output
+STARTUP_TIMEOUT = 120.0  # generous: 2 shared cores
+POLL_SECONDS = 0.1
+
+
+class StartFailed(PhalanxError):
+    """A detached supervisor ended before its experiment existed: ``text`` is what it printed (its
+    `error: ...` lines), ``exit_code`` its status (2 for a user's mistake)."""
+
+    def __init__(self, text: str, exit_code: int, log: Path) -> None:
+        super().__init__(text or f"the supervisor exited with status {exit_code}")
+        self.text = text
+        self.exit_code = exit_code
+        self.log = log
+
+
+class StartTimeout(PhalanxError):
+    """A detached supervisor did not create its experiment in time; ``process`` still runs."""
+
+    def __init__(self, message: str, process: subprocess.Popen[bytes]) -> None:
+        super().__init__(message)
+        self.process = process
+
+
+@dataclass(frozen=True)
+class Submitted:
+    """A detached experiment that exists: its id, its supervisor process and that process's log."""
+
+    experiment_id: str
+    process: subprocess.Popen[bytes]
+    log: Path
+
+
+class Runner:
+    def __init__(self, settings: Settings | None = None) -> None:
+        self.settings = settings or Settings()
+
+    # -- before anything starts ------------------------------------------------------------------
+    def dry_run(self, spec: ExperimentSpec, options: LaunchOptions) -> Prepared:
+        """What would start: plan, engine, dry run. Nothing built, written or started."""
+        return self._prepare(spec, options, dry=True)
+
+    def prepare(self, spec: ExperimentSpec, options: LaunchOptions) -> Prepared:
+        """As ``dry_run``, with the experiment's environment built (it may take minutes)."""
+        return self._prepare(spec, options, dry=False)
+
+    def _prepare(self, spec: ExperimentSpec, options: LaunchOptions, *, dry: bool) -> Prepared:
+        options.apply_environment()
+        record = options.record.to_json()
+        return prepare(
+            spec,
+            settings=self.settings,
+            workdir=options.workdir,
+            experiment_id=options.experiment_id,
+            oversubscribe=options.oversubscribe,
+            cluster=options.cluster,
+            dry=dry,
+            launch=record,
+        )
+
+    # -- here, to the end ------------------------------------------------------------------------
+    def run(
+        self,
+        spec_or_prepared: ExperimentSpec | Prepared,
+        options: LaunchOptions,
+        observer: Observer | None = None,
+        *,
+        handle_signals: bool = True,
+        owns_run_dir: bool | None = None,
+    ) -> Outcome:
+        """Supervise the experiment in this process (this thread must live as long as it: the local
+        engine's replicas end with it, PR_SET_PDEATHSIG) and return how it ended.
+
+        An experiment whose environment must be built first is recorded before the build (status
+        building). Should it fail before the experiment is recorded, nothing is left that `phalanx ls` would
+        never show: its spool, and its run folder when this launch owns it (``owns_run_dir``;
+        default: no id was given, else the caller that gave the id reads its log there)."""
+        options.apply_environment()
+        if owns_run_dir is None:
+            owns_run_dir = options.experiment_id is None
+        exp_id = options.experiment_id
+        opened: list[IngestStore] = []  # the store, once opened
+
+        def store() -> IngestStore:  # opened once the replicas are starting (see Supervisor.run)
+            if not opened:
+                from phalanx.store import open_store
+
+                opened.append(open_store(self.settings))
+            return opened[0]
+
+        exists = False
+        try:
+            if isinstance(spec_or_prepared, Prepared):
+                prepared = spec_or_prepared
+            else:
+                dry = self.dry_run(spec_or_prepared, options)
+                exp_id = dry.experiment_id
+                options = replace(options, experiment_id=exp_id)
+                if not options.resume and _builds(dry):
+                    exists = self._record_building(dry, store(), observer)
+                prepared = self._build(spec_or_prepared, options, observer, store() if exists else None)
+            exp_id = prepared.experiment_id
+            supervisor = Supervisor(
+                prepared,
+                store,
+                self.settings,
+                observer,
+                handle_signals=handle_signals,
+                priority=options.priority,
+                wait=options.wait,
+                resume=options.resume,
+                exists=exists,
+                params_section=options.params_section,
+            )
+            return supervisor.run()
+        except BaseException:
+            if not options.resume and exp_id is not None and not _recorded(opened, exp_id):
+                shutil.rmtree(self.settings.spool_dir / exp_id, ignore_errors=True)
+                if owns_run_dir:
+                    shutil.rmtree(self.settings.runs_dir / exp_id, ignore_errors=True)
+            raise
+
+    def _record_building(self, dry: Prepared, store: IngestStore, observer: Observer | None) -> bool:
+        """The experiment exists (status building, with its id, in `phalanx ls`) before a build
+        that may take minutes; its supervisor is this process (`phalanx stop` finds it)."""
+        from phalanx.procs import record_process
+        from phalanx.supervisor import record_building
+        from phalanx.supervisor.supervising import PID_FILE
+
+        record_process(self.settings.runs_dir / dry.experiment_id / PID_FILE)
+        record_building(dry, store, self.settings)
+        _say(observer, f"experiment {dry.experiment_id}: building its environment ({dry.context.python})")
+        return True
+
+    def _build(
+        self,
+        spec: ExperimentSpec,
+        options: LaunchOptions,
+        observer: Observer | None,
+        store: IngestStore | None,
+    ) -> Prepared:
+        """``prepare`` (the build); a build that fails, or is interrupted, ends the experiment
+        recorded as building (failed, or stopped), with why."""
+        started = time.monotonic()
+        try:
+            prepared = self.prepare(spec, options)
+        except BaseException as exc:
+            if store is not None and options.experiment_id is not None:
+                from phalanx.domain import ExperimentStatus
+
+                stopped = isinstance(exc, KeyboardInterrupt)
+                status = ExperimentStatus.STOPPED if stopped else ExperimentStatus.FAILED
+                reason = "stopped while its environment was built" if stopped else str(exc)
+                store.update_experiment(
+                    options.experiment_id, status=status, reason=reason, finished_at=time.time()
+                )
+            raise
+        if store is not None:
+            _say(observer, f"environment ready in {time.monotonic() - started:.0f} s")
+        return prepared
+
+    # -- detached ----------------------------------------------------------------------------------
+    def start(
+        self,
+        spec: ExperimentSpec,
+        options: LaunchOptions,
+        *,
+        log: Path | None = None,
+        env: Mapping[str, str] | None = None,
+        cwd: Path | None = None,
+        headline: str | None = None,
+    ) -> tuple[str, subprocess.Popen[bytes], Path]:
+        """Start the experiment's supervisor (`python -m phalanx.runner RUN_DIR`) in its own session
+        (a Ctrl-C at the caller's terminal does not reach it) and return at once: its id, its
+        process and its log (``log``, default runs/<id>/supervisor.log, appended to)."""
+        exp_id = options.experiment_id or uuid.uuid4().hex[:12]
+        options = replace(options, experiment_id=exp_id)
+        run_dir = self.settings.runs_dir / exp_id
+        log_path = log or run_dir / SUPERVISOR_LOG
+        outside = not log_path.resolve().is_relative_to(run_dir.resolve())
+        write_launch(run_dir, Launch(spec, options, remove_run_dir=outside, headline=headline))
+        child_env = dict(os.environ if env is None else env)
+        child_env.update(self._store_env())
+        argv = [sys.executable, "-m", "phalanx.runner", str(run_dir)]
+        with open(log_path, "ab") as out:
+            proc = subprocess.Popen(
+                argv,
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                cwd=str(cwd) if cwd else None,
+                env=child_env,
+                start_new_session=True,
+                close_fds=True,
+            )
+        return exp_id, proc, log_path
+
+    def _store_env(self) -> dict[str, str]:
+        """Where the store is, as this Runner's settings say (they may not come from the environment)."""
+        s = self.settings
+        env = {"PHALANX_HOME": str(s.home)}
+        for var, value in (
+            ("PHALANX_DB_URL", s.db_url),
+            ("PHALANX_ARTIFACTS_URL", s.artifacts_url),
+            ("PHALANX_HOST", s.host),
+            ("PHALANX_TOKEN", s.token),
+        ):
+            if value:
+                env[var] = value
+        return env
+
+    def submit(
+        self,
+        spec: ExperimentSpec,
+        options: LaunchOptions,
+        *,
+        env: Mapping[str, str] | None = None,
+        cwd: Path | None = None,
+        headline: str | None = None,
+        timeout: float = STARTUP_TIMEOUT,
+    ) -> Submitted:
+        """``start``, then return once the experiment exists (for a resume: once its supervisor has
+        reopened it). StartFailed when the supervisor ended before that (its run folder removed:
+        nothing half-written); StartTimeout past ``timeout`` (the supervisor is left running)."""
+        run_dir = self.settings.runs_dir / (options.experiment_id or "")
+        log_start = 0
+        if options.resume:
+            log_path = run_dir / SUPERVISOR_LOG
+            log_start = log_path.stat().st_size if log_path.exists() else 0
+        exp_id, proc, log = self.start(spec, options, env=env, cwd=cwd, headline=headline)
+        self._wait_started(exp_id, proc, log, timeout, resume=options.resume, log_start=log_start)
+        return Submitted(exp_id, proc, log)
+
+    def _wait_started(
+        self,
+        exp_id: str,
+        proc: subprocess.Popen[bytes],
+        log: Path,
+        timeout: float,
+        *,
+        resume: bool = False,
+        log_start: int = 0,
+    ) -> None:
+        """Bounded wait for the supervisor's experiment row (or its reopen); its early exit is the
+        error to raise."""
+        from phalanx.store import open_store
+
+        store = open_store(self.settings)
+        started = _resumed if resume else _created
+        deadline = time.monotonic() + timeout
+        delay = 0.02
+        while True:
+            if started(store, self.settings, exp_id, proc.pid):
+                return
+            code = proc.poll()
+            if code is not None:
+                if code == 0 or started(store, self.settings, exp_id, proc.pid):
+                    return  # it may have created the row and finished already
+                raise self._start_failed(exp_id, code, log, log_start, resume=resume)
+            if time.monotonic() > deadline:
+                what = "reopen" if resume else "create"
+                raise StartTimeout(
+                    f"the supervisor did not {what} experiment {exp_id} within {timeout:.0f} s; see {log}",
+                    proc,
+                )
+            time.sleep(delay)
+            delay = min(delay * 1.5, 0.25)
+
+    def _start_failed(self, exp_id: str, code: int, log: Path, start: int, *, resume: bool) -> StartFailed:
+        try:
+            with open(log, "rb") as fh:
+                fh.seek(start)
+                text = fh.read().decode(errors="replace").strip()
+        except OSError:
+            text = ""
+        if resume:  # a resume that lost the race: its own error, not the winner's lines
+            errors = [ln for ln in text.splitlines() if ln.startswith("error: ")]
+            text = "\n".join(errors) or text
+        else:  # nothing half-written: the experiment never existed
+            shutil.rmtree(self.settings.runs_dir / exp_id, ignore_errors=True)
+        return StartFailed(text, code, log)
+
+    # -- following an experiment -------------------------------------------------------------------
+    def _store(self) -> Store:
+        from phalanx.store import open_store
+
+        return open_store(self.settings)
+
+    def status(self, experiment_id: str) -> Experiment:
+        """The experiment as it stands, its end decided if its supervisor is gone."""
+        from phalanx.reconcile import settle
+
+        store = self._store()
+        return settle(store, self.settings, store.get_experiment(experiment_id))
+
+    def wait(self, experiment_id: str, timeout: float | None = None, poll: float = 0.5) -> Experiment:
+        """Until the experiment has ended; TimeoutError past ``timeout`` seconds."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            exp = self.status(experiment_id)
+            if exp.status.done:
+                return exp
+            if deadline is not None and time.monotonic() > deadline:
+                raise TimeoutError(f"experiment {exp.id} is still {exp.status} after {timeout} s")
+            time.sleep(poll)
+
+    def stop(self, experiment_id: str, timeout: float = 60.0, reason: str | None = None) -> str:
+        """Stop it (its supervisor stops every replica); its status once stopped."""
+        from phalanx.supervisor import stop_experiment
+
+        store = self._store()
+        exp = store.get_experiment(experiment_id)
+        if exp.status.done:
+            return str(exp.status)
+        return str(stop_experiment(store, self.settings, exp, timeout=timeout, reason=reason))
+
+    def logs(self, experiment_id: str, replica: str | None = None, offset: int = 0) -> list[LogLine]:
+        """Console lines stored so far (every replica's by time, or one replica's)."""
+        return self._store().logs(experiment_id, replica=replica, offset=offset)
+
+
+def _exists(store: Store, experiment_id: str) -> bool:
+    try:
+        store.get_experiment(experiment_id)
+    except NotFound:
+        return False
+    return True
+
+
+def _recorded(opened: list[IngestStore], experiment_id: str) -> bool:
+    """Whether the experiment was recorded (True when the store cannot tell: keep its files)."""
+    if not opened:
+        return False
+    try:
+        opened[0].get_experiment(experiment_id)
+    except NotFound:
+        return False
+    except Exception:
+        return True
+    return True
+
+
+def _created(store: Store, settings: Settings, experiment_id: str, pid: int) -> bool:
+    return _exists(store, experiment_id)
+
+
+def _resumed(store: Store, settings: Settings, experiment_id: str, pid: int) -> bool:
+    """Reopened by this very supervisor (not another resume's): its pid file names it and the
+    experiment is no longer failed or stopped."""
+    from phalanx.procs import recorded_process
+
+    ours = recorded_process(settings.runs_dir / experiment_id / "supervisor.pid") == pid
+    return ours and not store.get_experiment(experiment_id).status.resumable
+
+
+def _builds(dry: Prepared) -> bool:
+    """Whether preparing it for real builds an environment first (a venv not there yet)."""
+    python = dry.context.python
+    return os.path.abspath(python) != os.path.abspath(sys.executable) and not os.path.exists(python)
+
+
+def _say(observer: Observer | None, text: str) -> None:
+    if observer is None:
+        sys.stderr.write(f"phalanx: {text}\n")
+        sys.stderr.flush()
+    else:
+        observer.message(text)

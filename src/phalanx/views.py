@@ -1,0 +1,181 @@
+"""Read models: what the CLI and the server both show of an experiment, computed from the store.
+
+They live here, below both (the server imports no module of ``phalanx.cli``): a change to what
+`phalanx get -o json` says changes the API's answer the same way.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from phalanx.domain import Experiment
+    from phalanx.store.base import ParamRecord, Store
+
+
+def params_by_section(records: list[ParamRecord]) -> dict[str, dict[str, Any]]:
+    """{section: {key: value}}; a key whose writers report different values (each rank its own
+    seed) reads {"per_replica": [{"replica", "rank", "value"}, ...]} instead (docs/tracking.md)."""
+    grouped: dict[str, dict[str, list[ParamRecord]]] = {}
+    for p in records:
+        grouped.setdefault(p.section, {}).setdefault(p.key, []).append(p)
+    return {
+        section: {
+            key: reports[0].value
+            if len(reports) == 1
+            else {PER_REPLICA: [{"replica": r.replica, "rank": r.rank, "value": r.value} for r in reports]}
+            for key, reports in keys.items()
+        }
+        for section, keys in grouped.items()
+    }
+
+
+PER_REPLICA = "per_replica"
+
+
+def run_details(store: Store, experiment_id: str) -> dict[str, Any]:
+    """Attempts, what ran (git, versions, host) and the pace of each rank: `get -o json` and the API."""
+    from phalanx.stragglers import pace
+
+    repro = store.repro(experiment_id)
+    git = dict(repro.get("git") or {})
+    git.pop("diff", None)  # `phalanx diff` shows code; get stays short
+    source = {
+        "git": git or None,
+        "python": repro.get("python"),
+        "phalanx": repro.get("phalanx"),
+        "host": repro.get("host"),
+        "packages": len(repro.get("packages") or []),
+        "snapshot": repro.get("snapshot"),
+        "launch": repro.get("launch"),
+    }
+    attempts = store.attempts(experiment_id)
+    code = _attempt_code(store, experiment_id, repro)
+    for a in attempts:  # what each attempt ran, where `phalanx resume` recorded it (docs/checkpoints.md)
+        if a["number"] in code:
+            a["code"] = code[a["number"]]
+    return {
+        "attempts": attempts,
+        "pod_attempts": store.replica_starts(experiment_id),
+        "source": source if repro else None,
+        "pace": pace(store, experiment_id),
+    }
+
+
+def _attempt_code(store: Store, experiment_id: str, record: dict[str, Any]) -> dict[int, dict[str, Any]]:
+    from phalanx import repro
+
+    artifacts = getattr(store, "artifact_store", None)
+
+    def read(path: str) -> bytes | None:
+        if artifacts is None or not artifacts.exists(experiment_id, path):
+            return None
+        return bytes(artifacts.read_bytes(experiment_id, path))
+
+    try:
+        return repro.attempt_changes(record, read)
+    except Exception:  # an unreadable snapshot must not take `get` down
+        return {}
+
+
+def diff_doc(
+    store: Store,
+    a: Experiment,
+    b: Experiment,
+    records: tuple[dict[str, Any], dict[str, Any]] | None = None,
+    labels: tuple[str, str] | None = None,
+) -> dict[str, Any]:
+    """What differs between two experiments (`phalanx diff -o json`, the API): params, the
+    experiment file, the code (their source snapshots), packages, git, versions and the data they
+    read; what one side never recorded is listed under ``unrecorded``, not compared. ``records``:
+    the two sides' repro records when not the experiments' own (two attempts); ``labels``: how the
+    sides are named then (``ID@N``)."""
+    import difflib
+
+    from phalanx import repro
+    from phalanx.data.lineage import inputs_diff
+
+    ra, rb = records if records is not None else (store.repro(a.id), store.repro(b.id))
+    name_a, name_b = labels or (a.id, b.id)
+    pa = dict((a.plan or {}).get("params") or {})
+    pb = dict((b.plan or {}).get("params") or {})
+    params = {
+        k: {"a": pa.get(k), "b": pb.get(k)} for k in sorted(set(pa) | set(pb)) if pa.get(k) != pb.get(k)
+    }
+    no_file = not (a.spec_text and b.spec_text)  # a plain script's run has no experiment file
+    file_diff = (
+        []
+        if no_file
+        else list(
+            difflib.unified_diff(
+                (a.spec_text or "").splitlines(),
+                (b.spec_text or "").splitlines(),
+                f"{name_a}/file",
+                f"{name_b}/file",
+                lineterm="",
+            )
+        )
+    )
+
+    def files(exp: Any, record: dict[str, Any]) -> dict[str, bytes]:
+        path = (record.get("snapshot") or {}).get("path")
+        if not path or store.artifact_store is None or not store.artifact_store.exists(exp.id, path):
+            return {}
+        return repro.source_files(store.artifact_store.read_bytes(exp.id, path))
+
+    fa, fb = files(a, ra), files(b, rb)
+    # What one side never recorded is not compared: a missing record or snapshot is not "every
+    # package removed" or "every file deleted" (a plain script's run, one recorded before repro).
+    unrecorded: dict[str, list[str]] = {"a": [], "b": []}
+    for side, record, snapshot in (("a", ra, fa), ("b", rb, fb)):
+        if not (record.get("python") or record.get("packages")):
+            unrecorded[side].append("environment")
+        if not snapshot:
+            unrecorded[side].append("source snapshot")
+        both_plain = a.backend == b.backend == "script"  # neither ever has a file: nothing to say
+        if not (a if side == "a" else b).spec_text and not both_plain:
+            unrecorded[side].append("experiment file")
+    if unrecorded["a"] or unrecorded["b"]:
+        if "environment" in unrecorded["a"] + unrecorded["b"]:
+            ra, rb = {}, {}
+        if "source snapshot" in unrecorded["a"] + unrecorded["b"]:
+            fa, fb = {}, {}
+    code: list[str] = []
+    for name in sorted(set(fa) | set(fb)):
+        if fa.get(name) == fb.get(name):
+            continue
+        old = fa.get(name, b"").decode(errors="replace").splitlines()
+        new = fb.get(name, b"").decode(errors="replace").splitlines()
+        code.extend(difflib.unified_diff(old, new, f"a/{name}", f"b/{name}", lineterm=""))
+    ka = dict(p.split("==", 1) for p in ra.get("packages") or [] if "==" in p)
+    kb = dict(p.split("==", 1) for p in rb.get("packages") or [] if "==" in p)
+    packages = {
+        k: {"a": ka.get(k), "b": kb.get(k)} for k in sorted(set(ka) | set(kb)) if ka.get(k) != kb.get(k)
+    }
+    ga, gb = ra.get("git") or {}, rb.get("git") or {}
+    if records is not None:  # two attempts: their params are what each was launched with
+        la, lb = dict(ra.get("launch") or {}), dict(rb.get("launch") or {})
+        pa, pb = dict(la.get("params") or pa), dict(lb.get("params") or pb)
+        params = {
+            k: {"a": pa.get(k), "b": pb.get(k)} for k in sorted(set(pa) | set(pb)) if pa.get(k) != pb.get(k)
+        }
+    return {
+        "a": name_a,
+        "b": name_b,
+        "params": params,
+        "file": file_diff,
+        "code": code,
+        "packages": packages,
+        "git": {
+            k: {"a": ga.get(k), "b": gb.get(k)}
+            for k in ("commit", "branch", "dirty")
+            if ga.get(k) != gb.get(k)
+        },
+        "versions": {
+            k: {"a": ra.get(k), "b": rb.get(k)}
+            for k in ("python", "phalanx", "host")
+            if ra.get(k) != rb.get(k)
+        },
+        "unrecorded": {side: what for side, what in unrecorded.items() if what},
+        "data": inputs_diff(a.plan, b.plan),
+    }

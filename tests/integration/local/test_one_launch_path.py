@@ -1,0 +1,147 @@
+"""One launch path: `phalanx run --detach`, ``Experiment.submit`` and a group's trials each start
+their experiment's supervisor directly (`python -m phalanx.runner`), from the validated spec: no
+second `phalanx` CLI process, and exactly one new process per experiment.
+
+Every Python process the test's commands start records itself (pid, parent, argv) through a
+``sitecustomize`` on PYTHONPATH, so a process that ended before anyone looked is counted too.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+
+import pytest
+from tests.integration.estimator.conftest import stop_group
+from tests.integration.local.conftest import Phalanx
+
+TRACER = Path(__file__).parent / "launch_trace"
+SUPERVISOR = ["-m", "phalanx.runner"]
+
+
+def _traced(phalanx: Phalanx, monkeypatch: pytest.MonkeyPatch) -> Path:
+    trace = phalanx.tmp / "launch-trace.jsonl"
+    path = os.pathsep.join([str(TRACER), phalanx.env["PYTHONPATH"]])
+    phalanx.env.update(PYTHONPATH=path, LAUNCH_TRACE=str(trace))
+    monkeypatch.setenv("PYTHONPATH", path)  # Experiment.submit from this process
+    monkeypatch.setenv("LAUNCH_TRACE", str(trace))
+    return trace
+
+
+def _processes(trace: Path) -> list[tuple[int, int, list[str]]]:
+    return [tuple(json.loads(line)) for line in trace.read_text().splitlines()]  # type: ignore[misc]
+
+
+def _is_cli(argv: list[str]) -> bool:
+    return any("phalanx.cli" in a or a.endswith("/phalanx") for a in argv)
+
+
+def _children(trace: Path, parent: int) -> list[list[str]]:
+    return [argv for _pid, ppid, argv in _processes(trace) if ppid == parent]
+
+
+def _the_cli(trace: Path) -> int:
+    (cli,) = [pid for pid, _ppid, argv in _processes(trace) if _is_cli(argv)]
+    return cli
+
+
+def test_run_detach_starts_the_supervisor_and_nothing_else(
+    phalanx: Phalanx, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    trace = _traced(phalanx, monkeypatch)
+    spec = phalanx.spec("version: 1\nkind: experiment\nrun:\n  cmd: python -c \"print('hi')\"\n")
+    done = phalanx.run("run", "--detach", "-o", "json", "-f", str(spec))
+    assert done.returncode == 0, done.stderr
+    doc = json.loads(done.stdout)
+    # the supervisor recorded itself before it created the experiment, so before this returned
+    cli = _the_cli(trace)  # the `phalanx run --detach` the test typed, and no other CLI process
+    (child,) = _children(trace, cli)
+    assert child[1:3] == SUPERVISOR, child
+    assert doc["supervisor_pid"] in [pid for pid, ppid, _ in _processes(trace) if ppid == cli]
+    got = phalanx.run("logs", doc["id"], "--follow")
+    assert "hi" in got.stdout, got.stderr
+
+
+def test_experiment_submit_starts_the_supervisor_and_nothing_else(
+    phalanx: Phalanx, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from phalanx.estimators import Estimator, Experiment
+
+    trace = _traced(phalanx, monkeypatch)
+    source = phalanx.tmp / "src"
+    source.mkdir()
+    (source / "hello.py").write_text("print('hello')\n")
+    run = Experiment("one-path").submit(Estimator(source, entry_script="hello.py"))
+    try:
+        assert run.wait_for_completion(timeout=120)["status"] == "succeeded"
+    finally:
+        assert run._process is not None
+        stop_group(run._process)
+    (child,) = _children(trace, os.getpid())
+    assert child[1:3] == SUPERVISOR, child
+    assert not [argv for _pid, _ppid, argv in _processes(trace) if _is_cli(argv)]
+    assert child[0] == sys.executable
+
+
+def test_a_group_trial_starts_its_supervisor_and_nothing_else(
+    phalanx: Phalanx, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pytest.importorskip("optuna")
+    trace = _traced(phalanx, monkeypatch)
+    folder = phalanx.tmp / "group"
+    folder.mkdir()
+    (folder / "train.py").write_text("import sys\nprint('x', sys.argv[1])\n")
+    path = folder / "group.yml"
+    path.write_text(
+        "version: 1\nkind: group\nname: trace\nhptuning:\n  concurrency: 2\n  grid_search: {}\n"
+        "  matrix:\n    x: {values: [1, 2]}\nrun:\n  cmd: python train.py {{ x }}\n"
+    )
+    done = phalanx.run("group", "run", "-f", str(path), "--json", timeout=180)
+    assert done.returncode == 0, done.stderr
+    trials = json.loads(done.stdout)["trials"]
+    assert sorted(t["state"] for t in trials) == ["done", "done"], trials
+    controller = _the_cli(trace)  # `phalanx group run` itself: the trials start no CLI process
+    children = _children(trace, controller)
+    assert len(children) == 2 and all(c[1:3] == SUPERVISOR for c in children), children
+    # the sampled values are the trial's launch params (`phalanx get TRIAL -o json`) and its params
+    for t in trials:
+        got = phalanx.run("get", t["experiment_id"], "-o", "json")
+        assert json.loads(got.stdout)["launch"]["params"] == t["params"], got.stdout
+        params = phalanx.run("params", t["experiment_id"], "-o", "json")
+        assert json.loads(params.stdout) == {"Trial": t["params"]}, params.stdout + params.stderr
+
+
+def test_the_experiment_row_exists_before_its_ledger_entry(
+    phalanx: Phalanx, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`phalanx queue` reads the ledger: an entry whose experiment `phalanx get` does not know yet
+    (or never will, its supervisor killed between the two) must not exist. The row comes first."""
+    from phalanx import queue
+    from phalanx.config import Settings
+    from phalanx.domain import ExperimentStatus
+    from phalanx.errors import NotFound
+    from phalanx.runner import LaunchOptions, Runner
+    from phalanx.spec.loader import load_spec
+    from phalanx.store import open_store
+
+    seen: list[str] = []
+    admit = queue.Admission.admit
+
+    def checked(self: queue.Admission, *args: object, **kwargs: object) -> object:
+        try:
+            row = open_store(Settings()).get_experiment(self.experiment_id)
+            seen.append(str(row.status))
+        except NotFound:
+            seen.append("no row")
+        return admit(self, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(queue.Admission, "admit", checked)
+    path = phalanx.spec(
+        "version: 1\nkind: experiment\nenvironment:\n  resources: {cpu: {requests: 1, limits: 1}}\n"
+        "run:\n  cmd: python -c \"print('ok')\"\n"
+    )
+    outcome = Runner(Settings()).run(load_spec(path), LaunchOptions(), handle_signals=False)
+    assert outcome.status is ExperimentStatus.SUCCEEDED, outcome.reason
+    assert seen == ["starting"]
