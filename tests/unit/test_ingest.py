@@ -179,6 +179,33 @@ def test_the_file_of_an_exited_writer_is_removed_once_ingested(store: SqlStore, 
     assert [p.key for p in store.params(exp)] == ["a"]
 
 
+KILLED_IN_THIRD_BATCH = """
+import os, signal, sys
+from sqlalchemy import event
+from sqlalchemy.engine import Engine
+from phalanx.ingest import main
+from phalanx.store.sql.store import SqlStore
+
+calls = []
+original = SqlStore.ingest_batch
+
+
+def ingest_batch(self, *args, **kwargs):
+    calls.append(1)
+    return original(self, *args, **kwargs)
+
+
+def commit(conn):
+    if len(calls) == 3:  # the third batch is written, not yet committed
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+SqlStore.ingest_batch = ingest_batch
+event.listen(Engine, "commit", commit)
+sys.exit(main(sys.argv[1:]))
+"""
+
+
 def test_an_ingester_killed_mid_way_resumes_without_losing_or_repeating(tmp_path: Path) -> None:
     home = tmp_path / "home"
     env = {**os.environ, "PHALANX_HOME": str(home)}
@@ -196,13 +223,11 @@ def test_an_ingester_killed_mid_way_resumes_without_losing_or_repeating(tmp_path
     w.sync()
     assert store.ingest_position(w.stream)[0] == 0
     cmd = [sys.executable, "-m", "phalanx.ingest", "--spool", str(home / "spool"), "--once"]
-    # small transactions so that the kill lands between two of them
-    proc = subprocess.Popen([*cmd, "--batch-bytes", "200000"], env=env)
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline and store.ingest_position(w.stream)[0] == 0 and proc.poll() is None:
-        time.sleep(0.01)
-    proc.send_signal(signal.SIGKILL)
-    proc.wait(60)
+    # small transactions; the ingester SIGKILLs itself inside the third one, before its commit: the
+    # kill lands mid-way however fast or loaded the machine is (no race with a polling test)
+    killed = [sys.executable, "-c", KILLED_IN_THIRD_BATCH, *cmd[3:], "--batch-bytes", "200000"]
+    proc = subprocess.Popen(killed, env=env)
+    assert proc.wait(120) == -signal.SIGKILL
     assert 0 < store.ingest_position(w.stream)[0] < w.path.stat().st_size  # it did stop half-way
     subprocess.run(cmd, env=env, check=True, timeout=300)
     steps = _steps(store, exp)
