@@ -5,6 +5,14 @@ range can become the *source* port of another process's outgoing connection, and
 retries a port nobody listens on yet (a worker reaching the master's rendezvous store before it is
 up, a client retrying a server that restarts) can then connect to itself (TCP simultaneous open):
 it holds the port, and the server that should listen there fails with "address in use".
+
+Probing (bind, close, hand over the number) is racy: another process can take the port between the
+probe and the real bind. Where Phalanx binds itself (`phalanx server`), it binds the port it is
+given and says so when it is taken. The rendezvous ports are bound by a child, torch's TCPStore in
+the master replica, which takes a number (MASTER_PORT), not a socket: a probe is the only way to
+choose one for it. The window is kept small (the port is outside the ephemeral range, picked at
+random) and, when it is lost, the replica's failure says "address in use" (``address_in_use``)
+instead of only an exit code.
 """
 
 from __future__ import annotations
@@ -15,6 +23,8 @@ from pathlib import Path
 
 RANGE_FILE = Path("/proc/sys/net/ipv4/ip_local_port_range")
 LOWEST = 10_000  # below this, well-known and registered services are more common
+IN_USE_MARKS = ("eaddrinuse", "address already in use")  # torch's TCPStore, Python's OSError
+TAIL_BYTES = 64 * 1024
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -46,3 +56,15 @@ def _bindable(host: str, port: int) -> bool:
         except OSError:
             return False
     return True
+
+
+def address_in_use(log: Path) -> bool:
+    """Whether the end of a replica's console says a bind failed because the address was in use
+    (a probed rendezvous port taken by another process before the replica bound it)."""
+    try:
+        with log.open("rb") as f:
+            f.seek(max(0, f.seek(0, 2) - TAIL_BYTES))
+            tail = f.read().decode("utf-8", "replace").lower()
+    except OSError:
+        return False
+    return any(mark in tail for mark in IN_USE_MARKS)

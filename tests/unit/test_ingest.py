@@ -3,10 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
-import signal
-import subprocess
-import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -159,51 +155,3 @@ def test_records_to_events_names_what_is_wrong() -> None:
         records_to_events(
             [{**good, "kind": "scalar", "data": {"keys": [["a", "b"]], "n": 3, "step": "AAAA"}}]
         )
-
-
-def test_the_file_of_an_exited_writer_is_removed_once_ingested(store: SqlStore, tmp_path: Path) -> None:
-    exp = store.create_experiment(name="a", project="p").id
-    code = (
-        "import sys; from phalanx.tracking.spool import SpoolWriter;"
-        f"w = SpoolWriter(sys.argv[1], experiment_id={exp!r});"
-        "w.write('param', {'values': {'a': 1}}); w.close(); print(w.stream)"
-    )
-    spool = tmp_path / "spool" / exp
-    out = subprocess.run([sys.executable, "-c", code, str(spool)], capture_output=True, text=True, check=True)
-    stream = out.stdout.strip()
-    assert (spool / f"{stream}.spool").exists()
-    ingester = Ingester(store, None, tmp_path / "spool")
-    ingester.run_once()
-    ingester.run_once()
-    assert not (spool / f"{stream}.spool").exists()
-    assert [p.key for p in store.params(exp)] == ["a"]
-
-
-def test_an_ingester_killed_mid_way_resumes_without_losing_or_repeating(tmp_path: Path) -> None:
-    home = tmp_path / "home"
-    env = {**os.environ, "PHALANX_HOME": str(home)}
-    env.pop("PHALANX_DB_URL", None)
-    from phalanx.config import Settings
-    from phalanx.store import open_store
-
-    store = open_store(Settings(home=home, db_url=None))
-    exp = store.create_experiment(name="a", project="p").id
-    w = SpoolWriter(home / "spool" / exp, experiment_id=exp)
-    total = 0
-    for b in range(200):
-        w.write("scalar", _points(b * 2000, 2000))
-        total += 2000
-    w.sync()
-    assert store.ingest_position(w.stream)[0] == 0
-    cmd = [sys.executable, "-m", "phalanx.ingest", "--spool", str(home / "spool"), "--once"]
-    # small transactions so that the kill lands between two of them
-    proc = subprocess.Popen([*cmd, "--batch-bytes", "200000"], env=env)
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline and store.ingest_position(w.stream)[0] == 0 and proc.poll() is None:
-        time.sleep(0.01)
-    proc.send_signal(signal.SIGKILL)
-    proc.wait(60)
-    assert 0 < store.ingest_position(w.stream)[0] < w.path.stat().st_size  # it did stop half-way
-    subprocess.run(cmd, env=env, check=True, timeout=300)
-    steps = _steps(store, exp)
-    assert len(steps) == total and steps == list(range(total))

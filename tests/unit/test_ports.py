@@ -43,3 +43,24 @@ def test_without_room_below_the_range_the_kernel_picks(
     port = ports.free_port()
     with socket.socket() as s:
         s.bind(("127.0.0.1", port))
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "OSError: [Errno 98] Address already in use",
+        "torch.distributed.DistNetworkError: The server socket has failed to listen on any local network"
+        " address. port: 15001, useIpv6: false, code: -98, name: EADDRINUSE, message: address already in use",
+    ],
+)
+def test_a_console_that_ends_with_a_failed_bind_says_address_in_use(tmp_path: Path, line: str) -> None:
+    log = tmp_path / "master.log"
+    log.write_text("x" * (2 * ports.TAIL_BYTES) + "\nTraceback (most recent call last):\n" + line + "\n")
+    assert ports.address_in_use(log)
+
+
+def test_a_console_without_a_failed_bind_or_no_console_says_nothing(tmp_path: Path) -> None:
+    log = tmp_path / "master.log"
+    log.write_text("address already in use\n" + "x" * (2 * ports.TAIL_BYTES))  # long ago, not at the end
+    assert not ports.address_in_use(log)
+    assert not ports.address_in_use(tmp_path / "missing.log")

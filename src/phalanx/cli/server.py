@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import ipaddress
+import socket
 from enum import StrEnum
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
@@ -104,31 +106,34 @@ class LogLevel(StrEnum):
     DEBUG = "debug"
 
 
-def check_can_listen(host: str, port: int) -> None:
-    """Bind once before starting uvicorn, so a port in use, a privileged port or an unknown host is
-    an `error: ...` naming the fix instead of uvicorn's log lines and exit status 3."""
+def bind_listener(host: str, port: int) -> socket.socket:
+    """Bind the server's address here and hand the bound socket to uvicorn: a port in use, a
+    privileged port or an unknown host is an `error: ...` naming the fix instead of uvicorn's log
+    lines and exit status 3, and no other process can take the port between this check and the
+    server listening (a probe that closed its socket would leave that window open)."""
     import errno
-    import socket
 
     try:
         infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
     except socket.gaierror as exc:
         raise fail(f"--host {host}: not an address of this machine ({exc.strerror}); try 127.0.0.1") from None
     family, kind, proto, _, address = infos[0]
-    with socket.socket(family, kind, proto) as sock:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn does
-        try:
-            sock.bind(address)
-        except OSError as exc:
-            if exc.errno == errno.EADDRINUSE:
-                why = "something else listens there; pick another --port, or stop it"
-            elif exc.errno == errno.EACCES:
-                why = "ports below 1024 need root; pick --port 1024 or higher"
-            elif exc.errno == errno.EADDRNOTAVAIL:
-                why = "that address is not one of this machine's; try --host 127.0.0.1"
-            else:
-                why = exc.strerror or str(exc)
-            raise fail(f"cannot listen on {host}:{port}: {why}") from None
+    sock = socket.socket(family, kind, proto)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn does
+    try:
+        sock.bind(address)
+    except OSError as exc:
+        sock.close()
+        if exc.errno == errno.EADDRINUSE:
+            why = "something else listens there; pick another --port, or stop it"
+        elif exc.errno == errno.EACCES:
+            why = "ports below 1024 need root; pick --port 1024 or higher"
+        elif exc.errno == errno.EADDRNOTAVAIL:
+            why = "that address is not one of this machine's; try --host 127.0.0.1"
+        else:
+            why = exc.strerror or str(exc)
+        raise fail(f"cannot listen on {host}:{port}: {why}") from None
+    return sock
 
 
 def _access_log(path: Path | None, level: LogLevel) -> None:
@@ -208,7 +213,7 @@ def server(
         )
 
     proxies = forwarded_ips(forwarded_allow_ips)
-    check_can_listen(host, port)
+    listener = bind_listener(host, port)
     if token and not is_loopback(host) and len(token) < MIN_TOKEN_CHARS:
         raise fail(
             f"the token is {len(token)} characters long: too easy to guess for a server on {host}, "
@@ -239,14 +244,16 @@ def server(
     typer.echo(f"Phalanx server on http://{shown}:{port}/ (API: /api/v1/openapi.json)", err=True)
     # `phalanx run` names this address in its last line (ui_hint) while the server runs
     with recorded(settings.home, local_url(host, port), settings.database_url):
-        _serve(api, host, port, log_level, proxies)
+        _serve(api, listener, host, port, log_level, proxies)
 
 
-def _serve(api: FastAPI, host: str, port: int, log_level: LogLevel, proxies: list[str]) -> None:
+def _serve(
+    api: FastAPI, listener: socket.socket, host: str, port: int, log_level: LogLevel, proxies: list[str]
+) -> None:
     import uvicorn
 
     # open live consoles (server-sent events) never end by themselves: do not wait for them on SIGTERM
-    uvicorn.run(
+    config = uvicorn.Config(
         api,
         host=host,
         port=port,
@@ -258,3 +265,8 @@ def _serve(api: FastAPI, host: str, port: int, log_level: LogLevel, proxies: lis
         proxy_headers=bool(proxies),
         forwarded_allow_ips=proxies or None,
     )
+    server = uvicorn.Server(config)
+    with listener, contextlib.suppress(KeyboardInterrupt):  # Ctrl-C: as uvicorn.run, no traceback
+        server.run(sockets=[listener])  # the socket bound above: the port cannot be lost
+    if not server.started:  # as uvicorn.run: a failed start-up is exit status 3
+        raise SystemExit(3)

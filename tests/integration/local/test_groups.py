@@ -130,7 +130,7 @@ def test_successive_halving_prunes_and_every_replica_of_a_pruned_trial_is_gone(p
             assert r.state == "stopped" and r.finished_at is not None
             # promptly, not a latency figure: the chain (controller, supervisor, reaper, the
             # script's SIGTERM flush, the supervisor's describe) on two loaded cores
-            assert r.finished_at - decided < 15.0, (r.name, r.finished_at - decided)
+            assert r.finished_at - decided < 60.0, (r.name, r.finished_at - decided)
     assert doc["best"]["params"]["x"] == 0.1, doc["trials"]
 
 

@@ -53,7 +53,7 @@ def test_a_killed_worker_fails_the_experiment_within_seconds_and_nothing_remains
     os.kill(pids["worker-1"], signal.SIGKILL)
     _, err = proc.communicate(timeout=90)
     assert proc.returncode == 1, err
-    assert time.monotonic() - killed_at < 30  # fail fast (generous: shared cores)
+    assert time.monotonic() - killed_at < 60  # fail fast, not the 90 s bound (generous: shared cores)
     exp = phalanx.only_experiment()
     assert exp.status == "failed"
     assert exp.reason.startswith("worker-1 exited with code 137 (its command was killed by SIGKILL)"), (

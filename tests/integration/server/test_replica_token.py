@@ -59,7 +59,8 @@ def test_sigterm_does_not_wait_for_open_consoles(tmp_path: Path) -> None:
         started = time.monotonic()
         server.proc.send_signal(signal.SIGTERM)
         server.proc.wait(timeout=30)
-        assert time.monotonic() - started < 10
+        # the promise: the server's 3 s graceful bound, not the stream, ends it (generous: loaded cores)
+        assert time.monotonic() - started < 25
         stream.close()
     finally:
         stop_server(server.proc)

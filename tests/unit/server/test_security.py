@@ -6,6 +6,7 @@ refused, a cookie is worthless after logout, login is throttled, pages carry CSP
 from __future__ import annotations
 
 import logging
+import signal
 import subprocess
 import sys
 import time
@@ -38,6 +39,45 @@ def victim() -> Iterator[subprocess.Popen[bytes]]:
     proc.wait(10)
 
 
+# A process that reports every signal it receives, in order, on its stdout. All signals are blocked
+# and taken with sigwaitinfo, which hands out standard signals (1-31) before real-time ones: once it
+# reports SENTINEL (real-time, sent by the test last), a signal sent before it has been reported too.
+SENTINEL = signal.SIGRTMIN + 1
+WITNESS = f"""
+import signal, sys
+every = set(signal.valid_signals()) - {{signal.SIGKILL, signal.SIGSTOP}}
+signal.pthread_sigmask(signal.SIG_BLOCK, every)
+print("ready", flush=True)
+while True:
+    got = signal.sigwaitinfo(every).si_signo
+    print(got, flush=True)
+    if got != {int(SENTINEL)}:
+        sys.exit(1)
+"""
+
+
+@pytest.fixture
+def witness() -> Iterator[subprocess.Popen[str]]:
+    """A process of the server's user that nobody asked to stop, and that tells what it received."""
+    proc = subprocess.Popen([sys.executable, "-c", WITNESS], stdout=subprocess.PIPE, text=True)
+    assert proc.stdout is not None and proc.stdout.readline() == "ready\n"
+    yield proc
+    proc.kill()
+    proc.wait(10)
+
+
+def signals_received(proc: subprocess.Popen[str]) -> list[str]:
+    """Every signal ``proc`` received before the sentinel sent now (SIGKILL: it is gone, ``[]``
+    cannot be returned then since the sentinel's line never comes)."""
+    assert proc.stdout is not None
+    proc.send_signal(SENTINEL)
+    lines = []
+    while (line := proc.stdout.readline()) not in ("", f"{int(SENTINEL)}\n"):
+        lines.append(line.strip())
+    assert line, f"the process ended (killed?) after receiving {lines}"
+    return lines
+
+
 @pytest.fixture
 def secured(settings: ServerSettings, store: Store) -> Iterator[TestClient]:
     with TestClient(
@@ -64,8 +104,9 @@ def _script_experiment(client: TestClient, exp: str, pid: int, **extra: Any) -> 
 
 
 def test_stop_never_signals_a_pid_that_came_through_ingest(
-    client: TestClient, store: Store, victim: subprocess.Popen[bytes]
+    client: TestClient, store: Store, witness: subprocess.Popen[str]
 ) -> None:
+    victim = witness
     _script_experiment(client, "attack1", victim.pid)
     # claiming an engine does not help either: the backend is always "script", no handle
     _script_experiment(client, "attack2", victim.pid, backend="local")
@@ -75,7 +116,7 @@ def test_stop_never_signals_a_pid_that_came_through_ingest(
         r = client.post(f"/api/v1/experiments/{exp}/stop")
         assert r.status_code == 200, r.text
         assert store.get_experiment(exp).status is ExperimentStatus.STOPPED
-    time.sleep(0.3)
+    assert signals_received(victim) == []  # no sleep: whatever stop sent, it has come by now
     assert victim.poll() is None and pid_alive(victim.pid)
 
 

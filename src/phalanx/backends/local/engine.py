@@ -38,7 +38,7 @@ from phalanx.domain import ExperimentStatus, ReplicaState
 from phalanx.errors import BackendUnavailable, SpecError
 from phalanx.frameworks import Endpoints, mpi
 from phalanx.plan import Plan, command_argv
-from phalanx.ports import free_port
+from phalanx.ports import address_in_use, free_port
 from phalanx.procs import start_time
 
 HOST = "127.0.0.1"
@@ -57,6 +57,10 @@ def signal_name(sig: int) -> str:
         return signal.Signals(sig).name
     except ValueError:
         return f"signal {sig}"
+
+
+# the rendezvous port (MASTER_PORT) is probed, then bound by torch in the replica: it can be lost
+IN_USE_HINT = "if it is the rendezvous port Phalanx picked, run it again"
 
 
 def exit_reason(code: int) -> str:
@@ -361,6 +365,8 @@ class LocalBackend:
         )
         if disk:  # say what is wrong with the machine, not only the exit code it led to
             reason = f"{reason} (the disk is full: {disk})"
+        if not stopped and address_in_use(Path(unit.log)):  # a probed port lost (see phalanx.ports)
+            reason = f"{reason} (address in use: a port it binds was taken by another process; {IN_USE_HINT})"
         if stopped:
             return ReplicaState.STOPPED, code, "stopped", finished
         return ReplicaState.FAILED, code, reason, finished
