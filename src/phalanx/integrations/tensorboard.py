@@ -40,7 +40,6 @@ BOOT_DIR = Path(__file__).resolve().parent / "_boot"
 
 _lock = threading.Lock()
 _finder: _WriterFinder | None = None
-_suspended = 0  # > 0 while an integration that logs itself (PhalanxLogger) reports: no double points
 
 
 def enabled_by_env(default: bool = True) -> bool:
@@ -79,22 +78,8 @@ def stop() -> None:
             _finder = None
 
 
-class suspended:
-    """``with suspended():`` nothing written through a SummaryWriter in this block is reported
-    (an integration that reports the same values itself: Lightning's TensorBoardLogger next to a
-    PhalanxLogger)."""
-
-    def __enter__(self) -> None:
-        global _suspended
-        _suspended += 1
-
-    def __exit__(self, *_exc: object) -> None:
-        global _suspended
-        _suspended -= 1
-
-
 def _capturing() -> bool:
-    return _finder is not None and _suspended == 0
+    return _finder is not None
 
 
 def _report(title: str, value: Any, step: Any) -> None:
