@@ -28,10 +28,12 @@ import importlib.util
 import os
 import sys
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from types import ModuleType
 from typing import Any
+
+from phalanx.integrations import _series
 
 ENV_CAPTURE = "PHALANX_CAPTURE_TENSORBOARD"
 WRITER_MODULES = ("torch.utils.tensorboard.writer", "tensorboardX.writer")
@@ -40,6 +42,7 @@ BOOT_DIR = Path(__file__).resolve().parent / "_boot"
 
 _lock = threading.Lock()
 _finder: _WriterFinder | None = None
+_bound: tuple[int, Callable[[str, str, float, int | None], None], str] | None = None  # pid, report, series
 
 
 def enabled_by_env(default: bool = True) -> bool:
@@ -56,8 +59,9 @@ def capture() -> None:
     """Capture every ``SummaryWriter``'s scalars from now on, in this process and (through the
     environment) in the Phalanx processes it starts. Idempotent; writers already imported are
     patched now, the others when they are imported."""
-    global _finder
+    global _finder, _bound
     os.environ[ENV_CAPTURE] = "1"
+    _bound = None  # found again at the next point (a new Task.init, a test's fake)
     with _lock:
         for name in WRITER_MODULES:
             module = sys.modules.get(name)
@@ -83,17 +87,21 @@ def _capturing() -> bool:
 
 
 def _report(title: str, value: Any, step: Any) -> None:
-    from phalanx.integrations._series import target
-
-    found = target()
-    if found is None:
-        return
+    """One captured point into this process's series; the bound report call is kept per process
+    (a few hundred nanoseconds on top of TensorBoard's own tens of microseconds)."""
+    global _bound
+    bound = _bound
+    if bound is None or bound[0] != os.getpid():
+        found = _series.target()
+        if found is None:
+            return
+        bound = _bound = (os.getpid(), found.logger.report_scalar, found.series)
     try:
         number = float(value)
         iteration = None if step is None else int(step)
     except (TypeError, ValueError):  # a tensor of several values, a string: TensorBoard's business
         return
-    found.logger.report_scalar(title, found.series, number, iteration)
+    bound[1](title, bound[2], number, iteration)
 
 
 def _patch(module: ModuleType) -> None:
