@@ -108,8 +108,9 @@ class Task:
         ``capture_tensorboard``: report what a ``SummaryWriter`` writes (docs/integrations.md); by
         default on unless PHALANX_CAPTURE_TENSORBOARD=0."""
         global _current
-        if capture_tensorboard is not None:
+        if capture_tensorboard is not None:  # also when the task exists already (a PhalanxLogger's)
             os.environ["PHALANX_CAPTURE_TENSORBOARD"] = "1" if capture_tensorboard else "0"
+            _capture_tensorboard()
         with _lock:
             if _current is not None and not _current._closed:
                 return _current
