@@ -1,7 +1,8 @@
 """Lightning `Trainer(strategy="ddp")` with a `PhalanxLogger` under `phalanx run`, in the topology
 docs/integrations.md recommends: a master and a worker (`framework: pytorch`), one Lightning node
 each (`devices=1, num_nodes=2`), Lightning reading Phalanx's wiring and launching nothing. It makes
-exactly one experiment with a series per rank, the module's hyperparameters, and rank 0's checkpoint."""
+exactly one experiment with a series per rank, the module's hyperparameters, and rank 0's checkpoint;
+TensorBoard capture stands down in the logger's processes (no point stored twice)."""
 
 from __future__ import annotations
 
@@ -21,7 +22,11 @@ import os
 import torch
 import lightning as L
 from torch.utils.data import DataLoader, TensorDataset
+from torch.utils.tensorboard import SummaryWriter
+from phalanx import Task
 from phalanx.integrations.lightning import PhalanxLogger
+
+Task.current_task()  # a task first: TensorBoard capture is on until the PhalanxLogger turns it off
 
 
 class Regression(L.LightningModule):
@@ -50,6 +55,7 @@ trainer = L.Trainer(
     default_root_dir="out",
 )
 trainer.fit(Regression(lr=0.05, hidden=8), data)
+SummaryWriter(log_dir=f"tb/{trainer.global_rank}").add_scalar("tensorboard_only", 1.0, 0)
 print("world", trainer.world_size, "rank", trainer.global_rank, "pid", os.getpid())
 """
 
@@ -76,7 +82,9 @@ def test_lightning_ddp_makes_one_experiment_with_a_series_per_rank(tmp_path: Pat
     store = read_store(home)
     [exp] = store.list_experiments().items  # one experiment, not one per rank
     assert exp.status == ExperimentStatus.SUCCEEDED
-    loss = store.metrics(exp.id)["train_loss"]
+    metrics = store.metrics(exp.id)
+    assert "tensorboard_only" not in metrics  # the logger's process does not capture TensorBoard too
+    loss = metrics["train_loss"]
     assert sorted(loss) == ["rank 0", "rank 1"]
     for series in loss.values():  # 64 samples, 2 ranks, batches of 8: 4 steps an epoch, 2 epochs
         assert series.steps == list(range(8))
