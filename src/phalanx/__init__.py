@@ -22,11 +22,13 @@ __all__ = [
     "TensorFlowDistribution",
     "__version__",
     "log_metrics",
+    "search_experiments",
 ]
 
 _LAZY = {
     "Task": "phalanx.tracking",
     "log_metrics": "phalanx.tracking",
+    "search_experiments": "phalanx.query",
     "Experiment": "phalanx.estimators",
     "Estimator": "phalanx.estimators",
     "PyTorch": "phalanx.estimators",

@@ -100,11 +100,18 @@ class Task:
         task_name: str | None = None,
         tags: list[str] | None = None,
         auto_connect_arg_parser: bool | Mapping[str, bool] = True,
+        capture_tensorboard: bool | None = None,
         **_ignored: Any,
     ) -> Task:
         """The experiment's task. Creates the experiment only in a main process that no launcher
-        started (no PHALANX_EXPERIMENT_ID); anywhere else, returns the existing one."""
+        started (no PHALANX_EXPERIMENT_ID); anywhere else, returns the existing one.
+
+        ``capture_tensorboard``: report what a ``SummaryWriter`` writes (docs/integrations.md); by
+        default on unless PHALANX_CAPTURE_TENSORBOARD=0."""
         global _current
+        if capture_tensorboard is not None:  # also when the task exists already (a PhalanxLogger's)
+            os.environ["PHALANX_CAPTURE_TENSORBOARD"] = "1" if capture_tensorboard else "0"
+            _capture_tensorboard()
         with _lock:
             if _current is not None and not _current._closed:
                 return _current
@@ -124,6 +131,7 @@ class Task:
             _current = task
         task._record_args(lifecycle.parsed_args())
         lifecycle.on_args(task._record_args)
+        _capture_tensorboard()
         return task
 
     @classmethod
@@ -142,6 +150,7 @@ class Task:
             _current = task
         task._record_args(lifecycle.parsed_args())
         lifecycle.on_args(task._record_args)
+        _capture_tensorboard()
         return task
 
     @classmethod
@@ -519,6 +528,19 @@ def log_metrics(step: int | None = None, **values: float) -> None:
     series = _own_series(task)
     for title, value in values.items():
         logger.report_scalar(title, series, value, step)
+
+
+def _capture_tensorboard() -> None:
+    """TensorBoard capture, on unless PHALANX_CAPTURE_TENSORBOARD says off. Absent from the SDK
+    copy a foreign venv gets (it holds phalanx.tracking only): nothing to capture there then."""
+    try:
+        from phalanx.integrations import tensorboard
+    except ImportError:
+        return
+    if tensorboard.enabled_by_env():
+        tensorboard.capture()
+    else:
+        tensorboard.stop()
 
 
 def _tag_list(tags: Any) -> list[str]:

@@ -1,0 +1,142 @@
+"""What each integration costs a training step: TensorBoard capture, PhalanxLogger, PhalanxCallback.
+
+    .venv/bin/python bench/integrations.py [--steps 2000] [--repeat 5] [--json FILE]
+
+The anchor is one training step of a small MLP on CPU (batch 64, 32 -> 64 -> 1, SGD): the cheapest
+step a real job has, so the ratios are upper bounds. For each integration the extra time of the
+calls it adds per step is measured directly (many calls, median of ``--repeat`` rounds), since a
+difference of two whole training runs is below the noise of a shared machine:
+
+- TensorBoard: the report the wrapper adds to each ``SummaryWriter.add_scalar`` (TensorBoard's own
+  call is shown beside it, as a scale: it is not Phalanx's cost);
+- Lightning: ``PhalanxLogger.log_metrics`` of two metrics (what ``self.log`` of loss and accuracy
+  costs it each step), against no logger at all;
+- Keras: ``PhalanxCallback.on_train_batch_end`` + ``on_epoch_end`` per batch, against no callback.
+
+The process reports as a replica of an experiment (PHALANX_* set, a temporary PHALANX_HOME), so a
+call only appends to memory as in a real run; the background thread writes the spool meanwhile.
+Target (issue 28): under 1 % of the step. Not run by the tests.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+# bench/queue.py would shadow the standard library's queue (torch imports it) for a script run from here
+sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
+
+
+def _as_replica(home: Path) -> None:
+    os.environ.update(
+        PHALANX_HOME=str(home),
+        PHALANX_EXPERIMENT_ID="bench0000000",
+        PHALANX_REPLICA="master",
+        PHALANX_ROLE="master",
+        PHALANX_INDEX="0",
+        PHALANX_RANK="0",
+        PHALANX_SPOOL=str(home / "spool" / "bench0000000"),
+        PHALANX_CAPTURED="1",
+        KERAS_BACKEND="torch",
+    )
+
+
+def _per_call(fn: Callable[[int], Any], calls: int, repeat: int) -> float:
+    """Median seconds per call of ``fn(i)`` over ``repeat`` rounds of ``calls`` calls."""
+    rounds = []
+    for _ in range(repeat):
+        start = time.perf_counter()
+        for i in range(calls):
+            fn(i)
+        rounds.append((time.perf_counter() - start) / calls)
+    return statistics.median(rounds)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--steps", type=int, default=2000)
+    parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--json", type=Path)
+    args = parser.parse_args()
+    home = Path(tempfile.mkdtemp(prefix="phalanx-bench-integrations-"))
+    _as_replica(home)
+
+    import torch
+
+    torch.manual_seed(0)
+    torch.set_num_threads(1)
+    model = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.ReLU(), torch.nn.Linear(64, 1))
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    x, y = torch.randn(64, 32), torch.randn(64, 1)
+
+    def step(_: int) -> None:
+        opt.zero_grad()
+        loss = torch.nn.functional.mse_loss(model(x), y)
+        loss.backward()
+        opt.step()
+
+    step_s = _per_call(step, args.steps, args.repeat)
+    rows: dict[str, float] = {}
+
+    # TensorBoard: the same add_scalar, captured and not
+    from torch.utils.tensorboard import SummaryWriter
+
+    from phalanx.integrations import tensorboard
+
+    writer = SummaryWriter(log_dir=str(home / "tb"))
+    rows["tensorboard add_scalar itself (not captured)"] = _per_call(
+        lambda i: writer.add_scalar("loss", 0.5, i), args.steps, args.repeat
+    )
+    tensorboard.capture()
+    # what the wrapper adds to each add_scalar: the report (a difference of two add_scalar timings
+    # is far below their noise on a shared machine)
+    rows["tensorboard capture (per add_scalar)"] = _per_call(
+        lambda i: tensorboard._report("loss", 0.5, i), args.steps, args.repeat
+    )
+    tensorboard.stop()
+    writer.close()
+
+    # Lightning: PhalanxLogger.log_metrics of two metrics
+    from phalanx.integrations.lightning import PhalanxLogger
+
+    logger = PhalanxLogger()
+    rows["lightning PhalanxLogger.log_metrics"] = _per_call(
+        lambda i: logger.log_metrics({"train_loss": 0.5, "train_acc": 0.9}, i), args.steps, args.repeat
+    )
+
+    # Keras: the callback's per-batch hooks (one epoch end every 100 batches)
+    from phalanx.integrations.keras import PhalanxCallback
+
+    callback = PhalanxCallback()
+    logs = {"loss": 0.5, "mae": 0.4}
+
+    def keras_hooks(i: int) -> None:
+        callback.on_train_batch_end(i, logs)
+        if i % 100 == 99:
+            callback.on_epoch_end(i // 100, logs)
+
+    rows["keras PhalanxCallback (per batch)"] = _per_call(keras_hooks, args.steps, args.repeat)
+
+    print(f"training step (MLP 32-64-1, batch 64, 1 thread): {step_s * 1e6:.1f} us")
+    print(f"{'integration':46} {'extra us/step':>14} {'% of step':>10}")
+    for name, extra in rows.items():
+        print(f"{name:46} {extra * 1e6:14.2f} {100 * extra / step_s:9.3f}%")
+    worst = max(v for k, v in rows.items() if "itself" not in k) / step_s
+    print(f"target < 1 % of the step: {'met' if worst < 0.01 else 'NOT met'} (worst {100 * worst:.3f} %)")
+    if args.json:
+        figures = {"step_us": step_s * 1e6, **{k: v * 1e6 for k, v in rows.items()}}
+        args.json.write_text(json.dumps(figures, indent=2))
+    sys.stdout.flush()
+    os._exit(0)  # the reporters' threads would write spools of a bench experiment no one ingests
+
+
+if __name__ == "__main__":
+    main()

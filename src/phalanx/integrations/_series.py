@@ -1,0 +1,40 @@
+"""Where an integration's scalars go: the process's task and its own series, found once per process.
+
+Standard library only (the TensorBoard capture is installed by the SDK itself)."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from phalanx.tracking.task import Logger, Task
+
+
+@dataclass(frozen=True)
+class Target:
+    """A process's task, its logger and the series its points go to (see log_metrics)."""
+
+    task: Task
+    logger: Logger
+    series: str
+
+
+_cache: dict[int, Target | None] = {}
+
+
+def target() -> Target | None:
+    """This process's target, or None outside any experiment. Cached per pid: a forked or spawned
+    rank has its own task; the rank is read once its process group exists (a Lightning rank
+    reports only after ``init_process_group``), so the cache is filled on the first report."""
+    pid = os.getpid()
+    if pid in _cache:
+        return _cache[pid]
+    from phalanx.tracking.task import Task, _own_series
+
+    task = Task.current_task()
+    found = None if task is None else Target(task, task.get_logger(), _own_series(task))
+    _cache.clear()
+    _cache[pid] = found
+    return found

@@ -1,0 +1,108 @@
+"""``phalanx.search_experiments``: many experiments into one pandas DataFrame, filtered by the run
+table's conditions (MLflow's ``search_runs``, W&B's ``Api().runs``).
+
+It reads the store the CLI reads (after ingesting what is pending) with the run table's own
+pieces: ``store.experiment_columns`` for ``param:KEY`` / ``metric:AGG:TITLE`` values (the summary,
+never the points) and the server's ``parse_condition``/``matches``, so a filter means the same in
+the UI, the REST API and here. The condition grammar is the run table's: ``COLUMN OP VALUE``, several
+joined by `` and `` or given as a list. pandas is the ``query`` extra.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any
+
+from phalanx.errors import UsageError
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from phalanx.store.base import Store
+
+MAX_SCAN = 100_000  # experiments considered, as the run table
+BASE_COLUMNS = (
+    "id",
+    "name",
+    "project",
+    "status",
+    "group_id",
+    "tags",
+    "created_at",
+    "started_at",
+    "finished_at",
+)
+_AND = re.compile(r"\s+and\s+", re.IGNORECASE)
+
+
+def split_conditions(where: str | Sequence[str] | None) -> list[str]:
+    """``"a >= 1 and b = x"`` or ``["a >= 1", "b = x"]`` -> one condition per item (all must hold)."""
+    if where is None:
+        return []
+    items = [where] if isinstance(where, str) else list(where)
+    return [part.strip() for item in items for part in _AND.split(item) if part.strip()]
+
+
+def search_experiments(
+    where: str | Sequence[str] | None = None,
+    columns: Sequence[str] = (),
+    project: str | None = None,
+    group: str | None = None,
+    status: str | None = None,
+    *,
+    store: Store | None = None,
+) -> pd.DataFrame:
+    """One row per experiment matching every condition, newest first: ``id, name, project, status,
+    group_id, tags, created_at, started_at, finished_at`` and one column per name in ``columns``
+    (``param:lr``, ``metric:max:val/acc``; missing values are NaN/None)::
+
+        phalanx.search_experiments("metric:max:val/acc >= 0.9 and param:lr < 0.05",
+                                   columns=["param:lr", "metric:max:val/acc"], project="examples")
+
+    A malformed condition or column raises UsageError saying how to write it."""
+    try:
+        import pandas as pd
+    except ImportError:
+        raise UsageError("phalanx.search_experiments needs pandas: pip install 'phalanx[query]'") from None
+    from phalanx.domain import ExperimentStatus
+    from phalanx.server.table import matches, parse_condition
+    from phalanx.store.base import ExperimentFilter
+    from phalanx.store.columns import parse_column
+
+    conditions = [parse_condition(c) for c in split_conditions(where)]
+    for column in columns:
+        parse_column(column)
+    try:
+        wanted_status = None if status is None else ExperimentStatus(status)
+    except ValueError:
+        choices = ", ".join(s.value for s in ExperimentStatus)
+        raise UsageError(f"search_experiments: status {status!r} is not one of {choices}") from None
+    if store is None:
+        from phalanx.cli.tracking import open_for_reading
+
+        store, _ = open_for_reading()
+    base = ExperimentFilter(status=wanted_status, project=project, group_id=group)
+    experiments = store.list_experiments(replace(base, offset=0, limit=MAX_SCAN)).items
+    wanted = list(dict.fromkeys([*columns, *(c for c, _, _ in conditions)]))
+    values = store.experiment_columns([e.id for e in experiments], wanted) if wanted else {}
+    rows: list[dict[str, Any]] = []
+    for e in experiments:
+        own = values.get(e.id, {})
+        if not all(matches(own.get(c), op, v) for c, op, v in conditions):
+            continue
+        row: dict[str, Any] = {
+            "id": e.id,
+            "name": e.name,
+            "project": e.project,
+            "status": str(e.status),
+            "group_id": e.group_id,
+            "tags": list(e.tags),
+            "created_at": e.created_at,
+            "started_at": e.started_at,
+            "finished_at": e.finished_at,
+        }
+        row.update({c: own.get(c) for c in columns})
+        rows.append(row)
+    return pd.DataFrame(rows, columns=[*BASE_COLUMNS, *dict.fromkeys(columns)])
