@@ -80,7 +80,7 @@ def main() -> None:
     def step(_: int) -> None:
         opt.zero_grad()
         loss = torch.nn.functional.mse_loss(model(x), y)
-        loss.backward()
+        loss.backward()  # type: ignore[no-untyped-call]
         opt.step()
 
     step_s = _per_call(step, args.steps, args.repeat)

@@ -10,7 +10,6 @@ joined by `` and `` or given as a list. pandas is the ``query`` extra.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
@@ -34,7 +33,6 @@ BASE_COLUMNS = (
     "started_at",
     "finished_at",
 )
-_AND = re.compile(r"\s+and\s+", re.IGNORECASE)
 
 
 def split_conditions(where: str | Sequence[str] | None) -> list[str]:
@@ -42,7 +40,9 @@ def split_conditions(where: str | Sequence[str] | None) -> list[str]:
     if where is None:
         return []
     items = [where] if isinstance(where, str) else list(where)
-    return [part.strip() for item in items for part in _AND.split(item) if part.strip()]
+    from phalanx.store.filters import split_and
+
+    return [part.strip() for item in items for part in split_and(item) if part.strip()]
 
 
 def search_experiments(
@@ -67,11 +67,12 @@ def search_experiments(
     except ImportError:
         raise UsageError("phalanx.search_experiments needs pandas: pip install 'phalanx[query]'") from None
     from phalanx.domain import ExperimentStatus
-    from phalanx.server.table import matches, parse_condition
     from phalanx.store.base import ExperimentFilter
     from phalanx.store.columns import parse_column
+    from phalanx.store.filters import parse_filters
 
-    conditions = [parse_condition(c) for c in split_conditions(where)]
+    # the run table's own grammar (phalanx.store.filters): `and`-joined, quoted values kept whole
+    conditions = parse_filters([where] if isinstance(where, str) else list(where or []))
     for column in columns:
         parse_column(column)
     try:
@@ -85,12 +86,12 @@ def search_experiments(
         store, _ = open_for_reading()
     base = ExperimentFilter(status=wanted_status, project=project, group_id=group)
     experiments = store.list_experiments(replace(base, offset=0, limit=MAX_SCAN)).items
-    wanted = list(dict.fromkeys([*columns, *(c for c, _, _ in conditions)]))
+    wanted = list(dict.fromkeys([*columns, *(c.column for c in conditions)]))
     values = store.experiment_columns([e.id for e in experiments], wanted) if wanted else {}
     rows: list[dict[str, Any]] = []
     for e in experiments:
         own = values.get(e.id, {})
-        if not all(matches(own.get(c), op, v) for c, op, v in conditions):
+        if not all(c.matches(own.get(c.column)) for c in conditions):
             continue
         row: dict[str, Any] = {
             "id": e.id,
