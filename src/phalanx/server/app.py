@@ -23,7 +23,18 @@ from phalanx.errors import PhalanxError, http_status
 from phalanx.server.auth import SecurityMiddleware, default_allowed_hosts
 from phalanx.server.files import ArtifactFiles
 from phalanx.server.limits import BodyLimitMiddleware
-from phalanx.server.routes import artifacts, experiments, groups, ingest, logs, metrics, pages, params, runs
+from phalanx.server.routes import (
+    artifacts,
+    experiments,
+    groups,
+    ingest,
+    logs,
+    metrics,
+    pages,
+    params,
+    runs,
+    submit,
+)
 from phalanx.server.sessions import LoginThrottle, Sessions
 from phalanx.server.settings import ServerSettings
 from phalanx.server.sweeper import Sweeper
@@ -91,7 +102,7 @@ def create_app(settings: ServerSettings, store: IngestStore | None = None) -> Fa
     def health() -> dict[str, Any]:
         return {"ok": True, "version": __version__}
 
-    for module in (experiments, metrics, params, artifacts, logs, ingest, groups, runs):
+    for module in (experiments, submit, metrics, params, artifacts, logs, ingest, groups, runs):
         app.include_router(module.router, prefix=API)
     if settings.ui_enabled:
         app.include_router(pages.router)
@@ -106,6 +117,8 @@ def create_app(settings: ServerSettings, store: IngestStore | None = None) -> Fa
             return settings.max_ingest_bytes
         if method == "PUT" and "/files/" in path:
             return settings.max_file_bytes
+        if method == "POST" and path == f"{API}/experiments":
+            return settings.max_bundle_bytes + settings.max_request_bytes  # the bundle and the form
         return settings.max_request_bytes
 
     # Added last = outermost: the size check runs before anything reads a body, auth before that.

@@ -1,0 +1,15 @@
+"""A replica that reports a few points; the replica named by the first argument exits 3 instead."""
+
+import os
+import sys
+
+from phalanx import Task
+
+replica = os.environ.get("PHALANX_REPLICA", "?")
+print(f"hello from {replica}", flush=True)
+if sys.argv[1:] == [replica]:
+    print(f"{replica} fails on purpose", flush=True)
+    sys.exit(3)
+log = Task.init(project_name="submit-tests", task_name="submitted").get_logger()
+for i in range(3):
+    log.report_scalar("loss", replica, value=1.0 / (i + 1), iteration=i)

@@ -1,0 +1,142 @@
+"""`phalanx run -f FILE --server URL`: a real `phalanx server` on loopback runs the submitted
+experiment from the uploaded folder, through the same Runner as a local run (real supervisors and
+replicas), and a client on another PHALANX_HOME follows it through the API."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import pytest
+from tests.integration.server.serverproc import PHALANX, Server, clean_env, start_server, stop_server
+
+from phalanx.bundles import digest, pack
+from phalanx.cli.remote import Client, multipart
+
+DATA = Path(__file__).parent / "data" / "submit"
+TOKEN = "submit-test-token-0123456789"
+
+
+def folder(tmp_path: Path) -> Path:
+    """The submitter's folder, with what must not travel: a venv-like cache and a data folder."""
+    dest = tmp_path / "project"
+    shutil.copytree(DATA, dest)
+    (dest / "__pycache__").mkdir()
+    (dest / "__pycache__" / "x.pyc").write_bytes(b"\0" * 10)
+    (dest / "data").mkdir()
+    (dest / "data" / "big.bin").write_bytes(b"\0" * 1000)
+    return dest
+
+
+def client_run(tmp_path: Path, *args: str, token: str | None = TOKEN) -> subprocess.CompletedProcess[str]:
+    """`phalanx run ...` on the submitter's side: a PHALANX_HOME of its own (not the server's)."""
+    home = tmp_path / "client-home"
+    home.mkdir(exist_ok=True)
+    env = clean_env(home, **({"PHALANX_TOKEN": token} if token else {}))
+    return subprocess.run([str(PHALANX), "run", *args], env=env, capture_output=True, text=True, timeout=300)
+
+
+def api(server: Server, path: str) -> Any:
+    req = urllib.request.Request(f"{server.url}/api/v1{path}")
+    req.add_header("Authorization", f"Bearer {TOKEN}")
+    with urllib.request.urlopen(req, timeout=60) as r:
+        return json.load(r)
+
+
+def wait_done(server: Server, exp_id: str) -> dict[str, Any]:
+    deadline = time.monotonic() + 240
+    while time.monotonic() < deadline:
+        exp = api(server, f"/experiments/{exp_id}")
+        if exp["status"] in ("succeeded", "failed", "stopped"):
+            return dict(exp)
+        time.sleep(0.3)
+    raise AssertionError(f"experiment {exp_id} did not end within 240 s")
+
+
+@pytest.fixture
+def server(phalanx_home: Path) -> Any:
+    s = start_server(phalanx_home, token=TOKEN)
+    try:
+        yield s
+    finally:
+        stop_server(s.proc)
+
+
+def test_a_submitted_two_replica_experiment_runs_from_the_uploaded_code(
+    server: Server, tmp_path: Path
+) -> None:
+    project = folder(tmp_path)
+    r = client_run(tmp_path, "-f", str(project / "exp.yml"), "--server", server.url, "--follow")
+    assert r.returncode == 0, r.stdout + r.stderr
+    exp_id = r.stdout.splitlines()[0].strip()
+    assert "[master] hello from master" in r.stdout and "[worker-0] hello from worker-0" in r.stdout
+    exp = api(server, f"/experiments/{exp_id}")
+    assert exp["status"] == "succeeded"
+    assert sorted(rep["name"] for rep in exp["replicas"]) == ["master", "worker-0"]
+    loss = api(server, f"/experiments/{exp_id}/metrics/loss")
+    points = {name: len(series["steps"]) for name, series in loss["series"].items()}
+    assert points == {"master": 3, "worker-0": 3}
+    # the code it ran is the bundle the client built from the folder, and nothing else travelled
+    assert api(server, f"/experiments/{exp_id}/submission")["bundle_sha256"] == digest(pack(project))
+    work = server.home / "server" / "work" / exp_id
+    assert (work / "train.py").read_bytes() == (project / "train.py").read_bytes()
+    assert not (work / "data").exists() and not (work / "__pycache__" / "x.pyc").exists()
+
+    # a retry with the same idempotency key makes no second experiment
+    client = Client(server.url, TOKEN)
+    first = client.submit(project / "exp.yml", pack(project), {}, 0, key="retry-me")
+    again = client.submit(project / "exp.yml", pack(project), {}, 0, key="retry-me")
+    assert first["created"] is True and again == {**first, "created": False}
+    wait_done(server, first["id"])
+    names = [e["id"] for e in api(server, "/experiments?limit=50")["items"]]
+    assert sorted(names) == sorted([exp_id, first["id"]])
+
+
+def test_follow_exits_1_naming_the_replica_that_failed(server: Server, tmp_path: Path) -> None:
+    project = folder(tmp_path)
+    r = client_run(
+        tmp_path,
+        "-f",
+        str(project / "exp.yml"),
+        "--server",
+        server.url,
+        "--param",
+        "fail=worker-0",
+        "--follow",
+    )
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert "[worker-0] worker-0 fails on purpose" in r.stdout
+    assert "failed" in r.stderr and "worker-0 (exit code 3)" in r.stderr
+    assert "Traceback" not in r.stderr
+
+
+def test_an_invalid_file_is_refused_with_file_line_and_column(server: Server, tmp_path: Path) -> None:
+    project = folder(tmp_path)
+    bad = project / "exp.yml"
+    bad.write_text(bad.read_text().replace("n_workers: 1", "n_workers: many"))
+    r = client_run(tmp_path, "-f", str(bad), "--server", server.url)
+    assert r.returncode == 2, r.stdout + r.stderr
+    assert "exp.yml:11:16: environment.replicas.n_workers:" in r.stderr, r.stderr
+    assert "Traceback" not in r.stderr
+    # the API's own answer: 422 with the same problems; nothing was created
+    body, content_type = multipart(
+        {"file_name": "exp.yml", "file_text": bad.read_text()}, "bundle", "code.tar.gz", pack(project)
+    )
+    req = urllib.request.Request(f"{server.url}/api/v1/experiments", data=body, method="POST")
+    req.add_header("Content-Type", content_type)
+    req.add_header("Authorization", f"Bearer {TOKEN}")
+    with pytest.raises(urllib.error.HTTPError) as refused:
+        urllib.request.urlopen(req, timeout=60)
+    assert refused.value.code == 422
+    answer = json.loads(refused.value.read())
+    assert answer["error"] == "invalid_spec" and answer["message"].startswith("exp.yml:11:16: ")
+    # without the token: 401, and the CLI says how to give one
+    r = client_run(tmp_path, "-f", str(project / "exp.yml"), "--server", server.url, token=None)
+    assert r.returncode == 2 and "PHALANX_TOKEN" in r.stderr
+    assert api(server, "/experiments")["items"] == []
