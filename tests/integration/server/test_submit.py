@@ -5,7 +5,9 @@ replicas), and a client on another PHALANX_HOME follows it through the API."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import signal
 import subprocess
 import time
 import urllib.error
@@ -21,6 +23,7 @@ from phalanx.cli.remote import Client, multipart
 
 DATA = Path(__file__).parent / "data" / "submit"
 TOKEN = "submit-test-token-0123456789"
+HOLD = ("--param", "hold=hold")  # every replica waits to be stopped
 
 
 def folder(tmp_path: Path) -> Path:
@@ -122,7 +125,7 @@ def test_an_invalid_file_is_refused_with_file_line_and_column(server: Server, tm
     bad.write_text(bad.read_text().replace("n_workers: 1", "n_workers: many"))
     r = client_run(tmp_path, "-f", str(bad), "--server", server.url)
     assert r.returncode == 2, r.stdout + r.stderr
-    assert "exp.yml:11:16: environment.replicas.n_workers:" in r.stderr, r.stderr
+    assert "exp.yml:12:16: environment.replicas.n_workers:" in r.stderr, r.stderr
     assert "Traceback" not in r.stderr
     # the API's own answer: 422 with the same problems; nothing was created
     body, content_type = multipart(
@@ -135,8 +138,46 @@ def test_an_invalid_file_is_refused_with_file_line_and_column(server: Server, tm
         urllib.request.urlopen(req, timeout=60)
     assert refused.value.code == 422
     answer = json.loads(refused.value.read())
-    assert answer["error"] == "invalid_spec" and answer["message"].startswith("exp.yml:11:16: ")
+    assert answer["error"] == "invalid_spec" and answer["message"].startswith("exp.yml:12:16: ")
     # without the token: 401, and the CLI says how to give one
     r = client_run(tmp_path, "-f", str(project / "exp.yml"), "--server", server.url, token=None)
     assert r.returncode == 2 and "PHALANX_TOKEN" in r.stderr
     assert api(server, "/experiments")["items"] == []
+
+
+def test_ctrl_c_while_following_detaches_and_the_experiment_keeps_running(
+    server: Server, tmp_path: Path
+) -> None:
+    project = folder(tmp_path)
+    home = tmp_path / "client-home"
+    home.mkdir()
+    proc = subprocess.Popen(
+        [str(PHALANX), "run", "-f", str(project / "exp.yml"), "--server", server.url, *HOLD, "--follow"],
+        env=clean_env(home, PHALANX_TOKEN=TOKEN),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        assert proc.stdout is not None
+        exp_id = proc.stdout.readline().strip()
+        seen: set[str] = set()
+        while len(seen) < 2:  # both replicas said hello: the follow is streaming
+            line = proc.stdout.readline()
+            assert line, "the follow ended before both replicas spoke"
+            if "hello from" in line:
+                seen.add(line.split("]")[0])
+        os.killpg(proc.pid, signal.SIGINT)
+        _, err = proc.communicate(timeout=60)
+        assert proc.returncode == 130, err
+        assert f"phalanx stop {exp_id}" in err and "Traceback" not in err
+        assert api(server, f"/experiments/{exp_id}")["status"] == "running"  # detached, not stopped
+        stop = urllib.request.Request(f"{server.url}/api/v1/experiments/{exp_id}/stop", method="POST")
+        stop.add_header("Authorization", f"Bearer {TOKEN}")
+        urllib.request.urlopen(stop, timeout=60).close()
+        assert wait_done(server, exp_id)["status"] == "stopped"
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=30)
