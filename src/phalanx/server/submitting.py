@@ -23,7 +23,7 @@ from typing import Any
 
 from phalanx.bundles import BundleStore, digest, unpack
 from phalanx.config import Settings
-from phalanx.errors import PhalanxError, Problem, SpecError, UsageError
+from phalanx.errors import PhalanxError, UsageError
 from phalanx.store.base import Store
 
 log = logging.getLogger(__name__)
@@ -127,7 +127,7 @@ def _existing(engine: Any, key: str) -> Any:
 
 
 def _start(settings: Settings, spec: Any, request: SubmitRequest, name: str, work: Path, exp_id: str) -> None:
-    from phalanx.runner import LaunchOptions, LaunchRecord, Runner, StartFailed
+    from phalanx.runner import LaunchOptions, LaunchRecord, Runner, StartFailed, StartTimeout
 
     unpack(request.bundle, work)
     file = work / name
@@ -144,10 +144,14 @@ def _start(settings: Settings, spec: Any, request: SubmitRequest, name: str, wor
     runner.dry_run(spec, options)  # what is refused before anything starts, as the CLI says it
     try:
         submitted = runner.submit(spec, options, cwd=file.parent)
+    except StartTimeout as exc:  # slow, not failed: its supervisor runs on, so keep key and folder
+        log.warning("experiment %s: %s", exp_id, exc)
+        threading.Thread(target=exc.process.wait, name=f"reap-{exp_id}", daemon=True).start()
+        return
     except StartFailed as exc:
-        problems = [Problem(line.removeprefix("error: ")) for line in exc.text.splitlines() if line.strip()]
-        if exc.exit_code == 2:
-            raise SpecError(problems or [Problem("the experiment was refused")]) from None
+        said = "\n".join(line.removeprefix("error: ") for line in exc.text.splitlines() if line.strip())
+        if exc.exit_code == 2:  # the user's mistake, as `phalanx run` would have said it
+            raise UsageError(said or "the experiment was refused") from None
         raise PhalanxError(f"the experiment did not start: {exc.text or exc.exit_code}") from None
     # reap the supervisor when it ends (it is ours until then); it does not depend on this thread
     threading.Thread(target=submitted.process.wait, name=f"reap-{exp_id}", daemon=True).start()
