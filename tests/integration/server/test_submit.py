@@ -62,6 +62,13 @@ def wait_done(server: Server, exp_id: str) -> dict[str, Any]:
     raise AssertionError(f"experiment {exp_id} did not end within 240 s")
 
 
+def all_running(exp: dict[str, Any]) -> bool:
+    replicas = exp["replicas"]
+    return (
+        exp["status"] == "running" and len(replicas) == 2 and all(r["state"] == "running" for r in replicas)
+    )
+
+
 @pytest.fixture
 def server(phalanx_home: Path) -> Any:
     s = start_server(phalanx_home, token=TOKEN)
@@ -181,3 +188,30 @@ def test_ctrl_c_while_following_detaches_and_the_experiment_keeps_running(
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait(timeout=30)
+
+
+def test_a_submitted_experiment_outlives_the_server_that_started_it(
+    phalanx_home: Path, tmp_path: Path
+) -> None:
+    first = start_server(phalanx_home, token=TOKEN)
+    try:
+        project = folder(tmp_path)
+        answer = Client(first.url, TOKEN).submit(project / "exp.yml", pack(project), {"hold": "hold"}, 0)
+        exp_id = answer["id"]
+        deadline = time.monotonic() + 120
+        while not all_running(api(first, f"/experiments/{exp_id}")):
+            assert time.monotonic() < deadline, "the submitted experiment never ran"
+            time.sleep(0.2)
+    finally:
+        os.killpg(first.proc.pid, signal.SIGKILL)  # the server's whole process group, at once
+        first.proc.wait(timeout=30)
+    second = start_server(phalanx_home, token=TOKEN)
+    try:
+        exp = api(second, f"/experiments/{exp_id}")
+        assert all_running(exp)
+        stop = urllib.request.Request(f"{second.url}/api/v1/experiments/{exp_id}/stop", method="POST")
+        stop.add_header("Authorization", f"Bearer {TOKEN}")
+        urllib.request.urlopen(stop, timeout=60).close()
+        assert wait_done(second, exp_id)["status"] == "stopped"
+    finally:
+        stop_server(second.proc)
