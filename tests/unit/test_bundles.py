@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import io
+import shutil
+import subprocess
 import tarfile
 from pathlib import Path
 
@@ -63,3 +65,14 @@ def test_a_bundle_is_kept_once_by_its_sha256(tmp_path: Path) -> None:
     data = pack(project(tmp_path / "p"))
     assert store.put(data) == store.put(data) == digest(data)
     assert [p.name for p in (tmp_path / "bundles").iterdir()] == [f"{digest(data)}.tar.gz"]
+
+
+def test_in_a_git_work_tree_what_gitignore_ignores_stays_behind(tmp_path: Path) -> None:
+    root = project(tmp_path / "p")
+    shutil.rmtree(root / ".git")
+    subprocess.run(["git", "init", "-q", str(root)], check=True)
+    (root / ".gitignore").write_text("*.log\nscratch/\n")
+    (root / "run.log").write_text("noise\n")
+    (root / "scratch").mkdir()
+    (root / "scratch" / "notes.py").write_text("x\n")
+    assert names(pack(root)) == [".gitignore", "pkg/model.py", "train.py"]
