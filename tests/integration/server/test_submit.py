@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from tests.conftest import _processes_under
 from tests.integration.server.serverproc import PHALANX, Server, clean_env, start_server, stop_server
 
 from phalanx.bundles import digest, pack
@@ -69,11 +70,21 @@ def all_running(exp: dict[str, Any]) -> bool:
     )
 
 
+def supervisors_gone(server: Server) -> None:
+    """Every experiment's supervisor has exited (an ended experiment's supervisor still tidies up
+    for a moment after its status is final): the processes with the server's home but the server."""
+    deadline = time.monotonic() + 120
+    while [pid for pid, _ in _processes_under(server.home) if pid != server.proc.pid]:
+        assert time.monotonic() < deadline, "a supervisor did not exit within 120 s of its experiment's end"
+        time.sleep(0.1)
+
+
 @pytest.fixture
 def server(phalanx_home: Path) -> Any:
     s = start_server(phalanx_home, token=TOKEN)
     try:
         yield s
+        supervisors_gone(s)
     finally:
         stop_server(s.proc)
 
@@ -213,5 +224,6 @@ def test_a_submitted_experiment_outlives_the_server_that_started_it(
         stop.add_header("Authorization", f"Bearer {TOKEN}")
         urllib.request.urlopen(stop, timeout=60).close()
         assert wait_done(second, exp_id)["status"] == "stopped"
+        supervisors_gone(second)
     finally:
         stop_server(second.proc)
