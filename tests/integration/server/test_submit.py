@@ -9,6 +9,7 @@ import os
 import shutil
 import signal
 import subprocess
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -177,6 +178,8 @@ def test_ctrl_c_while_following_detaches_and_the_experiment_keeps_running(
         text=True,
         start_new_session=True,
     )
+    watchdog = threading.Timer(240, os.killpg, (proc.pid, signal.SIGKILL))  # bounds the readlines
+    watchdog.start()
     try:
         assert proc.stdout is not None
         exp_id = proc.stdout.readline().strip()
@@ -196,6 +199,7 @@ def test_ctrl_c_while_following_detaches_and_the_experiment_keeps_running(
         urllib.request.urlopen(stop, timeout=60).close()
         assert wait_done(server, exp_id)["status"] == "stopped"
     finally:
+        watchdog.cancel()
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait(timeout=30)
