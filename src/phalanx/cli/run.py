@@ -177,6 +177,22 @@ def run(
             help="Do not sample the replicas' CPU, memory and GPU into system/... series.",
         ),
     ] = False,
+    server: Annotated[
+        str | None,
+        typer.Option(
+            "--server",
+            metavar="URL",
+            help="Submit to the Phalanx server at URL (with the file's folder as code) and print the id.",
+        ),
+    ] = None,
+    follow: Annotated[
+        bool,
+        typer.Option("--follow", help="With --server: stream every replica's console until it ends."),
+    ] = False,
+    token_file: Annotated[
+        Path | None,
+        typer.Option("--token-file", metavar="FILE", help="With --server: the token (else PHALANX_TOKEN)."),
+    ] = None,
 ) -> None:
     """Run an experiment: start every replica wired for its framework and supervise it to the end.
 
@@ -198,6 +214,14 @@ def run(
     check_priority(priority, "--priority")
     if output is Output.YAML and not dry_run:
         raise UsageError("-o yaml shows what --dry-run would submit: add --dry-run, or use -o text or json")
+    if server is not None or follow or token_file is not None:
+        from phalanx.cli.submit import run_on_server
+
+        given = {"--workdir": workdir, "--cluster": cluster, "--dry-run": dry_run, "--detach": detach}
+        given |= {"--no-wait": no_wait, "--experiment-id": experiment_id, "--oversubscribe": oversubscribe}
+        given |= {"--extra-params": extra_params, "--no-system-metrics": no_system_metrics}
+        run_on_server(file, param, priority, server, follow, token_file, output, given, settings)
+        return
     spec = _load(file, param, extra_params)
     for note in getattr(spec, "notes", ()):
         sys.stderr.write(f"note: {note}\n")

@@ -34,6 +34,7 @@ from phalanx.server.routes import (
     pages,
     params,
     runs,
+    submit,
 )
 from phalanx.server.routes import queue as queue_routes
 from phalanx.server.sessions import LoginThrottle, Sessions
@@ -107,7 +108,20 @@ def create_app(settings: ServerSettings, store: IngestStore | None = None) -> Fa
     def health() -> dict[str, Any]:
         return {"ok": True, "version": __version__}
 
-    for module in (experiments, metrics, params, artifacts, logs, ingest, groups, runs, models, queue_routes):
+    routers = (
+        experiments,
+        submit,
+        metrics,
+        params,
+        artifacts,
+        logs,
+        ingest,
+        groups,
+        runs,
+        models,
+        queue_routes,
+    )
+    for module in routers:
         app.include_router(module.router, prefix=API)
     if settings.ui_enabled:
         from phalanx.server.apidocs import install_docs
@@ -126,6 +140,8 @@ def create_app(settings: ServerSettings, store: IngestStore | None = None) -> Fa
             return settings.max_ingest_bytes
         if method == "PUT" and "/files/" in path:
             return settings.max_file_bytes
+        if method == "POST" and path == f"{API}/experiments":
+            return settings.max_bundle_bytes + settings.max_request_bytes  # the bundle and the form
         return settings.max_request_bytes
 
     # Added last = outermost: the size check runs before anything reads a body, auth before that.

@@ -24,6 +24,7 @@ class ServerSettings(BaseModel):
     token: str | None = None
     max_ingest_bytes: int = 16 * MiB
     max_file_bytes: int = 512 * MiB
+    max_bundle_bytes: int = 64 * MiB  # a submitted experiment's code bundle (compressed): 413 above
     max_request_bytes: int = 1 * MiB  # every other request with a body (login form, stop)
     body_idle_seconds: float = 60.0  # a request body that pauses longer than this is refused (408)
     poll_seconds: float = 0.5  # how often a live log stream looks for new lines

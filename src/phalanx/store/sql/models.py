@@ -404,3 +404,17 @@ class DatasetVersionRow(Base):
     size: Mapped[int] = mapped_column(BigInteger)
     file_count: Mapped[int] = mapped_column(Integer)
     created_at: Mapped[float] = mapped_column(Float)
+
+
+class SubmissionRow(Base):
+    """An experiment a client submitted to the server: the code bundle it ran (by sha256) and the
+    client's idempotency key, so that a retried submit returns the same experiment instead of
+    starting a second one. The row is written before the experiment exists (it reserves the key),
+    hence no foreign key to ``experiments``."""
+
+    __tablename__ = "submissions"
+
+    experiment_id: Mapped[str] = mapped_column(String(32), primary_key=True)
+    idempotency_key: Mapped[str | None] = mapped_column(String(200), unique=True)
+    bundle_sha256: Mapped[str] = mapped_column(String(64))
+    submitted_at: Mapped[float] = mapped_column(Float)

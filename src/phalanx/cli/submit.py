@@ -1,0 +1,73 @@
+"""`phalanx run -f FILE --server URL [--follow]`: the command side of submitting to a server."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import typer
+
+from phalanx.config import Settings
+
+
+def run_on_server(
+    file: Path,
+    param: list[str] | None,
+    priority: int,
+    server: str | None,
+    follow: bool,
+    token_file: Path | None,
+    output: Any,
+    given: Mapping[str, Any],
+    settings: Settings,
+) -> None:
+    """Bundle the file's folder, submit, print the id; with ``follow``, exit as the experiment ends."""
+    from phalanx.bundles import pack
+    from phalanx.cli.app import emit_json
+    from phalanx.cli.remote import Client, read_token
+    from phalanx.cli.remote import follow as follow_logs
+    from phalanx.errors import SpecError, UsageError
+    from phalanx.spec.loader import parse_param_overrides
+
+    if server is None:
+        raise UsageError("--follow and --token-file go with --server URL (the server to submit to)")
+    local_only = [name for name, value in given.items() if value]
+    if local_only:
+        raise UsageError(
+            f"{', '.join(local_only)}: not available with --server yet; the server runs the experiment "
+            "from the file's folder on its own machine (leave --server out to run it here)"
+        )
+    if not file.is_file():
+        raise UsageError(f"{file}: no such file")
+    params = parse_param_overrides(param or [])
+    client = Client(server, read_token(token_file, settings.token))
+    folder = file.resolve().parent
+    bundle = pack(folder)
+    sys.stderr.write(f"phalanx: submitting {file} with {folder} ({len(bundle) >> 10} KiB) to {client.url}\n")
+    try:
+        answer = client.submit(file, bundle, params, priority)
+    except SpecError as exc:
+        for problem in exc.problems:
+            sys.stderr.write(f"{problem}\n")
+        n = len(exc.problems)
+        sys.stderr.write(f"error: {file} is not a valid experiment file ({n} problem{'s' * (n != 1)})\n")
+        raise typer.Exit(2) from None
+    exp_id = str(answer["id"])
+    if str(output) == "json":
+        emit_json(answer)
+    else:
+        typer.echo(exp_id)
+    if not follow:
+        sys.stderr.write(f"phalanx: open {client.url}/experiments/{exp_id} to see it in the web UI\n")
+        return
+    try:
+        code = follow_logs(client, exp_id)
+    except KeyboardInterrupt:
+        sys.stderr.write(
+            f"\nphalanx: detached; experiment {exp_id} keeps running on {client.url}"
+            f" (stop it with `phalanx stop {exp_id}` there, or POST /api/v1/experiments/{exp_id}/stop)\n"
+        )
+        raise typer.Exit(130) from None
+    raise typer.Exit(code)

@@ -1,0 +1,158 @@
+"""Running a submitted experiment on the server's own machine.
+
+The server validates the experiment file with the CLI's loader (a SpecError is the CLI's
+`FILE:LINE:COL: path: message` problems, answered 422), keeps the code bundle once by its sha256,
+unpacks it into a working folder of its own per experiment (``<home>/server/work/<id>``) and starts
+it through ``Runner.submit``: a detached supervisor in its own session, on the same ledger and queue
+as a `phalanx run` on this machine. The server never supervises training itself, so a server that
+stops or restarts leaves every experiment it started running.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+import shutil
+import threading
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from pathlib import Path, PurePosixPath
+from typing import Any
+
+from phalanx.bundles import BundleStore, digest, unpack
+from phalanx.config import Settings
+from phalanx.errors import PhalanxError, UsageError
+from phalanx.store.base import Store
+
+log = logging.getLogger(__name__)
+
+_KEY = re.compile(r"^[\x21-\x7e]{1,200}$")  # printable ASCII, no spaces
+
+
+@dataclass(frozen=True)
+class SubmitRequest:
+    file_name: str
+    file_text: str
+    params: Mapping[str, Any]
+    priority: int
+    bundle: bytes
+    idempotency_key: str | None = None
+
+
+@dataclass(frozen=True)
+class SubmitResult:
+    experiment_id: str
+    bundle_sha256: str
+    created: bool  # False: an earlier submit with the same idempotency key made it
+
+
+def parse_params(text: str | None) -> dict[str, Any]:
+    """The ``params`` form field: a JSON object of name -> value (what `--param` parsed into)."""
+    if not text:
+        return {}
+    try:
+        doc = json.loads(text)
+    except ValueError as exc:
+        raise UsageError(f'params: not JSON ({exc}); send an object such as {{"lr": 0.1}}') from None
+    if not isinstance(doc, dict):
+        raise UsageError('params: expected a JSON object such as {"lr": 0.1}')
+    return doc
+
+
+def check_file_name(name: str) -> str:
+    """A plain relative path inside the bundle (the file's name in the submitter's folder)."""
+    path = PurePosixPath(name)
+    if not name or path.is_absolute() or ".." in path.parts or "\\" in name or "\0" in name:
+        raise UsageError(f"file_name {name!r}: give the experiment file's path relative to its folder")
+    return path.as_posix()
+
+
+def _engine(store: Store) -> Any:
+    engine = getattr(store, "engine", None)
+    if engine is None:
+        raise UsageError(
+            f"submitting experiments needs the SQL store (SQLite or PostgreSQL), not {type(store).__name__}"
+        )
+    return engine
+
+
+def submit(store: Store, settings: Settings, request: SubmitRequest) -> SubmitResult:
+    """Validate, keep the bundle, reserve the idempotency key, unpack and start. SpecError (422)
+    for an invalid file, UsageError (400) for a malformed request; on any failure to start, the key
+    is released and the working folder removed."""
+    from phalanx.queue import check_priority
+    from phalanx.spec.loader import load_spec_text
+    from phalanx.store.sql import submissions
+
+    name = check_file_name(request.file_name)
+    key = request.idempotency_key
+    if key is not None and not _KEY.match(key):
+        raise UsageError("Idempotency-Key: 1 to 200 printable ASCII characters without spaces")
+    check_priority(request.priority, "priority")
+    engine = _engine(store)
+    sha = digest(request.bundle)
+    if key is not None:  # a retry: answered before anything is validated or unpacked again
+        done = _existing(engine, key)
+        if done is not None:
+            return SubmitResult(done.experiment_id, done.bundle_sha256, created=False)
+    spec = load_spec_text(request.file_text, name, params=request.params)
+    BundleStore(settings.home / "server" / "bundles").put(request.bundle)
+    exp_id = uuid.uuid4().hex[:12]
+    winner = submissions.reserve(engine, exp_id, key, sha)
+    if winner != exp_id:
+        return SubmitResult(winner, sha, created=False)
+    work = settings.home / "server" / "work" / exp_id
+    try:
+        _start(settings, spec, request, name, work, exp_id)
+    except BaseException:
+        submissions.release(engine, exp_id)
+        shutil.rmtree(work, ignore_errors=True)
+        raise
+    return SubmitResult(exp_id, sha, created=True)
+
+
+def _existing(engine: Any, key: str) -> Any:
+    from sqlalchemy import select
+
+    from phalanx.store.sql.models import SubmissionRow
+    from phalanx.store.sql.submissions import get
+
+    with engine.connect() as conn:
+        exp_id = conn.execute(
+            select(SubmissionRow.experiment_id).where(SubmissionRow.idempotency_key == key)
+        ).scalar_one_or_none()
+    return None if exp_id is None else get(engine, str(exp_id))
+
+
+def _start(settings: Settings, spec: Any, request: SubmitRequest, name: str, work: Path, exp_id: str) -> None:
+    from phalanx.runner import LaunchOptions, LaunchRecord, Runner, StartFailed, StartTimeout
+
+    unpack(request.bundle, work)
+    file = work / name
+    file.parent.mkdir(parents=True, exist_ok=True)
+    file.write_text(request.file_text, encoding="utf-8")  # the text validated, whatever the bundle held
+    spec = replace(spec, source_file=str(file))
+    options = LaunchOptions(
+        workdir=file.parent,
+        priority=request.priority,
+        experiment_id=exp_id,
+        record=LaunchRecord(file=str(file), params=dict(request.params)),
+    )
+    runner = Runner(settings)
+    runner.dry_run(spec, options)  # what is refused before anything starts, as the CLI says it
+    try:
+        submitted = runner.submit(spec, options, cwd=file.parent)
+    except StartTimeout as exc:  # slow, not failed: its supervisor runs on, so keep key and folder
+        log.warning("experiment %s: %s", exp_id, exc)
+        threading.Thread(target=exc.process.wait, name=f"reap-{exp_id}", daemon=True).start()
+        return
+    except StartFailed as exc:
+        said = "\n".join(line.removeprefix("error: ") for line in exc.text.splitlines() if line.strip())
+        if exc.exit_code == 2:  # the user's mistake, as `phalanx run` would have said it
+            raise UsageError(said or "the experiment was refused") from None
+        raise PhalanxError(f"the experiment did not start: {exc.text or exc.exit_code}") from None
+    # reap the supervisor when it ends (it is ours until then); it does not depend on this thread
+    threading.Thread(target=submitted.process.wait, name=f"reap-{exp_id}", daemon=True).start()
+    log.info("experiment %s submitted: supervisor pid %s", exp_id, submitted.process.pid)

@@ -1,0 +1,233 @@
+"""`phalanx run -f FILE --server URL`: a real `phalanx server` on loopback runs the submitted
+experiment from the uploaded folder, through the same Runner as a local run (real supervisors and
+replicas), and a client on another PHALANX_HOME follows it through the API."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import threading
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import pytest
+from tests.conftest import _processes_under
+from tests.integration.server.serverproc import PHALANX, Server, clean_env, start_server, stop_server
+
+from phalanx.bundles import digest, pack
+from phalanx.cli.remote import Client, multipart
+
+DATA = Path(__file__).parent / "data" / "submit"
+TOKEN = "submit-test-token-0123456789"
+HOLD = ("--param", "hold=hold")  # every replica waits to be stopped
+
+
+def folder(tmp_path: Path) -> Path:
+    """The submitter's folder, with what must not travel: a venv-like cache and a data folder."""
+    dest = tmp_path / "project"
+    shutil.copytree(DATA, dest)
+    (dest / "__pycache__").mkdir()
+    (dest / "__pycache__" / "x.pyc").write_bytes(b"\0" * 10)
+    (dest / "data").mkdir()
+    (dest / "data" / "big.bin").write_bytes(b"\0" * 1000)
+    return dest
+
+
+def client_run(tmp_path: Path, *args: str, token: str | None = TOKEN) -> subprocess.CompletedProcess[str]:
+    """`phalanx run ...` on the submitter's side: a PHALANX_HOME of its own (not the server's)."""
+    home = tmp_path / "client-home"
+    home.mkdir(exist_ok=True)
+    env = clean_env(home, **({"PHALANX_TOKEN": token} if token else {}))
+    return subprocess.run([str(PHALANX), "run", *args], env=env, capture_output=True, text=True, timeout=300)
+
+
+def api(server: Server, path: str) -> Any:
+    req = urllib.request.Request(f"{server.url}/api/v1{path}")
+    req.add_header("Authorization", f"Bearer {TOKEN}")
+    with urllib.request.urlopen(req, timeout=60) as r:
+        return json.load(r)
+
+
+def wait_done(server: Server, exp_id: str) -> dict[str, Any]:
+    deadline = time.monotonic() + 240
+    while time.monotonic() < deadline:
+        exp = api(server, f"/experiments/{exp_id}")
+        if exp["status"] in ("succeeded", "failed", "stopped"):
+            return dict(exp)
+        time.sleep(0.3)
+    raise AssertionError(f"experiment {exp_id} did not end within 240 s")
+
+
+def all_running(exp: dict[str, Any]) -> bool:
+    replicas = exp["replicas"]
+    return (
+        exp["status"] == "running" and len(replicas) == 2 and all(r["state"] == "running" for r in replicas)
+    )
+
+
+def supervisors_gone(server: Server) -> None:
+    """Every experiment's supervisor has exited (an ended experiment's supervisor still tidies up
+    for a moment after its status is final): the processes with the server's home but the server."""
+    deadline = time.monotonic() + 120
+    while [pid for pid, _ in _processes_under(server.home) if pid != server.proc.pid]:
+        assert time.monotonic() < deadline, "a supervisor did not exit within 120 s of its experiment's end"
+        time.sleep(0.1)
+
+
+@pytest.fixture
+def server(phalanx_home: Path) -> Any:
+    s = start_server(phalanx_home, token=TOKEN)
+    try:
+        yield s
+        supervisors_gone(s)
+    finally:
+        stop_server(s.proc)
+
+
+def test_a_submitted_two_replica_experiment_runs_from_the_uploaded_code(
+    server: Server, tmp_path: Path
+) -> None:
+    project = folder(tmp_path)
+    r = client_run(tmp_path, "-f", str(project / "exp.yml"), "--server", server.url, "--follow")
+    assert r.returncode == 0, r.stdout + r.stderr
+    exp_id = r.stdout.splitlines()[0].strip()
+    assert "[master] hello from master" in r.stdout and "[worker-0] hello from worker-0" in r.stdout
+    exp = api(server, f"/experiments/{exp_id}")
+    assert exp["status"] == "succeeded"
+    assert sorted(rep["name"] for rep in exp["replicas"]) == ["master", "worker-0"]
+    loss = api(server, f"/experiments/{exp_id}/metrics/loss")
+    points = {name: len(series["steps"]) for name, series in loss["series"].items()}
+    assert points == {"master": 3, "worker-0": 3}
+    # the code it ran is the bundle the client built from the folder, and nothing else travelled
+    assert api(server, f"/experiments/{exp_id}/submission")["bundle_sha256"] == digest(pack(project))
+    work = server.home / "server" / "work" / exp_id
+    assert (work / "train.py").read_bytes() == (project / "train.py").read_bytes()
+    assert not (work / "data").exists() and not (work / "__pycache__" / "x.pyc").exists()
+
+    # a retry with the same idempotency key makes no second experiment
+    client = Client(server.url, TOKEN)
+    first = client.submit(project / "exp.yml", pack(project), {}, 0, key="retry-me")
+    again = client.submit(project / "exp.yml", pack(project), {}, 0, key="retry-me")
+    assert first["created"] is True and again == {**first, "created": False}
+    wait_done(server, first["id"])
+    names = [e["id"] for e in api(server, "/experiments?limit=50")["items"]]
+    assert sorted(names) == sorted([exp_id, first["id"]])
+
+
+def test_follow_exits_1_naming_the_replica_that_failed(server: Server, tmp_path: Path) -> None:
+    project = folder(tmp_path)
+    r = client_run(
+        tmp_path,
+        "-f",
+        str(project / "exp.yml"),
+        "--server",
+        server.url,
+        "--param",
+        "fail=worker-0",
+        "--follow",
+    )
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert "[worker-0] worker-0 fails on purpose" in r.stdout
+    assert "failed" in r.stderr and "worker-0 (exit code 3)" in r.stderr
+    assert "Traceback" not in r.stderr
+
+
+def test_an_invalid_file_is_refused_with_file_line_and_column(server: Server, tmp_path: Path) -> None:
+    project = folder(tmp_path)
+    bad = project / "exp.yml"
+    bad.write_text(bad.read_text().replace("n_workers: 1", "n_workers: many"))
+    r = client_run(tmp_path, "-f", str(bad), "--server", server.url)
+    assert r.returncode == 2, r.stdout + r.stderr
+    assert "exp.yml:12:16: environment.replicas.n_workers:" in r.stderr, r.stderr
+    assert "Traceback" not in r.stderr
+    # the API's own answer: 422 with the same problems; nothing was created
+    body, content_type = multipart(
+        {"file_name": "exp.yml", "file_text": bad.read_text()}, "bundle", "code.tar.gz", pack(project)
+    )
+    req = urllib.request.Request(f"{server.url}/api/v1/experiments", data=body, method="POST")
+    req.add_header("Content-Type", content_type)
+    req.add_header("Authorization", f"Bearer {TOKEN}")
+    with pytest.raises(urllib.error.HTTPError) as refused:
+        urllib.request.urlopen(req, timeout=60)
+    assert refused.value.code == 422
+    answer = json.loads(refused.value.read())
+    assert answer["error"] == "invalid_spec" and answer["message"].startswith("exp.yml:12:16: ")
+    # without the token: 401, and the CLI says how to give one
+    r = client_run(tmp_path, "-f", str(project / "exp.yml"), "--server", server.url, token=None)
+    assert r.returncode == 2 and "PHALANX_TOKEN" in r.stderr
+    assert api(server, "/experiments")["items"] == []
+
+
+def test_ctrl_c_while_following_detaches_and_the_experiment_keeps_running(
+    server: Server, tmp_path: Path
+) -> None:
+    project = folder(tmp_path)
+    home = tmp_path / "client-home"
+    home.mkdir()
+    proc = subprocess.Popen(
+        [str(PHALANX), "run", "-f", str(project / "exp.yml"), "--server", server.url, *HOLD, "--follow"],
+        env=clean_env(home, PHALANX_TOKEN=TOKEN),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    watchdog = threading.Timer(240, os.killpg, (proc.pid, signal.SIGKILL))  # bounds the readlines
+    watchdog.start()
+    try:
+        assert proc.stdout is not None
+        exp_id = proc.stdout.readline().strip()
+        seen: set[str] = set()
+        while len(seen) < 2:  # both replicas said hello: the follow is streaming
+            line = proc.stdout.readline()
+            assert line, "the follow ended before both replicas spoke"
+            if "hello from" in line:
+                seen.add(line.split("]")[0])
+        os.killpg(proc.pid, signal.SIGINT)
+        _, err = proc.communicate(timeout=60)
+        assert proc.returncode == 130, err
+        assert f"phalanx stop {exp_id}" in err and "Traceback" not in err
+        assert api(server, f"/experiments/{exp_id}")["status"] == "running"  # detached, not stopped
+        stop = urllib.request.Request(f"{server.url}/api/v1/experiments/{exp_id}/stop", method="POST")
+        stop.add_header("Authorization", f"Bearer {TOKEN}")
+        urllib.request.urlopen(stop, timeout=60).close()
+        assert wait_done(server, exp_id)["status"] == "stopped"
+    finally:
+        watchdog.cancel()
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=30)
+
+
+def test_a_submitted_experiment_outlives_the_server_that_started_it(
+    phalanx_home: Path, tmp_path: Path
+) -> None:
+    first = start_server(phalanx_home, token=TOKEN)
+    try:
+        project = folder(tmp_path)
+        answer = Client(first.url, TOKEN).submit(project / "exp.yml", pack(project), {"hold": "hold"}, 0)
+        exp_id = answer["id"]
+        deadline = time.monotonic() + 120
+        while not all_running(api(first, f"/experiments/{exp_id}")):
+            assert time.monotonic() < deadline, "the submitted experiment never ran"
+            time.sleep(0.2)
+    finally:
+        os.killpg(first.proc.pid, signal.SIGKILL)  # the server's whole process group, at once
+        first.proc.wait(timeout=30)
+    second = start_server(phalanx_home, token=TOKEN)
+    try:
+        exp = api(second, f"/experiments/{exp_id}")
+        assert all_running(exp)
+        stop = urllib.request.Request(f"{second.url}/api/v1/experiments/{exp_id}/stop", method="POST")
+        stop.add_header("Authorization", f"Bearer {TOKEN}")
+        urllib.request.urlopen(stop, timeout=60).close()
+        assert wait_done(second, exp_id)["status"] == "stopped"
+        supervisors_gone(second)
+    finally:
+        stop_server(second.proc)

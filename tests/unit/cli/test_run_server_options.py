@@ -1,0 +1,56 @@
+"""`phalanx run --server`: mistakes are said before anything is packed or sent (exit 2, no traceback),
+and a server that cannot be reached is a clear failure (exit 1)."""
+
+from __future__ import annotations
+
+import socket
+from pathlib import Path
+
+import pytest
+
+from phalanx.cli.main import main
+
+SPEC = "version: 1\nkind: experiment\nrun:\n  cmd: python -c pass\n"
+
+
+def phalanx(capfd: pytest.CaptureFixture[str], *args: str) -> tuple[int, str]:
+    with pytest.raises(SystemExit) as ended:
+        main(list(args))
+    return int(ended.value.code or 0), capfd.readouterr().err
+
+
+@pytest.fixture
+def spec(tmp_path: Path) -> Path:
+    path = tmp_path / "exp.yml"
+    path.write_text(SPEC)
+    return path
+
+
+def test_local_only_options_and_a_missing_server_are_refused(
+    capfd: pytest.CaptureFixture[str], spec: Path, phalanx_home: Path
+) -> None:
+    code, err = phalanx(capfd, "run", "-f", str(spec), "--follow")
+    assert code == 2 and "--server URL" in err
+    code, err = phalanx(capfd, "run", "-f", str(spec), "--server", "http://127.0.0.1:9", "--cluster", "c")
+    assert code == 2 and "--cluster: not available with --server" in err
+    code, err = phalanx(capfd, "run", "-f", str(spec), "--server", "gpu-box:8000")
+    assert code == 2 and "http://gpu-box:8000" in err
+    empty = spec.with_name("token")
+    empty.write_text("\n")
+    code, err = phalanx(
+        capfd, "run", "-f", str(spec), "--server", "http://127.0.0.1:9", "--token-file", str(empty)
+    )
+    assert code == 2 and "the file is empty" in err
+    assert "Traceback" not in err
+
+
+def test_a_server_that_cannot_be_reached_is_exit_1_naming_it(
+    capfd: pytest.CaptureFixture[str], spec: Path, phalanx_home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("phalanx.cli.remote.RETRIES", 1)
+    with socket.socket() as bound:  # bound, never listening: connections to it are refused
+        bound.bind(("127.0.0.1", 0))
+        url = f"http://127.0.0.1:{bound.getsockname()[1]}"
+        code, err = phalanx(capfd, "run", "-f", str(spec), "--server", url)
+    assert code == 1 and f"cannot reach the server at {url}" in err
+    assert "Traceback" not in err
