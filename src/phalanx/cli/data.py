@@ -52,7 +52,7 @@ def datastore_add(
     json_: JsonOpt = False,
 ) -> None:
     """Register a datastore. Credentials are never stored: readers use their AWS variables or profile."""
-    from phalanx.data import catalog
+    from phalanx.store import catalog
 
     record = catalog.add_datastore(_store(), name, url)
     emit_json(record.to_json()) if json_ else typer.echo(f"datastore {record.name} -> {record.url}")
@@ -61,7 +61,7 @@ def datastore_add(
 @datastore_app.command("ls")
 def datastore_ls(json_: JsonOpt = False) -> None:
     """List the datastores."""
-    from phalanx.data import catalog
+    from phalanx.store import catalog
 
     records = catalog.list_datastores(_store())
     if json_:
@@ -77,7 +77,7 @@ def datastore_rm(
     name: Annotated[str, typer.Argument(help="The datastore to forget (its data stays).")],
 ) -> None:
     """Forget a datastore (nothing is deleted where it points)."""
-    from phalanx.data import catalog
+    from phalanx.store import catalog
 
     catalog.remove_datastore(_store(), name)
     typer.echo(f"removed datastore {name}")
@@ -95,7 +95,7 @@ def data_add(
 ) -> None:
     """Record a new version of a dataset (every file's path, size and sha256). Without --copy-to the
     bytes stay where they are and are checked against these hashes whenever they are fetched."""
-    from phalanx.data import catalog
+    from phalanx.store import catalog
 
     version, new = catalog.add_dataset(_store(), name, source, copy_to)
     if json_:
@@ -117,7 +117,7 @@ def data_ls(
     json_: JsonOpt = False,
 ) -> None:
     """List datasets and their versions."""
-    from phalanx.data import catalog
+    from phalanx.store import catalog
 
     versions = catalog.list_datasets(_store(), name)
     if json_:
@@ -151,8 +151,8 @@ def data_get(
     json_: JsonOpt = False,
 ) -> None:
     """Show a dataset version and its files, or copy them to --dir (refused if a file changed)."""
-    from phalanx.data import catalog
     from phalanx.data.manifest import copy_tree
+    from phalanx.store import catalog
 
     version = catalog.get_dataset(_store(), ref)
     if directory is not None:

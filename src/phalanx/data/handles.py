@@ -52,7 +52,7 @@ class Datastore:
     @classmethod
     def get(cls, ws_or_home: Any, name: str) -> Datastore:
         """The datastore ``name``; NotFound (exit 2) naming the ones there are."""
-        from phalanx.data import catalog
+        from phalanx.store import catalog
 
         store = _open(ws_or_home)
         try:
@@ -93,7 +93,7 @@ class Dataset:
     @classmethod
     def get(cls, ws_or_home: Any, ref: str) -> Dataset:
         """``digits``, ``digits@latest`` or ``digits@3``; NotFound (exit 2) when there is none."""
-        from phalanx.data import catalog
+        from phalanx.store import catalog
 
         store = _open(ws_or_home)
         try:

@@ -147,8 +147,7 @@ def resolve(
     here (not when ``dry``). NotFound / UsageError (exit 2) for a name that does not exist."""
     if not inputs:
         return {}, []
-    from phalanx.data import catalog
-    from phalanx.store import open_store
+    from phalanx.store import catalog, open_store
 
     store: Any = open_store(settings)
     env: dict[str, str] = {}
@@ -168,7 +167,8 @@ def resolve(
 
 
 def _dataset(store: Any, spec: InputSpec, settings: Settings, dry: bool) -> dict[str, Any]:
-    from phalanx.data import cache, catalog
+    from phalanx.data import cache
+    from phalanx.store import catalog
 
     version = catalog.get_dataset(store, str(spec.dataset))
     record: dict[str, Any] = {

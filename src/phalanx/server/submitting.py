@@ -69,61 +69,39 @@ def check_file_name(name: str) -> str:
     return path.as_posix()
 
 
-def _engine(store: Store) -> Any:
-    engine = getattr(store, "engine", None)
-    if engine is None:
-        raise UsageError(
-            f"submitting experiments needs the SQL store (SQLite or PostgreSQL), not {type(store).__name__}"
-        )
-    return engine
-
-
 def submit(store: Store, settings: Settings, request: SubmitRequest) -> SubmitResult:
     """Validate, keep the bundle, reserve the idempotency key, unpack and start. SpecError (422)
     for an invalid file, UsageError (400) for a malformed request; on any failure to start, the key
     is released and the working folder removed."""
     from phalanx.queue import check_priority
     from phalanx.spec.loader import load_spec_text
-    from phalanx.store.sql import submissions
+    from phalanx.store import submissions
 
     name = check_file_name(request.file_name)
     key = request.idempotency_key
     if key is not None and not _KEY.match(key):
         raise UsageError("Idempotency-Key: 1 to 200 printable ASCII characters without spaces")
     check_priority(request.priority, "priority")
-    engine = _engine(store)
+    submissions.check_available(store)
     sha = digest(request.bundle)
     if key is not None:  # a retry: answered before anything is validated or unpacked again
-        done = _existing(engine, key)
+        done = submissions.by_key(store, key)
         if done is not None:
             return SubmitResult(done.experiment_id, done.bundle_sha256, created=False)
     spec = load_spec_text(request.file_text, name, params=request.params)
     BundleStore(settings.home / "server" / "bundles").put(request.bundle)
     exp_id = uuid.uuid4().hex[:12]
-    winner = submissions.reserve(engine, exp_id, key, sha)
+    winner = submissions.reserve(store, exp_id, key, sha)
     if winner != exp_id:
         return SubmitResult(winner, sha, created=False)
     work = settings.home / "server" / "work" / exp_id
     try:
         _start(settings, spec, request, name, work, exp_id)
     except BaseException:
-        submissions.release(engine, exp_id)
+        submissions.release(store, exp_id)
         shutil.rmtree(work, ignore_errors=True)
         raise
     return SubmitResult(exp_id, sha, created=True)
-
-
-def _existing(engine: Any, key: str) -> Any:
-    from sqlalchemy import select
-
-    from phalanx.store.sql.models import SubmissionRow
-    from phalanx.store.sql.submissions import get
-
-    with engine.connect() as conn:
-        exp_id = conn.execute(
-            select(SubmissionRow.experiment_id).where(SubmissionRow.idempotency_key == key)
-        ).scalar_one_or_none()
-    return None if exp_id is None else get(engine, str(exp_id))
 
 
 def _start(settings: Settings, spec: Any, request: SubmitRequest, name: str, work: Path, exp_id: str) -> None:

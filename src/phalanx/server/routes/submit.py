@@ -63,11 +63,10 @@ def submit_experiment(
 @router.get("/experiments/{experiment_id}/submission", response_model=SubmissionOut)
 def get_submission(experiment_id: str, store: StoreDep) -> SubmissionOut:
     """The code bundle a submitted experiment ran; 404 for one not submitted to this server."""
-    from phalanx.server.submitting import _engine
-    from phalanx.store.sql.submissions import get
+    from phalanx.store.submissions import get
 
     e = experiment_of(store, experiment_id)
-    found = get(_engine(store), e.id)
+    found = get(store, e.id)
     if found is None:
         raise NotFound(f"experiment {e.id} was not submitted to this server (it was started on its machine)")
     return SubmissionOut(

@@ -62,3 +62,11 @@ def get(engine: Engine, experiment_id: str) -> Submission | None:
     if row is None:
         return None
     return Submission(str(row[0]), str(row[1]), float(row[2]))
+
+
+def by_key(engine: Engine, key: str) -> Submission | None:
+    with engine.connect() as conn:
+        exp_id = conn.execute(
+            select(SubmissionRow.experiment_id).where(SubmissionRow.idempotency_key == key)
+        ).scalar_one_or_none()
+    return None if exp_id is None else get(engine, str(exp_id))

@@ -1,5 +1,6 @@
 """The data catalog in the store: datastores (named places holding data) and the immutable versions
 of datasets (tables ``datastores`` and ``dataset_versions``, migration 0008_data_catalog_i26).
+It lives in the store package because it reads and writes those tables itself.
 
 A datastore keeps only a URL: a local or NFS folder (kept as an absolute path) or an fsspec URL
 (``s3://bucket/prefix``). Credentials never enter the catalog: whoever reads the data uses the AWS
