@@ -7,54 +7,14 @@ loaded, so a script can read the address from the first line that starts with ``
 
 from __future__ import annotations
 
-import ipaddress
 import secrets
-import socket
 import sys
 from typing import Annotated
 
 import typer
 
 from phalanx.cli.app import app, fail
-
-LOOPBACK_NAMES = ("localhost", "ip6-localhost", "localhost.localdomain")
-
-
-def _is_loopback(host: str) -> bool:
-    if host in LOOPBACK_NAMES:
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
-
-
-def _bind(host: str, port: int) -> socket.socket:
-    """The listening socket, bound now: a port in use or an unknown host is a clear error, and port
-    0 gets a free port that nobody else can take before the server uses it."""
-    import errno
-
-    try:
-        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
-    except socket.gaierror as exc:
-        raise fail(f"--host {host}: not an address of this machine ({exc.strerror}); try 127.0.0.1") from None
-    family, kind, proto, _, address = infos[0]
-    sock = socket.socket(family, kind, proto)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    try:
-        sock.bind(address)
-        sock.listen(2048)
-    except OSError as exc:
-        sock.close()
-        if exc.errno == errno.EADDRINUSE:
-            why = "something else listens there; pick another --port (0: any free one), or stop it"
-        elif exc.errno == errno.EACCES:
-            why = "ports below 1024 need root; pick --port 1024 or higher"
-        else:
-            why = exc.strerror or str(exc)
-        raise fail(f"cannot listen on {host}:{port}: {why}") from None
-    sock.set_inheritable(True)
-    return sock
+from phalanx.cli.server import bind_listener, is_loopback
 
 
 @app.command("serve")
@@ -109,7 +69,7 @@ def serve(
     parsed = parse_ref(ref)
     if no_auth and token:
         raise fail("--no-auth and --token (or PHALANX_SERVE_TOKEN) contradict each other: give one")
-    if no_auth and not _is_loopback(host):
+    if no_auth and not is_loopback(host):
         raise fail(
             f"--no-auth listens only on a loopback address, not {host!r}: use --host 127.0.0.1, or drop "
             "--no-auth and give clients the token"
@@ -130,7 +90,9 @@ def serve(
     from phalanx.registry.service import Registry
     from phalanx.store import open_store
 
-    sock = _bind(host, port)
+    sock = bind_listener(host, port)
+    sock.listen(2048)
+    sock.set_inheritable(True)
     registry = Registry(open_store(Settings()))
     follower = Follower(
         parsed, registry.resolve, registry.read_bytes, poll_seconds=poll_seconds, intra_threads=intra_threads

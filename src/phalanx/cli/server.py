@@ -125,7 +125,7 @@ def bind_listener(host: str, port: int) -> socket.socket:
     except OSError as exc:
         sock.close()
         if exc.errno == errno.EADDRINUSE:
-            why = "something else listens there; pick another --port, or stop it"
+            why = "something else listens there; pick another --port (0: any free one), or stop it"
         elif exc.errno == errno.EACCES:
             why = "ports below 1024 need root; pick --port 1024 or higher"
         elif exc.errno == errno.EADDRNOTAVAIL:
