@@ -53,7 +53,10 @@ def main() -> int:
     parser.add_argument("--lines", type=int, default=60_000)
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--json", type=Path)
+    parser.add_argument("--smoke", action="store_true", help="tiny sizes, to check the bench runs")
     args = parser.parse_args()
+    if args.smoke:
+        args.lines, args.repeat = 500, 1
     from playwright.sync_api import sync_playwright
     from tests.e2e.conftest import CHROMIUM, CHROMIUM_ARGS
     from tests.integration.server.serverproc import start_server, stop_server

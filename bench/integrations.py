@@ -65,7 +65,10 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=2000)
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--json", type=Path)
+    parser.add_argument("--smoke", action="store_true", help="tiny sizes, to check the bench runs")
     args = parser.parse_args()
+    if args.smoke:
+        args.steps, args.repeat = 20, 1
     home = Path(tempfile.mkdtemp(prefix="phalanx-bench-integrations-"))
     _as_replica(home)
 

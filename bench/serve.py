@@ -200,7 +200,10 @@ def main() -> None:
     parser.add_argument("--hidden", type=int, default=128)
     parser.add_argument("--rounds", type=int, default=3, help="interleaved repeats (medians are reported)")
     parser.add_argument("--json", type=Path, help="also write the figures here")
+    parser.add_argument("--smoke", action="store_true", help="tiny sizes, to check the bench runs")
     args = parser.parse_args()
+    if args.smoke:
+        args.requests, args.clients, args.rounds, args.hidden = 8, 2, 1, 8
 
     import numpy as np
     import onnxruntime as ort
