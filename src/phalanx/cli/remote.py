@@ -4,136 +4,21 @@ The experiment's folder (the file's folder) goes as a code bundle (``phalanx.bun
 skips and cap as a Kubernetes bundle), with the file's text, the `--param` overrides and the
 priority, as one multipart POST with an idempotency key, so a submit retried after a timeout never
 makes a second experiment. Following reads each replica's console through the logs API, by offset,
-and ends with the experiment's status as a local run does. Standard library HTTP only.
+and ends with the experiment's status as a local run does. The HTTP client is ``phalanx.apiclient``.
 """
 
 from __future__ import annotations
 
-import json
 import sys
 import time
-import urllib.error
-import urllib.parse
-import urllib.request
-import uuid
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Any
 
-from phalanx.errors import PhalanxError, Problem, SpecError, Unauthorized, UsageError
+from phalanx.apiclient import RETRIES, TIMEOUT, Client, ServerError, multipart, read_token
 
-TIMEOUT = 120.0  # the server answers once the supervisor has created the experiment (2 shared cores)
-RETRIES = 3
+__all__ = ["RETRIES", "TIMEOUT", "Client", "ServerError", "follow", "multipart", "read_token"]
+
 POLL_SECONDS = 0.5
-
-
-class ServerError(PhalanxError):
-    """The server answered an error that is not the user's mistake, or could not be reached."""
-
-
-def read_token(token_file: Path | None, env_token: str | None) -> str | None:
-    if token_file is None:
-        return env_token or None
-    try:
-        token = token_file.read_text().strip()
-    except OSError as exc:
-        raise UsageError(f"--token-file {token_file}: cannot read it ({exc.strerror or exc})") from None
-    if not token:
-        raise UsageError(f"--token-file {token_file}: the file is empty")
-    return token
-
-
-class Client:
-    def __init__(self, url: str, token: str | None) -> None:
-        if not url.startswith(("http://", "https://")):
-            raise UsageError(f"--server {url!r}: give the server's URL, e.g. http://gpu-box:8000")
-        self.url = url.rstrip("/")
-        self.token = token
-
-    def request(
-        self, method: str, path: str, body: bytes | None = None, headers: Mapping[str, str] | None = None
-    ) -> tuple[int, Any]:
-        req = urllib.request.Request(f"{self.url}/api/v1{path}", data=body, method=method)
-        for name, value in (headers or {}).items():
-            req.add_header(name, value)
-        if self.token:
-            req.add_header("Authorization", f"Bearer {self.token}")
-        try:
-            with urllib.request.urlopen(req, timeout=TIMEOUT) as resp:
-                return resp.status, json.loads(resp.read() or b"null")
-        except urllib.error.HTTPError as exc:
-            raise _error(exc) from None
-        except (OSError, ValueError) as exc:
-            raise ServerError(f"cannot reach the server at {self.url} ({exc})") from None
-
-    def get(self, path: str, **query: Any) -> Any:
-        qs = urllib.parse.urlencode({k: v for k, v in query.items() if v is not None})
-        return self.request("GET", f"{path}?{qs}" if qs else path)[1]
-
-    def submit(
-        self, file: Path, bundle: bytes, params: Mapping[str, Any], priority: int, key: str | None = None
-    ) -> dict[str, Any]:
-        """POST the experiment; a connection lost before the answer is retried with the same key."""
-        key = key or uuid.uuid4().hex
-        fields = {
-            "file_name": file.name,
-            "file_text": file.read_text(encoding="utf-8-sig"),
-            "params": json.dumps(dict(params)),
-            "priority": str(priority),
-        }
-        body, content_type = multipart(fields, "bundle", "code.tar.gz", bundle)
-        headers = {"Content-Type": content_type, "Idempotency-Key": key}
-        for attempt in range(RETRIES):
-            try:
-                return dict(self.request("POST", "/experiments", body, headers)[1])
-            except ServerError:
-                if attempt == RETRIES - 1:
-                    raise
-                time.sleep(1 + attempt)
-        raise AssertionError("unreachable")
-
-
-def multipart(fields: Mapping[str, str], file_field: str, file_name: str, data: bytes) -> tuple[bytes, str]:
-    boundary = f"phalanx-{uuid.uuid4().hex}"
-    parts: list[bytes] = []
-    for name, value in fields.items():
-        parts.append(
-            f'--{boundary}\r\nContent-Disposition: form-data; name="{name}"\r\n\r\n'.encode()
-            + value.encode()
-            + b"\r\n"
-        )
-    parts.append(
-        (
-            f'--{boundary}\r\nContent-Disposition: form-data; name="{file_field}"; filename="{file_name}"\r\n'
-            "Content-Type: application/gzip\r\n\r\n"
-        ).encode()
-        + data
-        + b"\r\n"
-    )
-    parts.append(f"--{boundary}--\r\n".encode())
-    return b"".join(parts), f"multipart/form-data; boundary={boundary}"
-
-
-def _error(exc: urllib.error.HTTPError) -> PhalanxError:
-    try:
-        doc = json.loads(exc.read() or b"{}")
-    except ValueError:
-        doc = {}
-    message = str(doc.get("message") or exc.reason)
-    code = doc.get("error")
-    if code == "invalid_spec":
-        return SpecError([_problem(line) for line in message.splitlines()])
-    if exc.code == 401:
-        return Unauthorized(f"{message}: set PHALANX_TOKEN or pass --token-file with the server's token")
-    if exc.code == 413:
-        return UsageError(f"the server refused the code bundle: {message}")
-    if 400 <= exc.code < 500:
-        return UsageError(message)
-    return ServerError(f"the server answered {exc.code}: {message}")
-
-
-def _problem(line: str) -> Problem:
-    return Problem(line)  # already `FILE:LINE:COL: path: message` as the server's loader wrote it
 
 
 # -- following ------------------------------------------------------------------------------------

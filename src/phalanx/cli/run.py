@@ -193,6 +193,9 @@ def run(
         Path | None,
         typer.Option("--token-file", metavar="FILE", help="With --server: the token (else PHALANX_TOKEN)."),
     ] = None,
+    local: Annotated[
+        bool, typer.Option("--local", help="Run it on this machine, even after `phalanx login`.")
+    ] = False,
 ) -> None:
     """Run an experiment: start every replica wired for its framework and supervise it to the end.
 
@@ -214,6 +217,15 @@ def run(
     check_priority(priority, "--priority")
     if output is Output.YAML and not dry_run:
         raise UsageError("-o yaml shows what --dry-run would submit: add --dry-run, or use -o text or json")
+    if server is None and not local:  # after `phalanx login URL`, the server is the default
+        from phalanx import logins
+
+        stored = logins.load(settings.home)
+        server = stored.url if stored is not None else None
+    elif local:
+        if server is not None:
+            raise UsageError("--server and --local: give one (--local runs it on this machine)")
+        sys.stderr.write("phalanx: on this machine\n")
     if server is not None or follow or token_file is not None:
         from phalanx.cli.submit import run_on_server
 

@@ -26,23 +26,26 @@ def run_on_server(
     """Bundle the file's folder, submit, print the id; with ``follow``, exit as the experiment ends."""
     from phalanx.bundles import pack
     from phalanx.cli.app import emit_json
-    from phalanx.cli.remote import Client, read_token
     from phalanx.cli.remote import follow as follow_logs
+    from phalanx.cli.target import choose
     from phalanx.errors import SpecError, UsageError
     from phalanx.spec.loader import parse_param_overrides
 
     if server is None:
-        raise UsageError("--follow and --token-file go with --server URL (the server to submit to)")
+        raise UsageError(
+            "--follow and --token-file go with --server URL (or `phalanx login URL`): the server to submit to"
+        )
     local_only = [name for name, value in given.items() if value]
     if local_only:
         raise UsageError(
-            f"{', '.join(local_only)}: not available with --server yet; the server runs the experiment "
-            "from the file's folder on its own machine (leave --server out to run it here)"
+            f"{', '.join(local_only)}: not available on a server yet; the server at {server} runs the "
+            "experiment from the file's folder on its own machine (--local runs it on this one)"
         )
     if not file.is_file():
         raise UsageError(f"{file}: no such file")
     params = parse_param_overrides(param or [])
-    client = Client(server, read_token(token_file, settings.token))
+    client = choose(server, False, token_file, settings)
+    assert client is not None  # a server was named
     folder = file.resolve().parent
     bundle = pack(folder)
     sys.stderr.write(f"phalanx: submitting {file} with {folder} ({len(bundle) >> 10} KiB) to {client.url}\n")

@@ -32,7 +32,7 @@ def test_local_only_options_and_a_missing_server_are_refused(
     code, err = phalanx(capfd, "run", "-f", str(spec), "--follow")
     assert code == 2 and "--server URL" in err
     code, err = phalanx(capfd, "run", "-f", str(spec), "--server", "http://127.0.0.1:9", "--cluster", "c")
-    assert code == 2 and "--cluster: not available with --server" in err
+    assert code == 2 and "--cluster: not available on a server" in err
     code, err = phalanx(capfd, "run", "-f", str(spec), "--server", "gpu-box:8000")
     assert code == 2 and "http://gpu-box:8000" in err
     empty = spec.with_name("token")
@@ -47,7 +47,7 @@ def test_local_only_options_and_a_missing_server_are_refused(
 def test_a_server_that_cannot_be_reached_is_exit_1_naming_it(
     capfd: pytest.CaptureFixture[str], spec: Path, phalanx_home: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr("phalanx.cli.remote.RETRIES", 1)
+    monkeypatch.setattr("phalanx.apiclient.RETRIES", 1)
     with socket.socket() as bound:  # bound, never listening: connections to it are refused
         bound.bind(("127.0.0.1", 0))
         url = f"http://127.0.0.1:{bound.getsockname()[1]}"

@@ -1,0 +1,223 @@
+"""One small HTTP client of a Phalanx server's REST API, for every door that talks to a server from
+another machine: `phalanx run --server`, the read and control commands after `phalanx login`, and
+``Experiment(..., server=URL)``.
+
+Standard library only (urllib): the tracking SDK's rule, so a laptop needs no extra package to
+submit. The server's error documents ({"error": code, "message": ...}) come back as the matching
+``PhalanxError`` (``not_found`` -> NotFound, ``invalid_spec`` -> SpecError with its `FILE:LINE:COL`
+problems, ...), so a command against a server fails with the same message and exit status as it
+does locally.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+import uuid
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from phalanx.errors import Conflict, NotFound, PhalanxError, Problem, SpecError, Unauthorized, UsageError
+
+TIMEOUT = 120.0  # the server answers a submit once the supervisor has created the experiment
+RETRIES = 3
+
+
+class ServerError(PhalanxError):
+    """The server answered an error that is not the user's mistake, or could not be reached."""
+
+
+def read_token(token_file: Path | None, env_token: str | None) -> str | None:
+    """The token in ``token_file`` (stripped), else ``env_token``; UsageError for an unreadable or
+    empty file."""
+    if token_file is None:
+        return env_token or None
+    try:
+        token = token_file.read_text().strip()
+    except OSError as exc:
+        raise UsageError(f"--token-file {token_file}: cannot read it ({exc.strerror or exc})") from None
+    if not token:
+        raise UsageError(f"--token-file {token_file}: the file is empty")
+    return token
+
+
+def check_url(url: str, option: str = "--server") -> str:
+    """``url`` without its trailing slash; UsageError when it is not an http(s) URL."""
+    if not url.startswith(("http://", "https://")) or not urllib.parse.urlsplit(url).netloc:
+        raise UsageError(f"{option} {url!r}: give the server's URL, e.g. http://gpu-box:8000")
+    return url.rstrip("/")
+
+
+class Client:
+    """The API of the server at ``url`` (``/api/v1`` is added), with ``token`` as its bearer."""
+
+    def __init__(self, url: str, token: str | None) -> None:
+        self.url = check_url(url)
+        self.token = token
+
+    def raw(
+        self, method: str, path: str, body: bytes | None = None, headers: Mapping[str, str] | None = None
+    ) -> tuple[int, bytes, str]:
+        """(status, body, content type) of one request; errors raised as PhalanxErrors."""
+        req = urllib.request.Request(f"{self.url}/api/v1{path}", data=body, method=method)
+        for name, value in (headers or {}).items():
+            req.add_header(name, value)
+        if self.token:
+            req.add_header("Authorization", f"Bearer {self.token}")
+        try:
+            with urllib.request.urlopen(req, timeout=TIMEOUT) as resp:
+                return resp.status, resp.read(), resp.headers.get("Content-Type", "")
+        except urllib.error.HTTPError as exc:
+            raise _error(exc) from None
+        except (OSError, ValueError) as exc:
+            raise ServerError(f"cannot reach the server at {self.url} ({exc})") from None
+
+    def request(
+        self, method: str, path: str, body: bytes | None = None, headers: Mapping[str, str] | None = None
+    ) -> tuple[int, Any]:
+        status, data, _ = self.raw(method, path, body, headers)
+        try:
+            return status, json.loads(data or b"null")
+        except ValueError:
+            raise ServerError(f"the server at {self.url} answered {path} with something not JSON") from None
+
+    def get(self, path: str, **query: Any) -> Any:
+        return self.request("GET", _with_query(path, query))[1]
+
+    def send(self, method: str, path: str, doc: Any = None) -> Any:
+        """``method`` with ``doc`` as a JSON body; the answer's JSON."""
+        body = None if doc is None else json.dumps(doc).encode()
+        headers = {"Content-Type": "application/json"} if body is not None else {}
+        return self.request(method, path, body, headers)[1]
+
+    def submit(
+        self,
+        file: Path,
+        bundle: bytes,
+        params: Mapping[str, Any],
+        priority: int,
+        key: str | None = None,
+        extra: Mapping[str, str] | None = None,
+    ) -> dict[str, Any]:
+        """POST the experiment file ``file`` (its name, as it sits at the bundle's top) with ``bundle``."""
+        text = file.read_text(encoding="utf-8-sig")
+        return self.submit_text(file.name, text, bundle, params, priority, key, extra)
+
+    def submit_text(
+        self,
+        file_name: str,
+        file_text: str,
+        bundle: bytes,
+        params: Mapping[str, Any],
+        priority: int,
+        key: str | None = None,
+        extra: Mapping[str, str] | None = None,
+    ) -> dict[str, Any]:
+        """POST the experiment; a connection lost before the answer is retried with the same key."""
+        key = key or uuid.uuid4().hex
+        fields = {
+            "file_name": file_name,
+            "file_text": file_text,
+            "params": json.dumps(dict(params)),
+            "priority": str(priority),
+            **(extra or {}),
+        }
+        body, content_type = multipart(fields, "bundle", "code.tar.gz", bundle)
+        headers = {"Content-Type": content_type, "Idempotency-Key": key}
+        for attempt in range(RETRIES):
+            try:
+                return dict(self.request("POST", "/experiments", body, headers)[1])
+            except ServerError:
+                if attempt == RETRIES - 1:
+                    raise
+                time.sleep(1 + attempt)
+        raise AssertionError("unreachable")
+
+    def new_token(self, username: str, password: str, name: str, expires_days: int | None) -> str:
+        """A personal API token from ``POST /tokens`` (the user's name and password)."""
+        try:
+            doc = self.send(
+                "POST",
+                "/tokens",
+                {"username": username, "password": password, "name": name, "expires_days": expires_days},
+            )
+        except NotFound:
+            raise UsageError(
+                f"the server at {self.url} does not hand out tokens for a user name and password "
+                "(no /api/v1/tokens: a server without users); ask its admin for its token and log in "
+                f"with `phalanx login {self.url} --token TOKEN`"
+            ) from None
+        token = doc.get("token") if isinstance(doc, dict) else None
+        if not isinstance(token, str) or not token:
+            raise ServerError(f"the server at {self.url} answered POST /tokens without a token")
+        return token
+
+
+def _with_query(path: str, query: Mapping[str, Any]) -> str:
+    qs = urllib.parse.urlencode({k: v for k, v in query.items() if v is not None}, doseq=True)
+    return f"{path}?{qs}" if qs else path
+
+
+def quote(part: str) -> str:
+    """One path segment (an id, a title, an artifact name) as the URL needs it."""
+    return urllib.parse.quote(part, safe="")
+
+
+def multipart(fields: Mapping[str, str], file_field: str, file_name: str, data: bytes) -> tuple[bytes, str]:
+    boundary = f"phalanx-{uuid.uuid4().hex}"
+    parts: list[bytes] = []
+    for name, value in fields.items():
+        parts.append(
+            f'--{boundary}\r\nContent-Disposition: form-data; name="{name}"\r\n\r\n'.encode()
+            + value.encode()
+            + b"\r\n"
+        )
+    parts.append(
+        (
+            f'--{boundary}\r\nContent-Disposition: form-data; name="{file_field}"; filename="{file_name}"\r\n'
+            "Content-Type: application/gzip\r\n\r\n"
+        ).encode()
+        + data
+        + b"\r\n"
+    )
+    parts.append(f"--{boundary}--\r\n".encode())
+    return b"".join(parts), f"multipart/form-data; boundary={boundary}"
+
+
+_BY_CODE: dict[str, type[PhalanxError]] = {
+    "not_found": NotFound,
+    "conflict": Conflict,
+    "usage": UsageError,
+}
+
+
+def _error(exc: urllib.error.HTTPError) -> PhalanxError:
+    try:
+        doc = json.loads(exc.read() or b"{}")
+    except ValueError:
+        doc = {}
+    if not isinstance(doc, dict):
+        doc = {}
+    message = str(doc.get("message") or doc.get("detail") or exc.reason)
+    code = doc.get("error")
+    if code == "invalid_spec":
+        # each line is already `FILE:LINE:COL: path: message` as the server's loader wrote it
+        return SpecError([Problem(line) for line in message.splitlines()])
+    if exc.code == 401:
+        return Unauthorized(
+            f"{message}: log in with `phalanx login URL --token TOKEN` (or set PHALANX_TOKEN, "
+            "or pass --token-file) with the server's token"
+        )
+    if exc.code == 413:
+        return UsageError(f"the server refused the code bundle: {message}")
+    if isinstance(code, str) and code in _BY_CODE:
+        return _BY_CODE[code](message)
+    if exc.code == 404:
+        return NotFound(message)
+    if 400 <= exc.code < 500:
+        return UsageError(message)
+    return ServerError(f"the server answered {exc.code}: {message}")
