@@ -9,6 +9,9 @@ After one ingest pass (so nothing that reached a spool is lost), it removes
   has exited (deleted experiments, scripts killed before their first record was ingested);
 * spool files of finished experiments that are fully ingested and whose writers have exited (a
   supervisor that died before tidying up, a stream no ingester saw close), and empty spool folders;
+* on a server, uploaded code bundles (``server/bundles/<sha256>.tar.gz``) that no experiment the
+  store holds ran, older than ``min_age`` and not reserved by a submit in that time, and the
+  working folders (``server/work/<id>``) they were unpacked into for experiments no longer held;
 removes download-cache entries (``phalanx.data.cache``) unused for 7 days; then compacts the store
 (``Store.compact``: VACUUM, and a WAL checkpoint on SQLite), giving back
 the pages `phalanx delete` freed.
@@ -41,6 +44,8 @@ class Collected:
     spool_folders: list[str] = field(default_factory=list)
     spool_files: list[str] = field(default_factory=list)
     data_cache: list[str] = field(default_factory=list)  # download-cache entries unused for 7 days
+    bundles: list[str] = field(default_factory=list)  # sha256 of uploaded code bundles removed
+    work_folders: list[str] = field(default_factory=list)  # server/work/<id> of experiments not held
     bytes_freed: int = 0
     store_bytes_before: int | None = None
     store_bytes_after: int | None = None
@@ -51,6 +56,8 @@ class Collected:
             "spool_folders": self.spool_folders,
             "spool_files": self.spool_files,
             "data_cache": self.data_cache,
+            "bundles": self.bundles,
+            "work_folders": self.work_folders,
             "bytes_freed": self.bytes_freed,
             "store_bytes_before": self.store_bytes_before,
             "store_bytes_after": self.store_bytes_after,
@@ -114,6 +121,7 @@ def collect(
                 out.spool_folders.append(folder.name)
             except OSError:
                 pass  # something else lives there: keep it
+    _collect_uploads(store, settings, out, now, min_age)
     from phalanx.data.cache import collect as collect_cache
 
     out.data_cache = collect_cache(settings.home)
@@ -122,6 +130,44 @@ def collect(
         store.compact()
         out.store_bytes_after = _store_bytes(settings)
     return out
+
+
+def _collect_uploads(store: Store, settings: Settings, out: Collected, now: float, min_age: float) -> None:
+    """Code bundles no held experiment ran, and working folders of experiments no longer held."""
+    from phalanx.store.submissions import bundles_in_use
+    from phalanx.supervisor.stopping import supervisor_pid
+
+    server = settings.home / "server"
+    work = server / "work"
+    for folder in sorted(work.iterdir()) if work.is_dir() else []:
+        if not folder.is_dir() or _exists(store, folder.name) or supervisor_pid(settings, folder.name):
+            continue
+        if now - _newest(folder) < min_age:
+            continue  # a submit unpacks it before its supervisor records the experiment
+        out.bytes_freed += _size(folder)
+        shutil.rmtree(folder, ignore_errors=True)
+        out.work_folders.append(folder.name)
+    bundles = server / "bundles"
+    if not bundles.is_dir():
+        return
+    try:
+        used = bundles_in_use(store, now - min_age)
+    except Exception:  # the store cannot say: every bundle might be needed
+        log.exception("gc: cannot read the submissions; code bundles are kept")
+        return
+    if used is None:
+        return
+    for path in sorted(bundles.glob("*.tar.gz")):
+        sha = path.name.removesuffix(".tar.gz")
+        try:
+            if sha in used or now - path.stat().st_mtime < min_age:
+                continue  # a bundle is kept before its submission is recorded
+            size = path.stat().st_size
+            path.unlink()
+        except FileNotFoundError:
+            continue
+        out.bytes_freed += size
+        out.bundles.append(sha)
 
 
 def _finished_writer(stream: str, settings: Settings, experiment_id: str) -> bool:

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from phalanx.cli.app import app, emit_json
+from phalanx.cli.target import LocalOpt, ServerOpt
 from phalanx.views import PER_REPLICA, params_by_section, run_details
 
 if TYPE_CHECKING:
@@ -73,6 +74,30 @@ def open_for_reading(settings: Settings | None = None) -> tuple[IngestStore, Set
     except Exception as exc:
         logging.getLogger(__name__).warning("checking this machine's queue failed: %s", exc)
     return store, settings
+
+
+def open_target(server: str | None = None, local: bool = False) -> Any:
+    """The store a read or control command works on: a server's (``RemoteStore``, after `phalanx
+    login` or with --server) or this machine's (after one ingest pass, ``open_for_reading``)."""
+    from phalanx.cli.target import choose
+
+    client = choose(server, local)
+    if client is None:
+        return open_for_reading()[0]
+    from phalanx.cli.remote_store import RemoteStore
+
+    return RemoteStore(client)
+
+
+def is_remote(store: Any) -> bool:
+    from phalanx.cli.remote_store import RemoteStore
+
+    return isinstance(store, RemoteStore)
+
+
+def details_of(store: Any, experiment_id: str) -> dict[str, Any]:
+    """Attempts, source and pace (``views.run_details``), from the server's /run when remote."""
+    return store.run_details(experiment_id) if is_remote(store) else run_details(store, experiment_id)
 
 
 # --- formatting ----------------------------------------------------------------------------------
@@ -174,6 +199,8 @@ def ls(
     tag: Annotated[
         str | None, typer.Option("--tag", metavar="TAG", help="Only experiments with this tag.")
     ] = None,
+    server: ServerOpt = None,
+    local: LocalOpt = False,
 ) -> None:
     """List experiments, newest first."""
     from phalanx.domain import ExperimentStatus
@@ -187,9 +214,11 @@ def ls(
         except ValueError:
             choices = ", ".join(s.value for s in ExperimentStatus)
             raise UsageError(f"--status {status!r}: use one of {choices}") from None
-    store, _ = open_for_reading()
+    store = open_target(server, local)
     group_id = None
-    if group is not None:
+    if group is not None and is_remote(store):
+        group_id = group  # the server resolves the prefix
+    elif group is not None:
         from phalanx.store.base import group_store
 
         group_id = group_store(store).resolve_group(group)
@@ -312,6 +341,8 @@ def get(
     file: Annotated[
         bool, typer.Option("--file", help="Print only the experiment file it was launched with.")
     ] = False,
+    server: ServerOpt = None,
+    local: LocalOpt = False,
 ) -> None:
     """Show one experiment: status, times, how it was launched (file, --param values, each replica's
     command), replicas, parameters, artifacts and metrics."""
@@ -343,7 +374,7 @@ def get(
             notes=e.notes,
             reports=store.texts(e.id),
         )
-        doc.update(run_details(store, e.id))
+        doc.update(details_of(store, e.id))
         from phalanx.data.lineage import inputs_of
 
         doc["inputs"] = inputs_of(e.plan)  # the dataset versions and datastores it read
@@ -375,7 +406,8 @@ def get(
         out.append("commands:")
         out.extend(f"  {name}: {command}" for name, command in launch["commands"].items())
     if str(e.status) == "queued":
-        out.append(f"queue:     {_queue_place(e.id)}")
+        place = "waiting in the server's queue" if is_remote(store) else _queue_place(e.id)
+        out.append(f"queue:     {place}")
     if e.notes:
         out.append("notes:     " + e.notes.replace("\n", "\n           "))
     out.append("")
@@ -410,7 +442,7 @@ def get(
         for t in texts[-3:]:
             first = t["text"].splitlines()[0] if t["text"] else ""
             out.append(f"  {t['title'] or 'text'}: {first[:100]}")
-    out.extend(run_details_text(run_details(store, e.id)))
+    out.extend(run_details_text(details_of(store, e.id)))
     from phalanx.data.lineage import inputs_text
 
     out.extend(inputs_text(e.plan))
@@ -463,11 +495,13 @@ def metrics(
     output: Annotated[
         MetricsFormat, typer.Option("-o", "--output", help="table, json or csv")
     ] = MetricsFormat.TABLE,
+    server: ServerOpt = None,
+    local: LocalOpt = False,
 ) -> None:
     """Scalars an experiment reported. json: {"loss": {"worker 00": {"steps": [...], "values": [...]}}}."""
     from phalanx.errors import NotFound
 
-    store, _ = open_for_reading()
+    store = open_target(server, local)
     e = store.get_experiment(experiment_id)
     data = store.metrics(e.id, title=title, series=series)
     if (title is not None or series is not None) and not data:
@@ -514,9 +548,11 @@ def metrics(
 def params(
     experiment_id: IdArg,
     output: Annotated[Format, typer.Option("-o", "--output", help="table or json")] = Format.TABLE,
+    server: ServerOpt = None,
+    local: LocalOpt = False,
 ) -> None:
     """Hyperparameters by section (Args from argparse, General from task.connect, ...)."""
-    store, _ = open_for_reading()
+    store = open_target(server, local)
     e = store.get_experiment(experiment_id)
     records = store.params(e.id)
     if output is Format.JSON:
@@ -542,11 +578,13 @@ def artifacts(
         Path, typer.Option("-d", "--dir", metavar="DIR", help="Where --download writes.")
     ] = Path("."),
     output: Annotated[Format, typer.Option("-o", "--output", help="table or json")] = Format.TABLE,
+    server: ServerOpt = None,
+    local: LocalOpt = False,
 ) -> None:
     """List an experiment's artifacts, or download one with --download NAME [-d DIR]."""
     from phalanx.errors import NotFound, StoreError
 
-    store, _ = open_for_reading()
+    store = open_target(server, local)
     e = store.get_experiment(experiment_id)
     records = store.artifacts(e.id)
     if download is not None:
@@ -554,9 +592,12 @@ def artifacts(
         if chosen is None:
             names = ", ".join(repr(a.name) for a in records) or "none"
             raise NotFound(f"experiment {e.id} has no artifact {download!r} (artifacts: {names})")
-        if store.artifact_store is None:
+        if is_remote(store):
+            target = download_remote(store, e.id, chosen, directory)
+        elif store.artifact_store is None:
             raise StoreError("this store has no artifact store to download from")
-        target = store.artifact_store.download(e.id, chosen.path, directory)
+        else:
+            target = store.artifact_store.download(e.id, chosen.path, directory)
         if output is Format.JSON:
             emit_json({"name": chosen.name, "path": str(target)})
         else:
@@ -573,6 +614,33 @@ def artifacts(
         for a in records
     ]
     typer.echo(_table(["name", "kind", "size", "replica", "rank", "path"], rows))
+
+
+def download_remote(store: Any, experiment_id: str, chosen: ArtifactRecord, directory: Path) -> Path:
+    """Fetch an artifact through the server's API to where a local download puts it
+    (``directory``/its file name); a folder artifact (sent as a zip) is unpacked there."""
+    import io
+    import posixpath
+    import zipfile
+
+    data, _ = store.download(experiment_id, chosen.name)
+    target = directory / posixpath.basename(chosen.path.rstrip("/"))
+    directory.mkdir(parents=True, exist_ok=True)
+    if chosen.kind == "folder":
+        target.mkdir(parents=True, exist_ok=True)
+        with zipfile.ZipFile(io.BytesIO(data)) as z:
+            root = target.resolve()
+            for member in z.infolist():
+                dest = (target / member.filename).resolve()
+                if not dest.is_relative_to(root) or member.is_dir():
+                    continue  # nothing lands outside the folder asked for
+                dest.parent.mkdir(parents=True, exist_ok=True)
+                dest.write_bytes(z.read(member))
+        return target
+    tmp = target.with_name(f".{target.name}.part")
+    tmp.write_bytes(data)
+    tmp.replace(target)
+    return target
 
 
 @app.command("gc")
@@ -600,6 +668,11 @@ def gc(
         f"removed {len(done.run_folders)} run folder(s), {len(done.spool_folders)} spool folder(s) and "
         f"{len(done.spool_files)} spool file(s): {_size(done.bytes_freed)} freed"
     ]
+    if done.bundles or done.work_folders:  # only a server's home has uploads
+        lines.append(
+            f"removed {len(done.bundles)} uploaded code bundle(s) and {len(done.work_folders)} "
+            "working folder(s) no experiment needs"
+        )
     if done.store_bytes_before is not None and done.store_bytes_after is not None:
         lines.append(f"store compacted: {_size(done.store_bytes_before)} -> {_size(done.store_bytes_after)}")
     else:

@@ -52,3 +52,12 @@ def by_key(store: Store, key: str) -> Submission | None:
 def check_available(store: Store) -> None:
     """UsageError (400) when this store cannot record submissions."""
     _engine(store)
+
+
+def bundles_in_use(store: Store, since: float) -> set[str] | None:
+    """The bundles an experiment still needs (see ``sql.submissions.bundles_in_use``); None for a
+    store that keeps no submissions (then no bundle can be told unused)."""
+    from phalanx.store.sql import submissions
+
+    engine = getattr(store, "engine", None)
+    return None if engine is None else submissions.bundles_in_use(engine, since)

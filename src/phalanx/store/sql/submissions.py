@@ -70,3 +70,16 @@ def by_key(engine: Engine, key: str) -> Submission | None:
             select(SubmissionRow.experiment_id).where(SubmissionRow.idempotency_key == key)
         ).scalar_one_or_none()
     return None if exp_id is None else get(engine, str(exp_id))
+
+
+def bundles_in_use(engine: Engine, since: float) -> set[str]:
+    """The sha256 of every bundle an experiment the store holds ran, or that a submit at or after
+    ``since`` reserved (its experiment may not be recorded yet: the row comes first)."""
+    from sqlalchemy import or_
+
+    from phalanx.store.sql.models import ExperimentRow
+
+    held = select(ExperimentRow.id).where(ExperimentRow.id == SubmissionRow.experiment_id).exists()
+    query = select(SubmissionRow.bundle_sha256).where(or_(held, SubmissionRow.submitted_at >= since))
+    with engine.connect() as conn:
+        return {str(sha) for sha in conn.execute(query).scalars()}
