@@ -8,7 +8,8 @@ from typing import Annotated
 import typer
 
 from phalanx.cli.app import app, emit_json
-from phalanx.cli.tracking import Format, IdArg, open_for_reading
+from phalanx.cli.target import LocalOpt, ServerOpt
+from phalanx.cli.tracking import Format, IdArg, open_target
 
 
 @app.command("tag")
@@ -18,12 +19,14 @@ def tag(
     remove: Annotated[
         list[str] | None, typer.Option("--remove", "-r", metavar="TAG", help="a tag to remove")
     ] = None,
+    server: ServerOpt = None,
+    local: LocalOpt = False,
 ) -> None:
     """Add (or --remove) tags of an experiment; without any, list its tags."""
     from phalanx.errors import UsageError
     from phalanx.suggest import did_you_mean
 
-    store, _ = open_for_reading()
+    store = open_target(server, local)
     e = store.get_experiment(experiment_id)
     absent = [t for t in remove or [] if t not in e.tags]
     if absent:  # a typo removed nothing and said nothing; now nothing changes and it says why
@@ -43,11 +46,13 @@ def note(
     experiment_id: IdArg,
     text: Annotated[str | None, typer.Argument(metavar="TEXT", help="the notes ('-': read stdin)")] = None,
     append: Annotated[bool, typer.Option("--append", "-a", help="add a line instead of replacing")] = False,
+    server: ServerOpt = None,
+    local: LocalOpt = False,
 ) -> None:
     """Set (or --append to) the notes of an experiment; without TEXT, print them."""
     import sys
 
-    store, _ = open_for_reading()
+    store = open_target(server, local)
     e = store.get_experiment(experiment_id)
     if text is None:
         typer.echo(e.notes or f"{e.id} has no notes")
@@ -63,9 +68,11 @@ def note(
 def reports(
     experiment_id: IdArg,
     output: Annotated[Format, typer.Option("-o", "--output", help="table or json")] = Format.TABLE,
+    server: ServerOpt = None,
+    local: LocalOpt = False,
 ) -> None:
     """The text messages an experiment's scripts reported (logger.report_text), oldest first."""
-    store, _ = open_for_reading()
+    store = open_target(server, local)
     e = store.get_experiment(experiment_id)
     texts = store.texts(e.id)
     if output is Format.JSON:

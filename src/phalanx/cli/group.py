@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from phalanx.cli.app import ExtraParamsOpt, app, emit_json
+from phalanx.cli.target import LocalOpt, ServerOpt
 
 if TYPE_CHECKING:
     from phalanx.config import Settings
@@ -262,8 +263,19 @@ def resume(
 def stop(
     group_id: IdArg,
     timeout: Annotated[float, typer.Option("--timeout", min=0, help="Seconds to wait.")] = 60.0,
+    server: ServerOpt = None,
+    local: LocalOpt = False,
 ) -> None:
     """Stop a group: no new trial starts and every running trial is stopped."""
+    from phalanx.cli.target import choose
+
+    client = choose(server, local)
+    if client is not None:
+        from phalanx.cli import remote_commands
+        from phalanx.cli.remote_store import RemoteStore
+
+        remote_commands.stop_group(RemoteStore(client), group_id)
+        return
     from phalanx.config import Settings
     from phalanx.groups import controller
     from phalanx.store import open_store
@@ -297,21 +309,33 @@ def _orphaned(g: Any) -> bool:
 def get(
     group_id: IdArg,
     output: Annotated[str, typer.Option("-o", "--output", help="table or json")] = "table",
+    server: ServerOpt = None,
+    local: LocalOpt = False,
 ) -> None:
     """Show a group: its trials with their params and metric, and the best trial."""
-    from phalanx.cli.tracking import _table, open_for_reading
+    from phalanx.cli.tracking import _table, is_remote, open_target
     from phalanx.errors import UsageError
     from phalanx.groups import controller
     from phalanx.store.base import group_store
 
     if output not in ("table", "json"):
         raise UsageError(f"-o {output!r}: use table or json")
-    reading, _ = open_for_reading()
-    store = group_store(reading)
-    g = store.get_group(group_id)
-    doc = controller.group_json(store, g)
+    reading = open_target(server, local)
+    store: Any
+    if is_remote(reading):  # the server knows whether its controller runs; this machine does not
+        from phalanx.cli.remote_store import group_of
+
+        store = reading
+        doc = reading.group(group_id)
+        g = group_of(doc)
+        orphaned = False
+    else:
+        store = group_store(reading)
+        g = store.get_group(group_id)
+        doc = controller.group_json(store, g)
+        orphaned = _orphaned(g)
     if output == "json":
-        emit_json({**doc, "controller_running": not _orphaned(g)})
+        emit_json({**doc, "controller_running": not orphaned})
         return
     metric = g.metric or "metric"
     typer.echo(
@@ -319,7 +343,7 @@ def get(
     )
     if g.reason:
         typer.echo(f"reason: {g.reason}")
-    if _orphaned(g):
+    if orphaned:
         typer.echo(_ORPHANED.format(id=g.id))
     best = doc["best"]
     names: list[str] = []

@@ -8,6 +8,7 @@ from typing import Annotated, Any
 import typer
 
 from phalanx.cli.app import ExtraParamsOpt, app, emit_json, fail
+from phalanx.cli.target import LocalOpt, ServerOpt
 
 IdArg = Annotated[str, typer.Argument(metavar="ID", help="experiment id or a unique prefix")]
 OutputOpt = Annotated[str, typer.Option("-o", "--output", metavar="table|json", help="table or json")]
@@ -393,11 +394,29 @@ def diff(
         ),
     ] = None,
     output: OutputOpt = "table",
+    server: ServerOpt = None,
+    local: LocalOpt = False,
 ) -> None:
     """What differs between two experiments, or two attempts of one: params, the experiment file,
     the code (their source snapshots), packages, git commit and versions. `phalanx diff ID` compares
     the first attempt of ID with its last (what a `phalanx resume` after an edit changed)."""
     _check_output(output)
+    from phalanx.cli.target import choose
+
+    client = choose(server, local)
+    if client is not None:
+        from phalanx.cli.remote_store import RemoteStore
+        from phalanx.errors import UsageError
+
+        if b is None or "@" in a or "@" in b:
+            raise UsageError(
+                "against a server, `phalanx diff A B` compares two experiments; the attempts of one "
+                "(ID@N, or one ID) are compared on the server's machine, or with --local"
+            )
+        remote = RemoteStore(client)
+        ea, eb = remote.get_experiment(a), remote.get_experiment(b)
+        _print_diff(remote.diff(ea.id, eb.id), ea.id, eb.id, output)
+        return
     store = _open()
     from phalanx import repro
     from phalanx.views import diff_doc
@@ -427,6 +446,10 @@ def diff(
             eb.id if at_b is None else f"{eb.id}@{at_b}",
         )
         doc = diff_doc(store, ea, eb, (ra or {}, rb or {}), labels)
+    _print_diff(doc, ea.id, eb.id, output)
+
+
+def _print_diff(doc: dict[str, Any], a_id: str, b_id: str, output: str) -> None:
     if output == "json":
         emit_json(doc)
         return
@@ -447,11 +470,11 @@ def diff(
     if doc["code"]:
         out.append("code:")
         out.extend(f"  {line}" for line in doc["code"])
-    for side, exp in (("a", ea), ("b", eb)):
+    for side, exp_id in (("a", a_id), ("b", b_id)):
         missing = doc["unrecorded"].get(side)
         if missing:
             out.append(
-                f"not compared: {exp.id} recorded no {', '.join(missing)} "
+                f"not compared: {exp_id} recorded no {', '.join(missing)} "
                 "(a plain script's run, or one recorded before Phalanx kept them)"
             )
     if len(out) == 1:

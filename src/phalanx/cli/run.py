@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from phalanx.cli.app import ExtraParamsOpt, app, emit_json
+from phalanx.cli.target import LocalOpt, ServerOpt
 from phalanx.cli.terminal import guard_std_streams
 
 if TYPE_CHECKING:
@@ -420,22 +421,31 @@ def logs(
     output: Annotated[
         Output, typer.Option("-o", "--output", help="text, or json lines for scripts.")
     ] = Output.TEXT,
+    server: ServerOpt = None,
+    local: LocalOpt = False,
 ) -> None:
     """Print the console output of an experiment's replicas (as `[worker-1] line` without --replica)."""
-    import json
-
+    from phalanx.cli import remote_commands
+    from phalanx.cli.target import choose
     from phalanx.config import Settings
-    from phalanx.errors import NotFound, UsageError
+    from phalanx.errors import UsageError
     from phalanx.store import open_store
 
     if output is Output.YAML:
         raise UsageError("phalanx logs -o yaml: use -o text, or -o json for one JSON document a line")
     settings = Settings()
+    client = choose(server, local, settings=settings)
+    if client is not None:
+        from phalanx.cli.remote_store import RemoteStore
+
+        remote = RemoteStore(client)
+        exp = remote.get_experiment(experiment)
+        _check_replica(exp.id, replica, [r.name for r in remote.list_replicas(exp.id)])
+        remote_commands.logs(remote, exp.id, replica, follow, output is Output.JSON)
+        return
     store = open_store(settings)
     exp = store.get_experiment(experiment)
-    if replica is not None and replica not in {r.name for r in store.list_replicas(exp.id)}:
-        known = ", ".join(r.name for r in store.list_replicas(exp.id))
-        raise NotFound(f"experiment {exp.id} has no replica {replica!r} (it has {known})")
+    _check_replica(exp.id, replica, [r.name for r in store.list_replicas(exp.id)])
     offsets: dict[str, int] = {}
     script_gone_at: float | None = None
     while True:
@@ -445,19 +455,7 @@ def logs(
         printed = 0
         for name in names:
             lines = store.logs(exp.id, replica=name, offset=offsets.get(name, 0))
-            for line in lines:
-                if output is Output.JSON:
-                    doc = {
-                        "replica": line.replica,
-                        "offset": line.offset,
-                        "time": line.time,
-                        "text": line.text,
-                    }
-                    sys.stdout.write(json.dumps(doc) + "\n")
-                elif replica:
-                    sys.stdout.write(line.text + "\n")
-                else:
-                    sys.stdout.write(f"[{line.replica}] {line.text}\n")
+            remote_commands.print_lines(lines, replica, output is Output.JSON)
             if lines:
                 offsets[name] = lines[-1].offset + 1
                 printed += len(lines)
@@ -486,6 +484,13 @@ def logs(
             raise typer.Exit(1)
         if not printed:
             time.sleep(0.3)
+
+
+def _check_replica(experiment_id: str, replica: str | None, names: list[str]) -> None:
+    from phalanx.errors import NotFound
+
+    if replica is not None and replica not in names:
+        raise NotFound(f"experiment {experiment_id} has no replica {replica!r} (it has {', '.join(names)})")
 
 
 def _gone(store: Store, settings: Settings, exp: Experiment) -> str | None:
@@ -524,13 +529,23 @@ def stop(
     timeout: Annotated[
         float, typer.Option("--timeout", min=0, metavar="SECONDS", help="Seconds to wait for it to stop.")
     ] = 60.0,
+    server: ServerOpt = None,
+    local: LocalOpt = False,
 ) -> None:
     """Stop a running experiment: every replica is stopped and the experiment marked stopped."""
+    from phalanx.cli.target import choose
     from phalanx.config import Settings
     from phalanx.store import open_store
     from phalanx.supervisor import stop_experiment
 
     settings = Settings()
+    client = choose(server, local, settings=settings)
+    if client is not None:
+        from phalanx.cli import remote_commands
+        from phalanx.cli.remote_store import RemoteStore
+
+        remote_commands.stop(RemoteStore(client), experiment, timeout)
+        return
     store = open_store(settings)
     exp = store.get_experiment(experiment)
     if exp.status.done:

@@ -1,0 +1,82 @@
+"""The parts of `phalanx logs`, `stop` and `group stop` that differ against a server: following a
+console by offsets through the API instead of ingesting a spool, and waiting for the server's
+supervisor to finish a stop. Each prints what the local command prints."""
+
+from __future__ import annotations
+
+import sys
+import time
+from typing import Any
+
+import typer
+
+from phalanx.cli.remote_store import RemoteStore
+
+POLL_SECONDS = 0.5
+
+
+def print_lines(lines: list[Any], replica: str | None, as_json: bool) -> None:
+    """Log lines as `phalanx logs` prints them: `[replica] text`, the text alone with --replica, or
+    one JSON document a line."""
+    import json
+
+    for line in lines:
+        if as_json:
+            doc = {"replica": line.replica, "offset": line.offset, "time": line.time, "text": line.text}
+            sys.stdout.write(json.dumps(doc) + "\n")
+        elif replica:
+            sys.stdout.write(line.text + "\n")
+        else:
+            sys.stdout.write(f"[{line.replica}] {line.text}\n")
+
+
+def logs(store: RemoteStore, experiment_id: str, replica: str | None, follow: bool, as_json: bool) -> None:
+    """Every replica's console (or ``replica``'s); with ``follow``, until the experiment ends.
+    Ctrl-C ends the following only: the experiment runs on, on the server."""
+    offsets: dict[str, int] = {}
+    while True:
+        done = store.get_experiment(experiment_id).status.done  # read before the lines: none is missed
+        names = [replica] if replica else [r.name for r in store.list_replicas(experiment_id)]
+        printed = 0
+        for name in names:
+            while True:
+                lines = store.logs(experiment_id, replica=name, offset=offsets.get(name, 0))
+                print_lines(lines, replica, as_json)
+                if lines:
+                    offsets[name] = lines[-1].offset + 1
+                    printed += len(lines)
+                if len(lines) < 1000:  # the API's page
+                    break
+        sys.stdout.flush()
+        if not follow or done:
+            return
+        if not printed:
+            time.sleep(POLL_SECONDS)
+
+
+def stop(store: RemoteStore, experiment_id: str, timeout: float) -> None:
+    """Ask the server to stop the experiment; wait (up to ``timeout``) for its supervisor to end it."""
+    answer = store.stop(experiment_id)
+    exp_id = answer["id"]
+    if not answer["stop_requested"]:
+        typer.echo(f"experiment {exp_id} already {answer['status']}")
+        return
+    deadline = time.monotonic() + timeout
+    status = str(answer["status"])
+    while time.monotonic() < deadline:
+        exp = store.get_experiment(exp_id)
+        status = str(exp.status)
+        if exp.status.done:
+            break
+        time.sleep(POLL_SECONDS)
+    typer.echo(f"experiment {exp_id} {status}")
+
+
+def stop_group(store: RemoteStore, group_id: str) -> None:
+    """Stop a group on the server (no new trial starts, running trials are stopped)."""
+    doc = store.group(group_id)
+    if doc["status"] in ("succeeded", "failed", "stopped"):
+        typer.echo(f"group {doc['id']} already {doc['status']}")
+        return
+    done = store.stop_group(doc["id"])
+    typer.echo(f"group {done['id']} {done['status']}")

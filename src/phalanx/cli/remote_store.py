@@ -1,0 +1,221 @@
+"""The reading half of the store, answered by a Phalanx server's REST API.
+
+Why: `phalanx ls`, `get`, `metrics`, `params`, `artifacts`, `tag`, `note`, `logs`, `group get` render
+domain objects (Experiment, Replica, ParamRecord...) read from a store. Against a server they read
+the same objects back from the API's JSON, so each command keeps one renderer and its output is the
+same in form wherever the experiment lives. Only what those commands ask for is here; anything else
+(writing events, deleting) stays the server's.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from phalanx.apiclient import Client, quote
+from phalanx.domain import Experiment, ExperimentStatus, Group, Page, Replica, ReplicaState, Role
+from phalanx.errors import NotFound
+from phalanx.store.base import (
+    ArtifactRecord,
+    ExperimentFilter,
+    LogLine,
+    ModelRecord,
+    ParamRecord,
+    Series,
+)
+
+
+class RemoteStore:
+    """What the read and control commands ask of a store, from the server behind ``client``."""
+
+    artifact_store = None  # downloads go through the API (``download``)
+
+    def __init__(self, client: Client) -> None:
+        self.client = client
+
+    # -- experiments ------------------------------------------------------------------------------
+    def get_experiment(self, experiment_id: str) -> Experiment:
+        return experiment_of(self.client.get(f"/experiments/{quote(experiment_id)}"))
+
+    def list_experiments(self, f: ExperimentFilter) -> Page[Experiment]:
+        doc = self.client.get(
+            "/experiments",
+            status=None if f.status is None else str(f.status),
+            project=f.project,
+            tag=f.tag,
+            q=f.text,
+            group=f.group_id,
+            offset=f.offset,
+            limit=min(f.limit, 500),
+            sort=f.order_by,
+        )
+        items = [experiment_of(e) for e in doc["items"]]
+        return Page(items, int(doc["total"]), int(doc["offset"]), int(doc["limit"]))
+
+    def list_replicas(self, experiment_id: str) -> list[Replica]:
+        docs = self.client.get(f"/experiments/{quote(experiment_id)}/replicas")
+        return [replica_of(experiment_id, r) for r in docs]
+
+    def annotate(
+        self, experiment_id: str, *, tags: list[str] | None = None, notes: str | None = None
+    ) -> Experiment:
+        body: dict[str, Any] = {}
+        if tags is not None:
+            body["tags"] = list(tags)
+        if notes is not None:
+            body["notes"] = notes
+        return experiment_of(self.client.send("PATCH", f"/experiments/{quote(experiment_id)}", body))
+
+    def stop(self, experiment_id: str) -> dict[str, Any]:
+        return dict(self.client.send("POST", f"/experiments/{quote(experiment_id)}/stop"))
+
+    # -- what it reported -------------------------------------------------------------------------
+    def params(self, experiment_id: str) -> list[ParamRecord]:
+        docs = self.client.get(f"/experiments/{quote(experiment_id)}/params")
+        return [
+            ParamRecord(p["section"], p["key"], p["value"], p["replica"], p["rank"], p["time"]) for p in docs
+        ]
+
+    def artifacts(self, experiment_id: str) -> list[ArtifactRecord]:
+        docs = self.client.get(f"/experiments/{quote(experiment_id)}/artifacts")
+        return [
+            ArtifactRecord(
+                a["name"],
+                a["kind"],
+                a["path"],
+                a["size"],
+                a["content_type"],
+                a["replica"],
+                a["rank"],
+                a["time"],
+                dict(a.get("metadata") or {}),
+            )
+            for a in docs
+        ]
+
+    def models(self, experiment_id: str) -> list[ModelRecord]:
+        docs = self.client.get(f"/experiments/{quote(experiment_id)}/models")
+        return [
+            ModelRecord(
+                m["name"],
+                m["format"],
+                m["path"],
+                m["size"],
+                m["replica"],
+                m["time"],
+                dict(m.get("metadata") or {}),
+            )
+            for m in docs
+        ]
+
+    def texts(self, experiment_id: str) -> list[dict[str, Any]]:
+        return list(self.client.get(f"/experiments/{quote(experiment_id)}/texts"))
+
+    def metric_titles(self, experiment_id: str) -> dict[str, list[str]]:
+        doc = self.client.get(f"/experiments/{quote(experiment_id)}/metrics")
+        return {t: list(s) for t, s in doc["titles"].items()}
+
+    def metrics(
+        self, experiment_id: str, title: str | None = None, series: str | None = None
+    ) -> dict[str, dict[str, Series]]:
+        """Every point of each title's series (no downsampling: the CLI shows them all)."""
+        titles = [title] if title is not None else list(self.metric_titles(experiment_id))
+        out: dict[str, dict[str, Series]] = {}
+        for t in titles:
+            try:
+                doc = self.client.get(
+                    f"/experiments/{quote(experiment_id)}/metrics/{quote(t)}", series=series
+                )
+            except NotFound:
+                continue
+            by = {
+                name: Series(
+                    list(s["steps"]),
+                    [math.nan if v is None else float(v) for v in s["values"]],
+                    list(s["times"]),
+                )
+                for name, s in doc["series"].items()
+            }
+            if by:
+                out[t] = by
+        return out
+
+    def logs(self, experiment_id: str, replica: str | None = None, offset: int = 0) -> list[LogLine]:
+        doc = self.client.get(
+            f"/experiments/{quote(experiment_id)}/logs", replica=replica, offset=offset, limit=1000
+        )
+        return [
+            LogLine(line["offset"], line["replica"], line["text"], line["time"], line.get("stream", "stdout"))
+            for line in doc["lines"]
+        ]
+
+    def run_details(self, experiment_id: str) -> dict[str, Any]:
+        doc = dict(self.client.get(f"/experiments/{quote(experiment_id)}/run"))
+        doc.pop("experiment_id", None)
+        return doc
+
+    def diff(self, a: str, b: str) -> dict[str, Any]:
+        return dict(self.client.get(f"/experiments/{quote(a)}/diff/{quote(b)}"))
+
+    def download(self, experiment_id: str, name: str) -> tuple[bytes, str]:
+        """An artifact's bytes and content type (a folder comes as a zip)."""
+        _, data, content_type = self.client.raw(
+            "GET", f"/experiments/{quote(experiment_id)}/artifacts/{quote(name)}"
+        )
+        return data, content_type
+
+    # -- groups -----------------------------------------------------------------------------------
+    def group(self, group_id: str) -> dict[str, Any]:
+        return dict(self.client.get(f"/groups/{quote(group_id)}"))
+
+    def stop_group(self, group_id: str) -> dict[str, Any]:
+        return dict(self.client.send("POST", f"/groups/{quote(group_id)}/stop"))
+
+
+def experiment_of(doc: dict[str, Any]) -> Experiment:
+    return Experiment(
+        id=doc["id"],
+        name=doc["name"],
+        project=doc["project"],
+        status=ExperimentStatus(doc["status"]),
+        framework=doc.get("framework"),
+        backend=doc.get("backend"),
+        cluster=doc.get("cluster"),
+        tags=tuple(doc.get("tags") or ()),
+        topology=dict(doc.get("topology") or {}),
+        spec_text=doc.get("spec_text"),
+        plan=dict(doc.get("plan") or {}),
+        reason=doc.get("reason"),
+        created_at=doc.get("created_at"),
+        started_at=doc.get("started_at"),
+        finished_at=doc.get("finished_at"),
+        handle=doc.get("handle"),
+        notes=doc.get("notes"),
+        group_id=doc.get("group_id"),
+    )
+
+
+def replica_of(experiment_id: str, doc: dict[str, Any]) -> Replica:
+    return Replica(
+        experiment_id=experiment_id,
+        name=doc["name"],
+        role=Role(doc["role"]),
+        index=int(doc["index"]),
+        rank=doc.get("rank"),
+        state=ReplicaState(doc["state"]),
+        host=doc.get("host"),
+        pid=doc.get("pid"),
+        exit_code=doc.get("exit_code"),
+        reason=doc.get("reason"),
+        resources=dict(doc.get("resources") or {}),
+        started_at=doc.get("started_at"),
+        finished_at=doc.get("finished_at"),
+    )
+
+
+def group_of(doc: dict[str, Any]) -> Group:
+    """A group from the API's JSON (which leaves out its file's text)."""
+    fields: dict[str, Any] = {k: doc.get(k) for k in Group.__dataclass_fields__ if k != "spec_text"}
+    fields["options"] = dict(doc.get("options") or {})
+    fields["stop_requested"] = bool(doc.get("stop_requested"))
+    return Group(spec_text="", **fields)
