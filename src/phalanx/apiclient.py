@@ -145,6 +145,11 @@ class Client:
                 "/tokens",
                 {"username": username, "password": password, "name": name, "expires_days": expires_days},
             )
+        except Unauthorized:  # a wrong password, or a server with one shared token guarding every route
+            raise UsageError(
+                f"the server at {self.url} refused {username!r} with that password; a server without "
+                f"users has no passwords: log in with `phalanx login {self.url} --token TOKEN`"
+            ) from None
         except NotFound:
             raise UsageError(
                 f"the server at {self.url} does not hand out tokens for a user name and password "

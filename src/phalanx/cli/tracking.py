@@ -346,7 +346,7 @@ def get(
 ) -> None:
     """Show one experiment: status, times, how it was launched (file, --param values, each replica's
     command), replicas, parameters, artifacts and metrics."""
-    store, _ = open_for_reading()
+    store = open_target(server, local)
     e = store.get_experiment(experiment_id)
     launch = _launch(e)
     if file:

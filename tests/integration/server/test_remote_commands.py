@@ -1,0 +1,179 @@
+"""After `phalanx login URL`, commands work on a real `phalanx server` on loopback: `phalanx run -f`
+submits there (`--local` keeps this machine, and each says which it uses), and every read and
+control command prints what it prints on the server's own machine."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import stat
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from tests.integration.server.serverproc import PHALANX, Server, clean_env, start_server, stop_server
+from tests.integration.server.test_submit import supervisors_gone
+
+DATA = Path(__file__).parent / "data" / "remote"
+TOKEN = "remote-commands-token-0123456789"
+
+
+def phalanx(
+    home: Path, *args: str, token: str | None = None, stdin: str | None = None
+) -> subprocess.CompletedProcess[str]:
+    home.mkdir(exist_ok=True)
+    env = clean_env(home, **({"PHALANX_TOKEN": token} if token else {}))
+    return subprocess.run(
+        [str(PHALANX), *args], env=env, capture_output=True, text=True, timeout=300, input=stdin or ""
+    )
+
+
+def ok(r: subprocess.CompletedProcess[str]) -> subprocess.CompletedProcess[str]:
+    assert r.returncode == 0, f"{r.args}: {r.stdout}{r.stderr}"
+    assert "Traceback" not in r.stderr
+    return r
+
+
+def wait_done(home: Path, exp_id: str, *server: str) -> dict[str, Any]:
+    deadline = time.monotonic() + 240
+    while time.monotonic() < deadline:
+        doc = json.loads(ok(phalanx(home, "get", exp_id, "-o", "json", *server, token=TOKEN)).stdout)
+        if doc["status"] in ("succeeded", "failed", "stopped"):
+            return dict(doc)
+        time.sleep(0.5)
+    raise AssertionError(f"experiment {exp_id} did not end within 240 s")
+
+
+@pytest.fixture
+def server(phalanx_home: Path) -> Any:
+    s = start_server(phalanx_home, token=TOKEN)
+    try:
+        yield s
+        supervisors_gone(s)
+    finally:
+        stop_server(s.proc)
+
+
+@pytest.fixture
+def project(tmp_path: Path) -> Path:
+    dest = tmp_path / "project"
+    shutil.copytree(DATA, dest)
+    return dest
+
+
+def test_login_makes_the_server_the_default_and_local_keeps_this_machine(
+    server: Server, project: Path, tmp_path: Path
+) -> None:
+    laptop = tmp_path / "laptop-home"
+    r = ok(phalanx(laptop, "login", server.url, "--token", TOKEN))
+    assert TOKEN not in r.stdout + r.stderr and server.url in r.stderr
+    assert stat.S_IMODE((laptop / "login.json").stat().st_mode) == 0o600
+
+    r = ok(phalanx(laptop, "run", "-f", str(project / "exp.yml")))
+    assert r.stderr.splitlines()[0] == f"phalanx: on server {server.url}"
+    on_server = r.stdout.split()[0]
+    r = ok(phalanx(laptop, "run", "-f", str(project / "exp.yml"), "--local"))
+    assert r.stderr.splitlines()[0] == "phalanx: on this machine"
+    assert wait_done(laptop, on_server)["status"] == "succeeded"
+
+    r = ok(phalanx(laptop, "ls", "-o", "json"))
+    assert [e["id"] for e in json.loads(r.stdout)] == [on_server]
+    assert r.stderr == f"phalanx: on server {server.url}\n"
+    r = ok(phalanx(laptop, "ls", "-o", "json", "--local"))
+    (here,) = [e["id"] for e in json.loads(r.stdout)]
+    assert here != on_server and r.stderr == "phalanx: on this machine\n"
+
+    r = ok(phalanx(laptop, "logout"))
+    assert not (laptop / "login.json").exists()
+    r = ok(phalanx(laptop, "ls", "-o", "json"))
+    assert [e["id"] for e in json.loads(r.stdout)] == [here] and r.stderr == ""
+
+
+def test_a_wrong_token_and_a_server_without_users_are_refused_with_what_to_do(
+    server: Server, tmp_path: Path
+) -> None:
+    laptop = tmp_path / "laptop-home"
+    r = phalanx(laptop, "login", server.url, "--token", "wrong-token-000000000000")
+    assert r.returncode == 2 and "phalanx login URL --token" in r.stderr and "wrong-token" not in r.stderr
+    assert not (laptop / "login.json").exists()
+    r = phalanx(laptop, "login", server.url, "--user", "ada", stdin="secret\n")
+    assert r.returncode == 2 and f"phalanx login {server.url} --token TOKEN" in r.stderr, r.stderr
+    assert "secret" not in r.stdout + r.stderr and not (laptop / "login.json").exists()
+
+
+def test_every_read_and_control_command_prints_on_the_server_what_it_prints_there(
+    server: Server, project: Path, tmp_path: Path
+) -> None:
+    # two experiments run on the server's machine (same store as the server): the reference output
+    a = ok(phalanx(server.home, "run", "-f", str(project / "exp.yml"), "-o", "json"))
+    b = ok(phalanx(server.home, "run", "-f", str(project / "exp.yml"), "--param", "lr=0.2", "-o", "json"))
+    a_id, b_id = json.loads(a.stdout)["id"], json.loads(b.stdout)["id"]
+    laptop = tmp_path / "laptop-home"
+    remote = ("--server", server.url)
+
+    def same(*args: str) -> str:
+        here = ok(phalanx(server.home, *args))
+        there = ok(phalanx(laptop, *args, *remote, token=TOKEN))
+        assert there.stdout == here.stdout, args
+        assert there.stderr.startswith(f"phalanx: on server {server.url}\n")
+        return here.stdout
+
+    assert a_id in same("ls") and b_id in same("ls", "--project", "remote-tests")
+    same("ls", "-o", "json")
+    assert "loss" in same("get", a_id)
+    same("get", a_id, "--file")
+    assert "loss" in same("metrics", a_id) and same("metrics", a_id, "--title", "loss", "-o", "csv").count("\n") == 4
+    same("metrics", a_id, "-o", "json")
+    assert "lr" in same("params", a_id)
+    same("params", a_id, "-o", "json")
+    assert "summary" in same("artifacts", a_id)
+    assert "bye" in same("logs", a_id)
+    same("logs", a_id, "-f", "-o", "json")
+    assert "lr" in same("diff", a_id, b_id)
+    same("diff", a_id, b_id, "-o", "json")
+    assert "done training" in same("reports", a_id)
+
+    for name in ("summary", "outdir"):
+        here_dir, there_dir = tmp_path / "here", tmp_path / "there"
+        ok(phalanx(server.home, "artifacts", a_id, "--download", name, "-d", str(here_dir)))
+        r = ok(
+            phalanx(laptop, "artifacts", a_id, "--download", name, "-d", str(there_dir), *remote, token=TOKEN)
+        )
+        assert r.stdout.strip() == str(there_dir / Path(r.stdout.strip()).name)
+        files = sorted(p.relative_to(here_dir) for p in here_dir.rglob("*") if p.is_file())
+        assert files and files == sorted(
+            p.relative_to(there_dir) for p in there_dir.rglob("*") if p.is_file()
+        )
+        assert all((here_dir / f).read_bytes() == (there_dir / f).read_bytes() for f in files)
+
+    # control: tags and notes written through the server are what the server's machine reads
+    assert (
+        ok(phalanx(laptop, "tag", a_id, "best", "baseline", *remote, token=TOKEN)).stdout == "best baseline\n"
+    )
+    assert ok(phalanx(laptop, "tag", a_id, "--remove", "baseline", *remote, token=TOKEN)).stdout == "best\n"
+    assert ok(phalanx(server.home, "tag", a_id)).stdout == "best\n"
+    ok(phalanx(laptop, "note", a_id, "first try", *remote, token=TOKEN))
+    ok(phalanx(laptop, "note", a_id, "--append", "second", *remote, token=TOKEN))
+    assert ok(phalanx(server.home, "note", a_id)).stdout == "first try\nsecond\n"
+    # a mistake is said as it is said locally, exit 2
+    here = phalanx(server.home, "get", "zzzz")
+    there = phalanx(laptop, "get", "zzzz", *remote, token=TOKEN)
+    assert here.returncode == there.returncode == 2 and here.stderr in there.stderr
+
+    # stop through the server: its supervisor stops it; stopping it again says so
+    held = ok(
+        phalanx(laptop, "run", "-f", str(project / "exp.yml"), "--param", "hold=hold", *remote, token=TOKEN)
+    )
+    held_id = held.stdout.split()[0]
+    deadline = time.monotonic() + 120
+    while "hello from the script" not in phalanx(laptop, "logs", held_id, *remote, token=TOKEN).stdout:
+        assert time.monotonic() < deadline, "the held experiment did not start within 120 s"
+        time.sleep(0.5)
+    r = ok(phalanx(laptop, "stop", held_id, *remote, token=TOKEN))
+    assert r.stdout == f"experiment {held_id} stopped\n"
+    assert (
+        ok(phalanx(laptop, "stop", held_id, *remote, token=TOKEN)).stdout
+        == f"experiment {held_id} already stopped\n"
+    )
