@@ -124,7 +124,8 @@ def test_every_read_and_control_command_prints_on_the_server_what_it_prints_ther
     same("ls", "-o", "json")
     assert "loss" in same("get", a_id)
     same("get", a_id, "--file")
-    assert "loss" in same("metrics", a_id) and same("metrics", a_id, "--title", "loss", "-o", "csv").count("\n") == 4
+    assert "loss" in same("metrics", a_id)
+    assert same("metrics", a_id, "--title", "loss", "-o", "csv").count("\n") == 4
     same("metrics", a_id, "-o", "json")
     assert "lr" in same("params", a_id)
     same("params", a_id, "-o", "json")
