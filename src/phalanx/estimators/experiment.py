@@ -51,9 +51,21 @@ class Experiment:
         name: shown in `phalanx ls` and the UI.
         project: groups experiments (default "default").
         settings: where the store is (default: the environment's PHALANX_* variables).
+        server: a Phalanx server's URL: submit() sends the estimator there (its source_directory as
+            the code) and returns a ``RemoteRun`` (phalanx.estimators.remote) read through its API.
+        token: the server's token (default: PHALANX_TOKEN, else the one `phalanx login` stored for
+            that URL).
     """
 
-    def __init__(self, name: str, project: str | None = None, *, settings: Settings | None = None) -> None:
+    def __init__(
+        self,
+        name: str,
+        project: str | None = None,
+        *,
+        settings: Settings | None = None,
+        server: str | None = None,
+        token: str | None = None,
+    ) -> None:
         problems = []
         if not isinstance(name, str) or not _NAME.match(name):
             problems.append(f"name {name!r}: use letters, digits, spaces and . _ : - (at most 128)")
@@ -64,6 +76,12 @@ class Experiment:
         self.name = name
         self.project = project or "default"
         self._settings = settings
+        self.server = None
+        if server is not None:
+            from phalanx.apiclient import check_url
+
+            self.server = check_url(server, "server=")
+        self._token = token
 
     @property
     def settings(self) -> Settings:
@@ -107,6 +125,12 @@ class Experiment:
                 f"submit() takes an Estimator, PyTorch or TensorFlow, got {type(config).__name__}"
             )
         tags = _tags(tags)
+        if self.server is not None:
+            from phalanx.estimators import remote
+            from phalanx.queue import check_priority
+
+            check_priority(priority, "priority")
+            return remote.submit(self._client(), config, self.name, self.project, tags, priority)  # type: ignore[return-value]
         self._check_target(config.compute_target)
         from phalanx.queue import check_priority
 
@@ -179,6 +203,20 @@ class Experiment:
         )
         log.info("submitted experiment %s (supervisor pid %d)", experiment_id, proc.pid)
         return Run(experiment_id, settings=self.settings, _process=proc)
+
+    def _client(self) -> Any:
+        """The server's API client; the token given, else PHALANX_TOKEN, else the stored login's
+        (only for the URL it was stored for: a token never goes to another server)."""
+        from phalanx import logins
+        from phalanx.apiclient import Client, check_url
+
+        assert self.server is not None
+        token = self._token or self.settings.token
+        if token is None:
+            stored = logins.load(self.settings.home)
+            if stored is not None and check_url(stored.url) == self.server:
+                token = stored.token
+        return Client(self.server, token)
 
     def _check_target(self, target: str) -> None:
         if target == "local":

@@ -178,3 +178,41 @@ def test_every_read_and_control_command_prints_on_the_server_what_it_prints_ther
         ok(phalanx(laptop, "stop", held_id, *remote, token=TOKEN)).stdout
         == f"experiment {held_id} already stopped\n"
     )
+
+
+def test_an_estimator_submitted_with_server_runs_there_and_wait_for_completion_follows_it(
+    server: Server, project: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import io
+
+    from phalanx.bundles import digest, pack
+    from phalanx.estimators import Estimator, Experiment
+    from phalanx.runs import RunFailed
+
+    (project / "est.py").write_text(
+        "import sys\nfrom phalanx import Task\n"
+        "print('hello estimator', sys.argv[1:], flush=True)\n"
+        "log = Task.init().get_logger()\n"
+        "for i in range(2):\n    log.report_scalar('acc', 'train', value=0.5 + i / 4, iteration=i)\n"
+        "sys.exit(0 if sys.argv[2] == 'ok' else 4)\n"
+    )
+    monkeypatch.setenv("PHALANX_HOME", str(tmp_path / "laptop-home"))  # nothing of the laptop's is read
+    exp = Experiment("from-python", "remote-tests", server=server.url, token=TOKEN)
+    run = exp.submit(
+        Estimator(source_directory=project, entry_script="est.py", script_params={"--mode": "ok"})
+    )
+    out = io.StringIO()
+    details = run.wait_for_completion(show_output=True, output=out)
+    assert details["status"] == "succeeded" and details["project"] == "remote-tests"
+    assert "hello estimator ['--mode', 'ok']" in out.getvalue()
+    assert run.get_metrics("acc") == {"train": {"steps": [0, 1], "values": [0.5, 0.75]}}
+    bundle = run.client.get(f"/experiments/{run.id}/submission")["bundle_sha256"]
+    assert bundle == digest(pack(project))
+    assert not (tmp_path / "laptop-home" / "phalanx.db").exists()  # it ran on the server only
+
+    failing = exp.submit(
+        Estimator(source_directory=project, entry_script="est.py", script_params={"--mode": "no"})
+    )
+    with pytest.raises(RunFailed) as failed:
+        failing.wait_for_completion(timeout=240)
+    assert failed.value.status == "failed"
