@@ -70,10 +70,15 @@ class RemoteRun:
     def get_status(self) -> str:
         return str(self.get_details()["status"])
 
-    def get_metrics(self, name: str) -> dict[str, Any]:
-        """One scalar title's series: {series: {"steps": [...], "values": [...]}}."""
-        doc = self.client.get(f"/experiments/{quote(self.id)}/metrics/{quote(name)}")
-        return {s: {"steps": v["steps"], "values": v["values"]} for s, v in doc["series"].items()}
+    def get_metrics(self, title: str | None = None) -> dict[str, dict[str, dict[str, list[Any]]]]:
+        """``{"loss": {"worker 00": {"steps": [...], "values": [...]}}}``, as ``Run.get_metrics``."""
+        base = f"/experiments/{quote(self.id)}/metrics"
+        titles = [title] if title is not None else list(self.client.get(base)["titles"])
+        out: dict[str, dict[str, dict[str, list[Any]]]] = {}
+        for t in titles:
+            doc = self.client.get(f"{base}/{quote(t)}")
+            out[t] = {s: {"steps": v["steps"], "values": v["values"]} for s, v in doc["series"].items()}
+        return out
 
     def cancel(self) -> None:
         """Ask the server to stop it (its supervisor stops every replica, then marks it stopped)."""

@@ -205,7 +205,7 @@ def test_an_estimator_submitted_with_server_runs_there_and_wait_for_completion_f
     details = run.wait_for_completion(show_output=True, output=out)
     assert details["status"] == "succeeded" and details["project"] == "remote-tests"
     assert "hello estimator ['--mode', 'ok']" in out.getvalue()
-    assert run.get_metrics("acc") == {"train": {"steps": [0, 1], "values": [0.5, 0.75]}}
+    assert run.get_metrics("acc") == {"acc": {"train": {"steps": [0, 1], "values": [0.5, 0.75]}}}
     bundle = run.client.get(f"/experiments/{run.id}/submission")["bundle_sha256"]
     assert bundle == digest(pack(project))
     assert not (tmp_path / "laptop-home" / "phalanx.db").exists()  # it ran on the server only
