@@ -216,3 +216,51 @@ def test_an_estimator_submitted_with_server_runs_there_and_wait_for_completion_f
     with pytest.raises(RunFailed) as failed:
         failing.wait_for_completion(timeout=240)
     assert failed.value.status == "failed"
+
+
+GROUP = (
+    "version: 1\nkind: group\nname: {name}\nparams: {{hold: 'no'}}\n"
+    "hptuning:\n  concurrency: 1\n  grid_search: {{n_experiments: 2}}\n"
+    "  matrix: {{lr: {{values: [0.1, 0.2]}}}}\n"
+    "run:\n  cmd: python train.py {{{{ lr }}}} {{{{ hold }}}}\n"
+)
+
+
+def test_group_get_and_stop_on_the_server(server: Server, project: Path, tmp_path: Path) -> None:
+    laptop = tmp_path / "laptop-home"
+    remote = ("--server", server.url)
+    (project / "group.yml").write_text(GROUP.format(name="two-lrs"))
+    done = ok(phalanx(server.home, "group", "run", "-f", str(project / "group.yml"), "--json"))
+    group_id = json.loads(done.stdout)["id"]
+    for args in (("group", "get", group_id), ("group", "get", group_id, "-o", "json")):
+        here = ok(phalanx(server.home, *args))
+        there = ok(phalanx(laptop, *args, *remote, token=TOKEN))
+        assert there.stdout == here.stdout and "0.2" in here.stdout, args
+    r = ok(phalanx(laptop, "group", "stop", group_id, *remote, token=TOKEN))
+    assert r.stdout == f"group {group_id} already succeeded\n"
+
+    # a group whose trial holds: stopped through the server, its running trial with it
+    (project / "held.yml").write_text(GROUP.format(name="held"))
+    started = ok(
+        phalanx(
+            server.home, "group", "run", "-f", str(project / "held.yml"), "--param", "hold=hold", "--detach"
+        )
+    )
+    held_id = started.stdout.split()[0]
+    deadline = time.monotonic() + 180
+    while True:
+        doc = json.loads(
+            ok(phalanx(laptop, "group", "get", held_id, "-o", "json", *remote, token=TOKEN)).stdout
+        )
+        trials = [t for t in doc["trials"] if t["state"] == "running"]
+        if (
+            trials
+            and "hello" in phalanx(laptop, "logs", trials[0]["experiment_id"], *remote, token=TOKEN).stdout
+        ):
+            break
+        assert time.monotonic() < deadline, "the held group's first trial did not start within 180 s"
+        time.sleep(0.5)
+    r = ok(phalanx(laptop, "group", "stop", held_id, *remote, token=TOKEN))
+    assert r.stdout == f"group {held_id} stopped\n"
+    trial = json.loads(ok(phalanx(server.home, "get", trials[0]["experiment_id"], "-o", "json")).stdout)
+    assert trial["status"] == "stopped"
