@@ -34,13 +34,16 @@ def path(home: Path) -> Path:
 
 
 def load(home: Path) -> Login | None:
-    """The stored login, or None; UsageError naming the file when it cannot be read."""
+    """The stored login, or None; UsageError naming the file when it is not a login's JSON."""
+    if not home.is_dir():  # no login can be there; the command says what is wrong with the home
+        return None
     file = path(home)
     try:
         doc = json.loads(file.read_text(encoding="utf-8"))
     except FileNotFoundError:
         return None
-    except (OSError, ValueError) as exc:
+    # (any other OSError, a PHALANX_HOME that is a file or not readable, is the CLI's home error)
+    except ValueError as exc:
         raise UsageError(
             f"{file}: cannot read the stored login ({exc}); `phalanx logout` removes it, "
             "then `phalanx login URL` again"
