@@ -118,6 +118,13 @@ class Experiment:
         from phalanx.estimators.sweep import HyperDriveConfig, submit_sweep
         from phalanx.runs import Run
 
+        if self.server is not None and isinstance(config, HyperDriveConfig):
+            raise UsageError(
+                "a HyperDriveConfig with server=: sweeps run on this machine for now; submit a "
+                "`kind: group` file to the server, or leave server= out"
+            )
+        if self.server is not None and not wait:
+            raise UsageError("wait=False with server=: the server queues what it cannot start yet")
         if isinstance(config, HyperDriveConfig):  # a sweep: returns a GroupRun (estimators/sweep.py)
             return submit_sweep(config, self.name, self.project, self.settings)  # type: ignore[return-value]
         if not isinstance(config, Estimator):
