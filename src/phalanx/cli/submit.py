@@ -70,7 +70,8 @@ def run_on_server(
     except KeyboardInterrupt:
         sys.stderr.write(
             f"\nphalanx: detached; experiment {exp_id} keeps running on {client.url}"
-            f" (stop it with `phalanx stop {exp_id}` there, or POST /api/v1/experiments/{exp_id}/stop)\n"
+            f" (stop it with `phalanx stop {exp_id} --server {client.url}`; `phalanx logs {exp_id} -f"
+            f" --server {client.url}` follows it again)\n"
         )
         raise typer.Exit(130) from None
     raise typer.Exit(code)
