@@ -274,7 +274,7 @@ def stop(
         from phalanx.cli import remote_commands
         from phalanx.cli.remote_store import RemoteStore
 
-        remote_commands.stop_group(RemoteStore(client), group_id)
+        remote_commands.stop_group(RemoteStore(client), group_id, timeout)
         return
     from phalanx.config import Settings
     from phalanx.groups import controller

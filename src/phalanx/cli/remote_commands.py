@@ -13,6 +13,7 @@ import typer
 from phalanx.cli.remote_store import RemoteStore
 
 POLL_SECONDS = 0.5
+DONE = ("succeeded", "failed", "stopped")
 
 
 def print_lines(lines: list[Any], replica: str | None, as_json: bool) -> None:
@@ -72,11 +73,16 @@ def stop(store: RemoteStore, experiment_id: str, timeout: float) -> None:
     typer.echo(f"experiment {exp_id} {status}")
 
 
-def stop_group(store: RemoteStore, group_id: str) -> None:
-    """Stop a group on the server (no new trial starts, running trials are stopped)."""
+def stop_group(store: RemoteStore, group_id: str, timeout: float) -> None:
+    """Stop a group on the server (no new trial starts, running trials are stopped); wait up to
+    ``timeout`` for it to end (the server's own wait is shorter)."""
     doc = store.group(group_id)
-    if doc["status"] in ("succeeded", "failed", "stopped"):
+    if doc["status"] in DONE:
         typer.echo(f"group {doc['id']} already {doc['status']}")
         return
     done = store.stop_group(doc["id"])
+    deadline = time.monotonic() + timeout
+    while done["status"] not in DONE and time.monotonic() < deadline:
+        time.sleep(POLL_SECONDS)
+        done = store.group(doc["id"])
     typer.echo(f"group {done['id']} {done['status']}")

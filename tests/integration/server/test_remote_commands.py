@@ -183,7 +183,7 @@ def test_every_read_and_control_command_prints_on_the_server_what_it_prints_ther
     while "hello from the script" not in phalanx(laptop, "logs", held_id, *remote, token=TOKEN).stdout:
         assert time.monotonic() < deadline, "the held experiment did not start within 120 s"
         time.sleep(0.5)
-    r = ok(phalanx(laptop, "stop", held_id, *remote, token=TOKEN))
+    r = ok(phalanx(laptop, "stop", held_id, "--timeout", "180", *remote, token=TOKEN))
     assert r.stdout == f"experiment {held_id} stopped\n"
     assert (
         ok(phalanx(laptop, "stop", held_id, *remote, token=TOKEN)).stdout
@@ -271,7 +271,6 @@ def test_group_get_and_stop_on_the_server(server: Server, project: Path, tmp_pat
             break
         assert time.monotonic() < deadline, "the held group's first trial did not start within 180 s"
         time.sleep(0.5)
-    r = ok(phalanx(laptop, "group", "stop", held_id, *remote, token=TOKEN))
+    r = ok(phalanx(laptop, "group", "stop", held_id, "--timeout", "180", *remote, token=TOKEN))
     assert r.stdout == f"group {held_id} stopped\n"
-    trial = json.loads(ok(phalanx(server.home, "get", trials[0]["experiment_id"], "-o", "json")).stdout)
-    assert trial["status"] == "stopped"
+    assert wait_done(server.home, trials[0]["experiment_id"])["status"] == "stopped"
