@@ -71,3 +71,29 @@ def run_on_server(
         )
         raise typer.Exit(130) from None
     raise typer.Exit(code)
+
+
+def rerun_on_server(
+    server: str,
+    origin: str,
+    params: Mapping[str, Any],
+    priority: int,
+    attempt: int | None,
+    extra_params: bool,
+    token_file: Path | None,
+    output: Any,
+) -> None:
+    """`phalanx rerun ID --server URL`: the server starts what its experiment ID ran, with these
+    params, from its stored snapshot; prints the new id."""
+    from phalanx.cli.app import emit_json
+    from phalanx.cli.remote import Client, read_token
+
+    client = Client(server, read_token(token_file, Settings().token))
+    sys.stderr.write(f"phalanx: rerunning {origin} on {client.url}\n")
+    answer = client.clone(origin, params, priority, attempt=attempt, extra_params=extra_params)
+    exp_id = str(answer["id"])
+    if str(output) == "json":
+        emit_json(answer)
+    else:
+        typer.echo(exp_id)
+    sys.stderr.write(f"phalanx: open {client.url}/experiments/{exp_id} to see it in the web UI\n")

@@ -104,8 +104,60 @@ def submit(store: Store, settings: Settings, request: SubmitRequest) -> SubmitRe
     return SubmitResult(exp_id, sha, created=True)
 
 
+@dataclass(frozen=True)
+class CloneRequest:
+    """``{"from": ID, "params": {...}, "priority": N}``: run again what ID ran, with new params."""
+
+    origin: str
+    params: Mapping[str, Any]
+    priority: int
+    attempt: int | None = None
+    extra_params: bool = False
+    idempotency_key: str | None = None
+
+
+def clone(store: Store, settings: Settings, request: CloneRequest) -> SubmitResult:
+    """Clone and enqueue: the stored file and source snapshot of ``request.origin``, chosen by the
+    rerun rule of `phalanx rerun` (its last successful attempt's), with the new params over the
+    recorded ones, started on this machine's queue. The new experiment records its origin
+    (``rerun_of``). SpecError (422) for params its file refuses, UsageError (400) for an origin
+    that cannot be rerun, NotFound (404) for no such origin; nothing is left of a refused clone."""
+    from phalanx import repro
+    from phalanx.queue import check_priority
+    from phalanx.runner.rerunning import rerun_source
+    from phalanx.store import submissions
+
+    key = request.idempotency_key
+    if key is not None and not _KEY.match(key):
+        raise UsageError("Idempotency-Key: 1 to 200 printable ASCII characters without spaces")
+    check_priority(request.priority, "priority")
+    submissions.check_available(store)
+    if key is not None:
+        done = submissions.by_key(store, key)
+        if done is not None:
+            return SubmitResult(done.experiment_id, done.bundle_sha256, created=False)
+    source = rerun_source(
+        store, request.origin, request.params, attempt=request.attempt, extra_params=request.extra_params
+    )
+    sha = digest(source.snapshot)
+    exp_id = uuid.uuid4().hex[:12]
+    winner = submissions.reserve(store, exp_id, key, sha)
+    if winner != exp_id:
+        return SubmitResult(winner, sha, created=False)
+    work = settings.home / "server" / "work" / exp_id
+    try:
+        repro.extract(source.snapshot, work)
+        options = source.options(exp_id, work, request.priority)
+        _launch(settings, source.spec, options, work, f"rerun of {source.origin.id} from its snapshot")
+    except BaseException:
+        submissions.release(store, exp_id)
+        shutil.rmtree(work, ignore_errors=True)
+        raise
+    return SubmitResult(exp_id, sha, created=True)
+
+
 def _start(settings: Settings, spec: Any, request: SubmitRequest, name: str, work: Path, exp_id: str) -> None:
-    from phalanx.runner import LaunchOptions, LaunchRecord, Runner, StartFailed, StartTimeout
+    from phalanx.runner import LaunchOptions, LaunchRecord
 
     unpack(request.bundle, work)
     file = work / name
@@ -118,10 +170,18 @@ def _start(settings: Settings, spec: Any, request: SubmitRequest, name: str, wor
         experiment_id=exp_id,
         record=LaunchRecord(file=str(file), params=dict(request.params)),
     )
+    _launch(settings, spec, options, file.parent, None)
+
+
+def _launch(settings: Settings, spec: Any, options: Any, cwd: Path, headline: str | None) -> None:
+    """Start the experiment's detached supervisor and return once the experiment exists."""
+    from phalanx.runner import Runner, StartFailed, StartTimeout
+
+    exp_id = options.experiment_id
     runner = Runner(settings)
     runner.dry_run(spec, options)  # what is refused before anything starts, as the CLI says it
     try:
-        submitted = runner.submit(spec, options, cwd=file.parent)
+        submitted = runner.submit(spec, options, cwd=cwd, headline=headline)
     except StartTimeout as exc:  # slow, not failed: its supervisor runs on, so keep key and folder
         log.warning("experiment %s: %s", exp_id, exc)
         threading.Thread(target=exc.process.wait, name=f"reap-{exp_id}", daemon=True).start()
