@@ -26,7 +26,7 @@ def run_on_server(
     """Bundle the file's folder, submit, print the id; with ``follow``, exit as the experiment ends."""
     from phalanx.bundles import pack
     from phalanx.cli.app import emit_json
-    from phalanx.cli.remote import Client, read_token
+    from phalanx.cli.remote import Client, follow_group, read_token
     from phalanx.cli.remote import follow as follow_logs
     from phalanx.errors import SpecError, UsageError
     from phalanx.spec.loader import parse_param_overrides
@@ -55,15 +55,17 @@ def run_on_server(
         sys.stderr.write(f"error: {file} is not a valid experiment file ({n} problem{'s' * (n != 1)})\n")
         raise typer.Exit(2) from None
     exp_id = str(answer["id"])
+    group = answer.get("kind") == "group"
     if str(output) == "json":
         emit_json(answer)
     else:
         typer.echo(exp_id)
+    page = f"{client.url}/groups/{exp_id}" if group else f"{client.url}/experiments/{exp_id}"
     if not follow:
-        sys.stderr.write(f"phalanx: open {client.url}/experiments/{exp_id} to see it in the web UI\n")
+        sys.stderr.write(f"phalanx: open {page} to see it in the web UI\n")
         return
     try:
-        code = follow_logs(client, exp_id)
+        code = follow_group(client, exp_id) if group else follow_logs(client, exp_id)
     except KeyboardInterrupt:
         sys.stderr.write(
             f"\nphalanx: detached; experiment {exp_id} keeps running on {client.url}"

@@ -46,6 +46,7 @@ class SubmitResult:
     experiment_id: str
     bundle_sha256: str
     created: bool  # False: an earlier submit with the same idempotency key made it
+    kind: str = "experiment"  # or "group": the id is a group's (a `kind: group` file)
 
 
 def parse_params(text: str | None) -> dict[str, Any]:
@@ -88,6 +89,10 @@ def submit(store: Store, settings: Settings, request: SubmitRequest) -> SubmitRe
         done = submissions.by_key(store, key)
         if done is not None:
             return SubmitResult(done.experiment_id, done.bundle_sha256, created=False)
+    from phalanx.spec.group import is_group_text
+
+    if is_group_text(request.file_text, name):
+        return _submit_group(store, settings, request, name, sha)
     spec = load_spec_text(request.file_text, name, params=request.params)
     BundleStore(settings.home / "server" / "bundles").put(request.bundle)
     exp_id = uuid.uuid4().hex[:12]
@@ -102,6 +107,62 @@ def submit(store: Store, settings: Settings, request: SubmitRequest) -> SubmitRe
         shutil.rmtree(work, ignore_errors=True)
         raise
     return SubmitResult(exp_id, sha, created=True)
+
+
+def _kind_of(store: Store, submitted_id: str) -> str:
+    """What a submission's id names: a group's or an experiment's (both are 12 hex digits)."""
+    from phalanx.errors import NotFound
+    from phalanx.store.base import group_store
+
+    try:
+        group_store(store).get_group(submitted_id)
+    except NotFound:
+        return "experiment"
+    return "group"
+
+
+def _submit_group(
+    store: Store, settings: Settings, request: SubmitRequest, name: str, sha: str
+) -> SubmitResult:
+    """A `kind: group` file: validated and recorded as `phalanx group run` does, run from the
+    unpacked bundle by a controller in its own process (``groups.detached``) that a restarted
+    server adopts. Idempotent as an experiment's submit (the key names the group)."""
+    from phalanx.extras import require
+    from phalanx.groups import controller, detached
+    from phalanx.spec.group import load_group_text
+    from phalanx.store import submissions
+    from phalanx.store.base import group_store
+
+    group = load_group_text(request.file_text, name, params=request.params)
+    require("optuna", "search", "a group on the server")
+    BundleStore(settings.home / "server" / "bundles").put(request.bundle)
+    work = settings.home / "server" / "work" / f"group-{uuid.uuid4().hex[:12]}"
+    groups = group_store(store)
+    record = None
+    try:
+        unpack(request.bundle, work)
+        file = work / name
+        file.parent.mkdir(parents=True, exist_ok=True)
+        file.write_text(request.file_text, encoding="utf-8")
+        group = replace(group, base=replace(group.base, source_file=str(file)))
+        controller.build_trials_env(group, settings, workdir=file.parent)
+        record = controller.create(groups, group, workdir=file.parent, params=dict(request.params))
+        winner = submissions.reserve(store, record.id, request.idempotency_key, sha)
+        if winner != record.id:  # a retry with the same key won the race: this one never ran
+            groups.delete_group(record.id)
+            shutil.rmtree(work, ignore_errors=True)
+            return SubmitResult(winner, sha, created=False, kind="group")
+        detached.mark_server_group(settings, record.id)
+        process = detached.spawn(settings, record.id)
+    except BaseException:
+        if record is not None:
+            submissions.release(store, record.id)
+            groups.delete_group(record.id)
+        shutil.rmtree(work, ignore_errors=True)
+        raise
+    threading.Thread(target=process.wait, name=f"reap-group-{record.id}", daemon=True).start()
+    log.info("group %s submitted: controller pid %s", record.id, process.pid)
+    return SubmitResult(record.id, sha, created=True, kind="group")
 
 
 @dataclass(frozen=True)

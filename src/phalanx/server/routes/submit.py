@@ -22,6 +22,7 @@ class SubmittedOut(BaseModel):
     id: str
     bundle_sha256: str = Field(description="sha256 of the code bundle received")
     created: bool = Field(description="false when an earlier submit with the same Idempotency-Key made it")
+    kind: str = Field("experiment", description="experiment, or group (a `kind: group` file: a group id)")
 
 
 class SubmissionOut(BaseModel):
@@ -149,7 +150,9 @@ async def submit_experiment(
         raise HTTPException(
             415, 'send multipart/form-data (a file and its code bundle) or application/json ({"from": ID})'
         )
-    out = SubmittedOut(id=result.experiment_id, bundle_sha256=result.bundle_sha256, created=result.created)
+    out = SubmittedOut(
+        id=result.experiment_id, bundle_sha256=result.bundle_sha256, created=result.created, kind=result.kind
+    )
     return JSONResponse(out.model_dump(), status_code=201 if result.created else 200)
 
 
