@@ -212,3 +212,32 @@ def test_two_clients_submit_twenty_at_once_and_they_run_by_priority_on_their_own
         assert api(server, f"/experiments/{exp_id}/submission")["bundle_sha256"] == digest(bundle)
     for path in server.home.rglob("*.log"):
         assert "database is locked" not in path.read_text(errors="replace"), path
+
+
+def test_a_topology_that_never_fits_is_refused_and_a_queued_one_can_be_stopped(
+    server: Server, tmp_path: Path, probe: Probe
+) -> None:
+    from phalanx.errors import UsageError
+
+    client = Client(server.url, TOKEN)
+    huge = project(tmp_path, workers=4)  # five one-core replicas on a two-core machine: never fits
+    with pytest.raises(UsageError) as refused:
+        client.submit(huge / "exp.yml", pack(huge), {"probe": str(probe.root)}, 0)
+    assert "needs 5 cpu cores on this machine" in str(refused.value), refused.value
+    assert statuses(server) == {}  # nothing created
+
+    folder = project(tmp_path, workers=1)
+    hold = probe.root / "go"
+    params = {"probe": str(probe.root), "go": str(hold)}
+    running = client.submit(folder / "exp.yml", pack(folder), params, 0)["id"]
+    waiting = client.submit(folder / "exp.yml", pack(folder), params, 0)["id"]
+    wait_for("one running, one queued", lambda: statuses(server) == {running: "running", waiting: "queued"})
+    queue = api(server, "/queue")
+    assert [r["experiment_id"] for r in queue["queued"]] == [waiting]
+    stop = urllib.request.Request(f"{server.url}/api/v1/experiments/{waiting}/stop", method="POST")
+    stop.add_header("Authorization", f"Bearer {TOKEN}")
+    urllib.request.urlopen(stop, timeout=60).close()
+    wait_for("the queued one stopped", lambda: statuses(server)[waiting] == "stopped")
+    hold.touch()
+    wait_for("the running one ended", lambda: statuses(server)[running] == "succeeded")
+    assert {exp for _, _, exp, _, _ in probe.runs()} == {running}  # the stopped one never started
