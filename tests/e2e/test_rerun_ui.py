@@ -96,3 +96,10 @@ def test_run_again_with_another_lr_from_the_experiment_page(
     link.click()
     page.wait_for_url(f"**/experiments/{origin}")
     assert page.locator("#rerun-of").count() == 0  # the origin is not a rerun itself
+
+    # on a phone the form fits the screen
+    page.set_viewport_size({"width": 390, "height": 844})
+    page.click("#run-again")
+    page.locator("#rerun-form").wait_for()
+    width = page.evaluate("document.documentElement.scrollWidth")
+    assert width <= 390, f"the experiment page with its form is {width} px wide on a 390 px screen"
