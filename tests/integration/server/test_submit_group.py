@@ -121,3 +121,5 @@ def test_phalanx_run_of_a_group_file_runs_the_group(phalanx_home: Path, tmp_path
     group = json.loads(done.stdout)
     assert group["status"] == "succeeded" and len(group["trials"]) == 4
     assert sorted(starts(probe)) == sorted(PLANNED)
+    # the last trial's supervisor tidies up for a moment after its status is final
+    wait_for("every supervisor exited", lambda: not _processes_under(phalanx_home), 120)
