@@ -265,5 +265,11 @@ def test_rerun_on_the_server_runs_the_stored_snapshot_with_new_params(server: Se
     assert failed["worker-0"] == 3
     assert exp["plan"]["launch"]["rerun_of"] == origin
     assert exp["plan"]["launch"]["params"] == {"fail": "worker-0"}
+    # a clone retried with the same idempotency key makes one experiment
+    client = Client(server.url, TOKEN)
+    first = client.clone(origin, {"fail": "none"}, 0, key="clone-once")
+    again = client.clone(origin, {"fail": "none"}, 0, key="clone-once")
+    assert first["created"] is True and again == {**first, "created": False}
+    assert wait_done(server, first["id"])["status"] == "succeeded"
     ids = {e["id"] for e in api(server, "/experiments?limit=50")["items"]}
-    assert ids == {origin, clone}
+    assert ids == {origin, clone, first["id"]}
