@@ -137,6 +137,35 @@ class Client:
                 time.sleep(1 + attempt)
         raise AssertionError("unreachable")
 
+    def clone(
+        self,
+        origin: str,
+        params: Mapping[str, Any],
+        priority: int,
+        *,
+        attempt: int | None = None,
+        extra_params: bool = False,
+        key: str | None = None,
+    ) -> dict[str, Any]:
+        """POST ``{"from": ID, ...}``: the server reruns what ID ran with these params (the rerun
+        rule of `phalanx rerun`); a connection lost before the answer is retried with the same key."""
+        key = key or uuid.uuid4().hex
+        doc: dict[str, Any] = {"from": origin, "params": dict(params), "priority": priority}
+        if attempt is not None:
+            doc["attempt"] = attempt
+        if extra_params:
+            doc["extra_params"] = True
+        headers = {"Content-Type": "application/json", "Idempotency-Key": key}
+        body = json.dumps(doc).encode()
+        for retry in range(RETRIES):
+            try:
+                return dict(self.request("POST", "/experiments", body, headers)[1])
+            except ServerError:
+                if retry == RETRIES - 1:
+                    raise
+                time.sleep(1 + retry)
+        raise AssertionError("unreachable")
+
     def new_token(self, username: str, password: str, name: str, expires_days: int | None) -> str:
         """A personal API token from ``POST /tokens`` (the user's name and password)."""
         try:

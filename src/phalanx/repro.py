@@ -25,7 +25,7 @@ import socket
 import subprocess
 import sys
 import tarfile
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -294,7 +294,7 @@ def attempt_record(record: Mapping[str, Any], attempt: int | None) -> dict[str, 
     return None
 
 
-def rerun_record(record: Mapping[str, Any], attempts: list[Mapping[str, Any]]) -> dict[str, Any]:
+def rerun_record(record: Mapping[str, Any], attempts: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     """What `phalanx rerun` starts from by default: the last attempt that succeeded and recorded
     its code, else the experiment's latest record. ``attempts``: the store's attempt rows."""
     recorded = sorted(int(a.get("attempt") or 0) for a in record.get("attempts") or [])

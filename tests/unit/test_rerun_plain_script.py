@@ -1,14 +1,16 @@
-"""`phalanx rerun` / `resume` of a plain script's run (`python train.py` with Task.init) refuses
-with exit 2 and tells the user what to do instead: not `phalanx run -f FILE`, which they never used."""
+"""`phalanx rerun` / `resume` (and the server's clone) of a plain script's run (`python train.py`
+with Task.init) refuse with a UsageError (exit 2, 400) that tells the user what to do instead: not
+`phalanx run -f FILE`, which they never used."""
 
 from __future__ import annotations
 
 from types import SimpleNamespace
+from typing import Any
 
 import pytest
-import typer
 
-from phalanx.cli.resume import _launch_of
+from phalanx.errors import UsageError, exit_status
+from phalanx.runner.rerunning import launch_of
 
 
 class _Store:
@@ -16,12 +18,10 @@ class _Store:
         return {"git": None, "snapshot": {"path": "_source/source.tar.gz"}, "launch": None}
 
 
-def test_a_plain_scripts_run_is_refused_naming_the_script_not_a_file(
-    capsys: pytest.CaptureFixture[str],
-) -> None:
-    exp = SimpleNamespace(id="abc123", name="train", backend="script", spec_text=None)
-    with pytest.raises(typer.Exit) as raised:
-        _launch_of(_Store(), exp)
-    assert raised.value.exit_code == 2
-    err = capsys.readouterr().err
-    assert "plain script" in err and "Task.init" in err and "run -f" not in err
+def test_a_plain_scripts_run_is_refused_naming_the_script_not_a_file() -> None:
+    exp: Any = SimpleNamespace(id="abc123", name="train", backend="script", spec_text=None)
+    with pytest.raises(UsageError) as raised:
+        launch_of(_Store(), exp)  # type: ignore[arg-type]
+    assert exit_status(raised.value) == 2
+    said = str(raised.value)
+    assert "plain script" in said and "Task.init" in said and "run -f" not in said

@@ -205,18 +205,9 @@ def _drive(store: GroupStore, settings: Settings, group_id: str, json_out: bool,
 
 
 def _spawn_controller(settings: Any, group_id: str) -> None:
-    import subprocess
+    from phalanx.groups.detached import spawn
 
-    folder = settings.home / "groups" / group_id
-    folder.mkdir(parents=True, exist_ok=True)
-    with open(folder / "controller.log", "ab") as out:
-        subprocess.Popen(
-            [sys.executable, "-m", "phalanx.cli.main", "group", "resume", group_id],
-            stdin=subprocess.DEVNULL,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
+    spawn(settings, group_id)
 
 
 @group_app.command("resume")

@@ -37,6 +37,24 @@ def follow(client: Client, experiment_id: str, out: Any = None) -> int:
         time.sleep(POLL_SECONDS)
 
 
+def follow_group(client: Client, group_id: str, out: Any = None) -> int:
+    """Say each trial's state as it changes until the group ends; the exit status of `phalanx
+    group run` (0 finished, 1 every trial failed, 130 stopped)."""
+    out = out or sys.stderr
+    said: dict[str, str] = {}
+    while True:
+        group = client.get(f"/groups/{group_id}")
+        for trial in group.get("trials") or []:
+            key, state = str(trial.get("number")), str(trial.get("state"))
+            if said.get(key) != state:
+                said[key] = state
+                out.write(f"phalanx: trial {key} ({trial.get('experiment_id')}): {state}\n")
+        if group.get("status") in ("succeeded", "failed", "stopped"):
+            out.write(f"phalanx: group {group_id} {group['status']}\n")
+            return {"succeeded": 0, "stopped": 130}.get(str(group["status"]), 1)
+        time.sleep(POLL_SECONDS)
+
+
 def _print_new(client: Client, experiment_id: str, replica: str, offsets: dict[str, int], out: Any) -> None:
     while True:
         page = client.get(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 from typing import Annotated, Any
 
 import typer
@@ -100,44 +101,13 @@ def _supervise(runner: Any, prepared: Any, options: Any, output: str, *, headlin
 def _launch_of(store: Any, experiment: Any) -> dict[str, Any]:
     import os
 
-    launch = dict((store.repro(experiment.id) or {}).get("launch") or {})
-    if getattr(experiment, "backend", None) == "script":  # `phalanx run -f FILE` is no help here
-        raise fail(
-            f"experiment {experiment.id} is a plain script's run (a script calling "
-            "Task.init, not `phalanx run`): Phalanx did not start it, so it cannot start it again; "
-            f"run the script again yourself (`phalanx get {experiment.id}` shows the code it ran)"
-        )
-    if not launch and experiment.started_at is None:
-        raise fail(_never_started(experiment))
-    if not launch or not experiment.spec_text:
-        raise fail(
-            f"experiment {experiment.id} was recorded without its launch details (file, folder, params); "
-            "start it again with `phalanx run -f FILE`"
-        )
+    from phalanx.runner.rerunning import launch_of
+
+    launch = launch_of(store, experiment)
     if launch.get("system_metrics") and not os.environ.get("PHALANX_SYSTEM_METRICS"):
         # launched with --no-system-metrics (or an interval): a resume or rerun samples the same way
         os.environ["PHALANX_SYSTEM_METRICS"] = str(launch["system_metrics"])
     return launch
-
-
-def _never_started(experiment: Any) -> str:
-    """An experiment stopped while it waited in the queue never ran: no attempt, checkpoint or
-    snapshot to go on from. Said as such, with the `phalanx run` that puts it in the queue again
-    (its file and --param values are kept with its plan), not as a record missing its details."""
-    import shlex
-
-    launch = (experiment.plan or {}).get("launch") or {}
-    file, params = launch.get("file"), dict(launch.get("params") or {})
-    again = "`phalanx run -f FILE`"
-    if file:
-        args = ["phalanx", "run", "-f", str(file)]
-        for name, value in params.items():
-            args += ["--param", f"{name}={_param_text(value)}"]
-        again = f"`{shlex.join(args)}`"
-    return (
-        f"experiment {experiment.id} never started (it was {experiment.status} while it waited in the"
-        f" queue): there is no run, checkpoint or snapshot of it to go on from; start it again with {again}"
-    )
 
 
 def _detach_resume(runner: Any, spec: Any, options: Any, output: str) -> None:
@@ -172,7 +142,6 @@ def resume(
     latest checkpoint (PHALANX_RESUME_CHECKPOINT; task.latest_checkpoint()). Metrics continue on
     the same series. Exit status as for `phalanx run`."""
     _check_output(output)
-    from pathlib import Path
 
     from phalanx.config import Settings
     from phalanx.domain import ExperimentStatus
@@ -231,12 +200,6 @@ def resume(
     _supervise(runner, prepared, options, output, headline=f"resuming {experiment.id}")
 
 
-def _param_text(value: Any) -> str:
-    import json
-
-    return value if isinstance(value, str) else json.dumps(value)
-
-
 @app.command("rerun")
 def rerun(
     experiment_id: IdArg,
@@ -258,6 +221,21 @@ def rerun(
             "default: the last attempt that succeeded.",
         ),
     ] = None,
+    priority: Annotated[
+        int, typer.Option("--priority", help="Queue priority of the rerun (higher starts first).")
+    ] = 0,
+    server: Annotated[
+        str | None,
+        typer.Option(
+            "--server",
+            metavar="URL",
+            help="Rerun on this Phalanx server (ID is one of its experiments); prints the new id.",
+        ),
+    ] = None,
+    token_file: Annotated[
+        Path | None,
+        typer.Option("--token-file", help="A file holding the server's token (default: PHALANX_TOKEN)."),
+    ] = None,
     output: OutputOpt = "table",
 ) -> None:
     """Start a new experiment from exactly the file, params and source snapshot another one ran
@@ -266,70 +244,48 @@ def rerun(
     `phalanx run`; with -d, 0 once it has started."""
     _check_output(output)
     import shutil
-    import time
     import uuid
-    from dataclasses import replace
 
-    from phalanx import repro
     from phalanx.config import Settings
-    from phalanx.spec.loader import load_spec_text, parse_param_overrides
+    from phalanx.runner.rerunning import rerun_source
+    from phalanx.spec.loader import parse_param_overrides
 
+    changes = parse_param_overrides(param or [])
+    if server is not None:
+        from phalanx.cli.submit import rerun_on_server
+
+        if new_experiment_id is not None:
+            raise fail("--experiment-id: not available with --server (the server names the rerun)")
+        rerun_on_server(server, experiment_id, changes, priority, attempt, extra_params, token_file, output)
+        return
     settings = Settings()
     store = _open()
-    experiment = store.get_experiment(experiment_id)
-    launch = _launch_of(store, experiment)
-    record = _rerun_record(store, experiment.id, attempt)
-    launch = {**launch, **dict(record.get("launch") or {})}
-    recorded = dict(launch.get("params") or {})
-    changes = parse_param_overrides(param or [])
-    params = {**recorded, **changes}
-    filename = launch.get("file") or "<stored file>"
-    # Check the file and the params before anything is written, so a refused rerun leaves nothing.
-    # The recorded params were accepted at launch (some perhaps with --extra-params); a name only
-    # the rerun adds is checked as `phalanx run` checks it.
-    new_names = {k: v for k, v in changes.items() if k not in recorded}
-    if new_names and not extra_params:
-        load_spec_text(experiment.spec_text, filename, new_names)
-    spec = load_spec_text(experiment.spec_text, filename, params, extra_params=True)
-    snap = (record.get("snapshot") or {}).get("path")
-    if not (snap and store.artifact_store is not None and store.artifact_store.exists(experiment.id, snap)):
-        which = f"attempt {attempt} of experiment" if attempt is not None else "experiment"
-        raise fail(f"{which} {experiment.id} has no source snapshot to rerun from")
-    note = repro.left_out_note(record.get("snapshot"))
-    if note:
-        import sys
-
-        sys.stderr.write(f"phalanx: warning: {note}\n")
+    _launch_of(store, store.get_experiment(experiment_id))  # the sampling it was launched with
+    source = rerun_source(store, experiment_id, changes, attempt=attempt, extra_params=extra_params)
+    if source.note:
+        sys.stderr.write(f"phalanx: warning: {source.note}\n")
     if new_experiment_id is not None:
         from phalanx.cli.run import _check_id
 
         _check_id(new_experiment_id)
     new_id = new_experiment_id or uuid.uuid4().hex[:12]
-    from phalanx.data.lineage import pin_inputs
-    from phalanx.runner import LaunchOptions, LaunchRecord, Runner
-
-    spec = pin_inputs(spec, experiment.plan)  # the same dataset versions as the original
+    from phalanx import repro
+    from phalanx.runner import Runner
 
     runner = Runner(settings)
     folder = settings.runs_dir / new_id / "source"
-    headline = f"rerun of {experiment.id} from its snapshot"
+    headline = f"rerun of {source.origin.id} from its snapshot"
     try:
-        repro.extract(store.artifact_store.read_bytes(experiment.id, snap), folder)
-        launch_record = LaunchRecord.from_json(launch)
-        options = LaunchOptions(
-            workdir=folder,
-            cluster=launch.get("cluster"),
-            oversubscribe=bool(launch.get("oversubscribe")),
-            experiment_id=new_id,
-            system_metrics=launch.get("system_metrics"),
-            record=replace(launch_record, params=params, rerun_of=experiment.id, rerun_at=time.time()),
-        )
+        repro.extract(source.snapshot, folder)
+        options = source.options(new_id, folder, priority)
         if detach:  # every mistake above is found before it goes to the background
             from phalanx.cli.run import Output, submit_detached
 
-            submit_detached(runner, spec, options, Output.JSON if output == "json" else Output.TEXT, headline)
+            submit_detached(
+                runner, source.spec, options, Output.JSON if output == "json" else Output.TEXT, headline
+            )
             return
-        prepared = runner.prepare(spec, options)
+        prepared = runner.prepare(source.spec, options)
     except BaseException as exc:
         if isinstance(exc, typer.Exit) and exc.exit_code == 0:
             raise
@@ -337,24 +293,6 @@ def rerun(
         shutil.rmtree(folder if new_experiment_id else folder.parent, ignore_errors=True)
         raise
     _supervise(runner, prepared, options, output, headline=headline)
-
-
-def _rerun_record(store: Any, experiment_id: str, attempt: int | None) -> dict[str, Any]:
-    """The record a rerun starts from: --attempt N's, else the last successful attempt's."""
-    from phalanx import repro
-
-    record = store.repro(experiment_id)
-    if attempt is None:
-        return repro.rerun_record(record, store.attempts(experiment_id))
-    found = repro.attempt_record(record, attempt)
-    if found is None:
-        numbers = [int(a.get("attempt") or 0) for a in record.get("attempts") or []] or [0]
-        raise fail(
-            f"attempt {attempt} of experiment {experiment_id} recorded no code of its own (a restart "
-            f"runs the code of the attempt before it); attempts with a record: "
-            f"{', '.join(map(str, numbers))} (`phalanx get {experiment_id}` lists them)"
-        )
-    return found
 
 
 def _shown(value: Any) -> str:

@@ -235,6 +235,29 @@ def run(
         given |= {"--extra-params": extra_params, "--no-system-metrics": no_system_metrics}
         run_on_server(file, param, priority, server, follow, token_file, output, given, settings)
         return
+    from phalanx.spec.group import is_group_file
+
+    if str(file) != "-" and is_group_file(file):  # a search: `phalanx group run`, as `polyaxon run -f` did
+        not_for_groups: dict[str, object] = {"--dry-run (use `phalanx check -f FILE`)": dry_run}
+        not_for_groups |= {"--no-wait": no_wait}
+        not_for_groups |= {"--experiment-id": experiment_id, "--no-system-metrics": no_system_metrics}
+        not_for_groups |= {"--priority": priority != 0}
+        refused = [name for name, given_ in not_for_groups.items() if given_]
+        if refused:
+            raise UsageError(f"{', '.join(refused)}: not available for a group file (kind: group)")
+        from phalanx.cli.group import run as run_group
+
+        run_group(
+            file=file,
+            param=param,
+            workdir=workdir,
+            cluster=cluster,
+            oversubscribe=oversubscribe,
+            extra_params=extra_params,
+            detach=detach,
+            json_out=output is Output.JSON,
+        )
+        return
     spec = _load(file, param, extra_params)
     for note in getattr(spec, "notes", ()):
         sys.stderr.write(f"note: {note}\n")

@@ -27,6 +27,7 @@ def run_on_server(
     from phalanx.bundles import pack
     from phalanx.cli.app import emit_json
     from phalanx.cli.remote import follow as follow_logs
+    from phalanx.cli.remote import follow_group
     from phalanx.cli.target import choose
     from phalanx.errors import SpecError, UsageError
     from phalanx.spec.loader import parse_param_overrides
@@ -58,15 +59,17 @@ def run_on_server(
         sys.stderr.write(f"error: {file} is not a valid experiment file ({n} problem{'s' * (n != 1)})\n")
         raise typer.Exit(2) from None
     exp_id = str(answer["id"])
+    group = answer.get("kind") == "group"
     if str(output) == "json":
         emit_json(answer)
     else:
         typer.echo(exp_id)
+    page = f"{client.url}/groups/{exp_id}" if group else f"{client.url}/experiments/{exp_id}"
     if not follow:
-        sys.stderr.write(f"phalanx: open {client.url}/experiments/{exp_id} to see it in the web UI\n")
+        sys.stderr.write(f"phalanx: open {page} to see it in the web UI\n")
         return
     try:
-        code = follow_logs(client, exp_id)
+        code = follow_group(client, exp_id) if group else follow_logs(client, exp_id)
     except KeyboardInterrupt:
         sys.stderr.write(
             f"\nphalanx: detached; experiment {exp_id} keeps running on {client.url}"
@@ -75,3 +78,30 @@ def run_on_server(
         )
         raise typer.Exit(130) from None
     raise typer.Exit(code)
+
+
+def rerun_on_server(
+    server: str,
+    origin: str,
+    params: Mapping[str, Any],
+    priority: int,
+    attempt: int | None,
+    extra_params: bool,
+    token_file: Path | None,
+    output: Any,
+) -> None:
+    """`phalanx rerun ID --server URL`: the server starts what its experiment ID ran, with these
+    params, from its stored snapshot; prints the new id."""
+    from phalanx.cli.app import emit_json
+    from phalanx.cli.target import choose
+
+    client = choose(server, False, token_file, say=False)  # a stored login's token for its own URL
+    assert client is not None  # a server was named
+    sys.stderr.write(f"phalanx: rerunning {origin} on {client.url}\n")
+    answer = client.clone(origin, params, priority, attempt=attempt, extra_params=extra_params)
+    exp_id = str(answer["id"])
+    if str(output) == "json":
+        emit_json(answer)
+    else:
+        typer.echo(exp_id)
+    sys.stderr.write(f"phalanx: open {client.url}/experiments/{exp_id} to see it in the web UI\n")

@@ -19,6 +19,7 @@ from fastapi.staticfiles import StaticFiles
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from phalanx import __version__
+from phalanx.config import Settings
 from phalanx.errors import PhalanxError, http_status
 from phalanx.server.auth import SecurityMiddleware, default_allowed_hosts
 from phalanx.server.files import ArtifactFiles
@@ -74,6 +75,7 @@ def create_app(settings: ServerSettings, store: IngestStore | None = None) -> Fa
         if settings.gc_hours > 0:
             sweeper = Sweeper(store, settings.store, settings.gc_hours * 3600).start()
         app.state.sweeper = sweeper
+        _adopt_groups(store, settings.store)
         try:
             yield
         finally:
@@ -213,6 +215,21 @@ def _error(status: int, code: str, message: str, headers: Mapping[str, str] | No
     return JSONResponse(
         {"error": code, "message": message}, status_code=status, headers=dict(headers) if headers else None
     )
+
+
+def _adopt_groups(store: IngestStore, settings: Settings) -> None:
+    """Groups submitted to this server whose controller is gone get one again (groups.detached);
+    a failure is logged, never raised: the server must start."""
+    from phalanx.groups.detached import adopt
+    from phalanx.store.base import group_store
+
+    try:
+        started = adopt(group_store(store), settings)
+    except Exception:
+        log.exception("adopting the server's groups failed")
+        return
+    if started:
+        log.warning("started the controllers of groups %s again", ", ".join(started))
 
 
 def _install_error_handlers(app: FastAPI) -> None:

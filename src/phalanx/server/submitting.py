@@ -46,6 +46,7 @@ class SubmitResult:
     experiment_id: str
     bundle_sha256: str
     created: bool  # False: an earlier submit with the same idempotency key made it
+    kind: str = "experiment"  # or "group": the id is a group's (a `kind: group` file)
 
 
 def parse_params(text: str | None) -> dict[str, Any]:
@@ -88,6 +89,10 @@ def submit(store: Store, settings: Settings, request: SubmitRequest) -> SubmitRe
         done = submissions.by_key(store, key)
         if done is not None:
             return SubmitResult(done.experiment_id, done.bundle_sha256, created=False)
+    from phalanx.spec.group import is_group_text
+
+    if is_group_text(request.file_text, name):
+        return _submit_group(store, settings, request, name, sha)
     spec = load_spec_text(request.file_text, name, params=request.params)
     BundleStore(settings.home / "server" / "bundles").put(request.bundle)
     exp_id = uuid.uuid4().hex[:12]
@@ -104,8 +109,116 @@ def submit(store: Store, settings: Settings, request: SubmitRequest) -> SubmitRe
     return SubmitResult(exp_id, sha, created=True)
 
 
+def _kind_of(store: Store, submitted_id: str) -> str:
+    """What a submission's id names: a group's or an experiment's (both are 12 hex digits)."""
+    from phalanx.errors import NotFound
+    from phalanx.store.base import group_store
+
+    try:
+        group_store(store).get_group(submitted_id)
+    except NotFound:
+        return "experiment"
+    return "group"
+
+
+def _submit_group(
+    store: Store, settings: Settings, request: SubmitRequest, name: str, sha: str
+) -> SubmitResult:
+    """A `kind: group` file: validated and recorded as `phalanx group run` does, run from the
+    unpacked bundle by a controller in its own process (``groups.detached``) that a restarted
+    server adopts. Idempotent as an experiment's submit (the key names the group)."""
+    from phalanx.extras import require
+    from phalanx.groups import controller, detached
+    from phalanx.spec.group import load_group_text
+    from phalanx.store import submissions
+    from phalanx.store.base import group_store
+
+    group = load_group_text(request.file_text, name, params=request.params)
+    require("optuna", "search", "a group on the server")
+    BundleStore(settings.home / "server" / "bundles").put(request.bundle)
+    work = settings.home / "server" / "work" / f"group-{uuid.uuid4().hex[:12]}"
+    groups = group_store(store)
+    record = None
+    try:
+        unpack(request.bundle, work)
+        file = work / name
+        file.parent.mkdir(parents=True, exist_ok=True)
+        file.write_text(request.file_text, encoding="utf-8")
+        group = replace(group, base=replace(group.base, source_file=str(file)))
+        controller.build_trials_env(group, settings, workdir=file.parent)
+        record = controller.create(groups, group, workdir=file.parent, params=dict(request.params))
+        winner = submissions.reserve(store, record.id, request.idempotency_key, sha)
+        if winner != record.id:  # a retry with the same key won the race: this one never ran
+            groups.delete_group(record.id)
+            shutil.rmtree(work, ignore_errors=True)
+            return SubmitResult(winner, sha, created=False, kind="group")
+        detached.mark_server_group(settings, record.id)
+        process = detached.spawn(settings, record.id)
+    except BaseException:
+        if record is not None:
+            submissions.release(store, record.id)
+            groups.delete_group(record.id)
+        shutil.rmtree(work, ignore_errors=True)
+        raise
+    threading.Thread(target=process.wait, name=f"reap-group-{record.id}", daemon=True).start()
+    log.info("group %s submitted: controller pid %s", record.id, process.pid)
+    return SubmitResult(record.id, sha, created=True, kind="group")
+
+
+@dataclass(frozen=True)
+class CloneRequest:
+    """``{"from": ID, "params": {...}, "priority": N}``: run again what ID ran, with new params."""
+
+    origin: str
+    params: Mapping[str, Any]
+    priority: int
+    attempt: int | None = None
+    extra_params: bool = False
+    idempotency_key: str | None = None
+
+
+def clone(store: Store, settings: Settings, request: CloneRequest) -> SubmitResult:
+    """Clone and enqueue: the stored file and source snapshot of ``request.origin``, chosen by the
+    rerun rule of `phalanx rerun` (its last successful attempt's), with the new params over the
+    recorded ones, started on this machine's queue. The new experiment records its origin
+    (``rerun_of``). SpecError (422) for params its file refuses, UsageError (400) for an origin
+    that cannot be rerun, NotFound (404) for no such origin; nothing is left of a refused clone."""
+    from phalanx import repro
+    from phalanx.queue import check_priority
+    from phalanx.runner.rerunning import rerun_source
+    from phalanx.store import submissions
+
+    key = request.idempotency_key
+    if key is not None and not _KEY.match(key):
+        raise UsageError("Idempotency-Key: 1 to 200 printable ASCII characters without spaces")
+    check_priority(request.priority, "priority")
+    submissions.check_available(store)
+    if key is not None:
+        done = submissions.by_key(store, key)
+        if done is not None:
+            return SubmitResult(done.experiment_id, done.bundle_sha256, created=False)
+    source = rerun_source(
+        store, request.origin, request.params, attempt=request.attempt, extra_params=request.extra_params
+    )
+    sha = digest(source.snapshot)
+    exp_id = uuid.uuid4().hex[:12]
+    winner = submissions.reserve(store, exp_id, key, sha)
+    if winner != exp_id:
+        return SubmitResult(winner, sha, created=False)
+    work = settings.home / "server" / "work" / exp_id
+    try:
+        repro.extract(source.snapshot, work)
+        options = source.options(exp_id, work, request.priority)
+        _launch(settings, source.spec, options, work, f"rerun of {source.origin.id} from its snapshot")
+    except BaseException:
+        submissions.release(store, exp_id)
+        shutil.rmtree(work, ignore_errors=True)
+        raise
+    return SubmitResult(exp_id, sha, created=True)
+
+
 def _start(settings: Settings, spec: Any, request: SubmitRequest, name: str, work: Path, exp_id: str) -> None:
-    from phalanx.runner import LaunchOptions, LaunchRecord, Runner, StartFailed, StartTimeout
+    from phalanx.runner import LaunchOptions, LaunchRecord
 
     unpack(request.bundle, work)
     file = work / name
@@ -118,10 +231,18 @@ def _start(settings: Settings, spec: Any, request: SubmitRequest, name: str, wor
         experiment_id=exp_id,
         record=LaunchRecord(file=str(file), params=dict(request.params)),
     )
+    _launch(settings, spec, options, file.parent, None)
+
+
+def _launch(settings: Settings, spec: Any, options: Any, cwd: Path, headline: str | None) -> None:
+    """Start the experiment's detached supervisor and return once the experiment exists."""
+    from phalanx.runner import Runner, StartFailed, StartTimeout
+
+    exp_id = options.experiment_id
     runner = Runner(settings)
     runner.dry_run(spec, options)  # what is refused before anything starts, as the CLI says it
     try:
-        submitted = runner.submit(spec, options, cwd=file.parent)
+        submitted = runner.submit(spec, options, cwd=cwd, headline=headline)
     except StartTimeout as exc:  # slow, not failed: its supervisor runs on, so keep key and folder
         log.warning("experiment %s: %s", exp_id, exc)
         threading.Thread(target=exc.process.wait, name=f"reap-{exp_id}", daemon=True).start()

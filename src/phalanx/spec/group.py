@@ -1000,8 +1000,16 @@ def is_group_file(path: str | Path) -> bool:
     """Whether the file says `kind: group` (a cheap look before choosing the reader)."""
     try:
         text = Path(path).read_bytes()[:MAX_FILE_BYTES].decode("utf-8-sig", errors="replace")
-        root, _ = compose(text, str(path))
-    except (OSError, TreeError, Exception):
+    except OSError:
+        return False
+    return is_group_text(text, str(path))
+
+
+def is_group_text(text: str, filename: str = "<text>") -> bool:
+    """Whether the text says `kind: group` (the server's look at a submitted file)."""
+    try:
+        root, _ = compose(text[:MAX_FILE_BYTES], filename)
+    except (TreeError, Exception):
         return False
     node = root.get("kind") if isinstance(root, YMap) else None
     return isinstance(node, YScalar) and node.value == "group"

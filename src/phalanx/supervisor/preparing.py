@@ -298,7 +298,11 @@ def launch_json(prepared: Prepared) -> dict[str, Any]:
             shown = argv[2] if argv[:2] == ["/bin/sh", "-c"] else shlex.join(argv)
             for name in unit["replicas"]:
                 commands[name] = shown
-    return {"file": plan.source_file, "params": dict(plan.launch_params), "commands": commands}
+    doc: dict[str, Any] = {"file": plan.source_file, "params": dict(plan.launch_params), "commands": commands}
+    origin = (prepared.launch or {}).get("rerun_of")
+    if origin:  # a rerun (`phalanx rerun`, the server's clone): the UI links to where it came from
+        doc["rerun_of"] = origin
+    return doc
 
 
 def dry_run_json(prepared: Prepared) -> dict[str, Any]:

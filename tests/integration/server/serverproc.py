@@ -31,14 +31,20 @@ def clean_env(home: Path, **extra: str) -> dict[str, str]:
 
 
 def start_server(
-    home: Path, token: str | None = None, port: int | None = None, env: dict[str, str] | None = None
+    home: Path,
+    token: str | None = None,
+    port: int | None = None,
+    env: dict[str, str] | None = None,
+    cpus: list[int] | None = None,
 ) -> Server:
     """A server that answers /health. free_port's port is only free when it is picked: something
     (an outgoing connection's ephemeral port) can take it before the server binds, so a server that
-    could not bind a port the test did not choose is started again on another one."""
+    could not bind a port the test did not choose is started again on another one. ``cpus``: the
+    server's CPU affinity, which the supervisors it starts inherit, so the machine's ledger sees
+    only those cores (a machine of that size, whatever this one has)."""
     for attempt in range(3):
         try:
-            return _start_server(home, token, port or free_port(), env)
+            return _start_server(home, token, port or free_port(), env, cpus)
         except _PortTaken:
             if port is not None or attempt == 2:
                 raise
@@ -49,15 +55,23 @@ class _PortTaken(RuntimeError):
     pass
 
 
-def _start_server(home: Path, token: str | None, port: int, env: dict[str, str] | None) -> Server:
+def _start_server(
+    home: Path, token: str | None, port: int, env: dict[str, str] | None, cpus: list[int] | None
+) -> Server:
     args = [str(PHALANX), "server", "--port", str(port), "--log-level", "warning"]
     if token:
         token_file = home / "server.token"
         token_file.write_text(token + "\n")
         args += ["--token-file", str(token_file)]
     log = open(home / f"server-{port}.log", "wb")  # noqa: SIM115 (closed with the process)
+    pin = (lambda: os.sched_setaffinity(0, cpus)) if cpus else None
     proc = subprocess.Popen(
-        args, env=clean_env(home, **(env or {})), stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+        args,
+        env=clean_env(home, **(env or {})),
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+        preexec_fn=pin,
     )
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 90

@@ -231,3 +231,45 @@ def test_a_submitted_experiment_outlives_the_server_that_started_it(
         supervisors_gone(second)
     finally:
         stop_server(second.proc)
+
+
+def test_rerun_on_the_server_runs_the_stored_snapshot_with_new_params(server: Server, tmp_path: Path) -> None:
+    project = folder(tmp_path)
+    origin = Client(server.url, TOKEN).submit(project / "exp.yml", pack(project), {}, 0)["id"]
+    assert wait_done(server, origin)["status"] == "succeeded"
+    (project / "train.py").write_text("raise SystemExit('the submitter\\'s folder is not what reruns')\n")
+    home = tmp_path / "client-home"
+    home.mkdir(exist_ok=True)
+
+    def rerun(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [str(PHALANX), "rerun", origin, "--server", server.url, *args],
+            env=clean_env(home, PHALANX_TOKEN=TOKEN),
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+
+    refused = rerun("--param", "fial=worker-0")  # a misspelt name: refused before anything queues
+    assert refused.returncode == 2, refused.stderr
+    assert "--param fial: the file neither declares a param 'fial'" in refused.stderr
+    assert "Traceback" not in refused.stderr
+
+    r = rerun("--param", "fail=worker-0", "--priority", "5")
+    assert r.returncode == 0, r.stderr
+    clone = r.stdout.strip()
+    exp = wait_done(server, clone)
+    # it ran the stored snapshot with the new param: worker-0 failed as told, the master did not
+    assert exp["status"] == "failed"
+    failed = {rep["name"]: rep["exit_code"] for rep in exp["replicas"]}
+    assert failed["worker-0"] == 3
+    assert exp["plan"]["launch"]["rerun_of"] == origin
+    assert exp["plan"]["launch"]["params"] == {"fail": "worker-0"}
+    # a clone retried with the same idempotency key makes one experiment
+    client = Client(server.url, TOKEN)
+    first = client.clone(origin, {"fail": "none"}, 0, key="clone-once")
+    again = client.clone(origin, {"fail": "none"}, 0, key="clone-once")
+    assert first["created"] is True and again == {**first, "created": False}
+    assert wait_done(server, first["id"])["status"] == "succeeded"
+    ids = {e["id"] for e in api(server, "/experiments?limit=50")["items"]}
+    assert ids == {origin, clone, first["id"]}

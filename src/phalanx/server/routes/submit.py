@@ -1,13 +1,16 @@
 """Submitting experiments: ``POST /experiments`` (multipart: the file, params, priority, the code
-bundle) and ``GET /experiments/{id}/submission`` (which bundle it ran)."""
+bundle; or JSON ``{"from": ID}``: clone and enqueue) and ``GET /experiments/{id}/submission``
+(which bundle it ran)."""
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any
 
-from fastapi import APIRouter, File, Form, Header, UploadFile
+from fastapi import APIRouter, Header, HTTPException, Request
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from starlette.datastructures import UploadFile as StarletteUploadFile
 
 from phalanx.errors import NotFound
 from phalanx.server.deps import SettingsDep, StoreDep, experiment_of
@@ -19,6 +22,7 @@ class SubmittedOut(BaseModel):
     id: str
     bundle_sha256: str = Field(description="sha256 of the code bundle received")
     created: bool = Field(description="false when an earlier submit with the same Idempotency-Key made it")
+    kind: str = Field("experiment", description="experiment, or group (a `kind: group` file: a group id)")
 
 
 class SubmissionOut(BaseModel):
@@ -27,37 +31,133 @@ class SubmissionOut(BaseModel):
     submitted_at: float
 
 
-@router.post("/experiments", response_model=SubmittedOut, status_code=201)
-def submit_experiment(
+class SubmitForm(BaseModel):
+    """The multipart form of a submit from a folder (`phalanx run -f FILE --server URL`)."""
+
+    file_name: str = Field(max_length=500, description="the file's path in the bundle")
+    file_text: str = Field(max_length=1 << 20, description="the experiment file's text")
+    params: str | None = Field(None, max_length=1 << 20, description='JSON: {"lr": 0.1}')
+    priority: int = Field(0, ge=-(10**6), le=10**6)
+
+
+class CloneIn(BaseModel):
+    """Clone and enqueue (`phalanx rerun ID --server URL`, the UI's "Run again with…")."""
+
+    model_config = ConfigDict(populate_by_name=True, extra="forbid")
+
+    origin: str = Field(alias="from", min_length=1, max_length=200, description="the experiment to run again")
+    params: dict[str, Any] = Field(default_factory=dict, description="changed params, over the recorded ones")
+    texts: dict[str, str] = Field(
+        default_factory=dict,
+        description="changed params as typed (a form's text boxes), read as `--param NAME=VALUE` reads VALUE",
+    )
+    priority: int = Field(0, ge=-(10**6), le=10**6)
+    attempt: int | None = Field(None, ge=0, le=2**31 - 1, description="rerun what this attempt ran")
+    extra_params: bool = Field(False, description="accept params the experiment file does not declare")
+
+
+_FORM_SCHEMA = {
+    "type": "object",
+    "required": ["file_name", "file_text", "bundle"],
+    "properties": {
+        **SubmitForm.model_json_schema()["properties"],
+        "bundle": {"type": "string", "format": "binary", "description": "the submitter's folder, a .tar.gz"},
+    },
+}
+
+
+@router.post(
+    "/experiments",
+    response_model=SubmittedOut,
+    status_code=201,
+    openapi_extra={
+        "requestBody": {
+            "required": True,
+            "content": {
+                "multipart/form-data": {"schema": _FORM_SCHEMA},
+                "application/json": {"schema": CloneIn.model_json_schema(by_alias=True)},
+            },
+        }
+    },
+)
+async def submit_experiment(
+    request: Request,
     store: StoreDep,
     settings: SettingsDep,
-    file_name: Annotated[str, Form(max_length=500, description="the file's path in the bundle")],
-    file_text: Annotated[str, Form(max_length=1 << 20, description="the experiment file's text")],
-    bundle: Annotated[UploadFile, File(description="the submitter's folder, a .tar.gz")],
-    params: Annotated[str | None, Form(max_length=1 << 20, description='JSON: {"lr": 0.1}')] = None,
-    priority: Annotated[int, Form(ge=-(10**6), le=10**6)] = 0,
     idempotency_key: Annotated[str | None, Header(max_length=200)] = None,
 ) -> JSONResponse:
-    """Validate the file (422 with `FILE:LINE:COL` problems), keep the bundle by its sha256, unpack
-    it into a working folder and start the experiment on this machine's queue. A retry with the same
-    ``Idempotency-Key`` answers the first submit's id (200) and starts nothing."""
-    from phalanx.server.submitting import SubmitRequest, parse_params, submit
+    """Two ways to start an experiment on this server's machine:
 
-    data = bundle.file.read()
-    result = submit(
-        store,
-        settings.store,
-        SubmitRequest(
-            file_name=file_name,
-            file_text=file_text,
-            params=parse_params(params),
-            priority=priority,
-            bundle=data,
-            idempotency_key=idempotency_key,
-        ),
+    - multipart (the file, params, priority and the code bundle): validate the file (422 with
+      `FILE:LINE:COL` problems), keep the bundle by its sha256, unpack it into a working folder and
+      start the experiment on this machine's queue;
+    - JSON ``{"from": ID, "params": {...}, "priority": N}`` (clone and enqueue): run again the stored
+      file and source snapshot of experiment ID (the rerun rule of `phalanx rerun`) with these
+      params over its recorded ones; the new experiment records ID as its origin.
+
+    A retry with the same ``Idempotency-Key`` answers the first submit's id (200) and starts nothing."""
+    from starlette.concurrency import run_in_threadpool
+
+    from phalanx.server.submitting import CloneRequest, SubmitRequest, clone, parse_params, submit
+
+    kind = request.headers.get("content-type", "").split(";")[0].strip().lower()
+    if kind == "application/json":
+        try:
+            body = CloneIn.model_validate_json(await request.body())
+        except ValidationError as exc:
+            raise RequestValidationError(_located(exc.errors(), "body")) from None
+        from phalanx.spec.loader import parse_param_overrides
+
+        typed = parse_param_overrides(f"{name}={text}" for name, text in body.texts.items())
+        result = await run_in_threadpool(
+            clone,
+            store,
+            settings.store,
+            CloneRequest(
+                origin=body.origin,
+                params={**body.params, **typed},
+                priority=body.priority,
+                attempt=body.attempt,
+                extra_params=body.extra_params,
+                idempotency_key=idempotency_key,
+            ),
+        )
+    elif kind == "multipart/form-data":
+        async with request.form() as form:
+            bundle = form.get("bundle")
+            try:
+                fields = SubmitForm.model_validate({k: v for k, v in form.items() if isinstance(v, str)})
+            except ValidationError as exc:
+                raise RequestValidationError(_located(exc.errors(), "form")) from None
+            if not isinstance(bundle, StarletteUploadFile):
+                missing = {"loc": ("form", "bundle"), "msg": "a .tar.gz file is required"}
+                raise RequestValidationError([missing])
+            data = await bundle.read()
+        result = await run_in_threadpool(
+            submit,
+            store,
+            settings.store,
+            SubmitRequest(
+                file_name=fields.file_name,
+                file_text=fields.file_text,
+                params=parse_params(fields.params),
+                priority=fields.priority,
+                bundle=data,
+                idempotency_key=idempotency_key,
+            ),
+        )
+    else:
+        raise HTTPException(
+            415, 'send multipart/form-data (a file and its code bundle) or application/json ({"from": ID})'
+        )
+    out = SubmittedOut(
+        id=result.experiment_id, bundle_sha256=result.bundle_sha256, created=result.created, kind=result.kind
     )
-    out = SubmittedOut(id=result.experiment_id, bundle_sha256=result.bundle_sha256, created=result.created)
     return JSONResponse(out.model_dump(), status_code=201 if result.created else 200)
+
+
+def _located(errors: Any, where: str) -> list[dict[str, Any]]:
+    return [{**e, "loc": (where, *e.get("loc", ()))} for e in errors]
 
 
 @router.get("/experiments/{experiment_id}/submission", response_model=SubmissionOut)

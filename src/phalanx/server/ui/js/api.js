@@ -82,6 +82,9 @@ export const api = {
   modelUrl: (id, name) => `${BASE}/experiments/${enc(id)}/models/${encPath(name)}`,
   logsTextUrl: (id, params) => `${BASE}/experiments/${enc(id)}/logs.txt?${new URLSearchParams(params)}`,
   logStreamUrl: (id, params) => `${BASE}/experiments/${enc(id)}/logs/stream?${new URLSearchParams(params)}`,
+  // clone and enqueue: {from, params, priority}; the key makes a double click one experiment
+  clone: (body, key) => request("/experiments", {
+    method: "POST", headers: { "Content-Type": "application/json", "Idempotency-Key": key }, body: JSON.stringify(body) }),
   groups: () => request("/groups"),
   queue: () => request("/queue"),
 };

@@ -4,6 +4,7 @@
 import { api } from "./api.js";
 import { renderConsole } from "./console.js";
 import { renderArtifacts, renderModels, renderParams, renderScalars } from "./panels.js";
+import { rerunForm } from "./rerun.js";
 import { sourceDetails } from "./repro.js";
 import { badge, byReplica, clear, durationSeconds, fmtBytes, fmtDuration, fmtResources, fmtTime, fmtValue, h, topologyText, add } from "./util.js";
 
@@ -20,9 +21,10 @@ export function renderExperiment(root, ctx, id) {
   let timer = null;
 
   const head = h("div", { class: "exp-head" });
+  const rerunBox = h("div", { id: "rerun-box" });
   const tabs = h("nav", { class: "tabs", role: "tablist" });
   const panel = h("section", { id: "panel" });
-  add(clear(root), head, tabs, panel);
+  add(clear(root), head, rerunBox, tabs, panel);
 
   function drawTabs() {
     add(clear(tabs), TABS.map(([key, label]) => h("a", {
@@ -43,7 +45,14 @@ export function renderExperiment(root, ctx, id) {
       if (!confirm(`Delete experiment ${exp.id} and everything it reported? This cannot be undone.`)) return;
       try { await api.remove(exp.id); location.href = "/"; } catch (err) { alert(`Could not delete: ${err.message}`); }
     } }, "Delete");
-    add(clear(head), 
+    const origin = ((exp.plan || {}).launch || {}).rerun_of;
+    // a started experiment with its file can run again (the server answers if its snapshot is gone)
+    const again = exp.spec_text && exp.backend !== "script"
+      ? h("button", { id: "run-again", onclick: () => {
+        if (rerunBox.firstChild) { clear(rerunBox); return; }
+        add(rerunBox, rerunForm(exp, () => clear(rerunBox)));
+      } }, "Run again with…") : null;
+    add(clear(head),
       h("div", { style: { flex: "1" } },
         h("div", { class: "muted small" }, h("a", { href: "/" }, "Experiments"), " / ", exp.project),
         h("h1", {}, exp.name, " ", badge(exp.status),
@@ -54,6 +63,8 @@ export function renderExperiment(root, ctx, id) {
           h("span", {}, "topology ", h("b", {}, topologyText(exp.topology))),
           exp.backend ? h("span", {}, "backend ", h("b", {}, exp.backend)) : null,
           exp.cluster ? h("span", {}, "cluster ", h("b", {}, exp.cluster)) : null,
+          origin ? h("span", { id: "rerun-of", "data-origin": origin }, "rerun of ",
+            h("a", { href: `/experiments/${encodeURIComponent(origin)}`, class: "mono" }, origin)) : null,
           exp.group_id ? h("span", { "data-group": exp.group_id }, "group ",
             h("a", { href: `/groups/${encodeURIComponent(exp.group_id)}`, class: "mono" }, exp.group_id)) : null,
           h("span", {}, "started ", h("b", {}, fmtTime(exp.started_at || exp.created_at))),
@@ -62,7 +73,7 @@ export function renderExperiment(root, ctx, id) {
         )),
       h("div", { class: "toolbar" },
         h("a", { href: `/compare?ids=${exp.id}` }, h("button", {}, "Compare with…")),
-        running ? stop : del),
+        again, running ? stop : del),
     );
   }
 
