@@ -192,7 +192,7 @@ def report(r: dict[str, Any], args: argparse.Namespace, load: tuple[float, ...])
         f"with {args.clients} chart clients p50 {r['list_loaded_p50_s'] * 1000:.0f} ms "
         f"p99 {r['list_loaded_p99_s'] * 1000:.0f} ms ({ratio:.1f}x idle)"
     )
-    ok = (
+    ok = bool(
         r["list_loaded_p99_s"] <= 0.150
         and max(p50.values()) <= 0.050
         and max(r["B_big_compact_bytes"], r["C_zoom_compact_bytes"]) <= 100_000 * args.series / 8
