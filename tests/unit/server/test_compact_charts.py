@@ -83,3 +83,29 @@ def test_without_gzip_the_compact_answer_is_plain_json(client: TestClient, store
     assert decode(doc)["a"]["steps"] == list(range(500))
     bad = client.get(f"/api/v1/experiments/{e.id}/metrics/loss", params={"format": "binary"})
     assert bad.status_code == 422 and "format" in bad.json()["message"]
+
+
+def test_a_finished_experiments_chart_is_answered_again_from_the_cache(
+    client: TestClient, store: Store
+) -> None:
+    from phalanx.domain import ExperimentStatus
+    from phalanx.server.routes.metrics import chart_cache
+
+    cache = chart_cache(client.app)
+    done = fill.experiment(store)
+    running = fill.experiment(store, status=ExperimentStatus.RUNNING)
+    for e in (done, running):
+        fill.scalars(store, e.id, "loss", "a", [1.0, 2.0])
+    path = "/api/v1/experiments/{}/metrics/loss"
+    first = client.get(path.format(done.id), params={"format": "compact"}).content
+    fill.scalars(store, running.id, "loss", "a", [1.0, 2.0, 3.0])
+    assert client.get(path.format(done.id), params={"format": "compact"}).content == first
+    assert cache.hits == 1
+    client.get(path.format(running.id), params={"format": "compact"})
+    fill.scalars(store, running.id, "loss", "a", [1.0, 2.0, 3.0, 4.0])
+    doc = client.get(path.format(running.id), params={"format": "compact"}).json()
+    assert cache.hits == 1 and doc["series"]["a"]["count"] == 9  # a running one is read again (2 + 3 + 4)
+    cache.ttl = -1.0  # an answer past its time is read again
+    client.get(path.format(done.id), params={"max_points": 100})
+    client.get(path.format(done.id), params={"max_points": 100})
+    assert cache.hits == 1

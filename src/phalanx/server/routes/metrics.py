@@ -11,6 +11,7 @@ from fastapi import APIRouter, Query, Request, Response
 
 from phalanx.downsample import downsample_indices
 from phalanx.errors import NotFound, UsageError
+from phalanx.server.chartcache import ChartCache
 from phalanx.server.chartdata import compress, encode_series, render
 from phalanx.server.deps import StoreDep, experiment_of
 from phalanx.server.schemas import MetricOut, MetricTitles, SeriesOut, finite_or_none
@@ -63,9 +64,27 @@ async def metric(
     event loop that the list and the other pages of the one server process answer from."""
     args = (experiment_id, title, store, max_points, x, series, x_min, x_max)
     accept = request.headers.get("accept-encoding", "")
-    loop = asyncio.get_running_loop()
-    body, headers = await loop.run_in_executor(chart_pool(request.app), _answer, args, format, accept)
-    return Response(body, media_type="application/json", headers=headers)
+    gzip_ok = "gzip" in accept.lower()
+    cache = chart_cache(request.app)
+    key = (*args[:2], *args[3:], format, gzip_ok)
+    answer = cache.get(key)
+    if answer is None:
+        loop = asyncio.get_running_loop()
+        body, headers, done = await loop.run_in_executor(
+            chart_pool(request.app), _answer, args, format, accept
+        )
+        answer = (body, headers)
+        if done:
+            cache.put(key, answer)
+    return Response(answer[0], media_type="application/json", headers=answer[1])
+
+
+def chart_cache(app: Any) -> ChartCache:
+    """The app's recent chart answers of finished experiments (phalanx.server.chartcache)."""
+    cache: ChartCache | None = getattr(app.state, "chart_cache", None)
+    if cache is None:
+        cache = app.state.chart_cache = ChartCache()
+    return cache
 
 
 def chart_pool(app: Any) -> ThreadPoolExecutor:
@@ -83,16 +102,18 @@ def close_chart_pool(app: Any) -> None:
         pool.shutdown(wait=False, cancel_futures=True)
 
 
-def _answer(args: tuple[Any, ...], form: str, accept_encoding: str) -> tuple[bytes, dict[str, str]]:
-    """The response body in the asked form, serialised here (in the chart pool, off the event loop)."""
+def _answer(args: tuple[Any, ...], form: str, accept_encoding: str) -> tuple[bytes, dict[str, str], bool]:
+    """The response body in the asked form, serialised here (in the chart pool, off the event loop),
+    and whether the experiment had finished (its answer may be kept a while)."""
     title, x = args[1], args[4]
+    done = bool(experiment_of(args[2], args[0]).status.done)
     found = _metric(*args)
     if form == "compact":
         encoded = {
             name: encode_series(v.series.steps, v.series.values, v.series.times, v.count, v.downsampled)
             for name, v in found.items()
         }
-        return compress(render(title, x, encoded), accept_encoding)
+        return (*compress(render(title, x, encoded), accept_encoding), done)
     out = MetricOut(
         title=title,
         x=x,
@@ -107,7 +128,7 @@ def _answer(args: tuple[Any, ...], form: str, accept_encoding: str) -> tuple[byt
             for name, v in found.items()
         },
     )
-    return out.model_dump_json().encode(), {}
+    return out.model_dump_json().encode(), {}, done
 
 
 def _metric(
