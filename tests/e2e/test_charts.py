@@ -253,7 +253,9 @@ def test_a_drag_zoom_draws_exactly_the_points_the_api_returns_for_that_window(
     page.mouse.up()
     page.locator(f'{CARD}[data-detail="true"]').wait_for()
     lo, hi = (float(v) for v in chart.get_attribute("data-zoom").split(","))
-    window = chart_data(server, f"/experiments/{exp}/metrics/loss", max_points=2000, x="step", x_min=lo, x_max=hi)
+    window = chart_data(
+        server, f"/experiments/{exp}/metrics/loss", max_points=2000, x="step", x_min=lo, x_max=hi
+    )
     detail = window["series"]
     steps = detail["worker 00"]["steps"]
     assert 100 < len(steps) <= 2000 and steps == list(range(steps[0], steps[-1] + 1))  # every point
