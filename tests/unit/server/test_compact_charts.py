@@ -6,7 +6,11 @@ from __future__ import annotations
 import gzip
 import json
 import math
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 
+import pytest
 from fastapi.testclient import TestClient
 
 from phalanx.server.chartdata import chart_values, decode
@@ -109,3 +113,40 @@ def test_a_finished_experiments_chart_is_answered_again_from_the_cache(
     client.get(path.format(done.id), params={"max_points": 100})
     client.get(path.format(done.id), params={"max_points": 100})
     assert cache.hits == 1
+
+
+def test_the_list_answers_while_every_chart_thread_is_busy(
+    client: TestClient, store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Chart reads queue on their own pool: with its threads stuck on slow reads and more charts
+    waiting, the experiment list and the other pages still answer."""
+    from phalanx.server.routes import metrics
+
+    e = fill.experiment(store)
+    fill.scalars(store, e.id, "loss", "a", [1.0, 2.0])
+    release = threading.Event()
+    started = threading.Semaphore(0)
+    slow_read = metrics._metric
+
+    def stuck(*args: Any) -> Any:
+        started.release()
+        assert release.wait(60), "never released"
+        return slow_read(*args)
+
+    monkeypatch.setattr(metrics, "_metric", stuck)
+    path = f"/api/v1/experiments/{e.id}/metrics/loss"
+    with ThreadPoolExecutor(metrics.CHART_SLOTS + 2) as browsers:
+        charts = [
+            browsers.submit(client.get, path, params={"x_max": 10 + k})
+            for k in range(metrics.CHART_SLOTS + 2)
+        ]
+        for _ in range(metrics.CHART_SLOTS):
+            assert started.acquire(timeout=60)  # every chart thread is taken
+        try:
+            listed = client.get("/api/v1/experiments")
+            assert listed.status_code == 200 and [x["id"] for x in listed.json()["items"]] == [e.id]
+            assert client.get(f"/api/v1/experiments/{e.id}/metrics").status_code == 200
+            assert not any(c.done() for c in charts)  # the charts were still waiting meanwhile
+        finally:
+            release.set()
+        assert all(c.result(timeout=60).status_code == 200 for c in charts)
