@@ -106,9 +106,9 @@ def server(runs: tuple[Path, Runs]) -> Iterator[Server]:
     stop_server(s.proc)
 
 
-def points(server: Server, exp: str) -> dict[str, dict[int, float]]:
+def points(server: Server, exp: str, **window: float) -> dict[str, dict[int, float]]:
     """Each series' step -> value, as the charts get them (the compact form, decoded)."""
-    q = urllib.parse.urlencode({"max_points": 2000, "format": "compact"})
+    q = urllib.parse.urlencode({"max_points": 2000, "format": "compact", **window})
     with urllib.request.urlopen(f"{server.url}/api/v1/experiments/{exp}/metrics/loss?{q}", timeout=30) as r:
         series = decode(json.load(r))
     return {name: dict(zip(s["steps"], s["values"], strict=True)) for name, s in series.items()}
@@ -168,6 +168,34 @@ def test_a_runs_ranks_as_their_mean_and_min_max_band(
     # rank 2 has no odd steps: there it is interpolated, not left out of the mean
     assert got["cols"][0][7] != pytest.approx((sent["rank 0"][7] + sent["rank 1"][7]) / 2)
     shot(page, "40-rank-band")
+    # a drag-zoom keeps the band: the window's points, aggregated the same way
+    chart = page.locator(CARD)
+    over = chart.locator(".u-over").bounding_box()
+    mid = over["y"] + over["height"] / 2
+    page.mouse.move(over["x"] + over["width"] * 0.2, mid)
+    page.mouse.down()
+    page.mouse.move(over["x"] + over["width"] * 0.5, mid, steps=5)
+    page.mouse.up()
+    page.locator(f'{CARD}[data-detail="true"]').wait_for()
+    lo, hi = (float(v) for v in str(chart.get_attribute("data-zoom")).split(","))
+    flo, fhi = (float(v) for v in str(chart.get_attribute("data-fetched")).split(","))
+    assert flo < lo and fhi > hi  # a margin, so each rank has its neighbours at the view's edges
+    zoomed = drawn(page, "")
+    assert zoomed["labels"] == got["labels"] and zoomed["bands"] == [[2, 3]]
+    window = points(server, r.ranks, x_min=flo, x_max=fhi)
+    wxs, wmean, wlo, whi = expected_band([window["rank 0"], window["rank 1"], window["rank 2"]])
+    assert zoomed["x"] == wxs
+    assert zoomed["cols"][0] == pytest.approx(wmean, rel=1e-12)
+    assert zoomed["cols"][1] == pytest.approx(whi, rel=1e-12)
+    assert zoomed["cols"][2] == pytest.approx(wlo, rel=1e-12)
+    inside = [k for k, x in enumerate(zoomed["x"]) if lo <= x <= hi]
+    assert len(inside) > 10
+    # in view, the same mean as the whole chart's (to the compact form's rounding): all three ranks
+    # count at the edges too
+    assert [zoomed["cols"][0][k] for k in inside] == pytest.approx(
+        [mean[xs.index(zoomed["x"][k])] for k in inside], rel=1e-5
+    )
+    chart.locator(".u-over").dblclick()
     page.select_option('select[aria-label="lines"]', "each")
     page.wait_for_function(f"() => document.querySelector('{CARD}').plot.series.length === 4")
     assert drawn(page, "")["bands"] == []

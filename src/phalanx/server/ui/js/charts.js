@@ -276,7 +276,11 @@ export class ScalarChart {
     clearTimeout(this.pending);
     this.pending = setTimeout(async () => {
       try {
-        const lines = await this.detail(min, max);
+        // An aggregate needs each member's neighbours just outside the view to interpolate at its
+        // edges (a rank that reports every other step): fetch a margin around it.
+        const pad = this.opts && this.opts.aggregate ? (max - min) * 0.1 : 0;
+        this.card.dataset.fetched = `${min - pad},${max + pad}`;
+        const lines = await this.detail(min - pad, max + pad);
         if (ticket !== this.request || !this.plot || !lines) return;
         // The detail replaces the coarse data, and the x scale is set again so uPlot recomputes
         // which indexes are in view: setData(…, false) alone keeps the old index window, which
