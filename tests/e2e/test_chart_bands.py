@@ -27,6 +27,7 @@ pytestmark = pytest.mark.browser
 
 CARD = '.chart-card[data-title="loss"]'
 STEPS = 120
+TAGS: list[tuple[str, ...]] = [("baseline",), ("baseline",), (), ()]
 
 
 @dataclass
@@ -36,7 +37,11 @@ class Runs:
 
 
 def experiment(
-    home: Path, name: str, series: dict[str, list[tuple[int, float]]], params: dict[str, str]
+    home: Path,
+    name: str,
+    series: dict[str, list[tuple[int, float]]],
+    params: dict[str, str],
+    tags: tuple[str, ...] = (),
 ) -> str:
     store = open_store(Settings(home=home))
     t0 = float(int(time.time()) - 3600)
@@ -46,6 +51,7 @@ def experiment(
             project="bands",
             replicas=[Replica("", "master", Role.MASTER, 0, 0)],
             framework="pytorch",
+            tags=tags,
         )
         events = [
             Event(
@@ -93,7 +99,8 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Runs]:
     )
     optimizers = ["adam", "sgd", "adam", "sgd"]
     by_id = {
-        experiment(home, f"run {k}", {"loss": curve(3 + k, range(60))}, {"optimizer": o}): o
+        # runs 0 and 1 tagged "baseline", 2 and 3 not tagged
+        experiment(home, f"run {k}", {"loss": curve(3 + k, range(60))}, {"optimizer": o}, TAGS[k]): o
         for k, o in enumerate(optimizers)
     }
     return home, Runs(ranks, by_id)
@@ -223,3 +230,18 @@ def test_compare_groups_runs_by_a_param_into_bands(
         assert got["cols"][i + 1] == pytest.approx(hi, rel=1e-12)
         assert got["cols"][i + 2] == pytest.approx(lo, rel=1e-12)
     shot(page, "41-group-by-param")
+    # grouped by tags instead: runs 0 and 1 ("baseline") against 2 and 3 (no tags)
+    page.select_option('select[aria-label="lines"]', "tags")
+    page.wait_for_function(
+        "sel => document.querySelector(sel).plot.series.some(s => s.label.startsWith('tags: baseline'))",
+        arg=f"{root} {CARD}",
+    )
+    got = drawn(page, root)
+    ids = list(r.runs)
+    for label, members in (("tags: baseline", ids[:2]), ("tags: no tags", ids[2:])):
+        xs, mean, lo, hi = expected_band([points(server, exp)["loss"] for exp in members])
+        i = got["labels"].index(f"{label} · mean of 2")
+        assert [i + 2, i + 3] in got["bands"]
+        assert got["cols"][i] == pytest.approx(mean, rel=1e-12)
+        assert got["cols"][i + 1] == pytest.approx(hi, rel=1e-12)
+        assert got["cols"][i + 2] == pytest.approx(lo, rel=1e-12)

@@ -34,8 +34,12 @@ export function renderCompare(root, ctx) {
     const valueOf = (key, ei) => [...values.get(key)[ei]].sort().join(" | ") || "—";
     const groupable = [...values.keys()].filter((k) => new Set(exps.map((_, ei) => valueOf(k, ei))).size > 1).sort();
     const groupValues = new Map(groupable.map((k) => [k, [...new Set(exps.map((_, ei) => valueOf(k, ei)))].sort()]));
+    // runs grouped by their tags (the set of them, "no tags" for none) when the runs' tags differ
+    const tagsOf = (e) => ((e.tags || []).length ? [...e.tags].sort().join(", ") : "no tags");
+    const tagGroups = [...new Set(exps.map(tagsOf))].sort();
     const modes = lineModes(state, [["each", "each series"], ["ranks", "each run: mean of its ranks, band"],
-      ...groupable.map((k) => [`param:${k}`, `group by ${k}: mean, band`])], () => draw());
+      ...groupable.map((k) => [`param:${k}`, `group by ${k}: mean, band`]),
+      ...(tagGroups.length > 1 ? [["tags", "group by tags: mean, band"]] : [])], () => draw());
     const grid = h("div", { class: "charts", id: "compare-charts" });
     const paramsBox = h("div", { id: "compare-params" });
     const diffBox = h("div", { id: "compare-diff" }, h("p", { class: "muted" }, "Loading…"));
@@ -69,6 +73,9 @@ export function renderCompare(root, ctx) {
         out.group = `${key}=${value}`;
         out.groupLabel = out.group;
         out.groupColor = out.color = color(groupValues.get(key).indexOf(value));
+      } else if (state.lines === "tags") {
+        out.group = out.groupLabel = `tags: ${tagsOf(e)}`;
+        out.groupColor = out.color = color(tagGroups.indexOf(tagsOf(e)));
       }
       return out;
     }
