@@ -32,7 +32,16 @@ def metric_titles(experiment_id: str, store: StoreDep) -> MetricTitles:
     return MetricTitles(titles={t: list(s) for t, s in store.metric_titles(e.id).items()})
 
 
-@router.get("/experiments/{experiment_id}/metrics/{title:path}", response_model=MetricOut)
+@router.get(
+    "/experiments/{experiment_id}/metrics/{title:path}",
+    response_model=MetricOut,
+    responses={
+        200: {
+            "description": "MetricOut; with format=compact the compact form instead (delta-coded "
+            "steps and times, rounded values; docs/server.md), gzip-compressed when accepted"
+        }
+    },
+)
 async def metric(
     request: Request,
     experiment_id: str,
