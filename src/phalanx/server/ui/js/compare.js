@@ -22,7 +22,7 @@ export function renderCompare(root, ctx) {
       ? h("div", { class: "alert warn", id: "compare-missing" }, `Left out (no such experiment): ${missing.join(", ")}`) : null;
     if (exps.length < 2) { renderPicker(root, exps.map((e) => e.id), missingNote); return; }
     const state = { smoothing: 0, log: false, xMode: "step", lines: "each", aggregate: false };
-    const paramsOf = Promise.all(exps.map((e) => api.params(e.id)));
+    const paramsOf = Promise.all(exps.map((e) => api.params(e.id).catch(() => [])));  // params unreadable: no grouping by them
     // the params whose value differs between the runs: what "group by" offers
     const values = new Map(); // key -> [value text per experiment]
     (await paramsOf).forEach((params, ei) => {
