@@ -18,6 +18,7 @@ import pytest
 
 from phalanx.config import Settings
 from phalanx.domain import Event, EventKind, ExperimentStatus, Replica, Role
+from phalanx.server.chartdata import decode
 from phalanx.store import open_store
 from tests.e2e.conftest import shot
 from tests.integration.server.serverproc import Server, start_server, stop_server
@@ -82,6 +83,12 @@ def api(server: Server, path: str, **query: Any) -> Any:
         return json.load(r)
 
 
+def chart_data(server: Server, path: str, **query: Any) -> Any:
+    """A chart's points as the UI gets them: the compact form, decoded (the same running sums)."""
+    doc = api(server, path, **query, format="compact")
+    return {"title": doc["title"], "x": doc["x"], "series": decode(doc)}
+
+
 CARD = '.chart-card[data-title="loss"]'
 
 
@@ -142,7 +149,7 @@ def test_wall_time_and_relative_time_change_the_x_values(
     page.select_option('select[aria-label="x axis"]', "time")
     wait_plot(page, "u.scales.x.time === true")
     drawn = plot(page)
-    sent = api(server, f"/experiments/{r.ranks}/metrics/loss", max_points=2000, x="time")["series"]
+    sent = chart_data(server, f"/experiments/{r.ranks}/metrics/loss", max_points=2000, x="time")["series"]
     times = sorted({t for s in sent.values() for t in s["times"]})
     assert drawn["x"] == times  # timestamps, in order
     assert drawn["x"][0] == r.t0 and all(a < b for a, b in zip(drawn["x"], drawn["x"][1:], strict=False))
@@ -158,7 +165,7 @@ def test_smoothing_draws_the_debiased_moving_average_of_the_points(
     _, r = runs
     page.goto(f"{server.url}/experiments/{r.ranks}#scalars")
     wait_plot(page, "u.data[0].length > 0")
-    sent = api(server, f"/experiments/{r.ranks}/metrics/loss", max_points=2000)["series"]
+    sent = chart_data(server, f"/experiments/{r.ranks}/metrics/loss", max_points=2000)["series"]
     raw = sent["worker 01"]["values"]
     assert plot(page)["cols"][1] == raw
     page.locator('input[aria-label="smoothing"]').evaluate(
@@ -229,7 +236,7 @@ def test_a_drag_zoom_draws_exactly_the_points_the_api_returns_for_that_window(
     chart = page.locator(CARD)
     wait_plot(page, "u.series.length === 9")
     assert "800,000 points" in chart.locator(".note").inner_text()
-    sent = api(server, f"/experiments/{exp}/metrics/loss", max_points=2000)["series"]
+    sent = chart_data(server, f"/experiments/{exp}/metrics/loss", max_points=2000)["series"]
     assert all(len(s["values"]) <= 2000 for s in sent.values())
     assert max(v for v in sent["worker 00"]["values"] if v is not None) == 9.5  # the spike is kept
     coarse = plot(page)
@@ -246,7 +253,9 @@ def test_a_drag_zoom_draws_exactly_the_points_the_api_returns_for_that_window(
     page.mouse.up()
     page.locator(f'{CARD}[data-detail="true"]').wait_for()
     lo, hi = (float(v) for v in chart.get_attribute("data-zoom").split(","))
-    window = api(server, f"/experiments/{exp}/metrics/loss", max_points=2000, x="step", x_min=lo, x_max=hi)
+    window = chart_data(
+        server, f"/experiments/{exp}/metrics/loss", max_points=2000, x="step", x_min=lo, x_max=hi
+    )
     detail = window["series"]
     steps = detail["worker 00"]["steps"]
     assert 100 < len(steps) <= 2000 and steps == list(range(steps[0], steps[-1] + 1))  # every point

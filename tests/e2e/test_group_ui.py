@@ -142,3 +142,73 @@ def test_the_experiment_list_has_a_group_column_that_leads_to_the_group(
     page.goto(f"{server.url}/experiments/{2:012x}")
     page.locator(f'[data-group="{gid}"] a').click()
     page.wait_for_url(f"{server.url}/groups/{gid}")
+
+
+def eta_squared(groups: list[list[float]]) -> float:
+    """The share of the values' variance between the groups (what the importance panel shows)."""
+    values = [v for g in groups for v in g]
+    mean = sum(values) / len(values)
+    between = sum(len(g) * (sum(g) / len(g) - mean) ** 2 for g in groups)
+    return between / sum((v - mean) ** 2 for v in values)
+
+
+def test_sweep_analysis_brushes_an_axis_and_the_table_follows(page: Any, served: tuple[Server, str]) -> None:
+    server, gid = served
+    page.goto(f"{server.url}/groups/{gid}")
+    rows = page.locator("#trials tbody tr")
+    rows.first.wait_for()
+    assert page.locator("#parallel polyline").count() == 4  # every trial with a metric value
+    assert "lr (log)" in page.locator("#parallel").inner_html()  # 0.001 .. 0.1: a log axis
+
+    def visible() -> list[str]:
+        return sorted(str(r.get_attribute("data-trial")) for r in rows.all() if r.is_visible())
+
+    def drag(axis: str, top: float, bottom: float) -> None:
+        """Drag along an axis from `top` to `bottom` (fractions of its height from its top end)."""
+        box = page.locator(f'#parallel line[data-axis="{axis}"]').bounding_box()
+        x = box["x"] + box["width"] / 2
+        page.mouse.move(x, box["y"] + box["height"] * top)
+        page.mouse.down()
+        page.mouse.move(x, box["y"] + box["height"] * bottom, steps=6)
+        page.mouse.up()
+
+    # lr on its log axis, from above its top (0.1) down to 40 % up: 0.1 and 0.01 (mid-axis) are
+    # inside, 0.003 (24 %) and 0.001 are not (on a linear axis, 0.01 would sit at 9 %)
+    drag("lr", -0.03, 0.6)
+    assert visible() == ["0", "2"]
+    filtered = page.locator("#parallel polyline.filtered")
+    assert sorted(str(filtered.nth(i).get_attribute("data-trial")) for i in range(filtered.count())) == [
+        "1",
+        "3",
+    ]
+    assert "2 of 4 trials" in page.locator("#brushed").inner_text()
+    # a second brush, on the metric (0.31 .. 0.93, linear): its upper half leaves trial 2 (0.93)
+    drag("value", -0.03, 0.5)
+    assert visible() == ["2"]
+    shot(page, "group-sweep-brushed")
+    page.locator('#parallel rect.brush-target[data-axis="lr"]').dblclick()
+    page.locator('#parallel rect.brush-target[data-axis="value"]').dblclick()
+    assert visible() == ["0", "1", "2", "3"] and page.locator("#parallel polyline.filtered").count() == 0
+
+    assert page.locator("#scatter circle").count() == 4  # lr against the metric, one dot per trial
+    importance = {
+        str(r.get_attribute("data-param")): float(str(r.get_attribute("data-importance")))
+        for r in page.locator("#importance tr").all()
+    }
+    # values: trial 0 (lr 0.01, adam) 0.42, 1 (0.001, sgd) 0.31, 2 (0.1, adam) 0.93, 3 (0.003, sgd) 0.5
+    assert importance["opt"] == pytest.approx(eta_squared([[0.42, 0.93], [0.31, 0.5]]))
+    assert importance["lr"] == pytest.approx(eta_squared([[0.31, 0.5], [0.42, 0.93]]))  # two bins by lr
+
+
+def test_the_group_page_fits_a_phone(browser: Any, served: tuple[Server, str]) -> None:
+    server, gid = served
+    context = browser.new_context(viewport={"width": 390, "height": 844})
+    try:
+        pg = context.new_page()
+        pg.set_default_timeout(30_000)
+        pg.goto(f"{server.url}/groups/{gid}")
+        pg.locator("#importance tr").first.wait_for()
+        width = pg.evaluate("document.documentElement.scrollWidth")
+        assert width <= 390, f"the group page is {width} px wide on a 390 px screen"
+    finally:
+        context.close()

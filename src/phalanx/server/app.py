@@ -81,6 +81,7 @@ def create_app(settings: ServerSettings, store: IngestStore | None = None) -> Fa
         finally:
             if sweeper is not None:
                 sweeper.stop()
+            metrics.close_chart_pool(app)
 
     app = FastAPI(
         lifespan=lifespan,

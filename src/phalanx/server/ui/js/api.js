@@ -58,6 +58,27 @@ function query(params) {
 }
 const encPath = (p) => p.split("/").map(enc).join("/");
 
+// Charts ask for the compact form (docs/server.md: delta-coded steps and times, values to what a
+// chart shows, gzip) and get back the JSON form's shape: {title, x, series: {name: {steps, values,
+// times, count, downsampled}}}. The running sums match phalanx.server.chartdata.decode exactly.
+export function decodeCompact(doc) {
+  const series = {};
+  for (const [name, s] of Object.entries(doc.series)) {
+    const n = s.values.length;
+    const steps = new Array(n);
+    const times = s.time0 === null || s.time0 === undefined || !n ? [] : new Array(n);
+    let step = s.step0;
+    let ms = 0;
+    for (let i = 0; i < n; i++) {
+      if (i) { step += s.dsteps[i - 1]; if (times.length) ms += s.dtimes_ms[i - 1]; }
+      steps[i] = step;
+      if (times.length) times[i] = i ? s.time0 + ms / 1000 : s.time0;
+    }
+    series[name] = { steps, values: s.values, times, count: s.count, downsampled: s.downsampled };
+  }
+  return { title: doc.title, x: doc.x, series };
+}
+
 export const api = {
   experiments: (params) => request(`/experiments?${query(params)}`),
   annotate: (id, body) => request(`/experiments/${enc(id)}`, {
@@ -72,7 +93,7 @@ export const api = {
   stop: (id) => request(`/experiments/${enc(id)}/stop`, { method: "POST" }),
   remove: (id) => request(`/experiments/${enc(id)}`, { method: "DELETE" }),
   titles: (id) => request(`/experiments/${enc(id)}/metrics`),
-  metric: (id, title, params) => request(`/experiments/${enc(id)}/metrics/${encPath(title)}?${new URLSearchParams(params)}`),
+  metric: (id, title, params) => request(`/experiments/${enc(id)}/metrics/${encPath(title)}?${new URLSearchParams({ ...params, format: "compact" })}`).then(decodeCompact),
   params: (id) => request(`/experiments/${enc(id)}/params`),
   artifacts: (id) => request(`/experiments/${enc(id)}/artifacts`),
   preview: (id, name) => request(`/experiments/${enc(id)}/previews/${encPath(name)}`),

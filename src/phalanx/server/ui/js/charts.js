@@ -43,6 +43,76 @@ export function align(lines) {
   return data;
 }
 
+// A line's value at each x of `xs` (sorted): its own point there, else linearly interpolated between
+// its neighbours, null outside its range or where its value is missing (NaN was sent as null).
+function valuesAt(line, xs) {
+  const pts = [];
+  for (let i = 0; i < line.xs.length; i++) if (line.ys[i] !== null && line.ys[i] !== undefined) pts.push([line.xs[i], line.ys[i]]);
+  pts.sort((a, b) => a[0] - b[0]);
+  const out = new Array(xs.length).fill(null);
+  let j = 0;
+  for (let i = 0; i < xs.length; i++) {
+    const x = xs[i];
+    while (j < pts.length && pts[j][0] < x) j++;
+    if (j < pts.length && pts[j][0] === x) out[i] = pts[j][1];
+    else if (j > 0 && j < pts.length) {
+      const [x0, y0] = pts[j - 1];
+      const [x1, y1] = pts[j];
+      out[i] = y0 + ((y1 - y0) * (x - x0)) / (x1 - x0);
+    }
+  }
+  return out;
+}
+
+// Lines that share a `group` (the ranks of one run; the runs sharing a param's value) become three:
+// their mean, and their min and max, which the chart fills between (a band). At each x of the
+// group's lines, every line that spans that x counts (interpolated between its own points where it
+// has none: downsampled ranks keep different steps). A group of one line stays as it is.
+export function aggregateLines(lines) {
+  const groups = new Map();
+  for (const l of lines) {
+    const key = l.group ?? "";
+    if (!groups.has(key)) groups.set(key, []);
+    groups.get(key).push(l);
+  }
+  const out = [];
+  for (const [key, members] of groups) {
+    if (members.length < 2) { out.push(...members); continue; }
+    const xs = Array.from(new Set(members.flatMap((l) => l.xs))).sort((a, b) => a - b);
+    const cols = members.map((l) => valuesAt(l, xs));
+    const mean = new Array(xs.length).fill(null);
+    const lo = new Array(xs.length).fill(null);
+    const hi = new Array(xs.length).fill(null);
+    for (let i = 0; i < xs.length; i++) {
+      let sum = 0;
+      let n = 0;
+      for (const c of cols) {
+        const v = c[i];
+        if (v === null) continue;
+        sum += v; n++;
+        if (lo[i] === null || v < lo[i]) lo[i] = v;
+        if (hi[i] === null || v > hi[i]) hi[i] = v;
+      }
+      if (n) mean[i] = sum / n;
+    }
+    const name = members[0].groupLabel ?? key;
+    const count = members.reduce((a, l) => a + (l.count || l.xs.length), 0);
+    const color = members[0].groupColor ?? members[0].color;
+    const base = { xs, count, color, group: key };
+    out.push({ ...base, label: `${name} · mean of ${members.length}`, ys: mean, band: "mean" });
+    out.push({ ...base, label: `${name} · max`, ys: hi, band: "max" });
+    out.push({ ...base, label: `${name} · min`, ys: lo, band: "min" });
+  }
+  return out;
+}
+
+// A CSS colour at low opacity (a band's fill).
+export function translucent(c, alpha = 0.18) {
+  if (c.startsWith("hsl(")) return c.replace("hsl(", "hsla(").replace(/\)$/, `, ${alpha})`);
+  if (/^#[0-9a-f]{6}$/i.test(c)) return c + Math.round(alpha * 255).toString(16).padStart(2, "0");
+  return c;
+}
+
 // The y axis as wide as its longest tick label (a fixed 60 px clipped values from 100,000 up).
 function axisWidth(u, values, axisIdx, cycleNum) {
   const axis = u.axes[axisIdx];
@@ -87,10 +157,11 @@ export class ScalarChart {
 
   width() { return Math.max(300, this.card.clientWidth - 24); }
 
-  // lines: [{label, xs, ys, count, downsampled, color?}]; opts: {xMode, log, smoothing}
+  // lines: [{label, xs, ys, count, downsampled, color?, group?}]; opts: {xMode, log, smoothing,
+  // aggregate} (aggregate: lines of a group drawn as their mean and a min–max band)
   prepare(lines, opts) {
-    const { log = false, smoothing = 0 } = opts || {};
-    return lines.map((l) => {
+    const { log = false, smoothing = 0, aggregate = false } = opts || {};
+    return (aggregate ? aggregateLines(lines) : lines).map((l) => {
       let ys = smooth(l.ys, smoothing);
       if (log) ys = ys.map((v) => (v !== null && v > 0 ? v : null));
       return { ...l, ys };
@@ -105,7 +176,7 @@ export class ScalarChart {
     // this.opts is a copy: the views pass their one shared, mutated state object, so comparing
     // against it would always find "the same" and never rebuild for log scale or another x axis.
     const same = this.plot && labels === this.labels && this.opts && opts &&
-      this.opts.xMode === opts.xMode && this.opts.log === opts.log;
+      this.opts.xMode === opts.xMode && this.opts.log === opts.log && !!this.opts.aggregate === !!opts.aggregate;
     if (!same) return false;
     this.opts = { ...opts };
     const data = align(this.prepare(lines, opts));
@@ -167,8 +238,8 @@ export class ScalarChart {
             : xMode === "time" ? fmtTime(v) : xMode === "relative" ? Number(v).toFixed(1) : v) },
         ...prepared.map((l, i) => ({
           label: l.label,
-          stroke: l.color || color(i),
-          width: 1.5,
+          stroke: l.band === "min" || l.band === "max" ? translucent(l.color || color(i), 0.45) : l.color || color(i),
+          width: l.band === "min" || l.band === "max" ? 0.5 : 1.5,
           spanGaps: true,
           dash: l.dash,
           show: !hidden.has(l.label),
@@ -177,6 +248,8 @@ export class ScalarChart {
         })),
       ],
       axes: [{ grid: { stroke: "#eef0f3" } }, { grid: { stroke: "#eef0f3" }, size: axisWidth }],
+      // an aggregate's min–max band: filled from its max line down to its min line
+      bands: bandsOf(prepared),
       cursor: { drag: { x: true, y: false }, points: { size: 6 } },
       legend: { live: true },
       hooks: { setScale: [(u, key) => { if (key === "x") this.zoomed(u.scales.x.min, u.scales.x.max); }] },
@@ -203,7 +276,11 @@ export class ScalarChart {
     clearTimeout(this.pending);
     this.pending = setTimeout(async () => {
       try {
-        const lines = await this.detail(min, max);
+        // An aggregate needs each member's neighbours just outside the view to interpolate at its
+        // edges (a rank that reports every other step): fetch a margin around it.
+        const pad = this.opts && this.opts.aggregate ? (max - min) * 0.1 : 0;
+        this.card.dataset.fetched = `${min - pad},${max + pad}`;
+        const lines = await this.detail(min - pad, max + pad);
         if (ticket !== this.request || !this.plot || !lines) return;
         // The detail replaces the coarse data, and the x scale is set again so uPlot recomputes
         // which indexes are in view: setData(…, false) alone keeps the old index window, which
@@ -255,6 +332,17 @@ export class ScalarChart {
   }
 }
 
+// uPlot bands ([max series, min series] indexes; 0 is the x axis) for the aggregated lines.
+function bandsOf(prepared) {
+  const bands = [];
+  prepared.forEach((l, i) => {
+    if (l.band !== "max") return;
+    const j = prepared.findIndex((m) => m.band === "min" && m.group === l.group);
+    if (j >= 0) bands.push({ series: [i + 1, j + 1], fill: translucent(l.color || color(i)) });
+  });
+  return bands;
+}
+
 // The controls every scalars view shares: smoothing, log scale, x axis.
 export function chartControls(state, onChange) {
   const value = h("span", { class: "mono small" }, state.smoothing.toFixed(2));
@@ -273,6 +361,16 @@ export function chartControls(state, onChange) {
     log, h("label", { for: "log-scale" }, "log scale"),
     h("span", { style: { width: "16px" } }),
     xsel);
+}
+
+// How the lines of a chart are drawn: each series, or per group the mean with a min–max band.
+// choices: [[value, text]]; state.lines holds the value, state.aggregate whether it groups.
+export function lineModes(state, choices, onChange) {
+  const sel = h("select", { "aria-label": "lines", id: "line-mode", onchange: (ev) => {
+    state.lines = ev.target.value; state.aggregate = state.lines !== "each"; onChange(); } },
+  choices.map(([value, text]) => h("option", { value }, text)));
+  sel.value = state.lines || "each";
+  return sel;
 }
 
 // One API series -> one chart line. "relative" is seconds since t0 (the experiment's first point),

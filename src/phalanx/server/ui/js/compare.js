@@ -2,9 +2,9 @@
 // rows that differ marked.
 
 import { api } from "./api.js";
-import { MAX_POINTS, ScalarChart, chartControls, firstTime, toLine } from "./charts.js";
+import { MAX_POINTS, ScalarChart, chartControls, firstTime, lineModes, toLine } from "./charts.js";
 import { diffView } from "./repro.js";
-import { badge, byReplica, clear, fmtAgo, fmtValue, h, runColor, topologyText, add } from "./util.js";
+import { badge, byReplica, clear, color, fmtAgo, fmtValue, h, runColor, topologyText, add } from "./util.js";
 
 const EMPTY = { steps: [], values: [], times: [], count: 0 };
 
@@ -21,7 +21,25 @@ export function renderCompare(root, ctx) {
     const missingNote = missing.length
       ? h("div", { class: "alert warn", id: "compare-missing" }, `Left out (no such experiment): ${missing.join(", ")}`) : null;
     if (exps.length < 2) { renderPicker(root, exps.map((e) => e.id), missingNote); return; }
-    const state = { smoothing: 0, log: false, xMode: "step" };
+    const state = { smoothing: 0, log: false, xMode: "step", lines: "each", aggregate: false };
+    const paramsOf = Promise.all(exps.map((e) => api.params(e.id).catch(() => [])));  // params unreadable: no grouping by them
+    // the params whose value differs between the runs: what "group by" offers
+    const values = new Map(); // key -> [value text per experiment]
+    (await paramsOf).forEach((params, ei) => {
+      for (const p of params) {
+        if (!values.has(p.key)) values.set(p.key, exps.map(() => new Set()));
+        values.get(p.key)[ei].add(fmtValue(p.value));
+      }
+    });
+    const valueOf = (key, ei) => [...values.get(key)[ei]].sort().join(" | ") || "—";
+    const groupable = [...values.keys()].filter((k) => new Set(exps.map((_, ei) => valueOf(k, ei))).size > 1).sort();
+    const groupValues = new Map(groupable.map((k) => [k, [...new Set(exps.map((_, ei) => valueOf(k, ei)))].sort()]));
+    // runs grouped by their tags (the set of them, "no tags" for none) when the runs' tags differ
+    const tagsOf = (e) => ((e.tags || []).length ? [...e.tags].sort().join(", ") : "no tags");
+    const tagGroups = [...new Set(exps.map(tagsOf))].sort();
+    const modes = lineModes(state, [["each", "each series"], ["ranks", "each run: mean of its ranks, band"],
+      ...groupable.map((k) => [`param:${k}`, `group by ${k}: mean, band`]),
+      ...(tagGroups.length > 1 ? [["tags", "group by tags: mean, band"]] : [])], () => draw());
     const grid = h("div", { class: "charts", id: "compare-charts" });
     const paramsBox = h("div", { id: "compare-params" });
     const diffBox = h("div", { id: "compare-diff" }, h("p", { class: "muted" }, "Loading…"));
@@ -35,7 +53,7 @@ export function renderCompare(root, ctx) {
         h("div", { class: "small" }, `${e.project} · ${e.framework || "—"} · ${topologyText(e.topology)}`),
         h("div", { class: "muted small" }, h("span", { class: "swatch", style: { background: runColor(e.id) } }), " its colour in the charts")))),
       h("h2", {}, "Scalars"),
-      chartControls(state, (refetch) => (refetch ? loadScalars() : draw())),
+      add(chartControls(state, (refetch) => (refetch ? loadScalars() : draw())), h("span", { style: { width: "16px" } }), modes),
       grid,
       h("h2", {}, "Hyperparameters"),
       paramsBox,
@@ -45,6 +63,22 @@ export function renderCompare(root, ctx) {
 
     const metrics = new Map(); // title -> [[exp, metric]]
     function label(e) { return `${e.name} (${e.id.slice(0, 6)})`; }
+    // Series s (i of n) of experiment e as a line: the run's colour (ranks in shades), and its group
+    // (the run, or the value of the chosen param: one colour per value).
+    function decorate(line, e, i, n) {
+      const out = { ...line, color: runColor(e.id, i, n), group: e.id, groupLabel: label(e), groupColor: runColor(e.id) };
+      if (state.lines.startsWith("param:")) {
+        const key = state.lines.slice(6);
+        const value = valueOf(key, exps.indexOf(e));
+        out.group = `${key}=${value}`;
+        out.groupLabel = out.group;
+        out.groupColor = out.color = color(groupValues.get(key).indexOf(value));
+      } else if (state.lines === "tags") {
+        out.group = out.groupLabel = `tags: ${tagsOf(e)}`;
+        out.groupColor = out.color = color(tagGroups.indexOf(tagsOf(e)));
+      }
+      return out;
+    }
     function draw() {
       // Each experiment's own start, so "relative time" lines experiments up.
       const starts = new Map(exps.map((e) => [e.id, firstTime([...metrics.values()].flat().filter(([x]) => x.id === e.id).map(([, m]) => m))]));
@@ -61,7 +95,8 @@ export function renderCompare(root, ctx) {
           }));
           const out = [];
           for (const [e, m, d, off] of parts) {
-            for (const s of Object.keys(m.series).sort()) out.push(toLine(s, d.series[s] || EMPTY, state.xMode, off));
+            const names = Object.keys(m.series).sort();
+            names.forEach((s, i) => out.push(decorate(toLine(s, d.series[s] || EMPTY, state.xMode, off), e, i, names.length)));
           }
           return out;
         };
@@ -73,7 +108,7 @@ export function renderCompare(root, ctx) {
         metrics.get(title).forEach(([e, m]) => {
           const names = Object.keys(m.series).sort();
           names.forEach((s, i) => {
-            lines.push({ ...toLine(`${label(e)} · ${s}`, m.series[s], state.xMode, starts.get(e.id)), color: runColor(e.id, i, names.length) });
+            lines.push(decorate(toLine(`${label(e)} · ${s}`, m.series[s], state.xMode, starts.get(e.id)), e, i, names.length));
           });
         });
         chart.update(lines, state);
@@ -101,7 +136,7 @@ export function renderCompare(root, ctx) {
     Promise.all(exps.slice(1).map((e) => api.diff(exps[0].id, e.id).then((doc) => diffView(doc, label(exps[0]), label(e)),
       (err) => h("p", { class: "muted" }, `Could not diff ${exps[0].id} and ${e.id}: ${err.message}`))))
       .then((views) => add(clear(diffBox), views));
-    drawParams(paramsBox, exps, await Promise.all(exps.map((e) => api.params(e.id))));
+    drawParams(paramsBox, exps, await paramsOf);
   })();
   return () => { for (const c of charts) c.destroy(); };
 }

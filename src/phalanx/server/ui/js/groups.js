@@ -1,8 +1,9 @@
 // Experiment groups: /groups (every hyperparameter search) and /groups/{id} (its trials table,
-// sortable by the metric or any param, the best trial marked, parallel coordinates of params
-// against the metric). Refreshed every few seconds while the group runs.
+// sortable by the metric or any param, the best trial marked, sweep analysis in sweep.js:
+// brushable parallel coordinates, a scatter and param importance). Refreshed every few seconds while the group runs.
 
-import { badge, clear, fmtTime, h, add, runColor } from "./util.js";
+import { sweepAnalysis } from "./sweep.js";
+import { badge, clear, fmtTime, h, add } from "./util.js";
 
 async function getJson(path) {
   const res = await fetch(`/api/v1${path}`, { credentials: "same-origin" });
@@ -37,14 +38,15 @@ export async function renderGroups(root) {
 }
 
 export function renderGroup(root, ctx, groupId) {
-  const state = { sort: "value", desc: false, doc: null };
+  const state = { sort: "value", desc: false, doc: null, brushes: {}, dragging: false, stale: false };
   let timer = null;
 
   async function load() {
     try { state.doc = await getJson(`/groups/${encodeURIComponent(groupId)}`); } catch (e) {
       clear(root); add(root, h("p", { class: "error" }, String(e.message))); return;
     }
-    draw();
+    // not under a brush being dragged: the page is drawn again when the drag ends
+    if (state.dragging) state.stale = true; else draw();
     clearTimeout(timer);
     if (!["succeeded", "stopped", "failed"].includes(state.doc.status) && ctx.alive()) timer = setTimeout(load, 3000);
   }
@@ -77,6 +79,11 @@ export function renderGroup(root, ctx, groupId) {
       if (state.sort === key) state.desc = !state.desc; else { state.sort = key; state.desc = false; }
       draw();
     } }, label + (state.sort === key ? (state.desc ? " ▼" : " ▲") : ""));
+    const shown = h("span", { class: "muted small", id: "brushed" });
+    const onFilter = (keep) => {
+      for (const tr of rows) tr.hidden = keep !== null && !keep.has(Number(tr.dataset.trial));
+      shown.textContent = keep === null ? "" : `${keep.size} of ${g.trials.length} trials inside the brushes`;
+    };
     const rows = sorted(g.trials).map((t) => h("tr", { class: t.number === bestNo ? "best" : "", "data-trial": t.number },
       h("td", {}, t.number === bestNo ? `★ ${t.number}` : String(t.number)),
       h("td", {}, h("a", { href: `/experiments/${encodeURIComponent(t.experiment_id)}` }, t.experiment_id)),
@@ -97,58 +104,12 @@ export function renderGroup(root, ctx, groupId) {
         h("thead", {}, h("tr", {}, header("trial", "number"), h("th", {}, "experiment"), header("state", "state"),
           header(metric, "value"), h("th", {}, "step"), names.map((n) => header(n, n)), h("th", {}, "reason"))),
         h("tbody", {}, rows))),
-      h("h2", {}, "Parameters against the metric"),
-      parallel(g.trials, names, metric, bestNo));
+      h("h2", {}, "Parameters against the metric ", shown),
+      sweepAnalysis(g.trials, names, metric, bestNo, { brushes: state.brushes, onFilter, onDrag: (on) => {
+        state.dragging = on;
+        if (!on && state.stale) { state.stale = false; draw(); }
+      } }));
   }
 
   load();
-}
-
-// Parallel coordinates in plain SVG: one axis per param and one for the metric; a line per trial
-// in the trial's own colour (as on its Scalars tab and in Compare; the best one thick, pruned ones
-// dashed). Categorical params are spaced evenly in their order.
-function parallel(trials, names, metric, bestNo) {
-  const NS = "http://www.w3.org/2000/svg";
-  const axes = [...names, "value"];
-  const W = Math.max(420, 140 * axes.length), H = 260, top = 24, bottom = 30, left = 40, right = 40;
-  const svg = document.createElementNS(NS, "svg");
-  svg.setAttribute("viewBox", `0 0 ${W} ${H}`);
-  svg.setAttribute("id", "parallel");
-  svg.setAttribute("width", "100%");
-  svg.setAttribute("style", `max-width: ${W}px`);
-  const el = (tag, attrs, text) => {
-    const e = document.createElementNS(NS, tag);
-    for (const [k, v] of Object.entries(attrs)) e.setAttribute(k, String(v));
-    if (text !== undefined) e.textContent = text;
-    svg.appendChild(e);
-    return e;
-  };
-  const scored = trials.filter((t) => t.value !== null && t.value !== undefined);
-  if (!scored.length) { const p = h("p", { class: "muted" }, "No trial has reported the metric yet."); return p; }
-  const x = (i) => left + (i * (W - left - right)) / Math.max(1, axes.length - 1);
-  const scales = axes.map((a) => {
-    const vals = scored.map((t) => (a === "value" ? t.value : t.params[a]));
-    if (vals.every((v) => typeof v === "number")) {
-      const lo = Math.min(...vals), hi = Math.max(...vals);
-      return { f: (v) => (hi === lo ? 0.5 : (v - lo) / (hi - lo)), lo: fmt(lo), hi: fmt(hi) };
-    }
-    const cats = [...new Set(vals.map(String))];
-    return { f: (v) => (cats.length === 1 ? 0.5 : cats.indexOf(String(v)) / (cats.length - 1)), lo: cats[0], hi: cats[cats.length - 1] };
-  });
-  const y = (u) => H - bottom - u * (H - top - bottom);
-  axes.forEach((a, i) => {
-    el("line", { x1: x(i), x2: x(i), y1: top, y2: H - bottom, stroke: "#999" });
-    el("text", { x: x(i), y: H - 8, "text-anchor": "middle", "font-size": 12 }, a === "value" ? metric : a);
-    el("text", { x: x(i) + 4, y: top - 6, "font-size": 10, fill: "#666" }, scales[i].hi);
-    el("text", { x: x(i) + 4, y: H - bottom + 12, "font-size": 10, fill: "#666" }, scales[i].lo);
-  });
-  for (const t of scored) {
-    const pts = axes.map((a, i) => `${x(i)},${y(scales[i].f(a === "value" ? t.value : t.params[a]))}`).join(" ");
-    const best = t.number === bestNo;
-    el("polyline", {
-      points: pts, fill: "none", stroke: runColor(t.experiment_id), "stroke-width": best ? 3 : 1.2,
-      "stroke-opacity": best ? 1 : 0.55, "stroke-dasharray": t.state === "pruned" ? "4 3" : "none", "data-trial": t.number,
-    });
-  }
-  return h("div", { class: "chart" }, svg);
 }

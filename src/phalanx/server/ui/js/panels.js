@@ -1,7 +1,7 @@
 // The experiment page's Scalars, Hyperparameters, Artifacts and Models tabs.
 
 import { api } from "./api.js";
-import { MAX_POINTS, ScalarChart, chartControls, firstTime, liveMs, toLine } from "./charts.js";
+import { MAX_POINTS, ScalarChart, chartControls, firstTime, lineModes, liveMs, toLine } from "./charts.js";
 import { byReplica, clear, fmtBytes, fmtTime, fmtValue, h, add, runColor } from "./util.js";
 
 const EMPTY = { steps: [], values: [], times: [], count: 0 };
@@ -12,7 +12,7 @@ const isSystem = (title) => title.startsWith("system/");
 const SYSTEM_VIEW = Object.freeze({ smoothing: 0, log: false, xMode: "time" });
 
 export function renderScalars(panel, ctx, id) {
-  const state = { smoothing: 0, log: false, xMode: "step" };
+  const state = { smoothing: 0, log: false, xMode: "step", lines: "each", aggregate: false };
   const charts = new Map();
   const data = new Map();
   let timer = null;
@@ -23,6 +23,11 @@ export function renderScalars(panel, ctx, id) {
     h("span", { class: "muted small" }, "CPU, memory and GPU of each replica's processes, over wall time"));
   const status = h("p", { class: "muted" }, "Loading scalars…");
   const controls = chartControls(state, (refetch) => (refetch ? load() : draw()));
+  const modes = lineModes(state, [["each", "each rank"], ["ranks", "ranks: mean, min–max band"]], () => draw());
+  add(controls, h("span", { style: { width: "16px" } }), modes);
+  // The run's colour (the same on Compare), each series (rank) a shade of it; one group, the run.
+  const line = (n, i, count, s, xMode, off) => ({ ...toLine(n, s, xMode, off), color: runColor(id, i, count),
+    group: id, groupLabel: "ranks", groupColor: runColor(id) });
   add(panel, controls, status, grid, sysHead, sysGrid);
   const viewOf = (title) => (isSystem(title) ? SYSTEM_VIEW : state);
 
@@ -40,13 +45,12 @@ export function renderScalars(panel, ctx, id) {
           const m = await api.metric(id, title, { max_points: MAX_POINTS, x: v.xMode === "step" ? "step" : "time",
             x_min: min + off, x_max: max + off });
           const current = Object.keys(data.get(title).series).sort();
-          return current.map((n) => toLine(n, m.series[n] || EMPTY, v.xMode, off));
+          return current.map((n, i) => line(n, i, current.length, m.series[n] || EMPTY, v.xMode, off));
         };
         chart = new ScalarChart(isSystem(title) ? sysGrid : grid, title, detail);
         charts.set(title, chart);
       }
-      // The run's colour (the same on Compare), each series (rank) a shade of it.
-      chart.update(names.map((n, i) => ({ ...toLine(n, metric.series[n], view.xMode, t0), color: runColor(id, i, names.length) })), view);
+      chart.update(names.map((n, i) => line(n, i, names.length, metric.series[n], view.xMode, t0)), view);
     }
   }
 
