@@ -331,7 +331,7 @@ class Supervisor:
         asks to share: neither goes through the ledger, nor does a topology that requests nothing."""
         from dataclasses import replace
 
-        from phalanx import queue
+        from phalanx import queue, reconcile
         from phalanx.errors import UsageError
 
         context = self.p.context
@@ -370,7 +370,7 @@ class Supervisor:
                 self._create(ExperimentStatus.QUEUED)
                 self._created = True
             with contextlib.suppress(Exception):  # others' leftovers must not stop this experiment
-                queue.mark_abandoned(self.store, admission.reclaimed or [])
+                reconcile.stop_abandoned(self.store, admission.reclaimed or [])
             self.observer.message(text)
 
         try:
@@ -395,10 +395,10 @@ class Supervisor:
     def _after_admission(self) -> None:
         """Queued rows of `phalanx run`s killed while waiting, found while we were admitted."""
         if self._admission is not None and self._admission.reclaimed:
-            from phalanx import queue
+            from phalanx import reconcile
 
             with contextlib.suppress(Exception):
-                queue.mark_abandoned(self.store, self._admission.reclaimed)
+                reconcile.stop_abandoned(self.store, self._admission.reclaimed)
 
     def _reopen(self) -> None:
         """`phalanx resume`: the failed or stopped experiment runs again (before it may queue).
