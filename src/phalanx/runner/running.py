@@ -150,7 +150,7 @@ class Runner:
         that may take minutes; its supervisor is this process (`phalanx stop` finds it)."""
         from phalanx.procs import record_process
         from phalanx.supervisor import record_building
-        from phalanx.supervisor.supervising import PID_FILE
+        from phalanx.supervisor.outcome import PID_FILE
 
         record_process(self.settings.runs_dir / dry.experiment_id / PID_FILE)
         record_building(dry, store, self.settings)
