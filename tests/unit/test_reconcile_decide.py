@@ -38,9 +38,8 @@ def test_a_killed_supervisor_fails_its_experiment_and_its_unfinished_replicas(st
 
 
 def test_a_killed_script_fails_with_its_crash_line_when_faulthandler_wrote_one() -> None:
-    crashed = decide(
-        Facts(S.RUNNING, script=True, recorder=Seen.GONE, recorder_pid=9, crash="Fatal Python error: Segfault")
-    )
+    crash = "Fatal Python error: Segfault"
+    crashed = decide(Facts(S.RUNNING, script=True, recorder=Seen.GONE, recorder_pid=9, crash=crash))
     assert crashed is not None and crashed.status is S.FAILED
     assert crashed.reason == "the script (pid 9) crashed: Fatal Python error: Segfault"
     killed = decide(Facts(S.RUNNING, script=True, recorder=Seen.GONE, recorder_pid=9))
