@@ -19,6 +19,7 @@ import difflib
 import logging
 import math
 import os
+import select
 import shutil
 import signal
 import socket
@@ -28,7 +29,7 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from phalanx.config import Settings
 from phalanx.domain import Experiment, Group, GroupStatus, Trial, TrialState, TrialUpdate, best_trial
@@ -47,9 +48,12 @@ from phalanx.groups.setup import build_trials_env, check_trials_can_run, create,
 from phalanx.spec.model import ExperimentSpec
 from phalanx.store.base import GroupStore
 
+if TYPE_CHECKING:
+    from phalanx.runner.forking import Forked
+
 log = logging.getLogger(__name__)
 
-POLL_SECONDS = 0.3
+POLL_SECONDS = 0.3  # the longest the loop sleeps: an adopted trial (no child of ours) is seen this late
 LAUNCH_TIMEOUT = 180.0
 TRIAL_PARAMS = "Trial"  # the section of `phalanx params TRIAL` holding its sampled values
 
@@ -63,7 +67,7 @@ class _Live:
     """A trial the controller is watching (its search state is the core's)."""
 
     trial: Trial
-    launch: subprocess.Popen[bytes] | None = None  # its supervisor, until seen ended (reaped)
+    launch: subprocess.Popen[bytes] | Forked | None = None  # its supervisor, until seen ended (reaped)
     freed_at: float | None = None  # monotonic time the slot it took was freed (controller overhead)
     seen: bool = False  # its experiment row has been seen
 
@@ -90,6 +94,15 @@ class Controller:
         self.notice_seconds: list[float] = []  # a trial's end in the store -> the controller saw it
         self.folder = settings.home / "groups" / self.group.id
         self._core: core.Search | None = None  # opened under the lock (``run``)
+        # wake up as soon as a trial's supervisor (our child) exits, instead of at the next poll;
+        # False: the plain POLL_SECONDS poll (bench/sweep.py measures one against the other)
+        self.wake_on_exit = True
+        self._pidfds: dict[int, int] = {}  # supervisor pid -> its pidfd (readable once it exited)
+        self._wake: tuple[int, int] | None = None  # the wake FIFO's read and write ends (``_open_wake``)
+        self._lock_fd: int | None = None
+        # fork each trial's supervisor from this process (no Python start-up) when it may fork
+        self.fork_trials = True
+        self.freed_wall: dict[int, float] = {}  # trial number -> when the slot it took was freed
 
     @property
     def searcher(self) -> core.Search:
@@ -103,7 +116,8 @@ class Controller:
         holds the group, before anything is written."""
         if self.group.done:
             return self.group
-        with controller_lock(self.folder, self.group.id):
+        with controller_lock(self.folder, self.group.id) as lock_fd:
+            self._lock_fd = lock_fd
             self.group = self.store.get_group(self.group.id)
             if self.group.done:  # the controller that held the lock finished it meanwhile
                 gid = self.group.id
@@ -119,9 +133,12 @@ class Controller:
                     controller_pid=os.getpid(),
                     controller_host=socket.gethostname(),
                 )
+                self._open_wake()
                 self._restore()
                 return self._loop()
             finally:
+                self._close_pidfds()
+                self._lock_fd = None
                 for signum, handler in previous.items():
                     signal.signal(signum, handler)
 
@@ -154,9 +171,66 @@ class Controller:
                     return self._stop_group(op)
                 elif isinstance(op, core.Finish):
                     return self._finish(op.status, op.reason)
-            time.sleep(POLL_SECONDS)
+            self._wait(POLL_SECONDS)
+
+    def _wait(self, timeout: float) -> None:
+        """Sleep until one of the trials' supervisors exits (each is our child: a pidfd becomes
+        readable when it ends, right after it recorded the trial's end) or ``timeout`` passes.
+        Without pidfds (an old kernel) or ``wake_on_exit`` off, a plain sleep."""
+        running = {
+            live.launch.pid
+            for live in self.live.values()
+            if live.launch is not None and live.launch.returncode is None  # not yet seen ended
+        }
+        for pid in set(self._pidfds) - running:
+            os.close(self._pidfds.pop(pid))
+        if not self.wake_on_exit:
+            time.sleep(timeout)
+            return
+        for pid in running - set(self._pidfds):
+            with contextlib.suppress(OSError, AttributeError):  # gone already, or no pidfds here
+                self._pidfds[pid] = os.pidfd_open(pid)
+        fds = list(self._pidfds.values()) + ([self._wake[0]] if self._wake else [])
+        if not fds:
+            time.sleep(timeout)
+            return
+        ready, _, _ = select.select(fds, [], [], timeout)
+        if self._wake is not None and self._wake[0] in ready:
+            with contextlib.suppress(OSError):  # drained: the next byte wakes the next wait
+                while os.read(self._wake[0], 4096):
+                    pass
+
+    def _open_wake(self) -> None:
+        """The FIFO each trial's supervisor writes a byte to once it recorded the trial's end
+        (``LaunchOptions.notify``): the loop wakes then, not at its next poll. The controller keeps
+        a write end open itself, so the read end never reports end-of-file between trials."""
+        if not self.wake_on_exit:
+            return
+        path = self.folder / "wake.fifo"
+        try:
+            with contextlib.suppress(FileExistsError):
+                os.mkfifo(path, 0o600)
+            read = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+            write = os.open(path, os.O_WRONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        except OSError as exc:  # a file system without FIFOs: polling still works
+            log.info("no wake-up FIFO for group %s (%s): polling", self.group.id, exc)
+            return
+        self._wake = (read, write)
 
     # -- resuming -------------------------------------------------------------------------------
+
+    def _close_pidfds(self) -> None:
+        for fd in [*self._pidfds.values(), *(self._wake or ())]:
+            with contextlib.suppress(OSError):
+                os.close(fd)
+        self._pidfds.clear()
+        self._wake = None
+
+    def _inherited(self) -> list[int]:
+        """The fds a forked trial supervisor must close: the group's lock (its flock would outlive
+        this controller), the wake FIFO's ends and the pidfds."""
+        fds = [*self._pidfds.values(), *(self._wake or ())]
+        return fds + ([self._lock_fd] if self._lock_fd is not None else [])
 
     def _restore(self) -> None:
         """Open the group's study (made on the first run); adopt (or launch) the unfinished trials."""
@@ -209,6 +283,8 @@ class Controller:
         self.live[op.number] = _Live(
             replace(trial, state=TrialState.RUNNING), launch=launch, freed_at=freed_at
         )
+        if freed_at is not None:  # in wall time too: the bench compares it with replicas' starts
+            self.freed_wall[op.number] = time.time() - (time.monotonic() - freed_at)
 
     def _trial_spec(self, trial: Trial) -> ExperimentSpec:
         """The trial's validated spec: the group's experiment with the sampled values as its params
@@ -231,7 +307,7 @@ class Controller:
             spec, source_file=str(path), source_text=text, launch_params=dict(trial.params), notes=()
         )
 
-    def _start_experiment(self, trial: Trial) -> subprocess.Popen[bytes]:
+    def _start_experiment(self, trial: Trial) -> subprocess.Popen[bytes] | Forked:
         """Start the trial's supervisor (the Runner, from the trial's spec object) with the id
         recorded for this trial; not waited for here (``_watch`` sees the experiment appear, or the
         supervisor end without creating it), so the other trials are watched meanwhile."""
@@ -245,6 +321,7 @@ class Controller:
             experiment_id=trial.experiment_id,
             record=LaunchRecord(file=spec.source_file, params=dict(trial.params)),
             params_section=TRIAL_PARAMS,
+            notify=str(self.folder / "wake.fifo") if self._wake is not None else None,
         )
         # the run folder first: a controller killed from here on leaves a launch that `_launched`
         # waits for on resume (the experiment appears, or the supervisor fails before creating it
@@ -256,10 +333,11 @@ class Controller:
             # its own session: a Ctrl-C at the terminal reaches the controller, which then stops the
             # trial. Its output goes to the group's folder: a supervisor that fails before creating
             # the experiment removes its run folder (see above) and `_launch_failed` reads why here
-            _, proc, _ = Runner(self.settings).start(
-                spec, options, log=self.folder / f"trial-{trial.number}.launch.log"
-            )
-            return proc
+            log_path = self.folder / f"trial-{trial.number}.launch.log"
+            runner = Runner(self.settings)
+            if self.fork_trials:
+                return runner.fork(spec, options, log=log_path, close=self._inherited())[1]
+            return runner.start(spec, options, log=log_path)[1]
         except BaseException:
             with contextlib.suppress(OSError):
                 shutil.rmtree(run_dir)  # nothing was launched: a resume must not wait for it

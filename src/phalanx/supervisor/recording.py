@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import os
 import time
 from typing import TYPE_CHECKING, Any
 
@@ -225,7 +226,24 @@ def _write_outcome(self: Supervisor, outcome: Outcome) -> None:
             )
             self.store.update_replica(self.id, r.name, state=state, finished_at=now)
     self.store.update_experiment(self.id, status=outcome.status, reason=outcome.reason, finished_at=now)
+    if self.notify:
+        notify(self.notify)
     self.observer.states({n: s.state for n, s in self.states.items()}, time.monotonic() - self.started)
+
+
+def notify(fifo: str) -> None:
+    """One byte into the FIFO a watcher waits on (a group's controller); nobody reading (the
+    controller is gone: ENXIO) or a full pipe (it has been woken already) is fine."""
+    try:
+        fd = os.open(fifo, os.O_WRONLY | os.O_NONBLOCK)
+    except OSError:
+        return
+    try:
+        os.write(fd, b".")
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
 
 
 def _short(exc: BaseException) -> str:

@@ -36,7 +36,9 @@ def supervisor_pid(settings: Settings, experiment_id: str) -> int | None:
     its ``runs/<id>/supervisor.pid`` records, with the same start time (not a reused pid)."""
     from phalanx.procs import recorded_process
 
-    return recorded_process(settings.runs_dir / experiment_id / "supervisor.pid", program=b"phalanx")
+    # pid and start time name the process for good; its command line is not asked: a trial's
+    # supervisor forked from its group's controller carries the controller's (runner.forking)
+    return recorded_process(settings.runs_dir / experiment_id / "supervisor.pid")
 
 
 def write_stop_request(settings: Settings, experiment_id: str, reason: str | None = None) -> Path:

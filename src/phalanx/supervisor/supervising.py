@@ -98,8 +98,11 @@ class Supervisor:
         resume: bool = False,
         exists: bool = False,
         params_section: str | None = None,
+        notify: str | None = None,
     ) -> None:
         """``store``: the store, or a function that opens it (called once the replicas have started).
+        ``notify``: a FIFO that gets one byte once the outcome is recorded (a group's controller
+        waits on it: it notices a trial's end at once instead of at its next poll).
         ``params_section``: record the launch params as the experiment's params in this section
         (a group trial's sampled values: `phalanx params`, the run table, compare).
         ``exists``: its row was recorded already (``record_building``: status building while its
@@ -110,6 +113,7 @@ class Supervisor:
         attempt, from its latest checkpoint, instead of creating one."""
         self.p = prepared
         self._store_factory = store
+        self.notify = notify
         self.store: IngestStore = None  # type: ignore[assignment]  # set by run()
         self.settings = settings
         self.observer: Observer = _Shielded(observer or LoggingObserver())
