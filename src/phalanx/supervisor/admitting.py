@@ -17,8 +17,6 @@ from phalanx.domain import ExperimentStatus
 if TYPE_CHECKING:
     from pathlib import Path
 
-
-if TYPE_CHECKING:
     from phalanx.supervisor.supervising import Supervisor
 
 log = logging.getLogger(__name__)

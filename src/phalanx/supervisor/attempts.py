@@ -16,10 +16,6 @@ from typing import TYPE_CHECKING
 
 from phalanx.backends.base import JobStatus, LaunchContext
 from phalanx.domain import ExperimentStatus
-
-if TYPE_CHECKING:
-    pass
-
 from phalanx.supervisor.outcome import PID_FILE, Outcome
 
 if TYPE_CHECKING:

@@ -15,10 +15,6 @@ from typing import TYPE_CHECKING, Any
 
 from phalanx.backends.base import JobStatus
 from phalanx.domain import ExperimentStatus, Replica, ReplicaState
-
-if TYPE_CHECKING:
-    pass
-
 from phalanx.supervisor.outcome import STORE_RETRY_SECONDS, Outcome
 
 if TYPE_CHECKING:
