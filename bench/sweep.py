@@ -71,7 +71,7 @@ def one(home: Path, folder: Path, trials: int, steps: int, pruning: bool, wake: 
     group = controller.create(store, load_group(path), workdir=folder)
     started = time.monotonic()
     ctl = controller.Controller(store, settings, group.id)
-    ctl.wake_on_exit = wake
+    ctl.waker.enabled = wake
     ctl.fork_trials = wake
     done = ctl.run(handle_signals=False)
     wall = time.monotonic() - started

@@ -19,7 +19,6 @@ import difflib
 import logging
 import math
 import os
-import select
 import shutil
 import signal
 import socket
@@ -45,6 +44,7 @@ from phalanx.groups.ending import (
 )
 from phalanx.groups.lock import ControllerRunning, controller_lock
 from phalanx.groups.setup import build_trials_env, check_trials_can_run, create, load, trial_build
+from phalanx.groups.waking import Waker
 from phalanx.spec.model import ExperimentSpec
 from phalanx.store.base import GroupStore
 
@@ -94,11 +94,9 @@ class Controller:
         self.notice_seconds: list[float] = []  # a trial's end in the store -> the controller saw it
         self.folder = settings.home / "groups" / self.group.id
         self._core: core.Search | None = None  # opened under the lock (``run``)
-        # wake up as soon as a trial's supervisor (our child) exits, instead of at the next poll;
-        # False: the plain POLL_SECONDS poll (bench/sweep.py measures one against the other)
-        self.wake_on_exit = True
-        self._pidfds: dict[int, int] = {}  # supervisor pid -> its pidfd (readable once it exited)
-        self._wake: tuple[int, int] | None = None  # the wake FIFO's read and write ends (``_open_wake``)
+        # wake as soon as a trial's end is recorded or its supervisor exits, not at the next poll
+        # (groups.waking); off: the plain POLL_SECONDS poll (bench/sweep.py measures both)
+        self.waker = Waker(self.folder)
         self._lock_fd: int | None = None
         # fork each trial's supervisor from this process (no Python start-up) when it may fork
         self.fork_trials = True
@@ -133,11 +131,11 @@ class Controller:
                     controller_pid=os.getpid(),
                     controller_host=socket.gethostname(),
                 )
-                self._open_wake()
+                self.waker.open()
                 self._restore()
                 return self._loop()
             finally:
-                self._close_pidfds()
+                self.waker.close()
                 self._lock_fd = None
                 for signum, handler in previous.items():
                     signal.signal(signum, handler)
@@ -174,63 +172,21 @@ class Controller:
             self._wait(POLL_SECONDS)
 
     def _wait(self, timeout: float) -> None:
-        """Sleep until one of the trials' supervisors exits (each is our child: a pidfd becomes
-        readable when it ends, right after it recorded the trial's end) or ``timeout`` passes.
-        Without pidfds (an old kernel) or ``wake_on_exit`` off, a plain sleep."""
-        running = {
+        """Until a trial's end is recorded, one of its supervisors (our children) exits, or
+        ``timeout`` (groups.waking)."""
+        running = [
             live.launch.pid
             for live in self.live.values()
             if live.launch is not None and live.launch.returncode is None  # not yet seen ended
-        }
-        for pid in set(self._pidfds) - running:
-            os.close(self._pidfds.pop(pid))
-        if not self.wake_on_exit:
-            time.sleep(timeout)
-            return
-        for pid in running - set(self._pidfds):
-            with contextlib.suppress(OSError, AttributeError):  # gone already, or no pidfds here
-                self._pidfds[pid] = os.pidfd_open(pid)
-        fds = list(self._pidfds.values()) + ([self._wake[0]] if self._wake else [])
-        if not fds:
-            time.sleep(timeout)
-            return
-        ready, _, _ = select.select(fds, [], [], timeout)
-        if self._wake is not None and self._wake[0] in ready:
-            with contextlib.suppress(OSError):  # drained: the next byte wakes the next wait
-                while os.read(self._wake[0], 4096):
-                    pass
-
-    def _open_wake(self) -> None:
-        """The FIFO each trial's supervisor writes a byte to once it recorded the trial's end
-        (``LaunchOptions.notify``): the loop wakes then, not at its next poll. The controller keeps
-        a write end open itself, so the read end never reports end-of-file between trials."""
-        if not self.wake_on_exit:
-            return
-        path = self.folder / "wake.fifo"
-        try:
-            with contextlib.suppress(FileExistsError):
-                os.mkfifo(path, 0o600)
-            read = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
-            write = os.open(path, os.O_WRONLY | os.O_NONBLOCK | os.O_CLOEXEC)
-        except OSError as exc:  # a file system without FIFOs: polling still works
-            log.info("no wake-up FIFO for group %s (%s): polling", self.group.id, exc)
-            return
-        self._wake = (read, write)
+        ]
+        self.waker.wait(running, timeout)
 
     # -- resuming -------------------------------------------------------------------------------
-
-    def _close_pidfds(self) -> None:
-        for fd in [*self._pidfds.values(), *(self._wake or ())]:
-            with contextlib.suppress(OSError):
-                os.close(fd)
-        self._pidfds.clear()
-        self._wake = None
 
     def _inherited(self) -> list[int]:
         """The fds a forked trial supervisor must close: the group's lock (its flock would outlive
         this controller), the wake FIFO's ends and the pidfds."""
-        fds = [*self._pidfds.values(), *(self._wake or ())]
-        return fds + ([self._lock_fd] if self._lock_fd is not None else [])
+        return self.waker.fds() + ([self._lock_fd] if self._lock_fd is not None else [])
 
     def _restore(self) -> None:
         """Open the group's study (made on the first run); adopt (or launch) the unfinished trials."""
@@ -321,7 +277,7 @@ class Controller:
             experiment_id=trial.experiment_id,
             record=LaunchRecord(file=spec.source_file, params=dict(trial.params)),
             params_section=TRIAL_PARAMS,
-            notify=str(self.folder / "wake.fifo") if self._wake is not None else None,
+            notify=self.waker.notify,
         )
         # the run folder first: a controller killed from here on leaves a launch that `_launched`
         # waits for on resume (the experiment appears, or the supervisor fails before creating it
