@@ -10,7 +10,14 @@ once with successive-halving pruning, once without. Every trial is a real two-re
 Printed: replica-seconds used (the sum over every replica of its run time: the compute a cluster
 would bill), wall time, trials pruned and the best loss reached, for each run; and the controller's
 overhead per trial: from a trial's end in the store to the controller noticing it, and from a free
-slot to the next trial's experiment existing (the launch through `phalanx run --detach`).
+slot to the next trial's experiment existing and to its replicas running (the launch: the Runner
+starts the trial's supervisor, one process, from the spec object).
+
+Each search runs twice, alternated (A B A B): A, as before this change: each trial's supervisor
+is a new `python -m phalanx.runner` (an interpreter start-up and every import) and the controller
+polls every 0.3 s; B, the supervisor is forked from the controller (no start-up) and the controller
+wakes the moment a trial's end is recorded (the group's wake FIFO) or a supervisor exits (pidfd).
+The load average is printed with the figures (this machine is shared).
 """
 
 from __future__ import annotations
@@ -49,7 +56,7 @@ def group_text(trials: int, steps: int, pruning: bool) -> str:
     )
 
 
-def one(home: Path, folder: Path, trials: int, steps: int, pruning: bool) -> dict[str, Any]:
+def one(home: Path, folder: Path, trials: int, steps: int, pruning: bool, wake: bool) -> dict[str, Any]:
     os.environ["PHALANX_HOME"] = str(home)
     from phalanx.config import Settings
     from phalanx.groups import controller, records
@@ -64,6 +71,8 @@ def one(home: Path, folder: Path, trials: int, steps: int, pruning: bool) -> dic
     group = controller.create(store, load_group(path), workdir=folder)
     started = time.monotonic()
     ctl = controller.Controller(store, settings, group.id)
+    ctl.waker.enabled = wake
+    ctl.fork_trials = wake
     done = ctl.run(handle_signals=False)
     wall = time.monotonic() - started
     trials_done = store.list_trials(done.id)
@@ -73,8 +82,15 @@ def one(home: Path, folder: Path, trials: int, steps: int, pruning: bool) -> dic
             if r.started_at and r.finished_at:
                 replica_seconds += r.finished_at - r.started_at
     best = records.best_trial(trials_done, done.optimization)
+    running: list[float] = []  # slot free -> the next trial's first replica running
+    for t in trials_done:
+        freed = ctl.freed_wall.get(t.number)
+        starts = [r.started_at for r in store.list_replicas(t.experiment_id) if r.started_at]
+        if freed is not None and starts:
+            running.append(max(0.0, min(starts) - freed))
     return {
         "pruning": pruning,
+        "wake": wake,
         "status": done.status,
         "trials": len(trials_done),
         "pruned": sum(t.state == "pruned" for t in trials_done),
@@ -83,7 +99,8 @@ def one(home: Path, folder: Path, trials: int, steps: int, pruning: bool) -> dic
         "best_loss": None if best is None else round(best.value or 0.0, 4),
         "best_x": None if best is None else best.params["x"],
         "launch_seconds": [round(s, 2) for s in ctl.launch_seconds],
-        "notice_seconds": [round(s, 2) for s in ctl.notice_seconds],
+        "notice_seconds": [round(s, 3) for s in ctl.notice_seconds],
+        "running_seconds": [round(s, 2) for s in running],
     }
 
 
@@ -102,37 +119,44 @@ def main() -> None:
     args = parser.parse_args()
     if args.smoke:
         args.trials, args.steps = 2, 3
-    runs = []
+    runs: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="phalanx-bench-sweep-") as tmp:
         folder = Path(tmp) / "work"
         folder.mkdir()
         (folder / "train.py").write_text(TRAIN)
+        load_before = os.getloadavg()
         for pruning in (True, False):
-            result = one(
-                Path(tmp) / ("home-pruned" if pruning else "home-full"),
-                folder,
-                args.trials,
-                args.steps,
-                pruning,
-            )
-            runs.append(result)
-            print(json.dumps(result), file=sys.stderr)
-    pruned, full = runs
-    print(f"{'run':<12} {'trials':>6} {'pruned':>6} {'replica-s':>10} {'wall s':>7} {'best loss':>10}")
-    for name, r in (("pruning", pruned), ("no pruning", full)):
+            for wake in (False, True):  # A B A B: poll, wake-up, poll, wake-up
+                name = f"{'pruned' if pruning else 'full'}-{'wake' if wake else 'poll'}"
+                result = one(Path(tmp) / f"home-{name}", folder, args.trials, args.steps, pruning, wake)
+                runs.append(result)
+                print(json.dumps(result), file=sys.stderr)
+        load_after = os.getloadavg()
+    by = {(r["pruning"], r["wake"]): r for r in runs}
+    cpus = os.cpu_count()
+    print(f"load average (1 min) before {load_before[0]:.1f}, after {load_after[0]:.1f}; {cpus} CPUs")
+    print(f"{'run':<18} {'trials':>6} {'pruned':>6} {'replica-s':>10} {'wall s':>7} {'best loss':>10}")
+    for (pruning, wake), r in sorted(by.items(), reverse=True):
+        name = f"{'pruning' if pruning else 'no pruning'}, {'B' if wake else 'A'}"
         print(
-            f"{name:<12} {r['trials']:>6} {r['pruned']:>6} {r['replica_seconds']:>10.1f} "
+            f"{name:<18} {r['trials']:>6} {r['pruned']:>6} {r['replica_seconds']:>10.1f} "
             f"{r['wall_seconds']:>7.1f} {r['best_loss']:>10}"
         )
+    pruned, full = by[(True, True)], by[(False, True)]
     saved = 1 - pruned["replica_seconds"] / full["replica_seconds"] if full["replica_seconds"] else 0.0
     print(f"compute saved by pruning: {saved:.0%}; same best: {pruned['best_x'] == full['best_x']}")
-    launches = pruned["launch_seconds"] + full["launch_seconds"]
-    notices = pruned["notice_seconds"] + full["notice_seconds"]
-    if launches:
+    for wake in (False, True):
+        launches = [s for r in runs if r["wake"] is wake for s in r["launch_seconds"]]
+        notices = [s for r in runs if r["wake"] is wake for s in r["notice_seconds"]]
+        running = [s for r in runs if r["wake"] is wake for s in r["running_seconds"]]
+        if not launches or not notices:
+            continue
         print(
-            f"controller overhead per trial: end noticed after {statistics.median(notices):.2f} s (median), "
-            f"next trial's experiment created {statistics.median(launches):.2f} s after the slot freed "
-            f"(median of {len(launches)}; min {min(launches):.2f}, max {max(launches):.2f})"
+            f"{'B: forked, woken' if wake else 'A: new interpreter, 0.3 s poll'}: "
+            f"end noticed after {statistics.median(notices):.3f} s (median; max {max(notices):.3f}), "
+            f"next trial's experiment created {statistics.median(launches):.2f} s after the slot freed, "
+            f"its replicas running after {statistics.median(running) if running else float('nan'):.2f} s "
+            f"(median of {len(launches)}; max {max(running) if running else float('nan'):.2f})"
         )
     if args.json:
         args.json.write_text(json.dumps({"runs": runs, "compute_saved": saved}, indent=2))

@@ -14,9 +14,12 @@ import tempfile
 import tomllib
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from phalanx.errors import NotFound, UsageError
+
+if TYPE_CHECKING:
+    from phalanx.cluster_options import KubernetesOptions, SlurmOptions
 
 KINDS = ("slurm", "kubernetes")
 # v1: the training operator's PyTorchJob/TFJob/MXJob and the MPI operator's MPIJob (v2beta1);
@@ -42,6 +45,13 @@ class Cluster:
 
     def to_json(self) -> dict[str, Any]:
         return {k: v for k, v in asdict(self).items() if v is not None}
+
+    @property
+    def options(self) -> SlurmOptions | KubernetesOptions:
+        """The typed options of its kind (phalanx.cluster_options); UsageError if a value is bad."""
+        from phalanx.cluster_options import check_options  # pydantic: only once a cluster is read
+
+        return check_options({k: v for k, v in asdict(self).items() if k != "name"}, f"cluster {self.name!r}")
 
     def backend_for(self, plan_backend: str | None) -> str:
         """The engine module that runs a plan on this cluster (registry name).
@@ -83,7 +93,15 @@ def load_clusters(home: Path | None = None) -> dict[str, Cluster]:
             raise UsageError(f"{path}: [{name}] has unknown keys {unknown}; known: {sorted(known)}")
         if table.get("kind") not in KINDS:
             raise UsageError(f"{path}: [{name}] kind must be one of {list(KINDS)}")
-        out[name] = Cluster(name=name, **{k: str(v) for k, v in table.items()})
+        cluster = Cluster(name=name, **{k: str(v) for k, v in table.items()})
+        try:
+            cluster.options  # noqa: B018  a hand-edited value gets the same checks as `cluster add`
+        except UsageError as exc:
+            raise UsageError(
+                f"{path}: [{name}] {str(exc).split(': ', 1)[1]} (fix it there, or re-add it with"
+                f" `phalanx cluster add {name} --replace ...`)"
+            ) from None
+        out[name] = cluster
     return out
 
 
@@ -140,6 +158,7 @@ def add_cluster(cluster: Cluster, home: Path | None = None, replace: bool = Fals
         raise UsageError(
             f"--kubeflow-api must be one of {', '.join(KUBEFLOW_APIS)}, not {cluster.kubeflow_api!r}"
         )
+    cluster.options  # noqa: B018  every value checked by its kind's typed options, before writing
     clusters = load_clusters(home)
     if cluster.name in clusters and not replace:
         from phalanx.errors import Conflict

@@ -193,7 +193,12 @@ def here(entry: Entry) -> bool:
 
 
 def alive(entry: Entry) -> bool:
-    return not here(entry) or process_start(entry.pid) == entry.start
+    """Whether the entry's supervisor still runs (procs.judge: pid and start time; another
+    machine's entry is trusted, since it cannot be seen from here)."""
+    from phalanx.procs import Seen, judge
+
+    start = int(entry.start) if entry.start.isdigit() else -1  # "": it was gone when recorded
+    return judge(entry.pid, start, entry.host) is not Seen.GONE
 
 
 # ---- the file ---------------------------------------------------------------------------------

@@ -14,9 +14,20 @@ and the process must still have the start time recorded with it (``/proc/<pid>/s
 
 from __future__ import annotations
 
+import enum
 import os
 import socket
 from pathlib import Path
+
+HOST = socket.gethostname()
+
+
+class Seen(enum.StrEnum):
+    """What this machine can tell of a recorded process."""
+
+    RUNS = "runs"  # this very process still runs here
+    GONE = "gone"  # it ended (or its pid now names another process, or another program)
+    ELSEWHERE = "elsewhere"  # another machine's: it cannot be seen from here (a shared home)
 
 
 def pid_alive(pid: int) -> bool:
@@ -62,6 +73,57 @@ def start_time(pid: int) -> int | None:
         return None
 
 
+def judge(pid: int, start: int | None = None, host: str | None = None, program: bytes | None = None) -> Seen:
+    """THE liveness check, used everywhere a recorded process is judged (a supervisor's pid file,
+    a ledger entry, a group's controller, the server's address file, a plain script's pid file).
+
+    ``start``: the start time recorded with the pid (``start_time``): a pid now used by another
+    process is told apart by it; None when nothing was recorded (the pid alone, zombies gone).
+    ``host``: the machine that recorded it ("" or None: this one). ``program``: bytes its command
+    line must contain (b"phalanx"), when a pid without a start time could have been reused."""
+    if host and host != HOST:
+        return Seen.ELSEWHERE
+    if pid <= 1:
+        return Seen.GONE
+    if start is not None:
+        if start_time(pid) != start:
+            return Seen.GONE
+    elif not pid_alive(pid):
+        return Seen.GONE
+    if program is not None:
+        try:
+            if program not in Path(f"/proc/{pid}/cmdline").read_bytes():
+                return Seen.GONE
+        except OSError:
+            return Seen.GONE
+    return Seen.RUNS
+
+
+def read_record(path: Path) -> tuple[int, int | None, str | None] | None:
+    """A process record ("pid start-time host") as (pid, start, host); None if absent or damaged.
+    A record without a start time (or with 0: it was gone when written) has start None."""
+    try:
+        parts = path.read_text().split()
+        pid = int(parts[0])
+        start = int(parts[1]) if len(parts) > 1 else None
+    except (OSError, ValueError, IndexError):
+        return None
+    return pid, start, parts[2] if len(parts) > 2 else None
+
+
+def started_at(pid: int) -> float | None:
+    """When process ``pid`` started (seconds since the epoch), None if it does not run (or is a zombie)."""
+    ticks = start_time(pid)
+    if ticks is None:
+        return None
+    try:
+        with open("/proc/stat") as fh:
+            btime = next(int(line.split()[1]) for line in fh if line.startswith("btime"))
+    except (OSError, IndexError, ValueError, StopIteration):
+        return None
+    return btime + ticks / os.sysconf("SC_CLK_TCK")
+
+
 def record_process(path: Path, pid: int | None = None) -> None:
     """Write "pid start-time host" for ``pid`` (default: this process) atomically at ``path``."""
     pid = os.getpid() if pid is None else pid
@@ -71,30 +133,23 @@ def record_process(path: Path, pid: int | None = None) -> None:
     os.replace(tmp, path)
 
 
-def recorded_process(path: Path) -> int | None:
-    """The pid ``path`` records when that very process still runs (same start time); else None."""
-    try:
-        parts = path.read_text().split()
-        pid = int(parts[0])
-        started = int(parts[1]) if len(parts) > 1 else None
-    except (OSError, ValueError, IndexError):
+def recorded_process(path: Path, program: bytes | None = None) -> int | None:
+    """The pid ``path`` records when that very process still runs here (same start time); else None
+    (gone, never recorded, recorded without a start time, or another machine's: not ours to signal)."""
+    record = read_record(path)
+    if record is None or record[1] is None:
         return None
-    if pid <= 1 or (len(parts) > 2 and parts[2] != socket.gethostname()):
-        return None  # another machine's process (a shared home) is not ours to signal
-    now = start_time(pid)
-    if now is None or started is None or now != started:
-        return None
-    return pid
+    pid, start, host = record
+    return pid if judge(pid, start, host, program) is Seen.RUNS else None
 
 
 def recorded_but_gone(path: Path) -> int | None:
     """The pid ``path`` records when that process of this machine no longer runs (or its pid now
     runs another program); None while it runs, without a record, or for another machine's."""
-    try:
-        parts = path.read_text().split()
-        pid = int(parts[0])
-    except (OSError, ValueError, IndexError):
+    record = read_record(path)
+    if record is None:
         return None
-    if len(parts) > 2 and parts[2] != socket.gethostname():
-        return None
-    return None if recorded_process(path) == pid else pid
+    pid, start, host = record
+    if start is None:  # no start time: a pid alone names no process for sure, so it is not trusted
+        return None if judge(pid, None, host) is Seen.ELSEWHERE else pid
+    return pid if judge(pid, start, host) is Seen.GONE else None

@@ -7,8 +7,9 @@ plans and to the store:
   ledger; if the whole topology does not fit, record the experiment as ``queued`` and wait (the
   stop file, Ctrl-C and SIGTERM are honoured while waiting) until it does.
 * ``overview(settings)``: what runs and what waits, in queue order (`phalanx queue -o json`).
-* ``reconcile(store, settings)``: a queued experiment whose `phalanx run` was killed while it waited
-  is marked stopped (nothing else would ever end it).
+
+A queued experiment whose `phalanx run` was killed while it waited is ended by
+``phalanx.reconcile`` (the one owner of an experiment's end), not here: this module writes no status.
 
 Every launch path goes through the supervisor (`phalanx run`, `--detach`, estimator ``submit()``,
 a search's trials), so they all queue the same way.
@@ -16,7 +17,6 @@ a search's trials), so they all queue the same way.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import time
 from collections.abc import Callable
@@ -24,25 +24,21 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from phalanx import ledger as ledger_mod
-from phalanx.domain import ExperimentStatus, ReplicaState
 from phalanx.ledger import Capacity, Entry, Grant, Ledger, Need, NeverFits, NoRoom
 
 if TYPE_CHECKING:
     from phalanx.config import Settings
     from phalanx.plan import Plan
-    from phalanx.store.base import Store
 
 # How often a waiter looks at the ledger file's identity (a stat, no lock); it takes the lock and
 # tries again as soon as the file changed (someone ended or joined), and at least every RETRY_SECONDS
 # (to reclaim the entries of killed processes).
 LOOK_SECONDS = 0.05
 RETRY_SECONDS = 0.5
-ABANDONED = "its phalanx run ended while it was queued (killed?)"
 # --priority bounds: aging adds one per 10 minutes waited, so 1000 already outranks a week of waiting
 MAX_PRIORITY = 1000
 
 __all__ = [
-    "ABANDONED",
     "MAX_PRIORITY",
     "Admission",
     "Capacity",
@@ -57,8 +53,6 @@ __all__ = [
     "ledger_for",
     "need_of_plan",
     "overview",
-    "reconcile",
-    "stop_if_abandoned",
 ]
 
 
@@ -167,41 +161,6 @@ class Admission:
         self.ledger.release(self.experiment_id)
 
 
-def mark_abandoned(store: Store, entries: list[Entry]) -> None:
-    """Waiting entries of killed `phalanx run`s: their queued rows are marked stopped."""
-    for e in entries:
-        if not e.holding:
-            _stop_queued(store, e.experiment_id)
-
-
-def _stop_queued(store: Store, experiment_id: str) -> None:
-    from phalanx.errors import NotFound
-
-    try:
-        exp = store.get_experiment(experiment_id)
-    except NotFound:
-        return
-    if exp.status is not ExperimentStatus.QUEUED:
-        return
-    now = time.time()
-    for r in store.list_replicas(exp.id):
-        if not r.state.done:
-            store.update_replica(exp.id, r.name, state=ReplicaState.STOPPED, finished_at=now)
-    store.update_experiment(exp.id, status=ExperimentStatus.STOPPED, reason=ABANDONED, finished_at=now)
-
-
-def _abandoned_here(settings: Settings, experiment_id: str) -> bool:
-    """Whether this machine's `phalanx run` of the experiment is gone: its pid file stays behind
-    when it is killed. No pid file here: another machine's run (a shared store), not ours to judge."""
-    from phalanx.procs import pid_alive
-
-    try:
-        pid = int((settings.runs_dir / experiment_id / "supervisor.pid").read_text().split()[0])
-    except (OSError, ValueError, IndexError):
-        return False
-    return not pid_alive(pid)
-
-
 def check_priority(priority: object, given_as: str) -> int:
     """A queue priority as given (``--priority``, ``submit(priority=)``): a whole number within
     ±MAX_PRIORITY, else a UsageError naming where it was given."""
@@ -215,37 +174,9 @@ def check_priority(priority: object, given_as: str) -> int:
     return priority
 
 
-def stop_if_abandoned(store: Store, settings: Settings, experiment_id: str) -> bool:
-    """Mark the queued experiment stopped if this machine's `phalanx run` of it is gone (killed
-    while it waited); whether it was gone."""
-    if not _abandoned_here(settings, experiment_id):
-        return False
-    _stop_queued(store, experiment_id)
-    return True
-
-
-def reconcile(store: Store, settings: Settings) -> list[str]:
-    """Mark stopped every queued experiment nobody waits for any more (its `phalanx run` was
-    killed); returns their ids. Dead ledger entries are reclaimed on the way."""
-    from phalanx.store.base import ExperimentFilter
-
-    queued = store.list_experiments(ExperimentFilter(status=ExperimentStatus.QUEUED, limit=1000)).items
-    if not queued:
-        return []
-    holding, waiting, _ = ledger_for(settings).snapshot()
-    known = {e.experiment_id for e in holding + waiting}
-    ended: list[str] = []
-    for exp in queued:
-        if exp.id not in known and stop_if_abandoned(store, settings, exp.id):
-            ended.append(exp.id)
-    return ended
-
-
-def overview(settings: Settings, store: Store | None = None) -> dict[str, Any]:
-    """What `phalanx queue -o json` prints: the machine, what runs (holding), what waits in order."""
-    if store is not None:
-        with contextlib.suppress(Exception):  # reading the queue must work even if the store fails
-            reconcile(store, settings)
+def overview(settings: Settings) -> dict[str, Any]:
+    """What `phalanx queue -o json` prints: the machine, what runs (holding), what waits in order.
+    (Callers with a store run ``reconcile.reconcile`` first, so abandoned rows show stopped.)"""
     holding, waiting, _ = ledger_for(settings).snapshot()
     cap = capacity(need_gpus=True)
     now = time.time()

@@ -1,52 +1,221 @@
-"""Experiments whose recorder died: found by the next reader and given a final status.
+"""The one owner of an experiment's end when its supervisor cannot decide it.
 
 An experiment's end is recorded by the process that watched it: `phalanx run`'s supervisor, or the
-Task of a plain ``python script.py``. If that process is SIGKILLed (or the OOM killer takes it, or it
-segfaults) nothing records the end and the experiment would stay `running` forever. Every CLI read
-command (after its ingest pass, which applies an outcome a supervisor left in the spool while the
-store was down) therefore looks at this machine's unfinished experiments: one whose supervisor (pid
-and start time from ``runs/<id>/supervisor.pid``) or whose script processes are gone is marked
-failed, with what is known of how it died. A pid now used by another process is told apart by its
-start time. Experiments of other machines are left alone (their processes cannot be seen here).
+Task of a plain ``python script.py``. When that process is gone (SIGKILLed, taken by the OOM killer,
+a segfault, a reboot), when a user stops an experiment whose supervisor is gone, when a `phalanx
+run` dies while it waits in the queue, or when ``submit()`` gives up on what it started, somebody
+else must write the end. That somebody is this module, for all of them:
+
+* ``decide(Facts) -> End | None`` is the rule, written once: a pure function of what was seen
+  (status, whether the supervisor or the script still runs, whether the queue still knows it, who
+  asks). ``tests/unit/test_reconcile_decide.py`` holds its table.
+* ``record_end(store, experiment_id, end)`` is the one writer: unfinished replicas first, then the
+  experiment, and never over an end the supervisor recorded meanwhile.
+* ``facts(...)`` gathers what this machine can see, through ``procs.judge`` (the one liveness
+  check: pid and start time); ``settle`` / ``reconcile`` / ``stop_abandoned`` put the three together
+  for one experiment, for every unfinished one (the CLI's read commands, ``phalanx queue``, a
+  group's controller, ``Runner.status``), and for the queue entries a supervisor reclaimed.
+
+Experiments of other machines are left alone (their processes cannot be seen here).
 """
 
 from __future__ import annotations
 
 import contextlib
+import enum
 import logging
-import os
 import socket
 import time
+from collections.abc import Iterable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from phalanx.domain import ExperimentStatus, ReplicaState
-from phalanx.procs import recorded_but_gone, start_time
+from phalanx.procs import Seen, judge, read_record, recorded_but_gone
 
 if TYPE_CHECKING:
     from phalanx.config import Settings
     from phalanx.domain import Experiment
+    from phalanx.ledger import Entry
     from phalanx.store.base import Store
 
 log = logging.getLogger(__name__)
 
 FAULT_FILE = "fault-{pid}.txt"  # where a plain script's faulthandler writes a crash (spool folder)
+ABANDONED = "its phalanx run ended while it was queued (killed?)"
+GAVE_UP = "submit() gave up waiting for it"
+STOPPED_BY = "stopped by phalanx stop"
+UNFINISHED = (ExperimentStatus.RUNNING, ExperimentStatus.STARTING, ExperimentStatus.BUILDING)
 
 
-def process_start(pid: int) -> float | None:
-    """When process ``pid`` started (seconds since the epoch), None if it does not run (or is a zombie)."""
-    ticks = start_time(pid)
-    if ticks is None:
+class Asker(enum.Enum):
+    """Who asks for the end to be decided."""
+
+    READER = "reader"  # a read command, the queue, a controller, Runner.status: only if it is orphaned
+    STOP = "stop"  # phalanx stop / the server's stop / a group's pruning, after the stop request
+    SUBMIT = "submit"  # Experiment.submit gave up on what it started
+
+
+@dataclass(frozen=True)
+class Facts:
+    """What was seen of one experiment (gathered by ``facts``; built by hand in tests)."""
+
+    status: ExperimentStatus
+    script: bool = False  # a plain script's Task.init (no supervisor, no engine)
+    recorder: Seen | None = None  # its supervisor (or the script's process); None: no record here
+    recorder_pid: int | None = None
+    in_queue: bool = False  # this machine's ledger still holds or queues it
+    crash: str | None = None  # the first line Python's faulthandler wrote for the script
+    asker: Asker = Asker.READER
+    reason: str | None = None  # a stop's own reason (a group's pruning decision)
+    supervised_stop: bool = False  # the stop was taken to a supervisor that ran (it did not finish)
+
+
+@dataclass(frozen=True)
+class End:
+    """A final status and why; the replicas still unfinished get ``replica_state``."""
+
+    status: ExperimentStatus
+    reason: str
+    replica_state: ReplicaState
+    replica_reason: str | None = None
+
+
+def decide(f: Facts) -> End | None:
+    """THE rule for an experiment's end when its supervisor cannot record it (None: leave it).
+
+    | status                      | asker  | seen                              | end                      |
+    |-----------------------------|--------|-----------------------------------|--------------------------|
+    | succeeded, failed, stopped  | any    | -                                 | none (already ended)     |
+    | any unfinished              | submit | -                                 | stopped: submit gave up  |
+    | any unfinished              | stop   | -                                 | stopped: reason (+ gone) |
+    | building, starting, running | reader | supervisor or script gone         | failed: how it died      |
+    | queued                      | reader | not in the queue, supervisor gone | stopped: abandoned       |
+    | anything else               | reader | runs, elsewhere, no record        | none                     |
+    """
+    if f.status.done:
         return None
+    if f.asker is Asker.SUBMIT:
+        return End(ExperimentStatus.STOPPED, GAVE_UP, ReplicaState.STOPPED)
+    if f.asker is Asker.STOP:
+        said = f.reason or STOPPED_BY
+        if not f.supervised_stop:
+            said += " (its script was gone)" if f.script else " (its supervisor was gone)"
+        return End(ExperimentStatus.STOPPED, said, ReplicaState.STOPPED)
+    if f.recorder is not Seen.GONE:
+        return None
+    if f.status is ExperimentStatus.QUEUED:
+        if f.in_queue:
+            return None
+        return End(ExperimentStatus.STOPPED, ABANDONED, ReplicaState.STOPPED)
+    if f.status not in UNFINISHED:
+        return None
+    if f.script:
+        if f.crash:
+            why = f"the script (pid {f.recorder_pid}) crashed: {f.crash}"
+        else:
+            why = (
+                f"the script (pid {f.recorder_pid}) ended without recording its end: killed by a signal "
+                "it cannot catch (SIGKILL, the OOM killer) or crashed"
+            )
+    else:
+        why = f"phalanx run (pid {f.recorder_pid}) was killed before it recorded the outcome"
+    return End(ExperimentStatus.FAILED, why, ReplicaState.FAILED, why)
+
+
+def record_end(store: Store, experiment_id: str, end: End, settings: Settings | None = None) -> bool:
+    """THE writer of an end decided here: what a killed local supervisor left running is ended
+    first (``settings`` given, a failed local experiment), then unfinished replicas, then the
+    experiment. Re-read first: nothing is written over an end its supervisor recorded meanwhile.
+    Whether it wrote."""
+    from phalanx.errors import NotFound
+
     try:
-        btime = next(
-            int(line.split()[1])
-            for line in Path("/proc/stat").read_text().splitlines()
-            if line.startswith("btime")
-        )
-    except (OSError, IndexError, ValueError, StopIteration):
+        exp = store.get_experiment(experiment_id)
+    except NotFound:
+        return False
+    if exp.status.done:
+        return False
+    if settings is not None and end.status is ExperimentStatus.FAILED:
+        try:
+            _end_leftovers(settings, exp)
+        except Exception as exc:  # marking it failed matters more
+            log.warning("ending what experiment %s left running failed: %s", exp.id, exc)
+    now = time.time()
+    for r in store.list_replicas(exp.id):
+        if not ReplicaState(r.state).done:
+            store.update_replica(
+                exp.id, r.name, state=end.replica_state, reason=end.replica_reason, finished_at=now
+            )
+    store.update_experiment(exp.id, status=end.status, reason=end.reason, finished_at=now)
+    log.warning("experiment %s: %s; marked %s", exp.id, end.reason, end.status)
+    return True
+
+
+def facts(
+    store: Store, settings: Settings, exp: Experiment, in_queue: bool | None = None, here: str | None = None
+) -> Facts:
+    """What this machine can see of ``exp``'s recorder (supervisor or script) and queue place.
+    ``in_queue``: known already (a ledger snapshot); None: read the ledger if it is queued."""
+    if exp.backend == "script":
+        host = here or socket.gethostname()
+        pids = [r.pid for r in store.list_replicas(exp.id) if r.pid and r.host == host]
+        if not pids:
+            return Facts(exp.status, script=True)
+        runs = any(_runs_since(p, exp.created_at) for p in pids)
+        crash = None if runs else _fault_line(settings.spool_dir / exp.id, pids[0])
+        return Facts(exp.status, True, Seen.RUNS if runs else Seen.GONE, pids[0], crash=crash)
+    pid_file = settings.runs_dir / exp.id / "supervisor.pid"
+    record = read_record(pid_file)
+    if record is None:
+        seen, pid = None, None
+    else:
+        gone = recorded_but_gone(pid_file)
+        pid = record[0]
+        seen = Seen.GONE if gone is not None else judge(pid, record[1], record[2])
+    if exp.status is ExperimentStatus.QUEUED and in_queue is None:
+        in_queue = _queued_here(settings, exp.id)
+    return Facts(exp.status, recorder=seen, recorder_pid=pid, in_queue=bool(in_queue))
+
+
+def _queued_here(settings: Settings, experiment_id: str) -> bool:
+    from phalanx.queue import ledger_for
+
+    holding, waiting, _ = ledger_for(settings).snapshot()
+    return any(e.experiment_id == experiment_id for e in holding + waiting)
+
+
+def _runs_since(pid: int, created: float | None) -> bool:
+    """Whether ``pid`` runs and is the process that created the experiment (not a reused pid): a
+    script's replica rows carry its pid but no start time, so its start is compared with the
+    experiment's creation instead."""
+    from phalanx.procs import started_at
+
+    start = started_at(pid)
+    if start is None:
+        return False
+    return created is None or start <= created + 2
+
+
+def _fault_line(spool: Path, pid: int) -> str | None:
+    """The first line Python's faulthandler wrote for a crash of ``pid`` ("Fatal Python error:
+    Segmentation fault"), if any."""
+    try:
+        text = (spool / FAULT_FILE.format(pid=pid)).read_text(errors="replace")
+    except OSError:
         return None
-    return btime + ticks / os.sysconf("SC_CLK_TCK")
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    return lines[0] if lines else None
+
+
+def gone_recorder(store: Store, settings: Settings, exp: Experiment) -> str | None:
+    """What ended without recording the experiment's end ("supervisor", "script"), if this machine
+    can tell; None while it runs or when it cannot tell (another machine's run or script)."""
+    f = facts(store, settings, exp, in_queue=True)
+    if f.recorder is not Seen.GONE:
+        return None
+    return "script" if f.script else "supervisor"
 
 
 def clean_aborted_starts(store: Store, settings: Settings) -> list[str]:
@@ -82,59 +251,61 @@ def clean_aborted_starts(store: Store, settings: Settings) -> list[str]:
 
 
 def reconcile(store: Store, settings: Settings) -> list[str]:
-    """Mark this machine's orphaned unfinished experiments failed; returns their ids."""
-    fixed = []
+    """Every unfinished experiment of this machine whose recorder is gone gets its end (failed;
+    a queued one abandoned in the queue: stopped); returns their ids. Dead ledger entries are
+    reclaimed on the way (the snapshot drops them)."""
+    from phalanx.store.base import ExperimentFilter
+
+    ended: list[str] = []
     here = socket.gethostname()
-    for status in (ExperimentStatus.RUNNING, ExperimentStatus.STARTING, ExperimentStatus.BUILDING):
-        from phalanx.store.base import ExperimentFilter
+    queued = store.list_experiments(ExperimentFilter(status=ExperimentStatus.QUEUED, limit=1000)).items
+    known: set[str] = set()
+    if queued:
+        from phalanx.queue import ledger_for
 
-        for exp in store.list_experiments(ExperimentFilter(status=status, limit=500)).items:
-            try:
-                reason = _orphan_reason(store, settings, exp, here)
-                if reason:
-                    _mark_failed(store, exp, reason, settings)
-                    fixed.append(exp.id)
-            except Exception as exc:  # one experiment's trouble must not stop a read command
-                log.warning("checking experiment %s failed: %s", exp.id, exc)
-    return fixed
-
-
-def _orphan_reason(store: Store, settings: Settings, exp: Experiment, here: str) -> str | None:
-    if exp.backend == "script":
-        pids = [r.pid for r in store.list_replicas(exp.id) if r.pid and r.host == here]
-        if not pids or any(_runs_since(p, exp.created_at) for p in pids):
-            return None
-        pid = pids[0]
-        crash = _fault_line(settings.spool_dir / exp.id, pid)
-        if crash:
-            return f"the script (pid {pid}) crashed: {crash}"
-        return (
-            f"the script (pid {pid}) ended without recording its end: killed by a signal it cannot "
-            "catch (SIGKILL, the OOM killer) or crashed"
-        )
-    gone = recorded_but_gone(settings.runs_dir / exp.id / "supervisor.pid")
-    if gone is None:
-        return None
-    return f"phalanx run (pid {gone}) was killed before it recorded the outcome"
+        holding, waiting, _ = ledger_for(settings).snapshot()
+        known = {e.experiment_id for e in holding + waiting}
+    candidates = list(queued)
+    for status in UNFINISHED:
+        candidates += store.list_experiments(ExperimentFilter(status=status, limit=500)).items
+    for exp in candidates:
+        try:
+            end = decide(facts(store, settings, exp, in_queue=exp.id in known, here=here))
+            if end is not None and record_end(store, exp.id, end, settings):
+                ended.append(exp.id)
+        except Exception as exc:  # one experiment's trouble must not stop a read command
+            log.warning("checking experiment %s failed: %s", exp.id, exc)
+    return ended
 
 
-def _runs_since(pid: int, created: float | None) -> bool:
-    """Whether ``pid`` runs and is the process that created the experiment (not a reused pid)."""
-    start = process_start(pid)
-    if start is None:
-        return False
-    return created is None or start <= created + 2
+def settle(store: Store, settings: Settings, exp: Experiment) -> Experiment:
+    """One experiment, as ``reconcile`` judges it: the same experiment, or its final state when its
+    recorder is gone (SIGKILLed running: failed; while queued: stopped). For a watcher that polls a
+    few experiments (a group's controller, ``Runner.status``, ``phalanx logs -f``)."""
+    if exp.status.done:
+        return exp
+    end = decide(facts(store, settings, exp))
+    if end is None:
+        return exp
+    record_end(store, exp.id, end, settings)
+    return store.get_experiment(exp.id)
 
 
-def _fault_line(spool: Path, pid: int) -> str | None:
-    """The first line Python's faulthandler wrote for a crash of ``pid`` ("Fatal Python error:
-    Segmentation fault"), if any."""
-    try:
-        text = (spool / FAULT_FILE.format(pid=pid)).read_text(errors="replace")
-    except OSError:
-        return None
-    lines = [line.strip() for line in text.splitlines() if line.strip()]
-    return lines[0] if lines else None
+def stop_abandoned(store: Store, entries: Iterable[Entry]) -> None:
+    """Waiting ledger entries a supervisor reclaimed (their `phalanx run` is gone, as the ledger's
+    own pid and start time check found): their queued rows are stopped."""
+    from phalanx.errors import NotFound
+
+    for e in entries:
+        if e.holding:
+            continue
+        with contextlib.suppress(NotFound):
+            exp = store.get_experiment(e.experiment_id)
+            if exp.status is not ExperimentStatus.QUEUED:
+                continue  # only a waiter's row: what ran is judged by its own recorder
+            end = decide(Facts(exp.status, recorder=Seen.GONE, recorder_pid=e.pid))
+            if end is not None:
+                record_end(store, exp.id, end)
 
 
 def _end_leftovers(settings: Settings, exp: Experiment) -> None:
@@ -151,37 +322,3 @@ def _end_handle(settings: Settings, handle: str) -> None:
     from phalanx.backends.local.engine import LocalBackend
 
     LocalBackend(settings).cancel(handle)
-
-
-def _mark_failed(store: Store, exp: Experiment, reason: str, settings: Settings) -> None:
-    try:
-        _end_leftovers(settings, exp)
-    except Exception as exc:  # marking it failed matters more
-        log.warning("ending what experiment %s left running failed: %s", exp.id, exc)
-    now = time.time()
-    for r in store.list_replicas(exp.id):
-        if not ReplicaState(r.state).done:
-            store.update_replica(exp.id, r.name, state=ReplicaState.FAILED, reason=reason, finished_at=now)
-    store.update_experiment(exp.id, status=ExperimentStatus.FAILED, reason=reason, finished_at=now)
-    log.warning("experiment %s: %s; marked failed", exp.id, reason)
-
-
-def settle(store: Store, settings: Settings, exp: Experiment) -> Experiment:
-    """One unfinished experiment, as ``reconcile`` and ``queue.reconcile`` judge it: the same
-    experiment, or its final state when its `phalanx run` is gone (SIGKILLed running: failed; while
-    queued: stopped). For a watcher that polls a few experiments (a group's controller): a trial
-    whose supervisor was killed used to stay `running` until some `phalanx ls` looked."""
-    if exp.status in (ExperimentStatus.RUNNING, ExperimentStatus.STARTING, ExperimentStatus.BUILDING):
-        reason = _orphan_reason(store, settings, exp, socket.gethostname())
-        if reason:
-            fresh = store.get_experiment(exp.id)  # it may have recorded its end since it was read
-            if fresh.status.done:
-                return fresh
-            _mark_failed(store, fresh, reason, settings)
-            return store.get_experiment(exp.id)
-    elif exp.status is ExperimentStatus.QUEUED:
-        from phalanx import queue
-
-        if queue.stop_if_abandoned(store, settings, exp.id):
-            return store.get_experiment(exp.id)
-    return exp

@@ -223,11 +223,16 @@ class Run:
                 self._print_new_lines(offsets, stream)
             if experiment.status.done:
                 break
-            if self._supervisor_gone():
+            if self._supervisor_gone(experiment):
                 # The supervisor ended without a final status (killed): give the row a moment, then
-                # report what is known rather than wait forever.
+                # have reconcile decide and record its end rather than wait forever.
                 orphaned_at = orphaned_at or time.monotonic()
                 if time.monotonic() - orphaned_at > ORPHAN_GRACE_SECONDS:
+                    from phalanx.reconcile import settle
+
+                    experiment = settle(self._store, self.settings, self.refresh())
+                    if experiment.status.done:
+                        break
                     if raise_on_error:
                         raise RunFailed(self.id, "failed", "its supervisor exited without a final status")
                     break
@@ -250,10 +255,12 @@ class Run:
                 offsets[replica] = lines[-1].offset + 1
         stream.flush()
 
-    def _supervisor_gone(self) -> bool:
+    def _supervisor_gone(self, experiment: Experiment) -> bool:
         if self._process is not None:
             return self._process.poll() is not None
-        return False  # not ours: a pid may have been reused, so trust the store
+        from phalanx.reconcile import gone_recorder  # not ours: its pid file, with its start time
+
+        return gone_recorder(self._store, self.settings, experiment) is not None
 
     def cancel(self, timeout: float = 60.0) -> ExperimentStatus:
         """Stop the experiment as `phalanx stop` does: its supervisor stops every replica and marks it

@@ -26,9 +26,10 @@ from phalanx.domain import ExperimentStatus, ReplicaState
 from phalanx.plan import Plan
 from phalanx.spec.model import ExperimentSpec
 from phalanx.store.base import Store
-from phalanx.supervisor import supervising
+from phalanx.supervisor import admitting, recording, supervising
+from phalanx.supervisor.outcome import Outcome
 from phalanx.supervisor.preparing import prepare
-from phalanx.supervisor.supervising import Outcome, Supervisor
+from phalanx.supervisor.supervising import Supervisor
 
 
 class VirtualClock:
@@ -180,8 +181,11 @@ class ScriptedBackend:
 
 @contextlib.contextmanager
 def virtual_time(clock: VirtualClock) -> Iterator[VirtualClock]:
-    """The supervisor's loop on ``clock`` (only supervising.py's ``time``: threads keep real time)."""
-    with mock.patch.object(supervising, "time", clock):
+    """The supervisor's loop on ``clock`` (only the supervisor's modules' ``time``: threads keep
+    real time)."""
+    with contextlib.ExitStack() as stack:
+        for module in (supervising, admitting, recording):
+            stack.enter_context(mock.patch.object(module, "time", clock))
         yield clock
 
 

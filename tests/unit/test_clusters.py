@@ -49,3 +49,50 @@ def test_a_hand_edited_file_with_mistakes_is_a_clear_usage_error(tmp_path: Path)
     (tmp_path / "clusters.toml").write_text("[a\n")
     with pytest.raises(UsageError, match="not valid TOML"):
         load_clusters(tmp_path)
+
+
+def test_each_kind_has_typed_options_with_its_own_fields() -> None:
+    from phalanx.cluster_options import KubernetesOptions, SlurmOptions
+
+    slurm = Cluster(name="s", kind="slurm", partition="gpu", shared_dir="/shared/p").options
+    assert isinstance(slurm, SlurmOptions) and (slurm.partition, slurm.shared_dir) == ("gpu", "/shared/p")
+    kube = Cluster(name="k", kind="kubernetes", namespace="ml", server_url="http://p:8000").options
+    assert isinstance(kube, KubernetesOptions) and kube.kubeflow_api is None and kube.namespace == "ml"
+
+
+@pytest.mark.parametrize(
+    ("cluster", "said"),
+    [
+        (
+            Cluster(name="k", kind="kubernetes", server_url="http://p:8000", namespace="ML_team"),
+            "namespace 'ML_team'",
+        ),
+        (Cluster(name="k", kind="kubernetes", server_url="p:8000"), "give the server's URL"),
+        (
+            Cluster(name="k", kind="kubernetes", server_url="http://p", env_volume="Envs!"),
+            "env_volume 'Envs!'",
+        ),
+        (Cluster(name="s", kind="slurm", shared_dir="shared"), "give an absolute path"),
+        (Cluster(name="s", kind="slurm", slurm_conf="etc/slurm.conf"), "slurm_conf 'etc/slurm.conf'"),
+        (Cluster(name="s", kind="slurm", partition=""), "partition '': must not be empty"),
+    ],
+)
+def test_a_bad_value_is_refused_with_where_what_and_how_and_nothing_is_written(
+    tmp_path: Path, cluster: Cluster, said: str
+) -> None:
+    with pytest.raises(UsageError, match=f"cluster '{cluster.name}': .*{said}"):
+        add_cluster(cluster, tmp_path)
+    assert not (tmp_path / "clusters.toml").exists()
+
+
+def test_a_hand_edited_bad_value_gets_the_same_check_naming_the_file_and_table(tmp_path: Path) -> None:
+    path = tmp_path / "clusters.toml"
+    path.write_text('[k]\nkind = "kubernetes"\nserver_url = "http://p:8000"\nnamespace = "Team A"\n')
+    with pytest.raises(UsageError) as refused:
+        load_clusters(tmp_path)
+    text = str(refused.value)
+    assert text.startswith(f"{path}: [k] namespace 'Team A':"), text
+    assert "phalanx cluster add k --replace" in text
+    path.write_text('[k]\nkind = "kubernetes"\n')
+    with pytest.raises(UsageError, match=r"\[k\] server_url: is required"):
+        load_clusters(tmp_path)

@@ -39,15 +39,9 @@ def add(
 ) -> None:
     """Register a cluster."""
     from phalanx.clusters import Cluster, add_cluster
-    from phalanx.errors import UsageError
 
-    if server_url is not None and not server_url.startswith(("http://", "https://")):
-        raise UsageError(f"--server-url {server_url!r}: give the server's URL, e.g. http://gpu-box:8000")
-    if shared_dir is not None and not shared_dir.startswith("/"):
-        raise UsageError(
-            f"--shared-dir {shared_dir!r}: give an absolute path every node sees, e.g. /shared/phalanx"
-        )
-
+    # every value is checked by its kind's typed options (phalanx.cluster_options), as a
+    # hand-edited clusters.toml is
     cluster = add_cluster(
         Cluster(
             name=name,

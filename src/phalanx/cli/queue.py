@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import time
 from typing import Annotated, Any
 
@@ -53,7 +54,11 @@ def queue(
         from phalanx.store import open_store
 
         store = open_store(settings)
-    doc = overview(settings, store)
+        from phalanx.reconcile import reconcile
+
+        with contextlib.suppress(Exception):  # reading the queue must work even if the store fails
+            reconcile(store, settings)  # a killed waiter's row shows stopped, not queued
+    doc = overview(settings)
     if output is Format.JSON:
         emit_json(doc)
         return

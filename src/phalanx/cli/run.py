@@ -518,19 +518,10 @@ def _check_replica(experiment_id: str, replica: str | None, names: list[str]) ->
 
 def _gone(store: Store, settings: Settings, exp: Experiment) -> str | None:
     """What ended without recording the experiment's end ("supervisor", "script"), if this machine
-    can tell: this machine's `phalanx run` left its pid file and no longer runs, or a plain script's
-    processes here are all gone. None when it cannot tell (another machine's run or script)."""
-    import socket
+    can tell (``reconcile.gone_recorder``: the one liveness check). None when it cannot tell."""
+    from phalanx.reconcile import gone_recorder
 
-    from phalanx.procs import pid_alive
-    from phalanx.supervisor.stopping import supervisor_pid
-
-    if exp.backend == "script":
-        here = socket.gethostname()
-        pids = [r.pid for r in store.list_replicas(exp.id) if r.pid and r.host == here]
-        return "script" if pids and not any(pid_alive(pid) for pid in pids) else None
-    pid_file = settings.runs_dir / exp.id / "supervisor.pid"
-    return "supervisor" if pid_file.exists() and supervisor_pid(settings, exp.id) is None else None
+    return gone_recorder(store, settings, exp)
 
 
 def _ingest(store: IngestStore, settings: Settings, experiment_id: str) -> None:

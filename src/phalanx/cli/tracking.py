@@ -61,18 +61,12 @@ def open_for_reading(settings: Settings | None = None) -> tuple[IngestStore, Set
         Ingester(store, store.artifact_store, settings.spool_dir).run_once()
     except Exception as exc:  # reading must work even when a spool cannot be ingested right now
         logging.getLogger(__name__).warning("ingesting pending spool files failed: %s", exc)
-    try:  # an experiment whose supervisor or script was killed gets its final status here
+    try:  # an experiment whose supervisor or script was killed (running or queued) gets its end here
         from phalanx.reconcile import reconcile
 
         reconcile(store, settings)
     except Exception as exc:
         logging.getLogger(__name__).warning("checking unfinished experiments failed: %s", exc)
-    try:  # a queued experiment whose `phalanx run` was killed while waiting is shown stopped
-        from phalanx.queue import reconcile as reconcile_queue
-
-        reconcile_queue(store, settings)
-    except Exception as exc:
-        logging.getLogger(__name__).warning("checking this machine's queue failed: %s", exc)
     return store, settings
 
 

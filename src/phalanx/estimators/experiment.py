@@ -24,7 +24,6 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from phalanx.domain import ExperimentStatus
 from phalanx.errors import NotFound, PhalanxError, SpecError, UsageError
 
 if TYPE_CHECKING:
@@ -250,16 +249,14 @@ def _exists(run: Run) -> bool:
 def _erase(run: Run, settings: Settings) -> None:
     """Remove an experiment whose supervisor was stopped (and has ended) before submit() saw it:
     the caller gets an error and no handle, so an experiment left behind would be one nobody
-    started knowingly. Recording its end first is the documented exception to "only the supervisor
-    writes status" (its supervisor is gone)."""
+    started knowingly. Its end is recorded first by ``phalanx.reconcile`` (its supervisor is gone)."""
+    from phalanx.reconcile import Asker, Facts, decide, record_end
+
     store = run._store
-    if not run.refresh().status.done:
-        store.update_experiment(
-            run.id,
-            status=ExperimentStatus.STOPPED,
-            reason="submit() gave up waiting for it",
-            finished_at=time.time(),
-        )
+    exp = run.refresh()
+    end = decide(Facts(exp.status, asker=Asker.SUBMIT))
+    if end is not None:
+        record_end(store, run.id, end)
     store.delete_experiment(run.id)
     shutil.rmtree(settings.spool_dir / run.id, ignore_errors=True)
 

@@ -28,7 +28,7 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from phalanx.config import Settings
 from phalanx.domain import Experiment, Group, GroupStatus, Trial, TrialState, TrialUpdate, best_trial
@@ -44,12 +44,16 @@ from phalanx.groups.ending import (
 )
 from phalanx.groups.lock import ControllerRunning, controller_lock
 from phalanx.groups.setup import build_trials_env, check_trials_can_run, create, load, trial_build
+from phalanx.groups.waking import Waker
 from phalanx.spec.model import ExperimentSpec
 from phalanx.store.base import GroupStore
 
+if TYPE_CHECKING:
+    from phalanx.runner.forking import Forked
+
 log = logging.getLogger(__name__)
 
-POLL_SECONDS = 0.3
+POLL_SECONDS = 0.3  # the longest the loop sleeps: an adopted trial (no child of ours) is seen this late
 LAUNCH_TIMEOUT = 180.0
 TRIAL_PARAMS = "Trial"  # the section of `phalanx params TRIAL` holding its sampled values
 
@@ -63,7 +67,7 @@ class _Live:
     """A trial the controller is watching (its search state is the core's)."""
 
     trial: Trial
-    launch: subprocess.Popen[bytes] | None = None  # its supervisor, until seen ended (reaped)
+    launch: subprocess.Popen[bytes] | Forked | None = None  # its supervisor, until seen ended (reaped)
     freed_at: float | None = None  # monotonic time the slot it took was freed (controller overhead)
     seen: bool = False  # its experiment row has been seen
 
@@ -90,6 +94,13 @@ class Controller:
         self.notice_seconds: list[float] = []  # a trial's end in the store -> the controller saw it
         self.folder = settings.home / "groups" / self.group.id
         self._core: core.Search | None = None  # opened under the lock (``run``)
+        # wake as soon as a trial's end is recorded or its supervisor exits, not at the next poll
+        # (groups.waking); off: the plain POLL_SECONDS poll (bench/sweep.py measures both)
+        self.waker = Waker(self.folder)
+        self._lock_fd: int | None = None
+        # fork each trial's supervisor from this process (no Python start-up) when it may fork
+        self.fork_trials = True
+        self.freed_wall: dict[int, float] = {}  # trial number -> when the slot it took was freed
 
     @property
     def searcher(self) -> core.Search:
@@ -103,7 +114,8 @@ class Controller:
         holds the group, before anything is written."""
         if self.group.done:
             return self.group
-        with controller_lock(self.folder, self.group.id):
+        with controller_lock(self.folder, self.group.id) as lock_fd:
+            self._lock_fd = lock_fd
             self.group = self.store.get_group(self.group.id)
             if self.group.done:  # the controller that held the lock finished it meanwhile
                 gid = self.group.id
@@ -119,9 +131,12 @@ class Controller:
                     controller_pid=os.getpid(),
                     controller_host=socket.gethostname(),
                 )
+                self.waker.open()
                 self._restore()
                 return self._loop()
             finally:
+                self.waker.close()
+                self._lock_fd = None
                 for signum, handler in previous.items():
                     signal.signal(signum, handler)
 
@@ -154,9 +169,24 @@ class Controller:
                     return self._stop_group(op)
                 elif isinstance(op, core.Finish):
                     return self._finish(op.status, op.reason)
-            time.sleep(POLL_SECONDS)
+            self._wait(POLL_SECONDS)
+
+    def _wait(self, timeout: float) -> None:
+        """Until a trial's end is recorded, one of its supervisors (our children) exits, or
+        ``timeout`` (groups.waking)."""
+        running = [
+            live.launch.pid
+            for live in self.live.values()
+            if live.launch is not None and live.launch.returncode is None  # not yet seen ended
+        ]
+        self.waker.wait(running, timeout)
 
     # -- resuming -------------------------------------------------------------------------------
+
+    def _inherited(self) -> list[int]:
+        """The fds a forked trial supervisor must close: the group's lock (its flock would outlive
+        this controller), the wake FIFO's ends and the pidfds."""
+        return self.waker.fds() + ([self._lock_fd] if self._lock_fd is not None else [])
 
     def _restore(self) -> None:
         """Open the group's study (made on the first run); adopt (or launch) the unfinished trials."""
@@ -209,6 +239,8 @@ class Controller:
         self.live[op.number] = _Live(
             replace(trial, state=TrialState.RUNNING), launch=launch, freed_at=freed_at
         )
+        if freed_at is not None:  # in wall time too: the bench compares it with replicas' starts
+            self.freed_wall[op.number] = time.time() - (time.monotonic() - freed_at)
 
     def _trial_spec(self, trial: Trial) -> ExperimentSpec:
         """The trial's validated spec: the group's experiment with the sampled values as its params
@@ -231,7 +263,7 @@ class Controller:
             spec, source_file=str(path), source_text=text, launch_params=dict(trial.params), notes=()
         )
 
-    def _start_experiment(self, trial: Trial) -> subprocess.Popen[bytes]:
+    def _start_experiment(self, trial: Trial) -> subprocess.Popen[bytes] | Forked:
         """Start the trial's supervisor (the Runner, from the trial's spec object) with the id
         recorded for this trial; not waited for here (``_watch`` sees the experiment appear, or the
         supervisor end without creating it), so the other trials are watched meanwhile."""
@@ -245,6 +277,7 @@ class Controller:
             experiment_id=trial.experiment_id,
             record=LaunchRecord(file=spec.source_file, params=dict(trial.params)),
             params_section=TRIAL_PARAMS,
+            notify=self.waker.notify,
         )
         # the run folder first: a controller killed from here on leaves a launch that `_launched`
         # waits for on resume (the experiment appears, or the supervisor fails before creating it
@@ -256,10 +289,11 @@ class Controller:
             # its own session: a Ctrl-C at the terminal reaches the controller, which then stops the
             # trial. Its output goes to the group's folder: a supervisor that fails before creating
             # the experiment removes its run folder (see above) and `_launch_failed` reads why here
-            _, proc, _ = Runner(self.settings).start(
-                spec, options, log=self.folder / f"trial-{trial.number}.launch.log"
-            )
-            return proc
+            log_path = self.folder / f"trial-{trial.number}.launch.log"
+            runner = Runner(self.settings)
+            if self.fork_trials:
+                return runner.fork(spec, options, log=log_path, close=self._inherited())[1]
+            return runner.start(spec, options, log=log_path)[1]
         except BaseException:
             with contextlib.suppress(OSError):
                 shutil.rmtree(run_dir)  # nothing was launched: a resume must not wait for it

@@ -31,9 +31,10 @@ class ControllerRunning(UsageError):
 
 
 @contextlib.contextmanager
-def controller_lock(folder: Path, group_id: str) -> Iterator[None]:
+def controller_lock(folder: Path, group_id: str) -> Iterator[int]:
     """Hold the group's controller lock for the ``with`` block, or raise ControllerRunning at once
-    (never waits: a second controller has nothing to wait for)."""
+    (never waits: a second controller has nothing to wait for). Yields the lock's fd: a process
+    forked meanwhile (a trial's supervisor) must close it, or it would hold the lock on."""
     folder.mkdir(parents=True, exist_ok=True)
     fd = os.open(folder / LOCK_FILE, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
     try:
@@ -41,7 +42,7 @@ def controller_lock(folder: Path, group_id: str) -> Iterator[None]:
             raise ControllerRunning(busy(group_id, _read_pid(fd)))
         os.ftruncate(fd, 0)
         os.pwrite(fd, str(os.getpid()).encode(), 0)
-        yield
+        yield fd
     finally:
         os.close(fd)  # releases the lock (the kernel does the same if this process dies)
 

@@ -5,6 +5,8 @@
   ``dry_run(spec, options) -> Prepared``: what would start (plan, engine, dry run); nothing written.
   ``run(spec_or_prepared, options, observer) -> Outcome``: supervise it here, to its end.
   ``start(spec, options, log=...) -> Popen``: the supervisor in its own session, not waited for.
+  ``fork(spec, options, log=...)``: the same, forked from this process (a group's trials: no
+  Python start-up); ``start`` where a fork is unsafe (other threads run).
   ``submit(spec, options) -> Submitted``: ``start``, then return once the experiment exists.
   ``status``, ``wait``, ``stop``, ``logs``: what a caller holding an id asks next.
 

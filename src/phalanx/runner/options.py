@@ -52,6 +52,8 @@ class LaunchOptions:
     sampling interval. ``resume``: continue the existing failed or stopped ``experiment_id``.
     ``params_section``: also record the launch params as the experiment's tracked params, in this
     section (a group trial's sampled values, so `phalanx params` and the run table show them).
+    ``notify``: a FIFO that gets one byte once the experiment's end is recorded (a group's
+    controller wakes on it).
     """
 
     workdir: Path | None = None
@@ -64,6 +66,7 @@ class LaunchOptions:
     record: LaunchRecord = field(default_factory=LaunchRecord)
     resume: bool = False
     params_section: str | None = None  # the launch params recorded as tracked params (a trial's: "Trial")
+    notify: str | None = None
 
     def apply_environment(self) -> None:
         """The supervisor and the engines read the system-metrics choice from the environment (a

@@ -8,7 +8,7 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -21,6 +21,7 @@ from phalanx.supervisor import Observer, Outcome, Prepared, Supervisor, prepare
 
 if TYPE_CHECKING:
     from phalanx.domain import Experiment
+    from phalanx.runner.forking import Forked
     from phalanx.store.base import IngestStore, LogLine, Store
 
 SUPERVISOR_LOG = "supervisor.log"  # runs/<id>/supervisor.log: a detached supervisor's output
@@ -136,6 +137,7 @@ class Runner:
                 resume=options.resume,
                 exists=exists,
                 params_section=options.params_section,
+                notify=options.notify,
             )
             return supervisor.run()
         except BaseException:
@@ -150,7 +152,7 @@ class Runner:
         that may take minutes; its supervisor is this process (`phalanx stop` finds it)."""
         from phalanx.procs import record_process
         from phalanx.supervisor import record_building
-        from phalanx.supervisor.supervising import PID_FILE
+        from phalanx.supervisor.outcome import PID_FILE
 
         record_process(self.settings.runs_dir / dry.experiment_id / PID_FILE)
         record_building(dry, store, self.settings)
@@ -219,6 +221,28 @@ class Runner:
                 close_fds=True,
             )
         return exp_id, proc, log_path
+
+    def fork(
+        self,
+        spec: ExperimentSpec,
+        options: LaunchOptions,
+        *,
+        log: Path,
+        close: Iterable[int] = (),
+    ) -> tuple[str, Forked | subprocess.Popen[bytes], Path]:
+        """``start``, but the supervisor is forked from this process (no Python start-up: a group's
+        trial starts in milliseconds) when this process may fork (``forking.can_fork``: no other
+        thread runs); else ``start``. ``close``: fds the supervisor must not keep (a lock)."""
+        from phalanx.runner.forking import can_fork, fork_supervisor
+
+        if not can_fork():
+            return self.start(spec, options, log=log)
+        exp_id = options.experiment_id or uuid.uuid4().hex[:12]
+        options = replace(options, experiment_id=exp_id)
+        run_dir = self.settings.runs_dir / exp_id
+        outside = not log.resolve().is_relative_to(run_dir.resolve())
+        write_launch(run_dir, Launch(spec, options, remove_run_dir=outside))
+        return exp_id, fork_supervisor(run_dir, log, self._store_env(), close), log
 
     def _store_env(self) -> dict[str, str]:
         """Where the store is, as this Runner's settings say (they may not come from the environment)."""

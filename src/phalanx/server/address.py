@@ -53,7 +53,7 @@ def recorded(home: Path, url: str, database_url: str) -> Iterator[None]:
 def running_url(home: Path, database_url: str) -> str | None:
     """The URL of the server running over this home's store, or None (none runs, or it serves
     another store)."""
-    from phalanx.procs import start_time
+    from phalanx.procs import Seen, judge
 
     try:
         doc = json.loads((home / FILE).read_text())
@@ -62,6 +62,7 @@ def running_url(home: Path, database_url: str) -> str | None:
         return None
     if doc.get("database_url") != database_url:
         return None
-    if start_time(pid) is None or start_time(pid) != doc.get("start"):
+    start = doc.get("start")
+    if not isinstance(start, int) or judge(pid, start) is not Seen.RUNS:
         return None
     return url

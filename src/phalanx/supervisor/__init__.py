@@ -18,6 +18,7 @@ The thread that calls ``run()`` must live as long as the experiment: the local e
 kernel to stop replicas when the thread that started them ends (PR_SET_PDEATHSIG).
 """
 
+from phalanx.supervisor.outcome import EXIT_CODES, LoggingObserver, Observer, Outcome
 from phalanx.supervisor.preparing import (
     Prepared,
     dry_run_json,
@@ -29,15 +30,7 @@ from phalanx.supervisor.preparing import (
     tracking_env,
 )
 from phalanx.supervisor.stopping import stop_experiment, supervisor_pid
-from phalanx.supervisor.supervising import (
-    EXIT_CODES,
-    LoggingObserver,
-    Observer,
-    Outcome,
-    Supervisor,
-    launch,
-    record_building,
-)
+from phalanx.supervisor.supervising import Supervisor, launch, record_building
 
 __all__ = [
     "EXIT_CODES",

@@ -1,11 +1,11 @@
 """Stopping an experiment from another process (`phalanx stop`, the server's stop), its supervisor
 alive or not.
 
-Only an experiment's supervisor writes its status and its replicas' states (``store.base.Store``).
-``stop_experiment`` is the one documented exception: when the supervisor is gone (killed, its
-machine rebooted) nothing would ever mark the experiment, so after cancelling what the engine still
-runs it marks the replicas and the experiment STOPPED itself, with a reason that says the supervisor
-(or the plain script) was gone. While the supervisor lives it only leaves a stop request and waits.
+Only an experiment's supervisor writes its status while it lives. While it does, ``stop_experiment``
+only leaves a stop request and waits. When the supervisor is gone (killed, its machine rebooted),
+or does not finish in time, it cancels what the engine still runs and asks ``phalanx.reconcile``
+(the one owner of an experiment's end) to decide and record it: STOPPED, with a reason that says
+whether the supervisor (or the plain script) was gone.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from phalanx.config import Settings
-from phalanx.domain import ExperimentStatus, ReplicaState
+from phalanx.domain import ExperimentStatus
 from phalanx.procs import pid_alive
 
 if TYPE_CHECKING:
@@ -36,14 +36,9 @@ def supervisor_pid(settings: Settings, experiment_id: str) -> int | None:
     its ``runs/<id>/supervisor.pid`` records, with the same start time (not a reused pid)."""
     from phalanx.procs import recorded_process
 
-    pid = recorded_process(settings.runs_dir / experiment_id / "supervisor.pid")
-    if pid is None:
-        return None
-    try:
-        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
-    except OSError:
-        return None
-    return pid if b"phalanx" in cmdline else None
+    # pid and start time name the process for good; its command line is not asked: a trial's
+    # supervisor forked from its group's controller carries the controller's (runner.forking)
+    return recorded_process(settings.runs_dir / experiment_id / "supervisor.pid")
 
 
 def write_stop_request(settings: Settings, experiment_id: str, reason: str | None = None) -> Path:
@@ -116,14 +111,17 @@ def stop_experiment(
         backend = get_backend(current.backend or "local", settings=settings, cluster=cluster)
         backend.cancel(current.handle)
     from phalanx.queue import ledger_for
+    from phalanx.reconcile import Asker, Facts, decide, record_end
 
     ledger_for(settings).release(experiment.id)  # a killed supervisor's place in the queue, if any
-    now = time.time()
-    for r in store.list_replicas(experiment.id):
-        if not r.state.done:
-            store.update_replica(experiment.id, r.name, state=ReplicaState.STOPPED, finished_at=now)
-    gone = "its script was gone" if current.backend == "script" else "its supervisor was gone"
-    said = reason or "stopped by phalanx stop"
-    reason = said if pid is not None else f"{said} ({gone})"
-    store.update_experiment(experiment.id, status=ExperimentStatus.STOPPED, reason=reason, finished_at=now)
-    return ExperimentStatus.STOPPED
+    asked = Facts(
+        current.status,
+        script=current.backend == "script",
+        asker=Asker.STOP,
+        reason=reason,
+        supervised_stop=pid is not None,
+    )
+    end = decide(asked)
+    if end is not None:
+        record_end(store, experiment.id, end)
+    return store.get_experiment(experiment.id).status

@@ -1,6 +1,7 @@
-"""One launch path: `phalanx run --detach`, ``Experiment.submit`` and a group's trials each start
-their experiment's supervisor directly (`python -m phalanx.runner`), from the validated spec: no
-second `phalanx` CLI process, and exactly one new process per experiment.
+"""One launch path: `phalanx run --detach` and ``Experiment.submit`` each start their experiment's
+supervisor directly (`python -m phalanx.runner`), from the validated spec: no second `phalanx` CLI
+process, and exactly one new process per experiment; a group's trials fork theirs from the
+controller (no Python start-up at all).
 
 Every Python process the test's commands start records itself (pid, parent, argv) through a
 ``sitecustomize`` on PYTHONPATH, so a process that ended before anyone looked is counted too.
@@ -40,6 +41,11 @@ def _is_cli(argv: list[str]) -> bool:
 
 def _children(trace: Path, parent: int) -> list[list[str]]:
     return [argv for _pid, ppid, argv in _processes(trace) if ppid == parent]
+
+
+def _argv(trace: Path, pid: int) -> list[str]:
+    (argv,) = [a for p, _ppid, a in _processes(trace) if p == pid]
+    return argv
 
 
 def _the_cli(trace: Path) -> int:
@@ -103,8 +109,10 @@ def test_a_group_trial_starts_its_supervisor_and_nothing_else(
     trials = json.loads(done.stdout)["trials"]
     assert sorted(t["state"] for t in trials) == ["done", "done"], trials
     controller = _the_cli(trace)  # `phalanx group run` itself: the trials start no CLI process
-    children = _children(trace, controller)
-    assert len(children) == 2 and all(c[1:3] == SUPERVISOR for c in children), children
+    # each trial's supervisor is forked from the controller (runner.forking): no Python start-up
+    # at all, so no process of the trials' supervisors appears in the trace, and no CLI either
+    assert _children(trace, controller) == [], _children(trace, controller)
+    assert [argv for _pid, _ppid, argv in _processes(trace) if _is_cli(argv)] == [_argv(trace, controller)]
     # the sampled values are the trial's launch params (`phalanx get TRIAL -o json`) and its params
     for t in trials:
         got = phalanx.run("get", t["experiment_id"], "-o", "json")

@@ -39,7 +39,7 @@ from phalanx.errors import BackendUnavailable, SpecError
 from phalanx.frameworks import Endpoints, mpi
 from phalanx.plan import Plan, command_argv
 from phalanx.ports import address_in_use, free_port
-from phalanx.procs import start_time
+from phalanx.procs import Seen, judge, start_time
 
 HOST = "127.0.0.1"
 RANK_FAILURE_BYTES = 256 * 1024  # how much of a failed mpirun unit's log is read for its culprit
@@ -286,7 +286,9 @@ class LocalBackend:
         proc = self._popen.get(handle, {}).get(unit.name)
         if proc is not None:
             return proc.poll() is None
-        return _proc_start(unit.pid) == unit.start
+        # procs.judge, the one liveness check: pid and start time ("" was gone when recorded)
+        start = int(unit.start) if unit.start.isdigit() else -1
+        return judge(unit.pid, start) is Seen.RUNS
 
     def _returncode(self, handle: str, unit: _Unit) -> int | None:
         proc = self._popen.get(handle, {}).get(unit.name)

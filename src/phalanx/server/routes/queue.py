@@ -19,9 +19,14 @@ router = APIRouter(tags=["queue"])
 @router.get("/queue")
 def queue(settings: SettingsDep, store: StoreDep) -> dict[str, Any]:
     """`phalanx queue -o json`, each waiting run with ``why``: what it waits for."""
-    from phalanx.queue import overview
+    import contextlib
 
-    doc = overview(settings.store, store)
+    from phalanx.queue import overview
+    from phalanx.reconcile import reconcile
+
+    with contextlib.suppress(Exception):  # reading the queue must work even if the store fails
+        reconcile(store, settings.store)  # a killed waiter's row shows stopped, not queued
+    doc = overview(settings.store)
     for row in doc["queued"]:
         row["why"] = why_waiting(row, doc["free"])
     return doc

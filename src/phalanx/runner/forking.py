@@ -1,0 +1,110 @@
+"""A detached supervisor forked from the process that launches it: no Python start-up at all.
+
+Why: a group's controller starts a trial every time a slot frees; `python -m phalanx.runner`
+pays an interpreter start-up and every import again (seconds on a loaded machine), while the
+controller has all of it in memory already. A fork starts the trial's supervisor in
+milliseconds, from the very spec object the controller built.
+
+Only for a single-threaded caller that owns its process (a fork copies only the calling thread:
+a lock another thread held would never be released in the child), which is what ``can_fork``
+checks; the Runner falls back to ``start`` otherwise. The child starts its own session (a Ctrl-C
+at the controller's terminal does not reach it), writes to its log, closes what the caller says
+it must not keep (the group's controller lock, whose flock the child would otherwise hold on),
+and never returns into the caller's code: it ends with ``os._exit`` with `phalanx run`'s status.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gc
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+import traceback
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+
+
+def can_fork() -> bool:
+    """Whether this process may fork a supervisor: POSIX, and no other thread runs."""
+    return hasattr(os, "fork") and threading.active_count() == 1
+
+
+class Forked:
+    """A forked supervisor as its parent holds it: ``pid``, ``poll()``, ``wait()`` and
+    ``returncode`` as ``subprocess.Popen`` has them (the controller treats both alike)."""
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+        self.returncode: int | None = None
+        self.args = ["fork", str(pid)]
+
+    def poll(self) -> int | None:
+        if self.returncode is None:
+            try:
+                pid, status = os.waitpid(self.pid, os.WNOHANG)
+            except ChildProcessError:  # reaped by someone else: it ended, how is unknown
+                self.returncode = 1
+            else:
+                if pid:
+                    self.returncode = os.waitstatus_to_exitcode(status)
+        return self.returncode
+
+    def terminate(self) -> None:
+        """SIGTERM, as Popen.terminate (the supervisor stops its replicas on it)."""
+        if self.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self.pid, signal.SIGTERM)
+
+    def wait(self, timeout: float | None = None) -> int:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while (code := self.poll()) is None:
+            if deadline is not None and time.monotonic() > deadline:
+                raise subprocess.TimeoutExpired(self.args, timeout or 0.0)
+            time.sleep(0.05)
+        return code
+
+
+def fork_supervisor(run_dir: Path, log: Path, env: Mapping[str, str], close: Iterable[int] = ()) -> Forked:
+    """Fork; the child supervises the launch written in ``run_dir`` (as `python -m phalanx.runner
+    RUN_DIR` does) with ``env`` added to its environment, its output appended to ``log``."""
+    closing = list(close)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    out = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    pid = os.fork()
+    if pid:
+        os.close(out)
+        return Forked(pid)
+    code = 1
+    try:  # the child: never returns into the caller
+        gc.freeze()  # the caller's objects are never finalized here (their fds are the caller's)
+        os.setsid()
+        for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGCHLD):
+            signal.signal(signum, signal.SIG_DFL)
+        for fd in closing:
+            with contextlib.suppress(OSError):
+                os.close(fd)
+        devnull = os.open(os.devnull, os.O_RDONLY)
+        os.dup2(devnull, 0)
+        os.dup2(out, 1)
+        os.dup2(out, 2)
+        os.close(devnull)
+        os.close(out)
+        os.environ.update(env)
+        from phalanx.runner.__main__ import main
+
+        code = main([str(run_dir)])
+    except SystemExit as exc:
+        code = exc.code if isinstance(exc.code, int) else 1
+    except BaseException:
+        with contextlib.suppress(Exception):
+            traceback.print_exc()
+    finally:
+        with contextlib.suppress(Exception):
+            sys.stdout.flush()
+            sys.stderr.flush()
+        os._exit(code)
