@@ -16,7 +16,7 @@ import re
 import shutil
 import threading
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path, PurePosixPath
 from typing import Any
@@ -69,10 +69,16 @@ def check_file_name(name: str) -> str:
     return path.as_posix()
 
 
-def submit(store: Store, settings: Settings, request: SubmitRequest) -> SubmitResult:
+def submit(
+    store: Store,
+    settings: Settings,
+    request: SubmitRequest,
+    authorize: Callable[[str], None] | None = None,
+) -> SubmitResult:
     """Validate, keep the bundle, reserve the idempotency key, unpack and start. SpecError (422)
     for an invalid file, UsageError (400) for a malformed request; on any failure to start, the key
-    is released and the working folder removed."""
+    is released and the working folder removed. ``authorize`` is called with the experiment's
+    project before anything is kept (it raises when the submitter may not submit there)."""
     from phalanx.queue import check_priority
     from phalanx.spec.loader import load_spec_text
     from phalanx.store import submissions
@@ -89,6 +95,8 @@ def submit(store: Store, settings: Settings, request: SubmitRequest) -> SubmitRe
         if done is not None:
             return SubmitResult(done.experiment_id, done.bundle_sha256, created=False)
     spec = load_spec_text(request.file_text, name, params=request.params)
+    if authorize is not None:
+        authorize(spec.project or "default")
     BundleStore(settings.home / "server" / "bundles").put(request.bundle)
     exp_id = uuid.uuid4().hex[:12]
     winner = submissions.reserve(store, exp_id, key, sha)

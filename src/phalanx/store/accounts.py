@@ -72,8 +72,10 @@ class Accounts:
     """The teams tables of one store."""
 
     def __init__(self, store: Store) -> None:
+        from sqlalchemy import Engine
+
         engine = getattr(store, "engine", None)
-        if engine is None:
+        if not isinstance(engine, Engine):
             raise UsageError(
                 f"users and projects need the SQL store (SQLite or PostgreSQL), not {type(store).__name__}"
             )

@@ -11,6 +11,7 @@ from fastapi import APIRouter, Query, Request
 from phalanx.downsample import downsample_indices
 from phalanx.errors import NotFound, UsageError
 from phalanx.server.deps import StoreDep, experiment_of
+from phalanx.server.policy import policy
 from phalanx.server.schemas import MetricOut, MetricTitles, SeriesOut, finite_or_none
 from phalanx.store.base import Series, Store
 
@@ -23,6 +24,7 @@ CHART_SLOTS = 2  # chart reads running at once
 
 
 @router.get("/experiments/{experiment_id}/metrics", response_model=MetricTitles)
+@policy("experiment:viewer")
 def metric_titles(experiment_id: str, store: StoreDep) -> MetricTitles:
     """Every scalar title with its series names (no points: ask for a title to get them)."""
     e = experiment_of(store, experiment_id)
@@ -30,6 +32,7 @@ def metric_titles(experiment_id: str, store: StoreDep) -> MetricTitles:
 
 
 @router.get("/experiments/{experiment_id}/metrics/{title:path}", response_model=MetricOut)
+@policy("experiment:viewer")
 async def metric(
     request: Request,
     experiment_id: str,

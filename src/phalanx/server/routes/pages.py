@@ -13,6 +13,7 @@ from fastapi.responses import HTMLResponse, RedirectResponse, Response
 
 from phalanx.server.auth import COOKIE
 from phalanx.server.deps import SettingsDep
+from phalanx.server.policy import policy
 
 UI_DIR = Path(__file__).resolve().parent.parent / "ui"
 
@@ -24,21 +25,25 @@ def _shell() -> HTMLResponse:
 
 
 @router.get("/")
+@policy("signed-in")
 def index() -> HTMLResponse:
     return _shell()
 
 
 @router.get("/experiments/{experiment_id}")
+@policy("signed-in")  # the shell holds no data: the API it calls checks the role
 def experiment_page(experiment_id: str) -> HTMLResponse:
     return _shell()
 
 
 @router.get("/compare")
+@policy("signed-in")
 def compare_page() -> HTMLResponse:
     return _shell()
 
 
 @router.get("/queue")
+@policy("signed-in")
 def queue_page() -> HTMLResponse:
     return _shell()
 
@@ -58,6 +63,7 @@ def _safe_next(next_url: str | None) -> str:
 
 
 @router.get("/login")
+@policy("public")
 def login_form(settings: SettingsDep, next: str = "/") -> Response:
     if not settings.token:
         return RedirectResponse(_safe_next(next), status_code=303)
@@ -65,6 +71,7 @@ def login_form(settings: SettingsDep, next: str = "/") -> Response:
 
 
 @router.post("/login")
+@policy("public")
 def login(
     request: Request,
     settings: SettingsDep,
@@ -114,6 +121,7 @@ def _end_session(request: Request) -> Response:
 
 
 @router.post("/logout")
+@policy("public")
 def logout(request: Request) -> Response:
     """Only a POST logs out, so the cross-site check every POST passes applies: a link or an image
     on another site (a GET, which browsers send with the cookie) cannot log the user out."""
@@ -121,6 +129,7 @@ def logout(request: Request) -> Response:
 
 
 @router.get("/logout")
+@policy("public")
 def logout_page(settings: SettingsDep) -> Response:
     """A bookmarked or typed /logout changes nothing: it shows the button that POSTs the logout."""
     if not settings.token:

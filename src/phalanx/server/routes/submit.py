@@ -5,12 +5,15 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, File, Form, Header, UploadFile
+from fastapi import APIRouter, File, Form, Header, Request, UploadFile
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, Field
 
 from phalanx.errors import NotFound
+from phalanx.server.audit import audit, record_launch
 from phalanx.server.deps import SettingsDep, StoreDep, experiment_of
+from phalanx.server.policy import policy, require
+from phalanx.store.accounts import Role
 
 router = APIRouter(tags=["experiments"])
 
@@ -28,7 +31,9 @@ class SubmissionOut(BaseModel):
 
 
 @router.post("/experiments", response_model=SubmittedOut, status_code=201)
+@policy("body")
 def submit_experiment(
+    request: Request,
     store: StoreDep,
     settings: SettingsDep,
     file_name: Annotated[str, Form(max_length=500, description="the file's path in the bundle")],
@@ -44,6 +49,12 @@ def submit_experiment(
     from phalanx.server.submitting import SubmitRequest, parse_params, submit
 
     data = bundle.file.read()
+    submitted_to: list[str] = []
+
+    def authorize(project: str) -> None:
+        require(request, project, Role.editor, f"project {project}")
+        submitted_to.append(project)
+
     result = submit(
         store,
         settings.store,
@@ -55,12 +66,17 @@ def submit_experiment(
             bundle=data,
             idempotency_key=idempotency_key,
         ),
+        authorize,
     )
+    if result.created:
+        record_launch(request, "experiment", result.experiment_id)
+        audit(request, "experiment.submit", result.experiment_id, submitted_to[0] if submitted_to else None)
     out = SubmittedOut(id=result.experiment_id, bundle_sha256=result.bundle_sha256, created=result.created)
     return JSONResponse(out.model_dump(), status_code=201 if result.created else 200)
 
 
 @router.get("/experiments/{experiment_id}/submission", response_model=SubmissionOut)
+@policy("experiment:viewer")
 def get_submission(experiment_id: str, store: StoreDep) -> SubmissionOut:
     """The code bundle a submitted experiment ran; 404 for one not submitted to this server."""
     from phalanx.store.submissions import get
