@@ -24,6 +24,7 @@ COMMAND_MODULES = (
     "phalanx.cli.annotate",
     "phalanx.cli.sync",
     "phalanx.cli.data",
+    "phalanx.cli.admin",
 )
 
 
