@@ -20,7 +20,7 @@ def install_docs(app: FastAPI, openapi_url: str) -> None:
         return HTMLResponse(PAGE, headers={"Cache-Control": "no-cache"})
 
     @app.get("/docs/init.js", include_in_schema=False)
-    @policy("public")
+    @policy("signed-in")
     def init() -> Response:
         return Response(INIT.replace("{openapi_url}", openapi_url), media_type="text/javascript")
 

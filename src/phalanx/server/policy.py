@@ -167,3 +167,24 @@ def enforce(request: Request) -> None:
     else:
         project = str(params["project"])
         require(request, project, role, f"project {project}")
+
+
+def declared_routes(app: Any) -> list[tuple[frozenset[str], str, str | None]]:
+    """Every API route of ``app`` (methods, path, declared rule or None), included routers too:
+    what ``phalanx.server`` tests check so that no route goes without a policy."""
+    from fastapi.routing import APIRoute
+
+    found: list[tuple[frozenset[str], str, str | None]] = []
+
+    def walk(routes: Any, prefix: str) -> None:
+        for route in routes:
+            if isinstance(route, APIRoute):
+                found.append((frozenset(route.methods), prefix + route.path, rule_of(route.endpoint)))
+                continue
+            inner = getattr(route, "original_router", None)  # FastAPI's included router
+            if inner is not None:
+                context = getattr(route, "include_context", None)
+                walk(inner.routes, prefix + str(getattr(context, "prefix", "") or ""))
+
+    walk(app.routes, "")
+    return found
