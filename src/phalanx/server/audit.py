@@ -21,3 +21,8 @@ def record_launch(request: Request, kind: str, object_id: str) -> None:
     accounts = getattr(request.app.state, "accounts", None)
     if accounts is not None:
         accounts.record_launch(kind, object_id, principal_of(request).name)
+
+
+def launched_by(request: Request, kind: str, object_id: str) -> str | None:
+    accounts = getattr(request.app.state, "accounts", None)
+    return None if accounts is None else accounts.launched_by(kind, object_id)

@@ -179,7 +179,7 @@ def declared_routes(app: Any) -> list[tuple[frozenset[str], str, str | None]]:
     def walk(routes: Any, prefix: str) -> None:
         for route in routes:
             if isinstance(route, APIRoute):
-                found.append((frozenset(route.methods), prefix + route.path, rule_of(route.endpoint)))
+                found.append((frozenset(route.methods or ()), prefix + route.path, rule_of(route.endpoint)))
                 continue
             inner = getattr(route, "original_router", None)  # FastAPI's included router
             if inner is not None:

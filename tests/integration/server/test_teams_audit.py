@@ -21,7 +21,12 @@ from phalanx.cli.remote import Client
 
 def admin(home: Path, *args: str, stdin: str = "") -> str:
     r = subprocess.run(
-        [str(PHALANX), "admin", *args], env=clean_env(home), input=stdin, capture_output=True, text=True, timeout=120
+        [str(PHALANX), "admin", *args],
+        env=clean_env(home),
+        input=stdin,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert r.returncode == 0, r.stdout + r.stderr
     return r.stdout
@@ -43,12 +48,16 @@ def call(server: Server, method: str, path: str, token: str | None, body: Any = 
 
 
 def token_of(server: Server, user: str, password: str) -> str:
-    status, out = call(server, "POST", "/tokens", None, {"username": user, "password": password, "name": "cli"})
+    status, out = call(
+        server, "POST", "/tokens", None, {"username": user, "password": password, "name": "cli"}
+    )
     assert status == 201, out
     return str(out["token"])
 
 
-def test_the_audit_trail_lists_a_members_submit_stop_and_delete_in_order(phalanx_home: Path, tmp_path: Path) -> None:
+def test_the_audit_trail_lists_a_members_submit_stop_and_delete_in_order(
+    phalanx_home: Path, tmp_path: Path
+) -> None:
     admin(phalanx_home, "user", "add", "root", "--admin", "--password-stdin", stdin="root-password\n")
     admin(phalanx_home, "user", "add", "ada", "--password-stdin", stdin="ada-password\n")
     admin(phalanx_home, "user", "add", "vic", "--password-stdin", stdin="vic-password\n")
@@ -71,6 +80,7 @@ def test_the_audit_trail_lists_a_members_submit_stop_and_delete_in_order(phalanx
         while call(server, "GET", f"/experiments/{exp_id}", ada)[1]["status"] != "running":
             assert time.monotonic() < deadline, "the submitted experiment did not start within 240 s"
             time.sleep(0.3)
+        assert call(server, "GET", f"/experiments/{exp_id}", vic)[1]["launched_by"] == "ada"
         assert call(server, "POST", f"/experiments/{exp_id}/stop", vic)[0] == 403
         assert call(server, "POST", f"/experiments/{exp_id}/stop", ada)[0] == 200
         while call(server, "GET", f"/experiments/{exp_id}", ada)[1]["status"] not in ("stopped", "failed"):

@@ -14,13 +14,13 @@ from collections.abc import Iterator
 import pytest
 from fastapi import APIRouter, FastAPI
 from fastapi.testclient import TestClient
-from tests.unit.server import fill
-from tests.unit.server.teams_fixtures import ROLES, Team, make_group, make_team
 
 from phalanx.server.app import create_app
 from phalanx.server.policy import declared_routes, policy
 from phalanx.server.settings import ServerSettings
 from phalanx.store.base import Store
+from tests.unit.server import fill
+from tests.unit.server.teams_fixtures import ROLES, Team, make_group, make_team
 
 TABLE: dict[tuple[str, str], str] = {
     ("GET", "/api/v1/health"): "public",
@@ -179,7 +179,9 @@ def _fill(path: str, ids: dict[str, str]) -> str:
     return re.sub(r"\{(\w+)(:path)?\}", lambda m: values[m.group(1)], path)
 
 
-def test_every_route_answers_each_role_as_the_table_says(client: TestClient, team: Team, store: Store) -> None:
+def test_every_route_answers_each_role_as_the_table_says(
+    client: TestClient, team: Team, store: Store
+) -> None:
     # mutations last (DELETE very last), so one role's reads see what it has not deleted yet
     order = sorted(TABLE, key=lambda k: (k[0] in MUTATING, k[0] == "DELETE", k[1]))
     wrong = []
@@ -196,7 +198,9 @@ def test_every_route_answers_each_role_as_the_table_says(client: TestClient, tea
                 got = "error"
             elif TABLE[(method, path)] == "public" and r.status_code != 403:
                 got = "allowed"  # the login form's own 401 for no password, logout's redirect
-            elif r.status_code in (401,) or (page and r.status_code == 303 and "/login" in r.headers["location"]):
+            elif r.status_code in (401,) or (
+                page and r.status_code == 303 and "/login" in r.headers["location"]
+            ):
                 got = "unauthorized"
             elif r.status_code == 403:
                 got = "forbidden"
@@ -230,7 +234,9 @@ def test_ingest_writes_only_projects_the_sender_edits(client: TestClient, team: 
         else:
             record |= {"kind": "experiment", "data": {"name": "script", "project": project}}
         r = client.post(
-            "/api/v1/ingest", json={"events": [record]}, headers={"Authorization": f"Bearer {team.tokens[role]}"}
+            "/api/v1/ingest",
+            json={"events": [record]},
+            headers={"Authorization": f"Bearer {team.tokens[role]}"},
         )
         return r.status_code
 

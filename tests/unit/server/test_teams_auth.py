@@ -120,7 +120,9 @@ def test_secrets_are_never_in_clear_in_the_database_or_the_log(
 
 
 def test_single_token_mode_keeps_working_until_an_admin_exists(phalanx_home: Path, store: Store) -> None:
-    settings = ServerSettings(store=Settings(home=phalanx_home), token=SERVER_TOKEN, allowed_hosts=["testserver"])
+    settings = ServerSettings(
+        store=Settings(home=phalanx_home), token=SERVER_TOKEN, allowed_hosts=["testserver"]
+    )
     with TestClient(create_app(settings, store)) as c:
         assert c.get("/api/v1/experiments", headers=bearer(SERVER_TOKEN)).status_code == 200
         assert c.get("/api/v1/me", headers=bearer(SERVER_TOKEN)).json() == {
@@ -139,7 +141,9 @@ def test_single_token_mode_keeps_working_until_an_admin_exists(phalanx_home: Pat
         assert c.get("/api/v1/admin/audit", headers=bearer(ada["token"])).status_code == 403
 
 
-def test_a_tokenless_server_asks_for_sign_in_once_it_has_an_admin(settings: ServerSettings, store: Store) -> None:
+def test_a_tokenless_server_asks_for_sign_in_once_it_has_an_admin(
+    settings: ServerSettings, store: Store
+) -> None:
     with TestClient(create_app(settings, store), follow_redirects=False) as c:
         assert c.get("/api/v1/experiments").status_code == 200  # loopback, no token: open as before
         assert c.get("/login").status_code == 303
@@ -156,9 +160,15 @@ def test_members_are_managed_by_the_projects_admin(client: TestClient, accounts:
     accounts.set_member("vision", "bob", Role.admin)
     bob = bearer(accounts.issue_token("bob", "t", None)[0])
     ada = bearer(exchange(client)["token"])
-    assert client.put("/api/v1/projects/vision/members/ada", json={"role": "editor"}, headers=ada).status_code == 403
+    assert (
+        client.put("/api/v1/projects/vision/members/ada", json={"role": "editor"}, headers=ada).status_code
+        == 403
+    )
     r = client.put("/api/v1/projects/vision/members/ada", json={"role": "editor"}, headers=bob)
     assert r.status_code == 200 and r.json()["ada"] == "editor"
-    assert client.put("/api/v1/projects/vision/members/ada", json={"role": "boss"}, headers=bob).status_code == 400
+    assert (
+        client.put("/api/v1/projects/vision/members/ada", json={"role": "boss"}, headers=bob).status_code
+        == 400
+    )
     trail = [(e.actor, e.action, e.target) for e in accounts.audit_trail()]
     assert ("bob", "member.set", "vision/ada") in trail

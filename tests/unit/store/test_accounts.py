@@ -55,7 +55,11 @@ def test_roles_audit_and_launches(store: SqlStore) -> None:
     assert accounts.roles_of("ada") == {"vision": Role.editor}
     for action in ("experiment.submit", "experiment.stop", "experiment.delete"):
         accounts.audit("ada", action, "abc123", "vision")
-    assert [e.action for e in accounts.audit_trail()] == ["experiment.submit", "experiment.stop", "experiment.delete"]
+    assert [e.action for e in accounts.audit_trail()] == [
+        "experiment.submit",
+        "experiment.stop",
+        "experiment.delete",
+    ]
     assert [e.action for e in accounts.audit_trail(limit=1)] == ["experiment.delete"]
     accounts.record_launch("experiment", "abc123", "ada")
     assert accounts.launched_by("experiment", "abc123") == "ada"

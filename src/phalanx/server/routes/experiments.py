@@ -8,7 +8,7 @@ from typing import Annotated, Literal
 from fastapi import APIRouter, Depends, Query, Request, Response
 
 from phalanx.domain import ExperimentStatus
-from phalanx.server.audit import audit
+from phalanx.server.audit import audit, launched_by
 from phalanx.server.control import request_stop
 from phalanx.server.deps import SettingsDep, StoreDep, experiment_of
 from phalanx.server.policy import policy, principal_of
@@ -149,7 +149,7 @@ def export_experiments(store: StoreDep, table: TableDep) -> Response:
 
 @router.get("/experiments/{experiment_id}", response_model=ExperimentDetail)
 @policy("experiment:viewer")
-def get_experiment(experiment_id: str, store: StoreDep) -> ExperimentDetail:
+def get_experiment(experiment_id: str, store: StoreDep, request: Request) -> ExperimentDetail:
     """One experiment (a unique id prefix is enough) with its file, plan and replicas."""
     e = experiment_of(store, experiment_id)
     return ExperimentDetail(
@@ -158,6 +158,7 @@ def get_experiment(experiment_id: str, store: StoreDep) -> ExperimentDetail:
         plan=dict(e.plan),
         handle=e.handle,
         replicas=[ReplicaOut.of(r) for r in store.list_replicas(e.id)],
+        launched_by=launched_by(request, "experiment", e.id),
     )
 
 
