@@ -48,9 +48,10 @@ def token_sha256(token: str) -> str:
 
 
 def _hasher() -> Any:
-    from pwdlib import PasswordHash
+    from phalanx.extras import require
 
-    return PasswordHash.recommended()
+    pwdlib = require("pwdlib", "teams", "a user's password")
+    return pwdlib.PasswordHash.recommended()
 
 
 def hash_password(password: str) -> str:
