@@ -213,7 +213,8 @@ def _install_openapi(app: FastAPI) -> None:
         components.setdefault("securitySchemes", {})["bearer"] = {
             "type": "http",
             "scheme": "bearer",
-            "description": "the server's token, or a replica's per-experiment token (docs/security.md)",
+            "description": "the server's token, a user's personal token (docs/teams.md), "
+            "or a replica's per-experiment token (docs/security.md)",
         }
         schemas = components.setdefault("schemas", {})
         schemas["ErrorOut"] = ErrorOut.model_json_schema(ref_template="#/components/schemas/{model}")
