@@ -77,7 +77,10 @@ def _team_app() -> FastAPI:
     return create_app(ServerSettings(store=store_settings, poll_seconds=0.01, allowed_hosts=["*"]), store)
 
 
-team_schema = schemathesis.openapi.from_asgi("/api/v1/openapi.json", _team_app())
+_TEAM_APP = _team_app()
+team_schema = schemathesis.openapi.from_asgi(
+    "/api/v1/openapi.json", _TEAM_APP, headers={"Authorization": f"Bearer {TEAM['root']}"}
+)
 
 
 @pytest.mark.slow
