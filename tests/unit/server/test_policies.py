@@ -269,3 +269,22 @@ def test_lists_show_only_the_callers_projects(client: TestClient, team: Team, st
     assert seen("admin_b", "/api/v1/groups", "id") == {gb.id}
     csv = client.get("/api/v1/experiments.csv", headers={"Authorization": f"Bearer {team.tokens['admin_b']}"})
     assert b.id in csv.text and a.id not in csv.text
+
+
+def test_a_model_is_registered_only_from_an_experiment_the_caller_edits(
+    client: TestClient, team: Team, store: Store
+) -> None:
+    a, b = fill.experiment(store, project="A"), fill.experiment(store, project="B")
+
+    def register(role: str, experiment_id: str) -> tuple[int, str]:
+        r = client.post(
+            "/api/v1/models/m/versions",
+            json={"experiment_id": experiment_id},
+            headers={"Authorization": f"Bearer {team.tokens[role]}"},
+        )
+        return r.status_code, r.text
+
+    status, text = register("editor_a", b.id)
+    assert status == 404 and "not a member" in text
+    status, text = register("editor_a", a.id)  # past the policy: the experiment saved no model
+    assert status not in (401, 403) and "not a member" not in text

@@ -6,13 +6,13 @@ these routes are plain ``def``), so a tampered file is refused (400, with its pa
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Response
+from fastapi import APIRouter, Request, Response
 from fastapi.responses import HTMLResponse
 
 from phalanx.registry.records import ModelRef, check_alias, check_model_name
 from phalanx.registry.service import Registry
 from phalanx.server.deps import StoreDep
-from phalanx.server.policy import policy
+from phalanx.server.policy import policy, require_experiment
 from phalanx.server.registry_schemas import (
     AliasIn,
     ModelUpdateIn,
@@ -21,6 +21,7 @@ from phalanx.server.registry_schemas import (
     RegisteredModelOut,
     RegisterIn,
 )
+from phalanx.store.accounts import Role
 
 router = APIRouter(tags=["models"])
 page_router = APIRouter(include_in_schema=False)
@@ -69,7 +70,9 @@ def update_model(name: str, body: ModelUpdateIn, store: StoreDep) -> RegisteredM
 
 @router.post("/models/{name}/versions", response_model=ModelVersionOut, status_code=201)
 @policy("any:editor")
-def register(name: str, body: RegisterIn, store: StoreDep) -> ModelVersionOut:
+def register(name: str, body: RegisterIn, store: StoreDep, request: Request) -> ModelVersionOut:
+    """Register an experiment's model; the caller edits that experiment's project."""
+    require_experiment(request, body.experiment_id, Role.editor)
     source = body.experiment_id if body.model is None else f"{body.experiment_id}/{body.model}"
     created = Registry(store).register(source, name, description=body.description, tags=body.tags)
     return ModelVersionOut.of(created)
