@@ -221,7 +221,9 @@ class SecurityMiddleware:
         """The principal of a signed-in user (None: the server token, an admin's once teams
         exist); None when the account is gone or disabled."""
         if user is None:
-            return Principal(user=self.team_admin(), superuser=True)
+            user = self.team_admin()
+            if user is None:  # single-token mode: the server token can do everything
+                return Principal(user=None, superuser=True)
         if self.accounts is None:
             return None
         from phalanx.errors import NotFound
@@ -254,7 +256,16 @@ class SecurityMiddleware:
                     [(b"retry-after", str(wait).encode())],
                 )
             if self.token is not None and hmac.compare_digest(given.encode(), self.token.encode()):
-                self._set_principal(scope, Principal(user=self.team_admin(), superuser=True))
+                admin = self._user_principal(None)  # the first admin's, once there is one
+                if admin is None:
+                    return _json(
+                        401,
+                        "unauthorized",
+                        "the server token is the first admin's, whose account is disabled; use a user's token"
+                        " (docs/teams.md)",
+                        [(b"www-authenticate", b"Bearer")],
+                    )
+                self._set_principal(scope, admin)
                 return None
             experiment = token_experiment(self.token, given) if self.token else None
             if experiment is not None:

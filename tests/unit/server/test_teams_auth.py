@@ -139,6 +139,8 @@ def test_single_token_mode_keeps_working_until_an_admin_exists(phalanx_home: Pat
         assert me["user"] == "root" and me["admin"] is True  # the old token is the admin's now
         ada = c.post("/api/v1/tokens", json={"username": "ada", "password": PASSWORD, "name": "x"}).json()
         assert c.get("/api/v1/admin/audit", headers=bearer(ada["token"])).status_code == 403
+        accounts.set_disabled("root", True)  # the token is root's: disabling root ends it too
+        assert c.get("/api/v1/experiments", headers=bearer(SERVER_TOKEN)).status_code == 401
 
 
 def test_a_tokenless_server_asks_for_sign_in_once_it_has_an_admin(
