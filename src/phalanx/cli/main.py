@@ -25,6 +25,7 @@ COMMAND_MODULES = (
     "phalanx.cli.sync",
     "phalanx.cli.data",
     "phalanx.cli.login",
+    "phalanx.cli.admin",
 )
 
 

@@ -8,15 +8,19 @@ from __future__ import annotations
 from fastapi import FastAPI
 from fastapi.responses import HTMLResponse, Response
 
+from phalanx.server.policy import policy
+
 ASSETS = "/static/vendor/swagger-ui"
 
 
 def install_docs(app: FastAPI, openapi_url: str) -> None:
     @app.get("/docs", include_in_schema=False)
+    @policy("signed-in")
     def docs() -> HTMLResponse:
         return HTMLResponse(PAGE, headers={"Cache-Control": "no-cache"})
 
     @app.get("/docs/init.js", include_in_schema=False)
+    @policy("signed-in")
     def init() -> Response:
         return Response(INIT.replace("{openapi_url}", openapi_url), media_type="text/javascript")
 

@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import secrets
 from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
-from fastapi import FastAPI, Request
+from fastapi import Depends, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from fastapi.staticfiles import StaticFiles
@@ -24,6 +25,7 @@ from phalanx.errors import PhalanxError, http_status
 from phalanx.server.auth import SecurityMiddleware, default_allowed_hosts
 from phalanx.server.files import ArtifactFiles
 from phalanx.server.limits import BodyLimitMiddleware
+from phalanx.server.policy import enforce, policy
 from phalanx.server.routes import (
     artifacts,
     experiments,
@@ -36,11 +38,13 @@ from phalanx.server.routes import (
     params,
     runs,
     submit,
+    teams,
 )
 from phalanx.server.routes import queue as queue_routes
 from phalanx.server.sessions import LoginThrottle, Sessions
 from phalanx.server.settings import ServerSettings
 from phalanx.server.sweeper import Sweeper
+from phalanx.store.accounts import Accounts
 from phalanx.store.base import IngestStore
 
 log = logging.getLogger(__name__)
@@ -91,14 +95,23 @@ def create_app(settings: ServerSettings, store: IngestStore | None = None) -> Fa
         openapi_url=f"{API}/openapi.json",
         docs_url=None,  # Swagger UI loads its assets from a CDN; these machines have no internet
         redoc_url=None,
+        dependencies=[Depends(enforce)],  # every route's declared policy (phalanx.server.policy)
     )
     app.state.settings = settings
     app.state.store = store
     # Serve files from the store's own artifact root when it has one (a store passed in by a caller).
     root = getattr(getattr(store, "artifact_store", None), "root_url", None)
     app.state.files = ArtifactFiles(root or settings.store.artifacts_root)
+    accounts = _accounts(store)
+    app.state.accounts = accounts
+    # a tokenless server needs sessions once it has users: keyed by a secret of this process (its
+    # users sign in again after a restart); a server token keys them as before
     sessions = (
-        Sessions(settings.token, settings.store.home / "server" / "sessions.json") if settings.token else None
+        Sessions(settings.token, settings.store.home / "server" / "sessions.json")
+        if settings.token
+        else Sessions(secrets.token_urlsafe(32), None)
+        if accounts is not None
+        else None
     )
     app.state.sessions = sessions
     # two budgets per address: the login form's, and the API's for wrong bearer tokens, so a script
@@ -108,6 +121,7 @@ def create_app(settings: ServerSettings, store: IngestStore | None = None) -> Fa
     app.state.bearer_throttle = LoginThrottle(attempts=settings.login_attempts)
 
     @app.get(f"{API}/health", tags=["server"])
+    @policy("public")
     def health() -> dict[str, Any]:
         return {"ok": True, "version": __version__}
 
@@ -123,6 +137,7 @@ def create_app(settings: ServerSettings, store: IngestStore | None = None) -> Fa
         runs,
         models,
         queue_routes,
+        teams,
     )
     for module in routers:
         app.include_router(module.router, prefix=API)
@@ -158,15 +173,26 @@ def create_app(settings: ServerSettings, store: IngestStore | None = None) -> Fa
         allowed_hosts=allowed,
         sessions=sessions,
         throttle=app.state.bearer_throttle,
+        accounts=accounts,
     )
     return app
+
+
+def _accounts(store: IngestStore) -> Accounts | None:
+    """The store's users and projects; None for a store without them (not SQL: single-token only)."""
+    from phalanx.errors import UsageError
+
+    try:
+        return Accounts(store)
+    except UsageError:
+        return None
 
 
 ERROR_RESPONSES = {
     400: "bad request: malformed input, or a Host header this server does not answer to",
     401: "no token, or a wrong one (servers started with a token)",
-    403: "refused: a cross-site request, or a replica token used beyond its experiment",
-    404: "no such experiment (or file)",
+    403: "refused: a cross-site request, a replica token used beyond its experiment, or a role too low",
+    404: "no such experiment (or file), or one in a project you are not a member of",
     409: "conflicts with the experiment's state",
     413: "request body too large",
     422: "invalid parameters",
@@ -190,7 +216,8 @@ def _install_openapi(app: FastAPI) -> None:
         components.setdefault("securitySchemes", {})["bearer"] = {
             "type": "http",
             "scheme": "bearer",
-            "description": "the server's token, or a replica's per-experiment token (docs/security.md)",
+            "description": "the server's token, a user's personal token (docs/teams.md), "
+            "or a replica's per-experiment token (docs/security.md)",
         }
         schemas = components.setdefault("schemas", {})
         schemas["ErrorOut"] = ErrorOut.model_json_schema(ref_template="#/components/schemas/{model}")

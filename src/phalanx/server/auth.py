@@ -5,9 +5,11 @@ One ASGI middleware, in this order (docs/security.md says why each exists):
 1. Host allow-list: a request whose ``Host`` header is not one of the server's names is refused
    (400). A web page on another site that re-points its own DNS name at 127.0.0.1 (DNS rebinding)
    would otherwise reach a tokenless loopback server as if it were same-origin.
-2. Token (when the server has one): ``Authorization: Bearer <token>``, or a per-experiment
-   replica token (``phalanx.tokens``: only that experiment's ingest and files), or the session
-   cookie that ``/login`` sets. Else 401 (API) or a redirect to /login (pages).
+2. Token (when the server has one, or has users: docs/teams.md): ``Authorization: Bearer <token>``
+   (the server's token, or a user's personal token), or a per-experiment replica token
+   (``phalanx.tokens``: only that experiment's ingest and files), or the session cookie that
+   ``/login`` sets. Else 401 (API) or a redirect to /login (pages). Who it is (a ``Principal``)
+   goes into the request's state, for the routes' policies (``phalanx.server.policy``).
 3. Cross-site requests: a state-changing request (POST, PUT, PATCH, DELETE) without an
    ``Authorization`` header must come from this server's own pages: its ``Origin`` (or, without
    one, ``Sec-Fetch-Site``) must not name another site. Scripts and the SDK send no ``Origin``.
@@ -30,7 +32,9 @@ from urllib.parse import quote, urlsplit
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from phalanx.server.policy import EVERYBODY, NOBODY, Principal
 from phalanx.server.sessions import LoginThrottle, Sessions
+from phalanx.store.accounts import Accounts
 from phalanx.tokens import token_experiment
 
 COOKIE = "phalanx_session"
@@ -64,7 +68,9 @@ _SCOPED = re.compile(r"^/api/v1/experiments/(?P<id>[^/]+)/files/")
 _SCOPED_ATTEMPT = re.compile(r"^/api/v1/experiments/(?P<id>[^/]+)/attempts/next$")
 
 
-def is_public(path: str) -> bool:
+def is_public(path: str, method: str = "GET") -> bool:
+    if path == "/api/v1/tokens" and method == "POST":  # a username and password buy a token
+        return True
     return any(path == p.rstrip("/") or path.startswith(p) for p in PUBLIC_PREFIXES)
 
 
@@ -116,9 +122,12 @@ class SecurityMiddleware:
         allowed_hosts: Iterable[str],
         sessions: Sessions | None,
         throttle: LoginThrottle | None = None,
+        accounts: Accounts | None = None,
     ) -> None:
         self.app = app
         self.token = token
+        self.accounts = accounts
+        self._team_admin: str | None = None
         self.allowed = {h.lower().strip("[]") for h in allowed_hosts}
         self.sessions = sessions
         # wrong bearer tokens per client address (the login form has its own budget: a script's
@@ -142,7 +151,15 @@ class SecurityMiddleware:
             await send(message)
 
         try:
-            refusal = self.check(scope)
+            try:
+                refusal = self.check(scope)
+            except Exception as exc:  # the store failing to say who this is: never let it through
+                logging.getLogger("phalanx.server.app").exception(
+                    "%s %s failed", scope["method"], scope["path"]
+                )
+                refusal = _json(
+                    500, "error", f"internal error ({type(exc).__name__}); the server log has the details"
+                )
             if refusal is not None:
                 await refusal(scope, receive, send_with_headers)
             else:
@@ -173,7 +190,9 @@ class SecurityMiddleware:
                 f"--allowed-host {host or 'NAME'} (or PHALANX_ALLOWED_HOSTS) if that name is really its own",
             )
         authorization = _header(scope, b"authorization")
-        if self.token is not None and not is_public(path):
+        team = self.team_admin() is not None
+        self._set_principal(scope, NOBODY if team else EVERYBODY)
+        if not is_public(path, method) and (self.token is not None or team):
             refusal = self._check_token(scope, path, method, authorization)
             if refusal is not None:
                 return refusal
@@ -186,14 +205,44 @@ class SecurityMiddleware:
             )
         return None
 
+    def team_admin(self) -> str | None:
+        """The first admin user: None while the server is in single-token mode. Once an admin
+        exists the server stays in team mode (admins are disabled, never deleted), so a found
+        name is kept; until then every request asks the store (one indexed row at most)."""
+        if self._team_admin is None and self.accounts is not None:
+            self._team_admin = self.accounts.first_admin()
+        return self._team_admin
+
+    @staticmethod
+    def _set_principal(scope: Scope, principal: Principal) -> None:
+        scope.setdefault("state", {})["principal"] = principal
+
+    def _user_principal(self, user: str | None) -> Principal | None:
+        """The principal of a signed-in user (None: the server token, an admin's once teams
+        exist); None when the account is gone or disabled."""
+        if user is None:
+            user = self.team_admin()
+            if user is None:  # single-token mode: the server token can do everything
+                return Principal(user=None, superuser=True)
+        if self.accounts is None:
+            return None
+        from phalanx.errors import NotFound
+
+        try:
+            record = self.accounts.user(user)
+        except NotFound:
+            return None
+        if record.disabled:
+            return None
+        return Principal(user=user, superuser=record.is_admin, roles=self.accounts.roles_of(user))
+
     def _check_token(self, scope: Scope, path: str, method: str, authorization: str) -> Any:
-        assert self.token is not None
         scheme, _, given = authorization.partition(" ")
         given = given.strip()
         if scheme.lower() == "bearer" and given:
             client = (scope.get("client") or ("-", 0))[0]
             wait = self.throttle.retry_after(client) if self.throttle is not None else 0
-            if wait and (experiment := token_experiment(self.token, given)) is not None:
+            if wait and self.token and (experiment := token_experiment(self.token, given)) is not None:
                 # a replica's token is a 256-bit HMAC: checking it tells a guesser nothing about the
                 # server's token, and the replicas sharing this address (a typo'd login on the same
                 # machine, a node's NAT) keep reporting instead of losing a minute of records
@@ -206,14 +255,32 @@ class SecurityMiddleware:
                     f" request's token was not checked (it may be right); try again in {wait} s",
                     [(b"retry-after", str(wait).encode())],
                 )
-            if hmac.compare_digest(given.encode(), self.token.encode()):
+            if self.token is not None and hmac.compare_digest(given.encode(), self.token.encode()):
+                admin = self._user_principal(None)  # the first admin's, once there is one
+                if admin is None:
+                    return _json(
+                        401,
+                        "unauthorized",
+                        "the server token is the first admin's, whose account is disabled; use a user's token"
+                        " (docs/teams.md)",
+                        [(b"www-authenticate", b"Bearer")],
+                    )
+                self._set_principal(scope, admin)
                 return None
-            experiment = token_experiment(self.token, given)
+            experiment = token_experiment(self.token, given) if self.token else None
             if experiment is not None:
                 return self._check_scoped(scope, path, method, experiment)
+            user = self.accounts.user_of_token(given) if self.accounts is not None else None
+            principal = self._user_principal(user) if user is not None else None
+            if principal is not None:
+                self._set_principal(scope, principal)
+                return None
             if self.throttle is not None:
                 self.throttle.failed(client)
-        if self._cookie_session(scope):
+        live, session_user = self._cookie_session(scope)
+        principal = self._user_principal(session_user) if live else None
+        if principal is not None:
+            self._set_principal(scope, principal)
             return None
         if path.startswith("/api/"):
             return _json(
@@ -237,6 +304,7 @@ class SecurityMiddleware:
             or (attempt is not None and attempt["id"] == experiment and method == "POST")
         ):
             scope.setdefault("state", {})["experiment_scope"] = experiment
+            self._set_principal(scope, Principal(user=None, replica_of=experiment))
             return None
         return _json(
             403,
@@ -245,17 +313,18 @@ class SecurityMiddleware:
             "records and files",
         )
 
-    def _cookie_session(self, scope: Scope) -> bool:
+    def _cookie_session(self, scope: Scope) -> tuple[bool, str | None]:
+        """(whether the request carries a live session cookie, the user it signed in)."""
         raw = _header(scope, b"cookie")
         if not raw or self.sessions is None:
-            return False
+            return False, None
         cookie: SimpleCookie = SimpleCookie()
         try:
             cookie.load(raw)
         except Exception:  # a malformed Cookie header is no session
-            return False
+            return False, None
         morsel = cookie.get(COOKIE)
-        return morsel is not None and self.sessions.valid(morsel.value)
+        return (False, None) if morsel is None else self.sessions.lookup(morsel.value)
 
     def _same_origin(self, scope: Scope, host: str) -> bool:
         """Whether a browser says this request comes from a page of this server (or is no browser)."""

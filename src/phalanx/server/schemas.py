@@ -78,6 +78,7 @@ class ExperimentDetail(ExperimentOut):
     plan: dict[str, Any] = Field(default_factory=dict)
     handle: str | None = None
     replicas: list[ReplicaOut] = Field(default_factory=list)
+    launched_by: str | None = Field(default=None, description="who submitted it to this server, if anyone")
 
 
 def experiment_out(e: Experiment) -> dict[str, Any]:

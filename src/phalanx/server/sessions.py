@@ -3,7 +3,8 @@
 A session cookie holds a random id; the server keeps only an HMAC of it (under the server's token,
 so changing the token ends every session) with its expiry, in memory and in
 ``<PHALANX_HOME>/server/sessions.json`` (mode 0600) so a server restart does not log everybody
-out. Logout deletes the entry: a copy of the cookie taken before is worthless afterwards.
+out. Logout deletes the entry: a copy of the cookie taken before is worthless afterwards. A session
+also names the user who signed in (None: the server token's session, as before teams).
 """
 
 from __future__ import annotations
@@ -30,19 +31,25 @@ class Sessions:
         self._path = path
         self.lifetime = lifetime
         self._lock = threading.Lock()
-        self._live: dict[str, float] = self._load()
+        self._live: dict[str, tuple[float, str | None]] = self._load()
 
     def _key(self, session_id: str) -> str:
         return hmac.new(self._token, f"phalanx-session-v2:{session_id}".encode(), hashlib.sha256).hexdigest()
 
-    def _load(self) -> dict[str, float]:
+    def _load(self) -> dict[str, tuple[float, str | None]]:
         if self._path is None:
             return {}
         try:
             data = json.loads(self._path.read_text())
             now = time.time()
-            return {str(k): float(v) for k, v in data.items() if float(v) > now}
-        except (OSError, ValueError, TypeError, AttributeError):
+            live: dict[str, tuple[float, str | None]] = {}
+            for k, v in data.items():
+                # a bare expiry: a session file from before teams (the server token's sessions)
+                expiry, user = (float(v), None) if isinstance(v, int | float) else (float(v[0]), v[1])
+                if expiry > now:
+                    live[str(k)] = (expiry, None if user is None else str(user))
+            return live
+        except (OSError, ValueError, TypeError, AttributeError, IndexError, KeyError):
             return {}
 
     def _save(self) -> None:
@@ -56,21 +63,28 @@ class Sessions:
                 json.dump(self._live, fh)
             os.replace(tmp, self._path)
 
-    def create(self) -> str:
-        """A new session; returns the id the cookie carries."""
+    def create(self, user: str | None = None) -> str:
+        """A new session of ``user`` (None: signed in with the server token); returns the id the
+        cookie carries."""
         session_id = secrets.token_urlsafe(32)
         now = time.time()
         with self._lock:
-            self._live = {k: v for k, v in self._live.items() if v > now}
-            self._live[self._key(session_id)] = now + self.lifetime
+            self._live = {k: v for k, v in self._live.items() if v[0] > now}
+            self._live[self._key(session_id)] = (now + self.lifetime, user)
             self._save()
         return session_id
 
-    def valid(self, session_id: str) -> bool:
+    def lookup(self, session_id: str) -> tuple[bool, str | None]:
+        """(whether the session is live, the user it signed in)."""
         if not session_id:
-            return False
-        expiry = self._live.get(self._key(session_id))
-        return expiry is not None and expiry > time.time()
+            return False, None
+        entry = self._live.get(self._key(session_id))
+        if entry is None or entry[0] <= time.time():
+            return False, None
+        return True, entry[1]
+
+    def valid(self, session_id: str) -> bool:
+        return self.lookup(session_id)[0]
 
     def end(self, session_id: str) -> None:
         with self._lock:

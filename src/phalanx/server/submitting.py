@@ -16,7 +16,7 @@ import re
 import shutil
 import threading
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path, PurePosixPath
 from typing import Any
@@ -70,10 +70,16 @@ def check_file_name(name: str) -> str:
     return path.as_posix()
 
 
-def submit(store: Store, settings: Settings, request: SubmitRequest) -> SubmitResult:
+def submit(
+    store: Store,
+    settings: Settings,
+    request: SubmitRequest,
+    authorize: Callable[[str], None] | None = None,
+) -> SubmitResult:
     """Validate, keep the bundle, reserve the idempotency key, unpack and start. SpecError (422)
     for an invalid file, UsageError (400) for a malformed request; on any failure to start, the key
-    is released and the working folder removed."""
+    is released and the working folder removed. ``authorize`` is called with the experiment's
+    project before anything is kept (it raises when the submitter may not submit there)."""
     from phalanx.queue import check_priority
     from phalanx.spec.loader import load_spec_text
     from phalanx.store import submissions
@@ -92,8 +98,10 @@ def submit(store: Store, settings: Settings, request: SubmitRequest) -> SubmitRe
     from phalanx.spec.group import is_group_text
 
     if is_group_text(request.file_text, name):
-        return _submit_group(store, settings, request, name, sha)
+        return _submit_group(store, settings, request, name, sha, authorize)
     spec = load_spec_text(request.file_text, name, params=request.params)
+    if authorize is not None:
+        authorize(spec.project or "default")
     BundleStore(settings.home / "server" / "bundles").put(request.bundle)
     exp_id = uuid.uuid4().hex[:12]
     winner = submissions.reserve(store, exp_id, key, sha)
@@ -122,7 +130,12 @@ def _kind_of(store: Store, submitted_id: str) -> str:
 
 
 def _submit_group(
-    store: Store, settings: Settings, request: SubmitRequest, name: str, sha: str
+    store: Store,
+    settings: Settings,
+    request: SubmitRequest,
+    name: str,
+    sha: str,
+    authorize: Callable[[str], None] | None = None,
 ) -> SubmitResult:
     """A `kind: group` file: validated and recorded as `phalanx group run` does, run from the
     unpacked bundle by a controller in its own process (``groups.detached``) that a restarted
@@ -134,6 +147,8 @@ def _submit_group(
     from phalanx.store.base import group_store
 
     group = load_group_text(request.file_text, name, params=request.params)
+    if authorize is not None:
+        authorize(group.base.project or "default")
     require("optuna", "search", "a group on the server")
     BundleStore(settings.home / "server" / "bundles").put(request.bundle)
     work = settings.home / "server" / "work" / f"group-{uuid.uuid4().hex[:12]}"

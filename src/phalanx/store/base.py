@@ -138,6 +138,7 @@ class ExperimentFilter:
     limit: int = 50
     order_by: str = "-created_at"
     group_id: str | None = None  # only the trials of this experiment group
+    projects: tuple[str, ...] | None = None  # only these projects (a team member's); None: any
 
 
 class Store(Protocol):

@@ -57,3 +57,40 @@ def test_no_request_makes_the_server_fail(case: schemathesis.Case) -> None:
     if real and case.path_parameters and "experiment_id" in case.path_parameters:
         case.path_parameters["experiment_id"] = REAL["id"]
     case.call_and_validate(headers=AUTH, checks=[not_a_server_error])
+
+
+TEAM: dict[str, str] = {}  # role -> personal token, and "id": the real experiment of project A
+
+
+def _team_app() -> FastAPI:
+    """The same API on a team server (docs/teams.md): fuzzed as each role of project A's members,
+    an admin of another project and a user in no project."""
+    from tests.unit.server.teams_fixtures import make_team
+
+    home = Path(tempfile.mkdtemp(prefix="phalanx-fuzz-team-"))
+    atexit.register(shutil.rmtree, home, ignore_errors=True)
+    store_settings = Settings(home=home)
+    store = open_store(store_settings)
+    e = fill.experiment(store, name="fuzzed", project="A", n_workers=1)
+    fill.scalars(store, e.id, "loss", "worker 00", [1.0, 0.5])
+    TEAM.update(make_team(store).tokens, id=e.id)
+    return create_app(ServerSettings(store=store_settings, poll_seconds=0.01, allowed_hosts=["*"]), store)
+
+
+_TEAM_APP = _team_app()
+team_schema = schemathesis.openapi.from_asgi(
+    "/api/v1/openapi.json", _TEAM_APP, headers={"Authorization": f"Bearer {TEAM['root']}"}
+)
+
+
+@pytest.mark.slow
+@team_schema.parametrize()
+@settings(max_examples=10, deadline=None, suppress_health_check=list(HealthCheck))
+def test_no_request_of_any_role_makes_a_team_server_fail(case: schemathesis.Case) -> None:
+    real = case.method in ("GET", "PUT") or case.path.endswith("/attempts/next")
+    if real and case.path_parameters and "experiment_id" in case.path_parameters:
+        case.path_parameters["experiment_id"] = TEAM["id"]
+    if case.path_parameters and "project" in case.path_parameters:
+        case.path_parameters["project"] = "A"
+    for role in ("none", "viewer_a", "editor_a", "admin_b"):
+        case.call_and_validate(headers={"Authorization": f"Bearer {TEAM[role]}"}, checks=[not_a_server_error])

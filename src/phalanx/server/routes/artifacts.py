@@ -24,6 +24,7 @@ from pydantic import BaseModel
 from phalanx.errors import NotFound
 from phalanx.server.deps import FilesDep, StoreDep, experiment_of
 from phalanx.server.files import ArtifactFiles
+from phalanx.server.policy import policy
 from phalanx.server.schemas import ArtifactOut, ModelOut
 
 router = APIRouter(tags=["artifacts"])
@@ -55,6 +56,7 @@ class PreviewOut(BaseModel):
 
 
 @router.get("/experiments/{experiment_id}/artifacts", response_model=list[ArtifactOut])
+@policy("experiment:viewer")
 def list_artifacts(experiment_id: str, store: StoreDep) -> list[ArtifactOut]:
     e = experiment_of(store, experiment_id)
     return [ArtifactOut.of(a) for a in store.artifacts(e.id)]
@@ -65,6 +67,7 @@ def list_artifacts(experiment_id: str, store: StoreDep) -> list[ArtifactOut]:
     response_class=Response,
     responses={200: {"content": {"application/octet-stream": {}}, "description": "the artifact's bytes"}},
 )
+@policy("experiment:viewer")
 def download_artifact(
     experiment_id: str,
     name: str,
@@ -85,6 +88,7 @@ def download_artifact(
     response_class=Response,
     responses={200: {"content": {"application/octet-stream": {}}, "description": "the file's bytes"}},
 )
+@policy("experiment:viewer")
 def get_file(experiment_id: str, path: str, store: StoreDep, files: FilesDep) -> Response:
     """A file of the experiment's folder by its path (what PUT .../files/{path} stored): how a pod on
     a cluster fetches the experiment's code bundle."""
@@ -99,6 +103,7 @@ def get_file(experiment_id: str, path: str, store: StoreDep, files: FilesDep) ->
 
 
 @router.get("/experiments/{experiment_id}/previews/{name:path}", response_model=PreviewOut)
+@policy("experiment:viewer")
 def preview_artifact(experiment_id: str, name: str, store: StoreDep, files: FilesDep) -> PreviewOut:
     """What the UI shows of an artifact: JSON or text (first 256 KiB), an image, or a folder's files."""
     e = experiment_of(store, experiment_id)
@@ -133,6 +138,7 @@ def preview_artifact(experiment_id: str, name: str, store: StoreDep, files: File
 
 
 @router.get("/experiments/{experiment_id}/models", response_model=list[ModelOut])
+@policy("experiment:viewer")
 def list_models(experiment_id: str, store: StoreDep) -> list[ModelOut]:
     e = experiment_of(store, experiment_id)
     return [ModelOut.of(m) for m in store.models(e.id)]
@@ -143,6 +149,7 @@ def list_models(experiment_id: str, store: StoreDep) -> list[ModelOut]:
     response_class=Response,
     responses={200: {"content": {"application/octet-stream": {}}, "description": "the model file"}},
 )
+@policy("experiment:viewer")
 def download_model(experiment_id: str, name: str, store: StoreDep, files: FilesDep) -> Response:
     """A saved model's file (``name`` or ``name.format`` when several formats share a name)."""
     e = experiment_of(store, experiment_id)

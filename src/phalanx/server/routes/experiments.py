@@ -5,11 +5,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Annotated, Literal
 
-from fastapi import APIRouter, Depends, Query, Response
+from fastapi import APIRouter, Depends, Query, Request, Response
 
 from phalanx.domain import ExperimentStatus
+from phalanx.server.audit import audit, launched_by
 from phalanx.server.control import request_stop
 from phalanx.server.deps import SettingsDep, StoreDep, experiment_of
+from phalanx.server.policy import policy, principal_of
 from phalanx.server.schemas import (
     AnnotateIn,
     ColumnsOut,
@@ -62,6 +64,7 @@ class TableRequest:
 
 
 def table_request(
+    request: Request,
     store: StoreDep,
     column: Annotated[
         list[str] | None,
@@ -103,6 +106,7 @@ def table_request(
         group_id = group_store(store).resolve_group(group)
     base = ExperimentFilter(
         group_id=group_id,
+        projects=principal_of(request).visible_projects(),
         status=status,
         project=project or None,
         tag=tag or None,
@@ -118,6 +122,7 @@ TableDep = Annotated[TableRequest, Depends(table_request)]
 
 
 @router.get("/experiments", response_model=ExperimentPage)
+@policy("signed-in")
 def list_experiments(store: StoreDep, table: TableDep) -> ExperimentPage:
     """Experiments matching every filter given, one page at a time. Extra ``column``s (params,
     metric aggregates) come back in each item's ``columns``; ``where`` and ``order`` on such columns
@@ -128,6 +133,7 @@ def list_experiments(store: StoreDep, table: TableDep) -> ExperimentPage:
 
 
 @router.get("/experiments.csv", response_class=Response)
+@policy("signed-in")
 def export_experiments(store: StoreDep, table: TableDep) -> Response:
     """The run table as CSV: every experiment matching the filters (not one page), in the same
     order, with the extra columns; numbers at full precision."""
@@ -142,7 +148,8 @@ def export_experiments(store: StoreDep, table: TableDep) -> Response:
 
 
 @router.get("/experiments/{experiment_id}", response_model=ExperimentDetail)
-def get_experiment(experiment_id: str, store: StoreDep) -> ExperimentDetail:
+@policy("experiment:viewer")
+def get_experiment(experiment_id: str, store: StoreDep, request: Request) -> ExperimentDetail:
     """One experiment (a unique id prefix is enough) with its file, plan and replicas."""
     e = experiment_of(store, experiment_id)
     return ExperimentDetail(
@@ -151,23 +158,30 @@ def get_experiment(experiment_id: str, store: StoreDep) -> ExperimentDetail:
         plan=dict(e.plan),
         handle=e.handle,
         replicas=[ReplicaOut.of(r) for r in store.list_replicas(e.id)],
+        launched_by=launched_by(request, "experiment", e.id),
     )
 
 
 @router.get("/experiments/{experiment_id}/replicas", response_model=list[ReplicaOut])
+@policy("experiment:viewer")
 def list_replicas(experiment_id: str, store: StoreDep) -> list[ReplicaOut]:
     e = experiment_of(store, experiment_id)
     return [ReplicaOut.of(r) for r in store.list_replicas(e.id)]
 
 
 @router.patch("/experiments/{experiment_id}", response_model=ExperimentOut)
-def annotate_experiment(experiment_id: str, body: AnnotateIn, store: StoreDep) -> ExperimentOut:
+@policy("experiment:editor")
+def annotate_experiment(
+    experiment_id: str, body: AnnotateIn, store: StoreDep, request: Request
+) -> ExperimentOut:
     """Replace the experiment's tags and/or notes (a field left out is unchanged)."""
     e = experiment_of(store, experiment_id)
+    audit(request, "experiment.annotate", e.id, e.project)
     return ExperimentOut(**experiment_out(store.annotate(e.id, tags=body.tags, notes=body.notes)))
 
 
 @router.get("/experiments/{experiment_id}/texts", response_model=list[TextOut])
+@policy("experiment:viewer")
 def list_texts(experiment_id: str, store: StoreDep) -> list[TextOut]:
     """The experiment's report_text messages, oldest first."""
     e = experiment_of(store, experiment_id)
@@ -175,6 +189,7 @@ def list_texts(experiment_id: str, store: StoreDep) -> list[TextOut]:
 
 
 @router.get("/columns", response_model=ColumnsOut)
+@policy("signed-in")
 def list_columns(store: StoreDep) -> ColumnsOut:
     """Param keys and scalar titles experiments reported: what the run table can show as columns."""
     names = store.column_names()
@@ -182,18 +197,21 @@ def list_columns(store: StoreDep) -> ColumnsOut:
 
 
 @router.post("/experiments/{experiment_id}/stop", response_model=StopOut)
-def stop_experiment(experiment_id: str, store: StoreDep, settings: SettingsDep) -> StopOut:
+@policy("experiment:editor")
+def stop_experiment(experiment_id: str, store: StoreDep, settings: SettingsDep, request: Request) -> StopOut:
     """Ask the experiment's supervisor to stop every replica; the supervisor then marks it stopped."""
     e = experiment_of(store, experiment_id)
     if e.status.done:
         return StopOut(id=e.id, status=str(e.status), stop_requested=False, message=f"already {e.status}")
     message = request_stop(store, settings.store, e)
+    audit(request, "experiment.stop", e.id, e.project)
     current = store.get_experiment(e.id)
     return StopOut(id=e.id, status=str(current.status), stop_requested=True, message=message)
 
 
 @router.delete("/experiments/{experiment_id}", status_code=204)
-def delete_experiment(experiment_id: str, store: StoreDep) -> None:
+@policy("experiment:admin")
+def delete_experiment(experiment_id: str, store: StoreDep, request: Request) -> None:
     """Delete an experiment with everything it reported; 409 while it runs (stop it first); 400 for
     a short prefix of its id (phalanx.ids: a destructive call needs 8 characters or the full id)."""
     from phalanx.ids import check_destructive
@@ -201,3 +219,4 @@ def delete_experiment(experiment_id: str, store: StoreDep) -> None:
     e = experiment_of(store, experiment_id)
     check_destructive(experiment_id, e.id)
     store.delete_experiment(e.id)
+    audit(request, "experiment.delete", e.id, e.project)

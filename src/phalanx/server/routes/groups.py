@@ -6,25 +6,35 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Query
+from fastapi import APIRouter, Query, Request
 from fastapi.responses import HTMLResponse
 
+from phalanx.server.audit import audit
 from phalanx.server.deps import SettingsDep, StoreDep
+from phalanx.server.policy import policy, principal_of
 
 router = APIRouter(tags=["groups"])
 page_router = APIRouter(include_in_schema=False)
 
 
 @router.get("/groups")
-def list_groups(store: StoreDep, limit: Annotated[int, Query(ge=1, le=500)] = 50) -> list[dict[str, Any]]:
-    """Groups, newest first, with how many trials each has started."""
+@policy("signed-in")
+def list_groups(
+    store: StoreDep, request: Request, limit: Annotated[int, Query(ge=1, le=500)] = 50
+) -> list[dict[str, Any]]:
+    """Groups, newest first, with how many trials each has started (of the caller's projects)."""
     from phalanx.store.base import group_store
 
     groups = group_store(store)
-    return [{**g.to_json(), "trials": groups.count_trials(g.id)} for g in groups.list_groups(limit=limit)]
+    visible = principal_of(request).visible_projects()
+    found = groups.list_groups(limit=limit if visible is None else 10_000)
+    if visible is not None:
+        found = [g for g in found if g.project in visible][:limit]
+    return [{**g.to_json(), "trials": groups.count_trials(g.id)} for g in found]
 
 
 @router.get("/groups/{group_id}")
+@policy("group:viewer")
 def get_group(store: StoreDep, group_id: str) -> dict[str, Any]:
     """One group: its search, every trial (experiment id, params, state, metric) and the best trial."""
     from phalanx.groups.controller import group_json
@@ -35,7 +45,8 @@ def get_group(store: StoreDep, group_id: str) -> dict[str, Any]:
 
 
 @router.post("/groups/{group_id}/stop")
-def stop_group(store: StoreDep, settings: SettingsDep, group_id: str) -> dict[str, Any]:
+@policy("group:editor")
+def stop_group(store: StoreDep, settings: SettingsDep, group_id: str, request: Request) -> dict[str, Any]:
     """Stop a group as `phalanx group stop` does: no new trial starts and every running trial is
     stopped (by its controller, or here when none runs). Returns the group after; a finished group
     is returned unchanged."""
@@ -46,10 +57,12 @@ def stop_group(store: StoreDep, settings: SettingsDep, group_id: str) -> dict[st
     group = groups.get_group(group_id)
     if not group.done:
         controller.stop_group(groups, settings.store, group, timeout=30)
+        audit(request, "group.stop", group.id, group.project)
     return controller.group_json(groups, groups.get_group(group.id))
 
 
 @page_router.get("/groups")
+@policy("signed-in")
 def groups_page() -> HTMLResponse:
     from phalanx.server.routes.pages import _shell
 
@@ -57,6 +70,7 @@ def groups_page() -> HTMLResponse:
 
 
 @page_router.get("/groups/{group_id}")
+@policy("signed-in")  # the shell holds no data: the API it calls checks the role
 def group_page(group_id: str) -> HTMLResponse:
     from phalanx.server.routes.pages import _shell
 

@@ -18,9 +18,12 @@ from fastapi import APIRouter, Depends, HTTPException, Path, Request
 
 from phalanx.domain import Event, EventKind, Experiment, ExperimentStatus
 from phalanx.errors import Conflict, NotFound, UsageError
+from phalanx.server.audit import record_launch
 from phalanx.server.deps import FilesDep, StoreDep, experiment_of
 from phalanx.server.files import safe_relpath
+from phalanx.server.policy import policy, principal_of, require
 from phalanx.server.schemas import AttemptIn, AttemptOut, FileOut, IngestIn, IngestOut
+from phalanx.store.accounts import Role
 from phalanx.store.base import Store
 
 router = APIRouter(tags=["ingest"])
@@ -37,6 +40,7 @@ def json_body(request: Request) -> None:
 
 
 @router.post("/ingest", response_model=IngestOut, dependencies=[Depends(json_body)])
+@policy("body")
 def ingest(batch: IngestIn, store: StoreDep, request: Request) -> IngestOut:
     """Store a batch of spool records (``{"events": [...]}``), exactly once per (experiment, stream, seq).
 
@@ -61,8 +65,30 @@ def ingest(batch: IngestIn, store: StoreDep, request: Request) -> IngestOut:
         _check_envelope(i, ev.seq, ev.index, ev.rank, ev.time)
         _check_steps(i, ev)
     check_owners(store, events, getattr(request.state, "experiment_scope", None))
+    created = authorize_batch(request, store, events)
     # a number the database cannot hold (a step beyond 64 bits) is the store's UsageError (400)
-    return IngestOut(accepted=store.write_events(events))
+    accepted = store.write_events(events)
+    for experiment_id in created:
+        record_launch(request, "experiment", experiment_id)
+    return IngestOut(accepted=accepted)
+
+
+def authorize_batch(request: Request, store: Store, events: Sequence[Event]) -> list[str]:
+    """A person's token (not a replica's) writes only experiments of projects they edit, and
+    creates plain-script experiments only there. Returns the ids the batch creates."""
+    who = principal_of(request)
+    creating = {ev.experiment_id: ev for ev in events if ev.kind is EventKind.EXPERIMENT}
+    new = [i for i in sorted(creating) if _exact(store, i) is None]
+    if who.replica_of is not None or who.superuser:
+        return new
+    for experiment_id in sorted({ev.experiment_id for ev in events}):
+        current = _exact(store, experiment_id)
+        if current is not None:
+            require(request, current.project, Role.editor, f"experiment {experiment_id}")
+        else:
+            project = str(creating[experiment_id].data.get("project") or "default")
+            require(request, project, Role.editor, f"project {project}")
+    return new
 
 
 def check_owners(store: Store, events: Sequence[Event], scope: str | None) -> None:
@@ -187,6 +213,7 @@ def _check_steps(i: int, ev: Event) -> None:
         }
     },
 )
+@policy("experiment:editor")
 async def put_file(
     experiment_id: str,
     path: Annotated[str, Path(description="relative to the experiment's folder; cannot leave it")],
@@ -209,6 +236,7 @@ async def put_file(
 
 
 @router.post("/experiments/{experiment_id}/attempts/next", response_model=AttemptOut)
+@policy("experiment:editor")
 def next_attempt(experiment_id: str, body: AttemptIn, store: StoreDep, request: Request) -> AttemptOut:
     """The attempt number of a replica's new start, asked by the pod's entry each time its container
     starts: Kubernetes restarts pods itself, so only the server can count them

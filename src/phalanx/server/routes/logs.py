@@ -19,6 +19,7 @@ from fastapi.responses import StreamingResponse
 from starlette.concurrency import run_in_threadpool
 
 from phalanx.server.deps import SettingsDep, StoreDep, experiment_of
+from phalanx.server.policy import policy
 from phalanx.server.schemas import LogLineOut, LogsOut
 from phalanx.store.base import LogLine, Store
 
@@ -32,6 +33,7 @@ ReplicaQuery = Annotated[
 
 
 @router.get("/experiments/{experiment_id}/logs", response_model=LogsOut)
+@policy("experiment:viewer")
 def logs(
     experiment_id: str,
     store: StoreDep,
@@ -60,6 +62,7 @@ def logs(
     response_class=StreamingResponse,
     responses={200: {"content": {"text/plain": {}}, "description": "every line, '[replica] text'"}},
 )
+@policy("experiment:viewer")
 def download_logs(experiment_id: str, store: StoreDep, replica: ReplicaQuery = None) -> StreamingResponse:
     """The whole console as plain text (the UI keeps only its last N lines on screen: this has all)."""
     e = experiment_of(store, experiment_id)
@@ -90,6 +93,7 @@ def download_logs(experiment_id: str, store: StoreDep, replica: ReplicaQuery = N
     response_class=StreamingResponse,
     responses={200: {"content": {"text/event-stream": {}}, "description": "`line` events, then `end`"}},
 )
+@policy("experiment:viewer")
 async def stream_logs(
     experiment_id: str,
     request: Request,

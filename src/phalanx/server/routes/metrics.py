@@ -14,6 +14,7 @@ from phalanx.errors import NotFound, UsageError
 from phalanx.server.chartcache import ChartCache
 from phalanx.server.chartdata import compress, encode_series, render
 from phalanx.server.deps import StoreDep, experiment_of
+from phalanx.server.policy import policy
 from phalanx.server.schemas import MetricOut, MetricTitles, SeriesOut, finite_or_none
 from phalanx.store.base import Series, SeriesView, Store
 
@@ -26,6 +27,7 @@ CHART_SLOTS = 2  # chart reads running at once (the chart pool's threads)
 
 
 @router.get("/experiments/{experiment_id}/metrics", response_model=MetricTitles)
+@policy("experiment:viewer")
 def metric_titles(experiment_id: str, store: StoreDep) -> MetricTitles:
     """Every scalar title with its series names (no points: ask for a title to get them)."""
     e = experiment_of(store, experiment_id)
@@ -42,6 +44,7 @@ def metric_titles(experiment_id: str, store: StoreDep) -> MetricTitles:
         }
     },
 )
+@policy("experiment:viewer")
 async def metric(
     request: Request,
     experiment_id: str,

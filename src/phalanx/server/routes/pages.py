@@ -13,6 +13,7 @@ from fastapi.responses import HTMLResponse, RedirectResponse, Response
 
 from phalanx.server.auth import COOKIE
 from phalanx.server.deps import SettingsDep
+from phalanx.server.policy import policy
 
 UI_DIR = Path(__file__).resolve().parent.parent / "ui"
 
@@ -24,27 +25,50 @@ def _shell() -> HTMLResponse:
 
 
 @router.get("/")
+@policy("signed-in")
 def index() -> HTMLResponse:
     return _shell()
 
 
 @router.get("/experiments/{experiment_id}")
+@policy("signed-in")  # the shell holds no data: the API it calls checks the role
 def experiment_page(experiment_id: str) -> HTMLResponse:
     return _shell()
 
 
 @router.get("/compare")
+@policy("signed-in")
 def compare_page() -> HTMLResponse:
     return _shell()
 
 
 @router.get("/queue")
+@policy("signed-in")
 def queue_page() -> HTMLResponse:
     return _shell()
 
 
-def _login_page(next_url: str, error: str = "", status: int = 200) -> HTMLResponse:
+TOKEN_FIELDS = """<p class="muted">This server needs its access token.</p>
+    <label for="token">Token</label>
+    <input id="token" name="token" type="password" autocomplete="current-password" autofocus required>
+    <p class="muted small">The token is the server's PHALANX_TOKEN or the content of its --token-file.</p>"""
+
+ACCOUNT_FIELDS = """<p class="muted">Sign in with your account.</p>
+    <label for="username">User</label>
+    <input id="username" name="username" autocomplete="username" autofocus required>
+    <label for="password">Password</label>
+    <input id="password" name="password" type="password" autocomplete="current-password" required>"""
+
+
+def _team_mode(request: Request) -> bool:
+    """Whether the server has users (an admin exists): its login form asks for an account."""
+    accounts = getattr(request.app.state, "accounts", None)
+    return accounts is not None and accounts.first_admin() is not None
+
+
+def _login_page(next_url: str, error: str = "", status: int = 200, team: bool = False) -> HTMLResponse:
     text = (UI_DIR / "login.html").read_text()
+    text = text.replace("{{fields}}", ACCOUNT_FIELDS if team else TOKEN_FIELDS)
     text = text.replace("{{next}}", html.escape(next_url, quote=True))
     text = text.replace("{{error}}", f'<p class="error">{html.escape(error)}</p>' if error else "")
     return HTMLResponse(text, status_code=status)
@@ -58,21 +82,27 @@ def _safe_next(next_url: str | None) -> str:
 
 
 @router.get("/login")
-def login_form(settings: SettingsDep, next: str = "/") -> Response:
-    if not settings.token:
+@policy("public")
+def login_form(request: Request, settings: SettingsDep, next: str = "/") -> Response:
+    team = _team_mode(request)
+    if not settings.token and not team:
         return RedirectResponse(_safe_next(next), status_code=303)
-    return _login_page(_safe_next(next))
+    return _login_page(_safe_next(next), team=team)
 
 
 @router.post("/login")
+@policy("public")
 def login(
     request: Request,
     settings: SettingsDep,
     token: Annotated[str, Form(max_length=4096)] = "",
     next: Annotated[str, Form(max_length=4096)] = "/",
+    username: Annotated[str, Form(max_length=64)] = "",
+    password: Annotated[str, Form(max_length=1024)] = "",
 ) -> Response:
     target = _safe_next(next)
-    if not settings.token:
+    team = _team_mode(request)
+    if not settings.token and not team:
         return RedirectResponse(target, status_code=303)
     throttle = request.app.state.login_throttle
     client = request.client.host if request.client else "-"
@@ -83,17 +113,24 @@ def login(
             f"Too many wrong tokens were typed into this form from your address ({client}) in the last"
             f" minute, so the token you typed was not checked; try again in {wait} s.",
             status=429,
+            team=team,
         )
         page.headers["Retry-After"] = str(wait)
         return page
-    if not hmac.compare_digest(token.strip().encode(), settings.token.encode()):
+    user: str | None = None
+    if team and username:
+        user = request.app.state.accounts.authenticate(username.strip(), password)
+        if user is None:
+            throttle.failed(client)
+            return _login_page(target, "Wrong user or password.", status=401, team=team)
+    elif not settings.token or not hmac.compare_digest(token.strip().encode(), settings.token.encode()):
         throttle.failed(client)
-        return _login_page(target, "That token is not right.", status=401)
+        return _login_page(target, "That token is not right.", status=401, team=team)
     sessions = request.app.state.sessions
     response = RedirectResponse(target, status_code=303)
     response.set_cookie(
         COOKIE,
-        sessions.create(),
+        sessions.create(user),
         httponly=True,
         samesite="lax",
         secure=request.url.scheme == "https",
@@ -114,6 +151,7 @@ def _end_session(request: Request) -> Response:
 
 
 @router.post("/logout")
+@policy("public")
 def logout(request: Request) -> Response:
     """Only a POST logs out, so the cross-site check every POST passes applies: a link or an image
     on another site (a GET, which browsers send with the cookie) cannot log the user out."""
@@ -121,8 +159,9 @@ def logout(request: Request) -> Response:
 
 
 @router.get("/logout")
-def logout_page(settings: SettingsDep) -> Response:
+@policy("public")
+def logout_page(request: Request, settings: SettingsDep) -> Response:
     """A bookmarked or typed /logout changes nothing: it shows the button that POSTs the logout."""
-    if not settings.token:
+    if not settings.token and not _team_mode(request):
         return RedirectResponse("/", status_code=303)
     return HTMLResponse((UI_DIR / "logout.html").read_text(), headers={"Cache-Control": "no-cache"})

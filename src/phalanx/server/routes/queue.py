@@ -9,16 +9,19 @@ from __future__ import annotations
 
 from typing import Any
 
-from fastapi import APIRouter
+from fastapi import APIRouter, Request
 
 from phalanx.server.deps import SettingsDep, StoreDep
+from phalanx.server.policy import policy, principal_of
 
 router = APIRouter(tags=["queue"])
 
 
 @router.get("/queue")
-def queue(settings: SettingsDep, store: StoreDep) -> dict[str, Any]:
-    """`phalanx queue -o json`, each waiting run with ``why``: what it waits for."""
+@policy("signed-in")
+def queue(settings: SettingsDep, store: StoreDep, request: Request) -> dict[str, Any]:
+    """`phalanx queue -o json`, each waiting run with ``why``: what it waits for. Runs of projects
+    the caller is not in are there (they hold and wait for the same machine) but without id or name."""
     import contextlib
 
     from phalanx.queue import overview
@@ -29,7 +32,21 @@ def queue(settings: SettingsDep, store: StoreDep) -> dict[str, Any]:
     doc = overview(settings.store)
     for row in doc["queued"]:
         row["why"] = why_waiting(row, doc["free"])
+    visible = principal_of(request).visible_projects()
+    if visible is not None:
+        for row in doc["running"] + doc["queued"]:
+            if not _in_projects(store, row["experiment_id"], visible):
+                row.update(experiment_id=None, name="(a run of another project)", pid=None)
     return doc
+
+
+def _in_projects(store: StoreDep, experiment_id: str, projects: tuple[str, ...]) -> bool:
+    from phalanx.errors import PhalanxError
+
+    try:
+        return store.get_experiment(experiment_id).project in projects
+    except PhalanxError:
+        return False
 
 
 def why_waiting(row: dict[str, Any], free: dict[str, Any]) -> str:

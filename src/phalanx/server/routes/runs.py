@@ -8,14 +8,17 @@ from __future__ import annotations
 
 from typing import Any
 
-from fastapi import APIRouter
+from fastapi import APIRouter, Request
 
 from phalanx.server.deps import StoreDep, experiment_of
+from phalanx.server.policy import policy, require_experiment
+from phalanx.store.accounts import Role
 
 router = APIRouter(tags=["runs"])
 
 
 @router.get("/experiments/{experiment_id}/checkpoints")
+@policy("experiment:viewer")
 def checkpoints(experiment_id: str, store: StoreDep) -> dict[str, Any]:
     """The experiment's checkpoints (step, metrics, size, replica, path), the latest and the policy."""
     from phalanx.checkpoints import from_artifacts, latest
@@ -32,6 +35,7 @@ def checkpoints(experiment_id: str, store: StoreDep) -> dict[str, Any]:
 
 
 @router.get("/experiments/{experiment_id}/run")
+@policy("experiment:viewer")
 def run_details(experiment_id: str, store: StoreDep) -> dict[str, Any]:
     """Attempts (start, restarts, resumes), what ran (git, versions, packages count, snapshot) and
     the pace of each rank with the straggler, as `phalanx get -o json` shows them."""
@@ -42,6 +46,7 @@ def run_details(experiment_id: str, store: StoreDep) -> dict[str, Any]:
 
 
 @router.get("/experiments/{experiment_id}/source")
+@policy("experiment:viewer")
 def source(experiment_id: str, store: StoreDep) -> dict[str, Any]:
     """The full reproducibility record: git commit, branch and diff, packages, versions, launch."""
     e = experiment_of(store, experiment_id)
@@ -49,9 +54,12 @@ def source(experiment_id: str, store: StoreDep) -> dict[str, Any]:
 
 
 @router.get("/experiments/{experiment_id}/diff/{other_id}")
-def diff(experiment_id: str, other_id: str, store: StoreDep) -> dict[str, Any]:
-    """What differs between two experiments: params, file, code, packages, git, versions."""
+@policy("experiment:viewer")
+def diff(experiment_id: str, other_id: str, store: StoreDep, request: Request) -> dict[str, Any]:
+    """What differs between two experiments: params, file, code, packages, git, versions (the
+    caller reads both)."""
     from phalanx.views import diff_doc
 
-    a, b = experiment_of(store, experiment_id), experiment_of(store, other_id)
+    a = experiment_of(store, experiment_id)
+    b = require_experiment(request, other_id, Role.viewer)
     return diff_doc(store, a, b)

@@ -13,7 +13,10 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from starlette.datastructures import UploadFile as StarletteUploadFile
 
 from phalanx.errors import NotFound
+from phalanx.server.audit import audit, record_launch
 from phalanx.server.deps import SettingsDep, StoreDep, experiment_of
+from phalanx.server.policy import policy, require, require_experiment
+from phalanx.store.accounts import Role
 
 router = APIRouter(tags=["experiments"])
 
@@ -80,6 +83,7 @@ _FORM_SCHEMA = {
         }
     },
 )
+@policy("body")
 async def submit_experiment(
     request: Request,
     store: StoreDep,
@@ -100,6 +104,12 @@ async def submit_experiment(
 
     from phalanx.server.submitting import CloneRequest, SubmitRequest, clone, parse_params, submit
 
+    submitted_to: list[str] = []
+
+    def authorize(project: str) -> None:
+        require(request, project, Role.editor, f"project {project}")
+        submitted_to.append(project)
+
     kind = request.headers.get("content-type", "").split(";")[0].strip().lower()
     if kind == "application/json":
         try:
@@ -109,6 +119,8 @@ async def submit_experiment(
         from phalanx.spec.loader import parse_param_overrides
 
         typed = parse_param_overrides(f"{name}={text}" for name, text in body.texts.items())
+        origin = await run_in_threadpool(require_experiment, request, body.origin, Role.editor)
+        submitted_to.append(origin.project)
         result = await run_in_threadpool(
             clone,
             store,
@@ -145,11 +157,16 @@ async def submit_experiment(
                 bundle=data,
                 idempotency_key=idempotency_key,
             ),
+            authorize,
         )
     else:
         raise HTTPException(
             415, 'send multipart/form-data (a file and its code bundle) or application/json ({"from": ID})'
         )
+    if result.created:
+        record_launch(request, result.kind, result.experiment_id)
+        project = submitted_to[0] if submitted_to else None
+        audit(request, f"{result.kind}.submit", result.experiment_id, project)
     out = SubmittedOut(
         id=result.experiment_id, bundle_sha256=result.bundle_sha256, created=result.created, kind=result.kind
     )
@@ -161,6 +178,7 @@ def _located(errors: Any, where: str) -> list[dict[str, Any]]:
 
 
 @router.get("/experiments/{experiment_id}/submission", response_model=SubmissionOut)
+@policy("experiment:viewer")
 def get_submission(experiment_id: str, store: StoreDep) -> SubmissionOut:
     """The code bundle a submitted experiment ran; 404 for one not submitted to this server."""
     from phalanx.store.submissions import get

@@ -418,3 +418,78 @@ class SubmissionRow(Base):
     idempotency_key: Mapped[str | None] = mapped_column(String(200), unique=True)
     bundle_sha256: Mapped[str] = mapped_column(String(64))
     submitted_at: Mapped[float] = mapped_column(Float)
+
+
+class UserRow(Base):
+    """A person's local account (docs/teams.md). Only an argon2 hash of the password is kept."""
+
+    __tablename__ = "users"
+
+    name: Mapped[str] = mapped_column(String(64), primary_key=True)
+    password_hash: Mapped[str | None] = mapped_column(Text)
+    is_admin: Mapped[int] = mapped_column(Integer, default=0)  # 1: a server admin (every project)
+    disabled: Mapped[int] = mapped_column(Integer, default=0)
+    created_at: Mapped[float] = mapped_column(Float)
+
+
+class PersonalTokenRow(Base):
+    """A user's named API token; only its sha256 is kept (the token is 256 random bits, so a fast
+    hash is enough: nothing to brute-force), looked up on every request so revoking is immediate."""
+
+    __tablename__ = "personal_tokens"
+    __table_args__ = (UniqueConstraint("user", "name", name="uq_personal_tokens_user_name"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    user: Mapped[str] = mapped_column(String(64), ForeignKey("users.name", ondelete="CASCADE"))
+    name: Mapped[str] = mapped_column(String(100))
+    token_sha256: Mapped[str] = mapped_column(String(64), unique=True)
+    created_at: Mapped[float] = mapped_column(Float)
+    expires_at: Mapped[float | None] = mapped_column(Float)
+
+
+class ProjectRow(Base):
+    """A project people are members of; experiments belong to it by their ``project`` name."""
+
+    __tablename__ = "projects"
+
+    name: Mapped[str] = mapped_column(String(255), primary_key=True)
+    created_at: Mapped[float] = mapped_column(Float)
+
+
+class ProjectMemberRow(Base):
+    """A user's role in a project: viewer, editor or admin."""
+
+    __tablename__ = "project_members"
+
+    project: Mapped[str] = mapped_column(
+        String(255), ForeignKey("projects.name", ondelete="CASCADE"), primary_key=True
+    )
+    user: Mapped[str] = mapped_column(
+        String(64), ForeignKey("users.name", ondelete="CASCADE"), primary_key=True
+    )
+    role: Mapped[str] = mapped_column(String(16))
+
+
+class AuditRow(Base):
+    """One thing somebody did that a team wants to answer "who did that?" for, oldest first by id."""
+
+    __tablename__ = "audit_events"
+
+    id: Mapped[int] = mapped_column(BIG_ID, primary_key=True, autoincrement=True)
+    at: Mapped[float] = mapped_column(Float, index=True)
+    actor: Mapped[str] = mapped_column(String(64))
+    action: Mapped[str] = mapped_column(String(64))
+    target: Mapped[str] = mapped_column(String(255))
+    project: Mapped[str | None] = mapped_column(String(255))
+    detail: Mapped[str | None] = mapped_column(Text)
+
+
+class LaunchRow(Base):
+    """Who launched an experiment or a group (``kind`` is "experiment" or "group")."""
+
+    __tablename__ = "launches"
+
+    kind: Mapped[str] = mapped_column(String(16), primary_key=True)
+    object_id: Mapped[str] = mapped_column(String(32), primary_key=True)
+    user: Mapped[str] = mapped_column(String(64))
+    at: Mapped[float] = mapped_column(Float)

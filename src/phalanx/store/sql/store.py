@@ -210,6 +210,8 @@ class SqlStore:
             conds.append(ExperimentRow.project == q.project)
         if q.group_id:
             conds.append(ExperimentRow.group_id == q.group_id)
+        if q.projects is not None:
+            conds.append(ExperimentRow.project.in_(q.projects))
         if q.tag:
             conds.append(cast(ExperimentRow.tags, String).like(f'%"{_like(q.tag)}"%', escape="\\"))
         if q.text:

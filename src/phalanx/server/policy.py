@@ -1,0 +1,190 @@
+"""Who may call which route: every route declares a policy, and one app-wide dependency enforces it.
+
+A route declares its rule with the ``policy`` decorator, under the router's::
+
+    @router.post("/experiments/{experiment_id}/stop")
+    @policy("experiment:editor")
+    def stop_experiment(...): ...
+
+Rules (docs/teams.md#policies):
+
+- ``public``: anybody (health, the login form, the token exchange);
+- ``signed-in``: any signed-in user; lists are narrowed to the user's projects by the route;
+- ``site:admin``: a server admin;
+- ``any:editor``: an editor (or admin) of at least one project (the model registry's writes);
+- ``experiment:ROLE``, ``group:ROLE``, ``project:ROLE``: that role (viewer < editor < admin) in the
+  project of the ``experiment_id``, ``group_id`` or ``project`` path parameter; somebody in none
+  of the project's roles gets 404, as if it did not exist (its existence is not theirs to know);
+- ``body``: the route checks the role itself on what its body names (``require``), e.g. a submit's
+  project or an ingest batch's experiments.
+
+A route without a declared policy is refused (403) for everybody, and a test lists every route's
+policy. In single-token mode (no admin user yet) the server token is all-powerful, as before.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+from fastapi import HTTPException, Request
+
+from phalanx.errors import NotFound
+from phalanx.store.accounts import Role
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+ATTRIBUTE = "__phalanx_policy__"
+SCOPES = ("experiment", "group", "project")
+RULES = frozenset(
+    {"public", "signed-in", "site:admin", "body", "any:editor"}
+    | {f"{s}:{r.name}" for s in SCOPES for r in Role}
+)
+
+
+@dataclass(frozen=True)
+class Principal:
+    """Who is asking. ``superuser``: the server token (single-token mode, or the admin's it became)
+    or a server admin; ``replica_of``: a replica's per-experiment, write-only token."""
+
+    user: str | None
+    superuser: bool = False
+    roles: Mapping[str, Role] = field(default_factory=dict)
+    replica_of: str | None = None
+
+    @property
+    def name(self) -> str:
+        if self.replica_of is not None:
+            return f"replica:{self.replica_of}"
+        return self.user or "server-token"
+
+    def role_in(self, project: str) -> Role | None:
+        return Role.admin if self.superuser else self.roles.get(project)
+
+    def visible_projects(self) -> tuple[str, ...] | None:
+        """The projects this principal may read; None: all of them."""
+        return None if self.superuser else tuple(sorted(self.roles))
+
+
+EVERYBODY = Principal(user=None, superuser=True)  # single-token mode: whoever got in
+NOBODY = Principal(user=None)
+
+
+def policy(rule: str) -> Callable[[F], F]:
+    """Declare who may call the route below (the rules above)."""
+    if rule not in RULES:
+        raise ValueError(f"unknown policy {rule!r}; one of {sorted(RULES)}")
+
+    def mark(endpoint: F) -> F:
+        setattr(endpoint, ATTRIBUTE, rule)
+        return endpoint
+
+    return mark
+
+
+def rule_of(endpoint: Any) -> str | None:
+    rule = getattr(endpoint, ATTRIBUTE, None)
+    return rule if isinstance(rule, str) else None
+
+
+def principal_of(request: Request) -> Principal:
+    found = request.scope.get("state", {}).get("principal")
+    return found if isinstance(found, Principal) else EVERYBODY
+
+
+def require(request: Request, project: str, role: Role, what: str) -> None:
+    """403 unless the caller holds ``role`` in ``project``; 404 (``what`` "does not exist") when
+    the caller is in none of its roles."""
+    who = principal_of(request)
+    held = who.role_in(project)
+    if held is None:
+        raise NotFound(f"{what} does not exist (or is in a project you are not a member of)")
+    if held < role:
+        raise HTTPException(
+            403,
+            f"{who.name} is a {held.name} of project {project!r}; this needs {role.name}"
+            " (ask a project admin)",
+        )
+
+
+def require_experiment(request: Request, experiment_id: str, role: Role) -> Any:
+    """The experiment, when the caller holds ``role`` in its project (or it is the replica's own)."""
+    store = request.app.state.store
+    who = principal_of(request)
+    try:
+        experiment = store.get_experiment(experiment_id)
+    except NotFound:
+        raise NotFound(f"experiment {experiment_id} does not exist") from None
+    if who.replica_of is not None:
+        if experiment.id != who.replica_of:
+            raise HTTPException(403, f"this is a replica token of experiment {who.replica_of}")
+        return experiment
+    require(request, experiment.project, role, f"experiment {experiment_id}")
+    return experiment
+
+
+def enforce(request: Request) -> None:
+    """The app-wide dependency: the matched route's declared rule, or 403 when it declares none."""
+    rule = rule_of(request.scope.get("endpoint"))
+    if rule is None:
+        raise HTTPException(403, f"{request.url.path} declares no access policy, so nobody may call it")
+    if rule == "public":
+        return
+    who = principal_of(request)
+    if who.replica_of is not None and rule not in ("body",) and not rule.startswith("experiment:"):
+        raise HTTPException(
+            403, f"this is a replica token of experiment {who.replica_of}: it only sends its records"
+        )
+    if rule == "body":
+        return
+    if who.user is None and not who.superuser and who.replica_of is None:
+        raise HTTPException(401, "sign in first: send 'Authorization: Bearer <token>'")
+    if rule == "signed-in":
+        return
+    if rule == "any:editor":
+        if not who.superuser and all(r < Role.editor for r in who.roles.values()):
+            raise HTTPException(403, f"{who.name} is an editor of no project; ask a project admin")
+        return
+    if rule == "site:admin":
+        if not who.superuser:
+            raise HTTPException(403, f"{who.name} is not a server admin")
+        return
+    scope, _, role_name = rule.partition(":")
+    role = Role[role_name]
+    params = request.path_params
+    if scope == "experiment":
+        require_experiment(request, str(params["experiment_id"]), role)
+    elif scope == "group":
+        from phalanx.store.base import group_store
+
+        group_id = str(params["group_id"])
+        try:
+            group = group_store(request.app.state.store).get_group(group_id)
+        except NotFound:
+            raise NotFound(f"group {group_id} does not exist") from None
+        require(request, group.project, role, f"group {group_id}")
+    else:
+        project = str(params["project"])
+        require(request, project, role, f"project {project}")
+
+
+def declared_routes(app: Any) -> list[tuple[frozenset[str], str, str | None]]:
+    """Every API route of ``app`` (methods, path, declared rule or None), included routers too:
+    what ``phalanx.server`` tests check so that no route goes without a policy."""
+    from fastapi.routing import APIRoute
+
+    found: list[tuple[frozenset[str], str, str | None]] = []
+
+    def walk(routes: Any, prefix: str) -> None:
+        for route in routes:
+            if isinstance(route, APIRoute):
+                found.append((frozenset(route.methods or ()), prefix + route.path, rule_of(route.endpoint)))
+                continue
+            inner = getattr(route, "original_router", None)  # FastAPI's included router
+            if inner is not None:
+                context = getattr(route, "include_context", None)
+                walk(inner.routes, prefix + str(getattr(context, "prefix", "") or ""))
+
+    walk(app.routes, "")
+    return found

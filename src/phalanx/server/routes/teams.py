@@ -1,0 +1,163 @@
+"""Users' personal tokens, projects and members, and the audit trail (docs/teams.md).
+
+``POST /tokens`` exchanges a username and password for a personal token (what ``phalanx login``
+calls); the token is in the answer once and kept only as its sha256."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, HTTPException, Query, Request
+from fastapi.responses import JSONResponse, Response
+from pydantic import BaseModel, Field
+
+from phalanx.errors import UsageError
+from phalanx.server.audit import audit
+from phalanx.server.policy import policy, principal_of
+from phalanx.store.accounts import Accounts, Role
+
+router = APIRouter(tags=["teams"])
+
+
+class TokenIn(BaseModel):
+    username: str = Field(max_length=64)
+    password: str = Field(max_length=1024)
+    name: str = Field(min_length=1, max_length=100, description="what the token is for, e.g. 'laptop'")
+    expires_days: float | None = Field(default=None, gt=0, le=3650, description="none: never expires")
+
+
+class TokenOut(BaseModel):
+    name: str
+    created_at: float
+    expires_at: float | None
+
+
+class NewTokenOut(TokenOut):
+    token: str = Field(description="shown this once; the server keeps only a hash of it")
+
+
+class MeOut(BaseModel):
+    user: str | None = Field(description="none: the server token")
+    admin: bool
+    projects: dict[str, str] = Field(description="project -> role (a server admin: every project)")
+
+
+class MemberIn(BaseModel):
+    role: str = Field(description="viewer, editor or admin")
+
+
+class AuditOut(BaseModel):
+    id: int
+    at: float
+    actor: str
+    action: str
+    target: str
+    project: str | None
+    detail: str | None
+
+
+def _accounts(request: Request) -> Accounts:
+    accounts: Accounts | None = request.app.state.accounts
+    if accounts is None:
+        raise UsageError("users and projects need the SQL store (SQLite or PostgreSQL)")
+    return accounts
+
+
+def _own_user(request: Request) -> str:
+    user = principal_of(request).user
+    if user is None:
+        raise UsageError("the server token is nobody's: personal tokens belong to users (docs/teams.md)")
+    return user
+
+
+@router.post("/tokens", response_model=NewTokenOut, status_code=201)
+@policy("public")
+def issue_token(body: TokenIn, request: Request) -> JSONResponse:
+    """A new personal token for the user whose password this is (401 otherwise, throttled per
+    address like the login form)."""
+    accounts = _accounts(request)
+    throttle = request.app.state.login_throttle
+    client = request.client.host if request.client else "-"
+    wait = throttle.retry_after(client)
+    if wait:
+        raise HTTPException(
+            429, f"too many wrong passwords from {client}; try again in {wait} s", {"Retry-After": str(wait)}
+        )
+    user = accounts.authenticate(body.username, body.password)
+    if user is None:
+        throttle.failed(client)
+        raise HTTPException(401, "wrong username or password (or a disabled account)")
+    token, record = accounts.issue_token(user, body.name, body.expires_days)
+    accounts.audit(user, "token.issue", f"{user}/{body.name}")
+    out = NewTokenOut(
+        token=token, name=record.name, created_at=record.created_at, expires_at=record.expires_at
+    )
+    return JSONResponse(out.model_dump(), status_code=201, headers={"Cache-Control": "no-store"})
+
+
+@router.get("/tokens", response_model=list[TokenOut])
+@policy("signed-in")
+def list_tokens(request: Request) -> list[TokenOut]:
+    """The caller's own tokens (names and dates; never the tokens)."""
+    records = _accounts(request).tokens(_own_user(request))
+    return [TokenOut(name=r.name, created_at=r.created_at, expires_at=r.expires_at) for r in records]
+
+
+@router.delete("/tokens/{name}", status_code=204)
+@policy("signed-in")
+def revoke_token(name: str, request: Request) -> Response:
+    """Revoke one of the caller's tokens: refused from the next request on."""
+    user = _own_user(request)
+    _accounts(request).revoke_token(user, name)
+    audit(request, "token.revoke", f"{user}/{name}")
+    return Response(status_code=204)
+
+
+@router.get("/me", response_model=MeOut)
+@policy("signed-in")
+def me(request: Request) -> MeOut:
+    """Who the caller is and their projects."""
+    who = principal_of(request)
+    accounts = request.app.state.accounts
+    if who.superuser:
+        projects = {p: Role.admin.name for p in (accounts.projects() if accounts is not None else [])}
+    else:
+        projects = {p: r.name for p, r in who.roles.items()}
+    return MeOut(user=who.user, admin=who.superuser, projects=projects)
+
+
+@router.get("/projects/{project}/members")
+@policy("project:viewer")
+def list_members(project: str, request: Request) -> dict[str, str]:
+    """The project's members and their roles."""
+    return {u: r.name for u, r in _accounts(request).members(project).items()}
+
+
+@router.put("/projects/{project}/members/{user}")
+@policy("project:admin")
+def set_member(project: str, user: str, body: MemberIn, request: Request) -> dict[str, str]:
+    """Give a user a role in the project (or change it)."""
+    role = Role.parse(body.role)
+    accounts = _accounts(request)
+    accounts.set_member(project, user, role)
+    audit(request, "member.set", f"{project}/{user}", project, role.name)
+    return {u: r.name for u, r in accounts.members(project).items()}
+
+
+@router.delete("/projects/{project}/members/{user}", status_code=204)
+@policy("project:admin")
+def remove_member(project: str, user: str, request: Request) -> Response:
+    _accounts(request).remove_member(project, user)
+    audit(request, "member.remove", f"{project}/{user}", project)
+    return Response(status_code=204)
+
+
+@router.get("/admin/audit", response_model=list[AuditOut])
+@policy("site:admin")
+def audit_trail(
+    request: Request,
+    limit: Annotated[int, Query(ge=1, le=10_000)] = 100,
+    project: Annotated[str | None, Query(max_length=255)] = None,
+) -> list[AuditOut]:
+    """The newest ``limit`` entries of the audit trail, oldest first (server admins only)."""
+    return [AuditOut(**vars(r)) for r in _accounts(request).audit_trail(limit, project)]

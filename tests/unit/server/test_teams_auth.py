@@ -1,0 +1,176 @@
+"""Personal tokens and accounts on a server: the token exchange `phalanx login` calls, revoking and
+expiry taking effect at once, the login form, the upgrade from single-token mode, and no password
+or token ever in clear in the database file or the server's log."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from fastapi.testclient import TestClient
+
+from phalanx.config import Settings
+from phalanx.server.app import create_app
+from phalanx.server.settings import ServerSettings
+from phalanx.store.accounts import Accounts, Role
+from phalanx.store.base import Store
+
+PASSWORD = "correct-horse-battery"
+SERVER_TOKEN = "the-old-single-server-token-0123"
+
+
+@pytest.fixture
+def accounts(store: Store) -> Accounts:
+    accounts = Accounts(store)
+    accounts.add_user("root", "root-password-1", admin=True)
+    accounts.add_user("ada", PASSWORD)
+    accounts.add_project("vision")
+    accounts.set_member("vision", "ada", Role.viewer)
+    return accounts
+
+
+@pytest.fixture
+def client(settings: ServerSettings, store: Store, accounts: Accounts) -> Iterator[TestClient]:
+    with TestClient(create_app(settings, store), follow_redirects=False) as c:
+        yield c
+
+
+def exchange(client: TestClient, name: str = "laptop", password: str = PASSWORD, **extra: object) -> dict:
+    r = client.post("/api/v1/tokens", json={"username": "ada", "password": password, "name": name, **extra})
+    assert r.status_code == 201, r.text
+    return dict(r.json())
+
+
+def bearer(token: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {token}"}
+
+
+def test_a_password_buys_a_named_token_shown_once(client: TestClient) -> None:
+    out = exchange(client, expires_days=30)
+    assert out["token"].startswith("phx_") and out["name"] == "laptop"
+    assert out["expires_at"] == pytest.approx(time.time() + 30 * 86400, abs=120)
+    me = client.get("/api/v1/me", headers=bearer(out["token"])).json()
+    assert me == {"user": "ada", "admin": False, "projects": {"vision": "viewer"}}
+    listed = client.get("/api/v1/tokens", headers=bearer(out["token"])).json()
+    assert [t["name"] for t in listed] == ["laptop"] and "token" not in listed[0]
+    wrong = client.post("/api/v1/tokens", json={"username": "ada", "password": "nope-nope", "name": "x"})
+    assert wrong.status_code == 401
+    unknown = client.post("/api/v1/tokens", json={"username": "bob", "password": PASSWORD, "name": "x"})
+    assert unknown.status_code == 401 and unknown.json()["message"] == wrong.json()["message"]
+
+
+def test_a_revoked_token_is_refused_at_once(client: TestClient) -> None:
+    token = exchange(client)["token"]
+    other = exchange(client, name="ci")["token"]
+    assert client.get("/api/v1/experiments", headers=bearer(token)).status_code == 200
+    assert client.delete("/api/v1/tokens/laptop", headers=bearer(other)).status_code == 204
+    assert client.get("/api/v1/experiments", headers=bearer(token)).status_code == 401
+    assert client.get("/api/v1/experiments", headers=bearer(other)).status_code == 200
+    assert client.delete("/api/v1/tokens/laptop", headers=bearer(other)).status_code == 404
+
+
+def test_an_expired_token_is_refused_at_once(client: TestClient) -> None:
+    out = exchange(client, expires_days=0.5 / 86400)  # half a second
+    deadline = time.monotonic() + 30
+    while time.time() <= out["expires_at"]:  # bounded: half a second of wall clock
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    assert client.get("/api/v1/experiments", headers=bearer(out["token"])).status_code == 401
+
+
+def test_a_disabled_users_tokens_are_refused_at_once(client: TestClient, accounts: Accounts) -> None:
+    token = exchange(client)["token"]
+    accounts.set_disabled("ada", True)
+    assert client.get("/api/v1/experiments", headers=bearer(token)).status_code == 401
+    r = client.post("/api/v1/tokens", json={"username": "ada", "password": PASSWORD, "name": "again"})
+    assert r.status_code == 401
+
+
+def test_the_login_form_takes_an_account(client: TestClient) -> None:
+    page = client.get("/login")
+    assert 'name="username"' in page.text and 'name="token"' not in page.text
+    bad = client.post("/login", data={"username": "ada", "password": "wrong-one", "next": "/"})
+    assert bad.status_code == 401
+    good = client.post("/login", data={"username": "ada", "password": PASSWORD, "next": "/"})
+    assert good.status_code == 303
+    assert client.get("/api/v1/me").json()["user"] == "ada"  # the session cookie
+    client.post("/logout")
+    assert client.get("/api/v1/me").status_code == 401
+
+
+def test_secrets_are_never_in_clear_in_the_database_or_the_log(
+    settings: ServerSettings, client: TestClient, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG)
+    token = exchange(client)["token"]
+    client.get("/api/v1/experiments", headers=bearer(token))
+    client.post("/login", data={"username": "ada", "password": PASSWORD, "next": "/"})
+    client.post("/api/v1/tokens", json={"username": "ada", "password": PASSWORD + "x", "name": "y"})
+    client.delete("/api/v1/tokens/laptop", headers=bearer(token))
+    files = [p for p in settings.store.home.rglob("*") if p.is_file()]
+    assert any(p.name.endswith(".db") for p in files)
+    for secret in (PASSWORD, token, token.removeprefix("phx_")):
+        for p in files:
+            assert secret.encode() not in p.read_bytes(), f"{secret!r} in clear in {p}"
+        assert secret not in caplog.text
+    assert "ada" in caplog.text or "/api/v1/tokens" in caplog.text  # the log was captured at all
+
+
+def test_single_token_mode_keeps_working_until_an_admin_exists(phalanx_home: Path, store: Store) -> None:
+    settings = ServerSettings(
+        store=Settings(home=phalanx_home), token=SERVER_TOKEN, allowed_hosts=["testserver"]
+    )
+    with TestClient(create_app(settings, store)) as c:
+        assert c.get("/api/v1/experiments", headers=bearer(SERVER_TOKEN)).status_code == 200
+        assert c.get("/api/v1/me", headers=bearer(SERVER_TOKEN)).json() == {
+            "user": None,
+            "admin": True,
+            "projects": {},
+        }
+        assert c.get("/api/v1/experiments").status_code == 401
+        accounts = Accounts(store)
+        accounts.add_user("ada", PASSWORD)  # a user alone changes nothing...
+        assert c.get("/api/v1/admin/audit", headers=bearer(SERVER_TOKEN)).status_code == 200
+        accounts.add_user("root", "root-password-1", admin=True)  # ...an admin makes a team
+        me = c.get("/api/v1/me", headers=bearer(SERVER_TOKEN)).json()
+        assert me["user"] == "root" and me["admin"] is True  # the old token is the admin's now
+        ada = c.post("/api/v1/tokens", json={"username": "ada", "password": PASSWORD, "name": "x"}).json()
+        assert c.get("/api/v1/admin/audit", headers=bearer(ada["token"])).status_code == 403
+        accounts.set_disabled("root", True)  # the token is root's: disabling root ends it too
+        assert c.get("/api/v1/experiments", headers=bearer(SERVER_TOKEN)).status_code == 401
+
+
+def test_a_tokenless_server_asks_for_sign_in_once_it_has_an_admin(
+    settings: ServerSettings, store: Store
+) -> None:
+    with TestClient(create_app(settings, store), follow_redirects=False) as c:
+        assert c.get("/api/v1/experiments").status_code == 200  # loopback, no token: open as before
+        assert c.get("/login").status_code == 303
+        Accounts(store).add_user("root", "root-password-1", admin=True)
+        assert c.get("/api/v1/experiments").status_code == 401
+        assert c.get("/").status_code == 303 and c.get("/login").status_code == 200
+        r = c.post("/login", data={"username": "root", "password": "root-password-1", "next": "/"})
+        assert r.status_code == 303
+        assert c.get("/api/v1/me").json()["user"] == "root"
+
+
+def test_members_are_managed_by_the_projects_admin(client: TestClient, accounts: Accounts) -> None:
+    accounts.add_user("bob", None)
+    accounts.set_member("vision", "bob", Role.admin)
+    bob = bearer(accounts.issue_token("bob", "t", None)[0])
+    ada = bearer(exchange(client)["token"])
+    assert (
+        client.put("/api/v1/projects/vision/members/ada", json={"role": "editor"}, headers=ada).status_code
+        == 403
+    )
+    r = client.put("/api/v1/projects/vision/members/ada", json={"role": "editor"}, headers=bob)
+    assert r.status_code == 200 and r.json()["ada"] == "editor"
+    assert (
+        client.put("/api/v1/projects/vision/members/ada", json={"role": "boss"}, headers=bob).status_code
+        == 400
+    )
+    trail = [(e.actor, e.action, e.target) for e in accounts.audit_trail()]
+    assert ("bob", "member.set", "vision/ada") in trail
