@@ -7,7 +7,6 @@ package; callers get the domain dataclasses of ``phalanx.domain`` and ``phalanx.
 from __future__ import annotations
 
 import contextlib
-import math
 import re
 import time
 import uuid
@@ -47,8 +46,14 @@ from phalanx.store.base import (
 )
 from phalanx.store.sql import events as ev_sql
 from phalanx.store.sql import groups as group_sql
-from phalanx.store.sql.engine import make_engine, no_gc, upgrade, writer
+from phalanx.store.sql import scalars
+from phalanx.store.sql.engine import make_engine, upgrade, writer
 from phalanx.store.sql.errors import phalanx_errors
+from phalanx.store.sql.lookup import experiment as _experiment
+from phalanx.store.sql.lookup import like as _like
+from phalanx.store.sql.lookup import replica as _replica
+from phalanx.store.sql.lookup import replica_values as _replica_values
+from phalanx.store.sql.lookup import resolve as _resolve
 from phalanx.store.sql.models import (
     ArtifactRow,
     AttemptRow,
@@ -60,7 +65,7 @@ from phalanx.store.sql.models import (
     ParamRow,
     ReplicaRow,
     ReplicaStartRow,
-    ScalarRow,
+    ScalarChunkRow,
     ScalarSummaryRow,
     SeriesAttemptRow,
     SeriesRow,
@@ -410,7 +415,7 @@ class SqlStore:
             if status in live:
                 raise Conflict(f"experiment {full} is {status}; stop it before deleting it")
             series = select(SeriesRow.id).where(SeriesRow.experiment_id == full)
-            conn.execute(delete(ScalarRow).where(ScalarRow.series_id.in_(series)))
+            conn.execute(delete(ScalarChunkRow).where(ScalarChunkRow.series_id.in_(series)))
             conn.execute(delete(ScalarSummaryRow).where(ScalarSummaryRow.series_id.in_(series)))
             conn.execute(delete(SeriesAttemptRow).where(SeriesAttemptRow.series_id.in_(series)))
             for row in (SeriesRow, ParamRow, ArtifactRow, ModelRow, LogRow, TextRow, ReplicaRow, AttemptRow):
@@ -560,98 +565,23 @@ class SqlStore:
 
     def metric_titles(self, experiment_id: str) -> dict[str, list[str]]:
         with self.engine.connect() as conn:
-            full = _resolve(conn, experiment_id)
-            rows = conn.execute(
-                select(SeriesRow.title, SeriesRow.series)
-                .where(SeriesRow.experiment_id == full)
-                .order_by(SeriesRow.title, SeriesRow.series)
-            ).all()
-        titles: dict[str, list[str]] = {}
-        for title, series in rows:
-            titles.setdefault(title, []).append(series)
-        return titles
+            return scalars.titles(conn, _resolve(conn, experiment_id))
 
     def series_replicas(self, experiment_id: str, title: str) -> dict[str, str]:
-        out: dict[str, str] = {}
         with self.engine.connect() as conn:
-            full = _resolve(conn, experiment_id)
-            keys = conn.execute(
-                select(SeriesRow.id, SeriesRow.series).where(
-                    SeriesRow.experiment_id == full, SeriesRow.title == title
-                )
-            ).all()
-            for series_id, name in keys:
-                replica = conn.execute(
-                    select(ScalarRow.replica)
-                    .where(ScalarRow.series_id == series_id)
-                    .order_by(ScalarRow.step.desc())
-                    .limit(1)
-                ).scalar()
-                if replica:
-                    out[name] = str(replica)
-        return out
+            return scalars.replicas(conn, _resolve(conn, experiment_id), title)
 
     def last_points(self, experiment_id: str, title: str, n: int) -> dict[str, Series]:
-        """series -> its last ``n`` points by step (the pace of each rank reads only these, through
-        the (series, step) index, however long the run)."""
-        out: dict[str, Series] = {}
+        """series -> its last ``n`` points by step (the pace of each rank reads only the chunks
+        that hold these, however long the run)."""
         with self.engine.connect() as conn:
-            full = _resolve(conn, experiment_id)
-            keys = conn.execute(
-                select(SeriesRow.id, SeriesRow.series).where(
-                    SeriesRow.experiment_id == full, SeriesRow.title == title
-                )
-            ).all()
-            for series_id, name in keys:
-                rows = conn.execute(
-                    select(ScalarRow.step, ScalarRow.value, ScalarRow.time)
-                    .where(ScalarRow.series_id == series_id)
-                    .order_by(ScalarRow.step.desc())
-                    .limit(n)
-                ).all()[::-1]
-                out[name] = Series(
-                    [int(r[0]) for r in rows],
-                    [math.nan if r[1] is None else float(r[1]) for r in rows],
-                    [float(r[2]) for r in rows],
-                )
-        return out
+            return scalars.last_points(conn, _resolve(conn, experiment_id), title, n)
 
     def metrics(
         self, experiment_id: str, title: str | None = None, series: str | None = None
     ) -> dict[str, dict[str, Series]]:
-        conds: list[Any] = []
-        if title is not None:
-            conds.append(SeriesRow.title == title)
-        if series is not None:
-            conds.append(SeriesRow.series == series)
-        out: dict[str, dict[str, Series]] = {}
         with self.engine.connect() as conn:
-            full = _resolve(conn, experiment_id)
-            keys = conn.execute(
-                select(SeriesRow.id, SeriesRow.title, SeriesRow.series)
-                .where(SeriesRow.experiment_id == full, *conds)
-                .order_by(SeriesRow.title, SeriesRow.series)
-            ).all()
-            sql = "SELECT step, value, time FROM scalars WHERE series_id = {} ORDER BY step, id"
-            param = "?" if self.dialect == "sqlite" else "%s"
-            raw = conn.connection.driver_connection
-            assert raw is not None
-            for sid, t, s in keys:
-                cur = raw.cursor()
-                cur.execute(sql.format(param), (sid,))
-                with no_gc():
-                    rows = cur.fetchall()
-                    cur.close()
-                    if not rows:
-                        continue
-                    values = list(map(_second, rows))
-                    if None in values:  # a NaN went in (SQLite keeps it as NULL)
-                        values = [math.nan if v is None else v for v in values]
-                    series_ = Series(
-                        steps=list(map(_first, rows)), values=values, times=list(map(_third, rows))
-                    )
-                out.setdefault(t, {})[s] = series_
-        return out
+            return scalars.metrics(conn, _resolve(conn, experiment_id), title, series)
 
     def metric_view(
         self,
@@ -664,27 +594,11 @@ class SqlStore:
         x_max: float | None = None,
         max_points: int = 1000,
     ) -> dict[str, SeriesView]:
-        from phalanx.store.sql.summary import read_view
-
-        conds: list[Any] = [SeriesRow.title == title]
-        if series is not None:
-            conds.append(SeriesRow.series == series)
-        out: dict[str, SeriesView] = {}
         with self.engine.connect() as conn:
             full = _resolve(conn, experiment_id)
-            keys = conn.execute(
-                select(SeriesRow.id, SeriesRow.series)
-                .where(SeriesRow.experiment_id == full, *conds)
-                .order_by(SeriesRow.series)
-            ).all()
-            for sid, name in keys:
-                view = read_view(conn, int(sid), x=x, x_min=x_min, x_max=x_max, max_points=max_points)
-                if view is None:
-                    continue  # a series without points
-                out[str(name)] = SeriesView(
-                    Series(view.steps, view.values, view.times), view.count, view.downsampled
-                )
-        return out
+            return scalars.view(
+                conn, full, title, series=series, x=x, x_min=x_min, x_max=x_max, max_points=max_points
+            )
 
     def experiment_columns(self, ids: Sequence[str], columns: Sequence[str]) -> dict[str, dict[str, Any]]:
         from phalanx.store.sql.table import column_values
@@ -904,112 +818,6 @@ def _write(conn: Connection, events: Sequence[Event], removed: list[tuple[str, s
     fresh = ev_sql.new_events(conn, events)
     ev_sql.apply_events(conn, fresh, removed)
     return len(fresh)
-
-
-def _like(text: str) -> str:
-    return text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
-
-
-def _resolve(conn: Connection, experiment_id: str) -> str:
-    experiment_id = experiment_id.strip()
-    if not experiment_id:
-        raise UsageError("an experiment id is required")
-    if conn.execute(select(ExperimentRow.id).where(ExperimentRow.id == experiment_id)).scalar() is not None:
-        return experiment_id
-    if experiment_id.lower() != experiment_id:  # ids are lowercase hex; a copied id may not be
-        return _resolve(conn, experiment_id.lower())
-    if _PREFIX.match(experiment_id):
-        found = (
-            conn.execute(select(ExperimentRow.id).where(ExperimentRow.id.like(f"{experiment_id}%")).limit(5))
-            .scalars()
-            .all()
-        )
-        if len(found) == 1:
-            return str(found[0])
-        if len(found) > 1:
-            raise UsageError(
-                f"experiment id prefix {experiment_id!r} is ambiguous ({', '.join(sorted(found))}); "
-                "type more characters"
-            )
-    group = _group_named(conn, experiment_id)
-    if group is not None:  # a group's id given where an experiment's is wanted: say which is which
-        gid, name = group
-        raise NotFound(
-            f"no experiment {experiment_id!r}: {gid} is an experiment group ({name}), not an experiment;"
-            f" use `phalanx group get|stop|resume {gid}`, or `phalanx ls --group {gid}` for its trials"
-        )
-    raise NotFound(f"no experiment {experiment_id!r}; `phalanx ls` lists them")
-
-
-def _group_named(conn: Connection, text: str) -> tuple[str, str] | None:
-    """The (id, name) of the one group whose id is or starts with ``text``, if any."""
-    from phalanx.store.sql.models import GroupRow
-
-    if not _PREFIX.match(text):
-        return None
-    found = conn.execute(
-        select(GroupRow.id, GroupRow.name).where(GroupRow.id.like(f"{text}%")).limit(2)
-    ).all()
-    return (str(found[0][0]), str(found[0][1])) if len(found) == 1 else None
-
-
-def _replica_values(experiment_id: str, r: Replica) -> dict[str, Any]:
-    return {
-        "experiment_id": experiment_id,
-        "name": r.name,
-        "role": Role(r.role).value,
-        "index": r.index,
-        "rank": r.rank,
-        "state": ReplicaState(r.state).value,
-        "host": r.host,
-        "pid": r.pid,
-        "exit_code": r.exit_code,
-        "reason": r.reason,
-        "resources": dict(r.resources),
-        "started_at": r.started_at,
-        "finished_at": r.finished_at,
-    }
-
-
-def _experiment(m: Any) -> Experiment:
-    return Experiment(
-        id=m["id"],
-        name=m["name"],
-        project=m["project"],
-        status=ExperimentStatus(m["status"]),
-        framework=m["framework"],
-        backend=m["backend"],
-        cluster=m["cluster"],
-        tags=tuple(m["tags"] or ()),
-        topology=dict(m["topology"] or {}),
-        spec_text=m["spec_text"],
-        plan=dict(m["plan"] or {}),
-        reason=m["reason"],
-        created_at=m["created_at"],
-        started_at=m["started_at"],
-        finished_at=m["finished_at"],
-        handle=m["handle"],
-        notes=m.get("notes"),
-        group_id=m.get("group_id"),
-    )
-
-
-def _replica(m: Any) -> Replica:
-    return Replica(
-        experiment_id=m["experiment_id"],
-        name=m["name"],
-        role=Role(m["role"]),
-        index=m["index"],
-        rank=m["rank"],
-        state=ReplicaState(m["state"]),
-        host=m["host"],
-        pid=m["pid"],
-        exit_code=m["exit_code"],
-        reason=m["reason"],
-        resources=dict(m["resources"] or {}),
-        started_at=m["started_at"],
-        finished_at=m["finished_at"],
-    )
 
 
 if TYPE_CHECKING:  # mypy checks here that SqlStore implements every protocol it is used as

@@ -7,10 +7,11 @@ point count, min, max, first and last step, and the value and time at its last s
 (``scalar_summary``). A view of N pixels then reads about N rows of the right level, whatever the
 size of the series, and a zoomed view reads only the buckets in its window.
 
-The summary is maintained at ingest, in the same transaction as the points (``refresh``): the
-buckets a batch touched are recomputed from the rows beneath them (level 1 from the points, level L
-from level L-1), so the result is exact and idempotent whatever order batches arrive in, and a
-batch costs one grouped statement per level and series (C speed, not a Python loop per point).
+The summary is maintained at ingest, in the same transaction as the points: level 1 is aggregated
+from the batch's points in memory and merged into the stored buckets (``merge_level1``), the levels
+above are recomputed from the level beneath over the buckets the batch touched (``refresh_upper``),
+so the result is exact whatever order batches arrive in; ``rebuild`` starts a series' summary over
+from its points after a later attempt replaced some of them.
 """
 
 from __future__ import annotations
@@ -44,34 +45,6 @@ _UPSERT = """
 """
 _COLUMNS = "series_id, level, bucket, n, min_value, max_value, first_step, last_step, min_time, max_time"
 
-# The bucket's aggregates first, then its last value and time in a second statement: SQLite's
-# "bare column" trick is undefined with several min()/max() in one query, and this is the same SQL
-# on both databases (an indexed lookup per bucket).
-LEVEL1 = f"""
-    INSERT INTO scalar_summary ({_COLUMNS})
-    SELECT series_id, 1, {_bucket_expr("step", BASE)}, count(*), min(value), max(value), min(step),
-           max(step), min(time), max(time)
-    FROM scalars WHERE series_id = :sid AND step >= :lo AND step <= :hi
-    GROUP BY series_id, {_bucket_expr("step", BASE)}
-    {_UPSERT}
-"""
-LEVEL1_LAST = """
-    UPDATE scalar_summary SET
-        first_value = (SELECT s.value FROM scalars s WHERE s.series_id = :sid
-                       AND s.step = scalar_summary.first_step ORDER BY s.id LIMIT 1),
-        last_value = (SELECT s.value FROM scalars s WHERE s.series_id = :sid
-                      AND s.step = scalar_summary.last_step ORDER BY s.id DESC LIMIT 1),
-        last_time = (SELECT s.time FROM scalars s WHERE s.series_id = :sid
-                     AND s.step = scalar_summary.last_step ORDER BY s.id DESC LIMIT 1),
-        min_step = (SELECT s.step FROM scalars s WHERE s.series_id = :sid
-                    AND s.step >= scalar_summary.first_step AND s.step <= scalar_summary.last_step
-                    AND s.value = scalar_summary.min_value ORDER BY s.step LIMIT 1),
-        max_step = (SELECT s.step FROM scalars s WHERE s.series_id = :sid
-                    AND s.step >= scalar_summary.first_step AND s.step <= scalar_summary.last_step
-                    AND s.value = scalar_summary.max_value ORDER BY s.step LIMIT 1)
-    WHERE series_id = :sid AND level = 1 AND bucket >= :blo AND bucket <= :bhi
-"""
-
 
 def _level_up(level: int) -> tuple[str, str]:
     w = width(level - 1)
@@ -104,23 +77,6 @@ def _level_up(level: int) -> tuple[str, str]:
         WHERE series_id = :sid AND level = {level} AND bucket >= :blo AND bucket <= :bhi
     """
     return up, last
-
-
-def refresh(conn: Connection, spans: Mapping[int, tuple[int, int]]) -> None:
-    """Recompute the buckets covering steps ``lo..hi`` of each series id in ``spans``."""
-    first, first_last = text(LEVEL1), text(LEVEL1_LAST)
-    ups = {level: tuple(text(q) for q in _level_up(level)) for level in LEVELS[1:]}
-    for sid, (lo, hi) in spans.items():
-        w = width(1)
-        blo, bhi = lo // w, hi // w
-        conn.execute(first, {"sid": sid, "lo": blo * w, "hi": bhi * w + w - 1})
-        conn.execute(first_last, {"sid": sid, "blo": blo, "bhi": bhi})
-        for level in LEVELS[1:]:
-            plo, phi = lo // width(level), hi // width(level)
-            up, last = ups[level]
-            # the children (level - 1) of the parent buckets covering lo..hi
-            conn.execute(up, {"sid": sid, "lo": plo * BASE, "hi": phi * BASE + BASE - 1})
-            conn.execute(last, {"sid": sid, "blo": plo, "bhi": phi})
 
 
 # --- level 1, at ingest ----------------------------------------------------------------------------
@@ -261,27 +217,20 @@ def refresh_upper(conn: Connection, spans: Mapping[int, tuple[int, int]]) -> Non
             conn.execute(last, {"sid": sid, "blo": plo, "bhi": phi})
 
 
-def backfill(conn: Connection, series_ids: Iterable[int] | None = None) -> None:
-    """Build the summary of series already stored (the migration that adds the table)."""
-    if series_ids is None:
-        series_ids = [int(s) for (s,) in conn.execute(text("SELECT DISTINCT series_id FROM scalars"))]
-    spans: dict[int, tuple[int, int]] = {}
-    for sid in series_ids:
-        row = conn.execute(
-            text("SELECT min(step), max(step) FROM scalars WHERE series_id = :sid"), {"sid": sid}
-        ).first()
-        if row is not None and row[0] is not None:
-            spans[sid] = (int(row[0]), int(row[1]))
-    refresh(conn, spans)
-
-
 def rebuild(conn: Connection, series_ids: Iterable[int]) -> None:
     """Build these series' summary again from their points: after points were deleted (a later
-    attempt replaced them), buckets that lost points, or all of them, must not keep counting them."""
-    sids = sorted(set(series_ids))
-    for sid in sids:
+    attempt replaced them), buckets that lost points, or all of them, must not keep counting them.
+    The points are read in order (step, then arrival), so the rebuilt buckets are those an ingest
+    of the same points in that order makes."""
+    from phalanx.store.sql import points
+
+    for sid in sorted(set(series_ids)):
         conn.execute(text("DELETE FROM scalar_summary WHERE series_id = :sid"), {"sid": sid})
-    backfill(conn, sids)
+        found = points.read(conn, sid)
+        if not found.steps:
+            continue
+        merge_level1(conn, aggregate([(sid, found.steps, found.values, found.times)]))
+        refresh_upper(conn, {sid: (found.steps[0], found.steps[-1])})
 
 
 # --- reading a view ------------------------------------------------------------------------------
@@ -450,20 +399,16 @@ def _raw(
     count: int,
     max_points: int,
 ) -> View:
-    nan = math.nan
-    sql = "SELECT step, value, time FROM scalars WHERE series_id = ? AND step >= ? AND step <= ?"
-    params: list[Any] = [sid, lo, hi]
-    if tlo is not None:
-        sql += " AND time >= ?"
-        params.append(tlo)
-    if thi is not None:
-        sql += " AND time <= ?"
-        params.append(thi)
-    rows = _fetch(conn, sql + " ORDER BY step, id", tuple(params))
-    steps = [r[0] for r in rows]
-    values = [nan if r[1] is None else r[1] for r in rows]
-    times = [r[2] for r in rows]
-    if len(rows) > max_points:
+    from phalanx.store.sql import points
+
+    found = points.read(conn, sid, lo, hi)
+    steps, values, times = found.steps, found.values, found.times
+    if tlo is not None or thi is not None:
+        low = -math.inf if tlo is None else tlo
+        high = math.inf if thi is None else thi
+        keep = [i for i, t in enumerate(times) if low <= t <= high]
+        steps, values, times = [steps[k] for k in keep], [values[k] for k in keep], [times[k] for k in keep]
+    if len(steps) > max_points:
         from phalanx.downsample import downsample_indices
 
         keep = downsample_indices(values, max_points)
