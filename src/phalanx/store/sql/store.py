@@ -12,7 +12,7 @@ import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from operator import itemgetter
-from typing import TYPE_CHECKING, Any, TypeVar, Unpack
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from sqlalchemy import Connection, String, cast, delete, func, insert, or_, select, update
 from sqlalchemy.exc import IntegrityError, OperationalError
@@ -21,34 +21,25 @@ from phalanx.domain import (
     Event,
     Experiment,
     ExperimentStatus,
-    Group,
-    GroupUpdate,
     Page,
     Replica,
     ReplicaState,
     Role,
-    Trial,
-    TrialUpdate,
 )
 from phalanx.errors import Conflict, NotFound, StoreError, UsageError, not_resumable
 from phalanx.store.artifacts import ArtifactStore
 from phalanx.store.base import (
-    ArtifactRecord,
     ExperimentFilter,
     GroupStore,
     IngestStore,
-    LogLine,
-    ModelRecord,
-    ParamRecord,
     Series,
     SeriesView,
-    merge_params,
 )
 from phalanx.store.sql import events as ev_sql
-from phalanx.store.sql import groups as group_sql
 from phalanx.store.sql import scalars
 from phalanx.store.sql.engine import make_engine, upgrade, writer
 from phalanx.store.sql.errors import phalanx_errors
+from phalanx.store.sql.groups import GroupBook
 from phalanx.store.sql.lookup import experiment as _experiment
 from phalanx.store.sql.lookup import like as _like
 from phalanx.store.sql.lookup import replica as _replica
@@ -71,6 +62,8 @@ from phalanx.store.sql.models import (
     SeriesRow,
     TextRow,
 )
+from phalanx.store.sql.records import RecordReads
+from phalanx.store.sql.starts import AttemptBook
 from phalanx.tracking.labels import MAX_NAME, MAX_TAG, label_problem
 
 _first, _second, _third = itemgetter(0), itemgetter(1), itemgetter(2)
@@ -93,7 +86,7 @@ _EXP_COLUMNS = [c for c in ExperimentRow.__table__.c if c.key != "repro"]
 
 
 @phalanx_errors
-class SqlStore:
+class SqlStore(AttemptBook, RecordReads, GroupBook):
     """The store (``base.IngestStore`` and ``base.GroupStore``; each method is documented there).
     ``url``: a SQLAlchemy URL (``sqlite:///path`` or ``postgresql+psycopg://...``); ``artifacts``:
     where files live (deleted with their experiment). The schema is migrated to the newest revision
@@ -276,97 +269,6 @@ class SqlStore:
             if values:
                 conn.execute(update(ExperimentRow).where(ExperimentRow.id == full).values(**values))
         return self.get_experiment(full)
-
-    # -- attempts and reproducibility (issue 15) ------------------------------------------------
-    def add_attempt(
-        self,
-        experiment_id: str,
-        *,
-        kind: str,
-        checkpoint_step: int | None = None,
-        started_at: float | None = None,
-    ) -> int:
-        """Record a started group (kind: start, restart or resume); returns its number (0, 1, ...)."""
-        with self._writer.begin() as conn:
-            full = _resolve(conn, experiment_id)
-            last = conn.execute(
-                select(func.max(AttemptRow.number)).where(AttemptRow.experiment_id == full)
-            ).scalar()
-            number = 0 if last is None else int(last) + 1
-            conn.execute(
-                insert(AttemptRow).values(
-                    experiment_id=full,
-                    number=number,
-                    kind=kind,
-                    status=ExperimentStatus.RUNNING.value,
-                    checkpoint_step=checkpoint_step,
-                    started_at=started_at or time.time(),
-                )
-            )
-        return number
-
-    def finish_attempt(
-        self, experiment_id: str, number: int, *, status: ExperimentStatus, reason: str | None = None
-    ) -> None:
-        with self._writer.begin() as conn:
-            full = _resolve(conn, experiment_id)
-            conn.execute(
-                update(AttemptRow)
-                .where(AttemptRow.experiment_id == full, AttemptRow.number == number)
-                .values(status=ExperimentStatus(status).value, reason=reason, finished_at=time.time())
-            )
-
-    def next_attempt(self, experiment_id: str, replica: str, at_least: int = 0) -> int:
-        """The attempt number of a new start of ``replica``: one more than its last start, and at
-        least ``at_least`` (the attempt the supervisor gave the whole group, e.g. a `phalanx
-        resume`). Each call hands out a new number, so two starts never share one."""
-        with self._writer.begin() as conn:
-            full = _resolve(conn, experiment_id)
-            key = (ReplicaStartRow.experiment_id == full, ReplicaStartRow.replica == replica)
-            from sqlalchemy.dialects import postgresql, sqlite
-
-            dialect = postgresql if conn.dialect.name == "postgresql" else sqlite
-            # the row first (a concurrent first start of the same replica finds it), then locked
-            conn.execute(
-                dialect.insert(ReplicaStartRow)
-                .values(experiment_id=full, replica=replica, last=-1)
-                .on_conflict_do_nothing()
-            )
-            query = select(ReplicaStartRow.last).where(*key)
-            if conn.dialect.name == "postgresql":
-                query = query.with_for_update()
-            number = max(at_least, int(conn.execute(query).scalar_one()) + 1)
-            conn.execute(update(ReplicaStartRow).where(*key).values(last=number))
-        return number
-
-    def replica_starts(self, experiment_id: str) -> dict[str, int]:
-        with self.engine.connect() as conn:
-            full = _resolve(conn, experiment_id)
-            rows = conn.execute(
-                select(ReplicaStartRow.replica, ReplicaStartRow.last)
-                .where(ReplicaStartRow.experiment_id == full)
-                .order_by(ReplicaStartRow.replica)
-            )
-            return {str(r[0]): int(r[1]) for r in rows}
-
-    def attempts(self, experiment_id: str) -> list[dict[str, Any]]:
-        with self.engine.connect() as conn:
-            full = _resolve(conn, experiment_id)
-            rows = conn.execute(
-                select(AttemptRow).where(AttemptRow.experiment_id == full).order_by(AttemptRow.number)
-            ).all()
-        return [
-            {
-                "number": m["number"],
-                "kind": m["kind"],
-                "status": m["status"],
-                "reason": m["reason"],
-                "checkpoint_step": m["checkpoint_step"],
-                "started_at": m["started_at"],
-                "finished_at": m["finished_at"],
-            }
-            for m in (r._mapping for r in rows)
-        ]
 
     def reopen_experiment(self, experiment_id: str) -> Experiment:
         """A failed or stopped experiment starts again (`phalanx resume`): status starting, no
@@ -637,170 +539,6 @@ class SqlStore:
             if values:
                 conn.execute(update(ExperimentRow).where(ExperimentRow.id == full).values(**values))
         return self.get_experiment(full)
-
-    def params(self, experiment_id: str) -> list[ParamRecord]:
-        """Hyperparameters, read from append-only rows: per (section, key) and writer (replica,
-        rank), that writer's latest report. Writers that agree give one record (the latest); writers
-        that differ (a per-rank seed, ``--rank``) give one record each, so no rank's value is hidden.
-        Ordered by section, key, rank, replica."""
-        with self.engine.connect() as conn:
-            full = _resolve(conn, experiment_id)
-            rows = conn.execute(
-                select(ParamRow).where(ParamRow.experiment_id == full).order_by(ParamRow.time, ParamRow.id)
-            ).all()
-        records = [
-            ParamRecord(m["section"], m["key"], m["value"], m["replica"], m["rank"], m["time"])
-            for m in (r._mapping for r in rows)
-        ]
-        return merge_params(records)
-
-    def artifacts(self, experiment_id: str) -> list[ArtifactRecord]:
-        with self.engine.connect() as conn:
-            full = _resolve(conn, experiment_id)
-            rows = conn.execute(
-                select(ArtifactRow).where(ArtifactRow.experiment_id == full).order_by(ArtifactRow.name)
-            ).all()
-        return [
-            ArtifactRecord(
-                name=m["name"],
-                kind=m["kind"],
-                path=m["path"],
-                size=m["size"],
-                content_type=m["content_type"],
-                replica=m["replica"],
-                rank=m["rank"],
-                time=m["time"],
-                metadata=m["meta"] or {},
-            )
-            for m in (r._mapping for r in rows)
-        ]
-
-    def models(self, experiment_id: str) -> list[ModelRecord]:
-        with self.engine.connect() as conn:
-            full = _resolve(conn, experiment_id)
-            rows = conn.execute(
-                select(ModelRow).where(ModelRow.experiment_id == full).order_by(ModelRow.name)
-            ).all()
-        return [
-            ModelRecord(
-                name=m["name"],
-                format=m["format"],
-                path=m["path"],
-                size=m["size"],
-                replica=m["replica"],
-                time=m["time"],
-                metadata=m["meta"] or {},
-            )
-            for m in (r._mapping for r in rows)
-        ]
-
-    def logs(
-        self,
-        experiment_id: str,
-        replica: str | None = None,
-        offset: int = 0,
-        limit: int | None = None,
-        from_end: bool = False,
-    ) -> list[LogLine]:
-        """Console lines in order. With ``replica``: that replica's lines from ``offset`` on (offsets
-        are per replica). Without: every replica's lines ordered by time, ``offset`` skipping rows.
-        ``from_end``: ``offset`` lines back from the last one, read backwards, returned in order."""
-        with self.engine.connect() as conn:
-            full = _resolve(conn, experiment_id)
-            q = select(LogRow.offset, LogRow.replica, LogRow.text, LogRow.time, LogRow.stream).where(
-                LogRow.experiment_id == full
-            )
-            if from_end:
-                if replica is not None:
-                    q = q.where(LogRow.replica == replica).order_by(LogRow.offset.desc())
-                else:
-                    q = q.order_by(LogRow.time.desc(), LogRow.id.desc())
-                q = q.offset(offset)
-            elif replica is not None:
-                q = q.where(LogRow.replica == replica, LogRow.offset >= offset).order_by(LogRow.offset)
-            else:
-                q = q.order_by(LogRow.time, LogRow.id).offset(offset)
-            if limit is not None:
-                q = q.limit(limit)
-            rows = conn.execute(q).all()
-        if from_end:
-            rows = rows[::-1]
-        return [LogLine(offset=o, replica=r, text=t, time=tm, stream=s) for o, r, t, tm, s in rows]
-
-    def texts(self, experiment_id: str) -> list[dict[str, Any]]:
-        """report_text() entries in order: title, text, step, replica, rank, time."""
-        with self.engine.connect() as conn:
-            full = _resolve(conn, experiment_id)
-            rows = conn.execute(
-                select(TextRow.title, TextRow.text, TextRow.step, TextRow.replica, TextRow.rank, TextRow.time)
-                .where(TextRow.experiment_id == full)
-                .order_by(TextRow.time, TextRow.id)
-            ).all()
-        return [dict(r._mapping) for r in rows]
-
-    # --- experiment groups (base.GroupStore; the SQL is in store.sql.groups) -----------------
-
-    def create_group(
-        self,
-        *,
-        name: str,
-        project: str,
-        search: str,
-        planned: int,
-        concurrency: int,
-        metric: str | None,
-        optimization: str | None,
-        spec_text: str,
-        source_file: str | None,
-        workdir: str | None,
-        options: Mapping[str, Any],
-    ) -> Group:
-        return group_sql.create_group(
-            self,
-            {
-                "name": name,
-                "project": project,
-                "search": search,
-                "planned": planned,
-                "concurrency": concurrency,
-                "metric": metric,
-                "optimization": optimization,
-                "spec_text": spec_text,
-                "source_file": source_file,
-                "workdir": workdir,
-                "options": options,
-            },
-        )
-
-    def resolve_group(self, group_id: str) -> str:
-        return group_sql.resolve_group(self, group_id)
-
-    def get_group(self, group_id: str) -> Group:
-        return group_sql.get_group(self, group_id)
-
-    def list_groups(self, limit: int = 50) -> list[Group]:
-        return group_sql.list_groups(self, limit)
-
-    def update_group(self, group_id: str, **values: Unpack[GroupUpdate]) -> None:
-        group_sql.update_group(self, group_id, values)
-
-    def delete_group(self, group_id: str) -> None:
-        group_sql.delete_group(self, group_id)
-
-    def add_trial(self, trial: Trial) -> None:
-        group_sql.add_trial(self, trial)
-
-    def update_trial(self, group_id: str, number: int, **values: Unpack[TrialUpdate]) -> None:
-        group_sql.update_trial(self, group_id, number, values)
-
-    def list_trials(self, group_id: str) -> list[Trial]:
-        return group_sql.list_trials(self, group_id)
-
-    def count_trials(self, group_id: str) -> int:
-        return group_sql.count_trials(self, group_id)
-
-    def link_experiment(self, experiment_id: str, group_id: str) -> None:
-        group_sql.link_experiment(self, experiment_id, group_id)
 
     def event_count(self, stream: str) -> int:
         """How many events of a stream are stored (for tests and diagnostics)."""
