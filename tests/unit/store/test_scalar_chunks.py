@@ -45,6 +45,24 @@ def test_the_codec_keeps_every_value_as_reported() -> None:
         points.decode(points.encode(steps, values, times), len(steps) + 1)
 
 
+def test_the_summary_taken_a_bucket_at_a_time_equals_the_one_taken_point_by_point() -> None:
+    """Ingest aggregates ordered columns by slices of a bucket: ties (equal values, repeated steps),
+    pieces of one series splitting a bucket, and negative steps give what the per-point rule gives."""
+    from phalanx.store.sql import summary
+
+    rng = random.Random(11)
+    for _ in range(50):
+        steps = sorted(rng.randrange(-100, 400) for _ in range(rng.randrange(1, 300)))
+        values = [float(rng.randrange(5)) for _ in steps]  # many equal values: which step is the min
+        times = [rng.random() for _ in steps]
+        cut = rng.randrange(len(steps) + 1)
+        pieces = [(1, steps[:cut], values[:cut], times[:cut]), (1, steps[cut:], values[cut:], times[cut:])]
+        slow: dict[tuple[int, int], list[object]] = {}
+        for piece in pieces:
+            summary._by_point(slow, *piece)
+        assert summary.aggregate(pieces) == slow
+
+
 def test_reads_order_by_step_then_arrival_across_small_and_big_batches(store: SqlStore) -> None:
     """Many tiny batches (a live run) join the series' last chunk; repeats of a step keep their
     arrival order; writers interleave; the full read, a window, the last points and a chart's
@@ -163,3 +181,24 @@ def test_a_store_with_points_of_revision_0009_moves_them_and_reads_the_same(
         assert stored == len(rows) + 1
     finally:
         store.close()
+
+
+def test_downgrading_below_0010_gives_the_points_back_as_rows(tmp_path: Path) -> None:
+    from alembic import command
+
+    from phalanx.store.sql.engine import alembic_config
+
+    url = f"sqlite:///{tmp_path / 'down.db'}"
+    store = SqlStore(url)
+    exp = store.create_experiment(name="down", project="p").id
+    store.write_events([_scalar(exp, "s", 0, [("loss", "a", 3, math.nan, 1.0), ("loss", "a", 1, 0.5, 2.0)])])
+    store.close()
+    engine = make_engine(url)
+    cfg = alembic_config()
+    with writer(engine).begin() as conn:
+        cfg.attributes["connection"] = conn
+        command.downgrade(cfg, "0009_srvsubmit_submissions")
+    with engine.connect() as conn:
+        rows = conn.execute(text("SELECT step, value, time, replica FROM scalars ORDER BY id")).all()
+    engine.dispose()
+    assert [tuple(r) for r in rows] == [(3, None, 1.0, "master"), (1, 0.5, 2.0, "master")]

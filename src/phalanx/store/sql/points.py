@@ -140,25 +140,27 @@ def append(conn: Connection, pieces: Iterable[Piece]) -> None:
 
 
 def _runs(pieces: list[Piece]) -> list[tuple[str, int | None, Columns]]:
-    """Consecutive pieces of one writer joined: (replica, rank, (steps, values, times))."""
-    runs: list[tuple[str, int | None, Columns]] = []
+    """Consecutive pieces of one writer joined: (replica, rank, (steps, values, times)), as arrays
+    (joining arrays is a copy of their bytes; a list would box every point)."""
+    runs: list[tuple[str, int | None, tuple[array[int], array[float], array[float]]]] = []
     for p in pieces:
-        if runs and runs[-1][:2] == (p.replica, p.rank):
-            s, v, t = runs[-1][2]
-            runs[-1] = (p.replica, p.rank, (_cat(s, p.steps), _cat(v, p.values), _cat(t, p.times)))
-        else:
-            runs.append((p.replica, p.rank, (p.steps, p.values, p.times)))
-    return runs
+        if not runs or runs[-1][:2] != (p.replica, p.rank):
+            runs.append((p.replica, p.rank, (array("q"), array("d"), array("d"))))
+        steps, values, times = runs[-1][2]
+        steps.extend(_as_array("q", p.steps))
+        values.extend(_as_array("d", p.values))
+        times.extend(_as_array("d", p.times))
+    return [(replica, rank, cols) for replica, rank, cols in runs]
+
+
+def _as_array(code: str, column: Sequence[Any]) -> array[Any]:
+    return column if isinstance(column, array) and column.typecode == code else array(code, column)
 
 
 def _rewrite(conn: Connection, sid: int, seq: int, replica: str, rank: int | None, cols: Columns) -> None:
     """Replace the points of chunk ``seq`` of series ``sid``."""
     values = {k: v for k, v in _row(sid, seq, replica, rank, cols).items() if k not in ("series_id", "seq")}
     conn.execute(update(C).where(C.series_id == sid, C.seq == seq).values(values))
-
-
-def _cat(a: Sequence[Any], b: Sequence[Any]) -> list[Any]:
-    return [*a, *b]
 
 
 # --- reading -------------------------------------------------------------------------------------
