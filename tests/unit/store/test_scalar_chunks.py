@@ -133,7 +133,7 @@ def test_a_store_with_points_of_revision_0009_moves_them_and_reads_the_same(
         (1, 1, None, 12.0, "master", 0),
         (1, 0, 3.0, 13.0, "master", 0),
         (2, 5, 0.5, 14.0, "master", 0),
-        *((1, s, s / 10, 100.0 + s, "worker-0", 1) for s in range(2, 9000)),
+        *((1, s, s / 10, 100.0 + s, "worker-0", 1) for s in range(2, 25_000)),  # more than one read
     ]
     with writer(engine).begin() as conn:
         conn.execute(
@@ -169,8 +169,8 @@ def test_a_store_with_points_of_revision_0009_moves_them_and_reads_the_same(
         assert loss.steps[:4] == [0, 0, 0, 1]
         assert _same(loss.values[:4], [1.0, 2.0, 3.0, math.nan])
         assert loss.times[:4] == [10.0, 11.0, 13.0, 12.0]
-        assert loss.steps[4:] == list(range(2, 9000))
-        assert loss.values[4:] == [s / 10 for s in range(2, 9000)]
+        assert loss.steps[4:] == list(range(2, 25_000))
+        assert loss.values[4:] == [s / 10 for s in range(2, 25_000)]
         assert got["acc"]["b"].steps == [5]
         assert store.series_replicas("old000000001", "loss") == {"a": "worker-0"}
         # the points keep arriving after the upgrade, after the moved ones
