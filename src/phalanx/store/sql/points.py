@@ -114,16 +114,14 @@ def append(conn: Connection, pieces: Iterable[Piece]) -> None:
     rows: list[dict[str, Any]] = []
     for sid in sids:
         last = conn.execute(
-            select(C.seq, C.n, C.replica, C.rank, C.data)
-            .where(C.series_id == sid)
-            .order_by(C.seq.desc())
-            .limit(1)
+            select(C.seq, C.n, C.replica, C.rank).where(C.series_id == sid).order_by(C.seq.desc()).limit(1)
         ).first()
         seq = -1 if last is None else int(last[0])
         runs = _runs(per_series[sid])
         if last is not None and int(last[1]) < SMALL and runs and runs[0][:2] == (last[2], last[3]):
             replica, rank, (steps, values, times) = runs[0]
-            old_steps, old_values, old_times = decode(last[4], int(last[1]))
+            blob = conn.execute(select(C.data).where(C.series_id == sid, C.seq == seq)).scalar_one()
+            old_steps, old_values, old_times = decode(blob, int(last[1]))
             room = MAX_CHUNK - len(old_steps)
             grown = ([*old_steps, *steps[:room]], [*old_values, *values[:room]], [*old_times, *times[:room]])
             _rewrite(conn, sid, seq, replica, rank, grown)
