@@ -4,7 +4,7 @@
 
 A real `phalanx server` (uvicorn, one process) over a temp PHALANX_HOME holding two experiments:
 "big" (``--series`` series x ``--points`` points, one title) and "small" (the same series x 1,000
-points). The big one's rows go in by direct bulk insert (the same table and index the store uses;
+points). The big one's points go in as the store's own chunks (``store.sql.points``;
 building millions of points through the SDK would take minutes and measures ingest, not the
 server), then its summary is built as the migration does (``summary.backfill``).
 
@@ -46,6 +46,7 @@ def fill(home: Path, series: int, points: int) -> tuple[str, str]:
     from phalanx.config import Settings
     from phalanx.domain import Event, EventKind, ExperimentStatus, Replica, Role
     from phalanx.store import open_store
+    from phalanx.store.sql import points as chunks
     from phalanx.store.sql import summary
 
     store: Any = open_store(Settings(home=home))
@@ -78,19 +79,11 @@ def fill(home: Path, series: int, points: int) -> tuple[str, str]:
                         {"e": e.id, "s": f"rank {r}"},
                     ).scalar_one()
                 )
-            raw = conn.connection.driver_connection
-            cur = raw.cursor()
-            for sid in sids:
-                chunk = 200_000
-                for start in range(0, n, chunk):
-                    cur.executemany(
-                        "INSERT INTO scalars (series_id, step, value, time, replica, rank) "
-                        "VALUES (?, ?, ?, ?, ?, ?)",
-                        (
-                            (sid, i, 1.0 / (i + 1) + (i % 977) * 1e-4, 1000.0 + i, "master", 0)
-                            for i in range(start, min(start + chunk, n))
-                        ),
-                    )
+            for sid in sids:  # the points as ingest stores them: chunks of compressed columns
+                steps = list(range(n))
+                values = [1.0 / (i + 1) + (i % 977) * 1e-4 for i in steps]
+                chunk = chunks.Piece(sid, "master", 0, steps, values, [1000.0 + i for i in steps])
+                chunks.append(conn, [chunk])
             inserted = time.monotonic()
             # the summary as ingest builds it: level 1 aggregated from the points, the rest in SQL
             for sid in sids:

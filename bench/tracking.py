@@ -1,6 +1,6 @@
 """Tracking throughput: Phalanx vs MLflow's batched log_batch vs raw sqlite3, in one run.
 
-    .venv/bin/python bench/tracking.py [--points 1000000] [--mlflow-points 100000] [--json FILE]
+    .venv/bin/python bench/tracking.py [--points 1000000] [--rounds 3] [--mlflow-points 100000] [--json FILE]
 
 For each contender, the same scalar points ("loss", "worker NN", step, value, time):
 - call cost on the caller's thread (median, p99): Phalanx's report_scalar; MLflow's log_batch of
@@ -14,14 +14,19 @@ an Ingester thread in this process plays the supervisor's, and a writer's time e
 ``task.flush()`` returns, i.e. when its points are visible in the store. MLflow (the best anchor:
 a SQLAlchemy store on SQLite, log_batch) is installed into its own venv under
 ~/.cache/phalanx-bench (or PHALANX_BENCH_DIR), never into the project's. raw sqlite3 executemany of
-the same rows into the same table and index is the limit. Not run by the tests (`make bench` runs it);
-the figures belong to the machine that measured them: compare the ratios.
+the same rows (rowid, series, step, value, time, replica, rank) into a plain table is the anchor,
+run alternately with Phalanx (raw, Phalanx, raw, Phalanx: ``--rounds``) so that the load of a shared
+machine hits both; the ratios are per round, their median is printed with the load average, and the
+bytes per point are the Phalanx database's size after compaction over the points it stored. Not run
+by the tests (`make bench` runs it; the suite runs ``--smoke``); the figures belong to the machine
+that measured them: compare the ratios.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import platform
 import statistics
@@ -39,11 +44,22 @@ BENCH_DIR = Path(os.environ.get("PHALANX_BENCH_DIR", Path.home() / ".cache" / "p
 MLFLOW_PIN = "mlflow==3.17.2"
 READBACK_POINTS = 100_000
 
-PHALANX_WRITER = """
+# what a training loop reports: a decaying loss with noise (a constant would compress to nothing)
+VALUES = """
+import math, random
+rng = random.Random(rank)
+values = [2.0 * math.exp(-i / (n / 4 + 1)) + rng.gauss(0, 0.05) for i in range(n)]
+"""
+
+PHALANX_WRITER = (
+    """
 import json, sys, time
 from pathlib import Path
 from phalanx import Task
 rank, n, go, timed = int(sys.argv[1]), int(sys.argv[2]), Path(sys.argv[3]), sys.argv[4] == "timed"
+"""
+    + VALUES
+    + """
 task = Task.init()
 report = task.get_logger().report_scalar
 series = f"worker {rank:02d}"
@@ -55,26 +71,32 @@ if timed:
     clock = time.perf_counter_ns
     for i in range(n):
         a = clock()
-        report("loss", series, 0.5, i)
+        report("loss", series, values[i], i)
         lat.append(clock() - a)
 else:
     for i in range(n):
-        report("loss", series, 0.5, i)
+        report("loss", series, values[i], i)
 ok = task.flush(timeout=900)
 print(json.dumps({"t0": t0, "t1": time.time(), "ok": ok, "lat": sorted(lat)[:: max(1, len(lat) // 20000)]}))
 """
+)
 
-RAW_WRITER = """
+RAW_WRITER = (
+    """
 import json, sqlite3, sys, time
 from pathlib import Path
 rank, n, go, db = int(sys.argv[1]), int(sys.argv[2]), Path(sys.argv[3]), sys.argv[4]
+"""
+    + VALUES
+    + """
 con = sqlite3.connect(db, timeout=600, isolation_level=None)
 con.execute("PRAGMA journal_mode=WAL"); con.execute("PRAGMA synchronous=NORMAL")
 while not go.exists():
     time.sleep(0.001)
 t0 = time.time()
 for start in range(0, n, 10000):
-    rows = [(rank + 1, i, 0.5, time.time(), "worker", rank) for i in range(start, min(n, start + 10000))]
+    end = min(n, start + 10000)
+    rows = [(rank + 1, i, values[i], time.time(), "worker", rank) for i in range(start, end)]
     con.execute("BEGIN IMMEDIATE")
     con.executemany(
         "INSERT INTO scalars (series_id, step, value, time, replica, rank) VALUES (?, ?, ?, ?, ?, ?)", rows
@@ -82,6 +104,7 @@ for start in range(0, n, 10000):
     con.execute("COMMIT")
 print(json.dumps({"t0": t0, "t1": time.time(), "ok": True, "lat": []}))
 """
+)
 
 MLFLOW_WRITER = """
 import json, sys, time
@@ -166,97 +189,142 @@ def _lat(values: list[float]) -> tuple[float, float]:
 # --- contenders --------------------------------------------------------------------------------------
 
 
-def bench_phalanx(n: int, work: Path, attempt: int | None = None) -> dict[str, Any]:
-    sys.path.insert(0, str(REPO / "src"))
-    from phalanx.config import Settings
-    from phalanx.domain import Event, EventKind
-    from phalanx.ingest import Ingester
-    from phalanx.store import open_store
-    from phalanx.tracking.spool import encode_points
+class PhalanxCase:
+    """Phalanx's side: one store and an Ingester thread (the supervisor's) for every round; each case
+    reports into an experiment of its own."""
 
-    home = work / "phalanx"
-    store = open_store(Settings(home=home, db_url=None, artifacts_url=None))
-    stop = threading.Event()
-    ingester = threading.Thread(
-        target=Ingester(store, None, home / "spool").run, args=(stop, 0.05), daemon=True
-    )
-    ingester.start()
-    script = work / "phalanx_writer.py"
-    script.write_text(PHALANX_WRITER)
-    out: dict[str, Any] = {}
-    for label, procs, timed in (("call", 1, True), ("1", 1, False), ("4", 4, False)):
-        exp = store.create_experiment(name=f"bench-{label}", project="bench").id
+    def __init__(self, work: Path, attempt: int | None) -> None:
+        sys.path.insert(0, str(REPO / "src"))
+        from phalanx.config import Settings
+        from phalanx.ingest import Ingester
+        from phalanx.store import open_store
+
+        self.work, self.attempt, self.home = work, attempt, work / "phalanx"
+        self.store = open_store(Settings(home=self.home, db_url=None, artifacts_url=None))
+        self.stop = threading.Event()
+        self.ingester = threading.Thread(
+            target=Ingester(self.store, None, self.home / "spool").run, args=(self.stop, 0.05), daemon=True
+        )
+        self.ingester.start()
+        self.script = work / "phalanx_writer.py"
+        self.script.write_text(PHALANX_WRITER)
+        self.stored = 0
+
+    def run(self, label: str, procs: int, n: int, timed: bool = False) -> dict[str, Any]:
+        exp = self.store.create_experiment(name=f"bench-{label}", project="bench").id
+        spool = str(self.home / "spool" / exp)
         env = _env(
-            PHALANX_HOME=str(home), PHALANX_EXPERIMENT_ID=exp, PHALANX_SPOOL=str(home / "spool" / exp),
+            PHALANX_HOME=str(self.home), PHALANX_EXPERIMENT_ID=exp, PHALANX_SPOOL=spool,
             PHALANX_INGESTER_PID=str(os.getpid()), PHALANX_CAPTURED="1", PYTHONPATH=str(REPO / "src"),
         )  # fmt: skip
-        if attempt is not None:  # records carry an attempt: the store checks each series' (issue 18)
-            env["PHALANX_ATTEMPT"] = str(attempt)
+        if self.attempt is not None:  # records carry an attempt: the store checks each series' (issue 18)
+            env["PHALANX_ATTEMPT"] = str(self.attempt)
         per = n // procs if not timed else min(n, 300_000)
         argvs = [
-            [sys.executable, str(script), str(r), str(per), "timed" if timed else "fast"]
+            [sys.executable, str(self.script), str(r), str(per), "timed" if timed else "fast"]
             for r in range(procs)
         ]
-        results = _race(argvs, env, work)
-        stored = sum(len(s.steps) for s in store.metrics(exp, title="loss").get("loss", {}).values())
+        results = _race(argvs, env, self.work)
+        stored = sum(len(s.steps) for s in self.store.metrics(exp, title="loss").get("loss", {}).values())
+        self.stored += stored
+        out: dict[str, Any] = {"rate": _rate(results, per * procs), "lost": per * procs - stored}
         if timed:
             out["call_median_us"], out["call_p99_us"] = _lat(results[0]["lat"])
-        else:
-            out[f"rate_{label}"] = _rate(results, per * procs)
-            out[f"lost_{label}"] = per * procs - stored
         if not all(r["ok"] for r in results):
             out["flush_timeouts"] = True
-    stop.set()
-    ingester.join(600)
-    exp = store.create_experiment(name="readback", project="bench").id
-    readback = min(READBACK_POINTS, n)  # a smoke run's few points read back as they are
-    points = [("loss", "worker 00", i, 0.5, time.time()) for i in range(readback)]
-    store.write_events([Event(exp, EventKind.SCALAR, encode_points(points[i : i + 10000]), stream="rb", seq=i)
-                        for i in range(0, readback, 10000)])  # fmt: skip
-    reads = []
-    for _ in range(5):
-        t = time.perf_counter()
-        series = store.metrics(exp, title="loss", series="worker 00")["loss"]["worker 00"]
-        reads.append(time.perf_counter() - t)
-        assert len(series.steps) == readback
-    out["read_s"] = statistics.median(reads)
-    return out
+        return out
+
+    def finish(self, n: int) -> dict[str, Any]:
+        """Bytes per stored point (the whole database after compaction: points, summary, keys) and
+        the time to read a series back."""
+        from phalanx.domain import Event, EventKind
+        from phalanx.tracking.spool import encode_points
+
+        self.stop.set()
+        self.ingester.join(600)
+        self.store.compact()
+        db = self.home / "phalanx.db"
+        out: dict[str, Any] = {"bytes_per_point": db.stat().st_size / max(1, self.stored)}
+        exp = self.store.create_experiment(name="readback", project="bench").id
+        readback = min(READBACK_POINTS, n)  # a smoke run's few points read back as they are
+        points = [("loss", "worker 00", i, 0.5, time.time()) for i in range(readback)]
+        batches = [points[i : i + 10000] for i in range(0, readback, 10000)]
+        self.store.write_events(
+            [
+                Event(exp, EventKind.SCALAR, encode_points(b), stream="rb", seq=i)
+                for i, b in enumerate(batches)
+            ]
+        )
+        reads = []
+        for _ in range(5):
+            t = time.perf_counter()
+            series = self.store.metrics(exp, title="loss", series="worker 00")["loss"]["worker 00"]
+            reads.append(time.perf_counter() - t)
+            assert len(series.steps) == readback
+        out["read_s"] = statistics.median(reads)
+        return out
 
 
-def bench_raw(n: int, work: Path) -> dict[str, Any]:
-    import sqlite3
+class RawCase:
+    """The anchor: the same rows through raw sqlite3 ``executemany`` into a plain table (a rowid
+    and the columns, no other index), a fresh database per case."""
 
-    readback = min(READBACK_POINTS, n)
-    script = work / "raw_writer.py"
-    script.write_text(RAW_WRITER)
-    out: dict[str, Any] = {}
-    for label, procs in (("1", 1), ("4", 4)):
-        db = work / f"raw-{label}.db"
+    def __init__(self, work: Path) -> None:
+        self.work = work
+        self.script = work / "raw_writer.py"
+        self.script.write_text(RAW_WRITER)
+        self.cases = 0
+        self.bytes_per_point = math.nan
+
+    def run(self, procs: int, n: int) -> dict[str, Any]:
+        import sqlite3
+
+        self.cases += 1
+        db = self.work / f"raw-{self.cases}.db"
         con = sqlite3.connect(db, isolation_level=None)
         con.execute("PRAGMA journal_mode=WAL")
         con.execute(
             "CREATE TABLE scalars (id INTEGER PRIMARY KEY, series_id INTEGER, step BIGINT, value FLOAT, "
             "time FLOAT, replica VARCHAR(64), rank INTEGER)"
         )
-        con.execute("CREATE INDEX ix_scalars_series_step ON scalars (series_id, step)")
         per = n // procs
-        results = _race(
-            [[sys.executable, str(script), str(r), str(per), str(db)] for r in range(procs)], _env(), work
-        )
-        out[f"rate_{label}"] = _rate(results, per * procs)
-        out[f"lost_{label}"] = per * procs - con.execute("SELECT count(*) FROM scalars").fetchone()[0]
-        if label == "1":
-            reads = []
-            for _ in range(5):
-                t = time.perf_counter()
-                rows = con.execute(
-                    "SELECT step, value, time FROM scalars WHERE series_id = 1 AND step < ? ORDER BY step",
-                    (readback,),
-                ).fetchall()
-                reads.append(time.perf_counter() - t)
-                assert len(rows) == readback
-            out["read_s"] = statistics.median(reads)
+        argvs = [[sys.executable, str(self.script), str(r), str(per), str(db)] for r in range(procs)]
+        results = _race(argvs, _env(), self.work)
+        stored = con.execute("SELECT count(*) FROM scalars").fetchone()[0]
+        con.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        self.bytes_per_point = db.stat().st_size / max(1, stored)
         con.close()
+        db.unlink()
+        return {"rate": _rate(results, per * procs), "lost": per * procs - stored}
+
+
+def bench_interleaved(n: int, rounds: int, work: Path, attempt: int | None) -> dict[str, dict[str, Any]]:
+    """Raw and Phalanx, 1 then 4 processes, alternating (raw, Phalanx, raw, Phalanx per round), so
+    that a swing of the machine's load hits both; the ratio is taken per round, then its median."""
+    phalanx, raw = PhalanxCase(work, attempt), RawCase(work)
+    p: dict[str, Any] = {}
+    p.update(phalanx.run("call", 1, n, timed=True))
+    rates: dict[str, list[tuple[float, float]]] = {"1": [], "4": []}
+    lost = {"raw": {"1": 0, "4": 0}, "phalanx": {"1": 0, "4": 0}}
+    for r in range(rounds):
+        for procs in (1, 4):
+            label = str(procs)
+            a = raw.run(procs, n)
+            b = phalanx.run(f"{label}-{r}", procs, n)
+            rates[label].append((a["rate"], b["rate"]))
+            lost["raw"][label] += a["lost"]
+            lost["phalanx"][label] += b["lost"]
+            print(f"round {r + 1}/{rounds}, {procs} process(es): raw {a['rate']:,.0f} points/s, "
+                  f"Phalanx {b['rate']:,.0f} ({b['rate'] / a['rate']:.2f}x), "
+                  f"load average {os.getloadavg()[0]:.1f}", file=sys.stderr, flush=True)  # fmt: skip
+    p.update(phalanx.finish(n))
+    out: dict[str, dict[str, Any]] = {"raw": {"bytes_per_point": raw.bytes_per_point}, "phalanx": p}
+    for label, pairs in rates.items():
+        out["raw"][f"rate_{label}"] = statistics.median(a for a, _ in pairs)
+        out["raw"][f"lost_{label}"] = lost["raw"][label]
+        p[f"rate_{label}"] = statistics.median(b for _, b in pairs)
+        p[f"lost_{label}"] = lost["phalanx"][label]
+        p[f"ratio_{label}"] = statistics.median(b / a for a, b in pairs)
     return out
 
 
@@ -318,10 +386,14 @@ def table(results: dict[str, dict[str, Any]]) -> str:
 
     rows = [
         "| | call median (µs) | call p99 (µs) | points/s stored, 1 process | points/s stored, 4 processes "
-        "| lost (1 / 4) | read 100k-point series (s) |",
-        "|---|---:|---:|---:|---:|---:|---:|",
+        "| lost (1 / 4) | read 100k-point series (s) | bytes per point |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|",
     ]
-    names = {"phalanx": "Phalanx", "mlflow": "MLflow log_batch", "raw": "raw sqlite3 executemany (limit)"}
+    names = {
+        "phalanx": "Phalanx",
+        "mlflow": "MLflow log_batch",
+        "raw": "raw sqlite3 executemany, plain table",
+    }
     for key, label in names.items():
         r = results.get(key)
         if r is None:
@@ -329,7 +401,8 @@ def table(results: dict[str, dict[str, Any]]) -> str:
         rows.append(
             f"| {label} | {f(r.get('call_median_us'), '.2f')} | {f(r.get('call_p99_us'), '.2f')} "
             f"| {f(r.get('rate_1'), ',.0f')} | {f(r.get('rate_4'), ',.0f')} "
-            f"| {r.get('lost_1', '-')} / {r.get('lost_4', '-')} | {f(r.get('read_s'), '.3f')} |"
+            f"| {r.get('lost_1', '-')} / {r.get('lost_4', '-')} | {f(r.get('read_s'), '.3f')} "
+            f"| {f(r.get('bytes_per_point'), '.1f')} |"
         )
     p, m, raw = results.get("phalanx"), results.get("mlflow"), results.get("raw")
     if p and m:
@@ -341,8 +414,9 @@ def table(results: dict[str, dict[str, Any]]) -> str:
         )
     if p and raw:
         rows.append(
-            f"Phalanx vs raw sqlite3: {p['rate_1'] / raw['rate_1']:.2f}x (1 process), "
-            f"{p['rate_4'] / raw['rate_4']:.2f}x (4 processes), read-back {raw['read_s'] / p['read_s']:.2f}x."
+            f"Phalanx vs raw sqlite3 executemany (median of the per-round ratios): {p['ratio_1']:.2f}x "
+            f"(1 process; target >= 1.0x), {p['ratio_4']:.2f}x (4 processes; target >= 1.2x); "
+            f"{p['bytes_per_point']:.1f} bytes per point stored (target <= 20)."
         )
     return "\n".join(rows)
 
@@ -353,6 +427,7 @@ def main() -> None:
         "--points", type=int, default=1_000_000, help="points per run for Phalanx and sqlite3"
     )
     parser.add_argument("--mlflow-points", type=int, default=100_000, help="points per run for MLflow")
+    parser.add_argument("--rounds", type=int, default=3, help="rounds of raw, Phalanx (1 and 4 processes)")
     parser.add_argument("--skip-mlflow", action="store_true")
     parser.add_argument("--attempt", type=int, help="writers report as this attempt (PHALANX_ATTEMPT)")
     parser.add_argument("--json", type=Path, help="also write the figures here")
@@ -363,17 +438,17 @@ def main() -> None:
     )
     args = parser.parse_args()
     if args.smoke:  # MLflow needs its own venv, built on first use: not in a smoke run
-        args.points, args.skip_mlflow = 2000, True
+        args.points, args.skip_mlflow, args.rounds = 2000, True, 1
     results: dict[str, dict[str, Any]] = {}
     with tempfile.TemporaryDirectory(prefix="phalanx-bench-") as tmp:
         work = Path(tmp)
-        results["raw"] = bench_raw(args.points, work)
-        results["phalanx"] = bench_phalanx(args.points, work, args.attempt)
+        load = os.getloadavg()[0]
+        results.update(bench_interleaved(args.points, args.rounds, work, args.attempt))
         if not args.skip_mlflow:
             results["mlflow"] = bench_mlflow(args.mlflow_points, work)
     cpus = os.cpu_count()
     print(f"machine: {platform.machine()}, {cpus} cores, Python {platform.python_version()}, "
-          f"load average {os.getloadavg()[0]:.1f}")  # fmt: skip
+          f"load average {load:.1f} at the start, {os.getloadavg()[0]:.1f} at the end")  # fmt: skip
     print(table(results))
     if args.json:
         args.json.write_text(json.dumps(results, indent=2))

@@ -22,12 +22,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from sqlalchemy import text
 
 from phalanx.backends.kubeflow import LABEL_INDEX, KubeflowBackend
 from phalanx.clusters import Cluster
 from phalanx.config import Settings
 from phalanx.store import open_store
+from phalanx.store.sql import points
 from tests.unit.backends.conftest import EXPERIMENT_ID, context, plan
 
 TRAIN = """\
@@ -120,7 +120,7 @@ def test_a_restarted_or_replaced_pod_replaces_the_steps_it_reports_again(tmp_pat
         ]
 
         with store.engine.connect() as conn:
-            rows = conn.execute(text("SELECT replica, step, value FROM scalars ORDER BY replica, step")).all()
+            rows = points.by_writer(conn, EXPERIMENT_ID)
         master = [(int(s), float(v)) for r, s, v in rows if r == "master"]
         assert master == [(s, 100.0 + s) for s in range(10)] + [(s, 200.0 + s) for s in range(10, 20)]
         assert [(int(s), float(v)) for r, s, v in rows if r == "worker-0"] == [

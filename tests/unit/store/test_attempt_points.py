@@ -10,7 +10,7 @@ from sqlalchemy import text
 
 from phalanx.domain import Event, EventKind, ExperimentStatus
 from phalanx.ingest import Ingester, record_to_event
-from phalanx.store.sql import SqlStore
+from phalanx.store.sql import SqlStore, points
 from phalanx.tracking.spool import SpoolWriter, encode_points
 
 
@@ -134,13 +134,7 @@ def test_a_record_names_its_attempt_and_an_old_record_has_none() -> None:
 
 def _by_replica(store: SqlStore, exp: str) -> dict[str, list[tuple[int, float]]]:
     with store.engine.connect() as conn:
-        rows = conn.execute(
-            text(
-                "SELECT s.replica, s.step, s.value FROM scalars s JOIN series r ON r.id = s.series_id"
-                " WHERE r.experiment_id = :e ORDER BY s.replica, s.step"
-            ),
-            {"e": exp},
-        ).all()
+        rows = points.by_writer(conn, exp)
     out: dict[str, list[tuple[int, float]]] = {}
     for replica, step, value in rows:
         out.setdefault(replica, []).append((int(step), float(value)))

@@ -33,10 +33,11 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Sequence
 
-from sqlalchemy import Connection, delete, insert, select, update
+from sqlalchemy import Connection, insert, select, update
 
 from phalanx.store.batch import ScalarBlock
-from phalanx.store.sql.models import ScalarRow, SeriesAttemptRow, SeriesRow
+from phalanx.store.sql import points
+from phalanx.store.sql.models import SeriesAttemptRow, SeriesRow
 
 Key = tuple[int, str]  # (series id, replica)
 
@@ -96,18 +97,15 @@ def reconcile(
         cur, start = stored.get(key, (None, None))
         for attempt in sorted(per_attempt):
             first = per_attempt[attempt]
-            mine = (ScalarRow.series_id == sid, ScalarRow.replica == replica)
             if cur is None or attempt > cur:  # a newer attempt takes the replica's points over from `first`
-                gone = conn.execute(delete(ScalarRow).where(*mine, ScalarRow.step >= first))
+                gone = points.delete_steps(conn, sid, replica, first)
                 cur, start = attempt, first
             elif attempt == cur and start is not None and first < start:
-                gone = conn.execute(
-                    delete(ScalarRow).where(*mine, ScalarRow.step >= first, ScalarRow.step < start)
-                )
+                gone = points.delete_steps(conn, sid, replica, first, start)
                 start = first
             else:
                 continue
-            if gone.rowcount:
+            if gone:
                 rebuild.add(sid)
         state[key] = (cur, start)
         if key not in stored:

@@ -2,8 +2,8 @@
 
 Idempotent on each event's (experiment, stream, seq): keys already stored are skipped, new keys are
 stored with the rows they produced, in the same transaction, so a retried batch (ingest after a
-crash, a client re-POSTing to the server) adds nothing twice. Scalars go in through the driver's bulk path
-(executemany on SQLite, COPY on PostgreSQL): that is where the points per second come from.
+crash, a client re-POSTing to the server) adds nothing twice. Scalars go in as a few compressed
+chunks per series (store.sql.points): a batch of 60,000 points is a handful of rows, not 60,000.
 """
 
 from __future__ import annotations
@@ -11,7 +11,6 @@ from __future__ import annotations
 import time as _time
 from collections import defaultdict
 from collections.abc import Iterator, Mapping, Sequence
-from itertools import chain, repeat
 from typing import Any
 
 from sqlalchemy import Connection, bindparam, delete, func, insert, or_, select, update
@@ -32,6 +31,7 @@ from phalanx.store.sql.models import (
     SeriesRow,
     TextRow,
 )
+from phalanx.store.sql.points import Piece
 
 SCRIPT_BACKEND = "script"  # the backend column of an experiment a plain script created
 
@@ -221,24 +221,24 @@ def insert_scalars(conn: Connection, blocks: Sequence[ScalarBlock]) -> None:
         from phalanx.store.sql import attempts
 
         blocks, rebuild = attempts.reconcile(conn, blocks, ids)
-    with no_gc():
-        _insert_blocks(conn, blocks, ids)
-    from phalanx.store.sql import summary
+    from phalanx.store.sql import points, summary
 
-    summary.merge_level1(conn, summary.aggregate(_columns(blocks, ids)))
+    pieces = list(_pieces(blocks, ids))
+    with no_gc():
+        points.append(conn, pieces)
+        buckets = summary.aggregate((p.series_id, p.steps, p.values, p.times) for p in pieces)
+    summary.merge_level1(conn, buckets)
     summary.refresh_upper(conn, _spans(blocks, ids))
     if rebuild:
         summary.rebuild(conn, rebuild)
 
 
-def _columns(
-    blocks: Sequence[ScalarBlock], ids: dict[tuple[str, str, str], int]
-) -> Iterator[tuple[int, Sequence[int], Sequence[float], Sequence[float]]]:
-    """(series id, steps, values, times) per series of each block."""
+def _pieces(blocks: Sequence[ScalarBlock], ids: dict[tuple[str, str, str], int]) -> Iterator[Piece]:
+    """The points of each block per series, as columns, in the order they arrived."""
     for b in blocks:
         sids = [ids[(b.experiment_id, t, s)] for t, s in b.keys]
         if b.idx is None or len(sids) == 1:
-            yield sids[0], b.steps, b.values, b.times
+            yield Piece(sids[0], b.replica, b.rank, b.steps, b.values, b.times)
             continue
         split: dict[int, tuple[list[int], list[float], list[float]]] = {}
         for k, step, v, t in zip(b.idx, b.steps, b.values, b.times, strict=True):
@@ -249,7 +249,7 @@ def _columns(
             cols[1].append(v)
             cols[2].append(t)
         for k, (steps, values, times) in split.items():
-            yield sids[k], steps, values, times
+            yield Piece(sids[k], b.replica, b.rank, steps, values, times)
 
 
 def _spans(blocks: Sequence[ScalarBlock], ids: dict[tuple[str, str, str], int]) -> dict[int, tuple[int, int]]:
@@ -265,50 +265,6 @@ def _spans(blocks: Sequence[ScalarBlock], ids: dict[tuple[str, str, str], int]) 
             old = spans.get(sid)
             spans[sid] = (lo, hi) if old is None else (min(old[0], lo), max(old[1], hi))
     return spans
-
-
-def _insert_blocks(
-    conn: Connection, blocks: Sequence[ScalarBlock], ids: dict[tuple[str, str, str], int]
-) -> None:
-
-    def block_rows(b: ScalarBlock) -> Iterator[tuple[Any, ...]]:
-        sids = [ids[(b.experiment_id, t, s)] for t, s in b.keys]
-        n = len(b.steps)
-        column = repeat(sids[0], n) if b.idx is None else map(sids.__getitem__, b.idx)
-        return zip(column, b.steps, b.values, b.times, repeat(b.replica, n), repeat(b.rank, n), strict=True)
-
-    # a lazy stream of rows: the driver consumes each tuple before the next (zip then reuses it)
-    rows = chain.from_iterable(block_rows(b) for b in blocks)
-    raw = conn.connection.driver_connection
-    assert raw is not None
-    if conn.dialect.name == "postgresql":
-        with (
-            raw.cursor() as cur,
-            cur.copy("COPY scalars (series_id, step, value, time, replica, rank) FROM STDIN") as copy,
-        ):
-            for r in rows:
-                copy.write_row(r)
-    else:
-        _sqlite_insert(raw, rows)
-
-
-_COLUMNS = "INSERT INTO scalars (series_id, step, value, time, replica, rank) VALUES "
-_ROWS_PER_STATEMENT = 50  # 300 parameters: well under SQLite's limit
-
-
-def _sqlite_insert(raw: Any, rows: Iterator[tuple[Any, ...]]) -> None:
-    """Rows in statements of 50 (``VALUES (...), (...), ...``): SQLite's per-statement work is paid
-    once per 50 rows instead of per row, about twice the rows per second of a one-row executemany."""
-    flat = list(chain.from_iterable(rows))
-    width = 6 * _ROWS_PER_STATEMENT
-    full = len(flat) // width * width
-    cur = raw.cursor()
-    if full:
-        many = _COLUMNS + ", ".join(["(?, ?, ?, ?, ?, ?)"] * _ROWS_PER_STATEMENT)
-        cur.executemany(many, (flat[i : i + width] for i in range(0, full, width)))
-    if full < len(flat):
-        cur.executemany(_COLUMNS + "(?, ?, ?, ?, ?, ?)", (flat[i : i + 6] for i in range(full, len(flat), 6)))
-    cur.close()
 
 
 def _insert_logs(

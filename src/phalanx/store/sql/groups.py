@@ -12,19 +12,17 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any, Unpack
 
-from sqlalchemy import delete, func, insert, select, update
+from sqlalchemy import Engine, delete, func, insert, select, update
 
-from phalanx.domain import Group, Trial
+from phalanx.domain import Group, GroupUpdate, Trial, TrialUpdate
 from phalanx.errors import NotFound, UsageError
+from phalanx.store.sql.errors import phalanx_errors
 from phalanx.store.sql.models import ExperimentRow, GroupRow, TrialRow
 
-if TYPE_CHECKING:
-    from phalanx.store.sql.store import SqlStore
 
-
-def create_group(store: SqlStore, fields: Mapping[str, Any]) -> Group:
+def create_group(store: GroupBook, fields: Mapping[str, Any]) -> Group:
     """``fields``: what ``GroupStore.create_group`` takes (name, project, search, ... options)."""
     gid = uuid.uuid4().hex[:12]
     with store._writer.begin() as conn:
@@ -54,7 +52,7 @@ def _group(m: Any) -> Group:
     )
 
 
-def _experiment_hint(store: SqlStore, text: str) -> str:
+def _experiment_hint(store: GroupBook, text: str) -> str:
     """An experiment's id given where a group's is wanted (`phalanx group get TRIAL`): say what it is."""
     if not text:
         return ""
@@ -70,7 +68,7 @@ def _experiment_hint(store: SqlStore, text: str) -> str:
     return f": {eid} is an experiment, not a group (`phalanx get {eid}`)"
 
 
-def resolve_group(store: SqlStore, group_id: str) -> str:
+def resolve_group(store: GroupBook, group_id: str) -> str:
     gid = group_id.strip().lower()
     with store.engine.connect() as conn:
         found = conn.execute(select(GroupRow.id).where(GroupRow.id.like(f"{gid}%")).limit(2)).scalars().all()
@@ -82,20 +80,20 @@ def resolve_group(store: SqlStore, group_id: str) -> str:
     return str(found[0])
 
 
-def get_group(store: SqlStore, group_id: str) -> Group:
+def get_group(store: GroupBook, group_id: str) -> Group:
     gid = resolve_group(store, group_id)
     with store.engine.connect() as conn:
         row = conn.execute(select(GroupRow).where(GroupRow.id == gid)).one()
     return _group(row._mapping)
 
 
-def list_groups(store: SqlStore, limit: int = 50) -> list[Group]:
+def list_groups(store: GroupBook, limit: int = 50) -> list[Group]:
     with store.engine.connect() as conn:
         rows = conn.execute(select(GroupRow).order_by(GroupRow.created_at.desc()).limit(limit)).all()
     return [_group(r._mapping) for r in rows]
 
 
-def update_group(store: SqlStore, group_id: str, values: Mapping[str, Any]) -> None:
+def update_group(store: GroupBook, group_id: str, values: Mapping[str, Any]) -> None:
     changes = dict(values)
     if "stop_requested" in changes:
         changes["stop_requested"] = int(bool(changes["stop_requested"]))
@@ -103,7 +101,7 @@ def update_group(store: SqlStore, group_id: str, values: Mapping[str, Any]) -> N
         conn.execute(update(GroupRow).where(GroupRow.id == group_id).values(**changes))
 
 
-def count_trials(store: SqlStore, group_id: str) -> int:
+def count_trials(store: GroupBook, group_id: str) -> int:
     with store.engine.connect() as conn:
         return int(
             conn.execute(
@@ -112,7 +110,7 @@ def count_trials(store: SqlStore, group_id: str) -> int:
         )
 
 
-def add_trial(store: SqlStore, trial: Trial) -> None:
+def add_trial(store: GroupBook, trial: Trial) -> None:
     with store._writer.begin() as conn:
         conn.execute(
             insert(TrialRow).values(
@@ -131,7 +129,7 @@ def add_trial(store: SqlStore, trial: Trial) -> None:
         )
 
 
-def update_trial(store: SqlStore, group_id: str, number: int, values: Mapping[str, Any]) -> None:
+def update_trial(store: GroupBook, group_id: str, number: int, values: Mapping[str, Any]) -> None:
     changes = dict(values)
     if "internal" in changes:
         changes["internal"] = dict(changes["internal"])
@@ -141,7 +139,7 @@ def update_trial(store: SqlStore, group_id: str, number: int, values: Mapping[st
         )
 
 
-def list_trials(store: SqlStore, group_id: str) -> list[Trial]:
+def list_trials(store: GroupBook, group_id: str) -> list[Trial]:
     with store.engine.connect() as conn:
         rows = conn.execute(
             select(TrialRow).where(TrialRow.group_id == group_id).order_by(TrialRow.number)
@@ -149,12 +147,82 @@ def list_trials(store: SqlStore, group_id: str) -> list[Trial]:
     return [Trial(**{k: r._mapping[k] for k in Trial.__dataclass_fields__}) for r in rows]
 
 
-def link_experiment(store: SqlStore, experiment_id: str, group_id: str) -> None:
+def link_experiment(store: GroupBook, experiment_id: str, group_id: str) -> None:
     with store._writer.begin() as conn:
         conn.execute(update(ExperimentRow).where(ExperimentRow.id == experiment_id).values(group_id=group_id))
 
 
-def delete_group(store: SqlStore, group_id: str) -> None:
+def delete_group(store: GroupBook, group_id: str) -> None:
     with store._writer.begin() as conn:
         conn.execute(delete(TrialRow).where(TrialRow.group_id == group_id))
         conn.execute(delete(GroupRow).where(GroupRow.id == group_id))
+
+
+@phalanx_errors
+class GroupBook:
+    """SqlStore's ``base.GroupStore`` methods (its base class): each is the function above."""
+
+    engine: Engine
+    _writer: Engine
+
+    def create_group(
+        self,
+        *,
+        name: str,
+        project: str,
+        search: str,
+        planned: int,
+        concurrency: int,
+        metric: str | None,
+        optimization: str | None,
+        spec_text: str,
+        source_file: str | None,
+        workdir: str | None,
+        options: Mapping[str, Any],
+    ) -> Group:
+        return create_group(
+            self,
+            {
+                "name": name,
+                "project": project,
+                "search": search,
+                "planned": planned,
+                "concurrency": concurrency,
+                "metric": metric,
+                "optimization": optimization,
+                "spec_text": spec_text,
+                "source_file": source_file,
+                "workdir": workdir,
+                "options": options,
+            },
+        )
+
+    def resolve_group(self, group_id: str) -> str:
+        return resolve_group(self, group_id)
+
+    def get_group(self, group_id: str) -> Group:
+        return get_group(self, group_id)
+
+    def list_groups(self, limit: int = 50) -> list[Group]:
+        return list_groups(self, limit)
+
+    def update_group(self, group_id: str, **values: Unpack[GroupUpdate]) -> None:
+        update_group(self, group_id, values)
+
+    def delete_group(self, group_id: str) -> None:
+        delete_group(self, group_id)
+
+    def add_trial(self, trial: Trial) -> None:
+        add_trial(self, trial)
+
+    def update_trial(self, group_id: str, number: int, **values: Unpack[TrialUpdate]) -> None:
+        update_trial(self, group_id, number, values)
+
+    def list_trials(self, group_id: str) -> list[Trial]:
+        return list_trials(self, group_id)
+
+    def count_trials(self, group_id: str) -> int:
+        return count_trials(self, group_id)
+
+    def link_experiment(self, experiment_id: str, group_id: str) -> None:
+        link_experiment(self, experiment_id, group_id)

@@ -1,8 +1,9 @@
 """ORM rows of the SQL store. They never leave ``phalanx.store.sql``: SqlStore maps them to domain
 dataclasses. Schema changes go through an Alembic migration (a test compares the two).
 
-Scalars are the hot table: one row per point, keyed by a small integer series id (a ``series`` row
-per experiment/title/series), so inserts stay narrow and one series reads back through one index.
+Scalars are the hot table: a series (a ``series`` row per experiment/title/series, what the API and
+the UI call a series) keeps its points in chunks of compressed columns keyed by its small integer id
+(``scalar_chunks``, store.sql.points), so a point costs bytes, not a row.
 """
 
 from __future__ import annotations
@@ -16,15 +17,13 @@ from sqlalchemy import (
     ForeignKey,
     Index,
     Integer,
+    LargeBinary,
     PrimaryKeyConstraint,
     String,
     Text,
     UniqueConstraint,
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
-
-# 64-bit ids on PostgreSQL; on SQLite only INTEGER PRIMARY KEY is the (already 64-bit) rowid alias.
-BIG_ID = BigInteger().with_variant(Integer, "sqlite")
 
 
 class Base(DeclarativeBase):
@@ -92,17 +91,21 @@ class SeriesRow(Base):
     attempt_step: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
 
 
-class ScalarRow(Base):
-    __tablename__ = "scalars"
-    __table_args__ = (Index("ix_scalars_series_step", "series_id", "step"),)
+class ScalarChunkRow(Base):
+    """Up to a few thousand points of one series from one writer, as compressed columns
+    (store.sql.points). The primary key is the only index: every read is per series."""
 
-    id: Mapped[int] = mapped_column(BIG_ID, primary_key=True, autoincrement=True)
-    series_id: Mapped[int] = mapped_column(Integer)
-    step: Mapped[int] = mapped_column(BigInteger)
-    value: Mapped[float | None] = mapped_column(Float)  # NULL: NaN, which SQLite cannot store
-    time: Mapped[float] = mapped_column(Float)
+    __tablename__ = "scalar_chunks"
+    __table_args__ = {"sqlite_with_rowid": False}  # noqa: RUF012 (SQLAlchemy reads it)
+
+    series_id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=False)
+    seq: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=False)  # order of arrival
+    first_step: Mapped[int] = mapped_column(BigInteger)  # the lowest step in the chunk
+    last_step: Mapped[int] = mapped_column(BigInteger)  # the highest
+    n: Mapped[int] = mapped_column(Integer)
     replica: Mapped[str] = mapped_column(String(64))
     rank: Mapped[int | None] = mapped_column(Integer)
+    data: Mapped[bytes] = mapped_column(LargeBinary)
 
 
 class ScalarSummaryRow(Base):

@@ -7,13 +7,12 @@ package; callers get the domain dataclasses of ``phalanx.domain`` and ``phalanx.
 from __future__ import annotations
 
 import contextlib
-import math
 import re
 import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from operator import itemgetter
-from typing import TYPE_CHECKING, Any, TypeVar, Unpack
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from sqlalchemy import Connection, String, cast, delete, func, insert, or_, select, update
 from sqlalchemy.exc import IntegrityError, OperationalError
@@ -22,33 +21,30 @@ from phalanx.domain import (
     Event,
     Experiment,
     ExperimentStatus,
-    Group,
-    GroupUpdate,
     Page,
     Replica,
     ReplicaState,
     Role,
-    Trial,
-    TrialUpdate,
 )
 from phalanx.errors import Conflict, NotFound, StoreError, UsageError, not_resumable
 from phalanx.store.artifacts import ArtifactStore
 from phalanx.store.base import (
-    ArtifactRecord,
     ExperimentFilter,
     GroupStore,
     IngestStore,
-    LogLine,
-    ModelRecord,
-    ParamRecord,
     Series,
     SeriesView,
-    merge_params,
 )
 from phalanx.store.sql import events as ev_sql
-from phalanx.store.sql import groups as group_sql
-from phalanx.store.sql.engine import make_engine, no_gc, upgrade, writer
+from phalanx.store.sql import scalars
+from phalanx.store.sql.engine import make_engine, upgrade, writer
 from phalanx.store.sql.errors import phalanx_errors
+from phalanx.store.sql.groups import GroupBook
+from phalanx.store.sql.lookup import experiment as _experiment
+from phalanx.store.sql.lookup import like as _like
+from phalanx.store.sql.lookup import replica as _replica
+from phalanx.store.sql.lookup import replica_values as _replica_values
+from phalanx.store.sql.lookup import resolve as _resolve
 from phalanx.store.sql.models import (
     ArtifactRow,
     AttemptRow,
@@ -60,12 +56,14 @@ from phalanx.store.sql.models import (
     ParamRow,
     ReplicaRow,
     ReplicaStartRow,
-    ScalarRow,
+    ScalarChunkRow,
     ScalarSummaryRow,
     SeriesAttemptRow,
     SeriesRow,
     TextRow,
 )
+from phalanx.store.sql.records import RecordReads
+from phalanx.store.sql.starts import AttemptBook
 from phalanx.tracking.labels import MAX_NAME, MAX_TAG, label_problem
 
 _first, _second, _third = itemgetter(0), itemgetter(1), itemgetter(2)
@@ -88,7 +86,7 @@ _EXP_COLUMNS = [c for c in ExperimentRow.__table__.c if c.key != "repro"]
 
 
 @phalanx_errors
-class SqlStore:
+class SqlStore(AttemptBook, RecordReads, GroupBook):
     """The store (``base.IngestStore`` and ``base.GroupStore``; each method is documented there).
     ``url``: a SQLAlchemy URL (``sqlite:///path`` or ``postgresql+psycopg://...``); ``artifacts``:
     where files live (deleted with their experiment). The schema is migrated to the newest revision
@@ -274,97 +272,6 @@ class SqlStore:
                 conn.execute(update(ExperimentRow).where(ExperimentRow.id == full).values(**values))
         return self.get_experiment(full)
 
-    # -- attempts and reproducibility (issue 15) ------------------------------------------------
-    def add_attempt(
-        self,
-        experiment_id: str,
-        *,
-        kind: str,
-        checkpoint_step: int | None = None,
-        started_at: float | None = None,
-    ) -> int:
-        """Record a started group (kind: start, restart or resume); returns its number (0, 1, ...)."""
-        with self._writer.begin() as conn:
-            full = _resolve(conn, experiment_id)
-            last = conn.execute(
-                select(func.max(AttemptRow.number)).where(AttemptRow.experiment_id == full)
-            ).scalar()
-            number = 0 if last is None else int(last) + 1
-            conn.execute(
-                insert(AttemptRow).values(
-                    experiment_id=full,
-                    number=number,
-                    kind=kind,
-                    status=ExperimentStatus.RUNNING.value,
-                    checkpoint_step=checkpoint_step,
-                    started_at=started_at or time.time(),
-                )
-            )
-        return number
-
-    def finish_attempt(
-        self, experiment_id: str, number: int, *, status: ExperimentStatus, reason: str | None = None
-    ) -> None:
-        with self._writer.begin() as conn:
-            full = _resolve(conn, experiment_id)
-            conn.execute(
-                update(AttemptRow)
-                .where(AttemptRow.experiment_id == full, AttemptRow.number == number)
-                .values(status=ExperimentStatus(status).value, reason=reason, finished_at=time.time())
-            )
-
-    def next_attempt(self, experiment_id: str, replica: str, at_least: int = 0) -> int:
-        """The attempt number of a new start of ``replica``: one more than its last start, and at
-        least ``at_least`` (the attempt the supervisor gave the whole group, e.g. a `phalanx
-        resume`). Each call hands out a new number, so two starts never share one."""
-        with self._writer.begin() as conn:
-            full = _resolve(conn, experiment_id)
-            key = (ReplicaStartRow.experiment_id == full, ReplicaStartRow.replica == replica)
-            from sqlalchemy.dialects import postgresql, sqlite
-
-            dialect = postgresql if conn.dialect.name == "postgresql" else sqlite
-            # the row first (a concurrent first start of the same replica finds it), then locked
-            conn.execute(
-                dialect.insert(ReplicaStartRow)
-                .values(experiment_id=full, replica=replica, last=-1)
-                .on_conflict_do_nothing()
-            )
-            query = select(ReplicaStartRow.last).where(*key)
-            if conn.dialect.name == "postgresql":
-                query = query.with_for_update()
-            number = max(at_least, int(conn.execute(query).scalar_one()) + 1)
-            conn.execute(update(ReplicaStartRow).where(*key).values(last=number))
-        return number
-
-    def replica_starts(self, experiment_id: str) -> dict[str, int]:
-        with self.engine.connect() as conn:
-            full = _resolve(conn, experiment_id)
-            rows = conn.execute(
-                select(ReplicaStartRow.replica, ReplicaStartRow.last)
-                .where(ReplicaStartRow.experiment_id == full)
-                .order_by(ReplicaStartRow.replica)
-            )
-            return {str(r[0]): int(r[1]) for r in rows}
-
-    def attempts(self, experiment_id: str) -> list[dict[str, Any]]:
-        with self.engine.connect() as conn:
-            full = _resolve(conn, experiment_id)
-            rows = conn.execute(
-                select(AttemptRow).where(AttemptRow.experiment_id == full).order_by(AttemptRow.number)
-            ).all()
-        return [
-            {
-                "number": m["number"],
-                "kind": m["kind"],
-                "status": m["status"],
-                "reason": m["reason"],
-                "checkpoint_step": m["checkpoint_step"],
-                "started_at": m["started_at"],
-                "finished_at": m["finished_at"],
-            }
-            for m in (r._mapping for r in rows)
-        ]
-
     def reopen_experiment(self, experiment_id: str) -> Experiment:
         """A failed or stopped experiment starts again (`phalanx resume`): status starting, no
         reason or end; its replicas pending again. Conflict unless it is failed or stopped."""
@@ -412,7 +319,7 @@ class SqlStore:
             if status in live:
                 raise Conflict(f"experiment {full} is {status}; stop it before deleting it")
             series = select(SeriesRow.id).where(SeriesRow.experiment_id == full)
-            conn.execute(delete(ScalarRow).where(ScalarRow.series_id.in_(series)))
+            conn.execute(delete(ScalarChunkRow).where(ScalarChunkRow.series_id.in_(series)))
             conn.execute(delete(ScalarSummaryRow).where(ScalarSummaryRow.series_id.in_(series)))
             conn.execute(delete(SeriesAttemptRow).where(SeriesAttemptRow.series_id.in_(series)))
             for row in (SeriesRow, ParamRow, ArtifactRow, ModelRow, LogRow, TextRow, ReplicaRow, AttemptRow):
@@ -562,98 +469,23 @@ class SqlStore:
 
     def metric_titles(self, experiment_id: str) -> dict[str, list[str]]:
         with self.engine.connect() as conn:
-            full = _resolve(conn, experiment_id)
-            rows = conn.execute(
-                select(SeriesRow.title, SeriesRow.series)
-                .where(SeriesRow.experiment_id == full)
-                .order_by(SeriesRow.title, SeriesRow.series)
-            ).all()
-        titles: dict[str, list[str]] = {}
-        for title, series in rows:
-            titles.setdefault(title, []).append(series)
-        return titles
+            return scalars.titles(conn, _resolve(conn, experiment_id))
 
     def series_replicas(self, experiment_id: str, title: str) -> dict[str, str]:
-        out: dict[str, str] = {}
         with self.engine.connect() as conn:
-            full = _resolve(conn, experiment_id)
-            keys = conn.execute(
-                select(SeriesRow.id, SeriesRow.series).where(
-                    SeriesRow.experiment_id == full, SeriesRow.title == title
-                )
-            ).all()
-            for series_id, name in keys:
-                replica = conn.execute(
-                    select(ScalarRow.replica)
-                    .where(ScalarRow.series_id == series_id)
-                    .order_by(ScalarRow.step.desc())
-                    .limit(1)
-                ).scalar()
-                if replica:
-                    out[name] = str(replica)
-        return out
+            return scalars.replicas(conn, _resolve(conn, experiment_id), title)
 
     def last_points(self, experiment_id: str, title: str, n: int) -> dict[str, Series]:
-        """series -> its last ``n`` points by step (the pace of each rank reads only these, through
-        the (series, step) index, however long the run)."""
-        out: dict[str, Series] = {}
+        """series -> its last ``n`` points by step (the pace of each rank reads only the chunks
+        that hold these, however long the run)."""
         with self.engine.connect() as conn:
-            full = _resolve(conn, experiment_id)
-            keys = conn.execute(
-                select(SeriesRow.id, SeriesRow.series).where(
-                    SeriesRow.experiment_id == full, SeriesRow.title == title
-                )
-            ).all()
-            for series_id, name in keys:
-                rows = conn.execute(
-                    select(ScalarRow.step, ScalarRow.value, ScalarRow.time)
-                    .where(ScalarRow.series_id == series_id)
-                    .order_by(ScalarRow.step.desc())
-                    .limit(n)
-                ).all()[::-1]
-                out[name] = Series(
-                    [int(r[0]) for r in rows],
-                    [math.nan if r[1] is None else float(r[1]) for r in rows],
-                    [float(r[2]) for r in rows],
-                )
-        return out
+            return scalars.last_points(conn, _resolve(conn, experiment_id), title, n)
 
     def metrics(
         self, experiment_id: str, title: str | None = None, series: str | None = None
     ) -> dict[str, dict[str, Series]]:
-        conds: list[Any] = []
-        if title is not None:
-            conds.append(SeriesRow.title == title)
-        if series is not None:
-            conds.append(SeriesRow.series == series)
-        out: dict[str, dict[str, Series]] = {}
         with self.engine.connect() as conn:
-            full = _resolve(conn, experiment_id)
-            keys = conn.execute(
-                select(SeriesRow.id, SeriesRow.title, SeriesRow.series)
-                .where(SeriesRow.experiment_id == full, *conds)
-                .order_by(SeriesRow.title, SeriesRow.series)
-            ).all()
-            sql = "SELECT step, value, time FROM scalars WHERE series_id = {} ORDER BY step, id"
-            param = "?" if self.dialect == "sqlite" else "%s"
-            raw = conn.connection.driver_connection
-            assert raw is not None
-            for sid, t, s in keys:
-                cur = raw.cursor()
-                cur.execute(sql.format(param), (sid,))
-                with no_gc():
-                    rows = cur.fetchall()
-                    cur.close()
-                    if not rows:
-                        continue
-                    values = list(map(_second, rows))
-                    if None in values:  # a NaN went in (SQLite keeps it as NULL)
-                        values = [math.nan if v is None else v for v in values]
-                    series_ = Series(
-                        steps=list(map(_first, rows)), values=values, times=list(map(_third, rows))
-                    )
-                out.setdefault(t, {})[s] = series_
-        return out
+            return scalars.metrics(conn, _resolve(conn, experiment_id), title, series)
 
     def metric_view(
         self,
@@ -666,27 +498,11 @@ class SqlStore:
         x_max: float | None = None,
         max_points: int = 1000,
     ) -> dict[str, SeriesView]:
-        from phalanx.store.sql.summary import read_view
-
-        conds: list[Any] = [SeriesRow.title == title]
-        if series is not None:
-            conds.append(SeriesRow.series == series)
-        out: dict[str, SeriesView] = {}
         with self.engine.connect() as conn:
             full = _resolve(conn, experiment_id)
-            keys = conn.execute(
-                select(SeriesRow.id, SeriesRow.series)
-                .where(SeriesRow.experiment_id == full, *conds)
-                .order_by(SeriesRow.series)
-            ).all()
-            for sid, name in keys:
-                view = read_view(conn, int(sid), x=x, x_min=x_min, x_max=x_max, max_points=max_points)
-                if view is None:
-                    continue  # a series without points
-                out[str(name)] = SeriesView(
-                    Series(view.steps, view.values, view.times), view.count, view.downsampled
-                )
-        return out
+            return scalars.view(
+                conn, full, title, series=series, x=x, x_min=x_min, x_max=x_max, max_points=max_points
+            )
 
     def experiment_columns(self, ids: Sequence[str], columns: Sequence[str]) -> dict[str, dict[str, Any]]:
         from phalanx.store.sql.table import column_values
@@ -726,170 +542,6 @@ class SqlStore:
                 conn.execute(update(ExperimentRow).where(ExperimentRow.id == full).values(**values))
         return self.get_experiment(full)
 
-    def params(self, experiment_id: str) -> list[ParamRecord]:
-        """Hyperparameters, read from append-only rows: per (section, key) and writer (replica,
-        rank), that writer's latest report. Writers that agree give one record (the latest); writers
-        that differ (a per-rank seed, ``--rank``) give one record each, so no rank's value is hidden.
-        Ordered by section, key, rank, replica."""
-        with self.engine.connect() as conn:
-            full = _resolve(conn, experiment_id)
-            rows = conn.execute(
-                select(ParamRow).where(ParamRow.experiment_id == full).order_by(ParamRow.time, ParamRow.id)
-            ).all()
-        records = [
-            ParamRecord(m["section"], m["key"], m["value"], m["replica"], m["rank"], m["time"])
-            for m in (r._mapping for r in rows)
-        ]
-        return merge_params(records)
-
-    def artifacts(self, experiment_id: str) -> list[ArtifactRecord]:
-        with self.engine.connect() as conn:
-            full = _resolve(conn, experiment_id)
-            rows = conn.execute(
-                select(ArtifactRow).where(ArtifactRow.experiment_id == full).order_by(ArtifactRow.name)
-            ).all()
-        return [
-            ArtifactRecord(
-                name=m["name"],
-                kind=m["kind"],
-                path=m["path"],
-                size=m["size"],
-                content_type=m["content_type"],
-                replica=m["replica"],
-                rank=m["rank"],
-                time=m["time"],
-                metadata=m["meta"] or {},
-            )
-            for m in (r._mapping for r in rows)
-        ]
-
-    def models(self, experiment_id: str) -> list[ModelRecord]:
-        with self.engine.connect() as conn:
-            full = _resolve(conn, experiment_id)
-            rows = conn.execute(
-                select(ModelRow).where(ModelRow.experiment_id == full).order_by(ModelRow.name)
-            ).all()
-        return [
-            ModelRecord(
-                name=m["name"],
-                format=m["format"],
-                path=m["path"],
-                size=m["size"],
-                replica=m["replica"],
-                time=m["time"],
-                metadata=m["meta"] or {},
-            )
-            for m in (r._mapping for r in rows)
-        ]
-
-    def logs(
-        self,
-        experiment_id: str,
-        replica: str | None = None,
-        offset: int = 0,
-        limit: int | None = None,
-        from_end: bool = False,
-    ) -> list[LogLine]:
-        """Console lines in order. With ``replica``: that replica's lines from ``offset`` on (offsets
-        are per replica). Without: every replica's lines ordered by time, ``offset`` skipping rows.
-        ``from_end``: ``offset`` lines back from the last one, read backwards, returned in order."""
-        with self.engine.connect() as conn:
-            full = _resolve(conn, experiment_id)
-            q = select(LogRow.offset, LogRow.replica, LogRow.text, LogRow.time, LogRow.stream).where(
-                LogRow.experiment_id == full
-            )
-            if from_end:
-                if replica is not None:
-                    q = q.where(LogRow.replica == replica).order_by(LogRow.offset.desc())
-                else:
-                    q = q.order_by(LogRow.time.desc(), LogRow.id.desc())
-                q = q.offset(offset)
-            elif replica is not None:
-                q = q.where(LogRow.replica == replica, LogRow.offset >= offset).order_by(LogRow.offset)
-            else:
-                q = q.order_by(LogRow.time, LogRow.id).offset(offset)
-            if limit is not None:
-                q = q.limit(limit)
-            rows = conn.execute(q).all()
-        if from_end:
-            rows = rows[::-1]
-        return [LogLine(offset=o, replica=r, text=t, time=tm, stream=s) for o, r, t, tm, s in rows]
-
-    def texts(self, experiment_id: str) -> list[dict[str, Any]]:
-        """report_text() entries in order: title, text, step, replica, rank, time."""
-        with self.engine.connect() as conn:
-            full = _resolve(conn, experiment_id)
-            rows = conn.execute(
-                select(TextRow.title, TextRow.text, TextRow.step, TextRow.replica, TextRow.rank, TextRow.time)
-                .where(TextRow.experiment_id == full)
-                .order_by(TextRow.time, TextRow.id)
-            ).all()
-        return [dict(r._mapping) for r in rows]
-
-    # --- experiment groups (base.GroupStore; the SQL is in store.sql.groups) -----------------
-
-    def create_group(
-        self,
-        *,
-        name: str,
-        project: str,
-        search: str,
-        planned: int,
-        concurrency: int,
-        metric: str | None,
-        optimization: str | None,
-        spec_text: str,
-        source_file: str | None,
-        workdir: str | None,
-        options: Mapping[str, Any],
-    ) -> Group:
-        return group_sql.create_group(
-            self,
-            {
-                "name": name,
-                "project": project,
-                "search": search,
-                "planned": planned,
-                "concurrency": concurrency,
-                "metric": metric,
-                "optimization": optimization,
-                "spec_text": spec_text,
-                "source_file": source_file,
-                "workdir": workdir,
-                "options": options,
-            },
-        )
-
-    def resolve_group(self, group_id: str) -> str:
-        return group_sql.resolve_group(self, group_id)
-
-    def get_group(self, group_id: str) -> Group:
-        return group_sql.get_group(self, group_id)
-
-    def list_groups(self, limit: int = 50) -> list[Group]:
-        return group_sql.list_groups(self, limit)
-
-    def update_group(self, group_id: str, **values: Unpack[GroupUpdate]) -> None:
-        group_sql.update_group(self, group_id, values)
-
-    def delete_group(self, group_id: str) -> None:
-        group_sql.delete_group(self, group_id)
-
-    def add_trial(self, trial: Trial) -> None:
-        group_sql.add_trial(self, trial)
-
-    def update_trial(self, group_id: str, number: int, **values: Unpack[TrialUpdate]) -> None:
-        group_sql.update_trial(self, group_id, number, values)
-
-    def list_trials(self, group_id: str) -> list[Trial]:
-        return group_sql.list_trials(self, group_id)
-
-    def count_trials(self, group_id: str) -> int:
-        return group_sql.count_trials(self, group_id)
-
-    def link_experiment(self, experiment_id: str, group_id: str) -> None:
-        group_sql.link_experiment(self, experiment_id, group_id)
-
     def event_count(self, stream: str) -> int:
         """How many events of a stream are stored (for tests and diagnostics)."""
         with self.engine.connect() as conn:
@@ -906,112 +558,6 @@ def _write(conn: Connection, events: Sequence[Event], removed: list[tuple[str, s
     fresh = ev_sql.new_events(conn, events)
     ev_sql.apply_events(conn, fresh, removed)
     return len(fresh)
-
-
-def _like(text: str) -> str:
-    return text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
-
-
-def _resolve(conn: Connection, experiment_id: str) -> str:
-    experiment_id = experiment_id.strip()
-    if not experiment_id:
-        raise UsageError("an experiment id is required")
-    if conn.execute(select(ExperimentRow.id).where(ExperimentRow.id == experiment_id)).scalar() is not None:
-        return experiment_id
-    if experiment_id.lower() != experiment_id:  # ids are lowercase hex; a copied id may not be
-        return _resolve(conn, experiment_id.lower())
-    if _PREFIX.match(experiment_id):
-        found = (
-            conn.execute(select(ExperimentRow.id).where(ExperimentRow.id.like(f"{experiment_id}%")).limit(5))
-            .scalars()
-            .all()
-        )
-        if len(found) == 1:
-            return str(found[0])
-        if len(found) > 1:
-            raise UsageError(
-                f"experiment id prefix {experiment_id!r} is ambiguous ({', '.join(sorted(found))}); "
-                "type more characters"
-            )
-    group = _group_named(conn, experiment_id)
-    if group is not None:  # a group's id given where an experiment's is wanted: say which is which
-        gid, name = group
-        raise NotFound(
-            f"no experiment {experiment_id!r}: {gid} is an experiment group ({name}), not an experiment;"
-            f" use `phalanx group get|stop|resume {gid}`, or `phalanx ls --group {gid}` for its trials"
-        )
-    raise NotFound(f"no experiment {experiment_id!r}; `phalanx ls` lists them")
-
-
-def _group_named(conn: Connection, text: str) -> tuple[str, str] | None:
-    """The (id, name) of the one group whose id is or starts with ``text``, if any."""
-    from phalanx.store.sql.models import GroupRow
-
-    if not _PREFIX.match(text):
-        return None
-    found = conn.execute(
-        select(GroupRow.id, GroupRow.name).where(GroupRow.id.like(f"{text}%")).limit(2)
-    ).all()
-    return (str(found[0][0]), str(found[0][1])) if len(found) == 1 else None
-
-
-def _replica_values(experiment_id: str, r: Replica) -> dict[str, Any]:
-    return {
-        "experiment_id": experiment_id,
-        "name": r.name,
-        "role": Role(r.role).value,
-        "index": r.index,
-        "rank": r.rank,
-        "state": ReplicaState(r.state).value,
-        "host": r.host,
-        "pid": r.pid,
-        "exit_code": r.exit_code,
-        "reason": r.reason,
-        "resources": dict(r.resources),
-        "started_at": r.started_at,
-        "finished_at": r.finished_at,
-    }
-
-
-def _experiment(m: Any) -> Experiment:
-    return Experiment(
-        id=m["id"],
-        name=m["name"],
-        project=m["project"],
-        status=ExperimentStatus(m["status"]),
-        framework=m["framework"],
-        backend=m["backend"],
-        cluster=m["cluster"],
-        tags=tuple(m["tags"] or ()),
-        topology=dict(m["topology"] or {}),
-        spec_text=m["spec_text"],
-        plan=dict(m["plan"] or {}),
-        reason=m["reason"],
-        created_at=m["created_at"],
-        started_at=m["started_at"],
-        finished_at=m["finished_at"],
-        handle=m["handle"],
-        notes=m.get("notes"),
-        group_id=m.get("group_id"),
-    )
-
-
-def _replica(m: Any) -> Replica:
-    return Replica(
-        experiment_id=m["experiment_id"],
-        name=m["name"],
-        role=Role(m["role"]),
-        index=m["index"],
-        rank=m["rank"],
-        state=ReplicaState(m["state"]),
-        host=m["host"],
-        pid=m["pid"],
-        exit_code=m["exit_code"],
-        reason=m["reason"],
-        resources=dict(m["resources"] or {}),
-        started_at=m["started_at"],
-        finished_at=m["finished_at"],
-    )
 
 
 if TYPE_CHECKING:  # mypy checks here that SqlStore implements every protocol it is used as

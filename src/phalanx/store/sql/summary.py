@@ -7,17 +7,21 @@ point count, min, max, first and last step, and the value and time at its last s
 (``scalar_summary``). A view of N pixels then reads about N rows of the right level, whatever the
 size of the series, and a zoomed view reads only the buckets in its window.
 
-The summary is maintained at ingest, in the same transaction as the points (``refresh``): the
-buckets a batch touched are recomputed from the rows beneath them (level 1 from the points, level L
-from level L-1), so the result is exact and idempotent whatever order batches arrive in, and a
-batch costs one grouped statement per level and series (C speed, not a Python loop per point).
+The summary is maintained at ingest, in the same transaction as the points: level 1 is aggregated
+from the batch's points in memory and merged into the stored buckets (``merge_level1``), the levels
+above are recomputed from the level beneath over the buckets the batch touched (``refresh_upper``),
+so the result is exact whatever order batches arrive in; ``rebuild`` starts a series' summary over
+from its points after a later attempt replaced some of them.
 """
 
 from __future__ import annotations
 
 import math
+from bisect import bisect_left
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from itertools import islice
+from operator import le
 from typing import Any
 
 from sqlalchemy import Connection, text
@@ -43,34 +47,6 @@ _UPSERT = """
             min_time = excluded.min_time, max_time = excluded.max_time
 """
 _COLUMNS = "series_id, level, bucket, n, min_value, max_value, first_step, last_step, min_time, max_time"
-
-# The bucket's aggregates first, then its last value and time in a second statement: SQLite's
-# "bare column" trick is undefined with several min()/max() in one query, and this is the same SQL
-# on both databases (an indexed lookup per bucket).
-LEVEL1 = f"""
-    INSERT INTO scalar_summary ({_COLUMNS})
-    SELECT series_id, 1, {_bucket_expr("step", BASE)}, count(*), min(value), max(value), min(step),
-           max(step), min(time), max(time)
-    FROM scalars WHERE series_id = :sid AND step >= :lo AND step <= :hi
-    GROUP BY series_id, {_bucket_expr("step", BASE)}
-    {_UPSERT}
-"""
-LEVEL1_LAST = """
-    UPDATE scalar_summary SET
-        first_value = (SELECT s.value FROM scalars s WHERE s.series_id = :sid
-                       AND s.step = scalar_summary.first_step ORDER BY s.id LIMIT 1),
-        last_value = (SELECT s.value FROM scalars s WHERE s.series_id = :sid
-                      AND s.step = scalar_summary.last_step ORDER BY s.id DESC LIMIT 1),
-        last_time = (SELECT s.time FROM scalars s WHERE s.series_id = :sid
-                     AND s.step = scalar_summary.last_step ORDER BY s.id DESC LIMIT 1),
-        min_step = (SELECT s.step FROM scalars s WHERE s.series_id = :sid
-                    AND s.step >= scalar_summary.first_step AND s.step <= scalar_summary.last_step
-                    AND s.value = scalar_summary.min_value ORDER BY s.step LIMIT 1),
-        max_step = (SELECT s.step FROM scalars s WHERE s.series_id = :sid
-                    AND s.step >= scalar_summary.first_step AND s.step <= scalar_summary.last_step
-                    AND s.value = scalar_summary.max_value ORDER BY s.step LIMIT 1)
-    WHERE series_id = :sid AND level = 1 AND bucket >= :blo AND bucket <= :bhi
-"""
 
 
 def _level_up(level: int) -> tuple[str, str]:
@@ -104,23 +80,6 @@ def _level_up(level: int) -> tuple[str, str]:
         WHERE series_id = :sid AND level = {level} AND bucket >= :blo AND bucket <= :bhi
     """
     return up, last
-
-
-def refresh(conn: Connection, spans: Mapping[int, tuple[int, int]]) -> None:
-    """Recompute the buckets covering steps ``lo..hi`` of each series id in ``spans``."""
-    first, first_last = text(LEVEL1), text(LEVEL1_LAST)
-    ups = {level: tuple(text(q) for q in _level_up(level)) for level in LEVELS[1:]}
-    for sid, (lo, hi) in spans.items():
-        w = width(1)
-        blo, bhi = lo // w, hi // w
-        conn.execute(first, {"sid": sid, "lo": blo * w, "hi": bhi * w + w - 1})
-        conn.execute(first_last, {"sid": sid, "blo": blo, "bhi": bhi})
-        for level in LEVELS[1:]:
-            plo, phi = lo // width(level), hi // width(level)
-            up, last = ups[level]
-            # the children (level - 1) of the parent buckets covering lo..hi
-            conn.execute(up, {"sid": sid, "lo": plo * BASE, "hi": phi * BASE + BASE - 1})
-            conn.execute(last, {"sid": sid, "blo": plo, "bhi": phi})
 
 
 # --- level 1, at ingest ----------------------------------------------------------------------------
@@ -170,46 +129,121 @@ _MERGE = """
 def aggregate(
     rows: Iterable[tuple[int, Sequence[int], Sequence[float], Sequence[float]]],
 ) -> dict[tuple[int, int], list[Any]]:
-    """Level-1 buckets of points given as (series id, steps, values, times) columns.
-    A bucket: [n, min, max, first_step, last_step, min_time, max_time, first_value, last_value,
-    last_time, min_step, max_step]; NaN values count as points but never as min or max."""
+    """Level-1 buckets of points given as (series id, steps, values, times) columns, each in the
+    order the points arrived. A bucket: [n, min, max, first_step, last_step, min_time, max_time,
+    first_value, last_value, last_time, min_step, max_step]; NaN values count as points but never
+    as min or max. Columns in step order without NaN (what a training loop reports) are taken a
+    bucket at a time with C-speed slices; others point by point, with the same result."""
     out: dict[tuple[int, int], list[Any]] = {}
     for sid, steps, values, times in rows:
-        for step, v, t in zip(steps, values, times, strict=True):
-            key = (sid, step >> SHIFT)
-            b = out.get(key)
-            real = v == v and v is not None  # NaN (and a NULL) is no min or max
-            if b is None:
-                out[key] = [
-                    1,
-                    v if real else None,
-                    v if real else None,
-                    step,
-                    step,
-                    t,
-                    t,
-                    v,
-                    v,
-                    t,
-                    step if real else None,
-                    step if real else None,
-                ]
-                continue
-            b[0] += 1
-            if real:
-                if b[1] is None or v < b[1]:
-                    b[1], b[10] = v, step
-                if b[2] is None or v > b[2]:
-                    b[2], b[11] = v, step
-            if step < b[3]:
-                b[3], b[7] = step, v
-            if step >= b[4]:
-                b[4], b[8], b[9] = step, v, t
-            if t < b[5]:
-                b[5] = t
-            if t > b[6]:
-                b[6] = t
+        if _in_order(steps) and _no_nan(values):
+            _by_bucket(out, sid, steps, values, times)
+        else:
+            _by_point(out, sid, steps, values, times)
     return out
+
+
+def _in_order(steps: Sequence[int]) -> bool:
+    return all(map(le, steps, islice(steps, 1, None)))
+
+
+def _no_nan(values: Sequence[float]) -> bool:
+    try:
+        return not math.isnan(sum(values))  # inf - inf is NaN too: then point by point, still right
+    except TypeError:  # a None
+        return False
+
+
+def _by_bucket(
+    out: dict[tuple[int, int], list[Any]],
+    sid: int,
+    steps: Sequence[int],
+    values: Sequence[float],
+    times: Sequence[float],
+) -> None:
+    n, i = len(steps), 0
+    while i < n:
+        bucket = steps[i] >> SHIFT
+        j = bisect_left(steps, (bucket + 1) << SHIFT, i + 1, n)
+        vs, ts = values[i:j], times[i:j]
+        low, high = min(vs), max(vs)
+        fresh = [
+            j - i,
+            low,
+            high,
+            steps[i],
+            steps[j - 1],
+            min(ts),
+            max(ts),
+            values[i],
+            values[j - 1],
+            times[j - 1],
+            steps[i + vs.index(low)],
+            steps[i + vs.index(high)],
+        ]
+        held = out.get((sid, bucket))
+        if held is None:
+            out[(sid, bucket)] = fresh
+        else:
+            _combine(held, fresh)
+        i = j
+
+
+def _combine(b: list[Any], later: list[Any]) -> None:
+    """Bucket ``b`` with the points of ``later`` (which arrived after them) added."""
+    b[0] += later[0]
+    if later[1] is not None and (b[1] is None or later[1] < b[1]):
+        b[1], b[10] = later[1], later[10]
+    if later[2] is not None and (b[2] is None or later[2] > b[2]):
+        b[2], b[11] = later[2], later[11]
+    if later[3] < b[3]:
+        b[3], b[7] = later[3], later[7]
+    if later[4] >= b[4]:
+        b[4], b[8], b[9] = later[4], later[8], later[9]
+    b[5], b[6] = min(b[5], later[5]), max(b[6], later[6])
+
+
+def _by_point(
+    out: dict[tuple[int, int], list[Any]],
+    sid: int,
+    steps: Sequence[int],
+    values: Sequence[float],
+    times: Sequence[float],
+) -> None:
+    for step, v, t in zip(steps, values, times, strict=True):
+        key = (sid, step >> SHIFT)
+        b = out.get(key)
+        real = v == v and v is not None  # NaN (and a NULL) is no min or max
+        if b is None:
+            out[key] = [
+                1,
+                v if real else None,
+                v if real else None,
+                step,
+                step,
+                t,
+                t,
+                v,
+                v,
+                t,
+                step if real else None,
+                step if real else None,
+            ]
+            continue
+        b[0] += 1
+        if real:
+            if b[1] is None or v < b[1]:
+                b[1], b[10] = v, step
+            if b[2] is None or v > b[2]:
+                b[2], b[11] = v, step
+        if step < b[3]:
+            b[3], b[7] = step, v
+        if step >= b[4]:
+            b[4], b[8], b[9] = step, v, t
+        if t < b[5]:
+            b[5] = t
+        if t > b[6]:
+            b[6] = t
 
 
 def merge_level1(conn: Connection, buckets: Mapping[tuple[int, int], list[Any]]) -> None:
@@ -261,27 +295,20 @@ def refresh_upper(conn: Connection, spans: Mapping[int, tuple[int, int]]) -> Non
             conn.execute(last, {"sid": sid, "blo": plo, "bhi": phi})
 
 
-def backfill(conn: Connection, series_ids: Iterable[int] | None = None) -> None:
-    """Build the summary of series already stored (the migration that adds the table)."""
-    if series_ids is None:
-        series_ids = [int(s) for (s,) in conn.execute(text("SELECT DISTINCT series_id FROM scalars"))]
-    spans: dict[int, tuple[int, int]] = {}
-    for sid in series_ids:
-        row = conn.execute(
-            text("SELECT min(step), max(step) FROM scalars WHERE series_id = :sid"), {"sid": sid}
-        ).first()
-        if row is not None and row[0] is not None:
-            spans[sid] = (int(row[0]), int(row[1]))
-    refresh(conn, spans)
-
-
 def rebuild(conn: Connection, series_ids: Iterable[int]) -> None:
     """Build these series' summary again from their points: after points were deleted (a later
-    attempt replaced them), buckets that lost points, or all of them, must not keep counting them."""
-    sids = sorted(set(series_ids))
-    for sid in sids:
+    attempt replaced them), buckets that lost points, or all of them, must not keep counting them.
+    The points are read in order (step, then arrival), so the rebuilt buckets are those an ingest
+    of the same points in that order makes."""
+    from phalanx.store.sql import points
+
+    for sid in sorted(set(series_ids)):
         conn.execute(text("DELETE FROM scalar_summary WHERE series_id = :sid"), {"sid": sid})
-    backfill(conn, sids)
+        found = points.read(conn, sid)
+        if not found.steps:
+            continue
+        merge_level1(conn, aggregate([(sid, found.steps, found.values, found.times)]))
+        refresh_upper(conn, {sid: (found.steps[0], found.steps[-1])})
 
 
 # --- reading a view ------------------------------------------------------------------------------
@@ -450,20 +477,16 @@ def _raw(
     count: int,
     max_points: int,
 ) -> View:
-    nan = math.nan
-    sql = "SELECT step, value, time FROM scalars WHERE series_id = ? AND step >= ? AND step <= ?"
-    params: list[Any] = [sid, lo, hi]
-    if tlo is not None:
-        sql += " AND time >= ?"
-        params.append(tlo)
-    if thi is not None:
-        sql += " AND time <= ?"
-        params.append(thi)
-    rows = _fetch(conn, sql + " ORDER BY step, id", tuple(params))
-    steps = [r[0] for r in rows]
-    values = [nan if r[1] is None else r[1] for r in rows]
-    times = [r[2] for r in rows]
-    if len(rows) > max_points:
+    from phalanx.store.sql import points
+
+    found = points.read(conn, sid, lo, hi)
+    steps, values, times = found.steps, found.values, found.times
+    if tlo is not None or thi is not None:
+        low = -math.inf if tlo is None else tlo
+        high = math.inf if thi is None else thi
+        keep = [i for i, t in enumerate(times) if low <= t <= high]
+        steps, values, times = [steps[k] for k in keep], [values[k] for k in keep], [times[k] for k in keep]
+    if len(steps) > max_points:
         from phalanx.downsample import downsample_indices
 
         keep = downsample_indices(values, max_points)

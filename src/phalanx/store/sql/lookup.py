@@ -1,0 +1,121 @@
+"""Finding an experiment by what a user typed, and turning rows into the domain's dataclasses:
+what every part of the SQL store needs and none of them owns."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from sqlalchemy import Connection, select
+
+from phalanx.domain import Experiment, ExperimentStatus, Replica, ReplicaState, Role
+from phalanx.errors import NotFound, UsageError
+from phalanx.store.sql.models import ExperimentRow
+
+_PREFIX = re.compile(r"^[0-9a-z]{1,32}$")
+
+
+def like(text: str) -> str:
+    return text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+
+
+def resolve(conn: Connection, experiment_id: str) -> str:
+    experiment_id = experiment_id.strip()
+    if not experiment_id:
+        raise UsageError("an experiment id is required")
+    if conn.execute(select(ExperimentRow.id).where(ExperimentRow.id == experiment_id)).scalar() is not None:
+        return experiment_id
+    if experiment_id.lower() != experiment_id:  # ids are lowercase hex; a copied id may not be
+        return resolve(conn, experiment_id.lower())
+    if _PREFIX.match(experiment_id):
+        found = (
+            conn.execute(select(ExperimentRow.id).where(ExperimentRow.id.like(f"{experiment_id}%")).limit(5))
+            .scalars()
+            .all()
+        )
+        if len(found) == 1:
+            return str(found[0])
+        if len(found) > 1:
+            raise UsageError(
+                f"experiment id prefix {experiment_id!r} is ambiguous ({', '.join(sorted(found))}); "
+                "type more characters"
+            )
+    group = group_named(conn, experiment_id)
+    if group is not None:  # a group's id given where an experiment's is wanted: say which is which
+        gid, name = group
+        raise NotFound(
+            f"no experiment {experiment_id!r}: {gid} is an experiment group ({name}), not an experiment;"
+            f" use `phalanx group get|stop|resume {gid}`, or `phalanx ls --group {gid}` for its trials"
+        )
+    raise NotFound(f"no experiment {experiment_id!r}; `phalanx ls` lists them")
+
+
+def group_named(conn: Connection, text: str) -> tuple[str, str] | None:
+    """The (id, name) of the one group whose id is or starts with ``text``, if any."""
+    from phalanx.store.sql.models import GroupRow
+
+    if not _PREFIX.match(text):
+        return None
+    found = conn.execute(
+        select(GroupRow.id, GroupRow.name).where(GroupRow.id.like(f"{text}%")).limit(2)
+    ).all()
+    return (str(found[0][0]), str(found[0][1])) if len(found) == 1 else None
+
+
+def replica_values(experiment_id: str, r: Replica) -> dict[str, Any]:
+    return {
+        "experiment_id": experiment_id,
+        "name": r.name,
+        "role": Role(r.role).value,
+        "index": r.index,
+        "rank": r.rank,
+        "state": ReplicaState(r.state).value,
+        "host": r.host,
+        "pid": r.pid,
+        "exit_code": r.exit_code,
+        "reason": r.reason,
+        "resources": dict(r.resources),
+        "started_at": r.started_at,
+        "finished_at": r.finished_at,
+    }
+
+
+def experiment(m: Any) -> Experiment:
+    return Experiment(
+        id=m["id"],
+        name=m["name"],
+        project=m["project"],
+        status=ExperimentStatus(m["status"]),
+        framework=m["framework"],
+        backend=m["backend"],
+        cluster=m["cluster"],
+        tags=tuple(m["tags"] or ()),
+        topology=dict(m["topology"] or {}),
+        spec_text=m["spec_text"],
+        plan=dict(m["plan"] or {}),
+        reason=m["reason"],
+        created_at=m["created_at"],
+        started_at=m["started_at"],
+        finished_at=m["finished_at"],
+        handle=m["handle"],
+        notes=m.get("notes"),
+        group_id=m.get("group_id"),
+    )
+
+
+def replica(m: Any) -> Replica:
+    return Replica(
+        experiment_id=m["experiment_id"],
+        name=m["name"],
+        role=Role(m["role"]),
+        index=m["index"],
+        rank=m["rank"],
+        state=ReplicaState(m["state"]),
+        host=m["host"],
+        pid=m["pid"],
+        exit_code=m["exit_code"],
+        reason=m["reason"],
+        resources=dict(m["resources"] or {}),
+        started_at=m["started_at"],
+        finished_at=m["finished_at"],
+    )

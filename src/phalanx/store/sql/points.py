@@ -1,0 +1,294 @@
+"""Where a scalar series' points live: chunks of columns, several thousand points to a row.
+
+Why: one row per point cost 57.8 bytes in SQLite (a rowid, the replica's name as text on every
+point, a second index on (series, step)) and one B-tree insert per point, which is where the
+ingester spent half its time. Every read of points is per series and in step order, so the points
+of a series are kept as chunks instead: a row of ``scalar_chunks`` (primary key (series id, seq),
+``WITHOUT ROWID`` on SQLite, no other index) holds one writer's points (replica, rank) of one batch,
+up to ``MAX_CHUNK`` of them, as int64 steps, float64 values and float64 times, byte-shuffled and
+zlib-compressed (``encode``): a value is stored exactly as reported (NaN and -0.0 included), and a
+point costs about 9 bytes where its value is noise, almost nothing where steps and times are regular.
+
+Order: ``seq`` grows per series with each chunk written, so "step, then seq, then position in the
+chunk" is the order the points arrived in, the order the old rowid gave to points of one step (a
+step reported twice within an attempt keeps both, the later one last). A batch's points of a writer
+whose chunk is the series' last and still small (``SMALL``) are added to that chunk instead of
+starting one, so a live run reporting a few points a second does not pay a row per batch.
+"""
+
+from __future__ import annotations
+
+import sys
+import zlib
+from array import array
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from itertools import islice
+from operator import le
+from typing import Any
+
+from sqlalchemy import Connection, delete, insert, select, update
+
+from phalanx.store.sql.models import ScalarChunkRow as C
+from phalanx.store.sql.models import SeriesRow
+
+MAX_CHUNK = 4096  # points a chunk holds at most: a zoomed read decodes a few of them, not a series
+SMALL = 256  # a series' last chunk below this many points takes the next points of its writer
+_LEVEL = 1  # zlib's fastest level: as small as level 6 on shuffled columns, at ingest speed
+_WORD = 8
+Columns = tuple[Sequence[int], Sequence[float], Sequence[float]]  # steps, values, times
+
+
+def encode(steps: Sequence[int], values: Sequence[float], times: Sequence[float]) -> bytes:
+    """The points as one blob: int64 steps, float64 values and times (little-endian), each byte of
+    the 8-byte words gathered with the same byte of the others (a shuffle: the high bytes of steps
+    and times that change slowly become long runs), then zlib. OverflowError for a step beyond 64
+    bits (the store's UsageError)."""
+    s, v, t = array("q", steps), array("d", values), array("d", times)
+    if sys.byteorder == "big":
+        for column in (s, v, t):
+            column.byteswap()
+    raw = s.tobytes() + v.tobytes() + t.tobytes()
+    return zlib.compress(b"".join(raw[i::_WORD] for i in range(_WORD)), _LEVEL)
+
+
+def decode(blob: bytes, n: int) -> tuple[array[int], array[float], array[float]]:
+    """(steps, values, times) of a blob ``encode`` made of ``n`` points."""
+    planes = zlib.decompress(blob)
+    words = 3 * n
+    if len(planes) != _WORD * words:
+        raise ValueError(f"a scalar chunk holds {len(planes)} bytes, not the {_WORD * words} of {n} points")
+    raw = bytearray(len(planes))
+    for i in range(_WORD):
+        raw[i::_WORD] = planes[i * words : (i + 1) * words]
+    view = memoryview(raw)
+    steps, values, times = array("q"), array("d"), array("d")
+    steps.frombytes(view[: _WORD * n])
+    values.frombytes(view[_WORD * n : 2 * _WORD * n])
+    times.frombytes(view[2 * _WORD * n :])
+    if sys.byteorder == "big":
+        for column in (steps, values, times):
+            column.byteswap()
+    return steps, values, times
+
+
+@dataclass
+class Piece:
+    """Points of one series from one writer, in the order they arrived."""
+
+    series_id: int
+    replica: str
+    rank: int | None
+    steps: Sequence[int]
+    values: Sequence[float]
+    times: Sequence[float]
+
+
+def _row(sid: int, seq: int, replica: str, rank: int | None, cols: Columns) -> dict[str, Any]:
+    steps = cols[0]
+    return {
+        "series_id": sid,
+        "seq": seq,
+        "first_step": min(steps),
+        "last_step": max(steps),
+        "n": len(steps),
+        "replica": replica,
+        "rank": rank,
+        "data": encode(*cols),
+    }
+
+
+def append(conn: Connection, pieces: Iterable[Piece]) -> None:
+    """Store the pieces (in arrival order) as chunks after each series' last one."""
+    per_series: dict[int, list[Piece]] = {}
+    for p in pieces:
+        if len(p.steps):
+            per_series.setdefault(p.series_id, []).append(p)
+    if not per_series:
+        return
+    sids = sorted(per_series)
+    if conn.dialect.name == "postgresql":  # one writer of a series' seq at a time, locked in one order
+        conn.execute(
+            select(SeriesRow.id).where(SeriesRow.id.in_(sids)).order_by(SeriesRow.id).with_for_update()
+        )
+    rows: list[dict[str, Any]] = []
+    for sid in sids:
+        last = conn.execute(
+            select(C.seq, C.n, C.replica, C.rank).where(C.series_id == sid).order_by(C.seq.desc()).limit(1)
+        ).first()
+        seq = -1 if last is None else int(last[0])
+        runs = _runs(per_series[sid])
+        if last is not None and int(last[1]) < SMALL and runs and runs[0][:2] == (last[2], last[3]):
+            replica, rank, (steps, values, times) = runs[0]
+            blob = conn.execute(select(C.data).where(C.series_id == sid, C.seq == seq)).scalar_one()
+            old_steps, old_values, old_times = decode(blob, int(last[1]))
+            room = MAX_CHUNK - len(old_steps)
+            grown = ([*old_steps, *steps[:room]], [*old_values, *values[:room]], [*old_times, *times[:room]])
+            _rewrite(conn, sid, seq, replica, rank, grown)
+            runs[0] = (replica, rank, (steps[room:], values[room:], times[room:]))
+        for replica, rank, (steps, values, times) in runs:
+            for start in range(0, len(steps), MAX_CHUNK):
+                seq += 1
+                end = start + MAX_CHUNK
+                rows.append(
+                    _row(sid, seq, replica, rank, (steps[start:end], values[start:end], times[start:end]))
+                )
+    if rows:
+        conn.execute(insert(C), rows)
+
+
+def _runs(pieces: list[Piece]) -> list[tuple[str, int | None, Columns]]:
+    """Consecutive pieces of one writer joined: (replica, rank, (steps, values, times)), as arrays
+    (joining arrays is a copy of their bytes; a list would box every point)."""
+    runs: list[tuple[str, int | None, tuple[array[int], array[float], array[float]]]] = []
+    for p in pieces:
+        if not runs or runs[-1][:2] != (p.replica, p.rank):
+            runs.append((p.replica, p.rank, (array("q"), array("d"), array("d"))))
+        steps, values, times = runs[-1][2]
+        steps.extend(_as_array("q", p.steps))
+        values.extend(_as_array("d", p.values))
+        times.extend(_as_array("d", p.times))
+    return [(replica, rank, cols) for replica, rank, cols in runs]
+
+
+def _as_array(code: str, column: Sequence[Any]) -> array[Any]:
+    return column if isinstance(column, array) and column.typecode == code else array(code, column)
+
+
+def _rewrite(conn: Connection, sid: int, seq: int, replica: str, rank: int | None, cols: Columns) -> None:
+    """Replace the points of chunk ``seq`` of series ``sid``."""
+    values = {k: v for k, v in _row(sid, seq, replica, rank, cols).items() if k not in ("series_id", "seq")}
+    conn.execute(update(C).where(C.series_id == sid, C.seq == seq).values(values))
+
+
+# --- reading -------------------------------------------------------------------------------------
+
+
+@dataclass
+class Points:
+    """A series' points in order: by step, then in the order they arrived."""
+
+    steps: list[int]
+    values: list[float]
+    times: list[float]
+
+
+def read(conn: Connection, sid: int, lo: int | None = None, hi: int | None = None) -> Points:
+    """The points of series ``sid`` with ``lo <= step <= hi`` (None: no bound), in order."""
+    q = select(C.n, C.data).where(C.series_id == sid)
+    if lo is not None:
+        q = q.where(C.last_step >= lo)
+    if hi is not None:
+        q = q.where(C.first_step <= hi)
+    return _ordered(_decoded(conn, q.order_by(C.seq)), lo, hi)
+
+
+def _decoded(conn: Connection, query: Any) -> list[tuple[array[int], array[float], array[float]]]:
+    return [decode(blob, int(n)) for n, blob in conn.execute(query)]
+
+
+def _ordered(
+    chunks: Sequence[tuple[array[int], array[float], array[float]]], lo: int | None, hi: int | None
+) -> Points:
+    steps: list[int] = []
+    values: list[float] = []
+    times: list[float] = []
+    for s, v, t in chunks:
+        steps.extend(s)
+        values.extend(v)
+        times.extend(t)
+    if (lo is not None or hi is not None) and steps:
+        low = min(steps) if lo is None else lo
+        high = max(steps) if hi is None else hi
+        keep = [i for i, step in enumerate(steps) if low <= step <= high]
+        if len(keep) < len(steps):
+            steps, values, times = _pick((steps, values, times), keep)
+    if not all(map(le, steps, islice(steps, 1, None))):  # a stable sort: ties keep their arrival order
+        steps, values, times = _pick((steps, values, times), sorted(range(len(steps)), key=steps.__getitem__))
+    return Points(steps, values, times)
+
+
+def _pick(cols: Columns, keep: Sequence[int]) -> tuple[list[int], list[float], list[float]]:
+    """The points at positions ``keep`` of the columns, in that order."""
+    s, v, t = cols
+    return [s[i] for i in keep], [v[i] for i in keep], [t[i] for i in keep]
+
+
+def last(conn: Connection, sid: int, n: int) -> Points:
+    """The last ``n`` points by step, in order; reads the chunks that hold them, not the series."""
+    if n <= 0:
+        return Points([], [], [])
+    meta = conn.execute(
+        select(C.seq, C.n, C.first_step, C.last_step).where(C.series_id == sid).order_by(C.last_step.desc())
+    ).all()
+    chosen: list[int] = []
+    count = 0
+    low: int | None = None
+    for i, (seq, size, first, _) in enumerate(meta):
+        chosen.append(int(seq))
+        count += int(size)
+        low = int(first) if low is None else min(low, int(first))
+        following = meta[i + 1][3] if i + 1 < len(meta) else None
+        # enough points, and none of the chunks left can hold a step this high
+        if count >= n and (following is None or int(following) < low):
+            break
+    rows = conn.execute(select(C.n, C.data).where(C.series_id == sid, C.seq.in_(chosen)).order_by(C.seq))
+    found = _ordered([decode(blob, int(size)) for size, blob in rows], None, None)
+    return Points(found.steps[-n:], found.values[-n:], found.times[-n:])
+
+
+def latest_replica(conn: Connection, sid: int) -> str | None:
+    """The replica that reported the series' highest step."""
+    row = conn.execute(
+        select(C.replica).where(C.series_id == sid).order_by(C.last_step.desc(), C.seq.desc()).limit(1)
+    ).first()
+    return None if row is None else str(row[0])
+
+
+def span(conn: Connection, sid: int) -> tuple[int, int] | None:
+    """(lowest, highest) step of the series, None when it has no point."""
+    from sqlalchemy import func
+
+    row = conn.execute(
+        select(func.min(C.first_step), func.max(C.last_step)).where(C.series_id == sid)
+    ).first()
+    return None if row is None or row[0] is None else (int(row[0]), int(row[1]))
+
+
+# --- deleting --------------------------------------------------------------------------------------
+
+
+def delete_steps(conn: Connection, sid: int, replica: str, lo: int, hi: int | None = None) -> int:
+    """Delete the points ``replica`` reported to series ``sid`` at steps ``lo <= step`` (and ``<
+    hi``); the chunks holding them are rewritten without them. Returns how many points went."""
+    mine = (C.series_id == sid, C.replica == replica, C.last_step >= lo)
+    q = select(C.seq, C.n, C.rank, C.data).where(*mine)
+    if hi is not None:
+        q = q.where(C.first_step < hi)
+    gone = 0
+    for seq, n, rank, blob in conn.execute(q).all():
+        steps, values, times = decode(blob, int(n))
+        keep = [i for i, step in enumerate(steps) if step < lo or (hi is not None and step >= hi)]
+        gone += len(steps) - len(keep)
+        where = (C.series_id == sid, C.seq == seq)
+        if not keep:
+            conn.execute(delete(C).where(*where))
+        elif len(keep) < len(steps):
+            _rewrite(conn, sid, int(seq), replica, rank, _pick((steps, values, times), keep))
+    return gone
+
+
+def by_writer(conn: Connection, experiment_id: str) -> list[tuple[str, int, float]]:
+    """(replica, step, value) of every point of the experiment, by replica then step: what each
+    writer holds (the attempt rules are per replica; tests and diagnostics read this)."""
+    rows = conn.execute(
+        select(C.replica, C.n, C.data)
+        .join(SeriesRow, SeriesRow.id == C.series_id)
+        .where(SeriesRow.experiment_id == experiment_id)
+        .order_by(C.series_id, C.seq)
+    ).all()
+    out: list[tuple[str, int, float]] = []
+    for replica, n, blob in rows:
+        steps, values, _ = decode(blob, int(n))
+        out.extend((str(replica), s, v) for s, v in zip(steps, values, strict=True))
+    return sorted(out, key=lambda r: (r[0], r[1]))
