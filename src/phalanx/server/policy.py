@@ -112,10 +112,7 @@ def require_experiment(request: Request, experiment_id: str, role: Role) -> Any:
     """The experiment, when the caller holds ``role`` in its project (or it is the replica's own)."""
     store = request.app.state.store
     who = principal_of(request)
-    try:
-        experiment = store.get_experiment(experiment_id)
-    except NotFound:
-        raise NotFound(f"experiment {experiment_id} does not exist") from None
+    experiment = store.get_experiment(experiment_id)  # NotFound says it as the CLI does
     if who.replica_of is not None:
         if experiment.id != who.replica_of:
             raise HTTPException(403, f"this is a replica token of experiment {who.replica_of}")
