@@ -347,6 +347,8 @@ class Supervisor:
             name=self.p.plan.name,
             priority=self.priority,
             wait=self.wait,
+            project=self.p.plan.project,
+            limits=self._quotas,
         )
         self._admission = admission
         # its row before its ledger entry: `phalanx queue` (which reads the ledger) never lists an
@@ -391,6 +393,13 @@ class Supervisor:
         self.p = replace(self.p, context=context, dry_run=self.p.backend.dry_run(self.p.plan, context))
         if was_queued:
             self.observer.message("admitted: " + need.describe())
+
+    def _quotas(self) -> Any:
+        """Every project's quota on this machine, from the store (read again while it waits)."""
+        from phalanx import queue
+
+        self._open_store()
+        return queue.local_limits(self.store)
 
     def _after_admission(self) -> None:
         """Queued rows of `phalanx run`s killed while waiting, found while we were admitted."""

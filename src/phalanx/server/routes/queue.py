@@ -18,17 +18,17 @@ router = APIRouter(tags=["queue"])
 
 @router.get("/queue")
 def queue(settings: SettingsDep, store: StoreDep) -> dict[str, Any]:
-    """`phalanx queue -o json`, each waiting run with ``why``: what it waits for."""
+    """`phalanx queue -o json`: each waiting run with ``why`` (its project's quota, the resources
+    it waits for, the runs ahead of it by priority or fair share); ``projects``: each project's
+    quota, what it holds and its recent usage."""
     from phalanx.queue import overview
 
-    doc = overview(settings.store, store)
-    for row in doc["queued"]:
-        row["why"] = why_waiting(row, doc["free"])
-    return doc
+    return overview(settings.store, store)  # each queued row has its ``why`` from the admission pass
 
 
 def why_waiting(row: dict[str, Any], free: dict[str, Any]) -> str:
-    """In words: the resources it needs that are not free, and the runs ahead of it."""
+    """In words, from a row alone (without quotas or fair share, which the queue's own ``why``
+    adds): the resources it needs that are not free, and the runs ahead of it."""
     needs = row["needs"]
     short = []
     for what, unit in (("cpus", "core"), ("gpus", "GPU")):

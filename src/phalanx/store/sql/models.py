@@ -418,3 +418,19 @@ class SubmissionRow(Base):
     idempotency_key: Mapped[str | None] = mapped_column(String(200), unique=True)
     bundle_sha256: Mapped[str] = mapped_column(String(64))
     submitted_at: Mapped[float] = mapped_column(Float)
+
+
+class ProjectQuotaRow(Base):
+    """What one project may hold at once on one compute target (``local``: this machine's ledger),
+    and how many of its experiments may wait. A NULL column is no limit. Keyed on the project's
+    name, the label every experiment carries."""
+
+    __tablename__ = "project_quotas"
+
+    project: Mapped[str] = mapped_column(String(128), primary_key=True)
+    target: Mapped[str] = mapped_column(String(100), primary_key=True)
+    cores: Mapped[int | None] = mapped_column(Integer)
+    gpus: Mapped[int | None] = mapped_column(Integer)
+    memory_mib: Mapped[float | None] = mapped_column(Float)
+    max_waiting: Mapped[int | None] = mapped_column(Integer)
+    updated_at: Mapped[float] = mapped_column(Float)

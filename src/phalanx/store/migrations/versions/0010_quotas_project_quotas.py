@@ -1,0 +1,35 @@
+"""project_quotas: per project and compute target, the cores, GPUs and memory it may hold at once
+and how many of its experiments may wait (issue 25 item 4)
+
+Revision ID: 0010_quotas_project_quotas
+Revises: 0009_srvsubmit_submissions
+Create Date: 2026-11-26 13:50:00
+"""
+
+from __future__ import annotations
+
+import sqlalchemy as sa
+from alembic import op
+
+revision = "0010_quotas_project_quotas"
+down_revision = "0009_srvsubmit_submissions"
+branch_labels = None
+depends_on = None
+
+
+def upgrade() -> None:
+    op.create_table(
+        "project_quotas",
+        sa.Column("project", sa.String(length=128), nullable=False),
+        sa.Column("target", sa.String(length=100), nullable=False),
+        sa.Column("cores", sa.Integer(), nullable=True),
+        sa.Column("gpus", sa.Integer(), nullable=True),
+        sa.Column("memory_mib", sa.Float(), nullable=True),
+        sa.Column("max_waiting", sa.Integer(), nullable=True),
+        sa.Column("updated_at", sa.Float(), nullable=False),
+        sa.PrimaryKeyConstraint("project", "target"),
+    )
+
+
+def downgrade() -> None:
+    op.drop_table("project_quotas")
