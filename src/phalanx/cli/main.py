@@ -19,6 +19,7 @@ COMMAND_MODULES = (
     "phalanx.cli.cluster",
     "phalanx.cli.plot",
     "phalanx.cli.queue",
+    "phalanx.cli.quota",
     "phalanx.cli.group",
     "phalanx.cli.resume",
     "phalanx.cli.annotate",
