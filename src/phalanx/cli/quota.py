@@ -45,7 +45,7 @@ def _memory(value: str | None) -> float | None:
 def _size(mib: float | None) -> str:
     if mib is None:
         return "-"
-    return f"{mib / 1024:g}G" if mib >= 1024 and mib % 1024 == 0 else f"{mib:g}M"
+    return f"{mib / 1024:g}Gi" if mib >= 1024 and mib % 1024 == 0 else f"{mib:g}Mi"
 
 
 def _n(value: object) -> str:
@@ -59,7 +59,7 @@ def set_quota(
     cores: Annotated[int | None, typer.Option("--cores", min=0, help="cores held at once")] = None,
     gpus: Annotated[int | None, typer.Option("--gpus", min=0, help="GPUs held at once")] = None,
     memory: Annotated[
-        str | None, typer.Option("--memory", help="memory held at once: 8G, 512Mi, or MiB")
+        str | None, typer.Option("--memory", help="memory held at once: 8Gi, 512Mi, 8G (10^9 bytes) or MiB")
     ] = None,
     max_waiting: Annotated[
         int | None, typer.Option("--max-waiting", min=0, help="experiments that may wait in the queue")

@@ -7,6 +7,7 @@ without a dialect-specific upsert); a NULL column is no limit.
 from __future__ import annotations
 
 import time
+from typing import Any
 
 from sqlalchemy import Engine, delete, insert, select
 
@@ -14,16 +15,26 @@ from phalanx.share import Limit, Quota
 from phalanx.store.sql.engine import writer
 from phalanx.store.sql.models import ProjectQuotaRow
 
+_COLUMNS = (
+    ProjectQuotaRow.project,
+    ProjectQuotaRow.target,
+    ProjectQuotaRow.cores,
+    ProjectQuotaRow.gpus,
+    ProjectQuotaRow.memory_mib,
+    ProjectQuotaRow.max_waiting,
+)
 
-def _quota(row: ProjectQuotaRow) -> Quota:
+
+def _quota(row: Any) -> Quota:
+    project, target, cores, gpus, memory_mib, max_waiting = row
     return Quota(
-        row.project,
-        row.target,
+        str(project),
+        str(target),
         Limit(
-            cores=row.cores,
-            gpus=row.gpus,
-            memory_mib=None if row.memory_mib is None else float(row.memory_mib),
-            max_waiting=row.max_waiting,
+            cores=None if cores is None else int(cores),
+            gpus=None if gpus is None else int(gpus),
+            memory_mib=None if memory_mib is None else float(memory_mib),
+            max_waiting=None if max_waiting is None else int(max_waiting),
         ),
     )
 
@@ -48,19 +59,17 @@ def put(engine: Engine, quota: Quota) -> None:
 def get(engine: Engine, project: str, target: str) -> Quota | None:
     with engine.connect() as conn:
         row = conn.execute(
-            select(ProjectQuotaRow).where(
-                ProjectQuotaRow.project == project, ProjectQuotaRow.target == target
-            )
-        ).scalar_one_or_none()
+            select(*_COLUMNS).where(ProjectQuotaRow.project == project, ProjectQuotaRow.target == target)
+        ).one_or_none()
         return None if row is None else _quota(row)
 
 
 def list_quotas(engine: Engine, target: str | None = None) -> list[Quota]:
-    query = select(ProjectQuotaRow).order_by(ProjectQuotaRow.target, ProjectQuotaRow.project)
+    query = select(*_COLUMNS).order_by(ProjectQuotaRow.target, ProjectQuotaRow.project)
     if target is not None:
         query = query.where(ProjectQuotaRow.target == target)
     with engine.connect() as conn:
-        return [_quota(row) for row in conn.execute(query).scalars()]
+        return [_quota(row) for row in conn.execute(query)]
 
 
 def remove(engine: Engine, project: str, target: str) -> bool:
