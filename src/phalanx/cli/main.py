@@ -20,6 +20,7 @@ COMMAND_MODULES = (
     "phalanx.cli.plot",
     "phalanx.cli.queue",
     "phalanx.cli.quota",
+    "phalanx.cli.secret",
     "phalanx.cli.group",
     "phalanx.cli.resume",
     "phalanx.cli.annotate",

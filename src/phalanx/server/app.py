@@ -38,6 +38,7 @@ from phalanx.server.routes import (
 )
 from phalanx.server.routes import queue as queue_routes
 from phalanx.server.routes import quotas as quota_routes
+from phalanx.server.routes import secrets as secret_routes
 from phalanx.server.sessions import LoginThrottle, Sessions
 from phalanx.server.settings import ServerSettings
 from phalanx.server.sweeper import Sweeper
@@ -122,6 +123,7 @@ def create_app(settings: ServerSettings, store: IngestStore | None = None) -> Fa
         models,
         queue_routes,
         quota_routes,
+        secret_routes,
     )
     for module in routers:
         app.include_router(module.router, prefix=API)

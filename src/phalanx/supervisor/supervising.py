@@ -401,6 +401,18 @@ class Supervisor:
         self._open_store()
         return queue.local_limits(self.store)
 
+    def _hand_secrets(self) -> None:
+        """The project's secrets (``phalanx secret set``), on this machine only: they join this
+        supervisor's own environment, which the local engine passes on to the replicas without
+        writing it anywhere (not in the unit files, the dry run or the store). Cluster engines
+        write their job's environment into scripts and objects, so they get none."""
+        if self.p.backend.name != "local":
+            return
+        from phalanx.store import secrets
+
+        self._open_store()
+        os.environ.update(secrets.environment(self.store, self.settings.home, self.p.plan.project))
+
     def _after_admission(self) -> None:
         """Queued rows of `phalanx run`s killed while waiting, found while we were admitted."""
         if self._admission is not None and self._admission.reclaimed:
@@ -528,6 +540,7 @@ class Supervisor:
 
     def _submit(self, dry: DryRun) -> str:
         """Start a group and the threads that tail its replicas' logs."""
+        self._hand_secrets()
         handle = self.p.backend.submit(dry)
         self._handle = handle  # the group the system-metrics sampler looks at
         self.tails = {

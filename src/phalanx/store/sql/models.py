@@ -434,3 +434,16 @@ class ProjectQuotaRow(Base):
     memory_mib: Mapped[float | None] = mapped_column(Float)
     max_waiting: Mapped[int | None] = mapped_column(Integer)
     updated_at: Mapped[float] = mapped_column(Float)
+
+
+class ProjectSecretRow(Base):
+    """A credential a project's experiments on this machine get as an environment variable. Only
+    the ciphertext is kept (Fernet, keyed by ``<home>/secrets.key``), so the database file, its
+    dumps and its backups never hold the value in clear."""
+
+    __tablename__ = "project_secrets"
+
+    project: Mapped[str] = mapped_column(String(128), primary_key=True)
+    name: Mapped[str] = mapped_column(String(128), primary_key=True)
+    ciphertext: Mapped[str] = mapped_column(Text)
+    updated_at: Mapped[float] = mapped_column(Float)

@@ -1,5 +1,6 @@
 """project_quotas: per project and compute target, the cores, GPUs and memory it may hold at once
-and how many of its experiments may wait (issue 25 item 4)
+and how many of its experiments may wait (issue 25 item 4); project_secrets: encrypted credentials
+a project's experiments get as environment variables (item 5)
 
 Revision ID: 0010_quotas_project_quotas
 Revises: 0009_srvsubmit_submissions
@@ -30,6 +31,16 @@ def upgrade() -> None:
         sa.PrimaryKeyConstraint("project", "target"),
     )
 
+    op.create_table(
+        "project_secrets",
+        sa.Column("project", sa.String(length=128), nullable=False),
+        sa.Column("name", sa.String(length=128), nullable=False),
+        sa.Column("ciphertext", sa.Text(), nullable=False),
+        sa.Column("updated_at", sa.Float(), nullable=False),
+        sa.PrimaryKeyConstraint("project", "name"),
+    )
+
 
 def downgrade() -> None:
+    op.drop_table("project_secrets")
     op.drop_table("project_quotas")
