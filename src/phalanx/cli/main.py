@@ -17,6 +17,7 @@ COMMAND_MODULES = (
     "phalanx.cli.serve",
     "phalanx.cli.server",
     "phalanx.cli.cluster",
+    "phalanx.cli.placement",
     "phalanx.cli.plot",
     "phalanx.cli.queue",
     "phalanx.cli.quota",

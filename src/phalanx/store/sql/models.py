@@ -447,3 +447,17 @@ class ProjectSecretRow(Base):
     name: Mapped[str] = mapped_column(String(128), primary_key=True)
     ciphertext: Mapped[str] = mapped_column(Text)
     updated_at: Mapped[float] = mapped_column(Float)
+
+
+class ProjectPlacementRow(Base):
+    """Where a project's jobs go on a registered cluster, so the cluster accounts them to it: a
+    Slurm account and partition, a Kubernetes namespace. NULL keeps the cluster's own setting."""
+
+    __tablename__ = "project_placements"
+
+    project: Mapped[str] = mapped_column(String(128), primary_key=True)
+    cluster: Mapped[str] = mapped_column(String(63), primary_key=True)
+    account: Mapped[str | None] = mapped_column(String(200))
+    partition: Mapped[str | None] = mapped_column(String(200))
+    namespace: Mapped[str | None] = mapped_column(String(63))
+    updated_at: Mapped[float] = mapped_column(Float)

@@ -1,6 +1,7 @@
 """project_quotas: per project and compute target, the cores, GPUs and memory it may hold at once
 and how many of its experiments may wait (issue 25 item 4); project_secrets: encrypted credentials
-a project's experiments get as environment variables (item 5)
+a project's experiments get as environment variables, and project_placements: a project's Slurm
+account/partition and Kubernetes namespace on a registered cluster (item 5)
 
 Revision ID: 0010_quotas_project_quotas
 Revises: 0009_srvsubmit_submissions
@@ -39,8 +40,19 @@ def upgrade() -> None:
         sa.Column("updated_at", sa.Float(), nullable=False),
         sa.PrimaryKeyConstraint("project", "name"),
     )
+    op.create_table(
+        "project_placements",
+        sa.Column("project", sa.String(length=128), nullable=False),
+        sa.Column("cluster", sa.String(length=63), nullable=False),
+        sa.Column("account", sa.String(length=200), nullable=True),
+        sa.Column("partition", sa.String(length=200), nullable=True),
+        sa.Column("namespace", sa.String(length=63), nullable=True),
+        sa.Column("updated_at", sa.Float(), nullable=False),
+        sa.PrimaryKeyConstraint("project", "cluster"),
+    )
 
 
 def downgrade() -> None:
+    op.drop_table("project_placements")
     op.drop_table("project_secrets")
     op.drop_table("project_quotas")
