@@ -1,9 +1,12 @@
 """`phalanx quota set|ls|rm`: what a project's experiments may hold at once on a target, and how many
 may wait (issue 25: quotas and fair share). Quotas live in this home's store, so on the server's
-machine they apply to the server's submissions and to local `phalanx run`s alike."""
+machine they apply to the server's submissions and to local `phalanx run`s alike; with
+``--server URL`` the commands set and read a server's quotas through its API instead."""
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
@@ -12,6 +15,7 @@ from phalanx.cli.app import app, emit_json
 from phalanx.cli.tracking import Format
 
 if TYPE_CHECKING:
+    from phalanx.cli.remote import Client
     from phalanx.store.base import Store
 
 quota_app = typer.Typer(
@@ -21,6 +25,27 @@ quota_app = typer.Typer(
 app.add_typer(quota_app, name="quota")
 
 TargetOption = Annotated[str, typer.Option("--target", help="the compute target; 'local' is this machine")]
+ServerOption = Annotated[
+    str | None, typer.Option("--server", metavar="URL", help="a Phalanx server's quotas (its API) instead")
+]
+TokenOption = Annotated[
+    Path | None,
+    typer.Option("--token-file", metavar="FILE", help="With --server: the token (else PHALANX_TOKEN)."),
+]
+
+
+def _client(server: str, token_file: Path | None) -> Client:
+    import os
+
+    from phalanx.cli.remote import Client, read_token
+
+    return Client(server, read_token(token_file, os.environ.get("PHALANX_TOKEN")))
+
+
+def _quoted(project: str) -> str:
+    from urllib.parse import quote
+
+    return quote(project, safe="")
 
 
 def _store() -> Store:
@@ -64,6 +89,8 @@ def set_quota(
     max_waiting: Annotated[
         int | None, typer.Option("--max-waiting", min=0, help="experiments that may wait in the queue")
     ] = None,
+    server: ServerOption = None,
+    token_file: TokenOption = None,
 ) -> None:
     """Set the project's quota on a target; options not given keep their current value (none: no
     limit). Waiting experiments are judged by the new quota within seconds."""
@@ -72,15 +99,27 @@ def set_quota(
     from phalanx.share import Limit, Quota
     from phalanx.store import quotas
 
-    store = _store()
-    current = quotas.get(store, project, target)
-    limit = Limit() if current is None else current.limit
     given: dict[str, Any] = {
         "cores": cores,
         "gpus": gpus,
         "memory_mib": _memory(memory),
         "max_waiting": max_waiting,
     }
+    if server is not None:
+        client = _client(server, token_file)
+        path = f"/projects/{_quoted(project)}/quota"
+        doc = client.get(path, target=target)
+        body = {k: doc[k] for k in ("cores", "gpus", "max_waiting")}
+        body["memory"] = doc["memory_mib"]
+        body.update({("memory" if k == "memory_mib" else k): v for k, v in given.items() if v is not None})
+        body["target"] = target
+        _, doc = client.request("PUT", path, json.dumps(body).encode(), {"Content-Type": "application/json"})
+        limit = Limit(doc["cores"], doc["gpus"], doc["memory_mib"], doc["max_waiting"])
+        typer.echo(f"project {project} on {target} at {server}: {_describe(limit)}")
+        return
+    store = _store()
+    current = quotas.get(store, project, target)
+    limit = Limit() if current is None else current.limit
     limit = replace(limit, **{k: v for k, v in given.items() if v is not None})
     quota = quotas.put(store, Quota(project, target, limit))
     typer.echo(f"project {project} on {target}: {_describe(quota.limit)}")
@@ -108,16 +147,27 @@ def _describe(limit: object) -> str:
 def list_quotas(
     target: Annotated[str | None, typer.Option("--target", help="only this target")] = None,
     output: Annotated[Format, typer.Option("-o", "--output", help="table or json")] = Format.TABLE,
+    server: ServerOption = None,
+    token_file: TokenOption = None,
 ) -> None:
     """List the quotas, with what each project holds now and its recent usage on this machine."""
     from phalanx.cli.tracking import _table
     from phalanx.config import Settings
     from phalanx.queue import overview
+    from phalanx.share import Limit, Quota
     from phalanx.store import quotas
 
-    store = _store()
-    found = quotas.list_quotas(store, target)
-    here = {p["project"]: p for p in overview(Settings(), store)["projects"]}
+    if server is not None:
+        client = _client(server, token_file)
+        found = [
+            Quota(q["project"], q["target"], Limit(q["cores"], q["gpus"], q["memory_mib"], q["max_waiting"]))
+            for q in client.get("/quotas", target=target)
+        ]
+        here = {p["project"]: p for p in client.get("/queue").get("projects", [])}
+    else:
+        store = _store()
+        found = quotas.list_quotas(store, target)
+        here = {p["project"]: p for p in overview(Settings(), store)["projects"]}
     docs: list[dict[str, Any]] = []
     for q in found:
         doc: dict[str, Any] = dict(q.to_json())
@@ -164,12 +214,25 @@ def list_quotas(
 
 @quota_app.command("rm")
 def remove_quota(
-    project: Annotated[str, typer.Argument(help="the project")], target: TargetOption = "local"
+    project: Annotated[str, typer.Argument(help="the project")],
+    target: TargetOption = "local",
+    server: ServerOption = None,
+    token_file: TokenOption = None,
 ) -> None:
     """Remove the project's quota on a target (it may then use the whole machine)."""
-    from phalanx.errors import NotFound
+    from urllib.parse import quote
+
+    from phalanx.errors import NotFound, UsageError
     from phalanx.store import quotas
 
+    if server is not None:
+        client = _client(server, token_file)
+        try:
+            client.request("DELETE", f"/projects/{_quoted(project)}/quota?target={quote(target)}")
+        except UsageError as exc:  # the server's 404 comes back as a user's mistake
+            raise NotFound(f"{exc} (`phalanx quota ls --server {server}` lists them)") from None
+        typer.echo(f"project {project}: no quota on {target} at {server} any more")
+        return
     if not quotas.remove(_store(), project, target):
         raise NotFound(f"project {project} has no quota on {target} (`phalanx quota ls` lists them)")
     typer.echo(f"project {project}: no quota on {target} any more")
