@@ -10,7 +10,7 @@ import secrets
 import signal
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -401,17 +401,30 @@ class Supervisor:
         self._open_store()
         return queue.local_limits(self.store)
 
-    def _hand_secrets(self) -> None:
-        """The project's secrets (``phalanx secret set``), on this machine only: they join this
-        supervisor's own environment, which the local engine passes on to the replicas without
-        writing it anywhere (not in the unit files, the dry run or the store). Cluster engines
-        write their job's environment into scripts and objects, so they get none."""
+    @contextlib.contextmanager
+    def _secrets_handed(self) -> Iterator[None]:
+        """The project's secrets (``phalanx secret set``), on this machine only, while the engine
+        starts the replicas: they join this process's environment, which the local engine passes on
+        to its replicas without writing it anywhere (not the unit files, the dry run or the store),
+        and leave it again at once (the supervisor may run inside a caller's own process).
+        Cluster engines write their job's environment into scripts and objects, so they get none."""
         if self.p.backend.name != "local":
+            yield
             return
         from phalanx.store import secrets
 
         self._open_store()
-        os.environ.update(secrets.environment(self.store, self.settings.home, self.p.plan.project))
+        handed = secrets.environment(self.store, self.settings.home, self.p.plan.project)
+        before = {name: os.environ.get(name) for name in handed}
+        os.environ.update(handed)
+        try:
+            yield
+        finally:
+            for name, value in before.items():
+                if value is None:
+                    os.environ.pop(name, None)
+                else:
+                    os.environ[name] = value
 
     def _after_admission(self) -> None:
         """Queued rows of `phalanx run`s killed while waiting, found while we were admitted."""
@@ -540,8 +553,8 @@ class Supervisor:
 
     def _submit(self, dry: DryRun) -> str:
         """Start a group and the threads that tail its replicas' logs."""
-        self._hand_secrets()
-        handle = self.p.backend.submit(dry)
+        with self._secrets_handed():
+            handle = self.p.backend.submit(dry)
         self._handle = handle  # the group the system-metrics sampler looks at
         self.tails = {
             name: LogTail(
