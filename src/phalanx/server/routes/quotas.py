@@ -19,17 +19,20 @@ from phalanx.share import LOCAL, Limit, Quota
 
 router = APIRouter(tags=["quotas"])
 
+LARGEST = 10**9  # far beyond any machine, well within every database's integer
+
 TargetQuery = Annotated[str, Query(max_length=100, description="the compute target; 'local' is this machine")]
 
 
 class QuotaIn(BaseModel):
     target: str = Field(default=LOCAL, max_length=100, description="'local' is the server's own machine")
-    cores: int | None = Field(default=None, description="cores its running experiments may hold at once")
-    gpus: int | None = Field(default=None, description="GPUs its running experiments may hold at once")
-    memory: int | float | str | None = Field(
-        default=None, description="memory they may hold at once: MiB as a number, or a size such as '8G'"
+    cores: int | None = Field(default=None, ge=0, le=LARGEST, description="cores held at once")
+    gpus: int | None = Field(default=None, ge=0, le=LARGEST, description="GPUs held at once")
+    memory: float | str | None = Field(
+        default=None,
+        description="memory they may hold at once: MiB as a number, or a size such as '8Gi'",
     )
-    max_waiting: int | None = Field(default=None, description="experiments that may wait in the queue")
+    max_waiting: int | None = Field(default=None, ge=0, le=LARGEST, description="experiments that may wait")
 
 
 class QuotaOut(BaseModel):
@@ -55,16 +58,21 @@ def _out(project: str, target: str, quota: Quota | None) -> QuotaOut:
     )
 
 
-def memory_mib(value: int | float | str | None) -> float | None:
+def memory_mib(value: float | str | None) -> float | None:
     """MiB from a number or a size such as '8G' or '512Mi' (as experiment files write memory)."""
     from phalanx.spec.quantities import parse_memory
 
     if value is None:
         return None
+    if isinstance(value, str) and len(value) > 40:
+        raise UsageError("memory: give MiB as a number, or a size such as '8Gi'")
     try:
-        return parse_memory(value)
+        mib = parse_memory(value)
     except ValueError as exc:
         raise UsageError(f"memory: {exc}") from None
+    if not mib < 2.0**60:  # also NaN
+        raise UsageError(f"memory {value!r}: larger than any machine; give MiB, or a size such as '8Gi'")
+    return mib
 
 
 @router.get("/projects/{project}/quota", response_model=QuotaOut)
