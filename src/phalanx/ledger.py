@@ -48,7 +48,17 @@ from typing import Any
 from phalanx import share
 from phalanx.share import AGING_SECONDS, DEFAULT_PROJECT, Limit
 
-__all__ = ["AGING_SECONDS", "Capacity", "Entry", "Grant", "Ledger", "Need", "NeverFits", "NoRoom"]
+__all__ = [
+    "AGING_SECONDS",
+    "Capacity",
+    "Entry",
+    "Grant",
+    "Ledger",
+    "Need",
+    "NeverFits",
+    "NoRoom",
+    "TooManyWaiting",
+]
 
 FORMAT = 1
 
@@ -206,6 +216,9 @@ class State:
                 share.decayed(done, at, now) + share.accrued(e.cores_held(), e.since, now),
                 now,
             )
+        for project, (value, at) in list(self.usage.items()):  # weighs nothing any more: gone
+            if share.decayed(value, at, now) < 1e-6:
+                del self.usage[project]
         return e
 
     def judge(self, capacity: Capacity, limits: Mapping[str, Limit], now: float) -> dict[str, share.Verdict]:

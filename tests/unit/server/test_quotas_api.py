@@ -40,16 +40,18 @@ def test_a_quota_is_set_read_listed_and_removed(client: TestClient) -> None:
     assert client.get("/api/v1/quotas").json() == []
 
 
-def test_mistakes_are_400_and_name_the_field(client: TestClient) -> None:
+def test_mistakes_are_refused_and_name_the_field(client: TestClient) -> None:
     url = "/api/v1/projects/vision/quota"
-    for body, words in (
-        ({"cores": -1}, "cores -1"),
-        ({"memory": "8 bananas"}, "memory:"),
-        ({}, "give at least one of cores"),
-        ({"cores": 1, "target": "no spaces"}, "target 'no spaces'"),
+    for body, status, words in (
+        ({"cores": -1}, 422, "body.cores"),
+        ({"max_waiting": 10**12}, 422, "body.max_waiting"),
+        ({"memory": "8 bananas"}, 400, "memory:"),
+        ({"memory": 1e300}, 400, "larger than any machine"),
+        ({}, 400, "give at least one of cores"),
+        ({"cores": 1, "target": "no spaces"}, 400, "target 'no spaces'"),
     ):
         r = client.put(url, json=body)
-        assert r.status_code == 400, (body, r.text)
+        assert r.status_code == status, (body, r.text)
         assert words in r.json()["message"], (body, r.json())
     assert client.get("/api/v1/quotas").json() == []
 
