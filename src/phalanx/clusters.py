@@ -35,6 +35,7 @@ class Cluster:
     name: str
     kind: str  # "slurm" | "kubernetes"
     partition: str | None = None  # slurm: --partition
+    account: str | None = None  # slurm: --account (a project's placement may set it per project)
     namespace: str | None = None  # kubernetes: where objects are created (default "default")
     context: str | None = None  # kubernetes: kubeconfig context
     shared_dir: str | None = None  # slurm: a folder every node sees (replica logs, exit codes)

@@ -83,6 +83,12 @@ def not_resumable(experiment_id: str, status: str) -> Conflict:
     return Conflict(f"experiment {experiment_id} is {status}; only a failed or stopped one can be resumed")
 
 
+class QuotaExceeded(UsageError):
+    """The project already has as many experiments waiting as its quota allows (retry later)."""
+
+    code = "quota_exceeded"
+
+
 class Unauthorized(PhalanxError):
     """A token is required and was missing or wrong."""
 
@@ -120,6 +126,7 @@ EXIT_STATUS: dict[str, int] = {
     "invalid_spec": 2,
     "not_found": 2,
     "conflict": 2,
+    "quota_exceeded": 2,
     "unauthorized": 2,
     "missing_extra": 2,
     "backend_unavailable": 1,
@@ -133,6 +140,7 @@ HTTP_STATUS: dict[str, int] = {
     "invalid_spec": 422,
     "not_found": 404,
     "conflict": 409,
+    "quota_exceeded": 429,  # Too Many Requests: the project's queue is full; a later submit may pass
     "unauthorized": 401,
     "missing_extra": 501,
     "backend_unavailable": 503,

@@ -22,12 +22,18 @@ what is free, or it waits. The queue order is priority (higher first), then arri
 * aging: an experiment's priority grows by one for every ``AGING_SECONDS`` it has waited, so a
   steady stream of higher-priority experiments cannot keep a lower one waiting forever.
 
+Quotas and fair share (``phalanx.share``): every entry names its project; ``admit`` is given each
+project's limit, and a run that would take its project over its quota waits without reserving
+anything. The order mixes priority with each project's recent usage, which the document keeps
+(``usage``: decayed core-seconds per project, folded in when a run releases its cores).
+
 Standard library only (it is imported by the supervisor before anything else starts).
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import fcntl
 import json
 import math
@@ -39,7 +45,21 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-AGING_SECONDS = 600.0  # one priority point per 10 minutes of waiting
+from phalanx import share
+from phalanx.share import AGING_SECONDS, DEFAULT_PROJECT, Limit
+
+__all__ = [
+    "AGING_SECONDS",
+    "Capacity",
+    "Entry",
+    "Grant",
+    "Ledger",
+    "Need",
+    "NeverFits",
+    "NoRoom",
+    "TooManyWaiting",
+]
+
 FORMAT = 1
 
 
@@ -100,6 +120,7 @@ class Entry:
     cpus: tuple[int, ...] = ()
     gpus: tuple[str, ...] = ()
     host: str = ""  # the machine whose pid this is (a ledger file on a shared disk names several)
+    project: str = DEFAULT_PROJECT
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -115,6 +136,7 @@ class Entry:
             "holding": self.holding,
             "cpus": list(self.cpus),
             "gpus": list(self.gpus),
+            "project": self.project,
         }
 
     @staticmethod
@@ -132,10 +154,14 @@ class Entry:
             cpus=tuple(int(c) for c in doc.get("cpus", ())),
             gpus=tuple(str(g) for g in doc.get("gpus", ())),
             host=str(doc.get("host", "")),
+            project=str(doc.get("project") or DEFAULT_PROJECT),
         )
 
     def effective_priority(self, now: float) -> float:
-        return self.priority + math.floor(max(0.0, now - self.since) / AGING_SECONDS)
+        return self.priority + share.aging(self.since, now)
+
+    def cores_held(self) -> int:
+        return len(self.cpus) or self.need.cpus
 
 
 @dataclass(frozen=True)
@@ -153,16 +179,67 @@ class State:
 
     entries: dict[str, Entry] = field(default_factory=dict)
     seq: int = 0
+    # per project: (decayed core-seconds of its ended runs, when that was recorded)
+    usage: dict[str, tuple[float, float]] = field(default_factory=dict)
+    cores: int = 0  # the machine's cores as the last admission saw them (to weigh usage)
 
     def holding(self) -> list[Entry]:
         return sorted((e for e in self.entries.values() if e.holding and here(e)), key=lambda e: e.since)
 
+    def recent_usage(self, project: str, now: float) -> float:
+        """The project's decayed core-seconds at ``now``: its ended runs', and its running ones' so far."""
+        done, at = self.usage.get(project, (0.0, now))
+        running = sum(
+            share.accrued(e.cores_held(), e.since, now)
+            for e in self.entries.values()
+            if e.holding and here(e) and e.project == project
+        )
+        return share.decayed(done, at, now) + running
+
+    def penalty(self, project: str, now: float) -> float:
+        return share.penalty(self.recent_usage(project, now), self.cores or os.cpu_count() or 1)
+
     def waiting(self, now: float | None = None) -> list[Entry]:
-        """This machine's waiting entries in queue order: effective priority (higher first), then
-        arrival."""
+        """This machine's waiting entries in queue order: the fair-share score (priority + aging -
+        the project's usage penalty, higher first), then arrival."""
         now = time.time() if now is None else now
         waiting = [e for e in self.entries.values() if not e.holding and here(e)]
-        return sorted(waiting, key=lambda e: (-e.effective_priority(now), e.seq))
+        penalties = {p: self.penalty(p, now) for p in {e.project for e in waiting}}
+        return sorted(waiting, key=lambda e: (-(e.effective_priority(now) - penalties[e.project]), e.seq))
+
+    def forget(self, experiment_id: str, now: float) -> Entry | None:
+        """Remove the entry; a holding one's core-seconds join its project's recent usage."""
+        e = self.entries.pop(experiment_id, None)
+        if e is not None and e.holding and here(e):
+            done, at = self.usage.get(e.project, (0.0, now))
+            self.usage[e.project] = (
+                share.decayed(done, at, now) + share.accrued(e.cores_held(), e.since, now),
+                now,
+            )
+        for project, (value, at) in list(self.usage.items()):  # weighs nothing any more: gone
+            if share.decayed(value, at, now) < 1e-6:
+                del self.usage[project]
+        return e
+
+    def judge(self, capacity: Capacity, limits: Mapping[str, Limit], now: float) -> dict[str, share.Verdict]:
+        """Every waiting entry's verdict (may it start now, or why it waits)."""
+        free_cpus, free_gpus, free_mem = _free(self, capacity)
+        held: dict[str, list[float]] = {}
+        for e in self.holding():
+            h = held.setdefault(e.project, [0.0, 0.0, 0.0])
+            h[0] += e.cores_held()
+            h[1] += len(e.gpus) or e.need.gpus
+            h[2] += e.need.memory_mib
+        waiting = self.waiting(now)
+        penalties = {p: self.penalty(p, now) for p in {e.project for e in waiting}}
+        return share.judge(
+            waiting,
+            held,
+            (len(free_cpus), len(free_gpus), free_mem),
+            limits,
+            {e.experiment_id: e.effective_priority(now) for e in waiting},
+            {e.experiment_id: penalties[e.project] for e in waiting},
+        )
 
 
 class NoRoom(Exception):
@@ -170,7 +247,11 @@ class NoRoom(Exception):
 
 
 class NeverFits(Exception):
-    """The experiment needs more than this machine has at all."""
+    """The experiment needs more than this machine has at all (or than its project's quota)."""
+
+
+class TooManyWaiting(Exception):
+    """The experiment would wait, and its project already has its quota's most experiments waiting."""
 
 
 # ---- processes --------------------------------------------------------------------------------
@@ -248,12 +329,18 @@ class Ledger:
             with contextlib.suppress(KeyError, ValueError, TypeError):
                 e = Entry.from_json(raw)
                 entries[e.experiment_id] = e
-        return State(entries=entries, seq=int(doc.get("seq", 0)))
+        usage = {}
+        for project, raw in (doc.get("usage") or {}).items():
+            with contextlib.suppress(KeyError, ValueError, TypeError):
+                usage[str(project)] = (float(raw["core_seconds"]), float(raw["at"]))
+        return State(entries=entries, seq=int(doc.get("seq", 0)), usage=usage, cores=int(doc.get("cores", 0)))
 
     @staticmethod
     def _dump(state: State) -> str:
         entries = [e.to_json() for e in sorted(state.entries.values(), key=lambda e: e.seq)]
-        return json.dumps({"format": FORMAT, "seq": state.seq, "entries": entries}, indent=1)
+        usage = {p: {"core_seconds": v, "at": at} for p, (v, at) in sorted(state.usage.items())}
+        doc = {"format": FORMAT, "seq": state.seq, "cores": state.cores, "usage": usage, "entries": entries}
+        return json.dumps(doc, indent=1)
 
     def version(self) -> tuple[int, int] | None:
         """Changes whenever the ledger is rewritten (a cheap look for waiters, no lock taken)."""
@@ -281,72 +368,68 @@ class Ledger:
         name: str = "",
         priority: int = 0,
         wait: bool = True,
+        project: str = DEFAULT_PROJECT,
+        limits: Mapping[str, Limit] | None = None,
     ) -> tuple[Grant | None, list[Entry]]:
-        """Admit the experiment if its whole need fits now and nobody ahead in the queue is owed it.
+        """Admit the experiment if its whole need fits now, within its project's quota (``limits``:
+        per project), and nobody ahead in the queue is owed it.
 
         Returns (grant, reclaimed): the grant when admitted, else None and the experiment is (still)
         in the queue. ``reclaimed``: entries of dead processes removed on the way (their store rows
         may need marking). With ``wait=False`` NoRoom is raised instead of queueing.
-        Raises NeverFits when the need exceeds the machine itself.
+        Raises NeverFits when the need exceeds the machine itself or the project's quota, and
+        TooManyWaiting when it would wait and its project already has max_waiting runs waiting.
         """
         pid = os.getpid() if pid is None else pid
         start = process_start(pid) or ""
-        never = _never_fits(need, capacity)
+        limits = limits or {}
+        project = project or DEFAULT_PROJECT
+        never = _never_fits(need, capacity) or share.never_within(project, need, limits.get(project))
         if never:
             raise NeverFits(never)
         with self.locked() as state:
             gone = reclaim(state)
+            state.cores = len(capacity.cpus)
             now = time.time()
             mine = state.entries.get(experiment_id)
             if mine is not None and mine.holding:
                 return Grant(mine.cpus, mine.gpus, mine.need.memory_mib), gone
+            fresh = mine is None
             if mine is None:
                 state.seq += 1
                 mine = Entry(experiment_id, pid, start, need, name, priority, state.seq, now, host=HOST)
-            free_cpus, free_gpus, free_mem = _free(state, capacity)
-            avail = [len(free_cpus), len(free_gpus), free_mem]
-            for ahead in state.waiting(now):
-                if ahead.experiment_id == experiment_id:
-                    break
-                if ahead.effective_priority(now) < mine.effective_priority(now) or (
-                    ahead.effective_priority(now) == mine.effective_priority(now) and ahead.seq > mine.seq
-                ):
-                    break  # not ahead of us (a fresh entry has not been sorted in yet)
-                # whether it fits now (it starts at its next look) or not (it reserves): it is owed
-                # its need out of what is free, before us
-                avail = [
-                    max(0.0, avail[0] - ahead.need.cpus),
-                    max(0.0, avail[1] - ahead.need.gpus),
-                    max(0.0, avail[2] - ahead.need.memory_mib),
-                ]
-            fits = need.cpus <= avail[0] and need.gpus <= avail[1] and need.memory_mib <= avail[2] + 1e-9
-            if fits:
+            mine = dataclasses.replace(mine, project=project)
+            state.entries[experiment_id] = mine  # sorted in with the others for the pass
+            verdict = state.judge(capacity, limits, now)[experiment_id]
+            if verdict.starts:
+                free_cpus, free_gpus, _ = _free(state, capacity)
                 grant = Grant(tuple(free_cpus[: need.cpus]), tuple(free_gpus[: need.gpus]), need.memory_mib)
-                state.entries[experiment_id] = Entry(
-                    experiment_id,
-                    pid,
-                    start,
-                    need,
-                    name,
-                    priority,
-                    mine.seq,
-                    now,
-                    holding=True,
-                    cpus=grant.cpus,
-                    gpus=grant.gpus,
-                    host=HOST,
+                state.entries[experiment_id] = dataclasses.replace(
+                    mine, since=now, holding=True, cpus=grant.cpus, gpus=grant.gpus, host=HOST
                 )
                 return grant, gone
             if not wait:
                 state.entries.pop(experiment_id, None)
-                raise NoRoom(busy_message(state, need, capacity))
-            state.entries[experiment_id] = mine
+                raise NoRoom(busy_message(state, need, capacity) + f"\n  why: {verdict.why()}")
+            most = (limits.get(project) or Limit()).max_waiting
+            if fresh and most is not None:
+                others = [
+                    e for e in state.waiting(now) if e.project == project and e.experiment_id != experiment_id
+                ]
+                if len(others) >= most:
+                    state.entries.pop(experiment_id, None)
+                    raise TooManyWaiting(
+                        f"{share.TOO_MANY_WAITING}: project {project} already has {len(others)} experiment"
+                        f"{'s' * (len(others) != 1)} waiting, its quota's most ({most}) on this machine;"
+                        f" this one would wait too ({verdict.why()}). Submit it when some have started,"
+                        f" or raise the limit with `phalanx quota set {project} --max-waiting N`"
+                    )
             return None, gone
 
     def release(self, experiment_id: str) -> bool:
         """Forget the experiment (it ended, was stopped, or stopped waiting); True if it was there."""
         with self.locked() as state:
-            return state.entries.pop(experiment_id, None) is not None
+            return state.forget(experiment_id, time.time()) is not None
 
     def position(self, experiment_id: str) -> int | None:
         """1-based place in the queue (None: not waiting)."""
@@ -361,8 +444,9 @@ class Ledger:
 def reclaim(state: State) -> list[Entry]:
     """Remove (and return) the entries whose supervisor is gone."""
     gone = [e for e in state.entries.values() if not alive(e)]
+    now = time.time()
     for e in gone:
-        del state.entries[e.experiment_id]
+        state.forget(e.experiment_id, now)
     return gone
 
 

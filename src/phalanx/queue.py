@@ -17,18 +17,21 @@ a search's trials), so they all queue the same way.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from phalanx import ledger as ledger_mod
-from phalanx.ledger import Capacity, Entry, Grant, Ledger, Need, NeverFits, NoRoom
+from phalanx.ledger import Capacity, Entry, Grant, Ledger, Need, NeverFits, NoRoom, TooManyWaiting
+from phalanx.share import DEFAULT_PROJECT, Limit
 
 if TYPE_CHECKING:
     from phalanx.config import Settings
     from phalanx.plan import Plan
+    from phalanx.store.base import Store
 
 # How often a waiter looks at the ledger file's identity (a stat, no lock); it takes the lock and
 # tries again as soon as the file changed (someone ended or joined), and at least every RETRY_SECONDS
@@ -37,6 +40,8 @@ LOOK_SECONDS = 0.05
 RETRY_SECONDS = 0.5
 # --priority bounds: aging adds one per 10 minutes waited, so 1000 already outranks a week of waiting
 MAX_PRIORITY = 1000
+# how often a waiter re-reads the quotas from the store (a quota changed while runs wait applies then)
+QUOTA_REFRESH_SECONDS = 2.0
 
 __all__ = [
     "MAX_PRIORITY",
@@ -48,11 +53,14 @@ __all__ = [
     "Need",
     "NeverFits",
     "NoRoom",
+    "TooManyWaiting",
     "capacity",
     "check_priority",
     "ledger_for",
+    "local_limits",
     "need_of_plan",
     "overview",
+    "waiting_count",
 ]
 
 
@@ -81,6 +89,8 @@ class Admission:
     ``wait``: queue when it does not fit (False: raise UsageError at once, `--no-wait`).
     ``stop``: returns True when a stop was asked for (checked while waiting).
     ``on_queued``: called once, when the experiment has to wait (the supervisor records it queued).
+    ``project``: whose quota and fair share it counts against; ``limits``: reads every project's
+    limit on this machine (from the store), called again every QUOTA_REFRESH_SECONDS while waiting.
     """
 
     experiment_id: str
@@ -90,6 +100,10 @@ class Admission:
     priority: int = 0
     wait: bool = True
     reclaimed: list[Entry] | None = None
+    project: str = DEFAULT_PROJECT
+    limits: Callable[[], Mapping[str, Limit]] | None = None
+    _limits: Mapping[str, Limit] = field(default_factory=dict)
+    _limits_at: float | None = None
 
     def admit(
         self,
@@ -107,7 +121,11 @@ class Admission:
         try:
             grant, _ = self._try(cap)
         except NeverFits as exc:
+            if "quota" in str(exc):
+                raise UsageError(str(exc)) from None
             raise UsageError(f"{exc}; lower what was counted, or pass --oversubscribe") from None
+        except TooManyWaiting as exc:
+            raise UsageError(str(exc)) from None
         except NoRoom as exc:
             raise UsageError(f"--no-wait: the experiment does not fit now.\n{exc}") from None
         if grant is not None:
@@ -120,6 +138,7 @@ class Admission:
             held = ", ".join(e.experiment_id + (f" ({e.name})" if e.name else "") for e in holding)
             on_queued(
                 f"queued (position {position} of {len(waiting)}): waiting for {self.need.describe()}"
+                + (f" (project {self.project})" if self.project != DEFAULT_PROJECT else "")
                 + (f"; running now: {held}" if held else "")
                 + "; `phalanx queue` shows the queue"
             )
@@ -152,10 +171,27 @@ class Admission:
             name=self.name,
             priority=self.priority,
             wait=self.wait,
+            project=self.project,
+            limits=self._current_limits(),
         )
         assert self.reclaimed is not None
         self.reclaimed.extend(gone)
         return grant, gone
+
+    def _current_limits(self) -> Mapping[str, Limit]:
+        """The quotas, re-read at most every QUOTA_REFRESH_SECONDS; the last ones read if the store
+        fails later (the first read's failure is the experiment's)."""
+        if self.limits is None:
+            return {}
+        now = time.monotonic()
+        if self._limits_at is None or now - self._limits_at >= QUOTA_REFRESH_SECONDS:
+            if self._limits_at is None:
+                self._limits = self.limits()
+            else:
+                with contextlib.suppress(Exception):
+                    self._limits = self.limits()
+            self._limits_at = now
+        return self._limits
 
     def release(self) -> None:
         self.ledger.release(self.experiment_id)
@@ -174,28 +210,82 @@ def check_priority(priority: object, given_as: str) -> int:
     return priority
 
 
-def overview(settings: Settings) -> dict[str, Any]:
-    """What `phalanx queue -o json` prints: the machine, what runs (holding), what waits in order.
-    (Callers with a store run ``reconcile.reconcile`` first, so abandoned rows show stopped.)"""
-    holding, waiting, _ = ledger_for(settings).snapshot()
+def local_limits(store: Store | None) -> dict[str, Limit]:
+    """Every project's quota on this machine (target ``local``), from the store; none without one."""
+    if store is None:
+        return {}
+    from phalanx.store import quotas
+
+    return quotas.limits(store, "local")
+
+
+def waiting_count(settings: Settings, project: str) -> int:
+    """How many of the project's experiments wait in this machine's queue now."""
+    _, waiting, _ = ledger_for(settings).snapshot()
+    return sum(1 for e in waiting if e.project == project)
+
+
+def overview(settings: Settings, store: Store | None = None) -> dict[str, Any]:
+    """What `phalanx queue -o json` prints: the machine, what runs (holding), what waits in order
+    and why (``why``), and per project its quota and recent usage (``projects``), read from the
+    store when one is given. (Callers with a store run ``reconcile.reconcile`` first, so abandoned
+    rows show stopped.)"""
+    limits: dict[str, Limit] = {}
+    if store is not None:
+        with contextlib.suppress(Exception):  # reading the queue must work even if the store fails
+            limits = local_limits(store)
     cap = capacity(need_gpus=True)
     now = time.time()
+    with ledger_for(settings).locked() as state:
+        ledger_mod.reclaim(state)
+        holding, waiting = state.holding(), state.waiting(now)
+        verdicts = state.judge(cap, limits, now)
+        projects = {e.project for e in holding + waiting} | set(limits)
+        usage = {p: (state.recent_usage(p, now), state.penalty(p, now)) for p in projects}
     held_cpus = sum(len(e.cpus) for e in holding)
     held_mem = sum(e.need.memory_mib for e in holding)
 
     def row(e: Entry, position: int | None) -> dict[str, Any]:
-        return {
+        doc = {
             "experiment_id": e.experiment_id,
             "name": e.name,
+            "project": e.project,
             "state": "running" if e.holding else "queued",
             "position": position,
             "priority": e.priority,
             "effective_priority": e.effective_priority(now),
+            "share_penalty": round(usage[e.project][1], 4),
             "needs": e.need.to_json(),
             "cpus": list(e.cpus),
             "gpus": list(e.gpus),
             "pid": e.pid,
             "since": e.since,
+        }
+        if not e.holding:
+            doc["why"] = verdicts[e.experiment_id].why()
+        return doc
+
+    def project(p: str) -> dict[str, Any]:
+        lim = limits.get(p)
+        mine = [e for e in holding if e.project == p]
+        return {
+            "project": p,
+            "quota": None
+            if lim is None
+            else {
+                "cores": lim.cores,
+                "gpus": lim.gpus,
+                "memory_mib": lim.memory_mib,
+                "max_waiting": lim.max_waiting,
+            },
+            "holds": {
+                "cpus": sum(e.cores_held() for e in mine),
+                "gpus": sum(len(e.gpus) for e in mine),
+                "memory_mib": sum(e.need.memory_mib for e in mine),
+            },
+            "waiting": sum(1 for e in waiting if e.project == p),
+            "recent_core_seconds": round(usage[p][0], 1),
+            "share_penalty": round(usage[p][1], 4),
         }
 
     return {
@@ -208,4 +298,5 @@ def overview(settings: Settings) -> dict[str, Any]:
         },
         "running": [row(e, None) for e in holding],
         "queued": [row(e, i) for i, e in enumerate(waiting, 1)],
+        "projects": [project(p) for p in sorted(projects)],
     }

@@ -163,6 +163,7 @@ class SlurmBackend:
             self.run_dir(context.experiment_id),
             env,
             partition=self.cluster.partition,
+            account=self.cluster.account,
             mpi_plugin=self.mpi_plugin() if uses_mpi(plan) else "none",
         )
         return SlurmDryRun(backend=self.name, plan=plan, context=context, script=script)

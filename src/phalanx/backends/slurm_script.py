@@ -259,6 +259,7 @@ def render(
     env: Mapping[str, str],
     partition: str | None = None,
     mpi_plugin: str = "pmix",
+    account: str | None = None,
 ) -> str:
     """The complete sbatch script. ``env`` is what every replica shares (tracking, plan.env, PATH).
 
@@ -300,6 +301,8 @@ def render(
     ]
     if partition:
         lines.append(f"#SBATCH --partition={partition}")
+    if account:
+        lines.append(f"#SBATCH --account={account}")
     if plan.max_run_seconds:
         minutes = max(1, math.ceil(plan.max_run_seconds / 60))
         lines.append(f"#SBATCH --time={minutes}")

@@ -43,7 +43,8 @@ def queue(
     output: Annotated[Format, typer.Option("-o", "--output", help="table or json")] = Format.TABLE,
 ) -> None:
     """Show this machine's queue: running experiments and what they hold, then waiting ones in the
-    order they will start and what each needs."""
+    order they will start (priority and fair share), what each needs and why it waits (its
+    project's quota, resources, runs ahead)."""
     from phalanx.cli.tracking import _table
     from phalanx.config import Settings
     from phalanx.queue import overview
@@ -58,7 +59,7 @@ def queue(
 
         with contextlib.suppress(Exception):  # reading the queue must work even if the store fails
             reconcile(store, settings)  # a killed waiter's row shows stopped, not queued
-    doc = overview(settings)
+    doc = overview(settings, store)
     if output is Format.JSON:
         emit_json(doc)
         return
@@ -73,11 +74,13 @@ def queue(
             "-",
             r["experiment_id"],
             r["name"],
+            r["project"],
             "running",
             str(r["priority"]),
             _holds(r),
             str(r["pid"]),
             _age(r["since"]),
+            "",
         ]
         for r in doc["running"]
     ] + [
@@ -85,15 +88,18 @@ def queue(
             str(r["position"]),
             r["experiment_id"],
             r["name"],
+            r["project"],
             "queued",
             str(r["priority"]),
             "needs " + _needs(r),
             str(r["pid"]),
             _age(r["since"]),
+            r["why"],
         ]
         for r in doc["queued"]
     ]
     if not rows:
         typer.echo("nothing holds resources and nothing waits")
         return
-    typer.echo(_table(["#", "id", "name", "state", "priority", "holds / needs", "pid", "for"], rows))
+    headers = ["#", "id", "name", "project", "state", "priority", "holds / needs", "pid", "for", "why"]
+    typer.echo(_table(headers, rows))

@@ -41,6 +41,8 @@ from phalanx.server.routes import (
     teams,
 )
 from phalanx.server.routes import queue as queue_routes
+from phalanx.server.routes import quotas as quota_routes
+from phalanx.server.routes import secrets as secret_routes
 from phalanx.server.sessions import LoginThrottle, Sessions
 from phalanx.server.settings import ServerSettings
 from phalanx.server.sweeper import Sweeper
@@ -138,6 +140,8 @@ def create_app(settings: ServerSettings, store: IngestStore | None = None) -> Fa
         models,
         queue_routes,
         teams,
+        quota_routes,
+        secret_routes,
     )
     for module in routers:
         app.include_router(module.router, prefix=API)
@@ -196,7 +200,8 @@ ERROR_RESPONSES = {
     409: "conflicts with the experiment's state",
     413: "request body too large",
     422: "invalid parameters",
-    429: "too many wrong tokens from this address; wait Retry-After seconds",
+    429: "too many wrong tokens from this address (wait Retry-After seconds), or a submit beyond its"
+    " project's max-waiting quota",
 }
 
 

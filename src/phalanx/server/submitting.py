@@ -23,7 +23,8 @@ from typing import Any
 
 from phalanx.bundles import BundleStore, digest, unpack
 from phalanx.config import Settings
-from phalanx.errors import PhalanxError, UsageError
+from phalanx.errors import PhalanxError, QuotaExceeded, UsageError
+from phalanx.share import DEFAULT_PROJECT, LOCAL, TOO_MANY_WAITING
 from phalanx.store.base import Store
 
 log = logging.getLogger(__name__)
@@ -102,6 +103,7 @@ def submit(
     spec = load_spec_text(request.file_text, name, params=request.params)
     if authorize is not None:
         authorize(spec.project or "default")
+    check_max_waiting(store, settings, spec.project or DEFAULT_PROJECT)
     BundleStore(settings.home / "server" / "bundles").put(request.bundle)
     exp_id = uuid.uuid4().hex[:12]
     winner = submissions.reserve(store, exp_id, key, sha)
@@ -148,7 +150,7 @@ def _submit_group(
 
     group = load_group_text(request.file_text, name, params=request.params)
     if authorize is not None:
-        authorize(group.base.project or "default")
+        authorize(group.base.project or DEFAULT_PROJECT)
     require("optuna", "search", "a group on the server")
     BundleStore(settings.home / "server" / "bundles").put(request.bundle)
     work = settings.home / "server" / "work" / f"group-{uuid.uuid4().hex[:12]}"
@@ -215,6 +217,7 @@ def clone(store: Store, settings: Settings, request: CloneRequest) -> SubmitResu
     source = rerun_source(
         store, request.origin, request.params, attempt=request.attempt, extra_params=request.extra_params
     )
+    check_max_waiting(store, settings, source.spec.project or DEFAULT_PROJECT)
     sha = digest(source.snapshot)
     exp_id = uuid.uuid4().hex[:12]
     winner = submissions.reserve(store, exp_id, key, sha)
@@ -230,6 +233,25 @@ def clone(store: Store, settings: Settings, request: CloneRequest) -> SubmitResu
         shutil.rmtree(work, ignore_errors=True)
         raise
     return SubmitResult(exp_id, sha, created=True)
+
+
+def check_max_waiting(store: Store, settings: Settings, project: str) -> None:
+    """QuotaExceeded (429) when the project already has its quota's most experiments waiting here.
+    A cheap early answer; the ledger enforces the same limit atomically when the run queues."""
+    from phalanx.queue import waiting_count
+    from phalanx.store import quotas
+
+    quota = quotas.get(store, project, LOCAL)
+    most = None if quota is None else quota.limit.max_waiting
+    if most is None:
+        return
+    waiting = waiting_count(settings, project)
+    if waiting >= most:
+        raise QuotaExceeded(
+            f"{TOO_MANY_WAITING}: project {project} already has {waiting} experiment{'s' * (waiting != 1)}"
+            f" waiting, its quota's most ({most}) on this machine. Submit again when some have started,"
+            f" or raise the limit with `phalanx quota set {project} --max-waiting N`"
+        )
 
 
 def _start(settings: Settings, spec: Any, request: SubmitRequest, name: str, work: Path, exp_id: str) -> None:
@@ -264,6 +286,8 @@ def _launch(settings: Settings, spec: Any, options: Any, cwd: Path, headline: st
         return
     except StartFailed as exc:
         said = "\n".join(line.removeprefix("error: ") for line in exc.text.splitlines() if line.strip())
+        if exc.exit_code == 2 and TOO_MANY_WAITING in said:  # lost the race to the last waiting slot
+            raise QuotaExceeded(said) from None
         if exc.exit_code == 2:  # the user's mistake, as `phalanx run` would have said it
             raise UsageError(said or "the experiment was refused") from None
         raise PhalanxError(f"the experiment did not start: {exc.text or exc.exit_code}") from None

@@ -44,6 +44,8 @@ def _admit(self: Supervisor) -> None:
         name=self.p.plan.name,
         priority=self.priority,
         wait=self.wait,
+        project=self.p.plan.project,
+        limits=self._quotas,
     )
     self._admission = admission
     # its row before its ledger entry: `phalanx queue` (which reads the ledger) never lists an

@@ -20,7 +20,7 @@ from phalanx.spec.model import Build, ExperimentSpec
 from phalanx.tracking.identity import ENV_INGESTER_PID as INGESTER_PID
 
 if TYPE_CHECKING:
-    pass
+    from phalanx.clusters import Cluster
 
 log = logging.getLogger(__name__)
 
@@ -163,6 +163,21 @@ def tracking_env(
     return env
 
 
+def _placed(cluster: Cluster, project: str, settings: Settings) -> Cluster:
+    """The cluster as the project's jobs use it (its Slurm account and partition, its namespace:
+    `phalanx cluster map`), read from the home's store when there is one (a dry run creates none)."""
+    if not (settings.db_url or (settings.home / "phalanx.db").exists()):
+        return cluster
+    from phalanx.store import open_store
+    from phalanx.store.placements import placed
+
+    store = open_store(settings)
+    try:
+        return placed(cluster, project, store)
+    finally:
+        store.close()
+
+
 def prepare(
     spec_or_plan: ExperimentSpec | Plan,
     *,
@@ -197,7 +212,7 @@ def prepare(
     if cluster:
         from phalanx.clusters import get_cluster
 
-        cluster_conf = get_cluster(cluster, settings.home)
+        cluster_conf = _placed(get_cluster(cluster, settings.home), plan.project, settings)
         engine_name = cluster_conf.backend_for(str(plan.backend) if plan.backend else None)
     if backend is None:
         from phalanx.backends.registry import get_backend

@@ -9,7 +9,7 @@ import secrets
 import signal
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
@@ -288,6 +288,38 @@ class Supervisor:
         if self.store is None:
             self.store = self._store_factory() if callable(self._store_factory) else self._store_factory
 
+    def _quotas(self) -> Any:
+        """Every project's quota on this machine, from the store (read again while it waits)."""
+        from phalanx import queue
+
+        self._open_store()
+        return queue.local_limits(self.store)
+
+    @contextlib.contextmanager
+    def _secrets_handed(self) -> Iterator[None]:
+        """The project's secrets (``phalanx secret set``), on this machine only, while the engine
+        starts the replicas: they join this process's environment, which the local engine passes on
+        to its replicas without writing it anywhere (not the unit files, the dry run or the store),
+        and leave it again at once (the supervisor may run inside a caller's own process).
+        Cluster engines write their job's environment into scripts and objects, so they get none."""
+        if self.p.backend.name != "local":
+            yield
+            return
+        from phalanx.store import secrets
+
+        self._open_store()
+        handed = secrets.environment(self.store, self.settings.home, self.p.plan.project)
+        before = {name: os.environ.get(name) for name in handed}
+        os.environ.update(handed)
+        try:
+            yield
+        finally:
+            for name, value in before.items():
+                if value is None:
+                    os.environ.pop(name, None)
+                else:
+                    os.environ[name] = value
+
     def _create(self, status: ExperimentStatus = ExperimentStatus.STARTING) -> None:
         plan = self.p.plan
         self.store.create_experiment(
@@ -308,7 +340,8 @@ class Supervisor:
 
     def _submit(self, dry: DryRun) -> str:
         """Start a group and the threads that tail its replicas' logs."""
-        handle = self.p.backend.submit(dry)
+        with self._secrets_handed():
+            handle = self.p.backend.submit(dry)
         self._handle = handle  # the group the system-metrics sampler looks at
         self.tails = {
             name: LogTail(

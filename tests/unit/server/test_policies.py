@@ -76,6 +76,14 @@ TABLE: dict[tuple[str, str], str] = {
     ("PUT", "/api/v1/projects/{project}/members/{user}"): "project:admin",
     ("DELETE", "/api/v1/projects/{project}/members/{user}"): "project:admin",
     ("GET", "/api/v1/admin/audit"): "site:admin",
+    # quotas are the server's to hand out: a project admin reads its own, only a server admin sets them
+    ("GET", "/api/v1/projects/{project}/quota"): "project:viewer",
+    ("PUT", "/api/v1/projects/{project}/quota"): "site:admin",
+    ("DELETE", "/api/v1/projects/{project}/quota"): "site:admin",
+    ("GET", "/api/v1/quotas"): "site:admin",
+    ("GET", "/api/v1/projects/{project}/secrets"): "project:editor",
+    ("PUT", "/api/v1/projects/{project}/secrets/{name}"): "project:admin",
+    ("DELETE", "/api/v1/projects/{project}/secrets/{name}"): "project:admin",
     # UI pages: the shell holds no data (the API calls it makes check the role), but needs sign-in
     ("GET", "/docs"): "signed-in",
     ("GET", "/docs/init.js"): "signed-in",

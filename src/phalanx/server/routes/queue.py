@@ -20,8 +20,10 @@ router = APIRouter(tags=["queue"])
 @router.get("/queue")
 @policy("signed-in")
 def queue(settings: SettingsDep, store: StoreDep, request: Request) -> dict[str, Any]:
-    """`phalanx queue -o json`, each waiting run with ``why``: what it waits for. Runs of projects
-    the caller is not in are there (they hold and wait for the same machine) but without id or name."""
+    """`phalanx queue -o json`: each waiting run with ``why`` (its project's quota, the resources
+    it waits for, the runs ahead of it by priority or fair share); ``projects``: each project's
+    quota, what it holds and its recent usage. Runs of projects the caller is not in are there
+    (they hold and wait for the same machine) but without id or name."""
     import contextlib
 
     from phalanx.queue import overview
@@ -29,14 +31,13 @@ def queue(settings: SettingsDep, store: StoreDep, request: Request) -> dict[str,
 
     with contextlib.suppress(Exception):  # reading the queue must work even if the store fails
         reconcile(store, settings.store)  # a killed waiter's row shows stopped, not queued
-    doc = overview(settings.store)
-    for row in doc["queued"]:
-        row["why"] = why_waiting(row, doc["free"])
+    doc = overview(settings.store, store)  # each queued row has its ``why`` from the admission pass
     visible = principal_of(request).visible_projects()
     if visible is not None:
         for row in doc["running"] + doc["queued"]:
             if not _in_projects(store, row["experiment_id"], visible):
                 row.update(experiment_id=None, name="(a run of another project)", pid=None)
+        doc["projects"] = [p for p in doc.get("projects", []) if p.get("project") in visible]
     return doc
 
 
@@ -50,7 +51,8 @@ def _in_projects(store: StoreDep, experiment_id: str, projects: tuple[str, ...])
 
 
 def why_waiting(row: dict[str, Any], free: dict[str, Any]) -> str:
-    """In words: the resources it needs that are not free, and the runs ahead of it."""
+    """In words, from a row alone (without quotas or fair share, which the queue's own ``why``
+    adds): the resources it needs that are not free, and the runs ahead of it."""
     needs = row["needs"]
     short = []
     for what, unit in (("cpus", "core"), ("gpus", "GPU")):

@@ -499,3 +499,44 @@ class LaunchRow(Base):
     object_id: Mapped[str] = mapped_column(String(32), primary_key=True)
     user: Mapped[str] = mapped_column(String(64))
     at: Mapped[float] = mapped_column(Float)
+class ProjectQuotaRow(Base):
+    """What one project may hold at once on one compute target (``local``: this machine's ledger),
+    and how many of its experiments may wait. A NULL column is no limit. Keyed on the project's
+    name, the label every experiment carries."""
+
+    __tablename__ = "project_quotas"
+
+    project: Mapped[str] = mapped_column(String(128), primary_key=True)
+    target: Mapped[str] = mapped_column(String(100), primary_key=True)
+    cores: Mapped[int | None] = mapped_column(Integer)
+    gpus: Mapped[int | None] = mapped_column(Integer)
+    memory_mib: Mapped[float | None] = mapped_column(Float)
+    max_waiting: Mapped[int | None] = mapped_column(Integer)
+    updated_at: Mapped[float] = mapped_column(Float)
+
+
+class ProjectSecretRow(Base):
+    """A credential a project's experiments on this machine get as an environment variable. Only
+    the ciphertext is kept (Fernet, keyed by ``<home>/secrets.key``), so the database file, its
+    dumps and its backups never hold the value in clear."""
+
+    __tablename__ = "project_secrets"
+
+    project: Mapped[str] = mapped_column(String(128), primary_key=True)
+    name: Mapped[str] = mapped_column(String(128), primary_key=True)
+    ciphertext: Mapped[str] = mapped_column(Text)
+    updated_at: Mapped[float] = mapped_column(Float)
+
+
+class ProjectPlacementRow(Base):
+    """Where a project's jobs go on a registered cluster, so the cluster accounts them to it: a
+    Slurm account and partition, a Kubernetes namespace. NULL keeps the cluster's own setting."""
+
+    __tablename__ = "project_placements"
+
+    project: Mapped[str] = mapped_column(String(128), primary_key=True)
+    cluster: Mapped[str] = mapped_column(String(63), primary_key=True)
+    account: Mapped[str | None] = mapped_column(String(200))
+    partition: Mapped[str | None] = mapped_column(String(200))
+    namespace: Mapped[str | None] = mapped_column(String(63))
+    updated_at: Mapped[float] = mapped_column(Float)

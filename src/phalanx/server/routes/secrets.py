@@ -1,0 +1,57 @@
+"""Project secrets over HTTP: names only out, values only in.
+
+``GET /projects/{project}/secrets`` lists names; ``PUT /projects/{project}/secrets/{name}`` with
+``{"value": ...}`` sets one (204, nothing echoed); ``DELETE`` removes it. No route answers a value.
+A module of its own, so that a policy (the project's admins) can be attached to it alone.
+"""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Response
+from pydantic import BaseModel, Field
+
+from phalanx.errors import NotFound
+from phalanx.server.deps import SettingsDep, StoreDep
+from phalanx.server.policy import policy
+
+router = APIRouter(tags=["secrets"])
+
+
+class SecretIn(BaseModel):
+    value: str = Field(max_length=64 * 1024, description="kept encrypted; never answered back")
+
+
+class SecretOut(BaseModel):
+    project: str
+    name: str
+    updated_at: float
+
+
+@router.get("/projects/{project}/secrets", response_model=list[SecretOut])
+@policy("project:editor")
+def list_secrets(project: str, store: StoreDep) -> list[SecretOut]:
+    """The project's secrets by name (the values are never answered)."""
+    from phalanx.store import secrets
+
+    return [SecretOut(project=p, name=n, updated_at=t) for p, n, t in secrets.names(store, project)]
+
+
+@router.put("/projects/{project}/secrets/{name}", status_code=204)
+@policy("project:admin")
+def put_secret(project: str, name: str, body: SecretIn, store: StoreDep, settings: SettingsDep) -> Response:
+    """Set (replace) a secret; the project's experiments started on this machine from now on get it
+    as the environment variable ``name``."""
+    from phalanx.store import secrets
+
+    secrets.put(store, settings.store.home, project, name, body.value)
+    return Response(status_code=204)
+
+
+@router.delete("/projects/{project}/secrets/{name}", status_code=204)
+@policy("project:admin")
+def delete_secret(project: str, name: str, store: StoreDep) -> Response:
+    from phalanx.store import secrets
+
+    if not secrets.remove(store, project, name):
+        raise NotFound(f"project {project} has no secret {name}")
+    return Response(status_code=204)

@@ -1,0 +1,94 @@
+"""Project quotas seen through the Store (callers outside ``phalanx.store`` never touch the SQL
+engine): what a project may hold at once on a compute target and how many of its experiments may
+wait. Implemented by the SQL store's table (``sql.quotas``; migration 0012_quotas_project_quotas).
+
+``check`` is the one validation every door uses (CLI, API): a user's mistake is a UsageError that
+names the field and how to fix it.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from phalanx.errors import UsageError
+from phalanx.share import Limit, Quota
+
+if TYPE_CHECKING:
+    from phalanx.store.base import Store
+
+TARGET_MAX = 100
+
+
+def _engine(store: Store) -> Any:
+    engine = getattr(store, "engine", None)
+    if engine is None:
+        raise UsageError(f"quotas need the SQL store (SQLite or PostgreSQL), not {type(store).__name__}")
+    return engine
+
+
+def check(project: str, target: str, limit: Limit) -> Quota:
+    """The quota when every part is sound; UsageError naming the first bad part otherwise."""
+    from phalanx.tracking.labels import label_problem
+
+    problem = label_problem(project, "project")
+    if problem:
+        raise UsageError(problem)
+    if not target or len(target) > TARGET_MAX or not target.replace("-", "").replace("_", "").isalnum():
+        raise UsageError(
+            f"target {target!r}: a compute target's name (letters, digits, '-' and '_');"
+            " 'local' is this machine"
+        )
+    for name, value in (("cores", limit.cores), ("gpus", limit.gpus), ("max_waiting", limit.max_waiting)):
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
+            raise UsageError(
+                f"{name} {value!r}: give a whole number of 0 or more (or leave it out: no limit)"
+            )
+    mem = limit.memory_mib
+    if mem is not None and (
+        isinstance(mem, bool) or not isinstance(mem, int | float) or not 0 <= mem < float("inf")
+    ):
+        raise UsageError(
+            f"memory {mem!r}: give MiB of 0 or more, or a size such as 8G (or leave it out: no limit)"
+        )
+    if limit.empty:
+        raise UsageError(
+            "give at least one of cores, gpus, memory or max_waiting"
+            " (to remove the quota: `phalanx quota rm`)"
+        )
+    return Quota(project, target, limit)
+
+
+def put(store: Store, quota: Quota) -> Quota:
+    """Set (replace) the project's quota on the target, after ``check``."""
+    from phalanx.store.sql import quotas
+
+    quota = check(quota.project, quota.target, quota.limit)
+    quotas.put(_engine(store), quota)
+    return quota
+
+
+def get(store: Store, project: str, target: str) -> Quota | None:
+    from phalanx.store.sql import quotas
+
+    return quotas.get(_engine(store), project, target)
+
+
+def list_quotas(store: Store, target: str | None = None) -> list[Quota]:
+    from phalanx.store.sql import quotas
+
+    return quotas.list_quotas(_engine(store), target)
+
+
+def remove(store: Store, project: str, target: str) -> bool:
+    """Remove the project's quota on the target; whether there was one."""
+    from phalanx.store.sql import quotas
+
+    return quotas.remove(_engine(store), project, target)
+
+
+def limits(store: Store, target: str) -> dict[str, Limit]:
+    """Every project's limit on the target (what the queue's admission is given). A store without
+    the table (not SQL) has no quotas."""
+    if getattr(store, "engine", None) is None:
+        return {}
+    return {q.project: q.limit for q in list_quotas(store, target)}

@@ -1,0 +1,109 @@
+"""Per-project secrets (object-storage keys and other credentials) handed to the project's
+experiments on this machine as environment variables, seen through the Store.
+
+Values are encrypted with Fernet (the ``cryptography`` package, the ``secrets`` extra) under a key
+kept in ``<home>/secrets.key`` (created on first use, mode 0600), so the database file, its dumps and
+backups never hold a value in clear; whoever can read the key file can read the secrets (the
+server's account). No API answer, listing, log line or file Phalanx writes shows a value: ``names``
+lists names only, and the supervisor hands the values to its replicas through the process
+environment it passes on (never the experiment's files, its dry run or the store's records).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from phalanx.errors import MissingExtra, UsageError
+
+if TYPE_CHECKING:
+    from phalanx.store.base import Store
+
+_NAME = re.compile(r"^[A-Z_][A-Z0-9_]{0,127}$")
+MAX_VALUE = 64 * 1024
+
+
+def _engine(store: Store) -> Any:
+    engine = getattr(store, "engine", None)
+    if engine is None:
+        raise UsageError(f"secrets need the SQL store (SQLite or PostgreSQL), not {type(store).__name__}")
+    return engine
+
+
+def _fernet(home: Path) -> Any:
+    """The Fernet of this home, its key created (0600, atomically) on first use."""
+    try:
+        from cryptography.fernet import Fernet
+    except ImportError:
+        raise MissingExtra("secrets", "per-project secrets") from None
+    path = home / "secrets.key"
+    try:
+        return Fernet(path.read_bytes().strip())
+    except FileNotFoundError:
+        pass
+    home.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".secrets.key.{os.getpid()}")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "wb") as fh:
+        fh.write(Fernet.generate_key())
+    try:
+        os.link(tmp, path)  # first writer wins: never two keys for one home
+    except FileExistsError:
+        pass
+    finally:
+        tmp.unlink()
+    return Fernet(path.read_bytes().strip())
+
+
+def check_name(name: str) -> str:
+    if not _NAME.match(name) or name.startswith("PHALANX_"):
+        raise UsageError(
+            f"secret name {name!r}: an environment variable name in capitals, digits and '_'"
+            " (e.g. AWS_SECRET_ACCESS_KEY), not starting with PHALANX_"
+        )
+    return name
+
+
+def put(store: Store, home: Path, project: str, name: str, value: str) -> None:
+    """Set (replace) the project's secret ``name``."""
+    from phalanx.store.sql import secrets
+    from phalanx.tracking.labels import label_problem
+
+    problem = label_problem(project, "project")
+    if problem:
+        raise UsageError(problem)
+    check_name(name)
+    if not value or len(value.encode()) > MAX_VALUE or "\0" in value:
+        raise UsageError(f"secret {name}: give a value of 1 byte to 64 KiB, without NUL characters")
+    token = _fernet(home).encrypt(value.encode()).decode()
+    secrets.put(_engine(store), project, name, token)
+
+
+def names(store: Store, project: str | None = None) -> list[tuple[str, str, float]]:
+    """(project, name, updated_at) of every secret, or of one project's: never a value."""
+    from phalanx.store.sql import secrets
+
+    return secrets.names(_engine(store), project)
+
+
+def remove(store: Store, project: str, name: str) -> bool:
+    from phalanx.store.sql import secrets
+
+    return secrets.remove(_engine(store), project, name)
+
+
+def environment(store: Store, home: Path, project: str) -> dict[str, str]:
+    """The project's secrets in clear, for its experiments' environment only. A store without the
+    table (not SQL), or a project without secrets, gives none (and needs no key)."""
+    from phalanx.store.sql import secrets
+
+    engine = getattr(store, "engine", None)
+    if engine is None:
+        return {}
+    found = secrets.ciphertexts(engine, project)
+    if not found:
+        return {}
+    fernet = _fernet(home)
+    return {name: fernet.decrypt(token.encode()).decode() for name, token in found.items()}

@@ -1,0 +1,82 @@
+"""The project_quotas table: per project and target, what it may hold at once and how many may wait.
+
+Set replaces the row in one transaction (delete then insert, so SQLite and PostgreSQL behave alike
+without a dialect-specific upsert); a NULL column is no limit.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from sqlalchemy import Engine, delete, insert, select
+
+from phalanx.share import Limit, Quota
+from phalanx.store.sql.engine import writer
+from phalanx.store.sql.models import ProjectQuotaRow
+
+_COLUMNS = (
+    ProjectQuotaRow.project,
+    ProjectQuotaRow.target,
+    ProjectQuotaRow.cores,
+    ProjectQuotaRow.gpus,
+    ProjectQuotaRow.memory_mib,
+    ProjectQuotaRow.max_waiting,
+)
+
+
+def _quota(row: Any) -> Quota:
+    project, target, cores, gpus, memory_mib, max_waiting = row
+    return Quota(
+        str(project),
+        str(target),
+        Limit(
+            cores=None if cores is None else int(cores),
+            gpus=None if gpus is None else int(gpus),
+            memory_mib=None if memory_mib is None else float(memory_mib),
+            max_waiting=None if max_waiting is None else int(max_waiting),
+        ),
+    )
+
+
+def put(engine: Engine, quota: Quota) -> None:
+    where = (ProjectQuotaRow.project == quota.project, ProjectQuotaRow.target == quota.target)
+    with writer(engine).begin() as conn:
+        conn.execute(delete(ProjectQuotaRow).where(*where))
+        conn.execute(
+            insert(ProjectQuotaRow).values(
+                project=quota.project,
+                target=quota.target,
+                cores=quota.limit.cores,
+                gpus=quota.limit.gpus,
+                memory_mib=quota.limit.memory_mib,
+                max_waiting=quota.limit.max_waiting,
+                updated_at=time.time(),
+            )
+        )
+
+
+def get(engine: Engine, project: str, target: str) -> Quota | None:
+    with engine.connect() as conn:
+        row = conn.execute(
+            select(*_COLUMNS).where(ProjectQuotaRow.project == project, ProjectQuotaRow.target == target)
+        ).one_or_none()
+        return None if row is None else _quota(row)
+
+
+def list_quotas(engine: Engine, target: str | None = None) -> list[Quota]:
+    query = select(*_COLUMNS).order_by(ProjectQuotaRow.target, ProjectQuotaRow.project)
+    if target is not None:
+        query = query.where(ProjectQuotaRow.target == target)
+    with engine.connect() as conn:
+        return [_quota(row) for row in conn.execute(query)]
+
+
+def remove(engine: Engine, project: str, target: str) -> bool:
+    with writer(engine).begin() as conn:
+        result = conn.execute(
+            delete(ProjectQuotaRow).where(
+                ProjectQuotaRow.project == project, ProjectQuotaRow.target == target
+            )
+        )
+        return bool(result.rowcount)
