@@ -190,7 +190,7 @@ def _stop_queued(store: Store, experiment_id: str) -> None:
     store.update_experiment(exp.id, status=ExperimentStatus.STOPPED, reason=ABANDONED, finished_at=now)
 
 
-def _abandoned_here(settings: Settings, experiment_id: str) -> bool:
+def abandoned_here(settings: Settings, experiment_id: str) -> bool:
     """Whether this machine's `phalanx run` of the experiment is gone: its pid file stays behind
     when it is killed. No pid file here: another machine's run (a shared store), not ours to judge."""
     from phalanx.procs import pid_alive
@@ -218,7 +218,7 @@ def check_priority(priority: object, given_as: str) -> int:
 def stop_if_abandoned(store: Store, settings: Settings, experiment_id: str) -> bool:
     """Mark the queued experiment stopped if this machine's `phalanx run` of it is gone (killed
     while it waited); whether it was gone."""
-    if not _abandoned_here(settings, experiment_id):
+    if not abandoned_here(settings, experiment_id):
         return False
     _stop_queued(store, experiment_id)
     return True

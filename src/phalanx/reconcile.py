@@ -18,14 +18,14 @@ import os
 import socket
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from phalanx.domain import ExperimentStatus, ReplicaState
 from phalanx.procs import recorded_but_gone, start_time
 
 if TYPE_CHECKING:
     from phalanx.config import Settings
-    from phalanx.domain import Experiment
+    from phalanx.domain import Experiment, Replica
     from phalanx.store.base import Store
 
 log = logging.getLogger(__name__)
@@ -90,7 +90,7 @@ def reconcile(store: Store, settings: Settings) -> list[str]:
 
         for exp in store.list_experiments(ExperimentFilter(status=status, limit=500)).items:
             try:
-                reason = _orphan_reason(store, settings, exp, here)
+                reason = orphan_reason(store, settings, exp, here)
                 if reason:
                     _mark_failed(store, exp, reason, settings)
                     fixed.append(exp.id)
@@ -99,7 +99,16 @@ def reconcile(store: Store, settings: Settings) -> list[str]:
     return fixed
 
 
-def _orphan_reason(store: Store, settings: Settings, exp: Experiment, here: str) -> str | None:
+class ReplicaLister(Protocol):
+    """What judging an experiment needs of a store: its replicas (the full store, or the lean
+    reader that `phalanx ls` uses when no upkeep is due: phalanx/readpass.py)."""
+
+    def list_replicas(self, experiment_id: str) -> list[Replica]: ...
+
+
+def orphan_reason(store: ReplicaLister, settings: Settings, exp: Experiment, here: str) -> str | None:
+    """Why the unfinished experiment ``exp`` of this machine (``here``) has lost its recorder, or
+    None while its supervisor or script still runs (or it is another machine's)."""
     if exp.backend == "script":
         pids = [r.pid for r in store.list_replicas(exp.id) if r.pid and r.host == here]
         if not pids or any(_runs_since(p, exp.created_at) for p in pids):
@@ -172,7 +181,7 @@ def settle(store: Store, settings: Settings, exp: Experiment) -> Experiment:
     queued: stopped). For a watcher that polls a few experiments (a group's controller): a trial
     whose supervisor was killed used to stay `running` until some `phalanx ls` looked."""
     if exp.status in (ExperimentStatus.RUNNING, ExperimentStatus.STARTING, ExperimentStatus.BUILDING):
-        reason = _orphan_reason(store, settings, exp, socket.gethostname())
+        reason = orphan_reason(store, settings, exp, socket.gethostname())
         if reason:
             fresh = store.get_experiment(exp.id)  # it may have recorded its end since it was read
             if fresh.status.done:
