@@ -1,0 +1,81 @@
+"""`phalanx ls` stays light: a plain listing imports neither SQLAlchemy, pydantic, typer nor Alembic
+(issue 30: they were 0.8 CPU-s of every `ls`); when upkeep is due it still takes the full path.
+Counts of imported modules, not timings (bench/cli.py measures the CPU-s)."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+from phalanx.config import Settings
+from phalanx.domain import ExperimentStatus
+from phalanx.procs import record_process
+from phalanx.store import open_store
+
+HEAVY = ("sqlalchemy", "alembic", "pydantic", "pydantic_core", "typer", "torch", "fsspec", "yaml")
+
+
+def _phalanx(home: Path, *args: str) -> tuple[dict[str, object] | list[object], set[str]]:
+    """Run `phalanx ARGS` under -X importtime: its JSON output and the top packages it imported."""
+    env = {**os.environ, "PHALANX_HOME": str(home)}
+    done = subprocess.run(
+        [sys.executable, "-X", "importtime", "-m", "phalanx.cli.main", *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    imported = {
+        line.rsplit("|", 1)[1].strip().split(".")[0]
+        for line in done.stderr.splitlines()
+        if line.startswith("import time:") and "|" in line
+    }
+    return json.loads(done.stdout), imported
+
+
+def _experiments(home: Path, statuses: list[ExperimentStatus]) -> list[str]:
+    store = open_store(Settings(home=home))
+    try:
+        return [
+            store.create_experiment(name=f"e{i}", project="p", backend="local", status=s).id
+            for i, s in enumerate(statuses)
+        ]
+    finally:
+        store.close()
+
+
+def test_ls_lists_experiments_without_importing_the_heavy_libraries(phalanx_home: Path) -> None:
+    ids = _experiments(phalanx_home, [ExperimentStatus.SUCCEEDED, ExperimentStatus.FAILED])
+    running = _experiments(phalanx_home, [ExperimentStatus.RUNNING])[0]
+    record_process(phalanx_home / "runs" / running / "supervisor.pid")  # its supervisor (this test) runs
+    listed, imported = _phalanx(phalanx_home, "ls", "-o", "json")
+    assert isinstance(listed, list)
+    assert {e["id"]: e["status"] for e in listed} == {  # type: ignore[index]
+        ids[0]: "succeeded",
+        ids[1]: "failed",
+        running: "running",
+    }
+    assert "phalanx" in imported  # the importtime lines were read
+    assert not imported & set(HEAVY), sorted(imported & set(HEAVY))
+
+
+def test_ls_still_marks_an_experiment_whose_supervisor_was_killed(phalanx_home: Path) -> None:
+    (orphan,) = _experiments(phalanx_home, [ExperimentStatus.RUNNING])
+    pid_file = phalanx_home / "runs" / orphan / "supervisor.pid"
+    pid_file.parent.mkdir(parents=True)
+    # a pid whose recorded start time is not its own: that supervisor is gone (the pid was reused)
+    pid_file.write_text(f"{os.getpid()} 1 {socket.gethostname()}\n")
+    listed, imported = _phalanx(phalanx_home, "ls", "-o", "json")
+    assert isinstance(listed, list)
+    (row,) = listed
+    assert row["status"] == "failed"  # type: ignore[index]
+    assert "killed before it recorded the outcome" in row["reason"]  # type: ignore[index]
+    assert "sqlalchemy" in imported  # the full path did the upkeep
+    again, imported = _phalanx(phalanx_home, "ls", "-o", "json")
+    assert again == listed
+    assert "sqlalchemy" not in imported  # nothing due any more: the lean path
