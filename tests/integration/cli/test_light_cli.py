@@ -79,3 +79,33 @@ def test_ls_still_marks_an_experiment_whose_supervisor_was_killed(phalanx_home: 
     again, imported = _phalanx(phalanx_home, "ls", "-o", "json")
     assert again == listed
     assert "sqlalchemy" not in imported  # nothing due any more: the lean path
+
+
+def test_run_detach_returns_the_recorded_id_without_importing_sqlalchemy(
+    phalanx_home: Path, tmp_path: Path
+) -> None:
+    import time
+
+    from phalanx.procs import pid_alive
+
+    spec = tmp_path / "t.yml"
+    spec.write_text("version: 1\nkind: experiment\nrun:\n  cmd: python -c pass\n")
+    env = {**os.environ, "PHALANX_HOME": str(phalanx_home)}
+    argv = ["run", "-f", str(spec), "--detach", "-o", "json"]
+    done = subprocess.run(
+        [sys.executable, "-X", "importtime", "-m", "phalanx.cli.main", *argv],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=180,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    started = json.loads(done.stdout)
+    imported = {line.rsplit("|", 1)[1].strip() for line in done.stderr.splitlines() if "|" in line}
+    assert "sqlalchemy" not in imported and "alembic" not in imported
+    deadline = time.monotonic() + 120  # the supervisor ends the trivial run: a bounded wait for it
+    while pid_alive(started["supervisor_pid"]) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    listed, _ = _phalanx(phalanx_home, "ls", "-o", "json")
+    assert isinstance(listed, list)
+    assert [(e["id"], e["status"]) for e in listed] == [(started["id"], "succeeded")]  # type: ignore[index]
