@@ -87,6 +87,17 @@ def one(home: Path, folder: Path, trials: int, steps: int, pruning: bool) -> dic
     }
 
 
+def _merged(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """One mode over the rounds: the median of each number, lists joined, other values the first's."""
+    out = dict(runs[0])
+    for key, value in runs[0].items():
+        if isinstance(value, list):
+            out[key] = [x for r in runs for x in r[key]]
+        elif isinstance(value, int | float) and not isinstance(value, bool):
+            out[key] = statistics.median(r[key] for r in runs)
+    return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -94,6 +105,7 @@ def main() -> None:
     parser.add_argument("--trials", type=int, default=8)
     parser.add_argument("--steps", type=int, default=30)
     parser.add_argument("--json", type=Path, default=None)
+    parser.add_argument("--rounds", type=int, default=2, help="pruning/no-pruning alternations")
     parser.add_argument(
         "--smoke",
         action="store_true",
@@ -101,22 +113,25 @@ def main() -> None:
     )
     args = parser.parse_args()
     if args.smoke:
-        args.trials, args.steps = 2, 3
-    runs = []
+        args.trials, args.steps, args.rounds = 2, 3, 1
+    by_mode: dict[bool, list[dict[str, Any]]] = {True: [], False: []}
     with tempfile.TemporaryDirectory(prefix="phalanx-bench-sweep-") as tmp:
         folder = Path(tmp) / "work"
         folder.mkdir()
         (folder / "train.py").write_text(TRAIN)
-        for pruning in (True, False):
-            result = one(
-                Path(tmp) / ("home-pruned" if pruning else "home-full"),
-                folder,
-                args.trials,
-                args.steps,
-                pruning,
-            )
-            runs.append(result)
-            print(json.dumps(result), file=sys.stderr)
+        # pruning, no pruning, pruning, ...: a load swing on a shared machine touches both alike
+        for r in range(args.rounds):
+            for pruning in (True, False):
+                result = one(
+                    Path(tmp) / f"home-{'pruned' if pruning else 'full'}-{r}",
+                    folder,
+                    args.trials,
+                    args.steps,
+                    pruning,
+                )
+                by_mode[pruning].append(result)
+                print(json.dumps(result), file=sys.stderr)
+    runs = [_merged(by_mode[True]), _merged(by_mode[False])]
     pruned, full = runs
     print(f"{'run':<12} {'trials':>6} {'pruned':>6} {'replica-s':>10} {'wall s':>7} {'best loss':>10}")
     for name, r in (("pruning", pruned), ("no pruning", full)):
@@ -134,6 +149,8 @@ def main() -> None:
             f"next trial's experiment created {statistics.median(launches):.2f} s after the slot freed "
             f"(median of {len(launches)}; min {min(launches):.2f}, max {max(launches):.2f})"
         )
+    load = os.getloadavg()
+    print(f"({args.rounds} alternating rounds; load average {load[0]:.1f} {load[1]:.1f} {load[2]:.1f})")
     if args.json:
         args.json.write_text(json.dumps({"runs": runs, "compute_saved": saved}, indent=2))
 

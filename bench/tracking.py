@@ -347,6 +347,15 @@ def table(results: dict[str, dict[str, Any]]) -> str:
     return "\n".join(rows)
 
 
+def _medians(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """One case's figures over the rounds: the median of each number, the first round's other values."""
+    out = dict(runs[0])
+    for key, value in runs[0].items():
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            out[key] = statistics.median(r[key] for r in runs)
+    return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument(
@@ -356,6 +365,7 @@ def main() -> None:
     parser.add_argument("--skip-mlflow", action="store_true")
     parser.add_argument("--attempt", type=int, help="writers report as this attempt (PHALANX_ATTEMPT)")
     parser.add_argument("--json", type=Path, help="also write the figures here")
+    parser.add_argument("--rounds", type=int, default=2, help="alternating rounds (medians reported)")
     parser.add_argument(
         "--smoke",
         action="store_true",
@@ -364,16 +374,27 @@ def main() -> None:
     args = parser.parse_args()
     if args.smoke:  # MLflow needs its own venv, built on first use: not in a smoke run
         args.points, args.skip_mlflow = 2000, True
-    results: dict[str, dict[str, Any]] = {}
+    if args.smoke:
+        args.rounds = 1
+    rounds: dict[str, list[dict[str, Any]]] = {"raw": [], "phalanx": []}
+    if not args.skip_mlflow:
+        rounds["mlflow"] = []
     with tempfile.TemporaryDirectory(prefix="phalanx-bench-") as tmp:
-        work = Path(tmp)
-        results["raw"] = bench_raw(args.points, work)
-        results["phalanx"] = bench_phalanx(args.points, work, args.attempt)
-        if not args.skip_mlflow:
-            results["mlflow"] = bench_mlflow(args.mlflow_points, work)
+        # raw, phalanx, mlflow, raw, phalanx, mlflow ...: a load swing on a shared machine touches
+        # every case alike; each figure is the median over the rounds
+        for r in range(args.rounds):
+            work = Path(tmp) / f"round-{r}"
+            work.mkdir()
+            rounds["raw"].append(bench_raw(args.points, work))
+            rounds["phalanx"].append(bench_phalanx(args.points, work, args.attempt))
+            if not args.skip_mlflow:
+                rounds["mlflow"].append(bench_mlflow(args.mlflow_points, work))
+    results = {name: _medians(runs) for name, runs in rounds.items()}
     cpus = os.cpu_count()
+    load = os.getloadavg()
     print(f"machine: {platform.machine()}, {cpus} cores, Python {platform.python_version()}, "
-          f"load average {os.getloadavg()[0]:.1f}")  # fmt: skip
+          f"load average {load[0]:.1f} {load[1]:.1f} {load[2]:.1f}; "
+          f"{args.rounds} alternating rounds")  # fmt: skip
     print(table(results))
     if args.json:
         args.json.write_text(json.dumps(results, indent=2))
