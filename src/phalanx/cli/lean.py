@@ -34,6 +34,8 @@ def _ls_parser() -> _Parser:
     p.add_argument("--output", "-o", choices=("table", "json"))
     p.add_argument("--group")
     p.add_argument("--tag")
+    p.add_argument("--where", action="append")  # the full store reads the summary for these
+    p.add_argument("--column", action="append")
     return p
 
 
@@ -50,6 +52,8 @@ def _ls(ns: argparse.Namespace) -> bool:
         output=Format(ns.output or "table"),
         group=ns.group,
         tag=ns.tag,
+        where=ns.where,
+        columns=ns.column,
     )
     return True
 

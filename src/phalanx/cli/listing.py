@@ -90,8 +90,12 @@ def ls_experiments(
     output: Format = Format.TABLE,
     group: str | None = None,
     tag: str | None = None,
+    where: list[str] | None = None,
+    columns: list[str] | None = None,
 ) -> None:
-    """`phalanx ls`: print experiments, newest first (a table, or one JSON document)."""
+    """`phalanx ls`: print experiments, newest first (a table, or one JSON document). ``where``:
+    the run table's conditions (``metric:min:loss < 0.5 and param:lr > 0.01``), all must hold;
+    ``columns``: ``param:KEY`` / ``metric:AGG:TITLE`` values shown for each experiment."""
     from phalanx.config import Settings
     from phalanx.domain import ExperimentStatus
     from phalanx.errors import UsageError
@@ -107,9 +111,18 @@ def ls_experiments(
     query = ExperimentFilter(
         status=wanted, project=project, text=search, limit=limit, order_by="-created_at", tag=tag
     )
-    page = list_page(query, Settings(), group)
+    values: dict[str, dict[str, Any]] = {}
+    if where or columns:
+        page, values = _filtered_page(query, Settings(), group, where or [], columns or [])
+    else:
+        page = list_page(query, Settings(), group)
+    shown = list(dict.fromkeys(columns or []))
     if output is Format.JSON:
-        _emit_json([e.to_json() for e in page.items])
+        documents = [e.to_json() for e in page.items]
+        if shown:
+            for doc, e in zip(documents, page.items, strict=True):
+                doc["columns"] = {c: values.get(e.id, {}).get(c) for c in shown}
+        _emit_json(documents)
         return
     if not page.items:
         given = [
@@ -119,6 +132,8 @@ def ls_experiments(
         ]
         if group is not None:  # say the filter the user typed, not the ones they did not
             given.append("--group")
+        if where:
+            given.append("--where")
         if given:
             _echo(f"no experiments match; `phalanx ls` without {'/'.join(given)} lists them all")
         else:
@@ -132,9 +147,50 @@ def ls_experiments(
     if any(getattr(e, "group_id", None) for e in page.items):  # trials of a group: say which
         headers.append("group")
         rows = [[*row, getattr(e, "group_id", None) or "-"] for row, e in zip(rows, page.items, strict=True)]
-    _echo(_table(headers, rows))
+    if shown:
+        headers.extend(shown)
+        rows = [
+            [*row, *(_cell(values.get(e.id, {}).get(c)) for c in shown)]
+            for row, e in zip(rows, page.items, strict=True)
+        ]
+    _echo(_table(headers, rows, upper=len(headers) - len(shown)))
     if page.total > len(page.items):
         _echo(f"({len(page.items)} of {page.total}; --limit shows more)")
+
+
+def _filtered_page(
+    query: ExperimentFilter, settings: Settings, group: str | None, where: list[str], columns: list[str]
+) -> tuple[Page[Experiment], dict[str, dict[str, Any]]]:
+    """`ls --where/--column`: the newest ``query.limit`` experiments that meet every condition (the
+    run table's grammar, phalanx.store.filters), and their column values (from the summary)."""
+    from dataclasses import replace
+
+    from phalanx.domain import Page
+    from phalanx.query import MAX_SCAN
+    from phalanx.store.columns import parse_column
+    from phalanx.store.filters import parse_filters
+
+    conditions = parse_filters(where)  # mistakes are told before the store is opened
+    for column in columns:
+        parse_column(column)
+    store, _ = open_for_reading(settings)
+    if group is not None:
+        from phalanx.store.base import group_store
+
+        query = replace(query, group_id=group_store(store).resolve_group(group))
+    candidates = store.list_experiments(replace(query, offset=0, limit=MAX_SCAN)).items
+    wanted = list(dict.fromkeys([*columns, *(c.column for c in conditions)]))
+    values = store.experiment_columns([e.id for e in candidates], wanted) if wanted else {}
+    kept = [e for e in candidates if all(c.matches(values.get(e.id, {}).get(c.column)) for c in conditions)]
+    return Page(items=kept[: query.limit], total=len(kept), offset=0, limit=query.limit), values
+
+
+def _cell(value: Any) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return f"{value:.6g}"
+    return str(value)
 
 
 def status_text(e: Experiment) -> str:
@@ -176,8 +232,12 @@ def _duration(start: float | None, end: float | None) -> str:
     return f"{hours}h{minutes:02d}m" if hours else f"{minutes}m{secs:02d}s"
 
 
-def _table(headers: list[str], rows: list[list[str]]) -> str:
+def _table(headers: list[str], rows: list[list[str]], upper: int | None = None) -> str:
+    """Columns padded to their widest cell; the first ``upper`` headers (all by default) in capitals
+    (a `--column` name is shown as typed, so it can be pasted back)."""
     widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(headers)]
-    lines = ["  ".join(h.upper().ljust(w) for h, w in zip(headers, widths, strict=True)).rstrip()]
+    upper = len(headers) if upper is None else upper
+    shown = [h.upper() if i < upper else h for i, h in enumerate(headers)]
+    lines = ["  ".join(h.ljust(w) for h, w in zip(shown, widths, strict=True)).rstrip()]
     lines += ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows]
     return "\n".join(lines)

@@ -109,10 +109,37 @@ def ls(
     tag: Annotated[
         str | None, typer.Option("--tag", metavar="TAG", help="Only experiments with this tag.")
     ] = None,
+    where: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--where",
+            metavar="CONDITIONS",
+            help='Only those meeting every condition, e.g. "metric:min:loss < 0.5 and param:lr > 0.01".',
+        ),
+    ] = None,
+    column: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--column", metavar="COLUMN", help="Also show param:KEY or metric:AGG:TITLE (repeatable)."
+        ),
+    ] = None,
 ) -> None:
-    """List experiments, newest first."""
+    """List experiments, newest first.
+
+    --where keeps those that meet every condition of the run table's grammar, e.g.
+    --where "metric:min:loss < 0.5 and param:lr > 0.01"; --column adds a param:KEY or
+    metric:AGG:TITLE (AGG last, min or max) column.
+    """
     ls_experiments(
-        status=status, project=project, search=search, limit=limit, output=output, group=group, tag=tag
+        status=status,
+        project=project,
+        search=search,
+        limit=limit,
+        output=output,
+        group=group,
+        tag=tag,
+        where=where,
+        columns=column,
     )
 
 

@@ -109,3 +109,65 @@ def test_run_detach_returns_the_recorded_id_without_importing_sqlalchemy(
     listed, _ = _phalanx(phalanx_home, "ls", "-o", "json")
     assert isinstance(listed, list)
     assert [(e["id"], e["status"]) for e in listed] == [(started["id"], "succeeded")]  # type: ignore[index]
+
+
+def test_ls_where_and_column_use_the_run_table_grammar(phalanx_home: Path) -> None:
+    from tests.unit.server import fill
+
+    store = open_store(Settings(home=phalanx_home))
+    try:
+        made = {}
+        for name, lr, losses in (("a", 0.1, [0.9, 0.4]), ("b", 0.001, [0.3]), ("c", 0.05, [0.8, 0.6])):
+            e = fill.experiment(store, name=name, project="p", n_workers=0)
+            fill.param(store, e.id, "Args", "lr", lr)
+            fill.scalars(store, e.id, "loss", "master", losses)
+            made[name] = e.id
+    finally:
+        store.close()
+    where = "metric:min:loss < 0.5 and param:lr > 0.01"
+    listed, _ = _phalanx(
+        phalanx_home,
+        "ls",
+        "--where",
+        where,
+        "--column",
+        "param:lr",
+        "--column",
+        "metric:min:loss",
+        "-o",
+        "json",
+    )
+    assert isinstance(listed, list)
+    assert [(e["id"], e["columns"]) for e in listed] == [  # type: ignore[index]
+        (made["a"], {"param:lr": 0.1, "metric:min:loss": 0.4})
+    ]
+    env = {**os.environ, "PHALANX_HOME": str(phalanx_home)}
+    table = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "phalanx.cli.main",
+            "ls",
+            "--column",
+            "param:lr",
+            "--where",
+            "param:lr < 0.06",
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
+    assert table.returncode == 0, table.stderr
+    lines = table.stdout.splitlines()
+    assert lines[0].split() == ["ID", "PROJECT", "NAME", "STATUS", "CREATED", "DURATION", "param:lr"]
+    assert sorted(line.split()[-1] for line in lines[1:]) == ["0.001", "0.05"]
+    wrong = subprocess.run(
+        [sys.executable, "-m", "phalanx.cli.main", "ls", "--where", "lr < 0.1"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
+    assert wrong.returncode == 2 and "Traceback" not in wrong.stderr
+    assert "param:KEY" in wrong.stderr  # says how to name the column
