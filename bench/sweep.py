@@ -120,10 +120,10 @@ def main() -> None:
         folder.mkdir()
         (folder / "train.py").write_text(TRAIN)
         # pruning, no pruning, pruning, ...: a load swing on a shared machine touches both alike
-        for r in range(args.rounds):
+        for round_no in range(args.rounds):
             for pruning in (True, False):
                 result = one(
-                    Path(tmp) / f"home-{'pruned' if pruning else 'full'}-{r}",
+                    Path(tmp) / f"home-{'pruned' if pruning else 'full'}-{round_no}",
                     folder,
                     args.trials,
                     args.steps,

@@ -50,9 +50,15 @@ def queue(
     settings = Settings()
     store = None
     if (settings.home / "phalanx.db").exists() or settings.db_url:
-        from phalanx.store import open_store
+        from phalanx.readpass import open_lean
 
-        store = open_store(settings)
+        reader = open_lean(settings)  # nothing due (no abandoned queued run): no store, no SQLAlchemy
+        if reader is not None:
+            reader.close()
+        else:
+            from phalanx.store import open_store
+
+            store = open_store(settings)
     doc = overview(settings, store)
     if output is Format.JSON:
         emit_json(doc)

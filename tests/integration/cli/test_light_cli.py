@@ -171,3 +171,10 @@ def test_ls_where_and_column_use_the_run_table_grammar(phalanx_home: Path) -> No
     )
     assert wrong.returncode == 2 and "Traceback" not in wrong.stderr
     assert "param:KEY" in wrong.stderr  # says how to name the column
+
+
+def test_queue_reads_the_ledger_without_the_store_when_nothing_is_abandoned(phalanx_home: Path) -> None:
+    _experiments(phalanx_home, [ExperimentStatus.SUCCEEDED])
+    doc, imported = _phalanx(phalanx_home, "queue", "-o", "json")
+    assert isinstance(doc, dict) and doc["running"] == [] and doc["queued"] == []
+    assert "sqlalchemy" not in imported
