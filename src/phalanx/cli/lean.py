@@ -1,12 +1,14 @@
-"""The lean door for the commands users type most: `phalanx ls` without typer.
+"""The lean door for the commands users type most: `phalanx ls` and `phalanx run --detach` without
+typer.
 
 Typer (0.29) builds a pydantic TypeAdapter for every option it parses: a one-command Typer app costs
 0.19 CPU-s before it does anything, the whole of issue 30's 0.2 CPU-s budget for `phalanx ls`. So
-``main`` first offers the arguments to ``dispatch``: when they are a plain `phalanx ls` (options it
-knows, values it accepts) it runs the command itself with argparse from the standard library;
-anything else — `--help`, a typo, a value out of range, an option it does not know — returns None and
-the Typer app answers exactly as before (its usage message, its exit status). The Typer command stays
-the definition: tests/unit/cli/test_lean_dispatch.py checks that the options here are its options.
+``main`` first offers the arguments to ``dispatch``: when they are a plain `phalanx ls` or
+`phalanx run -f FILE --detach` (options it knows, values it accepts) it runs the command itself with
+argparse from the standard library; anything else — `--help`, a typo, a value out of range, an option
+it does not know — returns None and the Typer app answers exactly as before (its usage message, its
+exit status). The Typer commands stay the definition: tests/unit/cli/test_lean_dispatch.py checks
+that the options here are theirs, with their defaults.
 """
 
 from __future__ import annotations
@@ -58,9 +60,52 @@ def _ls(ns: argparse.Namespace) -> bool:
     return True
 
 
+def _run_parser() -> _Parser:
+    """`phalanx run`'s options that a detached start may take (--dry-run, --server, --follow,
+    --token-file and --experiment-id are left to Typer)."""
+    p = _Parser(prog="phalanx run", add_help=False, allow_abbrev=False)
+    p.add_argument("--file", "-f", required=True)
+    p.add_argument("--param", action="append")
+    p.add_argument("--extra-params", action="store_true")
+    p.add_argument("--workdir")
+    p.add_argument("--output", "-o", choices=("text", "json"))
+    p.add_argument("--oversubscribe", action="store_true")
+    p.add_argument("--cluster")
+    p.add_argument("--detach", "-d", action="store_true")
+    p.add_argument("--priority", type=int)
+    p.add_argument("--no-wait", action="store_true")
+    p.add_argument("--no-system-metrics", action="store_true")
+    return p
+
+
+def _run(ns: argparse.Namespace) -> bool:
+    if not ns.detach:
+        return False  # a supervised run: Typer's command (its observers, its exit status)
+    from pathlib import Path
+
+    from phalanx.cli.launching import Output, start_detached
+    from phalanx.cli.terminal import guard_std_streams
+
+    guard_std_streams()  # `phalanx run --detach ... | head`: a closed pipe is not an error
+    start_detached(
+        Path(ns.file),
+        param=ns.param,
+        extra_params=ns.extra_params,
+        workdir=None if ns.workdir is None else Path(ns.workdir),
+        oversubscribe=ns.oversubscribe,
+        cluster=ns.cluster,
+        priority=0 if ns.priority is None else ns.priority,
+        no_wait=ns.no_wait,
+        no_system_metrics=ns.no_system_metrics,
+        output=Output(ns.output or "text"),
+    )
+    return True
+
+
 # command -> (its parser, its runner: False when the Typer app must answer after all)
 LEAN_COMMANDS: dict[str, tuple[Callable[[], _Parser], Callable[[argparse.Namespace], bool]]] = {
     "ls": (_ls_parser, _ls),
+    "run": (_run_parser, _run),
 }
 
 

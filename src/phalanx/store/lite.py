@@ -13,11 +13,13 @@ from __future__ import annotations
 import json
 import sqlite3
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from phalanx.domain import Experiment, ExperimentStatus, Page, Replica, ReplicaState, Role
 from phalanx.errors import UsageError
-from phalanx.store.base import ExperimentFilter
+
+if TYPE_CHECKING:  # store.base imports the artifact store: `run --detach`'s probe does without it
+    from phalanx.store.base import ExperimentFilter
 
 # the columns ``SqlStore`` reads for an experiment (all but `repro`, which only store.repro() reads)
 _EXPERIMENT_COLUMNS = (
@@ -90,7 +92,11 @@ class LiteReader:
 
     def list_experiments(self, query: ExperimentFilter | None = None) -> Page[Experiment]:
         """As ``Store.list_experiments``: one page, with the total of all that match."""
-        q = query or ExperimentFilter()
+        if query is None:
+            from phalanx.store.base import ExperimentFilter
+
+            query = ExperimentFilter()
+        q = query
         where: list[str] = []
         args: list[Any] = []
         if q.status is not None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import typer.main
 
+import phalanx.cli.run
 import phalanx.cli.tracking  # noqa: F401  (registers `ls` on the app)
 from phalanx.cli import lean
 from phalanx.cli.app import app
@@ -26,6 +27,26 @@ def test_lean_ls_takes_the_options_of_the_typer_ls_with_its_defaults() -> None:
     assert ns is not None
     assert {k: v for k, v in vars(ns).items() if v is not None} == {}
     assert typer_opts["--limit/-n"] == 50 and str(typer_opts["--output/-o"]) == "table"
+
+
+def test_lean_run_takes_a_subset_of_the_typer_run_options_with_its_defaults() -> None:
+    typer_opts = _typer_options("run")
+    parser = lean.LEAN_COMMANDS["run"][0]()
+    lean_opts = {"/".join(sorted(a.option_strings)): a.default for a in parser._actions}
+    assert set(lean_opts) <= set(typer_opts)
+    for name, default in lean_opts.items():  # argparse's None/False stand for Typer's defaults
+        assert default in (None, False) and typer_opts[name] in (None, False, 0, "text"), name
+    parsed = lean.parse(["run", "-f", "a.yml", "-d", "--param", "x=1", "--param", "y=2", "--priority", "3"])
+    assert parsed is not None
+    _, ns = parsed
+    assert (ns.file, ns.detach, ns.param, ns.priority) == ("a.yml", True, ["x=1", "y=2"], 3)
+    for args in (
+        ["run", "-f", "a.yml", "--detach", "--dry-run"],
+        ["run", "-f", "a.yml", "--detach", "--server", "http://x"],
+        ["run", "-f", "a.yml", "--detach", "-o", "yaml"],
+        ["run", "--detach"],  # no file: Typer's "Missing option '-f'"
+    ):
+        assert lean.parse(args) is None, args
 
 
 def test_lean_ls_parses_what_a_user_types() -> None:
