@@ -96,7 +96,7 @@ def main() -> int:
     print(f"load average {load[0]:.1f} {load[1]:.1f} {load[2]:.1f} on {os.cpu_count()} CPUs")
     if args.json:
         args.json.write_text(json.dumps(result, indent=2))
-    return 0 if result["last_line_s"] <= 2 else 1
+    return 0 if result["last_line_s"] <= 2 or args.smoke else 1  # smoke: the figures mean nothing
 
 
 if __name__ == "__main__":

@@ -255,7 +255,7 @@ def main() -> int:
         args.json.write_text(json.dumps(result, indent=2))
     ok = big_s / small_s <= 2 and zoom_s / small_s <= 2 and p99 < 0.5
     print("targets met" if ok else "TARGETS MISSED")
-    return 0 if ok else 1
+    return 0 if ok or args.smoke else 1  # a smoke run checks the bench runs: its figures mean nothing
 
 
 if __name__ == "__main__":
