@@ -11,6 +11,7 @@ a shared machine moves it less). Compare two checkouts with PYTHONPATH=<checkout
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import tempfile
 import time
@@ -52,6 +53,12 @@ def main() -> None:
     new = statistics.median(r[0] for r in results)
     again = statistics.median(r[1] for r in results)
     print(f"new events/s: {new:,.0f}; re-sent events (all duplicates)/s: {again:,.0f}")
+    # each run stores the new events, then re-sends them: the two cases alternate (A B A B ...)
+    load = os.getloadavg()
+    print(
+        f"duplicates / new: {again / new:.2f}x (median of {args.runs} alternating runs; "
+        f"load average {load[0]:.1f} {load[1]:.1f} {load[2]:.1f} on {os.cpu_count()} CPUs)"
+    )
 
 
 if __name__ == "__main__":

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -75,6 +76,11 @@ def main() -> None:
             f"| {venv} | {size_mb(venv):.0f} | {len(packages(venv))} | {statistics.median(t):.3f} "
             f"| {min(t):.3f} | {max(t):.3f} |"
         )
+    first = statistics.median(times[args.venvs[0]])
+    for venv in args.venvs[1:]:
+        print(f"{venv} / {args.venvs[0]}: {statistics.median(times[venv]) / first:.2f}x")
+    load = os.getloadavg()
+    print(f"(venvs alternate, {args.repeat} rounds; load average {load[0]:.1f} {load[1]:.1f} {load[2]:.1f})")
     heavy = ("kubernetes", "kubernetes-validate", "matplotlib", "psycopg", "psycopg-binary")
     for venv in args.venvs:
         present = [p for p in packages(venv) if p in heavy]

@@ -86,47 +86,50 @@ def main() -> None:
         loss.backward()  # type: ignore[no-untyped-call]
         opt.step()
 
-    step_s = _per_call(step, args.steps, args.repeat)
-    rows: dict[str, float] = {}
-
     # TensorBoard: the same add_scalar, captured and not
     from torch.utils.tensorboard import SummaryWriter
 
     from phalanx.integrations import tensorboard
-
-    writer = SummaryWriter(log_dir=str(home / "tb"))
-    rows["tensorboard add_scalar itself (not captured)"] = _per_call(
-        lambda i: writer.add_scalar("loss", 0.5, i), args.steps, args.repeat
-    )
-    tensorboard.capture()
-    # what the wrapper adds to each add_scalar: the report (a difference of two add_scalar timings
-    # is far below their noise on a shared machine)
-    rows["tensorboard capture (per add_scalar)"] = _per_call(
-        lambda i: tensorboard._report("loss", 0.5, i), args.steps, args.repeat
-    )
-    tensorboard.stop()
-    writer.close()
-
-    # Lightning: PhalanxLogger.log_metrics of two metrics
+    from phalanx.integrations.keras import PhalanxCallback
     from phalanx.integrations.lightning import PhalanxLogger
 
+    writer = SummaryWriter(log_dir=str(home / "tb"))
     logger = PhalanxLogger()
-    rows["lightning PhalanxLogger.log_metrics"] = _per_call(
-        lambda i: logger.log_metrics({"train_loss": 0.5, "train_acc": 0.9}, i), args.steps, args.repeat
-    )
-
-    # Keras: the callback's per-batch hooks (one epoch end every 100 batches)
-    from phalanx.integrations.keras import PhalanxCallback
-
     callback = PhalanxCallback()
     logs = {"loss": 0.5, "mae": 0.4}
 
-    def keras_hooks(i: int) -> None:
+    def keras_hooks(i: int) -> None:  # the callback's per-batch hooks (one epoch end every 100 batches)
         callback.on_train_batch_end(i, logs)
         if i % 100 == 99:
             callback.on_epoch_end(i // 100, logs)
 
-    rows["keras PhalanxCallback (per batch)"] = _per_call(keras_hooks, args.steps, args.repeat)
+    def captured(i: int) -> None:
+        # what the wrapper adds to each add_scalar: the report (a difference of two add_scalar
+        # timings is far below their noise on a shared machine)
+        tensorboard._report("loss", 0.5, i)
+
+    cases: dict[str, Callable[[int], Any]] = {
+        "training step": step,
+        "tensorboard add_scalar itself (not captured)": lambda i: writer.add_scalar("loss", 0.5, i),
+        "tensorboard capture (per add_scalar)": captured,
+        "lightning PhalanxLogger.log_metrics": lambda i: logger.log_metrics(
+            {"train_loss": 0.5, "train_acc": 0.9}, i
+        ),
+        "keras PhalanxCallback (per batch)": keras_hooks,
+    }
+    # the cases alternate (A B C ... A B C ...), so a load swing on a shared machine touches them alike
+    rounds: dict[str, list[float]] = {name: [] for name in cases}
+    for _ in range(args.repeat):
+        for name, fn in cases.items():
+            if fn is captured:
+                tensorboard.capture()
+            rounds[name].append(_per_call(fn, args.steps, 1))
+            if fn is captured:
+                tensorboard.stop()
+    writer.close()
+    medians = {name: statistics.median(values) for name, values in rounds.items()}
+    step_s = medians.pop("training step")
+    rows: dict[str, float] = medians
 
     print(f"training step (MLP 32-64-1, batch 64, 1 thread): {step_s * 1e6:.1f} us")
     print(f"{'integration':46} {'extra us/step':>14} {'% of step':>10}")
@@ -134,6 +137,8 @@ def main() -> None:
         print(f"{name:46} {extra * 1e6:14.2f} {100 * extra / step_s:9.3f}%")
     worst = max(v for k, v in rows.items() if "itself" not in k) / step_s
     print(f"target < 1 % of the step: {'met' if worst < 0.01 else 'NOT met'} (worst {100 * worst:.3f} %)")
+    load = os.getloadavg()
+    print(f"({args.repeat} alternating rounds; load average {load[0]:.1f} {load[1]:.1f} {load[2]:.1f})")
     if args.json:
         figures = {"step_us": step_s * 1e6, **{k: v * 1e6 for k, v in rows.items()}}
         args.json.write_text(json.dumps(figures, indent=2))

@@ -1,7 +1,7 @@
 """The queue's hand-over: how long a machine stays idle between one experiment's end and the next
 one's start, through the queue versus a shell loop, in one run.
 
-    .venv/bin/python bench/queue.py [--n 50] [--json FILE]
+    .venv/bin/python bench/queue.py [--n 50] [--rounds 3] [--json FILE]
 
 - queue: a blocker experiment holds every core; N trivial experiments (`echo done`, each asking for
   every core, so they can only run one at a time) are started with `phalanx run --detach` and wait
@@ -10,7 +10,8 @@ one's start, through the queue versus a shell loop, in one run.
 
 Gap = next experiment's started_at minus the previous one's finished_at, read from each run's store
 (both times are written by the supervisors themselves). Median and p99 (nearest rank) over N - 1 gaps.
-Each mode has its own temporary PHALANX_HOME. Not run by the tests; figures are in README.md.
+The modes alternate for ``--rounds`` rounds (each with its own temporary PHALANX_HOME).
+Not run by the tests; figures are in README.md.
 """
 
 from __future__ import annotations
@@ -116,6 +117,7 @@ def run_loop(n: int, work: Path, cores: int) -> list[float]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--n", type=int, default=50)
+    parser.add_argument("--rounds", type=int, default=3, help="queue/loop alternations (n split among them)")
     parser.add_argument("--json", type=Path)
     parser.add_argument(
         "--smoke",
@@ -124,25 +126,48 @@ def main() -> None:
     )
     args = parser.parse_args()
     if args.smoke:
-        args.n = 2
+        args.n, args.rounds = 2, 1
     cores = len(os.sched_getaffinity(0))
-    results: dict[str, Any] = {"n": args.n, "cores": cores, "modes": {}}
+    per_round = max(2, args.n // args.rounds)
+    results: dict[str, Any] = {
+        "n": per_round * args.rounds,
+        "rounds": args.rounds,
+        "cores": cores,
+        "modes": {},
+    }
+    pooled: dict[str, list[float]] = {"queue": [], "loop": []}
+    walls: dict[str, float] = {"queue": 0.0, "loop": 0.0}
     with tempfile.TemporaryDirectory(prefix="phalanx-bench-queue-") as tmp:
-        work = Path(tmp)
-        for mode, fn in (("queue", run_queue), ("loop", run_loop)):
-            started = time.monotonic()
-            values = fn(args.n, work, cores)
-            results["modes"][mode] = {
-                "median_s": statistics.median(values),
-                "p99_s": p99(values),
-                "min_s": min(values),
-                "max_s": max(values),
-                "wall_s": time.monotonic() - started,
-            }
-    print(f"{args.n} trivial experiments, each asking for all {cores} cores (one at a time)")
+        # the modes alternate (queue loop queue loop ...), each round in fresh homes, so a load swing
+        # on a shared machine touches both alike; the gaps of all rounds are pooled per mode
+        for r in range(args.rounds):
+            for mode, fn in (("queue", run_queue), ("loop", run_loop)):
+                work = Path(tmp) / f"round-{r}-{mode}"
+                work.mkdir()
+                started = time.monotonic()
+                pooled[mode] += fn(per_round, work, cores)
+                walls[mode] += time.monotonic() - started
+    for mode, values in pooled.items():
+        results["modes"][mode] = {
+            "median_s": statistics.median(values),
+            "p99_s": p99(values),
+            "min_s": min(values),
+            "max_s": max(values),
+            "wall_s": walls[mode],
+        }
+    load = os.getloadavg()
+    results["load_average"] = load
+    print(f"{results['n']} trivial experiments per mode, each asking for all {cores} cores (one at a time)")
     print(f"{'mode':<8}{'gap median s':>14}{'gap p99 s':>12}{'min':>8}{'max':>8}")
-    for mode, r in results["modes"].items():
-        print(f"{mode:<8}{r['median_s']:>14.3f}{r['p99_s']:>12.3f}{r['min_s']:>8.3f}{r['max_s']:>8.3f}")
+    for mode, res in results["modes"].items():
+        print(
+            f"{mode:<8}{res['median_s']:>14.3f}{res['p99_s']:>12.3f}{res['min_s']:>8.3f}{res['max_s']:>8.3f}"
+        )
+    ratio = results["modes"]["loop"]["median_s"] / results["modes"]["queue"]["median_s"]
+    print(
+        f"loop / queue median gap: {ratio:.1f}x ({args.rounds} alternating rounds; load average "
+        f"{load[0]:.1f} {load[1]:.1f} {load[2]:.1f} on {os.cpu_count()} CPUs)"
+    )
     if args.json:
         args.json.write_text(json.dumps(results, indent=2))
 

@@ -90,6 +90,9 @@ def main() -> None:
             "sampler_over_replicas_percent": round(100 * cost / used, 4) if used else None,
             "one_look_ms": round(per_look * 1000, 3),
             "share_of_one_core_at_interval_percent": round(100 * per_look / args.interval, 4),
+            # one case, its ratio measured over the same seconds as the replicas' CPU: nothing to
+            # alternate with; the load says how busy the machine was meanwhile
+            "load_average": os.getloadavg(),
         }
         print(json.dumps(result, indent=2))
     finally:

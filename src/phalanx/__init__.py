@@ -22,6 +22,7 @@ __all__ = [
     "TensorFlowDistribution",
     "__version__",
     "log_metrics",
+    "metrics_frame",
     "search_experiments",
 ]
 
@@ -29,6 +30,7 @@ _LAZY = {
     "Task": "phalanx.tracking",
     "log_metrics": "phalanx.tracking",
     "search_experiments": "phalanx.query",
+    "metrics_frame": "phalanx.query",
     "Experiment": "phalanx.estimators",
     "Estimator": "phalanx.estimators",
     "PyTorch": "phalanx.estimators",

@@ -107,3 +107,53 @@ def search_experiments(
         row.update({c: own.get(c) for c in columns})
         rows.append(row)
     return pd.DataFrame(rows, columns=[*BASE_COLUMNS, *dict.fromkeys(columns)])
+
+
+FRAME_COLUMNS = ("experiment_id", "title", "series", "step", "value", "time")
+
+
+def metrics_frame(
+    ids: Sequence[str],
+    names: Sequence[str] | None = None,
+    *,
+    max_points: int | None = None,
+    store: Store | None = None,
+) -> pd.DataFrame:
+    """Many experiments' scalar series as one long frame, a row per point: ``experiment_id, title,
+    series, step, value, time`` (ids as given or unique prefixes; ``names``: chart titles, default
+    every title each reported). ``max_points``: read each series from the multi-resolution summary
+    (at most about that many points, as a chart does) instead of every point::
+
+        ids = phalanx.search_experiments("param:lr < 0.05")["id"]
+        df = phalanx.metrics_frame(ids, ["loss"], max_points=500)
+        df.pivot_table(index="step", columns="experiment_id", values="value")
+
+    Raises NotFound for an unknown id, UsageError without pandas."""
+    try:
+        import pandas as pd
+    except ImportError:
+        raise UsageError("phalanx.metrics_frame needs pandas: pip install 'phalanx[query]'") from None
+    if store is None:
+        from phalanx.cli.tracking import open_for_reading
+
+        store, _ = open_for_reading()
+    columns: dict[str, list[Any]] = {name: [] for name in FRAME_COLUMNS}
+    for given in ids:
+        experiment_id = store.get_experiment(str(given)).id
+        titles = list(names) if names is not None else sorted(store.metric_titles(experiment_id))
+        for title in titles:
+            if max_points is None:
+                by_series = store.metrics(experiment_id, title).get(title, {})
+            else:
+                views = store.metric_view(experiment_id, title, max_points=max_points)
+                by_series = {name: view.series for name, view in views.items()}
+            for series_name, points in sorted(by_series.items()):
+                n = len(points.steps)
+                columns["experiment_id"] += [experiment_id] * n
+                columns["title"] += [title] * n
+                columns["series"] += [series_name] * n
+                columns["step"] += list(points.steps)
+                columns["value"] += list(points.values)
+                times = list(points.times)
+                columns["time"] += times if len(times) == n else [None] * n
+    return pd.DataFrame(columns, columns=list(FRAME_COLUMNS))

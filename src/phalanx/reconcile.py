@@ -29,14 +29,14 @@ import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from phalanx.domain import ExperimentStatus, ReplicaState
 from phalanx.procs import Seen, judge, read_record, recorded_but_gone
 
 if TYPE_CHECKING:
     from phalanx.config import Settings
-    from phalanx.domain import Experiment
+    from phalanx.domain import Experiment, Replica
     from phalanx.ledger import Entry
     from phalanx.store.base import Store
 
@@ -153,8 +153,18 @@ def record_end(store: Store, experiment_id: str, end: End, settings: Settings | 
     return True
 
 
+class ReplicaLister(Protocol):
+    """What ``facts`` reads of a store: the full store, or the lean CLI's sqlite3 reader."""
+
+    def list_replicas(self, experiment_id: str) -> list[Replica]: ...
+
+
 def facts(
-    store: Store, settings: Settings, exp: Experiment, in_queue: bool | None = None, here: str | None = None
+    store: ReplicaLister,
+    settings: Settings,
+    exp: Experiment,
+    in_queue: bool | None = None,
+    here: str | None = None,
 ) -> Facts:
     """What this machine can see of ``exp``'s recorder (supervisor or script) and queue place.
     ``in_queue``: known already (a ledger snapshot); None: read the ledger if it is queued."""

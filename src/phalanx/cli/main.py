@@ -6,6 +6,7 @@ import errno
 import importlib
 import os
 import sys
+from collections.abc import Callable
 
 # One module per command group; each registers its commands on phalanx.cli.app.app when imported.
 COMMAND_MODULES = (
@@ -32,8 +33,52 @@ COMMAND_MODULES = (
 )
 
 
-def _register() -> None:
-    for name in COMMAND_MODULES:
+# Which module registers each top-level command: `phalanx ls` imports cli/tracking.py alone, not the
+# fifteen modules (and what they import) that `phalanx --help` must list. A unit test checks this table
+# against what the modules register (tests/unit/cli/test_lazy_commands.py).
+COMMAND_MODULE = {
+    "check": "phalanx.cli.check",
+    "run": "phalanx.cli.run",
+    "logs": "phalanx.cli.run",
+    "stop": "phalanx.cli.run",
+    "ls": "phalanx.cli.tracking",
+    "get": "phalanx.cli.tracking",
+    "metrics": "phalanx.cli.tracking",
+    "params": "phalanx.cli.tracking",
+    "artifacts": "phalanx.cli.tracking",
+    "gc": "phalanx.cli.tracking",
+    "delete": "phalanx.cli.delete",
+    "models": "phalanx.cli.models",
+    "serve": "phalanx.cli.serve",
+    "server": "phalanx.cli.server",
+    "cluster": "phalanx.cli.cluster",
+    "plot": "phalanx.cli.plot",
+    "queue": "phalanx.cli.queue",
+    "group": "phalanx.cli.group",
+    "checkpoints": "phalanx.cli.resume",
+    "resume": "phalanx.cli.resume",
+    "rerun": "phalanx.cli.resume",
+    "diff": "phalanx.cli.resume",
+    "tag": "phalanx.cli.annotate",
+    "note": "phalanx.cli.annotate",
+    "reports": "phalanx.cli.annotate",
+    "sync": "phalanx.cli.sync",
+    "datastore": "phalanx.cli.data",
+    "data": "phalanx.cli.data",
+    "version": "phalanx.cli.app",
+}
+
+
+def modules_for(args: list[str]) -> tuple[str, ...]:
+    """The command modules `phalanx ARGS` needs: the one that registers its command, or all of them
+    when the command is not named (root options, `--help`) or not known (typer's "No such command")."""
+    if args and not args[0].startswith("-") and args[0] in COMMAND_MODULE:
+        return (COMMAND_MODULE[args[0]],)
+    return COMMAND_MODULES
+
+
+def _register(args: list[str] | None = None) -> None:
+    for name in COMMAND_MODULES if args is None else modules_for(args):
         try:
             importlib.import_module(name)
         except ModuleNotFoundError as exc:  # a command group not built yet
@@ -106,22 +151,38 @@ def _several_files(args: list[str]) -> str | None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    slip = _file_without_f(sys.argv[1:] if argv is None else list(argv))
-    slip = slip or _several_files(sys.argv[1:] if argv is None else list(argv))
+    args = sys.argv[1:] if argv is None else list(argv)
+    slip = _file_without_f(args) or _several_files(args)
     if slip is not None:
         sys.stderr.write(slip)
         sys.exit(2)
+    # `phalanx ls` (the plain forms) without typer, pydantic or SQLAlchemy: cli/lean.py says why
+    if _answer(lambda: _lean(args), args):
+        return
     try:
         from phalanx.cli.app import app
-        from phalanx.errors import PhalanxError, SpecError, exit_status
 
-        _register()
+        _register(args)
     except KeyboardInterrupt:  # Ctrl-C while Python was still importing: nothing was started
         sys.stderr.write("phalanx: interrupted\n")
         sys.exit(130)
+    # standalone mode: typer answers usage mistakes itself (message + exit 2)
+    _answer(lambda: app(args=argv, prog_name="phalanx"), args)
+
+
+def _lean(args: list[str]) -> bool:
+    from phalanx.cli.lean import dispatch
+
+    return dispatch(args)
+
+
+def _answer(work: Callable[[], object], args: list[str]) -> bool:
+    """Run a command; a Phalanx error, Ctrl-C or a PHALANX_HOME file-system error becomes its
+    message and exit status (never a traceback). Returns whether ``work`` said it answered."""
+    from phalanx.errors import PhalanxError, SpecError, exit_status
+
     try:
-        # standalone mode: typer answers usage mistakes itself (message + exit 2)
-        app(args=argv, prog_name="phalanx")
+        return bool(work())
     except PhalanxError as exc:
         text = str(exc)
         # a file's problems are one located line each (FILE:LINE:COL: ...); any other message,
@@ -138,7 +199,6 @@ def main(argv: list[str] | None = None) -> None:
         sys.stderr.write(f"error: {_os_error_message(exc)}\n")
         sys.exit(1 if exc.errno in (errno.ENOSPC, errno.EDQUOT) else 2)
     except SystemExit as exc:
-        args = sys.argv[1:] if argv is None else argv
         if args[:1] and args[0] in FAST_EXIT_COMMANDS and (exc.code is None or isinstance(exc.code, int)):
             _fast_exit(exc.code or 0)
         raise

@@ -52,13 +52,21 @@ def queue(
     settings = Settings()
     store = None
     if (settings.home / "phalanx.db").exists() or settings.db_url:
-        from phalanx.store import open_store
+        from phalanx.readpass import open_lean
 
-        store = open_store(settings)
-        from phalanx.reconcile import reconcile
+        reader = open_lean(settings)  # nothing due (no abandoned queued run, no quota): no SQLAlchemy
+        if reader is not None and not reader.has_rows("project_quotas"):
+            reader.close()
+        else:
+            if reader is not None:
+                reader.close()
+            from phalanx.store import open_store
 
-        with contextlib.suppress(Exception):  # reading the queue must work even if the store fails
-            reconcile(store, settings)  # a killed waiter's row shows stopped, not queued
+            store = open_store(settings)
+            from phalanx.reconcile import reconcile
+
+            with contextlib.suppress(Exception):  # reading the queue must work even if the store fails
+                reconcile(store, settings)  # a killed waiter's row shows stopped, not queued
     doc = overview(settings, store)
     if output is Format.JSON:
         emit_json(doc)

@@ -9,13 +9,20 @@ from __future__ import annotations
 
 import sys
 import time
-from enum import StrEnum
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
 from phalanx.cli.app import ExtraParamsOpt, app, emit_json
+
+# typer-free (the lean `run --detach` uses them too); resume.py and group.py import them from here
+from phalanx.cli.launching import Output as Output
+from phalanx.cli.launching import _check_home_and_db as _check_home_and_db
+from phalanx.cli.launching import _check_id as _check_id
+from phalanx.cli.launching import _load as _load
+from phalanx.cli.launching import start_detached
+from phalanx.cli.launching import submit_detached as submit_detached
 from phalanx.cli.target import LocalOpt, ServerOpt
 from phalanx.cli.terminal import guard_std_streams
 
@@ -24,15 +31,7 @@ if TYPE_CHECKING:
 
     from phalanx.config import Settings
     from phalanx.domain import Experiment, ReplicaState
-    from phalanx.runner import LaunchOptions, Runner
-    from phalanx.spec.model import ExperimentSpec
     from phalanx.store.base import IngestStore, Store
-
-
-class Output(StrEnum):
-    TEXT = "text"
-    JSON = "json"
-    YAML = "yaml"  # with --dry-run on a cluster: the engine's own render (Kubernetes YAML, sbatch)
 
 
 # ---- terminal observers -----------------------------------------------------------------------
@@ -91,28 +90,6 @@ class RichObserver:
 
 
 # ---- phalanx run ------------------------------------------------------------------------------
-
-
-def _load(file: Path, param: list[str] | None, extra_params: bool = False) -> Any:
-    from phalanx.errors import SpecError, UsageError
-    from phalanx.spec.loader import load_spec, parse_param_overrides
-
-    if str(file) == "-":
-        raise UsageError(
-            "-f -: the experiment file cannot come from stdin; save it to a file and pass its path"
-        )
-    overrides = parse_param_overrides(param or [])
-    try:
-        return load_spec(file, params=overrides, extra_params=extra_params)
-    except SpecError as exc:
-        if len(exc.problems) == 1 and exc.problems[0].line is None:  # missing file, directory, too large
-            sys.stderr.write(f"error: {exc.problems[0]}\n")
-            raise typer.Exit(2) from None
-        for problem in exc.problems:
-            sys.stderr.write(f"{problem}\n")
-        n = len(exc.problems)
-        sys.stderr.write(f"error: {file} is not a valid experiment file ({n} problem{'s' * (n != 1)})\n")
-        raise typer.Exit(2) from None
 
 
 @app.command("run")
@@ -258,10 +235,26 @@ def run(
             json_out=output is Output.JSON,
         )
         return
+    if detach and not dry_run:
+        start_detached(
+            file,
+            param=param,
+            extra_params=extra_params,
+            workdir=workdir,
+            oversubscribe=oversubscribe,
+            cluster=cluster,
+            priority=priority,
+            no_wait=no_wait,
+            no_system_metrics=no_system_metrics,
+            output=output,
+            experiment_id=experiment_id,
+            settings=settings,
+        )
+        return
     spec = _load(file, param, extra_params)
     for note in getattr(spec, "notes", ()):
         sys.stderr.write(f"note: {note}\n")
-    # mistakes found now, before anything starts (and, with --detach, before it goes to the background)
+    # mistakes found now, before anything starts
     if workdir is not None and not workdir.is_dir():
         raise UsageError(f"--workdir {workdir}: no such folder")
     if cluster is not None:
@@ -287,9 +280,6 @@ def run(
         record=LaunchRecord(file=str(file.resolve()), params=parse_param_overrides(param or [])),
     )
     runner = Runner(settings)
-    if detach and not dry_run:
-        submit_detached(runner, spec, options, output)
-        return
     from phalanx import supervisor
 
     if dry_run:
@@ -373,56 +363,6 @@ def _warn_if_crowded(prepared: Any) -> None:
     warning = limits.crowding_warning(replicas, limits.machine())
     if warning:
         sys.stderr.write(f"warning: {warning}\n")
-
-
-def _check_home_and_db(settings: Settings) -> None:
-    """PHALANX_HOME and PHALANX_DB_URL mistakes, found before any replica starts (the store itself
-    is opened only once they are starting). A string check: SQLAlchemy is not imported here."""
-    from phalanx.errors import UsageError
-
-    if settings.home.exists() and not settings.home.is_dir():
-        raise UsageError(f"PHALANX_HOME {settings.home} is a file; point PHALANX_HOME at a folder")
-    url = settings.database_url
-    scheme = url.split("://", 1)[0].split("+", 1)[0] if "://" in url else ""
-    if scheme not in ("sqlite", "postgresql", "postgres"):
-        raise UsageError(
-            f"PHALANX_DB_URL {url!r} is not a database URL; use sqlite:///PATH or postgresql://..."
-        )
-
-
-def _check_id(experiment_id: str) -> None:
-    import re
-
-    from phalanx.errors import UsageError
-
-    if not re.fullmatch(r"[0-9a-f]{12}", experiment_id):
-        raise UsageError(f"--experiment-id {experiment_id!r}: expected 12 lowercase hex characters")
-
-
-def submit_detached(
-    runner: Runner, spec: ExperimentSpec, options: LaunchOptions, output: Output, headline: str | None = None
-) -> None:
-    """Start the experiment's supervisor in its own session (its output in runs/<id>/supervisor.log),
-    wait (bounded) until the experiment exists and print its id. If the supervisor ends before, its
-    own messages are shown and its exit status is ours (its run folder is removed: nothing
-    half-written)."""
-    from phalanx.runner import StartFailed
-
-    try:
-        submitted = runner.submit(spec, options, headline=headline)
-    except StartFailed as exc:
-        sys.stderr.write((exc.text or f"error: the supervisor exited with status {exc.exit_code}") + "\n")
-        raise typer.Exit(exc.exit_code or 1) from None
-    if output is Output.JSON:
-        emit_json(
-            {
-                "id": submitted.experiment_id,
-                "supervisor_pid": submitted.process.pid,
-                "log": str(submitted.log),
-            }
-        )
-    else:
-        typer.echo(submitted.experiment_id)
 
 
 # ---- phalanx logs -----------------------------------------------------------------------------

@@ -11,7 +11,6 @@ from __future__ import annotations
 import csv
 import math
 import sys
-import time
 from enum import StrEnum
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
@@ -19,55 +18,28 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from phalanx.cli.app import app, emit_json
+
+# the lean `phalanx ls` path lives in cli/listing.py (no typer); other modules import these from here
+from phalanx.cli.listing import Format as Format
+from phalanx.cli.listing import _duration as _duration
+from phalanx.cli.listing import _table as _table
+from phalanx.cli.listing import _when as _when
+from phalanx.cli.listing import ls_experiments
+from phalanx.cli.listing import open_for_reading as open_for_reading
 from phalanx.cli.target import LocalOpt, ServerOpt
 from phalanx.views import PER_REPLICA, params_by_section, run_details
 
 if TYPE_CHECKING:
-    from phalanx.config import Settings
     from phalanx.domain import Experiment, Replica
-    from phalanx.store.base import ArtifactRecord, IngestStore
+    from phalanx.store.base import ArtifactRecord
 
 IdArg = Annotated[str, typer.Argument(metavar="ID", help="Experiment id or a unique prefix of one.")]
-
-
-class Format(StrEnum):
-    TABLE = "table"
-    JSON = "json"
 
 
 class MetricsFormat(StrEnum):
     TABLE = "table"
     JSON = "json"
     CSV = "csv"
-
-
-def open_for_reading(settings: Settings | None = None) -> tuple[IngestStore, Settings]:
-    """The store, after one ingest pass over every pending spool file."""
-    import logging
-
-    from phalanx.config import Settings
-    from phalanx.ingest import Ingester
-    from phalanx.store import open_store
-
-    settings = settings or Settings()
-    store = open_store(settings)
-    try:  # before ingesting: a killed start-up leaves nothing, not rows of an experiment never shown
-        from phalanx.reconcile import clean_aborted_starts
-
-        clean_aborted_starts(store, settings)
-    except Exception as exc:
-        logging.getLogger(__name__).warning("checking aborted starts failed: %s", exc)
-    try:
-        Ingester(store, store.artifact_store, settings.spool_dir).run_once()
-    except Exception as exc:  # reading must work even when a spool cannot be ingested right now
-        logging.getLogger(__name__).warning("ingesting pending spool files failed: %s", exc)
-    try:  # an experiment whose supervisor or script was killed (running or queued) gets its end here
-        from phalanx.reconcile import reconcile
-
-        reconcile(store, settings)
-    except Exception as exc:
-        logging.getLogger(__name__).warning("checking unfinished experiments failed: %s", exc)
-    return store, settings
 
 
 def open_target(server: str | None = None, local: bool = False) -> Any:
@@ -97,21 +69,6 @@ def details_of(store: Any, experiment_id: str) -> dict[str, Any]:
 # --- formatting ----------------------------------------------------------------------------------
 
 
-def _when(t: float | None) -> str:
-    return "-" if t is None else time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(t))
-
-
-def _duration(start: float | None, end: float | None) -> str:
-    if start is None:
-        return "-"
-    seconds = (end or time.time()) - start
-    if seconds < 60:
-        return f"{seconds:.1f}s"
-    minutes, secs = divmod(int(seconds), 60)
-    hours, minutes = divmod(minutes, 60)
-    return f"{hours}h{minutes:02d}m" if hours else f"{minutes}m{secs:02d}s"
-
-
 def _size(n: int) -> str:
     value = float(n)
     for unit in ("B", "KiB", "MiB", "GiB"):
@@ -119,13 +76,6 @@ def _size(n: int) -> str:
             return f"{int(value)} {unit}" if unit == "B" else f"{value:.1f} {unit}"
         value /= 1024
     return f"{n} B"
-
-
-def _table(headers: list[str], rows: list[list[str]]) -> str:
-    widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(headers)]
-    lines = ["  ".join(h.upper().ljust(w) for h, w in zip(headers, widths, strict=True)).rstrip()]
-    lines += ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows]
-    return "\n".join(lines)
 
 
 def experiment_json(e: Experiment) -> dict[str, Any]:
@@ -160,15 +110,6 @@ def artifact_json(a: ArtifactRecord) -> dict[str, Any]:
 # --- commands ------------------------------------------------------------------------------------
 
 
-def _status(e: Experiment) -> str:
-    """`pending (Resources)`: a waiting experiment says why (the scheduler's reason)."""
-    from phalanx.domain import ExperimentStatus
-
-    if e.status is ExperimentStatus.PENDING and e.reason:
-        return f"{e.status} ({e.reason})"
-    return str(e.status)
-
-
 @app.command("ls")
 def ls(
     status: Annotated[
@@ -195,65 +136,52 @@ def ls(
     ] = None,
     server: ServerOpt = None,
     local: LocalOpt = False,
+    where: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--where",
+            metavar="CONDITIONS",
+            help='Only those meeting every condition, e.g. "metric:min:loss < 0.5 and param:lr > 0.01".',
+        ),
+    ] = None,
+    column: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--column", metavar="COLUMN", help="Also show param:KEY or metric:AGG:TITLE (repeatable)."
+        ),
+    ] = None,
 ) -> None:
-    """List experiments, newest first."""
-    from phalanx.domain import ExperimentStatus
-    from phalanx.errors import UsageError
-    from phalanx.store.base import ExperimentFilter
+    """List experiments, newest first.
 
-    wanted = None
-    if status is not None:
-        try:
-            wanted = ExperimentStatus(status)
-        except ValueError:
-            choices = ", ".join(s.value for s in ExperimentStatus)
-            raise UsageError(f"--status {status!r}: use one of {choices}") from None
-    store = open_target(server, local)
-    group_id = None
-    if group is not None and is_remote(store):
-        group_id = group  # the server resolves the prefix
-    elif group is not None:
-        from phalanx.store.base import group_store
+    --where keeps those that meet every condition of the run table's grammar, e.g.
+    --where "metric:min:loss < 0.5 and param:lr > 0.01"; --column adds a param:KEY or
+    metric:AGG:TITLE (AGG last, min or max) column.
+    """
+    from phalanx.cli.target import choose
 
-        group_id = group_store(store).resolve_group(group)
-    page = store.list_experiments(
-        ExperimentFilter(
-            status=wanted,
-            project=project,
-            text=search,
-            limit=limit,
-            order_by="-created_at",
-            group_id=group_id,
-            tag=tag,
-        )
+    client = choose(server, local)
+    remote = None
+    if client is not None:
+        from phalanx.cli.remote_store import RemoteStore
+        from phalanx.errors import UsageError
+
+        if where or column:
+            raise UsageError(
+                "--where and --column: not on a server yet (the web UI's run table filters there)"
+            )
+        remote = RemoteStore(client)
+    ls_experiments(
+        status=status,
+        project=project,
+        search=search,
+        limit=limit,
+        output=output,
+        group=group,
+        tag=tag,
+        where=where,
+        columns=column,
+        store=remote,
     )
-    if output is Format.JSON:
-        emit_json([experiment_json(e) for e in page.items])
-        return
-    if not page.items:
-        given = [
-            f
-            for f, v in (("--status", status), ("--project", project), ("--search", search), ("--tag", tag))
-            if v is not None
-        ]
-        if group is not None:  # say the filter the user typed, not the ones they did not
-            given.append("--group")
-        if given:
-            typer.echo(f"no experiments match; `phalanx ls` without {'/'.join(given)} lists them all")
-        else:
-            typer.echo("no experiments yet: `phalanx run -f FILE` or Task.init() in a script creates one")
-        return
-    rows = [
-        [e.id, e.project, e.name, _status(e), _when(e.created_at), _duration(e.started_at, e.finished_at)]
-        for e in page.items
-    ]
-    headers = ["id", "project", "name", "status", "created", "duration"]
-    if any(getattr(e, "group_id", None) for e in page.items):  # trials of a group: say which
-        headers.append("group")
-        rows = [[*row, getattr(e, "group_id", None) or "-"] for row, e in zip(rows, page.items, strict=True)]
-    typer.echo(_table(headers, rows))
-    if page.total > len(page.items):
-        typer.echo(f"({len(page.items)} of {page.total}; --limit shows more)")
 
 
 def _queue_place(experiment_id: str) -> str:

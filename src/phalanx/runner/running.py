@@ -8,10 +8,10 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from phalanx.config import Settings
 from phalanx.errors import NotFound, PhalanxError
@@ -292,10 +292,14 @@ class Runner:
     ) -> None:
         """Bounded wait for the supervisor's experiment row (or its reopen); its early exit is the
         error to raise."""
-        from phalanx.store import open_store
+        started: Callable[[Any, Settings, str, int], bool]
+        if resume:
+            from phalanx.store import open_store
 
-        store = open_store(self.settings)
-        started = _resumed if resume else _created
+            store: Any = open_store(self.settings)
+            started = _resumed
+        else:  # `phalanx run --detach` polls one row: the lean SQLite reader when it can (no SQLAlchemy)
+            store, started = _ExistenceProbe(self.settings), _probed
         deadline = time.monotonic() + timeout
         delay = 0.02
         while True:
@@ -391,6 +395,37 @@ def _recorded(opened: list[IngestStore], experiment_id: str) -> bool:
 
 def _created(store: Store, settings: Settings, experiment_id: str, pid: int) -> bool:
     return _exists(store, experiment_id)
+
+
+class _ExistenceProbe:
+    """Whether an experiment's row exists yet, read through ``store.lite.LiteReader`` while the
+    store is an up-to-date SQLite file (the supervisor creates and migrates it; until it has, the
+    row is not there), else through the full store. Spares `phalanx run --detach` importing
+    SQLAlchemy (0.3-0.4 CPU-s) to poll one row (docs/cli-speed.md)."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self._full: Store | None = None
+
+    def exists(self, experiment_id: str) -> bool:
+        if self._full is None:
+            from phalanx.store.lite import LiteReader, sqlite_path
+            from phalanx.store.migrations import HEAD
+
+            if sqlite_path(self.settings.database_url) is not None:
+                reader = LiteReader.open(self.settings.database_url, HEAD)
+                if reader is None:
+                    return False  # no file, no schema yet, or not migrated yet: not created yet
+                with reader:
+                    return reader.has_experiment(experiment_id)
+            from phalanx.store import open_store
+
+            self._full = open_store(self.settings)
+        return _exists(self._full, experiment_id)
+
+
+def _probed(probe: _ExistenceProbe, settings: Settings, experiment_id: str, pid: int) -> bool:
+    return probe.exists(experiment_id)
 
 
 def _resumed(store: Store, settings: Settings, experiment_id: str, pid: int) -> bool:

@@ -125,7 +125,7 @@ def test_ctrl_c_while_starting_exits_130_without_a_traceback(
 
     monkeypatch.setattr(cli_main, "_register", interrupted)
     with pytest.raises(SystemExit) as exit_:
-        cli_main.main(["ls"])
+        cli_main.main(["queue"])  # a Typer command (a plain `ls` never imports the Typer app)
     assert exit_.value.code == 130
     assert "interrupted" in capsys.readouterr().err
 
@@ -138,10 +138,10 @@ def test_a_read_only_phalanx_home_is_an_error_that_names_the_fix(
     def read_only(*_args: object, **_kwargs: object) -> None:
         raise OSError(errno.EROFS, "Read-only file system", str(phalanx_home / "artifacts"))
 
-    monkeypatch.setattr(cli_main, "_register", lambda: None)
+    monkeypatch.setattr(cli_main, "_register", lambda *_args: None)
     monkeypatch.setattr(cli_app, "app", read_only)
     with pytest.raises(SystemExit) as exit_:
-        cli_main.main(["ls"])
+        cli_main.main(["queue"])  # a Typer command (a plain `ls` never imports the Typer app)
     assert exit_.value.code == 2
     err = capsys.readouterr().err
     assert f"error: cannot use {phalanx_home / 'artifacts'}: Read-only file system" in err

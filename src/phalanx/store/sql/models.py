@@ -499,6 +499,8 @@ class LaunchRow(Base):
     object_id: Mapped[str] = mapped_column(String(32), primary_key=True)
     user: Mapped[str] = mapped_column(String(64))
     at: Mapped[float] = mapped_column(Float)
+
+
 class ProjectQuotaRow(Base):
     """What one project may hold at once on one compute target (``local``: this machine's ledger),
     and how many of its experiments may wait. A NULL column is no limit. Keyed on the project's

@@ -1,0 +1,140 @@
+"""What a CLI command costs in CPU: `phalanx --help`, `ls` and `run --detach` against `python -c pass`.
+
+    .venv/bin/python bench/cli.py [--rounds 7] [--json FILE] [--smoke]
+
+Each case is a fresh process, measured as CPU-s (user + system, from getrusage of the finished child:
+what the command burned, whatever the machine's load did to its wall time). The cases alternate
+(A B C ... A B C ...) for ``--rounds`` rounds, so a load swing touches all of them alike; the median
+per case is printed with its ratio to the floor, ``python -c pass``, measured in the same rounds.
+
+Cases: `phalanx --help`; `phalanx ls` over a store of 10 and of 1,000 finished experiments;
+`phalanx run --detach` of a trivial file (its own CPU: the supervisor it starts runs in its own
+session and is not its child, so it is not counted; the bench waits for it to end between rounds).
+Issue 30's target: `ls` and `run --detach` under 0.2 CPU-s each on this machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "src"))
+
+PHALANX = [sys.executable, "-m", "phalanx.cli.main"]
+TARGET_CPU_S = 0.2
+
+
+def fill(home: Path, n: int) -> None:
+    """``n`` finished experiments in the store under ``home``."""
+    from phalanx.config import Settings
+    from phalanx.domain import ExperimentStatus
+    from phalanx.store import open_store
+
+    store = open_store(Settings(home=home, db_url=None, artifacts_url=None))
+    try:
+        for i in range(n):
+            e = store.create_experiment(name=f"e{i}", project="bench", backend="local")
+            store.update_experiment(e.id, status=ExperimentStatus.SUCCEEDED, started_at=1.0, finished_at=2.0)
+    finally:
+        store.close()
+
+
+def cpu_of(argv: list[str], env: dict[str, str]) -> tuple[float, str]:
+    """CPU-s (user + system) of one run of ``argv``, and its stdout; raises if it failed."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=300)
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    if done.returncode != 0:
+        raise RuntimeError(f"{' '.join(argv)} exited {done.returncode}: {done.stderr[-2000:]}")
+    spent = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return spent, done.stdout
+
+
+def wait_gone(pid: int, timeout: float = 120.0) -> None:
+    """Until the detached supervisor ``pid`` has ended (bounded), so it does not load the next case."""
+    from phalanx.procs import pid_alive
+
+    deadline = time.monotonic() + timeout
+    while pid_alive(pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--rounds", type=int, default=7, help="alternating rounds (median per case)")
+    parser.add_argument("--experiments", type=int, default=1000, help="the big store's experiments")
+    parser.add_argument("--json", type=Path, help="also write the results here")
+    parser.add_argument(
+        "--baseline-src",
+        type=Path,
+        help="another checkout's src/ (e.g. main's): its `ls` and `run --detach` alternate with these",
+    )
+    parser.add_argument("--smoke", action="store_true", help="tiny sizes, to check the bench runs")
+    args = parser.parse_args()
+    if args.smoke:
+        args.rounds, args.experiments = 1, 20
+    with tempfile.TemporaryDirectory(prefix="phalanx-bench-cli-") as tmp:
+        root = Path(tmp)
+        small, big, runs = root / "small", root / "big", root / "runs"
+        fill(small, 10)
+        fill(big, args.experiments)
+        spec = root / "trivial.yml"
+        spec.write_text("version: 1\nkind: experiment\nrun:\n  cmd: python -c pass\n")
+        base = {k: v for k, v in os.environ.items() if not k.startswith("PHALANX_")}
+        base["PYTHONPATH"] = os.pathsep.join([str(REPO / "src"), base.get("PYTHONPATH", "")]).rstrip(
+            os.pathsep
+        )
+        cases: dict[str, tuple[list[str], Path]] = {
+            "python -c pass": ([sys.executable, "-c", "pass"], small),
+            "phalanx --help": ([*PHALANX, "--help"], small),
+            "phalanx ls (10)": ([*PHALANX, "ls"], small),
+            f"phalanx ls ({args.experiments:,})": ([*PHALANX, "ls"], big),
+            "phalanx run --detach": ([*PHALANX, "run", "-f", str(spec), "--detach", "-o", "json"], runs),
+        }
+        paths = {name: str(REPO / "src") for name in cases}
+        if args.baseline_src is not None:
+            for name in (f"phalanx ls ({args.experiments:,})", "phalanx run --detach"):
+                cases[f"{name} @baseline"] = cases[name]
+                paths[f"{name} @baseline"] = str(args.baseline_src.resolve())
+        spent: dict[str, list[float]] = {name: [] for name in cases}
+        for _ in range(args.rounds):
+            for name, (argv, home) in cases.items():  # A B C ... each round: load swings hit all alike
+                env = {**base, "PHALANX_HOME": str(home), "PYTHONPATH": paths[name]}
+                cpu, out = cpu_of(argv, env)
+                spent[name].append(cpu)
+                if "--detach" in argv:
+                    wait_gone(json.loads(out)["supervisor_pid"])
+    floor = statistics.median(spent["python -c pass"])
+    load = os.getloadavg()
+    print(f"{'case':<34} {'CPU-s (median)':>15} {'x floor':>8}   (rounds: {args.rounds})")
+    results: dict[str, Any] = {}
+    for name, values in spent.items():
+        median = statistics.median(values)
+        results[name] = {"cpu_s": median, "ratio_to_floor": median / floor if floor else None, "all": values}
+        ratio = f"{median / floor:.1f}x" if floor else "-"
+        mark = (
+            ""
+            if name.startswith(("python", "phalanx --help"))
+            else ("  (target < 0.2)" if median < TARGET_CPU_S else "  (over the 0.2 target)")
+        )
+        print(f"{name:<34} {median:>15.3f} {ratio:>8}{mark}")
+    print(f"load average {load[0]:.1f} {load[1]:.1f} {load[2]:.1f} on {os.cpu_count()} CPUs")
+    if args.json:
+        args.json.write_text(
+            json.dumps({"cases": results, "load_average": load, "rounds": args.rounds}, indent=2)
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

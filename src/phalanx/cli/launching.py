@@ -1,0 +1,159 @@
+"""Starting an experiment in the background (`phalanx run --detach`), and the checks `run`,
+`rerun` and `group run` share. No typer here: cli/lean.py runs a plain `phalanx run -f FILE --detach`
+through ``start_detached`` without importing typer and its pydantic adapters (issue 30,
+docs/cli-speed.md); the Typer command (cli/run.py) calls the same function.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from enum import StrEnum
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from phalanx.config import Settings
+    from phalanx.runner import LaunchOptions, Runner
+    from phalanx.spec.model import ExperimentSpec
+
+
+class Output(StrEnum):
+    TEXT = "text"
+    JSON = "json"
+    YAML = "yaml"  # with --dry-run on a cluster: the engine's own render (Kubernetes YAML, sbatch)
+
+
+def _load(file: Path, param: list[str] | None, extra_params: bool = False) -> Any:
+    from phalanx.errors import SpecError, UsageError
+    from phalanx.spec.loader import load_spec, parse_param_overrides
+
+    if str(file) == "-":
+        raise UsageError(
+            "-f -: the experiment file cannot come from stdin; save it to a file and pass its path"
+        )
+    overrides = parse_param_overrides(param or [])
+    try:
+        return load_spec(file, params=overrides, extra_params=extra_params)
+    except SpecError as exc:
+        if len(exc.problems) == 1 and exc.problems[0].line is None:  # missing file, directory, too large
+            sys.stderr.write(f"error: {exc.problems[0]}\n")
+            raise SystemExit(2) from None
+        for problem in exc.problems:
+            sys.stderr.write(f"{problem}\n")
+        n = len(exc.problems)
+        sys.stderr.write(f"error: {file} is not a valid experiment file ({n} problem{'s' * (n != 1)})\n")
+        raise SystemExit(2) from None
+
+
+def _check_home_and_db(settings: Settings) -> None:
+    """PHALANX_HOME and PHALANX_DB_URL mistakes, found before any replica starts (the store itself
+    is opened only once they are starting). A string check: SQLAlchemy is not imported here."""
+    from phalanx.errors import UsageError
+
+    if settings.home.exists() and not settings.home.is_dir():
+        raise UsageError(f"PHALANX_HOME {settings.home} is a file; point PHALANX_HOME at a folder")
+    url = settings.database_url
+    scheme = url.split("://", 1)[0].split("+", 1)[0] if "://" in url else ""
+    if scheme not in ("sqlite", "postgresql", "postgres"):
+        raise UsageError(
+            f"PHALANX_DB_URL {url!r} is not a database URL; use sqlite:///PATH or postgresql://..."
+        )
+
+
+def _check_id(experiment_id: str) -> None:
+    import re
+
+    from phalanx.errors import UsageError
+
+    if not re.fullmatch(r"[0-9a-f]{12}", experiment_id):
+        raise UsageError(f"--experiment-id {experiment_id!r}: expected 12 lowercase hex characters")
+
+
+def submit_detached(
+    runner: Runner, spec: ExperimentSpec, options: LaunchOptions, output: Output, headline: str | None = None
+) -> None:
+    """Start the experiment's supervisor in its own session (its output in runs/<id>/supervisor.log),
+    wait (bounded) until the experiment exists and print its id. If the supervisor ends before, its
+    own messages are shown and its exit status is ours (its run folder is removed: nothing
+    half-written)."""
+    from phalanx.runner import StartFailed
+
+    try:
+        submitted = runner.submit(spec, options, headline=headline)
+    except StartFailed as exc:
+        sys.stderr.write((exc.text or f"error: the supervisor exited with status {exc.exit_code}") + "\n")
+        raise SystemExit(exc.exit_code or 1) from None
+    if output is Output.JSON:
+        _emit_json(
+            {
+                "id": submitted.experiment_id,
+                "supervisor_pid": submitted.process.pid,
+                "log": str(submitted.log),
+            }
+        )
+    else:
+        sys.stdout.write(f"{submitted.experiment_id}\n")
+        sys.stdout.flush()
+
+
+def start_detached(
+    file: Path,
+    *,
+    param: list[str] | None = None,
+    extra_params: bool = False,
+    workdir: Path | None = None,
+    oversubscribe: bool = False,
+    cluster: str | None = None,
+    priority: int = 0,
+    no_wait: bool = False,
+    no_system_metrics: bool = False,
+    output: Output = Output.TEXT,
+    experiment_id: str | None = None,
+    settings: Settings | None = None,
+) -> None:
+    """`phalanx run --detach`: every mistake found before anything starts (exit 2), then the
+    supervisor started in its own session; prints the experiment's id (or JSON with ``output``)."""
+    from phalanx.config import Settings
+    from phalanx.errors import UsageError
+    from phalanx.queue import check_priority
+
+    settings = settings or Settings()
+    if experiment_id is not None:
+        _check_id(experiment_id)
+    check_priority(priority, "--priority")
+    if output is Output.YAML:
+        raise UsageError("-o yaml shows what --dry-run would submit: add --dry-run, or use -o text or json")
+    spec = _load(file, param, extra_params)
+    for note in getattr(spec, "notes", ()):
+        sys.stderr.write(f"note: {note}\n")
+    # mistakes found now, before it goes to the background
+    if workdir is not None and not workdir.is_dir():
+        raise UsageError(f"--workdir {workdir}: no such folder")
+    if cluster is not None:
+        from phalanx.clusters import get_cluster
+
+        get_cluster(cluster, settings.home)
+    _check_home_and_db(settings)
+    from phalanx.runner import LaunchOptions, LaunchRecord, Runner
+    from phalanx.spec.loader import parse_param_overrides
+
+    options = LaunchOptions(
+        workdir=workdir.resolve() if workdir is not None else None,
+        cluster=cluster,
+        oversubscribe=oversubscribe,
+        priority=priority,
+        wait=not no_wait,
+        experiment_id=experiment_id,
+        system_metrics="off" if no_system_metrics else None,
+        # what `phalanx rerun` and `phalanx resume` start again from
+        record=LaunchRecord(file=str(file.resolve()), params=parse_param_overrides(param or [])),
+    )
+    submit_detached(Runner(settings), spec, options, output)
+
+
+def _emit_json(document: Any) -> None:
+    """One JSON document on stdout, as cli.app.emit_json writes it."""
+    sys.stdout.write(json.dumps(document, indent=2, default=str))
+    sys.stdout.write("\n")
+    sys.stdout.flush()

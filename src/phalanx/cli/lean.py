@@ -1,0 +1,155 @@
+"""The lean door for the commands users type most: `phalanx ls` and `phalanx run --detach` without
+typer.
+
+Typer (0.29) builds a pydantic TypeAdapter for every option it parses: a one-command Typer app costs
+0.19 CPU-s before it does anything, the whole of issue 30's 0.2 CPU-s budget for `phalanx ls`. So
+``main`` first offers the arguments to ``dispatch``: when they are a plain `phalanx ls` or
+`phalanx run -f FILE --detach` (options it knows, values it accepts) it runs the command itself with
+argparse from the standard library; anything else — `--help`, a typo, a value out of range, an option
+it does not know — returns None and the Typer app answers exactly as before (its usage message, its
+exit status). The Typer commands stay the definition: tests/unit/cli/test_lean_dispatch.py checks
+that the options here are theirs, with their defaults.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable, Sequence
+from typing import NoReturn
+
+
+class _Refused(Exception):
+    """argparse met something it does not accept: the Typer app answers instead."""
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:  # never print argparse's usage: Typer's is the real one
+        raise _Refused(message)
+
+
+def _ls_parser() -> _Parser:
+    p = _Parser(prog="phalanx ls", add_help=False, allow_abbrev=False)
+    p.add_argument("--status")
+    p.add_argument("--project")
+    p.add_argument("--search")
+    p.add_argument("--limit", "-n", type=int)
+    p.add_argument("--output", "-o", choices=("table", "json"))
+    p.add_argument("--group")
+    p.add_argument("--tag")
+    p.add_argument("--where", action="append")  # the full store reads the summary for these
+    p.add_argument("--column", action="append")
+    return p
+
+
+def _logged_in() -> bool:
+    """After `phalanx login URL` commands go to that server by default: the Typer app decides."""
+    from phalanx import logins
+    from phalanx.config import Settings
+
+    return logins.path(Settings().home).exists()
+
+
+def _ls(ns: argparse.Namespace) -> bool:
+    from phalanx.cli.listing import Format, ls_experiments
+
+    if _logged_in():
+        return False
+    if ns.limit is not None and ns.limit < 1:
+        return False  # Typer says how (`--limit`: 0 is not in the range x>=1)
+    ls_experiments(
+        status=ns.status,
+        project=ns.project,
+        search=ns.search,
+        limit=50 if ns.limit is None else ns.limit,
+        output=Format(ns.output or "table"),
+        group=ns.group,
+        tag=ns.tag,
+        where=ns.where,
+        columns=ns.column,
+    )
+    return True
+
+
+def _run_parser() -> _Parser:
+    """`phalanx run`'s options that a detached start may take (--dry-run, --server, --follow,
+    --token-file and --experiment-id are left to Typer)."""
+    p = _Parser(prog="phalanx run", add_help=False, allow_abbrev=False)
+    p.add_argument("--file", "-f", required=True)
+    p.add_argument("--param", action="append")
+    p.add_argument("--extra-params", action="store_true")
+    p.add_argument("--workdir")
+    p.add_argument("--output", "-o", choices=("text", "json"))
+    p.add_argument("--oversubscribe", action="store_true")
+    p.add_argument("--cluster")
+    p.add_argument("--detach", "-d", action="store_true")
+    p.add_argument("--priority", type=int)
+    p.add_argument("--no-wait", action="store_true")
+    p.add_argument("--no-system-metrics", action="store_true")
+    return p
+
+
+def _run(ns: argparse.Namespace) -> bool:
+    if not ns.detach:
+        return False  # a supervised run: Typer's command (its observers, its exit status)
+    if _logged_in():
+        return False
+    try:  # a `kind: group` file (or one that may be): Typer's command runs the group
+        with open(ns.file, "rb") as f:
+            if b"group" in f.read(1 << 20):
+                return False
+    except OSError:
+        return False  # Typer says what is wrong with the file
+    from pathlib import Path
+
+    from phalanx.cli.launching import Output, start_detached
+    from phalanx.cli.terminal import guard_std_streams
+
+    guard_std_streams()  # `phalanx run --detach ... | head`: a closed pipe is not an error
+    start_detached(
+        Path(ns.file),
+        param=ns.param,
+        extra_params=ns.extra_params,
+        workdir=None if ns.workdir is None else Path(ns.workdir),
+        oversubscribe=ns.oversubscribe,
+        cluster=ns.cluster,
+        priority=0 if ns.priority is None else ns.priority,
+        no_wait=ns.no_wait,
+        no_system_metrics=ns.no_system_metrics,
+        output=Output(ns.output or "text"),
+    )
+    return True
+
+
+# command -> (its parser, its runner: False when the Typer app must answer after all)
+LEAN_COMMANDS: dict[str, tuple[Callable[[], _Parser], Callable[[argparse.Namespace], bool]]] = {
+    "ls": (_ls_parser, _ls),
+    "run": (_run_parser, _run),
+}
+
+
+def parse(args: Sequence[str]) -> tuple[str, argparse.Namespace] | None:
+    """The lean command and its parsed options, or None when the Typer app must answer."""
+    if not args or args[0] not in LEAN_COMMANDS:
+        return None
+    rest = list(args[1:])
+    if any(a in ("--help", "-h", "--") for a in rest):
+        return None
+    make_parser, _ = LEAN_COMMANDS[args[0]]
+    try:
+        ns, extra = make_parser().parse_known_args(rest)
+    except _Refused:
+        return None
+    if extra:
+        return None
+    return args[0], ns
+
+
+def dispatch(args: Sequence[str]) -> bool:
+    """Run `phalanx ARGS` here if it is a lean command; whether it ran. Phalanx errors propagate
+    (``main`` maps them to messages and exit statuses as for every command)."""
+    parsed = parse(args)
+    if parsed is None:
+        return False
+    command, ns = parsed
+    _, run = LEAN_COMMANDS[command]
+    return run(ns)

@@ -1,0 +1,243 @@
+"""`phalanx ls`'s work, and the read pass every read command starts with (``open_for_reading``).
+
+No typer here: ``ls_experiments`` is called by the Typer command (cli/tracking.py) and by the lean
+dispatcher (cli/lean.py), which answers a plain `phalanx ls` without importing typer, pydantic or
+SQLAlchemy (issue 30: 0.8 CPU-s before, docs/cli-speed.md). When the store is an up-to-date SQLite
+file and no upkeep is due, it reads through ``store.lite.LiteReader``; otherwise it opens the full
+store exactly as before.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from enum import StrEnum
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from phalanx.config import Settings
+    from phalanx.domain import Experiment, Page
+    from phalanx.store.base import ExperimentFilter, IngestStore
+
+
+class Format(StrEnum):
+    TABLE = "table"
+    JSON = "json"
+
+
+def open_for_reading(settings: Settings | None = None) -> tuple[IngestStore, Settings]:
+    """The store, after one ingest pass over every pending spool file."""
+    import logging
+
+    from phalanx.config import Settings
+    from phalanx.ingest import Ingester
+    from phalanx.store import open_store
+
+    settings = settings or Settings()
+    store = open_store(settings)
+    try:  # before ingesting: a killed start-up leaves nothing, not rows of an experiment never shown
+        from phalanx.reconcile import clean_aborted_starts
+
+        clean_aborted_starts(store, settings)
+    except Exception as exc:
+        logging.getLogger(__name__).warning("checking aborted starts failed: %s", exc)
+    try:
+        Ingester(store, store.artifact_store, settings.spool_dir).run_once()
+    except Exception as exc:  # reading must work even when a spool cannot be ingested right now
+        logging.getLogger(__name__).warning("ingesting pending spool files failed: %s", exc)
+    try:  # an experiment whose supervisor or script was killed (running or queued) gets its end here
+        from phalanx.reconcile import reconcile
+
+        reconcile(store, settings)
+    except Exception as exc:
+        logging.getLogger(__name__).warning("checking unfinished experiments failed: %s", exc)
+    return store, settings
+
+
+def list_page(query: ExperimentFilter, settings: Settings, group: str | None = None) -> Page[Experiment]:
+    """One page of experiments, after the read pass: through the lean reader when it may (SQLite,
+    schema current, no upkeep due, no group to resolve), else through the full store."""
+    if group is None:
+        from phalanx.readpass import open_lean
+
+        reader = open_lean(settings)
+        if reader is not None:
+            with reader:
+                return reader.list_experiments(query)
+    from dataclasses import replace
+
+    store, _ = open_for_reading(settings)
+    if group is not None:
+        from phalanx.store.base import group_store
+
+        query = replace(query, group_id=group_store(store).resolve_group(group))
+    return store.list_experiments(query)
+
+
+def ls_experiments(
+    *,
+    status: str | None = None,
+    project: str | None = None,
+    search: str | None = None,
+    limit: int = 50,
+    output: Format = Format.TABLE,
+    group: str | None = None,
+    tag: str | None = None,
+    where: list[str] | None = None,
+    columns: list[str] | None = None,
+    store: Any = None,
+) -> None:
+    """`phalanx ls`: print experiments, newest first (a table, or one JSON document). ``where``:
+    the run table's conditions (``metric:min:loss < 0.5 and param:lr > 0.01``), all must hold;
+    ``columns``: ``param:KEY`` / ``metric:AGG:TITLE`` values shown for each experiment. ``store``:
+    a server's (``RemoteStore``), which resolves a group prefix itself; None: this machine's."""
+    from phalanx.config import Settings
+    from phalanx.domain import ExperimentStatus
+    from phalanx.errors import UsageError
+    from phalanx.store.base import ExperimentFilter
+
+    wanted = None
+    if status is not None:
+        try:
+            wanted = ExperimentStatus(status)
+        except ValueError:
+            choices = ", ".join(s.value for s in ExperimentStatus)
+            raise UsageError(f"--status {status!r}: use one of {choices}") from None
+    query = ExperimentFilter(
+        status=wanted, project=project, text=search, limit=limit, order_by="-created_at", tag=tag
+    )
+    values: dict[str, dict[str, Any]] = {}
+    if store is not None:
+        from dataclasses import replace
+
+        page = store.list_experiments(replace(query, group_id=group))
+    elif where or columns:
+        page, values = _filtered_page(query, Settings(), group, where or [], columns or [])
+    else:
+        page = list_page(query, Settings(), group)
+    shown = list(dict.fromkeys(columns or []))
+    if output is Format.JSON:
+        documents = [e.to_json() for e in page.items]
+        if shown:
+            for doc, e in zip(documents, page.items, strict=True):
+                doc["columns"] = {c: values.get(e.id, {}).get(c) for c in shown}
+        _emit_json(documents)
+        return
+    if not page.items:
+        given = [
+            f
+            for f, v in (("--status", status), ("--project", project), ("--search", search), ("--tag", tag))
+            if v is not None
+        ]
+        if group is not None:  # say the filter the user typed, not the ones they did not
+            given.append("--group")
+        if where:
+            given.append("--where")
+        if given:
+            _echo(f"no experiments match; `phalanx ls` without {'/'.join(given)} lists them all")
+        else:
+            _echo("no experiments yet: `phalanx run -f FILE` or Task.init() in a script creates one")
+        return
+    rows = [
+        [e.id, e.project, e.name, status_text(e), _when(e.created_at), _duration(e.started_at, e.finished_at)]
+        for e in page.items
+    ]
+    headers = ["id", "project", "name", "status", "created", "duration"]
+    if any(getattr(e, "group_id", None) for e in page.items):  # trials of a group: say which
+        headers.append("group")
+        rows = [[*row, getattr(e, "group_id", None) or "-"] for row, e in zip(rows, page.items, strict=True)]
+    if shown:
+        headers.extend(shown)
+        rows = [
+            [*row, *(_cell(values.get(e.id, {}).get(c)) for c in shown)]
+            for row, e in zip(rows, page.items, strict=True)
+        ]
+    _echo(_table(headers, rows, upper=len(headers) - len(shown)))
+    if page.total > len(page.items):
+        _echo(f"({len(page.items)} of {page.total}; --limit shows more)")
+
+
+def _filtered_page(
+    query: ExperimentFilter, settings: Settings, group: str | None, where: list[str], columns: list[str]
+) -> tuple[Page[Experiment], dict[str, dict[str, Any]]]:
+    """`ls --where/--column`: the newest ``query.limit`` experiments that meet every condition (the
+    run table's grammar, phalanx.store.filters), and their column values (from the summary)."""
+    from dataclasses import replace
+
+    from phalanx.domain import Page
+    from phalanx.query import MAX_SCAN
+    from phalanx.store.columns import parse_column
+    from phalanx.store.filters import parse_filters
+
+    conditions = parse_filters(where)  # mistakes are told before the store is opened
+    for column in columns:
+        parse_column(column)
+    store, _ = open_for_reading(settings)
+    if group is not None:
+        from phalanx.store.base import group_store
+
+        query = replace(query, group_id=group_store(store).resolve_group(group))
+    candidates = store.list_experiments(replace(query, offset=0, limit=MAX_SCAN)).items
+    wanted = list(dict.fromkeys([*columns, *(c.column for c in conditions)]))
+    values = store.experiment_columns([e.id for e in candidates], wanted) if wanted else {}
+    kept = [e for e in candidates if all(c.matches(values.get(e.id, {}).get(c.column)) for c in conditions)]
+    return Page(items=kept[: query.limit], total=len(kept), offset=0, limit=query.limit), values
+
+
+def _cell(value: Any) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return f"{value:.6g}"
+    return str(value)
+
+
+def status_text(e: Experiment) -> str:
+    """`pending (Resources)`: a waiting experiment says why (the scheduler's reason)."""
+    from phalanx.domain import ExperimentStatus
+
+    if e.status is ExperimentStatus.PENDING and e.reason:
+        return f"{e.status} ({e.reason})"
+    return str(e.status)
+
+
+# --- formatting ----------------------------------------------------------------------------------
+
+
+def _echo(text: str) -> None:
+    sys.stdout.write(f"{text}\n")
+    sys.stdout.flush()
+
+
+def _emit_json(document: Any) -> None:
+    """One JSON document on stdout, as cli.app.emit_json writes it."""
+    sys.stdout.write(json.dumps(document, indent=2, default=str))
+    sys.stdout.write("\n")
+    sys.stdout.flush()
+
+
+def _when(t: float | None) -> str:
+    return "-" if t is None else time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(t))
+
+
+def _duration(start: float | None, end: float | None) -> str:
+    if start is None:
+        return "-"
+    seconds = (end or time.time()) - start
+    if seconds < 60:
+        return f"{seconds:.1f}s"
+    minutes, secs = divmod(int(seconds), 60)
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours}h{minutes:02d}m" if hours else f"{minutes}m{secs:02d}s"
+
+
+def _table(headers: list[str], rows: list[list[str]], upper: int | None = None) -> str:
+    """Columns padded to their widest cell; the first ``upper`` headers (all by default) in capitals
+    (a `--column` name is shown as typed, so it can be pasted back)."""
+    widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(headers)]
+    upper = len(headers) if upper is None else upper
+    shown = [h.upper() if i < upper else h for i, h in enumerate(headers)]
+    lines = ["  ".join(h.ljust(w) for h, w in zip(shown, widths, strict=True)).rstrip()]
+    lines += ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows]
+    return "\n".join(lines)

@@ -1,0 +1,100 @@
+"""Whether a CLI read must run its upkeep pass, decided without opening the full store.
+
+Every read command first runs an upkeep pass (cli/tracking.py ``open_for_reading``): it removes what a
+killed `phalanx run` left of an experiment never recorded, ingests pending spool files, marks failed an
+experiment whose supervisor or script died, and marks stopped a queued one whose `phalanx run` was
+killed. Each needs the full store (SQLAlchemy: 0.3-0.4 CPU-s to import). Most of the time none has
+anything to do, and ``upkeep_due`` tells so from a ``LiteReader``, the file system and /proc, with the
+very tests those steps apply; then `phalanx ls` reads through the reader alone (docs/cli-speed.md).
+"""
+
+from __future__ import annotations
+
+import socket
+from typing import TYPE_CHECKING
+
+from phalanx.domain import ExperimentStatus
+
+if TYPE_CHECKING:
+    from phalanx.config import Settings
+    from phalanx.store.lite import LiteReader
+
+
+def open_lean(settings: Settings) -> LiteReader | None:
+    """A reader of the store when it is an up-to-date SQLite file and no upkeep is due; None when
+    the caller must take the full path (``open_for_reading``). Raises nothing of its own."""
+    from phalanx.store.lite import LiteReader
+    from phalanx.store.migrations import HEAD
+
+    reader = LiteReader.open(settings.database_url, HEAD)
+    if reader is None:
+        return None
+    try:
+        due = upkeep_due(reader, settings)
+    except Exception:  # anything unexpected: the full path decides (and reports) it
+        due = "the lean check failed"
+    if due is not None:
+        reader.close()
+        return None
+    return reader
+
+
+def upkeep_due(reader: LiteReader, settings: Settings) -> str | None:
+    """What the upkeep pass would do (a short reason), or None when it would do nothing."""
+    return _aborted_start(reader, settings) or _spool_due(reader, settings) or _orphan(reader, settings)
+
+
+def _aborted_start(reader: LiteReader, settings: Settings) -> str | None:
+    """``reconcile.clean_aborted_starts``'s test: a dead supervisor's folder with no experiment."""
+    from phalanx.procs import recorded_but_gone
+
+    runs = settings.runs_dir
+    if not runs.is_dir():
+        return None
+    for pid_file in runs.glob("*/supervisor.pid"):
+        if recorded_but_gone(pid_file) is not None and not reader.has_experiment(pid_file.parent.name):
+            return f"{pid_file.parent.name}: a killed `phalanx run` left its folder"
+    return None
+
+
+def _spool_due(reader: LiteReader, settings: Settings) -> str | None:
+    """``Ingester.run_once``'s work: a spool file with bytes not yet ingested, or a finished one it
+    would remove (its writer has exited)."""
+    spool = settings.spool_dir
+    if not spool.is_dir():
+        return None
+    from phalanx.tracking.spool import SUFFIX
+
+    files = [*spool.glob(f"*{SUFFIX}"), *spool.glob(f"*/*{SUFFIX}")]
+    if not files:
+        return None
+    from phalanx.tracking.spool import writer_gone
+
+    offsets = reader.ingest_offsets()
+    for path in files:
+        if path.stat().st_size > offsets.get(path.stem, 0) or writer_gone(path.stem):
+            return f"{path}: to ingest or remove"
+    return None
+
+
+def _orphan(reader: LiteReader, settings: Settings) -> str | None:
+    """``reconcile.reconcile``'s own rule (``decide`` over ``facts``): an unfinished experiment
+    whose supervisor or script is gone, a queued one whose `phalanx run` was killed."""
+    from phalanx.reconcile import UNFINISHED, decide, facts
+    from phalanx.store.base import ExperimentFilter
+
+    queued = reader.list_experiments(ExperimentFilter(status=ExperimentStatus.QUEUED, limit=1000)).items
+    known: set[str] = set()
+    if queued:
+        from phalanx.queue import ledger_for
+
+        holding, waiting, _ = ledger_for(settings).snapshot()
+        known = {e.experiment_id for e in holding + waiting}
+    candidates = list(queued)
+    for status in UNFINISHED:
+        candidates += reader.list_experiments(ExperimentFilter(status=status, limit=500)).items
+    here = socket.gethostname()
+    for exp in candidates:
+        if decide(facts(reader, settings, exp, in_queue=exp.id in known, here=here)) is not None:
+            return f"{exp.id}: its recorder is gone"
+    return None

@@ -1,0 +1,202 @@
+"""A lean read path into a SQLite store: the standard library's sqlite3, no SQLAlchemy, no Alembic.
+
+`phalanx ls` and `phalanx run --detach` (which waits for its experiment's row) used to pay 0.3-0.4
+CPU-s for importing SQLAlchemy before reading a few rows (issue 30, docs/cli-speed.md). ``LiteReader``
+answers the few reads those paths make, returning exactly the domain objects ``SqlStore`` returns
+(tests/unit/store/test_lite_reader.py compares them). It never writes and never migrates:
+``LiteReader.open`` returns None whenever the full store must be opened instead — not SQLite, no file
+yet, or a schema not at the newest revision (opening the full store migrates it).
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from phalanx.domain import Experiment, ExperimentStatus, Page, Replica, ReplicaState, Role
+from phalanx.errors import UsageError
+
+if TYPE_CHECKING:  # store.base imports the artifact store: `run --detach`'s probe does without it
+    from phalanx.store.base import ExperimentFilter
+
+# the columns ``SqlStore`` reads for an experiment (all but `repro`, which only store.repro() reads)
+_EXPERIMENT_COLUMNS = (
+    "id, name, project, status, framework, backend, cluster, tags, topology, spec_text, plan, reason,"
+    " created_at, started_at, finished_at, handle, notes, group_id"
+)
+_REPLICA_COLUMNS = (
+    'experiment_id, name, role, "index", rank, state, host, pid, exit_code, reason, resources,'
+    " started_at, finished_at"
+)
+# the columns an experiment list may be ordered by (SqlStore's _ORDER)
+ORDER_COLUMNS = frozenset(
+    {"created_at", "name", "project", "status", "started_at", "finished_at", "id", "framework", "group_id"}
+)
+_ROLE_ORDER = {Role.MASTER: 0, Role.WORKER: 1, Role.PS: 2}
+BUSY_TIMEOUT_S = 120.0  # as long as SqlStore waits for a writer (engine.BUSY_TIMEOUT_MS)
+
+
+def sqlite_path(database_url: str) -> Path | None:
+    """The file a ``sqlite:///PATH`` URL names; None for any other URL (PostgreSQL, in-memory, a URL
+    with query options SQLAlchemy would interpret)."""
+    for prefix in ("sqlite:///", "sqlite+pysqlite:///"):
+        if database_url.startswith(prefix):
+            rest = database_url[len(prefix) :]
+            if rest and "?" not in rest and rest != ":memory:":
+                return Path(rest)
+    return None
+
+
+class LiteReader:
+    """Reads experiments and replicas of an up-to-date SQLite store (see the module's docstring)."""
+
+    def __init__(self, connection: sqlite3.Connection) -> None:
+        self._conn = connection
+
+    @classmethod
+    def open(cls, database_url: str, head: str) -> LiteReader | None:
+        """A reader of the store at ``database_url`` if it is a SQLite file stamped with revision
+        ``head``; None when the full store must be opened instead. Raises nothing."""
+        path = sqlite_path(database_url)
+        if path is None or not path.is_file():
+            return None
+        try:
+            conn = sqlite3.connect(f"file:{path}?mode=rw", uri=True, timeout=BUSY_TIMEOUT_S)
+        except sqlite3.Error:
+            return None
+        try:
+            stamp = conn.execute("SELECT version_num FROM alembic_version").fetchall()
+        except sqlite3.Error:  # no stamp yet (a store being created): the full store creates it
+            conn.close()
+            return None
+        if stamp != [(head,)]:
+            conn.close()
+            return None
+        return cls(conn)
+
+    def close(self) -> None:
+        self._conn.close()
+
+    def __enter__(self) -> LiteReader:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def has_experiment(self, experiment_id: str) -> bool:
+        """Whether an experiment with exactly this id is stored."""
+        row = self._conn.execute("SELECT 1 FROM experiments WHERE id = ?", (experiment_id,)).fetchone()
+        return row is not None
+
+    def list_experiments(self, query: ExperimentFilter | None = None) -> Page[Experiment]:
+        """As ``Store.list_experiments``: one page, with the total of all that match."""
+        if query is None:
+            from phalanx.store.base import ExperimentFilter
+
+            query = ExperimentFilter()
+        q = query
+        where: list[str] = []
+        args: list[Any] = []
+        if q.status is not None:
+            where.append("status = ?")
+            args.append(ExperimentStatus(q.status).value)
+        if q.project:
+            where.append("project = ?")
+            args.append(q.project)
+        if q.group_id:
+            where.append("group_id = ?")
+            args.append(q.group_id)
+        if q.tag:
+            where.append("CAST(tags AS VARCHAR) LIKE ? ESCAPE '\\'")
+            args.append(f'%"{_like(q.tag)}"%')
+        if q.text:
+            where.append(
+                "(lower(id) LIKE ? ESCAPE '\\' OR lower(name) LIKE ? ESCAPE '\\'"
+                " OR lower(project) LIKE ? ESCAPE '\\')"
+            )
+            args.extend([f"%{_like(q.text.lower())}%"] * 3)
+        desc = q.order_by.startswith("-")
+        column = q.order_by.lstrip("-+")
+        if column not in ORDER_COLUMNS:
+            raise UsageError(
+                f"cannot order experiments by {column!r}; use one of {', '.join(sorted(ORDER_COLUMNS))}"
+            )
+        if q.limit < 0 or q.offset < 0:
+            raise UsageError("offset and limit must not be negative")
+        clause = f" WHERE {' AND '.join(where)}" if where else ""
+        total = self._conn.execute(f"SELECT count(*) FROM experiments{clause}", args).fetchone()[0]
+        rows = self._conn.execute(
+            f"SELECT {_EXPERIMENT_COLUMNS} FROM experiments{clause}"
+            f" ORDER BY {column} {'DESC' if desc else 'ASC'}, id LIMIT ? OFFSET ?",
+            [*args, q.limit, q.offset],
+        ).fetchall()
+        return Page(items=[_experiment(r) for r in rows], total=int(total), offset=q.offset, limit=q.limit)
+
+    def list_replicas(self, experiment_id: str) -> list[Replica]:
+        """As ``Store.list_replicas`` for an exact id (no prefix): masters, workers, then ps."""
+        rows = self._conn.execute(
+            f"SELECT {_REPLICA_COLUMNS} FROM replicas WHERE experiment_id = ?", (experiment_id,)
+        ).fetchall()
+        replicas = [_replica(r) for r in rows]
+        return sorted(replicas, key=lambda r: (_ROLE_ORDER.get(r.role, 3), r.index, r.name))
+
+    def has_rows(self, table: str) -> bool:
+        """Whether one of the store's own tables (a name of ours, never a user's) has a row."""
+        if not table.replace("_", "").isalnum():
+            raise ValueError(f"not a table name: {table!r}")
+        return self._conn.execute(f'SELECT 1 FROM "{table}" LIMIT 1').fetchone() is not None
+
+    def ingest_offsets(self) -> dict[str, int]:
+        """How far ingest has read each spool stream (bytes), by stream name."""
+        return {s: int(o) for s, o in self._conn.execute('SELECT stream, "offset" FROM ingest_positions')}
+
+
+def _like(text: str) -> str:
+    return text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+
+
+def _json(text: str | None) -> Any:
+    return None if text is None else json.loads(text)
+
+
+def _experiment(r: tuple[Any, ...]) -> Experiment:
+    return Experiment(
+        id=r[0],
+        name=r[1],
+        project=r[2],
+        status=ExperimentStatus(r[3]),
+        framework=r[4],
+        backend=r[5],
+        cluster=r[6],
+        tags=tuple(_json(r[7]) or ()),
+        topology=dict(_json(r[8]) or {}),
+        spec_text=r[9],
+        plan=dict(_json(r[10]) or {}),
+        reason=r[11],
+        created_at=r[12],
+        started_at=r[13],
+        finished_at=r[14],
+        handle=r[15],
+        notes=r[16],
+        group_id=r[17],
+    )
+
+
+def _replica(r: tuple[Any, ...]) -> Replica:
+    return Replica(
+        experiment_id=r[0],
+        name=r[1],
+        role=Role(r[2]),
+        index=r[3],
+        rank=r[4],
+        state=ReplicaState(r[5]),
+        host=r[6],
+        pid=r[7],
+        exit_code=r[8],
+        reason=r[9],
+        resources=dict(_json(r[10]) or {}),
+        started_at=r[11],
+        finished_at=r[12],
+    )

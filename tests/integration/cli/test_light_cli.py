@@ -1,0 +1,180 @@
+"""`phalanx ls` stays light: a plain listing imports neither SQLAlchemy, pydantic, typer nor Alembic
+(issue 30: they were 0.8 CPU-s of every `ls`); when upkeep is due it still takes the full path.
+Counts of imported modules, not timings (bench/cli.py measures the CPU-s)."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+from phalanx.config import Settings
+from phalanx.domain import ExperimentStatus
+from phalanx.procs import record_process
+from phalanx.store import open_store
+
+HEAVY = ("sqlalchemy", "alembic", "pydantic", "pydantic_core", "typer", "torch", "fsspec", "yaml")
+
+
+def _phalanx(home: Path, *args: str) -> tuple[dict[str, object] | list[object], set[str]]:
+    """Run `phalanx ARGS` under -X importtime: its JSON output and the top packages it imported."""
+    env = {**os.environ, "PHALANX_HOME": str(home)}
+    done = subprocess.run(
+        [sys.executable, "-X", "importtime", "-m", "phalanx.cli.main", *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    imported = {
+        line.rsplit("|", 1)[1].strip().split(".")[0]
+        for line in done.stderr.splitlines()
+        if line.startswith("import time:") and "|" in line
+    }
+    return json.loads(done.stdout), imported
+
+
+def _experiments(home: Path, statuses: list[ExperimentStatus]) -> list[str]:
+    store = open_store(Settings(home=home))
+    try:
+        return [
+            store.create_experiment(name=f"e{i}", project="p", backend="local", status=s).id
+            for i, s in enumerate(statuses)
+        ]
+    finally:
+        store.close()
+
+
+def test_ls_lists_experiments_without_importing_the_heavy_libraries(phalanx_home: Path) -> None:
+    ids = _experiments(phalanx_home, [ExperimentStatus.SUCCEEDED, ExperimentStatus.FAILED])
+    running = _experiments(phalanx_home, [ExperimentStatus.RUNNING])[0]
+    record_process(phalanx_home / "runs" / running / "supervisor.pid")  # its supervisor (this test) runs
+    listed, imported = _phalanx(phalanx_home, "ls", "-o", "json")
+    assert isinstance(listed, list)
+    assert {e["id"]: e["status"] for e in listed} == {  # type: ignore[index]
+        ids[0]: "succeeded",
+        ids[1]: "failed",
+        running: "running",
+    }
+    assert "phalanx" in imported  # the importtime lines were read
+    assert not imported & set(HEAVY), sorted(imported & set(HEAVY))
+
+
+def test_ls_still_marks_an_experiment_whose_supervisor_was_killed(phalanx_home: Path) -> None:
+    (orphan,) = _experiments(phalanx_home, [ExperimentStatus.RUNNING])
+    pid_file = phalanx_home / "runs" / orphan / "supervisor.pid"
+    pid_file.parent.mkdir(parents=True)
+    # a pid whose recorded start time is not its own: that supervisor is gone (the pid was reused)
+    pid_file.write_text(f"{os.getpid()} 1 {socket.gethostname()}\n")
+    listed, imported = _phalanx(phalanx_home, "ls", "-o", "json")
+    assert isinstance(listed, list)
+    (row,) = listed
+    assert row["status"] == "failed"  # type: ignore[index]
+    assert "killed before it recorded the outcome" in row["reason"]  # type: ignore[index]
+    assert "sqlalchemy" in imported  # the full path did the upkeep
+    again, imported = _phalanx(phalanx_home, "ls", "-o", "json")
+    assert again == listed
+    assert "sqlalchemy" not in imported  # nothing due any more: the lean path
+
+
+def test_run_detach_returns_the_recorded_id_without_importing_sqlalchemy_or_typer(
+    phalanx_home: Path, tmp_path: Path
+) -> None:
+    import time
+
+    from phalanx.procs import pid_alive
+
+    spec = tmp_path / "t.yml"
+    spec.write_text("version: 1\nkind: experiment\nrun:\n  cmd: python -c pass\n")
+    env = {**os.environ, "PHALANX_HOME": str(phalanx_home)}
+    argv = ["run", "-f", str(spec), "--detach", "-o", "json"]
+    done = subprocess.run(
+        [sys.executable, "-X", "importtime", "-m", "phalanx.cli.main", *argv],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=180,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    started = json.loads(done.stdout)
+    imported = {line.rsplit("|", 1)[1].strip() for line in done.stderr.splitlines() if "|" in line}
+    assert not {"sqlalchemy", "alembic", "typer", "pydantic"} & imported, imported
+    deadline = time.monotonic() + 120  # the supervisor ends the trivial run: a bounded wait for it
+    while pid_alive(started["supervisor_pid"]) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    listed, _ = _phalanx(phalanx_home, "ls", "-o", "json")
+    assert isinstance(listed, list)
+    assert [(e["id"], e["status"]) for e in listed] == [(started["id"], "succeeded")]  # type: ignore[index]
+
+
+def test_ls_where_and_column_use_the_run_table_grammar(phalanx_home: Path) -> None:
+    from tests.unit.server import fill
+
+    store = open_store(Settings(home=phalanx_home))
+    try:
+        made = {}
+        for name, lr, losses in (("a", 0.1, [0.9, 0.4]), ("b", 0.001, [0.3]), ("c", 0.05, [0.8, 0.6])):
+            e = fill.experiment(store, name=name, project="p", n_workers=0)
+            fill.param(store, e.id, "Args", "lr", lr)
+            fill.scalars(store, e.id, "loss", "master", losses)
+            made[name] = e.id
+    finally:
+        store.close()
+    where = "metric:min:loss < 0.5 and param:lr > 0.01"
+    listed, _ = _phalanx(
+        phalanx_home,
+        "ls",
+        "--where",
+        where,
+        "--column",
+        "param:lr",
+        "--column",
+        "metric:min:loss",
+        "-o",
+        "json",
+    )
+    assert isinstance(listed, list)
+    assert [(e["id"], e["columns"]) for e in listed] == [  # type: ignore[index]
+        (made["a"], {"param:lr": 0.1, "metric:min:loss": 0.4})
+    ]
+    env = {**os.environ, "PHALANX_HOME": str(phalanx_home)}
+    table = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "phalanx.cli.main",
+            "ls",
+            "--column",
+            "param:lr",
+            "--where",
+            "param:lr < 0.06",
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
+    assert table.returncode == 0, table.stderr
+    lines = table.stdout.splitlines()
+    assert lines[0].split() == ["ID", "PROJECT", "NAME", "STATUS", "CREATED", "DURATION", "param:lr"]
+    assert sorted(line.split()[-1] for line in lines[1:]) == ["0.001", "0.05"]
+    wrong = subprocess.run(
+        [sys.executable, "-m", "phalanx.cli.main", "ls", "--where", "lr < 0.1"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
+    assert wrong.returncode == 2 and "Traceback" not in wrong.stderr
+    assert "param:KEY" in wrong.stderr  # says how to name the column
+
+
+def test_queue_reads_the_ledger_without_the_store_when_nothing_is_abandoned(phalanx_home: Path) -> None:
+    _experiments(phalanx_home, [ExperimentStatus.SUCCEEDED])
+    doc, imported = _phalanx(phalanx_home, "queue", "-o", "json")
+    assert isinstance(doc, dict) and doc["running"] == [] and doc["queued"] == []
+    assert "sqlalchemy" not in imported

@@ -1,0 +1,87 @@
+"""The lean door (cli/lean.py) takes exactly the options of the Typer commands it stands in for, and
+leaves to Typer everything it does not take whole."""
+
+from __future__ import annotations
+
+import typer.main
+
+import phalanx.cli.run
+import phalanx.cli.tracking  # noqa: F401  (registers `ls` on the app)
+from phalanx.cli import lean
+from phalanx.cli.app import app
+from phalanx.cli.main import COMMAND_MODULE, COMMAND_MODULES, modules_for
+
+
+def _typer_options(command: str) -> dict[str, object]:
+    group = typer.main.get_command(app)
+    cmd = group.commands[command]  # type: ignore[attr-defined]
+    return {"/".join(sorted(p.opts)): p.default for p in cmd.params}
+
+
+def test_lean_ls_takes_the_options_of_the_typer_ls_with_its_defaults() -> None:
+    typer_opts = _typer_options("ls")
+    parser = lean.LEAN_COMMANDS["ls"][0]()
+    lean_opts = {"/".join(sorted(a.option_strings)) for a in parser._actions}
+    assert lean_opts == set(typer_opts), "a new `ls` option: teach cli/lean.py or let Typer take it"
+    _, ns = lean.parse(["ls"]) or ("", None)
+    assert ns is not None
+    assert {k: v for k, v in vars(ns).items() if v is not None} == {}
+    assert typer_opts["--limit/-n"] == 50 and str(typer_opts["--output/-o"]) == "table"
+
+
+def test_lean_run_takes_a_subset_of_the_typer_run_options_with_its_defaults() -> None:
+    typer_opts = _typer_options("run")
+    parser = lean.LEAN_COMMANDS["run"][0]()
+    lean_opts = {"/".join(sorted(a.option_strings)): a.default for a in parser._actions}
+    assert set(lean_opts) <= set(typer_opts)
+    for name, default in lean_opts.items():  # argparse's None/False stand for Typer's defaults
+        assert default in (None, False) and typer_opts[name] in (None, False, 0, "text"), name
+    parsed = lean.parse(["run", "-f", "a.yml", "-d", "--param", "x=1", "--param", "y=2", "--priority", "3"])
+    assert parsed is not None
+    _, ns = parsed
+    assert (ns.file, ns.detach, ns.param, ns.priority) == ("a.yml", True, ["x=1", "y=2"], 3)
+    for args in (
+        ["run", "-f", "a.yml", "--detach", "--dry-run"],
+        ["run", "-f", "a.yml", "--detach", "--server", "http://x"],
+        ["run", "-f", "a.yml", "--detach", "-o", "yaml"],
+        ["run", "--detach"],  # no file: Typer's "Missing option '-f'"
+    ):
+        assert lean.parse(args) is None, args
+
+
+def test_lean_ls_parses_what_a_user_types() -> None:
+    parsed = lean.parse(["ls", "-n", "3", "--output=json", "--status", "running", "--tag", "t"])
+    assert parsed is not None
+    _, ns = parsed
+    assert (ns.limit, ns.output, ns.status, ns.tag) == (3, "json", "running", "t")
+
+
+def test_typer_answers_help_mistakes_and_other_commands() -> None:
+    for args in (
+        ["ls", "--help"],
+        ["ls", "-h"],
+        ["ls", "--bogus"],
+        ["ls", "stray"],
+        ["ls", "-n", "x"],
+        ["ls", "-o", "yaml"],
+        ["ls", "--lim", "3"],  # click would not take an abbreviation either: Typer says so
+        ["get", "abc"],
+        ["--help"],
+        [],
+    ):
+        assert lean.parse(args) is None, args
+
+
+def test_every_command_is_imported_from_the_module_that_registers_it() -> None:
+    for name in COMMAND_MODULES:
+        __import__(name)
+    group = typer.main.get_command(app)
+    registered = set(group.commands)  # type: ignore[attr-defined]
+    assert registered == set(COMMAND_MODULE), "add the new command to cli/main.py COMMAND_MODULE"
+    for command, module in COMMAND_MODULE.items():
+        callback = group.commands[command].callback  # type: ignore[attr-defined]
+        if callback is not None and module != "phalanx.cli.app":
+            assert callback.__module__ == module, command
+    assert modules_for(["ls", "-n", "2"]) == ("phalanx.cli.tracking",)
+    assert modules_for(["--help"]) == COMMAND_MODULES
+    assert modules_for(["lss"]) == COMMAND_MODULES  # Typer's "No such command" lists them all

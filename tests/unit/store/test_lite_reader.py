@@ -1,0 +1,98 @@
+"""The lean SQLite reader (`phalanx ls` without SQLAlchemy) answers exactly what SqlStore answers."""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from phalanx.domain import ExperimentStatus, Replica, Role
+from phalanx.store.artifacts import ArtifactStore
+from phalanx.store.base import ExperimentFilter
+from phalanx.store.lite import LiteReader, sqlite_path
+from phalanx.store.migrations import HEAD
+from phalanx.store.sql import SqlStore
+
+
+@pytest.fixture
+def filled(tmp_path: Path) -> tuple[SqlStore, str]:
+    url = f"sqlite:///{tmp_path / 'phalanx.db'}"
+    store = SqlStore(url, ArtifactStore(str(tmp_path / "artifacts")))
+    statuses = list(ExperimentStatus)
+    for i in range(23):
+        replicas = [
+            Replica("", "ps-0", Role.PS, 0, None),
+            Replica("", "worker-1", Role.WORKER, 1, 2, pid=100 + i, resources={"cpu": 2}),
+            Replica("", "master", Role.MASTER, 0, 0, host="h"),
+        ]
+        store.create_experiment(
+            name=f"run_{i % 4}%",
+            project="vision" if i % 3 else "Speech_x",
+            replicas=replicas if i % 2 else (),
+            framework="pytorch" if i % 2 else None,
+            backend="local",
+            tags=("a", "b_c") if i % 5 == 0 else ("b",),
+            topology={"master": 1, "worker": 2},
+            spec_text="version: 1" if i % 4 else None,
+            plan={"replicas": [i]},
+            status=statuses[i % len(statuses)],
+            created_at=1000.0 + (i % 7),  # ties: the id orders them
+        )
+    yield store, url
+    store.close()
+
+
+FILTERS = [
+    ExperimentFilter(),
+    ExperimentFilter(limit=5, offset=3),
+    ExperimentFilter(status=ExperimentStatus.RUNNING),
+    ExperimentFilter(project="vision", order_by="name"),
+    ExperimentFilter(tag="b_c"),
+    ExperimentFilter(tag="b"),
+    ExperimentFilter(text="SPEECH"),
+    ExperimentFilter(text="n_1%"),
+    ExperimentFilter(text="_"),
+    ExperimentFilter(order_by="-finished_at", limit=100),
+    ExperimentFilter(order_by="+status", limit=100),
+    ExperimentFilter(limit=0),
+]
+
+
+@pytest.mark.parametrize("query", FILTERS, ids=repr)
+def test_lists_the_same_page_as_the_sql_store(filled: tuple[SqlStore, str], query: ExperimentFilter) -> None:
+    store, url = filled
+    reader = LiteReader.open(url, HEAD)
+    assert reader is not None
+    with reader:
+        assert reader.list_experiments(query) == store.list_experiments(query)
+
+
+def test_lists_replicas_and_knows_ids_as_the_sql_store(filled: tuple[SqlStore, str]) -> None:
+    store, url = filled
+    reader = LiteReader.open(url, HEAD)
+    assert reader is not None
+    with reader:
+        for e in store.list_experiments(ExperimentFilter(limit=100)).items:
+            assert reader.list_replicas(e.id) == store.list_replicas(e.id)
+            assert reader.has_experiment(e.id)
+        assert not reader.has_experiment("0" * 12)
+
+
+def test_refuses_what_only_the_full_store_may_open(filled: tuple[SqlStore, str], tmp_path: Path) -> None:
+    _, url = filled
+    assert LiteReader.open(url, "an_older_head") is None  # the full store migrates it first
+    assert LiteReader.open(f"sqlite:///{tmp_path / 'none.db'}", HEAD) is None
+    assert not (tmp_path / "none.db").exists()  # nothing created
+    assert LiteReader.open("postgresql://u@localhost/db", HEAD) is None
+    sqlite3.connect(tmp_path / "empty.db").close()  # a file with no schema yet
+    assert LiteReader.open(f"sqlite:///{tmp_path / 'empty.db'}", HEAD) is None
+
+
+def test_sqlite_path_takes_plain_file_urls_only() -> None:
+    assert sqlite_path("sqlite:////abs/p.db") == Path("/abs/p.db")
+    assert sqlite_path("sqlite:///rel.db") == Path("rel.db")
+    assert sqlite_path("sqlite://") is None
+    assert sqlite_path("sqlite:///:memory:") is None
+    assert sqlite_path("sqlite:///p.db?timeout=3") is None
+    assert sqlite_path("postgresql+psycopg://x/y") is None
