@@ -52,14 +52,19 @@ def test_an_experiment_submitted_for_the_servers_slurm_cluster_runs_there_with_i
     shutil.copytree(DATA, project)
     client_home = tmp_path / "client-home"  # the submitter has no cluster registered: the server does
     client_home.mkdir()
-    args = ["-f", str(project / "exp.yml"), "--server", server.url, "--cluster", slurm_cluster.name]
-    r = subprocess.run(
-        [str(PHALANX), "run", *args, "--follow"],
-        env=clean_env(client_home, PHALANX_TOKEN=TOKEN),
-        capture_output=True,
-        text=True,
-        timeout=240,
-    )
+
+    def submit(cluster: str) -> subprocess.CompletedProcess[str]:
+        args = ["-f", str(project / "exp.yml"), "--server", server.url, "--cluster", cluster, "--follow"]
+        env = clean_env(client_home, PHALANX_TOKEN=TOKEN)
+        return subprocess.run(
+            [str(PHALANX), "run", *args], env=env, capture_output=True, text=True, timeout=240
+        )
+
+    r = submit("slurm-tset")  # a slip: refused, naming what the server has
+    assert r.returncode == 2, r.stdout + r.stderr
+    assert "target 'slurm-tset'" in r.stderr and f"local, {slurm_cluster.name}" in r.stderr
+    assert "Traceback" not in r.stderr
+    r = submit(slurm_cluster.name)
     assert r.returncode == 0, r.stdout + r.stderr
     exp_id = r.stdout.splitlines()[0].strip()
     assert "[master] hello from master" in r.stdout and "[worker-0] hello from worker-0" in r.stdout
