@@ -17,6 +17,8 @@ from tests.integration.server.serverproc import PHALANX, Server, clean_env, star
 from tests.support.slurm import LocalSlurm
 
 from phalanx.clusters import add_cluster
+from phalanx.errors import UsageError
+from phalanx.estimators import Estimator, Experiment
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow, pytest.mark.timeout(300)]
 
@@ -78,3 +80,15 @@ def test_an_experiment_submitted_for_the_servers_slurm_cluster_runs_there_with_i
         "worker-0": [0, 1, 2],
     }
     assert slurm_cluster.wait_queue_empty() == []
+
+
+def test_an_estimators_compute_target_is_the_submits_target(
+    server: Server, slurm_cluster: LocalSlurm, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("PHALANX_HOME", str(tmp_path / "laptop-home"))  # nothing of the laptop's is read
+    (tmp_path / "train.py").write_text("print('hi')\n")
+    exp = Experiment("from-python", "targets-tests", server=server.url, token=TOKEN)
+    estimator = Estimator(source_directory=tmp_path, entry_script="train.py", compute_target="slurm-tset")
+    with pytest.raises(UsageError, match=f"target 'slurm-tset'.*local, {slurm_cluster.name}"):
+        exp.submit(estimator)
+    assert api(server, "/experiments")["total"] == 0
