@@ -127,7 +127,11 @@ def run(
     ] = False,
     cluster: Annotated[
         str | None,
-        typer.Option("--cluster", metavar="NAME", help="Run on a cluster added with `phalanx cluster add`."),
+        typer.Option(
+            "--cluster",
+            metavar="NAME",
+            help="Run on a cluster added with `phalanx cluster add` (with --server: one the server has).",
+        ),
     ] = None,
     detach: Annotated[
         bool, typer.Option("--detach", "-d", help="Start it in the background and print its id.")
@@ -207,10 +211,10 @@ def run(
     if server is not None or follow or token_file is not None:
         from phalanx.cli.submit import run_on_server
 
-        given = {"--workdir": workdir, "--cluster": cluster, "--dry-run": dry_run, "--detach": detach}
+        given: dict[str, object] = {"--workdir": workdir, "--dry-run": dry_run, "--detach": detach}
         given |= {"--no-wait": no_wait, "--experiment-id": experiment_id, "--oversubscribe": oversubscribe}
         given |= {"--extra-params": extra_params, "--no-system-metrics": no_system_metrics}
-        run_on_server(file, param, priority, server, follow, token_file, output, given, settings)
+        run_on_server(file, param, priority, server, follow, token_file, output, given, settings, cluster)
         return
     from phalanx.spec.group import is_group_file
 

@@ -22,8 +22,10 @@ def run_on_server(
     output: Any,
     given: Mapping[str, Any],
     settings: Settings,
+    cluster: str | None = None,
 ) -> None:
-    """Bundle the file's folder, submit, print the id; with ``follow``, exit as the experiment ends."""
+    """Bundle the file's folder, submit, print the id; with ``follow``, exit as the experiment ends.
+    ``cluster``: the submit's target, a cluster registered on the server (default: its own machine)."""
     from phalanx.bundles import pack
     from phalanx.cli.app import emit_json
     from phalanx.cli.remote import follow as follow_logs
@@ -40,7 +42,8 @@ def run_on_server(
     if local_only:
         raise UsageError(
             f"{', '.join(local_only)}: not available on a server yet; the server at {server} runs the "
-            "experiment from the file's folder on its own machine (--local runs it on this one)"
+            "experiment from the file's folder on its own machine or on a cluster it has (--cluster NAME;"
+            " --local runs it on this one)"
         )
     if not file.is_file():
         raise UsageError(f"{file}: no such file")
@@ -49,9 +52,12 @@ def run_on_server(
     assert client is not None  # a server was named
     folder = file.resolve().parent
     bundle = pack(folder)
-    sys.stderr.write(f"phalanx: submitting {file} with {folder} ({len(bundle) >> 10} KiB) to {client.url}\n")
+    on = f" for its cluster {cluster}" if cluster else ""
+    sys.stderr.write(
+        f"phalanx: submitting {file} with {folder} ({len(bundle) >> 10} KiB) to {client.url}{on}\n"
+    )
     try:
-        answer = client.submit(file, bundle, params, priority)
+        answer = client.submit(file, bundle, params, priority, extra={"target": cluster} if cluster else None)
     except SpecError as exc:
         for problem in exc.problems:
             sys.stderr.write(f"{problem}\n")

@@ -29,16 +29,11 @@ DONE = ("succeeded", "failed", "stopped")
 def submit(
     client: Client, config: Estimator, name: str, project: str, tags: Sequence[str], priority: int
 ) -> RemoteRun:
-    """Validate, bundle ``config.source_directory`` and submit; the handle of the new experiment."""
+    """Validate, bundle ``config.source_directory`` and submit to ``config.compute_target`` (the
+    server's own machine, or a cluster registered on the server: it answers 400 for one it lacks)."""
     from phalanx.bundles import pack
     from phalanx.spec.loader import load_spec_text
 
-    if config.compute_target != "local":
-        raise UsageError(
-            f"compute_target {config.compute_target!r} with server=: a server runs what is submitted "
-            "to it on its own machine (compute_target='local'); a cluster as a target is added on the "
-            "server (`phalanx cluster add` there) and chosen there"
-        )
     if config.resume_from is not None:
         raise UsageError(
             "resume_from with server=: the checkpoint lives in the server's store; resume there "
@@ -47,7 +42,10 @@ def submit(
     text = config.to_yaml(name=name, project=project, tags=tuple(tags))
     load_spec_text(text, SPEC_NAME)  # its mistakes, raised before anything is packed or sent
     bundle = pack(config.source_directory)
-    answer = client.submit_text(SPEC_NAME, text, bundle, {}, priority)
+    # compute_target: "local" (the server's machine) or a cluster registered on the server
+    answer = client.submit_text(
+        SPEC_NAME, text, bundle, {}, priority, extra={"target": config.compute_target}
+    )
     return RemoteRun(client, str(answer["id"]))
 
 

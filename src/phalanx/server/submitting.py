@@ -6,6 +6,10 @@ unpacks it into a working folder of its own per experiment (``<home>/server/work
 it through ``Runner.submit``: a detached supervisor in its own session, on the same ledger and queue
 as a `phalanx run` on this machine. The server never supervises training itself, so a server that
 stops or restarts leaves every experiment it started running.
+
+Where it runs is the submit's *target*: ``local`` (this machine) or a cluster registered in the
+server's home (``clusters.toml``, `phalanx cluster add` there), which the supervisor drives exactly as
+`phalanx run --cluster NAME` would.
 """
 
 from __future__ import annotations
@@ -32,6 +36,30 @@ log = logging.getLogger(__name__)
 _KEY = re.compile(r"^[\x21-\x7e]{1,200}$")  # printable ASCII, no spaces
 
 
+def targets(settings: Settings) -> list[dict[str, str]]:
+    """Where a submit may run: this machine, then the clusters registered in the server's home,
+    by name and kind only (a cluster's paths and contexts are the server's business)."""
+    from phalanx.clusters import load_clusters
+
+    clusters = load_clusters(settings.home)
+    return [{"name": LOCAL, "kind": LOCAL}] + [
+        {"name": name, "kind": clusters[name].kind} for name in sorted(clusters) if name != LOCAL
+    ]
+
+
+def cluster_of(settings: Settings, target: str) -> str | None:
+    """The cluster a target names (None: this machine); UsageError (400) naming the registered ones."""
+    known = [t["name"] for t in targets(settings)]
+    if target == LOCAL:
+        return None
+    if target not in known:
+        raise UsageError(
+            f"target {target!r}: no such compute target on this server; the registered ones are "
+            f"{', '.join(known)} (an admin adds a cluster with `phalanx cluster add` on the server's machine)"
+        )
+    return target
+
+
 @dataclass(frozen=True)
 class SubmitRequest:
     file_name: str
@@ -40,6 +68,7 @@ class SubmitRequest:
     priority: int
     bundle: bytes
     idempotency_key: str | None = None
+    target: str = LOCAL
 
 
 @dataclass(frozen=True)
@@ -90,6 +119,7 @@ def submit(
     if key is not None and not _KEY.match(key):
         raise UsageError("Idempotency-Key: 1 to 200 printable ASCII characters without spaces")
     check_priority(request.priority, "priority")
+    cluster = cluster_of(settings, request.target)
     submissions.check_available(store)
     sha = digest(request.bundle)
     if key is not None:  # a retry: answered before anything is validated or unpacked again
@@ -99,11 +129,12 @@ def submit(
     from phalanx.spec.group import is_group_text
 
     if is_group_text(request.file_text, name):
-        return _submit_group(store, settings, request, name, sha, authorize)
+        return _submit_group(store, settings, request, name, sha, authorize, cluster)
     spec = load_spec_text(request.file_text, name, params=request.params)
     if authorize is not None:
         authorize(spec.project or "default")
-    check_max_waiting(store, settings, spec.project or DEFAULT_PROJECT)
+    if cluster is None:  # quotas hold on this machine's queue; a cluster schedules for itself
+        check_max_waiting(store, settings, spec.project or DEFAULT_PROJECT)
     BundleStore(settings.home / "server" / "bundles").put(request.bundle)
     exp_id = uuid.uuid4().hex[:12]
     winner = submissions.reserve(store, exp_id, key, sha)
@@ -111,7 +142,7 @@ def submit(
         return SubmitResult(winner, sha, created=False)
     work = settings.home / "server" / "work" / exp_id
     try:
-        _start(settings, spec, request, name, work, exp_id)
+        _start(settings, spec, request, name, work, exp_id, cluster)
     except BaseException:
         submissions.release(store, exp_id)
         shutil.rmtree(work, ignore_errors=True)
@@ -138,6 +169,7 @@ def _submit_group(
     name: str,
     sha: str,
     authorize: Callable[[str], None] | None = None,
+    cluster: str | None = None,
 ) -> SubmitResult:
     """A `kind: group` file: validated and recorded as `phalanx group run` does, run from the
     unpacked bundle by a controller in its own process (``groups.detached``) that a restarted
@@ -162,8 +194,13 @@ def _submit_group(
         file.parent.mkdir(parents=True, exist_ok=True)
         file.write_text(request.file_text, encoding="utf-8")
         group = replace(group, base=replace(group.base, source_file=str(file)))
-        controller.build_trials_env(group, settings, workdir=file.parent)
-        record = controller.create(groups, group, workdir=file.parent, params=dict(request.params))
+        if cluster is not None:  # as `phalanx group run --cluster NAME`: a trial it can never run is refused
+            controller.check_trials_can_run(group, settings, cluster=cluster, workdir=file.parent)
+        else:
+            controller.build_trials_env(group, settings, workdir=file.parent)
+        record = controller.create(
+            groups, group, workdir=file.parent, params=dict(request.params), cluster=cluster
+        )
         winner = submissions.reserve(store, record.id, request.idempotency_key, sha)
         if winner != record.id:  # a retry with the same key won the race: this one never ran
             groups.delete_group(record.id)
@@ -192,6 +229,7 @@ class CloneRequest:
     attempt: int | None = None
     extra_params: bool = False
     idempotency_key: str | None = None
+    target: str | None = None  # None: where the origin ran
 
 
 def clone(store: Store, settings: Settings, request: CloneRequest) -> SubmitResult:
@@ -209,6 +247,7 @@ def clone(store: Store, settings: Settings, request: CloneRequest) -> SubmitResu
     if key is not None and not _KEY.match(key):
         raise UsageError("Idempotency-Key: 1 to 200 printable ASCII characters without spaces")
     check_priority(request.priority, "priority")
+    cluster = None if request.target is None else cluster_of(settings, request.target)
     submissions.check_available(store)
     if key is not None:
         done = submissions.by_key(store, key)
@@ -227,6 +266,8 @@ def clone(store: Store, settings: Settings, request: CloneRequest) -> SubmitResu
     try:
         repro.extract(source.snapshot, work)
         options = source.options(exp_id, work, request.priority)
+        if request.target is not None:
+            options = replace(options, cluster=cluster)
         _launch(settings, source.spec, options, work, f"rerun of {source.origin.id} from its snapshot")
     except BaseException:
         submissions.release(store, exp_id)
@@ -254,7 +295,15 @@ def check_max_waiting(store: Store, settings: Settings, project: str) -> None:
         )
 
 
-def _start(settings: Settings, spec: Any, request: SubmitRequest, name: str, work: Path, exp_id: str) -> None:
+def _start(
+    settings: Settings,
+    spec: Any,
+    request: SubmitRequest,
+    name: str,
+    work: Path,
+    exp_id: str,
+    cluster: str | None = None,
+) -> None:
     from phalanx.runner import LaunchOptions, LaunchRecord
 
     unpack(request.bundle, work)
@@ -264,6 +313,7 @@ def _start(settings: Settings, spec: Any, request: SubmitRequest, name: str, wor
     spec = replace(spec, source_file=str(file))
     options = LaunchOptions(
         workdir=file.parent,
+        cluster=cluster,
         priority=request.priority,
         experiment_id=exp_id,
         record=LaunchRecord(file=str(file), params=dict(request.params)),

@@ -68,6 +68,7 @@ TABLE: dict[tuple[str, str], str] = {
     ("PUT", "/api/v1/models/{name}/aliases/{alias}"): "any:editor",
     ("DELETE", "/api/v1/models/{name}/aliases/{alias}"): "any:editor",
     ("GET", "/api/v1/queue"): "signed-in",
+    ("GET", "/api/v1/targets"): "signed-in",
     ("POST", "/api/v1/tokens"): "public",
     ("GET", "/api/v1/tokens"): "signed-in",
     ("DELETE", "/api/v1/tokens/{name}"): "signed-in",

@@ -48,3 +48,35 @@ def test_malformed_requests_are_400_and_start_nothing(
     assert store.list_experiments().total == 0
     work = phalanx_home / "server" / "work"
     assert not work.exists() or not any(work.iterdir())  # the unpacked folder was removed again
+
+
+def test_an_unknown_target_is_400_naming_the_registered_ones_and_keeps_nothing(
+    client: TestClient, store: Store, phalanx_home: Path
+) -> None:
+    from phalanx.bundles import pack
+    from phalanx.clusters import Cluster, add_cluster
+
+    secret_conf = str(phalanx_home / "private" / "slurm.conf")
+    add_cluster(Cluster(name="gpu-slurm", kind="slurm", slurm_conf=secret_conf), phalanx_home)
+    code = phalanx_home / "code"
+    code.mkdir()
+    (code / "train.py").write_text("pass\n")
+    r = client.post(
+        "/api/v1/experiments",
+        data={"file_name": "exp.yml", "file_text": GOOD, "target": "gpu-slrum"},
+        files={"bundle": ("code.tar.gz", pack(code), "application/gzip")},
+    )
+    assert r.status_code == 400, r.text
+    message = r.json()["message"]
+    assert "target 'gpu-slrum'" in message and "local, gpu-slurm" in message
+    r = client.post("/api/v1/experiments", json={"from": "0123456789ab", "target": "gpu-slrum"})
+    assert r.status_code == 400 and "local, gpu-slurm" in r.json()["message"]
+    assert store.list_experiments().total == 0
+    for kept in ("bundles", "work"):  # no bundle kept, no folder unpacked
+        folder = phalanx_home / "server" / kept
+        assert not folder.exists() or not any(folder.iterdir())
+    # the targets a submit may name: this machine and the clusters, without their settings
+    r = client.get("/api/v1/targets")
+    assert r.status_code == 200
+    assert r.json() == [{"name": "local", "kind": "local"}, {"name": "gpu-slurm", "kind": "slurm"}]
+    assert secret_conf not in r.text

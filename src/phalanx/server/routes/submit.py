@@ -1,6 +1,6 @@
-"""Submitting experiments: ``POST /experiments`` (multipart: the file, params, priority, the code
-bundle; or JSON ``{"from": ID}``: clone and enqueue) and ``GET /experiments/{id}/submission``
-(which bundle it ran)."""
+"""Submitting experiments: ``POST /experiments`` (multipart: the file, params, priority, target, the
+code bundle; or JSON ``{"from": ID}``: clone and enqueue), ``GET /experiments/{id}/submission``
+(which bundle it ran) and ``GET /targets`` (where a submit may run)."""
 
 from __future__ import annotations
 
@@ -41,6 +41,17 @@ class SubmitForm(BaseModel):
     file_text: str = Field(max_length=1 << 20, description="the experiment file's text")
     params: str | None = Field(None, max_length=1 << 20, description='JSON: {"lr": 0.1}')
     priority: int = Field(0, ge=-(10**6), le=10**6)
+    target: str = Field(
+        "local",
+        min_length=1,
+        max_length=200,
+        description="local (this machine) or a registered cluster's name",
+    )
+
+
+class TargetOut(BaseModel):
+    name: str = Field(description="what a submit's target field names")
+    kind: str = Field(description="local, slurm or kubernetes")
 
 
 class CloneIn(BaseModel):
@@ -57,6 +68,12 @@ class CloneIn(BaseModel):
     priority: int = Field(0, ge=-(10**6), le=10**6)
     attempt: int | None = Field(None, ge=0, le=2**31 - 1, description="rerun what this attempt ran")
     extra_params: bool = Field(False, description="accept params the experiment file does not declare")
+    target: str | None = Field(
+        None,
+        min_length=1,
+        max_length=200,
+        description="local or a registered cluster (default: where it ran)",
+    )
 
 
 _FORM_SCHEMA = {
@@ -92,9 +109,10 @@ async def submit_experiment(
 ) -> JSONResponse:
     """Two ways to start an experiment on this server's machine:
 
-    - multipart (the file, params, priority and the code bundle): validate the file (422 with
-      `FILE:LINE:COL` problems), keep the bundle by its sha256, unpack it into a working folder and
-      start the experiment on this machine's queue;
+    - multipart (the file, params, priority, target and the code bundle): validate the file (422
+      with `FILE:LINE:COL` problems), keep the bundle by its sha256, unpack it into a working folder
+      and start the experiment on this machine's queue, or on the registered cluster its target
+      names (400 for a target not registered, naming those that are);
     - JSON ``{"from": ID, "params": {...}, "priority": N}`` (clone and enqueue): run again the stored
       file and source snapshot of experiment ID (the rerun rule of `phalanx rerun`) with these
       params over its recorded ones; the new experiment records ID as its origin.
@@ -102,7 +120,7 @@ async def submit_experiment(
     A retry with the same ``Idempotency-Key`` answers the first submit's id (200) and starts nothing."""
     from starlette.concurrency import run_in_threadpool
 
-    from phalanx.server.submitting import CloneRequest, SubmitRequest, clone, parse_params, submit
+    from phalanx.server.submitting import CloneRequest, SubmitRequest, clone, cluster_of, parse_params, submit
 
     submitted_to: list[str] = []
 
@@ -119,6 +137,8 @@ async def submit_experiment(
         from phalanx.spec.loader import parse_param_overrides
 
         typed = parse_param_overrides(f"{name}={text}" for name, text in body.texts.items())
+        if body.target is not None:  # a target the server lacks: said before the origin is looked up
+            await run_in_threadpool(cluster_of, settings.store, body.target)
         origin = await run_in_threadpool(require_experiment, request, body.origin, Role.editor)
         submitted_to.append(origin.project)
         result = await run_in_threadpool(
@@ -132,6 +152,7 @@ async def submit_experiment(
                 attempt=body.attempt,
                 extra_params=body.extra_params,
                 idempotency_key=idempotency_key,
+                target=body.target,
             ),
         )
     elif kind == "multipart/form-data":
@@ -156,6 +177,7 @@ async def submit_experiment(
                 priority=fields.priority,
                 bundle=data,
                 idempotency_key=idempotency_key,
+                target=fields.target,
             ),
             authorize,
         )
@@ -190,3 +212,13 @@ def get_submission(experiment_id: str, store: StoreDep) -> SubmissionOut:
     return SubmissionOut(
         id=found.experiment_id, bundle_sha256=found.bundle_sha256, submitted_at=found.submitted_at
     )
+
+
+@router.get("/targets", response_model=list[TargetOut])
+@policy("signed-in")
+def list_targets(settings: SettingsDep) -> list[TargetOut]:
+    """Where a submit may run: ``local`` (this server's machine) and each cluster registered in the
+    server's home (`phalanx cluster add` there), by name and kind only."""
+    from phalanx.server.submitting import targets
+
+    return [TargetOut(**t) for t in targets(settings.store)]

@@ -1,0 +1,94 @@
+"""A compute target the server owns: `phalanx run -f FILE --server URL --cluster NAME` sends the
+folder to a real `phalanx server` on loopback, which runs it on the live two-node Slurm cluster
+registered in the server's home (not the submitter's), and the metrics land on the server."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from tests.integration.server.serverproc import PHALANX, Server, clean_env, start_server, stop_server
+from tests.support.slurm import LocalSlurm
+
+from phalanx.clusters import add_cluster
+from phalanx.errors import UsageError
+from phalanx.estimators import Estimator, Experiment
+
+pytestmark = [pytest.mark.slurm, pytest.mark.slow, pytest.mark.timeout(300)]
+
+DATA = Path(__file__).resolve().parents[1] / "server" / "data" / "submit"
+TOKEN = "targets-test-token-0123456789"
+
+
+@pytest.fixture
+def server(phalanx_home: Path, slurm_cluster: LocalSlurm) -> Iterator[Server]:
+    add_cluster(slurm_cluster.cluster(), phalanx_home)  # `phalanx cluster add` on the server's machine
+    s = start_server(phalanx_home, token=TOKEN)
+    try:
+        yield s
+    finally:
+        stop_server(s.proc)
+
+
+def api(server: Server, path: str) -> Any:
+    req = urllib.request.Request(f"{server.url}/api/v1{path}")
+    req.add_header("Authorization", f"Bearer {TOKEN}")
+    with urllib.request.urlopen(req, timeout=60) as r:
+        return json.load(r)
+
+
+def test_an_experiment_submitted_for_the_servers_slurm_cluster_runs_there_with_its_metrics_on_the_server(
+    server: Server, slurm_cluster: LocalSlurm, tmp_path: Path
+) -> None:
+    assert api(server, "/targets") == [
+        {"name": "local", "kind": "local"},
+        {"name": slurm_cluster.name, "kind": "slurm"},
+    ]
+    project = tmp_path / "project"
+    shutil.copytree(DATA, project)
+    client_home = tmp_path / "client-home"  # the submitter has no cluster registered: the server does
+    client_home.mkdir()
+
+    def submit(cluster: str) -> subprocess.CompletedProcess[str]:
+        args = ["-f", str(project / "exp.yml"), "--server", server.url, "--cluster", cluster, "--follow"]
+        env = clean_env(client_home, PHALANX_TOKEN=TOKEN)
+        return subprocess.run(
+            [str(PHALANX), "run", *args], env=env, capture_output=True, text=True, timeout=240
+        )
+
+    r = submit("slurm-tset")  # a slip: refused, naming what the server has
+    assert r.returncode == 2, r.stdout + r.stderr
+    assert "target 'slurm-tset'" in r.stderr and f"local, {slurm_cluster.name}" in r.stderr
+    assert "Traceback" not in r.stderr
+    r = submit(slurm_cluster.name)
+    assert r.returncode == 0, r.stdout + r.stderr
+    exp_id = r.stdout.splitlines()[0].strip()
+    assert "[master] hello from master" in r.stdout and "[worker-0] hello from worker-0" in r.stdout
+    exp = api(server, f"/experiments/{exp_id}")
+    assert exp["status"] == "succeeded" and exp["backend"] == "slurm", exp
+    # Slurm placed the two replicas on its two nodes (SLURMD_NODENAME inside each task)
+    assert {rep["name"]: rep["host"] for rep in exp["replicas"]} == {"master": "n1", "worker-0": "n2"}
+    loss = api(server, f"/experiments/{exp_id}/metrics/loss")
+    assert {name: series["steps"] for name, series in loss["series"].items()} == {
+        "master": [0, 1, 2],
+        "worker-0": [0, 1, 2],
+    }
+    assert slurm_cluster.wait_queue_empty() == []
+
+
+def test_an_estimators_compute_target_is_the_submits_target(
+    server: Server, slurm_cluster: LocalSlurm, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("PHALANX_HOME", str(tmp_path / "laptop-home"))  # nothing of the laptop's is read
+    (tmp_path / "train.py").write_text("print('hi')\n")
+    exp = Experiment("from-python", "targets-tests", server=server.url, token=TOKEN)
+    estimator = Estimator(source_directory=tmp_path, entry_script="train.py", compute_target="slurm-tset")
+    with pytest.raises(UsageError, match=f"target 'slurm-tset'.*local, {slurm_cluster.name}"):
+        exp.submit(estimator)
+    assert api(server, "/experiments")["total"] == 0
