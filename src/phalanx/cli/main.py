@@ -51,7 +51,7 @@ COMMAND_MODULE = {
     "models": "phalanx.cli.models",
     "serve": "phalanx.cli.serve",
     "server": "phalanx.cli.server",
-    "cluster": "phalanx.cli.cluster",
+    "cluster": "phalanx.cli.placement",  # it imports cli/cluster.py and adds `map`/`unmap`/`maps`
     "plot": "phalanx.cli.plot",
     "queue": "phalanx.cli.queue",
     "group": "phalanx.cli.group",
@@ -66,6 +66,11 @@ COMMAND_MODULE = {
     "datastore": "phalanx.cli.data",
     "data": "phalanx.cli.data",
     "version": "phalanx.cli.app",
+    "login": "phalanx.cli.login",
+    "logout": "phalanx.cli.login",
+    "admin": "phalanx.cli.admin",
+    "quota": "phalanx.cli.quota",
+    "secret": "phalanx.cli.secret",
 }
 
 
