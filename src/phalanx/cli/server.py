@@ -16,6 +16,8 @@ from phalanx.cli.app import app, fail
 if TYPE_CHECKING:
     from fastapi import FastAPI
 
+    from phalanx.server.oidc import OidcConfig
+
 LOOPBACK_NAMES = ("localhost", "localhost.localdomain", "ip6-localhost")
 
 
@@ -96,6 +98,65 @@ def forwarded_ips(option: str | None) -> list[str]:
                 "addresses, e.g. 127.0.0.1 or 10.0.0.0/8 (comma-separated), or '*' for any"
             ) from None
     return entries
+
+
+def oidc_config(
+    issuer: str | None,
+    client_id: str | None,
+    secret_file: Path | None,
+    user_claim: str,
+    groups_claim: str | None,
+    role_map: list[str] | None,
+    redirect_url: str | None,
+) -> OidcConfig | None:
+    """Single sign-on's settings, or None without --oidc-issuer; exit 2 on a missing or wrong one.
+    The client secret comes from a file or the environment, never the command line (``ps`` shows
+    that to every user of the machine)."""
+    import os
+
+    if not issuer:
+        if client_id or secret_file or role_map:
+            raise fail("the --oidc-* options need --oidc-issuer URL (or PHALANX_OIDC_ISSUER)")
+        return None
+    try:
+        import authlib  # noqa: F401
+    except ImportError:
+        raise fail("single sign-on needs authlib: pip install 'phalanx[oidc]'") from None
+    from authlib.common.security import is_secure_transport
+
+    from phalanx.errors import UsageError
+    from phalanx.server.oidc import OidcConfig, parse_role_map
+
+    issuer = issuer.rstrip("/")
+    if not is_secure_transport(issuer):
+        raise fail(f"--oidc-issuer {issuer}: the provider must be reached over https (or on loopback)")
+    if not client_id:
+        raise fail("--oidc-issuer needs --oidc-client-id ID (or PHALANX_OIDC_CLIENT_ID)")
+    if secret_file is not None:
+        secret = read_token_file(secret_file)
+    else:
+        secret = os.environ.get("PHALANX_OIDC_CLIENT_SECRET", "").strip()
+    if not secret:
+        raise fail(
+            "--oidc-issuer needs the client secret: --oidc-client-secret-file FILE or "
+            "PHALANX_OIDC_CLIENT_SECRET (never on the command line)"
+        )
+    entries = role_map if role_map else [os.environ.get("PHALANX_OIDC_ROLE_MAP", "")]
+    try:
+        mapped = parse_role_map(entries)
+    except UsageError as exc:
+        raise fail(exc.message) from None
+    if mapped and not groups_claim:
+        raise fail("--oidc-role-map needs --oidc-groups-claim CLAIM (e.g. groups) to read the groups from")
+    return OidcConfig(
+        issuer=issuer,
+        client_id=client_id,
+        client_secret=secret,
+        user_claim=user_claim,
+        groups_claim=groups_claim,
+        role_map=mapped,
+        redirect_url=redirect_url,
+    )
 
 
 class LogLevel(StrEnum):
@@ -200,6 +261,67 @@ def server(
             "none, every client is the address it connects from)",
         ),
     ] = None,
+    oidc_issuer: Annotated[
+        str | None,
+        typer.Option(
+            "--oidc-issuer",
+            envvar="PHALANX_OIDC_ISSUER",
+            metavar="URL",
+            help="single sign-on: the OpenID Connect provider's issuer URL (docs/teams.md#single-sign-on)",
+        ),
+    ] = None,
+    oidc_client_id: Annotated[
+        str | None,
+        typer.Option(
+            "--oidc-client-id", envvar="PHALANX_OIDC_CLIENT_ID", metavar="ID", help="SSO: the client id"
+        ),
+    ] = None,
+    oidc_client_secret_file: Annotated[
+        Path | None,
+        typer.Option(
+            "--oidc-client-secret-file",
+            envvar="PHALANX_OIDC_CLIENT_SECRET_FILE",
+            metavar="FILE",
+            help="SSO: file holding the client secret (else PHALANX_OIDC_CLIENT_SECRET)",
+        ),
+    ] = None,
+    oidc_user_claim: Annotated[
+        str,
+        typer.Option(
+            "--oidc-user-claim",
+            envvar="PHALANX_OIDC_USER_CLAIM",
+            metavar="CLAIM",
+            help="SSO: the ID token claim naming the user (then 'email', then 'sub')",
+        ),
+    ] = "preferred_username",
+    oidc_groups_claim: Annotated[
+        str | None,
+        typer.Option(
+            "--oidc-groups-claim",
+            envvar="PHALANX_OIDC_GROUPS_CLAIM",
+            metavar="CLAIM",
+            help="SSO: the ID token claim listing the user's groups (for --oidc-role-map)",
+        ),
+    ] = None,
+    oidc_role_map: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--oidc-role-map",
+            metavar="GROUP=PROJECT:ROLE",
+            help="SSO: members of GROUP get ROLE in PROJECT (repeat; else PHALANX_OIDC_ROLE_MAP, "
+            "comma-separated)",
+        ),
+    ] = None,
+    oidc_redirect_url: Annotated[
+        str | None,
+        typer.Option(
+            "--oidc-redirect-url",
+            envvar="PHALANX_OIDC_REDIRECT_URL",
+            metavar="URL",
+            help="SSO: the callback URL registered at the provider (default: this server's "
+            "address + /login/sso/callback)",
+        ),
+    ] = None,
 ) -> None:
     """Serve the REST API (/api/v1) and the web UI (/) over this machine's Phalanx store."""
     from phalanx.config import Settings
@@ -212,6 +334,15 @@ def server(
             "experiments. Set PHALANX_TOKEN or pass --token-file FILE, or listen on 127.0.0.1."
         )
 
+    sso = oidc_config(
+        oidc_issuer,
+        oidc_client_id,
+        oidc_client_secret_file,
+        oidc_user_claim,
+        oidc_groups_claim,
+        oidc_role_map,
+        oidc_redirect_url,
+    )
     proxies = forwarded_ips(forwarded_allow_ips)
     listener = bind_listener(host, port)
     if token and not is_loopback(host) and len(token) < MIN_TOKEN_CHARS:
@@ -235,7 +366,13 @@ def server(
     _access_log(access_log, log_level)
     api = create_app(
         ServerSettings(
-            store=settings, host=host, port=port, token=token, allowed_hosts=hosts or None, gc_hours=gc_hours
+            store=settings,
+            host=host,
+            port=port,
+            token=token,
+            allowed_hosts=hosts or None,
+            gc_hours=gc_hours,
+            oidc=sso,
         )
     )
     from phalanx.server.address import local_url, recorded

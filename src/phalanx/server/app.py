@@ -116,6 +116,11 @@ def create_app(settings: ServerSettings, store: IngestStore | None = None) -> Fa
         else None
     )
     app.state.sessions = sessions
+    app.state.oidc = None
+    if settings.oidc is not None and settings.ui_enabled:
+        from phalanx.server.oidc import RelyingParty
+
+        app.state.oidc = RelyingParty(settings.oidc)
     # two budgets per address: the login form's, and the API's for wrong bearer tokens, so a script
     # with a stale PHALANX_TOKEN on a machine does not lock the people there out of the login form
     # (each budget alone still bounds guessing: together 2 x login_attempts a minute per address)
@@ -150,6 +155,10 @@ def create_app(settings: ServerSettings, store: IngestStore | None = None) -> Fa
 
         install_docs(app, f"{API}/openapi.json")
         app.include_router(pages.router)
+        if settings.oidc is not None:
+            from phalanx.server.routes import sso
+
+            app.include_router(sso.router)
         app.include_router(groups.page_router)
         app.include_router(models.page_router)
         app.mount("/static", StaticFiles(directory=pages.UI_DIR), name="static")

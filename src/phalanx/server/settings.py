@@ -5,6 +5,7 @@ from __future__ import annotations
 from pydantic import BaseModel, ConfigDict, Field
 
 from phalanx.config import Settings
+from phalanx.server.oidc import OidcConfig
 
 MiB = 1024 * 1024
 
@@ -35,3 +36,4 @@ class ServerSettings(BaseModel):
     login_attempts: int = 5  # wrong tokens per client address per minute before /login answers 429
     # `phalanx gc` every this many hours (orphaned run folders and spools, then VACUUM); 0: never
     gc_hours: float = 24.0
+    oidc: OidcConfig | None = None  # single sign-on (docs/teams.md#single-sign-on)

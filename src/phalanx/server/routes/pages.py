@@ -7,6 +7,7 @@ import hmac
 import html
 from pathlib import Path
 from typing import Annotated
+from urllib.parse import quote
 
 from fastapi import APIRouter, Form, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
@@ -66,15 +67,29 @@ def _team_mode(request: Request) -> bool:
     return accounts is not None and accounts.first_admin() is not None
 
 
-def _login_page(next_url: str, error: str = "", status: int = 200, team: bool = False) -> HTMLResponse:
+SSO_BUTTON = """<a class="button sso" href="/login/sso?next={next}">Sign in with SSO</a>
+    <p class="muted small or">or</p>"""
+
+
+def login_page(request: Request, next_url: str, error: str = "", status: int = 200) -> HTMLResponse:
+    """The login form of this server: an account's or the server token's, with the single sign-on
+    button when the server has an identity provider (docs/teams.md#single-sign-on)."""
+    sso = getattr(request.app.state, "oidc", None) is not None
+    return _login_page(next_url, error, status, team=_team_mode(request), sso=sso)
+
+
+def _login_page(
+    next_url: str, error: str = "", status: int = 200, team: bool = False, sso: bool = False
+) -> HTMLResponse:
     text = (UI_DIR / "login.html").read_text()
-    text = text.replace("{{fields}}", ACCOUNT_FIELDS if team else TOKEN_FIELDS)
+    button = SSO_BUTTON.format(next=html.escape(quote(next_url, safe="/"), quote=True)) if sso else ""
+    text = text.replace("{{fields}}", button + (ACCOUNT_FIELDS if team else TOKEN_FIELDS))
     text = text.replace("{{next}}", html.escape(next_url, quote=True))
     text = text.replace("{{error}}", f'<p class="error">{html.escape(error)}</p>' if error else "")
     return HTMLResponse(text, status_code=status)
 
 
-def _safe_next(next_url: str | None) -> str:
+def safe_next(next_url: str | None) -> str:
     """Only a path on this server: never an absolute URL or '//host' (no open redirect)."""
     if not next_url or not next_url.startswith("/") or next_url.startswith("//") or "\\" in next_url:
         return "/"
@@ -85,9 +100,9 @@ def _safe_next(next_url: str | None) -> str:
 @policy("public")
 def login_form(request: Request, settings: SettingsDep, next: str = "/") -> Response:
     team = _team_mode(request)
-    if not settings.token and not team:
-        return RedirectResponse(_safe_next(next), status_code=303)
-    return _login_page(_safe_next(next), team=team)
+    if not settings.token and not team and getattr(request.app.state, "oidc", None) is None:
+        return RedirectResponse(safe_next(next), status_code=303)
+    return login_page(request, safe_next(next))
 
 
 @router.post("/login")
@@ -100,7 +115,7 @@ def login(
     username: Annotated[str, Form(max_length=64)] = "",
     password: Annotated[str, Form(max_length=1024)] = "",
 ) -> Response:
-    target = _safe_next(next)
+    target = safe_next(next)
     team = _team_mode(request)
     if not settings.token and not team:
         return RedirectResponse(target, status_code=303)
@@ -114,6 +129,7 @@ def login(
             f" minute, so the token you typed was not checked; try again in {wait} s.",
             status=429,
             team=team,
+            sso=getattr(request.app.state, "oidc", None) is not None,
         )
         page.headers["Retry-After"] = str(wait)
         return page
@@ -122,10 +138,10 @@ def login(
         user = request.app.state.accounts.authenticate(username.strip(), password)
         if user is None:
             throttle.failed(client)
-            return _login_page(target, "Wrong user or password.", status=401, team=team)
+            return login_page(request, target, "Wrong user or password.", status=401)
     elif not settings.token or not hmac.compare_digest(token.strip().encode(), settings.token.encode()):
         throttle.failed(client)
-        return _login_page(target, "That token is not right.", status=401, team=team)
+        return login_page(request, target, "That token is not right.", status=401)
     sessions = request.app.state.sessions
     response = RedirectResponse(target, status_code=303)
     response.set_cookie(
