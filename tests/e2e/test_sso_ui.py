@@ -22,12 +22,14 @@ pytestmark = pytest.mark.browser
 
 
 @pytest.fixture
-def sso_server(phalanx_home: Path) -> Iterator[tuple[Provider, Server]]:
+def sso_server(phalanx_home: Path) -> Iterator[tuple[Provider, Server, str]]:
     store = open_store(Settings(home=phalanx_home))
     try:
-        for project, names in (("vision", ["resnet-a", "resnet-b"]), ("nlp", ["bert-secret"])):
-            for name in names:
-                store.create_experiment(name=name, project=project)
+        ids = [
+            str(store.create_experiment(name=name, project=project).id)
+            for project, names in (("vision", ["resnet-a", "resnet-b"]), ("nlp", ["bert-secret"]))
+            for name in names
+        ]
     finally:
         store.close()
     admin(phalanx_home, "user", "add", "root", "--admin", "--password-stdin", stdin="root-password\n")
@@ -47,28 +49,32 @@ def sso_server(phalanx_home: Path) -> Iterator[tuple[Provider, Server]]:
         )
         provider.client.redirect_uris.append(f"{server.url}/login/sso/callback")
         try:
-            yield provider, server
+            yield provider, server, ids[0]
         finally:
             stop_server(server.proc)
 
 
 def test_sso_login_lands_on_the_users_projects_in_the_run_table(
-    page: Any, sso_server: tuple[Provider, Server]
+    page: Any, sso_server: tuple[Provider, Server, str]
 ) -> None:
-    provider, server = sso_server
-    page.goto(f"{server.url}/")
+    provider, server, resnet_a = sso_server
+    # a link to an experiment's tab: after signing in at the provider, the user is on that tab
+    page.goto(f"{server.url}/experiments/{resnet_a}#console")
     button = page.locator("a.button.sso")
     button.wait_for()
     assert "/login" in page.url
+    assert "%23console" in button.get_attribute("href")
     page.set_viewport_size({"width": 390, "height": 800})  # usable on a phone: nothing overflows
     assert page.evaluate("document.documentElement.scrollWidth") <= 390
     shot(page, "sso-login")
     page.set_viewport_size({"width": 1400, "height": 900})
     button.click()
+    page.wait_for_url(f"{server.url}/experiments/{resnet_a}#console")
+    page.locator('.tabs a.active[data-tab="console"]').wait_for()
+    page.goto(f"{server.url}/")  # the run table: the projects the provider's groups gave
     rows = page.locator("#experiments tbody tr[data-id]")
     rows.filter(has_text="resnet-a").wait_for()
     rows.filter(has_text="resnet-b").wait_for()
-    assert page.url.rstrip("/") == server.url
     assert rows.count() == 2
     assert page.locator("#experiments", has_text="bert-secret").count() == 0  # nlp: not grace's
     assert provider.logins == 1

@@ -5,3 +5,11 @@ form.addEventListener("submit", () => {
   const next = form.elements.namedItem("next");
   if (location.hash && !next.value.includes("#")) next.value += location.hash;
 });
+// ... and through single sign-on, which leaves for the identity provider and comes back
+const sso = document.querySelector("a.button.sso");
+if (sso && location.hash) {
+  const url = new URL(sso.href);
+  const next = url.searchParams.get("next") || "/";
+  if (!next.includes("#")) url.searchParams.set("next", next + location.hash);
+  sso.href = url.toString();
+}
