@@ -4,7 +4,8 @@ Built from authlib's own server components (its Flask ``AuthorizationServer``, t
 code grant with PKCE and the OpenID Connect code extension), served by werkzeug on a port it binds
 itself. Its authorization endpoint approves the configured test user at once (no login form), and
 its token endpoint issues an RS256-signed ID token whose signing key the JWKS document publishes.
-``id_token_issuer`` / ``id_token_audience`` make it sign tokens a relying party must refuse.
+``id_token_issuer`` / ``id_token_audience`` / ``signing_key`` (a key its JWKS does not publish) make it
+issue ID tokens a relying party must refuse.
 """
 
 from __future__ import annotations
@@ -110,6 +111,7 @@ class Provider:
         self.issuer = ""  # set once the port is bound
         self.id_token_issuer: str | None = None  # None: the real issuer
         self.id_token_audience: str | None = None  # None: the client id
+        self.signing_key: RSAKey | None = None  # None: the published key
         self.logins = 0
 
     def jwks(self) -> dict[str, Any]:
@@ -152,7 +154,7 @@ def _app(provider: Provider) -> Flask:
 
     class IdToken(OpenIDCode):
         def resolve_client_private_key(self, client: Client) -> RSAKey:
-            return provider.key
+            return provider.signing_key or provider.key
 
         def get_client_algorithm(self, client: Client) -> str:
             return "RS256"

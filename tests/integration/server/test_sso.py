@@ -12,6 +12,7 @@ from urllib.parse import parse_qs, urlencode, urlsplit
 
 import httpx
 import pytest
+from joserfc.jwk import RSAKey
 from tests.integration.server.serverproc import Server, start_server, stop_server
 from tests.integration.server.test_teams_audit import admin
 from tests.support.oidc_provider import IdpUser, Provider, running_provider
@@ -109,10 +110,11 @@ def test_a_tampered_state_is_refused(sso: tuple[Provider, Server]) -> None:
     [
         ("id_token_issuer", "http://127.0.0.1:1/other-issuer", "not valid here"),
         ("id_token_audience", "another-client", "issued to another client"),
+        ("signing_key", RSAKey.generate_key(2048, parameters={"kid": "test-key"}), "signature"),
     ],
 )
 def test_an_id_token_for_another_issuer_or_client_is_refused(
-    sso: tuple[Provider, Server], field: str, value: str, why: str
+    sso: tuple[Provider, Server], field: str, value: object, why: str
 ) -> None:
     provider, server = sso
     setattr(provider, field, value)
@@ -121,6 +123,14 @@ def test_an_id_token_for_another_issuer_or_client_is_refused(
         _refused(response, browser, server, why)
     admin_users = admin(server.home, "user", "ls")
     assert "ada" not in admin_users  # nobody was created from a token that failed its checks
+
+
+def test_a_local_account_of_the_same_name_is_not_taken_over(sso: tuple[Provider, Server]) -> None:
+    provider, server = sso
+    provider.user.preferred_username = "root"  # the provider lets somebody call themselves root
+    with _browser() as browser:
+        response = browser.get(_callback_url(browser, server))
+        _refused(response, browser, server, "local account")
 
 
 def test_a_disabled_user_is_refused(sso: tuple[Provider, Server]) -> None:

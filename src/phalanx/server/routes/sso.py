@@ -115,6 +115,13 @@ def _sign_in(request: Request, rp: RelyingParty, user: str, claims: dict[str, ob
     else:
         if record.disabled:
             raise SsoRefused(f"the account {user!r} is disabled on this server")
+        if record.password_hash is not None or record.is_admin:
+            # a local account (the server admin "root", say) is never taken over by whoever the
+            # provider lets pick that name
+            raise SsoRefused(
+                f"{user!r} is a local account of this server (it has a password, or is a server admin),"
+                " so it cannot sign in through the identity provider; sign in with its password"
+            )
     current = accounts.roles_of(user)
     known = set(accounts.projects())
     for project, role in rp.roles(claims).items():
