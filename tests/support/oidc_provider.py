@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from authlib.integrations.flask_oauth2 import AuthorizationServer
+from authlib.oauth2 import OAuth2Error
 from authlib.oauth2.rfc6749 import AuthorizationCodeMixin, ClientMixin, grants
 from authlib.oauth2.rfc7636 import CodeChallenge
 from authlib.oidc.core import UserInfo
@@ -200,7 +201,11 @@ def _app(provider: Provider) -> Flask:
     @app.get("/authorize")
     def authorize() -> Any:
         provider.logins += 1
-        return server.create_authorization_response(grant_user=provider.user)
+        try:
+            grant = server.get_consent_grant(end_user=provider.user)
+        except OAuth2Error as error:
+            return jsonify(error=error.error, error_description=error.description), 400
+        return server.create_authorization_response(grant=grant, grant_user=provider.user)
 
     @app.post("/token")
     def token() -> Any:
