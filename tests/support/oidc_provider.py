@@ -161,7 +161,7 @@ def _app(provider: Provider) -> Flask:
             return "RS256"
 
         def get_encode_header(self, client: Client) -> dict[str, str]:
-            return {"alg": "RS256", "kid": "test-key"}
+            return {"alg": "RS256", "kid": str(provider.key.kid)}
 
         def get_client_claims(self, client: Client) -> dict[str, Any]:
             return {

@@ -26,6 +26,7 @@ MAX_PENDING = 10_000  # bounded memory under a flood of /login/sso requests
 DISCOVERY_SECONDS = 3600  # the discovery document and the keys are fetched again after this
 HTTP_TIMEOUT = 15.0
 SCOPES = "openid profile email"
+ALGORITHMS = ("RS256", "PS256", "ES256")  # asymmetric only: never "none", never HMAC with a guessable key
 
 
 class SsoRefused(Exception):
@@ -183,12 +184,17 @@ class RelyingParty:
         from joserfc.errors import JoseError
         from joserfc.jwk import KeySet
 
-        self.metadata()
-        try:
-            keys = KeySet.import_key_set(self._jwks or {"keys": []})  # type: ignore[arg-type]
-            decoded = jwt.decode(id_token, keys, algorithms=["RS256", "ES256", "PS256"])
-        except (JoseError, ValueError) as exc:
-            raise SsoRefused(f"the ID token's signature does not check out ({type(exc).__name__})") from None
+        decoded = None
+        for refresh in (False, True):  # the provider may have rotated its keys since they were fetched
+            self.metadata(refresh=refresh)
+            try:
+                keys = KeySet.import_key_set(self._jwks or {"keys": []})  # type: ignore[arg-type]
+                decoded = jwt.decode(id_token, keys, algorithms=list(ALGORITHMS))
+                break
+            except (JoseError, ValueError) as exc:
+                failure = type(exc).__name__
+        if decoded is None:
+            raise SsoRefused(f"the ID token's signature does not check out ({failure})")
         registry = jwt.JWTClaimsRegistry(
             leeway=60,
             iss={"essential": True, "value": self.config.issuer},

@@ -65,8 +65,10 @@ def test_first_sso_login_creates_the_user_with_the_mapped_role(sso: tuple[Provid
         # the session is a normal one: a state-changing request from another site is refused
         cross = browser.post(f"{server.url}/logout", headers={"Origin": "http://evil.example"})
         assert cross.status_code == 403
-    # the provider's groups changed: the next sign-in follows them (vision dropped, nlp given)
+    # the provider's groups changed: the next sign-in follows them (vision dropped, nlp given); it
+    # also rotated its signing key since the server fetched its keys: they are fetched again
     provider.user.groups = ["ml-nlp"]
+    provider.key = RSAKey.generate_key(2048, parameters={"kid": "rotated", "use": "sig", "alg": "RS256"})
     with _browser() as browser:
         browser.get(f"{server.url}/login/sso")
         assert browser.get(f"{server.url}/api/v1/me").json()["projects"] == {"nlp": "viewer"}
