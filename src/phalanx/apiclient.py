@@ -128,14 +128,7 @@ class Client:
         }
         body, content_type = multipart(fields, "bundle", "code.tar.gz", bundle)
         headers = {"Content-Type": content_type, "Idempotency-Key": key}
-        for attempt in range(RETRIES):
-            try:
-                return dict(self.request("POST", "/experiments", body, headers)[1])
-            except ServerError:
-                if attempt == RETRIES - 1:
-                    raise
-                time.sleep(1 + attempt)
-        raise AssertionError("unreachable")
+        return self._post_experiment(body, headers)
 
     def clone(
         self,
@@ -157,13 +150,18 @@ class Client:
             doc["extra_params"] = True
         headers = {"Content-Type": "application/json", "Idempotency-Key": key}
         body = json.dumps(doc).encode()
-        for retry in range(RETRIES):
+        return self._post_experiment(body, headers)
+
+    def _post_experiment(self, body: bytes, headers: Mapping[str, str]) -> dict[str, Any]:
+        """POST /experiments; a connection lost before the answer is retried (the caller's
+        Idempotency-Key makes a retry answer the first submit's id instead of starting another)."""
+        for attempt in range(RETRIES):
             try:
                 return dict(self.request("POST", "/experiments", body, headers)[1])
             except ServerError:
-                if retry == RETRIES - 1:
+                if attempt == RETRIES - 1:
                     raise
-                time.sleep(1 + retry)
+                time.sleep(1 + attempt)
         raise AssertionError("unreachable")
 
     def new_token(self, username: str, password: str, name: str, expires_days: int | None) -> str:

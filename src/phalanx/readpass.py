@@ -10,10 +10,7 @@ very tests those steps apply; then `phalanx ls` reads through the reader alone (
 
 from __future__ import annotations
 
-import socket
 from typing import TYPE_CHECKING
-
-from phalanx.domain import ExperimentStatus
 
 if TYPE_CHECKING:
     from phalanx.config import Settings
@@ -78,23 +75,10 @@ def _spool_due(reader: LiteReader, settings: Settings) -> str | None:
 
 
 def _orphan(reader: LiteReader, settings: Settings) -> str | None:
-    """``reconcile.reconcile``'s own rule (``decide`` over ``facts``): an unfinished experiment
-    whose supervisor or script is gone, a queued one whose `phalanx run` was killed."""
-    from phalanx.reconcile import UNFINISHED, decide, facts
-    from phalanx.store.base import ExperimentFilter
+    """``reconcile.reconcile``'s own rule (``pending_ends``): an unfinished experiment whose
+    supervisor or script is gone, a queued one whose `phalanx run` was killed."""
+    from phalanx.reconcile import pending_ends
 
-    queued = reader.list_experiments(ExperimentFilter(status=ExperimentStatus.QUEUED, limit=1000)).items
-    known: set[str] = set()
-    if queued:
-        from phalanx.queue import ledger_for
-
-        holding, waiting, _ = ledger_for(settings).snapshot()
-        known = {e.experiment_id for e in holding + waiting}
-    candidates = list(queued)
-    for status in UNFINISHED:
-        candidates += reader.list_experiments(ExperimentFilter(status=status, limit=500)).items
-    here = socket.gethostname()
-    for exp in candidates:
-        if decide(facts(reader, settings, exp, in_queue=exp.id in known, here=here)) is not None:
-            return f"{exp.id}: its recorder is gone"
+    for exp, _ in pending_ends(reader, settings):
+        return f"{exp.id}: its recorder is gone"
     return None

@@ -26,7 +26,7 @@ import enum
 import logging
 import socket
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
@@ -36,9 +36,9 @@ from phalanx.procs import Seen, judge, read_record, recorded_but_gone
 
 if TYPE_CHECKING:
     from phalanx.config import Settings
-    from phalanx.domain import Experiment, Replica
+    from phalanx.domain import Experiment, Page, Replica
     from phalanx.ledger import Entry
-    from phalanx.store.base import Store
+    from phalanx.store.base import ExperimentFilter, Store
 
 log = logging.getLogger(__name__)
 
@@ -159,6 +159,12 @@ class ReplicaLister(Protocol):
     def list_replicas(self, experiment_id: str) -> list[Replica]: ...
 
 
+class ExperimentReader(ReplicaLister, Protocol):
+    """What ``pending_ends`` reads: experiments by status, and their replicas."""
+
+    def list_experiments(self, query: ExperimentFilter | None = None) -> Page[Experiment]: ...
+
+
 def facts(
     store: ReplicaLister,
     settings: Settings,
@@ -260,13 +266,12 @@ def clean_aborted_starts(store: Store, settings: Settings) -> list[str]:
     return removed
 
 
-def reconcile(store: Store, settings: Settings) -> list[str]:
-    """Every unfinished experiment of this machine whose recorder is gone gets its end (failed;
-    a queued one abandoned in the queue: stopped); returns their ids. Dead ledger entries are
-    reclaimed on the way (the snapshot drops them)."""
+def pending_ends(store: ExperimentReader, settings: Settings) -> Iterator[tuple[Experiment, End]]:
+    """Each unfinished experiment of this machine whose recorder is gone, with the end ``decide``
+    gives it (queued ones checked against one ledger snapshot). Reads only: ``reconcile`` records
+    them; the lean CLI asks whether there is any (``readpass``)."""
     from phalanx.store.base import ExperimentFilter
 
-    ended: list[str] = []
     here = socket.gethostname()
     queued = store.list_experiments(ExperimentFilter(status=ExperimentStatus.QUEUED, limit=1000)).items
     known: set[str] = set()
@@ -281,10 +286,24 @@ def reconcile(store: Store, settings: Settings) -> list[str]:
     for exp in candidates:
         try:
             end = decide(facts(store, settings, exp, in_queue=exp.id in known, here=here))
-            if end is not None and record_end(store, exp.id, end, settings):
-                ended.append(exp.id)
         except Exception as exc:  # one experiment's trouble must not stop a read command
             log.warning("checking experiment %s failed: %s", exp.id, exc)
+            continue
+        if end is not None:
+            yield exp, end
+
+
+def reconcile(store: Store, settings: Settings) -> list[str]:
+    """Every unfinished experiment of this machine whose recorder is gone gets its end (failed;
+    a queued one abandoned in the queue: stopped); returns their ids. Dead ledger entries are
+    reclaimed on the way (the snapshot drops them)."""
+    ended: list[str] = []
+    for exp, end in list(pending_ends(store, settings)):
+        try:
+            if record_end(store, exp.id, end, settings):
+                ended.append(exp.id)
+        except Exception as exc:  # one experiment's trouble must not stop a read command
+            log.warning("recording the end of experiment %s failed: %s", exp.id, exc)
     return ended
 
 
