@@ -11,10 +11,12 @@ Rules (docs/teams.md#policies):
 - ``public``: anybody (health, the login form, the token exchange);
 - ``signed-in``: any signed-in user; lists are narrowed to the user's projects by the route;
 - ``site:admin``: a server admin;
-- ``any:editor``: an editor (or admin) of at least one project (the model registry's writes);
-- ``experiment:ROLE``, ``group:ROLE``, ``project:ROLE``: that role (viewer < editor < admin) in the
-  project of the ``experiment_id``, ``group_id`` or ``project`` path parameter; somebody in none
-  of the project's roles gets 404, as if it did not exist (its existence is not theirs to know);
+- ``any:editor``: an editor (or admin) of at least one project (registering a model version: the
+  route then checks the experiment's project and the model's);
+- ``experiment:ROLE``, ``group:ROLE``, ``project:ROLE``, ``model:ROLE``: that role (viewer < editor
+  < admin) in the project of the ``experiment_id``, ``group_id``, ``project`` or (a registered
+  model's) ``name`` path parameter; somebody in none of the project's roles gets 404, as if it did
+  not exist (its existence is not theirs to know);
 - ``body``: the route checks the role itself on what its body names (``require``), e.g. a submit's
   project or an ingest batch's experiments.
 
@@ -36,7 +38,7 @@ from phalanx.store.accounts import Role
 F = TypeVar("F", bound=Callable[..., Any])
 
 ATTRIBUTE = "__phalanx_policy__"
-SCOPES = ("experiment", "group", "project")
+SCOPES = ("experiment", "group", "project", "model")
 RULES = frozenset(
     {"public", "signed-in", "site:admin", "body", "any:editor"}
     | {f"{s}:{r.name}" for s in SCOPES for r in Role}
@@ -161,6 +163,11 @@ def enforce(request: Request) -> None:
         except NotFound:
             raise NotFound(f"group {group_id} does not exist") from None
         require(request, group.project, role, f"group {group_id}")
+    elif scope == "model":
+        from phalanx.store.registry import registry_store
+
+        name = str(params["name"])  # an unknown name: the registry's own NotFound, as the CLI says it
+        require(request, registry_store(request.app.state.store).model_project(name), role, f"model {name}")
     else:
         project = str(params["project"])
         require(request, project, role, f"project {project}")
