@@ -114,6 +114,9 @@ def require_experiment(request: Request, experiment_id: str, role: Role) -> Any:
     """The experiment, when the caller holds ``role`` in its project (or it is the replica's own)."""
     store = request.app.state.store
     who = principal_of(request)
+    visible = None if who.replica_of is not None else who.visible_projects()
+    if visible is not None:  # a prefix names only what the caller may see (nor is ambiguous by more)
+        experiment_id = store.resolve_id(experiment_id, projects=visible)
     experiment = store.get_experiment(experiment_id)  # NotFound says it as the CLI does
     if who.replica_of is not None:
         if experiment.id != who.replica_of:
@@ -121,6 +124,13 @@ def require_experiment(request: Request, experiment_id: str, role: Role) -> Any:
         return experiment
     require(request, experiment.project, role, f"experiment {experiment_id}")
     return experiment
+
+
+def typed_id(request: Request, experiment_id: str) -> str:
+    """The id (or prefix) the caller typed for the ``experiment_id`` the route was given: what a
+    destructive route checks is long enough (phalanx.ids.check_destructive)."""
+    typed = request.scope.get("phalanx.typed_ids", {}).get(experiment_id)
+    return typed if isinstance(typed, str) else experiment_id
 
 
 def enforce(request: Request) -> None:
@@ -153,7 +163,12 @@ def enforce(request: Request) -> None:
     role = Role[role_name]
     params = request.path_params
     if scope == "experiment":
-        require_experiment(request, str(params["experiment_id"]), role)
+        typed = str(params["experiment_id"])
+        experiment = require_experiment(request, typed, role)
+        # the route reads the full id the caller's prefix named among their projects (resolving the
+        # prefix again over every project could find it ambiguous); typed_id keeps what was typed
+        params["experiment_id"] = experiment.id
+        request.scope.setdefault("phalanx.typed_ids", {})[experiment.id] = typed
     elif scope == "group":
         from phalanx.store.base import group_store
 

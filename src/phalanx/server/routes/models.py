@@ -80,14 +80,14 @@ def update_model(name: str, body: ModelUpdateIn, store: StoreDep) -> RegisteredM
 def register(name: str, body: RegisterIn, store: StoreDep, request: Request) -> ModelVersionOut:
     """Register an experiment's model; the caller edits that experiment's project and, for a name
     already registered, the model's project too (a new name belongs to the experiment's project)."""
-    require_experiment(request, body.experiment_id, Role.editor)
+    experiment = require_experiment(request, body.experiment_id, Role.editor)
     try:
         project = Registry(store).project_of(name)
     except NotFound:
         project = None  # a new name
     if project is not None:
         require(request, project, Role.editor, f"model {name}")
-    source = body.experiment_id if body.model is None else f"{body.experiment_id}/{body.model}"
+    source = experiment.id if body.model is None else f"{experiment.id}/{body.model}"
     created = Registry(store).register(source, name, description=body.description, tags=body.tags)
     return ModelVersionOut.of(created)
 
