@@ -173,11 +173,16 @@ def enforce(request: Request) -> None:
         from phalanx.store.base import group_store
 
         group_id = str(params["group_id"])
-        try:
-            group = group_store(request.app.state.store).get_group(group_id)
+        groups = group_store(request.app.state.store)
+        visible = principal_of(request).visible_projects()
+        try:  # a prefix names only the caller's projects' groups (nor is ambiguous by others')
+            group = groups.get_group(groups.resolve_group(group_id, projects=visible))
         except NotFound:
+            if visible is not None:
+                raise  # "... or is in a project you are not a member of"
             raise NotFound(f"group {group_id} does not exist") from None
         require(request, group.project, role, f"group {group_id}")
+        params["group_id"] = group.id
     elif scope == "model":
         from phalanx.store.registry import registry_store
 

@@ -468,8 +468,9 @@ class GroupStore(Store, Protocol):
         cannot hold."""
         ...
 
-    def resolve_group(self, group_id: str) -> str:
-        """Returns the full id of a group id or unique prefix (any case, spaces around ignored).
+    def resolve_group(self, group_id: str, projects: Sequence[str] | None = None) -> str:
+        """Returns the full id of a group id or unique prefix (any case, spaces around ignored),
+        among ``projects``' groups when given (what a team server's caller may see).
         Raises NotFound (no such group, or an empty id), UsageError (an ambiguous prefix)."""
         ...
 
@@ -477,9 +478,9 @@ class GroupStore(Store, Protocol):
         """Returns the group an id or unique prefix names. Raises NotFound, UsageError (ambiguous)."""
         ...
 
-    def list_groups(self, limit: int = 50) -> list[Group]:
-        """Returns the newest ``limit`` groups, newest first; [] in a store without any. Raises
-        nothing of its own."""
+    def list_groups(self, limit: int = 50, projects: Sequence[str] | None = None) -> list[Group]:
+        """Returns the newest ``limit`` groups (of ``projects`` when given), newest first; [] in a
+        store without any. Raises nothing of its own."""
         ...
 
     def update_group(self, group_id: str, **values: Unpack[GroupUpdate]) -> None:

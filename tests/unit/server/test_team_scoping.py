@@ -95,3 +95,22 @@ def test_groups_list_shows_only_the_callers_projects_groups(
     assert listed("none") == set()
     assert listed("root") == {ga.id, gb.id}
     assert client.get(f"/api/v1/groups/{gb.id}", headers=_as(team, "viewer_a")).status_code == 404
+
+
+def test_a_group_id_prefix_names_only_the_callers_projects_groups(
+    client: TestClient, team: Team, store: Store
+) -> None:
+    from sqlalchemy import text
+
+    ga, gb = make_group(store, "A"), make_group(store, "B")
+    with store.engine.begin() as conn:  # type: ignore[attr-defined]  # ids that share a prefix
+        for group, new in ((ga, "fed0000000a1"), (gb, "fed0000000b2")):
+            conn.execute(text("UPDATE groups SET id = :new WHERE id = :old"), {"new": new, "old": group.id})
+    r = client.get("/api/v1/groups/fed", headers=_as(team, "viewer_a"))
+    assert r.status_code == 200 and r.json()["id"] == "fed0000000a1", r.text  # not 400 "ambiguous"
+    r = client.get("/api/v1/experiments", params={"group": "fed"}, headers=_as(team, "admin_b"))
+    assert r.status_code == 200, r.text
+    r = client.get("/api/v1/groups/fed0000000b", headers=_as(team, "viewer_a"))
+    assert r.status_code == 404 and "not a member" in r.text
+    r = client.get("/api/v1/groups/fed", headers=_as(team, "root"))  # sees both
+    assert r.status_code == 400 and "ambiguous" in r.json()["message"]

@@ -103,7 +103,7 @@ def table_request(
     if group:  # an unknown group is a 404, not every experiment
         from phalanx.store.base import group_store
 
-        group_id = group_store(store).resolve_group(group)
+        group_id = group_store(store).resolve_group(group, projects=principal_of(request).visible_projects())
     base = ExperimentFilter(
         group_id=group_id,
         projects=principal_of(request).visible_projects(),
