@@ -29,7 +29,11 @@ def _version(experiment_id: str, lineage_project: str | None) -> dict[str, objec
 
 
 def test_existing_models_get_their_source_experiments_project(tmp_path: Path) -> None:
-    url = f"sqlite:///{tmp_path / 'db.sqlite'}"
+    check_existing_models_get_their_projects(f"sqlite:///{tmp_path / 'db.sqlite'}")
+
+
+def check_existing_models_get_their_projects(url: str) -> None:
+    """On the store at ``url`` (SQLite here, PostgreSQL in tests/integration/store)."""
     store = SqlStore(url)
     vision = store.create_experiment(name="a", project="vision").id
     audio = store.create_experiment(name="b", project="audio").id
