@@ -48,6 +48,7 @@ class RegisteredModel:
     updated_at: float
     latest_version: int | None
     aliases: dict[str, int]  # alias -> version
+    project: str = "default"  # whose viewers read it and whose editors change it (a team server)
 
 
 @dataclass(frozen=True)

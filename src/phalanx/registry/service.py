@@ -11,7 +11,7 @@ with its parity figure, and nothing is recorded.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from phalanx.errors import NotFound, UsageError
@@ -113,7 +113,7 @@ class Registry:
         # a crash between the two leaves an unreferenced file, never a version without its file
         path = f"{name}/{digest}.onnx"
         self.artifacts.put_bytes(REGISTRY_ID, path, data)
-        version = self.sql.add_version(name, {**fields, "path": path})
+        version = self.sql.add_version(name, {**fields, "path": path}, project=experiment.project)
         return self.sql.get_version(name, version)
 
     def _onnx_record(self, experiment_id: str, model: str | None) -> ModelRecord:
@@ -190,8 +190,13 @@ class Registry:
     def versions(self, name: str) -> list[ModelVersion]:
         return self.sql.versions(check_model_name(name))
 
-    def models(self) -> list[RegisteredModel]:
-        return self.sql.list_models()
+    def models(self, projects: Sequence[str] | None = None) -> list[RegisteredModel]:
+        """Every registered model; only those of ``projects`` when given (a team server's caller)."""
+        return self.sql.list_models(projects)
+
+    def project_of(self, name: str) -> str:
+        """The project ``name`` belongs to (that of the experiment it was first registered from)."""
+        return self.sql.model_project(check_model_name(name))
 
     def read_bytes(self, version: ModelVersion) -> bytes:
         """The version's ONNX file, checked against its recorded sha256 (a file changed in the
@@ -251,6 +256,7 @@ def model_json(m: RegisteredModel) -> dict[str, Any]:
         "tags": m.tags,
         "latest_version": m.latest_version,
         "aliases": m.aliases,
+        "project": m.project,
         "created_at": m.created_at,
         "updated_at": m.updated_at,
     }

@@ -11,10 +11,12 @@ Rules (docs/teams.md#policies):
 - ``public``: anybody (health, the login form, the token exchange);
 - ``signed-in``: any signed-in user; lists are narrowed to the user's projects by the route;
 - ``site:admin``: a server admin;
-- ``any:editor``: an editor (or admin) of at least one project (the model registry's writes);
-- ``experiment:ROLE``, ``group:ROLE``, ``project:ROLE``: that role (viewer < editor < admin) in the
-  project of the ``experiment_id``, ``group_id`` or ``project`` path parameter; somebody in none
-  of the project's roles gets 404, as if it did not exist (its existence is not theirs to know);
+- ``any:editor``: an editor (or admin) of at least one project (registering a model version: the
+  route then checks the experiment's project and the model's);
+- ``experiment:ROLE``, ``group:ROLE``, ``project:ROLE``, ``model:ROLE``: that role (viewer < editor
+  < admin) in the project of the ``experiment_id``, ``group_id``, ``project`` or (a registered
+  model's) ``name`` path parameter; somebody in none of the project's roles gets 404, as if it did
+  not exist (its existence is not theirs to know);
 - ``body``: the route checks the role itself on what its body names (``require``), e.g. a submit's
   project or an ingest batch's experiments.
 
@@ -36,7 +38,7 @@ from phalanx.store.accounts import Role
 F = TypeVar("F", bound=Callable[..., Any])
 
 ATTRIBUTE = "__phalanx_policy__"
-SCOPES = ("experiment", "group", "project")
+SCOPES = ("experiment", "group", "project", "model")
 RULES = frozenset(
     {"public", "signed-in", "site:admin", "body", "any:editor"}
     | {f"{s}:{r.name}" for s in SCOPES for r in Role}
@@ -112,6 +114,9 @@ def require_experiment(request: Request, experiment_id: str, role: Role) -> Any:
     """The experiment, when the caller holds ``role`` in its project (or it is the replica's own)."""
     store = request.app.state.store
     who = principal_of(request)
+    visible = None if who.replica_of is not None else who.visible_projects()
+    if visible is not None:  # a prefix names only what the caller may see (nor is ambiguous by more)
+        experiment_id = store.resolve_id(experiment_id, projects=visible)
     experiment = store.get_experiment(experiment_id)  # NotFound says it as the CLI does
     if who.replica_of is not None:
         if experiment.id != who.replica_of:
@@ -119,6 +124,13 @@ def require_experiment(request: Request, experiment_id: str, role: Role) -> Any:
         return experiment
     require(request, experiment.project, role, f"experiment {experiment_id}")
     return experiment
+
+
+def typed_id(request: Request, experiment_id: str) -> str:
+    """The id (or prefix) the caller typed for the ``experiment_id`` the route was given: what a
+    destructive route checks is long enough (phalanx.ids.check_destructive)."""
+    typed = request.scope.get("phalanx.typed_ids", {}).get(experiment_id)
+    return typed if isinstance(typed, str) else experiment_id
 
 
 def enforce(request: Request) -> None:
@@ -151,16 +163,31 @@ def enforce(request: Request) -> None:
     role = Role[role_name]
     params = request.path_params
     if scope == "experiment":
-        require_experiment(request, str(params["experiment_id"]), role)
+        typed = str(params["experiment_id"])
+        experiment = require_experiment(request, typed, role)
+        # the route reads the full id the caller's prefix named among their projects (resolving the
+        # prefix again over every project could find it ambiguous); typed_id keeps what was typed
+        params["experiment_id"] = experiment.id
+        request.scope.setdefault("phalanx.typed_ids", {})[experiment.id] = typed
     elif scope == "group":
         from phalanx.store.base import group_store
 
         group_id = str(params["group_id"])
-        try:
-            group = group_store(request.app.state.store).get_group(group_id)
+        groups = group_store(request.app.state.store)
+        visible = principal_of(request).visible_projects()
+        try:  # a prefix names only the caller's projects' groups (nor is ambiguous by others')
+            group = groups.get_group(groups.resolve_group(group_id, projects=visible))
         except NotFound:
+            if visible is not None:
+                raise  # "... or is in a project you are not a member of"
             raise NotFound(f"group {group_id} does not exist") from None
         require(request, group.project, role, f"group {group_id}")
+        params["group_id"] = group.id
+    elif scope == "model":
+        from phalanx.store.registry import registry_store
+
+        name = str(params["name"])  # an unknown name: the registry's own NotFound, as the CLI says it
+        require(request, registry_store(request.app.state.store).model_project(name), role, f"model {name}")
     else:
         project = str(params["project"])
         require(request, project, role, f"project {project}")

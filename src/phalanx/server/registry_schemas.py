@@ -15,6 +15,7 @@ class RegisteredModelOut(BaseModel):
     tags: dict[str, str] = Field(default_factory=dict)
     latest_version: int | None = None
     aliases: dict[str, int] = Field(default_factory=dict, description="alias -> version")
+    project: str = Field("default", description="whose viewers read it and whose editors change it")
     created_at: float
     updated_at: float
 
@@ -26,6 +27,7 @@ class RegisteredModelOut(BaseModel):
             tags=m.tags,
             latest_version=m.latest_version,
             aliases=m.aliases,
+            project=m.project,
             created_at=m.created_at,
             updated_at=m.updated_at,
         )

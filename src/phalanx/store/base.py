@@ -197,9 +197,10 @@ class Store(Protocol):
         ``experiment_id`` exists."""
         ...
 
-    def resolve_id(self, experiment_id: str) -> str:
-        """The full id of an id or unique prefix. Raises NotFound, or UsageError when the prefix is
-        ambiguous or empty."""
+    def resolve_id(self, experiment_id: str, projects: Sequence[str] | None = None) -> str:
+        """The full id of an id or unique prefix; a prefix matches only ``projects``' experiments
+        when given (what a team server's caller may see). Raises NotFound, or UsageError when the
+        prefix is ambiguous or empty."""
         ...
 
     def get_experiment(self, experiment_id: str) -> Experiment:
@@ -315,8 +316,9 @@ class Store(Protocol):
         ids are left out. Raises UsageError for a malformed column name."""
         ...
 
-    def column_names(self) -> dict[str, list[str]]:
-        """{"params": keys, "metrics": titles} that experiments reported (the column chooser).
+    def column_names(self, projects: Sequence[str] | None = None) -> dict[str, list[str]]:
+        """{"params": keys, "metrics": titles} that experiments reported (the column chooser); only
+        those of ``projects``' experiments when given (a team server's caller).
         Returns empty lists in an empty store; raises nothing of its own."""
         ...
 
@@ -466,8 +468,9 @@ class GroupStore(Store, Protocol):
         cannot hold."""
         ...
 
-    def resolve_group(self, group_id: str) -> str:
-        """Returns the full id of a group id or unique prefix (any case, spaces around ignored).
+    def resolve_group(self, group_id: str, projects: Sequence[str] | None = None) -> str:
+        """Returns the full id of a group id or unique prefix (any case, spaces around ignored),
+        among ``projects``' groups when given (what a team server's caller may see).
         Raises NotFound (no such group, or an empty id), UsageError (an ambiguous prefix)."""
         ...
 
@@ -475,9 +478,9 @@ class GroupStore(Store, Protocol):
         """Returns the group an id or unique prefix names. Raises NotFound, UsageError (ambiguous)."""
         ...
 
-    def list_groups(self, limit: int = 50) -> list[Group]:
-        """Returns the newest ``limit`` groups, newest first; [] in a store without any. Raises
-        nothing of its own."""
+    def list_groups(self, limit: int = 50, projects: Sequence[str] | None = None) -> list[Group]:
+        """Returns the newest ``limit`` groups (of ``projects`` when given), newest first; [] in a
+        store without any. Raises nothing of its own."""
         ...
 
     def update_group(self, group_id: str, **values: Unpack[GroupUpdate]) -> None:

@@ -4,7 +4,7 @@ SQL store (``sql.registry.SqlRegistry``; tables of migration 0007_model_registry
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 from phalanx.errors import UsageError
@@ -17,8 +17,13 @@ if TYPE_CHECKING:
 class RegistryStore(Protocol):
     """Every method is one transaction; errors are Phalanx errors (NotFound names what exists)."""
 
-    def add_version(self, name: str, fields: Mapping[str, Any]) -> int:
-        """Insert the next version of ``name`` (creating the name); returns its number."""
+    def add_version(self, name: str, fields: Mapping[str, Any], project: str = "default") -> int:
+        """Insert the next version of ``name`` (creating the name in ``project``; an existing name
+        keeps its project); returns its number."""
+        ...
+
+    def model_project(self, name: str) -> str:
+        """The project ``name`` belongs to. NotFound (saying how to register one) if none."""
         ...
 
     def set_alias(self, name: str, alias: str, version: int) -> int | None:
@@ -36,7 +41,9 @@ class RegistryStore(Protocol):
 
     def versions(self, name: str) -> list[ModelVersion]: ...
 
-    def list_models(self) -> list[RegisteredModel]: ...
+    def list_models(self, projects: Sequence[str] | None = None) -> list[RegisteredModel]:
+        """Every registered model, by name; only those of ``projects`` when given."""
+        ...
 
     def update(
         self,

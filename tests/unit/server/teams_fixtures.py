@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from phalanx.domain import Group
 from phalanx.store.accounts import Accounts, Role
 from phalanx.store.base import Store, group_store
+from phalanx.store.registry import registry_store
 
 ROLES = ("none", "viewer_a", "editor_a", "admin_a", "admin_b", "root")
 
@@ -47,3 +48,29 @@ def make_group(store: Store, project: str) -> Group:
         workdir=None,
         options={},
     )
+
+
+def make_model(store: Store, name: str, experiment_id: str, project: str) -> None:
+    """Register version 1 of ``name`` in ``project`` straight into the registry's tables (with a
+    file whose sha256 it records), without the ONNX check: what the route tests need to read."""
+    import hashlib
+
+    from phalanx.registry.service import REGISTRY_ID
+
+    data = f"model {name}".encode()
+    digest = hashlib.sha256(data).hexdigest()
+    path = f"{name}/{digest}.onnx"
+    assert store.artifact_store is not None
+    store.artifact_store.put_bytes(REGISTRY_ID, path, data)
+    fields = {
+        "experiment_id": experiment_id,
+        "source": "model.onnx",
+        "path": path,
+        "sha256": digest,
+        "size": len(data),
+        "signature": {},
+        "lineage": {"experiment": {"id": experiment_id, "project": project}},
+        "description": None,
+        "tags": {},
+    }
+    registry_store(store).add_version(name, fields, project=project)

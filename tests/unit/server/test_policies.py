@@ -20,7 +20,7 @@ from phalanx.server.policy import declared_routes, policy
 from phalanx.server.settings import ServerSettings
 from phalanx.store.base import Store
 from tests.unit.server import fill
-from tests.unit.server.teams_fixtures import ROLES, Team, make_group, make_team
+from tests.unit.server.teams_fixtures import ROLES, Team, make_group, make_model, make_team
 
 TABLE: dict[tuple[str, str], str] = {
     ("GET", "/api/v1/health"): "public",
@@ -57,16 +57,17 @@ TABLE: dict[tuple[str, str], str] = {
     ("GET", "/api/v1/groups"): "signed-in",
     ("GET", "/api/v1/groups/{group_id}"): "group:viewer",
     ("POST", "/api/v1/groups/{group_id}/stop"): "group:editor",
+    # a model belongs to the project of the experiment it was first registered from (model "x": A)
     ("GET", "/api/v1/models"): "signed-in",
-    ("GET", "/api/v1/models/{name}"): "signed-in",
-    ("GET", "/api/v1/models/{name}/versions/{version}"): "signed-in",
-    ("GET", "/api/v1/models/{name}/versions/{version}/file"): "signed-in",
-    ("GET", "/api/v1/models/{name}/aliases/{alias}"): "signed-in",
-    ("PATCH", "/api/v1/models/{name}"): "any:editor",
+    ("GET", "/api/v1/models/{name}"): "model:viewer",
+    ("GET", "/api/v1/models/{name}/versions/{version}"): "model:viewer",
+    ("GET", "/api/v1/models/{name}/versions/{version}/file"): "model:viewer",
+    ("GET", "/api/v1/models/{name}/aliases/{alias}"): "model:viewer",
+    ("PATCH", "/api/v1/models/{name}"): "model:editor",
     ("POST", "/api/v1/models/{name}/versions"): "any:editor",
-    ("PATCH", "/api/v1/models/{name}/versions/{version}"): "any:editor",
-    ("PUT", "/api/v1/models/{name}/aliases/{alias}"): "any:editor",
-    ("DELETE", "/api/v1/models/{name}/aliases/{alias}"): "any:editor",
+    ("PATCH", "/api/v1/models/{name}/versions/{version}"): "model:editor",
+    ("PUT", "/api/v1/models/{name}/aliases/{alias}"): "model:editor",
+    ("DELETE", "/api/v1/models/{name}/aliases/{alias}"): "model:editor",
     ("GET", "/api/v1/queue"): "signed-in",
     ("GET", "/api/v1/targets"): "signed-in",
     ("POST", "/api/v1/tokens"): "public",
@@ -193,6 +194,7 @@ def test_every_route_answers_each_role_as_the_table_says(
 ) -> None:
     # mutations last (DELETE very last), so one role's reads see what it has not deleted yet
     order = sorted(TABLE, key=lambda k: (k[0] in MUTATING, k[0] == "DELETE", k[1]))
+    make_model(store, "x", fill.experiment(store, project="A").id, "A")
     wrong = []
     for role in ("anonymous", *ROLES):
         ids = {"experiment": fill.experiment(store, project="A").id, "group": make_group(store, "A").id}

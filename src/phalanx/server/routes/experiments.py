@@ -11,7 +11,7 @@ from phalanx.domain import ExperimentStatus
 from phalanx.server.audit import audit, launched_by
 from phalanx.server.control import request_stop
 from phalanx.server.deps import SettingsDep, StoreDep, experiment_of
-from phalanx.server.policy import policy, principal_of
+from phalanx.server.policy import policy, principal_of, typed_id
 from phalanx.server.schemas import (
     AnnotateIn,
     ColumnsOut,
@@ -103,7 +103,7 @@ def table_request(
     if group:  # an unknown group is a 404, not every experiment
         from phalanx.store.base import group_store
 
-        group_id = group_store(store).resolve_group(group)
+        group_id = group_store(store).resolve_group(group, projects=principal_of(request).visible_projects())
     base = ExperimentFilter(
         group_id=group_id,
         projects=principal_of(request).visible_projects(),
@@ -190,9 +190,10 @@ def list_texts(experiment_id: str, store: StoreDep) -> list[TextOut]:
 
 @router.get("/columns", response_model=ColumnsOut)
 @policy("signed-in")
-def list_columns(store: StoreDep) -> ColumnsOut:
-    """Param keys and scalar titles experiments reported: what the run table can show as columns."""
-    names = store.column_names()
+def list_columns(store: StoreDep, request: Request) -> ColumnsOut:
+    """Param keys and scalar titles experiments reported: what the run table can show as columns
+    (those of the caller's projects' experiments)."""
+    names = store.column_names(principal_of(request).visible_projects())
     return ColumnsOut(params=names["params"], metrics=names["metrics"])
 
 
@@ -217,6 +218,6 @@ def delete_experiment(experiment_id: str, store: StoreDep, request: Request) -> 
     from phalanx.ids import check_destructive
 
     e = experiment_of(store, experiment_id)
-    check_destructive(experiment_id, e.id)
+    check_destructive(typed_id(request, experiment_id), e.id)
     store.delete_experiment(e.id)
     audit(request, "experiment.delete", e.id, e.project)

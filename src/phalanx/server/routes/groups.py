@@ -26,10 +26,7 @@ def list_groups(
     from phalanx.store.base import group_store
 
     groups = group_store(store)
-    visible = principal_of(request).visible_projects()
-    found = groups.list_groups(limit=limit if visible is None else 10_000)
-    if visible is not None:
-        found = [g for g in found if g.project in visible][:limit]
+    found = groups.list_groups(limit=limit, projects=principal_of(request).visible_projects())
     return [{**g.to_json(), "trials": groups.count_trials(g.id)} for g in found]
 
 

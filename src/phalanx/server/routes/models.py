@@ -1,6 +1,10 @@
 """The model registry over REST (phalanx.registry): list and read registered models and their
 versions, register an experiment's ONNX model, move aliases, download a version's file.
 
+A model belongs to the project of the experiment it was first registered from: on a team server its
+viewers read it (``model:viewer``), its editors add versions, move aliases and edit it
+(``model:editor``), lists show only the caller's projects' models, and an outsider gets 404.
+
 Registering re-runs the model's ONNX check on the stored bytes (onnxruntime, in a worker thread:
 these routes are plain ``def``), so a tampered file is refused (400, with its parity figure)."""
 
@@ -9,10 +13,11 @@ from __future__ import annotations
 from fastapi import APIRouter, Request, Response
 from fastapi.responses import HTMLResponse
 
+from phalanx.errors import NotFound
 from phalanx.registry.records import ModelRef, check_alias, check_model_name
 from phalanx.registry.service import Registry
 from phalanx.server.deps import StoreDep
-from phalanx.server.policy import policy, require_experiment
+from phalanx.server.policy import policy, principal_of, require, require_experiment
 from phalanx.server.registry_schemas import (
     AliasIn,
     ModelUpdateIn,
@@ -45,12 +50,14 @@ def model_page(name: str) -> HTMLResponse:
 
 @router.get("/models", response_model=list[RegisteredModelOut])
 @policy("signed-in")
-def list_models(store: StoreDep) -> list[RegisteredModelOut]:
-    return [RegisteredModelOut.of(m) for m in Registry(store).models()]
+def list_models(store: StoreDep, request: Request) -> list[RegisteredModelOut]:
+    """The registered models of the caller's projects (every one in single-token mode)."""
+    visible = principal_of(request).visible_projects()
+    return [RegisteredModelOut.of(m) for m in Registry(store).models(visible)]
 
 
 @router.get("/models/{name}", response_model=RegisteredModelDetailOut)
-@policy("signed-in")
+@policy("model:viewer")
 def get_model(name: str, store: StoreDep) -> RegisteredModelDetailOut:
     registry = Registry(store)
     versions = registry.versions(check_model_name(name))
@@ -61,7 +68,7 @@ def get_model(name: str, store: StoreDep) -> RegisteredModelDetailOut:
 
 
 @router.patch("/models/{name}", response_model=RegisteredModelOut)
-@policy("any:editor")
+@policy("model:editor")
 def update_model(name: str, body: ModelUpdateIn, store: StoreDep) -> RegisteredModelOut:
     registry = Registry(store)
     registry.update(name, description=body.description, tags=body.tags)
@@ -71,21 +78,28 @@ def update_model(name: str, body: ModelUpdateIn, store: StoreDep) -> RegisteredM
 @router.post("/models/{name}/versions", response_model=ModelVersionOut, status_code=201)
 @policy("any:editor")
 def register(name: str, body: RegisterIn, store: StoreDep, request: Request) -> ModelVersionOut:
-    """Register an experiment's model; the caller edits that experiment's project."""
-    require_experiment(request, body.experiment_id, Role.editor)
-    source = body.experiment_id if body.model is None else f"{body.experiment_id}/{body.model}"
+    """Register an experiment's model; the caller edits that experiment's project and, for a name
+    already registered, the model's project too (a new name belongs to the experiment's project)."""
+    experiment = require_experiment(request, body.experiment_id, Role.editor)
+    try:
+        project = Registry(store).project_of(name)
+    except NotFound:
+        project = None  # a new name
+    if project is not None:
+        require(request, project, Role.editor, f"model {name}")
+    source = experiment.id if body.model is None else f"{experiment.id}/{body.model}"
     created = Registry(store).register(source, name, description=body.description, tags=body.tags)
     return ModelVersionOut.of(created)
 
 
 @router.get("/models/{name}/versions/{version}", response_model=ModelVersionOut)
-@policy("signed-in")
+@policy("model:viewer")
 def get_version(name: str, version: int, store: StoreDep) -> ModelVersionOut:
     return ModelVersionOut.of(Registry(store).resolve(ModelRef(check_model_name(name), version=version)))
 
 
 @router.patch("/models/{name}/versions/{version}", response_model=ModelVersionOut)
-@policy("any:editor")
+@policy("model:editor")
 def update_version(name: str, version: int, body: ModelUpdateIn, store: StoreDep) -> ModelVersionOut:
     registry = Registry(store)
     registry.update(name, version, description=body.description, tags=body.tags)
@@ -93,7 +107,7 @@ def update_version(name: str, version: int, body: ModelUpdateIn, store: StoreDep
 
 
 @router.get("/models/{name}/versions/{version}/file", response_class=Response)
-@policy("signed-in")
+@policy("model:viewer")
 def download_version(name: str, version: int, store: StoreDep) -> Response:
     registry = Registry(store)
     found = registry.resolve(ModelRef(check_model_name(name), version=version))
@@ -105,14 +119,14 @@ def download_version(name: str, version: int, store: StoreDep) -> Response:
 
 
 @router.get("/models/{name}/aliases/{alias}", response_model=ModelVersionOut)
-@policy("signed-in")
+@policy("model:viewer")
 def get_alias(name: str, alias: str, store: StoreDep) -> ModelVersionOut:
     ref = ModelRef(check_model_name(name), alias=check_alias(alias))
     return ModelVersionOut.of(Registry(store).resolve(ref))
 
 
 @router.put("/models/{name}/aliases/{alias}", response_model=ModelVersionOut)
-@policy("any:editor")
+@policy("model:editor")
 def set_alias(name: str, alias: str, body: AliasIn, store: StoreDep) -> ModelVersionOut:
     registry = Registry(store)
     registry.set_alias(name, alias, body.version)
@@ -120,7 +134,7 @@ def set_alias(name: str, alias: str, body: AliasIn, store: StoreDep) -> ModelVer
 
 
 @router.delete("/models/{name}/aliases/{alias}", status_code=204)
-@policy("any:editor")
+@policy("model:editor")
 def delete_alias(name: str, alias: str, store: StoreDep) -> Response:
     Registry(store).delete_alias(name, alias)
     return Response(status_code=204)

@@ -146,7 +146,7 @@ async def submit_experiment(
             store,
             settings.store,
             CloneRequest(
-                origin=body.origin,
+                origin=origin.id,  # as the caller's prefix named it among their projects
                 params={**body.params, **typed},
                 priority=body.priority,
                 attempt=body.attempt,

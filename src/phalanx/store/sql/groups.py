@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any, Unpack
 
 from sqlalchemy import Engine, delete, func, insert, select, update
@@ -68,10 +68,15 @@ def _experiment_hint(store: GroupBook, text: str) -> str:
     return f": {eid} is an experiment, not a group (`phalanx get {eid}`)"
 
 
-def resolve_group(store: GroupBook, group_id: str) -> str:
+def resolve_group(store: GroupBook, group_id: str, projects: Sequence[str] | None = None) -> str:
     gid = group_id.strip().lower()
+    query = select(GroupRow.id).where(GroupRow.id.like(f"{gid}%"))
+    if projects is not None:  # other projects' groups neither match nor make a prefix ambiguous
+        query = query.where(GroupRow.project.in_(list(projects)))
     with store.engine.connect() as conn:
-        found = conn.execute(select(GroupRow.id).where(GroupRow.id.like(f"{gid}%")).limit(2)).scalars().all()
+        found = conn.execute(query.limit(2)).scalars().all()
+    if (not found or not gid) and projects is not None:
+        raise NotFound(f"group {group_id} does not exist (or is in a project you are not a member of)")
     if not found or not gid:
         hint = _experiment_hint(store, gid)
         raise NotFound(f"no group {group_id!r}{hint or '; `phalanx group ls` lists them'}")
@@ -87,9 +92,12 @@ def get_group(store: GroupBook, group_id: str) -> Group:
     return _group(row._mapping)
 
 
-def list_groups(store: GroupBook, limit: int = 50) -> list[Group]:
+def list_groups(store: GroupBook, limit: int = 50, projects: Sequence[str] | None = None) -> list[Group]:
+    query = select(GroupRow).order_by(GroupRow.created_at.desc())
+    if projects is not None:
+        query = query.where(GroupRow.project.in_(list(projects)))
     with store.engine.connect() as conn:
-        rows = conn.execute(select(GroupRow).order_by(GroupRow.created_at.desc()).limit(limit)).all()
+        rows = conn.execute(query.limit(limit)).all()
     return [_group(r._mapping) for r in rows]
 
 
@@ -197,14 +205,14 @@ class GroupBook:
             },
         )
 
-    def resolve_group(self, group_id: str) -> str:
-        return resolve_group(self, group_id)
+    def resolve_group(self, group_id: str, projects: Sequence[str] | None = None) -> str:
+        return resolve_group(self, group_id, projects)
 
     def get_group(self, group_id: str) -> Group:
         return get_group(self, group_id)
 
-    def list_groups(self, limit: int = 50) -> list[Group]:
-        return list_groups(self, limit)
+    def list_groups(self, limit: int = 50, projects: Sequence[str] | None = None) -> list[Group]:
+        return list_groups(self, limit, projects)
 
     def update_group(self, group_id: str, **values: Unpack[GroupUpdate]) -> None:
         update_group(self, group_id, values)

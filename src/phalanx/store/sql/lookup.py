@@ -4,6 +4,7 @@ what every part of the SQL store needs and none of them owns."""
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from typing import Any
 
 from sqlalchemy import Connection, select
@@ -19,20 +20,22 @@ def like(text: str) -> str:
     return text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
 
 
-def resolve(conn: Connection, experiment_id: str) -> str:
+def resolve(conn: Connection, experiment_id: str, projects: Sequence[str] | None = None) -> str:
+    """The full id ``experiment_id`` names. A prefix is matched only among ``projects``'
+    experiments when given (a team server's caller: other projects' ids neither make it ambiguous
+    nor are found by it); a full id is returned whatever its project (the caller's role decides)."""
     experiment_id = experiment_id.strip()
     if not experiment_id:
         raise UsageError("an experiment id is required")
     if conn.execute(select(ExperimentRow.id).where(ExperimentRow.id == experiment_id)).scalar() is not None:
         return experiment_id
     if experiment_id.lower() != experiment_id:  # ids are lowercase hex; a copied id may not be
-        return resolve(conn, experiment_id.lower())
+        return resolve(conn, experiment_id.lower(), projects)
     if _PREFIX.match(experiment_id):
-        found = (
-            conn.execute(select(ExperimentRow.id).where(ExperimentRow.id.like(f"{experiment_id}%")).limit(5))
-            .scalars()
-            .all()
-        )
+        query = select(ExperimentRow.id).where(ExperimentRow.id.like(f"{experiment_id}%"))
+        if projects is not None:
+            query = query.where(ExperimentRow.project.in_(list(projects)))
+        found = conn.execute(query.limit(5)).scalars().all()
         if len(found) == 1:
             return str(found[0])
         if len(found) > 1:
@@ -40,6 +43,10 @@ def resolve(conn: Connection, experiment_id: str) -> str:
                 f"experiment id prefix {experiment_id!r} is ambiguous ({', '.join(sorted(found))}); "
                 "type more characters"
             )
+    if projects is not None:
+        raise NotFound(
+            f"experiment {experiment_id} does not exist (or is in a project you are not a member of)"
+        )
     group = group_named(conn, experiment_id)
     if group is not None:  # a group's id given where an experiment's is wanted: say which is which
         gid, name = group

@@ -337,11 +337,14 @@ class ReplicaStartRow(Base):
 
 
 class RegisteredModelRow(Base):
-    """A name in the model registry (phalanx.registry); its versions and aliases point to it."""
+    """A name in the model registry (phalanx.registry); its versions and aliases point to it. It
+    belongs to one project (migration 0013_scoping_model_project)."""
 
     __tablename__ = "registered_models"
 
     name: Mapped[str] = mapped_column(String(100), primary_key=True)
+    # the project of the experiment it was first registered from: who may read and change it
+    project: Mapped[str] = mapped_column(String(255), server_default="default", index=True)
     description: Mapped[str | None] = mapped_column(Text)
     tags: Mapped[dict[str, str]] = mapped_column(JSON, default=dict)
     created_at: Mapped[float] = mapped_column(Float)

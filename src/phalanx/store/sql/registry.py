@@ -10,7 +10,7 @@ Moving an alias is one upsert of its row: readers see the old version or the new
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import delete, func, insert, select, update
@@ -47,14 +47,15 @@ class SqlRegistry:
         self._writer = store._writer
         self.dialect = store.dialect
 
-    def add_version(self, name: str, fields: Mapping[str, Any]) -> int:
-        """Insert the next version of ``name`` (creating the name) and return its number."""
+    def add_version(self, name: str, fields: Mapping[str, Any], project: str = "default") -> int:
+        """Insert the next version of ``name`` (creating the name in ``project``; an existing name
+        keeps its own) and return its number."""
         for attempt in range(_RETRIES):
             now = time.time()
             try:
                 with self._writer.begin() as conn:
                     stmt = _upsert(self.dialect)(RegisteredModelRow).values(
-                        name=name, description=None, tags={}, created_at=now, updated_at=now
+                        name=name, project=project, description=None, tags={}, created_at=now, updated_at=now
                     )
                     conn.execute(
                         stmt.on_conflict_do_update(index_elements=["name"], set_={"updated_at": now})
@@ -159,9 +160,20 @@ class SqlRegistry:
             aliases = self._aliases(conn, name)
         return [_version(r._mapping, aliases) for r in rows]
 
-    def list_models(self) -> list[RegisteredModel]:
+    def model_project(self, name: str) -> str:
         with self.engine.connect() as conn:
-            rows = conn.execute(select(RegisteredModelRow).order_by(RegisteredModelRow.name)).all()
+            self._require_name(conn, name)
+            found = conn.execute(
+                select(RegisteredModelRow.project).where(RegisteredModelRow.name == name)
+            ).scalar()
+        return str(found)
+
+    def list_models(self, projects: Sequence[str] | None = None) -> list[RegisteredModel]:
+        query = select(RegisteredModelRow).order_by(RegisteredModelRow.name)
+        if projects is not None:
+            query = query.where(RegisteredModelRow.project.in_(list(projects)))
+        with self.engine.connect() as conn:
+            rows = conn.execute(query).all()
             latest = dict(
                 conn.execute(
                     select(ModelVersionRow.name, func.max(ModelVersionRow.version)).group_by(
@@ -185,6 +197,7 @@ class SqlRegistry:
                 updated_at=m["updated_at"],
                 latest_version=latest.get(m["name"]),
                 aliases=aliases.get(m["name"], {}),
+                project=m["project"],
             )
             for m in (r._mapping for r in rows)
         ]

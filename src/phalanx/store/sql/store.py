@@ -188,10 +188,11 @@ class SqlStore(AttemptBook, RecordReads, GroupBook):
             raise Conflict(f"experiment {exp_id} already exists") from exc
         return self.get_experiment(exp_id)
 
-    def resolve_id(self, experiment_id: str) -> str:
-        """The full id for an id or a unique prefix of one. NotFound / UsageError (ambiguous)."""
+    def resolve_id(self, experiment_id: str, projects: Sequence[str] | None = None) -> str:
+        """The full id for an id or a unique prefix of one (among ``projects``' experiments when
+        given). NotFound / UsageError (ambiguous)."""
         with self.engine.connect() as conn:
-            return _resolve(conn, experiment_id)
+            return _resolve(conn, experiment_id, projects)
 
     def get_experiment(self, experiment_id: str) -> Experiment:
         with self.engine.connect() as conn:
@@ -510,13 +511,16 @@ class SqlStore(AttemptBook, RecordReads, GroupBook):
         with self.engine.connect() as conn:
             return column_values(conn, list(ids), list(columns))
 
-    def column_names(self) -> dict[str, list[str]]:
+    def column_names(self, projects: Sequence[str] | None = None) -> dict[str, list[str]]:
+        keys_q = select(ParamRow.key).distinct().order_by(ParamRow.key).limit(500)
+        titles_q = select(SeriesRow.title).distinct().order_by(SeriesRow.title).limit(500)
+        if projects is not None:
+            visible = select(ExperimentRow.id).where(ExperimentRow.project.in_(list(projects)))
+            keys_q = keys_q.where(ParamRow.experiment_id.in_(visible))
+            titles_q = titles_q.where(SeriesRow.experiment_id.in_(visible))
         with self.engine.connect() as conn:
-            keys = conn.execute(select(ParamRow.key).distinct().order_by(ParamRow.key).limit(500)).scalars()
-            params = [str(k) for k in keys]
-            titles = conn.execute(
-                select(SeriesRow.title).distinct().order_by(SeriesRow.title).limit(500)
-            ).scalars()
+            params = [str(k) for k in conn.execute(keys_q).scalars()]
+            titles = conn.execute(titles_q).scalars()
             return {"params": params, "metrics": [str(t) for t in titles]}
 
     def annotate(
