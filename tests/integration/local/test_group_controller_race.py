@@ -5,13 +5,13 @@ repeats another's values."""
 
 from __future__ import annotations
 
-import importlib
 import json
 import multiprocessing
 import os
 import re
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 from tests.integration.local.conftest import Phalanx, wait_for
@@ -43,9 +43,10 @@ def group_file(phalanx: Phalanx, trials: int) -> Path:
     return path
 
 
-def _resume(group_id: str, stderr: str) -> None:
+def _resume(home: str, group_id: str, stderr: str) -> None:
     """A `phalanx group resume ID` in a forked child: the CLI's own ``main``, its exit status the
-    child's (forked from a test process that imported it all already: a race costs no start-up)."""
+    child's (forked from a fork server that imported it all already: a race costs no start-up)."""
+    os.environ["PHALANX_HOME"] = home
     sys.stderr = open(stderr, "w", buffering=1)  # noqa: SIM115 (the child's whole life)
     sys.stdout = open(os.devnull, "w")  # noqa: SIM115
     from phalanx.cli.main import main
@@ -53,15 +54,31 @@ def _resume(group_id: str, stderr: str) -> None:
     main(["group", "resume", group_id])
 
 
+def _fork_server(monkeypatch: pytest.MonkeyPatch) -> Any:
+    """Children forked from a fork server that imported the CLI and Optuna (a race costs no
+    start-up) and runs no thread: a fork of pytest itself, after other tests left threads in it,
+    could inherit a lock one of them held (an import's) and hang. Started outside the test's home,
+    so it is not a process left behind under it."""
+    ctx = multiprocessing.get_context("forkserver")
+    preload = ["phalanx.cli.main", "phalanx.cli.group", "phalanx.groups.controller", "optuna"]
+    ctx.set_forkserver_preload(preload)
+    with monkeypatch.context() as m:
+        m.delenv("PHALANX_HOME")
+        from multiprocessing import forkserver
+
+        forkserver.ensure_running()
+    return ctx
+
+
 @pytest.mark.timeout(600)  # 20 races: about 40 s here, 2 min when the 2 cores are shared by many
-def test_two_resumes_at_once_run_one_controller_20_times_out_of_20(phalanx: Phalanx) -> None:
-    importlib.import_module("phalanx.cli.group")  # imported once, before the forks
-    from phalanx.groups import controller, search
+def test_two_resumes_at_once_run_one_controller_20_times_out_of_20(
+    phalanx: Phalanx, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from phalanx.groups import controller
     from phalanx.spec.group import load_group
     from phalanx.store.base import group_store
 
-    search.optuna()
-    fork = multiprocessing.get_context("fork")
+    fork = _fork_server(monkeypatch)
     store = group_store(phalanx.store())
     spec = load_group(group_file(phalanx, 2))
     lost_to_a_running_controller = 0
@@ -71,7 +88,7 @@ def test_two_resumes_at_once_run_one_controller_20_times_out_of_20(phalanx: Phal
         g = controller.create(store, spec, workdir=phalanx.tmp / "race")
         store.update_group(g.id, stop_requested=True)
         errs = [phalanx.tmp / f"race-{race}-{i}.err" for i in range(2)]
-        procs = [fork.Process(target=_resume, args=(g.id, str(e))) for e in errs]
+        procs = [fork.Process(target=_resume, args=(str(phalanx.home), g.id, str(e))) for e in errs]
         for p in procs:
             p.start()
         for p in procs:
