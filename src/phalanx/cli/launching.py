@@ -127,18 +127,52 @@ def start_detached(
     spec = _load(file, param, extra_params)
     for note in getattr(spec, "notes", ()):
         sys.stderr.write(f"note: {note}\n")
-    # mistakes found now, before it goes to the background
+    options = launch_options(
+        file,
+        param=param,
+        workdir=workdir,
+        oversubscribe=oversubscribe,
+        cluster=cluster,
+        priority=priority,
+        no_wait=no_wait,
+        no_system_metrics=no_system_metrics,
+        experiment_id=experiment_id,
+        settings=settings,
+    )
+    from phalanx.runner import Runner
+
+    submit_detached(Runner(settings), spec, options, output)
+
+
+def launch_options(
+    file: Path,
+    *,
+    param: list[str] | None,
+    workdir: Path | None,
+    oversubscribe: bool,
+    cluster: str | None,
+    priority: int,
+    no_wait: bool,
+    no_system_metrics: bool,
+    experiment_id: str | None,
+    settings: Settings,
+    check_home: bool = True,
+) -> LaunchOptions:
+    """`phalanx run`'s options as the runner takes them, after the mistakes found before anything
+    starts (no such --workdir, an unknown --cluster, an unusable home)."""
+    from phalanx.errors import UsageError
+    from phalanx.runner import LaunchOptions, LaunchRecord
+    from phalanx.spec.loader import parse_param_overrides
+
     if workdir is not None and not workdir.is_dir():
         raise UsageError(f"--workdir {workdir}: no such folder")
     if cluster is not None:
         from phalanx.clusters import get_cluster
 
         get_cluster(cluster, settings.home)
-    _check_home_and_db(settings)
-    from phalanx.runner import LaunchOptions, LaunchRecord, Runner
-    from phalanx.spec.loader import parse_param_overrides
-
-    options = LaunchOptions(
+    if check_home:
+        _check_home_and_db(settings)
+    return LaunchOptions(
         workdir=workdir.resolve() if workdir is not None else None,
         cluster=cluster,
         oversubscribe=oversubscribe,
@@ -149,7 +183,6 @@ def start_detached(
         # what `phalanx rerun` and `phalanx resume` start again from
         record=LaunchRecord(file=str(file.resolve()), params=parse_param_overrides(param or [])),
     )
-    submit_detached(Runner(settings), spec, options, output)
 
 
 def _emit_json(document: Any) -> None:

@@ -21,7 +21,7 @@ from phalanx.cli.launching import Output as Output
 from phalanx.cli.launching import _check_home_and_db as _check_home_and_db
 from phalanx.cli.launching import _check_id as _check_id
 from phalanx.cli.launching import _load as _load
-from phalanx.cli.launching import start_detached
+from phalanx.cli.launching import launch_options, start_detached
 from phalanx.cli.launching import submit_detached as submit_detached
 from phalanx.cli.target import LocalOpt, ServerOpt
 from phalanx.cli.terminal import guard_std_streams
@@ -258,31 +258,23 @@ def run(
     spec = _load(file, param, extra_params)
     for note in getattr(spec, "notes", ()):
         sys.stderr.write(f"note: {note}\n")
-    # mistakes found now, before anything starts
-    if workdir is not None and not workdir.is_dir():
-        raise UsageError(f"--workdir {workdir}: no such folder")
-    if cluster is not None:
-        from phalanx.clusters import get_cluster
-
-        get_cluster(cluster, settings.home)
-    if not dry_run:
-        _check_home_and_db(settings)
+    options = launch_options(  # mistakes found now, before anything starts
+        file,
+        param=param,
+        workdir=workdir,
+        oversubscribe=oversubscribe,
+        cluster=cluster,
+        priority=priority,
+        no_wait=no_wait,
+        no_system_metrics=no_system_metrics,
+        experiment_id=experiment_id,
+        settings=settings,
+        check_home=not dry_run,
+    )
     from dataclasses import replace
 
-    from phalanx.runner import LaunchOptions, LaunchRecord, Runner
-    from phalanx.spec.loader import parse_param_overrides
+    from phalanx.runner import Runner
 
-    options = LaunchOptions(
-        workdir=workdir.resolve() if workdir is not None else None,
-        cluster=cluster,
-        oversubscribe=oversubscribe,
-        priority=priority,
-        wait=not no_wait,
-        experiment_id=experiment_id,
-        system_metrics="off" if no_system_metrics else None,
-        # what `phalanx rerun` and `phalanx resume` start again from
-        record=LaunchRecord(file=str(file.resolve()), params=parse_param_overrides(param or [])),
-    )
     runner = Runner(settings)
     from phalanx import supervisor
 
