@@ -32,6 +32,9 @@ class LaunchContext:
     # not admitted through the ledger (dry run, --oversubscribe), so the whole machine is the pool
     cpu_pool: tuple[int, ...] | None = None
     gpu_pool: tuple[str, ...] | None = None
+    # inputs each cluster node (Slurm) or pod (Kubernetes) fetches into its own cache before its
+    # replicas start (phalanx.data.inputs.fetch_order); empty on the local engine, which fetched them
+    input_fetches: tuple[Mapping[str, Any], ...] = ()
 
 
 @dataclass(frozen=True)

@@ -27,7 +27,7 @@ from pathlib import Path
 from phalanx.backends.base import DryRun, JobStatus, LaunchContext, ReplicaStatus, expect_dry_run
 from phalanx.backends.dry_runs import SlurmDryRun
 from phalanx.backends.slurm_queue import SlurmQueue, queue_for
-from phalanx.backends.slurm_script import layout, render
+from phalanx.backends.slurm_script import NodeFetch, layout, render
 from phalanx.clusters import Cluster
 from phalanx.config import Settings
 from phalanx.domain import ExperimentStatus, ReplicaState
@@ -86,6 +86,22 @@ NEVER_REASONS = {
 MPI_PREFERENCE = ("pmix", "pmi2")  # Debian's Open MPI aborts in MPI_Init under pmi2; pmix works
 
 _KV = re.compile(r"(\w[\w/:]*)=(\S*)")
+
+
+def node_fetch(context: LaunchContext) -> NodeFetch | None:
+    """The inputs each node fetches for itself, run by this Phalanx (interpreter and package folder)."""
+    if not context.input_fetches:
+        return None
+    import sys
+
+    import phalanx
+
+    return NodeFetch(
+        orders=tuple(context.input_fetches),
+        python=sys.executable,
+        pythonpath=str(Path(phalanx.__file__).resolve().parent.parent),
+        cache=os.environ.get("PHALANX_NODE_CACHE") or None,
+    )
 
 
 def status_of(job_state: str) -> ExperimentStatus:
@@ -165,6 +181,7 @@ class SlurmBackend:
             partition=self.cluster.partition,
             account=self.cluster.account,
             mpi_plugin=self.mpi_plugin() if uses_mpi(plan) else "none",
+            node_fetch=node_fetch(context),
         )
         return SlurmDryRun(backend=self.name, plan=plan, context=context, script=script)
 

@@ -12,12 +12,14 @@ the hosts.
 
 from __future__ import annotations
 
+import json
 import math
 import re
 import shlex
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from phalanx import frameworks
 from phalanx.domain import Framework, Range, Resources, Role
@@ -228,6 +230,52 @@ exit "$code"
 """.strip("\n")
 
 
+# Each task first makes sure its node holds the data inputs (phalanx.data.nodefetch): fetched into
+# the node's own cache once, whichever task of the node comes first (the cache's file lock), then
+# PHALANX_INPUT_<NAME> points there. A missing or changed file fails the task (exit 2) before the
+# command starts, with the reason in its log.
+FETCH_STEP = r"""
+fetch_code=0
+fetched=$(PYTHONPATH=@@PATH@@ @@PYTHON@@ -m phalanx.data.nodefetch "$PHALANX_RUN_DIR/inputs.json" \
+  2>>"$PHALANX_RUN_DIR/logs/$KEY.log") || fetch_code=$?
+if [ "$fetch_code" != 0 ]; then
+  echo "$SLURMD_NODENAME" >"$PHALANX_RUN_DIR/state/$KEY.node"
+  echo "$fetch_code" >"$PHALANX_RUN_DIR/state/$KEY.exit.tmp"
+  mv "$PHALANX_RUN_DIR/state/$KEY.exit.tmp" "$PHALANX_RUN_DIR/state/$KEY.exit"
+  exit "$fetch_code"
+fi
+eval "$fetched"
+""".strip("\n")
+
+
+@dataclass(frozen=True)
+class NodeFetch:
+    """The data inputs every node fetches for itself, and the Phalanx that fetches them: this
+    interpreter and package folder (on a cluster, at the same path on every node, as the venvs)."""
+
+    orders: tuple[Mapping[str, Any], ...]
+    python: str
+    pythonpath: str
+    cache: str | None = None  # PHALANX_NODE_CACHE ("%n": the node's name); None: the node's default
+
+    def header(self) -> list[str]:
+        lines = [
+            "# Data inputs: each node fetches these files into its own cache (with its own credentials;",
+            "# no secret is written here) before its replicas start.",
+            "cat >\"$PHALANX_RUN_DIR/inputs.json\" <<'PHALANX_INPUTS'",
+            json.dumps(list(self.orders), sort_keys=True),
+            "PHALANX_INPUTS",
+        ]
+        if self.cache:
+            lines.append(f"export PHALANX_NODE_CACHE={shlex.quote(self.cache)}")
+        return lines
+
+    def step(self) -> str:
+        return FETCH_STEP.replace("@@PATH@@", shlex.quote(self.pythonpath)).replace(
+            "@@PYTHON@@", shlex.quote(self.python)
+        )
+
+
 def _task_case(plan: Plan, task: Task, endpoints: Endpoints, experiment_id: str) -> list[str]:
     r = task.replica
     env = frameworks.phalanx_env(experiment_id, r, {}, plan.params)
@@ -260,6 +308,7 @@ def render(
     partition: str | None = None,
     mpi_plugin: str = "pmix",
     account: str | None = None,
+    node_fetch: NodeFetch | None = None,
 ) -> str:
     """The complete sbatch script. ``env`` is what every replica shares (tracking, plan.env, PATH).
 
@@ -347,6 +396,8 @@ def render(
     for k, v in env.items():
         lines.append(f"export {k}={shlex.quote(v) if k != 'PATH' else _path_value(v)}")
     lines.append(f"export PHALANX_COMMAND={shlex.quote(plan.command)}")
+    if node_fetch and node_fetch.orders:
+        lines += ["", *node_fetch.header()]
     lines += ["", TASK_NODES, ""]
     lines += [
         "# Each task names its replica and computes its wiring from the allocation (ADDR[task]).",
@@ -357,7 +408,10 @@ def render(
     ]
     for task in tasks:
         lines += _task_case(plan, task, endpoints, experiment_id)
-    lines += ['  *) echo "phalanx: unexpected task $SLURM_PROCID" >&2; exit 3 ;;', "esac", TASK_RUNNER]
+    lines += ['  *) echo "phalanx: unexpected task $SLURM_PROCID" >&2; exit 3 ;;', "esac"]
+    if node_fetch and node_fetch.orders:
+        lines.append(node_fetch.step())
+    lines.append(TASK_RUNNER)
     lines += ["PHALANX_TASK", ""]
     srun = ["srun"]
     if het:

@@ -45,7 +45,12 @@ def _locked(path: Path, blocking: bool = True) -> Iterator[bool]:
 
 def fetch(home: Path, manifest: Manifest, key: str, what: str) -> Path:
     """The local folder holding ``manifest``'s files, downloaded once per machine under ``key``."""
-    root = cache_root(home)
+    return fetch_into(cache_root(home), manifest, key, what)
+
+
+def fetch_into(root: Path, manifest: Manifest, key: str, what: str) -> Path:
+    """``root/key`` holding ``manifest``'s files, downloaded once under the lock: the same code for
+    this machine's cache and a cluster node's own (``phalanx.data.nodefetch``)."""
     final = root / key
     if not final.is_dir():
         with _locked(root / f"{key}.lock"):

@@ -141,10 +141,18 @@ def _text(value: Any) -> str | None:
 
 
 def resolve(
-    inputs: Sequence[InputSpec], settings: Settings, *, dry: bool = False
+    inputs: Sequence[InputSpec],
+    settings: Settings,
+    *,
+    dry: bool = False,
+    orders: list[dict[str, Any]] | None = None,
 ) -> tuple[dict[str, str], list[dict[str, Any]]]:
     """The environment every replica gets and the lineage records, for ``inputs``; downloads happen
-    here (not when ``dry``). NotFound / UsageError (exit 2) for a name that does not exist."""
+    here (not when ``dry``). NotFound / UsageError (exit 2) for a name that does not exist.
+
+    ``orders`` (a cluster engine: Slurm nodes, Kubernetes pods): downloads are not made here but
+    appended to it as fetch orders (``fetch_order``), which each node or pod carries out into its own
+    cache before its replicas start; their variables are then the engine's to set."""
     if not inputs:
         return {}, []
     from phalanx.store import catalog, open_store
@@ -155,18 +163,35 @@ def resolve(
     try:
         for spec in inputs:
             if spec.dataset is not None:
-                record = _dataset(store, spec, settings, dry)
+                record = _dataset(store, spec, settings, dry, orders)
             else:
                 ds = catalog.get_datastore(store, str(spec.datastore))
-                record = _datastore(ds.url, spec, settings, dry)
-            env[spec.env] = record["local_path"]
+                record = _datastore(ds.url, spec, settings, dry, orders)
+            if "local_path" in record:
+                env[spec.env] = record["local_path"]
             records.append(record)
     finally:
         store.close()
     return env, records
 
 
-def _dataset(store: Any, spec: InputSpec, settings: Settings, dry: bool) -> dict[str, Any]:
+def fetch_order(spec: InputSpec, manifest: Any, key: str, what: str) -> dict[str, Any]:
+    """What a node or pod needs to fetch one input by itself (JSON): its variable, its cache key and
+    the files with their hashes (an unhashed listing of a datastore has ``""``). No credentials: the
+    node reads the store with its own."""
+    return {
+        "name": spec.name,
+        "env": spec.env,
+        "key": key,
+        "what": what,
+        "url": manifest.url,
+        "files": [[f.path, f.size, f.sha256] for f in manifest.files],
+    }
+
+
+def _dataset(
+    store: Any, spec: InputSpec, settings: Settings, dry: bool, orders: list[dict[str, Any]] | None
+) -> dict[str, Any]:
     from phalanx.data import cache
     from phalanx.store import catalog
 
@@ -194,6 +219,10 @@ def _dataset(store: Any, spec: InputSpec, settings: Settings, dry: bool) -> dict
         record["mode"] = "download"
         record["note"] = "mount of an object store: downloaded instead (no FUSE)"
     key = version.digest
+    if orders is not None:
+        orders.append(fetch_order(spec, version.manifest, key, what))
+        record["fetched"] = "on each node"
+        return record
     record["local_path"] = (
         str(cache.cache_root(settings.home) / key)
         if dry
@@ -202,7 +231,9 @@ def _dataset(store: Any, spec: InputSpec, settings: Settings, dry: bool) -> dict
     return record
 
 
-def _datastore(base: str, spec: InputSpec, settings: Settings, dry: bool) -> dict[str, Any]:
+def _datastore(
+    base: str, spec: InputSpec, settings: Settings, dry: bool, orders: list[dict[str, Any]] | None
+) -> dict[str, Any]:
     from phalanx.data import cache
     from phalanx.data.manifest import join_url
 
@@ -231,6 +262,10 @@ def _datastore(base: str, spec: InputSpec, settings: Settings, dry: bool) -> dic
     manifest, key = _listing(url)
     record["listing"] = key
     what = f"input {spec.name!r} (datastore {spec.datastore})"
+    if orders is not None:
+        orders.append(fetch_order(spec, manifest, key, what))
+        record["fetched"] = "on each node"
+        return record
     record["local_path"] = (
         str(cache.cache_root(settings.home) / key)
         if dry

@@ -226,7 +226,7 @@ def prepare(
     from phalanx.checkpoints import policy_env
 
     env.update(policy_env(plan.checkpoints))
-    plan, input_env = _with_inputs(plan, settings, dry)
+    plan, input_env, fetches = _with_inputs(plan, settings, dry, on_nodes=backend.name != LOCAL)
     env.update(input_env)
     if backend.name == LOCAL and not dry:
         env[INGESTER_PID] = str(os.getpid())  # see ingester_here
@@ -237,6 +237,7 @@ def prepare(
         tracking_env=env,
         log_dir=str(settings.runs_dir / exp_id / "logs"),
         oversubscribe=oversubscribe,
+        input_fetches=tuple(fetches),
     )
     recorded = {
         "file": str(Path(source).resolve()) if source else None,
@@ -254,18 +255,22 @@ def prepare(
 LOCAL = "local"
 
 
-def _with_inputs(plan: Plan, settings: Settings, dry: bool) -> tuple[Plan, dict[str, str]]:
+def _with_inputs(
+    plan: Plan, settings: Settings, dry: bool, on_nodes: bool
+) -> tuple[Plan, dict[str, str], list[dict[str, Any]]]:
     """Resolve the plan's data inputs before anything starts (a missing dataset or datastore is a
     NotFound, exit 2), fetching downloads into this machine's cache; the plan then carries their
-    lineage records (dataset versions, datastore URLs) and every replica their local paths."""
+    lineage records (dataset versions, datastore URLs) and every replica their local paths.
+    ``on_nodes`` (a cluster engine): downloads become fetch orders each node or pod carries out."""
     from phalanx.data.inputs import from_record, resolve
 
     if not plan.inputs:
-        return plan, {}
+        return plan, {}, []
     # a plan resolved before (read back from the store) names the exact versions it used
     specs = [i if not isinstance(i, Mapping) else from_record(i) for i in plan.inputs]
-    env, records = resolve(specs, settings, dry=dry)
-    return replace(plan, inputs=tuple(records)), env
+    orders: list[dict[str, Any]] | None = [] if on_nodes else None
+    env, records = resolve(specs, settings, dry=dry, orders=orders)
+    return replace(plan, inputs=tuple(records)), env, orders or []
 
 
 def _shared_dir(cluster_conf: Any) -> Path | None:

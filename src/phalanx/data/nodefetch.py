@@ -1,0 +1,75 @@
+"""Fetch an experiment's download inputs on a cluster node, into that node's own cache, before its
+replicas start: ``python -m phalanx.data.nodefetch ORDERS.json [CACHE_DIR]``.
+
+Why per node: a Slurm node need not share PHALANX_HOME with the submitting machine, and reading a
+dataset from a shared disk by every replica at once is what the cache avoids. Each task of the job
+runs this first (the sbatch script's task wrapper); the orders file (``inputs.fetch_order``, written
+by the script into the run folder) names every input's files, hashes and cache key. The fetch is
+``cache.fetch_into`` — the same lock, temporary folder, hash check and rename as on the submitting
+machine — so two replicas on one node fetch once, and a later job on that node finds it done.
+
+The cache folder: CACHE_DIR, else ``PHALANX_NODE_CACHE``, else ``/tmp/phalanx-<uid>/data``; a ``%n``
+in it becomes the node's name (SLURMD_NODENAME, else the host name), as in Slurm's own paths.
+The node reads object storage with its own credentials (AWS variables, profile, instance role):
+nothing secret is in the orders. Prints ``export PHALANX_INPUT_<NAME>=<path>`` lines for the task's
+shell to evaluate; a missing or changed file is a message on stderr and exit 2.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import socket
+import sys
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from phalanx.data.manifest import FileEntry, Manifest
+from phalanx.errors import PhalanxError, exit_status
+
+
+def node_cache(given: str | None = None) -> Path:
+    """The node's cache folder, ``%n`` expanded to the node's name."""
+    raw = given or os.environ.get("PHALANX_NODE_CACHE") or f"/tmp/phalanx-{os.getuid()}/data"
+    node = os.environ.get("SLURMD_NODENAME") or socket.gethostname()
+    return Path(raw.replace("%n", node))
+
+
+def manifest_of(order: Mapping[str, Any]) -> Manifest:
+    files = tuple(FileEntry(str(p), int(size), str(sha)) for p, size, sha in order["files"])
+    return Manifest(str(order["url"]), files)
+
+
+def fetch_orders(orders: Sequence[Mapping[str, Any]], root: Path) -> dict[str, str]:
+    """Each order's variable -> its folder under ``root``, fetched there once (under its lock)."""
+    from phalanx.data.cache import fetch_into
+
+    return {
+        str(o["env"]): str(fetch_into(root, manifest_of(o), str(o["key"]), str(o["what"])))
+        for o in orders
+    }
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = list(sys.argv[1:] if argv is None else argv)
+    if not args or len(args) > 2:
+        print("usage: python -m phalanx.data.nodefetch ORDERS.json [CACHE_DIR]", file=sys.stderr)
+        return 2
+    try:
+        orders = json.loads(Path(args[0]).read_text())
+        paths = fetch_orders(orders, node_cache(args[1] if len(args) > 1 else None))
+    except PhalanxError as exc:
+        print(f"phalanx: {exc}", file=sys.stderr)
+        return exit_status(exc)
+    except OSError as exc:
+        print(f"phalanx: fetching the inputs on this node failed: {exc}", file=sys.stderr)
+        return 1
+    for env, path in paths.items():
+        print(f"export {env}={shlex.quote(path)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
