@@ -29,6 +29,7 @@ from phalanx import frameworks
 from phalanx.backends import kube_code
 from phalanx.backends.base import DryRun, JobStatus, LaunchContext, ReplicaStatus, expect_dry_run
 from phalanx.backends.kube_api import KubeAPI, KubeError, selector
+from phalanx.backends.kube_inputs import with_inputs
 from phalanx.backends.kube_objects import (
     LABEL_REPLICA,
     PORT,
@@ -296,6 +297,16 @@ class KubeEngine:
             workdir=context.workdir,
         )
         objects: list[Mapping[str, Any]] = list(rendered) if isinstance(rendered, list) else [rendered]
+        if context.input_fetches:  # every pod fetches the download inputs first (kube_inputs)
+            if self.name == "trainer":
+                raise SpecError(
+                    "inputs in download mode: Kubeflow Trainer v2 cannot add the fetch-inputs init "
+                    "container (runtimePatches take no init containers); use --kubeflow-api v1, or a "
+                    "datastore on a volume every pod mounts (mode: mount)"
+                )
+            objects = list(
+                with_inputs(objects, context.input_fetches, self.cluster.server_url, context.experiment_id)
+            )
         if self.settings.token and self.cluster.server_url:
             objects = with_experiment_token(
                 objects, context.experiment_id, self.namespace, self.settings.token

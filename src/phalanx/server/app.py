@@ -28,6 +28,7 @@ from phalanx.server.limits import BodyLimitMiddleware
 from phalanx.server.policy import enforce, policy
 from phalanx.server.routes import (
     artifacts,
+    data,
     experiments,
     groups,
     ingest,
@@ -138,6 +139,7 @@ def create_app(settings: ServerSettings, store: IngestStore | None = None) -> Fa
         metrics,
         params,
         artifacts,
+        data,
         logs,
         ingest,
         groups,
