@@ -47,8 +47,7 @@ def fetch_orders(orders: Sequence[Mapping[str, Any]], root: Path) -> dict[str, s
     from phalanx.data.cache import fetch_into
 
     return {
-        str(o["env"]): str(fetch_into(root, manifest_of(o), str(o["key"]), str(o["what"])))
-        for o in orders
+        str(o["env"]): str(fetch_into(root, manifest_of(o), str(o["key"]), str(o["what"]))) for o in orders
     }
 
 
