@@ -163,6 +163,7 @@ def create_app(settings: ServerSettings, store: IngestStore | None = None) -> Fa
             app.include_router(sso.router)
         app.include_router(groups.page_router)
         app.include_router(models.page_router)
+        app.include_router(data.page_router)
         app.mount("/static", StaticFiles(directory=pages.UI_DIR), name="static")
 
     _install_error_handlers(app)

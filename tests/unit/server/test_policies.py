@@ -101,6 +101,7 @@ TABLE: dict[tuple[str, str], str] = {
     ("GET", "/groups/{group_id}"): "signed-in",
     ("GET", "/models"): "signed-in",
     ("GET", "/models/{name}"): "signed-in",
+    ("GET", "/datasets/{name}/versions/{version}"): "signed-in",
     ("GET", "/login"): "public",
     ("POST", "/login"): "public",
     ("GET", "/logout"): "public",

@@ -16,7 +16,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from fastapi import APIRouter
-from fastapi.responses import StreamingResponse
+from fastapi.responses import HTMLResponse, StreamingResponse
 
 from phalanx.data.lineage import inputs_of
 from phalanx.errors import NotFound
@@ -24,6 +24,15 @@ from phalanx.server.deps import StoreDep, experiment_of
 from phalanx.server.policy import policy
 
 router = APIRouter(tags=["data"])
+page_router = APIRouter(include_in_schema=False)
+
+
+@page_router.get("/datasets/{name}/versions/{version}")
+@policy("signed-in")  # the shell holds no data: the API it calls checks the caller
+def dataset_version_page(name: str, version: str) -> HTMLResponse:
+    from phalanx.server.routes.pages import _shell
+
+    return _shell()
 
 
 def _catalog_store(store: Any) -> Any:

@@ -90,6 +90,7 @@ export const api = {
   diff: (a, b) => request(`/experiments/${enc(a)}/diff/${enc(b)}`),
   columns: () => request("/columns"),
   experiment: (id) => request(`/experiments/${enc(id)}`),
+  datasetVersion: (name, version) => request(`/datasets/${enc(name)}/versions/${enc(version)}`),
   stop: (id) => request(`/experiments/${enc(id)}/stop`, { method: "POST" }),
   remove: (id) => request(`/experiments/${enc(id)}`, { method: "DELETE" }),
   titles: (id) => request(`/experiments/${enc(id)}/metrics`),

@@ -1,7 +1,8 @@
 // The UI's entry point: picks the view from the path. Pages are /, /experiments/{id}, /compare,
-// /groups[/{id}], /models[/{name}], /queue.
+// /groups[/{id}], /models[/{name}], /queue, /datasets/{name}/versions/{version}.
 
 import { renderCompare } from "./compare.js";
+import { renderDatasetVersion } from "./datasets.js";
 import { renderExperiment } from "./experiment.js";
 import { renderGroup, renderGroups } from "./groups.js";
 import { renderList } from "./list.js";
@@ -16,7 +17,9 @@ function route() {
   const m = /^\/experiments\/([^/]+)\/?$/.exec(path);
   const g = /^\/groups\/([^/]+)\/?$/.exec(path);
   const md = /^\/models\/([^/]+)\/?$/.exec(path);
+  const dv = /^\/datasets\/([^/]+)\/versions\/([^/]+)\/?$/.exec(path);
   if (m) renderExperiment(root, ctx, decodeURIComponent(m[1]));
+  else if (dv) renderDatasetVersion(root, decodeURIComponent(dv[1]), decodeURIComponent(dv[2]));
   else if (g) { nav = "groups"; renderGroup(root, ctx, decodeURIComponent(g[1])); }
   else if (path === "/groups" || path === "/groups/") { nav = "groups"; renderGroups(root); }
   else if (md) { nav = "models"; renderModel(root, decodeURIComponent(md[1])); }

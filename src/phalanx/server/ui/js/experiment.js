@@ -4,6 +4,7 @@
 import { api } from "./api.js";
 import { renderConsole } from "./console.js";
 import { renderArtifacts, renderModels, renderParams, renderScalars } from "./panels.js";
+import { inputsCard } from "./datasets.js";
 import { rerunForm } from "./rerun.js";
 import { sourceDetails } from "./repro.js";
 import { badge, byReplica, clear, durationSeconds, fmtBytes, fmtDuration, fmtResources, fmtTime, fmtValue, h, topologyText, add } from "./util.js";
@@ -84,7 +85,7 @@ export function renderExperiment(root, ctx, id) {
     const live = () => ctx.alive() && exp && ["running", "starting", "created", "queued", "pending"].includes(exp.status);
     const pctx = { alive: ctx.alive, live, experiment: () => exp };
     const result = {
-      overview: () => { renderOverview(panel, exp); renderRun(panel, exp); renderNotes(panel, exp, (e) => { exp = { ...exp, ...e }; drawHead(); }); },
+      overview: () => { renderOverview(panel, exp); add(panel, inputsCard(exp)); renderRun(panel, exp); renderNotes(panel, exp, (e) => { exp = { ...exp, ...e }; drawHead(); }); },
       scalars: () => renderScalars(panel, pctx, exp.id),
       hyperparameters: () => renderParams(panel, exp.id),
       artifacts: () => renderArtifacts(panel, exp.id),
