@@ -224,6 +224,14 @@ def rerun(
     priority: Annotated[
         int, typer.Option("--priority", help="Queue priority of the rerun (higher starts first).")
     ] = 0,
+    latest_data: Annotated[
+        bool,
+        typer.Option(
+            "--latest-data",
+            help="Read the latest version of each dataset input, not the version the original read "
+            "(the default: the same data).",
+        ),
+    ] = False,
     server: Annotated[
         str | None,
         typer.Option(
@@ -241,7 +249,8 @@ def rerun(
     """Start a new experiment from exactly the file, params and source snapshot another one ran
     (with --param changes): by default what its last successful attempt ran (after a `phalanx
     resume` with edited code, the edited code), or what --attempt N ran. Exit status as for
-    `phalanx run`; with -d, 0 once it has started."""
+    `phalanx run`; with -d, 0 once it has started. Dataset inputs read the versions the original
+    read, or with --latest-data each dataset's latest version."""
     _check_output(output)
     import shutil
     import uuid
@@ -256,12 +265,16 @@ def rerun(
 
         if new_experiment_id is not None:
             raise fail("--experiment-id: not available with --server (the server names the rerun)")
+        if latest_data:
+            raise fail("--latest-data: not available with --server yet; run `phalanx rerun` on the server")
         rerun_on_server(server, experiment_id, changes, priority, attempt, extra_params, token_file, output)
         return
     settings = Settings()
     store = _open()
     _launch_of(store, store.get_experiment(experiment_id))  # the sampling it was launched with
-    source = rerun_source(store, experiment_id, changes, attempt=attempt, extra_params=extra_params)
+    source = rerun_source(
+        store, experiment_id, changes, attempt=attempt, extra_params=extra_params, latest_data=latest_data
+    )
     if source.note:
         sys.stderr.write(f"phalanx: warning: {source.note}\n")
     if new_experiment_id is not None:

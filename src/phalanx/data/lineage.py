@@ -55,3 +55,21 @@ def pin_inputs(spec: Any, plan: Mapping[str, Any] | None) -> Any:
     return replace(
         spec, inputs=tuple(from_record(records[i.name]) if i.name in records else i for i in spec.inputs)
     )
+
+
+def latest_inputs(spec: Any) -> Any:
+    """``spec`` reading the latest version of each dataset it names (``phalanx rerun --latest-data``),
+    whatever version its file pinned: the data moved on, the code and params stay as they ran."""
+    from dataclasses import replace
+
+    from phalanx.store.catalog import parse_ref
+
+    if not getattr(spec, "inputs", ()):
+        return spec
+    return replace(
+        spec,
+        inputs=tuple(
+            replace(i, dataset=f"{parse_ref(i.dataset)[0]}@latest") if i.dataset is not None else i
+            for i in spec.inputs
+        ),
+    )

@@ -118,10 +118,13 @@ def rerun_source(
     *,
     attempt: int | None = None,
     extra_params: bool = False,
+    latest_data: bool = False,
 ) -> RerunSource:
-    """Everything a rerun of ``experiment_id`` with ``changes`` needs, checked; nothing written."""
+    """Everything a rerun of ``experiment_id`` with ``changes`` needs, checked; nothing written.
+    Its dataset inputs are the versions the original read, or with ``latest_data`` each dataset's
+    latest version (a missing dataset is then a NotFound when the rerun is prepared, exit 2)."""
     from phalanx import repro
-    from phalanx.data.lineage import pin_inputs
+    from phalanx.data.lineage import latest_inputs, pin_inputs
     from phalanx.spec.loader import load_spec_text
 
     experiment = store.get_experiment(experiment_id)
@@ -143,7 +146,8 @@ def rerun_source(
     if not (snap and artifacts is not None and artifacts.exists(experiment.id, snap)):
         which = f"attempt {attempt} of experiment" if attempt is not None else "experiment"
         raise UsageError(f"{which} {experiment.id} has no source snapshot to rerun from")
-    spec = pin_inputs(spec, experiment.plan)  # the same dataset versions as the original
+    # the same dataset versions as the original, unless asked for the latest ones
+    spec = latest_inputs(spec) if latest_data else pin_inputs(spec, experiment.plan)
     return RerunSource(
         origin=experiment,
         spec=spec,

@@ -1,6 +1,7 @@
 """A dataset version on an S3 API used by 2-replica experiments in download mode: fetched once for
 both replicas (GETs counted at the server), reused by the next experiment, fetched once when two
-experiments start at the same moment; `phalanx diff` names the dataset versions of two runs."""
+experiments start at the same moment; `phalanx diff` names the dataset versions of two runs, and
+`phalanx rerun --latest-data` reads the latest version where the original pinned an older one."""
 
 from __future__ import annotations
 
@@ -80,3 +81,10 @@ def test_a_dataset_on_s3_is_fetched_once_per_machine(
     assert doc["data"]["digits"]["a"].startswith("digits@1") and doc["data"]["digits"]["b"].startswith(
         "digits@2"
     )
+
+    # the first run pinned digits@1 in its file: a rerun reads it again, --latest-data reads digits@2
+    rerun = phalanx_s3.run("rerun", ids[-1], "--latest-data", "-o", "json")
+    assert rerun.returncode == 0, rerun.stderr[-3000:]
+    again = json.loads(phalanx_s3.run("get", json.loads(rerun.stdout)["id"], "-o", "json").stdout)
+    assert [i["ref"] for i in again["inputs"]] == ["digits@2"]
+    assert _gets(s3_server, "raw/digits-v2") - before == len(FILES)  # from the cache

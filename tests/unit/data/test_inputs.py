@@ -125,6 +125,10 @@ def test_resume_and_rerun_read_the_versions_the_run_used() -> None:
     pinned = pin_inputs(spec, recorded)
     assert pinned.inputs[0] == InputSpec("digits", dataset="digits@5")
     assert pinned.inputs[1] == spec.inputs[1]
+    # `phalanx rerun --latest-data`: each dataset at its latest version, datastores as they were
+    from phalanx.data.lineage import latest_inputs
+
+    assert latest_inputs(pinned).inputs == (InputSpec("digits", dataset="digits@latest"), spec.inputs[1])
     assert pin_inputs(spec, {}) is spec  # nothing recorded (an older run): as written
     other = {
         "inputs": [{**recorded["inputs"][0], "ref": "digits@6", "digest": "cd" * 32}, recorded["inputs"][1]]
