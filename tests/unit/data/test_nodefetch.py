@@ -1,0 +1,61 @@
+"""A cluster node's fetch of its inputs (what each Slurm task runs before its command): the orders
+name files and hashes only, the node's cache path takes its name for ``%n``, the task's shell gets
+``export PHALANX_INPUT_<NAME>=...``, and a changed file is exit 2 with the reason, nothing used."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from phalanx.backends.slurm_script import NodeFetch, render
+from phalanx.data.inputs import InputSpec, fetch_order
+from phalanx.data.manifest import build_manifest
+from phalanx.data.nodefetch import main, node_cache
+from phalanx.plan import build_plan
+from phalanx.spec.loader import load_spec_text
+
+
+def _orders(folder: Path, tmp_path: Path) -> Path:
+    m = build_manifest(str(folder))
+    order = fetch_order(InputSpec("digits", dataset="digits@1"), m, m.digest, "input 'digits'")
+    path = tmp_path / "inputs.json"
+    path.write_text(json.dumps([order]))
+    return path
+
+
+def test_a_node_fetches_into_its_own_cache_and_refuses_a_changed_file(
+    folder: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("SLURMD_NODENAME", "n2")
+    monkeypatch.setenv("PHALANX_NODE_CACHE", str(tmp_path / "cache" / "%n"))
+    assert node_cache() == tmp_path / "cache" / "n2"
+    orders = _orders(folder, tmp_path)
+    digest = json.loads(orders.read_text())[0]["key"]
+    assert main([str(orders)]) == 0
+    where = tmp_path / "cache" / "n2" / digest
+    assert capsys.readouterr().out == f"export PHALANX_INPUT_DIGITS={where}\n"
+    assert (where / "train" / "x.csv").read_text() == "1,2,3\n"
+
+    (folder / "labels.txt").write_text("0\n2\n")  # changed after the version was recorded
+    assert main([str(orders), str(tmp_path / "other-node")]) == 2
+    err = capsys.readouterr().err
+    assert "file 'labels.txt' changed since the version was recorded" in err and "Traceback" not in err
+    assert not (tmp_path / "other-node" / digest).exists()  # no half folder
+
+
+def test_the_sbatch_script_fetches_before_the_command_and_holds_no_secret(
+    folder: Path, tmp_path: Path
+) -> None:
+    plan = build_plan(load_spec_text("version: 1\nkind: experiment\nrun:\n  cmd: python train.py\n"))
+    order = json.loads(_orders(folder, tmp_path).read_text())[0]
+    fetch = NodeFetch((order,), "/opt/phalanx/bin/python", "/opt/phalanx/lib", cache="/scratch/%n")
+    script = render(plan, "0123456789ab", "/w", tmp_path / "run", {"PATH": "/bin"}, node_fetch=fetch)
+    assert json.dumps([order], sort_keys=True) in script
+    assert "export PHALANX_NODE_CACHE=/scratch/%n" in script
+    step = script.index("PYTHONPATH=/opt/phalanx/lib /opt/phalanx/bin/python -m phalanx.data.nodefetch")
+    assert step < script.index('setsid /bin/sh -c "$PHALANX_COMMAND"')
+    assert "phalanx.data.nodefetch" not in render(
+        plan, "0123456789ab", "/w", tmp_path / "run", {"PATH": "/bin"}
+    )
