@@ -160,6 +160,11 @@ def _replica_env(plan: Plan, role: Role, experiment_id: str, env: Mapping[str, s
     return out
 
 
+def _input_env(item: Any) -> str | None:
+    """PHALANX_INPUT_<NAME> of an input, resolved (a lineage record) or as written (an InputSpec)."""
+    return item.get("env") if isinstance(item, Mapping) else getattr(item, "env", None)
+
+
 def _mpi_launch(plan: Plan, experiment_id: str, namespace: str) -> str:
     """The launcher's command: mpirun over every slot of the hostfile the MPI operator writes
     (launcher first, then the workers; ``-map-by slot`` fills the master's slots with ranks 0..k-1),
@@ -178,6 +183,8 @@ def _mpi_launch(plan: Plan, experiment_id: str, namespace: str) -> str:
         "PATH",
         "MASTER_ADDR",
         "MASTER_PORT",
+        # each input's path (every pod's fetch-inputs put it at the same one): ranks start over ssh
+        *sorted({str(e) for e in (_input_env(i) for i in plan.inputs) if e}),
     ]
     argv = [
         "mpirun",

@@ -68,3 +68,18 @@ def test_trainer_v2_refuses_download_inputs_naming_the_way_out() -> None:
     ctx = replace(context(), input_fetches=(ORDER,))
     with pytest.raises(SpecError, match=r"--kubeflow-api v1.*mode: mount"):
         TrainerBackend(Settings(home="/tmp/h"), cluster).dry_run(plan(workers=1), ctx)
+
+
+def test_an_mpijobs_ranks_started_over_ssh_get_the_inputs_path_from_mpirun() -> None:
+    from phalanx.domain import Framework
+
+    cluster = Cluster(name="k", kind="kubernetes", server_url=SERVER)
+    horovod = plan(framework=Framework.HOROVOD, workers=1)
+    record = {"name": "digits", "kind": "dataset", "ref": "digits@2", "env": "PHALANX_INPUT_DIGITS"}
+    ctx = replace(context(), input_fetches=(ORDER,))
+    job = KubeflowBackend(Settings(home="/tmp/h"), cluster).dry_run(replace(horovod, inputs=(record,)), ctx)
+    spec = job.native[0]["spec"]["mpiReplicaSpecs"]
+    assert "-x PHALANX_INPUT_DIGITS" in spec["Launcher"]["template"]["spec"]["containers"][0]["command"][-1]
+    worker = spec["Worker"]["template"]["spec"]
+    assert [c["name"] for c in worker["initContainers"]] == ["fetch-code", "fetch-inputs"]
+    assert job_problems(job.native[0]) == []
