@@ -138,6 +138,7 @@ class Client:
         *,
         attempt: int | None = None,
         extra_params: bool = False,
+        latest_data: bool = False,
         key: str | None = None,
     ) -> dict[str, Any]:
         """POST ``{"from": ID, ...}``: the server reruns what ID ran with these params (the rerun
@@ -148,6 +149,8 @@ class Client:
             doc["attempt"] = attempt
         if extra_params:
             doc["extra_params"] = True
+        if latest_data:
+            doc["latest_data"] = True
         headers = {"Content-Type": "application/json", "Idempotency-Key": key}
         body = json.dumps(doc).encode()
         return self._post_experiment(body, headers)

@@ -265,9 +265,9 @@ def rerun(
 
         if new_experiment_id is not None:
             raise fail("--experiment-id: not available with --server (the server names the rerun)")
-        if latest_data:
-            raise fail("--latest-data: not available with --server yet; run `phalanx rerun` on the server")
-        rerun_on_server(server, experiment_id, changes, priority, attempt, extra_params, token_file, output)
+        rerun_on_server(
+            server, experiment_id, changes, priority, attempt, extra_params, token_file, output, latest_data
+        )
         return
     settings = Settings()
     store = _open()

@@ -95,6 +95,7 @@ def rerun_on_server(
     extra_params: bool,
     token_file: Path | None,
     output: Any,
+    latest_data: bool = False,
 ) -> None:
     """`phalanx rerun ID --server URL`: the server starts what its experiment ID ran, with these
     params, from its stored snapshot; prints the new id."""
@@ -104,7 +105,9 @@ def rerun_on_server(
     client = choose(server, False, token_file, say=False)  # a stored login's token for its own URL
     assert client is not None  # a server was named
     sys.stderr.write(f"phalanx: rerunning {origin} on {client.url}\n")
-    answer = client.clone(origin, params, priority, attempt=attempt, extra_params=extra_params)
+    answer = client.clone(
+        origin, params, priority, attempt=attempt, extra_params=extra_params, latest_data=latest_data
+    )
     exp_id = str(answer["id"])
     if str(output) == "json":
         emit_json(answer)

@@ -228,6 +228,7 @@ class CloneRequest:
     priority: int
     attempt: int | None = None
     extra_params: bool = False
+    latest_data: bool = False  # each dataset input at its latest version (phalanx rerun --latest-data)
     idempotency_key: str | None = None
     target: str | None = None  # None: where the origin ran
 
@@ -254,7 +255,12 @@ def clone(store: Store, settings: Settings, request: CloneRequest) -> SubmitResu
         if done is not None:
             return SubmitResult(done.experiment_id, done.bundle_sha256, created=False)
     source = rerun_source(
-        store, request.origin, request.params, attempt=request.attempt, extra_params=request.extra_params
+        store,
+        request.origin,
+        request.params,
+        attempt=request.attempt,
+        extra_params=request.extra_params,
+        latest_data=request.latest_data,
     )
     check_max_waiting(store, settings, source.spec.project or DEFAULT_PROJECT)
     sha = digest(source.snapshot)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 from fastapi.testclient import TestClient
 
 from phalanx.server.app import create_app
@@ -80,3 +81,26 @@ def test_an_unknown_target_is_400_naming_the_registered_ones_and_keeps_nothing(
     assert r.status_code == 200
     assert r.json() == [{"name": "local", "kind": "local"}, {"name": "gpu-slurm", "kind": "slurm"}]
     assert secret_conf not in r.text
+
+
+def test_a_clone_with_latest_data_asks_the_rerun_rule_for_the_latest_versions(
+    client: TestClient, store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`phalanx rerun ID --server URL --latest-data`: the flag reaches the rerun rule (which moves
+    each dataset input to NAME@latest: tests/unit/data, tests/integration/s3); nothing starts here."""
+    from phalanx.errors import UsageError
+    from phalanx.runner import rerunning
+    from tests.unit.server import fill
+
+    asked: list[bool] = []
+
+    def refusing(*args: object, latest_data: bool = False, **kwargs: object) -> None:
+        asked.append(latest_data)
+        raise UsageError("stopped by the test")
+
+    monkeypatch.setattr(rerunning, "rerun_source", refusing)
+    origin = fill.experiment(store).id
+    for body, want in (({"from": origin}, False), ({"from": origin, "latest_data": True}, True)):
+        r = client.post("/api/v1/experiments", json=body)
+        assert r.status_code == 400 and "stopped by the test" in r.json()["message"], r.text
+        assert asked.pop() is want

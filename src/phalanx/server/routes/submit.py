@@ -68,6 +68,9 @@ class CloneIn(BaseModel):
     priority: int = Field(0, ge=-(10**6), le=10**6)
     attempt: int | None = Field(None, ge=0, le=2**31 - 1, description="rerun what this attempt ran")
     extra_params: bool = Field(False, description="accept params the experiment file does not declare")
+    latest_data: bool = Field(
+        False, description="read each dataset input's latest version, not the one the origin read"
+    )
     target: str | None = Field(
         None,
         min_length=1,
@@ -151,6 +154,7 @@ async def submit_experiment(
                 priority=body.priority,
                 attempt=body.attempt,
                 extra_params=body.extra_params,
+                latest_data=body.latest_data,
                 idempotency_key=idempotency_key,
                 target=body.target,
             ),
