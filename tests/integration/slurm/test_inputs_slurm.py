@@ -56,7 +56,7 @@ def test_each_node_fetches_a_dataset_input_once_into_its_own_cache(
     for key, value in server.env().items():
         monkeypatch.setenv(key, value)
     bucket = server.create_bucket()
-    fs = fsspec.filesystem("s3")
+    fs = fsspec.filesystem("s3", skip_instance_cache=True)  # no cached client for other tests
     for rel, text in FILES.items():
         fs.pipe_file(f"{bucket}/digits/{rel}", text.encode())
     # the nodes read S3 with their own credentials: a file they can read (never the job script)
