@@ -30,6 +30,7 @@ from http.cookies import SimpleCookie
 from typing import Any
 from urllib.parse import quote, urlsplit
 
+import anyio.to_thread
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from phalanx.server.policy import EVERYBODY, NOBODY, Principal
@@ -152,7 +153,10 @@ class SecurityMiddleware:
 
         try:
             try:
-                refusal = self.check(scope)
+                if self.accounts is None:
+                    refusal = self.check(scope)
+                else:  # who this is comes from the store: a query must not hold up the event loop
+                    refusal = await anyio.to_thread.run_sync(self.check, scope)
             except Exception as exc:  # the store failing to say who this is: never let it through
                 logging.getLogger("phalanx.server.app").exception(
                     "%s %s failed", scope["method"], scope["path"]
