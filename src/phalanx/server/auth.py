@@ -153,10 +153,12 @@ class SecurityMiddleware:
 
         try:
             try:
-                if self.accounts is None:
-                    refusal = self.check(scope)
-                else:  # who this is comes from the store: a query must not hold up the event loop
+                if self.accounts is not None and self.accounts.over_network:
+                    # who this is comes from PostgreSQL: a round trip (seconds while it is busy
+                    # storing a team's points) must not hold up the event loop and every request
                     refusal = await anyio.to_thread.run_sync(self.check, scope)
+                else:  # SQLite answers from a local file sooner than a thread hop would
+                    refusal = self.check(scope)
             except Exception as exc:  # the store failing to say who this is: never let it through
                 logging.getLogger("phalanx.server.app").exception(
                     "%s %s failed", scope["method"], scope["path"]
