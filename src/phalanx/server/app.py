@@ -24,6 +24,7 @@ from phalanx.config import Settings
 from phalanx.errors import PhalanxError, http_status
 from phalanx.server.auth import SecurityMiddleware, default_allowed_hosts
 from phalanx.server.files import ArtifactFiles
+from phalanx.server.gate import ChartGate
 from phalanx.server.limits import BodyLimitMiddleware
 from phalanx.server.policy import enforce, policy
 from phalanx.server.routes import (
@@ -178,7 +179,7 @@ def create_app(settings: ServerSettings, store: IngestStore | None = None) -> Fa
             return settings.max_bundle_bytes + settings.max_request_bytes  # the bundle and the form
         return settings.max_request_bytes
 
-    # Added last = outermost: the size check runs before anything reads a body, auth before that.
+    # Added later = further out: the size check runs before anything reads a body, auth before that.
     app.add_middleware(BodyLimitMiddleware, limit_for=limit_for, idle_seconds=settings.body_idle_seconds)
     allowed = (
         settings.allowed_hosts if settings.allowed_hosts is not None else default_allowed_hosts(settings.host)
@@ -191,6 +192,8 @@ def create_app(settings: ServerSettings, store: IngestStore | None = None) -> Fa
         throttle=app.state.bearer_throttle,
         accounts=accounts,
     )
+    # outermost: a chart read waits for its turn before even the sign-in check (phalanx.server.gate)
+    app.add_middleware(ChartGate, slots=metrics.CHART_SLOTS)
     return app
 
 

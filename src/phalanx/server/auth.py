@@ -30,6 +30,7 @@ from http.cookies import SimpleCookie
 from typing import Any
 from urllib.parse import quote, urlsplit
 
+import anyio.to_thread
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from phalanx.server.policy import EVERYBODY, NOBODY, Principal
@@ -152,7 +153,12 @@ class SecurityMiddleware:
 
         try:
             try:
-                refusal = self.check(scope)
+                if self.accounts is not None and self.accounts.over_network:
+                    # who this is comes from PostgreSQL: a round trip (seconds while it is busy
+                    # storing a team's points) must not hold up the event loop and every request
+                    refusal = await anyio.to_thread.run_sync(self.check, scope)
+                else:  # SQLite answers from a local file sooner than a thread hop would
+                    refusal = self.check(scope)
             except Exception as exc:  # the store failing to say who this is: never let it through
                 logging.getLogger("phalanx.server.app").exception(
                     "%s %s failed", scope["method"], scope["path"]

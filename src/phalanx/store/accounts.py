@@ -82,6 +82,12 @@ class Accounts:
             )
         self._engine = engine
 
+    @property
+    def over_network(self) -> bool:
+        """Whether a question costs a round trip to a database server (PostgreSQL), not a read of a
+        local file (SQLite): the server asks it off its event loop then."""
+        return self._engine.dialect.name != "sqlite"
+
     # -- users -------------------------------------------------------------------------------------
     def add_user(self, name: str, password: str | None, admin: bool = False) -> None:
         from phalanx.store.sql import accounts

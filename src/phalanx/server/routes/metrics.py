@@ -9,12 +9,13 @@ from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Query, Request, Response
 
+from phalanx.domain import Experiment
 from phalanx.downsample import downsample_indices
 from phalanx.errors import NotFound, UsageError
 from phalanx.server.chartcache import ChartCache
 from phalanx.server.chartdata import compress, encode_series, render
 from phalanx.server.deps import StoreDep, experiment_of
-from phalanx.server.policy import policy
+from phalanx.server.policy import checked_experiment, policy
 from phalanx.server.schemas import MetricOut, MetricTitles, SeriesOut, finite_or_none
 from phalanx.store.base import Series, SeriesView, Store
 
@@ -75,6 +76,7 @@ async def metric(
     answer bytes made there: twenty browsers on a big experiment must not hold the threads and the
     event loop that the list and the other pages of the one server process answer from."""
     args = (experiment_id, title, store, max_points, x, series, x_min, x_max)
+    checked = checked_experiment(request, experiment_id)
     accept = request.headers.get("accept-encoding", "")
     gzip_ok = "gzip" in accept.lower()
     cache = chart_cache(request.app)
@@ -83,7 +85,7 @@ async def metric(
     if answer is None:
         loop = asyncio.get_running_loop()
         body, headers, done = await loop.run_in_executor(
-            chart_pool(request.app), _answer, args, format, accept
+            chart_pool(request.app), _answer, args, format, accept, checked
         )
         answer = (body, headers)
         if done:
@@ -114,12 +116,16 @@ def close_chart_pool(app: Any) -> None:
         pool.shutdown(wait=False, cancel_futures=True)
 
 
-def _answer(args: tuple[Any, ...], form: str, accept_encoding: str) -> tuple[bytes, dict[str, str], bool]:
+def _answer(
+    args: tuple[Any, ...], form: str, accept_encoding: str, checked: Experiment | None = None
+) -> tuple[bytes, dict[str, str], bool]:
     """The response body in the asked form, serialised here (in the chart pool, off the event loop),
-    and whether the experiment had finished (its answer may be kept a while)."""
+    and whether the experiment had finished (its answer may be kept a while). ``checked``: the
+    experiment the access policy read a moment ago (not read again)."""
     title, x = args[1], args[4]
-    done = bool(experiment_of(args[2], args[0]).status.done)
-    found = _metric(*args)
+    e = checked if checked is not None else experiment_of(args[2], args[0])
+    done = bool(e.status.done)
+    found = _metric(e, *args[1:])
     if form == "compact":
         encoded = {
             name: encode_series(v.series.steps, v.series.values, v.series.times, v.count, v.downsampled)
@@ -144,7 +150,7 @@ def _answer(args: tuple[Any, ...], form: str, accept_encoding: str) -> tuple[byt
 
 
 def _metric(
-    experiment_id: str,
+    e: Experiment,
     title: str,
     store: Store,
     max_points: int | None,
@@ -158,7 +164,6 @@ def _metric(
             raise UsageError(f"{name} must be a finite number, not {bound}")
     if x_min is not None and x_max is not None and x_min > x_max:
         raise UsageError(f"x_min ({x_min}) is larger than x_max ({x_max}): nothing could be in that range")
-    e = experiment_of(store, experiment_id)
     if max_points is not None and max_points <= MAX_VIEW_POINTS:
         view = store.metric_view(
             e.id, title, series=series, x=x, x_min=x_min, x_max=x_max, max_points=max_points

@@ -175,16 +175,32 @@ class Points:
 
 def read(conn: Connection, sid: int, lo: int | None = None, hi: int | None = None) -> Points:
     """The points of series ``sid`` with ``lo <= step <= hi`` (None: no bound), in order."""
-    q = select(C.n, C.data).where(C.series_id == sid)
+    sql = "SELECT n, data FROM scalar_chunks WHERE series_id = ?"
+    params: list[Any] = [sid]
     if lo is not None:
-        q = q.where(C.last_step >= lo)
+        sql += " AND last_step >= ?"
+        params.append(lo)
     if hi is not None:
-        q = q.where(C.first_step <= hi)
-    return _ordered(_decoded(conn, q.order_by(C.seq)), lo, hi)
+        sql += " AND first_step <= ?"
+        params.append(hi)
+    rows = fetch(conn, sql + " ORDER BY seq", tuple(params))
+    return _ordered([decode(blob, int(n)) for n, blob in rows], lo, hi)
 
 
-def _decoded(conn: Connection, query: Any) -> list[tuple[array[int], array[float], array[float]]]:
-    return [decode(blob, int(n)) for n, blob in conn.execute(query)]
+def fetch(conn: Connection, sql: str, params: tuple[Any, ...]) -> list[Any]:
+    """Rows through the driver's own cursor ('?' placeholders). Why: a chart's read is a handful
+    of small queries per series, and building, compiling and wrapping each through SQLAlchemy cost
+    more than SQLite answering it (a third of a cold chart request in the profile)."""
+    raw = conn.connection.driver_connection
+    assert raw is not None
+    if conn.dialect.name == "postgresql":
+        sql = sql.replace("?", "%s")
+    cur = raw.cursor()
+    try:
+        cur.execute(sql, params)
+        return list(cur.fetchall())
+    finally:
+        cur.close()
 
 
 def _ordered(

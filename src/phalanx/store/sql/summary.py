@@ -326,13 +326,13 @@ class View:
 
 
 def _stats(conn: Connection, sid: int) -> tuple[int, int, int, float, float] | None:
-    row = conn.execute(
-        text(
-            "SELECT sum(n), min(first_step), max(last_step), min(min_time), max(max_time) "
-            f"FROM scalar_summary WHERE series_id = :sid AND level = {LEVELS[-1]}"
-        ),
-        {"sid": sid},
-    ).first()
+    found = _fetch(
+        conn,
+        "SELECT sum(n), min(first_step), max(last_step), min(min_time), max(max_time) "
+        f"FROM scalar_summary WHERE series_id = ? AND level = {LEVELS[-1]}",
+        (sid,),
+    )
+    row = found[0] if found else None
     if row is None or row[0] is None:
         return None
     return int(row[0]), int(row[1]), int(row[2]), float(row[3] or 0.0), float(row[4] or 0.0)
@@ -398,13 +398,11 @@ def read_view(
     # points in the window, to a bucket or two at each end: read from a level with few buckets there
     est_level = _level_for(hi - lo, 64)
     w = width(est_level)
-    in_window = conn.execute(
-        text(
-            "SELECT sum(n) FROM scalar_summary WHERE series_id = :sid AND level = :level "
-            "AND bucket >= :blo AND bucket <= :bhi"
-        ),
-        {"sid": sid, "level": est_level, "blo": lo // w, "bhi": hi // w},
-    ).scalar()
+    in_window = _fetch(
+        conn,
+        "SELECT sum(n) FROM scalar_summary WHERE series_id = ? AND level = ? AND bucket >= ? AND bucket <= ?",
+        (sid, est_level, lo // w, hi // w),
+    )[0][0]
     if int(in_window or 0) <= max_points:
         return _raw(conn, sid, lo, hi, tlo, thi, count, max_points)
     level = _level_for(hi - lo, max(max_points // 2, 2))
@@ -454,17 +452,10 @@ def read_view(
 
 def _fetch(conn: Connection, sql: str, params: tuple[Any, ...]) -> list[Any]:
     """Rows through the driver's own cursor ('?' placeholders): a chart reads thousands of rows,
-    and SQLAlchemy's row objects would cost more than the query."""
-    raw = conn.connection.driver_connection
-    assert raw is not None
-    if conn.dialect.name == "postgresql":
-        sql = sql.replace("?", "%s")
-    cur = raw.cursor()
-    try:
-        cur.execute(sql, params)
-        return list(cur.fetchall())
-    finally:
-        cur.close()
+    and SQLAlchemy's row objects would cost more than the query (phalanx.store.sql.points.fetch)."""
+    from phalanx.store.sql.points import fetch
+
+    return fetch(conn, sql, params)
 
 
 def _raw(
