@@ -49,6 +49,16 @@ export function renderList(root, ctx) {
     location.href = `/compare?ids=${[...state.selected].join(",")}`;
   } }, "Compare");
   const counter = h("span", { class: "muted" });
+  // Sweep analysis (parallel coordinates, scatter, importance) of the ticked runs, or of every run
+  // the filters keep when none is ticked.
+  const analyse = h("button", { id: "analyse", onclick: () => {
+    const q = new URLSearchParams();
+    if (state.selected.size >= 2) q.set("ids", [...state.selected].join(","));
+    else for (const k of ["q", "status", "project", "tag", "where"]) if (state[k]) q.set(k, state[k]);
+    const metric = state.cols.find((c) => c.startsWith("metric:"));
+    if (metric) q.set("metric", metric);
+    location.href = `/sweep?${q}`;
+  } }, "Analyse");
   // The whole table as CSV (every page, same filters, order and columns, full precision).
   const exportCsv = h("a", { class: "button", id: "export-csv", href: "/api/v1/experiments.csv", download: "experiments.csv" }, "Export CSV");
   const choices = h("datalist", { id: "column-choices" });
@@ -86,7 +96,7 @@ export function renderList(root, ctx) {
 
   add(clear(root), 
     h("div", { class: "toolbar" }, h("h1", { style: { marginRight: "12px" } }, "Experiments"), q, status, project, tag,
-      h("span", { class: "spacer" }), counter, exportCsv, compare),
+      h("span", { class: "spacer" }), counter, exportCsv, analyse, compare),
     h("div", { class: "toolbar" }, addCol, choices, where, whereError),
     h("div", { class: "table-wrap" }, h("table", { class: "grid", id: "experiments" }, thead, tbody)),
     pager,
@@ -160,6 +170,8 @@ export function renderList(root, ctx) {
   }
 
   function updateCompare() {
+    analyse.textContent = state.selected.size >= 2 ? `Analyse (${state.selected.size})` : "Analyse";
+    analyse.title = state.selected.size >= 2 ? "sweep analysis of the ticked runs" : "sweep analysis of every run the filters keep";
     compare.disabled = state.selected.size < 2;
     compare.textContent = state.selected.size ? `Compare (${state.selected.size})` : "Compare";
   }
