@@ -179,3 +179,34 @@ def test_sweep_analysis_of_a_filtered_list_and_of_a_selection(page: Any, server:
     assert sorted(str(r.get_attribute("data-id")) for r in rows.all()) == sorted(picked)
     assert page.locator('#parallel line[data-axis="optimizer"]').count() == 1
     shot(page, "41-sweep-of-a-selection")
+
+
+def test_columns_hide_and_move_and_the_layout_survives_a_reload(page: Any, server: Server) -> None:
+    def heads() -> list[str]:
+        return list(
+            page.locator("#experiments thead th[data-column]").evaluate_all(
+                "ths => ths.map(t => t.dataset.column)"
+            )
+        )
+
+    page.goto(f"{server.url}/?col=param:lr")
+    page.locator("#experiments tbody tr[data-id]").first.wait_for()
+    assert heads()[:3] == ["id", "name", "project"] and heads()[-1] == "param:lr"
+    page.click("#columns-menu summary")
+    page.uncheck('#columns-menu input[data-column="framework"]')
+    page.uncheck('#columns-menu input[data-column="topology"]')
+    page.click('button[aria-label="move param:lr left"]')
+    page.click('button[aria-label="move name left"]')
+    expected = ["name", "id", "project", "status", "started", "duration", "tags", "param:lr", "group"]
+    assert heads() == expected
+    first = page.locator("#experiments tbody tr[data-id]").first
+    cells = first.locator("td").all()  # the body follows the header: the lr cell sits under its head
+    assert cells[expected.index("param:lr") + 1].get_attribute("data-column") == "param:lr"
+    assert "hide=framework" in page.url and "arrange=" in page.url
+    page.reload()  # the address keeps the layout (so does a shared link)
+    page.locator("#experiments tbody tr[data-id]").first.wait_for()
+    assert heads() == expected
+    assert not page.locator('#columns-menu input[data-column="framework"]').is_checked()
+    page.set_viewport_size({"width": 390, "height": 844})
+    width = page.evaluate("document.documentElement.scrollWidth")
+    assert width <= 390, f"the run table is {width} px wide on a 390 px screen"
