@@ -314,3 +314,64 @@ def test_a_chart_exports_the_points_it_draws_as_csv(
     drawn = plot(page)
     assert len(rows) == 300
     assert [float(v) for v in rows[7].split(",")] == [drawn["x"][7], *(c[7] for c in drawn["cols"])]
+
+
+def test_chart_search_and_collapsible_sections_on_the_scalars_tab(
+    page: Any, server: Server, runs: tuple[Path, Runs]
+) -> None:
+    home, r = runs
+    store = open_store(Settings(home=home))
+    try:
+        e = store.create_experiment(name="sections", project="charts")
+        events = [
+            Event(
+                e.id,
+                EventKind.SCALAR,
+                {"points": [[title, "master", i, 1.0 / (i + 1), r.t0 + i] for i in range(20)]},
+                "master",
+                "master",
+                0,
+                0,
+                r.t0,
+                "sec",
+                n,
+            )
+            for n, title in enumerate(["train/loss", "train/acc", "val/loss", "lr"])
+        ]
+        store.write_events(events)
+    finally:
+        store.close()
+    page.goto(f"{server.url}/experiments/{e.id}#scalars")
+    page.wait_for_function("() => document.querySelectorAll('#charts .chart-card').length === 4")
+    sections = page.locator("#charts details.chart-section").evaluate_all(
+        "ds => ds.map(d => d.dataset.section)"
+    )
+    assert sections == ["Charts", "train", "val"]  # by title prefix; a title without one in "Charts"
+
+    def visible() -> list[str]:
+        cards = page.locator("#charts .chart-card").all()
+        return sorted(str(c.get_attribute("data-title")) for c in cards if c.is_visible())
+
+    search = page.locator("#chart-search")
+    search.fill("loss")
+    assert (
+        visible() == ["train/loss", "val/loss"]
+        and page.locator("#chart-count").inner_text() == "2 of 4 charts"
+    )
+    assert page.locator('details[data-section="Charts"]').is_hidden()  # no match inside: the section hides
+    search.fill("^val")  # a regular expression
+    assert visible() == ["val/loss"]
+    search.fill("")
+    assert visible() == ["lr", "train/acc", "train/loss", "val/loss"]
+    page.locator('details[data-section="train"] > summary').click()  # fold a section
+    assert visible() == ["lr", "val/loss"]
+    page.reload()  # folded it stays (remembered in the browser)
+    page.wait_for_function("() => document.querySelectorAll('#charts .chart-card').length === 4")
+    assert visible() == ["lr", "val/loss"]
+    page.set_viewport_size({"width": 390, "height": 844})
+    page.reload()
+    page.wait_for_function("() => document.querySelectorAll('#charts .chart-card .uplot').length === 4")
+    width = page.evaluate("document.documentElement.scrollWidth")
+    assert width <= 390, f"the Scalars tab is {width} px wide on a 390 px screen"
+    page.locator('details[data-section="train"] > summary').click()
+    page.evaluate("() => localStorage.removeItem('phalanx.folded-sections')")
