@@ -223,6 +223,43 @@ def test_each_run_has_its_own_colour_everywhere_and_its_ranks_are_shades_of_it(
     assert len({round(light, 2) for _, light, _ in shades}) == RANKS, shades  # ... in three shades
 
 
+CLOSE_IDS = ("00000bc0ffee", "000010c0ffee")  # ids whose hashed hues are 0.02° apart
+
+
+def test_runs_drawn_together_get_distinct_colours_kept_on_their_own_pages(
+    page: Any, server: Server, runs: tuple[Path, Runs]
+) -> None:
+    home, r = runs
+    store = open_store(Settings(home=home))
+    try:
+        for i, eid in enumerate(CLOSE_IDS):
+            e = store.create_experiment(name=f"close hue {i}", project="charts", experiment_id=eid)
+            pts = [["loss", "master", k, 1.0 + i + 1 / (k + 1), r.t0 + k] for k in range(20)]
+            store.write_events(
+                [Event(e.id, EventKind.SCALAR, {"points": pts}, "master", "master", 0, 0, r.t0, "h", 0)]
+            )
+    finally:
+        store.close()
+    page.goto(f"{server.url}/")
+    hashed = page.evaluate(
+        "ids => import('/static/js/util.js').then(m => ids.map(i => m.runColor(i)))", list(CLOSE_IDS)
+    )
+    first, second = (float(c.split("(")[1].split(",")[0]) for c in hashed)
+    assert abs(first - second) < 1  # left to the hash, the two would be the same colour
+    page.goto(f"{server.url}/compare?ids={','.join(CLOSE_IDS)}")
+    wait_plot(page, "u.series.length === 3", "#compare-charts")
+    on_compare = legend_colours(page, "#compare-charts")
+    hues = [rgb(c)[0] for c in on_compare.values()]
+    gap = abs(hues[0] - hues[1]) % 360
+    assert min(gap, 360 - gap) >= 38, on_compare  # drawn together: far apart
+    for eid in CLOSE_IDS:  # and the same colour on the run's own page
+        page.goto(f"{server.url}/experiments/{eid}#scalars")
+        wait_plot(page, "u.series.length === 2")
+        (own,) = legend_colours(page).values()
+        (there,) = [c for label, c in on_compare.items() if f"({eid[:6]})" in label]
+        assert own == there, eid
+
+
 def test_a_drag_zoom_draws_exactly_the_points_the_api_returns_for_that_window(
     page: Any, server: Server, runs: tuple[Path, Runs]
 ) -> None:
@@ -375,3 +412,31 @@ def test_chart_search_and_collapsible_sections_on_the_scalars_tab(
     assert width <= 390, f"the Scalars tab is {width} px wide on a 390 px screen"
     page.locator('details[data-section="train"] > summary').click()
     page.evaluate("() => localStorage.removeItem('phalanx.folded-sections')")
+
+
+def test_the_dark_theme_follows_the_system_setting_charts_included(
+    browser: Any, server: Server, runs: tuple[Path, Runs]
+) -> None:
+    _, r = runs
+    context = browser.new_context(viewport={"width": 1200, "height": 900}, color_scheme="dark")
+    try:
+        pg = context.new_page()
+        pg.set_default_timeout(30_000)
+        pg.goto(f"{server.url}/experiments/{r.ranks}#scalars")
+        wait_plot(pg, "u.data[0].length === 300")
+        background = pg.evaluate("() => getComputedStyle(document.body).backgroundColor")
+        card = pg.evaluate(f"() => getComputedStyle(document.querySelector('{CARD}')).backgroundColor")
+        assert background == "rgb(15, 20, 27)" and card == "rgb(23, 29, 38)"  # dark page, dark cards
+        axis = f"() => {{ const u = document.querySelector('{CARD}').plot; return u.axes[1].stroke(u, 1); }}"
+        assert pg.evaluate(axis) == "#9aa4b2"  # the chart's labels in the dark theme's colour
+        shot(pg, "charts-dark")
+        builds = int(pg.locator(CARD).get_attribute("data-builds") or 0)
+        pg.emulate_media(color_scheme="light")  # the system switches: the page and its charts follow
+        pg.wait_for_function(
+            "([sel, n]) => Number(document.querySelector(sel).dataset.builds) > n", arg=[CARD, builds]
+        )
+        assert pg.evaluate(axis) == "#667085"
+        assert pg.evaluate("() => getComputedStyle(document.body).backgroundColor") == "rgb(246, 247, 249)"
+        shot(pg, "charts-light-after-dark")
+    finally:
+        context.close()
