@@ -200,8 +200,11 @@ def main() -> int:
             big, small = json.loads(ids_file.read_text())
         else:
             big, small = fill(home, args.series, args.points)
-            fill_table(home, args.runs)
             ids_file.write_text(json.dumps([big, small]))
+        table_file = home / f"bench-table-{args.runs}.json"  # a --home filled before had no table
+        if not table_file.exists():
+            fill_table(home, args.runs)
+            table_file.write_text("{}")
         port = free_port()
         env = {k: v for k, v in os.environ.items() if not k.startswith("PHALANX_")}
         env.update(PHALANX_HOME=str(home), PYTHONPATH=str(REPO / "src"))
