@@ -125,8 +125,9 @@ export function renderList(root, ctx) {
     drawHead(); drawBody(); address();
   }
   const moveButtons = (key) => h("span", { class: "move" },
-    h("button", { class: "link small", title: "move left", "aria-label": `move ${key} left`, onclick: (ev) => { ev.stopPropagation(); move(key, -1); } }, "‹"),
-    h("button", { class: "link small", title: "move right", "aria-label": `move ${key} right`, onclick: (ev) => { ev.stopPropagation(); move(key, 1); } }, "›"));
+    // the arrows are drawn by CSS (::before): the header's text stays the column's name
+    h("button", { class: "link small move-left", title: "move left", "aria-label": `move ${key} left`, onclick: (ev) => { ev.stopPropagation(); move(key, -1); } }),
+    h("button", { class: "link small move-right", title: "move right", "aria-label": `move ${key} right`, onclick: (ev) => { ev.stopPropagation(); move(key, 1); } }));
   function drawColumnsMenu() {
     add(clear(columnsMenu), h("summary", {}, "Columns"), h("div", { class: "columns-list" }, BUILTIN.map(([key, label]) => {
       const box = h("input", { type: "checkbox", "data-column": key, "aria-label": `show ${label}`, onchange: () => {
