@@ -469,7 +469,7 @@ class LocalBackend:
                     text = f.read().decode(errors="replace")
             except OSError:
                 return None
-            lines = text.splitlines()
+            lines = [split_stream(line)[1] for line in text.splitlines()]  # mpirun's stderr, marked
             if start > unit.offset and lines:
                 lines = lines[1:]  # began inside a line
             self._rank_failures[key] = rank_failure(lines)
