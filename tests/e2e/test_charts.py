@@ -223,6 +223,43 @@ def test_each_run_has_its_own_colour_everywhere_and_its_ranks_are_shades_of_it(
     assert len({round(light, 2) for _, light, _ in shades}) == RANKS, shades  # ... in three shades
 
 
+CLOSE_IDS = ("00000bc0ffee", "000010c0ffee")  # ids whose hashed hues are 0.02° apart
+
+
+def test_runs_drawn_together_get_distinct_colours_kept_on_their_own_pages(
+    page: Any, server: Server, runs: tuple[Path, Runs]
+) -> None:
+    home, r = runs
+    store = open_store(Settings(home=home))
+    try:
+        for i, eid in enumerate(CLOSE_IDS):
+            e = store.create_experiment(name=f"close hue {i}", project="charts", experiment_id=eid)
+            pts = [["loss", "master", k, 1.0 + i + 1 / (k + 1), r.t0 + k] for k in range(20)]
+            store.write_events(
+                [Event(e.id, EventKind.SCALAR, {"points": pts}, "master", "master", 0, 0, r.t0, "h", 0)]
+            )
+    finally:
+        store.close()
+    page.goto(f"{server.url}/")
+    hashed = page.evaluate(
+        "ids => import('/static/js/util.js').then(m => ids.map(i => m.runColor(i)))", list(CLOSE_IDS)
+    )
+    first, second = (float(c.split("(")[1].split(",")[0]) for c in hashed)
+    assert abs(first - second) < 1  # left to the hash, the two would be the same colour
+    page.goto(f"{server.url}/compare?ids={','.join(CLOSE_IDS)}")
+    wait_plot(page, "u.series.length === 3", "#compare-charts")
+    on_compare = legend_colours(page, "#compare-charts")
+    hues = [rgb(c)[0] for c in on_compare.values()]
+    gap = abs(hues[0] - hues[1]) % 360
+    assert min(gap, 360 - gap) >= 38, on_compare  # drawn together: far apart
+    for eid in CLOSE_IDS:  # and the same colour on the run's own page
+        page.goto(f"{server.url}/experiments/{eid}#scalars")
+        wait_plot(page, "u.series.length === 2")
+        (own,) = legend_colours(page).values()
+        (there,) = [c for label, c in on_compare.items() if f"({eid[:6]})" in label]
+        assert own == there, eid
+
+
 def test_a_drag_zoom_draws_exactly_the_points_the_api_returns_for_that_window(
     page: Any, server: Server, runs: tuple[Path, Runs]
 ) -> None:
@@ -314,3 +351,92 @@ def test_a_chart_exports_the_points_it_draws_as_csv(
     drawn = plot(page)
     assert len(rows) == 300
     assert [float(v) for v in rows[7].split(",")] == [drawn["x"][7], *(c[7] for c in drawn["cols"])]
+
+
+def test_chart_search_and_collapsible_sections_on_the_scalars_tab(
+    page: Any, server: Server, runs: tuple[Path, Runs]
+) -> None:
+    home, r = runs
+    store = open_store(Settings(home=home))
+    try:
+        e = store.create_experiment(name="sections", project="charts")
+        events = [
+            Event(
+                e.id,
+                EventKind.SCALAR,
+                {"points": [[title, "master", i, 1.0 / (i + 1), r.t0 + i] for i in range(20)]},
+                "master",
+                "master",
+                0,
+                0,
+                r.t0,
+                "sec",
+                n,
+            )
+            for n, title in enumerate(["train/loss", "train/acc", "val/loss", "lr"])
+        ]
+        store.write_events(events)
+    finally:
+        store.close()
+    page.goto(f"{server.url}/experiments/{e.id}#scalars")
+    page.wait_for_function("() => document.querySelectorAll('#charts .chart-card').length === 4")
+    sections = page.locator("#charts details.chart-section").evaluate_all(
+        "ds => ds.map(d => d.dataset.section)"
+    )
+    assert sections == ["Charts", "train", "val"]  # by title prefix; a title without one in "Charts"
+
+    def visible() -> list[str]:
+        cards = page.locator("#charts .chart-card").all()
+        return sorted(str(c.get_attribute("data-title")) for c in cards if c.is_visible())
+
+    search = page.locator("#chart-search")
+    search.fill("loss")
+    assert (
+        visible() == ["train/loss", "val/loss"]
+        and page.locator("#chart-count").inner_text() == "2 of 4 charts"
+    )
+    assert page.locator('details[data-section="Charts"]').is_hidden()  # no match inside: the section hides
+    search.fill("^val")  # a regular expression
+    assert visible() == ["val/loss"]
+    search.fill("")
+    assert visible() == ["lr", "train/acc", "train/loss", "val/loss"]
+    page.locator('details[data-section="train"] > summary').click()  # fold a section
+    assert visible() == ["lr", "val/loss"]
+    page.reload()  # folded it stays (remembered in the browser)
+    page.wait_for_function("() => document.querySelectorAll('#charts .chart-card').length === 4")
+    assert visible() == ["lr", "val/loss"]
+    page.set_viewport_size({"width": 390, "height": 844})
+    page.reload()
+    page.wait_for_function("() => document.querySelectorAll('#charts .chart-card .uplot').length === 4")
+    width = page.evaluate("document.documentElement.scrollWidth")
+    assert width <= 390, f"the Scalars tab is {width} px wide on a 390 px screen"
+    page.locator('details[data-section="train"] > summary').click()
+    page.evaluate("() => localStorage.removeItem('phalanx.folded-sections')")
+
+
+def test_the_dark_theme_follows_the_system_setting_charts_included(
+    browser: Any, server: Server, runs: tuple[Path, Runs]
+) -> None:
+    _, r = runs
+    context = browser.new_context(viewport={"width": 1200, "height": 900}, color_scheme="dark")
+    try:
+        pg = context.new_page()
+        pg.set_default_timeout(30_000)
+        pg.goto(f"{server.url}/experiments/{r.ranks}#scalars")
+        wait_plot(pg, "u.data[0].length === 300")
+        background = pg.evaluate("() => getComputedStyle(document.body).backgroundColor")
+        card = pg.evaluate(f"() => getComputedStyle(document.querySelector('{CARD}')).backgroundColor")
+        assert background == "rgb(15, 20, 27)" and card == "rgb(23, 29, 38)"  # dark page, dark cards
+        axis = f"() => {{ const u = document.querySelector('{CARD}').plot; return u.axes[1].stroke(u, 1); }}"
+        assert pg.evaluate(axis) == "#9aa4b2"  # the chart's labels in the dark theme's colour
+        shot(pg, "charts-dark")
+        builds = int(pg.locator(CARD).get_attribute("data-builds") or 0)
+        pg.emulate_media(color_scheme="light")  # the system switches: the page and its charts follow
+        pg.wait_for_function(
+            "([sel, n]) => Number(document.querySelector(sel).dataset.builds) > n", arg=[CARD, builds]
+        )
+        assert pg.evaluate(axis) == "#667085"
+        assert pg.evaluate("() => getComputedStyle(document.body).backgroundColor") == "rgb(246, 247, 249)"
+        shot(pg, "charts-light-after-dark")
+    finally:
+        context.close()

@@ -124,3 +124,89 @@ def test_the_api_explorer_draws_every_operation_offline(page: Any, server: Serve
     summaries = page.locator(".swagger-ui .opblock-summary-path").all_inner_texts()
     assert any("/api/v1/experiments.csv" in s for s in summaries), summaries
     assert all(u.startswith(server.url) for u in asked), [u for u in asked if not u.startswith(server.url)]
+
+
+def test_sweep_analysis_of_a_filtered_list_and_of_a_selection(page: Any, server: Server) -> None:
+    metric = "metric:max:val/acc"
+    page.goto(f"{server.url}/?where=param%3Aoptimizer%3Dadam&col={metric}")
+    page.wait_for_function("() => document.querySelectorAll('#experiments tbody tr[data-id]').length === 6")
+    page.click("#analyse")  # nothing ticked: every run the filter keeps
+    page.wait_for_url("**/sweep?**")
+    page.locator('#importance[data-ready="true"]').wait_for()  # computed on the server, then shown
+    doc = api(server, "/sweep", [("where", "param:optimizer=adam"), ("metric", metric)])
+    assert doc["importance"]["ready"] and doc["params"] == ["lr"]  # optimizer is adam for all: no axis
+    runs = doc["runs"]
+    assert len(runs) == 6 and "where=param" in page.url and "metric=" in page.url
+    assert page.locator("#parallel polyline").count() == 6
+    assert "lr (log)" in page.locator("#parallel").inner_html()  # 0.0005 .. 0.1: a log axis
+    rows = page.locator("#sweep-runs tbody tr")
+    assert [r.get_attribute("data-id") for r in rows.all()] == [r["id"] for r in runs]
+    best = max(r["value"] for r in runs)
+    assert float(str(page.locator("#best-so-far").get_attribute("data-best"))) == pytest.approx(best)
+    shown_lr = page.locator('#importance tr[data-param="lr"]').get_attribute("data-importance")
+    assert float(str(shown_lr)) == pytest.approx(doc["importance"]["values"]["lr"])
+    line = page.locator("#parallel polyline").first
+    line.dispatch_event("mouseenter")  # hover names the run and its values
+    assert runs[0]["id"] in page.locator("#sweep-hover").inner_text()
+
+    # brush the metric's upper half: only the runs there stay in the table
+    box = page.locator('#parallel line[data-axis="value"]').bounding_box()
+    x = box["x"] + box["width"] / 2
+    page.mouse.move(x, box["y"] - 3)
+    page.mouse.down()
+    page.mouse.move(x, box["y"] + box["height"] * 0.5, steps=6)
+    page.mouse.up()
+    lo, hi = min(r["value"] for r in runs), best
+    upper = sorted(r["id"] for r in runs if (r["value"] - lo) / (hi - lo) >= 0.5)
+    assert len(upper) == 3
+    assert sorted(str(r.get_attribute("data-id")) for r in rows.all() if r.is_visible()) == upper
+
+    page.set_viewport_size({"width": 390, "height": 844})
+    width = page.evaluate("document.documentElement.scrollWidth")
+    assert width <= 390, f"the sweep page is {width} px wide on a 390 px screen"
+    page.set_viewport_size({"width": 1400, "height": 900})
+
+    # a selection: three ticked runs of both optimizers, a categorical axis next to lr's
+    page.goto(f"{server.url}/?col={metric}")
+    page.locator("#experiments tbody tr[data-id]").first.wait_for()
+    picked = shown_ids(page)[:3]
+    for i in picked:
+        page.check(f'#experiments tr[data-id="{i}"] input[type="checkbox"]')
+    page.click("#analyse")
+    page.wait_for_url("**/sweep?**ids=**")
+    page.locator("#parallel polyline").first.wait_for()
+    assert page.locator("#parallel polyline").count() == 3
+    assert sorted(str(r.get_attribute("data-id")) for r in rows.all()) == sorted(picked)
+    assert page.locator('#parallel line[data-axis="optimizer"]').count() == 1
+    shot(page, "41-sweep-of-a-selection")
+
+
+def test_columns_hide_and_move_and_the_layout_survives_a_reload(page: Any, server: Server) -> None:
+    def heads() -> list[str]:
+        return list(
+            page.locator("#experiments thead th[data-column]").evaluate_all(
+                "ths => ths.map(t => t.dataset.column)"
+            )
+        )
+
+    page.goto(f"{server.url}/?col=param:lr")
+    page.locator("#experiments tbody tr[data-id]").first.wait_for()
+    assert heads()[:3] == ["id", "name", "project"] and heads()[-1] == "param:lr"
+    page.click("#columns-menu summary")
+    page.uncheck('#columns-menu input[data-column="framework"]')
+    page.uncheck('#columns-menu input[data-column="topology"]')
+    page.click('button[aria-label="move param:lr left"]')
+    page.click('button[aria-label="move name left"]')
+    expected = ["name", "id", "project", "status", "started", "duration", "tags", "param:lr", "group"]
+    assert heads() == expected
+    first = page.locator("#experiments tbody tr[data-id]").first
+    cells = first.locator("td").all()  # the body follows the header: the lr cell sits under its head
+    assert cells[expected.index("param:lr") + 1].get_attribute("data-column") == "param:lr"
+    assert "hide=framework" in page.url and "arrange=" in page.url
+    page.reload()  # the address keeps the layout (so does a shared link)
+    page.locator("#experiments tbody tr[data-id]").first.wait_for()
+    assert heads() == expected
+    assert not page.locator('#columns-menu input[data-column="framework"]').is_checked()
+    page.set_viewport_size({"width": 390, "height": 844})
+    width = page.evaluate("document.documentElement.scrollWidth")
+    assert width <= 390, f"the run table is {width} px wide on a 390 px screen"

@@ -6,6 +6,19 @@ import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+# The local engine's reaper writes a replica's stderr lines into its one log file (in the order they
+# came) behind this mark, an OSC escape a terminal shows as nothing: whoever reads the file back
+# (the supervisor's tail) takes it off with ``split_stream`` and records the line as stderr.
+STDERR_MARK = "\x1b]phalanx;stderr\x07"
+STDERR_MARK_BYTES = STDERR_MARK.encode()
+
+
+def split_stream(line: str) -> tuple[str, str]:
+    """("stderr", text) for a line the reaper marked, ("stdout", line) for any other."""
+    if line.startswith(STDERR_MARK):
+        return "stderr", line[len(STDERR_MARK) :]
+    return "stdout", line
+
 
 def follow_file(
     path: str | Path, offset: int = 0, ended: Callable[[], bool] | None = None, poll: float = 0.05

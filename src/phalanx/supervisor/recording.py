@@ -91,13 +91,13 @@ def _show(self: Supervisor, replica: Replica, text: str) -> None:
     self.observer.line(replica.name, text)
 
 
-def _spool_lines(self: Supervisor, replica: Replica, lines: list[str]) -> None:
+def _spool_lines(self: Supervisor, replica: Replica, lines: list[str], stream: str = "stdout") -> None:
     # ValueError: the writer closed under a late line at shutdown (a stuck reader given up on);
     # OSError: the disk is full. The lines still reach the terminal; the outcome counts them.
     try:
         self._spool.write(
             "log",
-            {"stream": "stdout", "lines": lines},
+            {"stream": stream, "lines": lines},
             replica=replica.name,
             role=str(replica.role),
             index=replica.index,

@@ -8,6 +8,7 @@ import threading
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 
+from phalanx.backends.logfiles import split_stream
 from phalanx.domain import Replica
 
 log = logging.getLogger(__name__)
@@ -29,7 +30,7 @@ class LogTail:
         lines: Iterator[str],
         replica: Replica,
         sink: Callable[[Replica, str], None],
-        spool: Callable[[Replica, list[str]], None],
+        spool: Callable[[Replica, list[str], str], None],
     ) -> None:
         self.last: deque[str] = deque(maxlen=TAIL_LINES)
         self.count = 0  # lines taken so far: a reader still making progress is waited for
@@ -37,7 +38,7 @@ class LogTail:
         self._replica = replica
         self._sink = sink
         self._spool = spool
-        self._batch: list[str] = []
+        self._batch: list[tuple[str, str]] = []  # (stream, text)
         self._lock = threading.Lock()
         self.name = replica.name
         self.thread = threading.Thread(target=self._run, name=f"tail-{replica.name}", daemon=True)
@@ -45,10 +46,11 @@ class LogTail:
 
     def _run(self) -> None:
         try:
-            for text in self._lines:
+            for raw in self._lines:
+                stream, text = split_stream(raw)  # the local engine marks its replicas' stderr lines
                 self.last.append(text)
                 with self._lock:
-                    self._batch.append(text)
+                    self._batch.append((stream, text))
                     full = len(self._batch) >= SPOOL_BATCH_LINES
                 if full:
                     self.flush()
@@ -60,11 +62,16 @@ class LogTail:
             self.flush()
 
     def flush(self) -> None:
-        """Spool the lines taken and not yet spooled (in order: one flush at a time)."""
+        """Spool the lines taken and not yet spooled (in order: one flush at a time), one LOG
+        event per run of lines of the same stream."""
         with self._lock:
             batch, self._batch = self._batch, []
-            if batch:
-                self._spool(self._replica, batch)
+            run: list[str] = []
+            for i, (stream, text) in enumerate(batch):
+                run.append(text)
+                if i + 1 == len(batch) or batch[i + 1][0] != stream:
+                    self._spool(self._replica, run, stream)
+                    run = []
 
 
 def join_tails(tails: Iterable[LogTail]) -> None:

@@ -100,3 +100,38 @@ def test_the_pytorch_ddp_example_trains_to_at_least_093_and_reports_it(phalanx: 
     assert set(metrics["loss"]) == {"worker 00", "worker 01"}
     assert metrics["accuracy"]["worker 00"].values[-1] == pytest.approx(accuracy, abs=1e-4)
     assert "name: pytorch-ddp-digits" in (exp.spec_text or "")  # the file as written, for the UI
+
+
+def test_stderr_stays_stderr_under_phalanx_run_and_unmarked_in_the_reason(phalanx: Phalanx) -> None:
+    script = phalanx.spec(
+        "import sys\n"
+        "print('out 1', flush=True)\n"
+        "print('err 1', file=sys.stderr, flush=True)\n"
+        "print('out 2', flush=True)\n"
+        "sys.exit('err 2: giving up')\n",
+        name="job.py",
+    )
+    spec = phalanx.spec(
+        f"""
+        version: 1
+        kind: experiment
+        run:
+          cmd: {sys.executable} {script}
+        """
+    )
+    result = phalanx.run("run", "-f", str(spec), "-o", "json")
+    assert result.returncode != 0
+    exp_id = json.loads(result.stdout)["id"]
+    from phalanx.config import Settings
+    from phalanx.store import open_store
+
+    store = open_store(Settings(home=phalanx.home))
+    try:
+        lines = [(ln.stream, ln.text) for ln in store.logs(exp_id) if ln.text.startswith(("out", "err"))]
+        reason = store.get_experiment(exp_id).reason or ""
+    finally:
+        store.close()
+    # each stream in its order (two pipes: the order between them is the reader's, as for any script)
+    assert [t for st, t in lines if st == "stdout"] == ["out 1", "out 2"]
+    assert [t for st, t in lines if st == "stderr"] == ["err 1", "err 2: giving up"]
+    assert "err 2: giving up" in reason and "\x1b" not in reason  # the mark never reaches a reader

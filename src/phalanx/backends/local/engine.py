@@ -32,7 +32,7 @@ from phalanx.backends.base import DryRun, JobStatus, LaunchContext, ReplicaStatu
 from phalanx.backends.dry_runs import LocalDryRun, LocalProcess, LocalUnit
 from phalanx.backends.local import members
 from phalanx.backends.local.mpi_output import RankFailure, TaggedStream, rank_failure
-from phalanx.backends.logfiles import follow_file
+from phalanx.backends.logfiles import follow_file, split_stream
 from phalanx.config import Settings
 from phalanx.domain import ExperimentStatus, ReplicaState
 from phalanx.errors import BackendUnavailable, SpecError
@@ -439,8 +439,8 @@ class LocalBackend:
     def _unit_lines(cls, lines: Iterator[str], unit: _Unit, replica: str) -> Iterator[str]:
         """``replica``'s lines of an mpirun unit's log: its ranks' lines, prefixed ``[rank R]``."""
         stream = TaggedStream()
-        for raw in lines:
-            for rank, text in stream.feed(raw):
+        for raw in lines:  # mpirun tags each rank's lines itself: its own stderr mark is dropped
+            for rank, text in stream.feed(split_stream(raw)[1]):
                 if cls._owner(unit, rank) == replica:
                     yield _ranked(rank, text)
         for rank, text in stream.close():
@@ -469,7 +469,7 @@ class LocalBackend:
                     text = f.read().decode(errors="replace")
             except OSError:
                 return None
-            lines = text.splitlines()
+            lines = [split_stream(line)[1] for line in text.splitlines()]  # mpirun's stderr, marked
             if start > unit.offset and lines:
                 lines = lines[1:]  # began inside a line
             self._rank_failures[key] = rank_failure(lines)

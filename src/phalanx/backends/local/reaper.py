@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from phalanx import limits, proctree
+from phalanx.backends.logfiles import STDERR_MARK_BYTES
 
 PR_SET_PDEATHSIG = 1
 PR_SET_CHILD_SUBREAPER = 36
@@ -133,16 +134,20 @@ class Reaper:
                 env={**os.environ, **spec["env"]},  # the file holds only what Phalanx adds
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.PIPE,
-                stderr=subprocess.STDOUT,
+                stderr=subprocess.PIPE,  # kept apart: its lines are marked stderr in the log
             )
             self.procs.append(proc)
-            assert proc.stdout is not None
-            os.set_blocking(proc.stdout.fileno(), False)
-            self.buffers[proc.stdout.fileno()] = b""
-            sel.register(proc.stdout, selectors.EVENT_READ, local_rank)
+            for pipe, is_err in ((proc.stdout, False), (proc.stderr, True)):
+                assert pipe is not None
+                os.set_blocking(pipe.fileno(), False)
+                self.buffers[pipe.fileno()] = b""
+                sel.register(pipe, selectors.EVENT_READ, (local_rank, is_err))
 
-    def _prefix(self, local_rank: int) -> bytes:
-        return f"[{local_rank}] ".encode() if len(self.config["processes"]) > 1 else b""
+    def _prefix(self, source: tuple[int, bool]) -> bytes:
+        """What goes before each line of a process' pipe: the stderr mark, then its local rank."""
+        local_rank, is_err = source
+        rank = f"[{local_rank}] ".encode() if len(self.config["processes"]) > 1 else b""
+        return (STDERR_MARK_BYTES if is_err else b"") + rank
 
     def pump(self, sel: selectors.BaseSelector, log: LogSink, timeout: float) -> None:
         for key, _ in sel.select(timeout):

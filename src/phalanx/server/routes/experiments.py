@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Depends, Query, Request, Response
 
@@ -145,6 +145,28 @@ def export_experiments(store: StoreDep, table: TableDep) -> Response:
         media_type="text/csv; charset=utf-8",
         headers={"Content-Disposition": 'attachment; filename="experiments.csv"'},
     )
+
+
+@router.get("/sweep")
+@policy("signed-in")
+def sweep_analysis(
+    store: StoreDep,
+    table: TableDep,
+    metric: Annotated[str, Query(max_length=300, description="metric:AGG:TITLE, e.g. metric:min:loss")],
+    ids: Annotated[
+        str | None, Query(max_length=100_000, description="these runs (comma-separated ids), not the filters")
+    ] = None,
+    param: Annotated[
+        list[str] | None, Query(max_length=100, description="these params (default: every param that varies)")
+    ] = None,
+) -> dict[str, Any]:
+    """Sweep analysis of a set of runs (the run table's filters, or ``ids``): each run's varying
+    params and metric, and the params' importance (η², computed in the background and cached:
+    ``importance.ready`` false means ask again shortly)."""
+    from phalanx.server.sweepset import sweep_of
+
+    picked = [i.strip() for i in (ids or "").split(",") if i.strip()]
+    return sweep_of(store, table.base, table.where, table.order, picked, metric, list(param or []))
 
 
 @router.get("/experiments/{experiment_id}", response_model=ExperimentDetail)

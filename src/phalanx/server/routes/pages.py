@@ -43,6 +43,12 @@ def compare_page() -> HTMLResponse:
     return _shell()
 
 
+@router.get("/sweep")
+@policy("signed-in")
+def sweep_page() -> HTMLResponse:
+    return _shell()
+
+
 @router.get("/queue")
 @policy("signed-in")
 def queue_page() -> HTMLResponse:

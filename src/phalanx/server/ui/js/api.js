@@ -109,4 +109,5 @@ export const api = {
     method: "POST", headers: { "Content-Type": "application/json", "Idempotency-Key": key }, body: JSON.stringify(body) }),
   groups: () => request("/groups"),
   queue: () => request("/queue"),
+  sweep: (params) => request(`/sweep?${query(params)}`),
 };

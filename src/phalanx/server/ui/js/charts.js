@@ -137,6 +137,18 @@ function lastValue(ys) {
 // detail(min, max), if given, returns (a promise of) the same lines restricted to an x range: after a
 // drag-zoom the chart asks for it, so zooming into a downsampled series shows its real points.
 // Double-click goes back to the whole series.
+// The page theme's colours for uPlot's axes (style.css: light, or dark when the system asks for it),
+// read when a chart is built; a change of the system setting rebuilds every chart on the page.
+function themed() {
+  const css = getComputedStyle(document.documentElement);
+  const v = (name, fallback) => css.getPropertyValue(name).trim() || fallback;
+  return { text: v("--muted", "#667085"), grid: v("--grid", "#eef0f3") };
+}
+const LIVE_CHARTS = new Set();
+window.matchMedia?.("(prefers-color-scheme: dark)").addEventListener?.("change", () => {
+  for (const c of LIVE_CHARTS) c.rebuild();
+});
+
 export class ScalarChart {
   constructor(parent, title, detail = null) {
     this.title = title;
@@ -153,6 +165,14 @@ export class ScalarChart {
       if (this.plot) this.plot.setSize({ width: this.width(), height: 300 });
     });
     this.resizer.observe(this.card);
+    LIVE_CHARTS.add(this);
+  }
+
+  // Built again from the last lines (the theme changed): not an in-place refresh.
+  rebuild() {
+    if (!this.last) return;
+    this.opts = null;
+    this.update(...this.last);
   }
 
   width() { return Math.max(300, this.card.clientWidth - 24); }
@@ -202,6 +222,7 @@ export class ScalarChart {
   }
 
   update(lines, opts) {
+    this.last = [lines, opts];
     if (this.refresh(lines, opts)) return;
     const { xMode = "step", log = false } = opts || {};
     this.opts = { ...opts };
@@ -223,6 +244,7 @@ export class ScalarChart {
       this.plot.destroy();
       this.plot = null;
     }
+    const theme = themed();
     const options = {
       width: this.width(),
       height: 300,
@@ -247,7 +269,8 @@ export class ScalarChart {
           value: (u, v, sidx, idx) => fmtY(idx === null || idx === undefined ? lastValue(u.data[sidx]) : v),
         })),
       ],
-      axes: [{ grid: { stroke: "#eef0f3" } }, { grid: { stroke: "#eef0f3" }, size: axisWidth }],
+      axes: [{ stroke: theme.text, grid: { stroke: theme.grid }, ticks: { stroke: theme.grid } },
+        { stroke: theme.text, grid: { stroke: theme.grid }, ticks: { stroke: theme.grid }, size: axisWidth }],
       // an aggregate's min–max band: filled from its max line down to its min line
       bands: bandsOf(prepared),
       cursor: { drag: { x: true, y: false }, points: { size: 6 } },
@@ -326,6 +349,7 @@ export class ScalarChart {
   }
 
   destroy() {
+    LIVE_CHARTS.delete(this);
     this.resizer.disconnect();
     if (this.plot) this.plot.destroy();
     this.card.remove();

@@ -4,7 +4,7 @@
 import { api } from "./api.js";
 import { MAX_POINTS, ScalarChart, chartControls, firstTime, lineModes, toLine } from "./charts.js";
 import { diffView } from "./repro.js";
-import { badge, byReplica, clear, color, fmtAgo, fmtValue, h, runColor, topologyText, add } from "./util.js";
+import { assignRunColours, badge, byReplica, clear, color, fmtAgo, fmtValue, h, runColor, topologyText, add } from "./util.js";
 
 const EMPTY = { steps: [], values: [], times: [], count: 0 };
 
@@ -21,6 +21,7 @@ export function renderCompare(root, ctx) {
     const missingNote = missing.length
       ? h("div", { class: "alert warn", id: "compare-missing" }, `Left out (no such experiment): ${missing.join(", ")}`) : null;
     if (exps.length < 2) { renderPicker(root, exps.map((e) => e.id), missingNote); return; }
+    assignRunColours(exps.map((e) => e.id)); // runs drawn together: hues far apart (kept for their own pages)
     const state = { smoothing: 0, log: false, xMode: "step", lines: "each", aggregate: false };
     const paramsOf = Promise.all(exps.map((e) => api.params(e.id).catch(() => [])));  // params unreadable: no grouping by them
     // the params whose value differs between the runs: what "group by" offers

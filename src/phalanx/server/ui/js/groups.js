@@ -105,7 +105,8 @@ export function renderGroup(root, ctx, groupId) {
           header(metric, "value"), h("th", {}, "step"), names.map((n) => header(n, n)), h("th", {}, "reason"))),
         h("tbody", {}, rows))),
       h("h2", {}, "Parameters against the metric ", shown),
-      sweepAnalysis(g.trials, names, metric, bestNo, { brushes: state.brushes, onFilter, onDrag: (on) => {
+      sweepAnalysis(g.trials, names, metric, bestNo, { brushes: state.brushes, onFilter,
+        goal: String(g.optimization || "").startsWith("max") ? "max" : "min", onDrag: (on) => {
         state.dragging = on;
         if (!on && state.stale) { state.stale = false; draw(); }
       } }));

@@ -2,6 +2,7 @@
 
 import { api } from "./api.js";
 import { MAX_POINTS, ScalarChart, chartControls, firstTime, lineModes, liveMs, toLine } from "./charts.js";
+import { ChartSections } from "./sections.js";
 import { byReplica, clear, fmtBytes, fmtTime, fmtValue, h, add, runColor } from "./util.js";
 
 const EMPTY = { steps: [], values: [], times: [], count: 0 };
@@ -17,22 +18,26 @@ export function renderScalars(panel, ctx, id) {
   const data = new Map();
   let timer = null;
   let wasLive = false;
-  const grid = h("div", { class: "charts", id: "charts" });
+  // training charts in collapsible sections by title prefix; system metrics in a section of their own
+  const grid = h("div", { id: "charts" });
+  const sections = new ChartSections(grid);
   const sysGrid = h("div", { class: "charts", id: "system-charts" });
-  const sysHead = h("h2", { id: "system-head", hidden: true }, "System ",
-    h("span", { class: "muted small" }, "CPU, memory and GPU of each replica's processes, over wall time"));
+  const sysHead = h("details", { class: "chart-section", id: "system-section", "data-section": "System", open: true, hidden: true },
+    h("summary", {}, h("h2", { id: "system-head" }, "System ",
+      h("span", { class: "muted small" }, "CPU, memory and GPU of each replica's processes, over wall time"))), sysGrid);
   const status = h("p", { class: "muted" }, "Loading scalars…");
   const controls = chartControls(state, (refetch) => (refetch ? load() : draw()));
   const modes = lineModes(state, [["each", "each rank"], ["ranks", "ranks: mean, min–max band"]], () => draw());
-  add(controls, h("span", { style: { width: "16px" } }), modes);
+  add(controls, h("span", { style: { width: "16px" } }), modes, h("span", { style: { width: "16px" } }), sections.controls());
   // The run's colour (the same on Compare), each series (rank) a shade of it; one group, the run.
   const line = (n, i, count, s, xMode, off) => ({ ...toLine(n, s, xMode, off), color: runColor(id, i, count),
     group: id, groupLabel: "ranks", groupColor: runColor(id) });
-  add(panel, controls, status, grid, sysHead, sysGrid);
+  add(panel, controls, status, grid, sysHead);
   const viewOf = (title) => (isSystem(title) ? SYSTEM_VIEW : state);
 
   function draw() {
     const t0 = firstTime([...data].filter(([t]) => !isSystem(t)).map(([, m]) => m));
+    let added = false;
     for (const [title, metric] of data) {
       const view = viewOf(title);
       let chart = charts.get(title);
@@ -47,11 +52,13 @@ export function renderScalars(panel, ctx, id) {
           const current = Object.keys(data.get(title).series).sort();
           return current.map((n, i) => line(n, i, current.length, m.series[n] || EMPTY, v.xMode, off));
         };
-        chart = new ScalarChart(isSystem(title) ? sysGrid : grid, title, detail);
+        chart = new ScalarChart(isSystem(title) ? sysGrid : sections.gridFor(title), title, detail);
         charts.set(title, chart);
+        added = true;
       }
       chart.update(names.map((n, i) => line(n, i, names.length, metric.series[n], view.xMode, t0)), view);
     }
+    if (added) sections.filter(); // a chart that came while a search is typed follows it
   }
 
   async function load() {

@@ -1,7 +1,12 @@
 // Sweep analysis of a group's trials: parallel coordinates of the params and the metric (drag along
 // an axis to brush: only the trials inside every brush stay lit, and the trials table keeps only
 // them; double-click an axis to clear its brush), a scatter of one param against the metric, and
-// each param's importance. Plain SVG: a dozen to a few hundred trials, no library needed for that.
+// each param's importance, and the best metric so far against time. The same view serves a group's
+// trials and any set of runs (sweeps.js: a filtered run table or a selection), whose importance the
+// server computes and caches (server/importance.py).
+// Plain SVG rather than plotly.js (3.5 MB, what ClearML vendors): the chart needs one line per run,
+// log and categorical axes, brushing and hover, which is ~200 lines here, keeps the page light at
+// 2,000 runs and is tested in the browser (tests/e2e/test_group_ui.py, test_table.py).
 
 import { h } from "./util.js";
 
@@ -71,7 +76,11 @@ const metricColour = (u) => `hsl(${Math.round(220 - 190 * u)}, 70%, 45%)`;
 // brushes: {axis: [lo, hi]} in 0..1, kept by the caller across redraws; onFilter(set of trial
 // numbers inside every brush, or null without brushes) runs after each change; onDrag(true/false)
 // when a drag along an axis starts and ends (a page that redraws itself waits for the end).
-export function sweepAnalysis(trials, names, metric, bestNo, { brushes, onFilter, onDrag = () => {} }) {
+// label(t): what hover names a line by (default "trial N"); importance: {param: η²} from the server
+// (null while it computes) instead of computing it here; goal "min"/"max" and when(t) (its x: a
+// time, or the trial number) for the best-so-far chart.
+export function sweepAnalysis(trials, names, metric, bestNo, { brushes, onFilter, onDrag = () => {},
+  label = (t) => `trial ${t.number}`, importance: given, goal = "min", when = (t) => t.number, whenLabel = "trial" }) {
   const scored = trials.filter((t) => t.value !== null && t.value !== undefined);
   if (!scored.length) return h("p", { class: "muted" }, "No trial has reported the metric yet.");
   const axes = [...names, "value"];
@@ -88,13 +97,19 @@ export function sweepAnalysis(trials, names, metric, bestNo, { brushes, onFilter
   const y = (u) => H - bottom - u * (H - top - bottom);
   const uOf = (svgY) => Math.max(0, Math.min(1, (H - bottom - svgY) / (H - top - bottom)));
   const lines = new Map();
+  const hover = h("p", { class: "mono small", id: "sweep-hover" }, "\u00a0");
   for (const t of scored) {
     const pts = axes.map((a, i) => `${x(i)},${y(scales[i].f(get(t, a)))}`).join(" ");
     const best = t.number === bestNo;
-    lines.set(t.number, svgEl(svg, "polyline", {
+    const line = svgEl(svg, "polyline", {
       points: pts, fill: "none", stroke: metricColour(metricScale.f(t.value)), "stroke-width": best ? 3 : 1.4,
       "stroke-dasharray": t.state === "pruned" ? "4 3" : "none", "data-trial": t.number,
-    }));
+    });
+    const text = `${label(t)}: ` + [...names.map((n) => `${n}=${fmt(t.params[n])}`), `${metric} ${fmt(t.value)}`].join(", ");
+    svgEl(line, "title", {}, text);
+    line.addEventListener("mouseenter", () => { hover.textContent = text; line.classList.add("hovered"); });
+    line.addEventListener("mouseleave", () => { hover.textContent = "\u00a0"; line.classList.remove("hovered"); });
+    lines.set(t.number, line);
   }
   const brushRects = new Map();
   const inside = () => {
@@ -165,8 +180,11 @@ export function sweepAnalysis(trials, names, metric, bestNo, { brushes, onFilter
     " to ", h("span", { style: { color: metricColour(1) } }, `${metricScale.hi} (orange)`),
     ". Drag along an axis to keep only the trials in that range (the table follows); double-click it to clear.");
   return h("div", { id: "sweep" },
-    h("div", { class: "chart" }, svg), legend,
-    names.length ? h("div", { class: "sweep-panels" }, scatterPanel(scored, names, metric), importancePanel(scored, names, metric)) : null);
+    h("div", { class: "chart" }, svg), hover, legend,
+    h("div", { class: "sweep-panels" },
+      names.length ? scatterPanel(scored, names, metric) : null,
+      names.length ? importancePanel(scored, names, metric, given) : null,
+      bestSoFarPanel(scored, metric, goal, when, whenLabel, label)));
 }
 
 function scatterPanel(scored, names, metric) {
@@ -202,13 +220,66 @@ function scatterPanel(scored, names, metric) {
   return box;
 }
 
-function importancePanel(scored, names, metric) {
-  const ranked = names.map((n) => [n, importance(scored, n)]).sort((a, b) => b[1] - a[1]);
-  return h("div", { class: "card", id: "importance" },
+function importancePanel(scored, names, metric, given) {
+  if (given === null) {
+    return h("div", { class: "card", id: "importance", "data-ready": "false" }, h("h3", {}, "Param importance"),
+      h("p", { class: "muted small" }, "Computing on the server…"));
+  }
+  const of = (n) => (given ? given[n] ?? 0 : importance(scored, n));
+  const ranked = names.map((n) => [n, of(n)]).sort((a, b) => b[1] - a[1]);
+  return h("div", { class: "card", id: "importance", "data-ready": "true" },
     h("h3", {}, "Param importance"),
     h("p", { class: "muted small" }, `The share of ${metric}'s variance each param explains alone (η², first order), over ${scored.length} trials.`),
     h("table", { class: "grid" }, h("tbody", {}, ranked.map(([n, v]) => h("tr", { "data-param": n, "data-importance": String(v) },
       h("td", { class: "mono" }, n),
       h("td", { style: { width: "55%" } }, h("div", { class: "bar", style: { width: `${Math.round(v * 100)}%` } })),
       h("td", { class: "num" }, v.toFixed(2)))))));
+}
+
+// The best metric reached so far against when each run finished (or the trial number): how fast the
+// search converged. Each run is a dot; the step line is the running best (lowest for goal "min").
+export function bestSoFar(scored, goal, when) {
+  const pts = scored.map((t) => [when(t), t.value, t]).filter(([x]) => x !== null && x !== undefined).sort((a, b) => a[0] - b[0]);
+  let best = null;
+  return pts.map(([x, v, t]) => {
+    if (best === null || (goal === "max" ? v > best : v < best)) best = v;
+    return { x, value: v, best, t };
+  });
+}
+
+function bestSoFarPanel(scored, metric, goal, when, whenLabel, label) {
+  const pts = bestSoFar(scored, goal, when);
+  const box = h("div", { class: "card", id: "best-so-far", "data-best": pts.length ? String(pts[pts.length - 1].best) : "" },
+    h("h3", {}, `Best ${metric} so far (${goal === "max" ? "highest" : "lowest"})`));
+  if (!pts.length) return box;
+  const W = 420, H = 260, m = 36;
+  const svg = document.createElementNS(NS, "svg");
+  svg.setAttribute("viewBox", `0 0 ${W} ${H}`);
+  svg.setAttribute("width", "100%");
+  svg.setAttribute("style", `max-width: ${W}px`);
+  const isTime = whenLabel === "time";
+  const lo = pts[0].x, hi = pts[pts.length - 1].x;
+  const fx = (x) => m + 8 + (hi === lo ? 0.5 : (x - lo) / (hi - lo)) * (W - m - 26);
+  const sy = axisScale(pts.map((p) => p.value));
+  const fy = (v) => H - m - 8 - sy.f(v) * (H - m - 26);
+  svgEl(svg, "line", { x1: m, x2: W - 10, y1: H - m, y2: H - m, stroke: "#888" });
+  svgEl(svg, "line", { x1: m, x2: m, y1: 10, y2: H - m, stroke: "#888" });
+  const tick = (x) => (isTime ? new Date(x * 1000).toLocaleString() : String(x));
+  svgEl(svg, "text", { x: m, y: H - m + 14, "font-size": 10, class: "axis-label" }, tick(lo));
+  svgEl(svg, "text", { x: W - 10, y: H - m + 14, "font-size": 10, class: "axis-label", "text-anchor": "end" }, tick(hi));
+  svgEl(svg, "text", { x: (W + m) / 2, y: H - 6, "text-anchor": "middle", "font-size": 12, class: "axis-title" }, isTime ? "finished" : whenLabel);
+  svgEl(svg, "text", { x: 4, y: 16, "font-size": 10, class: "axis-label" }, `${metric} ${sy.hi}`);
+  svgEl(svg, "text", { x: 4, y: H - m - 4, "font-size": 10, class: "axis-label" }, sy.lo);
+  let path = "";
+  pts.forEach((p, i) => {
+    const x = fx(p.x), y = fy(p.best);
+    path += i === 0 ? `M${x},${y}` : ` H${x} V${y}`;
+  });
+  svgEl(svg, "path", { d: path, fill: "none", stroke: "#1f77b4", "stroke-width": 2, id: "best-line" });
+  for (const p of pts) {
+    const dot = svgEl(svg, "circle", { cx: fx(p.x), cy: fy(p.value), r: 3.5, fill: "#999", "data-trial": p.t.number });
+    svgEl(dot, "title", {}, `${label(p.t)}: ${metric} ${fmt(p.value)} (best so far ${fmt(p.best)})`);
+  }
+  box.appendChild(svg);
+  return box;
 }

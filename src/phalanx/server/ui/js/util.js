@@ -132,14 +132,63 @@ export function hashId(id) {
   return x >>> 0;
 }
 
+// Hues handed out to runs shown together (assignRunColours), kept in the browser so that a run keeps
+// its colour on its own page and on the next Compare; a run never shown with others keeps its
+// hashed hue.
+const HUES = "phalanx.run-hues";
+const KEPT_HUES = 2000;
+let hues = null;
+function storedHues() {
+  if (hues === null) { try { hues = JSON.parse(localStorage.getItem(HUES) || "{}"); } catch { hues = {}; } }
+  return hues;
+}
+window.addEventListener?.("storage", (ev) => { if (ev.key === HUES) hues = null; });
+const hashHue = (id) => (hashId(id) % 36000) / 100;
+const hueGap = (a, b) => { const d = Math.abs(a - b) % 360; return Math.min(d, 360 - d); };
+
+// Runs drawn together get hues at least min(40°, 180°/n) apart, as far as they can be: each keeps its
+// hue (the one it was given before, else its hashed one) unless that is too close to one already
+// taken, and then takes the middle of the widest free arc. Runs given a hue before go first, so
+// they keep it.
+export function assignRunColours(ids) {
+  const stored = { ...storedHues() };
+  const unique = [...new Set(ids)];
+  const order = [...unique.filter((id) => id in stored), ...unique.filter((id) => !(id in stored))];
+  const minGap = Math.min(40, 180 / Math.max(1, unique.length));
+  const taken = [];
+  for (const id of order) {
+    let hue = stored[id] ?? hashHue(id);
+    if (taken.some((t) => hueGap(t, hue) < minGap)) hue = widestArcMiddle(taken);
+    taken.push(hue);
+    delete stored[id];
+    stored[id] = Number(hue.toFixed(2)); // newest last: the oldest are dropped past KEPT_HUES
+  }
+  const keys = Object.keys(stored);
+  for (const k of keys.slice(0, Math.max(0, keys.length - KEPT_HUES))) delete stored[k];
+  hues = stored;
+  try { localStorage.setItem(HUES, JSON.stringify(stored)); } catch { /* private mode: this page only */ }
+}
+
+function widestArcMiddle(taken) {
+  const sorted = [...taken].sort((a, b) => a - b);
+  let best = 0, at = 0;
+  sorted.forEach((h0, i) => {
+    const h1 = i + 1 < sorted.length ? sorted[i + 1] : sorted[0] + 360;
+    if (h1 - h0 > best) { best = h1 - h0; at = (h0 + (h1 - h0) / 2) % 360; }
+  });
+  return at;
+}
+
 export function runColor(id, i = 0, n = 1) {
   const x = hashId(id);
-  const hue = ((x % 36000) / 100).toFixed(2);
+  const hue = (storedHues()[id] ?? hashHue(id)).toFixed(2);
   const sat = 62 + ((x >>> 16) % 4) * 8; // 62..86
-  const base = [38, 47, 56][(x >>> 20) % 3];
+  // lighter in the dark theme, so the darkest shade still stands out from the page
+  const dark = window.matchMedia?.("(prefers-color-scheme: dark)").matches;
+  const base = [38, 47, 56][(x >>> 20) % 3] + (dark ? 14 : 0);
   // shades: darker to lighter, centred on the run's own lightness
   const light = n <= 1 ? base : Math.round(base - 14 + (28 * i) / (n - 1));
-  return `hsl(${hue}, ${sat}%, ${Math.max(22, Math.min(72, light))}%)`;
+  return `hsl(${hue}, ${sat}%, ${Math.max(22, Math.min(dark ? 82 : 72, light))}%)`;
 }
 
 export function replicaOrder(name) {
