@@ -53,6 +53,7 @@ SDK_TOP_MODULES = (
     "proctree.py",
     "limits.py",
     "domain.py",
+    "knobs.py",
 )
 
 
@@ -119,7 +120,7 @@ def with_horovod(build_spec: Build, workdir: str, venvs: Path, build: bool = Tru
         Framework.HOROVOD, build_spec.pip_packages, _requirements(build_spec, workdir)
     )
     extra = list(packages[len(build_spec.pip_packages) :])
-    pin = pin or buildenv.TORCH_PIN
+    pin = pin or buildenv.torch_pin()
     if build:
         tools = Build(pip_packages=(f"torch=={pin}", *horovod.BUILD_PACKAGES))
         wheel = horovod.ensure_wheel(
