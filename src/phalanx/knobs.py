@@ -5,7 +5,7 @@ a malformed value is a user's mistake, said with the variable's name and what it
 where before some were silently replaced by their default. ``check()`` reads them all, so `phalanx
 run` refuses a bad one before anything starts rather than a supervisor meeting it minutes later.
 
-Standard library only: the SDK copy shipped to replicas (supervisor.preparing.SDK_TOP_MODULES)
+Standard library only: the SDK copy shipped to replicas (sdkcopy.SDK_TOP_MODULES)
 includes it. Not pydantic-settings: every CLI command would pay its import (docs/cli-speed.md).
 The variables that are the contract with replicas (PHALANX_EXPERIMENT_ID, PHALANX_RANK, ...) are not
 knobs: DESIGN.md and docs/tracking.md list them. docs/configuration.md lists these; a unit test

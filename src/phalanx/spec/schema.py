@@ -531,8 +531,8 @@ def _check_placeholders(
 
 def _note_empty_params(c: Collector, command: list[tuple[str, YScalar]], values: Mapping[str, Any]) -> None:
     """A note for each `{{ name }}` standing alone whose value is empty: it renders as nothing (no
-    argument, as Polyaxon 0.x did; plan.stands_alone says why), which `phalanx check` says."""
-    from phalanx.plan import stands_alone
+    argument, as Polyaxon 0.x did; spec.shellwords.stands_alone says why), which `phalanx check` says."""
+    from phalanx.spec.shellwords import stands_alone
 
     for text, node in command:
         start = 0
