@@ -34,6 +34,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from phalanx import knobs
 from phalanx.errors import NotFound, UsageError
 from phalanx.spec.model import Build
 
@@ -45,7 +46,13 @@ BUILD_LOG = "phalanx-build.log"  # pip's output, kept inside the venv
 # names (another version, a CUDA build such as 2.13.0+cu126 from an --extra-index-url) is accepted;
 # only an unpinned or ranged torch is refused, because pip would resolve it to the newest multi-GB
 # CUDA build.
-TORCH_PIN = os.environ.get("PHALANX_DEFAULT_TORCH", "2.13.0")
+
+
+def torch_pin() -> str:
+    """The torch version estimators pin (PHALANX_DEFAULT_TORCH, default 2.13.0)."""
+    return knobs.DEFAULT_TORCH.value()
+
+
 # pip options an entry of build.pip_packages may carry: where packages come from, nothing else
 PIP_SOURCE_OPTIONS = ("--extra-index-url", "--index-url", "--find-links", "--pre")
 TAIL_LINES = 25
@@ -225,7 +232,7 @@ def _check_torch_pinned(packages: list[str], requirements: str | None, req_file:
         if name == "torch":
             if not _EXACT_PIN.fullmatch(spec):
                 raise UsageError(
-                    f"{where}: {entry!r} must be pinned exactly: write 'torch=={TORCH_PIN}' (the "
+                    f"{where}: {entry!r} must be pinned exactly: write 'torch=={torch_pin()}' (the "
                     "CPU build this machine has) or the build you want, e.g. 'torch==2.13.0+cu126' "
                     "with '--extra-index-url https://download.pytorch.org/whl/cu126' "
                     "(an unpinned or ranged torch makes pip download the newest multi-GB CUDA build)"
@@ -236,7 +243,7 @@ def _check_torch_pinned(packages: list[str], requirements: str | None, req_file:
     if family and not pinned:
         entry, where = family[0]
         raise UsageError(
-            f"{where}: {entry!r} pulls in torch; add 'torch=={TORCH_PIN}' next to it "
+            f"{where}: {entry!r} pulls in torch; add 'torch=={torch_pin()}' next to it "
             "or the exact build you want (otherwise pip downloads a multi-GB CUDA build of the newest torch)"
         )
 

@@ -30,6 +30,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from phalanx import knobs
 from phalanx.errors import UsageError
 
 log = logging.getLogger(__name__)
@@ -58,8 +59,7 @@ PROGRESS_SECONDS = 30.0
 def wheels_dir() -> Path:
     """Where built wheels are kept: $PHALANX_WHEELS_DIR, else ~/.cache/phalanx/wheels (machine-wide,
     so every PHALANX_HOME and every test run on the machine shares one build)."""
-    env = os.environ.get("PHALANX_WHEELS_DIR")
-    return Path(env) if env else Path.home() / ".cache" / "phalanx" / "wheels"
+    return knobs.WHEELS_DIR.value() or Path.home() / ".cache" / "phalanx" / "wheels"
 
 
 def mpi_version() -> str:
@@ -105,9 +105,9 @@ def ensure_wheel(
     when a build is needed). Raises UsageError when the toolchain is missing or the build fails.
     """
     say = progress or log.info
-    given = os.environ.get("PHALANX_HOROVOD_WHEEL")
+    given = knobs.HOROVOD_WHEEL.value()
     if given:
-        path = Path(given)
+        path = given
         if not path.is_file() or path.suffix != ".whl":
             raise UsageError(f"PHALANX_HOROVOD_WHEEL={given!r} is not a wheel file; unset it to build one")
         return path
@@ -218,9 +218,9 @@ def torch_pin_of(packages: tuple[str, ...] | list[str]) -> str | None:
 
 def expected_wheel(torch_pin: str, cache: Path | None = None) -> Path:
     """Where the wheel is or will be (a dry run names it without building)."""
-    given = os.environ.get("PHALANX_HOROVOD_WHEEL")
+    given = knobs.HOROVOD_WHEEL.value()
     if given:
-        return Path(given)
+        return given
     folder = (cache or wheels_dir()) / f"horovod-{wheel_key(torch_pin)}"
     found = sorted(folder.glob("horovod-*.whl"))
     return found[0] if found else folder / f"horovod-{HOROVOD_VERSION}.whl"

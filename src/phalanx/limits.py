@@ -17,6 +17,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from phalanx import knobs
 from phalanx.domain import Resources
 from phalanx.errors import UsageError
 
@@ -32,12 +33,7 @@ MAX_PROCESSES_PER_REPLICA = 1024
 
 def max_replicas() -> int:
     """The replica bound in force: PHALANX_MAX_REPLICAS when it holds a positive whole number."""
-    value = os.environ.get(ENV_MAX_REPLICAS, "").strip()
-    if value:
-        if not value.isdigit() or int(value) < 1:
-            raise UsageError(f"{ENV_MAX_REPLICAS}={value!r}: expected a whole number of replicas, at least 1")
-        return int(value)
-    return MAX_REPLICAS
+    return knobs.MAX_REPLICAS.value()
 
 
 def replicas_over_limit(n: int) -> str | None:

@@ -17,6 +17,7 @@ from phalanx import limits
 from phalanx.domain import BackendKind, Framework, Resources, Role
 from phalanx.errors import SpecError
 from phalanx.spec.model import Build, ExperimentSpec, ReplicaTemplate
+from phalanx.spec.shellwords import quote_state, stands_alone
 
 
 @dataclass(frozen=True)
@@ -151,7 +152,7 @@ def render_inputs(command: str, names: set[str]) -> str:
     for match in _INPUT_PLACEHOLDER.finditer(command):
         out.append(command[done : match.start()])
         ref = shell_ref(match.group(1))
-        state = _quote_state(command, match.start())
+        state = quote_state(command, match.start())
         out.append(ref if state == '"' else f"'\"{ref}\"'" if state == "'" else f'"{ref}"')
         done = match.end()
     out.append(command[done:])
@@ -169,42 +170,10 @@ def _fill(command: str, params: Mapping[str, Any]) -> str:
         elif not text and stands_alone(command, match.start(), match.end()):
             pass  # an empty optional param adds no argument (see stands_alone)
         else:
-            out.append(_quoted(text, _quote_state(command, match.start())))
+            out.append(_quoted(text, quote_state(command, match.start())))
         done = match.end()
     out.append(command[done:])
     return "".join(out)
-
-
-def stands_alone(command: str, start: int, end: int) -> bool:
-    """Whether the placeholder at ``command[start:end]`` is a whole shell word by itself (bare, with
-    blanks or the command's ends around it). Filled with an empty value, such a placeholder renders
-    as nothing, not as ``''``: Polyaxon 0.x filled files by plain text substitution, so files written
-    for it use ``{{ extra }}`` with ``extra: ""`` for an optional flag, and an empty argument made
-    their scripts fail (argparse: "unrecognized arguments"). A user who means an empty argument
-    writes it quoted: ``"{{ extra }}"``."""
-    before = command[start - 1] if start > 0 else " "
-    after = command[end] if end < len(command) else " "
-    return before in " \t\n;&|(" and after in " \t\n;&|)" and _quote_state(command, start) == ""
-
-
-def _quote_state(command: str, end: int) -> str:
-    """The shell's quoting at ``command[end]``: "" (bare), "'" or '"'."""
-    state = ""
-    i = 0
-    while i < end:
-        ch = command[i]
-        if state == "'":
-            if ch == "'":
-                state = ""
-        elif ch == "\\":
-            i += 1  # an escaped character (bare or inside "...") changes nothing
-        elif state == '"':
-            if ch == '"':
-                state = ""
-        elif ch in "'\"":
-            state = ch
-        i += 1
-    return state
 
 
 def _quoted(text: str, state: str) -> str:

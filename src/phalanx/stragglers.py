@@ -15,10 +15,11 @@ stall and the straggler name the replica whatever its series is called.
 
 from __future__ import annotations
 
-import os
 import statistics
 import time
 from typing import Any
+
+from phalanx import knobs
 
 WINDOW = 20
 THRESHOLD_PERCENT = 20.0
@@ -29,10 +30,7 @@ STALL_SECONDS = 10.0
 
 
 def _threshold() -> float:
-    try:
-        return float(os.environ.get("PHALANX_STRAGGLER_THRESHOLD", THRESHOLD_PERCENT))
-    except ValueError:
-        return THRESHOLD_PERCENT
+    return knobs.STRAGGLER_THRESHOLD.value()
 
 
 def _rate(steps: list[int], times: list[float], now: float | None = None) -> tuple[float, float] | None:

@@ -6,6 +6,7 @@ They live here, below both (the server imports no module of ``phalanx.cli``): a 
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -78,6 +79,72 @@ def _attempt_code(store: Store, experiment_id: str, record: dict[str, Any]) -> d
         return {}
 
 
+def _changed(a: Mapping[str, Any], b: Mapping[str, Any], keys: Iterable[str] | None = None) -> dict[str, Any]:
+    """``{key: {"a": ..., "b": ...}}`` for the keys whose values differ (all keys of both by default)."""
+    names = sorted(set(a) | set(b)) if keys is None else keys
+    return {k: {"a": a.get(k), "b": b.get(k)} for k in names if a.get(k) != b.get(k)}
+
+
+def _file_diff(a: Experiment, b: Experiment, name_a: str, name_b: str) -> list[str]:
+    """The experiment files' unified diff; empty when either side is a plain script's run."""
+    import difflib
+
+    if not (a.spec_text and b.spec_text):
+        return []
+    return list(
+        difflib.unified_diff(
+            a.spec_text.splitlines(),
+            b.spec_text.splitlines(),
+            f"{name_a}/file",
+            f"{name_b}/file",
+            lineterm="",
+        )
+    )
+
+
+def _snapshot_files(store: Store, exp: Experiment, record: dict[str, Any]) -> dict[str, bytes]:
+    from phalanx import repro
+
+    path = (record.get("snapshot") or {}).get("path")
+    if not path or store.artifact_store is None or not store.artifact_store.exists(exp.id, path):
+        return {}
+    return repro.source_files(store.artifact_store.read_bytes(exp.id, path))
+
+
+def _code_diff(fa: dict[str, bytes], fb: dict[str, bytes]) -> list[str]:
+    import difflib
+
+    code: list[str] = []
+    for name in sorted(set(fa) | set(fb)):
+        if fa.get(name) == fb.get(name):
+            continue
+        old = fa.get(name, b"").decode(errors="replace").splitlines()
+        new = fb.get(name, b"").decode(errors="replace").splitlines()
+        code.extend(difflib.unified_diff(old, new, f"a/{name}", f"b/{name}", lineterm=""))
+    return code
+
+
+def _unrecorded(
+    a: Experiment, b: Experiment, records: tuple[dict[str, Any], ...], snapshots: tuple[dict[str, bytes], ...]
+) -> dict[str, list[str]]:
+    """What each side never recorded, and so is not compared: a missing record or snapshot is not
+    "every package removed" or "every file deleted" (a plain script's run, one recorded before repro)."""
+    unrecorded: dict[str, list[str]] = {"a": [], "b": []}
+    both_plain = a.backend == b.backend == "script"  # neither ever has a file: nothing to say
+    for side, exp, record, snapshot in zip(("a", "b"), (a, b), records, snapshots, strict=True):
+        if not (record.get("python") or record.get("packages")):
+            unrecorded[side].append("environment")
+        if not snapshot:
+            unrecorded[side].append("source snapshot")
+        if not exp.spec_text and not both_plain:
+            unrecorded[side].append("experiment file")
+    return unrecorded
+
+
+def _pinned(record: dict[str, Any]) -> dict[str, str]:
+    return dict(p.split("==", 1) for p in record.get("packages") or [] if "==" in p)
+
+
 def diff_doc(
     store: Store,
     a: Experiment,
@@ -90,92 +157,31 @@ def diff_doc(
     read; what one side never recorded is listed under ``unrecorded``, not compared. ``records``:
     the two sides' repro records when not the experiments' own (two attempts); ``labels``: how the
     sides are named then (``ID@N``)."""
-    import difflib
-
-    from phalanx import repro
     from phalanx.data.lineage import inputs_diff
 
     ra, rb = records if records is not None else (store.repro(a.id), store.repro(b.id))
     name_a, name_b = labels or (a.id, b.id)
     pa = dict((a.plan or {}).get("params") or {})
     pb = dict((b.plan or {}).get("params") or {})
-    params = {
-        k: {"a": pa.get(k), "b": pb.get(k)} for k in sorted(set(pa) | set(pb)) if pa.get(k) != pb.get(k)
-    }
-    no_file = not (a.spec_text and b.spec_text)  # a plain script's run has no experiment file
-    file_diff = (
-        []
-        if no_file
-        else list(
-            difflib.unified_diff(
-                (a.spec_text or "").splitlines(),
-                (b.spec_text or "").splitlines(),
-                f"{name_a}/file",
-                f"{name_b}/file",
-                lineterm="",
-            )
-        )
-    )
-
-    def files(exp: Any, record: dict[str, Any]) -> dict[str, bytes]:
-        path = (record.get("snapshot") or {}).get("path")
-        if not path or store.artifact_store is None or not store.artifact_store.exists(exp.id, path):
-            return {}
-        return repro.source_files(store.artifact_store.read_bytes(exp.id, path))
-
-    fa, fb = files(a, ra), files(b, rb)
-    # What one side never recorded is not compared: a missing record or snapshot is not "every
-    # package removed" or "every file deleted" (a plain script's run, one recorded before repro).
-    unrecorded: dict[str, list[str]] = {"a": [], "b": []}
-    for side, record, snapshot in (("a", ra, fa), ("b", rb, fb)):
-        if not (record.get("python") or record.get("packages")):
-            unrecorded[side].append("environment")
-        if not snapshot:
-            unrecorded[side].append("source snapshot")
-        both_plain = a.backend == b.backend == "script"  # neither ever has a file: nothing to say
-        if not (a if side == "a" else b).spec_text and not both_plain:
-            unrecorded[side].append("experiment file")
-    if unrecorded["a"] or unrecorded["b"]:
-        if "environment" in unrecorded["a"] + unrecorded["b"]:
-            ra, rb = {}, {}
-        if "source snapshot" in unrecorded["a"] + unrecorded["b"]:
-            fa, fb = {}, {}
-    code: list[str] = []
-    for name in sorted(set(fa) | set(fb)):
-        if fa.get(name) == fb.get(name):
-            continue
-        old = fa.get(name, b"").decode(errors="replace").splitlines()
-        new = fb.get(name, b"").decode(errors="replace").splitlines()
-        code.extend(difflib.unified_diff(old, new, f"a/{name}", f"b/{name}", lineterm=""))
-    ka = dict(p.split("==", 1) for p in ra.get("packages") or [] if "==" in p)
-    kb = dict(p.split("==", 1) for p in rb.get("packages") or [] if "==" in p)
-    packages = {
-        k: {"a": ka.get(k), "b": kb.get(k)} for k in sorted(set(ka) | set(kb)) if ka.get(k) != kb.get(k)
-    }
-    ga, gb = ra.get("git") or {}, rb.get("git") or {}
+    fa, fb = _snapshot_files(store, a, ra), _snapshot_files(store, b, rb)
+    unrecorded = _unrecorded(a, b, (ra, rb), (fa, fb))
+    missing = unrecorded["a"] + unrecorded["b"]
+    if "environment" in missing:
+        ra, rb = {}, {}
+    if "source snapshot" in missing:
+        fa, fb = {}, {}
     if records is not None:  # two attempts: their params are what each was launched with
-        la, lb = dict(ra.get("launch") or {}), dict(rb.get("launch") or {})
-        pa, pb = dict(la.get("params") or pa), dict(lb.get("params") or pb)
-        params = {
-            k: {"a": pa.get(k), "b": pb.get(k)} for k in sorted(set(pa) | set(pb)) if pa.get(k) != pb.get(k)
-        }
+        pa = dict((ra.get("launch") or {}).get("params") or pa)
+        pb = dict((rb.get("launch") or {}).get("params") or pb)
     return {
         "a": name_a,
         "b": name_b,
-        "params": params,
-        "file": file_diff,
-        "code": code,
-        "packages": packages,
-        "git": {
-            k: {"a": ga.get(k), "b": gb.get(k)}
-            for k in ("commit", "branch", "dirty")
-            if ga.get(k) != gb.get(k)
-        },
-        "versions": {
-            k: {"a": ra.get(k), "b": rb.get(k)}
-            for k in ("python", "phalanx", "host")
-            if ra.get(k) != rb.get(k)
-        },
+        "params": _changed(pa, pb),
+        "file": _file_diff(a, b, name_a, name_b),
+        "code": _code_diff(fa, fb),
+        "packages": _changed(_pinned(ra), _pinned(rb)),
+        "git": _changed(ra.get("git") or {}, rb.get("git") or {}, ("commit", "branch", "dirty")),
+        "versions": _changed(ra, rb, ("python", "phalanx", "host")),
         "unrecorded": {side: what for side, what in unrecorded.items() if what},
         "data": inputs_diff(a.plan, b.plan),
     }

@@ -357,7 +357,7 @@ class KubeEngine:
         server does not take it (nothing is created on the cluster then)."""
         from pathlib import Path
 
-        from phalanx.supervisor import sdk_path
+        from phalanx.sdkcopy import sdk_path
 
         url = kube_code.bundle_url(
             kube_code.require_server(self.cluster.server_url, "Kubernetes"), context.experiment_id

@@ -159,13 +159,15 @@ def launch_options(
     check_home: bool = True,
 ) -> LaunchOptions:
     """`phalanx run`'s options as the runner takes them, after the mistakes found before anything
-    starts (no such --workdir, an unknown --cluster, an unusable home)."""
+    starts (no such --workdir, an unknown --cluster, an unusable home, a malformed PHALANX_* knob)."""
+    from phalanx import knobs
     from phalanx.errors import UsageError
     from phalanx.runner import LaunchOptions, LaunchRecord
     from phalanx.spec.loader import parse_param_overrides
 
     if workdir is not None and not workdir.is_dir():
         raise UsageError(f"--workdir {workdir}: no such folder")
+    knobs.check()
     if cluster is not None:
         from phalanx.clusters import get_cluster
 

@@ -324,8 +324,10 @@ def server(
     ] = None,
 ) -> None:
     """Serve the REST API (/api/v1) and the web UI (/) over this machine's Phalanx store."""
+    from phalanx import knobs
     from phalanx.config import Settings
 
+    knobs.check()  # its pages read some (the straggler threshold): refuse a malformed one at start
     settings = Settings()
     token = read_token_file(token_file) if token_file is not None else (settings.token or None)
     if not token and not is_loopback(host):

@@ -31,7 +31,7 @@ from phalanx.views import PER_REPLICA, params_by_section, run_details
 
 if TYPE_CHECKING:
     from phalanx.domain import Experiment, Replica
-    from phalanx.store.base import ArtifactRecord
+    from phalanx.store.base import ArtifactRecord, Store
 
 IdArg = Annotated[str, typer.Argument(metavar="ID", help="Experiment id or a unique prefix of one.")]
 
@@ -302,6 +302,14 @@ def get(
         doc["inputs"] = inputs_of(e.plan)  # the dataset versions and datastores it read
         emit_json(doc)
         return
+    out = _summary_lines(store, e, launch)
+    out.extend(_replica_and_param_lines(replicas, params))
+    out.extend(_content_lines(store, e, artifacts, models, titles))
+    typer.echo("\n".join(out))
+
+
+def _summary_lines(store: Store, e: Experiment, launch: dict[str, Any]) -> list[str]:
+    """`phalanx get`'s head: status, times, where it runs and how it was launched."""
     out = [
         f"id:        {e.id}",
         f"name:      {e.name}",
@@ -332,8 +340,11 @@ def get(
         out.append(f"queue:     {place}")
     if e.notes:
         out.append("notes:     " + e.notes.replace("\n", "\n           "))
-    out.append("")
-    out.append("replicas:")
+    return out
+
+
+def _replica_and_param_lines(replicas: list[Replica], params: dict[str, dict[str, Any]]) -> list[str]:
+    out = ["", "replicas:"]
     rows = [[r.name, _opt(r.rank), str(r.state), _opt(r.exit_code), r.reason or ""] for r in replicas]
     out.append(_indent(_table(["name", "rank", "state", "exit", "reason"], rows)) if rows else "  (none)")
     out.append("")
@@ -343,8 +354,18 @@ def get(
     for section, values in sorted(params.items()):
         out.append(f"  {section}:")
         out.extend(f"    {k} = {_value(v)}" for k, v in sorted(values.items()))
-    out.append("")
-    out.append("artifacts:")
+    return out
+
+
+def _content_lines(
+    store: Store,
+    e: Experiment,
+    artifacts: list[ArtifactRecord],
+    models: list[Any],
+    titles: dict[str, list[str]],
+) -> list[str]:
+    """What it produced: artifacts, models, metrics, text reports, run details and its data inputs."""
+    out = ["", "artifacts:"]
     out.extend(f"  {a.name}  ({a.kind}, {_size(a.size)}, from {a.replica})" for a in artifacts)
     if not artifacts:
         out.append("  (none)")
@@ -368,7 +389,7 @@ def get(
     from phalanx.data.lineage import inputs_text
 
     out.extend(inputs_text(e.plan))
-    typer.echo("\n".join(out))
+    return out
 
 
 def _launch(e: Experiment) -> dict[str, Any]:

@@ -8,7 +8,7 @@ to the file's model is deliberately small (docs/estimators.md shows both forms s
 - process_count_per_node  -> topology.processes_per_replica (torchrun's --nproc_per_node)
 - distributed_backend mpi -> backend: mpi (one mpirun over every slot); on PyTorch and the plain
                              Estimator also framework: horovod (Horovod built into the venv)
-- the environment          -> pip_packages plus the framework (estimators/environment.py)
+- the environment          -> pip_packages plus the framework (frameworks/packages.py)
 - TensorFlow worker_count -> the master (TF_CONFIG's chief) plus worker_count-1 workers, as Azure's
                              TensorflowConfiguration counts them; parameter_server_count -> n_ps
 - use_gpu                 -> one GPU per process, on every replica but parameter servers
@@ -24,9 +24,9 @@ from typing import Any, ClassVar
 from phalanx.domain import BackendKind, Framework, Resources
 from phalanx.errors import Problem, SpecError
 from phalanx.estimators.distribution import Distribution
-from phalanx.estimators.environment import framework_packages
 from phalanx.estimators.resources import parse_resources, with_gpus
 from phalanx.estimators.topology import TopologyArgs, did_you_mean, resolve_topology
+from phalanx.frameworks.packages import framework_packages
 from phalanx.spec.model import Build, ExperimentSpec, ReplicaTemplate, Topology
 from phalanx.spec.reserved import reserved_reason
 

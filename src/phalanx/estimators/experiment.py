@@ -115,7 +115,6 @@ class Experiment:
         """
         from phalanx.estimators.estimator import Estimator
         from phalanx.estimators.sweep import HyperDriveConfig, submit_sweep
-        from phalanx.runs import Run
 
         if self.server is not None and isinstance(config, HyperDriveConfig):
             raise UsageError(
@@ -141,6 +140,10 @@ class Experiment:
         from phalanx.queue import check_priority
 
         check_priority(priority, "priority")
+        return self._submit_here(config, tags, timeout, priority, wait)
+
+    def _spec_text(self, config: Estimator, tags: tuple[str, ...]) -> str:
+        """The experiment file the supervisor runs (kept for `phalanx rerun`/`resume`)."""
         text = config.to_yaml(name=self.name, project=self.project, tags=tags)
         if config.resume_from is not None:
             from dataclasses import replace as _replace
@@ -151,7 +154,15 @@ class Experiment:
             text = spec_to_yaml(
                 _replace(spec, env={**spec.env, **resume_env(config.resume_from, self.settings)})
             )
+        return text
 
+    def _submit_here(
+        self, config: Estimator, tags: tuple[str, ...], timeout: float | None, priority: int, wait: bool
+    ) -> Run:
+        """Validate, write the run folder and start the supervisor on this machine (or its cluster)."""
+        from phalanx.runs import Run
+
+        text = self._spec_text(config, tags)
         experiment_id = uuid.uuid4().hex[:12]
         run_dir = self.settings.runs_dir / experiment_id
         spec_path = run_dir / SPEC_FILE
@@ -188,17 +199,7 @@ class Experiment:
             shutil.rmtree(run_dir, ignore_errors=True)
             raise _startup_error(exc.exit_code, exc.text) from None
         except StartTimeout as exc:
-            proc = exc.process
-            if proc.poll() is None:  # too slow: stop it rather than let it start unseen later
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(proc.pid, signal.SIGTERM)
-                with contextlib.suppress(subprocess.TimeoutExpired):
-                    proc.wait(timeout=30)
-            if proc.poll() is not None:  # it ended: leave nothing behind, as the error promises
-                run = Run(experiment_id, settings=self.settings)
-                if _exists(run):  # created just as the deadline passed (a slow first store open)
-                    _erase(run, self.settings)
-                shutil.rmtree(run_dir, ignore_errors=True)
+            self._abandon(exc.process, experiment_id, run_dir)
             raise
         proc = submitted.process
         import json
@@ -209,6 +210,22 @@ class Experiment:
         )
         log.info("submitted experiment %s (supervisor pid %d)", experiment_id, proc.pid)
         return Run(experiment_id, settings=self.settings, _process=proc)
+
+    def _abandon(self, proc: subprocess.Popen[bytes], experiment_id: str, run_dir: Path) -> None:
+        """A supervisor too slow to create its experiment: stop it rather than let it start unseen
+        later, and once it has ended leave nothing behind, as the timeout error promises."""
+        from phalanx.runs import Run
+
+        if proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGTERM)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(timeout=30)
+        if proc.poll() is not None:
+            run = Run(experiment_id, settings=self.settings)
+            if _exists(run):  # created just as the deadline passed (a slow first store open)
+                _erase(run, self.settings)
+            shutil.rmtree(run_dir, ignore_errors=True)
 
     def _client(self) -> Any:
         """The server's API client; the token given, else PHALANX_TOKEN, else the stored login's

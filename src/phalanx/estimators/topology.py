@@ -45,6 +45,9 @@ def _count(value: Any, name: str, minimum: int, problems: list[Problem], hint: s
     return int(value)
 
 
+_FAILED: tuple[str | None, int, int, int] = (None, 0, 0, 1)
+
+
 def resolve_topology(
     cls: str,
     framework: Framework | None,
@@ -55,48 +58,10 @@ def resolve_topology(
 ) -> tuple[str | None, int, int, int]:
     """-> (distributed backend, n_workers, n_ps, processes per replica); problems appended."""
     if t.distribution is not None:
-        explicit = [
-            n
-            for n in ("node_count", "process_count_per_node", "distributed_backend")
-            if getattr(t, n) is not None
-        ]
-        if explicit:
-            problems.append(
-                Problem(f"give either distribution= or {', '.join(explicit)}, not both", "distribution")
-            )
-            return None, 0, 0, 1
-        d = t.distribution
-        if isinstance(d, PyTorchDistribution):
-            if framework not in (None, Framework.PYTORCH):
-                problems.append(Problem(f"PyTorchDistribution does not fit {cls}", "distribution"))
-            t.node_count, t.process_count_per_node = d.node_count, d.process_count_per_node
-            t.distributed_backend = d.backend
-            backends = ("gloo", "nccl", "mpi")
-        elif isinstance(d, MpiDistribution):
-            t.node_count, t.process_count_per_node, t.distributed_backend = (
-                d.node_count,
-                d.process_count_per_node,
-                "mpi",
-            )
-        elif isinstance(d, TensorFlowDistribution):
-            if framework is not Framework.TENSORFLOW:
-                problems.append(
-                    Problem(
-                        f"TensorFlowDistribution needs the TensorFlow estimator, not {cls}", "distribution"
-                    )
-                )
-                return None, 0, 0, 1
-            t.distributed_backend = "ps"
-            t.worker_count, t.parameter_server_count = d.worker_count, d.parameter_server_count
-        else:
-            problems.append(
-                Problem(
-                    "give PyTorchDistribution(...), MpiDistribution(...) or TensorFlowDistribution(...)",
-                    "distribution",
-                )
-            )
-            return None, 0, 0, 1
-
+        allowed = _apply_distribution(cls, framework, backends, t, problems)
+        if allowed is None:
+            return _FAILED
+        backends = allowed
     backend = t.distributed_backend
     if backend is not None:
         if not isinstance(backend, str) or backend.lower() not in backends:
@@ -108,26 +73,93 @@ def resolve_topology(
                     "distributed_backend",
                 )
             )
-            return None, 0, 0, 1
+            return _FAILED
         backend = backend.lower()
 
     nodes = _count(t.node_count, "node_count", 1, problems, " (1 = this machine only)")
     procs = _count(t.process_count_per_node, "process_count_per_node", 1, problems, "")
     if backend == "ps":
-        for name in ("node_count", "process_count_per_node"):
-            if getattr(t, name) not in (None, 1):
-                problems.append(
-                    Problem(
-                        "with distributed_backend='ps' the topology is worker_count and "
-                        "parameter_server_count; leave this at 1",
-                        name,
-                    )
+        return _ps_topology(t, problems)
+    _check_process_topology(framework, backends, backend, use_gpu, t, nodes, procs, problems)
+    return backend, nodes - 1, 0, procs
+
+
+def _apply_distribution(
+    cls: str, framework: Framework | None, backends: tuple[str, ...], t: TopologyArgs, problems: list[Problem]
+) -> tuple[str, ...] | None:
+    """Azure's ``distribution=`` object, spelled out into ``t``'s counts and backend; the backends
+    it allows, or None when it cannot be used (a problem says why)."""
+    explicit = [
+        n
+        for n in ("node_count", "process_count_per_node", "distributed_backend")
+        if getattr(t, n) is not None
+    ]
+    if explicit:
+        problems.append(
+            Problem(f"give either distribution= or {', '.join(explicit)}, not both", "distribution")
+        )
+        return None
+    d = t.distribution
+    if isinstance(d, PyTorchDistribution):
+        if framework not in (None, Framework.PYTORCH):
+            problems.append(Problem(f"PyTorchDistribution does not fit {cls}", "distribution"))
+        t.node_count, t.process_count_per_node = d.node_count, d.process_count_per_node
+        t.distributed_backend = d.backend
+        return ("gloo", "nccl", "mpi")
+    if isinstance(d, MpiDistribution):
+        t.node_count, t.process_count_per_node, t.distributed_backend = (
+            d.node_count,
+            d.process_count_per_node,
+            "mpi",
+        )
+        return backends
+    if isinstance(d, TensorFlowDistribution):
+        if framework is not Framework.TENSORFLOW:
+            problems.append(
+                Problem(f"TensorFlowDistribution needs the TensorFlow estimator, not {cls}", "distribution")
+            )
+            return None
+        t.distributed_backend = "ps"
+        t.worker_count, t.parameter_server_count = d.worker_count, d.parameter_server_count
+        return backends
+    problems.append(
+        Problem(
+            "give PyTorchDistribution(...), MpiDistribution(...) or TensorFlowDistribution(...)",
+            "distribution",
+        )
+    )
+    return None
+
+
+def _ps_topology(t: TopologyArgs, problems: list[Problem]) -> tuple[str | None, int, int, int]:
+    """TensorFlow parameter-server training: workers and parameter servers, one process each."""
+    for name in ("node_count", "process_count_per_node"):
+        if getattr(t, name) not in (None, 1):
+            problems.append(
+                Problem(
+                    "with distributed_backend='ps' the topology is worker_count and "
+                    "parameter_server_count; leave this at 1",
+                    name,
                 )
-        workers = _count(t.worker_count, "worker_count", 1, problems, " (the master counts as one)")
-        n_ps = _count(t.parameter_server_count, "parameter_server_count", 0, problems, " (0 = no ps)")
-        if t.parameter_server_count is None:
-            n_ps = 1
-        return backend, workers - 1, n_ps, 1
+            )
+    workers = _count(t.worker_count, "worker_count", 1, problems, " (the master counts as one)")
+    n_ps = _count(t.parameter_server_count, "parameter_server_count", 0, problems, " (0 = no ps)")
+    if t.parameter_server_count is None:
+        n_ps = 1
+    return "ps", workers - 1, n_ps, 1
+
+
+def _check_process_topology(
+    framework: Framework | None,
+    backends: tuple[str, ...],
+    backend: str | None,
+    use_gpu: bool,
+    t: TopologyArgs,
+    nodes: int,
+    procs: int,
+    problems: list[Problem],
+) -> None:
+    """Nodes x processes: a backend when more than one, and no parameter-server counts."""
     for name in ("worker_count", "parameter_server_count"):
         if getattr(t, name) is not None:
             fix = (
@@ -156,4 +188,3 @@ def resolve_topology(
                 "'nccl' runs on GPUs only; set use_gpu=True, or use 'gloo' on CPUs", "distributed_backend"
             )
         )
-    return backend, nodes - 1, 0, procs

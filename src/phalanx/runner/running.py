@@ -71,6 +71,9 @@ class Runner:
         return self._prepare(spec, options, dry=False)
 
     def _prepare(self, spec: ExperimentSpec, options: LaunchOptions, *, dry: bool) -> Prepared:
+        from phalanx import knobs
+
+        knobs.check()  # a malformed PHALANX_* knob is refused now, not by a supervisor minutes later
         options.apply_environment()
         record = options.record.to_json()
         return prepare(

@@ -4,7 +4,7 @@ early stopping and per-trial pruning, each read with its position and checked ag
 from __future__ import annotations
 
 import math
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 from phalanx.spec.errors import Collector, describe, did_you_mean, join
 from phalanx.spec.group_matrix import _matrix_mark, _read_matrix
@@ -118,6 +118,32 @@ _SEARCH_KEYS = {
 }
 
 
+@dataclass(frozen=True)
+class _Section:
+    """One ``hptuning.<algorithm>`` mapping being read: its keys' errors name ``path``."""
+
+    c: Collector
+    m: YMap
+    node: YNode
+    path: str
+
+    def integer(self, key: str, minimum: int = 1) -> int | None:
+        n = self.m.get(key)
+        if n is None or is_null(n):
+            return None
+        return self.c.integer(n, join(self.path, key), minimum=minimum)
+
+    def require(self, key: str, hint: str) -> None:
+        """An error at the section when ``key`` is absent."""
+        if self.m.get(key) is None:
+            self.c.add(self.m if self.m.items else self.node, join(self.path, key), f"missing; {hint}")
+
+    def metric(self, kind: str) -> Metric | None:
+        return _read_metric(
+            self.c, self.m.get("metric"), self.path, self.m if self.m.items else self.node, kind
+        )
+
+
 def _read_search(
     c: Collector, kind: str, node: YNode, hp: YMap, matrix: tuple[Distribution, ...] | None
 ) -> Search | None:
@@ -125,89 +151,52 @@ def _read_search(
     m = c.mapping(node, path, _SEARCH_KEYS[kind]) if not is_null(node) else YMap([], node.mark)
     if m is None:
         return None
-
-    def integer(key: str, minimum: int = 1) -> int | None:
-        n = m.get(key)
-        if n is None or is_null(n):
-            return None
-        return c.integer(n, join(path, key), minimum=minimum)
-
-    seed = integer("seed", 0)
+    section = _Section(c, m, node, path)
+    seed = section.integer("seed", 0)
     if seed is None and (n := hp.get("seed")) is not None and not is_null(n):
         seed = c.integer(n, "hptuning.seed", minimum=0)
     if kind == "grid_search":
-        return Search("grid", integer("n_experiments"), seed=seed)
+        return Search("grid", section.integer("n_experiments"), seed=seed)
     if kind == "random_search":
-        count = integer("n_experiments")
-        if count is None and m.get("n_experiments") is None:
-            c.add(
-                m if m.items else node,
-                join(path, "n_experiments"),
-                "missing; how many trials to run, e.g. n_experiments: 10",
-            )
+        count = section.integer("n_experiments")
+        if count is None:
+            section.require("n_experiments", "how many trials to run, e.g. n_experiments: 10")
         return Search("random", count, seed=seed)
     if kind == "bo":
-        metric = _read_metric(c, m.get("metric"), path, m if m.items else node, "bo")
-        count = integer("n_iterations")
-        if m.get("n_iterations") is None:
-            c.add(
-                m if m.items else node,
-                join(path, "n_iterations"),
-                "missing; how many trials to run, e.g. n_iterations: 15",
-            )
-        uf = m.get("utility_function")
-        if uf is not None:
-            c.note(
-                m.key("utility_function") or uf,
-                join(path, "utility_function"),
-                "accepted and ignored: bo samples with Optuna's TPE (n_initial_trials random trials first); "
-                "acquisition function and Gaussian-process settings have no equivalent",
-            )
-        return Search(
-            "bo",
-            count,
-            seed=seed,
-            metric=metric,
-            n_initial_trials=integer("n_initial_trials", 0),
-            options={"utility_function": plain(uf)} if uf is not None else {},
+        return _read_bo(section, seed)
+    return _read_hyperband(section, seed, matrix)
+
+
+def _read_bo(section: _Section, seed: int | None) -> Search:
+    c, m, path = section.c, section.m, section.path
+    metric = section.metric("bo")
+    count = section.integer("n_iterations")
+    section.require("n_iterations", "how many trials to run, e.g. n_iterations: 15")
+    uf = m.get("utility_function")
+    if uf is not None:
+        c.note(
+            m.key("utility_function") or uf,
+            join(path, "utility_function"),
+            "accepted and ignored: bo samples with Optuna's TPE (n_initial_trials random trials first); "
+            "acquisition function and Gaussian-process settings have no equivalent",
         )
-    # hyperband
-    metric = _read_metric(c, m.get("metric"), path, m if m.items else node, "hyperband")
-    max_iter = integer("max_iter")
-    if m.get("max_iter") is None:
-        c.add(
-            m if m.items else node,
-            join(path, "max_iter"),
-            "missing; the most resource (e.g. epochs) a trial gets, e.g. max_iter: 81",
-        )
-    eta = integer("eta", 2) or 3
-    resource, rtype = None, "int"
-    rnode = m.get("resource")
-    if rnode is None or is_null(rnode):
-        c.add(
-            m if m.items else node,
-            join(path, "resource"),
-            "missing; the param that receives the budget, e.g. resource: {name: epochs, type: int}",
-        )
-    else:
-        rm = c.mapping(rnode, join(path, "resource"), ("name", "type"))
-        if rm is not None:
-            if rm.get("name") is None:
-                c.add(rm, join(path, "resource.name"), "missing; the param name that receives the budget")
-            else:
-                resource = c.text(rm.get("name"), join(path, "resource.name"))  # type: ignore[arg-type]
-            if (t := rm.get("type")) is not None:
-                tv = t.value if isinstance(t, YScalar) else None
-                if tv not in ("int", "float"):
-                    c.add(t, join(path, "resource.type"), f"expected int or float, got {describe(t)}")
-                else:
-                    rtype = str(tv)
-    if resource and matrix and rnode is not None and resource in {d.name for d in matrix}:
-        c.add(
-            rnode,
-            join(path, "resource.name"),
-            f"{resource!r} is also in the matrix; the budget is set by hyperband",
-        )
+    return Search(
+        "bo",
+        count,
+        seed=seed,
+        metric=metric,
+        n_initial_trials=section.integer("n_initial_trials", 0),
+        options={"utility_function": plain(uf)} if uf is not None else {},
+    )
+
+
+def _read_hyperband(section: _Section, seed: int | None, matrix: tuple[Distribution, ...] | None) -> Search:
+    m = section.m
+    metric = section.metric("hyperband")
+    max_iter = section.integer("max_iter")
+    section.require("max_iter", "the most resource (e.g. epochs) a trial gets, e.g. max_iter: 81")
+    eta = section.integer("eta", 2) or 3
+    resource, rtype = _read_resource(section, matrix)
     resume = bool(m.get("resume").value) if isinstance(m.get("resume"), YScalar) else False  # type: ignore[union-attr]
     n_trials = hyperband_trials(max_iter, eta) if max_iter else None
     return Search(
@@ -221,6 +210,39 @@ def _read_search(
         resource_type=rtype,
         resume=resume,
     )
+
+
+def _read_resource(section: _Section, matrix: tuple[Distribution, ...] | None) -> tuple[str | None, str]:
+    """Hyperband's ``resource: {name, type}``: the param that receives the budget, and its type."""
+    c, path = section.c, section.path
+    resource, rtype = None, "int"
+    rnode = section.m.get("resource")
+    if rnode is None or is_null(rnode):
+        c.add(
+            section.m if section.m.items else section.node,
+            join(path, "resource"),
+            "missing; the param that receives the budget, e.g. resource: {name: epochs, type: int}",
+        )
+        return resource, rtype
+    rm = c.mapping(rnode, join(path, "resource"), ("name", "type"))
+    if rm is not None:
+        if rm.get("name") is None:
+            c.add(rm, join(path, "resource.name"), "missing; the param name that receives the budget")
+        else:
+            resource = c.text(rm.get("name"), join(path, "resource.name"))  # type: ignore[arg-type]
+        if (t := rm.get("type")) is not None:
+            tv = t.value if isinstance(t, YScalar) else None
+            if tv not in ("int", "float"):
+                c.add(t, join(path, "resource.type"), f"expected int or float, got {describe(t)}")
+            else:
+                rtype = str(tv)
+    if resource and matrix and resource in {d.name for d in matrix}:
+        c.add(
+            rnode,
+            join(path, "resource.name"),
+            f"{resource!r} is also in the matrix; the budget is set by hyperband",
+        )
+    return resource, rtype
 
 
 def hyperband_trials(max_iter: int, eta: int) -> int:

@@ -7,7 +7,7 @@ problem in a Collector instead of stopping at the first, so the user fixes a fil
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -16,7 +16,7 @@ from phalanx.errors import Problem
 from phalanx.spec.errors import Collector, describe, did_you_mean, join
 from phalanx.spec.model import Build, ExperimentSpec, ReplicaTemplate
 from phalanx.spec.reserved import reserved_reason
-from phalanx.spec.topology import finish_topology, read_environment
+from phalanx.spec.topology import EnvironmentDraft, finish_topology, read_environment
 from phalanx.spec.yamltree import Mark, YKey, YMap, YNode, YScalar, YSeq, is_null, plain
 from phalanx.tracking.labels import MAX_TAG, label_problem
 
@@ -97,14 +97,7 @@ def read_spec(
     if not _read_kind(c, root, group is not None):
         return None  # a group or job file: the rest would only be noise
     data_inputs = group is None and _data_inputs(root.get("inputs"))
-    if group is None and data_inputs:  # `inputs:` naming datasets or datastores (phalanx.data)
-        refused = {k: v for k, v in TOP_REFUSED.items() if k != "inputs"}
-        c.mapping(root, "", (*TOP_KEYS, "inputs"), refused=refused, ignored=TOP_IGNORED)
-    elif group is None:
-        c.mapping(root, "", TOP_KEYS, refused=TOP_REFUSED, ignored=TOP_IGNORED)
-    else:
-        refused = {k: v for k, v in TOP_REFUSED.items() if k not in GROUP_KEYS}
-        c.mapping(root, "", (*TOP_KEYS, *GROUP_KEYS), refused=refused, ignored=TOP_IGNORED)
+    _check_top_keys(c, root, group is not None, data_inputs)
 
     def opt(name: str) -> YNode | None:
         node = root.get(name)
@@ -112,14 +105,7 @@ def read_spec(
 
     framework = c.choice(n, "framework", Framework, "framework") if (n := opt("framework")) else None
     backend = c.choice(n, "backend", BackendKind, "backend") if (n := opt("backend")) else None
-    name = _label(c, n, "name") if (n := opt("name")) else None
-    project = _label(c, n, "project") if (n := opt("project")) else None
-    description = c.text(n, "description") if (n := opt("description")) else None
-    tags = c.texts(n, "tags") if (n := opt("tags")) else ()
-    if tags and isinstance(n, YSeq):
-        for i, item in enumerate(n.items):
-            if isinstance(item, YScalar) and (problem := label_problem(str(tags[i]), "tag", MAX_TAG)):
-                c.add(item, join("tags", i), problem)
+    name, project, description, tags = _read_labels(c, opt)
     params = _read_params(c, root)
     env = c.str_mapping(n, "env", env_names=True) if (n := opt("env")) else {}
     if (n := opt("env")) is not None:
@@ -127,18 +113,7 @@ def read_spec(
     build = _read_build(c, n) if (n := opt("build")) else Build()
 
     env_draft = read_environment(c, n) if (n := opt("environment")) else None
-    if env_draft is not None and env_draft.section_framework is not None:
-        section, key = env_draft.section_framework
-        top = opt("framework")
-        if framework is not None and framework is not section and top is not None:
-            c.add(
-                key,
-                f"environment.{key.name}",
-                f"conflicts with `framework: {framework.value}` (line {top.mark.line});"
-                " keep one, e.g. `framework:` with environment.replicas",
-            )
-        elif framework is None and top is None:
-            framework = section
+    framework = _section_framework(c, env_draft, framework, opt("framework"))
     invalid = framework is None and opt("framework") is not None
     topology = finish_topology(c, env_draft.topology if env_draft else None, framework, invalid)
 
@@ -151,11 +126,7 @@ def read_spec(
         _check_placeholders(c, root, command, names, {i.name for i in inputs})
         _note_empty_params(c, command, known)
         if not extra_params and params is not None:
-            # a group's inputs and searched names count as declared (a searched one has its own error)
-            declared = (
-                {**params, **group.defaults, **dict.fromkeys(group.sampled)} if group is not None else params
-            )
-            _check_overrides(c, command, declared, overrides)
+            _check_overrides(c, command, _declared(params, group), overrides)
 
     if c.problems or version is None or command is None:
         return None
@@ -179,6 +150,61 @@ def read_spec(
         checkpoints=checkpoints,
         inputs=inputs,
     )
+
+
+def _check_top_keys(c: Collector, root: YMap, in_group: bool, data_inputs: bool) -> None:
+    """The top-level keys: a group file's hptuning keys, or `inputs:` as the data section, are known."""
+    if data_inputs:  # `inputs:` naming datasets or datastores (phalanx.data)
+        refused = {k: v for k, v in TOP_REFUSED.items() if k != "inputs"}
+        c.mapping(root, "", (*TOP_KEYS, "inputs"), refused=refused, ignored=TOP_IGNORED)
+    elif not in_group:
+        c.mapping(root, "", TOP_KEYS, refused=TOP_REFUSED, ignored=TOP_IGNORED)
+    else:
+        refused = {k: v for k, v in TOP_REFUSED.items() if k not in GROUP_KEYS}
+        c.mapping(root, "", (*TOP_KEYS, *GROUP_KEYS), refused=refused, ignored=TOP_IGNORED)
+
+
+def _read_labels(
+    c: Collector, opt: Callable[[str], YNode | None]
+) -> tuple[str | None, str | None, str | None, tuple[str, ...]]:
+    """name, project, description and tags, each checked as a label where it is one."""
+    name = _label(c, n, "name") if (n := opt("name")) else None
+    project = _label(c, n, "project") if (n := opt("project")) else None
+    description = c.text(n, "description") if (n := opt("description")) else None
+    tags = c.texts(n, "tags") if (n := opt("tags")) else ()
+    if tags and isinstance(n, YSeq):
+        for i, item in enumerate(n.items):
+            if isinstance(item, YScalar) and (problem := label_problem(str(tags[i]), "tag", MAX_TAG)):
+                c.add(item, join("tags", i), problem)
+    return name, project, description, tuple(tags or ())
+
+
+def _section_framework(
+    c: Collector, env_draft: EnvironmentDraft | None, framework: Framework | None, top: YNode | None
+) -> Framework | None:
+    """The framework named by an environment section (``environment.pytorch: ...``), when the top
+    `framework:` does not name one; a conflict between the two is an error at the section."""
+    if env_draft is None or env_draft.section_framework is None:
+        return framework
+    section, key = env_draft.section_framework
+    if framework is not None and framework is not section and top is not None:
+        c.add(
+            key,
+            f"environment.{key.name}",
+            f"conflicts with `framework: {framework.value}` (line {top.mark.line});"
+            " keep one, e.g. `framework:` with environment.replicas",
+        )
+    elif framework is None and top is None:
+        return section
+    return framework
+
+
+def _declared(params: Mapping[str, Any], group: GroupReading | None) -> dict[str, Any]:
+    """The names an override may set: a group's inputs and searched names count as declared (a
+    searched one has its own error)."""
+    if group is None:
+        return dict(params)
+    return {**params, **group.defaults, **dict.fromkeys(group.sampled)}
 
 
 def _data_inputs(node: YNode | None) -> bool:
@@ -505,8 +531,8 @@ def _check_placeholders(
 
 def _note_empty_params(c: Collector, command: list[tuple[str, YScalar]], values: Mapping[str, Any]) -> None:
     """A note for each `{{ name }}` standing alone whose value is empty: it renders as nothing (no
-    argument, as Polyaxon 0.x did; plan.stands_alone says why), which `phalanx check` says."""
-    from phalanx.plan import stands_alone
+    argument, as Polyaxon 0.x did; spec.shellwords.stands_alone says why), which `phalanx check` says."""
+    from phalanx.spec.shellwords import stands_alone
 
     for text, node in command:
         start = 0

@@ -26,7 +26,6 @@ from phalanx.supervisor.preparing import (
     prepare,
     render_dry_run,
     replace_plan,
-    sdk_path,
     tracking_env,
 )
 from phalanx.supervisor.stopping import stop_experiment, supervisor_pid
@@ -46,7 +45,6 @@ __all__ = [
     "record_building",
     "render_dry_run",
     "replace_plan",
-    "sdk_path",
     "stop_experiment",
     "supervisor_pid",
     "tracking_env",

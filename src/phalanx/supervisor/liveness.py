@@ -25,7 +25,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from phalanx import limits
+from phalanx import knobs, limits
 
 CHECK_SECONDS = 1.0  # how often the process tree is read
 BUSY_FRACTION = 0.1  # CPU use (of one core) that counts as progress; a blocked rank uses about 0.01
@@ -33,10 +33,8 @@ TICKS = os.sysconf("SC_CLK_TCK")
 
 
 def hang_timeout_from_env() -> float | None:
-    try:
-        value = float(os.environ.get("PHALANX_HANG_TIMEOUT", "0") or 0)
-    except ValueError:
-        return None
+    """PHALANX_HANG_TIMEOUT in seconds, None when off (`phalanx run` refused a malformed one)."""
+    value = knobs.HANG_TIMEOUT.value()
     return value if value > 0 else None
 
 

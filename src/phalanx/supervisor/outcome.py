@@ -4,7 +4,6 @@ the supervisor, the runner and the CLI."""
 from __future__ import annotations
 
 import logging
-import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -15,9 +14,6 @@ log = logging.getLogger(__name__)
 
 PID_FILE = "supervisor.pid"  # "pid start-time host" of the supervisor (phalanx.procs.record_process)
 
-# How long the supervisor keeps trying to record an experiment's outcome when the store cannot be
-# reached; after that the outcome goes to the spool (a durable marker the next reader applies).
-STORE_RETRY_SECONDS = float(os.environ.get("PHALANX_STORE_RETRY_SECONDS", "30"))
 EXIT_CODES = {ExperimentStatus.SUCCEEDED: 0, ExperimentStatus.FAILED: 1, ExperimentStatus.STOPPED: 130}
 
 

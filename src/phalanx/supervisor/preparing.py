@@ -16,6 +16,7 @@ from phalanx.backends.dry_runs import LocalDryRun
 from phalanx.config import Settings
 from phalanx.domain import Framework
 from phalanx.plan import Plan, build_plan
+from phalanx.sdkcopy import sdk_path
 from phalanx.spec.model import Build, ExperimentSpec
 from phalanx.tracking.identity import ENV_INGESTER_PID as INGESTER_PID
 
@@ -41,53 +42,6 @@ class Prepared:
 # ---- preparing --------------------------------------------------------------------------------
 
 
-# The modules outside phalanx/tracking that the SDK imports (all standard-library only); a test imports
-# every module of the copy with a bare interpreter, so a missing one fails there, not in a user's venv.
-SDK_TOP_MODULES = (
-    "__init__.py",
-    "errors.py",
-    "procs.py",
-    "checkpoints.py",
-    # `python -m phalanx.sysmetrics` beside a replica on a cluster node (the Slurm task runner)
-    "sysmetrics.py",
-    "proctree.py",
-    "limits.py",
-    "domain.py",
-)
-
-
-def sdk_path(settings: Settings, root: Path | None = None) -> Path:
-    """A standard-library-only copy of the tracking SDK under PHALANX_HOME/sdk/<version>-<hash>, so
-    `from phalanx import Task` works inside a foreign venv (TensorFlow's, MXNet's)."""
-    import hashlib
-    import shutil
-    import tempfile
-
-    import phalanx
-    from phalanx import tracking
-
-    pkg = Path(phalanx.__file__).parent
-    files = [*(pkg / name for name in SDK_TOP_MODULES), *sorted(Path(tracking.__file__).parent.rglob("*.py"))]
-    digest = hashlib.sha256()
-    for f in files:
-        digest.update(str(f.relative_to(pkg)).encode())
-        digest.update(f.read_bytes())
-    target = (root or settings.home) / "sdk" / f"{phalanx.__version__}-{digest.hexdigest()[:12]}"
-    if (target / "phalanx" / "__init__.py").exists():
-        return target
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=".sdk-", dir=target.parent))
-    for f in files:
-        dest = tmp / "phalanx" / f.relative_to(pkg)
-        dest.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(f, dest)
-    try:
-        tmp.rename(target)
-    except OSError:  # another supervisor published the same copy first
-        shutil.rmtree(tmp, ignore_errors=True)
-    return target
-
-
 def interpreter(
     plan: Plan, workdir: str, settings: Settings, build: bool = True, venvs_dir: Path | None = None
 ) -> str:
@@ -111,7 +65,7 @@ def with_horovod(build_spec: Build, workdir: str, venvs: Path, build: bool = Tru
     """The experiment's build plus Horovod: its torch pin (this machine's default when it names none)
     and the Horovod wheel built for it (built once per machine, see ``phalanx.horovod``)."""
     from phalanx import buildenv, horovod
-    from phalanx.estimators.environment import framework_packages
+    from phalanx.frameworks.packages import framework_packages
 
     pin = horovod.torch_pin_of(build_spec.pip_packages)
     # torch (this machine's pin unless named), numpy and what save_model's ONNX export needs
@@ -119,7 +73,7 @@ def with_horovod(build_spec: Build, workdir: str, venvs: Path, build: bool = Tru
         Framework.HOROVOD, build_spec.pip_packages, _requirements(build_spec, workdir)
     )
     extra = list(packages[len(build_spec.pip_packages) :])
-    pin = pin or buildenv.TORCH_PIN
+    pin = pin or buildenv.torch_pin()
     if build:
         tools = Build(pip_packages=(f"torch=={pin}", *horovod.BUILD_PACKAGES))
         wheel = horovod.ensure_wheel(

@@ -13,9 +13,10 @@ import os
 import time
 from typing import TYPE_CHECKING, Any
 
+from phalanx import knobs
 from phalanx.backends.base import JobStatus
 from phalanx.domain import ExperimentStatus, Replica, ReplicaState
-from phalanx.supervisor.outcome import STORE_RETRY_SECONDS, Outcome
+from phalanx.supervisor.outcome import Outcome
 
 if TYPE_CHECKING:
     from phalanx.supervisor.supervising import Supervisor
@@ -172,7 +173,7 @@ def _finish(self: Supervisor, outcome: Outcome) -> None:
     """Record the outcome, retrying while the store is unreachable; if it stays away, leave the
     outcome in the spool (fsynced) for the next reader to apply, and say so: the experiment
     must not stay `running` because the database was down when its replicas ended."""
-    deadline = time.monotonic() + STORE_RETRY_SECONDS
+    deadline = time.monotonic() + knobs.STORE_RETRY_SECONDS.value()
     delay = 0.2
     while True:
         try:

@@ -21,6 +21,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+from phalanx import knobs
 from phalanx.procs import pid_alive, pid_stopped
 from phalanx.tracking.identity import ENV_INGESTER_PID, Identity, rank_probe
 from phalanx.tracking.screen import Problems, names_ok, screen_event, screen_points
@@ -31,7 +32,6 @@ log = logging.getLogger("phalanx.tracking")
 CHUNK = 10_000  # scalar points per spool record: encoding one holds the GIL for about a millisecond
 # While the spool's disk is full, records wait in memory up to this many points (about 40 bytes each,
 # so 160 MB); beyond it new points are dropped, with a warning, and flush() returns False.
-MAX_PENDING_POINTS = int(os.environ.get("PHALANX_MAX_PENDING_POINTS", "4000000"))
 INTERVAL = 0.2  # seconds between background drains
 FLUSH_TIMEOUT = 60.0
 
@@ -55,6 +55,7 @@ class Reporter:
         self._refused_offset = 0  # how much of this stream's ingest refusals we have read
         self.pending: list[dict[str, Any]] = []  # records the disk had no room for yet, in order
         self._pending_points = 0
+        self._max_pending = knobs.MAX_PENDING_POINTS.value()  # PHALANX_MAX_PENDING_POINTS
         self.disk_error: str | None = None  # set while the spool cannot be written
         self._start()
 
@@ -163,7 +164,7 @@ class Reporter:
                     log.warning(
                         "phalanx: cannot write the spool %s (%s); keeping what is reported in memory "
                         "(up to %d points) and writing it once there is space",
-                        self.writer.path, exc.strerror or exc, MAX_PENDING_POINTS,
+                        self.writer.path, exc.strerror or exc, self._max_pending,
                     )  # fmt: skip
                 self.disk_error = f"{exc.strerror or exc} ({self.writer.spool_dir})"
                 return self.writer.last_seq
@@ -178,9 +179,9 @@ class Reporter:
         kept = []
         for rec in records:
             n = _points(rec)
-            if n and self._pending_points + n > MAX_PENDING_POINTS:
+            if n and self._pending_points + n > self._max_pending:
                 self.problems.add(
-                    f"the disk is full ({self.disk_error}) and {MAX_PENDING_POINTS} points already "
+                    f"the disk is full ({self.disk_error}) and {self._max_pending} points already "
                     "wait in memory: newer points were dropped", n
                 )  # fmt: skip
                 continue

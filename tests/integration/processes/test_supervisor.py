@@ -13,8 +13,9 @@ from phalanx.backends.local.engine import with_interpreter
 from phalanx.config import Settings
 from phalanx.domain import Framework
 from phalanx.plan import build_plan
+from phalanx.sdkcopy import sdk_path
 from phalanx.spec.model import ExperimentSpec, Topology
-from phalanx.supervisor import Outcome, dry_run_json, prepare, render_dry_run, sdk_path
+from phalanx.supervisor import Outcome, dry_run_json, prepare, render_dry_run
 
 
 def test_python_at_the_start_of_each_command_means_the_experiments_interpreter() -> None:

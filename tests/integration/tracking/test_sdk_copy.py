@@ -1,5 +1,5 @@
 """The standard-library-only SDK copy that experiments with their own venv get on PYTHONPATH
-(supervisor.sdk_path): every module of it imports in a bare interpreter (no site-packages), and
+(sdkcopy.sdk_path): every module of it imports in a bare interpreter (no site-packages), and
 log_metrics, an artifact upload and save_model work through it; the data reaches the store."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 from phalanx.config import Settings
-from phalanx.supervisor import sdk_path
+from phalanx.sdkcopy import sdk_path
 
 PHALANX = Path(sys.executable).parent / "phalanx"
 

@@ -34,7 +34,7 @@ def _names(data: bytes) -> set[str]:
 
 
 def _sdk(tmp_path: Path) -> Path:
-    from phalanx.supervisor import sdk_path
+    from phalanx.sdkcopy import sdk_path
 
     return sdk_path(Settings(home=tmp_path / "home"))
 

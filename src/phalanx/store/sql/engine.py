@@ -12,7 +12,6 @@ import contextlib
 import fcntl
 import gc
 import logging
-import os
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,12 +20,12 @@ from typing import Any
 from sqlalchemy import Engine, create_engine, event, text
 from sqlalchemy.engine import make_url
 
+from phalanx import knobs
 from phalanx.errors import StoreError, UsageError
 
 log = logging.getLogger(__name__)
 
 BUSY_TIMEOUT_MS = 120_000
-CACHE_KIB = int(os.environ.get("PHALANX_SQLITE_CACHE_KIB", "65536"))
 
 
 @contextlib.contextmanager
@@ -77,6 +76,7 @@ def _sqlite_engine(url: str, database: str | None) -> Engine:
         Path(database).parent.mkdir(parents=True, exist_ok=True)
     engine = create_engine(url, connect_args={"timeout": BUSY_TIMEOUT_MS / 1000, "check_same_thread": False})
     file_backed = bool(database) and database != ":memory:"
+    cache_kib = knobs.SQLITE_CACHE_KIB.value()  # read once: a bad value is refused here, not per connection
 
     @event.listens_for(engine, "connect")
     def _on_connect(dbapi_conn: Any, _record: Any) -> None:
@@ -86,7 +86,7 @@ def _sqlite_engine(url: str, database: str | None) -> Engine:
         if file_backed:
             _switch_to_wal(cur)
         cur.execute("PRAGMA synchronous=NORMAL")  # durable against process crashes; WAL keeps it fast
-        cur.execute(f"PRAGMA cache_size=-{CACHE_KIB}")  # a batch of points fits: no spill mid-transaction
+        cur.execute(f"PRAGMA cache_size=-{cache_kib}")  # a batch of points fits: no spill mid-transaction
         cur.execute("PRAGMA foreign_keys=ON")
         cur.close()
 

@@ -69,14 +69,14 @@ def framework_packages(
     PyTorch with packages to install (a venv) and Horovod: torch at this machine's pin and the ONNX
     pieces; TensorFlow: tensorflow-cpu. Nothing is added where no venv would be built for PyTorch.
     """
-    from phalanx.buildenv import TORCH_PIN
+    from phalanx.buildenv import torch_pin
 
     have = named([*pip_packages, *requirement_lines(requirements)])
     wanted: list[str] = []
     if framework is Framework.HOROVOD or (
         framework is Framework.PYTORCH and (pip_packages or requirements is not None)
     ):
-        wanted = [f"torch=={TORCH_PIN}", *(pinned(n) for n in ONNX_PACKAGES)]
+        wanted = [f"torch=={torch_pin()}", *(pinned(n) for n in ONNX_PACKAGES)]
     elif framework is Framework.TENSORFLOW and not have & _TENSORFLOW_NAMES:
         wanted = [TENSORFLOW_PIN]
     extra = [w for w in wanted if package_name(w) not in have]

@@ -1,0 +1,158 @@
+"""Tuning knobs: the PHALANX_* variables that tune how this machine runs Phalanx, typed in one table.
+
+Each knob is read when it is used (a test or a user may change the environment between calls) and
+a malformed value is a user's mistake, said with the variable's name and what it expects (exit 2),
+where before some were silently replaced by their default. ``check()`` reads them all, so `phalanx
+run` refuses a bad one before anything starts rather than a supervisor meeting it minutes later.
+
+Standard library only: the SDK copy shipped to replicas (sdkcopy.SDK_TOP_MODULES)
+includes it. Not pydantic-settings: every CLI command would pay its import (docs/cli-speed.md).
+The variables that are the contract with replicas (PHALANX_EXPERIMENT_ID, PHALANX_RANK, ...) are not
+knobs: DESIGN.md and docs/tracking.md list them. docs/configuration.md lists these; a unit test
+keeps that page and this table in step.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Generic, TypeVar
+
+from phalanx.errors import UsageError
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class Knob(Generic[T]):
+    env: str
+    parse: Callable[[str], T]  # raises ValueError for a malformed value
+    default: T
+    expects: str  # what a valid value is, for the error message
+    meaning: str  # one line for docs/configuration.md
+
+    def value(self) -> T:
+        raw = os.environ.get(self.env, "").strip()
+        if not raw:
+            return self.default
+        try:
+            return self.parse(raw)
+        except ValueError:
+            shown = "unset" if self.default is None else repr(self.default)
+            raise UsageError(
+                f"{self.env}={raw!r}: expected {self.expects}; fix it, or unset it for the default ({shown})"
+            ) from None
+
+
+def _number(kind: Callable[[str], float], minimum: float, above: bool = False) -> Callable[[str], float]:
+    def parse(raw: str) -> float:
+        value = kind(raw)
+        if value != value or value < minimum or (above and value == minimum):  # NaN, below, at an open end
+            raise ValueError(raw)
+        return value
+
+    return parse
+
+
+def _whole(minimum: int) -> Callable[[str], int]:
+    def parse(raw: str) -> int:
+        if not raw.isdigit() or int(raw) < minimum:
+            raise ValueError(raw)
+        return int(raw)
+
+    return parse
+
+
+def _version(raw: str) -> str:
+    if not all(part.isdigit() for part in raw.split(".")) or raw.count(".") > 3:
+        raise ValueError(raw)
+    return raw
+
+
+def _path(raw: str) -> Path | None:
+    return Path(raw).expanduser()
+
+
+HANG_TIMEOUT: Knob[float] = Knob(
+    "PHALANX_HANG_TIMEOUT",
+    _number(float, 0.0),
+    0.0,
+    "seconds >= 0 (0: off)",
+    "seconds without progress (console output or CPU time) after which a hung replica fails its experiment",
+)
+STORE_RETRY_SECONDS: Knob[float] = Knob(
+    "PHALANX_STORE_RETRY_SECONDS",
+    _number(float, 0.0, above=True),
+    30.0,
+    "seconds > 0",
+    "how long a supervisor retries recording an outcome while the store is down, before the spool keeps it",
+)
+SQLITE_CACHE_KIB: Knob[int] = Knob(
+    "PHALANX_SQLITE_CACHE_KIB",
+    _whole(256),
+    65536,
+    "a whole number of KiB, at least 256",
+    "the SQLite page cache of each store connection",
+)
+MAX_PENDING_POINTS: Knob[int] = Knob(
+    "PHALANX_MAX_PENDING_POINTS",
+    _whole(1),
+    4_000_000,
+    "a whole number of points, at least 1",
+    "points the SDK keeps in memory while the spool's disk is full (about 40 bytes each)",
+)
+STRAGGLER_THRESHOLD: Knob[float] = Knob(
+    "PHALANX_STRAGGLER_THRESHOLD",
+    _number(float, 0.0, above=True),
+    20.0,
+    "a percentage > 0",
+    "how much slower than the median rank a rank must be to be called a straggler",
+)
+MAX_REPLICAS: Knob[int] = Knob(
+    "PHALANX_MAX_REPLICAS",
+    _whole(1),
+    1024,
+    "a whole number of replicas, at least 1",
+    "the most replicas one experiment may have (a file asking for more is refused as a likely typo)",
+)
+DEFAULT_TORCH: Knob[str] = Knob(
+    "PHALANX_DEFAULT_TORCH",
+    _version,
+    "2.13.0",
+    "a version such as 2.13.0",
+    "the torch version framework estimators pin when they build an environment",
+)
+WHEELS_DIR: Knob[Path | None] = Knob(
+    "PHALANX_WHEELS_DIR",
+    _path,
+    None,
+    "a folder",
+    "where built wheels (Horovod) are kept; default ~/.cache/phalanx/wheels, shared by every PHALANX_HOME",
+)
+HOROVOD_WHEEL: Knob[Path | None] = Knob(
+    "PHALANX_HOROVOD_WHEEL",
+    _path,
+    None,
+    "a .whl file",
+    "a Horovod wheel to install instead of building one",
+)
+
+KNOBS: tuple[Knob[Any], ...] = (
+    HANG_TIMEOUT,
+    STORE_RETRY_SECONDS,
+    SQLITE_CACHE_KIB,
+    MAX_PENDING_POINTS,
+    STRAGGLER_THRESHOLD,
+    MAX_REPLICAS,
+    DEFAULT_TORCH,
+    WHEELS_DIR,
+    HOROVOD_WHEEL,
+)
+
+
+def check() -> None:
+    """Every knob read once: the first malformed one raises UsageError (exit 2)."""
+    for knob in KNOBS:
+        knob.value()

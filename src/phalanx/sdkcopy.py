@@ -1,0 +1,58 @@
+"""The standard-library-only copy of the tracking SDK that replicas import in a foreign venv.
+
+Below the engines and the supervisor alike: the supervisor puts it on a local replica's PYTHONPATH
+and the Kubernetes engines ship it in their code bundle, so neither asks the other for it.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from phalanx.config import Settings
+
+# The modules outside phalanx/tracking that the SDK imports (all standard-library only); a test imports
+# every module of the copy with a bare interpreter, so a missing one fails there, not in a user's venv.
+SDK_TOP_MODULES = (
+    "__init__.py",
+    "errors.py",
+    "procs.py",
+    "checkpoints.py",
+    # `python -m phalanx.sysmetrics` beside a replica on a cluster node (the Slurm task runner)
+    "sysmetrics.py",
+    "proctree.py",
+    "limits.py",
+    "domain.py",
+    "knobs.py",
+)
+
+
+def sdk_path(settings: Settings, root: Path | None = None) -> Path:
+    """A standard-library-only copy of the tracking SDK under PHALANX_HOME/sdk/<version>-<hash>, so
+    `from phalanx import Task` works inside a foreign venv (TensorFlow's, MXNet's)."""
+    import hashlib
+    import shutil
+    import tempfile
+
+    import phalanx
+    from phalanx import tracking
+
+    pkg = Path(phalanx.__file__).parent
+    files = [*(pkg / name for name in SDK_TOP_MODULES), *sorted(Path(tracking.__file__).parent.rglob("*.py"))]
+    digest = hashlib.sha256()
+    for f in files:
+        digest.update(str(f.relative_to(pkg)).encode())
+        digest.update(f.read_bytes())
+    target = (root or settings.home) / "sdk" / f"{phalanx.__version__}-{digest.hexdigest()[:12]}"
+    if (target / "phalanx" / "__init__.py").exists():
+        return target
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=".sdk-", dir=target.parent))
+    for f in files:
+        dest = tmp / "phalanx" / f.relative_to(pkg)
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(f, dest)
+    try:
+        tmp.rename(target)
+    except OSError:  # another supervisor published the same copy first
+        shutil.rmtree(tmp, ignore_errors=True)
+    return target
