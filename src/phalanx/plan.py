@@ -141,7 +141,7 @@ def param_text(value: Any) -> str:
 def render_inputs(command: str, names: set[str]) -> str:
     """``{{ inputs.NAME }}`` -> ``"${PHALANX_INPUT_NAME}"`` (quoted for where it stands); SpecError
     for a name that is not one of the experiment's inputs."""
-    from phalanx.data.inputs import shell_ref
+    from phalanx.spec.inputs import shell_ref
 
     unknown = sorted({m.group(1) for m in _INPUT_PLACEHOLDER.finditer(command)} - names)
     if unknown:

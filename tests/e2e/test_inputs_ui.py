@@ -18,7 +18,8 @@ pytestmark = pytest.mark.browser
 @pytest.fixture(scope="module")
 def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Server, str, str]]:
     from phalanx.config import Settings
-    from phalanx.data.inputs import InputSpec, resolve
+    from phalanx.data.inputs import resolve
+    from phalanx.spec.inputs import InputSpec
     from phalanx.store import catalog, open_store
 
     home = tmp_path_factory.mktemp("inputs-ui-home")

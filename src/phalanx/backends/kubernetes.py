@@ -51,7 +51,7 @@ from phalanx.config import Settings
 from phalanx.domain import ExperimentStatus, Framework, ReplicaState
 from phalanx.errors import BackendUnavailable, NotFound, SpecError
 from phalanx.frameworks import Endpoints
-from phalanx.plan import Plan
+from phalanx.plan import Plan, ReplicaPlan
 
 log = logging.getLogger(__name__)
 
@@ -104,93 +104,131 @@ def render_native(
     """
     url = kube_code.bundle_url(kube_code.require_server(server_url, "Kubernetes"), experiment_id)
     kube_code.check_environment(plan, env_volume, workdir)
-    if any(r.processes > 1 for r in plan.replicas) and plan.framework != Framework.PYTORCH:
-        raise SpecError(
-            f"processes_per_replica > 1 runs PyTorch processes in one pod (the slot launcher); "
-            f"{plan.framework or 'a plain command'} has no per-process wiring: use one replica per process"
-        )
+    _check_slots(plan)
     base = prefix(experiment_id)
     hosts = {r.name: f"{base}-{r.name}.{namespace}.svc" for r in plan.replicas}
     endpoints = Endpoints(hosts=hosts, ports={r.name: PORT for r in plan.replicas})
-    owner = {
-        "apiVersion": "v1",
-        "kind": "ConfigMap",
-        "metadata": {"name": base, "namespace": namespace, "labels": labels(experiment_id)},
-        "data": {"plan.json": json.dumps(plan.to_json(), sort_keys=True), "experiment-id": experiment_id},
-    }
     pods: list[dict[str, Any]] = []
     wired: set[str] = set()
     token = "PHALANX_HOST" in env
     nodes = sum(1 for r in plan.replicas if r.rank is not None)
     for r in plan.replicas:
-        renv = {
-            **env,
-            **frameworks.phalanx_env(experiment_id, r, {}, plan.params),
-            **frameworks.framework_env(plan, r, endpoints),
-        }
-        command = plan.command
-        if r.processes > 1:
-            renv.update(
-                PHALANX_COMMAND=plan.command,
-                PHALANX_PROCESSES=str(r.processes),
-                PHALANX_NODE_RANK=str(r.rank),
-                PHALANX_NNODES=str(nodes),
-            )
-            command = f"exec python {kube_code.SLOTS}"
+        renv, command = _replica_env(plan, r, experiment_id, env, endpoints, nodes)
         wired |= {name for name, host in hosts.items() if any(host in v for v in renv.values())}
-        spec: dict[str, Any] = {
-            "restartPolicy": "Never",
-            "containers": [
-                {
-                    "name": "replica",
-                    "image": image(plan),
-                    "command": ["/bin/sh", "-c", kube_code.replica_command(plan, command, workdir)],
-                    "env": env_list(renv, token=token),
-                    "ports": [{"name": "phalanx", "containerPort": PORT}],
-                    **({"resources": resources(r)} if resources(r) else {}),
-                }
-            ],
-            **placement(r),
-        }
-        spec = kube_code.with_code(spec, plan, image(plan), url, env_volume, workdir)
-        if plan.max_run_seconds:
-            spec["activeDeadlineSeconds"] = max(1, int(plan.max_run_seconds))
-        pods.append(
-            {
-                "apiVersion": "v1",
-                "kind": "Pod",
-                "metadata": {
-                    "name": f"{base}-{r.name}",
-                    "namespace": namespace,
-                    "labels": labels(experiment_id, r),
-                    "ownerReferences": [owner_reference(base)],
-                },
-                "spec": spec,
-            }
-        )
+        spec = _pod_spec(plan, r, renv, command, token=token, url=url, env_volume=env_volume, workdir=workdir)
+        pods.append(_owned("Pod", f"{base}-{r.name}", namespace, experiment_id, r, spec))
     services = [
-        {
-            "apiVersion": "v1",
-            "kind": "Service",
-            "metadata": {
-                "name": f"{base}-{r.name}",
-                "namespace": namespace,
-                "labels": labels(experiment_id, r),
-                "ownerReferences": [owner_reference(base)],
-            },
-            "spec": {
-                "clusterIP": "None",  # headless: the name resolves to the pod itself
-                "publishNotReadyAddresses": True,  # resolvable before readiness: rendezvous needs it
-                "selector": labels(experiment_id, r),
-                "ports": [{"name": "phalanx", "port": PORT, "targetPort": PORT}],
-            },
-        }
+        _owned("Service", f"{base}-{r.name}", namespace, experiment_id, r, _headless(experiment_id, r))
         for r in plan.replicas
         if r.name in wired
     ]
-    objects = [owner, *services, *pods]
+    objects = [_owner(plan, experiment_id, namespace), *services, *pods]
     validate_core(objects)
     return objects
+
+
+def _check_slots(plan: Plan) -> None:
+    """Several processes per pod need PyTorch's per-process wiring (the slot launcher); refuse others."""
+    if any(r.processes > 1 for r in plan.replicas) and plan.framework != Framework.PYTORCH:
+        raise SpecError(
+            f"processes_per_replica > 1 runs PyTorch processes in one pod (the slot launcher); "
+            f"{plan.framework or 'a plain command'} has no per-process wiring: use one replica per process"
+        )
+
+
+def _owner(plan: Plan, experiment_id: str, namespace: str) -> dict[str, Any]:
+    """The ConfigMap holding the plan: every other object names it as owner, so deleting it cancels all."""
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": prefix(experiment_id), "namespace": namespace, "labels": labels(experiment_id)},
+        "data": {"plan.json": json.dumps(plan.to_json(), sort_keys=True), "experiment-id": experiment_id},
+    }
+
+
+def _replica_env(
+    plan: Plan,
+    r: ReplicaPlan,
+    experiment_id: str,
+    env: Mapping[str, str],
+    endpoints: Endpoints,
+    nodes: int,
+) -> tuple[dict[str, str], str]:
+    """One replica's environment and command: its wiring, and the slot launcher for k processes a pod."""
+    renv = {
+        **env,
+        **frameworks.phalanx_env(experiment_id, r, {}, plan.params),
+        **frameworks.framework_env(plan, r, endpoints),
+    }
+    command = plan.command
+    if r.processes > 1:
+        renv.update(
+            PHALANX_COMMAND=plan.command,
+            PHALANX_PROCESSES=str(r.processes),
+            PHALANX_NODE_RANK=str(r.rank),
+            PHALANX_NNODES=str(nodes),
+        )
+        command = f"exec python {kube_code.SLOTS}"
+    return renv, command
+
+
+def _pod_spec(
+    plan: Plan,
+    r: ReplicaPlan,
+    renv: Mapping[str, str],
+    command: str,
+    *,
+    token: bool,
+    url: str,
+    env_volume: str | None,
+    workdir: str | None,
+) -> dict[str, Any]:
+    """A replica pod's spec: its container, placement, code-fetching init containers and deadline."""
+    spec: dict[str, Any] = {
+        "restartPolicy": "Never",
+        "containers": [
+            {
+                "name": "replica",
+                "image": image(plan),
+                "command": ["/bin/sh", "-c", kube_code.replica_command(plan, command, workdir)],
+                "env": env_list(renv, token=token),
+                "ports": [{"name": "phalanx", "containerPort": PORT}],
+                **({"resources": resources(r)} if resources(r) else {}),
+            }
+        ],
+        **placement(r),
+    }
+    spec = kube_code.with_code(spec, plan, image(plan), url, env_volume, workdir)
+    if plan.max_run_seconds:
+        spec["activeDeadlineSeconds"] = max(1, int(plan.max_run_seconds))
+    return spec
+
+
+def _headless(experiment_id: str, r: ReplicaPlan) -> dict[str, Any]:
+    """A headless Service's spec: a stable DNS name for a replica the wiring names, before readiness."""
+    return {
+        "clusterIP": "None",  # headless: the name resolves to the pod itself
+        "publishNotReadyAddresses": True,  # resolvable before readiness: rendezvous needs it
+        "selector": labels(experiment_id, r),
+        "ports": [{"name": "phalanx", "port": PORT, "targetPort": PORT}],
+    }
+
+
+def _owned(
+    kind: str, name: str, namespace: str, experiment_id: str, r: ReplicaPlan, spec: dict[str, Any]
+) -> dict[str, Any]:
+    """A replica's Pod or Service, labelled and owned by the ConfigMap (so ``cancel`` collects it)."""
+    return {
+        "apiVersion": "v1",
+        "kind": kind,
+        "metadata": {
+            "name": name,
+            "namespace": namespace,
+            "labels": labels(experiment_id, r),
+            "ownerReferences": [owner_reference(prefix(experiment_id))],
+        },
+        "spec": spec,
+    }
 
 
 def _time(text: str | None) -> float | None:

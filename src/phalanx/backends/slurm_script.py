@@ -16,7 +16,7 @@ import json
 import math
 import re
 import shlex
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -316,6 +316,20 @@ def render(
     the dry run is exactly what is submitted and `sbatch` of a saved copy works by hand. Tasks get
     only the environment written here (``--export=NONE``), not the submitting shell's.
     """
+    _check_renderable(plan, env)
+    components = layout(plan)
+    tasks = [t for c in components for t in c.tasks]
+    first_task = {t.replica.name: t.index for t in tasks if t.local_rank == 0}
+    fetch = node_fetch if node_fetch and node_fetch.orders else None
+    lines = _sbatch_header(plan, experiment_id, workdir, components, first_task, partition, account)
+    lines += _shared_setup(plan, run_dir, tasks, env, fetch)
+    lines += _task_script(plan, experiment_id, tasks, first_task, fetch)
+    lines += [_srun(plan, components, mpi_plugin), "exit $?", ""]
+    return "\n".join(lines)
+
+
+def _check_renderable(plan: Plan, env: Mapping[str, str]) -> None:
+    """Refuse what Slurm's shell or MPI cannot run before a line of the script is written."""
     if frameworks.uses_mpi(plan):
         problems = mpi.check(plan)
         if problems:
@@ -323,18 +337,22 @@ def render(
     for key in env:
         if not _NAME_OK.match(key):
             raise SpecError(f"env: {key!r} is not a valid environment variable name for Slurm's shell")
-    components = layout(plan)
+
+
+def _sbatch_header(
+    plan: Plan,
+    experiment_id: str,
+    workdir: str,
+    components: Sequence[Component],
+    first_task: Mapping[str, int],
+    partition: str | None,
+    account: str | None,
+) -> list[str]:
+    """The #SBATCH lines: the job's name, folder, limits, requeue policy and each component's resources."""
     tasks = [t for c in components for t in c.tasks]
-    port = base_port(experiment_id)
-    first_task = {t.replica.name: t.index for t in tasks if t.local_rank == 0}
-    endpoints = Endpoints(
-        hosts={name: f"@@ADDR{i}@@" for name, i in first_task.items()},
-        ports={name: port + i for name, i in first_task.items()},
-    )
-    het = len(components) > 1
     shape = (
         f"a heterogeneous job of {len(components)} components (replicas' resources differ)"
-        if het
+        if len(components) > 1
         else f"one job of {len(tasks)} task(s)"
     )
     lines = [
@@ -352,14 +370,7 @@ def render(
         lines.append(f"#SBATCH --partition={partition}")
     if account:
         lines.append(f"#SBATCH --account={account}")
-    if plan.max_run_seconds:
-        minutes = max(1, math.ceil(plan.max_run_seconds / 60))
-        lines.append(f"#SBATCH --time={minutes}")
-        if minutes > 2 * SIGNAL_SECONDS // 60:  # a shorter limit would be signalled right at the start
-            lines += [
-                f"# SIGTERM {SIGNAL_SECONDS} s before the time limit, so the tasks can write a checkpoint",
-                f"#SBATCH --signal=TERM@{SIGNAL_SECONDS}",
-            ]
+    lines += _time_limit(plan)
     lines.append("# replicas are machines in the file's terms: spread the tasks over as many nodes as it can")
     lines.append("#SBATCH --spread-job")
     if plan.max_restarts:
@@ -375,7 +386,28 @@ def render(
         span = f"task {first}" if first == last else f"tasks {first}-{last}"
         lines.append(f"# {span}: {', '.join(names)}")
         lines += [f"#SBATCH {opt}" for opt in comp.resources.options(len(comp.tasks))]
-    lines += [
+    return lines
+
+
+def _time_limit(plan: Plan) -> list[str]:
+    """The job's --time from max_run_seconds, with a SIGTERM early enough for a checkpoint."""
+    if not plan.max_run_seconds:
+        return []
+    minutes = max(1, math.ceil(plan.max_run_seconds / 60))
+    lines = [f"#SBATCH --time={minutes}"]
+    if minutes > 2 * SIGNAL_SECONDS // 60:  # a shorter limit would be signalled right at the start
+        lines += [
+            f"# SIGTERM {SIGNAL_SECONDS} s before the time limit, so the tasks can write a checkpoint",
+            f"#SBATCH --signal=TERM@{SIGNAL_SECONDS}",
+        ]
+    return lines
+
+
+def _shared_setup(
+    plan: Plan, run_dir: Path, tasks: Sequence[Task], env: Mapping[str, str], fetch: NodeFetch | None
+) -> list[str]:
+    """The script's body before the tasks: run folder, task list, base and shared environment, inputs."""
+    lines = [
         "",
         "set -uo pipefail",
         f"export PHALANX_RUN_DIR={shlex.quote(str(run_dir))}",
@@ -396,10 +428,28 @@ def render(
     for k, v in env.items():
         lines.append(f"export {k}={shlex.quote(v) if k != 'PATH' else _path_value(v)}")
     lines.append(f"export PHALANX_COMMAND={shlex.quote(plan.command)}")
-    if node_fetch and node_fetch.orders:
-        lines += ["", *node_fetch.header()]
-    lines += ["", TASK_NODES, ""]
-    lines += [
+    if fetch:
+        lines += ["", *fetch.header()]
+    return lines
+
+
+def _task_script(
+    plan: Plan,
+    experiment_id: str,
+    tasks: Sequence[Task],
+    first_task: Mapping[str, int],
+    fetch: NodeFetch | None,
+) -> list[str]:
+    """task.sh, which every Slurm task runs: its replica's wiring by task number, then the runner."""
+    port = base_port(experiment_id)
+    endpoints = Endpoints(
+        hosts={name: f"@@ADDR{i}@@" for name, i in first_task.items()},
+        ports={name: port + i for name, i in first_task.items()},
+    )
+    lines = [
+        "",
+        TASK_NODES,
+        "",
         "# Each task names its replica and computes its wiring from the allocation (ADDR[task]).",
         "cat >\"$PHALANX_RUN_DIR/task.sh\" <<'PHALANX_TASK'",
         "set -u",
@@ -409,20 +459,24 @@ def render(
     for task in tasks:
         lines += _task_case(plan, task, endpoints, experiment_id)
     lines += ['  *) echo "phalanx: unexpected task $SLURM_PROCID" >&2; exit 3 ;;', "esac"]
-    if node_fetch and node_fetch.orders:
-        lines.append(node_fetch.step())
+    if fetch:
+        lines.append(fetch.step())
     lines.append(TASK_RUNNER)
     lines += ["PHALANX_TASK", ""]
+    return lines
+
+
+def _srun(plan: Plan, components: Sequence[Component], mpi_plugin: str) -> str:
+    """The one srun step that starts every task (one het group per component when resources differ)."""
     srun = ["srun"]
-    if het:
+    if len(components) > 1:
         srun.append(f"--het-group=0-{len(components) - 1}")
     # --export=ALL: the step takes this script's environment (sbatch's NONE would otherwise carry over)
     srun += ["--export=ALL", "--kill-on-bad-exit=1", "--distribution=block"]
     if frameworks.uses_mpi(plan):
         srun.append(f"--mpi={mpi_plugin}")
     srun += ["/bin/bash", '"$PHALANX_RUN_DIR/task.sh"']
-    lines += [" ".join(srun), "exit $?", ""]
-    return "\n".join(lines)
+    return " ".join(srun)
 
 
 def _sbatch_value(value: str) -> str:

@@ -2,6 +2,6 @@
 reads (resolved before anything starts, fetched once per machine). See docs/data.md."""
 
 from phalanx.data.handles import Dataset, Datastore
-from phalanx.data.inputs import InputSpec
+from phalanx.spec.inputs import InputSpec
 
 __all__ = ["Dataset", "Datastore", "InputSpec"]

@@ -14,7 +14,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from phalanx.data.inputs import InputSpec, shell_ref
+from phalanx.spec.inputs import InputSpec, shell_ref
 
 
 def _settings(ws_or_home: Any) -> Any:

@@ -1,5 +1,7 @@
 """Inputs: the data an experiment reads, given in the file's ``inputs:`` section or the estimator's
-``inputs=[...]`` / ``script_params={'--data_dir': ds}``, resolved before anything starts.
+``inputs=[...]`` / ``script_params={'--data_dir': ds}``, resolved before anything starts. Their
+parsing and naming (``InputSpec``, ``parse_inputs``) live in ``phalanx.spec.inputs``; this module
+resolves and fetches them (it reads the catalog in the store and the files through fsspec).
 
 Every replica finds input NAME at the same local path, in the environment variable
 ``PHALANX_INPUT_<NAME>`` (upper case, other characters as ``_``); ``{{ inputs.NAME }}`` in run.cmd
@@ -17,127 +19,15 @@ to ``download``: no FUSE is used (containers and CI machines rarely allow it), a
 from __future__ import annotations
 
 import hashlib
-import re
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from phalanx.errors import UsageError
+from phalanx.spec.inputs import InputSpec
 
 if TYPE_CHECKING:
     from phalanx.config import Settings
-
-MODES = ("download", "mount")
-INPUT_KEYS = ("name", "dataset", "datastore", "path", "mode")
-ENV_PREFIX = "PHALANX_INPUT_"
-_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_-]{0,63}$")
-
-
-@dataclass(frozen=True)
-class InputSpec:
-    """One input as written: a dataset reference (``digits@3``) or a datastore (and a folder in it)."""
-
-    name: str
-    dataset: str | None = None
-    datastore: str | None = None
-    path: str = ""
-    mode: str = "download"
-
-    def __post_init__(self) -> None:
-        problem = self.problem()
-        if problem:
-            raise UsageError(f"input {self.name!r}: {problem}")
-
-    def problem(self) -> str | None:
-        if not isinstance(self.name, str) or not _NAME.match(self.name):
-            return "a name is letters, digits, '_' and '-' (at most 64, starting with a letter or '_')"
-        if (self.dataset is None) == (self.datastore is None):
-            return "give one of dataset: NAME[@VERSION] or datastore: NAME"
-        if self.mode not in MODES:
-            return f"mode {self.mode!r}: use download or mount"
-        if self.path and self.dataset is not None:
-            return "path: is a folder inside a datastore; a dataset is used whole"
-        return None
-
-    @property
-    def env(self) -> str:
-        return env_name(self.name)
-
-    def to_json(self) -> dict[str, Any]:
-        doc: dict[str, Any] = {"name": self.name, "mode": self.mode}
-        if self.dataset is not None:
-            doc["dataset"] = self.dataset
-        else:
-            doc["datastore"] = self.datastore
-            if self.path:
-                doc["path"] = self.path
-        return doc
-
-
-def env_name(name: str) -> str:
-    return ENV_PREFIX + re.sub(r"[^A-Za-z0-9]", "_", name).upper()
-
-
-def shell_ref(name: str) -> str:
-    """What ``{{ inputs.NAME }}`` becomes in a command: the variable, expanded by the shell."""
-    return "${" + env_name(name) + "}"
-
-
-def parse_inputs(value: Any, where: str = "inputs") -> tuple[InputSpec, ...]:
-    """A list of mappings (the file's section, the estimator's argument) -> InputSpecs; UsageError
-    naming ``where[i].key`` for what is wrong."""
-    if value is None:
-        return ()
-    if not isinstance(value, Sequence) or isinstance(value, str | bytes):
-        raise UsageError(f"{where}: expected a list like [{{name: digits, dataset: digits@latest}}]")
-    out: list[InputSpec] = []
-    for i, item in enumerate(value):
-        if isinstance(item, InputSpec):
-            out.append(item)
-            continue
-        if hasattr(item, "as_input"):
-            out.append(item.as_input())
-            continue
-        if not isinstance(item, Mapping):
-            raise UsageError(f"{where}[{i}]: expected a mapping with name and dataset or datastore")
-        unknown = [k for k in item if k not in INPUT_KEYS]
-        if unknown:
-            raise UsageError(f"{where}[{i}].{unknown[0]}: unknown key; use {', '.join(INPUT_KEYS)}")
-        try:
-            out.append(
-                InputSpec(
-                    name=item.get("name"),  # type: ignore[arg-type]
-                    dataset=_text(item.get("dataset")),
-                    datastore=_text(item.get("datastore")),
-                    path=_text(item.get("path")) or "",
-                    mode=str(item.get("mode") or "download"),
-                )
-            )
-        except UsageError as exc:
-            raise UsageError(f"{where}[{i}]: {exc.message}") from None
-    names = [s.name for s in out]
-    dup = next((n for n in names if names.count(n) > 1), None)
-    if dup:
-        raise UsageError(f"{where}: two inputs are named {dup!r}; names must differ")
-    return tuple(out)
-
-
-def from_record(record: Mapping[str, Any]) -> InputSpec:
-    """The input a lineage record was resolved from, pinned: a dataset at the version it used."""
-    mode = str(record.get("requested_mode") or record.get("mode") or "download")
-    if record.get("kind") == "dataset":
-        return InputSpec(name=str(record["name"]), dataset=str(record["ref"]), mode=mode)
-    return InputSpec(
-        name=str(record["name"]),
-        datastore=str(record["datastore"]),
-        path=str(record.get("path") or ""),
-        mode=mode,
-    )
-
-
-def _text(value: Any) -> str | None:
-    return None if value is None else str(value)
 
 
 def resolve(

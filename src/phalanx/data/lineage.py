@@ -47,7 +47,7 @@ def pin_inputs(spec: Any, plan: Mapping[str, Any] | None) -> Any:
     dataset at the version that run used, not whatever ``@latest`` means now."""
     from dataclasses import replace
 
-    from phalanx.data.inputs import from_record
+    from phalanx.spec.inputs import from_record
 
     records = {r.get("name"): r for r in inputs_of(plan)}
     if not records or not getattr(spec, "inputs", ()):

@@ -287,8 +287,8 @@ class Estimator:
     @staticmethod
     def _inputs(value: Any, params: Any, problems: list[Problem]) -> tuple[Any, ...]:
         """``inputs=[...]`` plus every Datastore/Dataset handle given as a script_params value."""
-        from phalanx.data.inputs import parse_inputs
         from phalanx.errors import UsageError
+        from phalanx.spec.inputs import parse_inputs
 
         handles = (
             [v for v in params.values() if hasattr(v, "as_input")] if isinstance(params, Mapping) else []
@@ -382,7 +382,7 @@ class Estimator:
     @property
     def command(self) -> str:
         """The shell command every process runs (`python` is the experiment's interpreter)."""
-        from phalanx.data.inputs import shell_ref
+        from phalanx.spec.inputs import shell_ref
 
         refs = {shell_ref(i.name) for i in self.inputs}
         words = ["python", self.entry_script, *self.arguments]

@@ -11,8 +11,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from phalanx.data.inputs import InputSpec
 from phalanx.domain import BackendKind, Framework, Resources
+from phalanx.spec.inputs import InputSpec
 
 
 @dataclass(frozen=True)
@@ -82,7 +82,7 @@ class ExperimentSpec:
     max_restarts: int = 0
     max_run_seconds: float | None = None
     checkpoints: Mapping[str, Any] | None = None  # run.checkpoints: the retention policy
-    inputs: tuple[InputSpec, ...] = ()  # the data it reads (phalanx.data.inputs)
+    inputs: tuple[InputSpec, ...] = ()  # the data it reads (phalanx.spec.inputs)
     source_file: str | None = None  # path of the file it came from, when it came from one
     launch_params: Mapping[str, Any] = field(default_factory=dict)  # the `--param` values given at launch
     source_text: str | None = None  # the file's text, shown in the UI's Overview

@@ -218,8 +218,8 @@ def _data_inputs(node: YNode | None) -> bool:
 
 def _read_inputs(c: Collector, root: YMap) -> tuple[Any, ...]:
     """inputs: [{name, dataset | datastore, path, mode}]: the data every replica gets (phalanx.data)."""
-    from phalanx.data.inputs import INPUT_KEYS, parse_inputs
     from phalanx.errors import UsageError
+    from phalanx.spec.inputs import INPUT_KEYS, parse_inputs
 
     node = root.get("inputs")
     assert isinstance(node, YSeq)

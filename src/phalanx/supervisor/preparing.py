@@ -216,7 +216,8 @@ def _with_inputs(
     NotFound, exit 2), fetching downloads into this machine's cache; the plan then carries their
     lineage records (dataset versions, datastore URLs) and every replica their local paths.
     ``on_nodes`` (a cluster engine): downloads become fetch orders each node or pod carries out."""
-    from phalanx.data.inputs import from_record, resolve
+    from phalanx.data.inputs import resolve
+    from phalanx.spec.inputs import from_record
 
     if not plan.inputs:
         return plan, {}, []

@@ -28,7 +28,8 @@ def _get(url: str) -> Any:
 
 
 def test_a_pod_fetches_its_dataset_input_through_the_server_checked(tmp_path: Path) -> None:
-    from phalanx.data.inputs import InputSpec, resolve
+    from phalanx.data.inputs import resolve
+    from phalanx.spec.inputs import InputSpec
     from phalanx.store import catalog, open_store
 
     home = tmp_path / "server"

@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 
 from phalanx.data import Datastore
-from phalanx.data.inputs import InputSpec, env_name
 from phalanx.errors import SpecError
 from phalanx.estimators import PyTorch
 from phalanx.plan import build_plan
+from phalanx.spec.inputs import InputSpec, env_name
 from phalanx.spec.loader import load_spec_text
 
 FILE = """
