@@ -147,7 +147,9 @@ def ls(
     column: Annotated[
         list[str] | None,
         typer.Option(
-            "--column", metavar="COLUMN", help="Also show param:KEY or metric:AGG:TITLE (repeatable)."
+            "--column",
+            metavar="COLUMN",
+            help="Also show param:KEY, metric:AGG:TITLE or metric:AGG:TITLE@rankN (repeatable).",
         ),
     ] = None,
 ) -> None:
@@ -155,7 +157,8 @@ def ls(
 
     --where keeps those that meet every condition of the run table's grammar, e.g.
     --where "metric:min:loss < 0.5 and param:lr > 0.01"; --column adds a param:KEY or
-    metric:AGG:TITLE (AGG last, min or max) column.
+    metric:AGG:TITLE (AGG last, min or max) column; metric:AGG:TITLE@rankN is rank N's series
+    only. After `phalanx login` (or with --server) the server filters.
     """
     from phalanx.cli.target import choose
 
@@ -163,13 +166,8 @@ def ls(
     remote = None
     if client is not None:
         from phalanx.cli.remote_store import RemoteStore
-        from phalanx.errors import UsageError
 
-        if where or column:
-            raise UsageError(
-                "--where and --column: not on a server yet (the web UI's run table filters there)"
-            )
-        remote = RemoteStore(client)
+        remote = RemoteStore(client)  # --where/--column: the server's run table (GET /experiments)
     ls_experiments(
         status=status,
         project=project,
