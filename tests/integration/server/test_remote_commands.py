@@ -151,7 +151,7 @@ def test_every_read_and_control_command_prints_on_the_server_what_it_prints_ther
     # the query: --where/--column (a rank's own column too) filtered by the server's run table
     query = ("--where", "param:lr > 0.15", "--column", "metric:last:loss@rank0", "--column", "param:lr")
     listed = same("ls", *query)
-    assert b_id in listed and a_id not in listed and "0.066667" in listed  # lr 0.2, last loss 0.2 / 3
+    assert b_id in listed and a_id not in listed and "0.0666667" in listed  # lr 0.2, last loss 0.2 / 3
     same("ls", *query, "-o", "json")
     monkeypatch.setenv("PHALANX_TOKEN", TOKEN)
     frame = phalanx_api.search_experiments("param:lr > 0.15", columns=["param:lr"], server=server.url)
