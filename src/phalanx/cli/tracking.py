@@ -498,15 +498,26 @@ def artifacts(
         Path, typer.Option("-d", "--dir", metavar="DIR", help="Where --download writes.")
     ] = Path("."),
     output: Annotated[Format, typer.Option("-o", "--output", help="table or json")] = Format.TABLE,
+    kind: Annotated[
+        str | None,
+        typer.Option(
+            "--kind",
+            metavar="KIND",
+            help="Only this kind: 'report' lists the Logger's images, histograms, tables and plots.",
+        ),
+    ] = None,
     server: ServerOpt = None,
     local: LocalOpt = False,
 ) -> None:
-    """List an experiment's artifacts, or download one with --download NAME [-d DIR]."""
+    """List an experiment's artifacts, or download one with --download NAME [-d DIR].
+
+    --kind report lists what logger.report_image/histogram/table/matplotlib_figure/plotly stored,
+    named report/KIND/TITLE/SERIES/STEP@rankN (-o json adds their title, series, step and rank)."""
     from phalanx.errors import NotFound, StoreError
 
     store = open_target(server, local)
     e = store.get_experiment(experiment_id)
-    records = store.artifacts(e.id)
+    records = [a for a in store.artifacts(e.id) if kind is None or a.kind == kind]
     if download is not None:
         chosen = next((a for a in records if a.name == download), None)
         if chosen is None:
@@ -527,7 +538,7 @@ def artifacts(
         emit_json([artifact_json(a) for a in records])
         return
     if not records:
-        typer.echo(f"experiment {e.id} has no artifacts")
+        typer.echo(f"experiment {e.id} has no artifacts" + (f" of kind {kind!r}" if kind else ""))
         return
     rows = [
         [a.name, a.kind, _size(a.size), a.replica, "-" if a.rank is None else str(a.rank), a.path]

@@ -53,9 +53,9 @@ def artifact_name(kind: str, title: str, series: str, step: int, rank: int | Non
     return f"report/{kind}/{title}/{series}/{step}{own}"
 
 
-def file_name(kind: str, title: str, series: str, step: int, extension: str) -> str:
+def file_name(kind: str, title: str, series: str, step: int, rank: int | None, extension: str) -> str:
     """A safe file name for any title (which may hold '/', spaces, anything): a digest of the key."""
-    digest = hashlib.sha1(json.dumps([kind, title, series, step]).encode()).hexdigest()[:20]
+    digest = hashlib.sha1(json.dumps([kind, title, series, step, rank]).encode()).hexdigest()[:20]
     return f"{kind}-{step}-{digest}.{extension}"
 
 
@@ -337,7 +337,7 @@ class DebugSamples:
         self._report_steps[key] = max(step, self._report_steps.get(key, -1))
         reporter = self._task._reporter
         rank = reporter.rank()
-        filename = file_name(report.kind, title, series, step, report.extension)
+        filename = file_name(report.kind, title, series, step, rank, report.extension)
         rel, target = reporter.file_slot(filename)
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_bytes(report.payload)

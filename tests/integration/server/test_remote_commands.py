@@ -143,6 +143,8 @@ def test_every_read_and_control_command_prints_on_the_server_what_it_prints_ther
     assert "lr" in same("params", a_id)
     same("params", a_id, "-o", "json")
     assert "summary" in same("artifacts", a_id)
+    assert "report/table/results/final/2@rank0" in same("artifacts", a_id, "--kind", "report")
+    assert '"title": "results"' in same("artifacts", a_id, "--kind", "report", "-o", "json")
     assert "bye" in same("logs", a_id)
     same("logs", a_id, "-f", "-o", "json")
     assert "lr" in same("diff", a_id, b_id)
