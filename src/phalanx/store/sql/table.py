@@ -116,5 +116,6 @@ def _series_ranks(conn: Connection, series: set[int]) -> dict[int, set[int]]:
             .where(ScalarChunkRow.series_id.in_(ordered[i : i + 900]), ScalarChunkRow.rank.is_not(None))
         ).all()
         for series_id, rank in rows:
-            found.setdefault(series_id, set()).add(int(rank))
+            if rank is not None:
+                found.setdefault(series_id, set()).add(int(rank))
     return found
