@@ -176,7 +176,7 @@ for run in json.load(open(data_file)):
     r = client.create_run(exp, run_name=run["name"]).info.run_id
     # one series a rank, as MLflow keeps one run per process: rank 0's is the run's val/acc
     metrics = [Metric("val/acc", v, now + s, s) for s, v in enumerate(run["ranks"]["0"])]
-    metrics += [Metric("val/acc@rank1", v, now + s, s) for s, v in enumerate(run["ranks"]["1"])]
+    metrics += [Metric("val/acc rank1", v, now + s, s) for s, v in enumerate(run["ranks"]["1"])]
     params = [Param("lr", str(run["lr"])), Param("optimizer", run["optimizer"])]
     client.log_batch(r, metrics=metrics, params=params)
     client.set_terminated(r)
@@ -202,8 +202,10 @@ def bench_mlflow(work: Path, written: list[dict[str, Any]], repeats: int) -> dic
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
     done = subprocess.run(
         [python, str(work / "mlflow_query.py"), uri, str(work / "runs.json"), str(repeats), MLFLOW_FILTER],
-        env=env, cwd=work, capture_output=True, text=True, check=True,
+        env=env, cwd=work, capture_output=True, text=True,
     )  # fmt: skip
+    if done.returncode != 0:
+        raise SystemExit(f"the MLflow part failed (exit {done.returncode}):\n{done.stderr[-3000:]}")
     doc = json.loads(done.stdout.strip().splitlines()[-1])
     return {"metric+param": {**percentiles(doc["times"]), **cpu_percentiles(doc["cpu"]), "rows": doc["rows"]}}
 
@@ -242,6 +244,7 @@ def main() -> None:
         fill_phalanx(work / "home", written)
         load = os.getloadavg()[0]
         results["phalanx"] = bench_phalanx(work / "home", args.repeats)
+        print(table(results, args.experiments), flush=True)  # kept should the MLflow part fail
         if not args.skip_mlflow:
             for run in written:  # JSON keys are text
                 run["ranks"] = {str(k): v for k, v in run["ranks"].items()}
