@@ -52,6 +52,8 @@ def search_experiments(
     group: str | None = None,
     status: str | None = None,
     *,
+    server: str | None = None,
+    local: bool = False,
     store: Store | None = None,
 ) -> pd.DataFrame:
     """One row per experiment matching every condition, newest first: ``id, name, project, status,
@@ -60,6 +62,10 @@ def search_experiments(
 
         phalanx.search_experiments("metric:max:val/acc >= 0.9 and param:lr < 0.05",
                                    columns=["param:lr", "metric:max:val/acc"], project="examples")
+
+    Where: ``server="URL"``, or the server ``phalanx login`` chose, filters on that server (its run
+    table, ``GET /api/v1/experiments?where=&column=``); ``local=True``, or no login, reads this
+    machine's store. ``metric:AGG:TITLE@rankN`` is rank N's series only.
 
     A malformed condition or column raises UsageError saying how to write it."""
     try:
@@ -80,14 +86,35 @@ def search_experiments(
     except ValueError:
         choices = ", ".join(s.value for s in ExperimentStatus)
         raise UsageError(f"search_experiments: status {status!r} is not one of {choices}") from None
+    base = ExperimentFilter(status=wanted_status, project=project, group_id=group)
+    wanted = list(dict.fromkeys([*columns, *(c.column for c in conditions)]))
     if store is None:
+        from phalanx.cli.target import choose
+
+        client = choose(server, local, say=False)
+        if client is not None:  # the server filters: only the matches cross the network
+            from phalanx.cli.remote_store import RemoteStore
+
+            remote = RemoteStore(client)
+            where_texts = [where] if isinstance(where, str) else list(where or [])
+            page, values = remote.table(replace(base, offset=0, limit=MAX_SCAN), where_texts, list(columns))
+            return _frame(pd, page.items, values, columns, [])
         from phalanx.cli.tracking import open_for_reading
 
         store, _ = open_for_reading()
-    base = ExperimentFilter(status=wanted_status, project=project, group_id=group)
     experiments = store.list_experiments(replace(base, offset=0, limit=MAX_SCAN)).items
-    wanted = list(dict.fromkeys([*columns, *(c.column for c in conditions)]))
     values = store.experiment_columns([e.id for e in experiments], wanted) if wanted else {}
+    return _frame(pd, experiments, values, columns, conditions)
+
+
+def _frame(
+    pd: Any,
+    experiments: Sequence[Any],
+    values: dict[str, dict[str, Any]],
+    columns: Sequence[str],
+    conditions: Sequence[Any],
+) -> pd.DataFrame:
+    """The rows of ``experiments`` meeting every condition, with the base and extra columns."""
     rows: list[dict[str, Any]] = []
     for e in experiments:
         own = values.get(e.id, {})

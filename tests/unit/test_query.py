@@ -159,3 +159,19 @@ def test_search_without_a_store_reads_the_home_store(phalanx_home: Path) -> None
     store.close()
     frame = phalanx.search_experiments()
     assert list(frame["id"]) == [e.id]
+
+
+def test_a_rank_column_reads_only_that_ranks_series(tmp_path: Path) -> None:
+    store = open_store(Settings(home=tmp_path, db_url=None, artifacts_url=None))
+    e = fill.experiment(store, name="ddp", n_workers=1)
+    fill.scalars(store, e.id, "loss", "master", [0.9, 0.5], replica="master")  # rank 0
+    fill.scalars(store, e.id, "loss", "worker-0", [0.8, 0.7, 0.3], replica="worker-0")  # rank 1
+    other = fill.experiment(store, name="single", n_workers=0)
+    fill.scalars(store, other.id, "loss", "master", [0.2])
+    columns = ["metric:last:loss@rank1", "metric:max:loss@rank0", "metric:min:loss", "metric:min:loss@rank7"]
+    frame = phalanx.search_experiments("metric:min:loss@rank1 < 0.5", columns=columns, store=store)
+    assert list(frame["id"]) == [e.id]  # `other` has no rank-1 series: its value is missing
+    row = frame.iloc[0]
+    assert (row[columns[0]], row[columns[1]], row[columns[2]]) == (0.3, 0.9, 0.3)
+    assert row[columns[3]] is None or math.isnan(row[columns[3]])
+    store.close()

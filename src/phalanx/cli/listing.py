@@ -111,7 +111,16 @@ def ls_experiments(
     if store is not None:
         from dataclasses import replace
 
-        page = store.list_experiments(replace(query, group_id=group))
+        if where or columns:  # the server's run table filters over every experiment it holds
+            from phalanx.store.columns import parse_column
+            from phalanx.store.filters import parse_filters
+
+            parse_filters(where or [])  # a mistake is told here, as locally, before any request
+            for column in columns or []:
+                parse_column(column)
+            page, values = store.table(replace(query, group_id=group), where or [], columns or [])
+        else:
+            page = store.list_experiments(replace(query, group_id=group))
     elif where or columns:
         page, values = _filtered_page(query, Settings(), group, where or [], columns or [])
     else:

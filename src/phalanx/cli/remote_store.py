@@ -52,6 +52,40 @@ class RemoteStore:
         items = [experiment_of(e) for e in doc["items"]]
         return Page(items, int(doc["total"]), int(doc["offset"]), int(doc["limit"]))
 
+    def table(
+        self, f: ExperimentFilter, where: list[str], columns: list[str], *, page_size: int = 500
+    ) -> tuple[Page[Experiment], dict[str, dict[str, Any]]]:
+        """The server's run table (``GET /experiments?where=&column=``): the newest ``f.limit``
+        experiments meeting every condition, filtered over every experiment on the server, and their
+        column values. Pages of ``page_size`` (the API's most) until ``f.limit`` or the end."""
+        wanted = list(dict.fromkeys(columns))
+        items: list[Experiment] = []
+        values: dict[str, dict[str, Any]] = {}
+        total = 0
+        offset = f.offset
+        while len(items) < f.limit:
+            doc = self.client.get(
+                "/experiments",
+                status=None if f.status is None else str(f.status),
+                project=f.project,
+                tag=f.tag,
+                q=f.text,
+                group=f.group_id,
+                offset=offset,
+                limit=min(f.limit - len(items), page_size),
+                sort=f.order_by,
+                where=list(where) or None,
+                column=wanted or None,
+            )
+            total = int(doc["total"])
+            for e in doc["items"]:
+                items.append(experiment_of(e))
+                values[e["id"]] = dict(e.get("columns") or {})
+            offset += len(doc["items"])
+            if not doc["items"] or offset >= total:
+                break
+        return Page(items, total, f.offset, f.limit), values
+
     def list_replicas(self, experiment_id: str) -> list[Replica]:
         docs = self.client.get(f"/experiments/{quote(experiment_id)}/replicas")
         return [replica_of(experiment_id, r) for r in docs]

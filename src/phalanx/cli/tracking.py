@@ -147,7 +147,9 @@ def ls(
     column: Annotated[
         list[str] | None,
         typer.Option(
-            "--column", metavar="COLUMN", help="Also show param:KEY or metric:AGG:TITLE (repeatable)."
+            "--column",
+            metavar="COLUMN",
+            help="Also show param:KEY, metric:AGG:TITLE or metric:AGG:TITLE@rankN (repeatable).",
         ),
     ] = None,
 ) -> None:
@@ -155,7 +157,8 @@ def ls(
 
     --where keeps those that meet every condition of the run table's grammar, e.g.
     --where "metric:min:loss < 0.5 and param:lr > 0.01"; --column adds a param:KEY or
-    metric:AGG:TITLE (AGG last, min or max) column.
+    metric:AGG:TITLE (AGG last, min or max) column; metric:AGG:TITLE@rankN is rank N's series
+    only. After `phalanx login` (or with --server) the server filters.
     """
     from phalanx.cli.target import choose
 
@@ -163,13 +166,8 @@ def ls(
     remote = None
     if client is not None:
         from phalanx.cli.remote_store import RemoteStore
-        from phalanx.errors import UsageError
 
-        if where or column:
-            raise UsageError(
-                "--where and --column: not on a server yet (the web UI's run table filters there)"
-            )
-        remote = RemoteStore(client)
+        remote = RemoteStore(client)  # --where/--column: the server's run table (GET /experiments)
     ls_experiments(
         status=status,
         project=project,
@@ -521,15 +519,26 @@ def artifacts(
         Path, typer.Option("-d", "--dir", metavar="DIR", help="Where --download writes.")
     ] = Path("."),
     output: Annotated[Format, typer.Option("-o", "--output", help="table or json")] = Format.TABLE,
+    kind: Annotated[
+        str | None,
+        typer.Option(
+            "--kind",
+            metavar="KIND",
+            help="Only this kind: 'report' lists the Logger's images, histograms, tables and plots.",
+        ),
+    ] = None,
     server: ServerOpt = None,
     local: LocalOpt = False,
 ) -> None:
-    """List an experiment's artifacts, or download one with --download NAME [-d DIR]."""
+    """List an experiment's artifacts, or download one with --download NAME [-d DIR].
+
+    --kind report lists what logger.report_image/histogram/table/matplotlib_figure/plotly stored,
+    named report/KIND/TITLE/SERIES/STEP@rankN (-o json adds their title, series, step and rank)."""
     from phalanx.errors import NotFound, StoreError
 
     store = open_target(server, local)
     e = store.get_experiment(experiment_id)
-    records = store.artifacts(e.id)
+    records = [a for a in store.artifacts(e.id) if kind is None or a.kind == kind]
     if download is not None:
         chosen = next((a for a in records if a.name == download), None)
         if chosen is None:
@@ -550,7 +559,7 @@ def artifacts(
         emit_json([artifact_json(a) for a in records])
         return
     if not records:
-        typer.echo(f"experiment {e.id} has no artifacts")
+        typer.echo(f"experiment {e.id} has no artifacts" + (f" of kind {kind!r}" if kind else ""))
         return
     rows = [
         [a.name, a.kind, _size(a.size), a.replica, "-" if a.rank is None else str(a.rank), a.path]

@@ -30,6 +30,7 @@ from phalanx.tracking.console import ConsoleCapture, ExternalCapture, relay_lock
 from phalanx.tracking.identity import Identity, launch_params
 from phalanx.tracking.labels import MAX_TAG, check_label
 from phalanx.tracking.objects import ArtifactError, check_name, materialize, prepare
+from phalanx.tracking.reports import DebugSamples
 
 log = logging.getLogger("phalanx.tracking")
 
@@ -41,12 +42,14 @@ _INGEST_DEPS = ("sqlalchemy", "alembic", "fsspec", "pydantic_settings", "phalanx
 lifecycle.patch_argparse()
 
 
-class Logger:
-    """``task.get_logger()``: scalars and text. Report calls only append to memory (about a
-    microsecond); a background thread writes them."""
+class Logger(DebugSamples):
+    """``task.get_logger()``: scalars and text (report calls only append to memory, about a
+    microsecond; a background thread writes them), images, histograms, tables and plots
+    (phalanx.tracking.reports: a file each, written to the spool by the call)."""
 
     def __init__(self, task: Task) -> None:
         self._task = task
+        self._report_steps = {}
         self._append = task._reporter.scalars.append
         self._rank = task._reporter.rank
         self._steps: dict[tuple[str, str], int] = {}

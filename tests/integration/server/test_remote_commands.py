@@ -16,6 +16,8 @@ import pytest
 from tests.integration.server.serverproc import PHALANX, Server, clean_env, start_server, stop_server
 from tests.integration.server.test_submit import supervisors_gone
 
+import phalanx as phalanx_api
+
 DATA = Path(__file__).parent / "data" / "remote"
 TOKEN = "remote-commands-token-0123456789"
 
@@ -114,8 +116,9 @@ def test_a_wrong_token_and_a_server_without_users_are_refused_with_what_to_do(
     assert not (laptop / "login.json").exists()
 
 
+@pytest.mark.timeout(600)  # some 30 CLI processes and three experiments: 200 s at load 15 on 2 cores
 def test_every_read_and_control_command_prints_on_the_server_what_it_prints_there(
-    server: Server, project: Path, tmp_path: Path
+    server: Server, project: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # two experiments run on the server's machine (same store as the server): the reference output
     a = ok(phalanx(server.home, "run", "-f", str(project / "exp.yml"), "-o", "json"))
@@ -141,11 +144,20 @@ def test_every_read_and_control_command_prints_on_the_server_what_it_prints_ther
     assert "lr" in same("params", a_id)
     same("params", a_id, "-o", "json")
     assert "summary" in same("artifacts", a_id)
+    (table,) = json.loads(same("artifacts", a_id, "--kind", "report", "-o", "json"))  # report_table's
+    assert table["name"] == "report/table/results/final/2@rank0" and table["metadata"]["title"] == "results"
     assert "bye" in same("logs", a_id)
     same("logs", a_id, "-f", "-o", "json")
     assert "lr" in same("diff", a_id, b_id)
     same("diff", a_id, b_id, "-o", "json")
     assert "done training" in same("reports", a_id)
+    # the query: --where/--column (a rank's own column too) filtered by the server's run table
+    query = ("--where", "param:lr > 0.15", "--column", "metric:last:loss@rank0", "--column", "param:lr")
+    listed = same("ls", *query)
+    assert b_id in listed and a_id not in listed and "0.0666667" in listed  # lr 0.2, last loss 0.2 / 3
+    monkeypatch.setenv("PHALANX_TOKEN", TOKEN)
+    frame = phalanx_api.search_experiments("param:lr > 0.15", columns=["param:lr"], server=server.url)
+    assert list(frame["id"]) == [b_id] and list(frame["param:lr"]) == [0.2]
 
     for name in ("summary", "outdir"):
         here_dir, there_dir = tmp_path / "here", tmp_path / "there"

@@ -57,9 +57,20 @@ class PreviewOut(BaseModel):
 
 @router.get("/experiments/{experiment_id}/artifacts", response_model=list[ArtifactOut])
 @policy("experiment:viewer")
-def list_artifacts(experiment_id: str, store: StoreDep) -> list[ArtifactOut]:
+def list_artifacts(
+    experiment_id: str,
+    store: StoreDep,
+    kind: Annotated[
+        str | None,
+        Query(
+            max_length=16,
+            description="only this kind: 'report' is the Logger's images, histograms, tables and plots "
+            "(their metadata: report, title, series, step, rank)",
+        ),
+    ] = None,
+) -> list[ArtifactOut]:
     e = experiment_of(store, experiment_id)
-    return [ArtifactOut.of(a) for a in store.artifacts(e.id)]
+    return [ArtifactOut.of(a) for a in store.artifacts(e.id) if kind is None or a.kind == kind]
 
 
 @router.get(

@@ -6,8 +6,9 @@ of the keys asked for, and the coarsest summary level (``store.sql.summary``; a 
 per series) of the titles asked for, so a metric column never reads the points.
 
 Column names: ``param:KEY`` (or ``param:SECTION/KEY``) and ``metric:AGG:TITLE`` with AGG one of
-last, min, max (over every series of the title: for ``last``, the series reported last); the
-grammar is ``store.columns`` (no SQL: the server parses the same names).
+last, min, max (over every series of the title: for ``last``, the series reported last), or
+``metric:AGG:TITLE@rankN`` over the series holding rank N's points (read from the chunks' rank, only
+when such a column is asked for); the grammar is ``store.columns`` (no SQL: the server parses the same names).
 """
 
 from __future__ import annotations
@@ -19,8 +20,8 @@ from typing import Any
 from sqlalchemy import Connection, select
 
 from phalanx.store.base import ParamRecord, merge_params
-from phalanx.store.columns import parse_column
-from phalanx.store.sql.models import ParamRow, ScalarSummaryRow, SeriesRow
+from phalanx.store.columns import parse_column, split_rank
+from phalanx.store.sql.models import ParamRow, ScalarChunkRow, ScalarSummaryRow, SeriesRow
 from phalanx.store.sql.summary import LEVELS
 
 
@@ -66,10 +67,12 @@ def _params(
 def _metrics(
     conn: Connection, ids: Sequence[str], wanted: list[tuple[str, str, str]], out: dict[str, dict[str, Any]]
 ) -> None:
-    titles = {title for _, title, _ in wanted}
+    split = [(column, *split_rank(title), agg) for column, title, agg in wanted]
+    titles = {title for _, title, _, _ in split}
     top = LEVELS[-1]
     rows = conn.execute(
         select(
+            SeriesRow.id,
             SeriesRow.experiment_id,
             SeriesRow.title,
             ScalarSummaryRow.min_value,
@@ -81,17 +84,38 @@ def _metrics(
         .join(ScalarSummaryRow, ScalarSummaryRow.series_id == SeriesRow.id)
         .where(SeriesRow.experiment_id.in_(ids), SeriesRow.title.in_(titles), ScalarSummaryRow.level == top)
     ).all()
-    acc: dict[tuple[str, str], dict[str, Any]] = {}
-    for exp, title, mn, mx, last_step, last_value, last_time in rows:
-        a = acc.setdefault((exp, title), {"min": None, "max": None, "last": None, "at": None})
-        if mn is not None and (a["min"] is None or mn < a["min"]):
-            a["min"] = mn
-        if mx is not None and (a["max"] is None or mx > a["max"]):
-            a["max"] = mx
-        at = (last_time or 0.0, last_step)
-        if a["at"] is None or at > a["at"]:
-            a["at"], a["last"] = at, last_value
-    for (exp, title), a in acc.items():
-        for column, t, agg in wanted:
-            if t == title and a[agg] is not None and not (isinstance(a[agg], float) and math.isnan(a[agg])):
-                out[exp][column] = a[agg]
+    ranks_of = _series_ranks(conn, {r[0] for r in rows}) if any(r is not None for _, _, r, _ in split) else {}
+    acc: dict[tuple[str, str, int | None], dict[str, Any]] = {}
+    for series_id, exp, title, mn, mx, last_step, last_value, last_time in rows:
+        # every series counts for the title; a rank's own column only the series that rank reported
+        for rank in (None, *ranks_of.get(series_id, ())):
+            a = acc.setdefault((exp, title, rank), {"min": None, "max": None, "last": None, "at": None})
+            if mn is not None and (a["min"] is None or mn < a["min"]):
+                a["min"] = mn
+            if mx is not None and (a["max"] is None or mx > a["max"]):
+                a["max"] = mx
+            at = (last_time or 0.0, last_step)
+            if a["at"] is None or at > a["at"]:
+                a["at"], a["last"] = at, last_value
+    for column, title, rank, agg in split:
+        for exp in ids:
+            value = acc.get((exp, title, rank), {}).get(agg)
+            if value is not None and not (isinstance(value, float) and math.isnan(value)):
+                out[exp][column] = value
+
+
+def _series_ranks(conn: Connection, series: set[int]) -> dict[int, set[int]]:
+    """The ranks whose points each series holds (a chunk is one writer's): read only for a
+    ``@rankN`` column."""
+    found: dict[int, set[int]] = {}
+    ordered = sorted(series)
+    for i in range(0, len(ordered), 900):  # SQLite's bound parameters, with room to spare
+        rows = conn.execute(
+            select(ScalarChunkRow.series_id, ScalarChunkRow.rank)
+            .distinct()
+            .where(ScalarChunkRow.series_id.in_(ordered[i : i + 900]), ScalarChunkRow.rank.is_not(None))
+        ).all()
+        for series_id, rank in rows:
+            if rank is not None:
+                found.setdefault(series_id, set()).add(int(rank))
+    return found

@@ -97,6 +97,9 @@ export const api = {
   metric: (id, title, params) => request(`/experiments/${enc(id)}/metrics/${encPath(title)}?${new URLSearchParams({ ...params, format: "compact" })}`).then(decodeCompact),
   params: (id) => request(`/experiments/${enc(id)}/params`),
   artifacts: (id) => request(`/experiments/${enc(id)}/artifacts`),
+  // the Logger's debug samples and plots: artifacts of kind "report" (metadata: report, title, series, step, rank)
+  reports: (id) => request(`/experiments/${enc(id)}/artifacts?kind=report`),
+  artifactJson: (id, name) => request(`/experiments/${enc(id)}/artifacts/${encPath(name)}`),
   preview: (id, name) => request(`/experiments/${enc(id)}/previews/${encPath(name)}`),
   models: (id) => request(`/experiments/${enc(id)}/models`),
   logs: (id, params) => request(`/experiments/${enc(id)}/logs?${new URLSearchParams(params)}`),

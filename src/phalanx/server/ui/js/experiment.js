@@ -1,4 +1,4 @@
-// The experiment page: a header and six tabs. The tab is in the URL's hash (#scalars), so a link can
+// The experiment page: a header and seven tabs. The tab is in the URL's hash (#scalars), so a link can
 // open any of them. The header and Overview refresh while the experiment runs.
 
 import { api } from "./api.js";
@@ -6,12 +6,13 @@ import { renderConsole } from "./console.js";
 import { renderArtifacts, renderModels, renderParams, renderScalars } from "./panels.js";
 import { inputsCard } from "./datasets.js";
 import { rerunForm } from "./rerun.js";
+import { renderSamples } from "./samples.js";
 import { sourceDetails } from "./repro.js";
 import { badge, byReplica, clear, durationSeconds, fmtBytes, fmtDuration, fmtResources, fmtTime, fmtValue, h, topologyText, add } from "./util.js";
 
 const TABS = [
   ["overview", "Overview"], ["scalars", "Scalars"], ["hyperparameters", "Hyperparameters"],
-  ["artifacts", "Artifacts"], ["models", "Models"], ["console", "Console"],
+  ["samples", "Debug samples"], ["artifacts", "Artifacts"], ["models", "Models"], ["console", "Console"],
 ];
 
 export function renderExperiment(root, ctx, id) {
@@ -88,6 +89,7 @@ export function renderExperiment(root, ctx, id) {
       overview: () => { renderOverview(panel, exp); add(panel, inputsCard(exp)); renderRun(panel, exp); renderNotes(panel, exp, (e) => { exp = { ...exp, ...e }; drawHead(); }); },
       scalars: () => renderScalars(panel, pctx, exp.id),
       hyperparameters: () => renderParams(panel, exp.id),
+      samples: () => renderSamples(panel, pctx, exp.id),
       artifacts: () => renderArtifacts(panel, exp.id),
       models: () => renderModels(panel, exp.id),
       console: () => renderConsole(panel, pctx, exp),

@@ -125,7 +125,8 @@ export async function renderParams(panel, id) {
 }
 
 export async function renderArtifacts(panel, id) {
-  const artifacts = await api.artifacts(id);
+  // the Logger's images, histograms and tables have their own tab (Debug samples)
+  const artifacts = (await api.artifacts(id)).filter((a) => a.kind !== "report");
   if (!artifacts.length) { add(panel, h("div", { class: "empty" }, "No artifacts uploaded. A training script uploads one with task.upload_artifact(name, artifact_object=...).")); return; }
   artifacts.sort((a, b) => a.name.localeCompare(b.name));
   const preview = h("div", { class: "card preview", id: "artifact-preview" }, h("p", { class: "muted" }, "Select an artifact to preview it."));

@@ -15,6 +15,7 @@ log = task.get_logger()
 for i in range(3):
     log.report_scalar("loss", "train", value=float(sys.argv[1]) / (i + 1), iteration=i)
 log.report_text("done training")
+log.report_table("results", "final", iteration=2, table_plot=[["lr", "loss"], [float(sys.argv[1]), 0.5]])
 Path("out").mkdir(exist_ok=True)
 Path("out/weights.txt").write_text("w = 1\n")
 task.upload_artifact("summary", artifact_object={"best": 0.5})
