@@ -15,14 +15,14 @@ from typing import TYPE_CHECKING, Any
 
 from phalanx.config import Settings
 from phalanx.errors import NotFound, PhalanxError
-from phalanx.runner.options import Launch, LaunchOptions, write_launch
-from phalanx.spec.model import ExperimentSpec
-from phalanx.supervisor import Observer, Outcome, Prepared, Supervisor, prepare
+from phalanx.runner.options import Launch, LaunchOptions, SpecFile, write_launch
 
 if TYPE_CHECKING:
     from phalanx.domain import Experiment
     from phalanx.runner.forking import Forked
+    from phalanx.spec.model import ExperimentSpec
     from phalanx.store.base import IngestStore, LogLine, Store
+    from phalanx.supervisor import Observer, Outcome, Prepared
 
 SUPERVISOR_LOG = "supervisor.log"  # runs/<id>/supervisor.log: a detached supervisor's output
 STARTUP_TIMEOUT = 120.0  # generous: 2 shared cores
@@ -71,6 +71,8 @@ class Runner:
         return self._prepare(spec, options, dry=False)
 
     def _prepare(self, spec: ExperimentSpec, options: LaunchOptions, *, dry: bool) -> Prepared:
+        from phalanx.supervisor import prepare
+
         options.apply_environment()
         record = options.record.to_json()
         return prepare(
@@ -101,6 +103,8 @@ class Runner:
         building). Should it fail before the experiment is recorded, nothing is left that `phalanx ls` would
         never show: its spool, and its run folder when this launch owns it (``owns_run_dir``;
         default: no id was given, else the caller that gave the id reads its log there)."""
+        from phalanx.supervisor import Prepared, Supervisor
+
         options.apply_environment()
         if owns_run_dir is None:
             owns_run_dir = options.experiment_id is None
@@ -189,7 +193,7 @@ class Runner:
     # -- detached ----------------------------------------------------------------------------------
     def start(
         self,
-        spec: ExperimentSpec,
+        spec: ExperimentSpec | SpecFile,
         options: LaunchOptions,
         *,
         log: Path | None = None,
@@ -199,7 +203,8 @@ class Runner:
     ) -> tuple[str, subprocess.Popen[bytes], Path]:
         """Start the experiment's supervisor (`python -m phalanx.runner RUN_DIR`) in its own session
         (a Ctrl-C at the caller's terminal does not reach it) and return at once: its id, its
-        process and its log (``log``, default runs/<id>/supervisor.log, appended to)."""
+        process and its log (``log``, default runs/<id>/supervisor.log, appended to). ``spec``: the
+        validated spec, or a ``SpecFile`` that the supervisor validates first (exit status 2)."""
         exp_id = options.experiment_id or uuid.uuid4().hex[:12]
         options = replace(options, experiment_id=exp_id)
         run_dir = self.settings.runs_dir / exp_id
@@ -260,7 +265,7 @@ class Runner:
 
     def submit(
         self,
-        spec: ExperimentSpec,
+        spec: ExperimentSpec | SpecFile,
         options: LaunchOptions,
         *,
         env: Mapping[str, str] | None = None,
