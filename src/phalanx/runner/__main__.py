@@ -9,9 +9,15 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from phalanx.store.base import IngestStore
 
 
-def main(argv: list[str]) -> int:
+def main(argv: list[str], store: IngestStore | None = None) -> int:
+    """``store``: an open store to use (a supervisor forked from a group's controller), else the
+    settings' store is opened once the replicas are starting."""
     import faulthandler
     import signal
 
@@ -48,7 +54,11 @@ def main(argv: list[str]) -> int:
         sys.stderr.flush()
     try:
         outcome = Runner(Settings()).run(
-            spec, launch.options, PlainObserver(sys.stdout), owns_run_dir=launch.remove_run_dir
+            spec,
+            launch.options,
+            PlainObserver(sys.stdout),
+            owns_run_dir=launch.remove_run_dir,
+            store=store,
         )
     except PhalanxError as exc:
         text = str(exc)  # as `phalanx` prints it: a file's problems one located line each
