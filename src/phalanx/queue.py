@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 from phalanx import ledger as ledger_mod
 from phalanx.ledger import Capacity, Entry, Grant, Ledger, Need, NeverFits, NoRoom, TooManyWaiting
+from phalanx.priority import MAX_PRIORITY, check_priority
 from phalanx.share import DEFAULT_PROJECT, Limit
 
 if TYPE_CHECKING:
@@ -38,8 +39,6 @@ if TYPE_CHECKING:
 # (to reclaim the entries of killed processes).
 LOOK_SECONDS = 0.05
 RETRY_SECONDS = 0.5
-# --priority bounds: aging adds one per 10 minutes waited, so 1000 already outranks a week of waiting
-MAX_PRIORITY = 1000
 # how often a waiter re-reads the quotas from the store (a quota changed while runs wait applies then)
 QUOTA_REFRESH_SECONDS = 2.0
 
@@ -195,19 +194,6 @@ class Admission:
 
     def release(self) -> None:
         self.ledger.release(self.experiment_id)
-
-
-def check_priority(priority: object, given_as: str) -> int:
-    """A queue priority as given (``--priority``, ``submit(priority=)``): a whole number within
-    ±MAX_PRIORITY, else a UsageError naming where it was given."""
-    from phalanx.errors import UsageError
-
-    if not isinstance(priority, int) or isinstance(priority, bool) or abs(priority) > MAX_PRIORITY:
-        raise UsageError(
-            f"{given_as} {priority!r}: give a whole number from -{MAX_PRIORITY} to {MAX_PRIORITY}"
-            " (higher starts first; a waiting run also gains one point per 10 minutes)"
-        )
-    return priority
 
 
 def local_limits(store: Store | None) -> dict[str, Limit]:

@@ -82,6 +82,9 @@ class ReplicaStatus:
     reason: str | None = None
     pid: int | None = None  # the replica leader's process id, where the engine has one
     finished_at: float | None = None  # when the engine saw it end (orders simultaneous failures)
+    # when the engine started it (its process, on this machine); None: unknown, the supervisor then
+    # records when it first saw it running (a poll later, after its own store writes)
+    started_at: float | None = None
 
 
 @dataclass(frozen=True)

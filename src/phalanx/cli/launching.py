@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from phalanx.config import Settings
-    from phalanx.runner import LaunchOptions, Runner
+    from phalanx.runner import LaunchOptions, Runner, SpecFile
     from phalanx.spec.model import ExperimentSpec
 
 
@@ -25,25 +25,25 @@ class Output(StrEnum):
 
 
 def _load(file: Path, param: list[str] | None, extra_params: bool = False) -> Any:
-    from phalanx.errors import SpecError, UsageError
-    from phalanx.spec.loader import load_spec, parse_param_overrides
+    from phalanx.errors import SpecError
+    from phalanx.spec.loader import load_spec, parse_param_overrides, refusal_text
+
+    _refuse_stdin(file)
+    overrides = parse_param_overrides(param or [])
+    try:
+        return load_spec(file, params=overrides, extra_params=extra_params)
+    except SpecError as exc:
+        sys.stderr.write(refusal_text(exc, file) + "\n")
+        raise SystemExit(2) from None
+
+
+def _refuse_stdin(file: Path) -> None:
+    from phalanx.errors import UsageError
 
     if str(file) == "-":
         raise UsageError(
             "-f -: the experiment file cannot come from stdin; save it to a file and pass its path"
         )
-    overrides = parse_param_overrides(param or [])
-    try:
-        return load_spec(file, params=overrides, extra_params=extra_params)
-    except SpecError as exc:
-        if len(exc.problems) == 1 and exc.problems[0].line is None:  # missing file, directory, too large
-            sys.stderr.write(f"error: {exc.problems[0]}\n")
-            raise SystemExit(2) from None
-        for problem in exc.problems:
-            sys.stderr.write(f"{problem}\n")
-        n = len(exc.problems)
-        sys.stderr.write(f"error: {file} is not a valid experiment file ({n} problem{'s' * (n != 1)})\n")
-        raise SystemExit(2) from None
 
 
 def _check_home_and_db(settings: Settings) -> None:
@@ -71,19 +71,26 @@ def _check_id(experiment_id: str) -> None:
 
 
 def submit_detached(
-    runner: Runner, spec: ExperimentSpec, options: LaunchOptions, output: Output, headline: str | None = None
+    runner: Runner,
+    spec: ExperimentSpec | SpecFile,
+    options: LaunchOptions,
+    output: Output,
+    headline: str | None = None,
 ) -> None:
     """Start the experiment's supervisor in its own session (its output in runs/<id>/supervisor.log),
     wait (bounded) until the experiment exists and print its id. If the supervisor ends before, its
     own messages are shown and its exit status is ours (its run folder is removed: nothing
-    half-written)."""
-    from phalanx.runner import StartFailed
+    half-written): for a ``SpecFile``, the file's problems (exit status 2); once it exists, the
+    notes the supervisor found in the file are shown too."""
+    from phalanx.runner import SpecFile, StartFailed
 
     try:
         submitted = runner.submit(spec, options, headline=headline)
     except StartFailed as exc:
         sys.stderr.write((exc.text or f"error: the supervisor exited with status {exc.exit_code}") + "\n")
         raise SystemExit(exc.exit_code or 1) from None
+    if isinstance(spec, SpecFile):
+        _echo_notes(submitted.log)
     if output is Output.JSON:
         _emit_json(
             {
@@ -95,6 +102,19 @@ def submit_detached(
     else:
         sys.stdout.write(f"{submitted.experiment_id}\n")
         sys.stdout.flush()
+
+
+def _echo_notes(log: Path) -> None:
+    """The `note: ...` lines a supervisor wrote after validating its file (before it created the
+    experiment, so they are in its log by now), as `phalanx run` shows a file's notes."""
+    try:
+        with open(log, "rb") as fh:
+            head = fh.read(1 << 16).decode(errors="replace")
+    except OSError:
+        return
+    for line in head.splitlines():
+        if line.startswith("note: "):
+            sys.stderr.write(line + "\n")
 
 
 def start_detached(
@@ -112,11 +132,12 @@ def start_detached(
     experiment_id: str | None = None,
     settings: Settings | None = None,
 ) -> None:
-    """`phalanx run --detach`: every mistake found before anything starts (exit 2), then the
-    supervisor started in its own session; prints the experiment's id (or JSON with ``output``)."""
+    """`phalanx run --detach`: the supervisor started in its own session; prints the experiment's
+    id (or JSON with ``output``) once it exists. Every mistake is found before the experiment
+    exists and anything starts (exit 2): the options here, the file by the supervisor."""
     from phalanx.config import Settings
     from phalanx.errors import UsageError
-    from phalanx.queue import check_priority
+    from phalanx.priority import check_priority
 
     settings = settings or Settings()
     if experiment_id is not None:
@@ -124,9 +145,13 @@ def start_detached(
     check_priority(priority, "--priority")
     if output is Output.YAML:
         raise UsageError("-o yaml shows what --dry-run would submit: add --dry-run, or use -o text or json")
-    spec = _load(file, param, extra_params)
-    for note in getattr(spec, "notes", ()):
-        sys.stderr.write(f"note: {note}\n")
+    _refuse_stdin(file)
+    from phalanx.runner import SpecFile
+    from phalanx.spec.params import parse_param_overrides
+
+    # the file itself is loaded and validated by the supervisor, which imports the spec model anyway:
+    # its mistakes come back as ours, exit status 2 (``submit_detached``; docs/cli-speed.md)
+    spec = SpecFile(str(file), parse_param_overrides(param or []), extra_params)
     options = launch_options(
         file,
         param=param,
@@ -163,7 +188,7 @@ def launch_options(
     from phalanx import knobs
     from phalanx.errors import UsageError
     from phalanx.runner import LaunchOptions, LaunchRecord
-    from phalanx.spec.loader import parse_param_overrides
+    from phalanx.spec.params import parse_param_overrides
 
     if workdir is not None and not workdir.is_dir():
         raise UsageError(f"--workdir {workdir}: no such folder")

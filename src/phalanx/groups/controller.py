@@ -70,6 +70,7 @@ class _Live:
     launch: subprocess.Popen[bytes] | Forked | None = None  # its supervisor, until seen ended (reaped)
     freed_at: float | None = None  # monotonic time the slot it took was freed (controller overhead)
     seen: bool = False  # its experiment row has been seen
+    recorded: tuple[int, float] | None = None  # the (step, value) last written to its trial row
 
 
 class Controller:
@@ -132,6 +133,10 @@ class Controller:
                     controller_host=socket.gethostname(),
                 )
                 self.waker.open()
+                if self.fork_trials:  # what each forked trial supervisor would import, imported once
+                    from phalanx.runner.forking import preload
+
+                    preload()
                 self._restore()
                 return self._loop()
             finally:
@@ -292,7 +297,7 @@ class Controller:
             log_path = self.folder / f"trial-{trial.number}.launch.log"
             runner = Runner(self.settings)
             if self.fork_trials:
-                return runner.fork(spec, options, log=log_path, close=self._inherited())[1]
+                return runner.fork(spec, options, log=log_path, close=self._inherited(), store=self.store)[1]
             return runner.start(spec, options, log=log_path)[1]
         except BaseException:
             with contextlib.suppress(OSError):
@@ -316,8 +321,6 @@ class Controller:
             self.group.id, number, state=TrialState.FAILED, reason=reason, finished_at=time.time()
         )
         self.say(f"trial {number}: {live.trial.experiment_id} {reason}")
-        del self.live[number]
-
         del self.live[number]
 
     def _launched(self, experiment_id: str) -> bool:
@@ -371,13 +374,22 @@ class Controller:
         return out
 
     def _watch(self) -> bool:
-        """One pass over the running trials; True when one ended (a slot is free)."""
+        """One pass over the running trials; True when one ended (a slot is free). The trials whose
+        experiment has ended are handled first (reads only until then): the wake-up is for them,
+        and their slot is what the next trial waits for."""
         ended = False
+        found: list[tuple[int, _Live, Experiment | None]] = []
         for number, live in list(self.live.items()):
-            trial = live.trial
             try:
-                exp = self.store.get_experiment(trial.experiment_id)
-            except NotFound:  # its supervisor has not created it yet, or the launch failed
+                found.append((number, live, self.store.get_experiment(live.trial.experiment_id)))
+            except NotFound:
+                found.append((number, live, None))
+        found.sort(key=lambda item: not (item[2] is not None and item[2].status.done))
+        for number, live, got in found:
+            trial = live.trial
+            if got is not None:
+                exp = got
+            else:  # its supervisor has not created it yet, or the launch failed
                 failed = live.launch is not None and live.launch.poll() not in (None, 0)
                 if failed and not self._exists(trial.experiment_id):
                     self._launch_failed(live)
@@ -396,8 +408,9 @@ class Controller:
                 exp = settle(self.store, self.settings, exp)
             ops = self.searcher.report(number, self._series(trial), ended=exp.status.done)
             last = self.searcher.last(number)
-            if last is not None:
+            if last is not None and last != live.recorded:  # a write only when it moved on
                 self.store.update_trial(self.group.id, number, value=last[1], step=last[0])
+                live.recorded = last
             if ops:
                 for op in ops:
                     assert isinstance(op, core.Prune)

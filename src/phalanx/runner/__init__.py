@@ -13,11 +13,14 @@
 A detached experiment is started from the validated spec object itself: it is written with its
 typed ``LaunchOptions`` into the run folder (``launch.pickle``) and ``python -m phalanx.runner
 RUN_DIR`` supervises it. There is no second parse of the file and no second CLI start-up.
+`phalanx run --detach` hands it a ``SpecFile`` instead: the supervisor, which imports the spec
+model anyway, loads and validates the file once, first (its mistakes end it with status 2, which
+``submit`` raises as StartFailed with the file's problems).
 """
 
 from __future__ import annotations
 
-from phalanx.runner.options import LaunchOptions, LaunchRecord
+from phalanx.runner.options import LaunchOptions, LaunchRecord, SpecFile
 from phalanx.runner.running import Runner, StartFailed, StartTimeout, Submitted
 
-__all__ = ["LaunchOptions", "LaunchRecord", "Runner", "StartFailed", "StartTimeout", "Submitted"]
+__all__ = ["LaunchOptions", "LaunchRecord", "Runner", "SpecFile", "StartFailed", "StartTimeout", "Submitted"]

@@ -15,14 +15,14 @@ from typing import TYPE_CHECKING, Any
 
 from phalanx.config import Settings
 from phalanx.errors import NotFound, PhalanxError
-from phalanx.runner.options import Launch, LaunchOptions, write_launch
-from phalanx.spec.model import ExperimentSpec
-from phalanx.supervisor import Observer, Outcome, Prepared, Supervisor, prepare
+from phalanx.runner.options import Launch, LaunchOptions, SpecFile, write_launch
 
 if TYPE_CHECKING:
     from phalanx.domain import Experiment
     from phalanx.runner.forking import Forked
+    from phalanx.spec.model import ExperimentSpec
     from phalanx.store.base import IngestStore, LogLine, Store
+    from phalanx.supervisor import Observer, Outcome, Prepared
 
 SUPERVISOR_LOG = "supervisor.log"  # runs/<id>/supervisor.log: a detached supervisor's output
 STARTUP_TIMEOUT = 120.0  # generous: 2 shared cores
@@ -72,6 +72,7 @@ class Runner:
 
     def _prepare(self, spec: ExperimentSpec, options: LaunchOptions, *, dry: bool) -> Prepared:
         from phalanx import knobs
+        from phalanx.supervisor import prepare
 
         knobs.check()  # a malformed PHALANX_* knob is refused now, not by a supervisor minutes later
         options.apply_environment()
@@ -96,6 +97,7 @@ class Runner:
         *,
         handle_signals: bool = True,
         owns_run_dir: bool | None = None,
+        store: IngestStore | None = None,
     ) -> Outcome:
         """Supervise the experiment in this process (this thread must live as long as it: the local
         engine's replicas end with it, PR_SET_PDEATHSIG) and return how it ended.
@@ -103,14 +105,17 @@ class Runner:
         An experiment whose environment must be built first is recorded before the build (status
         building). Should it fail before the experiment is recorded, nothing is left that `phalanx ls` would
         never show: its spool, and its run folder when this launch owns it (``owns_run_dir``;
-        default: no id was given, else the caller that gave the id reads its log there)."""
+        default: no id was given, else the caller that gave the id reads its log there).
+        ``store``: the open store to use (else the settings' store, opened when first needed)."""
+        from phalanx.supervisor import Prepared, Supervisor
+
         options.apply_environment()
         if owns_run_dir is None:
             owns_run_dir = options.experiment_id is None
         exp_id = options.experiment_id
-        opened: list[IngestStore] = []  # the store, once opened
+        opened: list[IngestStore] = [] if store is None else [store]  # the store, once opened
 
-        def store() -> IngestStore:  # opened once the replicas are starting (see Supervisor.run)
+        def opener() -> IngestStore:  # opened once the replicas are starting (see Supervisor.run)
             if not opened:
                 from phalanx.store import open_store
 
@@ -126,12 +131,12 @@ class Runner:
                 exp_id = dry.experiment_id
                 options = replace(options, experiment_id=exp_id)
                 if not options.resume and _builds(dry):
-                    exists = self._record_building(dry, store(), observer)
-                prepared = self._build(spec_or_prepared, options, observer, store() if exists else None)
+                    exists = self._record_building(dry, opener(), observer)
+                prepared = self._build(spec_or_prepared, options, observer, opener() if exists else None)
             exp_id = prepared.experiment_id
             supervisor = Supervisor(
                 prepared,
-                store,
+                opener,
                 self.settings,
                 observer,
                 handle_signals=handle_signals,
@@ -192,7 +197,7 @@ class Runner:
     # -- detached ----------------------------------------------------------------------------------
     def start(
         self,
-        spec: ExperimentSpec,
+        spec: ExperimentSpec | SpecFile,
         options: LaunchOptions,
         *,
         log: Path | None = None,
@@ -202,7 +207,8 @@ class Runner:
     ) -> tuple[str, subprocess.Popen[bytes], Path]:
         """Start the experiment's supervisor (`python -m phalanx.runner RUN_DIR`) in its own session
         (a Ctrl-C at the caller's terminal does not reach it) and return at once: its id, its
-        process and its log (``log``, default runs/<id>/supervisor.log, appended to)."""
+        process and its log (``log``, default runs/<id>/supervisor.log, appended to). ``spec``: the
+        validated spec, or a ``SpecFile`` that the supervisor validates first (exit status 2)."""
         exp_id = options.experiment_id or uuid.uuid4().hex[:12]
         options = replace(options, experiment_id=exp_id)
         run_dir = self.settings.runs_dir / exp_id
@@ -232,10 +238,13 @@ class Runner:
         *,
         log: Path,
         close: Iterable[int] = (),
+        store: object | None = None,
     ) -> tuple[str, Forked | subprocess.Popen[bytes], Path]:
         """``start``, but the supervisor is forked from this process (no Python start-up: a group's
         trial starts in milliseconds) when this process may fork (``forking.can_fork``: no other
-        thread runs); else ``start``. ``close``: fds the supervisor must not keep (a lock)."""
+        thread runs); else ``start``. ``close``: fds the supervisor must not keep (a lock);
+        ``store``: this process's open store, which a forked supervisor uses rather than opening
+        its own (``store.reuse_after_fork``)."""
         from phalanx.runner.forking import can_fork, fork_supervisor
 
         if not can_fork():
@@ -245,7 +254,7 @@ class Runner:
         run_dir = self.settings.runs_dir / exp_id
         outside = not log.resolve().is_relative_to(run_dir.resolve())
         write_launch(run_dir, Launch(spec, options, remove_run_dir=outside))
-        return exp_id, fork_supervisor(run_dir, log, self._store_env(), close), log
+        return exp_id, fork_supervisor(run_dir, log, self._store_env(), close, store), log
 
     def _store_env(self) -> dict[str, str]:
         """Where the store is, as this Runner's settings say (they may not come from the environment)."""
@@ -263,7 +272,7 @@ class Runner:
 
     def submit(
         self,
-        spec: ExperimentSpec,
+        spec: ExperimentSpec | SpecFile,
         options: LaunchOptions,
         *,
         env: Mapping[str, str] | None = None,
@@ -303,6 +312,26 @@ class Runner:
             started = _resumed
         else:  # `phalanx run --detach` polls one row: the lean SQLite reader when it can (no SQLAlchemy)
             store, started = _ExistenceProbe(self.settings), _probed
+        try:
+            self._wait_for(started, store, exp_id, proc, log, timeout, resume=resume, log_start=log_start)
+        finally:
+            if isinstance(store, _ExistenceProbe):
+                store.close()
+
+    def _wait_for(
+        self,
+        started: Callable[[Any, Settings, str, int], bool],
+        store: Any,
+        exp_id: str,
+        proc: subprocess.Popen[bytes],
+        log: Path,
+        timeout: float,
+        *,
+        resume: bool,
+        log_start: int,
+    ) -> None:
+        """Look (backing off to every 0.25 s) until ``started`` says so, the supervisor exits
+        (its failure raised as StartFailed) or ``timeout`` passes (StartTimeout)."""
         deadline = time.monotonic() + timeout
         delay = 0.02
         while True:
@@ -409,8 +438,11 @@ class _ExistenceProbe:
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
         self._full: Store | None = None
+        self._reader: Any = None  # store.lite.LiteReader, kept open once the file is at HEAD
 
     def exists(self, experiment_id: str) -> bool:
+        if self._reader is not None:  # one SELECT per look: the wait costs next to no CPU
+            return bool(self._reader.has_experiment(experiment_id))
         if self._full is None:
             from phalanx.store.lite import LiteReader, sqlite_path
             from phalanx.store.migrations import HEAD
@@ -419,12 +451,17 @@ class _ExistenceProbe:
                 reader = LiteReader.open(self.settings.database_url, HEAD)
                 if reader is None:
                     return False  # no file, no schema yet, or not migrated yet: not created yet
-                with reader:
-                    return reader.has_experiment(experiment_id)
+                self._reader = reader
+                return bool(reader.has_experiment(experiment_id))
             from phalanx.store import open_store
 
             self._full = open_store(self.settings)
         return _exists(self._full, experiment_id)
+
+    def close(self) -> None:
+        if self._reader is not None:
+            self._reader.close()
+            self._reader = None
 
 
 def _probed(probe: _ExistenceProbe, settings: Settings, experiment_id: str, pid: int) -> bool:

@@ -6,24 +6,19 @@ parsing; YAML alias bombs are refused while the document is copied (see ``yamltr
 
 from __future__ import annotations
 
-import json
-import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-import yaml
-
-from phalanx.errors import Problem, SpecError, UsageError
+from phalanx.errors import Problem, SpecError
 from phalanx.spec.errors import Collector, sorted_problems
 from phalanx.spec.model import ExperimentSpec
+from phalanx.spec.params import parse_param_overrides
 from phalanx.spec.schema import read_spec
 from phalanx.spec.yamltree import TreeError, compose
 
 MAX_FILE_BYTES = 1 << 20  # 1 MiB: a real experiment file is a few KiB
-_PARAM_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-_LEADING_ZERO = re.compile(r"^[+-]?0[0-9xXoObB_]")
 
 
 def load_spec(
@@ -94,48 +89,17 @@ def _with_source(spec: ExperimentSpec, source: str) -> ExperimentSpec:
     return replace(spec, source_file=source)
 
 
-def parse_param_overrides(items: Iterable[str]) -> dict[str, Any]:
-    """`--param name=value` arguments -> {name: value}; values read as YAML scalars.
-
-    `lr=0.1` gives 0.1, `flag=true` gives True, `name=abc` gives "abc", `x=` gives "". A list or
-    mapping must be written as JSON (`layers=[64, 32]`, `opt={"lr": 0.1}`); YAML's flow forms
-    (`{lr: 0.1}`) are refused, since what the command receives would differ from what was typed. Text
-    that YAML cannot read (`'unclosed`, `a: b`) is kept as given. A later argument for the same
-    name wins. Raises UsageError naming the bad argument.
-    """
-    out: dict[str, Any] = {}
-    for item in items:
-        name, sep, raw = item.partition("=")
-        name = name.strip()
-        if not sep:
-            raise UsageError(f"--param {item!r}: expected NAME=VALUE, e.g. --param lr=0.01")
-        if not _PARAM_NAME.match(name):
-            raise UsageError(
-                f"--param {item!r}: {name!r} is not a parameter name"
-                " (letters, digits and _, not starting with a digit)"
-            )
-        out[name] = _scalar(raw, item)
-    return out
+def refusal_text(exc: SpecError, file: str | Path) -> str:
+    """How `phalanx run` reports a file it refused (exit status 2): one located line per problem
+    and a last line counting them, or the one `error: ...` line for a file it could not read
+    (missing, a directory, too large). The same text whichever process validated the file (the
+    CLI, or a detached supervisor that loads it: ``runner.options.SpecFile``)."""
+    if len(exc.problems) == 1 and exc.problems[0].line is None:
+        return f"error: {exc.problems[0]}"
+    n = len(exc.problems)
+    lines = [str(problem) for problem in exc.problems]
+    lines.append(f"error: {file} is not a valid experiment file ({n} problem{'s' * (n != 1)})")
+    return "\n".join(lines)
 
 
-def _scalar(raw: str, item: str = "") -> Any:
-    if raw.strip() == "":
-        return raw
-    if raw.lstrip().startswith(("[", "{")):
-        try:
-            return json.loads(raw)
-        except ValueError:
-            raise UsageError(
-                f"--param {item!r}: a list or mapping must be JSON, e.g. --param 'layers=[64, 32]' or"
-                """ --param 'opt={"lr": 0.1}' (quote it for the shell); for text, write it as a JSON"""
-                " string"
-            ) from None
-    try:
-        value = yaml.safe_load(raw)
-    except yaml.YAMLError:
-        return raw
-    if isinstance(value, int) and not isinstance(value, bool) and _LEADING_ZERO.match(raw.strip()):
-        return raw  # `0123` or `0x1f` stay text: ids more often than YAML 1.1 octal numbers
-    if isinstance(value, bool | int | float | str) or value is None:
-        return value
-    return raw  # lists, mappings, dates: the text as given
+__all__ = ["MAX_FILE_BYTES", "load_spec", "load_spec_text", "parse_param_overrides", "refusal_text"]

@@ -15,10 +15,10 @@ import sqlite3
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from phalanx.domain import Experiment, ExperimentStatus, Page, Replica, ReplicaState, Role
 from phalanx.errors import UsageError
 
 if TYPE_CHECKING:  # store.base imports the artifact store: `run --detach`'s probe does without it
+    from phalanx.domain import Experiment, Page, Replica
     from phalanx.store.base import ExperimentFilter
 
 # the columns ``SqlStore`` reads for an experiment (all but `repro`, which only store.repro() reads)
@@ -34,7 +34,7 @@ _REPLICA_COLUMNS = (
 ORDER_COLUMNS = frozenset(
     {"created_at", "name", "project", "status", "started_at", "finished_at", "id", "framework", "group_id"}
 )
-_ROLE_ORDER = {Role.MASTER: 0, Role.WORKER: 1, Role.PS: 2}
+_ROLE_ORDER = {"master": 0, "worker": 1, "ps": 2}  # Role values (a StrEnum: equal keys)
 BUSY_TIMEOUT_S = 120.0  # as long as SqlStore waits for a writer (engine.BUSY_TIMEOUT_MS)
 
 
@@ -92,6 +92,8 @@ class LiteReader:
 
     def list_experiments(self, query: ExperimentFilter | None = None) -> Page[Experiment]:
         """As ``Store.list_experiments``: one page, with the total of all that match."""
+        from phalanx.domain import ExperimentStatus, Page
+
         if query is None:
             from phalanx.store.base import ExperimentFilter
 
@@ -162,6 +164,8 @@ def _json(text: str | None) -> Any:
 
 
 def _experiment(r: tuple[Any, ...]) -> Experiment:
+    from phalanx.domain import Experiment, ExperimentStatus  # here: `run --detach`'s probe needs none
+
     return Experiment(
         id=r[0],
         name=r[1],
@@ -185,6 +189,8 @@ def _experiment(r: tuple[Any, ...]) -> Experiment:
 
 
 def _replica(r: tuple[Any, ...]) -> Replica:
+    from phalanx.domain import Replica, ReplicaState, Role
+
     return Replica(
         experiment_id=r[0],
         name=r[1],

@@ -55,7 +55,10 @@ def _record_rows(self: Supervisor, job: JobStatus) -> None:
         landed = not r.state.done or r.host is not None
         waited = old is not None and old.state is ReplicaState.PENDING and landed
         started = (old is None or waited) and r.state is not ReplicaState.PENDING
-        started_at = min(now, r.finished_at) if r.finished_at else now
+        # when the engine started it, where it knows (the local engine): the store's write lock may
+        # have kept this first record waiting well after the replica was running
+        began = r.started_at if r.started_at is not None and r.started_at <= now else now
+        started_at = min(began, r.finished_at) if r.finished_at else began
         self.store.update_replica(
             self.id,
             r.name,

@@ -17,6 +17,18 @@ from phalanx.procs import record_process
 from phalanx.store import open_store
 
 HEAVY = ("sqlalchemy", "alembic", "pydantic", "pydantic_core", "typer", "torch", "fsspec", "yaml")
+# what `phalanx run -f FILE --detach` itself never imports (issue 30: 0.81 -> ~0.1 CPU-s)
+DETACH_LEAVES_OUT = (
+    "yaml",
+    "phalanx.spec.loader",
+    "phalanx.spec.schema",
+    "phalanx.spec.model",
+    "phalanx.domain",
+    "phalanx.supervisor",
+    "phalanx.ledger",
+    "phalanx.queue",
+    "phalanx.plan",
+)
 
 
 def _phalanx(home: Path, *args: str) -> tuple[dict[str, object] | list[object], set[str]]:
@@ -103,6 +115,10 @@ def test_run_detach_returns_the_recorded_id_without_importing_sqlalchemy_or_type
     started = json.loads(done.stdout)
     imported = {line.rsplit("|", 1)[1].strip() for line in done.stderr.splitlines() if "|" in line}
     assert not {"sqlalchemy", "alembic", "typer", "pydantic"} & imported, imported
+    # the file is validated by the supervisor it starts, which imports all this anyway; the
+    # supervision package, the queue's ledger and the domain model stay out too (docs/cli-speed.md)
+    assert "phalanx.cli.launching" in imported  # the importtime lines were read
+    assert not set(DETACH_LEAVES_OUT) & imported, sorted(set(DETACH_LEAVES_OUT) & imported)
     deadline = time.monotonic() + 120  # the supervisor ends the trivial run: a bounded wait for it
     while pid_alive(started["supervisor_pid"]) and time.monotonic() < deadline:
         time.sleep(0.1)
@@ -178,3 +194,27 @@ def test_queue_reads_the_ledger_without_the_store_when_nothing_is_abandoned(phal
     doc, imported = _phalanx(phalanx_home, "queue", "-o", "json")
     assert isinstance(doc, dict) and doc["running"] == [] and doc["queued"] == []
     assert "sqlalchemy" not in imported
+
+
+def test_run_detach_reports_the_files_mistakes_found_by_its_supervisor_with_status_2(
+    phalanx_home: Path, tmp_path: Path
+) -> None:
+    """The detached supervisor validates the file; `phalanx run --detach` reports its problems as
+    its own: located lines, one error line, exit status 2, no traceback, no run folder left."""
+    spec = tmp_path / "bad.yml"
+    spec.write_text("version: 1\nkind: experiment\nrun:\n  cmdd: python -c pass\n")
+    env = {**os.environ, "PHALANX_HOME": str(phalanx_home)}
+    done = subprocess.run(
+        [sys.executable, "-m", "phalanx.cli.main", "run", "-f", str(spec), "--detach"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=180,
+    )
+    assert done.returncode == 2, done.stderr
+    assert f"{spec}:4:3: run.cmdd: unknown key; did you mean 'cmd'?" in done.stderr
+    assert f"error: {spec} is not a valid experiment file (2 problems)" in done.stderr
+    assert done.stderr.count("error:") == 1 and "Traceback" not in done.stderr, done.stderr
+    assert done.stdout == ""
+    runs = phalanx_home / "runs"
+    assert not runs.exists() or not any(runs.iterdir())

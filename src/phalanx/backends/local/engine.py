@@ -83,6 +83,7 @@ class _Unit:
     offset: int
     ranks_per_replica: int = 1  # an mpirun unit: its tagged lines go to replica rank // this
     tagged: bool = False  # an mpirun unit: its log is mpirun's --tag-output stream
+    started_at: float = 0.0  # wall clock when its leader was started (0: not recorded)
 
 
 def _proc_start(pid: int) -> str | None:
@@ -241,6 +242,7 @@ class LocalBackend:
         fd = os.open(cfg, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)  # holds PHALANX_TOKEN
         with os.fdopen(fd, "w") as f:
             json.dump(config, f)
+        started_at = time.time()
         with open(log, "ab") as errors:
             proc = subprocess.Popen(
                 [sys.executable, "-E", "-c", _REAPER_BOOT, _PACKAGE_ROOT, str(cfg)],
@@ -262,6 +264,7 @@ class LocalBackend:
             "status": config["status"],
             "log": str(log),
             "offset": offset,
+            "started_at": started_at,
         }
 
     @staticmethod
@@ -397,6 +400,7 @@ class LocalBackend:
                         reason=own_reason,
                         pid=unit.pid,
                         finished_at=finished or None,
+                        started_at=unit.started_at or None,
                     )
                 )
         states = [r.state for r in replicas]
