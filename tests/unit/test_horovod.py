@@ -11,11 +11,6 @@ from phalanx import horovod
 from phalanx.errors import UsageError
 
 
-def test_the_key_changes_with_torch_and_is_stable() -> None:
-    assert horovod.wheel_key("2.13.0") == horovod.wheel_key("2.13.0")
-    assert horovod.wheel_key("2.13.0") != horovod.wheel_key("2.13.0+cu126")
-
-
 def test_a_prebuilt_wheel_from_the_environment_is_used_without_building(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -25,24 +20,6 @@ def test_a_prebuilt_wheel_from_the_environment_is_used_without_building(
     assert horovod.ensure_wheel("2.13.0", lambda: pytest.fail("must not build"), cache=tmp_path) == wheel
     monkeypatch.setenv("PHALANX_HOROVOD_WHEEL", str(tmp_path / "nope.whl"))
     with pytest.raises(UsageError, match="PHALANX_HOROVOD_WHEEL"):
-        horovod.ensure_wheel("2.13.0", lambda: pytest.fail("must not build"), cache=tmp_path)
-
-
-def test_a_cached_wheel_is_reused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv("PHALANX_HOROVOD_WHEEL", raising=False)
-    folder = tmp_path / f"horovod-{horovod.wheel_key('2.13.0')}"
-    folder.mkdir()
-    (folder / "horovod-0.28.1-cp311-cp311-linux_x86_64.whl").write_bytes(b"PK")
-    got = horovod.ensure_wheel("2.13.0", lambda: pytest.fail("must not build"), cache=tmp_path)
-    assert got.parent == folder
-
-
-def test_a_missing_toolchain_is_named_with_the_packages_to_install(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.delenv("PHALANX_HOROVOD_WHEEL", raising=False)
-    monkeypatch.setattr(horovod.shutil, "which", lambda tool: None if tool == "cmake" else "/usr/bin/" + tool)
-    with pytest.raises(UsageError, match=r"cmake \(cmake\).*PHALANX_HOROVOD_WHEEL"):
         horovod.ensure_wheel("2.13.0", lambda: pytest.fail("must not build"), cache=tmp_path)
 
 

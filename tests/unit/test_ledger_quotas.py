@@ -4,9 +4,8 @@ free cores; recent usage reorders the queue; max-waiting refuses; usage survives
 from __future__ import annotations
 
 import json
-import subprocess
+import os
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -24,11 +23,9 @@ def ledger(tmp_path: Path) -> Ledger:
 
 
 @pytest.fixture
-def owner() -> Iterator[int]:
-    proc = subprocess.Popen(["sleep", "60"])
-    yield proc.pid
-    proc.kill()
-    proc.wait()
+def owner() -> int:
+    """A live process to own the entries: this test's own (alive throughout; the ledger's default)."""
+    return os.getpid()
 
 
 def test_a_project_at_its_quota_waits_while_another_takes_the_free_core(ledger: Ledger, owner: int) -> None:

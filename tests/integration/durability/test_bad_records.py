@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 
 from tests.integration.durability.figures import figure
-from tests.unit.tracking.conftest import Sandbox, wait_gone
+from tests.support.sandbox import Sandbox, wait_gone
 
 from phalanx.ingest import Ingester
 from phalanx.tracking.spool import SpoolWriter, encode_points, read_refused

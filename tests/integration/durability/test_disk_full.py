@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from tests.integration.durability.figures import figure
 from tests.integration.local.conftest import Phalanx, wait_for
-from tests.unit.tracking.conftest import Sandbox, wait_gone
+from tests.support.sandbox import Sandbox, wait_gone
 
 from phalanx.config import Settings
 from phalanx.domain import ExperimentStatus

@@ -12,7 +12,7 @@ import pytest
 from tests.integration.durability.figures import figure
 from tests.integration.local.conftest import Phalanx, wait_for
 from tests.support import postgres
-from tests.unit.tracking.conftest import Sandbox, wait_gone
+from tests.support.sandbox import Sandbox, wait_gone
 
 from phalanx.domain import ExperimentStatus
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from tests.unit.test_buildenv import write_wheel
+from tests.integration.install.test_buildenv import write_wheel
 
 from .test_framework_examples import phalanx
 

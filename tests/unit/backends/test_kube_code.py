@@ -75,89 +75,9 @@ def test_a_bundle_over_the_cap_is_refused_naming_the_biggest_files(tmp_path: Pat
         kube_code.bundle(tmp_path / "exp", _sdk(tmp_path), cap=2000)
 
 
-def test_a_pod_fetches_the_bundle_over_http_with_the_token_and_imports_the_sdk(tmp_path: Path) -> None:
-    """The fetch-code step, run for real against a real `phalanx server` holding the bundle."""
-    from tests.integration.server.serverproc import start_server, stop_server
-
-    home = tmp_path / "server"
-    home.mkdir()
-    server = start_server(home, token="s3cret")
-    try:
-        from phalanx.store import open_store
-
-        store = open_store(Settings(home=home))
-        exp = store.create_experiment(name="k8s", project="p", experiment_id=EXPERIMENT_ID)
-        src = tmp_path / "exp"
-        src.mkdir()
-        (src / "train.py").write_text("from phalanx import Task\nprint('sdk', Task.__name__)\n")
-        engine = KubernetesBackend(
-            Settings(home=tmp_path / "client", token="s3cret"),
-            Cluster(name="k", kind="kubernetes", server_url=server.url),
-        )
-        url = engine.upload_code(replace(context(), workdir=str(src)))
-        assert url == f"{server.url}/api/v1/experiments/{exp.id}/files/_phalanx/code.tar.gz"
-
-        pod = tmp_path / "pod"
-        env = {"PATH": os.environ["PATH"], "PHALANX_TOKEN": "s3cret"}
-        argv = [sys.executable if a == "python" else a for a in kube_code.fetch_argv(url)]
-        argv[-1] = str(pod)
-        subprocess.run(argv, env=env, check=True, timeout=60, capture_output=True)
-        run = subprocess.run(
-            [sys.executable, "-s", "train.py"],
-            cwd=pod,
-            env={"PATH": os.environ["PATH"], "PYTHONPATH": str(pod / ".phalanx-sdk")},
-            capture_output=True,
-            text=True,
-            timeout=60,
-        )
-        assert run.stdout.strip() == "sdk Task", run.stderr
-        wrong = subprocess.run(argv, env={**env, "PHALANX_TOKEN": "nope"}, capture_output=True, timeout=120)
-        assert wrong.returncode == 1 and b"401" in wrong.stderr
-    finally:
-        stop_server(server.proc)
-
-
-def test_the_environment_is_built_once_by_the_first_of_several_pods(tmp_path: Path) -> None:
-    p = replace(plan(), build=Build(build_steps=("echo built >> $COUNTER",), pip_packages=()))
-    digest = kube_code.env_hash(p)
-    assert digest
-    envs, code = tmp_path / "envs", tmp_path / "code"
-    code.mkdir()
-    argv = [sys.executable, str(SLOTS.with_name("podenv.py")), *kube_code.build_env_argv(p, digest)[2:]]
-    argv[2], argv[-1] = str(envs / digest), str(code)
-    counter = tmp_path / "count"
-    env = {**os.environ, "COUNTER": str(counter)}
-    pods = [subprocess.Popen(argv, env=env, stdout=subprocess.PIPE) for _ in range(3)]  # three pods at once
-    assert [pod.wait(timeout=60) for pod in pods] == [0, 0, 0]
-    assert counter.read_text() == "built\n"  # built once, the others waited and reused it
-    assert (envs / digest / ".ready").exists()
-    assert subprocess.run(argv, env=env, timeout=60).returncode == 0  # a restart reuses it too
-    assert counter.read_text() == "built\n"
-
-
 def _slots(tmp_path: Path, command: str, **env: str) -> subprocess.Popen[str]:
     full = {"PATH": os.environ["PATH"], "PHALANX_COMMAND": command, **env}
     return subprocess.Popen([sys.executable, str(SLOTS)], env=full, stdout=subprocess.PIPE, text=True)
-
-
-def test_the_slot_launcher_starts_k_processes_with_torchrun_ranks(tmp_path: Path) -> None:
-    proc = _slots(
-        tmp_path,
-        'echo "$RANK $LOCAL_RANK $WORLD_SIZE $MASTER_ADDR $PHALANX_REPLICA"',
-        PHALANX_PROCESSES="2",
-        PET_NODE_RANK="2",
-        PET_NNODES="3",
-        PET_MASTER_ADDR="m.svc",
-    )
-    out, _ = proc.communicate(timeout=30)
-    assert proc.returncode == 0
-    assert sorted(out.split("\n")[:2]) == ["4 0 6 m.svc worker-1", "5 1 6 m.svc worker-1"]
-
-
-def test_one_failing_slot_stops_the_others_and_the_pod_fails_with_its_code(tmp_path: Path) -> None:
-    command = 'if [ "$LOCAL_RANK" = 1 ]; then exit 3; fi; sleep 300'
-    proc = _slots(tmp_path, command, PHALANX_PROCESSES="2")
-    assert proc.wait(timeout=120) == 3  # the bound proves it: the healthy slot would sleep 300 s
 
 
 def test_a_cluster_without_a_server_or_a_place_for_environments_is_refused() -> None:

@@ -4,7 +4,6 @@ reads the path from the same environment variable."""
 
 from __future__ import annotations
 
-import subprocess
 from pathlib import Path
 
 import pytest
@@ -12,7 +11,6 @@ import pytest
 from phalanx.data import Datastore
 from phalanx.errors import SpecError
 from phalanx.estimators import PyTorch
-from phalanx.plan import build_plan
 from phalanx.spec.inputs import InputSpec, env_name
 from phalanx.spec.loader import load_spec_text
 
@@ -29,26 +27,6 @@ inputs:
 run:
   cmd: python train.py --data {{ inputs.digits }} --raw "{{ inputs.raw }}/x" --q '{{ inputs.digits }}'
 """
-
-
-def test_the_file_inputs_section_and_placeholders() -> None:
-    spec = load_spec_text(FILE)
-    assert spec.inputs == (
-        InputSpec("digits", dataset="digits@2"),
-        InputSpec("raw", datastore="lake", path="images/train", mode="mount"),
-    )
-    plan = build_plan(spec)
-    env = {"PHALANX_INPUT_DIGITS": "/cache/a b", "PHALANX_INPUT_RAW": "/nfs/x y"}
-    echoed = subprocess.run(
-        ["/bin/sh", "-c", plan.command.replace("python train.py", "printf '%s\\n'")],
-        env=env,
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout.splitlines()
-    # one shell word each, wherever the placeholder stood (bare, "...", '...')
-    assert echoed == ["--data", "/cache/a b", "--raw", "/nfs/x y/x", "--q", "/cache/a b"]
-    assert [i["name"] for i in plan.to_json()["inputs"]] == ["digits", "raw"]
 
 
 @pytest.mark.parametrize(

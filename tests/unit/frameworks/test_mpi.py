@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import os
-import subprocess
-
 from phalanx.domain import BackendKind, Framework
 from phalanx.frameworks import mpi, uses_mpi
 
@@ -29,19 +26,3 @@ def test_the_launcher_covers_every_process_of_master_and_workers() -> None:
 def test_parameter_servers_cannot_be_expressed_in_mpi() -> None:
     assert mpi.check(make_plan(Framework.HOROVOD, ps=1))
     assert not mpi.check(make_plan(Framework.HOROVOD))
-
-
-def test_the_rank_wrapper_names_each_rank_as_torch_and_phalanx_expect() -> None:
-    """Run the wrapper as Open MPI would start rank 3 of 4 (2 processes per replica)."""
-    env = {
-        **os.environ,
-        "OMPI_COMM_WORLD_RANK": "3",
-        "OMPI_COMM_WORLD_SIZE": "4",
-        "OMPI_COMM_WORLD_LOCAL_RANK": "3",
-        "PHALANX_PROCESSES": "2",
-        mpi.COMMAND_VAR: 'echo "$RANK $WORLD_SIZE $NODE_RANK $PHALANX_REPLICA $PHALANX_ROLE $PHALANX_INDEX"',
-    }
-    out = subprocess.run(
-        ["/bin/sh", "-c", mpi.RANK_WRAPPER], env=env, capture_output=True, text=True, check=True
-    )
-    assert out.stdout.split() == ["3", "4", "1", "worker-0", "worker", "0"]

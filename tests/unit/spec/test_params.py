@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import json
-
 import pytest
 
 from phalanx.errors import SpecError, UsageError
@@ -77,31 +75,6 @@ def test_an_override_of_an_unused_name_is_refused_unless_extras_are_asked_for() 
 def test_a_list_or_mapping_must_be_json(arg: str) -> None:
     with pytest.raises(UsageError, match="must be JSON"):
         parse_param_overrides([arg])
-
-
-@pytest.mark.parametrize(
-    ("cmd", "value", "argv"),
-    [
-        ("echo {{ v }}", "it's", ["it's"]),
-        ("echo {{ v }}", "a;echo X", ["a;echo X"]),
-        ("echo {{ v }}", "a b  c", ["a b  c"]),
-        ("echo --v={{ v }}", "$(id) `id`", ["--v=$(id) `id`"]),
-        ('echo "--v={{ v }}"', 'say "hi" $HOME \\', ['--v=say "hi" $HOME \\']),
-        ("echo '{{ v }}'", "it's", ["it's"]),
-        ("echo {{ v }}", {"a": [1, 2]}, ['{"a": [1, 2]}']),
-        ("echo {{ v | raw }}", "a b", ["a", "b"]),
-    ],
-)
-def test_a_value_reaches_the_command_as_one_argument(cmd: str, value: object, argv: list[str]) -> None:
-    """Values used to be pasted into the shell as written: `it's` failed at run time, `a;echo X`
-    ran a second command, a mapping became several words."""
-    import subprocess
-
-    text = f"version: 1\nkind: experiment\nrun:\n  cmd: {json.dumps(cmd)}\n"
-    spec = load_spec_text(text, "f.yml", params={"v": value})
-    command = build_plan(spec).command.replace("echo", "printf '%s\\n'", 1)
-    out = subprocess.run(["/bin/sh", "-c", command], capture_output=True, text=True, check=True).stdout
-    assert out.split("\n")[:-1] == argv
 
 
 def test_booleans_are_written_as_yaml_spells_them() -> None:

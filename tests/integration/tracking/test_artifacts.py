@@ -6,8 +6,7 @@ import json
 from pathlib import Path
 
 import numpy as np
-
-from tests.unit.tracking.conftest import Sandbox, wait_gone
+from tests.support.sandbox import Sandbox, wait_gone
 
 SCRIPT = """
 import pathlib

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import signal
 
+from tests.support.sandbox import Sandbox, wait_gone
+
 from phalanx.domain import ExperimentStatus
-from tests.unit.tracking.conftest import Sandbox, wait_gone
 
 MAIN = """
 import argparse, os, sys

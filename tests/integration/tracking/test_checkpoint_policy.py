@@ -4,7 +4,7 @@ the latest ones."""
 
 from __future__ import annotations
 
-from tests.unit.tracking.conftest import Sandbox
+from tests.support.sandbox import Sandbox
 
 SCRIPT = """
 import warnings

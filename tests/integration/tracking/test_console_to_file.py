@@ -9,7 +9,7 @@ import sys
 import termios
 from pathlib import Path
 
-from tests.unit.tracking.conftest import Sandbox
+from tests.support.sandbox import Sandbox
 
 SCRIPT = """
 from phalanx import Task

@@ -9,7 +9,6 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from tests.conftest import CORPUS, REPO
 
 FIXTURES = REPO / "tests" / "unit" / "spec" / "fixtures"

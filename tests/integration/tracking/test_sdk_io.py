@@ -10,11 +10,11 @@ import threading
 from pathlib import Path
 
 import pytest
+from tests.support.sandbox import Sandbox
 
 from phalanx.tracking import spool
 from phalanx.tracking.identity import Identity
 from phalanx.tracking.task import Task
-from tests.unit.tracking.conftest import Sandbox
 
 SRC = Path(__file__).resolve().parents[3] / "src"
 

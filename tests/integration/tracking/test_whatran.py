@@ -10,7 +10,7 @@ import subprocess
 import sys
 import tarfile
 
-from tests.unit.tracking.conftest import Sandbox, wait_gone
+from tests.support.sandbox import Sandbox, wait_gone
 
 SCRIPT = """
 import os

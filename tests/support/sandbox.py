@@ -1,5 +1,5 @@
-"""Helpers for SDK tests: run a script as a real process with its own PHALANX_HOME, then look at
-what reached the store."""
+"""Run a script as a real process with its own PHALANX_HOME, then look at what reached the store:
+the `sandbox` fixture of the SDK and durability tests (their conftest.py imports it)."""
 
 from __future__ import annotations
 

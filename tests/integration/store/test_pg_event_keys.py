@@ -1,0 +1,3 @@
+"""tests/unit/store/test_event_keys.py on PostgreSQL (SQLite: tests/unit; see conftest.py)."""
+
+from tests.unit.store.test_event_keys import *  # noqa: F403

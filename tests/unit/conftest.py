@@ -1,0 +1,103 @@
+"""tests/unit is the fast loop: it starts no process. Every way a Python program starts one (the
+subprocess module, multiprocessing, os.fork/posix_spawn/system, pty) goes through one of the
+functions patched here, so a unit test that starts a process fails at once with a message that
+says where it belongs, instead of quietly making `make unit` slow. Tests that start processes
+live in tests/integration/ (docs/testing.md)."""
+
+from __future__ import annotations
+
+import _posixsubprocess  # type: ignore[import-not-found]
+import contextlib
+import os
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any, NoReturn
+
+import pytest
+
+_MESSAGE = (
+    "a unit test started a process ({how}); tests/unit starts none: move the test to "
+    "tests/integration/ (or use a fake in place of the process)"
+)
+
+
+def _refuse(how: str) -> Any:
+    def refuse(*args: object, **kwargs: object) -> NoReturn:
+        raise AssertionError(_MESSAGE.format(how=how))
+
+    return refuse
+
+
+# (module, attribute): subprocess keeps its own reference to _posixsubprocess.fork_exec, and
+# multiprocessing's spawn and forkserver call the module's one; os.fork covers the fork context.
+_SPAWNERS: list[tuple[Any, str]] = [
+    (subprocess, "_fork_exec"),
+    (_posixsubprocess, "fork_exec"),
+    (os, "fork"),
+    (os, "forkpty"),
+    (os, "posix_spawn"),
+    (os, "posix_spawnp"),
+    (os, "system"),
+]
+
+
+@contextlib.contextmanager
+def _refusing_processes() -> Iterator[None]:
+    saved = [(module, name, getattr(module, name)) for module, name in _SPAWNERS if hasattr(module, name)]
+    for module, name, _ in saved:
+        setattr(module, name, _refuse(f"{module.__name__}.{name}"))
+    try:
+        yield
+    finally:
+        for module, name, original in saved:
+            setattr(module, name, original)
+
+
+# Around each phase of a unit test, so a module or session fixture that a unit test pulls in is held
+# to the same rule as the test. These hooks are dispatched through the item's own hook proxy, which
+# calls this conftest's hooks only for the tests under tests/unit, even in a run of the whole suite.
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_setup(item: pytest.Item) -> Iterator[None]:
+    with _refusing_processes():
+        return (yield)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item: pytest.Item) -> Iterator[None]:
+    with _refusing_processes():
+        return (yield)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
+    with _refusing_processes():
+        return (yield)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """The PostgreSQL variants of the store tests start a server: they run from
+    tests/integration/store/test_pg_*.py, which re-collect these modules (docs/testing.md)."""
+    here = Path(__file__).parent
+    moved = [i for i in items if i.get_closest_marker("postgres") and i.path.is_relative_to(here)]
+    again = here.parent / "integration" / "store"
+    missing = sorted(
+        {
+            str(i.path.relative_to(here.parent.parent))
+            for i in moved
+            if not (again / _pg_name(i.path)).exists()
+        }
+    )
+    if missing:
+        raise pytest.UsageError(
+            f"{', '.join(missing)}: PostgreSQL variants that would run nowhere; add tests/integration/store/"
+            f"test_pg_<module>.py that star-imports the module (see the ones there)"
+        )
+    if moved:
+        config.hook.pytest_deselected(items=moved)
+        gone = set(moved)
+        items[:] = [i for i in items if i not in gone]
+
+
+def _pg_name(unit_module: Path) -> str:
+    return "test_pg_" + unit_module.name.removeprefix("test_")
