@@ -15,7 +15,7 @@ from tests.unit.data.test_inputs import FILE
 
 from phalanx.backends.slurm import SlurmBackend
 from phalanx.clusters import Cluster
-from phalanx.data.inputs import InputSpec
+from phalanx.spec.inputs import InputSpec
 from phalanx.domain import Framework
 from phalanx.frameworks import mpi
 from phalanx.plan import build_plan
