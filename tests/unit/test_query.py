@@ -23,6 +23,9 @@ from phalanx.store.base import Store
 from tests.unit.server import fill
 
 N = 1000
+# Writing the 1,000 experiments (one commit each, as the product writes them) took up to 300 s at
+# load 20 on 2 cores: the module fixture gets room beyond the default per-test timeout.
+pytestmark = pytest.mark.timeout(900)
 LRS = [0.1, 0.05, 0.01, 0.001]
 OPS = ["=", "!=", "<", "<=", ">", ">="]
 
