@@ -15,7 +15,7 @@ from PIL import Image
 
 from phalanx.tracking.objects import ArtifactError
 from phalanx.tracking.reports import of_histogram, of_image, of_plotly, of_table, png_of_array
-from tests.unit.tracking.conftest import Sandbox
+from tests.support.sandbox import Sandbox
 
 
 @pytest.mark.parametrize(
