@@ -40,6 +40,9 @@ class Tokens(torch.utils.data.Dataset):
 
 
 class DieOnce(TrainerCallback):  # the first attempt is killed as step 5 begins
+    def on_train_begin(self, args, state, control, **kwargs):
+        print("starts at step", state.global_step, flush=True)
+
     def on_step_begin(self, args, state, control, **kwargs):
         if state.global_step == 4 and resume is None:
             os._exit(3)
@@ -89,6 +92,7 @@ def test_hf_trainer_logs_each_step_and_resumes_from_the_phalanx_checkpoint(
     assert "resuming from None" in lines  # the first attempt started fresh
     assert "resuming from step-000000004-checkpoint-4" in lines, lines  # the second from Phalanx's copy
     assert "finished at step 6" in lines
+    assert lines.count("starts at step 0") == 1 and lines.count("starts at step 4") == 1  # continued
     metrics = store.metrics(exp.id)
     for title in ("train/loss", "train/learning_rate", "train/grad_norm"):
         [series] = metrics[title].values()
