@@ -68,6 +68,7 @@ class Plan:
     launch_params: Mapping[str, Any] = field(default_factory=dict)  # what `--param` gave at launch
     # the data it reads: InputSpecs as written, replaced by their lineage records once resolved
     inputs: tuple[Any, ...] = ()
+    notes: tuple[str, ...] = ()  # what building the plan did to the command (`phalanx check` says it)
 
     @property
     def world_size(self) -> int:
@@ -232,13 +233,22 @@ def build_plan(
     for i in range(topo.n_ps):
         t = _merge(topo.default_ps, topo.ps.get(i))
         replicas.append(_replica(f"ps-{i}", Role.PS, i, None, t, 1))
+    command = render_inputs(render_command(spec.command, merged), {i.name for i in spec.inputs})
+    notes: tuple[str, ...] = ()
+    if (
+        spec.framework is Framework.PYTORCH
+    ):  # torchrun / accelerate launch in run.cmd: the replica's rendezvous
+        from phalanx.spec.launchers import wire
+
+        wiring = wire(command, nodes=1 + topo.n_workers, processes_per_replica=procs)
+        command, notes = wiring.command, (wiring.note,) if wiring.note else ()
     return Plan(
         name=name or spec.name or "experiment",
         project=spec.project or "default",
         framework=spec.framework,
         backend=spec.backend,
         replicas=tuple(replicas),
-        command=render_inputs(render_command(spec.command, merged), {i.name for i in spec.inputs}),
+        command=command,
         params=merged,
         tags=spec.tags,
         build=spec.build,
@@ -250,6 +260,7 @@ def build_plan(
         source_file=spec.source_file,
         launch_params={**spec.launch_params, **(params or {})},
         inputs=tuple(spec.inputs),
+        notes=notes,
     )
 
 

@@ -86,7 +86,7 @@ def check(
         n = len(exc.problems)
         sys.stderr.write(f"error: {file} is not a valid experiment file ({n} problem{'s' * (n != 1)})\n")
         raise typer.Exit(2) from None
-    for note in spec.notes:
+    for note in (*spec.notes, *plan.notes):
         sys.stderr.write(f"note: {note}\n")
     from phalanx import limits
 

@@ -2,7 +2,9 @@
 docs/integrations.md recommends: a master and a worker (`framework: pytorch`), one Lightning node
 each (`devices=1, num_nodes=2`), Lightning reading Phalanx's wiring and launching nothing. It makes
 exactly one experiment with a series per rank, the module's hyperparameters, and rank 0's checkpoint;
-TensorBoard capture stands down in the logger's processes (no point stored twice)."""
+TensorBoard capture stands down in the logger's processes (no point stored twice). The first attempt
+dies as epoch 1 begins; with `max_restarts: 1` the restarted group resumes from the Phalanx checkpoint
+(`logger.resume_path()` as `ckpt_path`): the step counter continues at 4, each step is logged once."""
 
 from __future__ import annotations
 
@@ -29,6 +31,15 @@ from phalanx.integrations.lightning import PhalanxLogger
 Task.current_task()  # a task first: TensorBoard capture is on until the PhalanxLogger turns it off
 
 
+class DieOnce(L.Callback):  # rank 0 exits once epoch 0's checkpoint is stored; the group restarts
+    def on_train_start(self, trainer, module):
+        print("rank", trainer.global_rank, "starts at step", trainer.global_step, flush=True)
+
+    def on_train_epoch_start(self, trainer, module):
+        if trainer.current_epoch == 1 and resume is None and trainer.global_rank == 0:
+            os._exit(3)
+
+
 class Regression(L.LightningModule):
     def __init__(self, lr: float = 0.05, hidden: int = 8):
         super().__init__()
@@ -49,12 +60,16 @@ class Regression(L.LightningModule):
 torch.manual_seed(0)
 x = torch.randn(64, 4)
 data = DataLoader(TensorDataset(x, x.sum(dim=1, keepdim=True)), batch_size=8)
+logger = PhalanxLogger()
 trainer = L.Trainer(
     strategy="ddp", accelerator="cpu", devices=1, num_nodes=2, max_epochs=2, log_every_n_steps=1,
-    logger=PhalanxLogger(), enable_progress_bar=False, enable_model_summary=False,
+    logger=logger, enable_progress_bar=False, enable_model_summary=False, callbacks=[DieOnce()],
     default_root_dir="out",
 )
-trainer.fit(Regression(lr=0.05, hidden=8), data)
+resume = logger.resume_path()
+print("rank", os.environ["RANK"], "resuming from", resume and os.path.basename(resume), flush=True)
+trainer.fit(Regression(lr=0.05, hidden=8), data, ckpt_path=resume)
+print("rank", trainer.global_rank, "finished at step", trainer.global_step, flush=True)
 SummaryWriter(log_dir=f"tb/{trainer.global_rank}").add_scalar("tensorboard_only", 1.0, 0)
 print("world", trainer.world_size, "rank", trainer.global_rank, "pid", os.getpid())
 """
@@ -70,6 +85,7 @@ environment:
     n_workers: 1
 run:
   cmd: python train.py
+  max_restarts: 1
 """
 
 
@@ -88,10 +104,18 @@ def test_lightning_ddp_makes_one_experiment_with_a_series_per_rank(tmp_path: Pat
     assert sorted(loss) == ["rank 0", "rank 1"]
     for series in loss.values():  # 64 samples, 2 ranks, batches of 8: 4 steps an epoch, 2 epochs
         assert series.steps == list(range(8))
-    console = "\\n".join(line.text for line in store.logs(exp.id))
+    lines = [line.text for line in store.logs(exp.id)]
+    console = "\\n".join(lines)
     assert "world 2 rank 0" in console and "world 2 rank 1" in console  # two processes, no more
+    for rank in (0, 1):  # fresh, then resumed from rank 0's epoch-0 checkpoint (4 steps) by both ranks
+        assert f"rank {rank} resuming from None" in lines, lines
+        assert f"rank {rank} resuming from step-000000004-epoch=0-step=4.ckpt" in lines, lines
+        assert lines.count(f"rank {rank} starts at step 0") == 1  # epoch 0 is never trained again
+        assert lines.count(f"rank {rank} starts at step 4") == 1  # the step counter continues
+        assert f"rank {rank} finished at step 8" in lines
     params = {(p.section, p.key): p.value for p in store.params(exp.id)}
     assert params[("Hyperparameters", "lr")] == 0.05
     assert params[("Hyperparameters", "hidden")] == 8
-    checkpoints = [a for a in store.artifacts(exp.id) if a.kind == "checkpoint"]
-    assert checkpoints, [a.name for a in store.artifacts(exp.id)]
+    from phalanx.checkpoints import from_artifacts
+
+    assert [c.step for c in from_artifacts(store.artifacts(exp.id))] == [4, 8]
