@@ -140,7 +140,9 @@ export function renderList(root, ctx) {
       add(tbody, h("tr", { "data-id": e.id },
         h("td", {}, box),
         h("td", { class: "mono" }, h("a", { href: link }, e.id)),
-        h("td", {}, h("a", { href: link }, e.name)),
+        h("td", {}, h("a", { href: link }, e.name),
+          // a `phalanx serve` session: its scalars are requests and latency, not training curves
+          e.kind && e.kind !== "training" ? h("span", { class: "tag", "data-kind": e.kind }, e.kind) : null),
         h("td", {}, e.project),
         h("td", { title: e.reason || null }, badge(e.status)),
         h("td", {}, e.framework || "—"),
