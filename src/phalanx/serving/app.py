@@ -179,7 +179,11 @@ def create_serving_app(
             if model != name:
                 status = 404
                 return _error(404, "not_found", f"this server serves {name!r}, not {model!r}")
-            body = await request.body()
+            batcher.arriving += 1  # a batch waiting up to max_wait waits only for such requests
+            try:
+                body = await request.body()
+            finally:
+                batcher.arriving -= 1
             if len(body) > options.max_body_bytes:
                 status = 413
                 return _error(
