@@ -136,12 +136,26 @@ def start(home: Path, *args: str) -> tuple[subprocess.Popen[str], str]:
 
 
 def stop(proc: subprocess.Popen[str]) -> None:
+    """SIGTERM (SIGKILL after 30 s); then wait (bounded) for the ingester of the server's service
+    experiment, which finishes its last passes once the server is gone."""
     os.killpg(proc.pid, signal.SIGTERM)
     try:
         proc.wait(timeout=30)
     except subprocess.TimeoutExpired:
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
+    wanted = f"--follow-pid\0{proc.pid}\0".encode()
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        following = False
+        for entry in Path("/proc").iterdir():
+            try:
+                following = following or wanted in (entry / "cmdline").read_bytes()
+            except OSError:
+                continue
+        if not following:
+            return
+        time.sleep(0.2)
 
 
 MLFLOW_SAVE = """
