@@ -121,6 +121,7 @@ class Experiment:
     handle: str | None = None  # the backend's own id (pid, Slurm job id, pod label)
     notes: str | None = None  # free text the user wrote about it (UI, `phalanx note`)
     group_id: str | None = None  # the experiment group (hyperparameter search) it is a trial of
+    kind: str = "training"  # or "service": one `phalanx serve` session's requests and latency
 
     def to_json(self) -> dict[str, Any]:
         """The experiment as `phalanx get -o json` and the Python Run handle show it."""
@@ -141,6 +142,8 @@ class Experiment:
         }
         if self.group_id:  # only trials carry it: other experiments' JSON is unchanged
             doc["group_id"] = self.group_id
+        if self.kind != "training":  # only services carry it, likewise
+            doc["kind"] = self.kind
         return doc
 
 

@@ -26,7 +26,8 @@ def fill_registry(home: Path) -> list[str]:
     registry = Registry(store)
     ids = []
     for seed in (1, 2):
-        exp = store.create_experiment(name=f"train-{seed}", project="default").id
+        data = {"name": "digits", "kind": "dataset", "ref": f"digits-data@{seed}", "digest": "cd" * 32}
+        exp = store.create_experiment(name=f"train-{seed}", project="default", plan={"inputs": [data]}).id
         record_model(store, exp, "digits", random_linear(seed))
         registry.register(exp, "digits", description="digits MLP" if seed == 1 else None)
         ids.append(exp)
@@ -60,6 +61,7 @@ def test_the_models_pages_show_versions_aliases_and_lineage(
     first = page.locator('#versions tr[data-version="1"]')
     assert first.locator('[data-alias="prod"]').count() == 1
     assert "passed" in first.inner_text() and "input: float32[?, 64]" in first.inner_text()
+    assert "digits-data@1 (cdcdcdcdcdcd)" in first.locator('[data-col="data"]').inner_text()
     link = first.locator(f'a[href="/experiments/{ids[0]}"]')
     assert link.count() == 1
     shot(page, "models-page")

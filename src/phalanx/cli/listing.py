@@ -153,6 +153,9 @@ def ls_experiments(
         for e in page.items
     ]
     headers = ["id", "project", "name", "status", "created", "duration"]
+    if any(getattr(e, "kind", "training") != "training" for e in page.items):  # `phalanx serve` sessions
+        headers.append("kind")
+        rows = [[*row, getattr(e, "kind", "training")] for row, e in zip(rows, page.items, strict=True)]
     if any(getattr(e, "group_id", None) for e in page.items):  # trials of a group: say which
         headers.append("group")
         rows = [[*row, getattr(e, "group_id", None) or "-"] for row, e in zip(rows, page.items, strict=True)]

@@ -299,6 +299,12 @@ def get(ref: RefArg, output: OutputOpt = "table") -> None:
     snapshot = lineage.get("snapshot") or {}
     if snapshot:
         lines.append("snapshot:    " + ", ".join(f"{k} {val}" for k, val in snapshot.items()))
+    data = lineage.get("inputs") or []
+    if data:
+        from phalanx.data.lineage import describe
+
+        lines.append("data:")
+        lines += [f"  {r.get('name')}: {describe(r)}" for r in data]
     for title, values in (("params", lineage.get("params") or {}), ("metrics", lineage.get("metrics") or {})):
         if values:
             lines.append(f"{title}:")

@@ -226,6 +226,7 @@ def experiment_of(doc: dict[str, Any]) -> Experiment:
         handle=doc.get("handle"),
         notes=doc.get("notes"),
         group_id=doc.get("group_id"),
+        kind=doc.get("kind") or "training",
     )
 
 

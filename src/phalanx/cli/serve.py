@@ -9,12 +9,19 @@ from __future__ import annotations
 
 import secrets
 import sys
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from phalanx.cli.app import app, fail
 from phalanx.cli.server import bind_listener, is_loopback
+
+if TYPE_CHECKING:
+    from phalanx.registry.records import ModelRef
+    from phalanx.registry.service import Registry
+    from phalanx.serving.app import ServeOptions
+    from phalanx.serving.follower import Follower
+    from phalanx.serving.session import ServiceSession
 
 
 @app.command("serve")
@@ -59,6 +66,14 @@ def serve(
     intra_threads: Annotated[
         int, typer.Option("--threads", min=0, help="ONNX Runtime threads per call (0: its default)")
     ] = 0,
+    track_seconds: Annotated[
+        float,
+        typer.Option(
+            "--track-seconds",
+            min=0.0,
+            help="report requests and latency into a service experiment this often (0: no experiment)",
+        ),
+    ] = 5.0,
     log_level: Annotated[
         str, typer.Option("--log-level", help="uvicorn's: warning, info, debug")
     ] = "warning",
@@ -107,12 +122,19 @@ def serve(
         workers=workers,
         token=None if no_auth else token,
     )
-    serving_app = create_serving_app(follower, options)
+    session = None
+    if track_seconds > 0:
+        session = _open_session(registry, follower, parsed, options, host, track_seconds)
+    serving_app = create_serving_app(follower, options, session)
     bound_host, bound_port = sock.getsockname()[:2]
     shown = f"[{bound_host}]" if ":" in bound_host else bound_host
     if generated:
         typer.echo(f"token: {token}  (clients send Authorization: Bearer <token>; --token sets your own)")
     loaded = follower.current
+    if session is not None:
+        typer.echo(
+            f"service experiment: {session.id} (its requests and latency: phalanx get {session.id}, the UI)"
+        )
     typer.echo(
         f"serving {parsed} (version {loaded.version}, {loaded.provider}) at http://{shown}:{bound_port}"
     )
@@ -122,3 +144,35 @@ def serve(
     )
     server = uvicorn.Server(config)
     server.run(sockets=[sock])
+
+
+def _open_session(
+    registry: Registry, follower: Follower, ref: ModelRef, options: ServeOptions, host: str, interval: float
+) -> ServiceSession:
+    """The service experiment of this session, in the project of the model it serves."""
+    from phalanx.config import Settings
+    from phalanx.serving.session import ServiceSession
+
+    settings = Settings()
+    loaded = follower.current
+    params = {
+        "model": ref.name,
+        "following": str(ref),
+        "version_at_start": loaded.version,
+        "provider": loaded.provider,
+        "host": host,
+        "batching": options.batching,
+        "max_batch": options.max_batch,
+        "max_wait_ms": options.max_wait_ms,
+        "workers": options.workers,
+        "auth": options.token is not None,
+    }
+    return ServiceSession.open(
+        name=f"serve {ref}",
+        project=registry.project_of(ref.name),
+        params=params,
+        version=lambda: follower.current.version,
+        spool_root=settings.spool_dir,
+        runs_root=settings.runs_dir,
+        interval=interval,
+    )

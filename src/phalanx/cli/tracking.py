@@ -312,6 +312,7 @@ def _summary_lines(store: Store, e: Experiment, launch: dict[str, Any]) -> list[
         f"id:        {e.id}",
         f"name:      {e.name}",
         f"project:   {e.project}",
+        *([f"kind:      {e.kind} (phalanx serve: requests, latency)"] if e.kind == "service" else []),
         f"status:    {e.status}" + (f" ({e.reason})" if e.reason else ""),
         f"created:   {_when(e.created_at)}",
         f"started:   {_when(e.started_at)}",

@@ -14,6 +14,7 @@ import hashlib
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from phalanx.data.lineage import inputs_of
 from phalanx.errors import NotFound, UsageError
 from phalanx.registry.parity import ParityFailed, recheck, signature
 from phalanx.registry.records import (
@@ -93,6 +94,8 @@ class Registry:
             "params": self._params(experiment.id),
             "metrics": self._final_metrics(experiment.id),
             "snapshot": self._snapshot(experiment.id),
+            # the data it read (issue 26's inputs: dataset version and digest, or a datastore path)
+            "inputs": inputs_of(experiment.plan),
             "parity": parity.as_dict(),
             "saved_check": metadata.get("check"),
             "exporter": metadata.get("exporter"),

@@ -71,6 +71,9 @@ class ExperimentOut(BaseModel):
     group_id: str | None = Field(
         default=None, description="the experiment group (hyperparameter search) it is a trial of, if any"
     )
+    kind: str = Field(
+        default="training", description='"training", or "service": a `phalanx serve` session (docs/models.md)'
+    )
 
 
 class ExperimentDetail(ExperimentOut):
@@ -98,6 +101,7 @@ def experiment_out(e: Experiment) -> dict[str, Any]:
         "finished_at": e.finished_at,
         "notes": e.notes,
         "group_id": e.group_id,
+        "kind": e.kind,
     }
 
 

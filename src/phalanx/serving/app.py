@@ -7,6 +7,7 @@ but ``/healthz`` unless the server was started with ``--no-auth`` (loopback only
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import hmac
 import time
@@ -30,6 +31,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from phalanx.serving.batching import Batcher
 from phalanx.serving.codec import NPY, NPZ, InvalidInput, decode, encode_npy, encode_npz
 from phalanx.serving.follower import Follower
+from phalanx.serving.session import ServiceSession
 
 PUBLIC = ("/healthz",)
 
@@ -104,27 +106,44 @@ def _error(status: int, code: str, message: str, version: int | None = None) -> 
     return JSONResponse({"error": code, "message": message}, status_code=status, headers=headers)
 
 
-def create_serving_app(follower: Follower, options: ServeOptions) -> FastAPI:
+def create_serving_app(
+    follower: Follower, options: ServeOptions, session: ServiceSession | None = None
+) -> FastAPI:
+    """The endpoint; with ``session``, every predict request and batch is also counted into the
+    service experiment (phalanx.serving.session), which ends when the server shuts down."""
+    metrics = _Metrics(follower)
+    observe_rows = metrics.batch_rows.observe
+
+    def on_batch(rows: int) -> None:
+        observe_rows(rows)
+        if session is not None:
+            session.observe_batch(rows)
+
     batcher = Batcher(
         lambda: follower.current,
         enabled=options.batching,
         max_batch=options.max_batch,
         max_wait=options.max_wait_ms / 1000,
         workers=options.workers,
+        on_batch=on_batch,
     )
-    metrics = _Metrics(follower)
-    batcher._on_batch = metrics.batch_rows.observe
     name = follower.ref.name
 
     @contextlib.asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
         await batcher.start()
         follower.start()
+        ticks = asyncio.create_task(session.run()) if session is not None else None
         try:
             yield
         finally:
             follower.stop()
             await batcher.stop()
+            if ticks is not None and session is not None:
+                ticks.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await ticks
+                session.close()  # here, not after uvicorn returns: it re-raises SIGTERM then
 
     app = FastAPI(title=f"phalanx serve {follower.ref}", lifespan=lifespan, docs_url=None, redoc_url=None)
 
@@ -160,7 +179,11 @@ def create_serving_app(follower: Follower, options: ServeOptions) -> FastAPI:
             if model != name:
                 status = 404
                 return _error(404, "not_found", f"this server serves {name!r}, not {model!r}")
-            body = await request.body()
+            batcher.arriving += 1  # a batch waiting up to max_wait waits only for such requests
+            try:
+                body = await request.body()
+            finally:
+                batcher.arriving -= 1
             if len(body) > options.max_body_bytes:
                 status = 413
                 return _error(
@@ -193,8 +216,11 @@ def create_serving_app(follower: Follower, options: ServeOptions) -> FastAPI:
             status = 500
             return _error(500, "predict_failed", f"{type(exc).__name__}: {exc}", version)
         finally:
+            took = time.perf_counter() - started
             metrics.requests.labels(name, str(version) if version is not None else "-", str(status)).inc()
-            metrics.latency.labels(name).observe(time.perf_counter() - started)
+            metrics.latency.labels(name).observe(took)
+            if session is not None:
+                session.observe(status, took)
 
     if options.token:
         app.add_middleware(_TokenMiddleware, token=options.token)

@@ -24,7 +24,7 @@ if TYPE_CHECKING:  # store.base imports the artifact store: `run --detach`'s pro
 # the columns ``SqlStore`` reads for an experiment (all but `repro`, which only store.repro() reads)
 _EXPERIMENT_COLUMNS = (
     "id, name, project, status, framework, backend, cluster, tags, topology, spec_text, plan, reason,"
-    " created_at, started_at, finished_at, handle, notes, group_id"
+    " created_at, started_at, finished_at, handle, notes, group_id, kind"
 )
 _REPLICA_COLUMNS = (
     'experiment_id, name, role, "index", rank, state, host, pid, exit_code, reason, resources,'
@@ -185,6 +185,7 @@ def _experiment(r: tuple[Any, ...]) -> Experiment:
         handle=r[15],
         notes=r[16],
         group_id=r[17],
+        kind=r[18] or "training",
     )
 
 

@@ -10,6 +10,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 import urllib.error
 import urllib.request
 from dataclasses import dataclass
@@ -32,6 +33,8 @@ def start_serve(home: Path, ref: str, *args: str, token: str | None = None) -> S
     env = {k: v for k, v in os.environ.items() if not k.startswith("PHALANX_")}
     env.update(PHALANX_HOME=str(home), PYTHONUNBUFFERED="1")
     argv = [str(PHALANX), "serve", ref, "--port", "0", *args]
+    if "--track-seconds" not in args:  # no service experiment (and its ingester) unless asked
+        argv += ["--track-seconds", "0"]
     argv += ["--token", token] if token else ["--no-auth"]
     proc = subprocess.Popen(
         argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True
@@ -62,6 +65,8 @@ def start_serve(home: Path, ref: str, *args: str, token: str | None = None) -> S
 
 
 def stop_serve(proc: subprocess.Popen[str]) -> None:
+    """SIGTERM (SIGKILL after 30 s), then wait for the ingester of its service experiment, which
+    finishes its last passes after the server is gone (bounded)."""
     if proc.poll() is None:
         os.killpg(proc.pid, signal.SIGTERM)
         try:
@@ -69,6 +74,23 @@ def stop_serve(proc: subprocess.Popen[str]) -> None:
         except subprocess.TimeoutExpired:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait(timeout=30)
+    deadline = time.monotonic() + 60
+    while _ingesters_following(proc.pid) and time.monotonic() < deadline:
+        time.sleep(0.1)
+
+
+def _ingesters_following(pid: int) -> list[int]:
+    wanted = f"--follow-pid\0{pid}\0".encode()
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                cmdline = (entry / "cmdline").read_bytes()
+            except OSError:
+                continue
+            if b"phalanx.ingest" in cmdline and wanted in cmdline:
+                found.append(int(entry.name))
+    return found
 
 
 def post(

@@ -31,9 +31,13 @@ def _phalanx(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str]:
     return int(done.value.code or 0), capsys.readouterr().err
 
 
+# what issue 26 records of an experiment's dataset input (plan["inputs"])
+DATA = {"name": "digits", "kind": "dataset", "ref": "digits-data@3", "digest": "ab" * 32, "mode": "download"}
+
+
 def _saved(seed: int) -> str:
     store = open_store(Settings())
-    exp = store.create_experiment(name=f"train-{seed}", project="p").id
+    exp = store.create_experiment(name=f"train-{seed}", project="p", plan={"inputs": [DATA]}).id
     record_model(store, exp, "digits", random_linear(seed))
     return exp
 
@@ -64,6 +68,8 @@ def test_register_alias_get_ls_download(phalanx_home: Path, tmp_path: Path) -> N
     assert doc["tags"] == {"team": "vision"}
     text = CLI.invoke(app, ["models", "get", "digits@prod"]).output
     assert "input: float32[?, 64]" in text and first in text
+    assert f"digits: digits-data@3 ({'ab' * 6})" in text  # the data the version was trained on
+    assert doc["lineage"]["inputs"] == [DATA]
     assert "@prod=1" in CLI.invoke(app, ["models", "ls"]).output
     versions = CLI.invoke(app, ["models", "ls", "digits"]).output.splitlines()
     assert [line.split()[0] for line in versions] == ["VERSION", "1", "2"]

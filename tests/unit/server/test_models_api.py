@@ -10,9 +10,11 @@ pytest.importorskip("onnxruntime")
 from phalanx.store.base import Store
 from tests.support.onnx_models import random_linear, record_model, tamper
 
+DATA = {"name": "digits", "kind": "dataset", "ref": "digits-data@3", "digest": "ab" * 32, "mode": "download"}
+
 
 def _saved(store: Store, seed: int) -> str:
-    exp = store.create_experiment(name=f"train-{seed}", project="p").id
+    exp = store.create_experiment(name=f"train-{seed}", project="p", plan={"inputs": [DATA]}).id
     record_model(store, exp, "digits", random_linear(seed))
     return exp
 
@@ -32,6 +34,7 @@ def test_register_read_alias_download(client: TestClient, store: Store) -> None:
     detail = client.get("/api/v1/models/digits").json()
     assert [v["version"] for v in detail["versions"]] == [1, 2]
     assert detail["versions"][0]["signature"]["inputs"][0]["shape"] == [None, 64]
+    assert detail["versions"][0]["lineage"]["inputs"] == [DATA]  # the dataset it was trained on
     got = client.get("/api/v1/models/digits/versions/1/file")
     assert got.status_code == 200
     assert got.content == store.artifact_store.read_bytes(first, "models/digits.onnx")  # type: ignore[attr-defined]

@@ -6,6 +6,8 @@ from __future__ import annotations
 import asyncio
 import io
 import json
+import threading
+import time
 from typing import Any
 
 import numpy as np
@@ -92,7 +94,8 @@ def test_concurrent_requests_are_joined_and_each_gets_its_own_rows() -> None:
     sizes: list[int] = []
 
     async def scenario() -> list[tuple[int, np.ndarray, np.ndarray]]:
-        batcher = Batcher(lambda: loaded, max_batch=8, max_wait=0.05, on_batch=sizes.append)
+        # inline_below=0: every call in the pool, as a model whose calls take long
+        batcher = Batcher(lambda: loaded, max_batch=8, max_wait=0.05, on_batch=sizes.append, inline_below=0)
         await batcher.start()
         inputs = [np.full((1 + i % 3, 4), float(i), np.float32) for i in range(12)]
         answers = await asyncio.gather(*(batcher.predict({"input": x}) for x in inputs))
@@ -111,7 +114,7 @@ def test_a_batch_runs_on_one_version_even_when_the_model_is_swapped_meanwhile() 
     current = {"v": versions[0]}
 
     async def scenario() -> list[tuple[int, bool]]:
-        batcher = Batcher(lambda: current["v"], max_batch=4, max_wait=0.0, workers=2)
+        batcher = Batcher(lambda: current["v"], max_batch=4, max_wait=0.0, workers=2, inline_below=0)
         await batcher.start()
         x = np.ones((1, 4), np.float32)
         expected = {v.version: v.session.run(None, {"input": x})[0] for v in versions}
@@ -148,3 +151,38 @@ def test_without_batching_each_request_is_its_own_call() -> None:
 
     _run(scenario())
     assert sizes == [2] * 5
+
+
+def test_a_model_with_short_calls_runs_on_the_loop_and_a_lone_request_does_not_wait(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import phalanx.serving.batching as batching
+
+    loaded = _loaded(1)
+    callers: list[str] = []
+    original = batching.run
+
+    def spy(loaded: Any, inputs: dict[str, np.ndarray]) -> list[np.ndarray]:
+        callers.append(threading.current_thread().name)
+        return original(loaded, inputs)
+
+    monkeypatch.setattr(batching, "run", spy)
+
+    async def scenario() -> tuple[bool, float, str]:
+        # a long max_wait: a lone request (nothing else arriving) must not wait for it
+        batcher = Batcher(lambda: loaded, max_wait=30.0, inline_below=1.0)
+        await batcher.start()
+        x = {"input": np.ones((1, 4), np.float32)}
+        started = time.monotonic()
+        for _ in range(4):
+            await batcher.predict(x)
+        took = time.monotonic() - started
+        inline = batcher.inline
+        await batcher.stop()
+        return inline, took, threading.current_thread().name
+
+    inline, took, loop_thread = _run(scenario())
+    assert took < 30  # none waited max_wait
+    assert inline
+    assert callers[0].startswith("phalanx-serve")  # a version's first call: in the pool, timed
+    assert callers[-2:] == [loop_thread, loop_thread]  # then on the loop: no thread hop

@@ -316,6 +316,7 @@ def _create_from_event(conn: Connection, ev: Event) -> None:
             started_at=ev.time or _time.time(),
             finished_at=None,
             handle=None,  # an engine handle from ingest would be something a stop acts on
+            kind="service" if d.get("kind") == "service" else "training",  # `phalanx serve`'s
         )
     )
     conn.execute(

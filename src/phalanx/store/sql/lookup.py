@@ -107,6 +107,7 @@ def experiment(m: Any) -> Experiment:
         handle=m["handle"],
         notes=m.get("notes"),
         group_id=m.get("group_id"),
+        kind=m.get("kind") or "training",
     )
 
 

@@ -56,6 +56,8 @@ class ExperimentRow(Base):
     # what ran: git commit/branch/diff, packages, versions, host, launch options, source snapshot
     repro: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
     notes: Mapped[str | None] = mapped_column(Text)  # the user's notes (UI, `phalanx note`)
+    # "training", or "service": a `phalanx serve` session (phalanx.serving.tracking)
+    kind: Mapped[str] = mapped_column(String(16), server_default="training", default="training")
 
 
 class ReplicaRow(Base):

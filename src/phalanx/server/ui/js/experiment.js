@@ -61,6 +61,7 @@ export function renderExperiment(root, ctx, id) {
           exp.status === "pending" && exp.reason ? h("span", { class: "muted small", "data-pending-reason": "" }, ` (${exp.reason})`) : null),
         h("div", { class: "meta" },
           h("span", {}, "id ", h("b", { class: "mono" }, exp.id)),
+          h("span", { "data-kind": exp.kind || "training" }, "kind ", h("b", {}, exp.kind || "training")),
           h("span", {}, "framework ", h("b", {}, exp.framework || "—")),
           h("span", {}, "topology ", h("b", {}, topologyText(exp.topology))),
           exp.backend ? h("span", {}, "backend ", h("b", {}, exp.backend)) : null,

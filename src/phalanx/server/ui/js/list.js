@@ -187,7 +187,9 @@ export function renderList(root, ctx) {
       const link = `/experiments/${e.id}`;
       const cells = {
         id: () => h("td", { class: "mono" }, h("a", { href: link }, e.id)),
-        name: () => h("td", {}, h("a", { href: link }, e.name)),
+        name: () => h("td", {}, h("a", { href: link }, e.name),
+          // a `phalanx serve` session: its scalars are requests and latency, not training curves
+          e.kind && e.kind !== "training" ? h("span", { class: "tag", "data-kind": e.kind }, e.kind) : null),
         project: () => h("td", {}, e.project),
         status: () => h("td", { title: e.reason || null }, badge(e.status)),
         framework: () => h("td", {}, e.framework || "—"),

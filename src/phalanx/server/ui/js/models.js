@@ -20,6 +20,10 @@ const aliasChips = (aliases) => aliases.length
   ? aliases.map((a) => h("span", { class: "tag", "data-alias": a }, `@${a}`))
   : "—";
 const shapes = (items) => (items || []).map((i) => `${i.name}: ${i.dtype}[${i.shape.map((d) => (d === null ? "?" : d)).join(", ")}]`).join("; ");
+// what the version's experiment read (issue 26's inputs): a dataset version with its digest, or a datastore path
+const dataOf = (inputs) => (inputs || []).map((r) => (r.kind === "dataset"
+  ? `${r.name}: ${r.ref} (${String(r.digest || "").slice(0, 12)})`
+  : `${r.name}: datastore ${r.datastore}${r.path ? `:${r.path}` : ""}`)).join("; ");
 const parity = (p) => (!p || p.passed === undefined ? "—" : `${p.passed ? "passed" : "FAILED"} (max diff ${Number(p.max_abs_diff).toPrecision(2)})`);
 
 export async function renderModels(root) {
@@ -64,10 +68,11 @@ export async function renderModel(root, name) {
       h("td", {}, parity(v.lineage.parity)),
       h("td", { class: "small" }, `in ${shapes(v.signature.inputs)} · out ${shapes(v.signature.outputs)}`),
       h("td", { class: "small" }, metrics || "—"),
+      h("td", { class: "small", "data-col": "data" }, dataOf(v.lineage.inputs) || "—"),
       h("td", {}, h("a", { href: `/api/v1/models/${encodeURIComponent(m.name)}/versions/${v.version}/file` }, "onnx")),
       h("td", {}, fmtTime(v.created_at)));
   });
   add(root, h("div", { class: "table-wrap" }, h("table", { class: "grid", id: "versions" },
-    h("thead", {}, h("tr", {}, ["version", "aliases", "experiment", "parity", "signature", "final metrics", "file", "registered"].map((c) => h("th", {}, c)))),
+    h("thead", {}, h("tr", {}, ["version", "aliases", "experiment", "parity", "signature", "final metrics", "data", "file", "registered"].map((c) => h("th", {}, c)))),
     h("tbody", {}, rows))));
 }
