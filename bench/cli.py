@@ -62,7 +62,7 @@ def cpu_of(argv: list[str], env: dict[str, str]) -> tuple[float, str]:
 
 def wait_gone(pid: int, timeout: float = 120.0) -> None:
     """Until the detached supervisor ``pid`` has ended (bounded), so it does not load the next case."""
-    from phalanx.procs import pid_alive
+    from phalanx.machine.procs import pid_alive
 
     deadline = time.monotonic() + timeout
     while pid_alive(pid) and time.monotonic() < deadline:

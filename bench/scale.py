@@ -308,7 +308,7 @@ def senders(
 
 
 def start_server(home: Path, db_url: str) -> tuple[subprocess.Popen[bytes], int]:
-    from phalanx.ports import free_port
+    from phalanx.machine.ports import free_port
 
     port = free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("PHALANX_")}

@@ -191,7 +191,7 @@ def main() -> int:
     args = parser.parse_args()
     if args.smoke:
         args.points, args.series, args.clients, args.repeat, args.runs = 2000, 2, 2, 1, 20
-    from phalanx.ports import free_port
+    from phalanx.machine.ports import free_port
 
     with tempfile.TemporaryDirectory(prefix="phalanx-bench-server-") as tmp:
         home = args.home or Path(tmp)

@@ -80,7 +80,7 @@ def load_clients(url: str, clients: int, stop: Any) -> None:
 
 
 def start_server(home: Path) -> tuple[subprocess.Popen[bytes], str]:
-    from phalanx.ports import free_port
+    from phalanx.machine.ports import free_port
 
     port = free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("PHALANX_")}

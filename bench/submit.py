@@ -79,7 +79,7 @@ class Server:
     """A `phalanx server` on loopback over its own PHALANX_HOME."""
 
     def __init__(self, home: Path) -> None:
-        from phalanx.ports import free_port
+        from phalanx.machine.ports import free_port
 
         self.home = home
         home.mkdir(parents=True, exist_ok=True)

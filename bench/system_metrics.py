@@ -1,4 +1,4 @@
-"""What sampling the replicas' process trees costs (phalanx.sysmetrics), against the replicas' own CPU.
+"""What sampling the replicas' process trees costs (phalanx.machine.sysmetrics), against their own CPU.
 
     python bench/system_metrics.py [--replicas 4] [--children 3] [--seconds 30] [--interval 5]
 
@@ -24,8 +24,8 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "src"))
 
 import contextlib
 
-from phalanx import limits, proctree
-from phalanx.sysmetrics import Sampler, SystemMetrics, Target
+from phalanx.machine import limits, proctree
+from phalanx.machine.sysmetrics import Sampler, SystemMetrics, Target
 
 TREE = """
 import subprocess, sys, time

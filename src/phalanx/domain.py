@@ -41,7 +41,7 @@ class ExperimentStatus(StrEnum):
     FAILED = "failed"
     STOPPED = "stopped"
     UNKNOWN = "unknown"
-    QUEUED = "queued"  # waiting in this machine's queue for its cores, GPUs or memory (phalanx.ledger)
+    QUEUED = "queued"  # waiting in this machine's queue for its cores, GPUs or memory (machine.ledger)
     PENDING = "pending"  # accepted by a cluster's scheduler, waiting for resources (reason says why)
     BUILDING = "building"  # its environment (build.pip_packages, Horovod) is being built first
 

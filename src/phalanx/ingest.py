@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 from phalanx.domain import Event, EventKind
 from phalanx.errors import UsageError
-from phalanx.procs import pid_alive
+from phalanx.machine.procs import pid_alive
 from phalanx.store.artifacts import ArtifactStore, safe_path
 from phalanx.store.batch import check_event, text_field
 from phalanx.tracking.labels import MAX_TAG, label_problem

@@ -13,9 +13,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from phalanx import limits
 from phalanx.domain import BackendKind, Framework, Resources, Role
 from phalanx.errors import SpecError
+from phalanx.machine import limits
 from phalanx.spec.model import Build, ExperimentSpec, ReplicaTemplate
 from phalanx.spec.shellwords import quote_state, stands_alone
 

@@ -1,6 +1,6 @@
 """This machine's queue, as the supervisor, `phalanx queue`, `phalanx stop` and Python callers use it.
 
-The ledger itself (``phalanx.ledger``) knows processes and resources only; this module ties it to
+The ledger itself (``phalanx.machine.ledger``) knows processes and resources only; this module ties it to
 plans and to the store:
 
 * ``Admission``: what the supervisor of a local experiment does before starting anything: ask the
@@ -24,8 +24,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from phalanx import ledger as ledger_mod
-from phalanx.ledger import Capacity, Entry, Grant, Ledger, Need, NeverFits, NoRoom, TooManyWaiting
+from phalanx.machine import ledger as ledger_mod
+from phalanx.machine.ledger import Capacity, Entry, Grant, Ledger, Need, NeverFits, NoRoom, TooManyWaiting
 from phalanx.priority import MAX_PRIORITY, check_priority
 from phalanx.share import DEFAULT_PROJECT, Limit
 
@@ -74,7 +74,7 @@ def need_of_plan(plan: Plan) -> Need:
 def capacity(need_gpus: bool = True) -> Capacity:
     """The cores this process may run on, the machine's memory, and its GPUs (nvidia-smi is asked
     only when ``need_gpus``: a CPU experiment does not pay for it)."""
-    from phalanx import limits
+    from phalanx.machine import limits
 
     cpus = tuple(sorted(os.sched_getaffinity(0)))
     gpus = limits.detect_gpus() if need_gpus else ()

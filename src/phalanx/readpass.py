@@ -43,7 +43,7 @@ def upkeep_due(reader: LiteReader, settings: Settings) -> str | None:
 
 def _aborted_start(reader: LiteReader, settings: Settings) -> str | None:
     """``reconcile.clean_aborted_starts``'s test: a dead supervisor's folder with no experiment."""
-    from phalanx.procs import recorded_but_gone
+    from phalanx.machine.procs import recorded_but_gone
 
     runs = settings.runs_dir
     if not runs.is_dir():

@@ -32,12 +32,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
 from phalanx.domain import ExperimentStatus, ReplicaState
-from phalanx.procs import Seen, judge, read_record, recorded_but_gone
+from phalanx.machine.procs import Seen, judge, read_record, recorded_but_gone
 
 if TYPE_CHECKING:
     from phalanx.config import Settings
     from phalanx.domain import Experiment, Page, Replica
-    from phalanx.ledger import Entry
+    from phalanx.machine.ledger import Entry
     from phalanx.store.base import ExperimentFilter, Store
 
 log = logging.getLogger(__name__)
@@ -206,7 +206,7 @@ def _runs_since(pid: int, created: float | None) -> bool:
     """Whether ``pid`` runs and is the process that created the experiment (not a reused pid): a
     script's replica rows carry its pid but no start time, so its start is compared with the
     experiment's creation instead."""
-    from phalanx.procs import started_at
+    from phalanx.machine.procs import started_at
 
     start = started_at(pid)
     if start is None:

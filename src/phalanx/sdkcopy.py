@@ -14,13 +14,14 @@ from phalanx.config import Settings
 # every module of the copy with a bare interpreter, so a missing one fails there, not in a user's venv.
 SDK_TOP_MODULES = (
     "__init__.py",
+    "machine/__init__.py",
     "errors.py",
-    "procs.py",
+    "machine/procs.py",
     "checkpoints.py",
-    # `python -m phalanx.sysmetrics` beside a replica on a cluster node (the Slurm task runner)
-    "sysmetrics.py",
-    "proctree.py",
-    "limits.py",
+    # `python -m phalanx.machine.sysmetrics` beside a replica on a cluster node (the Slurm task runner)
+    "machine/sysmetrics.py",
+    "machine/proctree.py",
+    "machine/limits.py",
     "domain.py",
     "knobs.py",
 )

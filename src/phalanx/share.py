@@ -1,6 +1,6 @@
 """Quotas and fair share on this machine's queue: pure decisions, no files, no processes.
 
-The ledger (``phalanx.ledger``) owns the file and its lock; this module decides, from what the ledger
+The ledger (``phalanx.machine.ledger``) owns the file and its lock; this module decides, from what the ledger
 holds, in which order waiting experiments stand and which of them may start:
 
 * **Quota** (``Limit``): per project and target, the cores, GPUs and memory its experiments may hold
@@ -78,7 +78,7 @@ class Quota:
 
 
 class Amounts(Protocol):
-    """What one experiment needs (``phalanx.ledger.Need``)."""
+    """What one experiment needs (``phalanx.machine.ledger.Need``)."""
 
     @property
     def cpus(self) -> int: ...

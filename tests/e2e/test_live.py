@@ -13,7 +13,7 @@ import pytest
 
 from phalanx.config import Settings
 from phalanx.domain import Event, EventKind, ExperimentStatus, Replica, Role
-from phalanx.ports import free_port
+from phalanx.machine.ports import free_port
 from phalanx.store import open_store
 from tests.e2e.conftest import shot
 from tests.integration.server.serverproc import Server, start_server, stop_server

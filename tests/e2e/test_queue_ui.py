@@ -12,7 +12,7 @@ import pytest
 
 from phalanx.config import Settings
 from phalanx.domain import ExperimentStatus
-from phalanx.ledger import Capacity, Need
+from phalanx.machine.ledger import Capacity, Need
 from phalanx.queue import ledger_for
 from phalanx.store import open_store
 from tests.e2e.conftest import shot

@@ -20,7 +20,7 @@ import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from phalanx.ports import free_port
+from phalanx.machine.ports import free_port
 
 _LOCK = threading.Lock()
 _SHARED: PostgresServer | None = None

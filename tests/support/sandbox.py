@@ -18,7 +18,7 @@ import pytest
 
 from phalanx.config import Settings
 from phalanx.ingest import Ingester
-from phalanx.procs import pid_alive
+from phalanx.machine.procs import pid_alive
 from phalanx.store import open_store
 from phalanx.store.sql import SqlStore
 

@@ -8,8 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from phalanx import knobs, limits, stragglers
+from phalanx import knobs, stragglers
 from phalanx.errors import UsageError
+from phalanx.machine import limits
 from phalanx.supervisor.liveness import hang_timeout_from_env
 
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "configuration.md"

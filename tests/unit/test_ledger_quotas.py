@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from phalanx.ledger import Capacity, Ledger, Need, NeverFits, TooManyWaiting
+from phalanx.machine.ledger import Capacity, Ledger, Need, NeverFits, TooManyWaiting
 from phalanx.share import Limit
 
 TWO = Capacity(cpus=(0, 1), gpus=(), memory_mib=1000.0)

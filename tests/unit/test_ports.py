@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from phalanx import ports
+from phalanx.machine import ports
 
 
 def test_ports_come_from_below_the_ephemeral_range_and_can_be_bound() -> None:

@@ -11,7 +11,7 @@ import pytest
 
 from phalanx.config import Settings
 from phalanx.domain import ExperimentStatus
-from phalanx.procs import record_process
+from phalanx.machine.procs import record_process
 from phalanx.readpass import open_lean, upkeep_due
 from phalanx.store import open_store
 from phalanx.store.base import IngestStore

@@ -9,7 +9,7 @@ import pytest
 
 from phalanx.domain import ExperimentStatus as S
 from phalanx.domain import ReplicaState
-from phalanx.procs import HOST, Seen, judge, read_record, record_process, start_time
+from phalanx.machine.procs import HOST, Seen, judge, read_record, record_process, start_time
 from phalanx.reconcile import ABANDONED, GAVE_UP, Asker, Facts, decide
 
 UNFINISHED = [S.BUILDING, S.STARTING, S.RUNNING]

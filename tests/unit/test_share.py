@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 import pytest
 
 from phalanx import share
-from phalanx.ledger import Need
+from phalanx.machine.ledger import Need
 from phalanx.share import HALF_LIFE_SECONDS, SHARE_POINTS, Limit, judge
 
 

@@ -18,8 +18,8 @@ from typing import Any
 
 import pytest
 
-from phalanx import sysmetrics
-from phalanx.sysmetrics import Sampler, SystemMetrics, Target
+from phalanx.machine import sysmetrics
+from phalanx.machine.sysmetrics import Sampler, SystemMetrics, Target
 from phalanx.tracking.spool import decode_points, read_records
 
 SUCCESS, INVALID_ARGUMENT, DRIVER_NOT_LOADED, INSUFFICIENT_SIZE, GPU_IS_LOST = 0, 2, 9, 7, 15

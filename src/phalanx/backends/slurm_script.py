@@ -203,7 +203,7 @@ child=$!
 # system/... series of this replica's process tree, sampled beside it (docs/checkpoints.md)
 sampler=
 if [ "${PHALANX_SYSTEM_METRICS:-}" != off ]; then
-  python -m phalanx.sysmetrics --pid "$child" >/dev/null 2>&1 </dev/null & sampler=$!
+  python -m phalanx.machine.sysmetrics --pid "$child" >/dev/null 2>&1 </dev/null & sampler=$!
 fi
 stopped=0
 code=

@@ -88,7 +88,7 @@ def check(
         raise typer.Exit(2) from None
     for note in (*spec.notes, *plan.notes):
         sys.stderr.write(f"note: {note}\n")
-    from phalanx import limits
+    from phalanx.machine import limits
 
     size = limits.size_note([(r.name, r.resources, r.processes) for r in plan.replicas], limits.machine())
     if size:

@@ -13,7 +13,7 @@ from phalanx.cli.tracking import Format
 
 
 def _needs(row: dict[str, Any]) -> str:
-    from phalanx.ledger import Need
+    from phalanx.machine.ledger import Need
 
     return Need.from_json(row["needs"]).describe()
 

@@ -353,7 +353,7 @@ def _warn_if_crowded(prepared: Any) -> None:
     """More local processes than cores, none of them asking for cores: say so before they start."""
     if prepared.backend.name != "local":
         return
-    from phalanx import limits
+    from phalanx.machine import limits
 
     replicas = [(r.name, r.resources, r.processes) for r in prepared.plan.replicas]
     warning = limits.crowding_warning(replicas, limits.machine())

@@ -21,7 +21,7 @@ def controller_alive(group: Group) -> bool:
     """Whether the group's controller still runs (on this machine; another host's is trusted)."""
     if group.controller_pid is None or group.controller_pid == os.getpid():
         return False
-    from phalanx.procs import Seen, judge
+    from phalanx.machine.procs import Seen, judge
 
     # no start time is recorded with a group's controller: its command line tells a reused pid apart
     seen = judge(group.controller_pid, None, group.controller_host, program=b"phalanx")

@@ -152,7 +152,7 @@ class Registry:
         """Each series' last value by step, as `title/series` (`loss/train`)."""
         found: dict[str, float] = {}
         for title, names in self.store.metric_titles(experiment_id).items():
-            if title.startswith(("system/", ":")):  # the machine's (phalanx.sysmetrics), not the model's
+            if title.startswith(("system/", ":")):  # the machine's (machine.sysmetrics), not the model's
                 continue
             for series, points in self.store.last_points(experiment_id, title, 1).items():
                 if series in names and points.values:

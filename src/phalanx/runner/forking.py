@@ -85,7 +85,7 @@ PRELOAD = (
     "phalanx.frameworks.mpi",
     "phalanx.tracking.spool",
     "phalanx.ingest",
-    "phalanx.sysmetrics",
+    "phalanx.machine.sysmetrics",
     "phalanx.store.secrets",
     "phalanx.queue",
     "phalanx.reconcile",

@@ -158,7 +158,7 @@ class Runner:
     def _record_building(self, dry: Prepared, store: IngestStore, observer: Observer | None) -> bool:
         """The experiment exists (status building, with its id, in `phalanx ls`) before a build
         that may take minutes; its supervisor is this process (`phalanx stop` finds it)."""
-        from phalanx.procs import record_process
+        from phalanx.machine.procs import record_process
         from phalanx.supervisor import record_building
         from phalanx.supervisor.outcome import PID_FILE
 
@@ -471,7 +471,7 @@ def _probed(probe: _ExistenceProbe, settings: Settings, experiment_id: str, pid:
 def _resumed(store: Store, settings: Settings, experiment_id: str, pid: int) -> bool:
     """Reopened by this very supervisor (not another resume's): its pid file names it and the
     experiment is no longer failed or stopped."""
-    from phalanx.procs import recorded_process
+    from phalanx.machine.procs import recorded_process
 
     ours = recorded_process(settings.runs_dir / experiment_id / "supervisor.pid") == pid
     return ours and not store.get_experiment(experiment_id).status.resumable

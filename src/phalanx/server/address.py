@@ -31,7 +31,7 @@ def local_url(host: str, port: int) -> str:
 def recorded(home: Path, url: str, database_url: str) -> Iterator[None]:
     """Record the server's address for as long as the block runs (best effort: a home this process
     may not write only loses the hint)."""
-    from phalanx.procs import start_time
+    from phalanx.machine.procs import start_time
 
     path = home / FILE
     doc = {"url": url, "pid": os.getpid(), "start": start_time(os.getpid()), "database_url": database_url}
@@ -53,7 +53,7 @@ def recorded(home: Path, url: str, database_url: str) -> Iterator[None]:
 def running_url(home: Path, database_url: str) -> str | None:
     """The URL of the server running over this home's store, or None (none runs, or it serves
     another store)."""
-    from phalanx.procs import Seen, judge
+    from phalanx.machine.procs import Seen, judge
 
     try:
         doc = json.loads((home / FILE).read_text())

@@ -77,7 +77,7 @@ class ServiceSession:
         """Create the experiment (its first record is written to the spool before this returns)
         and start an ingester for it (unless reports go to a server, PHALANX_HOST, or
         ``start_ingester`` is False: then the next `phalanx` read command ingests it)."""
-        from phalanx.procs import record_process
+        from phalanx.machine.procs import record_process
 
         experiment_id = uuid.uuid4().hex[:12]
         host = (os.environ.get(ENV_HOST) or "").rstrip("/") or None

@@ -12,9 +12,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from phalanx import limits
 from phalanx.domain import Framework, Range, Resources
 from phalanx.errors import UsageError
+from phalanx.machine import limits
 from phalanx.spec.errors import Collector, describe, join
 from phalanx.spec.model import ReplicaTemplate, Topology
 from phalanx.spec.quantities import parse_cpu, parse_gpu, parse_memory

@@ -35,7 +35,7 @@ def _reopen(self: Supervisor) -> None:
     import fcntl
 
     from phalanx.errors import not_resumable
-    from phalanx.procs import record_process
+    from phalanx.machine.procs import record_process
 
     self._open_store()
     pid_file = self.run_dir / PID_FILE

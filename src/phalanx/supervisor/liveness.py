@@ -25,7 +25,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from phalanx import knobs, limits
+from phalanx import knobs
+from phalanx.machine import limits
 
 CHECK_SECONDS = 1.0  # how often the process tree is read
 BUSY_FRACTION = 0.1  # CPU use (of one core) that counts as progress; a blocked rank uses about 0.01

@@ -12,7 +12,7 @@ from phalanx.domain import ExperimentStatus, ReplicaState
 
 log = logging.getLogger(__name__)
 
-PID_FILE = "supervisor.pid"  # "pid start-time host" of the supervisor (phalanx.procs.record_process)
+PID_FILE = "supervisor.pid"  # "pid start-time host" of the supervisor (phalanx.machine.procs.record_process)
 
 EXIT_CODES = {ExperimentStatus.SUCCEEDED: 0, ExperimentStatus.FAILED: 1, ExperimentStatus.STOPPED: 130}
 

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 
 from phalanx.config import Settings
 from phalanx.domain import ExperimentStatus
-from phalanx.procs import pid_alive
+from phalanx.machine.procs import pid_alive
 
 if TYPE_CHECKING:
     from phalanx.domain import Experiment
@@ -34,7 +34,7 @@ SCRIPT_PID = "script.pid"  # runs/<id>/script.pid: the plain script's process (T
 def supervisor_pid(settings: Settings, experiment_id: str) -> int | None:
     """The pid of the `phalanx run` supervising this experiment, if it is still running: the one
     its ``runs/<id>/supervisor.pid`` records, with the same start time (not a reused pid)."""
-    from phalanx.procs import recorded_process
+    from phalanx.machine.procs import recorded_process
 
     # pid and start time name the process for good; its command line is not asked: a trial's
     # supervisor forked from its group's controller carries the controller's (runner.forking)
@@ -59,7 +59,7 @@ def _stop_script(store: Store, settings: Settings, experiment: Experiment, timeo
     The pid comes only from ``runs/<id>/script.pid``, which Task.init wrote on this machine, and
     only while that process has the recorded start time. Never from the store: a replica's pid
     there arrived through ingest, and anyone who can call the API could have named any process."""
-    from phalanx.procs import recorded_process
+    from phalanx.machine.procs import recorded_process
 
     pid = recorded_process(settings.runs_dir / experiment.id / SCRIPT_PID)
     running = [pid] if pid is not None else []

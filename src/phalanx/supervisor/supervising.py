@@ -152,7 +152,7 @@ class Supervisor:
         self._created = exists
         self._existed = exists
         self.params_section = params_section
-        self._system: Any = None  # phalanx.sysmetrics.SystemMetrics while replicas run here
+        self._system: Any = None  # phalanx.machine.sysmetrics.SystemMetrics while replicas run here
         self._handle: str | None = None
         self.resume = resume
         self._resume_step: int | None = None  # the checkpoint step the next group continues from
@@ -205,7 +205,7 @@ class Supervisor:
         the schema then overlaps with the replicas' own start-up (importing torch) instead of
         delaying it. Should the store fail, the replicas are stopped before the error propagates.
         """
-        from phalanx.procs import record_process, recorded_process
+        from phalanx.machine.procs import record_process, recorded_process
         from phalanx.tracking.spool import SpoolWriter
 
         self.run_dir.mkdir(parents=True, exist_ok=True)
@@ -367,8 +367,8 @@ class Supervisor:
     def _start_system_metrics(self) -> None:
         """Sample each local replica's process tree into ``system/...`` series (off with
         PHALANX_SYSTEM_METRICS=off or `phalanx run --no-system-metrics`). Only for replicas whose
-        leader runs on this machine: elsewhere the engine starts ``python -m phalanx.sysmetrics``."""
-        from phalanx import sysmetrics
+        leader runs on this machine: elsewhere the engine starts ``python -m phalanx.machine.sysmetrics``."""
+        from phalanx.machine import sysmetrics
 
         interval = sysmetrics.interval_from_env()
         if interval is None or self.p.backend.name != "local":

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from phalanx import knobs
-from phalanx.procs import pid_alive, pid_stopped
+from phalanx.machine.procs import pid_alive, pid_stopped
 from phalanx.tracking.identity import ENV_INGESTER_PID, Identity, rank_probe
 from phalanx.tracking.screen import Problems, names_ok, screen_event, screen_points
 from phalanx.tracking.spool import SpoolWriter, encode_points, read_refused

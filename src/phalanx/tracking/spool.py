@@ -27,7 +27,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from phalanx.procs import pid_alive
+from phalanx.machine.procs import pid_alive
 
 SUFFIX = ".spool"
 ACK_SUFFIX = ".ack"

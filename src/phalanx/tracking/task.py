@@ -569,7 +569,7 @@ def _own_series(task: Task) -> str:
 def _record_script_process(path: Path) -> None:
     """Leave "pid start-time" where `phalanx stop` and the server look for the process to stop
     (they never trust a pid that came through ingest). A home we cannot write is no reason to fail."""
-    from phalanx.procs import record_process
+    from phalanx.machine.procs import record_process
 
     with contextlib.suppress(OSError):
         record_process(path)

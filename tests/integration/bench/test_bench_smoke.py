@@ -19,7 +19,14 @@ SCRIPTS = sorted((REPO / "bench").glob("*.py"))
 
 
 def test_every_bench_script_is_found() -> None:
-    assert {p.name for p in SCRIPTS} >= {"launch.py", "tracking.py", "sweep.py", "server_load.py", "scale.py", "query.py"}
+    assert {p.name for p in SCRIPTS} >= {
+        "launch.py",
+        "tracking.py",
+        "sweep.py",
+        "server_load.py",
+        "scale.py",
+        "query.py",
+    }
 
 
 @pytest.mark.slow

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from phalanx.config import Settings
 from phalanx.domain import ExperimentStatus
-from phalanx.procs import record_process
+from phalanx.machine.procs import record_process
 from phalanx.store import open_store
 
 HEAVY = ("sqlalchemy", "alembic", "pydantic", "pydantic_core", "typer", "torch", "fsspec", "yaml")
@@ -25,7 +25,7 @@ DETACH_LEAVES_OUT = (
     "phalanx.spec.model",
     "phalanx.domain",
     "phalanx.supervisor",
-    "phalanx.ledger",
+    "phalanx.machine.ledger",
     "phalanx.queue",
     "phalanx.plan",
 )
@@ -98,7 +98,7 @@ def test_run_detach_returns_the_recorded_id_without_importing_sqlalchemy_or_type
 ) -> None:
     import time
 
-    from phalanx.procs import pid_alive
+    from phalanx.machine.procs import pid_alive
 
     spec = tmp_path / "t.yml"
     spec.write_text("version: 1\nkind: experiment\nrun:\n  cmd: python -c pass\n")

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from phalanx.cli import main as cli_main
-from phalanx.ports import free_port
+from phalanx.machine.ports import free_port
 
 PHALANX = Path(sys.executable).parent / "phalanx"
 HELLO = (

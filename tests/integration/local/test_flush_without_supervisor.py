@@ -13,7 +13,7 @@ REPLICA = """
 import json, os, signal, time
 from pathlib import Path
 from phalanx import Task
-from phalanx.procs import pid_alive
+from phalanx.machine.procs import pid_alive
 
 def put(name, doc):  # whole or not at all: the test polls for it
     Path(name + ".tmp").write_text(json.dumps(doc))

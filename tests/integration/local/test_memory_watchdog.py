@@ -8,7 +8,7 @@ import os
 import uuid
 from pathlib import Path
 
-from phalanx.proctree import MemoryWatch
+from phalanx.machine.proctree import MemoryWatch
 
 from .conftest import Phalanx
 

@@ -1,5 +1,5 @@
 """A replica that cannot bind its port (the rendezvous port Phalanx probed and torch's TCPStore
-binds can be taken in between, see phalanx.ports) fails with a reason that says "address in use",
+binds can be taken in between, see phalanx.machine.ports) fails with a reason that says "address in use",
 not only an exit code. The test holds the port itself, so the failure is certain."""
 
 from __future__ import annotations

@@ -346,7 +346,7 @@ def test_no_wait_refuses_and_names_what_is_busy(machine: Machine) -> None:
 
 
 def test_two_experiments_asking_one_gpu_each_on_a_one_gpu_machine_take_turns(machine: Machine) -> None:
-    from phalanx.limits import detect_gpus
+    from phalanx.machine.limits import detect_gpus
 
     gpus = detect_gpus()
     if not gpus:

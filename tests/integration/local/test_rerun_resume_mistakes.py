@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from phalanx.procs import recorded_process, start_time
+from phalanx.machine.procs import recorded_process, start_time
 
 from .conftest import Phalanx, experiment_pids
 
@@ -241,7 +241,7 @@ def test_a_resume_finding_the_experiment_reopened_by_another_leaves_the_pid_reco
         [
             sys.executable,
             "-c",
-            "import sys, time; from pathlib import Path; from phalanx.procs import record_process;"
+            "import sys, time; from pathlib import Path; from phalanx.machine.procs import record_process;"
             " record_process(Path(sys.argv[1])); print('recorded', flush=True); time.sleep(120)",
             str(pid_file),
         ],

@@ -69,7 +69,7 @@ def test_more_cores_than_the_machine_has_is_refused_unless_oversubscribed(phalan
 
 
 def test_a_gpu_request_on_a_machine_without_gpus_is_refused_before_anything_starts(phalanx: Phalanx) -> None:
-    from phalanx.limits import detect_gpus
+    from phalanx.machine.limits import detect_gpus
 
     if detect_gpus():
         pytest.skip("this machine has GPUs")

@@ -11,7 +11,7 @@ import sys
 import time
 from pathlib import Path
 
-from phalanx.sysmetrics import Sampler, Target
+from phalanx.machine.sysmetrics import Sampler, Target
 
 from .conftest import Phalanx, wait_for
 

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from phalanx import ledger as ledger_mod
-from phalanx.ledger import Capacity, Ledger, Need, NeverFits, NoRoom
+from phalanx.machine import ledger as ledger_mod
+from phalanx.machine.ledger import Capacity, Ledger, Need, NeverFits, NoRoom
 
 FOUR = Capacity(cpus=(0, 1, 2, 3), gpus=("0",), memory_mib=1000.0)
 

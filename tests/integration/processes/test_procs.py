@@ -1,4 +1,4 @@
-"""phalanx.procs.pid_alive: what a stop, the reaper and reconcile trust to tell a live process."""
+"""phalanx.machine.procs.pid_alive: what a stop, the reaper and reconcile trust to tell a live process."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from phalanx.procs import pid_alive
+from phalanx.machine.procs import pid_alive
 
 
 def test_a_running_process_is_alive_and_a_zombie_or_a_reaped_one_is_not() -> None:

@@ -15,10 +15,10 @@ from tests.unit.data.test_inputs import FILE
 
 from phalanx.backends.slurm import SlurmBackend
 from phalanx.clusters import Cluster
-from phalanx.spec.inputs import InputSpec
 from phalanx.domain import Framework
 from phalanx.frameworks import mpi
 from phalanx.plan import build_plan
+from phalanx.spec.inputs import InputSpec
 from phalanx.spec.loader import load_spec_text
 
 

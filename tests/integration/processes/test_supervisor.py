@@ -80,9 +80,9 @@ def test_a_plan_is_accepted_as_well_as_a_spec(phalanx_home: Path, tmp_path: Path
 def test_a_gpu_request_on_a_machine_without_one_is_refused_before_anything(
     phalanx_home: Path, tmp_path: Path, gpus: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from phalanx import limits
     from phalanx.domain import Range, Resources
     from phalanx.errors import UsageError
+    from phalanx.machine import limits
     from phalanx.spec.model import ReplicaTemplate
 
     monkeypatch.setattr(limits, "detect_gpus", lambda: ())

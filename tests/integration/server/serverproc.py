@@ -11,7 +11,7 @@ import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
-from phalanx.ports import free_port
+from phalanx.machine.ports import free_port
 
 PHALANX = Path(sys.executable).parent / "phalanx"
 

@@ -16,7 +16,7 @@ from tests.unit.server.test_security import _script_experiment
 
 from phalanx.config import Settings
 from phalanx.domain import ExperimentStatus
-from phalanx.procs import record_process
+from phalanx.machine.procs import record_process
 from phalanx.server.app import create_app
 from phalanx.server.settings import ServerSettings
 from phalanx.store import open_store

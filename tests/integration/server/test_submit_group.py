@@ -21,7 +21,7 @@ from tests.integration.server.serverproc import PHALANX, Server, clean_env, star
 
 from phalanx.bundles import pack
 from phalanx.cli.remote import Client
-from phalanx.procs import pid_alive
+from phalanx.machine.procs import pid_alive
 
 pytest.importorskip("optuna")
 

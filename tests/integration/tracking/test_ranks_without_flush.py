@@ -46,7 +46,7 @@ SCRIPT = textwrap.dedent(
 
 
 def test_spawned_ranks_are_attributed_without_flush(tmp_path: Path) -> None:
-    from phalanx.ports import free_port
+    from phalanx.machine.ports import free_port
 
     home = tmp_path / "home"
     script = tmp_path / "train.py"

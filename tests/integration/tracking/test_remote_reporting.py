@@ -17,7 +17,7 @@ import pytest
 
 from phalanx.config import Settings
 from phalanx.domain import ExperimentStatus
-from phalanx.ports import free_port
+from phalanx.machine.ports import free_port
 from phalanx.store import open_store
 
 PHALANX = Path(sys.executable).parent / "phalanx"

@@ -12,10 +12,10 @@ import numpy as np
 import pandas as pd
 import pytest
 from PIL import Image
+from tests.support.sandbox import Sandbox
 
 from phalanx.tracking.objects import ArtifactError
 from phalanx.tracking.reports import of_histogram, of_image, of_plotly, of_table, png_of_array
-from tests.support.sandbox import Sandbox
 
 
 @pytest.mark.parametrize(

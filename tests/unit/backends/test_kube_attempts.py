@@ -60,7 +60,7 @@ def test_a_start_that_cannot_reach_the_server_goes_on_with_the_supervisors_numbe
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     from phalanx.backends import podattempt
-    from phalanx.ports import free_port
+    from phalanx.machine.ports import free_port
 
     env = {
         "PHALANX_HOST": f"http://127.0.0.1:{free_port()}",

@@ -7,7 +7,7 @@ import os
 
 from fastapi.testclient import TestClient
 
-from phalanx.ledger import Capacity, Need
+from phalanx.machine.ledger import Capacity, Need
 from phalanx.queue import ledger_for
 from phalanx.server.settings import ServerSettings
 from phalanx.share import Limit

@@ -11,7 +11,7 @@ from pathlib import Path
 from phalanx.config import Settings
 from phalanx.domain import ExperimentStatus
 from phalanx.ingest import Ingester
-from phalanx.procs import Seen
+from phalanx.machine.procs import Seen
 from phalanx.reconcile import decide, facts
 from phalanx.serving.session import ServiceSession
 from phalanx.store import open_store

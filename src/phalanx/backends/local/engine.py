@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from phalanx import frameworks, limits
+from phalanx import frameworks
 from phalanx.backends.base import DryRun, JobStatus, LaunchContext, ReplicaStatus, expect_dry_run
 from phalanx.backends.dry_runs import LocalDryRun, LocalProcess, LocalUnit
 from phalanx.backends.local import members
@@ -37,9 +37,10 @@ from phalanx.config import Settings
 from phalanx.domain import ExperimentStatus, ReplicaState
 from phalanx.errors import BackendUnavailable, SpecError
 from phalanx.frameworks import Endpoints, mpi
+from phalanx.machine import limits
+from phalanx.machine.ports import address_in_use, free_port
+from phalanx.machine.procs import Seen, judge, start_time
 from phalanx.plan import Plan, command_argv
-from phalanx.ports import address_in_use, free_port
-from phalanx.procs import Seen, judge, start_time
 
 HOST = "127.0.0.1"
 RANK_FAILURE_BYTES = 256 * 1024  # how much of a failed mpirun unit's log is read for its culprit
@@ -370,7 +371,7 @@ class LocalBackend:
         )
         if disk:  # say what is wrong with the machine, not only the exit code it led to
             reason = f"{reason} (the disk is full: {disk})"
-        if not stopped and address_in_use(Path(unit.log)):  # a probed port lost (see phalanx.ports)
+        if not stopped and address_in_use(Path(unit.log)):  # a probed port lost (see phalanx.machine.ports)
             reason = f"{reason} (address in use: a port it binds was taken by another process; {IN_USE_HINT})"
         if stopped:
             return ReplicaState.STOPPED, code, "stopped", finished

@@ -25,8 +25,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from phalanx import limits, proctree
 from phalanx.backends.logfiles import STDERR_MARK_BYTES
+from phalanx.machine import limits, proctree
 
 PR_SET_PDEATHSIG = 1
 PR_SET_CHILD_SUBREAPER = 36

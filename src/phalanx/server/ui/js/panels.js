@@ -7,7 +7,7 @@ import { byReplica, clear, fmtBytes, fmtTime, fmtValue, h, add, runColor } from 
 
 const EMPTY = { steps: [], values: [], times: [], count: 0 };
 
-// System metrics (phalanx.sysmetrics: CPU, memory, GPU of each replica's processes) are titled
+// System metrics (phalanx.machine.sysmetrics: CPU, memory, GPU of each replica's processes) are titled
 // "system/...": they get a section of their own, on a wall-time axis (their step is a sample count).
 const isSystem = (title) => title.startsWith("system/");
 const SYSTEM_VIEW = Object.freeze({ smoothing: 0, log: false, xMode: "time" });

@@ -176,7 +176,7 @@ def _refuse_over(
     limits, as they are pinned, or the requests where no limit is given), so this early refusal, the
     dry run, `phalanx check` and the queue agree, and the message names what was counted."""
     # imported here: the SDK copy replicas get carries this module but not the ledger
-    from phalanx.ledger import bases, cores_counted, memory_counted
+    from phalanx.machine.ledger import bases, cores_counted, memory_counted
 
     count = cores_counted if what == "cpu" else memory_counted
     asked = [(n, *count(res)) for n, res, _ in replicas]

@@ -259,7 +259,7 @@ class TooManyWaiting(Exception):
 
 def process_start(pid: int) -> str | None:
     """Start time of ``pid`` (None: gone, or a zombie): with the pid it names one process for good."""
-    from phalanx.procs import start_time
+    from phalanx.machine.procs import start_time
 
     ticks = start_time(pid)
     return None if ticks is None else str(ticks)
@@ -276,7 +276,7 @@ def here(entry: Entry) -> bool:
 def alive(entry: Entry) -> bool:
     """Whether the entry's supervisor still runs (procs.judge: pid and start time; another
     machine's entry is trusted, since it cannot be seen from here)."""
-    from phalanx.procs import Seen, judge
+    from phalanx.machine.procs import Seen, judge
 
     start = int(entry.start) if entry.start.isdigit() else -1  # "": it was gone when recorded
     return judge(entry.pid, start, entry.host) is not Seen.GONE

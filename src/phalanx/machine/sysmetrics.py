@@ -1,7 +1,7 @@
 """System metrics: every few seconds, each replica's process tree as scalar series ``system/...``.
 
 The sampler runs in the supervisor (a thread of `phalanx run`, never in a training process, so the
-training thread pays nothing) or, on a cluster node, as ``python -m phalanx.sysmetrics`` beside the
+training thread pays nothing) or, on a cluster node, as ``python -m phalanx.machine.sysmetrics`` beside the
 replica. Each look reads /proc once for the whole machine (parent links), then per replica its tree:
 CPU % (user + system seconds since the last look, over the wall time; 100 = one core), resident
 memory, threads, processes, and block I/O bytes read and written (/proc/PID/io). Network bytes are
@@ -27,7 +27,7 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from phalanx import limits, proctree
+from phalanx.machine import limits, proctree
 
 log = logging.getLogger(__name__)
 
@@ -327,11 +327,11 @@ def interval_from_env(env: Mapping[str, str] | None = None) -> float | None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m phalanx.sysmetrics --pid PID``: sample one replica's tree (a cluster node) into
+    """``python -m phalanx.machine.sysmetrics --pid PID``: sample one replica's tree (a cluster node) into
     PHALANX_SPOOL, as the replica named by PHALANX_REPLICA, until the process is gone."""
     import argparse
 
-    parser = argparse.ArgumentParser(prog="python -m phalanx.sysmetrics")
+    parser = argparse.ArgumentParser(prog="python -m phalanx.machine.sysmetrics")
     parser.add_argument("--pid", type=int, required=True)
     parser.add_argument("--interval", type=float, default=None)
     args = parser.parse_args(argv)
