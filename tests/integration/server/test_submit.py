@@ -164,6 +164,7 @@ def test_an_invalid_file_is_refused_with_file_line_and_column(server: Server, tm
     assert api(server, "/experiments")["items"] == []
 
 
+@pytest.mark.timeout(900)  # under CI's load the follow's first lines came late (failed once at 240 s)
 def test_ctrl_c_while_following_detaches_and_the_experiment_keeps_running(
     server: Server, tmp_path: Path
 ) -> None:
@@ -178,7 +179,7 @@ def test_ctrl_c_while_following_detaches_and_the_experiment_keeps_running(
         text=True,
         start_new_session=True,
     )
-    watchdog = threading.Timer(240, os.killpg, (proc.pid, signal.SIGKILL))  # bounds the readlines
+    watchdog = threading.Timer(600, os.killpg, (proc.pid, signal.SIGKILL))  # bounds the readlines
     watchdog.start()
     try:
         assert proc.stdout is not None
