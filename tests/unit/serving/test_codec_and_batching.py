@@ -170,7 +170,7 @@ def test_a_model_with_short_calls_runs_on_the_loop_and_a_lone_request_does_not_w
 
     async def scenario() -> tuple[bool, float, str]:
         # a long max_wait: a lone request (nothing else arriving) must not wait for it
-        batcher = Batcher(lambda: loaded, max_wait=30.0, inline_below=1.0)
+        batcher = Batcher(lambda: loaded, max_wait=3600.0, inline_below=1.0)
         await batcher.start()
         x = {"input": np.ones((1, 4), np.float32)}
         started = time.monotonic()
@@ -182,7 +182,7 @@ def test_a_model_with_short_calls_runs_on_the_loop_and_a_lone_request_does_not_w
         return inline, took, threading.current_thread().name
 
     inline, took, loop_thread = _run(scenario())
-    assert took < 30  # none waited max_wait
+    assert took < 600  # none waited max_wait (an hour): a generous bound, far from both
     assert inline
     assert callers[0].startswith("phalanx-serve")  # a version's first call: in the pool, timed
     assert callers[-2:] == [loop_thread, loop_thread]  # then on the loop: no thread hop
