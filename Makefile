@@ -36,7 +36,7 @@ typecheck: venv
 	$(BIN)/mypy
 
 test: venv system-deps lint typecheck
-	$(BIN)/python -m pytest $(PYTEST_ARGS)
+	$(BIN)/python -m pytest --durations=30 $(PYTEST_ARGS)
 
 unit: venv
 	$(BIN)/python -m pytest tests/unit $(PYTEST_ARGS)

@@ -98,6 +98,8 @@ class S3Server:
 def start() -> S3Server:
     """Start a server; its port is known once it prints it (bounded wait: the process's first line)."""
     env = {**os.environ, **CREDENTIALS, "PYTHONPATH": f"{REPO}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+    # not a Phalanx process: a server shared by many tests (stopped at exit) is not one test's leftover
+    env.pop("PHALANX_HOME", None)
     process = subprocess.Popen(
         [sys.executable, "-m", "tests.support.s3"],
         cwd=REPO,

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import _posixsubprocess  # type: ignore[import-not-found]
 import contextlib
+import multiprocessing.forkserver
 import os
 import subprocess
 from collections.abc import Iterator
@@ -30,8 +31,11 @@ def _refuse(how: str) -> Any:
 
 
 # (module, attribute): subprocess keeps its own reference to _posixsubprocess.fork_exec, and
-# multiprocessing's spawn and forkserver call the module's one; os.fork covers the fork context.
+# multiprocessing's spawn and forkserver call the module's one; os.fork covers the fork context. A
+# forkserver that an earlier integration test started forks for us from its own process, so asking
+# it for a child is refused too.
 _SPAWNERS: list[tuple[Any, str]] = [
+    (multiprocessing.forkserver, "connect_to_new_process"),
     (subprocess, "_fork_exec"),
     (_posixsubprocess, "fork_exec"),
     (os, "fork"),
@@ -71,6 +75,10 @@ def pytest_runtest_call(item: pytest.Item) -> Iterator[None]:
 
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
+    if nextitem is None:
+        # the session's end: pytest tears down every session fixture here, including the ones
+        # integration tests started (a Slurm cluster, a PostgreSQL server), which stop processes
+        return (yield)
     with _refusing_processes():
         return (yield)
 

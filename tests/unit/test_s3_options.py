@@ -32,3 +32,19 @@ def test_s3_transfers_are_bounded_and_retried(monkeypatch: pytest.MonkeyPatch) -
     }
     monkeypatch.setenv("AWS_MAX_ATTEMPTS", "3")  # the user's own setting wins
     assert "max_attempts" not in artifacts.s3_options()["config_kwargs"]["retries"]
+
+
+def test_a_changed_endpoint_gets_its_own_client_and_listings_are_never_stale(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """fsspec caches one filesystem per set of options for the process's life: a client made for
+    one endpoint must not answer for another, and a listing must not hide objects added since."""
+    monkeypatch.delenv("AWS_ENDPOINT_URL_S3", raising=False)
+    monkeypatch.setenv("AWS_ENDPOINT_URL", "http://127.0.0.1:1")
+    first, _ = artifacts.open_fs("s3://bucket/prefix")
+    monkeypatch.setenv("AWS_ENDPOINT_URL", "http://127.0.0.1:2")
+    second, root = artifacts.open_fs("s3://bucket/prefix")
+    assert root == "bucket/prefix"
+    assert first is not second
+    assert (first.endpoint_url, second.endpoint_url) == ("http://127.0.0.1:1", "http://127.0.0.1:2")
+    assert not second.dircache.use_listings_cache

@@ -222,6 +222,11 @@ while kill -0 "$child" 2>/dev/null; do
   sleep 1 & wait $! 2>/dev/null
 done
 if [ -z "$code" ]; then wait "$child"; code=$?; fi
+if [ "$stopped" = 0 ] && [ "$code" -gt 128 ] && [ "$code" -le 143 ]; then
+  # killed by a signal: on scancel or a requeue Slurm signals this script too, maybe a moment
+  # later on a busy node; wait for it so a requeued or cancelled task reads "stopped", not failed
+  killed=$code; sleep 2 & wait $! 2>/dev/null; code=$killed
+fi
 kill -KILL -- "-$child" 2>/dev/null  # whatever the command left behind in its group
 [ -n "$sampler" ] && kill "$sampler" 2>/dev/null
 if [ "$stopped" = 1 ]; then echo stopped >"$STATE.exit.tmp"; else echo "$code" >"$STATE.exit.tmp"; fi

@@ -56,7 +56,12 @@ def open_fs(url: str) -> tuple[Any, str]:
 def s3_options() -> dict[str, Any]:
     """s3fs options: bounded parts, and botocore's retries of transient errors. Endpoint, region and
     credentials come from AWS_ENDPOINT_URL, AWS_REGION/AWS_DEFAULT_REGION, AWS_ACCESS_KEY_ID/
-    AWS_SECRET_ACCESS_KEY or AWS_PROFILE, read by botocore itself (never by Phalanx, never stored)."""
+    AWS_SECRET_ACCESS_KEY or AWS_PROFILE, read by botocore itself (never by Phalanx, never stored).
+
+    fsspec hands back one cached filesystem per set of options for the life of the process, so the
+    endpoint is part of the options (a changed AWS_ENDPOINT_URL gets a client for the new one), and
+    listings are not cached: a long-lived server that hashes a bucket for a dataset version must see
+    the objects there now, not the ones an earlier listing found."""
     retries: dict[str, Any] = {"mode": os.environ.get("AWS_RETRY_MODE", "standard")}
     if not os.environ.get("AWS_MAX_ATTEMPTS"):
         retries["max_attempts"] = RETRY_ATTEMPTS
@@ -64,6 +69,8 @@ def s3_options() -> dict[str, Any]:
         "default_block_size": PART_BYTES,
         "max_concurrency": PART_CONCURRENCY,
         "config_kwargs": {"retries": retries},
+        "endpoint_url": os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL") or None,
+        "use_listings_cache": False,
     }
 
 

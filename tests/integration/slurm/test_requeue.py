@@ -96,7 +96,10 @@ def test_a_requeued_job_continues_the_attempts_and_leaves_one_point_per_step(
             runner.join(timeout=60)
     outcome = result["outcome"]
     assert outcome.status is ExperimentStatus.SUCCEEDED, outcome.reason
-    assert outcome.restarts == 0  # Slurm ran it again, not the supervisor
+    attempts = store.attempts(prepared.experiment_id)
+    # Slurm ran it again, not the supervisor
+    assert outcome.restarts == 0, f"{attempts}\n{_dump(slurm_cluster, prepared)}"
+
     series = store.metrics(outcome.experiment_id, "loss")["loss"]["train"]
     assert series.steps == list(range(STEPS))  # exactly one point per step
     assert series.values == [100.0 + s for s in range(STEPS)]  # the second attempt's

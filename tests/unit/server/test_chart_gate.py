@@ -9,6 +9,7 @@ from typing import Any
 from fastapi.testclient import TestClient
 
 from phalanx.server.gate import ChartGate, is_chart_read
+from tests.support.aio import run_in_own_loop
 
 
 def test_only_one_titles_chart_points_take_turns() -> None:
@@ -50,7 +51,7 @@ def test_twenty_chart_reads_run_two_at_a_time_while_the_list_goes_past() -> None
         await asyncio.wait_for(asyncio.gather(*charts), 10)
         return most, listed_first
 
-    most, listed_first = asyncio.run(scenario())
+    most, listed_first = run_in_own_loop(scenario)
     assert most == 2
     assert listed_first == ["/api/v1/experiments"]
 

@@ -7,6 +7,7 @@ from fastapi.testclient import TestClient
 from phalanx.server.app import create_app
 from phalanx.server.settings import ServerSettings
 from phalanx.store.base import Store
+from tests.support.aio import run_in_own_loop
 from tests.unit.server import fill
 
 
@@ -237,22 +238,7 @@ def test_a_body_that_stalls_is_408_not_a_request_held_for_ever(
         }
         await asyncio.wait_for(app(scope, receive, send), 30)
 
-    # its own thread: an event loop may already run in this one (Playwright's, when the browser
-    # tests ran first in the same session), and asyncio.run refuses to nest
-    import threading
-
-    failure: list[BaseException] = []
-
-    def drive() -> None:
-        try:
-            asyncio.run(main())
-        except BaseException as exc:  # reported below, in the test's thread
-            failure.append(exc)
-
-    runner = threading.Thread(target=drive)
-    runner.start()
-    runner.join(60)
-    assert not runner.is_alive() and not failure, failure
+    run_in_own_loop(main)
     assert sent[0]["status"] == 408
     body = json.loads(b"".join(m.get("body", b"") for m in sent[1:]))  # type: ignore[misc]
     assert body["error"] == "request_timeout" and "stalled" in body["message"]

@@ -1,0 +1,20 @@
+"""Run a coroutine to its end from a test, whatever already runs in the test's thread.
+
+A session-scoped Playwright browser (tests/e2e) leaves its event loop marked as running in the main
+thread for the rest of the session, and asyncio.run refuses to nest in it, so the coroutine gets a
+thread of its own."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Coroutine
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, TypeVar
+
+T = TypeVar("T")
+
+
+def run_in_own_loop(scenario: Callable[[], Coroutine[Any, Any, T]], timeout: float = 60) -> T:
+    """``asyncio.run(scenario())`` in a fresh thread; its result or its exception comes back here."""
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        return pool.submit(lambda: asyncio.run(scenario())).result(timeout)
