@@ -121,7 +121,8 @@ def test_a_restarted_experiment_resumes_from_its_checkpoint_in_the_bucket(
     (exp,) = store.list_experiments().items
     assert result.returncode == 0, (exp.reason, result.stderr[-3000:])
     lines = [line.text for line in store.logs(exp.id)]
-    assert lines.count("starts at epoch 0") == 1 and lines.count("starts at epoch 2") == 1, lines
+    seen = (lines, store.attempts(exp.id), result.stdout[-3000:])  # what the terminal showed, if lost
+    assert lines.count("starts at epoch 0") == 1 and lines.count("starts at epoch 2") == 1, seen
     # the checkpoint came from the bucket: the supervisor fetched it over the S3 API
     assert s3_server.count("GET", f"/{exp.id}/checkpoints/") >= 1
     # retention removed the dropped checkpoints' objects from the bucket
