@@ -24,6 +24,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from phalanx.machine import doorbell
 from phalanx.machine import ledger as ledger_mod
 from phalanx.machine.ledger import Capacity, Entry, Grant, Ledger, Need, NeverFits, NoRoom, TooManyWaiting
 from phalanx.priority import MAX_PRIORITY, check_priority
@@ -34,9 +35,10 @@ if TYPE_CHECKING:
     from phalanx.plan import Plan
     from phalanx.store.base import Store
 
-# How often a waiter looks at the ledger file's identity (a stat, no lock); it takes the lock and
-# tries again as soon as the file changed (someone ended or joined), and at least every RETRY_SECONDS
-# (to reclaim the entries of killed processes).
+# How often a waiter looks at the ledger file's identity (a stat, no lock) when its doorbell does
+# not ring first (machine.doorbell: a holder leaving rings it at once); it takes the lock and tries
+# again as soon as the file changed (someone ended or joined), and at least every RETRY_SECONDS (to
+# reclaim the entries of killed processes).
 LOOK_SECONDS = 0.05
 RETRY_SECONDS = 0.5
 # how often a waiter re-reads the quotas from the store (a quota changed while runs wait applies then)
@@ -143,21 +145,22 @@ class Admission:
             )
             seen = self.ledger.version()
             last = time.monotonic()
-            while True:
-                if stop():
-                    self.ledger.release(self.experiment_id)
-                    return None
-                time.sleep(LOOK_SECONDS)
-                now_version = self.ledger.version()
-                if now_version == seen and time.monotonic() - last < RETRY_SECONDS:
-                    continue
-                grant, _ = self._try(cap)
-                seen = self.ledger.version()
-                last = time.monotonic()
-                if grant is not None:
-                    return grant
-                if on_retry is not None:
-                    on_retry()
+            with doorbell.Bell(doorbell.bells_folder(self.ledger.path), self.experiment_id) as bell:
+                while True:
+                    if stop():
+                        self.ledger.release(self.experiment_id)
+                        return None
+                    bell.wait(LOOK_SECONDS)  # rung the moment a holder leaves the ledger
+                    now_version = self.ledger.version()
+                    if now_version == seen and time.monotonic() - last < RETRY_SECONDS:
+                        continue
+                    grant, _ = self._try(cap)
+                    seen = self.ledger.version()
+                    last = time.monotonic()
+                    if grant is not None:
+                        return grant
+                    if on_retry is not None:
+                        on_retry()
         except BaseException:
             self.ledger.release(self.experiment_id)
             raise

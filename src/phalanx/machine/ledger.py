@@ -46,6 +46,7 @@ from pathlib import Path
 from typing import Any
 
 from phalanx import share
+from phalanx.machine import doorbell
 from phalanx.share import AGING_SECONDS, DEFAULT_PROJECT, Limit
 
 __all__ = [
@@ -427,9 +428,13 @@ class Ledger:
             return None, gone
 
     def release(self, experiment_id: str) -> bool:
-        """Forget the experiment (it ended, was stopped, or stopped waiting); True if it was there."""
+        """Forget the experiment (it ended, was stopped, or stopped waiting); True if it was there.
+        The waiters are woken at once (``machine.doorbell``): what it held may let one start."""
         with self.locked() as state:
-            return state.forget(experiment_id, time.time()) is not None
+            was_there = state.forget(experiment_id, time.time()) is not None
+        if was_there:
+            doorbell.ring(doorbell.bells_folder(self.path))
+        return was_there
 
     def position(self, experiment_id: str) -> int | None:
         """1-based place in the queue (None: not waiting)."""
