@@ -49,6 +49,10 @@ class PhalanxCallback(TrainerCallback):
         self._task = Task.init(project_name=project, task_name=name, capture_tensorboard=False)
         self._log_checkpoints = log_checkpoints
         self._eval: dict[str, float] = {}
+        # found on the first log, once the Trainer has set up its process group (the rank decides
+        # the series), then reused: ``on_log`` runs every ``logging_steps`` and must cost little
+        self._series: str | None = None
+        self._titles: dict[str, str] = {}
 
     @property
     def task(self) -> Task:
@@ -80,14 +84,21 @@ class PhalanxCallback(TrainerCallback):
         if not state.is_world_process_zero:
             return
         logger = self._task.get_logger()
-        series = _own_series(self._task)
+        series = self._series
+        if series is None:
+            series = self._series = _own_series(self._task)
+        titles = self._titles
+        numbers: list[tuple[str, float]] = []
         for key, value in (logs or {}).items():
             if isinstance(value, bool) or not isinstance(value, (int, float)):
                 continue
-            title = _title(key)
+            title = titles.get(key)
+            if title is None:
+                title = titles[key] = _title(key)
             if title.startswith("eval/"):
                 self._eval[title] = float(value)
-            logger.report_scalar(title, series, float(value), state.global_step)
+            numbers.append((title, value))
+        logger.report_scalars(series, numbers, state.global_step)
 
     def on_save(
         self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: Any

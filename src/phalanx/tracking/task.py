@@ -19,7 +19,7 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import Mapping, MutableMapping
+from collections.abc import Iterable, Mapping, MutableMapping
 from pathlib import Path
 from typing import Any
 
@@ -59,6 +59,17 @@ class Logger(DebugSamples):
             iteration = self._steps.get((title, series), -1) + 1
             self._steps[(title, series)] = iteration
         self._append((title, series, int(iteration), float(value), time.time(), self._rank()))
+
+    def report_scalars(self, series: str, values: Iterable[tuple[str, float]], iteration: int) -> None:
+        """Several titles' values at one step, as a framework's per-step log hands them over
+        (a Trainer's loss, grad norm, learning rate and epoch): one clock read and one rank look
+        for all of them, so an integration called every step stays well under 1 % of it."""
+        now = time.time()
+        rank = self._rank()
+        step = int(iteration)
+        append = self._append
+        for title, value in values:
+            append((title, series, step, float(value), now, rank))
 
     def report_text(
         self, msg: str, level: int = logging.INFO, print_console: bool = False, *, title: str = "text",

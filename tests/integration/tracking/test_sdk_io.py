@@ -49,6 +49,30 @@ def test_report_calls_return_while_the_spool_write_is_stuck(
     task._reporter.close(wait=False)
 
 
+def test_one_steps_values_reported_together_land_as_separate_titles_at_that_step(tmp_path: Path) -> None:
+    """``report_scalars``: what a Trainer's per-step log becomes (one clock read for the batch)."""
+    ident = Identity("0123456789ab", "master", "master", 0, 0, tmp_path / "spool", None, None)
+    task = Task(ident, owner=False, name=None, project=None)
+    logger = task.get_logger()
+    logger.report_scalars("master", [("train/loss", 0.5), ("train/learning_rate", 1)], iteration=7)
+    logger.report_scalars("master", iter([("train/loss", 0.25)]), iteration=8)
+    task.flush(wait_for_uploads=False)
+    records, _ = spool.read_records(task._reporter.writer.path, 0, 1 << 30)
+    points = []
+    for r in records:
+        if r["kind"] == "scalar":
+            keys, index, steps, values, _ = spool.decode_points(r["data"])
+            for i, (step, value) in enumerate(zip(steps, values, strict=True)):
+                title, series = keys[index[i] if index is not None else 0]
+                points.append((title, series, step, value))
+    assert sorted(points) == [
+        ("train/learning_rate", "master", 7, 1.0),
+        ("train/loss", "master", 7, 0.5),
+        ("train/loss", "master", 8, 0.25),
+    ]
+    task._reporter.close(wait=False)
+
+
 def test_the_sdk_imports_only_the_standard_library(tmp_path: Path) -> None:
     code = """
 import sys
