@@ -52,7 +52,8 @@ class PhalanxCallback(TrainerCallback):
         # found on the first log, once the Trainer has set up its process group (the rank decides
         # the series), then reused: ``on_log`` runs every ``logging_steps`` and must cost little
         self._series: str | None = None
-        self._titles: dict[str, str] = {}
+        self._titles: dict[str, str] = {}  # a log key -> its title
+        self._eval_titles: set[str] = set()  # the titles kept as a checkpoint's metrics
 
     @property
     def task(self) -> Task:
@@ -90,12 +91,16 @@ class PhalanxCallback(TrainerCallback):
         titles = self._titles
         numbers: list[tuple[str, float]] = []
         for key, value in (logs or {}).items():
-            if isinstance(value, bool) or not isinstance(value, (int, float)):
+            kind = type(value)
+            plain = kind is float or kind is int  # the usual two first: this runs every step
+            if not plain and (isinstance(value, bool) or not isinstance(value, (int, float))):
                 continue
             title = titles.get(key)
             if title is None:
                 title = titles[key] = _title(key)
-            if title.startswith("eval/"):
+                if title.startswith("eval/"):
+                    self._eval_titles.add(title)
+            if title in self._eval_titles:
                 self._eval[title] = float(value)
             numbers.append((title, value))
         logger.report_scalars(series, numbers, state.global_step)
