@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import signal
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -38,6 +39,19 @@ def phalanx_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Pa
     for var in [v for v in os.environ if v.startswith("PHALANX_") and v != "PHALANX_HOME"]:
         monkeypatch.delenv(var, raising=False)
     yield home
+
+
+# ---- Ctrl-C as a terminal delivers it ---------------------------------------------------------------
+@pytest.fixture(autouse=True)
+def _sigint_as_it_was() -> Iterator[None]:
+    """Put back this process's SIGINT handler after each test. Code a test runs in-process (a
+    supervisor, a group controller) installs its own, and a handler or an ignored SIGINT left behind
+    is inherited by every process later tests start: a `phalanx run --follow` that ignores Ctrl-C
+    made a later test wait for it in vain."""
+    before = signal.getsignal(signal.SIGINT)
+    yield
+    if before is not None and signal.getsignal(signal.SIGINT) is not before:
+        signal.signal(signal.SIGINT, before)
 
 
 # ---- nothing left behind ------------------------------------------------------------------------

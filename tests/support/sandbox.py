@@ -47,7 +47,7 @@ class Sandbox:
         path = self.script(code)
         proc = subprocess.Popen(
             [sys.executable, str(path), *args], env=self.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-            text=True, cwd=self.home.parent, start_new_session=True, preexec_fn=_default_sigint,
+            text=True, cwd=self.home.parent, start_new_session=True, preexec_fn=default_sigint,
         )  # fmt: skip
         self.started.append(proc)
         return proc
@@ -92,7 +92,7 @@ def wait_gone(pid: int, timeout: float = 60.0) -> None:
     wait_for(lambda: not pid_alive(pid), timeout, f"process {pid} to exit")
 
 
-def _default_sigint() -> None:
+def default_sigint() -> None:
     """In the child before exec: SIGINT as a terminal's Ctrl-C finds it. A test run started in the
     background of a non-interactive shell (a CI step, `make test &`) has SIGINT ignored, children
     inherit that, Python then installs no KeyboardInterrupt handler, and a test's SIGINT is lost:

@@ -4,6 +4,7 @@ replicas), and a client on another PHALANX_HOME follows it through the API."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -19,6 +20,7 @@ from typing import Any
 import pytest
 from tests.conftest import _processes_under
 from tests.integration.server.serverproc import PHALANX, Server, clean_env, start_server, stop_server
+from tests.support.sandbox import default_sigint
 
 from phalanx.bundles import digest, pack
 from phalanx.cli.remote import Client, multipart
@@ -171,15 +173,25 @@ def test_ctrl_c_while_following_detaches_and_the_experiment_keeps_running(
     project = folder(tmp_path)
     home = tmp_path / "client-home"
     home.mkdir()
-    proc = subprocess.Popen(
-        [str(PHALANX), "run", "-f", str(project / "exp.yml"), "--server", server.url, *HOLD, "--follow"],
-        env=clean_env(home, PHALANX_TOKEN=TOKEN),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        start_new_session=True,
-    )
-    watchdog = threading.Timer(600, os.killpg, (proc.pid, signal.SIGKILL))  # bounds the readlines
+    err_path = tmp_path / "client.stderr"  # a file, read when it is needed (a pipe nobody reads can fill)
+    with err_path.open("w") as err_file:
+        proc = subprocess.Popen(
+            [str(PHALANX), "run", "-f", str(project / "exp.yml"), "--server", server.url, *HOLD, "--follow"],
+            env=clean_env(home, PHALANX_TOKEN=TOKEN),
+            stdout=subprocess.PIPE,
+            stderr=err_file,
+            text=True,
+            start_new_session=True,
+            preexec_fn=default_sigint,  # Ctrl-C reaches it as in a terminal, whatever this run inherited
+        )
+
+    def give_up() -> None:  # bounds the readlines; `phalanx run` dumps its threads' stacks on SIGUSR1
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(proc.pid, signal.SIGUSR1)
+            time.sleep(5)
+            os.killpg(proc.pid, signal.SIGKILL)
+
+    watchdog = threading.Timer(600, give_up)
     watchdog.start()
     try:
         assert proc.stdout is not None
@@ -187,11 +199,12 @@ def test_ctrl_c_while_following_detaches_and_the_experiment_keeps_running(
         seen: set[str] = set()
         while len(seen) < 2:  # both replicas said hello: the follow is streaming
             line = proc.stdout.readline()
-            assert line, "the follow ended before both replicas spoke"
+            assert line, f"the follow ended before both replicas spoke:\n{err_path.read_text()}"
             if "hello from" in line:
                 seen.add(line.split("]")[0])
         os.killpg(proc.pid, signal.SIGINT)
-        _, err = proc.communicate(timeout=60)
+        proc.communicate(timeout=60)
+        err = err_path.read_text()
         assert proc.returncode == 130, err
         assert f"phalanx stop {exp_id}" in err and "Traceback" not in err
         assert api(server, f"/experiments/{exp_id}")["status"] == "running"  # detached, not stopped
