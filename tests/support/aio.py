@@ -15,6 +15,10 @@ T = TypeVar("T")
 
 
 def run_in_own_loop(scenario: Callable[[], Coroutine[Any, Any, T]], timeout: float = 60) -> T:
-    """``asyncio.run(scenario())`` in a fresh thread; its result or its exception comes back here."""
-    with ThreadPoolExecutor(max_workers=1) as pool:
+    """``asyncio.run(scenario())`` in a fresh thread; its result or its exception comes back here.
+    A scenario still running after ``timeout`` fails the test (TimeoutError) instead of hanging it."""
+    pool = ThreadPoolExecutor(max_workers=1)
+    try:
         return pool.submit(lambda: asyncio.run(scenario())).result(timeout)
+    finally:
+        pool.shutdown(wait=False)
