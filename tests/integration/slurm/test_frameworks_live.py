@@ -32,7 +32,11 @@ pytestmark = [pytest.mark.slurm, pytest.mark.slow, pytest.mark.timeout(900)]
 EXAMPLES = REPO / "examples"
 
 
-def _launch(slurm: LocalSlurm, example: str | Path, **params: Any) -> tuple[Any, Any]:
+def _launch(
+    slurm: LocalSlurm, example: str | Path, *, max_restarts: int = 0, **params: Any
+) -> tuple[Any, Any]:
+    import dataclasses
+
     from phalanx import supervisor
     from phalanx.spec.loader import load_spec
     from phalanx.store import open_store
@@ -41,8 +45,11 @@ def _launch(slurm: LocalSlurm, example: str | Path, **params: Any) -> tuple[Any,
     add_cluster(slurm.cluster(), settings.home, replace=True)
     store = open_store(settings)
     path = example if isinstance(example, Path) else EXAMPLES / example / "polyaxonfile.yml"
+    spec = load_spec(path, params=params)
+    if max_restarts:
+        spec = dataclasses.replace(spec, max_restarts=max_restarts)
     outcome = supervisor.launch(
-        load_spec(path, params=params),
+        spec,
         settings=settings,
         store=store,
         cluster=slurm.name,
@@ -89,8 +96,14 @@ def test_tensorflow_multi_worker_mirrored_runs_across_both_nodes(
 def test_tensorflow_parameter_server_succeeds_when_the_chief_does_and_its_servers_are_stopped(
     slurm_cluster: LocalSlurm, phalanx_home: Path
 ) -> None:
-    outcome, store = _launch(slurm_cluster, "tensorflow-ps", steps=100)
+    # TensorFlow's coordinator (not Phalanx) once segfaulted under CI load before its first step; a
+    # user meets that with run.max_restarts, and so does this test. Any restart must be that crash:
+    # the chief rule and the stopped servers are still checked on the attempt that succeeds.
+    outcome, store = _launch(slurm_cluster, "tensorflow-ps", max_restarts=1, steps=100)
     assert outcome.status is ExperimentStatus.SUCCEEDED, outcome.reason
+    attempts = store.attempts(outcome.experiment_id)
+    for attempt in attempts[:-1]:
+        assert "killed by signal 11" in (attempt["reason"] or ""), attempts
     assert _series(store, outcome.experiment_id, "accuracy")["test"][-1] >= 0.8
     assert slurm_cluster.wait_queue_empty() == []  # the ps and worker servers did not keep the job
     assert _leftovers(outcome.experiment_id) == []  # nor outlived it (they once did, orphaned)
