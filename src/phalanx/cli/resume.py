@@ -78,7 +78,7 @@ def _supervise(runner: Any, prepared: Any, options: Any, output: str, *, headlin
     ``headline`` says what starts; the supervisor then prints its own `experiment ID (N replicas)`."""
     import sys
 
-    from phalanx.cli.run import RichObserver
+    from phalanx.cli.live_table import RichObserver
     from phalanx.runner.observers import PlainObserver
 
     names = [r.name for r in prepared.plan.replicas]
