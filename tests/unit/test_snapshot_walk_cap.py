@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from phalanx import repro
-from phalanx.cli.tracking import run_details_text
+from phalanx.cli.details import run_details_text
 
 
 def test_a_snapshot_stopped_by_the_walk_cap_says_so_in_get(

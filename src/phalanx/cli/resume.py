@@ -4,12 +4,16 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
 from phalanx.cli.app import ExtraParamsOpt, app, emit_json, fail
 from phalanx.cli.target import LocalOpt, ServerOpt
+
+if TYPE_CHECKING:
+    from phalanx.config import Settings
+    from phalanx.runner.rerunning import RerunSource
 
 IdArg = Annotated[str, typer.Argument(metavar="ID", help="experiment id or a unique prefix")]
 OutputOpt = Annotated[str, typer.Option("-o", "--output", metavar="table|json", help="table or json")]
@@ -78,7 +82,7 @@ def _supervise(runner: Any, prepared: Any, options: Any, output: str, *, headlin
     ``headline`` says what starts; the supervisor then prints its own `experiment ID (N replicas)`."""
     import sys
 
-    from phalanx.cli.run import RichObserver
+    from phalanx.cli.live_table import RichObserver
     from phalanx.runner.observers import PlainObserver
 
     names = [r.name for r in prepared.plan.replicas]
@@ -200,50 +204,61 @@ def resume(
     _supervise(runner, prepared, options, output, headline=f"resuming {experiment.id}")
 
 
+# `phalanx rerun`'s options, one alias each: the command's signature stays a readable list
+RerunParamOpt = Annotated[
+    list[str] | None,
+    typer.Option("--param", metavar="NAME=VALUE", help="Change a param of the rerun (repeatable)."),
+]
+RerunDetachOpt = Annotated[
+    bool, typer.Option("--detach", "-d", help="Start the rerun in the background and print its id.")
+]
+RerunNewExperimentIdOpt = Annotated[str | None, typer.Option("--experiment-id", hidden=True)]
+RerunAttemptOpt = Annotated[
+    int | None,
+    typer.Option(
+        "--attempt",
+        min=0,
+        help="Rerun what this attempt ran (`phalanx get ID` lists them); "
+        "default: the last attempt that succeeded.",
+    ),
+]
+RerunPriorityOpt = Annotated[
+    int, typer.Option("--priority", help="Queue priority of the rerun (higher starts first).")
+]
+RerunLatestDataOpt = Annotated[
+    bool,
+    typer.Option(
+        "--latest-data",
+        help="Read the latest version of each dataset input, not the version the original read "
+        "(the default: the same data).",
+    ),
+]
+RerunServerOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--server",
+        metavar="URL",
+        help="Rerun on this Phalanx server (ID is one of its experiments); prints the new id.",
+    ),
+]
+RerunTokenFileOpt = Annotated[
+    Path | None,
+    typer.Option("--token-file", help="A file holding the server's token (default: PHALANX_TOKEN)."),
+]
+
+
 @app.command("rerun")
 def rerun(
     experiment_id: IdArg,
-    param: Annotated[
-        list[str] | None,
-        typer.Option("--param", metavar="NAME=VALUE", help="Change a param of the rerun (repeatable)."),
-    ] = None,
+    param: RerunParamOpt = None,
     extra_params: ExtraParamsOpt = False,
-    detach: Annotated[
-        bool, typer.Option("--detach", "-d", help="Start the rerun in the background and print its id.")
-    ] = False,
-    new_experiment_id: Annotated[str | None, typer.Option("--experiment-id", hidden=True)] = None,
-    attempt: Annotated[
-        int | None,
-        typer.Option(
-            "--attempt",
-            min=0,
-            help="Rerun what this attempt ran (`phalanx get ID` lists them); "
-            "default: the last attempt that succeeded.",
-        ),
-    ] = None,
-    priority: Annotated[
-        int, typer.Option("--priority", help="Queue priority of the rerun (higher starts first).")
-    ] = 0,
-    latest_data: Annotated[
-        bool,
-        typer.Option(
-            "--latest-data",
-            help="Read the latest version of each dataset input, not the version the original read "
-            "(the default: the same data).",
-        ),
-    ] = False,
-    server: Annotated[
-        str | None,
-        typer.Option(
-            "--server",
-            metavar="URL",
-            help="Rerun on this Phalanx server (ID is one of its experiments); prints the new id.",
-        ),
-    ] = None,
-    token_file: Annotated[
-        Path | None,
-        typer.Option("--token-file", help="A file holding the server's token (default: PHALANX_TOKEN)."),
-    ] = None,
+    detach: RerunDetachOpt = False,
+    new_experiment_id: RerunNewExperimentIdOpt = None,
+    attempt: RerunAttemptOpt = None,
+    priority: RerunPriorityOpt = 0,
+    latest_data: RerunLatestDataOpt = False,
+    server: RerunServerOpt = None,
+    token_file: RerunTokenFileOpt = None,
     output: OutputOpt = "table",
 ) -> None:
     """Start a new experiment from exactly the file, params and source snapshot another one ran
@@ -252,9 +267,6 @@ def rerun(
     `phalanx run`; with -d, 0 once it has started. Dataset inputs read the versions the original
     read, or with --latest-data each dataset's latest version."""
     _check_output(output)
-    import shutil
-    import uuid
-
     from phalanx.config import Settings
     from phalanx.runner.rerunning import rerun_source
     from phalanx.spec.loader import parse_param_overrides
@@ -281,10 +293,26 @@ def rerun(
         from phalanx.cli.run import _check_id
 
         _check_id(new_experiment_id)
-    new_id = new_experiment_id or uuid.uuid4().hex[:12]
+    _launch_rerun(settings, source, new_experiment_id, priority, detach, output)
+
+
+def _launch_rerun(
+    settings: Settings,
+    source: RerunSource,
+    new_experiment_id: str | None,
+    priority: int,
+    detach: bool,
+    output: str,
+) -> None:
+    """Start the rerun from the original's source snapshot, extracted into its own run folder;
+    should anything fail before it starts, that folder is removed (nothing half-written)."""
+    import shutil
+    import uuid
+
     from phalanx import repro
     from phalanx.runner import Runner
 
+    new_id = new_experiment_id or uuid.uuid4().hex[:12]
     runner = Runner(settings)
     folder = settings.runs_dir / new_id / "source"
     headline = f"rerun of {source.origin.id} from its snapshot"

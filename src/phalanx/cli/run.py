@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
 import typer
 
@@ -23,161 +24,139 @@ from phalanx.cli.launching import _check_id as _check_id
 from phalanx.cli.launching import _load as _load
 from phalanx.cli.launching import launch_options, start_detached
 from phalanx.cli.launching import submit_detached as submit_detached
+from phalanx.cli.live_table import RichObserver
 from phalanx.cli.target import LocalOpt, ServerOpt
 from phalanx.cli.terminal import guard_std_streams
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping
-
     from phalanx.config import Settings
-    from phalanx.domain import Experiment, ReplicaState
+    from phalanx.domain import Experiment
+    from phalanx.runner import LaunchOptions, Runner
     from phalanx.store.base import IngestStore, Store
-
-
-# ---- terminal observers -----------------------------------------------------------------------
-
-
-class RichObserver:
-    """On a terminal: a live table (replica, state, elapsed) under the streaming lines."""
-
-    def __init__(self, names: list[str]) -> None:
-        from rich.console import Console
-        from rich.live import Live
-
-        self.console = Console()
-        self.names = names
-        self.state: dict[str, str] = dict.fromkeys(names, "pending")
-        self.since: dict[str, float] = dict.fromkeys(names, time.monotonic())
-        self.ended: dict[str, float] = {}
-        self.live = Live(self, console=self.console, refresh_per_second=4, transient=False)
-
-    def __rich__(self) -> Any:
-        from rich.table import Table
-        from rich.text import Text
-
-        table = Table(box=None, show_header=True, header_style="bold")
-        for col in ("replica", "state", "elapsed"):
-            table.add_column(col)
-        colours = {"running": "cyan", "succeeded": "green", "failed": "red", "stopped": "yellow"}
-        now = time.monotonic()
-        for name in self.names:
-            state = self.state[name]
-            end = self.ended.get(name, now)
-            # Text, not markup: lines printed with markup=False re-render this table too
-            table.add_row(name, Text(state, style=colours.get(state, "")), f"{end - self.since[name]:.1f}s")
-        return table
-
-    def __enter__(self) -> RichObserver:
-        self.live.__enter__()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.live.__exit__(None, None, None)
-
-    def line(self, replica: str, text: str) -> None:
-        self.console.print(f"[{replica}] {text}", markup=False, highlight=False, soft_wrap=True)
-
-    def states(self, replicas: Mapping[str, ReplicaState], elapsed: float) -> None:
-        now = time.monotonic()
-        for name, state in replicas.items():
-            if name in self.state and self.state[name] != str(state):
-                self.state[name] = str(state)
-                if state.done:
-                    self.ended[name] = now
-
-    def message(self, text: str) -> None:
-        self.console.print(f"phalanx: {text}", markup=False, highlight=False)
+    from phalanx.supervisor import Outcome as RunOutcome
 
 
 # ---- phalanx run ------------------------------------------------------------------------------
 
+# `phalanx run`'s options, one alias each: the command's signature stays a readable list
+FileOpt = Annotated[
+    Path, typer.Option("-f", "--file", metavar="FILE", help="The experiment file (polyaxonfile) to run.")
+]
+ParamOpt = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--param",
+        metavar="NAME=VALUE",
+        help="Override or add a param: NAME=VALUE (repeatable); fills {{ NAME }}.",
+    ),
+]
+WorkdirOpt = Annotated[
+    Path | None,
+    typer.Option("--workdir", metavar="DIR", help="Where replicas start (default: the file's folder)."),
+]
+DryRunOpt = Annotated[
+    bool,
+    typer.Option("--dry-run", help="Print each replica's command, folder and environment; start nothing."),
+]
+RunOutputOpt = Annotated[
+    Output, typer.Option("-o", "--output", help="text, json for scripts, or yaml (with --dry-run).")
+]
+OversubscribeOpt = Annotated[
+    bool,
+    typer.Option("--oversubscribe", help="Run even if the requests exceed this machine's cores or memory."),
+]
+RunClusterOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--cluster",
+        metavar="NAME",
+        help="Run on a cluster added with `phalanx cluster add` (with --server: one the server has).",
+    ),
+]
+DetachOpt = Annotated[
+    bool, typer.Option("--detach", "-d", help="Start it in the background and print its id.")
+]
+PriorityOpt = Annotated[
+    int,
+    typer.Option(
+        "--priority",
+        metavar="N",
+        help="Its place in this machine's queue when it must wait: higher starts first "
+        "(default 0, -1000 to 1000).",
+    ),
+]
+NoWaitOpt = Annotated[
+    bool,
+    typer.Option(
+        "--no-wait", help="Refuse (exit 2) instead of queueing when the cores/GPUs/memory are busy."
+    ),
+]
+ExperimentIdOpt = Annotated[str | None, typer.Option("--experiment-id", hidden=True)]
+NoSystemMetricsOpt = Annotated[
+    bool,
+    typer.Option(
+        "--no-system-metrics",
+        help="Do not sample the replicas' CPU, memory and GPU into system/... series.",
+    ),
+]
+RunServerOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--server",
+        metavar="URL",
+        help="Submit to the Phalanx server at URL (with the file's folder as code) and print the id.",
+    ),
+]
+FollowOpt = Annotated[
+    bool, typer.Option("--follow", help="With --server: stream every replica's console until it ends.")
+]
+TokenFileOpt = Annotated[
+    Path | None,
+    typer.Option("--token-file", metavar="FILE", help="With --server: the token (else PHALANX_TOKEN)."),
+]
+RunLocalOpt = Annotated[
+    bool, typer.Option("--local", help="Run it on this machine, even after `phalanx login`.")
+]
+
+
+@dataclass(frozen=True)
+class RunRequest:
+    """What `phalanx run` was asked: its options, passed whole to the helpers that handle each path."""
+
+    file: Path
+    param: list[str] | None
+    extra_params: bool
+    workdir: Path | None
+    dry_run: bool
+    output: Output
+    oversubscribe: bool
+    cluster: str | None
+    detach: bool
+    priority: int
+    no_wait: bool
+    experiment_id: str | None
+    no_system_metrics: bool
+
 
 @app.command("run")
 def run(
-    file: Annotated[
-        Path, typer.Option("-f", "--file", metavar="FILE", help="The experiment file (polyaxonfile) to run.")
-    ],
-    param: Annotated[
-        list[str] | None,
-        typer.Option(
-            "--param",
-            metavar="NAME=VALUE",
-            help="Override or add a param: NAME=VALUE (repeatable); fills {{ NAME }}.",
-        ),
-    ] = None,
+    file: FileOpt,
+    param: ParamOpt = None,
     extra_params: ExtraParamsOpt = False,
-    workdir: Annotated[
-        Path | None,
-        typer.Option("--workdir", metavar="DIR", help="Where replicas start (default: the file's folder)."),
-    ] = None,
-    dry_run: Annotated[
-        bool,
-        typer.Option(
-            "--dry-run", help="Print each replica's command, folder and environment; start nothing."
-        ),
-    ] = False,
-    output: Annotated[
-        Output, typer.Option("-o", "--output", help="text, json for scripts, or yaml (with --dry-run).")
-    ] = Output.TEXT,
-    oversubscribe: Annotated[
-        bool,
-        typer.Option(
-            "--oversubscribe", help="Run even if the requests exceed this machine's cores or memory."
-        ),
-    ] = False,
-    cluster: Annotated[
-        str | None,
-        typer.Option(
-            "--cluster",
-            metavar="NAME",
-            help="Run on a cluster added with `phalanx cluster add` (with --server: one the server has).",
-        ),
-    ] = None,
-    detach: Annotated[
-        bool, typer.Option("--detach", "-d", help="Start it in the background and print its id.")
-    ] = False,
-    priority: Annotated[
-        int,
-        typer.Option(
-            "--priority",
-            metavar="N",
-            help="Its place in this machine's queue when it must wait: higher starts first "
-            "(default 0, -1000 to 1000).",
-        ),
-    ] = 0,
-    no_wait: Annotated[
-        bool,
-        typer.Option(
-            "--no-wait", help="Refuse (exit 2) instead of queueing when the cores/GPUs/memory are busy."
-        ),
-    ] = False,
-    experiment_id: Annotated[str | None, typer.Option("--experiment-id", hidden=True)] = None,
-    no_system_metrics: Annotated[
-        bool,
-        typer.Option(
-            "--no-system-metrics",
-            help="Do not sample the replicas' CPU, memory and GPU into system/... series.",
-        ),
-    ] = False,
-    server: Annotated[
-        str | None,
-        typer.Option(
-            "--server",
-            metavar="URL",
-            help="Submit to the Phalanx server at URL (with the file's folder as code) and print the id.",
-        ),
-    ] = None,
-    follow: Annotated[
-        bool,
-        typer.Option("--follow", help="With --server: stream every replica's console until it ends."),
-    ] = False,
-    token_file: Annotated[
-        Path | None,
-        typer.Option("--token-file", metavar="FILE", help="With --server: the token (else PHALANX_TOKEN)."),
-    ] = None,
-    local: Annotated[
-        bool, typer.Option("--local", help="Run it on this machine, even after `phalanx login`.")
-    ] = False,
+    workdir: WorkdirOpt = None,
+    dry_run: DryRunOpt = False,
+    output: RunOutputOpt = Output.TEXT,
+    oversubscribe: OversubscribeOpt = False,
+    cluster: RunClusterOpt = None,
+    detach: DetachOpt = False,
+    priority: PriorityOpt = 0,
+    no_wait: NoWaitOpt = False,
+    experiment_id: ExperimentIdOpt = None,
+    no_system_metrics: NoSystemMetricsOpt = False,
+    server: RunServerOpt = None,
+    follow: FollowOpt = False,
+    token_file: TokenFileOpt = None,
+    local: RunLocalOpt = False,
 ) -> None:
     """Run an experiment: start every replica wired for its framework and supervise it to the end.
 
@@ -199,115 +178,184 @@ def run(
     check_priority(priority, "--priority")
     if output is Output.YAML and not dry_run:
         raise UsageError("-o yaml shows what --dry-run would submit: add --dry-run, or use -o text or json")
+    request = RunRequest(
+        file=file,
+        param=param,
+        extra_params=extra_params,
+        workdir=workdir,
+        dry_run=dry_run,
+        output=output,
+        oversubscribe=oversubscribe,
+        cluster=cluster,
+        detach=detach,
+        priority=priority,
+        no_wait=no_wait,
+        experiment_id=experiment_id,
+        no_system_metrics=no_system_metrics,
+    )
+    server = _target_server(server, local, settings)
+    if server is not None or follow or token_file is not None:
+        _run_on_server(request, server, follow, token_file, settings)
+    elif str(file) != "-" and _is_group_file(file):  # a search: `phalanx group run`, as `polyaxon run -f` did
+        _run_group_file(request)
+    elif detach and not dry_run:
+        _start_detached(request, settings)
+    else:
+        _run_here(request, settings)
+
+
+def _target_server(server: str | None, local: bool, settings: Settings) -> str | None:
+    """The server to submit to: --server, else the one `phalanx login` stored; None with --local."""
+    from phalanx.errors import UsageError
+
     if server is None and not local:  # after `phalanx login URL`, the server is the default
         from phalanx import logins
 
         stored = logins.load(settings.home)
-        server = stored.url if stored is not None else None
-    elif local:
+        return stored.url if stored is not None else None
+    if local:
         if server is not None:
             raise UsageError("--server and --local: give one (--local runs it on this machine)")
         sys.stderr.write("phalanx: on this machine\n")
-    if server is not None or follow or token_file is not None:
-        from phalanx.cli.submit import run_on_server
+    return server
 
-        given: dict[str, object] = {"--workdir": workdir, "--dry-run": dry_run, "--detach": detach}
-        given |= {"--no-wait": no_wait, "--experiment-id": experiment_id, "--oversubscribe": oversubscribe}
-        given |= {"--extra-params": extra_params, "--no-system-metrics": no_system_metrics}
-        run_on_server(file, param, priority, server, follow, token_file, output, given, settings, cluster)
-        return
+
+def _run_on_server(
+    request: RunRequest, server: str | None, follow: bool, token_file: Path | None, settings: Settings
+) -> None:
+    """Submit to the server (the options a server run does not take are refused by ``run_on_server``)."""
+    from phalanx.cli.submit import run_on_server
+
+    r = request
+    given: dict[str, object] = {"--workdir": r.workdir, "--dry-run": r.dry_run, "--detach": r.detach}
+    given |= {"--no-wait": r.no_wait, "--experiment-id": r.experiment_id, "--oversubscribe": r.oversubscribe}
+    given |= {"--extra-params": r.extra_params, "--no-system-metrics": r.no_system_metrics}
+    run_on_server(
+        r.file, r.param, r.priority, server, follow, token_file, r.output, given, settings, r.cluster
+    )
+
+
+def _is_group_file(file: Path) -> bool:
     from phalanx.spec.group import is_group_file
 
-    if str(file) != "-" and is_group_file(file):  # a search: `phalanx group run`, as `polyaxon run -f` did
-        not_for_groups: dict[str, object] = {"--dry-run (use `phalanx check -f FILE`)": dry_run}
-        not_for_groups |= {"--no-wait": no_wait}
-        not_for_groups |= {"--experiment-id": experiment_id, "--no-system-metrics": no_system_metrics}
-        not_for_groups |= {"--priority": priority != 0}
-        refused = [name for name, given_ in not_for_groups.items() if given_]
-        if refused:
-            raise UsageError(f"{', '.join(refused)}: not available for a group file (kind: group)")
-        from phalanx.cli.group import run as run_group
+    return is_group_file(file)
 
-        run_group(
-            file=file,
-            param=param,
-            workdir=workdir,
-            cluster=cluster,
-            oversubscribe=oversubscribe,
-            extra_params=extra_params,
-            detach=detach,
-            json_out=output is Output.JSON,
-        )
-        return
-    if detach and not dry_run:
-        start_detached(
-            file,
-            param=param,
-            extra_params=extra_params,
-            workdir=workdir,
-            oversubscribe=oversubscribe,
-            cluster=cluster,
-            priority=priority,
-            no_wait=no_wait,
-            no_system_metrics=no_system_metrics,
-            output=output,
-            experiment_id=experiment_id,
-            settings=settings,
-        )
-        return
-    spec = _load(file, param, extra_params)
+
+def _run_group_file(request: RunRequest) -> None:
+    """A group file (kind: group) runs as `phalanx group run`; experiment-only options are refused."""
+    from phalanx.errors import UsageError
+
+    r = request
+    not_for_groups: dict[str, object] = {"--dry-run (use `phalanx check -f FILE`)": r.dry_run}
+    not_for_groups |= {"--no-wait": r.no_wait}
+    not_for_groups |= {"--experiment-id": r.experiment_id, "--no-system-metrics": r.no_system_metrics}
+    not_for_groups |= {"--priority": r.priority != 0}
+    refused = [name for name, given_ in not_for_groups.items() if given_]
+    if refused:
+        raise UsageError(f"{', '.join(refused)}: not available for a group file (kind: group)")
+    from phalanx.cli.group import run as run_group
+
+    run_group(
+        file=r.file,
+        param=r.param,
+        workdir=r.workdir,
+        cluster=r.cluster,
+        oversubscribe=r.oversubscribe,
+        extra_params=r.extra_params,
+        detach=r.detach,
+        json_out=r.output is Output.JSON,
+    )
+
+
+def _start_detached(request: RunRequest, settings: Settings) -> None:
+    r = request
+    start_detached(
+        r.file,
+        param=r.param,
+        extra_params=r.extra_params,
+        workdir=r.workdir,
+        oversubscribe=r.oversubscribe,
+        cluster=r.cluster,
+        priority=r.priority,
+        no_wait=r.no_wait,
+        no_system_metrics=r.no_system_metrics,
+        output=r.output,
+        experiment_id=r.experiment_id,
+        settings=settings,
+    )
+
+
+def _run_here(request: RunRequest, settings: Settings) -> None:
+    """Validate, then either show the dry run or supervise the experiment here to its end."""
+    r = request
+    spec = _load(r.file, r.param, r.extra_params)
     for note in getattr(spec, "notes", ()):
         sys.stderr.write(f"note: {note}\n")
     options = launch_options(  # mistakes found now, before anything starts
-        file,
-        param=param,
-        workdir=workdir,
-        oversubscribe=oversubscribe,
-        cluster=cluster,
-        priority=priority,
-        no_wait=no_wait,
-        no_system_metrics=no_system_metrics,
-        experiment_id=experiment_id,
+        r.file,
+        param=r.param,
+        workdir=r.workdir,
+        oversubscribe=r.oversubscribe,
+        cluster=r.cluster,
+        priority=r.priority,
+        no_wait=r.no_wait,
+        no_system_metrics=r.no_system_metrics,
+        experiment_id=r.experiment_id,
         settings=settings,
-        check_home=not dry_run,
+        check_home=not r.dry_run,
     )
-    from dataclasses import replace
-
     from phalanx.runner import Runner
 
     runner = Runner(settings)
-    from phalanx import supervisor
-
-    if dry_run:
-        prepared = runner.dry_run(spec, options)
-        _warn_if_crowded(prepared)
-        if output is Output.YAML and prepared.dry_run.format == "json":
-            raise UsageError(
-                f"-o yaml: the {prepared.backend.name} engine has no YAML to show (Kubernetes clusters do); "
-                "use -o text, or -o json"
-            )
-        if output is Output.JSON:
-            emit_json(supervisor.dry_run_json(prepared))
-        else:
-            typer.echo(supervisor.render_dry_run(prepared))
+    if r.dry_run:
+        _show_dry_run(runner, spec, options, r.output)
         return
+    outcome = _supervise(runner, spec, options, r)
+    _report_outcome(outcome, r.output, settings)
+
+
+def _show_dry_run(runner: Runner, spec: Any, options: LaunchOptions, output: Output) -> None:
+    from phalanx import supervisor
+    from phalanx.errors import UsageError
+
+    prepared = runner.dry_run(spec, options)
+    _warn_if_crowded(prepared)
+    if output is Output.YAML and prepared.dry_run.format == "json":
+        raise UsageError(
+            f"-o yaml: the {prepared.backend.name} engine has no YAML to show (Kubernetes clusters do); "
+            "use -o text, or -o json"
+        )
+    if output is Output.JSON:
+        emit_json(supervisor.dry_run_json(prepared))
+    else:
+        typer.echo(supervisor.render_dry_run(prepared))
+
+
+def _supervise(runner: Runner, spec: Any, options: LaunchOptions, request: RunRequest) -> RunOutcome:
+    """Start the experiment and watch it to its end: a live table on a terminal, plain lines else."""
+    from dataclasses import replace
+
     prepared = runner.dry_run(spec, options)  # its id, and what is refused before anything is built
     _warn_if_crowded(prepared)
-    owns_run_dir = experiment_id is None
+    owns_run_dir = request.experiment_id is None
     options = replace(options, experiment_id=prepared.experiment_id)
     names = [r.name for r in prepared.plan.replicas]
+    output = request.output
     try:  # may build the experiment's venv first (recorded as building meanwhile)
         if sys.stdout.isatty() and output is Output.TEXT:
             with RichObserver(names) as rich_observer:
-                outcome = runner.run(spec, options, rich_observer, owns_run_dir=owns_run_dir)
-        else:
-            from phalanx.runner.observers import PlainObserver
+                return runner.run(spec, options, rich_observer, owns_run_dir=owns_run_dir)
+        from phalanx.runner.observers import PlainObserver
 
-            observer = PlainObserver(sys.stderr if output is Output.JSON else sys.stdout)
-            outcome = runner.run(spec, options, observer, owns_run_dir=owns_run_dir)
+        observer = PlainObserver(sys.stderr if output is Output.JSON else sys.stdout)
+        return runner.run(spec, options, observer, owns_run_dir=owns_run_dir)
     except KeyboardInterrupt:  # the supervisor answers Ctrl-C itself once it runs: this is before
         sys.stderr.write("phalanx: interrupted before anything started\n")
         raise typer.Exit(130) from None
+
+
+def _report_outcome(outcome: RunOutcome, output: Output, settings: Settings) -> NoReturn:
+    """Say how it ended (and where to see it) and exit with its status."""
     if output is Output.JSON:
         emit_json({"id": outcome.experiment_id, "status": str(outcome.status), "reason": outcome.reason})
     else:

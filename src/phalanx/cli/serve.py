@@ -24,85 +24,82 @@ if TYPE_CHECKING:
     from phalanx.serving.session import ServiceSession
 
 
+# `phalanx serve`'s argument and options, one alias each: the command's signature stays a readable list
+RefArg = Annotated[
+    str,
+    typer.Argument(
+        metavar="NAME[@ALIAS|@N]", help="the registered model; with an alias, a moved alias is followed"
+    ),
+]
+HostOpt = Annotated[str, typer.Option("--host", help="address to listen on")]
+PortOpt = Annotated[int, typer.Option("--port", help="port (0: any free port, printed)", min=0, max=65535)]
+WorkersOpt = Annotated[
+    int, typer.Option("--workers", min=1, max=64, help="ONNX Runtime calls (batches) run at once")
+]
+BatchingOpt = Annotated[
+    bool, typer.Option("--batching/--no-batching", help="join concurrent requests into one call")
+]
+MaxBatchOpt = Annotated[int, typer.Option("--max-batch", min=1, help="rows per call at most")]
+MaxWaitMsOpt = Annotated[
+    float,
+    typer.Option(
+        "--max-wait-ms", min=0.0, help="how long a batch waits for more (0: only what queued meanwhile)"
+    ),
+]
+TokenOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--token",
+        envvar="PHALANX_SERVE_TOKEN",
+        help="the bearer token clients send (default: a new one, printed)",
+    ),
+]
+NoAuthOpt = Annotated[bool, typer.Option("--no-auth", help="ask no token (loopback addresses only)")]
+PollSecondsOpt = Annotated[
+    float, typer.Option("--poll-seconds", min=0.05, help="how often the alias is checked for a move")
+]
+IntraThreadsOpt = Annotated[
+    int, typer.Option("--threads", min=0, help="ONNX Runtime threads per call (0: its default)")
+]
+TrackSecondsOpt = Annotated[
+    float,
+    typer.Option(
+        "--track-seconds",
+        min=0.0,
+        help="report requests and latency into a service experiment this often (0: no experiment)",
+    ),
+]
+LogLevelOpt = Annotated[str, typer.Option("--log-level", help="uvicorn's: warning, info, debug")]
+
+
 @app.command("serve")
 def serve(
-    ref: Annotated[
-        str,
-        typer.Argument(
-            metavar="NAME[@ALIAS|@N]", help="the registered model; with an alias, a moved alias is followed"
-        ),
-    ],
-    host: Annotated[str, typer.Option("--host", help="address to listen on")] = "127.0.0.1",
-    port: Annotated[
-        int, typer.Option("--port", help="port (0: any free port, printed)", min=0, max=65535)
-    ] = 8500,
-    workers: Annotated[
-        int, typer.Option("--workers", min=1, max=64, help="ONNX Runtime calls (batches) run at once")
-    ] = 1,
-    batching: Annotated[
-        bool, typer.Option("--batching/--no-batching", help="join concurrent requests into one call")
-    ] = True,
-    max_batch: Annotated[int, typer.Option("--max-batch", min=1, help="rows per call at most")] = 64,
-    max_wait_ms: Annotated[
-        float,
-        typer.Option(
-            "--max-wait-ms", min=0.0, help="how long a batch waits for more (0: only what queued meanwhile)"
-        ),
-    ] = 0.0,
-    token: Annotated[
-        str | None,
-        typer.Option(
-            "--token",
-            envvar="PHALANX_SERVE_TOKEN",
-            help="the bearer token clients send (default: a new one, printed)",
-        ),
-    ] = None,
-    no_auth: Annotated[
-        bool, typer.Option("--no-auth", help="ask no token (loopback addresses only)")
-    ] = False,
-    poll_seconds: Annotated[
-        float, typer.Option("--poll-seconds", min=0.05, help="how often the alias is checked for a move")
-    ] = 0.5,
-    intra_threads: Annotated[
-        int, typer.Option("--threads", min=0, help="ONNX Runtime threads per call (0: its default)")
-    ] = 0,
-    track_seconds: Annotated[
-        float,
-        typer.Option(
-            "--track-seconds",
-            min=0.0,
-            help="report requests and latency into a service experiment this often (0: no experiment)",
-        ),
-    ] = 5.0,
-    log_level: Annotated[
-        str, typer.Option("--log-level", help="uvicorn's: warning, info, debug")
-    ] = "warning",
+    ref: RefArg,
+    host: HostOpt = "127.0.0.1",
+    port: PortOpt = 8500,
+    workers: WorkersOpt = 1,
+    batching: BatchingOpt = True,
+    max_batch: MaxBatchOpt = 64,
+    max_wait_ms: MaxWaitMsOpt = 0.0,
+    token: TokenOpt = None,
+    no_auth: NoAuthOpt = False,
+    poll_seconds: PollSecondsOpt = 0.5,
+    intra_threads: IntraThreadsOpt = 0,
+    track_seconds: TrackSecondsOpt = 5.0,
+    log_level: LogLevelOpt = "warning",
 ) -> None:
     """Serve a registered ONNX model: POST /v1/models/NAME:predict (JSON or .npy), /healthz, /metrics."""
     from phalanx.registry.records import parse_ref
 
     parsed = parse_ref(ref)
-    if no_auth and token:
-        raise fail("--no-auth and --token (or PHALANX_SERVE_TOKEN) contradict each other: give one")
-    if no_auth and not is_loopback(host):
-        raise fail(
-            f"--no-auth listens only on a loopback address, not {host!r}: use --host 127.0.0.1, or drop "
-            "--no-auth and give clients the token"
-        )
-    if log_level not in ("critical", "error", "warning", "info", "debug"):
-        raise fail(f"--log-level {log_level!r}: use warning, info or debug")
-    try:
-        import onnxruntime  # noqa: F401
-        import uvicorn
+    _check_options(host, token, no_auth, log_level)
+    _require_serve_extra()
+    import uvicorn
 
-        from phalanx.serving.app import ServeOptions, create_serving_app
-        from phalanx.serving.follower import Follower
-    except ImportError as exc:
-        raise fail(
-            f"phalanx serve needs the serve extra ({exc.name} is missing): pip install 'phalanx[serve]'"
-        ) from None
     from phalanx.config import Settings
     from phalanx.registry.service import Registry
+    from phalanx.serving.app import ServeOptions, create_serving_app
+    from phalanx.serving.follower import Follower
     from phalanx.store import open_store
 
     sock = bind_listener(host, port)
@@ -126,24 +123,63 @@ def serve(
     if track_seconds > 0:
         session = _open_session(registry, follower, parsed, options, host, track_seconds)
     serving_app = create_serving_app(follower, options, session)
-    bound_host, bound_port = sock.getsockname()[:2]
-    shown = f"[{bound_host}]" if ":" in bound_host else bound_host
-    if generated:
-        typer.echo(f"token: {token}  (clients send Authorization: Bearer <token>; --token sets your own)")
-    loaded = follower.current
-    if session is not None:
-        typer.echo(
-            f"service experiment: {session.id} (its requests and latency: phalanx get {session.id}, the UI)"
-        )
-    typer.echo(
-        f"serving {parsed} (version {loaded.version}, {loaded.provider}) at http://{shown}:{bound_port}"
-    )
-    sys.stdout.flush()
+    _announce(parsed, follower, session, sock.getsockname()[:2], token if generated else None)
     config = uvicorn.Config(
         serving_app, log_level=log_level, lifespan="on", access_log=log_level in ("info", "debug")
     )
     server = uvicorn.Server(config)
     server.run(sockets=[sock])
+
+
+def _check_options(host: str, token: str | None, no_auth: bool, log_level: str) -> None:
+    """The mistakes found before the port is bound: contradicting auth options, an unknown level."""
+    if no_auth and token:
+        raise fail("--no-auth and --token (or PHALANX_SERVE_TOKEN) contradict each other: give one")
+    if no_auth and not is_loopback(host):
+        raise fail(
+            f"--no-auth listens only on a loopback address, not {host!r}: use --host 127.0.0.1, or drop "
+            "--no-auth and give clients the token"
+        )
+    if log_level not in ("critical", "error", "warning", "info", "debug"):
+        raise fail(f"--log-level {log_level!r}: use warning, info or debug")
+
+
+def _require_serve_extra() -> None:
+    """Exit 2 saying how to install the serve extra when one of its modules does not import."""
+    try:
+        import onnxruntime  # noqa: F401
+        import uvicorn  # noqa: F401
+
+        from phalanx.serving.app import ServeOptions, create_serving_app  # noqa: F401
+        from phalanx.serving.follower import Follower  # noqa: F401
+    except ImportError as exc:
+        raise fail(
+            f"phalanx serve needs the serve extra ({exc.name} is missing): pip install 'phalanx[serve]'"
+        ) from None
+
+
+def _announce(
+    ref: ModelRef,
+    follower: Follower,
+    session: ServiceSession | None,
+    bound: tuple[str, int],
+    generated_token: str | None,
+) -> None:
+    """The lines a user (or a script) reads: a generated token, the service experiment, and last the
+    ``serving ... at http://HOST:PORT`` line, flushed at once."""
+    bound_host, bound_port = bound
+    shown = f"[{bound_host}]" if ":" in bound_host else bound_host
+    if generated_token is not None:
+        typer.echo(
+            f"token: {generated_token}  (clients send Authorization: Bearer <token>; --token sets your own)"
+        )
+    loaded = follower.current
+    if session is not None:
+        typer.echo(
+            f"service experiment: {session.id} (its requests and latency: phalanx get {session.id}, the UI)"
+        )
+    typer.echo(f"serving {ref} (version {loaded.version}, {loaded.provider}) at http://{shown}:{bound_port}")
+    sys.stdout.flush()
 
 
 def _open_session(

@@ -16,6 +16,7 @@ from phalanx.cli.app import app, fail
 if TYPE_CHECKING:
     from fastapi import FastAPI
 
+    from phalanx.config import Settings
     from phalanx.server.oidc import OidcConfig
 
 LOOPBACK_NAMES = ("localhost", "localhost.localdomain", "ip6-localhost")
@@ -218,110 +219,128 @@ def _access_log(path: Path | None, level: LogLevel) -> None:
     logger.addHandler(handler)
 
 
+# `phalanx server`'s options, one alias each: the command's signature stays a readable list
+HostOpt = Annotated[
+    str, typer.Option(metavar="ADDRESS", help="address to listen on; a non-loopback one needs a token")
+]
+PortOpt = Annotated[int, typer.Option(min=1, max=65535, metavar="PORT", help="port to listen on")]
+TokenFileOpt = Annotated[
+    Path | None,
+    typer.Option("--token-file", metavar="FILE", help="file holding the token (else PHALANX_TOKEN)"),
+]
+LogLevelOpt = Annotated[LogLevel, typer.Option(help="how much the server logs")]
+AllowedHostOpt = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--allowed-host",
+        metavar="NAME",
+        help="a host name the server answers to (repeat; '*' for any; else PHALANX_ALLOWED_HOSTS, "
+        "else loopback names and the --host address)",
+    ),
+]
+AccessLogOpt = Annotated[
+    Path | None, typer.Option("--access-log", metavar="FILE", help="append one line per request here")
+]
+GcHoursOpt = Annotated[
+    float,
+    typer.Option(
+        "--gc-hours",
+        min=0,
+        metavar="HOURS",
+        help="run `phalanx gc` (orphaned run folders and spools, then compact the store) every "
+        "HOURS; 0: never",
+    ),
+]
+ForwardedAllowIpsOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--forwarded-allow-ips",
+        metavar="ADDRESSES",
+        help="behind a reverse proxy: the proxy's addresses (comma-separated IPs or networks) whose "
+        "X-Forwarded-For/-Proto headers are believed (else PHALANX_FORWARDED_ALLOW_IPS; default: "
+        "none, every client is the address it connects from)",
+    ),
+]
+OidcIssuerOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--oidc-issuer",
+        envvar="PHALANX_OIDC_ISSUER",
+        metavar="URL",
+        help="single sign-on: the OpenID Connect provider's issuer URL (docs/teams.md#single-sign-on)",
+    ),
+]
+OidcClientIdOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--oidc-client-id", envvar="PHALANX_OIDC_CLIENT_ID", metavar="ID", help="SSO: the client id"
+    ),
+]
+OidcClientSecretFileOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--oidc-client-secret-file",
+        envvar="PHALANX_OIDC_CLIENT_SECRET_FILE",
+        metavar="FILE",
+        help="SSO: file holding the client secret (else PHALANX_OIDC_CLIENT_SECRET)",
+    ),
+]
+OidcUserClaimOpt = Annotated[
+    str,
+    typer.Option(
+        "--oidc-user-claim",
+        envvar="PHALANX_OIDC_USER_CLAIM",
+        metavar="CLAIM",
+        help="SSO: the ID token claim naming the user (then 'email', then 'sub')",
+    ),
+]
+OidcGroupsClaimOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--oidc-groups-claim",
+        envvar="PHALANX_OIDC_GROUPS_CLAIM",
+        metavar="CLAIM",
+        help="SSO: the ID token claim listing the user's groups (for --oidc-role-map)",
+    ),
+]
+OidcRoleMapOpt = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--oidc-role-map",
+        metavar="GROUP=PROJECT:ROLE",
+        help="SSO: members of GROUP get ROLE in PROJECT (repeat; else PHALANX_OIDC_ROLE_MAP, "
+        "comma-separated)",
+    ),
+]
+OidcRedirectUrlOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--oidc-redirect-url",
+        envvar="PHALANX_OIDC_REDIRECT_URL",
+        metavar="URL",
+        help="SSO: the callback URL registered at the provider (default: this server's "
+        "address + /login/sso/callback)",
+    ),
+]
+
+
 @app.command("server")
 def server(
-    host: Annotated[
-        str, typer.Option(metavar="ADDRESS", help="address to listen on; a non-loopback one needs a token")
-    ] = "127.0.0.1",
-    port: Annotated[int, typer.Option(min=1, max=65535, metavar="PORT", help="port to listen on")] = 8000,
-    token_file: Annotated[
-        Path | None,
-        typer.Option("--token-file", metavar="FILE", help="file holding the token (else PHALANX_TOKEN)"),
-    ] = None,
-    log_level: Annotated[LogLevel, typer.Option(help="how much the server logs")] = LogLevel.INFO,
-    allowed_host: Annotated[
-        list[str] | None,
-        typer.Option(
-            "--allowed-host",
-            metavar="NAME",
-            help="a host name the server answers to (repeat; '*' for any; else PHALANX_ALLOWED_HOSTS, "
-            "else loopback names and the --host address)",
-        ),
-    ] = None,
-    access_log: Annotated[
-        Path | None, typer.Option("--access-log", metavar="FILE", help="append one line per request here")
-    ] = None,
-    gc_hours: Annotated[
-        float,
-        typer.Option(
-            "--gc-hours",
-            min=0,
-            metavar="HOURS",
-            help="run `phalanx gc` (orphaned run folders and spools, then compact the store) every "
-            "HOURS; 0: never",
-        ),
-    ] = 24.0,
-    forwarded_allow_ips: Annotated[
-        str | None,
-        typer.Option(
-            "--forwarded-allow-ips",
-            metavar="ADDRESSES",
-            help="behind a reverse proxy: the proxy's addresses (comma-separated IPs or networks) whose "
-            "X-Forwarded-For/-Proto headers are believed (else PHALANX_FORWARDED_ALLOW_IPS; default: "
-            "none, every client is the address it connects from)",
-        ),
-    ] = None,
-    oidc_issuer: Annotated[
-        str | None,
-        typer.Option(
-            "--oidc-issuer",
-            envvar="PHALANX_OIDC_ISSUER",
-            metavar="URL",
-            help="single sign-on: the OpenID Connect provider's issuer URL (docs/teams.md#single-sign-on)",
-        ),
-    ] = None,
-    oidc_client_id: Annotated[
-        str | None,
-        typer.Option(
-            "--oidc-client-id", envvar="PHALANX_OIDC_CLIENT_ID", metavar="ID", help="SSO: the client id"
-        ),
-    ] = None,
-    oidc_client_secret_file: Annotated[
-        Path | None,
-        typer.Option(
-            "--oidc-client-secret-file",
-            envvar="PHALANX_OIDC_CLIENT_SECRET_FILE",
-            metavar="FILE",
-            help="SSO: file holding the client secret (else PHALANX_OIDC_CLIENT_SECRET)",
-        ),
-    ] = None,
-    oidc_user_claim: Annotated[
-        str,
-        typer.Option(
-            "--oidc-user-claim",
-            envvar="PHALANX_OIDC_USER_CLAIM",
-            metavar="CLAIM",
-            help="SSO: the ID token claim naming the user (then 'email', then 'sub')",
-        ),
-    ] = "preferred_username",
-    oidc_groups_claim: Annotated[
-        str | None,
-        typer.Option(
-            "--oidc-groups-claim",
-            envvar="PHALANX_OIDC_GROUPS_CLAIM",
-            metavar="CLAIM",
-            help="SSO: the ID token claim listing the user's groups (for --oidc-role-map)",
-        ),
-    ] = None,
-    oidc_role_map: Annotated[
-        list[str] | None,
-        typer.Option(
-            "--oidc-role-map",
-            metavar="GROUP=PROJECT:ROLE",
-            help="SSO: members of GROUP get ROLE in PROJECT (repeat; else PHALANX_OIDC_ROLE_MAP, "
-            "comma-separated)",
-        ),
-    ] = None,
-    oidc_redirect_url: Annotated[
-        str | None,
-        typer.Option(
-            "--oidc-redirect-url",
-            envvar="PHALANX_OIDC_REDIRECT_URL",
-            metavar="URL",
-            help="SSO: the callback URL registered at the provider (default: this server's "
-            "address + /login/sso/callback)",
-        ),
-    ] = None,
+    host: HostOpt = "127.0.0.1",
+    port: PortOpt = 8000,
+    token_file: TokenFileOpt = None,
+    log_level: LogLevelOpt = LogLevel.INFO,
+    allowed_host: AllowedHostOpt = None,
+    access_log: AccessLogOpt = None,
+    gc_hours: GcHoursOpt = 24.0,
+    forwarded_allow_ips: ForwardedAllowIpsOpt = None,
+    oidc_issuer: OidcIssuerOpt = None,
+    oidc_client_id: OidcClientIdOpt = None,
+    oidc_client_secret_file: OidcClientSecretFileOpt = None,
+    oidc_user_claim: OidcUserClaimOpt = "preferred_username",
+    oidc_groups_claim: OidcGroupsClaimOpt = None,
+    oidc_role_map: OidcRoleMapOpt = None,
+    oidc_redirect_url: OidcRedirectUrlOpt = None,
 ) -> None:
     """Serve the REST API (/api/v1) and the web UI (/) over this machine's Phalanx store."""
     from phalanx import knobs
@@ -329,13 +348,7 @@ def server(
 
     knobs.check()  # its pages read some (the straggler threshold): refuse a malformed one at start
     settings = Settings()
-    token = read_token_file(token_file) if token_file is not None else (settings.token or None)
-    if not token and not is_loopback(host):
-        raise fail(
-            f"refusing to listen on {host} without a token: anyone who can reach it could read and delete "
-            "experiments. Set PHALANX_TOKEN or pass --token-file FILE, or listen on 127.0.0.1."
-        )
-
+    token = _server_token(token_file, host, settings)
     sso = oidc_config(
         oidc_issuer,
         oidc_client_id,
@@ -347,24 +360,11 @@ def server(
     )
     proxies = forwarded_ips(forwarded_allow_ips)
     listener = bind_listener(host, port)
-    if token and not is_loopback(host) and len(token) < MIN_TOKEN_CHARS:
-        raise fail(
-            f"the token is {len(token)} characters long: too easy to guess for a server on {host}, "
-            f"which other machines reach. Use at least {MIN_TOKEN_CHARS} random characters, e.g. "
-            '`python -c "import secrets; print(secrets.token_urlsafe(32))"`.'
-        )
-    import os
-
+    _check_token_length(token, host)
     from phalanx.server.app import create_app
     from phalanx.server.settings import ServerSettings
 
-    hosts = list(allowed_host or [])
-    if not hosts and os.environ.get("PHALANX_ALLOWED_HOSTS"):
-        hosts = [h.strip() for h in os.environ["PHALANX_ALLOWED_HOSTS"].split(",") if h.strip()]
-    if hosts:
-        from phalanx.server.auth import default_allowed_hosts
-
-        hosts = sorted({*default_allowed_hosts(host), *hosts})
+    hosts = _allowed_hosts(allowed_host, host)
     _access_log(access_log, log_level)
     api = create_app(
         ServerSettings(
@@ -384,6 +384,42 @@ def server(
     # `phalanx run` names this address in its last line (ui_hint) while the server runs
     with recorded(settings.home, local_url(host, port), settings.database_url):
         _serve(api, listener, host, port, log_level, proxies)
+
+
+def _server_token(token_file: Path | None, host: str, settings: Settings) -> str | None:
+    """The token from --token-file, else PHALANX_TOKEN; none is refused off loopback."""
+    token = read_token_file(token_file) if token_file is not None else (settings.token or None)
+    if not token and not is_loopback(host):
+        raise fail(
+            f"refusing to listen on {host} without a token: anyone who can reach it could read and delete "
+            "experiments. Set PHALANX_TOKEN or pass --token-file FILE, or listen on 127.0.0.1."
+        )
+    return token
+
+
+def _check_token_length(token: str | None, host: str) -> None:
+    """A short token is refused on an address other machines reach (see MIN_TOKEN_CHARS)."""
+    if token and not is_loopback(host) and len(token) < MIN_TOKEN_CHARS:
+        raise fail(
+            f"the token is {len(token)} characters long: too easy to guess for a server on {host}, "
+            f"which other machines reach. Use at least {MIN_TOKEN_CHARS} random characters, e.g. "
+            '`python -c "import secrets; print(secrets.token_urlsafe(32))"`.'
+        )
+
+
+def _allowed_hosts(allowed_host: list[str] | None, host: str) -> list[str]:
+    """--allowed-host, else PHALANX_ALLOWED_HOSTS, plus the loopback names and --host; empty when
+    neither is given (the server then uses its own default)."""
+    import os
+
+    hosts = list(allowed_host or [])
+    if not hosts and os.environ.get("PHALANX_ALLOWED_HOSTS"):
+        hosts = [h.strip() for h in os.environ["PHALANX_ALLOWED_HOSTS"].split(",") if h.strip()]
+    if hosts:
+        from phalanx.server.auth import default_allowed_hosts
+
+        hosts = sorted({*default_allowed_hosts(host), *hosts})
+    return hosts
 
 
 def _serve(

@@ -1,5 +1,6 @@
-"""Reading what experiments reported: `phalanx ls`, `get`, `metrics`, `params`, `artifacts`
-(`delete` is in cli/delete.py). Each takes `-o json` for scripts (one JSON document on stdout).
+"""Reading what experiments reported: `phalanx ls`, `metrics`, `params`, `artifacts`, `gc`
+(`get` is in cli/details.py, `delete` in cli/delete.py). Each takes `-o json` for scripts (one
+JSON document on stdout).
 
 Every read first runs one ingest pass over the pending spools, so what a script reported is shown
 even when the ingester that should have stored it died. Only typer and the standard library are
@@ -9,7 +10,6 @@ imported at module level; the store is imported inside the commands.
 from __future__ import annotations
 
 import csv
-import math
 import sys
 from enum import StrEnum
 from pathlib import Path
@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from phalanx.cli.app import app, emit_json
+from phalanx.cli.details import show_experiment
 
 # the lean `phalanx ls` path lives in cli/listing.py (no typer); other modules import these from here
 from phalanx.cli.listing import Format as Format
@@ -26,85 +27,23 @@ from phalanx.cli.listing import _table as _table
 from phalanx.cli.listing import _when as _when
 from phalanx.cli.listing import ls_experiments
 from phalanx.cli.listing import open_for_reading as open_for_reading
+
+# shared with cli/details.py; other command modules import some of them from here
+from phalanx.cli.reading import IdArg as IdArg
+from phalanx.cli.reading import _size, _value, artifact_json, finite_or_none
+from phalanx.cli.reading import is_remote as is_remote
+from phalanx.cli.reading import open_target as open_target
 from phalanx.cli.target import LocalOpt, ServerOpt
-from phalanx.views import PER_REPLICA, params_by_section, run_details
+from phalanx.views import params_by_section
 
 if TYPE_CHECKING:
-    from phalanx.domain import Experiment, Replica
-    from phalanx.store.base import ArtifactRecord, Store
-
-IdArg = Annotated[str, typer.Argument(metavar="ID", help="Experiment id or a unique prefix of one.")]
+    from phalanx.store.base import ArtifactRecord
 
 
 class MetricsFormat(StrEnum):
     TABLE = "table"
     JSON = "json"
     CSV = "csv"
-
-
-def open_target(server: str | None = None, local: bool = False) -> Any:
-    """The store a read or control command works on: a server's (``RemoteStore``, after `phalanx
-    login` or with --server) or this machine's (after one ingest pass, ``open_for_reading``)."""
-    from phalanx.cli.target import choose
-
-    client = choose(server, local)
-    if client is None:
-        return open_for_reading()[0]
-    from phalanx.cli.remote_store import RemoteStore
-
-    return RemoteStore(client)
-
-
-def is_remote(store: Any) -> bool:
-    from phalanx.cli.remote_store import RemoteStore
-
-    return isinstance(store, RemoteStore)
-
-
-def details_of(store: Any, experiment_id: str) -> dict[str, Any]:
-    """Attempts, source and pace (``views.run_details``), from the server's /run when remote."""
-    return store.run_details(experiment_id) if is_remote(store) else run_details(store, experiment_id)
-
-
-# --- formatting ----------------------------------------------------------------------------------
-
-
-def _size(n: int) -> str:
-    value = float(n)
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if value < 1024 or unit == "GiB":
-            return f"{int(value)} {unit}" if unit == "B" else f"{value:.1f} {unit}"
-        value /= 1024
-    return f"{n} B"
-
-
-def experiment_json(e: Experiment) -> dict[str, Any]:
-    return e.to_json()
-
-
-def replica_json(r: Replica) -> dict[str, Any]:
-    return r.to_json()
-
-
-def finite_or_none(values: list[float]) -> list[float | None]:
-    """Strict JSON has no NaN/Infinity (jq, JavaScript reject them): -o json writes null instead."""
-    if all(map(math.isfinite, values)):
-        return values  # type: ignore[return-value]
-    return [v if math.isfinite(v) else None for v in values]
-
-
-def artifact_json(a: ArtifactRecord) -> dict[str, Any]:
-    return {
-        "name": a.name,
-        "kind": a.kind,
-        "path": a.path,
-        "size": a.size,
-        "content_type": a.content_type,
-        "replica": a.replica,
-        "rank": a.rank,
-        "time": a.time,
-        "metadata": dict(a.metadata),
-    }
 
 
 # --- commands ------------------------------------------------------------------------------------
@@ -182,78 +121,6 @@ def ls(
     )
 
 
-def _queue_place(experiment_id: str) -> str:
-    """Where a queued experiment stands in this machine's queue (`phalanx queue` shows them all)."""
-    from phalanx.config import Settings
-    from phalanx.queue import ledger_for
-
-    _, waiting, _ = ledger_for(Settings()).snapshot()
-    for i, entry in enumerate(waiting, 1):
-        if entry.experiment_id == experiment_id:
-            return f"position {i} of {len(waiting)}, priority {entry.priority}, needs {entry.need.describe()}"
-    return "not waiting on this machine (see `phalanx queue`)"
-
-
-def _code_note(attempt: dict[str, Any]) -> str:
-    """What an attempt's recorded code changed, for the attempts table."""
-    changed = (attempt.get("code") or {}).get("changed")
-    if changed is None:
-        return ""
-    if not changed:
-        return "; same code"
-    shown = ", ".join(changed[:3]) + (f" and {len(changed) - 3} more" if len(changed) > 3 else "")
-    return f"; code changed: {shown} (`phalanx diff ID` shows how)"
-
-
-def run_details_text(details: dict[str, Any]) -> list[str]:
-    out: list[str] = []
-    attempts = details.get("attempts") or []
-    if len(attempts) > 1:
-        out += ["", "attempts:"]
-        for a in attempts:
-            step = f" from checkpoint step {a['checkpoint_step']}" if a["checkpoint_step"] is not None else ""
-            why = f" ({a['reason'].splitlines()[0]})" if a.get("reason") else ""
-            out.append(f"  {a['number']}  {a['kind']}{step}: {a['status']}{why}{_code_note(a)}")
-    pods = details.get("pod_attempts") or {}
-    if pods:  # pods Kubernetes restarted by itself: each start asked the server for its attempt
-        out += ["", "pod attempts: " + ", ".join(f"{name} {n}" for name, n in pods.items())]
-    source = details.get("source")
-    if source:
-        git = source.get("git") or {}
-        where = (
-            f"git {str(git.get('commit'))[:12]} ({git.get('branch')})"
-            + (" + uncommitted changes" if git.get("dirty") else "")
-            + (f", as the snapshot of {git['from']} recorded it" if git.get("from") else "")
-            if git
-            else "not a git work tree"
-        )
-        out += [
-            "",
-            f"source:    {where}; python {source.get('python')}, phalanx {source.get('phalanx')}, "
-            f"{source.get('packages')} packages, host {source.get('host')}",
-        ]
-        from phalanx import repro
-
-        note = repro.left_out_note(source.get("snapshot"))
-        if note:  # a capped snapshot must say so where the user looks, not only in -o json
-            out.append(f"snapshot:  {note}")
-    pace_doc = details.get("pace")
-    if pace_doc and pace_doc.get("ranks"):
-        out += ["", f"pace ({pace_doc['title']}):"]
-        for r in pace_doc["ranks"]:
-            silent = f", no step for {r['silent_seconds']:.0f} s" if r.get("silent_seconds") else ""
-            out.append(
-                f"  {r['replica']:<12} {r['steps_per_second']:.3g} steps/s  (step {r['last_step']}{silent})"
-            )
-        if pace_doc.get("straggler"):
-            s = pace_doc["straggler"]
-            out.append(
-                f"  straggler: {s['replica']} at {s['steps_per_second']:.3g} steps/s, "
-                f"{s['behind_percent']:.0f} % below the median"
-            )
-    return out
-
-
 @app.command("get")
 def get(
     experiment_id: IdArg,
@@ -266,163 +133,7 @@ def get(
 ) -> None:
     """Show one experiment: status, times, how it was launched (file, --param values, each replica's
     command), replicas, parameters, artifacts and metrics."""
-    store = open_target(server, local)
-    e = store.get_experiment(experiment_id)
-    launch = _launch(e)
-    if file:
-        if e.spec_text is None:
-            from phalanx.errors import UsageError
-
-            raise UsageError(f"experiment {e.id} was not launched from a file (Task.init or an estimator)")
-        sys.stdout.write(e.spec_text if e.spec_text.endswith("\n") else e.spec_text + "\n")
-        return
-    replicas = store.list_replicas(e.id)
-    params = params_by_section(store.params(e.id))
-    artifacts = store.artifacts(e.id)
-    titles = store.metric_titles(e.id)
-    models = store.models(e.id)
-    if output is Format.JSON:
-        doc = experiment_json(e)
-        doc.update(
-            launch=launch,
-            spec_text=e.spec_text,
-            replicas=[replica_json(r) for r in replicas],
-            params=params,
-            artifacts=[artifact_json(a) for a in artifacts],
-            metrics=titles,
-            models=[{"name": m.name, "format": m.format, "path": m.path, "size": m.size} for m in models],
-            notes=e.notes,
-            reports=store.texts(e.id),
-        )
-        doc.update(details_of(store, e.id))
-        from phalanx.data.lineage import inputs_of
-
-        doc["inputs"] = inputs_of(e.plan)  # the dataset versions and datastores it read
-        emit_json(doc)
-        return
-    out = _summary_lines(store, e, launch)
-    out.extend(_replica_and_param_lines(replicas, params))
-    out.extend(_content_lines(store, e, artifacts, models, titles))
-    typer.echo("\n".join(out))
-
-
-def _summary_lines(store: Store, e: Experiment, launch: dict[str, Any]) -> list[str]:
-    """`phalanx get`'s head: status, times, where it runs and how it was launched."""
-    out = [
-        f"id:        {e.id}",
-        f"name:      {e.name}",
-        f"project:   {e.project}",
-        *([f"kind:      {e.kind} (phalanx serve: requests, latency)"] if e.kind == "service" else []),
-        f"status:    {e.status}" + (f" ({e.reason})" if e.reason else ""),
-        f"created:   {_when(e.created_at)}",
-        f"started:   {_when(e.started_at)}",
-        f"finished:  {_when(e.finished_at)}",
-        f"duration:  {_duration(e.started_at, e.finished_at)}",
-    ]
-    if e.framework or e.backend:
-        out.append(
-            f"runs on:   {e.framework or '-'} / {e.backend or '-'}" + (f" / {e.cluster}" if e.cluster else "")
-        )
-    if e.tags:
-        out.append(f"tags:      {', '.join(e.tags)}")
-    if launch["file"] or e.spec_text:
-        out.append(f"file:      {launch['file'] or '(text kept)'}  (phalanx get {e.id} --file prints it)")
-    if launch["params"]:
-        given = " ".join(f"{k}={_value(v)}" for k, v in launch["params"].items())
-        out.append(f"--param:   {given}")
-    if launch["commands"]:
-        out.append("")
-        out.append("commands:")
-        out.extend(f"  {name}: {command}" for name, command in launch["commands"].items())
-    if str(e.status) == "queued":
-        place = "waiting in the server's queue" if is_remote(store) else _queue_place(e.id)
-        out.append(f"queue:     {place}")
-    if e.notes:
-        out.append("notes:     " + e.notes.replace("\n", "\n           "))
-    return out
-
-
-def _replica_and_param_lines(replicas: list[Replica], params: dict[str, dict[str, Any]]) -> list[str]:
-    out = ["", "replicas:"]
-    rows = [[r.name, _opt(r.rank), str(r.state), _opt(r.exit_code), r.reason or ""] for r in replicas]
-    out.append(_indent(_table(["name", "rank", "state", "exit", "reason"], rows)) if rows else "  (none)")
-    out.append("")
-    out.append("parameters:")
-    if not params:
-        out.append("  (none)")
-    for section, values in sorted(params.items()):
-        out.append(f"  {section}:")
-        out.extend(f"    {k} = {_value(v)}" for k, v in sorted(values.items()))
-    return out
-
-
-def _content_lines(
-    store: Store,
-    e: Experiment,
-    artifacts: list[ArtifactRecord],
-    models: list[Any],
-    titles: dict[str, list[str]],
-) -> list[str]:
-    """What it produced: artifacts, models, metrics, text reports, run details and its data inputs."""
-    out = ["", "artifacts:"]
-    out.extend(f"  {a.name}  ({a.kind}, {_size(a.size)}, from {a.replica})" for a in artifacts)
-    if not artifacts:
-        out.append("  (none)")
-    if models:
-        out.append("")
-        out.append("models:")
-        out.extend(f"  {m.name}  ({m.format}, {_size(m.size)})" for m in models)
-    out.append("")
-    out.append("metrics:")
-    out.extend(f"  {t}: {', '.join(series)}" for t, series in titles.items())
-    if not titles:
-        out.append("  (none)")
-    texts = store.texts(e.id)
-    if texts:
-        out.append("")
-        out.append(f"reports ({len(texts)}; `phalanx reports {e.id}` shows them all):")
-        for t in texts[-3:]:
-            first = t["text"].splitlines()[0] if t["text"] else ""
-            out.append(f"  {t['title'] or 'text'}: {first[:100]}")
-    out.extend(run_details_text(details_of(store, e.id)))
-    from phalanx.data.lineage import inputs_text
-
-    out.extend(inputs_text(e.plan))
-    return out
-
-
-def _launch(e: Experiment) -> dict[str, Any]:
-    """How it was launched (kept with the plan since #10; older experiments show the plan's command)."""
-    plan = dict(e.plan or {})
-    launch = dict(plan.get("launch") or {})
-    commands = launch.get("commands")
-    if not commands and plan.get("command"):
-        commands = {r.get("name", "?"): plan["command"] for r in plan.get("replicas", [])}
-    return {
-        "file": launch.get("file"),
-        "params": dict(launch.get("params") or {}),
-        "commands": commands or {},
-    }
-
-
-def _opt(value: int | None) -> str:
-    return "-" if value is None else str(value)
-
-
-def _indent(text: str) -> str:
-    return "\n".join(f"  {line}" for line in text.splitlines())
-
-
-def _writer(replica: str, rank: int | None) -> str:
-    return replica if rank is None else f"{replica} rank {rank}"
-
-
-def _value(v: Any) -> str:
-    import json
-
-    if isinstance(v, dict) and list(v) == [PER_REPLICA]:  # ranks differ: each value with its writer
-        return ", ".join(f"{_value(r['value'])} ({_writer(r['replica'], r['rank'])})" for r in v[PER_REPLICA])
-    return v if isinstance(v, str) else json.dumps(v)
+    show_experiment(open_target(server, local), experiment_id, output, file)
 
 
 @app.command("metrics")

@@ -101,6 +101,17 @@ def create_app(settings: ServerSettings, store: IngestStore | None = None) -> Fa
         redoc_url=None,
         dependencies=[Depends(enforce)],  # every route's declared policy (phalanx.server.policy)
     )
+    _install_state(app, settings, store)
+    _install_routes(app, settings)
+    _install_error_handlers(app)
+    _install_openapi(app)
+    _install_middleware(app, settings)
+    return app
+
+
+def _install_state(app: FastAPI, settings: ServerSettings, store: IngestStore) -> None:
+    """What the routes and the middleware read from ``app.state``: the store, artifact files, accounts,
+    sessions, single sign-on and the two sign-in throttles."""
     app.state.settings = settings
     app.state.store = store
     # Serve files from the store's own artifact root when it has one (a store passed in by a caller).
@@ -128,6 +139,11 @@ def create_app(settings: ServerSettings, store: IngestStore | None = None) -> Fa
     # (each budget alone still bounds guessing: together 2 x login_attempts a minute per address)
     app.state.login_throttle = LoginThrottle(attempts=settings.login_attempts)
     app.state.bearer_throttle = LoginThrottle(attempts=settings.login_attempts)
+
+
+def _install_routes(app: FastAPI, settings: ServerSettings) -> None:
+    """/api/v1/health, then every API router, then (with the UI) the pages and static files: in this
+    order, which the route table (and tests/unit/server/test_policies.py) lists."""
 
     @app.get(f"{API}/health", tags=["server"])
     @policy("public")
@@ -167,8 +183,11 @@ def create_app(settings: ServerSettings, store: IngestStore | None = None) -> Fa
         app.include_router(data.page_router)
         app.mount("/static", StaticFiles(directory=pages.UI_DIR), name="static")
 
-    _install_error_handlers(app)
-    _install_openapi(app)
+
+def _install_middleware(app: FastAPI, settings: ServerSettings) -> None:
+    """Body limits, then auth, then the chart gate: each added later wraps the ones before it."""
+    sessions = app.state.sessions
+    accounts = app.state.accounts
 
     def limit_for(path: str, method: str) -> int:
         if path == f"{API}/ingest":
@@ -194,7 +213,6 @@ def create_app(settings: ServerSettings, store: IngestStore | None = None) -> Fa
     )
     # outermost: a chart read waits for its turn before even the sign-in check (phalanx.server.gate)
     app.add_middleware(ChartGate, slots=metrics.CHART_SLOTS)
-    return app
 
 
 def _accounts(store: IngestStore) -> Accounts | None:

@@ -30,7 +30,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from phalanx.serving.batching import Batcher
 from phalanx.serving.codec import NPY, NPZ, InvalidInput, decode, encode_npy, encode_npz
-from phalanx.serving.follower import Follower
+from phalanx.serving.follower import Follower, Loaded
 from phalanx.serving.session import ServiceSession
 
 PUBLIC = ("/healthz",)
@@ -112,21 +112,7 @@ def create_serving_app(
     """The endpoint; with ``session``, every predict request and batch is also counted into the
     service experiment (phalanx.serving.session), which ends when the server shuts down."""
     metrics = _Metrics(follower)
-    observe_rows = metrics.batch_rows.observe
-
-    def on_batch(rows: int) -> None:
-        observe_rows(rows)
-        if session is not None:
-            session.observe_batch(rows)
-
-    batcher = Batcher(
-        lambda: follower.current,
-        enabled=options.batching,
-        max_batch=options.max_batch,
-        max_wait=options.max_wait_ms / 1000,
-        workers=options.workers,
-        on_batch=on_batch,
-    )
+    batcher = _batcher(follower, options, metrics, session)
     name = follower.ref.name
 
     @contextlib.asynccontextmanager
@@ -146,29 +132,7 @@ def create_serving_app(
                 session.close()  # here, not after uvicorn returns: it re-raises SIGTERM then
 
     app = FastAPI(title=f"phalanx serve {follower.ref}", lifespan=lifespan, docs_url=None, redoc_url=None)
-
-    @app.get("/healthz")
-    def healthz() -> dict[str, Any]:
-        loaded = follower.current
-        return {
-            "ok": True,
-            "model": loaded.name,
-            "version": loaded.version,
-            "following": str(follower.ref),
-            "provider": loaded.provider,
-            "follow_error": follower.last_error,
-        }
-
-    @app.get("/metrics")
-    def prometheus() -> Response:
-        return Response(generate_latest(metrics.registry), media_type=CONTENT_TYPE_LATEST)
-
-    @app.get("/v1/models/{model}")
-    def describe(model: str) -> Any:
-        if model != name:
-            return _error(404, "not_found", f"this server serves {name!r}, not {model!r}")
-        loaded = follower.current
-        return {"model": name, "version": loaded.version, "signature": loaded.signature}
+    _install_info_routes(app, follower, metrics)
 
     @app.post("/v1/models/{model}:predict")
     async def predict(model: str, request: Request) -> Response:
@@ -197,21 +161,7 @@ def create_serving_app(
                 return _error(422, exc.code, str(exc))
             loaded, outputs = await batcher.predict(inputs)
             version = loaded.version
-            out_names = [o["name"] for o in loaded.signature.get("outputs", [])]
-            headers = {"x-model-version": str(version)}
-            accept = request.headers.get("accept", "")
-            if NPY in accept and len(outputs) == 1:
-                return Response(encode_npy(outputs[0]), media_type=NPY, headers=headers)
-            if NPZ in accept:
-                return Response(
-                    encode_npz(dict(zip(out_names, outputs, strict=False))), media_type=NPZ, headers=headers
-                )
-            doc = {
-                "model": name,
-                "version": version,
-                "outputs": {n: np.asarray(o).tolist() for n, o in zip(out_names, outputs, strict=False)},
-            }
-            return JSONResponse(doc, headers=headers)
+            return _outputs_response(name, loaded, outputs, request.headers.get("accept", ""))
         except Exception as exc:  # ONNX Runtime refused the batch: say so, keep serving
             status = 500
             return _error(500, "predict_failed", f"{type(exc).__name__}: {exc}", version)
@@ -225,3 +175,72 @@ def create_serving_app(
     if options.token:
         app.add_middleware(_TokenMiddleware, token=options.token)
     return app
+
+
+def _batcher(
+    follower: Follower, options: ServeOptions, metrics: _Metrics, session: ServiceSession | None
+) -> Batcher:
+    """The batcher of predict calls; each batch's size goes to /metrics and the service experiment."""
+    observe_rows = metrics.batch_rows.observe
+
+    def on_batch(rows: int) -> None:
+        observe_rows(rows)
+        if session is not None:
+            session.observe_batch(rows)
+
+    return Batcher(
+        lambda: follower.current,
+        enabled=options.batching,
+        max_batch=options.max_batch,
+        max_wait=options.max_wait_ms / 1000,
+        workers=options.workers,
+        on_batch=on_batch,
+    )
+
+
+def _install_info_routes(app: FastAPI, follower: Follower, metrics: _Metrics) -> None:
+    """/healthz, /metrics (Prometheus) and /v1/models/NAME (its signature)."""
+
+    @app.get("/healthz")
+    def healthz() -> dict[str, Any]:
+        loaded = follower.current
+        return {
+            "ok": True,
+            "model": loaded.name,
+            "version": loaded.version,
+            "following": str(follower.ref),
+            "provider": loaded.provider,
+            "follow_error": follower.last_error,
+        }
+
+    @app.get("/metrics")
+    def prometheus() -> Response:
+        return Response(generate_latest(metrics.registry), media_type=CONTENT_TYPE_LATEST)
+
+    name = follower.ref.name
+
+    @app.get("/v1/models/{model}")
+    def describe(model: str) -> Any:
+        if model != name:
+            return _error(404, "not_found", f"this server serves {name!r}, not {model!r}")
+        loaded = follower.current
+        return {"model": name, "version": loaded.version, "signature": loaded.signature}
+
+
+def _outputs_response(name: str, loaded: Loaded, outputs: list[np.ndarray], accept: str) -> Response:
+    """The model's outputs as the client accepts them: one .npy, an .npz of all, or JSON."""
+    version = loaded.version
+    out_names = [o["name"] for o in loaded.signature.get("outputs", [])]
+    headers = {"x-model-version": str(version)}
+    if NPY in accept and len(outputs) == 1:
+        return Response(encode_npy(outputs[0]), media_type=NPY, headers=headers)
+    if NPZ in accept:
+        return Response(
+            encode_npz(dict(zip(out_names, outputs, strict=False))), media_type=NPZ, headers=headers
+        )
+    doc = {
+        "model": name,
+        "version": version,
+        "outputs": {n: np.asarray(o).tolist() for n, o in zip(out_names, outputs, strict=False)},
+    }
+    return JSONResponse(doc, headers=headers)

@@ -4,7 +4,8 @@ code bundle; or JSON ``{"from": ID}``: clone and enqueue), ``GET /experiments/{i
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Annotated, Any
 
 from fastapi import APIRouter, Header, HTTPException, Request
 from fastapi.exceptions import RequestValidationError
@@ -17,6 +18,11 @@ from phalanx.server.audit import audit, record_launch
 from phalanx.server.deps import SettingsDep, StoreDep, experiment_of
 from phalanx.server.policy import policy, require, require_experiment
 from phalanx.store.accounts import Role
+
+if TYPE_CHECKING:
+    from phalanx.server.settings import ServerSettings
+    from phalanx.server.submitting import SubmitResult
+    from phalanx.store.base import Store
 
 router = APIRouter(tags=["experiments"])
 
@@ -121,10 +127,6 @@ async def submit_experiment(
       params over its recorded ones; the new experiment records ID as its origin.
 
     A retry with the same ``Idempotency-Key`` answers the first submit's id (200) and starts nothing."""
-    from starlette.concurrency import run_in_threadpool
-
-    from phalanx.server.submitting import CloneRequest, SubmitRequest, clone, cluster_of, parse_params, submit
-
     submitted_to: list[str] = []
 
     def authorize(project: str) -> None:
@@ -133,58 +135,9 @@ async def submit_experiment(
 
     kind = request.headers.get("content-type", "").split(";")[0].strip().lower()
     if kind == "application/json":
-        try:
-            body = CloneIn.model_validate_json(await request.body())
-        except ValidationError as exc:
-            raise RequestValidationError(_located(exc.errors(), "body")) from None
-        from phalanx.spec.loader import parse_param_overrides
-
-        typed = parse_param_overrides(f"{name}={text}" for name, text in body.texts.items())
-        if body.target is not None:  # a target the server lacks: said before the origin is looked up
-            await run_in_threadpool(cluster_of, settings.store, body.target)
-        origin = await run_in_threadpool(require_experiment, request, body.origin, Role.editor)
-        submitted_to.append(origin.project)
-        result = await run_in_threadpool(
-            clone,
-            store,
-            settings.store,
-            CloneRequest(
-                origin=origin.id,  # as the caller's prefix named it among their projects
-                params={**body.params, **typed},
-                priority=body.priority,
-                attempt=body.attempt,
-                extra_params=body.extra_params,
-                latest_data=body.latest_data,
-                idempotency_key=idempotency_key,
-                target=body.target,
-            ),
-        )
+        result = await _clone(request, store, settings, idempotency_key, submitted_to)
     elif kind == "multipart/form-data":
-        async with request.form() as form:
-            bundle = form.get("bundle")
-            try:
-                fields = SubmitForm.model_validate({k: v for k, v in form.items() if isinstance(v, str)})
-            except ValidationError as exc:
-                raise RequestValidationError(_located(exc.errors(), "form")) from None
-            if not isinstance(bundle, StarletteUploadFile):
-                missing = {"loc": ("form", "bundle"), "msg": "a .tar.gz file is required"}
-                raise RequestValidationError([missing])
-            data = await bundle.read()
-        result = await run_in_threadpool(
-            submit,
-            store,
-            settings.store,
-            SubmitRequest(
-                file_name=fields.file_name,
-                file_text=fields.file_text,
-                params=parse_params(fields.params),
-                priority=fields.priority,
-                bundle=data,
-                idempotency_key=idempotency_key,
-                target=fields.target,
-            ),
-            authorize,
-        )
+        result = await _submit_bundle(request, store, settings, idempotency_key, authorize)
     else:
         raise HTTPException(
             415, 'send multipart/form-data (a file and its code bundle) or application/json ({"from": ID})'
@@ -197,6 +150,85 @@ async def submit_experiment(
         id=result.experiment_id, bundle_sha256=result.bundle_sha256, created=result.created, kind=result.kind
     )
     return JSONResponse(out.model_dump(), status_code=201 if result.created else 200)
+
+
+async def _clone(
+    request: Request,
+    store: Store,
+    settings: ServerSettings,
+    idempotency_key: str | None,
+    submitted_to: list[str],
+) -> SubmitResult:
+    """The JSON form: run experiment ``from`` again (its project is added to ``submitted_to``)."""
+    from starlette.concurrency import run_in_threadpool
+
+    from phalanx.server.submitting import CloneRequest, clone, cluster_of
+
+    try:
+        body = CloneIn.model_validate_json(await request.body())
+    except ValidationError as exc:
+        raise RequestValidationError(_located(exc.errors(), "body")) from None
+    from phalanx.spec.loader import parse_param_overrides
+
+    typed = parse_param_overrides(f"{name}={text}" for name, text in body.texts.items())
+    if body.target is not None:  # a target the server lacks: said before the origin is looked up
+        await run_in_threadpool(cluster_of, settings.store, body.target)
+    origin = await run_in_threadpool(require_experiment, request, body.origin, Role.editor)
+    submitted_to.append(origin.project)
+    return await run_in_threadpool(
+        clone,
+        store,
+        settings.store,
+        CloneRequest(
+            origin=origin.id,  # as the caller's prefix named it among their projects
+            params={**body.params, **typed},
+            priority=body.priority,
+            attempt=body.attempt,
+            extra_params=body.extra_params,
+            latest_data=body.latest_data,
+            idempotency_key=idempotency_key,
+            target=body.target,
+        ),
+    )
+
+
+async def _submit_bundle(
+    request: Request,
+    store: Store,
+    settings: ServerSettings,
+    idempotency_key: str | None,
+    authorize: Callable[[str], None],
+) -> SubmitResult:
+    """The multipart form: an experiment file, its params and its code bundle (a .tar.gz)."""
+    from starlette.concurrency import run_in_threadpool
+
+    from phalanx.server.submitting import SubmitRequest, parse_params, submit
+
+    async with request.form() as form:
+        bundle = form.get("bundle")
+        try:
+            fields = SubmitForm.model_validate({k: v for k, v in form.items() if isinstance(v, str)})
+        except ValidationError as exc:
+            raise RequestValidationError(_located(exc.errors(), "form")) from None
+        if not isinstance(bundle, StarletteUploadFile):
+            missing = {"loc": ("form", "bundle"), "msg": "a .tar.gz file is required"}
+            raise RequestValidationError([missing])
+        data = await bundle.read()
+    return await run_in_threadpool(
+        submit,
+        store,
+        settings.store,
+        SubmitRequest(
+            file_name=fields.file_name,
+            file_text=fields.file_text,
+            params=parse_params(fields.params),
+            priority=fields.priority,
+            bundle=data,
+            idempotency_key=idempotency_key,
+            target=fields.target,
+        ),
+        authorize,
+    )
 
 
 def _located(errors: Any, where: str) -> list[dict[str, Any]]:

@@ -1,0 +1,98 @@
+"""What the read commands share (cli/tracking.py, cli/details.py, and the group, annotate and
+delete commands): the store they read (this machine's or a server's) and how records are shown.
+
+Only typer and the standard library at module level (`phalanx --help` stays fast).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING, Annotated, Any
+
+import typer
+
+from phalanx.cli.listing import open_for_reading
+from phalanx.views import PER_REPLICA, run_details
+
+if TYPE_CHECKING:
+    from phalanx.domain import Experiment, Replica
+    from phalanx.store.base import ArtifactRecord
+
+IdArg = Annotated[str, typer.Argument(metavar="ID", help="Experiment id or a unique prefix of one.")]
+
+
+def open_target(server: str | None = None, local: bool = False) -> Any:
+    """The store a read or control command works on: a server's (``RemoteStore``, after `phalanx
+    login` or with --server) or this machine's (after one ingest pass, ``open_for_reading``)."""
+    from phalanx.cli.target import choose
+
+    client = choose(server, local)
+    if client is None:
+        return open_for_reading()[0]
+    from phalanx.cli.remote_store import RemoteStore
+
+    return RemoteStore(client)
+
+
+def is_remote(store: Any) -> bool:
+    from phalanx.cli.remote_store import RemoteStore
+
+    return isinstance(store, RemoteStore)
+
+
+def details_of(store: Any, experiment_id: str) -> dict[str, Any]:
+    """Attempts, source and pace (``views.run_details``), from the server's /run when remote."""
+    return store.run_details(experiment_id) if is_remote(store) else run_details(store, experiment_id)
+
+
+# --- formatting ----------------------------------------------------------------------------------
+
+
+def _size(n: int) -> str:
+    value = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if value < 1024 or unit == "GiB":
+            return f"{int(value)} {unit}" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1024
+    return f"{n} B"
+
+
+def experiment_json(e: Experiment) -> dict[str, Any]:
+    return e.to_json()
+
+
+def replica_json(r: Replica) -> dict[str, Any]:
+    return r.to_json()
+
+
+def finite_or_none(values: list[float]) -> list[float | None]:
+    """Strict JSON has no NaN/Infinity (jq, JavaScript reject them): -o json writes null instead."""
+    if all(map(math.isfinite, values)):
+        return values  # type: ignore[return-value]
+    return [v if math.isfinite(v) else None for v in values]
+
+
+def artifact_json(a: ArtifactRecord) -> dict[str, Any]:
+    return {
+        "name": a.name,
+        "kind": a.kind,
+        "path": a.path,
+        "size": a.size,
+        "content_type": a.content_type,
+        "replica": a.replica,
+        "rank": a.rank,
+        "time": a.time,
+        "metadata": dict(a.metadata),
+    }
+
+
+def _writer(replica: str, rank: int | None) -> str:
+    return replica if rank is None else f"{replica} rank {rank}"
+
+
+def _value(v: Any) -> str:
+    import json
+
+    if isinstance(v, dict) and list(v) == [PER_REPLICA]:  # ranks differ: each value with its writer
+        return ", ".join(f"{_value(r['value'])} ({_writer(r['replica'], r['rank'])})" for r in v[PER_REPLICA])
+    return v if isinstance(v, str) else json.dumps(v)
