@@ -198,8 +198,10 @@ def _plain(info: tarfile.TarInfo) -> tarfile.TarInfo:
 
 
 # -- what runs in the pod -----------------------------------------------------------------------
+# A server that is not up yet or overloaded is waited for (1+2+4+8+16 s); a refused token or a
+# missing bundle (4xx but 408/429) will not get better by waiting, so the pod fails at once.
 FETCH = """\
-import io, os, sys, tarfile, time, urllib.request
+import io, os, sys, tarfile, time, urllib.error, urllib.request
 url, dest = sys.argv[1], sys.argv[2]
 token = os.environ.get("PHALANX_TOKEN")
 headers = {{"Authorization": "Bearer " + token}} if token else {{}}
@@ -209,7 +211,8 @@ for attempt in range(6):
         break
     except Exception as exc:
         print("fetch-code: %s: %s (attempt %d)" % (url, exc, attempt + 1), file=sys.stderr)
-        if attempt == 5:
+        code = exc.code if isinstance(exc, urllib.error.HTTPError) else 0
+        if 400 <= code < 500 and code not in (408, 429) or attempt == 5:
             sys.exit(1)
         time.sleep(2 ** attempt)
 tar = tarfile.open(fileobj=io.BytesIO(data))

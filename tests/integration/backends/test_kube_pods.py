@@ -139,8 +139,9 @@ def test_a_pod_fetches_the_bundle_over_http_with_the_token_and_imports_the_sdk(t
             timeout=60,
         )
         assert run.stdout.strip() == "sdk Task", run.stderr
-        wrong = subprocess.run(argv, env={**env, "PHALANX_TOKEN": "nope"}, capture_output=True, timeout=120)
+        wrong = subprocess.run(argv, env={**env, "PHALANX_TOKEN": "nope"}, capture_output=True, timeout=60)
         assert wrong.returncode == 1 and b"401" in wrong.stderr
+        assert b"(attempt 2)" not in wrong.stderr  # a refused token is final: no back-off
     finally:
         stop_server(server.proc)
 
