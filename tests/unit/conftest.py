@@ -17,6 +17,10 @@ from typing import Any, NoReturn
 
 import pytest
 
+from phalanx.store.sql import engine as sql_engine
+from phalanx.store.sql import store as sql_store
+from tests.support.schema_template import SchemaTemplate
+
 _MESSAGE = (
     "a unit test started a process ({how}); tests/unit starts none: move the test to "
     "tests/integration/ (or use a fake in place of the process)"
@@ -81,6 +85,20 @@ def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> 
         return (yield)
     with _refusing_processes():
         return (yield)
+
+
+@pytest.fixture(scope="session")
+def _schema_template(tmp_path_factory: pytest.TempPathFactory) -> SchemaTemplate:
+    return SchemaTemplate(tmp_path_factory.mktemp("schema-template"), sql_engine.upgrade)
+
+
+@pytest.fixture(autouse=True)
+def _fresh_stores_from_a_template(monkeypatch: pytest.MonkeyPatch, _schema_template: SchemaTemplate) -> None:
+    """A new SQLite store starts as a copy of one migrated in this session, not migrated again: the
+    same file, without the migrations' cost in several hundred tests (tests/support/schema_template.py).
+    The migrations themselves are tested in tests/unit/store/test_migrations.py and wherever a test
+    opens a database it set up itself."""
+    monkeypatch.setattr(sql_store, "upgrade", _schema_template.upgrade)
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
