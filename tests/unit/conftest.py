@@ -17,6 +17,7 @@ from typing import Any, NoReturn
 
 import pytest
 
+from phalanx.store import accounts as store_accounts
 from phalanx.store.sql import engine as sql_engine
 from phalanx.store.sql import store as sql_store
 from tests.support.schema_template import SchemaTemplate
@@ -99,6 +100,29 @@ def _fresh_stores_from_a_template(monkeypatch: pytest.MonkeyPatch, _schema_templ
     The migrations themselves are tested in tests/unit/store/test_migrations.py and wherever a test
     opens a database it set up itself."""
     monkeypatch.setattr(sql_store, "upgrade", _schema_template.upgrade)
+
+
+def _cheapest_argon2() -> Any:
+    from pwdlib import PasswordHash
+    from pwdlib.hashers.argon2 import Argon2Hasher
+
+    # argon2's own "cheapest" profile (argon2.profiles.CHEAPEST): the same algorithm and hash format
+    return PasswordHash((Argon2Hasher(time_cost=1, memory_cost=8, parallelism=1),))
+
+
+@pytest.fixture(autouse=True)
+def _cheap_password_hashing(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Passwords are hashed with argon2id at its cheapest cost: the product's parameters (pwdlib's
+    recommended: 64 MiB, 3 passes) cost 0.2-0.5 s a hash, on purpose, and the account tests hash and
+    check dozens. A test that asks for the ``real_password_hashing`` fixture keeps them
+    (tests/unit/store/test_accounts.py pins them)."""
+    if "real_password_hashing" not in request.fixturenames:
+        monkeypatch.setattr(store_accounts, "_hasher", _cheapest_argon2)
+
+
+@pytest.fixture
+def real_password_hashing() -> None:
+    """Hash passwords with the product's own argon2 parameters in this test (see above)."""
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
