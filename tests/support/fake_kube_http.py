@@ -146,7 +146,8 @@ class FakeKubernetesServer:
         self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), handler)
         self.httpd.daemon_threads = True
         self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
-        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+        # polled every 50 ms for shutdown (the default, 0.5 s, made each test's end wait that long)
+        self.thread = threading.Thread(target=self.httpd.serve_forever, args=(0.05,), daemon=True)
 
     def kubeconfig(self, path: Path, context: str = "fake") -> Path:
         doc = {

@@ -17,6 +17,11 @@ from typing import Any, NoReturn
 
 import pytest
 
+from phalanx.store import accounts as store_accounts
+from phalanx.store.sql import engine as sql_engine
+from phalanx.store.sql import store as sql_store
+from tests.support.schema_template import SchemaTemplate
+
 _MESSAGE = (
     "a unit test started a process ({how}); tests/unit starts none: move the test to "
     "tests/integration/ (or use a fake in place of the process)"
@@ -81,6 +86,43 @@ def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> 
         return (yield)
     with _refusing_processes():
         return (yield)
+
+
+@pytest.fixture(scope="session")
+def _schema_template(tmp_path_factory: pytest.TempPathFactory) -> SchemaTemplate:
+    return SchemaTemplate(tmp_path_factory.mktemp("schema-template"), sql_engine.upgrade)
+
+
+@pytest.fixture(autouse=True)
+def _fresh_stores_from_a_template(monkeypatch: pytest.MonkeyPatch, _schema_template: SchemaTemplate) -> None:
+    """A new SQLite store starts as a copy of one migrated in this session, not migrated again: the
+    same file, without the migrations' cost in several hundred tests (tests/support/schema_template.py).
+    The migrations themselves are tested in tests/unit/store/test_migrations.py and wherever a test
+    opens a database it set up itself."""
+    monkeypatch.setattr(sql_store, "upgrade", _schema_template.upgrade)
+
+
+def _cheapest_argon2() -> Any:
+    from pwdlib import PasswordHash
+    from pwdlib.hashers.argon2 import Argon2Hasher
+
+    # argon2's own "cheapest" profile (argon2.profiles.CHEAPEST): the same algorithm and hash format
+    return PasswordHash((Argon2Hasher(time_cost=1, memory_cost=8, parallelism=1),))
+
+
+@pytest.fixture(autouse=True)
+def _cheap_password_hashing(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Passwords are hashed with argon2id at its cheapest cost: the product's parameters (pwdlib's
+    recommended: 64 MiB, 3 passes) cost 0.2-0.5 s a hash, on purpose, and the account tests hash and
+    check dozens. A test that asks for the ``real_password_hashing`` fixture keeps them
+    (tests/unit/store/test_accounts.py pins them)."""
+    if "real_password_hashing" not in request.fixturenames:
+        monkeypatch.setattr(store_accounts, "_hasher", _cheapest_argon2)
+
+
+@pytest.fixture
+def real_password_hashing() -> None:
+    """Hash passwords with the product's own argon2 parameters in this test (see above)."""
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

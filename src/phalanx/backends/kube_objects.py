@@ -8,6 +8,7 @@ the package, offline), the way the API server would reject an unknown or mistype
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -163,9 +164,7 @@ def validate_core(objects: Sequence[Mapping[str, Any]]) -> None:
     A failure is a bug in the render or a value the user gave that Kubernetes refuses (a bad
     toleration, say), so it is a SpecError naming the object and the field.
     """
-    from phalanx.extras import require
-
-    kubernetes_validate = require("kubernetes_validate", "kubernetes", "checking Kubernetes objects")
+    kubernetes_validate = _kubernetes_validate()
     problems = []
     for obj in objects:
         try:
@@ -175,6 +174,22 @@ def validate_core(objects: Sequence[Mapping[str, Any]]) -> None:
             problems.append(f"{obj['kind']} {obj['metadata']['name']}: {where}: {exc.message}")
     if problems:
         raise SpecError([Problem(f"Kubernetes would refuse it: {p}") for p in problems])
+
+
+@functools.cache
+def _kubernetes_validate() -> Any:
+    """kubernetes_validate, with its schema files parsed once per process. Its ``validate`` lists
+    the versions it ships and reads and parses the version's 4 MB ``_definitions.json`` again for
+    every object (15 ms an object; a dry run checks one per replica and more). Those files are the
+    package's own and never change, and neither the library nor jsonschema alters a parsed schema,
+    so the cache answers exactly what a new read would."""
+    from phalanx.extras import require
+
+    kubernetes_validate = require("kubernetes_validate", "kubernetes", "checking Kubernetes objects")
+    utils = kubernetes_validate.utils  # validate() finds both functions through this module's globals
+    utils.schema_contents = functools.lru_cache(maxsize=64)(utils.schema_contents)
+    utils.all_versions = functools.lru_cache(maxsize=1)(utils.all_versions)
+    return kubernetes_validate
 
 
 def to_yaml(objects: Sequence[Mapping[str, Any]]) -> str:

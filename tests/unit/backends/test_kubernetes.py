@@ -122,6 +122,19 @@ def test_a_value_kubernetes_would_refuse_is_a_spec_error_naming_the_field() -> N
         objects(plan(workers=1, default_worker=bad))
 
 
+def test_the_schemas_are_read_once_and_still_refuse_what_kubernetes_would() -> None:
+    import kubernetes_validate
+
+    good = objects(plan(framework=Framework.TENSORFLOW, workers=2, ps=1))
+    validate_core(good)
+    read = kubernetes_validate.utils.schema_contents.cache_info().misses
+    validate_core(good)
+    bad = ReplicaTemplate(tolerations=({"key": "k", "operator": "Exists", "effct": "NoSchedule"},))
+    with pytest.raises(SpecError, match=r"tolerations.*effct"):
+        objects(plan(workers=1, default_worker=bad))
+    assert kubernetes_validate.utils.schema_contents.cache_info().misses == read  # no file read again
+
+
 def test_several_pytorch_processes_per_pod_run_through_the_slot_launcher() -> None:
     p = plan(workers=1)
     p = replace(p, replicas=tuple(replace(r, processes=2) for r in p.replicas))

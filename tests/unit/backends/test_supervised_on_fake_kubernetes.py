@@ -56,7 +56,14 @@ def run(backend: KubernetesBackend | KubeflowBackend, p, home: Path):  # type: i
 
     settings = Settings()
     store = open_store(settings)
-    outcome = supervisor.launch(p, settings=settings, store=store, backend=backend, handle_signals=False)
+    # the experiment's folder, bundled for the pods: a small project (the default, the current
+    # directory, is this repository: compressing it cost a second a test)
+    code = home.parent / "code"
+    code.mkdir(exist_ok=True)
+    (code / "train.py").write_text("print('training')\n")
+    outcome = supervisor.launch(
+        p, settings=settings, store=store, backend=backend, handle_signals=False, workdir=str(code)
+    )
     return outcome, store
 
 

@@ -32,13 +32,14 @@ def test_the_server_removes_orphaned_run_folders_on_its_own(phalanx_home: Path) 
     old_orphan = _orphan(settings, "0123456789ab", age=3600)
     fresh_orphan = _orphan(settings, "ba9876543210", age=0)  # a --detach run about to record itself
     (settings.runs_dir / kept.id).mkdir(parents=True, exist_ok=True)
-    server = ServerSettings(store=settings, allowed_hosts=["testserver"], gc_hours=0.5 / 3600)
+    # a sweep every 0.1 s
+    server = ServerSettings(store=settings, allowed_hosts=["testserver"], gc_hours=0.1 / 3600)
     with TestClient(create_app(server, store)) as client:
         sweeper = client.app.state.sweeper  # type: ignore[attr-defined]
         deadline = time.monotonic() + 30
         # a sweep counts once it has finished (it VACUUMs after removing folders): wait for both
         while (old_orphan.exists() or sweeper.sweeps < 1) and time.monotonic() < deadline:
-            time.sleep(0.1)
+            time.sleep(0.02)
         assert client.get("/api/v1/health").json()["ok"]
         assert sweeper.sweeps >= 1
     assert not old_orphan.exists()
