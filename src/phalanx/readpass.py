@@ -60,12 +60,12 @@ def _spool_due(reader: LiteReader, settings: Settings) -> str | None:
     spool = settings.spool_dir
     if not spool.is_dir():
         return None
-    from phalanx.tracking.spool import SUFFIX
+    from phalanx.spool import SUFFIX
 
     files = [*spool.glob(f"*{SUFFIX}"), *spool.glob(f"*/*{SUFFIX}")]
     if not files:
         return None
-    from phalanx.tracking.spool import writer_gone
+    from phalanx.machine.procs import writer_gone
 
     offsets = reader.ingest_offsets()
     for path in files:

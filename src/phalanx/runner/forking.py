@@ -83,7 +83,7 @@ PRELOAD = (
     "phalanx.frameworks.tensorflow",
     "phalanx.frameworks.mxnet",
     "phalanx.frameworks.mpi",
-    "phalanx.tracking.spool",
+    "phalanx.spool",
     "phalanx.ingest",
     "phalanx.machine.sysmetrics",
     "phalanx.store.secrets",
