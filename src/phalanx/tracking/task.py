@@ -545,12 +545,11 @@ def log_metrics(step: int | None = None, **values: float) -> None:
 
 
 def _capture_tensorboard() -> None:
-    """TensorBoard capture, on unless PHALANX_CAPTURE_TENSORBOARD says off. Absent from the SDK
-    copy a foreign venv gets (it holds phalanx.tracking only): nothing to capture there then."""
-    try:
-        from phalanx.integrations import tensorboard
-    except ImportError:
-        return
+    """TensorBoard capture, on unless PHALANX_CAPTURE_TENSORBOARD says off (part of the SDK: the
+    SDK copy a foreign venv gets holds it too; it imports nothing until a script imports
+    TensorBoard's writer)."""
+    from phalanx.tracking import tensorboard
+
     if tensorboard.enabled_by_env():
         tensorboard.capture()
     else:

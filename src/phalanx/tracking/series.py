@@ -1,6 +1,7 @@
 """Where an integration's scalars go: the process's task and its own series, found once per process.
 
-Standard library only (the TensorBoard capture is installed by the SDK itself)."""
+Standard library only: part of the SDK, which installs the TensorBoard capture itself
+(phalanx.tracking.tensorboard); the integrations above it use it too."""
 
 from __future__ import annotations
 
