@@ -154,10 +154,10 @@ def main() -> None:
     # TensorBoard: the same add_scalar, captured and not
     from torch.utils.tensorboard import SummaryWriter
 
-    from phalanx.integrations import tensorboard
     from phalanx.integrations.huggingface import PhalanxCallback as HfCallback
     from phalanx.integrations.keras import PhalanxCallback
     from phalanx.integrations.lightning import PhalanxLogger
+    from phalanx.tracking import tensorboard
 
     writer = SummaryWriter(log_dir=str(home / "tb"))
     logger = PhalanxLogger()
