@@ -258,12 +258,12 @@ def stop(
     local: LocalOpt = False,
 ) -> None:
     """Stop a group: no new trial starts and every running trial is stopped."""
-    from phalanx.cli.target import choose
+    from phalanx.logins import choose
 
     client = choose(server, local)
     if client is not None:
         from phalanx.cli import remote_commands
-        from phalanx.cli.remote_store import RemoteStore
+        from phalanx.remote_store import RemoteStore
 
         remote_commands.stop_group(RemoteStore(client), group_id, timeout)
         return
@@ -314,7 +314,7 @@ def get(
     reading = open_target(server, local)
     store: Any
     if is_remote(reading):  # the server knows whether its controller runs; this machine does not
-        from phalanx.cli.remote_store import group_of
+        from phalanx.remote_store import group_of
 
         store = reading
         doc = reading.group(group_id)
