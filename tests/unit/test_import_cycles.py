@@ -47,9 +47,6 @@ KNOWN_MODULE_CIRCLES: dict[frozenset[str], str] = {
     frozenset({"phalanx.runner.__main__", "phalanx.runner.forking", "phalanx.runner.running"}): (
         "a forked trial runs the detached supervisor's main, which the Runner starts"
     ),
-    frozenset({"phalanx.cli.check", "phalanx.cli.group", "phalanx.cli.run"}): (
-        "`phalanx check` reuses run's and group's file loading, which point at `phalanx check`"
-    ),
 }
 
 
