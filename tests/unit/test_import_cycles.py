@@ -30,10 +30,6 @@ grimp = pytest.importorskip("grimp")
 # (under ``if TYPE_CHECKING:``, never executed) is no arrow: a helper split out of a class
 # annotates ``self: Supervisor`` without importing the class at run time.
 KNOWN_MODULE_CIRCLES: dict[frozenset[str], str] = {
-    frozenset({"phalanx.tracking.task", "phalanx.tracking.series", "phalanx.tracking.tensorboard"}): (
-        "Task.init turns TensorBoard capture on, and a captured point finds the process's Task "
-        "(both lazily, inside functions)"
-    ),
     frozenset({"phalanx.runner.__main__", "phalanx.runner.forking", "phalanx.runner.running"}): (
         "the Runner forks a trial's supervisor, whose child runs the detached supervisor's main, "
         "which supervises through a Runner"

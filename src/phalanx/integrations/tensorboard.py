@@ -25,12 +25,30 @@ import os
 import sys
 from pathlib import Path
 
-# the capture itself is part of the SDK (Task.init turns it on): re-exported here, its public name
-from phalanx.tracking.tensorboard import ENV_CAPTURE, WRITER_MODULES, capture, enabled_by_env, stop
+from phalanx.tracking import series
+from phalanx.tracking import tensorboard as _capture
+
+# the capture itself is part of the SDK (Task.init turns it on): its public names are here
+from phalanx.tracking.tensorboard import ENV_CAPTURE, WRITER_MODULES, enabled_by_env, stop
 
 __all__ = ["ENV_CAPTURE", "WRITER_MODULES", "capture", "enabled_by_env", "main", "stop"]
 
 BOOT_DIR = Path(__file__).resolve().parent / "_boot"
+
+
+def capture() -> None:
+    """Capture every ``SummaryWriter``'s scalars from now on, in this process and (through the
+    environment) in the Phalanx processes it starts. Idempotent; writers already imported are
+    patched now, the others when they are imported. The process's Task is found at the first point,
+    not now (a script's own ``Task.init`` or arguments come first)."""
+    series.use(_current_target)
+    _capture.capture()
+
+
+def _current_target() -> series.Target | None:
+    from phalanx.tracking.task import current_target
+
+    return current_target()
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -6,6 +6,7 @@ Standard library only: part of the SDK, which installs the TensorBoard capture i
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -23,6 +24,16 @@ class Target:
 
 
 _cache: dict[int, Target | None] = {}
+# how to find this process's target: set by whoever turns the capture on (Task.init, or
+# phalanx.integrations.tensorboard.capture), so this module never imports the Task that imports it
+_find: Callable[[], Target | None] | None = None
+
+
+def use(find: Callable[[], Target | None]) -> None:
+    """Find this process's target with ``find`` from now on (found again at the next point)."""
+    global _find
+    _find = find
+    _cache.clear()
 
 
 def target() -> Target | None:
@@ -32,10 +43,7 @@ def target() -> Target | None:
     pid = os.getpid()
     if pid in _cache:
         return _cache[pid]
-    from phalanx.tracking.task import Task, _own_series
-
-    task = Task.current_task()
-    found = None if task is None else Target(task, task.get_logger(), _own_series(task))
+    found = None if _find is None else _find()
     _cache.clear()
     _cache[pid] = found
     return found
