@@ -6,9 +6,9 @@ process, no import of the package's modules):
 
 * between rooms (``phalanx.X``: a sub-package or a top-level module, and the package root itself):
   no circle at all, imports for type annotations included;
-* between modules: no circle of imports that run (at module level or inside functions) beyond the
-  ones named in ``KNOWN_MODULE_CIRCLES``, each with why it stays; one that disappears must leave the
-  list too, so the list never lies.
+* between modules: no circle of imports that run (at module level or inside functions), beyond
+  any named in ``KNOWN_MODULE_CIRCLES`` with why it stays (none now); one that disappears must
+  leave the list too, so the list never lies.
 
 A failure names the arrows of each circle, each with one import statement that makes it
 (``importer -> imported (importer line N: the statement)``).
@@ -25,16 +25,11 @@ import pytest
 
 grimp = pytest.importorskip("grimp")
 
-# Module circles inside one room that remain, with the reason each is left (remove an entry once
-# its circle is gone; the test says so). Between modules, an import made only for type annotations
-# (under ``if TYPE_CHECKING:``, never executed) is no arrow: a helper split out of a class
-# annotates ``self: Supervisor`` without importing the class at run time.
-KNOWN_MODULE_CIRCLES: dict[frozenset[str], str] = {
-    frozenset({"phalanx.runner.__main__", "phalanx.runner.forking", "phalanx.runner.running"}): (
-        "the Runner forks a trial's supervisor, whose child runs the detached supervisor's main, "
-        "which supervises through a Runner"
-    ),
-}
+# Module circles inside one room that remain, each with the reason it is left (none now; an entry
+# whose circle is gone must leave, the test says so). Between modules, an import made only for
+# type annotations (under ``if TYPE_CHECKING:``, never executed) is no arrow: a helper split out
+# of a class annotates ``self: Supervisor`` without importing the class at run time.
+KNOWN_MODULE_CIRCLES: dict[frozenset[str], str] = {}
 
 
 @cache
