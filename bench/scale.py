@@ -126,7 +126,7 @@ def points_of(n: int, writers: int) -> list[tuple[int, list[int], list[float], l
 def store_points(store: Any, experiment: str, cols: list[Any], stream: str) -> float:
     """Seconds for the store to take the points as the ingest route hands them over."""
     from phalanx.domain import Event, EventKind
-    from phalanx.tracking.spool import encode_points
+    from phalanx.spool import encode_points
 
     events = []
     for rank, steps, values, times in cols:
@@ -230,7 +230,7 @@ def senders(
 ) -> None:
     """Every rank reports ``scalars`` scalars a second for ``seconds``, shipped as the SDK ships
     them, over ``connections`` keep-alive connections (runs in a process of its own)."""
-    from phalanx.tracking.spool import encode_points
+    from phalanx.spool import encode_points
 
     start = time.time()
     state = {rank: Shipping(due=start + random.random() * SHIP_INTERVAL) for rank in ranks}

@@ -238,7 +238,7 @@ class PhalanxCase:
         """Bytes per stored point (the whole database after compaction: points, summary, keys) and
         the time to read a series back."""
         from phalanx.domain import Event, EventKind
-        from phalanx.tracking.spool import encode_points
+        from phalanx.spool import encode_points
 
         self.stop.set()
         self.ingester.join(600)

@@ -28,7 +28,8 @@ from typing import TYPE_CHECKING, Any
 
 from phalanx.config import Settings
 from phalanx.errors import NotFound
-from phalanx.tracking.spool import ACK_SUFFIX, SUFFIX, writer_gone
+from phalanx.machine.procs import writer_gone
+from phalanx.spool import ACK_SUFFIX, SUFFIX
 
 if TYPE_CHECKING:
     from phalanx.store.base import IngestStore, Store

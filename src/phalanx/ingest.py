@@ -1,6 +1,6 @@
 """Ingest: spool files -> store, exactly once.
 
-Each spool file (one per writing process, see ``phalanx.tracking.spool``) is read from the byte
+Each spool file (one per writing process, see ``phalanx.spool``) is read from the byte
 offset the store last committed for it; its complete records become events that are written
 together with the new offset in one transaction (``IngestStore.ingest_batch``), so a crash of the
 writer, of the ingester or of the database at any point neither loses nor repeats a record. Files a
@@ -28,11 +28,8 @@ from typing import TYPE_CHECKING, Any
 
 from phalanx.domain import Event, EventKind
 from phalanx.errors import UsageError
-from phalanx.machine.procs import pid_alive
-from phalanx.store.artifacts import ArtifactStore, safe_path
-from phalanx.store.batch import check_event, text_field
-from phalanx.tracking.labels import MAX_TAG, label_problem
-from phalanx.tracking.spool import (
+from phalanx.machine.procs import pid_alive, writer_gone
+from phalanx.spool import (
     ACK_SUFFIX,
     REFUSED_SUFFIX,
     SUFFIX,
@@ -40,8 +37,10 @@ from phalanx.tracking.spool import (
     read_records,
     write_ack,
     write_refused,
-    writer_gone,
 )
+from phalanx.store.artifacts import ArtifactStore, safe_path
+from phalanx.store.batch import check_event, text_field
+from phalanx.tracking.labels import MAX_TAG, label_problem
 
 if TYPE_CHECKING:
     from phalanx.store.base import IngestStore
@@ -430,9 +429,9 @@ def _start_relays(
     LOG records of its experiment, to the spool: from this process, which outlives the script."""
     if not console_fds:
         return []
+    from phalanx.spool import SpoolWriter
     from phalanx.tracking.console import relay, relay_lock_path
     from phalanx.tracking.identity import Identity
-    from phalanx.tracking.spool import SpoolWriter
 
     out_r, err_r, term_out, term_err = (int(x) for x in console_fds.split(","))
     ident = Identity.from_env()

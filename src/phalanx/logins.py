@@ -12,10 +12,16 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from phalanx.errors import UsageError
+
+if TYPE_CHECKING:
+    from phalanx.apiclient import Client
+    from phalanx.config import Settings
 
 FILE_NAME = "login.json"
 
@@ -80,3 +86,36 @@ def clear(home: Path) -> bool:
     except FileNotFoundError:
         return False
     return True
+
+
+def choose(
+    server: str | None,
+    local: bool,
+    token_file: Path | None = None,
+    settings: Settings | None = None,
+    *,
+    say: bool = True,
+) -> Client | None:
+    """The server's client, or None for this machine; says which on stderr once a server is in play
+    (a login stored, or ``server``/``local`` given), so nobody reads a laptop's store believing it is
+    the team's. The CLI's ``--server``/``--local`` and ``phalanx.search_experiments`` both ask here.
+
+    The token: ``token_file``, else PHALANX_TOKEN, else the stored login's (for its own URL only:
+    a token is never sent to a server it was not given for)."""
+    from phalanx.apiclient import Client, check_url, read_token
+    from phalanx.config import Settings
+
+    if server is not None and local:
+        raise UsageError("--server and --local: give one (--local is this machine's store)")
+    settings = settings or Settings()
+    login = load(settings.home)
+    if local or (server is None and login is None):
+        if say and (local or login is not None):
+            sys.stderr.write("phalanx: on this machine\n")
+        return None
+    url = check_url(server) if server is not None else check_url(login.url if login else "")
+    stored = login.token if login is not None and check_url(login.url) == url else None
+    client = Client(url, read_token(token_file, settings.token) or stored)
+    if say:
+        sys.stderr.write(f"phalanx: on server {client.url}\n")
+    return client

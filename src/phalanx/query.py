@@ -89,17 +89,17 @@ def search_experiments(
     base = ExperimentFilter(status=wanted_status, project=project, group_id=group)
     wanted = list(dict.fromkeys([*columns, *(c.column for c in conditions)]))
     if store is None:
-        from phalanx.cli.target import choose
+        from phalanx.logins import choose
 
         client = choose(server, local, say=False)
         if client is not None:  # the server filters: only the matches cross the network
-            from phalanx.cli.remote_store import RemoteStore
+            from phalanx.remote_store import RemoteStore
 
             remote = RemoteStore(client)
             where_texts = [where] if isinstance(where, str) else list(where or [])
             page, values = remote.table(replace(base, offset=0, limit=MAX_SCAN), where_texts, list(columns))
             return _frame(pd, page.items, values, columns, [])
-        from phalanx.cli.tracking import open_for_reading
+        from phalanx.readpass import open_for_reading
 
         store, _ = open_for_reading()
     experiments = store.list_experiments(replace(base, offset=0, limit=MAX_SCAN)).items
@@ -161,7 +161,7 @@ def metrics_frame(
     except ImportError:
         raise UsageError("phalanx.metrics_frame needs pandas: pip install 'phalanx[query]'") from None
     if store is None:
-        from phalanx.cli.tracking import open_for_reading
+        from phalanx.readpass import open_for_reading
 
         store, _ = open_for_reading()
     columns: dict[str, list[Any]] = {name: [] for name in FRAME_COLUMNS}

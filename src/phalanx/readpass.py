@@ -1,6 +1,6 @@
 """Whether a CLI read must run its upkeep pass, decided without opening the full store.
 
-Every read command first runs an upkeep pass (cli/tracking.py ``open_for_reading``): it removes what a
+Every read command first runs an upkeep pass (``open_for_reading``, below): it removes what a
 killed `phalanx run` left of an experiment never recorded, ingests pending spool files, marks failed an
 experiment whose supervisor or script died, and marks stopped a queued one whose `phalanx run` was
 killed. Each needs the full store (SQLAlchemy: 0.3-0.4 CPU-s to import). Most of the time none has
@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from phalanx.config import Settings
+    from phalanx.store.base import IngestStore
     from phalanx.store.lite import LiteReader
 
 
@@ -60,12 +61,12 @@ def _spool_due(reader: LiteReader, settings: Settings) -> str | None:
     spool = settings.spool_dir
     if not spool.is_dir():
         return None
-    from phalanx.tracking.spool import SUFFIX
+    from phalanx.spool import SUFFIX
 
     files = [*spool.glob(f"*{SUFFIX}"), *spool.glob(f"*/*{SUFFIX}")]
     if not files:
         return None
-    from phalanx.tracking.spool import writer_gone
+    from phalanx.machine.procs import writer_gone
 
     offsets = reader.ingest_offsets()
     for path in files:
@@ -82,3 +83,34 @@ def _orphan(reader: LiteReader, settings: Settings) -> str | None:
     for exp, _ in pending_ends(reader, settings):
         return f"{exp.id}: its recorder is gone"
     return None
+
+
+def open_for_reading(settings: Settings | None = None) -> tuple[IngestStore, Settings]:
+    """The store, after the upkeep pass: what a killed start left is removed, pending spool files
+    are ingested, and the experiments whose supervisor or script died get their end. Every read
+    (the CLI's, ``phalanx.search_experiments``, ``metrics_frame``) opens the store this way."""
+    import logging
+
+    from phalanx.config import Settings
+    from phalanx.ingest import Ingester
+    from phalanx.store import open_store
+
+    settings = settings or Settings()
+    store = open_store(settings)
+    try:  # before ingesting: a killed start-up leaves nothing, not rows of an experiment never shown
+        from phalanx.reconcile import clean_aborted_starts
+
+        clean_aborted_starts(store, settings)
+    except Exception as exc:
+        logging.getLogger(__name__).warning("checking aborted starts failed: %s", exc)
+    try:
+        Ingester(store, store.artifact_store, settings.spool_dir).run_once()
+    except Exception as exc:  # reading must work even when a spool cannot be ingested right now
+        logging.getLogger(__name__).warning("ingesting pending spool files failed: %s", exc)
+    try:  # an experiment whose supervisor or script was killed (running or queued) gets its end here
+        from phalanx.reconcile import reconcile
+
+        reconcile(store, settings)
+    except Exception as exc:
+        logging.getLogger(__name__).warning("checking unfinished experiments failed: %s", exc)
+    return store, settings

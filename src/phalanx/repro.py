@@ -182,7 +182,7 @@ def collect(
     launch: Mapping[str, Any],
 ) -> tuple[dict[str, Any], bytes]:
     """The record (without the snapshot's bytes) and the snapshot."""
-    import phalanx
+    from phalanx._version import __version__
 
     data, snap = snapshot(workdir)
     record = {
@@ -190,7 +190,7 @@ def collect(
         "packages": packages(python),
         "python": platform.python_version(),
         "python_executable": python,
-        "phalanx": phalanx.__version__,
+        "phalanx": __version__,
         "host": socket.gethostname(),
         "platform": platform.platform(),
         "launch": dict(launch),

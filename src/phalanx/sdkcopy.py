@@ -14,9 +14,11 @@ from phalanx.config import Settings
 # every module of the copy with a bare interpreter, so a missing one fails there, not in a user's venv.
 SDK_TOP_MODULES = (
     "__init__.py",
+    "_version.py",
     "machine/__init__.py",
     "errors.py",
     "machine/procs.py",
+    "spool.py",
     "checkpoints.py",
     # `python -m phalanx.machine.sysmetrics` beside a replica on a cluster node (the Slurm task runner)
     "machine/sysmetrics.py",
@@ -34,16 +36,16 @@ def sdk_path(settings: Settings, root: Path | None = None) -> Path:
     import shutil
     import tempfile
 
-    import phalanx
     from phalanx import tracking
+    from phalanx._version import __version__
 
-    pkg = Path(phalanx.__file__).parent
+    pkg = Path(__file__).parent  # the phalanx package: this module is phalanx/sdkcopy.py
     files = [*(pkg / name for name in SDK_TOP_MODULES), *sorted(Path(tracking.__file__).parent.rglob("*.py"))]
     digest = hashlib.sha256()
     for f in files:
         digest.update(str(f.relative_to(pkg)).encode())
         digest.update(f.read_bytes())
-    target = (root or settings.home) / "sdk" / f"{phalanx.__version__}-{digest.hexdigest()[:12]}"
+    target = (root or settings.home) / "sdk" / f"{__version__}-{digest.hexdigest()[:12]}"
     if (target / "phalanx" / "__init__.py").exists():
         return target
     target.parent.mkdir(parents=True, exist_ok=True)

@@ -12,9 +12,9 @@ import pytest
 
 from phalanx.errors import UsageError
 from phalanx.ingest import Ingester, records_to_events, store_artifact_bytes
+from phalanx.spool import SpoolWriter, encode_points, read_ack
 from phalanx.store.artifacts import ArtifactStore
 from phalanx.store.sql import SqlStore
-from phalanx.tracking.spool import SpoolWriter, encode_points, read_ack
 from tests.support import postgres
 
 

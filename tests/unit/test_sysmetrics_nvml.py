@@ -20,7 +20,7 @@ import pytest
 
 from phalanx.machine import sysmetrics
 from phalanx.machine.sysmetrics import Sampler, SystemMetrics, Target
-from phalanx.tracking.spool import decode_points, read_records
+from phalanx.spool import decode_points, read_records
 
 SUCCESS, INVALID_ARGUMENT, DRIVER_NOT_LOADED, INSUFFICIENT_SIZE, GPU_IS_LOST = 0, 2, 9, 7, 15
 NOT_AVAILABLE = (1 << 64) - 1

@@ -94,12 +94,11 @@ def node_fetch(context: LaunchContext) -> NodeFetch | None:
         return None
     import sys
 
-    import phalanx
-
     return NodeFetch(
         orders=tuple(context.input_fetches),
         python=sys.executable,
-        pythonpath=str(Path(phalanx.__file__).resolve().parent.parent),
+        # the folder holding the phalanx package (this file is phalanx/backends/slurm.py)
+        pythonpath=str(Path(__file__).resolve().parents[2]),
         cache=os.environ.get("PHALANX_NODE_CACHE") or None,
     )
 

@@ -48,14 +48,14 @@ def fail(message: str, status: int = 2) -> typer.Exit:
 @app.command("version")
 def version() -> None:
     """Print Phalanx's version."""
-    from phalanx import __version__
+    from phalanx._version import __version__
 
     typer.echo(__version__)
 
 
 def _print_version(value: bool) -> None:
     if value:
-        from phalanx import __version__
+        from phalanx._version import __version__
 
         typer.echo(f"phalanx {__version__}")
         raise typer.Exit()

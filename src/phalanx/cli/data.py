@@ -151,8 +151,8 @@ def data_get(
     json_: JsonOpt = False,
 ) -> None:
     """Show a dataset version and its files, or copy them to --dir (refused if a file changed)."""
-    from phalanx.data.manifest import copy_tree
     from phalanx.store import catalog
+    from phalanx.store.manifest import copy_tree
 
     version = catalog.get_dataset(_store(), ref)
     if directory is not None:

@@ -53,7 +53,7 @@ def check_group(
     file: Path, overrides: dict[str, Any], as_json: bool, allow_unused: bool, extra_params: bool = False
 ) -> None:
     """`phalanx check -f GROUP`: the search space and the topology of one trial."""
-    from phalanx.cli.check import _print_table
+    from phalanx.cli.plan_table import print_plan_table
     from phalanx.errors import SpecError
     from phalanx.plan import build_plan
     from phalanx.spec.group import example_values, search_space_text
@@ -91,7 +91,7 @@ def check_group(
     typer.echo(search_space_text(group))
     shown = ", ".join(f"{k}={v}" for k, v in example.items())
     typer.echo(f"\none trial ({shown}):")
-    _print_table(plan)
+    print_plan_table(plan)
 
 
 def _printer(quiet: bool) -> Any:
@@ -141,7 +141,7 @@ def run(
 
     Exit status: 0 the search finished, 1 every trial failed, 130 stopped, 2 invalid file.
     """
-    from phalanx.cli.run import _check_home_and_db
+    from phalanx.cli.launching import _check_home_and_db
     from phalanx.config import Settings
     from phalanx.errors import UsageError
     from phalanx.spec.loader import parse_param_overrides
@@ -258,12 +258,12 @@ def stop(
     local: LocalOpt = False,
 ) -> None:
     """Stop a group: no new trial starts and every running trial is stopped."""
-    from phalanx.cli.target import choose
+    from phalanx.logins import choose
 
     client = choose(server, local)
     if client is not None:
         from phalanx.cli import remote_commands
-        from phalanx.cli.remote_store import RemoteStore
+        from phalanx.remote_store import RemoteStore
 
         remote_commands.stop_group(RemoteStore(client), group_id, timeout)
         return
@@ -314,7 +314,7 @@ def get(
     reading = open_target(server, local)
     store: Any
     if is_remote(reading):  # the server knows whether its controller runs; this machine does not
-        from phalanx.cli.remote_store import group_of
+        from phalanx.remote_store import group_of
 
         store = reading
         doc = reading.group(group_id)

@@ -1,4 +1,5 @@
-"""`phalanx ls`'s work, and the read pass every read command starts with (``open_for_reading``).
+"""`phalanx ls`'s work. The read pass every read command starts with (``open_for_reading``) is
+``phalanx.readpass``'s, re-exported here for the read commands.
 
 No typer here: ``ls_experiments`` is called by the Typer command (cli/tracking.py) and by the lean
 dispatcher (cli/lean.py), which answers a plain `phalanx ls` without importing typer, pydantic or
@@ -15,44 +16,17 @@ import time
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any
 
+from phalanx.readpass import open_for_reading as open_for_reading
+
 if TYPE_CHECKING:
     from phalanx.config import Settings
     from phalanx.domain import Experiment, Page
-    from phalanx.store.base import ExperimentFilter, IngestStore
+    from phalanx.store.base import ExperimentFilter
 
 
 class Format(StrEnum):
     TABLE = "table"
     JSON = "json"
-
-
-def open_for_reading(settings: Settings | None = None) -> tuple[IngestStore, Settings]:
-    """The store, after one ingest pass over every pending spool file."""
-    import logging
-
-    from phalanx.config import Settings
-    from phalanx.ingest import Ingester
-    from phalanx.store import open_store
-
-    settings = settings or Settings()
-    store = open_store(settings)
-    try:  # before ingesting: a killed start-up leaves nothing, not rows of an experiment never shown
-        from phalanx.reconcile import clean_aborted_starts
-
-        clean_aborted_starts(store, settings)
-    except Exception as exc:
-        logging.getLogger(__name__).warning("checking aborted starts failed: %s", exc)
-    try:
-        Ingester(store, store.artifact_store, settings.spool_dir).run_once()
-    except Exception as exc:  # reading must work even when a spool cannot be ingested right now
-        logging.getLogger(__name__).warning("ingesting pending spool files failed: %s", exc)
-    try:  # an experiment whose supervisor or script was killed (running or queued) gets its end here
-        from phalanx.reconcile import reconcile
-
-        reconcile(store, settings)
-    except Exception as exc:
-        logging.getLogger(__name__).warning("checking unfinished experiments failed: %s", exc)
-    return store, settings
 
 
 def list_page(query: ExperimentFilter, settings: Settings, group: str | None = None) -> Page[Experiment]:

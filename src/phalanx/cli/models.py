@@ -21,9 +21,9 @@ from typer.core import TyperGroup
 from phalanx.cli.app import app, emit_json, fail
 
 if TYPE_CHECKING:
-    from phalanx.registry.records import ModelVersion
     from phalanx.registry.service import Registry
     from phalanx.store.base import ModelRecord
+    from phalanx.store.registry_records import ModelVersion
 
 
 class _ModelsGroup(TyperGroup):
@@ -214,7 +214,7 @@ def register(
     _check_output(output)
     tags = _tags(tag)
     if alias is not None:
-        from phalanx.registry.records import check_alias
+        from phalanx.store.registry_records import check_alias
 
         check_alias(alias)
     registry = _registry()
@@ -322,7 +322,7 @@ def alias(
     delete: Annotated[bool, typer.Option("--delete", help="remove the alias")] = False,
 ) -> None:
     """Point NAME@ALIAS at VERSION (moved in one transaction: a server following it never sees none)."""
-    from phalanx.registry.records import parse_ref
+    from phalanx.store.registry_records import parse_ref
 
     ref = parse_ref(target)
     if ref.alias is None:
@@ -348,7 +348,7 @@ def download(
 ) -> None:
     """Write a version's ONNX file as DIR/NAME-vN.onnx."""
     from phalanx.registry.model import Model
-    from phalanx.registry.records import parse_ref
+    from phalanx.store.registry_records import parse_ref
 
     parse_ref(ref)
     registry = _registry()
@@ -365,7 +365,7 @@ def update(
     ] = None,
 ) -> None:
     """Set the description or tags of a registered model (NAME) or of one version (NAME@N)."""
-    from phalanx.registry.records import parse_ref
+    from phalanx.store.registry_records import parse_ref
 
     parsed = parse_ref(ref)
     if parsed.alias is not None:

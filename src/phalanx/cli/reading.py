@@ -24,18 +24,18 @@ IdArg = Annotated[str, typer.Argument(metavar="ID", help="Experiment id or a uni
 def open_target(server: str | None = None, local: bool = False) -> Any:
     """The store a read or control command works on: a server's (``RemoteStore``, after `phalanx
     login` or with --server) or this machine's (after one ingest pass, ``open_for_reading``)."""
-    from phalanx.cli.target import choose
+    from phalanx.logins import choose
 
     client = choose(server, local)
     if client is None:
         return open_for_reading()[0]
-    from phalanx.cli.remote_store import RemoteStore
+    from phalanx.remote_store import RemoteStore
 
     return RemoteStore(client)
 
 
 def is_remote(store: Any) -> bool:
-    from phalanx.cli.remote_store import RemoteStore
+    from phalanx.remote_store import RemoteStore
 
     return isinstance(store, RemoteStore)
 

@@ -10,7 +10,7 @@ from typing import Any
 
 import typer
 
-from phalanx.cli.remote_store import RemoteStore
+from phalanx.remote_store import RemoteStore
 
 POLL_SECONDS = 0.5
 DONE = ("succeeded", "failed", "stopped")

@@ -380,12 +380,12 @@ def diff(
     the code (their source snapshots), packages, git commit and versions. `phalanx diff ID` compares
     the first attempt of ID with its last (what a `phalanx resume` after an edit changed)."""
     _check_output(output)
-    from phalanx.cli.target import choose
+    from phalanx.logins import choose
 
     client = choose(server, local)
     if client is not None:
-        from phalanx.cli.remote_store import RemoteStore
         from phalanx.errors import UsageError
+        from phalanx.remote_store import RemoteStore
 
         if b is None or "@" in a or "@" in b:
             raise UsageError(

@@ -433,9 +433,9 @@ def logs(
 ) -> None:
     """Print the console output of an experiment's replicas (as `[worker-1] line` without --replica)."""
     from phalanx.cli import remote_commands
-    from phalanx.cli.target import choose
     from phalanx.config import Settings
     from phalanx.errors import UsageError
+    from phalanx.logins import choose
     from phalanx.store import open_store
 
     if output is Output.YAML:
@@ -443,7 +443,7 @@ def logs(
     settings = Settings()
     client = choose(server, local, settings=settings)
     if client is not None:
-        from phalanx.cli.remote_store import RemoteStore
+        from phalanx.remote_store import RemoteStore
 
         remote = RemoteStore(client)
         exp = remote.get_experiment(experiment)
@@ -531,8 +531,8 @@ def stop(
     local: LocalOpt = False,
 ) -> None:
     """Stop a running experiment: every replica is stopped and the experiment marked stopped."""
-    from phalanx.cli.target import choose
     from phalanx.config import Settings
+    from phalanx.logins import choose
     from phalanx.store import open_store
     from phalanx.supervisor import stop_experiment
 
@@ -540,7 +540,7 @@ def stop(
     client = choose(server, local, settings=settings)
     if client is not None:
         from phalanx.cli import remote_commands
-        from phalanx.cli.remote_store import RemoteStore
+        from phalanx.remote_store import RemoteStore
 
         remote_commands.stop(RemoteStore(client), experiment, timeout)
         return

@@ -17,11 +17,11 @@ from phalanx.cli.app import app, fail
 from phalanx.cli.server import bind_listener, is_loopback
 
 if TYPE_CHECKING:
-    from phalanx.registry.records import ModelRef
     from phalanx.registry.service import Registry
     from phalanx.serving.app import ServeOptions
     from phalanx.serving.follower import Follower
     from phalanx.serving.session import ServiceSession
+    from phalanx.store.registry_records import ModelRef
 
 
 # `phalanx serve`'s argument and options, one alias each: the command's signature stays a readable list
@@ -89,7 +89,7 @@ def serve(
     log_level: LogLevelOpt = "warning",
 ) -> None:
     """Serve a registered ONNX model: POST /v1/models/NAME:predict (JSON or .npy), /healthz, /metrics."""
-    from phalanx.registry.records import parse_ref
+    from phalanx.store.registry_records import parse_ref
 
     parsed = parse_ref(ref)
     _check_options(host, token, no_auth, log_level)

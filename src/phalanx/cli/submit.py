@@ -30,8 +30,8 @@ def run_on_server(
     from phalanx.cli.app import emit_json
     from phalanx.cli.remote import follow as follow_logs
     from phalanx.cli.remote import follow_group
-    from phalanx.cli.target import choose
     from phalanx.errors import SpecError, UsageError
+    from phalanx.logins import choose
     from phalanx.spec.loader import parse_param_overrides
 
     if server is None:
@@ -100,7 +100,7 @@ def rerun_on_server(
     """`phalanx rerun ID --server URL`: the server starts what its experiment ID ran, with these
     params, from its stored snapshot; prints the new id."""
     from phalanx.cli.app import emit_json
-    from phalanx.cli.target import choose
+    from phalanx.logins import choose
 
     client = choose(server, False, token_file, say=False)  # a stored login's token for its own URL
     assert client is not None  # a server was named

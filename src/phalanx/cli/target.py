@@ -9,15 +9,12 @@ without the options, nothing is printed and everything is local, as before login
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 if TYPE_CHECKING:
-    from phalanx.apiclient import Client
-    from phalanx.config import Settings
+    pass
 
 ServerOpt = Annotated[
     str | None,
@@ -26,36 +23,3 @@ ServerOpt = Annotated[
     ),
 ]
 LocalOpt = Annotated[bool, typer.Option("--local", help="This machine's store, even after `phalanx login`.")]
-
-
-def choose(
-    server: str | None,
-    local: bool,
-    token_file: Path | None = None,
-    settings: Settings | None = None,
-    *,
-    say: bool = True,
-) -> Client | None:
-    """The server's client, or None for this machine; says which on stderr once a server is in play.
-
-    The token: ``token_file``, else PHALANX_TOKEN, else the stored login's (for its own URL only:
-    a token is never sent to a server it was not given for)."""
-    from phalanx import logins
-    from phalanx.apiclient import Client, check_url, read_token
-    from phalanx.config import Settings
-    from phalanx.errors import UsageError
-
-    if server is not None and local:
-        raise UsageError("--server and --local: give one (--local is this machine's store)")
-    settings = settings or Settings()
-    login = logins.load(settings.home)
-    if local or (server is None and login is None):
-        if say and (local or login is not None):
-            sys.stderr.write("phalanx: on this machine\n")
-        return None
-    url = check_url(server) if server is not None else check_url(login.url if login else "")
-    stored = login.token if login is not None and check_url(login.url) == url else None
-    client = Client(url, read_token(token_file, settings.token) or stored)
-    if say:
-        sys.stderr.write(f"phalanx: on server {client.url}\n")
-    return client

@@ -99,12 +99,12 @@ def ls(
     metric:AGG:TITLE (AGG last, min or max) column; metric:AGG:TITLE@rankN is rank N's series
     only. After `phalanx login` (or with --server) the server filters.
     """
-    from phalanx.cli.target import choose
+    from phalanx.logins import choose
 
     client = choose(server, local)
     remote = None
     if client is not None:
-        from phalanx.cli.remote_store import RemoteStore
+        from phalanx.remote_store import RemoteStore
 
         remote = RemoteStore(client)  # --where/--column: the server's run table (GET /experiments)
     ls_experiments(

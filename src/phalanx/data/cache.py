@@ -19,7 +19,7 @@ import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
-from phalanx.data.manifest import Manifest, copy_file, filesystem
+from phalanx.store.manifest import Manifest, copy_file, filesystem
 
 CACHE_MAX_AGE = 7 * 24 * 3600.0
 

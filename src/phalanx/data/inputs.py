@@ -125,7 +125,7 @@ def _datastore(
     base: str, spec: InputSpec, settings: Settings, dry: bool, orders: list[dict[str, Any]] | None
 ) -> dict[str, Any]:
     from phalanx.data import cache
-    from phalanx.data.manifest import join_url
+    from phalanx.store.manifest import join_url
 
     url = join_url(base, spec.path)
     record: dict[str, Any] = {
@@ -167,7 +167,7 @@ def _datastore(
 def _listing(url: str) -> tuple[Any, str]:
     """A datastore folder's files as a manifest without hashes (nobody recorded them), keyed by the
     listing itself (paths, sizes, ETags or modification times): changed content, a new cache entry."""
-    from phalanx.data.manifest import FileEntry, Manifest, filesystem
+    from phalanx.store.manifest import FileEntry, Manifest, filesystem
 
     fs, root = filesystem(url)
     found: dict[str, Any] = fs.find(root, detail=True)
@@ -185,7 +185,7 @@ def _listing(url: str) -> tuple[Any, str]:
 
 def _check_in_place(manifest: Any, what: str) -> None:
     """Read a referenced dataset where it is and refuse it if any file changed."""
-    from phalanx.data.manifest import DataChanged, build_manifest
+    from phalanx.store.manifest import DataChanged, build_manifest
 
     current = {f.path: f for f in build_manifest(manifest.url).files}
     for entry in manifest.files:

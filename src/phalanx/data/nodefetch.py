@@ -26,8 +26,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from phalanx.data.manifest import FileEntry, Manifest
 from phalanx.errors import PhalanxError, exit_status
+from phalanx.store.manifest import FileEntry, Manifest
 
 
 def node_cache(given: str | None = None) -> Path:

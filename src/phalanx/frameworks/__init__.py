@@ -10,31 +10,12 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any
 
 from phalanx.domain import BackendKind, Framework
+from phalanx.frameworks.endpoints import Endpoints as Endpoints
 from phalanx.plan import Plan, ReplicaPlan
 from phalanx.tracking.identity import ENV_PARAMS
-
-
-@dataclass(frozen=True)
-class Endpoints:
-    """Where each replica can be reached: a host and a port per replica name, chosen by the backend."""
-
-    hosts: Mapping[str, str]
-    ports: Mapping[str, int]
-    interface: str | None = None  # the network interface MXNet's ps-lite binds (lo on one machine)
-
-    def address(self, replica: str) -> str:
-        return f"{self.hosts[replica]}:{self.ports[replica]}"
-
-    @classmethod
-    def on_host(
-        cls, plan: Plan, host: str, ports: Mapping[str, int], interface: str | None = None
-    ) -> Endpoints:
-        """Every replica on one host (the local engine)."""
-        return cls(hosts={r.name: host for r in plan.replicas}, ports=dict(ports), interface=interface)
 
 
 def uses_mpi(plan: Plan) -> bool:

@@ -9,7 +9,7 @@ worker-(n-1) otherwise), so torch's env:// rendezvous and the tracking SDK both 
 from __future__ import annotations
 
 from phalanx.domain import Role
-from phalanx.frameworks import Endpoints
+from phalanx.frameworks.endpoints import Endpoints
 from phalanx.plan import Plan
 
 COMMAND_VAR = "PHALANX_COMMAND"  # the user's command, passed through the environment (no quoting)

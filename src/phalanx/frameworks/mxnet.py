@@ -7,7 +7,7 @@ servers serve inside `import mxnet` and exit once the workers finish, so no repl
 from __future__ import annotations
 
 from phalanx.domain import Role
-from phalanx.frameworks import Endpoints
+from phalanx.frameworks.endpoints import Endpoints
 from phalanx.plan import Plan, ReplicaPlan
 
 DMLC_ROLE = {Role.MASTER: "scheduler", Role.WORKER: "worker", Role.PS: "server"}

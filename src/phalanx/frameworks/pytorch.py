@@ -7,7 +7,7 @@ replica (torchrun's --nproc_per_node), process j of node n has RANK n*k + j and 
 from __future__ import annotations
 
 from phalanx.domain import Role
-from phalanx.frameworks import Endpoints
+from phalanx.frameworks.endpoints import Endpoints
 from phalanx.plan import Plan, ReplicaPlan
 
 

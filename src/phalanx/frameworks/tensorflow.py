@@ -11,7 +11,7 @@ import json
 from typing import Any
 
 from phalanx.domain import Role
-from phalanx.frameworks import Endpoints
+from phalanx.frameworks.endpoints import Endpoints
 from phalanx.plan import Plan, ReplicaPlan
 
 TASK_TYPE = {Role.MASTER: "chief", Role.WORKER: "worker", Role.PS: "ps"}

@@ -153,3 +153,12 @@ def recorded_but_gone(path: Path) -> int | None:
     if start is None:  # no start time: a pid alone names no process for sure, so it is not trusted
         return None if judge(pid, None, host) is Seen.ELSEWHERE else pid
     return pid if judge(pid, start, host) is Seen.GONE else None
+
+
+def writer_gone(stream: str) -> bool:
+    """True when spool ``stream`` was written by a process of this host that has exited (so its
+    spool file will never grow again). False when unsure (another host, a stream named otherwise)."""
+    from phalanx.spool import stream_writer
+
+    pid = stream_writer(stream)
+    return pid is not None and not pid_alive(pid)

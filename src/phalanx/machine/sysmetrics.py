@@ -235,7 +235,7 @@ class SystemMetrics:
         interval: float = DEFAULT_INTERVAL,
         stream: str | None = None,
     ) -> None:
-        from phalanx.tracking.spool import SpoolWriter, new_stream_id
+        from phalanx.spool import SpoolWriter, new_stream_id
 
         self.interval = interval
         self._targets = targets
@@ -263,7 +263,7 @@ class SystemMetrics:
         now = time.time()
         step = int(time.monotonic() - self.sampler.started)
         records = []
-        from phalanx.tracking.spool import encode_points
+        from phalanx.spool import encode_points
 
         for target, values in self.sampler.points(self._targets()):
             if not values:

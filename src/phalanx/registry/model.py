@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from phalanx.registry.records import ModelRef, ModelVersion, parse_ref
+from phalanx.store.registry_records import ModelRef, ModelVersion, parse_ref
 
 if TYPE_CHECKING:
     from phalanx.registry.service import Registry

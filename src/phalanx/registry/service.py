@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 from phalanx.data.lineage import inputs_of
 from phalanx.errors import NotFound, UsageError
 from phalanx.registry.parity import ParityFailed, recheck, signature
-from phalanx.registry.records import (
+from phalanx.store.registry_records import (
     ModelRef,
     ModelVersion,
     RegisteredModel,

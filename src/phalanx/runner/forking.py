@@ -24,8 +24,9 @@ import sys
 import threading
 import time
 import traceback
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
+from typing import Any
 
 
 def can_fork() -> bool:
@@ -75,6 +76,7 @@ class Forked:
 PRELOAD = (
     "phalanx.supervisor",
     "phalanx.runner.__main__",
+    "phalanx.runner.detached",
     "phalanx.runner.observers",
     "phalanx.backends.registry",
     "phalanx.backends.local.engine",
@@ -83,7 +85,7 @@ PRELOAD = (
     "phalanx.frameworks.tensorflow",
     "phalanx.frameworks.mxnet",
     "phalanx.frameworks.mpi",
-    "phalanx.tracking.spool",
+    "phalanx.spool",
     "phalanx.ingest",
     "phalanx.machine.sysmetrics",
     "phalanx.store.secrets",
@@ -112,11 +114,15 @@ def fork_supervisor(
     env: Mapping[str, str],
     close: Iterable[int] = (),
     store: object | None = None,
+    *,
+    supervise: Callable[[list[str], Any], int],
 ) -> Forked:
     """Fork; the child supervises the launch written in ``run_dir`` (as `python -m phalanx.runner
     RUN_DIR` does) with ``env`` added to its environment, its output appended to ``log``.
     ``store``: the caller's open store, which the child uses (``store.reuse_after_fork``) instead
-    of opening one."""
+    of opening one. ``supervise(argv, store)``: what the child runs (the Runner hands in
+    ``runner.detached.supervise_launch`` on a Runner of the child's own, so this module imports
+    neither the Runner nor the detached supervisor's main)."""
     closing = list(close)
     sys.stdout.flush()
     sys.stderr.flush()
@@ -141,14 +147,12 @@ def fork_supervisor(
         os.close(devnull)
         os.close(out)
         os.environ.update(env)
-        from phalanx.runner.__main__ import main
-
         inherited = None
         if store is not None:
             from phalanx.store import reuse_after_fork
 
             inherited = reuse_after_fork(store)
-        code = main([str(run_dir)], store=inherited)
+        code = supervise([str(run_dir)], inherited)
     except SystemExit as exc:
         code = exc.code if isinstance(exc.code, int) else 1
     except BaseException:

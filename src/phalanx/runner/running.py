@@ -254,7 +254,8 @@ class Runner:
         run_dir = self.settings.runs_dir / exp_id
         outside = not log.resolve().is_relative_to(run_dir.resolve())
         write_launch(run_dir, Launch(spec, options, remove_run_dir=outside))
-        return exp_id, fork_supervisor(run_dir, log, self._store_env(), close, store), log
+        forked = fork_supervisor(run_dir, log, self._store_env(), close, store, supervise=_supervise_in_child)
+        return exp_id, forked, log
 
     def _store_env(self) -> dict[str, str]:
         """Where the store is, as this Runner's settings say (they may not come from the environment)."""
@@ -489,3 +490,11 @@ def _say(observer: Observer | None, text: str) -> None:
         sys.stderr.flush()
     else:
         observer.message(text)
+
+
+def _supervise_in_child(argv: list[str], store: IngestStore | None) -> int:
+    """A forked trial's supervision: a Runner of its own, on the settings its environment names
+    (the fork added ``Runner._store_env``), exactly as `python -m phalanx.runner RUN_DIR`."""
+    from phalanx.runner.detached import supervise_launch
+
+    return supervise_launch(argv, lambda: Runner(Settings()), store)

@@ -19,7 +19,7 @@ from fastapi.responses import JSONResponse
 from fastapi.staticfiles import StaticFiles
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from phalanx import __version__
+from phalanx._version import __version__
 from phalanx.config import Settings
 from phalanx.errors import PhalanxError, http_status
 from phalanx.server.auth import SecurityMiddleware, default_allowed_hosts

@@ -6,7 +6,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from phalanx.registry.records import ModelVersion, RegisteredModel
+from phalanx.store.registry_records import ModelVersion, RegisteredModel
 
 
 class RegisteredModelOut(BaseModel):

@@ -17,7 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from phalanx.registry.records import ModelRef, ModelVersion
+from phalanx.store.registry_records import ModelRef, ModelVersion
 
 log = logging.getLogger(__name__)
 

@@ -165,7 +165,7 @@ def scalar_block(ev: Event) -> ScalarBlock:
     d = ev.data
     try:
         if "keys" in d:
-            from phalanx.tracking.spool import decode_points
+            from phalanx.spool import decode_points
 
             keys, idx, steps, values, times = decode_points(d)
             return ScalarBlock(

@@ -23,8 +23,8 @@ from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import delete, func, insert, select
 
-from phalanx.data.manifest import FileEntry, Manifest, build_manifest, copy_tree
 from phalanx.errors import Conflict, NotFound, UsageError
+from phalanx.store.manifest import FileEntry, Manifest, build_manifest, copy_tree
 
 if TYPE_CHECKING:
     from phalanx.store.sql.store import SqlStore
@@ -190,7 +190,7 @@ def resolve_source(store: SqlStore, source: str) -> str:
     head, sep, rest = source.partition(":")
     if sep and not rest.startswith("//") and NAME.match(head) and len(head) > 1:
         base = get_datastore(store, head).url
-        from phalanx.data.manifest import join_url
+        from phalanx.store.manifest import join_url
 
         return join_url(base, rest)
     return normalise_url(source, "dataset source:")

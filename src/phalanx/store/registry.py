@@ -10,8 +10,8 @@ from typing import TYPE_CHECKING, Any, Protocol
 from phalanx.errors import UsageError
 
 if TYPE_CHECKING:
-    from phalanx.registry.records import ModelVersion, RegisteredModel
     from phalanx.store.base import Store
+    from phalanx.store.registry_records import ModelVersion, RegisteredModel
 
 
 class RegistryStore(Protocol):

@@ -198,7 +198,7 @@ def _finish(self: Supervisor, outcome: Outcome) -> None:
 def _outcome_to_spool(self: Supervisor, outcome: Outcome) -> None:
     """The outcome as STATUS events (one per replica, each with its own final state), which
     ingest applies like any other record, exactly once."""
-    from phalanx.tracking.spool import SpoolWriter
+    from phalanx.spool import SpoolWriter
 
     with SpoolWriter(self.spool_dir, experiment_id=self.id, stream=f"outcome-{self.id}") as writer:
         for name, r in self.replicas.items():

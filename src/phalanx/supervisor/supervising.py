@@ -206,7 +206,7 @@ class Supervisor:
         delaying it. Should the store fail, the replicas are stopped before the error propagates.
         """
         from phalanx.machine.procs import record_process, recorded_process
-        from phalanx.tracking.spool import SpoolWriter
+        from phalanx.spool import SpoolWriter
 
         self.run_dir.mkdir(parents=True, exist_ok=True)
         # a stop file here already is a request made before we started (Run.cancel right after

@@ -8,7 +8,7 @@ Standard library only, so it imports inside any replica's environment::
     task.upload_artifact("temp 00", artifact_object={"worker_rank": 0})
     task.connect({"worker_0_stuff": "some stuff"})
 
-``Task`` is loaded on first use: importing ``phalanx.tracking.spool`` (as ingest and the supervisor
+``Task`` is loaded on first use: importing ``phalanx.spool`` (as ingest and the supervisor
 do) does not install the SDK's argparse recording. See docs/tracking.md.
 """
 

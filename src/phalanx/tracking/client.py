@@ -23,9 +23,9 @@ from typing import Any
 
 from phalanx import knobs
 from phalanx.machine.procs import pid_alive, pid_stopped
+from phalanx.spool import SpoolWriter, encode_points, read_refused
 from phalanx.tracking.identity import ENV_INGESTER_PID, Identity, rank_probe
 from phalanx.tracking.screen import Problems, names_ok, screen_event, screen_points
-from phalanx.tracking.spool import SpoolWriter, encode_points, read_refused
 
 log = logging.getLogger("phalanx.tracking")
 

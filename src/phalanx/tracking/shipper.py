@@ -21,14 +21,14 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-from phalanx.tracking.spool import (
+from phalanx.machine.procs import writer_gone
+from phalanx.spool import (
     ACK_SUFFIX,
     REFUSED_SUFFIX,
     SUFFIX,
     SpoolWriter,
     _records_in,
     read_records,
-    writer_gone,
 )
 
 log = logging.getLogger("phalanx.tracking")

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from phalanx.tracking import identity as idm
-from phalanx.tracking import lifecycle, whatran
+from phalanx.tracking import lifecycle, series, whatran
 from phalanx.tracking.client import FLUSH_TIMEOUT, Reporter, jsonable
 from phalanx.tracking.console import ConsoleCapture, ExternalCapture, relay_lock_path
 from phalanx.tracking.identity import Identity, launch_params
@@ -545,16 +545,22 @@ def log_metrics(step: int | None = None, **values: float) -> None:
 
 
 def _capture_tensorboard() -> None:
-    """TensorBoard capture, on unless PHALANX_CAPTURE_TENSORBOARD says off. Absent from the SDK
-    copy a foreign venv gets (it holds phalanx.tracking only): nothing to capture there then."""
-    try:
-        from phalanx.integrations import tensorboard
-    except ImportError:
-        return
+    """TensorBoard capture, on unless PHALANX_CAPTURE_TENSORBOARD says off (part of the SDK: the
+    SDK copy a foreign venv gets holds it too; it imports nothing until a script imports
+    TensorBoard's writer)."""
+    from phalanx.tracking import tensorboard
+
     if tensorboard.enabled_by_env():
+        series.use(current_target)
         tensorboard.capture()
     else:
         tensorboard.stop()
+
+
+def current_target() -> series.Target | None:
+    """Where a captured TensorBoard point of this process goes: its task, logger and own series."""
+    task = Task.current_task()
+    return None if task is None else series.Target(task, task.get_logger(), _own_series(task))
 
 
 def _tag_list(tags: Any) -> list[str]:

@@ -9,7 +9,7 @@ from tests.integration.durability.figures import figure
 from tests.support.sandbox import Sandbox, wait_gone
 
 from phalanx.ingest import Ingester
-from phalanx.tracking.spool import SpoolWriter, encode_points, read_refused
+from phalanx.spool import SpoolWriter, encode_points, read_refused
 
 BAD_NAME = """
 import json, logging

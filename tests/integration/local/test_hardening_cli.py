@@ -124,7 +124,7 @@ def test_console_output_is_kept_once_and_gc_removes_orphans_and_compacts_the_sto
     """6 MB printed used to leave a 19 MB console spool that was never removed (against
     docs/tracking.md) next to the replica's log file, and nothing gave back what `phalanx delete`
     freed."""
-    from phalanx.tracking.spool import SpoolWriter, host_tag
+    from phalanx.spool import SpoolWriter, host_tag
 
     spec = phalanx.spec("version: 1\nkind: experiment\nrun:\n  cmd: python print.py\n")
     (spec.parent / "print.py").write_text("for i in range(20000):\n    print('x' * 100, i)\n")

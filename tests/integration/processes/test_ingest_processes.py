@@ -13,14 +13,14 @@ from tests.unit.test_ingest import _points, _steps
 from tests.unit.test_ingest import store as store  # the fixture: SQLite and PostgreSQL
 
 from phalanx.ingest import Ingester
+from phalanx.spool import SpoolWriter
 from phalanx.store.sql import SqlStore
-from phalanx.tracking.spool import SpoolWriter
 
 
 def test_the_file_of_an_exited_writer_is_removed_once_ingested(store: SqlStore, tmp_path: Path) -> None:
     exp = store.create_experiment(name="a", project="p").id
     code = (
-        "import sys; from phalanx.tracking.spool import SpoolWriter;"
+        "import sys; from phalanx.spool import SpoolWriter;"
         f"w = SpoolWriter(sys.argv[1], experiment_id={exp!r});"
         "w.write('param', {'values': {'a': 1}}); w.close(); print(w.stream)"
     )

@@ -61,7 +61,7 @@ def test_the_sdk_copy_imports_with_a_bare_interpreter(phalanx_home: Path) -> Non
     path = sdk_path(Settings())
     assert path == sdk_path(Settings())  # made once, reused
     out = subprocess.run(
-        [python, "-S", "-c", "import phalanx.tracking.spool, phalanx; print(phalanx.__file__)"],
+        [python, "-S", "-c", "import phalanx.spool, phalanx; print(phalanx.__file__)"],
         env={"PYTHONPATH": str(path)},
         capture_output=True,
         text=True,

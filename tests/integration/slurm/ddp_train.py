@@ -27,7 +27,7 @@ def reporter() -> tuple[Callable[..., None], Callable[[], Any]]:
         logger = Task.current_task().get_logger()
         return logger.report_scalar, Task.current_task().flush
     except (ImportError, AttributeError):
-        from phalanx.tracking.spool import SpoolWriter
+        from phalanx.spool import SpoolWriter
 
         rank = os.environ.get("PHALANX_RANK") or None
         writer = SpoolWriter(

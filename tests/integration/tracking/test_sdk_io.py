@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from tests.support.sandbox import Sandbox
 
-from phalanx.tracking import spool
+from phalanx import spool
 from phalanx.tracking.identity import Identity
 from phalanx.tracking.task import Task
 
@@ -77,7 +77,7 @@ def test_the_sdk_imports_only_the_standard_library(tmp_path: Path) -> None:
     code = """
 import sys
 from phalanx import Task, log_metrics
-import phalanx.tracking, phalanx.tracking.spool
+import phalanx.tracking, phalanx.spool
 outside = sorted(
     name for name in sys.modules
     if name.split(".")[0] not in sys.stdlib_module_names and name.split(".")[0] not in ("phalanx", "__main__")

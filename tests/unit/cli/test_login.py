@@ -11,8 +11,8 @@ import pytest
 
 from phalanx import logins
 from phalanx.cli.main import main
-from phalanx.cli.target import choose
 from phalanx.errors import UsageError
+from phalanx.logins import choose
 
 SECRET = "s3cret-token-value-0123456789"
 

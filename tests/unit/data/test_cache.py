@@ -10,8 +10,9 @@ from typing import Any
 
 import pytest
 
-from phalanx.data import cache, manifest
-from phalanx.data.manifest import DataChanged, build_manifest
+from phalanx.data import cache
+from phalanx.store import manifest
+from phalanx.store.manifest import DataChanged, build_manifest
 
 
 def test_concurrent_fetches_download_once_and_share_the_folder(

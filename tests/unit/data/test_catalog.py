@@ -8,9 +8,9 @@ from typing import Any
 
 import pytest
 
-from phalanx.data.manifest import DataChanged, copy_tree
 from phalanx.errors import Conflict, NotFound, UsageError, exit_status
 from phalanx.store import catalog
+from phalanx.store.manifest import DataChanged, copy_tree
 
 
 def test_a_datastore_is_added_listed_and_removed(store: Any, folder: Path) -> None:

@@ -11,11 +11,11 @@ import pytest
 
 from phalanx.backends.slurm_script import NodeFetch, render
 from phalanx.data.inputs import fetch_order
-from phalanx.data.manifest import build_manifest
 from phalanx.data.nodefetch import main, node_cache
 from phalanx.plan import build_plan
 from phalanx.spec.inputs import InputSpec
 from phalanx.spec.loader import load_spec_text
+from phalanx.store.manifest import build_manifest
 
 
 def _orders(folder: Path, tmp_path: Path) -> Path:

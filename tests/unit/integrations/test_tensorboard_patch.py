@@ -10,7 +10,8 @@ from typing import Any
 
 import pytest
 
-from phalanx.integrations import _series, tensorboard
+from phalanx.integrations import tensorboard
+from phalanx.tracking import series as _series
 
 writer_module = pytest.importorskip("torch.utils.tensorboard.writer")
 

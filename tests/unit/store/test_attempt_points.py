@@ -10,8 +10,8 @@ from sqlalchemy import text
 
 from phalanx.domain import Event, EventKind, ExperimentStatus
 from phalanx.ingest import Ingester, record_to_event
+from phalanx.spool import SpoolWriter, encode_points
 from phalanx.store.sql import SqlStore, points
-from phalanx.tracking.spool import SpoolWriter, encode_points
 
 
 def _points(

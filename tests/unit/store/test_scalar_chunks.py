@@ -12,10 +12,10 @@ import pytest
 from sqlalchemy import text
 
 from phalanx.domain import Event, EventKind
+from phalanx.spool import encode_points
 from phalanx.store.migrations import HEAD
 from phalanx.store.sql import SqlStore, points
 from phalanx.store.sql.engine import make_engine, writer
-from phalanx.tracking.spool import encode_points
 from tests.unit.store.test_event_keys import _migrate, _url
 
 Point = tuple[str, str, int, float, float]

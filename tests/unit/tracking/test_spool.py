@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from phalanx.tracking.spool import SpoolWriter, decode_points, encode_points, read_records
+from phalanx.spool import SpoolWriter, decode_points, encode_points, read_records
 
 
 def test_points_round_trip_through_columns() -> None:

@@ -78,7 +78,7 @@ def _public(record: dict[str, Any]) -> dict[str, Any]:
 @policy("experiment:viewer")
 def get_input_file(experiment_id: str, name: str, path: str, store: StoreDep) -> StreamingResponse:
     """One file of an input, as the experiment's dataset version or datastore folder holds it."""
-    from phalanx.data.manifest import filesystem, join_url
+    from phalanx.store.manifest import filesystem, join_url
 
     e = experiment_of(store, experiment_id)
     record = next((r for r in inputs_of(e.plan) if r.get("name") == name), None)

@@ -14,7 +14,6 @@ from fastapi import APIRouter, Request, Response
 from fastapi.responses import HTMLResponse
 
 from phalanx.errors import NotFound
-from phalanx.registry.records import ModelRef, check_alias, check_model_name
 from phalanx.registry.service import Registry
 from phalanx.server.deps import StoreDep
 from phalanx.server.policy import policy, principal_of, require, require_experiment
@@ -27,6 +26,7 @@ from phalanx.server.registry_schemas import (
     RegisterIn,
 )
 from phalanx.store.accounts import Role
+from phalanx.store.registry_records import ModelRef, check_alias, check_model_name
 
 router = APIRouter(tags=["models"])
 page_router = APIRouter(include_in_schema=False)

@@ -17,7 +17,7 @@ from sqlalchemy import delete, func, insert, select, update
 from sqlalchemy.exc import IntegrityError
 
 from phalanx.errors import NotFound
-from phalanx.registry.records import ModelVersion, RegisteredModel
+from phalanx.store.registry_records import ModelVersion, RegisteredModel
 from phalanx.store.sql.errors import phalanx_errors
 from phalanx.store.sql.models import ModelAliasRow, ModelVersionRow, RegisteredModelRow
 

@@ -1,6 +1,7 @@
 """What a dataset version is made of: every file's relative path, size and sha256, and the digest of
 that list (the version's identity and its address in the download cache). Files are read in 1 MiB
 pieces on any fsspec filesystem, so a dataset of any size is hashed and copied in bounded memory.
+In the store's vocabulary: the catalog records manifests, and ``phalanx.data`` sits above the store.
 """
 
 from __future__ import annotations

@@ -1,5 +1,7 @@
 """The model registry's records: a registered model (a name), its versions and aliases, and the
-``NAME[@alias|@N]`` reference every door (CLI, Python, REST, ``phalanx serve``) parses the same way."""
+``NAME[@alias|@N]`` reference every door (CLI, Python, REST, ``phalanx serve``) parses the same way.
+
+In the store's vocabulary (the store reads and writes them; ``phalanx.registry`` sits above it)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,6 @@
-"""The spool: one append-only file of JSON lines per writing process (standard library only).
+"""The spool: one append-only file of JSON lines per writing process (standard library only, and no
+other Phalanx module: the SDK writes it, ingest and the store read it, the system-metrics sampler of
+``phalanx.machine`` writes it too, so it sits below all of them and ships with the SDK copy).
 
 Every record is one event: ``{"stream", "seq", "kind", "experiment_id", "replica", "role", "index",
 "rank", "time", "data"}``, and ``"attempt"`` when the writer knows it (store.sql.attempts).
@@ -27,8 +29,6 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from phalanx.machine.procs import pid_alive
-
 SUFFIX = ".spool"
 ACK_SUFFIX = ".ack"
 REFUSED_SUFFIX = ".refused"  # JSON lines {"seq", "why"}: records (or parts) ingest could not store
@@ -43,13 +43,14 @@ def new_stream_id() -> str:
     return f"{host_tag()}-{os.getpid()}-{secrets.token_hex(4)}"
 
 
-def writer_gone(stream: str) -> bool:
-    """True when ``stream`` was written by a process of this host that has exited (so its spool
-    file will never grow again). False when unsure (another host, a stream named otherwise)."""
+def stream_writer(stream: str) -> int | None:
+    """The pid of the process of this host that writes ``stream`` (named by ``new_stream_id``), or
+    None for another host's stream or one named otherwise. Whether it still runs is
+    ``phalanx.machine.procs.writer_gone``'s question (the one liveness check)."""
     parts = stream.rsplit("-", 2)
     if len(parts) != 3 or parts[0] != host_tag() or not parts[1].isdigit():
-        return False
-    return not pid_alive(int(parts[1]))
+        return None
+    return int(parts[1])
 
 
 def encode_points(points: Sequence[tuple[Any, ...]]) -> dict[str, Any]:

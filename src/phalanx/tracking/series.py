@@ -1,10 +1,12 @@
 """Where an integration's scalars go: the process's task and its own series, found once per process.
 
-Standard library only (the TensorBoard capture is installed by the SDK itself)."""
+Standard library only: part of the SDK, which installs the TensorBoard capture itself
+(phalanx.tracking.tensorboard); the integrations above it use it too."""
 
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -22,6 +24,16 @@ class Target:
 
 
 _cache: dict[int, Target | None] = {}
+# how to find this process's target: set by whoever turns the capture on (Task.init, or
+# phalanx.integrations.tensorboard.capture), so this module never imports the Task that imports it
+_find: Callable[[], Target | None] | None = None
+
+
+def use(find: Callable[[], Target | None]) -> None:
+    """Find this process's target with ``find`` from now on (found again at the next point)."""
+    global _find
+    _find = find
+    _cache.clear()
 
 
 def target() -> Target | None:
@@ -31,10 +43,7 @@ def target() -> Target | None:
     pid = os.getpid()
     if pid in _cache:
         return _cache[pid]
-    from phalanx.tracking.task import Task, _own_series
-
-    task = Task.current_task()
-    found = None if task is None else Target(task, task.get_logger(), _own_series(task))
+    found = None if _find is None else _find()
     _cache.clear()
     _cache[pid] = found
     return found

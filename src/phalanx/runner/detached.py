@@ -1,0 +1,76 @@
+"""A detached experiment's supervision, from the launch the Runner wrote into its run folder: what
+`python -m phalanx.runner RUN_DIR` runs, and what a trial forked from its group's controller runs in
+the child. It gets the Runner to supervise through from its caller, so that neither the Runner
+(which forks) nor this module imports the other's in a circle.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from phalanx.runner.running import Runner
+    from phalanx.store.base import IngestStore
+
+
+def supervise_launch(
+    argv: list[str], make_runner: Callable[[], Runner], store: IngestStore | None = None
+) -> int:
+    """Supervise the launch written in ``argv[0]`` (a run folder) through ``make_runner()``, as
+    `python -m phalanx.runner RUN_DIR` and a forked trial do; the exit status of `phalanx run`.
+    ``store``: an open store to use (a supervisor forked from a group's controller), else the
+    settings' store is opened once the replicas are starting."""
+    import faulthandler
+    import signal
+
+    from phalanx.errors import PhalanxError, SpecError, exit_status
+    from phalanx.runner.observers import PlainObserver
+    from phalanx.runner.options import SpecFile, read_launch
+
+    faulthandler.register(signal.SIGUSR1, all_threads=True)  # `kill -USR1 PID`: where is it stuck?
+    if len(argv) != 1:
+        sys.stderr.write("usage: python -m phalanx.runner RUN_DIR\n")
+        return 2
+    run_dir = Path(argv[0])
+    launch = read_launch(run_dir)
+    if launch.headline:
+        sys.stderr.write(f"phalanx: {launch.headline}\n")
+    spec = launch.spec
+    if isinstance(spec, SpecFile):  # `phalanx run --detach`: the file is validated here, first
+        from phalanx.spec.loader import refusal_text
+
+        source = spec
+        try:
+            spec = source.load()
+        except SpecError as exc:  # nothing written yet; the waiting `phalanx run` prints this
+            sys.stderr.write(refusal_text(exc, source.path) + "\n")
+            if launch.remove_run_dir:
+                import shutil
+
+                shutil.rmtree(run_dir, ignore_errors=True)
+            return exit_status(exc)
+        for note in spec.notes:  # `phalanx run --detach` echoes these once the experiment exists
+            sys.stderr.write(f"note: {note}\n")
+        sys.stderr.flush()
+    try:
+        outcome = make_runner().run(
+            spec,
+            launch.options,
+            PlainObserver(sys.stdout),
+            owns_run_dir=launch.remove_run_dir,
+            store=store,
+        )
+    except PhalanxError as exc:
+        text = str(exc)  # as `phalanx` prints it: a file's problems one located line each
+        located = isinstance(exc, SpecError) and "\n" in text
+        sys.stderr.write(f"{text}\n" if located or text.startswith("error:") else f"error: {text}\n")
+        return exit_status(exc)
+    except KeyboardInterrupt:
+        sys.stderr.write("phalanx: interrupted\n")
+        return 130
+    tail = f": {outcome.reason}" if outcome.reason else ""
+    sys.stderr.write(f"phalanx: experiment {outcome.experiment_id} {outcome.status}{tail}\n")
+    return outcome.exit_code
