@@ -474,11 +474,4 @@ class KubeflowBackend(KubeEngine):
         """Delete the job; the operator's pods go with it (they are owned by the job). Idempotent.
         A finished job's pods are kept until this engine's log readers have their last lines."""
         ns, kind, exp = self._split(handle)
-        status = self.describe(handle)
-        if status is None:
-            self.delete_token_secret(ns, exp)
-            return
-        if status.status.done:
-            self._readers.wait_closed(handle)
-        self.api.delete(ns, kind, prefix(exp))
-        self.delete_token_secret(ns, exp)
+        self.delete_operator_job(handle, ns, kind, exp)

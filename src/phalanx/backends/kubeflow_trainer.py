@@ -242,11 +242,4 @@ class TrainerBackend(KubeEngine):
     def cancel(self, handle: str) -> None:
         """Delete the TrainJob; its JobSet and pods go with it. Idempotent."""
         ns, exp = self._split(handle)
-        status = self.describe(handle)
-        if status is None:
-            self.delete_token_secret(ns, exp)
-            return
-        if status.status.done:
-            self._readers.wait_closed(handle)
-        self.api.delete(ns, KIND, prefix(exp))
-        self.delete_token_secret(ns, exp)
+        self.delete_operator_job(handle, ns, KIND, exp)
