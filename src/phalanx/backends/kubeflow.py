@@ -398,15 +398,7 @@ class KubeflowBackend(KubeEngine):
                         f"{job['kind']} {job['metadata']['name']} is still being deleted"
                     )
                 time.sleep(0.5)
-        self.upload_code(dry_run.context)
-        self.create_token_secret(ns, objects[1:])
-        try:
-            self.api.create(ns, job)
-        except KubeError as exc:
-            self.delete_token_secret(ns, dry_run.context.experiment_id)  # nothing half-created stays
-            raise BackendUnavailable(
-                f"creating {job['kind']} {job['metadata']['name']} failed: {exc}"
-            ) from exc
+        self.create_operator_job(ns, job, dry_run.context, objects[1:])
         return f"{ns}/{job['kind']}/{dry_run.context.experiment_id}"
 
     @staticmethod

@@ -367,6 +367,22 @@ class KubeEngine:
     def delete_token_secret(self, namespace: str, experiment_id: str) -> None:
         self.api.delete(namespace, "Secret", token_secret_name(experiment_id))
 
+    def create_operator_job(
+        self, namespace: str, job: dict[str, Any], context: LaunchContext, rest: Sequence[Mapping[str, Any]]
+    ) -> None:
+        """The Kubeflow engines' submit, once a resubmit's old job is gone: the code uploaded, the
+        token Secret among ``rest`` created before the job that reads it, then the job. A job the
+        cluster refuses leaves no Secret behind (BackendUnavailable)."""
+        self.upload_code(context)
+        self.create_token_secret(namespace, rest)
+        try:
+            self.api.create(namespace, job)
+        except KubeError as exc:
+            self.delete_token_secret(namespace, context.experiment_id)  # nothing half-created stays
+            raise BackendUnavailable(
+                f"creating {job['kind']} {job['metadata']['name']} failed: {exc}"
+            ) from exc
+
     def describe(self, handle: str) -> JobStatus | None:
         raise NotImplementedError  # each engine's own
 
