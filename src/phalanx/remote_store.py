@@ -25,6 +25,20 @@ from phalanx.store.base import (
 )
 
 
+def _filter_query(f: ExperimentFilter, offset: int, limit: int) -> dict[str, Any]:
+    """``GET /experiments``'s query for an ExperimentFilter, with the page the caller asks for."""
+    return {
+        "status": None if f.status is None else str(f.status),
+        "project": f.project,
+        "tag": f.tag,
+        "q": f.text,
+        "group": f.group_id,
+        "offset": offset,
+        "limit": limit,
+        "sort": f.order_by,
+    }
+
+
 class RemoteStore:
     """What the read and control commands ask of a store, from the server behind ``client``."""
 
@@ -38,17 +52,7 @@ class RemoteStore:
         return experiment_of(self.client.get(f"/experiments/{quote(experiment_id)}"))
 
     def list_experiments(self, f: ExperimentFilter) -> Page[Experiment]:
-        doc = self.client.get(
-            "/experiments",
-            status=None if f.status is None else str(f.status),
-            project=f.project,
-            tag=f.tag,
-            q=f.text,
-            group=f.group_id,
-            offset=f.offset,
-            limit=min(f.limit, 500),
-            sort=f.order_by,
-        )
+        doc = self.client.get("/experiments", **_filter_query(f, f.offset, min(f.limit, 500)))
         items = [experiment_of(e) for e in doc["items"]]
         return Page(items, int(doc["total"]), int(doc["offset"]), int(doc["limit"]))
 
@@ -66,14 +70,7 @@ class RemoteStore:
         while len(items) < f.limit:
             doc = self.client.get(
                 "/experiments",
-                status=None if f.status is None else str(f.status),
-                project=f.project,
-                tag=f.tag,
-                q=f.text,
-                group=f.group_id,
-                offset=offset,
-                limit=min(f.limit - len(items), page_size),
-                sort=f.order_by,
+                **_filter_query(f, offset, min(f.limit - len(items), page_size)),
                 where=list(where) or None,
                 column=wanted or None,
             )

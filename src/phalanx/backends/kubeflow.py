@@ -398,15 +398,7 @@ class KubeflowBackend(KubeEngine):
                         f"{job['kind']} {job['metadata']['name']} is still being deleted"
                     )
                 time.sleep(0.5)
-        self.upload_code(dry_run.context)
-        self.create_token_secret(ns, objects[1:])
-        try:
-            self.api.create(ns, job)
-        except KubeError as exc:
-            self.delete_token_secret(ns, dry_run.context.experiment_id)  # nothing half-created stays
-            raise BackendUnavailable(
-                f"creating {job['kind']} {job['metadata']['name']} failed: {exc}"
-            ) from exc
+        self.create_operator_job(ns, job, dry_run.context, objects[1:])
         return f"{ns}/{job['kind']}/{dry_run.context.experiment_id}"
 
     @staticmethod
@@ -474,11 +466,4 @@ class KubeflowBackend(KubeEngine):
         """Delete the job; the operator's pods go with it (they are owned by the job). Idempotent.
         A finished job's pods are kept until this engine's log readers have their last lines."""
         ns, kind, exp = self._split(handle)
-        status = self.describe(handle)
-        if status is None:
-            self.delete_token_secret(ns, exp)
-            return
-        if status.status.done:
-            self._readers.wait_closed(handle)
-        self.api.delete(ns, kind, prefix(exp))
-        self.delete_token_secret(ns, exp)
+        self.delete_operator_job(handle, ns, kind, exp)

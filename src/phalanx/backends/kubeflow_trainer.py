@@ -26,12 +26,12 @@ from typing import Any
 
 from phalanx.backends import kube_code
 from phalanx.backends.base import DryRun, JobStatus, LaunchContext, ReplicaStatus, expect_dry_run
-from phalanx.backends.kube_api import KubeError, selector
+from phalanx.backends.kube_api import selector
 from phalanx.backends.kube_objects import KubeDryRun, env_list, image, labels, prefix, resources
 from phalanx.backends.kubeflow import _strict
 from phalanx.backends.kubernetes import KubeEngine, pod_status
 from phalanx.domain import ExperimentStatus, Framework, ReplicaState
-from phalanx.errors import BackendUnavailable, NotFound, Problem, SpecError
+from phalanx.errors import NotFound, Problem, SpecError
 from phalanx.plan import Plan
 
 log = logging.getLogger(__name__)
@@ -185,13 +185,7 @@ class TrainerBackend(KubeEngine):
         ns, name = job["metadata"]["namespace"], job["metadata"]["name"]
         if self.api.get(ns, KIND, name) is not None:
             self.api.delete(ns, KIND, name)  # a resubmit: the last attempt's job goes first
-        self.upload_code(dry_run.context)
-        self.create_token_secret(ns, objects[1:])
-        try:
-            self.api.create(ns, job)
-        except KubeError as exc:
-            self.delete_token_secret(ns, dry_run.context.experiment_id)  # nothing half-created stays
-            raise BackendUnavailable(f"creating TrainJob {name} failed: {exc}") from exc
+        self.create_operator_job(ns, job, dry_run.context, objects[1:])
         return f"{ns}/{dry_run.context.experiment_id}"
 
     @staticmethod
@@ -242,11 +236,4 @@ class TrainerBackend(KubeEngine):
     def cancel(self, handle: str) -> None:
         """Delete the TrainJob; its JobSet and pods go with it. Idempotent."""
         ns, exp = self._split(handle)
-        status = self.describe(handle)
-        if status is None:
-            self.delete_token_secret(ns, exp)
-            return
-        if status.status.done:
-            self._readers.wait_closed(handle)
-        self.api.delete(ns, KIND, prefix(exp))
-        self.delete_token_secret(ns, exp)
+        self.delete_operator_job(handle, ns, KIND, exp)

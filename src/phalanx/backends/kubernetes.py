@@ -367,6 +367,38 @@ class KubeEngine:
     def delete_token_secret(self, namespace: str, experiment_id: str) -> None:
         self.api.delete(namespace, "Secret", token_secret_name(experiment_id))
 
+    def create_operator_job(
+        self, namespace: str, job: dict[str, Any], context: LaunchContext, rest: Sequence[Mapping[str, Any]]
+    ) -> None:
+        """The Kubeflow engines' submit, once a resubmit's old job is gone: the code uploaded, the
+        token Secret among ``rest`` created before the job that reads it, then the job. A job the
+        cluster refuses leaves no Secret behind (BackendUnavailable)."""
+        self.upload_code(context)
+        self.create_token_secret(namespace, rest)
+        try:
+            self.api.create(namespace, job)
+        except KubeError as exc:
+            self.delete_token_secret(namespace, context.experiment_id)  # nothing half-created stays
+            raise BackendUnavailable(
+                f"creating {job['kind']} {job['metadata']['name']} failed: {exc}"
+            ) from exc
+
+    def describe(self, handle: str) -> JobStatus | None:
+        raise NotImplementedError  # each engine's own
+
+    def delete_operator_job(self, handle: str, namespace: str, kind: str, experiment_id: str) -> None:
+        """The Kubeflow engines' cancel: delete the operator's job (its pods are owned by it and go
+        with it), then the experiment's token Secret. A finished job is kept until this engine's log
+        readers have their last lines. Idempotent."""
+        status = self.describe(handle)
+        if status is None:
+            self.delete_token_secret(namespace, experiment_id)
+            return
+        if status.status.done:
+            self._readers.wait_closed(handle)
+        self.api.delete(namespace, kind, prefix(experiment_id))
+        self.delete_token_secret(namespace, experiment_id)
+
     def pod_lines(
         self, handle: str, namespace: str, pod: str, follow: bool, gone: Callable[[KubeError], bool]
     ) -> Iterator[str]:

@@ -60,7 +60,7 @@ def check(
     """Validate an experiment file and print its topology: every replica with its rank and resources."""
     from phalanx.errors import SpecError, UsageError
     from phalanx.plan import build_plan
-    from phalanx.spec.loader import load_spec, parse_param_overrides
+    from phalanx.spec.loader import load_spec, parse_param_overrides, refusal_text
 
     if str(file) == "-":
         raise UsageError(
@@ -78,13 +78,7 @@ def check(
         spec = load_spec(file, params=overrides, extra_params=extra_params)
         plan = build_plan(spec)
     except SpecError as exc:
-        if len(exc.problems) == 1 and exc.problems[0].line is None:  # missing file, directory, too large
-            sys.stderr.write(f"error: {exc.problems[0]}\n")
-            raise typer.Exit(2) from None
-        for problem in exc.problems:
-            sys.stderr.write(f"{problem}\n")
-        n = len(exc.problems)
-        sys.stderr.write(f"error: {file} is not a valid experiment file ({n} problem{'s' * (n != 1)})\n")
+        sys.stderr.write(refusal_text(exc, file) + "\n")
         raise typer.Exit(2) from None
     for note in (*spec.notes, *plan.notes):
         sys.stderr.write(f"note: {note}\n")

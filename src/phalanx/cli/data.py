@@ -7,7 +7,7 @@ from typing import Annotated, Any
 
 import typer
 
-from phalanx.cli.app import app, emit_json
+from phalanx.cli.app import app, emit_json, human_size
 
 datastore_app = typer.Typer(
     help="Named places holding data (a folder, an NFS path, s3://bucket/prefix) that experiments read.",
@@ -35,14 +35,6 @@ def _table(header: list[str], rows: list[list[str]]) -> str:
     return "\n".join(
         "  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in [header, *rows]
     )
-
-
-def _size(n: int) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if n < 1024 or unit == "GiB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024  # type: ignore[assignment]
-    return str(n)
 
 
 @datastore_app.command("add")
@@ -104,7 +96,7 @@ def data_add(
     where = "copied to" if version.copied else "referenced at"
     state = "recorded" if new else "unchanged: same content as"
     typer.echo(
-        f"{state} {version.ref}: {len(version.files)} file(s), {_size(version.size)}, digest "
+        f"{state} {version.ref}: {len(version.files)} file(s), {human_size(version.size)}, digest "
         f"{version.digest[:12]}; bytes {where} {version.url}"
     )
 
@@ -129,7 +121,7 @@ def data_ls(
             [
                 v.ref,
                 str(len(v.files)),
-                _size(v.size),
+                human_size(v.size),
                 v.digest[:12],
                 "copied" if v.copied else "referenced",
                 v.url,
@@ -165,7 +157,7 @@ def data_get(
         return
     typer.echo(
         f"{version.ref}  digest {version.digest}\nbytes {'copied to' if version.copied else 'referenced at'} "
-        f"{version.url}\n{len(version.files)} file(s), {_size(version.size)}"
+        f"{version.url}\n{len(version.files)} file(s), {human_size(version.size)}"
     )
     typer.echo(
         _table(["path", "size", "sha256"], [[f.path, str(f.size), f.sha256[:16]] for f in version.files])

@@ -12,10 +12,9 @@ from typing import TYPE_CHECKING, Any
 
 import typer
 
-from phalanx.cli.app import emit_json
+from phalanx.cli.app import emit_json, human_size
 from phalanx.cli.listing import Format, _duration, _table, _when
 from phalanx.cli.reading import (
-    _size,
     _value,
     artifact_json,
     details_of,
@@ -203,13 +202,13 @@ def _content_lines(
 ) -> list[str]:
     """What it produced: artifacts, models, metrics, text reports, run details and its data inputs."""
     out = ["", "artifacts:"]
-    out.extend(f"  {a.name}  ({a.kind}, {_size(a.size)}, from {a.replica})" for a in artifacts)
+    out.extend(f"  {a.name}  ({a.kind}, {human_size(a.size)}, from {a.replica})" for a in artifacts)
     if not artifacts:
         out.append("  (none)")
     if models:
         out.append("")
         out.append("models:")
-        out.extend(f"  {m.name}  ({m.format}, {_size(m.size)})" for m in models)
+        out.extend(f"  {m.name}  ({m.format}, {human_size(m.size)})" for m in models)
     out.append("")
     out.append("metrics:")
     out.extend(f"  {t}: {', '.join(series)}" for t, series in titles.items())

@@ -33,19 +33,14 @@ def _load_group(
 ) -> GroupSpec:
     from phalanx.errors import SpecError, UsageError
     from phalanx.spec.group import load_group
+    from phalanx.spec.loader import refusal_text
 
     if str(file) == "-":
         raise UsageError("-f -: the group file cannot come from stdin; save it to a file and pass its path")
     try:
         return load_group(file, params=overrides, allow_unused=allow_unused, extra_params=extra_params)
     except SpecError as exc:
-        if len(exc.problems) == 1 and exc.problems[0].line is None:
-            sys.stderr.write(f"error: {exc.problems[0]}\n")
-            raise typer.Exit(2) from None
-        for problem in exc.problems:
-            sys.stderr.write(f"{problem}\n")
-        n = len(exc.problems)
-        sys.stderr.write(f"error: {file} is not a valid group file ({n} problem{'s' * (n != 1)})\n")
+        sys.stderr.write(refusal_text(exc, file, "group file") + "\n")
         raise typer.Exit(2) from None
 
 

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 from typer.core import TyperGroup
 
-from phalanx.cli.app import app, emit_json, fail
+from phalanx.cli.app import app, emit_json, fail, human_size
 
 if TYPE_CHECKING:
     from phalanx.registry.service import Registry
@@ -49,15 +49,6 @@ OutputOpt = Annotated[str, typer.Option("-o", "--output", metavar="table|json", 
 RefArg = Annotated[
     str, typer.Argument(metavar="NAME[@ALIAS|@N]", help="a registered model: latest, an alias or a version")
 ]
-
-
-def _size(n: int) -> str:
-    value = float(n)
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if value < 1024 or unit == "GiB":
-            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
-        value /= 1024
-    return f"{n} B"
 
 
 def _check(record: ModelRecord) -> str:
@@ -140,7 +131,7 @@ def experiment_models(
         )
         return
     rows = [("NAME", "FORMAT", "SIZE", "REPLICA", "CHECK")]
-    rows += [(r.name, r.format, _size(r.size), r.replica, _check(r)) for r in records]
+    rows += [(r.name, r.format, human_size(r.size), r.replica, _check(r)) for r in records]
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     for row in rows:
         typer.echo("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip())
@@ -287,7 +278,7 @@ def get(ref: RefArg, output: OutputOpt = "table") -> None:
         f"{v.name} version {v.version}"
         + (f"  aliases: {', '.join('@' + a for a in v.aliases)}" if v.aliases else ""),
         f"experiment:  {v.experiment_id} ({exp.get('name', '?')}, project {exp.get('project', '?')})",
-        f"source:      {v.source} (sha256 {v.sha256[:16]}…, {_size(v.size)})",
+        f"source:      {v.source} (sha256 {v.sha256[:16]}…, {human_size(v.size)})",
         f"parity:      {_parity(v)}",
         f"inputs:      {_shapes(v.signature.get('inputs', []))}",
         f"outputs:     {_shapes(v.signature.get('outputs', []))}",

@@ -48,15 +48,6 @@ def details_of(store: Any, experiment_id: str) -> dict[str, Any]:
 # --- formatting ----------------------------------------------------------------------------------
 
 
-def _size(n: int) -> str:
-    value = float(n)
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if value < 1024 or unit == "GiB":
-            return f"{int(value)} {unit}" if unit == "B" else f"{value:.1f} {unit}"
-        value /= 1024
-    return f"{n} B"
-
-
 def experiment_json(e: Experiment) -> dict[str, Any]:
     return e.to_json()
 

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from phalanx.cli.app import ExtraParamsOpt, app, emit_json, fail
+from phalanx.cli.app import ExtraParamsOpt, app, emit_json, fail, human_size
 from phalanx.cli.target import LocalOpt, ServerOpt
 
 if TYPE_CHECKING:
@@ -17,15 +17,6 @@ if TYPE_CHECKING:
 
 IdArg = Annotated[str, typer.Argument(metavar="ID", help="experiment id or a unique prefix")]
 OutputOpt = Annotated[str, typer.Option("-o", "--output", metavar="table|json", help="table or json")]
-
-
-def _size(n: int) -> str:
-    value = float(n)
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if value < 1024 or unit == "GiB":
-            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
-        value /= 1024
-    return f"{n} B"
 
 
 def _check_output(output: str) -> None:
@@ -69,7 +60,9 @@ def checkpoints(experiment_id: IdArg, output: OutputOpt = "table") -> None:
     rows = [("STEP", "NAME", "METRICS", "SIZE", "REPLICA", "")]
     for c in found:
         metrics = ", ".join(f"{k}={v:.4g}" for k, v in sorted(c.metrics.items()))
-        rows.append((str(c.step), c.name, metrics, _size(c.size), c.replica, "latest" if c is last else ""))
+        rows.append(
+            (str(c.step), c.name, metrics, human_size(c.size), c.replica, "latest" if c is last else "")
+        )
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     for row in rows:
         typer.echo("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip())

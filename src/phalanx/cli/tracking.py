@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from phalanx.cli.app import app, emit_json
+from phalanx.cli.app import app, emit_json, human_size
 from phalanx.cli.details import show_experiment
 
 # the lean `phalanx ls` path lives in cli/listing.py (no typer); other modules import these from here
@@ -30,7 +30,7 @@ from phalanx.cli.listing import open_for_reading as open_for_reading
 
 # shared with cli/details.py; other command modules import some of them from here
 from phalanx.cli.reading import IdArg as IdArg
-from phalanx.cli.reading import _size, _value, artifact_json, finite_or_none
+from phalanx.cli.reading import _value, artifact_json, finite_or_none
 from phalanx.cli.reading import is_remote as is_remote
 from phalanx.cli.reading import open_target as open_target
 from phalanx.cli.target import LocalOpt, ServerOpt
@@ -274,7 +274,7 @@ def artifacts(
         typer.echo(f"experiment {e.id} has no artifacts" + (f" of kind {kind!r}" if kind else ""))
         return
     rows = [
-        [a.name, a.kind, _size(a.size), a.replica, "-" if a.rank is None else str(a.rank), a.path]
+        [a.name, a.kind, human_size(a.size), a.replica, "-" if a.rank is None else str(a.rank), a.path]
         for a in records
     ]
     typer.echo(_table(["name", "kind", "size", "replica", "rank", "path"], rows))
@@ -330,7 +330,7 @@ def gc(
         return
     lines = [
         f"removed {len(done.run_folders)} run folder(s), {len(done.spool_folders)} spool folder(s) and "
-        f"{len(done.spool_files)} spool file(s): {_size(done.bytes_freed)} freed"
+        f"{len(done.spool_files)} spool file(s): {human_size(done.bytes_freed)} freed"
     ]
     if done.bundles or done.work_folders:  # only a server's home has uploads
         lines.append(
@@ -338,7 +338,8 @@ def gc(
             "working folder(s) no experiment needs"
         )
     if done.store_bytes_before is not None and done.store_bytes_after is not None:
-        lines.append(f"store compacted: {_size(done.store_bytes_before)} -> {_size(done.store_bytes_after)}")
+        before, after = human_size(done.store_bytes_before), human_size(done.store_bytes_after)
+        lines.append(f"store compacted: {before} -> {after}")
     else:
         lines.append("store compacted (VACUUM)")
     typer.echo("\n".join(lines))

@@ -31,6 +31,7 @@ from typing import Any
 
 from phalanx.tracking.client import Reporter
 from phalanx.tracking.identity import ENV_HOST, ENV_TOKEN, Identity
+from phalanx.tracking.ingesting import spawn_ingester
 
 KIND = "service"
 INGEST_INTERVAL = 0.5  # seconds between the ingester's passes while idle: scalars come every few seconds
@@ -176,19 +177,4 @@ class ServiceSession:
 
 def _start_ingester(spool: Path) -> subprocess.Popen[bytes]:
     """A detached `python -m phalanx.ingest` following this process (as Task.init starts one)."""
-    spool.mkdir(parents=True, exist_ok=True)
-    package_root = str(Path(__file__).resolve().parents[2])
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, env.get("PYTHONPATH", "")) if p)
-    argv = [sys.executable, "-m", "phalanx.ingest", "--spool", str(spool), "--follow-pid", str(os.getpid())]
-    argv += ["--interval", str(INGEST_INTERVAL)]
-    with open(spool / "ingest.log", "ab") as out:
-        return subprocess.Popen(
-            argv,
-            stdin=subprocess.DEVNULL,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-            close_fds=True,
-            env=env,
-        )
+    return spawn_ingester(spool, ["--interval", str(INGEST_INTERVAL)])

@@ -28,6 +28,7 @@ from phalanx.tracking import lifecycle, series, whatran
 from phalanx.tracking.client import FLUSH_TIMEOUT, Reporter, jsonable
 from phalanx.tracking.console import ConsoleCapture, ExternalCapture, relay_lock_path
 from phalanx.tracking.identity import Identity, launch_params
+from phalanx.tracking.ingesting import spawn_ingester
 from phalanx.tracking.labels import MAX_TAG, check_label
 from phalanx.tracking.objects import ArtifactError, check_name, materialize, prepare
 from phalanx.tracking.reports import DebugSamples
@@ -480,27 +481,12 @@ def _start_ingester(spool: Path, console: ExternalCapture | None = None) -> int 
             return None
     except (ImportError, ValueError):
         return None
-    spool.mkdir(parents=True, exist_ok=True)
-    env = dict(os.environ)
-    package_root = str(Path(__file__).resolve().parents[2])
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, env.get("PYTHONPATH", "")) if p)
-    env.pop(idm.ENV_CAPTURED, None)
-    argv = [sys.executable, "-m", "phalanx.ingest", "--spool", str(spool), "--follow-pid", str(os.getpid())]
     fds: tuple[int, ...] = ()
+    options: list[str] = []
     if console is not None:
         fds = console.reader_fds()
-        argv += ["--console-fds", ",".join(map(str, fds))]
-    with open(spool / "ingest.log", "ab") as out:
-        _ingester = subprocess.Popen(
-            argv,
-            stdin=subprocess.DEVNULL,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-            close_fds=True,
-            pass_fds=fds,
-            env=env,
-        )
+        options = ["--console-fds", ",".join(map(str, fds))]
+    _ingester = spawn_ingester(spool, options, pass_fds=fds, drop_env=(idm.ENV_CAPTURED,))
     return _ingester.pid
 
 

@@ -3,10 +3,13 @@ before the pods, gone with the experiment (against FakeKubernetesAPI: no API ser
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
+import pytest
 import yaml
 
+from phalanx.backends.kube_api import KubeError
 from phalanx.backends.kube_objects import validate_core
 from phalanx.backends.kubeflow import KubeflowBackend
 from phalanx.backends.kubeflow_trainer import TrainerBackend
@@ -14,6 +17,7 @@ from phalanx.backends.kubernetes import KubernetesBackend
 from phalanx.clusters import Cluster
 from phalanx.config import Settings
 from phalanx.domain import Framework
+from phalanx.errors import BackendUnavailable
 from phalanx.tokens import token_experiment
 from tests.support.fake_kube import FakeKubernetesAPI
 from tests.unit.backends.conftest import EXPERIMENT_ID, SERVER, CodeShelf, context, plan
@@ -79,6 +83,26 @@ def test_kubeflow_and_trainer_jobs_create_the_secret_first_and_delete_it_at_canc
         assert api.names("Secret", NS) == [SECRET]
         engine.cancel(handle)
         engine.cancel(handle)
+        assert api.objects == {}, kind
+
+
+class _RefusingJobs(FakeKubernetesAPI):
+    """The cluster refuses the operator's job (a quota, an admission webhook)."""
+
+    def create(self, namespace: str, obj: Mapping[str, Any]) -> dict[str, Any]:
+        if obj["kind"] != "Secret":
+            raise KubeError(403, "exceeded quota")
+        return super().create(namespace, obj)
+
+
+def test_a_refused_job_leaves_no_token_secret_and_says_which_job() -> None:
+    for kind, job_kind in ((KubeflowBackend, "PyTorchJob"), (TrainerBackend, "TrainJob")):
+        api = _RefusingJobs()
+        engine = _engine(kind, api)
+        dry = engine.dry_run(plan(framework=Framework.PYTORCH, workers=1), context())
+        with pytest.raises(BackendUnavailable, match=f"creating {job_kind} phx-{EXPERIMENT_ID}.* failed"):
+            engine.submit(dry)
+        assert api.calls[0] == f"create Secret {NS}/{SECRET}", kind
         assert api.objects == {}, kind
 
 

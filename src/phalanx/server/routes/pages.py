@@ -148,8 +148,16 @@ def login(
     elif not settings.token or not hmac.compare_digest(token.strip().encode(), settings.token.encode()):
         throttle.failed(client)
         return login_page(request, target, "That token is not right.", status=401)
-    sessions = request.app.state.sessions
     response = RedirectResponse(target, status_code=303)
+    start_session(request, response, user)
+    return response
+
+
+def start_session(request: Request, response: Response, user: str | None) -> None:
+    """A new session for ``user`` (a token login: None), its cookie set on ``response``: HttpOnly,
+    SameSite=Lax, Secure over https, kept as long as the session lives. Every way of signing in
+    (token, password, single sign-on) ends here, so the cookie's protections are written once."""
+    sessions = request.app.state.sessions
     response.set_cookie(
         COOKIE,
         sessions.create(user),
@@ -158,7 +166,6 @@ def login(
         secure=request.url.scheme == "https",
         max_age=int(sessions.lifetime),
     )
-    return response
 
 
 def _end_session(request: Request) -> Response:

@@ -12,10 +12,9 @@ from fastapi import APIRouter, Request
 from fastapi.responses import RedirectResponse, Response
 
 from phalanx.errors import NotFound, UsageError
-from phalanx.server.auth import COOKIE
 from phalanx.server.oidc import RelyingParty, SsoRefused
 from phalanx.server.policy import policy
-from phalanx.server.routes.pages import login_page, safe_next
+from phalanx.server.routes.pages import login_page, safe_next, start_session
 from phalanx.store.accounts import Accounts, check_name
 
 log = logging.getLogger(__name__)
@@ -81,17 +80,9 @@ def sso_callback(
         _sign_in(request, rp, user, claims)
     except SsoRefused as exc:
         return _refused(request, str(exc), 401)
-    sessions = request.app.state.sessions
     response = RedirectResponse(target, status_code=303)
     response.delete_cookie(STATE_COOKIE, path=CALLBACK)
-    response.set_cookie(
-        COOKIE,
-        sessions.create(user),
-        httponly=True,
-        samesite="lax",
-        secure=request.url.scheme == "https",
-        max_age=int(sessions.lifetime),
-    )
+    start_session(request, response, user)
     return response
 
 

@@ -111,6 +111,10 @@ export const api = {
   clone: (body, key) => request("/experiments", {
     method: "POST", headers: { "Content-Type": "application/json", "Idempotency-Key": key }, body: JSON.stringify(body) }),
   groups: () => request("/groups"),
+  group: (id) => request(`/groups/${enc(id)}`),
+  // the model registry (not an experiment's model files: `models` above)
+  registeredModels: () => request("/models"),
+  registeredModel: (name) => request(`/models/${enc(name)}`),
   queue: () => request("/queue"),
   sweep: (params) => request(`/sweep?${query(params)}`),
 };

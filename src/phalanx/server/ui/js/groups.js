@@ -2,19 +2,9 @@
 // sortable by the metric or any param, the best trial marked, sweep analysis in sweep.js:
 // brushable parallel coordinates, a scatter and param importance). Refreshed every few seconds while the group runs.
 
+import { api } from "./api.js";
 import { sweepAnalysis } from "./sweep.js";
 import { badge, clear, fmtTime, h, add } from "./util.js";
-
-async function getJson(path) {
-  const res = await fetch(`/api/v1${path}`, { credentials: "same-origin" });
-  if (res.status === 401) { location.href = `/login?next=${encodeURIComponent(location.pathname)}`; throw new Error("sign in"); }
-  if (!res.ok) {
-    let body = {};
-    try { body = await res.json(); } catch { /* not JSON */ }
-    throw new Error(body.message || res.statusText);
-  }
-  return res.json();
-}
 
 const fmt = (v) => (v === null || v === undefined ? "—" : typeof v === "number" ? String(Number(v.toPrecision(4))) : String(v));
 
@@ -22,7 +12,7 @@ export async function renderGroups(root) {
   clear(root);
   add(root, h("div", { class: "toolbar" }, h("h1", {}, "Groups")));
   let groups;
-  try { groups = await getJson("/groups"); } catch (e) { add(root, h("p", { class: "error" }, String(e.message))); return; }
+  try { groups = await api.groups(); } catch (e) { add(root, h("p", { class: "error" }, String(e.message))); return; }
   if (!groups.length) {
     add(root, h("p", { class: "muted" }, "No groups yet: `phalanx group run -f FILE` starts a hyperparameter search."));
     return;
@@ -42,7 +32,7 @@ export function renderGroup(root, ctx, groupId) {
   let timer = null;
 
   async function load() {
-    try { state.doc = await getJson(`/groups/${encodeURIComponent(groupId)}`); } catch (e) {
+    try { state.doc = await api.group(groupId); } catch (e) {
       clear(root); add(root, h("p", { class: "error" }, String(e.message))); return;
     }
     // not under a brush being dragged: the page is drawn again when the drag ends

@@ -2,18 +2,8 @@
 // /models/{name} (its versions: aliases, the experiment each came from, parity, signature, final
 // metrics). Read-only: `phalanx models alias` and the REST API move aliases.
 
+import { api } from "./api.js";
 import { clear, fmtTime, h, add } from "./util.js";
-
-async function getJson(path) {
-  const res = await fetch(`/api/v1${path}`, { credentials: "same-origin" });
-  if (res.status === 401) { location.href = `/login?next=${encodeURIComponent(location.pathname)}`; throw new Error("sign in"); }
-  if (!res.ok) {
-    let body = {};
-    try { body = await res.json(); } catch { /* not JSON */ }
-    throw new Error(body.message || res.statusText);
-  }
-  return res.json();
-}
 
 const num = (v) => (typeof v === "number" ? String(Number(v.toPrecision(4))) : String(v));
 const aliasChips = (aliases) => aliases.length
@@ -30,7 +20,7 @@ export async function renderModels(root) {
   clear(root);
   add(root, h("div", { class: "toolbar" }, h("h1", {}, "Models")));
   let models;
-  try { models = await getJson("/models"); } catch (e) { add(root, h("p", { class: "error" }, String(e.message))); return; }
+  try { models = await api.registeredModels(); } catch (e) { add(root, h("p", { class: "error" }, String(e.message))); return; }
   if (!models.length) {
     add(root, h("p", { class: "muted" }, "No registered models yet: `phalanx models register EXPERIMENT --name NAME` adds one."));
     return;
@@ -51,7 +41,7 @@ export async function renderModels(root) {
 export async function renderModel(root, name) {
   clear(root);
   let m;
-  try { m = await getJson(`/models/${encodeURIComponent(name)}`); } catch (e) {
+  try { m = await api.registeredModel(name); } catch (e) {
     add(root, h("p", { class: "error" }, String(e.message))); return;
   }
   add(root, h("div", { class: "toolbar" },
