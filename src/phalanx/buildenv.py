@@ -36,6 +36,8 @@ from pathlib import Path
 
 from phalanx import knobs
 from phalanx.errors import NotFound, UsageError
+from phalanx.machine import box as boxes
+from phalanx.machine.box import Isolation
 from phalanx.spec.model import Build
 
 log = logging.getLogger(__name__)
@@ -81,25 +83,26 @@ def wants_env(build: Build) -> bool:
     return bool(build.pip_packages or build.requirements or build.build_steps)
 
 
-def env_hash(build: Build, workdir: str | Path) -> str:
+def env_hash(build: Build, workdir: str | Path, box: Isolation | None = None) -> str:
     """The key of the venv `build` describes: 16 hex chars of a sha256 over everything it holds.
 
     Raises UsageError when the requirements file cannot be read or torch is not pinned.
     """
-    return _hash_of(_contents(build, Path(workdir)))
+    return _hash_of(_contents(build, Path(workdir), box))
 
 
-def ensure_env(build: Build, workdir: str | Path, venvs_dir: Path) -> Path:
+def ensure_env(build: Build, workdir: str | Path, venvs_dir: Path, box: Isolation | None = None) -> Path:
     """Return the python of the venv `build` describes, building it on first use.
 
     With nothing to install, the interpreter running Phalanx is returned. Concurrent callers for
     the same environment wait for one build; a failed pip install raises UsageError with pip's last
-    lines and publishes nothing.
+    lines and publishes nothing. ``box``: build it in a box as that project's account (pip runs
+    the packages' own build code), the build's log kept outside what the box may write.
     """
     if not wants_env(build):
         return Path(sys.executable)
     workdir = Path(workdir)
-    contents = _contents(build, workdir)
+    contents = _contents(build, workdir, box)
     key = _hash_of(contents)
     venvs_dir = Path(venvs_dir)
     final = venvs_dir / key
@@ -111,7 +114,7 @@ def ensure_env(build: Build, workdir: str | Path, venvs_dir: Path) -> Path:
         if python.exists():  # built by the process we waited for
             return python
         _sweep(venvs_dir, key)
-        _build(build, workdir, contents, key, venvs_dir)
+        _build(build, workdir, contents, key, venvs_dir, box)
     return python
 
 
@@ -163,7 +166,7 @@ def remove_env(venvs_dir: Path, key: str) -> Path:
 # --- what an environment holds ------------------------------------------------------------------
 
 
-def _contents(build: Build, workdir: Path) -> dict[str, object]:
+def _contents(build: Build, workdir: Path, box: Isolation | None = None) -> dict[str, object]:
     entries = [p.strip() for p in build.pip_packages if p.strip()]
     for p in entries:
         if p.startswith("-") and not p.startswith(PIP_SOURCE_OPTIONS):
@@ -176,11 +179,15 @@ def _contents(build: Build, workdir: Path) -> dict[str, object]:
     requirements_text: str | None = None
     if build.requirements:
         path = workdir / build.requirements
-        try:
-            requirements_text = path.read_text()
-        except OSError as exc:
+        try:  # a box's folder is read without following its links
+            requirements_text = (
+                path.read_text()
+                if box is None
+                else boxes.read_inside(workdir, _inside(path, workdir)).decode()
+            )
+        except (OSError, UnicodeDecodeError) as exc:
             raise UsageError(
-                f"build.requirements: cannot read {path} ({exc.strerror or exc}); "
+                f"build.requirements: cannot read {path} ({getattr(exc, 'strerror', None) or exc}); "
                 "the path is relative to the experiment file's directory"
             ) from None
     _check_torch_pinned(packages, requirements_text, build.requirements)
@@ -195,6 +202,14 @@ def _contents(build: Build, workdir: Path) -> dict[str, object]:
         "build_steps": list(build.build_steps),
         "env_vars": dict(sorted(build.env_vars.items())),
     }
+
+
+def _inside(path: Path, folder: Path) -> str:
+    """``path`` relative to ``folder`` (OSError when it lies outside: a box reads only its own)."""
+    try:
+        return str(path.relative_to(folder))
+    except ValueError:
+        raise OSError(f"not inside the experiment's folder {folder}") from None
 
 
 def _hash_of(contents: Mapping[str, object]) -> str:
@@ -274,46 +289,113 @@ def _sweep(venvs_dir: Path, key: str) -> None:
         link.unlink()
 
 
-def _build(build: Build, workdir: Path, contents: dict[str, object], key: str, venvs_dir: Path) -> None:
+def _build(
+    build: Build, workdir: Path, contents: dict[str, object], key: str, venvs_dir: Path, box: Isolation | None
+) -> None:
     started = time.monotonic()
     what = ", ".join([*build.pip_packages, *([f"-r {build.requirements}"] if build.requirements else [])])
     log.info("building environment %s (%s) ...", key, what or "build steps")
     target = Path(tempfile.mkdtemp(prefix=f".build-{key}-", dir=venvs_dir))
+    # a boxed build's log stays where only root writes while the box runs (a box could plant a link)
+    logfile = target / BUILD_LOG if box is None else venvs_dir / f"{target.name}.log"
+    scratch: Path | None = None
     try:
-        env = _build_environ(target, build.env_vars)
-        logfile = target / BUILD_LOG
-        _step([sys.executable, "-m", "venv", str(target)], workdir, env, logfile, "creating the venv")
+        env = _build_environ(target, build.env_vars, box)
+        run = _Steps(workdir, env, logfile)
+        if box is not None:
+            scratch = boxes.make_own_folder(venvs_dir / f"{target.name}.scratch", box)
+            os.chmod(boxes.make_own_folder(target, box), 0o755)
+            run = _Steps(
+                workdir, {**env, "HOME": str(scratch)}, logfile, _build_box(box, target, workdir, scratch)
+            )
+        run([sys.executable, "-m", "venv", str(target)], "creating the venv")
         pip = [str(target / "bin" / "python"), "-m", "pip", "install", "--no-input"]
         if build.pip_packages:
             args = [a for p in build.pip_packages if p.strip() for a in shlex.split(p)]
-            _step([*pip, *args], workdir, env, logfile, "pip install of build.pip_packages")
+            run([*pip, *args], "pip install of build.pip_packages")
         if build.requirements:
-            _step(
-                [*pip, "-r", str(workdir / build.requirements)], workdir, env, logfile, "build.requirements"
-            )
+            run([*pip, "-r", str(workdir / build.requirements)], "build.requirements")
         for i, command in enumerate(build.build_steps):
-            _step(["/bin/sh", "-c", command], workdir, env, logfile, f"build.build_steps[{i}] ({command!r})")
+            run(["/bin/sh", "-c", command], f"build.build_steps[{i}] ({command!r})")
         manifest = {**contents, "hash": key, "created": time.time(), "path": str(target)}
-        (target / MANIFEST).write_text(json.dumps(manifest, indent=2))
+        _write_new(target / MANIFEST, json.dumps(manifest, indent=2).encode())
+        if box is not None:  # the box has ended: nothing of it runs that could swap a file now
+            _write_new(target / BUILD_LOG, logfile.read_bytes())
+            logfile.unlink()
         tmp_link = venvs_dir / f".link-{key}-{os.getpid()}"
         tmp_link.unlink(missing_ok=True)
         tmp_link.symlink_to(target.name)
         os.replace(tmp_link, venvs_dir / key)  # the atomic publish
     except BaseException:
         shutil.rmtree(target, ignore_errors=True)
+        if box is not None:
+            logfile.unlink(missing_ok=True)
         raise
+    finally:
+        if scratch is not None:
+            shutil.rmtree(scratch, ignore_errors=True)  # fd-based: never follows the box's links
     log.info("environment %s ready in %.0f s", key, time.monotonic() - started)
 
 
-def _build_environ(target: Path, extra: Mapping[str, str]) -> dict[str, str]:
-    """The outer venv and PYTHONPATH must not leak into the new one; the venv's bin comes first."""
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV")}
+def _build_box(box: Isolation, target: Path, workdir: Path, scratch: Path) -> list[str]:
+    """The box a build runs in: the venv being built and a scratch folder writable, the
+    experiment's folder and local package sources (PIP_FIND_LINKS) read-only."""
+    links = [p for p in os.environ.get("PIP_FIND_LINKS", "").split() if p.startswith("/")]
+    layout = boxes.Layout(
+        cwd=str(workdir),
+        tmp=str(scratch),
+        rw=(str(target), str(scratch)),
+        ro=(str(workdir), *boxes.interpreter_trees(), *links),
+    )
+    return boxes.box_argv(box, layout)
+
+
+def _write_new(path: Path, data: bytes) -> None:
+    """Write a file root creates in a folder a box wrote: whatever is at ``path`` (a planted link)
+    is removed first and the new file is made exclusively, never through a link."""
+    with contextlib.suppress(FileNotFoundError, IsADirectoryError):
+        path.unlink()
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
+    with os.fdopen(fd, "wb") as out:
+        out.write(data)
+
+
+def _build_environ(target: Path, extra: Mapping[str, str], box: Isolation | None = None) -> dict[str, str]:
+    """The outer venv and PYTHONPATH must not leak into the new one; the venv's bin comes first.
+    A boxed build gets none of the server's environment: the box's own, plus pip's settings."""
+    if box is None:
+        env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV")}
+    else:
+        env = {**boxes.box_env(box, "/tmp"), **boxes.inherited(), **_pip_settings()}
     env.update(extra)
     env["VIRTUAL_ENV"] = str(target)
     env["PATH"] = f"{target / 'bin'}{os.pathsep}{env.get('PATH', '')}"
     env["PIP_DISABLE_PIP_VERSION_CHECK"] = "1"
     env["PYTHONNOUSERSITE"] = "1"
     return env
+
+
+def _pip_settings() -> dict[str, str]:
+    """pip's own settings from the server's environment (where packages come from, timeouts): the
+    machine's package sources are the boxed build's too; nothing else of that environment is."""
+    return {k: v for k, v in os.environ.items() if k.startswith("PIP_") or k.lower() in _PROXIES}
+
+
+_PROXIES = ("http_proxy", "https_proxy", "no_proxy")
+
+
+@dataclass(frozen=True)
+class _Steps:
+    """Runs the build's steps in ``cwd`` with ``env``, output to ``logfile``, each inside ``box``
+    (an argv prefix; empty: as this process)."""
+
+    cwd: Path
+    env: Mapping[str, str]
+    logfile: Path
+    box: tuple[str, ...] | list[str] = ()
+
+    def __call__(self, argv: list[str], what: str) -> None:
+        _step([*self.box, *argv], self.cwd, self.env, self.logfile, what)
 
 
 def _step(argv: list[str], cwd: Path, env: Mapping[str, str], logfile: Path, what: str) -> None:

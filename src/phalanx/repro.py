@@ -17,11 +17,13 @@ skipped or cut is listed in the record, so nobody mistakes a partial snapshot fo
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 import os
 import platform
 import socket
+import stat
 import subprocess
 import sys
 import tarfile
@@ -51,25 +53,28 @@ _PACKAGES = (
 )
 
 
-def _git(folder: str, *args: str) -> str | None:
+def _git(folder: str, *args: str, box: Sequence[str] = ()) -> str | None:
     try:
         out = subprocess.run(
-            ["git", "-C", folder, *args], capture_output=True, text=True, timeout=20, check=True
+            [*box, "git", "-C", folder, *args], capture_output=True, text=True, timeout=20, check=True
         )
     except (OSError, subprocess.SubprocessError):
         return None
     return out.stdout
 
 
-def git_info(folder: str) -> dict[str, Any] | None:
-    """Commit, branch, uncommitted diff (tracked files) and untracked files; None outside git."""
-    top = _git(folder, "rev-parse", "--show-toplevel")
+def git_info(folder: str, box: Sequence[str] = ()) -> dict[str, Any] | None:
+    """Commit, branch, uncommitted diff (tracked files) and untracked files; None outside git.
+    ``box``: run git in it (a folder a box writes: its repository's config may name commands)."""
+    top = _git(folder, "rev-parse", "--show-toplevel", box=box)
     if top is None:
         return None
-    commit = (_git(folder, "rev-parse", "HEAD") or "").strip() or None
-    branch = (_git(folder, "rev-parse", "--abbrev-ref", "HEAD") or "").strip() or None
-    diff = _git(folder, "diff", "HEAD", "--no-color", "--", ".") or ""
-    untracked = (_git(folder, "ls-files", "--others", "--exclude-standard", "--", ".") or "").split("\n")
+    commit = (_git(folder, "rev-parse", "HEAD", box=box) or "").strip() or None
+    branch = (_git(folder, "rev-parse", "--abbrev-ref", "HEAD", box=box) or "").strip() or None
+    diff = _git(folder, "diff", "HEAD", "--no-color", "--", ".", box=box) or ""
+    untracked = (_git(folder, "ls-files", "--others", "--exclude-standard", "--", ".", box=box) or "").split(
+        "\n"
+    )
     truncated = len(diff.encode()) > DIFF_MAX_BYTES
     return {
         "root": top.strip(),
@@ -82,15 +87,16 @@ def git_info(folder: str) -> dict[str, Any] | None:
     }
 
 
-def packages(python: str) -> list[str]:
-    """``name==version`` of every distribution the interpreter sees (what the replicas import)."""
+def packages(python: str, box: Sequence[str] = ()) -> list[str]:
+    """``name==version`` of every distribution the interpreter sees (what the replicas import).
+    ``box``: run another interpreter in it (a box's venv: its packages' code runs at start-up)."""
     if os.path.abspath(python) == os.path.abspath(sys.executable):
         import importlib.metadata as md
 
         return sorted({f"{d.metadata['Name'] or '?'}=={d.version}" for d in md.distributions()})
     try:
         out = subprocess.run(
-            [python, "-c", _PACKAGES], capture_output=True, text=True, timeout=60, check=True
+            [*box, python, "-c", _PACKAGES], capture_output=True, text=True, timeout=60, check=True
         ).stdout
         return list(json.loads(out))
     except (OSError, subprocess.SubprocessError, ValueError):
@@ -119,7 +125,11 @@ def _is_home(path: Path) -> bool:
 
 
 def snapshot(folder: str) -> tuple[bytes, dict[str, Any]]:
-    """A tar.gz of ``folder`` within the caps, and what it holds and left out."""
+    """A tar.gz of ``folder`` within the caps, and what it holds and left out.
+
+    Walked by file descriptors (os.fwalk) and each file opened relative to its folder's with
+    O_NOFOLLOW: the folder may be one a box writes while this runs (a server-run experiment's),
+    and a link it planted must be stored as a link, never read through as this process (root)."""
     root = Path(folder)
     buf = io.BytesIO()
     total = 0
@@ -130,7 +140,7 @@ def snapshot(folder: str) -> tuple[bytes, dict[str, Any]]:
     seen = 0
     walk_stopped = False
     with tarfile.open(fileobj=buf, mode="w:gz") as tar:
-        for dirpath, dirnames, filenames in os.walk(root):
+        for dirpath, dirnames, filenames, dir_fd in os.fwalk(root, follow_symlinks=False):
             seen += len(filenames)
             if seen > WALK_MAX_FILES:  # a home folder or a data tree: stop looking, say so
                 capped.append(f"... (stopped after {WALK_MAX_FILES} files)")
@@ -145,21 +155,19 @@ def snapshot(folder: str) -> tuple[bytes, dict[str, Any]]:
                     keep.append(d)
             dirnames[:] = keep
             for name in sorted(filenames):
-                path = here / name
-                rel = path.relative_to(root).as_posix()
-                try:
-                    size = path.stat().st_size
-                except OSError:
+                rel = (here / name).relative_to(root).as_posix()
+                member = _member(name, dir_fd, rel)
+                if member is None:
                     continue
-                if not path.is_file():
-                    continue
-                if size > SNAPSHOT_MAX_FILE or total + size > SNAPSHOT_MAX_BYTES:
-                    capped_count += 1
-                    if len(capped) < LISTED_MAX:
-                        capped.append(rel)
-                    continue
-                tar.add(str(path), arcname=rel, recursive=False)
-                total += size
+                entry, handle = member
+                with handle:
+                    if entry.size > SNAPSHOT_MAX_FILE or total + entry.size > SNAPSHOT_MAX_BYTES:
+                        capped_count += 1
+                        if len(capped) < LISTED_MAX:
+                            capped.append(rel)
+                        continue
+                    tar.addfile(entry, handle if entry.isfile() else None)
+                total += entry.size
                 files.append(rel)
     info = {
         "path": SNAPSHOT_PATH,
@@ -175,19 +183,45 @@ def snapshot(folder: str) -> tuple[bytes, dict[str, Any]]:
     return buf.getvalue(), info
 
 
+def _member(name: str, dir_fd: int, rel: str) -> tuple[tarfile.TarInfo, Any] | None:
+    """A file of the walk as a tar member and its open file (a link as a link, with nothing to
+    read); None for what is neither a regular file nor a link, or vanished meanwhile."""
+    try:
+        st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+        info = tarfile.TarInfo(rel)
+        info.mtime, info.mode = int(st.st_mtime), stat.S_IMODE(st.st_mode)
+        if stat.S_ISLNK(st.st_mode):
+            info.type, info.linkname = tarfile.SYMTYPE, os.readlink(name, dir_fd=dir_fd)
+            return info, contextlib.nullcontext()
+        if not stat.S_ISREG(st.st_mode):
+            return None
+        fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=dir_fd)
+    except OSError:
+        return None
+    handle = os.fdopen(fd, "rb")
+    opened = os.fstat(fd)
+    if not stat.S_ISREG(opened.st_mode):  # swapped for something else since the look
+        handle.close()
+        return None
+    info.size = opened.st_size
+    return info, handle
+
+
 def collect(
     *,
     workdir: str,
     python: str,
     launch: Mapping[str, Any],
+    box: Sequence[str] = (),
 ) -> tuple[dict[str, Any], bytes]:
-    """The record (without the snapshot's bytes) and the snapshot."""
+    """The record (without the snapshot's bytes) and the snapshot. ``box``: an argv prefix that
+    runs git and the experiment's interpreter in its box (a server-run experiment)."""
     from phalanx._version import __version__
 
     data, snap = snapshot(workdir)
     record = {
-        "git": git_info(workdir),
-        "packages": packages(python),
+        "git": git_info(workdir, box),
+        "packages": packages(python, box),
         "python": platform.python_version(),
         "python_executable": python,
         "phalanx": __version__,

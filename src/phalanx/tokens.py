@@ -11,6 +11,9 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import os
+import secrets
+from pathlib import Path
 
 PREFIX = "phx-exp"
 
@@ -29,3 +32,26 @@ def token_experiment(token: str, given: str) -> str | None:
         return None
     expected = experiment_token(token, experiment_id)
     return experiment_id if hmac.compare_digest(given.encode(), expected.encode()) else None
+
+
+BOX_KEY = "server/box.key"  # under PHALANX_HOME: the key of boxed replicas' tokens
+
+
+def box_key(home: Path) -> str:
+    """The key boxed replicas' experiment tokens are made with (``<home>/server/box.key``, made
+    on first use, mode 0600): the server may have no token of its own (a tokenless team server),
+    yet its boxes must report with a token that writes only their experiment. Removing the file
+    revokes every box's token at the server's next start."""
+    path = home / BOX_KEY
+    try:
+        return path.read_text().strip()
+    except FileNotFoundError:
+        pass
+    path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+    except FileExistsError:  # made by a concurrent first use: theirs is the key
+        return path.read_text().strip()
+    with os.fdopen(fd, "w") as out:
+        out.write(secrets.token_urlsafe(32) + "\n")
+    return path.read_text().strip()

@@ -15,6 +15,7 @@ from typing import Any, ClassVar, Protocol, TypeVar
 
 from phalanx.domain import ExperimentStatus, ReplicaState
 from phalanx.errors import UsageError
+from phalanx.machine.box import Isolation
 from phalanx.plan import Plan
 
 
@@ -35,6 +36,9 @@ class LaunchContext:
     # inputs each cluster node (Slurm) or pod (Kubernetes) fetches into its own cache before its
     # replicas start (phalanx.data.inputs.fetch_order); empty on the local engine, which fetched them
     input_fetches: tuple[Mapping[str, Any], ...] = ()
+    # a server-run experiment's box (phalanx.machine.box): the local engine starts each replica in
+    # it; None: replicas run as the user who launched, as always
+    isolation: Isolation | None = None
 
 
 @dataclass(frozen=True)

@@ -37,9 +37,12 @@ class LocalUnit:
     limits: Mapping[str, Any]  # limits.ReplicaLimits.to_json(): cpus, memory, threads...
     cwd: str
     processes: tuple[LocalProcess, ...]
+    # a server-run unit's box: the argv its processes' own argv follows (bwrap ... setpriv ... --);
+    # their environment is then exactly ``env``, nothing inherited (phalanx.machine.box)
+    box: tuple[str, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        doc = {
             "name": self.name,
             "replicas": list(self.replicas),
             "log": self.log,
@@ -47,6 +50,9 @@ class LocalUnit:
             "cwd": self.cwd,
             "processes": [p.to_json() for p in self.processes],
         }
+        if self.box:
+            doc["box"] = list(self.box)
+        return doc
 
     def title(self) -> str:
         if self.replicas == (self.name,):
@@ -81,10 +87,16 @@ class LocalDryRun(DryRun):
                 provisional = limits.get("cpus") and self.context.cpu_pool is None
                 # a dry run is not admitted: the ledger hands out the cores free at the real start
                 out.append(f"limits: {limits}" + ("  (cores as on an idle machine)" if provisional else ""))
+            if unit.box:
+                out.append("box: " + " ".join(shlex.quote(a) for a in unit.box))
             for i, proc in enumerate(unit.processes):
                 if len(unit.processes) > 1:
                     out.append(f"process {i}:")
-                out.append("env (added to the inherited environment):")
+                out.append(
+                    "env (its whole environment, plus the locale and the project's secrets):"
+                    if unit.box
+                    else "env (added to the inherited environment):"
+                )
                 out.extend(f"  {k}={shlex.quote(v)}" for k, v in sorted(proc.env.items()))
                 out.append("argv: " + " ".join(shlex.quote(a) for a in proc.argv))
             out.append("")

@@ -176,6 +176,7 @@ def resume(
         experiment.spec_text, launch.get("file") or "<stored file>", launch.get("params"), extra_params=True
     )
     from phalanx.data.lineage import pin_inputs
+    from phalanx.machine.box import isolation_of
     from phalanx.runner import LaunchOptions, LaunchRecord, Runner
 
     spec = pin_inputs(spec, experiment.plan)  # the dataset versions it started with
@@ -189,6 +190,7 @@ def resume(
         system_metrics=launch.get("system_metrics"),
         record=LaunchRecord.from_json(launch),
         resume=True,
+        isolation=isolation_of(launch),  # a boxed experiment resumes in its box
     )
     if detach:  # every mistake above is found before it goes to the background
         _detach_resume(runner, spec, options, output)

@@ -324,6 +324,30 @@ OidcRedirectUrlOpt = Annotated[
 ]
 
 
+TrustSubmittersOpt = Annotated[
+    bool,
+    typer.Option(
+        "--trust-submitters",
+        help="run submitted code as this server's own account, unboxed (every editor can then act "
+        "as a server admin: docs/security.md); logged as a warning",
+    ),
+]
+BoxUidsOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--box-uids",
+        metavar="FIRST-LAST",
+        help="boxes take their projects' uids from this range instead of accounts made with useradd",
+    ),
+]
+BoxReadOpt = Annotated[
+    list[Path] | None,
+    typer.Option(
+        "--box-read", metavar="PATH", help="a path every box may read (repeat), besides the machine's"
+    ),
+]
+
+
 @app.command("server")
 def server(
     host: HostOpt = "127.0.0.1",
@@ -341,6 +365,9 @@ def server(
     oidc_groups_claim: OidcGroupsClaimOpt = None,
     oidc_role_map: OidcRoleMapOpt = None,
     oidc_redirect_url: OidcRedirectUrlOpt = None,
+    trust_submitters: TrustSubmittersOpt = False,
+    box_uids: BoxUidsOpt = None,
+    box_read: BoxReadOpt = None,
 ) -> None:
     """Serve the REST API (/api/v1) and the web UI (/) over this machine's Phalanx store."""
     from phalanx import knobs
@@ -361,8 +388,20 @@ def server(
     proxies = forwarded_ips(forwarded_allow_ips)
     listener = bind_listener(host, port)
     _check_token_length(token, host)
+    from phalanx.server.address import local_url, recorded
     from phalanx.server.app import create_app
+    from phalanx.server.boxing import decide, start_line
+    from phalanx.server.boxing import recorded as box_recorded
     from phalanx.server.settings import ServerSettings
+
+    port = listener.getsockname()[1]  # --port 0: the one the system chose
+    box = decide(
+        trust=trust_submitters,
+        report_to=local_url(host, port),
+        uids=_uid_range(box_uids),
+        hidden=tuple(str(p) for p in (settings.home, token_file) if p is not None),
+        extra_ro=tuple(str(p.resolve()) for p in box_read or ()),
+    )
 
     hosts = _allowed_hosts(allowed_host, host)
     _access_log(access_log, log_level)
@@ -375,15 +414,32 @@ def server(
             allowed_hosts=hosts or None,
             gc_hours=gc_hours,
             oidc=sso,
+            box=box,
         )
     )
-    from phalanx.server.address import local_url, recorded
-
     shown = f"[{host}]" if ":" in host else host
     typer.echo(f"Phalanx server on http://{shown}:{port}/ (API: /api/v1/openapi.json)", err=True)
-    # `phalanx run` names this address in its last line (ui_hint) while the server runs
-    with recorded(settings.home, local_url(host, port), settings.database_url):
+    typer.echo(start_line(box), err=True)
+    # `phalanx run` names this address in its last line (ui_hint) while the server runs; the boxes'
+    # policy is read by every launch it makes (server.boxing.isolation_for)
+    with (
+        recorded(settings.home, local_url(host, port), settings.database_url),
+        box_recorded(settings.home, box),
+    ):
         _serve(api, listener, host, port, log_level, proxies)
+
+
+def _uid_range(text: str | None) -> tuple[int, int] | None:
+    """--box-uids FIRST-LAST, exit 2 naming the fix."""
+    if text is None:
+        return None
+    from phalanx.errors import UsageError
+    from phalanx.machine.identities import parse_range
+
+    try:
+        return parse_range(text)
+    except UsageError as exc:
+        raise fail(exc.message) from None
 
 
 def _server_token(token_file: Path | None, host: str, settings: Settings) -> str | None:

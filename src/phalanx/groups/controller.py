@@ -45,6 +45,7 @@ from phalanx.groups.ending import (
 from phalanx.groups.lock import ControllerRunning, controller_lock
 from phalanx.groups.setup import build_trials_env, check_trials_can_run, create, load, trial_build
 from phalanx.groups.waking import Waker
+from phalanx.machine.box import isolation_of
 from phalanx.spec.model import ExperimentSpec
 from phalanx.store.base import GroupStore
 
@@ -283,6 +284,7 @@ class Controller:
             record=LaunchRecord(file=spec.source_file, params=dict(trial.params)),
             params_section=TRIAL_PARAMS,
             notify=self.waker.notify,
+            isolation=isolation_of(self.group.options),  # a server's group: every trial boxed
         )
         # the run folder first: a controller killed from here on leaves a launch that `_launched`
         # waits for on resume (the experiment appears, or the supervisor fails before creating it

@@ -10,6 +10,7 @@ from typing import Any
 
 from phalanx.config import Settings
 from phalanx.domain import Framework, Group
+from phalanx.machine.box import Isolation
 from phalanx.spec.group import GroupSpec, load_group_text
 from phalanx.spec.model import Build, ExperimentSpec
 from phalanx.store.base import GroupStore
@@ -25,8 +26,10 @@ def create(
     oversubscribe: bool = False,
     allow_unused: bool = False,
     extra_params: bool = False,
+    isolation: Isolation | None = None,
 ) -> Group:
-    """Record a new group (status created); ``Controller(...).run()`` then runs it."""
+    """Record a new group (status created); ``Controller(...).run()`` then runs it. ``isolation``:
+    its trials run boxed (a server's submission), kept in its options for every later controller."""
     base = group.base
     source = Path(base.source_file) if base.source_file else None
     name = base.name or (source.stem if source else "group")
@@ -48,6 +51,7 @@ def create(
             "oversubscribe": oversubscribe,
             "allow_unused": allow_unused,
             "extra_params": extra_params,
+            "isolation": isolation.to_json() if isolation else None,
         },
     )
 
@@ -101,7 +105,9 @@ def trial_build(spec: ExperimentSpec, base_dir: Path) -> Build:
     return build
 
 
-def build_trials_env(group: GroupSpec, settings: Settings, *, workdir: Path | None) -> None:
+def build_trials_env(
+    group: GroupSpec, settings: Settings, *, workdir: Path | None, isolation: Isolation | None = None
+) -> None:
     """Before a group on this machine is recorded: build the trials' environment (their `build`
     section, the same for every trial) once. A build that fails is a UsageError here (exit 2,
     nothing recorded), not every trial building it again in turn and failing the same way; one
@@ -122,7 +128,7 @@ def build_trials_env(group: GroupSpec, settings: Settings, *, workdir: Path | No
     try:
         plan = build_plan(spec)
         sys.stderr.write("phalanx: building the trials' environment (once, for every trial) ...\n")
-        interpreter(plan, folder, settings)
+        interpreter(plan, folder, settings, isolation=isolation)
     except SpecError:
         return  # the trial's own launch says what is wrong with it, as before
     except UsageError as exc:

@@ -9,6 +9,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from phalanx.machine.box import Isolation
+
 if TYPE_CHECKING:
     from phalanx.spec.model import ExperimentSpec
 
@@ -54,7 +56,8 @@ class LaunchOptions:
     ``params_section``: also record the launch params as the experiment's tracked params, in this
     section (a group trial's sampled values, so `phalanx params` and the run table show them).
     ``notify``: a FIFO that gets one byte once the experiment's end is recorded (a group's
-    controller wakes on it).
+    controller wakes on it). ``isolation``: run it boxed (a server's submission: its project's
+    account, namespaces, allow-listed environment; phalanx.machine.box), None as the caller's user.
     """
 
     workdir: Path | None = None
@@ -68,6 +71,7 @@ class LaunchOptions:
     resume: bool = False
     params_section: str | None = None  # the launch params recorded as tracked params (a trial's: "Trial")
     notify: str | None = None
+    isolation: Isolation | None = None
 
     def apply_environment(self) -> None:
         """The supervisor and the engines read the system-metrics choice from the environment (a

@@ -20,6 +20,7 @@ from typing import Any
 
 from phalanx.domain import Experiment
 from phalanx.errors import UsageError
+from phalanx.machine.box import isolation_of
 from phalanx.runner.options import LaunchOptions, LaunchRecord
 from phalanx.spec.model import ExperimentSpec
 from phalanx.store.base import Store
@@ -48,6 +49,7 @@ class RerunSource:
             experiment_id=new_id,
             system_metrics=self.launch.get("system_metrics"),
             record=replace(record, params=dict(self.params), rerun_of=self.origin.id, rerun_at=time.time()),
+            isolation=isolation_of(self.launch),  # a boxed run's rerun is boxed the same way
         )
 
 

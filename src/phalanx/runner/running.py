@@ -86,6 +86,7 @@ class Runner:
             cluster=options.cluster,
             dry=dry,
             launch=record,
+            isolation=options.isolation,
         )
 
     # -- here, to the end ------------------------------------------------------------------------

@@ -50,6 +50,7 @@ from phalanx.server.settings import ServerSettings
 from phalanx.server.sweeper import Sweeper
 from phalanx.store.accounts import Accounts
 from phalanx.store.base import IngestStore
+from phalanx.tokens import box_key
 
 log = logging.getLogger(__name__)
 
@@ -203,6 +204,7 @@ def _install_middleware(app: FastAPI, settings: ServerSettings) -> None:
     allowed = (
         settings.allowed_hosts if settings.allowed_hosts is not None else default_allowed_hosts(settings.host)
     )
+    boxing = settings.box is not None and settings.box.mode == "box"
     app.add_middleware(
         SecurityMiddleware,
         token=settings.token,
@@ -210,6 +212,7 @@ def _install_middleware(app: FastAPI, settings: ServerSettings) -> None:
         sessions=sessions,
         throttle=app.state.bearer_throttle,
         accounts=accounts,
+        box_key=box_key(settings.store.home) if boxing else None,  # boxed replicas' tokens
     )
     # outermost: a chart read waits for its turn before even the sign-in check (phalanx.server.gate)
     app.add_middleware(ChartGate, slots=metrics.CHART_SLOTS)

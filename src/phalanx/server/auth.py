@@ -124,9 +124,13 @@ class SecurityMiddleware:
         sessions: Sessions | None,
         throttle: LoginThrottle | None = None,
         accounts: Accounts | None = None,
+        box_key: str | None = None,
     ) -> None:
         self.app = app
         self.token = token
+        # replica tokens are HMACs under the server's token (cluster jobs) or the home's box key
+        # (boxed replicas on this machine: phalanx.tokens.box_key)
+        self.replica_keys = tuple(k for k in (token, box_key) if k)
         self.accounts = accounts
         self._team_admin: str | None = None
         self.allowed = {h.lower().strip("[]") for h in allowed_hosts}
@@ -211,6 +215,10 @@ class SecurityMiddleware:
             )
         return None
 
+    def _replica_of(self, given: str) -> str | None:
+        """The experiment ``given`` is a replica token of, under any of the server's keys."""
+        return next((e for k in self.replica_keys if (e := token_experiment(k, given)) is not None), None)
+
     def team_admin(self) -> str | None:
         """The first admin user: None while the server is in single-token mode. Once an admin
         exists the server stays in team mode (admins are disabled, never deleted), so a found
@@ -248,7 +256,7 @@ class SecurityMiddleware:
         if scheme.lower() == "bearer" and given:
             client = (scope.get("client") or ("-", 0))[0]
             wait = self.throttle.retry_after(client) if self.throttle is not None else 0
-            if wait and self.token and (experiment := token_experiment(self.token, given)) is not None:
+            if wait and (experiment := self._replica_of(given)) is not None:
                 # a replica's token is a 256-bit HMAC: checking it tells a guesser nothing about the
                 # server's token, and the replicas sharing this address (a typo'd login on the same
                 # machine, a node's NAT) keep reporting instead of losing a minute of records
@@ -273,7 +281,7 @@ class SecurityMiddleware:
                     )
                 self._set_principal(scope, admin)
                 return None
-            experiment = token_experiment(self.token, given) if self.token else None
+            experiment = self._replica_of(given)
             if experiment is not None:
                 return self._check_scoped(scope, path, method, experiment)
             user = self.accounts.user_of_token(given) if self.accounts is not None else None

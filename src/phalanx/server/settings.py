@@ -5,6 +5,7 @@ from __future__ import annotations
 from pydantic import BaseModel, ConfigDict, Field
 
 from phalanx.config import Settings
+from phalanx.server.boxing import BoxPolicy
 from phalanx.server.oidc import OidcConfig
 
 MiB = 1024 * 1024
@@ -37,3 +38,4 @@ class ServerSettings(BaseModel):
     # `phalanx gc` every this many hours (orphaned run folders and spools, then VACUUM); 0: never
     gc_hours: float = 24.0
     oidc: OidcConfig | None = None  # single sign-on (docs/teams.md#single-sign-on)
+    box: BoxPolicy | None = None  # what submitted code runs as (phalanx.server.boxing); None: not said

@@ -28,6 +28,7 @@ from typing import Any
 from phalanx.bundles import BundleStore, digest, unpack
 from phalanx.config import Settings
 from phalanx.errors import PhalanxError, QuotaExceeded, UsageError
+from phalanx.server.boxing import isolation_for
 from phalanx.share import DEFAULT_PROJECT, LOCAL, TOO_MANY_WAITING
 from phalanx.store.base import Store
 
@@ -188,6 +189,7 @@ def _submit_group(
     work = settings.home / "server" / "work" / f"group-{uuid.uuid4().hex[:12]}"
     groups = group_store(store)
     record = None
+    box = isolation_for(settings, group.base.project or DEFAULT_PROJECT)  # every trial's, and its build's
     try:
         unpack(request.bundle, work)
         file = work / name
@@ -197,9 +199,9 @@ def _submit_group(
         if cluster is not None:  # as `phalanx group run --cluster NAME`: a trial it can never run is refused
             controller.check_trials_can_run(group, settings, cluster=cluster, workdir=file.parent)
         else:
-            controller.build_trials_env(group, settings, workdir=file.parent)
+            controller.build_trials_env(group, settings, workdir=file.parent, isolation=box)
         record = controller.create(
-            groups, group, workdir=file.parent, params=dict(request.params), cluster=cluster
+            groups, group, workdir=file.parent, params=dict(request.params), cluster=cluster, isolation=box
         )
         winner = submissions.reserve(store, record.id, request.idempotency_key, sha)
         if winner != record.id:  # a retry with the same key won the race: this one never ran
@@ -272,6 +274,7 @@ def clone(store: Store, settings: Settings, request: CloneRequest) -> SubmitResu
     try:
         repro.extract(source.snapshot, work)
         options = source.options(exp_id, work, request.priority)
+        options = replace(options, isolation=isolation_for(settings, source.spec.project or DEFAULT_PROJECT))
         if request.target is not None:
             options = replace(options, cluster=cluster)
         _launch(settings, source.spec, options, work, f"rerun of {source.origin.id} from its snapshot")
@@ -323,6 +326,7 @@ def _start(
         priority=request.priority,
         experiment_id=exp_id,
         record=LaunchRecord(file=str(file), params=dict(request.params)),
+        isolation=isolation_for(settings, spec.project or DEFAULT_PROJECT),
     )
     _launch(settings, spec, options, file.parent, None)
 

@@ -15,6 +15,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from phalanx.backends.base import JobStatus, LaunchContext
+from phalanx.backends.local.boxes import helper_argv
 from phalanx.domain import ExperimentStatus
 from phalanx.supervisor.outcome import PID_FILE, Outcome
 
@@ -93,7 +94,10 @@ def _start_repro(self: Supervisor, attempt: int | None = None) -> None:
 
         try:
             record, data = repro.collect(
-                workdir=self.p.context.workdir, python=self.p.context.python, launch=launch
+                workdir=self.p.context.workdir,
+                python=self.p.context.python,
+                launch=launch,
+                box=helper_argv(self.p.context),  # a box's folder and venv: git and python run boxed
             )
         except Exception:
             log.exception("recording what the experiment runs failed")

@@ -15,6 +15,7 @@ from phalanx.backends.base import Backend, DryRun, LaunchContext
 from phalanx.backends.dry_runs import LocalDryRun
 from phalanx.config import Settings
 from phalanx.domain import Framework
+from phalanx.machine.box import Isolation, box_folder
 from phalanx.plan import Plan, build_plan
 from phalanx.sdkcopy import sdk_path
 from phalanx.spec.model import Build, ExperimentSpec
@@ -43,22 +44,31 @@ class Prepared:
 
 
 def interpreter(
-    plan: Plan, workdir: str, settings: Settings, build: bool = True, venvs_dir: Path | None = None
+    plan: Plan,
+    workdir: str,
+    settings: Settings,
+    build: bool = True,
+    venvs_dir: Path | None = None,
+    isolation: Isolation | None = None,
 ) -> str:
     """The experiment's python: its build venv (built on first use unless ``build`` is False), else
-    the interpreter running Phalanx. ``venvs_dir``: where venvs live (a cluster's shared folder)."""
+    the interpreter running Phalanx. ``venvs_dir``: where venvs live (a cluster's shared folder).
+    ``isolation``: a boxed experiment's venv is its project's own (``<venvs>/boxes/<account>``),
+    built in a box as that account (pip runs the packages' own code)."""
     try:
         from phalanx import buildenv
     except ImportError:  # pragma: no cover - buildenv ships with Phalanx
         return sys.executable
     venvs = venvs_dir or settings.venvs_dir
+    if isolation is not None:
+        venvs = venvs / "boxes" / isolation.account
     if plan.framework is Framework.HOROVOD:
         plan = replace(plan, build=with_horovod(plan.build, workdir, venvs, build))
     if not buildenv.wants_env(plan.build):
         return sys.executable
     if not build:  # dry run: where the venv is or would be, without building it
-        return str(venvs / buildenv.env_hash(plan.build, workdir) / "bin" / "python")
-    return str(buildenv.ensure_env(plan.build, workdir, venvs))
+        return str(venvs / buildenv.env_hash(plan.build, workdir, isolation) / "bin" / "python")
+    return str(buildenv.ensure_env(plan.build, workdir, venvs, box=isolation))
 
 
 def with_horovod(build_spec: Build, workdir: str, venvs: Path, build: bool = True) -> Build:
@@ -95,9 +105,18 @@ def _progress(text: str) -> None:
 
 
 def tracking_env(
-    experiment_id: str, settings: Settings, python: str, dry: bool = False, sdk_root: Path | None = None
+    experiment_id: str,
+    settings: Settings,
+    python: str,
+    dry: bool = False,
+    sdk_root: Path | None = None,
+    isolation: Isolation | None = None,
 ) -> dict[str, str]:
-    """What every replica's tracking SDK needs (contract 1), plus the SDK copy for foreign venvs."""
+    """What every replica's tracking SDK needs (contract 1), plus the SDK copy for foreign venvs.
+    A boxed replica (``isolation``) gets no PHALANX_HOME: it spools in its own folder and ships to
+    the server over HTTP with its experiment's write-only token (``boxed_tracking_env``)."""
+    if isolation is not None:
+        return boxed_tracking_env(experiment_id, settings, python, isolation, dry)
     env = {
         "PHALANX_HOME": str(settings.home),
         "PHALANX_SPOOL": str(settings.spool_dir / experiment_id),
@@ -114,6 +133,25 @@ def tracking_env(
     # abspath, not realpath: every venv's bin/python links to the same base interpreter
     if os.path.abspath(python) != os.path.abspath(sys.executable) and not dry:
         env["PYTHONPATH"] = str(sdk_path(settings, sdk_root))
+    return env
+
+
+def boxed_tracking_env(
+    experiment_id: str, settings: Settings, python: str, isolation: Isolation, dry: bool = False
+) -> dict[str, str]:
+    """A boxed replica's tracking wiring: its spool in its box folder (nothing of the server's home),
+    the server's URL and a token under the home's box key that only adds records and files to this
+    experiment (phalanx.tokens)."""
+    from phalanx.tokens import box_key, experiment_token
+
+    env = {
+        "PHALANX_SPOOL": str(box_folder(settings.home, experiment_id) / "spool"),
+        "PHALANX_CAPTURED": "1",
+        "PHALANX_HOST": isolation.report_to,
+        "PHALANX_TOKEN": experiment_token(box_key(settings.home), experiment_id),
+    }
+    if os.path.abspath(python) != os.path.abspath(sys.executable) and not dry:
+        env["PYTHONPATH"] = str(sdk_path(settings))
     return env
 
 
@@ -144,8 +182,10 @@ def prepare(
     backend: Backend | None = None,
     dry: bool = False,
     launch: Mapping[str, Any] | None = None,
+    isolation: Isolation | None = None,
 ) -> Prepared:
     """Plan, pick the engine, build the venv (unless ``dry``) and dry-run: nothing started or stored.
+    ``isolation``: box it (the local engine only: a cluster keeps its own boundary).
 
     Raises SpecError / UsageError (exit 2) for what cannot run (a GPU that is not there, a topology
     larger than the machine without ``oversubscribe``, a cluster that does not exist).
@@ -173,16 +213,22 @@ def prepare(
 
         backend = get_backend(engine_name, settings=settings, cluster=cluster_conf)
     shared = _shared_dir(cluster_conf)
+    boxed = isolation if backend.name == LOCAL else None
     python = interpreter(
-        plan, workdir, settings, build=not dry, venvs_dir=shared / "venvs" if shared else None
+        plan,
+        workdir,
+        settings,
+        build=not dry,
+        venvs_dir=shared / "venvs" if shared else None,
+        isolation=boxed,
     )
-    env = tracking_env(exp_id, settings, python, dry=dry, sdk_root=shared)
+    env = tracking_env(exp_id, settings, python, dry=dry, sdk_root=shared, isolation=boxed)
     from phalanx.checkpoints import policy_env
 
     env.update(policy_env(plan.checkpoints))
     plan, input_env, fetches = _with_inputs(plan, settings, dry, on_nodes=backend.name != LOCAL)
     env.update(input_env)
-    if backend.name == LOCAL and not dry:
+    if backend.name == LOCAL and not dry and boxed is None:
         env[INGESTER_PID] = str(os.getpid())  # see ingester_here
     context = LaunchContext(
         experiment_id=exp_id,
@@ -192,6 +238,7 @@ def prepare(
         log_dir=str(settings.runs_dir / exp_id / "logs"),
         oversubscribe=oversubscribe,
         input_fetches=tuple(fetches),
+        isolation=boxed,
     )
     recorded = {
         "file": str(Path(source).resolve()) if source else None,
@@ -203,6 +250,8 @@ def prepare(
     }
     if os.environ.get("PHALANX_SYSTEM_METRICS"):  # --no-system-metrics: `phalanx resume` keeps it
         recorded["system_metrics"] = os.environ["PHALANX_SYSTEM_METRICS"]
+    if isolation is not None:  # a resume or rerun of it is boxed the same way
+        recorded["isolation"] = isolation.to_json()
     return Prepared(exp_id, plan, backend, context, backend.dry_run(plan, context), cluster, recorded)
 
 
@@ -246,8 +295,8 @@ def ingester_here(prepared: Prepared) -> Prepared:
     redoes the dry run only if the supervisor runs in another process than ``prepare`` did."""
     pid = str(os.getpid())
     env = prepared.context.tracking_env
-    if prepared.backend.name != LOCAL or env.get(INGESTER_PID) == pid:
-        return prepared
+    if prepared.backend.name != LOCAL or env.get(INGESTER_PID) == pid or prepared.context.isolation:
+        return prepared  # (a box cannot see this machine's processes: it reports over HTTP)
     context = replace(prepared.context, tracking_env={**env, INGESTER_PID: pid})
     return replace(prepared, context=context, dry_run=prepared.backend.dry_run(prepared.plan, context))
 

@@ -309,6 +309,10 @@ class Supervisor:
 
         self._open_store()
         handed = secrets.environment(self.store, self.settings.home, self.p.plan.project)
+        if self.p.context.isolation is not None:  # a box inherits nothing but these, by name
+            from phalanx.backends.local.boxes import SECRET_NAMES
+
+            handed[SECRET_NAMES] = ",".join(sorted(handed))
         before = {name: os.environ.get(name) for name in handed}
         os.environ.update(handed)
         try:

@@ -23,14 +23,14 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from phalanx import frameworks
 from phalanx.backends.base import DryRun, JobStatus, LaunchContext, ReplicaStatus, expect_dry_run
 from phalanx.backends.dry_runs import LocalDryRun, LocalProcess, LocalUnit
-from phalanx.backends.local import members
+from phalanx.backends.local import boxes, members
 from phalanx.backends.local.mpi_output import RankFailure, TaggedStream, rank_failure
 from phalanx.backends.logfiles import follow_file, split_stream
 from phalanx.config import Settings
@@ -38,6 +38,7 @@ from phalanx.domain import ExperimentStatus, ReplicaState
 from phalanx.errors import BackendUnavailable, SpecError
 from phalanx.frameworks import Endpoints, mpi
 from phalanx.machine import limits
+from phalanx.machine.box import Isolation
 from phalanx.machine.ports import address_in_use, free_port
 from phalanx.machine.procs import Seen, judge, start_time
 from phalanx.plan import Plan, command_argv
@@ -85,6 +86,8 @@ class _Unit:
     ranks_per_replica: int = 1  # an mpirun unit: its tagged lines go to replica rank // this
     tagged: bool = False  # an mpirun unit: its log is mpirun's --tag-output stream
     started_at: float = 0.0  # wall clock when its leader was started (0: not recorded)
+    cgroup: list[str] = field(default_factory=list)  # a boxed unit's cgroup folders
+    cgroup_v2: bool = False
 
 
 def _proc_start(pid: int) -> str | None:
@@ -136,7 +139,8 @@ class LocalBackend:
         endpoints = Endpoints.on_host(plan, HOST, ports, interface="lo")
         command = with_interpreter(plan.command, context.python)
         log_dir = Path(context.log_dir or self.settings.runs_dir / context.experiment_id / "logs")
-        base = self._base_env(plan, context)
+        home = self.settings.home
+        base = boxes.base_env(plan, context, home) if context.isolation else self._base_env(plan, context)
         units: list[LocalUnit] = []
         if frameworks.uses_mpi(plan):
             problems = mpi.check(plan)
@@ -151,7 +155,9 @@ class LocalBackend:
             }
             covers = tuple(r.name for r in plan.replicas)
             launcher = LocalProcess(tuple(mpi.launcher_argv(plan)), env)
-            units.append(_unit(master.name, covers, allotted[master.name], log_dir, context, (launcher,)))
+            units.append(
+                _unit(master.name, covers, allotted[master.name], log_dir, context, (launcher,), home)
+            )
         else:
             for replica in plan.replicas:
                 procs = []
@@ -166,7 +172,7 @@ class LocalBackend:
                     }
                     procs.append(LocalProcess(tuple(command_argv(command)), env))
                 lim = allotted[replica.name]
-                units.append(_unit(replica.name, (replica.name,), lim, log_dir, context, tuple(procs)))
+                units.append(_unit(replica.name, (replica.name,), lim, log_dir, context, tuple(procs), home))
         return LocalDryRun(backend=self.name, plan=plan, context=context, units=tuple(units))
 
     def _base_env(self, plan: Plan, context: LaunchContext) -> dict[str, str]:
@@ -195,12 +201,18 @@ class LocalBackend:
         if any(u.processes[0].argv[0] == "mpirun" for u in units) and not shutil.which("mpirun"):
             raise BackendUnavailable("mpirun was not found: install Open MPI (apt-get install openmpi-bin)")
         cgroup_root = limits.cgroup_v2_root()
+        if dry_run.context.isolation is not None:  # its folders, and its code given to its account
+            boxes.prepare(
+                dry_run.context.isolation, dry_run.context, self.settings.home, [u.name for u in units]
+            )
         state: list[dict[str, Any]] = []
         popens: dict[str, subprocess.Popen[bytes]] = {}
         self._popen[handle] = popens
         try:
             for unit in units:
-                state.append(self._start_unit(unit, folder, cgroup_root, exp_id, popens))
+                state.append(
+                    self._start_unit(unit, folder, cgroup_root, exp_id, popens, dry_run.context.isolation)
+                )
         except BaseException:
             self._write_state(folder, state)
             self.cancel(handle)
@@ -215,6 +227,7 @@ class LocalBackend:
         cgroup_root: Path | None,
         exp_id: str,
         popens: dict[str, subprocess.Popen[bytes]],
+        iso: Isolation | None = None,
     ) -> dict[str, Any]:
         log = Path(unit.log)
         log.parent.mkdir(parents=True, exist_ok=True)
@@ -239,6 +252,11 @@ class LocalBackend:
             "memory_mib": memory,
             "cgroup": str(cgroup_root / f"phalanx-{exp_id}-{unit.name}") if cgroup_root and memory else None,
         }
+        group = (
+            boxes.cgroup_for(f"{exp_id}.{folder.name}.{unit.name}", iso, lim) if iso and unit.box else None
+        )
+        if iso is not None and unit.box:  # its own cgroup: no v2 memory group, no watchdog
+            config.update(cgroup=None, box=boxes.reaper_config(iso, list(unit.box), group))
         cfg = folder / f"{unit.name}.json"
         fd = os.open(cfg, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)  # holds PHALANX_TOKEN
         with os.fdopen(fd, "w") as f:
@@ -266,6 +284,8 @@ class LocalBackend:
             "log": str(log),
             "offset": offset,
             "started_at": started_at,
+            "cgroup": list(group.folders) if group else [],
+            "cgroup_v2": bool(group and group.v2),
         }
 
     @staticmethod
@@ -316,6 +336,7 @@ class LocalBackend:
         if key in self._settled:
             return []
         found = members.find(members.marker(handle, unit.name), exclude=[unit.pid])
+        found = sorted({*found, *boxes.procs(unit.cgroup, unit.cgroup_v2)} - {unit.pid})
         if not found:
             self._settled.add(key)  # a gone tree cannot grow again: no need to look twice
         return found
@@ -519,6 +540,9 @@ class LocalBackend:
             if proc is not None:
                 with contextlib.suppress(subprocess.TimeoutExpired):
                     proc.wait(timeout=10)
+        boxed = [(tuple(u.cgroup), u.cgroup_v2) for u in units if u.cgroup]
+        if boxed and not self._running(handle, units):
+            boxes.finish(handle.partition(":")[0], self.settings.home, boxed)
 
     def _running(self, handle: str, units: list[_Unit]) -> list[int]:
         """Every live process of the job: leaders, their trees and what a dead leader left."""
@@ -527,6 +551,7 @@ class LocalBackend:
             if self._alive(handle, unit):
                 mark = members.marker(handle, unit.name)
                 pids += [unit.pid, *members.find(mark, pgid=unit.pid), *limits.descendants(unit.pid)]
+                pids += boxes.procs(unit.cgroup, unit.cgroup_v2)
             else:
                 pids += self._left_behind(handle, unit)
         return sorted(set(pids))
@@ -550,8 +575,12 @@ def _unit(
     log_dir: Path,
     context: LaunchContext,
     processes: tuple[LocalProcess, ...],
+    home: Path,
 ) -> LocalUnit:
-    return LocalUnit(name, covers, str(log_dir / f"{name}.log"), lim.to_json(), context.workdir, processes)
+    box = tuple(boxes.unit_argv(context, home, name, lim)) if context.isolation else ()
+    return LocalUnit(
+        name, covers, str(log_dir / f"{name}.log"), lim.to_json(), context.workdir, processes, box
+    )
 
 
 def _ranked(rank: int | None, text: str) -> str:

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from phalanx.backends.logfiles import STDERR_MARK_BYTES
-from phalanx.machine import limits, proctree
+from phalanx.machine import cgroups, limits, proctree
 
 PR_SET_PDEATHSIG = 1
 PR_SET_CHILD_SUBREAPER = 36
@@ -91,6 +91,11 @@ class Reaper:
         self.failed_at: float | None = None  # when the first failure was seen (orders replicas)
         self.disk_error: str | None = None  # output was lost to a full disk
         self.memory = proctree.MemoryWatch()  # the watchdog's view: PSS plus held /dev/shm files
+        # a boxed unit (a server's submission): its box argv, what it inherits by name, its account's
+        # uid and its cgroup, which holds its memory limit (no watchdog) and every process of it
+        self.box: dict[str, Any] | None = config.get("box")
+        folders = tuple((self.box or {}).get("cgroup") or ())
+        self.box_cgroup = cgroups.Cgroup(folders, bool(self.box and self.box.get("v2"))) if folders else None
 
     # -- signals --------------------------------------------------------------------------------
     def _on_signal(self, signum: int, _frame: object) -> None:
@@ -128,13 +133,18 @@ class Reaper:
     # -- processes ------------------------------------------------------------------------------
     def start(self, log: LogSink, sel: selectors.BaseSelector) -> None:
         for local_rank, spec in enumerate(self.config["processes"]):
+            argv, env = spec["argv"], {**os.environ, **spec["env"]}  # the file holds what Phalanx adds
+            if self.box is not None:  # nothing inherited but the locale and the secrets, by name
+                argv = [*self.box["argv"], *argv]
+                env = {**{k: os.environ[k] for k in self.box["inherit"] if k in os.environ}, **spec["env"]}
             proc = subprocess.Popen(
-                spec["argv"],
+                argv,
                 cwd=spec["cwd"],
-                env={**os.environ, **spec["env"]},  # the file holds only what Phalanx adds
+                env=env,
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,  # kept apart: its lines are marked stderr in the log
+                preexec_fn=self.box_cgroup.join if self.box_cgroup else None,
             )
             self.procs.append(proc)
             for pipe, is_err in ((proc.stdout, False), (proc.stderr, True)):
@@ -206,21 +216,37 @@ class Reaper:
             with contextlib.suppress(ChildProcessError):
                 os.waitpid(info.si_pid, 0)
 
+    def signal_box(self, sig: int) -> int:
+        """A boxed unit: ``sig`` to the box's own processes only (its account's). bubblewrap's two
+        processes (root's) would end the namespace at once, with SIGKILL for all in it, and a
+        replica that saves its work on SIGTERM must get its grace period."""
+        assert self.box is not None
+        owned = [p for p in self.tree() if _uid(p) == self.box["uid"]]
+        for pid in owned:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, sig)
+        return len(owned)
+
     def terminate_all(self, sel: selectors.BaseSelector, log: LogSink, grace: float) -> None:
         """SIGTERM to every descendant, SIGKILL to what is left after the grace period."""
-        self.signal_tree(signal.SIGTERM)
-        self.signal_tree(signal.SIGCONT)  # a stopped (SIGSTOP) process gets the SIGTERM only once it runs
+        gentle = self.signal_tree if self.box is None else self.signal_box
+        gentle(signal.SIGTERM)
+        gentle(signal.SIGCONT)  # a stopped (SIGSTOP) process gets the SIGTERM only once it runs
         deadline = time.monotonic() + grace
         while time.monotonic() < deadline:
             self.pump(sel, log, 0.05)
             self.reap_orphans()
             if not self.tree():
                 return
+        if self.box_cgroup is not None:
+            self.box_cgroup.kill()
         while self.signal_tree(signal.SIGKILL):
             self.pump(sel, log, 0.05)
             self.reap_orphans()
 
     def check_memory(self) -> bool:
+        if self.box_cgroup is not None:  # the kernel holds a box to its limit
+            return self.box_cgroup.oom_killed()
         if not self.memory_mib:
             return False
         if self.cgroup is not None:
@@ -282,6 +308,9 @@ class Reaper:
         if self.cgroup is not None:
             with contextlib.suppress(OSError):
                 self.cgroup.rmdir()
+        if self.box_cgroup is not None:
+            self.box_cgroup.kill()  # nothing of the box outlives its unit
+            self.box_cgroup.remove()
         return self._exit()
 
     def _write_status(self) -> None:
@@ -321,6 +350,13 @@ class Reaper:
             os.kill(os.getpid(), sig)
             time.sleep(1)
         return int(code or 0)
+
+
+def _uid(pid: int) -> int | None:
+    try:
+        return os.stat(f"/proc/{pid}").st_uid
+    except OSError:
+        return None
 
 
 def main(argv: list[str]) -> int:

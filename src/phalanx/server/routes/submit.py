@@ -15,8 +15,9 @@ from starlette.datastructures import UploadFile as StarletteUploadFile
 
 from phalanx.errors import NotFound
 from phalanx.server.audit import audit, record_launch
+from phalanx.server.boxing import check_submitter
 from phalanx.server.deps import SettingsDep, StoreDep, experiment_of
-from phalanx.server.policy import policy, require, require_experiment
+from phalanx.server.policy import policy, principal_of, require, require_experiment
 from phalanx.store.accounts import Role
 
 if TYPE_CHECKING:
@@ -127,6 +128,7 @@ async def submit_experiment(
       params over its recorded ones; the new experiment records ID as its origin.
 
     A retry with the same ``Idempotency-Key`` answers the first submit's id (200) and starts nothing."""
+    check_submitter(settings.box, principal_of(request))  # a server that cannot box: admins only
     submitted_to: list[str] = []
 
     def authorize(project: str) -> None:
