@@ -36,15 +36,17 @@ def start_server(
     port: int | None = None,
     env: dict[str, str] | None = None,
     cpus: list[int] | None = None,
+    args: list[str] | None = None,
 ) -> Server:
     """A server that answers /health. free_port's port is only free when it is picked: something
     (an outgoing connection's ephemeral port) can take it before the server binds, so a server that
     could not bind a port the test did not choose is started again on another one. ``cpus``: the
     server's CPU affinity, which the supervisors it starts inherit, so the machine's ledger sees
-    only those cores (a machine of that size, whatever this one has)."""
+    only those cores (a machine of that size, whatever this one has). ``args``: more options of
+    `phalanx server` (--trust-submitters)."""
     for attempt in range(3):
         try:
-            return _start_server(home, token, port or free_port(), env, cpus)
+            return _start_server(home, token, port or free_port(), env, cpus, args or [])
         except _PortTaken:
             if port is not None or attempt == 2:
                 raise
@@ -56,9 +58,14 @@ class _PortTaken(RuntimeError):
 
 
 def _start_server(
-    home: Path, token: str | None, port: int, env: dict[str, str] | None, cpus: list[int] | None
+    home: Path,
+    token: str | None,
+    port: int,
+    env: dict[str, str] | None,
+    cpus: list[int] | None,
+    more: list[str],
 ) -> Server:
-    args = [str(PHALANX), "server", "--port", str(port), "--log-level", "warning"]
+    args = [str(PHALANX), "server", "--port", str(port), "--log-level", "warning", *more]
     if token:
         token_file = home / "server.token"
         token_file.write_text(token + "\n")

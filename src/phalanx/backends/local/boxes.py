@@ -50,9 +50,10 @@ def base_env(plan: Plan, context: LaunchContext, home: Path) -> dict[str, str]:
     env.update({**plan.build.env_vars, **plan.env})
     env.setdefault("PYTHONUNBUFFERED", "1")
     env[box.ENV_BOX] = str(folder)
-    sdk = context.tracking_env.get("PYTHONPATH")
-    if sdk:
-        env["PYTHONPATH"] = os.pathsep.join(p for p in (sdk, env.get("PYTHONPATH", "")) if p)
+    # the SDK copy for a foreign venv; else the very Phalanx the supervisor runs (as an unboxed
+    # replica gets it through the PYTHONPATH it inherits)
+    sdk = context.tracking_env.get("PYTHONPATH") or PACKAGE_ROOT
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (sdk, env.get("PYTHONPATH", "")) if p)
     return env
 
 

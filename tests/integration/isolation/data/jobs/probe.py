@@ -1,0 +1,102 @@
+"""A hostile job that only looks: it tries to reach what a server-run job must never reach and
+prints one line per probe (`PROBE <name> blocked|OPEN <detail>`), then exits 0 whatever it found.
+What it aims at is in targets.json, written beside it by the test before the folder is submitted."""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import urllib.request
+from collections.abc import Callable
+from pathlib import Path
+
+T = json.loads(Path(__file__).with_name("targets.json").read_text())
+
+
+def probe(name: str, attempt: Callable[[], object]) -> None:
+    """OPEN when ``attempt`` returns something true (it got through), blocked when it raises or
+    returns nothing."""
+    try:
+        got = attempt()
+    except Exception as exc:
+        print(f"PROBE {name} blocked {type(exc).__name__}: {exc}"[:300], flush=True)
+        return
+    state = "OPEN" if got else "blocked"
+    print(f"PROBE {name} {state} {str(got)[:200]!r}", flush=True)
+
+
+def read(path: str) -> bytes:
+    with open(path, "rb") as f:
+        return f.read(64) or b"(empty file)"
+
+
+def environ_holding(secret: bytes) -> list[str]:
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                if secret in Path(f"/proc/{entry}/environ").read_bytes():
+                    found.append(entry)
+            except OSError:
+                pass
+    return found
+
+
+def api(path: str) -> object:
+    req = urllib.request.Request(T["api"] + path)
+    req.add_header("Authorization", f"Bearer {os.environ.get('PHALANX_TOKEN', '')}")
+    with urllib.request.urlopen(req, timeout=30) as r:
+        return r.status == 200 and r.read(100)
+
+
+def put(path: str) -> object:
+    req = urllib.request.Request(T["api"] + path, data=b"planted", method="PUT")
+    req.add_header("Authorization", f"Bearer {os.environ.get('PHALANX_TOKEN', '')}")
+    with urllib.request.urlopen(req, timeout=30) as r:
+        return r.status < 300
+
+
+def store_write() -> object:
+    db = sqlite3.connect(T["store"], timeout=5)
+    db.execute("UPDATE users SET is_admin = 1")
+    db.commit()
+    return "made every user a server admin"
+
+
+home, victim = T["home"], T["victim"]
+probe("env_home", lambda: os.environ.get("PHALANX_HOME"))
+probe("env_aws", lambda: [k for k in os.environ if k.startswith("AWS_")])
+probe("env_canary", lambda: os.environ.get("SERVER_CANARY"))
+probe("env_server_token", lambda: T["server_token"] in "".join(os.environ.values()))
+# (the folders a box's own paths lie in are there as empty mount points: what counts is the content)
+probe(
+    "home_list", lambda: {"phalanx.db", "runs", "artifacts", "spool", "secrets.key"} & set(os.listdir(home))
+)
+probe("home_write", lambda: Path(home, "pwned").write_text("x"))
+probe("store_read", lambda: read(T["store"]))
+probe("store_write", store_write)
+probe("secrets_key", lambda: read(T["secrets_key"]))
+probe("box_key", lambda: read(T["box_key"]))
+probe("token_file", lambda: read(T["token_file"]))
+probe("victim_work_list", lambda: os.listdir(victim["work"]))
+probe("victim_code", lambda: read(victim["code"]))
+probe("victim_box", lambda: os.listdir(victim["box"]))
+probe("victim_artifacts", lambda: os.listdir(victim["artifacts"]))
+probe("victim_checkpoint", lambda: read(victim["checkpoint"]))
+probe("victim_input", lambda: read(victim["input"]))
+probe("victim_environ", lambda: read(f"/proc/{victim['pid']}/environ"))
+probe("victim_secret_in_proc", lambda: environ_holding(victim["secret"].encode()))
+probe("victim_signal", lambda: os.kill(victim["pid"], 0) or "may signal it")
+probe("api_experiments", lambda: api("/api/v1/experiments"))
+probe("api_victim", lambda: api(f"/api/v1/experiments/{victim['id']}"))
+probe("api_audit", lambda: api("/api/v1/admin/audit"))
+probe("api_dataset", lambda: api(f"/api/v1/datasets/{victim['dataset']}/versions/1"))
+probe("api_victim_files", lambda: put(f"/api/v1/experiments/{victim['id']}/files/planted.txt"))
+# what it must have: its own project's secret, and the GPU it asked for
+print(f"OWN secret={os.environ.get(T['own_secret_name'], '')!r}", flush=True)
+print(f"OWN gpus={os.environ.get('CUDA_VISIBLE_DEVICES')!r} nodes={sorted(os.listdir('/dev'))!r}", flush=True)
+print(
+    f"OWN uid={os.getuid()} processes={sorted(int(p) for p in os.listdir('/proc') if p.isdigit())}",
+    flush=True,
+)

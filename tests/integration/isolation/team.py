@@ -1,0 +1,163 @@
+"""A team on a real `phalanx server`: two projects (vision, nlp), an editor of each, a project secret
+each, a dataset of vision's, fake GPU device nodes, and a server started with secrets of its own in
+its environment (what a job must never see). Shared by the isolation tests (few server starts)."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import stat
+import subprocess
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from tests.integration.server.serverproc import PHALANX, Server, clean_env, start_server, stop_server
+from tests.integration.server.test_submit import supervisors_gone
+
+from phalanx.apiclient import Client
+from phalanx.bundles import pack
+
+JOBS = Path(__file__).parent / "data" / "jobs"
+TOKEN = "isolation-server-token-0123456789"
+AWS_SECRET = "server-aws-secret-must-not-leak"
+CANARY = "server-environment-canary"
+SECRETS = {"vision": ("VISION_KEY", "vision-secret-9f2c"), "nlp": ("NLP_KEY", "nlp-secret-41ab")}
+
+
+@dataclass
+class Team:
+    server: Server
+    tokens: dict[str, str]  # user -> personal token
+    gpu_dir: Path
+
+    @property
+    def home(self) -> Path:
+        return self.server.home
+
+    def client(self, user: str) -> Client:
+        return Client(self.server.url, self.tokens[user])
+
+    def submit(self, user: str, folder: Path, file: str, params: dict[str, Any] | None = None) -> str:
+        return str(self.client(user).submit(folder / file, pack(folder), params or {}, 0)["id"])
+
+    def api(self, path: str, token: str | None = TOKEN) -> Any:
+        req = urllib.request.Request(f"{self.server.url}/api/v1{path}")
+        if token:
+            req.add_header("Authorization", f"Bearer {token}")
+        with urllib.request.urlopen(req, timeout=60) as r:
+            return json.load(r)
+
+    def logs(self, exp_id: str) -> list[str]:
+        return [line["text"] for line in self.api(f"/experiments/{exp_id}/logs?limit=5000")["lines"]]
+
+    def wait_for_line(self, exp_id: str, text: str, seconds: float = 300) -> str:
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            found = next((line for line in self.logs(exp_id) if text in line), None)
+            if found is not None:
+                return found
+            status = self.api(f"/experiments/{exp_id}")["status"]
+            assert status in ("queued", "building", "starting", "pending", "running"), (
+                f"{exp_id} ended ({status}) before printing {text!r}: {self.logs(exp_id)[-20:]}"
+            )
+            time.sleep(0.5)
+        raise AssertionError(f"{exp_id} did not print {text!r} within {seconds} s")
+
+    def wait_done(self, exp_id: str, seconds: float = 300) -> dict[str, Any]:
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            exp = self.api(f"/experiments/{exp_id}")
+            if exp["status"] in ("succeeded", "failed", "stopped"):
+                return dict(exp)
+            time.sleep(0.5)
+        raise AssertionError(f"experiment {exp_id} did not end within {seconds} s")
+
+    def stop(self, exp_id: str) -> None:
+        req = urllib.request.Request(f"{self.server.url}/api/v1/experiments/{exp_id}/stop", method="POST")
+        req.add_header("Authorization", f"Bearer {TOKEN}")
+        urllib.request.urlopen(req, timeout=60).close()
+        self.wait_done(exp_id)
+
+
+def phalanx(home: Path, *args: str, stdin: str = "") -> str:
+    """A `phalanx` command on the server's machine, with the server's home (as its admin types it)."""
+    r = subprocess.run(
+        [str(PHALANX), *args], env=clean_env(home), input=stdin, capture_output=True, text=True, timeout=300
+    )
+    assert r.returncode == 0, r.stdout + r.stderr
+    return r.stdout
+
+
+def fake_gpus(folder: Path) -> Path:
+    """Device nodes named as NVIDIA's (/dev/nvidia0, nvidia1, nvidiactl), numbered as /dev/null:
+    the box binds them as it would real ones (PHALANX_GPU_DEVICES_DIR)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    for name in ("nvidia0", "nvidia1", "nvidiactl"):
+        with contextlib.suppress(FileExistsError):
+            try:
+                os.mknod(folder / name, stat.S_IFCHR | 0o666, os.makedev(1, 3))
+            except PermissionError:  # no CAP_MKNOD here: a file stands in for the node
+                (folder / name).write_text("")
+    return folder
+
+
+def set_up(home: Path, data: Path) -> None:
+    """Users, projects, roles, secrets and vision's dataset, made with `phalanx admin|secret|data`."""
+    phalanx(home, "admin", "user", "add", "root", "--admin", "--password-stdin", stdin="root-password\n")
+    for user, project in (("vic", "vision"), ("ada", "nlp")):
+        phalanx(home, "admin", "user", "add", user, "--password-stdin", stdin=f"{user}-password\n")
+        phalanx(home, "admin", "project", "add", project)
+        phalanx(home, "admin", "member", "add", project, user, "--role", "editor")
+        name, value = SECRETS[project]
+        phalanx(home, "secret", "set", project, name, stdin=value + "\n")
+    data.mkdir(parents=True, exist_ok=True)
+    (data / "part-0.csv").write_text("x,y\n1,2\n")
+    phalanx(home, "data", "add", "vision-digits", str(data))
+
+
+def token_of(server: Server, user: str) -> str:
+    body = json.dumps({"username": user, "password": f"{user}-password", "name": "t"}).encode()
+    req = urllib.request.Request(f"{server.url}/api/v1/tokens", data=body, method="POST")
+    req.add_header("Content-Type", "application/json")
+    with urllib.request.urlopen(req, timeout=60) as r:
+        return str(json.load(r)["token"])
+
+
+@contextlib.contextmanager
+def running_team(home: Path, args: list[str] | None = None) -> Iterator[Team]:
+    """The team's server over ``home`` (set up once per home), with its secrets in its environment."""
+    if not (home / "phalanx.db").exists():
+        set_up(home, home.parent / "vision-data")
+    gpus = fake_gpus(home.parent / "fake-dev")
+    env = {
+        "AWS_SECRET_ACCESS_KEY": AWS_SECRET,
+        "SERVER_CANARY": CANARY,
+        "CUDA_VISIBLE_DEVICES": "0,1",
+        "PHALANX_GPU_DEVICES_DIR": str(gpus),
+    }
+    server = start_server(home, token=TOKEN, env=env, args=args)
+    team = Team(server, {}, gpus)
+    try:
+        team.tokens.update({u: token_of(server, u) for u in ("vic", "ada")})
+        yield team
+    finally:
+        for exp in team.api("/experiments?limit=200")["items"]:  # a failed test's jobs end here
+            if exp["status"] not in ("succeeded", "failed", "stopped"):
+                with contextlib.suppress(OSError, AssertionError):
+                    team.stop(exp["id"])
+        supervisors_gone(server)
+        stop_server(server.proc)
+
+
+def job_folder(tmp: Path, name: str) -> Path:
+    """A submitter's folder holding the jobs (each run picks its file)."""
+    dest = tmp / name
+    shutil.copytree(JOBS, dest)
+    return dest

@@ -1,0 +1,164 @@
+"""Hostile jobs on a team server (issue 36, invariant 6): an editor of nlp submits an ordinary job
+that tries to reach the server's home, store, keys, token file and environment, another project's
+experiment (its folder, code, artifacts, checkpoint, input, environment, processes) and the API
+beyond its own experiment, while vision's experiment runs. On a server that runs as root every
+probe fails and the job still succeeds; with `--trust-submitters` (the box off) the same probes get
+through, which proves they would notice a hole."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from tests.integration.isolation.team import (
+    AWS_SECRET,
+    CANARY,
+    JOBS,
+    SECRETS,
+    TOKEN,
+    Team,
+    job_folder,
+    phalanx,
+    running_team,
+)
+
+pytestmark = pytest.mark.timeout(900)
+
+# what the same probes reach when the job runs as the server (the box off)
+REACHED_UNBOXED = {
+    "env_home",
+    "env_aws",
+    "env_canary",
+    "home_list",
+    "home_write",
+    "store_read",
+    "store_write",
+    "secrets_key",
+    "token_file",
+    "victim_work_list",
+    "victim_code",
+    "victim_artifacts",
+    "victim_checkpoint",
+    "victim_input",
+    "victim_environ",
+    "victim_secret_in_proc",
+    "victim_signal",
+}
+
+
+PROBES = (JOBS / "probe.py").read_text().count('\nprobe("')
+
+
+@pytest.fixture(scope="module")
+def team_home(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    home = tmp_path_factory.mktemp("team") / "home"
+    home.mkdir()
+    return home
+
+
+@pytest.fixture(scope="module")
+def team(team_home: Path) -> Iterator[Team]:
+    with running_team(team_home) as t:
+        yield t
+
+
+def start_victim(team: Team, tmp: Path) -> tuple[str, int]:
+    """vision's job, running and holding its checkpoint: its id and its replica's pid."""
+    victim = team.submit("vic", job_folder(tmp, "vision-work"), "victim.yml")
+    team.wait_for_line(victim, "VICTIM READY")
+    pid = int(team.api(f"/experiments/{victim}/replicas")[0]["pid"])
+    return victim, pid
+
+
+def targets(team: Team, victim: str, pid: int) -> dict[str, Any]:
+    home = team.home
+    artifacts = home / "artifacts" / victim
+    checkpoint = next(p for p in artifacts.rglob("*") if p.is_file() and "checkpoint" in str(p))
+    cache = next((home / "cache").iterdir())
+    return {
+        "api": team.server.url,
+        "home": str(home),
+        "store": str(home / "phalanx.db"),
+        "secrets_key": str(home / "secrets.key"),
+        "box_key": str(home / "server" / "box.key"),
+        "token_file": str(home / "server.token"),
+        "server_token": TOKEN,
+        "own_secret_name": SECRETS["nlp"][0],
+        "victim": {
+            "id": victim,
+            "pid": pid,
+            "work": str(home / "server" / "work" / victim),
+            "code": str(home / "server" / "work" / victim / "victim.py"),
+            "box": str(home / "boxes" / victim),
+            "artifacts": str(artifacts),
+            "checkpoint": str(checkpoint),
+            "input": str(next(p for p in cache.rglob("*") if p.is_file())),
+            "secret": SECRETS["vision"][1],
+            "dataset": "vision-digits",
+        },
+    }
+
+
+def run_probe(
+    team: Team, tmp: Path, aims: dict[str, Any]
+) -> tuple[dict[str, Any], dict[str, str], list[str]]:
+    """nlp's hostile job, to its end: the experiment, each probe's state, and its other lines."""
+    folder = job_folder(tmp, "nlp-work")
+    (folder / "targets.json").write_text(json.dumps(aims))
+    probe = team.submit("ada", folder, "probe.yml")
+    exp = team.wait_done(probe)
+    lines = team.logs(probe)
+    states = {p[1]: p[2] for p in (line.split(" ", 3) for line in lines if line.startswith("PROBE "))}
+    return exp, states, lines
+
+
+def test_a_hostile_job_reaches_nothing_of_the_server_or_another_project_and_still_succeeds(
+    team: Team, tmp_path: Path
+) -> None:
+    victim, pid = start_victim(team, tmp_path)
+    exp, states, lines = run_probe(team, tmp_path, targets(team, victim, pid))
+    assert exp["status"] == "succeeded", lines[-30:]
+    assert len(states) == PROBES, lines  # every probe ran
+    opened = {name for name, state in states.items() if state != "blocked"}
+    assert not opened, [line for line in lines if " OPEN " in line]
+    # nothing was written where it tried, and no account became an admin
+    assert not (team.home / "pwned").exists()
+    with sqlite3.connect(team.home / "phalanx.db") as db:
+        admins = {row[0] for row in db.execute("SELECT name FROM users WHERE is_admin = 1")}
+    assert admins == {"root"}
+    files = team.api(f"/experiments/{victim}/artifacts")
+    assert not any("planted" in str(a) for a in files)
+    # what it must have: its own project's secret, its GPU (device node and CUDA_VISIBLE_DEVICES),
+    # another uid than root's, and no process but its own
+    own = {line.split(" ", 2)[1].split("=", 1)[0]: line for line in lines if line.startswith("OWN ")}
+    assert f"secret={SECRETS['nlp'][1]!r}" in own["secret"]
+    gpu = own["gpus"].split("gpus=")[1].split(" ")[0].strip("'")
+    assert gpu in ("0", "1") and f"'nvidia{gpu}'" in own["gpus"] and "'nvidiactl'" in own["gpus"]
+    assert f"'nvidia{1 - int(gpu)}'" not in own["gpus"]  # the other GPU is not its
+    uid = int(own["uid"].split("uid=")[1].split(" ")[0])
+    assert uid != 0
+    assert len(own["uid"].split("processes=")[1].split(",")) <= 3, own["uid"]  # bwrap's init, itself
+
+    # vision's job was not disturbed: stopped now, then resumed in its box from its checkpoint
+    team.stop(victim)
+    phalanx(team.home, "resume", victim)
+    assert any("RESUMED step=5" in line and "weights" in line for line in team.logs(victim))
+    assert team.api(f"/experiments/{victim}")["status"] == "succeeded"
+
+
+def test_with_trust_submitters_the_same_probes_get_through(team_home: Path, tmp_path: Path) -> None:
+    """The box off (the server trusts its submitters): the suite sees what it is there to see."""
+    with running_team(team_home, args=["--trust-submitters"]) as trusting:
+        victim, pid = start_victim(trusting, tmp_path)
+        aims = targets(trusting, victim, pid)
+        exp, states, lines = run_probe(trusting, tmp_path, aims)
+        trusting.stop(victim)
+    assert exp["status"] == "succeeded", lines[-30:]
+    reached = {name for name, state in states.items() if state == "OPEN"}
+    assert reached >= REACHED_UNBOXED, (REACHED_UNBOXED - reached, lines)
+    assert any(AWS_SECRET in line or "AWS_SECRET_ACCESS_KEY" in line for line in lines)
+    assert any(CANARY in line for line in lines)
