@@ -58,9 +58,14 @@ def _sigint_as_it_was() -> Iterator[None]:
 _LEFT_BEHIND: list[str] = []
 
 
+_MARKS = (b"PHALANX_HOME=", b"PHALANX_BOX=")
+
+
 def _processes_under(root: Path) -> list[tuple[int, str]]:
     """Live processes (not zombies) whose PHALANX_HOME lies under ``root``: every experiment,
-    supervisor, ingester and server a test starts has one under its tmp_path."""
+    supervisor, ingester and server a test starts has one under its tmp_path. A boxed replica (a
+    server's submission) has no PHALANX_HOME: its mark PHALANX_BOX names its box folder, which lies
+    in the server's home."""
     prefix = str(root).encode()
     found = []
     for entry in os.scandir("/proc"):
@@ -68,8 +73,8 @@ def _processes_under(root: Path) -> list[tuple[int, str]]:
             continue
         try:
             environ = Path(f"/proc/{entry.name}/environ").read_bytes().split(b"\0")
-            home = next((v[len(b"PHALANX_HOME=") :] for v in environ if v.startswith(b"PHALANX_HOME=")), None)
-            if home is None or not home.startswith(prefix):
+            homes = [v.split(b"=", 1)[1] for v in environ if v.startswith(_MARKS)]
+            if not any(home.startswith(prefix) for home in homes):
                 continue
             if Path(f"/proc/{entry.name}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z":
                 continue
