@@ -318,9 +318,9 @@ def _build(
         for i, command in enumerate(build.build_steps):
             run(["/bin/sh", "-c", command], f"build.build_steps[{i}] ({command!r})")
         manifest = {**contents, "hash": key, "created": time.time(), "path": str(target)}
-        _write_new(target / MANIFEST, json.dumps(manifest, indent=2).encode())
+        boxes.write_new(target / MANIFEST, json.dumps(manifest, indent=2).encode())
         if box is not None:  # the box has ended: nothing of it runs that could swap a file now
-            _write_new(target / BUILD_LOG, logfile.read_bytes())
+            boxes.write_new(target / BUILD_LOG, logfile.read_bytes())
             logfile.unlink()
         tmp_link = venvs_dir / f".link-{key}-{os.getpid()}"
         tmp_link.unlink(missing_ok=True)
@@ -339,25 +339,27 @@ def _build(
 
 def _build_box(box: Isolation, target: Path, workdir: Path, scratch: Path) -> list[str]:
     """The box a build runs in: the venv being built and a scratch folder writable, the
-    experiment's folder and local package sources (PIP_FIND_LINKS) read-only."""
+    experiment's folder, local package sources (PIP_FIND_LINKS) and pip's configuration read-only."""
     links = [p for p in os.environ.get("PIP_FIND_LINKS", "").split() if p.startswith("/")]
     layout = boxes.Layout(
         cwd=str(workdir),
         tmp=str(scratch),
         rw=(str(target), str(scratch)),
-        ro=(str(workdir), *boxes.interpreter_trees(), *links),
+        ro=(str(workdir), *boxes.interpreter_trees(), *links, *_pip_config()),
     )
     return boxes.box_argv(box, layout)
 
 
-def _write_new(path: Path, data: bytes) -> None:
-    """Write a file root creates in a folder a box wrote: whatever is at ``path`` (a planted link)
-    is removed first and the new file is made exclusively, never through a link."""
-    with contextlib.suppress(FileNotFoundError, IsADirectoryError):
-        path.unlink()
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
-    with os.fdopen(fd, "wb") as out:
-        out.write(data)
+def _pip_config() -> list[str]:
+    """The server account's own pip configuration (where this machine's packages come from): the
+    box has another home, so it is bound and named by PIP_CONFIG_FILE (_pip_settings)."""
+    named = os.environ.get("PIP_CONFIG_FILE")
+    found = (
+        [Path(named)]
+        if named
+        else [Path.home() / ".config" / "pip" / "pip.conf", Path.home() / ".pip" / "pip.conf"]
+    )
+    return [str(p) for p in found if p.is_file()][:1]
 
 
 def _build_environ(target: Path, extra: Mapping[str, str], box: Isolation | None = None) -> dict[str, str]:
@@ -378,7 +380,11 @@ def _build_environ(target: Path, extra: Mapping[str, str], box: Isolation | None
 def _pip_settings() -> dict[str, str]:
     """pip's own settings from the server's environment (where packages come from, timeouts): the
     machine's package sources are the boxed build's too; nothing else of that environment is."""
-    return {k: v for k, v in os.environ.items() if k.startswith("PIP_") or k.lower() in _PROXIES}
+    settings = {k: v for k, v in os.environ.items() if k.startswith("PIP_") or k.lower() in _PROXIES}
+    config = _pip_config()
+    if config:
+        settings["PIP_CONFIG_FILE"] = config[0]
+    return settings
 
 
 _PROXIES = ("http_proxy", "https_proxy", "no_proxy")

@@ -70,6 +70,7 @@ class KubernetesOptions(_Options):
     context: Text | None = None  # kubeconfig context
     env_volume: Annotated[str, StringConstraints(pattern=DNS_SUBDOMAIN)] | None = None  # RWX PVC
     kubeflow_api: Literal["v1", "trainer-v2"] | None = None
+    service_account: Annotated[str, StringConstraints(pattern=DNS_SUBDOMAIN)] | None = None
 
 
 ClusterOptions = Annotated[SlurmOptions | KubernetesOptions, Field(discriminator="kind")]

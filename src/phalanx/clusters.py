@@ -43,6 +43,9 @@ class Cluster:
     slurm_conf: str | None = None  # slurm: SLURM_CONF for the client commands (a private cluster)
     env_volume: str | None = None  # kubernetes: a ReadWriteMany PVC where pip environments are built once
     kubeflow_api: str | None = None  # kubernetes: "v1" (training-operator jobs, default) or "trainer-v2"
+    # kubernetes: the service account a server's pods run as (one without API rights, in each
+    # project's namespace); unset: the namespace's default one, its token never mounted
+    service_account: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {k: v for k, v in asdict(self).items() if v is not None}

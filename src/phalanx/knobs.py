@@ -139,6 +139,14 @@ HOROVOD_WHEEL: Knob[Path | None] = Knob(
     "a Horovod wheel to install instead of building one",
 )
 
+GPU_DEVICES_DIR: Knob[Path | None] = Knob(
+    "PHALANX_GPU_DEVICES_DIR",
+    _path,
+    None,
+    "a folder",
+    "where a box takes a replica's GPU device nodes (nvidia0, nvidiactl...) from; default /dev",
+)
+
 KNOBS: tuple[Knob[Any], ...] = (
     HANG_TIMEOUT,
     STORE_RETRY_SECONDS,
@@ -149,6 +157,7 @@ KNOBS: tuple[Knob[Any], ...] = (
     DEFAULT_TORCH,
     WHEELS_DIR,
     HOROVOD_WHEEL,
+    GPU_DEVICES_DIR,
 )
 
 

@@ -87,7 +87,7 @@ def test_gpus_are_their_device_nodes_and_the_control_nodes(
 ) -> None:
     for name in ("nvidia0", "nvidia1", "nvidiactl", "nvidia-uvm"):
         (tmp_path / name).write_text("")
-    monkeypatch.setenv(box.ENV_GPU_DEVICES_DIR, str(tmp_path))
+    monkeypatch.setenv("PHALANX_GPU_DEVICES_DIR", str(tmp_path))
     assert box.gpu_nodes(["1"]) == tuple(str(tmp_path / n) for n in ("nvidia1", "nvidiactl", "nvidia-uvm"))
     assert box.gpu_nodes([]) == ()
     assert {str(tmp_path / "nvidia0"), str(tmp_path / "nvidia1")} <= set(box.gpu_nodes(["GPU-4f2a"]))

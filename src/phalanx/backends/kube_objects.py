@@ -8,6 +8,7 @@ the package, offline), the way the API server would reject an unknown or mistype
 
 from __future__ import annotations
 
+import copy
 import functools
 import math
 from collections.abc import Mapping, Sequence
@@ -244,3 +245,50 @@ class LogReaders:
                     return True
             time.sleep(0.05)
         return False
+
+
+# A server's pods (docs/security.md#kubernetes): no Kubernetes API credentials (whatever the
+# namespace grants its service accounts, none is mounted), the project's unprivileged uid, no way
+# to gain privileges, the runtime's default seccomp profile.
+CONTAINER_SECURITY = {
+    "allowPrivilegeEscalation": False,
+    "privileged": False,
+    "capabilities": {"drop": ["ALL"]},
+}
+
+
+def hardened(
+    objects: Sequence[Mapping[str, Any]], uid: int, gid: int, service_account: str | None
+) -> list[Mapping[str, Any]]:
+    """The objects with every pod spec in them (a Pod's, a Kubeflow job's replica templates, a
+    TrainJob's overrides: any mapping holding ``containers``) made a boxed run's."""
+
+    def harden(value: Any) -> Any:
+        if isinstance(value, Mapping):
+            out = {k: harden(v) for k, v in value.items()}
+            if isinstance(out.get("containers"), list):
+                out = _pod_security(out, uid, gid, service_account)
+            return out
+        if isinstance(value, list):
+            return [harden(v) for v in value]
+        return value
+
+    return [harden(o) for o in objects]
+
+
+def _pod_security(spec: dict[str, Any], uid: int, gid: int, service_account: str | None) -> dict[str, Any]:
+    for key in ("containers", "initContainers"):
+        if isinstance(spec.get(key), list):
+            spec[key] = [{**c, "securityContext": copy.deepcopy(CONTAINER_SECURITY)} for c in spec[key]]
+    spec["automountServiceAccountToken"] = False
+    spec["enableServiceLinks"] = False  # no variables naming the namespace's other services
+    if service_account:
+        spec["serviceAccountName"] = service_account
+    spec["securityContext"] = {
+        "runAsNonRoot": True,
+        "runAsUser": uid,
+        "runAsGroup": gid,
+        "fsGroup": gid,
+        "seccompProfile": {"type": "RuntimeDefault"},
+    }
+    return spec

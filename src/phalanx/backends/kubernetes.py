@@ -36,6 +36,7 @@ from phalanx.backends.kube_objects import (
     KubeDryRun,
     LogReaders,
     env_list,
+    hardened,
     image,
     labels,
     owner_reference,
@@ -52,6 +53,7 @@ from phalanx.domain import ExperimentStatus, Framework, ReplicaState
 from phalanx.errors import BackendUnavailable, NotFound, SpecError
 from phalanx.frameworks import Endpoints
 from phalanx.plan import Plan, ReplicaPlan
+from phalanx.tokens import box_key
 
 log = logging.getLogger(__name__)
 
@@ -345,10 +347,13 @@ class KubeEngine:
             objects = list(
                 with_inputs(objects, context.input_fetches, self.cluster.server_url, context.experiment_id)
             )
-        if self.settings.token and self.cluster.server_url:
-            objects = with_experiment_token(
-                objects, context.experiment_id, self.namespace, self.settings.token
-            )
+        iso = context.isolation
+        # a server's boxed run: its token under the box key (the server's own token stays the server's)
+        key = box_key(self.settings.home) if iso is not None else self.settings.token
+        if key and self.cluster.server_url:
+            objects = with_experiment_token(objects, context.experiment_id, self.namespace, key)
+        if iso is not None:
+            objects = hardened(objects, iso.uid, iso.gid, self.cluster.service_account)
         return KubeDryRun(backend=self.name, plan=plan, context=context, objects=tuple(objects))
 
     def create_token_secret(self, namespace: str, objects: Sequence[Mapping[str, Any]]) -> None:

@@ -20,10 +20,11 @@ import re
 import shutil
 import subprocess
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import replace
 from pathlib import Path
 
+from phalanx.backends import slurm_box
 from phalanx.backends.base import DryRun, JobStatus, LaunchContext, ReplicaStatus, expect_dry_run
 from phalanx.backends.dry_runs import SlurmDryRun
 from phalanx.backends.slurm_queue import SlurmQueue, queue_for
@@ -33,6 +34,7 @@ from phalanx.config import Settings
 from phalanx.domain import ExperimentStatus, ReplicaState
 from phalanx.errors import BackendUnavailable, NotFound, UsageError
 from phalanx.frameworks import uses_mpi
+from phalanx.machine.box import open_inside, read_inside, write_new
 from phalanx.plan import Plan
 
 log = logging.getLogger(__name__)
@@ -165,6 +167,10 @@ class SlurmBackend:
 
     def dry_run(self, plan: Plan, context: LaunchContext) -> DryRun:
         env: dict[str, str] = {**plan.build.env_vars, **plan.env, **context.tracking_env}
+        run_dir = self.run_dir(context.experiment_id)
+        workdir = context.workdir
+        if context.isolation is not None:  # a server's job: its account's run folder, its code copied there
+            env, workdir = slurm_box.job_env(env, run_dir), str(run_dir / slurm_box.CODE)
         env.pop("PHALANX_ATTEMPT", None)  # the script counts attempts itself: a requeue is one more
         env["PHALANX_CAPTURED"] = "1"  # the task wrapper writes the console to the replica's log file
         if self.cluster.server_url:
@@ -174,30 +180,39 @@ class SlurmBackend:
         script = render(
             plan,
             context.experiment_id,
-            context.workdir,
-            self.run_dir(context.experiment_id),
+            workdir,
+            run_dir,
             env,
             partition=self.cluster.partition,
             account=self.cluster.account,
             mpi_plugin=self.mpi_plugin() if uses_mpi(plan) else "none",
             node_fetch=node_fetch(context),
         )
+        if context.isolation is not None:
+            script = slurm_box.said_in(script, context.isolation)
         return SlurmDryRun(backend=self.name, plan=plan, context=context, script=script)
 
     # -- submit ---------------------------------------------------------------------------------
     def submit(self, dry_run: DryRun) -> str:
         run_dir = self.run_dir(dry_run.context.experiment_id)
+        iso = dry_run.context.isolation
         first = not run_dir.exists()
         try:
-            self._archive_previous_attempt(run_dir)
+            if iso is None:
+                self._archive_previous_attempt(run_dir)
+            elif not first:
+                slurm_box.archive_as_account(iso, run_dir)
             (run_dir / "logs").mkdir(parents=True, exist_ok=True)
             (run_dir / "state").mkdir(parents=True, exist_ok=True)
+            if iso is not None:
+                slurm_box.prepare(iso, run_dir, dry_run.context.workdir)
             script = run_dir / "job.sbatch"
-            script.write_text(expect_dry_run(dry_run, SlurmDryRun, self.name).script)
+            write_new(script, expect_dry_run(dry_run, SlurmDryRun, self.name).script.encode())
             keys = [t.key for c in layout(dry_run.plan) for t in c.tasks]
-            (run_dir / "tasks").write_text("\n".join(keys) + "\n")  # the script writes it too; read before
-            self._refuse_if_it_can_never_run(script, dry_run)
-            out = self._cmd(["sbatch", "--parsable", str(script)]).stdout.strip()
+            write_new(run_dir / "tasks", ("\n".join(keys) + "\n").encode())  # the script writes it too
+            identity = slurm_box.sbatch_identity(iso) if iso is not None else []
+            self._refuse_if_it_can_never_run(script, dry_run, identity)
+            out = self._cmd(["sbatch", "--parsable", *identity, str(script)]).stdout.strip()
             job_id = out.split(";")[0]
             if not job_id.isdigit():
                 raise BackendUnavailable(f"sbatch answered {out!r}, not a job id")
@@ -220,14 +235,16 @@ class SlurmBackend:
             script.write_text(expect_dry_run(dry_run, SlurmDryRun, self.name).script)
             self._refuse_if_it_can_never_run(script, dry_run)
 
-    def _refuse_if_it_can_never_run(self, script: Path, dry_run: DryRun) -> None:
+    def _refuse_if_it_can_never_run(
+        self, script: Path, dry_run: DryRun, identity: Sequence[str] = ()
+    ) -> None:
         """``sbatch --test-only``: Slurm's own verdict, before anything is queued.
 
         Slurm accepts a job larger than its partition and leaves it pending forever (Reason
         PartitionConfig); the test-only submission says so at once, so it is refused with Slurm's words
         and what the job asked for.
         """
-        proc = self._cmd(["sbatch", "--test-only", str(script)], check=False)
+        proc = self._cmd(["sbatch", "--test-only", *identity, str(script)], check=False)
         if proc.returncode == 0:
             return
         said = " ".join(line.removeprefix("sbatch: error: ") for line in proc.stderr.strip().splitlines())
@@ -277,16 +294,16 @@ class SlurmBackend:
 
     @staticmethod
     def _tasks(run_dir: Path) -> list[str]:
-        try:
-            return [k for k in (run_dir / "tasks").read_text().split() if k]
-        except OSError:
-            return []
+        text = SlurmBackend._read(run_dir / "tasks")
+        return [k for k in (text or "").split() if k]
 
     @staticmethod
     def _read(path: Path) -> str | None:
+        """A file the job wrote, read without following a link it may have planted (a server's job
+        runs as another account, and its run folder is that account's)."""
         try:
-            return path.read_text().strip()
-        except OSError:
+            return read_inside(path.parent.parent, f"{path.parent.name}/{path.name}").decode().strip()
+        except (OSError, UnicodeDecodeError):
             return None
 
     def _replicas(self, run_dir: Path, job_status: ExperimentStatus | None) -> list[ReplicaStatus]:
@@ -507,7 +524,8 @@ class SlurmBackend:
         """scancel the job; cancelling a finished or forgotten job is a no-op."""
         job_id, run_dir = self._split(handle)
         if run_dir.is_dir() and not (run_dir / "cancelled").exists():
-            (run_dir / "cancelled").touch()  # replicas killed from now on were stopped, not failed
+            with contextlib.suppress(OSError):  # replicas killed from now on were stopped, not failed
+                write_new(run_dir / "cancelled", b"")
         proc = self._cmd(["scancel", job_id], check=False)
         if proc.returncode != 0 and "Invalid job id" not in proc.stderr and "already" not in proc.stderr:
             raise BackendUnavailable(f"scancel {job_id} failed: {proc.stderr.strip()}")
@@ -523,8 +541,8 @@ class _LogFile:
         self.inode: int | None = None
 
     def read(self, final: bool) -> list[str]:
-        try:
-            with open(self.path, "rb") as f:
+        try:  # never through a link the job planted (see SlurmBackend._read)
+            with os.fdopen(open_inside(self.path.parent.parent, f"logs/{self.path.name}"), "rb") as f:
                 inode = os.fstat(f.fileno()).st_ino
                 if self.inode is not None and inode != self.inode:
                     self.pos, self.pending = 0, b""  # a new attempt's file

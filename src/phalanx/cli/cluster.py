@@ -35,6 +35,11 @@ def add(
         "--kubeflow-api",
         help="kubernetes: v1 (training-operator jobs, default) or trainer-v2 (TrainJob)",
     ),
+    service_account: str | None = typer.Option(
+        None,
+        "--service-account",
+        help="kubernetes: the service account a server's pods run as (one with no API rights)",
+    ),
     replace: bool = typer.Option(False, "--replace", help="overwrite a cluster of the same name"),
 ) -> None:
     """Register a cluster."""
@@ -54,6 +59,7 @@ def add(
             slurm_conf=slurm_conf,
             env_volume=env_volume,
             kubeflow_api=kubeflow_api,
+            service_account=service_account,
         ),
         replace=replace,
     )

@@ -23,6 +23,7 @@ other experiments' folders and other processes do not exist in it. Standard libr
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import stat
@@ -30,6 +31,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
+
+from phalanx import knobs
 
 BWRAP = "bwrap"
 SETPRIV = "setpriv"
@@ -42,10 +45,9 @@ MERGED_USR = ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
 BOX_PATH = "/usr/local/bin:/usr/bin:/bin"
 # Inherited from the process that starts the box when set there: locale and time zone only.
 INHERITED = ("LANG", "LANGUAGE", "LC_ALL", "LC_CTYPE", "TZ")
-# GPUs: /dev/nvidia<N> per granted device plus these control nodes (PHALANX_GPU_DEVICES_DIR
-# names another folder to take them from: a test's fake nodes).
+# GPUs: /dev/nvidia<N> per granted device plus these control nodes (knobs.GPU_DEVICES_DIR names
+# another folder to take them from: a test's fake nodes).
 GPU_CONTROL_NODES = ("nvidiactl", "nvidia-uvm", "nvidia-uvm-tools", "nvidia-modeset")
-ENV_GPU_DEVICES_DIR = "PHALANX_GPU_DEVICES_DIR"
 # Mark of a boxed process (its value: the box folder), how the tests' clean-up finds leftovers.
 ENV_BOX = "PHALANX_BOX"
 
@@ -209,7 +211,7 @@ def inherited(names: Iterable[str] = ()) -> dict[str, str]:
 def gpu_nodes(gpus: Iterable[str]) -> tuple[str, ...]:
     """The device nodes of these GPUs (indices; a UUID gives every GPU node, as its index is not
     known here) and the control nodes, those that exist."""
-    folder = Path(os.environ.get(ENV_GPU_DEVICES_DIR) or "/dev")
+    folder = knobs.GPU_DEVICES_DIR.value() or Path("/dev")
     wanted = list(gpus)
     if not wanted:
         return ()
@@ -225,17 +227,21 @@ def gpu_nodes(gpus: Iterable[str]) -> tuple[str, ...]:
 
 
 def make_own_folder(path: Path, isolation: Isolation, mode: int = 0o700) -> Path:
-    """A folder only the box's account may use, created fresh by root (refused, OSError, when
-    something is already there that is not a plain folder: never a planted symlink)."""
+    """A folder only the box's account may use, made by root: created if missing, then changed
+    through a descriptor opened without following a link (OSError when a link or a file stands
+    there: never is a planted link's target given away)."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    try:
+    with contextlib.suppress(FileExistsError):
         os.mkdir(path, mode)
-    except FileExistsError:
-        info = os.lstat(path)
-        if not stat.S_ISDIR(info.st_mode):
-            raise OSError(f"{path} exists and is not a folder") from None
-    os.chown(path, isolation.uid, isolation.gid, follow_symlinks=False)
-    os.chmod(path, mode)  # a folder (checked above) in a folder only root may change
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError:
+        raise OSError(f"{path} exists and is not a folder") from None
+    try:
+        os.fchown(fd, isolation.uid, isolation.gid)
+        os.fchmod(fd, mode)
+    finally:
+        os.close(fd)
     return path
 
 
@@ -307,10 +313,10 @@ def _at(path: str) -> list[tuple[str, str]]:
     return [(real, real)] if real == path else [(real, real), (real, path)]
 
 
-def read_inside(root: Path, relative: str) -> bytes:
-    """A file below ``root`` (a folder a box may write), read by root without following any
-    symbolic link on the way: each folder opened relative to the last with O_NOFOLLOW, the file
-    too, and only a regular file read. OSError (ELOOP for a link) otherwise."""
+def open_inside(root: Path, relative: str) -> int:
+    """A file descriptor of a file below ``root`` (a folder a box may write), opened by root without
+    following any symbolic link on the way: each folder opened relative to the last with
+    O_NOFOLLOW, the file too. OSError (ELOOP for a link, FileNotFoundError...) otherwise."""
     parts = [p for p in Path(relative).parts if p not in ("", ".")]
     if not parts or ".." in parts or Path(relative).is_absolute():
         raise OSError(f"{relative}: not a path inside {root}")
@@ -321,10 +327,29 @@ def read_inside(root: Path, relative: str) -> bytes:
             nxt = os.open(part, flags | os.O_DIRECTORY, dir_fd=fd)
             os.close(fd)
             fd = nxt
-        leaf = os.open(parts[-1], flags | os.O_NONBLOCK, dir_fd=fd)
+        return os.open(parts[-1], flags | os.O_NONBLOCK, dir_fd=fd)
     finally:
         os.close(fd)
-    with os.fdopen(leaf, "rb") as f:
+
+
+def read_inside(root: Path, relative: str) -> bytes:
+    """A regular file below ``root``, read as ``open_inside`` opens it (OSError for anything else)."""
+    with os.fdopen(open_inside(root, relative), "rb") as f:
         if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
             raise OSError(f"{relative}: not a regular file")
         return f.read()
+
+
+def write_new(path: Path, data: bytes) -> None:
+    """A file root makes in a folder a box may write: whatever is at ``path`` (a planted link) is
+    removed first and the new file is made exclusively, never through a link (OSError when
+    something is put back meanwhile)."""
+    fd = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        with contextlib.suppress(FileNotFoundError, IsADirectoryError):
+            os.unlink(path.name, dir_fd=fd)
+        out = os.open(path.name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644, dir_fd=fd)
+    finally:
+        os.close(fd)
+    with os.fdopen(out, "wb") as f:
+        f.write(data)

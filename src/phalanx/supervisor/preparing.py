@@ -116,7 +116,7 @@ def tracking_env(
     A boxed replica (``isolation``) gets no PHALANX_HOME: it spools in its own folder and ships to
     the server over HTTP with its experiment's write-only token (``boxed_tracking_env``)."""
     if isolation is not None:
-        return boxed_tracking_env(experiment_id, settings, python, isolation, dry)
+        return boxed_tracking_env(experiment_id, settings, python, isolation, dry, sdk_root)
     env = {
         "PHALANX_HOME": str(settings.home),
         "PHALANX_SPOOL": str(settings.spool_dir / experiment_id),
@@ -137,7 +137,12 @@ def tracking_env(
 
 
 def boxed_tracking_env(
-    experiment_id: str, settings: Settings, python: str, isolation: Isolation, dry: bool = False
+    experiment_id: str,
+    settings: Settings,
+    python: str,
+    isolation: Isolation,
+    dry: bool = False,
+    sdk_root: Path | None = None,
 ) -> dict[str, str]:
     """A boxed replica's tracking wiring: its spool in its box folder (nothing of the server's home),
     the server's URL and a token under the home's box key that only adds records and files to this
@@ -151,7 +156,7 @@ def boxed_tracking_env(
         "PHALANX_TOKEN": experiment_token(box_key(settings.home), experiment_id),
     }
     if os.path.abspath(python) != os.path.abspath(sys.executable) and not dry:
-        env["PYTHONPATH"] = str(sdk_path(settings))
+        env["PYTHONPATH"] = str(sdk_path(settings, sdk_root))
     return env
 
 
@@ -185,7 +190,8 @@ def prepare(
     isolation: Isolation | None = None,
 ) -> Prepared:
     """Plan, pick the engine, build the venv (unless ``dry``) and dry-run: nothing started or stored.
-    ``isolation``: box it (the local engine only: a cluster keeps its own boundary).
+    ``isolation``: box it (a server's submission: the local engine's box, a Slurm job as the
+    project's account, a hardened Kubernetes pod; its venv built in a box here).
 
     Raises SpecError / UsageError (exit 2) for what cannot run (a GPU that is not there, a topology
     larger than the machine without ``oversubscribe``, a cluster that does not exist).
@@ -213,7 +219,7 @@ def prepare(
 
         backend = get_backend(engine_name, settings=settings, cluster=cluster_conf)
     shared = _shared_dir(cluster_conf)
-    boxed = isolation if backend.name == LOCAL else None
+    boxed = isolation  # the local engine boxes it; a cluster engine keeps the same boundary its own way
     python = interpreter(
         plan,
         workdir,

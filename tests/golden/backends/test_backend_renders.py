@@ -9,17 +9,20 @@ import os
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from phalanx.backends.base import LaunchContext
-from phalanx.backends.kubeflow import KubeflowBackend
+from phalanx.backends.kube_objects import validate_core
+from phalanx.backends.kubeflow import KubeflowBackend, validate_job
 from phalanx.backends.kubeflow_trainer import TrainerBackend
 from phalanx.backends.kubernetes import KubernetesBackend
 from phalanx.backends.slurm import SlurmBackend
 from phalanx.clusters import Cluster
 from phalanx.config import Settings
 from phalanx.domain import BackendKind, Framework, Range, Resources
+from phalanx.machine.box import Isolation
 from phalanx.plan import Plan, build_plan
 from phalanx.spec.model import Build, ExperimentSpec, ReplicaTemplate, Topology
 
@@ -117,6 +120,31 @@ TRAINER = Cluster(
 )
 
 
+BOXED = replace(
+    CONTEXT,
+    tracking_env={
+        "PHALANX_SPOOL": "/home/user/.phalanx/boxes/5eed0000cafe/spool",
+        "PHALANX_HOST": "http://127.0.0.1:8000",
+        "PHALANX_TOKEN": "phx-exp.5eed0000cafe.0000",
+    },
+    isolation=Isolation("phx-nlp", 61000, 61001, "nlp", "http://127.0.0.1:8000"),
+)
+KUBE_BOXED = replace(KUBE, service_account="phalanx-job")
+
+
+def _boxed_kube(backend: Callable[..., Any], plan: Plan) -> str:
+    """A server's run on Kubernetes: its token made under a fixed box key (a real one is random)."""
+    from phalanx.backends import kubernetes
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(kubernetes, "box_key", lambda home: "golden-box-key")
+        dry = backend(SETTINGS, KUBE_BOXED).dry_run(plan, BOXED)
+    validate_core([o for o in dry.objects if o["kind"] in ("Pod", "Service", "ConfigMap")])
+    if str(dry.objects[0]["kind"]).endswith("Job"):  # the operator's schema takes the hardened pods
+        validate_job(dry.objects[0])
+    return str(dry.render())
+
+
 def _slurm_horovod() -> str:
     from phalanx.backends import slurm
 
@@ -146,6 +174,11 @@ CASES: dict[str, Callable[[], str]] = {
     "trainer-trainjob.yaml": lambda: (
         TrainerBackend(SETTINGS, TRAINER).dry_run(MULTIPROCESS, CONTEXT).render()
     ),
+    # a server's runs (docs/security.md): the project's account, nothing of the server's home;
+    # pods without API credentials, as the project's uid, with no way to gain privileges
+    "slurm-pytorch-ddp-boxed.sbatch": lambda: SlurmBackend(SLURM, SETTINGS).dry_run(PYTORCH, BOXED).render(),
+    "kubernetes-pytorch-boxed.yaml": lambda: _boxed_kube(KubernetesBackend, PLACED),
+    "kubeflow-pytorchjob-boxed.yaml": lambda: _boxed_kube(KubeflowBackend, PLACED),
 }
 
 

@@ -25,6 +25,7 @@ from phalanx.apiclient import Client
 from phalanx.bundles import pack
 
 JOBS = Path(__file__).parent / "data" / "jobs"
+EXAMPLES = Path(__file__).resolve().parents[3] / "examples"
 TOKEN = "isolation-server-token-0123456789"
 AWS_SECRET = "server-aws-secret-must-not-leak"
 CANARY = "server-environment-canary"
@@ -117,9 +118,11 @@ def set_up(home: Path, data: Path) -> None:
         phalanx(home, "admin", "member", "add", project, user, "--role", "editor")
         name, value = SECRETS[project]
         phalanx(home, "secret", "set", project, name, stdin=value + "\n")
-    data.mkdir(parents=True, exist_ok=True)
-    (data / "part-0.csv").write_text("x,y\n1,2\n")
-    phalanx(home, "data", "add", "vision-digits", str(data))
+    for project, name in (("vision", "vision-digits"), ("nlp", "nlp-text")):
+        folder = data / name
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / "part-0.csv").write_text(f"{project},1\n")
+        phalanx(home, "data", "add", name, str(folder))
 
 
 def token_of(server: Server, user: str) -> str:
@@ -160,4 +163,16 @@ def job_folder(tmp: Path, name: str) -> Path:
     """A submitter's folder holding the jobs (each run picks its file)."""
     dest = tmp / name
     shutil.copytree(JOBS, dest)
+    return dest
+
+
+def example_folder(tmp: Path, example: str, project: str, **changes: str) -> Path:
+    """An example's folder, its file moved to ``project`` (and other lines replaced: old=new)."""
+    dest = tmp / f"{example}-{project}"
+    shutil.copytree(EXAMPLES / example, dest)
+    for file in dest.glob("*.yml"):
+        text = file.read_text().replace("project: examples", f"project: {project}")
+        for old, new in changes.items():
+            text = text.replace(old.replace("__", " "), new)
+        file.write_text(text)
     return dest

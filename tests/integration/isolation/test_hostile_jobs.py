@@ -8,7 +8,9 @@ through, which proves they would notice a hole."""
 from __future__ import annotations
 
 import json
+import pwd
 import sqlite3
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -21,6 +23,7 @@ from tests.integration.isolation.team import (
     SECRETS,
     TOKEN,
     Team,
+    example_folder,
     job_folder,
     phalanx,
     running_team,
@@ -162,3 +165,54 @@ def test_with_trust_submitters_the_same_probes_get_through(team_home: Path, tmp_
     assert reached >= REACHED_UNBOXED, (REACHED_UNBOXED - reached, lines)
     assert any(AWS_SECRET in line or "AWS_SECRET_ACCESS_KEY" in line for line in lines)
     assert any(CANARY in line for line in lines)
+
+
+def test_ordinary_work_runs_in_the_box(team: Team, tmp_path: Path) -> None:
+    """DDP over gloo (metrics and a saved model), DDP under one mpirun, and a job with a venv built
+    in its box reading its dataset in place: each succeeds boxed, as its project's account."""
+    jobs = {
+        "ddp": (example_folder(tmp_path, "pytorch-ddp", "nlp"), "polyaxonfile.yml", {"epochs": 3}),
+        "mpi": (example_folder(tmp_path, "pytorch-mpi", "nlp"), "polyaxonfile.yml", {"epochs": 3}),
+        "builder": (job_folder(tmp_path, "nlp-build"), "builder.yml", {}),
+    }
+    ids = {name: team.submit("ada", folder, file, params) for name, (folder, file, params) in jobs.items()}
+    done = {name: team.wait_done(exp_id, seconds=600) for name, exp_id in ids.items()}
+    for name, exp in done.items():
+        assert exp["status"] == "succeeded", (name, team.logs(ids[name])[-30:])
+    for name in ("ddp", "mpi"):
+        accuracy = team.api(f"/experiments/{ids[name]}/metrics/accuracy")["series"]
+        assert len(accuracy) == 2 and all(s["values"][-1] > 0.5 for s in accuracy.values()), accuracy
+    assert [m["name"] for m in team.api(f"/experiments/{ids['ddp']}/models")] == ["digits-mlp"]
+    lines = team.logs(ids["builder"])
+    assert any(line.startswith("BUILT tabulate") and "/venvs/boxes/phx-nlp/" in line for line in lines)
+    assert any(line.startswith("MOUNTED") and "part-0.csv" in line for line in lines)
+    assert any(line.startswith("INPUT READ-ONLY") for line in lines), lines
+    assert team.api(f"/experiments/{ids['builder']}/metrics/rows")["series"]
+    account = pwd.getpwnam("phx-nlp")
+    for exp_id in ids.values():  # each ran as nlp's account, in its own box folder
+        assert (team.home / "boxes" / exp_id).stat().st_uid == account.pw_uid
+    venv = next((team.home / "venvs" / "boxes" / "phx-nlp").glob(".build-*"))
+    assert venv.stat().st_uid == account.pw_uid
+
+
+def test_a_groups_trials_run_boxed_and_are_pruned(team: Team, tmp_path: Path) -> None:
+    folder = example_folder(
+        tmp_path,
+        "digits-sweep",
+        "nlp",
+        n_experiments__8="n_experiments: 4",
+        concurrency__2="concurrency: 2",
+        warmup_steps__3="warmup_steps: 1",
+    )
+    group = team.submit("ada", folder, "group.yml", {"epochs": 4})
+    deadline = time.monotonic() + 900
+    while (found := team.api(f"/groups/{group}"))["status"] not in ("succeeded", "failed", "stopped"):
+        assert time.monotonic() < deadline, found
+        time.sleep(1)
+    trials = found["trials"]
+    assert found["status"] == "succeeded" and len(trials) == 4, found
+    account = pwd.getpwnam("phx-nlp")
+    for trial in trials:
+        assert (team.home / "boxes" / trial["experiment_id"]).stat().st_uid == account.pw_uid
+    # the search read each trial's accuracy (sent over HTTP from its box) to prune or rank it
+    assert all(t["state"] in ("done", "pruned") and t["value"] is not None for t in trials), trials

@@ -18,7 +18,7 @@ from phalanx import buildenv, repro
 from phalanx.backends.local import boxes
 from phalanx.backends.local.engine import LocalBackend
 from phalanx.config import Settings
-from phalanx.machine.box import ENV_BOX, Isolation, box_folder
+from phalanx.machine.box import ENV_BOX, Isolation, box_folder, write_new
 from phalanx.supervisor.preparing import tracking_env
 from phalanx.tokens import box_key, experiment_token
 from tests.unit.backends.conftest import EXPERIMENT_ID, context, plan
@@ -100,7 +100,7 @@ def test_root_writes_a_venvs_manifest_over_a_planted_link_not_through_it(tmp_pat
     target.write_text("untouched")
     (tmp_path / "venv").mkdir()
     (tmp_path / "venv" / buildenv.MANIFEST).symlink_to(target)
-    buildenv._write_new(tmp_path / "venv" / buildenv.MANIFEST, b"{}")
+    write_new(tmp_path / "venv" / buildenv.MANIFEST, b"{}")
     assert target.read_text() == "untouched"
     assert not os.path.islink(tmp_path / "venv" / buildenv.MANIFEST)
     assert (tmp_path / "venv" / buildenv.MANIFEST).read_bytes() == b"{}"

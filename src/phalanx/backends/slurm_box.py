@@ -1,0 +1,82 @@
+"""A server's Slurm job keeps the box's boundary (docs/security.md#slurm): it is submitted as its
+project's own account (``sbatch --uid/--gid``: Slurm runs it, and everything it starts on the
+nodes, as that account), with only the environment its script exports (``--export=NONE``, as
+every Phalanx job), reporting to the server over HTTP with its experiment's write-only token.
+
+The job writes its run folder on the shared file system (its logs, state files, spool, a copy of
+its code), so that folder is its account's; the engine, which runs as root, reads the job's files
+there only through ``machine.box.open_inside`` (no symbolic link is followed on the way) and writes
+there only through ``machine.box.write_new``; moving an attempt's files aside on a restart is done
+as the job's account.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+
+from phalanx.errors import BackendUnavailable
+from phalanx.machine import box
+from phalanx.machine.box import Isolation
+
+CODE = "code"  # <run dir>/code: the copy of the experiment's folder the job runs in
+SUBFOLDERS = ("logs", "state", "spool", CODE)
+
+
+def job_env(env: Mapping[str, str], run_dir: Path) -> dict[str, str]:
+    """What a boxed job exports: its spool in its own run folder, nothing of the server's home."""
+    out = {k: v for k, v in env.items() if k not in ("PHALANX_HOME", "PHALANX_INGESTER_PID")}
+    out["PHALANX_SPOOL"] = str(run_dir / "spool")
+    return out
+
+
+def said_in(script: str, iso: Isolation) -> str:
+    """The script with a line saying as whom it is submitted (the dry run shows it)."""
+    shebang, _, rest = script.partition("\n")
+    line = f"# a server's job: submitted as {iso.account} (sbatch {' '.join(sbatch_identity(iso))})"
+    return f"{shebang}\n{line}\n{rest}"
+
+
+def sbatch_identity(iso: Isolation) -> list[str]:
+    """sbatch's options that make the job the project's account's (root may give them)."""
+    return [f"--uid={iso.uid}", f"--gid={iso.gid}"]
+
+
+def prepare(iso: Isolation, run_dir: Path, workdir: str) -> None:
+    """The run folder and its subfolders as the account's, the experiment's folder copied into it
+    (from the server's own work folder, which only root writes) and given to the account."""
+    box.make_own_folder(run_dir, iso, 0o755)
+    for name in SUBFOLDERS:
+        box.make_own_folder(run_dir / name, iso, 0o755)
+    code = run_dir / CODE
+    if not any(code.iterdir()):
+        shutil.copytree(workdir, code, symlinks=True, dirs_exist_ok=True)
+    box.hand_over(code, iso)
+
+
+_ARCHIVE = """
+import os, sys
+run = sys.argv[1]
+names = [n for n in ("logs", "state", "cancelled", "tasks") if os.path.lexists(os.path.join(run, n))]
+if names:
+    attempts = os.path.join(run, "attempts")
+    os.makedirs(attempts, exist_ok=True)
+    target = os.path.join(attempts, str(len(os.listdir(attempts))))
+    os.mkdir(target)
+    for n in names:
+        os.rename(os.path.join(run, n), os.path.join(target, n))
+"""
+
+
+def archive_as_account(iso: Isolation, run_dir: Path) -> None:
+    """A restart's archive of the last attempt (engine restarts; a requeue's is the script's own),
+    done as the job's account in its own folder: root moves nothing there."""
+    argv = [*box.drop_to(iso), sys.executable, "-I", "-c", _ARCHIVE, str(run_dir)]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=60, check=False)
+    if done.returncode != 0:
+        raise BackendUnavailable(f"moving the last attempt's files aside failed: {done.stderr.strip()}")
+    for name in ("logs", "state"):
+        box.make_own_folder(run_dir / name, iso, 0o755)
