@@ -62,7 +62,7 @@ class S3Server:
         return name
 
     def requests(self) -> list[dict[str, str]]:
-        """Every S3 request served so far: {"method", "path", "query"}."""
+        """Every S3 request served so far: {"method", "path", "query", "key"} (the access key id)."""
         with urllib.request.urlopen(f"{self.endpoint}{CONTROL}/requests", timeout=30) as r:
             found: list[dict[str, str]] = json.loads(r.read())
         return found
@@ -138,7 +138,14 @@ class _Recorder:
         if path.startswith(CONTROL):
             return self._control(path, environ, start_response)
         with self.lock:
-            self.log.append({"method": method, "path": path, "query": environ.get("QUERY_STRING", "")})
+            self.log.append(
+                {
+                    "method": method,
+                    "path": path,
+                    "query": environ.get("QUERY_STRING", ""),
+                    "key": _key_id(environ),
+                }
+            )
             fail = self.failing.get(method, 0) > 0
             if fail:
                 self.failing[method] -= 1
@@ -170,6 +177,12 @@ class _Recorder:
                 body = json.dumps(self.log).encode()
         start_response("200 OK", [("Content-Type", "application/json")])
         return [body]
+
+
+def _key_id(environ: dict[str, Any]) -> str:
+    """The access key id a request was signed with (SigV4's ``Credential=KEY/...``), "" if unsigned."""
+    auth = environ.get("HTTP_AUTHORIZATION", "")
+    return auth.split("Credential=", 1)[1].split("/", 1)[0] if "Credential=" in auth else ""
 
 
 def _serve() -> None:

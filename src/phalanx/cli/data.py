@@ -21,6 +21,15 @@ app.add_typer(datastore_app, name="datastore")
 app.add_typer(data_app, name="data")
 
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON.")]
+ProjectOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--project",
+        metavar="PROJECT",
+        help="The project it belongs to (a server's runs of other projects cannot read it).",
+    ),
+]
+SharedOpt = Annotated[bool, typer.Option("--shared", help="Every project's runs may read it.")]
 
 
 def _store() -> Any:
@@ -41,12 +50,19 @@ def _table(header: list[str], rows: list[list[str]]) -> str:
 def datastore_add(
     name: Annotated[str, typer.Argument(help="A name, e.g. 'digits-store'.")],
     url: Annotated[str, typer.Argument(help="A folder, an NFS path or s3://bucket/prefix.")],
+    project: ProjectOpt = None,
+    shared: SharedOpt = False,
+    profile: Annotated[
+        str | None,
+        typer.Option("--profile", metavar="NAME", help="The AWS profile a server's runs read it with."),
+    ] = None,
     json_: JsonOpt = False,
 ) -> None:
-    """Register a datastore. Credentials are never stored: readers use their AWS variables or profile."""
+    """Register a datastore. Credentials are never stored: a server's runs read it with their
+    project's secrets (AWS_ACCESS_KEY_ID, ...) or --profile; other readers with their own."""
     from phalanx.store import catalog
 
-    record = catalog.add_datastore(_store(), name, url)
+    record = catalog.add_datastore(_store(), name, url, project=project, shared=shared, profile=profile)
     emit_json(record.to_json()) if json_ else typer.echo(f"datastore {record.name} -> {record.url}")
 
 
@@ -83,13 +99,15 @@ def data_add(
         str | None,
         typer.Option("--copy-to", metavar="DATASTORE", help="Copy the bytes into this datastore first."),
     ] = None,
+    project: ProjectOpt = None,
+    shared: SharedOpt = False,
     json_: JsonOpt = False,
 ) -> None:
     """Record a new version of a dataset (every file's path, size and sha256). Without --copy-to the
     bytes stay where they are and are checked against these hashes whenever they are fetched."""
     from phalanx.store import catalog
 
-    version, new = catalog.add_dataset(_store(), name, source, copy_to)
+    version, new = catalog.add_dataset(_store(), name, source, copy_to, project=project, shared=shared)
     if json_:
         emit_json({**version.to_json(), "new": new})
         return

@@ -16,8 +16,9 @@ import os
 import shutil
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
+from typing import Any
 
 from phalanx.store.manifest import Manifest, copy_file, filesystem
 
@@ -43,12 +44,17 @@ def _locked(path: Path, blocking: bool = True) -> Iterator[bool]:
         os.close(fd)  # releases the lock
 
 
-def fetch(home: Path, manifest: Manifest, key: str, what: str) -> Path:
-    """The local folder holding ``manifest``'s files, downloaded once per machine under ``key``."""
-    return fetch_into(cache_root(home), manifest, key, what)
+def fetch(
+    home: Path, manifest: Manifest, key: str, what: str, credentials: Mapping[str, Any] | None = None
+) -> Path:
+    """The local folder holding ``manifest``'s files, downloaded once per machine under ``key``
+    (with ``credentials``: whose to read the source with; phalanx.data.credentials)."""
+    return fetch_into(cache_root(home), manifest, key, what, credentials)
 
 
-def fetch_into(root: Path, manifest: Manifest, key: str, what: str) -> Path:
+def fetch_into(
+    root: Path, manifest: Manifest, key: str, what: str, credentials: Mapping[str, Any] | None = None
+) -> Path:
     """``root/key`` holding ``manifest``'s files, downloaded once under the lock: the same code for
     this machine's cache and a cluster node's own (``phalanx.data.nodefetch``)."""
     final = root / key
@@ -57,7 +63,7 @@ def fetch_into(root: Path, manifest: Manifest, key: str, what: str) -> Path:
             if not final.is_dir():
                 tmp = root / f".tmp-{key[:16]}-{uuid.uuid4().hex[:8]}"
                 try:
-                    _download(manifest, tmp, what)
+                    _download(manifest, tmp, what, credentials)
                     os.rename(tmp, final)
                 finally:
                     shutil.rmtree(tmp, ignore_errors=True)
@@ -65,8 +71,10 @@ def fetch_into(root: Path, manifest: Manifest, key: str, what: str) -> Path:
     return final
 
 
-def _download(manifest: Manifest, folder: Path, what: str) -> None:
-    fs, base = filesystem(manifest.url)
+def _download(
+    manifest: Manifest, folder: Path, what: str, credentials: Mapping[str, Any] | None = None
+) -> None:
+    fs, base = filesystem(manifest.url, credentials)
     local, _ = filesystem(str(folder))
     folder.mkdir(parents=True)
     for entry in manifest.files:

@@ -19,10 +19,11 @@ to ``download``: no FUSE is used (containers and CI machines rarely allow it), a
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from phalanx.data.credentials import Access
 from phalanx.errors import UsageError
 from phalanx.spec.inputs import InputSpec
 
@@ -36,13 +37,18 @@ def resolve(
     *,
     dry: bool = False,
     orders: list[dict[str, Any]] | None = None,
+    reader: str | None = None,
 ) -> tuple[dict[str, str], list[dict[str, Any]]]:
     """The environment every replica gets and the lineage records, for ``inputs``; downloads happen
     here (not when ``dry``). NotFound / UsageError (exit 2) for a name that does not exist.
 
     ``orders`` (a cluster engine: Slurm nodes, Kubernetes pods): downloads are not made here but
     appended to it as fetch orders (``fetch_order``), which each node or pod carries out into its own
-    cache before its replicas start; their variables are then the engine's to set."""
+    cache before its replicas start; their variables are then the engine's to set.
+
+    ``reader``: the project of a server's boxed run. It reads only its project's and shared data
+    (another project's is answered as if it did not exist), and an object store with its project's
+    credentials (``data.credentials``), never the server's own."""
     if not inputs:
         return {}, []
     from phalanx.store import catalog, open_store
@@ -52,11 +58,15 @@ def resolve(
     records: list[dict[str, Any]] = []
     try:
         for spec in inputs:
+            access = Access(store, settings, reader)
             if spec.dataset is not None:
-                record = _dataset(store, spec, settings, dry, orders)
+                record = _dataset(store, spec, settings, dry, orders, access)
             else:
-                ds = catalog.get_datastore(store, str(spec.datastore))
-                record = _datastore(ds.url, spec, settings, dry, orders)
+                ds = access.check(
+                    catalog.get_datastore(store, str(spec.datastore)), f"datastore {spec.datastore!r}"
+                )
+                access.profile = ds.profile
+                record = _datastore(ds.url, spec, settings, dry, orders, access)
             if "local_path" in record:
                 env[spec.env] = record["local_path"]
             records.append(record)
@@ -80,12 +90,17 @@ def fetch_order(spec: InputSpec, manifest: Any, key: str, what: str) -> dict[str
 
 
 def _dataset(
-    store: Any, spec: InputSpec, settings: Settings, dry: bool, orders: list[dict[str, Any]] | None
+    store: Any,
+    spec: InputSpec,
+    settings: Settings,
+    dry: bool,
+    orders: list[dict[str, Any]] | None,
+    access: Access,
 ) -> dict[str, Any]:
     from phalanx.data import cache
     from phalanx.store import catalog
 
-    version = catalog.get_dataset(store, str(spec.dataset))
+    version = access.check(catalog.get_dataset(store, str(spec.dataset)), f"dataset {spec.dataset!r}")
     record: dict[str, Any] = {
         "name": spec.name,
         "kind": "dataset",
@@ -116,13 +131,18 @@ def _dataset(
     record["local_path"] = (
         str(cache.cache_root(settings.home) / key)
         if dry
-        else str(cache.fetch(settings.home, version.manifest, key, what))
+        else str(cache.fetch(settings.home, version.manifest, key, what, access.credentials(version.url)))
     )
     return record
 
 
 def _datastore(
-    base: str, spec: InputSpec, settings: Settings, dry: bool, orders: list[dict[str, Any]] | None
+    base: str,
+    spec: InputSpec,
+    settings: Settings,
+    dry: bool,
+    orders: list[dict[str, Any]] | None,
+    access: Access,
 ) -> dict[str, Any]:
     from phalanx.data import cache
     from phalanx.store.manifest import join_url
@@ -149,7 +169,7 @@ def _datastore(
     if spec.mode == "mount":
         record["mode"] = "download"
         record["note"] = "mount of an object store: downloaded instead (no FUSE)"
-    manifest, key = _listing(url)
+    manifest, key = _listing(url, access.credentials(url))
     record["listing"] = key
     what = f"input {spec.name!r} (datastore {spec.datastore})"
     if orders is not None:
@@ -159,17 +179,17 @@ def _datastore(
     record["local_path"] = (
         str(cache.cache_root(settings.home) / key)
         if dry
-        else str(cache.fetch(settings.home, manifest, key, what))
+        else str(cache.fetch(settings.home, manifest, key, what, access.credentials(url)))
     )
     return record
 
 
-def _listing(url: str) -> tuple[Any, str]:
+def _listing(url: str, credentials: Mapping[str, Any] | None = None) -> tuple[Any, str]:
     """A datastore folder's files as a manifest without hashes (nobody recorded them), keyed by the
     listing itself (paths, sizes, ETags or modification times): changed content, a new cache entry."""
     from phalanx.store.manifest import FileEntry, Manifest, filesystem
 
-    fs, root = filesystem(url)
+    fs, root = filesystem(url, credentials)
     found: dict[str, Any] = fs.find(root, detail=True)
     if not found:
         raise UsageError(f"{url}: no files there")

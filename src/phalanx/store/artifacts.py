@@ -18,6 +18,7 @@ import os
 import posixpath
 import re
 import uuid
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -36,9 +37,11 @@ RETRY_ATTEMPTS = 8  # botocore "standard" retries (unless AWS_MAX_ATTEMPTS says 
 S3_PROTOCOLS = ("s3", "s3a")
 
 
-def open_fs(url: str) -> tuple[Any, str]:
+def open_fs(url: str, credentials: Mapping[str, Any] | None = None) -> tuple[Any, str]:
     """The fsspec filesystem and root path of ``url``, with the bounded-memory and retry options of
-    object stores. An ``s3://`` URL without s3fs installed is MissingExtra (exit 2, the pip command)."""
+    object stores. An ``s3://`` URL without s3fs installed is MissingExtra (exit 2, the pip command).
+    ``credentials``: fsspec options naming whose credentials read it (a project's, for a server's
+    run: phalanx.data.credentials), over the environment's."""
     from fsspec.core import url_to_fs
 
     protocol = url.split("://", 1)[0].lower() if "://" in url else "file"
@@ -48,7 +51,7 @@ def open_fs(url: str) -> tuple[Any, str]:
             import s3fs  # noqa: F401
         except ImportError as exc:
             raise MissingExtra("s3", f"PHALANX_ARTIFACTS_URL={url.split('?')[0]!r}") from exc
-        options = s3_options()
+        options = {**s3_options(), **(credentials or {})}
     fs, root = url_to_fs(url, **options)
     return fs, str(root)
 

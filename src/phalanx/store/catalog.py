@@ -38,9 +38,19 @@ class DatastoreRecord:
     name: str
     url: str
     created_at: float
+    project: str | None = None  # the project that owns it (None: nobody's, only an admin's runs read it)
+    shared: bool = False  # an admin shared it with every project
+    profile: str | None = None  # the AWS profile a server's run reads it with (else its project's secrets)
 
     def to_json(self) -> dict[str, Any]:
-        return {"name": self.name, "url": self.url, "created_at": self.created_at}
+        return {
+            "name": self.name,
+            "url": self.url,
+            "created_at": self.created_at,
+            "project": self.project,
+            "shared": self.shared,
+            "profile": self.profile,
+        }
 
 
 @dataclass(frozen=True)
@@ -53,6 +63,8 @@ class DatasetVersion:
     files: tuple[FileEntry, ...]
     size: int
     created_at: float
+    project: str | None = None
+    shared: bool = False
 
     @property
     def ref(self) -> str:
@@ -73,10 +85,27 @@ class DatasetVersion:
             "size": self.size,
             "files": len(self.files),
             "created_at": self.created_at,
+            "project": self.project,
+            "shared": self.shared,
         }
         if with_files:
             doc["manifest"] = [f.to_json() for f in self.files]
         return doc
+
+
+def readable_by(record: DatastoreRecord | DatasetVersion, project: str) -> bool:
+    """Whether a server's (boxed) experiment of ``project`` may read it: its own project's, or shared."""
+    return record.shared or record.project == project
+
+
+def check_owner(project: str | None, shared: bool, what: str) -> None:
+    """``--project`` names a project (a label), and the data is either a project's or shared."""
+    if project is not None:
+        from phalanx.tracking.labels import label_problem
+
+        problem = label_problem(project, "project")
+        if problem:
+            raise UsageError(f"{what}: {problem}")
 
 
 def check_name(name: str, what: str) -> str:
@@ -111,20 +140,45 @@ def normalise_url(url: str, what: str) -> str:
 # ---- datastores ---------------------------------------------------------------------------------
 
 
-def add_datastore(store: SqlStore, name: str, url: str) -> DatastoreRecord:
+def add_datastore(
+    store: SqlStore,
+    name: str,
+    url: str,
+    project: str | None = None,
+    shared: bool = False,
+    profile: str | None = None,
+) -> DatastoreRecord:
+    """``project``: who owns it; ``shared``: every project may read it; ``profile``: the AWS profile
+    (of the server's machine) a server's run reads it with, else its project's secrets."""
     check_name(name, "datastore")
+    check_owner(project, shared, f"datastore {name!r}")
     url = normalise_url(url, f"datastore {name!r}:")
     with store._writer.begin() as conn:
         if conn.execute(select(_ds().c.name).where(_ds().c.name == name)).first() is not None:
             raise Conflict(f"datastore {name!r} exists; remove it first with `phalanx datastore rm {name}`")
-        conn.execute(insert(_ds()).values(name=name, url=url, created_at=time.time()))
+        conn.execute(
+            insert(_ds()).values(
+                name=name,
+                url=url,
+                created_at=time.time(),
+                project=project,
+                shared=int(shared),
+                profile=profile,
+            )
+        )
     return get_datastore(store, name)
+
+
+def _datastore(r: Any) -> DatastoreRecord:
+    return DatastoreRecord(
+        r["name"], r["url"], r["created_at"], r["project"], bool(r["shared"]), r["profile"]
+    )
 
 
 def list_datastores(store: SqlStore) -> list[DatastoreRecord]:
     with store.engine.connect() as conn:
         rows = conn.execute(select(_ds()).order_by(_ds().c.name)).mappings().all()
-    return [DatastoreRecord(r["name"], r["url"], r["created_at"]) for r in rows]
+    return [_datastore(r) for r in rows]
 
 
 def get_datastore(store: SqlStore, name: str) -> DatastoreRecord:
@@ -135,7 +189,7 @@ def get_datastore(store: SqlStore, name: str) -> DatastoreRecord:
         raise NotFound(
             f"no datastore {name!r} (datastores: {known}); add it with `phalanx datastore add {name} URL`"
         )
-    return DatastoreRecord(row["name"], row["url"], row["created_at"])
+    return _datastore(row)
 
 
 def remove_datastore(store: SqlStore, name: str) -> None:
@@ -148,16 +202,30 @@ def remove_datastore(store: SqlStore, name: str) -> None:
 
 
 def add_dataset(
-    store: SqlStore, name: str, source: str, copy_to: str | None = None
+    store: SqlStore,
+    name: str,
+    source: str,
+    copy_to: str | None = None,
+    project: str | None = None,
+    shared: bool = False,
 ) -> tuple[DatasetVersion, bool]:
     """Record a version of ``name`` from ``source`` (a path, an fsspec URL or ``store:sub/dir`` of a
-    datastore); returns it and whether it is new (False: the latest version has the same content)."""
+    datastore); returns it and whether it is new (False: the latest version has the same content).
+    ``project`` owns it (every version of a name is the same project's); ``shared``: every project
+    may read it."""
     check_name(name, "dataset")
+    check_owner(project, shared, f"dataset {name!r}")
+    latest = _latest(store, name)
+    if latest is not None and latest.project is not None and latest.project != project:
+        owner = f"project {latest.project}" if latest.project else "no project"
+        raise Conflict(
+            f"dataset {name!r} belongs to {owner}: record its new version with the same --project,"
+            " or under another name"
+        )
     url = resolve_source(store, source)
     manifest = build_manifest(url)
     if not manifest.files:
         raise UsageError(f"dataset {name!r}: {source!r} holds no files")
-    latest = _latest(store, name)
     if latest is not None and latest.digest == manifest.digest and (copy_to is None or latest.copied):
         return latest, False
     copied = False
@@ -180,6 +248,8 @@ def add_dataset(
                 size=manifest.size,
                 file_count=len(manifest.files),
                 created_at=time.time(),
+                project=project,
+                shared=int(shared),
             )
         )
     return get_dataset(store, f"{name}@{version}"), True
@@ -246,6 +316,8 @@ def _version(row: Any) -> DatasetVersion:
         files=tuple(FileEntry.from_json(f) for f in row["files"]),
         size=row["size"],
         created_at=row["created_at"],
+        project=row["project"],
+        shared=bool(row["shared"]),
     )
 
 

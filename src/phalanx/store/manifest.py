@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import posixpath
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -57,12 +57,12 @@ class Manifest:
         return h.hexdigest()
 
 
-def filesystem(url: str) -> tuple[Any, str]:
+def filesystem(url: str, credentials: Mapping[str, Any] | None = None) -> tuple[Any, str]:
     """fsspec filesystem and path of a URL or local path (s3:// with the store's part sizes and
-    retries, and the s3 extra's message when s3fs is missing)."""
+    retries, and the s3 extra's message when s3fs is missing); ``credentials``: whose to read with."""
     from phalanx.store.artifacts import open_fs
 
-    return open_fs(url)
+    return open_fs(url, credentials)
 
 
 def join_url(base: str, sub: str) -> str:

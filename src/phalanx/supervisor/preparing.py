@@ -232,7 +232,10 @@ def prepare(
     from phalanx.checkpoints import policy_env
 
     env.update(policy_env(plan.checkpoints))
-    plan, input_env, fetches = _with_inputs(plan, settings, dry, on_nodes=backend.name != LOCAL)
+    reader = isolation.project if isolation is not None else None  # its project's data, its credentials
+    plan, input_env, fetches = _with_inputs(
+        plan, settings, dry, on_nodes=backend.name != LOCAL, reader=reader
+    )
     env.update(input_env)
     if backend.name == LOCAL and not dry and boxed is None:
         env[INGESTER_PID] = str(os.getpid())  # see ingester_here
@@ -265,12 +268,13 @@ LOCAL = "local"
 
 
 def _with_inputs(
-    plan: Plan, settings: Settings, dry: bool, on_nodes: bool
+    plan: Plan, settings: Settings, dry: bool, on_nodes: bool, reader: str | None = None
 ) -> tuple[Plan, dict[str, str], list[dict[str, Any]]]:
     """Resolve the plan's data inputs before anything starts (a missing dataset or datastore is a
     NotFound, exit 2), fetching downloads into this machine's cache; the plan then carries their
     lineage records (dataset versions, datastore URLs) and every replica their local paths.
-    ``on_nodes`` (a cluster engine): downloads become fetch orders each node or pod carries out."""
+    ``on_nodes`` (a cluster engine): downloads become fetch orders each node or pod carries out.
+    ``reader``: a server's boxed run's project (its own and shared data only, its credentials)."""
     from phalanx.data.inputs import resolve
     from phalanx.spec.inputs import from_record
 
@@ -279,7 +283,7 @@ def _with_inputs(
     # a plan resolved before (read back from the store) names the exact versions it used
     specs = [i if not isinstance(i, Mapping) else from_record(i) for i in plan.inputs]
     orders: list[dict[str, Any]] | None = [] if on_nodes else None
-    env, records = resolve(specs, settings, dry=dry, orders=orders)
+    env, records = resolve(specs, settings, dry=dry, orders=orders, reader=reader)
     return replace(plan, inputs=tuple(records)), env, orders or []
 
 

@@ -20,6 +20,8 @@ from typing import Any
 
 from tests.integration.server.serverproc import PHALANX, Server, clean_env, start_server, stop_server
 from tests.integration.server.test_submit import supervisors_gone
+from tests.support import s3 as s3_support
+from tests.support.s3 import S3Server
 
 from phalanx.apiclient import Client
 from phalanx.bundles import pack
@@ -30,6 +32,9 @@ TOKEN = "isolation-server-token-0123456789"
 AWS_SECRET = "server-aws-secret-must-not-leak"
 CANARY = "server-environment-canary"
 SECRETS = {"vision": ("VISION_KEY", "vision-secret-9f2c"), "nlp": ("NLP_KEY", "nlp-secret-41ab")}
+SERVER_KEY_ID = "server-key-id"
+NLP_AWS = {"AWS_ACCESS_KEY_ID": "nlp-key-id", "AWS_SECRET_ACCESS_KEY": "nlp-aws-secret"}
+BUCKET = "nlp-bucket"
 
 
 @dataclass
@@ -37,6 +42,7 @@ class Team:
     server: Server
     tokens: dict[str, str]  # user -> personal token
     gpu_dir: Path
+    s3: S3Server
 
     @property
     def home(self) -> Path:
@@ -122,7 +128,18 @@ def set_up(home: Path, data: Path) -> None:
         folder = data / name
         folder.mkdir(parents=True, exist_ok=True)
         (folder / "part-0.csv").write_text(f"{project},1\n")
-        phalanx(home, "data", "add", name, str(folder))
+        phalanx(home, "data", "add", name, str(folder), "--project", project)
+    for name, value in NLP_AWS.items():  # nlp reads its bucket with these, never the server's
+        phalanx(home, "secret", "set", "nlp", name, stdin=value + "\n")
+    phalanx(home, "datastore", "add", "nlp-lake", f"s3://{BUCKET}/lake", "--project", "nlp")
+
+
+def put_object(s3: S3Server, path: str, data: bytes) -> None:
+    """An object written with the test's own credentials (moto accepts any)."""
+    import s3fs  # the s3 extra: only the tests that use S3 need it
+
+    fs = s3fs.S3FileSystem(key="writer", secret="writer", client_kwargs={"endpoint_url": s3.endpoint})
+    fs.pipe(path, data)
 
 
 def token_of(server: Server, user: str) -> str:
@@ -135,18 +152,28 @@ def token_of(server: Server, user: str) -> str:
 
 @contextlib.contextmanager
 def running_team(home: Path, args: list[str] | None = None) -> Iterator[Team]:
-    """The team's server over ``home`` (set up once per home), with its secrets in its environment."""
+    """The team's server over ``home`` (set up once per home), with credentials of its own in its
+    environment, and an S3 API on loopback holding nlp's bucket."""
     if not (home / "phalanx.db").exists():
         set_up(home, home.parent / "vision-data")
     gpus = fake_gpus(home.parent / "fake-dev")
+    s3 = s3_support.start()
+    s3.create_bucket(BUCKET)
+    put_object(s3, f"{BUCKET}/lake/part-0.csv", b"nlp,lake\n")
     env = {
+        **s3.env(),  # the endpoint, and the server's own keys, which no job may read with
+        "AWS_ACCESS_KEY_ID": SERVER_KEY_ID,
         "AWS_SECRET_ACCESS_KEY": AWS_SECRET,
         "SERVER_CANARY": CANARY,
         "CUDA_VISIBLE_DEVICES": "0,1",
         "PHALANX_GPU_DEVICES_DIR": str(gpus),
     }
-    server = start_server(home, token=TOKEN, env=env, args=args)
-    team = Team(server, {}, gpus)
+    try:
+        server = start_server(home, token=TOKEN, env=env, args=args)
+    except BaseException:
+        s3.stop()
+        raise
+    team = Team(server, {}, gpus, s3)
     try:
         team.tokens.update({u: token_of(server, u) for u in ("vic", "ada")})
         yield team
@@ -157,6 +184,7 @@ def running_team(home: Path, args: list[str] | None = None) -> Iterator[Team]:
                     team.stop(exp["id"])
         supervisors_gone(server)
         stop_server(server.proc)
+        s3.stop()
 
 
 def job_folder(tmp: Path, name: str) -> Path:

@@ -20,7 +20,9 @@ from tests.integration.isolation.team import (
     AWS_SECRET,
     CANARY,
     JOBS,
+    NLP_AWS,
     SECRETS,
+    SERVER_KEY_ID,
     TOKEN,
     Team,
     example_folder,
@@ -28,6 +30,11 @@ from tests.integration.isolation.team import (
     phalanx,
     running_team,
 )
+from tests.support.slurm import LocalSlurm
+
+from phalanx.bundles import pack
+from phalanx.clusters import add_cluster
+from phalanx.errors import NotFound
 
 pytestmark = pytest.mark.timeout(900)
 
@@ -90,6 +97,7 @@ def targets(team: Team, victim: str, pid: int) -> dict[str, Any]:
         "box_key": str(home / "server" / "box.key"),
         "token_file": str(home / "server.token"),
         "server_token": TOKEN,
+        "server_aws": [AWS_SECRET, SERVER_KEY_ID],
         "own_secret_name": SECRETS["nlp"][0],
         "victim": {
             "id": victim,
@@ -146,6 +154,10 @@ def test_a_hostile_job_reaches_nothing_of_the_server_or_another_project_and_stil
     assert uid != 0
     assert len(own["uid"].split("processes=")[1].split(",")) <= 3, own["uid"]  # bwrap's init, itself
 
+    # nor may it name vision's dataset as its input: refused as if there were none
+    with pytest.raises(NotFound, match="no dataset 'vision-digits@latest' in project nlp"):
+        team.submit("ada", job_folder(tmp_path, "nlp-steal"), "steal.yml")
+
     # vision's job was not disturbed: stopped now, then resumed in its box from its checkpoint
     team.stop(victim)
     phalanx(team.home, "resume", victim)
@@ -187,6 +199,10 @@ def test_ordinary_work_runs_in_the_box(team: Team, tmp_path: Path) -> None:
     assert any(line.startswith("BUILT tabulate") and "/venvs/boxes/phx-nlp/" in line for line in lines)
     assert any(line.startswith("MOUNTED") and "part-0.csv" in line for line in lines)
     assert any(line.startswith("INPUT READ-ONLY") for line in lines), lines
+    assert any(line.startswith("LAKE") and "part-0.csv" in line for line in lines), lines
+    # its bucket was read with nlp's own credentials (a project secret), never the server's
+    keys = {r["key"] for r in team.s3.requests() if "/nlp-bucket" in r["path"] and r["method"] == "GET"}
+    assert keys == {NLP_AWS["AWS_ACCESS_KEY_ID"]}, keys
     assert team.api(f"/experiments/{ids['builder']}/metrics/rows")["series"]
     account = pwd.getpwnam("phx-nlp")
     for exp_id in ids.values():  # each ran as nlp's account, in its own box folder
@@ -216,3 +232,25 @@ def test_a_groups_trials_run_boxed_and_are_pruned(team: Team, tmp_path: Path) ->
         assert (team.home / "boxes" / trial["experiment_id"]).stat().st_uid == account.pw_uid
     # the search read each trial's accuracy (sent over HTTP from its box) to prune or rank it
     assert all(t["state"] in ("done", "pruned") and t["value"] is not None for t in trials), trials
+
+
+@pytest.mark.slurm
+def test_a_servers_slurm_job_runs_as_its_projects_account_with_none_of_the_servers_environment(
+    team: Team, slurm_cluster: LocalSlurm, tmp_path: Path
+) -> None:
+    add_cluster(slurm_cluster.cluster(), team.home, replace=True)  # `phalanx cluster add` on the server
+    folder = job_folder(tmp_path, "nlp-slurm")
+    exp_id = str(
+        team.client("ada").submit(
+            folder / "whoami.yml", pack(folder), {}, 0, extra={"target": slurm_cluster.name}
+        )["id"]
+    )
+    exp = team.wait_done(exp_id)
+    lines = team.logs(exp_id)
+    assert exp["status"] == "succeeded" and exp["backend"] == "slurm", lines
+    account = pwd.getpwnam("phx-nlp")
+    assert f"IDENTITY phx-nlp {account.pw_uid}" in lines, lines
+    env = "\n".join(line for line in lines if line.startswith("ENV "))
+    for leak in (AWS_SECRET, CANARY, TOKEN, "PHALANX_HOME=", str(team.home / "spool")):
+        assert leak not in env, leak
+    assert "PHALANX_TOKEN=phx-exp." + exp_id in env  # its write-only token, as every replica's

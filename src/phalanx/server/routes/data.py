@@ -15,13 +15,13 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-from fastapi import APIRouter
+from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse, StreamingResponse
 
 from phalanx.data.lineage import inputs_of
 from phalanx.errors import NotFound
 from phalanx.server.deps import StoreDep, experiment_of
-from phalanx.server.policy import policy
+from phalanx.server.policy import policy, principal_of
 
 router = APIRouter(tags=["data"])
 page_router = APIRouter(include_in_schema=False)
@@ -42,20 +42,30 @@ def _catalog_store(store: Any) -> Any:
 
 @router.get("/datasets")
 @policy("signed-in")
-def list_datasets(store: StoreDep) -> list[dict[str, Any]]:
-    """Every dataset version, oldest first per name."""
+def list_datasets(request: Request, store: StoreDep) -> list[dict[str, Any]]:
+    """Every dataset version the caller may see (its projects' and the shared), oldest first per name."""
     from phalanx.store import catalog
 
-    return [v.to_json() for v in catalog.list_datasets(_catalog_store(store))]
+    return [v.to_json() for v in catalog.list_datasets(_catalog_store(store)) if _visible(request, v)]
 
 
 @router.get("/datasets/{name}/versions/{version}")
 @policy("signed-in")
-def get_dataset_version(name: str, version: str, store: StoreDep) -> dict[str, Any]:
-    """One dataset version with its manifest (every file's path, size and sha256)."""
+def get_dataset_version(request: Request, name: str, version: str, store: StoreDep) -> dict[str, Any]:
+    """One dataset version with its manifest (every file's path, size and sha256); 404 for another
+    project's, as for one that does not exist."""
     from phalanx.store import catalog
 
-    return catalog.get_dataset(_catalog_store(store), f"{name}@{version}").to_json(with_files=True)
+    found = catalog.get_dataset(_catalog_store(store), f"{name}@{version}")
+    if not _visible(request, found):
+        raise NotFound(f"no dataset {name!r} in your projects")
+    return found.to_json(with_files=True)
+
+
+def _visible(request: Request, record: Any) -> bool:
+    """A dataset of one of the caller's projects, or shared (an admin sees every one)."""
+    projects = principal_of(request).visible_projects()
+    return projects is None or bool(record.shared) or record.project in projects
 
 
 @router.get("/experiments/{experiment_id}/inputs")

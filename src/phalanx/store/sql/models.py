@@ -398,6 +398,9 @@ class DatastoreRow(Base):
     name: Mapped[str] = mapped_column(String(128), primary_key=True)
     url: Mapped[str] = mapped_column(Text)
     created_at: Mapped[float] = mapped_column(Float)
+    project: Mapped[str | None] = mapped_column(String(64), nullable=True)  # its owner (NULL: none)
+    shared: Mapped[int] = mapped_column(Integer, default=0, server_default="0")  # 1: every project may read
+    profile: Mapped[str | None] = mapped_column(String(128), nullable=True)  # the AWS profile it is read with
 
 
 class DatasetVersionRow(Base):
@@ -415,6 +418,8 @@ class DatasetVersionRow(Base):
     size: Mapped[int] = mapped_column(BigInteger)
     file_count: Mapped[int] = mapped_column(Integer)
     created_at: Mapped[float] = mapped_column(Float)
+    project: Mapped[str | None] = mapped_column(String(64), nullable=True)  # its owner (NULL: none)
+    shared: Mapped[int] = mapped_column(Integer, default=0, server_default="0")  # 1: every project may read
 
 
 class SubmissionRow(Base):

@@ -19,4 +19,6 @@ try:
     (text / "scribble.txt").write_text("x")
 except OSError as exc:
     print(f"INPUT READ-ONLY {exc.strerror}", flush=True)
+lake = Path(os.environ["PHALANX_INPUT_LAKE"])
+print(f"LAKE {sorted(p.name for p in lake.iterdir())}", flush=True)
 Task.init().get_logger().report_scalar("rows", "builder", value=2.0, iteration=0)

@@ -66,7 +66,7 @@ def store_write() -> object:
 
 home, victim = T["home"], T["victim"]
 probe("env_home", lambda: os.environ.get("PHALANX_HOME"))
-probe("env_aws", lambda: [k for k in os.environ if k.startswith("AWS_")])
+probe("env_aws", lambda: [k for k, v in os.environ.items() if v in T["server_aws"]])
 probe("env_canary", lambda: os.environ.get("SERVER_CANARY"))
 probe("env_server_token", lambda: T["server_token"] in "".join(os.environ.values()))
 # (the folders a box's own paths lie in are there as empty mount points: what counts is the content)
