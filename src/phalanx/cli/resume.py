@@ -176,7 +176,7 @@ def resume(
         experiment.spec_text, launch.get("file") or "<stored file>", launch.get("params"), extra_params=True
     )
     from phalanx.data.lineage import pin_inputs
-    from phalanx.machine.box import isolation_of
+    from phalanx.machine.box import isolation_of  # (start-up time of every command: resume's own)
     from phalanx.runner import LaunchOptions, LaunchRecord, Runner
 
     spec = pin_inputs(spec, experiment.plan)  # the dataset versions it started with

@@ -390,7 +390,7 @@ def server(
     _check_token_length(token, host)
     from phalanx.server.address import local_url, recorded
     from phalanx.server.app import create_app
-    from phalanx.server.boxing import decide, start_line
+    from phalanx.server.boxing import decide, start_line  # (start-up time: `phalanx server`'s own)
     from phalanx.server.boxing import recorded as box_recorded
     from phalanx.server.settings import ServerSettings
 
@@ -433,7 +433,7 @@ def _uid_range(text: str | None) -> tuple[int, int] | None:
     """--box-uids FIRST-LAST, exit 2 naming the fix."""
     if text is None:
         return None
-    from phalanx.errors import UsageError
+    from phalanx.errors import UsageError  # (start-up time: only with --box-uids)
     from phalanx.machine.identities import parse_range
 
     try:

@@ -37,7 +37,7 @@ class Access:
 
     def check(self, record: R, what: str) -> R:
         """``record`` when this reader may read it; NotFound as for a name that does not exist."""
-        from phalanx.store.catalog import readable_by
+        from phalanx.store.catalog import readable_by  # the store's SQL: only once data is read
 
         if self.reader is None or readable_by(record, self.reader):  # type: ignore[arg-type]
             return record
@@ -50,7 +50,7 @@ class Access:
             return None
         if self.profile:
             return {"profile": self.profile}
-        from phalanx.store import secrets
+        from phalanx.store import secrets  # the secrets extra (cryptography): only for an object store
 
         held = secrets.environment(self.store, self.settings.home, self.reader)
         options = {option: held[name] for name, option in _AS_OPTIONS.items() if held.get(name)}

@@ -27,6 +27,7 @@ import contextlib
 import os
 import shutil
 import stat
+import sys
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -123,8 +124,6 @@ def missing_tools() -> list[str]:
 def interpreter_trees(python: str | None = None) -> tuple[str, ...]:
     """What a Python program in the box needs of this machine besides MACHINE_TREES: Phalanx's own
     interpreter (its venv and the base installation it was made from) and ``python``'s venv."""
-    import sys
-
     trees = {sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix}
     if python:
         venv = Path(python).parent.parent

@@ -25,6 +25,7 @@ from sqlalchemy import delete, func, insert, select
 
 from phalanx.errors import Conflict, NotFound, UsageError
 from phalanx.store.manifest import FileEntry, Manifest, build_manifest, copy_tree
+from phalanx.tracking.labels import label_problem
 
 if TYPE_CHECKING:
     from phalanx.store.sql.store import SqlStore
@@ -101,8 +102,6 @@ def readable_by(record: DatastoreRecord | DatasetVersion, project: str) -> bool:
 def check_owner(project: str | None, shared: bool, what: str) -> None:
     """``--project`` names a project (a label), and the data is either a project's or shared."""
     if project is not None:
-        from phalanx.tracking.labels import label_problem
-
         problem = label_problem(project, "project")
         if problem:
             raise UsageError(f"{what}: {problem}")

@@ -19,6 +19,7 @@ from phalanx.machine.box import Isolation, box_folder
 from phalanx.plan import Plan, build_plan
 from phalanx.sdkcopy import sdk_path
 from phalanx.spec.model import Build, ExperimentSpec
+from phalanx.tokens import box_key, experiment_token
 from phalanx.tracking.identity import ENV_INGESTER_PID as INGESTER_PID
 
 if TYPE_CHECKING:
@@ -127,8 +128,6 @@ def tracking_env(
     if settings.host:
         env["PHALANX_HOST"] = settings.host
         if settings.token:  # a token that writes this experiment only (docs/security.md)
-            from phalanx.tokens import experiment_token
-
             env["PHALANX_TOKEN"] = experiment_token(settings.token, experiment_id)
     # abspath, not realpath: every venv's bin/python links to the same base interpreter
     if os.path.abspath(python) != os.path.abspath(sys.executable) and not dry:
@@ -147,8 +146,6 @@ def boxed_tracking_env(
     """A boxed replica's tracking wiring: its spool in its box folder (nothing of the server's home),
     the server's URL and a token under the home's box key that only adds records and files to this
     experiment (phalanx.tokens)."""
-    from phalanx.tokens import box_key, experiment_token
-
     env = {
         "PHALANX_SPOOL": str(box_folder(settings.home, experiment_id) / "spool"),
         "PHALANX_CAPTURED": "1",

@@ -14,6 +14,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from phalanx.backends.base import DryRun, JobStatus, ReplicaStatus
+from phalanx.backends.local.boxes import SECRET_NAMES
 from phalanx.config import Settings
 from phalanx.domain import ExperimentStatus, Framework, Replica, ReplicaState
 from phalanx.plan import Plan
@@ -310,8 +311,6 @@ class Supervisor:
         self._open_store()
         handed = secrets.environment(self.store, self.settings.home, self.p.plan.project)
         if self.p.context.isolation is not None:  # a box inherits nothing but these, by name
-            from phalanx.backends.local.boxes import SECRET_NAMES
-
             handed[SECRET_NAMES] = ",".join(sorted(handed))
         before = {name: os.environ.get(name) for name in handed}
         os.environ.update(handed)

@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from phalanx.backends import kubernetes
 from phalanx.backends.base import LaunchContext
 from phalanx.backends.kube_objects import validate_core
 from phalanx.backends.kubeflow import KubeflowBackend, validate_job
@@ -134,8 +135,6 @@ KUBE_BOXED = replace(KUBE, service_account="phalanx-job")
 
 def _boxed_kube(backend: Callable[..., Any], plan: Plan) -> str:
     """A server's run on Kubernetes: its token made under a fixed box key (a real one is random)."""
-    from phalanx.backends import kubernetes
-
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(kubernetes, "box_key", lambda home: "golden-box-key")
         dry = backend(SETTINGS, KUBE_BOXED).dry_run(plan, BOXED)
