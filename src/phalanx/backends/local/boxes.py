@@ -138,7 +138,8 @@ def procs(folders: Iterable[str], v2: bool = False) -> list[int]:
 
 
 def finish(experiment_id: str, home: Path, cgroup_folders: Iterable[tuple[tuple[str, ...], bool]]) -> None:
-    """Once none of an attempt's processes runs: its cgroups and the experiment's /dev/shm go."""
+    """Once none of an attempt's processes runs: its cgroups, the experiment's /dev/shm and its
+    boxes' /tmp go (the spool stays: what it holds unshipped goes with the next attempt)."""
     for folders, v2 in cgroup_folders:
         group = cgroups.Cgroup(folders, v2)
         group.kill()
@@ -146,3 +147,4 @@ def finish(experiment_id: str, home: Path, cgroup_folders: Iterable[tuple[tuple[
     shm = shm_folder(experiment_id, home)
     if shm.parent == SHM_ROOT:
         shutil.rmtree(shm, ignore_errors=True)  # fd-based: never follows the box's links
+    shutil.rmtree(box.box_folder(home, experiment_id) / "tmp", ignore_errors=True)
