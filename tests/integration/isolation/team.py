@@ -13,6 +13,7 @@ import subprocess
 import time
 import urllib.error
 import urllib.request
+import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,6 +26,9 @@ from tests.support.s3 import S3Server
 
 from phalanx.apiclient import Client
 from phalanx.bundles import pack
+from phalanx.config import Settings
+from phalanx.store import catalog, open_store, secrets
+from phalanx.store.accounts import Accounts, Role
 
 JOBS = Path(__file__).parent / "data" / "jobs"
 EXAMPLES = Path(__file__).resolve().parents[3] / "examples"
@@ -116,22 +120,28 @@ def fake_gpus(folder: Path) -> Path:
 
 
 def set_up(home: Path, data: Path) -> None:
-    """Users, projects, roles, secrets and vision's dataset, made with `phalanx admin|secret|data`."""
-    phalanx(home, "admin", "user", "add", "root", "--admin", "--password-stdin", stdin="root-password\n")
-    for user, project in (("vic", "vision"), ("ada", "nlp")):
-        phalanx(home, "admin", "user", "add", user, "--password-stdin", stdin=f"{user}-password\n")
-        phalanx(home, "admin", "project", "add", project)
-        phalanx(home, "admin", "member", "add", project, user, "--role", "editor")
-        name, value = SECRETS[project]
-        phalanx(home, "secret", "set", project, name, stdin=value + "\n")
-    for project, name in (("vision", "vision-digits"), ("nlp", "nlp-text")):
-        folder = data / name
-        folder.mkdir(parents=True, exist_ok=True)
-        (folder / "part-0.csv").write_text(f"{project},1\n")
-        phalanx(home, "data", "add", name, str(folder), "--project", project)
-    for name, value in NLP_AWS.items():  # nlp reads its bucket with these, never the server's
-        phalanx(home, "secret", "set", "nlp", name, stdin=value + "\n")
-    phalanx(home, "datastore", "add", "nlp-lake", f"s3://{BUCKET}/lake", "--project", "nlp")
+    """Users, projects, roles, secrets and each project's data, as `phalanx admin|secret|data|datastore`
+    make them (their store calls, in this process: a CLI start each would cost seconds)."""
+    store = open_store(Settings(home=home))
+    try:
+        accounts = Accounts(store)
+        accounts.add_user("root", "root-password", admin=True)
+        for user, project in (("vic", "vision"), ("ada", "nlp")):
+            accounts.add_user(user, f"{user}-password")
+            accounts.add_project(project)
+            accounts.set_member(project, user, Role.editor)
+            name, value = SECRETS[project]
+            secrets.put(store, home, project, name, value)
+        for project, name in (("vision", "vision-digits"), ("nlp", "nlp-text")):
+            folder = data / name
+            folder.mkdir(parents=True, exist_ok=True)
+            (folder / "part-0.csv").write_text(f"{project},1\n")
+            catalog.add_dataset(store, name, str(folder), project=project)
+        for name, value in NLP_AWS.items():  # nlp reads its bucket with these, never the server's
+            secrets.put(store, home, "nlp", name, value)
+        catalog.add_datastore(store, "nlp-lake", f"s3://{BUCKET}/lake", project="nlp")
+    finally:
+        store.close()
 
 
 def put_object(s3: S3Server, path: str, data: bytes) -> None:
@@ -143,7 +153,8 @@ def put_object(s3: S3Server, path: str, data: bytes) -> None:
 
 
 def token_of(server: Server, user: str) -> str:
-    body = json.dumps({"username": user, "password": f"{user}-password", "name": "t"}).encode()
+    name = f"t-{uuid.uuid4().hex[:8]}"  # a token per server start: a name is its user's once
+    body = json.dumps({"username": user, "password": f"{user}-password", "name": name}).encode()
     req = urllib.request.Request(f"{server.url}/api/v1/tokens", data=body, method="POST")
     req.add_header("Content-Type", "application/json")
     with urllib.request.urlopen(req, timeout=60) as r:

@@ -166,9 +166,12 @@ def test_a_hostile_job_reaches_nothing_of_the_server_or_another_project_and_stil
     assert team.api(f"/experiments/{victim}")["status"] == "succeeded"
 
 
-def test_with_trust_submitters_the_same_probes_get_through(team_home: Path, tmp_path: Path) -> None:
-    """The box off (the server trusts its submitters): the suite sees what it is there to see."""
-    with running_team(team_home, args=["--trust-submitters"]) as trusting:
+def test_with_trust_submitters_the_same_probes_get_through(tmp_path: Path) -> None:
+    """The box off (the server trusts its submitters): the suite sees what it is there to see.
+    A home of its own: one server per home (the boxed team's runs meanwhile)."""
+    home = tmp_path / "trusting"
+    home.mkdir()
+    with running_team(home, args=["--trust-submitters"]) as trusting:
         victim, pid = start_victim(trusting, tmp_path)
         aims = targets(trusting, victim, pid)
         exp, states, lines = run_probe(trusting, tmp_path, aims)
