@@ -136,9 +136,10 @@ def write_spec(folder: Path, name: str, cmd: str) -> Path:
 
 
 def measure(
-    servers: dict[str, Server], work: Path, rounds: int, calls: int
+    servers: dict[str, Server], work: Path, rounds: int, calls: int, with_ddp: bool = True
 ) -> dict[str, dict[str, list[float]]]:
-    out: dict[str, dict[str, list[float]]] = {k: {m: [] for m in MODES} for k in ("start", "ddp", "report")}
+    kinds = ("start", "ddp", "report") if with_ddp else ("start", "report")
+    out: dict[str, dict[str, list[float]]] = {k: {m: [] for m in MODES} for k in kinds}
     ddp = work / "ddp"
     shutil.copytree(REPO / "examples" / "pytorch-ddp", ddp)
     start = write_spec(
@@ -153,9 +154,10 @@ def measure(
         exp_id = server.submit(start)
         out["start"][mode].append(server.stamp(exp_id) - t0)
         server.wait_done(exp_id)
-        t0 = time.monotonic()
-        server.wait_done(server.submit(ddp / "polyaxonfile.yml", {"epochs": 1}))
-        out["ddp"][mode].append(time.monotonic() - t0)
+        if with_ddp:
+            t0 = time.monotonic()
+            server.wait_done(server.submit(ddp / "polyaxonfile.yml", {"epochs": 1}))
+            out["ddp"][mode].append(time.monotonic() - t0)
         exp_id = server.submit(reports)
         out["report"][mode].append(server.stamp(exp_id))
         server.wait_done(exp_id)
@@ -179,7 +181,9 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--calls", type=int, default=200_000)
     parser.add_argument("--json", type=Path)
-    parser.add_argument("--smoke", action="store_true", help="one round, few calls: checks the bench runs")
+    parser.add_argument(
+        "--smoke", action="store_true", help="one round, few calls, no DDP: checks the bench runs"
+    )
     args = parser.parse_args()
     rounds, calls = (1, 1000) if args.smoke else (args.rounds, args.calls)
     work = Path(tempfile.mkdtemp(prefix="phalanx-bench-box-"))
@@ -189,21 +193,24 @@ def main() -> None:
         servers["unboxed"] = Server(work / "unboxed-home", ["--trust-submitters"])
         for mode, server in servers.items():
             print(f"{mode}: {' '.join(server.said)}", file=sys.stderr)
-        figures = measure(servers, work, rounds, calls)
+        figures = measure(servers, work, rounds, calls, with_ddp=not args.smoke)
     finally:
         for server in servers.values():
             server.stop()
         shutil.rmtree(work, ignore_errors=True)
-    result = {
+    medians = summary(figures)
+    result: dict[str, Any] = {
         "load_1min": os.getloadavg()[0],
         "rounds": rounds,
         "calls": calls,
-        **summary(figures),
+        **medians,
         "raw": figures,
     }
     print(f"load average (1 min) {result['load_1min']:.1f}, {rounds} rounds interleaved")
     for what, unit in (("start", "s"), ("ddp", "s"), ("report", "ns/call")):
-        m = result[what]
+        if what not in medians:
+            continue
+        m = medians[what]
         print(
             f"{what:>7}: boxed {m['boxed']:.3f} {unit}, unboxed {m['unboxed']:.3f} {unit},"
             f" ratio {m['ratio']:.2f}"
