@@ -50,6 +50,7 @@ def sdk_path(settings: Settings, root: Path | None = None) -> Path:
         return target
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=".sdk-", dir=target.parent))
+    tmp.chmod(0o755)  # mkdtemp's 0700 would keep it from a box's account (and a cluster job's user)
     for f in files:
         dest = tmp / "phalanx" / f.relative_to(pkg)
         dest.parent.mkdir(parents=True, exist_ok=True)

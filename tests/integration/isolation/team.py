@@ -37,6 +37,7 @@ AWS_SECRET = "server-aws-secret-must-not-leak"
 CANARY = "server-environment-canary"
 SECRETS = {"vision": ("VISION_KEY", "vision-secret-9f2c"), "nlp": ("NLP_KEY", "nlp-secret-41ab")}
 SERVER_KEY_ID = "server-key-id"
+SERVER_SESSION = "server-session-token"
 NLP_AWS = {"AWS_ACCESS_KEY_ID": "nlp-key-id", "AWS_SECRET_ACCESS_KEY": "nlp-aws-secret"}
 BUCKET = "nlp-bucket"
 
@@ -90,10 +91,13 @@ class Team:
             time.sleep(0.5)
         raise AssertionError(f"experiment {exp_id} did not end within {seconds} s")
 
-    def stop(self, exp_id: str) -> None:
-        req = urllib.request.Request(f"{self.server.url}/api/v1/experiments/{exp_id}/stop", method="POST")
+    def post(self, path: str) -> None:
+        req = urllib.request.Request(f"{self.server.url}/api/v1{path}", method="POST")
         req.add_header("Authorization", f"Bearer {TOKEN}")
         urllib.request.urlopen(req, timeout=60).close()
+
+    def stop(self, exp_id: str) -> None:
+        self.post(f"/experiments/{exp_id}/stop")
         self.wait_done(exp_id)
 
 
@@ -175,6 +179,7 @@ def running_team(home: Path, args: list[str] | None = None) -> Iterator[Team]:
         **s3.env(),  # the endpoint, and the server's own keys, which no job may read with
         "AWS_ACCESS_KEY_ID": SERVER_KEY_ID,
         "AWS_SECRET_ACCESS_KEY": AWS_SECRET,
+        "AWS_SESSION_TOKEN": SERVER_SESSION,  # (one a project's own AWS secrets do not override)
         "SERVER_CANARY": CANARY,
         "CUDA_VISIBLE_DEVICES": "0,1",
         "PHALANX_GPU_DEVICES_DIR": str(gpus),
@@ -189,7 +194,11 @@ def running_team(home: Path, args: list[str] | None = None) -> Iterator[Team]:
         team.tokens.update({u: token_of(server, u) for u in ("vic", "ada")})
         yield team
     finally:
-        for exp in team.api("/experiments?limit=200")["items"]:  # a failed test's jobs end here
+        for group in team.api("/groups"):  # a failed test's groups and jobs end here
+            if group["status"] not in ("succeeded", "failed", "stopped"):
+                with contextlib.suppress(OSError):
+                    team.post(f"/groups/{group['id']}/stop")
+        for exp in team.api("/experiments?limit=200")["items"]:
             if exp["status"] not in ("succeeded", "failed", "stopped"):
                 with contextlib.suppress(OSError, AssertionError):
                     team.stop(exp["id"])
@@ -205,13 +214,14 @@ def job_folder(tmp: Path, name: str) -> Path:
     return dest
 
 
-def example_folder(tmp: Path, example: str, project: str, **changes: str) -> Path:
-    """An example's folder, its file moved to ``project`` (and other lines replaced: old=new)."""
+def example_folder(tmp: Path, example: str, project: str, changes: dict[str, str] | None = None) -> Path:
+    """An example's folder, its file moved to ``project`` (and ``changes``: old text -> new)."""
     dest = tmp / f"{example}-{project}"
     shutil.copytree(EXAMPLES / example, dest)
     for file in dest.glob("*.yml"):
         text = file.read_text().replace("project: examples", f"project: {project}")
-        for old, new in changes.items():
-            text = text.replace(old.replace("__", " "), new)
+        for old, new in (changes or {}).items():
+            assert old in text, f"{file.name} has no {old!r}"
+            text = text.replace(old, new)
         file.write_text(text)
     return dest

@@ -24,6 +24,7 @@ from tests.integration.isolation.team import (
     NLP_AWS,
     SECRETS,
     SERVER_KEY_ID,
+    SERVER_SESSION,
     TOKEN,
     Team,
     example_folder,
@@ -98,7 +99,7 @@ def targets(team: Team, victim: str, pid: int) -> dict[str, Any]:
         "box_key": str(home / "server" / "box.key"),
         "token_file": str(home / "server.token"),
         "server_token": TOKEN,
-        "server_aws": [AWS_SECRET, SERVER_KEY_ID],
+        "server_aws": [AWS_SECRET, SERVER_KEY_ID, SERVER_SESSION],
         "own_secret_name": SECRETS["nlp"][0],
         "victim": {
             "id": victim,
@@ -179,7 +180,7 @@ def test_with_trust_submitters_the_same_probes_get_through(tmp_path: Path) -> No
     assert exp["status"] == "succeeded", lines[-30:]
     reached = {name for name, state in states.items() if state == "OPEN"}
     assert reached >= REACHED_UNBOXED, (REACHED_UNBOXED - reached, lines)
-    assert any(AWS_SECRET in line or "AWS_SECRET_ACCESS_KEY" in line for line in lines)
+    assert any(line.startswith("PROBE env_aws OPEN") and "AWS_SESSION_TOKEN" in line for line in lines)
     assert any(CANARY in line for line in lines)
 
 
@@ -220,9 +221,7 @@ def test_a_groups_trials_run_boxed_and_are_pruned(team: Team, tmp_path: Path) ->
         tmp_path,
         "digits-sweep",
         "nlp",
-        n_experiments__8="n_experiments: 4",
-        concurrency__2="concurrency: 2",
-        warmup_steps__3="warmup_steps: 1",
+        {"n_experiments: 8": "n_experiments: 4", "warmup_steps: 3": "warmup_steps: 1"},
     )
     group = team.submit("ada", folder, "group.yml", {"epochs": 4})
     deadline = time.monotonic() + 900
