@@ -14,6 +14,10 @@ from pathlib import Path
 from phalanx.machine.ports import free_port
 
 PHALANX = Path(sys.executable).parent / "phalanx"
+# For a server whose jobs coordinate with the test through the test's own folders (a release file,
+# a probe they append to): those are not in a box's view, so its jobs run as the server, unboxed.
+# What the box does is tests/integration/isolation's subject.
+TRUSTING = ["--trust-submitters"]
 
 
 @dataclass

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from tests.integration.server.serverproc import Server, start_server, stop_server
+from tests.integration.server.serverproc import TRUSTING, Server, start_server, stop_server
 from tests.integration.server.test_submit import TOKEN, supervisors_gone, wait_done
 
 from phalanx.bundles import pack
@@ -19,7 +19,7 @@ from phalanx.errors import UsageError
 
 @pytest.fixture
 def server(phalanx_home: Path) -> Any:
-    s = start_server(phalanx_home, token=TOKEN)
+    s = start_server(phalanx_home, token=TOKEN, args=TRUSTING)
     try:
         yield s
         supervisors_gone(s)

@@ -17,7 +17,14 @@ from typing import Any
 
 import pytest
 from tests.conftest import _processes_under
-from tests.integration.server.serverproc import PHALANX, Server, clean_env, start_server, stop_server
+from tests.integration.server.serverproc import (
+    PHALANX,
+    TRUSTING,
+    Server,
+    clean_env,
+    start_server,
+    stop_server,
+)
 
 from phalanx.bundles import pack
 from phalanx.cli.remote import Client
@@ -57,7 +64,7 @@ def test_a_group_on_the_server_finishes_after_a_restart_with_exactly_the_planned
     shutil.copytree(DATA, project)
     probe = tmp_path / "probe"
     probe.mkdir()
-    first = start_server(phalanx_home, token=TOKEN)
+    first = start_server(phalanx_home, token=TOKEN, args=TRUSTING)
     try:
         answer = Client(first.url, TOKEN).submit(
             project / "group.yml", pack(project), {"probe": str(probe)}, 0
@@ -75,7 +82,7 @@ def test_a_group_on_the_server_finishes_after_a_restart_with_exactly_the_planned
     os.kill(controller, signal.SIGKILL)  # and now it is gone too: the next server must start one
     wait_for("the controller gone", lambda: not pid_alive(controller), 30)
 
-    second = start_server(phalanx_home, token=TOKEN)
+    second = start_server(phalanx_home, token=TOKEN, args=TRUSTING)
     try:
         adopted = wait_for(
             "a new controller",

@@ -24,7 +24,7 @@ from typing import Any
 
 import pytest
 from tests.conftest import _processes_under
-from tests.integration.server.serverproc import Server, start_server, stop_server
+from tests.integration.server.serverproc import TRUSTING, Server, start_server, stop_server
 
 from phalanx.bundles import digest, pack
 from phalanx.cli.remote import Client
@@ -98,7 +98,7 @@ def probe(tmp_path: Path) -> Probe:
 
 @pytest.fixture
 def server(phalanx_home: Path) -> Iterator[Server]:
-    s = start_server(phalanx_home, token=TOKEN, cpus=CORES)
+    s = start_server(phalanx_home, token=TOKEN, cpus=CORES, args=TRUSTING)
     try:
         yield s
         supervisors_gone(s)
@@ -112,7 +112,7 @@ def test_a_server_killed_while_two_run_and_three_wait_loses_and_repeats_nothing(
     folder = project(tmp_path, workers=0)  # one replica, one core: two fit at once
     go = probe.root / "go"
     params = {"probe": str(probe.root), "go": str(go), "points": 3}
-    first = start_server(phalanx_home, token=TOKEN, cpus=CORES)
+    first = start_server(phalanx_home, token=TOKEN, cpus=CORES, args=TRUSTING)
     try:
         client = Client(first.url, TOKEN)
         ids = [client.submit(folder / "exp.yml", pack(folder), params, 0)["id"] for _ in range(5)]
@@ -124,7 +124,7 @@ def test_a_server_killed_while_two_run_and_three_wait_loses_and_repeats_nothing(
     finally:
         os.killpg(first.proc.pid, signal.SIGKILL)  # the server's whole process group, mid-flight
         first.proc.wait(timeout=30)
-    second = start_server(phalanx_home, token=TOKEN, cpus=CORES)
+    second = start_server(phalanx_home, token=TOKEN, cpus=CORES, args=TRUSTING)
     try:
         assert statuses(second) == both  # what ran still runs, what waited still waits: true
         go.touch()

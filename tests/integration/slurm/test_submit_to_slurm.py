@@ -13,7 +13,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from tests.integration.server.serverproc import PHALANX, Server, clean_env, start_server, stop_server
+from tests.integration.server.serverproc import (
+    PHALANX,
+    TRUSTING,
+    Server,
+    clean_env,
+    start_server,
+    stop_server,
+)
 from tests.support.slurm import LocalSlurm
 
 from phalanx.clusters import add_cluster
@@ -31,7 +38,7 @@ def server(phalanx_home: Path, slurm_cluster: LocalSlurm) -> Iterator[Server]:
     add_cluster(slurm_cluster.cluster(), phalanx_home)  # `phalanx cluster add` on the server's machine
     # trusting its submitters: the job runs as the server, whose Python (under /root here) a boxed
     # job's account could not reach; the boxed path is tests/integration/isolation's Slurm test
-    s = start_server(phalanx_home, token=TOKEN, args=["--trust-submitters"])
+    s = start_server(phalanx_home, token=TOKEN, args=TRUSTING)
     try:
         yield s
     finally:
