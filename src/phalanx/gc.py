@@ -11,7 +11,8 @@ After one ingest pass (so nothing that reached a spool is lost), it removes
   supervisor that died before tidying up, a stream no ingester saw close), and empty spool folders;
 * on a server, uploaded code bundles (``server/bundles/<sha256>.tar.gz``) that no experiment the
   store holds ran, older than ``min_age`` and not reserved by a submit in that time, and the
-  working folders (``server/work/<id>``) they were unpacked into for experiments no longer held;
+  working folders (``server/work/<id>``) they were unpacked into for experiments no longer held,
+  and those experiments' box folders (``boxes/<id>``);
 removes download-cache entries (``phalanx.data.cache``) unused for 7 days; then compacts the store
 (``Store.compact``: VACUUM, and a WAL checkpoint on SQLite), giving back
 the pages `phalanx delete` freed.
@@ -140,7 +141,9 @@ def _collect_uploads(store: Store, settings: Settings, out: Collected, now: floa
 
     server = settings.home / "server"
     work = server / "work"
-    for folder in sorted(work.iterdir()) if work.is_dir() else []:
+    boxes = settings.home / "boxes"  # a boxed experiment's own folders (machine.box.box_folder)
+    folders = [f for root in (work, boxes) if root.is_dir() for f in sorted(root.iterdir())]
+    for folder in folders:
         if not folder.is_dir() or _exists(store, folder.name) or supervisor_pid(settings, folder.name):
             continue
         if now - _newest(folder) < min_age:
