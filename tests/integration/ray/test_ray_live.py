@@ -1,0 +1,209 @@
+"""The Ray engine live on a real two-node Ray cluster (raylets 127.0.0.1 and 127.0.0.2, 1 CPU each,
+in a loopback-only network namespace; tests/support/ray_cluster.py).
+
+- the PyTorch DDP example, unchanged (the file the local and Slurm tests run), places one replica
+  per node, trains to the usual accuracy and both ranks' series land in one experiment;
+- a gang that cannot fit (3 replicas, one per node, on 2 nodes) waits as `pending` with the reason
+  in the cluster's numbers, and `phalanx stop` ends it, leaving no placement group;
+- a killed replica fails the experiment with a reason naming it, its sibling is stopped, and no
+  actor, placement group or process of the experiment is left;
+- a laptop with no cluster of its own submits through the server to its Ray target.
+Every run ends with Ray holding nothing of it (its GCS tables) and no process of it on the machine.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from tests.conftest import REPO
+
+from .conftest import PoolServer
+
+pytestmark = [pytest.mark.ray, pytest.mark.slow, pytest.mark.timeout(900)]
+
+EXAMPLES = REPO / "examples"
+
+
+def _processes_of(exp_id: str) -> list[int]:
+    """Processes of this machine carrying the experiment's id."""
+    found = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            environ = (proc / "environ").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if f"PHALANX_EXPERIMENT_ID={exp_id}".encode() in environ:
+            found.append(int(proc.name))
+    return found
+
+
+def _gone(exp_id: str, wait: float = 20.0) -> list[int]:
+    deadline = time.monotonic() + wait
+    while _processes_of(exp_id) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    return _processes_of(exp_id)
+
+
+def _get(server: PoolServer, exp_id: str) -> dict[str, Any]:
+    r = server.phalanx("get", exp_id, "-o", "json")
+    assert r.returncode == 0, r.stdout + r.stderr
+    doc: dict[str, Any] = json.loads(r.stdout)
+    return doc
+
+
+def _series(server: PoolServer, exp_id: str, title: str) -> dict[str, list[float]]:
+    from phalanx.config import Settings
+    from phalanx.store import open_store
+
+    store = open_store(Settings(home=server.home))
+    try:
+        return {name: list(p.values) for name, p in store.metrics(exp_id).get(title, {}).items()}
+    finally:
+        store.close()
+
+
+def _holds_nothing_of(server: PoolServer, exp_id: str) -> None:
+    held = server.pool.holds()
+    assert not [a for a in held["actors"] if exp_id in a], held
+    assert not [g for g in held["groups"] if exp_id in g], held
+    assert _gone(exp_id) == []
+
+
+def _wait_status(server: PoolServer, exp_id: str, wanted: set[str], timeout: float = 240) -> dict[str, Any]:
+    deadline = time.monotonic() + timeout
+    while True:
+        doc = _get(server, exp_id)
+        if doc["status"] in wanted or time.monotonic() > deadline:
+            return doc
+        time.sleep(1)
+
+
+def test_the_ddp_example_runs_one_replica_per_node_with_both_ranks_in_one_experiment(
+    pool_server: PoolServer,
+) -> None:
+    file = EXAMPLES / "pytorch-ddp" / "polyaxonfile.yml"
+    r = pool_server.phalanx("run", "-f", str(file), "--cluster", "pool", "-p", "epochs=6")
+    assert r.returncode == 0, r.stdout + r.stderr
+    exp_id = r.stdout.split()[0] if r.stdout.split() else ""
+    doc = _get(pool_server, exp_id)
+    assert doc["status"] == "succeeded" and doc["backend"] == "ray", doc
+    hosts = {rep["name"]: rep["host"] for rep in doc["replicas"]}
+    assert sorted(hosts.values()) == ["127.0.0.1", "127.0.0.2"], hosts  # one replica per node
+    accuracy = _series(pool_server, exp_id, "accuracy")
+    assert sorted(accuracy) == ["worker 00", "worker 01"], accuracy
+    assert min(values[-1] for values in accuracy.values()) >= 0.9, accuracy
+    assert "test accuracy" in r.stdout  # the master's console reached the follower
+    _holds_nothing_of(pool_server, exp_id)
+
+
+def _file(tmp_path: Path, name: str, text: str) -> Path:
+    folder = tmp_path / name
+    folder.mkdir()
+    (folder / "polyaxonfile.yml").write_text(text)
+    return folder / "polyaxonfile.yml"
+
+
+SPREAD_THREE = """
+version: 1
+kind: experiment
+name: three-spread
+framework: pytorch
+environment:
+  affinity: {podAntiAffinity: {}}
+  replicas:
+    n_workers: 2
+    default_worker:
+      affinity: {podAntiAffinity: {}}
+run:
+  cmd: python -c "print('never placed')"
+"""
+
+
+def test_a_gang_that_cannot_fit_waits_with_its_reason_and_can_be_stopped(
+    pool_server: PoolServer, tmp_path: Path
+) -> None:
+    file = _file(tmp_path, "spread", SPREAD_THREE)
+    r = pool_server.phalanx("run", "-f", str(file), "--cluster", "pool", "--dry-run")
+    assert r.returncode == 0 and '"strategy": "STRICT_SPREAD"' in r.stdout, r.stdout + r.stderr
+    r = pool_server.phalanx("run", "-f", str(file), "--cluster", "pool", "-d")
+    assert r.returncode == 0, r.stdout + r.stderr
+    exp_id = r.stdout.split()[0]
+    doc = _wait_status(pool_server, exp_id, {"pending"})
+    assert doc["status"] == "pending", doc
+    assert doc["reason"] == "needs 3 x {CPU: 1} spread over 3 nodes; the cluster has 2", doc
+    assert [g for g in pool_server.pool.holds()["groups"] if exp_id in g]  # it waits in Ray, visibly
+    r = pool_server.phalanx("stop", exp_id)
+    assert r.returncode == 0, r.stdout + r.stderr
+    doc = _wait_status(pool_server, exp_id, {"stopped"}, timeout=60)
+    assert doc["status"] == "stopped", doc
+    _holds_nothing_of(pool_server, exp_id)
+
+
+LOOPING = """
+version: 1
+kind: experiment
+name: looping
+framework: pytorch
+environment:
+  replicas:
+    n_workers: 1
+run:
+  cmd: python -c "import time; [time.sleep(0.5) for _ in range(2400)]"
+"""
+
+
+def _replica_process(exp_id: str, replica: str, timeout: float = 240) -> int:
+    """The replica's own command (the python the reaper started), once it runs."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        for pid in _processes_of(exp_id):
+            try:
+                environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+                cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+            except OSError:
+                continue
+            if f"PHALANX_REPLICA={replica}".encode() in environ and b"time.sleep" in cmdline:
+                if b"reaper" not in cmdline and not cmdline.startswith(b"/bin/sh"):
+                    return pid
+        time.sleep(0.5)
+    raise AssertionError(f"{replica} of {exp_id} never ran")
+
+
+def test_a_killed_replica_fails_the_experiment_naming_it_and_leaves_nothing(
+    pool_server: PoolServer, tmp_path: Path
+) -> None:
+    file = _file(tmp_path, "looping", LOOPING)
+    r = pool_server.phalanx("run", "-f", str(file), "--cluster", "pool", "-d")
+    assert r.returncode == 0, r.stdout + r.stderr
+    exp_id = r.stdout.split()[0]
+    os.kill(_replica_process(exp_id, "worker-0"), signal.SIGKILL)
+    doc = _wait_status(pool_server, exp_id, {"failed", "succeeded", "stopped"})
+    assert doc["status"] == "failed", doc
+    assert doc["reason"].startswith("worker-0 was killed by SIGKILL"), doc
+    states = {rep["name"]: rep["status"] for rep in doc["replicas"]}
+    assert states == {"master": "stopped", "worker-0": "failed"}, doc["replicas"]
+    _holds_nothing_of(pool_server, exp_id)
+
+
+def test_a_laptop_submits_through_the_server_to_its_ray_target(pool_server: PoolServer, tmp_path: Path) -> None:
+    laptop = tmp_path / "laptop-home"  # no cluster registered here: the server has the Ray target
+    laptop.mkdir()
+    project = tmp_path / "project"
+    shutil.copytree(EXAMPLES / "pytorch-ddp", project)
+    args = ["run", "-f", str(project / "polyaxonfile.yml"), "--server", pool_server.url]
+    r = pool_server.phalanx(*args, "--cluster", "pool", "-p", "epochs=2", "--follow", home=laptop)
+    assert r.returncode == 0, r.stdout + r.stderr
+    exp_id = r.stdout.splitlines()[0].strip()
+    doc = _get(pool_server, exp_id)  # read in the server's own store
+    assert doc["status"] == "succeeded" and doc["backend"] == "ray" and doc["cluster"] == "pool", doc
+    assert sorted(_series(pool_server, exp_id, "loss")) == ["worker 00", "worker 01"]
+    _holds_nothing_of(pool_server, exp_id)

@@ -1,0 +1,200 @@
+"""A real two-node Ray cluster (a head and one more raylet, 1 CPU each) in a loopback-only network
+namespace, for the Ray engine's tests.
+
+Why a namespace: Ray 2.60 binds the machine's interface address even when told 127.0.0.1, and the
+tests may talk to loopback only. Inside a fresh network namespace whose only interface is ``lo``,
+the head's raylet is 127.0.0.1 and the second raylet 127.0.0.2 (all of 127.0.0.0/8 is on ``lo``),
+so the two nodes have distinct addresses and Ray places bundles on either.
+
+How the tests reach it: the namespace is held by one process (``unshare -n`` running ``sleep``); every
+process that must talk to Ray or to the nodes' replicas runs in it through
+``nsenter --net=/proc/HOLDER/ns/net`` (``RayPool.command``): the `ray start`s, the `phalanx server`
+the replicas report to, and the `phalanx` commands under test (their supervisor is Ray's driver).
+The test process itself stays outside; what it must ask over HTTP it asks from one thread that has
+joined the namespace (``RayPool.inside``, setns(2) on that thread only). No port is probed: a new
+namespace has every port free, so the fixed ones below are bound by their owners as they start.
+
+Ray starts slowly here (33-46 s per node under load): one cluster per test module, shared.
+Teardown: `ray stop --force`, then whatever is left in the namespace is killed, then the holder; the
+check that nothing is left is ``RayPool.leftovers`` (every process in the namespace).
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import contextlib
+import ctypes
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TypeVar
+
+import pytest
+
+BIN = Path(sys.executable).parent
+GCS_PORT = 6379
+SERVER_PORT = 8000  # the `phalanx server` the replicas report to, inside the namespace
+CLONE_NEWNET = 0x40000000
+T = TypeVar("T")
+
+RAY_ENV = {
+    "RAY_USAGE_STATS_ENABLED": "0",
+    "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0",
+}
+
+PROBE = """
+import json, ray
+ray.init(address="127.0.0.1:%d", namespace="phalanx", logging_level="ERROR", log_to_driver=False)
+actors = [a for a in ray._private.state.actors().values() if a["State"] != "DEAD"]
+groups = [g for g in ray.util.placement_group_table().values() if g["state"] != "REMOVED"]
+print(json.dumps({"actors": [a.get("Name") or a["ActorID"] for a in actors],
+                  "groups": [g["name"] for g in groups],
+                  "nodes": sorted(n["NodeManagerAddress"] for n in ray.nodes() if n["Alive"])}))
+""" % GCS_PORT
+
+
+def ray_available() -> bool:
+    return shutil.which("unshare") is not None and (BIN / "ray").exists() and os.geteuid() == 0
+
+
+@dataclass
+class RayPool:
+    """The running cluster: run commands in its namespace, look at what Ray holds."""
+
+    holder: subprocess.Popen[bytes]
+    root: Path  # node homes, Ray's temp folder, logs
+    inside_thread: concurrent.futures.ThreadPoolExecutor
+
+    @property
+    def address(self) -> str:
+        return f"127.0.0.1:{GCS_PORT}"
+
+    @property
+    def netns(self) -> str:
+        return f"/proc/{self.holder.pid}/ns/net"
+
+    def command(self, argv: list[str]) -> list[str]:
+        """``argv`` run inside the namespace."""
+        return ["nsenter", f"--net={self.netns}", *argv]
+
+    def run(self, argv: list[str], env: Mapping[str, str], timeout: float = 300) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            self.command(argv), env=dict(env), capture_output=True, text=True, timeout=timeout, check=False
+        )
+
+    def popen(self, argv: list[str], env: Mapping[str, str], log: Path) -> subprocess.Popen[bytes]:
+        with open(log, "ab") as out:
+            return subprocess.Popen(
+                self.command(argv), env=dict(env), stdout=out, stderr=subprocess.STDOUT, start_new_session=True
+            )
+
+    def inside(self, fn: Callable[..., T], *args: Any) -> T:
+        """``fn(*args)`` run on the one thread of this process that joined the namespace."""
+        return self.inside_thread.submit(fn, *args).result()
+
+    def holds(self) -> dict[str, list[str]]:
+        """The actors and placement groups Ray holds now (not dead, not removed), and its nodes."""
+        r = self.run([sys.executable, "-c", PROBE], ray_env(self.root / "probe"), timeout=120)
+        assert r.returncode == 0, r.stdout + r.stderr
+        doc: dict[str, list[str]] = json.loads(r.stdout.strip().splitlines()[-1])
+        return doc
+
+    def leftovers(self) -> list[str]:
+        """Every process in the namespace but the holder: "pid command"."""
+        out = []
+        mine = os.readlink(self.netns)
+        for entry in os.scandir("/proc"):
+            if not entry.name.isdigit() or int(entry.name) == self.holder.pid:
+                continue
+            try:
+                if os.readlink(f"/proc/{entry.name}/ns/net") != mine:
+                    continue
+                cmd = Path(f"/proc/{entry.name}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+            except OSError:
+                continue
+            out.append(f"{entry.name} {cmd.strip()}")
+        return out
+
+
+def ray_env(home: Path, **extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PHALANX_", "RAY_"))}
+    home.mkdir(parents=True, exist_ok=True)
+    env.update(RAY_ENV, HOME=str(home), PYTHONUNBUFFERED="1", **extra)
+    return env
+
+
+def _join(netns: str) -> None:
+    """setns(2) for the calling thread only: the thread pool's one worker lives in the namespace."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    fd = os.open(netns, os.O_RDONLY)
+    try:
+        if libc.setns(fd, CLONE_NEWNET) != 0:
+            raise OSError(ctypes.get_errno(), "setns failed")
+    finally:
+        os.close(fd)
+
+
+def start_pool(root: Path) -> RayPool:
+    holder = subprocess.Popen(
+        ["unshare", "-n", "sh", "-c", "ip link set lo up && exec sleep infinity"], start_new_session=True
+    )
+    pool = RayPool(holder, root, concurrent.futures.ThreadPoolExecutor(max_workers=1))
+    try:
+        deadline = time.monotonic() + 10
+        while os.readlink(pool.netns) == os.readlink("/proc/self/ns/net"):
+            assert time.monotonic() < deadline, "unshare -n did not make a namespace"
+            time.sleep(0.05)
+        pool.inside(_join, pool.netns)
+        temp = root / "ray-tmp"
+        head = [
+            str(BIN / "ray"), "start", "--head", "--node-ip-address=127.0.0.1", f"--port={GCS_PORT}",
+            "--num-cpus=1", "--num-gpus=0", "--include-dashboard=false", "--disable-usage-stats",
+            f"--temp-dir={temp}",
+        ]  # fmt: skip
+        r = pool.run(head, ray_env(root / "node-1"), timeout=240)
+        assert r.returncode == 0, f"ray start --head failed: {r.stdout}{r.stderr}"
+        worker = [
+            str(BIN / "ray"), "start", f"--address=127.0.0.1:{GCS_PORT}", "--node-ip-address=127.0.0.2",
+            "--num-cpus=1", "--num-gpus=0", "--disable-usage-stats",
+        ]  # fmt: skip
+        r = pool.run(worker, ray_env(root / "node-2"), timeout=240)
+        assert r.returncode == 0, f"ray start (second node) failed: {r.stdout}{r.stderr}"
+    except BaseException:
+        stop_pool(pool)
+        raise
+    return pool
+
+
+def stop_pool(pool: RayPool) -> list[str]:
+    """Stop Ray and the namespace; returns what had to be killed after `ray stop` (nothing, when
+    every experiment cleaned up after itself)."""
+    with contextlib.suppress(Exception):
+        pool.run([str(BIN / "ray"), "stop", "--force"], ray_env(pool.root / "node-1"), timeout=120)
+    left = pool.leftovers()
+    for line in left:
+        with contextlib.suppress(ProcessLookupError, ValueError):
+            os.kill(int(line.split()[0]), signal.SIGKILL)
+    pool.holder.kill()
+    pool.holder.wait(timeout=30)
+    pool.inside_thread.shutdown(wait=False)
+    return left
+
+
+@pytest.fixture(scope="module")
+def ray_pool(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RayPool]:
+    """One real two-node Ray cluster for the module (Ray's start is slow; share it)."""
+    if not ray_available():
+        pytest.skip("needs root, unshare and Ray (pip install 'phalanx[ray]')")
+    pool = start_pool(tmp_path_factory.mktemp("ray-pool"))
+    try:
+        yield pool
+    finally:
+        left = stop_pool(pool)
+        assert not [p for p in left if "sleep" not in p], f"left running after ray stop: {left}"
