@@ -26,10 +26,11 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import logging
+import signal
 import threading
 import time
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from phalanx.backends import kube_code, ray_actor
@@ -75,6 +76,7 @@ ACTOR_PHASES: dict[str, ReplicaState] = {
     "preparing": ReplicaState.STARTING,  # fetching the code, building the node's environment
     "running": ReplicaState.RUNNING,  # its reaper runs the replica's processes
 }
+READ_SECONDS = 5.0  # a log read that takes longer is tried again (the actor may not exist yet)
 CALL_SECONDS = 60.0  # how long one call to an actor may take before Ray is said to be unreachable
 GRACE_SECONDS = 5.0  # SIGTERM -> SIGKILL, as the local engine's reaper
 _CONNECT = threading.Lock()
@@ -120,6 +122,7 @@ class _Job:
     last: dict[str, ReplicaStatus] = field(default_factory=dict)
     ended: dict[str, dict[str, Any]] = field(default_factory=dict)  # replica -> its last report
     cancelled: bool = False
+    mine: bool = False  # submitted by this process, which starts its actors once placed
 
 
 class RayBackend:
@@ -181,6 +184,10 @@ class RayBackend:
         ray = _ray()
         with _CONNECT:
             if not ray.is_initialized():
+                # ray.init sets its own SIGTERM handler (exit at once) in the main thread: the
+                # supervisor's handler, which stops the experiment cleanly, is put back after it
+                main = threading.current_thread() is threading.main_thread()
+                previous = signal.getsignal(signal.SIGTERM) if main else None
                 try:
                     ray.init(
                         address=self.cluster.address,
@@ -192,6 +199,9 @@ class RayBackend:
                     raise BackendUnavailable(
                         f"cannot reach Ray cluster {self.cluster.name} at {self.cluster.address}: {exc}"
                     ) from exc
+                finally:
+                    if main:
+                        signal.signal(signal.SIGTERM, previous)
                 # the actor's class goes to the nodes by value: they need Ray, not Phalanx
                 ray.cloudpickle.register_pickle_by_value(ray_actor)
         return ray
@@ -210,7 +220,7 @@ class RayBackend:
         )
 
         group = ray.util.placement_group([dict(b) for b in dry.bundles], strategy=dry.strategy, name=dry.group)
-        job = _Job(group, {}, dry.bundles, dry.strategy)
+        job = _Job(group, {}, dry.bundles, dry.strategy, mine=True)
         self._jobs[handle] = job
         remote = ray.remote(ray_actor.ReplicaActor)
         try:
@@ -297,7 +307,13 @@ class RayBackend:
             return JobStatus(ExperimentStatus.PENDING, replicas, reason)
         if status is ExperimentStatus.UNKNOWN:
             return JobStatus(status, (), f"Ray placement group state {native!r}")
-        if native == "CREATED" and not job.hosts and self._jobs.get(handle) is job:
+        if status is ExperimentStatus.STOPPED:  # removed, and not by this engine's cancel
+            job.cancelled = True
+            final = self._final(job, names)
+            if final.status is ExperimentStatus.STOPPED:
+                final = replace(final, reason="its Ray placement group was removed")
+            return final
+        if native == "CREATED" and not job.hosts and job.mine:
             self._start(ray, job, table)
         replicas = [self._replica(ray, job, name) for name in names]
         job.last = {r.name: r for r in replicas}
@@ -365,10 +381,15 @@ class RayBackend:
         try:
             offset, pending = 0, b""
             while True:
-                done = not follow or self._replica_done(ray, job, replica, actor)  # before reading
+                # asked before reading, so no line written before the end is missed; an actor not
+                # created yet (its group waits) does not answer: nothing new, not done
+                done = not follow or self._replica_done(ray, job, replica, actor)
                 try:
-                    data = ray.get(actor.read.remote(offset), timeout=CALL_SECONDS)
-                except (ray.exceptions.RayActorError, ray.exceptions.GetTimeoutError):
+                    asking = job.hosts or done or not job.mine
+                    data = ray.get(actor.read.remote(offset), timeout=READ_SECONDS) if asking else b""
+                except ray.exceptions.GetTimeoutError:
+                    data = b""
+                except ray.exceptions.RayActorError:
                     data, done = b"", True
                 offset += len(data)
                 lines = (pending + data).split(b"\n")
@@ -385,19 +406,34 @@ class RayBackend:
         finally:
             self._readers.leave(handle)
 
-    @staticmethod
-    def _replica_done(ray: Any, job: _Job, replica: str, actor: Any) -> bool:
+    def _replica_done(self, ray: Any, job: _Job, replica: str, actor: Any) -> bool:
         if replica in job.ended or job.cancelled:
             return True
+        if not job.hosts and job.mine:
+            return False  # this engine starts it once its group is placed: nothing to ask yet
         try:
-            return bool(ray.get(actor.report.remote(), timeout=CALL_SECONDS).get("phase") == "ended")
-        except (ray.exceptions.RayActorError, ray.exceptions.GetTimeoutError):
+            report = ray.get(actor.report.remote(), timeout=READ_SECONDS)
+        except ray.exceptions.GetTimeoutError:
+            return False
+        except ray.exceptions.RayActorError:
             return True
+        return bool(report.get("phase") == "ended")
 
     def discard_logs(self, handle: str) -> None:
         """Nothing to remove here: each console lives on its node and goes with its actor (cancel)."""
 
     # -- cancel ---------------------------------------------------------------------------------
+    @staticmethod
+    def _placed(ray: Any, job: _Job) -> bool:
+        """Whether the group's bundles are placed (its actors exist and answer)."""
+        if job.hosts:
+            return True
+        if job.group is None:
+            return bool(job.actors)
+        with contextlib.suppress(Exception):
+            return bool(ray.util.placement_group_table(job.group).get("state") == "CREATED")
+        return False
+
     def cancel(self, handle: str) -> None:
         """Stop every replica (its reaper stops the process tree), let the log readers take the
         last lines, then kill the actors and remove the placement group. Idempotent."""
@@ -405,12 +441,14 @@ class RayBackend:
         if job is None or (job.cancelled and not job.actors and job.group is None):
             return
         ray = self._connect()
-        calls = {name: actor.stop.remote(GRACE_SECONDS) for name, actor in job.actors.items()}
-        for name, ref in calls.items():
-            with contextlib.suppress(ray.exceptions.RayError, TimeoutError):
-                report = ray.get(ref, timeout=GRACE_SECONDS + 20)
-                if report.get("phase") == "ended" and report.get("started_at") is not None:
-                    job.ended.setdefault(name, {"ended_at": time.time(), **report})
+        if self._placed(ray, job):  # a group still waiting has no replica to stop, only actors to kill
+            calls = {actor.stop.remote(GRACE_SECONDS): name for name, actor in job.actors.items()}
+            done, _ = ray.wait(list(calls), num_returns=len(calls), timeout=GRACE_SECONDS + 20)
+            for ref in done:
+                with contextlib.suppress(ray.exceptions.RayError):
+                    report = ray.get(ref)
+                    if report.get("phase") == "ended" and report.get("started_at") is not None:
+                        job.ended.setdefault(calls[ref], {"ended_at": time.time(), **report})
         job.cancelled = True
         self._readers.wait_closed(handle)
         cleanups = [actor.cleanup.remote() for actor in job.actors.values()]

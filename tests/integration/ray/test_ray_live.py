@@ -189,7 +189,7 @@ def test_a_killed_replica_fails_the_experiment_naming_it_and_leaves_nothing(
     doc = _wait_status(pool_server, exp_id, {"failed", "succeeded", "stopped"})
     assert doc["status"] == "failed", doc
     assert doc["reason"].startswith("worker-0 was killed by SIGKILL"), doc
-    states = {rep["name"]: rep["status"] for rep in doc["replicas"]}
+    states = {rep["name"]: rep["state"] for rep in doc["replicas"]}
     assert states == {"master": "stopped", "worker-0": "failed"}, doc["replicas"]
     _holds_nothing_of(pool_server, exp_id)
 
