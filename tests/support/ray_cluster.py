@@ -141,6 +141,15 @@ def _join(netns: str) -> None:
         os.close(fd)
 
 
+def node_env(root: Path, node: str) -> dict[str, str]:
+    """A node's environment: its own home (so its node folder, ~/.cache/phalanx/ray, is its own, as
+    on separate boxes), and pip that installs from the pool's wheelhouse only (the namespace has
+    no network; a test puts the wheels an environment needs there first)."""
+    wheels = root / "wheels"
+    wheels.mkdir(parents=True, exist_ok=True)
+    return ray_env(root / node, PIP_NO_INDEX="1", PIP_FIND_LINKS=str(wheels))
+
+
 def start_pool(root: Path) -> RayPool:
     holder = subprocess.Popen(
         ["unshare", "-n", "sh", "-c", "ip link set lo up && exec sleep infinity"], start_new_session=True
@@ -158,13 +167,13 @@ def start_pool(root: Path) -> RayPool:
             "--num-cpus=1", "--num-gpus=0", "--include-dashboard=false", "--disable-usage-stats",
             f"--temp-dir={temp}",
         ]  # fmt: skip
-        r = pool.run(head, ray_env(root / "node-1"), timeout=240)
+        r = pool.run(head, node_env(root, "node-1"), timeout=240)
         assert r.returncode == 0, f"ray start --head failed: {r.stdout}{r.stderr}"
         worker = [
             str(BIN / "ray"), "start", f"--address=127.0.0.1:{GCS_PORT}", "--node-ip-address=127.0.0.2",
             "--num-cpus=1", "--num-gpus=0", "--disable-usage-stats",
         ]  # fmt: skip
-        r = pool.run(worker, ray_env(root / "node-2"), timeout=240)
+        r = pool.run(worker, node_env(root, "node-2"), timeout=240)
         assert r.returncode == 0, f"ray start (second node) failed: {r.stdout}{r.stderr}"
     except BaseException:
         stop_pool(pool)
@@ -173,14 +182,17 @@ def start_pool(root: Path) -> RayPool:
 
 
 def stop_pool(pool: RayPool) -> list[str]:
-    """Stop Ray and the namespace; returns what had to be killed after `ray stop` (nothing, when
-    every experiment cleaned up after itself)."""
+    """Stop Ray (`ray stop --force`), kill whatever is still in the namespace, then its holder;
+    returns what is still in the namespace after that (nothing, or the teardown failed)."""
     with contextlib.suppress(Exception):
         pool.run([str(BIN / "ray"), "stop", "--force"], ray_env(pool.root / "node-1"), timeout=120)
+    deadline = time.monotonic() + 30
+    while pool.leftovers() and time.monotonic() < deadline:
+        for line in pool.leftovers():
+            with contextlib.suppress(ProcessLookupError, ValueError):
+                os.kill(int(line.split()[0]), signal.SIGKILL)
+        time.sleep(0.2)
     left = pool.leftovers()
-    for line in left:
-        with contextlib.suppress(ProcessLookupError, ValueError):
-            os.kill(int(line.split()[0]), signal.SIGKILL)
     pool.holder.kill()
     pool.holder.wait(timeout=30)
     pool.inside_thread.shutdown(wait=False)
@@ -197,4 +209,4 @@ def ray_pool(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RayPool]:
         yield pool
     finally:
         left = stop_pool(pool)
-        assert not [p for p in left if "sleep" not in p], f"left running after ray stop: {left}"
+        assert left == [], f"still running in the pool's namespace after its teardown: {left}"

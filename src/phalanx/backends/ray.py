@@ -339,6 +339,8 @@ class RayBackend:
         actor = job.actors.get(name)
         if actor is None:
             return ReplicaStatus(name, ReplicaState.STOPPED, reason="its Ray actor is gone")
+        if job.mine and not job.hosts:
+            return ReplicaStatus(name, ReplicaState.STARTING)  # placed, not started by us yet
         try:
             report = ray.get(actor.report.remote(), timeout=CALL_SECONDS)
         except ray.exceptions.GetTimeoutError as exc:
@@ -443,7 +445,7 @@ class RayBackend:
         ray = self._connect()
         if self._placed(ray, job):  # a group still waiting has no replica to stop, only actors to kill
             calls = {actor.stop.remote(GRACE_SECONDS): name for name, actor in job.actors.items()}
-            done, _ = ray.wait(list(calls), num_returns=len(calls), timeout=GRACE_SECONDS + 20)
+            done = ray.wait(list(calls), num_returns=len(calls), timeout=GRACE_SECONDS + 20)[0] if calls else []
             for ref in done:
                 with contextlib.suppress(ray.exceptions.RayError):
                     report = ray.get(ref)

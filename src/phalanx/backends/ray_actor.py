@@ -162,6 +162,8 @@ class ReplicaActor:
         except Exception as exc:  # the replica could not start: the engine reports why
             self._note(str(exc))
             self.outcome = {"exit_code": 2, "reason": f"could not start on its node: {exc}"}
+            if self._stop.is_set():  # its build was stopped: not a failure of its own
+                self.outcome = {"stopped": True, "reason": "stopped before it started"}
         finally:
             self.phase = "ended"
 

@@ -17,7 +17,10 @@ import json
 import os
 import shutil
 import signal
+import subprocess
+import sys
 import time
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -91,9 +94,11 @@ def test_the_ddp_example_runs_one_replica_per_node_with_both_ranks_in_one_experi
     pool_server: PoolServer,
 ) -> None:
     file = EXAMPLES / "pytorch-ddp" / "polyaxonfile.yml"
-    r = pool_server.phalanx("run", "-f", str(file), "--cluster", "pool", "-p", "epochs=6")
+    exp_id = uuid.uuid4().hex[:12]
+    r = pool_server.phalanx(
+        "run", "-f", str(file), "--cluster", "pool", "-p", "epochs=6", "--experiment-id", exp_id
+    )
     assert r.returncode == 0, r.stdout + r.stderr
-    exp_id = r.stdout.split()[0] if r.stdout.split() else ""
     doc = _get(pool_server, exp_id)
     assert doc["status"] == "succeeded" and doc["backend"] == "ray", doc
     hosts = {rep["name"]: rep["host"] for rep in doc["replicas"]}
@@ -206,4 +211,46 @@ def test_a_laptop_submits_through_the_server_to_its_ray_target(pool_server: Pool
     doc = _get(pool_server, exp_id)  # read in the server's own store
     assert doc["status"] == "succeeded" and doc["backend"] == "ray" and doc["cluster"] == "pool", doc
     assert sorted(_series(pool_server, exp_id, "loss")) == ["worker 00", "worker 01"]
+    _holds_nothing_of(pool_server, exp_id)
+
+
+MXNET_WHEELS = ("mxnet==1.9.1", "numpy<1.24")
+
+
+def test_an_mxnet_parameter_server_job_runs_with_its_environment_built_once_per_node(
+    pool_server: PoolServer, tmp_path: Path
+) -> None:
+    """The example's scheduler, server and two workers (half a core each: four replicas on two
+    1-CPU nodes, packed), its pip_packages built on each node from the pool's wheelhouse (the
+    namespace has no network; `pip download` fills it first, outside)."""
+    wheels = pool_server.pool.root / "wheels"
+    got = subprocess.run(
+        [sys.executable, "-m", "pip", "download", "-q", "-d", str(wheels), *MXNET_WHEELS],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    if got.returncode != 0:
+        pytest.skip(f"the MXNet wheels could not be downloaded here: {got.stderr[-500:]}")
+    project = tmp_path / "mxnet-ps"
+    shutil.copytree(EXAMPLES / "mxnet-ps", project)
+    text = (project / "polyaxonfile.yml").read_text()
+    half = "    default_worker: {resources: {cpu: {requests: 0.5}}}\n    default_ps: {resources: {cpu: {requests: 0.5}}}\n"
+    text = text.replace("environment:\n", "environment:\n  resources: {cpu: {requests: 0.5}}\n")
+    text = text.replace("    n_ps: 1\n", "    n_ps: 1\n" + half)
+    (project / "polyaxonfile.yml").write_text(text)
+    exp_id = uuid.uuid4().hex[:12]
+    r = pool_server.phalanx(
+        "run", "-f", str(project / "polyaxonfile.yml"), "--cluster", "pool", "-p", "epochs=2",
+        "--experiment-id", exp_id, timeout=800,
+    )  # fmt: skip
+    assert r.returncode == 0, r.stdout + r.stderr
+    doc = _get(pool_server, exp_id)
+    assert doc["status"] == "succeeded", doc
+    assert {rep["host"] for rep in doc["replicas"]} == {"127.0.0.1", "127.0.0.2"}, doc["replicas"]
+    accuracy = _series(pool_server, exp_id, "accuracy")
+    assert sorted(accuracy) == ["worker 0", "worker 1"], accuracy
+    assert min(values[-1] for values in accuracy.values()) >= 0.85, accuracy
+    built = sorted(pool_server.pool.root.glob("node-*/.cache/phalanx/ray/envs/*/.ready"))
+    assert len(built) == 2, built  # one environment per node, for all its replicas
     _holds_nothing_of(pool_server, exp_id)
