@@ -65,7 +65,7 @@ def bundle(replica: ReplicaPlan) -> dict[str, float | int]:
 
 def strategy(plan: Plan) -> str:
     """STRICT_SPREAD when the file asks one replica per node, PACK otherwise."""
-    spread = plan.replicas and all((r.affinity or {}).get("podAntiAffinity") for r in plan.replicas)
+    spread = plan.replicas and all("podAntiAffinity" in (r.affinity or {}) for r in plan.replicas)
     return "STRICT_SPREAD" if spread and len(plan.replicas) > 1 else "PACK"
 
 
