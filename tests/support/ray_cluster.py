@@ -30,6 +30,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
@@ -44,10 +45,9 @@ SERVER_PORT = 8000  # the `phalanx server` the replicas report to, inside the na
 CLONE_NEWNET = 0x40000000
 T = TypeVar("T")
 
-RAY_ENV = {
-    "RAY_USAGE_STATS_ENABLED": "0",
-    "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0",
-}
+# Not RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0: on Linux it makes Ray a one-machine Ray (loopback
+# address, and `ray start --address` refuses to add a node); the namespace keeps it on loopback.
+RAY_ENV = {"RAY_USAGE_STATS_ENABLED": "0"}
 
 PROBE = """
 import json, ray
@@ -71,6 +71,7 @@ class RayPool:
     holder: subprocess.Popen[bytes]
     root: Path  # node homes, Ray's temp folder, logs
     inside_thread: concurrent.futures.ThreadPoolExecutor
+    temp: Path | None = None  # Ray's temp folder (short: socket paths), removed at teardown
 
     @property
     def address(self) -> str:
@@ -161,7 +162,9 @@ def start_pool(root: Path) -> RayPool:
             assert time.monotonic() < deadline, "unshare -n did not make a namespace"
             time.sleep(0.05)
         pool.inside(_join, pool.netns)
-        temp = root / "ray-tmp"
+        # Ray's sockets live in its temp folder, and a socket's path may hold 107 bytes at most
+        temp = Path(tempfile.mkdtemp(prefix="ray-", dir="/tmp"))
+        pool.temp = temp
         head = [
             str(BIN / "ray"), "start", "--head", "--node-ip-address=127.0.0.1", f"--port={GCS_PORT}",
             "--num-cpus=1", "--num-gpus=0", "--include-dashboard=false", "--disable-usage-stats",
@@ -196,6 +199,8 @@ def stop_pool(pool: RayPool) -> list[str]:
     pool.holder.kill()
     pool.holder.wait(timeout=30)
     pool.inside_thread.shutdown(wait=False)
+    if pool.temp is not None:
+        shutil.rmtree(pool.temp, ignore_errors=True)
     return left
 
 

@@ -123,6 +123,8 @@ class _Job:
     ended: dict[str, dict[str, Any]] = field(default_factory=dict)  # replica -> its last report
     cancelled: bool = False
     mine: bool = False  # submitted by this process, which starts its actors once placed
+    code: tuple[str, bytes] | None = None  # the bundle's URL and bytes, stored at the start
+    failed_start: str | None = None  # why the actors could not be started (the bundle not stored)
 
 
 class RayBackend:
@@ -210,8 +212,9 @@ class RayBackend:
     def submit(self, dry_run: DryRun) -> str:
         dry = expect_dry_run(dry_run, RayDryRun, self.name)
         ray = self._connect()
+        # packed now (a folder over the cap is refused before anything is created), stored on the
+        # server once the group is placed: the experiment it is filed under is recorded by then
         data = kube_code.pack(dry.context.workdir, self.settings)
-        kube_code.put_bundle(dry.code_url, data, self.settings.token)
         sha = hashlib.sha256(data).hexdigest()
         handle = f"{dry.group}/{','.join(a.replica for a in dry.actors)}"
         self.cancel(handle)  # what a previous submit of the same attempt left, if anything
@@ -220,7 +223,7 @@ class RayBackend:
         )
 
         group = ray.util.placement_group([dict(b) for b in dry.bundles], strategy=dry.strategy, name=dry.group)
-        job = _Job(group, {}, dry.bundles, dry.strategy, mine=True)
+        job = _Job(group, {}, dry.bundles, dry.strategy, mine=True, code=(dry.code_url, data))
         self._jobs[handle] = job
         remote = ray.remote(ray_actor.ReplicaActor)
         try:
@@ -313,8 +316,11 @@ class RayBackend:
             if final.status is ExperimentStatus.STOPPED:
                 final = replace(final, reason="its Ray placement group was removed")
             return final
-        if native == "CREATED" and not job.hosts and job.mine:
+        if native == "CREATED" and not job.hosts and job.mine and job.failed_start is None:
             self._start(ray, job, table)
+        if job.failed_start is not None:
+            failed = [ReplicaStatus(n, ReplicaState.FAILED, reason=job.failed_start) for n in names]
+            return job_status(failed)
         replicas = [self._replica(ray, job, name) for name in names]
         job.last = {r.name: r for r in replicas}
         return job_status(replicas)
@@ -324,7 +330,15 @@ class RayBackend:
         return [n.get("Resources", {}) for n in ray.nodes() if n.get("Alive")]
 
     def _start(self, ray: Any, job: _Job, table: Mapping[str, Any]) -> None:
-        """The group is placed: every actor learns every bundle's node address and starts."""
+        """The group is placed: the code bundle is stored on the server, then every actor learns
+        every bundle's node address and starts."""
+        if job.code is not None:
+            try:
+                kube_code.put_bundle(*job.code, self.settings.token)
+            except BackendUnavailable as exc:
+                job.failed_start = str(exc)
+                return
+            job.code = None
         address = {n["NodeID"]: n["NodeManagerAddress"] for n in ray.nodes()}
         placed = table.get("bundles_to_node_id", {})
         job.hosts = [address.get(placed.get(i, ""), "") for i in range(len(job.bundles))]

@@ -96,7 +96,7 @@ def test_the_ddp_example_runs_one_replica_per_node_with_both_ranks_in_one_experi
     file = EXAMPLES / "pytorch-ddp" / "polyaxonfile.yml"
     exp_id = uuid.uuid4().hex[:12]
     r = pool_server.phalanx(
-        "run", "-f", str(file), "--cluster", "pool", "-p", "epochs=6", "--experiment-id", exp_id
+        "run", "-f", str(file), "--cluster", "pool", "--param", "epochs=6", "--experiment-id", exp_id
     )
     assert r.returncode == 0, r.stdout + r.stderr
     doc = _get(pool_server, exp_id)
@@ -205,7 +205,7 @@ def test_a_laptop_submits_through_the_server_to_its_ray_target(pool_server: Pool
     project = tmp_path / "project"
     shutil.copytree(EXAMPLES / "pytorch-ddp", project)
     args = ["run", "-f", str(project / "polyaxonfile.yml"), "--server", pool_server.url]
-    r = pool_server.phalanx(*args, "--cluster", "pool", "-p", "epochs=2", "--follow", home=laptop)
+    r = pool_server.phalanx(*args, "--cluster", "pool", "--param", "epochs=2", "--follow", home=laptop)
     assert r.returncode == 0, r.stdout + r.stderr
     exp_id = r.stdout.splitlines()[0].strip()
     doc = _get(pool_server, exp_id)  # read in the server's own store
@@ -241,7 +241,7 @@ def test_an_mxnet_parameter_server_job_runs_with_its_environment_built_once_per_
     (project / "polyaxonfile.yml").write_text(text)
     exp_id = uuid.uuid4().hex[:12]
     r = pool_server.phalanx(
-        "run", "-f", str(project / "polyaxonfile.yml"), "--cluster", "pool", "-p", "epochs=2",
+        "run", "-f", str(project / "polyaxonfile.yml"), "--cluster", "pool", "--param", "epochs=2",
         "--experiment-id", exp_id, timeout=800,
     )  # fmt: skip
     assert r.returncode == 0, r.stdout + r.stderr
