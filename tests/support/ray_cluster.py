@@ -49,15 +49,15 @@ T = TypeVar("T")
 # address, and `ray start --address` refuses to add a node); the namespace keeps it on loopback.
 RAY_ENV = {"RAY_USAGE_STATS_ENABLED": "0"}
 
-PROBE = """
+PROBE = f"""
 import json, ray
-ray.init(address="127.0.0.1:%d", namespace="phalanx", logging_level="ERROR", log_to_driver=False)
+ray.init(address="127.0.0.1:{GCS_PORT}", namespace="phalanx", logging_level="ERROR", log_to_driver=False)
 actors = [a for a in ray._private.state.actors().values() if a["State"] != "DEAD"]
 groups = [g for g in ray.util.placement_group_table().values() if g["state"] != "REMOVED"]
-print(json.dumps({"actors": [a.get("Name") or a["ActorID"] for a in actors],
+print(json.dumps({{"actors": [a.get("Name") or a["ActorID"] for a in actors],
                   "groups": [g["name"] for g in groups],
-                  "nodes": sorted(n["NodeManagerAddress"] for n in ray.nodes() if n["Alive"])}))
-""" % GCS_PORT
+                  "nodes": sorted(n["NodeManagerAddress"] for n in ray.nodes() if n["Alive"])}}))
+"""
 
 
 def ray_available() -> bool:
@@ -85,7 +85,9 @@ class RayPool:
         """``argv`` run inside the namespace."""
         return ["nsenter", f"--net={self.netns}", *argv]
 
-    def run(self, argv: list[str], env: Mapping[str, str], timeout: float = 300) -> subprocess.CompletedProcess[str]:
+    def run(
+        self, argv: list[str], env: Mapping[str, str], timeout: float = 300
+    ) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
             self.command(argv), env=dict(env), capture_output=True, text=True, timeout=timeout, check=False
         )
@@ -93,7 +95,11 @@ class RayPool:
     def popen(self, argv: list[str], env: Mapping[str, str], log: Path) -> subprocess.Popen[bytes]:
         with open(log, "ab") as out:
             return subprocess.Popen(
-                self.command(argv), env=dict(env), stdout=out, stderr=subprocess.STDOUT, start_new_session=True
+                self.command(argv),
+                env=dict(env),
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
             )
 
     def inside(self, fn: Callable[..., T], *args: Any) -> T:

@@ -117,7 +117,7 @@ def test_a_ray_cluster_names_its_head_and_the_server_its_nodes_reach(tmp_path: P
     assert isinstance(options, RayOptions) and options.address == "gpu-box-1:6379"
     client = Cluster(name="c", kind="ray", address="ray://head:10001", server_url="http://head:8000")
     assert isinstance(client.options, RayOptions)
-    with pytest.raises(UsageError, match="a ray cluster needs --address .* and --server-url"):
+    with pytest.raises(UsageError, match=r"a ray cluster needs --address .* and --server-url"):
         add_cluster(Cluster(name="r", kind="ray", address="b:6379"), tmp_path)
     with pytest.raises(UsageError, match="--address: for ray clusters, not slurm"):
         add_cluster(Cluster(name="s", kind="slurm", address="b:6379"), tmp_path)

@@ -222,7 +222,9 @@ class RayBackend:
             PlacementGroupSchedulingStrategy,
         )
 
-        group = ray.util.placement_group([dict(b) for b in dry.bundles], strategy=dry.strategy, name=dry.group)
+        group = ray.util.placement_group(
+            [dict(b) for b in dry.bundles], strategy=dry.strategy, name=dry.group
+        )
         job = _Job(group, {}, dry.bundles, dry.strategy, mine=True, code=(dry.code_url, data))
         self._jobs[handle] = job
         remote = ray.remote(ray_actor.ReplicaActor)
@@ -306,8 +308,8 @@ class RayBackend:
             reason = unfit_reason(job.bundles, job.strategy, self._nodes(ray)) if job.bundles else native
             if native == "RESCHEDULING":
                 reason = "a node holding one of its bundles died; Ray is placing it again"
-            replicas = tuple(ReplicaStatus(n, ReplicaState.PENDING) for n in names)
-            return JobStatus(ExperimentStatus.PENDING, replicas, reason)
+            waiting = tuple(ReplicaStatus(n, ReplicaState.PENDING) for n in names)
+            return JobStatus(ExperimentStatus.PENDING, waiting, reason)
         if status is ExperimentStatus.UNKNOWN:
             return JobStatus(status, (), f"Ray placement group state {native!r}")
         if status is ExperimentStatus.STOPPED:  # removed, and not by this engine's cancel
@@ -363,7 +365,11 @@ class RayBackend:
             # its actor (or its node) died before its replica's exit was known: that is a failure
             why = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
             return ReplicaStatus(
-                name, ReplicaState.FAILED, host=host, reason=f"lost its Ray actor ({why})", finished_at=time.time()
+                name,
+                ReplicaState.FAILED,
+                host=host,
+                reason=f"lost its Ray actor ({why})",
+                finished_at=time.time(),
             )
         if report.get("phase") == "ended":
             report = {"ended_at": time.time(), **report}
@@ -459,7 +465,9 @@ class RayBackend:
         ray = self._connect()
         if self._placed(ray, job):  # a group still waiting has no replica to stop, only actors to kill
             calls = {actor.stop.remote(GRACE_SECONDS): name for name, actor in job.actors.items()}
-            done = ray.wait(list(calls), num_returns=len(calls), timeout=GRACE_SECONDS + 20)[0] if calls else []
+            done = (
+                ray.wait(list(calls), num_returns=len(calls), timeout=GRACE_SECONDS + 20)[0] if calls else []
+            )
             for ref in done:
                 with contextlib.suppress(ray.exceptions.RayError):
                     report = ray.get(ref)

@@ -6,8 +6,9 @@ Standard library only: the Ray engine sends this class to the nodes by value (cl
 1. fetches the experiment's code bundle from the Phalanx server (as a pod's fetch-code step does,
    with the experiment's replica token) into the node's cache, once per content hash, checks its
    sha256 and unpacks it into the replica's own folder (``<node dir>/runs/<group>/<replica>/code``);
-2. builds the file's ``pip_packages`` once per node (``phalanx_env.py`` from the bundle, under a
-   file lock, in ``<node dir>/envs/<hash>``), reused by every later replica and experiment;
+2. builds the file's ``pip_packages`` (and requirements file, build steps) once per node, as a venv
+   of the node's Python in ``<node dir>/envs/<hash>`` under a file lock, reused by every later
+   replica and experiment (as the local engine's venvs: only the file's packages, not the worker's);
 3. starts the local engine's reaper (``phalanx.backends.local.reaper``, shipped in the bundle's SDK
    copy) with the replica's processes: a process group that stops its siblings when one fails,
    writes the console to ``console.log`` (stderr lines marked) and a status file at the end.
@@ -94,7 +95,7 @@ class ReplicaActor:
 
     def __init__(self, order: dict[str, Any]) -> None:
         self.order = order
-        self.folder = node_dir(order) / "runs" / order["group"] / order["replica"]
+        self.folder: Path = node_dir(order) / "runs" / str(order["group"]) / str(order["replica"])
         self.folder.mkdir(parents=True, exist_ok=True)
         self.log = self.folder / "console.log"
         self.log.touch()
@@ -175,30 +176,41 @@ class ReplicaActor:
         return code
 
     def _environment(self, code: Path) -> tuple[list[str], list[str]]:
-        """(PYTHONPATH, PATH) heads: the node's built environment, if any, and the SDK copy."""
+        """(PYTHONPATH, PATH) heads: the SDK copy, and the node's venv for this environment, if any."""
         build = self.order.get("env_build")
-        bindir = os.path.dirname(sys.executable)
         if not build:
-            return [str(code / ".phalanx-sdk")], [bindir]
+            return [str(code / ".phalanx-sdk")], [os.path.dirname(sys.executable)]
         env_dir = node_dir(self.order) / "envs" / build["hash"]
-        if not (env_dir / ".ready").exists():
-            self._note(f"building the environment {build['hash']} on this node (once)")
-        argv = [
-            sys.executable,
-            str(code / ".phalanx-sdk" / "phalanx_env.py"),
-            str(env_dir),
-            "\n".join(build["packages"]),
-            "\n".join(build["steps"]),
-            str(code),
-        ]
-        with open(self.log, "ab") as out:
-            self._child = subprocess.Popen(
-                argv, stdout=out, stderr=out, stdin=subprocess.DEVNULL, start_new_session=True
+        env_dir.parent.mkdir(parents=True, exist_ok=True)
+        with open(self.log, "ab") as out, open(f"{env_dir}.lock", "a") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)  # the first replica on this node builds; the rest reuse
+            if not (env_dir / ".ready").exists():
+                self._note(f"building the environment {build['hash']} on this node (once)")
+                self._build(env_dir, build, code, out)
+        return [str(code / ".phalanx-sdk")], [str(env_dir / "bin")]
+
+    def _build(self, env_dir: Path, build: dict[str, Any], code: Path, out: Any) -> None:
+        """A venv of this node's Python with the file's packages, then its build steps (run with the
+        venv first on PATH). Built where it stays (its scripts name their interpreter by path); the
+        ``.ready`` mark says it is complete, so a build cut short is started again from scratch."""
+        tmp = env_dir
+        shutil.rmtree(tmp, ignore_errors=True)
+        steps = [[sys.executable, "-m", "venv", str(tmp)]]
+        if build["packages"]:
+            steps.append(
+                [str(tmp / "bin" / "python"), "-m", "pip", "install", "--no-input", *build["packages"]]
             )
-            if self._child.wait() != 0:
-                raise OSError(f"building its environment failed (exit {self._child.returncode})")
-        site = env_dir / "site"
-        return [str(site), str(code / ".phalanx-sdk")], [str(site / "bin"), bindir]
+        steps += [["/bin/sh", "-c", step] for step in build["steps"]]
+        path = f"{tmp / 'bin'}{os.pathsep}{os.environ.get('PATH', os.defpath)}"
+        for argv in steps:
+            env = {**os.environ, "PATH": path, "VIRTUAL_ENV": str(tmp)}
+            self._child = subprocess.Popen(
+                argv, stdout=out, stderr=out, stdin=subprocess.DEVNULL, cwd=str(code), env=env,
+                start_new_session=True,
+            )  # fmt: skip
+            if self._child.wait() != 0 or self._stop.is_set():
+                raise OSError(f"building its environment failed: {argv[-1]} exited {self._child.returncode}")
+        (env_dir / ".ready").touch()
 
     def _run(self, code: Path, paths: tuple[list[str], list[str]], addresses: list[str]) -> None:
         pythonpath, path = paths

@@ -220,7 +220,6 @@ def code_url(server_url: str, experiment_id: str) -> str:
     return f"{server_url.rstrip('/')}/api/v1/experiments/{experiment_id}/files/{BUNDLE_PATH}"
 
 
-
 def _shape(resources: Mapping[str, float | int]) -> str:
     shown = {k: (f"{v / 2**20:g} MiB" if k == "memory" else f"{v:g}") for k, v in resources.items()}
     return "{" + ", ".join(f"{k}: {v}" for k, v in shown.items()) + "}"

@@ -123,7 +123,9 @@ SPREAD = spec_plan(
     master=ReplicaTemplate(resources=res(cpu=2, memory=4096, gpu=1), affinity={"podAntiAffinity": {}}),
     topology=Topology(
         n_workers=1,
-        default_worker=ReplicaTemplate(resources=res(cpu=2, memory=4096, gpu=1), affinity={"podAntiAffinity": {}}),
+        default_worker=ReplicaTemplate(
+            resources=res(cpu=2, memory=4096, gpu=1), affinity={"podAntiAffinity": {}}
+        ),
     ),
 )
 MXNET_PACKAGES = spec_plan(
