@@ -33,7 +33,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -72,6 +72,7 @@ class RayPool:
     root: Path  # node homes, Ray's temp folder, logs
     inside_thread: concurrent.futures.ThreadPoolExecutor
     temp: Path | None = None  # Ray's temp folder (short: socket paths), removed at teardown
+    after_stop: list[str] = field(default_factory=list)  # what `ray stop --force` left running
 
     @property
     def address(self) -> str:
@@ -192,9 +193,11 @@ def start_pool(root: Path) -> RayPool:
 
 def stop_pool(pool: RayPool) -> list[str]:
     """Stop Ray (`ray stop --force`), kill whatever is still in the namespace, then its holder;
-    returns what is still in the namespace after that (nothing, or the teardown failed)."""
+    returns what is still in the namespace after that (nothing, or the teardown failed). No
+    process of an experiment may be among those `ray stop` left: each test's cleanup is checked."""
     with contextlib.suppress(Exception):
         pool.run([str(BIN / "ray"), "stop", "--force"], ray_env(pool.root / "node-1"), timeout=120)
+    pool.after_stop = pool.leftovers()
     deadline = time.monotonic() + 30
     while pool.leftovers() and time.monotonic() < deadline:
         for line in pool.leftovers():
@@ -221,3 +224,4 @@ def ray_pool(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RayPool]:
     finally:
         left = stop_pool(pool)
         assert left == [], f"still running in the pool's namespace after its teardown: {left}"
+        assert not [p for p in pool.after_stop if "phalanx" in p], pool.after_stop

@@ -200,6 +200,42 @@ def test_a_killed_replica_fails_the_experiment_naming_it_and_leaves_nothing(
     _holds_nothing_of(pool_server, exp_id)
 
 
+RESTARTED = """
+version: 1
+kind: experiment
+name: restarted
+framework: pytorch
+environment:
+  replicas:
+    n_workers: 1
+run:
+  cmd: python -c "import os, sys; a = os.environ.get('PHALANX_ATTEMPT', '0'); sys.exit(3 if a == '0' and
+    os.environ['PHALANX_REPLICA'] == 'worker-0' else 0)"
+  max_restarts: 1
+"""
+
+
+def test_a_failed_group_is_restarted_as_a_new_placement_group_and_succeeds(
+    pool_server: PoolServer, tmp_path: Path
+) -> None:
+    from phalanx.config import Settings
+    from phalanx.store import open_store
+
+    file = _file(tmp_path, "restarted", RESTARTED)
+    exp_id = uuid.uuid4().hex[:12]
+    r = pool_server.phalanx("run", "-f", str(file), "--cluster", "pool", "--experiment-id", exp_id)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert _get(pool_server, exp_id)["status"] == "succeeded"
+    store = open_store(Settings(home=pool_server.home))
+    try:
+        attempts = store.attempts(exp_id)
+    finally:
+        store.close()
+    assert [a["status"] for a in attempts] == ["failed", "succeeded"], attempts
+    assert attempts[0]["reason"].startswith("worker-0 exited with code 3"), attempts
+    _holds_nothing_of(pool_server, exp_id)
+
+
 def test_a_laptop_submits_through_the_server_to_its_ray_target(
     pool_server: PoolServer, tmp_path: Path
 ) -> None:
