@@ -1,14 +1,18 @@
 """The Ray engine live on a real two-node Ray cluster (raylets 127.0.0.1 and 127.0.0.2, 1 CPU each,
 in a loopback-only network namespace; tests/support/ray_cluster.py).
 
-- the PyTorch DDP example, unchanged (the file the local and Slurm tests run), places one replica
-  per node, trains to the usual accuracy and both ranks' series land in one experiment;
+- the PyTorch DDP example, unchanged (the file tests/integration/local/test_run_cli.py runs on this
+  machine and tests/integration/slurm/test_slurm_backend.py on Slurm), places one replica per node,
+  trains to the usual accuracy and both ranks' series land in one experiment;
+- MXNet's parameter server (scheduler, server, two workers packed two per node), its pip packages
+  built once per node;
 - a gang that cannot fit (3 replicas, one per node, on 2 nodes) waits as `pending` with the reason
   in the cluster's numbers, and `phalanx stop` ends it, leaving no placement group;
-- a killed replica fails the experiment with a reason naming it, its sibling is stopped, and no
-  actor, placement group or process of the experiment is left;
+- a killed replica fails the experiment with a reason naming it, its sibling is stopped;
+- a failed group is restarted (max_restarts) as a new placement group;
 - a laptop with no cluster of its own submits through the server to its Ray target.
-Every run ends with Ray holding nothing of it (its GCS tables) and no process of it on the machine.
+Every run ends with Ray holding no actor or placement group of it (its GCS tables) and no process of
+it on the machine.
 """
 
 from __future__ import annotations
@@ -32,6 +36,7 @@ from .conftest import PoolServer
 pytestmark = [pytest.mark.ray, pytest.mark.slow, pytest.mark.timeout(900)]
 
 EXAMPLES = REPO / "examples"
+SUBMIT = REPO / "tests" / "integration" / "server" / "data" / "submit"
 
 
 def _processes_of(exp_id: str) -> list[int]:
@@ -239,17 +244,24 @@ def test_a_failed_group_is_restarted_as_a_new_placement_group_and_succeeds(
 def test_a_laptop_submits_through_the_server_to_its_ray_target(
     pool_server: PoolServer, tmp_path: Path
 ) -> None:
+    """The folder the Slurm target's test submits (tests/integration/server/data/submit): a master
+    and a worker that say hello and report three points each."""
     laptop = tmp_path / "laptop-home"  # no cluster registered here: the server has the Ray target
     laptop.mkdir()
     project = tmp_path / "project"
-    shutil.copytree(EXAMPLES / "pytorch-ddp", project)
-    args = ["run", "-f", str(project / "polyaxonfile.yml"), "--server", pool_server.url]
-    r = pool_server.phalanx(*args, "--cluster", "pool", "--param", "epochs=2", "--follow", home=laptop)
+    shutil.copytree(SUBMIT, project)
+    args = ["run", "-f", str(project / "exp.yml"), "--server", pool_server.url, "--cluster", "pool"]
+    r = pool_server.phalanx(*args, "--follow", home=laptop)
     assert r.returncode == 0, r.stdout + r.stderr
     exp_id = r.stdout.splitlines()[0].strip()
+    assert "[master] hello from master" in r.stdout and "[worker-0] hello from worker-0" in r.stdout
     doc = _get(pool_server, exp_id)  # read in the server's own store
     assert doc["status"] == "succeeded" and doc["backend"] == "ray" and doc["cluster"] == "pool", doc
-    assert sorted(_series(pool_server, exp_id, "loss")) == ["worker 00", "worker 01"]
+    assert {rep["host"] for rep in doc["replicas"]} == {"127.0.0.1", "127.0.0.2"}, doc["replicas"]
+    assert _series(pool_server, exp_id, "loss") == {
+        "master": [1.0, 0.5, 1 / 3],
+        "worker-0": [1.0, 0.5, 1 / 3],
+    }
     _holds_nothing_of(pool_server, exp_id)
 
 
