@@ -96,7 +96,8 @@ def replica_status(name: str, report: Mapping[str, Any], host: str | None) -> Re
     started = report.get("started_at")
     if phase != "ended":
         state = ACTOR_PHASES.get(phase, ReplicaState.UNKNOWN)
-        return ReplicaStatus(name, state, host=host, pid=report.get("pid"), started_at=started)
+        # no pid: it names a process of another machine, which the supervisor must not sample
+        return ReplicaStatus(name, state, host=host, started_at=started)
     finished = report.get("failed_at") or report.get("ended_at") or time.time()
     if report.get("stopped") or report.get("reason") == "stopped":
         return ReplicaStatus(name, ReplicaState.STOPPED, host=host, reason="stopped", finished_at=finished)
