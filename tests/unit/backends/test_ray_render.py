@@ -5,6 +5,7 @@ replica's state. The engine imports Ray only to talk to a cluster, so none of th
 from __future__ import annotations
 
 import json
+import sys
 
 import pytest
 
@@ -14,7 +15,7 @@ from phalanx.backends.ray_render import bundle, strategy, unfit_reason
 from phalanx.clusters import Cluster
 from phalanx.config import Settings
 from phalanx.domain import BackendKind, Framework, Range, ReplicaState, Resources
-from phalanx.errors import SpecError
+from phalanx.errors import MissingExtra, SpecError
 from phalanx.plan import Plan, build_plan
 from phalanx.spec.model import ExperimentSpec, ReplicaTemplate, Topology
 
@@ -110,3 +111,11 @@ def test_an_actors_report_maps_through_one_table(
 ) -> None:
     got = replica_status("worker-0", report, "10.0.0.2")
     assert (got.state, got.reason) == (state, reason)
+
+
+def test_without_ray_installed_the_engine_names_the_extra_to_install(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "ray", None)  # what `import ray` meets where it is not installed
+    backend = RayBackend(Settings(), POOL)
+    backend.dry_run(plan(), CONTEXT)  # the dry run needs no Ray
+    with pytest.raises(MissingExtra, match=r"pip install 'phalanx\[ray\]'"):
+        backend.describe("phalanx-abc123def456-0/master")
