@@ -15,8 +15,9 @@ joined the namespace (``RayPool.inside``, setns(2) on that thread only). No port
 namespace has every port free, so the fixed ones below are bound by their owners as they start.
 
 Ray starts slowly here (33-46 s per node under load): one cluster per test module, shared.
-Teardown: `ray stop --force`, then whatever is left in the namespace is killed, then the holder; the
-check that nothing is left is ``RayPool.leftovers`` (every process in the namespace).
+Teardown: every process in the namespace is ended (SIGTERM, then SIGKILL), then the holder; no
+process of an experiment may be among them (each test's own cleanup), and nothing may be left in the
+namespace at the end (``RayPool.leftovers``). Not `ray stop`: it ends every Ray of the machine.
 """
 
 from __future__ import annotations
@@ -72,7 +73,8 @@ class RayPool:
     root: Path  # node homes, Ray's temp folder, logs
     inside_thread: concurrent.futures.ThreadPoolExecutor
     temp: Path | None = None  # Ray's temp folder (short: socket paths), removed at teardown
-    after_stop: list[str] = field(default_factory=list)  # what `ray stop --force` left running
+    # what of an experiment still ran in the namespace when the pool was torn down (must be nothing)
+    experiments_left: list[str] = field(default_factory=list)
 
     @property
     def address(self) -> str:
@@ -158,7 +160,37 @@ def node_env(root: Path, node: str) -> dict[str, str]:
     return ray_env(root / node, PIP_NO_INDEX="1", PIP_FIND_LINKS=str(wheels))
 
 
-def start_pool(root: Path) -> RayPool:
+class _SlowStart(AssertionError):
+    """Ray gave up waiting for its own raylet to register (a fixed 30 s in Ray 2.60) on a machine
+    too loaded to answer it in time: worth one more try, from scratch."""
+
+
+def _start_node(pool: RayPool, argv: list[str], env: dict[str, str]) -> None:
+    r = pool.run(argv, env, timeout=300)
+    if r.returncode != 0:
+        said = r.stdout + r.stderr
+        failure = _SlowStart if "timed out during startup" in said else AssertionError
+        raise failure(f"{' '.join(argv[:3])} failed: {said}")
+
+
+def _start_nodes(pool: RayPool, root: Path) -> None:
+    """The head, then the second raylet."""
+    # Ray's sockets live in its temp folder, and a socket's path may hold 107 bytes at most
+    pool.temp = Path(tempfile.mkdtemp(prefix="ray-", dir="/tmp"))
+    head = [
+        str(BIN / "ray"), "start", "--head", "--node-ip-address=127.0.0.1", f"--port={GCS_PORT}",
+        "--num-cpus=1", "--num-gpus=0", "--include-dashboard=false", "--disable-usage-stats",
+        f"--temp-dir={pool.temp}",
+    ]  # fmt: skip
+    _start_node(pool, head, node_env(root, "node-1"))
+    worker = [
+        str(BIN / "ray"), "start", f"--address=127.0.0.1:{GCS_PORT}", "--node-ip-address=127.0.0.2",
+        "--num-cpus=1", "--num-gpus=0", "--disable-usage-stats",
+    ]  # fmt: skip
+    _start_node(pool, worker, node_env(root, "node-2"))
+
+
+def start_pool(root: Path, tries: int = 2) -> RayPool:
     holder = subprocess.Popen(
         ["unshare", "-n", "sh", "-c", "ip link set lo up && exec sleep infinity"], start_new_session=True
     )
@@ -169,47 +201,60 @@ def start_pool(root: Path) -> RayPool:
             assert time.monotonic() < deadline, "unshare -n did not make a namespace"
             time.sleep(0.05)
         pool.inside(_join, pool.netns)
-        # Ray's sockets live in its temp folder, and a socket's path may hold 107 bytes at most
-        temp = Path(tempfile.mkdtemp(prefix="ray-", dir="/tmp"))
-        pool.temp = temp
-        head = [
-            str(BIN / "ray"), "start", "--head", "--node-ip-address=127.0.0.1", f"--port={GCS_PORT}",
-            "--num-cpus=1", "--num-gpus=0", "--include-dashboard=false", "--disable-usage-stats",
-            f"--temp-dir={temp}",
-        ]  # fmt: skip
-        r = pool.run(head, node_env(root, "node-1"), timeout=240)
-        assert r.returncode == 0, f"ray start --head failed: {r.stdout}{r.stderr}"
-        worker = [
-            str(BIN / "ray"), "start", f"--address=127.0.0.1:{GCS_PORT}", "--node-ip-address=127.0.0.2",
-            "--num-cpus=1", "--num-gpus=0", "--disable-usage-stats",
-        ]  # fmt: skip
-        r = pool.run(worker, node_env(root, "node-2"), timeout=240)
-        assert r.returncode == 0, f"ray start (second node) failed: {r.stdout}{r.stderr}"
+        for attempt in range(tries):
+            try:
+                _start_nodes(pool, root)
+                break
+            except _SlowStart:
+                if attempt == tries - 1:
+                    raise
+                _end_everything_in(pool)
     except BaseException:
         stop_pool(pool)
         raise
     return pool
 
 
-def stop_pool(pool: RayPool) -> list[str]:
-    """Stop Ray (`ray stop --force`), kill whatever is still in the namespace, then its holder;
-    returns what is still in the namespace after that (nothing, or the teardown failed). No
-    process of an experiment may be among those `ray stop` left: each test's cleanup is checked."""
-    with contextlib.suppress(Exception):
-        pool.run([str(BIN / "ray"), "stop", "--force"], ray_env(pool.root / "node-1"), timeout=120)
-    pool.after_stop = pool.leftovers()
+def _of_an_experiment(pid: int) -> bool:
+    try:
+        return any(
+            v.startswith(b"PHALANX_EXPERIMENT_ID=")
+            for v in Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+        )
+    except OSError:
+        return False
+
+
+def _end_everything_in(pool: RayPool) -> None:
+    """SIGTERM every process in the pool's namespace (Ray's and anything left of a test), SIGKILL
+    what is left after 10 s. Only the namespace's: `ray stop` would end every Ray of the machine,
+    another session's too."""
+    for line in pool.leftovers():
+        with contextlib.suppress(ProcessLookupError, ValueError):
+            os.kill(int(line.split()[0]), signal.SIGTERM)
+    deadline = time.monotonic() + 10
+    while pool.leftovers() and time.monotonic() < deadline:
+        time.sleep(0.2)
     deadline = time.monotonic() + 30
     while pool.leftovers() and time.monotonic() < deadline:
         for line in pool.leftovers():
             with contextlib.suppress(ProcessLookupError, ValueError):
                 os.kill(int(line.split()[0]), signal.SIGKILL)
         time.sleep(0.2)
+    if pool.temp is not None:
+        shutil.rmtree(pool.temp, ignore_errors=True)
+
+
+def stop_pool(pool: RayPool) -> list[str]:
+    """End every process in the namespace, then its holder; returns what was still running in the
+    namespace at the end (nothing, or the teardown failed). ``pool.experiments_left``: what of an
+    experiment ran then (a process carrying PHALANX_EXPERIMENT_ID)."""
+    pool.experiments_left = [line for line in pool.leftovers() if _of_an_experiment(int(line.split()[0]))]
+    _end_everything_in(pool)
     left = pool.leftovers()
     pool.holder.kill()
     pool.holder.wait(timeout=30)
     pool.inside_thread.shutdown(wait=False)
-    if pool.temp is not None:
-        shutil.rmtree(pool.temp, ignore_errors=True)
     return left
 
 
@@ -224,4 +269,4 @@ def ray_pool(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RayPool]:
     finally:
         left = stop_pool(pool)
         assert left == [], f"still running in the pool's namespace after its teardown: {left}"
-        assert not [p for p in pool.after_stop if "phalanx" in p], pool.after_stop
+        assert pool.experiments_left == [], f"outlived their experiments: {pool.experiments_left}"
