@@ -110,7 +110,7 @@ class ReplicaActor:
     # -- what the engine calls --------------------------------------------------------------------
     def start(self, addresses: list[str]) -> dict[str, Any]:
         """Prepare and start the replica in a thread of this actor (see the module docstring)."""
-        if self._thread is None:
+        if self._thread is None and not self._stop.is_set():  # a stop that came first wins
             self.phase = "preparing"
             self._thread = threading.Thread(target=self._keep, args=(addresses,), daemon=True)
             self._thread.start()
