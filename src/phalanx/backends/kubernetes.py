@@ -21,14 +21,17 @@ import copy
 import json
 import logging
 import time
+import urllib.error
+import urllib.request
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from datetime import datetime
+from pathlib import Path
 from typing import Any
 
 from phalanx import frameworks
 from phalanx.backends import kube_code
 from phalanx.backends.base import DryRun, JobStatus, LaunchContext, ReplicaStatus, expect_dry_run
-from phalanx.backends.kube_api import KubeAPI, KubeError, selector
+from phalanx.backends.kube_api import ClientAPI, KubeAPI, KubeError, selector
 from phalanx.backends.kube_inputs import with_inputs
 from phalanx.backends.kube_objects import (
     LABEL_REPLICA,
@@ -52,6 +55,7 @@ from phalanx.domain import ExperimentStatus, Framework, ReplicaState
 from phalanx.errors import BackendUnavailable, NotFound, SpecError
 from phalanx.frameworks import Endpoints
 from phalanx.plan import Plan, ReplicaPlan
+from phalanx.sdkcopy import sdk_path
 
 log = logging.getLogger(__name__)
 
@@ -312,8 +316,6 @@ class KubeEngine:
     @property
     def api(self) -> KubeAPI:
         if self._api is None:
-            from phalanx.backends.kube_api import ClientAPI
-
             self._api = ClientAPI(self.cluster.context)
         return self._api
 
@@ -425,10 +427,6 @@ class KubeEngine:
         """Pack the experiment's folder and the tracking SDK and store them on the cluster's server,
         where the pods' fetch-code step finds them; returns the URL. BackendUnavailable when the
         server does not take it (nothing is created on the cluster then)."""
-        from pathlib import Path
-
-        from phalanx.sdkcopy import sdk_path
-
         url = kube_code.bundle_url(
             kube_code.require_server(self.cluster.server_url, "Kubernetes"), context.experiment_id
         )
@@ -438,9 +436,6 @@ class KubeEngine:
         return url
 
     def _http_put(self, url: str, data: bytes) -> None:
-        import urllib.error
-        import urllib.request
-
         headers = {"Content-Type": "application/octet-stream"}
         if self.settings.token:
             headers["Authorization"] = f"Bearer {self.settings.token}"
