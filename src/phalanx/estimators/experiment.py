@@ -26,13 +26,10 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from phalanx import logins
-from phalanx.apiclient import Client, check_url
 from phalanx.checkpoints import ENV_RESUME, ENV_RESUME_STEP, from_artifacts, latest
 from phalanx.clusters import load_clusters
 from phalanx.config import Settings
 from phalanx.errors import NotFound, PhalanxError, SpecError, UsageError
-from phalanx.estimators import remote
 from phalanx.estimators.estimator import Estimator
 from phalanx.estimators.sweep import HyperDriveConfig, submit_sweep
 from phalanx.priority import check_priority
@@ -89,6 +86,8 @@ class Experiment:
         self._settings = settings
         self.server = None
         if server is not None:
+            from phalanx.apiclient import check_url  # why: server= only: no HTTP client otherwise
+
             self.server = check_url(server, "server=")
         self._token = token
 
@@ -136,6 +135,8 @@ class Experiment:
             )
         tags = _tags(tags)
         if self.server is not None:
+            from phalanx.estimators import remote  # why: server= only: no HTTP client, no bundle packer
+
             check_priority(priority, "priority")
             return remote.submit(self._client(), config, self.name, self.project, tags, priority)  # type: ignore[return-value]
         self._check_target(config.compute_target)
@@ -218,6 +219,9 @@ class Experiment:
     def _client(self) -> Any:
         """The server's API client; the token given, else PHALANX_TOKEN, else the stored login's
         (only for the URL it was stored for: a token never goes to another server)."""
+        from phalanx import logins  # why: server= only: no HTTP client otherwise
+        from phalanx.apiclient import Client, check_url  # why: server= only: no HTTP client otherwise
+
         assert self.server is not None
         token = self._token or self.settings.token
         if token is None:

@@ -13,10 +13,8 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Sequence
-from importlib import metadata
 from pathlib import Path
 
-from phalanx.buildenv import torch_pin
 from phalanx.domain import Framework
 
 # What task.save_model imports: torch.onnx's exporter (onnx, onnxscript), the check (onnxruntime,
@@ -44,6 +42,8 @@ def named(packages: Iterable[str]) -> set[str]:
 
 def pinned(name: str) -> str:
     """``name==<the version Phalanx runs with>``, or the bare name when Phalanx does not have it."""
+    from importlib import metadata  # why: only for a venv to build (`from phalanx import Experiment`)
+
     try:
         return f"{name}=={metadata.version(name)}"
     except metadata.PackageNotFoundError:
@@ -69,6 +69,8 @@ def framework_packages(
     PyTorch with packages to install (a venv) and Horovod: torch at this machine's pin and the ONNX
     pieces; TensorFlow: tensorflow-cpu. Nothing is added where no venv would be built for PyTorch.
     """
+    from phalanx.buildenv import torch_pin  # why: only for a venv to build (`from phalanx import Experiment`)
+
     have = named([*pip_packages, *requirement_lines(requirements)])
     wanted: list[str] = []
     if framework is Framework.HOROVOD or (
