@@ -79,8 +79,9 @@ def ls(
         list[str] | None,
         typer.Option(
             "--where",
-            metavar="CONDITIONS",
-            help='Only those meeting every condition, e.g. "metric:min:loss < 0.5 and param:lr > 0.01".',
+            metavar="FILTER",
+            help='Only those the filter keeps, e.g. "metric:min:loss < 0.5 and (param:lr > 0.01 or '
+            'param:opt in (adam, sgd))"; repeatable, all must hold.',
         ),
     ] = None,
     column: Annotated[
@@ -94,7 +95,7 @@ def ls(
 ) -> None:
     """List experiments, newest first.
 
-    --where keeps those that meet every condition of the run table's grammar, e.g.
+    --where keeps those the run table's filter keeps (and, or, parentheses, in (...)), e.g.
     --where "metric:min:loss < 0.5 and param:lr > 0.01"; --column adds a param:KEY or
     metric:AGG:TITLE (AGG last, min or max) column; metric:AGG:TITLE@rankN is rank N's series
     only. After `phalanx login` (or with --server) the server filters.
