@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 from fastapi.testclient import TestClient
+
 import phalanx
 from phalanx.cli.main import main
 from phalanx.config import Settings
