@@ -34,7 +34,7 @@ from phalanx.cli.reading import _value, artifact_json, finite_or_none
 from phalanx.cli.reading import is_remote as is_remote
 from phalanx.cli.reading import open_target as open_target
 from phalanx.cli.target import LocalOpt, ServerOpt
-from phalanx.views import params_by_section
+from phalanx.views import conflict_notes, params_by_section
 
 if TYPE_CHECKING:
     from phalanx.store.base import ArtifactRecord
@@ -205,7 +205,9 @@ def params(
     server: ServerOpt = None,
     local: LocalOpt = False,
 ) -> None:
-    """Hyperparameters by section (Args from argparse, General from task.connect, ...)."""
+    """Hyperparameters by section: Declared (the file's params after --param, an estimator's
+    script_params; a group trial's are in Trial), Args from argparse, General from task.connect,
+    ... A declared value the script reported differently is marked in the table's last column."""
     store = open_target(server, local)
     e = store.get_experiment(experiment_id)
     records = store.params(e.id)
@@ -215,11 +217,14 @@ def params(
     if not records:
         typer.echo(f"experiment {e.id} recorded no parameters")
         return
+    notes = conflict_notes(records)
     rows = [
         [p.section, p.key, _value(p.value), p.replica, "-" if p.rank is None else str(p.rank)]
+        + ([f"≠ {notes[(p.section, p.key)]}" if (p.section, p.key) in notes else ""] if notes else [])
         for p in records
     ]
-    typer.echo(_table(["section", "key", "value", "replica", "rank"], rows))
+    headers = ["section", "key", "value", "replica", "rank"] + (["conflict"] if notes else [])
+    typer.echo(_table(headers, rows))
 
 
 @app.command("artifacts")

@@ -151,8 +151,11 @@ function cellText(records) {
     if (!values.has(v)) values.set(v, []);
     values.get(v).push(r.replica);
   }
-  if (values.size === 1) return [...values.keys()][0];
-  return [...values.entries()].map(([v, reps]) => `${v} (${reps.join(", ")})`).join("; ");
+  // a declared value the script reported differently says so in the cell (never hidden)
+  const conflict = records.find((r) => r.conflict);
+  const note = conflict ? ` ≠ ${conflict.conflict}` : "";
+  if (values.size === 1) return [...values.keys()][0] + note;
+  return [...values.entries()].map(([v, reps]) => `${v} (${reps.join(", ")})`).join("; ") + note;
 }
 
 function drawParams(box, exps, allParams) {
@@ -168,7 +171,7 @@ function drawParams(box, exps, allParams) {
   const keys = [...rows.keys()].sort((a, b) => {
     const [sa, ka] = a.split("\u0000");
     const [sb, kb] = b.split("\u0000");
-    const rank = (s) => (s === "Args" ? 0 : s === "General" ? 1 : 2);
+    const rank = (s) => { const i = ["Declared", "Trial", "Args", "General"].indexOf(s); return i < 0 ? 9 : i; };
     return rank(sa) - rank(sb) || sa.localeCompare(sb) || ka.localeCompare(kb);
   });
   const onlyDiff = h("input", { type: "checkbox", id: "only-diff" });
