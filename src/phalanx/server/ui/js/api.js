@@ -116,5 +116,7 @@ export const api = {
   registeredModels: () => request("/models"),
   registeredModel: (name) => request(`/models/${enc(name)}`),
   queue: () => request("/queue"),
+  reprioritise: (id, priority) => request(`/queue/${enc(id)}`, {
+    method: "PATCH", headers: { "Content-Type": "application/json" }, body: JSON.stringify({ priority }) }),
   sweep: (params) => request(`/sweep?${query(params)}`),
 };
