@@ -115,6 +115,7 @@ export const api = {
   // the model registry (not an experiment's model files: `models` above)
   registeredModels: () => request("/models"),
   registeredModel: (name) => request(`/models/${enc(name)}`),
+  me: () => request("/me"),
   queue: () => request("/queue"),
   reprioritise: (id, priority) => request(`/queue/${enc(id)}`, {
     method: "PATCH", headers: { "Content-Type": "application/json" }, body: JSON.stringify({ priority }) }),
