@@ -53,7 +53,9 @@ def param_conflicts(records: list[ParamRecord]) -> list[dict[str, Any]]:
             if p.key == key and p.section not in DECLARED_SECTIONS and not same_value(p.value, d.value)
         ]
         if differing:
-            out.append({"key": key, "declared": {"section": d.section, "value": d.value}, "reported": differing})
+            out.append(
+                {"key": key, "declared": {"section": d.section, "value": d.value}, "reported": differing}
+            )
     return out
 
 

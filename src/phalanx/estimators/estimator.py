@@ -393,9 +393,7 @@ class Estimator:
         words = ["python", self.entry_script, *arguments]
         # an input's variable is expanded by the replica's shell: double quotes, not shlex's single;
         # a declared param's {{ NAME }} is quoted by the plan for where it stands
-        return " ".join(
-            f'"{w}"' if w in refs else w if w in placeholders else shlex.quote(w) for w in words
-        )
+        return " ".join(f'"{w}"' if w in refs else w if w in placeholders else shlex.quote(w) for w in words)
 
     def to_spec(
         self, name: str | None = None, project: str | None = None, tags: Sequence[str] = ()

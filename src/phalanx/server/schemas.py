@@ -150,7 +150,8 @@ class ParamOut(BaseModel):
     time: float
     conflict: str | None = Field(
         default=None,
-        description="a declared value (section Declared/Trial) the script reported differently: the other side",
+        description="a declared value (section Declared/Trial) the script reported differently: "
+        "what the other side says",
     )
 
     @classmethod

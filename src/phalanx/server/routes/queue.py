@@ -21,7 +21,7 @@ from phalanx.queue import ledger_for, overview
 from phalanx.reconcile import reconcile
 from phalanx.server.audit import audit
 from phalanx.server.deps import SettingsDep, StoreDep, experiment_of
-from phalanx.server.policy import Principal, principal_of, policy
+from phalanx.server.policy import Principal, policy, principal_of
 from phalanx.share import LOCAL
 from phalanx.store.accounts import Role
 from phalanx.store.base import ExperimentFilter, Store
