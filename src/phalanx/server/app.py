@@ -29,6 +29,7 @@ from phalanx.server.limits import BodyLimitMiddleware
 from phalanx.server.policy import enforce, policy
 from phalanx.server.routes import (
     artifacts,
+    compare,
     data,
     experiments,
     groups,
@@ -164,6 +165,7 @@ def _install_routes(app: FastAPI, settings: ServerSettings) -> None:
         experiments,
         submit,
         metrics,
+        compare,
         params,
         artifacts,
         data,

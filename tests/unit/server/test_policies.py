@@ -74,6 +74,8 @@ TABLE: dict[tuple[str, str], str] = {
     ("PUT", "/api/v1/models/{name}/aliases/{alias}"): "model:editor",
     ("DELETE", "/api/v1/models/{name}/aliases/{alias}"): "model:editor",
     ("GET", "/api/v1/queue"): "signed-in",
+    ("GET", "/api/v1/compare"): "signed-in",
+    ("GET", "/api/v1/metrics/{title:path}"): "signed-in",
     ("PATCH", "/api/v1/queue/{experiment_id}"): "experiment:editor",
     ("GET", "/api/v1/targets"): "signed-in",
     ("POST", "/api/v1/tokens"): "public",
