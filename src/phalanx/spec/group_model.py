@@ -55,7 +55,7 @@ class Distribution:
 
     @property
     def axis(self) -> str | None:
-        """"log" or "linear": the axis a chart of this param's values wants (a log-sampled lr, a
+        """ "log" or "linear": the axis a chart of this param's values wants (a log-sampled lr, a
         uniform dropout); None for a list of values, whose axis follows what the values are."""
         return "log" if self.kind in LOG_SAMPLED else "linear" if self.kind in LINEAR_SAMPLED else None
 

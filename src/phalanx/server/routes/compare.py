@@ -22,7 +22,7 @@ from phalanx.server.deps import StoreDep
 from phalanx.server.policy import policy, principal_of
 from phalanx.server.routes.metrics import MAX_VIEW_POINTS, chart_pool
 from phalanx.server.schemas import ExperimentOut, ParamOut, experiment_out, finite_or_none
-from phalanx.store.base import Store
+from phalanx.store.base import ExperimentFilter, Store
 from phalanx.views import conflict_notes
 
 router = APIRouter(tags=["compare"])
@@ -37,18 +37,16 @@ def compare(ids: IdsQuery, store: StoreDep, request: Request) -> dict[str, Any]:
     """``{"experiments": [as GET /experiments/ID's list items], "missing": [ids left out],
     "params": {id: [as GET /experiments/ID/params]}, "titles": {id: {title: [series]}}}``."""
     runs, missing = readable(store, request, ids)
+    full = [e.id for e in runs]
     params: dict[str, list[dict[str, Any]]] = {}
-    titles: dict[str, dict[str, list[str]]] = {}
-    for e in runs:
-        records = store.params(e.id)
+    for exp, records in store.params_of(full).items():
         notes = conflict_notes(records)
-        params[e.id] = [ParamOut.of(p, notes.get((p.section, p.key))).model_dump() for p in records]
-        titles[e.id] = {t: list(s) for t, s in store.metric_titles(e.id).items()}
+        params[exp] = [ParamOut.of(p, notes.get((p.section, p.key))).model_dump() for p in records]
     return {
         "experiments": [ExperimentOut(**experiment_out(e)).model_dump() for e in runs],
         "missing": missing,
         "params": params,
-        "titles": titles,
+        "titles": store.metric_titles_of(full),
     }
 
 
@@ -90,14 +88,19 @@ def _points(
     if x_min is not None and x_max is not None and x_min > x_max:
         raise UsageError(f"x_min ({x_min}) is larger than x_max ({x_max}): nothing could be in that range")
     out: dict[str, Any] = {}
-    for e in runs:
-        view = store.metric_view(e.id, title, x=x, x_min=x_min, x_max=x_max, max_points=max_points)
+    views = store.metric_views(
+        [e.id for e in runs], title, x=x, x_min=x_min, x_max=x_max, max_points=max_points
+    )
+    for exp, view in views.items():
         if view:
-            out[e.id] = {
+            out[exp] = {
                 "series": {
                     name: encode_series(
-                        v.series.steps, [finite_or_none(val) for val in v.series.values], v.series.times,
-                        v.count, v.downsampled,
+                        v.series.steps,
+                        [finite_or_none(val) for val in v.series.values],
+                        v.series.times,
+                        v.count,
+                        v.downsampled,
                     )
                     for name, v in view.items()
                 }
@@ -114,11 +117,14 @@ def readable(store: Store, request: Request, ids: str) -> tuple[list[Experiment]
         raise UsageError(f"at most {MAX_IDS} ids at once, not {len(wanted)}")
     who = principal_of(request)
     visible = who.visible_projects()
+    # full ids in one read; a prefix (or an id not there) is looked up on its own
+    found = store.list_experiments(ExperimentFilter(ids=tuple(wanted), projects=visible, limit=len(wanted)))
+    known = {e.id: e for e in found.items}
     runs: list[Experiment] = []
     missing: list[str] = []
     for given in wanted:
         try:
-            e = store.get_experiment(given)
+            e = known.get(given) or store.get_experiment(given)
         except PhalanxError:
             missing.append(given)
             continue

@@ -5,6 +5,7 @@
 import { color, fmtTime, h, add } from "./util.js";
 
 export const MAX_POINTS = 2000;
+export const MAX_LEGEND = 30; // series a chart's legend lists
 
 // How often a live experiment's charts take in new points (localStorage "phalanx.refreshMs" overrides).
 export function liveMs() {
@@ -336,7 +337,9 @@ export class ScalarChart {
       // an aggregate's min–max band: filled from its max line down to its min line
       bands: bandsOf(prepared),
       cursor: { drag: { x: true, y: false }, points: { size: 6 } },
-      legend: { live: true },
+      // a legend of more than 30 lines (Compare of many runs) costs more than it tells: the run
+      // cards above say which colour is which run
+      legend: { show: prepared.length <= MAX_LEGEND, live: true },
       hooks: { setScale: [(u, key) => { if (key === "x") this.zoomed(u.scales.x.min, u.scales.x.max); }] },
     };
     this.plot = new uPlot(options, data, this.body);

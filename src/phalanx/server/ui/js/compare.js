@@ -100,8 +100,10 @@ export function renderCompare(root, ctx) {
       titles.get(t).push(e.id);
     }
     const byId = new Map(exps.map((e, ei) => [e.id, [e, ei]]));
-    // points per series: a chart of many runs stays as light as a chart of a few (~100,000 points)
-    const perSeries = Math.max(200, Math.min(MAX_POINTS, Math.floor(100000 / exps.length)));
+    // points per series: a chart of many runs stays as light as a chart of a few (~40,000 points,
+    // at most MAX_POINTS a series, at least 100): 200 series of 100 runs get 200 points each
+    const seriesOf = (t) => exps.reduce((n, e) => n + ((doc.titles[e.id] || {})[t] || []).length, 0);
+    const perSeries = (t) => Math.max(100, Math.min(MAX_POINTS, Math.floor(40000 / Math.max(1, seriesOf(t)))));
     const axis = () => (state.xMode === "step" ? "step" : "time");
     const loaded = { main: false, system: false };
     function draw() {
@@ -114,7 +116,7 @@ export function renderCompare(root, ctx) {
         // Zoomed in: each experiment's series restricted to the visible range (in its own time):
         // one request for all of them, or one per run on the relative axis (each its own offset).
         const detail = async (min, max) => {
-          const range = { max_points: perSeries, x: axis() };
+          const range = { max_points: perSeries(title), x: axis() };
           let parts;
           if (state.xMode === "relative") {
             parts = await Promise.all(entries.map(([e, m]) => {
@@ -153,7 +155,7 @@ export function renderCompare(root, ctx) {
     async function loadScalars(which) {
       for (const t of [...metrics.keys()]) if (isSystem(t) === (which === "system")) metrics.delete(t);
       const wanted = [...titles.keys()].filter((t) => isSystem(t) === (which === "system"));
-      await Promise.all(wanted.map((t) => api.metricOfRuns(t, titles.get(t), { max_points: perSeries, x: axis() }).then((got) => {
+      await Promise.all(wanted.map((t) => api.metricOfRuns(t, titles.get(t), { max_points: perSeries(t), x: axis() }).then((got) => {
         const list = Object.entries(got).filter(([id]) => byId.has(id)).map(([id, m]) => [...byId.get(id), m]).map(([e, ei, m]) => [e, m, ei]);
         list.sort((a, b) => a[2] - b[2]);
         metrics.set(t, list);
