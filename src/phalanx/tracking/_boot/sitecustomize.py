@@ -18,7 +18,9 @@ if TYPE_CHECKING:
 def _target() -> Target | None:
     """The process's task, found at its first point (not at interpreter start)."""
     # imported at the first point: every Python process of a replica runs this file at its start
-    from phalanx.tracking.task import current_target  # why: at the first point, not at every interpreter start
+    from phalanx.tracking.task import (
+        current_target,  # why: at the first point, not at every interpreter start
+    )
 
     return current_target()
 
