@@ -18,6 +18,7 @@ skipped or cut is listed in the record, so nobody mistakes a partial snapshot fo
 from __future__ import annotations
 
 import contextlib
+import importlib.metadata as md
 import io
 import json
 import os
@@ -30,6 +31,8 @@ import tarfile
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
+
+from phalanx._version import __version__
 
 SNAPSHOT_MAX_BYTES = 50 * 1024 * 1024
 SNAPSHOT_MAX_FILE = 10 * 1024 * 1024
@@ -91,8 +94,6 @@ def packages(python: str, box: Sequence[str] = ()) -> list[str]:
     """``name==version`` of every distribution the interpreter sees (what the replicas import).
     ``box``: run another interpreter in it (a box's venv: its packages' code runs at start-up)."""
     if os.path.abspath(python) == os.path.abspath(sys.executable):
-        import importlib.metadata as md
-
         return sorted({f"{d.metadata['Name'] or '?'}=={d.version}" for d in md.distributions()})
     try:
         out = subprocess.run(
@@ -216,8 +217,6 @@ def collect(
 ) -> tuple[dict[str, Any], bytes]:
     """The record (without the snapshot's bytes) and the snapshot. ``box``: an argv prefix that
     runs git and the experiment's interpreter in its box (a server-run experiment)."""
-    from phalanx._version import __version__
-
     data, snap = snapshot(workdir)
     record = {
         "git": git_info(workdir, box),

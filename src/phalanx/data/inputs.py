@@ -23,9 +23,12 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from phalanx.data import cache
 from phalanx.data.credentials import Access
 from phalanx.errors import UsageError
 from phalanx.spec.inputs import InputSpec
+from phalanx.store import catalog, open_store
+from phalanx.store.manifest import DataChanged, FileEntry, Manifest, build_manifest, filesystem, join_url
 
 if TYPE_CHECKING:
     from phalanx.config import Settings
@@ -51,7 +54,6 @@ def resolve(
     credentials (``data.credentials``), never the server's own."""
     if not inputs:
         return {}, []
-    from phalanx.store import catalog, open_store
 
     store: Any = open_store(settings)
     env: dict[str, str] = {}
@@ -97,9 +99,6 @@ def _dataset(
     orders: list[dict[str, Any]] | None,
     access: Access,
 ) -> dict[str, Any]:
-    from phalanx.data import cache
-    from phalanx.store import catalog
-
     version = access.check(catalog.get_dataset(store, str(spec.dataset)), f"dataset {spec.dataset!r}")
     record: dict[str, Any] = {
         "name": spec.name,
@@ -144,9 +143,6 @@ def _datastore(
     orders: list[dict[str, Any]] | None,
     access: Access,
 ) -> dict[str, Any]:
-    from phalanx.data import cache
-    from phalanx.store.manifest import join_url
-
     url = join_url(base, spec.path)
     record: dict[str, Any] = {
         "name": spec.name,
@@ -187,8 +183,6 @@ def _datastore(
 def _listing(url: str, credentials: Mapping[str, Any] | None = None) -> tuple[Any, str]:
     """A datastore folder's files as a manifest without hashes (nobody recorded them), keyed by the
     listing itself (paths, sizes, ETags or modification times): changed content, a new cache entry."""
-    from phalanx.store.manifest import FileEntry, Manifest, filesystem
-
     fs, root = filesystem(url, credentials)
     found: dict[str, Any] = fs.find(root, detail=True)
     if not found:
@@ -205,8 +199,6 @@ def _listing(url: str, credentials: Mapping[str, Any] | None = None) -> tuple[An
 
 def _check_in_place(manifest: Any, what: str) -> None:
     """Read a referenced dataset where it is and refuse it if any file changed."""
-    from phalanx.store.manifest import DataChanged, build_manifest
-
     current = {f.path: f for f in build_manifest(manifest.url).files}
     for entry in manifest.files:
         now = current.get(entry.path)

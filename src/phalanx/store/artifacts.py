@@ -42,13 +42,13 @@ def open_fs(url: str, credentials: Mapping[str, Any] | None = None) -> tuple[Any
     object stores. An ``s3://`` URL without s3fs installed is MissingExtra (exit 2, the pip command).
     ``credentials``: fsspec options naming whose credentials read it (a project's, for a server's
     run: phalanx.data.credentials), over the environment's."""
-    from fsspec.core import url_to_fs
+    from fsspec.core import url_to_fs  # why: `phalanx ls` imports this module: no fsspec
 
     protocol = url.split("://", 1)[0].lower() if "://" in url else "file"
     options: dict[str, Any] = {}
     if protocol in S3_PROTOCOLS:
         try:
-            import s3fs  # noqa: F401
+            import s3fs  # why: s3fs is optional (the `s3` extra)  # noqa: F401
         except ImportError as exc:
             raise MissingExtra("s3", f"PHALANX_ARTIFACTS_URL={url.split('?')[0]!r}") from exc
         options = {**s3_options(), **(credentials or {})}

@@ -217,11 +217,13 @@ def prepare(
         backend = get_backend(engine_name, settings=settings, cluster=cluster_conf)
     shared = _shared_dir(cluster_conf)
     boxed = isolation  # the local engine boxes it; a cluster engine keeps the same boundary its own way
+    # a Ray node builds the environment itself (once per node): nothing to build on this machine
+    on_nodes = cluster_conf is not None and cluster_conf.kind == "ray"
     python = interpreter(
         plan,
         workdir,
         settings,
-        build=not dry,
+        build=not (dry or on_nodes),
         venvs_dir=shared / "venvs" if shared else None,
         isolation=boxed,
     )

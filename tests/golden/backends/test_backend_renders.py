@@ -19,6 +19,7 @@ from phalanx.backends.kube_objects import validate_core
 from phalanx.backends.kubeflow import KubeflowBackend, validate_job
 from phalanx.backends.kubeflow_trainer import TrainerBackend
 from phalanx.backends.kubernetes import KubernetesBackend
+from phalanx.backends.ray import RayBackend
 from phalanx.backends.slurm import SlurmBackend
 from phalanx.clusters import Cluster
 from phalanx.config import Settings
@@ -119,6 +120,24 @@ TRAINER = Cluster(
     kubeflow_api="trainer-v2",
     env_volume="ml-envs",
 )
+RAY = Cluster(name="pool", kind="ray", address="gpu-box-1:6379", server_url="http://gpu-box-1:8000")
+# one replica per node, asked the Kubernetes way: STRICT_SPREAD
+SPREAD = spec_plan(
+    Framework.PYTORCH,
+    master=ReplicaTemplate(resources=res(cpu=2, memory=4096, gpu=1), affinity={"podAntiAffinity": {}}),
+    topology=Topology(
+        n_workers=1,
+        default_worker=ReplicaTemplate(
+            resources=res(cpu=2, memory=4096, gpu=1), affinity={"podAntiAffinity": {}}
+        ),
+    ),
+)
+MXNET_PACKAGES = spec_plan(
+    Framework.MXNET,
+    topology=Topology(n_workers=1, n_ps=1),
+    build=Build(pip_packages=("mxnet==1.9.1", "numpy<1.24")),
+)
+RAY_SETTINGS = Settings(home="/home/user/.phalanx", token="golden-server-token")
 
 
 BOXED = replace(
@@ -173,6 +192,10 @@ CASES: dict[str, Callable[[], str]] = {
     "trainer-trainjob.yaml": lambda: (
         TrainerBackend(SETTINGS, TRAINER).dry_run(MULTIPROCESS, CONTEXT).render()
     ),
+    # a placement group (STRICT_SPREAD: one replica per node) and each actor's env, token masked
+    "ray-pytorch-spread.json": lambda: RayBackend(RAY_SETTINGS, RAY).dry_run(SPREAD, CONTEXT).render(),
+    # PACK, a parameter-server topology, and the environment built once per node
+    "ray-mxnet-pack.json": lambda: RayBackend(SETTINGS, RAY).dry_run(MXNET_PACKAGES, CONTEXT).render(),
     # a server's runs (docs/security.md): the project's account, nothing of the server's home;
     # pods without API credentials, as the project's uid, with no way to gain privileges
     "slurm-pytorch-ddp-boxed.sbatch": lambda: SlurmBackend(SLURM, SETTINGS).dry_run(PYTORCH, BOXED).render(),
