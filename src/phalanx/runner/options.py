@@ -54,7 +54,10 @@ class LaunchOptions:
     ``params_section``: also record the launch params as the experiment's tracked params, in this
     section (a group trial's sampled values, so `phalanx params` and the run table show them).
     ``notify``: a FIFO that gets one byte once the experiment's end is recorded (a group's
-    controller wakes on it).
+    controller wakes on it). ``accepted``: the server recorded the experiment when it accepted the
+    submit (status created): its supervisor updates that row instead of creating one, and holds
+    ``runs/<id>/supervisor.lock`` for its whole life (the server's launcher tells by it whether
+    the experiment's supervisor still runs).
     """
 
     workdir: Path | None = None
@@ -68,6 +71,7 @@ class LaunchOptions:
     resume: bool = False
     params_section: str | None = None  # the launch params recorded as tracked params (a trial's: "Trial")
     notify: str | None = None
+    accepted: bool = False
 
     def apply_environment(self) -> None:
         """The supervisor and the engines read the system-metrics choice from the environment (a

@@ -20,11 +20,11 @@ from fastapi.staticfiles import StaticFiles
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from phalanx._version import __version__
-from phalanx.config import Settings
 from phalanx.errors import PhalanxError, http_status
 from phalanx.server.auth import SecurityMiddleware, default_allowed_hosts
 from phalanx.server.files import ArtifactFiles
 from phalanx.server.gate import ChartGate
+from phalanx.server.launcher import Launcher
 from phalanx.server.limits import BodyLimitMiddleware
 from phalanx.server.policy import enforce, policy
 from phalanx.server.routes import (
@@ -49,7 +49,7 @@ from phalanx.server.sessions import LoginThrottle, Sessions
 from phalanx.server.settings import ServerSettings
 from phalanx.server.sweeper import Sweeper
 from phalanx.store.accounts import Accounts
-from phalanx.store.base import IngestStore
+from phalanx.store.base import LocalStore
 
 log = logging.getLogger(__name__)
 
@@ -69,13 +69,14 @@ HTTP_CODES = {
 }
 
 
-def create_app(settings: ServerSettings, store: IngestStore | None = None) -> FastAPI:
+def create_app(settings: ServerSettings, store: LocalStore | None = None) -> FastAPI:
     """Build the app. ``store`` defaults to the one ``settings.store`` names (SQLite or PostgreSQL)."""
     if store is None:
         from phalanx.store import open_store
 
         store = open_store(settings.store)
     sweeper: Sweeper | None = None
+    launcher = Launcher(store, settings.store, workers=settings.launch_workers, period=settings.watch_seconds)
 
     @contextlib.asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
@@ -83,10 +84,12 @@ def create_app(settings: ServerSettings, store: IngestStore | None = None) -> Fa
         if settings.gc_hours > 0:
             sweeper = Sweeper(store, settings.store, settings.gc_hours * 3600).start()
         app.state.sweeper = sweeper
-        _adopt_groups(store, settings.store)
+        if settings.launch_workers:  # its first pass starts what a killed server had accepted
+            launcher.start()
         try:
             yield
         finally:
+            launcher.stop()
             if sweeper is not None:
                 sweeper.stop()
             metrics.close_chart_pool(app)
@@ -102,6 +105,7 @@ def create_app(settings: ServerSettings, store: IngestStore | None = None) -> Fa
         dependencies=[Depends(enforce)],  # every route's declared policy (phalanx.server.policy)
     )
     _install_state(app, settings, store)
+    app.state.launcher = launcher
     _install_routes(app, settings)
     _install_error_handlers(app)
     _install_openapi(app)
@@ -109,7 +113,7 @@ def create_app(settings: ServerSettings, store: IngestStore | None = None) -> Fa
     return app
 
 
-def _install_state(app: FastAPI, settings: ServerSettings, store: IngestStore) -> None:
+def _install_state(app: FastAPI, settings: ServerSettings, store: LocalStore) -> None:
     """What the routes and the middleware read from ``app.state``: the store, artifact files, accounts,
     sessions, single sign-on and the two sign-in throttles."""
     app.state.settings = settings
@@ -215,7 +219,7 @@ def _install_middleware(app: FastAPI, settings: ServerSettings) -> None:
     app.add_middleware(ChartGate, slots=metrics.CHART_SLOTS)
 
 
-def _accounts(store: IngestStore) -> Accounts | None:
+def _accounts(store: LocalStore) -> Accounts | None:
     """The store's users and projects; None for a store without them (not SQL: single-token only)."""
     from phalanx.errors import UsageError
 
@@ -281,21 +285,6 @@ def _error(status: int, code: str, message: str, headers: Mapping[str, str] | No
     return JSONResponse(
         {"error": code, "message": message}, status_code=status, headers=dict(headers) if headers else None
     )
-
-
-def _adopt_groups(store: IngestStore, settings: Settings) -> None:
-    """Groups submitted to this server whose controller is gone get one again (groups.detached);
-    a failure is logged, never raised: the server must start."""
-    from phalanx.groups.detached import adopt
-    from phalanx.store.base import group_store
-
-    try:
-        started = adopt(group_store(store), settings)
-    except Exception:
-        log.exception("adopting the server's groups failed")
-        return
-    if started:
-        log.warning("started the controllers of groups %s again", ", ".join(started))
 
 
 def _install_error_handlers(app: FastAPI) -> None:

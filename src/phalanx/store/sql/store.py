@@ -64,6 +64,7 @@ from phalanx.store.sql.models import (
 )
 from phalanx.store.sql.records import RecordReads
 from phalanx.store.sql.starts import AttemptBook
+from phalanx.store.sql.submissions import SubmissionBook
 from phalanx.tracking.labels import MAX_NAME, MAX_TAG, label_problem
 
 _first, _second, _third = itemgetter(0), itemgetter(1), itemgetter(2)
@@ -86,7 +87,7 @@ _EXP_COLUMNS = [c for c in ExperimentRow.__table__.c if c.key != "repro"]
 
 
 @phalanx_errors
-class SqlStore(AttemptBook, RecordReads, GroupBook):
+class SqlStore(AttemptBook, RecordReads, GroupBook, SubmissionBook):
     """The store (``base.IngestStore`` and ``base.GroupStore``; each method is documented there).
     ``url``: a SQLAlchemy URL (``sqlite:///path`` or ``postgresql+psycopg://...``); ``artifacts``:
     where files live (deleted with their experiment). The schema is migrated to the newest revision
@@ -254,6 +255,7 @@ class SqlStore(AttemptBook, RecordReads, GroupBook):
         finished_at: float | None = None,
         handle: str | None = None,
         cluster: str | None = None,
+        plan: Mapping[str, Any] | None = None,
     ) -> Experiment:
         values: dict[str, Any] = {
             k: v
@@ -264,6 +266,7 @@ class SqlStore(AttemptBook, RecordReads, GroupBook):
                 "finished_at": finished_at,
                 "handle": handle,
                 "cluster": cluster,
+                "plan": None if plan is None else dict(plan),
             }.items()
             if v is not None
         }
