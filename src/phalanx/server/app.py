@@ -21,11 +21,13 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from phalanx._version import __version__
 from phalanx.errors import PhalanxError, http_status
+from phalanx.server.audit import AuditMiddleware
 from phalanx.server.auth import SecurityMiddleware, default_allowed_hosts
 from phalanx.server.files import ArtifactFiles
 from phalanx.server.gate import ChartGate
 from phalanx.server.launcher import Launcher
 from phalanx.server.limits import BodyLimitMiddleware
+from phalanx.server.outages import RETRY_AFTER_SECONDS, OutageLog, unavailable
 from phalanx.server.policy import enforce, policy
 from phalanx.server.routes import (
     artifacts,
@@ -118,6 +120,7 @@ def _install_state(app: FastAPI, settings: ServerSettings, store: LocalStore) ->
     sessions, single sign-on and the two sign-in throttles."""
     app.state.settings = settings
     app.state.store = store
+    app.state.outages = OutageLog()  # the database or disk gone: one log line per outage
     # Serve files from the store's own artifact root when it has one (a store passed in by a caller).
     root = getattr(getattr(store, "artifact_store", None), "root_url", None)
     app.state.files = ArtifactFiles(root or settings.store.artifacts_root)
@@ -202,7 +205,9 @@ def _install_middleware(app: FastAPI, settings: ServerSettings) -> None:
             return settings.max_bundle_bytes + settings.max_request_bytes  # the bundle and the form
         return settings.max_request_bytes
 
-    # Added later = further out: the size check runs before anything reads a body, auth before that.
+    # Added later = further out: the audit trail sees each change's answer (inside auth, which says
+    # who asks), the size check runs before anything reads a body, auth before that.
+    app.add_middleware(AuditMiddleware, accounts=accounts, refusals=settings.audit_refusals)
     app.add_middleware(BodyLimitMiddleware, limit_for=limit_for, idle_seconds=settings.body_idle_seconds)
     allowed = (
         settings.allowed_hosts if settings.allowed_hosts is not None else default_allowed_hosts(settings.host)
@@ -214,6 +219,7 @@ def _install_middleware(app: FastAPI, settings: ServerSettings) -> None:
         sessions=sessions,
         throttle=app.state.bearer_throttle,
         accounts=accounts,
+        outages=app.state.outages,
     )
     # outermost: a chart read waits for its turn before even the sign-in check (phalanx.server.gate)
     app.add_middleware(ChartGate, slots=metrics.CHART_SLOTS)
@@ -239,6 +245,8 @@ ERROR_RESPONSES = {
     422: "invalid parameters",
     429: "too many wrong tokens from this address (wait Retry-After seconds), or a submit beyond its"
     " project's max-waiting quota",
+    503: "the server's database or disk is unavailable: try again after Retry-After seconds (a submit"
+    " with the same Idempotency-Key never starts twice)",
 }
 
 
@@ -288,9 +296,19 @@ def _error(status: int, code: str, message: str, headers: Mapping[str, str] | No
 
 
 def _install_error_handlers(app: FastAPI) -> None:
+    outages: OutageLog = app.state.outages
+
+    def outage(request: Request, reason: str) -> JSONResponse:
+        outages.note(request.method, request.url.path, reason)
+        return _error(
+            503, "unavailable", f"{reason}; try again shortly", {"Retry-After": str(RETRY_AFTER_SECONDS)}
+        )
+
     @app.exception_handler(PhalanxError)
     async def phalanx_error(request: Request, exc: PhalanxError) -> JSONResponse:
         status = http_status(exc)
+        if status == 503:
+            return outage(request, exc.message)
         if status >= 500:
             log.error("%s %s failed: %s", request.method, request.url.path, exc)
         return _error(status, exc.code, exc.message)
@@ -301,8 +319,11 @@ def _install_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(Exception)
     async def unexpected(request: Request, exc: Exception) -> JSONResponse:
-        # A bug or the database going away: the same JSON shape as every other error, the
-        # traceback in the server's log (not in the answer).
+        # the database or the disk going away: 503, one line in the log per outage; anything else
+        # is a bug: the same JSON shape as every other error, the traceback in the log (not the answer)
+        reason = unavailable(exc)
+        if reason is not None:
+            return outage(request, reason)
         log.exception("%s %s failed", request.method, request.url.path)
         return _error(500, "error", f"internal error ({type(exc).__name__}); the server log has the details")
 

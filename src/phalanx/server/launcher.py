@@ -24,9 +24,9 @@ between starting it and recording that) finds the lock held and leaves at once.
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import logging
-import queue
 import subprocess
 import threading
 import time
@@ -36,7 +36,7 @@ from pathlib import Path
 
 from phalanx import bundles, reconcile, repro
 from phalanx.config import Settings
-from phalanx.domain import ExperimentStatus
+from phalanx.domain import ExperimentStatus, GroupStatus
 from phalanx.errors import NotFound, PhalanxError
 from phalanx.groups import detached
 from phalanx.groups.lock import holder
@@ -56,7 +56,6 @@ log = logging.getLogger(__name__)
 WORKERS = 2
 PERIOD_SECONDS = 2.0
 START_WAIT_SECONDS = 120.0  # a worker waits this long at most for a supervisor to pass its start
-_STOP = ""
 
 
 class Launcher:
@@ -74,9 +73,9 @@ class Launcher:
         self.workers = workers
         self.period = period
         self._runner = runner or (lambda: Runner(settings))
-        self._queue: queue.Queue[str] = queue.Queue()
+        self._queue: collections.deque[str] = collections.deque()
         self._pending: set[str] = set()  # ids queued or being launched: each once at a time
-        self._lock = threading.Lock()
+        self._ready = threading.Condition()
         self._stopped = threading.Event()
         self._threads: list[threading.Thread] = []
 
@@ -94,19 +93,20 @@ class Launcher:
     def stop(self, timeout: float = 10.0) -> None:
         """Stop taking work (what was started runs on: supervisors outlive the server)."""
         self._stopped.set()
-        for _ in range(self.workers):
-            self._queue.put(_STOP)
+        with self._ready:
+            self._ready.notify_all()
         deadline = time.monotonic() + timeout
         for thread in self._threads:
             thread.join(max(0.0, deadline - time.monotonic()))
 
     def wake(self, submission_id: str) -> None:
         """Start this accepted submission soon (a worker takes it; at most once at a time)."""
-        with self._lock:
+        with self._ready:
             if submission_id in self._pending:
                 return
             self._pending.add(submission_id)
-        self._queue.put(submission_id)
+            self._queue.append(submission_id)
+            self._ready.notify()
 
     # -- the watcher ---------------------------------------------------------------------------------
     def _watch(self) -> None:
@@ -133,9 +133,12 @@ class Launcher:
     # -- the workers ---------------------------------------------------------------------------------
     def _work(self) -> None:
         while True:
-            submission_id = self._queue.get()
-            if submission_id == _STOP or self._stopped.is_set():
-                return
+            with self._ready:
+                while not self._queue and not self._stopped.is_set():
+                    self._ready.wait()
+                if self._stopped.is_set():
+                    return
+                submission_id = self._queue.popleft()
             try:
                 sub = self.store.submission(submission_id)
                 if sub is not None and sub.state is SubmissionState.ACCEPTED:
@@ -143,7 +146,7 @@ class Launcher:
             except Exception as exc:  # logged; the watcher's next pass takes it again
                 log.warning("starting submission %s failed: %s", submission_id, _short(exc))
             finally:
-                with self._lock:
+                with self._ready:
                     self._pending.discard(submission_id)
 
     def _launch(self, sub: Submission) -> None:
@@ -219,7 +222,11 @@ class Launcher:
         except NotFound:
             self._done(sub.id)
             return
-        if group.done or group.status != "created" or holder(self.settings.home / "groups" / group.id):
+        if (
+            group.done
+            or group.status is not GroupStatus.CREATED
+            or holder(self.settings.home / "groups" / group.id)
+        ):
             self._done(sub.id)
             return
         order = orders.read(self.settings, sub.id)
@@ -235,7 +242,9 @@ class Launcher:
             else:
                 build_trials_env(spec, self.settings, workdir=order.work)
         except PhalanxError as exc:
-            self.store.update_group(group.id, status="failed", reason=str(exc), finished_at=time.time())
+            self.store.update_group(
+                group.id, status=GroupStatus.FAILED, reason=str(exc), finished_at=time.time()
+            )
             self._done(sub.id)
             return
         detached.mark_server_group(self.settings, group.id)

@@ -14,7 +14,6 @@ from __future__ import annotations
 import contextlib
 import os
 import pickle
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -51,11 +50,15 @@ def write(settings: Settings, order: Order) -> None:
     root.mkdir(parents=True, exist_ok=True)
     path = root / f"{order.id}.pickle"
     tmp = path.with_name(f"{order.id}.{os.getpid()}.tmp")
-    with open(tmp, "wb") as out:
-        out.write(pickle.dumps(order, protocol=pickle.HIGHEST_PROTOCOL))
-        out.flush()
-        os.fsync(out.fileno())
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "wb") as out:
+            out.write(pickle.dumps(order, protocol=pickle.HIGHEST_PROTOCOL))
+            out.flush()
+            os.fsync(out.fileno())
+        os.replace(tmp, path)
+    except BaseException:  # a full disk: nothing half-written stays behind
+        tmp.unlink(missing_ok=True)
+        raise
     with contextlib.suppress(OSError):  # the rename itself survives a crash once the folder is synced
         fd = os.open(root, os.O_RDONLY)
         try:
@@ -74,16 +77,3 @@ def read(settings: Settings, order_id: str) -> Order | None:
 
 def remove(settings: Settings, order_id: str) -> None:
     (folder(settings) / f"{order_id}.pickle").unlink(missing_ok=True)
-
-
-def stale(settings: Settings, known: set[str], min_age: float) -> list[str]:
-    """Orders older than ``min_age`` seconds whose submit the store does not hold (it never
-    committed): their ids."""
-    root = folder(settings)
-    now = time.time()
-    found = []
-    for path in sorted(root.glob("*.pickle")) if root.is_dir() else []:
-        with contextlib.suppress(OSError):
-            if path.stem not in known and now - path.stat().st_mtime > min_age:
-                found.append(path.stem)
-    return found

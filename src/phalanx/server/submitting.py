@@ -137,7 +137,6 @@ def submit(store: LocalStore, settings: Settings, request: SubmitRequest, who: S
     check_key(request.idempotency_key)
     check_priority(request.priority, "priority")
     cluster = cluster_of(settings, request.target)
-    bundles.check(request.bundle)  # what the launcher's unpack would refuse, refused now
     sha = digest(request.bundle)
     print_ = fingerprint(
         {
@@ -161,6 +160,7 @@ def submit(store: LocalStore, settings: Settings, request: SubmitRequest, who: S
     check_size(store, plan, cluster)
     if cluster is None:
         check_max_waiting(store, settings, project)
+    bundles.check(request.bundle)  # what the launcher's unpack would refuse, refused now
     exp_id = uuid.uuid4().hex[:12]
     work = settings.home / "server" / "work" / exp_id
     file = work / name
@@ -353,6 +353,7 @@ def _submit_group(
     if replayed is not None:
         return replayed
     check_size(store, build_plan(group.trial_spec(example_values(group))), cluster)
+    bundles.check(request.bundle)
     group_id = uuid.uuid4().hex[:12]
     work = settings.home / "server" / "work" / f"group-{group_id}"
     file = work / name

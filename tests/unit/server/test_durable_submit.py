@@ -119,7 +119,9 @@ def test_a_key_is_per_user_and_authorization_comes_before_any_replay(
     assert store.list_experiments().total == 2
 
 
-def test_a_key_expires(client: TestClient, store: LocalStore, team: Team, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_key_expires(
+    client: TestClient, store: LocalStore, team: Team, monkeypatch: pytest.MonkeyPatch
+) -> None:
     from phalanx.server import submitting
 
     real = submitting.time.time
@@ -152,13 +154,15 @@ def test_an_experiment_bigger_than_this_machine_is_refused_at_submit(
     huge = EXP.replace("run:", "environment:\n  resources:\n    cpu: {requests: 4096, limits: 4096}\nrun:")
     status, body = submit(client, team.tokens["editor_a"], text=huge)
     assert status == 400, body
-    assert "the experiment needs 4096 cores" in str(body["message"]) and "on this machine" in str(body["message"])
+    assert "the experiment needs 4096 cores" in str(body["message"]) and "on this machine" in str(
+        body["message"]
+    )
     assert "--oversubscribe" not in str(body["message"])  # not an option a server submit has
     assert store.list_experiments().total == 0
 
 
 def test_a_destructive_stop_needs_eight_characters(client: TestClient, store: LocalStore, team: Team) -> None:
-    status, body = submit(client, team.tokens["editor_a"])
+    _, body = submit(client, team.tokens["editor_a"])
     exp_id = str(body["id"])
     auth = {"Authorization": f"Bearer {team.tokens['editor_a']}"}
     r = client.post(f"/api/v1/experiments/{exp_id[:1]}/stop", headers=auth)

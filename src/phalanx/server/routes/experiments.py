@@ -9,7 +9,7 @@ from fastapi import APIRouter, Depends, Query, Request, Response
 
 from phalanx.domain import ExperimentStatus
 from phalanx.ids import check_destructive
-from phalanx.server.audit import audit, launched_by
+from phalanx.server.audit import describe, launched_by
 from phalanx.server.control import request_stop
 from phalanx.server.deps import SettingsDep, StoreDep, experiment_of
 from phalanx.server.policy import policy, principal_of, typed_id
@@ -199,7 +199,7 @@ def annotate_experiment(
 ) -> ExperimentOut:
     """Replace the experiment's tags and/or notes (a field left out is unchanged)."""
     e = experiment_of(store, experiment_id)
-    audit(request, "experiment.annotate", e.id, e.project)
+    describe(request, "experiment.annotate", e.id, e.project)
     return ExperimentOut(**experiment_out(store.annotate(e.id, tags=body.tags, notes=body.notes)))
 
 
@@ -230,7 +230,7 @@ def stop_experiment(experiment_id: str, store: StoreDep, settings: SettingsDep, 
     if e.status.done:
         return StopOut(id=e.id, status=str(e.status), stop_requested=False, message=f"already {e.status}")
     message = request_stop(store, settings.store, e)
-    audit(request, "experiment.stop", e.id, e.project)
+    describe(request, "experiment.stop", e.id, e.project)
     current = store.get_experiment(e.id)
     return StopOut(id=e.id, status=str(current.status), stop_requested=True, message=message)
 
@@ -243,4 +243,4 @@ def delete_experiment(experiment_id: str, store: StoreDep, request: Request) -> 
     e = experiment_of(store, experiment_id)
     check_destructive(typed_id(request, experiment_id), e.id)
     store.delete_experiment(e.id)
-    audit(request, "experiment.delete", e.id, e.project)
+    describe(request, "experiment.delete", e.id, e.project)

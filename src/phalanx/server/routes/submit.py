@@ -15,6 +15,7 @@ from starlette.datastructures import UploadFile as StarletteUploadFile
 
 from phalanx.errors import NotFound
 from phalanx.server.admission import cluster_of, targets
+from phalanx.server.audit import mark_audited
 from phalanx.server.deps import SettingsDep, StoreDep, experiment_of
 from phalanx.server.policy import policy, principal_of, require, require_experiment
 from phalanx.server.submitting import (
@@ -155,6 +156,7 @@ async def submit_experiment(
         raise HTTPException(
             415, 'send multipart/form-data (a file and its code bundle) or application/json ({"from": ID})'
         )
+    mark_audited(request)  # written with the experiment (a replay changed nothing)
     if result.created:
         request.app.state.launcher.wake(result.experiment_id)
     out = SubmittedOut(

@@ -14,6 +14,7 @@ from typing import Any
 from sqlalchemy import Connection, Engine, insert, or_, select, update
 from sqlalchemy.exc import IntegrityError
 
+from phalanx.domain import GroupStatus
 from phalanx.errors import Conflict
 from phalanx.store.sql.errors import phalanx_errors
 from phalanx.store.sql.lookup import replica_values
@@ -224,7 +225,7 @@ def _insert_group(conn: Connection, g: NewGroup, now: float) -> None:
             source_file=g.source_file,
             workdir=g.workdir,
             options=dict(g.options),
-            status="created",
+            status=GroupStatus.CREATED.value,
             reason=None,
             controller_pid=None,
             controller_host=None,

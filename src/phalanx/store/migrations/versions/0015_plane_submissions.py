@@ -13,6 +13,8 @@ Create Date: 2026-12-01 23:00:00
 
 from __future__ import annotations
 
+from typing import Any
+
 import sqlalchemy as sa
 from alembic import op
 
@@ -25,13 +27,13 @@ _TMP = "_submissions_0015"
 
 
 def _table(name: str, *, new: bool) -> None:
-    columns = [
+    columns: list[Any] = [
         sa.Column("experiment_id", sa.String(length=32), nullable=False),
         sa.Column("idempotency_key", sa.String(length=200), nullable=True),
         sa.Column("bundle_sha256", sa.String(length=64), nullable=False),
         sa.Column("submitted_at", sa.Float(), nullable=False),
     ]
-    constraints: list[sa.schema.SchemaItem] = [sa.PrimaryKeyConstraint("experiment_id")]
+    constraints: list[Any] = [sa.PrimaryKeyConstraint("experiment_id")]
     if new:
         columns += [
             sa.Column("kind", sa.String(length=16), server_default="experiment", nullable=False),
