@@ -132,22 +132,28 @@ class Launcher:
 
     # -- the workers ---------------------------------------------------------------------------------
     def _work(self) -> None:
-        while True:
+        while self.take(block=True) is not None:
+            pass
+
+    def take(self, block: bool = False) -> str | None:
+        """Start the next queued submission in this thread (what each worker does in a loop); its
+        id, or None when none is queued (``block``: wait for one, until the launcher stops)."""
+        with self._ready:
+            while block and not self._queue and not self._stopped.is_set():
+                self._ready.wait()
+            if not self._queue or self._stopped.is_set():
+                return None
+            submission_id = self._queue.popleft()
+        try:
+            sub = self.store.submission(submission_id)
+            if sub is not None and sub.state is SubmissionState.ACCEPTED:
+                self._launch(sub)
+        except Exception as exc:  # logged; the watcher's next pass takes it again
+            log.warning("starting submission %s failed: %s", submission_id, _short(exc))
+        finally:
             with self._ready:
-                while not self._queue and not self._stopped.is_set():
-                    self._ready.wait()
-                if self._stopped.is_set():
-                    return
-                submission_id = self._queue.popleft()
-            try:
-                sub = self.store.submission(submission_id)
-                if sub is not None and sub.state is SubmissionState.ACCEPTED:
-                    self._launch(sub)
-            except Exception as exc:  # logged; the watcher's next pass takes it again
-                log.warning("starting submission %s failed: %s", submission_id, _short(exc))
-            finally:
-                with self._ready:
-                    self._pending.discard(submission_id)
+                self._pending.discard(submission_id)
+        return submission_id
 
     def _launch(self, sub: Submission) -> None:
         if sub.kind is SubmissionKind.GROUP:
@@ -181,9 +187,8 @@ class Launcher:
             self._done(sub.id)
             return
         launch = order.launch
-        _, process, _ = self._runner().start(
-            launch.spec, launch.options, cwd=order.work, headline=launch.headline
-        )
+        cwd = launch.options.workdir or order.work  # the file's folder, as `phalanx run` runs there
+        _, process, _ = self._runner().start(launch.spec, launch.options, cwd=cwd, headline=launch.headline)
         self._done(sub.id)
         log.info("experiment %s: supervisor pid %s started", sub.id, process.pid)
         self._await_start(run_dir, process)
