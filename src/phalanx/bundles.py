@@ -132,6 +132,10 @@ class BundleStore:
         if not path.exists():
             self.root.mkdir(parents=True, exist_ok=True)
             tmp = path.with_name(f"{sha}.{os.getpid()}.{id(data)}.tmp")
-            tmp.write_bytes(data)
-            os.replace(tmp, path)
+            try:
+                tmp.write_bytes(data)
+                os.replace(tmp, path)
+            except BaseException:  # a full disk: no half bundle left behind
+                tmp.unlink(missing_ok=True)
+                raise
         return sha

@@ -17,6 +17,7 @@ from fastapi import Depends, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from fastapi.staticfiles import StaticFiles
+from sqlalchemy.exc import SQLAlchemyError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from phalanx._version import __version__
@@ -317,15 +318,26 @@ def _install_error_handlers(app: FastAPI) -> None:
     async def http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
         return _error(exc.status_code, HTTP_CODES.get(exc.status_code, "error"), str(exc.detail), exc.headers)
 
-    @app.exception_handler(Exception)
-    async def unexpected(request: Request, exc: Exception) -> JSONResponse:
+    def failed(request: Request, exc: Exception) -> JSONResponse:
         # the database or the disk going away: 503, one line in the log per outage; anything else
         # is a bug: the same JSON shape as every other error, the traceback in the log (not the answer)
         reason = unavailable(exc)
         if reason is not None:
             return outage(request, reason)
-        log.exception("%s %s failed", request.method, request.url.path)
+        log.exception("%s %s failed", request.method, request.url.path, exc_info=exc)
         return _error(500, "error", f"internal error ({type(exc).__name__}); the server log has the details")
+
+    # Storage's own errors by their classes: Starlette answers these here and is done (a handler of
+    # Exception itself runs too, but Starlette then raises the error again, to the server's log)
+    for storage_error in (OSError, SQLAlchemyError):
+
+        @app.exception_handler(storage_error)
+        async def storage_failed(request: Request, exc: Exception) -> JSONResponse:
+            return failed(request, exc)
+
+    @app.exception_handler(Exception)
+    async def unexpected(request: Request, exc: Exception) -> JSONResponse:
+        return failed(request, exc)
 
     @app.exception_handler(RequestValidationError)
     async def validation_error(request: Request, exc: RequestValidationError) -> JSONResponse:
