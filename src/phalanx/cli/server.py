@@ -223,7 +223,12 @@ def _access_log(path: Path | None, level: LogLevel) -> None:
 HostOpt = Annotated[
     str, typer.Option(metavar="ADDRESS", help="address to listen on; a non-loopback one needs a token")
 ]
-PortOpt = Annotated[int, typer.Option(min=1, max=65535, metavar="PORT", help="port to listen on")]
+PortOpt = Annotated[
+    int,
+    typer.Option(
+        min=0, max=65535, metavar="PORT", help="port to listen on (0: any free one; the start line names it)"
+    ),
+]
 TokenFileOpt = Annotated[
     Path | None,
     typer.Option("--token-file", metavar="FILE", help="file holding the token (else PHALANX_TOKEN)"),
@@ -360,6 +365,7 @@ def server(
     )
     proxies = forwarded_ips(forwarded_allow_ips)
     listener = bind_listener(host, port)
+    port = listener.getsockname()[1]  # --port 0: the free one the kernel gave
     _check_token_length(token, host)
     from phalanx.server.app import create_app
     from phalanx.server.settings import ServerSettings
