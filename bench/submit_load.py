@@ -38,6 +38,7 @@ from phalanx.apiclient import Client  # noqa: E402  (after the path: runs from a
 from phalanx.bundles import pack  # noqa: E402
 
 TOKEN = "bench-submit-load-0123456789"
+CLI = [sys.executable, "-m", "phalanx.cli.main"]
 EXPERIMENT = 'version: 1\nkind: experiment\nproject: load\nrun:\n  cmd: python -c "print({n})"\n'
 GROUP = """version: 1
 kind: group
@@ -57,7 +58,7 @@ def start_server(home: Path) -> tuple[subprocess.Popen[bytes], str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("PHALANX_")}
     env.update(PHALANX_HOME=str(home), PYTHONPATH=str(REPO / "src"))
     proc = subprocess.Popen(
-        [sys.executable, "-m", "phalanx.cli.main", "server", "--port", "0", "--token-file", str(home / "token")],
+        [*CLI, "server", "--port", "0", "--token-file", str(home / "token")],
         env=env,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
@@ -123,7 +124,8 @@ def ended(client: Client, answers: list[dict[str, Any]]) -> bool:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    raw = argparse.RawDescriptionHelpFormatter
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=raw)
     parser.add_argument("--submits", type=int, default=40)
     parser.add_argument("--groups", type=int, default=4)
     parser.add_argument("--idle-seconds", type=float, default=10.0)
