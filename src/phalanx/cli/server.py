@@ -246,6 +246,12 @@ AllowedHostOpt = Annotated[
 AccessLogOpt = Annotated[
     Path | None, typer.Option("--access-log", metavar="FILE", help="append one line per request here")
 ]
+AuditRefusalsOpt = Annotated[
+    bool,
+    typer.Option(
+        "--audit-refusals", help="also record refused attempts (403: who tried what) in the audit trail"
+    ),
+]
 GcHoursOpt = Annotated[
     float,
     typer.Option(
@@ -346,6 +352,7 @@ def server(
     oidc_groups_claim: OidcGroupsClaimOpt = None,
     oidc_role_map: OidcRoleMapOpt = None,
     oidc_redirect_url: OidcRedirectUrlOpt = None,
+    audit_refusals: AuditRefusalsOpt = False,
 ) -> None:
     """Serve the REST API (/api/v1) and the web UI (/) over this machine's Phalanx store."""
     from phalanx import knobs
@@ -381,6 +388,7 @@ def server(
             allowed_hosts=hosts or None,
             gc_hours=gc_hours,
             oidc=sso,
+            audit_refusals=audit_refusals,
         )
     )
     from phalanx.server.address import local_url, recorded
