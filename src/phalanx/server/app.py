@@ -17,7 +17,6 @@ from fastapi import Depends, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from fastapi.staticfiles import StaticFiles
-from sqlalchemy.exc import SQLAlchemyError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from phalanx._version import __version__
@@ -53,6 +52,7 @@ from phalanx.server.settings import ServerSettings
 from phalanx.server.sweeper import Sweeper
 from phalanx.store.accounts import Accounts
 from phalanx.store.base import LocalStore
+from phalanx.store.outages import STORAGE_ERRORS
 
 log = logging.getLogger(__name__)
 
@@ -329,7 +329,7 @@ def _install_error_handlers(app: FastAPI) -> None:
 
     # Storage's own errors by their classes: Starlette answers these here and is done (a handler of
     # Exception itself runs too, but Starlette then raises the error again, to the server's log)
-    for storage_error in (OSError, SQLAlchemyError):
+    for storage_error in STORAGE_ERRORS:
 
         @app.exception_handler(storage_error)
         async def storage_failed(request: Request, exc: Exception) -> JSONResponse:

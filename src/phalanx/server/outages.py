@@ -6,38 +6,18 @@ transaction, after its files, which it removes again when the transaction fails)
 
 from __future__ import annotations
 
-import errno
 import logging
 import threading
 import time
 
-from phalanx.errors import BackendUnavailable, PhalanxError
-from phalanx.store.sql.errors import translate
+from phalanx.store.outages import unavailable
 
 log = logging.getLogger(__name__)
 
 RETRY_AFTER_SECONDS = 5
 QUIET_SECONDS = 60.0  # one log line per outage: the same reason again within this is not logged
-_DISK = {errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EIO}
 
-
-def unavailable(exc: BaseException) -> str | None:
-    """Why the server cannot serve now (its database or disk is gone), in one line; None when
-    ``exc`` is something else (a bug: a 500 with its traceback in the log)."""
-    seen: set[int] = set()
-    cause: BaseException | None = exc
-    while cause is not None and id(cause) not in seen:
-        seen.add(id(cause))
-        if isinstance(cause, OSError) and cause.errno in _DISK:
-            where = f" ({cause.filename})" if cause.filename else ""
-            return f"the server's disk is full or failing: {cause.strerror or cause}{where}"
-        error = cause if isinstance(cause, PhalanxError) else translate(cause)
-        if isinstance(error, BackendUnavailable):
-            return error.message
-        if "database or disk is full" in str(cause):
-            return "the server's disk is full (its database cannot grow)"
-        cause = cause.__cause__ or cause.__context__
-    return None
+__all__ = ["QUIET_SECONDS", "RETRY_AFTER_SECONDS", "OutageLog", "unavailable"]
 
 
 class OutageLog:

@@ -15,12 +15,13 @@ from phalanx.domain import Event, EventKind
 from phalanx.errors import BackendUnavailable, UsageError
 from phalanx.store.artifacts import ArtifactStore
 from phalanx.store.base import GroupStore, IngestStore, Store
+from phalanx.store.submissions import SubmissionStore
 from phalanx.store.sql import SqlStore
 
 SRC = Path(phalanx.__file__).resolve().parent
 # SqlStore's own extras, for tests and diagnostics: no caller in the product uses them.
 DIAGNOSTICS = {"event_count", "dialect"}
-PROTOCOLS = (Store, IngestStore, GroupStore)
+PROTOCOLS = (Store, IngestStore, GroupStore, SubmissionStore)
 # SqlStore's insides: a caller reaching for them (gc once VACUUMed through store.engine) bypasses the
 # protocols and the error translation.
 SQL_INSIDES = {"engine", "_writer", "raw_connection", "driver_connection"}
