@@ -6,8 +6,13 @@ They live here, below both (the server imports no module of ``phalanx.cli``): a 
 
 from __future__ import annotations
 
+import difflib
+import json
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
+
+from phalanx.domain import DECLARED_SECTIONS
+from phalanx.store.filters import NUMBER
 
 if TYPE_CHECKING:
     from phalanx.domain import Experiment
@@ -34,9 +39,67 @@ def params_by_section(records: list[ParamRecord]) -> dict[str, dict[str, Any]]:
 PER_REPLICA = "per_replica"
 
 
+def param_conflicts(records: list[ParamRecord]) -> list[dict[str, Any]]:
+    """The keys whose declared value (section Declared or Trial: the file's params after `--param`,
+    an estimator's script_params, a trial's sampled values) differs from what the script reported
+    for the same key in another section (argparse's Args, task.connect's General, ...), each
+    ``{"key", "declared": {"section", "value"}, "reported": [{"section", "value", "replica",
+    "rank"}]}``: shown by `phalanx params`, `get`, the API and the UI, never resolved silently."""
+    declared = {p.key: p for p in records if p.section in DECLARED_SECTIONS}
+    out: list[dict[str, Any]] = []
+    for key, d in declared.items():
+        differing = [
+            {"section": p.section, "value": p.value, "replica": p.replica, "rank": p.rank}
+            for p in records
+            if p.key == key and p.section not in DECLARED_SECTIONS and not same_value(p.value, d.value)
+        ]
+        if differing:
+            out.append(
+                {"key": key, "declared": {"section": d.section, "value": d.value}, "reported": differing}
+            )
+    return out
+
+
+def same_value(a: Any, b: Any) -> bool:
+    """Whether a reported and a declared value say the same (``0.5`` and ``"0.5"``, ``True`` and
+    ``"true"``): numbers by value, anything else by its text."""
+    na, nb = _number(a), _number(b)
+    if na is not None and nb is not None:
+        return na == nb
+    return _text(a) == _text(b)
+
+
+def _number(v: Any) -> float | None:
+    if isinstance(v, bool):
+        return None
+    if isinstance(v, int | float):
+        return float(v)
+    if isinstance(v, str) and NUMBER.fullmatch(v.strip()):
+        return float(v)
+    return None
+
+
+def _text(v: Any) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    return v if isinstance(v, str) else json.dumps(v, sort_keys=True, default=str)
+
+
+def conflict_notes(records: list[ParamRecord]) -> dict[tuple[str, str], str]:
+    """(section, key) -> what the other side says, for every record in a conflict (a table's note)."""
+    notes: dict[tuple[str, str], str] = {}
+    for c in param_conflicts(records):
+        d = c["declared"]
+        shown = ", ".join(f"{r['section']} {r['value']!r}" for r in c["reported"])
+        notes[(d["section"], c["key"])] = f"the script reported {shown}"
+        for r in c["reported"]:
+            notes[(r["section"], c["key"])] = f"declared {d['value']!r} ({d['section']})"
+    return notes
+
+
 def run_details(store: Store, experiment_id: str) -> dict[str, Any]:
     """Attempts, what ran (git, versions, host) and the pace of each rank: `get -o json` and the API."""
-    from phalanx.stragglers import pace
+    from phalanx.stragglers import pace  # why: `phalanx --help` imports this module
 
     repro = store.repro(experiment_id)
     git = dict(repro.get("git") or {})
@@ -64,9 +127,9 @@ def run_details(store: Store, experiment_id: str) -> dict[str, Any]:
 
 
 def _attempt_code(store: Store, experiment_id: str, record: dict[str, Any]) -> dict[int, dict[str, Any]]:
-    from phalanx import repro
+    from phalanx import repro  # why: `phalanx --help` imports this module
 
-    artifacts = getattr(store, "artifact_store", None)
+    artifacts = store.artifact_store
 
     def read(path: str) -> bytes | None:
         if artifacts is None or not artifacts.exists(experiment_id, path):
@@ -87,8 +150,6 @@ def _changed(a: Mapping[str, Any], b: Mapping[str, Any], keys: Iterable[str] | N
 
 def _file_diff(a: Experiment, b: Experiment, name_a: str, name_b: str) -> list[str]:
     """The experiment files' unified diff; empty when either side is a plain script's run."""
-    import difflib
-
     if not (a.spec_text and b.spec_text):
         return []
     return list(
@@ -103,7 +164,7 @@ def _file_diff(a: Experiment, b: Experiment, name_a: str, name_b: str) -> list[s
 
 
 def _snapshot_files(store: Store, exp: Experiment, record: dict[str, Any]) -> dict[str, bytes]:
-    from phalanx import repro
+    from phalanx import repro  # why: `phalanx --help` imports this module
 
     path = (record.get("snapshot") or {}).get("path")
     if not path or store.artifact_store is None or not store.artifact_store.exists(exp.id, path):
@@ -112,8 +173,6 @@ def _snapshot_files(store: Store, exp: Experiment, record: dict[str, Any]) -> di
 
 
 def _code_diff(fa: dict[str, bytes], fb: dict[str, bytes]) -> list[str]:
-    import difflib
-
     code: list[str] = []
     for name in sorted(set(fa) | set(fb)):
         if fa.get(name) == fb.get(name):
@@ -157,7 +216,7 @@ def diff_doc(
     read; what one side never recorded is listed under ``unrecorded``, not compared. ``records``:
     the two sides' repro records when not the experiments' own (two attempts); ``labels``: how the
     sides are named then (``ID@N``)."""
-    from phalanx.data.lineage import inputs_diff
+    from phalanx.data.lineage import inputs_diff  # why: `phalanx --help` imports this module
 
     ra, rb = records if records is not None else (store.repro(a.id), store.repro(b.id))
     name_a, name_b = labels or (a.id, b.id)

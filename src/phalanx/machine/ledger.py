@@ -47,6 +47,7 @@ from typing import Any
 
 from phalanx import share
 from phalanx.machine import doorbell
+from phalanx.machine.procs import Seen, judge, start_time
 from phalanx.share import AGING_SECONDS, DEFAULT_PROJECT, Limit
 
 __all__ = [
@@ -260,8 +261,6 @@ class TooManyWaiting(Exception):
 
 def process_start(pid: int) -> str | None:
     """Start time of ``pid`` (None: gone, or a zombie): with the pid it names one process for good."""
-    from phalanx.machine.procs import start_time
-
     ticks = start_time(pid)
     return None if ticks is None else str(ticks)
 
@@ -277,8 +276,6 @@ def here(entry: Entry) -> bool:
 def alive(entry: Entry) -> bool:
     """Whether the entry's supervisor still runs (procs.judge: pid and start time; another
     machine's entry is trusted, since it cannot be seen from here)."""
-    from phalanx.machine.procs import Seen, judge
-
     start = int(entry.start) if entry.start.isdigit() else -1  # "": it was gone when recorded
     return judge(entry.pid, start, entry.host) is not Seen.GONE
 
@@ -435,6 +432,18 @@ class Ledger:
         if was_there:
             doorbell.ring(doorbell.bells_folder(self.path))
         return was_there
+
+    def reprioritise(self, experiment_id: str, priority: int) -> Entry | None:
+        """Give a waiting experiment another priority (its place in the queue follows at the next
+        pass); the waiters are woken, since one may now be first. None: it is not waiting here."""
+        with self.locked() as state:
+            reclaim(state)
+            entry = state.entries.get(experiment_id)
+            if entry is None or entry.holding:
+                return None
+            state.entries[experiment_id] = dataclasses.replace(entry, priority=priority)
+        doorbell.ring(doorbell.bells_folder(self.path))
+        return state.entries[experiment_id]
 
     def position(self, experiment_id: str) -> int | None:
         """1-based place in the queue (None: not waiting)."""

@@ -15,8 +15,8 @@ from phalanx.domain import Event, EventKind
 from phalanx.errors import BackendUnavailable, UsageError
 from phalanx.store.artifacts import ArtifactStore
 from phalanx.store.base import GroupStore, IngestStore, Store
-from phalanx.store.submissions import SubmissionStore
 from phalanx.store.sql import SqlStore
+from phalanx.store.submissions import SubmissionStore
 
 SRC = Path(phalanx.__file__).resolve().parent
 # SqlStore's own extras, for tests and diagnostics: no caller in the product uses them.
