@@ -4,6 +4,7 @@ later without a call here (and so without a checked entry) fails this test."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -11,6 +12,8 @@ import pytest
 from fastapi.testclient import TestClient
 
 from phalanx.domain import ExperimentStatus
+from phalanx.machine.ledger import Capacity, Need
+from phalanx.queue import ledger_for
 from phalanx.server.app import create_app
 from phalanx.server.settings import ServerSettings
 from phalanx.store.accounts import Role
@@ -21,6 +24,7 @@ from tests.unit.server.teams_fixtures import Team, make_group, make_team
 from tests.unit.server.test_durable_submit import bundle
 
 API = "/api/v1"
+HUGE = Capacity(cpus=tuple(range(4096)), gpus=(), memory_mib=1e9)
 # records and files a replica sends through ingest: its own data, not a change a person made
 NOT_CHANGES = {
     ("POST", f"{API}/ingest"),
@@ -36,6 +40,7 @@ class World:
     exp: str  # a finished experiment of project A with an ONNX model
     running: str  # a running experiment of A (its supervisor gone: a stop ends it)
     group: str
+    settings: ServerSettings
 
     def auth(self, who: str = "root") -> dict[str, str]:
         return {"Authorization": f"Bearer {self.team.tokens[who]}"}
@@ -156,6 +161,15 @@ def _alias_set(w: World) -> tuple[int, str, str, str | None]:
     return r.status_code, "model.alias.set", "digits@prod", "version 2; previous: version 1"
 
 
+def _priority(w: World) -> tuple[int, str, str, str | None]:
+    waiting = fill.experiment(w.store, project="A", status=ExperimentStatus.QUEUED).id
+    ledger = ledger_for(w.settings.store)
+    ledger.admit("holder0000aa", Need(cpus=4096), HUGE, pid=os.getpid(), project="B")  # takes every core
+    ledger.admit(waiting, Need(cpus=1), HUGE, pid=os.getpid(), project="A")  # so this one waits
+    r = w.client.patch(f"{API}/queue/{waiting}", json={"priority": 7}, headers=w.auth())
+    return r.status_code, "queue.priority", waiting, "7"
+
+
 def _alias_rm(w: World) -> tuple[int, str, str, str | None]:
     r = w.client.delete(f"{API}/models/digits/aliases/prod", headers=w.auth())
     return r.status_code, "model.alias.remove", "digits@prod", "previous: version 2"
@@ -183,6 +197,7 @@ CALLS: dict[tuple[str, str], Call] = {
     ("PATCH", f"{API}/models/{{name}}/versions/{{version}}"): _version_update,
     ("PUT", f"{API}/models/{{name}}/aliases/{{alias}}"): _alias_set,
     ("DELETE", f"{API}/models/{{name}}/aliases/{{alias}}"): _alias_rm,
+    ("PATCH", f"{API}/queue/{{experiment_id}}"): _priority,
 }
 
 
@@ -204,7 +219,7 @@ def world(settings: ServerSettings, store: LocalStore) -> World:
     running = fill.experiment(store, project="A", status=ExperimentStatus.RUNNING).id
     group = make_group(store, "A").id
     client = TestClient(create_app(settings, store))
-    return World(client, store, team, exp, running, group)
+    return World(client, store, team, exp, running, group, settings)
 
 
 def test_every_mutating_route_leaves_an_audit_entry(world: World) -> None:
