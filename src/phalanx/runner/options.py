@@ -9,8 +9,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from phalanx.domain import DECLARED_PARAMS
-
 if TYPE_CHECKING:
     from phalanx.spec.model import ExperimentSpec
 
@@ -73,7 +71,9 @@ class LaunchOptions:
     system_metrics: str | None = None
     record: LaunchRecord = field(default_factory=LaunchRecord)
     resume: bool = False
-    params_section: str | None = DECLARED_PARAMS  # the declared params' section (a trial's: "Trial")
+    # the declared params' section (a trial's: "Trial"); domain.DECLARED_PARAMS spelled out, as
+    # `run --detach` loads no domain model (tests/unit/runner/test_options.py holds them equal)
+    params_section: str | None = "Declared"
     notify: str | None = None
     accepted: bool = False
 
