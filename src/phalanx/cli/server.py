@@ -223,7 +223,12 @@ def _access_log(path: Path | None, level: LogLevel) -> None:
 HostOpt = Annotated[
     str, typer.Option(metavar="ADDRESS", help="address to listen on; a non-loopback one needs a token")
 ]
-PortOpt = Annotated[int, typer.Option(min=1, max=65535, metavar="PORT", help="port to listen on")]
+PortOpt = Annotated[
+    int,
+    typer.Option(
+        min=0, max=65535, metavar="PORT", help="port to listen on (0: any free one; the start line names it)"
+    ),
+]
 TokenFileOpt = Annotated[
     Path | None,
     typer.Option("--token-file", metavar="FILE", help="file holding the token (else PHALANX_TOKEN)"),
@@ -240,6 +245,12 @@ AllowedHostOpt = Annotated[
 ]
 AccessLogOpt = Annotated[
     Path | None, typer.Option("--access-log", metavar="FILE", help="append one line per request here")
+]
+AuditRefusalsOpt = Annotated[
+    bool,
+    typer.Option(
+        "--audit-refusals", help="also record refused attempts (403: who tried what) in the audit trail"
+    ),
 ]
 GcHoursOpt = Annotated[
     float,
@@ -368,6 +379,7 @@ def server(
     trust_submitters: TrustSubmittersOpt = False,
     box_uids: BoxUidsOpt = None,
     box_read: BoxReadOpt = None,
+    audit_refusals: AuditRefusalsOpt = False,
 ) -> None:
     """Serve the REST API (/api/v1) and the web UI (/) over this machine's Phalanx store."""
     from phalanx import knobs
@@ -387,6 +399,7 @@ def server(
     )
     proxies = forwarded_ips(forwarded_allow_ips)
     listener = bind_listener(host, port)
+    port = listener.getsockname()[1]  # --port 0: the free one the kernel gave
     _check_token_length(token, host)
     from phalanx.server.address import local_url, recorded
     from phalanx.server.app import create_app
@@ -394,7 +407,6 @@ def server(
     from phalanx.server.boxing import recorded as box_recorded
     from phalanx.server.settings import ServerSettings
 
-    port = listener.getsockname()[1]  # --port 0: the one the system chose
     box = decide(
         trust=trust_submitters,
         report_to=local_url(host, port),
@@ -415,6 +427,7 @@ def server(
             gc_hours=gc_hours,
             oidc=sso,
             box=box,
+            audit_refusals=audit_refusals,
         )
     )
     shown = f"[{host}]" if ":" in host else host

@@ -9,7 +9,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from phalanx.domain import DECLARED_PARAMS
 from phalanx.machine.box import Isolation
 
 if TYPE_CHECKING:
@@ -59,8 +58,12 @@ class LaunchOptions:
     params`, the run table's ``param:KEY`` and Compare show them: ``Declared`` by default, ``Trial``
     for a group's trials; None records none.
     ``notify``: a FIFO that gets one byte once the experiment's end is recorded (a group's
-    controller wakes on it). ``isolation``: run it boxed (a server's submission: its project's
-    account, namespaces, allow-listed environment; phalanx.machine.box), None as the caller's user.
+    controller wakes on it). ``accepted``: the server recorded the experiment when it accepted the
+    submit (status created): its supervisor updates that row instead of creating one, and holds
+    ``runs/<id>/supervisor.lock`` for its whole life (the server's launcher tells by it whether
+    the experiment's supervisor still runs). ``isolation``: run it boxed (a server's submission:
+    its project's account, namespaces, allow-listed environment; phalanx.machine.box), None as the
+    caller's user.
     """
 
     workdir: Path | None = None
@@ -72,9 +75,12 @@ class LaunchOptions:
     system_metrics: str | None = None
     record: LaunchRecord = field(default_factory=LaunchRecord)
     resume: bool = False
-    params_section: str | None = DECLARED_PARAMS  # the declared params' section (a trial's: "Trial")
+    # the declared params' section (a trial's: "Trial"); domain.DECLARED_PARAMS spelled out, as
+    # `run --detach` loads no domain model (tests/unit/runner/test_options.py holds them equal)
+    params_section: str | None = "Declared"
     notify: str | None = None
     isolation: Isolation | None = None
+    accepted: bool = False
 
     def apply_environment(self) -> None:
         """The supervisor and the engines read the system-metrics choice from the environment (a

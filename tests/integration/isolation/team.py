@@ -76,7 +76,7 @@ class Team:
             if found is not None:
                 return found
             status = self.api(f"/experiments/{exp_id}")["status"]
-            assert status in ("queued", "building", "starting", "pending", "running"), (
+            assert status in ("created", "queued", "building", "starting", "pending", "running"), (
                 f"{exp_id} ended ({status}) before printing {text!r}: {self.logs(exp_id)[-20:]}"
             )
             time.sleep(0.5)

@@ -36,7 +36,6 @@ from tests.support.slurm import LocalSlurm
 
 from phalanx.bundles import pack
 from phalanx.clusters import add_cluster
-from phalanx.errors import NotFound
 
 pytestmark = pytest.mark.timeout(900)
 
@@ -156,9 +155,13 @@ def test_a_hostile_job_reaches_nothing_of_the_server_or_another_project_and_stil
     assert uid != 0
     assert len(own["uid"].split("processes=")[1].split(",")) <= 3, own["uid"]  # bwrap's init, itself
 
-    # nor may it name vision's dataset as its input: refused as if there were none
-    with pytest.raises(NotFound, match="no dataset 'vision-digits@latest' in project nlp"):
-        team.submit("ada", job_folder(tmp_path, "nlp-steal"), "steal.yml")
+    # nor may it name vision's dataset as its input: the submit is accepted (inputs resolve when it
+    # starts), and the start refuses it as if there were none; its command never runs
+    stolen = team.submit("ada", job_folder(tmp_path, "nlp-steal"), "steal.yml")
+    refused = team.wait_done(stolen)
+    assert refused["status"] == "failed", refused
+    assert "no dataset 'vision-digits@latest' in project nlp" in str(refused["reason"]), refused
+    assert not any("stolen" in line for line in team.logs(stolen))
 
     # vision's job was not disturbed: stopped now, then resumed in its box from its checkpoint
     team.stop(victim)

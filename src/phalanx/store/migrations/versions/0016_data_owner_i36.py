@@ -3,8 +3,8 @@ them (NULL: recorded before, or by hand without one) and whether an admin shared
 project; a datastore may name the AWS profile it is read with. A server's boxed experiment reads
 only its own project's and the shared ones, with its project's credentials, never the server's.
 
-Revision ID: 0015_data_owner_i36
-Revises: 0014_service_experiment_kind_i27
+Revision ID: 0016_data_owner_i36
+Revises: 0015_plane_submissions
 Create Date: 2026-12-01 23:30:00
 """
 
@@ -13,8 +13,8 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
-revision = "0015_data_owner_i36"
-down_revision = "0014_service_experiment_kind_i27"
+revision = "0016_data_owner_i36"
+down_revision = "0015_plane_submissions"
 branch_labels = None
 depends_on = None
 
