@@ -9,7 +9,6 @@ import gzip
 import io
 import tarfile
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 from fastapi.testclient import TestClient
