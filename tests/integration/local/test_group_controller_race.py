@@ -126,9 +126,9 @@ def test_resume_beside_a_starting_detached_run_launches_each_trial_once(phalanx:
     else:  # the detached controller lost: its log says so
         assert code == 0, err
         assert LOSER.search(log), log
-    doc = json.loads(phalanx.run("group", "get", gid, "-o", "json").stdout)
+    doc = json.loads(phalanx.cli("group", "get", gid, "-o", "json").stdout)
     assert doc["status"] == "succeeded" and [t["number"] for t in doc["trials"]] == [0, 1, 2]
     assert len({t["params"]["x"] for t in doc["trials"]}) == 3
     ids = {t["experiment_id"] for t in doc["trials"]}
-    linked = json.loads(phalanx.run("ls", "--group", gid, "-o", "json").stdout)
+    linked = json.loads(phalanx.cli("ls", "--group", gid, "-o", "json").stdout)
     assert {e["id"] for e in linked} == ids  # three experiments, none launched twice

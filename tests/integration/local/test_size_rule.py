@@ -36,7 +36,7 @@ def _seed_like(phalanx: Phalanx) -> str:
 
 def test_check_dry_run_and_run_count_the_cpu_limits_and_say_so(phalanx: Phalanx) -> None:
     spec = _seed_like(phalanx)
-    checked = phalanx.run("check", "-f", spec)
+    checked = phalanx.cli("check", "-f", spec)
     assert checked.returncode == 0, checked.stderr  # the file may be meant for a cluster: a note
     assert "would refuse it" in checked.stderr and "counted from the cpu limits" in checked.stderr
     for args in (("--dry-run",), ()):
@@ -59,7 +59,7 @@ def test_a_request_without_a_limit_is_counted_as_the_request(phalanx: Phalanx) -
           cmd: echo ran
         """
     )
-    checked = phalanx.run("check", "-f", str(spec))
+    checked = phalanx.cli("check", "-f", str(spec))
     assert "counted from the cpu requests" in checked.stderr
     refused = phalanx.run("run", "-f", str(spec), "--dry-run")
     assert refused.returncode == 2 and "lower the cpu requests" in refused.stderr
