@@ -9,6 +9,7 @@ method's contract is on ``Backend``. Engine SDKs are imported inside the engine 
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Protocol, TypeVar
@@ -57,8 +58,6 @@ class DryRun:
 
     def render(self) -> str:
         """The request as the engine's users read it (``format``)."""
-        import json
-
         native = self.native
         return native if isinstance(native, str) else json.dumps(native, indent=2, default=str)
 
@@ -94,6 +93,25 @@ class JobStatus:
     reason: str | None = None
     # the attempt the engine runs now, where it starts a job again by itself (a Slurm requeue)
     attempt: int | None = None
+
+
+def job_status(replicas: list[ReplicaStatus]) -> JobStatus:
+    """A gang's status from its replicas' (engines that see replicas one by one: Kubernetes pods,
+    Ray actors): the first failure (by ``finished_at``) fails it and names the replica."""
+    states = [r.state for r in replicas]
+    failed = [r for r in replicas if r.state is ReplicaState.FAILED]
+    if failed:
+        first = min(failed, key=lambda r: r.finished_at or float("inf"))
+        return JobStatus(ExperimentStatus.FAILED, tuple(replicas), f"{first.name} {first.reason or 'failed'}")
+    if states and all(s is ReplicaState.SUCCEEDED for s in states):
+        return JobStatus(ExperimentStatus.SUCCEEDED, tuple(replicas))
+    if states and all(s.done for s in states):
+        return JobStatus(ExperimentStatus.STOPPED, tuple(replicas), "stopped")
+    if any(s is ReplicaState.RUNNING for s in states):
+        return JobStatus(ExperimentStatus.RUNNING, tuple(replicas))
+    if any(s is ReplicaState.UNKNOWN for s in states):
+        return JobStatus(ExperimentStatus.UNKNOWN, tuple(replicas), "a node stopped reporting")
+    return JobStatus(ExperimentStatus.STARTING, tuple(replicas))
 
 
 class Backend(Protocol):
