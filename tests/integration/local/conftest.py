@@ -123,12 +123,12 @@ class Phalanx:
             raise AssertionError(f"phalanx {' '.join(args)} hung; stderr:\n{err[-6000:]}") from None
         return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
 
-    def cli(self, *args: str) -> Done:
-        """`phalanx ARGS` in this process (tests/support/cli.py), with this home and folder: for a
-        command that reads, refuses or stops, not one that runs an experiment or a group."""
-        env: dict[str, str | None] = {k: None for k in os.environ if k.startswith("PHALANX_")}
-        env["PHALANX_HOME"] = str(self.home)
-        return phalanx_cli(*args, env=env, cwd=self.tmp)
+    def cli(self, *args: str | Path) -> Done:
+        """`phalanx ARGS` in this process (tests/support/cli.py), in the environment and folder
+        `run` gives its process: for a command that reads, refuses or stops, not one that runs an
+        experiment or a group."""
+        unset: dict[str, str | None] = {k: None for k in os.environ if k not in self.env}
+        return phalanx_cli(*args, env={**unset, **self.env}, cwd=self.tmp)
 
     def start(self, *args: str) -> subprocess.Popen[str]:
         proc = subprocess.Popen(
