@@ -95,7 +95,6 @@ ALLOW_INNER_IMPORTS: frozenset[str] = frozenset(
         "server/routes/groups.py",
         "server/routes/ingest.py",
         "server/routes/models.py",
-        "server/routes/queue.py",
         "server/routes/quotas.py",
         "server/routes/runs.py",
         "server/routes/secrets.py",

@@ -433,6 +433,18 @@ class Ledger:
             doorbell.ring(doorbell.bells_folder(self.path))
         return was_there
 
+    def reprioritise(self, experiment_id: str, priority: int) -> Entry | None:
+        """Give a waiting experiment another priority (its place in the queue follows at the next
+        pass); the waiters are woken, since one may now be first. None: it is not waiting here."""
+        with self.locked() as state:
+            reclaim(state)
+            entry = state.entries.get(experiment_id)
+            if entry is None or entry.holding:
+                return None
+            state.entries[experiment_id] = dataclasses.replace(entry, priority=priority)
+        doorbell.ring(doorbell.bells_folder(self.path))
+        return state.entries[experiment_id]
+
     def position(self, experiment_id: str) -> int | None:
         """1-based place in the queue (None: not waiting)."""
         with self.locked() as state:

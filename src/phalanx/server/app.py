@@ -29,6 +29,7 @@ from phalanx.server.limits import BodyLimitMiddleware
 from phalanx.server.policy import enforce, policy
 from phalanx.server.routes import (
     artifacts,
+    compare,
     data,
     experiments,
     groups,
@@ -45,7 +46,7 @@ from phalanx.server.routes import (
 from phalanx.server.routes import queue as queue_routes
 from phalanx.server.routes import quotas as quota_routes
 from phalanx.server.routes import secrets as secret_routes
-from phalanx.server.sessions import LoginThrottle, Sessions
+from phalanx.server.sessions import STRONG_TOKEN_CHARS, BearerThrottle, LoginThrottle, Sessions
 from phalanx.server.settings import ServerSettings
 from phalanx.server.sweeper import Sweeper
 from phalanx.store.accounts import Accounts
@@ -134,11 +135,21 @@ def _install_state(app: FastAPI, settings: ServerSettings, store: IngestStore) -
         from phalanx.server.oidc import RelyingParty
 
         app.state.oidc = RelyingParty(settings.oidc)
-    # two budgets per address: the login form's, and the API's for wrong bearer tokens, so a script
-    # with a stale PHALANX_TOKEN on a machine does not lock the people there out of the login form
-    # (each budget alone still bounds guessing: together 2 x login_attempts a minute per address)
+    # the login form's budget is per address; wrong bearer tokens are throttled per token (a cron
+    # job's stale token must not lock out the valid tokens of everybody behind its address), and per
+    # address only for guesses at a short server token (server.sessions.BearerThrottle)
     app.state.login_throttle = LoginThrottle(attempts=settings.login_attempts)
-    app.state.bearer_throttle = LoginThrottle(attempts=settings.login_attempts)
+    guessable = bool(settings.token) and len(settings.token or "") < STRONG_TOKEN_CHARS
+    if guessable:
+        log.warning(
+            "the server token is shorter than %d characters: wrong bearer tokens that could be guesses"
+            " at it are throttled per client address, which can make a right one wait a minute; use"
+            ' a longer one (python -c "import secrets; print(secrets.token_urlsafe(32))")',
+            STRONG_TOKEN_CHARS,
+        )
+    app.state.bearer_throttle = BearerThrottle(
+        attempts=settings.login_attempts, server_token_guessable=guessable
+    )
 
 
 def _install_routes(app: FastAPI, settings: ServerSettings) -> None:
@@ -154,6 +165,7 @@ def _install_routes(app: FastAPI, settings: ServerSettings) -> None:
         experiments,
         submit,
         metrics,
+        compare,
         params,
         artifacts,
         data,

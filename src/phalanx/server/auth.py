@@ -34,7 +34,7 @@ import anyio.to_thread
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from phalanx.server.policy import EVERYBODY, NOBODY, Principal
-from phalanx.server.sessions import LoginThrottle, Sessions
+from phalanx.server.sessions import BearerThrottle, Sessions
 from phalanx.store.accounts import Accounts
 from phalanx.tokens import token_experiment
 
@@ -122,7 +122,7 @@ class SecurityMiddleware:
         token: str | None,
         allowed_hosts: Iterable[str],
         sessions: Sessions | None,
-        throttle: LoginThrottle | None = None,
+        throttle: BearerThrottle | None = None,
         accounts: Accounts | None = None,
     ) -> None:
         self.app = app
@@ -247,19 +247,21 @@ class SecurityMiddleware:
         given = given.strip()
         if scheme.lower() == "bearer" and given:
             client = (scope.get("client") or ("-", 0))[0]
-            wait = self.throttle.retry_after(client) if self.throttle is not None else 0
-            if wait and self.token and (experiment := token_experiment(self.token, given)) is not None:
-                # a replica's token is a 256-bit HMAC: checking it tells a guesser nothing about the
-                # server's token, and the replicas sharing this address (a typo'd login on the same
-                # machine, a node's NAT) keep reporting instead of losing a minute of records
-                return self._check_scoped(scope, path, method, experiment)
-            if wait:  # not even compared: a guess made now tells nothing, right or wrong
+            held = self.throttle.retry_after(given, client) if self.throttle is not None else None
+            if held is not None:  # not even compared: a guess made now tells nothing, right or wrong
+                why = (
+                    f"too many wrong bearer tokens came from {client} in the last minute (this server's"
+                    " token is short, so guesses at it are throttled per address), so this request's"
+                    " token was not checked (it may be right)"
+                    if held.per_address
+                    else "this bearer token was refused too many times in the last minute, so it was not"
+                    " checked again (other tokens are checked as usual)"
+                )
                 return _json(
                     429,
                     "too_many_attempts",
-                    f"too many wrong bearer tokens came from {client} in the last minute, so this"
-                    f" request's token was not checked (it may be right); try again in {wait} s",
-                    [(b"retry-after", str(wait).encode())],
+                    f"{why}; try again in {held.seconds} s",
+                    [(b"retry-after", str(held.seconds).encode())],
                 )
             if self.token is not None and hmac.compare_digest(given.encode(), self.token.encode()):
                 admin = self._user_principal(None)  # the first admin's, once there is one
@@ -282,7 +284,7 @@ class SecurityMiddleware:
                 self._set_principal(scope, principal)
                 return None
             if self.throttle is not None:
-                self.throttle.failed(client)
+                self.throttle.failed(given, client)
         live, session_user = self._cookie_session(scope)
         principal = self._user_principal(session_user) if live else None
         if principal is not None:

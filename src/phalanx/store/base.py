@@ -139,6 +139,7 @@ class ExperimentFilter:
     order_by: str = "-created_at"
     group_id: str | None = None  # only the trials of this experiment group
     projects: tuple[str, ...] | None = None  # only these projects (a team member's); None: any
+    ids: tuple[str, ...] | None = None  # only these full ids (Compare's runs); None: any
 
 
 class Store(Protocol):
@@ -314,6 +315,30 @@ class Store(Protocol):
         """id -> column -> value for the run table: ``param:KEY`` and ``metric:AGG:TITLE`` columns
         (AGG last/min/max, from the summary: never the points). Missing values are absent; unknown
         ids are left out. Raises UsageError for a malformed column name."""
+        ...
+
+    def params_of(self, ids: Sequence[str]) -> dict[str, list[ParamRecord]]:
+        """``params`` of many experiments (full ids) in one read: id -> its merged records; an
+        unknown id maps to none. Compare of 100 runs asks once, not 100 times."""
+        ...
+
+    def metric_titles_of(self, ids: Sequence[str]) -> dict[str, dict[str, list[str]]]:
+        """``metric_titles`` of many experiments (full ids) in one read; an unknown id: {}."""
+        ...
+
+    def metric_views(
+        self,
+        ids: Sequence[str],
+        title: str,
+        *,
+        x: str = "step",
+        x_min: float | None = None,
+        x_max: float | None = None,
+        max_points: int = 1000,
+    ) -> dict[str, dict[str, SeriesView]]:
+        """``metric_view`` of one title for many experiments (full ids) on one connection: id ->
+        series -> its view, as ``metric_view`` answers each; experiments without the title are
+        left out. Compare's one request per title reads it."""
         ...
 
     def column_names(self, projects: Sequence[str] | None = None) -> dict[str, list[str]]:
