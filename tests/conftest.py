@@ -96,18 +96,6 @@ def _no_process_left_behind(tmp_path_factory: pytest.TempPathFactory) -> Iterato
             _LEFT_BEHIND.append(f"{pid}: {cmdline[:200]}")
 
 
-# ---- parallel runs (pytest-xdist) ---------------------------------------------------------------
-@pytest.hookimpl(optionalhook=True)
-def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
-    """`--dist loadscope` (what `make test` uses): a module, or all the Slurm cluster's tests, is one
-    work unit, handed out heaviest first (tests/support/xdist_scheduling.py)."""
-    if config.getvalue("dist") != "loadscope":
-        return None
-    from tests.support.xdist_scheduling import ModuleScheduling  # only a parallel run needs xdist's classes
-
-    return ModuleScheduling(config, log)
-
-
 def pytest_terminal_summary(terminalreporter: Any) -> None:
     if _LEFT_BEHIND:
         terminalreporter.section("processes left behind by tests (killed at the session's end)")
