@@ -382,7 +382,7 @@ class Ledger:
         start = process_start(pid) or ""
         limits = limits or {}
         project = project or DEFAULT_PROJECT
-        never = _never_fits(need, capacity) or share.never_within(project, need, limits.get(project))
+        never = never_fits(need, capacity) or share.never_within(project, need, limits.get(project))
         if never:
             raise NeverFits(never)
         with self.locked() as state:
@@ -476,7 +476,8 @@ def _free(state: State, capacity: Capacity) -> tuple[list[int], list[str], float
     )
 
 
-def _never_fits(need: Need, capacity: Capacity) -> str | None:
+def never_fits(need: Need, capacity: Capacity) -> str | None:
+    """Why ``need`` exceeds this machine itself (it could never start here), or None."""
     short = []
     if need.cpus > len(capacity.cpus):
         short.append(f"{need.cpus} cores (it has {len(capacity.cpus)})")

@@ -56,7 +56,10 @@ class LaunchOptions:
     params`, the run table's ``param:KEY`` and Compare show them: ``Declared`` by default, ``Trial``
     for a group's trials; None records none.
     ``notify``: a FIFO that gets one byte once the experiment's end is recorded (a group's
-    controller wakes on it).
+    controller wakes on it). ``accepted``: the server recorded the experiment when it accepted the
+    submit (status created): its supervisor updates that row instead of creating one, and holds
+    ``runs/<id>/supervisor.lock`` for its whole life (the server's launcher tells by it whether
+    the experiment's supervisor still runs).
     """
 
     workdir: Path | None = None
@@ -72,6 +75,7 @@ class LaunchOptions:
     # `run --detach` loads no domain model (tests/unit/runner/test_options.py holds them equal)
     params_section: str | None = "Declared"
     notify: str | None = None
+    accepted: bool = False
 
     def apply_environment(self) -> None:
         """The supervisor and the engines read the system-metrics choice from the environment (a

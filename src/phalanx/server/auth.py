@@ -33,6 +33,7 @@ from urllib.parse import quote, urlsplit
 import anyio.to_thread
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from phalanx.server.outages import RETRY_AFTER_SECONDS, OutageLog, unavailable
 from phalanx.server.policy import EVERYBODY, NOBODY, Principal
 from phalanx.server.sessions import BearerThrottle, Sessions
 from phalanx.store.accounts import Accounts
@@ -124,10 +125,12 @@ class SecurityMiddleware:
         sessions: Sessions | None,
         throttle: BearerThrottle | None = None,
         accounts: Accounts | None = None,
+        outages: OutageLog | None = None,
     ) -> None:
         self.app = app
         self.token = token
         self.accounts = accounts
+        self.outages = outages
         self._team_admin: str | None = None
         self.allowed = {h.lower().strip("[]") for h in allowed_hosts}
         self.sessions = sessions
@@ -160,18 +163,29 @@ class SecurityMiddleware:
                 else:  # SQLite answers from a local file sooner than a thread hop would
                     refusal = self.check(scope)
             except Exception as exc:  # the store failing to say who this is: never let it through
-                logging.getLogger("phalanx.server.app").exception(
-                    "%s %s failed", scope["method"], scope["path"]
-                )
-                refusal = _json(
-                    500, "error", f"internal error ({type(exc).__name__}); the server log has the details"
-                )
+                refusal = self._failed(scope, exc)
             if refusal is not None:
                 await refusal(scope, receive, send_with_headers)
             else:
                 await self.app(scope, receive, send_with_headers)
         finally:
             self._log(scope, status_holder[0], time.monotonic() - started)
+
+    def _failed(self, scope: Scope, exc: Exception) -> Any:
+        """The answer when the store could not say who is asking: 503 while the database or the
+        disk is gone (one log line per outage), else a 500 with the traceback in the log."""
+        reason = unavailable(exc)
+        if reason is not None:
+            if self.outages is not None:
+                self.outages.note(scope["method"], scope["path"], reason)
+            return _json(
+                503,
+                "unavailable",
+                f"{reason}; try again shortly",
+                headers=[(b"retry-after", str(RETRY_AFTER_SECONDS).encode())],
+            )
+        logging.getLogger("phalanx.server.app").exception("%s %s failed", scope["method"], scope["path"])
+        return _json(500, "error", f"internal error ({type(exc).__name__}); the server log has the details")
 
     def _log(self, scope: Scope, status: int, seconds: float) -> None:
         if not access_log.isEnabledFor(logging.INFO):

@@ -33,6 +33,7 @@ from phalanx.domain import (
 )
 from phalanx.errors import UsageError
 from phalanx.store.artifacts import ArtifactStore
+from phalanx.store.submissions import SubmissionStore
 
 
 @dataclass(frozen=True)
@@ -224,10 +225,13 @@ class Store(Protocol):
         finished_at: float | None = None,
         handle: str | None = None,
         cluster: str | None = None,
+        plan: Mapping[str, Any] | None = None,
     ) -> Experiment:
         """Set the fields given (None leaves a field as it is); returns the experiment after.
         Only the supervisor calls this (see the class docstring for the exceptions). ``handle``:
-        the engine's handle of the submitted job. Raises NotFound, UsageError (ambiguous id)."""
+        the engine's handle of the submitted job; ``plan``: the plan and launch it runs, written
+        once its supervisor has prepared it (a row the server recorded at submit had only the
+        plan). Raises NotFound, UsageError (ambiguous id)."""
         ...
 
     def delete_experiment(self, experiment_id: str) -> None:
@@ -558,3 +562,8 @@ def group_store(store: Store) -> GroupStore:
             f"experiment groups need the SQL store (SQLite or PostgreSQL), not {type(store).__name__}"
         )
     return store
+
+
+class LocalStore(IngestStore, GroupStore, SubmissionStore, Protocol):
+    """This machine's store (SQLite, or PostgreSQL with PHALANX_DB_URL) with every capability:
+    what ``open_store`` returns and what the server runs on (its submissions included)."""

@@ -19,7 +19,7 @@ from phalanx.errors import Conflict, PhalanxError
 from phalanx.priority import MAX_PRIORITY
 from phalanx.queue import ledger_for, overview
 from phalanx.reconcile import reconcile
-from phalanx.server.audit import audit
+from phalanx.server.audit import describe
 from phalanx.server.deps import SettingsDep, StoreDep, experiment_of
 from phalanx.server.policy import Principal, policy, principal_of
 from phalanx.share import LOCAL
@@ -72,7 +72,7 @@ def reprioritise(
     entry = ledger_for(settings.store).reprioritise(e.id, body.priority)
     if entry is None:
         raise Conflict(f"experiment {e.id} is not waiting in this machine's queue ({e.status})")
-    audit(request, "queue.priority", e.id, e.project, detail=str(body.priority))
+    describe(request, "queue.priority", e.id, e.project, str(body.priority))
     return {"experiment_id": e.id, "priority": entry.priority}
 
 

@@ -65,6 +65,7 @@ from phalanx.store.sql.models import (
 )
 from phalanx.store.sql.records import RecordReads
 from phalanx.store.sql.starts import AttemptBook
+from phalanx.store.sql.submissions import SubmissionBook
 from phalanx.store.sql.table import column_values
 from phalanx.tracking.labels import MAX_NAME, MAX_TAG, label_problem
 
@@ -88,7 +89,7 @@ _EXP_COLUMNS = [c for c in ExperimentRow.__table__.c if c.key != "repro"]
 
 
 @phalanx_errors
-class SqlStore(AttemptBook, RecordReads, ManyReads, GroupBook):
+class SqlStore(AttemptBook, RecordReads, ManyReads, GroupBook, SubmissionBook):
     """The store (``base.IngestStore`` and ``base.GroupStore``; each method is documented there).
     ``url``: a SQLAlchemy URL (``sqlite:///path`` or ``postgresql+psycopg://...``); ``artifacts``:
     where files live (deleted with their experiment). The schema is migrated to the newest revision
@@ -258,6 +259,7 @@ class SqlStore(AttemptBook, RecordReads, ManyReads, GroupBook):
         finished_at: float | None = None,
         handle: str | None = None,
         cluster: str | None = None,
+        plan: Mapping[str, Any] | None = None,
     ) -> Experiment:
         values: dict[str, Any] = {
             k: v
@@ -268,6 +270,7 @@ class SqlStore(AttemptBook, RecordReads, ManyReads, GroupBook):
                 "finished_at": finished_at,
                 "handle": handle,
                 "cluster": cluster,
+                "plan": None if plan is None else dict(plan),
             }.items()
             if v is not None
         }
