@@ -20,6 +20,7 @@ from typing import Any
 
 import pytest
 from tests.conftest import REPO
+from tests.support.cli import phalanx_cli
 
 PHALANX = Path(sys.executable).parent / "phalanx"
 EXAMPLES = REPO / "examples"
@@ -63,7 +64,7 @@ def run_example(name: str, *extra: str) -> tuple[str, subprocess.CompletedProces
     output = done.stdout + done.stderr
     assert done.returncode == 0, f"phalanx run {name} exited {done.returncode}:\n{output[-6000:]}"
     assert "final test accuracy" in output, output[-4000:]
-    listed = phalanx("ls", "-o", "json")
+    listed = phalanx_cli("ls", "-o", "json")
     assert listed.returncode == 0, listed.stderr
     experiments = json.loads(listed.stdout)
     rows = experiments.get("items", experiments) if isinstance(experiments, dict) else experiments
@@ -72,7 +73,7 @@ def run_example(name: str, *extra: str) -> tuple[str, subprocess.CompletedProces
 
 
 def experiment(exp_id: str) -> dict[str, Any]:
-    got = phalanx("get", exp_id, "-o", "json")
+    got = phalanx_cli("get", exp_id, "-o", "json")
     assert got.returncode == 0, got.stderr
     return dict(json.loads(got.stdout))
 
@@ -84,7 +85,7 @@ def spool_listing() -> str:
 
 
 def accuracy_series(exp_id: str) -> dict[str, dict[str, list[float]]]:
-    metrics = phalanx("metrics", exp_id, "--title", "accuracy", "-o", "json")
+    metrics = phalanx_cli("metrics", exp_id, "--title", "accuracy", "-o", "json")
     assert metrics.returncode == 0, f"{metrics.stderr}\nspool files:\n{spool_listing()}"
     return dict(json.loads(metrics.stdout)["accuracy"])
 
@@ -101,7 +102,7 @@ def test_tensorflow_multi_worker_mirrored_trains_in_its_own_venv(home: Path) -> 
     assert list(series) == ["test"]
     assert len(series["test"]["values"]) == 3  # one point per epoch, reported by the chief only
     assert series["test"]["values"][-1] >= 0.9
-    loss = json.loads(phalanx("metrics", exp_id, "--title", "loss", "-o", "json").stdout)["loss"]
+    loss = json.loads(phalanx_cli("metrics", exp_id, "--title", "loss", "-o", "json").stdout)["loss"]
     assert sorted(loss) == ["chief-0", "worker-0", "worker-1"]  # every replica reported its own series
 
 
@@ -143,7 +144,7 @@ def test_horovod_example_trains_on_two_ranks_with_the_same_accuracy_and_per_rank
     assert accuracies["rank 0"] == accuracies["rank 1"] >= 0.9  # allreduce keeps the models identical
     logs = {}
     for replica in ("master", "worker-0"):
-        got = phalanx("logs", exp_id, "--replica", replica)
+        got = phalanx_cli("logs", exp_id, "--replica", replica)
         assert got.returncode == 0, got.stderr
         logs[replica] = got.stdout
     # each rank's lines reach its own replica, tagged with its rank, one line each (never glued)
@@ -161,6 +162,6 @@ def phalanx_horovod() -> tuple[str, subprocess.CompletedProcess[str]]:
     )
     output = done.stdout + done.stderr
     assert done.returncode == 0, f"phalanx run horovod exited {done.returncode}:\n{output[-6000:]}"
-    rows = json.loads(phalanx("ls", "-o", "json").stdout)
+    rows = json.loads(phalanx_cli("ls", "-o", "json").stdout)
     rows = rows.get("items", rows) if isinstance(rows, dict) else rows
     return str(rows[0]["id"]), done
