@@ -68,6 +68,7 @@ def one_core(name: str, folder: Path) -> Path:
     into ``folder`` (run it with `--workdir` the example's folder and `--oversubscribe`: the replicas
     are more than this machine's 2 cores, and each is pinned to one of them)."""
     doc = yaml.safe_load((EXAMPLES / name / "polyaxonfile.yml").read_text())
+
     def limit() -> dict[str, Any]:  # a dict of its own each time: safe_dump would write aliases
         return {"cpu": {"limits": 1}}
 
