@@ -11,6 +11,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from phalanx.machine.locks import hold
+
+SUPERVISOR_LOCK = "supervisor.lock"  # runs/<id>/supervisor.lock: held by an accepted launch's supervisor
+
 if TYPE_CHECKING:
     from phalanx.runner.running import Runner
     from phalanx.store.base import IngestStore
@@ -36,6 +40,10 @@ def supervise_launch(
         return 2
     run_dir = Path(argv[0])
     launch = read_launch(run_dir)
+    if launch.options.accepted and hold(run_dir / SUPERVISOR_LOCK) is None:
+        # the server's launcher started it twice (it restarted in between): the first one runs it
+        sys.stderr.write(f"phalanx: another supervisor runs experiment {run_dir.name}; this one leaves\n")
+        return 0
     if launch.headline:
         sys.stderr.write(f"phalanx: {launch.headline}\n")
     spec = launch.spec

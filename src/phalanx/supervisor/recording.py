@@ -117,9 +117,10 @@ def _flush_tails(self: Supervisor) -> None:
 
 
 def _record_launch_params(self: Supervisor) -> None:
-    """The launch params as tracked params (PARAM event of the first replica, rank 0 where
-    there is one), once per experiment: a resume has them already."""
-    params = dict(self.p.plan.launch_params)
+    """The declared params (the file's, after `--param`; a trial's sampled values included) as
+    tracked params (PARAM event of the first replica, rank 0 where there is one), once per
+    experiment: a resume has them already."""
+    params = dict(self.p.plan.params)
     if not self.params_section or not params or self.resume:
         return
     first = min(self.replicas.values(), key=lambda r: (r.rank is None, r.rank or 0))

@@ -73,13 +73,21 @@ def launch(
     ).run()
 
 
-def record_building(prepared: Prepared, store: IngestStore, settings: Settings) -> None:
+def record_building(
+    prepared: Prepared, store: IngestStore, settings: Settings, *, accepted: bool = False
+) -> None:
     """Record the experiment, status building, before its environment is built (minutes): it has
     its id and shows in `phalanx ls` meanwhile. ``prepared``: its dry run (nothing built yet); the
-    Supervisor that runs it afterwards is told it exists (``exists=True``)."""
+    Supervisor that runs it afterwards is told it exists (``exists=True``). ``accepted``: the
+    server recorded it at submit (status created): that row says building now."""
     supervisor = Supervisor(prepared, store, settings, handle_signals=False)
     supervisor._open_store()
-    supervisor._create(ExperimentStatus.BUILDING)
+    if accepted:
+        store.update_experiment(
+            prepared.experiment_id, status=ExperimentStatus.BUILDING, plan=supervisor._plan_doc()
+        )
+    else:
+        supervisor._create(ExperimentStatus.BUILDING)
 
 
 # ---- supervising ------------------------------------------------------------------------------
@@ -242,8 +250,10 @@ class Supervisor:
                     self._open_store()
                     if not self._created:
                         self._create()
-                    elif handle is not None:
-                        self.store.update_experiment(self.id, status=ExperimentStatus.STARTING)
+                    elif handle is not None:  # recorded before (building, or by the server at submit)
+                        self.store.update_experiment(
+                            self.id, status=ExperimentStatus.STARTING, plan=self._plan_doc()
+                        )
                     self._after_admission()
                 except BaseException:
                     if handle is not None:
@@ -335,10 +345,14 @@ class Supervisor:
             tags=plan.tags,
             topology=plan.topology(),
             spec_text=plan.source_text,
-            plan={**plan.to_json(), "launch": launch_json(self.p)},
+            plan=self._plan_doc(),
             status=status,
             created_at=self.submitted_at,  # recorded after the submit, created before it started
         )
+
+    def _plan_doc(self) -> dict[str, Any]:
+        """The plan as the experiment's row keeps it, with how it was launched."""
+        return {**self.p.plan.to_json(), "launch": launch_json(self.p)}
 
     def _submit(self, dry: DryRun) -> str:
         """Start a group and the threads that tail its replicas' logs."""
