@@ -135,9 +135,18 @@ def ensure_wheel(
             found = sorted(folder.glob("horovod-*.whl"))
             if found:
                 return found[0]
+            _sweep(cache, key)
             return _build(key, torch_pin, folder, build_python(), say)
         finally:
             fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+def _sweep(cache: Path, key: str) -> None:
+    """Remove what killed builds of ``key`` left (their work folders, ~180 MB each); the caller
+    holds the key's lock, so no build of it is running."""
+    for left in cache.glob(f".horovod-{key}-*"):
+        if left.is_dir():
+            shutil.rmtree(left, ignore_errors=True)
 
 
 def _build(key: str, torch_pin: str, folder: Path, python: Path, say: Callable[[str], None]) -> Path:

@@ -33,6 +33,10 @@ class Knob(Generic[T]):
     expects: str  # what a valid value is, for the error message
     meaning: str  # one line for docs/configuration.md
 
+    def is_set(self) -> bool:
+        """Whether the environment gives a value (rather than leaving the default)."""
+        return bool(os.environ.get(self.env, "").strip())
+
     def value(self) -> T:
         raw = os.environ.get(self.env, "").strip()
         if not raw:
@@ -71,16 +75,45 @@ def _version(raw: str) -> str:
     return raw
 
 
+def _url(raw: str) -> str:
+    if not raw.startswith(("http://", "https://")):
+        raise ValueError(raw)
+    return raw
+
+
 def _path(raw: str) -> Path | None:
     return Path(raw).expanduser()
 
 
+STALL_NOTICE: Knob[float] = Knob(
+    "PHALANX_STALL_NOTICE",
+    _number(float, 0.0),
+    600.0,
+    "seconds >= 0 (0: off)",
+    "seconds without progress (no step, output or CPU time) after which a stalled replica is named on"
+    " `phalanx get`, the UI and the alert hooks (a file's run.stall_notice wins)",
+)
 HANG_TIMEOUT: Knob[float] = Knob(
     "PHALANX_HANG_TIMEOUT",
     _number(float, 0.0),
-    0.0,
+    1800.0,
     "seconds >= 0 (0: off)",
-    "seconds without progress (console output or CPU time) after which a hung replica fails its experiment",
+    "seconds without progress (no step, output or CPU time) after which a hung replica fails its"
+    " experiment (a file's run.hang_timeout wins)",
+)
+ALERT_COMMAND: Knob[str | None] = Knob(
+    "PHALANX_ALERT_COMMAND",
+    str,
+    None,
+    "a shell command",
+    "run for each alert (a stalled or hung replica) with the alert as JSON on its standard input",
+)
+ALERT_URL: Knob[str | None] = Knob(
+    "PHALANX_ALERT_URL",
+    _url,
+    None,
+    "an http(s) URL",
+    "POSTed each alert as JSON, with a `text` field as Slack and Mattermost incoming webhooks read it",
 )
 STORE_RETRY_SECONDS: Knob[float] = Knob(
     "PHALANX_STORE_RETRY_SECONDS",
@@ -148,7 +181,10 @@ GPU_DEVICES_DIR: Knob[Path | None] = Knob(
 )
 
 KNOBS: tuple[Knob[Any], ...] = (
+    STALL_NOTICE,
     HANG_TIMEOUT,
+    ALERT_COMMAND,
+    ALERT_URL,
     STORE_RETRY_SECONDS,
     SQLITE_CACHE_KIB,
     MAX_PENDING_POINTS,

@@ -18,7 +18,7 @@ from phalanx.errors import SpecError
 from phalanx.machine import limits
 from phalanx.spec.inputs import shell_ref
 from phalanx.spec.launchers import wire
-from phalanx.spec.model import Build, ExperimentSpec, ReplicaTemplate
+from phalanx.spec.model import Build, ExperimentSpec, ReplicaTemplate, Stall
 from phalanx.spec.shellwords import quote_state, stands_alone
 
 
@@ -64,6 +64,7 @@ class Plan:
     env: Mapping[str, str] = field(default_factory=dict)
     max_restarts: int = 0
     max_run_seconds: float | None = None
+    stall: Stall = field(default_factory=Stall)  # when a stalled replica is named, and fails it
     source_text: str | None = None
     checkpoints: Mapping[str, Any] | None = None  # the retention policy (phalanx.checkpoints)
     source_file: str | None = None  # the experiment file's path, when it came from one
@@ -253,6 +254,7 @@ def build_plan(
         env=dict(spec.env),
         max_restarts=spec.max_restarts,
         max_run_seconds=spec.max_run_seconds,
+        stall=spec.stall,
         source_text=spec.source_text,
         checkpoints=spec.checkpoints,
         source_file=spec.source_file,

@@ -21,6 +21,7 @@ from phalanx.ingest import Ingester
 from phalanx.machine.procs import pid_alive
 from phalanx.store import open_store
 from phalanx.store.sql import SqlStore
+from tests.support.cli import Done, phalanx_cli
 
 
 @dataclass
@@ -42,6 +43,11 @@ class Sandbox:
             [sys.executable, str(path), *args], env=self.env, capture_output=True, text=True, timeout=timeout,
             cwd=self.home.parent, **kw,  # type: ignore[call-overload]
         )  # fmt: skip
+
+    def cli(self, *args: str) -> Done:
+        """`phalanx ARGS` in this process (tests/support/cli.py), in this sandbox's environment."""
+        unset: dict[str, str | None] = {k: None for k in os.environ if k not in self.env}
+        return phalanx_cli(*args, env={**unset, **self.env}, cwd=self.home.parent)
 
     def popen(self, code: str, *args: str) -> subprocess.Popen[str]:
         path = self.script(code)

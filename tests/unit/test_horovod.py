@@ -75,3 +75,11 @@ def test_a_line_that_already_names_its_rank_is_not_labelled_twice() -> None:
     raw = "[1,0]<stdout>:[rank 0] final test accuracy: 0.95\n[1,1]<stdout>:[rank 0] is what rank 1 says"
     assert _lines("master", raw) == ["[rank 0] final test accuracy: 0.95"]
     assert _lines("worker-0", raw) == ["[rank 1] [rank 0] is what rank 1 says"]  # not its own rank
+
+
+def test_a_killed_builds_work_folder_is_swept_before_the_next_build_of_its_key(tmp_path: Path) -> None:
+    for name in (".horovod-k1-abc", ".horovod-k1-def", ".horovod-k2-abc", "horovod-k1"):
+        (tmp_path / name / "sub").mkdir(parents=True)
+    (tmp_path / ".horovod-k1.lock").touch()
+    horovod._sweep(tmp_path, "k1")
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".horovod-k1.lock", ".horovod-k2-abc", "horovod-k1"]

@@ -11,7 +11,8 @@ import pytest
 from phalanx import knobs, stragglers
 from phalanx.errors import UsageError
 from phalanx.machine import limits
-from phalanx.supervisor.liveness import hang_timeout_from_env
+from phalanx.spec.model import Stall
+from phalanx.supervisor.liveness import StallTimes
 
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "configuration.md"
 
@@ -19,7 +20,9 @@ DOCS = Path(__file__).resolve().parents[2] / "docs" / "configuration.md"
 def test_defaults_when_unset(monkeypatch: pytest.MonkeyPatch) -> None:
     for knob in knobs.KNOBS:
         monkeypatch.delenv(knob.env, raising=False)
-    assert knobs.HANG_TIMEOUT.value() == 0.0 and hang_timeout_from_env() is None
+    # the stall watchdog is on: named after 10 minutes, failed after 30 (judged only where the CPU is seen)
+    assert StallTimes.of(Stall()) == StallTimes(notice=600.0, fail=1800.0, unseen_cpu=False)
+    assert knobs.ALERT_COMMAND.value() is None and knobs.ALERT_URL.value() is None
     assert knobs.STORE_RETRY_SECONDS.value() == 30.0
     assert limits.max_replicas() == 1024
     assert knobs.DEFAULT_TORCH.value() == "2.13.0"
@@ -32,7 +35,11 @@ def test_values_read_at_use(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("PHALANX_MAX_REPLICAS", "4096")
     monkeypatch.setenv("PHALANX_STRAGGLER_THRESHOLD", "35")
     monkeypatch.setenv("PHALANX_WHEELS_DIR", "~/wheels")
-    assert hang_timeout_from_env() == 2.5
+    assert StallTimes.of(Stall()) == StallTimes(notice=600.0, fail=2.5, unseen_cpu=True)
+    monkeypatch.setenv("PHALANX_STALL_NOTICE", "0")  # 0: off
+    assert StallTimes.of(Stall()).notice is None
+    # the file's run.stall_notice / run.hang_timeout win over the variables
+    assert StallTimes.of(Stall(notice=60, fail=0)) == StallTimes(notice=60, fail=None, unseen_cpu=True)
     assert limits.max_replicas() == 4096
     assert stragglers._threshold() == 35.0
     assert knobs.WHEELS_DIR.value() == Path.home() / "wheels"
@@ -44,6 +51,8 @@ def test_values_read_at_use(monkeypatch: pytest.MonkeyPatch) -> None:
         ("PHALANX_HANG_TIMEOUT", "ten", "seconds >= 0"),
         ("PHALANX_HANG_TIMEOUT", "-1", "seconds >= 0"),
         ("PHALANX_HANG_TIMEOUT", "nan", "seconds >= 0"),
+        ("PHALANX_STALL_NOTICE", "10m", "seconds >= 0"),
+        ("PHALANX_ALERT_URL", "hooks.slack.com/x", "http(s) URL"),
         ("PHALANX_STORE_RETRY_SECONDS", "0", "seconds > 0"),
         ("PHALANX_MAX_REPLICAS", "1.5", "whole number of replicas"),
         ("PHALANX_MAX_REPLICAS", "0", "whole number of replicas"),

@@ -27,7 +27,7 @@ from phalanx import frameworks
 from phalanx.backends.base import DryRun
 from phalanx.backends.kube_code import BUNDLE_PATH, env_hash, setup_steps
 from phalanx.backends.slurm_script import base_port
-from phalanx.domain import Framework, Range
+from phalanx.domain import Range
 from phalanx.errors import Problem, SpecError
 from phalanx.frameworks import Endpoints
 from phalanx.plan import Plan, ReplicaPlan, command_argv
@@ -164,8 +164,7 @@ def thread_env(plan: Plan, replica: ReplicaPlan) -> dict[str, str]:
     strategy hangs with one inter-op thread), as the Slurm engine sets them."""
     cpus = max(1, math.ceil(float(bundle(replica)["CPU"]) / replica.processes))
     env = {"OMP_NUM_THREADS": str(cpus), "MKL_NUM_THREADS": str(cpus)}
-    if plan.framework is Framework.TENSORFLOW:
-        env.update(TF_NUM_INTRAOP_THREADS=str(cpus), TF_NUM_INTEROP_THREADS=str(max(2, cpus)))
+    env.update(frameworks.thread_env(plan, cpus))
     return env
 
 

@@ -290,9 +290,7 @@ def _task_case(plan: Plan, task: Task, endpoints: Endpoints, experiment_id: str)
         env.update(frameworks.framework_env(plan, r, endpoints, task.local_rank))
     stop = plan.framework is Framework.TENSORFLOW and r.role is not Role.MASTER and plan.topology()["ps"] > 0
     threads = slurm_resources(r).cpus
-    if plan.framework is Framework.TENSORFLOW:
-        # ParameterServerStrategy hangs with a single inter-op thread (its RPCs wait on each other)
-        env.update({"TF_NUM_INTRAOP_THREADS": str(threads), "TF_NUM_INTEROP_THREADS": str(max(2, threads))})
+    env.update(frameworks.thread_env(plan, threads))  # TensorFlow's pools (one inter-op thread hangs)
     lines = [
         f"  {task.index})",
         f"    KEY={shlex.quote(task.key)} STOP_AFTER_MASTER={int(stop)} THREADS={threads}",

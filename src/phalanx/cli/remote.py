@@ -15,57 +15,41 @@ from collections.abc import Mapping
 from typing import Any
 
 from phalanx.apiclient import TIMEOUT, Client, ServerError, multipart, read_token
+from phalanx.following import DONE, POLL_SECONDS, ExperimentFollower, Patience
 
 __all__ = ["TIMEOUT", "Client", "ServerError", "follow", "multipart", "read_token"]
-
-POLL_SECONDS = 0.5
 
 
 # -- following ------------------------------------------------------------------------------------
 def follow(client: Client, experiment_id: str, out: Any = None) -> int:
     """Print every replica's console as it comes until the experiment ends; its exit status (0
-    succeeded, 1 failed, 130 stopped). Ctrl-C is the caller's: it detaches."""
-    out = out or sys.stdout
-    offsets: dict[str, int] = {}
+    succeeded, 1 failed, 130 stopped), through server restarts (``phalanx.following``). Ctrl-C is
+    the caller's: it detaches."""
+    follower = ExperimentFollower(client, experiment_id, sys.stderr.write)
     while True:
-        exp = client.get(f"/experiments/{experiment_id}")
-        done = exp["status"] in ("succeeded", "failed", "stopped")
-        for replica in exp.get("replicas") or []:
-            _print_new(client, experiment_id, replica["name"], offsets, out)
-        if done:
+        exp = follower.look(out or sys.stdout)
+        if exp is not None and exp["status"] in DONE:
             return _ended(exp, out)
         time.sleep(POLL_SECONDS)
 
 
 def follow_group(client: Client, group_id: str, out: Any = None) -> int:
     """Say each trial's state as it changes until the group ends; the exit status of `phalanx
-    group run` (0 finished, 1 every trial failed, 130 stopped)."""
+    group run` (0 finished, 1 every trial failed, 130 stopped), through server restarts."""
     out = out or sys.stderr
     said: dict[str, str] = {}
+    patience = Patience(f"group {group_id}", sys.stderr.write)
     while True:
-        group = client.get(f"/groups/{group_id}")
-        for trial in group.get("trials") or []:
+        group = patience.attempt(lambda: client.get(f"/groups/{group_id}"))
+        for trial in (group or {}).get("trials") or []:
             key, state = str(trial.get("number")), str(trial.get("state"))
             if said.get(key) != state:
                 said[key] = state
                 out.write(f"phalanx: trial {key} ({trial.get('experiment_id')}): {state}\n")
-        if group.get("status") in ("succeeded", "failed", "stopped"):
+        if group is not None and group.get("status") in DONE:
             out.write(f"phalanx: group {group_id} {group['status']}\n")
             return {"succeeded": 0, "stopped": 130}.get(str(group["status"]), 1)
         time.sleep(POLL_SECONDS)
-
-
-def _print_new(client: Client, experiment_id: str, replica: str, offsets: dict[str, int], out: Any) -> None:
-    while True:
-        page = client.get(
-            f"/experiments/{experiment_id}/logs", replica=replica, offset=offsets.get(replica, 0), limit=1000
-        )
-        for line in page["lines"]:
-            out.write(f"[{line['replica']}] {line['text']}\n")
-        out.flush()
-        offsets[replica] = int(page["next_offset"])
-        if len(page["lines"]) < 1000:
-            return
 
 
 def _ended(exp: Mapping[str, Any], out: Any) -> int:

@@ -10,10 +10,8 @@ from typing import Any
 
 import typer
 
+from phalanx.following import DONE, POLL_SECONDS
 from phalanx.remote_store import RemoteStore
-
-POLL_SECONDS = 0.5
-DONE = ("succeeded", "failed", "stopped")
 
 
 def print_lines(lines: list[Any], replica: str | None, as_json: bool) -> None:

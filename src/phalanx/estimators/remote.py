@@ -18,6 +18,7 @@ from typing import IO, TYPE_CHECKING, Any
 from phalanx.apiclient import Client, quote
 from phalanx.bundles import pack
 from phalanx.errors import UsageError
+from phalanx.following import DONE, POLL_SECONDS, ExperimentFollower
 from phalanx.runs import RunFailed, RunTimeout
 from phalanx.spec.loader import load_spec_text
 
@@ -25,8 +26,6 @@ if TYPE_CHECKING:
     from phalanx.estimators.estimator import Estimator
 
 SPEC_NAME = ".phalanx-estimator.yml"  # at the bundle's top; a name no user file is likely to have
-POLL_SECONDS = 0.5
-DONE = ("succeeded", "failed", "stopped")
 
 
 def submit(
@@ -96,37 +95,18 @@ class RemoteRun:
         Raises:
             RunFailed (failed or stopped, with ``raise_on_error``), RunTimeout.
         """
-        stream = output or sys.stdout
-        offsets: dict[str, int] = {}
+        follower = ExperimentFollower(self.client, self.id, sys.stderr.write)
         deadline = None if timeout is None else time.monotonic() + timeout
-        while True:
-            details = self.get_details()  # read before the lines: none is missed
-            if show_output:
-                for replica in details.get("replicas") or []:
-                    self._print_new(replica["name"], offsets, stream)
-            if details["status"] in DONE:
-                break
+        details = follower.look((output or sys.stdout) if show_output else None)
+        while details is None or details["status"] not in DONE:
             if deadline is not None and time.monotonic() > deadline:
-                raise RunTimeout(f"experiment {self.id} still {details['status']} after {timeout:g} s")
+                state = "unreachable" if details is None else details["status"]
+                raise RunTimeout(f"experiment {self.id} still {state} after {timeout:g} s")
             time.sleep(POLL_SECONDS)
+            details = follower.look((output or sys.stdout) if show_output else None)
         if raise_on_error and details["status"] != "succeeded":
             raise RunFailed(self.id, details["status"], details.get("reason"))
         return details
-
-    def _print_new(self, replica: str, offsets: dict[str, int], stream: IO[str]) -> None:
-        while True:
-            page = self.client.get(
-                f"/experiments/{quote(self.id)}/logs",
-                replica=replica,
-                offset=offsets.get(replica, 0),
-                limit=1000,
-            )
-            for line in page["lines"]:
-                stream.write(f"[{line['replica']}] {line['text']}\n")
-            stream.flush()
-            offsets[replica] = int(page["next_offset"])
-            if len(page["lines"]) < 1000:
-                return
 
     def __repr__(self) -> str:
         return f"RemoteRun(id={self.id!r}, server={self.client.url!r})"

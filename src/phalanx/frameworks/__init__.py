@@ -65,3 +65,11 @@ def framework_env(
     if plan.framework in (Framework.PYTORCH, Framework.HOROVOD):
         return pytorch.env(plan, replica, endpoints, local_rank)
     return {}
+
+
+def thread_env(plan: Plan, cores: int) -> dict[str, str]:
+    """The thread-pool variables a framework needs beyond OMP/MKL for a process with ``cores``
+    cores (TensorFlow's intra- and inter-op pools); every engine that knows the cores sets them."""
+    if plan.framework is Framework.TENSORFLOW:
+        return tensorflow.thread_env(cores)
+    return {}

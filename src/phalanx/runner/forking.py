@@ -28,6 +28,8 @@ from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+from phalanx import alerts
+
 
 def can_fork() -> bool:
     """Whether this process may fork a supervisor: POSIX, and no other thread runs."""
@@ -160,6 +162,7 @@ def fork_supervisor(
             traceback.print_exc()
     finally:
         with contextlib.suppress(Exception):
+            alerts.drain()  # os._exit waits for no thread: a hung trial's alert must still go out
             sys.stdout.flush()
             sys.stderr.flush()
         os._exit(code)

@@ -42,6 +42,10 @@ def spec_to_dict(spec: ExperimentSpec) -> dict[str, Any]:
         run["max_restarts"] = spec.max_restarts
     if spec.max_run_seconds is not None:
         run["max_run_seconds"] = _num(spec.max_run_seconds)
+    if spec.stall.notice is not None:
+        run["stall_notice"] = _num(spec.stall.notice)
+    if spec.stall.fail is not None:
+        run["hang_timeout"] = _num(spec.stall.fail)
     if spec.checkpoints:
         run["checkpoints"] = dict(spec.checkpoints)
     if spec.inputs:  # the data it reads (phalanx.data): before run, as a user writes it

@@ -52,6 +52,17 @@ class Topology:
 
 
 @dataclass(frozen=True)
+class Stall:
+    """run.stall_notice / run.hang_timeout: seconds without progress (no step reported, no console
+    output, no CPU time) after which a stalled replica is named (notice) and the experiment fails
+    (fail); 0 turns one off, None leaves it to PHALANX_STALL_NOTICE / PHALANX_HANG_TIMEOUT and their
+    defaults (supervisor.liveness)."""
+
+    notice: float | None = None
+    fail: float | None = None
+
+
+@dataclass(frozen=True)
 class Build:
     """A per-experiment Python environment (cached venv) and engine image hints."""
 
@@ -81,6 +92,7 @@ class ExperimentSpec:
     env: Mapping[str, str] = field(default_factory=dict)  # extra environment for every replica
     max_restarts: int = 0
     max_run_seconds: float | None = None
+    stall: Stall = field(default_factory=Stall)  # run.stall_notice, run.hang_timeout
     checkpoints: Mapping[str, Any] | None = None  # run.checkpoints: the retention policy
     inputs: tuple[InputSpec, ...] = ()  # the data it reads (phalanx.spec.inputs)
     source_file: str | None = None  # path of the file it came from, when it came from one

@@ -19,6 +19,7 @@ from phalanx.spec.inputs import INPUT_KEYS, parse_inputs
 from phalanx.spec.model import Build, ExperimentSpec, ReplicaTemplate
 from phalanx.spec.reserved import reserved_reason
 from phalanx.spec.shellwords import stands_alone
+from phalanx.spec.stall import read_stall
 from phalanx.spec.topology import EnvironmentDraft, finish_topology, read_environment
 from phalanx.spec.yamltree import Mark, YKey, YMap, YNode, YScalar, YSeq, is_null, plain
 from phalanx.tracking.labels import MAX_TAG, label_problem
@@ -62,7 +63,7 @@ BUILD_IGNORED = {
     name: "accepted for Polyaxon compatibility and ignored: Phalanx builds no images"
     for name in ("context", "ref", "nocache", "commit", "branch", "lang_env")
 }
-RUN_KEYS = ("cmd", "max_restarts", "max_run_seconds", "checkpoints")
+RUN_KEYS = ("cmd", "max_restarts", "max_run_seconds", "stall_notice", "hang_timeout", "checkpoints")
 
 PLACEHOLDER = re.compile(r"\{\{(.*?)\}\}", re.S)
 _NAME = re.compile(r"^\s*([A-Za-z_][A-Za-z0-9_]*)\s*(\|\s*raw\s*)?$")  # `| raw`: not shell-quoted
@@ -122,6 +123,7 @@ def read_spec(
 
     command, max_restarts, max_run_seconds = _read_run(c, root)
     checkpoints = _read_checkpoints(c, root)
+    stall = read_stall(c, root)
     inputs = _read_inputs(c, root) if data_inputs else ()
     known = {**(group.defaults if group else {}), **(params or {}), **overrides}
     if command is not None:
@@ -150,6 +152,7 @@ def read_spec(
         env=env or {},
         max_restarts=max_restarts,
         max_run_seconds=max_run_seconds,
+        stall=stall,
         checkpoints=checkpoints,
         inputs=inputs,
     )

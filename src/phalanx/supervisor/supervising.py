@@ -21,6 +21,7 @@ from phalanx.plan import Plan
 from phalanx.spec.model import ExperimentSpec
 from phalanx.supervisor import admitting, attempts, recording
 from phalanx.supervisor.admitting import _requested_reason
+from phalanx.supervisor.liveness import StallNotices, watchdog
 from phalanx.supervisor.outcome import (
     PID_FILE,
     LoggingObserver,
@@ -151,10 +152,11 @@ class Supervisor:
         self.submitted_at: float | None = None  # wall clock of the first submit: the experiment's start
         self._spool: Any = None
         self._store_warned = float("-inf")
-        from phalanx.supervisor.liveness import Liveness, hang_timeout_from_env
-
-        hang = hang_timeout_from_env()
-        self.liveness = Liveness(hang) if hang else None
+        self.liveness = watchdog(
+            prepared.plan.stall,
+            StallNotices(self.id, lambda: self.store, self.observer.message),
+            lambda name: list(self.tails[name].last) if name in self.tails else [],
+        )
         self.priority = priority
         self.wait = wait
         self._admission: Any = None  # phalanx.queue.Admission while the ledger holds us
@@ -433,6 +435,8 @@ class Supervisor:
             return self._watch(handle)
         finally:
             self._pause_run_clock()  # the attempt has ended: its running time is counted
+            if self.liveness is not None:
+                self.liveness.close()  # a stall notice is taken back; the next attempt starts afresh
             backend.cancel(handle)  # idempotent; leaves nothing of this attempt behind
             self._join_tails()
             final = backend.describe(handle)

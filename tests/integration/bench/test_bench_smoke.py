@@ -7,6 +7,7 @@ belongs to the benches themselves, not to the suite.
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -16,6 +17,15 @@ import pytest
 from tests.conftest import REPO
 
 SCRIPTS = sorted((REPO / "bench").glob("*.py"))
+# serve.py's smoke run has its own test below, which also reads the figures it writes
+SMOKED = [p for p in SCRIPTS if p.name != "serve.py"]
+
+
+def bench_env() -> dict[str, str]:
+    return dict(
+        os.environ,
+        PYTHONPATH=os.pathsep.join(filter(None, [str(REPO / "src"), os.environ.get("PYTHONPATH")])),
+    )
 
 
 def test_every_bench_script_is_found() -> None:
@@ -30,16 +40,12 @@ def test_every_bench_script_is_found() -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("script", SCRIPTS, ids=[p.stem for p in SCRIPTS])
+@pytest.mark.parametrize("script", SMOKED, ids=[p.stem for p in SMOKED])
 def test_bench_runs_at_tiny_sizes(script: Path, phalanx_home: Path, tmp_path: Path) -> None:
-    env = dict(
-        os.environ,
-        PYTHONPATH=os.pathsep.join(filter(None, [str(REPO / "src"), os.environ.get("PYTHONPATH")])),
-    )
     done = subprocess.run(
         [sys.executable, str(script), "--smoke"],
         cwd=tmp_path,
-        env=env,
+        env=bench_env(),
         capture_output=True,
         text=True,
         timeout=280,
@@ -47,3 +53,23 @@ def test_bench_runs_at_tiny_sizes(script: Path, phalanx_home: Path, tmp_path: Pa
     assert done.returncode == 0, (
         f"{script.name} --smoke exited {done.returncode}:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
     )
+
+
+@pytest.mark.slow
+def test_the_serving_bench_measures_every_configuration(phalanx_home: Path, tmp_path: Path) -> None:
+    """bench/serve.py --smoke (8 requests, 2 clients, one round, no MLflow: its venv is built on
+    first use) writes a figure for each configuration; the figures themselves are bench's."""
+    pytest.importorskip("onnxruntime")
+    out = tmp_path / "serve.json"
+    done = subprocess.run(
+        [sys.executable, str(REPO / "bench" / "serve.py"), "--smoke", "--json", str(out)],
+        cwd=tmp_path,
+        env=bench_env(),
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    results = json.loads(out.read_text())["results"]
+    assert len(results) == 8  # in-process and 3 server settings, at 1 and 2 clients
+    assert all(r["requests"] >= 8 and r["throughput_rps"] > 0 for r in results.values())

@@ -1,4 +1,5 @@
-"""`phalanx check` as a user runs it: a real subprocess, exit statuses, stdout and stderr."""
+"""`phalanx check` as a user runs it: exit statuses, stdout and stderr. The command runs in this
+process (tests/support/cli.py); the first test runs the `phalanx` script itself, once."""
 
 from __future__ import annotations
 
@@ -10,21 +11,28 @@ from pathlib import Path
 
 import pytest
 from tests.conftest import CORPUS, REPO
+from tests.support.cli import Done, phalanx_cli
 
 FIXTURES = REPO / "tests" / "unit" / "spec" / "fixtures"
 GOLDEN = REPO / "tests" / "golden" / "check"
 PHALANX = Path(sys.executable).parent / "phalanx"
 
 
-def check(*args: str | Path, cwd: Path = REPO) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [str(PHALANX), "check", *map(str, args)], capture_output=True, text=True, timeout=120, cwd=cwd
-    )
+def check(*args: str | Path, cwd: Path = REPO) -> Done:
+    return phalanx_cli("check", *args, cwd=cwd)
 
 
 def test_json_output_is_exactly_one_document_with_the_documented_shape() -> None:
-    done = check("-f", FIXTURES / "seed002_tensorflow_large.yml", "-o", "json")
+    """The `phalanx` script itself (its entry point, start-up and exit), once; the others in-process."""
+    done = subprocess.run(
+        [str(PHALANX), "check", "-f", str(FIXTURES / "seed002_tensorflow_large.yml"), "-o", "json"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=REPO,
+    )
     assert done.returncode == 0, done.stderr
+    assert done.stdout == check("-f", FIXTURES / "seed002_tensorflow_large.yml", "-o", "json").stdout
     doc = json.loads(done.stdout)  # the whole of stdout is one JSON document
     assert doc["framework"] == "tensorflow"
     assert doc["backend"] is None

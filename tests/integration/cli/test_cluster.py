@@ -1,4 +1,6 @@
-"""`phalanx cluster add|ls|rm` and `phalanx run --cluster NAME --dry-run` as a user types them."""
+"""`phalanx cluster add|ls|rm` and `phalanx run --cluster NAME --dry-run` as a user types them. The
+commands run in this process (tests/support/cli.py); the first `cluster add` runs the `phalanx`
+script itself, once."""
 
 from __future__ import annotations
 
@@ -8,18 +10,19 @@ import sys
 from pathlib import Path
 
 import yaml
+from tests.support.cli import phalanx_cli as phalanx
 
 PHALANX = Path(sys.executable).parent / "phalanx"
 
 
-def phalanx(*args: str | Path, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [str(PHALANX), *map(str, args)], capture_output=True, text=True, timeout=120, cwd=cwd
-    )
-
-
 def test_clusters_are_added_listed_and_removed(phalanx_home: Path) -> None:
-    assert phalanx("cluster", "add", "hpc", "--kind", "slurm", "--partition", "gpu").returncode == 0
+    added = subprocess.run(
+        [str(PHALANX), "cluster", "add", "hpc", "--kind", "slurm", "--partition", "gpu"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert added.returncode == 0, added.stderr
     done = phalanx(
         "cluster",
         "add",

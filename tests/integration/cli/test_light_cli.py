@@ -11,6 +11,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from tests.support.cli import phalanx_cli
+
 from phalanx.config import Settings
 from phalanx.domain import ExperimentStatus
 from phalanx.machine.procs import record_process
@@ -157,34 +159,13 @@ def test_ls_where_and_column_use_the_run_table_grammar(phalanx_home: Path) -> No
     assert [(e["id"], e["columns"]) for e in listed] == [  # type: ignore[index]
         (made["a"], {"param:lr": 0.1, "metric:min:loss": 0.4})
     ]
-    env = {**os.environ, "PHALANX_HOME": str(phalanx_home)}
-    table = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "phalanx.cli.main",
-            "ls",
-            "--column",
-            "param:lr",
-            "--where",
-            "param:lr < 0.06",
-        ],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=120,
-    )
+    # the table and a mistake: what the command prints, in this process (tests/support/cli.py)
+    table = phalanx_cli("ls", "--column", "param:lr", "--where", "param:lr < 0.06")
     assert table.returncode == 0, table.stderr
     lines = table.stdout.splitlines()
     assert lines[0].split() == ["ID", "PROJECT", "NAME", "STATUS", "CREATED", "DURATION", "param:lr"]
     assert sorted(line.split()[-1] for line in lines[1:]) == ["0.001", "0.05"]
-    wrong = subprocess.run(
-        [sys.executable, "-m", "phalanx.cli.main", "ls", "--where", "lr < 0.1"],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=120,
-    )
+    wrong = phalanx_cli("ls", "--where", "lr < 0.1")
     assert wrong.returncode == 2 and "Traceback" not in wrong.stderr
     assert "param:KEY" in wrong.stderr  # says how to name the column
 

@@ -1,5 +1,8 @@
 """A careless user's mistakes: each one is `error: ...` (where, what, how to fix), exit status 2
-(1 for what is not the user's doing), no traceback, and nothing half-written."""
+(1 for what is not the user's doing), no traceback, and nothing half-written.
+
+The commands run in this process (tests/support/cli.py); what needs a process of its own (an
+experiment that runs, a script, a supervisor to kill, a pipe closed under `phalanx run`) starts one."""
 
 from __future__ import annotations
 
@@ -12,6 +15,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from tests.support.cli import Done, phalanx_cli
 
 from phalanx.cli import main as cli_main
 from phalanx.machine.ports import free_port
@@ -22,17 +26,12 @@ HELLO = (
 )
 
 
-def phalanx(*args: str | Path, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [str(PHALANX), *map(str, args)],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env={**os.environ, **(env or {})},
-    )
+def phalanx_process(*args: str | Path) -> subprocess.CompletedProcess[str]:
+    """`phalanx ARGS` as a process of its own: what runs an experiment."""
+    return subprocess.run([str(PHALANX), *map(str, args)], capture_output=True, text=True, timeout=120)
 
 
-def assert_user_error(done: subprocess.CompletedProcess[str], message: str, status: int = 2) -> None:
+def assert_user_error(done: Done | subprocess.CompletedProcess[str], message: str, status: int = 2) -> None:
     assert done.returncode == status, done.stderr
     assert message in done.stderr, done.stderr
     assert "Traceback" not in done.stderr
@@ -53,7 +52,7 @@ def test_detached_run_mistakes_are_reported_once_with_status_2_and_leave_no_run_
         (("--workdir", hello.parent / "nope"), "--workdir"),
         (("--cluster", "nope"), "no cluster named 'nope'"),
     ]:
-        done = phalanx("run", "-f", hello, "--detach", *args)
+        done = phalanx_cli("run", "-f", hello, "--detach", *args)
         assert_user_error(done, message)
         assert done.stderr.count("error:") == 1, done.stderr
     runs = phalanx_home / "runs"
@@ -61,10 +60,10 @@ def test_detached_run_mistakes_are_reported_once_with_status_2_and_leave_no_run_
 
 
 def test_yaml_output_without_dry_run_is_refused_before_anything_runs(phalanx_home: Path, hello: Path) -> None:
-    done = phalanx("run", "-f", hello, "-o", "yaml")
+    done = phalanx_cli("run", "-f", hello, "-o", "yaml")
     assert_user_error(done, "-o yaml shows what --dry-run would submit")
     assert "hello from the replica" not in done.stdout
-    done = phalanx("run", "-f", hello, "--dry-run", "-o", "yaml")
+    done = phalanx_cli("run", "-f", hello, "--dry-run", "-o", "yaml")
     assert_user_error(done, "-o yaml: the local engine has no YAML to show")
     assert done.stdout == ""
 
@@ -73,14 +72,14 @@ def test_a_phalanx_home_that_is_a_file_is_an_error_naming_it(tmp_path: Path, hel
     home = tmp_path / "home-is-a-file"
     home.write_text("")
     env = {"PHALANX_HOME": str(home)}
-    assert_user_error(phalanx("ls", env=env), f"PHALANX_HOME ({home}) must be a folder")
-    done = phalanx("run", "-f", hello, env=env)
+    assert_user_error(phalanx_cli("ls", env=env), f"PHALANX_HOME ({home}) must be a folder")
+    done = phalanx_cli("run", "-f", hello, env=env)
     assert_user_error(done, f"PHALANX_HOME {home} is a file")
     assert "hello from the replica" not in done.stdout
 
 
 def test_a_garbage_database_url_stops_run_before_any_replica_starts(phalanx_home: Path, hello: Path) -> None:
-    done = phalanx("run", "-f", hello, env={"PHALANX_DB_URL": "garbage"})
+    done = phalanx_cli("run", "-f", hello, env={"PHALANX_DB_URL": "garbage"})
     assert_user_error(done, "PHALANX_DB_URL 'garbage' is not a database URL")
     assert "hello from the replica" not in done.stdout
 
@@ -88,7 +87,7 @@ def test_a_garbage_database_url_stops_run_before_any_replica_starts(phalanx_home
 def test_an_unreachable_database_is_named_without_its_password(phalanx_home: Path, hello: Path) -> None:
     url = f"postgresql+psycopg://nobody:s3cret@127.0.0.1:{free_port()}/x"
     for args in (("ls",), ("run", "-f", hello)):
-        done = phalanx(*args, env={"PHALANX_DB_URL": url})
+        done = phalanx_cli(*args, env={"PHALANX_DB_URL": url})
         assert_user_error(
             done, "cannot open the database postgresql+psycopg://nobody:***@127.0.0.1", status=1
         )
@@ -104,17 +103,17 @@ def test_server_refuses_a_port_in_use_an_unknown_host_and_a_bad_log_level(phalan
         busy.bind(("127.0.0.1", 0))
         busy.listen()
         port = busy.getsockname()[1]
-        assert_user_error(phalanx("server", "--port", str(port)), f"cannot listen on 127.0.0.1:{port}")
-    done = phalanx("server", "--host", "nosuch.invalid", env={"PHALANX_TOKEN": "t"})
+        assert_user_error(phalanx_cli("server", "--port", str(port)), f"cannot listen on 127.0.0.1:{port}")
+    done = phalanx_cli("server", "--host", "nosuch.invalid", env={"PHALANX_TOKEN": "t"})
     assert_user_error(done, "--host nosuch.invalid")
-    done = phalanx("server", "--log-level", "loud")
+    done = phalanx_cli("server", "--log-level", "loud")
     assert done.returncode == 2 and "'loud' is not one of" in done.stderr and "Traceback" not in done.stderr
 
 
 def test_metrics_of_an_unknown_series_and_logs_as_yaml_are_errors(phalanx_home: Path, hello: Path) -> None:
-    assert phalanx("run", "-f", hello, "--experiment-id", "aaaaaaaaaaa1").returncode == 0
-    assert_user_error(phalanx("metrics", "aaaa", "--series", "nope"), "has no metric series 'nope'")
-    assert_user_error(phalanx("logs", "aaaa", "-o", "yaml"), "use -o text, or -o json")
+    assert phalanx_process("run", "-f", hello, "--experiment-id", "aaaaaaaaaaa1").returncode == 0
+    assert_user_error(phalanx_cli("metrics", "aaaa", "--series", "nope"), "has no metric series 'nope'")
+    assert_user_error(phalanx_cli("logs", "aaaa", "-o", "yaml"), "use -o text, or -o json")
 
 
 def test_ctrl_c_while_starting_exits_130_without_a_traceback(
@@ -159,19 +158,19 @@ def test_logs_follow_ends_when_the_supervisor_was_killed_instead_of_waiting_fore
         "version: 1\nkind: experiment\nrun:\n  cmd: python -c \"import time; print('up', flush=True); "
         'time.sleep(120)"\n'
     )
-    exp_id = phalanx("run", "-f", path, "--detach").stdout.strip()
+    exp_id = phalanx_process("run", "-f", path, "--detach").stdout.strip()
     pid_file = phalanx_home / "runs" / exp_id / "supervisor.pid"
     deadline = time.monotonic() + 60
     while not pid_file.exists() and time.monotonic() < deadline:
         time.sleep(0.1)
     os.kill(int(pid_file.read_text().split()[0]), signal.SIGKILL)
     try:
-        done = phalanx("logs", "-f", exp_id)
+        done = phalanx_cli("logs", "-f", exp_id)
         assert done.returncode == 1, done.stderr
         assert f"the supervisor of experiment {exp_id} is gone" in done.stderr
         assert f"phalanx stop {exp_id}" in done.stderr
     finally:
-        phalanx("stop", exp_id)
+        phalanx_cli("stop", exp_id)
 
 
 def test_run_piped_into_head_runs_to_the_end_without_a_traceback(phalanx_home: Path, tmp_path: Path) -> None:
@@ -194,10 +193,12 @@ def test_run_piped_into_head_runs_to_the_end_without_a_traceback(phalanx_home: P
 def test_a_cluster_that_refuses_the_job_leaves_no_run_folder_behind(phalanx_home: Path, hello: Path) -> None:
     """A Kubernetes cluster without a kubeconfig: the submit fails before the experiment is recorded."""
     assert (
-        phalanx("cluster", "add", "k8s", "--kind", "kubernetes", "--server-url", "http://p:8000").returncode
+        phalanx_cli(
+            "cluster", "add", "k8s", "--kind", "kubernetes", "--server-url", "http://p:8000"
+        ).returncode
         == 0
     )
-    done = phalanx("run", "-f", hello, "--cluster", "k8s", env={"KUBECONFIG": str(phalanx_home / "none")})
+    done = phalanx_cli("run", "-f", hello, "--cluster", "k8s", env={"KUBECONFIG": str(phalanx_home / "none")})
     assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr
     assert "error:" in done.stderr
     for folder in (phalanx_home / "runs", phalanx_home / "spool"):
@@ -221,25 +222,25 @@ def test_stop_of_a_plain_script_ends_it_and_a_killed_one_is_marked_failed_and_ca
         assert proc.stdout is not None and proc.stdout.readline() == "up\n"
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
-            listed = phalanx("ls", "-o", "json").stdout
+            listed = phalanx_cli("ls", "-o", "json").stdout
             found = [e["id"] for e in json.loads(listed) if e["id"] not in ids]
             if found:
                 ids.append(found[0])
                 break
             time.sleep(0.2)
         if len(ids) == 1:
-            done = phalanx("stop", ids[0])  # alive: SIGTERM, and it ends
+            done = phalanx_cli("stop", ids[0])  # alive: SIGTERM, and it ends
             assert done.returncode == 0, done.stderr
             assert proc.wait(timeout=60) != 0
         else:
             proc.send_signal(signal.SIGKILL)  # killed: the next reader marks it failed, saying how
             proc.wait(timeout=60)
-            followed = phalanx("logs", "-f", ids[1])  # ends instead of following forever
+            followed = phalanx_cli("logs", "-f", ids[1])  # ends instead of following forever
             assert followed.returncode == 0 and "up" in followed.stdout, followed.stderr
-            shown = json.loads(phalanx("get", ids[1], "-o", "json").stdout)
+            shown = json.loads(phalanx_cli("get", ids[1], "-o", "json").stdout)
             assert shown["status"] == "failed"
             assert "ended without recording its end" in shown["reason"]
-            assert phalanx("delete", ids[1], "--yes").returncode == 0
+            assert phalanx_cli("delete", ids[1], "--yes").returncode == 0
 
 
 def test_logs_follow_of_a_killed_plain_script_whose_ingester_died_too_marks_it_failed_and_ends(
@@ -264,20 +265,20 @@ def test_logs_follow_of_a_killed_plain_script_whose_ingester_died_too_marks_it_f
         deadline = time.monotonic() + 60
         exp_id = None
         while time.monotonic() < deadline:  # the line is in the store: the ingester relayed it
-            listed = json.loads(phalanx("ls", "-o", "json").stdout)
+            listed = json.loads(phalanx_cli("ls", "-o", "json").stdout)
             if listed:
                 exp_id = listed[0]["id"]
-                if "up" in phalanx("logs", exp_id).stdout:
+                if "up" in phalanx_cli("logs", exp_id).stdout:
                     break
             time.sleep(0.2)
         assert exp_id is not None
         os.kill(ingester, signal.SIGKILL)
         proc.send_signal(signal.SIGKILL)
         proc.wait(timeout=60)
-        followed = phalanx("logs", "-f", exp_id)
+        followed = phalanx_cli("logs", "-f", exp_id)
         assert followed.returncode == 0, followed.stderr
         assert "up" in followed.stdout
-        shown = json.loads(phalanx("get", exp_id, "-o", "json").stdout)
+        shown = json.loads(phalanx_cli("get", exp_id, "-o", "json").stdout)
         assert shown["status"] == "failed"
         assert "ended without recording its end" in shown["reason"]
     finally:
@@ -286,15 +287,15 @@ def test_logs_follow_of_a_killed_plain_script_whose_ingester_died_too_marks_it_f
 
 
 def test_an_artifacts_url_fsspec_cannot_open_is_a_usage_error(phalanx_home: Path) -> None:
-    done = phalanx("ls", env={"PHALANX_ARTIFACTS_URL": "garbage://x"})
+    done = phalanx_cli("ls", env={"PHALANX_ARTIFACTS_URL": "garbage://x"})
     assert_user_error(done, "PHALANX_ARTIFACTS_URL 'garbage://x': Protocol not known: garbage")
 
 
 def test_ls_with_a_filter_matching_nothing_does_not_claim_there_are_no_experiments(
     phalanx_home: Path, hello: Path
 ) -> None:
-    assert phalanx("run", "-f", hello).returncode == 0
-    done = phalanx("ls", "--project", "nope")
+    assert phalanx_process("run", "-f", hello).returncode == 0
+    done = phalanx_cli("ls", "--project", "nope")
     assert done.returncode == 0
     assert "no experiments match" in done.stdout and "no experiments yet" not in done.stdout
 
@@ -303,21 +304,17 @@ def test_run_and_check_of_stdin_a_folder_or_a_missing_file_say_so_once(
     phalanx_home: Path, tmp_path: Path
 ) -> None:
     for command in ("run", "check"):
-        assert_user_error(phalanx(command, "-f", "-"), "cannot come from stdin")
+        assert_user_error(phalanx_cli(command, "-f", "-"), "cannot come from stdin")
         for path, message in ((tmp_path, "is a directory"), (tmp_path / "nope.yml", "no such file")):
-            done = phalanx(command, "-f", path)
+            done = phalanx_cli(command, "-f", path)
             assert_user_error(done, message)
             assert done.stderr.count("\n") == 1, done.stderr
 
 
 def test_server_refuses_a_short_token_on_an_address_other_machines_reach() -> None:
     """Throttling is per client address: a short token on 0.0.0.0 could still be guessed from many."""
-    done = subprocess.run(
-        [sys.executable, "-m", "phalanx.cli.main", "server", "--host", "0.0.0.0", "--port", str(free_port())],
-        env={**os.environ, "PHALANX_TOKEN": "short-token"},
-        capture_output=True,
-        text=True,
-        timeout=30,
+    done = phalanx_cli(
+        "server", "--host", "0.0.0.0", "--port", str(free_port()), env={"PHALANX_TOKEN": "short-token"}
     )
     assert_user_error(done, "too easy to guess")
     assert "secrets.token_urlsafe" in done.stderr
@@ -327,13 +324,13 @@ def test_server_refuses_a_short_token_on_an_address_other_machines_reach() -> No
     ("how", "value"), [("option", "my-proxy"), ("env", "10.0.0.1,10.0.0.300"), ("option", "10.0.0.0/33")]
 )
 def test_server_refuses_forwarded_allow_ips_that_are_no_addresses(how: str, value: str) -> None:
-    args = [sys.executable, "-m", "phalanx.cli.main", "server", "--port", str(free_port())]
-    env = {**os.environ, "PHALANX_TOKEN": ""}
+    args = ["server", "--port", str(free_port())]
+    env = {"PHALANX_TOKEN": ""}
     if how == "option":
         args += ["--forwarded-allow-ips", value]
     else:
         env["PHALANX_FORWARDED_ALLOW_IPS"] = value
-    done = subprocess.run(args, env=env, capture_output=True, text=True, timeout=30)
+    done = phalanx_cli(*args, env=env)
     assert_user_error(done, "is not an IP address or network")
     assert ("--forwarded-allow-ips" if how == "option" else "PHALANX_FORWARDED_ALLOW_IPS") in done.stderr
 
@@ -355,7 +352,7 @@ def test_resume_or_rerun_of_an_experiment_that_never_left_the_queue_says_so(phal
     )
     store.update_experiment(exp.id, status=ExperimentStatus.STOPPED)
     for command in ("resume", "rerun"):
-        done = phalanx(command, exp.id)
+        done = phalanx_cli(command, exp.id)
         said = f"experiment {exp.id} never started (it was stopped while it waited in the queue)"
         assert_user_error(done, said)
         assert "phalanx run -f '/data/my runs/train.yml' --param lr=0.1 --param 'tag=a b'" in done.stderr
@@ -373,7 +370,7 @@ def test_resume_or_rerun_of_an_experiment_that_never_left_the_queue_says_so(phal
 def test_a_file_named_without_f_gets_the_command_to_type(args: list[str], fixed: str) -> None:
     """`phalanx run train.yml` used to get typer's "Missing option '-f' / '--file'" alone, as if no
     file had been given."""
-    done = phalanx(*args)
+    done = phalanx_cli(*args)
     assert done.returncode == 2
     assert (
         done.stderr
@@ -388,6 +385,6 @@ def test_a_priority_beyond_the_bound_is_refused_before_anything_starts(
     past it. The bound says what the scale is."""
     spec = tmp_path / "hello.yml"
     spec.write_text(HELLO)
-    done = phalanx("run", "-f", spec, "--priority", "99999999999999999999", "-d")
+    done = phalanx_cli("run", "-f", spec, "--priority", "99999999999999999999", "-d")
     assert_user_error(done, "--priority 99999999999999999999: give a whole number from -1000 to 1000")
     assert not (phalanx_home / "runs").exists() or not any((phalanx_home / "runs").iterdir())

@@ -74,7 +74,7 @@ def test_a_sigkilled_phalanx_run_is_marked_failed_by_the_next_reader(phalanx: Ph
     )
     proc.send_signal(signal.SIGKILL)
     proc.wait(30)
-    shown = phalanx.run("ls", "-o", "json")
+    shown = phalanx.cli("ls", "-o", "json")
     assert shown.returncode == 0, shown.stderr
     exp = phalanx.store().get_experiment(exp.id)
     assert exp.status == ExperimentStatus.FAILED, (exp, shown.stdout)
@@ -140,7 +140,7 @@ def test_the_store_down_when_the_replicas_end_is_no_traceback_and_the_outcome_la
         assert "Traceback" not in err, err
         assert "store cannot be reached" in out + err
         postgres.resume(server)
-        shown = phalanx.run("ls")
+        shown = phalanx.cli("ls")
         assert shown.returncode == 0, shown.stderr
         exp = store.list_experiments().items[0]
         assert exp.status == ExperimentStatus.SUCCEEDED, exp

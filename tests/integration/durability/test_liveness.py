@@ -3,11 +3,12 @@ seconds, and the reason names it, not the peer that waits for it."""
 
 from __future__ import annotations
 
+import json
 import time
 
 import pytest
 from tests.integration.durability.figures import figure
-from tests.integration.local.conftest import Phalanx
+from tests.integration.local.conftest import Phalanx, wait_for
 
 from phalanx.domain import ExperimentStatus
 
@@ -100,3 +101,41 @@ def test_a_worker_that_stops_calling_all_reduce_is_caught(phalanx: Phalanx) -> N
         seconds_to_final=round(took, 1),
         reason=reason.split(";")[0],
     )
+
+
+def test_a_silent_hung_replica_is_named_then_failed_by_the_file_s_times(phalanx: Phalanx) -> None:
+    """A replica that prints a line, then sleeps for ever (no step, no output, no CPU): after
+    run.stall_notice `phalanx get` says it stalled while the experiment still runs, the alert hook
+    hears of it, and after run.hang_timeout the experiment fails naming it, with its last line."""
+    phalanx.spec('import time\nprint("loading the data", flush=True)\ntime.sleep(3600)\n', name="hang.py")
+    spec = phalanx.spec(
+        """
+        version: 1
+        kind: experiment
+        run:
+          cmd: python hang.py
+          stall_notice: 2
+          hang_timeout: 25
+        """
+    )
+    heard = phalanx.tmp / "alerts.jsonl"
+    phalanx.env["PHALANX_ALERT_COMMAND"] = f"cat >> {heard}; echo >> {heard}"
+    proc = phalanx.start("run", "-f", str(spec))
+    store = phalanx.store()
+    exp = wait_for(
+        lambda: next((e for e in store.list_experiments().items if "stalled" in (e.reason or "")), None),
+        what="the stall notice in the experiment's reason",
+    )
+    shown = phalanx.run("get", exp.id)
+    line = next(x for x in shown.stdout.splitlines() if x.startswith("status:"))
+    assert line.startswith(
+        "status:    running (stalled: master made no progress (no step, no output, no CPU time) for"
+    ), line
+    assert "(stall_notice 2 s); it fails after 25 s without progress)" in line, line
+    out, err = proc.communicate(timeout=180)
+    assert proc.returncode == 1, out + err
+    reason = phalanx.only_experiment().reason or ""
+    assert reason.startswith("master made no progress (no step, no output, no CPU time) for"), reason
+    assert "(hang_timeout 25 s); last lines of its log:\n  loading the data" in reason, reason
+    kinds = [json.loads(x)["kind"] for x in heard.read_text().splitlines() if x.strip()]
+    assert kinds == ["stalled", "hung"], heard.read_text()

@@ -85,7 +85,7 @@ def test_a_reaper_killed_with_its_supervisor_leaves_nothing_after_the_next_comma
     os.kill(_reaper_of(phalanx.home), signal.SIGKILL)
     os.kill(supervisor, signal.SIGKILL)
     proc.communicate(timeout=60)
-    listed = phalanx.run("ls")
+    listed = phalanx.cli("ls")
     assert listed.returncode == 0, listed.stderr
     left = experiment_pids(phalanx.home)
     assert not left, f"outlived the next command: {left}; {phalanx.only_experiment()}; {listed.stderr}"

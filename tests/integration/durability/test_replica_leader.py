@@ -59,7 +59,7 @@ def test_a_phalanx_run_killed_during_start_up_leaves_a_visible_experiment_or_not
     # nothing of the killed run may still be starting when `ls` cleans up: a reaper spawned just
     # before the kill could otherwise write into the run folder after `ls` removed it
     wait_for(lambda: not experiment_pids(phalanx.home), timeout=15, what="no replica left")
-    listed = phalanx.run("ls", "-o", "json")
+    listed = phalanx.cli("ls", "-o", "json")
     assert listed.returncode == 0, listed.stderr
     if exp_id in listed.stdout:  # recorded: then it is visible with a final status
         exp = phalanx.store().get_experiment(exp_id)

@@ -11,6 +11,7 @@ import json
 from pathlib import Path
 
 from tests.integration.install.test_buildenv import write_wheel
+from tests.support.cli import phalanx_cli
 
 from .test_framework_examples import phalanx
 
@@ -51,9 +52,9 @@ def test_replicas_run_in_the_build_venv_and_report_through_phalanx(
     exp_id = json.loads(done.stdout)["id"]
     venvs = [p for p in (phalanx_home / "venvs").iterdir() if not p.name.startswith(".")]
     assert len(venvs) == 1
-    logs = phalanx("logs", exp_id)
+    logs = phalanx_cli("logs", exp_id)
     assert f"prefix {venvs[0]}" in logs.stdout, logs.stdout + logs.stderr
-    metrics = json.loads(phalanx("metrics", exp_id, "-o", "json").stdout)
+    metrics = json.loads(phalanx_cli("metrics", exp_id, "-o", "json").stdout)
     assert {s: v["values"] for s, v in metrics["isolated"].items()} == {"master": [1.0], "worker-0": [1.0]}
     assert metrics["tinypkg"]["master"]["values"] == [1.0]
 
@@ -69,7 +70,7 @@ def test_a_package_pip_cannot_find_is_refused_with_pip_words_and_nothing_left(
     venvs = phalanx_home / "venvs"
     assert [p.name for p in venvs.iterdir() if not p.name.endswith(".lock")] == []
     # it existed while it built (status building), and says why it ended
-    (failed,) = json.loads(phalanx("ls", "-o", "json").stdout)
+    (failed,) = json.loads(phalanx_cli("ls", "-o", "json").stdout)
     assert failed["status"] == "failed", failed
     assert "No matching distribution found" in failed["reason"], failed
 
@@ -95,12 +96,12 @@ def test_an_experiment_exists_before_its_environment_is_built_and_detach_does_no
         done = phalanx("run", "--detach", "-o", "json", "-f", str(path), timeout=120)
         assert done.returncode == 0, done.stdout + done.stderr
         exp_id = json.loads(done.stdout)["id"]
-        (listed,) = json.loads(phalanx("ls", "-o", "json").stdout)
+        (listed,) = json.loads(phalanx_cli("ls", "-o", "json").stdout)
         assert (listed["id"], listed["status"]) == (exp_id, "building")
         fcntl.flock(lock, fcntl.LOCK_UN)
-    logs = phalanx("logs", exp_id, "--follow", timeout=300)
+    logs = phalanx_cli("logs", exp_id, "--follow")
     assert "prefix" in logs.stdout, logs.stdout + logs.stderr
-    (ended,) = json.loads(phalanx("ls", "-o", "json").stdout)
+    (ended,) = json.loads(phalanx_cli("ls", "-o", "json").stdout)
     assert ended["status"] == "succeeded", ended
     log = (phalanx_home / "runs" / exp_id / "supervisor.log").read_text()
     assert "building its environment" in log and "environment ready" in log, log

@@ -11,6 +11,7 @@ import json
 from pathlib import Path
 
 import pytest
+from tests.support.cli import phalanx_cli
 
 from .test_framework_examples import home, phalanx
 
@@ -47,7 +48,7 @@ def test_an_experiment_with_a_build_section_saves_an_onnx_model(home: Path, tmp_
     done = phalanx("run", "-f", str(spec), "-o", "json", timeout=840)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     exp_id = json.loads(done.stdout)["id"]
-    logs = phalanx("logs", exp_id).stdout
+    logs = phalanx_cli("logs", exp_id).stdout
     assert "saved in" in logs and str(home / "venvs") in logs, logs
     models = json.loads(phalanx("models", exp_id, "-o", "json").stdout)
     formats = {m["name"]: m["format"] for m in models}

@@ -1,6 +1,11 @@
 """The framework examples run end to end through `phalanx run`: exit 0, the experiment succeeded,
 and the accuracy each script reports through `phalanx.Task` is in the store.
 
+The TensorFlow and MXNet examples run with every replica at `cpu: {limits: 1}` (`one_core`), as on a
+small machine: the local engine pins each to one core with OMP/MKL at 1 thread, which once hung a
+TensorFlow parameter-server worker for ever (issue 39: its inter-op pool of one thread). The
+PyTorch DDP example ships with limit 1 per replica (tests/integration/local/test_run_cli.py runs it).
+
 The TensorFlow and MXNet examples run in venvs built from their `build.pip_packages`. Building one
 takes ~30 s and 1.6 GB, so every test's PHALANX_HOME links its `venvs` folder to one cache shared by
 all test runs on the machine (`$PHALANX_TEST_VENVS`, default ~/.cache/phalanx/venvs); buildenv's lock
@@ -19,7 +24,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from tests.conftest import REPO
+from tests.support.cli import phalanx_cli
 
 PHALANX = Path(sys.executable).parent / "phalanx"
 EXAMPLES = REPO / "examples"
@@ -57,13 +64,39 @@ def phalanx(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]
     return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
 
 
-def run_example(name: str, *extra: str) -> tuple[str, subprocess.CompletedProcess[str]]:
-    """`phalanx run` the example; returns its experiment id and the finished process."""
-    done = phalanx("run", "-f", str(EXAMPLES / name / "polyaxonfile.yml"), *extra, timeout=RUN_TIMEOUT)
+def one_core(name: str, folder: Path) -> Path:
+    """The example's file with `cpu: {limits: 1}` for the master, every worker and every ps, written
+    into ``folder`` (run it with `--workdir` the example's folder and `--oversubscribe`: the replicas
+    are more than this machine's 2 cores, and each is pinned to one of them)."""
+    doc = yaml.safe_load((EXAMPLES / name / "polyaxonfile.yml").read_text())
+
+    def limit() -> dict[str, Any]:  # a dict of its own each time: safe_dump would write aliases
+        return {"cpu": {"limits": 1}}
+
+    doc["environment"]["resources"] = limit()
+    replicas = doc["environment"]["replicas"]
+    replicas["default_worker"] = {"resources": limit()}
+    if replicas.get("n_ps"):
+        replicas["default_ps"] = {"resources": limit()}
+    path = folder / f"{name}-one-core.yml"
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    return path
+
+
+def run_example(
+    name: str, *extra: str, folder: Path | None = None
+) -> tuple[str, subprocess.CompletedProcess[str]]:
+    """`phalanx run` the example (with ``folder``: at one core per replica, see ``one_core``);
+    returns its experiment id and the finished process."""
+    file = EXAMPLES / name / "polyaxonfile.yml"
+    if folder is not None:
+        file = one_core(name, folder)
+        extra = (*extra, "--workdir", str(EXAMPLES / name), "--oversubscribe")
+    done = phalanx("run", "-f", str(file), *extra, timeout=RUN_TIMEOUT)
     output = done.stdout + done.stderr
     assert done.returncode == 0, f"phalanx run {name} exited {done.returncode}:\n{output[-6000:]}"
     assert "final test accuracy" in output, output[-4000:]
-    listed = phalanx("ls", "-o", "json")
+    listed = phalanx_cli("ls", "-o", "json")
     assert listed.returncode == 0, listed.stderr
     experiments = json.loads(listed.stdout)
     rows = experiments.get("items", experiments) if isinstance(experiments, dict) else experiments
@@ -72,7 +105,7 @@ def run_example(name: str, *extra: str) -> tuple[str, subprocess.CompletedProces
 
 
 def experiment(exp_id: str) -> dict[str, Any]:
-    got = phalanx("get", exp_id, "-o", "json")
+    got = phalanx_cli("get", exp_id, "-o", "json")
     assert got.returncode == 0, got.stderr
     return dict(json.loads(got.stdout))
 
@@ -84,7 +117,7 @@ def spool_listing() -> str:
 
 
 def accuracy_series(exp_id: str) -> dict[str, dict[str, list[float]]]:
-    metrics = phalanx("metrics", exp_id, "--title", "accuracy", "-o", "json")
+    metrics = phalanx_cli("metrics", exp_id, "--title", "accuracy", "-o", "json")
     assert metrics.returncode == 0, f"{metrics.stderr}\nspool files:\n{spool_listing()}"
     return dict(json.loads(metrics.stdout)["accuracy"])
 
@@ -94,28 +127,36 @@ def final_accuracies(exp_id: str) -> dict[str, float]:
 
 
 @pytest.mark.slow
-def test_tensorflow_multi_worker_mirrored_trains_in_its_own_venv(home: Path) -> None:
-    exp_id, _ = run_example("tensorflow-mwms", "--param", "epochs=3")
+def test_tensorflow_multi_worker_mirrored_trains_in_its_own_venv_on_one_core_each(
+    home: Path, tmp_path: Path
+) -> None:
+    exp_id, _ = run_example("tensorflow-mwms", "--param", "epochs=3", folder=tmp_path)
     assert experiment(exp_id)["status"] == "succeeded"
     series = accuracy_series(exp_id)
     assert list(series) == ["test"]
     assert len(series["test"]["values"]) == 3  # one point per epoch, reported by the chief only
     assert series["test"]["values"][-1] >= 0.9
-    loss = json.loads(phalanx("metrics", exp_id, "--title", "loss", "-o", "json").stdout)["loss"]
+    loss = json.loads(phalanx_cli("metrics", exp_id, "--title", "loss", "-o", "json").stdout)["loss"]
     assert sorted(loss) == ["chief-0", "worker-0", "worker-1"]  # every replica reported its own series
 
 
 @pytest.mark.slow
-def test_tensorflow_parameter_server_succeeds_when_the_chief_is_done(home: Path) -> None:
-    exp_id, _ = run_example("tensorflow-ps", "--param", "steps=150")
+def test_tensorflow_parameter_server_succeeds_on_one_core_each_when_the_chief_is_done(
+    home: Path, tmp_path: Path
+) -> None:
+    """At one core per replica a worker's inter-op pool used to be one thread and the job hung for
+    ever after "coordinating 2 workers" (issue 39); every engine now gives it two."""
+    exp_id, _ = run_example("tensorflow-ps", "--param", "steps=150", folder=tmp_path)
     got = experiment(exp_id)
     assert got["status"] == "succeeded"  # although the worker and ps servers had to be stopped
+    ran = phalanx("get", exp_id, "--file").stdout  # the file it ran: one core for each of the 3 roles
+    assert ran.count("limits: 1") == 3, ran
     assert final_accuracies(exp_id)["test"] >= 0.9
 
 
 @pytest.mark.slow
-def test_mxnet_parameter_server_trains_on_both_workers(home: Path) -> None:
-    exp_id, _ = run_example("mxnet-ps", "--param", "epochs=3")
+def test_mxnet_parameter_server_trains_on_both_workers_on_one_core_each(home: Path, tmp_path: Path) -> None:
+    exp_id, _ = run_example("mxnet-ps", "--param", "epochs=3", folder=tmp_path)
     assert experiment(exp_id)["status"] == "succeeded"
     accuracies = final_accuracies(exp_id)
     assert sorted(accuracies) == ["worker 0", "worker 1"]
@@ -143,7 +184,7 @@ def test_horovod_example_trains_on_two_ranks_with_the_same_accuracy_and_per_rank
     assert accuracies["rank 0"] == accuracies["rank 1"] >= 0.9  # allreduce keeps the models identical
     logs = {}
     for replica in ("master", "worker-0"):
-        got = phalanx("logs", exp_id, "--replica", replica)
+        got = phalanx_cli("logs", exp_id, "--replica", replica)
         assert got.returncode == 0, got.stderr
         logs[replica] = got.stdout
     # each rank's lines reach its own replica, tagged with its rank, one line each (never glued)
@@ -161,6 +202,6 @@ def phalanx_horovod() -> tuple[str, subprocess.CompletedProcess[str]]:
     )
     output = done.stdout + done.stderr
     assert done.returncode == 0, f"phalanx run horovod exited {done.returncode}:\n{output[-6000:]}"
-    rows = json.loads(phalanx("ls", "-o", "json").stdout)
+    rows = json.loads(phalanx_cli("ls", "-o", "json").stdout)
     rows = rows.get("items", rows) if isinstance(rows, dict) else rows
     return str(rows[0]["id"]), done

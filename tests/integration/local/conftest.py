@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from tests.support.cli import Done, phalanx_cli
 
 REPO = Path(__file__).resolve().parents[3]
 
@@ -121,6 +122,13 @@ class Phalanx:
             out, err = proc.communicate()
             raise AssertionError(f"phalanx {' '.join(args)} hung; stderr:\n{err[-6000:]}") from None
         return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+
+    def cli(self, *args: str | Path) -> Done:
+        """`phalanx ARGS` in this process (tests/support/cli.py), in the environment and folder
+        `run` gives its process: for a command that reads, refuses or stops, not one that runs an
+        experiment or a group."""
+        unset: dict[str, str | None] = {k: None for k in os.environ if k not in self.env}
+        return phalanx_cli(*args, env={**unset, **self.env}, cwd=self.tmp)
 
     def start(self, *args: str) -> subprocess.Popen[str]:
         proc = subprocess.Popen(

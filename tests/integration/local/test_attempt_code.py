@@ -33,14 +33,14 @@ def test_a_resume_after_an_edit_records_the_code_that_succeeded(phalanx: Phalanx
     assert latest["train.py"].decode() == FIXED  # what produced the succeeded result
     assert [a["attempt"] for a in record["attempts"]] == [0, 1]
 
-    got = json.loads(phalanx.run("get", exp_id, "-o", "json").stdout)
+    got = json.loads(phalanx.cli("get", exp_id, "-o", "json").stdout)
     assert [(a["number"], a["status"], (a.get("code") or {}).get("changed")) for a in got["attempts"]] == [
         (0, "failed", None),
         (1, "succeeded", ["train.py"]),
     ]
-    assert "code changed: train.py" in phalanx.run("get", exp_id).stdout
+    assert "code changed: train.py" in phalanx.cli("get", exp_id).stdout
 
-    diff = json.loads(phalanx.run("diff", exp_id, "-o", "json").stdout)
+    diff = json.loads(phalanx.cli("diff", exp_id, "-o", "json").stdout)
     assert (diff["a"], diff["b"]) == (f"{exp_id}@0", f"{exp_id}@1")
     assert "-print('version one')" in diff["code"] and "+print('version two')" in diff["code"]
 

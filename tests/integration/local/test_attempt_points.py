@@ -46,7 +46,7 @@ def test_a_restarted_group_reporting_its_steps_again_leaves_one_point_per_step(p
     assert series.values == [100.0 + s for s in range(10)]
     lines = [line.text for line in phalanx.store().logs(exp.id)]
     assert "attempt 0: PHALANX_ATTEMPT=None" in lines and "attempt 1: PHALANX_ATTEMPT=1" in lines, lines
-    shown = phalanx.run("get", exp.id)
+    shown = phalanx.cli("get", exp.id)
     assert shown.returncode == 0, shown.stderr
     assert "  0  start: failed" in shown.stdout and "  1  restart: succeeded" in shown.stdout, shown.stdout
 
@@ -85,7 +85,7 @@ def test_phalanx_resume_replaces_the_steps_reported_after_the_checkpoint(phalanx
         return series is not None and 3 in series.steps
 
     wait_for(reported_step_3, what="step 3 of the first attempt")
-    assert phalanx.run("stop", exp_id).returncode == 0
+    assert phalanx.cli("stop", exp_id).returncode == 0
     resumed = phalanx.run("resume", exp_id)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     loss = store.metrics(exp_id, "loss")["loss"]["master"]

@@ -60,7 +60,7 @@ def test_seed_004_datastore_as_a_script_param_reaches_every_replica(phalanx: Pha
     lines = [line.text for line in phalanx.store().logs(run.id)]
     for rank in (0, 1):
         assert f"rank {rank} read 1797 rows from {lake}" in lines, lines
-    shown = json.loads(phalanx.run("get", run.id, "-o", "json").stdout)
+    shown = json.loads(phalanx.cli("get", run.id, "-o", "json").stdout)
     assert [(i["kind"], i["datastore"], i["url"]) for i in shown["inputs"]] == [
         ("datastore", "digits-store", str(lake))
     ]

@@ -24,7 +24,7 @@ def test_several_files_are_refused_instead_of_the_last_silently_winning(phalanx:
         )
         assert "Traceback" not in done.stderr
     assert not (phalanx.home / "phalanx.db").exists()
-    assert phalanx.run("check", "-f", str(a)).returncode == 0
+    assert phalanx.cli("check", "-f", str(a)).returncode == 0
 
 
 def test_an_empty_optional_param_adds_no_argument_and_check_says_so(phalanx: Phalanx) -> None:
@@ -39,7 +39,7 @@ def test_an_empty_optional_param_adds_no_argument_and_check_says_so(phalanx: Pha
           cmd: python -c "import sys; print('ARGS', sys.argv[1:])" --lr={{ lr }} {{ extra }}
         """
     )
-    checked = phalanx.run("check", "-f", str(spec))
+    checked = phalanx.cli("check", "-f", str(spec))
     assert checked.returncode == 0, checked.stderr
     assert "note: " in checked.stderr and "{{ extra }} is empty, so it adds no argument" in checked.stderr
     ran = phalanx.run("run", "-f", str(spec))

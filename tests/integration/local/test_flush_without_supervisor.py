@@ -55,7 +55,7 @@ def test_flush_returns_at_once_when_the_supervisor_died_and_nothing_is_lost(phal
     result = json.loads(wait_for(lambda: _read(folder / "result"), what="the replica's second flush"))
     assert result["stored"] is False  # durable in the spool, not yet in the store
     assert result["seconds"] < 30  # not its 60 s timeout (generous: two shared cores)
-    done = phalanx.run("metrics", ready_id(phalanx), "-o", "json")
+    done = phalanx.cli("metrics", ready_id(phalanx), "-o", "json")
     reported = {k: v for k, v in json.loads(done.stdout).items() if not k.startswith("system/")}
     assert reported == {"loss": {"w": {"steps": [0, 1], "values": [1.0, 2.0]}}}  # system/: the sampler's
 

@@ -18,6 +18,7 @@ from tests.integration.local.conftest import Phalanx, wait_for
 
 pytest.importorskip("optuna")
 
+RACES = 8  # each race is one lock contest; most of them must meet (see the last assertion)
 TRAIN = "import sys\nfrom phalanx import log_metrics\nlog_metrics(step=1, loss=float(sys.argv[1]))\n"
 
 # what the controller that lost says, whichever check it met first
@@ -70,8 +71,8 @@ def _fork_server(monkeypatch: pytest.MonkeyPatch) -> Any:
     return ctx
 
 
-@pytest.mark.timeout(600)  # 20 races: about 40 s here, 2 min when the 2 cores are shared by many
-def test_two_resumes_at_once_run_one_controller_20_times_out_of_20(
+@pytest.mark.timeout(600)  # 8 races: about 16 s here, 1 min when the 2 cores are shared by many
+def test_two_resumes_at_once_run_one_controller_8_times_out_of_8(
     phalanx: Phalanx, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from phalanx.groups import controller
@@ -82,7 +83,7 @@ def test_two_resumes_at_once_run_one_controller_20_times_out_of_20(
     store = group_store(phalanx.store())
     spec = load_group(group_file(phalanx, 2))
     lost_to_a_running_controller = 0
-    for race in range(20):
+    for race in range(RACES):
         # a group whose stop was asked for: the controller that wins stops it at once, with no
         # trial to wait for; the one that loses must say so and change nothing
         g = controller.create(store, spec, workdir=phalanx.tmp / "race")
@@ -106,7 +107,7 @@ def test_two_resumes_at_once_run_one_controller_20_times_out_of_20(
         assert done.status == "stopped" and done.controller_pid is None
         assert store.list_trials(g.id) == []
     # the two met (not one after the other's end) in most races: the lock was what decided
-    assert lost_to_a_running_controller >= 10
+    assert lost_to_a_running_controller >= RACES // 2
 
 
 def test_resume_beside_a_starting_detached_run_launches_each_trial_once(phalanx: Phalanx) -> None:
@@ -126,9 +127,9 @@ def test_resume_beside_a_starting_detached_run_launches_each_trial_once(phalanx:
     else:  # the detached controller lost: its log says so
         assert code == 0, err
         assert LOSER.search(log), log
-    doc = json.loads(phalanx.run("group", "get", gid, "-o", "json").stdout)
+    doc = json.loads(phalanx.cli("group", "get", gid, "-o", "json").stdout)
     assert doc["status"] == "succeeded" and [t["number"] for t in doc["trials"]] == [0, 1, 2]
     assert len({t["params"]["x"] for t in doc["trials"]}) == 3
     ids = {t["experiment_id"] for t in doc["trials"]}
-    linked = json.loads(phalanx.run("ls", "--group", gid, "-o", "json").stdout)
+    linked = json.loads(phalanx.cli("ls", "--group", gid, "-o", "json").stdout)
     assert {e["id"] for e in linked} == ids  # three experiments, none launched twice

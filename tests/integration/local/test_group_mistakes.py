@@ -43,7 +43,7 @@ def test_a_metric_name_the_script_never_logs_is_named_with_what_it_did_log(phala
     doc = json.loads(done.stdout)
     assert doc["best"] is None and said in doc["trials"][0]["reason"]
     assert "no best trial: no trial reported los" in done.stderr
-    shown = phalanx.run("group", "get", doc["id"])
+    shown = phalanx.cli("group", "get", doc["id"])
     assert shown.returncode == 0 and f"trial 0: {said}" in shown.stdout
 
 
@@ -53,7 +53,7 @@ def test_a_failing_trial_points_at_its_logs(phalanx: Phalanx) -> None:
     exp = json.loads(done.stdout)["trials"][0]["experiment_id"]
     assert f"failed: master exited with code 3 (`phalanx logs {exp}` shows why)" in done.stderr
     group = json.loads(done.stdout)["id"]
-    shown = phalanx.run("group", "get", group)
+    shown = phalanx.cli("group", "get", group)
     assert "trial 0: master exited with code 3" in shown.stdout
     # resuming a trial by hand is the user's own run: said, since the group's record stays as it was
     again = phalanx.run("resume", exp, timeout=120)
@@ -106,7 +106,7 @@ def test_a_group_stopped_while_its_trials_launch_still_links_them(phalanx: Phala
     assert done.status == "stopped"
     trials = store.list_trials(group.id)
     assert len(trials) == 1  # the second was never started
-    listed = phalanx.run("ls", "--group", group.id, "-o", "json")
+    listed = phalanx.cli("ls", "--group", group.id, "-o", "json")
     assert listed.returncode == 0, listed.stderr
     assert [e["id"] for e in json.loads(listed.stdout)] == [trials[0].experiment_id]
     assert store.get_experiment(trials[0].experiment_id).status.done
@@ -135,9 +135,9 @@ def test_group_stop_after_a_killed_controller_keeps_a_trial_that_had_already_suc
     store.add_trial(Trial(group.id, 0, exp.id, {"x": 0.25}, state="running"))
     store.link_experiment(exp.id, group.id)
 
-    stopped = phalanx.run("group", "stop", group.id)
+    stopped = phalanx.cli("group", "stop", group.id)
     assert stopped.returncode == 0, stopped.stderr
-    doc = json.loads(phalanx.run("group", "get", group.id, "-o", "json").stdout)
+    doc = json.loads(phalanx.cli("group", "get", group.id, "-o", "json").stdout)
     assert doc["status"] == "stopped"
     (trial,) = doc["trials"]
     assert trial["state"] == "done" and trial["value"] == 0.25 and trial["step"] == 1

@@ -57,13 +57,13 @@ def group_file(phalanx: Phalanx, hptuning: str, steps: int = 3, pause: float = 0
 
 
 def group_doc(phalanx: Phalanx, group_id: str) -> dict[str, Any]:
-    got = phalanx.run("group", "get", group_id, "-o", "json")
+    got = phalanx.cli("group", "get", group_id, "-o", "json")
     assert got.returncode == 0, got.stderr
     return dict(json.loads(got.stdout))
 
 
 def only_group(phalanx: Phalanx) -> str:
-    listed = phalanx.run("group", "ls", "-o", "json")
+    listed = phalanx.cli("group", "ls", "-o", "json")
     assert listed.returncode == 0, listed.stderr
     (g,) = json.loads(listed.stdout)
     return str(g["id"])
@@ -93,13 +93,13 @@ def test_random_search_runs_six_two_replica_trials_two_at_a_time(phalanx: Phalan
     for start, _ in spans:
         assert sum(1 for s, f in spans if s <= start < f) <= 2
     # the trials are linked to their group: `phalanx ls --group`
-    listed = phalanx.run("ls", "--group", doc["id"][:6], "-o", "json")
+    listed = phalanx.cli("ls", "--group", doc["id"][:6], "-o", "json")
     assert listed.returncode == 0, listed.stderr
     assert {e["id"] for e in json.loads(listed.stdout)} == {e.id for e in experiments}
     assert {e["group_id"] for e in json.loads(listed.stdout)} == {doc["id"]}
-    table = phalanx.run("ls").stdout  # the experiment list says which group each trial belongs to
+    table = phalanx.cli("ls").stdout  # the experiment list says which group each trial belongs to
     assert table.splitlines()[0].split()[-1] == "GROUP" and doc["id"] in table
-    table = phalanx.run("group", "get", doc["id"])
+    table = phalanx.cli("group", "get", doc["id"])
     assert f"{best['number']}*" in table.stdout and "best (*)" in table.stdout
 
 
@@ -217,15 +217,15 @@ def test_bad_group_files_are_located_errors_and_nothing_is_recorded(phalanx: Pha
         in bad.stderr
     )
     assert "Traceback" not in bad.stderr
-    checked = phalanx.run("check", "-f", str(path))
+    checked = phalanx.cli("check", "-f", str(path))
     assert checked.returncode == 2 and "unknown distribution 'unifrom'" in checked.stderr
-    listed = phalanx.run("group", "ls")
+    listed = phalanx.cli("group", "ls")
     assert "no groups yet" in listed.stdout
     good = group_file(
         phalanx,
         "  bo: {n_iterations: 4, metric: {name: loss}}\n  matrix:\n    x: {uniform: 0:1}\n",
     )
-    shown = phalanx.run("check", "-f", str(good))
+    shown = phalanx.cli("check", "-f", str(good))
     assert shown.returncode == 0, shown.stderr
     assert "search: bo (4 trials)" in shown.stdout and "x  uniform(low=0, high=1)" in shown.stdout
     assert "worker-0" in shown.stdout and "command: python train.py 0.0 3 0.1" in shown.stdout
@@ -298,7 +298,7 @@ def test_group_stop_stops_every_running_trial_and_hyperband_passes_the_budget(ph
 
     running = wait_for(two_running, timeout=180, what="two running trials")
     assert all(t.params["steps"] == 600 for t in running)  # hyperband's budget, as a param
-    stopped = phalanx.run("group", "stop", group_id[:6])
+    stopped = phalanx.cli("group", "stop", group_id[:6])
     assert stopped.returncode == 0, stopped.stderr
     assert f"group {group_id} stopped" in stopped.stdout
     doc = group_doc(phalanx, group_id)
@@ -311,6 +311,6 @@ def test_group_stop_stops_every_running_trial_and_hyperband_passes_the_budget(ph
             assert exp.reason == "stopped by phalanx group stop", exp.reason
     assert not experiment_pids(phalanx.home)  # every replica of every trial is gone
     assert (
-        phalanx.run("group", "get", group_id, "-o", "json").stdout
-        == phalanx.run("group", "get", group_id, "-o", "json").stdout
+        phalanx.cli("group", "get", group_id, "-o", "json").stdout
+        == phalanx.cli("group", "get", group_id, "-o", "json").stdout
     )  # and nothing starts any more

@@ -55,7 +55,7 @@ def test_param_values_reach_the_command_as_one_argument_and_get_shows_the_launch
     assert "[master] [\"it's\", '--tag=a;echo INJECTED']" in done.stdout
     assert "[master] INJECTED" not in done.stdout
     exp = phalanx.only_experiment()
-    shown = phalanx.run("get", exp.id, "-o", "json")
+    shown = phalanx.cli("get", exp.id, "-o", "json")
     assert shown.returncode == 0, shown.stderr
     doc = json.loads(shown.stdout)
     assert doc["launch"]["params"] == {"note": "it's", "tag": "a;echo INJECTED"}
@@ -64,9 +64,9 @@ def test_param_values_reach_the_command_as_one_argument_and_get_shows_the_launch
     assert doc["spec_text"] == spec.read_text()
     # recorded after its engine took it, but created before it started (it once read the other way)
     assert doc["created_at"] <= doc["started_at"] <= doc["attempts"][0]["started_at"]
-    text = phalanx.run("get", exp.id).stdout
+    text = phalanx.cli("get", exp.id).stdout
     assert "--param:   note=it's tag=a;echo INJECTED" in text and "  master: " in text
-    assert phalanx.run("get", exp.id, "--file").stdout == spec.read_text()
+    assert phalanx.cli("get", exp.id, "--file").stdout == spec.read_text()
     from fastapi.testclient import TestClient
 
     from phalanx.config import Settings
@@ -146,13 +146,13 @@ def test_console_output_is_kept_once_and_gc_removes_orphans_and_compacts_the_sto
         orphan_spool, experiment_id="0rphan0000bb", stream=f"{host_tag()}-{gone_pid.pid}-ab12cd34"
     ) as w:
         w.write("text", {"title": "t", "text": "left behind", "level": 20, "step": None})
-    deleted = phalanx.run("delete", "-y", exp.id)
+    deleted = phalanx.cli("delete", "-y", exp.id)
     assert deleted.returncode == 0, deleted.stderr
     db = phalanx.home / "phalanx.db"
     before = db.stat().st_size + (
         db.with_name("phalanx.db-wal").stat().st_size if db.with_name("phalanx.db-wal").exists() else 0
     )
-    collected = phalanx.run("gc", "--min-age", "0", "-o", "json")
+    collected = phalanx.cli("gc", "--min-age", "0", "-o", "json")
     assert collected.returncode == 0, collected.stderr
     report = json.loads(collected.stdout)
     assert report["run_folders"] == ["0rphan0000aa"] and "0rphan0000bb" in report["spool_folders"]

@@ -66,7 +66,7 @@ def test_run_detach_starts_the_supervisor_and_nothing_else(
     (child,) = _children(trace, cli)
     assert child[1:3] == SUPERVISOR, child
     assert doc["supervisor_pid"] in [pid for pid, ppid, _ in _processes(trace) if ppid == cli]
-    got = phalanx.run("logs", doc["id"], "--follow")
+    got = phalanx.cli("logs", doc["id"], "--follow")
     assert "hi" in got.stdout, got.stderr
 
 
@@ -115,9 +115,9 @@ def test_a_group_trial_starts_its_supervisor_and_nothing_else(
     assert [argv for _pid, _ppid, argv in _processes(trace) if _is_cli(argv)] == [_argv(trace, controller)]
     # the sampled values are the trial's launch params (`phalanx get TRIAL -o json`) and its params
     for t in trials:
-        got = phalanx.run("get", t["experiment_id"], "-o", "json")
+        got = phalanx.cli("get", t["experiment_id"], "-o", "json")
         assert json.loads(got.stdout)["launch"]["params"] == t["params"], got.stdout
-        params = phalanx.run("params", t["experiment_id"], "-o", "json")
+        params = phalanx.cli("params", t["experiment_id"], "-o", "json")
         assert json.loads(params.stdout) == {"Trial": t["params"]}, params.stdout + params.stderr
 
 

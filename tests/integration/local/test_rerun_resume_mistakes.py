@@ -76,7 +76,7 @@ def test_resume_of_a_plain_script_run_does_not_point_to_a_rerun_that_would_refus
     # a run that recorded nothing (PHALANX_RECORD_SOURCE=0, or one from before plain scripts recorded)
     quiet = {**phalanx.env, "PHALANX_RECORD_SOURCE": "0"}
     subprocess.run([sys.executable, str(script)], env=quiet, check=True, timeout=120)
-    assert phalanx.run("ls").returncode == 0  # a phalanx command ingests what the script spooled
+    assert phalanx.cli("ls").returncode == 0  # a phalanx command ingests what the script spooled
     exp_id = phalanx.store().list_experiments().items[0].id
     resumed = phalanx.run("resume", exp_id)
     assert resumed.returncode == 2 and "only a failed or stopped one" in resumed.stderr
@@ -95,7 +95,7 @@ def test_diff_with_a_run_that_recorded_nothing_does_not_claim_every_package_and_
     # a run that recorded nothing (PHALANX_RECORD_SOURCE=0, or one from before plain scripts recorded)
     quiet = {**phalanx.env, "PHALANX_RECORD_SOURCE": "0"}
     subprocess.run([sys.executable, str(script)], env=quiet, check=True, timeout=120)
-    assert phalanx.run("ls").returncode == 0
+    assert phalanx.cli("ls").returncode == 0
     plain = phalanx.store().list_experiments().items[0].id
     folder = phalanx.tmp / "exp"
     folder.mkdir(parents=True, exist_ok=True)
@@ -105,10 +105,10 @@ def test_diff_with_a_run_that_recorded_nothing_does_not_claim_every_package_and_
     assert ran.returncode == 0, ran.stderr[-2000:]
     full = json.loads(ran.stdout)["id"]
 
-    doc = json.loads(phalanx.run("diff", plain, full, "-o", "json").stdout)
+    doc = json.loads(phalanx.cli("diff", plain, full, "-o", "json").stdout)
     assert doc["packages"] == {} and doc["code"] == [] and doc["file"] == [] and doc["versions"] == {}
     assert doc["unrecorded"] == {"a": ["environment", "source snapshot", "experiment file"]}
-    text = phalanx.run("diff", full, plain)
+    text = phalanx.cli("diff", full, plain)
     assert text.returncode == 0
     assert f"not compared: {plain} recorded no environment, source snapshot, experiment file" in text.stdout
     assert "print('hello')" not in text.stdout  # not shown as a file the other run lacks
@@ -179,7 +179,7 @@ def test_of_two_resumes_at_once_one_wins_and_the_other_says_so_leaving_the_winne
     wait_for(lambda: store.get_experiment(exp_id).status == "running", what="the winning resume")
     winner = recorded_process(phalanx.home / "runs" / exp_id / "supervisor.pid")
     assert winner is not None
-    stopped = phalanx.run("stop", exp_id)
+    stopped = phalanx.cli("stop", exp_id)
     assert stopped.returncode == 0, stopped.stderr
     assert store.get_experiment(exp_id).status == "stopped"
     wait_for(lambda: not experiment_pids(phalanx.home, exp_id), what="the winner's replicas' end")

@@ -107,7 +107,7 @@ def test_a_restarted_group_continues_from_the_latest_checkpoint(phalanx: Phalanx
     folder = Path(store.artifact_store.url(exp.id, "checkpoints/master"))
     assert sorted(p.name for p in folder.iterdir()) == [f"step-{s:09d}.pkl" for s in (EPOCHS - 2, EPOCHS - 1)]
 
-    shown = phalanx.run("checkpoints", exp.id, "-o", "json")
+    shown = phalanx.cli("checkpoints", exp.id, "-o", "json")
     assert shown.returncode == 0, shown.stderr
     doc = json.loads(shown.stdout)
     assert [c["step"] for c in doc["checkpoints"]] == [EPOCHS - 2, EPOCHS - 1]

@@ -42,7 +42,7 @@ def test_phalanx_resume_continues_a_stopped_experiment_from_its_latest_checkpoin
         return any(a.name == "checkpoint-2" for a in store.artifacts(exp_id))
 
     wait_for(saved_step_2, what="the checkpoint of epoch 2")
-    assert phalanx.run("stop", exp_id).returncode == 0
+    assert phalanx.cli("stop", exp_id).returncode == 0
     assert store.get_experiment(exp_id).status == "stopped"
 
     resumed = phalanx.run("resume", exp_id[:8])
@@ -55,7 +55,7 @@ def test_phalanx_resume_continues_a_stopped_experiment_from_its_latest_checkpoin
     lines = [line.text for line in store.logs(exp_id)]
     assert lines.count("starts at epoch 0") == 1 and lines.count("starts at epoch 3") == 1, lines
 
-    got = json.loads(phalanx.run("get", exp_id, "-o", "json").stdout)
+    got = json.loads(phalanx.cli("get", exp_id, "-o", "json").stdout)
     attempts = [(a["number"], a["kind"], a["status"], a["checkpoint_step"]) for a in got["attempts"]]
     assert attempts == [(0, "start", "stopped", None), (1, "resume", "succeeded", 2)]
 
@@ -128,7 +128,7 @@ def test_rerun_reproduces_a_dirty_tree_and_diff_names_param_and_code_changes(pha
     assert "version two" in lines and "lr is 0.5" in lines  # the snapshot's code, the new param
     assert store.get_experiment(b).plan["command"] == "python train.py 0.5"
 
-    diff = json.loads(phalanx.run("diff", a, b, "-o", "json").stdout)
+    diff = json.loads(phalanx.cli("diff", a, b, "-o", "json").stdout)
     assert diff["params"] == {"lr": {"a": 0.1, "b": 0.5}}
     assert diff["code"] == []  # the same snapshot
     # the rerun ran the original's code: it carries its commit and diff, not "not a git work tree"
@@ -136,10 +136,10 @@ def test_rerun_reproduces_a_dirty_tree_and_diff_names_param_and_code_changes(pha
     assert rerun_git["commit"] == record["git"]["commit"] and rerun_git["from"] == a
     assert rerun_git["diff"] == record["git"]["diff"]
     assert diff["git"] == {}, diff["git"]
-    assert f"as the snapshot of {a} recorded it" in phalanx.run("get", b).stdout
+    assert f"as the snapshot of {a} recorded it" in phalanx.cli("get", b).stdout
 
     third = phalanx.run("run", "-f", str(spec), "-o", "json")  # version three, from the folder
     c = json.loads(third.stdout)["id"]
-    text = phalanx.run("diff", a, c)
+    text = phalanx.cli("diff", a, c)
     assert text.returncode == 0
     assert "-print('version two')" in text.stdout and "+print('version three')" in text.stdout

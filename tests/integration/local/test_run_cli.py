@@ -25,7 +25,7 @@ def test_dry_run_prints_every_replicas_command_folder_and_env_and_starts_nothing
           cmd: python train.py --lr {{ lr }}
         """
     )
-    result = phalanx.run("run", "-f", str(spec), "--dry-run", "-o", "json", "--param", "lr=0.5")
+    result = phalanx.cli("run", "-f", str(spec), "--dry-run", "-o", "json", "--param", "lr=0.5")
     assert result.returncode == 0, result.stderr
     doc = json.loads(result.stdout)
     assert [r["name"] for r in doc["replicas"]] == ["master", "worker-0", "worker-1"]
@@ -34,14 +34,14 @@ def test_dry_run_prints_every_replicas_command_folder_and_env_and_starts_nothing
         (proc,) = replica["processes"]
         assert proc["argv"] == ["/bin/sh", "-c", f"{sys.executable} train.py --lr 0.5"]
         assert proc["env"]["PHALANX_REPLICA"] == replica["name"]
-    text = phalanx.run("run", "-f", str(spec), "--dry-run")
+    text = phalanx.cli("run", "-f", str(spec), "--dry-run")
     assert text.returncode == 0 and "# worker-1" in text.stdout and "RANK=2" in text.stdout
     assert list(phalanx.home.iterdir()) == []  # no store, no run folder
 
 
 def test_an_invalid_file_exits_2_with_where_and_what(phalanx: Phalanx) -> None:
     spec = phalanx.spec("version: 1\nkind: experiment\nframework: pytroch\nrun:\n  cmd: 'true'\n")
-    result = phalanx.run("run", "-f", str(spec))
+    result = phalanx.cli("run", "-f", str(spec))
     assert result.returncode == 2
     assert "polyaxonfile.yml:3" in result.stderr and "Traceback" not in result.stderr
     assert list(phalanx.home.iterdir()) == []
@@ -59,7 +59,7 @@ def test_more_cores_than_the_machine_has_is_refused_unless_oversubscribed(phalan
           cmd: echo ran
         """
     )
-    refused = phalanx.run("run", "-f", str(spec))
+    refused = phalanx.cli("run", "-f", str(spec))
     assert refused.returncode == 2
     assert "--oversubscribe" in refused.stderr and "Traceback" not in refused.stderr
     assert not (phalanx.home / "phalanx.db").exists()
@@ -84,7 +84,7 @@ def test_a_gpu_request_on_a_machine_without_gpus_is_refused_before_anything_star
           cmd: echo ran
         """
     )
-    result = phalanx.run("run", "-f", str(spec))
+    result = phalanx.cli("run", "-f", str(spec))
     assert result.returncode == 2 and "GPU" in result.stderr
     assert not (phalanx.home / "phalanx.db").exists()
 

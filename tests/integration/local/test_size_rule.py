@@ -36,11 +36,11 @@ def _seed_like(phalanx: Phalanx) -> str:
 
 def test_check_dry_run_and_run_count_the_cpu_limits_and_say_so(phalanx: Phalanx) -> None:
     spec = _seed_like(phalanx)
-    checked = phalanx.run("check", "-f", spec)
+    checked = phalanx.cli("check", "-f", spec)
     assert checked.returncode == 0, checked.stderr  # the file may be meant for a cluster: a note
     assert "would refuse it" in checked.stderr and "counted from the cpu limits" in checked.stderr
     for args in (("--dry-run",), ()):
-        refused = phalanx.run("run", "-f", spec, *args)
+        refused = phalanx.cli("run", "-f", spec, *args)
         assert refused.returncode == 2, refused.stdout
         assert "counted from the cpu limits" in refused.stderr and "lower the cpu limits" in refused.stderr
         assert "Traceback" not in refused.stderr
@@ -59,7 +59,7 @@ def test_a_request_without_a_limit_is_counted_as_the_request(phalanx: Phalanx) -
           cmd: echo ran
         """
     )
-    checked = phalanx.run("check", "-f", str(spec))
+    checked = phalanx.cli("check", "-f", str(spec))
     assert "counted from the cpu requests" in checked.stderr
-    refused = phalanx.run("run", "-f", str(spec), "--dry-run")
+    refused = phalanx.cli("run", "-f", str(spec), "--dry-run")
     assert refused.returncode == 2 and "lower the cpu requests" in refused.stderr

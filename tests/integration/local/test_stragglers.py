@@ -41,9 +41,9 @@ def _run(phalanx: Phalanx, slow: str, steps: int = 15, step_seconds: float = 0.0
     result = phalanx.run("run", "-f", str(spec), "-o", "json", "--no-system-metrics")
     assert result.returncode == 0, result.stderr[-2000:]
     exp_id = json.loads(result.stdout)["id"]
-    got = phalanx.run("get", exp_id, "-o", "json")
+    got = phalanx.cli("get", exp_id, "-o", "json")
     assert got.returncode == 0, got.stderr
-    text = phalanx.run("get", exp_id).stdout
+    text = phalanx.cli("get", exp_id).stdout
     return {"json": json.loads(got.stdout), "text": text}
 
 

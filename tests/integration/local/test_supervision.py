@@ -192,7 +192,7 @@ def test_phalanx_stop_stops_a_detached_run_and_logs_follow_ends_with_it(phalanx:
     exp_id = started.stdout.strip()
     wait_started(phalanx, ["master", "worker-0"])
     follower = phalanx.start("logs", exp_id, "--follow")
-    stopped = phalanx.run("stop", exp_id[:6])
+    stopped = phalanx.run("stop", exp_id[:6])  # the `phalanx stop` process a user types
     assert stopped.returncode == 0, stopped.stderr
     assert "stopped" in stopped.stdout
     out, _ = follower.communicate(timeout=60)
@@ -212,7 +212,7 @@ def test_phalanx_stop_cleans_up_after_a_supervisor_that_was_killed(phalanx: Phal
     proc.communicate(timeout=30)
     exp = phalanx.only_experiment()
     assert exp.status == "running"  # nobody was left to say otherwise
-    stopped = phalanx.run("stop", exp.id)
+    stopped = phalanx.cli("stop", exp.id)
     assert stopped.returncode == 0, stopped.stderr
     exp = phalanx.store().get_experiment(exp.id)
     assert exp.status == "stopped" and "supervisor was gone" in (exp.reason or "")

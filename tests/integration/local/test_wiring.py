@@ -200,7 +200,7 @@ def test_an_mpirun_replica_of_several_ranks_shows_each_ranks_lines_whole_and_unt
     result = phalanx.run("run", "-f", str(mpi_spec(phalanx, "processes_per_replica: 2", talk)))
     assert result.returncode == 0, result.stdout + result.stderr
     exp_id = result.stderr.split("experiment ")[1].split()[0]
-    logs = phalanx.run("logs", exp_id)
+    logs = phalanx.cli("logs", exp_id)
     assert logs.returncode == 0, logs.stderr
     lines = [line for line in logs.stdout.splitlines() if "line " in line]
     expected = [f"[rank {r}] line {i} of rank {r}" for r in (0, 1) for i in range(30)]

@@ -1,8 +1,10 @@
-"""`phalanx server` and `phalanx plot` as a user runs them (real subprocesses)."""
+"""`phalanx server` and `phalanx plot` as a user runs them: the servers and the experiments are real
+processes; refusals and a second plot run in this process (tests/support/cli.py)."""
 
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import urllib.error
@@ -11,6 +13,7 @@ from pathlib import Path
 
 import pytest
 from tests.integration.server.serverproc import clean_env, start_server, stop_server
+from tests.support.cli import Done, phalanx_cli
 from tests.unit.server import fill
 
 from phalanx.cli.server import is_loopback, ui_hint
@@ -26,20 +29,26 @@ def run(home: Path, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
     )
 
 
+def cli(home: Path, *args: str) -> Done:
+    """`phalanx ARGS` in this process, with ``home`` its PHALANX_HOME and no other PHALANX_ setting."""
+    unset: dict[str, str | None] = {k: None for k in os.environ if k.startswith("PHALANX_")}
+    return phalanx_cli(*args, env={**unset, "PHALANX_HOME": str(home)})
+
+
 @pytest.mark.parametrize("host", ["0.0.0.0", "192.168.1.10", "::", "example.com"])
 def test_server_refuses_a_non_loopback_address_without_a_token(phalanx_home: Path, host: str) -> None:
-    r = run(phalanx_home, "server", "--host", host, "--port", "1")
+    r = cli(phalanx_home, "server", "--host", host, "--port", "1")
     assert r.returncode == 2
     assert "without a token" in r.stderr and "PHALANX_TOKEN" in r.stderr
     assert "Traceback" not in r.stderr
 
 
 def test_an_unreadable_or_empty_token_file_is_a_clear_error(phalanx_home: Path) -> None:
-    r = run(phalanx_home, "server", "--token-file", str(phalanx_home / "missing"))
+    r = cli(phalanx_home, "server", "--token-file", str(phalanx_home / "missing"))
     assert r.returncode == 2 and "cannot read the token file" in r.stderr
     empty = phalanx_home / "empty"
     empty.write_text("\n")
-    r = run(phalanx_home, "server", "--token-file", str(empty))
+    r = cli(phalanx_home, "server", "--token-file", str(empty))
     assert r.returncode == 2 and "is empty" in r.stderr
 
 
@@ -127,7 +136,7 @@ def test_run_names_the_address_of_the_server_running_over_its_store(
     try:
         ran = run(phalanx_home, "run", "-f", str(spec))
         assert ran.returncode == 0, ran.stderr
-        exp_id = json.loads(run(phalanx_home, "ls", "-o", "json").stdout)[0]["id"]
+        exp_id = json.loads(cli(phalanx_home, "ls", "-o", "json").stdout)[0]["id"]
         assert f"phalanx: open {server.url}/experiments/{exp_id} to see it in the web UI" in ran.stderr
     finally:
         stop_server(server.proc)
@@ -164,7 +173,7 @@ def test_plot_writes_one_chart_per_title_as_png(phalanx_home: Path, tmp_path: Pa
     data = out.read_bytes()
     assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 5000
     everything = tmp_path / "all.svg"
-    assert run(phalanx_home, "plot", e.id, "-o", str(everything), "--x", "time").returncode == 0
+    assert cli(phalanx_home, "plot", e.id, "-o", str(everything), "--x", "time").returncode == 0
     svg = everything.read_text()
     assert "loss" in svg and "accuracy" in svg
 
@@ -180,7 +189,7 @@ def test_plot_mistakes_exit_2_with_a_message(phalanx_home: Path, tmp_path: Path)
         (("plot", "ffffffffffff", "-o", str(tmp_path / "x.png")), "ffffffffffff"),
     ]
     for args, message in cases:
-        r = run(phalanx_home, *args)
+        r = cli(phalanx_home, *args)
         assert r.returncode == 2, (args, r.stderr)
         assert message in r.stderr and "Traceback" not in r.stderr
     assert not (tmp_path / "x.png").exists()

@@ -93,6 +93,7 @@ def project(tmp_path: Path) -> Path:
     return folder
 
 
+@pytest.mark.timeout(180 + 120 * KILL_TRIALS)  # a server start and a run per trial, on loaded cores
 def test_a_submit_answered_across_server_kills_runs_exactly_once(phalanx_home: Path, project: Path) -> None:
     """Each trial: a submit with its own key; the server SIGKILLed at a random point of it (before,
     during or after its transaction), started again on the same port, the client retrying the same

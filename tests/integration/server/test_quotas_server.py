@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 from pathlib import Path
 from typing import Any
 
 import pytest
 from tests.integration.server.serverproc import PHALANX, Server, clean_env, start_server, stop_server
+from tests.support.cli import Done, phalanx_cli
 
 TOKEN = "quota-test-token-0123456789"
 
@@ -22,20 +24,33 @@ def server(phalanx_home: Path) -> Any:
         stop_server(s.proc)
 
 
-def quota(server: Server, tmp_path: Path, *args: str, token: str = TOKEN) -> subprocess.CompletedProcess[str]:
-    # the client's own home is elsewhere: what it shows must come from the server
-    env = clean_env(tmp_path / "client-home", PHALANX_TOKEN=token)
-    return subprocess.run(
-        [str(PHALANX), "quota", *args, "--server", server.url],
-        env=env,
+def quota(server: Server, tmp_path: Path, *args: str, token: str = TOKEN) -> Done:
+    """`phalanx quota ARGS --server URL` in this process (tests/support/cli.py). The client's own
+    home is elsewhere: what it shows must come from the server."""
+    env: dict[str, str | None] = {k: None for k in os.environ if k.startswith("PHALANX_")}
+    env.update(PHALANX_HOME=str(tmp_path / "client-home"), PHALANX_TOKEN=token)
+    return phalanx_cli("quota", *args, "--server", server.url, env=env)
+
+
+def test_quotas_are_set_listed_and_removed_on_the_server(server: Server, tmp_path: Path) -> None:
+    done = subprocess.run(  # the `phalanx` script itself, once
+        [
+            str(PHALANX),
+            "quota",
+            "set",
+            "vision",
+            "--cores",
+            "2",
+            "--max-waiting",
+            "3",
+            "--server",
+            server.url,
+        ],
+        env=clean_env(tmp_path / "client-home", PHALANX_TOKEN=TOKEN),
         capture_output=True,
         text=True,
         timeout=120,
     )
-
-
-def test_quotas_are_set_listed_and_removed_on_the_server(server: Server, tmp_path: Path) -> None:
-    done = quota(server, tmp_path, "set", "vision", "--cores", "2", "--max-waiting", "3")
     assert done.returncode == 0, done.stderr
     assert "at most 2 cores at once; at most 3 waiting" in done.stdout
     # set changes only what is given

@@ -1,10 +1,13 @@
 """After `phalanx login URL`, commands work on a real `phalanx server` on loopback: `phalanx run -f`
 submits there (`--local` keeps this machine, and each says which it uses), and every read and
-control command prints what it prints on the server's own machine."""
+control command prints what it prints on the server's own machine. The server is a process of its
+own; the client commands run in this process (tests/support/cli.py), except those that run an
+experiment or a group on this machine, which the `phalanx` script runs."""
 
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import stat
 import subprocess
@@ -15,6 +18,7 @@ from typing import Any
 import pytest
 from tests.integration.server.serverproc import PHALANX, Server, clean_env, start_server, stop_server
 from tests.integration.server.test_submit import supervisors_gone
+from tests.support.cli import Done, phalanx_cli
 
 import phalanx as phalanx_api
 
@@ -22,17 +26,23 @@ DATA = Path(__file__).parent / "data" / "remote"
 TOKEN = "remote-commands-token-0123456789"
 
 
-def phalanx(
-    home: Path, *args: str, token: str | None = None, stdin: str | None = None
-) -> subprocess.CompletedProcess[str]:
+def phalanx(home: Path, *args: str, token: str | None = None, stdin: str | None = None) -> Done:
+    """`phalanx ARGS` in this process, with ``home`` its PHALANX_HOME and no other PHALANX_ setting."""
     home.mkdir(exist_ok=True)
-    env = clean_env(home, **({"PHALANX_TOKEN": token} if token else {}))
+    env: dict[str, str | None] = {k: None for k in os.environ if k.startswith("PHALANX_")}
+    env.update(PHALANX_HOME=str(home), **({"PHALANX_TOKEN": token} if token else {}))
+    return phalanx_cli(*args, env=env, input=stdin or "")
+
+
+def phalanx_process(home: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """`phalanx ARGS` as a process of its own: what runs an experiment or a group on this machine."""
+    home.mkdir(exist_ok=True)
     return subprocess.run(
-        [str(PHALANX), *args], env=env, capture_output=True, text=True, timeout=300, input=stdin or ""
+        [str(PHALANX), *args], env=clean_env(home), capture_output=True, text=True, timeout=300, input=""
     )
 
 
-def ok(r: subprocess.CompletedProcess[str]) -> subprocess.CompletedProcess[str]:
+def ok(r: Done | subprocess.CompletedProcess[str]) -> Done | subprocess.CompletedProcess[str]:
     assert r.returncode == 0, f"{r.args}: {r.stdout}{r.stderr}"
     assert "Traceback" not in r.stderr
     return r
@@ -76,7 +86,7 @@ def test_login_makes_the_server_the_default_and_local_keeps_this_machine(
     r = ok(phalanx(laptop, "run", "-f", str(project / "exp.yml")))
     assert r.stderr.splitlines()[0] == f"phalanx: on server {server.url}"
     on_server = r.stdout.split()[0]
-    r = ok(phalanx(laptop, "run", "-f", str(project / "exp.yml"), "--local"))
+    r = ok(phalanx_process(laptop, "run", "-f", str(project / "exp.yml"), "--local"))
     assert r.stderr.splitlines()[0] == "phalanx: on this machine"
     assert wait_done(laptop, on_server)["status"] == "succeeded"
 
@@ -121,8 +131,10 @@ def test_every_read_and_control_command_prints_on_the_server_what_it_prints_ther
     server: Server, project: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # two experiments run on the server's machine (same store as the server): the reference output
-    a = ok(phalanx(server.home, "run", "-f", str(project / "exp.yml"), "-o", "json"))
-    b = ok(phalanx(server.home, "run", "-f", str(project / "exp.yml"), "--param", "lr=0.2", "-o", "json"))
+    a = ok(phalanx_process(server.home, "run", "-f", str(project / "exp.yml"), "-o", "json"))
+    b = ok(
+        phalanx_process(server.home, "run", "-f", str(project / "exp.yml"), "--param", "lr=0.2", "-o", "json")
+    )
     a_id, b_id = json.loads(a.stdout)["id"], json.loads(b.stdout)["id"]
     laptop = tmp_path / "laptop-home"
     remote = ("--server", server.url)
@@ -253,7 +265,7 @@ def test_group_get_and_stop_on_the_server(server: Server, project: Path, tmp_pat
     laptop = tmp_path / "laptop-home"
     remote = ("--server", server.url)
     (project / "group.yml").write_text(GROUP.format(name="two-lrs"))
-    done = ok(phalanx(server.home, "group", "run", "-f", str(project / "group.yml"), "--json"))
+    done = ok(phalanx_process(server.home, "group", "run", "-f", str(project / "group.yml"), "--json"))
     group_id = json.loads(done.stdout)["id"]
     for args in (("group", "get", group_id), ("group", "get", group_id, "-o", "json")):
         here = ok(phalanx(server.home, *args))
@@ -265,7 +277,7 @@ def test_group_get_and_stop_on_the_server(server: Server, project: Path, tmp_pat
     # a group whose trial holds: stopped through the server, its running trial with it
     (project / "held.yml").write_text(GROUP.format(name="held"))
     started = ok(
-        phalanx(
+        phalanx_process(
             server.home, "group", "run", "-f", str(project / "held.yml"), "--param", "hold=hold", "--detach"
         )
     )

@@ -5,6 +5,7 @@ lists the submit, the stop and the delete in order, by that member; a viewer may
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import time
 import urllib.error
@@ -14,20 +15,26 @@ from typing import Any
 
 from tests.integration.server.serverproc import PHALANX, Server, clean_env, start_server, stop_server
 from tests.integration.server.test_submit import folder, supervisors_gone
+from tests.support.cli import Done, phalanx_cli
 
 from phalanx.bundles import pack
 from phalanx.cli.remote import Client
 
 
-def admin(home: Path, *args: str, stdin: str = "") -> str:
-    r = subprocess.run(
-        [str(PHALANX), "admin", *args],
-        env=clean_env(home),
-        input=stdin,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+def admin(home: Path, *args: str, stdin: str = "", process: bool = False) -> str:
+    """`phalanx admin ARGS` in this process (tests/support/cli.py), or as the `phalanx` script."""
+    if process:
+        r: Done | subprocess.CompletedProcess[str] = subprocess.run(
+            [str(PHALANX), "admin", *args],
+            env=clean_env(home),
+            input=stdin,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+    else:
+        unset: dict[str, str | None] = {k: None for k in os.environ if k.startswith("PHALANX_")}
+        r = phalanx_cli("admin", *args, env={**unset, "PHALANX_HOME": str(home)}, input=stdin)
     assert r.returncode == 0, r.stdout + r.stderr
     return r.stdout
 
@@ -58,7 +65,16 @@ def token_of(server: Server, user: str, password: str) -> str:
 def test_the_audit_trail_lists_a_members_submit_stop_and_delete_in_order(
     phalanx_home: Path, tmp_path: Path
 ) -> None:
-    admin(phalanx_home, "user", "add", "root", "--admin", "--password-stdin", stdin="root-password\n")
+    admin(
+        phalanx_home,
+        "user",
+        "add",
+        "root",
+        "--admin",
+        "--password-stdin",
+        stdin="root-password\n",
+        process=True,
+    )
     admin(phalanx_home, "user", "add", "ada", "--password-stdin", stdin="ada-password\n")
     admin(phalanx_home, "user", "add", "vic", "--password-stdin", stdin="vic-password\n")
     admin(phalanx_home, "project", "add", "submit-tests")

@@ -18,6 +18,7 @@ import pytest
 pytest.importorskip("onnxruntime")
 
 from tests.integration.serving.serveproc import Served, post, start_serve, stop_serve
+from tests.support.cli import phalanx_cli
 from tests.support.onnx_models import random_linear, record_model, run_onnx
 
 from phalanx.config import Settings
@@ -145,12 +146,8 @@ def test_a_token_is_required_unless_no_auth_on_loopback(phalanx_home: Path) -> N
         assert status == 404
     finally:
         stop_serve(served.proc)
-    refused = subprocess.run(
-        [sys.executable, "-m", "phalanx.cli.main", "serve", "digits", "--host", "0.0.0.0", "--no-auth"],
-        env={**os.environ, "PHALANX_HOME": str(phalanx_home)},
-        capture_output=True,
-        text=True,
-        timeout=120,
+    refused = phalanx_cli(
+        "serve", "digits", "--host", "0.0.0.0", "--no-auth", env={"PHALANX_HOME": str(phalanx_home)}
     )
     assert refused.returncode == 2
     assert "--no-auth listens only on a loopback address" in refused.stderr

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import re
 import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
@@ -20,6 +19,7 @@ from typing import Any
 
 import pytest
 from tests.conftest import REPO
+from tests.support.cli import phalanx_cli
 from tests.support.slurm import LocalSlurm
 
 from phalanx.clusters import add_cluster
@@ -190,19 +190,23 @@ def test_an_over_sized_job_is_refused_at_submit_with_slurms_reason(
     assert slurm_cluster.squeue() == []
 
 
+MAX_RUN_SECONDS = 20
+
+
 def test_a_job_waiting_behind_another_is_pending_with_its_reason_and_its_clock_waits(
     slurm_cluster: LocalSlurm, phalanx_home: Path, tmp_path: Path
 ) -> None:
-    """max_run_seconds 40: the job waits ~30 s behind a blocker, then runs ~15 s; counted from
-    submission it would fail, counted from running it succeeds."""
+    """max_run_seconds 20: the job waits behind a blocker until it has been pending for longer than
+    that, then runs ~3 s; counted from submission it would fail, counted from running it succeeds.
+    The blocker is cancelled on that event (pending past max_run_seconds), not after a fixed sleep."""
     blocker = subprocess.run(
-        ["sbatch", "--parsable", "-n", "4", "-o", "/dev/null", "--wrap", "sleep 30"],
+        ["sbatch", "--parsable", "-n", "4", "-o", "/dev/null", "--wrap", "sleep 600"],
         env=slurm_cluster.env(), capture_output=True, text=True, check=True, cwd="/tmp",
     ).stdout.strip()  # fmt: skip
     (tmp_path / "polyaxonfile.yml").write_text(
         FAILING.replace("backend: mpi\n", "")
-        .replace("run:\n", "run:\n  max_run_seconds: 40\n")
-        .replace("sys.exit(3 if os.environ['RANK'] == '1' else 0)", "time.sleep(13)")
+        .replace("run:\n", f"run:\n  max_run_seconds: {MAX_RUN_SECONDS}\n")
+        .replace("sys.exit(3 if os.environ['RANK'] == '1' else 0)", "time.sleep(3)")
     )
     settings = Settings()
     result: dict[str, Any] = {}
@@ -211,6 +215,7 @@ def test_a_job_waiting_behind_another_is_pending_with_its_reason_and_its_clock_w
             zip(("outcome", "store"), _launch(slurm_cluster, tmp_path / "polyaxonfile.yml"), strict=True)
         )
     )
+    submitted = time.monotonic()
     runner.start()
     try:
         from phalanx.store import open_store
@@ -224,15 +229,17 @@ def test_a_job_waiting_behind_another_is_pending_with_its_reason_and_its_clock_w
             time.sleep(0.5)
         assert seen is not None, "the experiment never showed as pending"
         assert seen.reason in ("Resources", "Priority"), seen.reason
-        listed = subprocess.run(
-            [str(Path(sys.executable).parent / "phalanx"), "ls"], capture_output=True, text=True, check=False
-        )
+        listed = phalanx_cli("ls")
         # Slurm re-evaluates a waiting job's reason (Priority, then Resources, or back) between two
         # reads: `phalanx ls` shows the one Slurm gives at that moment
         assert re.search(r"pending \((Resources|Priority)\)", listed.stdout), listed.stdout
+        # pending for longer than max_run_seconds (the blocker holds every core until cancelled)
+        time.sleep(max(0.0, submitted + MAX_RUN_SECONDS + 1 - time.monotonic()))
+        (still,) = store.list_experiments().items
+        assert still.status is ExperimentStatus.PENDING, (still.status, still.reason)
     finally:
-        runner.join(timeout=240)
         subprocess.run(["scancel", blocker], env=slurm_cluster.env(), check=False)
+        runner.join(timeout=240)
     outcome = result["outcome"]
     assert outcome.status is ExperimentStatus.SUCCEEDED, outcome.reason
     assert slurm_cluster.wait_queue_empty() == []

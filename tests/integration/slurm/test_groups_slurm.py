@@ -134,7 +134,7 @@ def test_a_random_search_runs_its_trials_as_slurm_jobs_two_at_a_time_across_a_co
         controller.communicate(timeout=30)
         resumed = phalanx.run("group", "resume", group_id, timeout=180)
     assert resumed.returncode == 0, resumed.stderr
-    doc = json.loads(phalanx.run("group", "get", group_id, "-o", "json").stdout)
+    doc = json.loads(phalanx.cli("group", "get", group_id, "-o", "json").stdout)
     assert doc["status"] == "succeeded" and len(doc["trials"]) == 3, doc
     experiments = [store.get_experiment(t["experiment_id"]) for t in doc["trials"]]
     assert sorted(e.id for e in store.list_experiments().items) == sorted(
@@ -154,7 +154,7 @@ def test_a_random_search_runs_its_trials_as_slurm_jobs_two_at_a_time_across_a_co
     # every trial was a Slurm job of its own, never more than `concurrency` of them in the queue
     assert {f"phalanx-{e.id}" for e in experiments} <= watch.seen, watch.seen
     assert 1 <= watch.most <= 2, watch.most
-    listed = phalanx.run("ls", "--group", group_id, "-o", "json")
+    listed = phalanx.cli("ls", "--group", group_id, "-o", "json")
     assert {e["id"] for e in json.loads(listed.stdout)} == {e.id for e in experiments}
     assert slurm_cluster.wait_queue_empty() == []
     ids = {e.id for e in experiments}
@@ -198,9 +198,9 @@ def test_group_stop_scancels_the_running_trial_and_the_one_slurm_holds_pending(
         return {"running": running[0], "pending": pending[0]} if running and pending else {}
 
     seen = wait_for(one_running_one_pending, timeout=120, what="one trial running in Slurm, one pending")
-    stopped = phalanx.run("group", "stop", group_id)
+    stopped = phalanx.cli("group", "stop", group_id)
     assert stopped.returncode == 0, stopped.stderr
-    doc = json.loads(phalanx.run("group", "get", group_id, "-o", "json").stdout)
+    doc = json.loads(phalanx.cli("group", "get", group_id, "-o", "json").stdout)
     assert doc["status"] == "stopped" and len(doc["trials"]) == 2, doc
     assert {t["experiment_id"] for t in doc["trials"]} == set(seen.values())
     for t in doc["trials"]:
@@ -268,6 +268,6 @@ def test_a_group_whose_trials_slurm_can_never_hold_is_refused_before_anything_is
     assert refused.stderr.startswith(f"error: {path}: its trials cannot run (a trial with x=0.0): ")
     assert f"Slurm cluster {slurm_cluster.name} can never run this experiment" in refused.stderr
     assert "--cpus-per-task=64" in refused.stderr and "Traceback" not in refused.stderr
-    assert "no groups yet" in phalanx.run("group", "ls").stdout  # nothing recorded, no trial failed
+    assert "no groups yet" in phalanx.cli("group", "ls").stdout  # nothing recorded, no trial failed
     assert phalanx.store().list_experiments().items == []
     assert jobs(slurm_cluster) == []

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 from tests.integration.local.conftest import wait_for
+from tests.support.cli import phalanx_cli
 from tests.support.slurm import LocalSlurm
 
 from phalanx.clusters import add_cluster
@@ -108,10 +109,7 @@ def test_a_requeued_job_continues_the_attempts_and_leaves_one_point_per_step(
         (0, "start", "failed"),
         (1, "requeue", "succeeded"),
     ], attempts
-    shown = subprocess.run(
-        [sys.executable, "-m", "phalanx.cli.main", "get", outcome.experiment_id],
-        capture_output=True, text=True, timeout=60,
-    )  # fmt: skip
+    shown = phalanx_cli("get", outcome.experiment_id)
     assert "  0  start: failed (requeued by slurm)" in shown.stdout, (shown.stdout, shown.stderr)
     assert "  1  requeue: succeeded" in shown.stdout, shown.stdout
     lines = [line.text for line in store.logs(outcome.experiment_id)]

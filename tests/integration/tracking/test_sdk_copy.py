@@ -10,6 +10,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from tests.support.cli import phalanx_cli
+
 from phalanx.config import Settings
 from phalanx.sdkcopy import sdk_path
 
@@ -75,10 +77,8 @@ def test_every_module_of_the_sdk_copy_imports_and_reports_in_a_bare_interpreter(
     exp_id = done.stdout.split("ID:")[1].split()[0]
 
     # the bare interpreter could not start an ingester: the next `phalanx` command ingests the spool
-    cli_env = {**os.environ, "PHALANX_HOME": str(phalanx_home)}
-
-    def cli(*args: str) -> str:
-        out = subprocess.run([str(PHALANX), *args], env=cli_env, capture_output=True, text=True, timeout=120)
+    def cli(*args: str) -> str:  # in this process (tests/support/cli.py)
+        out = phalanx_cli(*args, env={"PHALANX_HOME": str(phalanx_home)})
         assert out.returncode == 0, out.stderr
         return out.stdout
 

@@ -1,5 +1,6 @@
 """`phalanx ls / get / metrics / params / artifacts / delete` as a user (or a script, with -o json)
-runs them, on an experiment a real script reported into."""
+runs them, on an experiment a real script reported into. The commands run in this process
+(tests/support/cli.py); `phalanx --version` runs the `phalanx` script itself."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from tests.support.cli import Done, phalanx_cli
 
 PHALANX = Path(sys.executable).parent / "phalanx"
 
@@ -22,15 +24,9 @@ class Cli:
         self.env = {k: v for k, v in os.environ.items() if not k.startswith("PHALANX_")}
         self.env["PHALANX_HOME"] = str(home)
 
-    def __call__(self, *args: str, ok: bool = True) -> subprocess.CompletedProcess[str]:
-        done = subprocess.run(
-            [str(PHALANX), *args],
-            env=self.env,
-            capture_output=True,
-            text=True,
-            timeout=180,
-            stdin=subprocess.DEVNULL,
-        )
+    def __call__(self, *args: str, ok: bool = True) -> Done:
+        unset: dict[str, str | None] = {k: None for k in os.environ if k.startswith("PHALANX_")}
+        done = phalanx_cli(*args, env={**unset, "PHALANX_HOME": str(self.home)})
         if ok:
             assert done.returncode == 0, done.stderr
         return done
@@ -182,5 +178,14 @@ def test_ls_filters_by_tag_and_removing_a_tag_that_is_not_there_says_so(tmp_path
 def test_version_flag_prints_the_version(tmp_path: Path) -> None:
     from phalanx import __version__
 
-    done = Cli(tmp_path / "home")("--version")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PHALANX_")}
+    done = subprocess.run(
+        [str(PHALANX), "--version"],
+        env={**env, "PHALANX_HOME": str(tmp_path / "home")},
+        capture_output=True,
+        text=True,
+        timeout=180,
+        stdin=subprocess.DEVNULL,
+    )
+    assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == f"phalanx {__version__}"

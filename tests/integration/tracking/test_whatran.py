@@ -7,7 +7,6 @@ from __future__ import annotations
 import io
 import json
 import subprocess
-import sys
 import tarfile
 
 from tests.support.sandbox import Sandbox, wait_gone
@@ -58,18 +57,12 @@ def test_a_plain_script_records_its_commit_diff_packages_and_snapshot(sandbox: S
     assert not [n for n in names if n.startswith("home")], names
     assert "home/" in record["snapshot"]["skipped"]
 
-    diff = subprocess.run(
-        [sys.executable, "-m", "phalanx.cli.main", "diff", first, second, "-o", "json"],
-        env=sandbox.env, capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
+    diff = sandbox.cli("diff", first, second, "-o", "json")
     assert diff.returncode == 0, diff.stderr
     doc = json.loads(diff.stdout)
     assert "+LR = 0.5" in doc["code"] and "-LR = 0.1" in doc["code"]  # the changed line, from the snapshots
     assert doc["packages"] == {}  # both recorded, the same
-    text = subprocess.run(
-        [sys.executable, "-m", "phalanx.cli.main", "diff", first, second],
-        env=sandbox.env, capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
+    text = sandbox.cli("diff", first, second)
     assert "+LR = 0.5" in text.stdout
     assert "not compared" not in text.stdout, text.stdout  # a plain script never has an experiment file
 

@@ -15,8 +15,10 @@ from phalanx.backends.local.engine import LocalBackend
 from phalanx.backends.slurm import SlurmBackend
 from phalanx.clusters import Cluster
 from phalanx.config import Settings
+from phalanx.domain import Framework
 from phalanx.errors import UsageError
-from tests.unit.backends.conftest import context, plan
+from phalanx.spec.model import ReplicaTemplate
+from tests.unit.backends.conftest import context, plan, resources
 
 
 def test_the_local_dry_run_is_typed_units_of_processes(tmp_path: Path) -> None:
@@ -53,3 +55,22 @@ def test_an_engine_refuses_a_dry_run_made_by_another(tmp_path: Path) -> None:
         SlurmBackend(Cluster(name="s", kind="slurm", shared_dir=str(tmp_path / "shared")), settings).submit(
             local
         )
+
+
+def test_a_tensorflow_replica_pinned_to_one_core_gets_two_inter_op_threads(tmp_path: Path) -> None:
+    """TensorFlow sizes its inter-op pool by the cores it may use: one pinned core made a pool of one
+    thread and a parameter-server worker deadlocked (issue 39); the file's own setting wins."""
+    one_core = ReplicaTemplate(resources=resources(cpu=1))
+    tf = plan(Framework.TENSORFLOW, workers=2, ps=1, default_worker=one_core)
+    dry = LocalBackend(Settings(home=str(tmp_path))).dry_run(tf, context())
+    env = {u.name: u.processes[0].env for u in dry.units}
+    assert env["worker-0"]["TF_NUM_INTEROP_THREADS"] == "2"
+    assert env["worker-0"]["TF_NUM_INTRAOP_THREADS"] == "1"
+    assert env["worker-1"]["TF_NUM_INTEROP_THREADS"] == "2"
+    assert "TF_NUM_INTEROP_THREADS" not in env["master"]  # no limit: TensorFlow's own default
+    own = plan(Framework.TENSORFLOW, default_worker=one_core, env={"TF_NUM_INTEROP_THREADS": "3"})
+    dry = LocalBackend(Settings(home=str(tmp_path))).dry_run(own, context())
+    assert dry.units[1].processes[0].env["TF_NUM_INTEROP_THREADS"] == "3"
+    torch = plan(default_worker=one_core)  # other frameworks get OMP/MKL only
+    dry = LocalBackend(Settings(home=str(tmp_path))).dry_run(torch, context())
+    assert "TF_NUM_INTEROP_THREADS" not in dry.units[1].processes[0].env

@@ -170,6 +170,7 @@ class LocalBackend:
                         ),
                         **frameworks.framework_env(plan, replica, endpoints, local_rank),
                         **limits.limit_env(allotted[replica.name], plan.env),
+                        **_thread_env(plan, allotted[replica.name]),
                     }
                     procs.append(LocalProcess(tuple(command_argv(command)), env))
                 lim = allotted[replica.name]
@@ -595,3 +596,11 @@ def _ranked(rank: int | None, text: str) -> str:
         return text
     label = f"[rank {rank}] "
     return text if text.startswith(label) else label + text
+
+
+def _thread_env(plan: Plan, given: limits.ReplicaLimits) -> dict[str, str]:
+    """The framework's thread pools for a replica pinned to cores (TensorFlow's: one inter-op thread
+    deadlocks a parameter-server worker), as the cluster engines set them; the file's env wins."""
+    if given.threads is None:
+        return {}
+    return {k: v for k, v in frameworks.thread_env(plan, given.threads).items() if k not in plan.env}
