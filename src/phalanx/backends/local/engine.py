@@ -155,10 +155,8 @@ class LocalBackend:
                 **limits.limit_env(allotted[master.name], plan.env),
             }
             covers = tuple(r.name for r in plan.replicas)
-            launcher = LocalProcess(tuple(mpi.launcher_argv(plan)), env)
-            units.append(
-                _unit(master.name, covers, allotted[master.name], log_dir, context, (launcher,), home)
-            )
+            launcher = (LocalProcess(tuple(mpi.launcher_argv(plan)), env),)
+            units.append(_unit(master.name, covers, allotted[master.name], log_dir, context, launcher, home))
         else:
             for replica in plan.replicas:
                 procs = []
@@ -207,18 +205,15 @@ class LocalBackend:
         if any(u.processes[0].argv[0] == "mpirun" for u in units) and not shutil.which("mpirun"):
             raise BackendUnavailable("mpirun was not found: install Open MPI (apt-get install openmpi-bin)")
         cgroup_root = limits.cgroup_v2_root()
-        if dry_run.context.isolation is not None:  # its folders, and its code given to its account
-            boxes.prepare(
-                dry_run.context.isolation, dry_run.context, self.settings.home, [u.name for u in units]
-            )
+        iso = dry_run.context.isolation
+        if iso is not None:  # its folders, and its code given to its account
+            boxes.prepare(iso, dry_run.context, self.settings.home, [u.name for u in units])
         state: list[dict[str, Any]] = []
         popens: dict[str, subprocess.Popen[bytes]] = {}
         self._popen[handle] = popens
         try:
             for unit in units:
-                state.append(
-                    self._start_unit(unit, folder, cgroup_root, exp_id, popens, dry_run.context.isolation)
-                )
+                state.append(self._start_unit(unit, folder, cgroup_root, exp_id, popens, iso))
         except BaseException:
             self._write_state(folder, state)
             self.cancel(handle)
@@ -258,9 +253,8 @@ class LocalBackend:
             "memory_mib": memory,
             "cgroup": str(cgroup_root / f"phalanx-{exp_id}-{unit.name}") if cgroup_root and memory else None,
         }
-        group = (
-            boxes.cgroup_for(f"{exp_id}.{folder.name}.{unit.name}", iso, lim) if iso and unit.box else None
-        )
+        name = f"{exp_id}.{folder.name}.{unit.name}"
+        group = boxes.cgroup_for(name, iso, lim) if iso and unit.box else None
         if iso is not None and unit.box:  # its own cgroup: no v2 memory group, no watchdog
             config.update(cgroup=None, box=boxes.reaper_config(iso, list(unit.box), group))
         cfg = folder / f"{unit.name}.json"
