@@ -163,7 +163,7 @@ class Runner:
         from phalanx.supervisor.outcome import PID_FILE
 
         record_process(self.settings.runs_dir / dry.experiment_id / PID_FILE)
-        record_building(dry, store, self.settings)
+        record_building(dry, store)
         _say(observer, f"experiment {dry.experiment_id}: building its environment ({dry.context.python})")
         return True
 

@@ -52,6 +52,50 @@ def write_stop_request(settings: Settings, experiment_id: str, reason: str | Non
     return tmp.replace(run_dir / "stop")
 
 
+class StopRequests:
+    """What asks the experiment's supervisor to stop, and why: a signal (Ctrl-C, the SIGTERM that
+    `phalanx stop` sends, SIGHUP from a closed terminal) or the stop file (``write_stop_request``),
+    looked at on every turn of its loop. The first reason stands; one left with the request (a
+    group's pruning says why) wins over the signal's."""
+
+    def __init__(self, run_dir: Path) -> None:
+        self.file = run_dir / "stop"
+        self.reason: str | None = None
+
+    def on_signal(self, signum: int, _frame: object) -> None:
+        """The handler the supervisor installs for SIGINT, SIGTERM and SIGHUP."""
+        if self.reason is None:
+            self.reason = requested_reason(self.file) or f"stopped by {signal.Signals(signum).name}"
+
+    def requested(self) -> bool:
+        """Whether a stop was asked for (a signal came, or the stop file is there)."""
+        if self.reason is None and self.file.exists():
+            self.reason = requested_reason(self.file) or "stopped on request"
+        return self.reason is not None
+
+    def stopped_while_queued(self) -> None:
+        """The stop came while the experiment waited in the machine's queue: it never ran, so "stopped
+        by SIGTERM" (the signal `phalanx stop` sends) would tell the user less than the truth. A reason
+        left with the request is kept as it is; else it says a stop request or the signal did it."""
+        requested = requested_reason(self.file)
+        if requested:
+            self.reason = requested
+            return
+        how = (
+            "a stop request" if self.file.exists() else (self.reason or "stopped").removeprefix("stopped by ")
+        )
+        self.reason = f"stopped while queued (by {how})"
+
+
+def requested_reason(path: Path) -> str | None:
+    """The reason written on the stop file's second line (a group's pruning says why), if any."""
+    try:
+        lines = path.read_text().splitlines()
+    except OSError:
+        return None
+    return lines[1].strip() or None if len(lines) > 1 else None
+
+
 def _stop_script(store: Store, settings: Settings, experiment: Experiment, timeout: float) -> Experiment:
     """SIGTERM the process of a plain script's experiment if it runs on this machine (its Task
     records the end), and wait for it to go. A script that is gone (killed) is simply marked.
