@@ -21,16 +21,15 @@ search): a swept flag ``--lr`` becomes the param ``lr`` and ``--lr {{ lr }}`` in
 from __future__ import annotations
 
 import re
-import shlex
 import subprocess
-import sys
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from enum import StrEnum
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from phalanx.errors import PhalanxError, Problem, SpecError, UsageError
+from phalanx.errors import PhalanxError, Problem, SpecError
 
 if TYPE_CHECKING:
     from phalanx.config import Settings
@@ -281,12 +280,19 @@ def _param(flag: str) -> str:
 class GroupRun:
     """A submitted sweep: its status, its child runs, the best one, cancel (read from the store)."""
 
-    def __init__(self, group_id: str, *, settings: Settings | None = None) -> None:
+    def __init__(
+        self,
+        group_id: str,
+        *,
+        settings: Settings | None = None,
+        _process: subprocess.Popen[bytes] | None = None,
+    ) -> None:
         from phalanx.config import Settings
 
         self.settings = settings or Settings()
         self.id = group_id
         self._store_obj: GroupStore | None = None
+        self._process = _process  # the controller this process started (reaped once it ends)
 
     @property
     def _store(self) -> GroupStore:
@@ -304,6 +310,8 @@ class GroupRun:
         return group_json(self._store, self._store.get_group(self.id))
 
     def get_status(self) -> str:
+        if self._process is not None:
+            self._process.poll()  # reap it once it ended: no zombie in a long-lived notebook
         return self._store.get_group(self.id).status
 
     def get_children(self) -> list[Run]:
@@ -336,35 +344,24 @@ class GroupRun:
 
 
 def submit_sweep(config: HyperDriveConfig, name: str, project: str | None, settings: Settings) -> GroupRun:
-    """Write the group file and start `phalanx group run --detach` on it (the CLI's own path)."""
+    """Record the sweep's group and start its controller, as `phalanx group run --detach` does
+    (``GroupLauncher``, the one way a group starts). Its group file is kept under the home's
+    sweeps/ folder: `phalanx group run -f` on it runs the same search again."""
+    from phalanx.groups.launching import GroupLauncher, GroupOptions
+    from phalanx.spec.group import load_group
+
     folder = settings.home / "sweeps"
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / f"{name}-{time.time_ns()}.yml"
     path.write_text(config.to_yaml(name=name, project=project))
-    argv = [
-        sys.executable,
-        "-m",
-        "phalanx.cli.main",
-        "group",
-        "run",
-        "--detach",
-        "-f",
-        str(path),
-        "--workdir",
-        str(config.estimator.source_directory),
-    ]
-    import os
-
-    env = {**os.environ, "PHALANX_HOME": str(settings.home)}
-    if settings.db_url:
-        env["PHALANX_DB_URL"] = settings.db_url
-    done = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=120, check=False)
-    if done.returncode != 0:
-        message = (done.stderr or done.stdout).strip()
-        if done.returncode == 2:
-            raise UsageError(message)
-        raise PhalanxError(f"the sweep could not start ({shlex.join(argv)}):\n{message}")
-    return GroupRun(done.stdout.strip().splitlines()[-1], settings=settings)
+    try:
+        group = load_group(path)  # as `phalanx group run -f` reads it (to_yaml validated it already)
+        options = GroupOptions(workdir=Path(config.estimator.source_directory))
+        started = GroupLauncher(settings).submit(group, options)
+    except BaseException:
+        path.unlink(missing_ok=True)  # nothing recorded: no file of a sweep that never was
+        raise
+    return GroupRun(started.group.id, settings=settings, _process=started.process)
 
 
 __all__ = [

@@ -172,10 +172,12 @@ def _submit_group(
     cluster: str | None = None,
 ) -> SubmitResult:
     """A `kind: group` file: validated and recorded as `phalanx group run` does, run from the
-    unpacked bundle by a controller in its own process (``groups.detached``) that a restarted
-    server adopts. Idempotent as an experiment's submit (the key names the group)."""
+    unpacked bundle by a controller in its own process (``groups.launching.GroupLauncher``, as
+    `phalanx group run --detach`) that a restarted server adopts (``groups.detached``).
+    Idempotent as an experiment's submit (the key names the group)."""
     from phalanx.extras import require
-    from phalanx.groups import controller, detached
+    from phalanx.groups import detached
+    from phalanx.groups.launching import GroupLauncher, GroupOptions
     from phalanx.spec.group import load_group_text
     from phalanx.store import submissions
     from phalanx.store.base import group_store
@@ -194,12 +196,9 @@ def _submit_group(
         file.parent.mkdir(parents=True, exist_ok=True)
         file.write_text(request.file_text, encoding="utf-8")
         group = replace(group, base=replace(group.base, source_file=str(file)))
-        if cluster is not None:  # as `phalanx group run --cluster NAME`: a trial it can never run is refused
-            controller.check_trials_can_run(group, settings, cluster=cluster, workdir=file.parent)
-        else:
-            controller.build_trials_env(group, settings, workdir=file.parent)
-        record = controller.create(
-            groups, group, workdir=file.parent, params=dict(request.params), cluster=cluster
+        launcher = GroupLauncher(settings, groups)  # as `phalanx group run`: refusals first, then recorded
+        record = launcher.create(
+            group, GroupOptions(workdir=file.parent, params=dict(request.params), cluster=cluster)
         )
         winner = submissions.reserve(store, record.id, request.idempotency_key, sha)
         if winner != record.id:  # a retry with the same key won the race: this one never ran
@@ -207,7 +206,7 @@ def _submit_group(
             shutil.rmtree(work, ignore_errors=True)
             return SubmitResult(winner, sha, created=False, kind="group")
         detached.mark_server_group(settings, record.id)
-        process = detached.spawn(settings, record.id)
+        process = launcher.start(record.id)
     except BaseException:
         if record is not None:
             submissions.release(store, record.id)
