@@ -104,7 +104,7 @@ class Admitter:
         except BaseException as exc:
             self.entry = None  # admit() left nothing in the ledger
             if recorded_here and isinstance(exc, UsageError):  # refused: nothing half-written
-                self.rows.withdraw()
+                self.rows.withdraw(f"refused by this machine's queue: {exc}")
             raise
         if grant is None:  # stopped while it waited: already out of the queue
             self.entry = None

@@ -120,10 +120,15 @@ class Recorder:
         """The row exists already (a resume reopened it)."""
         self.created = True
 
-    def withdraw(self) -> None:
-        """A launch refused before it ran (`--no-wait`, the machine busy): nothing half-written."""
+    def withdraw(self, reason: str) -> None:
+        """A launch refused before it ran (by the machine's queue): nothing half-written. The store
+        deletes no live row, so it is ended first (a reader may see that for a moment)."""
         with contextlib.suppress(Exception):
-            self.store().delete_experiment(self.id)
+            store = self.store()
+            store.update_experiment(
+                self.id, status=ExperimentStatus.STOPPED, reason=reason, finished_at=time.time()
+            )
+            store.delete_experiment(self.id)
             self.created = False
 
     def status(
