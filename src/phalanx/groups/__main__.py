@@ -1,5 +1,5 @@
 """`python -m phalanx.groups GROUP_ID`: run (or resume) one group's controller to its end, in this
-process (``groups.detached.spawn`` starts it in its own session). Exit status as `phalanx group
+process (``GroupLauncher.start`` starts it in its own session). Exit status as `phalanx group
 run`: 0 finished, 1 every trial failed, 130 stopped, 2 another controller holds the group."""
 
 from __future__ import annotations

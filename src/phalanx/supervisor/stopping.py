@@ -1,5 +1,6 @@
-"""Stopping an experiment from another process (`phalanx stop`, the server's stop), its supervisor
-alive or not.
+"""Stopping an experiment: the request (``write_stop_request``, the stop file; ``StopRequests``, how
+its supervisor learns of it and why), and stopping from another process (`phalanx stop`, the
+server's stop), its supervisor alive or not.
 
 Only an experiment's supervisor writes its status while it lives. While it does, ``stop_experiment``
 only leaves a stop request and waits. When the supervisor is gone (killed, its machine rebooted),
