@@ -347,8 +347,8 @@ def submit_sweep(config: HyperDriveConfig, name: str, project: str | None, setti
     """Record the sweep's group and start its controller, as `phalanx group run --detach` does
     (``GroupLauncher``, the one way a group starts). Its group file is kept under the home's
     sweeps/ folder: `phalanx group run -f` on it runs the same search again."""
-    from phalanx.groups.launching import GroupLauncher, GroupOptions
-    from phalanx.spec.group import load_group
+    from phalanx.groups.launching import GroupLauncher, GroupOptions  # start-up of `import phalanx`
+    from phalanx.spec.group import load_group  # start-up of `import phalanx` (a sweep only needs it)
 
     folder = settings.home / "sweeps"
     folder.mkdir(parents=True, exist_ok=True)
