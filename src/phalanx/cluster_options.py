@@ -1,4 +1,4 @@
-"""Typed options per cluster kind: what a Slurm or a Kubernetes cluster may be given, and what a good
+"""Typed options per cluster kind: what a Slurm, Kubernetes or Ray cluster may be given, and what a good
 value is, said once (pydantic).
 
 Why: `phalanx cluster add` and a hand-edited ``clusters.toml`` must refuse the same mistakes with the
@@ -42,6 +42,16 @@ def _absolute(value: str) -> str:
     return value
 
 
+def _ray_address(value: str) -> str:
+    host, sep, port = value.removeprefix("ray://").rpartition(":")
+    if not sep or not host or not port.isdigit() or "/" in host:
+        raise ValueError(
+            "give the Ray head's address as HOST:PORT (its GCS port, `ray start --head --port`), "
+            "e.g. gpu-box-1:6379, or ray://HOST:10001 for the Ray Client server"
+        )
+    return value
+
+
 ServerUrl = Annotated[str, AfterValidator(_server_url)]
 AbsolutePath = Annotated[str, AfterValidator(_absolute)]
 Text = Annotated[str, StringConstraints(min_length=1)]
@@ -72,8 +82,19 @@ class KubernetesOptions(_Options):
     kubeflow_api: Literal["v1", "trainer-v2"] | None = None
 
 
-ClusterOptions = Annotated[SlurmOptions | KubernetesOptions, Field(discriminator="kind")]
-_ADAPTER: TypeAdapter[SlurmOptions | KubernetesOptions] = TypeAdapter(ClusterOptions)
+class RayOptions(_Options):
+    """A Ray cluster: one placement group and an actor per replica; the nodes fetch the code from,
+    and report to, a Phalanx server (no folder is shared between the boxes)."""
+
+    kind: Literal["ray"] = "ray"
+    address: Annotated[str, AfterValidator(_ray_address)]  # the head: HOST:PORT or ray://HOST:PORT
+    server_url: ServerUrl  # required: where the nodes fetch the code and report
+    node_dir: AbsolutePath | None = None  # each node's folder for code and environments
+
+
+Options = SlurmOptions | KubernetesOptions | RayOptions
+ClusterOptions = Annotated[Options, Field(discriminator="kind")]
+_ADAPTER: TypeAdapter[Options] = TypeAdapter(ClusterOptions)
 
 _WHY = {  # pydantic's words for the constraints above, in the user's terms
     "string_pattern_mismatch": "use lowercase letters, digits and '-' (a Kubernetes name)",
@@ -83,7 +104,7 @@ _WHY = {  # pydantic's words for the constraints above, in the user's terms
 }
 
 
-def check_options(values: Mapping[str, str | None], where: str) -> SlurmOptions | KubernetesOptions:
+def check_options(values: Mapping[str, str | None], where: str) -> Options:
     """The typed options of one cluster (its fields, None meaning not given), or a UsageError that
     names ``where`` (the command or the file and table) and every bad value with how to fix it."""
     given = {k: v for k, v in values.items() if v is not None}

@@ -19,9 +19,9 @@ from typing import TYPE_CHECKING, Any
 from phalanx.errors import NotFound, UsageError
 
 if TYPE_CHECKING:
-    from phalanx.cluster_options import KubernetesOptions, SlurmOptions
+    from phalanx.cluster_options import KubernetesOptions, RayOptions, SlurmOptions
 
-KINDS = ("slurm", "kubernetes")
+KINDS = ("slurm", "kubernetes", "ray")
 # v1: the training operator's PyTorchJob/TFJob/MXJob and the MPI operator's MPIJob (v2beta1);
 # trainer-v2: Kubeflow Trainer's TrainJob referring to a (Cluster)TrainingRuntime.
 KUBEFLOW_APIS = ("v1", "trainer-v2")
@@ -33,7 +33,7 @@ class Cluster:
     """One engine a user registered. Fields an engine does not use stay None."""
 
     name: str
-    kind: str  # "slurm" | "kubernetes"
+    kind: str  # "slurm" | "kubernetes" | "ray"
     partition: str | None = None  # slurm: --partition
     account: str | None = None  # slurm: --account (a project's placement may set it per project)
     namespace: str | None = None  # kubernetes: where objects are created (default "default")
@@ -43,12 +43,14 @@ class Cluster:
     slurm_conf: str | None = None  # slurm: SLURM_CONF for the client commands (a private cluster)
     env_volume: str | None = None  # kubernetes: a ReadWriteMany PVC where pip environments are built once
     kubeflow_api: str | None = None  # kubernetes: "v1" (training-operator jobs, default) or "trainer-v2"
+    address: str | None = None  # ray: the head's GCS address HOST:PORT, or ray://HOST:PORT (Ray Client)
+    node_dir: str | None = None  # ray: the folder on each node where code and environments are kept
 
     def to_json(self) -> dict[str, Any]:
         return {k: v for k, v in asdict(self).items() if v is not None}
 
     @property
-    def options(self) -> SlurmOptions | KubernetesOptions:
+    def options(self) -> SlurmOptions | KubernetesOptions | RayOptions:
         """The typed options of its kind (phalanx.cluster_options); UsageError if a value is bad."""
         from phalanx.cluster_options import check_options  # pydantic: only once a cluster is read
 
@@ -58,10 +60,11 @@ class Cluster:
         """The engine module that runs a plan on this cluster (registry name).
 
         A Kubernetes cluster runs `backend: native` (the default) as plain Pods and Services, and
-        `backend: kubeflow` / `backend: mpi` through the Kubeflow training operator.
+        `backend: kubeflow` / `backend: mpi` through the Kubeflow training operator. A Ray cluster
+        runs every plan as one placement group and an actor per replica.
         """
-        if self.kind == "slurm":
-            return "slurm"
+        if self.kind in ("slurm", "ray"):
+            return self.kind
         if plan_backend in ("kubeflow", "mpi"):
             return "trainer" if self.kubeflow_api == "trainer-v2" else "kubeflow"
         return "kubernetes"
@@ -144,16 +147,17 @@ def add_cluster(cluster: Cluster, home: Path | None = None, replace: bool = Fals
         )
     if cluster.kind not in KINDS:
         raise UsageError(f"--kind must be one of {', '.join(KINDS)}, not {cluster.kind!r}")
-    if cluster.kind == "slurm" and (cluster.namespace or cluster.context):
-        raise UsageError("--namespace and --context are for kubernetes clusters, not slurm")
-    if cluster.kind == "kubernetes" and (cluster.partition or cluster.slurm_conf or cluster.shared_dir):
-        raise UsageError("--partition, --slurm-conf and --shared-dir are for slurm clusters, not kubernetes")
-    if cluster.kind == "slurm" and (cluster.env_volume or cluster.kubeflow_api):
-        raise UsageError("--env-volume and --kubeflow-api are for kubernetes clusters, not slurm")
+    _refuse_other_kinds_options(cluster)
     if cluster.kind == "kubernetes" and not cluster.server_url:
         raise UsageError(
             "a kubernetes cluster needs --server-url: its pods fetch their code from that Phalanx server "
             "and report every metric to it (inside the cluster, e.g. http://phalanx.NAMESPACE.svc:8000)"
+        )
+    if cluster.kind == "ray" and not (cluster.address and cluster.server_url):
+        raise UsageError(
+            "a ray cluster needs --address (its head, e.g. --address gpu-box-1:6379) and --server-url: "
+            "its nodes fetch the experiment's code from that Phalanx server and report every metric to "
+            "it (an address every node reaches, e.g. http://gpu-box-1:8000)"
         )
     if cluster.kubeflow_api not in (None, *KUBEFLOW_APIS):
         raise UsageError(
@@ -168,6 +172,27 @@ def add_cluster(cluster: Cluster, home: Path | None = None, replace: bool = Fals
     clusters[cluster.name] = cluster
     _write(clusters, home)
     return cluster
+
+
+# the options that belong to one kind only: given to another, they are refused (exit 2)
+_OWN_OPTIONS = {
+    "slurm": {"partition": "--partition", "slurm_conf": "--slurm-conf", "shared_dir": "--shared-dir"},
+    "kubernetes": {
+        "namespace": "--namespace",
+        "context": "--context",
+        "env_volume": "--env-volume",
+        "kubeflow_api": "--kubeflow-api",
+    },
+    "ray": {"address": "--address", "node_dir": "--node-dir"},
+}
+
+
+def _refuse_other_kinds_options(cluster: Cluster) -> None:
+    values = asdict(cluster)
+    for kind, options in _OWN_OPTIONS.items():
+        given = [flag for key, flag in options.items() if values[key] and kind != cluster.kind]
+        if given:
+            raise UsageError(f"{' and '.join(given)}: for {kind} clusters, not {cluster.kind}")
 
 
 def remove_cluster(name: str, home: Path | None = None) -> None:

@@ -26,6 +26,11 @@ SDK_TOP_MODULES = (
     "machine/limits.py",
     "domain.py",
     "knobs.py",
+    # the local engine's reaper, which leads a replica's process group on a Ray node (ray_actor)
+    "backends/__init__.py",
+    "backends/logfiles.py",
+    "backends/local/__init__.py",
+    "backends/local/reaper.py",
 )
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -75,6 +76,14 @@ def test_each_kind_has_typed_options_with_its_own_fields() -> None:
         (Cluster(name="s", kind="slurm", shared_dir="shared"), "give an absolute path"),
         (Cluster(name="s", kind="slurm", slurm_conf="etc/slurm.conf"), "slurm_conf 'etc/slurm.conf'"),
         (Cluster(name="s", kind="slurm", partition=""), "partition '': must not be empty"),
+        (
+            Cluster(name="r", kind="ray", address="gpu-box-1", server_url="http://b:8000"),
+            "address 'gpu-box-1': give the Ray head's address as HOST:PORT",
+        ),
+        (
+            Cluster(name="r", kind="ray", address="b:6379", server_url="http://b:8000", node_dir="cache"),
+            "node_dir 'cache': give an absolute path",
+        ),
     ],
 )
 def test_a_bad_value_is_refused_with_where_what_and_how_and_nothing_is_written(
@@ -96,3 +105,22 @@ def test_a_hand_edited_bad_value_gets_the_same_check_naming_the_file_and_table(t
     path.write_text('[k]\nkind = "kubernetes"\n')
     with pytest.raises(UsageError, match=r"\[k\] server_url: is required"):
         load_clusters(tmp_path)
+
+
+def test_a_ray_cluster_names_its_head_and_the_server_its_nodes_reach(tmp_path: Path) -> None:
+    from phalanx.cluster_options import RayOptions
+
+    pool = Cluster(name="pool", kind="ray", address="gpu-box-1:6379", server_url="http://gpu-box-1:8000")
+    add_cluster(pool, tmp_path)
+    assert get_cluster("pool", tmp_path) == pool and pool.backend_for("kubeflow") == "ray"
+    options = pool.options
+    assert isinstance(options, RayOptions) and options.address == "gpu-box-1:6379"
+    client = Cluster(name="c", kind="ray", address="ray://head:10001", server_url="http://head:8000")
+    assert isinstance(client.options, RayOptions)
+    with pytest.raises(UsageError, match=r"a ray cluster needs --address .* and --server-url"):
+        add_cluster(Cluster(name="r", kind="ray", address="b:6379"), tmp_path)
+    with pytest.raises(UsageError, match="--address: for ray clusters, not slurm"):
+        add_cluster(Cluster(name="s", kind="slurm", address="b:6379"), tmp_path)
+    with pytest.raises(UsageError, match="--partition: for slurm clusters, not ray"):
+        add_cluster(replace(pool, name="p2", partition="gpu"), tmp_path)
+    assert sorted(load_clusters(tmp_path)) == ["pool"]  # nothing refused was written

@@ -96,6 +96,25 @@ class JobStatus:
     attempt: int | None = None
 
 
+def job_status(replicas: list[ReplicaStatus]) -> JobStatus:
+    """A gang's status from its replicas' (engines that see replicas one by one: Kubernetes pods,
+    Ray actors): the first failure (by ``finished_at``) fails it and names the replica."""
+    states = [r.state for r in replicas]
+    failed = [r for r in replicas if r.state is ReplicaState.FAILED]
+    if failed:
+        first = min(failed, key=lambda r: r.finished_at or float("inf"))
+        return JobStatus(ExperimentStatus.FAILED, tuple(replicas), f"{first.name} {first.reason or 'failed'}")
+    if states and all(s is ReplicaState.SUCCEEDED for s in states):
+        return JobStatus(ExperimentStatus.SUCCEEDED, tuple(replicas))
+    if states and all(s.done for s in states):
+        return JobStatus(ExperimentStatus.STOPPED, tuple(replicas), "stopped")
+    if any(s is ReplicaState.RUNNING for s in states):
+        return JobStatus(ExperimentStatus.RUNNING, tuple(replicas))
+    if any(s is ReplicaState.UNKNOWN for s in states):
+        return JobStatus(ExperimentStatus.UNKNOWN, tuple(replicas), "a node stopped reporting")
+    return JobStatus(ExperimentStatus.STARTING, tuple(replicas))
+
+
 class Backend(Protocol):
     """An engine that runs a Plan: local processes, Slurm, Kubernetes, Kubeflow. The supervisor
     drives it: ``dry_run`` then ``submit``, then ``describe`` on every turn of its loop until the

@@ -34,13 +34,17 @@ import io
 import os
 import shlex
 import tarfile
+import urllib.error
+import urllib.request
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
 from phalanx.backends.kube_objects import TOKEN_SECRET
-from phalanx.errors import Problem, SpecError
+from phalanx.config import Settings
+from phalanx.errors import BackendUnavailable, Problem, SpecError
 from phalanx.plan import Plan
+from phalanx.sdkcopy import sdk_path
 
 CODE_DIR = "/phalanx/code"
 ENVS_DIR = "/phalanx/envs"
@@ -92,7 +96,7 @@ def bundle_url(server_url: str, experiment_id: str) -> str:
     return f"{server_url.rstrip('/')}/api/v1/experiments/{experiment_id}/files/{BUNDLE_PATH}"
 
 
-def _steps(plan: Plan) -> tuple[str, ...]:
+def setup_steps(plan: Plan) -> tuple[str, ...]:
     """build_steps, with the requirements file (shipped in the bundle) installed first."""
     first = (f"pip install -r {shlex.quote(plan.build.requirements)}",) if plan.build.requirements else ()
     return (*first, *plan.build.build_steps)
@@ -101,13 +105,13 @@ def _steps(plan: Plan) -> tuple[str, ...]:
 def env_hash(plan: Plan, workdir: str | None = None) -> str | None:
     """The environment's identity (None: the image is used as it is): image, packages, steps and
     the requirements file's content when it can be read here."""
-    if not plan.build.pip_packages and not _steps(plan):
+    if not plan.build.pip_packages and not setup_steps(plan):
         return None
     digest = hashlib.sha256()
     if plan.build.requirements and workdir:
         with contextlib.suppress(OSError):  # a missing file: pip says so in the build-env step
             digest.update((Path(workdir) / plan.build.requirements).read_bytes())
-    for part in (plan.build.image or "", *plan.build.pip_packages, "\0", *_steps(plan)):
+    for part in (plan.build.image or "", *plan.build.pip_packages, "\0", *setup_steps(plan)):
         digest.update(part.encode())
         digest.update(b"\0")
     return digest.hexdigest()[:16]
@@ -189,6 +193,28 @@ def bundle(workdir: Path, sdk: Path, cap: int = BUNDLE_CAP) -> bytes:
     return buf.getvalue()
 
 
+def pack(workdir: str, settings: Settings) -> bytes:
+    """The bundle of an experiment's folder with this Phalanx's tracking SDK copy."""
+    return bundle(Path(workdir), sdk_path(settings))
+
+
+def put_bundle(url: str, data: bytes, token: str | None) -> None:
+    """Store a bundle on the Phalanx server (``PUT``, with the server's token); BackendUnavailable
+    when the server does not take it, so nothing is created on the cluster."""
+    headers = {"Content-Type": "application/octet-stream"}
+    if token:
+        headers["Authorization"] = f"Bearer {token}"
+    request = urllib.request.Request(url, data=data, headers=headers, method="PUT")
+    try:
+        with urllib.request.urlopen(request, timeout=120) as answer:
+            answer.read()
+    except (urllib.error.URLError, OSError) as exc:
+        raise BackendUnavailable(
+            f"could not store the code bundle at {url} ({exc}); the cluster's nodes fetch their code "
+            "from there: check that the server runs and that PHALANX_TOKEN is its token"
+        ) from exc
+
+
 def _plain(info: tarfile.TarInfo) -> tarfile.TarInfo:
     """Same bytes for the same files: no owner, no times (a bundle is content-addressed)."""
     info.uid = info.gid = 0
@@ -232,7 +258,7 @@ def build_env_argv(plan: Plan, digest: str) -> list[str]:
         ENV_BUILDER,
         f"{ENVS_DIR}/{digest}",
         "\n".join(plan.build.pip_packages),
-        "\n".join(_steps(plan)),
+        "\n".join(setup_steps(plan)),
         CODE_DIR,
     ]
 

@@ -27,7 +27,14 @@ from typing import Any
 
 from phalanx import frameworks
 from phalanx.backends import kube_code
-from phalanx.backends.base import DryRun, JobStatus, LaunchContext, ReplicaStatus, expect_dry_run
+from phalanx.backends.base import (
+    DryRun,
+    JobStatus,
+    LaunchContext,
+    ReplicaStatus,
+    expect_dry_run,
+    job_status,
+)
 from phalanx.backends.kube_api import KubeAPI, KubeError, selector
 from phalanx.backends.kube_inputs import with_inputs
 from phalanx.backends.kube_objects import (
@@ -272,23 +279,6 @@ def pod_status(name: str, pod: Mapping[str, Any] | None) -> ReplicaStatus:
     return ReplicaStatus(name, state, host=host, exit_code=code, reason=reason, finished_at=finished)
 
 
-def job_status(replicas: list[ReplicaStatus]) -> JobStatus:
-    states = [r.state for r in replicas]
-    failed = [r for r in replicas if r.state is ReplicaState.FAILED]
-    if failed:
-        first = min(failed, key=lambda r: r.finished_at or float("inf"))
-        return JobStatus(ExperimentStatus.FAILED, tuple(replicas), f"{first.name} {first.reason or 'failed'}")
-    if states and all(s is ReplicaState.SUCCEEDED for s in states):
-        return JobStatus(ExperimentStatus.SUCCEEDED, tuple(replicas))
-    if states and all(s.done for s in states):
-        return JobStatus(ExperimentStatus.STOPPED, tuple(replicas), "stopped")
-    if any(s is ReplicaState.RUNNING for s in states):
-        return JobStatus(ExperimentStatus.RUNNING, tuple(replicas))
-    if any(s is ReplicaState.UNKNOWN for s in states):
-        return JobStatus(ExperimentStatus.UNKNOWN, tuple(replicas), "a node stopped reporting")
-    return JobStatus(ExperimentStatus.STARTING, tuple(replicas))
-
-
 class KubeEngine:
     """What both Kubernetes engines share: the cluster, its namespace, the API (the official client
     from kubeconfig unless one is given, e.g. a fake in tests) and the log readers."""
@@ -425,34 +415,16 @@ class KubeEngine:
         """Pack the experiment's folder and the tracking SDK and store them on the cluster's server,
         where the pods' fetch-code step finds them; returns the URL. BackendUnavailable when the
         server does not take it (nothing is created on the cluster then)."""
-        from pathlib import Path
-
-        from phalanx.sdkcopy import sdk_path
-
         url = kube_code.bundle_url(
             kube_code.require_server(self.cluster.server_url, "Kubernetes"), context.experiment_id
         )
-        data = kube_code.bundle(Path(context.workdir), sdk_path(self.settings))
+        data = kube_code.pack(context.workdir, self.settings)
         self._put_code(url, data)
         log.info("code bundle: %d bytes at %s", len(data), url)
         return url
 
     def _http_put(self, url: str, data: bytes) -> None:
-        import urllib.error
-        import urllib.request
-
-        headers = {"Content-Type": "application/octet-stream"}
-        if self.settings.token:
-            headers["Authorization"] = f"Bearer {self.settings.token}"
-        request = urllib.request.Request(url, data=data, headers=headers, method="PUT")
-        try:
-            with urllib.request.urlopen(request, timeout=120) as answer:
-                answer.read()
-        except (urllib.error.URLError, OSError) as exc:
-            raise BackendUnavailable(
-                f"could not store the code bundle at {url} ({exc}); the pods fetch their code from "
-                "there: check that the server runs and that PHALANX_TOKEN is its token"
-            ) from exc
+        kube_code.put_bundle(url, data, self.settings.token)
 
 
 class KubernetesBackend(KubeEngine):

@@ -23,6 +23,7 @@ ENGINES: dict[str, str] = {
     "kubernetes": "phalanx.backends.kubernetes:KubernetesBackend",
     "kubeflow": "phalanx.backends.kubeflow:KubeflowBackend",
     "trainer": "phalanx.backends.kubeflow_trainer:TrainerBackend",
+    "ray": "phalanx.backends.ray:RayBackend",
 }
 
 

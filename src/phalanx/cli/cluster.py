@@ -7,7 +7,7 @@ import typer
 from phalanx.cli.app import app, emit_json
 
 cluster_app = typer.Typer(
-    help="Register the Slurm and Kubernetes clusters `phalanx run --cluster NAME` uses.",
+    help="Register the Slurm, Kubernetes and Ray clusters `phalanx run --cluster NAME` uses.",
     no_args_is_help=True,
 )
 app.add_typer(cluster_app, name="cluster")
@@ -16,7 +16,7 @@ app.add_typer(cluster_app, name="cluster")
 @cluster_app.command("add")
 def add(
     name: str = typer.Argument(..., help="The name to use with --cluster."),
-    kind: str = typer.Option(..., "--kind", help="slurm or kubernetes"),
+    kind: str = typer.Option(..., "--kind", help="slurm, kubernetes or ray"),
     partition: str | None = typer.Option(None, "--partition", help="slurm: the partition to submit to"),
     namespace: str | None = typer.Option(None, "--namespace", help="kubernetes: namespace (default)"),
     context: str | None = typer.Option(None, "--context", help="kubernetes: kubeconfig context"),
@@ -34,6 +34,12 @@ def add(
         None,
         "--kubeflow-api",
         help="kubernetes: v1 (training-operator jobs, default) or trainer-v2 (TrainJob)",
+    ),
+    address: str | None = typer.Option(
+        None, "--address", help="ray: the head's address HOST:PORT (or ray://HOST:10001, Ray Client)"
+    ),
+    node_dir: str | None = typer.Option(
+        None, "--node-dir", help="ray: each node's folder for code and environments (~/.cache/phalanx)"
     ),
     replace: bool = typer.Option(False, "--replace", help="overwrite a cluster of the same name"),
 ) -> None:
@@ -54,6 +60,8 @@ def add(
             slurm_conf=slurm_conf,
             env_volume=env_volume,
             kubeflow_api=kubeflow_api,
+            address=address,
+            node_dir=node_dir,
         ),
         replace=replace,
     )
@@ -74,12 +82,14 @@ def ls(output: str = typer.Option("table", "-o", "--output", help="table or json
         emit_json([c.to_json() for c in clusters.values()])
         return
     if not clusters:
-        typer.echo("no clusters; add one with: phalanx cluster add NAME --kind slurm|kubernetes")
+        typer.echo("no clusters; add one with: phalanx cluster add NAME --kind slurm|kubernetes|ray")
         return
     rows = [("NAME", "KIND", "WHERE")]
     for c in clusters.values():
         if c.kind == "kubernetes":
             where = f"namespace={c.namespace or 'default'}" + (f" context={c.context}" if c.context else "")
+        elif c.kind == "ray":
+            where = f"address={c.address}"
         else:
             where = f"partition={c.partition or '(default)'}" + (
                 f" conf={c.slurm_conf}" if c.slurm_conf else ""

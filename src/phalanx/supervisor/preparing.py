@@ -173,8 +173,10 @@ def prepare(
 
         backend = get_backend(engine_name, settings=settings, cluster=cluster_conf)
     shared = _shared_dir(cluster_conf)
+    # a Ray node builds the environment itself (once per node): nothing to build on this machine
+    on_nodes = cluster_conf is not None and cluster_conf.kind == "ray"
     python = interpreter(
-        plan, workdir, settings, build=not dry, venvs_dir=shared / "venvs" if shared else None
+        plan, workdir, settings, build=not (dry or on_nodes), venvs_dir=shared / "venvs" if shared else None
     )
     env = tracking_env(exp_id, settings, python, dry=dry, sdk_root=shared)
     from phalanx.checkpoints import policy_env

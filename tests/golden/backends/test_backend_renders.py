@@ -16,6 +16,7 @@ from phalanx.backends.base import LaunchContext
 from phalanx.backends.kubeflow import KubeflowBackend
 from phalanx.backends.kubeflow_trainer import TrainerBackend
 from phalanx.backends.kubernetes import KubernetesBackend
+from phalanx.backends.ray import RayBackend
 from phalanx.backends.slurm import SlurmBackend
 from phalanx.clusters import Cluster
 from phalanx.config import Settings
@@ -115,6 +116,24 @@ TRAINER = Cluster(
     kubeflow_api="trainer-v2",
     env_volume="ml-envs",
 )
+RAY = Cluster(name="pool", kind="ray", address="gpu-box-1:6379", server_url="http://gpu-box-1:8000")
+# one replica per node, asked the Kubernetes way: STRICT_SPREAD
+SPREAD = spec_plan(
+    Framework.PYTORCH,
+    master=ReplicaTemplate(resources=res(cpu=2, memory=4096, gpu=1), affinity={"podAntiAffinity": {}}),
+    topology=Topology(
+        n_workers=1,
+        default_worker=ReplicaTemplate(
+            resources=res(cpu=2, memory=4096, gpu=1), affinity={"podAntiAffinity": {}}
+        ),
+    ),
+)
+MXNET_PACKAGES = spec_plan(
+    Framework.MXNET,
+    topology=Topology(n_workers=1, n_ps=1),
+    build=Build(pip_packages=("mxnet==1.9.1", "numpy<1.24")),
+)
+RAY_SETTINGS = Settings(home="/home/user/.phalanx", token="golden-server-token")
 
 
 def _slurm_horovod() -> str:
@@ -146,6 +165,10 @@ CASES: dict[str, Callable[[], str]] = {
     "trainer-trainjob.yaml": lambda: (
         TrainerBackend(SETTINGS, TRAINER).dry_run(MULTIPROCESS, CONTEXT).render()
     ),
+    # a placement group (STRICT_SPREAD: one replica per node) and each actor's env, token masked
+    "ray-pytorch-spread.json": lambda: RayBackend(RAY_SETTINGS, RAY).dry_run(SPREAD, CONTEXT).render(),
+    # PACK, a parameter-server topology, and the environment built once per node
+    "ray-mxnet-pack.json": lambda: RayBackend(SETTINGS, RAY).dry_run(MXNET_PACKAGES, CONTEXT).render(),
 }
 
 
