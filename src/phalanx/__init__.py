@@ -47,7 +47,7 @@ def __getattr__(name: str) -> Any:
     module = _LAZY.get(name)
     if module is None:
         raise AttributeError(f"module 'phalanx' has no attribute {name!r}")
-    import importlib
+    import importlib  # why: `import phalanx` (the SDK in a replica) loads only what it names
 
     return getattr(importlib.import_module(module), name)
 
@@ -57,7 +57,7 @@ def _run_class() -> Any:
     training script calls; in a replica's own venv, where only the standard-library SDK copy is
     importable, the SDK's class with that same classmethod."""
     try:
-        from phalanx.runs import Run
+        from phalanx.runs import Run  # why: the public surface names the rooms above lazily
     except ImportError:
-        from phalanx.tracking.context import Run  # type: ignore[assignment]
+        from phalanx.tracking.context import Run  # type: ignore[assignment]  # why: the SDK copy has no runs.py
     return Run

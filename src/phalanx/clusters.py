@@ -16,7 +16,8 @@ from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from phalanx.errors import NotFound, UsageError
+from phalanx.config import Settings
+from phalanx.errors import Conflict, NotFound, UsageError
 
 if TYPE_CHECKING:
     from phalanx.cluster_options import KubernetesOptions, RayOptions, SlurmOptions
@@ -72,8 +73,6 @@ class Cluster:
 
 def clusters_file(home: Path | None = None) -> Path:
     if home is None:
-        from phalanx.config import Settings
-
         home = Settings().home
     return Path(home) / "clusters.toml"
 
@@ -166,8 +165,6 @@ def add_cluster(cluster: Cluster, home: Path | None = None, replace: bool = Fals
     cluster.options  # noqa: B018  every value checked by its kind's typed options, before writing
     clusters = load_clusters(home)
     if cluster.name in clusters and not replace:
-        from phalanx.errors import Conflict
-
         raise Conflict(f"cluster {cluster.name!r} exists; remove it first or pass --replace")
     clusters[cluster.name] = cluster
     _write(clusters, home)

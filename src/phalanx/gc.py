@@ -27,9 +27,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from phalanx.config import Settings
+from phalanx.data.cache import collect as collect_cache
 from phalanx.errors import NotFound
+from phalanx.ingest import Ingester
 from phalanx.machine.procs import writer_gone
 from phalanx.spool import ACK_SUFFIX, SUFFIX
+from phalanx.store.submissions import bundles_in_use
+from phalanx.supervisor.stopping import supervisor_pid
 
 if TYPE_CHECKING:
     from phalanx.store.base import IngestStore, Store
@@ -69,9 +73,6 @@ def collect(
     store: IngestStore, settings: Settings, *, min_age: float = MIN_AGE_SECONDS, vacuum: bool = True
 ) -> Collected:
     """Remove what no experiment needs any more and compact the store (see the module docstring)."""
-    from phalanx.ingest import Ingester
-    from phalanx.supervisor.stopping import supervisor_pid
-
     out = Collected()
     try:
         Ingester(store, store.artifact_store, settings.spool_dir).run_once()
@@ -123,7 +124,6 @@ def collect(
             except OSError:
                 pass  # something else lives there: keep it
     _collect_uploads(store, settings, out, now, min_age)
-    from phalanx.data.cache import collect as collect_cache
 
     out.data_cache = collect_cache(settings.home)
     if vacuum:
@@ -135,9 +135,6 @@ def collect(
 
 def _collect_uploads(store: Store, settings: Settings, out: Collected, now: float, min_age: float) -> None:
     """Code bundles no held experiment ran, and working folders of experiments no longer held."""
-    from phalanx.store.submissions import bundles_in_use
-    from phalanx.supervisor.stopping import supervisor_pid
-
     server = settings.home / "server"
     work = server / "work"
     for folder in sorted(work.iterdir()) if work.is_dir() else []:
@@ -174,8 +171,6 @@ def _collect_uploads(store: Store, settings: Settings, out: Collected, now: floa
 def _finished_writer(stream: str, settings: Settings, experiment_id: str) -> bool:
     """Whether the process writing ``stream`` has exited. A supervisor's console stream ends with
     its supervisor; a stream named otherwise by another host cannot be told, so it is kept."""
-    from phalanx.supervisor.stopping import supervisor_pid
-
     if stream.startswith("console-"):
         return supervisor_pid(settings, experiment_id) is None
     return writer_gone(stream)

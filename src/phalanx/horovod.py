@@ -16,10 +16,12 @@ point ``PHALANX_HOROVOD_WHEEL`` at a wheel built elsewhere (same Python, torch a
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
 import logging
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -126,7 +128,6 @@ def ensure_wheel(
             "or point PHALANX_HOROVOD_WHEEL at a prebuilt wheel"
         )
     cache.mkdir(parents=True, exist_ok=True)
-    import fcntl
 
     with open(cache / f".horovod-{key}.lock", "a+") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
@@ -207,8 +208,6 @@ def _run(argv: list[str], env: dict[str, str], logfile: Path, what: str, cwd: Pa
 
 def torch_pin_of(packages: tuple[str, ...] | list[str]) -> str | None:
     """The exact torch version an experiment names in build.pip_packages, if any."""
-    import re
-
     for entry in packages:
         m = re.fullmatch(r"\s*torch\s*===?\s*(\S+)\s*", entry, re.I)
         if m:

@@ -26,21 +26,28 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from phalanx.config import Settings
 from phalanx.domain import Event, EventKind
 from phalanx.errors import UsageError
 from phalanx.machine.procs import pid_alive, writer_gone
+from phalanx.reconcile import reconcile
 from phalanx.spool import (
     ACK_SUFFIX,
     REFUSED_SUFFIX,
     SUFFIX,
+    SpoolWriter,
     check_columns,
     read_records,
     write_ack,
     write_refused,
 )
+from phalanx.store import open_store
 from phalanx.store.artifacts import ArtifactStore, safe_path
-from phalanx.store.batch import check_event, text_field
+from phalanx.store.batch import check_event, name, scalar_block, text_field
+from phalanx.tracking.console import relay, relay_lock_path
+from phalanx.tracking.identity import Identity
 from phalanx.tracking.labels import MAX_TAG, label_problem
+from phalanx.tracking.screen import truncate_line
 
 if TYPE_CHECKING:
     from phalanx.store.base import IngestStore
@@ -352,8 +359,6 @@ def salvage(events: Sequence[Event], refused: Any = None) -> list[Event]:
     """The events without what the store refuses: an invalid event is left out, except that the
     good points of a SCALAR event are kept (one over-long metric name among 10,000 points used to
     take all of them). ``refused(event, why)`` hears about each event (or part) left out."""
-    from phalanx.store.batch import name, scalar_block
-
     kept: list[Event] = []
     for ev in events:
         try:
@@ -429,9 +434,6 @@ def _start_relays(
     LOG records of its experiment, to the spool: from this process, which outlives the script."""
     if not console_fds:
         return []
-    from phalanx.spool import SpoolWriter
-    from phalanx.tracking.console import relay, relay_lock_path
-    from phalanx.tracking.identity import Identity
 
     out_r, err_r, term_out, term_err = (int(x) for x in console_fds.split(","))
     ident = Identity.from_env()
@@ -443,8 +445,6 @@ def _start_relays(
     )  # fmt: skip
 
     def sink(name: str, lines: list[str]) -> None:
-        from phalanx.tracking.screen import truncate_line
-
         with contextlib.suppress(OSError, ValueError):  # a full disk: the terminal still got them
             writer.write("log", {"stream": name, "lines": [truncate_line(line) for line in lines]})
 
@@ -471,9 +471,6 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
 
-    from phalanx.config import Settings
-    from phalanx.store import open_store
-
     settings = Settings()
     store = open_store(settings)
     ingester = Ingester(
@@ -499,8 +496,6 @@ def main(argv: list[str] | None = None) -> int:
         quiet = quiet + 1 if ingester.run_once() == 0 else 0
         time.sleep(args.interval)
     try:  # a script killed before it recorded its end (SIGKILL, OOM, segfault) is marked failed now
-        from phalanx.reconcile import reconcile
-
         reconcile(store, settings)
     except Exception:
         log.exception("checking unfinished experiments failed")

@@ -17,11 +17,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from phalanx.config import Settings
 from phalanx.errors import UsageError
 
 if TYPE_CHECKING:
     from phalanx.apiclient import Client
-    from phalanx.config import Settings
 
 FILE_NAME = "login.json"
 
@@ -102,8 +102,11 @@ def choose(
 
     The token: ``token_file``, else PHALANX_TOKEN, else the stored login's (for its own URL only:
     a token is never sent to a server it was not given for)."""
-    from phalanx.apiclient import Client, check_url, read_token
-    from phalanx.config import Settings
+    from phalanx.apiclient import (  # why: `phalanx ls` runs without urllib.request
+        Client,
+        check_url,
+        read_token,
+    )
 
     if server is not None and local:
         raise UsageError("--server and --local: give one (--local is this machine's store)")

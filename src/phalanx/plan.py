@@ -16,6 +16,8 @@ from typing import Any
 from phalanx.domain import BackendKind, Framework, Resources, Role
 from phalanx.errors import SpecError
 from phalanx.machine import limits
+from phalanx.spec.inputs import shell_ref
+from phalanx.spec.launchers import wire
 from phalanx.spec.model import Build, ExperimentSpec, ReplicaTemplate
 from phalanx.spec.shellwords import quote_state, stands_alone
 
@@ -142,8 +144,6 @@ def param_text(value: Any) -> str:
 def render_inputs(command: str, names: set[str]) -> str:
     """``{{ inputs.NAME }}`` -> ``"${PHALANX_INPUT_NAME}"`` (quoted for where it stands); SpecError
     for a name that is not one of the experiment's inputs."""
-    from phalanx.spec.inputs import shell_ref
-
     unknown = sorted({m.group(1) for m in _INPUT_PLACEHOLDER.finditer(command)} - names)
     if unknown:
         listed = ", ".join(sorted(names)) or "none"
@@ -238,8 +238,6 @@ def build_plan(
     if (
         spec.framework is Framework.PYTORCH
     ):  # torchrun / accelerate launch in run.cmd: the replica's rendezvous
-        from phalanx.spec.launchers import wire
-
         wiring = wire(command, nodes=1 + topo.n_workers, processes_per_replica=procs)
         command, notes = wiring.command, (wiring.note,) if wiring.note else ()
     return Plan(

@@ -6,6 +6,8 @@ the queue and the machine ledger (docs/cli-speed.md).
 
 from __future__ import annotations
 
+from phalanx.errors import UsageError
+
 # --priority bounds: aging adds one per 10 minutes waited, so 1000 already outranks a week of waiting
 MAX_PRIORITY = 1000
 
@@ -13,8 +15,6 @@ MAX_PRIORITY = 1000
 def check_priority(priority: object, given_as: str) -> int:
     """A queue priority as given: a whole number within ±MAX_PRIORITY, else a UsageError naming
     where it was given."""
-    from phalanx.errors import UsageError
-
     if not isinstance(priority, int) or isinstance(priority, bool) or abs(priority) > MAX_PRIORITY:
         raise UsageError(
             f"{given_as} {priority!r}: give a whole number from -{MAX_PRIORITY} to {MAX_PRIORITY}"

@@ -14,7 +14,14 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
+from phalanx.domain import ExperimentStatus
 from phalanx.errors import UsageError
+from phalanx.logins import choose
+from phalanx.readpass import open_for_reading
+from phalanx.remote_store import RemoteStore
+from phalanx.store.base import ExperimentFilter
+from phalanx.store.columns import parse_column
+from phalanx.store.filters import parse_filters, split_and
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -40,7 +47,6 @@ def split_conditions(where: str | Sequence[str] | None) -> list[str]:
     if where is None:
         return []
     items = [where] if isinstance(where, str) else list(where)
-    from phalanx.store.filters import split_and
 
     return [part.strip() for item in items for part in split_and(item) if part.strip()]
 
@@ -69,13 +75,9 @@ def search_experiments(
 
     A malformed condition or column raises UsageError saying how to write it."""
     try:
-        import pandas as pd
+        import pandas as pd  # why: pandas is the optional `query` extra
     except ImportError:
         raise UsageError("phalanx.search_experiments needs pandas: pip install 'phalanx[query]'") from None
-    from phalanx.domain import ExperimentStatus
-    from phalanx.store.base import ExperimentFilter
-    from phalanx.store.columns import parse_column
-    from phalanx.store.filters import parse_filters
 
     # the run table's own grammar (phalanx.store.filters): `and`-joined, quoted values kept whole
     conditions = parse_filters([where] if isinstance(where, str) else list(where or []))
@@ -89,17 +91,12 @@ def search_experiments(
     base = ExperimentFilter(status=wanted_status, project=project, group_id=group)
     wanted = list(dict.fromkeys([*columns, *(c.column for c in conditions)]))
     if store is None:
-        from phalanx.logins import choose
-
         client = choose(server, local, say=False)
         if client is not None:  # the server filters: only the matches cross the network
-            from phalanx.remote_store import RemoteStore
-
             remote = RemoteStore(client)
             where_texts = [where] if isinstance(where, str) else list(where or [])
             page, values = remote.table(replace(base, offset=0, limit=MAX_SCAN), where_texts, list(columns))
             return _frame(pd, page.items, values, columns, [])
-        from phalanx.readpass import open_for_reading
 
         store, _ = open_for_reading()
     experiments = store.list_experiments(replace(base, offset=0, limit=MAX_SCAN)).items
@@ -157,12 +154,10 @@ def metrics_frame(
 
     Raises NotFound for an unknown id, UsageError without pandas."""
     try:
-        import pandas as pd
+        import pandas as pd  # why: pandas is the optional `query` extra
     except ImportError:
         raise UsageError("phalanx.metrics_frame needs pandas: pip install 'phalanx[query]'") from None
     if store is None:
-        from phalanx.readpass import open_for_reading
-
         store, _ = open_for_reading()
     columns: dict[str, list[Any]] = {name: [] for name in FRAME_COLUMNS}
     for given in ids:

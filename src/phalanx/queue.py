@@ -24,11 +24,13 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from phalanx.machine import doorbell
+from phalanx.errors import UsageError
+from phalanx.machine import doorbell, limits
 from phalanx.machine import ledger as ledger_mod
 from phalanx.machine.ledger import Capacity, Entry, Grant, Ledger, Need, NeverFits, NoRoom, TooManyWaiting
 from phalanx.priority import MAX_PRIORITY, check_priority
 from phalanx.share import DEFAULT_PROJECT, Limit
+from phalanx.store import quotas
 
 if TYPE_CHECKING:
     from phalanx.config import Settings
@@ -76,8 +78,6 @@ def need_of_plan(plan: Plan) -> Need:
 def capacity(need_gpus: bool = True) -> Capacity:
     """The cores this process may run on, the machine's memory, and its GPUs (nvidia-smi is asked
     only when ``need_gpus``: a CPU experiment does not pay for it)."""
-    from phalanx.machine import limits
-
     cpus = tuple(sorted(os.sched_getaffinity(0)))
     gpus = limits.detect_gpus() if need_gpus else ()
     return Capacity(cpus=cpus, gpus=gpus, memory_mib=limits._mem_total_mib())
@@ -115,8 +115,6 @@ class Admission:
         """The grant once the experiment fits; None if a stop came while it waited (it is then out
         of the queue). Raises UsageError for a need this machine can never meet, or with ``wait``
         false for one that does not fit now."""
-        from phalanx.errors import UsageError
-
         cap = capacity(need_gpus=self.need.gpus > 0)
         self.reclaimed = []
         try:
@@ -203,7 +201,6 @@ def local_limits(store: Store | None) -> dict[str, Limit]:
     """Every project's quota on this machine (target ``local``), from the store; none without one."""
     if store is None:
         return {}
-    from phalanx.store import quotas
 
     return quotas.limits(store, "local")
 

@@ -21,8 +21,8 @@ if TYPE_CHECKING:
 def open_lean(settings: Settings) -> LiteReader | None:
     """A reader of the store when it is an up-to-date SQLite file and no upkeep is due; None when
     the caller must take the full path (``open_for_reading``). Raises nothing of its own."""
-    from phalanx.store.lite import LiteReader
-    from phalanx.store.migrations import HEAD
+    from phalanx.store.lite import LiteReader  # why: `phalanx --help` imports this module
+    from phalanx.store.migrations import HEAD  # why: `phalanx --help` imports this module
 
     reader = LiteReader.open(settings.database_url, HEAD)
     if reader is None:
@@ -44,7 +44,7 @@ def upkeep_due(reader: LiteReader, settings: Settings) -> str | None:
 
 def _aborted_start(reader: LiteReader, settings: Settings) -> str | None:
     """``reconcile.clean_aborted_starts``'s test: a dead supervisor's folder with no experiment."""
-    from phalanx.machine.procs import recorded_but_gone
+    from phalanx.machine.procs import recorded_but_gone  # why: `phalanx --help` imports this module
 
     runs = settings.runs_dir
     if not runs.is_dir():
@@ -61,12 +61,12 @@ def _spool_due(reader: LiteReader, settings: Settings) -> str | None:
     spool = settings.spool_dir
     if not spool.is_dir():
         return None
-    from phalanx.spool import SUFFIX
+    from phalanx.spool import SUFFIX  # why: `phalanx --help` imports this module
 
     files = [*spool.glob(f"*{SUFFIX}"), *spool.glob(f"*/*{SUFFIX}")]
     if not files:
         return None
-    from phalanx.machine.procs import writer_gone
+    from phalanx.machine.procs import writer_gone  # why: `phalanx --help` imports this module
 
     offsets = reader.ingest_offsets()
     for path in files:
@@ -78,7 +78,7 @@ def _spool_due(reader: LiteReader, settings: Settings) -> str | None:
 def _orphan(reader: LiteReader, settings: Settings) -> str | None:
     """``reconcile.reconcile``'s own rule (``pending_ends``): an unfinished experiment whose
     supervisor or script is gone, a queued one whose `phalanx run` was killed."""
-    from phalanx.reconcile import pending_ends
+    from phalanx.reconcile import pending_ends  # why: `phalanx --help` imports this module
 
     for exp, _ in pending_ends(reader, settings):
         return f"{exp.id}: its recorder is gone"
@@ -89,16 +89,16 @@ def open_for_reading(settings: Settings | None = None) -> tuple[IngestStore, Set
     """The store, after the upkeep pass: what a killed start left is removed, pending spool files
     are ingested, and the experiments whose supervisor or script died get their end. Every read
     (the CLI's, ``phalanx.search_experiments``, ``metrics_frame``) opens the store this way."""
-    import logging
+    import logging  # why: `phalanx --help` imports this module
 
-    from phalanx.config import Settings
-    from phalanx.ingest import Ingester
-    from phalanx.store import open_store
+    from phalanx.config import Settings  # why: `phalanx --help` imports this module
+    from phalanx.ingest import Ingester  # why: `phalanx ls`'s lean path needs no ingester
+    from phalanx.store import open_store  # why: `phalanx --help` imports this module
 
     settings = settings or Settings()
     store = open_store(settings)
     try:  # before ingesting: a killed start-up leaves nothing, not rows of an experiment never shown
-        from phalanx.reconcile import clean_aborted_starts
+        from phalanx.reconcile import clean_aborted_starts  # why: `phalanx --help` imports this module
 
         clean_aborted_starts(store, settings)
     except Exception as exc:
@@ -108,7 +108,7 @@ def open_for_reading(settings: Settings | None = None) -> tuple[IngestStore, Set
     except Exception as exc:  # reading must work even when a spool cannot be ingested right now
         logging.getLogger(__name__).warning("ingesting pending spool files failed: %s", exc)
     try:  # an experiment whose supervisor or script was killed (running or queued) gets its end here
-        from phalanx.reconcile import reconcile
+        from phalanx.reconcile import reconcile  # why: `phalanx --help` imports this module
 
         reconcile(store, settings)
     except Exception as exc:

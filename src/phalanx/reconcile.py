@@ -24,6 +24,7 @@ from __future__ import annotations
 import contextlib
 import enum
 import logging
+import shutil
 import socket
 import time
 from collections.abc import Iterable, Iterator
@@ -32,13 +33,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
 from phalanx.domain import ExperimentStatus, ReplicaState
-from phalanx.machine.procs import Seen, judge, read_record, recorded_but_gone
+from phalanx.errors import NotFound
+from phalanx.machine.procs import Seen, judge, read_record, recorded_but_gone, started_at
+from phalanx.store.base import ExperimentFilter
 
 if TYPE_CHECKING:
     from phalanx.config import Settings
     from phalanx.domain import Experiment, Page, Replica
     from phalanx.machine.ledger import Entry
-    from phalanx.store.base import ExperimentFilter, Store
+    from phalanx.store.base import Store
 
 log = logging.getLogger(__name__)
 
@@ -129,8 +132,6 @@ def record_end(store: Store, experiment_id: str, end: End, settings: Settings | 
     first (``settings`` given, a failed local experiment), then unfinished replicas, then the
     experiment. Re-read first: nothing is written over an end its supervisor recorded meanwhile.
     Whether it wrote."""
-    from phalanx.errors import NotFound
-
     try:
         exp = store.get_experiment(experiment_id)
     except NotFound:
@@ -196,7 +197,7 @@ def facts(
 
 
 def _queued_here(settings: Settings, experiment_id: str) -> bool:
-    from phalanx.queue import ledger_for
+    from phalanx.queue import ledger_for  # why: `phalanx ls`'s lean check needs no queue or ledger
 
     holding, waiting, _ = ledger_for(settings).snapshot()
     return any(e.experiment_id == experiment_id for e in holding + waiting)
@@ -206,8 +207,6 @@ def _runs_since(pid: int, created: float | None) -> bool:
     """Whether ``pid`` runs and is the process that created the experiment (not a reused pid): a
     script's replica rows carry its pid but no start time, so its start is compared with the
     experiment's creation instead."""
-    from phalanx.machine.procs import started_at
-
     start = started_at(pid)
     if start is None:
         return False
@@ -239,8 +238,6 @@ def clean_aborted_starts(store: Store, settings: Settings) -> list[str]:
     store only once the replicas are starting): with the supervisor gone and no experiment in the
     store, its run folder and spool are removed, so nothing of an experiment that never appears is
     left (nor ingested later as rows of no experiment). Run before an ingest pass."""
-    from phalanx.errors import NotFound
-
     removed: list[str] = []
     runs = settings.runs_dir
     if not runs.is_dir():
@@ -254,7 +251,6 @@ def clean_aborted_starts(store: Store, settings: Settings) -> list[str]:
             continue
         except NotFound:
             pass
-        import shutil
 
         for attempt in sorted((folder / "attempts").glob("*/state.json")):  # its local replicas
             with contextlib.suppress(Exception):
@@ -270,13 +266,11 @@ def pending_ends(store: ExperimentReader, settings: Settings) -> Iterator[tuple[
     """Each unfinished experiment of this machine whose recorder is gone, with the end ``decide``
     gives it (queued ones checked against one ledger snapshot). Reads only: ``reconcile`` records
     them; the lean CLI asks whether there is any (``readpass``)."""
-    from phalanx.store.base import ExperimentFilter
-
     here = socket.gethostname()
     queued = store.list_experiments(ExperimentFilter(status=ExperimentStatus.QUEUED, limit=1000)).items
     known: set[str] = set()
     if queued:
-        from phalanx.queue import ledger_for
+        from phalanx.queue import ledger_for  # why: `phalanx ls`'s lean check needs no queue or ledger
 
         holding, waiting, _ = ledger_for(settings).snapshot()
         known = {e.experiment_id for e in holding + waiting}
@@ -323,8 +317,6 @@ def settle(store: Store, settings: Settings, exp: Experiment) -> Experiment:
 def stop_abandoned(store: Store, entries: Iterable[Entry]) -> None:
     """Waiting ledger entries a supervisor reclaimed (their `phalanx run` is gone, as the ledger's
     own pid and start time check found): their queued rows are stopped."""
-    from phalanx.errors import NotFound
-
     for e in entries:
         if e.holding:
             continue
@@ -348,6 +340,6 @@ def _end_leftovers(settings: Settings, exp: Experiment) -> None:
 
 
 def _end_handle(settings: Settings, handle: str) -> None:
-    from phalanx.backends.local.engine import LocalBackend
+    from phalanx.backends.local.engine import LocalBackend  # why: `phalanx ls` needs no local engine
 
     LocalBackend(settings).cancel(handle)

@@ -17,6 +17,7 @@ skipped or cut is listed in the record, so nobody mistakes a partial snapshot fo
 
 from __future__ import annotations
 
+import importlib.metadata as md
 import io
 import json
 import os
@@ -28,6 +29,8 @@ import tarfile
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
+
+from phalanx._version import __version__
 
 SNAPSHOT_MAX_BYTES = 50 * 1024 * 1024
 SNAPSHOT_MAX_FILE = 10 * 1024 * 1024
@@ -85,8 +88,6 @@ def git_info(folder: str) -> dict[str, Any] | None:
 def packages(python: str) -> list[str]:
     """``name==version`` of every distribution the interpreter sees (what the replicas import)."""
     if os.path.abspath(python) == os.path.abspath(sys.executable):
-        import importlib.metadata as md
-
         return sorted({f"{d.metadata['Name'] or '?'}=={d.version}" for d in md.distributions()})
     try:
         out = subprocess.run(
@@ -182,8 +183,6 @@ def collect(
     launch: Mapping[str, Any],
 ) -> tuple[dict[str, Any], bytes]:
     """The record (without the snapshot's bytes) and the snapshot."""
-    from phalanx._version import __version__
-
     data, snap = snapshot(workdir)
     record = {
         "git": git_info(workdir),

@@ -64,13 +64,13 @@ class Run:
         """Inside a training script: this process's experiment run, Azure's ``Run.get_context()``
         (``run.log``, ``log_list``, ``log_row``, ``log_image``, ``tag``, ``upload_file``); outside
         any experiment an offline run that records nothing (see phalanx.tracking.context)."""
-        from phalanx.tracking.context import get_context
+        from phalanx.tracking.context import get_context  # why: `from phalanx import Run` stays light
 
         return get_context(allow_offline)
 
     def __init__(self, run_id: str, *, settings: Settings | None = None, _process: Any = None) -> None:
         if settings is None:
-            from phalanx.config import Settings
+            from phalanx.config import Settings  # why: `from phalanx import Run` stays light
 
             settings = Settings()
         self.settings = settings
@@ -85,7 +85,7 @@ class Run:
     @property
     def _store(self) -> Store:
         if self._store_obj is None:
-            from phalanx.store import open_store
+            from phalanx.store import open_store  # why: `from phalanx import Run` stays light
 
             self._store_obj = open_store(self.settings)
         return self._store_obj
@@ -187,7 +187,7 @@ class Run:
         if self._artifacts is None:
             found = self._store.artifact_store
             if found is None:
-                from phalanx.store.artifacts import ArtifactStore
+                from phalanx.store.artifacts import ArtifactStore  # why: `phalanx.Run` stays light
 
                 found = ArtifactStore(self.settings.artifacts_root)
             self._artifacts = found
@@ -228,7 +228,7 @@ class Run:
                 # have reconcile decide and record its end rather than wait forever.
                 orphaned_at = orphaned_at or time.monotonic()
                 if time.monotonic() - orphaned_at > ORPHAN_GRACE_SECONDS:
-                    from phalanx.reconcile import settle
+                    from phalanx.reconcile import settle  # why: `from phalanx import Run` stays light
 
                     experiment = settle(self._store, self.settings, self.refresh())
                     if experiment.status.done:
@@ -258,7 +258,8 @@ class Run:
     def _supervisor_gone(self, experiment: Experiment) -> bool:
         if self._process is not None:
             return self._process.poll() is not None
-        from phalanx.reconcile import gone_recorder  # not ours: its pid file, with its start time
+        # not ours: its pid file, with its start time
+        from phalanx.reconcile import gone_recorder  # why: `from phalanx import Run` stays light
 
         return gone_recorder(self._store, self.settings, experiment) is not None
 
@@ -270,7 +271,7 @@ class Run:
         experiment = self.refresh()
         if experiment.status.done:
             return experiment.status
-        from phalanx.supervisor import stop_experiment
+        from phalanx.supervisor import stop_experiment  # why: `from phalanx import Run` stays light
 
         status = stop_experiment(self._store, self.settings, experiment, timeout=timeout)
         if self._process is not None:

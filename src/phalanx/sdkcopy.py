@@ -6,8 +6,13 @@ and the Kubernetes engines ship it in their code bundle, so neither asks the oth
 
 from __future__ import annotations
 
+import hashlib
+import shutil
+import tempfile
 from pathlib import Path
 
+from phalanx import tracking
+from phalanx._version import __version__
 from phalanx.config import Settings
 
 # The modules outside phalanx/tracking that the SDK imports (all standard-library only); a test imports
@@ -37,13 +42,6 @@ SDK_TOP_MODULES = (
 def sdk_path(settings: Settings, root: Path | None = None) -> Path:
     """A standard-library-only copy of the tracking SDK under PHALANX_HOME/sdk/<version>-<hash>, so
     `from phalanx import Task` works inside a foreign venv (TensorFlow's, MXNet's)."""
-    import hashlib
-    import shutil
-    import tempfile
-
-    from phalanx import tracking
-    from phalanx._version import __version__
-
     pkg = Path(__file__).parent  # the phalanx package: this module is phalanx/sdkcopy.py
     files = [*(pkg / name for name in SDK_TOP_MODULES), *sorted(Path(tracking.__file__).parent.rglob("*.py"))]
     digest = hashlib.sha256()

@@ -20,6 +20,7 @@ import time
 from typing import Any
 
 from phalanx import knobs
+from phalanx.domain import ExperimentStatus, ReplicaState
 
 WINDOW = 20
 THRESHOLD_PERCENT = 20.0
@@ -82,8 +83,6 @@ def last_steps(store: Any, experiment_id: str) -> dict[str, int]:
 
 def _running_replicas(store: Any, experiment_id: str) -> set[str]:
     """The replicas running now (none unless the experiment runs): only they can be stalled."""
-    from phalanx.domain import ExperimentStatus, ReplicaState
-
     try:
         if store.get_experiment(experiment_id).status is not ExperimentStatus.RUNNING:
             return set()

@@ -6,6 +6,7 @@ They live here, below both (the server imports no module of ``phalanx.cli``): a 
 
 from __future__ import annotations
 
+import difflib
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -36,7 +37,7 @@ PER_REPLICA = "per_replica"
 
 def run_details(store: Store, experiment_id: str) -> dict[str, Any]:
     """Attempts, what ran (git, versions, host) and the pace of each rank: `get -o json` and the API."""
-    from phalanx.stragglers import pace
+    from phalanx.stragglers import pace  # why: `phalanx --help` imports this module
 
     repro = store.repro(experiment_id)
     git = dict(repro.get("git") or {})
@@ -64,9 +65,9 @@ def run_details(store: Store, experiment_id: str) -> dict[str, Any]:
 
 
 def _attempt_code(store: Store, experiment_id: str, record: dict[str, Any]) -> dict[int, dict[str, Any]]:
-    from phalanx import repro
+    from phalanx import repro  # why: `phalanx --help` imports this module
 
-    artifacts = getattr(store, "artifact_store", None)
+    artifacts = store.artifact_store
 
     def read(path: str) -> bytes | None:
         if artifacts is None or not artifacts.exists(experiment_id, path):
@@ -87,8 +88,6 @@ def _changed(a: Mapping[str, Any], b: Mapping[str, Any], keys: Iterable[str] | N
 
 def _file_diff(a: Experiment, b: Experiment, name_a: str, name_b: str) -> list[str]:
     """The experiment files' unified diff; empty when either side is a plain script's run."""
-    import difflib
-
     if not (a.spec_text and b.spec_text):
         return []
     return list(
@@ -103,7 +102,7 @@ def _file_diff(a: Experiment, b: Experiment, name_a: str, name_b: str) -> list[s
 
 
 def _snapshot_files(store: Store, exp: Experiment, record: dict[str, Any]) -> dict[str, bytes]:
-    from phalanx import repro
+    from phalanx import repro  # why: `phalanx --help` imports this module
 
     path = (record.get("snapshot") or {}).get("path")
     if not path or store.artifact_store is None or not store.artifact_store.exists(exp.id, path):
@@ -112,8 +111,6 @@ def _snapshot_files(store: Store, exp: Experiment, record: dict[str, Any]) -> di
 
 
 def _code_diff(fa: dict[str, bytes], fb: dict[str, bytes]) -> list[str]:
-    import difflib
-
     code: list[str] = []
     for name in sorted(set(fa) | set(fb)):
         if fa.get(name) == fb.get(name):
@@ -157,7 +154,7 @@ def diff_doc(
     read; what one side never recorded is listed under ``unrecorded``, not compared. ``records``:
     the two sides' repro records when not the experiments' own (two attempts); ``labels``: how the
     sides are named then (``ID@N``)."""
-    from phalanx.data.lineage import inputs_diff
+    from phalanx.data.lineage import inputs_diff  # why: `phalanx --help` imports this module
 
     ra, rb = records if records is not None else (store.repro(a.id), store.repro(b.id))
     name_a, name_b = labels or (a.id, b.id)

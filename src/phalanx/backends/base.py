@@ -9,6 +9,7 @@ method's contract is on ``Backend``. Engine SDKs are imported inside the engine 
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Protocol, TypeVar
@@ -57,8 +58,6 @@ class DryRun:
 
     def render(self) -> str:
         """The request as the engine's users read it (``format``)."""
-        import json
-
         native = self.native
         return native if isinstance(native, str) else json.dumps(native, indent=2, default=str)
 

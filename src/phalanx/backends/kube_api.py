@@ -11,6 +11,9 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from typing import Any, Protocol
 
+from phalanx.errors import BackendUnavailable
+from phalanx.extras import require
+
 # Where each kind we create lives in the API: kind -> (group, version, plural). "" group = core.
 KINDS: dict[str, tuple[str, str, str]] = {
     "ConfigMap": ("", "v1", "configmaps"),
@@ -72,11 +75,8 @@ class ClientAPI:
     """KubeAPI over the official client; ``context`` picks a kubeconfig context (None: current)."""
 
     def __init__(self, context: str | None = None, kubeconfig: str | None = None) -> None:
-        from phalanx.errors import BackendUnavailable
-        from phalanx.extras import require
-
         require("kubernetes", "kubernetes", "a Kubernetes cluster")
-        from kubernetes import client, config
+        from kubernetes import client, config  # why: kubernetes is optional (the `kubernetes` extra)
 
         try:
             # a client of its own (not the module-wide default), so two clusters can coexist
@@ -164,7 +164,7 @@ class ClientAPI:
     def watch_pods(
         self, namespace: str, label_selector: str, timeout_seconds: float
     ) -> Iterator[tuple[str, dict[str, Any]]]:
-        from kubernetes import watch
+        from kubernetes import watch  # why: kubernetes is optional (the `kubernetes` extra)
 
         stream = watch.Watch().stream(
             self.core.list_namespaced_pod,

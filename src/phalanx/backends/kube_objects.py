@@ -10,13 +10,19 @@ from __future__ import annotations
 
 import functools
 import math
+import threading
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
+import yaml
+
 from phalanx.backends.base import DryRun
 from phalanx.errors import Problem, SpecError
+from phalanx.extras import require
 from phalanx.plan import Plan, ReplicaPlan
+from phalanx.tokens import experiment_token
 
 KUBERNETES_VERSION = "1.37.0"  # the newest schema set kubernetes-validate 1.37.0 ships offline
 DEFAULT_IMAGE = "python:3.11-slim"  # when the file names no build.image
@@ -49,8 +55,6 @@ def with_experiment_token(
     Why: a pod runs the user's code on a shared cluster; the server's token in it would let that
     code, or anyone who can read the namespace's Secrets, read, stop and delete every experiment.
     """
-    from phalanx.tokens import experiment_token
-
     name = token_secret_name(experiment_id)
     secret = {
         "apiVersion": "v1",
@@ -183,8 +187,6 @@ def _kubernetes_validate() -> Any:
     every object (15 ms an object; a dry run checks one per replica and more). Those files are the
     package's own and never change, and neither the library nor jsonschema alters a parsed schema,
     so the cache answers exactly what a new read would."""
-    from phalanx.extras import require
-
     kubernetes_validate = require("kubernetes_validate", "kubernetes", "checking Kubernetes objects")
     utils = kubernetes_validate.utils  # validate() finds both functions through this module's globals
     utils.schema_contents = functools.lru_cache(maxsize=64)(utils.schema_contents)
@@ -193,8 +195,6 @@ def _kubernetes_validate() -> Any:
 
 
 def to_yaml(objects: Sequence[Mapping[str, Any]]) -> str:
-    import yaml
-
     return yaml.safe_dump_all([dict(o) for o in objects], sort_keys=False, default_flow_style=False)
 
 
@@ -221,8 +221,6 @@ class LogReaders:
     GRACE_SECONDS = 10.0
 
     def __init__(self) -> None:
-        import threading
-
         self._lock = threading.Lock()
         self._open: dict[str, int] = {}
 
@@ -235,8 +233,6 @@ class LogReaders:
             self._open[handle] = self._open.get(handle, 1) - 1
 
     def wait_closed(self, handle: str, timeout: float | None = None) -> bool:
-        import time
-
         deadline = time.monotonic() + (self.GRACE_SECONDS if timeout is None else timeout)
         while time.monotonic() < deadline:
             with self._lock:

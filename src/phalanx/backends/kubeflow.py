@@ -29,6 +29,8 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 from phalanx import frameworks
 from phalanx.backends import kube_code
 from phalanx.backends.base import DryRun, JobStatus, LaunchContext, ReplicaStatus, expect_dry_run
@@ -46,6 +48,7 @@ from phalanx.backends.kube_objects import (
 from phalanx.backends.kubernetes import KubeEngine, pod_status
 from phalanx.domain import ExperimentStatus, Framework, ReplicaState, Role
 from phalanx.errors import BackendUnavailable, NotFound, Problem, SpecError
+from phalanx.extras import require
 from phalanx.frameworks import mpi
 from phalanx.plan import Plan, ReplicaPlan
 
@@ -318,10 +321,6 @@ def _strict(schema: Any) -> Any:
 
 @functools.cache
 def crd_validator(kind: str) -> Any:
-    import yaml
-
-    from phalanx.extras import require
-
     jsonschema = require("jsonschema", "kubernetes", "checking Kubeflow jobs")
 
     loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)

@@ -24,11 +24,13 @@ import logging
 from collections.abc import Iterator, Mapping
 from typing import Any
 
+import yaml
+
 from phalanx.backends import kube_code
 from phalanx.backends.base import DryRun, JobStatus, LaunchContext, ReplicaStatus, expect_dry_run
 from phalanx.backends.kube_api import selector
 from phalanx.backends.kube_objects import KubeDryRun, env_list, image, labels, prefix, resources
-from phalanx.backends.kubeflow import _strict
+from phalanx.backends.kubeflow import SCHEMAS, _strict
 from phalanx.backends.kubernetes import KubeEngine, pod_status
 from phalanx.domain import ExperimentStatus, Framework, ReplicaState
 from phalanx.errors import NotFound, Problem, SpecError
@@ -158,10 +160,7 @@ _VALIDATOR: Any = None
 def _validator() -> Any:
     global _VALIDATOR
     if _VALIDATOR is None:
-        import jsonschema
-        import yaml
-
-        from phalanx.backends.kubeflow import SCHEMAS
+        import jsonschema  # why: jsonschema is optional (the `kubernetes` extra)
 
         loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
         crd = yaml.load((SCHEMAS / CRD).read_text(), Loader=loader)

@@ -35,7 +35,7 @@ from phalanx.backends.base import (
     expect_dry_run,
     job_status,
 )
-from phalanx.backends.kube_api import KubeAPI, KubeError, selector
+from phalanx.backends.kube_api import ClientAPI, KubeAPI, KubeError, selector
 from phalanx.backends.kube_inputs import with_inputs
 from phalanx.backends.kube_objects import (
     LABEL_REPLICA,
@@ -302,8 +302,6 @@ class KubeEngine:
     @property
     def api(self) -> KubeAPI:
         if self._api is None:
-            from phalanx.backends.kube_api import ClientAPI
-
             self._api = ClientAPI(self.cluster.context)
         return self._api
 

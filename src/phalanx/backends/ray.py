@@ -59,6 +59,7 @@ from phalanx.domain import ExperimentStatus, ReplicaState
 from phalanx.errors import BackendUnavailable, NotFound, Problem, SpecError
 from phalanx.extras import require
 from phalanx.plan import Plan
+from phalanx.tokens import experiment_token
 
 log = logging.getLogger(__name__)
 
@@ -159,8 +160,6 @@ class RayBackend:
         exp = context.experiment_id
         token = None
         if self.settings.token:  # a token that writes this experiment only (docs/security.md)
-            from phalanx.tokens import experiment_token
-
             token = experiment_token(self.settings.token, exp)
         env = replica_env(plan, exp, context.tracking_env, server, token)
         group = f"phalanx-{exp}-{attempt_of(context)}"

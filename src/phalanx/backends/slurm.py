@@ -19,6 +19,8 @@ import os
 import re
 import shutil
 import subprocess
+import sys
+import tempfile
 import time
 from collections.abc import Iterator
 from dataclasses import replace
@@ -92,7 +94,6 @@ def node_fetch(context: LaunchContext) -> NodeFetch | None:
     """The inputs each node fetches for itself, run by this Phalanx (interpreter and package folder)."""
     if not context.input_fetches:
         return None
-    import sys
 
     return NodeFetch(
         orders=tuple(context.input_fetches),
@@ -213,8 +214,6 @@ class SlurmBackend:
         """The check ``submit`` makes, on a dry run alone: `phalanx group run --cluster` asks it of
         one trial before it records the group, so a search whose trials Slurm can never hold is
         refused at once (exit 2) instead of failing every trial one by one."""
-        import tempfile
-
         with tempfile.TemporaryDirectory(prefix="phalanx-sbatch-") as folder:
             script = Path(folder) / "job.sbatch"
             script.write_text(expect_dry_run(dry_run, SlurmDryRun, self.name).script)

@@ -24,7 +24,7 @@ from typing import Any
 from phalanx import frameworks
 from phalanx.domain import Framework, Range, Resources, Role
 from phalanx.errors import SpecError
-from phalanx.frameworks import Endpoints, mpi
+from phalanx.frameworks import Endpoints, mpi, pytorch
 from phalanx.plan import Plan, ReplicaPlan
 
 
@@ -285,8 +285,6 @@ def _task_case(plan: Plan, task: Task, endpoints: Endpoints, experiment_id: str)
     r = task.replica
     env = frameworks.phalanx_env(experiment_id, r, {}, plan.params)
     if frameworks.uses_mpi(plan):
-        from phalanx.frameworks import pytorch
-
         env.update(pytorch.env(plan, r, endpoints, task.local_rank))
     else:
         env.update(frameworks.framework_env(plan, r, endpoints, task.local_rank))

@@ -14,14 +14,15 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from phalanx.config import Settings
 from phalanx.spec.inputs import InputSpec, shell_ref
+from phalanx.store import open_store
+from phalanx.store.artifacts import safe_path
 
 
 def _settings(ws_or_home: Any) -> Any:
     """Settings from a Phalanx home (path), Settings, an object holding ``.settings`` (a workspace,
     an Experiment), or None (the environment's)."""
-    from phalanx.config import Settings
-
     if ws_or_home is None:
         return Settings()
     if isinstance(ws_or_home, Settings):
@@ -37,8 +38,6 @@ def _settings(ws_or_home: Any) -> Any:
 
 
 def _open(ws_or_home: Any) -> Any:
-    from phalanx.store import open_store
-
     return open_store(_settings(ws_or_home))
 
 
@@ -52,7 +51,7 @@ class Datastore:
     @classmethod
     def get(cls, ws_or_home: Any, name: str) -> Datastore:
         """The datastore ``name``; NotFound (exit 2) naming the ones there are."""
-        from phalanx.store import catalog
+        from phalanx.store import catalog  # why: `python -m phalanx.data.nodefetch` on a node: no SQLAlchemy
 
         store = _open(ws_or_home)
         try:
@@ -62,8 +61,6 @@ class Datastore:
         return cls(record.name, record.url)
 
     def path(self, sub: str) -> Datastore:
-        from phalanx.store.artifacts import safe_path
-
         joined = f"{self.sub}/{sub}" if self.sub else sub
         return replace(self, sub=safe_path(joined) if joined.strip("/") else "")
 
@@ -93,7 +90,7 @@ class Dataset:
     @classmethod
     def get(cls, ws_or_home: Any, ref: str) -> Dataset:
         """``digits``, ``digits@latest`` or ``digits@3``; NotFound (exit 2) when there is none."""
-        from phalanx.store import catalog
+        from phalanx.store import catalog  # why: `python -m phalanx.data.nodefetch` on a node: no SQLAlchemy
 
         store = _open(ws_or_home)
         try:

@@ -23,8 +23,11 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from phalanx.data import cache
 from phalanx.errors import UsageError
 from phalanx.spec.inputs import InputSpec
+from phalanx.store import catalog, open_store
+from phalanx.store.manifest import DataChanged, FileEntry, Manifest, build_manifest, filesystem, join_url
 
 if TYPE_CHECKING:
     from phalanx.config import Settings
@@ -45,7 +48,6 @@ def resolve(
     cache before its replicas start; their variables are then the engine's to set."""
     if not inputs:
         return {}, []
-    from phalanx.store import catalog, open_store
 
     store: Any = open_store(settings)
     env: dict[str, str] = {}
@@ -82,9 +84,6 @@ def fetch_order(spec: InputSpec, manifest: Any, key: str, what: str) -> dict[str
 def _dataset(
     store: Any, spec: InputSpec, settings: Settings, dry: bool, orders: list[dict[str, Any]] | None
 ) -> dict[str, Any]:
-    from phalanx.data import cache
-    from phalanx.store import catalog
-
     version = catalog.get_dataset(store, str(spec.dataset))
     record: dict[str, Any] = {
         "name": spec.name,
@@ -124,9 +123,6 @@ def _dataset(
 def _datastore(
     base: str, spec: InputSpec, settings: Settings, dry: bool, orders: list[dict[str, Any]] | None
 ) -> dict[str, Any]:
-    from phalanx.data import cache
-    from phalanx.store.manifest import join_url
-
     url = join_url(base, spec.path)
     record: dict[str, Any] = {
         "name": spec.name,
@@ -167,8 +163,6 @@ def _datastore(
 def _listing(url: str) -> tuple[Any, str]:
     """A datastore folder's files as a manifest without hashes (nobody recorded them), keyed by the
     listing itself (paths, sizes, ETags or modification times): changed content, a new cache entry."""
-    from phalanx.store.manifest import FileEntry, Manifest, filesystem
-
     fs, root = filesystem(url)
     found: dict[str, Any] = fs.find(root, detail=True)
     if not found:
@@ -185,8 +179,6 @@ def _listing(url: str) -> tuple[Any, str]:
 
 def _check_in_place(manifest: Any, what: str) -> None:
     """Read a referenced dataset where it is and refuse it if any file changed."""
-    from phalanx.store.manifest import DataChanged, build_manifest
-
     current = {f.path: f for f in build_manifest(manifest.url).files}
     for entry in manifest.files:
         now = current.get(entry.path)

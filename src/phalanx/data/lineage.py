@@ -4,7 +4,11 @@ inputs were resolved): what `phalanx get` shows and what `phalanx diff` compares
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any
+
+from phalanx.spec.inputs import from_record
+from phalanx.store.catalog import parse_ref
 
 
 def inputs_of(plan: Mapping[str, Any] | None) -> list[dict[str, Any]]:
@@ -45,10 +49,6 @@ def inputs_diff(plan_a: Mapping[str, Any] | None, plan_b: Mapping[str, Any] | No
 def pin_inputs(spec: Any, plan: Mapping[str, Any] | None) -> Any:
     """``spec`` reading exactly the data an earlier run of it read (``phalanx resume``/``rerun``): a
     dataset at the version that run used, not whatever ``@latest`` means now."""
-    from dataclasses import replace
-
-    from phalanx.spec.inputs import from_record
-
     records = {r.get("name"): r for r in inputs_of(plan)}
     if not records or not getattr(spec, "inputs", ()):
         return spec
@@ -60,10 +60,6 @@ def pin_inputs(spec: Any, plan: Mapping[str, Any] | None) -> Any:
 def latest_inputs(spec: Any) -> Any:
     """``spec`` reading the latest version of each dataset it names (``phalanx rerun --latest-data``),
     whatever version its file pinned: the data moved on, the code and params stay as they ran."""
-    from dataclasses import replace
-
-    from phalanx.store.catalog import parse_ref
-
     if not getattr(spec, "inputs", ()):
         return spec
     return replace(

@@ -26,6 +26,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from phalanx.data.cache import fetch_into
 from phalanx.errors import PhalanxError, exit_status
 from phalanx.store.manifest import FileEntry, Manifest
 
@@ -44,8 +45,6 @@ def manifest_of(order: Mapping[str, Any]) -> Manifest:
 
 def fetch_orders(orders: Sequence[Mapping[str, Any]], root: Path) -> dict[str, str]:
     """Each order's variable -> its folder under ``root``, fetched there once (under its lock)."""
-    from phalanx.data.cache import fetch_into
-
     return {
         str(o["env"]): str(fetch_into(root, manifest_of(o), str(o["key"]), str(o["what"]))) for o in orders
     }

@@ -16,17 +16,21 @@ to the file's model is deliberately small (docs/estimators.md shows both forms s
 
 from __future__ import annotations
 
+import inspect
 import shlex
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, ClassVar
 
+from phalanx.checkpoints import Policy, PolicyError
 from phalanx.domain import BackendKind, Framework, Resources
-from phalanx.errors import Problem, SpecError
+from phalanx.errors import Problem, SpecError, UsageError
 from phalanx.estimators.distribution import Distribution
 from phalanx.estimators.resources import parse_resources, with_gpus
 from phalanx.estimators.topology import TopologyArgs, did_you_mean, resolve_topology
 from phalanx.frameworks.packages import framework_packages
+from phalanx.spec.dump import spec_to_yaml
+from phalanx.spec.inputs import parse_inputs, shell_ref
 from phalanx.spec.model import Build, ExperimentSpec, ReplicaTemplate, Topology
 from phalanx.spec.reserved import reserved_reason
 
@@ -173,8 +177,6 @@ class Estimator:
 
     @classmethod
     def _parameters(cls) -> list[str]:
-        import inspect
-
         names = [p for p in inspect.signature(cls.__init__).parameters if p not in ("self", "kwargs")]
         return [*names, "worker_count", "parameter_server_count"]
 
@@ -182,8 +184,6 @@ class Estimator:
     def _checkpoint_policy(value: Any, problems: list[Problem]) -> dict[str, Any] | None:
         """{"keep_last": 3, "keep_best": 1, "metric": "accuracy", "mode": "max"}: the file's
         run.checkpoints (docs/checkpoints.md)."""
-        from phalanx.checkpoints import Policy, PolicyError
-
         if value is None:
             return None
         try:
@@ -287,9 +287,6 @@ class Estimator:
     @staticmethod
     def _inputs(value: Any, params: Any, problems: list[Problem]) -> tuple[Any, ...]:
         """``inputs=[...]`` plus every Datastore/Dataset handle given as a script_params value."""
-        from phalanx.errors import UsageError
-        from phalanx.spec.inputs import parse_inputs
-
         handles = (
             [v for v in params.values() if hasattr(v, "as_input")] if isinstance(params, Mapping) else []
         )
@@ -382,8 +379,6 @@ class Estimator:
     @property
     def command(self) -> str:
         """The shell command every process runs (`python` is the experiment's interpreter)."""
-        from phalanx.spec.inputs import shell_ref
-
         refs = {shell_ref(i.name) for i in self.inputs}
         words = ["python", self.entry_script, *self.arguments]
         # an input's variable is expanded by the replica's shell: double quotes, not shlex's single
@@ -436,8 +431,6 @@ class Estimator:
     def to_yaml(self, name: str | None = None, project: str | None = None, tags: Sequence[str] = ()) -> str:
         """The experiment file that says the same thing: `phalanx run -f` on it gives the same plan
         (run it from source_directory, or pass `--workdir`)."""
-        from phalanx.spec.dump import spec_to_yaml
-
         return spec_to_yaml(self.to_spec(name=name, project=project, tags=tags))
 
     def __repr__(self) -> str:

@@ -12,6 +12,7 @@ machine has) is raised here, as the CLI would print it.
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import os
 import re
@@ -21,15 +22,23 @@ import subprocess
 import time
 import uuid
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from phalanx.checkpoints import ENV_RESUME, ENV_RESUME_STEP, from_artifacts, latest
+from phalanx.clusters import load_clusters
+from phalanx.config import Settings
 from phalanx.errors import NotFound, PhalanxError, SpecError, UsageError
-
-if TYPE_CHECKING:
-    from phalanx.config import Settings
-    from phalanx.estimators.estimator import Estimator
-    from phalanx.runs import Run
+from phalanx.estimators.estimator import Estimator
+from phalanx.estimators.sweep import HyperDriveConfig, submit_sweep
+from phalanx.priority import check_priority
+from phalanx.reconcile import Asker, Facts, decide, record_end
+from phalanx.runner import LaunchOptions, LaunchRecord, Runner, StartFailed, StartTimeout
+from phalanx.runs import Run
+from phalanx.spec.dump import spec_to_yaml
+from phalanx.spec.loader import load_spec_text
+from phalanx.store import open_store
 
 log = logging.getLogger(__name__)
 
@@ -77,7 +86,7 @@ class Experiment:
         self._settings = settings
         self.server = None
         if server is not None:
-            from phalanx.apiclient import check_url
+            from phalanx.apiclient import check_url  # why: server= only: no HTTP client otherwise
 
             self.server = check_url(server, "server=")
         self._token = token
@@ -85,8 +94,6 @@ class Experiment:
     @property
     def settings(self) -> Settings:
         if self._settings is None:
-            from phalanx.config import Settings
-
             self._settings = Settings()
         return self._settings
 
@@ -113,9 +120,6 @@ class Experiment:
             SpecError / UsageError: the estimator or the compute target cannot work (nothing started).
             PhalanxError: the supervisor could not start the experiment (its message included).
         """
-        from phalanx.estimators.estimator import Estimator
-        from phalanx.estimators.sweep import HyperDriveConfig, submit_sweep
-
         if self.server is not None and isinstance(config, HyperDriveConfig):
             raise UsageError(
                 "a HyperDriveConfig with server=: sweeps run on this machine for now; submit a "
@@ -131,13 +135,11 @@ class Experiment:
             )
         tags = _tags(tags)
         if self.server is not None:
-            from phalanx.estimators import remote
-            from phalanx.queue import check_priority
+            from phalanx.estimators import remote  # why: server= only: no HTTP client, no bundle packer
 
             check_priority(priority, "priority")
             return remote.submit(self._client(), config, self.name, self.project, tags, priority)  # type: ignore[return-value]
         self._check_target(config.compute_target)
-        from phalanx.queue import check_priority
 
         check_priority(priority, "priority")
         return self._submit_here(config, tags, timeout, priority, wait)
@@ -146,13 +148,9 @@ class Experiment:
         """The experiment file the supervisor runs (kept for `phalanx rerun`/`resume`)."""
         text = config.to_yaml(name=self.name, project=self.project, tags=tags)
         if config.resume_from is not None:
-            from dataclasses import replace as _replace
-
-            from phalanx.spec.dump import spec_to_yaml
-
             spec = config.to_spec(name=self.name, project=self.project, tags=tags)
             text = spec_to_yaml(
-                _replace(spec, env={**spec.env, **resume_env(config.resume_from, self.settings)})
+                replace(spec, env={**spec.env, **resume_env(config.resume_from, self.settings)})
             )
         return text
 
@@ -160,22 +158,16 @@ class Experiment:
         self, config: Estimator, tags: tuple[str, ...], timeout: float | None, priority: int, wait: bool
     ) -> Run:
         """Validate, write the run folder and start the supervisor on this machine (or its cluster)."""
-        from phalanx.runs import Run
-
         text = self._spec_text(config, tags)
         experiment_id = uuid.uuid4().hex[:12]
         run_dir = self.settings.runs_dir / experiment_id
         spec_path = run_dir / SPEC_FILE
         # the spec the supervisor runs is validated here, as `phalanx run -f` would validate the file
         # (its mistakes raised now, nothing written); the file is kept for `phalanx rerun`/`resume`
-        from dataclasses import replace
-
-        from phalanx.spec.loader import load_spec_text
 
         spec = replace(load_spec_text(text, str(spec_path)), source_file=str(spec_path))
         run_dir.mkdir(parents=True, exist_ok=True)
         spec_path.write_text(text, encoding="utf-8")
-        from phalanx.runner import LaunchOptions, LaunchRecord, Runner, StartFailed, StartTimeout
 
         options = LaunchOptions(
             workdir=Path(config.source_directory).resolve(),
@@ -202,7 +194,6 @@ class Experiment:
             self._abandon(exc.process, experiment_id, run_dir)
             raise
         proc = submitted.process
-        import json
 
         (run_dir / SUBMIT_FILE).write_text(
             json.dumps({"supervisor_pid": proc.pid, "argv": proc.args, "started": time.time()}),
@@ -214,8 +205,6 @@ class Experiment:
     def _abandon(self, proc: subprocess.Popen[bytes], experiment_id: str, run_dir: Path) -> None:
         """A supervisor too slow to create its experiment: stop it rather than let it start unseen
         later, and once it has ended leave nothing behind, as the timeout error promises."""
-        from phalanx.runs import Run
-
         if proc.poll() is None:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(proc.pid, signal.SIGTERM)
@@ -230,8 +219,8 @@ class Experiment:
     def _client(self) -> Any:
         """The server's API client; the token given, else PHALANX_TOKEN, else the stored login's
         (only for the URL it was stored for: a token never goes to another server)."""
-        from phalanx import logins
-        from phalanx.apiclient import Client, check_url
+        from phalanx import logins  # why: server= only: no HTTP client otherwise
+        from phalanx.apiclient import Client, check_url  # why: server= only: no HTTP client otherwise
 
         assert self.server is not None
         token = self._token or self.settings.token
@@ -244,7 +233,6 @@ class Experiment:
     def _check_target(self, target: str) -> None:
         if target == "local":
             return
-        from phalanx.clusters import load_clusters
 
         known = load_clusters(self.settings.home)
         if target not in known:
@@ -267,8 +255,6 @@ def _erase(run: Run, settings: Settings) -> None:
     """Remove an experiment whose supervisor was stopped (and has ended) before submit() saw it:
     the caller gets an error and no handle, so an experiment left behind would be one nobody
     started knowingly. Its end is recorded first by ``phalanx.reconcile`` (its supervisor is gone)."""
-    from phalanx.reconcile import Asker, Facts, decide, record_end
-
     store = run._store
     exp = run.refresh()
     end = decide(Facts(exp.status, asker=Asker.SUBMIT))
@@ -300,15 +286,9 @@ def resume_env(resume_from: str, settings: Settings) -> dict[str, str]:
     """The environment naming the checkpoint an estimator's ``resume_from`` points at: a file or
     folder path as it is, or the latest checkpoint of the experiment with that id. UsageError when
     there is none."""
-    import json
-    from pathlib import Path
-
-    from phalanx.checkpoints import ENV_RESUME, ENV_RESUME_STEP, from_artifacts, latest
-
     path = Path(resume_from).expanduser()
     if path.exists():
         return {ENV_RESUME: str(path.resolve())}
-    from phalanx.store import open_store
 
     store = open_store(settings)
     experiment = store.get_experiment(resume_from)  # NotFound names the id

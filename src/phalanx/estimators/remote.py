@@ -16,7 +16,10 @@ from collections.abc import Sequence
 from typing import IO, TYPE_CHECKING, Any
 
 from phalanx.apiclient import Client, quote
+from phalanx.bundles import pack
 from phalanx.errors import UsageError
+from phalanx.runs import RunFailed, RunTimeout
+from phalanx.spec.loader import load_spec_text
 
 if TYPE_CHECKING:
     from phalanx.estimators.estimator import Estimator
@@ -31,9 +34,6 @@ def submit(
 ) -> RemoteRun:
     """Validate, bundle ``config.source_directory`` and submit to ``config.compute_target`` (the
     server's own machine, or a cluster registered on the server: it answers 400 for one it lacks)."""
-    from phalanx.bundles import pack
-    from phalanx.spec.loader import load_spec_text
-
     if config.resume_from is not None:
         raise UsageError(
             "resume_from with server=: the checkpoint lives in the server's store; resume there "
@@ -96,8 +96,6 @@ class RemoteRun:
         Raises:
             RunFailed (failed or stopped, with ``raise_on_error``), RunTimeout.
         """
-        from phalanx.runs import RunFailed, RunTimeout
-
         stream = output or sys.stdout
         offsets: dict[str, int] = {}
         deadline = None if timeout is None else time.monotonic() + timeout

@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from phalanx.domain import BackendKind, Framework
+from phalanx.frameworks import mxnet, pytorch, tensorflow
 from phalanx.frameworks.endpoints import Endpoints as Endpoints
 from phalanx.plan import Plan, ReplicaPlan
 from phalanx.tracking.identity import ENV_PARAMS
@@ -57,8 +58,6 @@ def framework_env(
     Without a framework the experiment is a single process and gets no cluster wiring. MPI launches
     are not wired per replica (see ``phalanx.frameworks.mpi``).
     """
-    from phalanx.frameworks import mxnet, pytorch, tensorflow
-
     if plan.framework is Framework.TENSORFLOW:
         return tensorflow.env(plan, replica, endpoints)
     if plan.framework is Framework.MXNET:

@@ -42,7 +42,7 @@ def named(packages: Iterable[str]) -> set[str]:
 
 def pinned(name: str) -> str:
     """``name==<the version Phalanx runs with>``, or the bare name when Phalanx does not have it."""
-    from importlib import metadata
+    from importlib import metadata  # why: only for a venv to build (`from phalanx import Experiment`)
 
     try:
         return f"{name}=={metadata.version(name)}"
@@ -69,7 +69,7 @@ def framework_packages(
     PyTorch with packages to install (a venv) and Horovod: torch at this machine's pin and the ONNX
     pieces; TensorFlow: tensorflow-cpu. Nothing is added where no venv would be built for PyTorch.
     """
-    from phalanx.buildenv import torch_pin
+    from phalanx.buildenv import torch_pin  # why: only for a venv to build (`from phalanx import Experiment`)
 
     have = named([*pip_packages, *requirement_lines(requirements)])
     wanted: list[str] = []

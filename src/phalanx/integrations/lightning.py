@@ -22,10 +22,11 @@ from argparse import Namespace
 from collections.abc import Mapping
 from typing import Any
 
+import torch.distributed as dist
 from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.loggers.logger import Logger
 
-from phalanx.tracking.task import Task
+from phalanx.tracking.task import Task, _own_series
 
 SECTION = "Hyperparameters"
 
@@ -124,8 +125,6 @@ class PhalanxLogger(Logger):
             if _world_size() > 1:
                 self._series = f"rank {_global_rank()}"
             else:
-                from phalanx.tracking.task import _own_series
-
                 self._series = _own_series(self._task)
         return self._series
 
@@ -143,12 +142,8 @@ def _plain(value: Any) -> Any:
 
 def _global_rank() -> int:
     """The process's rank in Lightning's process group (0 before it exists, or without one)."""
-    import torch.distributed as dist
-
     return int(dist.get_rank()) if dist.is_available() and dist.is_initialized() else 0
 
 
 def _world_size() -> int:
-    import torch.distributed as dist
-
     return int(dist.get_world_size()) if dist.is_available() and dist.is_initialized() else 1

@@ -46,7 +46,7 @@ def capture() -> None:
 
 
 def _current_target() -> series.Target | None:
-    from phalanx.tracking.task import current_target
+    from phalanx.tracking.task import current_target  # why: task.py hooks argparse on import
 
     return current_target()
 

@@ -47,6 +47,7 @@ from typing import Any
 
 from phalanx import share
 from phalanx.machine import doorbell
+from phalanx.machine.procs import Seen, judge, start_time
 from phalanx.share import AGING_SECONDS, DEFAULT_PROJECT, Limit
 
 __all__ = [
@@ -260,8 +261,6 @@ class TooManyWaiting(Exception):
 
 def process_start(pid: int) -> str | None:
     """Start time of ``pid`` (None: gone, or a zombie): with the pid it names one process for good."""
-    from phalanx.machine.procs import start_time
-
     ticks = start_time(pid)
     return None if ticks is None else str(ticks)
 
@@ -277,8 +276,6 @@ def here(entry: Entry) -> bool:
 def alive(entry: Entry) -> bool:
     """Whether the entry's supervisor still runs (procs.judge: pid and start time; another
     machine's entry is trusted, since it cannot be seen from here)."""
-    from phalanx.machine.procs import Seen, judge
-
     start = int(entry.start) if entry.start.isdigit() else -1  # "": it was gone when recorded
     return judge(entry.pid, start, entry.host) is not Seen.GONE
 

@@ -158,7 +158,7 @@ def recorded_but_gone(path: Path) -> int | None:
 def writer_gone(stream: str) -> bool:
     """True when spool ``stream`` was written by a process of this host that has exited (so its
     spool file will never grow again). False when unsure (another host, a stream named otherwise)."""
-    from phalanx.spool import stream_writer
+    from phalanx.spool import stream_writer  # why: `phalanx ls` imports this module: no spool
 
     pid = stream_writer(stream)
     return pid is not None and not pid_alive(pid)

@@ -17,6 +17,7 @@ seconds since the sampler started. Standard library only.
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import ctypes
 import logging
@@ -28,6 +29,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from phalanx.machine import limits, proctree
+from phalanx.spool import SpoolWriter, encode_points, new_stream_id
 
 log = logging.getLogger(__name__)
 
@@ -235,8 +237,6 @@ class SystemMetrics:
         interval: float = DEFAULT_INTERVAL,
         stream: str | None = None,
     ) -> None:
-        from phalanx.spool import SpoolWriter, new_stream_id
-
         self.interval = interval
         self._targets = targets
         # inside a Slurm task the sampler restarts at step 0 with a requeued attempt: its attempt
@@ -263,7 +263,6 @@ class SystemMetrics:
         now = time.time()
         step = int(time.monotonic() - self.sampler.started)
         records = []
-        from phalanx.spool import encode_points
 
         for target, values in self.sampler.points(self._targets()):
             if not values:
@@ -329,8 +328,6 @@ def interval_from_env(env: Mapping[str, str] | None = None) -> float | None:
 def main(argv: list[str] | None = None) -> int:
     """``python -m phalanx.machine.sysmetrics --pid PID``: sample one replica's tree (a cluster node) into
     PHALANX_SPOOL, as the replica named by PHALANX_REPLICA, until the process is gone."""
-    import argparse
-
     parser = argparse.ArgumentParser(prog="python -m phalanx.machine.sysmetrics")
     parser.add_argument("--pid", type=int, required=True)
     parser.add_argument("--interval", type=float, default=None)

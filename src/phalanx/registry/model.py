@@ -14,20 +14,17 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from phalanx.config import Settings
+from phalanx.registry.service import Registry, model_json, version_json
+from phalanx.store import open_store
 from phalanx.store.registry_records import ModelRef, ModelVersion, parse_ref
 
 if TYPE_CHECKING:
-    from phalanx.registry.service import Registry
     from phalanx.store.base import Store
 
 
 def _registry(store: Store | None) -> Registry:
-    from phalanx.registry.service import Registry
-
     if store is None:
-        from phalanx.config import Settings
-        from phalanx.store import open_store
-
         store = open_store(Settings())
     return Registry(store)
 
@@ -72,8 +69,6 @@ class Model:
     @staticmethod
     def list(store: Store | None = None) -> builtins.list[dict[str, Any]]:
         """Every registered model: name, latest version, aliases, description, tags."""
-        from phalanx.registry.service import model_json
-
         return [model_json(m) for m in _registry(store).models()]
 
     @property
@@ -124,8 +119,6 @@ class Model:
         return target
 
     def to_json(self) -> dict[str, Any]:
-        from phalanx.registry.service import version_json
-
         return version_json(self._version)
 
     def __repr__(self) -> str:

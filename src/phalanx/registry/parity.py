@@ -47,7 +47,7 @@ class Parity:
 
 def decode_array(record: dict[str, Any]) -> Any:
     """One of the metadata's arrays (base64 of the raw bytes, dtype, shape) as a numpy array."""
-    import numpy as np
+    import numpy as np  # why: numpy is optional (the `serve` extra)
 
     raw = base64.b64decode(record["data"])
     return np.frombuffer(raw, dtype=np.dtype(record["dtype"])).reshape(record["shape"]).copy()
@@ -60,8 +60,8 @@ def recheck(onnx_bytes: bytes, metadata: dict[str, Any]) -> Parity:
         UsageError: the metadata keeps no example input (a model saved before inputs were kept, or
             one whose example batch was too large to keep); save the model again.
     """
-    import numpy as np
-    import onnxruntime as ort
+    import numpy as np  # why: numpy is optional (the `serve` extra)
+    import onnxruntime as ort  # why: onnxruntime is optional (the `serve` extra)
 
     parity = metadata.get("parity")
     check = metadata.get("check") if isinstance(metadata.get("check"), dict) else {}
@@ -100,7 +100,7 @@ def recheck(onnx_bytes: bytes, metadata: dict[str, Any]) -> Parity:
 def signature(onnx_bytes: bytes) -> dict[str, Any]:
     """Input and output names, dtypes (numpy's names) and shapes (None for a dynamic axis) of the
     ONNX graph: what a serving endpoint checks a request against."""
-    import onnxruntime as ort
+    import onnxruntime as ort  # why: onnxruntime is optional (the `serve` extra)
 
     session = ort.InferenceSession(onnx_bytes, providers=["CPUExecutionProvider"])
 

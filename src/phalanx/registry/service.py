@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 from phalanx.data.lineage import inputs_of
 from phalanx.errors import NotFound, UsageError
 from phalanx.registry.parity import ParityFailed, recheck, signature
+from phalanx.store.registry import registry_store
 from phalanx.store.registry_records import (
     ModelRef,
     ModelVersion,
@@ -38,8 +39,6 @@ class Registry:
     """The registry over ``store`` (the SQL store, SQLite or PostgreSQL, with its artifact store)."""
 
     def __init__(self, store: Store) -> None:
-        from phalanx.store.registry import registry_store
-
         self.sql: RegistryStore = registry_store(store)
         if store.artifact_store is None:
             raise UsageError("the model registry needs an artifact store to keep the models' files in")

@@ -24,7 +24,7 @@ log = logging.getLogger(__name__)
 
 def providers() -> list[str]:
     """CUDA first where onnxruntime-gpu sees a GPU, then the CPU (always present)."""
-    import onnxruntime as ort
+    import onnxruntime as ort  # why: onnxruntime is optional (the `serve` extra)
 
     available = ort.get_available_providers()
     return [p for p in ("CUDAExecutionProvider", "CPUExecutionProvider") if p in available]
@@ -40,7 +40,7 @@ class Loaded:
 
 
 def load(version: ModelVersion, data: bytes, intra_threads: int = 0) -> Loaded:
-    import onnxruntime as ort
+    import onnxruntime as ort  # why: onnxruntime is optional (the `serve` extra)
 
     options = ort.SessionOptions()
     if intra_threads:

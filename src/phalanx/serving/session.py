@@ -29,6 +29,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+from phalanx.machine.procs import record_process
 from phalanx.tracking.client import Reporter
 from phalanx.tracking.identity import ENV_HOST, ENV_TOKEN, Identity
 from phalanx.tracking.ingesting import spawn_ingester
@@ -78,8 +79,6 @@ class ServiceSession:
         """Create the experiment (its first record is written to the spool before this returns)
         and start an ingester for it (unless reports go to a server, PHALANX_HOST, or
         ``start_ingester`` is False: then the next `phalanx` read command ingests it)."""
-        from phalanx.machine.procs import record_process
-
         experiment_id = uuid.uuid4().hex[:12]
         host = (os.environ.get(ENV_HOST) or "").rstrip("/") or None
         ident = Identity(

@@ -54,7 +54,7 @@ def _scalar(raw: str, item: str = "") -> Any:
                 """ --param 'opt={"lr": 0.1}' (quote it for the shell); for text, write it as a JSON"""
                 " string"
             ) from None
-    import yaml
+    import yaml  # why: `run --detach`: YAML only when a value is given
 
     try:
         value = yaml.safe_load(raw)

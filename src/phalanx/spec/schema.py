@@ -11,11 +11,14 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from phalanx.checkpoints import POLICY_KEYS, Policy, PolicyError
 from phalanx.domain import BackendKind, Framework
-from phalanx.errors import Problem
+from phalanx.errors import Problem, UsageError
 from phalanx.spec.errors import Collector, describe, did_you_mean, join
+from phalanx.spec.inputs import INPUT_KEYS, parse_inputs
 from phalanx.spec.model import Build, ExperimentSpec, ReplicaTemplate
 from phalanx.spec.reserved import reserved_reason
+from phalanx.spec.shellwords import stands_alone
 from phalanx.spec.topology import EnvironmentDraft, finish_topology, read_environment
 from phalanx.spec.yamltree import Mark, YKey, YMap, YNode, YScalar, YSeq, is_null, plain
 from phalanx.tracking.labels import MAX_TAG, label_problem
@@ -218,9 +221,6 @@ def _data_inputs(node: YNode | None) -> bool:
 
 def _read_inputs(c: Collector, root: YMap) -> tuple[Any, ...]:
     """inputs: [{name, dataset | datastore, path, mode}]: the data every replica gets (phalanx.data)."""
-    from phalanx.errors import UsageError
-    from phalanx.spec.inputs import INPUT_KEYS, parse_inputs
-
     node = root.get("inputs")
     assert isinstance(node, YSeq)
     items = []
@@ -238,8 +238,6 @@ def _read_inputs(c: Collector, root: YMap) -> tuple[Any, ...]:
 
 def _read_checkpoints(c: Collector, root: YMap) -> dict[str, Any] | None:
     """run.checkpoints: the retention policy of the experiment's checkpoints (phalanx.checkpoints)."""
-    from phalanx.checkpoints import POLICY_KEYS, Policy, PolicyError
-
     run = root.get("run")
     if not isinstance(run, YMap):
         return None
@@ -532,8 +530,6 @@ def _check_placeholders(
 def _note_empty_params(c: Collector, command: list[tuple[str, YScalar]], values: Mapping[str, Any]) -> None:
     """A note for each `{{ name }}` standing alone whose value is empty: it renders as nothing (no
     argument, as Polyaxon 0.x did; spec.shellwords.stands_alone says why), which `phalanx check` says."""
-    from phalanx.spec.shellwords import stands_alone
-
     for text, node in command:
         start = 0
         for match in PLACEHOLDER.finditer(text):

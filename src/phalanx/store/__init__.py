@@ -6,20 +6,20 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from phalanx.config import Settings
+from phalanx.errors import BackendUnavailable, UsageError
+
 if TYPE_CHECKING:
-    from phalanx.config import Settings
     from phalanx.store.base import IngestStore
 
 
 def open_store(settings: Settings | None = None) -> IngestStore:
     """The store the settings name (PHALANX_DB_URL, else SQLite under PHALANX_HOME), with its
     artifact store (PHALANX_ARTIFACTS_URL, else a folder under PHALANX_HOME), schema up to date."""
-    from sqlalchemy.exc import OperationalError
+    from sqlalchemy.exc import OperationalError  # why: `phalanx ls` imports this package: no SQLAlchemy
 
-    from phalanx.config import Settings
-    from phalanx.errors import BackendUnavailable, UsageError
-    from phalanx.store.artifacts import ArtifactStore
-    from phalanx.store.sql.store import SqlStore
+    from phalanx.store.artifacts import ArtifactStore  # why: `run --detach` imports this package
+    from phalanx.store.sql.store import SqlStore  # why: `phalanx ls` imports this package: no SQLAlchemy
 
     settings = settings or Settings()
     try:
@@ -32,7 +32,7 @@ def open_store(settings: Settings | None = None) -> IngestStore:
     try:
         return SqlStore(settings.database_url, artifacts)
     except OperationalError as exc:  # the database server is down or refuses us: say so, no traceback
-        from sqlalchemy.engine import make_url
+        from sqlalchemy.engine import make_url  # why: `phalanx ls` imports this package: no SQLAlchemy
 
         shown = make_url(settings.database_url).render_as_string(hide_password=True)
         reason = str(exc.orig or exc).strip().splitlines()[0]
@@ -49,7 +49,7 @@ def reuse_after_fork(store: object) -> IngestStore | None:
     ``dispose(close=False)``). Why: a group's trial supervisor is forked from the controller, and
     opening a store afresh (an engine, its first connection, the schema check) delayed its replicas'
     start by 0.15 s and more under load (issue 30)."""
-    from phalanx.store.sql.store import SqlStore
+    from phalanx.store.sql.store import SqlStore  # why: `phalanx ls` imports this package: no SQLAlchemy
 
     if not isinstance(store, SqlStore):
         return None

@@ -17,7 +17,11 @@ import time
 from enum import IntEnum
 from typing import TYPE_CHECKING, Any
 
+from sqlalchemy import Engine
+
 from phalanx.errors import NotFound, UsageError
+from phalanx.extras import require
+from phalanx.store.sql import accounts
 
 if TYPE_CHECKING:
     from phalanx.store.base import Store
@@ -48,8 +52,6 @@ def token_sha256(token: str) -> str:
 
 
 def _hasher() -> Any:
-    from phalanx.extras import require
-
     pwdlib = require("pwdlib", "teams", "a user's password")
     return pwdlib.PasswordHash.recommended()
 
@@ -73,8 +75,6 @@ class Accounts:
     """The teams tables of one store."""
 
     def __init__(self, store: Store) -> None:
-        from sqlalchemy import Engine
-
         engine = getattr(store, "engine", None)
         if not isinstance(engine, Engine):
             raise UsageError(
@@ -90,41 +90,29 @@ class Accounts:
 
     # -- users -------------------------------------------------------------------------------------
     def add_user(self, name: str, password: str | None, admin: bool = False) -> None:
-        from phalanx.store.sql import accounts
-
         check_name("user", name)
         accounts.add_user(self._engine, name, hash_password(password) if password else None, admin)
 
     def user(self, name: str) -> UserRecord:
-        from phalanx.store.sql import accounts
-
         found = accounts.get_user(self._engine, name)
         if found is None:
             raise NotFound(f"no user {name!r}; list them with 'phalanx admin user ls'")
         return found
 
     def users(self) -> list[UserRecord]:
-        from phalanx.store.sql import accounts
-
         return accounts.list_users(self._engine)
 
     def set_disabled(self, name: str, disabled: bool) -> None:
-        from phalanx.store.sql import accounts
-
         if not accounts.update_user(self._engine, name, disabled=int(disabled)):
             raise NotFound(f"no user {name!r}; list them with 'phalanx admin user ls'")
 
     def set_password(self, name: str, password: str) -> None:
-        from phalanx.store.sql import accounts
-
         if not accounts.update_user(self._engine, name, password_hash=hash_password(password)):
             raise NotFound(f"no user {name!r}; list them with 'phalanx admin user ls'")
 
     def authenticate(self, name: str, password: str) -> str | None:
         """The user's name when the password is right and the account enabled; else None. A wrong
         name costs the same hashing time as a wrong password (no user enumeration by timing)."""
-        from phalanx.store.sql import accounts
-
         found = accounts.get_user(self._engine, name) if NAME.fullmatch(name) else None
         hasher = _hasher()
         if found is None or found.password_hash is None:
@@ -136,15 +124,11 @@ class Accounts:
 
     def first_admin(self) -> str | None:
         """None while the server is in single-token mode (no admin user yet)."""
-        from phalanx.store.sql import accounts
-
         return accounts.first_admin(self._engine)
 
     # -- personal tokens ---------------------------------------------------------------------------
     def issue_token(self, user: str, name: str, expires_days: float | None) -> tuple[str, TokenRecord]:
         """A new token (the only time it exists in clear) and what is kept of it."""
-        from phalanx.store.sql import accounts
-
         if not name or len(name) > 100:
             raise UsageError("a token needs a name of 1 to 100 characters")
         if expires_days is not None and not 0 < expires_days <= 3650:
@@ -154,57 +138,39 @@ class Accounts:
         return token, accounts.add_token(self._engine, user, name, token_sha256(token), expires)
 
     def tokens(self, user: str) -> list[TokenRecord]:
-        from phalanx.store.sql import accounts
-
         return accounts.list_tokens(self._engine, user)
 
     def revoke_token(self, user: str, name: str) -> None:
-        from phalanx.store.sql import accounts
-
         if not accounts.revoke_token(self._engine, user, name):
             raise NotFound(f"{user} has no token named {name!r}")
 
     def user_of_token(self, token: str) -> str | None:
-        from phalanx.store.sql import accounts
-
         if not token.startswith(TOKEN_PREFIX):
             return None
         return accounts.user_of_token(self._engine, token_sha256(token), time.time())
 
     # -- projects ----------------------------------------------------------------------------------
     def add_project(self, name: str) -> None:
-        from phalanx.store.sql import accounts
-
         check_name("project", name)
         accounts.add_project(self._engine, name)
 
     def projects(self) -> list[str]:
-        from phalanx.store.sql import accounts
-
         return accounts.list_projects(self._engine)
 
     def set_member(self, project: str, user: str, role: Role) -> None:
-        from phalanx.store.sql import accounts
-
         if project not in self.projects():
             raise NotFound(f"no project {project!r}; create it with 'phalanx admin project add {project}'")
         self.user(user)
         accounts.set_member(self._engine, project, user, role.name)
 
     def remove_member(self, project: str, user: str) -> None:
-        from phalanx.store.sql import accounts
-
         if not accounts.remove_member(self._engine, project, user):
             raise NotFound(f"{user} is not a member of project {project!r}")
 
     def roles_of(self, user: str) -> dict[str, Role]:
-        from phalanx.store.sql import accounts
-
         return {p: Role[r] for p, r in accounts.roles_of(self._engine, user).items() if r in Role.__members__}
 
     def members(self, project: str) -> dict[str, Role]:
-        from phalanx.store.sql import accounts
-
         return {
             u: Role[r] for u, r in accounts.members(self._engine, project).items() if r in Role.__members__
         }
@@ -213,23 +179,15 @@ class Accounts:
     def audit(
         self, actor: str, action: str, target: str, project: str | None = None, detail: str | None = None
     ) -> None:
-        from phalanx.store.sql import accounts
-
         accounts.add_audit(self._engine, actor, action, target[:255], project, detail)
 
     def audit_trail(self, limit: int = 100, project: str | None = None) -> list[AuditRecord]:
-        from phalanx.store.sql import accounts
-
         return accounts.list_audit(self._engine, limit, project)
 
     def record_launch(self, kind: str, object_id: str, user: str) -> None:
-        from phalanx.store.sql import accounts
-
         accounts.record_launch(self._engine, kind, object_id, user)
 
     def launched_by(self, kind: str, object_id: str) -> str | None:
-        from phalanx.store.sql import accounts
-
         return accounts.launched_by(self._engine, kind, object_id)
 
 

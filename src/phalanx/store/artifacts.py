@@ -39,13 +39,13 @@ S3_PROTOCOLS = ("s3", "s3a")
 def open_fs(url: str) -> tuple[Any, str]:
     """The fsspec filesystem and root path of ``url``, with the bounded-memory and retry options of
     object stores. An ``s3://`` URL without s3fs installed is MissingExtra (exit 2, the pip command)."""
-    from fsspec.core import url_to_fs
+    from fsspec.core import url_to_fs  # why: `phalanx ls` imports this module: no fsspec
 
     protocol = url.split("://", 1)[0].lower() if "://" in url else "file"
     options: dict[str, Any] = {}
     if protocol in S3_PROTOCOLS:
         try:
-            import s3fs  # noqa: F401
+            import s3fs  # why: s3fs is optional (the `s3` extra)  # noqa: F401
         except ImportError as exc:
             raise MissingExtra("s3", f"PHALANX_ARTIFACTS_URL={url.split('?')[0]!r}") from exc
         options = s3_options()

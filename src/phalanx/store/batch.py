@@ -14,6 +14,7 @@ from typing import Any
 
 from phalanx.domain import Event, EventKind, ExperimentStatus, ReplicaState
 from phalanx.errors import UsageError
+from phalanx.spool import decode_points
 from phalanx.store.paramshape import check_param
 from phalanx.tracking.screen import truncate, truncate_line
 
@@ -165,8 +166,6 @@ def scalar_block(ev: Event) -> ScalarBlock:
     d = ev.data
     try:
         if "keys" in d:
-            from phalanx.spool import decode_points
-
             keys, idx, steps, values, times = decode_points(d)
             return ScalarBlock(
                 ev.experiment_id, ev.replica, ev.rank, keys, idx, steps, values, times, ev.attempt

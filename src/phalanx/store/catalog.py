@@ -24,7 +24,9 @@ from typing import TYPE_CHECKING, Any
 from sqlalchemy import delete, func, insert, select
 
 from phalanx.errors import Conflict, NotFound, UsageError
-from phalanx.store.manifest import FileEntry, Manifest, build_manifest, copy_tree
+from phalanx.extras import require
+from phalanx.store.manifest import FileEntry, Manifest, build_manifest, copy_tree, join_url
+from phalanx.store.sql.models import DatasetVersionRow, DatastoreRow
 
 if TYPE_CHECKING:
     from phalanx.store.sql.store import SqlStore
@@ -98,8 +100,6 @@ def normalise_url(url: str, what: str) -> str:
     if "://" in url and not url.startswith("file://"):
         protocol = url.split("://", 1)[0].lower()
         if protocol in ("s3", "s3a"):
-            from phalanx.extras import require
-
             require("s3fs", "s3", f"{what} {url!r}")
         return url.rstrip("/")
     path = Path(url.removeprefix("file://")).expanduser().resolve()
@@ -190,7 +190,6 @@ def resolve_source(store: SqlStore, source: str) -> str:
     head, sep, rest = source.partition(":")
     if sep and not rest.startswith("//") and NAME.match(head) and len(head) > 1:
         base = get_datastore(store, head).url
-        from phalanx.store.manifest import join_url
 
         return join_url(base, rest)
     return normalise_url(source, "dataset source:")
@@ -250,12 +249,8 @@ def _version(row: Any) -> DatasetVersion:
 
 
 def _ds() -> Any:
-    from phalanx.store.sql.models import DatastoreRow
-
     return DatastoreRow.__table__
 
 
 def _dv() -> Any:
-    from phalanx.store.sql.models import DatasetVersionRow
-
     return DatasetVersionRow.__table__

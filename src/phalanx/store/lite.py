@@ -92,10 +92,10 @@ class LiteReader:
 
     def list_experiments(self, query: ExperimentFilter | None = None) -> Page[Experiment]:
         """As ``Store.list_experiments``: one page, with the total of all that match."""
-        from phalanx.domain import ExperimentStatus, Page
+        from phalanx.domain import ExperimentStatus, Page  # why: `run --detach` needs no domain model
 
         if query is None:
-            from phalanx.store.base import ExperimentFilter
+            from phalanx.store.base import ExperimentFilter  # why: `run --detach` needs no store.base
 
             query = ExperimentFilter()
         q = query
@@ -190,7 +190,7 @@ def _experiment(r: tuple[Any, ...]) -> Experiment:
 
 
 def _replica(r: tuple[Any, ...]) -> Replica:
-    from phalanx.domain import Replica, ReplicaState, Role
+    from phalanx.domain import Replica, ReplicaState, Role  # why: `run --detach` needs no domain model
 
     return Replica(
         experiment_id=r[0],

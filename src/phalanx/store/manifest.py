@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 from phalanx.errors import UsageError
+from phalanx.store.artifacts import open_fs, safe_path
 
 CHUNK = 1024 * 1024
 
@@ -60,15 +61,11 @@ class Manifest:
 def filesystem(url: str) -> tuple[Any, str]:
     """fsspec filesystem and path of a URL or local path (s3:// with the store's part sizes and
     retries, and the s3 extra's message when s3fs is missing)."""
-    from phalanx.store.artifacts import open_fs
-
     return open_fs(url)
 
 
 def join_url(base: str, sub: str) -> str:
     """``base/sub`` where ``sub`` may not leave ``base`` (the artifact store's path rules)."""
-    from phalanx.store.artifacts import safe_path
-
     if not sub.strip("/ "):
         return base
     return f"{base.rstrip('/')}/{safe_path(sub)}"

@@ -10,6 +10,8 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from phalanx.errors import UsageError
+from phalanx.store.sql import placements
+from phalanx.tracking.labels import label_problem
 
 if TYPE_CHECKING:
     from phalanx.clusters import Cluster
@@ -45,8 +47,6 @@ def _engine(store: Store) -> Any:
 
 
 def check(p: Placement) -> Placement:
-    from phalanx.tracking.labels import label_problem
-
     problem = label_problem(p.project, "project")
     if problem:
         raise UsageError(problem)
@@ -63,8 +63,6 @@ def check(p: Placement) -> Placement:
 
 
 def put(store: Store, placement: Placement) -> Placement:
-    from phalanx.store.sql import placements
-
     placement = check(placement)
     placements.put(
         _engine(store),
@@ -74,14 +72,10 @@ def put(store: Store, placement: Placement) -> Placement:
 
 
 def list_placements(store: Store, project: str | None = None, cluster: str | None = None) -> list[Placement]:
-    from phalanx.store.sql import placements
-
     return [Placement(*row) for row in placements.list_placements(_engine(store), project, cluster)]
 
 
 def remove(store: Store, project: str, cluster: str) -> bool:
-    from phalanx.store.sql import placements
-
     return placements.remove(_engine(store), project, cluster)
 
 

@@ -28,7 +28,7 @@ def _engine(store: Store) -> Any:
 
 def check(project: str, target: str, limit: Limit) -> Quota:
     """The quota when every part is sound; UsageError naming the first bad part otherwise."""
-    from phalanx.tracking.labels import label_problem
+    from phalanx.tracking.labels import label_problem  # why: `phalanx queue` reads the ledger alone
 
     problem = label_problem(project, "project")
     if problem:
@@ -60,7 +60,7 @@ def check(project: str, target: str, limit: Limit) -> Quota:
 
 def put(store: Store, quota: Quota) -> Quota:
     """Set (replace) the project's quota on the target, after ``check``."""
-    from phalanx.store.sql import quotas
+    from phalanx.store.sql import quotas  # why: `phalanx queue` reads the ledger alone
 
     quota = check(quota.project, quota.target, quota.limit)
     quotas.put(_engine(store), quota)
@@ -68,20 +68,20 @@ def put(store: Store, quota: Quota) -> Quota:
 
 
 def get(store: Store, project: str, target: str) -> Quota | None:
-    from phalanx.store.sql import quotas
+    from phalanx.store.sql import quotas  # why: `phalanx queue` reads the ledger alone
 
     return quotas.get(_engine(store), project, target)
 
 
 def list_quotas(store: Store, target: str | None = None) -> list[Quota]:
-    from phalanx.store.sql import quotas
+    from phalanx.store.sql import quotas  # why: `phalanx queue` reads the ledger alone
 
     return quotas.list_quotas(_engine(store), target)
 
 
 def remove(store: Store, project: str, target: str) -> bool:
     """Remove the project's quota on the target; whether there was one."""
-    from phalanx.store.sql import quotas
+    from phalanx.store.sql import quotas  # why: `phalanx queue` reads the ledger alone
 
     return quotas.remove(_engine(store), project, target)
 

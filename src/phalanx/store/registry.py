@@ -8,6 +8,8 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 from phalanx.errors import UsageError
+from phalanx.store.sql.registry import SqlRegistry
+from phalanx.store.sql.store import SqlStore
 
 if TYPE_CHECKING:
     from phalanx.store.base import Store
@@ -59,9 +61,6 @@ class RegistryStore(Protocol):
 
 def registry_store(store: Store) -> RegistryStore:
     """``store``'s registry tables. Raises UsageError for a store that keeps none (not the SQL store)."""
-    from phalanx.store.sql.registry import SqlRegistry
-    from phalanx.store.sql.store import SqlStore
-
     if not isinstance(store, SqlStore):
         raise UsageError(
             f"the model registry needs the SQL store (SQLite or PostgreSQL), not {type(store).__name__}"

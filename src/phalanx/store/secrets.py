@@ -17,6 +17,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from phalanx.errors import MissingExtra, UsageError
+from phalanx.store.sql import secrets
+from phalanx.tracking.labels import label_problem
 
 if TYPE_CHECKING:
     from phalanx.store.base import Store
@@ -35,7 +37,7 @@ def _engine(store: Store) -> Any:
 def _fernet(home: Path) -> Any:
     """The Fernet of this home, its key created (0600, atomically) on first use."""
     try:
-        from cryptography.fernet import Fernet
+        from cryptography.fernet import Fernet  # why: cryptography is optional (the `secrets` extra)
     except ImportError:
         raise MissingExtra("secrets", "per-project secrets") from None
     path = home / "secrets.key"
@@ -68,9 +70,6 @@ def check_name(name: str) -> str:
 
 def put(store: Store, home: Path, project: str, name: str, value: str) -> None:
     """Set (replace) the project's secret ``name``."""
-    from phalanx.store.sql import secrets
-    from phalanx.tracking.labels import label_problem
-
     problem = label_problem(project, "project")
     if problem:
         raise UsageError(problem)
@@ -83,22 +82,16 @@ def put(store: Store, home: Path, project: str, name: str, value: str) -> None:
 
 def names(store: Store, project: str | None = None) -> list[tuple[str, str, float]]:
     """(project, name, updated_at) of every secret, or of one project's: never a value."""
-    from phalanx.store.sql import secrets
-
     return secrets.names(_engine(store), project)
 
 
 def remove(store: Store, project: str, name: str) -> bool:
-    from phalanx.store.sql import secrets
-
     return secrets.remove(_engine(store), project, name)
 
 
 def environment(store: Store, home: Path, project: str) -> dict[str, str]:
     """The project's secrets in clear, for its experiments' environment only. A store without the
     table (not SQL), or a project without secrets, gives none (and needs no key)."""
-    from phalanx.store.sql import secrets
-
     engine = getattr(store, "engine", None)
     if engine is None:
         return {}

@@ -24,7 +24,7 @@ __all__ = ["Logger", "Task", "log_metrics"]
 
 def __getattr__(name: str) -> Any:
     if name in __all__:
-        from phalanx.tracking import task
+        from phalanx.tracking import task  # why: no SDK hooks until a name is used
 
         return getattr(task, name)
     raise AttributeError(f"module 'phalanx.tracking' has no attribute {name!r}")

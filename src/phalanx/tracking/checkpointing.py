@@ -9,16 +9,21 @@ as it is, anything else is pickled. Standard library only.
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import pickle
+import shutil
 import sys
 import time
+import warnings
 from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from phalanx.checkpoints import ENV_POLICY, ENV_RESUME, ENV_RESUME_STEP, KIND, Checkpoint, Policy, PolicyError
+from phalanx.errors import UsageError
+from phalanx.tracking.identity import home
 
 if TYPE_CHECKING:
     from phalanx.tracking.task import Task
@@ -36,8 +41,6 @@ def _policy(overrides: Mapping[str, Any]) -> Policy:
     try:
         return Policy.parse(base, "save_checkpoint")
     except PolicyError as exc:
-        from phalanx.errors import UsageError
-
         raise UsageError(str(exc)) from None
 
 
@@ -47,8 +50,6 @@ def _metrics(metrics: Mapping[str, Any] | None) -> dict[str, float]:
         try:
             out[str(k)] = float(v)
         except (TypeError, ValueError):
-            from phalanx.errors import UsageError
-
             raise UsageError(f"save_checkpoint: metric {k!r} is {v!r}, not a number") from None
     return out
 
@@ -60,8 +61,6 @@ def save(
     metrics: Mapping[str, Any] | None = None,
     **policy: Any,
 ) -> Checkpoint:
-    from phalanx.errors import UsageError
-
     if isinstance(step, bool) or not isinstance(step, int) or step < 0:
         raise UsageError(f"save_checkpoint: step must be a whole number >= 0, got {step!r}")
     chosen = _policy(policy)
@@ -78,7 +77,6 @@ def save(
         filename = f"step-{step:09d}-{source.name}"
         rel, target = reporter.file_slot(filename)
         target.parent.mkdir(parents=True, exist_ok=True)
-        import shutil
 
         if source.is_dir():
             shutil.copytree(source, target)
@@ -129,7 +127,6 @@ def _warn_unscored(task: Task, policy: Policy, values: Mapping[str, float]) -> N
     if task._warned_unscored:
         return
     task._warned_unscored = True
-    import warnings
 
     reported = ", ".join(sorted(values)) or "none"
     warnings.warn(
@@ -146,7 +143,6 @@ def _artifact_root() -> Path | None:
         return None
     if url:
         return Path(url.removeprefix("file://"))
-    from phalanx.tracking.identity import home
 
     return home() / "artifacts"
 
@@ -210,8 +206,6 @@ def load(
             "removed it?); task.latest_checkpoint() names the newest one saved"
         )
     if path.suffix == ".pt" and path.is_file():
-        import importlib
-
         torch = importlib.import_module("torch")
         torch_kwargs.setdefault("weights_only", False)
         return torch.load(str(path), **torch_kwargs)

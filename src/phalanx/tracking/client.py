@@ -78,7 +78,10 @@ class Reporter:
         self._thread.start()
         self.shipper: Any = None
         if ident.host:
-            from phalanx.tracking.shipper import Shipper, ship_leftovers_in_background
+            from phalanx.tracking.shipper import (  # why: no HTTP client in a replica with a local spool
+                Shipper,
+                ship_leftovers_in_background,
+            )
 
             self.shipper = Shipper(self.writer, ident.host, ident.token)
             # what earlier processes of this host left unshipped (the server was down when they ended)

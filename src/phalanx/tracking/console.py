@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import codecs
 import contextlib
+import fcntl
 import os
+import select
 import sys
 import threading
 import time
@@ -165,8 +167,7 @@ class ExternalCapture:
         """Wait (bounded) until the reader has taken everything from the pipes. Else the script
         exits before its last lines reach the terminal: a shell prompt comes back first, and
         `python train.py > out.log; tail out.log` misses the end. Call after ``stop()``."""
-        import fcntl
-        import termios
+        import termios  # why: `from phalanx import Task` stays light
 
         deadline = time.monotonic() + timeout
         try:  # holding the relay's lock, an empty pipe means every byte reached the terminal
@@ -223,9 +224,6 @@ def relay(read_fd: int, terminal_fd: int, name: str, sink: Sink, lock_path: Path
     until EOF (every writer closed: the script and its children ended, however they ended). With
     ``lock_path``, each chunk is read and written under its lock, so the script, holding the lock
     and seeing an empty pipe, knows its last line is on the terminal (not in our hands)."""
-    import fcntl
-    import select
-
     try:
         lock = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o600) if lock_path else None
     except OSError:

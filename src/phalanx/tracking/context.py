@@ -36,6 +36,8 @@ import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from phalanx.errors import UsageError
+
 if TYPE_CHECKING:
     from phalanx.tracking.task import Task
 
@@ -72,7 +74,7 @@ class RunContext:
         return f"Run.get_context(): experiment {self.id}, replica {self.replica}, rank {self.rank}"
 
     def _series(self) -> str:
-        from phalanx.tracking.task import _own_series
+        from phalanx.tracking.task import _own_series  # why: task.py hooks argparse on import
 
         return _own_series(self._task)
 
@@ -108,8 +110,6 @@ class RunContext:
         """Azure's ``run.log_image``: an image file, or a matplotlib figure (saved as PNG), stored as
         artifact ``name``. Give exactly one of ``path`` and ``plot``."""
         if (path is None) == (plot is None):
-            from phalanx.errors import UsageError
-
             raise UsageError(f"log_image({name!r}): give either path= (an image file) or plot= (a figure)")
         name = _artifact_name(name)
         if path is not None:
@@ -177,14 +177,12 @@ class OfflineRun:
 def get_context(allow_offline: bool = True) -> RunContext | OfflineRun:
     """The run of the experiment this process belongs to, or an offline run outside any (Azure's
     ``Run.get_context``). ``allow_offline=False`` raises UsageError there instead."""
-    from phalanx.tracking.task import Task
+    from phalanx.tracking.task import Task  # why: task.py hooks argparse on import: only when asked
 
     current = Task.current_task()  # None outside any experiment; never creates one
     if current is not None:
         return RunContext(current)
     if not allow_offline:
-        from phalanx.errors import UsageError
-
         raise UsageError(
             "Run.get_context(allow_offline=False): this process is not inside a Phalanx experiment; "
             "start it with `phalanx run` or Experiment(...).submit(...)"
@@ -206,8 +204,6 @@ def _number(name: str, value: Any) -> float:
     try:
         return float(value)
     except (TypeError, ValueError):
-        from phalanx.errors import UsageError
-
         raise UsageError(
             f"log({name!r}, {value!r}): a metric value is a number; record text with log_row or tag"
         ) from None

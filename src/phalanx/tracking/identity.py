@@ -3,6 +3,7 @@ the launcher (or a main Task.init) sets. Standard library only."""
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 from collections.abc import Callable
@@ -30,8 +31,6 @@ def launch_params() -> dict[str, Any]:
 
     A group trial's sampled values arrive here even when run.cmd never names them (Polyaxon's
     ``get_declarations()``, ClearML's overridden ``connect()``)."""
-    import json
-
     raw = os.environ.get(ENV_PARAMS)
     if not raw:
         return {}

@@ -86,7 +86,7 @@ def _unwrap(model: Any) -> Any:
     """The module inside DistributedDataParallel / DataParallel: its state_dict keys carry no
     'module.' prefix and it exports without the wrapper's hooks."""
     inner = getattr(model, "module", None)
-    import torch
+    import torch  # why: torch is optional (the `ml` extra)
 
     if inner is not None and isinstance(
         model, torch.nn.parallel.DistributedDataParallel | torch.nn.DataParallel
@@ -99,7 +99,7 @@ def _on_cpu(module: Any) -> Any:
     """The module itself when it is on the CPU, else a CPU copy. Export and check run on the CPU:
     the check compares the exporter's graph with PyTorch, not a GPU's arithmetic (TF32, fused
     kernels) with onnxruntime's CPU one, and the graph carries no device."""
-    import torch
+    import torch  # why: torch is optional (the `ml` extra)
 
     tensors = [*module.parameters(), *module.buffers()]
     if all(t.device.type == "cpu" for t in tensors):
@@ -110,7 +110,7 @@ def _on_cpu(module: Any) -> Any:
 
 
 def _as_tuple(example_input: Any) -> tuple[Any, ...]:
-    import torch
+    import torch  # why: torch is optional (the `ml` extra)
 
     if isinstance(example_input, torch.Tensor):
         return (example_input,)
@@ -122,7 +122,7 @@ def _as_tuple(example_input: Any) -> tuple[Any, ...]:
 
 
 def _outputs(value: Any) -> list[Any]:
-    import torch
+    import torch  # why: torch is optional (the `ml` extra)
 
     if isinstance(value, torch.Tensor):
         return [value]
@@ -161,7 +161,7 @@ def _export_onnx(
     """torch.onnx.export with the torch.export-based exporter (torch's default since 2.9; works
     offline with onnxscript), falling back to the TorchScript exporter for models it cannot trace.
     Returns the exporter used. The batch dimension is left dynamic."""
-    import torch
+    import torch  # why: torch is optional (the `ml` extra)
 
     axes = {n: {0: "batch"} for n in [*input_names, *output_names]}
     errors: list[str] = []
@@ -213,7 +213,7 @@ def export_model(
         PhalanxError: neither exporter could export the model.
     """
     try:
-        import torch
+        import torch  # why: torch is optional (the `ml` extra)
     except ImportError:  # an experiment venv without torch (the SDK copy itself needs none)
         raise UsageError(
             "save_model needs torch (and onnx, onnxruntime for the ONNX copy) where the experiment "
@@ -271,7 +271,7 @@ def export_model(
             f"(max abs diff {check['max_abs_diff']:.3g}, allowed rtol {rtol:g} atol {atol:g}); "
             "the model may use an operation the exporter translates differently"
         )
-    import onnx as onnx_lib
+    import onnx as onnx_lib  # why: onnx is optional (the `ml` extra)
 
     proto = onnx_lib.load(str(path))
     onnx_meta: dict[str, Any] = {
@@ -294,7 +294,7 @@ def export_model(
 
 
 def _array_record(name: str, array: Any) -> dict[str, Any]:
-    import numpy as np
+    import numpy as np  # why: numpy is optional (the `ml` extra)
 
     arr = np.ascontiguousarray(array)
     return {
@@ -333,8 +333,8 @@ def check_onnx(
 ) -> dict[str, Any]:
     """Run the ONNX model with onnxruntime (CPU) and compare with ``expected`` (numpy arrays).
     Returns {"passed", "max_abs_diff", "rtol", "atol", "runtime"}."""
-    import numpy as np
-    import onnxruntime as ort
+    import numpy as np  # why: numpy is optional (the `ml` extra)
+    import onnxruntime as ort  # why: onnxruntime is optional (the `serve` extra)
 
     session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
     feed_names = [i.name for i in session.get_inputs()]

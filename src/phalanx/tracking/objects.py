@@ -6,8 +6,11 @@ type's module, and its own methods write it. Standard library only."""
 from __future__ import annotations
 
 import json
+import mimetypes
 import os
 import pickle
+import shutil
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -79,8 +82,6 @@ def prepare(name: str, obj: Any) -> Prepared:
 
 def _np_save(array: Any, path: Path) -> None:
     with open(path, "wb") as fh:
-        import sys
-
         sys.modules["numpy"].save(fh, array, allow_pickle=False)
 
 
@@ -91,15 +92,11 @@ def _json_default(value: Any) -> Any:
 
 
 def _content_type(path: Path) -> str:
-    import mimetypes
-
     return mimetypes.guess_type(path.name)[0] or "application/octet-stream"
 
 
 def materialize(prepared: Prepared, target: Path) -> int:
     """Write the artifact at ``target`` (a new path); returns its size in bytes."""
-    import shutil
-
     target.parent.mkdir(parents=True, exist_ok=True)
     if prepared.source is not None:
         if prepared.source.is_dir():

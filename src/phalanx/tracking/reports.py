@@ -26,6 +26,7 @@ from io import BytesIO
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from phalanx.errors import UsageError
 from phalanx.tracking.objects import ArtifactError
 
 if TYPE_CHECKING:
@@ -325,8 +326,6 @@ class DebugSamples:
         self._store_report(title, series, iteration, lambda: of_plotly(figure))
 
     def _store_report(self, title: str, series: str, iteration: int | None, build: Any) -> None:
-        from phalanx.errors import UsageError
-
         try:
             check_labels(title, series)
             report: Report = build()

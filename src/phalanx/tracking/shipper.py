@@ -9,6 +9,7 @@ records are PUT before the record that names them. Standard library only (urllib
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import json
 import logging
 import os
@@ -291,8 +292,6 @@ def ship_leftovers(
     Returns (records shipped, files finished, problems). The server stores each (stream, seq) once,
     so two processes shipping the same leftover at once store nothing twice. Stops (leaving the
     rest for later) at the first batch the server cannot be reached for, or after ``timeout``."""
-    import fcntl
-
     files = sorted([*spool_root.glob(f"*{SUFFIX}"), *spool_root.glob(f"*/*{SUFFIX}")])
     deadline = time.monotonic() + timeout
     shipped = finished = 0

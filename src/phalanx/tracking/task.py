@@ -23,6 +23,8 @@ from collections.abc import Iterable, Mapping, MutableMapping
 from pathlib import Path
 from typing import Any
 
+from phalanx.errors import UsageError
+from phalanx.machine.procs import record_process
 from phalanx.tracking import identity as idm
 from phalanx.tracking import lifecycle, series, whatran
 from phalanx.tracking.client import FLUSH_TIMEOUT, Reporter, jsonable
@@ -290,8 +292,6 @@ class Task:
             check_name(name)
             prepared = prepare(name, artifact_object)
         except ArtifactError as exc:
-            from phalanx.errors import UsageError
-
             raise UsageError(str(exc)) from None
         rel, target = self._reporter.file_slot(prepared.filename)
         size = materialize(prepared, target)
@@ -319,7 +319,7 @@ class Task:
 
     def save_model(self, *args: Any, **kwargs: Any) -> Any:
         """Store a trained model (weights and a checked ONNX export): see phalanx.tracking.models."""
-        from phalanx.tracking.models import save_model
+        from phalanx.tracking.models import save_model  # why: `from phalanx import Task` stays light
 
         return save_model(self, *args, **kwargs)
 
@@ -338,7 +338,7 @@ class Task:
         path) with its ``metrics``; durable before it returns. The retention policy (the file's
         ``run.checkpoints``, or these keywords) decides which checkpoints the store keeps. Returns a
         phalanx.checkpoints.Checkpoint. See docs/checkpoints.md."""
-        from phalanx.tracking import checkpointing
+        from phalanx.tracking import checkpointing  # why: `from phalanx import Task` stays light
 
         policy = {"keep_last": keep_last, "keep_best": keep_best, "metric": metric, "mode": mode}
         return checkpointing.save(self, obj_or_path, step, metrics, **policy)
@@ -346,13 +346,13 @@ class Task:
     def latest_checkpoint(self) -> Any:
         """The latest checkpoint (step, metrics, local path): the newest this process saved, else
         the one a restart or `phalanx resume` continues from; None on a fresh start."""
-        from phalanx.tracking import checkpointing
+        from phalanx.tracking import checkpointing  # why: `from phalanx import Task` stays light
 
         return checkpointing.latest(self)
 
     def load_checkpoint(self, checkpoint: Any = None, **torch_kwargs: Any) -> Any:
         """The object saved in ``checkpoint`` (default: ``latest_checkpoint()``), or None."""
-        from phalanx.tracking import checkpointing
+        from phalanx.tracking import checkpointing  # why: `from phalanx import Task` stays light
 
         return checkpointing.load(self, checkpoint, **torch_kwargs)
 
@@ -494,7 +494,7 @@ def _record_crashes(spool: Path) -> None:
     """Have Python's faulthandler write a crash (segfault, abort) of this script to the spool, where
     the reader that marks the experiment failed finds how it died (unless the program set up its
     own faulthandler)."""
-    import faulthandler
+    import faulthandler  # why: `from phalanx import Task` stays light
 
     global _fault_file
     if faulthandler.is_enabled():
@@ -519,8 +519,6 @@ def log_metrics(step: int | None = None, **values: float) -> None:
     (``phalanx.log_metrics(step=i, loss=0.3, acc=0.9)``). Needs a task (Task.init or a replica)."""
     task = Task.current_task()
     if task is None:
-        from phalanx.errors import UsageError
-
         raise UsageError(
             "phalanx.log_metrics: no experiment; call Task.init(...) first or run under `phalanx run`"
         )
@@ -534,7 +532,7 @@ def _capture_tensorboard() -> None:
     """TensorBoard capture, on unless PHALANX_CAPTURE_TENSORBOARD says off (part of the SDK: the
     SDK copy a foreign venv gets holds it too; it imports nothing until a script imports
     TensorBoard's writer)."""
-    from phalanx.tracking import tensorboard
+    from phalanx.tracking import tensorboard  # why: `from phalanx import Task` stays light
 
     if tensorboard.enabled_by_env():
         series.use(current_target)
@@ -572,7 +570,5 @@ def _own_series(task: Task) -> str:
 def _record_script_process(path: Path) -> None:
     """Leave "pid start-time" where `phalanx stop` and the server look for the process to stop
     (they never trust a pid that came through ingest). A home we cannot write is no reason to fail."""
-    from phalanx.machine.procs import record_process
-
     with contextlib.suppress(OSError):
         record_process(path)

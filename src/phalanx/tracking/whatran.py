@@ -50,7 +50,7 @@ def start(reporter: Reporter) -> threading.Thread:
     argv = [sys.executable, *sys.argv]
 
     def work() -> None:
-        from phalanx import repro
+        from phalanx import repro  # why: `from phalanx import Task` stays light (tarfile, ...)
 
         try:
             record, data = repro.collect(workdir=folder, python=sys.executable, launch={})

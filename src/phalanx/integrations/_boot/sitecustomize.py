@@ -4,16 +4,16 @@ if there is one. Standard library only; never fails the interpreter's start."""
 
 from __future__ import annotations
 
+import importlib.util
+import os
+import sys
+
 
 def _boot() -> None:
-    import importlib.util
-    import os
-    import sys
-
     here = os.path.dirname(os.path.abspath(__file__))
     if os.environ.get("PHALANX_CAPTURE_TENSORBOARD") == "1":
         try:
-            from phalanx.integrations.tensorboard import capture
+            from phalanx.integrations.tensorboard import capture  # why: never fail without phalanx
 
             capture()
         except Exception as exc:  # phalanx not importable in this interpreter: say so, run anyway

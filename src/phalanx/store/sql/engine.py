@@ -12,6 +12,7 @@ import contextlib
 import fcntl
 import gc
 import logging
+import sqlite3
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -22,6 +23,8 @@ from sqlalchemy.engine import make_url
 
 from phalanx import knobs
 from phalanx.errors import StoreError, UsageError
+from phalanx.extras import require
+from phalanx.store.migrations import HEAD
 
 log = logging.getLogger(__name__)
 
@@ -64,8 +67,6 @@ def make_engine(url: str) -> Engine:
     if backend == "sqlite":
         return _sqlite_engine(url, parsed.database)
     if backend == "postgresql":
-        from phalanx.extras import require
-
         require("psycopg", "postgres", "a PostgreSQL store (PHALANX_DB_URL)")
         return create_engine(url, pool_pre_ping=True, pool_size=5, max_overflow=5)
     raise UsageError(f"unsupported database {backend!r} in PHALANX_DB_URL; use sqlite or postgresql")
@@ -106,8 +107,6 @@ def _switch_to_wal(cur: Any) -> None:
     creating its tables) ``PRAGMA journal_mode=WAL`` fails at once with "database is locked",
     whatever the busy timeout (CI: two `phalanx run` on a fresh home). So it is retried, backing off,
     within the busy timeout; someone else finishing the switch meanwhile ends the wait too."""
-    import sqlite3
-
     deadline = time.monotonic() + BUSY_TIMEOUT_MS / 1000
     delay = 0.005
     while True:
@@ -137,7 +136,7 @@ def writer(engine: Engine) -> Engine:
 
 
 def head_revision() -> str:
-    from alembic.script import ScriptDirectory
+    from alembic.script import ScriptDirectory  # why: Alembic only when the schema is behind
 
     head = ScriptDirectory.from_config(alembic_config()).get_current_head()
     assert head is not None
@@ -145,7 +144,7 @@ def head_revision() -> str:
 
 
 def alembic_config() -> Any:
-    from alembic.config import Config
+    from alembic.config import Config  # why: Alembic only when the schema is behind
 
     cfg = Config()
     cfg.set_main_option("script_location", str(Path(__file__).resolve().parents[1] / "migrations"))
@@ -187,11 +186,9 @@ def _migration_lock(engine: Engine) -> Iterator[None]:
 
 def upgrade(engine: Engine) -> None:
     """Bring the schema to the latest revision (a no-op, without importing Alembic, when it is)."""
-    from phalanx.store.migrations import HEAD
-
     if _current_revision(engine) == HEAD:
         return
-    from alembic import command
+    from alembic import command  # why: Alembic only when the schema is behind
 
     with _migration_lock(engine):
         if _current_revision(engine) == HEAD:

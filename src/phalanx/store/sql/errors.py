@@ -15,6 +15,8 @@ import functools
 from collections.abc import Callable
 from typing import Any, TypeVar
 
+from sqlalchemy import exc as sa
+
 from phalanx.errors import BackendUnavailable, Conflict, PhalanxError, StoreError, UsageError
 
 C = TypeVar("C", bound=type)
@@ -22,8 +24,6 @@ C = TypeVar("C", bound=type)
 
 def translate(exc: BaseException) -> PhalanxError | None:
     """The Phalanx error a storage exception means; None for one that is not the storage's (a bug)."""
-    from sqlalchemy import exc as sa
-
     if isinstance(exc, PhalanxError):
         return exc
     if isinstance(exc, OverflowError | sa.DataError):

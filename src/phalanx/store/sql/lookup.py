@@ -11,7 +11,7 @@ from sqlalchemy import Connection, select
 
 from phalanx.domain import Experiment, ExperimentStatus, Replica, ReplicaState, Role
 from phalanx.errors import NotFound, UsageError
-from phalanx.store.sql.models import ExperimentRow
+from phalanx.store.sql.models import ExperimentRow, GroupRow
 
 _PREFIX = re.compile(r"^[0-9a-z]{1,32}$")
 
@@ -59,8 +59,6 @@ def resolve(conn: Connection, experiment_id: str, projects: Sequence[str] | None
 
 def group_named(conn: Connection, text: str) -> tuple[str, str] | None:
     """The (id, name) of the one group whose id is or starts with ``text``, if any."""
-    from phalanx.store.sql.models import GroupRow
-
     if not _PREFIX.match(text):
         return None
     found = conn.execute(

@@ -27,7 +27,7 @@ from itertools import islice
 from operator import le
 from typing import Any
 
-from sqlalchemy import Connection, delete, insert, select, update
+from sqlalchemy import Connection, delete, func, insert, select, update
 
 from phalanx.store.sql.models import ScalarChunkRow as C
 from phalanx.store.sql.models import SeriesRow
@@ -263,8 +263,6 @@ def latest_replica(conn: Connection, sid: int) -> str | None:
 
 def span(conn: Connection, sid: int) -> tuple[int, int] | None:
     """(lowest, highest) step of the series, None when it has no point."""
-    from sqlalchemy import func
-
     row = conn.execute(
         select(func.min(C.first_step), func.max(C.last_step)).where(C.series_id == sid)
     ).first()

@@ -16,6 +16,7 @@ from phalanx.store.base import Series, SeriesView
 from phalanx.store.sql import points
 from phalanx.store.sql.engine import no_gc
 from phalanx.store.sql.models import SeriesRow
+from phalanx.store.sql.summary import read_view
 
 
 def titles(conn: Connection, experiment_id: str) -> dict[str, list[str]]:
@@ -86,8 +87,6 @@ def view(
     x_max: float | None,
     max_points: int,
 ) -> dict[str, SeriesView]:
-    from phalanx.store.sql.summary import read_view
-
     out: dict[str, SeriesView] = {}
     for sid, _, name in _keys(conn, experiment_id, title, series):
         found = read_view(conn, int(sid), x=x, x_min=x_min, x_max=x_max, max_points=max_points)

@@ -65,7 +65,7 @@ class AttemptBook:
         with self._writer.begin() as conn:
             full = _resolve(conn, experiment_id)
             key = (ReplicaStartRow.experiment_id == full, ReplicaStartRow.replica == replica)
-            from sqlalchemy.dialects import postgresql, sqlite
+            from sqlalchemy.dialects import postgresql, sqlite  # why: only when a replica starts (0.25 s)
 
             dialect = postgresql if conn.dialect.name == "postgresql" else sqlite
             # the row first (a concurrent first start of the same replica finds it), then locked

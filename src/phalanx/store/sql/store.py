@@ -64,6 +64,7 @@ from phalanx.store.sql.models import (
 )
 from phalanx.store.sql.records import RecordReads
 from phalanx.store.sql.starts import AttemptBook
+from phalanx.store.sql.table import column_values
 from phalanx.tracking.labels import MAX_NAME, MAX_TAG, label_problem
 
 _first, _second, _third = itemgetter(0), itemgetter(1), itemgetter(2)
@@ -506,8 +507,6 @@ class SqlStore(AttemptBook, RecordReads, GroupBook):
             )
 
     def experiment_columns(self, ids: Sequence[str], columns: Sequence[str]) -> dict[str, dict[str, Any]]:
-        from phalanx.store.sql.table import column_values
-
         with self.engine.connect() as conn:
             return column_values(conn, list(ids), list(columns))
 

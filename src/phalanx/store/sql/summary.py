@@ -26,6 +26,10 @@ from typing import Any
 
 from sqlalchemy import Connection, text
 
+from phalanx.downsample import downsample_indices
+from phalanx.store.sql import points
+from phalanx.store.sql.points import fetch
+
 BASE = 16
 LEVELS = (1, 2, 3, 4, 5)
 
@@ -300,8 +304,6 @@ def rebuild(conn: Connection, series_ids: Iterable[int]) -> None:
     attempt replaced them), buckets that lost points, or all of them, must not keep counting them.
     The points are read in order (step, then arrival), so the rebuilt buckets are those an ingest
     of the same points in that order makes."""
-    from phalanx.store.sql import points
-
     for sid in sorted(set(series_ids)):
         conn.execute(text("DELETE FROM scalar_summary WHERE series_id = :sid"), {"sid": sid})
         found = points.read(conn, sid)
@@ -453,8 +455,6 @@ def read_view(
 def _fetch(conn: Connection, sql: str, params: tuple[Any, ...]) -> list[Any]:
     """Rows through the driver's own cursor ('?' placeholders): a chart reads thousands of rows,
     and SQLAlchemy's row objects would cost more than the query (phalanx.store.sql.points.fetch)."""
-    from phalanx.store.sql.points import fetch
-
     return fetch(conn, sql, params)
 
 
@@ -468,8 +468,6 @@ def _raw(
     count: int,
     max_points: int,
 ) -> View:
-    from phalanx.store.sql import points
-
     found = points.read(conn, sid, lo, hi)
     steps, values, times = found.steps, found.values, found.times
     if tlo is not None or thi is not None:
@@ -478,8 +476,6 @@ def _raw(
         keep = [i for i, t in enumerate(times) if low <= t <= high]
         steps, values, times = [steps[k] for k in keep], [values[k] for k in keep], [times[k] for k in keep]
     if len(steps) > max_points:
-        from phalanx.downsample import downsample_indices
-
         keep = downsample_indices(values, max_points)
         steps, values, times = [steps[k] for k in keep], [values[k] for k in keep], [times[k] for k in keep]
     return View(steps, values, times, count, len(steps) < count)

@@ -54,7 +54,12 @@ def downgrade() -> None:
 
 
 def _level1() -> tuple[str, str]:
-    from phalanx.store.sql.summary import _COLUMNS, _UPSERT, BASE, _bucket_expr
+    from phalanx.store.sql.summary import (  # why: Alembic loads every revision file
+        _COLUMNS,
+        _UPSERT,
+        BASE,
+        _bucket_expr,
+    )
 
     # The bucket's aggregates first, then its last value and time in a second statement: SQLite's
     # "bare column" trick is undefined with several min()/max() in one query, and this is the same SQL
@@ -87,7 +92,12 @@ def _level1() -> tuple[str, str]:
 
 
 def _backfill(conn: Connection) -> None:
-    from phalanx.store.sql.summary import BASE, LEVELS, _level_up, width
+    from phalanx.store.sql.summary import (  # why: Alembic loads every revision file
+        BASE,
+        LEVELS,
+        _level_up,
+        width,
+    )
 
     series_ids = [int(s) for (s,) in conn.execute(text("SELECT DISTINCT series_id FROM scalars"))]
     spans: dict[int, tuple[int, int]] = {}

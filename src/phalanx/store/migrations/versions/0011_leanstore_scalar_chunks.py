@@ -51,7 +51,7 @@ def upgrade() -> None:
 def _old_runs(conn: Connection) -> Iterator[tuple[int, str, int | None, list[Any]]]:
     """(series id, replica, rank, rows) for each run of one writer's consecutive points of a
     series, at most MAX_CHUNK long, in the order the points arrived."""
-    from phalanx.store.sql.points import MAX_CHUNK
+    from phalanx.store.sql.points import MAX_CHUNK  # why: Alembic loads every revision file
 
     result = conn.execute(
         text("SELECT series_id, step, value, time, replica, rank FROM scalars ORDER BY series_id, id"),
@@ -72,7 +72,7 @@ def _old_runs(conn: Connection) -> Iterator[tuple[int, str, int | None, list[Any
 
 
 def _move_points(conn: Connection) -> None:
-    from phalanx.store.sql.points import encode
+    from phalanx.store.sql.points import encode  # why: Alembic loads every revision file
 
     insert = text(
         "INSERT INTO scalar_chunks (series_id, seq, first_step, last_step, n, replica, rank, data) "
@@ -104,7 +104,7 @@ def _move_points(conn: Connection) -> None:
 
 
 def downgrade() -> None:
-    from phalanx.store.sql.points import decode
+    from phalanx.store.sql.points import decode  # why: Alembic loads every revision file
 
     op.create_table(
         "scalars",
