@@ -173,6 +173,9 @@ class ScriptedBackend:
     def discard_logs(self, handle: str) -> None:
         """The scripted jobs' lines live in memory only: nothing to remove."""
 
+    def refuse_if_it_can_never_run(self, dry_run: DryRun) -> None:
+        """Every script can run."""
+
     def cancel(self, handle: str) -> None:
         job = self.jobs.get(handle)
         self.cancels.append((handle, self.clock.now))

@@ -29,12 +29,19 @@ from enum import StrEnum
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import yaml
+
+from phalanx.config import Settings
 from phalanx.errors import PhalanxError, Problem, SpecError
+from phalanx.groups.ending import group_json, stop_group
+from phalanx.runs import Run
+from phalanx.spec.dump import spec_to_dict
+from phalanx.spec.group import load_group, load_group_text
+from phalanx.store import open_store
+from phalanx.store.base import group_store
 
 if TYPE_CHECKING:
-    from phalanx.config import Settings
     from phalanx.estimators.estimator import Estimator
-    from phalanx.runs import Run
     from phalanx.store.base import GroupStore
 
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -213,10 +220,6 @@ class HyperDriveConfig:
         """Refuse a space the group file would refuse (bounds reversed, a continuous distribution
         in a grid, ...) now, named by the user's flag (`--lr: ...`), not by a line of a YAML file
         the user never wrote (`<HyperDriveConfig>:16:7: hptuning.matrix.lr.uniform: ...`)."""
-        import yaml
-
-        from phalanx.spec.group import load_group_text
-
         flags = {_param(flag): flag for flag in self.sampling.space}
         try:
             load_group_text(yaml.safe_dump(self.to_dict(), sort_keys=False), "<HyperDriveConfig>")
@@ -236,8 +239,6 @@ class HyperDriveConfig:
             raise SpecError(problems) from None
 
     def to_dict(self, name: str | None = None, project: str | None = None) -> dict[str, Any]:
-        from phalanx.spec.dump import spec_to_dict
-
         spec = self.estimator.to_spec(name=name, project=project)
         swept = " ".join(f"{flag} {{{{ {_param(flag)} }}}}" for flag in self.sampling.space)
         spec = replace(spec, command=(f"{spec.command[0]} {swept}",))
@@ -264,10 +265,6 @@ class HyperDriveConfig:
 
     def to_yaml(self, name: str | None = None, project: str | None = None) -> str:
         """The group file (validated: it loads as `phalanx group run -f` would load it)."""
-        import yaml
-
-        from phalanx.spec.group import load_group_text
-
         text = yaml.safe_dump(self.to_dict(name, project), sort_keys=False)
         load_group_text(text, "<HyperDriveConfig>")
         return text
@@ -287,8 +284,6 @@ class GroupRun:
         settings: Settings | None = None,
         _process: subprocess.Popen[bytes] | None = None,
     ) -> None:
-        from phalanx.config import Settings
-
         self.settings = settings or Settings()
         self.id = group_id
         self._store_obj: GroupStore | None = None
@@ -297,16 +292,11 @@ class GroupRun:
     @property
     def _store(self) -> GroupStore:
         if self._store_obj is None:
-            from phalanx.store import open_store
-            from phalanx.store.base import group_store
-
             self._store_obj = group_store(open_store(self.settings))
         return self._store_obj
 
     def get_details(self) -> dict[str, Any]:
         """The group, every trial (experiment id, params, state, metric) and the best one."""
-        from phalanx.groups.controller import group_json
-
         return group_json(self._store, self._store.get_group(self.id))
 
     def get_status(self) -> str:
@@ -315,13 +305,9 @@ class GroupRun:
         return self._store.get_group(self.id).status
 
     def get_children(self) -> list[Run]:
-        from phalanx.runs import Run
-
         return [Run(t["experiment_id"], settings=self.settings) for t in self.get_details()["trials"]]
 
     def get_best_run(self) -> Run | None:
-        from phalanx.runs import Run
-
         best = self.get_details()["best"]
         return Run(best["experiment_id"], settings=self.settings) if best else None
 
@@ -334,10 +320,8 @@ class GroupRun:
         return self.get_details()
 
     def cancel(self, timeout: float = 60.0) -> str:
-        from phalanx.groups import controller
-
         group = self._store.get_group(self.id)
-        return controller.stop_group(self._store, self.settings, group, timeout=timeout).status
+        return stop_group(self._store, self.settings, group, timeout=timeout).status
 
     def __repr__(self) -> str:
         return f"GroupRun(id={self.id!r})"
@@ -347,8 +331,7 @@ def submit_sweep(config: HyperDriveConfig, name: str, project: str | None, setti
     """Record the sweep's group and start its controller, as `phalanx group run --detach` does
     (``GroupLauncher``, the one way a group starts). Its group file is kept under the home's
     sweeps/ folder: `phalanx group run -f` on it runs the same search again."""
-    from phalanx.groups.launching import GroupLauncher, GroupOptions  # start-up of `import phalanx`
-    from phalanx.spec.group import load_group  # start-up of `import phalanx` (a sweep only needs it)
+    from phalanx.groups.launching import GroupLauncher, GroupOptions  # why: `import phalanx`: no controller
 
     folder = settings.home / "sweeps"
     folder.mkdir(parents=True, exist_ok=True)

@@ -6,14 +6,14 @@ from __future__ import annotations
 
 import sys
 
+from phalanx.config import Settings
+from phalanx.errors import PhalanxError, exit_status
+from phalanx.groups.controller import Controller
+from phalanx.store import open_store
+from phalanx.store.base import group_store
+
 
 def main(argv: list[str]) -> int:
-    from phalanx.config import Settings
-    from phalanx.errors import PhalanxError, exit_status
-    from phalanx.groups.controller import Controller
-    from phalanx.store import open_store
-    from phalanx.store.base import group_store
-
     if len(argv) != 1:
         sys.stderr.write("usage: python -m phalanx.groups GROUP_ID\n")
         return 2

@@ -32,6 +32,7 @@ from phalanx.extras import require
 from phalanx.groups.controller import Controller
 from phalanx.groups.setup import build_trials_env, check_trials_can_run, create
 from phalanx.spec.group import GroupSpec
+from phalanx.store import open_store
 from phalanx.store.base import GroupStore, group_store
 
 CONTROLLER_LOG = "controller.log"  # groups/ID/controller.log: a detached controller's output
@@ -70,8 +71,6 @@ class GroupLauncher:
     @property
     def store(self) -> GroupStore:
         if self._store is None:
-            from phalanx.store import open_store  # SQLAlchemy: only once a group is recorded or run
-
             self._store = group_store(open_store(self.settings))
         return self._store
 

@@ -19,9 +19,13 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from phalanx.backends.registry import get_backend
+from phalanx.clusters import get_cluster
 from phalanx.config import Settings
 from phalanx.domain import ExperimentStatus
-from phalanx.machine.procs import pid_alive
+from phalanx.machine.procs import pid_alive, recorded_process
+from phalanx.queue import ledger_for
+from phalanx.reconcile import Asker, Facts, decide, record_end
 
 if TYPE_CHECKING:
     from phalanx.domain import Experiment
@@ -35,8 +39,6 @@ SCRIPT_PID = "script.pid"  # runs/<id>/script.pid: the plain script's process (T
 def supervisor_pid(settings: Settings, experiment_id: str) -> int | None:
     """The pid of the `phalanx run` supervising this experiment, if it is still running: the one
     its ``runs/<id>/supervisor.pid`` records, with the same start time (not a reused pid)."""
-    from phalanx.machine.procs import recorded_process
-
     # pid and start time name the process for good; its command line is not asked: a trial's
     # supervisor forked from its group's controller carries the controller's (runner.forking)
     return recorded_process(settings.runs_dir / experiment_id / "supervisor.pid")
@@ -104,8 +106,6 @@ def _stop_script(store: Store, settings: Settings, experiment: Experiment, timeo
     The pid comes only from ``runs/<id>/script.pid``, which Task.init wrote on this machine, and
     only while that process has the recorded start time. Never from the store: a replica's pid
     there arrived through ingest, and anyone who can call the API could have named any process."""
-    from phalanx.machine.procs import recorded_process
-
     pid = recorded_process(settings.runs_dir / experiment.id / SCRIPT_PID)
     running = [pid] if pid is not None else []
     for pid in running:
@@ -146,18 +146,11 @@ def stop_experiment(
         if current.status.done:
             return current.status
     elif current.handle:
-        from phalanx.backends.registry import get_backend
-
         cluster = None
         if current.cluster:
-            from phalanx.clusters import get_cluster
-
             cluster = get_cluster(current.cluster, settings.home)
         backend = get_backend(current.backend or "local", settings=settings, cluster=cluster)
         backend.cancel(current.handle)
-    from phalanx.queue import ledger_for
-    from phalanx.reconcile import Asker, Facts, decide, record_end
-
     ledger_for(settings).release(experiment.id)  # a killed supervisor's place in the queue, if any
     asked = Facts(
         current.status,

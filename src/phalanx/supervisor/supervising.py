@@ -326,7 +326,7 @@ class Supervisor:
         plan = self.p.plan
         # an engine that restarts failed replicas itself (the Kubeflow operator, from backoffLimit)
         # must not be restarted a second time by us
-        max_restarts = 0 if getattr(self.p.backend, "restarts_itself", False) else plan.max_restarts
+        max_restarts = 0 if self.p.backend.restarts_itself else plan.max_restarts
         restarts = 0
         kind = "resume" if self.resume else "start"
         while True:
