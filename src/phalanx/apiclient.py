@@ -17,18 +17,32 @@ import urllib.error
 import urllib.parse
 import urllib.request
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
 from phalanx.errors import Conflict, NotFound, PhalanxError, Problem, SpecError, Unauthorized, UsageError
 
-TIMEOUT = 120.0  # the server answers a submit once the supervisor has created the experiment
-RETRIES = 3
+TIMEOUT = 120.0  # one request's socket timeout (a submit is answered once it is written: seconds)
+# A submit is retried with its Idempotency-Key while the server cannot be reached or answers that it
+# is unavailable (a restart, a database or disk outage), backing off up to RETRY_PAUSE_MAX seconds
+# between tries, for SUBMIT_RETRY_SECONDS in all (docs/server-submit.md): the key makes a retry
+# answer the first submit instead of starting a second one, so retrying never duplicates.
+SUBMIT_RETRY_SECONDS = 120.0
+RETRY_PAUSE_MAX = 10.0
 
 
 class ServerError(PhalanxError):
     """The server answered an error that is not the user's mistake, or could not be reached."""
+
+
+class Unavailable(ServerError):
+    """The server could not be reached, or answered that it cannot serve now (502, 503, 504):
+    a request that is safe to repeat may be tried again later (``retry_after``: its hint, seconds)."""
+
+    def __init__(self, message: str, retry_after: float | None = None) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
 
 
 def read_token(token_file: Path | None, env_token: str | None) -> str | None:
@@ -55,9 +69,12 @@ def check_url(url: str, option: str = "--server") -> str:
 class Client:
     """The API of the server at ``url`` (``/api/v1`` is added), with ``token`` as its bearer."""
 
-    def __init__(self, url: str, token: str | None) -> None:
+    def __init__(self, url: str, token: str | None, say: Callable[[str], None] | None = None) -> None:
+        """``say``: where a line such as "the server is unreachable; retrying" goes (the CLI's
+        stderr); None: nowhere."""
         self.url = check_url(url)
         self.token = token
+        self.say = say
 
     def raw(
         self, method: str, path: str, body: bytes | None = None, headers: Mapping[str, str] | None = None
@@ -74,7 +91,7 @@ class Client:
         except urllib.error.HTTPError as exc:
             raise _error(exc) from None
         except (OSError, ValueError) as exc:
-            raise ServerError(f"cannot reach the server at {self.url} ({exc})") from None
+            raise Unavailable(f"cannot reach the server at {self.url} ({exc})") from None
 
     def request(
         self, method: str, path: str, body: bytes | None = None, headers: Mapping[str, str] | None = None
@@ -156,16 +173,32 @@ class Client:
         return self._post_experiment(body, headers)
 
     def _post_experiment(self, body: bytes, headers: Mapping[str, str]) -> dict[str, Any]:
-        """POST /experiments; a connection lost before the answer is retried (the caller's
-        Idempotency-Key makes a retry answer the first submit's id instead of starting another)."""
-        for attempt in range(RETRIES):
+        """POST /experiments, tried again while the server is unavailable (``SUBMIT_RETRY_SECONDS``;
+        the caller's Idempotency-Key makes a retry answer the first submit's id instead of
+        starting another, so a lost answer is never taken for a failed submit)."""
+        deadline = time.monotonic() + SUBMIT_RETRY_SECONDS
+        pause = 0.5
+        said = False
+        while True:
             try:
                 return dict(self.request("POST", "/experiments", body, headers)[1])
-            except ServerError:
-                if attempt == RETRIES - 1:
-                    raise
-                time.sleep(1 + attempt)
-        raise AssertionError("unreachable")
+            except Unavailable as exc:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    key = headers.get("Idempotency-Key")
+                    raise Unavailable(
+                        f"{exc}; gave up after retrying for {SUBMIT_RETRY_SECONDS:.0f} s. Submitting"
+                        f" again with the same Idempotency-Key ({key}) cannot start it twice"
+                    ) from None
+                if not said and self.say is not None:
+                    self.say(
+                        f"{exc}; retrying for up to {SUBMIT_RETRY_SECONDS:.0f} s with the same"
+                        " Idempotency-Key (a retry never starts it twice)"
+                    )
+                    said = True
+                wait = exc.retry_after if exc.retry_after is not None else pause
+                time.sleep(min(max(wait, 0.1), RETRY_PAUSE_MAX, left))
+                pause = min(pause * 2, RETRY_PAUSE_MAX)
 
     def new_token(self, username: str, password: str, name: str, expires_days: int | None) -> str:
         """A personal API token from ``POST /tokens`` (the user's name and password)."""
@@ -255,4 +288,15 @@ def _error(exc: urllib.error.HTTPError) -> PhalanxError:
         return NotFound(message)
     if 400 <= exc.code < 500:
         return UsageError(message)
+    if exc.code in (502, 503, 504):
+        return Unavailable(f"the server answered {exc.code}: {message}", _retry_after(exc))
     return ServerError(f"the server answered {exc.code}: {message}")
+
+
+def _retry_after(exc: urllib.error.HTTPError) -> float | None:
+    """The server's Retry-After (seconds) as a number, if it gave one."""
+    value = exc.headers.get("Retry-After") if exc.headers is not None else None
+    try:
+        return float(value) if value is not None else None
+    except ValueError:
+        return None

@@ -16,6 +16,7 @@ import io
 import os
 import subprocess
 import tarfile
+from collections.abc import Iterator
 from pathlib import Path
 
 from phalanx.backends.kube_code import BUNDLE_CAP, _plain, _source_files
@@ -72,12 +73,30 @@ def digest(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
+def check(data: bytes, cap: int = BUNDLE_CAP) -> int:
+    """What ``unpack`` would refuse, without writing anything (a submit is checked before it is
+    answered); returns the number of files. UsageError as ``unpack``."""
+    return sum(1 for _ in _members(data, Path("/bundle"), cap))
+
+
 def unpack(data: bytes, dest: Path, cap: int = BUNDLE_CAP) -> int:
     """Unpack a bundle into ``dest`` (regular files and folders only, all below it); returns the
     number of files. UsageError for an archive that is not a .tar.gz, or unpacks past ``cap``."""
     dest.mkdir(parents=True, exist_ok=True)
-    root = dest.resolve()
-    total = count = 0
+    count = 0
+    for target, content, executable in _members(data, dest.resolve(), cap):
+        target.parent.mkdir(parents=True, exist_ok=True)
+        with open(target, "wb") as out:
+            out.write(content)
+        os.chmod(target, 0o755 if executable else 0o644)
+        count += 1
+    return count
+
+
+def _members(data: bytes, root: Path, cap: int) -> Iterator[tuple[Path, bytes, bool]]:
+    """Each regular file of the bundle: where it lands below ``root``, its bytes, whether it is
+    executable; UsageError for a member outside ``root``, past ``cap``, or an unreadable archive."""
+    total = 0
     try:
         with tarfile.open(fileobj=io.BytesIO(data), mode="r:gz") as tar:
             for member in tar:
@@ -86,20 +105,15 @@ def unpack(data: bytes, dest: Path, cap: int = BUNDLE_CAP) -> int:
                 total += member.size
                 if total > cap:
                     raise UsageError(f"the code bundle unpacks to more than the cap of {cap >> 20} MiB")
-                target = (root / member.name).resolve()
+                target = Path(os.path.normpath(root / member.name))
                 if not target.is_relative_to(root) or target == root:
                     raise UsageError(f"the code bundle holds {member.name!r}, outside its folder")
                 src = tar.extractfile(member)
                 if src is None:
                     continue
-                target.parent.mkdir(parents=True, exist_ok=True)
-                with open(target, "wb") as out:
-                    out.write(src.read())
-                os.chmod(target, 0o755 if member.mode & 0o100 else 0o644)
-                count += 1
+                yield target, src.read(), bool(member.mode & 0o100)
     except (tarfile.TarError, EOFError, OSError, gzip.BadGzipFile) as exc:
         raise UsageError(f"the code bundle is not a readable .tar.gz ({exc})") from None
-    return count
 
 
 class BundleStore:
@@ -118,6 +132,10 @@ class BundleStore:
         if not path.exists():
             self.root.mkdir(parents=True, exist_ok=True)
             tmp = path.with_name(f"{sha}.{os.getpid()}.{id(data)}.tmp")
-            tmp.write_bytes(data)
-            os.replace(tmp, path)
+            try:
+                tmp.write_bytes(data)
+                os.replace(tmp, path)
+            except BaseException:  # a full disk: no half bundle left behind
+                tmp.unlink(missing_ok=True)
+                raise
         return sha

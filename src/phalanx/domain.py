@@ -181,6 +181,15 @@ class Replica:
         }
 
 
+# The sections holding an experiment's declared params (what its file's ``params`` or its estimator's
+# ``script_params`` said, after `--param`; a group trial's sampled values), recorded at launch. What
+# the script reports (Args, General, ...) stays in its own sections; ``param:KEY`` reads a reported
+# value first and a declared one when the script reported none (docs/run-table.md).
+DECLARED_PARAMS = "Declared"
+TRIAL_PARAMS = "Trial"
+DECLARED_SECTIONS = (DECLARED_PARAMS, TRIAL_PARAMS)
+
+
 class EventKind(StrEnum):
     """What a tracking event carries; the store has one write primitive, a batch of these."""
 

@@ -32,11 +32,10 @@ from phalanx.errors import NotFound
 from phalanx.ingest import Ingester
 from phalanx.machine.procs import writer_gone
 from phalanx.spool import ACK_SUFFIX, SUFFIX
-from phalanx.store.submissions import bundles_in_use
 from phalanx.supervisor.stopping import supervisor_pid
 
 if TYPE_CHECKING:
-    from phalanx.store.base import IngestStore, Store
+    from phalanx.store.base import LocalStore, Store
 
 log = logging.getLogger(__name__)
 
@@ -70,7 +69,7 @@ class Collected:
 
 
 def collect(
-    store: IngestStore, settings: Settings, *, min_age: float = MIN_AGE_SECONDS, vacuum: bool = True
+    store: LocalStore, settings: Settings, *, min_age: float = MIN_AGE_SECONDS, vacuum: bool = True
 ) -> Collected:
     """Remove what no experiment needs any more and compact the store (see the module docstring)."""
     out = Collected()
@@ -133,7 +132,9 @@ def collect(
     return out
 
 
-def _collect_uploads(store: Store, settings: Settings, out: Collected, now: float, min_age: float) -> None:
+def _collect_uploads(
+    store: LocalStore, settings: Settings, out: Collected, now: float, min_age: float
+) -> None:
     """Code bundles no held experiment ran, and working folders of experiments no longer held."""
     server = settings.home / "server"
     work = server / "work"
@@ -149,11 +150,9 @@ def _collect_uploads(store: Store, settings: Settings, out: Collected, now: floa
     if not bundles.is_dir():
         return
     try:
-        used = bundles_in_use(store, now - min_age)
+        used = store.bundles_in_use(now - min_age)
     except Exception:  # the store cannot say: every bundle might be needed
         log.exception("gc: cannot read the submissions; code bundles are kept")
-        return
-    if used is None:
         return
     for path in sorted(bundles.glob("*.tar.gz")):
         sha = path.name.removesuffix(".tar.gz")

@@ -118,7 +118,13 @@ def choose(
         return None
     url = check_url(server) if server is not None else check_url(login.url if login else "")
     stored = login.token if login is not None and check_url(login.url) == url else None
-    client = Client(url, read_token(token_file, settings.token) or stored)
+    client = Client(url, read_token(token_file, settings.token) or stored, say=_stderr)
     if say:
         sys.stderr.write(f"phalanx: on server {client.url}\n")
     return client
+
+
+def _stderr(text: str) -> None:
+    """A client's notes (a submit retried while the server restarts) on this command's stderr."""
+    sys.stderr.write(f"phalanx: {text}\n")
+    sys.stderr.flush()

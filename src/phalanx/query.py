@@ -3,9 +3,10 @@ table's conditions (MLflow's ``search_runs``, W&B's ``Api().runs``).
 
 It reads the store the CLI reads (after ingesting what is pending) with the run table's own
 pieces: ``store.experiment_columns`` for ``param:KEY`` / ``metric:AGG:TITLE`` values (the summary,
-never the points) and the server's ``parse_condition``/``matches``, so a filter means the same in
-the UI, the REST API and here. The condition grammar is the run table's: ``COLUMN OP VALUE``, several
-joined by `` and `` or given as a list. pandas is the ``query`` extra.
+never the points) and ``store.selecting.matching``, the flow behind the run table's ``where=``, so
+a filter keeps the same rows in the UI, the REST API, `phalanx ls` and here. The grammar is the run table's
+(``store.filters``: conditions joined by ``and``/``or`` with parentheses, or given as a list, all
+of which hold). pandas is the ``query`` extra.
 """
 
 from __future__ import annotations
@@ -21,14 +22,14 @@ from phalanx.readpass import open_for_reading
 from phalanx.remote_store import RemoteStore
 from phalanx.store.base import ExperimentFilter
 from phalanx.store.columns import parse_column
-from phalanx.store.filters import parse_filters, split_and
+from phalanx.store.filters import parse_filters
+from phalanx.store.selecting import MAX_SCAN, matching
 
 if TYPE_CHECKING:
     import pandas as pd
 
     from phalanx.store.base import Store
 
-MAX_SCAN = 100_000  # experiments considered, as the run table
 BASE_COLUMNS = (
     "id",
     "name",
@@ -40,15 +41,6 @@ BASE_COLUMNS = (
     "started_at",
     "finished_at",
 )
-
-
-def split_conditions(where: str | Sequence[str] | None) -> list[str]:
-    """``"a >= 1 and b = x"`` or ``["a >= 1", "b = x"]`` -> one condition per item (all must hold)."""
-    if where is None:
-        return []
-    items = [where] if isinstance(where, str) else list(where)
-
-    return [part.strip() for item in items for part in split_and(item) if part.strip()]
 
 
 def search_experiments(
@@ -79,8 +71,9 @@ def search_experiments(
     except ImportError:
         raise UsageError("phalanx.search_experiments needs pandas: pip install 'phalanx[query]'") from None
 
-    # the run table's own grammar (phalanx.store.filters): `and`-joined, quoted values kept whole
-    conditions = parse_filters([where] if isinstance(where, str) else list(where or []))
+    # the run table's own grammar (phalanx.store.filters): mistakes are told before any store opens
+    where_texts = [where] if isinstance(where, str) else list(where or [])
+    flt = parse_filters(where_texts)
     for column in columns:
         parse_column(column)
     try:
@@ -89,19 +82,16 @@ def search_experiments(
         choices = ", ".join(s.value for s in ExperimentStatus)
         raise UsageError(f"search_experiments: status {status!r} is not one of {choices}") from None
     base = ExperimentFilter(status=wanted_status, project=project, group_id=group)
-    wanted = list(dict.fromkeys([*columns, *(c.column for c in conditions)]))
     if store is None:
         client = choose(server, local, say=False)
         if client is not None:  # the server filters: only the matches cross the network
             remote = RemoteStore(client)
-            where_texts = [where] if isinstance(where, str) else list(where or [])
             page, values = remote.table(replace(base, offset=0, limit=MAX_SCAN), where_texts, list(columns))
-            return _frame(pd, page.items, values, columns, [])
+            return _frame(pd, page.items, values, columns)
 
         store, _ = open_for_reading()
-    experiments = store.list_experiments(replace(base, offset=0, limit=MAX_SCAN)).items
-    values = store.experiment_columns([e.id for e in experiments], wanted) if wanted else {}
-    return _frame(pd, experiments, values, columns, conditions)
+    kept, values = matching(store, base, flt, columns)
+    return _frame(pd, kept, values, columns)
 
 
 def _frame(
@@ -109,14 +99,11 @@ def _frame(
     experiments: Sequence[Any],
     values: dict[str, dict[str, Any]],
     columns: Sequence[str],
-    conditions: Sequence[Any],
 ) -> pd.DataFrame:
-    """The rows of ``experiments`` meeting every condition, with the base and extra columns."""
+    """A row per experiment, with the base and extra columns."""
     rows: list[dict[str, Any]] = []
     for e in experiments:
         own = values.get(e.id, {})
-        if not all(c.matches(own.get(c.column)) for c in conditions):
-            continue
         row: dict[str, Any] = {
             "id": e.id,
             "name": e.name,

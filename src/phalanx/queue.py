@@ -29,7 +29,7 @@ from phalanx.machine import doorbell, limits
 from phalanx.machine import ledger as ledger_mod
 from phalanx.machine.ledger import Capacity, Entry, Grant, Ledger, Need, NeverFits, NoRoom, TooManyWaiting
 from phalanx.priority import MAX_PRIORITY, check_priority
-from phalanx.share import DEFAULT_PROJECT, Limit
+from phalanx.share import DEFAULT_PROJECT, Limit, never_within
 from phalanx.store import quotas
 
 if TYPE_CHECKING:
@@ -120,9 +120,7 @@ class Admission:
         try:
             grant, _ = self._try(cap)
         except NeverFits as exc:
-            if "quota" in str(exc):
-                raise UsageError(str(exc)) from None
-            raise UsageError(f"{exc}; lower what was counted, or pass --oversubscribe") from None
+            raise UsageError(refusal_words(str(exc))) from None
         except TooManyWaiting as exc:
             raise UsageError(str(exc)) from None
         except NoRoom as exc:
@@ -195,6 +193,26 @@ class Admission:
 
     def release(self) -> None:
         self.ledger.release(self.experiment_id)
+
+
+def refusal_words(never: str, oversubscribe: bool = True) -> str:
+    """What the supervisor (and the server, at submit) says of a need that can never start: the
+    ledger's reason, and what to do about it (``oversubscribe``: the user may pass --oversubscribe)."""
+    if "quota" in never or not oversubscribe:
+        return never if "quota" in never else f"{never}; lower what was counted"
+    return f"{never}; lower what was counted, or pass --oversubscribe"
+
+
+def never_starts(
+    need: Need, project: str, limit: Limit | None, target: str, here: Capacity | None
+) -> str | None:
+    """Why ``need`` can never start: over the project's whole quota on ``target``, or (``here``: this
+    machine's capacity, for the local target) over what the machine has at all. None: it can."""
+    return (
+        never_within(project, need, limit, target)
+        or (ledger_mod.never_fits(need, here) if here is not None else None)
+        or None
+    )
 
 
 def local_limits(store: Store | None) -> dict[str, Limit]:

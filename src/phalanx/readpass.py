@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from phalanx.config import Settings
-    from phalanx.store.base import IngestStore
+    from phalanx.store.base import LocalStore
     from phalanx.store.lite import LiteReader
 
 
@@ -85,7 +85,7 @@ def _orphan(reader: LiteReader, settings: Settings) -> str | None:
     return None
 
 
-def open_for_reading(settings: Settings | None = None) -> tuple[IngestStore, Settings]:
+def open_for_reading(settings: Settings | None = None) -> tuple[LocalStore, Settings]:
     """The store, after the upkeep pass: what a killed start left is removed, pending spool files
     are ingested, and the experiments whose supervisor or script died get their end. Every read
     (the CLI's, ``phalanx.search_experiments``, ``metrics_frame``) opens the store this way."""

@@ -49,6 +49,7 @@ FAULT_FILE = "fault-{pid}.txt"  # where a plain script's faulthandler writes a c
 ABANDONED = "its phalanx run ended while it was queued (killed?)"
 GAVE_UP = "submit() gave up waiting for it"
 STOPPED_BY = "stopped by phalanx stop"
+UNSTARTED = "the server could not start it"
 UNFINISHED = (ExperimentStatus.RUNNING, ExperimentStatus.STARTING, ExperimentStatus.BUILDING)
 
 
@@ -73,6 +74,7 @@ class Facts:
     asker: Asker = Asker.READER
     reason: str | None = None  # a stop's own reason (a group's pruning decision)
     supervised_stop: bool = False  # the stop was taken to a supervisor that ran (it did not finish)
+    start_failure: str | None = None  # (created, submitted to a server) why its start ended early
 
 
 @dataclass(frozen=True)
@@ -95,6 +97,7 @@ def decide(f: Facts) -> End | None:
     | any unfinished              | stop   | -                                 | stopped: reason (+ gone) |
     | building, starting, running | reader | supervisor or script gone         | failed: how it died      |
     | queued                      | reader | not in the queue, supervisor gone | stopped: abandoned       |
+    | created (a server's submit) | reader | its start ended before it ran     | failed: what it said     |
     | anything else               | reader | runs, elsewhere, no record        | none                     |
     """
     if f.status.done:
@@ -106,6 +109,9 @@ def decide(f: Facts) -> End | None:
         if not f.supervised_stop:
             said += " (its script was gone)" if f.script else " (its supervisor was gone)"
         return End(ExperimentStatus.STOPPED, said, ReplicaState.STOPPED)
+    if f.status is ExperimentStatus.CREATED and f.start_failure is not None:
+        why = f"{UNSTARTED}: {f.start_failure}"
+        return End(ExperimentStatus.FAILED, why, ReplicaState.STOPPED, why)
     if f.recorder is not Seen.GONE:
         return None
     if f.status is ExperimentStatus.QUEUED:
@@ -343,3 +349,14 @@ def _end_handle(settings: Settings, handle: str) -> None:
     from phalanx.backends.local.engine import LocalBackend  # why: `phalanx ls` needs no local engine
 
     LocalBackend(settings).cancel(handle)
+
+
+def fail_unstarted(store: Store, experiment_id: str, why: str) -> bool:
+    """An experiment the server accepted (status created) whose start ended before it ran (its
+    supervisor exited first, its code bundle would not unpack): failed, saying why. Whether it wrote."""
+    try:
+        exp = store.get_experiment(experiment_id)
+    except NotFound:
+        return False
+    end = decide(Facts(exp.status, start_failure=why))
+    return end is not None and record_end(store, exp.id, end)

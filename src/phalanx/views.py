@@ -7,8 +7,12 @@ They live here, below both (the server imports no module of ``phalanx.cli``): a 
 from __future__ import annotations
 
 import difflib
+import json
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
+
+from phalanx.domain import DECLARED_SECTIONS
+from phalanx.store.filters import NUMBER
 
 if TYPE_CHECKING:
     from phalanx.domain import Experiment
@@ -33,6 +37,64 @@ def params_by_section(records: list[ParamRecord]) -> dict[str, dict[str, Any]]:
 
 
 PER_REPLICA = "per_replica"
+
+
+def param_conflicts(records: list[ParamRecord]) -> list[dict[str, Any]]:
+    """The keys whose declared value (section Declared or Trial: the file's params after `--param`,
+    an estimator's script_params, a trial's sampled values) differs from what the script reported
+    for the same key in another section (argparse's Args, task.connect's General, ...), each
+    ``{"key", "declared": {"section", "value"}, "reported": [{"section", "value", "replica",
+    "rank"}]}``: shown by `phalanx params`, `get`, the API and the UI, never resolved silently."""
+    declared = {p.key: p for p in records if p.section in DECLARED_SECTIONS}
+    out: list[dict[str, Any]] = []
+    for key, d in declared.items():
+        differing = [
+            {"section": p.section, "value": p.value, "replica": p.replica, "rank": p.rank}
+            for p in records
+            if p.key == key and p.section not in DECLARED_SECTIONS and not same_value(p.value, d.value)
+        ]
+        if differing:
+            out.append(
+                {"key": key, "declared": {"section": d.section, "value": d.value}, "reported": differing}
+            )
+    return out
+
+
+def same_value(a: Any, b: Any) -> bool:
+    """Whether a reported and a declared value say the same (``0.5`` and ``"0.5"``, ``True`` and
+    ``"true"``): numbers by value, anything else by its text."""
+    na, nb = _number(a), _number(b)
+    if na is not None and nb is not None:
+        return na == nb
+    return _text(a) == _text(b)
+
+
+def _number(v: Any) -> float | None:
+    if isinstance(v, bool):
+        return None
+    if isinstance(v, int | float):
+        return float(v)
+    if isinstance(v, str) and NUMBER.fullmatch(v.strip()):
+        return float(v)
+    return None
+
+
+def _text(v: Any) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    return v if isinstance(v, str) else json.dumps(v, sort_keys=True, default=str)
+
+
+def conflict_notes(records: list[ParamRecord]) -> dict[tuple[str, str], str]:
+    """(section, key) -> what the other side says, for every record in a conflict (a table's note)."""
+    notes: dict[tuple[str, str], str] = {}
+    for c in param_conflicts(records):
+        d = c["declared"]
+        shown = ", ".join(f"{r['section']} {r['value']!r}" for r in c["reported"])
+        notes[(d["section"], c["key"])] = f"the script reported {shown}"
+        for r in c["reported"]:
+            notes[(r["section"], c["key"])] = f"declared {d['value']!r} ({d['section']})"
+    return notes
 
 
 def run_details(store: Store, experiment_id: str) -> dict[str, Any]:

@@ -64,16 +64,11 @@ ALLOW_INNER_IMPORTS: frozenset[str] = frozenset(
         "server/routes/groups.py",
         "server/routes/ingest.py",
         "server/routes/models.py",
-        "server/routes/queue.py",
         "server/routes/quotas.py",
         "server/routes/runs.py",
         "server/routes/secrets.py",
-        "server/routes/submit.py",
-        "server/submitting.py",
         "server/sweeper.py",
         "server/sweepset.py",
-        "store/submissions.py",
-        "store/sql/submissions.py",
     }
 )
 

@@ -50,6 +50,27 @@ def test_script_params_become_arguments_and_empty_string_is_a_bare_flag(project:
     assert est.command == "python train.py --data_dir '/data/my data' --epochs 10 --verbose"
 
 
+def test_script_params_are_declared_params_and_the_plan_runs_the_same_command(project: Path) -> None:
+    """Like an experiment file's params: recorded as the experiment's (section Declared), shown and
+    filtered as param:KEY, and a rerun's --param changes them."""
+    est = PyTorch(
+        project,
+        entry_script="train.py",
+        script_params={"--lr": 0.1, "--data-dir": "/data/my data", "--layers": [2, 3], "--verbose": True},
+    )
+    spec = est.to_spec()
+    assert spec.params == {"lr": 0.1, "data_dir": "/data/my data"}
+    assert spec.command == ("python train.py --lr {{ lr }} --data-dir {{ data_dir }} --layers 2 3 --verbose",)
+    plan = build_plan(spec)
+    assert (
+        plan.command
+        == est.command
+        == "python train.py --lr 0.1 --data-dir '/data/my data' --layers 2 3 --verbose"
+    )
+    assert plan.params == {"lr": 0.1, "data_dir": "/data/my data"}
+    assert build_plan(spec, {"lr": 0.2}).command.startswith("python train.py --lr 0.2 ")
+
+
 def test_single_node_pytorch_is_one_master(project: Path) -> None:
     plan = build_plan(PyTorch(project, entry_script="train.py").to_spec())
     assert [r.name for r in plan.replicas] == ["master"]

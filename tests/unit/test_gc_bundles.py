@@ -14,7 +14,17 @@ import pytest
 from phalanx import gc
 from phalanx.bundles import BundleStore
 from phalanx.config import Settings
-from phalanx.store import open_store, submissions
+from phalanx.store import open_store
+from phalanx.store.base import LocalStore
+from phalanx.store.submissions import Acceptance, NewExperiment, Submission, SubmissionKind
+
+
+def _submitted(store: LocalStore, name: str, experiment_id: str, bundle: str) -> None:
+    """An experiment the server accepted, with the bundle it runs."""
+    now = time.time()
+    submission = Submission(experiment_id, SubmissionKind.EXPERIMENT, bundle, now)
+    record = NewExperiment(experiment_id, name, "p", [], None, "local", None, [], {}, "", {})
+    store.accept(Acceptance(submission, record), now)
 
 
 def _age(path: Path, seconds: float) -> None:
@@ -30,10 +40,9 @@ def test_gc_removes_an_orphan_bundle_and_keeps_the_one_an_experiment_ran(
     store = open_store(settings)
     bundles = BundleStore(settings.home / "server" / "bundles")
     used, deleted_ones, never = bundles.put(b"used"), bundles.put(b"deleted"), bundles.put(b"orphan")
-    kept = store.create_experiment(name="kept", project="p", experiment_id="aaaaaaaaaaaa")
-    gone = store.create_experiment(name="gone", project="p", experiment_id="bbbbbbbbbbbb")
-    submissions.reserve(store, kept.id, None, used)
-    submissions.reserve(store, gone.id, None, deleted_ones)
+    _submitted(store, "kept", "aaaaaaaaaaaa", used)
+    _submitted(store, "gone", "bbbbbbbbbbbb", deleted_ones)
+    kept, gone = store.get_experiment("aaaaaaaaaaaa"), store.get_experiment("bbbbbbbbbbbb")
     recent = time.time()
     for exp_id in (kept.id, gone.id):
         (settings.home / "server" / "work" / exp_id).mkdir(parents=True)

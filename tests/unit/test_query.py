@@ -17,9 +17,9 @@ from hypothesis import strategies as st
 import phalanx
 from phalanx.config import Settings
 from phalanx.errors import UsageError
-from phalanx.query import split_conditions
 from phalanx.store import open_store
 from phalanx.store.base import Store
+from phalanx.store.filters import FilterError
 from tests.unit.server import fill
 
 # Six times the default page (50) and enough of each case (no param, no metric, each project, equal
@@ -135,23 +135,23 @@ def test_the_frame_is_newest_first_with_the_experiment_fields(world: tuple[Store
     assert len(frame) == sum(1 for w in written if w.project == "text" and w.lr == 0.1) > 0
 
 
-def test_conditions_split_on_and_only_between_conditions() -> None:
-    assert split_conditions("metric:max:acc >= 0.9 AND param:lr < 0.05") == [
-        "metric:max:acc >= 0.9",
-        "param:lr < 0.05",
-    ]
-    assert split_conditions(["param:brand = sandy", "param:x=1 and param:y=2"]) == [
-        "param:brand = sandy",
-        "param:x=1",
-        "param:y=2",
-    ]
-    assert split_conditions(None) == []
+def test_or_and_parentheses_mean_what_they_say(world: tuple[Store, list[Written]]) -> None:
+    store, written = world
+    frame = phalanx.search_experiments(
+        "(param:lr = 0.1 or param:lr in (0.001)) and metric:max:val/acc >= 0.5", project="text", store=store
+    )
+    expected = {
+        w.id for w in written if w.project == "text" and w.lr in (0.1, 0.001) and w.acc and max(w.acc) >= 0.5
+    }
+    assert set(frame["id"]) == expected and expected
 
 
 def test_a_malformed_condition_or_column_says_how_to_write_it(world: tuple[Store, list[Written]]) -> None:
     store, _ = world
-    with pytest.raises(UsageError, match="COLUMN OP VALUE"):
-        phalanx.search_experiments("lr", store=store)
+    with pytest.raises(FilterError, match="position 1: unknown column 'lr'"):
+        phalanx.search_experiments("lr < 1", store=store)
+    with pytest.raises(FilterError, match="position 12: expected 'and', 'or'"):
+        phalanx.search_experiments("param:lr<1 || param:lr>2", store=store)
     with pytest.raises(UsageError, match="param:"):
         phalanx.search_experiments(columns=["lr"], store=store)
     with pytest.raises(UsageError, match="succeeded"):

@@ -9,7 +9,9 @@ from typing import Any
 
 import pytest
 
+from phalanx.domain import DECLARED_PARAMS
 from phalanx.errors import UsageError, exit_status
+from phalanx.runner.options import LaunchOptions
 from phalanx.runner.rerunning import launch_of
 
 
@@ -25,3 +27,8 @@ def test_a_plain_scripts_run_is_refused_naming_the_script_not_a_file() -> None:
     assert exit_status(raised.value) == 2
     said = str(raised.value)
     assert "plain script" in said and "Task.init" in said and "run -f" not in said
+
+
+def test_an_experiment_launched_plainly_records_its_params_in_the_declared_section() -> None:
+    """LaunchOptions spells domain.DECLARED_PARAMS out (run --detach loads no domain model)."""
+    assert LaunchOptions().params_section == DECLARED_PARAMS

@@ -22,7 +22,7 @@ from phalanx.cli.reading import (
     is_remote,
     replica_json,
 )
-from phalanx.views import params_by_section
+from phalanx.views import param_conflicts, params_by_section
 
 if TYPE_CHECKING:
     from phalanx.domain import Experiment, Replica
@@ -114,7 +114,9 @@ def show_experiment(store: Any, experiment_id: str, output: Format, file: bool) 
         sys.stdout.write(e.spec_text if e.spec_text.endswith("\n") else e.spec_text + "\n")
         return
     replicas = store.list_replicas(e.id)
-    params = params_by_section(store.params(e.id))
+    records = store.params(e.id)
+    params = params_by_section(records)
+    conflicts = param_conflicts(records)
     artifacts = store.artifacts(e.id)
     titles = store.metric_titles(e.id)
     models = store.models(e.id)
@@ -125,6 +127,7 @@ def show_experiment(store: Any, experiment_id: str, output: Format, file: bool) 
             spec_text=e.spec_text,
             replicas=[replica_json(r) for r in replicas],
             params=params,
+            param_conflicts=conflicts,
             artifacts=[artifact_json(a) for a in artifacts],
             metrics=titles,
             models=[{"name": m.name, "format": m.format, "path": m.path, "size": m.size} for m in models],
@@ -139,6 +142,10 @@ def show_experiment(store: Any, experiment_id: str, output: Format, file: bool) 
         return
     out = _summary_lines(store, e, launch)
     out.extend(_replica_and_param_lines(replicas, params))
+    for c in conflicts:  # declared one value, the script reported another: said, never hidden
+        reported = ", ".join(f"{r['section']} {_value(r['value'])}" for r in c["reported"])
+        declared = f"{c['declared']['section']} {_value(c['declared']['value'])}"
+        out.append(f"  conflict: {c['key']} declared {declared}, the script reported {reported}")
     out.extend(_content_lines(store, e, artifacts, models, titles))
     typer.echo("\n".join(out))
 

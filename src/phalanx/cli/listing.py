@@ -87,7 +87,7 @@ def ls_experiments(
 
         if where or columns:  # the server's run table filters over every experiment it holds
             from phalanx.store.columns import parse_column
-            from phalanx.store.filters import parse_filters
+            from phalanx.store.filters import parse_filters  # lazily: `phalanx ls` starts fast
 
             parse_filters(where or [])  # a mistake is told here, as locally, before any request
             for column in columns or []:
@@ -147,16 +147,16 @@ def ls_experiments(
 def _filtered_page(
     query: ExperimentFilter, settings: Settings, group: str | None, where: list[str], columns: list[str]
 ) -> tuple[Page[Experiment], dict[str, dict[str, Any]]]:
-    """`ls --where/--column`: the newest ``query.limit`` experiments that meet every condition (the
-    run table's grammar, phalanx.store.filters), and their column values (from the summary)."""
+    """`ls --where/--column`: the newest ``query.limit`` experiments that meet every filter (the
+    run table's grammar and flow, phalanx.store.selecting), and their column values (from the summary)."""
     from dataclasses import replace
 
     from phalanx.domain import Page
-    from phalanx.query import MAX_SCAN
     from phalanx.store.columns import parse_column
-    from phalanx.store.filters import parse_filters
+    from phalanx.store.filters import parse_filters  # lazily: `phalanx ls` without --where starts fast
+    from phalanx.store.selecting import matching
 
-    conditions = parse_filters(where)  # mistakes are told before the store is opened
+    flt = parse_filters(where)  # mistakes are told before the store is opened
     for column in columns:
         parse_column(column)
     store, _ = open_for_reading(settings)
@@ -164,10 +164,7 @@ def _filtered_page(
         from phalanx.store.base import group_store
 
         query = replace(query, group_id=group_store(store).resolve_group(group))
-    candidates = store.list_experiments(replace(query, offset=0, limit=MAX_SCAN)).items
-    wanted = list(dict.fromkeys([*columns, *(c.column for c in conditions)]))
-    values = store.experiment_columns([e.id for e in candidates], wanted) if wanted else {}
-    kept = [e for e in candidates if all(c.matches(values.get(e.id, {}).get(c.column)) for c in conditions)]
+    kept, values = matching(store, query, flt, columns)
     return Page(items=kept[: query.limit], total=len(kept), offset=0, limit=query.limit), values
 
 

@@ -14,9 +14,9 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from phalanx.apiclient import RETRIES, TIMEOUT, Client, ServerError, multipart, read_token
+from phalanx.apiclient import TIMEOUT, Client, ServerError, multipart, read_token
 
-__all__ = ["RETRIES", "TIMEOUT", "Client", "ServerError", "follow", "multipart", "read_token"]
+__all__ = ["TIMEOUT", "Client", "ServerError", "follow", "multipart", "read_token"]
 
 POLL_SECONDS = 0.5
 

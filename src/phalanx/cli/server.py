@@ -223,7 +223,12 @@ def _access_log(path: Path | None, level: LogLevel) -> None:
 HostOpt = Annotated[
     str, typer.Option(metavar="ADDRESS", help="address to listen on; a non-loopback one needs a token")
 ]
-PortOpt = Annotated[int, typer.Option(min=1, max=65535, metavar="PORT", help="port to listen on")]
+PortOpt = Annotated[
+    int,
+    typer.Option(
+        min=0, max=65535, metavar="PORT", help="port to listen on (0: any free one; the start line names it)"
+    ),
+]
 TokenFileOpt = Annotated[
     Path | None,
     typer.Option("--token-file", metavar="FILE", help="file holding the token (else PHALANX_TOKEN)"),
@@ -240,6 +245,12 @@ AllowedHostOpt = Annotated[
 ]
 AccessLogOpt = Annotated[
     Path | None, typer.Option("--access-log", metavar="FILE", help="append one line per request here")
+]
+AuditRefusalsOpt = Annotated[
+    bool,
+    typer.Option(
+        "--audit-refusals", help="also record refused attempts (403: who tried what) in the audit trail"
+    ),
 ]
 GcHoursOpt = Annotated[
     float,
@@ -341,6 +352,7 @@ def server(
     oidc_groups_claim: OidcGroupsClaimOpt = None,
     oidc_role_map: OidcRoleMapOpt = None,
     oidc_redirect_url: OidcRedirectUrlOpt = None,
+    audit_refusals: AuditRefusalsOpt = False,
 ) -> None:
     """Serve the REST API (/api/v1) and the web UI (/) over this machine's Phalanx store."""
     from phalanx import knobs
@@ -360,6 +372,7 @@ def server(
     )
     proxies = forwarded_ips(forwarded_allow_ips)
     listener = bind_listener(host, port)
+    port = listener.getsockname()[1]  # --port 0: the free one the kernel gave
     _check_token_length(token, host)
     from phalanx.server.app import create_app
     from phalanx.server.settings import ServerSettings
@@ -375,6 +388,7 @@ def server(
             allowed_hosts=hosts or None,
             gc_hours=gc_hours,
             oidc=sso,
+            audit_refusals=audit_refusals,
         )
     )
     from phalanx.server.address import local_url, recorded

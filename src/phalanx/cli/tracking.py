@@ -34,7 +34,7 @@ from phalanx.cli.reading import _value, artifact_json, finite_or_none
 from phalanx.cli.reading import is_remote as is_remote
 from phalanx.cli.reading import open_target as open_target
 from phalanx.cli.target import LocalOpt, ServerOpt
-from phalanx.views import params_by_section
+from phalanx.views import conflict_notes, params_by_section
 
 if TYPE_CHECKING:
     from phalanx.store.base import ArtifactRecord
@@ -79,8 +79,9 @@ def ls(
         list[str] | None,
         typer.Option(
             "--where",
-            metavar="CONDITIONS",
-            help='Only those meeting every condition, e.g. "metric:min:loss < 0.5 and param:lr > 0.01".',
+            metavar="FILTER",
+            help='Only those the filter keeps, e.g. "metric:min:loss < 0.5 and (param:lr > 0.01 or '
+            'param:opt in (adam, sgd))"; repeatable, all must hold.',
         ),
     ] = None,
     column: Annotated[
@@ -94,7 +95,7 @@ def ls(
 ) -> None:
     """List experiments, newest first.
 
-    --where keeps those that meet every condition of the run table's grammar, e.g.
+    --where keeps those the run table's filter keeps (and, or, parentheses, in (...)), e.g.
     --where "metric:min:loss < 0.5 and param:lr > 0.01"; --column adds a param:KEY or
     metric:AGG:TITLE (AGG last, min or max) column; metric:AGG:TITLE@rankN is rank N's series
     only. After `phalanx login` (or with --server) the server filters.
@@ -204,7 +205,9 @@ def params(
     server: ServerOpt = None,
     local: LocalOpt = False,
 ) -> None:
-    """Hyperparameters by section (Args from argparse, General from task.connect, ...)."""
+    """Hyperparameters by section: Declared (the file's params after --param, an estimator's
+    script_params; a group trial's are in Trial), Args from argparse, General from task.connect,
+    ... A declared value the script reported differently is marked in the table's last column."""
     store = open_target(server, local)
     e = store.get_experiment(experiment_id)
     records = store.params(e.id)
@@ -214,11 +217,14 @@ def params(
     if not records:
         typer.echo(f"experiment {e.id} recorded no parameters")
         return
+    notes = conflict_notes(records)
     rows = [
         [p.section, p.key, _value(p.value), p.replica, "-" if p.rank is None else str(p.rank)]
+        + ([f"≠ {notes[(p.section, p.key)]}" if (p.section, p.key) in notes else ""] if notes else [])
         for p in records
     ]
-    typer.echo(_table(["section", "key", "value", "replica", "rank"], rows))
+    headers = ["section", "key", "value", "replica", "rank"] + (["conflict"] if notes else [])
+    typer.echo(_table(headers, rows))
 
 
 @app.command("artifacts")

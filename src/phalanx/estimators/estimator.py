@@ -17,6 +17,7 @@ to the file's model is deliberately small (docs/estimators.md shows both forms s
 from __future__ import annotations
 
 import inspect
+import re
 import shlex
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -148,6 +149,7 @@ class Estimator:
         self.source_directory = self._source_directory(source_directory, problems)
         self.entry_script = self._entry_script(given["entry_script"], problems)
         self.arguments = self._arguments(given["script_params"], problems)
+        self.declared, self.template = declared_arguments(given["script_params"], self.arguments)
         self.inputs = self._inputs(inputs, given["script_params"], problems)
         self.compute_target = self._compute_target(compute_target, problems)
         self.use_gpu = bool(use_gpu)
@@ -379,10 +381,14 @@ class Estimator:
     @property
     def command(self) -> str:
         """The shell command every process runs (`python` is the experiment's interpreter)."""
+        return self._words(self.arguments)
+
+    def _words(self, arguments: Sequence[str], placeholders: frozenset[str] = frozenset()) -> str:
         refs = {shell_ref(i.name) for i in self.inputs}
-        words = ["python", self.entry_script, *self.arguments]
-        # an input's variable is expanded by the replica's shell: double quotes, not shlex's single
-        return " ".join(f'"{w}"' if w in refs else shlex.quote(w) for w in words)
+        words = ["python", self.entry_script, *arguments]
+        # an input's variable is expanded by the replica's shell: double quotes, not shlex's single;
+        # a declared param's {{ NAME }} is quoted by the plan for where it stands
+        return " ".join(f'"{w}"' if w in refs else w if w in placeholders else shlex.quote(w) for w in words)
 
     def to_spec(
         self, name: str | None = None, project: str | None = None, tags: Sequence[str] = ()
@@ -400,15 +406,17 @@ class Estimator:
         ps = self.resources
         if ps is not None and self.use_gpu and self.n_ps:
             ps = Resources(cpu=ps.cpu, memory=ps.memory)
+        placeholders = frozenset(f"{{{{ {name} }}}}" for name in self.declared)
         return ExperimentSpec(
             version=1,
             kind="experiment",
-            command=(self.command,),
+            command=(self._words(self.template, placeholders),),
             framework=framework,
             backend=BackendKind.MPI if self.backend == "mpi" else None,
             name=name or Path(self.entry_script).stem or None,
             project=project,
             tags=tuple(tags),
+            params=dict(self.declared),
             master=ReplicaTemplate(resources=trainer),
             topology=Topology(
                 n_workers=self.n_workers,
@@ -439,6 +447,45 @@ class Estimator:
             f"entry_script={self.entry_script!r}, node_count={self.n_workers + 1}, "
             f"process_count_per_node={self.processes}, distributed_backend={self.backend!r})"
         )
+
+
+def param_name(flag: str) -> str:
+    """The param a flag declares: ``--lr`` -> ``lr``, ``--data-dir`` -> ``data_dir``."""
+    return flag.lstrip("-").replace("-", "_")
+
+
+_PARAM_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+def declared_arguments(script_params: Any, arguments: Sequence[str]) -> tuple[dict[str, Any], list[str]]:
+    """``script_params`` as declared params, as an experiment file's ``params`` are: each ``--flag
+    VALUE`` whose value is a number or text (not a switch, a list or a data handle) becomes the param
+    named after the flag (``--lr 0.1`` -> ``lr: 0.1``) and the command's argument its placeholder
+    (``--lr {{ lr }}``), which the plan fills with the same text. So `phalanx params` shows it, the
+    run table filters it (``param:lr``) and `phalanx rerun ID --param lr=0.2` changes it. Returns the
+    params and the arguments with the placeholders (``arguments`` as they are when there is none)."""
+    if not isinstance(script_params, Mapping):
+        return {}, list(arguments)
+    declared: dict[str, Any] = {}
+    template: list[str] = []
+    for key, v in script_params.items():
+        if v is None or v is False:
+            continue
+        if v == "" or v is True:
+            template.append(key)
+        elif isinstance(v, list | tuple):
+            template.extend([key, *(str(x) for x in v)])
+        elif isinstance(v, str | int | float | Path) and not hasattr(v, "as_input"):
+            name = param_name(key)
+            value = str(v) if isinstance(v, Path) else v
+            if _PARAM_NAME.match(name) and name not in declared:
+                declared[name] = value
+                template.extend([key, f"{{{{ {name} }}}}"])
+            else:
+                template.extend([key, str(v)])
+        else:
+            template.extend([key, str(v)])
+    return declared, template
 
 
 class PyTorch(Estimator):

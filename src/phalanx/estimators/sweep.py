@@ -33,6 +33,7 @@ import yaml
 
 from phalanx.config import Settings
 from phalanx.errors import PhalanxError, Problem, SpecError
+from phalanx.estimators.estimator import param_name
 from phalanx.groups.ending import group_json, stop_group
 from phalanx.runs import Run
 from phalanx.spec.dump import spec_to_dict
@@ -186,7 +187,7 @@ class HyperDriveConfig:
                     problems.append(
                         Problem(f"{flag}: use choice(), uniform(), loguniform(), ...", "parameter_space")
                     )
-                elif not _NAME.match(_param(flag)):
+                elif not _NAME.match(param_name(flag)):
                     problems.append(Problem(f"{flag!r} is not a flag like '--lr'", "parameter_space"))
         try:
             goal = PrimaryMetricGoal(str(primary_metric_goal).lower())
@@ -220,7 +221,7 @@ class HyperDriveConfig:
         """Refuse a space the group file would refuse (bounds reversed, a continuous distribution
         in a grid, ...) now, named by the user's flag (`--lr: ...`), not by a line of a YAML file
         the user never wrote (`<HyperDriveConfig>:16:7: hptuning.matrix.lr.uniform: ...`)."""
-        flags = {_param(flag): flag for flag in self.sampling.space}
+        flags = {param_name(flag): flag for flag in self.sampling.space}
         try:
             load_group_text(yaml.safe_dump(self.to_dict(), sort_keys=False), "<HyperDriveConfig>")
         except SpecError as exc:
@@ -240,8 +241,13 @@ class HyperDriveConfig:
 
     def to_dict(self, name: str | None = None, project: str | None = None) -> dict[str, Any]:
         spec = self.estimator.to_spec(name=name, project=project)
-        swept = " ".join(f"{flag} {{{{ {_param(flag)} }}}}" for flag in self.sampling.space)
-        spec = replace(spec, command=(f"{spec.command[0]} {swept}",))
+        swept = " ".join(f"{flag} {{{{ {param_name(flag)} }}}}" for flag in self.sampling.space)
+        sampled = {param_name(flag) for flag in self.sampling.space}  # a swept flag is sampled, not fixed
+        spec = replace(
+            spec,
+            command=(f"{spec.command[0]} {swept}",),
+            params={k: v for k, v in spec.params.items() if k not in sampled},
+        )
         doc = spec_to_dict(spec)
         doc["kind"] = "group"
         search: dict[str, Any] = {}
@@ -259,7 +265,7 @@ class HyperDriveConfig:
             hp["metric"] = {"name": self.metric, "optimization": self.goal.value}
         if self.policy is not None:
             hp["pruning"] = self.policy.to_pruning()
-        hp["matrix"] = {_param(flag): dist.to_matrix() for flag, dist in self.sampling.space.items()}
+        hp["matrix"] = {param_name(flag): dist.to_matrix() for flag, dist in self.sampling.space.items()}
         doc["hptuning"] = hp
         return doc
 
@@ -268,10 +274,6 @@ class HyperDriveConfig:
         text = yaml.safe_dump(self.to_dict(name, project), sort_keys=False)
         load_group_text(text, "<HyperDriveConfig>")
         return text
-
-
-def _param(flag: str) -> str:
-    return flag.lstrip("-").replace("-", "_")
 
 
 class GroupRun:

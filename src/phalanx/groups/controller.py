@@ -31,7 +31,16 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from phalanx.config import Settings
-from phalanx.domain import Experiment, Group, GroupStatus, Trial, TrialState, TrialUpdate, best_trial
+from phalanx.domain import (
+    TRIAL_PARAMS,
+    Experiment,
+    Group,
+    GroupStatus,
+    Trial,
+    TrialState,
+    TrialUpdate,
+    best_trial,
+)
 from phalanx.errors import NotFound, PhalanxError
 from phalanx.groups import core, search
 from phalanx.groups.ending import (
@@ -59,7 +68,6 @@ log = logging.getLogger(__name__)
 
 POLL_SECONDS = 0.3  # the longest the loop sleeps: an adopted trial (no child of ours) is seen this late
 LAUNCH_TIMEOUT = 180.0
-TRIAL_PARAMS = "Trial"  # the section of `phalanx params TRIAL` holding its sampled values
 
 
 class GroupError(PhalanxError):

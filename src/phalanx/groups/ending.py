@@ -14,8 +14,9 @@ from typing import Any
 
 from phalanx.config import Settings
 from phalanx.domain import Group, GroupStatus, Trial, TrialState, TrialUpdate, best_trial
-from phalanx.errors import NotFound
+from phalanx.errors import NotFound, PhalanxError
 from phalanx.groups.lock import holder
+from phalanx.groups.setup import load
 from phalanx.machine.procs import Seen, judge
 from phalanx.store.base import GroupStore
 
@@ -36,7 +37,8 @@ def controller_locked(group_id: str, settings: Settings) -> bool:
 
 
 def group_json(store: GroupStore, group: Group) -> dict[str, Any]:
-    """`phalanx group get -o json` and the API: the group, its trials and the best one."""
+    """`phalanx group get -o json` and the API: the group, its trials, the best one, and ``axes``:
+    each sampled param's chart axis ("log" or "linear") from its distribution."""
     trials = store.list_trials(group.id)
     best = best_trial(trials, group.optimization)
     doc = group.to_json()
@@ -45,7 +47,17 @@ def group_json(store: GroupStore, group: Group) -> dict[str, Any]:
     doc["counts"] = {
         s: sum(1 for t in trials if t.state == s) for s in ("running", "done", "pruned", "failed", "stopped")
     }
+    doc["axes"] = axes_of(group)
     return doc
+
+
+def axes_of(group: Group) -> dict[str, str]:
+    """param -> "log" / "linear" from the group's matrix (its stored file); {} when it cannot be read."""
+    try:
+        spec = load(group)
+    except PhalanxError:  # a file an older Phalanx accepted: the chart guesses from the values
+        return {}
+    return {d.name: d.axis for d in spec.hptuning.matrix if d.axis is not None}
 
 
 def stop_group(store: GroupStore, settings: Settings, group: Group, timeout: float = 60.0) -> Group:

@@ -1,11 +1,14 @@
 """One way to start a group (a hyperparameter search), shared by `phalanx group run|resume`, the
-server's group submit and the HyperDrive estimator (``Experiment.submit(HyperDriveConfig)``), as
-``phalanx.runner.Runner`` is the one way to start an experiment.
+server (its submit records the group; its launcher ``check``s and ``start``s it after the answer,
+and starts it again when its controller is gone: ``groups.detached.adopt``) and the HyperDrive
+estimator (``Experiment.submit(HyperDriveConfig)``), as ``phalanx.runner.Runner`` is the one way
+to start an experiment.
 
 ``GroupLauncher(settings, store)``:
-  ``create(group, options) -> Group``: refuse what cannot run before anything is recorded (Optuna
-  missing, a trial the cluster can never run, the trials' environment failing to build), then
-  record the group (status created).
+  ``check(group, options)``: refuse what cannot run (Optuna missing, a trial the cluster can never
+  run, the trials' environment failing to build).
+  ``create(group, options) -> Group``: ``check``, then record the group (status created); nothing
+  is recorded on a refusal.
   ``start(group_id) -> Popen``: its controller in its own session (`python -m phalanx.groups ID`,
   output appended to groups/ID/controller.log), so that neither a Ctrl-C at a terminal nor a server
   that stops ends the search; returns at once.
@@ -77,6 +80,22 @@ class GroupLauncher:
     def create(self, group: GroupSpec, options: GroupOptions) -> Group:
         """Check that the trials can run, then record the group (nothing is recorded on a refusal:
         UsageError, exit status 2)."""
+        self.check(group, options)
+        return create(
+            self.store,
+            group,
+            workdir=options.workdir,
+            params=dict(options.params),
+            cluster=options.cluster,
+            oversubscribe=options.oversubscribe,
+            allow_unused=options.allow_unused,
+            extra_params=options.extra_params,
+        )
+
+    def check(self, group: GroupSpec, options: GroupOptions) -> None:
+        """Refuse (UsageError) a group whose trials cannot run: Optuna missing, a trial the cluster
+        can never run, the trials' environment failing to build (built here once, for every
+        trial). ``create`` checks first; the server's launcher checks a group its submit recorded."""
         require("optuna", "search", "a group (hyperparameter search)")
         if options.cluster is not None:  # a trial the cluster can never run: refused now
             check_trials_can_run(
@@ -88,16 +107,6 @@ class GroupLauncher:
             )
         else:  # every trial shares one build: a failing one refused now, not once per trial
             build_trials_env(group, self.settings, workdir=options.workdir)
-        return create(
-            self.store,
-            group,
-            workdir=options.workdir,
-            params=dict(options.params),
-            cluster=options.cluster,
-            oversubscribe=options.oversubscribe,
-            allow_unused=options.allow_unused,
-            extra_params=options.extra_params,
-        )
 
     def start(self, group_id: str) -> subprocess.Popen[bytes]:
         """Start the recorded group's controller (or a controller again: `phalanx group resume -d`,

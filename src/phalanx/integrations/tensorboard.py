@@ -12,9 +12,11 @@ When it is on:
   ``PHALANX_CAPTURE_TENSORBOARD=0`` turn it off); a replica of ``phalanx run`` whose script calls
   the SDK is therefore captured by default;
 * ``phalanx.integrations.tensorboard.capture()`` turns it on from code;
-* a script with no Phalanx call at all: run it as ``python -m phalanx.integrations.tensorboard
-  train.py ARGS`` (the experiment file's ``run.cmd``); the processes it starts (torchrun's,
-  ``mp.spawn``'s) are captured too.
+* every replica of `phalanx run` on this machine: the local engine puts the SDK's sitecustomize
+  (``phalanx.tracking.tensorboard.BOOT_DIR``) on its PYTHONPATH, so a script with no Phalanx call
+  at all is captured, and the processes it starts (torchrun's, ``mp.spawn``'s) too;
+* on other engines: run it as ``python -m phalanx.integrations.tensorboard train.py ARGS`` (the
+  experiment file's ``run.cmd``), which does the same from the command line.
 
 Nothing is imported here until the script imports TensorBoard's writer itself; standard library only.
 """
@@ -23,17 +25,14 @@ from __future__ import annotations
 
 import os
 import sys
-from pathlib import Path
 
 from phalanx.tracking import series
 from phalanx.tracking import tensorboard as _capture
 
 # the capture itself is part of the SDK (Task.init turns it on): its public names are here
-from phalanx.tracking.tensorboard import ENV_CAPTURE, WRITER_MODULES, enabled_by_env, stop
+from phalanx.tracking.tensorboard import BOOT_DIR, ENV_CAPTURE, WRITER_MODULES, enabled_by_env, stop
 
-__all__ = ["ENV_CAPTURE", "WRITER_MODULES", "capture", "enabled_by_env", "main", "stop"]
-
-BOOT_DIR = Path(__file__).resolve().parent / "_boot"
+__all__ = ["BOOT_DIR", "ENV_CAPTURE", "WRITER_MODULES", "capture", "enabled_by_env", "main", "stop"]
 
 
 def capture() -> None:

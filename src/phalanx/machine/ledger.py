@@ -382,7 +382,7 @@ class Ledger:
         start = process_start(pid) or ""
         limits = limits or {}
         project = project or DEFAULT_PROJECT
-        never = _never_fits(need, capacity) or share.never_within(project, need, limits.get(project))
+        never = never_fits(need, capacity) or share.never_within(project, need, limits.get(project))
         if never:
             raise NeverFits(never)
         with self.locked() as state:
@@ -433,6 +433,18 @@ class Ledger:
             doorbell.ring(doorbell.bells_folder(self.path))
         return was_there
 
+    def reprioritise(self, experiment_id: str, priority: int) -> Entry | None:
+        """Give a waiting experiment another priority (its place in the queue follows at the next
+        pass); the waiters are woken, since one may now be first. None: it is not waiting here."""
+        with self.locked() as state:
+            reclaim(state)
+            entry = state.entries.get(experiment_id)
+            if entry is None or entry.holding:
+                return None
+            state.entries[experiment_id] = dataclasses.replace(entry, priority=priority)
+        doorbell.ring(doorbell.bells_folder(self.path))
+        return state.entries[experiment_id]
+
     def position(self, experiment_id: str) -> int | None:
         """1-based place in the queue (None: not waiting)."""
         with self.locked() as state:
@@ -464,7 +476,8 @@ def _free(state: State, capacity: Capacity) -> tuple[list[int], list[str], float
     )
 
 
-def _never_fits(need: Need, capacity: Capacity) -> str | None:
+def never_fits(need: Need, capacity: Capacity) -> str | None:
+    """Why ``need`` exceeds this machine itself (it could never start here), or None."""
     short = []
     if need.cpus > len(capacity.cpus):
         short.append(f"{need.cpus} cores (it has {len(capacity.cpus)})")

@@ -15,9 +15,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from phalanx.errors import PhalanxError, SpecError, exit_status
+from phalanx.machine.locks import hold
 from phalanx.runner.observers import PlainObserver
 from phalanx.runner.options import SpecFile, read_launch
 from phalanx.spec.loader import refusal_text
+
+SUPERVISOR_LOCK = "supervisor.lock"  # runs/<id>/supervisor.lock: held by an accepted launch's supervisor
 
 if TYPE_CHECKING:
     from phalanx.runner.running import Runner
@@ -37,6 +40,10 @@ def supervise_launch(
         return 2
     run_dir = Path(argv[0])
     launch = read_launch(run_dir)
+    if launch.options.accepted and hold(run_dir / SUPERVISOR_LOCK) is None:
+        # the server's launcher started it twice (it restarted in between): the first one runs it
+        sys.stderr.write(f"phalanx: another supervisor runs experiment {run_dir.name}; this one leaves\n")
+        return 0
     if launch.headline:
         sys.stderr.write(f"phalanx: {launch.headline}\n")
     spec = launch.spec

@@ -51,10 +51,15 @@ class LaunchOptions:
     ``wait``: False refuses (UsageError) instead of queueing when this machine is busy.
     ``system_metrics``: None as the environment says (PHALANX_SYSTEM_METRICS), "off" for none, or a
     sampling interval. ``resume``: continue the existing failed or stopped ``experiment_id``.
-    ``params_section``: also record the launch params as the experiment's tracked params, in this
-    section (a group trial's sampled values, so `phalanx params` and the run table show them).
+    ``params_section``: record the declared params (the file's ``params`` after `--param`, an
+    estimator's ``script_params``) as the experiment's tracked params in this section, so `phalanx
+    params`, the run table's ``param:KEY`` and Compare show them: ``Declared`` by default, ``Trial``
+    for a group's trials; None records none.
     ``notify``: a FIFO that gets one byte once the experiment's end is recorded (a group's
-    controller wakes on it).
+    controller wakes on it). ``accepted``: the server recorded the experiment when it accepted the
+    submit (status created): its supervisor updates that row instead of creating one, and holds
+    ``runs/<id>/supervisor.lock`` for its whole life (the server's launcher tells by it whether
+    the experiment's supervisor still runs).
     """
 
     workdir: Path | None = None
@@ -66,8 +71,11 @@ class LaunchOptions:
     system_metrics: str | None = None
     record: LaunchRecord = field(default_factory=LaunchRecord)
     resume: bool = False
-    params_section: str | None = None  # the launch params recorded as tracked params (a trial's: "Trial")
+    # the declared params' section (a trial's: "Trial"); domain.DECLARED_PARAMS spelled out, as
+    # `run --detach` loads no domain model (tests/unit/runner/test_options.py holds them equal)
+    params_section: str | None = "Declared"
     notify: str | None = None
+    accepted: bool = False
 
     def apply_environment(self) -> None:
         """The supervisor and the engines read the system-metrics choice from the environment (a

@@ -125,7 +125,7 @@ class Runner:
                 opened.append(open_store(self.settings))
             return opened[0]
 
-        exists = False
+        exists = options.accepted  # the server recorded it at submit: its row is updated, not created
         try:
             if isinstance(spec_or_prepared, Prepared):
                 prepared = spec_or_prepared
@@ -134,7 +134,7 @@ class Runner:
                 exp_id = dry.experiment_id
                 options = replace(options, experiment_id=exp_id)
                 if not options.resume and _builds(dry):
-                    exists = self._record_building(dry, opener(), observer)
+                    exists = self._record_building(dry, opener(), observer, options.accepted)
                 prepared = self._build(spec_or_prepared, options, observer, opener() if exists else None)
             exp_id = prepared.experiment_id
             supervisor = Supervisor(
@@ -158,14 +158,16 @@ class Runner:
                     shutil.rmtree(self.settings.runs_dir / exp_id, ignore_errors=True)
             raise
 
-    def _record_building(self, dry: Prepared, store: IngestStore, observer: Observer | None) -> bool:
+    def _record_building(
+        self, dry: Prepared, store: IngestStore, observer: Observer | None, accepted: bool = False
+    ) -> bool:
         """The experiment exists (status building, with its id, in `phalanx ls`) before a build
         that may take minutes; its supervisor is this process (`phalanx stop` finds it)."""
         from phalanx.supervisor import record_building  # why: `run --detach`: no supervisor
         from phalanx.supervisor.outcome import PID_FILE  # why: `run --detach`: no supervisor
 
         record_process(self.settings.runs_dir / dry.experiment_id / PID_FILE)
-        record_building(dry, store)
+        record_building(dry, store, accepted=accepted)
         _say(observer, f"experiment {dry.experiment_id}: building its environment ({dry.context.python})")
         return True
 

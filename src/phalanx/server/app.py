@@ -20,15 +20,18 @@ from fastapi.staticfiles import StaticFiles
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from phalanx._version import __version__
-from phalanx.config import Settings
 from phalanx.errors import PhalanxError, http_status
+from phalanx.server.audit import AuditMiddleware
 from phalanx.server.auth import SecurityMiddleware, default_allowed_hosts
 from phalanx.server.files import ArtifactFiles
 from phalanx.server.gate import ChartGate
+from phalanx.server.launcher import Launcher
 from phalanx.server.limits import BodyLimitMiddleware
+from phalanx.server.outages import RETRY_AFTER_SECONDS, OutageLog, unavailable
 from phalanx.server.policy import enforce, policy
 from phalanx.server.routes import (
     artifacts,
+    compare,
     data,
     experiments,
     groups,
@@ -45,11 +48,12 @@ from phalanx.server.routes import (
 from phalanx.server.routes import queue as queue_routes
 from phalanx.server.routes import quotas as quota_routes
 from phalanx.server.routes import secrets as secret_routes
-from phalanx.server.sessions import LoginThrottle, Sessions
+from phalanx.server.sessions import STRONG_TOKEN_CHARS, BearerThrottle, LoginThrottle, Sessions
 from phalanx.server.settings import ServerSettings
 from phalanx.server.sweeper import Sweeper
 from phalanx.store.accounts import Accounts
-from phalanx.store.base import IngestStore
+from phalanx.store.base import LocalStore
+from phalanx.store.outages import STORAGE_ERRORS
 
 log = logging.getLogger(__name__)
 
@@ -69,13 +73,14 @@ HTTP_CODES = {
 }
 
 
-def create_app(settings: ServerSettings, store: IngestStore | None = None) -> FastAPI:
+def create_app(settings: ServerSettings, store: LocalStore | None = None) -> FastAPI:
     """Build the app. ``store`` defaults to the one ``settings.store`` names (SQLite or PostgreSQL)."""
     if store is None:
         from phalanx.store import open_store
 
         store = open_store(settings.store)
     sweeper: Sweeper | None = None
+    launcher = Launcher(store, settings.store, workers=settings.launch_workers, period=settings.watch_seconds)
 
     @contextlib.asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
@@ -83,10 +88,12 @@ def create_app(settings: ServerSettings, store: IngestStore | None = None) -> Fa
         if settings.gc_hours > 0:
             sweeper = Sweeper(store, settings.store, settings.gc_hours * 3600).start()
         app.state.sweeper = sweeper
-        _adopt_groups(store, settings.store)
+        if settings.launch_workers:  # its first pass starts what a killed server had accepted
+            launcher.start()
         try:
             yield
         finally:
+            launcher.stop()
             if sweeper is not None:
                 sweeper.stop()
             metrics.close_chart_pool(app)
@@ -102,6 +109,7 @@ def create_app(settings: ServerSettings, store: IngestStore | None = None) -> Fa
         dependencies=[Depends(enforce)],  # every route's declared policy (phalanx.server.policy)
     )
     _install_state(app, settings, store)
+    app.state.launcher = launcher
     _install_routes(app, settings)
     _install_error_handlers(app)
     _install_openapi(app)
@@ -109,11 +117,12 @@ def create_app(settings: ServerSettings, store: IngestStore | None = None) -> Fa
     return app
 
 
-def _install_state(app: FastAPI, settings: ServerSettings, store: IngestStore) -> None:
+def _install_state(app: FastAPI, settings: ServerSettings, store: LocalStore) -> None:
     """What the routes and the middleware read from ``app.state``: the store, artifact files, accounts,
     sessions, single sign-on and the two sign-in throttles."""
     app.state.settings = settings
     app.state.store = store
+    app.state.outages = OutageLog()  # the database or disk gone: one log line per outage
     # Serve files from the store's own artifact root when it has one (a store passed in by a caller).
     root = getattr(getattr(store, "artifact_store", None), "root_url", None)
     app.state.files = ArtifactFiles(root or settings.store.artifacts_root)
@@ -134,11 +143,21 @@ def _install_state(app: FastAPI, settings: ServerSettings, store: IngestStore) -
         from phalanx.server.oidc import RelyingParty
 
         app.state.oidc = RelyingParty(settings.oidc)
-    # two budgets per address: the login form's, and the API's for wrong bearer tokens, so a script
-    # with a stale PHALANX_TOKEN on a machine does not lock the people there out of the login form
-    # (each budget alone still bounds guessing: together 2 x login_attempts a minute per address)
+    # the login form's budget is per address; wrong bearer tokens are throttled per token (a cron
+    # job's stale token must not lock out the valid tokens of everybody behind its address), and per
+    # address only for guesses at a short server token (server.sessions.BearerThrottle)
     app.state.login_throttle = LoginThrottle(attempts=settings.login_attempts)
-    app.state.bearer_throttle = LoginThrottle(attempts=settings.login_attempts)
+    guessable = bool(settings.token) and len(settings.token or "") < STRONG_TOKEN_CHARS
+    if guessable:
+        log.warning(
+            "the server token is shorter than %d characters: wrong bearer tokens that could be guesses"
+            " at it are throttled per client address, which can make a right one wait a minute; use"
+            ' a longer one (python -c "import secrets; print(secrets.token_urlsafe(32))")',
+            STRONG_TOKEN_CHARS,
+        )
+    app.state.bearer_throttle = BearerThrottle(
+        attempts=settings.login_attempts, server_token_guessable=guessable
+    )
 
 
 def _install_routes(app: FastAPI, settings: ServerSettings) -> None:
@@ -154,6 +173,7 @@ def _install_routes(app: FastAPI, settings: ServerSettings) -> None:
         experiments,
         submit,
         metrics,
+        compare,
         params,
         artifacts,
         data,
@@ -198,7 +218,9 @@ def _install_middleware(app: FastAPI, settings: ServerSettings) -> None:
             return settings.max_bundle_bytes + settings.max_request_bytes  # the bundle and the form
         return settings.max_request_bytes
 
-    # Added later = further out: the size check runs before anything reads a body, auth before that.
+    # Added later = further out: the audit trail sees each change's answer (inside auth, which says
+    # who asks), the size check runs before anything reads a body, auth before that.
+    app.add_middleware(AuditMiddleware, accounts=accounts, refusals=settings.audit_refusals)
     app.add_middleware(BodyLimitMiddleware, limit_for=limit_for, idle_seconds=settings.body_idle_seconds)
     allowed = (
         settings.allowed_hosts if settings.allowed_hosts is not None else default_allowed_hosts(settings.host)
@@ -210,12 +232,13 @@ def _install_middleware(app: FastAPI, settings: ServerSettings) -> None:
         sessions=sessions,
         throttle=app.state.bearer_throttle,
         accounts=accounts,
+        outages=app.state.outages,
     )
     # outermost: a chart read waits for its turn before even the sign-in check (phalanx.server.gate)
     app.add_middleware(ChartGate, slots=metrics.CHART_SLOTS)
 
 
-def _accounts(store: IngestStore) -> Accounts | None:
+def _accounts(store: LocalStore) -> Accounts | None:
     """The store's users and projects; None for a store without them (not SQL: single-token only)."""
     from phalanx.errors import UsageError
 
@@ -235,6 +258,8 @@ ERROR_RESPONSES = {
     422: "invalid parameters",
     429: "too many wrong tokens from this address (wait Retry-After seconds), or a submit beyond its"
     " project's max-waiting quota",
+    503: "the server's database or disk is unavailable: try again after Retry-After seconds (a submit"
+    " with the same Idempotency-Key never starts twice)",
 }
 
 
@@ -283,25 +308,20 @@ def _error(status: int, code: str, message: str, headers: Mapping[str, str] | No
     )
 
 
-def _adopt_groups(store: IngestStore, settings: Settings) -> None:
-    """Groups submitted to this server whose controller is gone get one again (groups.detached);
-    a failure is logged, never raised: the server must start."""
-    from phalanx.groups.detached import adopt
-    from phalanx.store.base import group_store
-
-    try:
-        started = adopt(group_store(store), settings)
-    except Exception:
-        log.exception("adopting the server's groups failed")
-        return
-    if started:
-        log.warning("started the controllers of groups %s again", ", ".join(started))
-
-
 def _install_error_handlers(app: FastAPI) -> None:
+    outages: OutageLog = app.state.outages
+
+    def outage(request: Request, reason: str) -> JSONResponse:
+        outages.note(request.method, request.url.path, reason)
+        return _error(
+            503, "unavailable", f"{reason}; try again shortly", {"Retry-After": str(RETRY_AFTER_SECONDS)}
+        )
+
     @app.exception_handler(PhalanxError)
     async def phalanx_error(request: Request, exc: PhalanxError) -> JSONResponse:
         status = http_status(exc)
+        if status == 503:
+            return outage(request, exc.message)
         if status >= 500:
             log.error("%s %s failed: %s", request.method, request.url.path, exc)
         return _error(status, exc.code, exc.message)
@@ -310,12 +330,26 @@ def _install_error_handlers(app: FastAPI) -> None:
     async def http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
         return _error(exc.status_code, HTTP_CODES.get(exc.status_code, "error"), str(exc.detail), exc.headers)
 
+    def failed(request: Request, exc: Exception) -> JSONResponse:
+        # the database or the disk going away: 503, one line in the log per outage; anything else
+        # is a bug: the same JSON shape as every other error, the traceback in the log (not the answer)
+        reason = unavailable(exc)
+        if reason is not None:
+            return outage(request, reason)
+        log.exception("%s %s failed", request.method, request.url.path, exc_info=exc)
+        return _error(500, "error", f"internal error ({type(exc).__name__}); the server log has the details")
+
+    # Storage's own errors by their classes: Starlette answers these here and is done (a handler of
+    # Exception itself runs too, but Starlette then raises the error again, to the server's log)
+    for storage_error in STORAGE_ERRORS:
+
+        @app.exception_handler(storage_error)
+        async def storage_failed(request: Request, exc: Exception) -> JSONResponse:
+            return failed(request, exc)
+
     @app.exception_handler(Exception)
     async def unexpected(request: Request, exc: Exception) -> JSONResponse:
-        # A bug or the database going away: the same JSON shape as every other error, the
-        # traceback in the server's log (not in the answer).
-        log.exception("%s %s failed", request.method, request.url.path)
-        return _error(500, "error", f"internal error ({type(exc).__name__}); the server log has the details")
+        return failed(request, exc)
 
     @app.exception_handler(RequestValidationError)
     async def validation_error(request: Request, exc: RequestValidationError) -> JSONResponse:

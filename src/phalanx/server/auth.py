@@ -33,8 +33,9 @@ from urllib.parse import quote, urlsplit
 import anyio.to_thread
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from phalanx.server.outages import RETRY_AFTER_SECONDS, OutageLog, unavailable
 from phalanx.server.policy import EVERYBODY, NOBODY, Principal
-from phalanx.server.sessions import LoginThrottle, Sessions
+from phalanx.server.sessions import BearerThrottle, Sessions
 from phalanx.store.accounts import Accounts
 from phalanx.tokens import token_experiment
 
@@ -122,12 +123,14 @@ class SecurityMiddleware:
         token: str | None,
         allowed_hosts: Iterable[str],
         sessions: Sessions | None,
-        throttle: LoginThrottle | None = None,
+        throttle: BearerThrottle | None = None,
         accounts: Accounts | None = None,
+        outages: OutageLog | None = None,
     ) -> None:
         self.app = app
         self.token = token
         self.accounts = accounts
+        self.outages = outages
         self._team_admin: str | None = None
         self.allowed = {h.lower().strip("[]") for h in allowed_hosts}
         self.sessions = sessions
@@ -160,18 +163,29 @@ class SecurityMiddleware:
                 else:  # SQLite answers from a local file sooner than a thread hop would
                     refusal = self.check(scope)
             except Exception as exc:  # the store failing to say who this is: never let it through
-                logging.getLogger("phalanx.server.app").exception(
-                    "%s %s failed", scope["method"], scope["path"]
-                )
-                refusal = _json(
-                    500, "error", f"internal error ({type(exc).__name__}); the server log has the details"
-                )
+                refusal = self._failed(scope, exc)
             if refusal is not None:
                 await refusal(scope, receive, send_with_headers)
             else:
                 await self.app(scope, receive, send_with_headers)
         finally:
             self._log(scope, status_holder[0], time.monotonic() - started)
+
+    def _failed(self, scope: Scope, exc: Exception) -> Any:
+        """The answer when the store could not say who is asking: 503 while the database or the
+        disk is gone (one log line per outage), else a 500 with the traceback in the log."""
+        reason = unavailable(exc)
+        if reason is not None:
+            if self.outages is not None:
+                self.outages.note(scope["method"], scope["path"], reason)
+            return _json(
+                503,
+                "unavailable",
+                f"{reason}; try again shortly",
+                headers=[(b"retry-after", str(RETRY_AFTER_SECONDS).encode())],
+            )
+        logging.getLogger("phalanx.server.app").exception("%s %s failed", scope["method"], scope["path"])
+        return _json(500, "error", f"internal error ({type(exc).__name__}); the server log has the details")
 
     def _log(self, scope: Scope, status: int, seconds: float) -> None:
         if not access_log.isEnabledFor(logging.INFO):
@@ -247,19 +261,21 @@ class SecurityMiddleware:
         given = given.strip()
         if scheme.lower() == "bearer" and given:
             client = (scope.get("client") or ("-", 0))[0]
-            wait = self.throttle.retry_after(client) if self.throttle is not None else 0
-            if wait and self.token and (experiment := token_experiment(self.token, given)) is not None:
-                # a replica's token is a 256-bit HMAC: checking it tells a guesser nothing about the
-                # server's token, and the replicas sharing this address (a typo'd login on the same
-                # machine, a node's NAT) keep reporting instead of losing a minute of records
-                return self._check_scoped(scope, path, method, experiment)
-            if wait:  # not even compared: a guess made now tells nothing, right or wrong
+            held = self.throttle.retry_after(given, client) if self.throttle is not None else None
+            if held is not None:  # not even compared: a guess made now tells nothing, right or wrong
+                why = (
+                    f"too many wrong bearer tokens came from {client} in the last minute (this server's"
+                    " token is short, so guesses at it are throttled per address), so this request's"
+                    " token was not checked (it may be right)"
+                    if held.per_address
+                    else "this bearer token was refused too many times in the last minute, so it was not"
+                    " checked again (other tokens are checked as usual)"
+                )
                 return _json(
                     429,
                     "too_many_attempts",
-                    f"too many wrong bearer tokens came from {client} in the last minute, so this"
-                    f" request's token was not checked (it may be right); try again in {wait} s",
-                    [(b"retry-after", str(wait).encode())],
+                    f"{why}; try again in {held.seconds} s",
+                    [(b"retry-after", str(held.seconds).encode())],
                 )
             if self.token is not None and hmac.compare_digest(given.encode(), self.token.encode()):
                 admin = self._user_principal(None)  # the first admin's, once there is one
@@ -282,7 +298,7 @@ class SecurityMiddleware:
                 self._set_principal(scope, principal)
                 return None
             if self.throttle is not None:
-                self.throttle.failed(client)
+                self.throttle.failed(given, client)
         live, session_user = self._cookie_session(scope)
         principal = self._user_principal(session_user) if live else None
         if principal is not None:

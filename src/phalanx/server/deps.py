@@ -9,11 +9,11 @@ from fastapi import Depends, Request
 from phalanx.domain import Experiment
 from phalanx.server.files import ArtifactFiles
 from phalanx.server.settings import ServerSettings
-from phalanx.store.base import Store
+from phalanx.store.base import LocalStore, Store
 
 
-def get_store(request: Request) -> Store:
-    store: Store = request.app.state.store
+def get_store(request: Request) -> LocalStore:
+    store: LocalStore = request.app.state.store
     return store
 
 
@@ -27,7 +27,7 @@ def get_files(request: Request) -> ArtifactFiles:
     return files
 
 
-StoreDep = Annotated[Store, Depends(get_store)]
+StoreDep = Annotated[LocalStore, Depends(get_store)]
 SettingsDep = Annotated[ServerSettings, Depends(get_settings)]
 FilesDep = Annotated[ArtifactFiles, Depends(get_files)]
 

@@ -148,11 +148,24 @@ class ParamOut(BaseModel):
     replica: str
     rank: int | None
     time: float
+    conflict: str | None = Field(
+        default=None,
+        description="a declared value (section Declared/Trial) the script reported differently: "
+        "what the other side says",
+    )
 
     @classmethod
-    def of(cls, p: ParamRecord) -> ParamOut:
+    def of(cls, p: ParamRecord, conflict: str | None = None) -> ParamOut:
         value = shown(p.value)  # one value stored before the bounds must not break the page
-        return cls(section=p.section, key=p.key, value=value, replica=p.replica, rank=p.rank, time=p.time)
+        return cls(
+            section=p.section,
+            key=p.key,
+            value=value,
+            replica=p.replica,
+            rank=p.rank,
+            time=p.time,
+            conflict=conflict,
+        )
 
 
 class ArtifactOut(BaseModel):

@@ -1,4 +1,4 @@
-"""Browser sessions that logout really ends, and login throttling.
+"""Browser sessions that logout really ends, login throttling and bearer-token throttling.
 
 A session cookie holds a random id; the server keeps only an HMAC of it (under the server's token,
 so changing the token ends every session) with its expiry, in memory and in
@@ -14,10 +14,12 @@ import hashlib
 import hmac
 import json
 import os
+import re
 import secrets
 import threading
 import time
 from collections import deque
+from dataclasses import dataclass
 from pathlib import Path
 
 SESSION_SECONDS = 7 * 24 * 3600
@@ -124,3 +126,50 @@ class LoginThrottle:
             if len(self._failures) > 10_000:  # bounded memory under a spray of addresses
                 # an address's failures are only dropped when it comes back: look at their age here
                 self._failures = {k: v for k, v in self._failures.items() if v and v[-1] > now - self.window}
+
+
+# a token Phalanx issued: a personal token (phx_ and 256 random bits) or a replica's (an HMAC)
+_ISSUED = re.compile(r"^(phx_[A-Za-z0-9_-]{40,}|phx-exp\.[0-9a-f]+\.[0-9a-f]{64})$")
+STRONG_TOKEN_CHARS = 32  # a server token this long (secrets.token_urlsafe(32) gives 43) is no guess
+
+
+@dataclass(frozen=True)
+class Throttled:
+    """Why a bearer token was not checked: ``seconds`` to wait; ``per_address``: the address's
+    budget for guesses at a short server token is spent (else this very token failed too often)."""
+
+    seconds: int
+    per_address: bool
+
+
+class BearerThrottle:
+    """Wrong ``Authorization: Bearer`` tokens, throttled per credential, not per address.
+
+    A token that failed ``attempts`` times within ``window`` seconds is not looked up again until
+    the oldest failure leaves the window (a cron job's stale token stops costing the store a lookup
+    a request), and only that token waits: a valid token from the same address (a NAT, a proxy, a
+    shared login node) is always checked. Per address would let one stale token lock a whole office
+    out. Guessing is no concern for the tokens Phalanx issues (personal tokens are 256 random bits,
+    replica tokens a 256-bit HMAC) nor for a server token of ``STRONG_TOKEN_CHARS`` or more; only a
+    shorter, hand-picked server token (``server_token_guessable``) keeps a per-address budget for
+    the tokens that could be guesses at it, which the server warns about at start-up.
+    """
+
+    def __init__(
+        self, attempts: int = 5, window: float = 60.0, *, server_token_guessable: bool = False
+    ) -> None:
+        self._failures = LoginThrottle(attempts, window)
+        self.guessable = server_token_guessable
+
+    def _key(self, given: str, client: str) -> tuple[str, bool]:
+        if self.guessable and not _ISSUED.match(given):
+            return f"address {client}", True
+        return "token " + hashlib.sha256(given.encode()).hexdigest(), False
+
+    def retry_after(self, given: str, client: str) -> Throttled | None:
+        key, per_address = self._key(given, client)
+        wait = self._failures.retry_after(key)
+        return Throttled(wait, per_address) if wait else None
+
+    def failed(self, given: str, client: str) -> None:
+        self._failures.failed(self._key(given, client)[0])

@@ -37,3 +37,11 @@ class ServerSettings(BaseModel):
     # `phalanx gc` every this many hours (orphaned run folders and spools, then VACUUM); 0: never
     gc_hours: float = 24.0
     oidc: OidcConfig | None = None  # single sign-on (docs/teams.md#single-sign-on)
+    # How many submits the launcher starts at once (unpacks, starts their supervisors or group
+    # controllers), beside the API; 0: none: accepted submits wait, their rows status created, until
+    # a server with launch workers runs on this home (the API alone: tests, a read-only front end).
+    audit_refusals: bool = False  # also record refused attempts (403) in the audit trail (--audit-refusals)
+    launch_workers: int = Field(default=2, ge=0, le=64)
+    watch_seconds: float = Field(
+        default=2.0, gt=0
+    )  # how often the launcher's watcher looks (server/launcher.py)

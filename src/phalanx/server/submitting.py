@@ -1,63 +1,68 @@
-"""Running a submitted experiment on the server's own machine.
+"""Accepting a submit: validated, authorized, admitted and written before it is answered.
 
-The server validates the experiment file with the CLI's loader (a SpecError is the CLI's
-`FILE:LINE:COL: path: message` problems, answered 422), keeps the code bundle once by its sha256,
-unpacks it into a working folder of its own per experiment (``<home>/server/work/<id>``) and starts
-it through ``Runner.submit``: a detached supervisor in its own session, on the same ledger and queue
-as a `phalanx run` on this machine. The server never supervises training itself, so a server that
-stops or restarts leaves every experiment it started running.
-
-Where it runs is the submit's *target*: ``local`` (this machine) or a cluster registered in the
-server's home (``clusters.toml``, `phalanx cluster add` there), which the supervisor drives exactly as
-`phalanx run --cluster NAME` would.
+A submit (an experiment file with its code bundle, a `kind: group` file, or a clone of an earlier
+experiment) is checked in full first: the request's shape, the file (422 with `FILE:LINE:COL`
+problems), the caller's role in its project (403/404), the target (400), and whether it could ever
+start (bigger than its project's whole quota or this machine: 400) or may wait (its project's
+waiting slots: 429). Only then is an idempotency key looked up, per user: a replay of the same
+request answers the first id, another request with the same key is refused (409). The submit is
+then written: its code bundle (content-addressed) and its launch order on disk, then its
+experiment (status created) or group row, its submission and audit entry in one transaction.
+It is answered after that commit; the server's launcher (``server.launcher``) does the slow part
+afterwards (unpacking, builds, starting the supervisor or the group's controller), and starts
+after a restart whatever it had not started yet. So an answered submit runs, exactly once, and a
+crash before the commit leaves nothing a client was told about.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
-import logging
 import re
-import shutil
-import threading
+import time
 import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from phalanx.bundles import BundleStore, digest, unpack
+from phalanx import bundles
+from phalanx.bundles import BundleStore, digest
 from phalanx.config import Settings
-from phalanx.errors import PhalanxError, QuotaExceeded, UsageError
-from phalanx.share import DEFAULT_PROJECT, LOCAL, TOO_MANY_WAITING
-from phalanx.store.base import Store
-
-log = logging.getLogger(__name__)
+from phalanx.domain import Replica
+from phalanx.errors import UsageError
+from phalanx.extras import require
+from phalanx.plan import Plan, build_plan
+from phalanx.queue import check_priority
+from phalanx.runner.options import Launch, LaunchOptions, LaunchRecord
+from phalanx.runner.rerunning import rerun_source
+from phalanx.server import orders
+from phalanx.server.admission import backend_of, check_max_waiting, check_size, cluster_of
+from phalanx.share import DEFAULT_PROJECT, LOCAL
+from phalanx.spec.group import example_values, is_group_text, load_group_text
+from phalanx.spec.loader import load_spec_text
+from phalanx.store.base import LocalStore
+from phalanx.store.submissions import (
+    Acceptance,
+    AuditEntry,
+    NewExperiment,
+    NewGroup,
+    Submission,
+    SubmissionKind,
+    SubmissionState,
+    key_conflict,
+)
 
 _KEY = re.compile(r"^[\x21-\x7e]{1,200}$")  # printable ASCII, no spaces
 
 
-def targets(settings: Settings) -> list[dict[str, str]]:
-    """Where a submit may run: this machine, then the clusters registered in the server's home,
-    by name and kind only (a cluster's paths and contexts are the server's business)."""
-    from phalanx.clusters import load_clusters
+@dataclass(frozen=True)
+class Submitter:
+    """Who submits: the name their idempotency keys and the audit trail go under, and the check
+    of their role in a project (raises 403/404 when they may not submit there)."""
 
-    clusters = load_clusters(settings.home)
-    return [{"name": LOCAL, "kind": LOCAL}] + [
-        {"name": name, "kind": clusters[name].kind} for name in sorted(clusters) if name != LOCAL
-    ]
-
-
-def cluster_of(settings: Settings, target: str) -> str | None:
-    """The cluster a target names (None: this machine); UsageError (400) naming the registered ones."""
-    known = [t["name"] for t in targets(settings)]
-    if target == LOCAL:
-        return None
-    if target not in known:
-        raise UsageError(
-            f"target {target!r}: no such compute target on this server; the registered ones are "
-            f"{', '.join(known)} (an admin adds a cluster with `phalanx cluster add` on the server's machine)"
-        )
-    return target
+    name: str
+    authorize: Callable[[str], None]
 
 
 @dataclass(frozen=True)
@@ -72,11 +77,26 @@ class SubmitRequest:
 
 
 @dataclass(frozen=True)
+class CloneRequest:
+    """``{"from": ID, "params": {...}, "priority": N}``: run again what ID ran, with new params."""
+
+    origin: str
+    params: Mapping[str, Any]
+    priority: int
+    attempt: int | None = None
+    extra_params: bool = False
+    latest_data: bool = False  # each dataset input at its latest version (phalanx rerun --latest-data)
+    idempotency_key: str | None = None
+    target: str | None = None  # None: where the origin ran
+
+
+@dataclass(frozen=True)
 class SubmitResult:
     experiment_id: str
     bundle_sha256: str
     created: bool  # False: an earlier submit with the same idempotency key made it
     kind: str = "experiment"  # or "group": the id is a group's (a `kind: group` file)
+    project: str | None = None
 
 
 def parse_params(text: str | None) -> dict[str, Any]:
@@ -100,159 +120,88 @@ def check_file_name(name: str) -> str:
     return path.as_posix()
 
 
-def submit(
-    store: Store,
-    settings: Settings,
-    request: SubmitRequest,
-    authorize: Callable[[str], None] | None = None,
-) -> SubmitResult:
-    """Validate, keep the bundle, reserve the idempotency key, unpack and start. SpecError (422)
-    for an invalid file, UsageError (400) for a malformed request; on any failure to start, the key
-    is released and the working folder removed. ``authorize`` is called with the experiment's
-    project before anything is kept (it raises when the submitter may not submit there)."""
-    from phalanx.queue import check_priority
-    from phalanx.spec.loader import load_spec_text
-    from phalanx.store import submissions
-
-    name = check_file_name(request.file_name)
-    key = request.idempotency_key
+def check_key(key: str | None) -> None:
     if key is not None and not _KEY.match(key):
         raise UsageError("Idempotency-Key: 1 to 200 printable ASCII characters without spaces")
+
+
+def fingerprint(doc: Mapping[str, Any]) -> str:
+    """The request's fingerprint: a replay must send the same one (Stripe's rule)."""
+    return hashlib.sha256(json.dumps(doc, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def submit(store: LocalStore, settings: Settings, request: SubmitRequest, who: Submitter) -> SubmitResult:
+    """Accept a file with its code bundle (see the module docstring); the result's id names an
+    experiment, or a group for a `kind: group` file."""
+    name = check_file_name(request.file_name)
+    check_key(request.idempotency_key)
     check_priority(request.priority, "priority")
     cluster = cluster_of(settings, request.target)
-    submissions.check_available(store)
     sha = digest(request.bundle)
-    if key is not None:  # a retry: answered before anything is validated or unpacked again
-        done = submissions.by_key(store, key)
-        if done is not None:
-            return SubmitResult(done.experiment_id, done.bundle_sha256, created=False)
-    from phalanx.spec.group import is_group_text
-
+    print_ = fingerprint(
+        {
+            "file_name": name,
+            "file_text": request.file_text,
+            "params": dict(request.params),
+            "priority": request.priority,
+            "target": request.target,
+            "bundle": sha,
+        }
+    )
     if is_group_text(request.file_text, name):
-        return _submit_group(store, settings, request, name, sha, authorize, cluster)
+        return _submit_group(store, settings, request, name, sha, print_, who, cluster)
     spec = load_spec_text(request.file_text, name, params=request.params)
-    if authorize is not None:
-        authorize(spec.project or "default")
-    if cluster is None:  # quotas hold on this machine's queue; a cluster schedules for itself
-        check_max_waiting(store, settings, spec.project or DEFAULT_PROJECT)
-    BundleStore(settings.home / "server" / "bundles").put(request.bundle)
+    project = spec.project or DEFAULT_PROJECT
+    who.authorize(project)
+    replayed = _replay(store, who, request.idempotency_key, print_, SubmissionKind.EXPERIMENT)
+    if replayed is not None:
+        return replayed
+    plan = build_plan(spec)
+    check_size(store, plan, cluster)
+    if cluster is None:
+        check_max_waiting(store, settings, project)
+    bundles.check(request.bundle)  # what the launcher's unpack would refuse, refused now
     exp_id = uuid.uuid4().hex[:12]
-    winner = submissions.reserve(store, exp_id, key, sha)
-    if winner != exp_id:
-        return SubmitResult(winner, sha, created=False)
     work = settings.home / "server" / "work" / exp_id
-    try:
-        _start(settings, spec, request, name, work, exp_id, cluster)
-    except BaseException:
-        submissions.release(store, exp_id)
-        shutil.rmtree(work, ignore_errors=True)
-        raise
-    return SubmitResult(exp_id, sha, created=True)
+    file = work / name
+    options = LaunchOptions(
+        workdir=file.parent,
+        cluster=cluster,
+        priority=request.priority,
+        experiment_id=exp_id,
+        record=LaunchRecord(file=str(file), params=dict(request.params)),
+        accepted=True,
+    )
+    launch = Launch(replace(spec, source_file=str(file)), options)
+    BundleStore(bundles_dir(settings)).put(request.bundle)
+    order = orders.Order(exp_id, SubmissionKind.EXPERIMENT, sha, work, name, request.file_text, launch)
+    return _accept(store, settings, order, plan, cluster, who, request.idempotency_key, print_)
 
 
-def _kind_of(store: Store, submitted_id: str) -> str:
-    """What a submission's id names: a group's or an experiment's (both are 12 hex digits)."""
-    from phalanx.errors import NotFound
-    from phalanx.store.base import group_store
-
-    try:
-        group_store(store).get_group(submitted_id)
-    except NotFound:
-        return "experiment"
-    return "group"
-
-
-def _submit_group(
-    store: Store,
-    settings: Settings,
-    request: SubmitRequest,
-    name: str,
-    sha: str,
-    authorize: Callable[[str], None] | None = None,
-    cluster: str | None = None,
-) -> SubmitResult:
-    """A `kind: group` file: validated and recorded as `phalanx group run` does, run from the
-    unpacked bundle by a controller in its own process (``groups.launching.GroupLauncher``, as
-    `phalanx group run --detach`) that a restarted server adopts (``groups.detached``).
-    Idempotent as an experiment's submit (the key names the group)."""
-    from phalanx.extras import require
-    from phalanx.groups import detached
-    from phalanx.groups.launching import GroupLauncher, GroupOptions
-    from phalanx.spec.group import load_group_text
-    from phalanx.store import submissions
-    from phalanx.store.base import group_store
-
-    group = load_group_text(request.file_text, name, params=request.params)
-    if authorize is not None:
-        authorize(group.base.project or DEFAULT_PROJECT)
-    require("optuna", "search", "a group on the server")
-    BundleStore(settings.home / "server" / "bundles").put(request.bundle)
-    work = settings.home / "server" / "work" / f"group-{uuid.uuid4().hex[:12]}"
-    groups = group_store(store)
-    record = None
-    try:
-        unpack(request.bundle, work)
-        file = work / name
-        file.parent.mkdir(parents=True, exist_ok=True)
-        file.write_text(request.file_text, encoding="utf-8")
-        group = replace(group, base=replace(group.base, source_file=str(file)))
-        launcher = GroupLauncher(settings, groups)  # as `phalanx group run`: refusals first, then recorded
-        record = launcher.create(
-            group, GroupOptions(workdir=file.parent, params=dict(request.params), cluster=cluster)
-        )
-        winner = submissions.reserve(store, record.id, request.idempotency_key, sha)
-        if winner != record.id:  # a retry with the same key won the race: this one never ran
-            groups.delete_group(record.id)
-            shutil.rmtree(work, ignore_errors=True)
-            return SubmitResult(winner, sha, created=False, kind="group")
-        detached.mark_server_group(settings, record.id)
-        process = launcher.start(record.id)
-    except BaseException:
-        if record is not None:
-            submissions.release(store, record.id)
-            groups.delete_group(record.id)
-        shutil.rmtree(work, ignore_errors=True)
-        raise
-    threading.Thread(target=process.wait, name=f"reap-group-{record.id}", daemon=True).start()
-    log.info("group %s submitted: controller pid %s", record.id, process.pid)
-    return SubmitResult(record.id, sha, created=True, kind="group")
-
-
-@dataclass(frozen=True)
-class CloneRequest:
-    """``{"from": ID, "params": {...}, "priority": N}``: run again what ID ran, with new params."""
-
-    origin: str
-    params: Mapping[str, Any]
-    priority: int
-    attempt: int | None = None
-    extra_params: bool = False
-    latest_data: bool = False  # each dataset input at its latest version (phalanx rerun --latest-data)
-    idempotency_key: str | None = None
-    target: str | None = None  # None: where the origin ran
-
-
-def clone(store: Store, settings: Settings, request: CloneRequest) -> SubmitResult:
-    """Clone and enqueue: the stored file and source snapshot of ``request.origin``, chosen by the
-    rerun rule of `phalanx rerun` (its last successful attempt's), with the new params over the
-    recorded ones, started on this machine's queue. The new experiment records its origin
-    (``rerun_of``). SpecError (422) for params its file refuses, UsageError (400) for an origin
-    that cannot be rerun, NotFound (404) for no such origin; nothing is left of a refused clone."""
-    from phalanx import repro
-    from phalanx.queue import check_priority
-    from phalanx.runner.rerunning import rerun_source
-    from phalanx.store import submissions
-
-    key = request.idempotency_key
-    if key is not None and not _KEY.match(key):
-        raise UsageError("Idempotency-Key: 1 to 200 printable ASCII characters without spaces")
+def clone(store: LocalStore, settings: Settings, request: CloneRequest, who: Submitter) -> SubmitResult:
+    """Clone and enqueue: the stored file and source snapshot of ``request.origin`` (the rerun rule
+    of `phalanx rerun`: its last successful attempt's), with the new params over the recorded
+    ones, accepted as a submit whose code is that snapshot. The new experiment records its origin
+    (``rerun_of``). SpecError (422) for params its file refuses, UsageError (400) for an origin that
+    cannot be rerun, NotFound (404) for no such origin; nothing is written for a refused clone.
+    The caller has checked the submitter's role in the origin's project."""
+    check_key(request.idempotency_key)
     check_priority(request.priority, "priority")
     cluster = None if request.target is None else cluster_of(settings, request.target)
-    submissions.check_available(store)
-    if key is not None:
-        done = submissions.by_key(store, key)
-        if done is not None:
-            return SubmitResult(done.experiment_id, done.bundle_sha256, created=False)
+    print_ = fingerprint(
+        {
+            "from": request.origin,
+            "params": dict(request.params),
+            "priority": request.priority,
+            "attempt": request.attempt,
+            "extra_params": request.extra_params,
+            "latest_data": request.latest_data,
+            "target": request.target,
+        }
+    )
+    replayed = _replay(store, who, request.idempotency_key, print_, SubmissionKind.EXPERIMENT)
+    if replayed is not None:
+        return replayed
     source = rerun_source(
         store,
         request.origin,
@@ -261,91 +210,177 @@ def clone(store: Store, settings: Settings, request: CloneRequest) -> SubmitResu
         extra_params=request.extra_params,
         latest_data=request.latest_data,
     )
-    check_max_waiting(store, settings, source.spec.project or DEFAULT_PROJECT)
-    sha = digest(source.snapshot)
+    project = source.spec.project or DEFAULT_PROJECT
     exp_id = uuid.uuid4().hex[:12]
-    winner = submissions.reserve(store, exp_id, key, sha)
-    if winner != exp_id:
-        return SubmitResult(winner, sha, created=False)
     work = settings.home / "server" / "work" / exp_id
-    try:
-        repro.extract(source.snapshot, work)
-        options = source.options(exp_id, work, request.priority)
-        if request.target is not None:
-            options = replace(options, cluster=cluster)
-        _launch(settings, source.spec, options, work, f"rerun of {source.origin.id} from its snapshot")
-    except BaseException:
-        submissions.release(store, exp_id)
-        shutil.rmtree(work, ignore_errors=True)
-        raise
-    return SubmitResult(exp_id, sha, created=True)
+    options = replace(source.options(exp_id, work, request.priority), accepted=True)
+    if request.target is not None:
+        options = replace(options, cluster=cluster)
+    plan = build_plan(source.spec)
+    check_size(store, plan, options.cluster)
+    if options.cluster is None:
+        check_max_waiting(store, settings, project)
+    sha = BundleStore(bundles_dir(settings)).put(source.snapshot)
+    headline = f"rerun of {source.origin.id} from its snapshot"
+    launch = Launch(source.spec, options, headline=headline)
+    order = orders.Order(exp_id, SubmissionKind.EXPERIMENT, sha, work, launch=launch, snapshot=True)
+    detail = f"from {source.origin.id}" + (
+        f" with {json.dumps(dict(request.params))}" if request.params else ""
+    )
+    return _accept(
+        store, settings, order, plan, options.cluster, who, request.idempotency_key, print_, detail
+    )
 
 
-def check_max_waiting(store: Store, settings: Settings, project: str) -> None:
-    """QuotaExceeded (429) when the project already has its quota's most experiments waiting here.
-    A cheap early answer; the ledger enforces the same limit atomically when the run queues."""
-    from phalanx.queue import waiting_count
-    from phalanx.store import quotas
-
-    quota = quotas.get(store, project, LOCAL)
-    most = None if quota is None else quota.limit.max_waiting
-    if most is None:
-        return
-    waiting = waiting_count(settings, project)
-    if waiting >= most:
-        raise QuotaExceeded(
-            f"{TOO_MANY_WAITING}: project {project} already has {waiting} experiment{'s' * (waiting != 1)}"
-            f" waiting, its quota's most ({most}) on this machine. Submit again when some have started,"
-            f" or raise the limit with `phalanx quota set {project} --max-waiting N`"
-        )
+def bundles_dir(settings: Settings) -> Path:
+    return settings.home / "server" / "bundles"
 
 
-def _start(
+def _replay(
+    store: LocalStore, who: Submitter, key: str | None, print_: str, kind: SubmissionKind
+) -> SubmitResult | None:
+    """The first submit's answer when ``key`` was used by this user for this very request;
+    Conflict (409) when for another one; None when the key is new (or none was sent)."""
+    if key is None:
+        return None
+    held = store.submission_by_key(who.name, key, time.time())
+    if held is None:
+        return None
+    if held.fingerprint != print_ or held.kind is not kind:
+        raise key_conflict(key)
+    return SubmitResult(held.id, held.bundle_sha256, created=False, kind=held.kind.value)
+
+
+def _accept(
+    store: LocalStore,
     settings: Settings,
-    spec: Any,
+    order: orders.Order,
+    plan: Plan,
+    cluster: str | None,
+    who: Submitter,
+    key: str | None,
+    print_: str,
+    detail: str | None = None,
+) -> SubmitResult:
+    """Write the order, then the experiment and its submission in one transaction."""
+    orders.write(settings, order)
+    record = NewExperiment(
+        id=order.id,
+        name=plan.name,
+        project=plan.project,
+        replicas=[
+            Replica(
+                experiment_id=order.id,
+                name=r.name,
+                role=r.role,
+                index=r.index,
+                rank=r.rank,
+                resources=r.resources.to_json(),
+            )
+            for r in plan.replicas
+        ],
+        framework=str(plan.framework) if plan.framework else None,
+        backend=backend_of(settings, plan, cluster),
+        cluster=cluster,
+        tags=plan.tags,
+        topology=plan.topology(),
+        spec_text=plan.source_text or "",
+        plan=plan.to_json(),
+    )
+    action = "experiment.clone" if order.snapshot else "experiment.submit"
+    return _commit(
+        store,
+        settings,
+        order,
+        record,
+        who,
+        key,
+        print_,
+        AuditEntry(who.name, action, order.id, plan.project, detail),
+    )
+
+
+def _commit(
+    store: LocalStore,
+    settings: Settings,
+    order: orders.Order,
+    record: NewExperiment | NewGroup,
+    who: Submitter,
+    key: str | None,
+    print_: str,
+    audit: AuditEntry,
+) -> SubmitResult:
+    submission = Submission(
+        id=order.id,
+        kind=order.kind,
+        bundle_sha256=order.bundle_sha256,
+        submitted_at=time.time(),
+        state=SubmissionState.ACCEPTED,
+        user=who.name,
+        key=key,
+        fingerprint=print_,
+    )
+    try:
+        held, created = store.accept(Acceptance(submission, record, audit), time.time())
+    except BaseException:
+        orders.remove(settings, order.id)
+        raise
+    if not created:  # a retry with the same key won the race: this one was never written
+        orders.remove(settings, order.id)
+    return SubmitResult(
+        held.id, held.bundle_sha256, created=created, kind=held.kind.value, project=record.project
+    )
+
+
+def _submit_group(
+    store: LocalStore,
+    settings: Settings,
     request: SubmitRequest,
     name: str,
-    work: Path,
-    exp_id: str,
-    cluster: str | None = None,
-) -> None:
-    from phalanx.runner import LaunchOptions, LaunchRecord
-
-    unpack(request.bundle, work)
+    sha: str,
+    print_: str,
+    who: Submitter,
+    cluster: str | None,
+) -> SubmitResult:
+    """A `kind: group` file: validated and recorded as `phalanx group run` does; the launcher then
+    unpacks it, builds the trials' environment (or checks a cluster could run them) and starts its
+    controller in its own process (``groups.detached``), which a restarted server adopts."""
+    group = load_group_text(request.file_text, name, params=request.params)
+    project = group.base.project or DEFAULT_PROJECT
+    who.authorize(project)
+    require("optuna", "search", "a group on the server")
+    replayed = _replay(store, who, request.idempotency_key, print_, SubmissionKind.GROUP)
+    if replayed is not None:
+        return replayed
+    check_size(store, build_plan(group.trial_spec(example_values(group))), cluster)
+    bundles.check(request.bundle)
+    group_id = uuid.uuid4().hex[:12]
+    work = settings.home / "server" / "work" / f"group-{group_id}"
     file = work / name
-    file.parent.mkdir(parents=True, exist_ok=True)
-    file.write_text(request.file_text, encoding="utf-8")  # the text validated, whatever the bundle held
-    spec = replace(spec, source_file=str(file))
-    options = LaunchOptions(
-        workdir=file.parent,
-        cluster=cluster,
-        priority=request.priority,
-        experiment_id=exp_id,
-        record=LaunchRecord(file=str(file), params=dict(request.params)),
+    base = group.base
+    hp = group.hptuning
+    record = NewGroup(
+        id=group_id,
+        name=base.name or PurePosixPath(name).stem,
+        project=project,
+        search=hp.search.kind,
+        planned=hp.planned_trials(),
+        concurrency=hp.concurrency,
+        metric=hp.metric.name if hp.metric else None,
+        optimization=hp.metric.optimization if hp.metric else None,
+        spec_text=base.source_text or "",
+        source_file=str(file),
+        workdir=str(file.parent),
+        options={
+            "params": dict(request.params),
+            "cluster": cluster,
+            "oversubscribe": False,
+            "allow_unused": False,
+            "extra_params": False,
+        },
     )
-    _launch(settings, spec, options, file.parent, None)
-
-
-def _launch(settings: Settings, spec: Any, options: Any, cwd: Path, headline: str | None) -> None:
-    """Start the experiment's detached supervisor and return once the experiment exists."""
-    from phalanx.runner import Runner, StartFailed, StartTimeout
-
-    exp_id = options.experiment_id
-    runner = Runner(settings)
-    runner.dry_run(spec, options)  # what is refused before anything starts, as the CLI says it
-    try:
-        submitted = runner.submit(spec, options, cwd=cwd, headline=headline)
-    except StartTimeout as exc:  # slow, not failed: its supervisor runs on, so keep key and folder
-        log.warning("experiment %s: %s", exp_id, exc)
-        threading.Thread(target=exc.process.wait, name=f"reap-{exp_id}", daemon=True).start()
-        return
-    except StartFailed as exc:
-        said = "\n".join(line.removeprefix("error: ") for line in exc.text.splitlines() if line.strip())
-        if exc.exit_code == 2 and TOO_MANY_WAITING in said:  # lost the race to the last waiting slot
-            raise QuotaExceeded(said) from None
-        if exc.exit_code == 2:  # the user's mistake, as `phalanx run` would have said it
-            raise UsageError(said or "the experiment was refused") from None
-        raise PhalanxError(f"the experiment did not start: {exc.text or exc.exit_code}") from None
-    # reap the supervisor when it ends (it is ours until then); it does not depend on this thread
-    threading.Thread(target=submitted.process.wait, name=f"reap-{exp_id}", daemon=True).start()
-    log.info("experiment %s submitted: supervisor pid %s", exp_id, submitted.process.pid)
+    BundleStore(bundles_dir(settings)).put(request.bundle)
+    order = orders.Order(group_id, SubmissionKind.GROUP, sha, work, name, request.file_text, target=cluster)
+    orders.write(settings, order)
+    audit = AuditEntry(who.name, "group.submit", group_id, project)
+    return _commit(store, settings, order, record, who, request.idempotency_key, print_, audit)

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 from phalanx.config import Settings
 
 if TYPE_CHECKING:
-    from phalanx.store.base import IngestStore
+    from phalanx.store.base import LocalStore
 
 log = logging.getLogger(__name__)
 
@@ -24,7 +24,7 @@ class Sweeper:
     """Calls ``phalanx.gc.collect`` every ``period`` seconds until ``stop()``."""
 
     def __init__(
-        self, store: IngestStore, settings: Settings, period: float, *, min_age: float | None = None
+        self, store: LocalStore, settings: Settings, period: float, *, min_age: float | None = None
     ) -> None:
         self.store = store
         self.settings = settings

@@ -23,20 +23,17 @@ from phalanx.server.schemas import ExperimentOut, ExperimentPage, experiment_out
 from phalanx.store.base import ExperimentFilter, Store
 from phalanx.store.columns import parse_column
 from phalanx.store.filters import parse_filters
-from phalanx.store.paramshape import shown
+from phalanx.store.selecting import MAX_SCAN, matching, readable
 
 MAX_COLUMNS = 20
-MAX_SCAN = 100_000  # experiments considered when sorting or filtering by an extra column
 
 
 def table_page(
     store: Store, base: ExperimentFilter, columns: list[str], where: list[str], order: str | None
 ) -> ExperimentPage:
-    conditions = parse_filters(where)  # each where= may itself be an and-joined filter
+    flt = parse_filters(where)  # each where= is a filter of its own: all of them hold
     order_column = order.lstrip("-") if order else None
-    wanted = list(
-        dict.fromkeys([*columns, *(c.column for c in conditions), *([order_column] if order_column else [])])
-    )
+    wanted = list(dict.fromkeys([*columns, *flt.columns(), *([order_column] if order_column else [])]))
     if len(wanted) > MAX_COLUMNS:
         raise UsageError(f"at most {MAX_COLUMNS} extra columns at once")
     for c in wanted:
@@ -46,32 +43,15 @@ def table_page(
         if not order_column:
             order, order_column = base.order_by, base.order_by.lstrip("-")
         base = replace(base, order_by="-created_at")
-    if not conditions and not order_column:
+    if flt.root is None and not order_column:
         page = store.list_experiments(base)
         values = readable(store.experiment_columns([e.id for e in page.items], columns)) if columns else {}
         items = page.items
         total = page.total
     else:
-        everything = store.list_experiments(replace(base, offset=0, limit=MAX_SCAN))
-        wanted = [c for c in wanted if c not in COMPUTED_SORTS]
-        values = readable(store.experiment_columns([e.id for e in everything.items], wanted))
-        if order_column in COMPUTED_SORTS:
-            now = time.time()
-            for e in everything.items:
-                key = COMPUTED_SORTS[order_column](e, now)
-                if key is not None:
-                    values[e.id][order_column] = key
-        items = [
-            e for e in everything.items if all(c.matches(values[e.id].get(c.column)) for c in conditions)
-        ]
-        if order_column:
-            present = [e for e in items if order_column in values[e.id]]
-            absent = [e for e in items if order_column not in values[e.id]]
-            present.sort(
-                key=lambda e: sort_key(values[e.id][order_column]),
-                reverse=bool(order and order.startswith("-")),
-            )
-            items = present + absent  # experiments without the value last, either direction
+        extra = [c for c in wanted if c not in COMPUTED_SORTS]
+        kept, values = matching(store, base, flt, extra)
+        items = sort_rows(kept, values, order, order_column)
         total = len(items)
         items = items[base.offset : base.offset + base.limit]
     out = []
@@ -80,6 +60,25 @@ def table_page(
         row.columns = {c: values.get(e.id, {}).get(c) for c in columns if c in values.get(e.id, {})}
         out.append(row)
     return ExperimentPage(items=out, total=total, offset=base.offset, limit=base.limit)
+
+
+def sort_rows(
+    items: list[Experiment], values: dict[str, dict[str, Any]], order: str | None, column: str | None
+) -> list[Experiment]:
+    """``items`` by an extra or computed column (``values`` gets the computed keys); experiments
+    without the value last, in either direction."""
+    if not column:
+        return items
+    if column in COMPUTED_SORTS:
+        now = time.time()
+        for e in items:
+            key = COMPUTED_SORTS[column](e, now)
+            if key is not None:
+                values.setdefault(e.id, {})[column] = key
+    present = [e for e in items if column in values.get(e.id, {})]
+    absent = [e for e in items if column not in values.get(e.id, {})]
+    present.sort(key=lambda e: sort_key(values[e.id][column]), reverse=bool(order and order.startswith("-")))
+    return present + absent
 
 
 def duration(e: Experiment, now: float) -> float | None:
@@ -104,12 +103,6 @@ LIVE = {str(s) for s in (ExperimentStatus.RUNNING, ExperimentStatus.STARTING, Ex
 # built-in columns the database cannot order by (derived from several fields): sorted here, over
 # every experiment that matches, so the order is the same on every page
 COMPUTED_SORTS: dict[str, Callable[[Experiment, float], Any]] = {"duration": duration, "topology": replicas}
-
-
-def readable(values: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
-    """Column values as the table shows, filters and sorts them: a param stored before the bounds
-    on depth and size (``store.paramshape``) reads as a short note, so the page still answers."""
-    return {exp: {c: shown(v) for c, v in cols.items()} for exp, cols in values.items()}
 
 
 def sort_key(value: Any) -> tuple[int, Any]:

@@ -28,6 +28,9 @@ DISTRIBUTIONS: dict[str, tuple[str, ...]] = {
     "qlognormal": ("loc", "scale", "q"),
 }
 DISCRETE = ("values", "pvalues", "range", "linspace", "logspace", "geomspace")
+# how a chart's axis shows a param sampled so (values/pvalues: as their values read)
+LOG_SAMPLED = ("loguniform", "qloguniform", "lognormal", "qlognormal", "logspace", "geomspace")
+LINEAR_SAMPLED = ("uniform", "quniform", "normal", "qnormal", "linspace", "range")
 SEARCHES = ("grid_search", "random_search", "hyperband", "bo")
 HPTUNING_KEYS = ("concurrency", "matrix", *SEARCHES, "metric", "early_stopping", "pruning", "seed")
 PRUNERS = ("median", "successive_halving", "none")
@@ -49,6 +52,12 @@ class Distribution:
     @property
     def discrete(self) -> bool:
         return self.kind in DISCRETE
+
+    @property
+    def axis(self) -> str | None:
+        """ "log" or "linear": the axis a chart of this param's values wants (a log-sampled lr, a
+        uniform dropout); None for a list of values, whose axis follows what the values are."""
+        return "log" if self.kind in LOG_SAMPLED else "linear" if self.kind in LINEAR_SAMPLED else None
 
     def describe(self) -> str:
         if self.kind == "values":

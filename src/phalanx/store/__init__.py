@@ -10,10 +10,10 @@ from phalanx.config import Settings
 from phalanx.errors import BackendUnavailable, UsageError
 
 if TYPE_CHECKING:
-    from phalanx.store.base import IngestStore
+    from phalanx.store.base import LocalStore
 
 
-def open_store(settings: Settings | None = None) -> IngestStore:
+def open_store(settings: Settings | None = None) -> LocalStore:
     """The store the settings name (PHALANX_DB_URL, else SQLite under PHALANX_HOME), with its
     artifact store (PHALANX_ARTIFACTS_URL, else a folder under PHALANX_HOME), schema up to date."""
     from sqlalchemy.exc import OperationalError  # why: `phalanx ls` imports this package: no SQLAlchemy
@@ -42,7 +42,7 @@ def open_store(settings: Settings | None = None) -> IngestStore:
         ) from exc
 
 
-def reuse_after_fork(store: object) -> IngestStore | None:
+def reuse_after_fork(store: object) -> LocalStore | None:
     """``store``, opened by the process this one was forked from, made safe to use here; None when
     it cannot be (a store of another kind: open one). Its inherited connections are the parent's:
     they are forgotten, never used or closed here, and new ones are opened on use (SQLAlchemy's

@@ -33,6 +33,7 @@ from phalanx.domain import (
 )
 from phalanx.errors import UsageError
 from phalanx.store.artifacts import ArtifactStore
+from phalanx.store.submissions import SubmissionStore
 
 
 @dataclass(frozen=True)
@@ -139,6 +140,7 @@ class ExperimentFilter:
     order_by: str = "-created_at"
     group_id: str | None = None  # only the trials of this experiment group
     projects: tuple[str, ...] | None = None  # only these projects (a team member's); None: any
+    ids: tuple[str, ...] | None = None  # only these full ids (Compare's runs); None: any
 
 
 class Store(Protocol):
@@ -223,10 +225,13 @@ class Store(Protocol):
         finished_at: float | None = None,
         handle: str | None = None,
         cluster: str | None = None,
+        plan: Mapping[str, Any] | None = None,
     ) -> Experiment:
         """Set the fields given (None leaves a field as it is); returns the experiment after.
         Only the supervisor calls this (see the class docstring for the exceptions). ``handle``:
-        the engine's handle of the submitted job. Raises NotFound, UsageError (ambiguous id)."""
+        the engine's handle of the submitted job; ``plan``: the plan and launch it runs, written
+        once its supervisor has prepared it (a row the server recorded at submit had only the
+        plan). Raises NotFound, UsageError (ambiguous id)."""
         ...
 
     def delete_experiment(self, experiment_id: str) -> None:
@@ -314,6 +319,30 @@ class Store(Protocol):
         """id -> column -> value for the run table: ``param:KEY`` and ``metric:AGG:TITLE`` columns
         (AGG last/min/max, from the summary: never the points). Missing values are absent; unknown
         ids are left out. Raises UsageError for a malformed column name."""
+        ...
+
+    def params_of(self, ids: Sequence[str]) -> dict[str, list[ParamRecord]]:
+        """``params`` of many experiments (full ids) in one read: id -> its merged records; an
+        unknown id maps to none. Compare of 100 runs asks once, not 100 times."""
+        ...
+
+    def metric_titles_of(self, ids: Sequence[str]) -> dict[str, dict[str, list[str]]]:
+        """``metric_titles`` of many experiments (full ids) in one read; an unknown id: {}."""
+        ...
+
+    def metric_views(
+        self,
+        ids: Sequence[str],
+        title: str,
+        *,
+        x: str = "step",
+        x_min: float | None = None,
+        x_max: float | None = None,
+        max_points: int = 1000,
+    ) -> dict[str, dict[str, SeriesView]]:
+        """``metric_view`` of one title for many experiments (full ids) on one connection: id ->
+        series -> its view, as ``metric_view`` answers each; experiments without the title are
+        left out. Compare's one request per title reads it."""
         ...
 
     def column_names(self, projects: Sequence[str] | None = None) -> dict[str, list[str]]:
@@ -533,3 +562,8 @@ def group_store(store: Store) -> GroupStore:
             f"experiment groups need the SQL store (SQLite or PostgreSQL), not {type(store).__name__}"
         )
     return store
+
+
+class LocalStore(IngestStore, GroupStore, SubmissionStore, Protocol):
+    """This machine's store (SQLite, or PostgreSQL with PHALANX_DB_URL) with every capability:
+    what ``open_store`` returns and what the server runs on (its submissions included)."""

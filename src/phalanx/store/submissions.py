@@ -1,63 +1,144 @@
-"""The server's submissions (which experiment an idempotency key made, which code bundle it ran),
-seen through the Store: callers outside ``phalanx.store`` never touch the SQL engine themselves.
-Implemented by the SQL store's table (``sql.submissions``; migration 0009_srvsubmit_submissions)."""
+"""The server's submissions, as the store keeps them: durable on answer, keyed per user.
+
+A submit is written, with its experiment (or group) row and its audit entry, in one transaction
+before the server answers it (``SubmissionStore.accept``); the server's launcher starts it
+afterwards and marks it ``launched``. An idempotency key belongs to the user who sent it and
+carries the request's fingerprint (Stripe's rule: the same key with the same request answers the
+first result; with another request it is refused); a key expires after ``KEY_TTL_SECONDS``.
+Implemented by the SQL store (``sql.submissions``; migrations 0009 and 0015).
+"""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+import enum
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
 
-from phalanx.errors import UsageError
+from phalanx.domain import ExperimentStatus, Replica
+from phalanx.errors import Conflict
 
-if TYPE_CHECKING:
-    from phalanx.store.base import Store
-    from phalanx.store.sql.submissions import Submission
-
-
-def _engine(store: Store) -> Any:
-    engine = getattr(store, "engine", None)
-    if engine is None:
-        raise UsageError(
-            f"submitting experiments needs the SQL store (SQLite or PostgreSQL), not {type(store).__name__}"
-        )
-    return engine
+KEY_TTL_SECONDS = (
+    7 * 24 * 3600.0
+)  # how long an idempotency key answers its first submit (docs/server-submit.md)
 
 
-def reserve(store: Store, experiment_id: str, key: str | None, bundle_sha256: str) -> str:
-    """Record the submission; ``experiment_id``, or the id an earlier submit with ``key`` reserved."""
-    from phalanx.store.sql import submissions
-
-    return submissions.reserve(_engine(store), experiment_id, key, bundle_sha256)
+class SubmissionState(enum.StrEnum):
+    ACCEPTED = "accepted"  # written and answered; its supervisor (or controller) not started yet
+    LAUNCHED = "launched"  # its supervisor (or group controller) was started
 
 
-def release(store: Store, experiment_id: str) -> None:
-    """Forget a submission whose start failed (its key may be used again)."""
-    from phalanx.store.sql import submissions
-
-    submissions.release(_engine(store), experiment_id)
+class SubmissionKind(enum.StrEnum):
+    EXPERIMENT = "experiment"
+    GROUP = "group"
 
 
-def get(store: Store, experiment_id: str) -> Submission | None:
-    from phalanx.store.sql import submissions
+@dataclass(frozen=True)
+class Submission:
+    """One submit: ``id`` names the experiment (or the group, ``kind``) it made."""
 
-    return submissions.get(_engine(store), experiment_id)
-
-
-def by_key(store: Store, key: str) -> Submission | None:
-    """The submission an idempotency key made, if any."""
-    from phalanx.store.sql import submissions
-
-    return submissions.by_key(_engine(store), key)
-
-
-def check_available(store: Store) -> None:
-    """UsageError (400) when this store cannot record submissions."""
-    _engine(store)
+    id: str
+    kind: SubmissionKind
+    bundle_sha256: str
+    submitted_at: float
+    state: SubmissionState = SubmissionState.LAUNCHED
+    user: str | None = None
+    key: str | None = None
+    fingerprint: str | None = None
 
 
-def bundles_in_use(store: Store, since: float) -> set[str] | None:
-    """The bundles an experiment still needs (see ``sql.submissions.bundles_in_use``); None for a
-    store that keeps no submissions (then no bundle can be told unused)."""
-    from phalanx.store.sql import submissions
+@dataclass(frozen=True)
+class NewExperiment:
+    """The experiment row a submit writes (status ``created``: accepted, not started yet)."""
 
-    engine = getattr(store, "engine", None)
-    return None if engine is None else submissions.bundles_in_use(engine, since)
+    id: str
+    name: str
+    project: str
+    replicas: Sequence[Replica]
+    framework: str | None
+    backend: str
+    cluster: str | None
+    tags: Sequence[str]
+    topology: Mapping[str, int]
+    spec_text: str
+    plan: Mapping[str, Any]
+    status: ExperimentStatus = ExperimentStatus.CREATED
+
+
+@dataclass(frozen=True)
+class NewGroup:
+    """The group row a submit of a `kind: group` file writes (what ``GroupStore.create_group`` takes)."""
+
+    id: str
+    name: str
+    project: str
+    search: str
+    planned: int
+    concurrency: int
+    metric: str | None
+    optimization: str | None
+    spec_text: str
+    source_file: str | None
+    workdir: str | None
+    options: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class AuditEntry:
+    """Who did what, written with the change it records."""
+
+    actor: str
+    action: str
+    target: str
+    project: str | None = None
+    detail: str | None = None
+
+
+@dataclass(frozen=True)
+class Acceptance:
+    """Everything one accepted submit writes, in one transaction."""
+
+    submission: Submission
+    record: NewExperiment | NewGroup
+    audit: AuditEntry | None = None
+    key_ttl: float = KEY_TTL_SECONDS  # how long its idempotency key answers (from the answer on)
+
+
+def key_conflict(key: str) -> Conflict:
+    """What a reuse of one's own idempotency key with another request is answered (409)."""
+    return Conflict(
+        f"Idempotency-Key {key!r} was used for another request (another file, params, bundle or target);"
+        " a retry must send the same request: use a new key for a new submit"
+    )
+
+
+class SubmissionStore(Protocol):
+    """What the server's control plane keeps of its submissions (the SQL store implements it)."""
+
+    def accept(self, acceptance: Acceptance, now: float) -> tuple[Submission, bool]:
+        """Write the submission, its experiment or group row, who launched it and its audit entry,
+        in one transaction. Returns (the submission, True), or, when the user's idempotency key is
+        held already by an unexpired submission with the same fingerprint, (that submission, False)
+        and nothing is written. Raises Conflict when the key is held with another fingerprint."""
+        ...
+
+    def submission(self, submission_id: str) -> Submission | None:
+        """The submission that made this experiment or group; None when it was not submitted here."""
+        ...
+
+    def submission_by_key(self, user: str, key: str, now: float) -> Submission | None:
+        """The user's unexpired submission with this idempotency key, if any."""
+        ...
+
+    def submissions(self, state: SubmissionState) -> list[Submission]:
+        """Every submission in ``state``, oldest first (the launcher's work list)."""
+        ...
+
+    def mark_launched(self, submission_id: str) -> None:
+        """Its supervisor (or controller) was started."""
+        ...
+
+    def bundles_in_use(self, since: float) -> set[str]:
+        """The sha256 of every bundle an experiment or group the store holds runs, or that a submit
+        at or after ``since`` wrote (what the bundle sweeper must keep)."""
+        ...

@@ -13,7 +13,8 @@ stopping everything and marking the experiment stopped.
 Public API (used by ``phalanx.runner.Runner``, the one launch path, and the engines' tests):
   ``prepare(spec_or_plan, ...) -> Prepared``: plan, engine, context and dry run; writes nothing.
   ``Supervisor(prepared, store, settings, observer).run() -> Outcome``: supervise to the end.
-  ``record_building(prepared, store)``: the experiment recorded before its environment is built.
+  ``record_building(prepared, store, accepted=...)``: the experiment recorded (or, accepted by the
+  server, updated) before its environment is built.
 To launch an experiment, use ``Runner.run`` / ``Runner.submit`` (``Runner.run`` takes a ``Prepared``
 too: an engine instance of the caller's, as the engines' tests use). The thread that calls ``run()``
 must live as long as the experiment: the local engine asks the kernel to stop replicas when the

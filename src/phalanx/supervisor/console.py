@@ -98,8 +98,8 @@ class Console:
             self.lost += len(lines)
 
     def record_params(self, section: str, params: Mapping[str, Any]) -> None:
-        """The launch params as tracked params in ``section`` (a PARAM event of the first replica,
-        rank 0 where there is one)."""
+        """The declared params (the file's, after `--param`; a trial's sampled values included) as
+        tracked params in ``section`` (a PARAM event of the first replica, rank 0 where there is one)."""
         first = min(self.replicas.values(), key=lambda r: (r.rank is None, r.rank or 0))
         values = {
             k: v if isinstance(v, (str, int, float, bool)) or v is None else json.dumps(v)

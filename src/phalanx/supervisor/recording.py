@@ -63,17 +63,28 @@ def create_experiment(
         tags=plan.tags,
         topology=plan.topology(),
         spec_text=plan.source_text,
-        plan={**plan.to_json(), "launch": launch_json(prepared)},
+        plan=plan_doc(prepared),
         status=status,
         created_at=created_at,
     )
 
 
-def record_building(prepared: Prepared, store: IngestStore) -> None:
+def plan_doc(prepared: Prepared) -> dict[str, Any]:
+    """The plan as the experiment's row keeps it, with how it was launched."""
+    return {**prepared.plan.to_json(), "launch": launch_json(prepared)}
+
+
+def record_building(prepared: Prepared, store: IngestStore, *, accepted: bool = False) -> None:
     """Record the experiment, status building, before its environment is built (minutes): it has
     its id and shows in `phalanx ls` meanwhile. ``prepared``: its dry run (nothing built yet); the
-    Supervisor that runs it afterwards is told it exists (``exists=True``)."""
-    create_experiment(store, prepared, ExperimentStatus.BUILDING)
+    Supervisor that runs it afterwards is told it exists (``exists=True``). ``accepted``: the
+    server recorded it at submit (status created): that row says building now."""
+    if accepted:
+        store.update_experiment(
+            prepared.experiment_id, status=ExperimentStatus.BUILDING, plan=plan_doc(prepared)
+        )
+    else:
+        create_experiment(store, prepared, ExperimentStatus.BUILDING)
 
 
 class Recorder:
@@ -130,6 +141,11 @@ class Recorder:
             )
             store.delete_experiment(self.id)
             self.created = False
+
+    def started(self, prepared: Prepared) -> None:
+        """Its first group started, the row recorded before (building, or by the server at submit):
+        status starting, and the plan as it was launched."""
+        self.store().update_experiment(self.id, status=ExperimentStatus.STARTING, plan=plan_doc(prepared))
 
     def status(
         self,

@@ -73,10 +73,12 @@ class Supervisor:
         """``store``: the store, or a function that opens it (called once the replicas have started).
         ``notify``: a FIFO that gets one byte once the outcome is recorded (a group's controller
         waits on it: it notices a trial's end at once instead of at its next poll).
-        ``params_section``: record the launch params as the experiment's params in this section
-        (a group trial's sampled values: `phalanx params`, the run table, compare).
+        ``params_section``: record the declared params as the experiment's params in this section
+        (``Declared``; a group trial's sampled values in ``Trial``: `phalanx params`, the run table,
+        compare); None records none.
         ``exists``: its row was recorded already (``record_building``: status building while its
-        environment was built), so it is updated, not created.
+        environment was built; or by the server when it accepted the submit), so it is updated, not
+        created.
         ``priority``: its place in this machine's queue (higher first); ``wait``: False refuses
         (UsageError) instead of queueing when the topology does not fit now (local engine only).
         ``resume``: continue an existing failed or stopped experiment (`phalanx resume`) as a new
@@ -168,7 +170,7 @@ class Supervisor:
                 f"experiment {self.id} ({len(self.replicas)} replicas, {self.p.backend.name})"
             )
             created = True
-            params = self.p.plan.launch_params
+            params = self.p.plan.params
             if self.params_section and params and not self.resume:  # a resume has them already
                 self.console.record_params(self.params_section, params)
             ingest_thread = self._start_ingester(stop_ingest)
@@ -189,8 +191,8 @@ class Supervisor:
             self.store()  # opened now, whatever comes next (the repro thread waits for it)
             if not self.rows.created:
                 self.rows.create(self.p, ExperimentStatus.STARTING, created_at=self.submitted_at)
-            elif handle is not None:
-                self.rows.status(ExperimentStatus.STARTING)
+            elif handle is not None:  # recorded before (building, or by the server at submit)
+                self.rows.started(self.p)
             self.admission.stop_abandoned()
         except BaseException:
             if handle is not None:

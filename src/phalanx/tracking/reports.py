@@ -32,7 +32,7 @@ from phalanx.tracking.objects import ArtifactError
 if TYPE_CHECKING:
     from phalanx.tracking.task import Task
 
-KINDS = ("image", "histogram", "table", "plotly")
+KINDS = ("image", "histogram", "table", "plotly", "media")
 MAX_TABLE_CELLS = 100_000  # a table bigger than this is a dataset: upload_artifact stores it
 MAX_HISTOGRAM_BINS = 10_000
 _IMAGE_MAGIC = {b"\x89PNG\r\n\x1a\n": "image/png", b"\xff\xd8\xff": "image/jpeg", b"GIF8": "image/gif"}
@@ -180,7 +180,7 @@ def of_histogram(
         "xaxis": xaxis,
         "yaxis": yaxis,
     }
-    return _json("histogram", doc, {"bins": len(matrix)})
+    return json_report("histogram", doc, {"bins": len(matrix)})
 
 
 def of_table(table_plot: Any = None, csv_path: Any = None) -> Report:
@@ -211,7 +211,7 @@ def of_table(table_plot: Any = None, csv_path: Any = None) -> Report:
             f"report_table: more than {MAX_TABLE_CELLS} cells; store a dataset with upload_artifact"
         )
     doc = {"columns": columns, "rows": [[_cell(v) for v in r] for r in rows]}
-    return _json("table", doc, {"rows": len(rows), "columns": len(columns)})
+    return json_report("table", doc, {"rows": len(rows), "columns": len(columns)})
 
 
 def of_plotly(figure: Any) -> Report:
@@ -224,10 +224,11 @@ def of_plotly(figure: Any) -> Report:
         doc = dict(figure)
     else:
         raise ArtifactError(f"report_plotly: a {type(figure).__name__} is not a plotly figure or dict")
-    return _json("plotly", doc, {})
+    return json_report("plotly", doc, {})
 
 
-def _json(kind: str, doc: Any, extra: Mapping[str, Any]) -> Report:
+def json_report(kind: str, doc: Any, extra: Mapping[str, Any]) -> Report:
+    """A report whose file is ``doc`` as JSON (no NaN or infinity: strict JSON readers refuse them)."""
     try:
         payload = json.dumps(doc, default=_plain, allow_nan=False).encode()
     except ValueError as exc:

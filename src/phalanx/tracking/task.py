@@ -33,6 +33,7 @@ from phalanx.tracking.identity import Identity, launch_params
 from phalanx.tracking.ingesting import spawn_ingester
 from phalanx.tracking.labels import MAX_TAG, check_label
 from phalanx.tracking.objects import ArtifactError, check_name, materialize, prepare
+from phalanx.tracking.plots import Plots
 from phalanx.tracking.reports import DebugSamples
 
 log = logging.getLogger("phalanx.tracking")
@@ -45,10 +46,12 @@ _INGEST_DEPS = ("sqlalchemy", "alembic", "fsspec", "pydantic_settings", "phalanx
 lifecycle.patch_argparse()
 
 
-class Logger(DebugSamples):
+class Logger(DebugSamples, Plots):
     """``task.get_logger()``: scalars and text (report calls only append to memory, about a
     microsecond; a background thread writes them), images, histograms, tables and plots
-    (phalanx.tracking.reports: a file each, written to the spool by the call)."""
+    (phalanx.tracking.reports: a file each, written to the spool by the call), and the rest of
+    ClearML's reporting calls (phalanx.tracking.plots: single values, line, scatter and surface
+    plots, confusion matrices, media)."""
 
     def __init__(self, task: Task) -> None:
         self._task = task

@@ -47,10 +47,13 @@ def test_local_only_options_and_a_missing_server_are_refused(
 def test_a_server_that_cannot_be_reached_is_exit_1_naming_it(
     capfd: pytest.CaptureFixture[str], spec: Path, phalanx_home: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr("phalanx.apiclient.RETRIES", 1)
+    monkeypatch.setattr("phalanx.apiclient.SUBMIT_RETRY_SECONDS", 1.0)  # (2 minutes by default)
     with socket.socket() as bound:  # bound, never listening: connections to it are refused
         bound.bind(("127.0.0.1", 0))
         url = f"http://127.0.0.1:{bound.getsockname()[1]}"
         code, err = phalanx(capfd, "run", "-f", str(spec), "--server", url)
     assert code == 1 and f"cannot reach the server at {url}" in err
+    # said once that it retries, then that it gave up, and that the same key cannot start it twice
+    assert err.count("retrying for up to 1 s with the same Idempotency-Key") == 1
+    assert "gave up after retrying for 1 s" in err and "cannot start it twice" in err
     assert "Traceback" not in err

@@ -1,6 +1,6 @@
-"""A script that writes to a SummaryWriter and never calls Phalanx, run as
-`python -m phalanx.integrations.tensorboard train.py` by a master and a worker: its scalars land in
-the one experiment, a series per rank, and TensorBoard's own event files are still written."""
+"""A script that writes to a SummaryWriter and never calls Phalanx, run as plain `python train.py`
+by a master and a worker under `phalanx run` (no wrapper, no extra step): its scalars land in the
+one experiment, a series per rank, and TensorBoard's own event files are still written."""
 
 from __future__ import annotations
 
@@ -37,7 +37,7 @@ environment:
   replicas:
     n_workers: 1
 run:
-  cmd: python -m phalanx.integrations.tensorboard train.py
+  cmd: python train.py
 """
 
 

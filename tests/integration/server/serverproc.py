@@ -36,15 +36,17 @@ def start_server(
     port: int | None = None,
     env: dict[str, str] | None = None,
     cpus: list[int] | None = None,
+    log_dir: Path | None = None,
 ) -> Server:
     """A server that answers /health. free_port's port is only free when it is picked: something
     (an outgoing connection's ephemeral port) can take it before the server binds, so a server that
     could not bind a port the test did not choose is started again on another one. ``cpus``: the
     server's CPU affinity, which the supervisors it starts inherit, so the machine's ledger sees
-    only those cores (a machine of that size, whatever this one has)."""
+    only those cores (a machine of that size, whatever this one has). ``log_dir``: where its
+    output goes (default: ``home``)."""
     for attempt in range(3):
         try:
-            return _start_server(home, token, port or free_port(), env, cpus)
+            return _start_server(home, token, port or free_port(), env, cpus, log_dir or home)
         except _PortTaken:
             if port is not None or attempt == 2:
                 raise
@@ -56,14 +58,14 @@ class _PortTaken(RuntimeError):
 
 
 def _start_server(
-    home: Path, token: str | None, port: int, env: dict[str, str] | None, cpus: list[int] | None
+    home: Path, token: str | None, port: int, env: dict[str, str] | None, cpus: list[int] | None, logs: Path
 ) -> Server:
     args = [str(PHALANX), "server", "--port", str(port), "--log-level", "warning"]
     if token:
         token_file = home / "server.token"
         token_file.write_text(token + "\n")
         args += ["--token-file", str(token_file)]
-    log = open(home / f"server-{port}.log", "wb")  # noqa: SIM115 (closed with the process)
+    log = open(logs / f"server-{port}.log", "wb")  # noqa: SIM115 (closed with the process)
     pin = (lambda: os.sched_setaffinity(0, cpus)) if cpus else None
     proc = subprocess.Popen(
         args,
@@ -77,7 +79,7 @@ def _start_server(
     deadline = time.monotonic() + 90
     while time.monotonic() < deadline:
         if proc.poll() is not None:
-            log_text = (home / f"server-{port}.log").read_text()
+            log_text = (logs / f"server-{port}.log").read_text()
             taken = ("something else listens there", "address already in use")  # phalanx's check, uvicorn's
             failure = _PortTaken if any(t in log_text.lower() for t in taken) else RuntimeError
             raise failure(f"phalanx server exited with {proc.returncode}: {log_text}")

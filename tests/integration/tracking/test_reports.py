@@ -120,3 +120,54 @@ def test_reports_are_stored_per_step_and_rank_with_their_metadata(sandbox: Sandb
         figure.startswith(b"\x89PNG")
         and reports["report/image/curve/loss/3@rank0"].metadata["source"] == "matplotlib"
     )
+
+
+CLEARML_REST = """
+import io
+import numpy as np
+from phalanx import Task
+from phalanx.tracking.plots import SeriesInfo
+
+task = Task.init("examples", "clearml calls")
+log = task.get_logger()
+log.report_single_value("accuracy", 0.93)
+log.report_vector("weights", "w", values=np.array([1, 2, 3]), iteration=0, labels=["w"])
+train = SeriesInfo("train", np.array([[0, 1.0], [1, 0.5]]))
+log.report_line_plot("curves", [train], xaxis="epoch", yaxis="loss", iteration=0)
+log.report_scatter2d("points", "p", scatter=np.array([[0, 1], [1, 2]]), iteration=0)
+log.report_scatter3d("cloud", "c", scatter=[[0, 1, 2]], iteration=0)
+cm = np.array([[5, 1], [0, 7]])
+log.report_confusion_matrix("confusion", "val", cm, iteration=0, xlabels=["cat", "dog"])
+log.report_matrix("confusion", "old", [[1]], iteration=0)
+log.report_surface("surface", "s", np.ones((2, 2)), iteration=0)
+log.report_media("audio", "clip", iteration=0, stream=io.BytesIO(b"RIFF0000WAVE"), file_extension="wav")
+assert task.flush(), task.flush_problems
+"""
+
+
+def test_every_clearml_logger_call_a_seed_003_script_makes_is_stored(sandbox: Sandbox) -> None:
+    done = sandbox.run(CLEARML_REST)
+    assert done.returncode == 0, done.stderr
+    store = sandbox.ingested()
+    exp = sandbox.only_experiment(store)
+    assert store.metrics(exp, "accuracy")["accuracy"]["summary"].values == [0.93]
+    reports = {a.name: a for a in store.artifacts(exp) if a.kind == "report"}
+    assert sorted(reports) == [
+        "report/histogram/weights/w/0@rank0",
+        "report/media/audio/clip/0@rank0",
+        "report/plotly/cloud/c/0@rank0",
+        "report/plotly/confusion/old/0@rank0",
+        "report/plotly/confusion/val/0@rank0",
+        "report/plotly/curves/lines/0@rank0",
+        "report/plotly/points/p/0@rank0",
+        "report/plotly/surface/s/0@rank0",
+    ]
+    files = store.artifact_store
+    assert files is not None
+    confusion = json.loads(files.read_bytes(exp, reports["report/plotly/confusion/val/0@rank0"].path))
+    assert confusion["data"][0]["z"] == [[5.0, 1.0], [0.0, 7.0]] and confusion["data"][0]["x"] == [
+        "cat",
+        "dog",
+    ]
+    assert reports["report/plotly/confusion/val/0@rank0"].metadata["source"] == "confusion_matrix"
+    assert files.read_bytes(exp, reports["report/media/audio/clip/0@rank0"].path) == b"RIFF0000WAVE"

@@ -11,6 +11,7 @@ import pytest
 from phalanx.data import Datastore
 from phalanx.errors import SpecError
 from phalanx.estimators import PyTorch
+from phalanx.plan import build_plan
 from phalanx.spec.inputs import InputSpec, env_name
 from phalanx.spec.loader import load_spec_text
 
@@ -66,8 +67,10 @@ def test_seed_004_datastore_in_script_params(tmp_path: Path) -> None:
     )
     assert spec.command == (
         f'python train.py --data_dir "${{{env_name("digits-store")}}}" '
-        f'--sub "${{{env_name("digits-store_train")}}}" --lr 0.1',
+        f'--sub "${{{env_name("digits-store_train")}}}" --lr {{{{ lr }}}}',
     )
+    assert spec.params == {"lr": "0.1"}  # a declared param; the datastores are inputs, not params
+    assert build_plan(spec).command.endswith("--lr 0.1")
 
 
 def test_the_estimator_file_keeps_its_inputs(tmp_path: Path) -> None:

@@ -1,5 +1,5 @@
 """GroupLauncher, the one way a group starts (`phalanx group run|resume`, the server, HyperDrive):
-``create`` refuses what cannot run before anything is recorded, then records the group with its
+``check`` refuses what cannot run; ``create`` checks before anything is recorded, then records the group with its
 typed options, which its controller reads back (``setup.load``). Starting the controller is a
 process: tests/integration/local/test_one_launch_path.py."""
 
@@ -66,4 +66,15 @@ def test_a_trial_that_cannot_run_is_refused_and_nothing_is_recorded(
 ) -> None:
     with pytest.raises(NotFound, match="no cluster named 'nowhere'"):
         launcher.create(load_group(group_file), GroupOptions(cluster="nowhere"))
+    assert launcher.store.list_groups() == []
+
+
+def test_check_refuses_a_group_whose_trials_cannot_run_and_records_nothing(
+    launcher: GroupLauncher, group_file: Path
+) -> None:
+    """What the server's launcher asks of a group its submit recorded, before it starts the
+    controller: the same refusal as ``create``'s."""
+    with pytest.raises(NotFound, match="no cluster named 'nowhere'"):
+        launcher.check(load_group(group_file), GroupOptions(cluster="nowhere"))
+    launcher.check(load_group(group_file), GroupOptions())  # this machine, nothing to build
     assert launcher.store.list_groups() == []

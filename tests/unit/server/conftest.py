@@ -17,7 +17,11 @@ from phalanx.store.base import Store
 
 @pytest.fixture
 def settings(phalanx_home: Path) -> ServerSettings:
-    return ServerSettings(store=Settings(home=phalanx_home), poll_seconds=0.05, allowed_hosts=["testserver"])
+    # no launcher: tests/unit starts no process (what a submit writes is checked; starting it is
+    # tests/integration's, against a real `phalanx server`)
+    return ServerSettings(
+        store=Settings(home=phalanx_home), poll_seconds=0.05, allowed_hosts=["testserver"], launch_workers=0
+    )
 
 
 @pytest.fixture

@@ -18,6 +18,7 @@ from phalanx.domain import ExperimentStatus
 from phalanx.server.app import create_app
 from phalanx.server.auth import COOKIE
 from phalanx.server.settings import ServerSettings
+from phalanx.store.accounts import Accounts
 from phalanx.store.base import Store
 from phalanx.tokens import experiment_token
 from tests.unit.server import fill
@@ -233,15 +234,61 @@ def test_every_request_is_in_the_access_log(client: TestClient, caplog: pytest.L
     assert not any("hidden" in line for line in lines)
 
 
-def test_wrong_bearer_tokens_are_throttled_like_the_login_form(secured: TestClient) -> None:
-    """Guessing the token with Authorization headers is throttled too, a guess made while throttled
-    is not even checked, and the answer says so rather than that this token was wrong."""
-    for _ in range(5):
-        assert secured.get("/api/v1/experiments", headers=_bearer("guess")).status_code == 401
+def test_guesses_at_a_short_server_token_are_throttled_per_address(secured: TestClient) -> None:
+    """With a hand-picked server token shorter than 32 characters, tokens that could be guesses at
+    it are throttled per address, a guess made while throttled is not even checked, and the answer
+    says so rather than that this token was wrong."""
+    for i in range(5):
+        assert secured.get("/api/v1/experiments", headers=_bearer(f"guess-{i}")).status_code == 401
     blocked = secured.get("/api/v1/experiments", headers=_bearer(TOKEN))
     assert blocked.status_code == 429 and int(blocked.headers["retry-after"]) > 0
     assert blocked.json()["error"] == "too_many_attempts"
-    assert "was not checked" in blocked.json()["message"]
+    assert "was not checked" in blocked.json()["message"] and "short" in blocked.json()["message"]
+
+
+STRONG = "k3Vq0pZ8yXw2mB7nR5tL1sH9dF4gJ6cA0eU8iO2rT5y"  # secrets.token_urlsafe(32)'s length
+
+
+@pytest.fixture
+def strong(settings: ServerSettings, store: Store) -> Iterator[TestClient]:
+    with TestClient(create_app(settings.model_copy(update={"token": STRONG}), store)) as c:
+        yield c
+
+
+def test_a_stale_token_is_throttled_alone_and_never_a_valid_one_from_its_address(
+    strong: TestClient, store: Store
+) -> None:
+    """One cron job with an old token behind an office's NAT used to lock every valid token from
+    that address for a minute: now only the failing token waits, and it is not looked up meanwhile."""
+    accounts = Accounts(store)
+    accounts.add_user("root", None, admin=True)
+    accounts.add_user("ada", None)
+    mine = accounts.issue_token("ada", "laptop", None)[0]
+    stale = accounts.issue_token("ada", "cron", None)[0]
+    accounts.revoke_token("ada", "cron")
+    for _ in range(5):
+        assert strong.get("/api/v1/experiments", headers=_bearer(stale)).status_code == 401
+    for _ in range(2):
+        held = strong.get("/api/v1/experiments", headers=_bearer(stale))
+        assert held.status_code == 429 and "this bearer token was refused" in held.json()["message"]
+    assert strong.get("/api/v1/experiments", headers=_bearer(mine)).status_code == 200
+    assert strong.get("/api/v1/experiments", headers=_bearer(STRONG)).status_code == 200
+    for i in range(7):  # other wrong tokens are checked (and refused) each on their own budget
+        assert strong.get("/api/v1/experiments", headers=_bearer(f"guess-{i}")).status_code == 401
+    assert strong.get("/api/v1/experiments", headers=_bearer(STRONG)).status_code == 200
+
+
+def test_issued_tokens_are_never_held_by_guesses_at_a_short_server_token(
+    secured: TestClient, store: Store
+) -> None:
+    accounts = Accounts(store)
+    accounts.add_user("root", None, admin=True)
+    accounts.add_user("ada", None)
+    mine = accounts.issue_token("ada", "laptop", None)[0]
+    for i in range(5):
+        assert secured.get("/api/v1/experiments", headers=_bearer(f"guess-{i}")).status_code == 401
+    assert secured.get("/api/v1/experiments", headers=_bearer("guess-5")).status_code == 429
+    assert secured.get("/api/v1/experiments", headers=_bearer(mine)).status_code == 200
 
 
 def test_a_scripts_wrong_tokens_do_not_lock_people_out_of_the_login_form(secured: TestClient) -> None:
@@ -259,8 +306,9 @@ def test_a_scripts_wrong_tokens_do_not_lock_people_out_of_the_login_form(secured
 
 def test_replicas_sharing_a_throttled_address_keep_reporting(secured: TestClient, store: Store) -> None:
     """Five wrong tokens typed on the training machine must not cut its replicas off for a minute:
-    their experiment tokens (a 256-bit HMAC, no use to a guesser) are still checked and accepted,
-    while the server's own token and any guess stay refused until the window passes."""
+    their experiment tokens (a 256-bit HMAC, no use to a guesser) are throttled each on its own, so
+    they are checked and accepted (a forged one refused), while the server's own short token and any
+    guess at it stay refused until the window passes."""
     e = fill.experiment(store, status=ExperimentStatus.RUNNING)
     for _ in range(5):
         assert secured.get("/api/v1/experiments", headers=_bearer("guess")).status_code == 401
@@ -271,7 +319,7 @@ def test_replicas_sharing_a_throttled_address_keep_reporting(secured: TestClient
     assert sent.status_code == 200, sent.text
     assert store.metrics(e.id, "loss")["loss"]["s"].values == [1.0]
     forged = _bearer(experiment_token("not the server's token", e.id))
-    assert secured.post("/api/v1/ingest", json={"events": []}, headers=forged).status_code == 429
+    assert secured.post("/api/v1/ingest", json={"events": []}, headers=forged).status_code == 401
     listing = secured.get("/api/v1/experiments", headers=replica)  # still only its own records
     assert listing.status_code == 403
 

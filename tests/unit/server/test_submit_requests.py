@@ -92,7 +92,7 @@ def test_a_clone_with_latest_data_asks_the_rerun_rule_for_the_latest_versions(
     """`phalanx rerun ID --server URL --latest-data`: the flag reaches the rerun rule (which moves
     each dataset input to NAME@latest: tests/unit/data, tests/integration/s3); nothing starts here."""
     from phalanx.errors import UsageError
-    from phalanx.runner import rerunning
+    from phalanx.server import submitting
     from tests.unit.server import fill
 
     asked: list[bool] = []
@@ -101,7 +101,7 @@ def test_a_clone_with_latest_data_asks_the_rerun_rule_for_the_latest_versions(
         asked.append(latest_data)
         raise UsageError("stopped by the test")
 
-    monkeypatch.setattr(rerunning, "rerun_source", refusing)
+    monkeypatch.setattr(submitting, "rerun_source", refusing)
     origin = fill.experiment(store).id
     for body, want in (({"from": origin}, False), ({"from": origin, "latest_data": True}, True)):
         r = client.post("/api/v1/experiments", json=body)

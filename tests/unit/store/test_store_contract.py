@@ -16,11 +16,12 @@ from phalanx.errors import BackendUnavailable, UsageError
 from phalanx.store.artifacts import ArtifactStore
 from phalanx.store.base import GroupStore, IngestStore, Store
 from phalanx.store.sql import SqlStore
+from phalanx.store.submissions import SubmissionStore
 
 SRC = Path(phalanx.__file__).resolve().parent
 # SqlStore's own extras, for tests and diagnostics: no caller in the product uses them.
 DIAGNOSTICS = {"event_count", "dialect"}
-PROTOCOLS = (Store, IngestStore, GroupStore)
+PROTOCOLS = (Store, IngestStore, GroupStore, SubmissionStore)
 # SqlStore's insides: a caller reaching for them (gc once VACUUMed through store.engine) bypasses the
 # protocols and the error translation.
 SQL_INSIDES = {"engine", "_writer", "raw_connection", "driver_connection"}

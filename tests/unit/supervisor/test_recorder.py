@@ -92,6 +92,35 @@ def test_building_records_the_row_first(prepared: Prepared, store: SqlStore, set
     assert recorder(prepared, store, FakeObserver(), settings, exists=True).created
 
 
+def accepted_row(prepared: Prepared, store: SqlStore) -> None:
+    """The row the server's submit wrote (status created, the plan without how it was launched)."""
+    recording.create_experiment(store, prepared, ExperimentStatus.CREATED)
+    store.update_experiment("e1", plan=prepared.plan.to_json())
+    assert "launch" not in store.get_experiment("e1").plan
+
+
+def test_a_row_the_server_accepted_says_building_with_its_launch(
+    prepared: Prepared, store: SqlStore
+) -> None:
+    accepted_row(prepared, store)
+    record_building(prepared, store, accepted=True)  # a second create would fail: the id is taken
+    exp = store.get_experiment("e1")
+    assert exp.status is ExperimentStatus.BUILDING and "launch" in exp.plan
+    assert len(store.list_experiments().items) == 1
+
+
+def test_a_row_the_server_accepted_says_starting_with_its_launch(
+    prepared: Prepared, store: SqlStore, observer: FakeObserver, settings: Settings
+) -> None:
+    accepted_row(prepared, store)
+    rows = recorder(prepared, store, observer, settings, exists=True)
+    assert rows.created
+    rows.started(prepared)  # its first group started: the accepted row says so
+    exp = store.get_experiment("e1")
+    assert exp.status is ExperimentStatus.STARTING
+    assert exp.plan["launch"]["commands"]["worker-0"].endswith("python train.py")
+
+
 def test_only_changed_states_are_written_and_shown(
     prepared: Prepared, store: SqlStore, observer: FakeObserver, settings: Settings
 ) -> None:

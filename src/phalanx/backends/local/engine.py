@@ -41,6 +41,7 @@ from phalanx.machine import limits
 from phalanx.machine.ports import address_in_use, free_port
 from phalanx.machine.procs import Seen, judge, start_time
 from phalanx.plan import Plan, command_argv
+from phalanx.tracking.tensorboard import BOOT_DIR, ENV_CAPTURE
 
 HOST = "127.0.0.1"
 RANK_FAILURE_BYTES = 256 * 1024  # how much of a failed mpirun unit's log is read for its culprit
@@ -177,9 +178,13 @@ class LocalBackend:
         env["PATH"] = os.pathsep.join([bindir, os.environ.get("PATH", os.defpath)])
         env.setdefault("PYTHONUNBUFFERED", "1")
         sdk = context.tracking_env.get("PYTHONPATH")
-        if sdk:
-            inherited = env.get("PYTHONPATH", os.environ.get("PYTHONPATH", ""))
-            env["PYTHONPATH"] = os.pathsep.join(p for p in (sdk, inherited) if p)
+        # TensorBoard capture without a wrapper (docs/integrations.md): every Python process of the
+        # replica starts with the SDK's sitecustomize, which captures SummaryWriter scalars unless
+        # the experiment's env says PHALANX_CAPTURE_TENSORBOARD=0 (the SDK copy has it too)
+        boot = Path(sdk) / "phalanx" / "tracking" / "_boot" if sdk else BOOT_DIR
+        env.setdefault(ENV_CAPTURE, "1")
+        inherited = env.get("PYTHONPATH", os.environ.get("PYTHONPATH", ""))
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (str(boot), sdk, inherited) if p)
         return env
 
     # -- submit ---------------------------------------------------------------------------------

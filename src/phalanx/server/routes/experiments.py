@@ -8,7 +8,8 @@ from typing import Annotated, Any, Literal
 from fastapi import APIRouter, Depends, Query, Request, Response
 
 from phalanx.domain import ExperimentStatus
-from phalanx.server.audit import audit, launched_by
+from phalanx.ids import check_destructive
+from phalanx.server.audit import describe, launched_by
 from phalanx.server.control import request_stop
 from phalanx.server.deps import SettingsDep, StoreDep, experiment_of
 from phalanx.server.policy import policy, principal_of, typed_id
@@ -198,7 +199,7 @@ def annotate_experiment(
 ) -> ExperimentOut:
     """Replace the experiment's tags and/or notes (a field left out is unchanged)."""
     e = experiment_of(store, experiment_id)
-    audit(request, "experiment.annotate", e.id, e.project)
+    describe(request, "experiment.annotate", e.id, e.project)
     return ExperimentOut(**experiment_out(store.annotate(e.id, tags=body.tags, notes=body.notes)))
 
 
@@ -222,12 +223,14 @@ def list_columns(store: StoreDep, request: Request) -> ColumnsOut:
 @router.post("/experiments/{experiment_id}/stop", response_model=StopOut)
 @policy("experiment:editor")
 def stop_experiment(experiment_id: str, store: StoreDep, settings: SettingsDep, request: Request) -> StopOut:
-    """Ask the experiment's supervisor to stop every replica; the supervisor then marks it stopped."""
+    """Ask the experiment's supervisor to stop every replica; the supervisor then marks it stopped.
+    400 for a short prefix of its id (a destructive call needs 8 characters or the full id)."""
     e = experiment_of(store, experiment_id)
+    check_destructive(typed_id(request, experiment_id), e.id, "stop")
     if e.status.done:
         return StopOut(id=e.id, status=str(e.status), stop_requested=False, message=f"already {e.status}")
     message = request_stop(store, settings.store, e)
-    audit(request, "experiment.stop", e.id, e.project)
+    describe(request, "experiment.stop", e.id, e.project)
     current = store.get_experiment(e.id)
     return StopOut(id=e.id, status=str(current.status), stop_requested=True, message=message)
 
@@ -237,9 +240,7 @@ def stop_experiment(experiment_id: str, store: StoreDep, settings: SettingsDep, 
 def delete_experiment(experiment_id: str, store: StoreDep, request: Request) -> None:
     """Delete an experiment with everything it reported; 409 while it runs (stop it first); 400 for
     a short prefix of its id (phalanx.ids: a destructive call needs 8 characters or the full id)."""
-    from phalanx.ids import check_destructive
-
     e = experiment_of(store, experiment_id)
     check_destructive(typed_id(request, experiment_id), e.id)
     store.delete_experiment(e.id)
-    audit(request, "experiment.delete", e.id, e.project)
+    describe(request, "experiment.delete", e.id, e.project)

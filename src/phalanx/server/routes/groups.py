@@ -9,7 +9,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import HTMLResponse
 
-from phalanx.server.audit import audit
+from phalanx.server.audit import describe
 from phalanx.server.deps import SettingsDep, StoreDep
 from phalanx.server.policy import policy, principal_of
 
@@ -54,7 +54,7 @@ def stop_group(store: StoreDep, settings: SettingsDep, group_id: str, request: R
     group = groups.get_group(group_id)
     if not group.done:
         controller.stop_group(groups, settings.store, group, timeout=30)
-        audit(request, "group.stop", group.id, group.project)
+        describe(request, "group.stop", group.id, group.project)
     return controller.group_json(groups, groups.get_group(group.id))
 
 

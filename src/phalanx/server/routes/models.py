@@ -15,6 +15,7 @@ from fastapi.responses import HTMLResponse
 
 from phalanx.errors import NotFound
 from phalanx.registry.service import Registry
+from phalanx.server.audit import describe
 from phalanx.server.deps import StoreDep
 from phalanx.server.policy import policy, principal_of, require, require_experiment
 from phalanx.server.registry_schemas import (
@@ -69,9 +70,12 @@ def get_model(name: str, store: StoreDep) -> RegisteredModelDetailOut:
 
 @router.patch("/models/{name}", response_model=RegisteredModelOut)
 @policy("model:editor")
-def update_model(name: str, body: ModelUpdateIn, store: StoreDep) -> RegisteredModelOut:
+def update_model(name: str, body: ModelUpdateIn, store: StoreDep, request: Request) -> RegisteredModelOut:
     registry = Registry(store)
     registry.update(name, description=body.description, tags=body.tags)
+    describe(
+        request, "model.update", name, registry.project_of(name), body.model_dump_json(exclude_none=True)
+    )
     return RegisteredModelOut.of(next(m for m in registry.models() if m.name == name))
 
 
@@ -89,6 +93,7 @@ def register(name: str, body: RegisterIn, store: StoreDep, request: Request) -> 
         require(request, project, Role.editor, f"model {name}")
     source = experiment.id if body.model is None else f"{experiment.id}/{body.model}"
     created = Registry(store).register(source, name, description=body.description, tags=body.tags)
+    describe(request, "model.register", f"{name}/{created.version}", experiment.project, f"from {source}")
     return ModelVersionOut.of(created)
 
 
@@ -100,9 +105,13 @@ def get_version(name: str, version: int, store: StoreDep) -> ModelVersionOut:
 
 @router.patch("/models/{name}/versions/{version}", response_model=ModelVersionOut)
 @policy("model:editor")
-def update_version(name: str, version: int, body: ModelUpdateIn, store: StoreDep) -> ModelVersionOut:
+def update_version(
+    name: str, version: int, body: ModelUpdateIn, store: StoreDep, request: Request
+) -> ModelVersionOut:
     registry = Registry(store)
     registry.update(name, version, description=body.description, tags=body.tags)
+    detail = body.model_dump_json(exclude_none=True)
+    describe(request, "model.version.update", f"{name}/{version}", registry.project_of(name), detail)
     return ModelVersionOut.of(registry.resolve(ModelRef(name, version=version)))
 
 
@@ -127,14 +136,28 @@ def get_alias(name: str, alias: str, store: StoreDep) -> ModelVersionOut:
 
 @router.put("/models/{name}/aliases/{alias}", response_model=ModelVersionOut)
 @policy("model:editor")
-def set_alias(name: str, alias: str, body: AliasIn, store: StoreDep) -> ModelVersionOut:
+def set_alias(name: str, alias: str, body: AliasIn, store: StoreDep, request: Request) -> ModelVersionOut:
     registry = Registry(store)
+    before = _aliased(registry, name, alias)
     registry.set_alias(name, alias, body.version)
+    target, project = f"{name}@{alias}", registry.project_of(name)
+    describe(request, "model.alias.set", target, project, f"version {body.version}", before)
     return ModelVersionOut.of(registry.resolve(ModelRef(name, alias=alias)))
 
 
 @router.delete("/models/{name}/aliases/{alias}", status_code=204)
 @policy("model:editor")
-def delete_alias(name: str, alias: str, store: StoreDep) -> Response:
-    Registry(store).delete_alias(name, alias)
+def delete_alias(name: str, alias: str, store: StoreDep, request: Request) -> Response:
+    registry = Registry(store)
+    before = _aliased(registry, name, alias)
+    registry.delete_alias(name, alias)
+    describe(request, "model.alias.remove", f"{name}@{alias}", registry.project_of(name), None, before)
     return Response(status_code=204)
+
+
+def _aliased(registry: Registry, name: str, alias: str) -> str | None:
+    """The version an alias points at now ("version N"), for the audit trail; None: no such alias."""
+    try:
+        return f"version {registry.resolve(ModelRef(name, alias=alias)).version}"
+    except NotFound:
+        return None

@@ -1,49 +1,109 @@
-"""This machine's queue (`phalanx queue`) over HTTP: what runs, what waits in order and why.
+"""The queue over HTTP: what runs and what waits on this machine (its ledger, as `phalanx queue`),
+in order and why, with each project's quota and fair share; what waits on the server's cluster
+targets; and a waiting run's priority changed by whoever may edit its project.
 
 Stopping a queued experiment is the experiments route's stop (its waiting `phalanx run` sees the
-request and leaves the queue). The queue is the ledger of the machine the server runs on; the
-server's own queue comes with remote submission.
+request and leaves the queue).
 """
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any
 
 from fastapi import APIRouter, Request
+from pydantic import BaseModel, Field
 
-from phalanx.server.deps import SettingsDep, StoreDep
-from phalanx.server.policy import policy, principal_of
+from phalanx.domain import ExperimentStatus
+from phalanx.errors import Conflict, PhalanxError
+from phalanx.priority import MAX_PRIORITY
+from phalanx.queue import ledger_for, overview
+from phalanx.reconcile import reconcile
+from phalanx.server.audit import describe
+from phalanx.server.deps import SettingsDep, StoreDep, experiment_of
+from phalanx.server.policy import Principal, policy, principal_of
+from phalanx.share import LOCAL
+from phalanx.store.accounts import Role
+from phalanx.store.base import ExperimentFilter, Store
 
 router = APIRouter(tags=["queue"])
+MASKED = "(a run of another project)"
 
 
 @router.get("/queue")
 @policy("signed-in")
 def queue(settings: SettingsDep, store: StoreDep, request: Request) -> dict[str, Any]:
-    """`phalanx queue -o json`: each waiting run with ``why`` (its project's quota, the resources
-    it waits for, the runs ahead of it by priority or fair share); ``projects``: each project's
-    quota, what it holds and its recent usage. Runs of projects the caller is not in are there
-    (they hold and wait for the same machine) but without id or name."""
-    import contextlib
-
-    from phalanx.queue import overview
-    from phalanx.reconcile import reconcile
-
+    """`phalanx queue -o json` with ``target`` on every row: each waiting run with ``why`` (its
+    project's quota, the resources it waits for, the runs ahead of it by priority or fair share);
+    ``projects``: each project's quota, what it holds and its recent usage; ``elsewhere``: runs
+    waiting on the server's cluster targets (their scheduler orders them). ``may_change`` on a row:
+    whether the caller may stop it or change its priority. Runs of projects the caller is not in are
+    there (they hold and wait for the same machine) but without id, name or project: ``masked``."""
     with contextlib.suppress(Exception):  # reading the queue must work even if the store fails
         reconcile(store, settings.store)  # a killed waiter's row shows stopped, not queued
     doc = overview(settings.store, store)  # each queued row has its ``why`` from the admission pass
-    visible = principal_of(request).visible_projects()
+    who = principal_of(request)
+    visible = who.visible_projects()
+    doc["target"] = LOCAL
+    doc["elsewhere"] = waiting_on_clusters(store, visible)
+    for row in doc["running"] + doc["queued"] + doc["elsewhere"]:
+        row.setdefault("target", LOCAL)
+        if visible is not None and not _in_projects(store, row["experiment_id"], visible):
+            row.update(experiment_id=None, name=MASKED, project=None, pid=None, masked=True, may_change=False)
+        else:
+            row.update(masked=False, may_change=_may_change(who, row["project"]))
     if visible is not None:
-        for row in doc["running"] + doc["queued"]:
-            if not _in_projects(store, row["experiment_id"], visible):
-                row.update(experiment_id=None, name="(a run of another project)", pid=None)
         doc["projects"] = [p for p in doc.get("projects", []) if p.get("project") in visible]
     return doc
 
 
-def _in_projects(store: StoreDep, experiment_id: str, projects: tuple[str, ...]) -> bool:
-    from phalanx.errors import PhalanxError
+class PriorityIn(BaseModel):
+    priority: int = Field(ge=-MAX_PRIORITY, le=MAX_PRIORITY, description="higher starts first")
 
+
+@router.patch("/queue/{experiment_id}")
+@policy("experiment:editor")
+def reprioritise(
+    experiment_id: str, body: PriorityIn, store: StoreDep, settings: SettingsDep, request: Request
+) -> dict[str, Any]:
+    """Change the priority of a run waiting in this machine's queue (409 when it is not waiting
+    here: running already, ended, or on a cluster whose scheduler orders it)."""
+    e = experiment_of(store, experiment_id)
+    entry = ledger_for(settings.store).reprioritise(e.id, body.priority)
+    if entry is None:
+        raise Conflict(f"experiment {e.id} is not waiting in this machine's queue ({e.status})")
+    describe(request, "queue.priority", e.id, e.project, str(body.priority))
+    return {"experiment_id": e.id, "priority": entry.priority}
+
+
+def waiting_on_clusters(store: Store, visible: tuple[str, ...] | None) -> list[dict[str, Any]]:
+    """The experiments queued or pending on a cluster target (Slurm, Kubernetes): their engine's
+    scheduler orders them, so they have a status and a reason, not a place in this machine's queue."""
+    rows: list[dict[str, Any]] = []
+    for status in (ExperimentStatus.QUEUED, ExperimentStatus.PENDING):
+        page = store.list_experiments(ExperimentFilter(status=status, limit=500, order_by="created_at"))
+        for e in page.items:
+            if e.cluster:
+                rows.append(
+                    {
+                        "experiment_id": e.id,
+                        "name": e.name,
+                        "project": e.project,
+                        "target": e.cluster,
+                        "state": str(e.status),
+                        "why": e.reason or f"{e.status} on {e.cluster}",
+                        "since": e.created_at,
+                    }
+                )
+    return rows
+
+
+def _may_change(who: Principal, project: str | None) -> bool:
+    held = who.role_in(project) if project is not None else None
+    return held is not None and held >= Role.editor
+
+
+def _in_projects(store: Store, experiment_id: str, projects: tuple[str, ...]) -> bool:
     try:
         return store.get_experiment(experiment_id).project in projects
     except PhalanxError:

@@ -10,10 +10,11 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Query, Response
+from fastapi import APIRouter, Query, Request, Response
 from pydantic import BaseModel, Field
 
 from phalanx.errors import NotFound, UsageError
+from phalanx.server.audit import describe
 from phalanx.server.deps import StoreDep
 from phalanx.server.policy import policy
 from phalanx.share import LOCAL, Limit, Quota
@@ -87,7 +88,7 @@ def get_quota(project: str, store: StoreDep, target: TargetQuery = LOCAL) -> Quo
 
 @router.put("/projects/{project}/quota", response_model=QuotaOut)
 @policy("site:admin")
-def put_quota(project: str, body: QuotaIn, store: StoreDep) -> QuotaOut:
+def put_quota(project: str, body: QuotaIn, store: StoreDep, request: Request) -> QuotaOut:
     """Set (replace) the project's quota on ``body.target``; running experiments keep what they hold,
     waiting ones are judged by the new quota within seconds."""
     from phalanx.store import quotas
@@ -95,18 +96,32 @@ def put_quota(project: str, body: QuotaIn, store: StoreDep) -> QuotaOut:
     limit = Limit(
         cores=body.cores, gpus=body.gpus, memory_mib=memory_mib(body.memory), max_waiting=body.max_waiting
     )
+    before = quotas.get(store, project, body.target)
     quota = quotas.put(store, Quota(project, body.target, limit))
+    describe(request, "quota.set", f"{project}/{body.target}", project, _limits(quota), _limits(before))
     return _out(project, body.target, quota)
+
+
+def _limits(quota: Quota | None) -> str | None:
+    """A quota's limits in one line for the audit trail (None: no quota)."""
+    if quota is None:
+        return None
+    limit = quota.limit
+    parts = [("cores", limit.cores), ("gpus", limit.gpus), ("memory_mib", limit.memory_mib)]
+    parts.append(("max_waiting", limit.max_waiting))
+    return " ".join(f"{k}={v:g}" for k, v in parts if v is not None) or "none"
 
 
 @router.delete("/projects/{project}/quota", status_code=204)
 @policy("site:admin")
-def delete_quota(project: str, store: StoreDep, target: TargetQuery = LOCAL) -> Response:
+def delete_quota(project: str, store: StoreDep, request: Request, target: TargetQuery = LOCAL) -> Response:
     """Remove the project's quota on the target (404 when it has none)."""
     from phalanx.store import quotas
 
+    before = quotas.get(store, project, target)
     if not quotas.remove(store, project, target):
         raise NotFound(f"project {project} has no quota on {target}")
+    describe(request, "quota.remove", f"{project}/{target}", project, None, _limits(before))
     return Response(status_code=204)
 
 

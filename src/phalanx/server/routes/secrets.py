@@ -7,10 +7,11 @@ A module of its own, so that a policy (the project's admins) can be attached to 
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Response
+from fastapi import APIRouter, Request, Response
 from pydantic import BaseModel, Field
 
 from phalanx.errors import NotFound
+from phalanx.server.audit import describe
 from phalanx.server.deps import SettingsDep, StoreDep
 from phalanx.server.policy import policy
 
@@ -38,20 +39,26 @@ def list_secrets(project: str, store: StoreDep) -> list[SecretOut]:
 
 @router.put("/projects/{project}/secrets/{name}", status_code=204)
 @policy("project:admin")
-def put_secret(project: str, name: str, body: SecretIn, store: StoreDep, settings: SettingsDep) -> Response:
+def put_secret(
+    project: str, name: str, body: SecretIn, store: StoreDep, settings: SettingsDep, request: Request
+) -> Response:
     """Set (replace) a secret; the project's experiments started on this machine from now on get it
     as the environment variable ``name``."""
     from phalanx.store import secrets
 
+    replaced = any(n == name for _, n, _ in secrets.names(store, project))
     secrets.put(store, settings.store.home, project, name, body.value)
+    # never the value: whether one was replaced
+    describe(request, "secret.set", f"{project}/{name}", project, "replaced" if replaced else "new")
     return Response(status_code=204)
 
 
 @router.delete("/projects/{project}/secrets/{name}", status_code=204)
 @policy("project:admin")
-def delete_secret(project: str, name: str, store: StoreDep) -> Response:
+def delete_secret(project: str, name: str, store: StoreDep, request: Request) -> Response:
     from phalanx.store import secrets
 
     if not secrets.remove(store, project, name):
         raise NotFound(f"project {project} has no secret {name}")
+    describe(request, "secret.remove", f"{project}/{name}", project)
     return Response(status_code=204)

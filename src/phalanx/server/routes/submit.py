@@ -4,25 +4,35 @@ code bundle; or JSON ``{"from": ID}``: clone and enqueue), ``GET /experiments/{i
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import TYPE_CHECKING, Annotated, Any
 
 from fastapi import APIRouter, Header, HTTPException, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from starlette.concurrency import run_in_threadpool
 from starlette.datastructures import UploadFile as StarletteUploadFile
 
 from phalanx.errors import NotFound
-from phalanx.server.audit import audit, record_launch
+from phalanx.server.admission import cluster_of, targets
+from phalanx.server.audit import mark_audited
 from phalanx.server.deps import SettingsDep, StoreDep, experiment_of
-from phalanx.server.policy import policy, require, require_experiment
+from phalanx.server.policy import policy, principal_of, require, require_experiment
+from phalanx.server.submitting import (
+    CloneRequest,
+    SubmitRequest,
+    SubmitResult,
+    Submitter,
+    clone,
+    parse_params,
+    submit,
+)
+from phalanx.spec.loader import parse_param_overrides
 from phalanx.store.accounts import Role
 
 if TYPE_CHECKING:
     from phalanx.server.settings import ServerSettings
-    from phalanx.server.submitting import SubmitResult
-    from phalanx.store.base import Store
+    from phalanx.store.base import LocalStore
 
 router = APIRouter(tags=["experiments"])
 
@@ -119,33 +129,36 @@ async def submit_experiment(
     """Two ways to start an experiment on this server's machine:
 
     - multipart (the file, params, priority, target and the code bundle): validate the file (422
-      with `FILE:LINE:COL` problems), keep the bundle by its sha256, unpack it into a working folder
-      and start the experiment on this machine's queue, or on the registered cluster its target
-      names (400 for a target not registered, naming those that are);
+      with `FILE:LINE:COL` problems), keep the bundle by its sha256, and queue the experiment on
+      this machine, or on the registered cluster its target names (400 for a target not
+      registered, naming those that are);
     - JSON ``{"from": ID, "params": {...}, "priority": N}`` (clone and enqueue): run again the stored
       file and source snapshot of experiment ID (the rerun rule of `phalanx rerun`) with these
       params over its recorded ones; the new experiment records ID as its origin.
 
-    A retry with the same ``Idempotency-Key`` answers the first submit's id (200) and starts nothing."""
-    submitted_to: list[str] = []
+    Answered 201 once the submit is written (the experiment exists, status created); its code is
+    unpacked and its supervisor started after the answer. An experiment that could never start
+    (bigger than its project's whole quota on the target, or than this machine) is refused (400).
+    ``Idempotency-Key`` (per user, kept 7 days): a retry of the same request answers the first
+    submit's id (200) and starts nothing; the same key with another request is refused (409)."""
+    who = principal_of(request)
 
     def authorize(project: str) -> None:
         require(request, project, Role.editor, f"project {project}")
-        submitted_to.append(project)
 
+    submitter = Submitter(who.name, authorize)
     kind = request.headers.get("content-type", "").split(";")[0].strip().lower()
     if kind == "application/json":
-        result = await _clone(request, store, settings, idempotency_key, submitted_to)
+        result = await _clone(request, store, settings, idempotency_key, submitter)
     elif kind == "multipart/form-data":
-        result = await _submit_bundle(request, store, settings, idempotency_key, authorize)
+        result = await _submit_bundle(request, store, settings, idempotency_key, submitter)
     else:
         raise HTTPException(
             415, 'send multipart/form-data (a file and its code bundle) or application/json ({"from": ID})'
         )
+    mark_audited(request)  # written with the experiment (a replay changed nothing)
     if result.created:
-        record_launch(request, result.kind, result.experiment_id)
-        project = submitted_to[0] if submitted_to else None
-        audit(request, f"{result.kind}.submit", result.experiment_id, project)
+        request.app.state.launcher.wake(result.experiment_id)
     out = SubmittedOut(
         id=result.experiment_id, bundle_sha256=result.bundle_sha256, created=result.created, kind=result.kind
     )
@@ -154,27 +167,20 @@ async def submit_experiment(
 
 async def _clone(
     request: Request,
-    store: Store,
+    store: LocalStore,
     settings: ServerSettings,
     idempotency_key: str | None,
-    submitted_to: list[str],
+    who: Submitter,
 ) -> SubmitResult:
-    """The JSON form: run experiment ``from`` again (its project is added to ``submitted_to``)."""
-    from starlette.concurrency import run_in_threadpool
-
-    from phalanx.server.submitting import CloneRequest, clone, cluster_of
-
+    """The JSON form: run experiment ``from`` again."""
     try:
         body = CloneIn.model_validate_json(await request.body())
     except ValidationError as exc:
         raise RequestValidationError(_located(exc.errors(), "body")) from None
-    from phalanx.spec.loader import parse_param_overrides
-
     typed = parse_param_overrides(f"{name}={text}" for name, text in body.texts.items())
     if body.target is not None:  # a target the server lacks: said before the origin is looked up
         await run_in_threadpool(cluster_of, settings.store, body.target)
     origin = await run_in_threadpool(require_experiment, request, body.origin, Role.editor)
-    submitted_to.append(origin.project)
     return await run_in_threadpool(
         clone,
         store,
@@ -189,21 +195,18 @@ async def _clone(
             idempotency_key=idempotency_key,
             target=body.target,
         ),
+        who,
     )
 
 
 async def _submit_bundle(
     request: Request,
-    store: Store,
+    store: LocalStore,
     settings: ServerSettings,
     idempotency_key: str | None,
-    authorize: Callable[[str], None],
+    who: Submitter,
 ) -> SubmitResult:
     """The multipart form: an experiment file, its params and its code bundle (a .tar.gz)."""
-    from starlette.concurrency import run_in_threadpool
-
-    from phalanx.server.submitting import SubmitRequest, parse_params, submit
-
     async with request.form() as form:
         bundle = form.get("bundle")
         try:
@@ -227,7 +230,7 @@ async def _submit_bundle(
             idempotency_key=idempotency_key,
             target=fields.target,
         ),
-        authorize,
+        who,
     )
 
 
@@ -239,15 +242,11 @@ def _located(errors: Any, where: str) -> list[dict[str, Any]]:
 @policy("experiment:viewer")
 def get_submission(experiment_id: str, store: StoreDep) -> SubmissionOut:
     """The code bundle a submitted experiment ran; 404 for one not submitted to this server."""
-    from phalanx.store.submissions import get
-
     e = experiment_of(store, experiment_id)
-    found = get(store, e.id)
+    found = store.submission(e.id)
     if found is None:
         raise NotFound(f"experiment {e.id} was not submitted to this server (it was started on its machine)")
-    return SubmissionOut(
-        id=found.experiment_id, bundle_sha256=found.bundle_sha256, submitted_at=found.submitted_at
-    )
+    return SubmissionOut(id=found.id, bundle_sha256=found.bundle_sha256, submitted_at=found.submitted_at)
 
 
 @router.get("/targets", response_model=list[TargetOut])
@@ -255,6 +254,4 @@ def get_submission(experiment_id: str, store: StoreDep) -> SubmissionOut:
 def list_targets(settings: SettingsDep) -> list[TargetOut]:
     """Where a submit may run: ``local`` (this server's machine) and each cluster registered in the
     server's home (`phalanx cluster add` there), by name and kind only."""
-    from phalanx.server.submitting import targets
-
     return [TargetOut(**t) for t in targets(settings.store)]

@@ -12,7 +12,7 @@ from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, Field
 
 from phalanx.errors import UsageError
-from phalanx.server.audit import audit
+from phalanx.server.audit import describe
 from phalanx.server.policy import policy, principal_of
 from phalanx.store.accounts import Accounts, Role
 
@@ -88,7 +88,7 @@ def issue_token(body: TokenIn, request: Request) -> JSONResponse:
         throttle.failed(client)
         raise HTTPException(401, "wrong username or password (or a disabled account)")
     token, record = accounts.issue_token(user, body.name, body.expires_days)
-    accounts.audit(user, "token.issue", f"{user}/{body.name}")
+    describe(request, "token.issue", f"{user}/{body.name}", actor=user)
     out = NewTokenOut(
         token=token, name=record.name, created_at=record.created_at, expires_at=record.expires_at
     )
@@ -109,7 +109,7 @@ def revoke_token(name: str, request: Request) -> Response:
     """Revoke one of the caller's tokens: refused from the next request on."""
     user = _own_user(request)
     _accounts(request).revoke_token(user, name)
-    audit(request, "token.revoke", f"{user}/{name}")
+    describe(request, "token.revoke", f"{user}/{name}")
     return Response(status_code=204)
 
 
@@ -139,16 +139,28 @@ def set_member(project: str, user: str, body: MemberIn, request: Request) -> dic
     """Give a user a role in the project (or change it)."""
     role = Role.parse(body.role)
     accounts = _accounts(request)
+    before = accounts.members(project).get(user)
     accounts.set_member(project, user, role)
-    audit(request, "member.set", f"{project}/{user}", project, role.name)
+    describe(
+        request,
+        "member.set",
+        f"{project}/{user}",
+        project,
+        role.name,
+        None if before is None else before.name,
+    )
     return {u: r.name for u, r in accounts.members(project).items()}
 
 
 @router.delete("/projects/{project}/members/{user}", status_code=204)
 @policy("project:admin")
 def remove_member(project: str, user: str, request: Request) -> Response:
-    _accounts(request).remove_member(project, user)
-    audit(request, "member.remove", f"{project}/{user}", project)
+    accounts = _accounts(request)
+    before = accounts.members(project).get(user)
+    accounts.remove_member(project, user)
+    describe(
+        request, "member.remove", f"{project}/{user}", project, None, None if before is None else before.name
+    )
     return Response(status_code=204)
 
 

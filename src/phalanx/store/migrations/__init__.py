@@ -4,4 +4,4 @@ HEAD names the newest revision so that opening an up-to-date store needs no Alem
 checks it against the scripts (and the scripts against the ORM models).
 """
 
-HEAD = "0014_service_experiment_kind_i27"
+HEAD = "0015_plane_submissions"

@@ -418,17 +418,25 @@ class DatasetVersionRow(Base):
 
 
 class SubmissionRow(Base):
-    """An experiment a client submitted to the server: the code bundle it ran (by sha256) and the
-    client's idempotency key, so that a retried submit returns the same experiment instead of
-    starting a second one. The row is written before the experiment exists (it reserves the key),
-    hence no foreign key to ``experiments``."""
+    """An experiment or group a client submitted to the server: the code bundle it runs (by
+    sha256), who asked, their idempotency key with the request's fingerprint (a retried submit
+    answers the same id instead of starting a second one; the same key with another body is
+    refused), and how far the server got: ``accepted`` (written with its experiment or group row,
+    in one transaction, before the answer) or ``launched`` (its supervisor or controller was
+    started). Keys are unique per user and expire (``key_expires_at``)."""
 
     __tablename__ = "submissions"
+    __table_args__ = (UniqueConstraint("user", "idempotency_key", name="uq_submissions_user_key"),)
 
-    experiment_id: Mapped[str] = mapped_column(String(32), primary_key=True)
-    idempotency_key: Mapped[str | None] = mapped_column(String(200), unique=True)
+    experiment_id: Mapped[str] = mapped_column(String(32), primary_key=True)  # or a group's id
+    idempotency_key: Mapped[str | None] = mapped_column(String(200))
     bundle_sha256: Mapped[str] = mapped_column(String(64))
     submitted_at: Mapped[float] = mapped_column(Float)
+    kind: Mapped[str] = mapped_column(String(16), server_default="experiment")
+    user: Mapped[str | None] = mapped_column(String(200))
+    fingerprint: Mapped[str | None] = mapped_column(String(64))
+    key_expires_at: Mapped[float | None] = mapped_column(Float)
+    state: Mapped[str] = mapped_column(String(16), server_default="launched")
 
 
 class UserRow(Base):

@@ -45,6 +45,7 @@ from phalanx.store.sql.lookup import like as _like
 from phalanx.store.sql.lookup import replica as _replica
 from phalanx.store.sql.lookup import replica_values as _replica_values
 from phalanx.store.sql.lookup import resolve as _resolve
+from phalanx.store.sql.many import ManyReads
 from phalanx.store.sql.models import (
     ArtifactRow,
     AttemptRow,
@@ -64,6 +65,7 @@ from phalanx.store.sql.models import (
 )
 from phalanx.store.sql.records import RecordReads
 from phalanx.store.sql.starts import AttemptBook
+from phalanx.store.sql.submissions import SubmissionBook
 from phalanx.store.sql.table import column_values
 from phalanx.tracking.labels import MAX_NAME, MAX_TAG, label_problem
 
@@ -87,7 +89,7 @@ _EXP_COLUMNS = [c for c in ExperimentRow.__table__.c if c.key != "repro"]
 
 
 @phalanx_errors
-class SqlStore(AttemptBook, RecordReads, GroupBook):
+class SqlStore(AttemptBook, RecordReads, ManyReads, GroupBook, SubmissionBook):
     """The store (``base.IngestStore`` and ``base.GroupStore``; each method is documented there).
     ``url``: a SQLAlchemy URL (``sqlite:///path`` or ``postgresql+psycopg://...``); ``artifacts``:
     where files live (deleted with their experiment). The schema is migrated to the newest revision
@@ -212,6 +214,8 @@ class SqlStore(AttemptBook, RecordReads, GroupBook):
             conds.append(ExperimentRow.group_id == q.group_id)
         if q.projects is not None:
             conds.append(ExperimentRow.project.in_(q.projects))
+        if q.ids is not None:
+            conds.append(ExperimentRow.id.in_(q.ids))
         if q.tag:
             conds.append(cast(ExperimentRow.tags, String).like(f'%"{_like(q.tag)}"%', escape="\\"))
         if q.text:
@@ -255,6 +259,7 @@ class SqlStore(AttemptBook, RecordReads, GroupBook):
         finished_at: float | None = None,
         handle: str | None = None,
         cluster: str | None = None,
+        plan: Mapping[str, Any] | None = None,
     ) -> Experiment:
         values: dict[str, Any] = {
             k: v
@@ -265,6 +270,7 @@ class SqlStore(AttemptBook, RecordReads, GroupBook):
                 "finished_at": finished_at,
                 "handle": handle,
                 "cluster": cluster,
+                "plan": None if plan is None else dict(plan),
             }.items()
             if v is not None
         }

@@ -5,7 +5,8 @@ not the page on screen. A column's values for many experiments cost two queries:
 of the keys asked for, and the coarsest summary level (``store.sql.summary``; a handful of rows
 per series) of the titles asked for, so a metric column never reads the points.
 
-Column names: ``param:KEY`` (or ``param:SECTION/KEY``) and ``metric:AGG:TITLE`` with AGG one of
+Column names: ``param:KEY`` (a value the script reported, else the declared one; or
+``param:SECTION/KEY``) and ``metric:AGG:TITLE`` with AGG one of
 last, min, max (over every series of the title: for ``last``, the series reported last), or
 ``metric:AGG:TITLE@rankN`` over the series holding rank N's points (read from the chunks' rank, only
 when such a column is asked for); the grammar is ``store.columns`` (no SQL: the server parses the same names).
@@ -19,6 +20,7 @@ from typing import Any
 
 from sqlalchemy import Connection, select
 
+from phalanx.domain import DECLARED_SECTIONS
 from phalanx.store.base import ParamRecord, merge_params
 from phalanx.store.columns import parse_column, split_rank
 from phalanx.store.sql.models import ParamRow, ScalarChunkRow, ScalarSummaryRow, SeriesRow
@@ -56,9 +58,11 @@ def _params(
             ParamRecord(m["section"], m["key"], m["value"], m["replica"], m["rank"], m["time"])
         )
     for exp, records in by_exp.items():
-        merged = merge_params(records)
+        # merged: by section, key, rank: the first match is rank 0's / the master's; what the script
+        # reported before what was declared at launch (the Declared/Trial sections: the fallback)
+        merged = sorted(merge_params(records), key=lambda p: p.section in DECLARED_SECTIONS)
         for column, key in wanted:
-            for p in merged:  # merged: by section, key, rank: the first match is rank 0's / the master's
+            for p in merged:
                 if p.key == key or f"{p.section}/{p.key}" == key:
                     out[exp][column] = p.value
                     break

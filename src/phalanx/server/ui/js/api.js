@@ -96,6 +96,10 @@ export const api = {
   titles: (id) => request(`/experiments/${enc(id)}/metrics`),
   metric: (id, title, params) => request(`/experiments/${enc(id)}/metrics/${encPath(title)}?${new URLSearchParams({ ...params, format: "compact" })}`).then(decodeCompact),
   params: (id) => request(`/experiments/${enc(id)}/params`),
+  // Compare: every run, its params and titles in one answer; one title's points of every run in one
+  compare: (ids) => request(`/compare?${new URLSearchParams({ ids: ids.join(",") })}`),
+  metricOfRuns: (title, ids, params) => request(`/metrics/${encPath(title)}?${new URLSearchParams({ ...params, ids: ids.join(",") })}`)
+    .then((doc) => Object.fromEntries(Object.entries(doc.runs).map(([id, run]) => [id, decodeCompact({ title: doc.title, x: doc.x, series: run.series })]))),
   artifacts: (id) => request(`/experiments/${enc(id)}/artifacts`),
   // the Logger's debug samples and plots: artifacts of kind "report" (metadata: report, title, series, step, rank)
   reports: (id) => request(`/experiments/${enc(id)}/artifacts?kind=report`),
@@ -115,6 +119,9 @@ export const api = {
   // the model registry (not an experiment's model files: `models` above)
   registeredModels: () => request("/models"),
   registeredModel: (name) => request(`/models/${enc(name)}`),
+  me: () => request("/me"),
   queue: () => request("/queue"),
+  reprioritise: (id, priority) => request(`/queue/${enc(id)}`, {
+    method: "PATCH", headers: { "Content-Type": "application/json" }, body: JSON.stringify({ priority }) }),
   sweep: (params) => request(`/sweep?${query(params)}`),
 };

@@ -5,6 +5,7 @@
 import { color, fmtTime, h, add } from "./util.js";
 
 export const MAX_POINTS = 2000;
+export const MAX_LEGEND = 30; // series a chart's legend lists
 
 // How often a live experiment's charts take in new points (localStorage "phalanx.refreshMs" overrides).
 export function liveMs() {
@@ -27,7 +28,9 @@ export function smooth(values, weight) {
   return out;
 }
 
-// lines: [{label, xs, ys}] -> uPlot data [xUnion, ys1, ys2, ...] with nulls where a line has no point.
+// lines: [{label, xs, ys}] -> uPlot data [xUnion, ys1, ys2, ...]. Where a line has no point at an x
+// another line has, its cell is undefined, which uPlot draws across; a null (a line's own gap: see
+// breakGaps, a NaN, a value a log axis cannot show) is a break in the line.
 export function align(lines) {
   const xset = new Set();
   for (const l of lines) for (const x of l.xs) xset.add(x);
@@ -36,11 +39,59 @@ export function align(lines) {
   xs.forEach((x, i) => index.set(x, i));
   const data = [Array.from(xs)];
   for (const l of lines) {
-    const col = new Array(xs.length).fill(null);
+    const col = new Array(xs.length).fill(undefined);
     for (let i = 0; i < l.xs.length; i++) col[index.get(l.xs[i])] = l.ys[i];
     data.push(col);
   }
   return data;
+}
+
+// A line's own gap is not bridged: where its next point comes more than GAP_FACTOR times its median
+// spacing later (a stop and a resume hours after, a rank that paused), a null point between the two
+// breaks the line, on any x axis. Lines of fewer than 8 points are drawn as they are.
+export const GAP_FACTOR = 20;
+export function breakGaps(line) {
+  const { xs, ys } = line;
+  if (xs.length < 8) return line;
+  const steps = [];
+  for (let i = 1; i < xs.length; i++) steps.push(xs[i] - xs[i - 1]);
+  const median = [...steps].sort((a, b) => a - b)[Math.floor(steps.length / 2)];
+  if (!(median > 0) || !steps.some((d) => d > GAP_FACTOR * median)) return line;
+  const bx = [], by = [];
+  for (let i = 0; i < xs.length; i++) {
+    if (i && xs[i] - xs[i - 1] > GAP_FACTOR * median) { bx.push((xs[i] + xs[i - 1]) / 2); by.push(null); }
+    bx.push(xs[i]); by.push(ys[i]);
+  }
+  return { ...line, xs: bx, ys: by };
+}
+
+// Tick labels with the digits the ticks need to differ, never "0" for a small value: exponents
+// when the largest tick is below 1e-3 or from 1e6 up (1e-5, 1.5e-5, 2e-5), else fixed decimals
+// (0.25, 0.5). uPlot's default kept 3 decimals: a 1e-5 learning rate's ticks all read "0".
+export function tickLabels(splits) {
+  const xs = splits.filter((v) => v !== null && v !== undefined && Number.isFinite(v));
+  if (!xs.length) return splits.map(() => "");
+  const big = Math.max(...xs.map(Math.abs));
+  let step = Infinity;
+  for (let i = 1; i < xs.length; i++) { const d = Math.abs(xs[i] - xs[i - 1]); if (d > 0 && d < step) step = d; }
+  if (!Number.isFinite(step)) step = big || 1;
+  const [stepDigits, stepExp] = mantissa(step);
+  const exponential = big !== 0 && (big < 1e-3 || big >= 1e6);
+  return splits.map((v) => {
+    if (v === null || v === undefined || !Number.isFinite(v)) return "";
+    if (v === 0) return "0";
+    if (exponential) {
+      const digits = Math.max(0, Math.min(15, mantissa(v)[1] - stepExp + stepDigits));
+      return v.toExponential(digits).replace(/\.?0+e/, "e").replace("e+", "e");
+    }
+    return v.toFixed(Math.max(0, Math.min(20, stepDigits - stepExp)));
+  });
+}
+
+// (digits after the point of its mantissa, its exponent): 0.25 -> [1, -1], 5e-6 -> [0, -6]
+function mantissa(v) {
+  const [m, e] = Number(Math.abs(v).toPrecision(12)).toExponential().split("e");
+  return [(m.split(".")[1] || "").length, Number(e)];
 }
 
 // A line's value at each x of `xs` (sorted): its own point there, else linearly interpolated between
@@ -159,7 +210,11 @@ export class ScalarChart {
     this.body = h("div", { class: "chart-body" });
     this.note = h("div", { class: "note" });
     const csv = h("button", { class: "link small chart-csv", title: "the points drawn, as CSV", onclick: () => this.exportCsv() }, "CSV");
-    this.card = h("div", { class: "chart-card", "data-title": title }, h("h3", {}, title, " ", csv), this.body, this.note);
+    // this chart's own y scale, log or linear, whatever the toolbar's log scale says for the others
+    this.logOverride = null;
+    this.logButton = h("button", { class: "link small chart-log", title: "this chart: log or linear y axis",
+      onclick: () => { this.logOverride = !this.logShown(); this.rebuild(); } }, "log y");
+    this.card = h("div", { class: "chart-card", "data-title": title }, h("h3", {}, title, " ", csv, " ", this.logButton), this.body, this.note);
     add(parent, this.card);
     this.resizer = new ResizeObserver(() => {
       if (this.plot) this.plot.setSize({ width: this.width(), height: 300 });
@@ -177,6 +232,11 @@ export class ScalarChart {
 
   width() { return Math.max(300, this.card.clientWidth - 24); }
 
+  // the options as this chart draws them: its own log choice over the toolbar's
+  own(opts) { return this.logOverride === null ? opts : { ...opts, log: this.logOverride }; }
+
+  logShown() { return !!(this.opts && this.opts.log); }
+
   // lines: [{label, xs, ys, count, downsampled, color?, group?}]; opts: {xMode, log, smoothing,
   // aggregate} (aggregate: lines of a group drawn as their mean and a min–max band)
   prepare(lines, opts) {
@@ -184,14 +244,15 @@ export class ScalarChart {
     return (aggregate ? aggregateLines(lines) : lines).map((l) => {
       let ys = smooth(l.ys, smoothing);
       if (log) ys = ys.map((v) => (v !== null && v > 0 ? v : null));
-      return { ...l, ys };
+      return breakGaps({ ...l, ys });
     });
   }
 
   // New points of a live experiment (same series, same x axis and scale kind): swap the data into
   // the plot in place. The user's zoom, hidden series and smoothing stay; a zoomed view refetches
   // its window so new points inside it show up.
-  refresh(lines, opts) {
+  refresh(lines, given) {
+    const opts = this.own(given);
     const labels = lines.map((l) => l.label).join("\u0000");
     // this.opts is a copy: the views pass their one shared, mutated state object, so comparing
     // against it would always find "the same" and never rebuild for log scale or another x axis.
@@ -221,9 +282,10 @@ export class ScalarChart {
       " · drag to zoom, double-click to reset";
   }
 
-  update(lines, opts) {
-    this.last = [lines, opts];
-    if (this.refresh(lines, opts)) return;
+  update(lines, given) {
+    this.last = [lines, given];
+    if (this.refresh(lines, given)) return;
+    const opts = this.own(given);
     const { xMode = "step", log = false } = opts || {};
     this.opts = { ...opts };
     this.labels = lines.map((l) => l.label).join("\u0000");
@@ -262,7 +324,7 @@ export class ScalarChart {
           label: l.label,
           stroke: l.band === "min" || l.band === "max" ? translucent(l.color || color(i), 0.45) : l.color || color(i),
           width: l.band === "min" || l.band === "max" ? 0.5 : 1.5,
-          spanGaps: true,
+          spanGaps: false, // undefined (another line's x) is drawn across, null is a gap: see align
           dash: l.dash,
           show: !hidden.has(l.label),
           points: { show: l.xs.length <= 60, size: 5 },
@@ -270,17 +332,23 @@ export class ScalarChart {
         })),
       ],
       axes: [{ stroke: theme.text, grid: { stroke: theme.grid }, ticks: { stroke: theme.grid } },
-        { stroke: theme.text, grid: { stroke: theme.grid }, ticks: { stroke: theme.grid }, size: axisWidth }],
+        { stroke: theme.text, grid: { stroke: theme.grid }, ticks: { stroke: theme.grid }, size: axisWidth,
+          values: (u, splits) => tickLabels(splits) }],
       // an aggregate's min–max band: filled from its max line down to its min line
       bands: bandsOf(prepared),
       cursor: { drag: { x: true, y: false }, points: { size: 6 } },
-      legend: { live: true },
+      // a legend of more than 30 lines (Compare of many runs) costs more than it tells: the run
+      // cards above say which colour is which run
+      legend: { show: prepared.length <= MAX_LEGEND, live: true },
       hooks: { setScale: [(u, key) => { if (key === "x") this.zoomed(u.scales.x.min, u.scales.x.max); }] },
     };
     this.plot = new uPlot(options, data, this.body);
     this.plot.over.addEventListener("dblclick", () => this.restore());
     // What is drawn, readable by the browser tests (scales, data arrays, colours).
     this.card.plot = this.plot;
+    this.card.dataset.log = String(!!log);
+    this.logButton.textContent = log ? "linear y" : "log y";
+    this.logButton.setAttribute("aria-pressed", String(!!log));
     this.card.dataset.builds = String(Number(this.card.dataset.builds || 0) + 1);
     this.card.dataset.ready = "true";
   }

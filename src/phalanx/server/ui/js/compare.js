@@ -14,19 +14,24 @@ export function renderCompare(root, ctx) {
   add(clear(root), h("p", { class: "muted" }, "Loading…"));
   const charts = [];
   (async () => {
-    // An id that no longer exists (deleted, mistyped) is left out and named, not a dead end.
-    const got = await Promise.allSettled(ids.map((id) => api.experiment(id)));
-    const exps = got.filter((r) => r.status === "fulfilled").map((r) => r.value);
-    const missing = ids.filter((_, i) => got[i].status === "rejected");
+    // One request for every run, its params and its titles (GET /compare?ids=). An id that no
+    // longer exists (deleted, mistyped) is left out and named, not a dead end.
+    let doc;
+    try { doc = await api.compare(ids); } catch (err) {
+      add(clear(root), h("p", { class: "error" }, `Could not compare: ${err.message}`));
+      return;
+    }
+    const exps = doc.experiments;
+    const missing = doc.missing;
     const missingNote = missing.length
       ? h("div", { class: "alert warn", id: "compare-missing" }, `Left out (no such experiment): ${missing.join(", ")}`) : null;
     if (exps.length < 2) { renderPicker(root, exps.map((e) => e.id), missingNote); return; }
     assignRunColours(exps.map((e) => e.id)); // runs drawn together: hues far apart (kept for their own pages)
     const state = { smoothing: 0, log: false, xMode: "step", lines: "each", aggregate: false };
-    const paramsOf = Promise.all(exps.map((e) => api.params(e.id).catch(() => [])));  // params unreadable: no grouping by them
+    const paramsOf = exps.map((e) => doc.params[e.id] || []);
     // the params whose value differs between the runs: what "group by" offers
     const values = new Map(); // key -> [value text per experiment]
-    (await paramsOf).forEach((params, ei) => {
+    paramsOf.forEach((params, ei) => {
       for (const p of params) {
         if (!values.has(p.key)) values.set(p.key, exps.map(() => new Set()));
         values.get(p.key)[ei].add(fmtValue(p.value));
@@ -41,9 +46,17 @@ export function renderCompare(root, ctx) {
     const modes = lineModes(state, [["each", "each series"], ["ranks", "each run: mean of its ranks, band"],
       ...groupable.map((k) => [`param:${k}`, `group by ${k}: mean, band`]),
       ...(tagGroups.length > 1 ? [["tags", "group by tags: mean, band"]] : [])], () => draw());
+    // the toolbar's changes: a new x axis fetches again (reload), the rest redraws
+    const controls = add(chartControls(state, (refetch) => (refetch ? reload() : draw())), h("span", { style: { width: "16px" } }), modes);
     const grid = h("div", { class: "charts", id: "compare-charts" });
+    // system metrics (CPU, memory, GPU of each replica) fold away: drawn, and fetched, when opened
+    const systemGrid = h("div", { class: "charts", id: "compare-system-charts" });
+    const systemBox = h("details", { id: "compare-system" }, h("summary", {}, "System"), systemGrid);
     const paramsBox = h("div", { id: "compare-params" });
+    // the diffs against the first run: asked for when opened (n - 1 of them)
     const diffBox = h("div", { id: "compare-diff" }, h("p", { class: "muted" }, "Loading…"));
+    const diffFold = h("details", { id: "compare-diff-fold" }, h("summary", {}, "What ran ",
+      h("span", { class: "muted small" }, `params, file, code and packages of each against ${label(exps[0])} (phalanx diff)`)), diffBox);
     add(clear(root), 
       h("div", { class: "toolbar" }, h("h1", {}, `Compare ${exps.length} experiments`), h("span", { class: "spacer" }),
         h("a", { href: `/compare?ids=${ids.join(",")}&pick=1`, onclick: (ev) => { ev.preventDefault(); renderPicker(root, exps.map((e) => e.id)); } }, "change selection")),
@@ -54,12 +67,12 @@ export function renderCompare(root, ctx) {
         h("div", { class: "small" }, `${e.project} · ${e.framework || "—"} · ${topologyText(e.topology)}`),
         h("div", { class: "muted small" }, h("span", { class: "swatch", style: { background: runColor(e.id) } }), " its colour in the charts")))),
       h("h2", {}, "Scalars"),
-      add(chartControls(state, (refetch) => (refetch ? loadScalars() : draw())), h("span", { style: { width: "16px" } }), modes),
+      controls,
       grid,
+      systemBox,
       h("h2", {}, "Hyperparameters"),
       paramsBox,
-      h("h2", {}, "What ran ", h("span", { class: "muted small" }, `params, file, code and packages of each against ${label(exps[0])} (phalanx diff)`)),
-      diffBox,
+      diffFold,
     );
 
     const metrics = new Map(); // title -> [[exp, metric]]
@@ -80,6 +93,19 @@ export function renderCompare(root, ctx) {
       }
       return out;
     }
+    const isSystem = (t) => t.startsWith("system/");
+    const titles = new Map(); // title -> ids of the runs that have it
+    for (const e of exps) for (const t of Object.keys(doc.titles[e.id] || {})) {
+      if (!titles.has(t)) titles.set(t, []);
+      titles.get(t).push(e.id);
+    }
+    const byId = new Map(exps.map((e, ei) => [e.id, [e, ei]]));
+    // points per series: a chart of many runs stays as light as a chart of a few (~40,000 points,
+    // at most MAX_POINTS a series, at least 100): 200 series of 100 runs get 200 points each
+    const seriesOf = (t) => exps.reduce((n, e) => n + ((doc.titles[e.id] || {})[t] || []).length, 0);
+    const perSeries = (t) => Math.max(100, Math.min(MAX_POINTS, Math.floor(40000 / Math.max(1, seriesOf(t)))));
+    const axis = () => (state.xMode === "step" ? "step" : "time");
+    const loaded = { main: false, system: false };
     function draw() {
       // Each experiment's own start, so "relative time" lines experiments up.
       const starts = new Map(exps.map((e) => [e.id, firstTime([...metrics.values()].flat().filter(([x]) => x.id === e.id).map(([, m]) => m))]));
@@ -87,13 +113,20 @@ export function renderCompare(root, ctx) {
       charts.length = 0;
       for (const title of [...metrics.keys()].sort()) {
         const entries = metrics.get(title);
-        // Zoomed in: each experiment's series restricted to the visible range (in its own time).
+        // Zoomed in: each experiment's series restricted to the visible range (in its own time):
+        // one request for all of them, or one per run on the relative axis (each its own offset).
         const detail = async (min, max) => {
-          const parts = await Promise.all(entries.map(([e, m]) => {
-            const off = state.xMode === "relative" ? starts.get(e.id) : 0;
-            return api.metric(e.id, title, { max_points: MAX_POINTS, x: state.xMode === "step" ? "step" : "time",
-              x_min: min + off, x_max: max + off }).then((d) => [e, m, d, off]);
-          }));
+          const range = { max_points: perSeries(title), x: axis() };
+          let parts;
+          if (state.xMode === "relative") {
+            parts = await Promise.all(entries.map(([e, m]) => {
+              const off = starts.get(e.id);
+              return api.metric(e.id, title, { ...range, x_min: min + off, x_max: max + off }).then((d) => [e, m, d, off]);
+            }));
+          } else {
+            const got = await api.metricOfRuns(title, entries.map(([e]) => e.id), { ...range, x_min: min, x_max: max });
+            parts = entries.map(([e, m]) => [e, m, got[e.id] || { series: {} }, 0]);
+          }
           const out = [];
           for (const [e, m, d, off] of parts) {
             const names = Object.keys(m.series).sort();
@@ -101,12 +134,12 @@ export function renderCompare(root, ctx) {
           }
           return out;
         };
-        const chart = new ScalarChart(grid, title, detail);
+        const chart = new ScalarChart(isSystem(title) ? systemGrid : grid, title, detail);
         charts.push(chart);
         const lines = [];
         // Each experiment its own colour (the one it has on its own Scalars tab), its series
         // (ranks) shades of it.
-        metrics.get(title).forEach(([e, m]) => {
+        entries.forEach(([e, m]) => {
           const names = Object.keys(m.series).sort();
           names.forEach((s, i) => {
             lines.push(decorate(toLine(`${label(e)} · ${s}`, m.series[s], state.xMode, starts.get(e.id)), e, i, names.length));
@@ -114,30 +147,35 @@ export function renderCompare(root, ctx) {
         });
         chart.update(lines, state);
       }
-      if (!metrics.size) add(grid, h("p", { class: "muted" }, "None of these experiments reported scalars."));
+      const main = [...titles.keys()].filter((t) => !isSystem(t)).length;
+      if (!main) add(grid, h("p", { class: "muted" }, "None of these experiments reported scalars."));
+      systemBox.querySelector("summary").textContent = `System (${[...titles.keys()].filter(isSystem).length} charts: CPU, memory, GPU of each replica)`;
     }
-    async function loadScalars() {
-      metrics.clear();
-      const titles = await Promise.all(exps.map((e) => api.titles(e.id)));
-      const jobs = [];
-      exps.forEach((e, ei) => {
-        for (const t of Object.keys(titles[ei].titles)) {
-          jobs.push(api.metric(e.id, t, { max_points: MAX_POINTS, x: state.xMode === "step" ? "step" : "time" }).then((m) => {
-            if (!metrics.has(t)) metrics.set(t, []);
-            metrics.get(t).push([e, m, ei]);
-          }));
-        }
-      });
-      await Promise.all(jobs);
-      for (const list of metrics.values()) list.sort((a, b) => a[2] - b[2]);
+    // One request per title for every run that has it (GET /metrics/TITLE?ids=).
+    async function loadScalars(which) {
+      for (const t of [...metrics.keys()]) if (isSystem(t) === (which === "system")) metrics.delete(t);
+      const wanted = [...titles.keys()].filter((t) => isSystem(t) === (which === "system"));
+      await Promise.all(wanted.map((t) => api.metricOfRuns(t, titles.get(t), { max_points: perSeries(t), x: axis() }).then((got) => {
+        const list = Object.entries(got).filter(([id]) => byId.has(id)).map(([id, m]) => [...byId.get(id), m]).map(([e, ei, m]) => [e, m, ei]);
+        list.sort((a, b) => a[2] - b[2]);
+        metrics.set(t, list);
+      })));
+      loaded[which] = true;
       draw();
     }
-    loadScalars();
-    // the first experiment against each other one, as `phalanx diff A B` shows them
-    Promise.all(exps.slice(1).map((e) => api.diff(exps[0].id, e.id).then((doc) => diffView(doc, label(exps[0]), label(e)),
-      (err) => h("p", { class: "muted" }, `Could not diff ${exps[0].id} and ${e.id}: ${err.message}`))))
-      .then((views) => add(clear(diffBox), views));
-    drawParams(paramsBox, exps, await paramsOf);
+    const reload = () => Promise.all(Object.keys(loaded).filter((k) => loaded[k]).map((k) => loadScalars(k)));
+    systemBox.addEventListener("toggle", () => { if (systemBox.open && !loaded.system) loadScalars("system"); });
+    loadScalars("main");
+    // the first experiment against each other one, as `phalanx diff A B` shows them: when opened
+    diffFold.addEventListener("toggle", () => {
+      if (!diffFold.open || diffBox.dataset.loaded) return;
+      diffBox.dataset.loaded = "true";
+      Promise.all(exps.slice(1).map((e) => api.diff(exps[0].id, e.id).then((d) => diffView(d, label(exps[0]), label(e)),
+        (err) => h("p", { class: "muted" }, `Could not diff ${exps[0].id} and ${e.id}: ${err.message}`))))
+        .then((views) => add(clear(diffBox), views));
+    });
+    if (exps.length <= 3) diffFold.open = true; // a few diffs are cheap: shown at once
+    drawParams(paramsBox, exps, paramsOf);
   })();
   return () => { for (const c of charts) c.destroy(); };
 }
@@ -151,8 +189,11 @@ function cellText(records) {
     if (!values.has(v)) values.set(v, []);
     values.get(v).push(r.replica);
   }
-  if (values.size === 1) return [...values.keys()][0];
-  return [...values.entries()].map(([v, reps]) => `${v} (${reps.join(", ")})`).join("; ");
+  // a declared value the script reported differently says so in the cell (never hidden)
+  const conflict = records.find((r) => r.conflict);
+  const note = conflict ? ` ≠ ${conflict.conflict}` : "";
+  if (values.size === 1) return [...values.keys()][0] + note;
+  return [...values.entries()].map(([v, reps]) => `${v} (${reps.join(", ")})`).join("; ") + note;
 }
 
 function drawParams(box, exps, allParams) {
@@ -168,7 +209,7 @@ function drawParams(box, exps, allParams) {
   const keys = [...rows.keys()].sort((a, b) => {
     const [sa, ka] = a.split("\u0000");
     const [sb, kb] = b.split("\u0000");
-    const rank = (s) => (s === "Args" ? 0 : s === "General" ? 1 : 2);
+    const rank = (s) => { const i = ["Declared", "Trial", "Args", "General"].indexOf(s); return i < 0 ? 9 : i; };
     return rank(sa) - rank(sb) || sa.localeCompare(sb) || ka.localeCompare(kb);
   });
   const onlyDiff = h("input", { type: "checkbox", id: "only-diff" });

@@ -6,6 +6,7 @@ import { renderConsole } from "./console.js";
 import { renderArtifacts, renderModels, renderParams, renderScalars } from "./panels.js";
 import { inputsCard } from "./datasets.js";
 import { rerunForm } from "./rerun.js";
+import { may, whoAmI } from "./roles.js";
 import { renderSamples } from "./samples.js";
 import { sourceDetails } from "./repro.js";
 import { badge, byReplica, clear, durationSeconds, fmtBytes, fmtDuration, fmtResources, fmtTime, fmtValue, h, topologyText, add } from "./util.js";
@@ -17,6 +18,7 @@ const TABS = [
 
 export function renderExperiment(root, ctx, id) {
   let exp = null;
+  let me = { admin: true, projects: {} }; // who is looking (/api/v1/me): actions follow their role
   let tab = (location.hash || "#overview").slice(1);
   if (!TABS.some(([k]) => k === tab)) tab = "overview";
   let disposePanel = () => {};
@@ -49,7 +51,8 @@ export function renderExperiment(root, ctx, id) {
     } }, "Delete");
     const origin = ((exp.plan || {}).launch || {}).rerun_of;
     // a started experiment with its file can run again (the server answers if its snapshot is gone)
-    const again = exp.spec_text && exp.backend !== "script"
+    const editor = may(me, exp.project, "editor");
+    const again = editor && exp.spec_text && exp.backend !== "script"
       ? h("button", { id: "run-again", onclick: () => {
         if (rerunBox.firstChild) { clear(rerunBox); return; }
         add(rerunBox, rerunForm(exp, () => clear(rerunBox)));
@@ -76,7 +79,7 @@ export function renderExperiment(root, ctx, id) {
         )),
       h("div", { class: "toolbar" },
         h("a", { href: `/compare?ids=${exp.id}` }, h("button", {}, "Compare with…")),
-        again, running ? stop : del),
+        again, running ? (editor ? stop : null) : (may(me, exp.project, "admin") ? del : null)),
     );
   }
 
@@ -87,7 +90,7 @@ export function renderExperiment(root, ctx, id) {
     const live = () => ctx.alive() && exp && ["running", "starting", "created", "queued", "pending"].includes(exp.status);
     const pctx = { alive: ctx.alive, live, experiment: () => exp };
     const result = {
-      overview: () => { renderOverview(panel, exp); add(panel, inputsCard(exp)); renderRun(panel, exp); renderNotes(panel, exp, (e) => { exp = { ...exp, ...e }; drawHead(); }); },
+      overview: () => { renderOverview(panel, exp); add(panel, inputsCard(exp)); renderRun(panel, exp); renderNotes(panel, exp, may(me, exp.project, "editor"), (e) => { exp = { ...exp, ...e }; drawHead(); }); },
       scalars: () => renderScalars(panel, pctx, exp.id),
       hyperparameters: () => renderParams(panel, exp.id),
       samples: () => renderSamples(panel, pctx, exp.id),
@@ -118,7 +121,7 @@ export function renderExperiment(root, ctx, id) {
   window.addEventListener("hashchange", onHash);
 
   (async () => {
-    try { exp = await api.experiment(id); } catch (err) {
+    try { [exp, me] = await Promise.all([api.experiment(id), whoAmI()]); } catch (err) {
       add(clear(root), h("div", { class: "empty" }, err.status === 404 ? `No experiment ${id} (it may have been deleted). ` : `Could not load: ${err.message}. `, h("a", { href: "/" }, "All experiments")));
       return;
     }
@@ -181,11 +184,12 @@ function replicaBox(r) {
 
 // Tags and notes the user keeps on the experiment (saved with PATCH), and what its scripts
 // reported as text (report_text).
-function renderNotes(panel, exp, saved) {
+// Only an editor of its project may change them: anyone else reads them.
+function renderNotes(panel, exp, editable, saved) {
   const tags = h("input", { type: "text", id: "edit-tags", value: (exp.tags || []).join(", "), "aria-label": "tags",
-    placeholder: "tags, comma-separated", style: { width: "100%" } });
+    placeholder: "tags, comma-separated", style: { width: "100%" }, readonly: !editable });
   const notes = h("textarea", { id: "edit-notes", rows: "4", "aria-label": "notes", placeholder: "Notes about this experiment",
-    style: { width: "100%" } });
+    style: { width: "100%" }, readonly: !editable });
   notes.value = exp.notes || "";
   const state = h("span", { class: "muted small", id: "notes-state" });
   const save = h("button", { class: "primary", id: "save-notes", onclick: async () => {
@@ -200,7 +204,7 @@ function renderNotes(panel, exp, saved) {
   const reports = h("div", { id: "reports" }, h("p", { class: "muted" }, "Loading…"));
   add(panel, h("div", { class: "overview" },
     h("div", { class: "card" }, h("h2", { style: { marginTop: 0 } }, "Tags and notes"), tags, notes,
-      h("div", { class: "toolbar" }, save, state)),
+      editable ? h("div", { class: "toolbar" }, save, state) : null),
     h("div", { class: "card" }, h("h2", { style: { marginTop: 0 } }, "Reports"), reports)));
   api.texts(exp.id).then((texts) => {
     clear(reports);

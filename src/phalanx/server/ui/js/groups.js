@@ -28,7 +28,7 @@ export async function renderGroups(root) {
 }
 
 export function renderGroup(root, ctx, groupId) {
-  const state = { sort: "value", desc: false, doc: null, brushes: {}, dragging: false, stale: false };
+  const state = { sort: "value", desc: false, doc: null, brushes: {}, axes: {}, dragging: false, stale: false };
   let timer = null;
 
   async function load() {
@@ -96,6 +96,8 @@ export function renderGroup(root, ctx, groupId) {
         h("tbody", {}, rows))),
       h("h2", {}, "Parameters against the metric ", shown),
       sweepAnalysis(g.trials, names, metric, bestNo, { brushes: state.brushes, onFilter,
+        // each axis as its param was sampled (the group's distributions), or as the user clicked it
+        axes: { ...(g.axes || {}), ...state.axes }, onAxis: (a, kind) => { state.axes[a] = kind; draw(); },
         goal: String(g.optimization || "").startsWith("max") ? "max" : "min", onDrag: (on) => {
         state.dragging = on;
         if (!on && state.stale) { state.stale = false; draw(); }

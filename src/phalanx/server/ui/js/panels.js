@@ -93,7 +93,9 @@ export function renderScalars(panel, ctx, id) {
   return () => { clearTimeout(timer); for (const c of charts.values()) c.destroy(); };
 }
 
-const SECTION_ORDER = ["Args", "General"];
+// the declared params (the file's params after --param, an estimator's script_params; a trial's
+// sampled values) first, then what the script reported
+const SECTION_ORDER = ["Declared", "Trial", "Args", "General"];
 
 export function groupParams(params) {
   const sections = new Map();
@@ -111,14 +113,16 @@ export function groupParams(params) {
 
 export async function renderParams(panel, id) {
   const params = await api.params(id);
-  if (!params.length) { add(panel, h("div", { class: "empty" }, "No hyperparameters reported. A training script records them with task.connect(dict) (argparse arguments are recorded as Args).")); return; }
+  if (!params.length) { add(panel, h("div", { class: "empty" }, "No hyperparameters. The experiment file's params are recorded as Declared; a training script records more with task.connect(dict) (argparse arguments are recorded as Args).")); return; }
   for (const [section, rows] of groupParams(params)) {
     add(panel, 
       h("h2", {}, section, " ", h("span", { class: "muted small" }, `${rows.length}`)),
       h("div", { class: "table-wrap" }, h("table", { class: "grid params-table", "data-section": section },
         h("thead", {}, h("tr", {}, h("th", {}, "name"), h("th", {}, "value"), h("th", {}, "replica"), h("th", {}, "rank"))),
-        h("tbody", {}, rows.map((p) => h("tr", { "data-key": p.key, "data-replica": p.replica },
-          h("td", { class: "key mono" }, p.key), h("td", { class: "value" }, fmtValue(p.value)),
+        h("tbody", {}, rows.map((p) => h("tr", { "data-key": p.key, "data-replica": p.replica, class: p.conflict ? "conflict" : "" },
+          h("td", { class: "key mono" }, p.key),
+          // a declared value the script reported differently: both sides say what the other holds
+          h("td", { class: "value" }, fmtValue(p.value), p.conflict ? h("span", { class: "conflict-note", title: "declared and reported values differ" }, ` ≠ ${p.conflict}`) : null),
           h("td", {}, p.replica), h("td", { class: "num" }, p.rank ?? "—")))))),
     );
   }

@@ -11,7 +11,8 @@ const SECTIONS = [
   ["image", "Images", "report_image / report_matplotlib_figure"],
   ["histogram", "Histograms", "report_histogram"],
   ["table", "Tables", "report_table"],
-  ["plotly", "Plotly figures", "report_plotly"],
+  ["plotly", "Plotly figures", "report_plotly, report_line_plot, report_scatter2d/3d, report_confusion_matrix, report_surface"],
+  ["media", "Media", "report_media"],
 ];
 
 // [{report, title, series, rank, steps: [{step, name}] (ascending)}], by title, series, rank
@@ -89,8 +90,9 @@ function card(id, g) {
       img.dataset.step = String(step);
       return;
     }
-    if (g.report === "plotly") {
-      add(clear(view), h("a", { href: api.artifactUrl(id, name), download: "", "data-step": step }, "figure (plotly JSON)"));
+    if (g.report === "plotly" || g.report === "media") {
+      add(clear(view), h("a", { href: api.artifactUrl(id, name), download: "", "data-step": step },
+        g.report === "plotly" ? "figure (plotly JSON)" : "download the file"));
       return;
     }
     try {

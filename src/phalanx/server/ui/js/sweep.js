@@ -21,17 +21,18 @@ function svgEl(parent, tag, attrs, text) {
   return e;
 }
 
-// An axis' scale over the trials' values: numbers linear, or logarithmic when all are positive and
-// span two decades or more (a log-sampled lr); anything else categorical, in sorted order.
-// f(v) -> 0..1 (bottom to top).
-export function axisScale(values) {
+// An axis' scale over the trials' values. Numbers: `wanted` ("log" or "linear": the group's sampling
+// distribution, or the user's choice) decides; without it, logarithmic when all are positive and
+// span two decades or more (a log-spaced list of values), else linear; a log axis needs positive
+// values. Anything else categorical, in sorted order. f(v) -> 0..1 (bottom to top).
+export function axisScale(values, wanted) {
   const present = values.filter((v) => v !== null && v !== undefined);
   if (present.length && present.every((v) => typeof v === "number")) {
     const lo = Math.min(...present), hi = Math.max(...present);
-    const log = lo > 0 && hi / lo >= 100;
+    const log = lo > 0 && (wanted === "log" || (!wanted && hi / lo >= 100));
     const t = log ? Math.log10 : (v) => v;
     const a = t(lo), b = t(hi);
-    return { kind: log ? "log" : "linear", f: (v) => (b === a ? 0.5 : (t(v) - a) / (b - a)), lo: fmt(lo), hi: fmt(hi) };
+    return { kind: log ? "log" : "linear", canLog: lo > 0, f: (v) => (b === a ? 0.5 : (t(v) - a) / (b - a)), lo: fmt(lo), hi: fmt(hi) };
   }
   const cats = [...new Set(present.map(String))].sort();
   return { kind: "categorical", cats, f: (v) => (cats.length === 1 ? 0.5 : cats.indexOf(String(v)) / (cats.length - 1)),
@@ -78,14 +79,17 @@ const metricColour = (u) => `hsl(${Math.round(220 - 190 * u)}, 70%, 45%)`;
 // when a drag along an axis starts and ends (a page that redraws itself waits for the end).
 // label(t): what hover names a line by (default "trial N"); importance: {param: η²} from the server
 // (null while it computes) instead of computing it here; goal "min"/"max" and when(t) (its x: a
-// time, or the trial number) for the best-so-far chart.
+// time, or the trial number) for the best-so-far chart. axes: {param: "log"|"linear"}, each axis'
+// kind (the group's sampling distributions, then the user's clicks on an axis name, kept by the
+// caller, which redraws on onAxis(name, kind)).
 export function sweepAnalysis(trials, names, metric, bestNo, { brushes, onFilter, onDrag = () => {},
-  label = (t) => `trial ${t.number}`, importance: given, goal = "min", when = (t) => t.number, whenLabel = "trial" }) {
+  label = (t) => `trial ${t.number}`, importance: given, goal = "min", when = (t) => t.number, whenLabel = "trial",
+  axes: axisKinds = {}, onAxis = null }) {
   const scored = trials.filter((t) => t.value !== null && t.value !== undefined);
   if (!scored.length) return h("p", { class: "muted" }, "No trial has reported the metric yet.");
   const axes = [...names, "value"];
   const get = (t, a) => (a === "value" ? t.value : t.params[a]);
-  const scales = axes.map((a) => axisScale(scored.map((t) => get(t, a))));
+  const scales = axes.map((a) => axisScale(scored.map((t) => get(t, a)), axisKinds[a]));
   const metricScale = scales[scales.length - 1];
   const W = Math.max(420, 140 * axes.length), H = 280, top = 26, bottom = 34, left = 40, right = 40;
   const svg = document.createElementNS(NS, "svg");
@@ -141,8 +145,13 @@ export function sweepAnalysis(trials, names, metric, bestNo, { brushes, onFilter
   axes.forEach((a, i) => {
     const s = scales[i];
     svgEl(svg, "line", { x1: x(i), x2: x(i), y1: top, y2: H - bottom, stroke: "#888", "data-axis": a });
-    svgEl(svg, "text", { x: x(i), y: H - 10, "text-anchor": "middle", "font-size": 12 },
-      (a === "value" ? metric : a) + (s.kind === "log" ? " (log)" : ""));
+    const name = svgEl(svg, "text", { x: x(i), y: H - 10, "text-anchor": "middle", "font-size": 12, "data-axis-name": a,
+      "data-kind": s.kind }, (a === "value" ? metric : a) + (s.kind === "log" ? " (log)" : ""));
+    if (onAxis && s.canLog) {  // a numeric axis of positive values: click to switch log / linear
+      name.setAttribute("style", "cursor: pointer; text-decoration: underline dotted");
+      svgEl(name, "title", {}, `click for a ${s.kind === "log" ? "linear" : "log"} axis`);
+      name.addEventListener("click", () => onAxis(a, s.kind === "log" ? "linear" : "log"));
+    }
     svgEl(svg, "text", { x: x(i) + 5, y: top - 8, "font-size": 10, fill: "#666" }, s.hi);
     svgEl(svg, "text", { x: x(i) + 5, y: H - bottom + 12, "font-size": 10, fill: "#666" }, s.lo);
     brushRects.set(a, svgEl(svg, "rect", { x: x(i) - 7, width: 14, y: top, height: 0, class: "brush", visibility: "hidden" }));
@@ -182,12 +191,12 @@ export function sweepAnalysis(trials, names, metric, bestNo, { brushes, onFilter
   return h("div", { id: "sweep" },
     h("div", { class: "chart" }, svg), hover, legend,
     h("div", { class: "sweep-panels" },
-      names.length ? scatterPanel(scored, names, metric) : null,
+      names.length ? scatterPanel(scored, names, metric, axisKinds) : null,
       names.length ? importancePanel(scored, names, metric, given) : null,
       bestSoFarPanel(scored, metric, goal, when, whenLabel, label)));
 }
 
-function scatterPanel(scored, names, metric) {
+function scatterPanel(scored, names, metric, axisKinds) {
   const box = h("div", { class: "card", id: "scatter-box" });
   const pick = h("select", { "aria-label": "scatter param", onchange: () => draw() }, names.map((n) => h("option", { value: n }, n)));
   function draw() {
@@ -198,8 +207,8 @@ function scatterPanel(scored, names, metric) {
     svg.setAttribute("id", "scatter");
     svg.setAttribute("width", "100%");
     svg.setAttribute("style", `max-width: ${W}px`);
-    const sx = axisScale(scored.map((t) => t.params[name]));
-    const sy = axisScale(scored.map((t) => t.value));
+    const sx = axisScale(scored.map((t) => t.params[name]), axisKinds[name]);
+    const sy = axisScale(scored.map((t) => t.value), axisKinds.value);
     svgEl(svg, "line", { x1: m, x2: W - 10, y1: H - m, y2: H - m, stroke: "#888" });
     svgEl(svg, "line", { x1: m, x2: m, y1: 10, y2: H - m, stroke: "#888" });
     svgEl(svg, "text", { x: (W + m) / 2, y: H - 6, "text-anchor": "middle", "font-size": 12 }, name + (sx.kind === "log" ? " (log)" : ""));

@@ -13,7 +13,7 @@ const FILTERS = ["q", "status", "project", "tag", "where", "group", "ids"];
 export function renderSweep(root, ctx) {
   const params = new URLSearchParams(location.search);
   const state = {
-    metric: params.get("metric") || "", goal: params.get("goal") || "", doc: null, brushes: {},
+    metric: params.get("metric") || "", goal: params.get("goal") || "", doc: null, brushes: {}, axes: {},
     dragging: false, stale: false, // not redrawn under a brush being dragged: drawn when it ends
   };
   let timer = null;
@@ -99,6 +99,7 @@ export function renderSweep(root, ctx) {
       h("h2", {}, "Parameters against the metric ", shown),
       sweepAnalysis(trials, doc.params, title, bestNo, { brushes: state.brushes, onFilter, importance: imp, goal,
         label: (t) => `${t.name} (${t.experiment_id})`, when: (t) => t.finished, whenLabel: "time",
+        axes: state.axes, onAxis: (a, kind) => { state.axes[a] = kind; draw(); },
         onDrag: (on) => { state.dragging = on; if (!on && state.stale) { state.stale = false; draw(); } } }),
       h("p", { class: "muted small" }, `Importance: ${doc.importance.method}.`),
       h("div", { class: "table-wrap" }, h("table", { class: "grid", id: "sweep-runs" },

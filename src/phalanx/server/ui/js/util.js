@@ -181,14 +181,17 @@ function widestArcMiddle(taken) {
 
 export function runColor(id, i = 0, n = 1) {
   const x = hashId(id);
-  const hue = (storedHues()[id] ?? hashHue(id)).toFixed(2);
+  // shades of the run's colour, told apart by hue and lightness both: lightness alone made two
+  // ranks near-identical blues. Up to ±15° of hue (half the 40° between runs drawn together) and
+  // darker to lighter, centred on the run's own colour
+  const spread = n <= 1 ? 0 : (2 * i) / (n - 1) - 1; // -1 .. 1
+  const hue = ((((storedHues()[id] ?? hashHue(id)) + 15 * spread) % 360) + 360) % 360;
   const sat = 62 + ((x >>> 16) % 4) * 8; // 62..86
   // lighter in the dark theme, so the darkest shade still stands out from the page
   const dark = window.matchMedia?.("(prefers-color-scheme: dark)").matches;
   const base = [38, 47, 56][(x >>> 20) % 3] + (dark ? 14 : 0);
-  // shades: darker to lighter, centred on the run's own lightness
-  const light = n <= 1 ? base : Math.round(base - 14 + (28 * i) / (n - 1));
-  return `hsl(${hue}, ${sat}%, ${Math.max(22, Math.min(dark ? 82 : 72, light))}%)`;
+  const light = Math.round(base + 16 * spread);
+  return `hsl(${hue.toFixed(2)}, ${sat}%, ${Math.max(22, Math.min(dark ? 82 : 72, light))}%)`;
 }
 
 export function replicaOrder(name) {
