@@ -1,7 +1,7 @@
 """GroupLauncher, the one way a group starts (`phalanx group run|resume`, the server, HyperDrive):
-``check`` refuses what cannot run; ``create`` checks before anything is recorded, then records the group with its
-typed options, which its controller reads back (``setup.load``). Starting the controller is a
-process: tests/integration/local/test_one_launch_path.py."""
+``check`` refuses what cannot run; ``create`` checks before anything is recorded, then records
+the group with its typed options, which its controller reads back (``setup.load``). Starting the
+controller is a process: tests/integration/local/test_one_launch_path.py."""
 
 from __future__ import annotations
 
