@@ -99,9 +99,7 @@ def accepted_row(prepared: Prepared, store: SqlStore) -> None:
     assert "launch" not in store.get_experiment("e1").plan
 
 
-def test_a_row_the_server_accepted_says_building_with_its_launch(
-    prepared: Prepared, store: SqlStore
-) -> None:
+def test_a_row_the_server_accepted_says_building_with_its_launch(prepared: Prepared, store: SqlStore) -> None:
     accepted_row(prepared, store)
     record_building(prepared, store, accepted=True)  # a second create would fail: the id is taken
     exp = store.get_experiment("e1")
