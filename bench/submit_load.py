@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import multiprocessing
 import os
 import signal
 import statistics
@@ -29,7 +30,7 @@ import threading
 import time
 import urllib.request
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "src"))
@@ -90,12 +91,39 @@ def timed_list(url: str) -> float:
     return time.perf_counter() - started
 
 
-def sample(url: str, until: threading.Event | float) -> list[float]:
+def sample(url: str, until: EventLike | float) -> list[float]:
     """List times back to back until ``until`` (an event set, or a monotonic deadline)."""
     out: list[float] = []
-    while not (until.is_set() if isinstance(until, threading.Event) else time.monotonic() > until):
+    while not (time.monotonic() > until if isinstance(until, float) else until.is_set()):
         out.append(timed_list(url))
     return out
+
+
+class EventLike(Protocol):
+    def is_set(self) -> bool: ...
+
+
+class Sampler:
+    """The list timed back to back in a process of its own until stopped: the submitting threads
+    of this process never make it wait for this interpreter's lock (only the server can)."""
+
+    def __init__(self, url: str) -> None:
+        ctx = multiprocessing.get_context("fork")
+        self._stop = ctx.Event()
+        self._out, self._into = ctx.Pipe(duplex=False)  # (bench/queue.py hides the stdlib's queue)
+        self._proc = ctx.Process(target=self._run, args=(url,), daemon=True)
+        self._proc.start()
+
+    def _run(self, url: str) -> None:
+        self._into.send(sample(url, self._stop))
+
+    def stop(self) -> list[float]:
+        self._stop.set()
+        if not self._out.poll(300):
+            raise SystemExit("the list sampler did not answer")
+        times: list[float] = self._out.recv()
+        self._proc.join(timeout=60)
+        return times
 
 
 def p(values: list[float], q: float) -> float:
@@ -148,32 +176,24 @@ def main(argv: list[str] | None = None) -> int:
             bundles = [pack(f) for f in work]
             answers: list[dict[str, Any]] = [{} for _ in work]
             answer_s: list[float] = [0.0] * len(work)
-            burst_done = threading.Event()
 
             def submit(i: int) -> None:
                 started = time.perf_counter()
                 answers[i] = client.submit(work[i] / "exp.yml", bundles[i], {}, 0)
                 answer_s[i] = time.perf_counter() - started
 
+            timer = Sampler(url)  # forked before the submitting threads exist
             threads = [threading.Thread(target=submit, args=(i,)) for i in range(len(work))]
-            sampler: list[float] = []
-            timer = threading.Thread(target=lambda: sampler.extend(sample(url, burst_done)))
-            timer.start()
             for t in threads:
                 t.start()
             for t in threads:
                 t.join()
-            burst_done.set()
-            timer.join()
-            wave_done = threading.Event()
-            wave: list[float] = []
-            timer = threading.Thread(target=lambda: wave.extend(sample(url, wave_done)))
-            timer.start()
+            sampler = timer.stop()
+            timer = Sampler(url)
             deadline = time.monotonic() + 1800
             while not ended(client, answers) and time.monotonic() < deadline:
                 time.sleep(1)
-            wave_done.set()
-            timer.join()
+            wave = timer.stop()
             ran = sum(1 for a in answers if a.get("created"))
             all_ended = ended(client, answers)
         finally:
@@ -190,6 +210,7 @@ def main(argv: list[str] | None = None) -> int:
         "wave_p99_ratio": round(p(wave or idle, 0.99) / p(idle, 0.99), 2),
         "answer_p50_ms": round(statistics.median(answer_s) * 1000, 1),
         "answer_max_ms": round(max(answer_s) * 1000, 1),
+        "burst_samples": len(sampler),
         "created": ran,
         "all_ended": all_ended,
     }

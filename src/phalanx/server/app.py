@@ -13,6 +13,7 @@ import secrets
 from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
+import anyio
 from fastapi import Depends, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
@@ -110,6 +111,7 @@ def create_app(settings: ServerSettings, store: LocalStore | None = None) -> Fas
     )
     _install_state(app, settings, store)
     app.state.launcher = launcher
+    app.state.submit_slots = anyio.CapacityLimiter(settings.submit_slots)
     _install_routes(app, settings)
     _install_error_handlers(app)
     _install_openapi(app)

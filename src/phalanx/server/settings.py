@@ -42,6 +42,10 @@ class ServerSettings(BaseModel):
     # a server with launch workers runs on this home (the API alone: tests, a read-only front end).
     audit_refusals: bool = False  # also record refused attempts (403) in the audit trail (--audit-refusals)
     launch_workers: int = Field(default=2, ge=0, le=64)
+    # How many submits are checked and written at once (the file read, the bundle kept, the accept
+    # transaction); the others wait for a slot without holding one of the request threads, so a
+    # burst of submits never makes the list or a chart wait for a thread (bench/submit_load.py).
+    submit_slots: int = Field(default=4, ge=1, le=64)
     watch_seconds: float = Field(
         default=2.0, gt=0
     )  # how often the launcher's watcher looks (server/launcher.py)

@@ -8,15 +8,19 @@ from __future__ import annotations
 import gzip
 import io
 import tarfile
+import threading
 from pathlib import Path
 
 import pytest
 from fastapi.testclient import TestClient
 
 from phalanx.domain import ExperimentStatus
+from phalanx.errors import UsageError
 from phalanx.server.app import create_app
 from phalanx.server.orders import read as read_order
+from phalanx.server.routes import submit as submit_route
 from phalanx.server.settings import ServerSettings
+from phalanx.server.submitting import SubmitResult
 from phalanx.share import Limit, Quota
 from phalanx.store import quotas
 from phalanx.store.base import LocalStore
@@ -183,3 +187,39 @@ def test_a_submit_with_no_launcher_stays_accepted_until_one_runs(
     assert status == 201
     assert store.get_experiment(str(body["id"])).status is ExperimentStatus.CREATED
     assert [s.id for s in store.submissions(SubmissionState.ACCEPTED)] == [body["id"]]
+
+
+def test_a_burst_of_submits_waits_for_a_slot_without_holding_the_lists_threads(
+    settings: ServerSettings, store: LocalStore, team: Team, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """More submits at once than the server has request threads (40): they wait for a submit slot,
+    so a list asked meanwhile is answered (before, each held a thread and the list waited)."""
+    release = threading.Event()
+    entered = threading.Semaphore(0)
+
+    def held(*args: object) -> SubmitResult:
+        entered.release()
+        release.wait(60)
+        raise UsageError("released")
+
+    monkeypatch.setattr(submit_route, "submit", held)
+    token = team.tokens["editor_a"]
+    with TestClient(create_app(settings.model_copy(update={"submit_slots": 1}), store)) as client:
+        burst = [threading.Thread(target=submit, args=(client, token)) for _ in range(45)]
+        for t in burst:
+            t.start()
+        try:
+            assert entered.acquire(timeout=60)  # one submit holds the only slot; 44 wait for it
+            answers: list[int] = []
+            auth = {"Authorization": f"Bearer {token}"}
+            lister = threading.Thread(
+                target=lambda: answers.append(client.get("/api/v1/experiments", headers=auth).status_code)
+            )
+            lister.start()
+            lister.join(60)
+            assert answers == [200]
+            assert not entered.acquire(timeout=0.2)  # still one inside: the others waited for the slot
+        finally:
+            release.set()
+            for t in burst:
+                t.join(60)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Annotated, Any
 
+import anyio
 from fastapi import APIRouter, Header, HTTPException, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
@@ -181,7 +182,7 @@ async def _clone(
     if body.target is not None:  # a target the server lacks: said before the origin is looked up
         await run_in_threadpool(cluster_of, settings.store, body.target)
     origin = await run_in_threadpool(require_experiment, request, body.origin, Role.editor)
-    return await run_in_threadpool(
+    return await anyio.to_thread.run_sync(
         clone,
         store,
         settings.store,
@@ -196,6 +197,7 @@ async def _clone(
             target=body.target,
         ),
         who,
+        limiter=request.app.state.submit_slots,  # a burst waits here, not in the request threads
     )
 
 
@@ -217,7 +219,7 @@ async def _submit_bundle(
             missing = {"loc": ("form", "bundle"), "msg": "a .tar.gz file is required"}
             raise RequestValidationError([missing])
         data = await bundle.read()
-    return await run_in_threadpool(
+    return await anyio.to_thread.run_sync(
         submit,
         store,
         settings.store,
@@ -231,6 +233,7 @@ async def _submit_bundle(
             target=fields.target,
         ),
         who,
+        limiter=request.app.state.submit_slots,  # a burst waits here, not in the request threads
     )
 
 
