@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
+import shlex
 import sys
 import uuid
 from collections.abc import Mapping
@@ -11,13 +12,24 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from phalanx import buildenv, horovod
 from phalanx.backends.base import Backend, DryRun, LaunchContext
 from phalanx.backends.dry_runs import LocalDryRun
+from phalanx.backends.registry import get_backend
+from phalanx.backends.slurm import require_shared_dir
+from phalanx.checkpoints import policy_env
+from phalanx.clusters import get_cluster
 from phalanx.config import Settings
+from phalanx.data.inputs import resolve
 from phalanx.domain import Framework
+from phalanx.frameworks.packages import framework_packages
 from phalanx.plan import Plan, build_plan
 from phalanx.sdkcopy import sdk_path
+from phalanx.spec.inputs import from_record
 from phalanx.spec.model import Build, ExperimentSpec
+from phalanx.store import open_store
+from phalanx.store.placements import placed
+from phalanx.tokens import experiment_token
 from phalanx.tracking.identity import ENV_INGESTER_PID as INGESTER_PID
 
 if TYPE_CHECKING:
@@ -47,10 +59,6 @@ def interpreter(
 ) -> str:
     """The experiment's python: its build venv (built on first use unless ``build`` is False), else
     the interpreter running Phalanx. ``venvs_dir``: where venvs live (a cluster's shared folder)."""
-    try:
-        from phalanx import buildenv
-    except ImportError:  # pragma: no cover - buildenv ships with Phalanx
-        return sys.executable
     venvs = venvs_dir or settings.venvs_dir
     if plan.framework is Framework.HOROVOD:
         plan = replace(plan, build=with_horovod(plan.build, workdir, venvs, build))
@@ -64,9 +72,6 @@ def interpreter(
 def with_horovod(build_spec: Build, workdir: str, venvs: Path, build: bool = True) -> Build:
     """The experiment's build plus Horovod: its torch pin (this machine's default when it names none)
     and the Horovod wheel built for it (built once per machine, see ``phalanx.horovod``)."""
-    from phalanx import buildenv, horovod
-    from phalanx.frameworks.packages import framework_packages
-
     pin = horovod.torch_pin_of(build_spec.pip_packages)
     # torch (this machine's pin unless named), numpy and what save_model's ONNX export needs
     packages = framework_packages(
@@ -108,8 +113,6 @@ def tracking_env(
     if settings.host:
         env["PHALANX_HOST"] = settings.host
         if settings.token:  # a token that writes this experiment only (docs/security.md)
-            from phalanx.tokens import experiment_token
-
             env["PHALANX_TOKEN"] = experiment_token(settings.token, experiment_id)
     # abspath, not realpath: every venv's bin/python links to the same base interpreter
     if os.path.abspath(python) != os.path.abspath(sys.executable) and not dry:
@@ -122,9 +125,6 @@ def _placed(cluster: Cluster, project: str, settings: Settings) -> Cluster:
     `phalanx cluster map`), read from the home's store when there is one (a dry run creates none)."""
     if not (settings.db_url or (settings.home / "phalanx.db").exists()):
         return cluster
-    from phalanx.store import open_store
-    from phalanx.store.placements import placed
-
     store = open_store(settings)
     try:
         return placed(cluster, project, store)
@@ -164,13 +164,9 @@ def prepare(
     cluster_conf = None
     engine_name = "local"
     if cluster:
-        from phalanx.clusters import get_cluster
-
         cluster_conf = _placed(get_cluster(cluster, settings.home), plan.project, settings)
         engine_name = cluster_conf.backend_for(str(plan.backend) if plan.backend else None)
     if backend is None:
-        from phalanx.backends.registry import get_backend
-
         backend = get_backend(engine_name, settings=settings, cluster=cluster_conf)
     shared = _shared_dir(cluster_conf)
     # a Ray node builds the environment itself (once per node): nothing to build on this machine
@@ -179,8 +175,6 @@ def prepare(
         plan, workdir, settings, build=not (dry or on_nodes), venvs_dir=shared / "venvs" if shared else None
     )
     env = tracking_env(exp_id, settings, python, dry=dry, sdk_root=shared)
-    from phalanx.checkpoints import policy_env
-
     env.update(policy_env(plan.checkpoints))
     plan, input_env, fetches = _with_inputs(plan, settings, dry, on_nodes=backend.name != LOCAL)
     env.update(input_env)
@@ -218,9 +212,6 @@ def _with_inputs(
     NotFound, exit 2), fetching downloads into this machine's cache; the plan then carries their
     lineage records (dataset versions, datastore URLs) and every replica their local paths.
     ``on_nodes`` (a cluster engine): downloads become fetch orders each node or pod carries out."""
-    from phalanx.data.inputs import resolve
-    from phalanx.spec.inputs import from_record
-
     if not plan.inputs:
         return plan, {}, []
     # a plan resolved before (read back from the store) names the exact versions it used
@@ -235,8 +226,6 @@ def _shared_dir(cluster_conf: Any) -> Path | None:
     (refused with how to register one when the cluster has none)."""
     if cluster_conf is None or cluster_conf.kind != "slurm":
         return None
-    from phalanx.backends.slurm import require_shared_dir
-
     return Path(require_shared_dir(cluster_conf))
 
 
@@ -264,8 +253,6 @@ def render_dry_run(prepared: Prepared) -> str:
 def launch_json(prepared: Prepared) -> dict[str, Any]:
     """How the experiment was launched, kept with its plan (`phalanx get`, the API): the file, the
     `--param` values given and the command each replica runs, params filled in and quoted."""
-    import shlex
-
     plan = prepared.plan
     commands = {r.name: plan.command for r in plan.replicas}
     native = prepared.dry_run.native

@@ -107,6 +107,7 @@ class LocalBackend:
     """Runs a Plan as process groups on this machine. One instance may track several jobs."""
 
     name = "local"
+    restarts_itself = False
 
     def __init__(
         self, settings: Settings | None = None, cluster: object = None, grace_seconds: float = 5.0
@@ -490,6 +491,9 @@ class LocalBackend:
         """Every attempt's log files of the experiment (runs/<id>/logs); the state stays."""
         exp_id = handle.partition(":")[0]
         shutil.rmtree(self.settings.runs_dir / exp_id / "logs", ignore_errors=True)
+
+    def refuse_if_it_can_never_run(self, dry_run: DryRun) -> None:
+        """Nothing to add: the dry run refused what this machine can never hold."""
 
     # -- cancel ---------------------------------------------------------------------------------
     def cancel(self, handle: str) -> None:
