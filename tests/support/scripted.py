@@ -3,9 +3,9 @@
 ``ScriptedBackend`` follows the ``Backend`` protocol with no process at all: each attempt (each
 ``submit``) plays a script saying, per replica, when it ends (in virtual seconds after the submit)
 and with which exit code, and what it prints. ``VirtualClock`` stands in for the ``time`` module of
-``phalanx.supervisor.supervising``: its ``sleep`` only moves the clock, so a rule that waits minutes
-(``max_run_seconds``, the TensorFlow servers' grace) is checked at once. The real-process tests of
-tests/integration/local stay: these check the rules, those check the engines.
+the supervisor's loop, its clock and its recorder: its ``sleep`` only moves the clock, so a rule
+that waits minutes (``max_run_seconds``, the TensorFlow servers' grace) is checked at once. The
+real-process tests of tests/integration/local stay: these check the rules, those check the engines.
 
     scripts = [{"worker-0": Ends(0.3, exit_code=3)}]            # attempt 1; then every replica succeeds
     outcome, engine = supervise(spec, scripts, store, settings)
@@ -26,7 +26,8 @@ from phalanx.domain import ExperimentStatus, ReplicaState
 from phalanx.plan import Plan
 from phalanx.spec.model import ExperimentSpec
 from phalanx.store.base import Store
-from phalanx.supervisor import admitting, recording, supervising
+from phalanx.supervisor import clock as run_clock
+from phalanx.supervisor import recording, supervising
 from phalanx.supervisor.outcome import Outcome
 from phalanx.supervisor.preparing import prepare
 from phalanx.supervisor.supervising import Supervisor
@@ -172,6 +173,9 @@ class ScriptedBackend:
     def discard_logs(self, handle: str) -> None:
         """The scripted jobs' lines live in memory only: nothing to remove."""
 
+    def refuse_if_it_can_never_run(self, dry_run: DryRun) -> None:
+        """Every script can run."""
+
     def cancel(self, handle: str) -> None:
         job = self.jobs.get(handle)
         self.cancels.append((handle, self.clock.now))
@@ -184,7 +188,7 @@ def virtual_time(clock: VirtualClock) -> Iterator[VirtualClock]:
     """The supervisor's loop on ``clock`` (only the supervisor's modules' ``time``: threads keep
     real time)."""
     with contextlib.ExitStack() as stack:
-        for module in (supervising, admitting, recording):
+        for module in (supervising, recording, run_clock):
             stack.enter_context(mock.patch.object(module, "time", clock))
         yield clock
 

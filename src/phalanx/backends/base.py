@@ -126,10 +126,11 @@ class Backend(Protocol):
     can call ``describe``, ``logs`` and ``cancel`` with a new instance. Errors: ``SpecError`` for
     what the engine cannot express, ``BackendUnavailable`` when the engine cannot be reached (or is
     not installed), ``MissingExtra`` when its pip extra is missing. An engine whose own controller
-    restarts failed replicas (the Kubeflow operators) sets ``restarts_itself = True`` on its class;
+    restarts failed replicas (the Kubeflow operators) has ``restarts_itself = True`` (every other False);
     the supervisor then does not restart on top of it."""
 
     name: str
+    restarts_itself: bool  # (above): True for the Kubeflow operators' engines
 
     def dry_run(self, plan: Plan, context: LaunchContext) -> DryRun:
         """What ``submit`` would create, without touching the engine (pure, apart from choosing
@@ -172,4 +173,11 @@ class Backend(Protocol):
         by the supervisor once the job has ended and the store holds every line: the console is
         kept once, in the store. A no-op for an engine that keeps no copy of its own (Kubernetes:
         the pods' logs are the kubelet's, gone with the pods). Never raises for a missing file."""
+        ...
+
+    def refuse_if_it_can_never_run(self, dry_run: DryRun) -> None:
+        """UsageError when the engine would accept the job but never run it (Slurm: a job larger
+        than its partition pends forever; ``sbatch --test-only`` says so), asked of one trial before
+        a group on a cluster is recorded. A no-op for an engine whose dry run already refuses what
+        it cannot run."""
         ...

@@ -286,6 +286,7 @@ class KubeEngine:
     from kubeconfig unless one is given, e.g. a fake in tests) and the log readers."""
 
     name: str  # each engine's own ("kubernetes", "kubeflow", "trainer")
+    restarts_itself = False  # plain pods; the training operators' engines (below) say True
 
     def __init__(
         self,
@@ -413,6 +414,9 @@ class KubeEngine:
                 time.sleep(0.2)
         finally:
             self._readers.leave(handle)
+
+    def refuse_if_it_can_never_run(self, dry_run: DryRun) -> None:
+        """Nothing to ask before the job: the cluster's scheduler places its pods when it runs."""
 
     def upload_code(self, context: LaunchContext) -> str:
         """Pack the experiment's folder and the tracking SDK and store them on the cluster's server,

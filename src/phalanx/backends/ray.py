@@ -133,6 +133,7 @@ class RayBackend:
     """Runs a Plan on a Ray cluster (``phalanx cluster add NAME --kind ray --address HEAD:PORT``)."""
 
     name = "ray"
+    restarts_itself = False
 
     def __init__(self, settings: Settings | None = None, cluster: Cluster | None = None) -> None:
         self.settings = settings or Settings()
@@ -443,6 +444,9 @@ class RayBackend:
 
     def discard_logs(self, handle: str) -> None:
         """Nothing to remove here: each console lives on its node and goes with its actor (cancel)."""
+
+    def refuse_if_it_can_never_run(self, dry_run: DryRun) -> None:
+        """Nothing to ask before the job: Ray places its bundles when it runs."""
 
     # -- cancel ---------------------------------------------------------------------------------
     @staticmethod

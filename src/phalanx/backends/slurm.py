@@ -115,6 +115,7 @@ class SlurmBackend:
     """Runs a Plan as an sbatch job on a Slurm cluster (``slurm_conf`` picks a private one)."""
 
     name = "slurm"
+    restarts_itself = False  # a requeue is Slurm's own attempt (followed), not a restart
 
     def __init__(self, cluster: Cluster | None = None, settings: Settings | None = None) -> None:
         self.cluster = cluster or Cluster(name="slurm", kind="slurm")

@@ -15,9 +15,8 @@ from phalanx.cli.app import ExtraParamsOpt, app, emit_json
 from phalanx.cli.target import LocalOpt, ServerOpt
 
 if TYPE_CHECKING:
-    from phalanx.config import Settings
+    from phalanx.groups.launching import GroupLauncher
     from phalanx.spec.group import GroupSpec
-    from phalanx.store.base import GroupStore
 
 group_app = typer.Typer(
     help="Hyperparameter search (kind: group files): every trial is a whole experiment.",
@@ -153,24 +152,10 @@ def run(
 
         get_cluster(cluster, settings.home)
     _check_home_and_db(settings)
-    from phalanx.extras import require
+    from phalanx.groups.launching import GroupLauncher, GroupOptions
 
-    require("optuna", "search", "phalanx group run")
-    from phalanx.groups import controller
-
-    if cluster is not None:  # a trial the cluster can never run: refused now, nothing recorded
-        controller.check_trials_can_run(
-            group, settings, cluster=cluster, workdir=workdir, oversubscribe=oversubscribe
-        )
-    else:  # every trial shares one build: a failing one refused now, not once per trial
-        controller.build_trials_env(group, settings, workdir=workdir)
-    from phalanx.store import open_store
-    from phalanx.store.base import group_store
-
-    store = group_store(open_store(settings))
-    record = controller.create(
-        store,
-        group,
+    launcher = GroupLauncher(settings)
+    options = GroupOptions(
         workdir=workdir,
         params=overrides,
         cluster=cluster,
@@ -178,8 +163,10 @@ def run(
         allow_unused=allow_unused,
         extra_params=extra_params,
     )
+    # refused now, nothing recorded: Optuna missing, a trial the cluster can never run, a build that fails
+    record = launcher.create(group, options)
     if detach:
-        _spawn_controller(settings, record.id)
+        launcher.start(record.id)
         typer.echo(record.id)
         return
     on = f" on cluster {cluster}" if cluster else ""
@@ -187,22 +174,16 @@ def run(
         f"phalanx: group {record.id}: {record.search} search, {record.planned} trials,"
         f" {record.concurrency} at a time{on}\n"
     )
-    _drive(store, settings, record.id, json_out)
+    _drive(launcher, record.id, json_out)
 
 
-def _drive(store: GroupStore, settings: Settings, group_id: str, json_out: bool, quiet: bool = False) -> None:
-    from phalanx.groups import controller
+def _drive(launcher: GroupLauncher, group_id: str, json_out: bool, quiet: bool = False) -> None:
+    from phalanx.groups.ending import group_json
 
-    done = controller.Controller(store, settings, group_id, say=_printer(quiet)).run()
+    done = launcher.run(group_id, say=_printer(quiet))
     if json_out:
-        emit_json(controller.group_json(store, done))
+        emit_json(group_json(launcher.store, done))
     raise typer.Exit({"succeeded": 0, "stopped": 130}.get(done.status, 1))
-
-
-def _spawn_controller(settings: Any, group_id: str) -> None:
-    from phalanx.groups.detached import spawn
-
-    spawn(settings, group_id)
 
 
 @group_app.command("resume")
@@ -237,12 +218,15 @@ def resume(
     pid = holder(settings.home / "groups" / g.id)  # one still starting has not recorded its pid
     if pid is not None:
         raise UsageError(busy(g.id, pid))
+    from phalanx.groups.launching import GroupLauncher
+
+    launcher = GroupLauncher(settings, store)
     if detach:
-        _spawn_controller(settings, g.id)
+        launcher.start(g.id)
         typer.echo(g.id)
         return
     sys.stderr.write(f"phalanx: resuming group {g.id}\n")
-    _drive(store, settings, g.id, False)
+    _drive(launcher, g.id, False)
 
 
 @group_app.command("stop")

@@ -21,22 +21,28 @@ search): a swept flag ``--lr`` becomes the param ``lr`` and ``--lr {{ lr }}`` in
 from __future__ import annotations
 
 import re
-import shlex
 import subprocess
-import sys
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from enum import StrEnum
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from phalanx.errors import PhalanxError, Problem, SpecError, UsageError
+import yaml
+
+from phalanx.config import Settings
+from phalanx.errors import PhalanxError, Problem, SpecError
 from phalanx.estimators.estimator import param_name
+from phalanx.groups.ending import group_json, stop_group
+from phalanx.runs import Run
+from phalanx.spec.dump import spec_to_dict
+from phalanx.spec.group import load_group, load_group_text
+from phalanx.store import open_store
+from phalanx.store.base import group_store
 
 if TYPE_CHECKING:
-    from phalanx.config import Settings
     from phalanx.estimators.estimator import Estimator
-    from phalanx.runs import Run
     from phalanx.store.base import GroupStore
 
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -215,10 +221,6 @@ class HyperDriveConfig:
         """Refuse a space the group file would refuse (bounds reversed, a continuous distribution
         in a grid, ...) now, named by the user's flag (`--lr: ...`), not by a line of a YAML file
         the user never wrote (`<HyperDriveConfig>:16:7: hptuning.matrix.lr.uniform: ...`)."""
-        import yaml
-
-        from phalanx.spec.group import load_group_text
-
         flags = {param_name(flag): flag for flag in self.sampling.space}
         try:
             load_group_text(yaml.safe_dump(self.to_dict(), sort_keys=False), "<HyperDriveConfig>")
@@ -238,8 +240,6 @@ class HyperDriveConfig:
             raise SpecError(problems) from None
 
     def to_dict(self, name: str | None = None, project: str | None = None) -> dict[str, Any]:
-        from phalanx.spec.dump import spec_to_dict
-
         spec = self.estimator.to_spec(name=name, project=project)
         swept = " ".join(f"{flag} {{{{ {param_name(flag)} }}}}" for flag in self.sampling.space)
         sampled = {param_name(flag) for flag in self.sampling.space}  # a swept flag is sampled, not fixed
@@ -271,10 +271,6 @@ class HyperDriveConfig:
 
     def to_yaml(self, name: str | None = None, project: str | None = None) -> str:
         """The group file (validated: it loads as `phalanx group run -f` would load it)."""
-        import yaml
-
-        from phalanx.spec.group import load_group_text
-
         text = yaml.safe_dump(self.to_dict(name, project), sort_keys=False)
         load_group_text(text, "<HyperDriveConfig>")
         return text
@@ -283,39 +279,37 @@ class HyperDriveConfig:
 class GroupRun:
     """A submitted sweep: its status, its child runs, the best one, cancel (read from the store)."""
 
-    def __init__(self, group_id: str, *, settings: Settings | None = None) -> None:
-        from phalanx.config import Settings
-
+    def __init__(
+        self,
+        group_id: str,
+        *,
+        settings: Settings | None = None,
+        _process: subprocess.Popen[bytes] | None = None,
+    ) -> None:
         self.settings = settings or Settings()
         self.id = group_id
         self._store_obj: GroupStore | None = None
+        self._process = _process  # the controller this process started (reaped once it ends)
 
     @property
     def _store(self) -> GroupStore:
         if self._store_obj is None:
-            from phalanx.store import open_store
-            from phalanx.store.base import group_store
-
             self._store_obj = group_store(open_store(self.settings))
         return self._store_obj
 
     def get_details(self) -> dict[str, Any]:
         """The group, every trial (experiment id, params, state, metric) and the best one."""
-        from phalanx.groups.controller import group_json
-
         return group_json(self._store, self._store.get_group(self.id))
 
     def get_status(self) -> str:
+        if self._process is not None:
+            self._process.poll()  # reap it once it ended: no zombie in a long-lived notebook
         return self._store.get_group(self.id).status
 
     def get_children(self) -> list[Run]:
-        from phalanx.runs import Run
-
         return [Run(t["experiment_id"], settings=self.settings) for t in self.get_details()["trials"]]
 
     def get_best_run(self) -> Run | None:
-        from phalanx.runs import Run
-
         best = self.get_details()["best"]
         return Run(best["experiment_id"], settings=self.settings) if best else None
 
@@ -328,45 +322,31 @@ class GroupRun:
         return self.get_details()
 
     def cancel(self, timeout: float = 60.0) -> str:
-        from phalanx.groups import controller
-
         group = self._store.get_group(self.id)
-        return controller.stop_group(self._store, self.settings, group, timeout=timeout).status
+        return stop_group(self._store, self.settings, group, timeout=timeout).status
 
     def __repr__(self) -> str:
         return f"GroupRun(id={self.id!r})"
 
 
 def submit_sweep(config: HyperDriveConfig, name: str, project: str | None, settings: Settings) -> GroupRun:
-    """Write the group file and start `phalanx group run --detach` on it (the CLI's own path)."""
+    """Record the sweep's group and start its controller, as `phalanx group run --detach` does
+    (``GroupLauncher``, the one way a group starts). Its group file is kept under the home's
+    sweeps/ folder: `phalanx group run -f` on it runs the same search again."""
+    from phalanx.groups.launching import GroupLauncher, GroupOptions  # why: `import phalanx`: no controller
+
     folder = settings.home / "sweeps"
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / f"{name}-{time.time_ns()}.yml"
     path.write_text(config.to_yaml(name=name, project=project))
-    argv = [
-        sys.executable,
-        "-m",
-        "phalanx.cli.main",
-        "group",
-        "run",
-        "--detach",
-        "-f",
-        str(path),
-        "--workdir",
-        str(config.estimator.source_directory),
-    ]
-    import os
-
-    env = {**os.environ, "PHALANX_HOME": str(settings.home)}
-    if settings.db_url:
-        env["PHALANX_DB_URL"] = settings.db_url
-    done = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=120, check=False)
-    if done.returncode != 0:
-        message = (done.stderr or done.stdout).strip()
-        if done.returncode == 2:
-            raise UsageError(message)
-        raise PhalanxError(f"the sweep could not start ({shlex.join(argv)}):\n{message}")
-    return GroupRun(done.stdout.strip().splitlines()[-1], settings=settings)
+    try:
+        group = load_group(path)  # as `phalanx group run -f` reads it (to_yaml validated it already)
+        options = GroupOptions(workdir=Path(config.estimator.source_directory))
+        started = GroupLauncher(settings).submit(group, options)
+    except BaseException:
+        path.unlink(missing_ok=True)  # nothing recorded: no file of a sweep that never was
+        raise
+    return GroupRun(started.group.id, settings=settings, _process=started.process)
 
 
 __all__ = [

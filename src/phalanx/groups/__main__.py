@@ -1,19 +1,19 @@
 """`python -m phalanx.groups GROUP_ID`: run (or resume) one group's controller to its end, in this
-process (``groups.detached.spawn`` starts it in its own session). Exit status as `phalanx group
+process (``GroupLauncher.start`` starts it in its own session). Exit status as `phalanx group
 run`: 0 finished, 1 every trial failed, 130 stopped, 2 another controller holds the group."""
 
 from __future__ import annotations
 
 import sys
 
+from phalanx.config import Settings
+from phalanx.errors import PhalanxError, exit_status
+from phalanx.groups.controller import Controller
+from phalanx.store import open_store
+from phalanx.store.base import group_store
+
 
 def main(argv: list[str]) -> int:
-    from phalanx.config import Settings
-    from phalanx.errors import PhalanxError, exit_status
-    from phalanx.groups.controller import Controller
-    from phalanx.store import open_store
-    from phalanx.store.base import group_store
-
     if len(argv) != 1:
         sys.stderr.write("usage: python -m phalanx.groups GROUP_ID\n")
         return 2

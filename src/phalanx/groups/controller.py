@@ -42,7 +42,7 @@ from phalanx.domain import (
     best_trial,
 )
 from phalanx.errors import NotFound, PhalanxError
-from phalanx.groups import core
+from phalanx.groups import core, search
 from phalanx.groups.ending import (
     controller_alive,
     dumps,
@@ -55,6 +55,10 @@ from phalanx.groups.lock import ControllerRunning, controller_lock
 from phalanx.groups.setup import build_trials_env, check_trials_can_run, create, load, trial_build
 from phalanx.groups.waking import Waker
 from phalanx.machine.box import isolation_of
+from phalanx.reconcile import settle
+from phalanx.runner import LaunchOptions, LaunchRecord, Runner
+from phalanx.runner.forking import preload
+from phalanx.spec.dump import spec_to_yaml
 from phalanx.spec.model import ExperimentSpec
 from phalanx.store.base import GroupStore
 
@@ -143,8 +147,6 @@ class Controller:
                 )
                 self.waker.open()
                 if self.fork_trials:  # what each forked trial supervisor would import, imported once
-                    from phalanx.runner.forking import preload
-
                     preload()
                 self._restore()
                 return self._loop()
@@ -204,8 +206,6 @@ class Controller:
 
     def _restore(self) -> None:
         """Open the group's study (made on the first run); adopt (or launch) the unfinished trials."""
-        from phalanx.groups import search
-
         trials = self.store.list_trials(self.group.id)
         self._core = core.Search(
             self.hp,
@@ -265,8 +265,6 @@ class Controller:
             Path(self.group.source_file).parent if self.group.source_file else Path(self.group.workdir or ".")
         )
         spec = replace(spec, build=trial_build(spec, base_dir), name=f"{self.group.name}-{trial.number}")
-        from phalanx.spec.dump import spec_to_yaml
-
         text = spec_to_yaml(spec)
         self.folder.mkdir(parents=True, exist_ok=True)
         path = self.folder / f"trial-{trial.number}.yml"
@@ -281,8 +279,6 @@ class Controller:
         """Start the trial's supervisor (the Runner, from the trial's spec object) with the id
         recorded for this trial; not waited for here (``_watch`` sees the experiment appear, or the
         supervisor end without creating it), so the other trials are watched meanwhile."""
-        from phalanx.runner import LaunchOptions, LaunchRecord, Runner
-
         spec = self._trial_spec(trial)
         options = LaunchOptions(
             workdir=Path(self.group.workdir).resolve() if self.group.workdir else None,
@@ -413,8 +409,6 @@ class Controller:
             if live.launch is not None and live.launch.poll() is not None:
                 live.launch = None  # reaped
             if not exp.status.done and live.launch is None:  # its supervisor SIGKILLed: it ended
-                from phalanx.reconcile import settle
-
                 exp = settle(self.store, self.settings, exp)
             ops = self.searcher.report(number, self._series(trial), ended=exp.status.done)
             last = self.searcher.last(number)
@@ -436,7 +430,7 @@ class Controller:
 
     def _prune(self, op: core.Prune) -> None:
         """Carry out the core's decision: stop the trial's experiment, record it pruned."""
-        from phalanx.supervisor import stop_experiment
+        from phalanx.supervisor import stop_experiment  # why: `phalanx group ls|get`: no supervisor
 
         live = self.live[op.number]
         t0 = time.monotonic()

@@ -9,12 +9,15 @@ import json
 import math
 import os
 import time
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from phalanx.config import Settings
 from phalanx.domain import Group, GroupStatus, Trial, TrialState, TrialUpdate, best_trial
 from phalanx.errors import NotFound, PhalanxError
+from phalanx.groups.lock import holder
 from phalanx.groups.setup import load
+from phalanx.machine.procs import Seen, judge
 from phalanx.store.base import GroupStore
 
 
@@ -22,8 +25,6 @@ def controller_alive(group: Group) -> bool:
     """Whether the group's controller still runs (on this machine; another host's is trusted)."""
     if group.controller_pid is None or group.controller_pid == os.getpid():
         return False
-    from phalanx.machine.procs import Seen, judge
-
     # no start time is recorded with a group's controller: its command line tells a reused pid apart
     seen = judge(group.controller_pid, None, group.controller_host, program=b"phalanx")
     return seen is not Seen.GONE
@@ -32,8 +33,6 @@ def controller_alive(group: Group) -> bool:
 def controller_locked(group_id: str, settings: Settings) -> bool:
     """Whether a controller of this group holds its lock on this machine (one that is still
     starting has not yet written its pid to the group's record)."""
-    from phalanx.groups.lock import holder
-
     return holder(settings.home / "groups" / group_id) is not None
 
 
@@ -133,9 +132,7 @@ def stop_all(
     """Stop these experiments all at once, not one after the other: each stop waits for its
     supervisor (on Slurm: scancel, then the job's end), and a trial still queued behind a running
     one must be cancelled before the running one's nodes free up and Slurm starts it."""
-    from concurrent.futures import ThreadPoolExecutor
-
-    from phalanx.supervisor import stop_experiment
+    from phalanx.supervisor import stop_experiment  # why: `phalanx group ls|get`: no supervisor
 
     running = [e for e in experiments if not e.status.done]
     if not running:

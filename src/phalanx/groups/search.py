@@ -14,6 +14,7 @@ start-up never import it. Mapping (docs/groups.md says the same):
 
 from __future__ import annotations
 
+import hashlib
 import math
 from pathlib import Path
 from statistics import NormalDist
@@ -57,7 +58,7 @@ def study_storage(folder: Path) -> Any:
 def trial_seed(seed: int, number: int) -> int:
     """The seed of trial ``number``'s sampling: a function of the group's seed and the number only,
     so a resumed controller draws what the one it replaces would have drawn (no state to save)."""
-    import numpy as np
+    import numpy as np  # why: numpy comes with the search extra (Optuna's)
 
     return int(np.random.SeedSequence([seed, number]).generate_state(1)[0])
 
@@ -66,8 +67,6 @@ def group_seed(search_seed: int | None, group_id: str) -> int:
     """The file's seed, else one derived from the group id (fixed for the group's life)."""
     if search_seed is not None:
         return search_seed
-    import hashlib
-
     return int.from_bytes(hashlib.sha256(group_id.encode()).digest()[:4], "big")
 
 

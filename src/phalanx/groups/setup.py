@@ -8,10 +8,13 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from phalanx import buildenv
 from phalanx.config import Settings
 from phalanx.domain import Framework, Group
+from phalanx.errors import SpecError, UsageError
 from phalanx.machine.box import Isolation
-from phalanx.spec.group import GroupSpec, load_group_text
+from phalanx.plan import build_plan
+from phalanx.spec.group import GroupSpec, example_values, load_group_text
 from phalanx.spec.model import Build, ExperimentSpec
 from phalanx.store.base import GroupStore
 
@@ -68,9 +71,7 @@ def check_trials_can_run(
     check` shows) as its `phalanx run` would, without building or starting anything, and ask the
     engine whether it could ever run it (Slurm: ``sbatch --test-only``). A search whose every trial
     Slurm would refuse is a UsageError here (exit 2, nothing recorded), not N failed trials."""
-    from phalanx.errors import UsageError
-    from phalanx.spec.group import example_values
-    from phalanx.supervisor.preparing import prepare
+    from phalanx.supervisor.preparing import prepare  # why: `phalanx group ls|get`: no supervisor
 
     values = example_values(group)
     spec = group.trial_spec(values)  # (--param overrides are in the group's params already)
@@ -84,9 +85,7 @@ def check_trials_can_run(
             oversubscribe=oversubscribe,
             dry=True,
         )
-        refuse = getattr(prepared.backend, "refuse_if_it_can_never_run", None)
-        if refuse is not None:
-            refuse(prepared.dry_run)
+        prepared.backend.refuse_if_it_can_never_run(prepared.dry_run)
     except UsageError as exc:
         shown = ", ".join(f"{k}={v}" for k, v in values.items())
         raise UsageError(
@@ -112,11 +111,7 @@ def build_trials_env(
     section, the same for every trial) once. A build that fails is a UsageError here (exit 2,
     nothing recorded), not every trial building it again in turn and failing the same way; one
     that succeeds is cached, so the trials start at once instead of queueing on its lock."""
-    from phalanx import buildenv
-    from phalanx.errors import SpecError, UsageError
-    from phalanx.plan import build_plan
-    from phalanx.spec.group import example_values
-    from phalanx.supervisor.preparing import interpreter
+    from phalanx.supervisor.preparing import interpreter  # why: `phalanx group ls|get`: no supervisor
 
     source = group.base.source_file
     base_dir = Path(source).parent if source else Path.cwd()

@@ -10,23 +10,21 @@ from __future__ import annotations
 import sys
 from typing import TYPE_CHECKING
 
+from phalanx.config import Settings
+from phalanx.runner.detached import supervise_launch
+from phalanx.runner.running import Runner
+
 if TYPE_CHECKING:
-    from phalanx.runner.running import Runner
     from phalanx.store.base import IngestStore
 
 
 def main(argv: list[str], store: IngestStore | None = None) -> int:
     """``store``: an open store to use, else the settings' store is opened once the replicas are
     starting (phalanx.runner.detached.supervise_launch)."""
-    from phalanx.runner.detached import supervise_launch
-
     return supervise_launch(argv, _runner, store)
 
 
 def _runner() -> Runner:
-    from phalanx.config import Settings
-    from phalanx.runner.running import Runner
-
     return Runner(Settings())
 
 

@@ -6,12 +6,19 @@ the child. It gets the Runner to supervise through from its caller, so that neit
 
 from __future__ import annotations
 
+import faulthandler
+import shutil
+import signal
 import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from phalanx.errors import PhalanxError, SpecError, exit_status
 from phalanx.machine.locks import hold
+from phalanx.runner.observers import PlainObserver
+from phalanx.runner.options import SpecFile, read_launch
+from phalanx.spec.loader import refusal_text
 
 SUPERVISOR_LOCK = "supervisor.lock"  # runs/<id>/supervisor.lock: held by an accepted launch's supervisor
 
@@ -27,13 +34,6 @@ def supervise_launch(
     `python -m phalanx.runner RUN_DIR` and a forked trial do; the exit status of `phalanx run`.
     ``store``: an open store to use (a supervisor forked from a group's controller), else the
     settings' store is opened once the replicas are starting."""
-    import faulthandler
-    import signal
-
-    from phalanx.errors import PhalanxError, SpecError, exit_status
-    from phalanx.runner.observers import PlainObserver
-    from phalanx.runner.options import SpecFile, read_launch
-
     faulthandler.register(signal.SIGUSR1, all_threads=True)  # `kill -USR1 PID`: where is it stuck?
     if len(argv) != 1:
         sys.stderr.write("usage: python -m phalanx.runner RUN_DIR\n")
@@ -48,16 +48,12 @@ def supervise_launch(
         sys.stderr.write(f"phalanx: {launch.headline}\n")
     spec = launch.spec
     if isinstance(spec, SpecFile):  # `phalanx run --detach`: the file is validated here, first
-        from phalanx.spec.loader import refusal_text
-
         source = spec
         try:
             spec = source.load()
         except SpecError as exc:  # nothing written yet; the waiting `phalanx run` prints this
             sys.stderr.write(refusal_text(exc, source.path) + "\n")
             if launch.remove_run_dir:
-                import shutil
-
                 shutil.rmtree(run_dir, ignore_errors=True)
             return exit_status(exc)
         for note in spec.notes:  # `phalanx run --detach` echoes these once the experiment exists

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import importlib
 import os
 import signal
 import subprocess
@@ -29,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from phalanx import alerts
+from phalanx.store import reuse_after_fork
 
 
 def can_fork() -> bool:
@@ -103,8 +105,6 @@ PRELOAD = (
 def preload() -> None:
     """Import what a forked supervisor needs (``PRELOAD``), here, once (a module that cannot be
     imported is left to the supervisor, which then says why)."""
-    import importlib
-
     for name in PRELOAD:
         with contextlib.suppress(Exception):
             importlib.import_module(name)
@@ -151,8 +151,6 @@ def fork_supervisor(
         os.environ.update(env)
         inherited = None
         if store is not None:
-            from phalanx.store import reuse_after_fork
-
             inherited = reuse_after_fork(store)
         code = supervise([str(run_dir)], inherited)
     except SystemExit as exc:

@@ -108,7 +108,7 @@ class SpecFile:
 
     def load(self) -> ExperimentSpec:
         """The validated spec (SpecError with every problem, as ``spec.loader.load_spec``)."""
-        from phalanx.spec.loader import load_spec
+        from phalanx.spec.loader import load_spec  # why: `run --detach` imports these options: no spec loader
 
         return load_spec(self.path, params=self.params, extra_params=self.extra_params)
 

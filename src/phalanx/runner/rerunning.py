@@ -18,10 +18,13 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from phalanx import repro
+from phalanx.data.lineage import latest_inputs, pin_inputs
 from phalanx.domain import Experiment
 from phalanx.errors import UsageError
 from phalanx.machine.box import isolation_of
 from phalanx.runner.options import LaunchOptions, LaunchRecord
+from phalanx.spec.loader import load_spec_text
 from phalanx.spec.model import ExperimentSpec
 from phalanx.store.base import Store
 
@@ -97,8 +100,6 @@ def never_started(experiment: Experiment) -> str:
 
 def rerun_record(store: Store, experiment_id: str, attempt: int | None) -> dict[str, Any]:
     """The record a rerun starts from: attempt ``attempt``'s, else the last successful attempt's."""
-    from phalanx import repro
-
     record = store.repro(experiment_id)
     if attempt is None:
         return repro.rerun_record(record, store.attempts(experiment_id))
@@ -125,10 +126,6 @@ def rerun_source(
     """Everything a rerun of ``experiment_id`` with ``changes`` needs, checked; nothing written.
     Its dataset inputs are the versions the original read, or with ``latest_data`` each dataset's
     latest version (a missing dataset is then a NotFound when the rerun is prepared, exit 2)."""
-    from phalanx import repro
-    from phalanx.data.lineage import latest_inputs, pin_inputs
-    from phalanx.spec.loader import load_spec_text
-
     experiment = store.get_experiment(experiment_id)
     launch = launch_of(store, experiment)
     record = rerun_record(store, experiment.id, attempt)

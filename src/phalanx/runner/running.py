@@ -13,9 +13,15 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from phalanx import knobs
 from phalanx.config import Settings
 from phalanx.errors import NotFound, PhalanxError
+from phalanx.machine.procs import record_process, recorded_process
+from phalanx.runner.forking import can_fork, fork_supervisor
 from phalanx.runner.options import Launch, LaunchOptions, SpecFile, write_launch
+from phalanx.store import open_store
+from phalanx.store.lite import LiteReader, sqlite_path
+from phalanx.store.migrations import HEAD
 
 if TYPE_CHECKING:
     from phalanx.domain import Experiment
@@ -71,8 +77,7 @@ class Runner:
         return self._prepare(spec, options, dry=False)
 
     def _prepare(self, spec: ExperimentSpec, options: LaunchOptions, *, dry: bool) -> Prepared:
-        from phalanx import knobs
-        from phalanx.supervisor import prepare
+        from phalanx.supervisor import prepare  # why: `run --detach`: no supervisor
 
         knobs.check()  # a malformed PHALANX_* knob is refused now, not by a supervisor minutes later
         options.apply_environment()
@@ -108,7 +113,7 @@ class Runner:
         never show: its spool, and its run folder when this launch owns it (``owns_run_dir``;
         default: no id was given, else the caller that gave the id reads its log there).
         ``store``: the open store to use (else the settings' store, opened when first needed)."""
-        from phalanx.supervisor import Prepared, Supervisor
+        from phalanx.supervisor import Prepared, Supervisor  # why: `run --detach`: no supervisor
 
         options.apply_environment()
         if owns_run_dir is None:
@@ -118,8 +123,6 @@ class Runner:
 
         def opener() -> IngestStore:  # opened once the replicas are starting (see Supervisor.run)
             if not opened:
-                from phalanx.store import open_store
-
                 opened.append(open_store(self.settings))
             return opened[0]
 
@@ -161,12 +164,11 @@ class Runner:
     ) -> bool:
         """The experiment exists (status building, with its id, in `phalanx ls`) before a build
         that may take minutes; its supervisor is this process (`phalanx stop` finds it)."""
-        from phalanx.machine.procs import record_process
-        from phalanx.supervisor import record_building
-        from phalanx.supervisor.outcome import PID_FILE
+        from phalanx.supervisor import record_building  # why: `run --detach`: no supervisor
+        from phalanx.supervisor.outcome import PID_FILE  # why: `run --detach`: no supervisor
 
         record_process(self.settings.runs_dir / dry.experiment_id / PID_FILE)
-        record_building(dry, store, self.settings, accepted=accepted)
+        record_building(dry, store, accepted=accepted)
         _say(observer, f"experiment {dry.experiment_id}: building its environment ({dry.context.python})")
         return True
 
@@ -184,7 +186,7 @@ class Runner:
             prepared = self.prepare(spec, options)
         except BaseException as exc:
             if store is not None and options.experiment_id is not None:
-                from phalanx.domain import ExperimentStatus
+                from phalanx.domain import ExperimentStatus  # why: `run --detach`: no domain model
 
                 stopped = isinstance(exc, KeyboardInterrupt)
                 status = ExperimentStatus.STOPPED if stopped else ExperimentStatus.FAILED
@@ -248,8 +250,6 @@ class Runner:
         thread runs); else ``start``. ``close``: fds the supervisor must not keep (a lock);
         ``store``: this process's open store, which a forked supervisor uses rather than opening
         its own (``store.reuse_after_fork``)."""
-        from phalanx.runner.forking import can_fork, fork_supervisor
-
         if not can_fork():
             return self.start(spec, options, log=log)
         exp_id = options.experiment_id or uuid.uuid4().hex[:12]
@@ -309,18 +309,18 @@ class Runner:
         """Bounded wait for the supervisor's experiment row (or its reopen); its early exit is the
         error to raise."""
         started: Callable[[Any, Settings, str, int], bool]
+        probe: _ExistenceProbe | None = None
         if resume:
-            from phalanx.store import open_store
-
             store: Any = open_store(self.settings)
             started = _resumed
         else:  # `phalanx run --detach` polls one row: the lean SQLite reader when it can (no SQLAlchemy)
-            store, started = _ExistenceProbe(self.settings), _probed
+            probe = _ExistenceProbe(self.settings)
+            store, started = probe, _probed
         try:
             self._wait_for(started, store, exp_id, proc, log, timeout, resume=resume, log_start=log_start)
         finally:
-            if isinstance(store, _ExistenceProbe):
-                store.close()
+            if probe is not None:
+                probe.close()
 
     def _wait_for(
         self,
@@ -371,13 +371,11 @@ class Runner:
 
     # -- following an experiment -------------------------------------------------------------------
     def _store(self) -> Store:
-        from phalanx.store import open_store
-
         return open_store(self.settings)
 
     def status(self, experiment_id: str) -> Experiment:
         """The experiment as it stands, its end decided if its supervisor is gone."""
-        from phalanx.reconcile import settle
+        from phalanx.reconcile import settle  # why: `run --detach`: no domain model
 
         store = self._store()
         return settle(store, self.settings, store.get_experiment(experiment_id))
@@ -395,7 +393,7 @@ class Runner:
 
     def stop(self, experiment_id: str, timeout: float = 60.0, reason: str | None = None) -> str:
         """Stop it (its supervisor stops every replica); its status once stopped."""
-        from phalanx.supervisor import stop_experiment
+        from phalanx.supervisor import stop_experiment  # why: `run --detach`: no supervisor
 
         store = self._store()
         exp = store.get_experiment(experiment_id)
@@ -448,17 +446,12 @@ class _ExistenceProbe:
         if self._reader is not None:  # one SELECT per look: the wait costs next to no CPU
             return bool(self._reader.has_experiment(experiment_id))
         if self._full is None:
-            from phalanx.store.lite import LiteReader, sqlite_path
-            from phalanx.store.migrations import HEAD
-
             if sqlite_path(self.settings.database_url) is not None:
                 reader = LiteReader.open(self.settings.database_url, HEAD)
                 if reader is None:
                     return False  # no file, no schema yet, or not migrated yet: not created yet
                 self._reader = reader
                 return bool(reader.has_experiment(experiment_id))
-            from phalanx.store import open_store
-
             self._full = open_store(self.settings)
         return _exists(self._full, experiment_id)
 
@@ -475,8 +468,6 @@ def _probed(probe: _ExistenceProbe, settings: Settings, experiment_id: str, pid:
 def _resumed(store: Store, settings: Settings, experiment_id: str, pid: int) -> bool:
     """Reopened by this very supervisor (not another resume's): its pid file names it and the
     experiment is no longer failed or stopped."""
-    from phalanx.machine.procs import recorded_process
-
     ours = recorded_process(settings.runs_dir / experiment_id / "supervisor.pid") == pid
     return ours and not store.get_experiment(experiment_id).status.resumable
 
@@ -498,6 +489,6 @@ def _say(observer: Observer | None, text: str) -> None:
 def _supervise_in_child(argv: list[str], store: IngestStore | None) -> int:
     """A forked trial's supervision: a Runner of its own, on the settings its environment names
     (the fork added ``Runner._store_env``), exactly as `python -m phalanx.runner RUN_DIR`."""
-    from phalanx.runner.detached import supervise_launch
+    from phalanx.runner.detached import supervise_launch  # why: `run --detach`: no spec loader
 
     return supervise_launch(argv, lambda: Runner(Settings()), store)

@@ -6,7 +6,8 @@ supervisors is CPU work, and the API must stay responsive beside it). For an exp
 unpacks its code, starts its supervisor (``Runner.start``: its own process and session, which
 outlives the server) and waits until that supervisor has passed its start (its pid file written,
 or it ended) before it takes the next one. For a group it unpacks the code, builds the trials'
-environment (or asks the cluster whether it could run them) and starts the group's controller.
+environment (or asks the cluster whether it could run them) and starts the group's controller,
+both through ``groups.launching.GroupLauncher`` (``check``, ``start``), as `phalanx group run` does.
 
 A watcher pass (``sweep``, every ``period`` seconds, and once at start) makes the server
 self-healing while it lives, not only when it starts:
@@ -39,8 +40,8 @@ from phalanx.config import Settings
 from phalanx.domain import ExperimentStatus, GroupStatus
 from phalanx.errors import NotFound, PhalanxError
 from phalanx.groups import detached
+from phalanx.groups.launching import GroupLauncher, GroupOptions
 from phalanx.groups.lock import holder
-from phalanx.groups.setup import build_trials_env, check_trials_can_run
 from phalanx.machine.box import isolation_of
 from phalanx.machine.locks import held
 from phalanx.runner.detached import SUPERVISOR_LOCK
@@ -236,6 +237,7 @@ class Launcher:
             self._done(sub.id)
             return
         order = orders.read(self.settings, sub.id)
+        groups = GroupLauncher(self.settings, self.store)
         try:
             if order is None:
                 raise PhalanxError("its launch order was lost")
@@ -243,12 +245,11 @@ class Launcher:
             name = order.file_name or "group.yml"
             spec = load_group_text(order.file_text or "", name, params=group.options.get("params") or {})
             spec = replace(spec, base=replace(spec.base, source_file=str(order.work / name)))
-            if order.target is not None:  # as `phalanx group run --cluster NAME`
-                check_trials_can_run(spec, self.settings, cluster=order.target, workdir=order.work)
-            else:
-                build_trials_env(
-                    spec, self.settings, workdir=order.work, isolation=isolation_of(group.options)
-                )
+            # as `phalanx group run [--cluster NAME]`: a trial the cluster can never run, or an
+            # environment that cannot be built, fails the group now (the submit recorded it); the
+            # trials' build boxed as the project's when its submit recorded a box
+            box = isolation_of(group.options)
+            groups.check(spec, GroupOptions(workdir=order.work, cluster=order.target, isolation=box))
         except PhalanxError as exc:
             self.store.update_group(
                 group.id, status=GroupStatus.FAILED, reason=str(exc), finished_at=time.time()
@@ -256,7 +257,7 @@ class Launcher:
             self._done(sub.id)
             return
         detached.mark_server_group(self.settings, group.id)
-        process = detached.spawn(self.settings, group.id)
+        process = groups.start(group.id)
         self._done(sub.id)
         threading.Thread(target=process.wait, name=f"reap-group-{group.id}", daemon=True).start()
         log.info("group %s: controller pid %s started", group.id, process.pid)

@@ -10,12 +10,15 @@ torchrun does), stops the TensorFlow servers that never exit once the chief has 
 answers Ctrl-C, SIGTERM, `phalanx stop` and the server's stop request (``runs/<id>/stop``) by
 stopping everything and marking the experiment stopped.
 
-Public API (used by `phalanx run`, the estimators and the cluster engines' tests):
+Public API (used by ``phalanx.runner.Runner``, the one launch path, and the engines' tests):
   ``prepare(spec_or_plan, ...) -> Prepared``: plan, engine, context and dry run; writes nothing.
-  ``launch(spec_or_plan, ...) -> Outcome``: prepare, then supervise to the end.
-  ``Supervisor(prepared, store, settings, observer).run() -> Outcome``.
-The thread that calls ``run()`` must live as long as the experiment: the local engine asks the
-kernel to stop replicas when the thread that started them ends (PR_SET_PDEATHSIG).
+  ``Supervisor(prepared, store, settings, observer).run() -> Outcome``: supervise to the end.
+  ``record_building(prepared, store, accepted=...)``: the experiment recorded (or, accepted by the
+  server, updated) before its environment is built.
+To launch an experiment, use ``Runner.run`` / ``Runner.submit`` (``Runner.run`` takes a ``Prepared``
+too: an engine instance of the caller's, as the engines' tests use). The thread that calls ``run()``
+must live as long as the experiment: the local engine asks the kernel to stop replicas when the
+thread that started them ends (PR_SET_PDEATHSIG).
 """
 
 from phalanx.supervisor.outcome import EXIT_CODES, LoggingObserver, Observer, Outcome
@@ -28,8 +31,9 @@ from phalanx.supervisor.preparing import (
     replace_plan,
     tracking_env,
 )
+from phalanx.supervisor.recording import record_building
 from phalanx.supervisor.stopping import stop_experiment, supervisor_pid
-from phalanx.supervisor.supervising import Supervisor, launch, record_building
+from phalanx.supervisor.supervising import Supervisor
 
 __all__ = [
     "EXIT_CODES",
@@ -40,7 +44,6 @@ __all__ = [
     "Supervisor",
     "dry_run_json",
     "interpreter",
-    "launch",
     "prepare",
     "record_building",
     "render_dry_run",

@@ -1,122 +1,135 @@
-"""The supervisor's place in this machine's queue: admission by the ledger (waiting, recorded as
-queued, until the whole topology fits) and the reason of a stop that came while it waited.
-
-Functions of ``Supervisor`` (its methods, bound in its class body: ``_x = module._x``), kept here
-so that each module of the supervisor has one job."""
+"""The experiment's place in this machine's queue: admission by the ledger (waiting, recorded as
+queued, until the whole topology fits), its entry released once the replicas are gone, and the queued
+rows of killed waiters that the ledger reclaimed on the way (stopped, as ``reconcile`` says)."""
 
 from __future__ import annotations
 
 import contextlib
 import logging
-import time
+from collections.abc import Mapping
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from phalanx import queue, reconcile
 from phalanx.domain import ExperimentStatus
+from phalanx.errors import UsageError
+from phalanx.supervisor.preparing import Prepared
 
 if TYPE_CHECKING:
-    from pathlib import Path
-
-    from phalanx.supervisor.supervising import Supervisor
+    from phalanx.share import Limit
+    from phalanx.supervisor.clock import RunClock
+    from phalanx.supervisor.opener import LazyStore
+    from phalanx.supervisor.outcome import Observer
+    from phalanx.supervisor.recording import Recorder
+    from phalanx.supervisor.stopping import StopRequests
 
 log = logging.getLogger(__name__)
 
 
-def _admit(self: Supervisor) -> None:
-    """Take this experiment's cores, GPUs and memory in the machine's ledger, waiting in the
-    queue (recorded as queued) until its whole topology fits; the dry run is redone with the
-    exact cores and GPUs granted. Cluster engines schedule for themselves, and --oversubscribe
-    asks to share: neither goes through the ledger, nor does a topology that requests nothing."""
+class Admitter:
+    """``ledger``: this machine's ledger (``queue.ledger_for``); ``rows``: the experiment's rows
+    (recorded before its ledger entry, see ``admit``); ``stop``: checked while it waits; ``clock``:
+    restarted once admitted (the wait is not shown as elapsed). ``priority``: its place in the queue
+    (higher first); ``wait``: False refuses (UsageError) instead of queueing when the topology does
+    not fit now. ``entry``: the ledger's ``queue.Admission`` while it holds the experiment."""
 
-    from phalanx import queue, reconcile
-    from phalanx.errors import UsageError
+    def __init__(
+        self,
+        ledger: queue.Ledger,
+        store: LazyStore,
+        rows: Recorder,
+        observer: Observer,
+        stop: StopRequests,
+        clock: RunClock,
+        *,
+        priority: int = 0,
+        wait: bool = True,
+    ) -> None:
+        self.ledger = ledger
+        self.store = store
+        self.rows = rows
+        self.observer = observer
+        self.stop = stop
+        self.clock = clock
+        self.priority = priority
+        self.wait = wait
+        self.entry: queue.Admission | None = None
 
-    context = self.p.context
-    if self.p.backend.name != "local" or context.oversubscribe:
-        return
-    need = queue.need_of_plan(self.p.plan)
-    if need.empty:
-        return
-    admission = queue.Admission(
-        self.id,
-        need,
-        queue.ledger_for(self.settings),
-        name=self.p.plan.name,
-        priority=self.priority,
-        wait=self.wait,
-        project=self.p.plan.project,
-        limits=self._quotas,
-    )
-    self._admission = admission
-    # its row before its ledger entry: `phalanx queue` (which reads the ledger) never lists an
-    # id that `phalanx get` does not know, nor does a killed supervisor leave such an entry.
-    # Not with --no-wait: there the row means "accepted" to `run -d`/submit() waiting for it, so
-    # it follows the grant (a refusal then records nothing at all)
-    recorded_here = self.wait and not self._created
-    if recorded_here:
-        self._open_store()
-        self._create(ExperimentStatus.STARTING)
-        self._created = True
-    was_queued = False
+    def admit(self, prepared: Prepared) -> Prepared:
+        """Take the experiment's cores, GPUs and memory in the machine's ledger, waiting in the
+        queue (recorded as queued) until its whole topology fits; returns it with the dry run
+        redone for the exact cores and GPUs granted (unchanged when it needs no admission, or a
+        stop came while it waited: ``stop.reason`` then says so). Cluster engines schedule for
+        themselves, and --oversubscribe asks to share: neither goes through the ledger, nor does a
+        topology that requests nothing. UsageError: refused (it can never fit, or `--no-wait`)."""
+        context = prepared.context
+        if prepared.backend.name != "local" or context.oversubscribe:
+            return prepared
+        need = queue.need_of_plan(prepared.plan)
+        if need.empty:
+            return prepared
+        entry = queue.Admission(
+            prepared.experiment_id,
+            need,
+            self.ledger,
+            name=prepared.plan.name,
+            priority=self.priority,
+            wait=self.wait,
+            project=prepared.plan.project,
+            limits=self._quotas,
+        )
+        self.entry = entry
+        # its row before its ledger entry: `phalanx queue` (which reads the ledger) never lists an
+        # id that `phalanx get` does not know, nor does a killed supervisor leave such an entry.
+        # Not with --no-wait: there the row means "accepted" to `run -d`/submit() waiting for it, so
+        # it follows the grant (a refusal then records nothing at all)
+        recorded_here = self.wait and not self.rows.created
+        if recorded_here:
+            self.rows.create(prepared, ExperimentStatus.STARTING)
+        was_queued = False
 
-    def queued(text: str) -> None:
-        nonlocal was_queued
-        was_queued = True
-        self._open_store()
-        if self._created:  # it exists: only its status says it waits
-            self.store.update_experiment(self.id, status=ExperimentStatus.QUEUED)
-        else:
-            self._create(ExperimentStatus.QUEUED)
-            self._created = True
-        with contextlib.suppress(Exception):  # others' leftovers must not stop this experiment
-            reconcile.stop_abandoned(self.store, admission.reclaimed or [])
-        self.observer.message(text)
+        def queued(text: str) -> None:
+            nonlocal was_queued
+            was_queued = True
+            if self.rows.created:  # it exists: only its status says it waits
+                self.rows.status(ExperimentStatus.QUEUED)
+            else:
+                self.rows.create(prepared, ExperimentStatus.QUEUED)
+            with contextlib.suppress(Exception):  # others' leftovers must not stop this experiment
+                reconcile.stop_abandoned(self.store(), entry.reclaimed or [])
+            self.observer.message(text)
 
-    try:
-        grant = admission.admit(self._stop_requested, queued)
-    except BaseException as exc:
-        self._admission = None  # admit() left nothing in the ledger
-        if recorded_here and isinstance(exc, UsageError):  # refused: nothing half-written
+        try:
+            grant = entry.admit(self.stop.requested, queued)
+        except BaseException as exc:
+            self.entry = None  # admit() left nothing in the ledger
+            if recorded_here and isinstance(exc, UsageError):  # refused: nothing half-written
+                self.rows.withdraw(f"refused by this machine's queue: {exc}")
+            raise
+        if grant is None:  # stopped while it waited: already out of the queue
+            self.entry = None
+            self.stop.stopped_while_queued()
+            return prepared
+        self.clock.restart()  # time spent queued is not the experiment's
+        context = replace(context, cpu_pool=grant.cpus, gpu_pool=grant.gpus)
+        admitted = replace(
+            prepared, context=context, dry_run=prepared.backend.dry_run(prepared.plan, context)
+        )
+        if was_queued:
+            self.observer.message("admitted: " + need.describe())
+        return admitted
+
+    def stop_abandoned(self) -> None:
+        """Queued rows of `phalanx run`s killed while waiting, found while we were admitted."""
+        if self.entry is not None and self.entry.reclaimed:
             with contextlib.suppress(Exception):
-                self.store.delete_experiment(self.id)
-                self._created = False
-        raise
-    if grant is None:  # stopped while it waited: already out of the queue
-        self._admission = None
-        self.stop_reason = _queued_reason(self.stop_reason, self.run_dir / "stop")
-        return
-    self.started = time.monotonic()  # time spent queued does not count against max_run_seconds
-    context = replace(context, cpu_pool=grant.cpus, gpu_pool=grant.gpus)
-    self.p = replace(self.p, context=context, dry_run=self.p.backend.dry_run(self.p.plan, context))
-    if was_queued:
-        self.observer.message("admitted: " + need.describe())
+                reconcile.stop_abandoned(self.store(), self.entry.reclaimed)
 
+    def release(self) -> None:
+        """Leave the ledger (after the replicas are gone: their cores are free)."""
+        if self.entry is not None:
+            self.entry.release()
 
-def _after_admission(self: Supervisor) -> None:
-    """Queued rows of `phalanx run`s killed while waiting, found while we were admitted."""
-    if self._admission is not None and self._admission.reclaimed:
-        from phalanx import reconcile
-
-        with contextlib.suppress(Exception):
-            reconcile.stop_abandoned(self.store, self._admission.reclaimed)
-
-
-def _queued_reason(reason: str | None, stop_file: Path) -> str:
-    """The reason of an experiment stopped before it left the queue: it never ran, so "stopped by
-    SIGTERM" (the signal `phalanx stop` sends) told the user less than the truth. A reason left
-    with the request (a group's stop or pruning) is kept as it is; else it says a stop request or
-    the signal did it."""
-    requested = _requested_reason(stop_file)
-    if requested:
-        return requested
-    how = "a stop request" if stop_file.exists() else (reason or "stopped").removeprefix("stopped by ")
-    return f"stopped while queued (by {how})"
-
-
-def _requested_reason(path: Any) -> str | None:
-    """The reason written on the stop file's second line (a group's pruning says why), if any."""
-    try:
-        lines = path.read_text().splitlines()
-    except OSError:
-        return None
-    return lines[1].strip() or None if len(lines) > 1 else None
+    def _quotas(self) -> Mapping[str, Limit]:
+        """Every project's quota on this machine, from the store (read again while it waits)."""
+        return queue.local_limits(self.store())

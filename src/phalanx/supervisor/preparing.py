@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
+import shlex
 import sys
 import uuid
 from collections.abc import Mapping
@@ -11,14 +12,24 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from phalanx import buildenv, horovod
 from phalanx.backends.base import Backend, DryRun, LaunchContext
 from phalanx.backends.dry_runs import LocalDryRun
+from phalanx.backends.registry import get_backend
+from phalanx.backends.slurm import require_shared_dir
+from phalanx.checkpoints import policy_env
+from phalanx.clusters import get_cluster
 from phalanx.config import Settings
+from phalanx.data.inputs import resolve
 from phalanx.domain import Framework
+from phalanx.frameworks.packages import framework_packages
 from phalanx.machine.box import Isolation, box_folder
 from phalanx.plan import Plan, build_plan
 from phalanx.sdkcopy import sdk_path
+from phalanx.spec.inputs import from_record
 from phalanx.spec.model import Build, ExperimentSpec
+from phalanx.store import open_store
+from phalanx.store.placements import placed
 from phalanx.tokens import box_key, experiment_token
 from phalanx.tracking.identity import ENV_INGESTER_PID as INGESTER_PID
 
@@ -56,10 +67,6 @@ def interpreter(
     the interpreter running Phalanx. ``venvs_dir``: where venvs live (a cluster's shared folder).
     ``isolation``: a boxed experiment's venv is its project's own (``<venvs>/boxes/<account>``),
     built in a box as that account (pip runs the packages' own code)."""
-    try:
-        from phalanx import buildenv
-    except ImportError:  # pragma: no cover - buildenv ships with Phalanx
-        return sys.executable
     venvs = venvs_dir or settings.venvs_dir
     if isolation is not None:
         venvs = venvs / "boxes" / isolation.account
@@ -75,9 +82,6 @@ def interpreter(
 def with_horovod(build_spec: Build, workdir: str, venvs: Path, build: bool = True) -> Build:
     """The experiment's build plus Horovod: its torch pin (this machine's default when it names none)
     and the Horovod wheel built for it (built once per machine, see ``phalanx.horovod``)."""
-    from phalanx import buildenv, horovod
-    from phalanx.frameworks.packages import framework_packages
-
     pin = horovod.torch_pin_of(build_spec.pip_packages)
     # torch (this machine's pin unless named), numpy and what save_model's ONNX export needs
     packages = framework_packages(
@@ -162,9 +166,6 @@ def _placed(cluster: Cluster, project: str, settings: Settings) -> Cluster:
     `phalanx cluster map`), read from the home's store when there is one (a dry run creates none)."""
     if not (settings.db_url or (settings.home / "phalanx.db").exists()):
         return cluster
-    from phalanx.store import open_store
-    from phalanx.store.placements import placed
-
     store = open_store(settings)
     try:
         return placed(cluster, project, store)
@@ -207,13 +208,9 @@ def prepare(
     cluster_conf = None
     engine_name = "local"
     if cluster:
-        from phalanx.clusters import get_cluster
-
         cluster_conf = _placed(get_cluster(cluster, settings.home), plan.project, settings)
         engine_name = cluster_conf.backend_for(str(plan.backend) if plan.backend else None)
     if backend is None:
-        from phalanx.backends.registry import get_backend
-
         backend = get_backend(engine_name, settings=settings, cluster=cluster_conf)
     shared = _shared_dir(cluster_conf)
     boxed = isolation  # the local engine boxes it; a cluster engine keeps the same boundary its own way
@@ -228,8 +225,6 @@ def prepare(
         isolation=boxed,
     )
     env = tracking_env(exp_id, settings, python, dry=dry, sdk_root=shared, isolation=boxed)
-    from phalanx.checkpoints import policy_env
-
     env.update(policy_env(plan.checkpoints))
     reader = isolation.project if isolation is not None else None  # its project's data, its credentials
     plan, input_env, fetches = _with_inputs(
@@ -274,9 +269,6 @@ def _with_inputs(
     lineage records (dataset versions, datastore URLs) and every replica their local paths.
     ``on_nodes`` (a cluster engine): downloads become fetch orders each node or pod carries out.
     ``reader``: a server's boxed run's project (its own and shared data only, its credentials)."""
-    from phalanx.data.inputs import resolve
-    from phalanx.spec.inputs import from_record
-
     if not plan.inputs:
         return plan, {}, []
     # a plan resolved before (read back from the store) names the exact versions it used
@@ -291,8 +283,6 @@ def _shared_dir(cluster_conf: Any) -> Path | None:
     (refused with how to register one when the cluster has none)."""
     if cluster_conf is None or cluster_conf.kind != "slurm":
         return None
-    from phalanx.backends.slurm import require_shared_dir
-
     return Path(require_shared_dir(cluster_conf))
 
 
@@ -320,8 +310,6 @@ def render_dry_run(prepared: Prepared) -> str:
 def launch_json(prepared: Prepared) -> dict[str, Any]:
     """How the experiment was launched, kept with its plan (`phalanx get`, the API): the file, the
     `--param` values given and the command each replica runs, params filled in and quoted."""
-    import shlex
-
     plan = prepared.plan
     commands = {r.name: plan.command for r in plan.replicas}
     native = prepared.dry_run.native

@@ -1,5 +1,6 @@
-"""The supervisor's Python API with real processes: a foreign interpreter reports through the SDK
-copy, a time limit fails the run, a finished replica leaves nothing running behind it."""
+"""The Runner's Python API (supervised in this process) with real processes: a foreign interpreter
+reports through the SDK copy, a time limit fails the run, a finished replica leaves nothing running
+behind it."""
 
 from __future__ import annotations
 
@@ -8,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from phalanx import supervisor
 from phalanx.config import Settings
 from phalanx.domain import ExperimentStatus, Framework
+from phalanx.runner import LaunchOptions, Runner
 from phalanx.spec.model import ExperimentSpec, Topology
 from phalanx.store import open_store
 from phalanx.supervisor import preparing
@@ -47,7 +48,7 @@ def test_a_replica_in_a_foreign_interpreter_reports_through_the_sdk_copy(
         "task.close()\n"
     )
     settings = Settings()
-    outcome = supervisor.launch(spec("python report.py"), settings=settings, workdir=tmp_path)
+    outcome = Runner(settings).run(spec("python report.py"), LaunchOptions(workdir=tmp_path))
     assert outcome.status is ExperimentStatus.SUCCEEDED, outcome.reason
     store = open_store(settings)
     assert store.metrics(outcome.experiment_id)["loss"]["worker 00"].values == [0.5]
@@ -56,7 +57,7 @@ def test_a_replica_in_a_foreign_interpreter_reports_through_the_sdk_copy(
 
 
 def test_max_run_seconds_fails_a_run_that_takes_too_long(phalanx_home: Path, tmp_path: Path) -> None:
-    outcome = supervisor.launch(spec("sleep 600", workers=1, max_run_seconds=1), workdir=tmp_path)
+    outcome = Runner().run(spec("sleep 600", workers=1, max_run_seconds=1), LaunchOptions(workdir=tmp_path))
     assert outcome.status is ExperimentStatus.FAILED and outcome.exit_code == 1
     assert outcome.reason == "ran longer than max_run_seconds (1 s)"
     assert experiment_pids(phalanx_home) == []
@@ -65,6 +66,6 @@ def test_max_run_seconds_fails_a_run_that_takes_too_long(phalanx_home: Path, tmp
 def test_what_a_successful_replica_left_in_the_background_is_stopped(
     phalanx_home: Path, tmp_path: Path
 ) -> None:
-    outcome = supervisor.launch(spec("setsid sleep 600 & sleep 300 & echo done"), workdir=tmp_path)
+    outcome = Runner().run(spec("setsid sleep 600 & sleep 300 & echo done"), LaunchOptions(workdir=tmp_path))
     assert outcome.status is ExperimentStatus.SUCCEEDED
     assert experiment_pids(phalanx_home) == []

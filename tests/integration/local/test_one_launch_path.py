@@ -1,7 +1,7 @@
 """One launch path: `phalanx run --detach` and ``Experiment.submit`` each start their experiment's
 supervisor directly (`python -m phalanx.runner`), from the validated spec: no second `phalanx` CLI
 process, and exactly one new process per experiment; a group's trials fork theirs from the
-controller (no Python start-up at all).
+controller (no Python start-up at all); a HyperDrive sweep starts its group's controller directly.
 
 Every Python process the test's commands start records itself (pid, parent, argv) through a
 ``sitecustomize`` on PYTHONPATH, so a process that ended before anyone looked is counted too.
@@ -119,6 +119,43 @@ def test_a_group_trial_starts_its_supervisor_and_nothing_else(
         assert json.loads(got.stdout)["launch"]["params"] == t["params"], got.stdout
         params = phalanx.cli("params", t["experiment_id"], "-o", "json")
         assert json.loads(params.stdout) == {"Trial": t["params"]}, params.stdout + params.stderr
+
+
+def test_an_estimator_sweep_starts_its_groups_controller_and_no_cli(
+    phalanx: Phalanx, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """HyperDrive's submit records the group and starts its controller (`python -m phalanx.groups
+    ID`) through GroupLauncher, as `phalanx group run --detach` does: no `phalanx` CLI is run and
+    no group id is read from a process's output."""
+    pytest.importorskip("optuna")
+    from phalanx.estimators import Estimator, Experiment
+    from phalanx.estimators.sweep import GridParameterSampling, HyperDriveConfig, PrimaryMetricGoal, choice
+
+    trace = _traced(phalanx, monkeypatch)
+    source = phalanx.tmp / "sweep"
+    source.mkdir()
+    (source / "train.py").write_text(
+        "import sys\nfrom phalanx import log_metrics\nlog_metrics(step=1, loss=float(sys.argv[2]))\n"
+    )
+    config = HyperDriveConfig(
+        estimator=Estimator(source, entry_script="train.py"),
+        hyperparameter_sampling=GridParameterSampling({"--x": choice(2, 1)}),
+        primary_metric_name="loss",
+        primary_metric_goal=PrimaryMetricGoal.MINIMIZE,
+        max_total_runs=2,
+        max_concurrent_runs=2,
+    )
+    group = Experiment("one-path").submit(config)  # type: ignore[arg-type]
+    try:
+        details = group.wait_for_completion(timeout=180)
+    finally:
+        controller = getattr(group, "_process", None)  # the controller this process started, if any
+        if controller is not None:
+            stop_group(controller)
+    assert details["status"] == "succeeded" and details["best"]["params"] == {"x": 1}, details
+    (child,) = _children(trace, os.getpid())
+    assert child == [sys.executable, "-m", "phalanx.groups", group.id], child
+    assert not [argv for _pid, _ppid, argv in _processes(trace) if _is_cli(argv)]
 
 
 def test_the_experiment_row_exists_before_its_ledger_entry(

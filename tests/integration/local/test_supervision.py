@@ -225,21 +225,18 @@ def test_an_engine_that_restarts_replicas_itself_is_not_restarted_again(
     from phalanx.backends.local.engine import LocalBackend
     from phalanx.config import Settings
     from phalanx.domain import ExperimentStatus
+    from phalanx.runner import LaunchOptions, Runner
     from phalanx.spec.model import ExperimentSpec
-    from phalanx.supervisor import launch
+    from phalanx.supervisor import prepare
 
     class SelfRestartingEngine(LocalBackend):
         restarts_itself = True
 
     settings = Settings(home=phalanx.home)
     spec = ExperimentSpec(version=1, kind="experiment", command=("exit 4",), max_restarts=2)
-    outcome = launch(
-        spec,
-        settings=settings,
-        workdir=tmp_path,
-        backend=SelfRestartingEngine(settings=settings),
-        handle_signals=False,
-    )
+    engine = SelfRestartingEngine(settings=settings)
+    prepared = prepare(spec, settings=settings, workdir=tmp_path, backend=engine)
+    outcome = Runner(settings).run(prepared, LaunchOptions(), handle_signals=False)
     assert outcome.status is ExperimentStatus.FAILED
     assert outcome.restarts == 0
     assert len(list((phalanx.home / "runs" / outcome.experiment_id / "attempts").iterdir())) == 1

@@ -37,7 +37,7 @@ def _launch(
 ) -> tuple[Any, Any]:
     import dataclasses
 
-    from phalanx import supervisor
+    from phalanx.runner import LaunchOptions, Runner
     from phalanx.spec.loader import load_spec
     from phalanx.store import open_store
 
@@ -48,13 +48,7 @@ def _launch(
     spec = load_spec(path, params=params)
     if max_restarts:
         spec = dataclasses.replace(spec, max_restarts=max_restarts)
-    outcome = supervisor.launch(
-        spec,
-        settings=settings,
-        store=store,
-        cluster=slurm.name,
-        handle_signals=False,
-    )
+    outcome = Runner(settings).run(spec, LaunchOptions(cluster=slurm.name), handle_signals=False, store=store)
     return outcome, store
 
 

@@ -48,7 +48,7 @@ def test_each_node_fetches_a_dataset_input_once_into_its_own_cache(
         pytest.skip(str(s3.unavailable_reason()))
     import fsspec
 
-    from phalanx import supervisor
+    from phalanx.runner import LaunchOptions, Runner
     from phalanx.spec.loader import load_spec_text
     from phalanx.store import catalog, open_store
 
@@ -77,14 +77,8 @@ def test_each_node_fetches_a_dataset_input_once_into_its_own_cache(
     before = server.count("GET", f"/{bucket}/digits/")
     text = SPEC.format(endpoint=server.endpoint, credentials=credentials)
     spec = load_spec_text(textwrap.dedent(text))
-    outcome = supervisor.launch(
-        spec,
-        settings=settings,
-        store=store,
-        cluster=slurm_cluster.name,
-        workdir=tmp_path,
-        handle_signals=False,
-    )
+    options = LaunchOptions(cluster=slurm_cluster.name, workdir=tmp_path)
+    outcome = Runner(settings).run(spec, options, handle_signals=False, store=store)
     lines = [t.text for t in store.logs(outcome.experiment_id)]
     assert outcome.status is ExperimentStatus.SUCCEEDED, f"{outcome.reason}\n{lines}"
     said = sorted(line for line in lines if line.startswith("node="))

@@ -53,9 +53,10 @@ def _dump(slurm: LocalSlurm, prepared: object) -> str:
 def test_a_requeued_job_continues_the_attempts_and_leaves_one_point_per_step(
     slurm_cluster: LocalSlurm, phalanx_home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from phalanx import supervisor
+    from phalanx.runner import LaunchOptions, Runner
     from phalanx.spec.loader import load_spec_text
     from phalanx.store import open_store
+    from phalanx.supervisor import Outcome
     from phalanx.supervisor.stopping import write_stop_request
 
     monkeypatch.setenv("PHALANX_SYSTEM_METRICS", "off")  # only the script's own points
@@ -69,13 +70,14 @@ def test_a_requeued_job_continues_the_attempts_and_leaves_one_point_per_step(
         "version: 1\nkind: experiment\n"
         f"run:\n  cmd: {sys.executable} -u train.py {marks}\n  max_restarts: 1\n"
     )
-    prepared = supervisor.prepare(spec, settings=settings, cluster=slurm_cluster.name, workdir=tmp_path)
+    launcher = Runner(settings)
+    prepared = launcher.prepare(spec, LaunchOptions(cluster=slurm_cluster.name, workdir=tmp_path))
     assert "#SBATCH --requeue" in prepared.dry_run.render()
     store = open_store(settings)
-    result: dict[str, supervisor.Outcome] = {}
+    result: dict[str, Outcome] = {}
     runner = threading.Thread(
         target=lambda: result.setdefault(
-            "outcome", supervisor.Supervisor(prepared, store, settings, handle_signals=False).run()
+            "outcome", launcher.run(prepared, LaunchOptions(), handle_signals=False, store=store)
         )
     )
     runner.start()

@@ -25,7 +25,7 @@ pytestmark = [pytest.mark.slurm, pytest.mark.slow, pytest.mark.timeout(2700)]
 def test_seed004s_mpi_estimator_runs_horovod_on_two_slurm_nodes(
     slurm_cluster: LocalSlurm, phalanx_home: Path, tmp_path: Path
 ) -> None:
-    from phalanx import supervisor
+    from phalanx.runner import LaunchOptions, Runner
     from phalanx.store import open_store
 
     settings = Settings()
@@ -45,14 +45,8 @@ def test_seed004s_mpi_estimator_runs_horovod_on_two_slurm_nodes(
     spec = pt_est.to_spec(name="seed004")
     assert spec.framework is Framework.HOROVOD
     store = open_store(settings)
-    outcome = supervisor.launch(
-        spec,
-        settings=settings,
-        store=store,
-        cluster=pt_est.compute_target,
-        workdir=source,
-        handle_signals=False,
-    )
+    options = LaunchOptions(cluster=pt_est.compute_target, workdir=source)
+    outcome = Runner(settings).run(spec, options, handle_signals=False, store=store)
     lines = [(line.replica, line.text) for line in store.logs(outcome.experiment_id)]
     assert outcome.status is ExperimentStatus.SUCCEEDED, f"{outcome.reason}\n{lines[-30:]}"
     replicas = {r.name: r.host for r in store.list_replicas(outcome.experiment_id)}

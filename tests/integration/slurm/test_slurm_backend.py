@@ -58,7 +58,7 @@ def _wait(predicate, timeout: float = 120.0, what: str = "condition"):  # type: 
 def test_the_pytorch_ddp_example_runs_master_on_n1_and_worker_on_n2_and_its_metrics_reach_the_store(
     slurm_cluster: LocalSlurm, phalanx_home: Path
 ) -> None:
-    from phalanx import supervisor
+    from phalanx.runner import LaunchOptions, Runner
     from phalanx.spec.loader import load_spec
     from phalanx.store import open_store
 
@@ -66,9 +66,8 @@ def test_the_pytorch_ddp_example_runs_master_on_n1_and_worker_on_n2_and_its_metr
     add_cluster(slurm_cluster.cluster(), phalanx_home)
     store = open_store(settings)
     spec = load_spec(REPO / "examples" / "pytorch-ddp" / "polyaxonfile.yml", params={"epochs": 2})
-    outcome = supervisor.launch(
-        spec, settings=settings, store=store, cluster=slurm_cluster.name, handle_signals=False
-    )
+    options = LaunchOptions(cluster=slurm_cluster.name)
+    outcome = Runner(settings).run(spec, options, handle_signals=False, store=store)
     assert outcome.status is ExperimentStatus.SUCCEEDED, outcome.reason
     # SLURMD_NODENAME inside each task, as the task wrapper recorded it
     replicas = {r.name: r for r in store.list_replicas(outcome.experiment_id)}
@@ -87,20 +86,22 @@ def test_the_pytorch_ddp_example_runs_master_on_n1_and_worker_on_n2_and_its_metr
 def test_a_killed_task_fails_the_experiment_and_leaves_nothing_in_the_queue(
     slurm_cluster: LocalSlurm, phalanx_home: Path, tmp_path: Path
 ) -> None:
-    from phalanx import supervisor
+    from phalanx.runner import LaunchOptions, Runner
     from phalanx.spec.loader import load_spec
     from phalanx.store import open_store
+    from phalanx.supervisor import Outcome
 
     settings = Settings()
     add_cluster(slurm_cluster.cluster(), phalanx_home)
     store = open_store(settings)
-    prepared = supervisor.prepare(
-        load_spec(_file(tmp_path, "--hold 600")), settings=settings, cluster=slurm_cluster.name
+    launcher = Runner(settings)
+    prepared = launcher.prepare(
+        load_spec(_file(tmp_path, "--hold 600")), LaunchOptions(cluster=slurm_cluster.name)
     )
-    result: dict[str, supervisor.Outcome] = {}
+    result: dict[str, Outcome] = {}
     runner = threading.Thread(
         target=lambda: result.setdefault(
-            "outcome", supervisor.Supervisor(prepared, store, settings, handle_signals=False).run()
+            "outcome", launcher.run(prepared, LaunchOptions(), handle_signals=False, store=store)
         )
     )
     runner.start()
@@ -172,21 +173,15 @@ def test_cancel_stops_the_job_and_is_idempotent(
 def test_a_restart_runs_the_group_again_with_a_clean_slate(
     slurm_cluster: LocalSlurm, phalanx_home: Path, tmp_path: Path
 ) -> None:
-    from phalanx import supervisor
+    from phalanx.runner import LaunchOptions, Runner
     from phalanx.store import open_store
 
     settings = Settings()
     add_cluster(slurm_cluster.cluster(), phalanx_home)
     first_fails = "if [ -f attempted ]; then echo second attempt; else touch attempted; exit 3; fi"
     spec = ExperimentSpec(version=1, kind="experiment", command=(first_fails,), max_restarts=1)
-    outcome = supervisor.launch(
-        spec,
-        settings=settings,
-        store=open_store(settings),
-        cluster=slurm_cluster.name,
-        workdir=tmp_path,
-        handle_signals=False,
-    )
+    options = LaunchOptions(cluster=slurm_cluster.name, workdir=tmp_path)
+    outcome = Runner(settings).run(spec, options, handle_signals=False, store=open_store(settings))
     assert (outcome.status, outcome.restarts) == (ExperimentStatus.SUCCEEDED, 1), outcome.reason
     attempts = slurm_cluster.dir / "shared" / "runs" / outcome.experiment_id / "attempts"
     assert (attempts / "0" / "state" / "master.exit").read_text().strip() == "3"
@@ -236,7 +231,7 @@ def test_a_restarted_slurm_group_continues_from_the_latest_checkpoint(
     with the replicas on the two Slurm nodes: the worker is SIGKILLed in epoch 3, max_restarts 1."""
     from tests.integration.local.test_resume import EPOCHS, TRAIN
 
-    from phalanx import supervisor
+    from phalanx.runner import LaunchOptions, Runner
     from phalanx.spec.loader import load_spec_text
     from phalanx.store import open_store
 
@@ -248,14 +243,8 @@ def test_a_restarted_slurm_group_continues_from_the_latest_checkpoint(
         f"run:\n  cmd: {PYTHON} train.py {tmp_path / 'marks'}\n  max_restarts: 1\n"
     )
     store = open_store(settings)
-    outcome = supervisor.launch(
-        spec,
-        settings=settings,
-        store=store,
-        cluster=slurm_cluster.name,
-        workdir=tmp_path,
-        handle_signals=False,
-    )
+    options = LaunchOptions(cluster=slurm_cluster.name, workdir=tmp_path)
+    outcome = Runner(settings).run(spec, options, handle_signals=False, store=store)
     assert (outcome.status, outcome.restarts) == (ExperimentStatus.SUCCEEDED, 1), outcome.reason
     loss = store.metrics(outcome.experiment_id, "loss")["loss"]
     expected = [10.0 * 0.5 ** (e + 1) for e in range(EPOCHS)]
@@ -269,10 +258,10 @@ def test_a_restarted_slurm_group_continues_from_the_latest_checkpoint(
 def test_no_system_metrics_reaches_the_slurm_job(
     slurm_cluster: LocalSlurm, phalanx_home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from phalanx import supervisor
+    from phalanx.runner import LaunchOptions, Runner
 
     monkeypatch.setenv("PHALANX_SYSTEM_METRICS", "off")  # what `phalanx run --no-system-metrics` sets
     add_cluster(slurm_cluster.cluster(), phalanx_home)
     spec = ExperimentSpec(version=1, kind="experiment", command=("echo hi",))
-    prepared = supervisor.prepare(spec, settings=Settings(), cluster=slurm_cluster.name, workdir=tmp_path)
+    prepared = Runner().dry_run(spec, LaunchOptions(cluster=slurm_cluster.name, workdir=tmp_path))
     assert "export PHALANX_SYSTEM_METRICS=off" in prepared.dry_run.render()

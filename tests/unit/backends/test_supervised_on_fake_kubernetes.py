@@ -51,8 +51,9 @@ class Kubelet:
 
 
 def run(backend: KubernetesBackend | KubeflowBackend, p, home: Path):  # type: ignore[no-untyped-def]
-    from phalanx import supervisor
+    from phalanx.runner import LaunchOptions, Runner
     from phalanx.store import open_store
+    from phalanx.supervisor import prepare
 
     settings = Settings()
     store = open_store(settings)
@@ -61,9 +62,8 @@ def run(backend: KubernetesBackend | KubeflowBackend, p, home: Path):  # type: i
     code = home.parent / "code"
     code.mkdir(exist_ok=True)
     (code / "train.py").write_text("print('training')\n")
-    outcome = supervisor.launch(
-        p, settings=settings, store=store, backend=backend, handle_signals=False, workdir=str(code)
-    )
+    prepared = prepare(p, settings=settings, backend=backend, workdir=code)
+    outcome = Runner(settings).run(prepared, LaunchOptions(), handle_signals=False, store=store)
     return outcome, store
 
 

@@ -6,8 +6,7 @@ environment added to the inherited one. ``submit`` writes each unit's config und
 ``<runs>/<id>/attempts/<n>/`` and starts the reaper (``phalanx.backends.local.reaper`` under
 ``python -E``) for it in a new session. The job's state lives on disk (pids, status files written by
 the reapers, log files), so ``describe``, ``logs`` and ``cancel`` also work from a process other than
-the one that submitted
-(TorchX's local scheduler keeps jobs only in memory; ``phalanx stop`` needs better).
+the one that submitted (TorchX's local scheduler keeps jobs only in memory; ``phalanx stop`` needs better).
 """
 
 from __future__ import annotations
@@ -110,6 +109,7 @@ class LocalBackend:
     """Runs a Plan as process groups on this machine. One instance may track several jobs."""
 
     name = "local"
+    restarts_itself = False
 
     def __init__(
         self, settings: Settings | None = None, cluster: object = None, grace_seconds: float = 5.0
@@ -506,6 +506,9 @@ class LocalBackend:
         exp_id = handle.partition(":")[0]
         shutil.rmtree(self.settings.runs_dir / exp_id / "logs", ignore_errors=True)
 
+    def refuse_if_it_can_never_run(self, dry_run: DryRun) -> None:
+        """Nothing to add: the dry run refused what this machine can never hold."""
+
     # -- cancel ---------------------------------------------------------------------------------
     def cancel(self, handle: str) -> None:
         """SIGTERM every replica leader (it stops its tree), and every process of a unit whose
@@ -559,8 +562,6 @@ class LocalBackend:
 
 def _disk_full(folder: Path) -> str | None:
     """ "No space left on device (FOLDER)" when the disk holding ``folder`` has (almost) no room."""
-    import shutil
-
     try:
         free = shutil.disk_usage(folder).free
     except OSError:
@@ -578,9 +579,8 @@ def _unit(
     home: Path,
 ) -> LocalUnit:
     box = tuple(boxes.unit_argv(context, home, name, lim)) if context.isolation else ()
-    return LocalUnit(
-        name, covers, str(log_dir / f"{name}.log"), lim.to_json(), context.workdir, processes, box
-    )
+    log = str(log_dir / f"{name}.log")
+    return LocalUnit(name, covers, log, lim.to_json(), context.workdir, processes, box)
 
 
 def _ranked(rank: int | None, text: str) -> str:
