@@ -14,11 +14,11 @@ from pathlib import Path
 import pytest
 from tests.conftest import _processes_under
 
-from phalanx import supervisor
 from phalanx.config import Settings
 from phalanx.domain import ExperimentStatus, Range, Resources
 from phalanx.machine import box, identities
 from phalanx.machine.box import Isolation
+from phalanx.runner import LaunchOptions, Runner
 from phalanx.spec.model import ExperimentSpec, ReplicaTemplate
 
 pytestmark = [
@@ -62,7 +62,8 @@ def test_a_boxed_replica_over_its_memory_limit_is_killed_by_its_cgroup(
     phalanx_home: Path, tmp_path: Path
 ) -> None:
     hog = 'python -c "b = bytearray(400 * 2**20); import time; time.sleep(30)"'
-    outcome = supervisor.launch(spec(hog, memory=128), workdir=tmp_path, isolation=isolation(phalanx_home))
+    options = LaunchOptions(workdir=tmp_path, isolation=isolation(phalanx_home))
+    outcome = Runner().run(spec(hog, memory=128), options)
     assert outcome.status is ExperimentStatus.FAILED
     assert "memory limit 128Mi exceeded" in (outcome.reason or ""), outcome.reason
 
@@ -77,16 +78,8 @@ def test_a_stop_ends_every_process_of_the_box_even_one_that_hid_from_its_marks(
 
     def launch() -> None:
         try:
-            outcomes.append(
-                supervisor.launch(
-                    spec("/bin/sh hold.sh"),
-                    settings=Settings(),
-                    workdir=tmp_path,
-                    experiment_id=exp_id,
-                    isolation=iso,
-                    handle_signals=False,
-                )
-            )
+            options = LaunchOptions(workdir=tmp_path, experiment_id=exp_id, isolation=iso)
+            outcomes.append(Runner(Settings()).run(spec("/bin/sh hold.sh"), options, handle_signals=False))
         except BaseException as exc:  # said by the assertion below
             outcomes.append(exc)
 
