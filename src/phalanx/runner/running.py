@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from phalanx import knobs
 from phalanx.config import Settings
-from phalanx.errors import NotFound, PhalanxError
+from phalanx.errors import BackendUnavailable, NotFound, PhalanxError
 from phalanx.machine.procs import record_process, recorded_process
 from phalanx.runner.forking import can_fork, fork_supervisor
 from phalanx.runner.options import Launch, LaunchOptions, SpecFile, write_launch
@@ -33,6 +33,7 @@ if TYPE_CHECKING:
 SUPERVISOR_LOG = "supervisor.log"  # runs/<id>/supervisor.log: a detached supervisor's output
 STARTUP_TIMEOUT = 120.0  # generous: 2 shared cores
 POLL_SECONDS = 0.1
+STORE_OUTAGE_SECONDS = 120.0  # how long a server-accepted experiment's supervisor waits for its store
 
 
 class StartFailed(PhalanxError):
@@ -123,7 +124,10 @@ class Runner:
 
         def opener() -> IngestStore:  # opened once the replicas are starting (see Supervisor.run)
             if not opened:
-                opened.append(open_store(self.settings))
+                # a submit the server accepted is started even through a database outage: its
+                # answer promised it would run (a client's submit waits as long, apiclient)
+                patience = STORE_OUTAGE_SECONDS if options.accepted else 0.0
+                opened.append(open_store_through_outage(self.settings, patience))
             return opened[0]
 
         exists = options.accepted  # the server recorded it at submit: its row is updated, not created
@@ -492,3 +496,16 @@ def _supervise_in_child(argv: list[str], store: IngestStore | None) -> int:
     from phalanx.runner.detached import supervise_launch  # why: `run --detach`: no spec loader
 
     return supervise_launch(argv, lambda: Runner(Settings()), store)
+
+
+def open_store_through_outage(settings: Settings, patience: float) -> IngestStore:
+    """The settings' store, tried again every second while it cannot be reached, for ``patience``
+    seconds (0: once)."""
+    deadline = time.monotonic() + patience
+    while True:
+        try:
+            return open_store(settings)
+        except BackendUnavailable:
+            if time.monotonic() >= deadline:
+                raise
+            time.sleep(1.0)

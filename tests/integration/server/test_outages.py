@@ -63,7 +63,8 @@ def check_ran_once(server: Server, answers: dict[str, str]) -> None:
     wait_for("every answered submit ended", lambda: all_ended(server, list(answers.values())))
     items = api(server, "/experiments?limit=500")["items"]
     assert sorted(e["id"] for e in items) == sorted(answers.values()), "lost or doubled submits"
-    assert {e["status"] for e in items} == {"succeeded"}
+    ended = [(e["id"], e["status"], e.get("reason")) for e in items]
+    assert {e["status"] for e in items} == {"succeeded"}, ended
     wait_for(
         "every supervisor exited",
         lambda: not [p for p, _ in _processes_under(server.home) if p != server.proc.pid],

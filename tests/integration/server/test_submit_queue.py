@@ -231,9 +231,17 @@ def test_a_topology_that_never_fits_is_refused_and_a_queued_one_can_be_stopped(
     folder = project(tmp_path, workers=1)
     hold = probe.root / "go"
     params = {"probe": str(probe.root), "go": str(hold)}
-    running = client.submit(folder / "exp.yml", pack(folder), params, 0)["id"]
-    waiting = client.submit(folder / "exp.yml", pack(folder), params, 0)["id"]
-    wait_for("one running, one queued", lambda: statuses(server) == {running: "running", waiting: "queued"})
+    first = client.submit(folder / "exp.yml", pack(folder), params, 0)["id"]
+    second = client.submit(folder / "exp.yml", pack(folder), params, 0)["id"]
+    # the launcher starts both at once: whichever supervisor reaches the queue second waits
+
+    def one_running_one_queued() -> dict[str, str] | None:
+        now = statuses(server)
+        return now if sorted(now.values()) == ["queued", "running"] else None
+
+    both = wait_for("one running, one queued", one_running_one_queued)
+    (running,) = [e for e in (first, second) if both[e] == "running"]
+    (waiting,) = [e for e in (first, second) if both[e] == "queued"]
     queue = api(server, "/queue")
     assert [r["experiment_id"] for r in queue["queued"]] == [waiting]
     stop = urllib.request.Request(f"{server.url}/api/v1/experiments/{waiting}/stop", method="POST")
