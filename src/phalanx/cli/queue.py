@@ -49,8 +49,8 @@ def queue(
     running experiments and what they hold, then waiting ones in the order they will start (priority
     and fair share), what each needs and why it waits (its project's quota, resources, runs ahead),
     then what waits on cluster targets."""
-    from phalanx.cli.tracking import _table
-    from phalanx.logins import choose
+    from phalanx.cli.tracking import _table  # why: start-up time of `phalanx queue` (as below)
+    from phalanx.logins import choose  # why: the server's client only when one is in play
 
     client = choose(server, local)
     doc = _this_machine() if client is None else client.get("/queue")
@@ -113,6 +113,7 @@ def _or_dash(value: object) -> str:
 def _this_machine() -> dict[str, Any]:
     """This machine's queue in the shape ``GET /api/v1/queue`` answers (``with_targets``; every row
     unmasked and yours to change), from the lean reader unless quotas need the store."""
+    # why (these and the two below): `phalanx --help` and the server door never load the ledger
     from phalanx.config import Settings
     from phalanx.queue import overview, with_targets
     from phalanx.readpass import open_lean
@@ -126,8 +127,8 @@ def _this_machine() -> dict[str, Any]:
             return _unmasked(with_targets(overview(settings), reader))
     if reader is not None:
         reader.close()
-    from phalanx.reconcile import reconcile
-    from phalanx.store import open_store
+    from phalanx.reconcile import reconcile  # why: SQLAlchemy only when quotas need the store
+    from phalanx.store import open_store  # why: as above
 
     store = open_store(settings)
     with contextlib.suppress(Exception):  # reading the queue must work even if the store fails
