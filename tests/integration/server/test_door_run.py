@@ -98,7 +98,7 @@ def test_the_remote_run_reads_what_the_local_run_reads(
     onnx = next(m for m in remote.get_models() if m["format"] == "onnx")
     (tmp_path / "remote").mkdir()
     (tmp_path / "local").mkdir()
-    for name in (notes, "outputs/notes.txt", onnx["path"]):
+    for name in (notes, "notes.txt", onnx["path"]):  # a path, an artifact's name, a model's path
         got = remote.download_file(name, tmp_path / "remote")
         want = local.download_file(name, tmp_path / "local")
         assert got.name == want.name and got.read_bytes() == want.read_bytes(), name
