@@ -109,7 +109,7 @@ def test_the_remote_run_reads_what_the_local_run_reads(
 def test_register_model_registers_on_the_server_and_models_ls_shows_it(
     server: Server, finished: tuple[RemoteRun, Run], tmp_path: Path
 ) -> None:
-    remote, _ = finished
+    remote, local = finished
     onnx = next(m for m in remote.get_models() if m["format"] == "onnx")
     created: dict[str, Any] = remote.register_model("tiny-door", onnx["path"], alias="prod")
     assert (created["name"], created["version"], created["aliases"]) == ("tiny-door", 1, ["prod"])
@@ -136,6 +136,9 @@ def test_register_model_registers_on_the_server_and_models_ls_shows_it(
     assert Path(r.stdout.strip()).read_bytes() == local_bytes(server, "tiny-door@2")
     r = ok(phalanx(laptop, "models", remote.id, "-o", "json"))
     assert {m["name"] for m in json.loads(r.stdout)} == {m["name"] for m in remote.get_models()}
+    ok(phalanx(laptop, "models", remote.id, "--download", onnx["name"], "-d", str(tmp_path / "saved")))
+    saved = (tmp_path / "saved" / Path(onnx["path"]).name).read_bytes()
+    assert saved == local.download_file(onnx["path"], tmp_path / "want.onnx").read_bytes()
 
     r = ok(phalanx(laptop, "models", "ls", "--local"))
     assert r.stderr == "phalanx: on this machine\n" and r.stdout.startswith("no registered models")
