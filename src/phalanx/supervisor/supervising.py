@@ -28,7 +28,7 @@ from phalanx.config import Settings
 from phalanx.domain import ExperimentStatus, Framework, ReplicaState
 from phalanx.ingest import Ingester
 from phalanx.machine import sysmetrics
-from phalanx.machine.procs import record_process, recorded_process
+from phalanx.machine.procs import INGESTER_RECORD, record_process, recorded_process
 from phalanx.spool import SpoolWriter
 from phalanx.store import secrets as project_secrets
 from phalanx.supervisor.admitting import Admitter
@@ -289,7 +289,8 @@ class Supervisor:
 
     def _start_ingester(self, stop: threading.Event) -> threading.Thread:
         ingester = Ingester(self.store(), None, self.spool_dir)
-        thread = threading.Thread(target=ingester.run, args=(stop,), name="ingest", daemon=True)
+        lease = {"lease": self.run_dir / INGESTER_RECORD}  # reads leave this folder to it meanwhile
+        thread = threading.Thread(target=ingester.run, args=(stop,), kwargs=lease, name="ingest", daemon=True)
         thread.start()
         return thread
 
