@@ -136,6 +136,7 @@ class Supervisor:
             self.observer,
             run_dir=self.run_dir,
             spool_dir=self.spool_dir,
+            cache=settings.home / "cache",
         )
         self.submitted_at: float | None = None  # wall clock of the first submit: the experiment's start
         self._handle: str | None = None  # the group running now (the system-metrics sampler's)
