@@ -112,19 +112,40 @@ def _distributions() -> list[str]:
     return sorted({f"{d.metadata['Name'] or '?'}=={d.version}" for d in md.distributions()})
 
 
+METADATA_ENTRIES = (".dist-info", ".egg-info", ".egg")  # what importlib.metadata looks for
+
+
 def environment_key() -> list[Any]:
     """What changes when a package of this interpreter is installed, upgraded or removed: the
-    interpreter, its prefix, and each folder it imports from (``sys.path``, where
-    ``importlib.metadata`` looks for ``*.dist-info``) with its modification time, which changes
-    whenever an entry (a dist-info folder, a .pth file) is added to or removed from it."""
+    interpreter, its prefix, and in each folder it imports from (``sys.path``, where
+    ``importlib.metadata`` looks) the distributions' metadata entries (``name-version.dist-info``
+    and the like) with their modification times. Other files there (a script's folder it writes
+    into) change nothing."""
     folders: list[list[Any]] = []
     for entry in sys.path:
         folder = os.path.abspath(entry or ".")
-        try:
-            folders.append([folder, os.stat(folder).st_mtime_ns])
-        except OSError:
-            folders.append([folder, None])
+        folders.append([folder, _metadata_entries(folder)])
     return [sys.executable, sys.prefix, sys.version, folders]
+
+
+def _metadata_entries(folder: str) -> list[Any] | int | None:
+    """The metadata entries of ``folder`` as [name, mtime]; a zip file's own mtime; None if absent."""
+    try:
+        with os.scandir(folder) as found:
+            entries = [e for e in found if e.name.endswith(METADATA_ENTRIES)]
+            listed: list[Any] = []
+            for e in entries:
+                try:
+                    listed.append([e.name, e.stat().st_mtime_ns])
+                except OSError:  # a dangling link: listed without a time
+                    listed.append([e.name, None])
+            return sorted(listed)
+    except NotADirectoryError:  # a zip file on the path (pythonXY.zip, an egg)
+        with contextlib.suppress(OSError):
+            return os.stat(folder).st_mtime_ns
+        return None
+    except OSError:
+        return None
 
 
 def _cached_here(cache: Path) -> list[str]:

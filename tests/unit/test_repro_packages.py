@@ -24,7 +24,6 @@ def site(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     folder = tmp_path / "site-packages"
     folder.mkdir()
     _dist(folder, "alpha", "1.0")
-    os.utime(folder, ns=(10**18, 10**18))  # as of long ago: the install below surely changes it
     monkeypatch.setattr(sys, "path", [str(folder)])
     return folder
 
@@ -46,10 +45,32 @@ def test_a_second_run_reads_no_metadata(site: Path, tmp_path: Path, monkeypatch:
 def test_an_install_is_seen(site: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     cache = tmp_path / "cache"
     assert repro.packages(sys.executable, cache=cache) == ["alpha==1.0"]
-    _dist(site, "beta", "2.0")  # `pip install beta`: a new folder changes site-packages' mtime
+    _dist(site, "beta", "2.0")  # `pip install beta`: a new dist-info folder
     assert repro.packages(sys.executable, cache=cache) == ["alpha==1.0", "beta==2.0"]
     _refuse_reading(monkeypatch)
     assert repro.packages(sys.executable, cache=cache) == ["alpha==1.0", "beta==2.0"]
+
+
+def test_other_files_in_an_import_folder_change_nothing(
+    site: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A script's own folder is on its path and it writes there: that is no install."""
+    cache = tmp_path / "cache"
+    repro.packages(sys.executable, cache=cache)
+    (site / "outputs.csv").write_text("1,2\n")
+    (site / "results").mkdir()
+    _refuse_reading(monkeypatch)
+    assert repro.packages(sys.executable, cache=cache) == ["alpha==1.0"]
+
+
+def test_an_upgrade_in_place_is_seen(site: Path, tmp_path: Path) -> None:
+    """A dist-info folder rewritten under the same name (a reinstall that kept it) has a new time."""
+    cache = tmp_path / "cache"
+    repro.packages(sys.executable, cache=cache)
+    info = site / "alpha-1.0.dist-info"
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: alpha\nVersion: 1.1\n")
+    os.utime(info, ns=(2 * 10**18, 2 * 10**18))  # what adding or replacing a file in it does
+    assert repro.packages(sys.executable, cache=cache) == ["alpha==1.1"]
 
 
 def test_another_environment_does_not_take_this_ones_list(
