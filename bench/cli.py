@@ -8,8 +8,12 @@ what the command burned, whatever the machine's load did to its wall time). The 
 per case is printed with its ratio to the floor, ``python -c pass``, measured in the same rounds.
 
 Cases: `phalanx --help`; `phalanx ls` over a store of 10 and of 1,000 finished experiments;
-`phalanx run --detach` of a trivial file (its own CPU: the supervisor it starts runs in its own
-session and is not its child, so it is not counted; the bench waits for it to end between rounds).
+`phalanx ls` while ``--reporters`` experiments (`phalanx run --detach` of a script logging a metric
+every 50 ms) report into their store all through the rounds: their spool is always a little ahead of
+the store, which the read pass must leave to their own ingesters (issue 42: `ls` <= python-start +
+0.05 CPU-s idle and while 4 experiments report); `phalanx run --detach` of a trivial file (its own
+CPU: the supervisor it starts runs in its own session and is not its child, so it is not counted;
+the bench waits for it to end between rounds).
 Issue 30's target: `ls` and `run --detach` under 0.2 CPU-s each on this machine.
 """
 
@@ -32,6 +36,7 @@ sys.path.insert(0, str(REPO / "src"))
 
 PHALANX = [sys.executable, "-m", "phalanx.cli.main"]
 TARGET_CPU_S = 0.2
+LS_OVER_FLOOR_S = 0.05
 
 
 def fill(home: Path, n: int) -> None:
@@ -60,6 +65,41 @@ def cpu_of(argv: list[str], env: dict[str, str]) -> tuple[float, str]:
     return spent, done.stdout
 
 
+REPORTER = """\
+import pathlib, time
+from phalanx import log_metrics
+stop, deadline = pathlib.Path({stop!r}), time.monotonic() + 1800
+step = 0
+while not stop.exists() and time.monotonic() < deadline:
+    log_metrics(step=step, loss=1.0 / (step + 1))
+    step += 1
+    time.sleep(0.05)
+"""
+
+
+def start_reporters(home: Path, n: int, env: dict[str, str]) -> tuple[Path, list[int]]:
+    """``n`` experiments reporting into ``home`` until the returned stop file exists; their
+    supervisors' pids. Returns once each one's ingester follows its spool (``runs/<id>/ingester.pid``)."""
+    from phalanx.machine.procs import INGESTER_RECORD
+
+    home.mkdir(parents=True, exist_ok=True)
+    stop = home / "stop"
+    script = home / "report.py"
+    script.write_text(REPORTER.format(stop=str(stop)))
+    spec = home / "report.yml"
+    spec.write_text(f"version: 1\nkind: experiment\nrun:\n  cmd: {sys.executable} {script}\n")
+    argv = [*PHALANX, "run", "-f", str(spec), "--detach", "-o", "json"]
+    started = [json.loads(cpu_of(argv, env)[1]) for _ in range(n)]
+    deadline = time.monotonic() + 300
+    for run in started:
+        lease = home / "runs" / run["id"] / INGESTER_RECORD
+        while not (lease.exists() and any((home / "spool" / run["id"]).glob("*.spool"))):
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"experiment {run['id']} did not start reporting within 300 s")
+            time.sleep(0.1)
+    return stop, [run["supervisor_pid"] for run in started]
+
+
 def wait_gone(pid: int, timeout: float = 120.0) -> None:
     """Until the detached supervisor ``pid`` has ended (bounded), so it does not load the next case."""
     from phalanx.machine.procs import pid_alive
@@ -73,6 +113,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--rounds", type=int, default=7, help="alternating rounds (median per case)")
     parser.add_argument("--experiments", type=int, default=1000, help="the big store's experiments")
+    parser.add_argument("--reporters", type=int, default=4, help="experiments reporting during `ls`")
     parser.add_argument("--json", type=Path, help="also write the results here")
     parser.add_argument(
         "--baseline-src",
@@ -82,10 +123,10 @@ def main() -> int:
     parser.add_argument("--smoke", action="store_true", help="tiny sizes, to check the bench runs")
     args = parser.parse_args()
     if args.smoke:
-        args.rounds, args.experiments = 1, 20
+        args.rounds, args.experiments, args.reporters = 1, 20, 1
     with tempfile.TemporaryDirectory(prefix="phalanx-bench-cli-") as tmp:
         root = Path(tmp)
-        small, big, runs = root / "small", root / "big", root / "runs"
+        small, big, runs, live = root / "small", root / "big", root / "runs", root / "live"
         fill(small, 10)
         fill(big, args.experiments)
         spec = root / "trivial.yml"
@@ -94,26 +135,34 @@ def main() -> int:
         base["PYTHONPATH"] = os.pathsep.join([str(REPO / "src"), base.get("PYTHONPATH", "")]).rstrip(
             os.pathsep
         )
+        reporting = f"phalanx ls ({args.reporters} reporting)"
         cases: dict[str, tuple[list[str], Path]] = {
             "python -c pass": ([sys.executable, "-c", "pass"], small),
             "phalanx --help": ([*PHALANX, "--help"], small),
             "phalanx ls (10)": ([*PHALANX, "ls"], small),
             f"phalanx ls ({args.experiments:,})": ([*PHALANX, "ls"], big),
+            reporting: ([*PHALANX, "ls"], live),
             "phalanx run --detach": ([*PHALANX, "run", "-f", str(spec), "--detach", "-o", "json"], runs),
         }
         paths = {name: str(REPO / "src") for name in cases}
         if args.baseline_src is not None:
-            for name in (f"phalanx ls ({args.experiments:,})", "phalanx run --detach"):
+            for name in (f"phalanx ls ({args.experiments:,})", reporting, "phalanx run --detach"):
                 cases[f"{name} @baseline"] = cases[name]
                 paths[f"{name} @baseline"] = str(args.baseline_src.resolve())
         spent: dict[str, list[float]] = {name: [] for name in cases}
-        for _ in range(args.rounds):
-            for name, (argv, home) in cases.items():  # A B C ... each round: load swings hit all alike
-                env = {**base, "PHALANX_HOME": str(home), "PYTHONPATH": paths[name]}
-                cpu, out = cpu_of(argv, env)
-                spent[name].append(cpu)
-                if "--detach" in argv:
-                    wait_gone(json.loads(out)["supervisor_pid"])
+        stop, reporters = start_reporters(live, args.reporters, {**base, "PHALANX_HOME": str(live)})
+        try:
+            for _ in range(args.rounds):
+                for name, (argv, home) in cases.items():  # A B C ... each round: load swings hit all alike
+                    env = {**base, "PHALANX_HOME": str(home), "PYTHONPATH": paths[name]}
+                    cpu, out = cpu_of(argv, env)
+                    spent[name].append(cpu)
+                    if "--detach" in argv:
+                        wait_gone(json.loads(out)["supervisor_pid"])
+        finally:
+            stop.touch()
+            for pid in reporters:
+                wait_gone(pid)
     floor = statistics.median(spent["python -c pass"])
     load = os.getloadavg()
     print(f"{'case':<34} {'CPU-s (median)':>15} {'x floor':>8}   (rounds: {args.rounds})")
@@ -122,11 +171,13 @@ def main() -> int:
         median = statistics.median(values)
         results[name] = {"cpu_s": median, "ratio_to_floor": median / floor if floor else None, "all": values}
         ratio = f"{median / floor:.1f}x" if floor else "-"
-        mark = (
-            ""
-            if name.startswith(("python", "phalanx --help"))
-            else ("  (target < 0.2)" if median < TARGET_CPU_S else "  (over the 0.2 target)")
-        )
+        if name.startswith(("python", "phalanx --help")):
+            mark = ""
+        elif name.startswith("phalanx ls"):  # issue 42: python-start + 0.05 CPU-s, idle or not
+            over = median - floor
+            mark = f"  (floor + {over:.3f}: {'within' if over <= LS_OVER_FLOOR_S else 'over'} + 0.05)"
+        else:
+            mark = "  (target < 0.2)" if median < TARGET_CPU_S else "  (over the 0.2 target)"
         print(f"{name:<34} {median:>15.3f} {ratio:>8}{mark}")
     print(f"load average {load[0]:.1f} {load[1]:.1f} {load[2]:.1f} on {os.cpu_count()} CPUs")
     if args.json:

@@ -22,14 +22,14 @@ import os
 import shutil
 import threading
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from phalanx.config import Settings
 from phalanx.domain import Event, EventKind
 from phalanx.errors import UsageError
-from phalanx.machine.procs import pid_alive, writer_gone
+from phalanx.machine.procs import INGESTER_RECORD, pid_alive, record_process, recorded_process, writer_gone
 from phalanx.reconcile import reconcile
 from phalanx.spool import (
     ACK_SUFFIX,
@@ -252,17 +252,20 @@ class Ingester:
                 return True
         return False
 
-    def run(self, stop: threading.Event, interval: float = 0.2) -> None:
-        """Ingest until ``stop`` is set, then a final pass so nothing written before it is left."""
-        while not stop.is_set():
-            try:
-                n = self.run_once()
-            except Exception:  # keep the supervisor's ingester alive through a transient error
-                log.exception("ingest pass failed; retrying")
-                n = 0
-            if n == 0:
-                stop.wait(interval)
-        self.run_once()
+    def run(self, stop: threading.Event, interval: float = 0.2, lease: Path | None = None) -> None:
+        """Ingest until ``stop`` is set, then a final pass so nothing written before it is left.
+        ``lease``: the record (``runs/<id>/ingester.pid``, see ``following``) naming this process
+        as the one that drains this folder while it runs."""
+        with following(lease):
+            while not stop.is_set():
+                try:
+                    n = self.run_once()
+                except Exception:  # keep the supervisor's ingester alive through a transient error
+                    log.exception("ingest pass failed; retrying")
+                    n = 0
+                if n == 0:
+                    stop.wait(interval)
+            self.run_once()
 
     def _ingest_file(self, path: Path) -> int:
         stream = path.stem
@@ -353,6 +356,32 @@ class Ingester:
             except FileNotFoundError:
                 missing.append(src)
         return missing
+
+
+@contextlib.contextmanager
+def following(lease: Path | None) -> Iterator[None]:
+    """While inside, ``lease`` ("pid start-time host", ``runs/<id>/ingester.pid``) names this
+    process as the one following spool/<id>: a read command leaves that folder to it instead of
+    ingesting it itself (``readpass``). Removed on the way out if it still names this process; a
+    process killed inside leaves a record of a dead process, which no read trusts."""
+    if lease is None:
+        yield
+        return
+    with contextlib.suppress(OSError):  # no record: reads ingest the folder themselves, as before
+        record_process(lease)
+    try:
+        yield
+    finally:
+        if recorded_process(lease) == os.getpid():
+            lease.unlink(missing_ok=True)
+
+
+def lease_for(settings: Settings, spool: Path) -> Path | None:
+    """Where an ingester following ``spool`` records itself: ``runs/<id>/ingester.pid`` for an
+    experiment's folder ``spool/<id>``; None for any other folder (reads judge it file by file)."""
+    if spool.resolve().parent != settings.spool_dir.resolve():
+        return None
+    return settings.runs_dir / spool.name / INGESTER_RECORD
 
 
 def salvage(events: Sequence[Event], refused: Any = None) -> list[Event]:
@@ -481,10 +510,21 @@ def main(argv: list[str] | None = None) -> int:
         log.info("ingested %d events", n)
         return 0
     relays = _start_relays(args.console_fds, args.spool or settings.spool_dir, args.follow_pid)
-    while pid_alive(args.follow_pid):
+    with following(lease_for(settings, ingester.spool)):
+        _follow(ingester, args.follow_pid, args.interval, relays)
+    try:  # a script killed before it recorded its end (SIGKILL, OOM, segfault) is marked failed now
+        reconcile(store, settings)
+    except Exception:
+        log.exception("checking unfinished experiments failed")
+    return 0
+
+
+def _follow(ingester: Ingester, pid: int, interval: float, relays: Sequence[threading.Thread]) -> None:
+    """Ingest while process ``pid`` runs, then until its last records are in."""
+    while pid_alive(pid):
         try:
             if ingester.run_once() == 0:
-                time.sleep(args.interval)
+                time.sleep(interval)
         except Exception:
             log.exception("ingest pass failed; retrying")
             time.sleep(1.0)
@@ -494,12 +534,7 @@ def main(argv: list[str] | None = None) -> int:
     quiet = 0
     while quiet < 3:
         quiet = quiet + 1 if ingester.run_once() == 0 else 0
-        time.sleep(args.interval)
-    try:  # a script killed before it recorded its end (SIGKILL, OOM, segfault) is marked failed now
-        reconcile(store, settings)
-    except Exception:
-        log.exception("checking unfinished experiments failed")
-    return 0
+        time.sleep(interval)
 
 
 if __name__ == "__main__":

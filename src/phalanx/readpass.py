@@ -10,6 +10,7 @@ very tests those steps apply; then `phalanx ls` reads through the reader alone (
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -57,7 +58,12 @@ def _aborted_start(reader: LiteReader, settings: Settings) -> str | None:
 
 def _spool_due(reader: LiteReader, settings: Settings) -> str | None:
     """``Ingester.run_once``'s work: a spool file with bytes not yet ingested, or a finished one it
-    would remove (its writer has exited)."""
+    would remove (its writer has exited), in a folder no live ingester follows. An experiment's
+    folder ``spool/<id>`` whose ingester (its supervisor's, a plain script's ``--follow-pid``) runs,
+    as ``runs/<id>/ingester.pid`` tells, is left to it: a file of a live writer is always ahead of
+    the store by a fraction of a second, and ingesting it here would cost every read while anything
+    reports the full store. Once that ingester is gone (killed, or ended before the file), the
+    folder is abandoned and due again: the next read ingests it, so nothing reported is lost."""
     spool = settings.spool_dir
     if not spool.is_dir():
         return None
@@ -69,10 +75,23 @@ def _spool_due(reader: LiteReader, settings: Settings) -> str | None:
     from phalanx.machine.procs import writer_gone  # why: `phalanx --help` imports this module
 
     offsets = reader.ingest_offsets()
+    followed: dict[Path, bool] = {}
     for path in files:
+        folder = path.parent
+        if folder not in followed:
+            followed[folder] = folder != spool and _followed(settings, folder.name)
+        if followed[folder]:
+            continue
         if path.stat().st_size > offsets.get(path.stem, 0) or writer_gone(path.stem):
             return f"{path}: to ingest or remove"
     return None
+
+
+def _followed(settings: Settings, experiment_id: str) -> bool:
+    """Whether a live ingester follows ``spool/<experiment_id>`` (``ingest.following``)."""
+    from phalanx.machine.procs import INGESTER_RECORD, recorded_process  # why: `phalanx --help`
+
+    return recorded_process(settings.runs_dir / experiment_id / INGESTER_RECORD) is not None
 
 
 def _orphan(reader: LiteReader, settings: Settings) -> str | None:

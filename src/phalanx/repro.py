@@ -18,6 +18,7 @@ skipped or cut is listed in the record, so nobody mistakes a partial snapshot fo
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import importlib.metadata as md
 import io
 import json
@@ -28,6 +29,7 @@ import stat
 import subprocess
 import sys
 import tarfile
+import threading
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -90,11 +92,13 @@ def git_info(folder: str, box: Sequence[str] = ()) -> dict[str, Any] | None:
     }
 
 
-def packages(python: str, box: Sequence[str] = ()) -> list[str]:
+def packages(python: str, box: Sequence[str] = (), cache: Path | None = None) -> list[str]:
     """``name==version`` of every distribution the interpreter sees (what the replicas import).
-    ``box``: run another interpreter in it (a box's venv: its packages' code runs at start-up)."""
+    ``box``: run another interpreter in it (a box's venv: its packages' code runs at start-up).
+    ``cache``: a folder (``$PHALANX_HOME/cache``) keeping this interpreter's list between runs
+    (``_cached_here``); another interpreter's is read each time."""
     if os.path.abspath(python) == os.path.abspath(sys.executable):
-        return sorted({f"{d.metadata['Name'] or '?'}=={d.version}" for d in md.distributions()})
+        return _distributions() if cache is None else _cached_here(cache)
     try:
         out = subprocess.run(
             [*box, python, "-c", _PACKAGES], capture_output=True, text=True, timeout=60, check=True
@@ -102,6 +106,69 @@ def packages(python: str, box: Sequence[str] = ()) -> list[str]:
         return list(json.loads(out))
     except (OSError, subprocess.SubprocessError, ValueError):
         return []
+
+
+def _distributions() -> list[str]:
+    return sorted({f"{d.metadata['Name'] or '?'}=={d.version}" for d in md.distributions()})
+
+
+METADATA_ENTRIES = (".dist-info", ".egg-info", ".egg")  # what importlib.metadata looks for
+
+
+def environment_key() -> list[Any]:
+    """What changes when a package of this interpreter is installed, upgraded or removed: the
+    interpreter, its prefix, and in each folder it imports from (``sys.path``, where
+    ``importlib.metadata`` looks) the distributions' metadata entries (``name-version.dist-info``
+    and the like) with their modification times. Other files there (a script's folder it writes
+    into) change nothing."""
+    folders: list[list[Any]] = []
+    for entry in sys.path:
+        folder = os.path.abspath(entry or ".")
+        folders.append([folder, _metadata_entries(folder)])
+    return [sys.executable, sys.prefix, sys.version, folders]
+
+
+def _metadata_entries(folder: str) -> list[Any] | int | None:
+    """The metadata entries of ``folder`` as [name, mtime]; a zip file's own mtime; None if absent."""
+    try:
+        with os.scandir(folder) as found:
+            entries = [e for e in found if e.name.endswith(METADATA_ENTRIES)]
+            listed: list[Any] = []
+            for e in entries:
+                try:
+                    listed.append([e.name, e.stat().st_mtime_ns])
+                except OSError:  # a dangling link: listed without a time
+                    listed.append([e.name, None])
+            return sorted(listed)
+    except NotADirectoryError:  # a zip file on the path (pythonXY.zip, an egg)
+        with contextlib.suppress(OSError):
+            return os.stat(folder).st_mtime_ns
+        return None
+    except OSError:
+        return None
+
+
+def _cached_here(cache: Path) -> list[str]:
+    """This interpreter's packages, read from ``cache/packages/<interpreter>.json`` while its
+    ``environment_key`` is the one stored there; else read (every distribution's metadata: a tenth
+    of a submission's CPU) and stored. The key is taken before reading, so an install meanwhile
+    leaves a key that no longer matches. A cache that cannot be read or written is skipped."""
+    key = environment_key()
+    digest = hashlib.sha256(f"{sys.executable}\0{sys.prefix}".encode()).hexdigest()[:16]
+    path = cache / "packages" / f"{digest}.json"
+    try:
+        kept = json.loads(path.read_text())
+        if kept["key"] == key and isinstance(kept["packages"], list):
+            return [str(p) for p in kept["packages"]]
+    except (OSError, ValueError, KeyError, TypeError):
+        pass
+    found = _distributions()
+    with contextlib.suppress(OSError):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}")
+        tmp.write_text(json.dumps({"key": key, "packages": found}))
+        os.replace(tmp, path)  # whole or not at all: another run may read it right now
+    return found
 
 
 def _skipped_dir(path: Path) -> bool:
@@ -214,13 +281,15 @@ def collect(
     python: str,
     launch: Mapping[str, Any],
     box: Sequence[str] = (),
+    cache: Path | None = None,
 ) -> tuple[dict[str, Any], bytes]:
     """The record (without the snapshot's bytes) and the snapshot. ``box``: an argv prefix that
-    runs git and the experiment's interpreter in its box (a server-run experiment)."""
+    runs git and the experiment's interpreter in its box (a server-run experiment). ``cache``:
+    where the package list of this interpreter is kept between runs (``packages``)."""
     data, snap = snapshot(workdir)
     record = {
         "git": git_info(workdir, box),
-        "packages": packages(python, box),
+        "packages": packages(python, box, cache),
         "python": platform.python_version(),
         "python_executable": python,
         "phalanx": __version__,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import threading
 import time
 from collections.abc import Iterator
@@ -10,8 +11,10 @@ from pathlib import Path
 
 import pytest
 
+from phalanx.config import Settings
 from phalanx.errors import UsageError
-from phalanx.ingest import Ingester, records_to_events, store_artifact_bytes
+from phalanx.ingest import Ingester, following, lease_for, records_to_events, store_artifact_bytes
+from phalanx.machine.procs import INGESTER_RECORD, record_process, recorded_process
 from phalanx.spool import SpoolWriter, encode_points, read_ack
 from phalanx.store.artifacts import ArtifactStore
 from phalanx.store.sql import SqlStore
@@ -155,3 +158,44 @@ def test_records_to_events_names_what_is_wrong() -> None:
         records_to_events(
             [{**good, "kind": "scalar", "data": {"keys": [["a", "b"]], "n": 3, "step": "AAAA"}}]
         )
+
+
+def test_a_running_ingester_records_itself_and_clears_its_record(store: SqlStore, tmp_path: Path) -> None:
+    """``runs/<id>/ingester.pid`` names the ingester's process while it drains the folder (reads
+    leave the folder to it) and is gone once its final pass is done (reads ingest again)."""
+    exp = store.create_experiment(name="a", project="p").id
+    w = _writer(tmp_path, exp)
+    w.write("scalar", _points(0, 10))
+    lease = tmp_path / "runs" / exp / INGESTER_RECORD
+    stop = threading.Event()
+    ingester = Ingester(store, None, tmp_path / "spool" / exp)
+    thread = threading.Thread(target=ingester.run, args=(stop, 0.01), kwargs={"lease": lease})
+    thread.start()
+    try:
+        assert w.wait_for_ack(timeout=60)  # acked: the loop runs, inside its record
+        assert recorded_process(lease) == os.getpid()
+    finally:
+        stop.set()
+        thread.join(timeout=60)
+    assert not thread.is_alive()
+    assert not lease.exists()
+    assert _steps(store, exp) == list(range(10))
+
+
+def test_following_leaves_another_processs_record(tmp_path: Path) -> None:
+    lease = tmp_path / "runs" / "x" / INGESTER_RECORD
+    with following(lease):
+        assert recorded_process(lease) == os.getpid()
+        record_process(lease, pid=os.getppid())  # another ingester took the folder over meanwhile
+    assert recorded_process(lease) == os.getppid()
+    with following(None):  # no folder of an experiment: nothing recorded
+        pass
+
+
+def test_an_ingester_records_itself_only_for_an_experiments_folder(tmp_path: Path) -> None:
+    settings = Settings(home=tmp_path / "home", db_url=None, artifacts_url=None)
+    assert lease_for(settings, settings.spool_dir / "0123456789ab") == (
+        settings.runs_dir / "0123456789ab" / INGESTER_RECORD
+    )
+    assert lease_for(settings, settings.spool_dir) is None
+    assert lease_for(settings, tmp_path / "elsewhere" / "0123456789ab") is None

@@ -11,7 +11,7 @@ import pytest
 
 from phalanx.config import Settings
 from phalanx.domain import ExperimentStatus
-from phalanx.machine.procs import record_process
+from phalanx.machine.procs import INGESTER_RECORD, record_process
 from phalanx.readpass import open_lean, upkeep_due
 from phalanx.store import open_store
 from phalanx.store.base import IngestStore
@@ -98,3 +98,62 @@ def test_settings_read_the_environment_unless_given(monkeypatch: pytest.MonkeyPa
     assert Settings(home="/given", db_url=None) == given
     monkeypatch.setenv("PHALANX_TOKEN", "s3cret")
     assert "s3cret" not in repr(Settings())
+
+
+def _reporting(settings: Settings, experiment_id: str) -> Path:
+    """A spool file of a live writer (this process) holding a record not yet ingested."""
+    spool = settings.spool_dir / experiment_id
+    spool.mkdir(parents=True, exist_ok=True)
+    path = spool / f"{socket.gethostname()}-{os.getpid()}-x.spool"
+    path.write_text('{"seq": 0}\n')
+    return path
+
+
+def test_a_live_ingesters_folder_is_left_to_it(home: tuple[Settings, IngestStore]) -> None:
+    """While an experiment reports, its spool is ahead of the store; its own ingester (alive, as its
+    record in runs/<id> says) drains it, so `phalanx ls` stays on the lean path."""
+    settings, _ = home
+    _reporting(settings, "0123456789ab")
+    record_process(settings.runs_dir / "0123456789ab" / INGESTER_RECORD)  # alive: this process
+    assert _due(settings) is None
+    reader = open_lean(settings)
+    assert reader is not None
+    reader.close()
+
+
+def test_a_dead_ingesters_folder_is_due(home: tuple[Settings, IngestStore]) -> None:
+    """An abandoned spool (its ingester killed, the writer still running) is ingested by the next read."""
+    settings, _ = home
+    _reporting(settings, "0123456789ab")
+    _gone(settings.runs_dir / "0123456789ab" / INGESTER_RECORD)
+    assert "to ingest" in (_due(settings) or "")
+    assert open_lean(settings) is None
+
+
+def test_another_folders_ingester_does_not_cover_this_one(home: tuple[Settings, IngestStore]) -> None:
+    settings, _ = home
+    record_process(settings.runs_dir / "0123456789ab" / INGESTER_RECORD)
+    _reporting(settings, "0123456789ab")
+    left = _reporting(settings, "ba9876543210")
+    assert str(left) in (_due(settings) or "")
+
+
+def test_a_file_at_the_spools_top_is_judged_by_itself(home: tuple[Settings, IngestStore]) -> None:
+    """A stream directly in spool/ belongs to no experiment's folder: no ingester record covers it."""
+    settings, _ = home
+    settings.spool_dir.mkdir(parents=True)
+    (settings.spool_dir / f"{socket.gethostname()}-{os.getpid()}-x.spool").write_text('{"seq": 0}\n')
+    record_process(settings.runs_dir / settings.spool_dir.name / INGESTER_RECORD)
+    assert "to ingest" in (_due(settings) or "")
+
+
+def test_a_finished_writers_file_is_due_when_no_ingester_follows(home: tuple[Settings, IngestStore]) -> None:
+    """Fully ingested (size 0 here) but its writer is gone: the read pass removes it."""
+    settings, _ = home
+    spool = settings.spool_dir / "0123456789ab"
+    spool.mkdir(parents=True)
+    never = int(Path("/proc/sys/kernel/pid_max").read_text()) + 1
+    (spool / f"{socket.gethostname()}-{never}-x.spool").write_text("")
+    assert "remove" in (_due(settings) or "")
+    record_process(settings.runs_dir / "0123456789ab" / INGESTER_RECORD)
+    assert _due(settings) is None  # the live ingester removes it itself

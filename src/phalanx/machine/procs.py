@@ -21,6 +21,11 @@ from pathlib import Path
 
 HOST = socket.gethostname()
 
+# ``runs/<id>/ingester.pid``: the process whose ingester follows spool/<id> right now (the supervisor,
+# or a plain script's `python -m phalanx.ingest --follow-pid`); while it runs, a read command leaves
+# that folder to it (phalanx.readpass), and once it is gone the next read ingests what is left
+INGESTER_RECORD = "ingester.pid"
+
 
 class Seen(enum.StrEnum):
     """What this machine can tell of a recorded process."""

@@ -35,7 +35,8 @@ log = logging.getLogger(__name__)
 
 
 class Attempts:
-    """``run_dir``/``spool_dir``: the experiment's folders; ``backend``: its engine (whose requeues
+    """``run_dir``/``spool_dir``: the experiment's folders; ``cache``: the home's cache folder
+    (what repro keeps between runs); ``backend``: its engine (whose requeues
     are followed); ``console``: where notes for every replica go. ``number``: the store's number of
     the attempt running now; ``resume_step``: the checkpoint step the next group continues from."""
 
@@ -49,6 +50,7 @@ class Attempts:
         *,
         run_dir: Path,
         spool_dir: Path,
+        cache: Path | None = None,
     ) -> None:
         self.id = experiment_id
         self.store = store
@@ -57,6 +59,7 @@ class Attempts:
         self.observer = observer
         self.run_dir = run_dir
         self.spool_dir = spool_dir
+        self.cache = cache  # $PHALANX_HOME/cache: the interpreter's package list between runs
         self.number: int | None = None
         self.resume_step: int | None = None
         self._repro: threading.Thread | None = None
@@ -113,7 +116,9 @@ class Attempts:
 
         def work() -> None:
             try:
-                record, data = repro.collect(workdir=workdir, python=python, launch=launch, box=box)
+                record, data = repro.collect(
+                    workdir=workdir, python=python, launch=launch, box=box, cache=self.cache
+                )
             except Exception:
                 log.exception("recording what the experiment runs failed")
                 return

@@ -28,7 +28,7 @@ from phalanx.config import Settings
 from phalanx.domain import ExperimentStatus, Framework, ReplicaState
 from phalanx.ingest import Ingester
 from phalanx.machine import sysmetrics
-from phalanx.machine.procs import record_process, recorded_process
+from phalanx.machine.procs import INGESTER_RECORD, record_process, recorded_process
 from phalanx.spool import SpoolWriter
 from phalanx.store import secrets as project_secrets
 from phalanx.supervisor.admitting import Admitter
@@ -136,6 +136,7 @@ class Supervisor:
             self.observer,
             run_dir=self.run_dir,
             spool_dir=self.spool_dir,
+            cache=settings.home / "cache",
         )
         self.submitted_at: float | None = None  # wall clock of the first submit: the experiment's start
         self._handle: str | None = None  # the group running now (the system-metrics sampler's)
@@ -289,7 +290,8 @@ class Supervisor:
 
     def _start_ingester(self, stop: threading.Event) -> threading.Thread:
         ingester = Ingester(self.store(), None, self.spool_dir)
-        thread = threading.Thread(target=ingester.run, args=(stop,), name="ingest", daemon=True)
+        lease = {"lease": self.run_dir / INGESTER_RECORD}  # reads leave this folder to it meanwhile
+        thread = threading.Thread(target=ingester.run, args=(stop,), kwargs=lease, name="ingest", daemon=True)
         thread.start()
         return thread
 

@@ -209,7 +209,7 @@ class Task:
         _record_crashes(spool)
         _record_script_process(home / "runs" / experiment_id / "script.pid")
         if whatran.enabled():
-            task._whatran = whatran.start(task._reporter)
+            task._whatran = whatran.start(task._reporter, cache=home / "cache")
         capture = os.environ.get(idm.ENV_CAPTURED) != "1"
         if ident.host is None:
             # the ingester also reads the console (from outside: it outlives a SIGKILLed script)

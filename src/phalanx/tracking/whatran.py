@@ -44,8 +44,9 @@ def script_folder() -> str:
     return os.getcwd()
 
 
-def start(reporter: Reporter) -> threading.Thread:
-    """Collect and report what runs, in a daemon thread (returned: the exit joins it)."""
+def start(reporter: Reporter, cache: Path | None = None) -> threading.Thread:
+    """Collect and report what runs, in a daemon thread (returned: the exit joins it). ``cache``:
+    the home's cache folder, where this interpreter's package list is kept between runs."""
     folder = script_folder()
     argv = [sys.executable, *sys.argv]
 
@@ -53,7 +54,7 @@ def start(reporter: Reporter) -> threading.Thread:
         from phalanx import repro  # why: `from phalanx import Task` stays light (tarfile, ...)
 
         try:
-            record, data = repro.collect(workdir=folder, python=sys.executable, launch={})
+            record, data = repro.collect(workdir=folder, python=sys.executable, launch={}, cache=cache)
             record.pop("launch", None)  # nothing to relaunch: a plain script has no experiment file
             record["script"] = {"command": argv, "folder": folder}
             rel, target = reporter.file_slot("source.tar.gz")

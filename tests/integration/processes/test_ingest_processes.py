@@ -12,8 +12,12 @@ from pathlib import Path
 from tests.unit.test_ingest import _points, _steps
 from tests.unit.test_ingest import store as store  # the fixture: SQLite and PostgreSQL
 
+from phalanx.config import Settings
 from phalanx.ingest import Ingester
+from phalanx.machine.procs import INGESTER_RECORD, recorded_process
+from phalanx.readpass import open_for_reading, open_lean
 from phalanx.spool import SpoolWriter
+from phalanx.store import open_store
 from phalanx.store.sql import SqlStore
 
 
@@ -88,3 +92,38 @@ def test_an_ingester_killed_mid_way_resumes_without_losing_or_repeating(tmp_path
     subprocess.run(cmd, env=env, check=True, timeout=300)
     steps = _steps(store, exp)
     assert len(steps) == total and steps == list(range(total))
+
+
+def test_a_followed_spool_is_left_to_its_ingester_and_read_once_it_is_killed(tmp_path: Path) -> None:
+    """While a plain script's `python -m phalanx.ingest --follow-pid` runs, its folder is its own
+    (runs/<id>/ingester.pid): `phalanx ls` stays on the lean path though the writer reports. Killed
+    (SIGKILL: no clean-up), the folder is abandoned: the next read ingests what it left."""
+    home = tmp_path / "home"
+    env = {**os.environ, "PHALANX_HOME": str(home)}
+    env.pop("PHALANX_DB_URL", None)
+    settings = Settings(home=home, db_url=None, artifacts_url=None)
+    store = open_store(settings)
+    exp = store.create_experiment(name="a", project="p").id
+    w = SpoolWriter(settings.spool_dir / exp, experiment_id=exp)  # this process: a live writer
+    w.write("scalar", _points(0, 10))
+    argv = [sys.executable, "-m", "phalanx.ingest", "--spool", str(settings.spool_dir / exp)]
+    proc = subprocess.Popen([*argv, "--follow-pid", str(os.getpid()), "--interval", "0.05"], env=env)
+    try:
+        assert w.wait_for_ack(timeout=120, alive=lambda: proc.poll() is None)  # it follows the folder
+        assert recorded_process(settings.runs_dir / exp / INGESTER_RECORD) == proc.pid
+        w.write("scalar", _points(10, 10))  # ahead of the store: the follower's to ingest
+        reader = open_lean(settings)
+        assert reader is not None
+        reader.close()
+    finally:
+        proc.kill()
+        proc.wait(60)
+    w.write("scalar", _points(20, 10))  # reported after its ingester died
+    assert open_lean(settings) is None
+    read, _ = open_for_reading(settings)
+    try:
+        assert _steps(read, exp) == list(range(30))  # nothing reported is lost
+    finally:
+        read.close()
+        w.close()
+        store.close()

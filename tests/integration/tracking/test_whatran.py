@@ -44,6 +44,7 @@ def test_a_plain_script_records_its_commit_diff_packages_and_snapshot(sandbox: S
     record = store.repro(second)
     assert record["git"]["commit"] and "+LR = 0.5" in record["git"]["diff"]
     assert any(p.startswith("phalanx==") for p in record["packages"])
+    assert list((sandbox.home / "cache" / "packages").glob("*.json"))  # kept for the next run
     assert record["python"] and record["host"]
     assert record["script"]["command"][1].endswith("script.py")
     assert store.repro(first)["git"]["commit"] == record["git"]["commit"]

@@ -61,6 +61,7 @@ def attempts_of(
         observer,
         run_dir=settings.runs_dir / "e1",
         spool_dir=settings.spool_dir / "e1",
+        cache=settings.home / "cache",
     )
 
 
@@ -161,8 +162,11 @@ def test_what_runs_is_recorded_once_the_store_is_ready(
 ) -> None:
     collected = threading.Event()
 
-    def collect(*, workdir: str, python: str, launch: Any, box: Any) -> tuple[dict[str, Any], bytes]:
+    def collect(
+        *, workdir: str, python: str, launch: Any, box: Any, cache: Path | None
+    ) -> tuple[dict[str, Any], bytes]:
         assert box == []  # not boxed: git and pip run as the supervisor
+        assert cache == settings.home / "cache"  # the package list is kept per environment
         collected.set()
         return {"git": None, "launch": dict(launch), "snapshot": {"files": 1}}, b"tarball"
 
