@@ -64,7 +64,10 @@ def test_an_editor_adds_to_its_project_and_a_viewer_reads(api: Any, lake: Path) 
 
 
 def test_a_dataset_comes_from_a_datastore_the_project_reads(api: Any, lake: Path) -> None:
-    assert api("root", "POST", "/datastores", {"name": "blake", "url": str(lake), "project": "B"}).status_code == 201
+    assert (
+        api("root", "POST", "/datastores", {"name": "blake", "url": str(lake), "project": "B"}).status_code
+        == 201
+    )
     r = api("editor_a", "POST", "/datasets", {"name": "d", "source": "blake:digits", "project": "A"})
     assert r.status_code == 404, r.json()  # B's datastore, as if it did not exist
     r = api("editor_a", "POST", "/datasets", {"name": "d", "source": str(lake), "project": "A"})
@@ -74,7 +77,9 @@ def test_a_dataset_comes_from_a_datastore_the_project_reads(api: Any, lake: Path
 
 
 def test_shared_or_project_less_data_is_an_admins(api: Any, lake: Path) -> None:
-    r = api("editor_a", "POST", "/datastores", {"name": "pub", "url": str(lake), "shared": True, "project": "A"})
+    r = api(
+        "editor_a", "POST", "/datastores", {"name": "pub", "url": str(lake), "shared": True, "project": "A"}
+    )
     assert r.status_code == 403 and "server admin" in r.json()["message"], r.json()
     assert api("editor_a", "POST", "/datastores", {"name": "pub", "url": str(lake)}).status_code == 403
     r = api("root", "POST", "/datastores", {"name": "pub", "url": str(lake), "shared": True})
