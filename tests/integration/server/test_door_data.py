@@ -77,6 +77,8 @@ def test_datastore_and_data_add_register_on_the_server(team: Team) -> None:
     assert json.loads(ok(phalanx(ada, "data", "get", "digits", "-o", "json")).stdout)["manifest"][0][
         "path"
     ] == ("train.csv")
+    r = phalanx(ada, "data", "get", "digits", "--dir", str(team.lake.parent / "copy"))
+    assert r.returncode == 2 and "--local" in r.stderr and not (team.lake.parent / "copy").exists(), r.stderr
     # the laptop's own store holds none of it
     r = ok(phalanx(ada, "data", "ls", "-o", "json", "--local"))
     assert json.loads(r.stdout) == [] and r.stderr == "phalanx: on this machine\n"
