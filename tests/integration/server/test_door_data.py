@@ -19,7 +19,7 @@ from tests.integration.server.test_teams_audit import admin, token_of
 
 from phalanx.config import Settings
 from phalanx.data import Dataset, Datastore
-from phalanx.estimators import Experiment
+from phalanx.estimators import Experiment, PyTorch
 
 
 @dataclass
@@ -115,6 +115,17 @@ def test_seed_004s_handles_resolve_through_the_server(team: Team) -> None:
     on_server = Experiment("seed", "nlp", settings=Settings(home=ada), server=team.server.url)
     assert Dataset.get(on_server, "shelf-digits@latest").as_input().dataset == "shelf-digits@1"
     assert Datastore.get(on_server, "shelf").path("digits").as_input().datastore == "shelf"
+    # what submit() sends: the server's datastore and version (seed 004's script_params)
+    est = PyTorch(
+        source_directory=str(team.lake),
+        entry_script="digits/train.csv",  # any file of the folder: nothing runs
+        script_params={
+            "--data_dir": Datastore.get(on_server, "shelf"),
+            "--labels": Dataset.get(on_server, "shelf-digits"),
+        },
+    )
+    sent = est.to_yaml(name="seed", project="nlp")
+    assert "dataset: shelf-digits@1" in sent and "datastore: shelf" in sent, sent
     here = Experiment("seed", "nlp", settings=Settings(home=ada))  # submits on this machine: its data
     assert Dataset.get(here, "shelf-digits@latest").version == 3
     with pytest.raises(Exception, match="no dataset 'shelf-digits'"):
