@@ -14,7 +14,9 @@ import typer
 from phalanx.cli.app import app, emit_json, human_size
 from phalanx.cli.listing import Format
 from phalanx.cli.target import LocalOpt, ServerOpt
+from phalanx.config import Settings
 from phalanx.errors import UsageError
+from phalanx.logins import choose
 
 if TYPE_CHECKING:
     from phalanx.apiclient import Client
@@ -47,14 +49,11 @@ SharedOpt = Annotated[bool, typer.Option("--shared", help="Every project's runs 
 def _client(server: str | None, local: bool) -> Client | None:
     """The server's client (a login, or --server), or None for this machine; says which once a
     server is in play."""
-    from phalanx.logins import choose
-
     return choose(server, local)
 
 
 @contextlib.contextmanager
 def _opened(client: Client | None) -> Iterator[Catalog]:
-    from phalanx.config import Settings
     from phalanx.data.remote import open_catalog  # why: `phalanx --help` stays fast: no SQLAlchemy
 
     catalog = open_catalog(client, Settings())
@@ -223,7 +222,7 @@ def data_get(
     local: LocalOpt = False,
 ) -> None:
     """Show a dataset version and its files, or copy them to --dir (refused if a file changed)."""
-    from phalanx.store.manifest import copy_tree
+    from phalanx.store.manifest import copy_tree  # why: `phalanx --help` stays fast: no fsspec
 
     client = _client(server, local)
     if directory is not None and client is not None:

@@ -27,6 +27,7 @@ from phalanx.server.deps import StoreDep, experiment_of
 from phalanx.server.policy import policy, principal_of, require
 from phalanx.store import catalog
 from phalanx.store.accounts import Role
+from phalanx.store.manifest import filesystem, join_url
 
 router = APIRouter(tags=["data"])
 page_router = APIRouter(include_in_schema=False)
@@ -219,8 +220,6 @@ def _public(record: dict[str, Any]) -> dict[str, Any]:
 @policy("experiment:viewer")
 def get_input_file(experiment_id: str, name: str, path: str, store: StoreDep) -> StreamingResponse:
     """One file of an input, as the experiment's dataset version or datastore folder holds it."""
-    from phalanx.store.manifest import filesystem, join_url
-
     e = experiment_of(store, experiment_id)
     record = next((r for r in inputs_of(e.plan) if r.get("name") == name), None)
     if record is None:
