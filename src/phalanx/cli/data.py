@@ -15,7 +15,6 @@ from phalanx.cli.app import app, emit_json, human_size
 from phalanx.cli.listing import Format
 from phalanx.cli.target import LocalOpt, ServerOpt
 from phalanx.config import Settings
-from phalanx.errors import UsageError
 from phalanx.logins import choose
 
 if TYPE_CHECKING:
@@ -213,7 +212,7 @@ def data_get(
             "-d",
             "--dir",
             metavar="DIR",
-            help="Copy the files here (checked against their hashes; this machine's).",
+            help="Copy the files into this folder (checked against their hashes).",
         ),
     ] = None,
     output: OutputOpt = Format.TABLE,
@@ -222,19 +221,12 @@ def data_get(
     local: LocalOpt = False,
 ) -> None:
     """Show a dataset version and its files, or copy them to --dir (refused if a file changed)."""
-    from phalanx.store.manifest import copy_tree  # why: `phalanx --help` stays fast: no fsspec
-
-    client = _client(server, local)
-    if directory is not None and client is not None:
-        raise UsageError(
-            f"data get {ref} --dir: the files are on the server's machine; an experiment reads them as an"
-            " input, or copy them on this machine's catalog with --local"
-        )
-    with _opened(client) as catalog:
+    with _open(server, local) as catalog:
         version = catalog.dataset(ref)
+        if directory is not None:
+            directory.mkdir(parents=True, exist_ok=True)
+            catalog.fetch(version, directory)
     if directory is not None:
-        directory.mkdir(parents=True, exist_ok=True)
-        copy_tree(version.manifest, str(directory.resolve()), f"dataset {version.ref}")
         emit_json({**version.to_json(), "dir": str(directory)}) if _json(output, json_) else typer.echo(
             str(directory)
         )

@@ -4,12 +4,15 @@ through the server's API, which applies its project rules (docs/data.md#on-a-ser
 
 from __future__ import annotations
 
+import urllib.parse
+from pathlib import Path
 from typing import Any
 
 from phalanx.apiclient import Client, quote
 from phalanx.config import Settings
 from phalanx.store import open_store
 from phalanx.store.catalog import Catalog, DatasetVersion, DatastoreRecord, catalog_of, parse_ref
+from phalanx.store.manifest import copy_tree
 
 
 class RemoteCatalog:
@@ -54,8 +57,25 @@ class RemoteCatalog:
         answer = self.client.request("DELETE", _query(f"/datasets/{quote(name)}", which))[1]
         return [DatasetVersion.from_json(v) for v in answer]
 
+    def fetch(self, version: DatasetVersion, directory: Path) -> None:
+        """The files through the server (``GET .../files/PATH``), checked as this machine's are."""
+        files = _ApiFiles(self.client, f"/datasets/{quote(version.name)}/versions/{version.version}/files")
+        copy_tree(version.manifest, str(directory.resolve()), f"dataset {version.ref}", source=(files, ""))
+
     def close(self) -> None:
         """Nothing held between requests."""
+
+
+class _ApiFiles:
+    """A dataset version's files on a server, as ``copy_tree`` reads a filesystem."""
+
+    def __init__(self, client: Client, base: str) -> None:
+        self.client = client
+        self.base = base
+
+    def open(self, path: str, mode: str) -> Any:
+        """The file's bytes, streamed (``path``: ``/`` and its path in the version)."""
+        return self.client.open("GET", f"{self.base}/{urllib.parse.quote(path.lstrip('/'))}")
 
 
 def _query(path: str, version: str | None) -> str:

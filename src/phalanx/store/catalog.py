@@ -403,6 +403,11 @@ class Catalog(Protocol):
 
     def remove_dataset(self, ref: str) -> list[DatasetVersion]: ...
 
+    def fetch(self, version: DatasetVersion, directory: Path) -> None:
+        """Copy ``version``'s files into ``directory`` (this machine's), each checked against its
+        sha256 (DataChanged, exit 2, for one that changed)."""
+        ...
+
     def close(self) -> None: ...
 
 
@@ -448,6 +453,9 @@ class SqlCatalog:
 
     def remove_dataset(self, ref: str) -> list[DatasetVersion]:
         return remove_dataset(self.store, ref)
+
+    def fetch(self, version: DatasetVersion, directory: Path) -> None:
+        copy_tree(version.manifest, str(directory.resolve()), f"dataset {version.ref}")
 
     def close(self) -> None:
         self.store.close()

@@ -77,8 +77,9 @@ def test_datastore_and_data_add_register_on_the_server(team: Team) -> None:
     assert json.loads(ok(phalanx(ada, "data", "get", "digits", "-o", "json")).stdout)["manifest"][0][
         "path"
     ] == ("train.csv")
-    r = phalanx(ada, "data", "get", "digits", "--dir", str(team.lake.parent / "copy"))
-    assert r.returncode == 2 and "--local" in r.stderr and not (team.lake.parent / "copy").exists(), r.stderr
+    copy = team.lake.parent / "copy"
+    ok(phalanx(ada, "data", "get", "digits@1", "--dir", str(copy)))  # through the API, checked
+    assert (copy / "train.csv").read_text() == "1,2\n" * 10
     # the laptop's own store holds none of it
     r = ok(phalanx(ada, "data", "ls", "-o", "json", "--local"))
     assert json.loads(r.stdout) == [] and r.stderr == "phalanx: on this machine\n"
@@ -99,6 +100,14 @@ def test_datastore_and_data_add_register_on_the_server(team: Team) -> None:
     assert r.returncode == 2 and "no dataset 'digits'" in r.stderr, r.stderr
     r = phalanx(bob, "data", "add", "mine", "lake:digits", "--project", "vision")
     assert r.returncode == 2 and "no datastore 'lake'" in r.stderr, r.stderr
+    r = phalanx(bob, "data", "get", "digits@1", "--dir", str(team.lake.parent / "bobs"))
+    assert r.returncode == 2 and "no dataset 'digits'" in r.stderr, r.stderr
+
+    # a file changed at its source since the version was recorded: refused, nothing half-kept
+    (team.lake / "digits" / "train.csv").write_text("9,9\n")
+    r = phalanx(ada, "data", "get", "digits@1", "--dir", str(team.lake.parent / "copy2"))
+    assert r.returncode == 2 and "changed since the version was recorded" in r.stderr, r.stderr
+    assert not (team.lake.parent / "copy2" / "train.csv").exists()
 
 
 def test_seed_004s_handles_resolve_through_the_server(team: Team) -> None:

@@ -124,6 +124,24 @@ def get_dataset_version(request: Request, name: str, version: str, store: StoreD
     return found.to_json(with_files=True)
 
 
+@router.get(
+    "/datasets/{name}/versions/{version}/files/{path:path}",
+    responses={200: {"content": {"application/octet-stream": {}}, "description": "the file's bytes"}},
+)
+@policy("signed-in")
+def get_dataset_file(
+    request: Request, name: str, version: str, path: str, store: StoreDep
+) -> StreamingResponse:
+    """One file of a dataset version the caller may see (`phalanx data get REF --dir DIR` on a
+    server); only the files the version's manifest holds (the reader checks their sha256)."""
+    found = catalog.catalog_of(store).dataset(f"{name}@{version}")
+    if not _visible(request, found):
+        raise NotFound(f"no dataset {name!r} in your projects")
+    if path not in {f.path for f in found.files}:
+        raise NotFound(f"dataset {found.ref} has no file {path!r}")
+    return _stream(join_url(found.url, path), f"dataset {found.ref}: file {path!r} is gone from {found.url}")
+
+
 @router.post("/datasets", status_code=201)
 @policy("body")
 def add_dataset(request: Request, body: DatasetIn, store: StoreDep) -> dict[str, Any]:
@@ -231,9 +249,14 @@ def get_input_file(experiment_id: str, name: str, path: str, store: StoreDep) ->
         url = join_url(version.url, path)
     else:
         url = join_url(str(record["url"]), path)
+    return _stream(url, f"input {name!r} has no file {path!r}")
+
+
+def _stream(url: str, missing: str) -> StreamingResponse:
+    """The file at ``url`` in 1 MiB pieces, never shown as a page."""
     fs, full = filesystem(url)
     if not fs.isfile(full):
-        raise NotFound(f"input {name!r} has no file {path!r}")
+        raise NotFound(missing)
 
     def chunks() -> Iterator[bytes]:
         with fs.open(full, "rb") as fh:
