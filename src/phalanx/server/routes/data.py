@@ -118,10 +118,7 @@ def list_datasets(
 def get_dataset_version(request: Request, name: str, version: str, store: StoreDep) -> dict[str, Any]:
     """One dataset version (``latest``: the newest) with its manifest (every file's path, size and
     sha256); 404 for another project's, as for one that does not exist."""
-    found = catalog.catalog_of(store).dataset(f"{name}@{version}")
-    if not _visible(request, found):
-        raise NotFound(f"no dataset {name!r} in your projects")
-    return found.to_json(with_files=True)
+    return _visible_dataset(request, store, f"{name}@{version}").to_json(with_files=True)
 
 
 @router.get(
@@ -134,9 +131,7 @@ def get_dataset_file(
 ) -> StreamingResponse:
     """One file of a dataset version the caller may see (`phalanx data get REF --dir DIR` on a
     server); only the files the version's manifest holds (the reader checks their sha256)."""
-    found = catalog.catalog_of(store).dataset(f"{name}@{version}")
-    if not _visible(request, found):
-        raise NotFound(f"no dataset {name!r} in your projects")
+    found = _visible_dataset(request, store, f"{name}@{version}")
     if path not in {f.path for f in found.files}:
         raise NotFound(f"dataset {found.ref} has no file {path!r}")
     return _stream(join_url(found.url, path), f"dataset {found.ref}: file {path!r} is gone from {found.url}")
@@ -182,9 +177,7 @@ def remove_dataset(
     the dataset; answers what was forgotten. The bytes stay where they are."""
     ref = name if version is None else f"{name}@{version}"
     cat = catalog.catalog_of(store)
-    target = cat.dataset(ref)
-    if not _visible(request, target):
-        raise NotFound(f"no dataset {name!r} in your projects")
+    target = _visible_dataset(request, store, ref)
     _may_change(request, target.project, target.shared, f"dataset {name!r}")
     gone = cat.remove_dataset(ref)
     describe(request, "dataset.remove", ref, target.project, ", ".join(v.ref for v in gone))
@@ -192,10 +185,33 @@ def remove_dataset(
 
 
 def _visible_datastore(request: Request, store: Any, name: str) -> catalog.DatastoreRecord:
-    record = catalog.catalog_of(store).datastore(name)
+    """The datastore, if the caller may see it; else NotFound naming nothing of other projects'
+    (the catalog's own message lists every datastore)."""
+    missing = NotFound(f"no datastore {name!r} in your projects")
+    try:
+        record = catalog.catalog_of(store).datastore(name)
+    except NotFound:
+        if principal_of(request).superuser:
+            raise
+        raise missing from None
     if not _visible(request, record):
-        raise NotFound(f"no datastore {name!r} in your projects")
+        raise missing
     return record
+
+
+def _visible_dataset(request: Request, store: Any, ref: str) -> catalog.DatasetVersion:
+    """The version, if the caller may see it; else NotFound saying nothing of another project's
+    versions."""
+    missing = NotFound(f"no dataset {ref.partition('@')[0]!r} in your projects")
+    try:
+        found = catalog.catalog_of(store).dataset(ref)
+    except NotFound:
+        if principal_of(request).superuser:
+            raise
+        raise missing from None
+    if not _visible(request, found):
+        raise missing
+    return found
 
 
 def _may_change(request: Request, project: str | None, shared: bool, what: str) -> None:
