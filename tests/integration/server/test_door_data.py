@@ -118,6 +118,11 @@ def test_seed_004s_handles_resolve_through_the_server(team: Team) -> None:
     for rows in (1, 2, 3):
         (team.lake / "digits" / "train.csv").write_text("3,4\n" * rows)
         ok(phalanx(ada, "data", "add", "shelf-digits", str(team.lake / "digits"), "--local"))
+    # -o json: the same document on both doors
+    there = json.loads(ok(phalanx(ada, "data", "get", "shelf-digits@1", "-o", "json")).stdout)
+    here = json.loads(ok(phalanx(ada, "data", "get", "shelf-digits@1", "-o", "json", "--local")).stdout)
+    assert list(there) == list(here) and there["digest"] != here["digest"]
+    assert there["project"] == "nlp" and here["project"] is None
     assert Dataset.get(str(ada), "shelf-digits@latest").version == 1  # logged in: the server's
     assert Dataset.get(Settings(home=ada), "shelf-digits").version == 1
     assert Datastore.get(str(ada), "shelf").url == str(team.lake)
@@ -135,8 +140,8 @@ def test_seed_004s_handles_resolve_through_the_server(team: Team) -> None:
     )
     sent = est.to_yaml(name="seed", project="nlp")
     assert "dataset: shelf-digits@1" in sent and "datastore: shelf" in sent, sent
-    here = Experiment("seed", "nlp", settings=Settings(home=ada))  # submits on this machine: its data
-    assert Dataset.get(here, "shelf-digits@latest").version == 3
+    local = Experiment("seed", "nlp", settings=Settings(home=ada))  # submits on this machine: its data
+    assert Dataset.get(local, "shelf-digits@latest").version == 3
     with pytest.raises(Exception, match="no dataset 'shelf-digits'"):
         Dataset.get(
             Experiment("seed", "vision", settings=Settings(home=team.laptops["bob"]), server=team.server.url),
