@@ -114,14 +114,22 @@ def choose(
     login = load(settings.home)
     if local or (server is None and login is None):
         if say and (local or login is not None):
-            sys.stderr.write("phalanx: on this machine\n")
+            say_door(None)
         return None
     url = check_url(server) if server is not None else check_url(login.url if login else "")
     stored = login.token if login is not None and check_url(login.url) == url else None
     client = Client(url, read_token(token_file, settings.token) or stored, say=_stderr)
     if say:
-        sys.stderr.write(f"phalanx: on server {client.url}\n")
+        say_door(client.url)
     return client
+
+
+def say_door(server_url: str | None) -> None:
+    """The one stderr line that says where a command acts: the server at ``server_url``, or this
+    machine (None). Every command that says so says it with this line, never on stdout (``-o json``
+    stays clean)."""
+    sys.stderr.write(f"phalanx: on server {server_url}\n" if server_url else "phalanx: on this machine\n")
+    sys.stderr.flush()
 
 
 def _stderr(text: str) -> None:

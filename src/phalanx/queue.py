@@ -22,15 +22,17 @@ import os
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
+from phalanx.domain import Experiment, ExperimentStatus, Page
 from phalanx.errors import UsageError
 from phalanx.machine import doorbell, limits
 from phalanx.machine import ledger as ledger_mod
 from phalanx.machine.ledger import Capacity, Entry, Grant, Ledger, Need, NeverFits, NoRoom, TooManyWaiting
 from phalanx.priority import MAX_PRIORITY, check_priority
-from phalanx.share import DEFAULT_PROJECT, Limit, never_within
+from phalanx.share import DEFAULT_PROJECT, LOCAL, Limit, never_within
 from phalanx.store import quotas
+from phalanx.store.base import ExperimentFilter
 
 if TYPE_CHECKING:
     from phalanx.config import Settings
@@ -64,6 +66,8 @@ __all__ = [
     "need_of_plan",
     "overview",
     "waiting_count",
+    "waiting_on_clusters",
+    "with_targets",
 ]
 
 
@@ -304,3 +308,42 @@ def overview(settings: Settings, store: Store | None = None) -> dict[str, Any]:
         "queued": [row(e, i) for i, e in enumerate(waiting, 1)],
         "projects": [project(p) for p in sorted(projects)],
     }
+
+
+class ListsExperiments(Protocol):
+    """What ``waiting_on_clusters`` reads: a store, or this machine's lean reader (`phalanx queue`
+    stays free of SQLAlchemy when nothing else needs it)."""
+
+    def list_experiments(self, query: ExperimentFilter, /) -> Page[Experiment]: ...
+
+
+def waiting_on_clusters(store: ListsExperiments) -> list[dict[str, Any]]:
+    """The experiments queued or pending on a cluster target (Slurm, Kubernetes): their engine's
+    scheduler orders them, so they have a status and a reason, not a place in this machine's queue."""
+    rows: list[dict[str, Any]] = []
+    for status in (ExperimentStatus.QUEUED, ExperimentStatus.PENDING):
+        page = store.list_experiments(ExperimentFilter(status=status, limit=500, order_by="created_at"))
+        for e in page.items:
+            if e.cluster:
+                rows.append(
+                    {
+                        "experiment_id": e.id,
+                        "name": e.name,
+                        "project": e.project,
+                        "target": e.cluster,
+                        "state": str(e.status),
+                        "why": e.reason or f"{e.status} on {e.cluster}",
+                        "since": e.created_at,
+                    }
+                )
+    return rows
+
+
+def with_targets(doc: dict[str, Any], store: ListsExperiments | None) -> dict[str, Any]:
+    """``overview``'s doc as both doors show it (`phalanx queue` here and ``GET /api/v1/queue``):
+    ``target`` on the doc and on every row, and ``elsewhere``, what waits on cluster targets."""
+    doc["target"] = LOCAL
+    doc["elsewhere"] = [] if store is None else waiting_on_clusters(store)
+    for row in doc["running"] + doc["queued"] + doc["elsewhere"]:
+        row.setdefault("target", LOCAL)
+    return doc

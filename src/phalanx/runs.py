@@ -14,11 +14,20 @@ import os
 import subprocess
 import sys
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
 from phalanx.domain import Experiment, ExperimentStatus
-from phalanx.errors import NotFound, PhalanxError
+from phalanx.errors import PhalanxError
+from phalanx.run_api import (
+    details_json,
+    download_target,
+    register_source,
+    resolve_file,
+    saved_model_json,
+    write_whole,
+)
 
 if TYPE_CHECKING:
     from phalanx.config import Settings
@@ -117,13 +126,7 @@ class Run:
     def get_details(self) -> dict[str, Any]:
         """Status, times, reason, topology and every replica's state and exit code."""
         e = self.refresh()
-        replicas = self._store.list_replicas(e.id)
-        end = e.finished_at or (time.time() if e.started_at else None)
-        return {
-            **e.to_json(),
-            "duration": (end - e.started_at) if end and e.started_at else None,
-            "replicas": [r.to_json() for r in replicas],
-        }
+        return details_json(e, self._store.list_replicas(e.id), time.time())
 
     def get_metrics(self, title: str | None = None) -> dict[str, dict[str, dict[str, list[float]]]]:
         """``{"loss": {"worker 00": {"steps": [...], "values": [...]}}}``, as `phalanx metrics -o json`."""
@@ -136,14 +139,7 @@ class Run:
     def get_models(self) -> list[dict[str, Any]]:
         """The models the run saved (task.save_model): name, format, path, size, replica, metadata."""
         return [
-            {
-                "name": m.name,
-                "format": m.format,
-                "path": m.path,
-                "size": m.size,
-                "replica": m.replica,
-                "metadata": dict(m.metadata),
-            }
+            saved_model_json(m.name, m.format, m.path, m.size, m.replica, m.metadata)
             for m in self._store.models(self.id)
         ]
 
@@ -155,33 +151,42 @@ class Run:
         """Copy one stored file to ``output_file_path`` (a file path, or an existing folder to put it
         in; default: the current folder). ``name`` is a path from get_file_names() or an artifact's or
         model's name. Returns the local path. Raises NotFound."""
-        path = self._resolve_file(name)
+        named = [(a.name, a.path) for a in self._store.artifacts(self.id)]
+        named += [(m.name, m.path) for m in self._store.models(self.id)]
+        path = resolve_file(self.id, name, self.get_file_names(), named)
         data = self._artifact_store().read_bytes(self.id, path)
-        target = Path(output_file_path) if output_file_path is not None else Path.cwd()
-        if target.is_dir():
-            target = target / Path(path).name
-        target.parent.mkdir(parents=True, exist_ok=True)
-        tmp = target.with_name(f".{target.name}.part")
-        tmp.write_bytes(data)
-        tmp.replace(target)
-        return target
+        return write_whole(download_target(path, output_file_path), [data])
 
     def get_logs(self, replica: str | None = None) -> list[str]:
         """The console lines recorded so far, ``[replica] text`` each."""
         return [f"[{ln.replica}] {ln.text}" for ln in self._store.logs(self.id, replica=replica)]
 
-    def _resolve_file(self, name: str) -> str:
-        names = self.get_file_names()
-        if name in names:
-            return name
-        paths = [a.path for a in self._store.artifacts(self.id) if a.name == name]
-        paths += [m.path for m in self._store.models(self.id) if m.name == name]
-        for path in paths:
-            if path in names:
-                return path
-        raise NotFound(
-            f"run {self.id} has no file {name!r}; files: {', '.join(names) if names else 'none yet'}"
-        )
+    def register_model(
+        self,
+        model_name: str,
+        model_path: str | None = None,
+        *,
+        description: str | None = None,
+        tags: Mapping[str, str] | None = None,
+        alias: str | None = None,
+    ) -> dict[str, Any]:
+        """Register the ONNX model the run saved as the next version of ``model_name`` in the model
+        registry (`phalanx models register ID --name NAME`), after re-running its ONNX check.
+
+        Args:
+            model_path: which saved model: a path from get_models()/get_file_names() or its name
+                (default: the run's only ONNX model).
+            alias: also point ``model_name@alias`` at the new version.
+        Returns:
+            the new version as `phalanx models get NAME@N -o json` shows it.
+        Raises:
+            NotFound, UsageError, ParityFailed (a file that fails its ONNX check).
+        """
+        from phalanx.registry.door import register_version  # why: `from phalanx import Run` stays light
+        from phalanx.registry.service import Registry  # why: `from phalanx import Run` stays light
+
+        source = register_source(self.id, model_path, self.get_models())
+        return register_version(Registry(self._store), source, model_name, description, tags, alias)
 
     def _artifact_store(self) -> ArtifactStore:
         if self._artifacts is None:

@@ -11,7 +11,7 @@ One command group, two kinds of first word:
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -19,11 +19,11 @@ import typer
 from typer.core import TyperGroup
 
 from phalanx.cli.app import app, emit_json, fail, human_size
+from phalanx.cli.target import LocalOpt, ServerOpt
 
 if TYPE_CHECKING:
-    from phalanx.registry.service import Registry
+    from phalanx.registry.door import ModelRegistry
     from phalanx.store.base import ModelRecord
-    from phalanx.store.registry_records import ModelVersion
 
 
 class _ModelsGroup(TyperGroup):
@@ -73,6 +73,33 @@ def model_json(record: ModelRecord) -> dict[str, Any]:
     }
 
 
+def _saved_models(server: str | None, local: bool) -> tuple[Any, Callable[[str, str, Path], None]]:
+    """The store an experiment's saved models are read from (the server's after `phalanx login` or
+    with --server, else this machine's) and how one of its files is fetched to a local path."""
+    from phalanx.logins import choose
+
+    client = choose(server, local)
+    if client is not None:
+        from phalanx.estimators.remote import RemoteRun
+        from phalanx.remote_store import RemoteStore
+
+        def fetch_remote(experiment_id: str, path: str, target: Path) -> None:
+            RemoteRun(client, experiment_id).download_file(path, target)
+
+        return RemoteStore(client), fetch_remote
+    from phalanx.config import Settings
+    from phalanx.store import open_store
+
+    store = open_store(Settings())
+
+    def fetch_here(experiment_id: str, path: str, target: Path) -> None:
+        if store.artifact_store is None:
+            raise fail("this store has no artifact store to download from", 1)
+        store.artifact_store.get_file(experiment_id, path, target)  # in parts, never whole
+
+    return store, fetch_here
+
+
 @models_app.command("experiment", hidden=True)
 def experiment_models(
     experiment_id: Annotated[str, typer.Argument(metavar="ID", help="experiment id or a unique prefix")],
@@ -90,15 +117,14 @@ def experiment_models(
     directory: Annotated[
         Path, typer.Option("-d", "--dir", metavar="DIR", help="where --download writes")
     ] = Path("."),
+    server: ServerOpt = None,
+    local: LocalOpt = False,
 ) -> None:
     """List the models experiment ID saved (name, format, size, replica, ONNX check), or download one
     (`phalanx models ID` runs this)."""
     if output not in ("table", "json"):
         raise fail(f"-o must be 'table' or 'json', not {output!r}")
-    from phalanx.config import Settings
-    from phalanx.store import open_store
-
-    store = open_store(Settings())
+    store, fetch = _saved_models(server, local)
     experiment = store.get_experiment(experiment_id)
     records = store.models(experiment.id)
     if download is not None:
@@ -108,13 +134,11 @@ def experiment_models(
         if not chosen:
             names = ", ".join(r.name for r in records) or "none"
             raise fail(f"experiment {experiment.id} has no model {download!r} (models: {names})")
-        if store.artifact_store is None:
-            raise fail("this store has no artifact store to download from", 1)
         directory.mkdir(parents=True, exist_ok=True)
         written = []
         for record in chosen:
             target = directory / Path(record.path).name
-            store.artifact_store.get_file(experiment.id, record.path, target)  # in parts, never whole
+            fetch(experiment.id, record.path, target)
             written.append(target)
         if output == "json":
             emit_json([{"name": r.name, "file": str(p)} for r, p in zip(chosen, written, strict=True)])
@@ -140,7 +164,16 @@ def experiment_models(
 # --- the registry -----------------------------------------------------------------------------
 
 
-def _registry() -> Registry:
+def _registry(server: str | None, local: bool) -> ModelRegistry:
+    """The registry a command works on: the server's (after `phalanx login`, or --server) or this
+    machine's (--local, or no login); which one is said on stderr once a server is in play."""
+    from phalanx.logins import choose
+
+    client = choose(server, local)
+    if client is not None:
+        from phalanx.registry.remote import RemoteRegistry
+
+        return RemoteRegistry(client)
     from phalanx.config import Settings
     from phalanx.registry.service import Registry
     from phalanx.store import open_store
@@ -169,8 +202,8 @@ def _table(rows: Sequence[Sequence[str]]) -> None:
         typer.echo("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip())
 
 
-def _parity(v: ModelVersion) -> str:
-    p = v.parity
+def _parity(p: dict[str, Any]) -> str:
+    """A version's parity figure (its lineage's ``parity``): passed/FAILED with the max diff."""
     if not p:
         return "-"
     return f"{'passed' if p.get('passed') else 'FAILED'} (max diff {float(p.get('max_abs_diff', 0)):.2g})"
@@ -199,6 +232,8 @@ def register(
         str | None, typer.Option("--alias", metavar="ALIAS", help="also point NAME@ALIAS at the new version")
     ] = None,
     output: OutputOpt = "table",
+    server: ServerOpt = None,
+    local: LocalOpt = False,
 ) -> None:
     """Register an experiment's ONNX model as the next version of NAME, after re-running its ONNX
     check on the stored file (a file that fails it is refused, with its parity figure)."""
@@ -208,20 +243,17 @@ def register(
         from phalanx.store.registry_records import check_alias
 
         check_alias(alias)
-    registry = _registry()
-    created = registry.register(source, name, description=description, tags=tags)
-    if alias is not None:
-        registry.set_alias(created.name, alias, created.version)
-        created = registry.resolve(f"{created.name}@{created.version}")
-    if output == "json":
-        from phalanx.registry.service import version_json
+    from phalanx.registry.door import register_version
 
-        emit_json(version_json(created))
+    created = register_version(_registry(server, local), source, name, description, tags, alias)
+    if output == "json":
+        emit_json(created)
         return
+    figure = _parity(created["lineage"].get("parity") or {})
     typer.echo(
-        f"registered {created.name} version {created.version} from experiment {created.experiment_id} "
-        f"({created.source}; parity {_parity(created)})"
-        + (f"; {created.name}@{alias} -> {created.version}" if alias else "")
+        f"registered {created['name']} version {created['version']} from experiment "
+        f"{created['experiment_id']} ({created['source']}; parity {figure})"
+        + (f"; {created['name']}@{alias} -> {created['version']}" if alias else "")
     )
 
 
@@ -229,12 +261,14 @@ def register(
 def ls(
     name: Annotated[str | None, typer.Argument(metavar="[NAME]", help="list this model's versions")] = None,
     output: OutputOpt = "table",
+    server: ServerOpt = None,
+    local: LocalOpt = False,
 ) -> None:
     """List the registered models, or the versions of NAME."""
     _check_output(output)
     from phalanx.registry.service import model_json, version_json
 
-    registry = _registry()
+    registry = _registry(server, local)
     if name is None:
         models = registry.models()
         if output == "json":
@@ -257,18 +291,25 @@ def ls(
     for v in versions:
         aliases = ", ".join(f"@{a}" for a in v.aliases) or "-"
         table.append(
-            (str(v.version), aliases, v.experiment_id, v.source, _parity(v), (v.description or "")[:50])
+            (
+                str(v.version),
+                aliases,
+                v.experiment_id,
+                v.source,
+                _parity(v.parity),
+                (v.description or "")[:50],
+            )
         )
     _table(table)
 
 
 @models_app.command("get")
-def get(ref: RefArg, output: OutputOpt = "table") -> None:
+def get(ref: RefArg, output: OutputOpt = "table", server: ServerOpt = None, local: LocalOpt = False) -> None:
     """Show one version: lineage (experiment, params, final metrics, snapshot), signature, aliases."""
     _check_output(output)
     from phalanx.registry.service import version_json
 
-    v = _registry().resolve(ref)
+    v = _registry(server, local).resolve(ref)
     if output == "json":
         emit_json(version_json(v))
         return
@@ -279,7 +320,7 @@ def get(ref: RefArg, output: OutputOpt = "table") -> None:
         + (f"  aliases: {', '.join('@' + a for a in v.aliases)}" if v.aliases else ""),
         f"experiment:  {v.experiment_id} ({exp.get('name', '?')}, project {exp.get('project', '?')})",
         f"source:      {v.source} (sha256 {v.sha256[:16]}…, {human_size(v.size)})",
-        f"parity:      {_parity(v)}",
+        f"parity:      {_parity(v.parity)}",
         f"inputs:      {_shapes(v.signature.get('inputs', []))}",
         f"outputs:     {_shapes(v.signature.get('outputs', []))}",
     ]
@@ -311,6 +352,8 @@ def alias(
         int | None, typer.Argument(metavar="[VERSION]", help="the version it names from now on")
     ] = None,
     delete: Annotated[bool, typer.Option("--delete", help="remove the alias")] = False,
+    server: ServerOpt = None,
+    local: LocalOpt = False,
 ) -> None:
     """Point NAME@ALIAS at VERSION (moved in one transaction: a server following it never sees none)."""
     from phalanx.store.registry_records import parse_ref
@@ -318,15 +361,16 @@ def alias(
     ref = parse_ref(target)
     if ref.alias is None:
         raise fail(f"{target!r}: give NAME@ALIAS, e.g. `phalanx models alias {ref.name}@prod 3`")
-    registry = _registry()
+    if delete and version is not None:
+        raise fail("--delete takes no VERSION")
+    if not delete and version is None:
+        raise fail(f"give the version {ref} names, e.g. `phalanx models alias {ref} 3`")
+    registry = _registry(server, local)
     if delete:
-        if version is not None:
-            raise fail("--delete takes no VERSION")
         registry.delete_alias(ref.name, ref.alias)
         typer.echo(f"removed {ref}")
         return
-    if version is None:
-        raise fail(f"give the version {ref} names, e.g. `phalanx models alias {ref} 3`")
+    assert version is not None  # checked above
     before = registry.set_alias(ref.name, ref.alias, version)
     moved = "" if before is None or before == version else f" (was {before})"
     typer.echo(f"{ref} -> version {version}{moved}")
@@ -336,15 +380,15 @@ def alias(
 def download(
     ref: RefArg,
     directory: Annotated[Path, typer.Option("-d", "--dir", metavar="DIR", help="where to write")] = Path("."),
+    server: ServerOpt = None,
+    local: LocalOpt = False,
 ) -> None:
     """Write a version's ONNX file as DIR/NAME-vN.onnx."""
-    from phalanx.registry.model import Model
+    from phalanx.registry.door import download_version
     from phalanx.store.registry_records import parse_ref
 
     parse_ref(ref)
-    registry = _registry()
-    model = Model(ref, store=registry.store)
-    typer.echo(str(model.download(directory)))
+    typer.echo(str(download_version(_registry(server, local), ref, directory)))
 
 
 @models_app.command("update")
@@ -354,6 +398,8 @@ def update(
     tag: Annotated[
         list[str] | None, typer.Option("--tag", metavar="KEY=VALUE", help="set a tag (KEY= removes it)")
     ] = None,
+    server: ServerOpt = None,
+    local: LocalOpt = False,
 ) -> None:
     """Set the description or tags of a registered model (NAME) or of one version (NAME@N)."""
     from phalanx.store.registry_records import parse_ref
@@ -364,5 +410,5 @@ def update(
     if description is None and not tag:
         raise fail("nothing to update: give --description TEXT and/or --tag KEY=VALUE")
     tags: dict[str, str | None] = {k: (v if v != "" else None) for k, v in _tags(tag).items()}
-    _registry().update(parsed.name, parsed.version, description=description, tags=tags)
+    _registry(server, local).update(parsed.name, parsed.version, description=description, tags=tags)
     typer.echo(f"updated {ref}")

@@ -38,8 +38,11 @@ def _client(server: str, token_file: Path | None) -> Client:
     import os
 
     from phalanx.cli.remote import Client, read_token
+    from phalanx.logins import say_door
 
-    return Client(server, read_token(token_file, os.environ.get("PHALANX_TOKEN")))
+    client = Client(server, read_token(token_file, os.environ.get("PHALANX_TOKEN")))
+    say_door(client.url)
+    return client
 
 
 def _quoted(project: str) -> str:

@@ -206,17 +206,16 @@ def run(
 
 def _target_server(server: str | None, local: bool, settings: Settings) -> str | None:
     """The server to submit to: --server, else the one `phalanx login` stored; None with --local."""
+    from phalanx import logins
     from phalanx.errors import UsageError
 
     if server is None and not local:  # after `phalanx login URL`, the server is the default
-        from phalanx import logins
-
         stored = logins.load(settings.home)
         return stored.url if stored is not None else None
     if local:
         if server is not None:
             raise UsageError("--server and --local: give one (--local runs it on this machine)")
-        sys.stderr.write("phalanx: on this machine\n")
+        logins.say_door(None)
     return server
 
 

@@ -15,6 +15,7 @@ from typing import Annotated
 import typer
 
 from phalanx.cli.app import app
+from phalanx.cli.target import ThisMachineOnlyOpt, this_machine_only
 
 
 @app.command("sync")
@@ -22,9 +23,16 @@ def sync(
     timeout: Annotated[
         float, typer.Option("--timeout", min=1, metavar="SECONDS", help="Give up (for now) after this long.")
     ] = 300.0,
+    server: ThisMachineOnlyOpt = None,
 ) -> None:
-    """Ship (or ingest) what the spool holds for experiments whose processes have exited."""
+    """Ship (or ingest) what this machine's spool holds for experiments whose processes have exited."""
     from phalanx.config import Settings
+
+    this_machine_only(
+        "sync",
+        server,
+        "it ships this machine's spool to PHALANX_HOST (or ingests it here); the server ingests its own",
+    )
 
     settings = Settings()
     if settings.host:

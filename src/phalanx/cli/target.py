@@ -5,16 +5,18 @@ machine whatever the login says. Once a server is in play (a login stored, or ei
 every command says on stderr, in one line, which it uses ("phalanx: on server URL" / "phalanx: on
 this machine"), so nobody reads a laptop's store believing it is the team's. Without a login and
 without the options, nothing is printed and everything is local, as before logins existed.
+
+A command meaningful only on this machine (`phalanx gc`, `phalanx sync`) takes `--server` only to
+refuse it (``this_machine_only``: exit status 2, saying so), never to act on this machine instead.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Annotated
+from typing import Annotated
 
 import typer
 
-if TYPE_CHECKING:
-    pass
+from phalanx.errors import UsageError
 
 ServerOpt = Annotated[
     str | None,
@@ -23,3 +25,23 @@ ServerOpt = Annotated[
     ),
 ]
 LocalOpt = Annotated[bool, typer.Option("--local", help="This machine's store, even after `phalanx login`.")]
+
+ThisMachineOnlyOpt = Annotated[
+    str | None,
+    typer.Option("--server", metavar="URL", help="Refused: this command acts on this machine only."),
+]
+
+
+def this_machine_only(command: str, server: str | None, instead: str) -> None:
+    """Refuse ``--server`` for a command that acts on this machine only (a UsageError: exit status
+    2, nothing done); ``instead``: what to do for the server. After `phalanx login`, say the door
+    (this machine), as every command does once a server is in play."""
+    from phalanx import logins  # why: the command modules import this one for its options (start-up)
+    from phalanx.config import Settings  # why: as above
+
+    if server is not None:
+        raise UsageError(
+            f"`phalanx {command}` acts on this machine only; it does not take --server {server}: {instead}"
+        )
+    if logins.load(Settings().home) is not None:
+        logins.say_door(None)

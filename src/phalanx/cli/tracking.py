@@ -33,7 +33,7 @@ from phalanx.cli.reading import IdArg as IdArg
 from phalanx.cli.reading import _value, artifact_json, finite_or_none
 from phalanx.cli.reading import is_remote as is_remote
 from phalanx.cli.reading import open_target as open_target
-from phalanx.cli.target import LocalOpt, ServerOpt
+from phalanx.cli.target import LocalOpt, ServerOpt, ThisMachineOnlyOpt, this_machine_only
 from phalanx.views import conflict_notes, params_by_section
 
 if TYPE_CHECKING:
@@ -324,10 +324,15 @@ def gc(
         ),
     ] = 600.0,
     output: Annotated[Format, typer.Option("-o", "--output", help="table or json")] = Format.TABLE,
+    server: ThisMachineOnlyOpt = None,
 ) -> None:
-    """Remove what no experiment needs (run folders and spools of deleted or never-recorded
-    experiments, ingested spools of finished ones) and compact the store (VACUUM)."""
+    """Remove what no experiment on this machine needs (run folders and spools of deleted or
+    never-recorded experiments, ingested spools of finished ones) and compact its store (VACUUM)."""
     from phalanx.gc import collect
+
+    this_machine_only(
+        "gc", server, "run it on the server's machine, or let `phalanx server --gc-hours N` sweep it"
+    )
 
     store, settings = open_for_reading()
     done = collect(store, settings, min_age=min_age)

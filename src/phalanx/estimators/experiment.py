@@ -34,6 +34,7 @@ from phalanx.estimators.estimator import Estimator
 from phalanx.estimators.sweep import HyperDriveConfig, submit_sweep
 from phalanx.priority import check_priority
 from phalanx.reconcile import Asker, Facts, decide, record_end
+from phalanx.run_api import RunAPI
 from phalanx.runner import LaunchOptions, LaunchRecord, Runner, StartFailed, StartTimeout
 from phalanx.runs import Run
 from phalanx.spec.dump import spec_to_yaml
@@ -108,8 +109,10 @@ class Experiment:
         timeout: float | None = None,
         priority: int = 0,
         wait: bool = True,
-    ) -> Run:
-        """Start ``config`` and return its Run at once (the experiment exists in the store by then).
+    ) -> RunAPI:
+        """Start ``config`` and return its Run at once (the experiment exists in the store by then):
+        a ``phalanx.runs.Run`` on this machine, a ``RemoteRun`` with ``server=``; both have the
+        documented Run API (``phalanx.run_api.RunAPI``: metrics, files, logs, models, register_model).
 
         On this machine (compute_target "local") it may first wait in the machine's queue, its status
         ``queued``, until its cores, GPUs and memory are free: ``priority`` orders the queue (higher
@@ -141,7 +144,7 @@ class Experiment:
             from phalanx.estimators import remote  # why: server= only: no HTTP client, no bundle packer
 
             check_priority(priority, "priority")
-            return remote.submit(self._client(), config, self.name, self.project, tags, priority)  # type: ignore[return-value]
+            return remote.submit(self._client(), config, self.name, self.project, tags, priority)
         self._check_target(config.compute_target)
 
         check_priority(priority, "priority")

@@ -32,10 +32,13 @@ class ArtifactFiles:
         self.root = self.root.rstrip("/")
         self.local = "file" in _protocols(self.fs)
 
-    def _full(self, experiment_id: str, path: str) -> str:
+    def _folder(self, experiment_id: str) -> str:
         if not experiment_id or "/" in experiment_id or experiment_id in (".", ".."):
             raise UsageError(f"invalid experiment id {experiment_id!r}")
-        full = f"{self.root}/{experiment_id}/{safe_relpath(path)}"
+        return f"{self.root}/{experiment_id}"
+
+    def _full(self, experiment_id: str, path: str) -> str:
+        full = f"{self._folder(experiment_id)}/{safe_relpath(path)}"
         if not self._inside(experiment_id, full):
             raise NotFound(
                 f"no file {path!r} in experiment {experiment_id} (it is a link that leads outside the "
@@ -65,6 +68,14 @@ class ArtifactFiles:
         base = self._full(experiment_id, path)
         found: list[str] = self.fs.find(base)
         # a link inside the folder that leads out of it is left out of listings and zips
+        return sorted(posixpath.relpath(f, base) for f in found if self._inside(experiment_id, f))
+
+    def files(self, experiment_id: str) -> list[str]:
+        """Relative paths of every file in the experiment's folder, sorted (none: no folder yet)."""
+        base = self._folder(experiment_id)
+        if not self.fs.isdir(base):
+            return []
+        found: list[str] = self.fs.find(base)
         return sorted(posixpath.relpath(f, base) for f in found if self._inside(experiment_id, f))
 
     def read(self, experiment_id: str, path: str, limit: int | None = None) -> bytes:

@@ -57,6 +57,7 @@ def test_quotas_are_set_listed_and_removed_on_the_server(server: Server, tmp_pat
     assert quota(server, tmp_path, "set", "vision", "--memory", "4Gi").returncode == 0
     listed = quota(server, tmp_path, "ls", "-o", "json")
     assert listed.returncode == 0, listed.stderr
+    assert listed.stderr == f"phalanx: on server {server.url}\n"  # where it acted; stdout stays JSON
     (row,) = json.loads(listed.stdout)
     assert (row["project"], row["cores"], row["memory_mib"], row["max_waiting"]) == ("vision", 2, 4096, 3)
     assert quota(server, tmp_path, "rm", "vision").returncode == 0

@@ -259,6 +259,14 @@ class Reaper:
         # per worker) plus the /dev/shm files the tree holds without mapping them
         return self.memory.usage(self.tree()).total > self.memory_mib * limits.MIB
 
+    def failure_of(self, code: int) -> tuple[int | None, int | None, str | None]:
+        """A process's nonzero exit: the memory limit when the kernel (or the watch) killed it for
+        that, even when its exit is seen before the next watch (a shell reports its child's SIGKILL
+        as 137), else its code or signal."""
+        if self.memory_mib and self.check_memory():
+            return (None, signal.SIGKILL, limits.memory_exceeded_reason(self.memory_mib))
+        return (code, None, None) if code > 0 else (None, -code, None)
+
     def run(self) -> int:
         sel = selectors.DefaultSelector()
         log_path = Path(self.config["log"])
@@ -288,8 +296,7 @@ class Reaper:
                         break
                 for p in self.procs:
                     if p.poll() is not None and p.returncode != 0 and self.failure is None:
-                        code = p.returncode
-                        self.failure = (code, None, None) if code > 0 else (None, -code, None)
+                        self.failure = self.failure_of(p.returncode)
                         self.failed_at = time.time()
                 if self.failure is not None or all(p.poll() is not None for p in self.procs):
                     # a failed process takes its siblings down; a finished replica leaves nothing behind

@@ -94,6 +94,14 @@ def download_artifact(
     return _file_response(files, e.id, record.path, record.content_type, name, inline)
 
 
+@router.get("/experiments/{experiment_id}/files", response_model=list[str])
+@policy("experiment:viewer")
+def list_files(experiment_id: str, store: StoreDep, files: FilesDep) -> list[str]:
+    """Every file stored for the experiment (artifacts, models, its code bundle), as paths
+    GET .../files/{path} serves: what ``Run.get_file_names()`` lists."""
+    return files.files(experiment_of(store, experiment_id).id)
+
+
 @router.get(
     "/experiments/{experiment_id}/files/{path:path}",
     response_class=Response,

@@ -14,17 +14,15 @@ from typing import Any
 from fastapi import APIRouter, Request
 from pydantic import BaseModel, Field
 
-from phalanx.domain import ExperimentStatus
 from phalanx.errors import Conflict, PhalanxError
 from phalanx.priority import MAX_PRIORITY
-from phalanx.queue import ledger_for, overview
+from phalanx.queue import ledger_for, overview, with_targets
 from phalanx.reconcile import reconcile
 from phalanx.server.audit import describe
 from phalanx.server.deps import SettingsDep, StoreDep, experiment_of
 from phalanx.server.policy import Principal, policy, principal_of
-from phalanx.share import LOCAL
 from phalanx.store.accounts import Role
-from phalanx.store.base import ExperimentFilter, Store
+from phalanx.store.base import Store
 
 router = APIRouter(tags=["queue"])
 MASKED = "(a run of another project)"
@@ -41,13 +39,11 @@ def queue(settings: SettingsDep, store: StoreDep, request: Request) -> dict[str,
     there (they hold and wait for the same machine) but without id, name or project: ``masked``."""
     with contextlib.suppress(Exception):  # reading the queue must work even if the store fails
         reconcile(store, settings.store)  # a killed waiter's row shows stopped, not queued
-    doc = overview(settings.store, store)  # each queued row has its ``why`` from the admission pass
+    # each queued row has its ``why`` from the admission pass
+    doc = with_targets(overview(settings.store, store), store)
     who = principal_of(request)
     visible = who.visible_projects()
-    doc["target"] = LOCAL
-    doc["elsewhere"] = waiting_on_clusters(store, visible)
     for row in doc["running"] + doc["queued"] + doc["elsewhere"]:
-        row.setdefault("target", LOCAL)
         if visible is not None and not _in_projects(store, row["experiment_id"], visible):
             row.update(experiment_id=None, name=MASKED, project=None, pid=None, masked=True, may_change=False)
         else:
@@ -74,28 +70,6 @@ def reprioritise(
         raise Conflict(f"experiment {e.id} is not waiting in this machine's queue ({e.status})")
     describe(request, "queue.priority", e.id, e.project, str(body.priority))
     return {"experiment_id": e.id, "priority": entry.priority}
-
-
-def waiting_on_clusters(store: Store, visible: tuple[str, ...] | None) -> list[dict[str, Any]]:
-    """The experiments queued or pending on a cluster target (Slurm, Kubernetes): their engine's
-    scheduler orders them, so they have a status and a reason, not a place in this machine's queue."""
-    rows: list[dict[str, Any]] = []
-    for status in (ExperimentStatus.QUEUED, ExperimentStatus.PENDING):
-        page = store.list_experiments(ExperimentFilter(status=status, limit=500, order_by="created_at"))
-        for e in page.items:
-            if e.cluster:
-                rows.append(
-                    {
-                        "experiment_id": e.id,
-                        "name": e.name,
-                        "project": e.project,
-                        "target": e.cluster,
-                        "state": str(e.status),
-                        "why": e.reason or f"{e.status} on {e.cluster}",
-                        "since": e.created_at,
-                    }
-                )
-    return rows
 
 
 def _may_change(who: Principal, project: str | None) -> bool:
