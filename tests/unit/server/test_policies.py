@@ -39,6 +39,7 @@ TABLE: dict[tuple[str, str], str] = {
     ("GET", "/api/v1/experiments/{experiment_id}/params"): "experiment:viewer",
     ("GET", "/api/v1/experiments/{experiment_id}/artifacts"): "experiment:viewer",
     ("GET", "/api/v1/experiments/{experiment_id}/artifacts/{name:path}"): "experiment:viewer",
+    ("GET", "/api/v1/experiments/{experiment_id}/files"): "experiment:viewer",
     ("GET", "/api/v1/experiments/{experiment_id}/files/{path:path}"): "experiment:viewer",
     ("GET", "/api/v1/experiments/{experiment_id}/inputs"): "experiment:viewer",
     ("GET", "/api/v1/experiments/{experiment_id}/inputs/{name}/files/{path:path}"): "experiment:viewer",
