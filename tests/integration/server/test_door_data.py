@@ -50,7 +50,7 @@ def team(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Team]:
     server = start_server(home)
     try:
         laptops = {}
-        for user in ("ada", "vic", "bob"):
+        for user in ("root", "ada", "vic", "bob"):
             laptops[user] = root / f"laptop-{user}"
             ok(
                 phalanx(
@@ -63,8 +63,11 @@ def team(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Team]:
 
 
 def test_datastore_and_data_add_register_on_the_server(team: Team) -> None:
-    ada = team.laptops["ada"]
-    r = ok(phalanx(ada, "datastore", "add", "lake", str(team.lake), "--project", "nlp", "-o", "json"))
+    ada, root = team.laptops["ada"], team.laptops["root"]
+    # a folder of the server's machine is an admin's to register (an editor could name the server's files)
+    r = phalanx(ada, "datastore", "add", "lake", str(team.lake), "--project", "nlp")
+    assert r.returncode == 2 and "server admin" in r.stderr, r.stderr
+    r = ok(phalanx(root, "datastore", "add", "lake", str(team.lake), "--project", "nlp", "-o", "json"))
     assert r.stderr == f"phalanx: on server {team.server.url}\n"
     assert json.loads(r.stdout)["project"] == "nlp"
     r = ok(phalanx(ada, "data", "add", "digits", "lake:digits", "--project", "nlp", "-o", "json"))
@@ -112,7 +115,7 @@ def test_datastore_and_data_add_register_on_the_server(team: Team) -> None:
 
 def test_seed_004s_handles_resolve_through_the_server(team: Team) -> None:
     ada = team.laptops["ada"]
-    ok(phalanx(ada, "datastore", "add", "shelf", str(team.lake), "--project", "nlp"))
+    ok(phalanx(team.laptops["root"], "datastore", "add", "shelf", str(team.lake), "--project", "nlp"))
     ok(phalanx(ada, "data", "add", "shelf-digits", "shelf:digits", "--project", "nlp"))
     # the laptop's own catalog has a look-alike with other versions
     for rows in (1, 2, 3):

@@ -47,7 +47,9 @@ def test_an_editor_adds_to_its_project_and_a_viewer_reads(api: Any, lake: Path) 
     body = {"name": "lake", "url": str(lake), "project": "A"}
     assert api("viewer_a", "POST", "/datastores", body).status_code == 403
     assert api("admin_b", "POST", "/datastores", body).status_code == 404  # not B's to know about
-    r = api("editor_a", "POST", "/datastores", body)
+    r = api("editor_a", "POST", "/datastores", {**body, "url": "/"})  # the server's own files
+    assert r.status_code == 403 and "server admin" in r.json()["message"], r.json()
+    r = api("root", "POST", "/datastores", body)  # a folder of the server's machine: an admin's
     assert r.status_code == 201 and r.json()["project"] == "A", r.json()
     r = api("editor_a", "POST", "/datasets", {"name": "digits", "source": "lake:digits", "project": "A"})
     assert r.status_code == 201 and r.json()["ref"] == "digits@1" and r.json()["new"], r.json()
@@ -64,7 +66,7 @@ def test_an_editor_adds_to_its_project_and_a_viewer_reads(api: Any, lake: Path) 
     assert api("admin_b", "DELETE", "/datastores/lake").status_code == 404
     r = api("editor_a", "DELETE", "/datasets/digits?version=latest")
     assert r.status_code == 200 and [v["ref"] for v in r.json()] == ["digits@1"]
-    assert api("editor_a", "DELETE", "/datastores/lake").status_code == 204
+    assert api("editor_a", "DELETE", "/datastores/lake").status_code == 204  # A's: its editor's
 
 
 def test_a_dataset_comes_from_a_datastore_the_project_reads(api: Any, lake: Path) -> None:

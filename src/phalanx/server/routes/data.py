@@ -79,6 +79,12 @@ def get_datastore(request: Request, name: str, store: StoreDep) -> dict[str, Any
 def add_datastore(request: Request, body: DatastoreIn, store: StoreDep) -> dict[str, Any]:
     """Register a datastore of ``project`` (its editors), or a shared one (a server admin)."""
     _may_change(request, body.project, body.shared, f"datastore {body.name!r}")
+    if not principal_of(request).superuser and (body.url.startswith("file://") or "://" not in body.url):
+        raise HTTPException(
+            403,
+            f"datastore {body.name!r}: a folder of the server's machine is a server admin's to register "
+            "(it could name the server's own files); add an s3:// datastore, or ask an admin",
+        )
     if "://" not in body.url and not PurePosixPath(body.url).is_absolute():
         raise UsageError(
             f"datastore {body.name!r}: {body.url!r} is a relative path; give an absolute path on the "
