@@ -47,9 +47,10 @@ def test_an_editor_adds_to_its_project_and_a_viewer_reads(api: Any, lake: Path) 
     body = {"name": "lake", "url": str(lake), "project": "A"}
     assert api("viewer_a", "POST", "/datastores", body).status_code == 403
     assert api("admin_b", "POST", "/datastores", body).status_code == 404  # not B's to know about
-    r = api("editor_a", "POST", "/datastores", {**body, "url": "/"})  # the server's own files
-    assert r.status_code == 403 and "server admin" in r.json()["message"], r.json()
-    r = api("root", "POST", "/datastores", body)  # a folder of the server's machine: an admin's
+    for url in ("/", "s3://someone-elses-bucket/x"):  # read with the server's own access
+        r = api("editor_a", "POST", "/datastores", {**body, "url": url})
+        assert r.status_code == 403 and "server admin" in r.json()["message"], r.json()
+    r = api("root", "POST", "/datastores", body)
     assert r.status_code == 201 and r.json()["project"] == "A", r.json()
     r = api("editor_a", "POST", "/datasets", {"name": "digits", "source": "lake:digits", "project": "A"})
     assert r.status_code == 201 and r.json()["ref"] == "digits@1" and r.json()["new"], r.json()

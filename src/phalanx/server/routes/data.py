@@ -77,13 +77,16 @@ def get_datastore(request: Request, name: str, store: StoreDep) -> dict[str, Any
 @router.post("/datastores", status_code=201)
 @policy("body")
 def add_datastore(request: Request, body: DatastoreIn, store: StoreDep) -> dict[str, Any]:
-    """Register a datastore of ``project`` (its editors), or a shared one (a server admin)."""
+    """Register a datastore of ``project``, or a shared one: a server admin's (the server reads it
+    with its own access); a project's editors then record datasets from it and remove it."""
     _may_change(request, body.project, body.shared, f"datastore {body.name!r}")
-    if not principal_of(request).superuser and (body.url.startswith("file://") or "://" not in body.url):
+    if not principal_of(request).superuser:
+        # the server reads what it names (hashes a version, serves its files) as itself: a folder of
+        # its machine, or a bucket with its own AWS credentials; so naming one is an admin's
         raise HTTPException(
             403,
-            f"datastore {body.name!r}: a folder of the server's machine is a server admin's to register "
-            "(it could name the server's own files); add an s3:// datastore, or ask an admin",
+            f"datastore {body.name!r}: registering a datastore on a server is a server admin's (the server"
+            " reads it with its own access); ask one to add it with --project, then record datasets from it",
         )
     if "://" not in body.url and not PurePosixPath(body.url).is_absolute():
         raise UsageError(
