@@ -80,14 +80,25 @@ class Client:
         self, method: str, path: str, body: bytes | None = None, headers: Mapping[str, str] | None = None
     ) -> tuple[int, bytes, str]:
         """(status, body, content type) of one request; errors raised as PhalanxErrors."""
+        with self.open(method, path, body, headers) as resp:
+            try:
+                data = resp.read()
+            except OSError as exc:  # the connection lost while the answer came
+                raise Unavailable(f"cannot reach the server at {self.url} ({exc})") from None
+            return resp.status, data, resp.headers.get("Content-Type", "")
+
+    def open(
+        self, method: str, path: str, body: bytes | None = None, headers: Mapping[str, str] | None = None
+    ) -> Any:
+        """The answer to one request, its body not read yet (a file's bytes streamed in pieces);
+        errors raised as PhalanxErrors. Close it (``with``)."""
         req = urllib.request.Request(f"{self.url}/api/v1{path}", data=body, method=method)
         for name, value in (headers or {}).items():
             req.add_header(name, value)
         if self.token:
             req.add_header("Authorization", f"Bearer {self.token}")
         try:
-            with urllib.request.urlopen(req, timeout=TIMEOUT) as resp:
-                return resp.status, resp.read(), resp.headers.get("Content-Type", "")
+            return urllib.request.urlopen(req, timeout=TIMEOUT)
         except urllib.error.HTTPError as exc:
             raise _error(exc) from None
         except (OSError, ValueError) as exc:

@@ -1,13 +1,25 @@
-"""`phalanx datastore add|ls|rm` and `phalanx data add|ls|get`: the data catalog (phalanx.data)."""
+"""`phalanx datastore add|ls|rm` and `phalanx data add|ls|get|rm`: the data catalog (phalanx.data),
+on this machine or, after `phalanx login` (or with --server), on the server (``Catalog``: one door
+each; the server applies its project rules)."""
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from phalanx.cli.app import app, emit_json, human_size
+from phalanx.cli.listing import Format
+from phalanx.cli.target import LocalOpt, ServerOpt
+from phalanx.config import Settings
+from phalanx.logins import choose
+
+if TYPE_CHECKING:
+    from phalanx.apiclient import Client
+    from phalanx.store.catalog import Catalog, DatasetVersion
 
 datastore_app = typer.Typer(
     help="Named places holding data (a folder, an NFS path, s3://bucket/prefix) that experiments read.",
@@ -20,7 +32,8 @@ data_app = typer.Typer(
 app.add_typer(datastore_app, name="datastore")
 app.add_typer(data_app, name="data")
 
-JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON.")]
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON (as -o json).")]
+OutputOpt = Annotated[Format, typer.Option("-o", "--output", help="table or json")]
 ProjectOpt = Annotated[
     str | None,
     typer.Option(
@@ -32,11 +45,29 @@ ProjectOpt = Annotated[
 SharedOpt = Annotated[bool, typer.Option("--shared", help="Every project's runs may read it.")]
 
 
-def _store() -> Any:
-    from phalanx.config import Settings
-    from phalanx.store import open_store
+def _client(server: str | None, local: bool) -> Client | None:
+    """The server's client (a login, or --server), or None for this machine; says which once a
+    server is in play."""
+    return choose(server, local)
 
-    return open_store(Settings())
+
+@contextlib.contextmanager
+def _opened(client: Client | None) -> Iterator[Catalog]:
+    from phalanx.data.remote import open_catalog  # why: `phalanx --help` stays fast: no SQLAlchemy
+
+    catalog = open_catalog(client, Settings())
+    try:
+        yield catalog
+    finally:
+        catalog.close()
+
+
+def _open(server: str | None, local: bool) -> contextlib.AbstractContextManager[Catalog]:
+    return _opened(_client(server, local))
+
+
+def _json(output: Format, json_: bool) -> bool:
+    return json_ or output is Format.JSON
 
 
 def _table(header: list[str], rows: list[list[str]]) -> str:
@@ -49,66 +80,85 @@ def _table(header: list[str], rows: list[list[str]]) -> str:
 @datastore_app.command("add")
 def datastore_add(
     name: Annotated[str, typer.Argument(help="A name, e.g. 'digits-store'.")],
-    url: Annotated[str, typer.Argument(help="A folder, an NFS path or s3://bucket/prefix.")],
+    url: Annotated[
+        str, typer.Argument(help="A folder, an NFS path or s3://bucket/prefix (on a server: its machine's).")
+    ],
     project: ProjectOpt = None,
     shared: SharedOpt = False,
     profile: Annotated[
         str | None,
         typer.Option("--profile", metavar="NAME", help="The AWS profile a server's runs read it with."),
     ] = None,
+    output: OutputOpt = Format.TABLE,
     json_: JsonOpt = False,
+    server: ServerOpt = None,
+    local: LocalOpt = False,
 ) -> None:
     """Register a datastore. Credentials are never stored: a server's runs read it with their
     project's secrets (AWS_ACCESS_KEY_ID, ...) or --profile; other readers with their own."""
-    from phalanx.store import catalog
-
-    record = catalog.add_datastore(_store(), name, url, project=project, shared=shared, profile=profile)
-    emit_json(record.to_json()) if json_ else typer.echo(f"datastore {record.name} -> {record.url}")
+    with _open(server, local) as catalog:
+        record = catalog.add_datastore(name, url, project=project, shared=shared, profile=profile)
+    emit_json(record.to_json()) if _json(output, json_) else typer.echo(
+        f"datastore {record.name} -> {record.url}"
+    )
 
 
 @datastore_app.command("ls")
-def datastore_ls(json_: JsonOpt = False) -> None:
-    """List the datastores."""
-    from phalanx.store import catalog
-
-    records = catalog.list_datastores(_store())
-    if json_:
+def datastore_ls(
+    output: OutputOpt = Format.TABLE,
+    json_: JsonOpt = False,
+    server: ServerOpt = None,
+    local: LocalOpt = False,
+) -> None:
+    """List the datastores (on a server: your projects' and the shared ones)."""
+    with _open(server, local) as catalog:
+        records = catalog.datastores()
+    if _json(output, json_):
         emit_json([r.to_json() for r in records])
     elif not records:
         typer.echo("no datastores; add one with `phalanx datastore add NAME URL`")
     else:
-        typer.echo(_table(["name", "url"], [[r.name, r.url] for r in records]))
+        rows = [[r.name, r.project or ("shared" if r.shared else "-"), r.url] for r in records]
+        typer.echo(_table(["name", "project", "url"], rows))
 
 
 @datastore_app.command("rm")
 def datastore_rm(
     name: Annotated[str, typer.Argument(help="The datastore to forget (its data stays).")],
+    server: ServerOpt = None,
+    local: LocalOpt = False,
 ) -> None:
     """Forget a datastore (nothing is deleted where it points)."""
-    from phalanx.store import catalog
-
-    catalog.remove_datastore(_store(), name)
+    with _open(server, local) as catalog:
+        catalog.remove_datastore(name)
     typer.echo(f"removed datastore {name}")
 
 
 @data_app.command("add")
 def data_add(
     name: Annotated[str, typer.Argument(help="The dataset's name.")],
-    source: Annotated[str, typer.Argument(help="A file or folder, an s3:// URL, or DATASTORE:sub/dir.")],
+    source: Annotated[
+        str,
+        typer.Argument(
+            help="DATASTORE:sub/dir, a file or folder, or an s3:// URL (on a server: DATASTORE:sub/dir)."
+        ),
+    ],
     copy_to: Annotated[
         str | None,
         typer.Option("--copy-to", metavar="DATASTORE", help="Copy the bytes into this datastore first."),
     ] = None,
     project: ProjectOpt = None,
     shared: SharedOpt = False,
+    output: OutputOpt = Format.TABLE,
     json_: JsonOpt = False,
+    server: ServerOpt = None,
+    local: LocalOpt = False,
 ) -> None:
     """Record a new version of a dataset (every file's path, size and sha256). Without --copy-to the
     bytes stay where they are and are checked against these hashes whenever they are fetched."""
-    from phalanx.store import catalog
-
-    version, new = catalog.add_dataset(_store(), name, source, copy_to, project=project, shared=shared)
-    if json_:
+    with _open(server, local) as catalog:
+        version, new = catalog.add_dataset(name, source, copy_to=copy_to, project=project, shared=shared)
+    if _json(output, json_):
         emit_json({**version.to_json(), "new": new})
         return
     where = "copied to" if version.copied else "referenced at"
@@ -124,29 +174,33 @@ def data_ls(
     name: Annotated[
         str | None, typer.Argument(help="One dataset's versions (default: every dataset).")
     ] = None,
+    output: OutputOpt = Format.TABLE,
     json_: JsonOpt = False,
+    server: ServerOpt = None,
+    local: LocalOpt = False,
 ) -> None:
-    """List datasets and their versions."""
-    from phalanx.store import catalog
-
-    versions = catalog.list_datasets(_store(), name)
-    if json_:
+    """List datasets and their versions (on a server: your projects' and the shared ones)."""
+    with _open(server, local) as catalog:
+        versions = catalog.datasets(name)
+    if _json(output, json_):
         emit_json([v.to_json() for v in versions])
     elif not versions:
         typer.echo("no datasets; record one with `phalanx data add NAME PATH`")
     else:
-        rows = [
-            [
-                v.ref,
-                str(len(v.files)),
-                human_size(v.size),
-                v.digest[:12],
-                "copied" if v.copied else "referenced",
-                v.url,
-            ]
-            for v in versions
-        ]
-        typer.echo(_table(["version", "files", "size", "digest", "bytes", "url"], rows))
+        typer.echo(
+            _table(["version", "files", "size", "digest", "bytes", "url"], [_row(v) for v in versions])
+        )
+
+
+def _row(v: DatasetVersion) -> list[str]:
+    return [
+        v.ref,
+        str(len(v.files)),
+        human_size(v.size),
+        v.digest[:12],
+        "copied" if v.copied else "referenced",
+        v.url,
+    ]
 
 
 @data_app.command("get")
@@ -155,22 +209,29 @@ def data_get(
     directory: Annotated[
         Path | None,
         typer.Option(
-            "-d", "--dir", metavar="DIR", help="Copy the files here (checked against their hashes)."
+            "-d",
+            "--dir",
+            metavar="DIR",
+            help="Copy the files into this folder (checked against their hashes).",
         ),
     ] = None,
+    output: OutputOpt = Format.TABLE,
     json_: JsonOpt = False,
+    server: ServerOpt = None,
+    local: LocalOpt = False,
 ) -> None:
     """Show a dataset version and its files, or copy them to --dir (refused if a file changed)."""
-    from phalanx.store import catalog
-    from phalanx.store.manifest import copy_tree
-
-    version = catalog.get_dataset(_store(), ref)
+    with _open(server, local) as catalog:
+        version = catalog.dataset(ref)
+        if directory is not None:
+            directory.mkdir(parents=True, exist_ok=True)
+            catalog.fetch(version, directory)
     if directory is not None:
-        directory.mkdir(parents=True, exist_ok=True)
-        copy_tree(version.manifest, str(directory.resolve()), f"dataset {version.ref}")
-        emit_json({**version.to_json(), "dir": str(directory)}) if json_ else typer.echo(str(directory))
+        emit_json({**version.to_json(), "dir": str(directory)}) if _json(output, json_) else typer.echo(
+            str(directory)
+        )
         return
-    if json_:
+    if _json(output, json_):
         emit_json(version.to_json(with_files=True))
         return
     typer.echo(
@@ -180,3 +241,21 @@ def data_get(
     typer.echo(
         _table(["path", "size", "sha256"], [[f.path, str(f.size), f.sha256[:16]] for f in version.files])
     )
+
+
+@data_app.command("rm")
+def data_rm(
+    ref: Annotated[
+        str, typer.Argument(help="NAME@VERSION (or NAME@latest) to forget one version; NAME: every version.")
+    ],
+    output: OutputOpt = Format.TABLE,
+    server: ServerOpt = None,
+    local: LocalOpt = False,
+) -> None:
+    """Forget a dataset's version, or every version of it (the bytes stay where they are)."""
+    with _open(server, local) as catalog:
+        gone = catalog.remove_dataset(ref)
+    if output is Format.JSON:
+        emit_json([v.to_json() for v in gone])
+    else:
+        typer.echo(f"removed {', '.join(v.ref for v in gone)}")

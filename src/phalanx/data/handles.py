@@ -12,33 +12,41 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Protocol
 
 from phalanx.config import Settings
+from phalanx.logins import choose
 from phalanx.spec.inputs import InputSpec, shell_ref
-from phalanx.store import open_store
 from phalanx.store.artifacts import safe_path
 
-
-def _settings(ws_or_home: Any) -> Any:
-    """Settings from a Phalanx home (path), Settings, an object holding ``.settings`` (a workspace,
-    an Experiment), or None (the environment's)."""
-    if ws_or_home is None:
-        return Settings()
-    if isinstance(ws_or_home, Settings):
-        return ws_or_home
-    if isinstance(ws_or_home, str | Path):
-        return Settings(home=Path(ws_or_home).expanduser())
-    found = getattr(ws_or_home, "settings", None)
-    if isinstance(found, Settings):
-        return found
-    raise TypeError(
-        f"expected a Phalanx home folder, Settings or a workspace, got {type(ws_or_home).__name__}"
-    )
+if TYPE_CHECKING:
+    from phalanx.store.catalog import Catalog
 
 
-def _open(ws_or_home: Any) -> Any:
-    return open_store(_settings(ws_or_home))
+class Workspace(Protocol):
+    """What holds a catalog of its own: an estimators ``Experiment`` (the server's with server=URL,
+    else this machine's: where its submit() runs)."""
+
+    def catalog(self) -> Catalog: ...
+
+
+Where = Workspace | Settings | str | Path | None
+
+
+def open_where(where: Where) -> Catalog:
+    """The catalog ``where`` names: a workspace's own; else the Phalanx home's (a path, Settings,
+    or None: the environment's), which is the server's after `phalanx login` in that home."""
+    from phalanx.data.remote import open_catalog  # why: `python -m phalanx.data.nodefetch`: no SQLAlchemy
+
+    if where is not None and not isinstance(where, Settings | str | Path):
+        return where.catalog()
+    if where is None:
+        settings = Settings()
+    elif isinstance(where, Settings):
+        settings = where
+    else:
+        settings = Settings(home=Path(where).expanduser())
+    return open_catalog(choose(None, False, settings=settings, say=False), settings)
 
 
 @dataclass(frozen=True)
@@ -49,15 +57,14 @@ class Datastore:
     mode: str = "mount"
 
     @classmethod
-    def get(cls, ws_or_home: Any, name: str) -> Datastore:
-        """The datastore ``name``; NotFound (exit 2) naming the ones there are."""
-        from phalanx.store import catalog  # why: `python -m phalanx.data.nodefetch` on a node: no SQLAlchemy
-
-        store = _open(ws_or_home)
+    def get(cls, ws_or_home: Where, name: str) -> Datastore:
+        """The datastore ``name`` (the server's when a server is in play: ``open_where``); NotFound
+        (exit 2) naming the ones there are."""
+        catalog = open_where(ws_or_home)
         try:
-            record = catalog.get_datastore(store, name)
+            record = catalog.datastore(name)
         finally:
-            store.close()
+            catalog.close()
         return cls(record.name, record.url)
 
     def path(self, sub: str) -> Datastore:
@@ -88,15 +95,14 @@ class Dataset:
     mode: str = "download"
 
     @classmethod
-    def get(cls, ws_or_home: Any, ref: str) -> Dataset:
-        """``digits``, ``digits@latest`` or ``digits@3``; NotFound (exit 2) when there is none."""
-        from phalanx.store import catalog  # why: `python -m phalanx.data.nodefetch` on a node: no SQLAlchemy
-
-        store = _open(ws_or_home)
+    def get(cls, ws_or_home: Where, ref: str) -> Dataset:
+        """``digits``, ``digits@latest`` or ``digits@3`` (the server's version when a server is in
+        play: ``open_where``); NotFound (exit 2) when there is none."""
+        catalog = open_where(ws_or_home)
         try:
-            found = catalog.get_dataset(store, ref)
+            found = catalog.dataset(ref)
         finally:
-            store.close()
+            catalog.close()
         return cls(found.name, found.version)
 
     def as_mount(self) -> Dataset:

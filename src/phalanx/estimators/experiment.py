@@ -24,7 +24,7 @@ import uuid
 from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from phalanx.checkpoints import ENV_RESUME, ENV_RESUME_STEP, from_artifacts, latest
 from phalanx.clusters import load_clusters
@@ -40,6 +40,9 @@ from phalanx.runs import Run
 from phalanx.spec.dump import spec_to_yaml
 from phalanx.spec.loader import load_spec_text
 from phalanx.store import open_store
+
+if TYPE_CHECKING:
+    from phalanx.store.catalog import Catalog
 
 log = logging.getLogger(__name__)
 
@@ -218,6 +221,13 @@ class Experiment:
             if _exists(run):  # created just as the deadline passed (a slow first store open)
                 _erase(run, self.settings)
             shutil.rmtree(run_dir, ignore_errors=True)
+
+    def catalog(self) -> Catalog:
+        """The data catalog where submit() runs (``Datastore.get(exp, NAME)``): the server's with
+        server=URL, else this machine's."""
+        from phalanx.data.remote import open_catalog  # why: SQLAlchemy only when data is named
+
+        return open_catalog(self._client() if self.server is not None else None, self.settings)
 
     def _client(self) -> Any:
         """The server's API client; the token given, else PHALANX_TOKEN, else the stored login's

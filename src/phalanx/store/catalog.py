@@ -19,7 +19,7 @@ import re
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from sqlalchemy import delete, func, insert, select
 
@@ -27,10 +27,11 @@ from phalanx.errors import Conflict, NotFound, UsageError
 from phalanx.extras import require
 from phalanx.store.manifest import FileEntry, Manifest, build_manifest, copy_tree, join_url
 from phalanx.store.sql.models import DatasetVersionRow, DatastoreRow
+from phalanx.store.sql.store import SqlStore
 from phalanx.tracking.labels import label_problem
 
 if TYPE_CHECKING:
-    from phalanx.store.sql.store import SqlStore
+    from phalanx.store.base import Store
 
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
 _REF = re.compile(r"^(?P<name>[^@]+?)(?:@(?P<version>[0-9]+|latest))?$")
@@ -54,6 +55,18 @@ class DatastoreRecord:
             "shared": self.shared,
             "profile": self.profile,
         }
+
+    @classmethod
+    def from_json(cls, doc: dict[str, Any]) -> DatastoreRecord:
+        """A record from ``to_json``'s document (a server's answer)."""
+        return cls(
+            str(doc["name"]),
+            str(doc["url"]),
+            float(doc["created_at"]),
+            doc.get("project"),
+            bool(doc.get("shared")),
+            doc.get("profile"),
+        )
 
 
 @dataclass(frozen=True)
@@ -94,6 +107,22 @@ class DatasetVersion:
         if with_files:
             doc["manifest"] = [f.to_json() for f in self.files]
         return doc
+
+    @classmethod
+    def from_json(cls, doc: dict[str, Any]) -> DatasetVersion:
+        """A version from ``to_json(with_files=True)``'s document (a server's answer)."""
+        return cls(
+            name=str(doc["name"]),
+            version=int(doc["version"]),
+            digest=str(doc["digest"]),
+            url=str(doc["url"]),
+            copied=doc["bytes"] == "copied",
+            files=tuple(FileEntry.from_json(f) for f in doc["manifest"]),
+            size=int(doc["size"]),
+            created_at=float(doc["created_at"]),
+            project=doc.get("project"),
+            shared=bool(doc.get("shared")),
+        )
 
 
 def readable_by(record: DatastoreRecord | DatasetVersion, project: str) -> bool:
@@ -254,13 +283,19 @@ def add_dataset(
     return get_dataset(store, f"{name}@{version}"), True
 
 
-def resolve_source(store: SqlStore, source: str) -> str:
-    """A dataset's source as a URL or absolute path: ``STORE:sub/dir`` names a datastore's folder."""
+def source_datastore(source: str) -> tuple[str, str] | None:
+    """``STORE:sub/dir`` as (datastore, sub/dir); None for a path or URL."""
     head, sep, rest = source.partition(":")
     if sep and not rest.startswith("//") and NAME.match(head) and len(head) > 1:
-        base = get_datastore(store, head).url
+        return head, rest
+    return None
 
-        return join_url(base, rest)
+
+def resolve_source(store: SqlStore, source: str) -> str:
+    """A dataset's source as a URL or absolute path: ``STORE:sub/dir`` names a datastore's folder."""
+    found = source_datastore(source)
+    if found is not None:
+        return join_url(get_datastore(store, found[0]).url, found[1])
     return normalise_url(source, "dataset source:")
 
 
@@ -297,6 +332,19 @@ def list_datasets(store: SqlStore, name: str | None = None) -> list[DatasetVersi
         return [_version(r) for r in conn.execute(query).mappings().all()]
 
 
+def remove_dataset(store: SqlStore, ref: str) -> list[DatasetVersion]:
+    """Forget ``NAME@VERSION`` (``NAME@latest``: the newest), or with a bare ``NAME`` every version
+    of it; returns what was forgotten. The bytes stay where they are (copied ones too)."""
+    name, _ = parse_ref(ref)
+    gone = [get_dataset(store, ref)] if "@" in ref else list_datasets(store, name)
+    if not gone:
+        get_dataset(store, name)  # NotFound, saying how to record one
+    with store._writer.begin() as conn:
+        for v in gone:
+            conn.execute(delete(_dv()).where(_dv().c.name == v.name, _dv().c.version == v.version))
+    return gone
+
+
 def _latest(store: SqlStore, name: str) -> DatasetVersion | None:
     try:
         return get_dataset(store, f"{name}@latest")
@@ -325,3 +373,89 @@ def _ds() -> Any:
 
 def _dv() -> Any:
     return DatasetVersionRow.__table__
+
+
+# ---- the catalog as one door ----------------------------------------------------------------------
+
+
+class Catalog(Protocol):
+    """The data catalog as the CLI and ``Datastore.get``/``Dataset.get`` use it, on either door:
+    this machine's store (``SqlCatalog``) or a server's API (``phalanx.data.remote.RemoteCatalog``,
+    which applies the server's project rules). Errors are Phalanx errors on both."""
+
+    def add_datastore(
+        self, name: str, url: str, *, project: str | None, shared: bool, profile: str | None
+    ) -> DatastoreRecord: ...
+
+    def datastores(self) -> list[DatastoreRecord]: ...
+
+    def datastore(self, name: str) -> DatastoreRecord: ...
+
+    def remove_datastore(self, name: str) -> None: ...
+
+    def add_dataset(
+        self, name: str, source: str, *, copy_to: str | None, project: str | None, shared: bool
+    ) -> tuple[DatasetVersion, bool]: ...
+
+    def datasets(self, name: str | None = None) -> list[DatasetVersion]: ...
+
+    def dataset(self, ref: str) -> DatasetVersion: ...
+
+    def remove_dataset(self, ref: str) -> list[DatasetVersion]: ...
+
+    def fetch(self, version: DatasetVersion, directory: Path) -> None:
+        """Copy ``version``'s files into ``directory`` (this machine's), each checked against its
+        sha256 (DataChanged, exit 2, for one that changed)."""
+        ...
+
+    def close(self) -> None: ...
+
+
+def catalog_of(store: Store) -> SqlCatalog:
+    """``store``'s catalog tables. UsageError for a store that keeps none (not the SQL store)."""
+    if not isinstance(store, SqlStore):
+        raise UsageError(
+            f"the data catalog needs the SQL store (SQLite or PostgreSQL), not {type(store).__name__}"
+        )
+    return SqlCatalog(store)
+
+
+class SqlCatalog:
+    """This machine's catalog: the functions above on ``store`` (closed with ``close``)."""
+
+    def __init__(self, store: SqlStore) -> None:
+        self.store = store
+
+    def add_datastore(
+        self, name: str, url: str, *, project: str | None, shared: bool, profile: str | None
+    ) -> DatastoreRecord:
+        return add_datastore(self.store, name, url, project=project, shared=shared, profile=profile)
+
+    def datastores(self) -> list[DatastoreRecord]:
+        return list_datastores(self.store)
+
+    def datastore(self, name: str) -> DatastoreRecord:
+        return get_datastore(self.store, name)
+
+    def remove_datastore(self, name: str) -> None:
+        remove_datastore(self.store, name)
+
+    def add_dataset(
+        self, name: str, source: str, *, copy_to: str | None, project: str | None, shared: bool
+    ) -> tuple[DatasetVersion, bool]:
+        return add_dataset(self.store, name, source, copy_to, project=project, shared=shared)
+
+    def datasets(self, name: str | None = None) -> list[DatasetVersion]:
+        return list_datasets(self.store, name)
+
+    def dataset(self, ref: str) -> DatasetVersion:
+        return get_dataset(self.store, ref)
+
+    def remove_dataset(self, ref: str) -> list[DatasetVersion]:
+        return remove_dataset(self.store, ref)
+
+    def fetch(self, version: DatasetVersion, directory: Path) -> None:
+        copy_tree(version.manifest, str(directory.resolve()), f"dataset {version.ref}")
+
+    def close(self) -> None:
+        self.store.close()

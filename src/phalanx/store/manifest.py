@@ -126,9 +126,13 @@ def copy_file(fs: Any, source: str, entry: FileEntry, dest: Any, target: str, wh
         )
 
 
-def copy_tree(manifest: Manifest, target_url: str, what: str = "dataset") -> None:
-    """Copy every file of ``manifest`` under ``target_url`` (a local folder or a URL), checked."""
-    fs, root = filesystem(manifest.url)
+def copy_tree(
+    manifest: Manifest, target_url: str, what: str = "dataset", source: tuple[Any, str] | None = None
+) -> None:
+    """Copy every file of ``manifest`` under ``target_url`` (a local folder or a URL), checked.
+    ``source``: (a filesystem, its root) to read them from instead of ``manifest.url``'s (the
+    server's API, for a version held on a server)."""
+    fs, root = source or filesystem(manifest.url)
     dest, droot = filesystem(target_url)
     for entry in manifest.files:
         target = f"{droot.rstrip('/')}/{entry.path}"

@@ -90,3 +90,26 @@ def test_credentials_in_a_dataset_url_are_refused_and_not_echoed(store: Any) -> 
         catalog.add_dataset(store, "leaky", "s3://AKIAXXXX:hunter2@bucket/digits")
     assert "holds credentials" in caught.value.message and "hunter2" not in caught.value.message
     assert catalog.list_datasets(store) == []
+
+
+def test_a_version_or_every_version_is_forgotten_and_the_bytes_stay(store: Any, folder: Path) -> None:
+    catalog.add_dataset(store, "digits", str(folder))
+    (folder / "extra.txt").write_text("more\n")
+    catalog.add_dataset(store, "digits", str(folder))
+    assert [v.ref for v in catalog.remove_dataset(store, "digits@latest")] == ["digits@2"]
+    assert (folder / "extra.txt").exists()
+    assert [v.version for v in catalog.list_datasets(store, "digits")] == [1]
+    catalog.add_dataset(store, "digits", str(folder))  # the content of the forgotten 2: a new 2
+    assert [v.ref for v in catalog.remove_dataset(store, "digits")] == ["digits@1", "digits@2"]
+    with pytest.raises(NotFound, match="phalanx data add digits PATH"):
+        catalog.remove_dataset(store, "digits")
+
+
+def test_records_travel_as_json_unchanged(store: Any, folder: Path) -> None:
+    """What a server answers is what this machine's catalog holds (the remote door's records)."""
+    ds = catalog.add_datastore(store, "lake", str(folder.parent), project="nlp", profile="reader")
+    assert catalog.DatastoreRecord.from_json(ds.to_json()) == ds
+    version, _ = catalog.add_dataset(store, "digits", "lake:" + folder.name, project="nlp")
+    assert catalog.DatasetVersion.from_json(version.to_json(with_files=True)) == version
+    assert catalog.source_datastore("lake:sub/dir") == ("lake", "sub/dir")
+    assert catalog.source_datastore("s3://bucket/x") is None and catalog.source_datastore("/abs") is None

@@ -175,6 +175,31 @@ def _alias_rm(w: World) -> tuple[int, str, str, str | None]:
     return r.status_code, "model.alias.remove", "digits@prod", "previous: version 2"
 
 
+def _datastore_add(w: World) -> tuple[int, str, str, str | None]:
+    lake = w.settings.store.home / "lake"
+    (lake / "digits").mkdir(parents=True, exist_ok=True)
+    (lake / "digits" / "a.csv").write_text("1\n")
+    body = {"name": "lake", "url": str(lake), "project": "A"}
+    r = w.client.post(f"{API}/datastores", json=body, headers=w.auth())  # a server folder: an admin's
+    return r.status_code, "datastore.add", "lake", str(lake)
+
+
+def _dataset_add(w: World) -> tuple[int, str, str, str | None]:
+    body = {"name": "digits", "source": "lake:digits", "project": "A"}
+    r = w.client.post(f"{API}/datasets", json=body, headers=w.auth("editor_a"))
+    return r.status_code, "dataset.add", "digits@1", "new"
+
+
+def _dataset_rm(w: World) -> tuple[int, str, str, str | None]:
+    r = w.client.delete(f"{API}/datasets/digits", headers=w.auth("editor_a"))
+    return r.status_code, "dataset.remove", "digits", "digits@1"
+
+
+def _datastore_rm(w: World) -> tuple[int, str, str, str | None]:
+    r = w.client.delete(f"{API}/datastores/lake", headers=w.auth("editor_a"))
+    return r.status_code, "datastore.remove", "lake", None
+
+
 # (method, path template) -> a successful call and the entry it must leave; in an order where each
 # call finds what an earlier one made (the model's versions and aliases)
 CALLS: dict[tuple[str, str], Call] = {
@@ -198,6 +223,10 @@ CALLS: dict[tuple[str, str], Call] = {
     ("PUT", f"{API}/models/{{name}}/aliases/{{alias}}"): _alias_set,
     ("DELETE", f"{API}/models/{{name}}/aliases/{{alias}}"): _alias_rm,
     ("PATCH", f"{API}/queue/{{experiment_id}}"): _priority,
+    ("POST", f"{API}/datastores"): _datastore_add,
+    ("POST", f"{API}/datasets"): _dataset_add,
+    ("DELETE", f"{API}/datasets/{{name}}"): _dataset_rm,
+    ("DELETE", f"{API}/datastores/{{name}}"): _datastore_rm,
 }
 
 

@@ -13,15 +13,21 @@ them), so every answer here is safe to show.
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import PurePosixPath
 from typing import Any
 
-from fastapi import APIRouter, Request
+from fastapi import APIRouter, HTTPException, Request, Response
 from fastapi.responses import HTMLResponse, StreamingResponse
+from pydantic import BaseModel, Field
 
 from phalanx.data.lineage import inputs_of
-from phalanx.errors import NotFound
+from phalanx.errors import NotFound, UsageError
+from phalanx.server.audit import describe
 from phalanx.server.deps import StoreDep, experiment_of
-from phalanx.server.policy import policy, principal_of
+from phalanx.server.policy import policy, principal_of, require
+from phalanx.store import catalog
+from phalanx.store.accounts import Role
+from phalanx.store.manifest import filesystem, join_url
 
 router = APIRouter(tags=["data"])
 page_router = APIRouter(include_in_schema=False)
@@ -35,31 +41,200 @@ def dataset_version_page(name: str, version: str) -> HTMLResponse:
     return _shell()
 
 
-def _catalog_store(store: Any) -> Any:
-    """The server's store as the catalog reads it (its SQL tables)."""
-    return store
+class DatastoreIn(BaseModel):
+    name: str = Field(max_length=128)
+    url: str = Field(
+        max_length=4096, description="an absolute folder path on the server's machine, or s3://..."
+    )
+    project: str | None = Field(None, description="the project it belongs to (an editor of it adds it)")
+    shared: bool = Field(False, description="every project may read it (a server admin's)")
+    profile: str | None = Field(None, max_length=128, description="the AWS profile a run reads it with")
+
+
+class DatasetIn(BaseModel):
+    name: str = Field(max_length=128)
+    source: str = Field(
+        max_length=4096, description="DATASTORE:sub/dir of a datastore the project reads (an admin: any path)"
+    )
+    copy_to: str | None = Field(None, max_length=128, description="a datastore of the project to copy into")
+    project: str | None = None
+    shared: bool = False
+
+
+@router.get("/datastores")
+@policy("signed-in")
+def list_datastores(request: Request, store: StoreDep) -> list[dict[str, Any]]:
+    """Every datastore the caller may see (its projects' and the shared), by name."""
+    return [d.to_json() for d in catalog.catalog_of(store).datastores() if _visible(request, d)]
+
+
+@router.get("/datastores/{name}")
+@policy("signed-in")
+def get_datastore(request: Request, name: str, store: StoreDep) -> dict[str, Any]:
+    return _visible_datastore(request, store, name).to_json()
+
+
+@router.post("/datastores", status_code=201)
+@policy("body")
+def add_datastore(request: Request, body: DatastoreIn, store: StoreDep) -> dict[str, Any]:
+    """Register a datastore of ``project``, or a shared one: a server admin's (the server reads it
+    with its own access); a project's editors then record datasets from it and remove it."""
+    _may_change(request, body.project, body.shared, f"datastore {body.name!r}")
+    if not principal_of(request).superuser:
+        # the server reads what it names (hashes a version, serves its files) as itself: a folder of
+        # its machine, or a bucket with its own AWS credentials; so naming one is an admin's
+        raise HTTPException(
+            403,
+            f"datastore {body.name!r}: registering a datastore on a server is a server admin's (the server"
+            " reads it with its own access); ask one to add it with --project, then record datasets from it",
+        )
+    if "://" not in body.url and not PurePosixPath(body.url).is_absolute():
+        raise UsageError(
+            f"datastore {body.name!r}: {body.url!r} is a relative path; give an absolute path on the "
+            "server's machine, or an s3:// URL"
+        )
+    record = catalog.catalog_of(store).add_datastore(
+        body.name, body.url, project=body.project, shared=body.shared, profile=body.profile
+    )
+    describe(request, "datastore.add", record.name, record.project, record.url)
+    return record.to_json()
+
+
+@router.delete("/datastores/{name}", status_code=204)
+@policy("signed-in")
+def remove_datastore(request: Request, name: str, store: StoreDep) -> Response:
+    """Forget a datastore (nothing is deleted where it points)."""
+    record = _visible_datastore(request, store, name)
+    _may_change(request, record.project, record.shared, f"datastore {name!r}")
+    catalog.catalog_of(store).remove_datastore(name)
+    describe(request, "datastore.remove", name, record.project, record.url)
+    return Response(status_code=204)
 
 
 @router.get("/datasets")
 @policy("signed-in")
-def list_datasets(request: Request, store: StoreDep) -> list[dict[str, Any]]:
-    """Every dataset version the caller may see (its projects' and the shared), oldest first per name."""
-    from phalanx.store import catalog
-
-    return [v.to_json() for v in catalog.list_datasets(_catalog_store(store)) if _visible(request, v)]
+def list_datasets(
+    request: Request, store: StoreDep, name: str | None = None, manifest: bool = False
+) -> list[dict[str, Any]]:
+    """Every dataset version the caller may see (its projects' and the shared), oldest first per
+    name; ``name``: one dataset's; ``manifest``: with every file's path, size and sha256."""
+    found = catalog.catalog_of(store).datasets(name)
+    return [v.to_json(with_files=manifest) for v in found if _visible(request, v)]
 
 
 @router.get("/datasets/{name}/versions/{version}")
 @policy("signed-in")
 def get_dataset_version(request: Request, name: str, version: str, store: StoreDep) -> dict[str, Any]:
-    """One dataset version with its manifest (every file's path, size and sha256); 404 for another
-    project's, as for one that does not exist."""
-    from phalanx.store import catalog
+    """One dataset version (``latest``: the newest) with its manifest (every file's path, size and
+    sha256); 404 for another project's, as for one that does not exist."""
+    return _visible_dataset(request, store, f"{name}@{version}").to_json(with_files=True)
 
-    found = catalog.get_dataset(_catalog_store(store), f"{name}@{version}")
+
+@router.get(
+    "/datasets/{name}/versions/{version}/files/{path:path}",
+    responses={200: {"content": {"application/octet-stream": {}}, "description": "the file's bytes"}},
+)
+@policy("signed-in")
+def get_dataset_file(
+    request: Request, name: str, version: str, path: str, store: StoreDep
+) -> StreamingResponse:
+    """One file of a dataset version the caller may see (`phalanx data get REF --dir DIR` on a
+    server); only the files the version's manifest holds (the reader checks their sha256)."""
+    found = _visible_dataset(request, store, f"{name}@{version}")
+    if path not in {f.path for f in found.files}:
+        raise NotFound(f"dataset {found.ref} has no file {path!r}")
+    return _stream(join_url(found.url, path), f"dataset {found.ref}: file {path!r} is gone from {found.url}")
+
+
+@router.post("/datasets", status_code=201)
+@policy("body")
+def add_dataset(request: Request, body: DatasetIn, store: StoreDep) -> dict[str, Any]:
+    """Record a new version of ``name`` from a datastore's folder (``DATASTORE:sub/dir``) the
+    project reads; a server admin may also name any path or URL the server reads. Answers the
+    version (the latest one, ``new`` false, when the content is the same)."""
+    what = f"dataset {body.name!r}"
+    _may_change(request, body.project, body.shared, what)
+    cat = catalog.catalog_of(store)
+    if not principal_of(request).superuser:
+        found = catalog.source_datastore(body.source)
+        if found is None:
+            raise UsageError(
+                f"{what}: {body.source!r} is not a datastore's folder; record a version from one of "
+                "your project's datastores, DATASTORE:sub/dir (a path or URL of the server's is an admin's)"
+            )
+        source = _visible_datastore(request, store, found[0])
+        if not catalog.readable_by(source, body.project or ""):
+            raise NotFound(f"no datastore {found[0]!r} that project {body.project} reads")
+        if (
+            body.copy_to is not None
+            and _visible_datastore(request, store, body.copy_to).project != body.project
+        ):
+            raise NotFound(f"no datastore {body.copy_to!r} of project {body.project} to copy into")
+    version, new = cat.add_dataset(
+        body.name, body.source, copy_to=body.copy_to, project=body.project, shared=body.shared
+    )
+    describe(request, "dataset.add", version.ref, version.project, "new" if new else "unchanged")
+    return {**version.to_json(with_files=True), "new": new}
+
+
+@router.delete("/datasets/{name}")
+@policy("signed-in")
+def remove_dataset(
+    request: Request, name: str, store: StoreDep, version: str | None = None
+) -> list[dict[str, Any]]:
+    """Forget one version (``version``: a number or ``latest``) or, without it, every version of
+    the dataset; answers what was forgotten. The bytes stay where they are."""
+    ref = name if version is None else f"{name}@{version}"
+    cat = catalog.catalog_of(store)
+    target = _visible_dataset(request, store, ref)
+    _may_change(request, target.project, target.shared, f"dataset {name!r}")
+    gone = cat.remove_dataset(ref)
+    describe(request, "dataset.remove", ref, target.project, ", ".join(v.ref for v in gone))
+    return [v.to_json(with_files=True) for v in gone]
+
+
+def _visible_datastore(request: Request, store: Any, name: str) -> catalog.DatastoreRecord:
+    """The datastore, if the caller may see it; else NotFound naming nothing of other projects'
+    (the catalog's own message lists every datastore)."""
+    missing = NotFound(f"no datastore {name!r} in your projects")
+    try:
+        record = catalog.catalog_of(store).datastore(name)
+    except NotFound:
+        if principal_of(request).superuser:
+            raise
+        raise missing from None
+    if not _visible(request, record):
+        raise missing
+    return record
+
+
+def _visible_dataset(request: Request, store: Any, ref: str) -> catalog.DatasetVersion:
+    """The version, if the caller may see it; else NotFound saying nothing of another project's
+    versions."""
+    missing = NotFound(f"no dataset {ref.partition('@')[0]!r} in your projects")
+    try:
+        found = catalog.catalog_of(store).dataset(ref)
+    except NotFound:
+        if principal_of(request).superuser:
+            raise
+        raise missing from None
     if not _visible(request, found):
-        raise NotFound(f"no dataset {name!r} in your projects")
-    return found.to_json(with_files=True)
+        raise missing
+    return found
+
+
+def _may_change(request: Request, project: str | None, shared: bool, what: str) -> None:
+    """An editor of ``project`` changes its data; shared data, or a project's none, is a server admin's."""
+    who = principal_of(request)
+    if project is None or shared:
+        if not who.superuser:
+            raise HTTPException(
+                403,
+                f"{what}: data shared with every project, or of no project, is a server admin's; "
+                "give the project it belongs to (--project P)",
+            )
+        return
+    require(request, project, Role.editor, f"project {project}")
 
 
 def _visible(request: Request, record: Any) -> bool:
@@ -88,24 +263,25 @@ def _public(record: dict[str, Any]) -> dict[str, Any]:
 @policy("experiment:viewer")
 def get_input_file(experiment_id: str, name: str, path: str, store: StoreDep) -> StreamingResponse:
     """One file of an input, as the experiment's dataset version or datastore folder holds it."""
-    from phalanx.store.manifest import filesystem, join_url
-
     e = experiment_of(store, experiment_id)
     record = next((r for r in inputs_of(e.plan) if r.get("name") == name), None)
     if record is None:
         raise NotFound(f"experiment {e.id} has no input named {name!r}")
     if record.get("kind") == "dataset":
-        from phalanx.store import catalog
-
-        version = catalog.get_dataset(_catalog_store(store), str(record["ref"]))
+        version = catalog.catalog_of(store).dataset(str(record["ref"]))
         if path not in {f.path for f in version.files}:
             raise NotFound(f"dataset {version.ref} has no file {path!r}")
         url = join_url(version.url, path)
     else:
         url = join_url(str(record["url"]), path)
+    return _stream(url, f"input {name!r} has no file {path!r}")
+
+
+def _stream(url: str, missing: str) -> StreamingResponse:
+    """The file at ``url`` in 1 MiB pieces, never shown as a page."""
     fs, full = filesystem(url)
     if not fs.isfile(full):
-        raise NotFound(f"input {name!r} has no file {path!r}")
+        raise NotFound(missing)
 
     def chunks() -> Iterator[bytes]:
         with fs.open(full, "rb") as fh:

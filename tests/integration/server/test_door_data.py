@@ -1,0 +1,152 @@
+"""Data on the server's door: from a laptop's own home, logged in to a real `phalanx server` on
+loopback, `phalanx datastore add` and `phalanx data add` register on the server (`--local` keeps
+the laptop's), `data ls` lists them there, a viewer reads but cannot add, another project's editor
+neither sees nor reads them, and seed 004's ``Datastore.get``/``Dataset.get`` answer the server's
+records (its version number, not the laptop's). One server for the module; the commands run in this
+process (tests/support/cli.py)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from tests.integration.server.serverproc import Server, start_server, stop_server
+from tests.integration.server.test_remote_commands import ok, phalanx
+from tests.integration.server.test_teams_audit import admin, token_of
+
+from phalanx.config import Settings
+from phalanx.data import Dataset, Datastore
+from phalanx.estimators import Experiment, PyTorch
+
+
+@dataclass
+class Team:
+    server: Server
+    lake: Path  # a folder on the server's machine (this one)
+    laptops: dict[str, Path]  # user -> a laptop home logged in as that user
+
+
+@pytest.fixture(scope="module")
+def team(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Team]:
+    root = tmp_path_factory.mktemp("door-data")
+    home = root / "server"
+    home.mkdir()
+    admin(home, "user", "add", "root", "--admin", "--password-stdin", stdin="root-password\n")
+    for user, project, role in (
+        ("ada", "nlp", "editor"),
+        ("vic", "nlp", "viewer"),
+        ("bob", "vision", "editor"),
+    ):
+        if user != "vic":  # vic joins ada's project
+            admin(home, "project", "add", project)
+        admin(home, "user", "add", user, "--password-stdin", stdin=f"{user}-password\n")
+        admin(home, "member", "add", project, user, "--role", role)
+    lake = root / "lake"
+    (lake / "digits").mkdir(parents=True)
+    (lake / "digits" / "train.csv").write_text("1,2\n" * 10)
+    server = start_server(home)
+    try:
+        laptops = {}
+        for user in ("root", "ada", "vic", "bob"):
+            laptops[user] = root / f"laptop-{user}"
+            ok(
+                phalanx(
+                    laptops[user], "login", server.url, "--token", token_of(server, user, f"{user}-password")
+                )
+            )
+        yield Team(server, lake, laptops)
+    finally:
+        stop_server(server.proc)
+
+
+def test_datastore_and_data_add_register_on_the_server(team: Team) -> None:
+    ada, root = team.laptops["ada"], team.laptops["root"]
+    # a folder of the server's machine is an admin's to register (an editor could name the server's files)
+    r = phalanx(ada, "datastore", "add", "lake", str(team.lake), "--project", "nlp")
+    assert r.returncode == 2 and "server admin" in r.stderr, r.stderr
+    r = ok(phalanx(root, "datastore", "add", "lake", str(team.lake), "--project", "nlp", "-o", "json"))
+    assert r.stderr == f"phalanx: on server {team.server.url}\n"
+    assert json.loads(r.stdout)["project"] == "nlp"
+    r = ok(phalanx(ada, "data", "add", "digits", "lake:digits", "--project", "nlp", "-o", "json"))
+    added = json.loads(r.stdout)
+    assert (added["ref"], added["files"], added["new"]) == ("digits@1", 1, True)
+
+    listed = json.loads(ok(phalanx(ada, "data", "ls", "-o", "json")).stdout)
+    assert [v["ref"] for v in listed] == ["digits@1"]
+    assert json.loads(ok(phalanx(ada, "datastore", "ls", "-o", "json")).stdout)[0]["url"] == str(team.lake)
+    assert json.loads(ok(phalanx(ada, "data", "get", "digits", "-o", "json")).stdout)["manifest"][0][
+        "path"
+    ] == ("train.csv")
+    copy = team.lake.parent / "copy"
+    ok(phalanx(ada, "data", "get", "digits@1", "--dir", str(copy)))  # through the API, checked
+    assert (copy / "train.csv").read_text() == "1,2\n" * 10
+    # the laptop's own store holds none of it
+    r = ok(phalanx(ada, "data", "ls", "-o", "json", "--local"))
+    assert json.loads(r.stdout) == [] and r.stderr == "phalanx: on this machine\n"
+
+    # a viewer reads, and cannot add
+    vic = team.laptops["vic"]
+    assert [v["ref"] for v in json.loads(ok(phalanx(vic, "data", "ls", "-o", "json")).stdout)] == ["digits@1"]
+    r = phalanx(vic, "data", "add", "digits", "lake:digits", "--project", "nlp")
+    assert r.returncode == 2 and "viewer" in r.stderr and "Traceback" not in r.stderr, r.stderr
+    r = phalanx(vic, "datastore", "rm", "lake")
+    assert r.returncode == 2 and "viewer" in r.stderr, r.stderr
+
+    # another project's editor neither sees nor reads them
+    bob = team.laptops["bob"]
+    assert json.loads(ok(phalanx(bob, "data", "ls", "-o", "json")).stdout) == []
+    assert json.loads(ok(phalanx(bob, "datastore", "ls", "-o", "json")).stdout) == []
+    r = phalanx(bob, "data", "get", "digits@1")
+    assert r.returncode == 2 and "no dataset 'digits'" in r.stderr, r.stderr
+    r = phalanx(bob, "data", "add", "mine", "lake:digits", "--project", "vision")
+    assert r.returncode == 2 and "no datastore 'lake'" in r.stderr, r.stderr
+    r = phalanx(bob, "data", "get", "digits@1", "--dir", str(team.lake.parent / "bobs"))
+    assert r.returncode == 2 and "no dataset 'digits'" in r.stderr, r.stderr
+
+    # a file changed at its source since the version was recorded: refused, nothing half-kept
+    (team.lake / "digits" / "train.csv").write_text("9,9\n")
+    r = phalanx(ada, "data", "get", "digits@1", "--dir", str(team.lake.parent / "copy2"))
+    assert r.returncode == 2 and "changed since the version was recorded" in r.stderr, r.stderr
+    assert not (team.lake.parent / "copy2" / "train.csv").exists()
+
+
+def test_seed_004s_handles_resolve_through_the_server(team: Team) -> None:
+    ada = team.laptops["ada"]
+    ok(phalanx(team.laptops["root"], "datastore", "add", "shelf", str(team.lake), "--project", "nlp"))
+    ok(phalanx(ada, "data", "add", "shelf-digits", "shelf:digits", "--project", "nlp"))
+    # the laptop's own catalog has a look-alike with other versions
+    for rows in (1, 2, 3):
+        (team.lake / "digits" / "train.csv").write_text("3,4\n" * rows)
+        ok(phalanx(ada, "data", "add", "shelf-digits", str(team.lake / "digits"), "--local"))
+    # -o json: the same document on both doors
+    there = json.loads(ok(phalanx(ada, "data", "get", "shelf-digits@1", "-o", "json")).stdout)
+    here = json.loads(ok(phalanx(ada, "data", "get", "shelf-digits@1", "-o", "json", "--local")).stdout)
+    assert list(there) == list(here) and there["digest"] != here["digest"]
+    assert there["project"] == "nlp" and here["project"] is None
+    assert Dataset.get(str(ada), "shelf-digits@latest").version == 1  # logged in: the server's
+    assert Dataset.get(Settings(home=ada), "shelf-digits").version == 1
+    assert Datastore.get(str(ada), "shelf").url == str(team.lake)
+    on_server = Experiment("seed", "nlp", settings=Settings(home=ada), server=team.server.url)
+    assert Dataset.get(on_server, "shelf-digits@latest").as_input().dataset == "shelf-digits@1"
+    assert Datastore.get(on_server, "shelf").path("digits").as_input().datastore == "shelf"
+    # what submit() sends: the server's datastore and version (seed 004's script_params)
+    est = PyTorch(
+        source_directory=str(team.lake),
+        entry_script="digits/train.csv",  # any file of the folder: nothing runs
+        script_params={
+            "--data_dir": Datastore.get(on_server, "shelf"),
+            "--labels": Dataset.get(on_server, "shelf-digits"),
+        },
+    )
+    sent = est.to_yaml(name="seed", project="nlp")
+    assert "dataset: shelf-digits@1" in sent and "datastore: shelf" in sent, sent
+    local = Experiment("seed", "nlp", settings=Settings(home=ada))  # submits on this machine: its data
+    assert Dataset.get(local, "shelf-digits@latest").version == 3
+    with pytest.raises(Exception, match="no dataset 'shelf-digits'"):
+        Dataset.get(
+            Experiment("seed", "vision", settings=Settings(home=team.laptops["bob"]), server=team.server.url),
+            "shelf-digits",
+        )
