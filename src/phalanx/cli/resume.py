@@ -32,12 +32,15 @@ def _open() -> Any:
 
 
 @app.command("checkpoints")
-def checkpoints(experiment_id: IdArg, output: OutputOpt = "table") -> None:
+def checkpoints(
+    experiment_id: IdArg, output: OutputOpt = "table", server: ServerOpt = None, local: LocalOpt = False
+) -> None:
     """List an experiment's checkpoints (step, metrics, size, replica), the latest and the policy."""
     _check_output(output)
     from phalanx.checkpoints import from_artifacts, latest
+    from phalanx.cli.reading import open_target
 
-    store = _open()
+    store = open_target(server, local)  # the server's artifact records and plan, or this machine's
     experiment = store.get_experiment(experiment_id)
     found = from_artifacts(store.artifacts(experiment.id))
     last = latest(found)
@@ -134,11 +137,23 @@ def resume(
         bool, typer.Option("--detach", "-d", help="Resume it in the background and print its id.")
     ] = False,
     output: OutputOpt = "table",
+    server: ServerOpt = None,
+    local: LocalOpt = False,
 ) -> None:
     """Continue a failed or stopped experiment as a new attempt of the same experiment, from its
     latest checkpoint (PHALANX_RESUME_CHECKPOINT; task.latest_checkpoint()). Metrics continue on
-    the same series. Exit status as for `phalanx run`."""
+    the same series. Exit status as for `phalanx run`. This machine's experiments only: a server
+    has no resume yet (after `phalanx login`, --local resumes one of this machine's)."""
     _check_output(output)
+    from phalanx.cli.target import server_lacks
+
+    server_lacks(
+        "resume",
+        server,
+        local,
+        f"run it again there with `phalanx rerun {experiment_id}` (from its latest checkpoint only on "
+        "the server's own machine: `phalanx resume` there)",
+    )
 
     from phalanx.config import Settings
     from phalanx.domain import ExperimentStatus
@@ -233,7 +248,8 @@ RerunServerOpt = Annotated[
     typer.Option(
         "--server",
         metavar="URL",
-        help="Rerun on this Phalanx server (ID is one of its experiments); prints the new id.",
+        help="Rerun on this Phalanx server (default: the one `phalanx login` chose; ID is one of its "
+        "experiments); prints the new id.",
     ),
 ]
 RerunTokenFileOpt = Annotated[
@@ -255,6 +271,7 @@ def rerun(
     server: RerunServerOpt = None,
     token_file: RerunTokenFileOpt = None,
     output: OutputOpt = "table",
+    local: LocalOpt = False,
 ) -> None:
     """Start a new experiment from exactly the file, params and source snapshot another one ran
     (with --param changes): by default what its last successful attempt ran (after a `phalanx
@@ -263,18 +280,18 @@ def rerun(
     read, or with --latest-data each dataset's latest version."""
     _check_output(output)
     from phalanx.config import Settings
+    from phalanx.logins import choose
     from phalanx.runner.rerunning import rerun_source
     from phalanx.spec.loader import parse_param_overrides
 
     changes = parse_param_overrides(param or [])
-    if server is not None:
+    client = choose(server, local, token_file)
+    if client is not None:
         from phalanx.cli.submit import rerun_on_server
 
         if new_experiment_id is not None:
-            raise fail("--experiment-id: not available with --server (the server names the rerun)")
-        rerun_on_server(
-            server, experiment_id, changes, priority, attempt, extra_params, token_file, output, latest_data
-        )
+            raise fail("--experiment-id: not available on a server (the server names the rerun)")
+        rerun_on_server(client, experiment_id, changes, priority, attempt, extra_params, output, latest_data)
         return
     settings = Settings()
     store = _open()

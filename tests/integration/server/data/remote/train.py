@@ -1,4 +1,5 @@
-"""Reports what the read commands show; with `hold` as its second argument, waits to be stopped."""
+"""Reports what the read commands show (a checkpoint too); with `hold` as its second argument,
+waits to be stopped."""
 
 import sys
 import time
@@ -15,6 +16,7 @@ log = task.get_logger()
 for i in range(3):
     log.report_scalar("loss", "train", value=float(sys.argv[1]) / (i + 1), iteration=i)
 log.report_text("done training")
+task.save_checkpoint({"w": 1}, step=2, metrics={"loss": float(sys.argv[1]) / 3})
 log.report_table("results", "final", iteration=2, table_plot=[["lr", "loss"], [float(sys.argv[1]), 0.5]])
 Path("out").mkdir(exist_ok=True)
 Path("out/weights.txt").write_text("w = 1\n")
