@@ -142,71 +142,31 @@ def resume(
 ) -> None:
     """Continue a failed or stopped experiment as a new attempt of the same experiment, from its
     latest checkpoint (PHALANX_RESUME_CHECKPOINT; task.latest_checkpoint()). Metrics continue on
-    the same series. Exit status as for `phalanx run`. This machine's experiments only: a server
-    has no resume yet (after `phalanx login`, --local resumes one of this machine's)."""
+    the same series. Exit status as for `phalanx run`. After `phalanx login` (or with --server) the
+    server resumes its experiment on its machine and the command prints the id (`phalanx logs ID -f`
+    follows it)."""
     _check_output(output)
-    from phalanx.cli.target import server_lacks
+    from phalanx.logins import choose
 
-    server_lacks(
-        "resume",
-        server,
-        local,
-        f"run it again there with `phalanx rerun {experiment_id}` (from its latest checkpoint only on "
-        "the server's own machine: `phalanx resume` there)",
-    )
+    client = choose(server, local)
+    if client is not None:
+        from phalanx.cli.submit import resume_on_server
 
+        resume_on_server(client, experiment_id, output)
+        return
     from phalanx.config import Settings
-    from phalanx.domain import ExperimentStatus
-    from phalanx.errors import not_resumable
-    from phalanx.spec.loader import load_spec_text
+    from phalanx.runner import Runner
+    from phalanx.runner.resuming import resume_of
 
     settings = Settings()
     store = _open()
     experiment = store.get_experiment(experiment_id)
-    if not experiment.status.resumable:
-        # point to `phalanx rerun` only where it can work: it needs the recorded launch
-        rerunnable = bool((store.repro(experiment.id) or {}).get("launch")) and bool(experiment.spec_text)
-        raise fail(
-            str(not_resumable(experiment.id, experiment.status))
-            + (
-                " (use `phalanx rerun` to run it again)"
-                if experiment.status is ExperimentStatus.SUCCEEDED and rerunnable
-                else ""
-            )
-        )
-    launch = _launch_of(store, experiment)
-    if experiment.group_id:  # the search decided on this trial already: resuming it is the user's own
-        sys.stderr.write(
-            f"note: experiment {experiment.id} is a trial of group {experiment.group_id}; the group keeps"
-            " what it recorded of this trial (its state and value) and its search does not see this"
-            " resume (`phalanx get` shows the resumed run)\n"
-        )
-    workdir = launch.get("workdir")
-    if not workdir or not Path(workdir).is_dir():
-        raise fail(
-            f"the experiment's folder {workdir} is gone; use `phalanx rerun {experiment.id}` (its snapshot)"
-        )
-    # the recorded params were accepted at launch (some perhaps with --extra-params): not checked again
-    spec = load_spec_text(
-        experiment.spec_text, launch.get("file") or "<stored file>", launch.get("params"), extra_params=True
-    )
-    from phalanx.data.lineage import pin_inputs
-    from phalanx.machine.box import isolation_of  # (start-up time of every command: resume's own)
-    from phalanx.runner import LaunchOptions, LaunchRecord, Runner
-
-    spec = pin_inputs(spec, experiment.plan)  # the dataset versions it started with
-
+    planned = resume_of(store, experiment)
+    _launch_of(store, experiment)  # the sampling it was launched with
+    if planned.note:
+        sys.stderr.write(f"note: {planned.note}\n")
     runner = Runner(settings)
-    options = LaunchOptions(
-        workdir=Path(workdir),
-        cluster=launch.get("cluster"),
-        oversubscribe=bool(launch.get("oversubscribe")),
-        experiment_id=experiment.id,
-        system_metrics=launch.get("system_metrics"),
-        record=LaunchRecord.from_json(launch),
-        resume=True,
-        isolation=isolation_of(launch),  # a boxed experiment resumes in its box
-    )
+    spec, options = planned.spec, planned.options
     if detach:  # every mistake above is found before it goes to the background
         _detach_resume(runner, spec, options, output)
         return

@@ -113,3 +113,19 @@ def rerun_on_server(
     else:
         typer.echo(exp_id)
     sys.stderr.write(f"phalanx: open {client.url}/experiments/{exp_id} to see it in the web UI\n")
+
+
+def resume_on_server(client: Client, experiment_id: str, output: Any) -> None:
+    """`phalanx resume ID` after `phalanx login` (or with --server URL): the server resumes its
+    experiment on its machine (``POST /experiments/{id}/resume``, answered once its supervisor has
+    reopened it); prints the id, as `phalanx resume -d` does."""
+    from phalanx.apiclient import quote
+    from phalanx.cli.app import emit_json
+
+    sys.stderr.write(f"phalanx: resuming {experiment_id} on {client.url}\n")
+    answer = client.send("POST", f"/experiments/{quote(experiment_id)}/resume")
+    if str(output) == "json":
+        emit_json(answer)
+    else:
+        typer.echo(answer["id"])
+    sys.stderr.write(f"phalanx: open {client.url}/experiments/{answer['id']} to see it in the web UI\n")

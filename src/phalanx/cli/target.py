@@ -8,8 +8,6 @@ without the options, nothing is printed and everything is local, as before login
 
 A command meaningful only on this machine (`phalanx gc`, `phalanx sync`) takes `--server` only to
 refuse it (``this_machine_only``: exit status 2, saying so), never to act on this machine instead.
-A command the server has no API for yet (`phalanx resume`) refuses a server in play the same way
-(``server_lacks``).
 """
 
 from __future__ import annotations
@@ -47,19 +45,3 @@ def this_machine_only(command: str, server: str | None, instead: str) -> None:
         )
     if logins.load(Settings().home) is not None:
         logins.say_door(None)
-
-
-def server_lacks(command: str, server: str | None, local: bool, instead: str) -> None:
-    """Refuse a command the server has no API for yet once a server is in play (--server, or a
-    login without --local): a UsageError (exit status 2, nothing done) naming ``instead``, never
-    this machine's store in its place. Otherwise say the door (this machine) as every command does
-    once a server is in play."""
-    from phalanx import logins  # why: the command modules import this one for its options (start-up)
-
-    client = logins.choose(server, local, say=False)
-    if client is not None:
-        raise UsageError(
-            f"`phalanx {command}` does not act on a server yet (the server at {client.url} has no API "
-            f"for it): {instead}; `phalanx {command} --local` acts on this machine's experiments"
-        )
-    logins.choose(None, local)  # a login with --local: "phalanx: on this machine"

@@ -45,6 +45,7 @@ from phalanx.groups.lock import holder
 from phalanx.machine.box import isolation_of
 from phalanx.machine.locks import held
 from phalanx.runner.detached import SUPERVISOR_LOCK
+from phalanx.runner.resuming import Resume
 from phalanx.runner.running import SUPERVISOR_LOG, Runner
 from phalanx.server import orders
 from phalanx.server.submitting import bundles_dir
@@ -196,6 +197,19 @@ class Launcher:
         self._await_start(run_dir, process)
         threading.Thread(
             target=self._reap, args=(sub.id, process), name=f"reap-{sub.id}", daemon=True
+        ).start()
+
+    def resume(self, planned: Resume) -> None:
+        """Start the supervisor that resumes ``planned`` (its own process and session, as a submit's
+        is; it outlives the server) and return once it has reopened the experiment; it is reaped
+        when it ends. StartFailed (its supervisor's words) when it ended before that."""
+        exp_id = planned.options.experiment_id or ""
+        submitted = self._runner().submit(
+            planned.spec, planned.options, cwd=planned.options.workdir, headline=f"resuming {exp_id}"
+        )
+        log.info("experiment %s: resumed by supervisor pid %s", exp_id, submitted.process.pid)
+        threading.Thread(
+            target=self._reap, args=(exp_id, submitted.process), name=f"reap-{exp_id}", daemon=True
         ).start()
 
     def _await_start(self, run_dir: Path, process: subprocess.Popen[bytes]) -> None:

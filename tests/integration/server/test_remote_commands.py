@@ -97,15 +97,23 @@ def test_login_makes_the_server_the_default_and_local_keeps_this_machine(
     (here,) = [e["id"] for e in json.loads(r.stdout)]
     assert here != on_server and r.stderr == "phalanx: on this machine\n"
 
-    # rerun after the login: on the server, from its snapshot; resume is refused (no API for it yet)
+    # rerun and resume after the login: on the server (its snapshot; its folder and checkpoint)
     r = ok(phalanx(laptop, "rerun", on_server, "--param", "lr=0.3"))
     assert r.stderr.splitlines()[0] == f"phalanx: on server {server.url}"
     rerun_id = r.stdout.split()[0]
     assert wait_done(laptop, rerun_id)["status"] == "succeeded"
     assert rerun_id not in ok(phalanx(laptop, "ls", "--local")).stdout
-    r = phalanx(laptop, "resume", on_server)
-    assert r.returncode == 2 and "`phalanx resume` does not act on a server yet" in r.stderr, r.stderr
-    assert f"phalanx rerun {on_server}" in r.stderr and "Traceback" not in r.stderr
+    r = ok(phalanx(laptop, "run", "-f", str(project / "exp.yml"), "--param", "hold=fail-once"))
+    failing = r.stdout.split()[0]
+    assert wait_done(laptop, failing)["status"] == "failed"
+    r = phalanx(laptop, "resume", on_server)  # succeeded: refused as on the server's machine
+    assert r.returncode == 2 and "(use `phalanx rerun` to run it again)" in r.stderr, r.stderr
+    r = ok(phalanx(laptop, "resume", failing[:8], "-o", "json"))
+    assert r.stderr.splitlines()[0] == f"phalanx: on server {server.url}"
+    assert json.loads(r.stdout)["id"] == failing
+    assert wait_done(laptop, failing)["status"] == "succeeded"  # from its checkpoint, on the server
+    attempts = json.loads(ok(phalanx(server.home, "get", failing, "-o", "json")).stdout)["attempts"]
+    assert [a["kind"] for a in attempts] == ["start", "resume"] and attempts[1]["checkpoint_step"] == 1
     r = phalanx(laptop, "resume", here, "--local")  # this machine's: a succeeded one is not resumable
     assert r.returncode == 2 and r.stderr.startswith("phalanx: on this machine\n"), r.stderr
     assert "only a failed or stopped one can be resumed" in r.stderr

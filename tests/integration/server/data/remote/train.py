@@ -1,5 +1,5 @@
 """Reports what the read commands show (a checkpoint too); with `hold` as its second argument,
-waits to be stopped."""
+waits to be stopped; with `fail-once`, fails until it is resumed from its checkpoint."""
 
 import sys
 import time
@@ -11,6 +11,9 @@ print("hello from the script", flush=True)
 if sys.argv[2:] == ["hold"]:
     time.sleep(600)
 task = Task.init(project_name="remote-tests", task_name="remote-reads")
+if sys.argv[2:] == ["fail-once"] and task.latest_checkpoint() is None:
+    task.save_checkpoint({"w": 0}, step=1)
+    sys.exit(3)  # the first attempt fails; `phalanx resume` continues from step 1
 task.connect({"lr": float(sys.argv[1]), "layers": 2})
 log = task.get_logger()
 for i in range(3):
