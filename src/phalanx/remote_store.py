@@ -106,6 +106,11 @@ class RemoteStore:
     def stop(self, experiment_id: str) -> dict[str, Any]:
         return dict(self.client.send("POST", f"/experiments/{quote(experiment_id)}/stop"))
 
+    def resume(self, experiment_id: str) -> dict[str, Any]:
+        """``POST /experiments/{id}/resume``: ``{"id", "status"}`` once the server's supervisor has
+        reopened it; Conflict unless it is failed or stopped, UsageError when its folder is gone."""
+        return dict(self.client.send("POST", f"/experiments/{quote(experiment_id)}/resume"))
+
     # -- what it reported -------------------------------------------------------------------------
     def params(self, experiment_id: str) -> list[ParamRecord]:
         docs = self.client.get(f"/experiments/{quote(experiment_id)}/params")

@@ -119,11 +119,11 @@ def resume_on_server(client: Client, experiment_id: str, output: Any) -> None:
     """`phalanx resume ID` after `phalanx login` (or with --server URL): the server resumes its
     experiment on its machine (``POST /experiments/{id}/resume``, answered once its supervisor has
     reopened it); prints the id, as `phalanx resume -d` does."""
-    from phalanx.apiclient import quote
     from phalanx.cli.app import emit_json
+    from phalanx.remote_store import RemoteStore
 
     sys.stderr.write(f"phalanx: resuming {experiment_id} on {client.url}\n")
-    answer = client.send("POST", f"/experiments/{quote(experiment_id)}/resume")
+    answer = RemoteStore(client).resume(experiment_id)
     if str(output) == "json":
         emit_json(answer)
     else:
