@@ -219,7 +219,8 @@ def test_each_run_has_its_own_colour_everywhere_and_its_ranks_are_shades_of_it(
     wait_plot(page, f"u.series.length === {RANKS + 1}")
     shades = [rgb(c) for c in legend_colours(page).values()]
     hues = [h for h, _, _ in shades]
-    assert max(hues) - min(hues) <= 31, shades  # shades of the run's colour, within ±15° of its hue ...
+    around = [(h - hues[0] + 180) % 360 - 180 for h in hues]  # on the wheel: 345° and 15° are 30° apart
+    assert max(around) - min(around) <= 31, shades  # shades of the run's colour, within ±15° of its hue ...
     # ... each rank its own hue and lightness (by lightness alone two ranks were two near-identical blues)
     assert len({round(h) for h in hues}) == RANKS, shades
     assert len({round(light, 2) for _, light, _ in shades}) == RANKS, shades
