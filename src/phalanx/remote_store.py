@@ -46,6 +46,7 @@ class RemoteStore:
 
     def __init__(self, client: Client) -> None:
         self.client = client
+        self.server_url: str | None = client.url  # ``store.base.Store.server_url``: this door
 
     # -- experiments ------------------------------------------------------------------------------
     def get_experiment(self, experiment_id: str) -> Experiment:
@@ -97,8 +98,18 @@ class RemoteStore:
             body["notes"] = notes
         return experiment_of(self.client.send("PATCH", f"/experiments/{quote(experiment_id)}", body))
 
+    def delete_experiment(self, experiment_id: str) -> None:
+        """``DELETE /experiments/{id}``: the server deletes it with everything it reported (its
+        project's admins only); Conflict while it runs, UsageError for a short prefix."""
+        self.client.send("DELETE", f"/experiments/{quote(experiment_id)}")
+
     def stop(self, experiment_id: str) -> dict[str, Any]:
         return dict(self.client.send("POST", f"/experiments/{quote(experiment_id)}/stop"))
+
+    def resume(self, experiment_id: str) -> dict[str, Any]:
+        """``POST /experiments/{id}/resume``: ``{"id", "status"}`` once the server's supervisor has
+        reopened it; Conflict unless it is failed or stopped, UsageError when its folder is gone."""
+        return dict(self.client.send("POST", f"/experiments/{quote(experiment_id)}/resume"))
 
     # -- what it reported -------------------------------------------------------------------------
     def params(self, experiment_id: str) -> list[ParamRecord]:

@@ -7,6 +7,7 @@
 (b) **One door.** No ``getattr``/``hasattr`` on a store or a backend (``getattr(store, "x", None)``,
     ``getattr(self.p.backend, ...)``) and no ``isinstance(store, SomeStore)`` outside
     src/phalanx/store/: a capability is a typed part of the Store/Backend protocol.
+    Issue 38's spellings are also found as plain text (``PROBE_TEXTS``), with no allow-list.
 (c) **Imports at the top.** An import inside a function (or method) outside cli/ carries a comment
     on its line saying why it is not at the top: the start-up time of a named command
     (docs/cli-speed.md), an optional extra (extras.py), a true cycle that the layers explain.
@@ -36,15 +37,7 @@ SRC = Path(phalanx.__file__).resolve().parent
 # shrink: a listed file with nothing left to allow fails the test until it leaves its list. The lead
 # empties them when those branches land.
 ALLOW_METHODS_IN_DISGUISE: frozenset[str] = frozenset()
-ALLOW_PROBES: frozenset[str] = frozenset(
-    {
-        # the server (its control plane is being rewritten now)
-        "server/app.py",
-        # `is_remote`: a read served by the server's /run or by views.run_details on this machine;
-        # the Store protocol (below views) cannot name run_details. To do: a typed capability.
-        "cli/reading.py",
-    }
-)
+ALLOW_PROBES: frozenset[str] = frozenset()
 ALLOW_INNER_IMPORTS: frozenset[str] = frozenset(
     {
         # the local engine and the machine's limits (its isolation boxes are being rewritten now)
@@ -287,6 +280,31 @@ def test_no_probing_of_a_store_or_backend_outside_the_store() -> None:
     _check("probes", ALLOW_PROBES, "a store or backend probed instead of asked (rule b)")
 
 
+# Issue 38's "done when": these spellings appear nowhere in src/phalanx outside the store package.
+PROBE_TEXTS = ("getattr(store", "getattr(self.store", "isinstance(store, ", '"engine")')
+# a mapping's key named engine (a cluster's native options: ``native.get("engine")``) names no store
+MAPPING_KEY = re.compile(r'\.get\("engine"\)')
+
+
+def spelled_probes(text: str) -> Iterator[tuple[int, str]]:
+    """Each line of ``text`` that spells a probe of a store (``PROBE_TEXTS``)."""
+    for number, line in enumerate(text.splitlines(), 1):
+        if any(probe in MAPPING_KEY.sub("", line) for probe in PROBE_TEXTS):
+            yield number, line.strip()
+
+
+def test_no_store_probe_is_spelled_outside_the_store() -> None:
+    found = [
+        Finding(_relative(path), number, line)
+        for path in _sources()
+        if not _relative(path).startswith(EXEMPT["probes"])
+        for number, line in spelled_probes(path.read_text(encoding="utf-8"))
+    ]
+    assert not found, f"a store probed instead of asked ({len(found)}); {FIXES['probes']}:\n" + "\n".join(
+        map(str, found)
+    )
+
+
 def test_every_import_inside_a_function_says_why() -> None:
     _check("imports", ALLOW_INNER_IMPORTS, "imports inside functions without a reason (rule c)")
 
@@ -356,6 +374,24 @@ def test_probing_a_store_or_backend_is_found(call: str) -> None:
 )
 def test_asking_is_not_probing(call: str) -> None:
     assert not list(probes(_tree(f"{call}\n")))
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        'root = getattr(getattr(store, "artifact_store", None), "root_url", None)',
+        "writer = getattr(self.store, '_writer')",
+        "if isinstance(store, RemoteStore):",
+        'engine = getattr(sql, "engine")',
+    ],
+)
+def test_a_spelled_probe_is_found(line: str) -> None:
+    assert list(spelled_probes(f"x = 1\n    {line}\n")) == [(2, line)]
+
+
+def test_a_mapping_key_named_engine_is_no_probe() -> None:
+    assert not list(spelled_probes('if isinstance(native, dict) and native.get("engine") == "local":\n'))
+    assert not list(spelled_probes("store.server_url is not None\n"))
 
 
 def test_an_import_inside_a_function_needs_a_reason_on_its_lines() -> None:

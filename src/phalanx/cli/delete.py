@@ -1,4 +1,6 @@
-"""`phalanx delete ID [ID...]`: delete experiments with everything they reported.
+"""`phalanx delete ID [ID...]`: delete experiments with everything they reported, on this machine
+or, after `phalanx login` (or with --server), on the server (``DELETE /experiments/{id}``: its
+project's admins).
 
 All or nothing: every id is resolved and checked (known, not ambiguous, long enough for a
 destructive call, not running) before anything is deleted, so a typo in the third id does not leave
@@ -13,7 +15,8 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from phalanx.cli.app import app, emit_json
-from phalanx.cli.tracking import Format, open_for_reading
+from phalanx.cli.target import LocalOpt, ServerOpt
+from phalanx.cli.tracking import Format, open_target
 
 if TYPE_CHECKING:
     from phalanx.domain import Experiment
@@ -33,14 +36,17 @@ def delete(
     ],
     yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask for confirmation.")] = False,
     output: Annotated[Format, typer.Option("-o", "--output", help="table or json")] = Format.TABLE,
+    server: ServerOpt = None,
+    local: LocalOpt = False,
 ) -> None:
     """Delete experiments: their rows, artifacts, spools and run folders. Not while they run."""
     import shutil
 
+    from phalanx.config import Settings
     from phalanx.errors import Conflict, UsageError
     from phalanx.ids import check_destructive
 
-    store, settings = open_for_reading()
+    store = open_target(server, local)
     found: list[Experiment] = []
     for given in experiment_ids:
         e = store.get_experiment(given)
@@ -58,9 +64,10 @@ def delete(
         if not typer.confirm(f"Delete {len(found)} experiment(s)?\n{listed}\n"):
             typer.echo("nothing deleted", err=True)
             raise typer.Exit(1)
+    here = None if store.server_url else Settings()  # a server's gc sweeps its own folders
     for e in found:
         store.delete_experiment(e.id)
-        for folder in (settings.spool_dir / e.id, settings.runs_dir / e.id):
+        for folder in (here.spool_dir / e.id, here.runs_dir / e.id) if here else ():
             shutil.rmtree(folder, ignore_errors=True)
     if output is Format.JSON:
         emit_json({"deleted": [e.id for e in found]})

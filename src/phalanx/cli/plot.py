@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from phalanx.cli.app import app, fail
+from phalanx.cli.target import LocalOpt, ServerOpt
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -32,8 +33,10 @@ def plot(
         str, typer.Option(metavar="step|time", help="x axis: step or time (seconds since the first point)")
     ] = "step",
     log_y: Annotated[bool, typer.Option("--log-y", help="logarithmic y axis")] = False,
+    server: ServerOpt = None,
+    local: LocalOpt = False,
 ) -> None:
-    """Draw an experiment's scalars to an image file.
+    """Draw an experiment's scalars to an image file (after `phalanx login`: a server's experiment).
 
     One chart per title, one line per series (e.g. `loss` with a line per worker).
     """
@@ -41,12 +44,11 @@ def plot(
         raise fail(f"cannot write {output}: give a file name ending in {', '.join(SUFFIXES)}")
     if x not in ("step", "time"):
         raise fail(f"--x must be 'step' or 'time', not {x!r}")
-    from phalanx.config import Settings
+    from phalanx.cli.reading import open_target
     from phalanx.extras import require
-    from phalanx.store import open_store
 
     require("matplotlib", "plot", "phalanx plot")  # before any work: say what to install
-    store = open_store(Settings())
+    store = open_target(server, local)
     experiment = store.get_experiment(experiment_id)
     wanted = list(title or [])
     available = store.metric_titles(experiment.id)

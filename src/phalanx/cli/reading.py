@@ -35,9 +35,8 @@ def open_target(server: str | None = None, local: bool = False) -> Any:
 
 
 def is_remote(store: Any) -> bool:
-    from phalanx.remote_store import RemoteStore
-
-    return isinstance(store, RemoteStore)
+    """Whether ``store`` is a server's (its declared door, ``store.base.Store.server_url``)."""
+    return store.server_url is not None
 
 
 def details_of(store: Any, experiment_id: str) -> dict[str, Any]:

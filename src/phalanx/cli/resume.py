@@ -32,12 +32,15 @@ def _open() -> Any:
 
 
 @app.command("checkpoints")
-def checkpoints(experiment_id: IdArg, output: OutputOpt = "table") -> None:
+def checkpoints(
+    experiment_id: IdArg, output: OutputOpt = "table", server: ServerOpt = None, local: LocalOpt = False
+) -> None:
     """List an experiment's checkpoints (step, metrics, size, replica), the latest and the policy."""
     _check_output(output)
     from phalanx.checkpoints import from_artifacts, latest
+    from phalanx.cli.reading import open_target
 
-    store = _open()
+    store = open_target(server, local)  # the server's artifact records and plan, or this machine's
     experiment = store.get_experiment(experiment_id)
     found = from_artifacts(store.artifacts(experiment.id))
     last = latest(found)
@@ -134,64 +137,36 @@ def resume(
         bool, typer.Option("--detach", "-d", help="Resume it in the background and print its id.")
     ] = False,
     output: OutputOpt = "table",
+    server: ServerOpt = None,
+    local: LocalOpt = False,
 ) -> None:
     """Continue a failed or stopped experiment as a new attempt of the same experiment, from its
     latest checkpoint (PHALANX_RESUME_CHECKPOINT; task.latest_checkpoint()). Metrics continue on
-    the same series. Exit status as for `phalanx run`."""
+    the same series. Exit status as for `phalanx run`. After `phalanx login` (or with --server) the
+    server resumes its experiment on its machine and the command prints the id (`phalanx logs ID -f`
+    follows it)."""
     _check_output(output)
+    from phalanx.logins import choose
 
+    client = choose(server, local)
+    if client is not None:
+        from phalanx.cli.submit import resume_on_server
+
+        resume_on_server(client, experiment_id, output)
+        return
     from phalanx.config import Settings
-    from phalanx.domain import ExperimentStatus
-    from phalanx.errors import not_resumable
-    from phalanx.spec.loader import load_spec_text
+    from phalanx.runner import Runner
+    from phalanx.runner.resuming import resume_of
 
     settings = Settings()
     store = _open()
     experiment = store.get_experiment(experiment_id)
-    if not experiment.status.resumable:
-        # point to `phalanx rerun` only where it can work: it needs the recorded launch
-        rerunnable = bool((store.repro(experiment.id) or {}).get("launch")) and bool(experiment.spec_text)
-        raise fail(
-            str(not_resumable(experiment.id, experiment.status))
-            + (
-                " (use `phalanx rerun` to run it again)"
-                if experiment.status is ExperimentStatus.SUCCEEDED and rerunnable
-                else ""
-            )
-        )
-    launch = _launch_of(store, experiment)
-    if experiment.group_id:  # the search decided on this trial already: resuming it is the user's own
-        sys.stderr.write(
-            f"note: experiment {experiment.id} is a trial of group {experiment.group_id}; the group keeps"
-            " what it recorded of this trial (its state and value) and its search does not see this"
-            " resume (`phalanx get` shows the resumed run)\n"
-        )
-    workdir = launch.get("workdir")
-    if not workdir or not Path(workdir).is_dir():
-        raise fail(
-            f"the experiment's folder {workdir} is gone; use `phalanx rerun {experiment.id}` (its snapshot)"
-        )
-    # the recorded params were accepted at launch (some perhaps with --extra-params): not checked again
-    spec = load_spec_text(
-        experiment.spec_text, launch.get("file") or "<stored file>", launch.get("params"), extra_params=True
-    )
-    from phalanx.data.lineage import pin_inputs
-    from phalanx.machine.box import isolation_of  # (start-up time of every command: resume's own)
-    from phalanx.runner import LaunchOptions, LaunchRecord, Runner
-
-    spec = pin_inputs(spec, experiment.plan)  # the dataset versions it started with
-
+    planned = resume_of(store, experiment)
+    _launch_of(store, experiment)  # the sampling it was launched with
+    if planned.note:
+        sys.stderr.write(f"note: {planned.note}\n")
     runner = Runner(settings)
-    options = LaunchOptions(
-        workdir=Path(workdir),
-        cluster=launch.get("cluster"),
-        oversubscribe=bool(launch.get("oversubscribe")),
-        experiment_id=experiment.id,
-        system_metrics=launch.get("system_metrics"),
-        record=LaunchRecord.from_json(launch),
-        resume=True,
-        isolation=isolation_of(launch),  # a boxed experiment resumes in its box
-    )
+    spec, options = planned.spec, planned.options
     if detach:  # every mistake above is found before it goes to the background
         _detach_resume(runner, spec, options, output)
         return
@@ -233,7 +208,8 @@ RerunServerOpt = Annotated[
     typer.Option(
         "--server",
         metavar="URL",
-        help="Rerun on this Phalanx server (ID is one of its experiments); prints the new id.",
+        help="Rerun on this Phalanx server (default: the one `phalanx login` chose; ID is one of its "
+        "experiments); prints the new id.",
     ),
 ]
 RerunTokenFileOpt = Annotated[
@@ -255,6 +231,7 @@ def rerun(
     server: RerunServerOpt = None,
     token_file: RerunTokenFileOpt = None,
     output: OutputOpt = "table",
+    local: LocalOpt = False,
 ) -> None:
     """Start a new experiment from exactly the file, params and source snapshot another one ran
     (with --param changes): by default what its last successful attempt ran (after a `phalanx
@@ -263,18 +240,18 @@ def rerun(
     read, or with --latest-data each dataset's latest version."""
     _check_output(output)
     from phalanx.config import Settings
+    from phalanx.logins import choose
     from phalanx.runner.rerunning import rerun_source
     from phalanx.spec.loader import parse_param_overrides
 
     changes = parse_param_overrides(param or [])
-    if server is not None:
+    client = choose(server, local, token_file)
+    if client is not None:
         from phalanx.cli.submit import rerun_on_server
 
         if new_experiment_id is not None:
-            raise fail("--experiment-id: not available with --server (the server names the rerun)")
-        rerun_on_server(
-            server, experiment_id, changes, priority, attempt, extra_params, token_file, output, latest_data
-        )
+            raise fail("--experiment-id: not available on a server (the server names the rerun)")
+        rerun_on_server(client, experiment_id, changes, priority, attempt, extra_params, output, latest_data)
         return
     settings = Settings()
     store = _open()

@@ -5,11 +5,14 @@ from __future__ import annotations
 import sys
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
 
 from phalanx.config import Settings
+
+if TYPE_CHECKING:
+    from phalanx.apiclient import Client
 
 
 def run_on_server(
@@ -87,23 +90,19 @@ def run_on_server(
 
 
 def rerun_on_server(
-    server: str,
+    client: Client,
     origin: str,
     params: Mapping[str, Any],
     priority: int,
     attempt: int | None,
     extra_params: bool,
-    token_file: Path | None,
     output: Any,
     latest_data: bool = False,
 ) -> None:
-    """`phalanx rerun ID --server URL`: the server starts what its experiment ID ran, with these
-    params, from its stored snapshot; prints the new id."""
+    """`phalanx rerun ID` after `phalanx login` (or with --server URL): the server starts what its
+    experiment ID ran, with these params, from its stored snapshot; prints the new id."""
     from phalanx.cli.app import emit_json
-    from phalanx.logins import choose
 
-    client = choose(server, False, token_file, say=False)  # a stored login's token for its own URL
-    assert client is not None  # a server was named
     sys.stderr.write(f"phalanx: rerunning {origin} on {client.url}\n")
     answer = client.clone(
         origin, params, priority, attempt=attempt, extra_params=extra_params, latest_data=latest_data
@@ -114,3 +113,19 @@ def rerun_on_server(
     else:
         typer.echo(exp_id)
     sys.stderr.write(f"phalanx: open {client.url}/experiments/{exp_id} to see it in the web UI\n")
+
+
+def resume_on_server(client: Client, experiment_id: str, output: Any) -> None:
+    """`phalanx resume ID` after `phalanx login` (or with --server URL): the server resumes its
+    experiment on its machine (``POST /experiments/{id}/resume``, answered once its supervisor has
+    reopened it); prints the id, as `phalanx resume -d` does."""
+    from phalanx.cli.app import emit_json
+    from phalanx.remote_store import RemoteStore
+
+    sys.stderr.write(f"phalanx: resuming {experiment_id} on {client.url}\n")
+    answer = RemoteStore(client).resume(experiment_id)
+    if str(output) == "json":
+        emit_json(answer)
+    else:
+        typer.echo(answer["id"])
+    sys.stderr.write(f"phalanx: open {client.url}/experiments/{answer['id']} to see it in the web UI\n")

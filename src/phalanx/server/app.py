@@ -127,8 +127,8 @@ def _install_state(app: FastAPI, settings: ServerSettings, store: LocalStore) ->
     app.state.store = store
     app.state.outages = OutageLog()  # the database or disk gone: one log line per outage
     # Serve files from the store's own artifact root when it has one (a store passed in by a caller).
-    root = getattr(getattr(store, "artifact_store", None), "root_url", None)
-    app.state.files = ArtifactFiles(root or settings.store.artifacts_root)
+    files = store.artifact_store
+    app.state.files = ArtifactFiles(files.root_url if files is not None else settings.store.artifacts_root)
     accounts = _accounts(store)
     app.state.accounts = accounts
     # a tokenless server needs sessions once it has users: keyed by a secret of this process (its

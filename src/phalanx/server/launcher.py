@@ -45,7 +45,8 @@ from phalanx.groups.lock import holder
 from phalanx.machine.box import isolation_of
 from phalanx.machine.locks import held
 from phalanx.runner.detached import SUPERVISOR_LOCK
-from phalanx.runner.running import SUPERVISOR_LOG, Runner
+from phalanx.runner.resuming import Resume
+from phalanx.runner.running import SUPERVISOR_LOG, Runner, StartTimeout
 from phalanx.server import orders
 from phalanx.server.submitting import bundles_dir
 from phalanx.spec.group import load_group_text
@@ -194,8 +195,26 @@ class Launcher:
         self._done(sub.id)
         log.info("experiment %s: supervisor pid %s started", sub.id, process.pid)
         self._await_start(run_dir, process)
+        self._reap_later(sub.id, process)
+
+    def resume(self, planned: Resume) -> None:
+        """Start the supervisor that resumes ``planned`` (its own process and session, as a submit's
+        is; it outlives the server) and return once it has reopened the experiment; it is reaped
+        when it ends. StartFailed (its supervisor's words) when it ended before that."""
+        exp_id = planned.options.experiment_id or ""
+        try:
+            submitted = self._runner().submit(
+                planned.spec, planned.options, cwd=planned.options.workdir, headline=f"resuming {exp_id}"
+            )
+        except StartTimeout as exc:  # still starting: reaped all the same
+            self._reap_later(exp_id, exc.process)
+            raise
+        log.info("experiment %s: resumed by supervisor pid %s", exp_id, submitted.process.pid)
+        self._reap_later(exp_id, submitted.process)
+
+    def _reap_later(self, experiment_id: str, process: subprocess.Popen[bytes]) -> None:
         threading.Thread(
-            target=self._reap, args=(sub.id, process), name=f"reap-{sub.id}", daemon=True
+            target=self._reap, args=(experiment_id, process), name=f"reap-{experiment_id}", daemon=True
         ).start()
 
     def _await_start(self, run_dir: Path, process: subprocess.Popen[bytes]) -> None:

@@ -112,6 +112,11 @@ class ExperimentPage(BaseModel):
     limit: int
 
 
+class ResumedOut(BaseModel):
+    id: str
+    status: str = Field(description="its status once its supervisor has reopened it (resuming, running...)")
+
+
 class StopOut(BaseModel):
     id: str
     status: str

@@ -163,6 +163,11 @@ class Store(Protocol):
     artifact_store: ArtifactStore | None
     """Where this store's files live (deleted with their experiment); None: the store keeps none."""
 
+    server_url: str | None
+    """The door: the URL of the Phalanx server whose API answers for this store
+    (``remote_store.RemoteStore``), None for a store on this machine (what a command reads where it
+    runs, on a laptop or on the server's own machine)."""
+
     def close(self) -> None:
         """Release connections. The store must not be used afterwards."""
         ...

@@ -97,6 +97,30 @@ def test_login_makes_the_server_the_default_and_local_keeps_this_machine(
     (here,) = [e["id"] for e in json.loads(r.stdout)]
     assert here != on_server and r.stderr == "phalanx: on this machine\n"
 
+    # rerun and resume after the login: on the server (its snapshot; its folder and checkpoint)
+    r = ok(phalanx(laptop, "rerun", on_server, "--param", "lr=0.3"))
+    assert r.stderr.splitlines()[0] == f"phalanx: on server {server.url}"
+    rerun_id = r.stdout.split()[0]
+    assert wait_done(laptop, rerun_id)["status"] == "succeeded"
+    assert rerun_id not in ok(phalanx(laptop, "ls", "--local")).stdout
+    r = ok(phalanx(laptop, "run", "-f", str(project / "exp.yml"), "--param", "hold=fail-once"))
+    failing = r.stdout.split()[0]
+    assert wait_done(laptop, failing)["status"] == "failed"
+    r = phalanx(laptop, "resume", on_server)  # succeeded: refused as on the server's machine
+    assert r.returncode == 2 and "(use `phalanx rerun` to run it again)" in r.stderr, r.stderr
+    r = ok(phalanx(laptop, "resume", failing[:8], "-o", "json"))
+    assert r.stderr.splitlines()[0] == f"phalanx: on server {server.url}"
+    assert json.loads(r.stdout)["id"] == failing
+    assert wait_done(laptop, failing)["status"] == "succeeded"  # from its checkpoint, on the server
+    attempts = json.loads(ok(phalanx(server.home, "get", failing, "-o", "json")).stdout)["attempts"]
+    assert [a["kind"] for a in attempts] == ["start", "resume"] and attempts[1]["checkpoint_step"] == 1
+    r = phalanx(laptop, "resume", here, "--local")  # this machine's: a succeeded one is not resumable
+    assert r.returncode == 2 and r.stderr.startswith("phalanx: on this machine\n"), r.stderr
+    assert "only a failed or stopped one can be resumed" in r.stderr
+    r = ok(phalanx(laptop, "delete", rerun_id, "--yes"))
+    assert r.stdout == f"deleted {rerun_id}\n" and r.stderr == f"phalanx: on server {server.url}\n"
+    assert phalanx(server.home, "get", rerun_id).returncode == 2  # gone from the server's store
+
     r = ok(phalanx(laptop, "logout"))
     assert not (laptop / "login.json").exists()
     r = ok(phalanx(laptop, "ls", "-o", "json"))
@@ -163,6 +187,14 @@ def test_every_read_and_control_command_prints_on_the_server_what_it_prints_ther
     assert "lr" in same("diff", a_id, b_id)
     same("diff", a_id, b_id, "-o", "json")
     assert "done training" in same("reports", a_id)
+    assert "latest" in same("checkpoints", a_id)
+    (saved,) = json.loads(same("checkpoints", a_id, "-o", "json"))["checkpoints"]
+    assert saved["step"] == 2 and saved["metrics"] == {"loss": pytest.approx(0.1 / 3)}
+    here_png, there_png = tmp_path / "here.png", tmp_path / "there.png"
+    ok(phalanx(server.home, "plot", a_id, "-o", str(here_png)))
+    r = ok(phalanx(laptop, "plot", a_id, "-o", str(there_png), *remote, token=TOKEN))
+    assert r.stderr == f"phalanx: on server {server.url}\n" and r.stdout == f"{there_png}\n"
+    assert there_png.read_bytes() == here_png.read_bytes()  # the server's loss curve, drawn here
     # the query: --where/--column (a rank's own column too) filtered by the server's run table
     query = ("--where", "param:lr > 0.15", "--column", "metric:last:loss@rank0", "--column", "param:lr")
     listed = same("ls", *query)
@@ -207,12 +239,19 @@ def test_every_read_and_control_command_prints_on_the_server_what_it_prints_ther
     while "hello from the script" not in phalanx(laptop, "logs", held_id, *remote, token=TOKEN).stdout:
         assert time.monotonic() < deadline, "the held experiment did not start within 120 s"
         time.sleep(0.5)
+    r = phalanx(laptop, "delete", held_id, "--yes", *remote, token=TOKEN)  # running: refused
+    assert r.returncode != 0 and "stop it before deleting it (nothing was deleted)" in r.stderr
     r = ok(phalanx(laptop, "stop", held_id, "--timeout", "180", *remote, token=TOKEN))
     assert r.stdout == f"experiment {held_id} stopped\n"
     assert (
         ok(phalanx(laptop, "stop", held_id, *remote, token=TOKEN)).stdout
         == f"experiment {held_id} already stopped\n"
     )
+    # delete: the same document on both doors, and the server's machine no longer holds either
+    here_doc = json.loads(ok(phalanx(server.home, "delete", a_id, "--yes", "-o", "json")).stdout)
+    there = ok(phalanx(laptop, "delete", b_id, held_id[:8], "--yes", "-o", "json", *remote, token=TOKEN))
+    assert here_doc == {"deleted": [a_id]} and json.loads(there.stdout) == {"deleted": [b_id, held_id]}
+    assert [e["id"] for e in json.loads(ok(phalanx(server.home, "ls", "-o", "json")).stdout)] == []
 
 
 def test_an_estimator_submitted_with_server_runs_there_and_wait_for_completion_follows_it(

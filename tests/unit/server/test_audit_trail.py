@@ -14,6 +14,7 @@ from fastapi.testclient import TestClient
 from phalanx.domain import ExperimentStatus
 from phalanx.machine.ledger import Capacity, Need
 from phalanx.queue import ledger_for
+from phalanx.runner.resuming import Resume
 from phalanx.server.app import create_app
 from phalanx.server.settings import ServerSettings
 from phalanx.store.accounts import Role
@@ -68,6 +69,28 @@ def _annotate(w: World) -> tuple[int, str, str, str | None]:
 def _stop(w: World) -> tuple[int, str, str, str | None]:
     r = w.client.post(f"{API}/experiments/{w.running}/stop", headers=w.auth())
     return r.status_code, "experiment.stop", w.running, None
+
+
+class FakeStart:
+    """Stands in for the launcher's start of a resuming supervisor (tests/unit starts no process;
+    tests/integration/server/test_remote_commands.py resumes one for real)."""
+
+    def __init__(self) -> None:
+        self.started: list[str | None] = []
+
+    def __call__(self, planned: Resume) -> None:
+        self.started.append(planned.options.experiment_id)
+
+
+def _resume(w: World) -> tuple[int, str, str, str | None]:
+    text = "version: 1\nkind: experiment\nrun:\n  cmd: python train.py\n"
+    failed = fill.experiment(w.store, project="A", status=ExperimentStatus.FAILED, spec_text=text).id
+    w.store.set_repro(failed, {"launch": {"file": "exp.yml", "workdir": str(w.settings.store.home)}})
+    start = FakeStart()
+    w.client.app.state.launcher.resume = start  # type: ignore[attr-defined]
+    r = w.client.post(f"{API}/experiments/{failed}/resume", headers=w.auth("editor_a"))
+    assert start.started == [failed], r.text
+    return r.status_code, "experiment.resume", failed, None
 
 
 def _delete(w: World) -> tuple[int, str, str, str | None]:
@@ -206,6 +229,7 @@ CALLS: dict[tuple[str, str], Call] = {
     ("POST", f"{API}/experiments"): _submit,
     ("PATCH", f"{API}/experiments/{{experiment_id}}"): _annotate,
     ("POST", f"{API}/experiments/{{experiment_id}}/stop"): _stop,
+    ("POST", f"{API}/experiments/{{experiment_id}}/resume"): _resume,
     ("DELETE", f"{API}/experiments/{{experiment_id}}"): _delete,
     ("POST", f"{API}/groups/{{group_id}}/stop"): _group_stop,
     ("PUT", f"{API}/projects/{{project}}/secrets/{{name}}"): _secret_set,

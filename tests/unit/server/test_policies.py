@@ -64,6 +64,7 @@ TABLE: dict[tuple[str, str], str] = {
     ("GET", "/api/v1/experiments/{experiment_id}/diff/{other_id}"): "experiment:viewer",
     ("PATCH", "/api/v1/experiments/{experiment_id}"): "experiment:editor",
     ("POST", "/api/v1/experiments/{experiment_id}/stop"): "experiment:editor",
+    ("POST", "/api/v1/experiments/{experiment_id}/resume"): "experiment:editor",
     ("PUT", "/api/v1/experiments/{experiment_id}/files/{path:path}"): "experiment:editor",
     ("POST", "/api/v1/experiments/{experiment_id}/attempts/next"): "experiment:editor",
     ("DELETE", "/api/v1/experiments/{experiment_id}"): "experiment:admin",

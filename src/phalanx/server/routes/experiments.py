@@ -1,15 +1,19 @@
-"""Experiments: search, detail, replicas, stop and delete."""
+"""Experiments: search, detail, replicas, stop, resume and delete."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Depends, Query, Request, Response
 
 from phalanx.domain import ExperimentStatus
+from phalanx.errors import Conflict
 from phalanx.ids import check_destructive
+from phalanx.runner.resuming import resume_of
+from phalanx.runner.running import StartFailed
 from phalanx.server.audit import describe, launched_by
+from phalanx.server.boxing import check_submitter, isolation_for
 from phalanx.server.control import request_stop
 from phalanx.server.deps import SettingsDep, StoreDep, experiment_of
 from phalanx.server.policy import policy, principal_of, typed_id
@@ -20,6 +24,7 @@ from phalanx.server.schemas import (
     ExperimentOut,
     ExperimentPage,
     ReplicaOut,
+    ResumedOut,
     StopOut,
     TextOut,
     experiment_out,
@@ -233,6 +238,30 @@ def stop_experiment(experiment_id: str, store: StoreDep, settings: SettingsDep, 
     describe(request, "experiment.stop", e.id, e.project)
     current = store.get_experiment(e.id)
     return StopOut(id=e.id, status=str(current.status), stop_requested=True, message=message)
+
+
+@router.post("/experiments/{experiment_id}/resume", response_model=ResumedOut)
+@policy("experiment:editor")
+def resume_experiment(
+    experiment_id: str, store: StoreDep, settings: SettingsDep, request: Request
+) -> ResumedOut:
+    """Continue a failed or stopped experiment as a new attempt of itself on this server's machine
+    (`phalanx resume ID` after `phalanx login`): its recorded file, params and folder, boxed as its
+    project's submits are, from its latest checkpoint; metrics continue on the same series.
+    Answered once its supervisor has reopened it. 409 unless it is failed or stopped (or a resume
+    of it is already starting); 400 when Phalanx cannot start it again (its folder gone, no
+    recorded launch)."""
+    check_submitter(settings.box, principal_of(request))  # it runs code, as a submit does
+    e = experiment_of(store, experiment_id)
+    planned = resume_of(store, e)
+    # boxed as its project's submits are now (as a clone is), not as its record says
+    box = isolation_for(settings.store, e.project)
+    try:
+        request.app.state.launcher.resume(replace(planned, options=replace(planned.options, isolation=box)))
+    except StartFailed as exc:  # e.g. a second resume of it, whose supervisor lost the race
+        raise Conflict(exc.text or str(exc)) from None
+    describe(request, "experiment.resume", e.id, e.project)
+    return ResumedOut(id=e.id, status=str(store.get_experiment(e.id).status))
 
 
 @router.delete("/experiments/{experiment_id}", status_code=204)

@@ -96,6 +96,7 @@ class SqlStore(AttemptBook, RecordReads, ManyReads, GroupBook, SubmissionBook):
     on open unless ``migrate`` is False. SQLAlchemy's errors never leave it (``errors.phalanx_errors``)."""
 
     artifact_store: ArtifactStore | None
+    server_url: str | None = None  # a store on this machine (``base.Store.server_url``)
 
     def __init__(self, url: str, artifacts: ArtifactStore | None = None, *, migrate: bool = True) -> None:
         self.engine = make_engine(url)
