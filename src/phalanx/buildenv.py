@@ -34,7 +34,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from phalanx import knobs
+from phalanx import horovod, knobs
 from phalanx.errors import NotFound, UsageError
 from phalanx.machine import box as boxes
 from phalanx.machine.box import Isolation
@@ -306,7 +306,7 @@ def _build(
             scratch = boxes.make_own_folder(venvs_dir / f"{target.name}.scratch", box)
             os.chmod(boxes.make_own_folder(target, box), 0o755)
             run = _Steps(
-                workdir, {**env, "HOME": str(scratch)}, logfile, _build_box(box, target, workdir, scratch)
+                workdir, {**env, "HOME": str(scratch)}, logfile, build_box(box, target, workdir, scratch)
             )
         run([sys.executable, "-m", "venv", str(target)], "creating the venv")
         pip = [str(target / "bin" / "python"), "-m", "pip", "install", "--no-input"]
@@ -337,17 +337,25 @@ def _build(
     log.info("environment %s ready in %.0f s", key, time.monotonic() - started)
 
 
-def _build_box(box: Isolation, target: Path, workdir: Path, scratch: Path) -> list[str]:
+def build_box(box: Isolation, target: Path, workdir: Path, scratch: Path) -> list[str]:
     """The box a build runs in: the venv being built and a scratch folder writable, the
-    experiment's folder, local package sources (PIP_FIND_LINKS) and pip's configuration read-only."""
+    experiment's folder, local package sources (PIP_FIND_LINKS), the wheels this machine built
+    (``_machine_wheels``) and pip's configuration read-only."""
     links = [p for p in os.environ.get("PIP_FIND_LINKS", "").split() if p.startswith("/")]
     layout = boxes.Layout(
         cwd=str(workdir),
         tmp=str(scratch),
         rw=(str(target), str(scratch)),
-        ro=(str(workdir), *boxes.interpreter_trees(), *links, *_pip_config()),
+        ro=(str(workdir), *boxes.interpreter_trees(), *links, *_machine_wheels(), *_pip_config()),
     )
     return boxes.box_argv(box, layout)
+
+
+def _machine_wheels() -> list[str]:
+    """The wheels Phalanx built on this machine (its wheels folder) and the one an admin named
+    (PHALANX_HOROVOD_WHEEL): framework: horovod installs one of them by its path."""
+    given = knobs.HOROVOD_WHEEL.value()
+    return [str(horovod.wheels_dir()), *([str(given)] if given else [])]
 
 
 def _pip_config() -> list[str]:

@@ -104,3 +104,20 @@ def test_root_writes_a_venvs_manifest_over_a_planted_link_not_through_it(tmp_pat
     assert target.read_text() == "untouched"
     assert not os.path.islink(tmp_path / "venv" / buildenv.MANIFEST)
     assert (tmp_path / "venv" / buildenv.MANIFEST).read_bytes() == b"{}"
+
+
+def test_a_boxed_build_reads_the_wheels_this_machine_built(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """framework: horovod installs the machine's Horovod wheel by its path: the build's box binds it."""
+    wheels = tmp_path / "wheels"
+    (wheels / "horovod-key").mkdir(parents=True)
+    given = tmp_path / "admin" / "horovod-0.28.1-cp311-cp311-linux_x86_64.whl"  # PHALANX_HOROVOD_WHEEL
+    given.parent.mkdir()
+    given.write_bytes(b"")
+    monkeypatch.setenv("PHALANX_WHEELS_DIR", str(wheels))
+    monkeypatch.setenv("PHALANX_HOROVOD_WHEEL", str(given))
+    argv = buildenv.build_box(ISO, tmp_path / "venv", tmp_path / "work", tmp_path / "scratch")
+    for path in (str(wheels), str(given)):
+        at = argv.index(path)
+        assert argv[at - 1 : at + 2] == ["--ro-bind", path, path]
