@@ -29,6 +29,7 @@ SDK_TOP_MODULES = (
     "machine/sysmetrics.py",
     "machine/proctree.py",
     "machine/limits.py",
+    "machine/cgroups.py",  # the reaper kills a boxed replica through its cgroup
     "domain.py",
     "knobs.py",
     # the local engine's reaper, which leads a replica's process group on a Ray node (ray_actor)

@@ -242,6 +242,8 @@ def add_dataset(
     ``project`` owns it (every version of a name is the same project's); ``shared``: every project
     may read it."""
     check_name(name, "dataset")
+    if not source.strip():
+        raise UsageError(f"dataset {name!r}: no source; give a folder, an fsspec URL or DATASTORE:sub/dir")
     check_owner(project, shared, f"dataset {name!r}")
     latest = _latest(store, name)
     if latest is not None and latest.project is not None and latest.project != project:

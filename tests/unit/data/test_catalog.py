@@ -92,6 +92,13 @@ def test_credentials_in_a_dataset_url_are_refused_and_not_echoed(store: Any) -> 
     assert catalog.list_datasets(store) == []
 
 
+def test_an_empty_source_is_refused_not_read_as_the_current_folder(store: Any) -> None:
+    with pytest.raises(UsageError) as caught:
+        catalog.add_dataset(store, "nothing", "  ")
+    assert "no source" in caught.value.message and exit_status(caught.value) == 2
+    assert catalog.list_datasets(store) == []
+
+
 def test_a_version_or_every_version_is_forgotten_and_the_bytes_stay(store: Any, folder: Path) -> None:
     catalog.add_dataset(store, "digits", str(folder))
     (folder / "extra.txt").write_text("more\n")

@@ -54,9 +54,13 @@ class DatastoreIn(BaseModel):
 class DatasetIn(BaseModel):
     name: str = Field(max_length=128)
     source: str = Field(
-        max_length=4096, description="DATASTORE:sub/dir of a datastore the project reads (an admin: any path)"
+        min_length=1,
+        max_length=4096,
+        description="DATASTORE:sub/dir of a datastore the project reads (an admin: any path)",
     )
-    copy_to: str | None = Field(None, max_length=128, description="a datastore of the project to copy into")
+    copy_to: str | None = Field(
+        None, min_length=1, max_length=128, description="a datastore of the project to copy into"
+    )
     project: str | None = None
     shared: bool = False
 
