@@ -355,7 +355,8 @@ def _machine_wheels() -> list[str]:
     """The wheels Phalanx built on this machine (its wheels folder) and the one an admin named
     (PHALANX_HOROVOD_WHEEL): framework: horovod installs one of them by its path."""
     given = knobs.HOROVOD_WHEEL.value()
-    return [str(horovod.wheels_dir()), *([str(given)] if given else [])]
+    paths = [str(horovod.wheels_dir()), *([str(given)] if given else [])]
+    return [p for p in paths if os.path.exists(p)]  # bubblewrap refuses to bind a missing path
 
 
 def _pip_config() -> list[str]:

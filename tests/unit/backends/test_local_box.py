@@ -121,3 +121,14 @@ def test_a_boxed_build_reads_the_wheels_this_machine_built(
     for path in (str(wheels), str(given)):
         at = argv.index(path)
         assert argv[at - 1 : at + 2] == ["--ro-bind", path, path]
+
+
+def test_a_boxed_build_on_a_machine_that_built_no_wheel_binds_none(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """bubblewrap refuses to bind a missing path: a fresh machine's build box names no wheels folder."""
+    missing = tmp_path / "no-wheels-yet"
+    monkeypatch.setenv("PHALANX_WHEELS_DIR", str(missing))
+    monkeypatch.delenv("PHALANX_HOROVOD_WHEEL", raising=False)
+    argv = buildenv.build_box(ISO, tmp_path / "venv", tmp_path / "work", tmp_path / "scratch")
+    assert str(missing) not in argv
