@@ -74,6 +74,19 @@ def details_json(e: Experiment, replicas: Sequence[Replica], now: float) -> dict
     }
 
 
+def metrics_json(found: Mapping[str, Mapping[str, Any]]) -> Metrics:
+    """``get_metrics()``: a store's series (``.steps``, ``.values``) by title and series name."""
+    return {
+        t: {s: {"steps": list(v.steps), "values": list(v.values)} for s, v in series.items()}
+        for t, series in found.items()
+    }
+
+
+def models_json(models: Iterable[Any]) -> list[dict[str, Any]]:
+    """``get_models()``: a store's model records (``ModelRecord``), each as ``saved_model_json``."""
+    return [saved_model_json(m.name, m.format, m.path, m.size, m.replica, m.metadata) for m in models]
+
+
 def saved_model_json(
     name: str, format: str, path: str, size: int, replica: str, metadata: Mapping[str, Any]
 ) -> dict[str, Any]:

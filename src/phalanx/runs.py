@@ -23,9 +23,10 @@ from phalanx.errors import PhalanxError
 from phalanx.run_api import (
     details_json,
     download_target,
+    metrics_json,
+    models_json,
     register_source,
     resolve_file,
-    saved_model_json,
     write_whole,
 )
 
@@ -130,18 +131,11 @@ class Run:
 
     def get_metrics(self, title: str | None = None) -> dict[str, dict[str, dict[str, list[float]]]]:
         """``{"loss": {"worker 00": {"steps": [...], "values": [...]}}}``, as `phalanx metrics -o json`."""
-        found = self._store.metrics(self.id, title=title)
-        return {
-            t: {s: {"steps": list(v.steps), "values": list(v.values)} for s, v in series.items()}
-            for t, series in found.items()
-        }
+        return metrics_json(self._store.metrics(self.id, title=title))
 
     def get_models(self) -> list[dict[str, Any]]:
         """The models the run saved (task.save_model): name, format, path, size, replica, metadata."""
-        return [
-            saved_model_json(m.name, m.format, m.path, m.size, m.replica, m.metadata)
-            for m in self._store.models(self.id)
-        ]
+        return models_json(self._store.models(self.id))
 
     def get_file_names(self) -> list[str]:
         """Every file stored for the run: artifacts and models, as paths download_file accepts."""
