@@ -35,6 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from phalanx import horovod, knobs
+from phalanx.buildprogress import BuildProgress
 from phalanx.errors import NotFound, UsageError
 from phalanx.machine import box as boxes
 from phalanx.machine.box import Isolation
@@ -91,13 +92,20 @@ def env_hash(build: Build, workdir: str | Path, box: Isolation | None = None) ->
     return _hash_of(_contents(build, Path(workdir), box))
 
 
-def ensure_env(build: Build, workdir: str | Path, venvs_dir: Path, box: Isolation | None = None) -> Path:
+def ensure_env(
+    build: Build,
+    workdir: str | Path,
+    venvs_dir: Path,
+    box: Isolation | None = None,
+    progress: BuildProgress | None = None,
+) -> Path:
     """Return the python of the venv `build` describes, building it on first use.
 
     With nothing to install, the interpreter running Phalanx is returned. Concurrent callers for
     the same environment wait for one build; a failed pip install raises UsageError with pip's last
     lines and publishes nothing. ``box``: build it in a box as that project's account (pip runs
     the packages' own build code), the build's log kept outside what the box may write.
+    ``progress``: told each step and pip's lines as they come (the experiment's console).
     """
     if not wants_env(build):
         return Path(sys.executable)
@@ -114,7 +122,7 @@ def ensure_env(build: Build, workdir: str | Path, venvs_dir: Path, box: Isolatio
         if python.exists():  # built by the process we waited for
             return python
         _sweep(venvs_dir, key)
-        _build(build, workdir, contents, key, venvs_dir, box)
+        _build(build, workdir, contents, key, venvs_dir, box, progress)
     return python
 
 
@@ -290,23 +298,35 @@ def _sweep(venvs_dir: Path, key: str) -> None:
 
 
 def _build(
-    build: Build, workdir: Path, contents: dict[str, object], key: str, venvs_dir: Path, box: Isolation | None
+    build: Build,
+    workdir: Path,
+    contents: dict[str, object],
+    key: str,
+    venvs_dir: Path,
+    box: Isolation | None,
+    progress: BuildProgress | None = None,
 ) -> None:
     started = time.monotonic()
     what = ", ".join([*build.pip_packages, *([f"-r {build.requirements}"] if build.requirements else [])])
     log.info("building environment %s (%s) ...", key, what or "build steps")
+    if progress is not None:
+        progress.note(f"building environment {key}: {what or 'build steps'}")
     target = Path(tempfile.mkdtemp(prefix=f".build-{key}-", dir=venvs_dir))
     # a boxed build's log stays where only root writes while the box runs (a box could plant a link)
     logfile = target / BUILD_LOG if box is None else venvs_dir / f"{target.name}.log"
     scratch: Path | None = None
     try:
         env = _build_environ(target, build.env_vars, box)
-        run = _Steps(workdir, env, logfile)
+        run = _Steps(workdir, env, logfile, progress)
         if box is not None:
             scratch = boxes.make_own_folder(venvs_dir / f"{target.name}.scratch", box)
             os.chmod(boxes.make_own_folder(target, box), 0o755)
             run = _Steps(
-                workdir, {**env, "HOME": str(scratch)}, logfile, build_box(box, target, workdir, scratch)
+                workdir,
+                {**env, "HOME": str(scratch)},
+                logfile,
+                progress,
+                build_box(box, target, workdir, scratch),
             )
         run([sys.executable, "-m", "venv", str(target)], "creating the venv")
         pip = [str(target / "bin" / "python"), "-m", "pip", "install", "--no-input"]
@@ -401,28 +421,42 @@ _PROXIES = ("http_proxy", "https_proxy", "no_proxy")
 
 @dataclass(frozen=True)
 class _Steps:
-    """Runs the build's steps in ``cwd`` with ``env``, output to ``logfile``, each inside ``box``
-    (an argv prefix; empty: as this process)."""
+    """Runs the build's steps in ``cwd`` with ``env``, output to ``logfile`` (and, as it comes, to
+    ``progress``), each inside ``box`` (an argv prefix; empty: as this process)."""
 
     cwd: Path
     env: Mapping[str, str]
     logfile: Path
+    progress: BuildProgress | None = None
     box: tuple[str, ...] | list[str] = ()
 
     def __call__(self, argv: list[str], what: str) -> None:
-        _step([*self.box, *argv], self.cwd, self.env, self.logfile, what)
+        _step([*self.box, *argv], self.cwd, self.env, self.logfile, what, self.progress)
 
 
-def _step(argv: list[str], cwd: Path, env: Mapping[str, str], logfile: Path, what: str) -> None:
+LOOK_SECONDS = 1.0  # how often a step's new output is passed on to ``progress``
+
+
+def _step(
+    argv: list[str],
+    cwd: Path,
+    env: Mapping[str, str],
+    logfile: Path,
+    what: str,
+    progress: BuildProgress | None = None,
+) -> None:
+    if progress is not None:
+        progress.step(what)
     with open(logfile, "ab") as out:
         out.write(f"$ {' '.join(argv)}\n".encode())
         out.flush()
+        seen = out.tell()  # pip's own lines start here
         try:
             proc = subprocess.Popen(argv, cwd=cwd, env=dict(env), stdout=out, stderr=subprocess.STDOUT)
         except OSError as exc:
             raise UsageError(f"building the environment: {what} could not start: {exc}") from None
         try:
-            code = proc.wait()
+            code = _wait(proc, logfile, seen, progress)
         except BaseException:  # Ctrl-C or SIGTERM: pip must not write on after we remove its folder
             proc.kill()
             proc.wait()
@@ -434,3 +468,26 @@ def _step(argv: list[str], cwd: Path, env: Mapping[str, str], logfile: Path, wha
             + "\n".join(f"  | {line}" for line in tail)
             + "\nFix the package names or versions in the experiment file's build section and run again."
         )
+
+
+def _wait(proc: subprocess.Popen[bytes], logfile: Path, seen: int, progress: BuildProgress | None) -> int:
+    """The step's exit status, passing on its output from byte ``seen`` of ``logfile`` as it comes
+    (whole lines; the rest at its end) and a heartbeat while it is silent."""
+    if progress is None:
+        return proc.wait()
+    while True:
+        try:
+            code: int | None = proc.wait(timeout=LOOK_SECONDS)
+        except subprocess.TimeoutExpired:
+            code = None
+        with open(logfile, "rb") as log_file:
+            log_file.seek(seen)
+            new = log_file.read()
+        whole = new if code is not None else new[: new.rfind(b"\n") + 1]
+        seen += len(whole)
+        if whole:
+            progress.output(whole.decode(errors="replace"))
+        if code is not None:
+            return code
+        if not whole:
+            progress.tick()

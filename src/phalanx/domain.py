@@ -189,6 +189,15 @@ DECLARED_PARAMS = "Declared"
 TRIAL_PARAMS = "Trial"
 DECLARED_SECTIONS = (DECLARED_PARAMS, TRIAL_PARAMS)
 
+# The console source of an environment build's lines (what pip installs, its heartbeat), read like a
+# replica's console before the replicas' own: `phalanx logs ID`, `logs -f`, the API, the UI.
+BUILD_CONSOLE = "build"
+
+
+def console_sources(replicas: Sequence[str]) -> list[str]:
+    """The names an experiment's console is read by, in order: its build's, then ``replicas``'."""
+    return [BUILD_CONSOLE, *(name for name in replicas if name != BUILD_CONSOLE)]
+
 
 class EventKind(StrEnum):
     """What a tracking event carries; the store has one write primitive, a batch of these."""

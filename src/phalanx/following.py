@@ -16,6 +16,7 @@ from collections.abc import Callable
 from typing import IO, Any, TypeVar
 
 from phalanx.apiclient import Client, Unavailable, quote
+from phalanx.domain import console_sources
 
 FOLLOW_RETRY_SECONDS = 300.0  # longer than a server restart with its database (docs/server-submit.md)
 POLL_SECONDS = 0.5
@@ -75,8 +76,8 @@ class ExperimentFollower:
     def _look(self, out: IO[str] | None) -> dict[str, Any]:
         details: dict[str, Any] = self.client.get(f"/experiments/{quote(self.experiment_id)}")
         if out is not None:
-            for replica in details.get("replicas") or []:
-                self._print_new(replica["name"], out)
+            for name in console_sources([r["name"] for r in details.get("replicas") or []]):
+                self._print_new(name, out)
         return details
 
     def _print_new(self, replica: str, out: IO[str]) -> None:

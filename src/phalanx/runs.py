@@ -18,7 +18,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
-from phalanx.domain import Experiment, ExperimentStatus
+from phalanx.domain import Experiment, ExperimentStatus, console_sources
 from phalanx.errors import PhalanxError
 from phalanx.run_api import (
     details_json,
@@ -246,7 +246,7 @@ class Run:
         return details
 
     def _print_new_lines(self, offsets: dict[str, int], stream: IO[str]) -> None:
-        for replica in [r.name for r in self._store.list_replicas(self.id)] or ["master"]:
+        for replica in console_sources([r.name for r in self._store.list_replicas(self.id)] or ["master"]):
             lines = self._store.logs(self.id, replica=replica, offset=offsets.get(replica, 0))
             for line in lines:
                 stream.write(f"[{line.replica}] {line.text}\n")

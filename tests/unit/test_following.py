@@ -1,5 +1,6 @@
-"""A follower of a server-run experiment outlives a server restart: it says so once, keeps its
-offsets (no console line twice, none missed) and ends with the experiment's status."""
+"""A follower of a server-run experiment (its build's console, then its replicas') outlives a server
+restart: it says so once, keeps its offsets (no console line twice, none missed) and ends with the
+experiment's status."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ class FakeServerClient(Client):
     def __init__(self) -> None:
         super().__init__("http://127.0.0.1:9", None)
         self.lines = ["epoch 1", "epoch 2"]
+        self.build = ["Successfully installed tinypkg-1.0"]  # the environment build's console
         self.status = "running"
         self.down = 0
 
@@ -26,10 +28,11 @@ class FakeServerClient(Client):
             self.down -= 1
             raise Unavailable("cannot reach the server at http://127.0.0.1:9 (connection refused)")
         if path.endswith("/logs"):
-            start = int(query["offset"])
+            start, source = int(query["offset"]), query["replica"]
+            lines = {"master": self.lines, "build": self.build}.get(source, [])
             return {
-                "lines": [{"replica": "master", "text": t} for t in self.lines[start:]],
-                "next_offset": len(self.lines),
+                "lines": [{"replica": source, "text": t} for t in lines[start:]],
+                "next_offset": len(lines),
             }
         return {"id": "e1", "status": self.status, "replicas": [{"name": "master"}]}
 
@@ -43,7 +46,9 @@ def test_a_follower_prints_every_line_once_across_a_restart_and_says_so() -> Non
     client.lines += ["epoch 3"]
     client.status = "succeeded"
     assert (follower.look(out) or {}).get("status") == "succeeded"
-    assert out.getvalue() == "[master] epoch 1\n[master] epoch 2\n[master] epoch 3\n"
+    assert out.getvalue() == (
+        "[build] Successfully installed tinypkg-1.0\n[master] epoch 1\n[master] epoch 2\n[master] epoch 3\n"
+    )
     lines = said.getvalue().splitlines()
     assert len(lines) == 2 and "still following experiment e1" in lines[0] and "answers again" in lines[1]
 

@@ -10,6 +10,7 @@ from typing import Any
 
 import typer
 
+from phalanx.domain import console_sources
 from phalanx.following import DONE, POLL_SECONDS
 from phalanx.remote_store import RemoteStore
 
@@ -35,7 +36,9 @@ def logs(store: RemoteStore, experiment_id: str, replica: str | None, follow: bo
     offsets: dict[str, int] = {}
     while True:
         done = store.get_experiment(experiment_id).status.done  # read before the lines: none is missed
-        names = [replica] if replica else [r.name for r in store.list_replicas(experiment_id)]
+        names = (
+            [replica] if replica else console_sources([r.name for r in store.list_replicas(experiment_id)])
+        )
         printed = 0
         for name in names:
             while True:

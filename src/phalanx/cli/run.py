@@ -433,6 +433,7 @@ def logs(
     """Print the console output of an experiment's replicas (as `[worker-1] line` without --replica)."""
     from phalanx.cli import remote_commands
     from phalanx.config import Settings
+    from phalanx.domain import console_sources
     from phalanx.errors import UsageError
     from phalanx.logins import choose
     from phalanx.store import open_store
@@ -446,18 +447,18 @@ def logs(
 
         remote = RemoteStore(client)
         exp = remote.get_experiment(experiment)
-        _check_replica(exp.id, replica, [r.name for r in remote.list_replicas(exp.id)])
+        _check_replica(exp.id, replica, console_sources([r.name for r in remote.list_replicas(exp.id)]))
         remote_commands.logs(remote, exp.id, replica, follow, output is Output.JSON)
         return
     store = open_store(settings)
     exp = store.get_experiment(experiment)
-    _check_replica(exp.id, replica, [r.name for r in store.list_replicas(exp.id)])
+    _check_replica(exp.id, replica, console_sources([r.name for r in store.list_replicas(exp.id)]))
     offsets: dict[str, int] = {}
     script_gone_at: float | None = None
     while True:
         done = store.get_experiment(exp.id).status.done  # read before the lines: none is missed
         _ingest(store, settings, exp.id)
-        names = [replica] if replica else [r.name for r in store.list_replicas(exp.id)]
+        names = [replica] if replica else console_sources([r.name for r in store.list_replicas(exp.id)])
         printed = 0
         for name in names:
             lines = store.logs(exp.id, replica=name, offset=offsets.get(name, 0))

@@ -24,6 +24,7 @@ from phalanx.store.lite import LiteReader, sqlite_path
 from phalanx.store.migrations import HEAD
 
 if TYPE_CHECKING:
+    from phalanx.buildprogress import BuildProgress
     from phalanx.domain import Experiment
     from phalanx.runner.forking import Forked
     from phalanx.spec.model import ExperimentSpec
@@ -73,11 +74,21 @@ class Runner:
         """What would start: plan, engine, dry run. Nothing built, written or started."""
         return self._prepare(spec, options, dry=True)
 
-    def prepare(self, spec: ExperimentSpec, options: LaunchOptions) -> Prepared:
-        """As ``dry_run``, with the experiment's environment built (it may take minutes)."""
-        return self._prepare(spec, options, dry=False)
+    def prepare(
+        self, spec: ExperimentSpec, options: LaunchOptions, progress: BuildProgress | None = None
+    ) -> Prepared:
+        """As ``dry_run``, with the experiment's environment built (it may take minutes; ``progress``
+        is told how it goes)."""
+        return self._prepare(spec, options, dry=False, progress=progress)
 
-    def _prepare(self, spec: ExperimentSpec, options: LaunchOptions, *, dry: bool) -> Prepared:
+    def _prepare(
+        self,
+        spec: ExperimentSpec,
+        options: LaunchOptions,
+        *,
+        dry: bool,
+        progress: BuildProgress | None = None,
+    ) -> Prepared:
         from phalanx.supervisor import prepare  # why: `run --detach`: no supervisor
 
         knobs.check()  # a malformed PHALANX_* knob is refused now, not by a supervisor minutes later
@@ -93,6 +104,7 @@ class Runner:
             dry=dry,
             launch=record,
             isolation=options.isolation,
+            progress=progress,
         )
 
     # -- here, to the end ------------------------------------------------------------------------
@@ -183,12 +195,18 @@ class Runner:
         observer: Observer | None,
         store: IngestStore | None,
     ) -> Prepared:
-        """``prepare`` (the build); a build that fails, or is interrupted, ends the experiment
-        recorded as building (failed, or stopped), with why."""
+        """``prepare`` (the build), its progress in the experiment's console (``BuildConsole``); a
+        build that fails, or is interrupted, ends the experiment recorded as building (failed, or
+        stopped), with why, after its last lines are stored."""
+        from phalanx.runner.buildconsole import BuildConsole  # why: `run --detach`: no ingest
+
+        spool_dir = self.settings.spool_dir / (options.experiment_id or "")
+        console = BuildConsole(options.experiment_id or "", observer, store, spool_dir)
         started = time.monotonic()
         try:
-            prepared = self.prepare(spec, options)
+            prepared = self.prepare(spec, options, console.progress)
         except BaseException as exc:
+            console.close()
             if store is not None and options.experiment_id is not None:
                 from phalanx.domain import ExperimentStatus  # why: `run --detach`: no domain model
 
@@ -200,7 +218,8 @@ class Runner:
                 )
             raise
         if store is not None:
-            _say(observer, f"environment ready in {time.monotonic() - started:.0f} s")
+            console.progress.note(f"environment ready in {time.monotonic() - started:.0f} s")
+        console.close()
         return prepared
 
     # -- detached ----------------------------------------------------------------------------------

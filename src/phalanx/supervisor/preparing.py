@@ -17,6 +17,7 @@ from phalanx.backends.base import Backend, DryRun, LaunchContext
 from phalanx.backends.dry_runs import LocalDryRun
 from phalanx.backends.registry import get_backend
 from phalanx.backends.slurm import require_shared_dir
+from phalanx.buildprogress import BuildProgress
 from phalanx.checkpoints import policy_env
 from phalanx.clusters import get_cluster
 from phalanx.config import Settings
@@ -62,24 +63,28 @@ def interpreter(
     build: bool = True,
     venvs_dir: Path | None = None,
     isolation: Isolation | None = None,
+    progress: BuildProgress | None = None,
 ) -> str:
     """The experiment's python: its build venv (built on first use unless ``build`` is False), else
     the interpreter running Phalanx. ``venvs_dir``: where venvs live (a cluster's shared folder).
     ``isolation``: a boxed experiment's venv is its project's own (``<venvs>/boxes/<account>``),
-    built in a box as that account (pip runs the packages' own code)."""
+    built in a box as that account (pip runs the packages' own code). ``progress``: told how the
+    build goes (the experiment's console; else the terminal and the log)."""
     venvs = venvs_dir or settings.venvs_dir
     if isolation is not None:
         venvs = venvs / "boxes" / isolation.account
     if plan.framework is Framework.HOROVOD:
-        plan = replace(plan, build=with_horovod(plan.build, workdir, venvs, build))
+        plan = replace(plan, build=with_horovod(plan.build, workdir, venvs, build, progress))
     if not buildenv.wants_env(plan.build):
         return sys.executable
     if not build:  # dry run: where the venv is or would be, without building it
         return str(venvs / buildenv.env_hash(plan.build, workdir, isolation) / "bin" / "python")
-    return str(buildenv.ensure_env(plan.build, workdir, venvs, box=isolation))
+    return str(buildenv.ensure_env(plan.build, workdir, venvs, box=isolation, progress=progress))
 
 
-def with_horovod(build_spec: Build, workdir: str, venvs: Path, build: bool = True) -> Build:
+def with_horovod(
+    build_spec: Build, workdir: str, venvs: Path, build: bool = True, progress: BuildProgress | None = None
+) -> Build:
     """The experiment's build plus Horovod: its torch pin (this machine's default when it names none)
     and the Horovod wheel built for it (built once per machine, see ``phalanx.horovod``)."""
     pin = horovod.torch_pin_of(build_spec.pip_packages)
@@ -92,7 +97,9 @@ def with_horovod(build_spec: Build, workdir: str, venvs: Path, build: bool = Tru
     if build:
         tools = Build(pip_packages=(f"torch=={pin}", *horovod.BUILD_PACKAGES))
         wheel = horovod.ensure_wheel(
-            pin, lambda: buildenv.ensure_env(tools, workdir, venvs), progress=_progress
+            pin,
+            lambda: buildenv.ensure_env(tools, workdir, venvs, progress=progress),
+            progress=_progress if progress is None else progress.note,
         )
     else:
         wheel = horovod.expected_wheel(pin)
@@ -186,8 +193,10 @@ def prepare(
     dry: bool = False,
     launch: Mapping[str, Any] | None = None,
     isolation: Isolation | None = None,
+    progress: BuildProgress | None = None,
 ) -> Prepared:
     """Plan, pick the engine, build the venv (unless ``dry``) and dry-run: nothing started or stored.
+    ``progress``: told how the build goes (``BuildProgress``: the experiment's console).
     ``isolation``: box it (a server's submission: the local engine's box, a Slurm job as the
     project's account, a hardened Kubernetes pod; its venv built in a box here).
 
@@ -223,6 +232,7 @@ def prepare(
         build=not (dry or on_nodes),
         venvs_dir=shared / "venvs" if shared else None,
         isolation=boxed,
+        progress=progress,
     )
     env = tracking_env(exp_id, settings, python, dry=dry, sdk_root=shared, isolation=boxed)
     env.update(policy_env(plan.checkpoints))
