@@ -54,6 +54,11 @@ def test_replicas_run_in_the_build_venv_and_report_through_phalanx(
     assert len(venvs) == 1
     logs = phalanx_cli("logs", exp_id)
     assert f"prefix {venvs[0]}" in logs.stdout, logs.stdout + logs.stderr
+    # the build's progress is the experiment's console, before the replicas' lines
+    build = [line for line in logs.stdout.splitlines() if line.startswith("[build] ")]
+    assert any("Successfully installed tinypkg-1.0" in line for line in build), logs.stdout
+    assert build[-1].startswith("[build] environment ready in "), logs.stdout
+    assert logs.stdout.splitlines()[: len(build)] == build, logs.stdout
     metrics = json.loads(phalanx_cli("metrics", exp_id, "-o", "json").stdout)
     assert {s: v["values"] for s, v in metrics["isolated"].items()} == {"master": [1.0], "worker-0": [1.0]}
     assert metrics["tinypkg"]["master"]["values"] == [1.0]
@@ -66,6 +71,9 @@ def test_a_package_pip_cannot_find_is_refused_with_pip_words_and_nothing_left(
     done = phalanx("run", "-f", str(path), timeout=300)
     assert done.returncode == 2, done.stdout + done.stderr
     assert "No matching distribution found for surely-not-a-package-phalanx" in done.stderr
+    # the foreground run printed pip's lines as they came, as the console's source `build`
+    assert "[build] pip install of build.pip_packages" in done.stdout, done.stdout
+    assert "[build] ERROR: No matching distribution found" in done.stdout, done.stdout
     assert "Traceback" not in done.stderr
     venvs = phalanx_home / "venvs"
     assert [p.name for p in venvs.iterdir() if not p.name.endswith(".lock")] == []
@@ -73,6 +81,8 @@ def test_a_package_pip_cannot_find_is_refused_with_pip_words_and_nothing_left(
     (failed,) = json.loads(phalanx_cli("ls", "-o", "json").stdout)
     assert failed["status"] == "failed", failed
     assert "No matching distribution found" in failed["reason"], failed
+    logs = phalanx_cli("logs", failed["id"])  # pip's words are in its console too, stored before its end
+    assert "[build] ERROR: No matching distribution found" in logs.stdout, logs.stdout + logs.stderr
 
 
 def test_an_experiment_exists_before_its_environment_is_built_and_detach_does_not_wait_for_it(
