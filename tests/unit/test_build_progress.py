@@ -4,15 +4,21 @@ the lines in the store under the source ``build`` while the build runs, exactly 
 
 from __future__ import annotations
 
+import io
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from phalanx.buildprogress import HEARTBEAT_SECONDS, BuildProgress
-from phalanx.domain import BUILD_CONSOLE, ExperimentStatus, console_sources
+from phalanx.config import Settings
+from phalanx.domain import BUILD_CONSOLE, ExperimentStatus, Replica, Role, console_sources
 from phalanx.ingest import Ingester
 from phalanx.runner.buildconsole import BuildConsole
+from phalanx.runs import Run
+from phalanx.spool import SpoolWriter
+from phalanx.store import open_store
 from phalanx.store.artifacts import ArtifactStore
 from phalanx.store.sql import SqlStore
 
@@ -104,3 +110,27 @@ def test_build_lines_are_in_the_store_while_it_builds_once_and_the_spool_is_tidi
     texts = [line.text for line in store.logs(exp.id, replica=BUILD_CONSOLE)]
     assert texts == ["Collecting tinypkg", "Successfully installed tinypkg-1.0", "environment ready in 3 s"]
     assert list(spool.glob("*.spool")) == []  # the store's copy is the one kept
+
+
+def test_wait_for_completion_shows_the_build_before_the_replicas(phalanx_home: Path) -> None:
+    """``run.wait_for_completion(show_output=True)``: the build's lines, then the replicas'."""
+    settings = Settings()
+    store = open_store(settings)
+    exp = store.create_experiment(
+        name="e",
+        project="default",
+        experiment_id="e1",
+        status=ExperimentStatus.BUILDING,
+        replicas=[Replica("e1", "master", Role.MASTER, 0, 0)],
+    )
+    console = BuildConsole(exp.id, None, store, settings.spool_dir / exp.id)
+    console.progress.output("Successfully installed tinypkg-1.0\n")
+    console.close()
+    replica = SpoolWriter(settings.spool_dir / exp.id, experiment_id=exp.id)
+    replica.log("epoch 1\n")
+    replica.close()
+    Ingester(store, None, settings.spool_dir / exp.id).run_once()
+    store.update_experiment(exp.id, status=ExperimentStatus.SUCCEEDED, finished_at=time.time())
+    out = io.StringIO()
+    Run(exp.id, settings=settings).wait_for_completion(show_output=True, output=out)
+    assert out.getvalue() == "[build] Successfully installed tinypkg-1.0\n[master] epoch 1\n"
