@@ -33,6 +33,7 @@ import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import IO
 
 from phalanx import horovod, knobs
 from phalanx.buildprogress import BuildProgress
@@ -59,6 +60,7 @@ def torch_pin() -> str:
 # pip options an entry of build.pip_packages may carry: where packages come from, nothing else
 PIP_SOURCE_OPTIONS = ("--extra-index-url", "--index-url", "--find-links", "--pre")
 TAIL_LINES = 25
+LOOK_SECONDS = 1.0  # how often a step's new output (or a lock's release) is looked for, with ``progress``
 
 # ==2.13.0, ==2.13.0+cu126, ===2.13.0+cpu: one exact version, with or without a local build label
 _EXACT_PIN = re.compile(r"===?[0-9][0-9A-Za-z.!]*(\+[0-9A-Za-z.]+)?")
@@ -118,7 +120,7 @@ def ensure_env(
     if python.exists():
         return python
     venvs_dir.mkdir(parents=True, exist_ok=True)
-    with _locked(venvs_dir / f".{key}.lock", key):
+    with _locked(venvs_dir / f".{key}.lock", key, progress):
         if python.exists():  # built by the process we waited for
             return python
         _sweep(venvs_dir, key)
@@ -275,17 +277,33 @@ def _check_torch_pinned(packages: list[str], requirements: str | None, req_file:
 
 
 @contextlib.contextmanager
-def _locked(lock_path: Path, key: str) -> Iterator[None]:
+def _locked(lock_path: Path, key: str, progress: BuildProgress | None = None) -> Iterator[None]:
+    """Hold the build lock of environment ``key``; while another process holds it, wait (telling
+    ``progress``, with its heartbeat, that this experiment waits for that build)."""
     with open(lock_path, "a+") as handle:
         try:
             fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             log.info("environment %s is being built by another process; waiting for it", key)
-            fcntl.flock(handle, fcntl.LOCK_EX)
+            if progress is None:
+                fcntl.flock(handle, fcntl.LOCK_EX)
+            else:
+                progress.step(f"waiting for another experiment's build of environment {key}")
+                while not _try_lock(handle):
+                    progress.tick()
+                    time.sleep(LOOK_SECONDS)
         try:
             yield
         finally:
             fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def _try_lock(handle: IO[str]) -> bool:
+    try:
+        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return False
+    return True
 
 
 def _sweep(venvs_dir: Path, key: str) -> None:
@@ -432,9 +450,6 @@ class _Steps:
 
     def __call__(self, argv: list[str], what: str) -> None:
         _step([*self.box, *argv], self.cwd, self.env, self.logfile, what, self.progress)
-
-
-LOOK_SECONDS = 1.0  # how often a step's new output is passed on to ``progress``
 
 
 def _step(

@@ -111,6 +111,8 @@ def test_an_experiment_exists_before_its_environment_is_built_and_detach_does_no
         fcntl.flock(lock, fcntl.LOCK_UN)
     logs = phalanx_cli("logs", exp_id, "--follow")
     assert "prefix" in logs.stdout, logs.stdout + logs.stderr
+    # its console said what it waited for (another build of the same venv), then built it
+    assert f"[build] waiting for another experiment's build of environment {key}" in logs.stdout, logs.stdout
     (ended,) = json.loads(phalanx_cli("ls", "-o", "json").stdout)
     assert ended["status"] == "succeeded", ended
     log = (phalanx_home / "runs" / exp_id / "supervisor.log").read_text()
