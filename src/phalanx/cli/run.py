@@ -419,7 +419,12 @@ def logs(
     experiment: Annotated[str, typer.Argument(metavar="ID", help="Experiment id (or a unique prefix).")],
     replica: Annotated[
         str | None,
-        typer.Option("--replica", "-r", metavar="REPLICA", help="Only this replica (e.g. worker-1)."),
+        typer.Option(
+            "--replica",
+            "-r",
+            metavar="REPLICA",
+            help="Only this replica (e.g. worker-1), or build: the environment build's lines.",
+        ),
     ] = None,
     follow: Annotated[
         bool, typer.Option("--follow", "-f", help="Keep printing until the experiment ends.")

@@ -17,24 +17,28 @@ from typing import TYPE_CHECKING
 from phalanx.buildprogress import BuildProgress
 from phalanx.domain import BUILD_CONSOLE
 from phalanx.ingest import Ingester
+from phalanx.runner.observers import PlainObserver
 from phalanx.spool import ACK_SUFFIX, SpoolWriter
+from phalanx.supervisor.outcome import Shielded
 
 if TYPE_CHECKING:
     from phalanx.store.base import IngestStore
-    from phalanx.supervisor import Observer
+    from phalanx.supervisor.outcome import Observer
 
 log = logging.getLogger(__name__)
 
 
 class BuildConsole:
-    """``observer``: the terminal (None: stderr); ``store``: the experiment's store once it is
-    recorded as building (None: the terminal only); ``spool_dir``: the experiment's spool folder.
-    Thread-safe (a Horovod build reports from its own ticker thread)."""
+    """``observer``: the terminal (None: stderr; a closed one stops the echo, never the build);
+    ``store``: the experiment's store once it is recorded as building (None: the terminal only);
+    ``spool_dir``: the experiment's spool folder. Thread-safe (a Horovod build reports from its own
+    ticker thread)."""
 
     def __init__(
         self, experiment_id: str, observer: Observer | None, store: IngestStore | None, spool_dir: Path
     ) -> None:
-        self.observer = observer
+        # without one, stderr, as the runner's own notes without an observer
+        self.observer = Shielded(observer or PlainObserver(sys.stderr))
         self.store = store
         self._lock = threading.Lock()
         self.spool: SpoolWriter | None = None
@@ -51,12 +55,7 @@ class BuildConsole:
         line the store cannot take now stays in the spool for the supervisor's ingester)."""
         with self._lock:
             for text in lines:
-                if self.observer is None:  # as the runner's own notes without an observer
-                    sys.stderr.write(f"[{BUILD_CONSOLE}] {text}\n")
-                else:
-                    self.observer.line(BUILD_CONSOLE, text)
-            if self.observer is None:
-                sys.stderr.flush()
+                self.observer.line(BUILD_CONSOLE, text)
             if self.spool is None or self.ingester is None:
                 return
             try:

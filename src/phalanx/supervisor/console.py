@@ -20,7 +20,7 @@ if TYPE_CHECKING:
 
 class Console:
     """``spool``: the supervisor's own stream of the experiment's spool; ``observer``: the terminal
-    (its failures are its own: see ``outcome._Shielded``); ``liveness``: told of every line (output
+    (its failures are its own: see ``outcome.Shielded``); ``liveness``: told of every line (output
     is progress), when the hang check is on. ``lost``: console lines the spool could not take (the
     outcome says how many)."""
 

@@ -54,7 +54,7 @@ class LoggingObserver:
         log.info("%s", text)
 
 
-class _Shielded:
+class Shielded:
     """An observer whose failures are its own: a terminal closed under ``phalanx run ... | head``
     (EPIPE), hung up (EIO) or a full disk behind a redirect must stop the echo, never the
     supervisor, which still writes every line to the spool. The first failure is logged, then the

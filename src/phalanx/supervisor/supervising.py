@@ -37,7 +37,7 @@ from phalanx.supervisor.clock import RunClock
 from phalanx.supervisor.console import Console
 from phalanx.supervisor.liveness import StallNotices, watchdog
 from phalanx.supervisor.opener import LazyStore
-from phalanx.supervisor.outcome import PID_FILE, LoggingObserver, Observer, Outcome, _Shielded
+from phalanx.supervisor.outcome import PID_FILE, LoggingObserver, Observer, Outcome, Shielded
 from phalanx.supervisor.preparing import Prepared, ingester_here
 from phalanx.supervisor.recording import Recorder, replicas_of
 from phalanx.supervisor.stopping import StopRequests
@@ -93,7 +93,7 @@ class Supervisor:
         self.run_dir = settings.runs_dir / self.id
         self.spool_dir = settings.spool_dir / self.id
         self.replicas = replicas_of(prepared)
-        self.observer: Observer = _Shielded(observer or LoggingObserver())
+        self.observer: Observer = Shielded(observer or LoggingObserver())
         self.store = LazyStore(store)
         self.liveness = watchdog(
             prepared.plan.stall,

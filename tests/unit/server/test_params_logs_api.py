@@ -1,6 +1,6 @@
 from fastapi.testclient import TestClient
 
-from phalanx.domain import EventKind, ExperimentStatus
+from phalanx.domain import BUILD_CONSOLE, EventKind, ExperimentStatus
 from phalanx.store.base import Store
 from tests.unit.server import fill
 
@@ -49,6 +49,18 @@ def test_stream_of_a_finished_experiment_sends_every_line_then_ends(client: Test
     kinds = [k for k, _ in events]
     assert kinds.count("line") == 3 and kinds[-1] == "end"
     assert any('"rank 1 ready"' in d and '"stderr"' in d for _, d in events)
+
+
+def test_stream_sends_the_environment_builds_lines_too(client: TestClient, store: Store) -> None:
+    """The UI's console of an experiment whose environment was built: pip's lines (source
+    ``build``, not a replica) come in the stream as the replicas' do."""
+    e = fill.experiment(store, status=ExperimentStatus.SUCCEEDED)
+    fill.log_lines(store, e.id, BUILD_CONSOLE, ["Successfully installed tinypkg-1.0"])
+    fill.log_lines(store, e.id, "master", ["done"])
+    with client.stream("GET", f"/api/v1/experiments/{e.id}/logs/stream") as r:
+        events = _events(r.read().decode())
+    texts = [d for k, d in events if k == "line"]
+    assert len(texts) == 2 and any('"Successfully installed tinypkg-1.0"' in d for d in texts), texts
 
 
 def test_stream_of_one_replica_starts_at_the_offset(client: TestClient, store: Store) -> None:

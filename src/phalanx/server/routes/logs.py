@@ -18,7 +18,7 @@ from fastapi import APIRouter, Query, Request
 from fastapi.responses import StreamingResponse
 from starlette.concurrency import run_in_threadpool
 
-from phalanx.domain import console_sources
+from phalanx.domain import BUILD_CONSOLE, console_sources
 from phalanx.server.deps import SettingsDep, StoreDep, experiment_of
 from phalanx.server.policy import policy
 from phalanx.server.schemas import LogLineOut, LogsOut
@@ -134,10 +134,10 @@ class _Follower:
         """New lines since the last poll, and whether the experiment was done before reading them."""
         done = self.store.get_experiment(self.experiment_id).status.done
         if not self.replica:
-            names = set(console_sources([r.name for r in self.store.list_replicas(self.experiment_id)]))
-            if not self.offsets and not names:
-                names = {line.replica for line in self.store.logs(self.experiment_id, limit=BATCH)}
-            for name in names:
+            names = [r.name for r in self.store.list_replicas(self.experiment_id)]
+            if not names and set(self.offsets) <= {BUILD_CONSOLE}:  # no replica known yet
+                names = sorted({line.replica for line in self.store.logs(self.experiment_id, limit=BATCH)})
+            for name in console_sources(names):
                 self.offsets.setdefault(name, 0)
         new: list[LogLine] = []
         for name, start in sorted(self.offsets.items()):
