@@ -56,7 +56,7 @@ def test_replicas_run_in_the_build_venv_and_report_through_phalanx(
     assert f"prefix {venvs[0]}" in logs.stdout, logs.stdout + logs.stderr
     # the build's progress is the experiment's console, before the replicas' lines
     build = [line for line in logs.stdout.splitlines() if line.startswith("[build] ")]
-    assert any("Successfully installed tinypkg-1.0" in line for line in build), logs.stdout
+    assert sum("Successfully installed tinypkg-1.0" in line for line in build) == 1, logs.stdout  # once
     assert build[-1].startswith("[build] environment ready in "), logs.stdout
     assert logs.stdout.splitlines()[: len(build)] == build, logs.stdout
     metrics = json.loads(phalanx_cli("metrics", exp_id, "-o", "json").stdout)
