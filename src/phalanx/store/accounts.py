@@ -14,6 +14,7 @@ import hashlib
 import re
 import secrets
 import time
+from dataclasses import dataclass
 from enum import IntEnum
 from typing import TYPE_CHECKING, Any
 
@@ -69,6 +70,15 @@ def check_name(kind: str, name: str) -> str:
             "starting with a letter or digit"
         )
     return name
+
+
+@dataclass(frozen=True)
+class RefusedToken:
+    """A personal token the server knows but did not accept, and why."""
+
+    user: str
+    disabled: bool  # its user's account is disabled
+    expired_at: float | None  # when it expired; None when it has not
 
 
 class Accounts:
@@ -148,6 +158,19 @@ class Accounts:
         if not token.startswith(TOKEN_PREFIX):
             return None
         return accounts.user_of_token(self._engine, token_sha256(token), time.time())
+
+    def refused_token(self, token: str) -> RefusedToken | None:
+        """Why a token that was not accepted was refused, as far as the store knows (an expired one,
+        a disabled user's); None for one never issued, or revoked (a revoked token's row is gone)."""
+        if not token.startswith(TOKEN_PREFIX):
+            return None
+        held = accounts.held_token(self._engine, token_sha256(token))
+        if held is None:
+            return None
+        user = accounts.get_user(self._engine, held.user)
+        ends = held.expires_at
+        expired_at = float(ends) if ends is not None and float(ends) <= time.time() else None
+        return RefusedToken(held.user, user is None or user.disabled, expired_at)
 
     # -- projects ----------------------------------------------------------------------------------
     def add_project(self, name: str) -> None:
