@@ -120,7 +120,10 @@ class StoreError(PhalanxError):
     code = "store_error"
 
 
-# Exit statuses for the CLI: 2 is the user's mistake, 1 is a failure that is not.
+# Exit statuses for the CLI: 2 is the user's mistake, 1 is a failure that is not (an experiment that
+# failed), 69 a server that could not be reached or cannot serve now (``phalanx.apiclient.Unavailable``:
+# sysexits.h's EX_UNAVAILABLE), so a script tells "it failed" from "nobody was there to ask".
+UNAVAILABLE_EXIT = 69
 EXIT_STATUS: dict[str, int] = {
     "usage": 2,
     "invalid_spec": 2,
@@ -130,6 +133,7 @@ EXIT_STATUS: dict[str, int] = {
     "unauthorized": 2,
     "missing_extra": 2,
     "backend_unavailable": 1,
+    "unavailable": UNAVAILABLE_EXIT,
     "store_error": 1,
     "error": 1,
 }
@@ -144,6 +148,7 @@ HTTP_STATUS: dict[str, int] = {
     "unauthorized": 401,
     "missing_extra": 501,
     "backend_unavailable": 503,
+    "unavailable": 503,
     "store_error": 500,
     "error": 500,
 }

@@ -336,7 +336,7 @@ class SecurityMiddleware:
 
     def _refused(self, scope: Scope, given: str) -> Any:
         """The 401 for a bearer token that was sent and not accepted, saying why as far as this
-        server knows (docs/teams.md, "When a token is refused"): a disabled account, an expired
+        server knows (docs/server-submit.md, "When the server says no"): a disabled account, an expired
         token, else one not valid here (wrong; revoked, whose row is gone; or the server's token
         since rotated), with how to log in again at the URL the client used."""
         known = self.accounts.refused_token(given) if self.accounts is not None else None
