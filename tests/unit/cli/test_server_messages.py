@@ -31,7 +31,10 @@ TOKEN = "the-servers-token-0123456789"
 def server_url(tmp_path: Path, phalanx_home: Path) -> Iterator[str]:
     """A token-guarded server with its own home (not the CLI's), on a socket bound here."""
     settings = ServerSettings(
-        store=Settings(home=tmp_path / "server-home"), token=TOKEN, allowed_hosts=["127.0.0.1", "localhost"], launch_workers=0
+        store=Settings(home=tmp_path / "server-home"),
+        token=TOKEN,
+        allowed_hosts=["127.0.0.1", "localhost"],
+        launch_workers=0,
     )
     store = open_store(settings.store)
     listener = socket.create_server(("127.0.0.1", 0))
@@ -105,5 +108,7 @@ def test_a_server_nobody_answers_at_is_its_own_exit_status_with_the_way_back_to_
     assert named.stderr.splitlines()[-1] == (
         f"error: cannot reach the server at {url} (Connection refused); `--local` works on this machine"
     )
-    assert logging_in.stderr == f"error: cannot reach the server at {url} (Connection refused); nothing was stored\n"
+    assert logging_in.stderr == (
+        f"error: cannot reach the server at {url} (Connection refused); nothing was stored\n"
+    )
     assert logins.load(phalanx_home) == logins.Login(url, TOKEN)  # the failed login changed nothing
