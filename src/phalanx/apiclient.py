@@ -21,7 +21,16 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from phalanx.errors import Conflict, NotFound, PhalanxError, Problem, SpecError, Unauthorized, UsageError
+from phalanx.errors import (
+    AccountDisabled,
+    Conflict,
+    NotFound,
+    PhalanxError,
+    Problem,
+    SpecError,
+    Unauthorized,
+    UsageError,
+)
 
 TIMEOUT = 120.0  # one request's socket timeout (a submit is answered once it is written: seconds)
 # A submit is retried with its Idempotency-Key while the server cannot be reached or answers that it
@@ -140,8 +149,8 @@ class Client:
         unavailable one) and where a refused token came from."""
         if isinstance(error, Unavailable):
             return Unavailable(error.message, error.retry_after, self.instead)
-        if not isinstance(error, Unauthorized):
-            return error
+        if not isinstance(error, Unauthorized) or isinstance(error, AccountDisabled):
+            return error  # (a disabled account: logging in again would not help)
         if self.token is None:
             return Unauthorized(
                 f"{error}: log in with `phalanx login {self.url} --token TOKEN` (or --user NAME), or set"
@@ -269,6 +278,8 @@ class Client:
                 "/tokens",
                 {"username": username, "password": password, "name": name, "expires_days": expires_days},
             )
+        except AccountDisabled:  # the right password, of a disabled account: the server said so
+            raise
         except Unauthorized:  # a wrong password, or a server with one shared token guarding every route
             raise UsageError(
                 f"the server at {self.url} refused {username!r} with that password; a server without "
@@ -336,7 +347,9 @@ def _error(exc: urllib.error.HTTPError) -> PhalanxError:
     if code == "invalid_spec":
         # each line is already `FILE:LINE:COL: path: message` as the server's loader wrote it
         return SpecError([Problem(line) for line in message.splitlines()])
-    if exc.code == 401:  # the server says which: no token, a refused one, a disabled account
+    if code == "account_disabled":
+        return AccountDisabled(message)
+    if exc.code == 401:  # the server says which: no token sent, or the one sent refused
         return Unauthorized(message)
     if exc.code == 413:
         return UsageError(f"the server refused the code bundle: {message}")

@@ -95,6 +95,20 @@ class Unauthorized(PhalanxError):
     code = "unauthorized"
 
 
+class AccountDisabled(Unauthorized):
+    """The user is known (a token of theirs, or their right password) but their account is disabled."""
+
+    code = "account_disabled"
+
+
+def account_disabled(user: str) -> AccountDisabled:
+    """Why a disabled user's password, token or session is refused, and who can change that."""
+    return AccountDisabled(
+        f"the account {user!r} is disabled on this server, so its password, tokens and sessions are refused:"
+        f" ask a server admin to enable it again (`phalanx admin user enable {user}` on the server's machine)"
+    )
+
+
 class BackendUnavailable(PhalanxError):
     """An engine (Slurm, Kubernetes, mpirun) cannot be reached or is not installed."""
 
@@ -131,6 +145,7 @@ EXIT_STATUS: dict[str, int] = {
     "conflict": 2,
     "quota_exceeded": 2,
     "unauthorized": 2,
+    "account_disabled": 2,
     "missing_extra": 2,
     "backend_unavailable": 1,
     "unavailable": UNAVAILABLE_EXIT,
@@ -146,6 +161,7 @@ HTTP_STATUS: dict[str, int] = {
     "conflict": 409,
     "quota_exceeded": 429,  # Too Many Requests: the project's queue is full; a later submit may pass
     "unauthorized": 401,
+    "account_disabled": 401,
     "missing_extra": 501,
     "backend_unavailable": 503,
     "unavailable": 503,

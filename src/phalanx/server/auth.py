@@ -33,6 +33,7 @@ from urllib.parse import quote, urlsplit
 import anyio.to_thread
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from phalanx.errors import account_disabled
 from phalanx.server.outages import RETRY_AFTER_SECONDS, OutageLog, unavailable
 from phalanx.server.policy import EVERYBODY, NOBODY, Principal
 from phalanx.server.sessions import BearerThrottle, Sessions
@@ -321,7 +322,8 @@ class SecurityMiddleware:
             if given:
                 return self._refused(scope, given)
             if live and session_user is not None:  # a session of an account disabled since
-                return _json(401, "unauthorized", disabled(session_user), [(b"www-authenticate", b"Bearer")])
+                refused = account_disabled(session_user)
+                return _json(401, refused.code, refused.message, [(b"www-authenticate", b"Bearer")])
             return _json(
                 401,
                 "unauthorized",
@@ -341,7 +343,8 @@ class SecurityMiddleware:
         since rotated), with how to log in again at the URL the client used."""
         known = self.accounts.refused_token(given) if self.accounts is not None else None
         if known is not None and known.disabled:
-            return _json(401, "unauthorized", disabled(known.user), INVALID_TOKEN)
+            refused = account_disabled(known.user)
+            return _json(401, refused.code, refused.message, INVALID_TOKEN)
         url = f"{scope.get('scheme', 'http')}://{_header(scope, b'host') or 'HOST'}"
         team = self.team_admin() is not None
         if known is not None and known.expired_at is not None:
@@ -407,14 +410,6 @@ class SecurityMiddleware:
         if referer:
             return urlsplit(referer).netloc.lower() == _header(scope, b"host").strip().lower()
         return True
-
-
-def disabled(user: str) -> str:
-    """Why a disabled user's token or session is refused, and who can change that."""
-    return (
-        f"the account {user!r} is disabled on this server, so its tokens and sessions are refused: ask a"
-        f" server admin to enable it again (`phalanx admin user enable {user}` on the server's machine)"
-    )
 
 
 def default_allowed_hosts(bind: str) -> list[str]:

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import Engine
 
-from phalanx.errors import NotFound, UsageError
+from phalanx.errors import NotFound, UsageError, account_disabled
 from phalanx.extras import require
 from phalanx.store.sql import accounts
 
@@ -121,15 +121,19 @@ class Accounts:
             raise NotFound(f"no user {name!r}; list them with 'phalanx admin user ls'")
 
     def authenticate(self, name: str, password: str) -> str | None:
-        """The user's name when the password is right and the account enabled; else None. A wrong
-        name costs the same hashing time as a wrong password (no user enumeration by timing)."""
+        """The user's name when the password is right and the account enabled; None for a wrong
+        name or password; AccountDisabled when the password is right but the account disabled
+        (only the password's owner learns that). A wrong name costs the same hashing time as a
+        wrong password (no user enumeration by timing)."""
         found = accounts.get_user(self._engine, name) if NAME.fullmatch(name) else None
         hasher = _hasher()
         if found is None or found.password_hash is None:
             hasher.verify(password, _DUMMY_HASH.get(hasher))
             return None
-        if not hasher.verify(password, found.password_hash) or found.disabled:
+        if not hasher.verify(password, found.password_hash):
             return None
+        if found.disabled:
+            raise account_disabled(found.name)
         return found.name
 
     def first_admin(self) -> str | None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import socket
 import threading
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -22,13 +23,21 @@ from phalanx.errors import UNAVAILABLE_EXIT
 from phalanx.server.app import create_app
 from phalanx.server.settings import ServerSettings
 from phalanx.store import open_store
+from phalanx.store.accounts import Accounts
+from phalanx.store.base import Store
 from tests.support.cli import phalanx_cli
 
 TOKEN = "the-servers-token-0123456789"
 
 
+@dataclass(frozen=True)
+class Served:
+    url: str
+    store: Store
+
+
 @pytest.fixture
-def server_url(tmp_path: Path, phalanx_home: Path) -> Iterator[str]:
+def served(tmp_path: Path, phalanx_home: Path) -> Iterator[Served]:
     """A token-guarded server with its own home (not the CLI's), on a socket bound here."""
     settings = ServerSettings(
         store=Settings(home=tmp_path / "server-home"),
@@ -45,7 +54,7 @@ def server_url(tmp_path: Path, phalanx_home: Path) -> Iterator[str]:
         while not server.started:  # start-up is a few ms of work; the thread says when it is done
             assert serving.is_alive(), "the server did not start"
             threading.Event().wait(0.01)
-        yield f"http://127.0.0.1:{listener.getsockname()[1]}"
+        yield Served(f"http://127.0.0.1:{listener.getsockname()[1]}", store)
     finally:
         server.should_exit = True
         serving.join(timeout=30)
@@ -54,8 +63,9 @@ def server_url(tmp_path: Path, phalanx_home: Path) -> Iterator[str]:
 
 
 def test_a_wrong_token_at_login_is_told_it_was_refused_and_nothing_is_stored(
-    server_url: str, phalanx_home: Path
+    served: Served, phalanx_home: Path
 ) -> None:
+    server_url = served.url
     done = phalanx_cli("login", server_url, "--token", "not-the-token")
     assert done.returncode == 2, done.stderr
     assert done.stderr == (
@@ -68,8 +78,9 @@ def test_a_wrong_token_at_login_is_told_it_was_refused_and_nothing_is_stored(
 
 
 def test_a_stored_token_the_server_no_longer_takes_says_how_to_log_in_again(
-    server_url: str, phalanx_home: Path
+    served: Served, phalanx_home: Path
 ) -> None:
+    server_url = served.url
     logins.save(phalanx_home, logins.Login(server_url, "the-token-before-it-was-rotated"))
     done = phalanx_cli("ls")
     assert done.returncode == 2, done.stderr
@@ -87,6 +98,24 @@ def test_a_stored_token_the_server_no_longer_takes_says_how_to_log_in_again(
     assert f"log in with `phalanx login {server_url.replace('127.0.0.1', 'localhost')} --token TOKEN`" in (
         other.stderr
     )
+
+
+@pytest.mark.filterwarnings("ignore::getpass.GetPassWarning")  # the password comes on stdin, no terminal
+def test_a_disabled_account_is_told_so_at_login_and_after_it(served: Served, phalanx_home: Path) -> None:
+    accounts = Accounts(served.store)
+    accounts.add_user("root", "root-password-1", admin=True)  # a team server
+    accounts.add_user("ada", "ada-password-1")
+    assert phalanx_cli("login", served.url, "--user", "ada", input="ada-password-1\n").returncode == 0
+    accounts.set_disabled("ada", True)
+    said = (
+        "error: the account 'ada' is disabled on this server, so its password, tokens and sessions are"
+        " refused: ask a server admin to enable it again (`phalanx admin user enable ada` on the server's"
+        " machine)"
+    )
+    after = phalanx_cli("ls")  # the token the login stored: logging in again would not help
+    assert after.returncode == 2 and after.stderr.splitlines()[-1] == said, after.stderr
+    again = phalanx_cli("login", served.url, "--user", "ada", input="ada-password-1\n")
+    assert again.returncode == 2 and again.stderr.splitlines()[-1] == said, again.stderr
 
 
 def test_a_server_nobody_answers_at_is_its_own_exit_status_with_the_way_back_to_this_machine(

@@ -72,10 +72,10 @@ LOG_IN_AGAIN = (
 )
 
 
-def refusal(r: httpx.Response) -> str:
+def refusal(r: httpx.Response, error: str = "unauthorized") -> str:
     """The message of a 401 that refused a token sent: RFC 6750's invalid_token."""
     assert r.status_code == 401 and r.headers["www-authenticate"] == 'Bearer error="invalid_token"', r.text
-    assert r.json()["error"] == "unauthorized"
+    assert r.json()["error"] == error
     return str(r.json()["message"])
 
 
@@ -115,14 +115,21 @@ def test_a_disabled_users_tokens_are_refused_at_once(client: TestClient, account
     client.post("/login", data={"username": "ada", "password": PASSWORD, "next": "/"})  # a session too
     accounts.set_disabled("ada", True)
     said = (
-        "the account 'ada' is disabled on this server, so its tokens and sessions are refused: ask a"
-        " server admin to enable it again (`phalanx admin user enable ada` on the server's machine)"
+        "the account 'ada' is disabled on this server, so its password, tokens and sessions are refused:"
+        " ask a server admin to enable it again (`phalanx admin user enable ada` on the server's machine)"
     )
-    assert refusal(client.get("/api/v1/experiments", headers=bearer(token))) == said
+    assert refusal(client.get("/api/v1/experiments", headers=bearer(token)), "account_disabled") == said
     by_session = client.get("/api/v1/experiments")
-    assert by_session.status_code == 401 and by_session.json()["message"] == said
+    assert by_session.status_code == 401 and by_session.json() == {
+        "error": "account_disabled",
+        "message": said,
+    }
     r = client.post("/api/v1/tokens", json={"username": "ada", "password": PASSWORD, "name": "again"})
-    assert r.status_code == 401
+    assert r.status_code == 401 and r.json() == {"error": "account_disabled", "message": said}
+    r = client.post("/api/v1/tokens", json={"username": "ada", "password": "wrong-one", "name": "again"})
+    assert r.status_code == 401 and "disabled" not in r.text  # a wrong password learns nothing
+    form = client.post("/login", data={"username": "ada", "password": PASSWORD, "next": "/"})
+    assert form.status_code == 401 and "This account is disabled: ask a server admin" in form.text
 
 
 def test_the_login_form_takes_an_account(client: TestClient) -> None:
