@@ -21,7 +21,16 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from phalanx.errors import Conflict, NotFound, PhalanxError, Problem, SpecError, Unauthorized, UsageError
+from phalanx.errors import (
+    AccountDisabled,
+    Conflict,
+    NotFound,
+    PhalanxError,
+    Problem,
+    SpecError,
+    Unauthorized,
+    UsageError,
+)
 
 TIMEOUT = 120.0  # one request's socket timeout (a submit is answered once it is written: seconds)
 # A submit is retried with its Idempotency-Key while the server cannot be reached or answers that it
@@ -38,11 +47,24 @@ class ServerError(PhalanxError):
 
 class Unavailable(ServerError):
     """The server could not be reached, or answered that it cannot serve now (502, 503, 504):
-    a request that is safe to repeat may be tried again later (``retry_after``: its hint, seconds)."""
+    a request that is safe to repeat may be tried again later (``retry_after``: its hint, seconds).
+    Its own exit status (``phalanx.errors.EXIT_STATUS``): not 1, which says an experiment failed.
+    ``instead``: what works without the server (the client's, e.g. "`--local` works on this
+    machine"), said after the message when the command gives up, not in each "retrying" line."""
 
-    def __init__(self, message: str, retry_after: float | None = None) -> None:
+    code = "unavailable"
+
+    def __init__(self, message: str, retry_after: float | None = None, instead: str | None = None) -> None:
         super().__init__(message)
         self.retry_after = retry_after
+        self.instead = instead
+
+    def __str__(self) -> str:
+        return f"{self.message}; {self.instead}" if self.instead else self.message
+
+    def again(self, message: str) -> Unavailable:
+        """The same outage told with ``message`` (a follower or a submit that gave up on it)."""
+        return Unavailable(message, self.retry_after, self.instead)
 
 
 def read_token(token_file: Path | None, env_token: str | None) -> str | None:
@@ -69,12 +91,24 @@ def check_url(url: str, option: str = "--server") -> str:
 class Client:
     """The API of the server at ``url`` (``/api/v1`` is added), with ``token`` as its bearer."""
 
-    def __init__(self, url: str, token: str | None, say: Callable[[str], None] | None = None) -> None:
+    def __init__(
+        self,
+        url: str,
+        token: str | None,
+        say: Callable[[str], None] | None = None,
+        *,
+        instead: str | None = None,
+        stored: bool = False,
+    ) -> None:
         """``say``: where a line such as "the server is unreachable; retrying" goes (the CLI's
-        stderr); None: nowhere."""
+        stderr); None: nowhere. ``instead``: what works without this server, told when it cannot
+        be reached ("`--local` works on this machine"). ``stored``: ``token`` is the one `phalanx
+        login` stored, so a refused one is answered with how to log in again."""
         self.url = check_url(url)
         self.token = token
         self.say = say
+        self.instead = instead
+        self.stored = stored
 
     def raw(
         self, method: str, path: str, body: bytes | None = None, headers: Mapping[str, str] | None = None
@@ -84,7 +118,7 @@ class Client:
             try:
                 data = resp.read()
             except OSError as exc:  # the connection lost while the answer came
-                raise Unavailable(f"cannot reach the server at {self.url} ({exc})") from None
+                raise self._unreachable(exc) from None
             return resp.status, data, resp.headers.get("Content-Type", "")
 
     def open(
@@ -100,9 +134,34 @@ class Client:
         try:
             return urllib.request.urlopen(req, timeout=TIMEOUT)
         except urllib.error.HTTPError as exc:
-            raise _error(exc) from None
+            raise self._refusal(_error(exc)) from None
         except (OSError, ValueError) as exc:
-            raise Unavailable(f"cannot reach the server at {self.url} ({exc})") from None
+            raise self._unreachable(exc) from None
+
+    def _unreachable(self, exc: OSError | ValueError) -> Unavailable:
+        """A connection refused, a name not resolved, a timeout: one line naming the server."""
+        reason = getattr(exc, "reason", exc)  # a URLError's own socket error
+        why = reason.strerror if isinstance(reason, OSError) and reason.strerror else str(reason)
+        return Unavailable(f"cannot reach the server at {self.url} ({why})", instead=self.instead)
+
+    def _refusal(self, error: PhalanxError) -> PhalanxError:
+        """The server's error, with what only this side knows: what works without the server (an
+        unavailable one) and where a refused token came from."""
+        if isinstance(error, Unavailable):
+            return Unavailable(error.message, error.retry_after, self.instead)
+        if not isinstance(error, Unauthorized) or isinstance(error, AccountDisabled):
+            return error  # (a disabled account: logging in again would not help)
+        if self.token is None:
+            return Unauthorized(
+                f"{error}: log in with `phalanx login {self.url} --token TOKEN` (or --user NAME), or set"
+                " PHALANX_TOKEN, or pass --token-file"
+            )
+        if self.stored:
+            return Unauthorized(
+                f"{error} (the refused token is the one `phalanx login` stored; `phalanx logout` forgets"
+                " it, and commands then work on this machine)"
+            )
+        return error
 
     def request(
         self, method: str, path: str, body: bytes | None = None, headers: Mapping[str, str] | None = None
@@ -197,13 +256,13 @@ class Client:
                 left = deadline - time.monotonic()
                 if left <= 0:
                     key = headers.get("Idempotency-Key")
-                    raise Unavailable(
-                        f"{exc}; gave up after retrying for {SUBMIT_RETRY_SECONDS:.0f} s. Submitting"
-                        f" again with the same Idempotency-Key ({key}) cannot start it twice"
+                    raise exc.again(
+                        f"{exc.message}; gave up after retrying for {SUBMIT_RETRY_SECONDS:.0f} s."
+                        f" Submitting again with the same Idempotency-Key ({key}) cannot start it twice"
                     ) from None
                 if not said and self.say is not None:
                     self.say(
-                        f"{exc}; retrying for up to {SUBMIT_RETRY_SECONDS:.0f} s with the same"
+                        f"{exc.message}; retrying for up to {SUBMIT_RETRY_SECONDS:.0f} s with the same"
                         " Idempotency-Key (a retry never starts it twice)"
                     )
                     said = True
@@ -219,6 +278,8 @@ class Client:
                 "/tokens",
                 {"username": username, "password": password, "name": name, "expires_days": expires_days},
             )
+        except AccountDisabled:  # the right password, of a disabled account: the server said so
+            raise
         except Unauthorized:  # a wrong password, or a server with one shared token guarding every route
             raise UsageError(
                 f"the server at {self.url} refused {username!r} with that password; a server without "
@@ -286,11 +347,10 @@ def _error(exc: urllib.error.HTTPError) -> PhalanxError:
     if code == "invalid_spec":
         # each line is already `FILE:LINE:COL: path: message` as the server's loader wrote it
         return SpecError([Problem(line) for line in message.splitlines()])
-    if exc.code == 401:
-        return Unauthorized(
-            f"{message}: log in with `phalanx login URL --token TOKEN` (or set PHALANX_TOKEN, "
-            "or pass --token-file) with the server's token"
-        )
+    if code == "account_disabled":
+        return AccountDisabled(message)
+    if exc.code == 401:  # the server says which: no token sent, or the one sent refused
+        return Unauthorized(message)
     if exc.code == 413:
         return UsageError(f"the server refused the code bundle: {message}")
     if isinstance(code, str) and code in _BY_CODE:

@@ -95,6 +95,20 @@ class Unauthorized(PhalanxError):
     code = "unauthorized"
 
 
+class AccountDisabled(Unauthorized):
+    """The user is known (a token of theirs, or their right password) but their account is disabled."""
+
+    code = "account_disabled"
+
+
+def account_disabled(user: str) -> AccountDisabled:
+    """Why a disabled user's password, token or session is refused, and who can change that."""
+    return AccountDisabled(
+        f"the account {user!r} is disabled on this server, so its password, tokens and sessions are refused:"
+        f" ask a server admin to enable it again (`phalanx admin user enable {user}` on the server's machine)"
+    )
+
+
 class BackendUnavailable(PhalanxError):
     """An engine (Slurm, Kubernetes, mpirun) cannot be reached or is not installed."""
 
@@ -120,7 +134,10 @@ class StoreError(PhalanxError):
     code = "store_error"
 
 
-# Exit statuses for the CLI: 2 is the user's mistake, 1 is a failure that is not.
+# Exit statuses for the CLI: 2 is the user's mistake, 1 is a failure that is not (an experiment that
+# failed), 69 a server that could not be reached or cannot serve now (``phalanx.apiclient.Unavailable``:
+# sysexits.h's EX_UNAVAILABLE), so a script tells "it failed" from "nobody was there to ask".
+UNAVAILABLE_EXIT = 69
 EXIT_STATUS: dict[str, int] = {
     "usage": 2,
     "invalid_spec": 2,
@@ -128,8 +145,10 @@ EXIT_STATUS: dict[str, int] = {
     "conflict": 2,
     "quota_exceeded": 2,
     "unauthorized": 2,
+    "account_disabled": 2,
     "missing_extra": 2,
     "backend_unavailable": 1,
+    "unavailable": UNAVAILABLE_EXIT,
     "store_error": 1,
     "error": 1,
 }
@@ -142,8 +161,10 @@ HTTP_STATUS: dict[str, int] = {
     "conflict": 409,
     "quota_exceeded": 429,  # Too Many Requests: the project's queue is full; a later submit may pass
     "unauthorized": 401,
+    "account_disabled": 401,
     "missing_extra": 501,
     "backend_unavailable": 503,
+    "unavailable": 503,
     "store_error": 500,
     "error": 500,
 }

@@ -45,11 +45,13 @@ class Patience:
             now = time.monotonic()
             if self._down_since is None:
                 self._down_since = now
-                self.say(f"phalanx: {exc}; still following {self.what}, for up to {self.seconds:.0f} s\n")
+                self.say(
+                    f"phalanx: {exc.message}; still following {self.what}, for up to {self.seconds:.0f} s\n"
+                )
             elif now - self._down_since > self.seconds:
-                raise Unavailable(
-                    f"{exc}; stopped following {self.what} after {self.seconds:.0f} s (it runs on the"
-                    " server regardless: `phalanx get` shows how it ends)"
+                raise exc.again(
+                    f"{exc.message}; stopped following {self.what} after {self.seconds:.0f} s (it runs on"
+                    " the server regardless: `phalanx get` shows how it ends)"
                 ) from None
             return None
         if self._down_since is not None:

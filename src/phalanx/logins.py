@@ -95,13 +95,17 @@ def choose(
     settings: Settings | None = None,
     *,
     say: bool = True,
+    local_option: str | None = "`--local`",
 ) -> Client | None:
     """The server's client, or None for this machine; says which on stderr once a server is in play
     (a login stored, or ``server``/``local`` given), so nobody reads a laptop's store believing it is
     the team's. The CLI's ``--server``/``--local`` and ``phalanx.search_experiments`` both ask here.
 
     The token: ``token_file``, else PHALANX_TOKEN, else the stored login's (for its own URL only:
-    a token is never sent to a server it was not given for)."""
+    a token is never sent to a server it was not given for).
+
+    ``local_option``: how the caller says "this machine" (`--local`, ``local=True``), named when the
+    server cannot be reached, with `phalanx logout` when the server is the login's."""
     from phalanx.apiclient import (  # why: `phalanx ls` runs without urllib.request
         Client,
         check_url,
@@ -117,8 +121,14 @@ def choose(
             say_door(None)
         return None
     url = check_url(server) if server is not None else check_url(login.url if login else "")
-    stored = login.token if login is not None and check_url(login.url) == url else None
-    client = Client(url, read_token(token_file, settings.token) or stored, say=_stderr)
+    logged_in = login is not None and check_url(login.url) == url
+    stored = login.token if login is not None and logged_in else None
+    given = read_token(token_file, settings.token)
+    ways = [f"{local_option} works on this machine"] if local_option else []
+    if logged_in:  # the login's server: forgetting it is the other way back to this machine
+        ways.append("`phalanx logout` to forget the server")
+    instead = ", or ".join(ways) or None
+    client = Client(url, given or stored, say=_stderr, instead=instead, stored=not given and bool(stored))
     if say:
         say_door(client.url)
     return client

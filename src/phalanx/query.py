@@ -83,7 +83,7 @@ def search_experiments(
         raise UsageError(f"search_experiments: status {status!r} is not one of {choices}") from None
     base = ExperimentFilter(status=wanted_status, project=project, group_id=group)
     if store is None:
-        client = choose(server, local, say=False)
+        client = choose(server, local, say=False, local_option="`local=True`")
         if client is not None:  # the server filters: only the matches cross the network
             remote = RemoteStore(client)
             page, values = remote.table(replace(base, offset=0, limit=MAX_SCAN), where_texts, list(columns))

@@ -432,7 +432,8 @@ def test_the_overview_shows_attempts_checkpoints_and_source(
     }
     store.write_events([Event(exp, EventKind.ARTIFACT, data, stream="e2e-ckpt", seq=0)])
     n = store.add_attempt(exp, kind="start")
-    store.finish_attempt(exp, n, status=ExperimentStatus.FAILED, reason="worker-0 exited with code 137")
+    reason = "worker-0 exited with code 137; last lines of its log:\n  epoch 3\n  Killed"
+    store.finish_attempt(exp, n, status=ExperimentStatus.FAILED, reason=reason)
     m = store.add_attempt(exp, kind="restart", checkpoint_step=3)
     store.finish_attempt(exp, m, status=ExperimentStatus.SUCCEEDED)
     store.set_repro(
@@ -445,5 +446,11 @@ def test_the_overview_shows_attempts_checkpoints_and_source(
     assert "loss=0.25" in page.locator("#checkpoints").inner_text()
     restart = page.locator('#attempts tr[data-kind="restart"]').inner_text()
     assert "from step 3" in restart and "succeeded" in restart
+    start = page.locator("#attempts td.reason").filter(has_text="code 137").inner_text()
+    assert start.splitlines() == [
+        "worker-0 exited with code 137; last lines of its log:",
+        "  epoch 3",
+        "  Killed",
+    ]
     assert "git 0123456789ab (main) + uncommitted changes" in page.locator("#source").inner_text()
     shot(page, "20-run-details")

@@ -84,8 +84,8 @@ def check(
         sys.stderr.write(f"note: {note}\n")
     from phalanx.machine import limits
 
-    size = limits.size_note([(r.name, r.resources, r.processes) for r in plan.replicas], limits.machine())
-    if size:
+    replicas = [(r.name, r.resources, r.processes) for r in plan.replicas]
+    for size in limits.size_notes(replicas, limits.machine()):
         sys.stderr.write(f"note: {size}\n")
     if output is Output.JSON:
         doc = plan.to_json()

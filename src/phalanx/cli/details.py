@@ -59,8 +59,12 @@ def run_details_text(details: dict[str, Any]) -> list[str]:
         out += ["", "attempts:"]
         for a in attempts:
             step = f" from checkpoint step {a['checkpoint_step']}" if a["checkpoint_step"] is not None else ""
-            why = f" ({a['reason'].splitlines()[0]})" if a.get("reason") else ""
+            # a failed replica's reason ends with its last lines ("...; last lines of its log:" and
+            # one line each): the first goes on the attempt's line, the rest under it
+            first, *rest = (a.get("reason") or "").splitlines() or [""]
+            why = f" ({first.rstrip(':')})" if first else ""
             out.append(f"  {a['number']}  {a['kind']}{step}: {a['status']}{why}{_code_note(a)}")
+            out += [f"     {line}" for line in rest]
     pods = details.get("pod_attempts") or {}
     if pods:  # pods Kubernetes restarted by itself: each start asked the server for its attempt
         out += ["", "pod attempts: " + ", ".join(f"{name} {n}" for name, n in pods.items())]

@@ -15,6 +15,8 @@ import typer
 
 from phalanx.cli.app import app
 
+NOTHING_STORED = "nothing was stored"
+
 
 @app.command("login")
 def login(
@@ -41,7 +43,7 @@ def login(
     from phalanx import logins
     from phalanx.apiclient import Client, check_url, read_token
     from phalanx.config import Settings
-    from phalanx.errors import UsageError
+    from phalanx.errors import Unauthorized, UsageError
 
     url = check_url(url, "URL")
     ways = (("--token", token), ("--token-file", token_file), ("--user", user))
@@ -52,7 +54,7 @@ def login(
         raise UsageError("--token: the token is empty")
     settings = Settings()
     secret = token.strip() if token is not None else read_token(token_file, settings.token)
-    client = Client(url, secret)
+    client = Client(url, secret, instead=NOTHING_STORED)
     if user is not None:
         import getpass
 
@@ -60,8 +62,11 @@ def login(
         if not password:
             raise UsageError("no password given; nothing was stored")
         secret = client.new_token(user, password, f"phalanx login from {socket.gethostname()}", expires_days)
-        client = Client(url, secret)
-    client.get("/experiments", limit=1)  # the URL and the token work, before anything is stored
+        client = Client(url, secret, instead=NOTHING_STORED)
+    try:
+        client.get("/experiments", limit=1)  # the URL and the token work, before anything is stored
+    except Unauthorized as exc:  # the server said why: no token, a refused one, a disabled account
+        raise Unauthorized(f"{exc}; {NOTHING_STORED}") from None
     file = logins.save(settings.home, logins.Login(url, secret))
     how = "with a token" if secret else "without a token"
     sys.stderr.write(

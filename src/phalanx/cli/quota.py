@@ -40,7 +40,11 @@ def _client(server: str, token_file: Path | None) -> Client:
     from phalanx.cli.remote import Client, read_token
     from phalanx.logins import say_door
 
-    client = Client(server, read_token(token_file, os.environ.get("PHALANX_TOKEN")))
+    client = Client(
+        server,
+        read_token(token_file, os.environ.get("PHALANX_TOKEN")),
+        instead="without --server it acts on this machine's quotas",
+    )
     say_door(client.url)
     return client
 

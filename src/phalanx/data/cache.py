@@ -14,12 +14,15 @@ import contextlib
 import fcntl
 import os
 import shutil
+import socket
+import sys
 import time
 import uuid
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
+from phalanx.errors import UsageError
 from phalanx.store.manifest import Manifest, copy_file, filesystem
 
 CACHE_MAX_AGE = 7 * 24 * 3600.0
@@ -77,11 +80,29 @@ def _download(
     fs, base = filesystem(manifest.url, credentials)
     local, _ = filesystem(str(folder))
     folder.mkdir(parents=True)
-    for entry in manifest.files:
-        target = folder / entry.path
-        target.parent.mkdir(parents=True, exist_ok=True)
-        copy_file(fs, f"{base.rstrip('/')}/{entry.path}", entry, local, str(target), what)
-        target.chmod(0o444)  # read-only: inputs are never changed in place
+    try:
+        for entry in manifest.files:
+            target = folder / entry.path
+            target.parent.mkdir(parents=True, exist_ok=True)
+            copy_file(fs, f"{base.rstrip('/')}/{entry.path}", entry, local, str(target), what)
+            target.chmod(0o444)  # read-only: inputs are never changed in place
+    except Exception as exc:
+        if not missing_credentials(exc):
+            raise
+        raise UsageError(
+            f"{what}: no credentials to read {manifest.url} on {socket.gethostname()} ({exc}); give this"
+            " machine (a cluster's nodes: each of them) AWS credentials: AWS_ACCESS_KEY_ID and"
+            " AWS_SECRET_ACCESS_KEY, AWS_PROFILE, an instance role, or AWS_SHARED_CREDENTIALS_FILE naming"
+            " a file it can read (the experiment file's env:)"
+        ) from None
+
+
+def missing_credentials(exc: BaseException) -> bool:
+    """Whether ``exc`` is the S3 client's "no credentials" (none, or half of a pair, found):
+    botocore's, loaded only once an s3:// URL was opened, so nothing is imported to ask."""
+    errors = sys.modules.get("botocore.exceptions")
+    kinds = (errors.NoCredentialsError, errors.PartialCredentialsError) if errors is not None else ()
+    return isinstance(exc, kinds)
 
 
 def collect(home: Path, max_age: float = CACHE_MAX_AGE, now: float | None = None) -> list[str]:

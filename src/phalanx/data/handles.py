@@ -46,7 +46,7 @@ def open_where(where: Where) -> Catalog:
         settings = where
     else:
         settings = Settings(home=Path(where).expanduser())
-    return open_catalog(choose(None, False, settings=settings, say=False), settings)
+    return open_catalog(choose(None, False, settings=settings, say=False, local_option=None), settings)
 
 
 @dataclass(frozen=True)

@@ -24,10 +24,12 @@ Nothing is imported here until the script imports TensorBoard's writer itself; s
 from __future__ import annotations
 
 import os
+import shlex
 import sys
 
 from phalanx.tracking import series
 from phalanx.tracking import tensorboard as _capture
+from phalanx.tracking.identity import ENV_EXPERIMENT, Identity
 
 # the capture itself is part of the SDK (Task.init turns it on): its public names are here
 from phalanx.tracking.tensorboard import BOOT_DIR, ENV_CAPTURE, WRITER_MODULES, enabled_by_env, stop
@@ -53,7 +55,8 @@ def _current_target() -> series.Target | None:
 def main(argv: list[str] | None = None) -> None:
     """``python -m phalanx.integrations.tensorboard SCRIPT [ARGS]`` (or ``-m MODULE [ARGS]``): run
     the program with capture on in it and in every Python process it starts, with the same pid
-    (the program replaces this process)."""
+    (the program replaces this process). Outside an experiment it says first, in one line on
+    stderr, that nothing will be recorded, and runs the program all the same."""
     args = sys.argv[1:] if argv is None else argv
     if not args or args[0] in ("-h", "--help"):
         sys.stderr.write(
@@ -61,12 +64,26 @@ def main(argv: list[str] | None = None) -> None:
             "Runs the program with its SummaryWriter scalars captured into the Phalanx experiment.\n"
         )
         raise SystemExit(0 if args else 2)
+    if Identity.from_env() is None:  # the program still runs: it may call Task.init() itself
+        sys.stderr.write(outside_note(args) + "\n")
     env = dict(os.environ)
     env[ENV_CAPTURE] = "1"
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(BOOT_DIR), env.get("PYTHONPATH", "")) if p)
     sys.stdout.flush()
     sys.stderr.flush()
     os.execve(sys.executable, [sys.executable, *args], env)
+
+
+def outside_note(args: list[str]) -> str:
+    """The one line the capture runner says when no experiment is named in its environment: the
+    program's scalars then go nowhere (unless it calls ``Task.init()``), which it used to keep quiet
+    about."""
+    return (
+        f"phalanx: TensorBoard capture records nothing here: this does not run inside a Phalanx experiment"
+        f" ({ENV_EXPERIMENT} is not set), and the scalars go nowhere unless the script calls Task.init();"
+        " run it in one as the experiment file's command (`run.cmd: python -m"
+        f" phalanx.integrations.tensorboard {shlex.join(args)}`, then `phalanx run -f FILE`)"
+    )
 
 
 if __name__ == "__main__":

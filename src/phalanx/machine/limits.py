@@ -134,13 +134,7 @@ def allocate(
     anything starts when the GPUs asked for are not there, or when cores or memory are short and
     ``oversubscribe`` is false.
     """
-    gpus = {name: math.ceil(_asked(res, "gpu")) for name, res, _ in replicas}
-    if sum(gpus.values()) > len(here.gpus):
-        asked = ", ".join(f"{n} {g}" for n, g in gpus.items() if g)
-        raise UsageError(
-            f"the experiment asks for {sum(gpus.values())} GPU(s) ({asked}) but this machine has "
-            f"{len(here.gpus)}; lower the gpu requests or run it on a cluster (--cluster NAME)"
-        )
+    gpus = _refuse_gpus(replicas, here)
     if not oversubscribe:
         _refuse_over(replicas, "cpu", len(here.cpus), "cpu cores", "cores")
         _refuse_over(replicas, "memory", here.memory_mib, "MiB of memory", "MiB")
@@ -167,6 +161,19 @@ def allocate(
         memory = float(res.memory.limits) if res.memory.limits else None
         out[name] = ReplicaLimits(cpus=cpus, threads=threads, memory_mib=memory, gpus=assigned)
     return out
+
+
+def _refuse_gpus(replicas: Sequence[tuple[str, Resources, int]], here: Machine) -> dict[str, int]:
+    """The GPUs each replica asks for; UsageError when this machine has fewer (always refused:
+    a GPU cannot be shared the way a core can)."""
+    gpus = {name: math.ceil(_asked(res, "gpu")) for name, res, _ in replicas}
+    if sum(gpus.values()) > len(here.gpus):
+        asked = ", ".join(f"{n} {g}" for n, g in gpus.items() if g)
+        raise UsageError(
+            f"the experiment asks for {sum(gpus.values())} GPU(s) ({asked}) but this machine has "
+            f"{len(here.gpus)}; lower the gpu requests or run it on a cluster (--cluster NAME)"
+        )
+    return gpus
 
 
 def _refuse_over(
@@ -198,16 +205,22 @@ _PINNED = (
 )
 
 
-def size_note(replicas: Sequence[tuple[str, Resources, int]], here: Machine) -> str | None:
-    """What `phalanx check` says when the topology is larger than this machine (None: it fits):
-    the same words `phalanx run` refuses it with, as a note, since the file may be meant for a
-    cluster."""
-    try:
-        _refuse_over(replicas, "cpu", len(here.cpus), "cpu cores", "cores")
-        _refuse_over(replicas, "memory", here.memory_mib, "MiB of memory", "MiB")
-    except UsageError as exc:
-        return f"`phalanx run` on this machine would refuse it: {exc}"
-    return None
+def size_notes(replicas: Sequence[tuple[str, Resources, int]], here: Machine) -> list[str]:
+    """What `phalanx check` says when the topology is larger than this machine (none: it fits):
+    every refusal `phalanx run` could answer with (GPUs, cores, memory), in its words, as notes,
+    since the file may be meant for a cluster."""
+    checks = (
+        lambda: _refuse_gpus(replicas, here),
+        lambda: _refuse_over(replicas, "cpu", len(here.cpus), "cpu cores", "cores"),
+        lambda: _refuse_over(replicas, "memory", here.memory_mib, "MiB of memory", "MiB"),
+    )
+    notes = []
+    for check in checks:
+        try:
+            check()
+        except UsageError as exc:
+            notes.append(f"`phalanx run` on this machine would refuse it: {exc}")
+    return notes
 
 
 def crowding_warning(replicas: Sequence[tuple[str, Resources, int]], here: Machine) -> str | None:

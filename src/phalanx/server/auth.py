@@ -33,6 +33,7 @@ from urllib.parse import quote, urlsplit
 import anyio.to_thread
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from phalanx.errors import account_disabled
 from phalanx.server.outages import RETRY_AFTER_SECONDS, OutageLog, unavailable
 from phalanx.server.policy import EVERYBODY, NOBODY, Principal
 from phalanx.server.sessions import BearerThrottle, Sessions
@@ -61,6 +62,9 @@ SECURITY_HEADERS = [
     (b"x-content-type-options", b"nosniff"),
     (b"referrer-policy", b"same-origin"),
 ]
+
+# RFC 6750: a bearer token that was sent and refused (expired, revoked, wrong) is an "invalid_token"
+INVALID_TOKEN = [(b"www-authenticate", b'Bearer error="invalid_token"')]
 
 # What a replica's token may do: send its experiment's records and files, fetch its files (the
 # Kubernetes code bundle), and check the server is up.
@@ -307,12 +311,19 @@ class SecurityMiddleware:
                 return None
             if self.throttle is not None:
                 self.throttle.failed(given, client)
+        else:
+            given = ""
         live, session_user = self._cookie_session(scope)
         principal = self._user_principal(session_user) if live else None
         if principal is not None:
             self._set_principal(scope, principal)
             return None
         if path.startswith("/api/"):
+            if given:
+                return self._refused(scope, given)
+            if live and session_user is not None:  # a session of an account disabled since
+                refused = account_disabled(session_user)
+                return _json(401, refused.code, refused.message, [(b"www-authenticate", b"Bearer")])
             return _json(
                 401,
                 "unauthorized",
@@ -324,6 +335,32 @@ class SecurityMiddleware:
         query = scope.get("query_string", b"").decode("latin-1")
         target = path + (f"?{query}" if query else "")
         return RedirectResponse(f"/login?next={quote(target, safe='')}", status_code=303)
+
+    def _refused(self, scope: Scope, given: str) -> Any:
+        """The 401 for a bearer token that was sent and not accepted, saying why as far as this
+        server knows (docs/server-submit.md, "When the server says no"): a disabled account, an expired
+        token, else one not valid here (wrong; revoked, whose row is gone; or the server's token
+        since rotated), with how to log in again at the URL the client used."""
+        known = self.accounts.refused_token(given) if self.accounts is not None else None
+        if known is not None and known.disabled:
+            refused = account_disabled(known.user)
+            return _json(401, refused.code, refused.message, INVALID_TOKEN)
+        url = f"{scope.get('scheme', 'http')}://{_header(scope, b'host') or 'HOST'}"
+        team = self.team_admin() is not None
+        if known is not None and known.expired_at is not None:
+            why = f"it expired at {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime(known.expired_at))}"
+        elif team:
+            why = "it is not valid here (a wrong token, or one revoked, rotated or expired)"
+        else:
+            why = "it is not this server's token (a wrong one, or the server's token was rotated since)"
+        how = (
+            f"log in again: `phalanx login {url} --user NAME` (your password buys a new token), or"
+            f" `phalanx login {url} --token TOKEN` with a new one from an admin"
+            if team
+            else f"ask the server's admin for its current token and log in again: `phalanx login {url}"
+            " --token TOKEN`"
+        )
+        return _json(401, "unauthorized", f"this server refused the token: {why}; {how}", INVALID_TOKEN)
 
     def _check_scoped(self, scope: Scope, path: str, method: str, experiment: str) -> Any:
         match = _SCOPED.match(path)

@@ -14,12 +14,13 @@ import hashlib
 import re
 import secrets
 import time
+from dataclasses import dataclass
 from enum import IntEnum
 from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import Engine
 
-from phalanx.errors import NotFound, UsageError
+from phalanx.errors import NotFound, UsageError, account_disabled
 from phalanx.extras import require
 from phalanx.store.sql import accounts
 
@@ -71,6 +72,15 @@ def check_name(kind: str, name: str) -> str:
     return name
 
 
+@dataclass(frozen=True)
+class RefusedToken:
+    """A personal token the server knows but did not accept, and why."""
+
+    user: str
+    disabled: bool  # its user's account is disabled
+    expired_at: float | None  # when it expired; None when it has not
+
+
 class Accounts:
     """The teams tables of one store."""
 
@@ -111,15 +121,19 @@ class Accounts:
             raise NotFound(f"no user {name!r}; list them with 'phalanx admin user ls'")
 
     def authenticate(self, name: str, password: str) -> str | None:
-        """The user's name when the password is right and the account enabled; else None. A wrong
-        name costs the same hashing time as a wrong password (no user enumeration by timing)."""
+        """The user's name when the password is right and the account enabled; None for a wrong
+        name or password; AccountDisabled when the password is right but the account disabled
+        (only the password's owner learns that). A wrong name costs the same hashing time as a
+        wrong password (no user enumeration by timing)."""
         found = accounts.get_user(self._engine, name) if NAME.fullmatch(name) else None
         hasher = _hasher()
         if found is None or found.password_hash is None:
             hasher.verify(password, _DUMMY_HASH.get(hasher))
             return None
-        if not hasher.verify(password, found.password_hash) or found.disabled:
+        if not hasher.verify(password, found.password_hash):
             return None
+        if found.disabled:
+            raise account_disabled(found.name)
         return found.name
 
     def first_admin(self) -> str | None:
@@ -148,6 +162,19 @@ class Accounts:
         if not token.startswith(TOKEN_PREFIX):
             return None
         return accounts.user_of_token(self._engine, token_sha256(token), time.time())
+
+    def refused_token(self, token: str) -> RefusedToken | None:
+        """Why a token that was not accepted was refused, as far as the store knows (an expired one,
+        a disabled user's); None for one never issued, or revoked (a revoked token's row is gone)."""
+        if not token.startswith(TOKEN_PREFIX):
+            return None
+        held = accounts.held_token(self._engine, token_sha256(token))
+        if held is None:
+            return None
+        user = accounts.get_user(self._engine, held.user)
+        ends = held.expires_at
+        expired_at = float(ends) if ends is not None and float(ends) <= time.time() else None
+        return RefusedToken(held.user, user is None or user.disabled, expired_at)
 
     # -- projects ----------------------------------------------------------------------------------
     def add_project(self, name: str) -> None:

@@ -1,5 +1,5 @@
 """`phalanx run --server`: mistakes are said before anything is packed or sent (exit 2, no traceback),
-and a server that cannot be reached is a clear failure (exit 1)."""
+and a server that cannot be reached is a clear failure of its own (exit 69, not 1: "it failed")."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from phalanx.cli.main import main
+from phalanx.errors import UNAVAILABLE_EXIT
 
 SPEC = "version: 1\nkind: experiment\nrun:\n  cmd: python -c pass\n"
 
@@ -44,7 +45,7 @@ def test_local_only_options_and_a_missing_server_are_refused(
     assert "Traceback" not in err
 
 
-def test_a_server_that_cannot_be_reached_is_exit_1_naming_it(
+def test_a_server_that_cannot_be_reached_is_exit_69_naming_it(
     capfd: pytest.CaptureFixture[str], spec: Path, phalanx_home: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr("phalanx.apiclient.SUBMIT_RETRY_SECONDS", 1.0)  # (2 minutes by default)
@@ -52,7 +53,8 @@ def test_a_server_that_cannot_be_reached_is_exit_1_naming_it(
         bound.bind(("127.0.0.1", 0))
         url = f"http://127.0.0.1:{bound.getsockname()[1]}"
         code, err = phalanx(capfd, "run", "-f", str(spec), "--server", url)
-    assert code == 1 and f"cannot reach the server at {url}" in err
+    assert code == UNAVAILABLE_EXIT and f"cannot reach the server at {url} (Connection refused)" in err
+    assert err.endswith("cannot start it twice; `--local` works on this machine\n"), err
     # said once that it retries, then that it gave up, and that the same key cannot start it twice
     assert err.count("retrying for up to 1 s with the same Idempotency-Key") == 1
     assert "gave up after retrying for 1 s" in err and "cannot start it twice" in err

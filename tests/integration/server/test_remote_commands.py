@@ -132,7 +132,9 @@ def test_a_wrong_token_and_a_server_without_users_are_refused_with_what_to_do(
 ) -> None:
     laptop = tmp_path / "laptop-home"
     r = phalanx(laptop, "login", server.url, "--token", "wrong-token-000000000000")
-    assert r.returncode == 2 and "phalanx login URL --token" in r.stderr and "wrong-token" not in r.stderr
+    assert r.returncode == 2 and "wrong-token" not in r.stderr
+    assert "this server refused the token" in r.stderr, r.stderr
+    assert f"phalanx login {server.url} --token TOKEN" in r.stderr, r.stderr
     assert not (laptop / "login.json").exists()
     r = phalanx(laptop, "login", server.url, "--user", "ada", stdin="secret\n")
     assert r.returncode == 2 and f"phalanx login {server.url} --token TOKEN" in r.stderr, r.stderr

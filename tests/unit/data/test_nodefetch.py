@@ -1,10 +1,13 @@
 """A cluster node's fetch of its inputs (what each Slurm task runs before its command): the orders
 name files and hashes only, the node's cache path takes its name for ``%n``, the task's shell gets
-``export PHALANX_INPUT_<NAME>=...``, and a changed file is exit 2 with the reason, nothing used."""
+``export PHALANX_INPUT_<NAME>=...``, and a changed file, or a node without the credentials to read
+S3, is exit 2 with the reason in one line, nothing used."""
 
 from __future__ import annotations
 
 import json
+import os
+import socket
 from pathlib import Path
 
 import pytest
@@ -15,7 +18,7 @@ from phalanx.data.nodefetch import main, node_cache
 from phalanx.plan import build_plan
 from phalanx.spec.inputs import InputSpec
 from phalanx.spec.loader import load_spec_text
-from phalanx.store.manifest import build_manifest
+from phalanx.store.manifest import FileEntry, Manifest, build_manifest
 
 
 def _orders(folder: Path, tmp_path: Path) -> Path:
@@ -60,3 +63,32 @@ def test_the_sbatch_script_fetches_before_the_command_and_holds_no_secret(
     assert "phalanx.data.nodefetch" not in render(
         plan, "0123456789ab", "/w", tmp_path / "run", {"PATH": "/bin"}
     )
+
+
+def test_a_node_without_s3_credentials_is_exit_2_with_one_line_naming_them(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    pytest.importorskip("s3fs")
+    for var in [v for v in os.environ if v.startswith(("AWS_", "BOTO_"))]:
+        monkeypatch.delenv(var)
+    # nothing for botocore to find: no variables, no files, no instance metadata service to ask
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "no-credentials"))
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "no-config"))
+    monkeypatch.setenv("BOTO_CONFIG", str(tmp_path / "no-boto-config"))
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+    monkeypatch.setenv("AWS_ENDPOINT_URL", "http://127.0.0.1:9")  # loopback, were it ever asked
+    monkeypatch.setenv("SLURMD_NODENAME", "n3")
+    m = Manifest("s3://team-data/digits", (FileEntry("train/x.csv", 6, "0" * 64),))
+    orders = tmp_path / "inputs.json"
+    orders.write_text(
+        json.dumps([fetch_order(InputSpec("digits", dataset="digits@1"), m, m.digest, "input 'digits'")])
+    )
+    assert main([str(orders), str(tmp_path / "cache")]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == "" and captured.err == (
+        f"phalanx: input 'digits': no credentials to read s3://team-data/digits on {socket.gethostname()}"
+        " (Unable to locate credentials); give this machine (a cluster's nodes: each of them) AWS"
+        " credentials: AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, AWS_PROFILE, an instance role, or"
+        " AWS_SHARED_CREDENTIALS_FILE naming a file it can read (the experiment file's env:)\n"
+    )
+    assert [p.name for p in (tmp_path / "cache").iterdir()] == [f"{m.digest}.lock"]  # no half folder

@@ -38,7 +38,13 @@ def test_without_credentials_every_api_call_is_401(secured: TestClient, store: S
 
 
 def test_a_wrong_token_is_401_and_the_right_one_works(secured: TestClient) -> None:
-    assert secured.get("/api/v1/experiments", headers={"Authorization": "Bearer nope"}).status_code == 401
+    wrong = secured.get("/api/v1/experiments", headers={"Authorization": "Bearer nope"})
+    assert wrong.status_code == 401 and wrong.headers["www-authenticate"] == 'Bearer error="invalid_token"'
+    assert wrong.json()["message"] == (  # a refused token is told so, not that one is needed
+        "this server refused the token: it is not this server's token (a wrong one, or the server's token"
+        " was rotated since); ask the server's admin for its current token and log in again:"
+        " `phalanx login http://testserver --token TOKEN`"
+    )
     assert secured.get("/api/v1/experiments", headers={"Authorization": f"Basic {TOKEN}"}).status_code == 401
     assert secured.get("/api/v1/experiments", headers={"Authorization": f"Bearer {TOKEN}"}).status_code == 200
 

@@ -10,6 +10,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from types import SimpleNamespace
 
+import httpx
 import pytest
 from fastapi.testclient import TestClient
 
@@ -64,12 +65,36 @@ def test_a_password_buys_a_named_token_shown_once(client: TestClient) -> None:
     assert unknown.status_code == 401 and unknown.json()["message"] == wrong.json()["message"]
 
 
+# what a refused token is told on a team server (docs/teams.md, "When a token is refused")
+LOG_IN_AGAIN = (
+    "log in again: `phalanx login http://testserver --user NAME` (your password buys a new token), or"
+    " `phalanx login http://testserver --token TOKEN` with a new one from an admin"
+)
+
+
+def refusal(r: httpx.Response, error: str = "unauthorized") -> str:
+    """The message of a 401 that refused a token sent: RFC 6750's invalid_token."""
+    assert r.status_code == 401 and r.headers["www-authenticate"] == 'Bearer error="invalid_token"', r.text
+    assert r.json()["error"] == error
+    return str(r.json()["message"])
+
+
 def test_a_revoked_token_is_refused_at_once(client: TestClient) -> None:
     token = exchange(client)["token"]
     other = exchange(client, name="ci")["token"]
     assert client.get("/api/v1/experiments", headers=bearer(token)).status_code == 200
     assert client.delete("/api/v1/tokens/laptop", headers=bearer(other)).status_code == 204
-    assert client.get("/api/v1/experiments", headers=bearer(token)).status_code == 401
+    assert refusal(client.get("/api/v1/experiments", headers=bearer(token))) == (
+        "this server refused the token: it is not valid here (a wrong token, or one revoked, rotated or"
+        f" expired); {LOG_IN_AGAIN}"
+    )
+    # a wrong one is told the same (a revoked token's row is gone: the server cannot tell them apart)
+    assert refusal(client.get("/api/v1/experiments", headers=bearer("phx_wrong"))) == refusal(
+        client.get("/api/v1/experiments", headers=bearer(token))
+    )
+    missing = client.get("/api/v1/experiments")  # no token at all: asked for one
+    assert missing.status_code == 401 and missing.headers["www-authenticate"] == "Bearer"
+    assert missing.json()["message"] == "this server needs a token: send 'Authorization: Bearer <token>'"
     assert client.get("/api/v1/experiments", headers=bearer(other)).status_code == 200
     assert client.delete("/api/v1/tokens/laptop", headers=bearer(other)).status_code == 404
 
@@ -79,15 +104,32 @@ def test_an_expired_token_is_refused_at_once(client: TestClient, monkeypatch: py
     assert client.get("/api/v1/experiments", headers=bearer(out["token"])).status_code == 200
     # the accounts' clock a second past the expiry, instead of waiting for it
     monkeypatch.setattr(accounts_module, "time", SimpleNamespace(time=lambda: out["expires_at"] + 1))
-    assert client.get("/api/v1/experiments", headers=bearer(out["token"])).status_code == 401
+    when = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(out["expires_at"]))
+    assert refusal(client.get("/api/v1/experiments", headers=bearer(out["token"]))) == (
+        f"this server refused the token: it expired at {when}; {LOG_IN_AGAIN}"
+    )
 
 
 def test_a_disabled_users_tokens_are_refused_at_once(client: TestClient, accounts: Accounts) -> None:
     token = exchange(client)["token"]
+    client.post("/login", data={"username": "ada", "password": PASSWORD, "next": "/"})  # a session too
     accounts.set_disabled("ada", True)
-    assert client.get("/api/v1/experiments", headers=bearer(token)).status_code == 401
+    said = (
+        "the account 'ada' is disabled on this server, so its password, tokens and sessions are refused:"
+        " ask a server admin to enable it again (`phalanx admin user enable ada` on the server's machine)"
+    )
+    assert refusal(client.get("/api/v1/experiments", headers=bearer(token)), "account_disabled") == said
+    by_session = client.get("/api/v1/experiments")
+    assert by_session.status_code == 401 and by_session.json() == {
+        "error": "account_disabled",
+        "message": said,
+    }
     r = client.post("/api/v1/tokens", json={"username": "ada", "password": PASSWORD, "name": "again"})
-    assert r.status_code == 401
+    assert r.status_code == 401 and r.json() == {"error": "account_disabled", "message": said}
+    r = client.post("/api/v1/tokens", json={"username": "ada", "password": "wrong-one", "name": "again"})
+    assert r.status_code == 401 and "disabled" not in r.text  # a wrong password learns nothing
+    form = client.post("/login", data={"username": "ada", "password": PASSWORD, "next": "/"})
+    assert form.status_code == 401 and "This account is disabled: ask a server admin" in form.text
 
 
 def test_the_login_form_takes_an_account(client: TestClient) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from phalanx.errors import Conflict, NotFound, UsageError
+from phalanx.errors import AccountDisabled, Conflict, NotFound, UsageError
 from phalanx.store.accounts import Accounts, Role
 from phalanx.store.sql import SqlStore
 
@@ -26,7 +26,9 @@ def test_users_passwords_and_the_first_admin(store: SqlStore) -> None:
     with pytest.raises(UsageError, match="at least 8"):
         accounts.add_user("bob", "short")
     accounts.set_disabled("ada", True)
-    assert accounts.authenticate("ada", "a-long-password") is None
+    assert accounts.authenticate("ada", "wrong-password") is None  # a wrong password learns nothing
+    with pytest.raises(AccountDisabled, match="the account 'ada' is disabled"):  # the right one, why
+        accounts.authenticate("ada", "a-long-password")
 
 
 def test_tokens_are_kept_hashed_and_revoked(store: SqlStore) -> None:

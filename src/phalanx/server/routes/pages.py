@@ -12,6 +12,7 @@ from urllib.parse import quote
 from fastapi import APIRouter, Form, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 
+from phalanx.errors import AccountDisabled
 from phalanx.server.auth import COOKIE
 from phalanx.server.deps import SettingsDep
 from phalanx.server.policy import policy
@@ -141,7 +142,11 @@ def login(
         return page
     user: str | None = None
     if team and username:
-        user = request.app.state.accounts.authenticate(username.strip(), password)
+        try:
+            user = request.app.state.accounts.authenticate(username.strip(), password)
+        except AccountDisabled:  # the right password: its owner may know why they cannot sign in
+            said = "This account is disabled: ask a server admin to enable it again."
+            return login_page(request, target, said, status=401)
         if user is None:
             throttle.failed(client)
             return login_page(request, target, "Wrong user or password.", status=401)

@@ -86,7 +86,7 @@ def issue_token(body: TokenIn, request: Request) -> JSONResponse:
     user = accounts.authenticate(body.username, body.password)
     if user is None:
         throttle.failed(client)
-        raise HTTPException(401, "wrong username or password (or a disabled account)")
+        raise HTTPException(401, "wrong username or password")
     token, record = accounts.issue_token(user, body.name, body.expires_days)
     describe(request, "token.issue", f"{user}/{body.name}", actor=user)
     out = NewTokenOut(

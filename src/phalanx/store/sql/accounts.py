@@ -117,18 +117,25 @@ def add_token(engine: Engine, user: str, name: str, sha256: str, expires_at: flo
     return TokenRecord(user, name, now, expires_at)
 
 
+# what is kept of a personal token (never the token: its sha256 only, and that is not shown either)
+_TOKEN_COLUMNS = (
+    PersonalTokenRow.user,
+    PersonalTokenRow.name,
+    PersonalTokenRow.created_at,
+    PersonalTokenRow.expires_at,
+)
+
+
+def _token_record(row: Any) -> TokenRecord:
+    return TokenRecord(str(row[0]), str(row[1]), float(row[2]), row[3])
+
+
 def list_tokens(engine: Engine, user: str) -> list[TokenRecord]:
-    cols = (
-        PersonalTokenRow.user,
-        PersonalTokenRow.name,
-        PersonalTokenRow.created_at,
-        PersonalTokenRow.expires_at,
-    )
     with engine.connect() as conn:
         rows = conn.execute(
-            select(*cols).where(PersonalTokenRow.user == user).order_by(PersonalTokenRow.name)
+            select(*_TOKEN_COLUMNS).where(PersonalTokenRow.user == user).order_by(PersonalTokenRow.name)
         )
-        return [TokenRecord(str(r[0]), str(r[1]), float(r[2]), r[3]) for r in rows]
+        return [_token_record(r) for r in rows]
 
 
 def revoke_token(engine: Engine, user: str, name: str) -> bool:
@@ -150,6 +157,14 @@ def user_of_token(engine: Engine, sha256: str, now: float) -> str | None:
     if row is None or row[2] or (row[1] is not None and float(row[1]) <= now):
         return None
     return str(row[0])
+
+
+def held_token(engine: Engine, sha256: str) -> TokenRecord | None:
+    """The token with this hash, expired or not, its user enabled or not (why it was refused)."""
+    with engine.connect() as conn:
+        found = select(*_TOKEN_COLUMNS).where(PersonalTokenRow.token_sha256 == sha256)
+        row = conn.execute(found).one_or_none()
+    return None if row is None else _token_record(row)
 
 
 def add_project(engine: Engine, name: str) -> None:

@@ -236,7 +236,7 @@ function renderRun(panel, exp) {
         h("tr", { "data-kind": a.kind },
           h("td", {}, String(a.number)), h("td", {}, a.kind), h("td", {}, badge(a.status)),
           h("td", {}, a.checkpoint_step === null || a.checkpoint_step === undefined ? "" : `from step ${a.checkpoint_step}`),
-          h("td", { class: "small" }, (a.reason || "").split("\n")[0])))));
+          h("td", { class: "small reason" }, a.reason || "")))));
     }
     add(box, h("h3", {}, "Checkpoints"), ck.checkpoints.length
       ? h("table", { id: "checkpoints" }, ck.checkpoints.map((c) =>

@@ -1,0 +1,142 @@
+"""What a command acting on a server says when the server refuses its token or cannot be reached
+(docs/server-submit.md): the server's own reason, how to log in again when the token is the one
+`phalanx login` stored, and for a server nobody answers at, exit status 69 (not 1, "it failed") with
+one line naming the server and what works on this machine instead.
+
+The server is the real app on a real loopback socket, served by uvicorn in a thread of this process,
+and the CLI runs in-process (tests/support/cli.py)."""
+
+from __future__ import annotations
+
+import socket
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+import uvicorn
+
+from phalanx import logins
+from phalanx.config import Settings
+from phalanx.errors import UNAVAILABLE_EXIT
+from phalanx.server.app import create_app
+from phalanx.server.settings import ServerSettings
+from phalanx.store import open_store
+from phalanx.store.accounts import Accounts
+from phalanx.store.base import Store
+from tests.support.cli import phalanx_cli
+
+TOKEN = "the-servers-token-0123456789"
+
+
+@dataclass(frozen=True)
+class Served:
+    url: str
+    store: Store
+
+
+@pytest.fixture
+def served(tmp_path: Path, phalanx_home: Path) -> Iterator[Served]:
+    """A token-guarded server with its own home (not the CLI's), on a socket bound here."""
+    settings = ServerSettings(
+        store=Settings(home=tmp_path / "server-home"),
+        token=TOKEN,
+        allowed_hosts=["127.0.0.1"],
+        launch_workers=0,
+    )
+    store = open_store(settings.store)
+    listener = socket.create_server(("127.0.0.1", 0))
+    server = uvicorn.Server(uvicorn.Config(create_app(settings, store), log_level="warning", lifespan="on"))
+    serving = threading.Thread(target=server.run, kwargs={"sockets": [listener]}, daemon=True)
+    serving.start()
+    try:
+        while not server.started:  # start-up is a few ms of work; the thread says when it is done
+            assert serving.is_alive(), "the server did not start"
+            threading.Event().wait(0.01)
+        yield Served(f"http://127.0.0.1:{listener.getsockname()[1]}", store)
+    finally:
+        server.should_exit = True
+        serving.join(timeout=30)
+        listener.close()
+        store.close()
+
+
+def test_a_wrong_token_at_login_is_told_it_was_refused_and_nothing_is_stored(
+    served: Served, phalanx_home: Path
+) -> None:
+    server_url = served.url
+    done = phalanx_cli("login", server_url, "--token", "not-the-token")
+    assert done.returncode == 2, done.stderr
+    assert done.stderr == (
+        "error: this server refused the token: it is not this server's token (a wrong one, or the server's"
+        " token was rotated since); ask the server's admin for its current token and log in again:"
+        f" `phalanx login {server_url} --token TOKEN`; nothing was stored\n"
+    )
+    assert not logins.path(phalanx_home).exists()
+    assert phalanx_cli("login", server_url, "--token", TOKEN).returncode == 0
+
+
+def test_a_stored_token_the_server_no_longer_takes_says_how_to_log_in_again(
+    served: Served, phalanx_home: Path
+) -> None:
+    server_url = served.url
+    logins.save(phalanx_home, logins.Login(server_url, "the-token-before-it-was-rotated"))
+    done = phalanx_cli("ls")
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.splitlines()[-1] == (
+        "error: this server refused the token: it is not this server's token (a wrong one, or the server's"
+        " token was rotated since); ask the server's admin for its current token and log in again:"
+        f" `phalanx login {server_url} --token TOKEN` (the refused token is the one `phalanx login` stored;"
+        " `phalanx logout` forgets it, and commands then work on this machine)"
+    )
+    # no token at all (the login forgotten): asked for one, with the command that sends it
+    assert phalanx_cli("logout").returncode == 0
+    missing = phalanx_cli("ls", "--server", server_url)
+    assert missing.returncode == 2 and missing.stderr.splitlines()[-1] == (
+        "error: this server needs a token: send 'Authorization: Bearer <token>': log in with `phalanx login"
+        f" {server_url} --token TOKEN` (or --user NAME), or set PHALANX_TOKEN, or pass --token-file"
+    )
+
+
+@pytest.mark.filterwarnings("ignore::getpass.GetPassWarning")  # the password comes on stdin, no terminal
+def test_a_disabled_account_is_told_so_at_login_and_after_it(served: Served, phalanx_home: Path) -> None:
+    accounts = Accounts(served.store)
+    accounts.add_user("root", "root-password-1", admin=True)  # a team server
+    accounts.add_user("ada", "ada-password-1")
+    assert phalanx_cli("login", served.url, "--user", "ada", input="ada-password-1\n").returncode == 0
+    accounts.set_disabled("ada", True)
+    said = (
+        "error: the account 'ada' is disabled on this server, so its password, tokens and sessions are"
+        " refused: ask a server admin to enable it again (`phalanx admin user enable ada` on the server's"
+        " machine)"
+    )
+    after = phalanx_cli("ls")  # the token the login stored: logging in again would not help
+    assert after.returncode == 2 and after.stderr.splitlines()[-1] == said, after.stderr
+    again = phalanx_cli("login", served.url, "--user", "ada", input="ada-password-1\n")
+    assert again.returncode == 2 and again.stderr.splitlines()[-1] == said, again.stderr
+
+
+def test_a_server_nobody_answers_at_is_its_own_exit_status_with_the_way_back_to_this_machine(
+    phalanx_home: Path,
+) -> None:
+    with socket.socket() as bound:  # bound, never listening: connections to it are refused
+        bound.bind(("127.0.0.1", 0))
+        url = f"http://127.0.0.1:{bound.getsockname()[1]}"
+        named = phalanx_cli("get", "3f2a", "--server", url)  # no login: --server names it
+        logins.save(phalanx_home, logins.Login(url, TOKEN))
+        logged_in = phalanx_cli("ls")
+        logging_in = phalanx_cli("login", url, "--token", TOKEN)
+    assert UNAVAILABLE_EXIT == 69
+    assert logged_in.returncode == named.returncode == logging_in.returncode == UNAVAILABLE_EXIT
+    assert logged_in.stderr == (
+        f"phalanx: on server {url}\nerror: cannot reach the server at {url} (Connection refused);"
+        " `--local` works on this machine, or `phalanx logout` to forget the server\n"
+    )
+    assert named.stderr.splitlines()[-1] == (
+        f"error: cannot reach the server at {url} (Connection refused); `--local` works on this machine"
+    )
+    assert logging_in.stderr == (
+        f"error: cannot reach the server at {url} (Connection refused); nothing was stored\n"
+    )
+    assert logins.load(phalanx_home) == logins.Login(url, TOKEN)  # the failed login changed nothing
