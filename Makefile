@@ -9,6 +9,8 @@ BIN    := $(VENV)/bin
 LOCK   := requirements.lock
 STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml $(LOCK) | sha256sum | cut -c1-16)
 PYTEST_ARGS ?=
+# two workers, a file at a time (tests/conftest.py: OneClusterScheduling); 0 runs the suite in this process
+PYTEST_WORKERS ?= 2
 
 .PHONY: run test lint typecheck unit bench clean venv system-deps
 
@@ -41,7 +43,7 @@ typecheck: venv
 	$(BIN)/mypy
 
 test: venv system-deps lint typecheck
-	$(BIN)/python -m pytest --durations=30 $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -n $(PYTEST_WORKERS) --durations=30 $(PYTEST_ARGS)
 
 unit: venv
 	$(BIN)/python -m pytest tests/unit $(PYTEST_ARGS)

@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, settings
+from xdist.scheduler import LoadScopeScheduling
 
 # Everywhere: no per-example deadline and no "too slow" health check. Hypothesis's defaults (200 ms
 # an example; fail when drawing examples is slow) turn a busy machine into a red test ("Unreliable
@@ -99,6 +100,31 @@ def _no_process_left_behind(tmp_path_factory: pytest.TempPathFactory) -> Iterato
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.kill(pid, signal.SIGKILL)
             _LEFT_BEHIND.append(f"{pid}: {cmdline[:200]}")
+
+
+# ---- two workers (`make test`: pytest-xdist, `-n 2`) -----------------------------------------------
+# A worker takes a whole file at a time, so a module's or a session's fixtures (a filled store and
+# its server, a browser) are made once per file, as in a serial run. The Slurm and the Ray cluster
+# are one per machine: every test of the folders that use one (their daemons' ports and state are
+# fixed) runs on the same worker, one after the other. (xdist's own `--dist loadgroup` would read
+# `xdist_group` marks, but with pytest 9 it renames the wrong attribute and groups nothing.)
+_ONE_PER_MACHINE = {
+    "tests/integration/slurm/": "slurm",
+    "tests/integration/isolation/": "slurm",  # its server's Slurm target is the same cluster
+    "tests/integration/ray/": "ray",
+}
+
+
+class OneClusterScheduling(LoadScopeScheduling):  # type: ignore[misc]  # xdist.scheduler: untyped
+    """xdist's per-file scheduling, with each cluster's folders as one scope."""
+
+    def _split_scope(self, nodeid: str) -> str:
+        path = nodeid.split("::", 1)[0]
+        return next((g for folder, g in _ONE_PER_MACHINE.items() if path.startswith(folder)), path)
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> OneClusterScheduling:
+    return OneClusterScheduling(config, log)
 
 
 def pytest_terminal_summary(terminalreporter: Any) -> None:

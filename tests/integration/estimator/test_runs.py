@@ -202,7 +202,8 @@ def test_submit_queues_behind_a_run_holding_every_core_or_refuses_with_wait_fals
     assert len(list((Path(os.environ["PHALANX_HOME"]) / "runs").iterdir())) == 1  # the holder's
     queued = Experiment("queued").submit(small, priority=3)
     runs.append(queued)
-    assert queued.get_status() is ExperimentStatus.QUEUED
+    # submit answers once the experiment is recorded (starting); its supervisor then queues it
+    wait_until(lambda: queued.get_status() is ExperimentStatus.QUEUED)
     release.touch()
     assert queued.wait_for_completion()["status"] == "succeeded"
     assert holder.wait_for_completion()["status"] == "succeeded"
