@@ -91,9 +91,10 @@ class Team:
             time.sleep(0.5)
         raise AssertionError(f"experiment {exp_id} did not end within {seconds} s")
 
-    def post(self, path: str) -> None:
+    def post(self, path: str, user: str | None = None) -> None:
+        """POST ``path`` as ``user`` (their personal token), or as the server's admin."""
         req = urllib.request.Request(f"{self.server.url}/api/v1{path}", method="POST")
-        req.add_header("Authorization", f"Bearer {TOKEN}")
+        req.add_header("Authorization", f"Bearer {self.tokens[user] if user else TOKEN}")
         urllib.request.urlopen(req, timeout=60).close()
 
     def stop(self, exp_id: str) -> None:

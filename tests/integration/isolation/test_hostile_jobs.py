@@ -29,7 +29,6 @@ from tests.integration.isolation.team import (
     Team,
     example_folder,
     job_folder,
-    phalanx,
     running_team,
 )
 from tests.support.slurm import LocalSlurm
@@ -163,11 +162,16 @@ def test_a_hostile_job_reaches_nothing_of_the_server_or_another_project_and_stil
     assert "no dataset 'vision-digits@latest' in project nlp" in str(refused["reason"]), refused
     assert not any("stolen" in line for line in team.logs(stolen))
 
-    # vision's job was not disturbed: stopped now, then resumed in its box from its checkpoint
+    # vision's job was not disturbed: stopped now, then resumed by its editor through the server's
+    # door (POST .../resume), in the same box as its first run, from its checkpoint
+    ready = team.wait_for_line(victim, "VICTIM READY")
     team.stop(victim)
-    phalanx(team.home, "resume", victim)
-    assert any("RESUMED step=5" in line and "weights" in line for line in team.logs(victim))
-    assert team.api(f"/experiments/{victim}")["status"] == "succeeded"
+    team.post(f"/experiments/{victim}/resume", user="vic")
+    assert team.wait_done(victim)["status"] == "succeeded"
+    resumed = next(line for line in team.logs(victim) if line.startswith("RESUMED"))
+    assert "step=5" in resumed and "weights" in resumed, resumed
+    uid = ready.split("uid=")[1].split()[0]
+    assert uid != "0" and f"uid={uid} home=None" in resumed, (ready, resumed)
 
 
 def test_with_trust_submitters_the_same_probes_get_through(tmp_path: Path) -> None:
