@@ -67,6 +67,18 @@ class Unavailable(ServerError):
         return Unavailable(message, self.retry_after, self.instead)
 
 
+STORED_TOKEN = "the one `phalanx login` stored"
+
+
+def given_token(token_file: Path | None, env_token: str | None) -> tuple[str | None, str | None]:
+    """The token a command was given (``read_token``) and where it came from, for a refusal to name
+    (``Client``'s ``token_from``); (None, None) when none was given."""
+    token = read_token(token_file, env_token)
+    if token is None:
+        return None, None
+    return token, f"--token-file {token_file}" if token_file is not None else "PHALANX_TOKEN"
+
+
 def read_token(token_file: Path | None, env_token: str | None) -> str | None:
     """The token in ``token_file`` (stripped), else ``env_token``; UsageError for an unreadable or
     empty file."""
@@ -98,17 +110,18 @@ class Client:
         say: Callable[[str], None] | None = None,
         *,
         instead: str | None = None,
-        stored: bool = False,
+        token_from: str | None = None,
     ) -> None:
         """``say``: where a line such as "the server is unreachable; retrying" goes (the CLI's
         stderr); None: nowhere. ``instead``: what works without this server, told when it cannot
-        be reached ("`--local` works on this machine"). ``stored``: ``token`` is the one `phalanx
-        login` stored, so a refused one is answered with how to log in again."""
+        be reached ("`--local` works on this machine"). ``token_from``: where ``token`` came from
+        ("the one `phalanx login` stored", "PHALANX_TOKEN", "--token-file F"), named when the server
+        refuses it, so the user knows what to change."""
         self.url = check_url(url)
         self.token = token
         self.say = say
         self.instead = instead
-        self.stored = stored
+        self.token_from = token_from
 
     def raw(
         self, method: str, path: str, body: bytes | None = None, headers: Mapping[str, str] | None = None
@@ -156,11 +169,13 @@ class Client:
                 f"{error}: log in with `phalanx login {self.url} --token TOKEN` (or --user NAME), or set"
                 " PHALANX_TOKEN, or pass --token-file"
             )
-        if self.stored:
+        if self.token_from == STORED_TOKEN:
             return Unauthorized(
                 f"{error} (the refused token is the one `phalanx login` stored; `phalanx logout` forgets"
                 " it, and commands then work on this machine)"
             )
+        if self.token_from is not None:
+            return Unauthorized(f"{error} (the refused token came from {self.token_from})")
         return error
 
     def request(

@@ -107,9 +107,10 @@ def choose(
     ``local_option``: how the caller says "this machine" (`--local`, ``local=True``), named when the
     server cannot be reached, with `phalanx logout` when the server is the login's."""
     from phalanx.apiclient import (  # why: `phalanx ls` runs without urllib.request
+        STORED_TOKEN,
         Client,
         check_url,
-        read_token,
+        given_token,
     )
 
     if server is not None and local:
@@ -123,12 +124,13 @@ def choose(
     url = check_url(server) if server is not None else check_url(login.url if login else "")
     logged_in = login is not None and check_url(login.url) == url
     stored = login.token if login is not None and logged_in else None
-    given = read_token(token_file, settings.token)
+    given, given_from = given_token(token_file, settings.token)
     ways = [f"{local_option} works on this machine"] if local_option else []
     if logged_in:  # the login's server: forgetting it is the other way back to this machine
         ways.append("`phalanx logout` to forget the server")
     instead = ", or ".join(ways) or None
-    client = Client(url, given or stored, say=_stderr, instead=instead, stored=not given and bool(stored))
+    token_from = given_from if given else STORED_TOKEN if stored else None
+    client = Client(url, given or stored, say=_stderr, instead=instead, token_from=token_from)
     if say:
         say_door(client.url)
     return client

@@ -37,13 +37,13 @@ TokenOption = Annotated[
 def _client(server: str, token_file: Path | None) -> Client:
     import os
 
-    from phalanx.cli.remote import Client, read_token
+    from phalanx.apiclient import given_token
+    from phalanx.cli.remote import Client
     from phalanx.logins import say_door
 
+    token, token_from = given_token(token_file, os.environ.get("PHALANX_TOKEN"))
     client = Client(
-        server,
-        read_token(token_file, os.environ.get("PHALANX_TOKEN")),
-        instead="without --server it acts on this machine's quotas",
+        server, token, instead="without --server it acts on this machine's quotas", token_from=token_from
     )
     say_door(client.url)
     return client

@@ -64,5 +64,6 @@ def test_quotas_are_set_listed_and_removed_on_the_server(server: Server, tmp_pat
     again = quota(server, tmp_path, "rm", "vision")
     assert again.returncode == 2 and "has no quota" in again.stderr and "Traceback" not in again.stderr
     wrong = quota(server, tmp_path, "ls", token="not-the-token")
-    assert wrong.returncode == 2 and "PHALANX_TOKEN" in wrong.stderr
+    assert wrong.returncode == 2 and "refused the token" in wrong.stderr
+    assert wrong.stderr.rstrip().endswith("(the refused token came from PHALANX_TOKEN)"), wrong.stderr
     assert not (tmp_path / "client-home" / "phalanx.db").exists()
