@@ -127,6 +127,14 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> OneClusterSc
     return OneClusterScheduling(config, log)
 
 
+def pytest_itemcollected(item: pytest.Item) -> None:
+    """schemathesis 4 names each API operation's test ``test[GET /api/v1/health]`` but gives pytest 9
+    the bare test's node id, so the 78 operations of a test share one id; xdist deals tests out by
+    id and ran one operation of each. Each gets the id its name says."""
+    if item.parent is not None and not item.nodeid.endswith(item.name):
+        item._id = item.parent.id.child(item.name)
+
+
 def pytest_terminal_summary(terminalreporter: Any) -> None:
     if _LEFT_BEHIND:
         terminalreporter.section("processes left behind by tests (killed at the session's end)")
