@@ -46,7 +46,7 @@ test: venv system-deps lint typecheck
 	$(BIN)/python -m pytest -n $(PYTEST_WORKERS) --durations=30 $(PYTEST_ARGS)
 
 unit: venv
-	$(BIN)/python -m pytest tests/unit $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -n $(PYTEST_WORKERS) tests/unit $(PYTEST_ARGS)
 
 bench: venv
 	$(BIN)/python bench/launch.py
