@@ -21,18 +21,11 @@ from phalanx.spool import SpoolWriter
 from phalanx.store import open_store
 from phalanx.store.artifacts import ArtifactStore
 from phalanx.store.sql import SqlStore
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
+from tests.support.clock import ManualClock
 
 
 def test_pip_lines_pass_as_they_come_and_a_silence_gets_a_heartbeat_every_30_seconds() -> None:
-    clock, said = Clock(), []
+    clock, said = ManualClock(), []
     progress = BuildProgress(said.append, clock)
     progress.step("pip install of build.pip_packages")
     clock.now += 2
@@ -58,7 +51,7 @@ def test_pip_lines_pass_as_they_come_and_a_silence_gets_a_heartbeat_every_30_sec
 
 
 def test_a_heartbeat_before_pip_says_anything_names_the_step() -> None:
-    clock, said = Clock(), []
+    clock, said = ManualClock(), []
     progress = BuildProgress(said.append, clock, every=30.0)
     clock.now += 30
     progress.tick()

@@ -5,18 +5,11 @@ from __future__ import annotations
 import subprocess
 
 from phalanx.backends.slurm_queue import BASE_SECONDS, MAX_SECONDS, SlurmQueue
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 100.0
-
-    def __call__(self) -> float:
-        return self.now
+from tests.support.clock import ManualClock
 
 
 def test_many_describes_share_one_query_per_interval_and_back_off_while_nothing_changes() -> None:
-    clock = Clock()
+    clock = ManualClock(100.0)
     listing = ["12|PENDING|Resources\n13+0|RUNNING|None\n13+1|RUNNING|None\n"]
     calls: list[list[str]] = []
 
@@ -42,7 +35,7 @@ def test_many_describes_share_one_query_per_interval_and_back_off_while_nothing_
 
 
 def test_a_job_submitted_after_the_snapshot_forces_a_fresh_one() -> None:
-    clock = Clock()
+    clock = ManualClock(100.0)
     calls: list[int] = []
 
     def run(argv: list[str]) -> subprocess.CompletedProcess[str]:

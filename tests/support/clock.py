@@ -1,0 +1,12 @@
+"""A clock a test moves by hand: a callable returning ``now`` (what code that takes a ``clock``
+argument, e.g. ``time.monotonic``, calls)."""
+
+from __future__ import annotations
+
+
+class ManualClock:
+    def __init__(self, now: float = 1000.0) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
