@@ -163,19 +163,24 @@ class ExternalCapture:
             with contextlib.suppress(OSError):
                 os.close(fd)
 
-    def wait_relayed(self, timeout: float = 2.0) -> None:
-        """Wait (bounded) until the reader has taken everything from the pipes. Else the script
-        exits before its last lines reach the terminal: a shell prompt comes back first, and
-        `python train.py > out.log; tail out.log` misses the end. Call after ``stop()``."""
+    def wait_relayed(self, reader_alive: Callable[[], bool], stall: float = 30.0) -> None:
+        """Wait until the reader has taken everything from the pipes. Else the script exits before
+        its last lines reach the terminal: a shell prompt comes back first, and
+        `python train.py > out.log; tail out.log` misses the end. Call after ``stop()``.
+
+        No fixed bound: on a loaded machine the reader may still be starting when a short script
+        ends. The wait ends when the pipes are empty, when the reader is gone, or when it has made
+        no progress for ``stall`` seconds (its terminal blocked: a `| less` nobody scrolls)."""
         import termios  # why: `from phalanx import Task` stays light
 
-        deadline = time.monotonic() + timeout
+        deadline = time.monotonic() + stall
+        last_left = -1
         try:  # holding the relay's lock, an empty pipe means every byte reached the terminal
             lock = os.open(self._lock_path, os.O_RDWR | os.O_CREAT, 0o600) if self._lock_path else None
         except OSError:
             lock = None
         try:
-            while time.monotonic() < deadline:
+            while time.monotonic() < deadline and reader_alive():
                 if lock is not None:
                     try:
                         fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -196,6 +201,8 @@ class ExternalCapture:
                         fcntl.flock(lock, fcntl.LOCK_UN)
                 if not left:
                     return
+                if left != last_left:  # the reader took some (or the script's children wrote)
+                    last_left, deadline = left, time.monotonic() + stall
                 time.sleep(0.005)
         finally:
             if lock is not None:

@@ -428,7 +428,7 @@ class Task:
             if main and self._console is not None:
                 self._console.stop()
                 if isinstance(self._console, ExternalCapture):
-                    self._console.wait_relayed()
+                    self._console.wait_relayed(_popen_alive)
             if main and self._whatran is not None and status != "stopped":
                 # a short script still gets its record; a stop (SIGTERM, Ctrl-C) must not wait
                 self._whatran.join(timeout=whatran.WAIT_AT_EXIT)

@@ -65,7 +65,7 @@ def test_the_script_waits_for_a_chunk_the_relay_has_read_but_not_yet_written(tmp
         time.sleep(0.01)
     returned: list[float] = []
     waiter = threading.Thread(
-        target=lambda: (capture.wait_relayed(timeout=20), returned.append(time.monotonic()))
+        target=lambda: (capture.wait_relayed(lambda: True, stall=20), returned.append(time.monotonic()))
     )
     waiter.start()
     time.sleep(0.3)  # (only to give a wrong wait_relayed the chance to return early)
@@ -81,3 +81,39 @@ def test_the_script_waits_for_a_chunk_the_relay_has_read_but_not_yet_written(tmp
     assert not reader.is_alive()
     os.close(_err_r)  # (the relay closed out_r)
     os.close(term_r)
+
+
+def test_the_script_waits_for_a_reader_that_starts_late_and_not_for_one_that_died(tmp_path: Path) -> None:
+    """On a loaded machine the detached reader may still be importing when a short script ends: a
+    fixed 2-second wait returned with every line still in the pipe, and the redirected file was
+    empty (CI, two CPU hogs beside it). A reader that died is not waited for."""
+    import os
+    import threading
+    import time
+
+    from phalanx.tracking.console import ExternalCapture, relay, relay_lock_path
+
+    lock = relay_lock_path(tmp_path, os.getpid())
+    capture = ExternalCapture(lock)
+    out_r, err_r, saved_out, saved_err = capture.reader_fds()
+    os.close(saved_err)
+    os.write(capture._out_w, b"LAST\n")
+    returned: list[float] = []
+    waiter = threading.Thread(target=lambda: (capture.wait_relayed(lambda: True), returned.append(1)))
+    waiter.start()
+    waiter.join(timeout=3)  # longer than the old fixed wait
+    assert not returned, "wait_relayed returned before any reader had read the last line"
+    term_r, term_w = os.pipe()
+    reader = threading.Thread(target=relay, args=(out_r, term_w, "stdout", lambda *_: None, lock))
+    reader.start()
+    waiter.join(timeout=30)
+    assert returned and os.read(term_r, 100) == b"LAST\n"
+    dead = ExternalCapture(relay_lock_path(tmp_path, os.getpid() + 1))
+    os.write(dead._out_w, b"never read\n")
+    dead.wait_relayed(lambda: False)  # returns at once: nobody is left to wait for
+    for fd in (capture._out_w, capture._err_w):
+        os.close(fd)
+    reader.join(timeout=30)
+    dead.abandon()
+    for fd in (err_r, saved_out, term_r):
+        os.close(fd)
