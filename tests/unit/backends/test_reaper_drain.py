@@ -4,6 +4,7 @@ once, and only a pipe held open and empty (by a process outside the tree) is giv
 
 from __future__ import annotations
 
+import contextlib
 import os
 import selectors
 from collections.abc import Iterator
@@ -34,10 +35,8 @@ def pipe() -> Iterator[tuple[int, int]]:
     os.set_blocking(read_end, False)
     yield read_end, write_end
     for fd in (read_end, write_end):
-        try:
+        with contextlib.suppress(OSError):
             os.close(fd)
-        except OSError:
-            pass
 
 
 def _drain(tmp_path: Path, read_end: int, clock: SlowMachine) -> str:
@@ -58,8 +57,9 @@ def test_the_last_lines_reach_the_log_however_late_the_reaper_runs(
     """A fixed 2-second window from the processes' end lost them when the reaper was not scheduled
     within it (three seconds pass between each of its looks here)."""
     read_end, write_end = pipe
-    os.write(write_end, b"epoch 9 loss 0.1\nTraceback: the last words\n")
-    assert _drain(tmp_path, read_end, SlowMachine(step=3.0)) == "epoch 9 loss 0.1\nTraceback: the last words\n"
+    last = b"epoch 9 loss 0.1\nTraceback: the last words\n"
+    os.write(write_end, last)
+    assert _drain(tmp_path, read_end, SlowMachine(step=3.0)) == last.decode()
 
 
 def test_a_pipe_at_its_end_finishes_the_drain_without_waiting(tmp_path: Path, pipe: tuple[int, int]) -> None:

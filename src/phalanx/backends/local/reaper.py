@@ -193,7 +193,9 @@ class Reaper:
         log.flush()
         return len(ready)
 
-    def drain(self, sel: selectors.BaseSelector, log: LogSink, clock: Callable[[], float] = time.monotonic) -> None:
+    def drain(
+        self, sel: selectors.BaseSelector, log: LogSink, clock: Callable[[], float] = time.monotonic
+    ) -> None:
         """Once the processes ended: what they left in the pipes, to each pipe's end. No fixed bound
         (a loaded machine may not run us for seconds, and a replica's last lines must still reach
         its log): only pipes that stayed open and empty for DRAIN_STALL_SECONDS of looking are left."""
