@@ -143,8 +143,8 @@ def serve(
     config = uvicorn.Config(
         serving_app, log_level=log_level, lifespan="on", access_log=log_level in ("info", "debug")
     )
-    server = uvicorn.Server(config)
-    server.run(sockets=[sock])
+    http_server = uvicorn.Server(config)
+    http_server.run(sockets=[sock])
 
 
 def _check_options(host: str, token: str | None, no_auth: bool, log_level: str) -> None:
