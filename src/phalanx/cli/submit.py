@@ -73,10 +73,9 @@ def run_on_server(
     as_json = str(output) == "json"
     if as_json and group:
         emit_json(answer)
-    elif as_json:  # followed: the document once it has ended, as on this machine
-        if not follow:
-            emit_launched(client, exp_id)
-    else:
+    elif as_json and not follow:  # followed, the document comes once it has ended, as on this machine
+        emit_launched(client, exp_id)
+    elif not as_json:
         typer.echo(exp_id)
     page = f"{client.url}/groups/{exp_id}" if group else f"{client.url}/experiments/{exp_id}"
     if not follow:
