@@ -152,7 +152,7 @@ def test_tensorflow_parameter_server_succeeds_on_one_core_each_when_the_chief_is
     exp_id, _ = run_example("tensorflow-ps", "--param", "steps=150", folder=tmp_path)
     got = experiment(exp_id)
     assert got["status"] == "succeeded"  # although the worker and ps servers had to be stopped
-    ran = phalanx("get", exp_id, "--file").stdout  # the file it ran: one core for each of the 3 roles
+    ran = phalanx_cli("get", exp_id, "--file").stdout  # the file it ran: one core for each of the 3 roles
     assert ran.count("limits: 1") == 3, ran
     assert final_accuracies(exp_id)["test"] >= 0.9
 
