@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 import stat
+from pathlib import Path
 
 from pathspec import GitIgnoreSpec
 
@@ -35,6 +36,36 @@ class IgnoreRules:
 
     def __init__(self) -> None:
         self._specs: dict[str, GitIgnoreSpec] = {}  # folder, relative to the top ("" for it)
+        self._above: list[tuple[str, GitIgnoreSpec]] = []  # (the top's path below it, its rules)
+
+    @classmethod
+    def of_work_tree(cls, top: Path) -> IgnoreRules:
+        """Rules for a walk of ``top`` that also hold the .gitignore files of the folders above it,
+        up to its git work tree's top (git applies them to ``top``'s files too); none above when
+        ``top`` is in no work tree."""
+        rules = cls()
+        top = top.resolve()
+        chain: list[Path] = []
+        for folder in top.parents:
+            chain.append(folder)
+            if (folder / ".git").exists():
+                break
+        else:
+            return rules
+        for folder in reversed(chain):  # the work tree's top first: a nearer file's verdict wins
+            try:
+                fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+            except OSError:
+                continue
+            try:
+                lines = _read_lines(".gitignore", fd)
+            finally:
+                os.close(fd)
+            if lines:
+                rules._above.append(
+                    (top.relative_to(folder).as_posix() + "/", GitIgnoreSpec.from_lines(lines))
+                )
+        return rules
 
     def add_folder(self, rel_dir: str, dir_fd: int) -> None:
         """Read the ignore files of the folder open as ``dir_fd`` (links are not followed)."""
@@ -48,6 +79,10 @@ class IgnoreRules:
         """Whether ``rel`` (a path relative to the top, "/"-separated) is excluded."""
         parts = rel.split("/")
         verdict = False
+        for prefix, spec in self._above:
+            result = spec.check_file(prefix + rel + ("/" if is_dir else ""))
+            if result.include is not None:
+                verdict = result.include
         for depth in range(len(parts)):  # the top's file first: a deeper one's verdict wins
             spec = self._specs.get("/".join(parts[:depth]))
             if spec is None:

@@ -201,7 +201,7 @@ def snapshot(
     O_NOFOLLOW: the folder may be one a box writes while this runs (a server-run experiment's),
     and a link it planted must be stored as a link, never read through as this process (root)."""
     root = Path(folder)
-    rules = IgnoreRules()
+    rules = IgnoreRules.of_work_tree(root)
     buf = io.BytesIO()
     total = 0
     files: list[str] = []

@@ -98,3 +98,18 @@ def test_a_redirected_stdout_is_among_the_process_s_own_output_files(tmp_path: P
     finally:
         os.dup2(saved, 1)
         os.close(saved)
+
+
+def test_the_gitignore_files_above_the_folder_apply_up_to_its_work_tree_s_top(tmp_path: Path) -> None:
+    """git applies a repository's top .gitignore to a subfolder's files: so does every walk."""
+    (tmp_path / "repo" / ".git").mkdir(parents=True)
+    (tmp_path / "repo" / ".gitignore").write_text("*.bak\n")
+    (tmp_path / ".gitignore").write_text("train.py\n")  # above the work tree: not git's, not ours
+    root = tmp_path / "repo" / "exp"
+    root.mkdir()
+    (root / "train.py").write_text("print(1)\n")
+    (root / "old.bak").write_text("x\n")
+    data, info = repro.snapshot(str(root))
+    assert members(data) == ["train.py"] and info["ignored"] == ["old.bak"]
+    assert members(bundles.pack(root)) == ["train.py"]
+    assert [p.name for p in _source_files(root)] == ["train.py"]

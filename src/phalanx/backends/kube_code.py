@@ -123,7 +123,7 @@ def _source_files(root: Path) -> Iterator[Path]:
     SKIP_FILE_BYTES stay behind."""
     if not root.is_dir():  # (os.fwalk raises where os.walk yielded nothing)
         return
-    rules = IgnoreRules()
+    rules = IgnoreRules.of_work_tree(root)
     for dirpath, dirnames, filenames, dir_fd in os.fwalk(root):
         here = Path(dirpath)
         rel_dir = here.relative_to(root).as_posix().removeprefix(".")
