@@ -84,11 +84,11 @@ class IgnoreRules:
             if result.include is not None:
                 verdict = result.include
         for depth in range(len(parts)):  # the top's file first: a deeper one's verdict wins
-            spec = self._specs.get("/".join(parts[:depth]))
-            if spec is None:
+            here = self._specs.get("/".join(parts[:depth]))
+            if here is None:
                 continue
             below = "/".join(parts[depth:]) + ("/" if is_dir else "")
-            result = spec.check_file(below)
+            result = here.check_file(below)
             if result.include is not None:
                 verdict = result.include
         return verdict
