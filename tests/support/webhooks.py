@@ -35,7 +35,7 @@ class Receiver:
         receiver = self
 
         class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:  # noqa: N802 (http.server's name)
+            def do_POST(self) -> None:
                 body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
                 with receiver._changed:
                     status = receiver.answers.pop(0) if receiver.answers else 200
@@ -46,7 +46,7 @@ class Receiver:
                 self.send_header("Content-Length", "0")
                 self.end_headers()
 
-            def log_message(self, format: str, *args: object) -> None:  # noqa: A002
+            def log_message(self, format: str, *args: object) -> None:
                 """Quiet: the test reads ``received``."""
 
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)

@@ -25,9 +25,13 @@ def _failed(store: SqlStore, project: str = "A") -> str:
     """An experiment of ``project`` whose worker-1 failed first, then ended failed (as the
     supervisor records it: the replica's state, then the experiment's end)."""
     exp = fill.experiment(store, project=project, status=ExperimentStatus.RUNNING)
-    store.update_replica(exp.id, "worker-1", state=ReplicaState.FAILED, reason="exited with code 3", finished_at=1.0)
+    store.update_replica(
+        exp.id, "worker-1", state=ReplicaState.FAILED, reason="exited with code 3", finished_at=1.0
+    )
     store.update_replica(exp.id, "master", state=ReplicaState.STOPPED, finished_at=2.0)
-    store.update_experiment(exp.id, status=ExperimentStatus.FAILED, reason="worker-1 failed: exited with code 3")
+    store.update_experiment(
+        exp.id, status=ExperimentStatus.FAILED, reason="worker-1 failed: exited with code 3"
+    )
     return exp.id
 
 
@@ -40,7 +44,11 @@ def test_an_end_is_queued_once_for_each_hook_that_asked_for_it(store: SqlStore) 
     store.update_experiment(exp_id, status=ExperimentStatus.FAILED, reason="written again")  # no new event
 
     (delivery,) = book.deliveries(on_failed.id)
-    assert (delivery.experiment_id, delivery.event, delivery.state) == (exp_id, "experiment.failed", "pending")
+    assert (delivery.experiment_id, delivery.event, delivery.state) == (
+        exp_id,
+        "experiment.failed",
+        "pending",
+    )
     assert book.deliveries(elsewhere.id) == []
     (due,) = outbox(store).claim_due(now=2e9, lease=60)
     payload = json.loads(due.payload)
@@ -62,7 +70,10 @@ def test_a_resumed_experiment_that_ends_again_is_a_new_event(store: SqlStore) ->
     exp_id = _failed(store)
     store.reopen_experiment(exp_id)
     store.update_experiment(exp_id, status=ExperimentStatus.STOPPED, reason="stopped by ada")
-    assert [d.event for d in alert_book(store).deliveries(hook.id)] == ["experiment.stopped", "experiment.failed"]
+    assert [d.event for d in alert_book(store).deliveries(hook.id)] == [
+        "experiment.stopped",
+        "experiment.failed",
+    ]
 
 
 def test_a_receiver_answering_500_twice_gets_it_on_the_third_try(store: SqlStore) -> None:
@@ -93,7 +104,9 @@ def test_a_receiver_answering_500_twice_gets_it_on_the_third_try(store: SqlStore
 
 def test_a_delivery_is_given_up_after_its_last_try(store: SqlStore) -> None:
     clock = ManualClock(2e9)
-    hook = alert_book(store).add_hook("A", "http://127.0.0.1:9/nobody", ["failed"], SECRET, None)  # port 9: refused
+    hook = alert_book(store).add_hook(
+        "A", "http://127.0.0.1:9/nobody", ["failed"], SECRET, None
+    )  # port 9: refused
     _failed(store)
     deliverer = Deliverer(outbox(store), "http://x", Retry(attempts=2, backoff=1, timeout=5), clock)
     assert deliverer.run_once() == 1
