@@ -17,6 +17,7 @@ EVENTS = ("failed", "succeeded", "stopped")  # the experiment ends a hook may be
 URL_MAX = 2000
 SECRET_MIN, SECRET_MAX = 16, 256
 _HOOK_ID = re.compile(r"^h[0-9a-f]{11}$")
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")  # never in a URL or a secret (a database refuses NUL)
 
 
 @dataclass(frozen=True)
@@ -125,8 +126,12 @@ def check_hook(project: str, url: str, events: Iterable[str], secret: str | None
     problem = label_problem(project, "project")
     if problem:
         raise UsageError(problem)
-    parts = urllib.parse.urlsplit(url)
-    if len(url) > URL_MAX or parts.scheme not in ("http", "https") or not parts.hostname:
+    try:
+        parts = urllib.parse.urlsplit(url)
+        usable = parts.scheme in ("http", "https") and bool(parts.hostname) and parts.port != 0
+    except ValueError:  # a port that is no number, an unbalanced [
+        usable = False
+    if not usable or len(url) > URL_MAX or _CONTROL.search(url):
         raise UsageError(
             f"url {url[:100]!r}: give the receiver's http:// or https:// address"
             " (e.g. https://hooks.example.com/phalanx)"
@@ -138,10 +143,10 @@ def check_hook(project: str, url: str, events: Iterable[str], secret: str | None
             f"events {','.join(wrong) or '(none)'}: give one or more of {','.join(EVENTS)}"
             " (e.g. --on failed,stopped)"
         )
-    if secret is not None and not SECRET_MIN <= len(secret) <= SECRET_MAX:
+    if secret is not None and (not SECRET_MIN <= len(secret) <= SECRET_MAX or _CONTROL.search(secret)):
         raise UsageError(
             f"the hook's secret has {len(secret)} characters: give {SECRET_MIN} to {SECRET_MAX}"
-            " (or none: the server makes one)"
+            " printable ones (or none: the server makes one)"
         )
     return chosen
 

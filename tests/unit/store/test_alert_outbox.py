@@ -136,6 +136,9 @@ def test_a_removed_hooks_pending_deliveries_are_never_sent(store: SqlStore) -> N
         ("http://host/x", ["exploded"], None, "failed,succeeded,stopped"),
         ("http://host/x", [], None, "give one or more"),
         ("http://host/x", ["failed"], "short", "16 to 256"),
+        ("http://host:port/x", ["failed"], None, "http:// or https://"),
+        ("http://host/x\x00", ["failed"], None, "http:// or https://"),
+        ("http://host/x", ["failed"], "sixteen\x00characters", "printable"),
     ],
 )
 def test_a_bad_hook_is_refused_saying_how_to_fix_it(

@@ -344,7 +344,11 @@ def _status_from_event(conn: Connection, ev: Event, status: ExperimentStatus) ->
         values["finished_at"] = ev.time
     if d.get("reason"):
         values["reason"] = str(d["reason"])
-    before = conn.execute(select(ExperimentRow.status).where(ExperimentRow.id == ev.experiment_id)).scalar()
+    before = None
+    if status.done:  # the project's hooks hear of an end once (below)
+        before = conn.execute(
+            select(ExperimentRow.status).where(ExperimentRow.id == ev.experiment_id)
+        ).scalar()
     conn.execute(update(ExperimentRow).where(ExperimentRow.id == ev.experiment_id).values(**values))
     state = ReplicaState(status.value) if status.value in set(ReplicaState) else ReplicaState.PENDING
     if d.get("replica_state"):  # a supervisor's outcome left in the spool: each replica's own state
@@ -365,4 +369,5 @@ def _status_from_event(conn: Connection, ev: Event, status: ExperimentStatus) ->
         .where(ReplicaRow.experiment_id == ev.experiment_id, ReplicaRow.name == ev.replica)
         .values(**replica_values)
     )
-    alerts.record_end(conn, ev.experiment_id, before, status.value)  # the project's hooks, once
+    if status.done:
+        alerts.record_end(conn, ev.experiment_id, before, status.value)

@@ -277,12 +277,12 @@ class SqlStore(AttemptBook, RecordReads, ManyReads, GroupBook, SubmissionBook):
         }
         with self._writer.begin() as conn:
             full = _resolve(conn, experiment_id)
-            before = None
-            if status is not None:
+            ends, before = status is not None and ExperimentStatus(status).done, None
+            if ends:  # an end is told to the project's hooks once, in this transaction
                 before = conn.execute(select(ExperimentRow.status).where(ExperimentRow.id == full)).scalar()
             if values:
                 conn.execute(update(ExperimentRow).where(ExperimentRow.id == full).values(**values))
-            if status is not None:  # an end is told to the project's hooks once, with the row
+            if ends:
                 alerts.record_end(conn, full, before, values["status"])
         return self.get_experiment(full)
 
