@@ -1,11 +1,11 @@
 """Code bundles a client sends to a server: the submitter's folder as a content-addressed .tar.gz.
 
 The same folder walk, skips and byte-for-byte reproducible packing as the Kubernetes code bundle
-(``backends.kube_code``): VCS folders, venvs, caches, data folders, files over 16 MiB and, in a git
-work tree, what .gitignore ignores stay behind, so the same files always give the same bytes and
-the same sha256. The server keeps each bundle once, by that hash (``BundleStore``), and unpacks it
-into a working folder per experiment (``unpack``), refusing members that would land outside it or
-unpack past the cap (a small gzip can inflate to gigabytes).
+(``backends.kube_code``): VCS folders, venvs, caches, data folders, files over 16 MiB and what the
+folder's .gitignore files and a .phalanxignore exclude stay behind (``codeignore``), so the same
+files always give the same bytes and the same sha256. The server keeps each bundle once, by that
+hash (``BundleStore``), and unpacks it into a working folder per experiment (``unpack``), refusing
+members that would land outside it or unpack past the cap (a small gzip can inflate to gigabytes).
 """
 
 from __future__ import annotations
@@ -14,7 +14,6 @@ import gzip
 import hashlib
 import io
 import os
-import subprocess
 import tarfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -27,12 +26,9 @@ SHA256_HEX = 64
 
 def pack(folder: Path, cap: int = BUNDLE_CAP) -> bytes:
     """``folder``'s source files as a reproducible .tar.gz; UsageError naming the largest files
-    when what is left after the skips (and, in a git work tree, what .gitignore ignores) is over
+    when what is left after the skips (``codeignore``: .gitignore and .phalanxignore too) is over
     ``cap`` bytes."""
     files = list(_source_files(folder))
-    kept = _not_ignored(folder)
-    if kept is not None:
-        files = [f for f in files if f.relative_to(folder).as_posix() in kept]
     total = sum(f.stat().st_size for f in files)
     if total > cap:
         biggest = sorted(files, key=lambda f: f.stat().st_size, reverse=True)[:3]
@@ -50,23 +46,6 @@ def pack(folder: Path, cap: int = BUNDLE_CAP) -> bytes:
         for f in files:
             tar.add(f, arcname=f.relative_to(folder).as_posix(), recursive=False, filter=_plain)
     return buf.getvalue()
-
-
-def _not_ignored(folder: Path) -> set[str] | None:
-    """The files under ``folder`` git does not ignore (tracked or not), relative to it; None when
-    ``folder`` is not in a git work tree or git cannot be run (then only the skips apply)."""
-    try:
-        out = subprocess.run(
-            ["git", "-C", str(folder), "ls-files", "-z", "--cached", "--others", "--exclude-standard", "."],
-            capture_output=True,
-            timeout=30,
-            check=False,
-        )
-    except (OSError, subprocess.SubprocessError):
-        return None
-    if out.returncode != 0:
-        return None
-    return {name.decode(errors="surrogateescape") for name in out.stdout.split(b"\0") if name}
 
 
 def digest(data: bytes) -> str:

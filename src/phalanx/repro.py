@@ -11,8 +11,11 @@ The snapshot holds at most SNAPSHOT_MAX_BYTES (50 MiB) of files, each at most SN
 (10 MiB), looks at 20,000 files at most, and skips version control (.git, .hg, .svn), virtual
 environments (any folder holding a pyvenv.cfg, and .venv/venv/env), caches (__pycache__,
 .mypy_cache, .pytest_cache, .ruff_cache, node_modules) and data folders (data, datasets,
-checkpoints, outputs, wandb, mlruns, lightning_logs), and a Phalanx home inside the folder. What was
-skipped or cut is listed in the record, so nobody mistakes a partial snapshot for a whole.
+checkpoints, outputs, wandb, mlruns, lightning_logs), a Phalanx home inside the folder, what the
+folder's .gitignore files and a .phalanxignore exclude (``codeignore``), the files the replicas or
+the shell changed after the start (the walk runs beside the replicas: what they write is output,
+not code) and the file `phalanx run ... > run.log` writes to. What was skipped, ignored or cut is
+listed in the record, so nobody mistakes a partial snapshot for a whole.
 """
 
 from __future__ import annotations
@@ -35,19 +38,11 @@ from pathlib import Path
 from typing import Any
 
 from phalanx._version import __version__
+from phalanx.codeignore import DATA_DIRS, IgnoreRules, skipped_dir
 
 SNAPSHOT_MAX_BYTES = 50 * 1024 * 1024
 SNAPSHOT_MAX_FILE = 10 * 1024 * 1024
 DIFF_MAX_BYTES = 1024 * 1024
-SKIP_DIRS = frozenset(
-    {
-        ".git", ".hg", ".svn", ".venv", "venv", "env", "__pycache__", ".mypy_cache", ".pytest_cache",
-        ".ruff_cache", "node_modules", "data", "datasets", "checkpoints", "outputs", "wandb", "mlruns",
-        "lightning_logs", ".ipynb_checkpoints",
-    }
-)  # fmt: skip
-# skipped folders a script may read at run time (not version control, venvs or caches)
-DATA_DIRS = frozenset({"data", "datasets", "checkpoints", "outputs", "wandb", "mlruns", "lightning_logs"})
 SNAPSHOT_PATH = "_source/source.tar.gz"
 LISTED_MAX = 100  # capped files named in the record (all are counted)
 WALK_MAX_FILES = 20000  # files looked at before the walk stops (a home folder given as the source)
@@ -175,7 +170,7 @@ def _skipped_dir(path: Path) -> bool:
     """Version control, caches, data folders, a venv, or a Phalanx home (its store, spool and
     artifacts, when PHALANX_HOME lies inside the source folder)."""
     return (
-        path.name in SKIP_DIRS
+        skipped_dir(path.name)
         or (path / "pyvenv.cfg").exists()
         or (path / "phalanx.db").exists()
         or _is_home(path)
@@ -192,21 +187,37 @@ def _is_home(path: Path) -> bool:
         return False
 
 
-def snapshot(folder: str) -> tuple[bytes, dict[str, Any]]:
+def snapshot(
+    folder: str, since_ns: int | None = None, own_output: frozenset[tuple[int, int]] = frozenset()
+) -> tuple[bytes, dict[str, Any]]:
     """A tar.gz of ``folder`` within the caps, and what it holds and left out.
+
+    Left out besides the caps: what ``codeignore`` leaves out (.gitignore, .phalanxignore),
+    files changed after ``since_ns`` (the start: the replicas run while this walks, and what they
+    write is output, not code) and ``own_output`` ((device, inode) of the files this process's
+    output goes to: `phalanx run ... > run.log` in the folder).
 
     Walked by file descriptors (os.fwalk) and each file opened relative to its folder's with
     O_NOFOLLOW: the folder may be one a box writes while this runs (a server-run experiment's),
     and a link it planted must be stored as a link, never read through as this process (root)."""
     root = Path(folder)
+    rules = IgnoreRules()
     buf = io.BytesIO()
     total = 0
     files: list[str] = []
     skipped: list[str] = []
+    left = {"ignored": [], "changed_after_start": []}  # type: dict[str, list[str]]
+    counts = dict.fromkeys(left, 0)
     capped: list[str] = []
     capped_count = 0
     seen = 0
     walk_stopped = False
+
+    def leave(kind: str, rel: str) -> None:
+        counts[kind] += 1
+        if len(left[kind]) < LISTED_MAX:
+            left[kind].append(rel)
+
     with tarfile.open(fileobj=buf, mode="w:gz") as tar:
         for dirpath, dirnames, filenames, dir_fd in os.fwalk(root, follow_symlinks=False):
             seen += len(filenames)
@@ -215,15 +226,26 @@ def snapshot(folder: str) -> tuple[bytes, dict[str, Any]]:
                 walk_stopped = True
                 break
             here = Path(dirpath)
+            rel_dir = here.relative_to(root).as_posix().removeprefix(".")
+            rules.add_folder(rel_dir, dir_fd)
             keep = []
             for d in sorted(dirnames):
+                rel = (here / d).relative_to(root).as_posix()
                 if _skipped_dir(here / d):
-                    skipped.append((here / d).relative_to(root).as_posix() + "/")
+                    skipped.append(rel + "/")
+                elif rules.ignored(rel, is_dir=True):
+                    leave("ignored", rel + "/")
                 else:
                     keep.append(d)
             dirnames[:] = keep
             for name in sorted(filenames):
                 rel = (here / name).relative_to(root).as_posix()
+                if rules.ignored(rel):
+                    leave("ignored", rel)
+                    continue
+                if _written_since(name, dir_fd, since_ns, own_output):
+                    leave("changed_after_start", rel)
+                    continue
                 member = _member(name, dir_fd, rel)
                 if member is None:
                     continue
@@ -242,6 +264,10 @@ def snapshot(folder: str) -> tuple[bytes, dict[str, Any]]:
         "files": len(files),
         "bytes": total,
         "skipped": skipped,
+        "ignored": left["ignored"],
+        "ignored_count": counts["ignored"],
+        "changed_after_start": left["changed_after_start"],
+        "changed_after_start_count": counts["changed_after_start"],
         "capped": capped,
         "capped_count": capped_count,
         "walk_stopped": walk_stopped,
@@ -249,6 +275,14 @@ def snapshot(folder: str) -> tuple[bytes, dict[str, Any]]:
         "max_file_bytes": SNAPSHOT_MAX_FILE,
     }
     return buf.getvalue(), info
+
+
+def _written_since(name: str, dir_fd: int, since_ns: int | None, own: frozenset[tuple[int, int]]) -> bool:
+    try:
+        st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+    except OSError:
+        return False
+    return (st.st_dev, st.st_ino) in own or (since_ns is not None and st.st_mtime_ns > since_ns)
 
 
 def _member(name: str, dir_fd: int, rel: str) -> tuple[tarfile.TarInfo, Any] | None:
@@ -282,11 +316,14 @@ def collect(
     launch: Mapping[str, Any],
     box: Sequence[str] = (),
     cache: Path | None = None,
+    since_ns: int | None = None,
+    own_output: frozenset[tuple[int, int]] = frozenset(),
 ) -> tuple[dict[str, Any], bytes]:
     """The record (without the snapshot's bytes) and the snapshot. ``box``: an argv prefix that
     runs git and the experiment's interpreter in its box (a server-run experiment). ``cache``:
-    where the package list of this interpreter is kept between runs (``packages``)."""
-    data, snap = snapshot(workdir)
+    where the package list of this interpreter is kept between runs (``packages``). ``since_ns``,
+    ``own_output``: when the replicas started, where the starter's output goes (``snapshot``)."""
+    data, snap = snapshot(workdir, since_ns, own_output)
     record = {
         "git": git_info(workdir, box),
         "packages": packages(python, box, cache),
@@ -355,6 +392,11 @@ def left_out_note(snapshot: dict[str, Any] | None) -> str | None:
         parts.append(f"{count} file{'s' if count != 1 else ''} over the size caps ({shown})")
     if walk_stopped:  # a home folder or a data tree as the script's folder
         parts.append(f"every file after the first {WALK_MAX_FILES} it looked at (the folder is too large)")
+    changed = [str(c) for c in snapshot.get("changed_after_start") or []]
+    if changed:  # what the replicas or the shell wrote while the walk ran: output, not code
+        n = int(snapshot.get("changed_after_start_count") or len(changed))
+        shown = ", ".join(changed[:3]) + (", ..." if n > 3 else "")
+        parts.append(f"{n} file{'s' if n != 1 else ''} changed after the start ({shown})")
     if not parts:
         return None
     return (

@@ -41,6 +41,7 @@ from pathlib import Path
 from typing import Any
 
 from phalanx.backends.kube_objects import TOKEN_SECRET
+from phalanx.codeignore import IgnoreRules, skipped_dir
 from phalanx.config import Settings
 from phalanx.errors import BackendUnavailable, Problem, SpecError
 from phalanx.plan import Plan
@@ -56,23 +57,6 @@ BUNDLE_PATH = "_phalanx/code.tar.gz"  # under the experiment's files on the serv
 CODE_VOLUME = "phalanx-code"
 ENV_VOLUME = "phalanx-envs"
 BUNDLE_CAP = 64 << 20  # bytes of source packed; more is almost always data that belongs elsewhere
-SKIP_DIRS = {
-    ".git",
-    ".hg",
-    ".svn",
-    "__pycache__",
-    ".venv",
-    "venv",
-    "env",
-    ".tox",
-    ".mypy_cache",
-    ".pytest_cache",
-    ".ruff_cache",
-    "node_modules",
-    "data",
-    "datasets",
-    ".ipynb_checkpoints",
-}
 SKIP_FILE_BYTES = 16 << 20  # one file bigger than this is data, not code
 
 
@@ -134,15 +118,28 @@ def check_environment(plan: Plan, env_volume: str | None, workdir: str | None = 
 
 # -- the bundle ---------------------------------------------------------------------------------
 def _source_files(root: Path) -> Iterator[Path]:
-    for dirpath, dirnames, filenames in os.walk(root):
+    """The folder's code files, in a stable order: what ``codeignore`` leaves out (version control,
+    venvs, caches, data folders, .gitignore, .phalanxignore), links, compiled files and files over
+    SKIP_FILE_BYTES stay behind."""
+    if not root.is_dir():  # (os.fwalk raises where os.walk yielded nothing)
+        return
+    rules = IgnoreRules()
+    for dirpath, dirnames, filenames, dir_fd in os.fwalk(root):
+        here = Path(dirpath)
+        rel_dir = here.relative_to(root).as_posix().removeprefix(".")
+        rules.add_folder(rel_dir, dir_fd)
         dirnames[:] = sorted(
-            d for d in dirnames if d not in SKIP_DIRS and not (Path(dirpath) / d / "pyvenv.cfg").exists()
+            d
+            for d in dirnames
+            if not skipped_dir(d)
+            and not (here / d / "pyvenv.cfg").exists()
+            and not rules.ignored((here / d).relative_to(root).as_posix(), is_dir=True)
         )
         for name in sorted(filenames):
-            path = Path(dirpath) / name
+            path = here / name
             if path.is_symlink() or not path.is_file() or name.endswith((".pyc", ".pyo")):
                 continue
-            if path.stat().st_size > SKIP_FILE_BYTES:
+            if path.stat().st_size > SKIP_FILE_BYTES or rules.ignored(path.relative_to(root).as_posix()):
                 continue
             yield path
 

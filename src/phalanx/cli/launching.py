@@ -93,15 +93,42 @@ def submit_detached(
         _echo_notes(submitted.log)
     if output is Output.JSON:
         _emit_json(
-            {
-                "id": submitted.experiment_id,
-                "supervisor_pid": submitted.process.pid,
-                "log": str(submitted.log),
-            }
+            launched_json(
+                submitted.experiment_id,
+                submitted.status,
+                submitted.reason,
+                supervisor_pid=submitted.process.pid,
+                log=submitted.log,
+            )
         )
     else:
         sys.stdout.write(f"{submitted.experiment_id}\n")
         sys.stdout.flush()
+
+
+def launched_json(
+    experiment_id: str,
+    status: str,
+    reason: str | None = None,
+    *,
+    server: str | None = None,
+    supervisor_pid: int | None = None,
+    log: Path | None = None,
+) -> dict[str, Any]:
+    """What `phalanx run`, `rerun` and `resume` print with ``-o json``: one shape on every door
+    (docs/running.md, "What `-o json` prints"). ``status`` (and ``reason``) as the experiment stood
+    when the command returned: its end once it waited for it, else its status once it existed.
+    Every key is always there; those only one door knows are null on the other: ``server`` (the
+    server it runs on), ``supervisor_pid`` and ``log`` (a supervisor started in the background on
+    this machine)."""
+    return {
+        "id": experiment_id,
+        "status": status,
+        "reason": reason,
+        "server": server,
+        "supervisor_pid": supervisor_pid,
+        "log": None if log is None else str(log),
+    }
 
 
 def _echo_notes(log: Path) -> None:

@@ -23,6 +23,7 @@ from phalanx.cli.target import LocalOpt, ServerOpt
 
 if TYPE_CHECKING:
     from phalanx.registry.door import ModelRegistry
+    from phalanx.registry.service import Registry
     from phalanx.store.base import ModelRecord
 
 
@@ -164,21 +165,30 @@ def experiment_models(
 # --- the registry -----------------------------------------------------------------------------
 
 
-def _registry(server: str | None, local: bool) -> ModelRegistry:
+def open_registry(server: str | None, local: bool) -> ModelRegistry:
     """The registry a command works on: the server's (after `phalanx login`, or --server) or this
     machine's (--local, or no login); which one is said on stderr once a server is in play."""
+    registry, _ = registry_door(server, local)
+    return registry
+
+
+def registry_door(server: str | None, local: bool) -> tuple[ModelRegistry, Registry | None]:
+    """``open_registry``'s registry, and this machine's ``Registry`` again when that is the one
+    (what only this machine's registry answers: `phalanx serve`'s service experiment); None on a
+    server."""
     from phalanx.logins import choose
 
     client = choose(server, local)
     if client is not None:
         from phalanx.registry.remote import RemoteRegistry
 
-        return RemoteRegistry(client)
+        return RemoteRegistry(client), None
     from phalanx.config import Settings
     from phalanx.registry.service import Registry
     from phalanx.store import open_store
 
-    return Registry(open_store(Settings()))
+    here = Registry(open_store(Settings()))
+    return here, here
 
 
 def _check_output(output: str) -> None:
@@ -245,7 +255,7 @@ def register(
         check_alias(alias)
     from phalanx.registry.door import register_version
 
-    created = register_version(_registry(server, local), source, name, description, tags, alias)
+    created = register_version(open_registry(server, local), source, name, description, tags, alias)
     if output == "json":
         emit_json(created)
         return
@@ -268,7 +278,7 @@ def ls(
     _check_output(output)
     from phalanx.registry.service import model_json, version_json
 
-    registry = _registry(server, local)
+    registry = open_registry(server, local)
     if name is None:
         models = registry.models()
         if output == "json":
@@ -309,7 +319,7 @@ def get(ref: RefArg, output: OutputOpt = "table", server: ServerOpt = None, loca
     _check_output(output)
     from phalanx.registry.service import version_json
 
-    v = _registry(server, local).resolve(ref)
+    v = open_registry(server, local).resolve(ref)
     if output == "json":
         emit_json(version_json(v))
         return
@@ -365,7 +375,7 @@ def alias(
         raise fail("--delete takes no VERSION")
     if not delete and version is None:
         raise fail(f"give the version {ref} names, e.g. `phalanx models alias {ref} 3`")
-    registry = _registry(server, local)
+    registry = open_registry(server, local)
     if delete:
         registry.delete_alias(ref.name, ref.alias)
         typer.echo(f"removed {ref}")
@@ -388,7 +398,7 @@ def download(
     from phalanx.store.registry_records import parse_ref
 
     parse_ref(ref)
-    typer.echo(str(download_version(_registry(server, local), ref, directory)))
+    typer.echo(str(download_version(open_registry(server, local), ref, directory)))
 
 
 @models_app.command("update")
@@ -410,5 +420,5 @@ def update(
     if description is None and not tag:
         raise fail("nothing to update: give --description TEXT and/or --tag KEY=VALUE")
     tags: dict[str, str | None] = {k: (v if v != "" else None) for k, v in _tags(tag).items()}
-    _registry(server, local).update(parsed.name, parsed.version, description=description, tags=tags)
+    open_registry(server, local).update(parsed.name, parsed.version, description=description, tags=tags)
     typer.echo(f"updated {ref}")

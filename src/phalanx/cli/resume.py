@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from phalanx.cli.app import ExtraParamsOpt, app, emit_json, fail, human_size
+from phalanx.cli.launching import launched_json
 from phalanx.cli.target import LocalOpt, ServerOpt
 
 if TYPE_CHECKING:
@@ -91,7 +92,7 @@ def _supervise(runner: Any, prepared: Any, options: Any, output: str, *, headlin
         plain = PlainObserver(sys.stderr if output == "json" else sys.stdout)
         outcome = runner.run(prepared, options, plain, owns_run_dir=False)
     if output == "json":
-        emit_json({"id": outcome.experiment_id, "status": str(outcome.status), "reason": outcome.reason})
+        emit_json(launched_json(outcome.experiment_id, str(outcome.status), outcome.reason))
     else:
         tail = f": {outcome.reason}" if outcome.reason else ""
         sys.stderr.write(f"phalanx: experiment {outcome.experiment_id} {outcome.status}{tail}\n")
@@ -125,7 +126,15 @@ def _detach_resume(runner: Any, spec: Any, options: Any, output: str) -> None:
         sys.stderr.write((exc.text or f"error: the supervisor exited with status {exc.exit_code}") + "\n")
         raise typer.Exit(exc.exit_code or 1) from None
     if output == "json":
-        emit_json({"id": submitted.experiment_id, "status": "resuming", "log": str(submitted.log)})
+        emit_json(
+            launched_json(
+                submitted.experiment_id,
+                submitted.status,
+                submitted.reason,
+                supervisor_pid=submitted.process.pid,
+                log=submitted.log,
+            )
+        )
     else:
         typer.echo(submitted.experiment_id)
 

@@ -22,7 +22,7 @@ from phalanx.cli.launching import Output as Output
 from phalanx.cli.launching import _check_home_and_db as _check_home_and_db
 from phalanx.cli.launching import _check_id as _check_id
 from phalanx.cli.launching import _load as _load
-from phalanx.cli.launching import launch_options, start_detached
+from phalanx.cli.launching import launch_options, launched_json, start_detached
 from phalanx.cli.launching import submit_detached as submit_detached
 from phalanx.cli.live_table import RichObserver
 from phalanx.cli.target import LocalOpt, ServerOpt
@@ -356,7 +356,7 @@ def _supervise(runner: Runner, spec: Any, options: LaunchOptions, request: RunRe
 def _report_outcome(outcome: RunOutcome, output: Output, settings: Settings) -> NoReturn:
     """Say how it ended (and where to see it) and exit with its status."""
     if output is Output.JSON:
-        emit_json({"id": outcome.experiment_id, "status": str(outcome.status), "reason": outcome.reason})
+        emit_json(launched_json(outcome.experiment_id, str(outcome.status), outcome.reason))
     else:
         tail = f": {outcome.reason}" if outcome.reason else ""
         sys.stderr.write(f"phalanx: experiment {outcome.experiment_id} {outcome.status}{tail}\n")

@@ -15,6 +15,7 @@ import typer
 
 from phalanx.cli.app import app, fail
 from phalanx.cli.server import bind_listener, is_loopback
+from phalanx.cli.target import LocalOpt
 
 if TYPE_CHECKING:
     from phalanx.registry.service import Registry
@@ -70,6 +71,15 @@ TrackSecondsOpt = Annotated[
     ),
 ]
 LogLevelOpt = Annotated[str, typer.Option("--log-level", help="uvicorn's: warning, info, debug")]
+ServeServerOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--server",
+        metavar="URL",
+        help="Serve a model of this Phalanx server's registry (default: the one `phalanx login` chose); "
+        "the version is pulled through its API with your token.",
+    ),
+]
 
 
 @app.command("serve")
@@ -87,8 +97,11 @@ def serve(
     intra_threads: IntraThreadsOpt = 0,
     track_seconds: TrackSecondsOpt = 5.0,
     log_level: LogLevelOpt = "warning",
+    server: ServeServerOpt = None,
+    local: LocalOpt = False,
 ) -> None:
-    """Serve a registered ONNX model: POST /v1/models/NAME:predict (JSON or .npy), /healthz, /metrics."""
+    """Serve a registered ONNX model: POST /v1/models/NAME:predict (JSON or .npy), /healthz, /metrics.
+    After `phalanx login` (or with --server URL) the model is one of the server's registry."""
     from phalanx.store.registry_records import parse_ref
 
     parsed = parse_ref(ref)
@@ -96,16 +109,14 @@ def serve(
     _require_serve_extra()
     import uvicorn
 
-    from phalanx.config import Settings
-    from phalanx.registry.service import Registry
+    from phalanx.cli.models import registry_door
     from phalanx.serving.app import ServeOptions, create_serving_app
     from phalanx.serving.follower import Follower
-    from phalanx.store import open_store
 
+    registry, here = registry_door(server, local)  # says which door once a server is in play
     sock = bind_listener(host, port)
     sock.listen(2048)
     sock.set_inheritable(True)
-    registry = Registry(open_store(Settings()))
     follower = Follower(
         parsed, registry.resolve, registry.read_bytes, poll_seconds=poll_seconds, intra_threads=intra_threads
     )
@@ -120,15 +131,20 @@ def serve(
         token=None if no_auth else token,
     )
     session = None
-    if track_seconds > 0:
-        session = _open_session(registry, follower, parsed, options, host, track_seconds)
+    if track_seconds > 0 and here is None:
+        sys.stderr.write(
+            "phalanx: no service experiment for a model of a server's registry (not recorded there yet);"
+            " its requests and latency are at /metrics\n"
+        )
+    elif track_seconds > 0 and here is not None:
+        session = _open_session(here, follower, parsed, options, host, track_seconds)
     serving_app = create_serving_app(follower, options, session)
     _announce(parsed, follower, session, sock.getsockname()[:2], token if generated else None)
     config = uvicorn.Config(
         serving_app, log_level=log_level, lifespan="on", access_log=log_level in ("info", "debug")
     )
-    server = uvicorn.Server(config)
-    server.run(sockets=[sock])
+    http_server = uvicorn.Server(config)
+    http_server.run(sockets=[sock])
 
 
 def _check_options(host: str, token: str | None, no_auth: bool, log_level: str) -> None:

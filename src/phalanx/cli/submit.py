@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 import typer
 
+from phalanx.cli.launching import launched_json
 from phalanx.config import Settings
 
 if TYPE_CHECKING:
@@ -69,16 +70,24 @@ def run_on_server(
         raise typer.Exit(2) from None
     exp_id = str(answer["id"])
     group = answer.get("kind") == "group"
-    if str(output) == "json":
+    as_json = str(output) == "json"
+    if as_json and group:
         emit_json(answer)
-    else:
+    elif as_json and not follow:  # followed, the document comes once it has ended, as on this machine
+        emit_launched(client, exp_id)
+    elif not as_json:
         typer.echo(exp_id)
     page = f"{client.url}/groups/{exp_id}" if group else f"{client.url}/experiments/{exp_id}"
     if not follow:
         sys.stderr.write(f"phalanx: open {page} to see it in the web UI\n")
         return
     try:
-        code = follow_group(client, exp_id) if group else follow_logs(client, exp_id)
+        if group:
+            code = follow_group(client, exp_id)
+        else:  # with -o json the console goes to stderr, as a local run's does: stdout is the document
+            code = follow_logs(client, exp_id, sys.stderr if as_json else None)
+            if as_json:
+                emit_launched(client, exp_id)
     except KeyboardInterrupt:
         sys.stderr.write(
             f"\nphalanx: detached; experiment {exp_id} keeps running on {client.url}"
@@ -101,31 +110,38 @@ def rerun_on_server(
 ) -> None:
     """`phalanx rerun ID` after `phalanx login` (or with --server URL): the server starts what its
     experiment ID ran, with these params, from its stored snapshot; prints the new id."""
-    from phalanx.cli.app import emit_json
-
     sys.stderr.write(f"phalanx: rerunning {origin} on {client.url}\n")
     answer = client.clone(
         origin, params, priority, attempt=attempt, extra_params=extra_params, latest_data=latest_data
     )
     exp_id = str(answer["id"])
     if str(output) == "json":
-        emit_json(answer)
+        emit_launched(client, exp_id)
     else:
         typer.echo(exp_id)
     sys.stderr.write(f"phalanx: open {client.url}/experiments/{exp_id} to see it in the web UI\n")
+
+
+def emit_launched(client: Client, experiment_id: str) -> None:
+    """The `-o json` of a run, rerun or resume on a server: the document a local one prints
+    (``launched_json``), its status and reason as the server holds them now."""
+    from phalanx.cli.app import emit_json
+    from phalanx.remote_store import RemoteStore
+
+    exp = RemoteStore(client).get_experiment(experiment_id)
+    emit_json(launched_json(exp.id, str(exp.status), exp.reason, server=client.url))
 
 
 def resume_on_server(client: Client, experiment_id: str, output: Any) -> None:
     """`phalanx resume ID` after `phalanx login` (or with --server URL): the server resumes its
     experiment on its machine (``POST /experiments/{id}/resume``, answered once its supervisor has
     reopened it); prints the id, as `phalanx resume -d` does."""
-    from phalanx.cli.app import emit_json
     from phalanx.remote_store import RemoteStore
 
     sys.stderr.write(f"phalanx: resuming {experiment_id} on {client.url}\n")
     answer = RemoteStore(client).resume(experiment_id)
     if str(output) == "json":
-        emit_json(answer)
+        emit_launched(client, str(answer["id"]))
     else:
         typer.echo(answer["id"])
     sys.stderr.write(f"phalanx: open {client.url}/experiments/{answer['id']} to see it in the web UI\n")

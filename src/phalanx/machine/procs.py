@@ -17,6 +17,7 @@ from __future__ import annotations
 import enum
 import os
 import socket
+import stat
 from pathlib import Path
 
 HOST = socket.gethostname()
@@ -167,3 +168,17 @@ def writer_gone(stream: str) -> bool:
 
     pid = stream_writer(stream)
     return pid is not None and not pid_alive(pid)
+
+
+def own_output_files() -> frozenset[tuple[int, int]]:
+    """(device, inode) of the regular files this process's stdout and stderr go to (`phalanx run
+    ... > run.log`): a snapshot of the folder they lie in leaves them out (``repro.snapshot``)."""
+    found = set()
+    for fd in (1, 2):
+        try:
+            st = os.fstat(fd)
+        except OSError:
+            continue
+        if stat.S_ISREG(st.st_mode):
+            found.add((st.st_dev, st.st_ino))
+    return frozenset(found)

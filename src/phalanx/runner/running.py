@@ -58,11 +58,14 @@ class StartTimeout(PhalanxError):
 
 @dataclass(frozen=True)
 class Submitted:
-    """A detached experiment that exists: its id, its supervisor process and that process's log."""
+    """A detached experiment that exists: its id, its supervisor process and that process's log;
+    its status (and reason) as the store held them once it existed (or was reopened)."""
 
     experiment_id: str
     process: subprocess.Popen[bytes]
     log: Path
+    status: str = "created"
+    reason: str | None = None
 
 
 class Runner:
@@ -316,8 +319,10 @@ class Runner:
             log_path = run_dir / SUPERVISOR_LOG
             log_start = log_path.stat().st_size if log_path.exists() else 0
         exp_id, proc, log = self.start(spec, options, env=env, cwd=cwd, headline=headline)
-        self._wait_started(exp_id, proc, log, timeout, resume=options.resume, log_start=log_start)
-        return Submitted(exp_id, proc, log)
+        status, reason = self._wait_started(
+            exp_id, proc, log, timeout, resume=options.resume, log_start=log_start
+        )
+        return Submitted(exp_id, proc, log, status, reason)
 
     def _wait_started(
         self,
@@ -328,9 +333,9 @@ class Runner:
         *,
         resume: bool = False,
         log_start: int = 0,
-    ) -> None:
+    ) -> tuple[str, str | None]:
         """Bounded wait for the supervisor's experiment row (or its reopen); its early exit is the
-        error to raise."""
+        error to raise. Returns the experiment's status and reason once it is there."""
         started: Callable[[Any, Settings, str, int], bool]
         probe: _ExistenceProbe | None = None
         if resume:
@@ -341,6 +346,10 @@ class Runner:
             store, started = probe, _probed
         try:
             self._wait_for(started, store, exp_id, proc, log, timeout, resume=resume, log_start=log_start)
+            if probe is not None:
+                return probe.state(exp_id) or ("created", None)  # None: deleted as soon as it ended
+            exp = store.get_experiment(exp_id)
+            return str(exp.status), exp.reason
         finally:
             if probe is not None:
                 probe.close()
@@ -466,17 +475,25 @@ class _ExistenceProbe:
         self._reader: Any = None  # store.lite.LiteReader, kept open once the file is at HEAD
 
     def exists(self, experiment_id: str) -> bool:
+        return self.state(experiment_id) is not None
+
+    def state(self, experiment_id: str) -> tuple[str, str | None] | None:
+        """The experiment's status and reason; None while it does not exist."""
         if self._reader is not None:  # one SELECT per look: the wait costs next to no CPU
-            return bool(self._reader.has_experiment(experiment_id))
+            return self._reader.experiment_state(experiment_id)  # type: ignore[no-any-return]
         if self._full is None:
             if sqlite_path(self.settings.database_url) is not None:
                 reader = LiteReader.open(self.settings.database_url, HEAD)
                 if reader is None:
-                    return False  # no file, no schema yet, or not migrated yet: not created yet
+                    return None  # no file, no schema yet, or not migrated yet: not created yet
                 self._reader = reader
-                return bool(reader.has_experiment(experiment_id))
+                return reader.experiment_state(experiment_id)
             self._full = open_store(self.settings)
-        return _exists(self._full, experiment_id)
+        try:
+            exp = self._full.get_experiment(experiment_id)
+        except NotFound:
+            return None
+        return str(exp.status), exp.reason
 
     def close(self) -> None:
         if self._reader is not None:

@@ -90,6 +90,13 @@ class LiteReader:
         row = self._conn.execute("SELECT 1 FROM experiments WHERE id = ?", (experiment_id,)).fetchone()
         return row is not None
 
+    def experiment_state(self, experiment_id: str) -> tuple[str, str | None] | None:
+        """The status and reason of the experiment with exactly this id; None when not stored."""
+        row = self._conn.execute(
+            "SELECT status, reason FROM experiments WHERE id = ?", (experiment_id,)
+        ).fetchone()
+        return None if row is None else (str(row[0]), row[1])
+
     def list_experiments(self, query: ExperimentFilter | None = None) -> Page[Experiment]:
         """As ``Store.list_experiments``: one page, with the total of all that match."""
         from phalanx.domain import ExperimentStatus, Page  # why: `run --detach` needs no domain model

@@ -10,6 +10,7 @@ import json
 import logging
 import os
 import threading
+import time
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -21,7 +22,7 @@ from phalanx.checkpoints import ENV_RESUME, ENV_RESUME_STEP, from_artifacts, lat
 from phalanx.domain import ExperimentStatus
 from phalanx.errors import not_resumable
 from phalanx.ingest import Ingester
-from phalanx.machine.procs import record_process
+from phalanx.machine.procs import own_output_files, record_process
 from phalanx.supervisor.outcome import PID_FILE
 
 if TYPE_CHECKING:
@@ -113,11 +114,19 @@ class Attempts:
         launch.setdefault("cluster", prepared.cluster)
         workdir, python = prepared.context.workdir, prepared.context.python
         box = helper_argv(prepared.context)  # a box's folder and venv: git and python run boxed
+        started_ns = time.time_ns()  # the replicas start now: what changes after is their output
+        own_output = own_output_files()  # `phalanx run ... > run.log` in the folder
 
         def work() -> None:
             try:
                 record, data = repro.collect(
-                    workdir=workdir, python=python, launch=launch, box=box, cache=self.cache
+                    workdir=workdir,
+                    python=python,
+                    launch=launch,
+                    box=box,
+                    cache=self.cache,
+                    since_ns=started_ns,
+                    own_output=own_output,
                 )
             except Exception:
                 log.exception("recording what the experiment runs failed")

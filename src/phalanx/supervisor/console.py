@@ -56,11 +56,13 @@ class Console:
 
     def last_lines(self, replica: str) -> list[str]:
         """The last non-blank lines the replica printed (a failure's reason quotes them), once its
-        last lines have arrived (waited for a few seconds at most)."""
+        reader has reached the end of its log (the replica has ended): waited for while it makes
+        progress, not for a fixed few seconds that a loaded machine exceeds (the reason then
+        quoted lines from before the traceback)."""
         tail = self.tails.get(replica)
         if tail is None:
             return []
-        tail.thread.join(timeout=5)
+        join_tails([tail])
         return [line for line in tail.last if line.strip()]
 
     def line(self, replica: Replica, text: str) -> None:

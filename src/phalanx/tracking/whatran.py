@@ -18,8 +18,11 @@ import logging
 import os
 import sys
 import threading
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING
+
+from phalanx.machine.procs import own_output_files
 
 if TYPE_CHECKING:
     from phalanx.tracking.client import Reporter
@@ -49,12 +52,21 @@ def start(reporter: Reporter, cache: Path | None = None) -> threading.Thread:
     the home's cache folder, where this interpreter's package list is kept between runs."""
     folder = script_folder()
     argv = [sys.executable, *sys.argv]
+    started_ns = time.time_ns()  # what the script writes from now on is output, not code
+    own_output = own_output_files()  # `python train.py > out.log`, read before the console pipes
 
     def work() -> None:
         from phalanx import repro  # why: `from phalanx import Task` stays light (tarfile, ...)
 
         try:
-            record, data = repro.collect(workdir=folder, python=sys.executable, launch={}, cache=cache)
+            record, data = repro.collect(
+                workdir=folder,
+                python=sys.executable,
+                launch={},
+                cache=cache,
+                since_ns=started_ns,
+                own_output=own_output,
+            )
             record.pop("launch", None)  # nothing to relaunch: a plain script has no experiment file
             record["script"] = {"command": argv, "folder": folder}
             rel, target = reporter.file_slot("source.tar.gz")

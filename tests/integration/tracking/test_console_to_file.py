@@ -89,7 +89,6 @@ def test_the_script_waits_for_a_reader_that_starts_late_and_not_for_one_that_die
     empty (CI, two CPU hogs beside it). A reader that died is not waited for."""
     import os
     import threading
-    import time
 
     from phalanx.tracking.console import ExternalCapture, relay, relay_lock_path
 

@@ -4,6 +4,7 @@ after what the replica printed before them, and lines the spool cannot take are 
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -117,3 +118,22 @@ def test_the_launch_params_are_tracked_params_of_rank_0(spool: SpoolWriter, obse
     (record,) = spooled(spool.spool_dir, "param")
     assert record["replica"] == "master"
     assert record["data"] == {"section": "Trial", "values": {"lr": 0.1, "layers": "[64, 32]", "name": None}}
+
+
+def test_a_failures_last_lines_are_its_last_however_slowly_its_reader_reaches_them(
+    spool: SpoolWriter, observer: FakeObserver
+) -> None:
+    """The reason of a failed experiment quotes the culprit's last lines. On a loaded machine its
+    log reader took longer than the fixed 5 seconds it was given, and the reason quoted lines from
+    before the traceback; a reader still making progress is waited for."""
+    said = [f"epoch {i}" for i in range(21)] + ["Traceback: the last words"]
+
+    def slow(name: str) -> Iterator[str]:
+        for line in said if name == "worker-0" else []:
+            time.sleep(0.25)  # 5.5 s in all, each line a step forward
+            yield line
+
+    console = Console(spool, observer, REPLICAS)
+    console.follow(slow)
+    assert console.last_lines("worker-0") == said[-10:]
+    console.join()

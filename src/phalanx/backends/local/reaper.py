@@ -22,6 +22,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +33,9 @@ PR_SET_PDEATHSIG = 1
 PR_SET_CHILD_SUBREAPER = 36
 WATCH_INTERVAL = 0.25  # seconds between two looks at the replica's memory
 STATUS_RETRY_SECONDS = 10.0  # how long a full disk may delay the status file
+# after the processes ended: a pipe that stays open with nothing in it this long, while we look, is
+# held by a process outside the tree (the tree is gone); measured from the last data, not the start
+DRAIN_STALL_SECONDS = 2.0
 MAX_LINE = 1 << 20  # bytes of an unterminated line kept before it is written as a line
 
 
@@ -159,8 +163,11 @@ class Reaper:
         rank = f"[{local_rank}] ".encode() if len(self.config["processes"]) > 1 else b""
         return (STDERR_MARK_BYTES if is_err else b"") + rank
 
-    def pump(self, sel: selectors.BaseSelector, log: LogSink, timeout: float) -> None:
-        for key, _ in sel.select(timeout):
+    def pump(self, sel: selectors.BaseSelector, log: LogSink, timeout: float) -> int:
+        """Copy what the pipes hold now (waiting up to ``timeout`` for some) to the log; returns
+        how many pipes had data or reached their end."""
+        ready = sel.select(timeout)
+        for key, _ in ready:
             fd = key.fd
             try:
                 chunk = os.read(fd, 65536)
@@ -184,6 +191,20 @@ class Reaper:
                 prefix = self._prefix(key.data)
                 log.write(b"".join(prefix + line + b"\n" for line in lines))
         log.flush()
+        return len(ready)
+
+    def drain(
+        self, sel: selectors.BaseSelector, log: LogSink, clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        """Once the processes ended: what they left in the pipes, to each pipe's end. No fixed bound
+        (a loaded machine may not run us for seconds, and a replica's last lines must still reach
+        its log): only pipes that stayed open and empty for DRAIN_STALL_SECONDS of looking are left."""
+        quiet_since = clock()
+        while sel.get_map():
+            if self.pump(sel, log, 0.05):
+                quiet_since = clock()
+            elif clock() - quiet_since > DRAIN_STALL_SECONDS:
+                return
 
     def tree(self) -> list[int]:
         return limits.descendants(os.getpid())
@@ -305,9 +326,7 @@ class Reaper:
             for p in self.procs:
                 with contextlib.suppress(subprocess.TimeoutExpired):
                     p.wait(timeout=5)
-            deadline = time.monotonic() + 2
-            while sel.get_map() and time.monotonic() < deadline:
-                self.pump(sel, log, 0.05)
+            self.drain(sel, log)
         finally:
             log.close()
         self.disk_error = log.error if log.lost else None
