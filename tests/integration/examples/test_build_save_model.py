@@ -50,7 +50,7 @@ def test_an_experiment_with_a_build_section_saves_an_onnx_model(home: Path, tmp_
     exp_id = json.loads(done.stdout)["id"]
     logs = phalanx_cli("logs", exp_id).stdout
     assert "saved in" in logs and str(home / "venvs") in logs, logs
-    models = json.loads(phalanx("models", exp_id, "-o", "json").stdout)
+    models = json.loads(phalanx_cli("models", exp_id, "-o", "json").stdout)
     formats = {m["name"]: m["format"] for m in models}
     assert formats == {"tiny.pt": "pytorch", "tiny.onnx": "onnx"}, models
     onnx = next(m for m in models if m["format"] == "onnx")

@@ -45,7 +45,7 @@ def test_a_dataset_on_s3_is_fetched_once_per_machine(
     phalanx_s3: Phalanx, s3_url: str, s3_server: s3.S3Server
 ) -> None:
     source = _upload(s3_url, "raw/digits-v1", FILES)
-    added = phalanx_s3.run("data", "add", "digits", source, "--json")
+    added = phalanx_s3.cli("data", "add", "digits", source, "--json")
     assert added.returncode == 0, added.stderr
     assert json.loads(added.stdout)["ref"] == "digits@1"
     before = _gets(s3_server, "raw/digits-v1")
@@ -60,7 +60,7 @@ def test_a_dataset_on_s3_is_fetched_once_per_machine(
 
     # a changed file: a new version; two experiments starting at once fetch it once
     source2 = _upload(s3_url, "raw/digits-v2", {**FILES, "labels.txt": "0\n2\n"})
-    added = phalanx_s3.run("data", "add", "digits", source2, "--json")
+    added = phalanx_s3.cli("data", "add", "digits", source2, "--json")
     assert json.loads(added.stdout)["ref"] == "digits@2"
     before = _gets(s3_server, "raw/digits-v2")
     spec2 = phalanx_s3.spec(SPEC.replace("REF", "digits@latest"), name="v2.yml")
@@ -72,12 +72,12 @@ def test_a_dataset_on_s3_is_fetched_once_per_machine(
     assert _gets(s3_server, "raw/digits-v2") - before == len(FILES)
 
     ids = [e.id for e in phalanx_s3.store().list_experiments().items]  # newest first
-    shown = json.loads(phalanx_s3.run("get", ids[0], "-o", "json").stdout)
+    shown = json.loads(phalanx_s3.cli("get", ids[0], "-o", "json").stdout)
     assert [(i["ref"], i["mode"]) for i in shown["inputs"]] == [("digits@2", "download")]
-    diff = phalanx_s3.run("diff", ids[-1], ids[0])
+    diff = phalanx_s3.cli("diff", ids[-1], ids[0])
     assert diff.returncode == 0, diff.stderr
     assert "digits: 'digits@1 (" in diff.stdout and "-> 'digits@2 (" in diff.stdout, diff.stdout
-    doc = json.loads(phalanx_s3.run("diff", ids[-1], ids[0], "-o", "json").stdout)
+    doc = json.loads(phalanx_s3.cli("diff", ids[-1], ids[0], "-o", "json").stdout)
     assert doc["data"]["digits"]["a"].startswith("digits@1") and doc["data"]["digits"]["b"].startswith(
         "digits@2"
     )
@@ -85,6 +85,6 @@ def test_a_dataset_on_s3_is_fetched_once_per_machine(
     # the first run pinned digits@1 in its file: a rerun reads it again, --latest-data reads digits@2
     rerun = phalanx_s3.run("rerun", ids[-1], "--latest-data", "-o", "json")
     assert rerun.returncode == 0, rerun.stderr[-3000:]
-    again = json.loads(phalanx_s3.run("get", json.loads(rerun.stdout)["id"], "-o", "json").stdout)
+    again = json.loads(phalanx_s3.cli("get", json.loads(rerun.stdout)["id"], "-o", "json").stdout)
     assert [i["ref"] for i in again["inputs"]] == ["digits@2"]
     assert _gets(s3_server, "raw/digits-v2") - before == len(FILES)  # from the cache

@@ -52,12 +52,9 @@ def test_malformed_requests_are_400_and_start_nothing(
 
 
 def test_an_unknown_target_is_400_naming_the_registered_ones_and_keeps_nothing(
-    client: TestClient, store: Store, phalanx_home: Path, monkeypatch: pytest.MonkeyPatch
+    client: TestClient, store: Store, phalanx_home: Path
 ) -> None:
-    from phalanx import bundles
     from phalanx.bundles import pack
-
-    monkeypatch.setattr(bundles, "_not_ignored", lambda folder: None)  # not a git tree: no `git ls-files`
     from phalanx.clusters import Cluster, add_cluster
 
     secret_conf = str(phalanx_home / "private" / "slurm.conf")

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -163,10 +164,18 @@ def test_what_runs_is_recorded_once_the_store_is_ready(
     collected = threading.Event()
 
     def collect(
-        *, workdir: str, python: str, launch: Any, box: Any, cache: Path | None
+        *,
+        workdir: str,
+        python: str,
+        launch: Any,
+        box: Any,
+        cache: Path | None,
+        since_ns: int | None,
+        own_output: frozenset[tuple[int, int]],
     ) -> tuple[dict[str, Any], bytes]:
         assert box == []  # not boxed: git and pip run as the supervisor
         assert cache == settings.home / "cache"  # the package list is kept per environment
+        assert since_ns is not None and since_ns <= time.time_ns()  # what changes after is output
         collected.set()
         return {"git": None, "launch": dict(launch), "snapshot": {"files": 1}}, b"tarball"
 
