@@ -10,11 +10,13 @@ same in form wherever the experiment lives. Only what those commands ask for is 
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from typing import Any
 
 from phalanx.apiclient import Client, quote
 from phalanx.domain import Experiment, ExperimentStatus, Group, Page, Replica, ReplicaState, Role
 from phalanx.errors import NotFound
+from phalanx.store.alert_records import Delivery, Hook
 from phalanx.store.base import (
     ArtifactRecord,
     ExperimentFilter,
@@ -262,3 +264,36 @@ def group_of(doc: dict[str, Any]) -> Group:
     fields["options"] = dict(doc.get("options") or {})
     fields["stop_requested"] = bool(doc.get("stop_requested"))
     return Group(spec_text="", **fields)
+
+
+class RemoteAlerts:
+    """A server's alert hooks (``store.alerts.AlertBook``) through its API, which checks the
+    caller's role in each hook's project (docs/alerts.md)."""
+
+    def __init__(self, client: Client) -> None:
+        self.client = client
+
+    def add_hook(
+        self, project: str, url: str, events: Sequence[str], secret: str | None, created_by: str | None
+    ) -> Hook:
+        """``created_by`` is the server's to say (the caller it authenticated)."""
+        doc = {"url": url, "events": list(events), "secret": secret}
+        return Hook.from_json(self.client.send("POST", f"/projects/{quote(project)}/alerts", doc))
+
+    def hooks(self, projects: Sequence[str] | None = None) -> list[Hook]:
+        if projects is None:
+            return [Hook.from_json(h) for h in self.client.get("/alerts")]
+        return [Hook.from_json(h) for p in projects for h in self.client.get(f"/projects/{quote(p)}/alerts")]
+
+    def hook(self, hook_id: str) -> Hook:
+        for hook in self.hooks():
+            if hook.id == hook_id:
+                return hook
+        raise NotFound(f"alert hook {hook_id} does not exist (or is in a project you are not a member of)")
+
+    def remove_hook(self, hook_id: str) -> None:
+        self.client.send("DELETE", f"/alerts/{quote(hook_id)}")
+
+    def deliveries(self, hook_id: str, limit: int = 50) -> list[Delivery]:
+        found = self.client.get(f"/alerts/{quote(hook_id)}/deliveries", limit=limit)
+        return [Delivery.from_json(d) for d in found]

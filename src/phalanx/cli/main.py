@@ -23,6 +23,7 @@ COMMAND_MODULES = (
     "phalanx.cli.queue",
     "phalanx.cli.quota",
     "phalanx.cli.secret",
+    "phalanx.cli.alert",
     "phalanx.cli.group",
     "phalanx.cli.resume",
     "phalanx.cli.annotate",
@@ -71,6 +72,7 @@ COMMAND_MODULE = {
     "admin": "phalanx.cli.admin",
     "quota": "phalanx.cli.quota",
     "secret": "phalanx.cli.secret",
+    "alert": "phalanx.cli.alert",
 }
 
 

@@ -358,6 +358,28 @@ BoxReadOpt = Annotated[
     ),
 ]
 
+PublicUrlOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--public-url",
+        metavar="URL",
+        help="the address people reach this server at, for the links alerts carry (default: "
+        "http://HOST:PORT)",
+    ),
+]
+AlertAttemptsOpt = Annotated[
+    int, typer.Option("--alert-attempts", min=1, max=20, help="tries per alert delivery (docs/alerts.md)")
+]
+AlertBackoffOpt = Annotated[
+    float,
+    typer.Option(
+        "--alert-backoff",
+        min=0.01,
+        metavar="SECONDS",
+        help="the wait after an alert delivery's first failed try, doubled after each one",
+    ),
+]
+
 
 @app.command("server")
 def server(
@@ -380,6 +402,9 @@ def server(
     box_uids: BoxUidsOpt = None,
     box_read: BoxReadOpt = None,
     audit_refusals: AuditRefusalsOpt = False,
+    public_url: PublicUrlOpt = None,
+    alert_attempts: AlertAttemptsOpt = 5,
+    alert_backoff: AlertBackoffOpt = 10.0,
 ) -> None:
     """Serve the REST API (/api/v1) and the web UI (/) over this machine's Phalanx store."""
     from phalanx import knobs
@@ -428,6 +453,9 @@ def server(
             oidc=sso,
             box=box,
             audit_refusals=audit_refusals,
+            public_url=public_url,
+            alert_attempts=alert_attempts,
+            alert_backoff_seconds=alert_backoff,
         )
     )
     shown = f"[{host}]" if ":" in host else host

@@ -21,7 +21,8 @@ from fastapi.staticfiles import StaticFiles
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from phalanx._version import __version__
-from phalanx.errors import PhalanxError, http_status
+from phalanx.errors import PhalanxError, UsageError, http_status
+from phalanx.server.alerting import Deliverer, Retry
 from phalanx.server.audit import AuditMiddleware
 from phalanx.server.auth import SecurityMiddleware, default_allowed_hosts
 from phalanx.server.files import ArtifactFiles
@@ -30,6 +31,7 @@ from phalanx.server.launcher import Launcher
 from phalanx.server.limits import BodyLimitMiddleware
 from phalanx.server.outages import RETRY_AFTER_SECONDS, OutageLog, unavailable
 from phalanx.server.policy import enforce, policy
+from phalanx.server.routes import alerts as alert_routes
 from phalanx.server.routes import (
     artifacts,
     compare,
@@ -53,6 +55,7 @@ from phalanx.server.sessions import STRONG_TOKEN_CHARS, BearerThrottle, LoginThr
 from phalanx.server.settings import ServerSettings
 from phalanx.server.sweeper import Sweeper
 from phalanx.store.accounts import Accounts
+from phalanx.store.alerts import outbox
 from phalanx.store.base import LocalStore
 from phalanx.store.outages import STORAGE_ERRORS
 from phalanx.tokens import box_key
@@ -92,9 +95,13 @@ def create_app(settings: ServerSettings, store: LocalStore | None = None) -> Fas
         app.state.sweeper = sweeper
         if settings.launch_workers:  # its first pass starts what a killed server had accepted
             launcher.start()
+        deliverer = _deliverer(settings, store)
+        app.state.deliverer = deliverer
         try:
             yield
         finally:
+            if deliverer is not None:
+                deliverer.stop()
             launcher.stop()
             if sweeper is not None:
                 sweeper.stop()
@@ -118,6 +125,21 @@ def create_app(settings: ServerSettings, store: LocalStore | None = None) -> Fas
     _install_openapi(app)
     _install_middleware(app, settings)
     return app
+
+
+def _deliverer(settings: ServerSettings, store: LocalStore) -> Deliverer | None:
+    """The alert hooks' deliverer, started (None for a store that keeps no hooks)."""
+    try:
+        box = outbox(store)
+    except UsageError:
+        return None
+    retry = Retry(
+        attempts=settings.alert_attempts,
+        backoff=settings.alert_backoff_seconds,
+        timeout=settings.alert_timeout_seconds,
+        poll=settings.alert_poll_seconds,
+    )
+    return Deliverer(box, settings.link_base(), retry).start()
 
 
 def _install_state(app: FastAPI, settings: ServerSettings, store: LocalStore) -> None:
@@ -189,6 +211,7 @@ def _install_routes(app: FastAPI, settings: ServerSettings) -> None:
         teams,
         quota_routes,
         secret_routes,
+        alert_routes,
     )
     for module in routers:
         app.include_router(module.router, prefix=API)

@@ -13,10 +13,10 @@ Rules (docs/teams.md#policies):
 - ``site:admin``: a server admin;
 - ``any:editor``: an editor (or admin) of at least one project (registering a model version: the
   route then checks the experiment's project and the model's);
-- ``experiment:ROLE``, ``group:ROLE``, ``project:ROLE``, ``model:ROLE``: that role (viewer < editor
-  < admin) in the project of the ``experiment_id``, ``group_id``, ``project`` or (a registered
-  model's) ``name`` path parameter; somebody in none of the project's roles gets 404, as if it did
-  not exist (its existence is not theirs to know);
+- ``experiment:ROLE``, ``group:ROLE``, ``project:ROLE``, ``model:ROLE``, ``alert:ROLE``: that role
+  (viewer < editor < admin) in the project of the ``experiment_id``, ``group_id``, ``project``, (a
+  registered model's) ``name`` or (an alert hook's) ``hook_id`` path parameter; somebody in none of
+  the project's roles gets 404, as if it did not exist (its existence is not theirs to know);
 - ``body``: the route checks the role itself on what its body names (``require``), e.g. a submit's
   project or an ingest batch's experiments.
 
@@ -34,11 +34,12 @@ from fastapi import HTTPException, Request
 
 from phalanx.errors import NotFound
 from phalanx.store.accounts import Role
+from phalanx.store.alerts import alert_book
 
 F = TypeVar("F", bound=Callable[..., Any])
 
 ATTRIBUTE = "__phalanx_policy__"
-SCOPES = ("experiment", "group", "project", "model")
+SCOPES = ("experiment", "group", "project", "model", "alert")
 RULES = frozenset(
     {"public", "signed-in", "site:admin", "body", "any:editor"}
     | {f"{s}:{r.name}" for s in SCOPES for r in Role}
@@ -195,6 +196,11 @@ def enforce(request: Request) -> None:
 
         name = str(params["name"])  # an unknown name: the registry's own NotFound, as the CLI says it
         require(request, registry_store(request.app.state.store).model_project(name), role, f"model {name}")
+    elif scope == "alert":
+        hook_id = str(params["hook_id"])  # an unknown hook: the book's own NotFound
+        require(
+            request, alert_book(request.app.state.store).hook(hook_id).project, role, f"alert hook {hook_id}"
+        )
     else:
         project = str(params["project"])
         require(request, project, role, f"project {project}")

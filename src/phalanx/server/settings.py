@@ -51,3 +51,19 @@ class ServerSettings(BaseModel):
     watch_seconds: float = Field(
         default=2.0, gt=0
     )  # how often the launcher's watcher looks (server/launcher.py)
+    # alert hooks (server/alerting.py): how often the outbox is read, tries per delivery, the first
+    # wait after a failed one (doubled each time), how long a receiver may take to answer
+    alert_poll_seconds: float = Field(default=2.0, gt=0)
+    alert_attempts: int = Field(default=5, ge=1, le=20)
+    alert_backoff_seconds: float = Field(default=10.0, gt=0)
+    alert_timeout_seconds: float = Field(default=10.0, gt=0)
+    # the address people reach this server at, for the experiment links alerts carry; None:
+    # http://HOST:PORT/ as it listens
+    public_url: str | None = None
+
+    def link_base(self) -> str:
+        """Where this server's pages are, as an alert links to them."""
+        if self.public_url:
+            return self.public_url.rstrip("/")
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"http://{host}:{self.port}"

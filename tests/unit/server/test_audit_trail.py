@@ -42,6 +42,7 @@ class World:
     running: str  # a running experiment of A (its supervisor gone: a stop ends it)
     group: str
     settings: ServerSettings
+    hook: str = ""  # the alert hook _alert_add made
 
     def auth(self, who: str = "root") -> dict[str, str]:
         return {"Authorization": f"Bearer {self.team.tokens[who]}"}
@@ -138,6 +139,18 @@ def _member_rm(w: World) -> tuple[int, str, str, str | None]:
     w.team.accounts.set_member("A", "spare", Role.viewer)
     r = w.client.delete(f"{API}/projects/A/members/spare", headers=w.auth())
     return r.status_code, "member.remove", "A/spare", "previous: viewer"
+
+
+def _alert_add(w: World) -> tuple[int, str, str, str | None]:
+    doc = {"url": "https://hooks.example/services/T0/B0/XXXX", "events": ["failed"]}
+    r = w.client.post(f"{API}/projects/A/alerts", json=doc, headers=w.auth("editor_a"))
+    w.hook = r.json()["id"]
+    return r.status_code, "alert.add", w.hook, "https://hooks.example/… on failed"
+
+
+def _alert_rm(w: World) -> tuple[int, str, str, str | None]:
+    r = w.client.delete(f"{API}/alerts/{w.hook}", headers=w.auth("editor_a"))
+    return r.status_code, "alert.remove", w.hook, None
 
 
 def _quota_set(w: World) -> tuple[int, str, str, str | None]:
@@ -240,6 +253,8 @@ CALLS: dict[tuple[str, str], Call] = {
     ("DELETE", f"{API}/projects/{{project}}/members/{{user}}"): _member_rm,
     ("PUT", f"{API}/projects/{{project}}/quota"): _quota_set,
     ("DELETE", f"{API}/projects/{{project}}/quota"): _quota_rm,
+    ("POST", f"{API}/projects/{{project}}/alerts"): _alert_add,
+    ("DELETE", f"{API}/alerts/{{hook_id}}"): _alert_rm,
     ("PUT", f"{API}/experiments/{{experiment_id}}/files/{{path}}"): _file_put,
     ("POST", f"{API}/models/{{name}}/versions"): _register,
     ("PATCH", f"{API}/models/{{name}}"): _model_update,

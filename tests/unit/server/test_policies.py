@@ -18,6 +18,7 @@ from fastapi.testclient import TestClient
 from phalanx.server.app import create_app
 from phalanx.server.policy import declared_routes, policy
 from phalanx.server.settings import ServerSettings
+from phalanx.store.alerts import alert_book
 from phalanx.store.base import Store
 from tests.unit.server import fill
 from tests.unit.server.teams_fixtures import ROLES, Team, make_group, make_model, make_team
@@ -103,6 +104,12 @@ TABLE: dict[tuple[str, str], str] = {
     ("GET", "/api/v1/projects/{project}/secrets"): "project:editor",
     ("PUT", "/api/v1/projects/{project}/secrets/{name}"): "project:admin",
     ("DELETE", "/api/v1/projects/{project}/secrets/{name}"): "project:admin",
+    # alert hooks: a project's editors add and remove them, its viewers see them (URLs cut to the host)
+    ("GET", "/api/v1/alerts"): "signed-in",
+    ("GET", "/api/v1/projects/{project}/alerts"): "project:viewer",
+    ("POST", "/api/v1/projects/{project}/alerts"): "project:editor",
+    ("DELETE", "/api/v1/alerts/{hook_id}"): "alert:editor",
+    ("GET", "/api/v1/alerts/{hook_id}/deliveries"): "alert:viewer",
     # UI pages: the shell holds no data (the API calls it makes check the role), but needs sign-in
     ("GET", "/docs"): "signed-in",
     ("GET", "/docs/init.js"): "signed-in",
@@ -204,6 +211,7 @@ def _fill(path: str, ids: dict[str, str]) -> str:
         "alias": "prod",
         "name": "x",
         "path": "x.txt",
+        "hook_id": ids["hook"],
     }
     return re.sub(r"\{(\w+)(:path)?\}", lambda m: values[m.group(1)], path)
 
@@ -216,7 +224,11 @@ def test_every_route_answers_each_role_as_the_table_says(
     make_model(store, "x", fill.experiment(store, project="A").id, "A")
     wrong = []
     for role in ("anonymous", *ROLES):
-        ids = {"experiment": fill.experiment(store, project="A").id, "group": make_group(store, "A").id}
+        ids = {
+            "experiment": fill.experiment(store, project="A").id,
+            "group": make_group(store, "A").id,
+            "hook": alert_book(store).add_hook("A", "http://127.0.0.1:9/h", ["failed"], None, None).id,
+        }
         team.accounts.set_member("A", "spare", team.accounts.members("A").get("spare") or _viewer())
         headers = {} if role == "anonymous" else {"Authorization": f"Bearer {team.tokens[role]}"}
         for method, path in order:

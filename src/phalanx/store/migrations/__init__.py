@@ -4,4 +4,4 @@ HEAD names the newest revision so that opening an up-to-date store needs no Alem
 checks it against the scripts (and the scripts against the ORM models).
 """
 
-HEAD = "0016_data_owner_i36"
+HEAD = "0017_alert_hooks_i43"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from alembic import context
 
+from phalanx.store.sql import alert_rows  # noqa: F401  (the alert tables are on Base too)
 from phalanx.store.sql.models import Base
 
 connection = context.config.attributes.get("connection")

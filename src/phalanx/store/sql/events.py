@@ -18,7 +18,7 @@ from sqlalchemy import Connection, bindparam, delete, func, insert, or_, select,
 from phalanx.checkpoints import KIND, Checkpoint, Policy, PolicyError, retain
 from phalanx.domain import Event, ExperimentStatus, ReplicaState, Role
 from phalanx.store.batch import ScalarBlock, collect, qualified_name
-from phalanx.store.sql import attempts, points, summary
+from phalanx.store.sql import alerts, attempts, points, summary
 from phalanx.store.sql.engine import no_gc
 from phalanx.store.sql.models import (
     LEGACY_KEY,
@@ -344,6 +344,11 @@ def _status_from_event(conn: Connection, ev: Event, status: ExperimentStatus) ->
         values["finished_at"] = ev.time
     if d.get("reason"):
         values["reason"] = str(d["reason"])
+    before = None
+    if status.done:  # the project's hooks hear of an end once (below)
+        before = conn.execute(
+            select(ExperimentRow.status).where(ExperimentRow.id == ev.experiment_id)
+        ).scalar()
     conn.execute(update(ExperimentRow).where(ExperimentRow.id == ev.experiment_id).values(**values))
     state = ReplicaState(status.value) if status.value in set(ReplicaState) else ReplicaState.PENDING
     if d.get("replica_state"):  # a supervisor's outcome left in the spool: each replica's own state
@@ -364,3 +369,5 @@ def _status_from_event(conn: Connection, ev: Event, status: ExperimentStatus) ->
         .where(ReplicaRow.experiment_id == ev.experiment_id, ReplicaRow.name == ev.replica)
         .values(**replica_values)
     )
+    if status.done:
+        alerts.record_end(conn, ev.experiment_id, before, status.value)

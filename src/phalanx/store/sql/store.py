@@ -35,8 +35,8 @@ from phalanx.store.base import (
     Series,
     SeriesView,
 )
+from phalanx.store.sql import alerts, scalars
 from phalanx.store.sql import events as ev_sql
-from phalanx.store.sql import scalars
 from phalanx.store.sql.engine import make_engine, upgrade, writer
 from phalanx.store.sql.errors import phalanx_errors
 from phalanx.store.sql.groups import GroupBook
@@ -277,8 +277,13 @@ class SqlStore(AttemptBook, RecordReads, ManyReads, GroupBook, SubmissionBook):
         }
         with self._writer.begin() as conn:
             full = _resolve(conn, experiment_id)
+            ends, before = status is not None and ExperimentStatus(status).done, None
+            if ends:  # an end is told to the project's hooks once, in this transaction
+                before = conn.execute(select(ExperimentRow.status).where(ExperimentRow.id == full)).scalar()
             if values:
                 conn.execute(update(ExperimentRow).where(ExperimentRow.id == full).values(**values))
+            if ends:
+                alerts.record_end(conn, full, before, values["status"])
         return self.get_experiment(full)
 
     def reopen_experiment(self, experiment_id: str) -> Experiment:

@@ -1,0 +1,135 @@
+"""The server's deliverer of alert hooks (docs/alerts.md): POSTs each delivery the store queued with
+an experiment's end (``store.alerts.Outbox``), signed, and tries again with back-off.
+
+Why a thread of the server and an outbox in the store: whoever records an end (a supervisor, the
+launcher's reconcile, a script's ingested status) writes the delivery in the same transaction, so a
+crash between the two loses nothing, and no request waits on a receiver. The thread claims what is
+due (a lease: a server killed mid-send sends again after it), sends it, and records the try; a
+non-2xx answer or no answer is tried again after ``backoff * 2**(n-1)`` seconds, ``attempts`` tries
+in all. A delivery keeps its id on every try (``X-Phalanx-Delivery``), so a receiver that saw one
+already can tell. A failure of the loop is logged, never raised.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import logging
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from phalanx._version import __version__
+from phalanx.store.alert_records import Due
+from phalanx.store.alerts import Outbox
+
+log = logging.getLogger(__name__)
+
+SIGNATURE, DELIVERY, EVENT = "X-Phalanx-Signature", "X-Phalanx-Delivery", "X-Phalanx-Event"
+
+
+@dataclass(frozen=True)
+class Retry:
+    """How deliveries are tried: how many times, the first wait (doubled after each failure), how
+    long a receiver may take, and how often the outbox is read."""
+
+    attempts: int = 5
+    backoff: float = 10.0
+    timeout: float = 10.0
+    poll: float = 2.0
+
+    def next_at(self, now: float, tried: int) -> float | None:
+        """When to try again after ``tried`` tries failed; None: never."""
+        return None if tried >= self.attempts else now + self.backoff * 2 ** (tried - 1)
+
+
+def sign(secret: str, body: bytes) -> str:
+    """The ``X-Phalanx-Signature`` of ``body``: ``sha256=`` and the hex HMAC-SHA256 under the hook's
+    secret (GitHub's scheme: a receiver recomputes it and compares with ``hmac.compare_digest``)."""
+    return "sha256=" + hmac.new(secret.encode(), body, hashlib.sha256).hexdigest()
+
+
+def body_of(due: Due, public_url: str) -> bytes:
+    """What is POSTed: the event as recorded, the experiment's address on this server, and a
+    ``text`` line that Slack's and Mattermost's incoming webhooks show as it is."""
+    doc = json.loads(due.payload)
+    doc["url"] = f"{public_url.rstrip('/')}/experiments/{doc['experiment_id']}"
+    doc["delivery"] = due.id
+    why = f": {doc['reason']}" if doc.get("reason") else ""
+    doc["text"] = (
+        f"phalanx: experiment {doc['name']} ({doc['experiment_id']}) of {doc['project']} {doc['status']}{why}"
+    )
+    return json.dumps(doc, sort_keys=True).encode()
+
+
+class Deliverer:
+    """Sends what ``outbox`` has due, in a daemon thread (``start``/``stop``), or once (``run_once``)."""
+
+    def __init__(
+        self,
+        outbox: Outbox,
+        public_url: str,
+        retry: Retry | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.outbox = outbox
+        self.public_url = public_url
+        self.retry = retry or Retry()
+        self.clock = clock
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="phalanx-alerts", daemon=True)
+
+    def start(self) -> Deliverer:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout=self.retry.timeout + 5)
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self.run_once()
+            except Exception:  # the database away, a bug: the next round tries again
+                log.exception("alerts: sending the due deliveries failed; trying again")
+            self._stop.wait(self.retry.poll)
+
+    def run_once(self) -> int:
+        """Send every delivery due now, once each; how many were tried."""
+        lease = self.retry.timeout * 2 + 30  # a try in flight is not claimed again meanwhile
+        due = self.outbox.claim_due(self.clock(), lease)
+        for d in due:
+            status, error = self._post(d)
+            now = self.clock()
+            ok = status is not None and 200 <= status < 300
+            self.outbox.record_attempt(
+                d.id, now, status, error, None if ok else self.retry.next_at(now, d.attempts + 1)
+            )
+            if not ok:
+                log.warning("alerts: delivery %s of %s to %s: %s", d.id, d.event, d.url, error)
+        return len(due)
+
+    def _post(self, due: Due) -> tuple[int | None, str | None]:
+        """The receiver's HTTP status and, unless it was a 2xx, why it failed."""
+        body = body_of(due, self.public_url)
+        headers = {
+            "Content-Type": "application/json",
+            "User-Agent": f"phalanx/{__version__}",
+            SIGNATURE: sign(due.secret, body),
+            DELIVERY: due.id,
+            EVENT: due.event,
+        }
+        request = urllib.request.Request(due.url, data=body, headers=headers, method="POST")
+        try:
+            with urllib.request.urlopen(request, timeout=self.retry.timeout) as answer:
+                return int(answer.status), None
+        except urllib.error.HTTPError as exc:
+            return exc.code, f"the receiver answered {exc.code} {exc.reason}"
+        except (OSError, ValueError) as exc:
+            return None, f"no answer: {exc}"[:500]

@@ -1,0 +1,167 @@
+"""What a project's alert hooks are made of (issue 43 item 5): the hook, its deliveries and their
+attempts, the checks every door makes on a new hook. Plain records, below the SQL store that keeps
+them (``sql.alerts``) and the doors that answer ``store.alerts.AlertBook``."""
+
+from __future__ import annotations
+
+import re
+import urllib.parse
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from phalanx.errors import UsageError
+from phalanx.tracking.labels import label_problem
+
+EVENTS = ("failed", "succeeded", "stopped")  # the experiment ends a hook may be told about
+URL_MAX = 2000
+SECRET_MIN, SECRET_MAX = 16, 256
+_HOOK_ID = re.compile(r"^h[0-9a-f]{11}$")
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")  # never in a URL or a secret (a database refuses NUL)
+
+
+@dataclass(frozen=True)
+class Hook:
+    """A project's webhook. ``secret`` is only ever filled for the server's deliverer and in the
+    answer that created the hook; every listing leaves it out."""
+
+    id: str
+    project: str
+    url: str
+    events: tuple[str, ...]
+    created_by: str | None
+    created_at: float
+    secret: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        doc: dict[str, Any] = {
+            "id": self.id,
+            "project": self.project,
+            "url": self.url,
+            "events": list(self.events),
+            "created_by": self.created_by,
+            "created_at": self.created_at,
+        }
+        if self.secret is not None:
+            doc["secret"] = self.secret
+        return doc
+
+    @classmethod
+    def from_json(cls, doc: dict[str, Any]) -> Hook:
+        return cls(
+            id=str(doc["id"]),
+            project=str(doc["project"]),
+            url=str(doc["url"]),
+            events=tuple(str(e) for e in doc["events"]),
+            created_by=doc.get("created_by"),
+            created_at=float(doc["created_at"]),
+            secret=doc.get("secret"),
+        )
+
+
+@dataclass(frozen=True)
+class Attempt:
+    """One try: when, the receiver's HTTP status (None: it never answered) and why it failed."""
+
+    number: int
+    at: float
+    status_code: int | None
+    error: str | None
+
+
+@dataclass(frozen=True)
+class Delivery:
+    """One event for one hook; ``state``: pending (tried again later), delivered, failed (every try
+    used), dropped (its hook was removed before it was delivered)."""
+
+    id: str
+    hook_id: str
+    experiment_id: str
+    event: str
+    state: str
+    created_at: float
+    finished_at: float | None
+    attempts: tuple[Attempt, ...]
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "hook_id": self.hook_id,
+            "experiment_id": self.experiment_id,
+            "event": self.event,
+            "state": self.state,
+            "created_at": self.created_at,
+            "finished_at": self.finished_at,
+            "attempts": [a.__dict__ for a in self.attempts],
+        }
+
+    @classmethod
+    def from_json(cls, doc: dict[str, Any]) -> Delivery:
+        return cls(
+            id=str(doc["id"]),
+            hook_id=str(doc["hook_id"]),
+            experiment_id=str(doc["experiment_id"]),
+            event=str(doc["event"]),
+            state=str(doc["state"]),
+            created_at=float(doc["created_at"]),
+            finished_at=doc.get("finished_at"),
+            attempts=tuple(Attempt(**a) for a in doc["attempts"]),
+        )
+
+
+@dataclass(frozen=True)
+class Due:
+    """A delivery the deliverer claimed: where it goes, signed with what, and its tries so far."""
+
+    id: str
+    url: str
+    secret: str
+    event: str
+    payload: str  # the event's JSON as recorded with the end (without the server's URL)
+    attempts: int
+
+
+def check_hook(project: str, url: str, events: Iterable[str], secret: str | None) -> tuple[str, ...]:
+    """The events, checked with the rest; UsageError naming the bad part and the fix otherwise."""
+    problem = label_problem(project, "project")
+    if problem:
+        raise UsageError(problem)
+    try:
+        parts = urllib.parse.urlsplit(url)
+        usable = parts.scheme in ("http", "https") and bool(parts.hostname) and parts.port != 0
+    except ValueError:  # a port that is no number, an unbalanced [
+        usable = False
+    if not usable or len(url) > URL_MAX or _CONTROL.search(url):
+        raise UsageError(
+            f"url {url[:100]!r}: give the receiver's http:// or https:// address"
+            " (e.g. https://hooks.example.com/phalanx)"
+        )
+    chosen = tuple(dict.fromkeys(e.strip() for e in events if e.strip()))
+    wrong = [e for e in chosen if e not in EVENTS]
+    if wrong or not chosen:
+        raise UsageError(
+            f"events {','.join(wrong) or '(none)'}: give one or more of {','.join(EVENTS)}"
+            " (e.g. --on failed,stopped)"
+        )
+    if secret is not None and (not SECRET_MIN <= len(secret) <= SECRET_MAX or _CONTROL.search(secret)):
+        raise UsageError(
+            f"the hook's secret has {len(secret)} characters: give {SECRET_MIN} to {SECRET_MAX}"
+            " printable ones (or none: the server makes one)"
+        )
+    return chosen
+
+
+def check_hook_id(hook_id: str) -> str:
+    """UsageError for what cannot be a hook id (h + 11 hex characters)."""
+    if not _HOOK_ID.match(hook_id):
+        raise UsageError(
+            f"{hook_id[:40]!r} is not a hook id: `phalanx alert ls` lists them (e.g. h1a2b3c4d5e6)"
+        )
+    return hook_id
+
+
+def shown_url(url: str) -> str:
+    """``url`` for those who may not see where it points in full (a project's viewers): a path or
+    query of an incoming webhook (Slack's) is its credential, so only the scheme and host are shown."""
+    parts = urllib.parse.urlsplit(url)
+    return f"{parts.scheme}://{parts.netloc}/…" if parts.path.strip("/") or parts.query else url

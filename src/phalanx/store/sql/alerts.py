@@ -1,0 +1,224 @@
+"""The alert tables (``alert_rows``): a project's hooks, the outbox of their deliveries and each
+delivery's attempts. ``record_end`` is called by the store's status writers in the transaction that
+records an experiment's end; ``SqlAlerts`` answers ``store.alerts.AlertBook`` and ``Outbox``."""
+
+from __future__ import annotations
+
+import json
+import secrets
+import time
+import uuid
+from collections.abc import Sequence
+from typing import Any
+
+from sqlalchemy import Connection, Engine, Row, delete, insert, select, update
+
+from phalanx.domain import ExperimentStatus, ReplicaState
+from phalanx.errors import NotFound
+from phalanx.store.alert_records import EVENTS, Attempt, Delivery, Due, Hook, check_hook, check_hook_id
+from phalanx.store.sql.alert_rows import AlertAttemptRow, AlertDeliveryRow, AlertHookRow
+from phalanx.store.sql.engine import writer
+from phalanx.store.sql.models import ExperimentRow, ReplicaRow
+
+PENDING, DELIVERED, FAILED, DROPPED = "pending", "delivered", "failed", "dropped"
+# read as plain rows (Core), not ORM objects
+HOOKS, DELIVERIES, ATTEMPTS = AlertHookRow.__table__, AlertDeliveryRow.__table__, AlertAttemptRow.__table__
+
+
+def record_end(conn: Connection, experiment_id: str, before: str | None, after: str) -> None:
+    """Queue a delivery for each of the project's hooks told about ``after``, when this write ends
+    the experiment (``before`` was not an end: an end written again queues nothing). In the
+    caller's transaction, after the experiment's row (and its replicas', as far as they are)
+    were written."""
+    if after not in EVENTS or (before is not None and ExperimentStatus(before).done):
+        return
+    project = select(ExperimentRow.project).where(ExperimentRow.id == experiment_id).scalar_subquery()
+    hooks = conn.execute(
+        select(AlertHookRow.id, AlertHookRow.events).where(AlertHookRow.project == project)
+    ).all()
+    told = [hook_id for hook_id, events in hooks if after in events.split(",")]
+    if not told:
+        return
+    payload = json.dumps(_payload(conn, experiment_id, after), sort_keys=True)
+    now = time.time()
+    conn.execute(
+        insert(AlertDeliveryRow),
+        [
+            {
+                "id": str(uuid.uuid4()),
+                "hook_id": hook_id,
+                "experiment_id": experiment_id,
+                "event": f"experiment.{after}",
+                "payload": payload,
+                "state": PENDING,
+                "attempts": 0,
+                "next_at": now,
+                "created_at": now,
+                "finished_at": None,
+            }
+            for hook_id in told
+        ],
+    )
+
+
+def _payload(conn: Connection, experiment_id: str, status: str) -> dict[str, Any]:
+    """What the receiver is told, as the rows hold it now; a failure's reason is its failing
+    replica's own (the first to fail), else the experiment's."""
+    exp = conn.execute(
+        select(
+            ExperimentRow.project, ExperimentRow.name, ExperimentRow.reason, ExperimentRow.finished_at
+        ).where(ExperimentRow.id == experiment_id)
+    ).one()
+    failing = None
+    if status == ExperimentStatus.FAILED.value:
+        failing = conn.execute(
+            select(ReplicaRow.name, ReplicaRow.reason)
+            .where(ReplicaRow.experiment_id == experiment_id, ReplicaRow.state == ReplicaState.FAILED.value)
+            .order_by(ReplicaRow.finished_at, ReplicaRow.name)
+            .limit(1)
+        ).first()
+    reason = (failing.reason if failing is not None else None) or exp.reason
+    return {
+        "event": f"experiment.{status}",
+        "project": exp.project,
+        "experiment_id": experiment_id,
+        "name": exp.name,
+        "status": status,
+        "reason": reason,
+        "replica": None if failing is None else failing.name,
+        "finished_at": exp.finished_at,
+    }
+
+
+class SqlAlerts:
+    """The alert tables of one SQL store's engine."""
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+
+    def add_hook(
+        self, project: str, url: str, events: Sequence[str], secret: str | None, created_by: str | None
+    ) -> Hook:
+        chosen = check_hook(project, url, events, secret)
+        hook = Hook(
+            id=f"h{uuid.uuid4().hex[:11]}",
+            project=project,
+            url=url,
+            events=chosen,
+            created_by=created_by,
+            created_at=time.time(),
+            secret=secret or secrets.token_hex(32),
+        )
+        with writer(self.engine).begin() as conn:
+            values = hook.to_json() | {"events": ",".join(chosen)}
+            conn.execute(insert(AlertHookRow).values(**values))
+        return hook
+
+    def hooks(self, projects: Sequence[str] | None = None) -> list[Hook]:
+        query = select(HOOKS).order_by(AlertHookRow.created_at, AlertHookRow.id)
+        if projects is not None:
+            query = query.where(AlertHookRow.project.in_(list(projects)))
+        with self.engine.connect() as conn:
+            return [_hook(row) for row in conn.execute(query).all()]
+
+    def hook(self, hook_id: str) -> Hook:
+        with self.engine.connect() as conn:
+            return _hook(_hook_row(conn, hook_id))
+
+    def remove_hook(self, hook_id: str) -> None:
+        with writer(self.engine).begin() as conn:
+            _hook_row(conn, hook_id)
+            conn.execute(delete(AlertHookRow).where(AlertHookRow.id == hook_id))
+            conn.execute(
+                update(AlertDeliveryRow)
+                .where(AlertDeliveryRow.hook_id == hook_id, AlertDeliveryRow.state == PENDING)
+                .values(state=DROPPED, finished_at=time.time())
+            )
+
+    def deliveries(self, hook_id: str, limit: int = 50) -> list[Delivery]:
+        with self.engine.connect() as conn:
+            _hook_row(conn, hook_id)
+            rows = conn.execute(
+                select(DELIVERIES)
+                .where(AlertDeliveryRow.hook_id == hook_id)
+                .order_by(AlertDeliveryRow.created_at.desc(), AlertDeliveryRow.id)
+                .limit(limit)
+            ).all()
+            tries: dict[str, list[Attempt]] = {r.id: [] for r in rows}
+            found = conn.execute(
+                select(ATTEMPTS)
+                .where(AlertAttemptRow.delivery_id.in_(list(tries)))
+                .order_by(AlertAttemptRow.number)
+            ).all()
+            for a in found:
+                tries[a.delivery_id].append(Attempt(a.number, a.at, a.status_code, a.error))
+        return [
+            Delivery(
+                r.id,
+                r.hook_id,
+                r.experiment_id,
+                r.event,
+                r.state,
+                r.created_at,
+                r.finished_at,
+                tuple(tries[r.id]),
+            )
+            for r in rows
+        ]
+
+    def claim_due(self, now: float, lease: float, limit: int = 20) -> list[Due]:
+        query = (
+            select(DELIVERIES, AlertHookRow.url, AlertHookRow.secret)
+            .join(AlertHookRow, AlertHookRow.id == AlertDeliveryRow.hook_id)
+            .where(AlertDeliveryRow.state == PENDING, AlertDeliveryRow.next_at <= now)
+            .order_by(AlertDeliveryRow.next_at)
+            .limit(limit)
+        )
+        claimed = []
+        with writer(self.engine).begin() as conn:
+            for row in conn.execute(query).all():
+                # another deliverer on this database that read the same row first has moved next_at
+                taken = conn.execute(
+                    update(AlertDeliveryRow)
+                    .where(AlertDeliveryRow.id == row.id, AlertDeliveryRow.next_at == row.next_at)
+                    .values(next_at=now + lease)
+                )
+                if taken.rowcount:
+                    claimed.append(Due(row.id, row.url, row.secret, row.event, row.payload, row.attempts))
+        return claimed
+
+    def record_attempt(
+        self, delivery_id: str, at: float, status_code: int | None, error: str | None, next_at: float | None
+    ) -> None:
+        delivered = status_code is not None and 200 <= status_code < 300
+        with writer(self.engine).begin() as conn:
+            number = (
+                conn.execute(
+                    select(AlertDeliveryRow.attempts).where(AlertDeliveryRow.id == delivery_id)
+                ).scalar_one()
+                + 1
+            )
+            conn.execute(
+                insert(AlertAttemptRow).values(
+                    delivery_id=delivery_id, number=number, at=at, status_code=status_code, error=error
+                )
+            )
+            state = DELIVERED if delivered else PENDING if next_at is not None else FAILED
+            values: dict[str, Any] = {"attempts": number, "state": state}
+            if state == PENDING:
+                values["next_at"] = next_at
+            else:
+                values["finished_at"] = at
+            conn.execute(update(AlertDeliveryRow).where(AlertDeliveryRow.id == delivery_id).values(**values))
+
+
+def _hook_row(conn: Connection, hook_id: str) -> Row[Any]:
+    check_hook_id(hook_id)
+    row = conn.execute(select(HOOKS).where(AlertHookRow.id == hook_id)).first()
+    if row is None:
+        raise NotFound(f"alert hook {hook_id} does not exist (`phalanx alert ls` lists them)")
+    return row
+
+
+def _hook(row: Row[Any]) -> Hook:
+    return Hook(row.id, row.project, row.url, tuple(row.events.split(",")), row.created_by, row.created_at)

@@ -1,0 +1,99 @@
+"""`phalanx alert` on a real `phalanx server`: a hook added from the CLI hears, once and signed, that
+an experiment submitted to the server failed (its supervisor records the end; the server's
+deliverer sends it), through a receiver on loopback that answers 500 twice, and the delivery log
+shows the three tries. Without a server, `phalanx alert` exits 2 saying why."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from tests.integration.server.serverproc import TRUSTING, Server, start_server, stop_server
+from tests.integration.server.test_remote_commands import ok, phalanx, wait_done
+from tests.integration.server.test_submit import supervisors_gone
+from tests.support.webhooks import Receiver
+
+TOKEN = "remote-commands-token-0123456789"  # what the borrowed helpers send
+SECRET = "integration-hook-secret-0123456789"
+DOOMED = """version: 1
+kind: experiment
+name: doomed
+project: vision
+run:
+  cmd: python -c "import sys; print('about to fail'); sys.exit(3)"
+"""
+
+
+@pytest.fixture
+def server(phalanx_home: Path) -> Any:
+    s = start_server(phalanx_home, token=TOKEN, args=[*TRUSTING, "--alert-backoff", "0.2"])
+    try:
+        yield s
+        supervisors_gone(s)
+    finally:
+        stop_server(s.proc)
+
+
+def test_a_failed_experiments_webhook_survives_a_receiver_that_answers_500_twice(
+    server: Server, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    laptop = tmp_path / "laptop"
+    remote = ("--server", server.url)
+    (tmp_path / "doomed.yml").write_text(DOOMED)
+    monkeypatch.setenv("HOOK_SECRET", SECRET)
+    add = [
+        "alert",
+        "add",
+        "--project",
+        "vision",
+        "--url",
+        "",
+        "--on",
+        "failed",
+        "--secret-from-env",
+        "HOOK_SECRET",
+    ]
+    with Receiver([500, 500]) as receiver:
+        add[5] = receiver.url
+        hook = json.loads(ok(phalanx(laptop, *add, "-o", "json", *remote, token=TOKEN)).stdout)["id"]
+        r = ok(phalanx(laptop, "run", "-f", str(tmp_path / "doomed.yml"), *remote, token=TOKEN))
+        exp_id = r.stdout.split()[0]
+        assert wait_done(laptop, exp_id, *remote)["status"] == "failed"
+        got = receiver.wait_for(3)
+    assert len(got) == 3 and all(g.signed_by(SECRET) for g in got)
+    assert len({g.headers["x-phalanx-delivery"] for g in got}) == 1  # one delivery, tried three times
+    body = json.loads(got[-1].body)
+    assert (body["event"], body["experiment_id"], body["project"]) == ("experiment.failed", exp_id, "vision")
+    assert (body["replica"], body["reason"]) == ("master", "exited with code 3")  # the failing replica's
+    assert body["url"] == f"{server.url.rstrip('/')}/experiments/{exp_id}"
+
+    (delivery,) = _settled(laptop, hook, remote)
+    assert delivery["state"] == "delivered"
+    assert [a["status_code"] for a in delivery["attempts"]] == [500, 500, 200]
+    listed = ok(phalanx(laptop, "alert", "ls", *remote, token=TOKEN)).stdout
+    assert hook in listed and "failed" in listed
+    assert (
+        ok(phalanx(laptop, "alert", "rm", hook, *remote, token=TOKEN)).stdout
+        == f"alert hook {hook} removed\n"
+    )
+
+
+def _settled(laptop: Path, hook: str, remote: tuple[str, ...]) -> list[dict[str, Any]]:
+    """The hook's delivery log once nothing in it is pending (a try is recorded after the receiver
+    answered it); the deadline is a safety net only."""
+    deadline = time.monotonic() + 120
+    while True:
+        r = ok(phalanx(laptop, "alert", "deliveries", hook, "-o", "json", *remote, token=TOKEN))
+        log: list[dict[str, Any]] = json.loads(r.stdout)
+        if all(d["state"] != "pending" for d in log) or time.monotonic() > deadline:
+            return log
+        time.sleep(0.2)
+
+
+def test_without_a_server_alert_says_where_hooks_live(tmp_path: Path) -> None:
+    r = phalanx(tmp_path / "home", "alert", "ls")
+    assert r.returncode == 2 and "Traceback" not in r.stderr
+    assert "`phalanx login URL` first, or give --server URL" in r.stderr

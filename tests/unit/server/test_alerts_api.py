@@ -1,0 +1,119 @@
+"""A project's alert hooks through the API: who may add, see and remove them, and a failed
+experiment's webhook reaching a real receiver on loopback once, signed, from the server's own
+deliverer thread (the app's lifespan starts it)."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator
+
+import pytest
+from fastapi.testclient import TestClient
+
+from phalanx.domain import ExperimentStatus, ReplicaState
+from phalanx.server.app import create_app
+from phalanx.server.settings import ServerSettings
+from phalanx.store.base import Store
+from tests.support.webhooks import Receiver
+from tests.unit.server import fill
+from tests.unit.server.teams_fixtures import Team, make_team
+
+API = "/api/v1"
+SLACK = "https://hooks.slack.example/services/T0/B0/XXXX"
+
+
+@pytest.fixture
+def team(store: Store) -> Team:
+    return make_team(store)
+
+
+@pytest.fixture
+def client(settings: ServerSettings, store: Store, team: Team) -> Iterator[TestClient]:
+    fast = settings.model_copy(update={"alert_poll_seconds": 0.05, "public_url": "https://phalanx.example/"})
+    with TestClient(create_app(fast, store)) as c:
+        yield c
+
+
+def _as(team: Team, who: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {team.tokens[who]}"}
+
+
+def _add(client: TestClient, team: Team, who: str, url: str = SLACK, **more: object) -> object:
+    return client.post(
+        f"{API}/projects/A/alerts", json={"url": url, "events": ["failed"], **more}, headers=_as(team, who)
+    )
+
+
+def _settled(client: TestClient, team: Team, hook: str) -> list[dict[str, object]]:
+    """The hook's delivery log once nothing in it is pending (the deliverer records a try after
+    the receiver answered it); a generous deadline is only a safety net."""
+    deadline = time.monotonic() + 120
+    while True:
+        log: list[dict[str, object]] = client.get(
+            f"{API}/alerts/{hook}/deliveries", headers=_as(team, "viewer_a")
+        ).json()
+        if all(d["state"] != "pending" for d in log) or time.monotonic() > deadline:
+            return log
+        time.sleep(0.05)
+
+
+def test_editors_add_hooks_viewers_see_them_cut_and_others_not_at_all(client: TestClient, team: Team) -> None:
+    r = _add(client, team, "viewer_a")
+    assert r.status_code == 403 and "this needs editor" in r.json()["message"]
+    r = _add(client, team, "none")
+    assert r.status_code == 404 and "not a member" in r.json()["message"]
+    r = _add(client, team, "editor_a")
+    assert r.status_code == 201
+    created = r.json()
+    assert len(created["secret"]) == 64 and created["created_by"] == "editor_a"  # the secret: this once
+
+    seen_by_viewer = client.get(f"{API}/projects/A/alerts", headers=_as(team, "viewer_a")).json()
+    assert [h["url"] for h in seen_by_viewer] == ["https://hooks.slack.example/…"]  # its path is a credential
+    seen_by_editor = client.get(f"{API}/alerts", headers=_as(team, "editor_a")).json()
+    assert [h["url"] for h in seen_by_editor] == [SLACK]
+    assert all(h["secret"] is None for h in seen_by_viewer + seen_by_editor)
+    assert client.get(f"{API}/alerts", headers=_as(team, "admin_b")).json() == []  # not B's
+
+    hook = created["id"]
+    assert client.delete(f"{API}/alerts/{hook}", headers=_as(team, "viewer_a")).status_code == 403
+    assert client.delete(f"{API}/alerts/{hook}", headers=_as(team, "admin_b")).status_code == 404
+    assert client.get(f"{API}/alerts/{hook}/deliveries", headers=_as(team, "viewer_a")).json() == []
+    assert client.delete(f"{API}/alerts/{hook}", headers=_as(team, "editor_a")).status_code == 204
+    assert client.get(f"{API}/alerts", headers=_as(team, "root")).json() == []
+
+
+def test_a_bad_hook_is_a_400_that_says_how_to_fix_it(client: TestClient, team: Team) -> None:
+    r = _add(client, team, "editor_a", url="file:///etc/passwd")
+    assert r.status_code == 400 and "http:// or https://" in r.json()["message"]
+    r = client.post(
+        f"{API}/projects/A/alerts", json={"url": SLACK, "events": ["done"]}, headers=_as(team, "editor_a")
+    )
+    assert r.status_code == 400 and "failed,succeeded,stopped" in r.json()["message"]
+    r = client.delete(f"{API}/alerts/not-a-hook", headers=_as(team, "editor_a"))
+    assert r.status_code == 400 and "not a hook id" in r.json()["message"]
+
+
+def test_a_failed_experiments_webhook_arrives_once_signed_with_the_failing_replicas_reason(
+    client: TestClient, team: Team, store: Store
+) -> None:
+    with Receiver() as receiver:
+        secret = "receiver-shared-secret-0123456789"
+        hook = _add(client, team, "editor_a", url=receiver.url, secret=secret).json()["id"]
+        exp = fill.experiment(store, name="resnet", project="A", status=ExperimentStatus.RUNNING)
+        store.update_replica(exp.id, "worker-0", state=ReplicaState.FAILED, reason="exited with code 3")
+        store.update_experiment(exp.id, status=ExperimentStatus.FAILED, reason="worker-0 failed")
+        store.update_experiment(exp.id, status=ExperimentStatus.FAILED)  # an end written twice: one event
+        (got,) = receiver.wait_for(1)
+        log = _settled(client, team, hook)
+    assert got.signed_by(secret) and got.headers["content-type"] == "application/json"
+    body = json.loads(got.body)
+    assert body["event"] == "experiment.failed" and got.headers["x-phalanx-event"] == "experiment.failed"
+    assert (body["experiment_id"], body["name"], body["project"]) == (exp.id, "resnet", "A")
+    assert (body["status"], body["reason"], body["replica"]) == ("failed", "exited with code 3", "worker-0")
+    assert body["url"] == f"https://phalanx.example/experiments/{exp.id}"
+    assert body["text"].startswith(f"phalanx: experiment resnet ({exp.id}) of A failed")  # Slack shows it
+    (delivery,) = log
+    assert delivery["id"] == got.headers["x-phalanx-delivery"] == body["delivery"]
+    assert delivery["state"] == "delivered" and [a["status_code"] for a in delivery["attempts"]] == [200]
+    assert len(receiver.received) == 1
