@@ -2,8 +2,9 @@
 the bundle a laptop sends to a server, the Kubernetes code bundle).
 
 Left out: version control, virtual environments and caches (``SKIP_DIRS``, and any folder holding a
-pyvenv.cfg), data folders (``DATA_DIRS``), and what the folder's own ``.gitignore`` files and a
-``.phalanxignore`` exclude. Both ignore files use git's pattern rules (pathspec's ``GitIgnoreSpec``):
+pyvenv.cfg), data folders (``DATA_DIRS``), and what the folder's own ``.gitignore`` files (and, in
+a git work tree, those of the folders above it up to the tree's top) and a ``.phalanxignore``
+exclude. Both ignore files use git's pattern rules (pathspec's ``GitIgnoreSpec``):
 a pattern is relative to the folder of its file, a deeper file's verdict wins, ``!pattern`` takes a
 path back, and nothing inside an excluded folder comes back. They are read as files, never by
 running git: the folder may be one a job wrote, and a planted ``.git/config`` could make git run a
@@ -45,6 +46,8 @@ class IgnoreRules:
         ``top`` is in no work tree."""
         rules = cls()
         top = top.resolve()
+        if (top / ".git").exists():  # the work tree's own top (a repository nested in another)
+            return rules
         chain: list[Path] = []
         for folder in top.parents:
             chain.append(folder)

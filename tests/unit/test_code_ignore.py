@@ -113,3 +113,12 @@ def test_the_gitignore_files_above_the_folder_apply_up_to_its_work_tree_s_top(tm
     assert members(data) == ["train.py"] and info["ignored"] == ["old.bak"]
     assert members(bundles.pack(root)) == ["train.py"]
     assert [p.name for p in _source_files(root)] == ["train.py"]
+
+
+def test_a_repository_nested_in_another_does_not_take_the_outer_one_s_rules(tmp_path: Path) -> None:
+    (tmp_path / ".git").mkdir()
+    (tmp_path / ".gitignore").write_text("*.py\n")
+    root = tmp_path / "inner"
+    (root / ".git").mkdir(parents=True)
+    (root / "train.py").write_text("print(1)\n")
+    assert members(repro.snapshot(str(root))[0]) == ["train.py"]
