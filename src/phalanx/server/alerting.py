@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from phalanx._version import __version__
 from phalanx.store.alert_records import Due
 from phalanx.store.alerts import Outbox
+from phalanx.store.outages import STORAGE_ERRORS
 
 log = logging.getLogger(__name__)
 
@@ -96,7 +97,12 @@ class Deliverer:
         while not self._stop.is_set():
             try:
                 self.run_once()
-            except Exception:  # the database away, a bug: the next round tries again
+            except STORAGE_ERRORS as exc:  # the database away (an outage): one line, not a traceback
+                first = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else ""
+                log.warning(
+                    "alerts: the store is unavailable (%s: %s); trying again", type(exc).__name__, first
+                )
+            except Exception:  # a bug: the next round tries again
                 log.exception("alerts: sending the due deliveries failed; trying again")
             self._stop.wait(self.retry.poll)
 

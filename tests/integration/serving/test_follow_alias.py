@@ -59,6 +59,7 @@ for _ in range(rounds):
 """
 
 
+@pytest.mark.timeout(900)  # the movers are given 600 s: under CI's load 20 moves took over 300 s once
 def test_moving_prod_between_two_versions_from_two_processes_drops_no_request(phalanx_home: Path) -> None:
     store = open_store(Settings())
     registry = Registry(store)
