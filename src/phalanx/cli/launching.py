@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from phalanx.config import Settings
     from phalanx.runner import LaunchOptions, Runner, SpecFile
+    from phalanx.runner.running import Submitted
     from phalanx.spec.model import ExperimentSpec
 
 
@@ -92,18 +93,21 @@ def submit_detached(
     if isinstance(spec, SpecFile):
         _echo_notes(submitted.log)
     if output is Output.JSON:
-        _emit_json(
-            launched_json(
-                submitted.experiment_id,
-                submitted.status,
-                submitted.reason,
-                supervisor_pid=submitted.process.pid,
-                log=submitted.log,
-            )
-        )
+        _emit_json(detached_json(submitted))
     else:
         sys.stdout.write(f"{submitted.experiment_id}\n")
         sys.stdout.flush()
+
+
+def detached_json(submitted: Submitted) -> dict[str, Any]:
+    """``launched_json`` of a supervisor started in the background on this machine."""
+    return launched_json(
+        submitted.experiment_id,
+        submitted.status,
+        submitted.reason,
+        supervisor_pid=submitted.process.pid,
+        log=submitted.log,
+    )
 
 
 def launched_json(

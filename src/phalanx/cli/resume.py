@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from phalanx.cli.app import ExtraParamsOpt, app, emit_json, fail, human_size
-from phalanx.cli.launching import launched_json
+from phalanx.cli.launching import detached_json, launched_json
 from phalanx.cli.target import LocalOpt, ServerOpt
 
 if TYPE_CHECKING:
@@ -126,15 +126,7 @@ def _detach_resume(runner: Any, spec: Any, options: Any, output: str) -> None:
         sys.stderr.write((exc.text or f"error: the supervisor exited with status {exc.exit_code}") + "\n")
         raise typer.Exit(exc.exit_code or 1) from None
     if output == "json":
-        emit_json(
-            launched_json(
-                submitted.experiment_id,
-                submitted.status,
-                submitted.reason,
-                supervisor_pid=submitted.process.pid,
-                log=submitted.log,
-            )
-        )
+        emit_json(detached_json(submitted))
     else:
         typer.echo(submitted.experiment_id)
 
