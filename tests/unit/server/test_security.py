@@ -448,3 +448,19 @@ def test_the_ui_logs_out_with_a_post(client: TestClient) -> None:
     page = client.get("/").text
     assert '<form class="logout" method="post" action="/logout">' in page
     assert 'href="/logout"' not in page
+
+
+def test_a_replica_token_can_neither_read_nor_set_its_project_s_alert_hooks(
+    secured: TestClient, store: Store
+) -> None:
+    """A job holds its experiment's token only: with it, it must not point its project's webhooks at
+    itself (every later end of the project, reasons included, would go there) nor read them."""
+    mine = fill.experiment(store, status=ExperimentStatus.RUNNING)
+    auth = {"Authorization": f"Bearer {experiment_token(TOKEN, mine.id)}"}
+    hook = {"url": "http://127.0.0.1:9/steal", "events": ["failed"]}
+    added = secured.post(f"/api/v1/projects/{mine.project}/alerts", json=hook, headers=auth)
+    assert added.status_code == 403, added.text
+    for path in ("/api/v1/alerts", f"/api/v1/projects/{mine.project}/alerts"):
+        assert secured.get(path, headers=auth).status_code == 403, path
+    server = {"Authorization": f"Bearer {TOKEN}"}
+    assert secured.get("/api/v1/alerts", headers=server).json() == []  # nothing was added
