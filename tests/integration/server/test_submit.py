@@ -219,32 +219,74 @@ def test_ctrl_c_while_following_detaches_and_the_experiment_keeps_running(
             proc.wait(timeout=30)
 
 
-def test_a_submitted_experiment_outlives_the_server_that_started_it(
+def test_a_submitted_experiment_and_its_follower_outlive_the_server_that_started_it(
     phalanx_home: Path, tmp_path: Path
 ) -> None:
+    """The server SIGKILLed (its whole process group) while `phalanx run --follow` follows a running
+    experiment, then started again: the experiment ran on, the restarted server stops it, and the
+    follower prints every console line once (from before the kill and after the restart), says
+    the outage once and ends with the experiment's own status (130: stopped), no traceback."""
     first = start_server(phalanx_home, token=TOKEN)
+    project = folder(tmp_path)
+    home = tmp_path / "client-home"
+    home.mkdir()
+    out_path, err_path = tmp_path / "follower.stdout", tmp_path / "follower.stderr"
+    with out_path.open("w") as out_file, err_path.open("w") as err_file:
+        follower = subprocess.Popen(
+            [str(PHALANX), "run", "-f", str(project / "exp.yml"), "--server", first.url, *HOLD, "--follow"],
+            env=clean_env(home, PHALANX_TOKEN=TOKEN),
+            stdout=out_file,
+            stderr=err_file,
+            text=True,
+            start_new_session=True,
+        )
     try:
-        project = folder(tmp_path)
-        answer = Client(first.url, TOKEN).submit(project / "exp.yml", pack(project), {"hold": "hold"}, 0)
-        exp_id = answer["id"]
-        deadline = time.monotonic() + 120
-        while not all_running(api(first, f"/experiments/{exp_id}")):
-            assert time.monotonic() < deadline, "the submitted experiment never ran"
-            time.sleep(0.2)
+        try:
+            deadline = time.monotonic() + 240
+            while not (items := api(first, "/experiments")["items"]) or not all_running(
+                api(first, f"/experiments/{items[0]['id']}")
+            ):
+                assert time.monotonic() < deadline, (
+                    f"the submitted experiment never ran:\n{err_path.read_text()}"
+                )
+                time.sleep(0.2)
+            exp_id = items[0]["id"]
+        finally:
+            os.killpg(first.proc.pid, signal.SIGKILL)  # the server's whole process group, at once
+            first.proc.wait(timeout=30)
+        second = start_server(phalanx_home, token=TOKEN, port=int(first.url.rsplit(":", 1)[1]))
+        try:
+            exp = api(second, f"/experiments/{exp_id}")
+            assert all_running(exp)
+            (phalanx_home / "server" / "work" / exp_id / "released").touch()  # a line after the restart
+            deadline = time.monotonic() + 240
+            while (
+                sum("released" in ln["text"] for ln in api(second, f"/experiments/{exp_id}/logs")["lines"])
+                < 2
+            ):
+                assert time.monotonic() < deadline, "the replicas never said they were released"
+                time.sleep(0.2)
+            stop = urllib.request.Request(f"{second.url}/api/v1/experiments/{exp_id}/stop", method="POST")
+            stop.add_header("Authorization", f"Bearer {TOKEN}")
+            urllib.request.urlopen(stop, timeout=60).close()
+            assert wait_done(second, exp_id)["status"] == "stopped"
+            follower.wait(timeout=240)
+            out, err = out_path.read_text(), err_path.read_text()
+            assert follower.returncode == 130, out + err
+            assert out.splitlines()[0] == exp_id
+            for replica in ("master", "worker-0"):
+                assert out.count(f"[{replica}] hello from {replica}\n") == 1, out
+                assert out.count(f"[{replica}] {replica} released\n") == 1, out
+            assert err.count("still following experiment") == 1, err
+            assert err.count("the server answers again") == 1, err
+            assert f"experiment {exp_id} stopped" in err and "Traceback" not in err
+            supervisors_gone(second)
+        finally:
+            stop_server(second.proc)
     finally:
-        os.killpg(first.proc.pid, signal.SIGKILL)  # the server's whole process group, at once
-        first.proc.wait(timeout=30)
-    second = start_server(phalanx_home, token=TOKEN)
-    try:
-        exp = api(second, f"/experiments/{exp_id}")
-        assert all_running(exp)
-        stop = urllib.request.Request(f"{second.url}/api/v1/experiments/{exp_id}/stop", method="POST")
-        stop.add_header("Authorization", f"Bearer {TOKEN}")
-        urllib.request.urlopen(stop, timeout=60).close()
-        assert wait_done(second, exp_id)["status"] == "stopped"
-        supervisors_gone(second)
-    finally:
-        stop_server(second.proc)
+        if follower.poll() is None:
+            os.killpg(follower.pid, signal.SIGKILL)
+            follower.wait(timeout=30)
 
 
 def test_rerun_on_the_server_runs_the_stored_snapshot_with_new_params(server: Server, tmp_path: Path) -> None:
