@@ -306,8 +306,15 @@ def test_group_get_and_stop_on_the_server(server: Server, project: Path, tmp_pat
     laptop = tmp_path / "laptop-home"
     remote = ("--server", server.url)
     (project / "group.yml").write_text(GROUP.format(name="two-lrs"))
-    done = ok(phalanx_process(server.home, "group", "run", "-f", str(project / "group.yml"), "--json"))
-    group_id = json.loads(done.stdout)["id"]
+    # submitted from the laptop and followed there: one line per trial state, the group's status last
+    done = ok(phalanx(laptop, "run", "-f", str(project / "group.yml"), "--follow", *remote, token=TOKEN))
+    group_id = done.stdout.splitlines()[0]
+    said = [ln for ln in done.stderr.splitlines() if ln.startswith("phalanx: trial ")]
+    assert [ln.split(" (")[0] for ln in said if ln.endswith(": done")] == [
+        "phalanx: trial 0",
+        "phalanx: trial 1",
+    ]
+    assert done.stderr.endswith(f"phalanx: group {group_id} succeeded\n"), done.stderr
     for args in (("group", "get", group_id), ("group", "get", group_id, "-o", "json")):
         here = ok(phalanx(server.home, *args))
         there = ok(phalanx(laptop, *args, *remote, token=TOKEN))
