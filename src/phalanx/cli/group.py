@@ -128,7 +128,11 @@ def run(
         bool, typer.Option("--detach", "-d", help="Run the controller in the background; print the id.")
     ] = False,
     json_out: Annotated[
-        bool, typer.Option("--json", help="Print the finished group as JSON (as group get -o json).")
+        bool,
+        typer.Option(
+            "--json",
+            help="Print the group as JSON (as group get -o json): once it ends, or as it starts (--detach).",
+        ),
     ] = False,
 ) -> None:
     """Run a hyperparameter search: each trial is a whole experiment, `concurrency` at a time.
@@ -167,7 +171,12 @@ def run(
     record = launcher.create(group, options)
     if detach:
         launcher.start(record.id)
-        typer.echo(record.id)
+        if json_out:  # the group as it is now, the document a server submit of it prints
+            from phalanx.groups.ending import group_json
+
+            emit_json(group_json(launcher.store, launcher.store.get_group(record.id)))
+        else:
+            typer.echo(record.id)
         return
     on = f" on cluster {cluster}" if cluster else ""
     sys.stderr.write(

@@ -31,7 +31,6 @@ def run_on_server(
     """Bundle the file's folder, submit, print the id; with ``follow``, exit as the experiment ends.
     ``cluster``: the submit's target, a cluster registered on the server (default: its own machine)."""
     from phalanx.bundles import pack
-    from phalanx.cli.app import emit_json
     from phalanx.cli.remote import follow as follow_logs
     from phalanx.cli.remote import follow_group
     from phalanx.errors import SpecError, UsageError
@@ -71,9 +70,9 @@ def run_on_server(
     exp_id = str(answer["id"])
     group = answer.get("kind") == "group"
     as_json = str(output) == "json"
-    if as_json and group:
-        emit_json(answer)
-    elif as_json and not follow:  # followed, the document comes once it has ended, as on this machine
+    if as_json and not follow and group:  # followed, the document comes once it has ended, as here
+        emit_group(client, exp_id)
+    elif as_json and not follow:
         emit_launched(client, exp_id)
     elif not as_json:
         typer.echo(exp_id)
@@ -82,8 +81,10 @@ def run_on_server(
         sys.stderr.write(f"phalanx: open {page} to see it in the web UI\n")
         return
     try:
-        if group:
+        if group:  # its trials' states on stderr; with -o json the group's document once it has ended
             code = follow_group(client, exp_id)
+            if as_json:
+                emit_group(client, exp_id)
         else:  # with -o json the console goes to stderr, as a local run's does: stdout is the document
             code = follow_logs(client, exp_id, sys.stderr if as_json else None)
             if as_json:
@@ -130,6 +131,15 @@ def emit_launched(client: Client, experiment_id: str) -> None:
 
     exp = RemoteStore(client).get_experiment(experiment_id)
     emit_json(launched_json(exp.id, str(exp.status), exp.reason, server=client.url))
+
+
+def emit_group(client: Client, group_id: str) -> None:
+    """The `-o json` of a group file run on a server: the group's document as the server holds it
+    now (``group_json``, what `/groups/ID` answers), the one a run of it on this machine prints."""
+    from phalanx.cli.app import emit_json
+    from phalanx.remote_store import RemoteStore
+
+    emit_json(RemoteStore(client).group(group_id))
 
 
 def resume_on_server(client: Client, experiment_id: str, output: Any) -> None:

@@ -306,15 +306,36 @@ def test_group_get_and_stop_on_the_server(server: Server, project: Path, tmp_pat
     laptop = tmp_path / "laptop-home"
     remote = ("--server", server.url)
     (project / "group.yml").write_text(GROUP.format(name="two-lrs"))
-    # submitted from the laptop and followed there: one line per trial state, the group's status last
-    done = ok(phalanx(laptop, "run", "-f", str(project / "group.yml"), "--follow", *remote, token=TOKEN))
-    group_id = done.stdout.splitlines()[0]
+    # submitted from the laptop and followed there: one line per trial state, the group's status
+    # last, and with -o json the ended group's document, as a run of the file on this machine prints
+    done = ok(
+        phalanx(
+            laptop, "run", "-f", str(project / "group.yml"), "--follow", "-o", "json", *remote, token=TOKEN
+        )
+    )
+    doc = json.loads(done.stdout)
+    group_id = doc["id"]
+    assert doc["status"] == "succeeded" and [t["state"] for t in doc["trials"]] == ["done", "done"], doc
     said = [ln for ln in done.stderr.splitlines() if ln.startswith("phalanx: trial ")]
     assert [ln.split(" (")[0] for ln in said if ln.endswith(": done")] == [
         "phalanx: trial 0",
         "phalanx: trial 1",
     ]
     assert done.stderr.endswith(f"phalanx: group {group_id} succeeded\n"), done.stderr
+    here_doc = json.loads(
+        ok(phalanx_process(laptop, "run", "-f", str(project / "group.yml"), "-o", "json")).stdout
+    )
+    assert set(here_doc) == set(doc) and here_doc["status"] == "succeeded", here_doc
+    detached = json.loads(
+        ok(phalanx_process(laptop, "run", "-f", str(project / "group.yml"), "-d", "-o", "json")).stdout
+    )
+    assert set(detached) == set(doc), detached
+    deadline = time.monotonic() + 180
+    while json.loads(ok(phalanx(laptop, "group", "get", detached["id"], "-o", "json")).stdout)["status"] != (
+        "succeeded"
+    ):
+        assert time.monotonic() < deadline, "the detached local group did not end within 180 s"
+        time.sleep(0.5)
     for args in (("group", "get", group_id), ("group", "get", group_id, "-o", "json")):
         here = ok(phalanx(server.home, *args))
         there = ok(phalanx(laptop, *args, *remote, token=TOKEN))
@@ -324,12 +345,17 @@ def test_group_get_and_stop_on_the_server(server: Server, project: Path, tmp_pat
 
     # a group whose trial holds: stopped through the server, its running trial with it
     (project / "held.yml").write_text(GROUP.format(name="held"))
-    started = ok(
-        phalanx_process(
-            server.home, "group", "run", "-f", str(project / "held.yml"), "--param", "hold=hold", "--detach"
-        )
-    )
-    held_id = started.stdout.split()[0]
+    # submitted without --follow: -o json prints the group as it is now, the same keys as a detached run here
+    started = json.loads(
+        ok(
+            phalanx(
+                laptop, "run", "-f", str(project / "held.yml"), "--param", "hold=hold", "-o", "json", *remote,
+                token=TOKEN,
+            )
+        ).stdout
+    )  # fmt: skip
+    assert set(started) == set(doc) and started["status"] in ("created", "running"), started
+    held_id = started["id"]
     deadline = time.monotonic() + 180
     while True:
         doc = json.loads(
