@@ -213,6 +213,14 @@ RerunServerOpt = Annotated[
         "experiments); prints the new id.",
     ),
 ]
+RerunFollowOpt = Annotated[
+    bool,
+    typer.Option(
+        "--follow",
+        help="On a server: stream the rerun's console and exit with its status, as `phalanx run"
+        " --follow` does (a rerun on this machine is followed already, unless -d).",
+    ),
+]
 RerunTokenFileOpt = Annotated[
     Path | None,
     typer.Option("--token-file", help="A file holding the server's token (default: PHALANX_TOKEN)."),
@@ -233,6 +241,7 @@ def rerun(
     token_file: RerunTokenFileOpt = None,
     output: OutputOpt = "table",
     local: LocalOpt = False,
+    follow: RerunFollowOpt = False,
 ) -> None:
     """Start a new experiment from exactly the file, params and source snapshot another one ran
     (with --param changes): by default what its last successful attempt ran (after a `phalanx
@@ -252,8 +261,17 @@ def rerun(
 
         if new_experiment_id is not None:
             raise fail("--experiment-id: not available on a server (the server names the rerun)")
-        rerun_on_server(client, experiment_id, changes, priority, attempt, extra_params, output, latest_data)
+        if detach and follow:
+            raise fail("-d and --follow: give one (on a server a rerun returns at once unless --follow)")
+        rerun_on_server(
+            client, experiment_id, changes, priority, attempt, extra_params, output, latest_data, follow
+        )
         return
+    if follow:
+        raise fail(
+            "--follow goes with --server URL (or `phalanx login URL`): a rerun on this machine stays in"
+            " the foreground until it ends already (-d sends it to the background)"
+        )
     settings = Settings()
     store = _open()
     _launch_of(store, store.get_experiment(experiment_id))  # the sampling it was launched with

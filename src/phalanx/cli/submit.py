@@ -31,8 +31,6 @@ def run_on_server(
     """Bundle the file's folder, submit, print the id; with ``follow``, exit as the experiment ends.
     ``cluster``: the submit's target, a cluster registered on the server (default: its own machine)."""
     from phalanx.bundles import pack
-    from phalanx.cli.remote import follow as follow_logs
-    from phalanx.cli.remote import follow_group
     from phalanx.errors import SpecError, UsageError
     from phalanx.logins import choose
     from phalanx.spec.loader import parse_param_overrides
@@ -67,9 +65,16 @@ def run_on_server(
         n = len(exc.problems)
         sys.stderr.write(f"error: {file} is not a valid experiment file ({n} problem{'s' * (n != 1)})\n")
         raise typer.Exit(2) from None
-    exp_id = str(answer["id"])
-    group = answer.get("kind") == "group"
-    as_json = str(output) == "json"
+    answer_submitted(client, str(answer["id"]), answer.get("kind") == "group", str(output) == "json", follow)
+
+
+def answer_submitted(client: Client, exp_id: str, group: bool, as_json: bool, follow: bool) -> None:
+    """What `phalanx run` and `rerun` print once the server has answered: the id (with -o json the
+    document a run here prints), and with ``follow`` every replica's console (a group's trial
+    states) until it ends, exiting with its status as a run here does."""
+    from phalanx.cli.remote import follow as follow_logs
+    from phalanx.cli.remote import follow_group
+
     if as_json and not follow and group:  # followed, the document comes once it has ended, as here
         emit_group(client, exp_id)
     elif as_json and not follow:
@@ -108,19 +113,16 @@ def rerun_on_server(
     extra_params: bool,
     output: Any,
     latest_data: bool = False,
+    follow: bool = False,
 ) -> None:
     """`phalanx rerun ID` after `phalanx login` (or with --server URL): the server starts what its
-    experiment ID ran, with these params, from its stored snapshot; prints the new id."""
+    experiment ID ran, with these params, from its stored snapshot; prints the new id, and with
+    ``follow`` follows it as `phalanx run --follow` does."""
     sys.stderr.write(f"phalanx: rerunning {origin} on {client.url}\n")
     answer = client.clone(
         origin, params, priority, attempt=attempt, extra_params=extra_params, latest_data=latest_data
     )
-    exp_id = str(answer["id"])
-    if str(output) == "json":
-        emit_launched(client, exp_id)
-    else:
-        typer.echo(exp_id)
-    sys.stderr.write(f"phalanx: open {client.url}/experiments/{exp_id} to see it in the web UI\n")
+    answer_submitted(client, str(answer["id"]), False, str(output) == "json", follow)
 
 
 def emit_launched(client: Client, experiment_id: str) -> None:

@@ -306,14 +306,21 @@ def test_rerun_on_the_server_runs_the_stored_snapshot_with_new_params(server: Se
             timeout=300,
         )
 
+    here = subprocess.run(  # no server: on this machine a rerun is followed already
+        [str(PHALANX), "rerun", origin, "--follow"], env=clean_env(home), capture_output=True, text=True
+    )
+    assert here.returncode == 2 and "--follow goes with --server URL" in here.stderr, here.stderr
     refused = rerun("--param", "fial=worker-0")  # a misspelt name: refused before anything queues
     assert refused.returncode == 2, refused.stderr
     assert "--param fial: the file neither declares a param 'fial'" in refused.stderr
     assert "Traceback" not in refused.stderr
 
-    r = rerun("--param", "fail=worker-0", "--priority", "5")
-    assert r.returncode == 0, r.stderr
-    clone = r.stdout.strip()
+    # followed: its console as it comes, and the exit status of its end (1: failed), as `run --follow`
+    r = rerun("--param", "fail=worker-0", "--priority", "5", "--follow")
+    assert r.returncode == 1, r.stderr
+    clone = r.stdout.splitlines()[0]
+    assert "[worker-0] worker-0 fails on purpose" in r.stdout, r.stdout
+    assert f"phalanx: experiment {clone} failed" in r.stderr and "Traceback" not in r.stderr
     exp = wait_done(server, clone)
     # it ran the stored snapshot with the new param: worker-0 failed as told, the master did not
     assert exp["status"] == "failed"
