@@ -95,10 +95,18 @@ def answer_submitted(client: Client, exp_id: str, group: bool, as_json: bool, fo
             if as_json:
                 emit_launched(client, exp_id)
     except KeyboardInterrupt:
+        on = f"--server {client.url}"
+        what, stop = (
+            ("group", f"phalanx group stop {exp_id}") if group else ("experiment", f"phalanx stop {exp_id}")
+        )
+        again = (
+            f"`phalanx group get {exp_id} {on}` shows"
+            if group
+            else f"`phalanx logs {exp_id} -f {on}` follows"
+        )
         sys.stderr.write(
-            f"\nphalanx: detached; experiment {exp_id} keeps running on {client.url}"
-            f" (stop it with `phalanx stop {exp_id} --server {client.url}`; `phalanx logs {exp_id} -f"
-            f" --server {client.url}` follows it again)\n"
+            f"\nphalanx: detached; {what} {exp_id} keeps running on {client.url}"
+            f" (stop it with `{stop} {on}`; {again} it again)\n"
         )
         raise typer.Exit(130) from None
     raise typer.Exit(code)
