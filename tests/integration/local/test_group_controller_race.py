@@ -23,10 +23,10 @@ TRAIN = "import sys\nfrom phalanx import log_metrics\nlog_metrics(step=1, loss=f
 
 # what the controller that lost says, whichever check it met first
 LOSER = re.compile(
-    r"(?m)^error: group \w+: (another controller already runs it( \(pid \d+\))?; nothing to resume"
-    r"|its controller still runs \(pid \d+\); nothing to resume"
-    r"|already stopped: nothing to resume"
-    r"|another controller ran it to its end \(stopped\) meanwhile)"
+    r"(?m)^error: group \w+(: another controller already runs it( \(pid \d+\))?; nothing to resume"
+    r"|: its controller still runs \(pid \d+\); nothing to resume"
+    r"| already stopped: nothing to resume"  # the winner stopped it before the loser looked
+    r"|: another controller ran it to its end \(stopped\) meanwhile)"
 )
 
 
