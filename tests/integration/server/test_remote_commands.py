@@ -302,6 +302,7 @@ GROUP = (
 )
 
 
+@pytest.mark.timeout(600)  # four groups, one of them held and stopped, on loaded cores
 def test_group_get_and_stop_on_the_server(server: Server, project: Path, tmp_path: Path) -> None:
     laptop = tmp_path / "laptop-home"
     remote = ("--server", server.url)
@@ -330,11 +331,10 @@ def test_group_get_and_stop_on_the_server(server: Server, project: Path, tmp_pat
         ok(phalanx_process(laptop, "run", "-f", str(project / "group.yml"), "-d", "-o", "json")).stdout
     )
     assert set(detached) == set(doc), detached
-    deadline = time.monotonic() + 180
+    # it ends by itself (nothing of it may outlive the test); the test's timeout bounds the wait
     while json.loads(ok(phalanx(laptop, "group", "get", detached["id"], "-o", "json")).stdout)["status"] != (
         "succeeded"
     ):
-        assert time.monotonic() < deadline, "the detached local group did not end within 180 s"
         time.sleep(0.5)
     for args in (("group", "get", group_id), ("group", "get", group_id, "-o", "json")):
         here = ok(phalanx(server.home, *args))

@@ -219,6 +219,7 @@ def test_ctrl_c_while_following_detaches_and_the_experiment_keeps_running(
             proc.wait(timeout=30)
 
 
+@pytest.mark.timeout(900)  # two server starts and a two-replica run, on loaded cores
 def test_a_submitted_experiment_and_its_follower_outlive_the_server_that_started_it(
     phalanx_home: Path, tmp_path: Path
 ) -> None:
@@ -242,13 +243,11 @@ def test_a_submitted_experiment_and_its_follower_outlive_the_server_that_started
         )
     try:
         try:
-            deadline = time.monotonic() + 240
+            # waits on the event; the test's timeout bounds every wait (a loaded CI machine is slow)
             while not (items := api(first, "/experiments")["items"]) or not all_running(
                 api(first, f"/experiments/{items[0]['id']}")
             ):
-                assert time.monotonic() < deadline, (
-                    f"the submitted experiment never ran:\n{err_path.read_text()}"
-                )
+                assert follower.poll() is None, f"the follower ended first:\n{err_path.read_text()}"
                 time.sleep(0.2)
             exp_id = items[0]["id"]
         finally:
@@ -259,12 +258,10 @@ def test_a_submitted_experiment_and_its_follower_outlive_the_server_that_started
             exp = api(second, f"/experiments/{exp_id}")
             assert all_running(exp)
             (phalanx_home / "server" / "work" / exp_id / "released").touch()  # a line after the restart
-            deadline = time.monotonic() + 240
             while (
                 sum("released" in ln["text"] for ln in api(second, f"/experiments/{exp_id}/logs")["lines"])
                 < 2
             ):
-                assert time.monotonic() < deadline, "the replicas never said they were released"
                 time.sleep(0.2)
             stop = urllib.request.Request(f"{second.url}/api/v1/experiments/{exp_id}/stop", method="POST")
             stop.add_header("Authorization", f"Bearer {TOKEN}")
