@@ -29,6 +29,9 @@ SDK_TOP_MODULES = (
     "machine/sysmetrics.py",
     "machine/proctree.py",
     "machine/limits.py",
+    "machine/ledger.py",  # limits counts cores as the ledger does (and its doorbell, share's rules)
+    "machine/doorbell.py",
+    "share.py",
     "machine/cgroups.py",  # the reaper kills a boxed replica through its cgroup
     "domain.py",
     "knobs.py",

@@ -38,31 +38,7 @@ SRC = Path(phalanx.__file__).resolve().parent
 # empties them when those branches land.
 ALLOW_METHODS_IN_DISGUISE: frozenset[str] = frozenset()
 ALLOW_PROBES: frozenset[str] = frozenset()
-ALLOW_INNER_IMPORTS: frozenset[str] = frozenset(
-    {
-        # the local engine and the machine's limits (its isolation boxes are being rewritten now)
-        "backends/local/__init__.py",
-        "machine/limits.py",
-        # the server and its submissions (the box / control-plane work)
-        "server/address.py",
-        "server/app.py",
-        "server/auth.py",
-        "server/control.py",
-        "server/oidc.py",
-        "server/policy.py",
-        "server/routes/artifacts.py",
-        "server/routes/data.py",
-        "server/routes/experiments.py",
-        "server/routes/groups.py",
-        "server/routes/ingest.py",
-        "server/routes/models.py",
-        "server/routes/quotas.py",
-        "server/routes/runs.py",
-        "server/routes/secrets.py",
-        "server/sweeper.py",
-        "server/sweepset.py",
-    }
-)
+ALLOW_INNER_IMPORTS: frozenset[str] = frozenset()
 
 PROBED = re.compile(r"^_?(\w+_)?(store|backend)$")  # store, _store, remote_store, backend, ...
 PROBING_CALLS = ("getattr", "hasattr")

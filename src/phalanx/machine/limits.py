@@ -20,6 +20,7 @@ from pathlib import Path
 from phalanx import knobs
 from phalanx.domain import Resources
 from phalanx.errors import UsageError
+from phalanx.machine.ledger import bases, cores_counted, memory_counted
 
 MIB = 1024 * 1024
 
@@ -182,9 +183,6 @@ def _refuse_over(
     """Refuse a topology larger than this machine, counted by the ledger's one rule (cores: the cpu
     limits, as they are pinned, or the requests where no limit is given), so this early refusal, the
     dry run, `phalanx check` and the queue agree, and the message names what was counted."""
-    # imported here: the SDK copy replicas get carries this module but not the ledger
-    from phalanx.machine.ledger import bases, cores_counted, memory_counted
-
     count = cores_counted if what == "cpu" else memory_counted
     asked = [(n, *count(res)) for n, res, _ in replicas]
     total = sum(v for _, v, _ in asked)

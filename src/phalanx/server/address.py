@@ -14,6 +14,8 @@ import os
 from collections.abc import Iterator
 from pathlib import Path
 
+from phalanx.machine.procs import Seen, judge, start_time
+
 FILE = "server.json"
 
 
@@ -31,8 +33,6 @@ def local_url(host: str, port: int) -> str:
 def recorded(home: Path, url: str, database_url: str) -> Iterator[None]:
     """Record the server's address for as long as the block runs (best effort: a home this process
     may not write only loses the hint)."""
-    from phalanx.machine.procs import start_time
-
     path = home / FILE
     doc = {"url": url, "pid": os.getpid(), "start": start_time(os.getpid()), "database_url": database_url}
     try:
@@ -53,8 +53,6 @@ def recorded(home: Path, url: str, database_url: str) -> Iterator[None]:
 def running_url(home: Path, database_url: str) -> str | None:
     """The URL of the server running over this home's store, or None (none runs, or it serves
     another store)."""
-    from phalanx.machine.procs import Seen, judge
-
     try:
         doc = json.loads((home / FILE).read_text())
         pid, url = int(doc["pid"]), str(doc["url"])

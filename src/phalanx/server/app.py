@@ -16,6 +16,7 @@ from typing import Any
 import anyio
 from fastapi import Depends, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
+from fastapi.openapi.utils import get_openapi
 from fastapi.responses import JSONResponse
 from fastapi.staticfiles import StaticFiles
 from starlette.exceptions import HTTPException as StarletteHTTPException
@@ -23,12 +24,14 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from phalanx._version import __version__
 from phalanx.errors import PhalanxError, UsageError, http_status
 from phalanx.server.alerting import Deliverer, Retry
+from phalanx.server.apidocs import install_docs
 from phalanx.server.audit import AuditMiddleware
 from phalanx.server.auth import SecurityMiddleware, default_allowed_hosts
 from phalanx.server.files import ArtifactFiles
 from phalanx.server.gate import ChartGate
 from phalanx.server.launcher import Launcher
 from phalanx.server.limits import BodyLimitMiddleware
+from phalanx.server.oidc import RelyingParty
 from phalanx.server.outages import RETRY_AFTER_SECONDS, OutageLog, unavailable
 from phalanx.server.policy import enforce, policy
 from phalanx.server.routes import alerts as alert_routes
@@ -45,15 +48,18 @@ from phalanx.server.routes import (
     pages,
     params,
     runs,
+    sso,
     submit,
     teams,
 )
 from phalanx.server.routes import queue as queue_routes
 from phalanx.server.routes import quotas as quota_routes
 from phalanx.server.routes import secrets as secret_routes
+from phalanx.server.schemas import ErrorOut
 from phalanx.server.sessions import STRONG_TOKEN_CHARS, BearerThrottle, LoginThrottle, Sessions
 from phalanx.server.settings import ServerSettings
 from phalanx.server.sweeper import Sweeper
+from phalanx.store import open_store
 from phalanx.store.accounts import Accounts
 from phalanx.store.alerts import outbox
 from phalanx.store.base import LocalStore
@@ -81,8 +87,6 @@ HTTP_CODES = {
 def create_app(settings: ServerSettings, store: LocalStore | None = None) -> FastAPI:
     """Build the app. ``store`` defaults to the one ``settings.store`` names (SQLite or PostgreSQL)."""
     if store is None:
-        from phalanx.store import open_store
-
         store = open_store(settings.store)
     sweeper: Sweeper | None = None
     launcher = Launcher(store, settings.store, workers=settings.launch_workers, period=settings.watch_seconds)
@@ -165,8 +169,6 @@ def _install_state(app: FastAPI, settings: ServerSettings, store: LocalStore) ->
     app.state.sessions = sessions
     app.state.oidc = None
     if settings.oidc is not None and settings.ui_enabled:
-        from phalanx.server.oidc import RelyingParty
-
         app.state.oidc = RelyingParty(settings.oidc)
     # the login form's budget is per address; wrong bearer tokens are throttled per token (a cron
     # job's stale token must not lock out the valid tokens of everybody behind its address), and per
@@ -216,13 +218,9 @@ def _install_routes(app: FastAPI, settings: ServerSettings) -> None:
     for module in routers:
         app.include_router(module.router, prefix=API)
     if settings.ui_enabled:
-        from phalanx.server.apidocs import install_docs
-
         install_docs(app, f"{API}/openapi.json")
         app.include_router(pages.router)
         if settings.oidc is not None:
-            from phalanx.server.routes import sso
-
             app.include_router(sso.router)
         app.include_router(groups.page_router)
         app.include_router(models.page_router)
@@ -268,8 +266,6 @@ def _install_middleware(app: FastAPI, settings: ServerSettings) -> None:
 
 def _accounts(store: LocalStore) -> Accounts | None:
     """The store's users and projects; None for a store without them (not SQL: single-token only)."""
-    from phalanx.errors import UsageError
-
     try:
         return Accounts(store)
     except UsageError:
@@ -293,9 +289,6 @@ ERROR_RESPONSES = {
 
 def _install_openapi(app: FastAPI) -> None:
     """The document says how to authenticate (bearer) and what errors look like (ErrorOut)."""
-    from fastapi.openapi.utils import get_openapi
-
-    from phalanx.server.schemas import ErrorOut
 
     def openapi() -> dict[str, Any]:
         if app.openapi_schema:

@@ -21,9 +21,11 @@ from __future__ import annotations
 
 import contextlib
 import hmac
+import ipaddress
 import json
 import logging
 import re
+import socket
 import time
 from collections.abc import Iterable
 from http.cookies import SimpleCookie
@@ -31,9 +33,10 @@ from typing import Any
 from urllib.parse import quote, urlsplit
 
 import anyio.to_thread
+from starlette.responses import RedirectResponse, Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from phalanx.errors import account_disabled
+from phalanx.errors import NotFound, account_disabled
 from phalanx.server.outages import RETRY_AFTER_SECONDS, OutageLog, unavailable
 from phalanx.server.policy import EVERYBODY, NOBODY, Principal
 from phalanx.server.sessions import BearerThrottle, Sessions
@@ -91,8 +94,6 @@ def host_name(host_header: str) -> str:
 
 
 def _is_ip(host: str) -> bool:
-    import ipaddress
-
     try:
         ipaddress.ip_address(host)
     except ValueError:
@@ -108,8 +109,6 @@ def _header(scope: Scope, name: bytes) -> str:
 
 
 def _json(status: int, code: str, message: str, headers: Iterable[tuple[bytes, bytes]] = ()) -> Any:
-    from starlette.responses import Response
-
     body = json.dumps({"error": code, "message": message}).encode()
     response = Response(body, status_code=status, media_type="application/json")
     for k, v in headers:
@@ -258,8 +257,6 @@ class SecurityMiddleware:
                 return Principal(user=None, superuser=True)
         if self.accounts is None:
             return None
-        from phalanx.errors import NotFound
-
         try:
             record = self.accounts.user(user)
         except NotFound:
@@ -330,8 +327,6 @@ class SecurityMiddleware:
                 "this server needs a token: send 'Authorization: Bearer <token>'",
                 [(b"www-authenticate", b"Bearer")],
             )
-        from starlette.responses import RedirectResponse
-
         query = scope.get("query_string", b"").decode("latin-1")
         target = path + (f"?{query}" if query else "")
         return RedirectResponse(f"/login?next={quote(target, safe='')}", status_code=303)
@@ -415,8 +410,6 @@ class SecurityMiddleware:
 def default_allowed_hosts(bind: str) -> list[str]:
     """Loopback names, plus the address the server listens on and, for a wildcard address, this
     machine's names and addresses (what replicas on other machines use to reach it)."""
-    import socket
-
     names = list(LOOPBACK_HOSTS)
     bind = bind.strip("[]").lower()
     if bind in ("0.0.0.0", "::", ""):

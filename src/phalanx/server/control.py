@@ -16,15 +16,14 @@ import logging
 from phalanx.config import Settings
 from phalanx.domain import Experiment
 from phalanx.store.base import Store
+from phalanx.supervisor import stop_experiment, supervisor_pid
+from phalanx.supervisor.stopping import write_stop_request
 
 log = logging.getLogger(__name__)
 
 
 def request_stop(store: Store, settings: Settings, experiment: Experiment) -> str:
     """Record a stop request for ``experiment`` and signal its supervisor; returns what was done."""
-    from phalanx.supervisor import stop_experiment, supervisor_pid
-    from phalanx.supervisor.stopping import write_stop_request
-
     write_stop_request(settings, experiment.id)
     pid = supervisor_pid(settings, experiment.id)
     if pid is not None:

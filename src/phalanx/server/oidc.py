@@ -12,6 +12,7 @@ without a password, with the project roles its groups map to.
 
 from __future__ import annotations
 
+import hmac
 import secrets
 import threading
 import time
@@ -90,7 +91,7 @@ class RelyingParty:
 
     # -- the provider's documents ------------------------------------------------------------------
     def _client(self, redirect_uri: str | None = None) -> Any:
-        from authlib.integrations.httpx_client import OAuth2Client
+        from authlib.integrations.httpx_client import OAuth2Client  # why: the oidc extra (pyproject)
 
         return OAuth2Client(
             client_id=self.config.client_id,
@@ -105,7 +106,7 @@ class RelyingParty:
         """The discovery document (cached); its ``issuer`` must be exactly the configured one."""
         if self._metadata is None or refresh or time.monotonic() - self._fetched > DISCOVERY_SECONDS:
             url = self.config.issuer.rstrip("/") + "/.well-known/openid-configuration"
-            import httpx
+            import httpx  # why: the oidc extra's HTTP client (authlib's httpx_client uses it)
 
             with httpx.Client(timeout=HTTP_TIMEOUT) as client:  # public documents: no client auth
                 try:
@@ -131,7 +132,7 @@ class RelyingParty:
     # -- the flow ----------------------------------------------------------------------------------
     def start(self, redirect_uri: str, next_url: str) -> tuple[str, str]:
         """(the provider's authorization URL to send the browser to, the state for its cookie)."""
-        from authlib.common.security import generate_token
+        from authlib.common.security import generate_token  # why: the oidc extra (pyproject)
 
         metadata = self.metadata()
         state, nonce, verifier = secrets.token_urlsafe(32), secrets.token_urlsafe(32), generate_token(64)
@@ -149,8 +150,6 @@ class RelyingParty:
 
     def finish(self, state: str, cookie_state: str, code: str) -> tuple[dict[str, Any], str]:
         """The ID token's validated claims and the page to land on, or SsoRefused."""
-        import hmac
-
         if not state or not cookie_state or not hmac.compare_digest(state.encode(), cookie_state.encode()):
             raise SsoRefused(
                 "this sign-in did not start in this browser (its state does not match); try again"
@@ -180,9 +179,9 @@ class RelyingParty:
 
     def validate(self, id_token: str, nonce: str) -> dict[str, Any]:
         """The ID token's claims after checking its signature, issuer, audience, times and nonce."""
-        from joserfc import jwt
-        from joserfc.errors import JoseError
-        from joserfc.jwk import KeySet
+        from joserfc import jwt  # why: the oidc extra (authlib brings joserfc)
+        from joserfc.errors import JoseError  # why: the oidc extra (authlib brings joserfc)
+        from joserfc.jwk import KeySet  # why: the oidc extra (authlib brings joserfc)
 
         decoded = None
         for refresh in (False, True):  # the provider may have rotated its keys since they were fetched

@@ -31,10 +31,13 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from fastapi import HTTPException, Request
+from fastapi.routing import APIRoute
 
 from phalanx.errors import NotFound
 from phalanx.store.accounts import Role
 from phalanx.store.alerts import alert_book
+from phalanx.store.base import group_store
+from phalanx.store.registry import registry_store
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -178,8 +181,6 @@ def enforce(request: Request) -> None:
         # what the route may take instead of reading it again (the chart route does: a lookup less)
         request.scope.setdefault("phalanx.experiments", {})[experiment.id] = experiment
     elif scope == "group":
-        from phalanx.store.base import group_store
-
         group_id = str(params["group_id"])
         groups = group_store(request.app.state.store)
         visible = principal_of(request).visible_projects()
@@ -192,8 +193,6 @@ def enforce(request: Request) -> None:
         require(request, group.project, role, f"group {group_id}")
         params["group_id"] = group.id
     elif scope == "model":
-        from phalanx.store.registry import registry_store
-
         name = str(params["name"])  # an unknown name: the registry's own NotFound, as the CLI says it
         require(request, registry_store(request.app.state.store).model_project(name), role, f"model {name}")
     elif scope == "alert":
@@ -209,8 +208,6 @@ def enforce(request: Request) -> None:
 def declared_routes(app: Any) -> list[tuple[frozenset[str], str, str | None]]:
     """Every API route of ``app`` (methods, path, declared rule or None), included routers too:
     what ``phalanx.server`` tests check so that no route goes without a policy."""
-    from fastapi.routing import APIRoute
-
     found: list[tuple[frozenset[str], str, str | None]] = []
 
     def walk(routes: Any, prefix: str) -> None:

@@ -12,6 +12,7 @@ import logging
 import threading
 from typing import TYPE_CHECKING
 
+from phalanx import gc
 from phalanx.config import Settings
 
 if TYPE_CHECKING:
@@ -42,8 +43,6 @@ class Sweeper:
         self._thread.join(timeout=10)
 
     def _loop(self) -> None:
-        from phalanx import gc
-
         while not self._stop.wait(self.period):
             try:
                 done = gc.collect(self.store, self.settings)

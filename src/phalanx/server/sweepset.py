@@ -12,6 +12,7 @@ from typing import Any
 
 from phalanx.errors import NotFound, UsageError
 from phalanx.server import importance
+from phalanx.server.table import table_page
 from phalanx.store.base import ExperimentFilter, Store
 from phalanx.store.columns import parse_column
 from phalanx.store.paramshape import shown
@@ -41,8 +42,6 @@ def sweep_of(
         runs = _picked(store, base, ids, missing)
         total = len(runs)
     else:
-        from phalanx.server.table import table_page
-
         page = table_page(store, replace(base, offset=0, limit=MAX_RUNS), [], where, order)
         total = page.total
         runs = list(page.items)

@@ -23,7 +23,7 @@ from pydantic import BaseModel
 
 from phalanx.errors import NotFound
 from phalanx.server.deps import FilesDep, StoreDep, experiment_of
-from phalanx.server.files import ArtifactFiles
+from phalanx.server.files import ArtifactFiles, safe_relpath
 from phalanx.server.policy import policy
 from phalanx.server.schemas import ArtifactOut, ModelOut
 
@@ -111,8 +111,6 @@ def list_files(experiment_id: str, store: StoreDep, files: FilesDep) -> list[str
 def get_file(experiment_id: str, path: str, store: StoreDep, files: FilesDep) -> Response:
     """A file of the experiment's folder by its path (what PUT .../files/{path} stored): how a pod on
     a cluster fetches the experiment's code bundle."""
-    from phalanx.server.files import safe_relpath
-
     e = experiment_of(store, experiment_id)
     clean = safe_relpath(path)
     if files.is_dir(e.id, clean):

@@ -25,6 +25,7 @@ from phalanx.errors import NotFound, UsageError
 from phalanx.server.audit import describe
 from phalanx.server.deps import StoreDep, experiment_of
 from phalanx.server.policy import policy, principal_of, require
+from phalanx.server.routes.pages import _shell
 from phalanx.store import catalog
 from phalanx.store.accounts import Role
 from phalanx.store.manifest import filesystem, join_url
@@ -36,8 +37,6 @@ page_router = APIRouter(include_in_schema=False)
 @page_router.get("/datasets/{name}/versions/{version}")
 @policy("signed-in")  # the shell holds no data: the API it calls checks the caller
 def dataset_version_page(name: str, version: str) -> HTMLResponse:
-    from phalanx.server.routes.pages import _shell
-
     return _shell()
 
 

@@ -29,7 +29,9 @@ from phalanx.server.schemas import (
     TextOut,
     experiment_out,
 )
-from phalanx.store.base import ExperimentFilter
+from phalanx.server.sweepset import sweep_of
+from phalanx.server.table import table_csv, table_page
+from phalanx.store.base import ExperimentFilter, group_store
 
 router = APIRouter(tags=["experiments"])
 
@@ -107,8 +109,6 @@ def table_request(
 ) -> TableRequest:
     group_id = None
     if group:  # an unknown group is a 404, not every experiment
-        from phalanx.store.base import group_store
-
         group_id = group_store(store).resolve_group(group, projects=principal_of(request).visible_projects())
     base = ExperimentFilter(
         group_id=group_id,
@@ -133,8 +133,6 @@ def list_experiments(store: StoreDep, table: TableDep) -> ExperimentPage:
     """Experiments matching every filter given, one page at a time. Extra ``column``s (params,
     metric aggregates) come back in each item's ``columns``; ``where`` and ``order`` on such columns
     filter and sort across every page, on the server."""
-    from phalanx.server.table import table_page
-
     return table_page(store, table.base, table.columns, table.where, table.order)
 
 
@@ -143,8 +141,6 @@ def list_experiments(store: StoreDep, table: TableDep) -> ExperimentPage:
 def export_experiments(store: StoreDep, table: TableDep) -> Response:
     """The run table as CSV: every experiment matching the filters (not one page), in the same
     order, with the extra columns; numbers at full precision."""
-    from phalanx.server.table import table_csv
-
     text = table_csv(store, table.base, table.columns, table.where, table.order)
     return Response(
         text,
@@ -169,8 +165,6 @@ def sweep_analysis(
     """Sweep analysis of a set of runs (the run table's filters, or ``ids``): each run's varying
     params and metric, and the params' importance (η², computed in the background and cached:
     ``importance.ready`` false means ask again shortly)."""
-    from phalanx.server.sweepset import sweep_of
-
     picked = [i.strip() for i in (ids or "").split(",") if i.strip()]
     return sweep_of(store, table.base, table.where, table.order, picked, metric, list(param or []))
 

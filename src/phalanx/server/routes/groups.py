@@ -9,9 +9,12 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import HTMLResponse
 
+from phalanx.groups import controller
 from phalanx.server.audit import describe
 from phalanx.server.deps import SettingsDep, StoreDep
 from phalanx.server.policy import policy, principal_of
+from phalanx.server.routes.pages import _shell
+from phalanx.store.base import group_store
 
 router = APIRouter(tags=["groups"])
 page_router = APIRouter(include_in_schema=False)
@@ -23,8 +26,6 @@ def list_groups(
     store: StoreDep, request: Request, limit: Annotated[int, Query(ge=1, le=500)] = 50
 ) -> list[dict[str, Any]]:
     """Groups, newest first, with how many trials each has started (of the caller's projects)."""
-    from phalanx.store.base import group_store
-
     groups = group_store(store)
     found = groups.list_groups(limit=limit, projects=principal_of(request).visible_projects())
     return [{**g.to_json(), "trials": groups.count_trials(g.id)} for g in found]
@@ -34,11 +35,8 @@ def list_groups(
 @policy("group:viewer")
 def get_group(store: StoreDep, group_id: str) -> dict[str, Any]:
     """One group: its search, every trial (experiment id, params, state, metric) and the best trial."""
-    from phalanx.groups.controller import group_json
-    from phalanx.store.base import group_store
-
     groups = group_store(store)
-    return group_json(groups, groups.get_group(group_id))
+    return controller.group_json(groups, groups.get_group(group_id))
 
 
 @router.post("/groups/{group_id}/stop")
@@ -47,9 +45,6 @@ def stop_group(store: StoreDep, settings: SettingsDep, group_id: str, request: R
     """Stop a group as `phalanx group stop` does: no new trial starts and every running trial is
     stopped (by its controller, or here when none runs). Returns the group after; a finished group
     is returned unchanged."""
-    from phalanx.groups import controller
-    from phalanx.store.base import group_store
-
     groups = group_store(store)
     group = groups.get_group(group_id)
     if not group.done:
@@ -61,14 +56,10 @@ def stop_group(store: StoreDep, settings: SettingsDep, group_id: str, request: R
 @page_router.get("/groups")
 @policy("signed-in")
 def groups_page() -> HTMLResponse:
-    from phalanx.server.routes.pages import _shell
-
     return _shell()
 
 
 @page_router.get("/groups/{group_id}")
 @policy("signed-in")  # the shell holds no data: the API it calls checks the role
 def group_page(group_id: str) -> HTMLResponse:
-    from phalanx.server.routes.pages import _shell
-
     return _shell()

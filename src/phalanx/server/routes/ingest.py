@@ -15,9 +15,11 @@ from collections.abc import Sequence
 from typing import Annotated
 
 from fastapi import APIRouter, Depends, HTTPException, Path, Request
+from starlette.concurrency import run_in_threadpool
 
 from phalanx.domain import Event, EventKind, Experiment, ExperimentStatus
 from phalanx.errors import Conflict, NotFound, UsageError
+from phalanx.ingest import records_to_events
 from phalanx.server.audit import record_launch
 from phalanx.server.deps import FilesDep, StoreDep, experiment_of
 from phalanx.server.files import safe_relpath
@@ -47,8 +49,6 @@ def ingest(batch: IngestIn, store: StoreDep, request: Request) -> IngestOut:
     Refused whole: 403 when a replica token sends another experiment's records; 404 for an
     experiment that does not exist (unless the batch creates it: a plain script's ``experiment``
     record); 409 for a ``status`` or ``repro`` record of an experiment a supervisor owns."""
-    from phalanx.ingest import records_to_events
-
     if not batch.events:
         return IngestOut(accepted=0)
     try:
@@ -222,8 +222,6 @@ async def put_file(
     files: FilesDep,
 ) -> FileOut:
     """Write the raw request body to ``path`` in the experiment's artifact folder (replacing it)."""
-    from starlette.concurrency import run_in_threadpool
-
     clean = safe_relpath(path)
     e = await run_in_threadpool(experiment_of, store, experiment_id)
     scope = getattr(request.state, "experiment_scope", None)

@@ -26,6 +26,7 @@ from phalanx.server.registry_schemas import (
     RegisteredModelOut,
     RegisterIn,
 )
+from phalanx.server.routes.pages import _shell
 from phalanx.store.accounts import Role
 from phalanx.store.registry_records import ModelRef, check_alias, check_model_name
 
@@ -36,16 +37,12 @@ page_router = APIRouter(include_in_schema=False)
 @page_router.get("/models")
 @policy("signed-in")
 def models_page() -> HTMLResponse:
-    from phalanx.server.routes.pages import _shell
-
     return _shell()
 
 
 @page_router.get("/models/{name}")
 @policy("signed-in")
 def model_page(name: str) -> HTMLResponse:
-    from phalanx.server.routes.pages import _shell
-
     return _shell()
 
 

@@ -18,6 +18,8 @@ from phalanx.server.audit import describe
 from phalanx.server.deps import StoreDep
 from phalanx.server.policy import policy
 from phalanx.share import LOCAL, Limit, Quota
+from phalanx.spec.quantities import parse_memory
+from phalanx.store import quotas
 
 router = APIRouter(tags=["quotas"])
 
@@ -62,8 +64,6 @@ def _out(project: str, target: str, quota: Quota | None) -> QuotaOut:
 
 def memory_mib(value: float | str | None) -> float | None:
     """MiB from a number or a size such as '8G' or '512Mi' (as experiment files write memory)."""
-    from phalanx.spec.quantities import parse_memory
-
     if value is None:
         return None
     if isinstance(value, str) and len(value) > 40:
@@ -81,8 +81,6 @@ def memory_mib(value: float | str | None) -> float | None:
 @policy("project:viewer")
 def get_quota(project: str, store: StoreDep, target: TargetQuery = LOCAL) -> QuotaOut:
     """The project's quota on the target (``set`` false, every limit null: none)."""
-    from phalanx.store import quotas
-
     return _out(project, target, quotas.get(store, project, target))
 
 
@@ -91,8 +89,6 @@ def get_quota(project: str, store: StoreDep, target: TargetQuery = LOCAL) -> Quo
 def put_quota(project: str, body: QuotaIn, store: StoreDep, request: Request) -> QuotaOut:
     """Set (replace) the project's quota on ``body.target``; running experiments keep what they hold,
     waiting ones are judged by the new quota within seconds."""
-    from phalanx.store import quotas
-
     limit = Limit(
         cores=body.cores, gpus=body.gpus, memory_mib=memory_mib(body.memory), max_waiting=body.max_waiting
     )
@@ -116,8 +112,6 @@ def _limits(quota: Quota | None) -> str | None:
 @policy("site:admin")
 def delete_quota(project: str, store: StoreDep, request: Request, target: TargetQuery = LOCAL) -> Response:
     """Remove the project's quota on the target (404 when it has none)."""
-    from phalanx.store import quotas
-
     before = quotas.get(store, project, target)
     if not quotas.remove(store, project, target):
         raise NotFound(f"project {project} has no quota on {target}")
@@ -131,6 +125,4 @@ def list_quotas(
     store: StoreDep, target: Annotated[str | None, Query(max_length=100)] = None
 ) -> list[QuotaOut]:
     """Every project's quota (on one target with ``?target=``)."""
-    from phalanx.store import quotas
-
     return [_out(q.project, q.target, q) for q in quotas.list_quotas(store, target)]

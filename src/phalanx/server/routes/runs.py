@@ -10,9 +10,12 @@ from typing import Any
 
 from fastapi import APIRouter, Request
 
+from phalanx.checkpoints import from_artifacts, latest
 from phalanx.server.deps import StoreDep, experiment_of
 from phalanx.server.policy import policy, require_experiment
 from phalanx.store.accounts import Role
+from phalanx.views import diff_doc
+from phalanx.views import run_details as details
 
 router = APIRouter(tags=["runs"])
 
@@ -21,8 +24,6 @@ router = APIRouter(tags=["runs"])
 @policy("experiment:viewer")
 def checkpoints(experiment_id: str, store: StoreDep) -> dict[str, Any]:
     """The experiment's checkpoints (step, metrics, size, replica, path), the latest and the policy."""
-    from phalanx.checkpoints import from_artifacts, latest
-
     e = experiment_of(store, experiment_id)
     found = from_artifacts(store.artifacts(e.id))
     last = latest(found)
@@ -39,8 +40,6 @@ def checkpoints(experiment_id: str, store: StoreDep) -> dict[str, Any]:
 def run_details(experiment_id: str, store: StoreDep) -> dict[str, Any]:
     """Attempts (start, restarts, resumes), what ran (git, versions, packages count, snapshot) and
     the pace of each rank with the straggler, as `phalanx get -o json` shows them."""
-    from phalanx.views import run_details as details
-
     e = experiment_of(store, experiment_id)
     return {"experiment_id": e.id, **details(store, e.id)}
 
@@ -58,8 +57,6 @@ def source(experiment_id: str, store: StoreDep) -> dict[str, Any]:
 def diff(experiment_id: str, other_id: str, store: StoreDep, request: Request) -> dict[str, Any]:
     """What differs between two experiments: params, file, code, packages, git, versions (the
     caller reads both)."""
-    from phalanx.views import diff_doc
-
     a = experiment_of(store, experiment_id)
     b = require_experiment(request, other_id, Role.viewer)
     return diff_doc(store, a, b)

@@ -14,6 +14,7 @@ from phalanx.errors import NotFound
 from phalanx.server.audit import describe
 from phalanx.server.deps import SettingsDep, StoreDep
 from phalanx.server.policy import policy
+from phalanx.store import secrets
 
 router = APIRouter(tags=["secrets"])
 
@@ -32,8 +33,6 @@ class SecretOut(BaseModel):
 @policy("project:editor")
 def list_secrets(project: str, store: StoreDep) -> list[SecretOut]:
     """The project's secrets by name (the values are never answered)."""
-    from phalanx.store import secrets
-
     return [SecretOut(project=p, name=n, updated_at=t) for p, n, t in secrets.names(store, project)]
 
 
@@ -44,8 +43,6 @@ def put_secret(
 ) -> Response:
     """Set (replace) a secret; the project's experiments started on this machine from now on get it
     as the environment variable ``name``."""
-    from phalanx.store import secrets
-
     replaced = any(n == name for _, n, _ in secrets.names(store, project))
     secrets.put(store, settings.store.home, project, name, body.value)
     # never the value: whether one was replaced
@@ -56,8 +53,6 @@ def put_secret(
 @router.delete("/projects/{project}/secrets/{name}", status_code=204)
 @policy("project:admin")
 def delete_secret(project: str, name: str, store: StoreDep, request: Request) -> Response:
-    from phalanx.store import secrets
-
     if not secrets.remove(store, project, name):
         raise NotFound(f"project {project} has no secret {name}")
     describe(request, "secret.remove", f"{project}/{name}", project)
