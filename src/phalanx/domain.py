@@ -372,3 +372,8 @@ def best_trial(trials: Sequence[Trial], optimization: str | None) -> Trial | Non
         return None
     pick = max if optimization == "maximize" else min
     return pick(scored, key=lambda t: t.value)  # type: ignore[arg-type,return-value]
+
+
+def trial_counts(trials: Sequence[Trial]) -> dict[str, int]:
+    """How many of ``trials`` are in each state, every state named (0 included)."""
+    return {str(s): sum(1 for t in trials if t.state is s) for s in TrialState}

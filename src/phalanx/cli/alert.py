@@ -1,7 +1,8 @@
 """`phalanx alert add|ls|rm|deliveries`: a project's webhooks on a Phalanx server, told when its
-experiments fail, succeed or are stopped (docs/alerts.md). The server sends them, so these commands
-act on a server only (`phalanx login URL`, or --server URL); on this machine alone,
-PHALANX_ALERT_URL / PHALANX_ALERT_COMMAND tell of stalls and hangs (docs/configuration.md)."""
+experiments fail, succeed or are stopped, and when its groups finish (docs/alerts.md). The server
+sends them, so these commands act on a server only (`phalanx login URL`, or --server URL); on this
+machine alone, PHALANX_ALERT_URL / PHALANX_ALERT_COMMAND tell of stalls and hangs
+(docs/configuration.md)."""
 
 from __future__ import annotations
 
@@ -21,7 +22,8 @@ if TYPE_CHECKING:
     from phalanx.store.alerts import AlertBook
 
 alert_app = typer.Typer(
-    help="A project's webhooks on a Phalanx server: told when its experiments fail, succeed or stop.",
+    help="A project's webhooks on a Phalanx server: told when its experiments fail, succeed or stop,"
+    " and when its groups finish.",
     no_args_is_help=True,
 )
 app.add_typer(alert_app, name="alert")
@@ -59,10 +61,15 @@ def _secret_from(variable: str | None) -> str | None:
 
 @alert_app.command("add")
 def add(
-    project: Annotated[str, typer.Option("--project", help="whose experiments it is told about")],
+    project: Annotated[str, typer.Option("--project", help="whose experiments and groups it is told about")],
     url: Annotated[str, typer.Option("--url", help="the receiver: an http:// or https:// address")],
     on: Annotated[
-        str, typer.Option("--on", help="the ends it is told about, comma-separated: failed,succeeded,stopped")
+        str,
+        typer.Option(
+            "--on",
+            help="the events it is told about, comma-separated: an experiment's end (failed, succeeded,"
+            " stopped; or experiment.failed ...) and a group's (group.finished)",
+        ),
     ] = "failed",
     secret_from_env: Annotated[
         str | None,
@@ -75,8 +82,8 @@ def add(
     output: OutputOpt = Format.TABLE,
     server: ServerOpt = None,
 ) -> None:
-    """Add a webhook: each end of the project's experiments named by --on is POSTed to URL as JSON,
-    signed (X-Phalanx-Signature: sha256=HMAC of the body)."""
+    """Add a webhook: each event of the project named by --on (an experiment's end, a group's) is
+    POSTed to URL as JSON, signed (X-Phalanx-Signature: sha256=HMAC of the body)."""
     secret = _secret_from(secret_from_env)
     hook = _book(server).add_hook(project, url, on.split(","), secret, None)
     if output is Format.JSON:
@@ -131,7 +138,6 @@ def deliveries(
     for d in found:
         last = d.attempts[-1] if d.attempts else None
         answer = "-" if last is None else str(last.status_code or last.error or "-")
-        rows.append(
-            [d.id, d.event, d.experiment_id, d.state, str(len(d.attempts)), answer, _when(d.created_at)]
-        )
-    typer.echo(_table(["delivery", "event", "experiment", "state", "tries", "last answer", "at"], rows))
+        about = f"group {d.group_id}" if d.group_id else f"experiment {d.experiment_id}"
+        rows.append([d.id, d.event, about, d.state, str(len(d.attempts)), answer, _when(d.created_at)])
+    typer.echo(_table(["delivery", "event", "about", "state", "tries", "last answer", "at"], rows))

@@ -13,7 +13,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from phalanx.config import Settings
-from phalanx.domain import Group, GroupStatus, Trial, TrialState, TrialUpdate, best_trial
+from phalanx.domain import Group, GroupStatus, Trial, TrialState, TrialUpdate, best_trial, trial_counts
 from phalanx.errors import NotFound, PhalanxError
 from phalanx.groups.lock import holder
 from phalanx.groups.setup import load
@@ -44,9 +44,7 @@ def group_json(store: GroupStore, group: Group) -> dict[str, Any]:
     doc = group.to_json()
     doc["trials"] = [t.to_json() for t in trials]
     doc["best"] = best.to_json() if best else None
-    doc["counts"] = {
-        s: sum(1 for t in trials if t.state == s) for s in ("running", "done", "pruned", "failed", "stopped")
-    }
+    doc["counts"] = trial_counts(trials)
     doc["axes"] = axes_of(group)
     return doc
 

@@ -1,5 +1,5 @@
 """The server's deliverer of alert hooks (docs/alerts.md): POSTs each delivery the store queued with
-an experiment's end (``store.alerts.Outbox``), signed, and tries again with back-off.
+an experiment's or a group's end (``store.alerts.Outbox``), signed, and tries again with back-off.
 
 Why a thread of the server and an outbox in the store: whoever records an end (a supervisor, the
 launcher's reconcile, a script's ingested status) writes the delivery in the same transaction, so a
@@ -55,15 +55,20 @@ def sign(secret: str, body: bytes) -> str:
 
 
 def body_of(due: Due, public_url: str) -> bytes:
-    """What is POSTed: the event as recorded, the experiment's address on this server, and a
-    ``text`` line that Slack's and Mattermost's incoming webhooks show as it is."""
+    """What is POSTed: the event as recorded, the address of its experiment (or group) on this
+    server, and a ``text`` line that Slack's and Mattermost's incoming webhooks show as it is."""
     doc = json.loads(due.payload)
-    doc["url"] = f"{public_url.rstrip('/')}/experiments/{doc['experiment_id']}"
+    about_group = "group_id" in doc  # group.finished; else an experiment's end
+    kind, subject = ("group", doc["group_id"]) if about_group else ("experiment", doc["experiment_id"])
+    doc["url"] = f"{public_url.rstrip('/')}/{kind}s/{subject}"
     doc["delivery"] = due.id
     why = f": {doc['reason']}" if doc.get("reason") else ""
-    doc["text"] = (
-        f"phalanx: experiment {doc['name']} ({doc['experiment_id']}) of {doc['project']} {doc['status']}{why}"
-    )
+    doc["text"] = f"phalanx: {kind} {doc['name']} ({subject}) of {doc['project']} {doc['status']}{why}"
+    best = doc.get("best")
+    if about_group and best:
+        shown = ", ".join(f"{k}={v}" for k, v in best["params"].items())
+        trial = f"trial {best['number']} ({best['experiment_id']})"
+        doc["text"] += f"; best: {trial} {best['metric']} {best['value']:.4g} ({shown})"
     return json.dumps(doc, sort_keys=True).encode()
 
 

@@ -1,6 +1,7 @@
-"""What a project's alert hooks are made of (issue 43 item 5): the hook, its deliveries and their
-attempts, the checks every door makes on a new hook. Plain records, below the SQL store that keeps
-them (``sql.alerts``) and the doors that answer ``store.alerts.AlertBook``."""
+"""What a project's alert hooks are made of (issue 43 item 5): the hook, its deliveries (each about
+an experiment's or a group's end) and their attempts, the checks every door makes on a new hook.
+Plain records, below the SQL store that keeps them (``sql.alerts``) and the doors that answer
+``store.alerts.AlertBook``."""
 
 from __future__ import annotations
 
@@ -13,7 +14,11 @@ from typing import Any
 from phalanx.errors import UsageError
 from phalanx.tracking.labels import label_problem
 
-EVENTS = ("failed", "succeeded", "stopped")  # the experiment ends a hook may be told about
+# What a hook may be told about, as its ``events`` keep them: an experiment's three ends (the
+# receiver's event is ``experiment.`` and the end, which ``check_hook`` also takes) and a group's end.
+EXPERIMENT_ENDS = ("failed", "succeeded", "stopped")
+GROUP_FINISHED = "group.finished"
+EVENTS = (*EXPERIMENT_ENDS, GROUP_FINISHED)
 URL_MAX = 2000
 SECRET_MIN, SECRET_MAX = 16, 256
 _HOOK_ID = re.compile(r"^h[0-9a-f]{11}$")
@@ -72,22 +77,26 @@ class Attempt:
 @dataclass(frozen=True)
 class Delivery:
     """One event for one hook; ``state``: pending (tried again later), delivered, failed (every try
-    used), dropped (its hook was removed before it was delivered)."""
+    used), dropped (its hook was removed before it was delivered). It is about an experiment
+    (``experiment_id``; the ``experiment.*`` events) or a group (``group_id``; ``group.finished``):
+    exactly one of the two is set."""
 
     id: str
     hook_id: str
-    experiment_id: str
+    experiment_id: str | None
     event: str
     state: str
     created_at: float
     finished_at: float | None
     attempts: tuple[Attempt, ...]
+    group_id: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {
             "id": self.id,
             "hook_id": self.hook_id,
             "experiment_id": self.experiment_id,
+            "group_id": self.group_id,
             "event": self.event,
             "state": self.state,
             "created_at": self.created_at,
@@ -100,12 +109,13 @@ class Delivery:
         return cls(
             id=str(doc["id"]),
             hook_id=str(doc["hook_id"]),
-            experiment_id=str(doc["experiment_id"]),
+            experiment_id=doc.get("experiment_id") or None,
             event=str(doc["event"]),
             state=str(doc["state"]),
             created_at=float(doc["created_at"]),
             finished_at=doc.get("finished_at"),
             attempts=tuple(Attempt(**a) for a in doc["attempts"]),
+            group_id=doc.get("group_id") or None,
         )
 
 
@@ -136,12 +146,12 @@ def check_hook(project: str, url: str, events: Iterable[str], secret: str | None
             f"url {url[:100]!r}: give the receiver's http:// or https:// address"
             " (e.g. https://hooks.example.com/phalanx)"
         )
-    chosen = tuple(dict.fromkeys(e.strip() for e in events if e.strip()))
+    chosen = tuple(dict.fromkeys(_event_name(e) for e in events if e.strip()))
     wrong = [e for e in chosen if e not in EVENTS]
     if wrong or not chosen:
         raise UsageError(
             f"events {','.join(wrong) or '(none)'}: give one or more of {','.join(EVENTS)}"
-            " (e.g. --on failed,stopped)"
+            " (e.g. --on failed,stopped,group.finished)"
         )
     if secret is not None and (not SECRET_MIN <= len(secret) <= SECRET_MAX or _CONTROL.search(secret)):
         raise UsageError(
@@ -149,6 +159,14 @@ def check_hook(project: str, url: str, events: Iterable[str], secret: str | None
             " printable ones (or none: the server makes one)"
         )
     return chosen
+
+
+def _event_name(given: str) -> str:
+    """The name a hook keeps for ``given``: the receiver's ``experiment.failed`` is ``failed`` (how
+    hooks have always kept an experiment's ends), any other name as it is."""
+    name = given.strip()
+    short = name.removeprefix("experiment.")
+    return short if short in EXPERIMENT_ENDS else name
 
 
 def check_hook_id(hook_id: str) -> str:

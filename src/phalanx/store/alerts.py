@@ -1,5 +1,6 @@
 """A project's alert hooks seen through the Store (issue 43 item 5): webhooks told when an
-experiment of the project ends (failed, succeeded, stopped), and the log of what was sent them.
+experiment of the project ends (failed, succeeded, stopped) or one of its groups finishes
+(group.finished, with its best trial), and the log of what was sent them.
 
 Two typed capabilities, one per side:
 
@@ -10,9 +11,10 @@ Two typed capabilities, one per side:
   (``server.alerting``).
 
 A delivery is written by the store in the same transaction as the end it reports (``sql.alerts``),
-whoever records that end (the supervisor, reconcile, a script's ingested status), so an end is
-never lost between the row and the hook, and recorded once however often the end is written again.
-Tables of migration 0017_alert_hooks_i43.
+whoever records that end (the supervisor, reconcile, a script's ingested status; a group's
+controller, `phalanx group stop`, the server's launcher), so an end is never lost between the row
+and the hook, and recorded once however often the end is written again. Tables of migrations
+0017_alert_hooks_i43 and 0018_alert_group_finished_i43.
 """
 
 from __future__ import annotations

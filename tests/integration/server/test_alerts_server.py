@@ -1,7 +1,8 @@
 """`phalanx alert` on a real `phalanx server`: a hook added from the CLI hears, once and signed, that
 an experiment submitted to the server failed (its supervisor records the end; the server's
 deliverer sends it), through a receiver on loopback that answers 500 twice, and the delivery log
-shows the three tries. Without a server, `phalanx alert` exits 2 saying why."""
+shows the three tries; a hook told of group.finished hears, once, that a small group on the server
+finished, with its best trial. Without a server, `phalanx alert` exits 2 saying why."""
 
 from __future__ import annotations
 
@@ -24,6 +25,20 @@ name: doomed
 project: vision
 run:
   cmd: python -c "import sys; print('about to fail'); sys.exit(3)"
+"""
+
+SEARCH = """version: 1
+kind: group
+name: two-xs
+project: vision
+hptuning:
+  concurrency: 2
+  grid_search: {}
+  metric: {name: loss, optimization: minimize}
+  matrix:
+    x: {values: [0.3, 0.1]}
+run:
+  cmd: python trial.py {{ x }}
 """
 
 
@@ -79,6 +94,36 @@ def test_a_failed_experiments_webhook_survives_a_receiver_that_answers_500_twice
         ok(phalanx(laptop, "alert", "rm", hook, *remote, token=TOKEN)).stdout
         == f"alert hook {hook} removed\n"
     )
+
+
+def test_a_finished_groups_webhook_names_its_best_trial(server: Server, tmp_path: Path) -> None:
+    """Two one-replica trials of a trivial script on the server: the hook told only of
+    group.finished hears of the group once (its first try answered 500), not of the trials."""
+    laptop, project = tmp_path / "laptop", tmp_path / "project"
+    project.mkdir()
+    (project / "group.yml").write_text(SEARCH)
+    (project / "trial.py").write_text(
+        "import sys\nfrom phalanx import log_metrics\nlog_metrics(step=1, loss=float(sys.argv[1]))\n"
+    )
+    remote = ("--server", server.url)
+    with Receiver([500]) as receiver:
+        add = ["alert", "add", "--project", "vision", "--url", receiver.url, "--on", "group.finished"]
+        added = json.loads(ok(phalanx(laptop, *add, "-o", "json", *remote, token=TOKEN)).stdout)
+        assert added["events"] == ["group.finished"]
+        run = ["run", "-f", str(project / "group.yml"), "--follow", "-o", "json", *remote]
+        group = json.loads(ok(phalanx(laptop, *run, token=TOKEN)).stdout)
+        # any other delivery (a trial's end, the group's end again) was due with the first try and
+        # sent in the same round, so before the retry that comes second
+        got = receiver.wait_for(2)
+    assert group["status"] == "succeeded" and group["best"]["params"] == {"x": 0.1}, group
+    assert len(got) == 2 and all(g.signed_by(added["secret"]) for g in got)
+    assert len({g.headers["x-phalanx-delivery"] for g in got}) == 1  # one delivery, tried twice
+    assert {g.headers["x-phalanx-event"] for g in got} == {"group.finished"}
+    body = json.loads(got[-1].body)
+    assert (body["group_id"], body["project"], body["status"]) == (group["id"], "vision", "succeeded")
+    assert body["best"] == group["best"] | {"metric": "loss"}  # as `phalanx group get` shows it
+    assert body["counts"]["done"] == 2
+    assert body["url"] == f"{server.url.rstrip('/')}/groups/{group['id']}"
 
 
 def _settled(laptop: Path, hook: str, remote: tuple[str, ...]) -> list[dict[str, Any]]:

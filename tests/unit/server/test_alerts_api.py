@@ -11,13 +11,13 @@ from collections.abc import Iterator
 import pytest
 from fastapi.testclient import TestClient
 
-from phalanx.domain import ExperimentStatus, ReplicaState
+from phalanx.domain import ExperimentStatus, GroupStatus, ReplicaState, Trial, TrialState
 from phalanx.server.app import create_app
 from phalanx.server.settings import ServerSettings
-from phalanx.store.base import Store
+from phalanx.store.base import Store, group_store
 from tests.support.webhooks import Receiver
 from tests.unit.server import fill
-from tests.unit.server.teams_fixtures import Team, make_team
+from tests.unit.server.teams_fixtures import Team, make_group, make_team
 
 API = "/api/v1"
 SLACK = "https://hooks.slack.example/services/T0/B0/XXXX"
@@ -117,3 +117,42 @@ def test_a_failed_experiments_webhook_arrives_once_signed_with_the_failing_repli
     assert delivery["id"] == got.headers["x-phalanx-delivery"] == body["delivery"]
     assert delivery["state"] == "delivered" and [a["status_code"] for a in delivery["attempts"]] == [200]
     assert len(receiver.received) == 1
+
+
+def _finished_group(client: TestClient, team: Team, store: Store, url: str) -> tuple[str, str, str]:
+    """A hook of A told of group.finished (added through the API), and a group of A that ends with
+    one trial: (hook id, group id, the trial's experiment id)."""
+    r = client.post(
+        f"{API}/projects/A/alerts",
+        json={"url": url, "events": ["group.finished"], "secret": "receiver-shared-secret-0123"},
+        headers=_as(team, "editor_a"),
+    )
+    assert r.status_code == 201
+    groups = group_store(store)
+    group = make_group(store, "A")
+    exp = fill.experiment(store, name="search-0", project="A")
+    groups.add_trial(Trial(group.id, 0, exp.id, {"x": 1}, TrialState.DONE, value=0.5))
+    groups.update_group(group.id, status=GroupStatus.SUCCEEDED)
+    return r.json()["id"], group.id, exp.id
+
+
+def test_a_finished_groups_webhook_arrives_signed_with_its_best_trial(
+    client: TestClient, team: Team, store: Store
+) -> None:
+    with Receiver() as receiver:
+        _, group_id, exp_id = _finished_group(client, team, store, receiver.url)
+        (got,) = receiver.wait_for(1)
+    body = json.loads(got.body)
+    assert got.signed_by("receiver-shared-secret-0123") and got.headers["x-phalanx-event"] == "group.finished"
+    assert (body["event"], body["group_id"], body["status"]) == ("group.finished", group_id, "succeeded")
+    assert (body["best"]["experiment_id"], body["best"]["params"]) == (exp_id, {"x": 1})
+    assert body["url"] == f"https://phalanx.example/groups/{group_id}"
+
+
+def test_a_groups_delivery_is_logged_naming_its_group(client: TestClient, team: Team, store: Store) -> None:
+    hook, group_id, _ = _finished_group(client, team, store, "http://127.0.0.1:9/nobody")
+    r = client.get(f"{API}/alerts/{hook}/deliveries", headers=_as(team, "viewer_a"))
+    assert r.status_code == 200
+    (delivery,) = r.json()
+    assert (delivery["group_id"], delivery["experiment_id"]) == (group_id, None)
+    assert delivery["event"] == "group.finished"

@@ -27,7 +27,7 @@ router = APIRouter(tags=["alerts"])
 class HookIn(BaseModel):
     url: str = Field(max_length=URL_MAX, description="the receiver: an http:// or https:// address")
     events: list[Annotated[str, Field(max_length=32)]] = Field(
-        max_length=len(EVENTS), description=f"the experiment ends it is told about: {', '.join(EVENTS)}"
+        max_length=len(EVENTS), description=f"the events it is told about: {', '.join(EVENTS)}"
     )
     secret: str | None = Field(
         default=None,
@@ -56,7 +56,8 @@ class AttemptOut(BaseModel):
 class DeliveryOut(BaseModel):
     id: str
     hook_id: str
-    experiment_id: str
+    experiment_id: str | None = Field(default=None, description="the experiment it is about (else group_id)")
+    group_id: str | None = Field(default=None, description="the group it is about (else experiment_id)")
     event: str
     state: str = Field(description="pending, delivered, failed (every try used) or dropped (hook removed)")
     created_at: float

@@ -1,6 +1,6 @@
 """ORM rows of a project's alert hooks (issue 43 item 5), beside ``models`` (which is near its size
 limit) on the same ``Base``: the hooks, their outbox of deliveries, and each delivery's attempts.
-Migration 0017_alert_hooks_i43."""
+Migrations 0017_alert_hooks_i43 and 0018_alert_group_finished_i43."""
 
 from __future__ import annotations
 
@@ -26,16 +26,19 @@ class AlertHookRow(Base):
 
 
 class AlertDeliveryRow(Base):
-    """One event for one hook: written in the transaction that recorded the experiment's end (the
+    """One event for one hook: written in the transaction that recorded the end it reports (the
     outbox), then sent by the server until a 2xx answer (``delivered``) or the last try (``failed``).
-    ``payload`` is the event's JSON as recorded then; ``next_at`` is when it is due (or claimed until)."""
+    ``payload`` is the event's JSON as recorded then; ``next_at`` is when it is due (or claimed until).
+    Its subject: an experiment (``experiment_id``) or a group (``group_id``, migration
+    0018_alert_group_finished_i43), exactly one of the two."""
 
     __tablename__ = "alert_deliveries"
     __table_args__ = (Index("ix_alert_deliveries_due", "state", "next_at"),)
 
     id: Mapped[str] = mapped_column(String(36), primary_key=True)
     hook_id: Mapped[str] = mapped_column(String(32), index=True)
-    experiment_id: Mapped[str] = mapped_column(String(32))
+    experiment_id: Mapped[str | None] = mapped_column(String(32), nullable=True)
+    group_id: Mapped[str | None] = mapped_column(String(32), nullable=True)
     event: Mapped[str] = mapped_column(String(32))
     payload: Mapped[str] = mapped_column(Text)
     state: Mapped[str] = mapped_column(String(16))

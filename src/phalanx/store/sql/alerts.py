@@ -1,6 +1,7 @@
 """The alert tables (``alert_rows``): a project's hooks, the outbox of their deliveries and each
 delivery's attempts. ``record_end`` is called by the store's status writers in the transaction that
-records an experiment's end; ``SqlAlerts`` answers ``store.alerts.AlertBook`` and ``Outbox``."""
+records an experiment's end, ``record_group_end`` by ``sql.groups`` in the one that records a
+group's; ``SqlAlerts`` answers ``store.alerts.AlertBook`` and ``Outbox``."""
 
 from __future__ import annotations
 
@@ -13,12 +14,21 @@ from typing import Any
 
 from sqlalchemy import Connection, Engine, Row, delete, insert, select, update
 
-from phalanx.domain import ExperimentStatus, ReplicaState
+from phalanx.domain import ExperimentStatus, GroupStatus, ReplicaState, Trial, best_trial, trial_counts
 from phalanx.errors import NotFound
-from phalanx.store.alert_records import EVENTS, Attempt, Delivery, Due, Hook, check_hook, check_hook_id
+from phalanx.store.alert_records import (
+    EXPERIMENT_ENDS,
+    GROUP_FINISHED,
+    Attempt,
+    Delivery,
+    Due,
+    Hook,
+    check_hook,
+    check_hook_id,
+)
 from phalanx.store.sql.alert_rows import AlertAttemptRow, AlertDeliveryRow, AlertHookRow
 from phalanx.store.sql.engine import writer
-from phalanx.store.sql.models import ExperimentRow, ReplicaRow
+from phalanx.store.sql.models import ExperimentRow, GroupRow, ReplicaRow, TrialRow
 
 PENDING, DELIVERED, FAILED, DROPPED = "pending", "delivered", "failed", "dropped"
 # read as plain rows (Core), not ORM objects
@@ -30,17 +40,46 @@ def record_end(conn: Connection, experiment_id: str, before: str | None, after: 
     the experiment (``before`` was not an end: an end written again queues nothing). In the
     caller's transaction, after the experiment's row (and its replicas', as far as they are)
     were written."""
-    if after not in EVENTS or (before is not None and ExperimentStatus(before).done):
+    if after not in EXPERIMENT_ENDS or (before is not None and ExperimentStatus(before).done):
         return
     project = select(ExperimentRow.project).where(ExperimentRow.id == experiment_id).scalar_subquery()
+    told = _told(conn, project, after)
+    if told:
+        payload = _payload(conn, experiment_id, after)
+        _queue(conn, told, payload, experiment_id=experiment_id)
+
+
+def record_group_end(conn: Connection, group_id: str, before: str | None, after: str) -> None:
+    """Queue a ``group.finished`` delivery for each of the group's project's hooks told about it,
+    when this write ends the group (``before``, its status read in this transaction before the
+    write, was no end: an end written again queues nothing; None: there is no such group). In
+    the caller's transaction, after the group's row was written; its trials were recorded before
+    (the controller records each trial's end, then the group's)."""
+    if before is None or GroupStatus(before).done or not GroupStatus(after).done:
+        return
+    group = conn.execute(select(GroupRow).where(GroupRow.id == group_id)).one()
+    told = _told(conn, group.project, GROUP_FINISHED)
+    if told:
+        _queue(conn, told, _group_payload(conn, group), group_id=group_id)
+
+
+def _told(conn: Connection, project: Any, event: str) -> list[str]:
+    """The ids of ``project``'s hooks that asked for ``event`` (as a hook keeps it)."""
     hooks = conn.execute(
         select(AlertHookRow.id, AlertHookRow.events).where(AlertHookRow.project == project)
     ).all()
-    told = [hook_id for hook_id, events in hooks if after in events.split(",")]
-    if not told:
-        return
-    payload = json.dumps(_payload(conn, experiment_id, after), sort_keys=True)
-    now = time.time()
+    return [hook_id for hook_id, events in hooks if event in events.split(",")]
+
+
+def _queue(
+    conn: Connection,
+    told: Sequence[str],
+    payload: dict[str, Any],
+    experiment_id: str | None = None,
+    group_id: str | None = None,
+) -> None:
+    """One pending delivery of ``payload`` to each hook in ``told``, about its one subject."""
+    body, now = json.dumps(payload, sort_keys=True), time.time()
     conn.execute(
         insert(AlertDeliveryRow),
         [
@@ -48,8 +87,9 @@ def record_end(conn: Connection, experiment_id: str, before: str | None, after: 
                 "id": str(uuid.uuid4()),
                 "hook_id": hook_id,
                 "experiment_id": experiment_id,
-                "event": f"experiment.{after}",
-                "payload": payload,
+                "group_id": group_id,
+                "event": payload["event"],
+                "payload": body,
                 "state": PENDING,
                 "attempts": 0,
                 "next_at": now,
@@ -59,6 +99,28 @@ def record_end(conn: Connection, experiment_id: str, before: str | None, after: 
             for hook_id in told
         ],
     )
+
+
+def _group_payload(conn: Connection, group: Row[Any]) -> dict[str, Any]:
+    """What a group's hooks are told: the group, its trials counted by state (``counts``), and its
+    best trial as `phalanx group get -o json` shows it (``domain.best_trial`` under the group's own
+    optimization), with the metric's name."""
+    rows = conn.execute(select(TrialRow).where(TrialRow.group_id == group.id).order_by(TrialRow.number)).all()
+    trials = [Trial(**{k: r._mapping[k] for k in Trial.__dataclass_fields__}) for r in rows]
+    best = best_trial(trials, group.optimization)
+    return {
+        "event": GROUP_FINISHED,
+        "project": group.project,
+        "group_id": group.id,
+        "name": group.name,
+        "status": group.status,
+        "reason": group.reason,
+        "search": group.search,
+        "planned": group.planned,
+        "counts": trial_counts(trials),
+        "best": None if best is None else best.to_json() | {"metric": group.metric},
+        "finished_at": group.finished_at,
+    }
 
 
 def _payload(conn: Connection, experiment_id: str, status: str) -> dict[str, Any]:
@@ -162,6 +224,7 @@ class SqlAlerts:
                 r.created_at,
                 r.finished_at,
                 tuple(tries[r.id]),
+                group_id=r.group_id,
             )
             for r in rows
         ]

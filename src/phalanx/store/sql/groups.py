@@ -4,7 +4,8 @@ this module: they call the store's methods, which also turn storage errors into 
 (``errors.phalanx_errors``).
 
 The controller writes a trial row, with the experiment id it is about to launch, before launching
-it: a controller killed at any point is resumed without losing or repeating a trial.
+it: a controller killed at any point is resumed without losing or repeating a trial. A group's end
+queues its alert hooks' deliveries (``group.finished``) in the transaction that records it.
 """
 
 from __future__ import annotations
@@ -16,8 +17,9 @@ from typing import Any, Unpack
 
 from sqlalchemy import Engine, delete, func, insert, select, update
 
-from phalanx.domain import Group, GroupUpdate, Trial, TrialUpdate
+from phalanx.domain import Group, GroupStatus, GroupUpdate, Trial, TrialUpdate
 from phalanx.errors import NotFound, UsageError
+from phalanx.store.sql import alerts
 from phalanx.store.sql.errors import phalanx_errors
 from phalanx.store.sql.models import ExperimentRow, GroupRow, TrialRow
 
@@ -102,11 +104,21 @@ def list_groups(store: GroupBook, limit: int = 50, projects: Sequence[str] | Non
 
 
 def update_group(store: GroupBook, group_id: str, values: Mapping[str, Any]) -> None:
+    """A group's end (a status that is one) is written with the deliveries of its project's alert
+    hooks, in one transaction (``alerts.record_group_end``)."""
     changes = dict(values)
     if "stop_requested" in changes:
         changes["stop_requested"] = int(bool(changes["stop_requested"]))
+    ends = "status" in changes and GroupStatus(changes["status"]).done
     with store._writer.begin() as conn:
+        before = None
+        if ends:  # locked (PostgreSQL; SQLite's writer holds the database): two ends, one event
+            before = conn.execute(
+                select(GroupRow.status).where(GroupRow.id == group_id).with_for_update()
+            ).scalar()
         conn.execute(update(GroupRow).where(GroupRow.id == group_id).values(**changes))
+        if ends:
+            alerts.record_group_end(conn, group_id, before, str(changes["status"]))
 
 
 def count_trials(store: GroupBook, group_id: str) -> int:
