@@ -14,7 +14,7 @@ from typing import Any
 
 from sqlalchemy import Connection, Engine, Row, delete, insert, select, update
 
-from phalanx.domain import ExperimentStatus, GroupStatus, ReplicaState, Trial, best_trial, trial_counts
+from phalanx.domain import ExperimentStatus, GroupStatus, ReplicaState, best_trial, trial_counts
 from phalanx.errors import NotFound
 from phalanx.store.alert_records import (
     EXPERIMENT_ENDS,
@@ -28,7 +28,8 @@ from phalanx.store.alert_records import (
 )
 from phalanx.store.sql.alert_rows import AlertAttemptRow, AlertDeliveryRow, AlertHookRow
 from phalanx.store.sql.engine import writer
-from phalanx.store.sql.models import ExperimentRow, GroupRow, ReplicaRow, TrialRow
+from phalanx.store.sql.models import ExperimentRow, GroupRow, ReplicaRow
+from phalanx.store.sql.trials import trials_of
 
 PENDING, DELIVERED, FAILED, DROPPED = "pending", "delivered", "failed", "dropped"
 # read as plain rows (Core), not ORM objects
@@ -105,8 +106,7 @@ def _group_payload(conn: Connection, group: Row[Any]) -> dict[str, Any]:
     """What a group's hooks are told: the group, its trials counted by state (``counts``), and its
     best trial as `phalanx group get -o json` shows it (``domain.best_trial`` under the group's own
     optimization), with the metric's name."""
-    rows = conn.execute(select(TrialRow).where(TrialRow.group_id == group.id).order_by(TrialRow.number)).all()
-    trials = [Trial(**{k: r._mapping[k] for k in Trial.__dataclass_fields__}) for r in rows]
+    trials = trials_of(conn, group.id)
     best = best_trial(trials, group.optimization)
     return {
         "event": GROUP_FINISHED,

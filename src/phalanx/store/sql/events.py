@@ -345,9 +345,9 @@ def _status_from_event(conn: Connection, ev: Event, status: ExperimentStatus) ->
     if d.get("reason"):
         values["reason"] = str(d["reason"])
     before = None
-    if status.done:  # the project's hooks hear of an end once (below)
+    if status.done:  # the project's hooks hear of an end once (below); locked as update_experiment locks it
         before = conn.execute(
-            select(ExperimentRow.status).where(ExperimentRow.id == ev.experiment_id)
+            select(ExperimentRow.status).where(ExperimentRow.id == ev.experiment_id).with_for_update()
         ).scalar()
     conn.execute(update(ExperimentRow).where(ExperimentRow.id == ev.experiment_id).values(**values))
     state = ReplicaState(status.value) if status.value in set(ReplicaState) else ReplicaState.PENDING

@@ -22,6 +22,7 @@ from phalanx.errors import NotFound, UsageError
 from phalanx.store.sql import alerts
 from phalanx.store.sql.errors import phalanx_errors
 from phalanx.store.sql.models import ExperimentRow, GroupRow, TrialRow
+from phalanx.store.sql.trials import trials_of
 
 
 def create_group(store: GroupBook, fields: Mapping[str, Any]) -> Group:
@@ -161,10 +162,7 @@ def update_trial(store: GroupBook, group_id: str, number: int, values: Mapping[s
 
 def list_trials(store: GroupBook, group_id: str) -> list[Trial]:
     with store.engine.connect() as conn:
-        rows = conn.execute(
-            select(TrialRow).where(TrialRow.group_id == group_id).order_by(TrialRow.number)
-        ).all()
-    return [Trial(**{k: r._mapping[k] for k in Trial.__dataclass_fields__}) for r in rows]
+        return trials_of(conn, group_id)
 
 
 def link_experiment(store: GroupBook, experiment_id: str, group_id: str) -> None:

@@ -279,7 +279,9 @@ class SqlStore(AttemptBook, RecordReads, ManyReads, GroupBook, SubmissionBook):
             full = _resolve(conn, experiment_id)
             ends, before = status is not None and ExperimentStatus(status).done, None
             if ends:  # an end is told to the project's hooks once, in this transaction
-                before = conn.execute(select(ExperimentRow.status).where(ExperimentRow.id == full)).scalar()
+                before = conn.execute(  # locked (PostgreSQL; SQLite's writer holds the database)
+                    select(ExperimentRow.status).where(ExperimentRow.id == full).with_for_update()
+                ).scalar()
             if values:
                 conn.execute(update(ExperimentRow).where(ExperimentRow.id == full).values(**values))
             if ends:
