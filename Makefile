@@ -12,7 +12,7 @@ PYTEST_ARGS ?=
 # two workers, a file at a time (tests/conftest.py: OneClusterScheduling); 0 runs the suite in this process
 PYTEST_WORKERS ?= 2
 
-.PHONY: run test lint typecheck unit bench clean venv system-deps
+.PHONY: run test lint typecheck unit bench bench-smoke clean venv system-deps
 
 # An editable install leaves src/ uncompiled, and where PYTHONDONTWRITEBYTECODE=1 (this machine, CI
 # images) nothing ever writes its bytecode: every phalanx process would compile its sources again
@@ -52,6 +52,11 @@ bench: venv
 	$(BIN)/python bench/launch.py
 	$(BIN)/python bench/tracking.py
 	$(BIN)/python bench/sweep.py
+
+# every bench at its tiny sizes, one round (figures mean nothing): checks they all still run; the
+# suite runs the light ones (tests/integration/bench/test_bench_smoke.py)
+bench-smoke: venv
+	@set -e; for b in bench/*.py; do echo "== $$b --smoke"; $(BIN)/python $$b --smoke > /dev/null; done
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache build
