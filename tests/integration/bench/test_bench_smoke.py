@@ -54,6 +54,7 @@ def test_every_bench_script_imports(script: Path, monkeypatch: pytest.MonkeyPatc
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     monkeypatch.setitem(sys.modules, spec.name, module)  # dataclasses look their module up there
+    monkeypatch.setattr(sys, "path", list(sys.path))  # some set their own (bench/ must not shadow queue)
     spec.loader.exec_module(module)  # its main() runs only as __main__
     assert callable(module.main), f"bench/{script.name} has no main()"
 
