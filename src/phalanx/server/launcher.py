@@ -236,7 +236,9 @@ class Launcher:
         supervisor said (a refusal the submit could not see, such as a dry run's)."""
         run_dir = self.settings.runs_dir / experiment_id
         log_path = run_dir / SUPERVISOR_LOG
-        if held(run_dir / SUPERVISOR_LOCK) or not _said_something(log_path):
+        # the log first: a supervisor writes its first line after taking its lock, so a line read
+        # before the lock is looked at means the lock seen free is one its supervisor let go of
+        if not _said_something(log_path) or held(run_dir / SUPERVISOR_LOCK):
             return
         with contextlib.suppress(NotFound):
             if self.store.get_experiment(experiment_id).status is ExperimentStatus.CREATED:
