@@ -15,7 +15,6 @@ from tests.unit.store.test_alert_outbox import *  # noqa: F403
 from tests.unit.store.test_alert_outbox import SECRET
 
 from phalanx.domain import EventKind, ExperimentStatus, GroupStatus
-from phalanx.domain import Group as _Group
 from phalanx.store.alerts import alert_book
 from phalanx.store.sql import SqlStore
 from phalanx.store.sql.models import ExperimentRow, GroupRow
@@ -27,12 +26,15 @@ def _two_ends_at_once(store: SqlStore, table: Table, row_id: str, ends: list[Cal
     with store.engine.connect() as holder:
         holder.execute(select(table.c.id).where(table.c.id == row_id).with_for_update())
 
-        def waiting() -> bool:
+        def waiting() -> bool:  # writers of this test's own database, waiting on a lock
             with store.engine.connect() as conn:
-                return (
-                    int(conn.execute(text("SELECT count(*) FROM pg_locks WHERE NOT granted")).scalar_one())
-                    >= 2
-                )
+                waiters = conn.execute(
+                    text(
+                        "SELECT count(*) FROM pg_stat_activity"
+                        " WHERE datname = current_database() AND wait_event_type = 'Lock'"
+                    )
+                ).scalar_one()
+            return int(waiters) >= 2
 
         with ThreadPoolExecutor(2) as pool:
             writes = [pool.submit(end) for end in ends]
@@ -61,7 +63,7 @@ def test_two_writers_ending_one_experiment_at_once_queue_one_delivery(store: Sql
 def test_two_writers_ending_one_group_at_once_queue_one_delivery(store: SqlStore) -> None:
     book = alert_book(store)
     hook = book.add_hook("A", "http://127.0.0.1:9/a", ["group.finished"], SECRET, "ada")
-    group: _Group = _group(store)
+    group = _group(store)
     _two_ends_at_once(
         store,
         GroupRow.__table__,  # type: ignore[arg-type]
