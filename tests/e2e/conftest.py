@@ -1,16 +1,19 @@
-"""Browser tests: a real `phalanx server` subprocess on a free port over a store filled by real
-experiment runs, driven by Debian's chromium through Playwright. Screenshots go to
+"""Browser tests: a real `phalanx server` subprocess on a free port, driven by Debian's chromium
+through Playwright, over stores filled in-process through the Store protocol (as the supervisor and
+the ingester fill them) and by real runs where a test is about running. Screenshots go to
 test-output/screenshots/."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from tests.conftest import OUTPUT
+from tests.integration.server.serverproc import Server, start_server, stop_server
 
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMIUM_ARGS = [
@@ -21,6 +24,9 @@ CHROMIUM_ARGS = [
     "--disable-component-update",
     "--disable-sync",
     "--no-first-run",
+    # the one port chromium refuses (ERR_UNSAFE_PORT) in the range phalanx.machine.ports.free_port
+    # picks from (10,000 up to the kernel's ephemeral ports), where the tests' servers listen
+    "--explicitly-allowed-ports=10080",
 ]
 SCREENSHOTS = OUTPUT / "screenshots"
 
@@ -39,6 +45,23 @@ def browser() -> Iterator[Any]:
         b.close()
 
 
+@pytest.fixture(scope="session")
+def shared(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    """One `phalanx server` over one home, for the modules whose checks read only what they wrote
+    there (their own experiments by id, their own project, dataset, model or queue entries): each
+    module fills ``shared.home`` with its own; starting a server is most of what such a module's
+    set-up cost. A module whose checks read whole lists (the run table, groups, users and sign-in)
+    has a home and a server of its own."""
+    from phalanx.config import Settings
+    from phalanx.store import open_store
+
+    home = tmp_path_factory.mktemp("shared-home")
+    open_store(Settings(home=home)).close()  # migrated before the server opens it
+    server = start_server(home)
+    yield server
+    stop_server(server.proc)
+
+
 @pytest.fixture
 def page(browser: Any) -> Iterator[Any]:
     context = browser.new_context(viewport={"width": 1400, "height": 900})
@@ -51,8 +74,34 @@ def page(browser: Any) -> Iterator[Any]:
     assert not errors, f"the page raised JavaScript errors: {errors}"
 
 
+FITS = (
+    "() => { const d = document.documentElement;"
+    " return d.scrollHeight <= innerHeight && d.scrollWidth <= innerWidth; }"
+)
+
+
 def shot(page: Any, name: str) -> Path:
+    """The whole page as a picture. A page that fits its viewport is the same picture taken as it is:
+    a full-page capture lays the page out again at its full size first (seconds for a console of
+    10,000 lines on a loaded machine)."""
     SCREENSHOTS.mkdir(parents=True, exist_ok=True)
     path = SCREENSHOTS / f"{name}.png"
-    page.screenshot(path=str(path), full_page=True)
+    page.screenshot(path=str(path), full_page=not page.evaluate(FITS))
     return path
+
+
+@contextmanager
+def cheap_password_hashing() -> Iterator[None]:
+    """Users made in this process get argon2id hashes at argon2's cheapest cost, as in the unit tests
+    (tests/unit/conftest.py): the same algorithm and format, and the server checks each sign-in at the
+    cost its hash names. The product's own cost (0.2-0.5 s a hash and as much a sign-in, on purpose)
+    is pinned by tests/unit/server/test_teams_auth.py; these tests are about pages."""
+    from pwdlib import PasswordHash
+    from pwdlib.hashers.argon2 import Argon2Hasher
+
+    from phalanx.store import accounts
+
+    cheapest = PasswordHash((Argon2Hasher(time_cost=1, memory_cost=8, parallelism=1),))
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(accounts, "_hasher", lambda: cheapest)
+        yield

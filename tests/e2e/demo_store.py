@@ -7,12 +7,14 @@ store), for looking at the UI by hand and for the browser test's large-series ch
 from __future__ import annotations
 
 import argparse
+import base64
 import io
 import json
 import math
 import random
 import time
 from pathlib import Path
+from typing import Any
 
 from phalanx.config import Settings
 from phalanx.domain import Event, EventKind, ExperimentStatus, Replica, ReplicaState, Role
@@ -253,8 +255,25 @@ if __name__ == "__main__":
     print(json.dumps(fill(a.home, a.points)))
 
 
+def columns(title: str, series: str, steps: Any, values: Any, times: Any) -> dict[str, Any]:
+    """A SCALAR event's data for one series of numpy arrays, in the SDK's column form
+    (``phalanx.spool.encode_points``: little-endian int64 steps, float64 values and times in base64),
+    built from the arrays' bytes instead of a Python tuple per point."""
+    return {
+        "keys": [[title, series]],
+        "n": len(steps),
+        "step": base64.b64encode(steps.astype("<i8").tobytes()).decode("ascii"),
+        "value": base64.b64encode(values.astype("<f8").tobytes()).decode("ascii"),
+        "time": base64.b64encode(times.astype("<f8").tobytes()).decode("ascii"),
+    }
+
+
 def fill_large(home: Path, n_series: int = 8, points: int = 100_000) -> str:
-    """One experiment with ``n_series`` loss series of ``points`` points each (and one spike)."""
+    """One experiment with ``n_series`` loss series of ``points`` points each (and one spike), written
+    in the SDK's column form (``columns``): 800,000 points as JSON lists cost seconds to build and as
+    much again to read."""
+    import numpy as np
+
     store = open_store(Settings(home=home))
     e = store.create_experiment(
         name=f"{n_series} x {points} points",
@@ -264,23 +283,14 @@ def fill_large(home: Path, n_series: int = 8, points: int = 100_000) -> str:
         framework="pytorch",
     )
     t0 = time.time() - 3600
+    steps = np.arange(points)
     events = []
     for w in range(n_series):
-        pts = [
-            [
-                "loss",
-                f"worker {w:02d}",
-                i,
-                2 * math.exp(-i / (points / 3)) + 0.05 * ((i * 7919 + w) % 13) / 13,
-                t0 + i * 0.01,
-            ]
-            for i in range(points)
-        ]
+        values = 2 * np.exp(-steps / (points / 3)) + 0.05 * ((steps * 7919 + w) % 13) / 13
         if w == 0:
-            pts[points // 2][3] = 9.5  # a spike the downsampling must keep
-        events.append(
-            Event(e.id, EventKind.SCALAR, {"points": pts}, "master", "master", 0, 0, t0, "large", w)
-        )
+            values[points // 2] = 9.5  # a spike the downsampling must keep
+        data = columns("loss", f"worker {w:02d}", steps, values, t0 + steps * 0.01)
+        events.append(Event(e.id, EventKind.SCALAR, data, "master", "master", 0, 0, t0, "large", w))
     store.write_events(events)
     store.update_experiment(
         e.id, status=ExperimentStatus.SUCCEEDED, started_at=t0, finished_at=t0 + points * 0.01

@@ -28,22 +28,27 @@ TARGET = 2.0  # Compare of 100 runs within this many times the light page (issue
 
 
 def fill_runs(home: Path, n: int = 100, points: int = 300) -> list[str]:
-    """N finished runs in project "many" (ids oldest first), each of every title and series."""
+    """N finished runs in project "many" (ids oldest first), each of every title and series. Their
+    events go to the store in one batch (one transaction, not two per run)."""
     store = open_store(Settings(home=home))
     ids = []
+    events: list[Event] = []
     try:
         for i in range(n):
             e = fill.experiment(store, name=f"run-{i:03d}", project="many", n_workers=1)
-            fill.param(store, e.id, "Declared", "lr", [0.1, 0.01, 0.001][i % 3])
+            lr = {"section": "Declared", "key": "lr", "value": [0.1, 0.01, 0.001][i % 3]}
+            events.append(fill.event(e.id, EventKind.PARAM, lr))
             t0 = 1_800_000_000.0 + 3600.0 * i
             rows: list[list[Any]] = []
             for rank, series in enumerate(SERIES):
                 for title in TITLES + SYSTEM:
                     base = (i + 1) / n + rank * 0.1
                     rows += [[title, series, s, base / (s + 1), t0 + s] for s in range(points)]
-            event = Event(e.id, EventKind.SCALAR, {"points": rows}, "master", "master", 0, 0, t0, "fill", 0)
-            store.write_events([event])
+            events.append(
+                Event(e.id, EventKind.SCALAR, {"points": rows}, "master", "master", 0, 0, t0, "fill", 0)
+            )
             ids.append(e.id)
+        store.write_events(events)
     finally:
         store.close()
     return ids

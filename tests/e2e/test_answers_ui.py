@@ -1,18 +1,20 @@
-"""What people read off the pages (issue 40), on one team server over one real run: a 1e-5 learning
+"""What people read off the pages (issue 40), on one team server over one run: a 1e-5 learning
 rate's tick labels, the file's declared param in the table and Compare, the Queue page as a member
 of one of two projects, and a viewer offered nothing they may not do.
 
-One `phalanx run` (a script that reads --lr from sys.argv, reports the rate it trains at with
-log_metrics and never reports a param), then a team: projects alpha (the run's) and beta, ed an
-editor of alpha, vera a viewer of alpha; the machine's queue holds a beta run and two alpha ones.
+The run is what `phalanx run -f tiny.yaml --param lr=0.00001` records (written in-process: these tests
+read pages, they do not run anything): a script that reads --lr from sys.argv, reports the rate it
+trains at with log_metrics and never reports a param, so its only param is the file's declared one
+(that `phalanx run` records it is tests/integration/local/test_declared_params.py's subject). Then a
+team: projects alpha (the run's) and beta, ed an editor of alpha, vera a viewer of alpha; the
+machine's queue holds a beta run and two alpha ones.
 """
 
 from __future__ import annotations
 
-import json
 import os
-import subprocess
 import textwrap
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -20,26 +22,19 @@ from typing import Any
 import pytest
 
 from phalanx.config import Settings
-from phalanx.domain import ExperimentStatus
+from phalanx.domain import DECLARED_PARAMS, EventKind, ExperimentStatus, Replica, ReplicaState
+from phalanx.domain import Role as ReplicaRole
 from phalanx.machine.ledger import Capacity, Need
 from phalanx.queue import ledger_for
 from phalanx.store import open_store
 from phalanx.store.accounts import Accounts, Role
-from tests.e2e.conftest import shot
-from tests.integration.server.serverproc import PHALANX, Server, clean_env, start_server, stop_server
+from tests.e2e.conftest import cheap_password_hashing, shot
+from tests.integration.server.serverproc import Server, start_server, stop_server
 from tests.unit.server import fill
 
 pytestmark = pytest.mark.browser
 
 HUGE = Capacity(cpus=tuple(range(4096)), gpus=(), memory_mib=1e9)
-SCRIPT = """
-import sys
-from phalanx import log_metrics
-
-lr = float(sys.argv[sys.argv.index("--lr") + 1])
-for step in range(20):
-    log_metrics(step=step, lr=lr * (1 + 2 * step / 19))  # 1e-5 .. 3e-5
-"""
 FILE = """
 version: 1
 kind: experiment
@@ -49,38 +44,58 @@ params: {lr: 0.1}
 run:
   cmd: python train.py --lr {{ lr }}
 """
+LR = 1e-05  # --param lr=0.00001
 PASSWORDS = {"root": "root-password", "ed": "ed-password", "vera": "vera-password"}
 
 
 @dataclass
 class Team:
     server: Server
-    run: str  # the real run (alpha)
+    run: str  # the run of tiny.yaml (alpha)
     other: str  # a filled alpha run beside it, for Compare
     secret: str  # beta's run, holding the machine
     waiting: str  # alpha, first in the queue
     later: str  # alpha, second
 
 
+def the_run(store: Any) -> str:
+    """What `phalanx run -f tiny.yaml --param lr=0.00001` records: a master, the file's params after
+    --param as section Declared, and the 20 points of "lr" that train.py logs as the master with
+    ``log_metrics(step=step, lr=lr * (1 + 2 * step / 19))`` (1e-5 .. 3e-5)."""
+    t0 = time.time() - 60
+    e = store.create_experiment(
+        name="tiny",
+        project="alpha",
+        replicas=[Replica("", "master", ReplicaRole.MASTER, 0, 0)],
+        backend="local",
+        topology={"master": 1, "worker": 0, "ps": 0},
+        spec_text=textwrap.dedent(FILE),
+        plan={
+            "name": "tiny",
+            "project": "alpha",
+            "command": "python train.py --lr 1e-05",
+            "params": {"lr": LR},
+        },
+        created_at=t0,
+    )
+    store.update_experiment(e.id, status=ExperimentStatus.RUNNING, started_at=t0)
+    declared = fill.event(e.id, EventKind.PARAM, {"section": DECLARED_PARAMS, "values": {"lr": LR}}, time=t0)
+    points = [["lr", "master", step, LR * (1 + 2 * step / 19), t0 + 1 + step / 10] for step in range(20)]
+    logged = fill.event(e.id, EventKind.SCALAR, {"points": points}, time=t0 + 3)
+    store.write_events([declared, logged])
+    store.update_replica(
+        e.id, "master", state=ReplicaState.SUCCEEDED, host="127.0.0.1", pid=4242, exit_code=0, started_at=t0
+    )
+    store.update_experiment(e.id, status=ExperimentStatus.SUCCEEDED, finished_at=t0 + 4)
+    return str(e.id)
+
+
 @pytest.fixture(scope="module")
 def team(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Team]:
     home = tmp_path_factory.mktemp("answers-home")
-    folder = home / "exp"
-    folder.mkdir()
-    (folder / "train.py").write_text(textwrap.dedent(SCRIPT))
-    (folder / "tiny.yaml").write_text(textwrap.dedent(FILE))
-    done = subprocess.run(
-        [str(PHALANX), "run", "-f", str(folder / "tiny.yaml"), "--param", "lr=0.00001", "-o", "json"],
-        env=clean_env(home),
-        capture_output=True,
-        text=True,
-        timeout=300,
-        cwd=folder,
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    run = json.loads(done.stdout)["id"]
     store = open_store(Settings(home=home))
     try:
+        run = the_run(store)
         other = fill.experiment(store, name="other", project="alpha")
         fill.param(store, other.id, "Declared", "lr", 0.001)
         fill.scalars(store, other.id, "lr", "master", [1e-3, 2e-3])
@@ -90,11 +105,12 @@ def team(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Team]:
         )
         later = fill.experiment(store, name="alpha-later", project="alpha", status=ExperimentStatus.QUEUED)
         accounts = Accounts(store)
-        accounts.add_user("root", PASSWORDS["root"], admin=True)
+        with cheap_password_hashing():
+            accounts.add_user("root", PASSWORDS["root"], admin=True)
+            accounts.add_user("ed", PASSWORDS["ed"])
+            accounts.add_user("vera", PASSWORDS["vera"])
         for project in ("alpha", "beta"):
             accounts.add_project(project)
-        accounts.add_user("ed", PASSWORDS["ed"])
-        accounts.add_user("vera", PASSWORDS["vera"])
         accounts.set_member("alpha", "ed", Role.editor)
         accounts.set_member("alpha", "vera", Role.viewer)
     finally:

@@ -9,7 +9,6 @@ import math
 import time
 import urllib.parse
 import urllib.request
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -21,7 +20,7 @@ from phalanx.domain import Event, EventKind, ExperimentStatus, Replica, Role
 from phalanx.server.chartdata import decode
 from phalanx.store import open_store
 from tests.e2e.conftest import shot
-from tests.integration.server.serverproc import Server, start_server, stop_server
+from tests.integration.server.serverproc import Server
 
 pytestmark = pytest.mark.browser
 
@@ -85,8 +84,8 @@ def curve(k: int, steps: range) -> list[tuple[int, float]]:
 
 
 @pytest.fixture(scope="module")
-def runs(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Runs]:
-    home = tmp_path_factory.mktemp("bands-home")
+def runs(shared: Server) -> tuple[Path, Runs]:
+    home = shared.home
     ranks = experiment(
         home,
         "three ranks",
@@ -107,10 +106,8 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Runs]:
 
 
 @pytest.fixture(scope="module")
-def server(runs: tuple[Path, Runs]) -> Iterator[Server]:
-    s = start_server(runs[0])
-    yield s
-    stop_server(s.proc)
+def server(shared: Server, runs: tuple[Path, Runs]) -> Server:
+    return shared
 
 
 def points(server: Server, exp: str, **window: float) -> dict[str, dict[int, float]]:

@@ -9,7 +9,6 @@ import re
 import time
 import urllib.parse
 import urllib.request
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -21,7 +20,7 @@ from phalanx.domain import Event, EventKind, ExperimentStatus, Replica, Role
 from phalanx.server.chartdata import decode
 from phalanx.store import open_store
 from tests.e2e.conftest import shot
-from tests.integration.server.serverproc import Server, start_server, stop_server
+from tests.integration.server.serverproc import Server
 
 pytestmark = pytest.mark.browser
 
@@ -62,8 +61,8 @@ def scalar_run(home: Path, name: str, series: int, points: int, t0: float, scale
 
 
 @pytest.fixture(scope="module")
-def runs(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Runs]:
-    home = tmp_path_factory.mktemp("charts-home")
+def runs(shared: Server) -> tuple[Path, Runs]:
+    home = shared.home
     t0 = float(int(time.time()) - 7200)
     ranks = scalar_run(home, "three ranks", RANKS, 300, t0)
     trials = [scalar_run(home, f"trial {i}", 1, 40, t0 + 60 * i, scale=1 + i / 10) for i in range(TRIALS)]
@@ -71,10 +70,8 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Runs]:
 
 
 @pytest.fixture(scope="module")
-def server(runs: tuple[Path, Runs]) -> Iterator[Server]:
-    s = start_server(runs[0])
-    yield s
-    stop_server(s.proc)
+def server(shared: Server, runs: tuple[Path, Runs]) -> Server:
+    return shared
 
 
 def api(server: Server, path: str, **query: Any) -> Any:

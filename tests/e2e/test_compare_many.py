@@ -5,13 +5,12 @@ timed in alternating rounds so a load swing on the shared machine touches both a
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
 from tests.e2e.many_runs import TARGET, TITLES, fill_runs, measure
-from tests.integration.server.serverproc import Server, start_server, stop_server
+from tests.integration.server.serverproc import Server
 
 pytestmark = pytest.mark.browser
 
@@ -19,12 +18,8 @@ RUNS = 100
 
 
 @pytest.fixture(scope="module")
-def many(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Server, list[str]]]:
-    home = tmp_path_factory.mktemp("many-runs")
-    ids = fill_runs(home, RUNS, points=100)
-    server = start_server(home)
-    yield server, ids
-    stop_server(server.proc)
+def many(shared: Server) -> tuple[Server, list[str]]:
+    return shared, fill_runs(shared.home, RUNS, points=100)
 
 
 def test_compare_of_100_runs_asks_once_per_title_and_stays_near_2x_a_light_page(

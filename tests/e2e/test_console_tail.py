@@ -3,7 +3,6 @@ and the last line is on screen without streaming the 60,000 before it."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -12,7 +11,7 @@ from phalanx.config import Settings
 from phalanx.domain import EventKind
 from phalanx.store import open_store
 from tests.e2e.conftest import shot
-from tests.integration.server.serverproc import Server, start_server, stop_server
+from tests.integration.server.serverproc import Server
 from tests.unit.server import fill
 
 pytestmark = pytest.mark.browser
@@ -21,9 +20,8 @@ LINES = 60_000
 
 
 @pytest.fixture(scope="module")
-def finished(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Server, str]]:
-    home = tmp_path_factory.mktemp("console-home")
-    store = open_store(Settings(home=home))
+def finished(shared: Server) -> tuple[Server, str]:
+    store = open_store(Settings(home=shared.home))
     try:
         e = fill.experiment(store, name="chatty")
         events = []
@@ -34,9 +32,7 @@ def finished(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Server,
         store.write_events(events)
     finally:
         store.close()
-    s = start_server(home)
-    yield s, e.id
-    stop_server(s.proc)
+    return shared, e.id
 
 
 def test_a_finished_console_opens_at_its_last_line(page: Any, finished: tuple[Server, str]) -> None:

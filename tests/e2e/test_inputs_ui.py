@@ -4,25 +4,24 @@ pages fit a 390 px phone screen."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
 from tests.e2e.conftest import shot
-from tests.integration.server.serverproc import Server, start_server, stop_server
+from tests.integration.server.serverproc import Server
 
 pytestmark = pytest.mark.browser
 
 
 @pytest.fixture(scope="module")
-def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Server, str, str]]:
+def served(shared: Server) -> tuple[Server, str, str]:
     from phalanx.config import Settings
     from phalanx.data.inputs import resolve
     from phalanx.spec.inputs import InputSpec
     from phalanx.store import catalog, open_store
 
-    home = tmp_path_factory.mktemp("inputs-ui-home")
+    home = shared.home
     data = home / "a-rather-long-folder-name-for-the-digits-dataset-that-must-wrap-on-phones"
     (data / "train").mkdir(parents=True)
     (data / "labels.txt").write_text("0\n1\n")
@@ -40,9 +39,7 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Server, s
     _, records = resolve(specs, settings, dry=True)
     exp = store.create_experiment(name="reads-data", project="default", plan={"inputs": records})
     store.close()
-    s = start_server(home)
-    yield s, exp.id, version.digest
-    stop_server(s.proc)
+    return shared, exp.id, version.digest
 
 
 def test_the_overview_lists_the_inputs_and_links_to_the_dataset_version(

@@ -3,14 +3,13 @@ versions of one model, one under @prod."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from tests.e2e.conftest import shot
-from tests.integration.server.serverproc import Server, start_server, stop_server
+from tests.integration.server.serverproc import Server
 
 pytestmark = pytest.mark.browser
 pytest.importorskip("onnxruntime")
@@ -37,12 +36,8 @@ def fill_registry(home: Path) -> list[str]:
 
 
 @pytest.fixture(scope="module")
-def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Server, list[str]]]:
-    home = tmp_path_factory.mktemp("models-ui-home")
-    ids = fill_registry(home)
-    s = start_server(home)
-    yield s, ids
-    stop_server(s.proc)
+def served(shared: Server) -> tuple[Server, list[str]]:
+    return shared, fill_registry(shared.home)
 
 
 def test_the_models_pages_show_versions_aliases_and_lineage(

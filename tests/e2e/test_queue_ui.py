@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import os
 import urllib.request
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -16,7 +15,7 @@ from phalanx.machine.ledger import Capacity, Need
 from phalanx.queue import ledger_for
 from phalanx.store import open_store
 from tests.e2e.conftest import shot
-from tests.integration.server.serverproc import Server, start_server, stop_server
+from tests.integration.server.serverproc import Server
 from tests.unit.server import fill
 
 pytestmark = pytest.mark.browser
@@ -25,8 +24,8 @@ HUGE = Capacity(cpus=tuple(range(4096)), gpus=(), memory_mib=1e9)
 
 
 @pytest.fixture(scope="module")
-def queued(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Server, str, str]]:
-    home = tmp_path_factory.mktemp("queue-home")
+def queued(shared: Server) -> tuple[Server, str, str]:
+    home = shared.home
     store = open_store(Settings(home=home))
     try:
         holder = fill.experiment(store, name="holder", status=ExperimentStatus.RUNNING)
@@ -37,9 +36,7 @@ def queued(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Server, s
     me = os.getpid()  # a live owner, as each entry's `phalanx run` is
     ledger.admit(holder.id, Need(cpus=4096), HUGE, pid=me, name="holder")
     ledger.admit(waiter.id, Need(cpus=4), HUGE, pid=me, name="waiter")
-    s = start_server(home)
-    yield s, holder.id, waiter.id
-    stop_server(s.proc)
+    return shared, holder.id, waiter.id
 
 
 def test_the_queue_page_says_why_a_run_waits_and_stops_it(page: Any, queued: tuple[Server, str, str]) -> None:

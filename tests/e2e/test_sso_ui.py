@@ -13,7 +13,7 @@ import pytest
 
 from phalanx.config import Settings
 from phalanx.store import open_store
-from tests.e2e.conftest import shot
+from tests.e2e.conftest import cheap_password_hashing, shot
 from tests.integration.server.serverproc import Server, start_server, stop_server
 from tests.integration.server.test_teams_audit import admin
 from tests.support.oidc_provider import IdpUser, Provider, running_provider
@@ -32,7 +32,8 @@ def sso_server(phalanx_home: Path) -> Iterator[tuple[Provider, Server, str]]:
         ]
     finally:
         store.close()
-    admin(phalanx_home, "user", "add", "root", "--admin", "--password-stdin", stdin="root-password\n")
+    with cheap_password_hashing():
+        admin(phalanx_home, "user", "add", "root", "--admin", "--password-stdin", stdin="root-password\n")
     admin(phalanx_home, "project", "add", "vision")
     admin(phalanx_home, "project", "add", "nlp")
     grace = IdpUser(sub="u-7", preferred_username="grace", email="grace@example.org", groups=["ml-vision"])

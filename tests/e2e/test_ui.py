@@ -1,4 +1,6 @@
-"""The web UI in a real browser, against a real `phalanx server` over a store filled by real runs."""
+"""The web UI in a real browser, against a real `phalanx server` over a store holding two runs of seed
+003's example as `phalanx run` records them (tests/e2e/fill.py writes them in-process), and two real
+`phalanx run`s for what follows a running experiment and stops one."""
 
 from __future__ import annotations
 
@@ -7,8 +9,9 @@ import os
 import re
 import signal
 import subprocess
+import time
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +39,33 @@ def server(filled: Filled) -> Iterator[Server]:
 def api(server: Server, path: str) -> Any:
     with urllib.request.urlopen(f"{server.url}/api/v1{path}", timeout=30) as r:
         return json.load(r)
+
+
+def until(server: Server, path: str, ok: Callable[[Any], bool]) -> None:
+    """Returns once the API's answer at ``path`` is ``ok``: asked every 0.1 s, 900 times at most (the
+    90 s the page was given to show it)."""
+    for _ in range(900):
+        if ok(api(server, path)):
+            return
+        time.sleep(0.1)
+    raise AssertionError(f"{path} never answered what the test waits for")
+
+
+def refresh_once(page: Any, server: Server, path: str, ok: Callable[[Any], bool], ms: int = 3_000) -> None:
+    """A page refreshes itself on a timer: the list every 10 s while nothing on it runs (3 s when
+    something does), a running experiment's page every 3 s. Once the API says what the page is to
+    show, the page's clock (installed before it opened) is moved on by ``ms``: its own refresh fires
+    then instead of up to that long later."""
+    until(server, path, ok)
+    page.clock.fast_forward(ms)
+
+
+def running(name: str) -> Callable[[Any], bool]:
+    return lambda page: any(e["name"] == name and e["status"] == "running" for e in page["items"])
+
+
+def replica_runs(name: str) -> Callable[[Any], bool]:
+    return lambda exp: any(r["name"] == name and r["state"] == "running" for r in exp["replicas"])
 
 
 def test_the_list_shows_every_experiment_with_its_topology(page: Any, server: Server, filled: Filled) -> None:
@@ -225,9 +255,13 @@ def test_the_list_console_and_header_follow_a_running_experiment(
         start_new_session=True,
     )
     try:
+        page.clock.install()
         page.goto(f"{server.url}/")
+        page.get_by_text(re.compile(r"^\d+ experiments?$")).wait_for()  # loaded: its refresh is due
+        refresh_once(page, server, "/experiments?q=ticker", running("ticker"), ms=10_000)
         row = page.locator("#experiments tbody tr[data-id]").filter(has_text="ticker")
         row.locator('.badge[data-status="running"]').wait_for(timeout=90_000)  # the list refreshes itself
+        exp = row.get_attribute("data-id")
         row.locator("a").first.click()
         page.click('a[data-tab="console"]')
         for replica in ("master", "worker-0"):
@@ -237,6 +271,7 @@ def test_the_list_console_and_header_follow_a_running_experiment(
         release.touch()
         for replica in ("master", "worker-0"):
             page.locator("#console .line", has_text=f"released {replica}").wait_for(timeout=90_000)
+        refresh_once(page, server, f"/experiments/{exp}", lambda e: e["status"] == "succeeded")
         page.locator('.exp-head .badge[data-status="succeeded"]').wait_for(timeout=90_000)
         assert run.wait(timeout=60) == 0
         texts = page.locator('#console .line[data-replica="master"] .text').all_inner_texts()
@@ -261,14 +296,20 @@ def test_the_stop_button_stops_a_running_experiment(page: Any, server: Server, f
         start_new_session=True,
     )
     try:
+        page.clock.install()
         page.goto(f"{server.url}/?q=sleepy")
+        page.get_by_text(re.compile(r"^\d+ experiments?$")).wait_for()  # loaded: its refresh is due
+        refresh_once(page, server, "/experiments?q=sleepy", running("sleepy"), ms=10_000)
         row = page.locator("#experiments tbody tr[data-id]").filter(has_text="sleepy")
         row.locator('.badge[data-status="running"]').wait_for(timeout=90_000)
         exp = row.get_attribute("data-id")
         page.goto(f"{server.url}/experiments/{exp}")
+        page.locator(".exp-head .badge").wait_for()  # loaded: its refresh is due
+        refresh_once(page, server, f"/experiments/{exp}", replica_runs("worker-0"))
         page.locator('#topology .replica.running[data-replica="worker-0"]').wait_for(timeout=90_000)
         page.once("dialog", lambda dialog: dialog.accept())
         page.click("button:has-text('Stop')")
+        refresh_once(page, server, f"/experiments/{exp}", lambda e: e["status"] == "stopped")
         page.locator('.exp-head .badge[data-status="stopped"]').wait_for(timeout=90_000)
         out, _ = run.communicate(timeout=90)
         assert run.returncode == 130 and json.loads(out)["status"] == "stopped"

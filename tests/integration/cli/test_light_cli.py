@@ -184,14 +184,7 @@ def test_run_detach_reports_the_files_mistakes_found_by_its_supervisor_with_stat
     its own: located lines, one error line, exit status 2, no traceback, no run folder left."""
     spec = tmp_path / "bad.yml"
     spec.write_text("version: 1\nkind: experiment\nrun:\n  cmdd: python -c pass\n")
-    env = {**os.environ, "PHALANX_HOME": str(phalanx_home)}
-    done = subprocess.run(
-        [sys.executable, "-m", "phalanx.cli.main", "run", "-f", str(spec), "--detach"],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=180,
-    )
+    done = phalanx_cli("run", "-f", spec, "--detach")  # in this process; the supervisor it starts is real
     assert done.returncode == 2, done.stderr
     assert f"{spec}:4:3: run.cmdd: unknown key; did you mean 'cmd'?" in done.stderr
     assert f"error: {spec} is not a valid experiment file (2 problems)" in done.stderr

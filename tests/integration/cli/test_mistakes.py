@@ -1,8 +1,9 @@
 """A careless user's mistakes: each one is `error: ...` (where, what, how to fix), exit status 2
 (1 for what is not the user's doing), no traceback, and nothing half-written.
 
-The commands run in this process (tests/support/cli.py); what needs a process of its own (an
-experiment that runs, a script, a supervisor to kill, a pipe closed under `phalanx run`) starts one."""
+The commands run in this process (tests/support/cli.py), `phalanx run` too where it only makes an
+experiment to read (its replica is a process); what needs a process of its own (a script, a
+supervisor to kill, a pipe closed under `phalanx run`) starts one."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from pathlib import Path
 
 import pytest
 from tests.support.cli import Done, phalanx_cli
+from tests.support.sandbox import wait_for
 
 from phalanx.cli import main as cli_main
 from phalanx.machine.ports import free_port
@@ -111,7 +113,8 @@ def test_server_refuses_a_port_in_use_an_unknown_host_and_a_bad_log_level(phalan
 
 
 def test_metrics_of_an_unknown_series_and_logs_as_yaml_are_errors(phalanx_home: Path, hello: Path) -> None:
-    assert phalanx_process("run", "-f", hello, "--experiment-id", "aaaaaaaaaaa1").returncode == 0
+    # the run in this process too: its replica is a real process (`run`'s own smoke is below)
+    assert phalanx_cli("run", "-f", hello, "--experiment-id", "aaaaaaaaaaa1").returncode == 0
     assert_user_error(phalanx_cli("metrics", "aaaa", "--series", "nope"), "has no metric series 'nope'")
     assert_user_error(phalanx_cli("logs", "aaaa", "-o", "yaml"), "use -o text, or -o json")
 
@@ -209,38 +212,42 @@ def test_stop_of_a_plain_script_ends_it_and_a_killed_one_is_marked_failed_and_ca
     phalanx_home: Path, tmp_path: Path
 ) -> None:
     import signal
-    import time
 
     script = tmp_path / "plain.py"
     script.write_text(
-        "import time\nfrom phalanx import Task\nTask.init(project_name='qa', task_name='plain')\n"
-        "print('up', flush=True)\ntime.sleep(120)\n"
+        "import time\nfrom phalanx import Task\ntask = Task.init(project_name='qa', task_name='plain')\n"
+        "print('up', task.id, flush=True)\ntime.sleep(120)\n"
     )
-    ids = []
-    for _ in range(2):
-        proc = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True)
-        assert proc.stdout is not None and proc.stdout.readline() == "up\n"
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            listed = phalanx_cli("ls", "-o", "json").stdout
-            found = [e["id"] for e in json.loads(listed) if e["id"] not in ids]
-            if found:
-                ids.append(found[0])
-                break
-            time.sleep(0.2)
-        if len(ids) == 1:
-            done = phalanx_cli("stop", ids[0])  # alive: SIGTERM, and it ends
-            assert done.returncode == 0, done.stderr
-            assert proc.wait(timeout=60) != 0
-        else:
-            proc.send_signal(signal.SIGKILL)  # killed: the next reader marks it failed, saying how
+    # both start at once (a Python start each): the first is stopped alive, the second killed
+    procs = [subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True) for _ in "ab"]
+    try:
+        ids = []
+        for proc in procs:
+            assert proc.stdout is not None
+            up, exp_id = proc.stdout.readline().split()
+            assert up == "up"
+            ids.append(exp_id)
+
+        def listed() -> bool:  # each script's ingester writes its experiment
+            return set(ids) <= {e["id"] for e in json.loads(phalanx_cli("ls", "-o", "json").stdout)}
+
+        wait_for(listed, what="the two scripts' experiments listed")
+        alive, killed = procs
+        done = phalanx_cli("stop", ids[0])  # alive: SIGTERM, and it ends
+        assert done.returncode == 0, done.stderr
+        assert alive.wait(timeout=60) != 0
+        killed.send_signal(signal.SIGKILL)  # killed: the next reader marks it failed, saying how
+        killed.wait(timeout=60)
+        followed = phalanx_cli("logs", "-f", ids[1])  # ends instead of following forever
+        assert followed.returncode == 0 and "up" in followed.stdout, followed.stderr
+        shown = json.loads(phalanx_cli("get", ids[1], "-o", "json").stdout)
+        assert shown["status"] == "failed"
+        assert "ended without recording its end" in shown["reason"]
+        assert phalanx_cli("delete", ids[1], "--yes").returncode == 0
+    finally:
+        for proc in procs:
+            proc.kill()
             proc.wait(timeout=60)
-            followed = phalanx_cli("logs", "-f", ids[1])  # ends instead of following forever
-            assert followed.returncode == 0 and "up" in followed.stdout, followed.stderr
-            shown = json.loads(phalanx_cli("get", ids[1], "-o", "json").stdout)
-            assert shown["status"] == "failed"
-            assert "ended without recording its end" in shown["reason"]
-            assert phalanx_cli("delete", ids[1], "--yes").returncode == 0
 
 
 def test_logs_follow_of_a_killed_plain_script_whose_ingester_died_too_marks_it_failed_and_ends(
@@ -294,7 +301,7 @@ def test_an_artifacts_url_fsspec_cannot_open_is_a_usage_error(phalanx_home: Path
 def test_ls_with_a_filter_matching_nothing_does_not_claim_there_are_no_experiments(
     phalanx_home: Path, hello: Path
 ) -> None:
-    assert phalanx_process("run", "-f", hello).returncode == 0
+    assert phalanx_cli("run", "-f", hello).returncode == 0  # in this process; its replica is real
     done = phalanx_cli("ls", "--project", "nope")
     assert done.returncode == 0
     assert "no experiments match" in done.stdout and "no experiments yet" not in done.stdout

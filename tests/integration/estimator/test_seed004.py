@@ -19,13 +19,12 @@ import json
 import os
 import shutil
 import signal
-import subprocess
-import sys
 import textwrap
 from pathlib import Path
 from typing import Any
 
 import pytest
+from tests.support.cli import phalanx_cli
 
 from phalanx import Experiment, PyTorch, Run
 from phalanx.config import Settings
@@ -36,7 +35,6 @@ from phalanx.spec.loader import load_spec_text
 from phalanx.store import open_store
 from phalanx.store.sql import SqlStore
 
-PHALANX = Path(sys.executable).parent / "phalanx"
 needs_mpirun = pytest.mark.skipif(shutil.which("mpirun") is None, reason="Open MPI is not installed")
 
 # Azure's "Track run metrics" calls, each rank saying who it is; also what it imported.
@@ -77,19 +75,14 @@ def seed_project(tmp_path: Path) -> Path:
     return src
 
 
-def phalanx(*args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
-    """The CLI in its own process group; on a timeout the whole group goes (no leaked replicas)."""
-    proc = subprocess.Popen(
-        [str(PHALANX), *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        start_new_session=True, env={**os.environ, "PYTHONUNBUFFERED": "1"},
-    )  # fmt: skip
-    try:
-        out, err = proc.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        out, err = proc.communicate()
-        pytest.fail(f"phalanx {' '.join(args)} ran over {timeout} s\n{out[-3000:]}\n{err[-3000:]}")
-    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+def shared_venvs(home: Path) -> None:
+    """``home``'s venvs folder is the machine's cache of test venvs, shared by every test run and
+    PHALANX_HOME ($PHALANX_TEST_VENVS, default ~/.cache/phalanx/venvs; see
+    tests/integration/examples/test_framework_examples.py): an environment is keyed by what it holds,
+    so only a machine's first run builds it."""
+    shared = Path(os.environ.get("PHALANX_TEST_VENVS", Path.home() / ".cache" / "phalanx" / "venvs"))
+    shared.mkdir(parents=True, exist_ok=True)
+    (home / "venvs").symlink_to(shared, target_is_directory=True)
 
 
 def ingested(home: Path) -> SqlStore:
@@ -170,7 +163,7 @@ def test_seed004s_mpi_call_is_horovod_with_torch_and_the_onnx_pieces(
     assert any(Path(p).name.startswith("horovod-0.28.1") for p in build.pip_packages), build.pip_packages
     prepared = prepare(spec, workdir=seed_project, dry=True)
     assert Path(prepared.context.python).parent.parent.parent == phalanx_home / "venvs"
-    dry = phalanx(
+    dry = phalanx_cli(  # in this process (tests/support/cli.py): a dry run starts nothing
         "run", "-f", _write(seed_project, pt_est.to_yaml()), "--workdir", str(seed_project), "--dry-run"
     )
     assert dry.returncode == 0, dry.stderr
@@ -194,7 +187,9 @@ def test_run_get_context_records_per_rank_in_a_build_venv_with_only_the_sdk_copy
     seed_project: Path, phalanx_home: Path
 ) -> None:
     """``build:`` makes a venv of its own: no SQLAlchemy, no Phalanx, only the standard-library SDK
-    copy on PYTHONPATH, where ``phalanx.Run`` is the SDK's class."""
+    copy on PYTHONPATH, where ``phalanx.Run`` is the SDK's class. The venv (a bare one: `build_steps:
+    ["true"]`) comes from the machine's cache of test venvs after its first build there."""
+    shared_venvs(phalanx_home)
     spec = seed_project.parent / "context.yml"
     spec.write_text(
         textwrap.dedent(
@@ -213,7 +208,7 @@ def test_run_get_context_records_per_rank_in_a_build_venv_with_only_the_sdk_copy
             """
         )
     )
-    done = phalanx("run", "-f", str(spec), "--workdir", str(seed_project))
+    done = phalanx_cli("run", "-f", spec, "--workdir", seed_project)  # in this process: the replicas are real
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     seen = context_lines(done.stdout)
     assert len(seen) == 2, done.stdout[-3000:]
@@ -268,7 +263,7 @@ def test_a_failed_mpi_ranks_reason_is_its_own_traceback(seed_project: Path, phal
         "version: 1\nkind: experiment\nname: mpi-fail\nframework: pytorch\nbackend: mpi\n"
         "environment:\n  replicas:\n    n_workers: 1\nrun:\n  cmd: python fail.py\n"
     )
-    done = phalanx("run", "-f", str(spec), "--workdir", str(seed_project))
+    done = phalanx_cli("run", "-f", spec, "--workdir", seed_project)  # in this process: mpirun is real
     assert done.returncode != 0
     exp = only_experiment(ingested(phalanx_home))
     assert exp.status is ExperimentStatus.FAILED
@@ -325,9 +320,7 @@ def test_horovod_seed_trains_and_exports_onnx(seed_project: Path, phalanx_home: 
     Horovod example test, this test builds it when it is absent (a lock makes concurrent tests wait
     for one build), so the budget below allows for it. The experiment's venv (torch, numpy, the
     ONNX pieces, the wheel) is cached in the shared test venvs folder the example tests use."""
-    shared = Path(os.environ.get("PHALANX_TEST_VENVS", Path.home() / ".cache" / "phalanx" / "venvs"))
-    shared.mkdir(parents=True, exist_ok=True)
-    (phalanx_home / "venvs").symlink_to(shared, target_is_directory=True)
+    shared_venvs(phalanx_home)
     (seed_project / "train.py").write_text(textwrap.dedent(HOROVOD_SCRIPT))
     pt_est = PyTorch(
         source_directory=str(seed_project),
@@ -377,9 +370,7 @@ def test_pytorch_estimator_with_its_own_packages_still_has_torch_and_exports_onn
     """``pip_packages=['scikit-learn']`` builds a venv; it still holds torch 2.13.0 and what
     save_model's ONNX export and check import (it once had no torch at all). The venv is cached in
     the shared test venvs folder, so only a machine's first run builds it (about a minute)."""
-    shared = Path(os.environ.get("PHALANX_TEST_VENVS", Path.home() / ".cache" / "phalanx" / "venvs"))
-    shared.mkdir(parents=True, exist_ok=True)
-    (phalanx_home / "venvs").symlink_to(shared, target_is_directory=True)
+    shared_venvs(phalanx_home)
     (seed_project / "train.py").write_text(textwrap.dedent(SKLEARN_SCRIPT))
     est = PyTorch(seed_project, entry_script="train.py", pip_packages=["scikit-learn"])
     run = Experiment("sklearn", project="seed004").submit(est)

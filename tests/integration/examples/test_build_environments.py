@@ -12,6 +12,7 @@ from pathlib import Path
 
 from tests.integration.install.test_buildenv import write_wheel
 from tests.support.cli import phalanx_cli
+from tests.support.sandbox import wait_gone
 
 from .test_framework_examples import phalanx
 
@@ -68,7 +69,7 @@ def test_a_package_pip_cannot_find_is_refused_with_pip_words_and_nothing_left(
     phalanx_home: Path, tmp_path: Path
 ) -> None:
     path = experiment_file(tmp_path, ["surely-not-a-package-phalanx==0.0.1"])
-    done = phalanx("run", "-f", str(path), timeout=300)
+    done = phalanx_cli("run", "-f", path)  # in this process: a refusal (the run smoke is the test above)
     assert done.returncode == 2, done.stdout + done.stderr
     assert "No matching distribution found for surely-not-a-package-phalanx" in done.stderr
     # the foreground run printed pip's lines as they came, as the console's source `build`
@@ -105,7 +106,8 @@ def test_an_experiment_exists_before_its_environment_is_built_and_detach_does_no
         fcntl.flock(lock, fcntl.LOCK_EX)
         done = phalanx("run", "--detach", "-o", "json", "-f", str(path), timeout=120)
         assert done.returncode == 0, done.stdout + done.stderr
-        exp_id = json.loads(done.stdout)["id"]
+        started = json.loads(done.stdout)
+        exp_id = started["id"]
         (listed,) = json.loads(phalanx_cli("ls", "-o", "json").stdout)
         assert (listed["id"], listed["status"]) == (exp_id, "building")
         fcntl.flock(lock, fcntl.LOCK_UN)
@@ -115,6 +117,7 @@ def test_an_experiment_exists_before_its_environment_is_built_and_detach_does_no
     assert f"[build] waiting for another experiment's build of environment {key}" in logs.stdout, logs.stdout
     (ended,) = json.loads(phalanx_cli("ls", "-o", "json").stdout)
     assert ended["status"] == "succeeded", ended
+    wait_gone(started["supervisor_pid"], timeout=120)  # it has recorded the end: now it exits
     log = (phalanx_home / "runs" / exp_id / "supervisor.log").read_text()
     assert "building its environment" in log and "environment ready" in log, log
 
@@ -122,7 +125,7 @@ def test_an_experiment_exists_before_its_environment_is_built_and_detach_does_no
 def test_an_unpinned_torch_is_refused_before_anything_starts(phalanx_home: Path, tmp_path: Path) -> None:
     path = experiment_file(tmp_path, ["torch>=2"])
     for extra in ([], ["--dry-run"]):
-        done = phalanx("run", "-f", str(path), *extra, timeout=60)
+        done = phalanx_cli("run", "-f", path, *extra)  # in this process: refused before anything starts
         assert done.returncode == 2, done.stdout + done.stderr
         assert "torch==2.13.0" in done.stderr and "Traceback" not in done.stderr
     for folder in (phalanx_home / "venvs", phalanx_home / "spool"):  # nothing built, nothing started

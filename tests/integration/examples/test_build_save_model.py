@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from tests.support.cli import phalanx_cli
 
-from .test_framework_examples import home, phalanx
+from .test_framework_examples import home
 
 __all__ = ["home"]  # the fixture: PHALANX_HOME with the shared venv cache
 
@@ -45,7 +45,7 @@ def test_an_experiment_with_a_build_section_saves_an_onnx_model(home: Path, tmp_
         f"version: 1\nkind: experiment\nname: build-model\nbuild:\n  pip_packages:\n{packages}"
         "run:\n  cmd: python train.py\n"
     )
-    done = phalanx("run", "-f", str(spec), "-o", "json", timeout=840)
+    done = phalanx_cli("run", "-f", spec, "-o", "json")  # in this process: its replica is a real process
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     exp_id = json.loads(done.stdout)["id"]
     logs = phalanx_cli("logs", exp_id).stdout

@@ -130,14 +130,15 @@ def final_accuracies(exp_id: str) -> dict[str, float]:
 def test_tensorflow_multi_worker_mirrored_trains_in_its_own_venv_on_one_core_each(
     home: Path, tmp_path: Path
 ) -> None:
-    # 100 a replica (a global batch of 300): 8 collective steps an epoch instead of 25, still >= 0.95
+    # 100 a replica (a global batch of 300): 8 collective steps an epoch instead of 25; 2 epochs score
+    # 0.965 (0.927 after the first), well above the 0.9 asked (each epoch is seconds of collectives)
     exp_id, _ = run_example(
-        "tensorflow-mwms", "--param", "epochs=3", "--param", "batch_size=100", folder=tmp_path
+        "tensorflow-mwms", "--param", "epochs=2", "--param", "batch_size=100", folder=tmp_path
     )
     assert experiment(exp_id)["status"] == "succeeded"
     series = accuracy_series(exp_id)
     assert list(series) == ["test"]
-    assert len(series["test"]["values"]) == 3  # one point per epoch, reported by the chief only
+    assert len(series["test"]["values"]) == 2  # one point per epoch, reported by the chief only
     assert series["test"]["values"][-1] >= 0.9
     loss = json.loads(phalanx_cli("metrics", exp_id, "--title", "loss", "-o", "json").stdout)["loss"]
     assert sorted(loss) == ["chief-0", "worker-0", "worker-1"]  # every replica reported its own series
@@ -199,9 +200,10 @@ def test_horovod_example_trains_on_two_ranks_with_the_same_accuracy_and_per_rank
 
 
 def phalanx_horovod() -> tuple[str, subprocess.CompletedProcess[str]]:
-    # the Horovod build may run first on a fresh machine: allow for it
+    # the Horovod build may run first on a fresh machine: allow for it. 3 epochs score 0.964 (0.896
+    # after the first), above the 0.9 asked; each epoch costs seconds on a loaded machine.
     done = phalanx(
-        "run", "-f", str(EXAMPLES / "horovod" / "polyaxonfile.yml"), "--param", "epochs=5", timeout=2400
+        "run", "-f", str(EXAMPLES / "horovod" / "polyaxonfile.yml"), "--param", "epochs=3", timeout=2400
     )
     output = done.stdout + done.stderr
     assert done.returncode == 0, f"phalanx run horovod exited {done.returncode}:\n{output[-6000:]}"

@@ -108,9 +108,15 @@ def test_the_base_install_pulls_no_heavy_extra_and_ships_no_test_code(venv: Path
     assert not [p for p in package.rglob("*.py") if "import pytest" in p.read_text()]
 
 
-def test_run_and_tracking_work_in_the_base_install(venv: Path, tmp_path: Path) -> None:
-    home = tmp_path / "home"
-    work = tmp_path / "exp"
+Tracked = tuple[Path, subprocess.CompletedProcess[str]]  # a home, and the `phalanx run` that filled it
+
+
+@pytest.fixture(scope="module")
+def tracked(venv: Path, tmp_path_factory: pytest.TempPathFactory) -> Tracked:
+    """One experiment run and tracked by the base install's `phalanx run`: (its home, the run)."""
+    base = tmp_path_factory.mktemp("tracked")
+    home = base / "home"
+    work = base / "exp"
     work.mkdir()
     (work / "train.py").write_text(
         textwrap.dedent(
@@ -128,7 +134,11 @@ def test_run_and_tracking_work_in_the_base_install(venv: Path, tmp_path: Path) -
     (work / "polyaxonfile.yml").write_text(
         "version: 1\nkind: experiment\nname: light\nproject: install\nrun:\n  cmd: python train.py\n"
     )
-    done = phalanx(venv, home, "run", "-f", str(work / "polyaxonfile.yml"))
+    return home, phalanx(venv, home, "run", "-f", str(work / "polyaxonfile.yml"))
+
+
+def test_run_and_tracking_work_in_the_base_install(venv: Path, tracked: Tracked) -> None:
+    home, done = tracked
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     [exp] = json.loads(phalanx(venv, home, "ls", "-o", "json").stdout)
     assert exp["status"] == "succeeded"
@@ -148,17 +158,20 @@ def test_run_and_tracking_work_in_the_base_install(venv: Path, tmp_path: Path) -
     ],
 )
 def test_a_command_without_its_extra_names_the_pip_command(
-    venv: Path, tmp_path: Path, extra: str, args: tuple[str, ...], env: dict[str, str]
+    venv: Path,
+    request: pytest.FixtureRequest,
+    tmp_path: Path,
+    extra: str,
+    args: tuple[str, ...],
+    env: dict[str, str],
 ) -> None:
     home = tmp_path / "home"
     spec = tmp_path / "polyaxonfile.yml"
     spec.write_text("version: 1\nkind: experiment\nrun:\n  cmd: python -c pass\n")
     exp_id = ""
-    if extra == "plot":  # an experiment with a scalar to draw
-        script = tmp_path / "one.py"
-        script.write_text("import phalanx\nphalanx.log_metrics(step=0, loss=1.0)\n")
-        spec.write_text(f"version: 1\nkind: experiment\nrun:\n  cmd: python {script}\n")
-        assert phalanx(venv, home, "run", "-f", str(spec)).returncode == 0
+    if extra == "plot":  # an experiment with a scalar to draw: the one the base install tracked
+        home, done = request.getfixturevalue("tracked")
+        assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
         exp_id = json.loads(phalanx(venv, home, "ls", "-o", "json").stdout)[0]["id"]
     if extra == "kubernetes":
         added = phalanx(

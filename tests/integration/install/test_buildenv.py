@@ -130,29 +130,27 @@ def test_a_failed_install_raises_with_pip_lines_and_leaves_nothing(tmp_path: Pat
 
 
 def test_a_failed_build_step_names_the_step(tmp_path: Path) -> None:
-    wheel = write_wheel(tmp_path / "wheels")
-    build = tiny_build(wheel, build_steps=("echo about to fail; exit 3",))
+    # build steps alone (no package to install first): the venv is made, the step fails, none is kept
+    build = Build(build_steps=("echo about to fail; exit 3",), env_vars=OFFLINE)
     with pytest.raises(UsageError, match=r"build_steps\[0\].*exit status 3") as err:
         ensure_env(build, tmp_path, tmp_path / "venvs")
     assert "about to fail" in str(err.value)
     assert list_envs(tmp_path / "venvs") == []
 
 
-def test_a_killed_build_is_swept_and_rebuilt(tmp_path: Path) -> None:
-    wheel = write_wheel(tmp_path / "wheels")
-    build = tiny_build(wheel)
-    venvs = tmp_path / "venvs"
-    stale = venvs / f".build-{env_hash(build, tmp_path)}-killed"
-    (stale / "bin").mkdir(parents=True)  # what a SIGKILLed builder leaves: a folder, no published link
-    python = ensure_env(build, tmp_path, venvs)
-    assert run_python(python, "import tinypkg").returncode == 0
-    assert not stale.exists()
-
-
-def test_concurrent_builders_build_once(tmp_path: Path) -> None:
+def test_concurrent_builders_sweep_a_killed_build_build_once_and_remove_env_deletes_the_result(
+    tmp_path: Path,
+) -> None:
+    """One environment's life, one build (a venv costs seconds of pip): what a SIGKILLed builder
+    left is swept, three builders at once build it once, and remove_env deletes it."""
     wheel = write_wheel(tmp_path / "wheels")
     counter = tmp_path / "builds.txt"
     venvs = tmp_path / "venvs"
+    # the builders' Build is this one plus a step that counts the builds: its key is theirs
+    counted = tiny_build(wheel, build_steps=(f"echo built >> {counter}",))
+    key = env_hash(counted, tmp_path)
+    stale = venvs / f".build-{key}-killed"
+    (stale / "bin").mkdir(parents=True)  # what a SIGKILLed builder leaves: a folder, no published link
     script = (
         "import sys; from pathlib import Path; from phalanx.buildenv import ensure_env;"
         "from phalanx.spec.model import Build;"
@@ -167,16 +165,16 @@ def test_concurrent_builders_build_once(tmp_path: Path) -> None:
     assert [p.returncode for p in procs] == [0, 0, 0]
     assert len(set(outputs)) == 1
     assert counter.read_text().splitlines() == ["built"]
-
-
-def test_remove_env_deletes_the_venv_and_its_folder(tmp_path: Path) -> None:
-    wheel = write_wheel(tmp_path / "wheels")
-    build = tiny_build(wheel)
-    venvs = tmp_path / "venvs"
-    python = ensure_env(build, tmp_path, venvs)
+    # the killed build's folder was swept, and the environment rebuilt in its place works
+    python = ensure_env(counted, tmp_path, venvs)
+    assert str(python) == outputs[0]
+    assert run_python(python, "import tinypkg").returncode == 0
+    assert not stale.exists()
+    assert counter.read_text().splitlines() == ["built"]  # (ensure_env here found it built)
+    # remove_env by a prefix of its key: the link, the venv's folder and its python go
     folder = python.parent.parent.resolve()
-    removed = remove_env(venvs, env_hash(build, tmp_path)[:6])
-    assert removed == venvs / env_hash(build, tmp_path)
+    removed = remove_env(venvs, key[:6])
+    assert removed == venvs / key
     assert not folder.exists() and not python.exists()
     assert list_envs(venvs) == []
     with pytest.raises(NotFound):

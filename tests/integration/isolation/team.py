@@ -19,8 +19,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tests.integration.server.serverproc import PHALANX, Server, clean_env, start_server, stop_server
-from tests.integration.server.test_submit import supervisors_gone
+from tests.integration.server.serverproc import (
+    PHALANX,
+    Server,
+    clean_env,
+    start_server,
+    stop_server,
+    supervisors_gone,
+)
 from tests.support import s3 as s3_support
 from tests.support.s3 import S3Server
 

@@ -53,5 +53,5 @@ def test_a_resume_after_an_edit_records_the_code_that_succeeded(phalanx: Phalanx
     assert old.returncode == 1, old.stderr[-2000:]
     assert "version one" in [line.text for line in store.logs(json.loads(old.stdout)["id"])]
 
-    missing = phalanx.run("rerun", exp_id, "--attempt", "7")
+    missing = phalanx.cli("rerun", exp_id, "--attempt", "7")  # refused: in this process
     assert missing.returncode == 2 and "attempt 7" in missing.stderr and "Traceback" not in missing.stderr

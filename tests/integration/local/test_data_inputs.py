@@ -72,7 +72,7 @@ def test_a_missing_dataset_or_datastore_stops_the_run_before_anything_starts(pha
         ("[{name: d, datastore: nowhere}]", "phalanx datastore add nowhere URL"),
     ):
         text = f"version: 1\nkind: experiment\ninputs: {inputs}\nrun:\n  cmd: echo {{{{ inputs.d }}}}\n"
-        result = phalanx.run("run", "-f", str(phalanx.spec(text)))
+        result = phalanx.cli("run", "-f", str(phalanx.spec(text)))  # refused: in this process
         assert result.returncode == 2, result.stderr
         assert "Traceback" not in result.stderr and fix in result.stderr, result.stderr
     assert phalanx.store().list_experiments().items == []  # nothing recorded, nothing started
@@ -94,12 +94,12 @@ def test_a_changed_file_is_refused_and_a_new_version_runs(phalanx: Phalanx) -> N
         """
     )
     (data / "a.txt").write_text("two\n")  # changed after tiny@1 was recorded
-    refused = phalanx.run("run", "-f", str(spec))
+    refused = phalanx.cli("run", "-f", str(spec))  # refused: in this process
     assert refused.returncode == 2 and "'a.txt' changed since the version was recorded" in refused.stderr
     assert phalanx.store().list_experiments().items == []
-    added = phalanx.run("data", "add", "tiny", str(data), "--json")
+    added = phalanx.cli("data", "add", "tiny", str(data), "--json")  # (the first `data add` is real)
     assert json.loads(added.stdout)["ref"] == "tiny@2"
-    ok = phalanx.run("run", "-f", str(spec), "--param", "unused=1", "--extra-params")
+    ok = phalanx.cli("run", "-f", str(spec), "--param", "unused=1", "--extra-params")
     assert ok.returncode == 2  # tiny@1 is pinned in the file: still refused
     spec.write_text(spec.read_text().replace("tiny@1", "tiny@latest"))
     ran = phalanx.run("run", "-f", str(spec))

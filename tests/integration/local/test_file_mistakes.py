@@ -16,7 +16,7 @@ def test_several_files_are_refused_instead_of_the_last_silently_winning(phalanx:
     a = phalanx.spec(FILE, name="a.yml")
     b = phalanx.spec(FILE, name="b.yml")
     for command in (("run",), ("check",), ("group", "run")):
-        done = phalanx.run(*command, "-f", str(a), "--file", str(b))
+        done = phalanx.cli(*command, "-f", str(a), "--file", str(b))  # refused: in this process
         assert done.returncode == 2, (command, done.stdout)
         assert (
             f"-f given 2 times ({a}, {b})" in done.stderr

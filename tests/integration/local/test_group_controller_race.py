@@ -55,14 +55,43 @@ def _resume(home: str, group_id: str, stderr: str) -> None:
     main(["group", "resume", group_id])
 
 
+# The CLI and Optuna, and what a `group resume` imports on its way (the launcher, Optuna's RDB
+# storage and its Alembic migrations, pydantic's lazy modules): imported in the fork server, a race
+# costs each child about 1 s of CPU instead of 2. A name that no longer exists is skipped (the fork
+# server ignores a preload's ImportError).
+PRELOAD = [
+    "phalanx.cli.main",
+    "phalanx.cli.group",
+    "phalanx.groups.controller",
+    "optuna",
+    "phalanx.groups.launching",
+    "phalanx.runner.detached",
+    "phalanx.supervisor",
+    "phalanx.cli.lean",
+    "phalanx.machine.locks",
+    "phalanx.machine.ports",
+    "phalanx.tracking.tensorboard",
+    "optuna.storages._rdb.storage",
+    "optuna.storages._rdb.models",
+    "alembic.command",
+    "alembic.migration",
+    "alembic.script",
+    "pydantic.main",
+    "pydantic.type_adapter",
+    "pydantic.types",
+    "numpy.random",
+    "typer._adapters",
+    "typer._click.decorators",
+]
+
+
 def _fork_server(monkeypatch: pytest.MonkeyPatch) -> Any:
     """Children forked from a fork server that imported the CLI and Optuna (a race costs no
     start-up) and runs no thread: a fork of pytest itself, after other tests left threads in it,
     could inherit a lock one of them held (an import's) and hang. Started outside the test's home,
     so it is not a process left behind under it."""
     ctx = multiprocessing.get_context("forkserver")
-    preload = ["phalanx.cli.main", "phalanx.cli.group", "phalanx.groups.controller", "optuna"]
-    ctx.set_forkserver_preload(preload)
+    ctx.set_forkserver_preload(PRELOAD)
     with monkeypatch.context() as m:
         m.delenv("PHALANX_HOME")
         from multiprocessing import forkserver

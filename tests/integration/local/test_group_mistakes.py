@@ -69,7 +69,7 @@ def test_resume_of_a_finished_group_is_a_mistake_with_what_to_do(phalanx: Phalan
     done = phalanx.run("group", "run", "-f", str(path), "--json", timeout=120)
     assert done.returncode == 0, done.stderr
     group_id = json.loads(done.stdout)["id"]
-    again = phalanx.run("group", "resume", group_id)
+    again = phalanx.cli("group", "resume", group_id)  # refused: in this process
     assert again.returncode == 2, again.stdout
     assert f"group {group_id} already succeeded: nothing to resume" in again.stderr
     assert f"`phalanx group run -f {path}` starts a new search" in again.stderr

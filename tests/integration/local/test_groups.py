@@ -15,6 +15,8 @@ from typing import Any
 import pytest
 from tests.integration.local.conftest import Phalanx, experiment_pids, wait_for
 
+from phalanx.errors import NotFound
+
 pytest.importorskip("optuna")
 
 TRAIN = """\
@@ -104,9 +106,12 @@ def test_random_search_runs_six_two_replica_trials_two_at_a_time(phalanx: Phalan
 
 
 def test_successive_halving_prunes_and_every_replica_of_a_pruned_trial_is_gone(phalanx: Phalanx) -> None:
+    # seed 5: the grid runs in the file's order, the best (0.1) first, so that one runs its 60
+    # steps and the three after it are pruned at their first rung (seed 1 ran three whole trials
+    # before the one it pruned)
     path = group_file(
         phalanx,
-        "  concurrency: 1\n  grid_search: {}\n  seed: 1\n"
+        "  concurrency: 1\n  grid_search: {}\n  seed: 5\n"
         "  metric: {name: loss, optimization: minimize}\n"
         "  pruning: {kind: successive_halving, min_resource: 2, reduction_factor: 2}\n"
         "  matrix:\n    x: {values: [0.1, 0.9, 0.2, 0.8]}\n",
@@ -150,14 +155,25 @@ def test_a_controller_killed_mid_search_is_resumed_without_repeating_a_trial(pha
     controller = phalanx.start("group", "run", "-f", str(path))
     store = phalanx.store()
 
+    def running(experiment_id: str) -> bool:
+        try:
+            return bool(store.get_experiment(experiment_id).status == "running")
+        except NotFound:
+            return False
+
     def finished_and_running() -> bool:
+        """A trial finished and `concurrency` (2) run, their experiments running: the controller
+        only watches until one ends, so the kill lands between launches, not in one (a resume
+        waits LAUNCH_TIMEOUT, 180 s, for a launch a killed controller left half-begun)."""
         groups = store.list_groups()
         if not groups:
             return False
         trials = store.list_trials(groups[0].id)
-        return sum(t.state == "done" for t in trials) >= 1 and any(t.state == "running" for t in trials)
+        live = [t for t in trials if t.state == "running"]
+        done = sum(t.state == "done" for t in trials)
+        return done >= 1 and len(live) == 2 and all(running(t.experiment_id) for t in live)
 
-    wait_for(finished_and_running, timeout=180, what="one finished trial and one running")
+    wait_for(finished_and_running, timeout=180, what="one finished trial and two running")
     controller.send_signal(signal.SIGKILL)
     controller.communicate(timeout=30)
     group_id = only_group(phalanx)
@@ -177,7 +193,7 @@ def test_a_controller_killed_mid_search_is_resumed_without_repeating_a_trial(pha
     # exactly the values an uninterrupted search with the same seed proposes: the resumed
     # controller opened the same study and seeded trial N's sampling from (seed, N), no replay
     assert [t["params"] for t in doc["trials"]] == uninterrupted(path, 5)
-    again = phalanx.run("group", "resume", group_id)
+    again = phalanx.cli("group", "resume", group_id)  # refused: in this process
     assert again.returncode == 2 and "already succeeded: nothing to resume" in again.stderr
 
 
@@ -209,7 +225,7 @@ def test_bad_group_files_are_located_errors_and_nothing_is_recorded(phalanx: Pha
         phalanx,
         "  random_search: {n_experiments: 2}\n  matrix:\n    x: {unifrom: 0:1}\n    xs: {values: [1, 2]}\n",
     )
-    bad = phalanx.run("group", "run", "-f", str(path))
+    bad = phalanx.cli("group", "run", "-f", str(path))  # refused: in this process
     assert bad.returncode == 2
     assert f"{path}:10:9: hptuning.matrix.x.unifrom: unknown distribution 'unifrom'" in bad.stderr
     assert (

@@ -81,7 +81,7 @@ def test_param_values_reach_the_command_as_one_argument_and_get_shows_the_launch
 
 def test_a_misspelt_param_is_refused_with_a_hint_unless_extras_are_asked_for(phalanx: Phalanx) -> None:
     spec = phalanx.spec("version: 1\nkind: experiment\nparams: {lr: 0.1}\nrun:\n  cmd: echo {{ lr }}\n")
-    done = phalanx.run("run", "-f", str(spec), "--param", "lrr=0.5")
+    done = phalanx.cli("run", "-f", str(spec), "--param", "lrr=0.5")  # refused: in this process
     assert done.returncode == 2
     assert "--param lrr:" in done.stderr and "did you mean 'lr'?" in done.stderr
     assert "Traceback" not in done.stderr and not (phalanx.home / "runs").exists()
@@ -104,7 +104,7 @@ def test_a_failed_cluster_submit_announces_no_experiment_and_leaves_no_folder(ph
     shared.mkdir()
     conf = phalanx.tmp / "slurm.conf"
     conf.write_text("# no ClusterName: sbatch refuses at once\n")
-    added = phalanx.run(
+    added = phalanx.cli(  # in this process: it only records the cluster
         "cluster", "add", "bad", "--kind", "slurm", "--shared-dir", str(shared), "--slurm-conf", str(conf)
     )
     assert added.returncode == 0, added.stderr

@@ -52,17 +52,22 @@ def test_a_projects_secret_reaches_its_replicas_and_is_written_nowhere(
     )
     assert told.returncode == 0, told.stderr
     consoles = told.stdout + told.stderr
-    for project in ("vision", "nlp"):
-        done = subprocess.run(
+    runs = [  # both projects' experiments at once
+        subprocess.Popen(
             [*PHALANX, "run", "-f", str(_spec(phalanx, project, script)), "-o", "json"],
             env=env,
-            capture_output=True,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
             text=True,
-            timeout=240,
             cwd=tmp_path,
         )
-        assert done.returncode == 0, done.stderr
-        consoles += done.stdout + done.stderr
+        for project in ("vision", "nlp")
+    ]
+    phalanx.started.extend(runs)  # killed at teardown if one hangs
+    for run in runs:
+        stdout, stderr = run.communicate(timeout=240)
+        assert run.returncode == 0, stderr
+        consoles += stdout + stderr
     listed = subprocess.run([*PHALANX, "secret", "ls", "-o", "json"], env=env, capture_output=True, text=True)
     consoles += listed.stdout + listed.stderr
     assert '"name": "S3_SECRET_KEY"' in listed.stdout

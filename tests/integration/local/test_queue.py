@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from tests.support.cli import Done, phalanx_cli
 
 from phalanx.domain import ExperimentStatus
 
@@ -89,6 +90,18 @@ class Machine:
         out, err = proc.communicate(timeout=timeout)
         return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
 
+    def cli(self, *args: str) -> Done:
+        """`phalanx ARGS` in this process (tests/support/cli.py: a command that reads, refuses or
+        stops), on the same two-core view: the calling thread's CPU affinity (what the commands
+        read) is the two cores for the call."""
+        before = os.sched_getaffinity(0)
+        os.sched_setaffinity(0, CORES)
+        try:
+            unset: dict[str, str | None] = {k: None for k in os.environ if k not in self.env}
+            return phalanx_cli(*args, env={**unset, **self.env}, cwd=self.phalanx.tmp)
+        finally:
+            os.sched_setaffinity(0, before)
+
     def release(self) -> None:
         (self.probe / "release").touch()
 
@@ -147,11 +160,11 @@ def test_two_experiments_that_each_need_both_cores_run_one_after_the_other(machi
     second = machine.start("run", "-f", str(spec))
     running, queued = machine.one_running_one_queued()
     wait_for(lambda: (machine.probe / f"{running}-worker-0").exists(), what="the first's replicas")
-    doc = json.loads(machine.run("queue", "-o", "json").stdout)
+    doc = json.loads(machine.cli("queue", "-o", "json").stdout)
     assert [r["experiment_id"] for r in doc["running"]] == [running]
     waiting = [(r["experiment_id"], r["position"], r["needs"]["cpus"]) for r in doc["queued"]]
     assert waiting == [(queued, 1, 2)]
-    shown = machine.run("get", queued).stdout
+    shown = machine.run("get", queued).stdout  # a real `phalanx get` (its smoke in this folder)
     assert "status:    queued" in shown and "position 1 of 1, priority 0, needs 2 cores" in shown
     assert not list(machine.probe.glob(f"{queued}-*"))  # nothing of the second started
     machine.release()
@@ -215,7 +228,7 @@ def test_twelve_detached_experiments_all_run_in_priority_order(machine: Machine)
     assert blocker.poll() is None
     statuses = machine.statuses()
     assert all(statuses[i] is ExperimentStatus.QUEUED for i in ids), statuses
-    doc = json.loads(machine.run("queue", "-o", "json").stdout)
+    doc = json.loads(machine.cli("queue", "-o", "json").stdout)
     assert [ids[r["experiment_id"]] for r in doc["queued"]] == sorted(priorities, reverse=True)
     machine.release()
     blocker.communicate(timeout=120)
@@ -272,21 +285,14 @@ def test_a_killed_waiting_run_leaves_no_entry_and_no_queued_experiment(machine: 
     )
     waiter.send_signal(signal.SIGKILL)
     waiter.communicate(timeout=30)
-    doc = json.loads(machine.run("queue", "-o", "json").stdout)
+    doc = json.loads(machine.cli("queue", "-o", "json").stdout)
     assert doc["queued"] == []
     assert all(e["experiment_id"] != waiting for e in machine.ledger())
-    got = json.loads(machine.run("get", waiting, "-o", "json").stdout)
+    got = json.loads(machine.cli("get", waiting, "-o", "json").stdout)
     assert got["status"] == "stopped" and "queued" in got["reason"]
     machine.release()
     holder.communicate(timeout=120)
     assert machine.ledger() == []
-
-
-def _api(url: str, method: str = "GET") -> Any:
-    import urllib.request
-
-    with urllib.request.urlopen(urllib.request.Request(url, method=method), timeout=30) as r:
-        return json.load(r)
 
 
 @pytest.mark.parametrize("how", ["phalanx stop", "ctrl-c", "api"])
@@ -299,21 +305,24 @@ def test_stopping_a_queued_experiment_takes_it_out_of_the_queue(machine: Machine
         lambda: _with(machine.statuses(), ExperimentStatus.QUEUED), what="the second queued"
     )
     if how == "phalanx stop":
-        stopped = machine.run("stop", waiting)
+        stopped = machine.cli("stop", waiting)
         assert stopped.returncode == 0 and "stopped" in stopped.stdout, stopped.stderr
     elif how == "ctrl-c":
         waiter.send_signal(signal.SIGINT)
-    else:
-        from tests.integration.server.serverproc import start_server, stop_server
+    else:  # the server's app in this process (a real `phalanx server` is tests/integration/server's)
+        from fastapi.testclient import TestClient
 
-        server = start_server(machine.phalanx.home)
-        try:
-            shown = _api(f"{server.url}/api/v1/experiments?status=queued")["items"]
+        from phalanx.config import Settings
+        from phalanx.server.app import create_app
+        from phalanx.server.settings import ServerSettings
+
+        server = ServerSettings(store=Settings(home=machine.phalanx.home))
+        app = create_app(server, machine.phalanx.store())
+        with TestClient(app, base_url="http://127.0.0.1:8000") as api:
+            shown = api.get("/api/v1/experiments?status=queued").json()["items"]
             assert [e["id"] for e in shown] == [waiting] and shown[0]["status"] == "queued"
-            assert _api(f"{server.url}/api/v1/experiments/{waiting}/stop", method="POST")["stop_requested"]
+            assert api.post(f"/api/v1/experiments/{waiting}/stop").json()["stop_requested"]
             waiter.wait(timeout=60)
-        finally:
-            stop_server(server.proc)
     _, err = waiter.communicate(timeout=60)
     assert waiter.returncode == 130, err
     exp = machine.experiments()[waiting]
@@ -334,11 +343,11 @@ def test_no_wait_refuses_and_names_what_is_busy(machine: Machine) -> None:
     (running,) = wait_for(
         lambda: _with(machine.statuses(), ExperimentStatus.RUNNING), what="the first running"
     )
-    refused = machine.run("run", "-f", str(spec), "--no-wait")
+    refused = machine.cli("run", "-f", str(spec), "--no-wait")  # refused: in this process
     assert refused.returncode == 2
     assert running in refused.stderr and "2 cores" in refused.stderr and "Traceback" not in refused.stderr
     assert "needs 2 cores (cores from the cpu limits)" in refused.stderr  # names what it counted
-    detached = machine.run("run", "-f", str(spec), "--no-wait", "--detach")
+    detached = machine.run("run", "-f", str(spec), "--no-wait", "--detach")  # a real `phalanx run`
     assert detached.returncode == 2 and running in detached.stderr
     assert list(machine.statuses()) == [running]  # nothing recorded for the refused ones
     machine.release()

@@ -44,7 +44,7 @@ def test_a_refused_rerun_writes_nothing_and_extra_params_survive_resume_and_reru
     before = sorted(p.name for p in runs.iterdir())
     count = store.list_experiments().total
 
-    typo = phalanx.run("rerun", exp_id, "--param", "epcohs=3")
+    typo = phalanx.cli("rerun", exp_id, "--param", "epcohs=3")  # refused: in this process
     assert typo.returncode == 2 and "did you mean 'epochs'?" in typo.stderr, typo.stderr
     assert "Traceback" not in typo.stderr
     assert sorted(p.name for p in runs.iterdir()) == before  # no half-written run folder
@@ -61,7 +61,7 @@ def test_a_refused_rerun_writes_nothing_and_extra_params_survive_resume_and_reru
     assert again.stderr.count("replicas, local)") == 1 and f"rerun of {exp_id}" in again.stderr
     assert "the snapshot left out data/: the rerun runs without them" in again.stderr, again.stderr
     # a name only the rerun adds is checked as `phalanx run` checks it, and --extra-params lets it in
-    assert phalanx.run("rerun", exp_id, "--param", "seed=1").returncode == 2
+    assert phalanx.cli("rerun", exp_id, "--param", "seed=1").returncode == 2
     more = phalanx.run("rerun", exp_id, "--param", "seed=1", "--extra-params", "-o", "json")
     assert more.returncode == 0, more.stderr[-2000:]
     assert store.get_experiment(json.loads(more.stdout)["id"]).plan["params"]["seed"] == 1
@@ -78,10 +78,10 @@ def test_resume_of_a_plain_script_run_does_not_point_to_a_rerun_that_would_refus
     subprocess.run([sys.executable, str(script)], env=quiet, check=True, timeout=120)
     assert phalanx.cli("ls").returncode == 0  # a phalanx command ingests what the script spooled
     exp_id = phalanx.store().list_experiments().items[0].id
-    resumed = phalanx.run("resume", exp_id)
+    resumed = phalanx.cli("resume", exp_id)  # refused: in this process
     assert resumed.returncode == 2 and "only a failed or stopped one" in resumed.stderr
     assert "phalanx rerun" not in resumed.stderr  # a rerun needs the launch a plain script never records
-    assert phalanx.run("rerun", exp_id).returncode == 2
+    assert phalanx.cli("rerun", exp_id).returncode == 2
 
 
 def test_diff_with_a_run_that_recorded_nothing_does_not_claim_every_package_and_file_changed(
@@ -114,20 +114,41 @@ def test_diff_with_a_run_that_recorded_nothing_does_not_claim_every_package_and_
     assert "print('hello')" not in text.stdout  # not shown as a file the other run lacks
 
 
-def test_resume_detach_returns_at_once_and_the_resume_runs_in_the_background(phalanx: Phalanx) -> None:
-    """An 11-hour job is resumed in the background, as `phalanx run -d` starts one."""
+def test_resume_and_rerun_detach_return_at_once_and_run_in_the_background(phalanx: Phalanx) -> None:
+    """An 11-hour job is resumed in the background, as `phalanx run -d` starts one; a rerun of it
+    with another param likewise prints the new id and runs in the background. (One failed
+    experiment for both: a rerun is a new experiment, which leaves the original's attempts alone.)"""
     from .conftest import wait_for
 
     exp_id = _failed_experiment(phalanx)
     store = phalanx.store()
-    refused = phalanx.run("resume", "-d", "nope")
+    runs = phalanx.home / "runs"
+    refused = phalanx.cli("resume", "-d", "nope")  # refused: in this process
     assert refused.returncode == 2 and "no experiment 'nope'" in refused.stderr
-    started = phalanx.run("resume", "-d", exp_id)
+    before = sorted(p.name for p in runs.iterdir())
+    typo = phalanx.cli("rerun", "-d", exp_id, "--param", "epcohs=3")  # refused: in this process
+    assert typo.returncode == 2 and "did you mean 'epochs'?" in typo.stderr, typo.stderr
+    assert sorted(p.name for p in runs.iterdir()) == before  # refused before going to the background
+
+    started = phalanx.run("rerun", "-d", exp_id, "--param", "epochs=5")
     assert started.returncode == 0, started.stderr[-2000:]
-    assert started.stdout.strip() == exp_id
+    new_id = started.stdout.strip()
+    assert new_id != exp_id and len(new_id) == 12
+    resumed = phalanx.run("resume", "-d", exp_id)  # while the rerun runs
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    assert resumed.stdout.strip() == exp_id
+
+    wait_for(lambda: store.get_experiment(new_id).status == "succeeded", what="the detached rerun")
+    rerun = store.get_experiment(new_id)
+    assert rerun.plan["params"]["epochs"] == 5
+    assert (store.repro(new_id).get("launch") or {}).get("rerun_of") == exp_id
+    assert "rerun of" in (runs / new_id / "supervisor.log").read_text()
     wait_for(lambda: store.get_experiment(exp_id).status == "succeeded", what="the resumed run")
     assert [a["kind"] for a in store.attempts(exp_id)] == ["start", "resume"]
-    wait_for(lambda: not experiment_pids(phalanx.home, exp_id), what="the background supervisor's end")
+    for one in (new_id, exp_id):
+        wait_for(
+            lambda one=one: not experiment_pids(phalanx.home, one), what="the background supervisor's end"
+        )
 
 
 def test_of_two_resumes_at_once_one_wins_and_the_other_says_so_leaving_the_winner_stoppable(
@@ -184,28 +205,6 @@ def test_of_two_resumes_at_once_one_wins_and_the_other_says_so_leaving_the_winne
     assert store.get_experiment(exp_id).status == "stopped"
     wait_for(lambda: not experiment_pids(phalanx.home, exp_id), what="the winner's replicas' end")
     wait_for(lambda: start_time(winner) is None, what="the winning supervisor's end")
-
-
-def test_rerun_detach_prints_the_new_id_and_the_rerun_runs_in_the_background(phalanx: Phalanx) -> None:
-    from .conftest import wait_for
-
-    exp_id = _failed_experiment(phalanx)
-    store = phalanx.store()
-    runs = phalanx.home / "runs"
-    before = sorted(p.name for p in runs.iterdir())
-    typo = phalanx.run("rerun", "-d", exp_id, "--param", "epcohs=3")
-    assert typo.returncode == 2 and "did you mean 'epochs'?" in typo.stderr, typo.stderr
-    assert sorted(p.name for p in runs.iterdir()) == before  # refused before going to the background
-    started = phalanx.run("rerun", "-d", exp_id, "--param", "epochs=5")
-    assert started.returncode == 0, started.stderr[-2000:]
-    new_id = started.stdout.strip()
-    assert new_id != exp_id and len(new_id) == 12
-    wait_for(lambda: store.get_experiment(new_id).status == "succeeded", what="the detached rerun")
-    rerun = store.get_experiment(new_id)
-    assert rerun.plan["params"]["epochs"] == 5
-    assert (store.repro(new_id).get("launch") or {}).get("rerun_of") == exp_id
-    assert "rerun of" in (runs / new_id / "supervisor.log").read_text()
-    wait_for(lambda: not experiment_pids(phalanx.home, new_id), what="the background supervisor's end")
 
 
 def test_resume_keeps_no_system_metrics(phalanx: Phalanx) -> None:

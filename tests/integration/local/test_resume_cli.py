@@ -59,7 +59,7 @@ def test_phalanx_resume_continues_a_stopped_experiment_from_its_latest_checkpoin
     attempts = [(a["number"], a["kind"], a["status"], a["checkpoint_step"]) for a in got["attempts"]]
     assert attempts == [(0, "start", "stopped", None), (1, "resume", "succeeded", 2)]
 
-    again = phalanx.run("resume", exp_id)
+    again = phalanx.cli("resume", exp_id)  # refused: in this process
     assert again.returncode == 2 and "only a failed or stopped one" in again.stderr
 
 

@@ -2,14 +2,19 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
 import sys
 import time
 import urllib.request
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
+
+from tests.conftest import _processes_under
 
 from phalanx.machine.ports import free_port
 
@@ -112,3 +117,33 @@ def stop_server(proc: subprocess.Popen[bytes]) -> None:
         except subprocess.TimeoutExpired:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait(timeout=15)
+
+
+@contextlib.contextmanager
+def running_server(home: Path, **options: Any) -> Iterator[Server]:
+    """``start_server(home, **options)`` for the block (a module's shared server), stopped after it."""
+    server = start_server(home, **options)
+    try:
+        yield server
+    finally:
+        stop_server(server.proc)
+
+
+def wait_for(what: str, check: Callable[[], Any], seconds: float = 240) -> Any:
+    """``check()``'s first true answer, polled; fails naming ``what`` after ``seconds``."""
+    deadline = time.monotonic() + seconds
+    while not (found := check()):
+        assert time.monotonic() < deadline, f"not within {seconds:.0f} s: {what}"
+        time.sleep(0.2)
+    return found
+
+
+def supervisors_gone(server: Server) -> None:
+    """Every experiment's supervisor and group controller has exited (an ended experiment's
+    supervisor still tidies up for a moment after its status is final): no process with the
+    server's home but the server."""
+    wait_for(
+        "every supervisor and controller exited",
+        lambda: not [pid for pid, _ in _processes_under(server.home) if pid != server.proc.pid],
+        120,
+    )

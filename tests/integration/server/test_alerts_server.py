@@ -8,13 +8,18 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from tests.integration.server.serverproc import TRUSTING, Server, start_server, stop_server
+from tests.integration.server.serverproc import (
+    TRUSTING,
+    Server,
+    running_server,
+    supervisors_gone,
+)
 from tests.integration.server.test_remote_commands import ok, phalanx, wait_done
-from tests.integration.server.test_submit import supervisors_gone
 from tests.support.webhooks import Receiver
 
 TOKEN = "remote-commands-token-0123456789"  # what the borrowed helpers send
@@ -42,14 +47,19 @@ run:
 """
 
 
-@pytest.fixture
-def server(phalanx_home: Path) -> Any:
-    s = start_server(phalanx_home, token=TOKEN, args=[*TRUSTING, "--alert-backoff", "0.2"])
-    try:
+@pytest.fixture(scope="module")
+def module_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    home = tmp_path_factory.mktemp("alerts-server-home")
+    with running_server(home, token=TOKEN, args=[*TRUSTING, "--alert-backoff", "0.2"]) as s:
         yield s
-        supervisors_gone(s)
-    finally:
-        stop_server(s.proc)
+
+
+@pytest.fixture
+def server(module_server: Server) -> Iterator[Server]:
+    """One server for the module: each test's hook hears only of its own receiver's events (an
+    experiment's failure, a group's end), and each test leaves no supervisor behind."""
+    yield module_server
+    supervisors_gone(module_server)
 
 
 def test_a_failed_experiments_webhook_survives_a_receiver_that_answers_500_twice(

@@ -9,10 +9,11 @@ import subprocess
 import sys
 import urllib.error
 import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from tests.integration.server.serverproc import clean_env, start_server, stop_server
+from tests.integration.server.serverproc import Server, clean_env, start_server, stop_server
 from tests.support.cli import Done, phalanx_cli
 from tests.unit.server import fill
 
@@ -57,23 +58,40 @@ def test_loopback_addresses_are_recognised() -> None:
     assert not any(is_loopback(h) for h in ["0.0.0.0", "::", "10.0.0.1", "example.com"])
 
 
+TOKEN = "the-server-token-0123456789"
+
+
+@pytest.fixture(scope="module")
+def env_token_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    """A server given its token in PHALANX_TOKEN, behind a reverse proxy on 127.0.0.1: its tests
+    read, and the one that spends a client address's budget of wrong tokens spends it for
+    addresses the proxy names (not the 127.0.0.1 the others ask from)."""
+    home = tmp_path_factory.mktemp("env-token-server-home")
+    s = start_server(home, env={"PHALANX_TOKEN": TOKEN, "PHALANX_FORWARDED_ALLOW_IPS": "127.0.0.1"})
+    try:
+        yield s
+    finally:
+        stop_server(s.proc)
+
+
 @pytest.mark.parametrize("how", ["token-file", "PHALANX_TOKEN"])
-def test_a_token_protects_the_api(phalanx_home: Path, how: str) -> None:
+def test_a_token_protects_the_api(phalanx_home: Path, how: str, request: pytest.FixtureRequest) -> None:
     if how == "token-file":
-        server = start_server(phalanx_home, token="the-token")
+        server = start_server(phalanx_home, token=TOKEN)
     else:
-        server = start_server(phalanx_home, env={"PHALANX_TOKEN": "the-token"})
+        server = request.getfixturevalue("env_token_server")
     try:
         with pytest.raises(urllib.error.HTTPError) as err:
             urllib.request.urlopen(f"{server.url}/api/v1/experiments", timeout=10)
         assert err.value.code == 401
         req = urllib.request.Request(
-            f"{server.url}/api/v1/experiments", headers={"Authorization": "Bearer the-token"}
+            f"{server.url}/api/v1/experiments", headers={"Authorization": f"Bearer {TOKEN}"}
         )
         with urllib.request.urlopen(req, timeout=10) as r:
             assert json.load(r)["total"] == 0
     finally:
-        stop_server(server.proc)
+        if how == "token-file":
+            stop_server(server.proc)
 
 
 def _list_status(url: str, token: str, forwarded_for: str) -> int:
@@ -86,9 +104,6 @@ def _list_status(url: str, token: str, forwarded_for: str) -> int:
             return int(r.status)
     except urllib.error.HTTPError as exc:
         return exc.code
-
-
-TOKEN = "the-server-token-0123456789"
 
 
 def test_a_spoofed_x_forwarded_for_gets_no_fresh_throttle_budget(phalanx_home: Path) -> None:
@@ -104,17 +119,14 @@ def test_a_spoofed_x_forwarded_for_gets_no_fresh_throttle_budget(phalanx_home: P
         stop_server(server.proc)
 
 
-def test_behind_a_reverse_proxy_its_clients_are_told_apart_when_asked(phalanx_home: Path) -> None:
+def test_behind_a_reverse_proxy_its_clients_are_told_apart_when_asked(env_token_server: Server) -> None:
     """With PHALANX_FORWARDED_ALLOW_IPS naming the proxy (here 127.0.0.1), the address it forwards
     is the client's: one client's wrong guesses do not lock out the others behind the proxy."""
-    server = start_server(phalanx_home, token=TOKEN, env={"PHALANX_FORWARDED_ALLOW_IPS": "127.0.0.1"})
-    try:
-        for _ in range(5):
-            assert _list_status(server.url, "guess", "10.0.0.1") == 401
-        assert _list_status(server.url, TOKEN, "10.0.0.1") == 429
-        assert _list_status(server.url, TOKEN, "10.0.0.2") == 200
-    finally:
-        stop_server(server.proc)
+    server = env_token_server
+    for _ in range(5):
+        assert _list_status(server.url, "guess", "10.0.0.1") == 401
+    assert _list_status(server.url, TOKEN, "10.0.0.1") == 429
+    assert _list_status(server.url, TOKEN, "10.0.0.2") == 200
 
 
 def test_run_ends_with_how_to_open_the_experiment_in_the_ui() -> None:

@@ -17,18 +17,21 @@ import subprocess
 import threading
 import time
 import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from tests.conftest import _processes_under
 from tests.integration.server.serverproc import (
     PHALANX,
     TRUSTING,
     Server,
     clean_env,
+    running_server,
     start_server,
     stop_server,
+    supervisors_gone,
+    wait_for,
 )
 
 from phalanx.apiclient import Client
@@ -54,14 +57,6 @@ def api(server: Server, path: str) -> Any:
         return json.load(r)
 
 
-def wait_for(what: str, check: Any, seconds: float = 240) -> Any:
-    deadline = time.monotonic() + seconds
-    while not (found := check()):
-        assert time.monotonic() < deadline, f"not within {seconds:.0f} s: {what}"
-        time.sleep(0.2)
-    return found
-
-
 def ended(server: Server, exp_id: str) -> dict[str, Any] | None:
     exp = api(server, f"/experiments/{exp_id}")
     return dict(exp) if exp["status"] in ("succeeded", "failed", "stopped") else None
@@ -76,13 +71,19 @@ def kill(server: Server) -> None:
     server.proc.wait(timeout=30)
 
 
-def supervisors_exit(server: Server) -> None:
-    """An ended experiment's supervisor tidies up for a moment after its status is final."""
-    wait_for(
-        "every supervisor and controller exited",
-        lambda: not [p for p, _ in _processes_under(server.home) if p != server.proc.pid],
-        120,
-    )
+@pytest.fixture(scope="module")
+def module_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    # its jobs run as the server, unboxed: the group's trials write to the test's probe folder
+    with running_server(tmp_path_factory.mktemp("shared-server-home"), token=TOKEN, args=TRUSTING) as s:
+        yield s
+
+
+@pytest.fixture
+def server(module_server: Server) -> Iterator[Server]:
+    """One server for the tests that neither kill it nor count what it holds; each test's
+    supervisors and controllers have exited by its end."""
+    yield module_server
+    supervisors_gone(module_server)
 
 
 @pytest.fixture
@@ -126,7 +127,7 @@ def test_a_submit_answered_across_server_kills_runs_exactly_once(phalanx_home: P
         for exp_id in answers.values():  # each ran once: one attempt, one console line
             lines = api(server, f"/experiments/{exp_id}/logs")["lines"]
             assert [ln["text"] for ln in lines if "ran once" in ln["text"]] == ["ran once"], exp_id
-        supervisors_exit(server)
+        supervisors_gone(server)
     finally:
         stop_server(server.proc)
 
@@ -146,17 +147,29 @@ def test_phalanx_run_across_a_server_restart_makes_one_experiment_and_exits_0(
         stderr=subprocess.PIPE,
         text=True,
     )
-    time.sleep(3)
+    # back once the client has found it down and says it retries (the event, not a guessed delay)
+    assert cli.stderr is not None
+    before = ""
+    try:
+        while "retrying for up to 120 s" not in before:
+            line = cli.stderr.readline()
+            assert line, f"the client ended before it retried:\n{before}"
+            before += line
+    except BaseException:
+        cli.kill()
+        cli.wait(timeout=30)
+        raise
     server = start_server(phalanx_home, token=TOKEN, port=port)
     try:
         out, err = cli.communicate(timeout=300)
+        err = before + err
         assert cli.returncode == 0, out + err
         assert err.count("retrying for up to 120 s with the same Idempotency-Key") == 1, err
         assert "Traceback" not in err
         items = api(server, "/experiments")["items"]
         assert [e["id"] for e in items] == [out.splitlines()[0].strip()]
         assert items[0]["status"] == "succeeded"
-        supervisors_exit(server)
+        supervisors_gone(server)
     finally:
         if cli.poll() is None:
             cli.kill()
@@ -164,59 +177,46 @@ def test_phalanx_run_across_a_server_restart_makes_one_experiment_and_exits_0(
 
 
 def test_a_start_that_fails_after_the_answer_fails_the_experiment_with_its_reason(
-    phalanx_home: Path, project: Path
+    server: Server, project: Path
 ) -> None:
     (project / "exp.yml").write_text(TRIVIAL + "inputs:\n  - name: nowhere\n    dataset: nowhere@latest\n")
-    server = start_server(phalanx_home, token=TOKEN)
-    try:
-        answer = Client(server.url, TOKEN).submit(project / "exp.yml", pack(project), {}, 0)
-        assert answer["created"] is True
-        exp = wait_for("the refused start recorded", lambda: ended(server, answer["id"]), 120)
-        assert exp["status"] == "failed"
-        assert exp["reason"].startswith("the server could not start it: ")
-        assert "nowhere" in exp["reason"], exp["reason"]
-        supervisors_exit(server)
-    finally:
-        stop_server(server.proc)
+    answer = Client(server.url, TOKEN).submit(project / "exp.yml", pack(project), {}, 0)
+    assert answer["created"] is True
+    exp = wait_for("the refused start recorded", lambda: ended(server, answer["id"]), 120)
+    assert exp["status"] == "failed"
+    assert exp["reason"].startswith("the server could not start it: ")
+    assert "nowhere" in exp["reason"], exp["reason"]
 
 
 @pytest.mark.timeout(600)
 def test_a_group_controller_killed_while_the_server_lives_is_started_again(
-    phalanx_home: Path, tmp_path: Path
+    server: Server, tmp_path: Path
 ) -> None:
     pytest.importorskip("optuna")
     folder = tmp_path / "group"
     shutil.copytree(GROUP_DATA, folder)
     probe = tmp_path / "probe"
     probe.mkdir()
-    server = start_server(phalanx_home, token=TOKEN, args=TRUSTING)  # its trials use the test's probe
-    try:
-        answer = Client(server.url, TOKEN).submit(
-            folder / "group.yml", pack(folder), {"probe": str(probe)}, 0
-        )
-        group_id = answer["id"]
-        wait_for("the first trial running", lambda: (probe / "runs.log").exists())
-        controller = wait_for("the controller", lambda: api(server, f"/groups/{group_id}")["controller_pid"])
-        os.kill(controller, signal.SIGKILL)
-        wait_for("the controller gone", lambda: not pid_alive(controller), 30)
-        adopted = wait_for(
-            "a new controller, while the server lives",
-            lambda: (pid := api(server, f"/groups/{group_id}")["controller_pid"]) != controller and pid,
-            60,
-        )
-        assert pid_alive(adopted)
-        (probe / "go").touch()
-        group = wait_for(
-            "the group ended",
-            lambda: (
-                (g := api(server, f"/groups/{group_id}"))["status"] in ("succeeded", "failed", "stopped")
-                and g
-            ),
-        )
-        assert group["status"] == "succeeded"
-        assert sorted(t["params"]["x"] for t in group["trials"]) == [0.1, 0.2, 0.3, 0.4]
-        runs = (probe / "runs.log").read_text().splitlines()
-        assert sorted(float(line.split()[0]) for line in runs) == [0.1, 0.2, 0.3, 0.4]  # each once
-        supervisors_exit(server)
-    finally:
-        stop_server(server.proc)
+    answer = Client(server.url, TOKEN).submit(folder / "group.yml", pack(folder), {"probe": str(probe)}, 0)
+    group_id = answer["id"]
+    wait_for("the first trial running", lambda: (probe / "runs.log").exists())
+    controller = wait_for("the controller", lambda: api(server, f"/groups/{group_id}")["controller_pid"])
+    os.kill(controller, signal.SIGKILL)
+    wait_for("the controller gone", lambda: not pid_alive(controller), 30)
+    adopted = wait_for(
+        "a new controller, while the server lives",
+        lambda: (pid := api(server, f"/groups/{group_id}")["controller_pid"]) != controller and pid,
+        60,
+    )
+    assert pid_alive(adopted)
+    (probe / "go").touch()
+    group = wait_for(
+        "the group ended",
+        lambda: (
+            (g := api(server, f"/groups/{group_id}"))["status"] in ("succeeded", "failed", "stopped") and g
+        ),
+    )
+    assert group["status"] == "succeeded"
+    assert sorted(t["params"]["x"] for t in group["trials"]) == [0.1, 0.2, 0.3, 0.4]
+    runs = (probe / "runs.log").read_text().splitlines()
+    assert sorted(float(line.split()[0]) for line in runs) == [0.1, 0.2, 0.3, 0.4]  # each once

@@ -13,16 +13,17 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from tests.integration.server.serverproc import Server, start_server, stop_server
+from tests.integration.server.serverproc import Server, start_server, stop_server, supervisors_gone
 from tests.integration.server.test_remote_commands import (
     DATA,
     TOKEN,
+    finish,
     ok,
     phalanx,
     phalanx_process,
+    phalanx_start,
     wait_done,
 )
-from tests.integration.server.test_submit import supervisors_gone
 
 KEYS = ["id", "status", "reason", "server", "supervisor_pid", "log"]
 STATES = {"created", "queued", "building", "starting", "running", "succeeded"}
@@ -52,29 +53,32 @@ def test_run_and_rerun_print_one_json_document_on_both_doors(server: Server, tmp
     laptop = tmp_path / "laptop-home"
     ok(phalanx(laptop, "login", server.url, "--token", TOKEN))
 
+    # the runs on this machine in the foreground are processes of their own, started first: the
+    # test goes on with the other doors meanwhile and reads their documents once they end
+    here_run = phalanx_start(laptop, "run", "-f", exp, "--local", "-o", "json")
+    # the server: answered once it is written, or (--follow) once it has ended
+    there = document(ok(phalanx(laptop, "run", "-f", exp, "-o", "json")).stdout)
+    assert there["status"] in STATES and there["server"] == server.url
+    assert (there["supervisor_pid"], there["log"]) == (None, None)
+    followed = ok(phalanx(laptop, "run", "-f", exp, "--follow", "-o", "json"))
+
     # this machine: to its end in the foreground, then in the background
-    here = document(ok(phalanx_process(laptop, "run", "-f", exp, "--local", "-o", "json")).stdout)
+    here = document(ok(finish(here_run)).stdout)
     assert (here["status"], here["reason"], here["server"], here["supervisor_pid"]) == (
         "succeeded",
         None,
         None,
         None,
     )
+    rerun_here_run = phalanx_start(laptop, "rerun", here["id"], "--local", "-o", "json")
     here_d = document(ok(phalanx_process(laptop, "run", "-f", exp, "--local", "-d", "-o", "json")).stdout)
     assert here_d["status"] in STATES and here_d["server"] is None
     assert isinstance(here_d["supervisor_pid"], int) and Path(here_d["log"]).name == "supervisor.log"
-    rerun_here = document(ok(phalanx_process(laptop, "rerun", here["id"], "--local", "-o", "json")).stdout)
-    assert rerun_here["status"] == "succeeded" and rerun_here["id"] not in (here["id"], here_d["id"])
     rerun_here_d = document(
         ok(phalanx_process(laptop, "rerun", here["id"], "--local", "-d", "-o", "json")).stdout
     )
     assert rerun_here_d["status"] in STATES and isinstance(rerun_here_d["supervisor_pid"], int)
 
-    # the server: answered once it is written, or (--follow) once it has ended
-    there = document(ok(phalanx(laptop, "run", "-f", exp, "-o", "json")).stdout)
-    assert there["status"] in STATES and there["server"] == server.url
-    assert (there["supervisor_pid"], there["log"]) == (None, None)
-    followed = ok(phalanx(laptop, "run", "-f", exp, "--follow", "-o", "json"))
     there_f = document(followed.stdout)
     assert "hello from the script" in followed.stderr  # the console, kept off the document
     assert {k: v for k, v in there_f.items() if k != "id"} == {
@@ -84,6 +88,8 @@ def test_run_and_rerun_print_one_json_document_on_both_doors(server: Server, tmp
     rerun_there = document(ok(phalanx(laptop, "rerun", there["id"], "-o", "json")).stdout)
     assert rerun_there["status"] in STATES and rerun_there["server"] == server.url
 
+    rerun_here = document(ok(finish(rerun_here_run)).stdout)
+    assert rerun_here["status"] == "succeeded" and rerun_here["id"] not in (here["id"], here_d["id"])
     for exp_id in (here_d["id"], rerun_here_d["id"]):
         assert wait_done(laptop, exp_id, "--local")["status"] == "succeeded"
     for exp_id in (there["id"], rerun_there["id"]):

@@ -17,9 +17,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from tests.integration.server.serverproc import Server, start_server, stop_server
+from tests.integration.server.serverproc import Server, start_server, stop_server, supervisors_gone
 from tests.integration.server.test_remote_commands import TOKEN, ok, phalanx
-from tests.integration.server.test_submit import supervisors_gone
 
 from phalanx.config import Settings
 from phalanx.estimators import Estimator, Experiment

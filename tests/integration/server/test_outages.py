@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 from tests.conftest import _processes_under
-from tests.integration.server.serverproc import Server, start_server, stop_server
+from tests.integration.server.serverproc import Server, start_server, stop_server, wait_for
 from tests.support import postgres
 
 from phalanx.apiclient import Client, multipart
@@ -34,14 +34,6 @@ def api(server: Server, path: str) -> Any:
     req.add_header("Authorization", f"Bearer {TOKEN}")
     with urllib.request.urlopen(req, timeout=60) as r:
         return json.load(r)
-
-
-def wait_for(what: str, check: Any, seconds: float = 240) -> Any:
-    deadline = time.monotonic() + seconds
-    while not (found := check()):
-        assert time.monotonic() < deadline, f"not within {seconds:.0f} s: {what}"
-        time.sleep(0.2)
-    return found
 
 
 def all_ended(server: Server, ids: list[str]) -> bool:

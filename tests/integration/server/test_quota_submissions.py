@@ -9,8 +9,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from tests.integration.server.serverproc import TRUSTING, Server, start_server, stop_server
-from tests.integration.server.test_submit import TOKEN, supervisors_gone, wait_done
+from tests.integration.server.serverproc import TRUSTING, Server, start_server, stop_server, supervisors_gone
+from tests.integration.server.test_submit import TOKEN, wait_done
 
 from phalanx.bundles import pack
 from phalanx.cli.remote import Client

@@ -12,12 +12,20 @@ import shutil
 import stat
 import subprocess
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from tests.integration.server.serverproc import PHALANX, Server, clean_env, start_server, stop_server
-from tests.integration.server.test_submit import supervisors_gone
+from tests.integration.server.serverproc import (
+    PHALANX,
+    Server,
+    clean_env,
+    running_server,
+    start_server,
+    stop_server,
+    supervisors_gone,
+)
 from tests.support.cli import Done, phalanx_cli
 
 import phalanx as phalanx_api
@@ -42,6 +50,30 @@ def phalanx_process(home: Path, *args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
+def phalanx_start(home: Path, *args: str) -> subprocess.Popen[str]:
+    """`phalanx ARGS` as a process of its own, started: the test goes on meanwhile (``finish``)."""
+    home.mkdir(exist_ok=True)
+    return subprocess.Popen(
+        [str(PHALANX), *args],
+        env=clean_env(home),
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def finish(proc: subprocess.Popen[str]) -> subprocess.CompletedProcess[str]:
+    """What a process ``phalanx_start`` started ended with, as ``phalanx_process`` returns it."""
+    try:
+        out, err = proc.communicate(timeout=300)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+
+
 def ok(r: Done | subprocess.CompletedProcess[str]) -> Done | subprocess.CompletedProcess[str]:
     assert r.returncode == 0, f"{r.args}: {r.stdout}{r.stderr}"
     assert "Traceback" not in r.stderr
@@ -60,12 +92,28 @@ def wait_done(home: Path, exp_id: str, *server: str) -> dict[str, Any]:
 
 @pytest.fixture
 def server(phalanx_home: Path) -> Any:
+    """A server of the test's own: for a test that checks what the whole server lists."""
     s = start_server(phalanx_home, token=TOKEN)
     try:
         yield s
         supervisors_gone(s)
     finally:
         stop_server(s.proc)
+
+
+@pytest.fixture(scope="module")
+def module_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    home = tmp_path_factory.mktemp("shared-server-home")
+    with running_server(home, token=TOKEN) as s:
+        yield s
+
+
+@pytest.fixture
+def shared_server(module_server: Server) -> Iterator[Server]:
+    """One server for the tests that check only their own experiments (none lists the whole
+    server); each still leaves no supervisor behind."""
+    yield module_server
+    supervisors_gone(module_server)
 
 
 @pytest.fixture
@@ -101,10 +149,10 @@ def test_login_makes_the_server_the_default_and_local_keeps_this_machine(
     r = ok(phalanx(laptop, "rerun", on_server, "--param", "lr=0.3"))
     assert r.stderr.splitlines()[0] == f"phalanx: on server {server.url}"
     rerun_id = r.stdout.split()[0]
+    r = ok(phalanx(laptop, "run", "-f", str(project / "exp.yml"), "--param", "hold=fail-once"))
+    failing = r.stdout.split()[0]  # runs beside the rerun
     assert wait_done(laptop, rerun_id)["status"] == "succeeded"
     assert rerun_id not in ok(phalanx(laptop, "ls", "--local")).stdout
-    r = ok(phalanx(laptop, "run", "-f", str(project / "exp.yml"), "--param", "hold=fail-once"))
-    failing = r.stdout.split()[0]
     assert wait_done(laptop, failing)["status"] == "failed"
     r = phalanx(laptop, "resume", on_server)  # succeeded: refused as on the server's machine
     assert r.returncode == 2 and "(use `phalanx rerun` to run it again)" in r.stderr, r.stderr
@@ -128,8 +176,9 @@ def test_login_makes_the_server_the_default_and_local_keeps_this_machine(
 
 
 def test_a_wrong_token_and_a_server_without_users_are_refused_with_what_to_do(
-    server: Server, tmp_path: Path
+    shared_server: Server, tmp_path: Path
 ) -> None:
+    server = shared_server
     laptop = tmp_path / "laptop-home"
     r = phalanx(laptop, "login", server.url, "--token", "wrong-token-000000000000")
     assert r.returncode == 2 and "wrong-token" not in r.stderr
@@ -156,11 +205,13 @@ def test_a_wrong_token_and_a_server_without_users_are_refused_with_what_to_do(
 def test_every_read_and_control_command_prints_on_the_server_what_it_prints_there(
     server: Server, project: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # two experiments run on the server's machine (same store as the server): the reference output
-    a = ok(phalanx_process(server.home, "run", "-f", str(project / "exp.yml"), "-o", "json"))
-    b = ok(
-        phalanx_process(server.home, "run", "-f", str(project / "exp.yml"), "--param", "lr=0.2", "-o", "json")
-    )
+    # two experiments run on the server's machine (same store as the server), side by side: the
+    # reference output
+    started = [
+        phalanx_start(server.home, "run", "-f", str(project / "exp.yml"), "-o", "json"),
+        phalanx_start(server.home, "run", "-f", str(project / "exp.yml"), "--param", "lr=0.2", "-o", "json"),
+    ]
+    a, b = (ok(r) for r in [finish(p) for p in started])
     a_id, b_id = json.loads(a.stdout)["id"], json.loads(b.stdout)["id"]
     laptop = tmp_path / "laptop-home"
     remote = ("--server", server.url)
@@ -257,8 +308,9 @@ def test_every_read_and_control_command_prints_on_the_server_what_it_prints_ther
 
 
 def test_an_estimator_submitted_with_server_runs_there_and_wait_for_completion_follows_it(
-    server: Server, project: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    shared_server: Server, project: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    server = shared_server
     import io
 
     from phalanx.bundles import digest, pack
@@ -296,17 +348,25 @@ def test_an_estimator_submitted_with_server_runs_there_and_wait_for_completion_f
 
 GROUP = (
     "version: 1\nkind: group\nname: {name}\nparams: {{hold: 'no'}}\n"
-    "hptuning:\n  concurrency: 1\n  grid_search: {{n_experiments: 2}}\n"
-    "  matrix: {{lr: {{values: [0.1, 0.2]}}}}\n"
+    "hptuning:\n  concurrency: 1\n  grid_search: {{n_experiments: {n}}}\n"
+    "  matrix: {{lr: {{values: [{lrs}]}}}}\n"
     "run:\n  cmd: python train.py {{{{ lr }}}} {{{{ hold }}}}\n"
 )
 
 
 @pytest.mark.timeout(600)  # four groups, one of them held and stopped, on loaded cores
-def test_group_get_and_stop_on_the_server(server: Server, project: Path, tmp_path: Path) -> None:
+def test_group_get_and_stop_on_the_server(shared_server: Server, project: Path, tmp_path: Path) -> None:
+    server = shared_server
     laptop = tmp_path / "laptop-home"
     remote = ("--server", server.url)
-    (project / "group.yml").write_text(GROUP.format(name="two-lrs"))
+    (project / "group.yml").write_text(GROUP.format(name="two-lrs", n=2, lrs="0.1, 0.2"))
+    # the runs on this machine: only their document's keys are compared, so one trial each; they
+    # run (the foreground one in a process of its own) while the server's group is followed
+    (project / "one.yml").write_text(GROUP.format(name="one-lr", n=1, lrs="0.1"))
+    detached = json.loads(
+        ok(phalanx_process(laptop, "run", "-f", str(project / "one.yml"), "-d", "-o", "json")).stdout
+    )
+    here_run = phalanx_start(laptop, "run", "-f", str(project / "one.yml"), "-o", "json")
     # submitted from the laptop and followed there: one line per trial state, the group's status
     # last, and with -o json the ended group's document, as a run of the file on this machine prints
     done = ok(
@@ -323,19 +383,9 @@ def test_group_get_and_stop_on_the_server(server: Server, project: Path, tmp_pat
         "phalanx: trial 1",
     ]
     assert done.stderr.endswith(f"phalanx: group {group_id} succeeded\n"), done.stderr
-    here_doc = json.loads(
-        ok(phalanx_process(laptop, "run", "-f", str(project / "group.yml"), "-o", "json")).stdout
-    )
+    here_doc = json.loads(ok(finish(here_run)).stdout)
     assert set(here_doc) == set(doc) and here_doc["status"] == "succeeded", here_doc
-    detached = json.loads(
-        ok(phalanx_process(laptop, "run", "-f", str(project / "group.yml"), "-d", "-o", "json")).stdout
-    )
     assert set(detached) == set(doc), detached
-    # it ends by itself (nothing of it may outlive the test); the test's timeout bounds the wait
-    while json.loads(ok(phalanx(laptop, "group", "get", detached["id"], "-o", "json")).stdout)["status"] != (
-        "succeeded"
-    ):
-        time.sleep(0.5)
     for args in (("group", "get", group_id), ("group", "get", group_id, "-o", "json")):
         here = ok(phalanx(server.home, *args))
         there = ok(phalanx(laptop, *args, *remote, token=TOKEN))
@@ -344,7 +394,7 @@ def test_group_get_and_stop_on_the_server(server: Server, project: Path, tmp_pat
     assert r.stdout == f"group {group_id} already succeeded\n"
 
     # a group whose trial holds: stopped through the server, its running trial with it
-    (project / "held.yml").write_text(GROUP.format(name="held"))
+    (project / "held.yml").write_text(GROUP.format(name="held", n=2, lrs="0.1, 0.2"))
     # submitted without --follow: -o json prints the group as it is now, the same keys as a detached run here
     started = json.loads(
         ok(
@@ -372,3 +422,9 @@ def test_group_get_and_stop_on_the_server(server: Server, project: Path, tmp_pat
     r = ok(phalanx(laptop, "group", "stop", held_id, "--timeout", "180", *remote, token=TOKEN))
     assert r.stdout == f"group {held_id} stopped\n"
     assert wait_done(server.home, trials[0]["experiment_id"])["status"] == "stopped"
+    # the detached group on this machine ends by itself (nothing of it may outlive the test); the
+    # test's timeout bounds the wait
+    while json.loads(ok(phalanx(laptop, "group", "get", detached["id"], "-o", "json")).stdout)["status"] != (
+        "succeeded"
+    ):
+        time.sleep(0.5)

@@ -2,12 +2,13 @@
 real `phalanx server` configured with it, driven by an HTTP client that follows the redirects as a
 browser does. The first sign-in creates the user with the role the group map gives and reaches
 /api/v1/me; a tampered state, an ID token for another issuer or another client, and a disabled
-account are refused without a session."""
+account are refused without a session. One provider and one server serve the module; each test signs
+in as a user of its own, so no test sees what another's sign-ins created."""
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterator
-from pathlib import Path
 from urllib.parse import parse_qs, urlencode, urlsplit
 
 import httpx
@@ -20,15 +21,18 @@ from tests.support.oidc_provider import IdpUser, Provider, running_provider
 SECRET = "idp-client-secret-never-logged-4711"
 
 
-@pytest.fixture
-def sso(phalanx_home: Path) -> Iterator[tuple[Provider, Server]]:
-    admin(phalanx_home, "user", "add", "root", "--admin", "--password-stdin", stdin="root-password\n")
-    admin(phalanx_home, "project", "add", "vision")
-    admin(phalanx_home, "project", "add", "nlp")
-    ada = IdpUser(sub="u-1", preferred_username="ada", email="ada@example.org", groups=["ml-vision"])
-    with running_provider(ada, client_id="phalanx", client_secret=SECRET) as provider:
+@pytest.fixture(scope="module")
+def running_sso(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Provider, Server, RSAKey]]:
+    """One provider and one server configured with it, for the module: each test signs in as a
+    user of its own (``sso``), so what one test's sign-ins create no other test sees."""
+    home = tmp_path_factory.mktemp("sso-server-home")
+    admin(home, "user", "add", "root", "--admin", "--password-stdin", stdin="root-password\n")
+    admin(home, "project", "add", "vision")
+    admin(home, "project", "add", "nlp")
+    nobody = IdpUser(sub="u-0", preferred_username="nobody", email="nobody@example.org")
+    with running_provider(nobody, client_id="phalanx", client_secret=SECRET) as provider:
         server = start_server(
-            phalanx_home,
+            home,
             env={
                 "PHALANX_OIDC_ISSUER": provider.issuer,
                 "PHALANX_OIDC_CLIENT_ID": "phalanx",
@@ -39,9 +43,28 @@ def sso(phalanx_home: Path) -> Iterator[tuple[Provider, Server]]:
         )
         provider.client.redirect_uris.append(f"{server.url}/login/sso/callback")
         try:
-            yield provider, server
+            yield provider, server, provider.key
         finally:
             stop_server(server.proc)
+
+
+@pytest.fixture
+def sso(running_sso: tuple[Provider, Server, RSAKey]) -> tuple[Provider, Server]:
+    """The provider as it starts (its published key, honest ID tokens, no sign-in yet) with a user
+    of this test's own in group ml-vision, and the server."""
+    provider, server, key = running_sso
+    name = f"user-{next(_USER_NUMBERS):03d}"  # not a prefix of another: `user ls` is searched as text
+    provider.user = IdpUser(
+        sub=f"u-{name}", preferred_username=name, email=f"{name}@example.org", groups=["ml-vision"]
+    )
+    provider.key = key
+    provider.id_token_issuer = provider.id_token_audience = None
+    provider.signing_key = None
+    provider.logins = 0
+    return provider, server
+
+
+_USER_NUMBERS = itertools.count(1)
 
 
 def _browser() -> httpx.Client:
@@ -61,7 +84,11 @@ def test_first_sso_login_creates_the_user_with_the_mapped_role(sso: tuple[Provid
         assert cookie.has_nonstandard_attr("HttpOnly")
         me = browser.get(f"{server.url}/api/v1/me")
         assert me.status_code == 200, me.text
-        assert me.json() == {"user": "ada", "admin": False, "projects": {"vision": "editor"}}
+        assert me.json() == {
+            "user": provider.user.preferred_username,
+            "admin": False,
+            "projects": {"vision": "editor"},
+        }
         # the session is a normal one: a state-changing request from another site is refused
         cross = browser.post(f"{server.url}/logout", headers={"Origin": "http://evil.example"})
         assert cross.status_code == 403
@@ -124,7 +151,9 @@ def test_an_id_token_for_another_issuer_or_client_is_refused(
         response = browser.get(_callback_url(browser, server))
         _refused(response, browser, server, why)
     admin_users = admin(server.home, "user", "ls")
-    assert "ada" not in admin_users  # nobody was created from a token that failed its checks
+    assert (
+        provider.user.preferred_username not in admin_users
+    )  # nobody was created from a token that failed its checks
 
 
 def test_a_local_account_of_the_same_name_is_not_taken_over(sso: tuple[Provider, Server]) -> None:
@@ -136,10 +165,10 @@ def test_a_local_account_of_the_same_name_is_not_taken_over(sso: tuple[Provider,
 
 
 def test_a_disabled_user_is_refused(sso: tuple[Provider, Server]) -> None:
-    _, server = sso
+    provider, server = sso
     with _browser() as browser:
         assert browser.get(f"{server.url}/login/sso").status_code == 200
-    admin(server.home, "user", "disable", "ada")
+    admin(server.home, "user", "disable", provider.user.preferred_username)
     with _browser() as browser:
         response = browser.get(_callback_url(browser, server))
         _refused(response, browser, server, "disabled")

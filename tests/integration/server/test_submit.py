@@ -14,12 +14,21 @@ import threading
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from tests.conftest import _processes_under
-from tests.integration.server.serverproc import PHALANX, Server, clean_env, start_server, stop_server
+from tests.integration.server.serverproc import (
+    PHALANX,
+    Server,
+    clean_env,
+    running_server,
+    start_server,
+    stop_server,
+    supervisors_gone,
+)
+from tests.support.cli import Done, phalanx_cli
 from tests.support.sandbox import default_sigint
 
 from phalanx.bundles import digest, pack
@@ -73,17 +82,19 @@ def all_running(exp: dict[str, Any]) -> bool:
     )
 
 
-def supervisors_gone(server: Server) -> None:
-    """Every experiment's supervisor has exited (an ended experiment's supervisor still tidies up
-    for a moment after its status is final): the processes with the server's home but the server."""
-    deadline = time.monotonic() + 120
-    while [pid for pid, _ in _processes_under(server.home) if pid != server.proc.pid]:
-        assert time.monotonic() < deadline, "a supervisor did not exit within 120 s of its experiment's end"
-        time.sleep(0.1)
+def client_cli(tmp_path: Path, *args: str, token: str | None = TOKEN) -> Done:
+    """`phalanx ARGS` on the submitter's side, in this process (tests/support/cli.py): a
+    PHALANX_HOME of its own (not the server's). ``client_run`` is the `phalanx` script itself."""
+    home = tmp_path / "client-home"
+    home.mkdir(exist_ok=True)
+    env: dict[str, str | None] = {k: None for k in os.environ if k.startswith("PHALANX_")}
+    env.update(PHALANX_HOME=str(home), PHALANX_TOKEN=token)
+    return phalanx_cli(*args, env=env)
 
 
 @pytest.fixture
 def server(phalanx_home: Path) -> Any:
+    """A server of the test's own: for a test that checks everything the server holds."""
     s = start_server(phalanx_home, token=TOKEN)
     try:
         yield s
@@ -92,9 +103,52 @@ def server(phalanx_home: Path) -> Any:
         stop_server(s.proc)
 
 
-def test_a_submitted_two_replica_experiment_runs_from_the_uploaded_code(
+@pytest.fixture(scope="module")
+def module_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    with running_server(tmp_path_factory.mktemp("shared-server-home"), token=TOKEN) as s:
+        yield s
+
+
+@pytest.fixture
+def shared_server(module_server: Server) -> Iterator[Server]:
+    """One server for the tests that check only their own experiment; each still leaves no
+    supervisor behind."""
+    yield module_server
+    supervisors_gone(module_server)
+
+
+@pytest.mark.timeout(600)  # three two-replica runs and a server start, on loaded cores
+def test_a_submitted_two_replica_experiment_runs_from_the_uploaded_code_and_reruns_from_its_snapshot(
     server: Server, tmp_path: Path
 ) -> None:
+    """One server: an invalid file is refused and makes nothing; a valid one runs from the
+    uploaded code (a retried submit makes no second experiment); then `phalanx rerun --server`
+    runs the stored snapshot of the first with new params, whatever the submitter's folder says."""
+    # an invalid file is refused with file, line and column
+    bad = folder(tmp_path / "invalid") / "exp.yml"
+    bad.write_text(bad.read_text().replace("n_workers: 1", "n_workers: many"))
+    r = client_cli(tmp_path, "run", "-f", str(bad), "--server", server.url)
+    assert r.returncode == 2, r.stdout + r.stderr
+    assert "exp.yml:12:16: environment.replicas.n_workers:" in r.stderr, r.stderr
+    assert "Traceback" not in r.stderr
+    # the API's own answer: 422 with the same problems; nothing was created
+    body, content_type = multipart(
+        {"file_name": "exp.yml", "file_text": bad.read_text()}, "bundle", "code.tar.gz", pack(bad.parent)
+    )
+    req = urllib.request.Request(f"{server.url}/api/v1/experiments", data=body, method="POST")
+    req.add_header("Content-Type", content_type)
+    req.add_header("Authorization", f"Bearer {TOKEN}")
+    with pytest.raises(urllib.error.HTTPError) as refused:
+        urllib.request.urlopen(req, timeout=60)
+    assert refused.value.code == 422
+    answer = json.loads(refused.value.read())
+    assert answer["error"] == "invalid_spec" and answer["message"].startswith("exp.yml:12:16: ")
+    # without the token: 401, and the CLI says how to give one
+    r = client_cli(tmp_path, "run", "-f", str(bad.parent / "exp.yml"), "--server", server.url, token=None)
+    assert r.returncode == 2 and "PHALANX_TOKEN" in r.stderr
+    assert api(server, "/experiments")["items"] == []
+
+    # a valid one, followed by the `phalanx` script itself, runs from the uploaded code
     project = folder(tmp_path)
     r = client_run(tmp_path, "-f", str(project / "exp.yml"), "--server", server.url, "--follow")
     assert r.returncode == 0, r.stdout + r.stderr
@@ -121,15 +175,58 @@ def test_a_submitted_two_replica_experiment_runs_from_the_uploaded_code(
     names = [e["id"] for e in api(server, "/experiments?limit=50")["items"]]
     assert sorted(names) == sorted([exp_id, first["id"]])
 
+    # rerun on the server: the stored snapshot with new params, not the submitter's folder now
+    origin = exp_id
+    (project / "train.py").write_text("raise SystemExit('the submitter\\'s folder is not what reruns')\n")
+    here = client_cli(tmp_path, "rerun", origin, "--follow", token=None)  # no server: followed already
+    assert here.returncode == 2 and "--follow goes with --server URL" in here.stderr, here.stderr
+    refused_rerun = client_cli(tmp_path, "rerun", origin, "--server", server.url, "--param", "fial=worker-0")
+    assert refused_rerun.returncode == 2, refused_rerun.stderr  # a misspelt name: refused before it queues
+    assert "--param fial: the file neither declares a param 'fial'" in refused_rerun.stderr
+    assert "Traceback" not in refused_rerun.stderr
 
-def test_follow_exits_1_naming_the_replica_that_failed(server: Server, tmp_path: Path) -> None:
-    project = folder(tmp_path)
-    r = client_run(
+    # followed: its console as it comes, and the exit status of its end (1: failed), as `run --follow`
+    r2 = client_cli(
         tmp_path,
+        "rerun",
+        origin,
+        "--server",
+        server.url,
+        "--param",
+        "fail=worker-0",
+        "--priority",
+        "5",
+        "--follow",
+    )
+    assert r2.returncode == 1, r2.stderr
+    clone = r2.stdout.splitlines()[0]
+    assert "[worker-0] worker-0 fails on purpose" in r2.stdout, r2.stdout
+    assert f"phalanx: experiment {clone} failed" in r2.stderr and "Traceback" not in r2.stderr
+    exp = wait_done(server, clone)
+    # it ran the stored snapshot with the new param: worker-0 failed as told, the master did not
+    assert exp["status"] == "failed"
+    failed = {rep["name"]: rep["exit_code"] for rep in exp["replicas"]}
+    assert failed["worker-0"] == 3
+    assert exp["plan"]["launch"]["rerun_of"] == origin
+    assert exp["plan"]["launch"]["params"] == {"fail": "worker-0"}
+    # a clone retried with the same idempotency key makes one experiment
+    cloned = client.clone(origin, {"fail": "none"}, 0, key="clone-once")
+    again = client.clone(origin, {"fail": "none"}, 0, key="clone-once")
+    assert cloned["created"] is True and again == {**cloned, "created": False}
+    assert wait_done(server, cloned["id"])["status"] == "succeeded"
+    ids = {e["id"] for e in api(server, "/experiments?limit=50")["items"]}
+    assert ids == {origin, first["id"], clone, cloned["id"]}
+
+
+def test_follow_exits_1_naming_the_replica_that_failed(shared_server: Server, tmp_path: Path) -> None:
+    project = folder(tmp_path)
+    r = client_cli(
+        tmp_path,
+        "run",
         "-f",
         str(project / "exp.yml"),
         "--server",
-        server.url,
+        shared_server.url,
         "--param",
         "fail=worker-0",
         "--follow",
@@ -140,36 +237,11 @@ def test_follow_exits_1_naming_the_replica_that_failed(server: Server, tmp_path:
     assert "Traceback" not in r.stderr
 
 
-def test_an_invalid_file_is_refused_with_file_line_and_column(server: Server, tmp_path: Path) -> None:
-    project = folder(tmp_path)
-    bad = project / "exp.yml"
-    bad.write_text(bad.read_text().replace("n_workers: 1", "n_workers: many"))
-    r = client_run(tmp_path, "-f", str(bad), "--server", server.url)
-    assert r.returncode == 2, r.stdout + r.stderr
-    assert "exp.yml:12:16: environment.replicas.n_workers:" in r.stderr, r.stderr
-    assert "Traceback" not in r.stderr
-    # the API's own answer: 422 with the same problems; nothing was created
-    body, content_type = multipart(
-        {"file_name": "exp.yml", "file_text": bad.read_text()}, "bundle", "code.tar.gz", pack(project)
-    )
-    req = urllib.request.Request(f"{server.url}/api/v1/experiments", data=body, method="POST")
-    req.add_header("Content-Type", content_type)
-    req.add_header("Authorization", f"Bearer {TOKEN}")
-    with pytest.raises(urllib.error.HTTPError) as refused:
-        urllib.request.urlopen(req, timeout=60)
-    assert refused.value.code == 422
-    answer = json.loads(refused.value.read())
-    assert answer["error"] == "invalid_spec" and answer["message"].startswith("exp.yml:12:16: ")
-    # without the token: 401, and the CLI says how to give one
-    r = client_run(tmp_path, "-f", str(project / "exp.yml"), "--server", server.url, token=None)
-    assert r.returncode == 2 and "PHALANX_TOKEN" in r.stderr
-    assert api(server, "/experiments")["items"] == []
-
-
 @pytest.mark.timeout(900)  # under CI's load the follow's first lines came late (failed once at 240 s)
 def test_ctrl_c_while_following_detaches_and_the_experiment_keeps_running(
-    server: Server, tmp_path: Path
+    shared_server: Server, tmp_path: Path
 ) -> None:
+    server = shared_server
     project = folder(tmp_path)
     home = tmp_path / "client-home"
     home.mkdir()
@@ -284,52 +356,3 @@ def test_a_submitted_experiment_and_its_follower_outlive_the_server_that_started
         if follower.poll() is None:
             os.killpg(follower.pid, signal.SIGKILL)
             follower.wait(timeout=30)
-
-
-def test_rerun_on_the_server_runs_the_stored_snapshot_with_new_params(server: Server, tmp_path: Path) -> None:
-    project = folder(tmp_path)
-    origin = Client(server.url, TOKEN).submit(project / "exp.yml", pack(project), {}, 0)["id"]
-    assert wait_done(server, origin)["status"] == "succeeded"
-    (project / "train.py").write_text("raise SystemExit('the submitter\\'s folder is not what reruns')\n")
-    home = tmp_path / "client-home"
-    home.mkdir(exist_ok=True)
-
-    def rerun(*args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            [str(PHALANX), "rerun", origin, "--server", server.url, *args],
-            env=clean_env(home, PHALANX_TOKEN=TOKEN),
-            capture_output=True,
-            text=True,
-            timeout=300,
-        )
-
-    here = subprocess.run(  # no server: on this machine a rerun is followed already
-        [str(PHALANX), "rerun", origin, "--follow"], env=clean_env(home), capture_output=True, text=True
-    )
-    assert here.returncode == 2 and "--follow goes with --server URL" in here.stderr, here.stderr
-    refused = rerun("--param", "fial=worker-0")  # a misspelt name: refused before anything queues
-    assert refused.returncode == 2, refused.stderr
-    assert "--param fial: the file neither declares a param 'fial'" in refused.stderr
-    assert "Traceback" not in refused.stderr
-
-    # followed: its console as it comes, and the exit status of its end (1: failed), as `run --follow`
-    r = rerun("--param", "fail=worker-0", "--priority", "5", "--follow")
-    assert r.returncode == 1, r.stderr
-    clone = r.stdout.splitlines()[0]
-    assert "[worker-0] worker-0 fails on purpose" in r.stdout, r.stdout
-    assert f"phalanx: experiment {clone} failed" in r.stderr and "Traceback" not in r.stderr
-    exp = wait_done(server, clone)
-    # it ran the stored snapshot with the new param: worker-0 failed as told, the master did not
-    assert exp["status"] == "failed"
-    failed = {rep["name"]: rep["exit_code"] for rep in exp["replicas"]}
-    assert failed["worker-0"] == 3
-    assert exp["plan"]["launch"]["rerun_of"] == origin
-    assert exp["plan"]["launch"]["params"] == {"fail": "worker-0"}
-    # a clone retried with the same idempotency key makes one experiment
-    client = Client(server.url, TOKEN)
-    first = client.clone(origin, {"fail": "none"}, 0, key="clone-once")
-    again = client.clone(origin, {"fail": "none"}, 0, key="clone-once")
-    assert first["created"] is True and again == {**first, "created": False}
-    assert wait_done(server, first["id"])["status"] == "succeeded"
-    ids = {e["id"] for e in api(server, "/experiments?limit=50")["items"]}
-    assert ids == {origin, clone, first["id"]}

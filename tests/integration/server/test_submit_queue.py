@@ -16,16 +16,21 @@ import re
 import shutil
 import signal
 import threading
-import time
 import urllib.request
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from tests.conftest import _processes_under
-from tests.integration.server.serverproc import TRUSTING, Server, start_server, stop_server
+from tests.integration.server.serverproc import (
+    TRUSTING,
+    Server,
+    start_server,
+    stop_server,
+    supervisors_gone,
+    wait_for,
+)
 
 from phalanx.bundles import digest, pack
 from phalanx.cli.remote import Client
@@ -44,27 +49,8 @@ def api(server: Server, path: str) -> Any:
         return json.load(r)
 
 
-def wait_for(what: str, check: Callable[[], Any], seconds: float = 240) -> Any:
-    deadline = time.monotonic() + seconds
-    while True:
-        found = check()
-        if found:
-            return found
-        assert time.monotonic() < deadline, f"not within {seconds:.0f} s: {what}"
-        time.sleep(0.2)
-
-
 def statuses(server: Server) -> dict[str, str]:
     return {e["id"]: e["status"] for e in api(server, "/experiments?limit=100")["items"]}
-
-
-def supervisors_gone(server: Server) -> None:
-    """Every supervisor started for the server's home has exited (no process left behind)."""
-    wait_for(
-        "every supervisor exited",
-        lambda: not [pid for pid, _ in _processes_under(server.home) if pid != server.proc.pid],
-        120,
-    )
 
 
 class Probe:

@@ -13,8 +13,15 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-from tests.integration.server.serverproc import PHALANX, Server, clean_env, start_server, stop_server
-from tests.integration.server.test_submit import folder, supervisors_gone
+from tests.integration.server.serverproc import (
+    PHALANX,
+    Server,
+    clean_env,
+    start_server,
+    stop_server,
+    supervisors_gone,
+)
+from tests.integration.server.test_submit import folder
 from tests.support.cli import Done, phalanx_cli
 
 from phalanx.bundles import pack

@@ -1,8 +1,13 @@
-"""A small PyTorch DDP job for the Slurm tests: trains an MLP on scikit-learn's digits over gloo.
+"""A small PyTorch DDP job for the Slurm tests: trains an MLP on a synthetic ten-class set over gloo.
 
-It reports one loss series per rank and the test accuracy, through the tracking SDK when it is
-there, else straight into the spool (the SDK's own stdlib format), and prints where it runs. With
---hold SECONDS the non-master replicas print `ready pid=N` and then wait, so a test can kill one.
+It reports one loss series per rank, through the tracking SDK when it is there, else straight into
+the spool (the SDK's own stdlib format), and prints where it runs. With --hold SECONDS the
+non-master replicas print `ready pid=N` and then wait, so a test can kill one.
+
+Where it runs is printed, and the hold taken, before torch is imported: a test that kills a held
+replica waits for that line, not for torch's import (seconds of CPU on a loaded machine). The data
+is made with torch (no scikit-learn import); the tests check where the ranks ran, that they met and
+what they reported, not what the model learnt.
 """
 
 from __future__ import annotations
@@ -12,12 +17,6 @@ import os
 import time
 from collections.abc import Callable
 from typing import Any
-
-import torch
-import torch.distributed as dist
-from sklearn.datasets import load_digits
-from torch import nn
-from torch.nn.parallel import DistributedDataParallel
 
 
 def reporter() -> tuple[Callable[..., None], Callable[[], Any]]:
@@ -51,18 +50,25 @@ def main() -> None:
     parser.add_argument("--hold", type=float, default=0.0)
     parser.add_argument("--no-track", action="store_true", help="report nothing (no ingester running)")
     args = parser.parse_args()
-    torch.set_num_threads(1)
     replica = os.environ["PHALANX_REPLICA"]
     print(f"replica={replica} node={os.environ.get('SLURMD_NODENAME')} pid={os.getpid()}", flush=True)
     if args.hold and replica != "master":
         print(f"ready pid={os.getpid()}", flush=True)
         time.sleep(args.hold)
+
+    import torch
+    import torch.distributed as dist
+    from torch import nn
+    from torch.nn.parallel import DistributedDataParallel
+
+    torch.set_num_threads(1)
     dist.init_process_group("gloo")
     rank, world = dist.get_rank(), dist.get_world_size()
     report, flush = reporter() if not args.no_track else (lambda *a: None, lambda: None)
-    x, y = load_digits(return_X_y=True)
-    x_t = torch.tensor(x[rank::world] / 16.0, dtype=torch.float32)
-    y_t = torch.tensor(y[rank::world])
+    generator = torch.Generator().manual_seed(0)  # the same 512 samples on every rank, each its shard
+    x = torch.randn(512, 64, generator=generator)
+    y = torch.randint(0, 10, (512,), generator=generator)
+    x_t, y_t = x[rank::world], y[rank::world]
     torch.manual_seed(0)
     model = DistributedDataParallel(nn.Sequential(nn.Linear(64, 64), nn.ReLU(), nn.Linear(64, 10)))
     opt = torch.optim.Adam(model.parameters(), lr=0.01)

@@ -263,7 +263,9 @@ def test_a_group_whose_trials_slurm_can_never_hold_is_refused_before_anything_is
         pause=0.1,
         environment="  resources: {cpu: {requests: 64, limits: 64}}\n  replicas:\n",
     )
-    refused = phalanx.run("group", "run", "-f", str(path), "--cluster", slurm_cluster.name)
+    # in this process (tests/support/cli.py): the refusal comes before anything is started, and the
+    # real-process `group run` is the other tests'
+    refused = phalanx.cli("group", "run", "-f", str(path), "--cluster", slurm_cluster.name)
     assert refused.returncode == 2, refused.stderr
     assert refused.stderr.startswith(f"error: {path}: its trials cannot run (a trial with x=0.0): ")
     assert f"Slurm cluster {slurm_cluster.name} can never run this experiment" in refused.stderr

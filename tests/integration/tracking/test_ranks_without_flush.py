@@ -40,7 +40,7 @@ SCRIPT = textwrap.dedent(
 
     if __name__ == "__main__":
         task = Task.init(project_name="p", task_name="no flush")
-        mp.spawn(rank_main, args=(3, int(sys.argv[1])), nprocs=3, join=True)
+        mp.spawn(rank_main, args=(2, int(sys.argv[1])), nprocs=2, join=True)  # a Python + torch each
     """
 )
 
@@ -62,6 +62,6 @@ def test_spawned_ranks_are_attributed_without_flush(tmp_path: Path) -> None:
     Ingester(store, None, home / "spool").run_once()
     [exp] = store.list_experiments().items
     params = {p.key: p.rank for p in store.params(exp.id) if p.section == "General"}
-    assert params == {"worker_0_stuff": 0, "worker_1_stuff": 1, "worker_2_stuff": 2}
+    assert params == {"worker_0_stuff": 0, "worker_1_stuff": 1}  # rank 1's own, not rank 0 for all
     artifacts = {a.name: a.rank for a in store.artifacts(exp.id)}
-    assert artifacts == {"temp 00": 0, "temp 01": 1, "temp 02": 2}
+    assert artifacts == {"temp 00": 0, "temp 01": 1}

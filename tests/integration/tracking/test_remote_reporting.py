@@ -122,18 +122,11 @@ def _check_server_store(server: ServerProcess, exp_id: str) -> None:
     assert "printed remotely" in {line.text for line in store.logs(exp_id)}
 
 
-def test_a_remote_script_reports_everything_over_http(server: ServerProcess, tmp_path: Path) -> None:
-    server.start()
-    proc = _run_client(tmp_path, server)
-    out, err = proc.communicate(timeout=300)
-    assert proc.returncode == 0, err
-    _, ok, exp_id = out.strip().splitlines()[-1].split()
-    assert ok == "True"
-    _check_server_store(server, exp_id)
-    assert not (tmp_path / "client-home" / "phalanx.db").exists()
-
-
-def test_reports_wait_in_the_spool_while_the_server_is_down(server: ServerProcess, tmp_path: Path) -> None:
+def test_reports_wait_in_the_spool_while_the_server_is_down_then_a_script_reports_everything_over_http(
+    server: ServerProcess, tmp_path: Path
+) -> None:
+    """Two clients of one server (a `phalanx server` start costs seconds): the first reports while
+    the server is down and its spool waits; once the server is up, both ship everything."""
     go = tmp_path / "go"
     proc = _run_client(tmp_path, server, str(go))
     assert proc.stdout is not None
@@ -150,3 +143,12 @@ def test_reports_wait_in_the_spool_while_the_server_is_down(server: ServerProces
     _, ok, exp_id = out.strip().splitlines()[-1].split()
     assert ok == "True"
     _check_server_store(server, exp_id)
+
+    # a script started while the server is up reports everything, and keeps nothing of its own
+    proc = _run_client(tmp_path, server)
+    out, err = proc.communicate(timeout=300)
+    assert proc.returncode == 0, err
+    _, ok, second = out.strip().splitlines()[-1].split()
+    assert ok == "True" and second != exp_id
+    _check_server_store(server, second)
+    assert not (tmp_path / "client-home" / "phalanx.db").exists()

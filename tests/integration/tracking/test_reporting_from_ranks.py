@@ -65,13 +65,15 @@ def _assert_one_experiment_holds_every_rank(store: SqlStore, ranks: int, iterati
 
 
 def test_plain_python_run_reports_every_rank_into_one_experiment(tmp_path: Path) -> None:
+    # two spawned ranks (the example's default is three): each is a Python start importing torch,
+    # and two already report into the main task from processes other than the one that created it
     home = tmp_path / "home"
     done = subprocess.run(
-        [sys.executable, str(EXAMPLE / "train.py"), "--nodes", "3", "--iterations", "8"],
+        [sys.executable, str(EXAMPLE / "train.py"), "--nodes", "2", "--iterations", "8"],
         env=_env(home), cwd=tmp_path, capture_output=True, text=True, timeout=600,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr[-3000:]
-    _assert_one_experiment_holds_every_rank(_store(home), ranks=3, iterations=8)
+    _assert_one_experiment_holds_every_rank(_store(home), ranks=2, iterations=8)
 
 
 def test_phalanx_run_with_a_master_and_two_workers_reports_into_one_experiment(tmp_path: Path) -> None:

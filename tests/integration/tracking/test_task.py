@@ -91,11 +91,12 @@ def test_sigterm_and_ctrl_c_mark_the_experiment_stopped_and_keep_what_was_report
         sys.stdout.write("READY\\n"); sys.stdout.flush()
         time.sleep(600)
         """
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        proc = sandbox.popen(code)
+    procs = {sig: sandbox.popen(code) for sig in (signal.SIGTERM, signal.SIGINT)}  # both start at once
+    for sig, proc in procs.items():
         assert proc.stdout is not None
         assert proc.stdout.readline().strip() == "READY"
         proc.send_signal(sig)
+    for proc in procs.values():
         assert proc.wait(120) != 0
     store = sandbox.ingested()
     exps = store.list_experiments().items
