@@ -12,8 +12,10 @@ from typing import Any
 
 import pytest
 
+from phalanx.config import Settings
+from phalanx.store import open_store
 from tests.conftest import OUTPUT
-from tests.integration.server.serverproc import Server, start_server, stop_server
+from tests.integration.server.serverproc import Server, running_server
 
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMIUM_ARGS = [
@@ -52,14 +54,10 @@ def shared(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     module fills ``shared.home`` with its own; starting a server is most of what such a module's
     set-up cost. A module whose checks read whole lists (the run table, groups, users and sign-in)
     has a home and a server of its own."""
-    from phalanx.config import Settings
-    from phalanx.store import open_store
-
     home = tmp_path_factory.mktemp("shared-home")
     open_store(Settings(home=home)).close()  # migrated before the server opens it
-    server = start_server(home)
-    yield server
-    stop_server(server.proc)
+    with running_server(home) as server:
+        yield server
 
 
 @pytest.fixture
