@@ -55,9 +55,11 @@ from phalanx.groups.lock import ControllerRunning, controller_lock
 from phalanx.groups.setup import build_trials_env, check_trials_can_run, create, load, trial_build
 from phalanx.groups.waking import Waker
 from phalanx.machine.box import isolation_of
+from phalanx.machine.locks import held
 from phalanx.reconcile import settle
 from phalanx.runner import LaunchOptions, LaunchRecord, Runner
 from phalanx.runner.forking import preload
+from phalanx.runner.options import LAUNCH_LOCK
 from phalanx.spec.dump import spec_to_yaml
 from phalanx.spec.model import ExperimentSpec
 from phalanx.store.base import GroupStore
@@ -69,6 +71,23 @@ log = logging.getLogger(__name__)
 
 POLL_SECONDS = 0.3  # the longest the loop sleeps: an adopted trial (no child of ours) is seen this late
 LAUNCH_TIMEOUT = 180.0
+
+
+def launched(run_dir: Path, exists: Callable[[], bool], timeout: float = LAUNCH_TIMEOUT) -> bool:
+    """Whether the launch a killed controller left in ``run_dir`` made its experiment: ``exists()``
+    now, or once the supervisor it had started, still alive (it holds the folder's LAUNCH_LOCK),
+    creates it. False at once when none lives: nothing will create it, so the trial is launched
+    again (it was: wait ``timeout``, 180 s, for a launch that no process was making)."""
+    deadline = time.monotonic() + timeout
+    while not exists():
+        if not run_dir.exists():
+            return False  # never begun (the folder is made first), or failed and cleaned up
+        if not held(run_dir / LAUNCH_LOCK):  # its launcher and supervisor are gone
+            return exists()  # (it may have created it just before it ended)
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.2)
+    return True
 
 
 class GroupError(PhalanxError):
@@ -330,20 +349,8 @@ class Controller:
         del self.live[number]
 
     def _launched(self, experiment_id: str) -> bool:
-        """Whether a trial recorded as launching was launched: its experiment exists, or appears
-        while the `phalanx run --detach` the killed controller had started is still creating it."""
-        if self._exists(experiment_id):
-            return True
-        if not (self.settings.runs_dir / experiment_id).exists():
-            return False  # the launch never began (the folder is made before it starts)
-        deadline = time.monotonic() + LAUNCH_TIMEOUT
-        while time.monotonic() < deadline:
-            if self._exists(experiment_id):
-                return True
-            if not (self.settings.runs_dir / experiment_id).exists():
-                return False  # it failed and cleaned up: launch it again
-            time.sleep(0.2)
-        return False
+        """Whether a trial recorded as launching was launched (``launched``)."""
+        return launched(self.settings.runs_dir / experiment_id, lambda: self._exists(experiment_id))
 
     def _exists(self, experiment_id: str) -> bool:
         try:

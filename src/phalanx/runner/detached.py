@@ -6,7 +6,9 @@ the child. It gets the Runner to supervise through from its caller, so that neit
 
 from __future__ import annotations
 
+import contextlib
 import faulthandler
+import os
 import shutil
 import signal
 import sys
@@ -17,7 +19,7 @@ from typing import TYPE_CHECKING
 from phalanx.errors import PhalanxError, SpecError, exit_status
 from phalanx.machine.locks import hold
 from phalanx.runner.observers import PlainObserver
-from phalanx.runner.options import SpecFile, read_launch
+from phalanx.runner.options import LAUNCH_LOCK_FD, SpecFile, read_launch
 from phalanx.spec.loader import refusal_text
 
 SUPERVISOR_LOCK = "supervisor.lock"  # runs/<id>/supervisor.lock: held by an accepted launch's supervisor
@@ -25,6 +27,15 @@ SUPERVISOR_LOCK = "supervisor.lock"  # runs/<id>/supervisor.lock: held by an acc
 if TYPE_CHECKING:
     from phalanx.runner.running import Runner
     from phalanx.store.base import IngestStore
+
+
+def _keep_launch_lock() -> None:
+    """The LAUNCH_LOCK the Runner passed to this process (``Runner.start``): held for this
+    supervisor's life, as its open fd, but not passed on to what it starts (its replicas)."""
+    fd = os.environ.pop(LAUNCH_LOCK_FD, None)
+    if fd is not None and fd.isdigit():
+        with contextlib.suppress(OSError):
+            os.set_inheritable(int(fd), False)
 
 
 def supervise_launch(
@@ -39,6 +50,7 @@ def supervise_launch(
         sys.stderr.write("usage: python -m phalanx.runner RUN_DIR\n")
         return 2
     run_dir = Path(argv[0])
+    _keep_launch_lock()
     launch = read_launch(run_dir)
     if launch.options.accepted and hold(run_dir / SUPERVISOR_LOCK) is None:
         # the server's launcher started it twice (it restarted in between): the first one runs it

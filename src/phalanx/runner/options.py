@@ -15,6 +15,11 @@ if TYPE_CHECKING:
     from phalanx.spec.model import ExperimentSpec
 
 LAUNCH_FILE = "launch.pickle"  # runs/<id>/launch.pickle: what `python -m phalanx.runner` supervises
+# runs/<id>/launch.lock: taken by whoever writes the launch, before it does, and handed to the
+# supervisor it starts, which holds it for its whole life. Free while the run folder exists and the
+# experiment does not: nothing will ever create it (its launcher and supervisor are both gone).
+LAUNCH_LOCK = "launch.lock"
+LAUNCH_LOCK_FD = "PHALANX_LAUNCH_LOCK_FD"  # the lock's fd in a supervisor started as a process
 
 
 @dataclass(frozen=True)

@@ -16,9 +16,10 @@ from typing import TYPE_CHECKING, Any
 from phalanx import knobs
 from phalanx.config import Settings
 from phalanx.errors import BackendUnavailable, NotFound, PhalanxError
+from phalanx.machine.locks import hold
 from phalanx.machine.procs import record_process, recorded_process
 from phalanx.runner.forking import can_fork, fork_supervisor
-from phalanx.runner.options import Launch, LaunchOptions, SpecFile, write_launch
+from phalanx.runner.options import LAUNCH_LOCK, LAUNCH_LOCK_FD, Launch, LaunchOptions, SpecFile, write_launch
 from phalanx.store import open_store
 from phalanx.store.lite import LiteReader, sqlite_path
 from phalanx.store.migrations import HEAD
@@ -245,21 +246,31 @@ class Runner:
         run_dir = self.settings.runs_dir / exp_id
         log_path = log or run_dir / SUPERVISOR_LOG
         outside = not log_path.resolve().is_relative_to(run_dir.resolve())
-        write_launch(run_dir, Launch(spec, options, remove_run_dir=outside, headline=headline))
-        child_env = dict(os.environ if env is None else env)
-        child_env.update(self._store_env())
-        argv = [sys.executable, "-m", "phalanx.runner", str(run_dir)]
-        with open(log_path, "ab") as out:
-            proc = subprocess.Popen(
-                argv,
-                stdin=subprocess.DEVNULL,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                cwd=str(cwd) if cwd else None,
-                env=child_env,
-                start_new_session=True,
-                close_fds=True,
-            )
+        lock = _take_launch_lock(run_dir)
+        try:
+            write_launch(run_dir, Launch(spec, options, remove_run_dir=outside, headline=headline))
+            child_env = dict(os.environ if env is None else env)
+            child_env.update(self._store_env())
+            passed: tuple[int, ...] = ()
+            if lock is not None:  # the supervisor holds it from here on (detached.supervise_launch)
+                child_env[LAUNCH_LOCK_FD] = str(lock)
+                passed = (lock,)
+            argv = [sys.executable, "-m", "phalanx.runner", str(run_dir)]
+            with open(log_path, "ab") as out:
+                proc = subprocess.Popen(
+                    argv,
+                    stdin=subprocess.DEVNULL,
+                    stdout=out,
+                    stderr=subprocess.STDOUT,
+                    cwd=str(cwd) if cwd else None,
+                    env=child_env,
+                    start_new_session=True,
+                    close_fds=True,
+                    pass_fds=passed,
+                )
+        finally:
+            if lock is not None:
+                os.close(lock)
         return exp_id, proc, log_path
 
     def fork(
@@ -282,8 +293,15 @@ class Runner:
         options = replace(options, experiment_id=exp_id)
         run_dir = self.settings.runs_dir / exp_id
         outside = not log.resolve().is_relative_to(run_dir.resolve())
-        write_launch(run_dir, Launch(spec, options, remove_run_dir=outside))
-        forked = fork_supervisor(run_dir, log, self._store_env(), close, store, supervise=_supervise_in_child)
+        lock = _take_launch_lock(run_dir)  # the forked supervisor keeps it (an inherited fd)
+        try:
+            write_launch(run_dir, Launch(spec, options, remove_run_dir=outside))
+            forked = fork_supervisor(
+                run_dir, log, self._store_env(), close, store, supervise=_supervise_in_child
+            )
+        finally:
+            if lock is not None:
+                os.close(lock)
         return exp_id, forked, log
 
     def _store_env(self) -> dict[str, str]:
@@ -436,6 +454,13 @@ class Runner:
     def logs(self, experiment_id: str, replica: str | None = None, offset: int = 0) -> list[LogLine]:
         """Console lines stored so far (every replica's by time, or one replica's)."""
         return self._store().logs(experiment_id, replica=replica, offset=offset)
+
+
+def _take_launch_lock(run_dir: Path) -> int | None:
+    """``run_dir``'s LAUNCH_LOCK, taken (its fd: the caller hands it to the supervisor it starts,
+    then closes its own copy), or None when a supervisor of that folder still holds it: that one
+    lives on, and the new one settles with it as it would without the lock."""
+    return hold(run_dir / LAUNCH_LOCK)
 
 
 def _exists(store: Store, experiment_id: str) -> bool:

@@ -18,7 +18,20 @@ import pytest
 from tests.integration.estimator.conftest import stop_group
 from tests.integration.local.conftest import Phalanx
 
+from phalanx.machine.locks import held
+from phalanx.runner.options import LAUNCH_LOCK
+
 TRACER = Path(__file__).parent / "launch_trace"
+# A replica that says whether its run folder's launch lock is held (by its supervisor, alive) and
+# whether the replica itself has it open (it must not: only the supervisor holds it)
+LOOK = """\
+import os, sys
+from pathlib import Path
+from phalanx.machine.locks import held
+lock = Path(os.environ["PHALANX_HOME"], "runs", os.environ["PHALANX_EXPERIMENT_ID"], "launch.lock")
+fds = [os.path.realpath(f"/proc/self/fd/{fd}") for fd in os.listdir("/proc/self/fd")]
+print(f"launch lock held: {held(lock)}, open here: {str(lock.resolve()) in fds}", flush=True)
+"""
 SUPERVISOR = ["-m", "phalanx.runner"]
 
 
@@ -57,7 +70,8 @@ def test_run_detach_starts_the_supervisor_and_nothing_else(
     phalanx: Phalanx, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     trace = _traced(phalanx, monkeypatch)
-    spec = phalanx.spec("version: 1\nkind: experiment\nrun:\n  cmd: python -c \"print('hi')\"\n")
+    spec = phalanx.spec("version: 1\nkind: experiment\nrun:\n  cmd: python look.py\n")
+    (spec.parent / "look.py").write_text(LOOK)
     done = phalanx.run("run", "--detach", "-o", "json", "-f", str(spec))
     assert done.returncode == 0, done.stderr
     doc = json.loads(done.stdout)
@@ -67,7 +81,9 @@ def test_run_detach_starts_the_supervisor_and_nothing_else(
     assert child[1:3] == SUPERVISOR, child
     assert doc["supervisor_pid"] in [pid for pid, ppid, _ in _processes(trace) if ppid == cli]
     got = phalanx.cli("logs", doc["id"], "--follow")
-    assert "hi" in got.stdout, got.stderr
+    # the run folder's launch lock: held by the supervisor while it runs, not by its replica
+    assert "launch lock held: True, open here: False" in got.stdout, got.stdout + got.stderr
+    assert not held(phalanx.home / "runs" / doc["id"] / LAUNCH_LOCK)  # the supervisor ended
 
 
 def test_experiment_submit_starts_the_supervisor_and_nothing_else(
@@ -98,7 +114,7 @@ def test_a_group_trial_starts_its_supervisor_and_nothing_else(
     trace = _traced(phalanx, monkeypatch)
     folder = phalanx.tmp / "group"
     folder.mkdir()
-    (folder / "train.py").write_text("import sys\nprint('x', sys.argv[1])\n")
+    (folder / "train.py").write_text(LOOK + "print('x', sys.argv[1])\n")
     path = folder / "group.yml"
     path.write_text(
         "version: 1\nkind: group\nname: trace\nhptuning:\n  concurrency: 2\n  grid_search: {}\n"
@@ -119,6 +135,9 @@ def test_a_group_trial_starts_its_supervisor_and_nothing_else(
         assert json.loads(got.stdout)["launch"]["params"] == t["params"], got.stdout
         params = phalanx.cli("params", t["experiment_id"], "-o", "json")
         assert json.loads(params.stdout) == {"Trial": t["params"]}, params.stdout + params.stderr
+        # a forked supervisor keeps the launch lock the controller took for it, its replica has none
+        logs = phalanx.cli("logs", t["experiment_id"]).stdout
+        assert "launch lock held: True, open here: False" in logs, logs
 
 
 def test_an_estimator_sweep_starts_its_groups_controller_and_no_cli(
