@@ -124,12 +124,29 @@ def test_an_engine_that_restarts_replicas_itself_is_not_restarted_again(
 def test_tensorflow_chief_success_ends_the_experiment_after_the_servers_grace(
     store: SqlStore, settings: Settings
 ) -> None:
-    script = {"master": Ends(1.0), "worker-0": Ends(1.5), "ps-0": RUNS_FOREVER}
+    """ParameterServerStrategy: its workers are servers too (they never end by themselves)."""
+    script = {"master": Ends(1.0), "worker-0": RUNS_FOREVER, "ps-0": RUNS_FOREVER}
     outcome, engine = supervise(spec(Framework.TENSORFLOW, workers=1, ps=1), [script], store, settings)
     assert outcome.status is ExperimentStatus.SUCCEEDED
     handle, cancelled_at = engine.cancels[0]
     waited = cancelled_at - engine.jobs[handle].submitted - 1.0
     assert supervising.TF_SERVER_GRACE_SECONDS <= waited <= supervising.TF_SERVER_GRACE_SECONDS + 0.2
+    rows = replica_rows(store, outcome.experiment_id)
+    assert rows["master"] == ("succeeded", 0) and rows["worker-0"][0] == rows["ps-0"][0] == "stopped"
+    assert any("stopping the TensorFlow servers" in line.text for line in store.logs(outcome.experiment_id))
+
+
+def test_tensorflow_ps_servers_are_stopped_once_every_worker_has_ended(
+    store: SqlStore, settings: Settings
+) -> None:
+    """Between-graph PS training: the workers train and end; the ps servers only serve them, so
+    they are stopped as soon as the last worker ends (not after the grace)."""
+    script = {"master": Ends(1.0), "worker-0": Ends(1.5), "ps-0": RUNS_FOREVER}
+    outcome, engine = supervise(spec(Framework.TENSORFLOW, workers=1, ps=1), [script], store, settings)
+    assert outcome.status is ExperimentStatus.SUCCEEDED
+    handle, cancelled_at = engine.cancels[0]
+    waited = cancelled_at - engine.jobs[handle].submitted - 1.5
+    assert 0 <= waited <= supervising.POLL_SECONDS + 0.2
     rows = replica_rows(store, outcome.experiment_id)
     assert rows["master"] == rows["worker-0"] == ("succeeded", 0) and rows["ps-0"][0] == "stopped"
     assert any("stopping the TensorFlow servers" in line.text for line in store.logs(outcome.experiment_id))

@@ -25,7 +25,7 @@ from phalanx import queue, stragglers
 from phalanx.backends.base import DryRun, JobStatus, ReplicaStatus
 from phalanx.backends.local.boxes import SECRET_NAMES
 from phalanx.config import Settings
-from phalanx.domain import ExperimentStatus, Framework, ReplicaState
+from phalanx.domain import ExperimentStatus, Framework, ReplicaState, Role
 from phalanx.ingest import Ingester
 from phalanx.machine import sysmetrics
 from phalanx.machine.procs import INGESTER_RECORD, record_process, recorded_process
@@ -49,9 +49,10 @@ log = logging.getLogger(__name__)
 
 
 POLL_SECONDS = 0.1
-# Once a TensorFlow chief has succeeded, the other replicas get this long to end by themselves
+# Once a TensorFlow chief has succeeded, its workers get this long to end by themselves
 # (MultiWorkerMirroredStrategy workers do, and flush what they report) before the servers that
-# never end (ParameterServerStrategy's tf.distribute.Server.join()) are stopped.
+# never end (ParameterServerStrategy's tf.distribute.Server.join()) are stopped. Once every worker
+# has ended, the ps servers are stopped at once.
 TF_SERVER_GRACE_SECONDS = 5.0
 
 
@@ -410,9 +411,13 @@ class Supervisor:
             if self._chief_done(job):
                 # the chief decides a TensorFlow experiment: what the others do now cannot fail it
                 chief_done_at = chief_done_at or time.monotonic()
-                others_done = all(r.state.done for r in job.replicas if r.name != "master")
+                # a ps serves until stopped; a worker ends by itself (MultiWorkerMirrored, or a
+                # between-graph PS job's) unless it is a PS-strategy server: that one gets the grace
+                servers = {r.name for r in self.p.plan.replicas if r.role is Role.PS}
+                workers = [r for r in job.replicas if r.name != "master" and r.name not in servers]
+                others_done = all(r.state.done for r in workers)
                 if others_done or time.monotonic() - chief_done_at > TF_SERVER_GRACE_SECONDS:
-                    if not others_done:
+                    if any(not r.state.done for r in job.replicas if r.name != "master"):
                         self.console.emit_all("phalanx: the chief succeeded; stopping the TensorFlow servers")
                     backend.cancel(handle)
                     return ExperimentStatus.SUCCEEDED, None
