@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 from tests.integration.estimator.conftest import stop_group
-from tests.integration.local.conftest import Phalanx
+from tests.integration.local.conftest import Phalanx, wait_for
 
 from phalanx.machine.locks import held
 from phalanx.runner.options import LAUNCH_LOCK
@@ -83,7 +83,8 @@ def test_run_detach_starts_the_supervisor_and_nothing_else(
     got = phalanx.cli("logs", doc["id"], "--follow")
     # the run folder's launch lock: held by the supervisor while it runs, not by its replica
     assert "launch lock held: True, open here: False" in got.stdout, got.stdout + got.stderr
-    assert not held(phalanx.home / "runs" / doc["id"] / LAUNCH_LOCK)  # the supervisor ended
+    lock = phalanx.home / "runs" / doc["id"] / LAUNCH_LOCK  # let go when the supervisor exits
+    wait_for(lambda: not held(lock), what="the supervisor's exit to free its launch lock")
 
 
 def test_experiment_submit_starts_the_supervisor_and_nothing_else(
