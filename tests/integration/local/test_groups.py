@@ -15,8 +15,6 @@ from typing import Any
 import pytest
 from tests.integration.local.conftest import Phalanx, experiment_pids, wait_for
 
-from phalanx.errors import NotFound
-
 pytest.importorskip("optuna")
 
 TRAIN = """\
@@ -155,25 +153,16 @@ def test_a_controller_killed_mid_search_is_resumed_without_repeating_a_trial(pha
     controller = phalanx.start("group", "run", "-f", str(path))
     store = phalanx.store()
 
-    def running(experiment_id: str) -> bool:
-        try:
-            return bool(store.get_experiment(experiment_id).status == "running")
-        except NotFound:
-            return False
-
     def finished_and_running() -> bool:
-        """A trial finished and `concurrency` (2) run, their experiments running: the controller
-        only watches until one ends, so the kill lands between launches, not in one (a resume
-        waits LAUNCH_TIMEOUT, 180 s, for a launch a killed controller left half-begun)."""
+        """A trial finished and another started: the kill may land inside a launch, which the
+        resumed controller waits for only while that trial's supervisor lives (its launch lock)."""
         groups = store.list_groups()
         if not groups:
             return False
         trials = store.list_trials(groups[0].id)
-        live = [t for t in trials if t.state == "running"]
-        done = sum(t.state == "done" for t in trials)
-        return done >= 1 and len(live) == 2 and all(running(t.experiment_id) for t in live)
+        return sum(t.state == "done" for t in trials) >= 1 and any(t.state == "running" for t in trials)
 
-    wait_for(finished_and_running, timeout=180, what="one finished trial and two running")
+    wait_for(finished_and_running, timeout=180, what="one finished trial and one running")
     controller.send_signal(signal.SIGKILL)
     controller.communicate(timeout=30)
     group_id = only_group(phalanx)
