@@ -62,10 +62,9 @@ def one(home: Path, folder: Path, trials: int, steps: int, pruning: bool, wake: 
     from phalanx.groups import controller, records
     from phalanx.spec.group import load_group
     from phalanx.store import open_store
-    from phalanx.store.base import group_store
 
     settings = Settings(home=home)
-    store = group_store(open_store(settings))
+    store = open_store(settings)
     path = folder / ("pruned.yml" if pruning else "full.yml")
     path.write_text(group_text(trials, steps, pruning))
     group = controller.create(store, load_group(path), workdir=folder)

@@ -37,7 +37,7 @@ from phalanx.store.base import ExperimentFilter
 if TYPE_CHECKING:
     from phalanx.config import Settings
     from phalanx.plan import Plan
-    from phalanx.store.base import Store
+    from phalanx.store.base import LocalStore
 
 # How often a waiter looks at the ledger file's identity (a stat, no lock) when its doorbell does
 # not ring first (machine.doorbell: a holder leaving rings it at once); it takes the lock and tries
@@ -219,7 +219,7 @@ def never_starts(
     )
 
 
-def local_limits(store: Store | None) -> dict[str, Limit]:
+def local_limits(store: LocalStore | None) -> dict[str, Limit]:
     """Every project's quota on this machine (target ``local``), from the store; none without one."""
     if store is None:
         return {}
@@ -233,7 +233,7 @@ def waiting_count(settings: Settings, project: str) -> int:
     return sum(1 for e in waiting if e.project == project)
 
 
-def overview(settings: Settings, store: Store | None = None) -> dict[str, Any]:
+def overview(settings: Settings, store: LocalStore | None = None) -> dict[str, Any]:
     """What `phalanx queue -o json` prints: the machine, what runs (holding), what waits in order
     and why (``why``), and per project its quota and recent usage (``projects``), read from the
     store when one is given. (Callers with a store run ``reconcile.reconcile`` first, so abandoned

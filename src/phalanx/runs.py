@@ -33,7 +33,7 @@ from phalanx.run_api import (
 if TYPE_CHECKING:
     from phalanx.config import Settings
     from phalanx.store.artifacts import ArtifactStore
-    from phalanx.store.base import Store
+    from phalanx.store.base import LocalStore
     from phalanx.tracking.context import OfflineRun, RunContext
 
 log = logging.getLogger(__name__)
@@ -86,14 +86,14 @@ class Run:
         self.settings = settings
         self._id = run_id
         self._process: subprocess.Popen[bytes] | None = _process
-        self._store_obj: Store | None = None
+        self._store_obj: LocalStore | None = None
         self._artifacts: ArtifactStore | None = None
         self._experiment: Experiment | None = None
 
     # -- plumbing -------------------------------------------------------------------------------
 
     @property
-    def _store(self) -> Store:
+    def _store(self) -> LocalStore:
         if self._store_obj is None:
             from phalanx.store import open_store  # why: `from phalanx import Run` stays light
 

@@ -40,10 +40,9 @@ def fill_group(home: Path) -> str:
     from phalanx.groups.controller import create
     from phalanx.spec.group import load_group
     from phalanx.store import open_store
-    from phalanx.store.base import group_store
 
     (home / "g.yml").write_text(GROUP_FILE)
-    store = group_store(open_store(Settings(home=home)))
+    store = open_store(Settings(home=home))
     group = create(store, load_group(home / "g.yml"), workdir=home)
     rows = [
         (0.01, "adam", "done", 0.42),

@@ -206,10 +206,9 @@ def resume(
     from phalanx.errors import UsageError
     from phalanx.groups import controller
     from phalanx.store import open_store
-    from phalanx.store.base import group_store
 
     settings = Settings()
-    store = group_store(open_store(settings))
+    store = open_store(settings)
     g = store.get_group(group_id)
     if g.done:  # as `phalanx resume` of a finished experiment: a mistake, said with what to do instead
         again = f"`phalanx group run -f {g.source_file}` starts a new search" if g.source_file else ""
@@ -258,10 +257,9 @@ def stop(
     from phalanx.config import Settings
     from phalanx.groups import controller
     from phalanx.store import open_store
-    from phalanx.store.base import group_store
 
     settings = Settings()
-    store = group_store(open_store(settings))
+    store = open_store(settings)
     g = store.get_group(group_id)
     if g.done:
         typer.echo(f"group {g.id} already {g.status}")
@@ -295,7 +293,6 @@ def get(
     from phalanx.cli.tracking import _table, is_remote, open_target
     from phalanx.errors import UsageError
     from phalanx.groups import controller
-    from phalanx.store.base import group_store
 
     if output not in ("table", "json"):
         raise UsageError(f"-o {output!r}: use table or json")
@@ -309,7 +306,7 @@ def get(
         g = group_of(doc)
         orphaned = False
     else:
-        store = group_store(reading)
+        store = reading
         g = store.get_group(group_id)
         doc = controller.group_json(store, g)
         orphaned = _orphaned(g)
@@ -370,11 +367,10 @@ def ls(
     from phalanx.cli.tracking import _table, _when
     from phalanx.errors import UsageError
     from phalanx.store import open_store
-    from phalanx.store.base import group_store
 
     if output not in ("table", "json"):
         raise UsageError(f"-o {output!r}: use table or json")
-    store = group_store(open_store())
+    store = open_store()
     groups = store.list_groups(limit=limit)
     if output == "json":
         emit_json(

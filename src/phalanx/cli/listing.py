@@ -43,9 +43,7 @@ def list_page(query: ExperimentFilter, settings: Settings, group: str | None = N
 
     store, _ = open_for_reading(settings)
     if group is not None:
-        from phalanx.store.base import group_store
-
-        query = replace(query, group_id=group_store(store).resolve_group(group))
+        query = replace(query, group_id=store.resolve_group(group))
     return store.list_experiments(query)
 
 
@@ -161,9 +159,7 @@ def _filtered_page(
         parse_column(column)
     store, _ = open_for_reading(settings)
     if group is not None:
-        from phalanx.store.base import group_store
-
-        query = replace(query, group_id=group_store(store).resolve_group(group))
+        query = replace(query, group_id=store.resolve_group(group))
     kept, values = matching(store, query, flt, columns)
     return Page(items=kept[: query.limit], total=len(kept), offset=0, limit=query.limit), values
 

@@ -12,10 +12,10 @@ from phalanx.cli.cluster import cluster_app
 from phalanx.cli.tracking import Format
 
 if TYPE_CHECKING:
-    from phalanx.store.base import Store
+    from phalanx.store.base import LocalStore
 
 
-def _store() -> Store:
+def _store() -> LocalStore:
     from phalanx.config import Settings
     from phalanx.store import open_store
 

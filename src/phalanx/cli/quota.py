@@ -16,7 +16,7 @@ from phalanx.cli.tracking import Format
 
 if TYPE_CHECKING:
     from phalanx.cli.remote import Client
-    from phalanx.store.base import Store
+    from phalanx.store.base import LocalStore
 
 quota_app = typer.Typer(
     help="Per-project quotas: cores, GPUs and memory held at once, and experiments waiting.",
@@ -55,7 +55,7 @@ def _quoted(project: str) -> str:
     return quote(project, safe="")
 
 
-def _store() -> Store:
+def _store() -> LocalStore:
     from phalanx.config import Settings
     from phalanx.store import open_store
 

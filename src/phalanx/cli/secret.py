@@ -15,7 +15,7 @@ from phalanx.cli.tracking import Format
 
 if TYPE_CHECKING:
     from phalanx.config import Settings
-    from phalanx.store.base import Store
+    from phalanx.store.base import LocalStore
 
 secret_app = typer.Typer(
     help="Per-project secrets, handed to the project's experiments as environment variables.",
@@ -24,7 +24,7 @@ secret_app = typer.Typer(
 app.add_typer(secret_app, name="secret")
 
 
-def _open() -> tuple[Settings, Store]:
+def _open() -> tuple[Settings, LocalStore]:
     from phalanx.config import Settings
     from phalanx.store import open_store
 

@@ -39,7 +39,6 @@ from phalanx.runs import Run
 from phalanx.spec.dump import spec_to_dict
 from phalanx.spec.group import load_group, load_group_text
 from phalanx.store import open_store
-from phalanx.store.base import group_store
 
 if TYPE_CHECKING:
     from phalanx.estimators.estimator import Estimator
@@ -294,7 +293,7 @@ class GroupRun:
     @property
     def _store(self) -> GroupStore:
         if self._store_obj is None:
-            self._store_obj = group_store(open_store(self.settings))
+            self._store_obj = open_store(self.settings)
         return self._store_obj
 
     def get_details(self) -> dict[str, Any]:

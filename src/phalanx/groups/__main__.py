@@ -10,7 +10,6 @@ from phalanx.config import Settings
 from phalanx.errors import PhalanxError, exit_status
 from phalanx.groups.controller import Controller
 from phalanx.store import open_store
-from phalanx.store.base import group_store
 
 
 def main(argv: list[str]) -> int:
@@ -24,7 +23,7 @@ def main(argv: list[str]) -> int:
 
     settings = Settings()
     try:
-        store = group_store(open_store(settings))
+        store = open_store(settings)
         done = Controller(store, settings, argv[0], say=say).run()
     except PhalanxError as exc:
         sys.stderr.write(f"error: {exc}\n")

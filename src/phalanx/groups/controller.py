@@ -62,7 +62,7 @@ from phalanx.runner.forking import preload
 from phalanx.runner.options import LAUNCH_LOCK
 from phalanx.spec.dump import spec_to_yaml
 from phalanx.spec.model import ExperimentSpec
-from phalanx.store.base import GroupStore
+from phalanx.store.base import LocalStore
 
 if TYPE_CHECKING:
     from phalanx.runner.forking import Forked
@@ -110,7 +110,7 @@ class Controller:
 
     def __init__(
         self,
-        store: GroupStore,
+        store: LocalStore,
         settings: Settings,
         group_id: str,
         say: Callable[[str], None] | None = None,

@@ -17,7 +17,7 @@ from phalanx.errors import NotFound
 from phalanx.groups.ending import controller_alive
 from phalanx.groups.launching import GroupLauncher
 from phalanx.groups.lock import holder
-from phalanx.store.base import GroupStore
+from phalanx.store.base import LocalStore
 
 log = logging.getLogger(__name__)
 
@@ -33,7 +33,7 @@ def mark_server_group(settings: Settings, group_id: str) -> None:
     (folder / group_id).touch()
 
 
-def adopt(store: GroupStore, settings: Settings) -> list[str]:
+def adopt(store: LocalStore, settings: Settings) -> list[str]:
     """Start a controller again for every server group that has not ended and has none running;
     the ids of those started. A group that ended is unmarked."""
     launcher = GroupLauncher(settings, store)

@@ -37,7 +37,7 @@ from phalanx.groups.setup import build_trials_env, check_trials_can_run, create
 from phalanx.machine.box import Isolation
 from phalanx.spec.group import GroupSpec
 from phalanx.store import open_store
-from phalanx.store.base import GroupStore, group_store
+from phalanx.store.base import LocalStore
 
 CONTROLLER_LOG = "controller.log"  # groups/ID/controller.log: a detached controller's output
 
@@ -70,14 +70,14 @@ class Started:
 class GroupLauncher:
     """``store``: the group store to record in (default: the settings' store, opened when needed)."""
 
-    def __init__(self, settings: Settings | None = None, store: GroupStore | None = None) -> None:
+    def __init__(self, settings: Settings | None = None, store: LocalStore | None = None) -> None:
         self.settings = settings or Settings()
         self._store = store
 
     @property
-    def store(self) -> GroupStore:
+    def store(self) -> LocalStore:
         if self._store is None:
-            self._store = group_store(open_store(self.settings))
+            self._store = open_store(self.settings)
         return self._store
 
     def create(self, group: GroupSpec, options: GroupOptions) -> Group:

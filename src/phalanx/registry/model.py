@@ -20,10 +20,10 @@ from phalanx.store import open_store
 from phalanx.store.registry_records import ModelRef, ModelVersion, parse_ref
 
 if TYPE_CHECKING:
-    from phalanx.store.base import Store
+    from phalanx.store.base import LocalStore
 
 
-def _registry(store: Store | None) -> Registry:
+def _registry(store: LocalStore | None) -> Registry:
     if store is None:
         store = open_store(Settings())
     return Registry(store)
@@ -40,7 +40,7 @@ class Model:
         version: int | None = None,
         *,
         alias: str | None = None,
-        store: Store | None = None,
+        store: LocalStore | None = None,
     ) -> None:
         ref = parse_ref(name)
         if version is not None or alias is not None:
@@ -57,7 +57,7 @@ class Model:
         model: str | None = None,
         description: str | None = None,
         tags: Mapping[str, str] | None = None,
-        store: Store | None = None,
+        store: LocalStore | None = None,
     ) -> Model:
         """Register ``experiment``'s ONNX model (``model`` names it when it saved several) as the next
         version of ``model_name``. Raises ParityFailed for a file that fails its ONNX check."""
@@ -67,7 +67,7 @@ class Model:
         return cls(created.name, created.version, store=registry.store)
 
     @staticmethod
-    def list(store: Store | None = None) -> builtins.list[dict[str, Any]]:
+    def list(store: LocalStore | None = None) -> builtins.list[dict[str, Any]]:
         """Every registered model: name, latest version, aliases, description, tags."""
         return [model_json(m) for m in _registry(store).models()]
 

@@ -28,7 +28,7 @@ from phalanx.store.registry_records import (
 )
 
 if TYPE_CHECKING:
-    from phalanx.store.base import ModelRecord, Store
+    from phalanx.store.base import LocalStore, ModelRecord
     from phalanx.store.registry import RegistryStore
 
 # the artifact store's folder for the registry's copies (experiment ids are 12 hex digits: no clash)
@@ -38,7 +38,7 @@ REGISTRY_ID = "_registry"
 class Registry:
     """The registry over ``store`` (the SQL store, SQLite or PostgreSQL, with its artifact store)."""
 
-    def __init__(self, store: Store) -> None:
+    def __init__(self, store: LocalStore) -> None:
         self.sql: RegistryStore = registry_store(store)
         if store.artifact_store is None:
             raise UsageError("the model registry needs an artifact store to keep the models' files in")

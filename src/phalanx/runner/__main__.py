@@ -15,10 +15,10 @@ from phalanx.runner.detached import supervise_launch
 from phalanx.runner.running import Runner
 
 if TYPE_CHECKING:
-    from phalanx.store.base import IngestStore
+    from phalanx.store.base import LocalStore
 
 
-def main(argv: list[str], store: IngestStore | None = None) -> int:
+def main(argv: list[str], store: LocalStore | None = None) -> int:
     """``store``: an open store to use, else the settings' store is opened once the replicas are
     starting (phalanx.runner.detached.supervise_launch)."""
     return supervise_launch(argv, _runner, store)

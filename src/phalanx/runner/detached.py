@@ -26,7 +26,7 @@ SUPERVISOR_LOCK = "supervisor.lock"  # runs/<id>/supervisor.lock: held by an acc
 
 if TYPE_CHECKING:
     from phalanx.runner.running import Runner
-    from phalanx.store.base import IngestStore
+    from phalanx.store.base import LocalStore
 
 
 def _keep_launch_lock() -> None:
@@ -39,7 +39,7 @@ def _keep_launch_lock() -> None:
 
 
 def supervise_launch(
-    argv: list[str], make_runner: Callable[[], Runner], store: IngestStore | None = None
+    argv: list[str], make_runner: Callable[[], Runner], store: LocalStore | None = None
 ) -> int:
     """Supervise the launch written in ``argv[0]`` (a run folder) through ``make_runner()``, as
     `python -m phalanx.runner RUN_DIR` and a forked trial do; the exit status of `phalanx run`.

@@ -27,10 +27,13 @@ import time
 import traceback
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from phalanx import alerts
 from phalanx.store import reuse_after_fork
+
+if TYPE_CHECKING:
+    from phalanx.store.base import LocalStore
 
 
 def can_fork() -> bool:
@@ -115,7 +118,7 @@ def fork_supervisor(
     log: Path,
     env: Mapping[str, str],
     close: Iterable[int] = (),
-    store: object | None = None,
+    store: LocalStore | None = None,
     *,
     supervise: Callable[[list[str], Any], int],
 ) -> Forked:

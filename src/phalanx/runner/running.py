@@ -29,7 +29,7 @@ if TYPE_CHECKING:
     from phalanx.domain import Experiment
     from phalanx.runner.forking import Forked
     from phalanx.spec.model import ExperimentSpec
-    from phalanx.store.base import IngestStore, LogLine, Store
+    from phalanx.store.base import LocalStore, LogLine, Store
     from phalanx.supervisor import Observer, Outcome, Prepared
 
 SUPERVISOR_LOG = "supervisor.log"  # runs/<id>/supervisor.log: a detached supervisor's output
@@ -120,7 +120,7 @@ class Runner:
         *,
         handle_signals: bool = True,
         owns_run_dir: bool | None = None,
-        store: IngestStore | None = None,
+        store: LocalStore | None = None,
     ) -> Outcome:
         """Supervise the experiment in this process (this thread must live as long as it: the local
         engine's replicas end with it, PR_SET_PDEATHSIG) and return how it ended.
@@ -136,9 +136,9 @@ class Runner:
         if owns_run_dir is None:
             owns_run_dir = options.experiment_id is None
         exp_id = options.experiment_id
-        opened: list[IngestStore] = [] if store is None else [store]  # the store, once opened
+        opened: list[LocalStore] = [] if store is None else [store]  # the store, once opened
 
-        def opener() -> IngestStore:  # opened once the replicas are starting (see Supervisor.run)
+        def opener() -> LocalStore:  # opened once the replicas are starting (see Supervisor.run)
             if not opened:
                 # a submit the server accepted is started even through a database outage: its
                 # answer promised it would run (a client's submit waits as long, apiclient)
@@ -180,7 +180,7 @@ class Runner:
             raise
 
     def _record_building(
-        self, dry: Prepared, store: IngestStore, observer: Observer | None, accepted: bool = False
+        self, dry: Prepared, store: LocalStore, observer: Observer | None, accepted: bool = False
     ) -> bool:
         """The experiment exists (status building, with its id, in `phalanx ls`) before a build
         that may take minutes; its supervisor is this process (`phalanx stop` finds it)."""
@@ -197,7 +197,7 @@ class Runner:
         spec: ExperimentSpec,
         options: LaunchOptions,
         observer: Observer | None,
-        store: IngestStore | None,
+        store: LocalStore | None,
     ) -> Prepared:
         """``prepare`` (the build), its progress in the experiment's console (``BuildConsole``); a
         build that fails, or is interrupted, ends the experiment recorded as building (failed, or
@@ -280,7 +280,7 @@ class Runner:
         *,
         log: Path,
         close: Iterable[int] = (),
-        store: object | None = None,
+        store: LocalStore | None = None,
     ) -> tuple[str, Forked | subprocess.Popen[bytes], Path]:
         """``start``, but the supervisor is forked from this process (no Python start-up: a group's
         trial starts in milliseconds) when this process may fork (``forking.can_fork``: no other
@@ -471,7 +471,7 @@ def _exists(store: Store, experiment_id: str) -> bool:
     return True
 
 
-def _recorded(opened: list[IngestStore], experiment_id: str) -> bool:
+def _recorded(opened: list[LocalStore], experiment_id: str) -> bool:
     """Whether the experiment was recorded (True when the store cannot tell: keep its files)."""
     if not opened:
         return False
@@ -551,7 +551,7 @@ def _say(observer: Observer | None, text: str) -> None:
         observer.message(text)
 
 
-def _supervise_in_child(argv: list[str], store: IngestStore | None) -> int:
+def _supervise_in_child(argv: list[str], store: LocalStore | None) -> int:
     """A forked trial's supervision: a Runner of its own, on the settings its environment names
     (the fork added ``Runner._store_env``), exactly as `python -m phalanx.runner RUN_DIR`."""
     from phalanx.runner.detached import supervise_launch  # why: `run --detach`: no spec loader
@@ -559,7 +559,7 @@ def _supervise_in_child(argv: list[str], store: IngestStore | None) -> int:
     return supervise_launch(argv, lambda: Runner(Settings()), store)
 
 
-def open_store_through_outage(settings: Settings, patience: float) -> IngestStore:
+def open_store_through_outage(settings: Settings, patience: float) -> LocalStore:
     """The settings' store, tried again every second while it cannot be reached, for ``patience``
     seconds (0: once)."""
     deadline = time.monotonic() + patience

@@ -12,7 +12,7 @@ from phalanx.plan import Plan
 from phalanx.queue import capacity, need_of_plan, never_starts, refusal_words, waiting_count
 from phalanx.share import DEFAULT_PROJECT, LOCAL, TOO_MANY_WAITING
 from phalanx.store import quotas
-from phalanx.store.base import Store
+from phalanx.store.base import LocalStore
 
 
 def targets(settings: Settings) -> list[dict[str, str]]:
@@ -44,7 +44,7 @@ def backend_of(settings: Settings, plan: Plan, cluster: str | None) -> str:
     return load_clusters(settings.home)[cluster].backend_for(str(plan.backend) if plan.backend else None)
 
 
-def check_size(store: Store, plan: Plan, cluster: str | None) -> None:
+def check_size(store: LocalStore, plan: Plan, cluster: str | None) -> None:
     """UsageError (400) for an experiment that could never start: bigger than its project's whole
     quota on the target, or (this machine) than the machine itself."""
     project = plan.project or DEFAULT_PROJECT
@@ -59,7 +59,7 @@ def check_size(store: Store, plan: Plan, cluster: str | None) -> None:
         raise UsageError(refusal_words(never, oversubscribe=False))
 
 
-def check_max_waiting(store: Store, settings: Settings, project: str) -> None:
+def check_max_waiting(store: LocalStore, settings: Settings, project: str) -> None:
     """QuotaExceeded (429) when the project already has its quota's most experiments waiting here.
     A cheap early answer; the ledger enforces the same limit atomically when the run queues."""
     quota = quotas.get(store, project, LOCAL)

@@ -155,7 +155,7 @@ def _install_state(app: FastAPI, settings: ServerSettings, store: LocalStore) ->
     # Serve files from the store's own artifact root when it has one (a store passed in by a caller).
     files = store.artifact_store
     app.state.files = ArtifactFiles(files.root_url if files is not None else settings.store.artifacts_root)
-    accounts = _accounts(store)
+    accounts = Accounts(store)
     app.state.accounts = accounts
     # a tokenless server needs sessions once it has users: keyed by a secret of this process (its
     # users sign in again after a restart); a server token keys them as before
@@ -262,14 +262,6 @@ def _install_middleware(app: FastAPI, settings: ServerSettings) -> None:
     )
     # outermost: a chart read waits for its turn before even the sign-in check (phalanx.server.gate)
     app.add_middleware(ChartGate, slots=metrics.CHART_SLOTS)
-
-
-def _accounts(store: LocalStore) -> Accounts | None:
-    """The store's users and projects; None for a store without them (not SQL: single-token only)."""
-    try:
-        return Accounts(store)
-    except UsageError:
-        return None
 
 
 ERROR_RESPONSES = {

@@ -36,7 +36,6 @@ from fastapi.routing import APIRoute
 from phalanx.errors import NotFound
 from phalanx.store.accounts import Role
 from phalanx.store.alerts import alert_book
-from phalanx.store.base import group_store
 from phalanx.store.registry import registry_store
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -182,7 +181,7 @@ def enforce(request: Request) -> None:
         request.scope.setdefault("phalanx.experiments", {})[experiment.id] = experiment
     elif scope == "group":
         group_id = str(params["group_id"])
-        groups = group_store(request.app.state.store)
+        groups = request.app.state.store
         visible = principal_of(request).visible_projects()
         try:  # a prefix names only the caller's projects' groups (nor is ambiguous by others')
             group = groups.get_group(groups.resolve_group(group_id, projects=visible))

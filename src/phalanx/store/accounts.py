@@ -25,7 +25,7 @@ from phalanx.extras import require
 from phalanx.store.sql import accounts
 
 if TYPE_CHECKING:
-    from phalanx.store.base import Store
+    from phalanx.store.base import LocalStore
     from phalanx.store.sql.accounts import AuditRecord, TokenRecord, UserRecord
 
 TOKEN_PREFIX = "phx_"
@@ -84,13 +84,8 @@ class RefusedToken:
 class Accounts:
     """The teams tables of one store."""
 
-    def __init__(self, store: Store) -> None:
-        engine = getattr(store, "engine", None)
-        if not isinstance(engine, Engine):
-            raise UsageError(
-                f"users and projects need the SQL store (SQLite or PostgreSQL), not {type(store).__name__}"
-            )
-        self._engine = engine
+    def __init__(self, store: LocalStore) -> None:
+        self._engine: Engine = store.engine
 
     @property
     def over_network(self) -> bool:

@@ -22,13 +22,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Protocol
 
-from phalanx.errors import UsageError
 from phalanx.store.alert_records import Delivery, Due, Hook
 from phalanx.store.sql.alerts import SqlAlerts
-from phalanx.store.sql.store import SqlStore
 
 if TYPE_CHECKING:
-    from phalanx.store.base import Store
+    from phalanx.store.base import LocalStore
 
 
 class AlertBook(Protocol):
@@ -74,17 +72,11 @@ class Outbox(Protocol):
         ...
 
 
-def alert_book(store: Store) -> AlertBook:
-    """``store``'s hooks; UsageError for a store that keeps none (not the SQL store)."""
-    return _sql_alerts(store)
+def alert_book(store: LocalStore) -> AlertBook:
+    """``store``'s hooks."""
+    return SqlAlerts(store.engine)
 
 
-def outbox(store: Store) -> Outbox:
-    """``store``'s deliveries to send; UsageError for a store that keeps none (not the SQL store)."""
-    return _sql_alerts(store)
-
-
-def _sql_alerts(store: Store) -> SqlAlerts:
-    if not isinstance(store, SqlStore):
-        raise UsageError(f"alert hooks need the SQL store (SQLite or PostgreSQL), not {type(store).__name__}")
+def outbox(store: LocalStore) -> Outbox:
+    """``store``'s deliveries to send."""
     return SqlAlerts(store.engine)

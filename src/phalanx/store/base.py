@@ -17,7 +17,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol, Unpack, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, Unpack
 
 from phalanx.domain import (
     Event,
@@ -31,9 +31,11 @@ from phalanx.domain import (
     Trial,
     TrialUpdate,
 )
-from phalanx.errors import UsageError
 from phalanx.store.artifacts import ArtifactStore
 from phalanx.store.submissions import SubmissionStore
+
+if TYPE_CHECKING:
+    from sqlalchemy.engine import Engine
 
 
 @dataclass(frozen=True)
@@ -465,12 +467,11 @@ class IngestStore(Store, Protocol):
         ...
 
 
-@runtime_checkable
 class GroupStore(Store, Protocol):
     """A store that also keeps experiment groups (``phalanx group``, hyperparameter searches) and
     their trials: what the group controller, the CLI, the server and the UI ask of it. A separate
-    protocol, not part of ``Store``: a store may keep experiments without groups, and a caller that
-    needs groups says so with ``group_store`` (a clear UsageError instead of an AttributeError).
+    protocol, not part of ``Store``: the server's door (``RemoteStore``) keeps none of its own; a
+    caller that needs groups is typed with it (``LocalStore`` has it).
 
     The controller records a trial, with the experiment id it is about to launch, before launching
     it (``add_trial``): a controller killed at any point is resumed without losing or repeating a
@@ -559,16 +560,11 @@ class GroupStore(Store, Protocol):
         ...
 
 
-def group_store(store: Store) -> GroupStore:
-    """``store`` as a ``GroupStore``: experiment groups need a store that keeps them (the SQL store,
-    SQLite or PostgreSQL). Raises UsageError, saying so, for any other store."""
-    if not isinstance(store, GroupStore):
-        raise UsageError(
-            f"experiment groups need the SQL store (SQLite or PostgreSQL), not {type(store).__name__}"
-        )
-    return store
-
-
 class LocalStore(IngestStore, GroupStore, SubmissionStore, Protocol):
     """This machine's store (SQLite, or PostgreSQL with PHALANX_DB_URL) with every capability:
-    what ``open_store`` returns and what the server runs on (its submissions included)."""
+    what ``open_store`` returns and what the server runs on (its submissions included). The tables
+    beside the experiments' (users and projects, secrets, quotas, placements, the registry, the
+    data catalog, alert deliveries) are read and written through ``engine`` by the store package's
+    modules (``store.accounts``, ``store.secrets``, ...), each handed this store."""
+
+    engine: Engine  # the database: SQLite under the home, or PostgreSQL (PHALANX_DB_URL)

@@ -26,12 +26,12 @@ from sqlalchemy import delete, func, insert, select
 from phalanx.errors import Conflict, NotFound, UsageError
 from phalanx.extras import require
 from phalanx.store.manifest import FileEntry, Manifest, build_manifest, copy_tree, join_url
+from phalanx.store.sql.engine import writer
 from phalanx.store.sql.models import DatasetVersionRow, DatastoreRow
-from phalanx.store.sql.store import SqlStore
 from phalanx.tracking.labels import label_problem
 
 if TYPE_CHECKING:
-    from phalanx.store.base import Store
+    from phalanx.store.base import LocalStore
 
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
 _REF = re.compile(r"^(?P<name>[^@]+?)(?:@(?P<version>[0-9]+|latest))?$")
@@ -169,7 +169,7 @@ def normalise_url(url: str, what: str) -> str:
 
 
 def add_datastore(
-    store: SqlStore,
+    store: LocalStore,
     name: str,
     url: str,
     project: str | None = None,
@@ -181,7 +181,7 @@ def add_datastore(
     check_name(name, "datastore")
     check_owner(project, shared, f"datastore {name!r}")
     url = normalise_url(url, f"datastore {name!r}:")
-    with store._writer.begin() as conn:
+    with writer(store.engine).begin() as conn:
         if conn.execute(select(_ds().c.name).where(_ds().c.name == name)).first() is not None:
             raise Conflict(f"datastore {name!r} exists; remove it first with `phalanx datastore rm {name}`")
         conn.execute(
@@ -203,13 +203,13 @@ def _datastore(r: Any) -> DatastoreRecord:
     )
 
 
-def list_datastores(store: SqlStore) -> list[DatastoreRecord]:
+def list_datastores(store: LocalStore) -> list[DatastoreRecord]:
     with store.engine.connect() as conn:
         rows = conn.execute(select(_ds()).order_by(_ds().c.name)).mappings().all()
     return [_datastore(r) for r in rows]
 
 
-def get_datastore(store: SqlStore, name: str) -> DatastoreRecord:
+def get_datastore(store: LocalStore, name: str) -> DatastoreRecord:
     with store.engine.connect() as conn:
         row = conn.execute(select(_ds()).where(_ds().c.name == name)).mappings().first()
     if row is None:
@@ -220,9 +220,9 @@ def get_datastore(store: SqlStore, name: str) -> DatastoreRecord:
     return _datastore(row)
 
 
-def remove_datastore(store: SqlStore, name: str) -> None:
+def remove_datastore(store: LocalStore, name: str) -> None:
     get_datastore(store, name)
-    with store._writer.begin() as conn:
+    with writer(store.engine).begin() as conn:
         conn.execute(delete(_ds()).where(_ds().c.name == name))
 
 
@@ -230,7 +230,7 @@ def remove_datastore(store: SqlStore, name: str) -> None:
 
 
 def add_dataset(
-    store: SqlStore,
+    store: LocalStore,
     name: str,
     source: str,
     copy_to: str | None = None,
@@ -263,7 +263,7 @@ def add_dataset(
         target = f"{get_datastore(store, copy_to).url}/datasets/{name}/{manifest.digest}"
         copy_tree(manifest, target)
         url, copied = target, True
-    with store._writer.begin() as conn:
+    with writer(store.engine).begin() as conn:
         version = (
             int(conn.execute(select(func.max(_dv().c.version)).where(_dv().c.name == name)).scalar() or 0) + 1
         )
@@ -293,7 +293,7 @@ def source_datastore(source: str) -> tuple[str, str] | None:
     return None
 
 
-def resolve_source(store: SqlStore, source: str) -> str:
+def resolve_source(store: LocalStore, source: str) -> str:
     """A dataset's source as a URL or absolute path: ``STORE:sub/dir`` names a datastore's folder."""
     found = source_datastore(source)
     if found is not None:
@@ -310,7 +310,7 @@ def parse_ref(ref: str) -> tuple[str, int | None]:
     return check_name(m.group("name"), "dataset"), (int(version) if version and version != "latest" else None)
 
 
-def get_dataset(store: SqlStore, ref: str) -> DatasetVersion:
+def get_dataset(store: LocalStore, ref: str) -> DatasetVersion:
     name, version = parse_ref(ref)
     query = select(_dv()).where(_dv().c.name == name)
     query = query.where(_dv().c.version == version) if version else query.order_by(_dv().c.version.desc())
@@ -326,7 +326,7 @@ def get_dataset(store: SqlStore, ref: str) -> DatasetVersion:
     return _version(row)
 
 
-def list_datasets(store: SqlStore, name: str | None = None) -> list[DatasetVersion]:
+def list_datasets(store: LocalStore, name: str | None = None) -> list[DatasetVersion]:
     query = select(_dv()).order_by(_dv().c.name, _dv().c.version)
     if name is not None:
         query = query.where(_dv().c.name == name)
@@ -334,20 +334,20 @@ def list_datasets(store: SqlStore, name: str | None = None) -> list[DatasetVersi
         return [_version(r) for r in conn.execute(query).mappings().all()]
 
 
-def remove_dataset(store: SqlStore, ref: str) -> list[DatasetVersion]:
+def remove_dataset(store: LocalStore, ref: str) -> list[DatasetVersion]:
     """Forget ``NAME@VERSION`` (``NAME@latest``: the newest), or with a bare ``NAME`` every version
     of it; returns what was forgotten. The bytes stay where they are (copied ones too)."""
     name, _ = parse_ref(ref)
     gone = [get_dataset(store, ref)] if "@" in ref else list_datasets(store, name)
     if not gone:
         get_dataset(store, name)  # NotFound, saying how to record one
-    with store._writer.begin() as conn:
+    with writer(store.engine).begin() as conn:
         for v in gone:
             conn.execute(delete(_dv()).where(_dv().c.name == v.name, _dv().c.version == v.version))
     return gone
 
 
-def _latest(store: SqlStore, name: str) -> DatasetVersion | None:
+def _latest(store: LocalStore, name: str) -> DatasetVersion | None:
     try:
         return get_dataset(store, f"{name}@latest")
     except NotFound:
@@ -413,19 +413,15 @@ class Catalog(Protocol):
     def close(self) -> None: ...
 
 
-def catalog_of(store: Store) -> SqlCatalog:
-    """``store``'s catalog tables. UsageError for a store that keeps none (not the SQL store)."""
-    if not isinstance(store, SqlStore):
-        raise UsageError(
-            f"the data catalog needs the SQL store (SQLite or PostgreSQL), not {type(store).__name__}"
-        )
+def catalog_of(store: LocalStore) -> SqlCatalog:
+    """``store``'s catalog tables."""
     return SqlCatalog(store)
 
 
 class SqlCatalog:
     """This machine's catalog: the functions above on ``store`` (closed with ``close``)."""
 
-    def __init__(self, store: SqlStore) -> None:
+    def __init__(self, store: LocalStore) -> None:
         self.store = store
 
     def add_datastore(

@@ -15,7 +15,7 @@ from phalanx.tracking.labels import label_problem
 
 if TYPE_CHECKING:
     from phalanx.clusters import Cluster
-    from phalanx.store.base import Store
+    from phalanx.store.base import LocalStore
 
 _VALUE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.,-]{0,199}$")  # what sbatch and Kubernetes names accept
 _NAMESPACE = re.compile(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")  # an RFC 1123 label
@@ -39,13 +39,6 @@ class Placement:
         }
 
 
-def _engine(store: Store) -> Any:
-    engine = getattr(store, "engine", None)
-    if engine is None:
-        raise UsageError(f"placements need the SQL store (SQLite or PostgreSQL), not {type(store).__name__}")
-    return engine
-
-
 def check(p: Placement) -> Placement:
     problem = label_problem(p.project, "project")
     if problem:
@@ -62,27 +55,29 @@ def check(p: Placement) -> Placement:
     return p
 
 
-def put(store: Store, placement: Placement) -> Placement:
+def put(store: LocalStore, placement: Placement) -> Placement:
     placement = check(placement)
     placements.put(
-        _engine(store),
+        store.engine,
         (placement.project, placement.cluster, placement.account, placement.partition, placement.namespace),
     )
     return placement
 
 
-def list_placements(store: Store, project: str | None = None, cluster: str | None = None) -> list[Placement]:
-    return [Placement(*row) for row in placements.list_placements(_engine(store), project, cluster)]
+def list_placements(
+    store: LocalStore, project: str | None = None, cluster: str | None = None
+) -> list[Placement]:
+    return [Placement(*row) for row in placements.list_placements(store.engine, project, cluster)]
 
 
-def remove(store: Store, project: str, cluster: str) -> bool:
-    return placements.remove(_engine(store), project, cluster)
+def remove(store: LocalStore, project: str, cluster: str) -> bool:
+    return placements.remove(store.engine, project, cluster)
 
 
-def placed(cluster: Cluster, project: str, store: Store | None) -> Cluster:
+def placed(cluster: Cluster, project: str, store: LocalStore | None) -> Cluster:
     """The cluster's settings for the project's jobs: its placement's account, partition or namespace
     where it has one, the cluster's own otherwise."""
-    if store is None or getattr(store, "engine", None) is None:
+    if store is None:
         return cluster
     found = list_placements(store, project, cluster.name)
     if not found:

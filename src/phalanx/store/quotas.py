@@ -8,22 +8,15 @@ names the field and how to fix it.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from phalanx.errors import UsageError
 from phalanx.share import Limit, Quota
 
 if TYPE_CHECKING:
-    from phalanx.store.base import Store
+    from phalanx.store.base import LocalStore
 
 TARGET_MAX = 100
-
-
-def _engine(store: Store) -> Any:
-    engine = getattr(store, "engine", None)
-    if engine is None:
-        raise UsageError(f"quotas need the SQL store (SQLite or PostgreSQL), not {type(store).__name__}")
-    return engine
 
 
 def check(project: str, target: str, limit: Limit) -> Quota:
@@ -58,37 +51,34 @@ def check(project: str, target: str, limit: Limit) -> Quota:
     return Quota(project, target, limit)
 
 
-def put(store: Store, quota: Quota) -> Quota:
+def put(store: LocalStore, quota: Quota) -> Quota:
     """Set (replace) the project's quota on the target, after ``check``."""
     from phalanx.store.sql import quotas  # why: `phalanx queue` reads the ledger alone
 
     quota = check(quota.project, quota.target, quota.limit)
-    quotas.put(_engine(store), quota)
+    quotas.put(store.engine, quota)
     return quota
 
 
-def get(store: Store, project: str, target: str) -> Quota | None:
+def get(store: LocalStore, project: str, target: str) -> Quota | None:
     from phalanx.store.sql import quotas  # why: `phalanx queue` reads the ledger alone
 
-    return quotas.get(_engine(store), project, target)
+    return quotas.get(store.engine, project, target)
 
 
-def list_quotas(store: Store, target: str | None = None) -> list[Quota]:
+def list_quotas(store: LocalStore, target: str | None = None) -> list[Quota]:
     from phalanx.store.sql import quotas  # why: `phalanx queue` reads the ledger alone
 
-    return quotas.list_quotas(_engine(store), target)
+    return quotas.list_quotas(store.engine, target)
 
 
-def remove(store: Store, project: str, target: str) -> bool:
+def remove(store: LocalStore, project: str, target: str) -> bool:
     """Remove the project's quota on the target; whether there was one."""
     from phalanx.store.sql import quotas  # why: `phalanx queue` reads the ledger alone
 
-    return quotas.remove(_engine(store), project, target)
+    return quotas.remove(store.engine, project, target)
 
 
-def limits(store: Store, target: str) -> dict[str, Limit]:
-    """Every project's limit on the target (what the queue's admission is given). A store without
-    the table (not SQL) has no quotas."""
-    if getattr(store, "engine", None) is None:
-        return {}
+def limits(store: LocalStore, target: str) -> dict[str, Limit]:
+    """Every project's limit on the target (what the queue's admission is given)."""
     return {q.project: q.limit for q in list_quotas(store, target)}

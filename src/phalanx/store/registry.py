@@ -7,12 +7,10 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
-from phalanx.errors import UsageError
 from phalanx.store.sql.registry import SqlRegistry
-from phalanx.store.sql.store import SqlStore
 
 if TYPE_CHECKING:
-    from phalanx.store.base import Store
+    from phalanx.store.base import LocalStore
     from phalanx.store.registry_records import ModelVersion, RegisteredModel
 
 
@@ -59,10 +57,6 @@ class RegistryStore(Protocol):
         ...
 
 
-def registry_store(store: Store) -> RegistryStore:
-    """``store``'s registry tables. Raises UsageError for a store that keeps none (not the SQL store)."""
-    if not isinstance(store, SqlStore):
-        raise UsageError(
-            f"the model registry needs the SQL store (SQLite or PostgreSQL), not {type(store).__name__}"
-        )
-    return SqlRegistry(store)
+def registry_store(store: LocalStore) -> RegistryStore:
+    """``store``'s registry tables."""
+    return SqlRegistry(store.engine)

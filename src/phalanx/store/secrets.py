@@ -21,17 +21,10 @@ from phalanx.store.sql import secrets
 from phalanx.tracking.labels import label_problem
 
 if TYPE_CHECKING:
-    from phalanx.store.base import Store
+    from phalanx.store.base import LocalStore
 
 _NAME = re.compile(r"^[A-Z_][A-Z0-9_]{0,127}$")
 MAX_VALUE = 64 * 1024
-
-
-def _engine(store: Store) -> Any:
-    engine = getattr(store, "engine", None)
-    if engine is None:
-        raise UsageError(f"secrets need the SQL store (SQLite or PostgreSQL), not {type(store).__name__}")
-    return engine
 
 
 def _fernet(home: Path) -> Any:
@@ -68,7 +61,7 @@ def check_name(name: str) -> str:
     return name
 
 
-def put(store: Store, home: Path, project: str, name: str, value: str) -> None:
+def put(store: LocalStore, home: Path, project: str, name: str, value: str) -> None:
     """Set (replace) the project's secret ``name``."""
     problem = label_problem(project, "project")
     if problem:
@@ -77,25 +70,22 @@ def put(store: Store, home: Path, project: str, name: str, value: str) -> None:
     if not value or len(value.encode()) > MAX_VALUE or "\0" in value:
         raise UsageError(f"secret {name}: give a value of 1 byte to 64 KiB, without NUL characters")
     token = _fernet(home).encrypt(value.encode()).decode()
-    secrets.put(_engine(store), project, name, token)
+    secrets.put(store.engine, project, name, token)
 
 
-def names(store: Store, project: str | None = None) -> list[tuple[str, str, float]]:
+def names(store: LocalStore, project: str | None = None) -> list[tuple[str, str, float]]:
     """(project, name, updated_at) of every secret, or of one project's: never a value."""
-    return secrets.names(_engine(store), project)
+    return secrets.names(store.engine, project)
 
 
-def remove(store: Store, project: str, name: str) -> bool:
-    return secrets.remove(_engine(store), project, name)
+def remove(store: LocalStore, project: str, name: str) -> bool:
+    return secrets.remove(store.engine, project, name)
 
 
-def environment(store: Store, home: Path, project: str) -> dict[str, str]:
-    """The project's secrets in clear, for its experiments' environment only. A store without the
-    table (not SQL), or a project without secrets, gives none (and needs no key)."""
-    engine = getattr(store, "engine", None)
-    if engine is None:
-        return {}
-    found = secrets.ciphertexts(engine, project)
+def environment(store: LocalStore, home: Path, project: str) -> dict[str, str]:
+    """The project's secrets in clear, for its experiments' environment only. A project without
+    secrets gives none (and needs no key)."""
+    found = secrets.ciphertexts(store.engine, project)
     if not found:
         return {}
     fernet = _fernet(home)

@@ -9,7 +9,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from phalanx.store.base import IngestStore
+    from phalanx.store.base import LocalStore
 
 
 class LazyStore:
@@ -18,12 +18,12 @@ class LazyStore:
     ``ready()`` says the experiment's row exists (or that it never will): the thread that records
     what the experiment runs waits for it (``wait_ready``) before it writes."""
 
-    def __init__(self, store: IngestStore | Callable[[], IngestStore]) -> None:
+    def __init__(self, store: LocalStore | Callable[[], LocalStore]) -> None:
         self._source = store
-        self.opened: IngestStore | None = None
+        self.opened: LocalStore | None = None
         self._ready = threading.Event()
 
-    def __call__(self) -> IngestStore:
+    def __call__(self) -> LocalStore:
         """The store, opened now if it was not yet."""
         if self.opened is None:
             self.opened = self._source() if callable(self._source) else self._source
@@ -32,7 +32,7 @@ class LazyStore:
     def ready(self) -> None:
         self._ready.set()
 
-    def wait_ready(self) -> IngestStore | None:
+    def wait_ready(self) -> LocalStore | None:
         """Once ``ready()`` was called: the store, or None when it was never opened."""
         self._ready.wait()
         return self.opened

@@ -43,7 +43,7 @@ from phalanx.supervisor.recording import Recorder, replicas_of
 from phalanx.supervisor.stopping import StopRequests
 
 if TYPE_CHECKING:
-    from phalanx.store.base import IngestStore
+    from phalanx.store.base import LocalStore
 
 log = logging.getLogger(__name__)
 
@@ -60,7 +60,7 @@ class Supervisor:
     def __init__(
         self,
         prepared: Prepared,
-        store: IngestStore | Callable[[], IngestStore],
+        store: LocalStore | Callable[[], LocalStore],
         settings: Settings,
         observer: Observer | None = None,
         *,

@@ -27,14 +27,13 @@ def test_ls_of_a_group_with_no_trial_yet_names_the_group_filter(phalanx_home: Pa
     from phalanx.groups import controller
     from phalanx.spec.group import load_group
     from phalanx.store import open_store
-    from phalanx.store.base import group_store
 
     path = tmp_path / "g.yml"
     path.write_text(
         "version: 1\nkind: group\nhptuning:\n  random_search: {n_experiments: 2}\n"
         "  matrix:\n    x: {uniform: 0:1}\nrun:\n  cmd: python t.py {{ x }}\n"
     )
-    group = controller.create(group_store(open_store()), load_group(path), workdir=tmp_path)
+    group = controller.create(open_store(), load_group(path), workdir=tmp_path)
     done = phalanx("ls", "--group", group.id)
     assert done.returncode == 0, done.stderr
     assert "no experiments match; `phalanx ls` without --group lists them all" in done.stdout
@@ -76,11 +75,10 @@ def test_a_group_whose_controller_was_killed_says_so_and_how_to_finish_it(
     from phalanx.groups import controller
     from phalanx.spec.group import load_group
     from phalanx.store import open_store
-    from phalanx.store.base import group_store
 
     path = tmp_path / "g.yml"
     path.write_text(GROUP_WITH_PARAMS)
-    store = group_store(open_store())
+    store = open_store()
     group = controller.create(store, load_group(path), workdir=tmp_path)
     gone = subprocess.Popen([sys.executable, "-c", "pass"])  # a pid that no longer runs
     gone.wait()
@@ -139,14 +137,13 @@ def test_a_group_id_where_an_experiment_id_is_wanted_and_back_says_which_is_whic
     from phalanx.groups import controller
     from phalanx.spec.group import load_group
     from phalanx.store import open_store
-    from phalanx.store.base import group_store
 
     path = tmp_path / "g.yml"
     path.write_text(GROUP_WITH_PARAMS)
     store = open_store()
-    group = controller.create(group_store(store), load_group(path), workdir=tmp_path)
+    group = controller.create(store, load_group(path), workdir=tmp_path)
     trial = store.create_experiment(name="g-0", project="default", status=ExperimentStatus.SUCCEEDED)
-    group_store(store).link_experiment(trial.id, group.id)
+    store.link_experiment(trial.id, group.id)
     plain = store.create_experiment(name="plain", project="default", status=ExperimentStatus.SUCCEEDED)
     for command in ("stop", "get", "resume", "logs"):
         done = phalanx(command, group.id[:6])
@@ -176,11 +173,10 @@ def test_group_get_shows_a_trial_waiting_in_the_machines_queue_as_queued(
     from phalanx.groups import controller
     from phalanx.spec.group import load_group
     from phalanx.store import open_store
-    from phalanx.store.base import group_store
 
     path = tmp_path / "g.yml"
     path.write_text(GROUP_WITH_PARAMS)
-    store = group_store(open_store())
+    store = open_store()
     group = controller.create(store, load_group(path), workdir=tmp_path)
     for number, status in enumerate((ExperimentStatus.RUNNING, ExperimentStatus.QUEUED)):
         exp = store.create_experiment(name=f"g-{number}", project="default", status=status)

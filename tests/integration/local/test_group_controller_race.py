@@ -106,10 +106,9 @@ def test_two_resumes_at_once_run_one_controller_8_times_out_of_8(
 ) -> None:
     from phalanx.groups import controller
     from phalanx.spec.group import load_group
-    from phalanx.store.base import group_store
 
     fork = _fork_server(monkeypatch)
-    store = group_store(phalanx.store())
+    store = phalanx.store()
     spec = load_group(group_file(phalanx, 2))
     lost_to_a_running_controller = 0
     for race in range(RACES):

@@ -84,7 +84,6 @@ def test_a_group_stopped_while_its_trials_launch_still_links_them(phalanx: Phala
     from phalanx.config import Settings
     from phalanx.groups import controller
     from phalanx.spec.group import load_group
-    from phalanx.store.base import group_store
 
     path = group_file(phalanx, "loss")
     path.write_text(
@@ -93,7 +92,7 @@ def test_a_group_stopped_while_its_trials_launch_still_links_them(phalanx: Phala
         .replace("concurrency: 1", "concurrency: 2")
     )
     settings = Settings(home=phalanx.home)
-    store = group_store(phalanx.store())
+    store = phalanx.store()
     group = controller.create(store, load_group(path), workdir=path.parent)
     ctl = controller.Controller(store, settings, group.id)
 
@@ -121,7 +120,6 @@ def test_group_stop_after_a_killed_controller_keeps_a_trial_that_had_already_suc
     from phalanx.domain import Trial
     from phalanx.groups import controller
     from phalanx.spec.group import load_group
-    from phalanx.store.base import group_store
 
     path = group_file(phalanx, "loss")
     (path.parent / "exp.yml").write_text(
@@ -129,7 +127,7 @@ def test_group_stop_after_a_killed_controller_keeps_a_trial_that_had_already_suc
     )
     ran = phalanx.run("run", "-f", str(path.parent / "exp.yml"))
     assert ran.returncode == 0, ran.stderr
-    store = group_store(phalanx.store())
+    store = phalanx.store()
     (exp,) = store.list_experiments().items
     group = controller.create(store, load_group(path), workdir=path.parent)
     store.add_trial(Trial(group.id, 0, exp.id, {"x": 0.25}, state="running"))

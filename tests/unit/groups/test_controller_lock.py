@@ -41,14 +41,13 @@ def test_group_resume_beside_a_starting_controller_exits_2_and_writes_nothing(
     from phalanx.groups import controller
     from phalanx.spec.group import load_group
     from phalanx.store import open_store
-    from phalanx.store.base import group_store
 
     path = tmp_path / "g.yml"
     path.write_text(
         "version: 1\nkind: group\nhptuning:\n  random_search: {n_experiments: 2}\n"
         "  matrix:\n    x: {uniform: 0:1}\nrun:\n  cmd: python t.py {{ x }}\n"
     )
-    store = group_store(open_store())
+    store = open_store()
     group = controller.create(store, load_group(path), workdir=tmp_path)
     folder = Settings().home / "groups" / group.id
     with controller_lock(folder, group.id):  # a controller that has not recorded its pid yet

@@ -17,7 +17,6 @@ from phalanx.machine.box import Isolation, isolation_of
 from phalanx.plan import build_plan
 from phalanx.spec.group import load_group
 from phalanx.store.artifacts import ArtifactStore
-from phalanx.store.base import group_store
 from phalanx.store.sql import SqlStore
 
 pytest.importorskip("optuna")
@@ -32,7 +31,7 @@ GROUP = (
 @pytest.fixture
 def launcher(tmp_path: Path) -> GroupLauncher:
     store = SqlStore(f"sqlite:///{tmp_path / 'phalanx.db'}", ArtifactStore(str(tmp_path / "artifacts")))
-    return GroupLauncher(Settings(home=str(tmp_path / "home")), group_store(store))
+    return GroupLauncher(Settings(home=str(tmp_path / "home")), store)
 
 
 @pytest.fixture

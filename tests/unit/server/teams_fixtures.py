@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from phalanx.domain import Group
 from phalanx.store.accounts import Accounts, Role
-from phalanx.store.base import Store, group_store
+from phalanx.store.base import Store
 from phalanx.store.registry import registry_store
 
 ROLES = ("none", "viewer_a", "editor_a", "admin_a", "admin_b", "root")
@@ -35,7 +35,7 @@ def make_team(store: Store) -> Team:
 
 
 def make_group(store: Store, project: str) -> Group:
-    return group_store(store).create_group(
+    return store.create_group(
         name="search",
         project=project,
         search="grid",

@@ -14,7 +14,7 @@ from fastapi.testclient import TestClient
 from phalanx.domain import ExperimentStatus, GroupStatus, ReplicaState, Trial, TrialState
 from phalanx.server.app import create_app
 from phalanx.server.settings import ServerSettings
-from phalanx.store.base import Store, group_store
+from phalanx.store.base import Store
 from tests.support.webhooks import Receiver
 from tests.unit.server import fill
 from tests.unit.server.teams_fixtures import Team, make_group, make_team
@@ -128,7 +128,7 @@ def _finished_group(client: TestClient, team: Team, store: Store, url: str) -> t
         headers=_as(team, "editor_a"),
     )
     assert r.status_code == 201
-    groups = group_store(store)
+    groups = store
     group = make_group(store, "A")
     exp = fill.experiment(store, name="search-0", project="A")
     groups.add_trial(Trial(group.id, 0, exp.id, {"x": 1}, TrialState.DONE, value=0.5))

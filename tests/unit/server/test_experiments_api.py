@@ -2,11 +2,14 @@ from pathlib import Path
 from typing import Any
 
 from fastapi.testclient import TestClient
+from sqlalchemy import create_engine
+from sqlalchemy.pool import StaticPool
 
 from phalanx.domain import ExperimentStatus
 from phalanx.server.app import create_app
 from phalanx.server.settings import ServerSettings
 from phalanx.store.base import Store
+from phalanx.store.sql.models import Base
 from tests.unit.server import fill
 
 
@@ -117,8 +120,13 @@ def test_stop_of_a_finished_experiment_changes_nothing(
 def test_an_unexpected_failure_is_a_json_500_without_a_traceback(
     settings: ServerSettings, store: Store
 ) -> None:
+    # the users' tables answer (none yet; one in-memory database for every thread); every read fails
+    tables = create_engine("sqlite://", poolclass=StaticPool, connect_args={"check_same_thread": False})
+    Base.metadata.create_all(tables)
+
     class Broken:
         artifact_store = None
+        engine = tables
 
         def __getattr__(self, name: str) -> Any:
             def fail(*args: Any, **kwargs: Any) -> None:

@@ -30,10 +30,9 @@ def _group_with_a_running_trial(store: Store, home: Path) -> str:
     from phalanx.domain import Trial
     from phalanx.groups.controller import create
     from phalanx.spec.group import load_group
-    from phalanx.store.base import group_store
 
     (home / "g.yml").write_text(GROUP)
-    sql = group_store(store)
+    sql = store
     group = create(sql, load_group(home / "g.yml"), workdir=home)
     exp = store.create_experiment(name="g-0", project="default", status=ExperimentStatus.RUNNING)
     sql.add_trial(Trial(group.id, 0, exp.id, {"lr": 0.1}, "running", None, None))

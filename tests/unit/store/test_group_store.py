@@ -8,7 +8,7 @@ import pytest
 
 from phalanx.domain import Group, Trial, best_trial
 from phalanx.errors import Conflict, NotFound, UsageError
-from phalanx.store.base import ExperimentFilter, GroupStore, group_store
+from phalanx.store.base import ExperimentFilter, GroupStore
 from phalanx.store.sql import SqlStore
 
 
@@ -29,7 +29,7 @@ def new_group(store: GroupStore, optimization: str = "minimize") -> Group:
 
 
 def test_trials_are_recorded_linked_and_the_best_is_picked(store: SqlStore) -> None:
-    groups = group_store(store)
+    groups = store
     g = new_group(groups)
     assert groups.get_group(g.id[:5]).options == {"params": {"a": 1}}
     assert groups.resolve_group(f"  {g.id[:6].upper()} ") == g.id
@@ -82,11 +82,3 @@ def test_an_ambiguous_or_empty_group_id_is_refused(store: SqlStore) -> None:
         store.get_group(shared)
     with pytest.raises(NotFound):
         store.resolve_group("  ")
-
-
-def test_a_store_without_groups_is_told_plainly() -> None:
-    class ExperimentsOnly:  # a Store implementation that keeps no groups
-        artifact_store = None
-
-    with pytest.raises(UsageError, match="experiment groups need the SQL store"):
-        group_store(ExperimentsOnly())  # type: ignore[arg-type]

@@ -59,10 +59,6 @@ def test_the_sql_store_implements_each_protocol_with_the_same_parameters() -> No
             assert [(p.name, p.kind, p.default) for p in actual.values()] == shape, f"SqlStore.{name}"
 
 
-def test_the_opened_store_keeps_groups(store: SqlStore) -> None:
-    assert isinstance(store, GroupStore)
-
-
 def _names_the_sql_store(path: Path) -> list[str]:
     """Where a module imports ``phalanx.store.sql`` (or anything from it), names ``SqlStore`` or
     reaches into a SQL store (``SQL_INSIDES``)."""

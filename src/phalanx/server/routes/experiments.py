@@ -31,7 +31,7 @@ from phalanx.server.schemas import (
 )
 from phalanx.server.sweepset import sweep_of
 from phalanx.server.table import table_csv, table_page
-from phalanx.store.base import ExperimentFilter, group_store
+from phalanx.store.base import ExperimentFilter
 
 router = APIRouter(tags=["experiments"])
 
@@ -109,7 +109,7 @@ def table_request(
 ) -> TableRequest:
     group_id = None
     if group:  # an unknown group is a 404, not every experiment
-        group_id = group_store(store).resolve_group(group, projects=principal_of(request).visible_projects())
+        group_id = store.resolve_group(group, projects=principal_of(request).visible_projects())
     base = ExperimentFilter(
         group_id=group_id,
         projects=principal_of(request).visible_projects(),

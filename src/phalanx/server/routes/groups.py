@@ -1,6 +1,6 @@
 """Experiment groups (hyperparameter searches): list, detail with trials and the best one, stop;
-and the UI's /groups pages. Read through the store's ``GroupStore`` methods (``group_store``: a
-store without groups is a 400 saying so), as the group controller writes them."""
+and the UI's /groups pages. Read through the store's ``GroupStore`` methods, as the group controller writes
+them."""
 
 from __future__ import annotations
 
@@ -14,7 +14,6 @@ from phalanx.server.audit import describe
 from phalanx.server.deps import SettingsDep, StoreDep
 from phalanx.server.policy import policy, principal_of
 from phalanx.server.routes.pages import _shell
-from phalanx.store.base import group_store
 
 router = APIRouter(tags=["groups"])
 page_router = APIRouter(include_in_schema=False)
@@ -26,17 +25,15 @@ def list_groups(
     store: StoreDep, request: Request, limit: Annotated[int, Query(ge=1, le=500)] = 50
 ) -> list[dict[str, Any]]:
     """Groups, newest first, with how many trials each has started (of the caller's projects)."""
-    groups = group_store(store)
-    found = groups.list_groups(limit=limit, projects=principal_of(request).visible_projects())
-    return [{**g.to_json(), "trials": groups.count_trials(g.id)} for g in found]
+    found = store.list_groups(limit=limit, projects=principal_of(request).visible_projects())
+    return [{**g.to_json(), "trials": store.count_trials(g.id)} for g in found]
 
 
 @router.get("/groups/{group_id}")
 @policy("group:viewer")
 def get_group(store: StoreDep, group_id: str) -> dict[str, Any]:
     """One group: its search, every trial (experiment id, params, state, metric) and the best trial."""
-    groups = group_store(store)
-    return controller.group_json(groups, groups.get_group(group_id))
+    return controller.group_json(store, store.get_group(group_id))
 
 
 @router.post("/groups/{group_id}/stop")
@@ -45,12 +42,11 @@ def stop_group(store: StoreDep, settings: SettingsDep, group_id: str, request: R
     """Stop a group as `phalanx group stop` does: no new trial starts and every running trial is
     stopped (by its controller, or here when none runs). Returns the group after; a finished group
     is returned unchanged."""
-    groups = group_store(store)
-    group = groups.get_group(group_id)
+    group = store.get_group(group_id)
     if not group.done:
-        controller.stop_group(groups, settings.store, group, timeout=30)
+        controller.stop_group(store, settings.store, group, timeout=30)
         describe(request, "group.stop", group.id, group.project)
-    return controller.group_json(groups, groups.get_group(group.id))
+    return controller.group_json(store, store.get_group(group.id))
 
 
 @page_router.get("/groups")

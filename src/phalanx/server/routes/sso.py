@@ -88,9 +88,7 @@ def sso_callback(
 
 def _sign_in(request: Request, rp: RelyingParty, user: str, claims: dict[str, object]) -> None:
     """Create the user on first sign-in, refuse a disabled one, apply the mapped roles."""
-    accounts: Accounts | None = request.app.state.accounts
-    if accounts is None:
-        raise SsoRefused("single sign-on needs the SQL store (users live there)")
+    accounts: Accounts = request.app.state.accounts
     try:
         check_name("user", user)
     except UsageError:

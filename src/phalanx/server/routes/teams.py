@@ -57,9 +57,7 @@ class AuditOut(BaseModel):
 
 
 def _accounts(request: Request) -> Accounts:
-    accounts: Accounts | None = request.app.state.accounts
-    if accounts is None:
-        raise UsageError("users and projects need the SQL store (SQLite or PostgreSQL)")
+    accounts: Accounts = request.app.state.accounts
     return accounts
 
 

@@ -18,11 +18,12 @@ from sqlalchemy.exc import IntegrityError
 
 from phalanx.errors import NotFound
 from phalanx.store.registry_records import ModelVersion, RegisteredModel
+from phalanx.store.sql.engine import writer
 from phalanx.store.sql.errors import phalanx_errors
 from phalanx.store.sql.models import ModelAliasRow, ModelVersionRow, RegisteredModelRow
 
 if TYPE_CHECKING:
-    from phalanx.store.sql.store import SqlStore
+    from sqlalchemy.engine import Engine
 
 _RETRIES = 5
 
@@ -39,13 +40,13 @@ def _upsert(dialect: str) -> Any:
 
 @phalanx_errors
 class SqlRegistry:
-    """``store``'s engine, holding the registry's rows. See phalanx.registry.service for the
+    """The registry's rows in ``engine``'s database (the store's). See phalanx.registry.service for the
     operations users call (which also copy and check the files)."""
 
-    def __init__(self, store: SqlStore) -> None:
-        self.engine = store.engine
-        self._writer = store._writer
-        self.dialect = store.dialect
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+        self._writer = writer(engine)
+        self.dialect = engine.dialect.name
 
     def add_version(self, name: str, fields: Mapping[str, Any], project: str = "default") -> int:
         """Insert the next version of ``name`` (creating the name in ``project``; an existing name
