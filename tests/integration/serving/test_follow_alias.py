@@ -33,7 +33,10 @@ MOVE_BOUND_SECONDS = 30.0
 
 # One mover: sets @prod to ITS version each time the server serves the OTHER one, so two of them
 # alternate the alias and every move is seen by the server before the next. Prints each move's
-# delay (alias set -> /healthz names it).
+# delay (alias set -> /healthz names it). The other mover moves @prod back only once /healthz named
+# this mover's version, so @prod no longer on it means its move was served, and between two of its
+# own polls (a mover descheduled on a loaded machine): it stops waiting then, with the delay up to
+# that moment (an over-estimate), instead of waiting for a version that will not come back.
 MOVER = """
 import json, sys, time, urllib.request
 from phalanx.config import Settings
@@ -44,9 +47,9 @@ registry = Registry(open_store(Settings()))
 def served():
     with urllib.request.urlopen(url + "/healthz", timeout=60) as r:
         return json.load(r)["version"]
-def wait_for(version, limit):
+def wait_for(version, limit, moved_on=lambda: False):
     deadline = time.monotonic() + limit
-    while served() != version:
+    while served() != version and not moved_on():
         if time.monotonic() > deadline:
             raise SystemExit(f"the server did not serve version {version} within {limit} s")
         time.sleep(0.01)
@@ -54,7 +57,7 @@ for _ in range(rounds):
     wait_for(other, 300)
     set_at = time.monotonic()
     registry.set_alias("digits", "prod", mine)
-    wait_for(mine, 300)
+    wait_for(mine, 300, lambda: registry.resolve("digits@prod").version != mine)
     print(json.dumps({"moved_to": mine, "seconds": time.monotonic() - set_at}), flush=True)
 """
 
