@@ -64,7 +64,22 @@ def store_write() -> object:
     return "made every user a server admin"
 
 
+def inherited() -> list[str]:
+    """The descriptors beyond stdin, stdout and stderr this job started with (the launch lock its
+    supervisor holds, the store's database, a server socket), each with what it points at."""
+    found = []
+    for fd in sorted(int(name) for name in os.listdir("/proc/self/fd")):
+        try:
+            target = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:  # the listing's own descriptor, closed once it was read
+            continue
+        if fd > 2:
+            found.append(f"{fd}->{target}")
+    return found
+
+
 home, victim = T["home"], T["victim"]
+probe("inherited_fds", inherited)  # first: before any probe opens a file of its own
 probe("env_home", lambda: os.environ.get("PHALANX_HOME"))
 probe("env_aws", lambda: [k for k, v in os.environ.items() if v in T["server_aws"]])
 probe("env_canary", lambda: os.environ.get("SERVER_CANARY"))
