@@ -15,7 +15,7 @@ from typing import Any
 
 from phalanx.apiclient import Client, quote
 from phalanx.domain import Experiment, ExperimentStatus, Group, Page, Replica, ReplicaState, Role
-from phalanx.errors import NotFound
+from phalanx.errors import NotFound, UsageError
 from phalanx.store.alert_records import Delivery, Hook
 from phalanx.store.base import (
     ArtifactRecord,
@@ -212,6 +212,10 @@ class RemoteStore:
     def group(self, group_id: str) -> dict[str, Any]:
         return dict(self.client.get(f"/groups/{quote(group_id)}"))
 
+    def groups(self, limit: int) -> list[dict[str, Any]]:
+        """The newest ``limit`` groups of the caller's projects, each with its trials' count."""
+        return [dict(g) for g in self.client.get("/groups", limit=limit)]
+
     def stop_group(self, group_id: str) -> dict[str, Any]:
         return dict(self.client.send("POST", f"/groups/{quote(group_id)}/stop"))
 
@@ -297,3 +301,32 @@ class RemoteAlerts:
     def deliveries(self, hook_id: str, limit: int = 50) -> list[Delivery]:
         found = self.client.get(f"/alerts/{quote(hook_id)}/deliveries", limit=limit)
         return [Delivery.from_json(d) for d in found]
+
+
+class RemoteSecrets:
+    """A server's project secrets (``store.secrets.SecretBook``) through its API: the project's
+    admins set and remove them, its editors list their names; no answer ever holds a value."""
+
+    def __init__(self, client: Client) -> None:
+        self.client = client
+
+    def _path(self, project: str, name: str | None = None) -> str:
+        path = f"/projects/{quote(project)}/secrets"
+        return path if name is None else f"{path}/{quote(name)}"  # the server checks the name
+
+    def put(self, project: str, name: str, value: str) -> None:
+        self.client.send("PUT", self._path(project, name), {"value": value})
+
+    def names(self, project: str | None = None) -> list[tuple[str, str, float]]:
+        if project is None:
+            raise UsageError("on a server, name the project: `phalanx secret ls PROJECT`")
+        return [
+            (d["project"], d["name"], float(d["updated_at"])) for d in self.client.get(self._path(project))
+        ]
+
+    def remove(self, project: str, name: str) -> bool:
+        try:
+            self.client.send("DELETE", self._path(project, name))
+        except NotFound:
+            return False
+        return True

@@ -12,7 +12,9 @@ from typing import Annotated, Any
 
 import typer
 
+from phalanx.apiclient import quote
 from phalanx.cli.app import app, emit_json
+from phalanx.cli.target import LocalOpt, ServerOpt, ThisMachineOnlyOpt, this_machine_only
 
 admin_app = typer.Typer(
     help="A shared server's users, projects, roles and audit trail.", no_args_is_help=True
@@ -28,6 +30,11 @@ admin_app.add_typer(project_app, name="project")
 admin_app.add_typer(member_app, name="member")
 
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON.")]
+# what a command that changes the server's accounts says when given --server (it needs the store)
+ON_THE_SERVERS_MACHINE = (
+    "run it where the server's PHALANX_HOME is (docs/teams.md); a project's admins give roles from "
+    "anywhere with `phalanx admin member add`"
+)
 
 
 def _accounts() -> Any:
@@ -66,10 +73,16 @@ def user_add(
         bool,
         typer.Option("--password-stdin", help="Read the password from the first line of stdin (scripts)."),
     ] = False,
+    server: ThisMachineOnlyOpt = None,
 ) -> None:
     """Add a user with a password (asked twice unless --password-stdin). The first --admin user
     turns the server into team mode: every route then checks roles, and the server token becomes
     that admin's."""
+    this_machine_only(
+        "admin user add",
+        server,
+        ON_THE_SERVERS_MACHINE,
+    )
     if password_stdin:
         password = sys.stdin.readline().rstrip("\r\n")
     else:
@@ -86,8 +99,13 @@ def user_add(
 
 
 @user_app.command("ls")
-def user_ls(json_: JsonOpt = False) -> None:
+def user_ls(json_: JsonOpt = False, server: ThisMachineOnlyOpt = None) -> None:
     """Users, whether each is a server admin or disabled."""
+    this_machine_only(
+        "admin user ls",
+        server,
+        ON_THE_SERVERS_MACHINE,
+    )
     users = _accounts().users()
     if json_:
         emit_json(
@@ -112,22 +130,42 @@ def _set_disabled(name: str, disabled: bool) -> None:
 
 
 @user_app.command("disable")
-def user_disable(name: Annotated[str, typer.Argument(help="The user.")]) -> None:
+def user_disable(
+    name: Annotated[str, typer.Argument(help="The user.")], server: ThisMachineOnlyOpt = None
+) -> None:
     """Disable a user: their tokens and sessions are refused from the next request on."""
+    this_machine_only(
+        "admin user disable",
+        server,
+        ON_THE_SERVERS_MACHINE,
+    )
     _set_disabled(name, True)
 
 
 @user_app.command("enable")
-def user_enable(name: Annotated[str, typer.Argument(help="The user.")]) -> None:
+def user_enable(
+    name: Annotated[str, typer.Argument(help="The user.")], server: ThisMachineOnlyOpt = None
+) -> None:
     """Enable a disabled user again."""
+    this_machine_only(
+        "admin user enable",
+        server,
+        ON_THE_SERVERS_MACHINE,
+    )
     _set_disabled(name, False)
 
 
 @project_app.command("add")
 def project_add(
     name: Annotated[str, typer.Argument(help="The project's name (experiments' `project:`).")],
+    server: ThisMachineOnlyOpt = None,
 ) -> None:
     """Add a project; experiments whose file says `project: NAME` belong to it."""
+    this_machine_only(
+        "admin project add",
+        server,
+        ON_THE_SERVERS_MACHINE,
+    )
     accounts = _accounts()
     accounts.add_project(name)
     accounts.audit(_actor(), "project.add", name, project=name)
@@ -137,8 +175,13 @@ def project_add(
 
 
 @project_app.command("ls")
-def project_ls(json_: JsonOpt = False) -> None:
+def project_ls(json_: JsonOpt = False, server: ThisMachineOnlyOpt = None) -> None:
     """Projects and their members."""
+    this_machine_only(
+        "admin project ls",
+        server,
+        ON_THE_SERVERS_MACHINE,
+    )
     accounts = _accounts()
     doc = {p: {u: r.name for u, r in accounts.members(p).items()} for p in accounts.projects()}
     if json_:
@@ -153,14 +196,22 @@ def member_add(
     project: Annotated[str, typer.Argument(help="The project.")],
     user: Annotated[str, typer.Argument(help="The user.")],
     role: Annotated[str, typer.Option("--role", help="viewer, editor or admin.")] = "viewer",
+    server: ServerOpt = None,
+    local: LocalOpt = False,
 ) -> None:
-    """Give a user a role in a project (or change it)."""
+    """Give a user a role in a project (or change it). After `phalanx login`, on the server (the
+    project's admins), which writes the audit entry as the caller."""
+    from phalanx.logins import choose
     from phalanx.store.accounts import Role
 
     parsed = Role.parse(role)
-    accounts = _accounts()
-    accounts.set_member(project, user, parsed)
-    accounts.audit(_actor(), "member.set", f"{project}/{user}", project=project, detail=parsed.name)
+    client = choose(server, local)
+    if client is not None:
+        client.send("PUT", f"/projects/{quote(project)}/members/{quote(user)}", {"role": parsed.name})
+    else:
+        accounts = _accounts()
+        accounts.set_member(project, user, parsed)
+        accounts.audit(_actor(), "member.set", f"{project}/{user}", project=project, detail=parsed.name)
     typer.echo(f"{user} is now {parsed.name} of project {project}")
 
 
@@ -168,28 +219,48 @@ def member_add(
 def member_rm(
     project: Annotated[str, typer.Argument(help="The project.")],
     user: Annotated[str, typer.Argument(help="The user.")],
+    server: ServerOpt = None,
+    local: LocalOpt = False,
 ) -> None:
-    """Take a user's role in a project away."""
-    accounts = _accounts()
-    accounts.remove_member(project, user)
-    accounts.audit(_actor(), "member.remove", f"{project}/{user}", project=project)
+    """Take a user's role in a project away (after `phalanx login`, on the server)."""
+    from phalanx.logins import choose
+
+    client = choose(server, local)
+    if client is not None:
+        client.send("DELETE", f"/projects/{quote(project)}/members/{quote(user)}")
+    else:
+        accounts = _accounts()
+        accounts.remove_member(project, user)
+        accounts.audit(_actor(), "member.remove", f"{project}/{user}", project=project)
     typer.echo(f"{user} is no longer a member of project {project}")
 
 
 @admin_app.command("audit")
 def audit(
     limit: Annotated[
-        int, typer.Option("--limit", "-n", min=1, max=100_000, help="How many of the newest.")
+        int, typer.Option("--limit", "-n", min=1, max=10_000, help="How many of the newest.")
     ] = 50,
     project: Annotated[
         str | None, typer.Option("--project", "-p", help="Only this project's entries.")
     ] = None,
     json_: JsonOpt = False,
+    server: ServerOpt = None,
+    local: LocalOpt = False,
 ) -> None:
-    """Who submitted, stopped, deleted, changed a role, and when: the newest entries, oldest first."""
-    records = _accounts().audit_trail(limit, project)
+    """Who submitted, stopped, deleted, changed a role, and when: the newest entries, oldest first
+    (after `phalanx login`, the server's trail: its admins only)."""
+    from phalanx.logins import choose
+
+    client = choose(server, local)
+    if client is not None:
+        records: list[dict[str, Any]] = client.get("/admin/audit", limit=limit, project=project)
+    else:
+        records = [vars(r) for r in _accounts().audit_trail(limit, project)]
     if json_:
-        emit_json([vars(r) for r in records])
+        emit_json(records)
         return
-    rows = [[_when(r.at), r.actor, r.action, r.target, r.project or "-", r.detail or ""] for r in records]
+    rows = [
+        [_when(r["at"]), r["actor"], r["action"], r["target"], r["project"] or "-", r["detail"] or ""]
+        for r in records
+    ]
     typer.echo(_table(["WHEN", "WHO", "ACTION", "TARGET", "PROJECT", "DETAIL"], rows))

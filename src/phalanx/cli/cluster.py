@@ -5,12 +5,16 @@ from __future__ import annotations
 import typer
 
 from phalanx.cli.app import app, emit_json
+from phalanx.cli.target import ThisMachineOnlyOpt, this_machine_only
 
 cluster_app = typer.Typer(
     help="Register the Slurm, Kubernetes and Ray clusters `phalanx run --cluster NAME` uses.",
     no_args_is_help=True,
 )
 app.add_typer(cluster_app, name="cluster")
+
+# what `cluster` commands say when given --server: a home's clusters are that machine's
+TARGETS_HERE = "a server's compute targets are registered on its machine; `phalanx queue` shows them"
 
 
 @cluster_app.command("add")
@@ -47,8 +51,14 @@ def add(
         None, "--node-dir", help="ray: each node's folder for code and environments (~/.cache/phalanx)"
     ),
     replace: bool = typer.Option(False, "--replace", help="overwrite a cluster of the same name"),
+    server: ThisMachineOnlyOpt = None,
 ) -> None:
     """Register a cluster."""
+    this_machine_only(
+        "cluster add",
+        server,
+        TARGETS_HERE,
+    )
     from phalanx.clusters import Cluster, add_cluster
 
     # every value is checked by its kind's typed options (phalanx.cluster_options), as a
@@ -76,8 +86,16 @@ def add(
 
 
 @cluster_app.command("ls")
-def ls(output: str = typer.Option("table", "-o", "--output", help="table or json")) -> None:
+def ls(
+    output: str = typer.Option("table", "-o", "--output", help="table or json"),
+    server: ThisMachineOnlyOpt = None,
+) -> None:
     """List registered clusters."""
+    this_machine_only(
+        "cluster ls",
+        server,
+        TARGETS_HERE,
+    )
     from phalanx.clusters import load_clusters
     from phalanx.errors import UsageError
 
@@ -107,8 +125,15 @@ def ls(output: str = typer.Option("table", "-o", "--output", help="table or json
 
 
 @cluster_app.command("rm")
-def rm(name: str = typer.Argument(..., help="The cluster to forget.")) -> None:
+def rm(
+    name: str = typer.Argument(..., help="The cluster to forget."), server: ThisMachineOnlyOpt = None
+) -> None:
     """Forget a cluster (nothing on the cluster itself is touched)."""
+    this_machine_only(
+        "cluster rm",
+        server,
+        TARGETS_HERE,
+    )
     from phalanx.clusters import remove_cluster
 
     remove_cluster(name)

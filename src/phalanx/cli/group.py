@@ -12,9 +12,10 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from phalanx.cli.app import ExtraParamsOpt, app, emit_json
-from phalanx.cli.target import LocalOpt, ServerOpt
+from phalanx.cli.target import LocalOpt, ServerOpt, ThisMachineOnlyOpt, this_machine_only
 
 if TYPE_CHECKING:
+    from phalanx.domain import Group
     from phalanx.groups.launching import GroupLauncher
     from phalanx.spec.group import GroupSpec
 
@@ -134,11 +135,13 @@ def run(
             help="Print the group as JSON (as group get -o json): once it ends, or as it starts (--detach).",
         ),
     ] = False,
+    server: ThisMachineOnlyOpt = None,
 ) -> None:
     """Run a hyperparameter search: each trial is a whole experiment, `concurrency` at a time.
 
     Exit status: 0 the search finished, 1 every trial failed, 130 stopped, 2 invalid file.
     """
+    this_machine_only("group run", server, "`phalanx run -f FILE --server URL` submits a group to the server")
     from phalanx.cli.launching import _check_home_and_db
     from phalanx.config import Settings
     from phalanx.errors import UsageError
@@ -199,9 +202,11 @@ def _drive(launcher: GroupLauncher, group_id: str, json_out: bool, quiet: bool =
 def resume(
     group_id: IdArg,
     detach: Annotated[bool, typer.Option("--detach", "-d", help="Resume in the background.")] = False,
+    server: ThisMachineOnlyOpt = None,
 ) -> None:
     """Go on with a group whose controller stopped (killed, machine restarted): finished trials are
     kept, running ones are watched again, only the missing ones are launched."""
+    this_machine_only("group resume", server, "a server resumes its groups itself when it starts again")
     from phalanx.config import Settings
     from phalanx.errors import UsageError
     from phalanx.groups import controller
@@ -362,36 +367,39 @@ def ls(
         int, typer.Option("--limit", "-n", min=1, help="At most this many (newest first).")
     ] = 50,
     output: Annotated[str, typer.Option("-o", "--output", help="table or json")] = "table",
+    server: ServerOpt = None,
+    local: LocalOpt = False,
 ) -> None:
-    """List groups, newest first."""
-    from phalanx.cli.tracking import _table, _when
+    """List groups, newest first (after `phalanx login`, the server's groups of your projects)."""
+    from phalanx.cli.tracking import _table, _when, is_remote, open_target
     from phalanx.errors import UsageError
-    from phalanx.store import open_store
+    from phalanx.remote_store import group_of
 
     if output not in ("table", "json"):
         raise UsageError(f"-o {output!r}: use table or json")
-    store = open_store()
-    groups = store.list_groups(limit=limit)
+    reading = open_target(server, local)
+    found: list[tuple[Group, int, bool | None]]
+    if is_remote(reading):  # its controller is the server's to know (as `group get` on a server)
+        docs = reading.groups(limit)
+        found = [(group_of(doc), int(doc["trials"]), None) for doc in docs]
+    else:
+        found = [(g, reading.count_trials(g.id), _orphaned(g)) for g in reading.list_groups(limit=limit)]
+        docs = [{**g.to_json(), "trials": n, "controller_running": not orphaned} for g, n, orphaned in found]
     if output == "json":
-        emit_json(
-            [
-                {**g.to_json(), "trials": store.count_trials(g.id), "controller_running": not _orphaned(g)}
-                for g in groups
-            ]
-        )
+        emit_json(docs)
         return
-    if not groups:
+    if not found:
         typer.echo("no groups yet: `phalanx group run -f FILE` starts one")
         return
     rows = [
         [
             g.id,
             g.name,
-            f"{g.status} (no controller: group resume)" if _orphaned(g) else g.status,
+            f"{g.status} (no controller: group resume)" if orphaned else g.status,
             g.search,
-            f"{store.count_trials(g.id)}/{g.planned}",
+            f"{trials}/{g.planned}",
             _when(g.created_at),
         ]
-        for g in groups
+        for g, trials, orphaned in found
     ]
     typer.echo(_table(["id", "name", "status", "search", "trials", "created"], rows))

@@ -8,7 +8,8 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from phalanx.cli.app import emit_json
-from phalanx.cli.cluster import cluster_app
+from phalanx.cli.cluster import TARGETS_HERE, cluster_app
+from phalanx.cli.target import ThisMachineOnlyOpt, this_machine_only
 from phalanx.cli.tracking import Format
 
 if TYPE_CHECKING:
@@ -29,9 +30,15 @@ def map_project(
     account: Annotated[str | None, typer.Option("--account", help="slurm: --account")] = None,
     partition: Annotated[str | None, typer.Option("--partition", help="slurm: --partition")] = None,
     namespace: Annotated[str | None, typer.Option("--namespace", help="kubernetes: the namespace")] = None,
+    server: ThisMachineOnlyOpt = None,
 ) -> None:
     """Send the project's jobs on CLUSTER to this account, partition or namespace (replaces an
     earlier mapping; what is not given stays the cluster's own)."""
+    this_machine_only(
+        "cluster map",
+        server,
+        TARGETS_HERE,
+    )
     from phalanx.clusters import get_cluster
     from phalanx.config import Settings
     from phalanx.errors import UsageError
@@ -53,8 +60,14 @@ def map_project(
 def unmap_project(
     cluster: Annotated[str, typer.Argument(help="the cluster")],
     project: Annotated[str, typer.Argument(help="the project")],
+    server: ThisMachineOnlyOpt = None,
 ) -> None:
     """Remove the project's mapping on CLUSTER (its jobs use the cluster's own settings again)."""
+    this_machine_only(
+        "cluster unmap",
+        server,
+        TARGETS_HERE,
+    )
     from phalanx.errors import NotFound
     from phalanx.store.placements import remove
 
@@ -67,8 +80,14 @@ def unmap_project(
 def list_maps(
     cluster: Annotated[str | None, typer.Argument(help="only this cluster")] = None,
     output: Annotated[Format, typer.Option("-o", "--output", help="table or json")] = Format.TABLE,
+    server: ThisMachineOnlyOpt = None,
 ) -> None:
     """List the projects' mappings."""
+    this_machine_only(
+        "cluster maps",
+        server,
+        TARGETS_HERE,
+    )
     from phalanx.cli.tracking import _table
     from phalanx.store.placements import list_placements
 

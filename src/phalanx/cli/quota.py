@@ -1,7 +1,8 @@
 """`phalanx quota set|ls|rm`: what a project's experiments may hold at once on a target, and how many
 may wait (issue 25: quotas and fair share). Quotas live in this home's store, so on the server's
-machine they apply to the server's submissions and to local `phalanx run`s alike; with
-``--server URL`` the commands set and read a server's quotas through its API instead."""
+machine they apply to the server's submissions and to local `phalanx run`s alike; after `phalanx
+login` (or with ``--server URL``) the commands set and read the server's quotas through its API
+instead (``--local``: this machine's)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from phalanx.cli.app import app, emit_json
+from phalanx.cli.target import LocalOpt
 from phalanx.cli.tracking import Format
 
 if TYPE_CHECKING:
@@ -26,7 +28,8 @@ app.add_typer(quota_app, name="quota")
 
 TargetOption = Annotated[str, typer.Option("--target", help="the compute target; 'local' is this machine")]
 ServerOption = Annotated[
-    str | None, typer.Option("--server", metavar="URL", help="a Phalanx server's quotas (its API) instead")
+    str | None,
+    typer.Option("--server", metavar="URL", help="a Phalanx server's quotas (default: `phalanx login`'s)"),
 ]
 TokenOption = Annotated[
     Path | None,
@@ -34,19 +37,12 @@ TokenOption = Annotated[
 ]
 
 
-def _client(server: str, token_file: Path | None) -> Client:
-    import os
+def _client(server: str | None, local: bool, token_file: Path | None) -> Client | None:
+    """The server's client (after `phalanx login`, or with --server), said on stderr; None: this
+    machine's quotas."""
+    from phalanx.logins import choose
 
-    from phalanx.apiclient import given_token
-    from phalanx.cli.remote import Client
-    from phalanx.logins import say_door
-
-    token, token_from = given_token(token_file, os.environ.get("PHALANX_TOKEN"))
-    client = Client(
-        server, token, instead="without --server it acts on this machine's quotas", token_from=token_from
-    )
-    say_door(client.url)
-    return client
+    return choose(server, local, token_file)
 
 
 def _quoted(project: str) -> str:
@@ -97,6 +93,7 @@ def set_quota(
         int | None, typer.Option("--max-waiting", min=0, help="experiments that may wait in the queue")
     ] = None,
     server: ServerOption = None,
+    local: LocalOpt = False,
     token_file: TokenOption = None,
 ) -> None:
     """Set the project's quota on a target; options not given keep their current value (none: no
@@ -112,8 +109,8 @@ def set_quota(
         "memory_mib": _memory(memory),
         "max_waiting": max_waiting,
     }
-    if server is not None:
-        client = _client(server, token_file)
+    client = _client(server, local, token_file)
+    if client is not None:
         path = f"/projects/{_quoted(project)}/quota"
         doc = client.get(path, target=target)
         body = {k: doc[k] for k in ("cores", "gpus", "max_waiting")}
@@ -122,7 +119,7 @@ def set_quota(
         body["target"] = target
         _, doc = client.request("PUT", path, json.dumps(body).encode(), {"Content-Type": "application/json"})
         limit = Limit(doc["cores"], doc["gpus"], doc["memory_mib"], doc["max_waiting"])
-        typer.echo(f"project {project} on {target} at {server}: {_describe(limit)}")
+        typer.echo(f"project {project} on {target} at {client.url}: {_describe(limit)}")
         return
     store = _store()
     current = quotas.get(store, project, target)
@@ -155,6 +152,7 @@ def list_quotas(
     target: Annotated[str | None, typer.Option("--target", help="only this target")] = None,
     output: Annotated[Format, typer.Option("-o", "--output", help="table or json")] = Format.TABLE,
     server: ServerOption = None,
+    local: LocalOpt = False,
     token_file: TokenOption = None,
 ) -> None:
     """List the quotas, with what each project holds now and its recent usage on this machine."""
@@ -164,8 +162,8 @@ def list_quotas(
     from phalanx.share import Limit, Quota
     from phalanx.store import quotas
 
-    if server is not None:
-        client = _client(server, token_file)
+    client = _client(server, local, token_file)
+    if client is not None:
         found = [
             Quota(q["project"], q["target"], Limit(q["cores"], q["gpus"], q["memory_mib"], q["max_waiting"]))
             for q in client.get("/quotas", target=target)
@@ -224,6 +222,7 @@ def remove_quota(
     project: Annotated[str, typer.Argument(help="the project")],
     target: TargetOption = "local",
     server: ServerOption = None,
+    local: LocalOpt = False,
     token_file: TokenOption = None,
 ) -> None:
     """Remove the project's quota on a target (it may then use the whole machine)."""
@@ -232,13 +231,13 @@ def remove_quota(
     from phalanx.errors import NotFound, UsageError
     from phalanx.store import quotas
 
-    if server is not None:
-        client = _client(server, token_file)
+    client = _client(server, local, token_file)
+    if client is not None:
         try:
             client.request("DELETE", f"/projects/{_quoted(project)}/quota?target={quote(target)}")
         except UsageError as exc:  # the server's 404 comes back as a user's mistake
-            raise NotFound(f"{exc} (`phalanx quota ls --server {server}` lists them)") from None
-        typer.echo(f"project {project}: no quota on {target} at {server} any more")
+            raise NotFound(f"{exc} (`phalanx quota ls --server {client.url}` lists them)") from None
+        typer.echo(f"project {project}: no quota on {target} at {client.url} any more")
         return
     if not quotas.remove(_store(), project, target):
         raise NotFound(f"project {project} has no quota on {target} (`phalanx quota ls` lists them)")

@@ -14,7 +14,7 @@ from __future__ import annotations
 import os
 import re
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from phalanx.errors import MissingExtra, UsageError
 from phalanx.store.sql import secrets
@@ -90,3 +90,37 @@ def environment(store: LocalStore, home: Path, project: str) -> dict[str, str]:
         return {}
     fernet = _fernet(home)
     return {name: fernet.decrypt(token.encode()).decode() for name, token in found.items()}
+
+
+class SecretBook(Protocol):
+    """A door to the projects' secrets: this machine's store (``LocalSecrets``) or a server's API
+    (``remote_store.RemoteSecrets``). Values only go in; names and times come out."""
+
+    def put(self, project: str, name: str, value: str) -> None:
+        """Set (replace) the project's secret ``name``. UsageError for a bad name or value."""
+        ...
+
+    def names(self, project: str | None = None) -> list[tuple[str, str, float]]:
+        """(project, name, updated_at) of every secret, or of one project's: never a value."""
+        ...
+
+    def remove(self, project: str, name: str) -> bool:
+        """Remove the project's secret ``name``; whether there was one."""
+        ...
+
+
+class LocalSecrets:
+    """The secrets in this machine's store, sealed with its home's key."""
+
+    def __init__(self, store: LocalStore, home: Path) -> None:
+        self.store = store
+        self.home = home
+
+    def put(self, project: str, name: str, value: str) -> None:
+        put(self.store, self.home, project, name, value)
+
+    def names(self, project: str | None = None) -> list[tuple[str, str, float]]:
+        return names(self.store, project)
+
+    def remove(self, project: str, name: str) -> bool:
+        return remove(self.store, project, name)

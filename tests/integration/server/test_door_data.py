@@ -2,11 +2,13 @@
 loopback, `phalanx datastore add` and `phalanx data add` register on the server (`--local` keeps
 the laptop's), `data ls` lists them there, a viewer reads but cannot add, another project's editor
 neither sees nor reads them, and seed 004's ``Datastore.get``/``Dataset.get`` answer the server's
-records (its version number, not the laptop's). One server for the module; the commands run in this
-process (tests/support/cli.py)."""
+records (its version number, not the laptop's). Project secrets take the same door: set and removed
+by the project's admins, their names listed to its editors, never a value answered. One server for
+the module; the commands run in this process (tests/support/cli.py)."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -20,6 +22,7 @@ from tests.integration.server.test_teams_audit import admin, token_of
 from phalanx.config import Settings
 from phalanx.data import Dataset, Datastore
 from phalanx.estimators import Experiment, PyTorch
+from phalanx.store import open_store, secrets
 
 
 @dataclass
@@ -150,3 +153,57 @@ def test_seed_004s_handles_resolve_through_the_server(team: Team) -> None:
             Experiment("seed", "vision", settings=Settings(home=team.laptops["bob"]), server=team.server.url),
             "shelf-digits",
         )
+
+
+def test_secrets_are_set_listed_and_removed_on_the_server_and_never_answered(team: Team) -> None:
+    root, ada, vic = team.laptops["root"], team.laptops["ada"], team.laptops["vic"]
+    value = "hf-Zq9vKx-unmistakable"
+    r = ok(phalanx(root, "secret", "set", "nlp", "HF_TOKEN", stdin=value + "\n"))
+    assert r.stderr == f"phalanx: on server {team.server.url}\n"
+    assert "project nlp: secret HF_TOKEN set" in r.stdout and value not in r.stdout
+    held = Settings(home=team.server.home)
+    with contextlib.closing(open_store(held)) as store:  # sealed in the server's store, as set
+        assert secrets.environment(store, held.home, "nlp") == {"HF_TOKEN": value}
+    assert json.loads(ok(phalanx(root, "secret", "ls", "--local", "-o", "json")).stdout) == []
+
+    listed = ok(phalanx(ada, "secret", "ls", "nlp", "-o", "json"))  # an editor lists names
+    assert [(s["project"], s["name"]) for s in json.loads(listed.stdout)] == [("nlp", "HF_TOKEN")]
+    assert value not in listed.stdout + listed.stderr
+    r = phalanx(ada, "secret", "set", "nlp", "HF_TOKEN", stdin="replaced\n")  # not an admin of nlp
+    assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
+    r = phalanx(vic, "secret", "ls", "nlp")  # a viewer does not even see the names
+    assert r.returncode == 2 and "HF_TOKEN" not in r.stdout, r.stdout
+    r = phalanx(ada, "secret", "ls")
+    assert r.returncode == 2 and "name the project: `phalanx secret ls PROJECT`" in r.stderr, r.stderr
+    r = phalanx(root, "secret", "set", "nlp", "lower_case", stdin="v\n")
+    assert r.returncode == 2 and "an environment variable name in capitals" in r.stderr, r.stderr
+
+    ok(phalanx(root, "secret", "rm", "nlp", "HF_TOKEN"))
+    r = phalanx(root, "secret", "rm", "nlp", "HF_TOKEN")
+    assert r.returncode == 2 and "project nlp has no secret HF_TOKEN" in r.stderr, r.stderr
+    assert json.loads(ok(phalanx(ada, "secret", "ls", "nlp", "-o", "json")).stdout) == []
+
+
+def test_a_projects_roles_are_given_from_a_laptop_and_the_servers_trail_says_who(team: Team) -> None:
+    root, ada = team.laptops["root"], team.laptops["ada"]
+    r = phalanx(ada, "admin", "member", "add", "nlp", "bob", "--role", "viewer")  # an editor, not an admin
+    assert r.returncode == 2 and r.stderr.startswith(f"phalanx: on server {team.server.url}\n"), r.stderr
+    r = ok(phalanx(root, "admin", "member", "add", "nlp", "bob", "--role", "viewer"))
+    assert r.stdout == "bob is now viewer of project nlp\n"
+    on_server = json.loads(ok(phalanx(team.server.home, "admin", "project", "ls", "--json")).stdout)
+    assert on_server["nlp"]["bob"] == "viewer"
+    ok(phalanx(root, "admin", "member", "rm", "nlp", "bob"))
+    on_server = json.loads(ok(phalanx(team.server.home, "admin", "project", "ls", "--json")).stdout)
+    assert "bob" not in on_server["nlp"]
+    trail = json.loads(ok(phalanx(root, "admin", "audit", "--project", "nlp", "--json")).stdout)
+    done = [(e["actor"], e["action"], e["target"], e["detail"]) for e in trail if e["target"] == "nlp/bob"]
+    assert done[-2:] == [
+        ("root", "member.set", "nlp/bob", "viewer"),
+        ("root", "member.remove", "nlp/bob", "previous: viewer"),
+    ]
+    assert phalanx(ada, "admin", "audit").returncode == 2  # the trail is the server admins'
+    # what only the server's machine does says so, not acting on the laptop's own store unasked
+    r = phalanx(root, "admin", "user", "ls", "--server", team.server.url)
+    assert r.returncode == 2 and "acts on this machine only" in r.stderr and "PHALANX_HOME" in r.stderr
+    r = ok(phalanx(root, "admin", "user", "ls", "--json"))
+    assert r.stderr == "phalanx: on this machine\n" and json.loads(r.stdout) == []
