@@ -78,11 +78,7 @@ def user_add(
     """Add a user with a password (asked twice unless --password-stdin). The first --admin user
     turns the server into team mode: every route then checks roles, and the server token becomes
     that admin's."""
-    this_machine_only(
-        "admin user add",
-        server,
-        ON_THE_SERVERS_MACHINE,
-    )
+    this_machine_only("admin user add", server, ON_THE_SERVERS_MACHINE)
     if password_stdin:
         password = sys.stdin.readline().rstrip("\r\n")
     else:
@@ -101,11 +97,7 @@ def user_add(
 @user_app.command("ls")
 def user_ls(json_: JsonOpt = False, server: ThisMachineOnlyOpt = None) -> None:
     """Users, whether each is a server admin or disabled."""
-    this_machine_only(
-        "admin user ls",
-        server,
-        ON_THE_SERVERS_MACHINE,
-    )
+    this_machine_only("admin user ls", server, ON_THE_SERVERS_MACHINE)
     users = _accounts().users()
     if json_:
         emit_json(
@@ -134,11 +126,7 @@ def user_disable(
     name: Annotated[str, typer.Argument(help="The user.")], server: ThisMachineOnlyOpt = None
 ) -> None:
     """Disable a user: their tokens and sessions are refused from the next request on."""
-    this_machine_only(
-        "admin user disable",
-        server,
-        ON_THE_SERVERS_MACHINE,
-    )
+    this_machine_only("admin user disable", server, ON_THE_SERVERS_MACHINE)
     _set_disabled(name, True)
 
 
@@ -147,11 +135,7 @@ def user_enable(
     name: Annotated[str, typer.Argument(help="The user.")], server: ThisMachineOnlyOpt = None
 ) -> None:
     """Enable a disabled user again."""
-    this_machine_only(
-        "admin user enable",
-        server,
-        ON_THE_SERVERS_MACHINE,
-    )
+    this_machine_only("admin user enable", server, ON_THE_SERVERS_MACHINE)
     _set_disabled(name, False)
 
 
@@ -161,11 +145,7 @@ def project_add(
     server: ThisMachineOnlyOpt = None,
 ) -> None:
     """Add a project; experiments whose file says `project: NAME` belong to it."""
-    this_machine_only(
-        "admin project add",
-        server,
-        ON_THE_SERVERS_MACHINE,
-    )
+    this_machine_only("admin project add", server, ON_THE_SERVERS_MACHINE)
     accounts = _accounts()
     accounts.add_project(name)
     accounts.audit(_actor(), "project.add", name, project=name)
@@ -177,11 +157,7 @@ def project_add(
 @project_app.command("ls")
 def project_ls(json_: JsonOpt = False, server: ThisMachineOnlyOpt = None) -> None:
     """Projects and their members."""
-    this_machine_only(
-        "admin project ls",
-        server,
-        ON_THE_SERVERS_MACHINE,
-    )
+    this_machine_only("admin project ls", server, ON_THE_SERVERS_MACHINE)
     accounts = _accounts()
     doc = {p: {u: r.name for u, r in accounts.members(p).items()} for p in accounts.projects()}
     if json_:

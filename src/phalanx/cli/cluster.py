@@ -54,11 +54,7 @@ def add(
     server: ThisMachineOnlyOpt = None,
 ) -> None:
     """Register a cluster."""
-    this_machine_only(
-        "cluster add",
-        server,
-        TARGETS_HERE,
-    )
+    this_machine_only("cluster add", server, TARGETS_HERE)
     from phalanx.clusters import Cluster, add_cluster
 
     # every value is checked by its kind's typed options (phalanx.cluster_options), as a
@@ -91,11 +87,7 @@ def ls(
     server: ThisMachineOnlyOpt = None,
 ) -> None:
     """List registered clusters."""
-    this_machine_only(
-        "cluster ls",
-        server,
-        TARGETS_HERE,
-    )
+    this_machine_only("cluster ls", server, TARGETS_HERE)
     from phalanx.clusters import load_clusters
     from phalanx.errors import UsageError
 
@@ -129,11 +121,7 @@ def rm(
     name: str = typer.Argument(..., help="The cluster to forget."), server: ThisMachineOnlyOpt = None
 ) -> None:
     """Forget a cluster (nothing on the cluster itself is touched)."""
-    this_machine_only(
-        "cluster rm",
-        server,
-        TARGETS_HERE,
-    )
+    this_machine_only("cluster rm", server, TARGETS_HERE)
     from phalanx.clusters import remove_cluster
 
     remove_cluster(name)

@@ -34,11 +34,7 @@ def map_project(
 ) -> None:
     """Send the project's jobs on CLUSTER to this account, partition or namespace (replaces an
     earlier mapping; what is not given stays the cluster's own)."""
-    this_machine_only(
-        "cluster map",
-        server,
-        TARGETS_HERE,
-    )
+    this_machine_only("cluster map", server, TARGETS_HERE)
     from phalanx.clusters import get_cluster
     from phalanx.config import Settings
     from phalanx.errors import UsageError
@@ -63,11 +59,7 @@ def unmap_project(
     server: ThisMachineOnlyOpt = None,
 ) -> None:
     """Remove the project's mapping on CLUSTER (its jobs use the cluster's own settings again)."""
-    this_machine_only(
-        "cluster unmap",
-        server,
-        TARGETS_HERE,
-    )
+    this_machine_only("cluster unmap", server, TARGETS_HERE)
     from phalanx.errors import NotFound
     from phalanx.store.placements import remove
 
@@ -83,11 +75,7 @@ def list_maps(
     server: ThisMachineOnlyOpt = None,
 ) -> None:
     """List the projects' mappings."""
-    this_machine_only(
-        "cluster maps",
-        server,
-        TARGETS_HERE,
-    )
+    this_machine_only("cluster maps", server, TARGETS_HERE)
     from phalanx.cli.tracking import _table
     from phalanx.store.placements import list_placements
 
