@@ -315,11 +315,14 @@ class Reaper:
                             self.pump(sel, log, 0.05)
                             self.reap_orphans()
                         break
-                for p in self.procs:
-                    if p.poll() is not None and p.returncode != 0 and self.failure is None:
-                        self.failure = self.failure_of(p.returncode)
-                        self.failed_at = time.time()
-                if self.failure is not None or all(p.poll() is not None for p in self.procs):
+                # one look at every process, for both questions: a process that exits between two
+                # looks would otherwise end the unit as if all had succeeded (its code never read)
+                codes = [p.poll() for p in self.procs]
+                failed = next((code for code in codes if code not in (None, 0)), None)
+                if failed is not None and self.failure is None:
+                    self.failure = self.failure_of(failed)
+                    self.failed_at = time.time()
+                if self.failure is not None or None not in codes:
                     # a failed process takes its siblings down; a finished replica leaves nothing behind
                     self.terminate_all(sel, log, self.grace if self.failure else min(self.grace, 2.0))
                     break
