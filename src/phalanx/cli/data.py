@@ -145,8 +145,19 @@ def data_add(
     ],
     copy_to: Annotated[
         str | None,
-        typer.Option("--copy-to", metavar="DATASTORE", help="Copy the bytes into this datastore first."),
+        typer.Option(
+            "--copy-to",
+            metavar="DATASTORE",
+            help="Copy the bytes into this datastore (default: the catalog's own folder).",
+        ),
     ] = None,
+    reference: Annotated[
+        bool,
+        typer.Option(
+            "--reference",
+            help="Leave the bytes where they are: every fetch checks them, and a changed file is refused.",
+        ),
+    ] = False,
     project: ProjectOpt = None,
     shared: SharedOpt = False,
     output: OutputOpt = Format.TABLE,
@@ -154,10 +165,13 @@ def data_add(
     server: ServerOpt = None,
     local: LocalOpt = False,
 ) -> None:
-    """Record a new version of a dataset (every file's path, size and sha256). Without --copy-to the
-    bytes stay where they are and are checked against these hashes whenever they are fetched."""
+    """Record a new version of a dataset (every file's path, size and sha256). Its bytes are copied,
+    checked, into the catalog's own folder (or --copy-to DATASTORE), so the version stays fetchable
+    whatever later happens to SOURCE; --reference leaves them there, checked on every fetch."""
     with _open(server, local) as catalog:
-        version, new = catalog.add_dataset(name, source, copy_to=copy_to, project=project, shared=shared)
+        version, new = catalog.add_dataset(
+            name, source, copy_to=copy_to, project=project, shared=shared, reference=reference
+        )
     if _json(output, json_):
         emit_json({**version.to_json(), "new": new})
         return
@@ -252,7 +266,8 @@ def data_rm(
     server: ServerOpt = None,
     local: LocalOpt = False,
 ) -> None:
-    """Forget a dataset's version, or every version of it (the bytes stay where they are)."""
+    """Forget a dataset's version, or every version of it. The bytes the catalog copied into its own
+    folder go with the last version naming them; a source, or a --copy-to datastore's copy, stays."""
     with _open(server, local) as catalog:
         gone = catalog.remove_dataset(ref)
     if output is Format.JSON:

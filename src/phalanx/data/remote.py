@@ -11,7 +11,14 @@ from typing import Any
 from phalanx.apiclient import Client, quote
 from phalanx.config import Settings
 from phalanx.store import open_store
-from phalanx.store.catalog import Catalog, DatasetVersion, DatastoreRecord, catalog_of, parse_ref
+from phalanx.store.catalog import (
+    Catalog,
+    DatasetVersion,
+    DatastoreRecord,
+    catalog_of,
+    check_keeping,
+    parse_ref,
+)
 from phalanx.store.manifest import copy_tree
 
 
@@ -37,9 +44,24 @@ class RemoteCatalog:
         self.client.send("DELETE", f"/datastores/{quote(name)}")
 
     def add_dataset(
-        self, name: str, source: str, *, copy_to: str | None, project: str | None, shared: bool
+        self,
+        name: str,
+        source: str,
+        *,
+        copy_to: str | None,
+        project: str | None,
+        shared: bool,
+        reference: bool = False,
     ) -> tuple[DatasetVersion, bool]:
-        doc = {"name": name, "source": source, "copy_to": copy_to, "project": project, "shared": shared}
+        check_keeping(copy_to, reference)
+        doc = {
+            "name": name,
+            "source": source,
+            "copy_to": copy_to,
+            "reference": reference,
+            "project": project,
+            "shared": shared,
+        }
         answer: dict[str, Any] = self.client.send("POST", "/datasets", doc)
         return DatasetVersion.from_json(answer), bool(answer["new"])
 
@@ -86,4 +108,4 @@ def open_catalog(client: Client | None, settings: Settings) -> Catalog:
     """The server's catalog when ``client`` is one (``logins.choose``), else this machine's."""
     if client is not None:
         return RemoteCatalog(client)
-    return catalog_of(open_store(settings))
+    return catalog_of(open_store(settings), settings.home)

@@ -7,15 +7,19 @@ A datastore keeps only a URL: a local or NFS folder (kept as an absolute path) o
 variables or profile of its own machine.
 
 A dataset version is its manifest (every file's relative path, size and sha256) plus where the bytes
-are. ``phalanx data add NAME PATH`` leaves the bytes where they are (the manifest is then what a
-fetch checks them against: a changed file is refused, never used) or, with ``--copy-to STORE``,
-copies them into ``<store>/datasets/<name>/<digest>/`` first. Adding the same content again
-returns the latest version; any change makes a new one.
+are. ``phalanx data add NAME PATH`` copies a folder's bytes, checked, into the catalog's own folder
+(``<home>/data/datasets/<name>/<digest>/``, ``kept_folder``) or, with ``--copy-to STORE``, into
+``<store>/datasets/<name>/<digest>/``, so a version stays fetchable whatever later happens to its
+source. With ``--reference``, or from an object store without ``--copy-to``, they stay where they
+are (the manifest is then what a fetch checks them against: a changed file is refused, never
+used). Adding the same content again returns the latest version; any change makes a new one.
 """
 
 from __future__ import annotations
 
 import re
+import shutil
+import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -229,6 +233,12 @@ def remove_datastore(store: LocalStore, name: str) -> None:
 # ---- datasets -----------------------------------------------------------------------------------
 
 
+def kept_folder(home: Path) -> Path:
+    """The catalog's own datastore: where ``phalanx data add`` copies a version's bytes when it
+    names no datastore (``<home>/data``; the versions under ``datasets/<name>/<digest>/``)."""
+    return home / "data"
+
+
 def add_dataset(
     store: LocalStore,
     name: str,
@@ -236,11 +246,15 @@ def add_dataset(
     copy_to: str | None = None,
     project: str | None = None,
     shared: bool = False,
+    keep_in: Path | None = None,
 ) -> tuple[DatasetVersion, bool]:
     """Record a version of ``name`` from ``source`` (a path, an fsspec URL or ``store:sub/dir`` of a
     datastore); returns it and whether it is new (False: the latest version has the same content).
-    ``project`` owns it (every version of a name is the same project's); ``shared``: every project
-    may read it."""
+    The bytes are copied into the datastore ``copy_to``, else, from a folder of this machine, into
+    the folder ``keep_in`` (the catalog's own, ``kept_folder``); otherwise they stay where they are
+    (referenced: an object store's prefix is read where it is by every machine, a copy in one
+    machine's home would not be). ``project``
+    owns it (every version of a name is the same project's); ``shared``: every project may read it."""
     check_name(name, "dataset")
     if not source.strip():
         raise UsageError(f"dataset {name!r}: no source; give a folder, an fsspec URL or DATASTORE:sub/dir")
@@ -256,13 +270,17 @@ def add_dataset(
     manifest = build_manifest(url)
     if not manifest.files:
         raise UsageError(f"dataset {name!r}: {source!r} holds no files")
-    if latest is not None and latest.digest == manifest.digest and (copy_to is None or latest.copied):
+    into = get_datastore(store, copy_to).url if copy_to is not None else None
+    keep = keep_in is not None and into is None and _on_this_machine(url)
+    if latest is not None and latest.digest == manifest.digest and (not (into or keep) or latest.copied):
         return latest, False
     copied = False
-    if copy_to is not None:
-        target = f"{get_datastore(store, copy_to).url}/datasets/{name}/{manifest.digest}"
+    if into:
+        target = f"{into}/datasets/{name}/{manifest.digest}"
         copy_tree(manifest, target)
         url, copied = target, True
+    elif keep and keep_in is not None:
+        url, copied = str(_keep(manifest, keep_in / "datasets" / name / manifest.digest)), True
     with writer(store.engine).begin() as conn:
         version = (
             int(conn.execute(select(func.max(_dv().c.version)).where(_dv().c.name == name)).scalar() or 0) + 1
@@ -283,6 +301,41 @@ def add_dataset(
             )
         )
     return get_dataset(store, f"{name}@{version}"), True
+
+
+def _keep(manifest: Manifest, target: Path) -> Path:
+    """The version's bytes copied, checked, into ``target`` of the catalog's own folder: whole or
+    not at all (copied beside it, then renamed); a folder already there holds the same digest."""
+    target = target.resolve()
+    if target.is_dir():
+        return target
+    target.parent.mkdir(parents=True, exist_ok=True)
+    partial = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
+    partial.chmod(0o755)  # as a folder the user made: a run's box (its own account) mounts it
+    try:
+        copy_tree(manifest, str(partial))
+        partial.rename(target)
+    except OSError as exc:
+        shutil.rmtree(partial, ignore_errors=True)
+        if not target.is_dir():  # another add of the same content renamed first: theirs is the same
+            raise UsageError(f"{manifest.url}: could not copy it into {target.parent}: {exc}") from exc
+    except BaseException:
+        shutil.rmtree(partial, ignore_errors=True)
+        raise
+    return target
+
+
+def _on_this_machine(url: str) -> bool:
+    """A folder of this machine's filesystems (a path, ``file://``), not an object store's prefix."""
+    return "://" not in url or url.startswith("file://")
+
+
+def check_keeping(copy_to: str | None, reference: bool) -> None:
+    """``--copy-to`` and ``--reference`` ask for opposite things: refused together."""
+    if copy_to is not None and reference:
+        raise UsageError(
+            f"--copy-to {copy_to} copies the bytes and --reference leaves them where they are: give one"
+        )
 
 
 def source_datastore(source: str) -> tuple[str, str] | None:
@@ -334,9 +387,11 @@ def list_datasets(store: LocalStore, name: str | None = None) -> list[DatasetVer
         return [_version(r) for r in conn.execute(query).mappings().all()]
 
 
-def remove_dataset(store: LocalStore, ref: str) -> list[DatasetVersion]:
+def remove_dataset(store: LocalStore, ref: str, kept: Path | None = None) -> list[DatasetVersion]:
     """Forget ``NAME@VERSION`` (``NAME@latest``: the newest), or with a bare ``NAME`` every version
-    of it; returns what was forgotten. The bytes stay where they are (copied ones too)."""
+    of it; returns what was forgotten. The bytes of a forgotten version that the catalog keeps
+    itself (under ``kept``, its ``kept_folder``) go with the last version naming them; others stay
+    where they are (a source folder, a datastore's copy)."""
     name, _ = parse_ref(ref)
     gone = [get_dataset(store, ref)] if "@" in ref else list_datasets(store, name)
     if not gone:
@@ -344,6 +399,11 @@ def remove_dataset(store: LocalStore, ref: str) -> list[DatasetVersion]:
     with writer(store.engine).begin() as conn:
         for v in gone:
             conn.execute(delete(_dv()).where(_dv().c.name == v.name, _dv().c.version == v.version))
+    if kept is not None:
+        named = {v.url for v in list_datasets(store, name)}
+        for url in {v.url for v in gone if v.copied} - named:
+            if Path(url).resolve().is_relative_to(kept.resolve()):
+                shutil.rmtree(url, ignore_errors=True)
     return gone
 
 
@@ -396,8 +456,19 @@ class Catalog(Protocol):
     def remove_datastore(self, name: str) -> None: ...
 
     def add_dataset(
-        self, name: str, source: str, *, copy_to: str | None, project: str | None, shared: bool
-    ) -> tuple[DatasetVersion, bool]: ...
+        self,
+        name: str,
+        source: str,
+        *,
+        copy_to: str | None,
+        project: str | None,
+        shared: bool,
+        reference: bool = False,
+    ) -> tuple[DatasetVersion, bool]:
+        """A new version of ``name`` (or the latest, unchanged). Its bytes are copied into the
+        datastore ``copy_to``, else into the catalog's own folder; ``reference``: they stay in
+        ``source`` (checked on every fetch). Both at once is a UsageError."""
+        ...
 
     def datasets(self, name: str | None = None) -> list[DatasetVersion]: ...
 
@@ -413,16 +484,18 @@ class Catalog(Protocol):
     def close(self) -> None: ...
 
 
-def catalog_of(store: LocalStore) -> SqlCatalog:
-    """``store``'s catalog tables."""
-    return SqlCatalog(store)
+def catalog_of(store: LocalStore, home: Path) -> SqlCatalog:
+    """``store``'s catalog tables, keeping the bytes it copies in ``home``'s ``kept_folder``."""
+    return SqlCatalog(store, kept_folder(home))
 
 
 class SqlCatalog:
-    """This machine's catalog: the functions above on ``store`` (closed with ``close``)."""
+    """This machine's catalog: the functions above on ``store`` (closed with ``close``); ``kept``:
+    the folder it copies versions into when they name no datastore (``kept_folder``)."""
 
-    def __init__(self, store: LocalStore) -> None:
+    def __init__(self, store: LocalStore, kept: Path) -> None:
         self.store = store
+        self.kept = kept
 
     def add_datastore(
         self, name: str, url: str, *, project: str | None, shared: bool, profile: str | None
@@ -439,9 +512,18 @@ class SqlCatalog:
         remove_datastore(self.store, name)
 
     def add_dataset(
-        self, name: str, source: str, *, copy_to: str | None, project: str | None, shared: bool
+        self,
+        name: str,
+        source: str,
+        *,
+        copy_to: str | None,
+        project: str | None,
+        shared: bool,
+        reference: bool = False,
     ) -> tuple[DatasetVersion, bool]:
-        return add_dataset(self.store, name, source, copy_to, project=project, shared=shared)
+        check_keeping(copy_to, reference)
+        keep_in = None if reference else self.kept
+        return add_dataset(self.store, name, source, copy_to, project=project, shared=shared, keep_in=keep_in)
 
     def datasets(self, name: str | None = None) -> list[DatasetVersion]:
         return list_datasets(self.store, name)
@@ -450,7 +532,7 @@ class SqlCatalog:
         return get_dataset(self.store, ref)
 
     def remove_dataset(self, ref: str) -> list[DatasetVersion]:
-        return remove_dataset(self.store, ref)
+        return remove_dataset(self.store, ref, self.kept)
 
     def fetch(self, version: DatasetVersion, directory: Path) -> None:
         copy_tree(version.manifest, str(directory.resolve()), f"dataset {version.ref}")

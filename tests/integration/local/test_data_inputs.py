@@ -78,11 +78,13 @@ def test_a_missing_dataset_or_datastore_stops_the_run_before_anything_starts(pha
     assert phalanx.store().list_experiments().items == []  # nothing recorded, nothing started
 
 
-def test_a_changed_file_is_refused_and_a_new_version_runs(phalanx: Phalanx) -> None:
+def test_a_changed_referenced_file_is_refused_and_a_kept_version_runs_whatever_its_source_does(
+    phalanx: Phalanx,
+) -> None:
     data = phalanx.tmp / "data"
     data.mkdir()
     (data / "a.txt").write_text("one\n")
-    assert phalanx.run("data", "add", "tiny", str(data)).returncode == 0
+    assert phalanx.run("data", "add", "tiny", str(data), "--reference").returncode == 0
     spec = phalanx.spec(
         """
         version: 1
@@ -98,10 +100,11 @@ def test_a_changed_file_is_refused_and_a_new_version_runs(phalanx: Phalanx) -> N
     assert refused.returncode == 2 and "'a.txt' changed since the version was recorded" in refused.stderr
     assert phalanx.store().list_experiments().items == []
     added = phalanx.cli("data", "add", "tiny", str(data), "--json")  # (the first `data add` is real)
-    assert json.loads(added.stdout)["ref"] == "tiny@2"
+    assert (json.loads(added.stdout)["ref"], json.loads(added.stdout)["bytes"]) == ("tiny@2", "copied")
+    (data / "a.txt").write_text("three\n")  # the source changes again: tiny@2 is the catalog's copy
     ok = phalanx.cli("run", "-f", str(spec), "--param", "unused=1", "--extra-params")
     assert ok.returncode == 2  # tiny@1 is pinned in the file: still refused
     spec.write_text(spec.read_text().replace("tiny@1", "tiny@latest"))
     ran = phalanx.run("run", "-f", str(spec))
     assert ran.returncode == 0, ran.stderr
-    assert "two" in ran.stdout
+    assert "two" in ran.stdout and "three" not in ran.stdout

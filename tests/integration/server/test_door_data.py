@@ -75,7 +75,7 @@ def test_datastore_and_data_add_register_on_the_server(team: Team) -> None:
     assert json.loads(r.stdout)["project"] == "nlp"
     r = ok(phalanx(ada, "data", "add", "digits", "lake:digits", "--project", "nlp", "-o", "json"))
     added = json.loads(r.stdout)
-    assert (added["ref"], added["files"], added["new"]) == ("digits@1", 1, True)
+    assert (added["ref"], added["files"], added["new"], added["bytes"]) == ("digits@1", 1, True, "copied")
 
     listed = json.loads(ok(phalanx(ada, "data", "ls", "-o", "json")).stdout)
     assert [v["ref"] for v in listed] == ["digits@1"]
@@ -109,11 +109,16 @@ def test_datastore_and_data_add_register_on_the_server(team: Team) -> None:
     r = phalanx(bob, "data", "get", "digits@1", "--dir", str(team.lake.parent / "bobs"))
     assert r.returncode == 2 and "no dataset 'digits'" in r.stderr, r.stderr
 
-    # a file changed at its source since the version was recorded: refused, nothing half-kept
+    # digits@1 is the server's copy: a change at its source leaves it whole
     (team.lake / "digits" / "train.csv").write_text("9,9\n")
-    r = phalanx(ada, "data", "get", "digits@1", "--dir", str(team.lake.parent / "copy2"))
+    ok(phalanx(ada, "data", "get", "digits@1", "--dir", str(team.lake.parent / "copy2")))
+    assert (team.lake.parent / "copy2" / "train.csv").read_text() == "1,2\n" * 10
+    # a version that references its source instead: a file changed since is refused, nothing half-kept
+    ok(phalanx(ada, "data", "add", "digits-ref", "lake:digits", "--project", "nlp", "--reference"))
+    (team.lake / "digits" / "train.csv").write_text("8,8\n")
+    r = phalanx(ada, "data", "get", "digits-ref@1", "--dir", str(team.lake.parent / "copy3"))
     assert r.returncode == 2 and "changed since the version was recorded" in r.stderr, r.stderr
-    assert not (team.lake.parent / "copy2" / "train.csv").exists()
+    assert not (team.lake.parent / "copy3" / "train.csv").exists()
 
 
 def test_seed_004s_handles_resolve_through_the_server(team: Team) -> None:

@@ -120,3 +120,37 @@ def test_records_travel_as_json_unchanged(store: Any, folder: Path) -> None:
     assert catalog.DatasetVersion.from_json(version.to_json(with_files=True)) == version
     assert catalog.source_datastore("lake:sub/dir") == ("lake", "sub/dir")
     assert catalog.source_datastore("s3://bucket/x") is None and catalog.source_datastore("/abs") is None
+
+
+def test_a_folders_version_is_copied_into_the_catalog_and_stays_fetchable(
+    store: Any, folder: Path, phalanx_home: Path, tmp_path: Path
+) -> None:
+    door = catalog.catalog_of(store, phalanx_home)
+    v1, new = door.add_dataset("digits", str(folder), copy_to=None, project=None, shared=False)
+    kept = (phalanx_home / "data" / "datasets" / "digits" / v1.digest).resolve()
+    assert new and v1.copied and v1.url == str(kept)
+    assert not [p for p in kept.parent.iterdir() if p.name.startswith(".")]  # no partial copy left
+    (folder / "labels.txt").write_text("changed\n")
+    (folder / "train" / "x.csv").unlink()
+    door.fetch(v1, tmp_path / "out")  # the source changed and lost a file: digits@1 is still whole
+    assert (tmp_path / "out" / "labels.txt").read_text() == "0\n1\n"
+    assert (tmp_path / "out" / "train" / "x.csv").read_text() == "1,2,3\n"
+    v2, _ = door.add_dataset("digits", str(folder), copy_to=None, project=None, shared=False)
+    assert v2.ref == "digits@2" and v2.url != v1.url
+    assert [v.ref for v in door.remove_dataset("digits@1")] == ["digits@1"]
+    assert not kept.exists() and Path(v2.url).is_dir()  # the catalog's own copy goes with its version
+
+
+def test_reference_leaves_the_bytes_in_place_and_cannot_be_asked_with_copy_to(
+    store: Any, folder: Path, phalanx_home: Path
+) -> None:
+    door = catalog.catalog_of(store, phalanx_home)
+    v1, _ = door.add_dataset("digits", str(folder), copy_to=None, project=None, shared=False, reference=True)
+    assert not v1.copied and v1.url == str(folder.resolve())
+    again, new = door.add_dataset("digits", str(folder), copy_to=None, project=None, shared=False)
+    assert new and again.copied  # the same content, now kept: a new version that no edit can break
+    with pytest.raises(UsageError, match="--copy-to lake copies the bytes and --reference") as caught:
+        door.add_dataset("digits", str(folder), copy_to="lake", project=None, shared=False, reference=True)
+    assert exit_status(caught.value) == 2
+    door.remove_dataset("digits@1")
+    assert (folder / "labels.txt").exists()  # a referenced source is never the catalog's to delete

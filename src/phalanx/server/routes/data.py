@@ -23,7 +23,7 @@ from pydantic import BaseModel, Field
 from phalanx.data.lineage import inputs_of
 from phalanx.errors import NotFound, UsageError
 from phalanx.server.audit import describe
-from phalanx.server.deps import StoreDep, experiment_of
+from phalanx.server.deps import StoreDep, experiment_of, get_settings
 from phalanx.server.policy import policy, principal_of, require
 from phalanx.server.routes.pages import _shell
 from phalanx.store import catalog
@@ -60,15 +60,23 @@ class DatasetIn(BaseModel):
     copy_to: str | None = Field(
         None, min_length=1, max_length=128, description="a datastore of the project to copy into"
     )
+    reference: bool = Field(
+        False, description="leave the bytes where they are (checked on every fetch) instead of copying them"
+    )
     project: str | None = None
     shared: bool = False
+
+
+def _catalog(request: Request, store: Any) -> catalog.SqlCatalog:
+    """The server's catalog, copying versions into its home's ``kept_folder``."""
+    return catalog.catalog_of(store, get_settings(request).store.home)
 
 
 @router.get("/datastores")
 @policy("signed-in")
 def list_datastores(request: Request, store: StoreDep) -> list[dict[str, Any]]:
     """Every datastore the caller may see (its projects' and the shared), by name."""
-    return [d.to_json() for d in catalog.catalog_of(store).datastores() if _visible(request, d)]
+    return [d.to_json() for d in _catalog(request, store).datastores() if _visible(request, d)]
 
 
 @router.get("/datastores/{name}")
@@ -96,7 +104,7 @@ def add_datastore(request: Request, body: DatastoreIn, store: StoreDep) -> dict[
             f"datastore {body.name!r}: {body.url!r} is a relative path; give an absolute path on the "
             "server's machine, or an s3:// URL"
         )
-    record = catalog.catalog_of(store).add_datastore(
+    record = _catalog(request, store).add_datastore(
         body.name, body.url, project=body.project, shared=body.shared, profile=body.profile
     )
     describe(request, "datastore.add", record.name, record.project, record.url)
@@ -109,7 +117,7 @@ def remove_datastore(request: Request, name: str, store: StoreDep) -> Response:
     """Forget a datastore (nothing is deleted where it points)."""
     record = _visible_datastore(request, store, name)
     _may_change(request, record.project, record.shared, f"datastore {name!r}")
-    catalog.catalog_of(store).remove_datastore(name)
+    _catalog(request, store).remove_datastore(name)
     describe(request, "datastore.remove", name, record.project, record.url)
     return Response(status_code=204)
 
@@ -121,7 +129,7 @@ def list_datasets(
 ) -> list[dict[str, Any]]:
     """Every dataset version the caller may see (its projects' and the shared), oldest first per
     name; ``name``: one dataset's; ``manifest``: with every file's path, size and sha256."""
-    found = catalog.catalog_of(store).datasets(name)
+    found = _catalog(request, store).datasets(name)
     return [v.to_json(with_files=manifest) for v in found if _visible(request, v)]
 
 
@@ -157,7 +165,7 @@ def add_dataset(request: Request, body: DatasetIn, store: StoreDep) -> dict[str,
     version (the latest one, ``new`` false, when the content is the same)."""
     what = f"dataset {body.name!r}"
     _may_change(request, body.project, body.shared, what)
-    cat = catalog.catalog_of(store)
+    cat = _catalog(request, store)
     if not principal_of(request).superuser:
         found = catalog.source_datastore(body.source)
         if found is None:
@@ -174,7 +182,12 @@ def add_dataset(request: Request, body: DatasetIn, store: StoreDep) -> dict[str,
         ):
             raise NotFound(f"no datastore {body.copy_to!r} of project {body.project} to copy into")
     version, new = cat.add_dataset(
-        body.name, body.source, copy_to=body.copy_to, project=body.project, shared=body.shared
+        body.name,
+        body.source,
+        copy_to=body.copy_to,
+        project=body.project,
+        shared=body.shared,
+        reference=body.reference,
     )
     describe(request, "dataset.add", version.ref, version.project, "new" if new else "unchanged")
     return {**version.to_json(with_files=True), "new": new}
@@ -186,9 +199,10 @@ def remove_dataset(
     request: Request, name: str, store: StoreDep, version: str | None = None
 ) -> list[dict[str, Any]]:
     """Forget one version (``version``: a number or ``latest``) or, without it, every version of
-    the dataset; answers what was forgotten. The bytes stay where they are."""
+    the dataset; answers what was forgotten. Bytes the server copied into its own folder go with
+    the last version naming them; a source or a datastore's copy stays where it is."""
     ref = name if version is None else f"{name}@{version}"
-    cat = catalog.catalog_of(store)
+    cat = _catalog(request, store)
     target = _visible_dataset(request, store, ref)
     _may_change(request, target.project, target.shared, f"dataset {name!r}")
     gone = cat.remove_dataset(ref)
@@ -201,7 +215,7 @@ def _visible_datastore(request: Request, store: Any, name: str) -> catalog.Datas
     (the catalog's own message lists every datastore)."""
     missing = NotFound(f"no datastore {name!r} in your projects")
     try:
-        record = catalog.catalog_of(store).datastore(name)
+        record = _catalog(request, store).datastore(name)
     except NotFound:
         if principal_of(request).superuser:
             raise
@@ -216,7 +230,7 @@ def _visible_dataset(request: Request, store: Any, ref: str) -> catalog.DatasetV
     versions."""
     missing = NotFound(f"no dataset {ref.partition('@')[0]!r} in your projects")
     try:
-        found = catalog.catalog_of(store).dataset(ref)
+        found = _catalog(request, store).dataset(ref)
     except NotFound:
         if principal_of(request).superuser:
             raise
@@ -271,7 +285,7 @@ def get_input_file(experiment_id: str, name: str, path: str, store: StoreDep) ->
     if record is None:
         raise NotFound(f"experiment {e.id} has no input named {name!r}")
     if record.get("kind") == "dataset":
-        version = catalog.catalog_of(store).dataset(str(record["ref"]))
+        version = catalog.get_dataset(store, str(record["ref"]))
         if path not in {f.path for f in version.files}:
             raise NotFound(f"dataset {version.ref} has no file {path!r}")
         url = join_url(version.url, path)
