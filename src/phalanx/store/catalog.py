@@ -430,11 +430,11 @@ def _version(row: Any) -> DatasetVersion:
 
 
 def _ds() -> Any:
-    return DatastoreRow.__table__
+    return DatastoreRow
 
 
 def _dv() -> Any:
-    return DatasetVersionRow.__table__
+    return DatasetVersionRow
 
 
 # ---- the catalog as one door ----------------------------------------------------------------------

@@ -50,7 +50,7 @@ def test_two_writers_ending_one_experiment_at_once_queue_one_delivery(store: Sql
     exp = fill.experiment(store, project="A", status=ExperimentStatus.RUNNING)
     _two_ends_at_once(
         store,
-        ExperimentRow.__table__,  # type: ignore[arg-type]
+        ExperimentRow,  # type: ignore[arg-type]
         exp.id,
         [
             functools.partial(store.update_experiment, exp.id, status=ExperimentStatus.STOPPED, reason=r)
@@ -66,7 +66,7 @@ def test_two_writers_ending_one_group_at_once_queue_one_delivery(store: SqlStore
     group = _group(store)
     _two_ends_at_once(
         store,
-        GroupRow.__table__,  # type: ignore[arg-type]
+        GroupRow,  # type: ignore[arg-type]
         group.id,
         [functools.partial(store.update_group, group.id, status=GroupStatus.STOPPED, reason=r) for r in "ab"],
     )
@@ -80,7 +80,7 @@ def test_a_scripts_status_event_and_the_supervisors_end_at_once_queue_one_delive
     done = fill.event(exp.id, EventKind.STATUS, {"status": "succeeded"})
     _two_ends_at_once(
         store,
-        ExperimentRow.__table__,  # type: ignore[arg-type]
+        ExperimentRow,  # type: ignore[arg-type]
         exp.id,
         [lambda: store.write_events([done]), lambda: store.update_experiment(exp.id, status="succeeded")],
     )

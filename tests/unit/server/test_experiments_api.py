@@ -9,7 +9,7 @@ from phalanx.domain import ExperimentStatus
 from phalanx.server.app import create_app
 from phalanx.server.settings import ServerSettings
 from phalanx.store.base import Store
-from phalanx.store.sql.models import Base
+from phalanx.store.sql.models import metadata
 from tests.unit.server import fill
 
 
@@ -122,7 +122,7 @@ def test_an_unexpected_failure_is_a_json_500_without_a_traceback(
 ) -> None:
     # the users' tables answer (none yet; one in-memory database for every thread); every read fails
     tables = create_engine("sqlite://", poolclass=StaticPool, connect_args={"check_same_thread": False})
-    Base.metadata.create_all(tables)
+    metadata.create_all(tables)
 
     class Broken:
         artifact_store = None

@@ -8,13 +8,13 @@ from alembic.migration import MigrationContext
 from phalanx.store.migrations import HEAD
 from phalanx.store.sql import SqlStore
 from phalanx.store.sql.engine import head_revision
-from phalanx.store.sql.models import Base
+from phalanx.store.sql.models import metadata
 
 
 def test_migrated_schema_matches_the_models(store: SqlStore) -> None:
     with store.engine.connect() as conn:
         context = MigrationContext.configure(conn, opts={"compare_type": True})
-        diff = compare_metadata(context, Base.metadata)
+        diff = compare_metadata(context, metadata)
     assert diff == []
 
 

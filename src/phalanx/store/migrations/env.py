@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from alembic import context
 
-from phalanx.store.sql import alert_rows  # noqa: F401  (the alert tables are on Base too)
-from phalanx.store.sql.models import Base
+from phalanx.store.sql import alert_rows  # noqa: F401  (the alert tables are in its metadata too)
+from phalanx.store.sql.models import metadata
 
 connection = context.config.attributes.get("connection")
 if connection is None:  # pragma: no cover - only reached by a bare `alembic` command
@@ -13,7 +13,7 @@ if connection is None:  # pragma: no cover - only reached by a bare `alembic` co
 
 context.configure(
     connection=connection,
-    target_metadata=Base.metadata,
+    target_metadata=metadata,
     render_as_batch=connection.dialect.name == "sqlite",
     compare_type=True,
 )

@@ -75,27 +75,27 @@ def add_user(engine: Engine, name: str, password_hash: str | None, is_admin: boo
 
 def get_user(engine: Engine, name: str) -> UserRecord | None:
     with engine.connect() as conn:
-        row = conn.execute(select(UserRow).where(UserRow.name == name)).one_or_none()
+        row = conn.execute(select(UserRow).where(UserRow.c.name == name)).one_or_none()
     return None if row is None else _user(row)
 
 
 def list_users(engine: Engine) -> list[UserRecord]:
     with engine.connect() as conn:
-        return [_user(r) for r in conn.execute(select(UserRow).order_by(UserRow.name))]
+        return [_user(r) for r in conn.execute(select(UserRow).order_by(UserRow.c.name))]
 
 
 def update_user(engine: Engine, name: str, **values: Any) -> bool:
     with writer(engine).begin() as conn:
-        return bool(conn.execute(update(UserRow).where(UserRow.name == name).values(**values)).rowcount)
+        return bool(conn.execute(update(UserRow).where(UserRow.c.name == name).values(**values)).rowcount)
 
 
 def first_admin(engine: Engine) -> str | None:
     """The first admin ever created (None: the server is still in single-token mode)."""
     with engine.connect() as conn:
         name = conn.execute(
-            select(UserRow.name)
-            .where(UserRow.is_admin == 1)
-            .order_by(UserRow.created_at, UserRow.name)
+            select(UserRow.c.name)
+            .where(UserRow.c.is_admin == 1)
+            .order_by(UserRow.c.created_at, UserRow.c.name)
             .limit(1)
         ).scalar_one_or_none()
     return None if name is None else str(name)
@@ -119,10 +119,10 @@ def add_token(engine: Engine, user: str, name: str, sha256: str, expires_at: flo
 
 # what is kept of a personal token (never the token: its sha256 only, and that is not shown either)
 _TOKEN_COLUMNS = (
-    PersonalTokenRow.user,
-    PersonalTokenRow.name,
-    PersonalTokenRow.created_at,
-    PersonalTokenRow.expires_at,
+    PersonalTokenRow.c.user,
+    PersonalTokenRow.c.name,
+    PersonalTokenRow.c.created_at,
+    PersonalTokenRow.c.expires_at,
 )
 
 
@@ -133,7 +133,7 @@ def _token_record(row: Any) -> TokenRecord:
 def list_tokens(engine: Engine, user: str) -> list[TokenRecord]:
     with engine.connect() as conn:
         rows = conn.execute(
-            select(*_TOKEN_COLUMNS).where(PersonalTokenRow.user == user).order_by(PersonalTokenRow.name)
+            select(*_TOKEN_COLUMNS).where(PersonalTokenRow.c.user == user).order_by(PersonalTokenRow.c.name)
         )
         return [_token_record(r) for r in rows]
 
@@ -141,7 +141,7 @@ def list_tokens(engine: Engine, user: str) -> list[TokenRecord]:
 def revoke_token(engine: Engine, user: str, name: str) -> bool:
     with writer(engine).begin() as conn:
         done = conn.execute(
-            delete(PersonalTokenRow).where(PersonalTokenRow.user == user, PersonalTokenRow.name == name)
+            delete(PersonalTokenRow).where(PersonalTokenRow.c.user == user, PersonalTokenRow.c.name == name)
         )
         return bool(done.rowcount)
 
@@ -150,9 +150,9 @@ def user_of_token(engine: Engine, sha256: str, now: float) -> str | None:
     """The enabled user whose unexpired token has this hash."""
     with engine.connect() as conn:
         row = conn.execute(
-            select(PersonalTokenRow.user, PersonalTokenRow.expires_at, UserRow.disabled)
-            .join(UserRow, UserRow.name == PersonalTokenRow.user)
-            .where(PersonalTokenRow.token_sha256 == sha256)
+            select(PersonalTokenRow.c.user, PersonalTokenRow.c.expires_at, UserRow.c.disabled)
+            .join(UserRow, UserRow.c.name == PersonalTokenRow.c.user)
+            .where(PersonalTokenRow.c.token_sha256 == sha256)
         ).one_or_none()
     if row is None or row[2] or (row[1] is not None and float(row[1]) <= now):
         return None
@@ -162,7 +162,7 @@ def user_of_token(engine: Engine, sha256: str, now: float) -> str | None:
 def held_token(engine: Engine, sha256: str) -> TokenRecord | None:
     """The token with this hash, expired or not, its user enabled or not (why it was refused)."""
     with engine.connect() as conn:
-        found = select(*_TOKEN_COLUMNS).where(PersonalTokenRow.token_sha256 == sha256)
+        found = select(*_TOKEN_COLUMNS).where(PersonalTokenRow.c.token_sha256 == sha256)
         row = conn.execute(found).one_or_none()
     return None if row is None else _token_record(row)
 
@@ -177,13 +177,15 @@ def add_project(engine: Engine, name: str) -> None:
 
 def list_projects(engine: Engine) -> list[str]:
     with engine.connect() as conn:
-        return [str(n) for n in conn.execute(select(ProjectRow.name).order_by(ProjectRow.name)).scalars()]
+        return [str(n) for n in conn.execute(select(ProjectRow.c.name).order_by(ProjectRow.c.name)).scalars()]
 
 
 def set_member(engine: Engine, project: str, user: str, role: str) -> None:
     with writer(engine).begin() as conn:
         conn.execute(
-            delete(ProjectMemberRow).where(ProjectMemberRow.project == project, ProjectMemberRow.user == user)
+            delete(ProjectMemberRow).where(
+                ProjectMemberRow.c.project == project, ProjectMemberRow.c.user == user
+            )
         )
         conn.execute(insert(ProjectMemberRow).values(project=project, user=user, role=role))
 
@@ -191,7 +193,9 @@ def set_member(engine: Engine, project: str, user: str, role: str) -> None:
 def remove_member(engine: Engine, project: str, user: str) -> bool:
     with writer(engine).begin() as conn:
         done = conn.execute(
-            delete(ProjectMemberRow).where(ProjectMemberRow.project == project, ProjectMemberRow.user == user)
+            delete(ProjectMemberRow).where(
+                ProjectMemberRow.c.project == project, ProjectMemberRow.c.user == user
+            )
         )
         return bool(done.rowcount)
 
@@ -199,7 +203,7 @@ def remove_member(engine: Engine, project: str, user: str) -> bool:
 def roles_of(engine: Engine, user: str) -> dict[str, str]:
     with engine.connect() as conn:
         rows = conn.execute(
-            select(ProjectMemberRow.project, ProjectMemberRow.role).where(ProjectMemberRow.user == user)
+            select(ProjectMemberRow.c.project, ProjectMemberRow.c.role).where(ProjectMemberRow.c.user == user)
         )
         return {str(p): str(r) for p, r in rows}
 
@@ -207,9 +211,9 @@ def roles_of(engine: Engine, user: str) -> dict[str, str]:
 def members(engine: Engine, project: str) -> dict[str, str]:
     with engine.connect() as conn:
         rows = conn.execute(
-            select(ProjectMemberRow.user, ProjectMemberRow.role)
-            .where(ProjectMemberRow.project == project)
-            .order_by(ProjectMemberRow.user)
+            select(ProjectMemberRow.c.user, ProjectMemberRow.c.role)
+            .where(ProjectMemberRow.c.project == project)
+            .order_by(ProjectMemberRow.c.user)
         )
         return {str(u): str(r) for u, r in rows}
 
@@ -227,9 +231,9 @@ def add_audit(
 
 def list_audit(engine: Engine, limit: int, project: str | None = None) -> list[AuditRecord]:
     """The newest ``limit`` entries, oldest first."""
-    query = select(AuditRow).order_by(AuditRow.id.desc()).limit(limit)
+    query = select(AuditRow).order_by(AuditRow.c.id.desc()).limit(limit)
     if project is not None:
-        query = query.where(AuditRow.project == project)
+        query = query.where(AuditRow.c.project == project)
     with engine.connect() as conn:
         rows = list(conn.execute(query))
     return [
@@ -240,13 +244,13 @@ def list_audit(engine: Engine, limit: int, project: str | None = None) -> list[A
 
 def record_launch(engine: Engine, kind: str, object_id: str, user: str) -> None:
     with writer(engine).begin() as conn:
-        conn.execute(delete(LaunchRow).where(LaunchRow.kind == kind, LaunchRow.object_id == object_id))
+        conn.execute(delete(LaunchRow).where(LaunchRow.c.kind == kind, LaunchRow.c.object_id == object_id))
         conn.execute(insert(LaunchRow).values(kind=kind, object_id=object_id, user=user, at=time.time()))
 
 
 def launched_by(engine: Engine, kind: str, object_id: str) -> str | None:
     with engine.connect() as conn:
         user = conn.execute(
-            select(LaunchRow.user).where(LaunchRow.kind == kind, LaunchRow.object_id == object_id)
+            select(LaunchRow.c.user).where(LaunchRow.c.kind == kind, LaunchRow.c.object_id == object_id)
         ).scalar_one_or_none()
     return None if user is None else str(user)

@@ -1,60 +1,58 @@
-"""ORM rows of a project's alert hooks (issue 43 item 5), beside ``models`` (which is near its size
-limit) on the same ``Base``: the hooks, their outbox of deliveries, and each delivery's attempts.
+"""The tables of a project's alert hooks (issue 43 item 5), beside ``models`` (which is near its size
+limit) in the same ``metadata``: the hooks, their outbox of deliveries, and each delivery's attempts.
 Migrations 0017_alert_hooks_i43 and 0018_alert_group_finished_i43."""
 
 from __future__ import annotations
 
-from sqlalchemy import Float, Index, Integer, String, Text
-from sqlalchemy.orm import Mapped, mapped_column
+from sqlalchemy import Column, Float, Index, Integer, String, Table, Text
 
-from phalanx.store.sql.models import Base
+from phalanx.store.sql.models import metadata
 
-
-class AlertHookRow(Base):
-    """A webhook of a project: the URL POSTed to, the experiment ends it is told about (a comma list
-    of failed, succeeded, stopped) and the secret its bodies are signed with (HMAC-SHA256)."""
-
-    __tablename__ = "alert_hooks"
-
-    id: Mapped[str] = mapped_column(String(32), primary_key=True)
-    project: Mapped[str] = mapped_column(String(128), index=True)
-    url: Mapped[str] = mapped_column(Text)
-    events: Mapped[str] = mapped_column(String(128))
-    secret: Mapped[str] = mapped_column(String(256))
-    created_by: Mapped[str | None] = mapped_column(String(128), nullable=True)
-    created_at: Mapped[float] = mapped_column(Float)
+# A webhook of a project: the URL POSTed to, the experiment ends it is told about (a comma list
+# of failed, succeeded, stopped) and the secret its bodies are signed with (HMAC-SHA256).
+AlertHookRow = Table(
+    "alert_hooks",
+    metadata,
+    Column("id", String(32), primary_key=True),
+    Column("project", String(128), index=True, nullable=False),
+    Column("url", Text, nullable=False),
+    Column("events", String(128), nullable=False),
+    Column("secret", String(256), nullable=False),
+    Column("created_by", String(128), nullable=True),
+    Column("created_at", Float, nullable=False),
+)
 
 
-class AlertDeliveryRow(Base):
-    """One event for one hook: written in the transaction that recorded the end it reports (the
-    outbox), then sent by the server until a 2xx answer (``delivered``) or the last try (``failed``).
-    ``payload`` is the event's JSON as recorded then; ``next_at`` is when it is due (or claimed until).
-    Its subject: an experiment (``experiment_id``) or a group (``group_id``, migration
-    0018_alert_group_finished_i43), exactly one of the two."""
+# One event for one hook: written in the transaction that recorded the end it reports (the
+# outbox), then sent by the server until a 2xx answer (``delivered``) or the last try (``failed``).
+# ``payload`` is the event's JSON as recorded then; ``next_at`` is when it is due (or claimed until).
+# Its subject: an experiment (``experiment_id``) or a group (``group_id``, migration
+# 0018_alert_group_finished_i43), exactly one of the two.
+AlertDeliveryRow = Table(
+    "alert_deliveries",
+    metadata,
+    Column("id", String(36), primary_key=True),
+    Column("hook_id", String(32), index=True, nullable=False),
+    Column("experiment_id", String(32), nullable=True),
+    Column("group_id", String(32), nullable=True),
+    Column("event", String(32), nullable=False),
+    Column("payload", Text, nullable=False),
+    Column("state", String(16), nullable=False),
+    Column("attempts", Integer, nullable=False),
+    Column("next_at", Float, nullable=False),
+    Column("created_at", Float, nullable=False),
+    Column("finished_at", Float, nullable=True),
+    Index("ix_alert_deliveries_due", "state", "next_at"),
+)
 
-    __tablename__ = "alert_deliveries"
-    __table_args__ = (Index("ix_alert_deliveries_due", "state", "next_at"),)
 
-    id: Mapped[str] = mapped_column(String(36), primary_key=True)
-    hook_id: Mapped[str] = mapped_column(String(32), index=True)
-    experiment_id: Mapped[str | None] = mapped_column(String(32), nullable=True)
-    group_id: Mapped[str | None] = mapped_column(String(32), nullable=True)
-    event: Mapped[str] = mapped_column(String(32))
-    payload: Mapped[str] = mapped_column(Text)
-    state: Mapped[str] = mapped_column(String(16))
-    attempts: Mapped[int] = mapped_column(Integer)
-    next_at: Mapped[float] = mapped_column(Float)
-    created_at: Mapped[float] = mapped_column(Float)
-    finished_at: Mapped[float | None] = mapped_column(Float, nullable=True)
-
-
-class AlertAttemptRow(Base):
-    """One try of a delivery: when, the receiver's HTTP status (None: no answer) and why it failed."""
-
-    __tablename__ = "alert_attempts"
-
-    delivery_id: Mapped[str] = mapped_column(String(36), primary_key=True)
-    number: Mapped[int] = mapped_column(Integer, primary_key=True)
-    at: Mapped[float] = mapped_column(Float)
-    status_code: Mapped[int | None] = mapped_column(Integer, nullable=True)
-    error: Mapped[str | None] = mapped_column(Text, nullable=True)
+# One try of a delivery: when, the receiver's HTTP status (None: no answer) and why it failed.
+AlertAttemptRow = Table(
+    "alert_attempts",
+    metadata,
+    Column("delivery_id", String(36), primary_key=True),
+    Column("number", Integer, primary_key=True),
+    Column("at", Float, nullable=False),
+    Column("status_code", Integer, nullable=True),
+    Column("error", Text, nullable=True),
+)

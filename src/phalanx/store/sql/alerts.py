@@ -33,7 +33,7 @@ from phalanx.store.sql.trials import trials_of
 
 PENDING, DELIVERED, FAILED, DROPPED = "pending", "delivered", "failed", "dropped"
 # read as plain rows (Core), not ORM objects
-HOOKS, DELIVERIES, ATTEMPTS = AlertHookRow.__table__, AlertDeliveryRow.__table__, AlertAttemptRow.__table__
+HOOKS, DELIVERIES, ATTEMPTS = AlertHookRow, AlertDeliveryRow, AlertAttemptRow
 
 
 def record_end(conn: Connection, experiment_id: str, before: str | None, after: str) -> None:
@@ -43,7 +43,7 @@ def record_end(conn: Connection, experiment_id: str, before: str | None, after: 
     were written."""
     if after not in EXPERIMENT_ENDS or (before is not None and ExperimentStatus(before).done):
         return
-    project = select(ExperimentRow.project).where(ExperimentRow.id == experiment_id).scalar_subquery()
+    project = select(ExperimentRow.c.project).where(ExperimentRow.c.id == experiment_id).scalar_subquery()
     told = _told(conn, project, after)
     if told:
         payload = _payload(conn, experiment_id, after)
@@ -58,7 +58,7 @@ def record_group_end(conn: Connection, group_id: str, before: str | None, after:
     (the controller records each trial's end, then the group's)."""
     if before is None or GroupStatus(before).done or not GroupStatus(after).done:
         return
-    group = conn.execute(select(GroupRow).where(GroupRow.id == group_id)).one()
+    group = conn.execute(select(GroupRow).where(GroupRow.c.id == group_id)).one()
     told = _told(conn, group.project, GROUP_FINISHED)
     if told:
         _queue(conn, told, _group_payload(conn, group), group_id=group_id)
@@ -67,7 +67,7 @@ def record_group_end(conn: Connection, group_id: str, before: str | None, after:
 def _told(conn: Connection, project: Any, event: str) -> list[str]:
     """The ids of ``project``'s hooks that asked for ``event`` (as a hook keeps it)."""
     hooks = conn.execute(
-        select(AlertHookRow.id, AlertHookRow.events).where(AlertHookRow.project == project)
+        select(AlertHookRow.c.id, AlertHookRow.c.events).where(AlertHookRow.c.project == project)
     ).all()
     return [hook_id for hook_id, events in hooks if event in events.split(",")]
 
@@ -128,15 +128,17 @@ def _payload(conn: Connection, experiment_id: str, status: str) -> dict[str, Any
     replica's own (the first to fail), else the experiment's."""
     exp = conn.execute(
         select(
-            ExperimentRow.project, ExperimentRow.name, ExperimentRow.reason, ExperimentRow.finished_at
-        ).where(ExperimentRow.id == experiment_id)
+            ExperimentRow.c.project, ExperimentRow.c.name, ExperimentRow.c.reason, ExperimentRow.c.finished_at
+        ).where(ExperimentRow.c.id == experiment_id)
     ).one()
     failing = None
     if status == ExperimentStatus.FAILED.value:
         failing = conn.execute(
-            select(ReplicaRow.name, ReplicaRow.reason)
-            .where(ReplicaRow.experiment_id == experiment_id, ReplicaRow.state == ReplicaState.FAILED.value)
-            .order_by(ReplicaRow.finished_at, ReplicaRow.name)
+            select(ReplicaRow.c.name, ReplicaRow.c.reason)
+            .where(
+                ReplicaRow.c.experiment_id == experiment_id, ReplicaRow.c.state == ReplicaState.FAILED.value
+            )
+            .order_by(ReplicaRow.c.finished_at, ReplicaRow.c.name)
             .limit(1)
         ).first()
     reason = (failing.reason if failing is not None else None) or exp.reason
@@ -177,9 +179,9 @@ class SqlAlerts:
         return hook
 
     def hooks(self, projects: Sequence[str] | None = None) -> list[Hook]:
-        query = select(HOOKS).order_by(AlertHookRow.created_at, AlertHookRow.id)
+        query = select(HOOKS).order_by(AlertHookRow.c.created_at, AlertHookRow.c.id)
         if projects is not None:
-            query = query.where(AlertHookRow.project.in_(list(projects)))
+            query = query.where(AlertHookRow.c.project.in_(list(projects)))
         with self.engine.connect() as conn:
             return [_hook(row) for row in conn.execute(query).all()]
 
@@ -190,10 +192,10 @@ class SqlAlerts:
     def remove_hook(self, hook_id: str) -> None:
         with writer(self.engine).begin() as conn:
             _hook_row(conn, hook_id)
-            conn.execute(delete(AlertHookRow).where(AlertHookRow.id == hook_id))
+            conn.execute(delete(AlertHookRow).where(AlertHookRow.c.id == hook_id))
             conn.execute(
                 update(AlertDeliveryRow)
-                .where(AlertDeliveryRow.hook_id == hook_id, AlertDeliveryRow.state == PENDING)
+                .where(AlertDeliveryRow.c.hook_id == hook_id, AlertDeliveryRow.c.state == PENDING)
                 .values(state=DROPPED, finished_at=time.time())
             )
 
@@ -202,15 +204,15 @@ class SqlAlerts:
             _hook_row(conn, hook_id)
             rows = conn.execute(
                 select(DELIVERIES)
-                .where(AlertDeliveryRow.hook_id == hook_id)
-                .order_by(AlertDeliveryRow.created_at.desc(), AlertDeliveryRow.id)
+                .where(AlertDeliveryRow.c.hook_id == hook_id)
+                .order_by(AlertDeliveryRow.c.created_at.desc(), AlertDeliveryRow.c.id)
                 .limit(limit)
             ).all()
             tries: dict[str, list[Attempt]] = {r.id: [] for r in rows}
             found = conn.execute(
                 select(ATTEMPTS)
-                .where(AlertAttemptRow.delivery_id.in_(list(tries)))
-                .order_by(AlertAttemptRow.number)
+                .where(AlertAttemptRow.c.delivery_id.in_(list(tries)))
+                .order_by(AlertAttemptRow.c.number)
             ).all()
             for a in found:
                 tries[a.delivery_id].append(Attempt(a.number, a.at, a.status_code, a.error))
@@ -231,10 +233,10 @@ class SqlAlerts:
 
     def claim_due(self, now: float, lease: float, limit: int = 20) -> list[Due]:
         query = (
-            select(DELIVERIES, AlertHookRow.url, AlertHookRow.secret)
-            .join(AlertHookRow, AlertHookRow.id == AlertDeliveryRow.hook_id)
-            .where(AlertDeliveryRow.state == PENDING, AlertDeliveryRow.next_at <= now)
-            .order_by(AlertDeliveryRow.next_at)
+            select(DELIVERIES, AlertHookRow.c.url, AlertHookRow.c.secret)
+            .join(AlertHookRow, AlertHookRow.c.id == AlertDeliveryRow.c.hook_id)
+            .where(AlertDeliveryRow.c.state == PENDING, AlertDeliveryRow.c.next_at <= now)
+            .order_by(AlertDeliveryRow.c.next_at)
             .limit(limit)
         )
         claimed = []
@@ -243,7 +245,7 @@ class SqlAlerts:
                 # another deliverer on this database that read the same row first has moved next_at
                 taken = conn.execute(
                     update(AlertDeliveryRow)
-                    .where(AlertDeliveryRow.id == row.id, AlertDeliveryRow.next_at == row.next_at)
+                    .where(AlertDeliveryRow.c.id == row.id, AlertDeliveryRow.c.next_at == row.next_at)
                     .values(next_at=now + lease)
                 )
                 if taken.rowcount:
@@ -257,7 +259,7 @@ class SqlAlerts:
         with writer(self.engine).begin() as conn:
             number = (
                 conn.execute(
-                    select(AlertDeliveryRow.attempts).where(AlertDeliveryRow.id == delivery_id)
+                    select(AlertDeliveryRow.c.attempts).where(AlertDeliveryRow.c.id == delivery_id)
                 ).scalar_one()
                 + 1
             )
@@ -272,12 +274,14 @@ class SqlAlerts:
                 values["next_at"] = next_at
             else:
                 values["finished_at"] = at
-            conn.execute(update(AlertDeliveryRow).where(AlertDeliveryRow.id == delivery_id).values(**values))
+            conn.execute(
+                update(AlertDeliveryRow).where(AlertDeliveryRow.c.id == delivery_id).values(**values)
+            )
 
 
 def _hook_row(conn: Connection, hook_id: str) -> Row[Any]:
     check_hook_id(hook_id)
-    row = conn.execute(select(HOOKS).where(AlertHookRow.id == hook_id)).first()
+    row = conn.execute(select(HOOKS).where(AlertHookRow.c.id == hook_id)).first()
     if row is None:
         raise NotFound(f"alert hook {hook_id} does not exist (`phalanx alert ls` lists them)")
     return row

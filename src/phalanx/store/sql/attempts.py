@@ -77,15 +77,15 @@ def reconcile(
     sids = sorted({sid for sid, _ in firsts})
     if conn.dialect.name == "postgresql":  # locked in one order by every writer: no deadlock between two
         conn.execute(
-            select(SeriesRow.id).where(SeriesRow.id.in_(sids)).order_by(SeriesRow.id).with_for_update()
+            select(SeriesRow.c.id).where(SeriesRow.c.id.in_(sids)).order_by(SeriesRow.c.id).with_for_update()
         )
     rows = conn.execute(
         select(
-            SeriesAttemptRow.series_id,
-            SeriesAttemptRow.replica,
-            SeriesAttemptRow.attempt,
-            SeriesAttemptRow.attempt_step,
-        ).where(SeriesAttemptRow.series_id.in_(sids))
+            SeriesAttemptRow.c.series_id,
+            SeriesAttemptRow.c.replica,
+            SeriesAttemptRow.c.attempt,
+            SeriesAttemptRow.c.attempt_step,
+        ).where(SeriesAttemptRow.c.series_id.in_(sids))
     )
     stored: dict[Key, tuple[int, int]] = {(int(r[0]), str(r[1])): (int(r[2]), int(r[3])) for r in rows}
     rebuild: set[int] = set()
@@ -117,7 +117,7 @@ def reconcile(
         elif stored[key] != (cur, start):
             conn.execute(
                 update(SeriesAttemptRow)
-                .where(SeriesAttemptRow.series_id == sid, SeriesAttemptRow.replica == replica)
+                .where(SeriesAttemptRow.c.series_id == sid, SeriesAttemptRow.c.replica == replica)
                 .values(attempt=cur, attempt_step=start)
             )
     return [_without_stale(b, ids, state) for b in blocks], rebuild

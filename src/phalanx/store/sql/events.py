@@ -13,7 +13,7 @@ from collections import defaultdict
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
-from sqlalchemy import Connection, bindparam, delete, func, insert, or_, select, update
+from sqlalchemy import Connection, Table, bindparam, delete, func, insert, or_, select, update
 
 from phalanx.checkpoints import KIND, Checkpoint, Policy, PolicyError, retain
 from phalanx.domain import Event, ExperimentStatus, ReplicaState, Role
@@ -38,10 +38,10 @@ SCRIPT_BACKEND = "script"  # the backend column of an experiment a plain script 
 
 
 # built once (a batch's work is mostly per event; building the statement was a part of it)
-_STORED_SEQS = select(EventKeyRow.seq).where(
-    EventKeyRow.stream == bindparam("stream"),
-    EventKeyRow.seq.between(bindparam("lo"), bindparam("hi")),
-    or_(EventKeyRow.experiment_id == bindparam("experiment"), EventKeyRow.experiment_id == LEGACY_KEY),
+_STORED_SEQS = select(EventKeyRow.c.seq).where(
+    EventKeyRow.c.stream == bindparam("stream"),
+    EventKeyRow.c.seq.between(bindparam("lo"), bindparam("hi")),
+    or_(EventKeyRow.c.experiment_id == bindparam("experiment"), EventKeyRow.c.experiment_id == LEGACY_KEY),
 )
 
 
@@ -107,7 +107,7 @@ def apply_events(
         # only a plain script's own record: what a supervised experiment ran its supervisor records
         conn.execute(
             update(ExperimentRow)
-            .where(ExperimentRow.id == experiment_id, ExperimentRow.backend == SCRIPT_BACKEND)
+            .where(ExperimentRow.c.id == experiment_id, ExperimentRow.c.backend == SCRIPT_BACKEND)
             .values(repro=record)
         )
 
@@ -122,21 +122,23 @@ def _texts_of_latest_attempts(conn: Connection, texts: list[dict[str, Any]]) -> 
             keep.append(t)
             continue
         same = (
-            TextRow.experiment_id == t["experiment_id"],
-            TextRow.title == t["title"],
-            TextRow.replica == t["replica"],
-            TextRow.step == t["step"],
+            TextRow.c.experiment_id == t["experiment_id"],
+            TextRow.c.title == t["title"],
+            TextRow.c.replica == t["replica"],
+            TextRow.c.step == t["step"],
         )
-        newer = conn.execute(select(TextRow.id).where(*same, TextRow.attempt > t["attempt"]).limit(1)).first()
+        newer = conn.execute(
+            select(TextRow.c.id).where(*same, TextRow.c.attempt > t["attempt"]).limit(1)
+        ).first()
         if newer is not None:
             continue
-        older = or_(TextRow.attempt.is_(None), TextRow.attempt < t["attempt"])
+        older = or_(TextRow.c.attempt.is_(None), TextRow.c.attempt < t["attempt"])
         conn.execute(delete(TextRow).where(*same, older))
         keep.append(t)
     return keep
 
 
-def _upsert_named(conn: Connection, row: type[ArtifactRow] | type[ModelRow], values: dict[str, Any]) -> None:
+def _upsert_named(conn: Connection, row: Table, values: dict[str, Any]) -> None:
     """One artifact (or model) per name. Uploading a name again from the same writer (replica, and
     rank for artifacts) replaces it: a checkpoint refreshed every epoch. A name another writer
     already holds is never overwritten: this upload is stored as ``"NAME [replica rank N]"``."""
@@ -145,18 +147,18 @@ def _upsert_named(conn: Connection, row: type[ArtifactRow] | type[ModelRow], val
     if row is ArtifactRow:
         writer: tuple[Any, ...] = (values["replica"], values["rank"])
         held = conn.execute(
-            select(ArtifactRow.replica, ArtifactRow.rank).where(
-                ArtifactRow.experiment_id == exp, ArtifactRow.name == wanted
+            select(ArtifactRow.c.replica, ArtifactRow.c.rank).where(
+                ArtifactRow.c.experiment_id == exp, ArtifactRow.c.name == wanted
             )
         ).first()
     else:
         writer = (values["replica"],)
         held = conn.execute(
-            select(ModelRow.replica).where(ModelRow.experiment_id == exp, ModelRow.name == wanted)
+            select(ModelRow.c.replica).where(ModelRow.c.experiment_id == exp, ModelRow.c.name == wanted)
         ).first()
     if held is not None and tuple(held) != writer:
         values = {**values, "name": qualified_name(wanted, *writer)}
-    conn.execute(delete(row).where(row.experiment_id == exp, row.name == values["name"]))
+    conn.execute(delete(row).where(row.c.experiment_id == exp, row.c.name == values["name"]))
     conn.execute(insert(row), [values])
 
 
@@ -170,9 +172,9 @@ def _retain_checkpoints(conn: Connection, experiment_id: str, policy: Any) -> li
     if not chosen.active:
         return []
     rows = conn.execute(
-        select(ArtifactRow.id, ArtifactRow.name, ArtifactRow.path, ArtifactRow.meta, ArtifactRow.time).where(
-            ArtifactRow.experiment_id == experiment_id, ArtifactRow.kind == KIND
-        )
+        select(
+            ArtifactRow.c.id, ArtifactRow.c.name, ArtifactRow.c.path, ArtifactRow.c.meta, ArtifactRow.c.time
+        ).where(ArtifactRow.c.experiment_id == experiment_id, ArtifactRow.c.kind == KIND)
     ).all()
     found = [
         Checkpoint(
@@ -187,7 +189,7 @@ def _retain_checkpoints(conn: Connection, experiment_id: str, policy: Any) -> li
     keep = retain(found, chosen)
     gone = [r for r in rows if r.name not in keep]
     if gone:
-        conn.execute(delete(ArtifactRow).where(ArtifactRow.id.in_([r.id for r in gone])))
+        conn.execute(delete(ArtifactRow).where(ArtifactRow.c.id.in_([r.id for r in gone])))
     return [r.path for r in gone]
 
 
@@ -195,12 +197,12 @@ def series_ids(conn: Connection, keys: set[tuple[str, str, str]]) -> dict[tuple[
     """Ids of (experiment, title, series), created on first use (concurrent creators are fine)."""
     ids: dict[tuple[str, str, str], int] = {}
     for exp, title, series in keys:
-        cond = (SeriesRow.experiment_id == exp, SeriesRow.title == title, SeriesRow.series == series)
-        found = conn.execute(select(SeriesRow.id).where(*cond)).scalar()
+        cond = (SeriesRow.c.experiment_id == exp, SeriesRow.c.title == title, SeriesRow.c.series == series)
+        found = conn.execute(select(SeriesRow.c.id).where(*cond)).scalar()
         if found is None:
             stmt = _dialect_insert(conn, SeriesRow).values(experiment_id=exp, title=title, series=series)
             conn.execute(stmt.on_conflict_do_nothing())
-            found = conn.execute(select(SeriesRow.id).where(*cond)).scalar_one()
+            found = conn.execute(select(SeriesRow.c.id).where(*cond)).scalar_one()
         ids[(exp, title, series)] = int(found)
     return ids
 
@@ -269,8 +271,8 @@ def _insert_logs(
     conn: Connection, experiment_id: str, replica: str, lines: list[tuple[str, str, float]]
 ) -> None:
     last = conn.execute(
-        select(func.max(LogRow.offset)).where(
-            LogRow.experiment_id == experiment_id, LogRow.replica == replica
+        select(func.max(LogRow.c.offset)).where(
+            LogRow.c.experiment_id == experiment_id, LogRow.c.replica == replica
         )
     ).scalar()
     base = 0 if last is None else int(last) + 1
@@ -293,7 +295,7 @@ def _insert_logs(
 def _create_from_event(conn: Connection, ev: Event) -> None:
     """A plain `python script.py` with Task.init made this experiment: create it once."""
     d = ev.data
-    exists = conn.execute(select(ExperimentRow.id).where(ExperimentRow.id == ev.experiment_id)).scalar()
+    exists = conn.execute(select(ExperimentRow.c.id).where(ExperimentRow.c.id == ev.experiment_id)).scalar()
     if exists is not None:
         return
     conn.execute(
@@ -347,9 +349,9 @@ def _status_from_event(conn: Connection, ev: Event, status: ExperimentStatus) ->
     before = None
     if status.done:  # the project's hooks hear of an end once (below); locked as update_experiment locks it
         before = conn.execute(
-            select(ExperimentRow.status).where(ExperimentRow.id == ev.experiment_id).with_for_update()
+            select(ExperimentRow.c.status).where(ExperimentRow.c.id == ev.experiment_id).with_for_update()
         ).scalar()
-    conn.execute(update(ExperimentRow).where(ExperimentRow.id == ev.experiment_id).values(**values))
+    conn.execute(update(ExperimentRow).where(ExperimentRow.c.id == ev.experiment_id).values(**values))
     state = ReplicaState(status.value) if status.value in set(ReplicaState) else ReplicaState.PENDING
     if d.get("replica_state"):  # a supervisor's outcome left in the spool: each replica's own state
         state = ReplicaState(str(d["replica_state"]))
@@ -366,7 +368,7 @@ def _status_from_event(conn: Connection, ev: Event, status: ExperimentStatus) ->
         replica_values["reason"] = None if why is None else str(why)
     conn.execute(
         update(ReplicaRow)
-        .where(ReplicaRow.experiment_id == ev.experiment_id, ReplicaRow.name == ev.replica)
+        .where(ReplicaRow.c.experiment_id == ev.experiment_id, ReplicaRow.c.name == ev.replica)
         .values(**replica_values)
     )
     if status.done:

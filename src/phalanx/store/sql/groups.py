@@ -61,7 +61,9 @@ def _experiment_hint(store: GroupBook, text: str) -> str:
         return ""
     with store.engine.connect() as conn:
         found = conn.execute(
-            select(ExperimentRow.id, ExperimentRow.group_id).where(ExperimentRow.id.like(f"{text}%")).limit(2)
+            select(ExperimentRow.c.id, ExperimentRow.c.group_id)
+            .where(ExperimentRow.c.id.like(f"{text}%"))
+            .limit(2)
         ).all()
     if len(found) != 1:
         return ""
@@ -73,9 +75,9 @@ def _experiment_hint(store: GroupBook, text: str) -> str:
 
 def resolve_group(store: GroupBook, group_id: str, projects: Sequence[str] | None = None) -> str:
     gid = group_id.strip().lower()
-    query = select(GroupRow.id).where(GroupRow.id.like(f"{gid}%"))
+    query = select(GroupRow.c.id).where(GroupRow.c.id.like(f"{gid}%"))
     if projects is not None:  # other projects' groups neither match nor make a prefix ambiguous
-        query = query.where(GroupRow.project.in_(list(projects)))
+        query = query.where(GroupRow.c.project.in_(list(projects)))
     with store.engine.connect() as conn:
         found = conn.execute(query.limit(2)).scalars().all()
     if (not found or not gid) and projects is not None:
@@ -91,14 +93,14 @@ def resolve_group(store: GroupBook, group_id: str, projects: Sequence[str] | Non
 def get_group(store: GroupBook, group_id: str) -> Group:
     gid = resolve_group(store, group_id)
     with store.engine.connect() as conn:
-        row = conn.execute(select(GroupRow).where(GroupRow.id == gid)).one()
+        row = conn.execute(select(GroupRow).where(GroupRow.c.id == gid)).one()
     return _group(row._mapping)
 
 
 def list_groups(store: GroupBook, limit: int = 50, projects: Sequence[str] | None = None) -> list[Group]:
-    query = select(GroupRow).order_by(GroupRow.created_at.desc())
+    query = select(GroupRow).order_by(GroupRow.c.created_at.desc())
     if projects is not None:
-        query = query.where(GroupRow.project.in_(list(projects)))
+        query = query.where(GroupRow.c.project.in_(list(projects)))
     with store.engine.connect() as conn:
         rows = conn.execute(query.limit(limit)).all()
     return [_group(r._mapping) for r in rows]
@@ -115,9 +117,9 @@ def update_group(store: GroupBook, group_id: str, values: Mapping[str, Any]) -> 
         before = None
         if ends:  # locked (PostgreSQL; SQLite's writer holds the database): two ends, one event
             before = conn.execute(
-                select(GroupRow.status).where(GroupRow.id == group_id).with_for_update()
+                select(GroupRow.c.status).where(GroupRow.c.id == group_id).with_for_update()
             ).scalar()
-        conn.execute(update(GroupRow).where(GroupRow.id == group_id).values(**changes))
+        conn.execute(update(GroupRow).where(GroupRow.c.id == group_id).values(**changes))
         if ends:
             alerts.record_group_end(conn, group_id, before, str(changes["status"]))
 
@@ -126,7 +128,7 @@ def count_trials(store: GroupBook, group_id: str) -> int:
     with store.engine.connect() as conn:
         return int(
             conn.execute(
-                select(func.count()).select_from(TrialRow).where(TrialRow.group_id == group_id)
+                select(func.count()).select_from(TrialRow).where(TrialRow.c.group_id == group_id)
             ).scalar_one()
         )
 
@@ -156,7 +158,9 @@ def update_trial(store: GroupBook, group_id: str, number: int, values: Mapping[s
         changes["internal"] = dict(changes["internal"])
     with store._writer.begin() as conn:
         conn.execute(
-            update(TrialRow).where(TrialRow.group_id == group_id, TrialRow.number == number).values(**changes)
+            update(TrialRow)
+            .where(TrialRow.c.group_id == group_id, TrialRow.c.number == number)
+            .values(**changes)
         )
 
 
@@ -167,13 +171,15 @@ def list_trials(store: GroupBook, group_id: str) -> list[Trial]:
 
 def link_experiment(store: GroupBook, experiment_id: str, group_id: str) -> None:
     with store._writer.begin() as conn:
-        conn.execute(update(ExperimentRow).where(ExperimentRow.id == experiment_id).values(group_id=group_id))
+        conn.execute(
+            update(ExperimentRow).where(ExperimentRow.c.id == experiment_id).values(group_id=group_id)
+        )
 
 
 def delete_group(store: GroupBook, group_id: str) -> None:
     with store._writer.begin() as conn:
-        conn.execute(delete(TrialRow).where(TrialRow.group_id == group_id))
-        conn.execute(delete(GroupRow).where(GroupRow.id == group_id))
+        conn.execute(delete(TrialRow).where(TrialRow.c.group_id == group_id))
+        conn.execute(delete(GroupRow).where(GroupRow.c.id == group_id))
 
 
 @phalanx_errors

@@ -27,14 +27,17 @@ def resolve(conn: Connection, experiment_id: str, projects: Sequence[str] | None
     experiment_id = experiment_id.strip()
     if not experiment_id:
         raise UsageError("an experiment id is required")
-    if conn.execute(select(ExperimentRow.id).where(ExperimentRow.id == experiment_id)).scalar() is not None:
+    if (
+        conn.execute(select(ExperimentRow.c.id).where(ExperimentRow.c.id == experiment_id)).scalar()
+        is not None
+    ):
         return experiment_id
     if experiment_id.lower() != experiment_id:  # ids are lowercase hex; a copied id may not be
         return resolve(conn, experiment_id.lower(), projects)
     if _PREFIX.match(experiment_id):
-        query = select(ExperimentRow.id).where(ExperimentRow.id.like(f"{experiment_id}%"))
+        query = select(ExperimentRow.c.id).where(ExperimentRow.c.id.like(f"{experiment_id}%"))
         if projects is not None:
-            query = query.where(ExperimentRow.project.in_(list(projects)))
+            query = query.where(ExperimentRow.c.project.in_(list(projects)))
         found = conn.execute(query.limit(5)).scalars().all()
         if len(found) == 1:
             return str(found[0])
@@ -62,7 +65,7 @@ def group_named(conn: Connection, text: str) -> tuple[str, str] | None:
     if not _PREFIX.match(text):
         return None
     found = conn.execute(
-        select(GroupRow.id, GroupRow.name).where(GroupRow.id.like(f"{text}%")).limit(2)
+        select(GroupRow.c.id, GroupRow.c.name).where(GroupRow.c.id.like(f"{text}%")).limit(2)
     ).all()
     return (str(found[0][0]), str(found[0][1])) if len(found) == 1 else None
 

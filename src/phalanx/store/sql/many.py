@@ -27,8 +27,8 @@ class ManyReads:
             for part in _parts(ids):
                 rows = conn.execute(
                     select(ParamRow)
-                    .where(ParamRow.experiment_id.in_(part))
-                    .order_by(ParamRow.time, ParamRow.id)
+                    .where(ParamRow.c.experiment_id.in_(part))
+                    .order_by(ParamRow.c.time, ParamRow.c.id)
                 ).all()
                 for m in (r._mapping for r in rows):
                     record = ParamRecord(
@@ -42,9 +42,9 @@ class ManyReads:
         with self.engine.connect() as conn:
             for part in _parts(ids):
                 rows = conn.execute(
-                    select(SeriesRow.experiment_id, SeriesRow.title, SeriesRow.series)
-                    .where(SeriesRow.experiment_id.in_(part))
-                    .order_by(SeriesRow.title, SeriesRow.series)
+                    select(SeriesRow.c.experiment_id, SeriesRow.c.title, SeriesRow.c.series)
+                    .where(SeriesRow.c.experiment_id.in_(part))
+                    .order_by(SeriesRow.c.title, SeriesRow.c.series)
                 ).all()
                 for exp, title, series in rows:
                     out[exp].setdefault(title, []).append(series)
@@ -64,9 +64,9 @@ class ManyReads:
         with self.engine.connect() as conn:
             for part in _parts(ids):
                 keys = conn.execute(
-                    select(SeriesRow.id, SeriesRow.experiment_id, SeriesRow.series)
-                    .where(SeriesRow.experiment_id.in_(part), SeriesRow.title == title)
-                    .order_by(SeriesRow.experiment_id, SeriesRow.series)
+                    select(SeriesRow.c.id, SeriesRow.c.experiment_id, SeriesRow.c.series)
+                    .where(SeriesRow.c.experiment_id.in_(part), SeriesRow.c.title == title)
+                    .order_by(SeriesRow.c.experiment_id, SeriesRow.c.series)
                 ).all()
                 for sid, exp, name in keys:
                     found = read_view(conn, int(sid), x=x, x_min=x_min, x_max=x_max, max_points=max_points)

@@ -1,5 +1,7 @@
-"""ORM rows of the SQL store. They never leave ``phalanx.store.sql``: SqlStore maps them to domain
-dataclasses. Schema changes go through an Alembic migration (a test compares the two).
+"""The SQL store's tables, as SQLAlchemy Core tables: no ORM is imported (its declarative classes cost
+a store-opening process about 0.2 CPU-s: docs/cli-speed.md). Their rows never leave
+``phalanx.store.sql``: SqlStore maps them to domain dataclasses. Schema changes go through an
+Alembic migration (a test compares the two).
 
 Scalars are the hot table: a series (a ``series`` row per experiment/title/series, what the API and
 the UI call a series) keeps its points in chunks of compressed columns keyed by its small integer id
@@ -8,555 +10,543 @@ the UI call a series) keeps its points in chunks of compressed columns keyed by 
 
 from __future__ import annotations
 
-from typing import Any
-
 from sqlalchemy import (
     JSON,
     BigInteger,
+    Column,
     Float,
     ForeignKey,
     Index,
     Integer,
     LargeBinary,
+    MetaData,
     PrimaryKeyConstraint,
     String,
+    Table,
     Text,
     UniqueConstraint,
 )
-from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 # 64-bit ids on PostgreSQL; on SQLite only INTEGER PRIMARY KEY is the (already 64-bit) rowid alias.
 BIG_ID = BigInteger().with_variant(Integer, "sqlite")
 
 
-class Base(DeclarativeBase):
-    pass
+metadata = MetaData()  # every table of the store; Alembic's migrations are compared with it
 
 
-class ExperimentRow(Base):
-    __tablename__ = "experiments"
-
-    id: Mapped[str] = mapped_column(String(32), primary_key=True)
-    name: Mapped[str] = mapped_column(String(255))
-    project: Mapped[str] = mapped_column(String(255), index=True)
-    status: Mapped[str] = mapped_column(String(16), index=True)
-    framework: Mapped[str | None] = mapped_column(String(32))
-    backend: Mapped[str | None] = mapped_column(String(32))
-    cluster: Mapped[str | None] = mapped_column(String(255))
-    tags: Mapped[list[str]] = mapped_column(JSON, default=list)
-    topology: Mapped[dict[str, int]] = mapped_column(JSON, default=dict)
-    spec_text: Mapped[str | None] = mapped_column(Text)
-    plan: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
-    reason: Mapped[str | None] = mapped_column(Text)
-    created_at: Mapped[float] = mapped_column(Float, index=True)
-    started_at: Mapped[float | None] = mapped_column(Float)
-    finished_at: Mapped[float | None] = mapped_column(Float)
-    handle: Mapped[str | None] = mapped_column(String(255))
-    group_id: Mapped[str | None] = mapped_column(String(32), index=True)  # the group it is a trial of
+ExperimentRow = Table(
+    "experiments",
+    metadata,
+    Column("id", String(32), primary_key=True),
+    Column("name", String(255), nullable=False),
+    Column("project", String(255), index=True, nullable=False),
+    Column("status", String(16), index=True, nullable=False),
+    Column("framework", String(32)),
+    Column("backend", String(32)),
+    Column("cluster", String(255)),
+    Column("tags", JSON, default=list, nullable=False),
+    Column("topology", JSON, default=dict, nullable=False),
+    Column("spec_text", Text),
+    Column("plan", JSON, default=dict, nullable=False),
+    Column("reason", Text),
+    Column("created_at", Float, index=True, nullable=False),
+    Column("started_at", Float),
+    Column("finished_at", Float),
+    Column("handle", String(255)),
+    Column("group_id", String(32), index=True),  # the group it is a trial of
     # what ran: git commit/branch/diff, packages, versions, host, launch options, source snapshot
-    repro: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
-    notes: Mapped[str | None] = mapped_column(Text)  # the user's notes (UI, `phalanx note`)
+    Column("repro", JSON, nullable=True),
+    Column("notes", Text),  # the user's notes (UI, `phalanx note`)
     # "training", or "service": a `phalanx serve` session (phalanx.serving.tracking)
-    kind: Mapped[str] = mapped_column(String(16), server_default="training", default="training")
+    Column("kind", String(16), server_default="training", default="training", nullable=False),
+)
 
 
-class ReplicaRow(Base):
-    __tablename__ = "replicas"
+ReplicaRow = Table(
+    "replicas",
+    metadata,
+    Column("experiment_id", String(32), ForeignKey("experiments.id", ondelete="CASCADE"), primary_key=True),
+    Column("name", String(64), primary_key=True),
+    Column("role", String(16), nullable=False),
+    Column("index", Integer, nullable=False),
+    Column("rank", Integer),
+    Column("state", String(16), nullable=False),
+    Column("host", String(255)),
+    Column("pid", Integer),
+    Column("exit_code", Integer),
+    Column("reason", Text),
+    Column("resources", JSON, default=dict, nullable=False),
+    Column("started_at", Float),
+    Column("finished_at", Float),
+)
 
-    experiment_id: Mapped[str] = mapped_column(
-        String(32), ForeignKey("experiments.id", ondelete="CASCADE"), primary_key=True
-    )
-    name: Mapped[str] = mapped_column(String(64), primary_key=True)
-    role: Mapped[str] = mapped_column(String(16))
-    index: Mapped[int] = mapped_column(Integer)
-    rank: Mapped[int | None] = mapped_column(Integer)
-    state: Mapped[str] = mapped_column(String(16))
-    host: Mapped[str | None] = mapped_column(String(255))
-    pid: Mapped[int | None] = mapped_column(Integer)
-    exit_code: Mapped[int | None] = mapped_column(Integer)
-    reason: Mapped[str | None] = mapped_column(Text)
-    resources: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
-    started_at: Mapped[float | None] = mapped_column(Float)
-    finished_at: Mapped[float | None] = mapped_column(Float)
 
-
-class SeriesRow(Base):
-    """One (experiment, title, series): the key scalar rows point to."""
-
-    __tablename__ = "series"
-    __table_args__ = (UniqueConstraint("experiment_id", "title", "series", name="uq_series_key"),)
-
-    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
-    experiment_id: Mapped[str] = mapped_column(String(32))
-    title: Mapped[str] = mapped_column(String(255))
-    series: Mapped[str] = mapped_column(String(255))
+# One (experiment, title, series): the key scalar rows point to.
+SeriesRow = Table(
+    "series",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("experiment_id", String(32), nullable=False),
+    Column("title", String(255), nullable=False),
+    Column("series", String(255), nullable=False),
     # the latest attempt that reported points of this series and the first step it reported: rows at
     # or after that step are that attempt's own (store.sql.attempts); NULL: none said its attempt
-    attempt: Mapped[int | None] = mapped_column(Integer, nullable=True)
-    attempt_step: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+    Column("attempt", Integer, nullable=True),
+    Column("attempt_step", BigInteger, nullable=True),
+    UniqueConstraint("experiment_id", "title", "series", name="uq_series_key"),
+)
 
 
-class ScalarChunkRow(Base):
-    """Up to a few thousand points of one series from one writer, as compressed columns
-    (store.sql.points). The primary key is the only index: every read is per series."""
+# Up to a few thousand points of one series from one writer, as compressed columns
+# (store.sql.points). The primary key is the only index: every read is per series.
+ScalarChunkRow = Table(
+    "scalar_chunks",
+    metadata,
+    Column("series_id", Integer, primary_key=True, autoincrement=False),
+    Column("seq", Integer, primary_key=True, autoincrement=False),  # order of arrival
+    Column("first_step", BigInteger, nullable=False),  # the lowest step in the chunk
+    Column("last_step", BigInteger, nullable=False),  # the highest
+    Column("n", Integer, nullable=False),
+    Column("replica", String(64), nullable=False),
+    Column("rank", Integer),
+    Column("data", LargeBinary, nullable=False),
+    sqlite_with_rowid=False,
+)
 
-    __tablename__ = "scalar_chunks"
-    __table_args__ = {"sqlite_with_rowid": False}  # noqa: RUF012 (SQLAlchemy reads it)
 
-    series_id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=False)
-    seq: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=False)  # order of arrival
-    first_step: Mapped[int] = mapped_column(BigInteger)  # the lowest step in the chunk
-    last_step: Mapped[int] = mapped_column(BigInteger)  # the highest
-    n: Mapped[int] = mapped_column(Integer)
-    replica: Mapped[str] = mapped_column(String(64))
-    rank: Mapped[int | None] = mapped_column(Integer)
-    data: Mapped[bytes] = mapped_column(LargeBinary)
-
-
-class ScalarSummaryRow(Base):
-    """Per series, level and bucket of 16**level steps: what a chart needs (store.sql.summary)."""
-
-    __tablename__ = "scalar_summary"
+# Per series, level and bucket of 16**level steps: what a chart needs (store.sql.summary).
+ScalarSummaryRow = Table(
+    "scalar_summary",
+    metadata,
     # SQLite: rows clustered by (series, level, bucket), so a chart's window is one sequential read
-    __table_args__ = {"sqlite_with_rowid": False}  # noqa: RUF012 (SQLAlchemy reads it)
-
-    series_id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=False)
-    level: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=False)
-    bucket: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=False)
-    n: Mapped[int] = mapped_column(BigInteger)
-    min_value: Mapped[float | None] = mapped_column(Float)
-    max_value: Mapped[float | None] = mapped_column(Float)
-    first_step: Mapped[int] = mapped_column(BigInteger)
-    last_step: Mapped[int] = mapped_column(BigInteger)
-    first_value: Mapped[float | None] = mapped_column(Float)
-    last_value: Mapped[float | None] = mapped_column(Float)
-    last_time: Mapped[float | None] = mapped_column(Float)
-    min_step: Mapped[int | None] = mapped_column(BigInteger)  # where min_value is (the first such)
-    max_step: Mapped[int | None] = mapped_column(BigInteger)
-    min_time: Mapped[float | None] = mapped_column(Float)
-    max_time: Mapped[float | None] = mapped_column(Float)
-
-
-class ParamRow(Base):
-    """Append-only: every connect()/argparse report is a row; reads merge them per (section, key)."""
-
-    __tablename__ = "params"
-    __table_args__ = (Index("ix_params_experiment", "experiment_id", "section", "key"),)
-
-    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
-    experiment_id: Mapped[str] = mapped_column(String(32))
-    section: Mapped[str] = mapped_column(String(255))
-    key: Mapped[str] = mapped_column(String(255))
-    value: Mapped[Any] = mapped_column(JSON)
-    replica: Mapped[str] = mapped_column(String(64))
-    rank: Mapped[int | None] = mapped_column(Integer)
-    time: Mapped[float] = mapped_column(Float)
+    Column("series_id", Integer, primary_key=True, autoincrement=False),
+    Column("level", Integer, primary_key=True, autoincrement=False),
+    Column("bucket", BigInteger, primary_key=True, autoincrement=False),
+    Column("n", BigInteger, nullable=False),
+    Column("min_value", Float),
+    Column("max_value", Float),
+    Column("first_step", BigInteger, nullable=False),
+    Column("last_step", BigInteger, nullable=False),
+    Column("first_value", Float),
+    Column("last_value", Float),
+    Column("last_time", Float),
+    Column("min_step", BigInteger),  # where min_value is (the first such)
+    Column("max_step", BigInteger),
+    Column("min_time", Float),
+    Column("max_time", Float),
+    sqlite_with_rowid=False,
+)
 
 
-class ArtifactRow(Base):
-    __tablename__ = "artifacts"
-    __table_args__ = (UniqueConstraint("experiment_id", "name", name="uq_artifacts_name"),)
-
-    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
-    experiment_id: Mapped[str] = mapped_column(String(32))
-    name: Mapped[str] = mapped_column(String(255))
-    kind: Mapped[str] = mapped_column(String(16))
-    path: Mapped[str] = mapped_column(Text)
-    size: Mapped[int] = mapped_column(BigInteger)
-    content_type: Mapped[str] = mapped_column(String(128))
-    replica: Mapped[str] = mapped_column(String(64))
-    rank: Mapped[int | None] = mapped_column(Integer)
-    time: Mapped[float] = mapped_column(Float)
-    meta: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
-
-
-class ModelRow(Base):
-    __tablename__ = "models"
-    __table_args__ = (UniqueConstraint("experiment_id", "name", name="uq_models_name"),)
-
-    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
-    experiment_id: Mapped[str] = mapped_column(String(32))
-    name: Mapped[str] = mapped_column(String(255))
-    format: Mapped[str] = mapped_column(String(32))
-    path: Mapped[str] = mapped_column(Text)
-    size: Mapped[int] = mapped_column(BigInteger)
-    replica: Mapped[str] = mapped_column(String(64))
-    time: Mapped[float] = mapped_column(Float)
-    meta: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
+# Append-only: every connect()/argparse report is a row; reads merge them per (section, key).
+ParamRow = Table(
+    "params",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("experiment_id", String(32), nullable=False),
+    Column("section", String(255), nullable=False),
+    Column("key", String(255), nullable=False),
+    Column("value", JSON, nullable=False),
+    Column("replica", String(64), nullable=False),
+    Column("rank", Integer),
+    Column("time", Float, nullable=False),
+    Index("ix_params_experiment", "experiment_id", "section", "key"),
+)
 
 
-class LogRow(Base):
-    """Console lines; ``offset`` counts lines per (experiment, replica) from 0 and never changes."""
+ArtifactRow = Table(
+    "artifacts",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("experiment_id", String(32), nullable=False),
+    Column("name", String(255), nullable=False),
+    Column("kind", String(16), nullable=False),
+    Column("path", Text, nullable=False),
+    Column("size", BigInteger, nullable=False),
+    Column("content_type", String(128), nullable=False),
+    Column("replica", String(64), nullable=False),
+    Column("rank", Integer),
+    Column("time", Float, nullable=False),
+    Column("meta", JSON, default=dict, nullable=False),
+    UniqueConstraint("experiment_id", "name", name="uq_artifacts_name"),
+)
 
-    __tablename__ = "logs"
-    __table_args__ = (UniqueConstraint("experiment_id", "replica", "offset", name="uq_logs_offset"),)
 
-    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
-    experiment_id: Mapped[str] = mapped_column(String(32))
-    replica: Mapped[str] = mapped_column(String(64))
-    offset: Mapped[int] = mapped_column(Integer)
-    stream: Mapped[str] = mapped_column(String(16))
-    text: Mapped[str] = mapped_column(Text)
-    time: Mapped[float] = mapped_column(Float)
+ModelRow = Table(
+    "models",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("experiment_id", String(32), nullable=False),
+    Column("name", String(255), nullable=False),
+    Column("format", String(32), nullable=False),
+    Column("path", Text, nullable=False),
+    Column("size", BigInteger, nullable=False),
+    Column("replica", String(64), nullable=False),
+    Column("time", Float, nullable=False),
+    Column("meta", JSON, default=dict, nullable=False),
+    UniqueConstraint("experiment_id", "name", name="uq_models_name"),
+)
 
 
-class TextRow(Base):
-    __tablename__ = "texts"
-    __table_args__ = (Index("ix_texts_experiment", "experiment_id"),)
+# Console lines; ``offset`` counts lines per (experiment, replica) from 0 and never changes.
+LogRow = Table(
+    "logs",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("experiment_id", String(32), nullable=False),
+    Column("replica", String(64), nullable=False),
+    Column("offset", Integer, nullable=False),
+    Column("stream", String(16), nullable=False),
+    Column("text", Text, nullable=False),
+    Column("time", Float, nullable=False),
+    UniqueConstraint("experiment_id", "replica", "offset", name="uq_logs_offset"),
+)
 
-    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
-    experiment_id: Mapped[str] = mapped_column(String(32))
-    title: Mapped[str] = mapped_column(String(255))
-    text: Mapped[str] = mapped_column(Text)
-    step: Mapped[int | None] = mapped_column(BigInteger)
-    replica: Mapped[str] = mapped_column(String(64))
-    rank: Mapped[int | None] = mapped_column(Integer)
-    time: Mapped[float] = mapped_column(Float)
-    attempt: Mapped[int | None] = mapped_column(Integer, nullable=True)  # a later one replaces its step
+
+TextRow = Table(
+    "texts",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("experiment_id", String(32), nullable=False),
+    Column("title", String(255), nullable=False),
+    Column("text", Text, nullable=False),
+    Column("step", BigInteger),
+    Column("replica", String(64), nullable=False),
+    Column("rank", Integer),
+    Column("time", Float, nullable=False),
+    Column("attempt", Integer, nullable=True),  # a later one replaces its step
+    Index("ix_texts_experiment", "experiment_id"),
+)
 
 
 # experiment_id of an event key stored before migration 0006_event_key_experiment: any experiment
 LEGACY_KEY = ""
 
 
-class EventKeyRow(Base):
-    """(stream, seq, experiment) of every stored event: what makes write_events idempotent.
-
-    The experiment is part of the key: with (stream, seq) alone, a writer of experiment A that knew
-    a stream id of experiment B could send A's records under it first and make B's later records
-    count as already stored (lost). Keys stored before that have experiment ``LEGACY_KEY``."""
-
-    __tablename__ = "event_keys"
-    __table_args__ = (PrimaryKeyConstraint("stream", "seq", "experiment_id", name="event_keys_pkey"),)
-
-    stream: Mapped[str] = mapped_column(String(128))
-    seq: Mapped[int] = mapped_column(BigInteger, autoincrement=False)
-    experiment_id: Mapped[str] = mapped_column(String(32), server_default=LEGACY_KEY)
-
-
-class IngestPositionRow(Base):
-    """How far ingest has read each spool file (byte offset), committed with the rows it produced."""
-
-    __tablename__ = "ingest_positions"
-
-    stream: Mapped[str] = mapped_column(String(128), primary_key=True)
-    offset: Mapped[int] = mapped_column(BigInteger)
-    seq: Mapped[int] = mapped_column(BigInteger)
-    updated_at: Mapped[float] = mapped_column(Float)
+# (stream, seq, experiment) of every stored event: what makes write_events idempotent.
+#
+# The experiment is part of the key: with (stream, seq) alone, a writer of experiment A that knew
+# a stream id of experiment B could send A's records under it first and make B's later records
+# count as already stored (lost). Keys stored before that have experiment ``LEGACY_KEY``.
+EventKeyRow = Table(
+    "event_keys",
+    metadata,
+    Column("stream", String(128), nullable=False),
+    Column("seq", BigInteger, autoincrement=False, nullable=False),
+    Column("experiment_id", String(32), server_default=LEGACY_KEY, nullable=False),
+    PrimaryKeyConstraint("stream", "seq", "experiment_id", name="event_keys_pkey"),
+)
 
 
-class GroupRow(Base):
-    """An experiment group (hyperparameter search). Its controller's state lives here and in
-    ``group_trials``, so a killed controller can be resumed by any process."""
-
-    __tablename__ = "groups"
-
-    id: Mapped[str] = mapped_column(String(32), primary_key=True)
-    name: Mapped[str] = mapped_column(String(255))
-    project: Mapped[str] = mapped_column(String(255), index=True)
-    status: Mapped[str] = mapped_column(String(16), index=True)
-    search: Mapped[str] = mapped_column(String(16))
-    planned: Mapped[int] = mapped_column(Integer)
-    concurrency: Mapped[int] = mapped_column(Integer)
-    metric: Mapped[str | None] = mapped_column(String(255))
-    optimization: Mapped[str | None] = mapped_column(String(16))
-    spec_text: Mapped[str] = mapped_column(Text)
-    source_file: Mapped[str | None] = mapped_column(Text)
-    workdir: Mapped[str | None] = mapped_column(Text)
-    options: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)  # params overrides, cluster, ...
-    reason: Mapped[str | None] = mapped_column(Text)
-    controller_pid: Mapped[int | None] = mapped_column(Integer)
-    controller_host: Mapped[str | None] = mapped_column(String(255))
-    stop_requested: Mapped[int] = mapped_column(Integer, default=0)
-    created_at: Mapped[float] = mapped_column(Float, index=True)
-    finished_at: Mapped[float | None] = mapped_column(Float)
+# How far ingest has read each spool file (byte offset), committed with the rows it produced.
+IngestPositionRow = Table(
+    "ingest_positions",
+    metadata,
+    Column("stream", String(128), primary_key=True),
+    Column("offset", BigInteger, nullable=False),
+    Column("seq", BigInteger, nullable=False),
+    Column("updated_at", Float, nullable=False),
+)
 
 
-class TrialRow(Base):
-    """One trial of a group: written (with its experiment id) before the experiment is launched, so
-    a resumed controller neither loses nor repeats it."""
-
-    __tablename__ = "group_trials"
-    __table_args__ = (UniqueConstraint("experiment_id", name="uq_group_trials_experiment"),)
-
-    group_id: Mapped[str] = mapped_column(
-        String(32), ForeignKey("groups.id", ondelete="CASCADE"), primary_key=True
-    )
-    number: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=False)
-    experiment_id: Mapped[str] = mapped_column(String(32))
-    params: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
-    internal: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)  # the sampler's own values
-    state: Mapped[str] = mapped_column(String(16))  # launching, running, done, pruned
-    value: Mapped[float | None] = mapped_column(Float)
-    step: Mapped[int | None] = mapped_column(BigInteger)
-    reason: Mapped[str | None] = mapped_column(Text)
-    created_at: Mapped[float] = mapped_column(Float)
-    finished_at: Mapped[float | None] = mapped_column(Float)
-
-
-class AttemptRow(Base):
-    """One started group of an experiment: the first start, each restart, each `phalanx resume`."""
-
-    __tablename__ = "attempts"
-
-    experiment_id: Mapped[str] = mapped_column(
-        String(32), ForeignKey("experiments.id", ondelete="CASCADE"), primary_key=True
-    )
-    number: Mapped[int] = mapped_column(Integer, primary_key=True)
-    kind: Mapped[str] = mapped_column(String(16))  # start, restart, resume
-    status: Mapped[str] = mapped_column(String(16))
-    reason: Mapped[str | None] = mapped_column(Text)
-    checkpoint_step: Mapped[int | None] = mapped_column(BigInteger)  # the step it continued from
-    started_at: Mapped[float] = mapped_column(Float)
-    finished_at: Mapped[float | None] = mapped_column(Float)
+# An experiment group (hyperparameter search). Its controller's state lives here and in
+# ``group_trials``, so a killed controller can be resumed by any process.
+GroupRow = Table(
+    "groups",
+    metadata,
+    Column("id", String(32), primary_key=True),
+    Column("name", String(255), nullable=False),
+    Column("project", String(255), index=True, nullable=False),
+    Column("status", String(16), index=True, nullable=False),
+    Column("search", String(16), nullable=False),
+    Column("planned", Integer, nullable=False),
+    Column("concurrency", Integer, nullable=False),
+    Column("metric", String(255)),
+    Column("optimization", String(16)),
+    Column("spec_text", Text, nullable=False),
+    Column("source_file", Text),
+    Column("workdir", Text),
+    Column("options", JSON, default=dict, nullable=False),  # params overrides, cluster, ...
+    Column("reason", Text),
+    Column("controller_pid", Integer),
+    Column("controller_host", String(255)),
+    Column("stop_requested", Integer, default=0, nullable=False),
+    Column("created_at", Float, index=True, nullable=False),
+    Column("finished_at", Float),
+)
 
 
-class SeriesAttemptRow(Base):
-    """Per scalar series and replica: the latest attempt of that replica that reported points and
-    the first step it reported (store.sql.attempts). Per replica because on Kubernetes each pod is
-    restarted on its own (the training operator, the kubelet), so replicas of one experiment may be
-    at different attempts while they report into the same series."""
-
-    __tablename__ = "series_attempts"
-
-    series_id: Mapped[int] = mapped_column(Integer, primary_key=True)
-    replica: Mapped[str] = mapped_column(String(64), primary_key=True)
-    attempt: Mapped[int] = mapped_column(Integer)
-    attempt_step: Mapped[int] = mapped_column(BigInteger)
-
-
-class ReplicaStartRow(Base):
-    """How many times a replica (a pod's container) has started: the attempt number the server
-    hands to each start of a pod that Kubernetes restarted by itself (``next_attempt``)."""
-
-    __tablename__ = "replica_starts"
-
-    experiment_id: Mapped[str] = mapped_column(
-        String(32), ForeignKey("experiments.id", ondelete="CASCADE"), primary_key=True
-    )
-    replica: Mapped[str] = mapped_column(String(64), primary_key=True)
-    last: Mapped[int] = mapped_column(Integer)
+# One trial of a group: written (with its experiment id) before the experiment is launched, so
+# a resumed controller neither loses nor repeats it.
+TrialRow = Table(
+    "group_trials",
+    metadata,
+    Column("group_id", String(32), ForeignKey("groups.id", ondelete="CASCADE"), primary_key=True),
+    Column("number", Integer, primary_key=True, autoincrement=False),
+    Column("experiment_id", String(32), nullable=False),
+    Column("params", JSON, default=dict, nullable=False),
+    Column("internal", JSON, default=dict, nullable=False),  # the sampler's own values
+    Column("state", String(16), nullable=False),  # launching, running, done, pruned
+    Column("value", Float),
+    Column("step", BigInteger),
+    Column("reason", Text),
+    Column("created_at", Float, nullable=False),
+    Column("finished_at", Float),
+    UniqueConstraint("experiment_id", name="uq_group_trials_experiment"),
+)
 
 
-class RegisteredModelRow(Base):
-    """A name in the model registry (phalanx.registry); its versions and aliases point to it. It
-    belongs to one project (migration 0013_scoping_model_project)."""
+# One started group of an experiment: the first start, each restart, each `phalanx resume`.
+AttemptRow = Table(
+    "attempts",
+    metadata,
+    Column("experiment_id", String(32), ForeignKey("experiments.id", ondelete="CASCADE"), primary_key=True),
+    Column("number", Integer, primary_key=True),
+    Column("kind", String(16), nullable=False),  # start, restart, resume
+    Column("status", String(16), nullable=False),
+    Column("reason", Text),
+    Column("checkpoint_step", BigInteger),  # the step it continued from
+    Column("started_at", Float, nullable=False),
+    Column("finished_at", Float),
+)
 
-    __tablename__ = "registered_models"
 
-    name: Mapped[str] = mapped_column(String(100), primary_key=True)
+# Per scalar series and replica: the latest attempt of that replica that reported points and
+# the first step it reported (store.sql.attempts). Per replica because on Kubernetes each pod is
+# restarted on its own (the training operator, the kubelet), so replicas of one experiment may be
+# at different attempts while they report into the same series.
+SeriesAttemptRow = Table(
+    "series_attempts",
+    metadata,
+    Column("series_id", Integer, primary_key=True),
+    Column("replica", String(64), primary_key=True),
+    Column("attempt", Integer, nullable=False),
+    Column("attempt_step", BigInteger, nullable=False),
+)
+
+
+# How many times a replica (a pod's container) has started: the attempt number the server
+# hands to each start of a pod that Kubernetes restarted by itself (``next_attempt``).
+ReplicaStartRow = Table(
+    "replica_starts",
+    metadata,
+    Column("experiment_id", String(32), ForeignKey("experiments.id", ondelete="CASCADE"), primary_key=True),
+    Column("replica", String(64), primary_key=True),
+    Column("last", Integer, nullable=False),
+)
+
+
+# A name in the model registry (phalanx.registry); its versions and aliases point to it. It
+# belongs to one project (migration 0013_scoping_model_project).
+RegisteredModelRow = Table(
+    "registered_models",
+    metadata,
+    Column("name", String(100), primary_key=True),
     # the project of the experiment it was first registered from: who may read and change it
-    project: Mapped[str] = mapped_column(String(255), server_default="default", index=True)
-    description: Mapped[str | None] = mapped_column(Text)
-    tags: Mapped[dict[str, str]] = mapped_column(JSON, default=dict)
-    created_at: Mapped[float] = mapped_column(Float)
-    updated_at: Mapped[float] = mapped_column(Float)
+    Column("project", String(255), server_default="default", index=True, nullable=False),
+    Column("description", Text),
+    Column("tags", JSON, default=dict, nullable=False),
+    Column("created_at", Float, nullable=False),
+    Column("updated_at", Float, nullable=False),
+)
 
 
-class ModelVersionRow(Base):
-    """Version N of a registered model: the registry's own copy of an experiment's ONNX file (``path``
-    in the artifact store), what made it (``lineage``) and what it takes and gives (``signature``)."""
-
-    __tablename__ = "model_versions"
-
-    name: Mapped[str] = mapped_column(
-        String(100), ForeignKey("registered_models.name", ondelete="CASCADE"), primary_key=True
-    )
-    version: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=False)
-    experiment_id: Mapped[str] = mapped_column(String(32), index=True)
-    source: Mapped[str] = mapped_column(String(255))
-    path: Mapped[str] = mapped_column(Text)
-    sha256: Mapped[str] = mapped_column(String(64))
-    size: Mapped[int] = mapped_column(BigInteger)
-    signature: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
-    lineage: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
-    description: Mapped[str | None] = mapped_column(Text)
-    tags: Mapped[dict[str, str]] = mapped_column(JSON, default=dict)
-    created_at: Mapped[float] = mapped_column(Float)
+# Version N of a registered model: the registry's own copy of an experiment's ONNX file (``path``
+# in the artifact store), what made it (``lineage``) and what it takes and gives (``signature``).
+ModelVersionRow = Table(
+    "model_versions",
+    metadata,
+    Column("name", String(100), ForeignKey("registered_models.name", ondelete="CASCADE"), primary_key=True),
+    Column("version", Integer, primary_key=True, autoincrement=False),
+    Column("experiment_id", String(32), index=True, nullable=False),
+    Column("source", String(255), nullable=False),
+    Column("path", Text, nullable=False),
+    Column("sha256", String(64), nullable=False),
+    Column("size", BigInteger, nullable=False),
+    Column("signature", JSON, default=dict, nullable=False),
+    Column("lineage", JSON, default=dict, nullable=False),
+    Column("description", Text),
+    Column("tags", JSON, default=dict, nullable=False),
+    Column("created_at", Float, nullable=False),
+)
 
 
-class ModelAliasRow(Base):
-    """``NAME@alias`` -> a version. One row per alias, so moving it is one UPDATE (atomic: a reader
-    sees the old version or the new one, never none)."""
-
-    __tablename__ = "model_aliases"
-
-    name: Mapped[str] = mapped_column(
-        String(100), ForeignKey("registered_models.name", ondelete="CASCADE"), primary_key=True
-    )
-    alias: Mapped[str] = mapped_column(String(64), primary_key=True)
-    version: Mapped[int] = mapped_column(Integer)
-    updated_at: Mapped[float] = mapped_column(Float)
+# ``NAME@alias`` -> a version. One row per alias, so moving it is one UPDATE (atomic: a reader
+# sees the old version or the new one, never none).
+ModelAliasRow = Table(
+    "model_aliases",
+    metadata,
+    Column("name", String(100), ForeignKey("registered_models.name", ondelete="CASCADE"), primary_key=True),
+    Column("alias", String(64), primary_key=True),
+    Column("version", Integer, nullable=False),
+    Column("updated_at", Float, nullable=False),
+)
 
 
-class DatastoreRow(Base):
-    """A named place holding data (phalanx.data): a local or NFS folder or an fsspec URL (s3://...).
-    Only the URL is kept: credentials stay with the machine that reads it (AWS variables, profiles)."""
-
-    __tablename__ = "datastores"
-
-    name: Mapped[str] = mapped_column(String(128), primary_key=True)
-    url: Mapped[str] = mapped_column(Text)
-    created_at: Mapped[float] = mapped_column(Float)
-    project: Mapped[str | None] = mapped_column(String(64), nullable=True)  # its owner (NULL: none)
-    shared: Mapped[int] = mapped_column(Integer, default=0, server_default="0")  # 1: every project may read
-    profile: Mapped[str | None] = mapped_column(String(128), nullable=True)  # the AWS profile it is read with
-
-
-class DatasetVersionRow(Base):
-    """One immutable version of a dataset: where its bytes are and the manifest that names them
-    (path, size, sha256 of every file); ``digest`` (of the manifest) addresses the download cache."""
-
-    __tablename__ = "dataset_versions"
-
-    name: Mapped[str] = mapped_column(String(128), primary_key=True)
-    version: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=False)
-    digest: Mapped[str] = mapped_column(String(64), index=True)
-    url: Mapped[str] = mapped_column(Text)  # the folder or file the manifest's paths are relative to
-    copied: Mapped[int] = mapped_column(Integer, default=0)  # 1: the bytes were copied to ``url``
-    files: Mapped[list[dict[str, Any]]] = mapped_column(JSON, default=list)
-    size: Mapped[int] = mapped_column(BigInteger)
-    file_count: Mapped[int] = mapped_column(Integer)
-    created_at: Mapped[float] = mapped_column(Float)
-    project: Mapped[str | None] = mapped_column(String(64), nullable=True)  # its owner (NULL: none)
-    shared: Mapped[int] = mapped_column(Integer, default=0, server_default="0")  # 1: every project may read
+# A named place holding data (phalanx.data): a local or NFS folder or an fsspec URL (s3://...).
+# Only the URL is kept: credentials stay with the machine that reads it (AWS variables, profiles).
+DatastoreRow = Table(
+    "datastores",
+    metadata,
+    Column("name", String(128), primary_key=True),
+    Column("url", Text, nullable=False),
+    Column("created_at", Float, nullable=False),
+    Column("project", String(64), nullable=True),  # its owner (NULL: none)
+    Column("shared", Integer, default=0, server_default="0", nullable=False),  # 1: every project may read
+    Column("profile", String(128), nullable=True),  # the AWS profile it is read with
+)
 
 
-class SubmissionRow(Base):
-    """An experiment or group a client submitted to the server: the code bundle it runs (by
-    sha256), who asked, their idempotency key with the request's fingerprint (a retried submit
-    answers the same id instead of starting a second one; the same key with another body is
-    refused), and how far the server got: ``accepted`` (written with its experiment or group row,
-    in one transaction, before the answer) or ``launched`` (its supervisor or controller was
-    started). Keys are unique per user and expire (``key_expires_at``)."""
-
-    __tablename__ = "submissions"
-    __table_args__ = (UniqueConstraint("user", "idempotency_key", name="uq_submissions_user_key"),)
-
-    experiment_id: Mapped[str] = mapped_column(String(32), primary_key=True)  # or a group's id
-    idempotency_key: Mapped[str | None] = mapped_column(String(200))
-    bundle_sha256: Mapped[str] = mapped_column(String(64))
-    submitted_at: Mapped[float] = mapped_column(Float)
-    kind: Mapped[str] = mapped_column(String(16), server_default="experiment")
-    user: Mapped[str | None] = mapped_column(String(200))
-    fingerprint: Mapped[str | None] = mapped_column(String(64))
-    key_expires_at: Mapped[float | None] = mapped_column(Float)
-    state: Mapped[str] = mapped_column(String(16), server_default="launched")
+# One immutable version of a dataset: where its bytes are and the manifest that names them
+# (path, size, sha256 of every file); ``digest`` (of the manifest) addresses the download cache.
+DatasetVersionRow = Table(
+    "dataset_versions",
+    metadata,
+    Column("name", String(128), primary_key=True),
+    Column("version", Integer, primary_key=True, autoincrement=False),
+    Column("digest", String(64), index=True, nullable=False),
+    Column("url", Text, nullable=False),  # the folder or file the manifest's paths are relative to
+    Column("copied", Integer, default=0, nullable=False),  # 1: the bytes were copied to ``url``
+    Column("files", JSON, default=list, nullable=False),
+    Column("size", BigInteger, nullable=False),
+    Column("file_count", Integer, nullable=False),
+    Column("created_at", Float, nullable=False),
+    Column("project", String(64), nullable=True),  # its owner (NULL: none)
+    Column("shared", Integer, default=0, server_default="0", nullable=False),  # 1: every project may read
+)
 
 
-class UserRow(Base):
-    """A person's local account (docs/teams.md). Only an argon2 hash of the password is kept."""
-
-    __tablename__ = "users"
-
-    name: Mapped[str] = mapped_column(String(64), primary_key=True)
-    password_hash: Mapped[str | None] = mapped_column(Text)
-    is_admin: Mapped[int] = mapped_column(Integer, default=0)  # 1: a server admin (every project)
-    disabled: Mapped[int] = mapped_column(Integer, default=0)
-    created_at: Mapped[float] = mapped_column(Float)
-
-
-class PersonalTokenRow(Base):
-    """A user's named API token; only its sha256 is kept (the token is 256 random bits, so a fast
-    hash is enough: nothing to brute-force), looked up on every request so revoking is immediate."""
-
-    __tablename__ = "personal_tokens"
-    __table_args__ = (UniqueConstraint("user", "name", name="uq_personal_tokens_user_name"),)
-
-    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
-    user: Mapped[str] = mapped_column(String(64), ForeignKey("users.name", ondelete="CASCADE"))
-    name: Mapped[str] = mapped_column(String(100))
-    token_sha256: Mapped[str] = mapped_column(String(64), unique=True)
-    created_at: Mapped[float] = mapped_column(Float)
-    expires_at: Mapped[float | None] = mapped_column(Float)
+# An experiment or group a client submitted to the server: the code bundle it runs (by
+# sha256), who asked, their idempotency key with the request's fingerprint (a retried submit
+# answers the same id instead of starting a second one; the same key with another body is
+# refused), and how far the server got: ``accepted`` (written with its experiment or group row,
+# in one transaction, before the answer) or ``launched`` (its supervisor or controller was
+# started). Keys are unique per user and expire (``key_expires_at``).
+SubmissionRow = Table(
+    "submissions",
+    metadata,
+    Column("experiment_id", String(32), primary_key=True),  # or a group's id
+    Column("idempotency_key", String(200)),
+    Column("bundle_sha256", String(64), nullable=False),
+    Column("submitted_at", Float, nullable=False),
+    Column("kind", String(16), server_default="experiment", nullable=False),
+    Column("user", String(200)),
+    Column("fingerprint", String(64)),
+    Column("key_expires_at", Float),
+    Column("state", String(16), server_default="launched", nullable=False),
+    UniqueConstraint("user", "idempotency_key", name="uq_submissions_user_key"),
+)
 
 
-class ProjectRow(Base):
-    """A project people are members of; experiments belong to it by their ``project`` name."""
-
-    __tablename__ = "projects"
-
-    name: Mapped[str] = mapped_column(String(255), primary_key=True)
-    created_at: Mapped[float] = mapped_column(Float)
-
-
-class ProjectMemberRow(Base):
-    """A user's role in a project: viewer, editor or admin."""
-
-    __tablename__ = "project_members"
-
-    project: Mapped[str] = mapped_column(
-        String(255), ForeignKey("projects.name", ondelete="CASCADE"), primary_key=True
-    )
-    user: Mapped[str] = mapped_column(
-        String(64), ForeignKey("users.name", ondelete="CASCADE"), primary_key=True
-    )
-    role: Mapped[str] = mapped_column(String(16))
+# A person's local account (docs/teams.md). Only an argon2 hash of the password is kept.
+UserRow = Table(
+    "users",
+    metadata,
+    Column("name", String(64), primary_key=True),
+    Column("password_hash", Text),
+    Column("is_admin", Integer, default=0, nullable=False),  # 1: a server admin (every project)
+    Column("disabled", Integer, default=0, nullable=False),
+    Column("created_at", Float, nullable=False),
+)
 
 
-class AuditRow(Base):
-    """One thing somebody did that a team wants to answer "who did that?" for, oldest first by id."""
-
-    __tablename__ = "audit_events"
-
-    id: Mapped[int] = mapped_column(BIG_ID, primary_key=True, autoincrement=True)
-    at: Mapped[float] = mapped_column(Float, index=True)
-    actor: Mapped[str] = mapped_column(String(64))
-    action: Mapped[str] = mapped_column(String(64))
-    target: Mapped[str] = mapped_column(String(255))
-    project: Mapped[str | None] = mapped_column(String(255))
-    detail: Mapped[str | None] = mapped_column(Text)
-
-
-class LaunchRow(Base):
-    """Who launched an experiment or a group (``kind`` is "experiment" or "group")."""
-
-    __tablename__ = "launches"
-
-    kind: Mapped[str] = mapped_column(String(16), primary_key=True)
-    object_id: Mapped[str] = mapped_column(String(32), primary_key=True)
-    user: Mapped[str] = mapped_column(String(64))
-    at: Mapped[float] = mapped_column(Float)
+# A user's named API token; only its sha256 is kept (the token is 256 random bits, so a fast
+# hash is enough: nothing to brute-force), looked up on every request so revoking is immediate.
+PersonalTokenRow = Table(
+    "personal_tokens",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("user", String(64), ForeignKey("users.name", ondelete="CASCADE"), nullable=False),
+    Column("name", String(100), nullable=False),
+    Column("token_sha256", String(64), unique=True, nullable=False),
+    Column("created_at", Float, nullable=False),
+    Column("expires_at", Float),
+    UniqueConstraint("user", "name", name="uq_personal_tokens_user_name"),
+)
 
 
-class ProjectQuotaRow(Base):
-    """What one project may hold at once on one compute target (``local``: this machine's ledger),
-    and how many of its experiments may wait. A NULL column is no limit. Keyed on the project's
-    name, the label every experiment carries."""
-
-    __tablename__ = "project_quotas"
-
-    project: Mapped[str] = mapped_column(String(128), primary_key=True)
-    target: Mapped[str] = mapped_column(String(100), primary_key=True)
-    cores: Mapped[int | None] = mapped_column(Integer)
-    gpus: Mapped[int | None] = mapped_column(Integer)
-    memory_mib: Mapped[float | None] = mapped_column(Float)
-    max_waiting: Mapped[int | None] = mapped_column(Integer)
-    updated_at: Mapped[float] = mapped_column(Float)
+# A project people are members of; experiments belong to it by their ``project`` name.
+ProjectRow = Table(
+    "projects",
+    metadata,
+    Column("name", String(255), primary_key=True),
+    Column("created_at", Float, nullable=False),
+)
 
 
-class ProjectSecretRow(Base):
-    """A credential a project's experiments on this machine get as an environment variable. Only
-    the ciphertext is kept (Fernet, keyed by ``<home>/secrets.key``), so the database file, its
-    dumps and its backups never hold the value in clear."""
-
-    __tablename__ = "project_secrets"
-
-    project: Mapped[str] = mapped_column(String(128), primary_key=True)
-    name: Mapped[str] = mapped_column(String(128), primary_key=True)
-    ciphertext: Mapped[str] = mapped_column(Text)
-    updated_at: Mapped[float] = mapped_column(Float)
+# A user's role in a project: viewer, editor or admin.
+ProjectMemberRow = Table(
+    "project_members",
+    metadata,
+    Column("project", String(255), ForeignKey("projects.name", ondelete="CASCADE"), primary_key=True),
+    Column("user", String(64), ForeignKey("users.name", ondelete="CASCADE"), primary_key=True),
+    Column("role", String(16), nullable=False),
+)
 
 
-class ProjectPlacementRow(Base):
-    """Where a project's jobs go on a registered cluster, so the cluster accounts them to it: a
-    Slurm account and partition, a Kubernetes namespace. NULL keeps the cluster's own setting."""
+# One thing somebody did that a team wants to answer "who did that?" for, oldest first by id.
+AuditRow = Table(
+    "audit_events",
+    metadata,
+    Column("id", BIG_ID, primary_key=True, autoincrement=True),
+    Column("at", Float, index=True, nullable=False),
+    Column("actor", String(64), nullable=False),
+    Column("action", String(64), nullable=False),
+    Column("target", String(255), nullable=False),
+    Column("project", String(255)),
+    Column("detail", Text),
+)
 
-    __tablename__ = "project_placements"
 
-    project: Mapped[str] = mapped_column(String(128), primary_key=True)
-    cluster: Mapped[str] = mapped_column(String(63), primary_key=True)
-    account: Mapped[str | None] = mapped_column(String(200))
-    partition: Mapped[str | None] = mapped_column(String(200))
-    namespace: Mapped[str | None] = mapped_column(String(63))
-    updated_at: Mapped[float] = mapped_column(Float)
+# Who launched an experiment or a group (``kind`` is "experiment" or "group").
+LaunchRow = Table(
+    "launches",
+    metadata,
+    Column("kind", String(16), primary_key=True),
+    Column("object_id", String(32), primary_key=True),
+    Column("user", String(64), nullable=False),
+    Column("at", Float, nullable=False),
+)
+
+
+# What one project may hold at once on one compute target (``local``: this machine's ledger),
+# and how many of its experiments may wait. A NULL column is no limit. Keyed on the project's
+# name, the label every experiment carries.
+ProjectQuotaRow = Table(
+    "project_quotas",
+    metadata,
+    Column("project", String(128), primary_key=True),
+    Column("target", String(100), primary_key=True),
+    Column("cores", Integer),
+    Column("gpus", Integer),
+    Column("memory_mib", Float),
+    Column("max_waiting", Integer),
+    Column("updated_at", Float, nullable=False),
+)
+
+
+# A credential a project's experiments on this machine get as an environment variable. Only
+# the ciphertext is kept (Fernet, keyed by ``<home>/secrets.key``), so the database file, its
+# dumps and its backups never hold the value in clear.
+ProjectSecretRow = Table(
+    "project_secrets",
+    metadata,
+    Column("project", String(128), primary_key=True),
+    Column("name", String(128), primary_key=True),
+    Column("ciphertext", Text, nullable=False),
+    Column("updated_at", Float, nullable=False),
+)
+
+
+# Where a project's jobs go on a registered cluster, so the cluster accounts them to it: a
+# Slurm account and partition, a Kubernetes namespace. NULL keeps the cluster's own setting.
+ProjectPlacementRow = Table(
+    "project_placements",
+    metadata,
+    Column("project", String(128), primary_key=True),
+    Column("cluster", String(63), primary_key=True),
+    Column("account", String(200)),
+    Column("partition", String(200)),
+    Column("namespace", String(63)),
+    Column("updated_at", Float, nullable=False),
+)

@@ -12,17 +12,17 @@ from phalanx.store.sql.models import ProjectPlacementRow
 Placement = tuple[str, str, str | None, str | None, str | None]  # project, cluster, account, partition, ns
 
 _COLUMNS = (
-    ProjectPlacementRow.project,
-    ProjectPlacementRow.cluster,
-    ProjectPlacementRow.account,
-    ProjectPlacementRow.partition,
-    ProjectPlacementRow.namespace,
+    ProjectPlacementRow.c.project,
+    ProjectPlacementRow.c.cluster,
+    ProjectPlacementRow.c.account,
+    ProjectPlacementRow.c.partition,
+    ProjectPlacementRow.c.namespace,
 )
 
 
 def put(engine: Engine, placement: Placement) -> None:
     project, cluster, account, partition, namespace = placement
-    where = (ProjectPlacementRow.project == project, ProjectPlacementRow.cluster == cluster)
+    where = (ProjectPlacementRow.c.project == project, ProjectPlacementRow.c.cluster == cluster)
     with writer(engine).begin() as conn:
         conn.execute(delete(ProjectPlacementRow).where(*where))
         conn.execute(
@@ -40,11 +40,11 @@ def put(engine: Engine, placement: Placement) -> None:
 def list_placements(
     engine: Engine, project: str | None = None, cluster: str | None = None
 ) -> list[Placement]:
-    query = select(*_COLUMNS).order_by(ProjectPlacementRow.cluster, ProjectPlacementRow.project)
+    query = select(*_COLUMNS).order_by(ProjectPlacementRow.c.cluster, ProjectPlacementRow.c.project)
     if project is not None:
-        query = query.where(ProjectPlacementRow.project == project)
+        query = query.where(ProjectPlacementRow.c.project == project)
     if cluster is not None:
-        query = query.where(ProjectPlacementRow.cluster == cluster)
+        query = query.where(ProjectPlacementRow.c.cluster == cluster)
     with engine.connect() as conn:
         return [(str(p), str(c), a, pa, n) for p, c, a, pa, n in conn.execute(query)]
 
@@ -53,7 +53,7 @@ def remove(engine: Engine, project: str, cluster: str) -> bool:
     with writer(engine).begin() as conn:
         result = conn.execute(
             delete(ProjectPlacementRow).where(
-                ProjectPlacementRow.project == project, ProjectPlacementRow.cluster == cluster
+                ProjectPlacementRow.c.project == project, ProjectPlacementRow.c.cluster == cluster
             )
         )
         return bool(result.rowcount)

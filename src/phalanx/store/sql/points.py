@@ -29,8 +29,9 @@ from typing import Any
 
 from sqlalchemy import Connection, delete, func, insert, select, update
 
-from phalanx.store.sql.models import ScalarChunkRow as C
-from phalanx.store.sql.models import SeriesRow
+from phalanx.store.sql.models import ScalarChunkRow, SeriesRow
+
+C = ScalarChunkRow.c  # the chunk table's columns
 
 MAX_CHUNK = 4096  # points a chunk holds at most: a zoomed read decodes a few of them, not a series
 SMALL = 256  # a series' last chunk below this many points takes the next points of its writer
@@ -109,7 +110,7 @@ def append(conn: Connection, pieces: Iterable[Piece]) -> None:
     sids = sorted(per_series)
     if conn.dialect.name == "postgresql":  # one writer of a series' seq at a time, locked in one order
         conn.execute(
-            select(SeriesRow.id).where(SeriesRow.id.in_(sids)).order_by(SeriesRow.id).with_for_update()
+            select(SeriesRow.c.id).where(SeriesRow.c.id.in_(sids)).order_by(SeriesRow.c.id).with_for_update()
         )
     rows: list[dict[str, Any]] = []
     for sid in sids:
@@ -134,7 +135,7 @@ def append(conn: Connection, pieces: Iterable[Piece]) -> None:
                     _row(sid, seq, replica, rank, (steps[start:end], values[start:end], times[start:end]))
                 )
     if rows:
-        conn.execute(insert(C), rows)
+        conn.execute(insert(ScalarChunkRow), rows)
 
 
 def _runs(pieces: list[Piece]) -> list[tuple[str, int | None, Columns]]:
@@ -158,7 +159,7 @@ def _as_array(code: str, column: Sequence[Any]) -> array[Any]:
 def _rewrite(conn: Connection, sid: int, seq: int, replica: str, rank: int | None, cols: Columns) -> None:
     """Replace the points of chunk ``seq`` of series ``sid``."""
     values = {k: v for k, v in _row(sid, seq, replica, rank, cols).items() if k not in ("series_id", "seq")}
-    conn.execute(update(C).where(C.series_id == sid, C.seq == seq).values(values))
+    conn.execute(update(ScalarChunkRow).where(C.series_id == sid, C.seq == seq).values(values))
 
 
 # --- reading -------------------------------------------------------------------------------------
@@ -286,7 +287,7 @@ def delete_steps(conn: Connection, sid: int, replica: str, lo: int, hi: int | No
         gone += len(steps) - len(keep)
         where = (C.series_id == sid, C.seq == seq)
         if not keep:
-            conn.execute(delete(C).where(*where))
+            conn.execute(delete(ScalarChunkRow).where(*where))
         elif len(keep) < len(steps):
             _rewrite(conn, sid, int(seq), replica, rank, _pick((steps, values, times), keep))
     return gone
@@ -297,8 +298,8 @@ def by_writer(conn: Connection, experiment_id: str) -> list[tuple[str, int, floa
     writer holds (the attempt rules are per replica; tests and diagnostics read this)."""
     rows = conn.execute(
         select(C.replica, C.n, C.data)
-        .join(SeriesRow, SeriesRow.id == C.series_id)
-        .where(SeriesRow.experiment_id == experiment_id)
+        .join(SeriesRow, SeriesRow.c.id == C.series_id)
+        .where(SeriesRow.c.experiment_id == experiment_id)
         .order_by(C.series_id, C.seq)
     ).all()
     out: list[tuple[str, int, float]] = []

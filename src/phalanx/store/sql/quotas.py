@@ -16,12 +16,12 @@ from phalanx.store.sql.engine import writer
 from phalanx.store.sql.models import ProjectQuotaRow
 
 _COLUMNS = (
-    ProjectQuotaRow.project,
-    ProjectQuotaRow.target,
-    ProjectQuotaRow.cores,
-    ProjectQuotaRow.gpus,
-    ProjectQuotaRow.memory_mib,
-    ProjectQuotaRow.max_waiting,
+    ProjectQuotaRow.c.project,
+    ProjectQuotaRow.c.target,
+    ProjectQuotaRow.c.cores,
+    ProjectQuotaRow.c.gpus,
+    ProjectQuotaRow.c.memory_mib,
+    ProjectQuotaRow.c.max_waiting,
 )
 
 
@@ -40,7 +40,7 @@ def _quota(row: Any) -> Quota:
 
 
 def put(engine: Engine, quota: Quota) -> None:
-    where = (ProjectQuotaRow.project == quota.project, ProjectQuotaRow.target == quota.target)
+    where = (ProjectQuotaRow.c.project == quota.project, ProjectQuotaRow.c.target == quota.target)
     with writer(engine).begin() as conn:
         conn.execute(delete(ProjectQuotaRow).where(*where))
         conn.execute(
@@ -59,15 +59,15 @@ def put(engine: Engine, quota: Quota) -> None:
 def get(engine: Engine, project: str, target: str) -> Quota | None:
     with engine.connect() as conn:
         row = conn.execute(
-            select(*_COLUMNS).where(ProjectQuotaRow.project == project, ProjectQuotaRow.target == target)
+            select(*_COLUMNS).where(ProjectQuotaRow.c.project == project, ProjectQuotaRow.c.target == target)
         ).one_or_none()
         return None if row is None else _quota(row)
 
 
 def list_quotas(engine: Engine, target: str | None = None) -> list[Quota]:
-    query = select(*_COLUMNS).order_by(ProjectQuotaRow.target, ProjectQuotaRow.project)
+    query = select(*_COLUMNS).order_by(ProjectQuotaRow.c.target, ProjectQuotaRow.c.project)
     if target is not None:
-        query = query.where(ProjectQuotaRow.target == target)
+        query = query.where(ProjectQuotaRow.c.target == target)
     with engine.connect() as conn:
         return [_quota(row) for row in conn.execute(query)]
 
@@ -76,7 +76,7 @@ def remove(engine: Engine, project: str, target: str) -> bool:
     with writer(engine).begin() as conn:
         result = conn.execute(
             delete(ProjectQuotaRow).where(
-                ProjectQuotaRow.project == project, ProjectQuotaRow.target == target
+                ProjectQuotaRow.c.project == project, ProjectQuotaRow.c.target == target
             )
         )
         return bool(result.rowcount)

@@ -25,7 +25,9 @@ class RecordReads:
         with self.engine.connect() as conn:
             full = _resolve(conn, experiment_id)
             rows = conn.execute(
-                select(ParamRow).where(ParamRow.experiment_id == full).order_by(ParamRow.time, ParamRow.id)
+                select(ParamRow)
+                .where(ParamRow.c.experiment_id == full)
+                .order_by(ParamRow.c.time, ParamRow.c.id)
             ).all()
         records = [
             ParamRecord(m["section"], m["key"], m["value"], m["replica"], m["rank"], m["time"])
@@ -37,7 +39,7 @@ class RecordReads:
         with self.engine.connect() as conn:
             full = _resolve(conn, experiment_id)
             rows = conn.execute(
-                select(ArtifactRow).where(ArtifactRow.experiment_id == full).order_by(ArtifactRow.name)
+                select(ArtifactRow).where(ArtifactRow.c.experiment_id == full).order_by(ArtifactRow.c.name)
             ).all()
         return [
             ArtifactRecord(
@@ -58,7 +60,7 @@ class RecordReads:
         with self.engine.connect() as conn:
             full = _resolve(conn, experiment_id)
             rows = conn.execute(
-                select(ModelRow).where(ModelRow.experiment_id == full).order_by(ModelRow.name)
+                select(ModelRow).where(ModelRow.c.experiment_id == full).order_by(ModelRow.c.name)
             ).all()
         return [
             ModelRecord(
@@ -86,19 +88,19 @@ class RecordReads:
         ``from_end``: ``offset`` lines back from the last one, read backwards, returned in order."""
         with self.engine.connect() as conn:
             full = _resolve(conn, experiment_id)
-            q = select(LogRow.offset, LogRow.replica, LogRow.text, LogRow.time, LogRow.stream).where(
-                LogRow.experiment_id == full
-            )
+            q = select(
+                LogRow.c.offset, LogRow.c.replica, LogRow.c.text, LogRow.c.time, LogRow.c.stream
+            ).where(LogRow.c.experiment_id == full)
             if from_end:
                 if replica is not None:
-                    q = q.where(LogRow.replica == replica).order_by(LogRow.offset.desc())
+                    q = q.where(LogRow.c.replica == replica).order_by(LogRow.c.offset.desc())
                 else:
-                    q = q.order_by(LogRow.time.desc(), LogRow.id.desc())
+                    q = q.order_by(LogRow.c.time.desc(), LogRow.c.id.desc())
                 q = q.offset(offset)
             elif replica is not None:
-                q = q.where(LogRow.replica == replica, LogRow.offset >= offset).order_by(LogRow.offset)
+                q = q.where(LogRow.c.replica == replica, LogRow.c.offset >= offset).order_by(LogRow.c.offset)
             else:
-                q = q.order_by(LogRow.time, LogRow.id).offset(offset)
+                q = q.order_by(LogRow.c.time, LogRow.c.id).offset(offset)
             if limit is not None:
                 q = q.limit(limit)
             rows = conn.execute(q).all()
@@ -111,8 +113,15 @@ class RecordReads:
         with self.engine.connect() as conn:
             full = _resolve(conn, experiment_id)
             rows = conn.execute(
-                select(TextRow.title, TextRow.text, TextRow.step, TextRow.replica, TextRow.rank, TextRow.time)
-                .where(TextRow.experiment_id == full)
-                .order_by(TextRow.time, TextRow.id)
+                select(
+                    TextRow.c.title,
+                    TextRow.c.text,
+                    TextRow.c.step,
+                    TextRow.c.replica,
+                    TextRow.c.rank,
+                    TextRow.c.time,
+                )
+                .where(TextRow.c.experiment_id == full)
+                .order_by(TextRow.c.time, TextRow.c.id)
             ).all()
         return [dict(r._mapping) for r in rows]

@@ -13,7 +13,7 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import delete, func, insert, select, update
+from sqlalchemy import Table, delete, func, insert, select, update
 from sqlalchemy.exc import IntegrityError
 
 from phalanx.errors import NotFound
@@ -62,7 +62,7 @@ class SqlRegistry:
                         stmt.on_conflict_do_update(index_elements=["name"], set_={"updated_at": now})
                     )
                     latest = conn.execute(
-                        select(func.max(ModelVersionRow.version)).where(ModelVersionRow.name == name)
+                        select(func.max(ModelVersionRow.c.version)).where(ModelVersionRow.c.name == name)
                     ).scalar()
                     number = int(latest or 0) + 1
                     conn.execute(
@@ -82,15 +82,17 @@ class SqlRegistry:
         with self._writer.begin() as conn:
             if (
                 conn.execute(
-                    select(ModelVersionRow.version).where(
-                        ModelVersionRow.name == name, ModelVersionRow.version == version
+                    select(ModelVersionRow.c.version).where(
+                        ModelVersionRow.c.name == name, ModelVersionRow.c.version == version
                     )
                 ).scalar()
                 is None
             ):
                 raise NotFound(f"model {name} has no version {version}{self._versions_hint(conn, name)}")
             before = conn.execute(
-                select(ModelAliasRow.version).where(ModelAliasRow.name == name, ModelAliasRow.alias == alias)
+                select(ModelAliasRow.c.version).where(
+                    ModelAliasRow.c.name == name, ModelAliasRow.c.alias == alias
+                )
             ).scalar()
             stmt = _upsert(self.dialect)(ModelAliasRow).values(
                 name=name, alias=alias, version=version, updated_at=now
@@ -105,7 +107,7 @@ class SqlRegistry:
     def delete_alias(self, name: str, alias: str) -> None:
         with self._writer.begin() as conn:
             gone = conn.execute(
-                delete(ModelAliasRow).where(ModelAliasRow.name == name, ModelAliasRow.alias == alias)
+                delete(ModelAliasRow).where(ModelAliasRow.c.name == name, ModelAliasRow.c.alias == alias)
             ).rowcount
         if not gone:
             raise NotFound(f"model {name} has no alias {alias!r}")
@@ -113,14 +115,16 @@ class SqlRegistry:
     def alias_version(self, name: str, alias: str) -> int:
         with self.engine.connect() as conn:
             version = conn.execute(
-                select(ModelAliasRow.version).where(ModelAliasRow.name == name, ModelAliasRow.alias == alias)
+                select(ModelAliasRow.c.version).where(
+                    ModelAliasRow.c.name == name, ModelAliasRow.c.alias == alias
+                )
             ).scalar()
             if version is None:
                 self._require_name(conn, name)
                 known = conn.execute(
-                    select(ModelAliasRow.alias)
-                    .where(ModelAliasRow.name == name)
-                    .order_by(ModelAliasRow.alias)
+                    select(ModelAliasRow.c.alias)
+                    .where(ModelAliasRow.c.name == name)
+                    .order_by(ModelAliasRow.c.alias)
                 ).scalars()
                 shown = ", ".join(known) or "none"
                 raise NotFound(
@@ -133,7 +137,7 @@ class SqlRegistry:
         with self.engine.connect() as conn:
             self._require_name(conn, name)
             latest = conn.execute(
-                select(func.max(ModelVersionRow.version)).where(ModelVersionRow.name == name)
+                select(func.max(ModelVersionRow.c.version)).where(ModelVersionRow.c.name == name)
             ).scalar()
         if latest is None:
             raise NotFound(f"model {name} has no version")
@@ -143,7 +147,7 @@ class SqlRegistry:
         with self.engine.connect() as conn:
             row = conn.execute(
                 select(ModelVersionRow).where(
-                    ModelVersionRow.name == name, ModelVersionRow.version == version
+                    ModelVersionRow.c.name == name, ModelVersionRow.c.version == version
                 )
             ).first()
             if row is None:
@@ -156,7 +160,9 @@ class SqlRegistry:
         with self.engine.connect() as conn:
             self._require_name(conn, name)
             rows = conn.execute(
-                select(ModelVersionRow).where(ModelVersionRow.name == name).order_by(ModelVersionRow.version)
+                select(ModelVersionRow)
+                .where(ModelVersionRow.c.name == name)
+                .order_by(ModelVersionRow.c.version)
             ).all()
             aliases = self._aliases(conn, name)
         return [_version(r._mapping, aliases) for r in rows]
@@ -165,27 +171,27 @@ class SqlRegistry:
         with self.engine.connect() as conn:
             self._require_name(conn, name)
             found = conn.execute(
-                select(RegisteredModelRow.project).where(RegisteredModelRow.name == name)
+                select(RegisteredModelRow.c.project).where(RegisteredModelRow.c.name == name)
             ).scalar()
         return str(found)
 
     def list_models(self, projects: Sequence[str] | None = None) -> list[RegisteredModel]:
-        query = select(RegisteredModelRow).order_by(RegisteredModelRow.name)
+        query = select(RegisteredModelRow).order_by(RegisteredModelRow.c.name)
         if projects is not None:
-            query = query.where(RegisteredModelRow.project.in_(list(projects)))
+            query = query.where(RegisteredModelRow.c.project.in_(list(projects)))
         with self.engine.connect() as conn:
             rows = conn.execute(query).all()
             latest = dict(
                 conn.execute(
-                    select(ModelVersionRow.name, func.max(ModelVersionRow.version)).group_by(
-                        ModelVersionRow.name
+                    select(ModelVersionRow.c.name, func.max(ModelVersionRow.c.version)).group_by(
+                        ModelVersionRow.c.name
                     )
                 ).all()
             )
             aliases: dict[str, dict[str, int]] = {}
             for name, alias, version in conn.execute(
-                select(ModelAliasRow.name, ModelAliasRow.alias, ModelAliasRow.version).order_by(
-                    ModelAliasRow.alias
+                select(ModelAliasRow.c.name, ModelAliasRow.c.alias, ModelAliasRow.c.version).order_by(
+                    ModelAliasRow.c.alias
                 )
             ).all():
                 aliases.setdefault(name, {})[alias] = int(version)
@@ -213,10 +219,10 @@ class SqlRegistry:
     ) -> None:
         """Set the description and/or merge tags (a None value removes a tag) of the name, or of one
         version when ``version`` is given."""
-        table: Any = RegisteredModelRow if version is None else ModelVersionRow
-        where = [table.name == name] + ([] if version is None else [ModelVersionRow.version == version])
+        table: Table = RegisteredModelRow if version is None else ModelVersionRow
+        where = [table.c.name == name] + ([] if version is None else [ModelVersionRow.c.version == version])
         with self._writer.begin() as conn:
-            current = conn.execute(select(table.tags).where(*where)).first()
+            current = conn.execute(select(table.c.tags).where(*where)).first()
             if current is None:
                 raise NotFound(f"no model {name}" + ("" if version is None else f" version {version}"))
             values: dict[str, Any] = {}
@@ -232,7 +238,7 @@ class SqlRegistry:
 
     def _require_name(self, conn: Any, name: str) -> None:
         if (
-            conn.execute(select(RegisteredModelRow.name).where(RegisteredModelRow.name == name)).scalar()
+            conn.execute(select(RegisteredModelRow.c.name).where(RegisteredModelRow.c.name == name)).scalar()
             is None
         ):
             raise NotFound(
@@ -243,9 +249,9 @@ class SqlRegistry:
     def _versions_hint(self, conn: Any, name: str) -> str:
         numbers = list(
             conn.execute(
-                select(ModelVersionRow.version)
-                .where(ModelVersionRow.name == name)
-                .order_by(ModelVersionRow.version)
+                select(ModelVersionRow.c.version)
+                .where(ModelVersionRow.c.name == name)
+                .order_by(ModelVersionRow.c.version)
             ).scalars()
         )
         return f" (versions: {', '.join(map(str, numbers)) or 'none'})"
@@ -253,9 +259,9 @@ class SqlRegistry:
     def _aliases(self, conn: Any, name: str) -> dict[int, list[str]]:
         found: dict[int, list[str]] = {}
         for alias, version in conn.execute(
-            select(ModelAliasRow.alias, ModelAliasRow.version)
-            .where(ModelAliasRow.name == name)
-            .order_by(ModelAliasRow.alias)
+            select(ModelAliasRow.c.alias, ModelAliasRow.c.version)
+            .where(ModelAliasRow.c.name == name)
+            .order_by(ModelAliasRow.c.alias)
         ).all():
             found.setdefault(int(version), []).append(alias)
         return found

@@ -21,9 +21,9 @@ from phalanx.store.sql.summary import read_view
 
 def titles(conn: Connection, experiment_id: str) -> dict[str, list[str]]:
     rows = conn.execute(
-        select(SeriesRow.title, SeriesRow.series)
-        .where(SeriesRow.experiment_id == experiment_id)
-        .order_by(SeriesRow.title, SeriesRow.series)
+        select(SeriesRow.c.title, SeriesRow.c.series)
+        .where(SeriesRow.c.experiment_id == experiment_id)
+        .order_by(SeriesRow.c.title, SeriesRow.c.series)
     ).all()
     out: dict[str, list[str]] = {}
     for title, series in rows:
@@ -33,16 +33,16 @@ def titles(conn: Connection, experiment_id: str) -> dict[str, list[str]]:
 
 def _keys(conn: Connection, experiment_id: str, title: str | None, series: str | None = None) -> list[Any]:
     """(id, title, series) of the experiment's series, by title then series."""
-    conds: list[Any] = [SeriesRow.experiment_id == experiment_id]
+    conds: list[Any] = [SeriesRow.c.experiment_id == experiment_id]
     if title is not None:
-        conds.append(SeriesRow.title == title)
+        conds.append(SeriesRow.c.title == title)
     if series is not None:
-        conds.append(SeriesRow.series == series)
+        conds.append(SeriesRow.c.series == series)
     return list(
         conn.execute(
-            select(SeriesRow.id, SeriesRow.title, SeriesRow.series)
+            select(SeriesRow.c.id, SeriesRow.c.title, SeriesRow.c.series)
             .where(*conds)
-            .order_by(SeriesRow.title, SeriesRow.series)
+            .order_by(SeriesRow.c.title, SeriesRow.c.series)
         ).all()
     )
 

@@ -12,7 +12,7 @@ from phalanx.store.sql.models import ProjectSecretRow
 
 
 def put(engine: Engine, project: str, name: str, ciphertext: str) -> None:
-    where = (ProjectSecretRow.project == project, ProjectSecretRow.name == name)
+    where = (ProjectSecretRow.c.project == project, ProjectSecretRow.c.name == name)
     with writer(engine).begin() as conn:
         conn.execute(delete(ProjectSecretRow).where(*where))
         conn.execute(
@@ -24,18 +24,18 @@ def put(engine: Engine, project: str, name: str, ciphertext: str) -> None:
 
 def names(engine: Engine, project: str | None) -> list[tuple[str, str, float]]:
     """(project, name, updated_at) of every secret (of one project), never the values."""
-    query = select(ProjectSecretRow.project, ProjectSecretRow.name, ProjectSecretRow.updated_at).order_by(
-        ProjectSecretRow.project, ProjectSecretRow.name
-    )
+    query = select(
+        ProjectSecretRow.c.project, ProjectSecretRow.c.name, ProjectSecretRow.c.updated_at
+    ).order_by(ProjectSecretRow.c.project, ProjectSecretRow.c.name)
     if project is not None:
-        query = query.where(ProjectSecretRow.project == project)
+        query = query.where(ProjectSecretRow.c.project == project)
     with engine.connect() as conn:
         return [(str(p), str(n), float(t)) for p, n, t in conn.execute(query)]
 
 
 def ciphertexts(engine: Engine, project: str) -> dict[str, str]:
-    query = select(ProjectSecretRow.name, ProjectSecretRow.ciphertext).where(
-        ProjectSecretRow.project == project
+    query = select(ProjectSecretRow.c.name, ProjectSecretRow.c.ciphertext).where(
+        ProjectSecretRow.c.project == project
     )
     with engine.connect() as conn:
         return {str(n): str(c) for n, c in conn.execute(query)}
@@ -44,6 +44,8 @@ def ciphertexts(engine: Engine, project: str) -> dict[str, str]:
 def remove(engine: Engine, project: str, name: str) -> bool:
     with writer(engine).begin() as conn:
         result = conn.execute(
-            delete(ProjectSecretRow).where(ProjectSecretRow.project == project, ProjectSecretRow.name == name)
+            delete(ProjectSecretRow).where(
+                ProjectSecretRow.c.project == project, ProjectSecretRow.c.name == name
+            )
         )
         return bool(result.rowcount)

@@ -32,7 +32,7 @@ class AttemptBook:
         with self._writer.begin() as conn:
             full = _resolve(conn, experiment_id)
             last = conn.execute(
-                select(func.max(AttemptRow.number)).where(AttemptRow.experiment_id == full)
+                select(func.max(AttemptRow.c.number)).where(AttemptRow.c.experiment_id == full)
             ).scalar()
             number = 0 if last is None else int(last) + 1
             conn.execute(
@@ -54,7 +54,7 @@ class AttemptBook:
             full = _resolve(conn, experiment_id)
             conn.execute(
                 update(AttemptRow)
-                .where(AttemptRow.experiment_id == full, AttemptRow.number == number)
+                .where(AttemptRow.c.experiment_id == full, AttemptRow.c.number == number)
                 .values(status=ExperimentStatus(status).value, reason=reason, finished_at=time.time())
             )
 
@@ -64,7 +64,7 @@ class AttemptBook:
         resume`). Each call hands out a new number, so two starts never share one."""
         with self._writer.begin() as conn:
             full = _resolve(conn, experiment_id)
-            key = (ReplicaStartRow.experiment_id == full, ReplicaStartRow.replica == replica)
+            key = (ReplicaStartRow.c.experiment_id == full, ReplicaStartRow.c.replica == replica)
             from sqlalchemy.dialects import postgresql, sqlite  # why: only when a replica starts (0.25 s)
 
             dialect = postgresql if conn.dialect.name == "postgresql" else sqlite
@@ -74,7 +74,7 @@ class AttemptBook:
                 .values(experiment_id=full, replica=replica, last=-1)
                 .on_conflict_do_nothing()
             )
-            query = select(ReplicaStartRow.last).where(*key)
+            query = select(ReplicaStartRow.c.last).where(*key)
             if conn.dialect.name == "postgresql":
                 query = query.with_for_update()
             number = max(at_least, int(conn.execute(query).scalar_one()) + 1)
@@ -85,9 +85,9 @@ class AttemptBook:
         with self.engine.connect() as conn:
             full = _resolve(conn, experiment_id)
             rows = conn.execute(
-                select(ReplicaStartRow.replica, ReplicaStartRow.last)
-                .where(ReplicaStartRow.experiment_id == full)
-                .order_by(ReplicaStartRow.replica)
+                select(ReplicaStartRow.c.replica, ReplicaStartRow.c.last)
+                .where(ReplicaStartRow.c.experiment_id == full)
+                .order_by(ReplicaStartRow.c.replica)
             )
             return {str(r[0]): int(r[1]) for r in rows}
 
@@ -95,7 +95,7 @@ class AttemptBook:
         with self.engine.connect() as conn:
             full = _resolve(conn, experiment_id)
             rows = conn.execute(
-                select(AttemptRow).where(AttemptRow.experiment_id == full).order_by(AttemptRow.number)
+                select(AttemptRow).where(AttemptRow.c.experiment_id == full).order_by(AttemptRow.c.number)
             ).all()
         return [
             {

@@ -85,7 +85,7 @@ _ORDER = {
 _RETRIES = 5
 _T = TypeVar("_T")
 # experiments are read without `repro` (a diff and a package list): store.repro() reads it alone
-_EXP_COLUMNS = [c for c in ExperimentRow.__table__.c if c.key != "repro"]
+_EXP_COLUMNS = [c for c in ExperimentRow.c if c.key != "repro"]
 
 
 @phalanx_errors
@@ -164,7 +164,7 @@ class SqlStore(AttemptBook, RecordReads, ManyReads, GroupBook, SubmissionBook):
         now = time.time() if created_at is None else created_at
         try:
             with self._writer.begin() as conn:
-                if conn.execute(select(ExperimentRow.id).where(ExperimentRow.id == exp_id)).scalar():
+                if conn.execute(select(ExperimentRow.c.id).where(ExperimentRow.c.id == exp_id)).scalar():
                     raise Conflict(f"experiment {exp_id} already exists")
                 conn.execute(
                     insert(ExperimentRow).values(
@@ -201,31 +201,31 @@ class SqlStore(AttemptBook, RecordReads, ManyReads, GroupBook, SubmissionBook):
     def get_experiment(self, experiment_id: str) -> Experiment:
         with self.engine.connect() as conn:
             full = _resolve(conn, experiment_id)
-            row = conn.execute(select(*_EXP_COLUMNS).where(ExperimentRow.id == full)).one()
+            row = conn.execute(select(*_EXP_COLUMNS).where(ExperimentRow.c.id == full)).one()
             return _experiment(row._mapping)
 
     def list_experiments(self, query: ExperimentFilter | None = None) -> Page[Experiment]:
         q = query or ExperimentFilter()
         conds: list[Any] = []
         if q.status is not None:
-            conds.append(ExperimentRow.status == ExperimentStatus(q.status).value)
+            conds.append(ExperimentRow.c.status == ExperimentStatus(q.status).value)
         if q.project:
-            conds.append(ExperimentRow.project == q.project)
+            conds.append(ExperimentRow.c.project == q.project)
         if q.group_id:
-            conds.append(ExperimentRow.group_id == q.group_id)
+            conds.append(ExperimentRow.c.group_id == q.group_id)
         if q.projects is not None:
-            conds.append(ExperimentRow.project.in_(q.projects))
+            conds.append(ExperimentRow.c.project.in_(q.projects))
         if q.ids is not None:
-            conds.append(ExperimentRow.id.in_(q.ids))
+            conds.append(ExperimentRow.c.id.in_(q.ids))
         if q.tag:
-            conds.append(cast(ExperimentRow.tags, String).like(f'%"{_like(q.tag)}"%', escape="\\"))
+            conds.append(cast(ExperimentRow.c.tags, String).like(f'%"{_like(q.tag)}"%', escape="\\"))
         if q.text:
             pattern = f"%{_like(q.text.lower())}%"
             conds.append(
                 or_(
-                    func.lower(ExperimentRow.id).like(pattern, escape="\\"),
-                    func.lower(ExperimentRow.name).like(pattern, escape="\\"),
-                    func.lower(ExperimentRow.project).like(pattern, escape="\\"),
+                    func.lower(ExperimentRow.c.id).like(pattern, escape="\\"),
+                    func.lower(ExperimentRow.c.name).like(pattern, escape="\\"),
+                    func.lower(ExperimentRow.c.project).like(pattern, escape="\\"),
                 )
             )
         desc = q.order_by.startswith("-")
@@ -236,13 +236,13 @@ class SqlStore(AttemptBook, RecordReads, ManyReads, GroupBook, SubmissionBook):
             )
         if q.limit < 0 or q.offset < 0:
             raise UsageError("offset and limit must not be negative")
-        col = getattr(ExperimentRow, column)
+        col = ExperimentRow.c[column]
         with self.engine.connect() as conn:
             total = conn.execute(select(func.count()).select_from(ExperimentRow).where(*conds)).scalar_one()
             rows = conn.execute(
                 select(*_EXP_COLUMNS)
                 .where(*conds)
-                .order_by(col.desc() if desc else col.asc(), ExperimentRow.id)
+                .order_by(col.desc() if desc else col.asc(), ExperimentRow.c.id)
                 .offset(q.offset)
                 .limit(q.limit)
             ).all()
@@ -280,10 +280,10 @@ class SqlStore(AttemptBook, RecordReads, ManyReads, GroupBook, SubmissionBook):
             ends, before = status is not None and ExperimentStatus(status).done, None
             if ends:  # an end is told to the project's hooks once, in this transaction
                 before = conn.execute(  # locked (PostgreSQL; SQLite's writer holds the database)
-                    select(ExperimentRow.status).where(ExperimentRow.id == full).with_for_update()
+                    select(ExperimentRow.c.status).where(ExperimentRow.c.id == full).with_for_update()
                 ).scalar()
             if values:
-                conn.execute(update(ExperimentRow).where(ExperimentRow.id == full).values(**values))
+                conn.execute(update(ExperimentRow).where(ExperimentRow.c.id == full).values(**values))
             if ends:
                 alerts.record_end(conn, full, before, values["status"])
         return self.get_experiment(full)
@@ -293,17 +293,19 @@ class SqlStore(AttemptBook, RecordReads, ManyReads, GroupBook, SubmissionBook):
         reason or end; its replicas pending again. Conflict unless it is failed or stopped."""
         with self._writer.begin() as conn:
             full = _resolve(conn, experiment_id)
-            status = conn.execute(select(ExperimentRow.status).where(ExperimentRow.id == full)).scalar_one()
+            status = conn.execute(
+                select(ExperimentRow.c.status).where(ExperimentRow.c.id == full)
+            ).scalar_one()
             if not ExperimentStatus(status).resumable:
                 raise not_resumable(full, status)
             conn.execute(
                 update(ExperimentRow)
-                .where(ExperimentRow.id == full)
+                .where(ExperimentRow.c.id == full)
                 .values(status=ExperimentStatus.STARTING.value, reason=None, finished_at=None)
             )
             conn.execute(
                 update(ReplicaRow)
-                .where(ReplicaRow.experiment_id == full)
+                .where(ReplicaRow.c.experiment_id == full)
                 .values(
                     state=ReplicaState.PENDING.value, exit_code=None, reason=None, finished_at=None, pid=None
                 )
@@ -313,19 +315,21 @@ class SqlStore(AttemptBook, RecordReads, ManyReads, GroupBook, SubmissionBook):
     def set_repro(self, experiment_id: str, repro: Mapping[str, Any]) -> None:
         with self._writer.begin() as conn:
             full = _resolve(conn, experiment_id)
-            conn.execute(update(ExperimentRow).where(ExperimentRow.id == full).values(repro=dict(repro)))
+            conn.execute(update(ExperimentRow).where(ExperimentRow.c.id == full).values(repro=dict(repro)))
 
     def repro(self, experiment_id: str) -> dict[str, Any]:
         """What the experiment ran (phalanx.repro); {} when nothing was recorded."""
         with self.engine.connect() as conn:
             full = _resolve(conn, experiment_id)
-            value = conn.execute(select(ExperimentRow.repro).where(ExperimentRow.id == full)).scalar()
+            value = conn.execute(select(ExperimentRow.c.repro).where(ExperimentRow.c.id == full)).scalar()
         return dict(value or {})
 
     def delete_experiment(self, experiment_id: str) -> None:
         with self._writer.begin() as conn:
             full = _resolve(conn, experiment_id)
-            status = conn.execute(select(ExperimentRow.status).where(ExperimentRow.id == full)).scalar_one()
+            status = conn.execute(
+                select(ExperimentRow.c.status).where(ExperimentRow.c.id == full)
+            ).scalar_one()
             live = (
                 ExperimentStatus.RUNNING.value,
                 ExperimentStatus.STARTING.value,
@@ -334,14 +338,14 @@ class SqlStore(AttemptBook, RecordReads, ManyReads, GroupBook, SubmissionBook):
             )
             if status in live:
                 raise Conflict(f"experiment {full} is {status}; stop it before deleting it")
-            series = select(SeriesRow.id).where(SeriesRow.experiment_id == full)
-            conn.execute(delete(ScalarChunkRow).where(ScalarChunkRow.series_id.in_(series)))
-            conn.execute(delete(ScalarSummaryRow).where(ScalarSummaryRow.series_id.in_(series)))
-            conn.execute(delete(SeriesAttemptRow).where(SeriesAttemptRow.series_id.in_(series)))
+            series = select(SeriesRow.c.id).where(SeriesRow.c.experiment_id == full)
+            conn.execute(delete(ScalarChunkRow).where(ScalarChunkRow.c.series_id.in_(series)))
+            conn.execute(delete(ScalarSummaryRow).where(ScalarSummaryRow.c.series_id.in_(series)))
+            conn.execute(delete(SeriesAttemptRow).where(SeriesAttemptRow.c.series_id.in_(series)))
             for row in (SeriesRow, ParamRow, ArtifactRow, ModelRow, LogRow, TextRow, ReplicaRow, AttemptRow):
-                conn.execute(delete(row).where(row.experiment_id == full))
-            conn.execute(delete(ReplicaStartRow).where(ReplicaStartRow.experiment_id == full))
-            conn.execute(delete(ExperimentRow).where(ExperimentRow.id == full))
+                conn.execute(delete(row).where(row.c.experiment_id == full))
+            conn.execute(delete(ReplicaStartRow).where(ReplicaStartRow.c.experiment_id == full))
+            conn.execute(delete(ExperimentRow).where(ExperimentRow.c.id == full))
         if self.artifact_store is not None:
             self.artifact_store.delete_experiment(full)
 
@@ -350,7 +354,7 @@ class SqlStore(AttemptBook, RecordReads, ManyReads, GroupBook, SubmissionBook):
     def list_replicas(self, experiment_id: str) -> list[Replica]:
         with self.engine.connect() as conn:
             full = _resolve(conn, experiment_id)
-            rows = conn.execute(select(ReplicaRow).where(ReplicaRow.experiment_id == full)).all()
+            rows = conn.execute(select(ReplicaRow).where(ReplicaRow.c.experiment_id == full)).all()
         replicas = [_replica(r._mapping) for r in rows]
         order = {Role.MASTER: 0, Role.WORKER: 1, Role.PS: 2}
         return sorted(replicas, key=lambda r: (order.get(r.role, 3), r.index, r.name))
@@ -398,10 +402,12 @@ class SqlStore(AttemptBook, RecordReads, ManyReads, GroupBook, SubmissionBook):
             full = _resolve(conn, experiment_id)
             result = conn.execute(
                 update(ReplicaRow)
-                .where(ReplicaRow.experiment_id == full, ReplicaRow.name == name)
+                .where(ReplicaRow.c.experiment_id == full, ReplicaRow.c.name == name)
                 .values(**values)
                 if values
-                else select(ReplicaRow.name).where(ReplicaRow.experiment_id == full, ReplicaRow.name == name)
+                else select(ReplicaRow.c.name).where(
+                    ReplicaRow.c.experiment_id == full, ReplicaRow.c.name == name
+                )
             )
             found = result.rowcount if values else len(result.all())
             if not found:
@@ -437,7 +443,7 @@ class SqlStore(AttemptBook, RecordReads, ManyReads, GroupBook, SubmissionBook):
 
         def work(conn: Connection) -> int | None:
             row = conn.execute(
-                select(IngestPositionRow.offset).where(IngestPositionRow.stream == stream)
+                select(IngestPositionRow.c.offset).where(IngestPositionRow.c.stream == stream)
             ).scalar()
             if int(row or 0) != start:
                 return None
@@ -447,7 +453,7 @@ class SqlStore(AttemptBook, RecordReads, ManyReads, GroupBook, SubmissionBook):
                 conn.execute(insert(IngestPositionRow).values(stream=stream, **values))
             else:
                 conn.execute(
-                    update(IngestPositionRow).where(IngestPositionRow.stream == stream).values(**values)
+                    update(IngestPositionRow).where(IngestPositionRow.c.stream == stream).values(**values)
                 )
             return n
 
@@ -460,8 +466,8 @@ class SqlStore(AttemptBook, RecordReads, ManyReads, GroupBook, SubmissionBook):
         """(byte offset, last seq) ingest has committed for a spool stream; (0, -1) if none."""
         with self.engine.connect() as conn:
             row = conn.execute(
-                select(IngestPositionRow.offset, IngestPositionRow.seq).where(
-                    IngestPositionRow.stream == stream
+                select(IngestPositionRow.c.offset, IngestPositionRow.c.seq).where(
+                    IngestPositionRow.c.stream == stream
                 )
             ).first()
         return (0, -1) if row is None else (int(row[0]), int(row[1]))
@@ -525,12 +531,12 @@ class SqlStore(AttemptBook, RecordReads, ManyReads, GroupBook, SubmissionBook):
             return column_values(conn, list(ids), list(columns))
 
     def column_names(self, projects: Sequence[str] | None = None) -> dict[str, list[str]]:
-        keys_q = select(ParamRow.key).distinct().order_by(ParamRow.key).limit(500)
-        titles_q = select(SeriesRow.title).distinct().order_by(SeriesRow.title).limit(500)
+        keys_q = select(ParamRow.c.key).distinct().order_by(ParamRow.c.key).limit(500)
+        titles_q = select(SeriesRow.c.title).distinct().order_by(SeriesRow.c.title).limit(500)
         if projects is not None:
-            visible = select(ExperimentRow.id).where(ExperimentRow.project.in_(list(projects)))
-            keys_q = keys_q.where(ParamRow.experiment_id.in_(visible))
-            titles_q = titles_q.where(SeriesRow.experiment_id.in_(visible))
+            visible = select(ExperimentRow.c.id).where(ExperimentRow.c.project.in_(list(projects)))
+            keys_q = keys_q.where(ParamRow.c.experiment_id.in_(visible))
+            titles_q = titles_q.where(SeriesRow.c.experiment_id.in_(visible))
         with self.engine.connect() as conn:
             params = [str(k) for k in conn.execute(keys_q).scalars()]
             titles = conn.execute(titles_q).scalars()
@@ -556,7 +562,7 @@ class SqlStore(AttemptBook, RecordReads, ManyReads, GroupBook, SubmissionBook):
         with self._writer.begin() as conn:
             full = _resolve(conn, experiment_id)
             if values:
-                conn.execute(update(ExperimentRow).where(ExperimentRow.id == full).values(**values))
+                conn.execute(update(ExperimentRow).where(ExperimentRow.c.id == full).values(**values))
         return self.get_experiment(full)
 
     def event_count(self, stream: str) -> int:
@@ -564,7 +570,7 @@ class SqlStore(AttemptBook, RecordReads, ManyReads, GroupBook, SubmissionBook):
         with self.engine.connect() as conn:
             return int(
                 conn.execute(
-                    select(func.count()).select_from(EventKeyRow).where(EventKeyRow.stream == stream)
+                    select(func.count()).select_from(EventKeyRow).where(EventKeyRow.c.stream == stream)
                 ).scalar_one()
             )
 

@@ -37,14 +37,14 @@ from phalanx.store.submissions import (
 )
 
 _COLUMNS = (
-    SubmissionRow.experiment_id,
-    SubmissionRow.kind,
-    SubmissionRow.bundle_sha256,
-    SubmissionRow.submitted_at,
-    SubmissionRow.state,
-    SubmissionRow.user,
-    SubmissionRow.idempotency_key,
-    SubmissionRow.fingerprint,
+    SubmissionRow.c.experiment_id,
+    SubmissionRow.c.kind,
+    SubmissionRow.c.bundle_sha256,
+    SubmissionRow.c.submitted_at,
+    SubmissionRow.c.state,
+    SubmissionRow.c.user,
+    SubmissionRow.c.idempotency_key,
+    SubmissionRow.c.fingerprint,
 )
 
 
@@ -90,7 +90,9 @@ class SubmissionBook:
 
     def submission(self, submission_id: str) -> Submission | None:
         with self.engine.connect() as conn:
-            row = conn.execute(select(*_COLUMNS).where(SubmissionRow.experiment_id == submission_id)).first()
+            row = conn.execute(
+                select(*_COLUMNS).where(SubmissionRow.c.experiment_id == submission_id)
+            ).first()
         return None if row is None else _submission(row)
 
     def submission_by_key(self, user: str, key: str, now: float) -> Submission | None:
@@ -99,7 +101,9 @@ class SubmissionBook:
 
     def submissions(self, state: SubmissionState) -> list[Submission]:
         query = (
-            select(*_COLUMNS).where(SubmissionRow.state == state.value).order_by(SubmissionRow.submitted_at)
+            select(*_COLUMNS)
+            .where(SubmissionRow.c.state == state.value)
+            .order_by(SubmissionRow.c.submitted_at)
         )
         with self.engine.connect() as conn:
             return [_submission(row) for row in conn.execute(query)]
@@ -108,15 +112,15 @@ class SubmissionBook:
         with self._writer.begin() as conn:
             conn.execute(
                 update(SubmissionRow)
-                .where(SubmissionRow.experiment_id == submission_id)
+                .where(SubmissionRow.c.experiment_id == submission_id)
                 .values(state=SubmissionState.LAUNCHED.value)
             )
 
     def bundles_in_use(self, since: float) -> set[str]:
-        held = select(ExperimentRow.id).where(ExperimentRow.id == SubmissionRow.experiment_id).exists()
-        grouped = select(GroupRow.id).where(GroupRow.id == SubmissionRow.experiment_id).exists()
-        query = select(SubmissionRow.bundle_sha256).where(
-            or_(held, grouped, SubmissionRow.submitted_at >= since)
+        held = select(ExperimentRow.c.id).where(ExperimentRow.c.id == SubmissionRow.c.experiment_id).exists()
+        grouped = select(GroupRow.c.id).where(GroupRow.c.id == SubmissionRow.c.experiment_id).exists()
+        query = select(SubmissionRow.c.bundle_sha256).where(
+            or_(held, grouped, SubmissionRow.c.submitted_at >= since)
         )
         with self.engine.connect() as conn:
             return {str(sha) for sha in conn.execute(query).scalars()}
@@ -125,9 +129,9 @@ class SubmissionBook:
 def _held(conn: Connection, user: str, key: str, now: float) -> Submission | None:
     row = conn.execute(
         select(*_COLUMNS).where(
-            SubmissionRow.user == user,
-            SubmissionRow.idempotency_key == key,
-            or_(SubmissionRow.key_expires_at.is_(None), SubmissionRow.key_expires_at > now),
+            SubmissionRow.c.user == user,
+            SubmissionRow.c.idempotency_key == key,
+            or_(SubmissionRow.c.key_expires_at.is_(None), SubmissionRow.c.key_expires_at > now),
         )
     ).first()
     return None if row is None else _submission(row)
@@ -137,7 +141,7 @@ def _expire(conn: Connection, user: str, key: str) -> None:
     """An expired key is free again: the old submission keeps its row, not its key."""
     conn.execute(
         update(SubmissionRow)
-        .where(SubmissionRow.user == user, SubmissionRow.idempotency_key == key)
+        .where(SubmissionRow.c.user == user, SubmissionRow.c.idempotency_key == key)
         .values(idempotency_key=None)
     )
 
@@ -184,7 +188,7 @@ def _insert(conn: Connection, acceptance: Acceptance, now: float) -> None:
 
 
 def _insert_experiment(conn: Connection, e: NewExperiment, now: float) -> None:
-    if conn.execute(select(ExperimentRow.id).where(ExperimentRow.id == e.id)).scalar():
+    if conn.execute(select(ExperimentRow.c.id).where(ExperimentRow.c.id == e.id)).scalar():
         raise Conflict(f"experiment {e.id} already exists")
     conn.execute(
         insert(ExperimentRow).values(

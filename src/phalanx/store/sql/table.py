@@ -48,8 +48,8 @@ def _params(
     keys = {key.rsplit("/", 1)[-1] for _, key in wanted} | {key for _, key in wanted}
     rows = conn.execute(
         select(ParamRow)
-        .where(ParamRow.experiment_id.in_(ids), ParamRow.key.in_(keys))
-        .order_by(ParamRow.time, ParamRow.id)
+        .where(ParamRow.c.experiment_id.in_(ids), ParamRow.c.key.in_(keys))
+        .order_by(ParamRow.c.time, ParamRow.c.id)
     ).all()
     by_exp: dict[str, list[ParamRecord]] = {}
     for r in rows:
@@ -76,17 +76,19 @@ def _metrics(
     top = LEVELS[-1]
     rows = conn.execute(
         select(
-            SeriesRow.id,
-            SeriesRow.experiment_id,
-            SeriesRow.title,
-            ScalarSummaryRow.min_value,
-            ScalarSummaryRow.max_value,
-            ScalarSummaryRow.last_step,
-            ScalarSummaryRow.last_value,
-            ScalarSummaryRow.last_time,
+            SeriesRow.c.id,
+            SeriesRow.c.experiment_id,
+            SeriesRow.c.title,
+            ScalarSummaryRow.c.min_value,
+            ScalarSummaryRow.c.max_value,
+            ScalarSummaryRow.c.last_step,
+            ScalarSummaryRow.c.last_value,
+            ScalarSummaryRow.c.last_time,
         )
-        .join(ScalarSummaryRow, ScalarSummaryRow.series_id == SeriesRow.id)
-        .where(SeriesRow.experiment_id.in_(ids), SeriesRow.title.in_(titles), ScalarSummaryRow.level == top)
+        .join(ScalarSummaryRow, ScalarSummaryRow.c.series_id == SeriesRow.c.id)
+        .where(
+            SeriesRow.c.experiment_id.in_(ids), SeriesRow.c.title.in_(titles), ScalarSummaryRow.c.level == top
+        )
     ).all()
     ranks_of = _series_ranks(conn, {r[0] for r in rows}) if any(r is not None for _, _, r, _ in split) else {}
     acc: dict[tuple[str, str, int | None], dict[str, Any]] = {}
@@ -115,9 +117,9 @@ def _series_ranks(conn: Connection, series: set[int]) -> dict[int, set[int]]:
     ordered = sorted(series)
     for i in range(0, len(ordered), 900):  # SQLite's bound parameters, with room to spare
         rows = conn.execute(
-            select(ScalarChunkRow.series_id, ScalarChunkRow.rank)
+            select(ScalarChunkRow.c.series_id, ScalarChunkRow.c.rank)
             .distinct()
-            .where(ScalarChunkRow.series_id.in_(ordered[i : i + 900]), ScalarChunkRow.rank.is_not(None))
+            .where(ScalarChunkRow.c.series_id.in_(ordered[i : i + 900]), ScalarChunkRow.c.rank.is_not(None))
         ).all()
         for series_id, rank in rows:
             if rank is not None:

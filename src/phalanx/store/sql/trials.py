@@ -12,5 +12,7 @@ from phalanx.store.sql.models import TrialRow
 
 def trials_of(conn: Connection, group_id: str) -> list[Trial]:
     """``group_id``'s trials in their order (``number``)."""
-    rows = conn.execute(select(TrialRow).where(TrialRow.group_id == group_id).order_by(TrialRow.number)).all()
+    rows = conn.execute(
+        select(TrialRow).where(TrialRow.c.group_id == group_id).order_by(TrialRow.c.number)
+    ).all()
     return [Trial(**{k: r._mapping[k] for k in Trial.__dataclass_fields__}) for r in rows]
