@@ -85,6 +85,12 @@ def _path(raw: str) -> Path | None:
     return Path(raw).expanduser()
 
 
+def _sample_interval(raw: str) -> float | None:
+    if raw.lower() in ("0", "off", "false", "no"):
+        return None
+    return max(1.0, _number(float, 0.0, above=True)(raw))  # steps are whole seconds: a look a second at most
+
+
 STALL_NOTICE: Knob[float] = Knob(
     "PHALANX_STALL_NOTICE",
     _number(float, 0.0),
@@ -172,6 +178,14 @@ HOROVOD_WHEEL: Knob[Path | None] = Knob(
     "a Horovod wheel to install instead of building one",
 )
 
+SYSTEM_METRICS: Knob[float | None] = Knob(
+    "PHALANX_SYSTEM_METRICS",
+    _sample_interval,
+    5.0,  # machine.sysmetrics.DEFAULT_INTERVAL
+    "seconds > 0 between samples, or off",
+    "how often each replica's CPU, memory and GPU use are sampled into its experiment (off: never,"
+    " as `phalanx run --no-system-metrics`; under 1 s is 1 s)",
+)
 GPU_DEVICES_DIR: Knob[Path | None] = Knob(
     "PHALANX_GPU_DEVICES_DIR",
     _path,
@@ -193,6 +207,7 @@ KNOBS: tuple[Knob[Any], ...] = (
     DEFAULT_TORCH,
     WHEELS_DIR,
     HOROVOD_WHEEL,
+    SYSTEM_METRICS,
     GPU_DEVICES_DIR,
 )
 

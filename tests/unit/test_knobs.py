@@ -60,6 +60,7 @@ def test_values_read_at_use(monkeypatch: pytest.MonkeyPatch) -> None:
         ("PHALANX_MAX_PENDING_POINTS", "-3", "whole number of points"),
         ("PHALANX_STRAGGLER_THRESHOLD", "20%", "percentage"),
         ("PHALANX_DEFAULT_TORCH", "latest", "version"),
+        ("PHALANX_SYSTEM_METRICS", "5s", "seconds > 0 between samples, or off"),
     ],
 )
 def test_a_malformed_knob_is_named(monkeypatch: pytest.MonkeyPatch, env: str, raw: str, expects: str) -> None:

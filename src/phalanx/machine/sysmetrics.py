@@ -24,16 +24,17 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from phalanx import knobs
 from phalanx.machine import limits, proctree
 from phalanx.spool import SpoolWriter, encode_points, new_stream_id
 
 log = logging.getLogger(__name__)
 
-DEFAULT_INTERVAL = 5.0
+DEFAULT_INTERVAL = 5.0  # knobs.SYSTEM_METRICS's default
 MIB = 1024 * 1024
 FIRST_LOOK_SECONDS = 1.0  # after the replicas start
 MIN_AGE_SECONDS = 0.5  # a younger process: too few clock ticks for a meaningful first CPU %
@@ -313,16 +314,10 @@ def first_waits(interval: float) -> Iterator[float]:
         yield interval
 
 
-def interval_from_env(env: Mapping[str, str] | None = None) -> float | None:
-    """PHALANX_SYSTEM_METRICS: "0"/"off" disables, a number sets the interval in seconds."""
-    value = (env if env is not None else os.environ).get("PHALANX_SYSTEM_METRICS", "").strip().lower()
-    if value in ("0", "off", "false", "no"):
-        return None
-    try:
-        # steps are whole seconds: one look per second at most
-        return max(1.0, float(value)) if value else DEFAULT_INTERVAL
-    except ValueError:
-        return DEFAULT_INTERVAL
+def interval_from_env() -> float | None:
+    """PHALANX_SYSTEM_METRICS (``knobs.SYSTEM_METRICS``): the seconds between samples, None when
+    off; a malformed value is a UsageError naming it (`phalanx run` checks it before anything starts)."""
+    return knobs.SYSTEM_METRICS.value()
 
 
 def main(argv: list[str] | None = None) -> int:
