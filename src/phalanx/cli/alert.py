@@ -68,7 +68,8 @@ def add(
         typer.Option(
             "--on",
             help="the events it is told about, comma-separated: an experiment's end (failed, succeeded,"
-            " stopped; or experiment.failed ...) and a group's (group.finished)",
+            " stopped; or experiment.failed ...), a group's (group.finished), a model alias moved"
+            " (model.alias)",
         ),
     ] = "failed",
     secret_from_env: Annotated[
@@ -138,6 +139,6 @@ def deliveries(
     for d in found:
         last = d.attempts[-1] if d.attempts else None
         answer = "-" if last is None else str(last.status_code or last.error or "-")
-        about = f"group {d.group_id}" if d.group_id else f"experiment {d.experiment_id}"
+        about = d.about
         rows.append([d.id, d.event, about, d.state, str(len(d.attempts)), answer, _when(d.created_at)])
     typer.echo(_table(["delivery", "event", "about", "state", "tries", "last answer", "at"], rows))

@@ -1,5 +1,6 @@
 """The server's deliverer of alert hooks (docs/alerts.md): POSTs each delivery the store queued with
-an experiment's or a group's end (``store.alerts.Outbox``), signed, and tries again with back-off.
+an experiment's or a group's end or a moved model alias (``store.alerts.Outbox``), signed, and
+tries again with back-off.
 
 Why a thread of the server and an outbox in the store: whoever records an end (a supervisor, the
 launcher's reconcile, a script's ingested status) writes the delivery in the same transaction, so a
@@ -19,12 +20,13 @@ import logging
 import threading
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass
 
 from phalanx._version import __version__
-from phalanx.store.alert_records import Due
+from phalanx.store.alert_records import MODEL_ALIAS, Due
 from phalanx.store.alerts import Outbox
 from phalanx.store.outages import STORAGE_ERRORS
 
@@ -58,10 +60,18 @@ def body_of(due: Due, public_url: str) -> bytes:
     """What is POSTed: the event as recorded, the address of its experiment (or group) on this
     server, and a ``text`` line that Slack's and Mattermost's incoming webhooks show as it is."""
     doc = json.loads(due.payload)
+    doc["delivery"] = due.id
+    if doc["event"] == MODEL_ALIAS:
+        doc["url"] = f"{public_url.rstrip('/')}/models/{urllib.parse.quote(doc['model'], safe='')}"
+        was = "" if doc["previous"] is None else f" (was version {doc['previous']})"
+        doc["text"] = (
+            f"phalanx: model {doc['model']} of {doc['project']}: @{doc['alias']} now points at version"
+            f" {doc['version']}{was}"
+        )
+        return json.dumps(doc, sort_keys=True).encode()
     about_group = "group_id" in doc  # group.finished; else an experiment's end
     kind, subject = ("group", doc["group_id"]) if about_group else ("experiment", doc["experiment_id"])
     doc["url"] = f"{public_url.rstrip('/')}/{kind}s/{subject}"
-    doc["delivery"] = due.id
     why = f": {doc['reason']}" if doc.get("reason") else ""
     doc["text"] = f"phalanx: {kind} {doc['name']} ({subject}) of {doc['project']} {doc['status']}{why}"
     best = doc.get("best")

@@ -15,10 +15,12 @@ from phalanx.errors import UsageError
 from phalanx.tracking.labels import label_problem
 
 # What a hook may be told about, as its ``events`` keep them: an experiment's three ends (the
-# receiver's event is ``experiment.`` and the end, which ``check_hook`` also takes) and a group's end.
+# receiver's event is ``experiment.`` and the end, which ``check_hook`` also takes), a group's end
+# and a registered model's alias pointed at another version.
 EXPERIMENT_ENDS = ("failed", "succeeded", "stopped")
 GROUP_FINISHED = "group.finished"
-EVENTS = (*EXPERIMENT_ENDS, GROUP_FINISHED)
+MODEL_ALIAS = "model.alias"
+EVENTS = (*EXPERIMENT_ENDS, GROUP_FINISHED, MODEL_ALIAS)
 URL_MAX = 2000
 SECRET_MIN, SECRET_MAX = 16, 256
 _HOOK_ID = re.compile(r"^h[0-9a-f]{11}$")
@@ -78,8 +80,8 @@ class Attempt:
 class Delivery:
     """One event for one hook; ``state``: pending (tried again later), delivered, failed (every try
     used), dropped (its hook was removed before it was delivered). It is about an experiment
-    (``experiment_id``; the ``experiment.*`` events) or a group (``group_id``; ``group.finished``):
-    exactly one of the two is set."""
+    (``experiment_id``; the ``experiment.*`` events), a group (``group_id``; ``group.finished``) or
+    a registered model (``model``; ``model.alias``): exactly one of the three is set."""
 
     id: str
     hook_id: str
@@ -90,6 +92,14 @@ class Delivery:
     finished_at: float | None
     attempts: tuple[Attempt, ...]
     group_id: str | None = None
+    model: str | None = None
+
+    @property
+    def about(self) -> str:
+        """Its subject in words: ``experiment ID``, ``group ID`` or ``model NAME``."""
+        if self.group_id:
+            return f"group {self.group_id}"
+        return f"model {self.model}" if self.model else f"experiment {self.experiment_id}"
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -97,6 +107,7 @@ class Delivery:
             "hook_id": self.hook_id,
             "experiment_id": self.experiment_id,
             "group_id": self.group_id,
+            "model": self.model,
             "event": self.event,
             "state": self.state,
             "created_at": self.created_at,
@@ -116,6 +127,7 @@ class Delivery:
             finished_at=doc.get("finished_at"),
             attempts=tuple(Attempt(**a) for a in doc["attempts"]),
             group_id=doc.get("group_id") or None,
+            model=doc.get("model") or None,
         )
 
 
@@ -151,7 +163,7 @@ def check_hook(project: str, url: str, events: Iterable[str], secret: str | None
     if wrong or not chosen:
         raise UsageError(
             f"events {','.join(wrong) or '(none)'}: give one or more of {','.join(EVENTS)}"
-            " (e.g. --on failed,stopped,group.finished)"
+            " (e.g. --on failed,stopped,group.finished,model.alias)"
         )
     if secret is not None and (not SECRET_MIN <= len(secret) <= SECRET_MAX or _CONTROL.search(secret)):
         raise UsageError(

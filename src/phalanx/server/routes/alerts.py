@@ -56,8 +56,9 @@ class AttemptOut(BaseModel):
 class DeliveryOut(BaseModel):
     id: str
     hook_id: str
-    experiment_id: str | None = Field(default=None, description="the experiment it is about (else group_id)")
-    group_id: str | None = Field(default=None, description="the group it is about (else experiment_id)")
+    experiment_id: str | None = Field(default=None, description="the experiment it is about, or None")
+    group_id: str | None = Field(default=None, description="the group it is about, or None")
+    model: str | None = Field(default=None, description="the registered model whose alias moved, or None")
     event: str
     state: str = Field(description="pending, delivered, failed (every try used) or dropped (hook removed)")
     created_at: float

@@ -1,6 +1,6 @@
 """The tables of a project's alert hooks (issue 43 item 5), beside ``models`` (which is near its size
 limit) in the same ``metadata``: the hooks, their outbox of deliveries, and each delivery's attempts.
-Migrations 0017_alert_hooks_i43 and 0018_alert_group_finished_i43."""
+Migrations 0017_alert_hooks_i43, 0018_alert_group_finished_i43 and 0019_alert_model_alias_i43."""
 
 from __future__ import annotations
 
@@ -26,8 +26,9 @@ AlertHookRow = Table(
 # One event for one hook: written in the transaction that recorded the end it reports (the
 # outbox), then sent by the server until a 2xx answer (``delivered``) or the last try (``failed``).
 # ``payload`` is the event's JSON as recorded then; ``next_at`` is when it is due (or claimed until).
-# Its subject: an experiment (``experiment_id``) or a group (``group_id``, migration
-# 0018_alert_group_finished_i43), exactly one of the two.
+# Its subject: an experiment (``experiment_id``), a group (``group_id``, migration
+# 0018_alert_group_finished_i43) or a registered model whose alias moved (``model``, migration
+# 0019_alert_model_alias_i43), exactly one of the three.
 AlertDeliveryRow = Table(
     "alert_deliveries",
     metadata,
@@ -35,6 +36,7 @@ AlertDeliveryRow = Table(
     Column("hook_id", String(32), index=True, nullable=False),
     Column("experiment_id", String(32), nullable=True),
     Column("group_id", String(32), nullable=True),
+    Column("model", String(100), nullable=True),
     Column("event", String(32), nullable=False),
     Column("payload", Text, nullable=False),
     Column("state", String(16), nullable=False),

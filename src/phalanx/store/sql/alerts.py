@@ -1,7 +1,8 @@
 """The alert tables (``alert_rows``): a project's hooks, the outbox of their deliveries and each
 delivery's attempts. ``record_end`` is called by the store's status writers in the transaction that
 records an experiment's end, ``record_group_end`` by ``sql.groups`` in the one that records a
-group's; ``SqlAlerts`` answers ``store.alerts.AlertBook`` and ``Outbox``."""
+group's, ``record_alias_moved`` by ``sql.registry`` in the one that points a model's alias at
+another version; ``SqlAlerts`` answers ``store.alerts.AlertBook`` and ``Outbox``."""
 
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ from phalanx.errors import NotFound
 from phalanx.store.alert_records import (
     EXPERIMENT_ENDS,
     GROUP_FINISHED,
+    MODEL_ALIAS,
     Attempt,
     Delivery,
     Due,
@@ -28,7 +30,7 @@ from phalanx.store.alert_records import (
 )
 from phalanx.store.sql.alert_rows import AlertAttemptRow, AlertDeliveryRow, AlertHookRow
 from phalanx.store.sql.engine import writer
-from phalanx.store.sql.models import ExperimentRow, GroupRow, ReplicaRow
+from phalanx.store.sql.models import ExperimentRow, GroupRow, RegisteredModelRow, ReplicaRow
 from phalanx.store.sql.trials import trials_of
 
 PENDING, DELIVERED, FAILED, DROPPED = "pending", "delivered", "failed", "dropped"
@@ -64,6 +66,30 @@ def record_group_end(conn: Connection, group_id: str, before: str | None, after:
         _queue(conn, told, _group_payload(conn, group), group_id=group_id)
 
 
+def record_alias_moved(conn: Connection, name: str, alias: str, before: int | None, after: int) -> None:
+    """Queue a ``model.alias`` delivery for each hook of the model's project told about it, when
+    ``name@alias`` now points at ``after`` and pointed elsewhere (``before``; None: it is new). In
+    the caller's transaction, after the alias's row was written: an alias set again to the version
+    it already names queues nothing."""
+    if before == after:
+        return
+    project = conn.execute(
+        select(RegisteredModelRow.c.project).where(RegisteredModelRow.c.name == name)
+    ).scalar_one()
+    told = _told(conn, project, MODEL_ALIAS)
+    if told:
+        payload = {
+            "event": MODEL_ALIAS,
+            "project": project,
+            "model": name,
+            "alias": alias,
+            "version": after,
+            "previous": before,
+            "moved_at": time.time(),
+        }
+        _queue(conn, told, payload, model=name)
+
+
 def _told(conn: Connection, project: Any, event: str) -> list[str]:
     """The ids of ``project``'s hooks that asked for ``event`` (as a hook keeps it)."""
     hooks = conn.execute(
@@ -78,6 +104,7 @@ def _queue(
     payload: dict[str, Any],
     experiment_id: str | None = None,
     group_id: str | None = None,
+    model: str | None = None,
 ) -> None:
     """One pending delivery of ``payload`` to each hook in ``told``, about its one subject."""
     body, now = json.dumps(payload, sort_keys=True), time.time()
@@ -89,6 +116,7 @@ def _queue(
                 "hook_id": hook_id,
                 "experiment_id": experiment_id,
                 "group_id": group_id,
+                "model": model,
                 "event": payload["event"],
                 "payload": body,
                 "state": PENDING,
@@ -227,6 +255,7 @@ class SqlAlerts:
                 r.finished_at,
                 tuple(tries[r.id]),
                 group_id=r.group_id,
+                model=r.model,
             )
             for r in rows
         ]

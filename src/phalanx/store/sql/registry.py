@@ -18,6 +18,7 @@ from sqlalchemy.exc import IntegrityError
 
 from phalanx.errors import NotFound
 from phalanx.store.registry_records import ModelVersion, RegisteredModel
+from phalanx.store.sql import alerts
 from phalanx.store.sql.engine import writer
 from phalanx.store.sql.errors import phalanx_errors
 from phalanx.store.sql.models import ModelAliasRow, ModelVersionRow, RegisteredModelRow
@@ -77,7 +78,8 @@ class SqlRegistry:
         raise AssertionError("unreachable")
 
     def set_alias(self, name: str, alias: str, version: int) -> int | None:
-        """Point ``name@alias`` at ``version``; returns the version it pointed at before (or None)."""
+        """Point ``name@alias`` at ``version``; returns the version it pointed at before (or None).
+        The project's hooks on ``model.alias`` hear of a move in the same transaction."""
         now = time.time()
         with self._writer.begin() as conn:
             if (
@@ -102,7 +104,9 @@ class SqlRegistry:
                     index_elements=["name", "alias"], set_={"version": version, "updated_at": now}
                 )
             )
-        return None if before is None else int(before)
+            previous = None if before is None else int(before)
+            alerts.record_alias_moved(conn, name, alias, previous, version)
+        return previous
 
     def delete_alias(self, name: str, alias: str) -> None:
         with self._writer.begin() as conn:
