@@ -1,5 +1,5 @@
 """The REST API's shapes (pydantic). Only the server uses these; they are built from the domain
-dataclasses and store records, never from ORM rows."""
+dataclasses and store records, never from table rows."""
 
 from __future__ import annotations
 

@@ -253,8 +253,8 @@ def add_dataset(
     The bytes are copied into the datastore ``copy_to``, else, from a folder of this machine, into
     the folder ``keep_in`` (the catalog's own, ``kept_folder``); otherwise they stay where they are
     (referenced: an object store's prefix is read where it is by every machine, a copy in one
-    machine's home would not be). ``project``
-    owns it (every version of a name is the same project's); ``shared``: every project may read it."""
+    machine's home would not be). ``project`` owns it (every version of a name is the same
+    project's); ``shared``: every project may read it."""
     check_name(name, "dataset")
     if not source.strip():
         raise UsageError(f"dataset {name!r}: no source; give a folder, an fsspec URL or DATASTORE:sub/dir")

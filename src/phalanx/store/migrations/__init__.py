@@ -1,7 +1,7 @@
 """Alembic migrations of the SQL store, run automatically when a store is opened.
 
 HEAD names the newest revision so that opening an up-to-date store needs no Alembic import; a test
-checks it against the scripts (and the scripts against the ORM models).
+checks it against the scripts (and the scripts against the tables of store.sql.models).
 """
 
 HEAD = "0019_alert_model_alias_i43"

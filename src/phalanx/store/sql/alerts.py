@@ -34,8 +34,6 @@ from phalanx.store.sql.models import ExperimentRow, GroupRow, RegisteredModelRow
 from phalanx.store.sql.trials import trials_of
 
 PENDING, DELIVERED, FAILED, DROPPED = "pending", "delivered", "failed", "dropped"
-# read as plain rows (Core), not ORM objects
-HOOKS, DELIVERIES, ATTEMPTS = AlertHookRow, AlertDeliveryRow, AlertAttemptRow
 
 
 def record_end(conn: Connection, experiment_id: str, before: str | None, after: str) -> None:
@@ -207,7 +205,7 @@ class SqlAlerts:
         return hook
 
     def hooks(self, projects: Sequence[str] | None = None) -> list[Hook]:
-        query = select(HOOKS).order_by(AlertHookRow.c.created_at, AlertHookRow.c.id)
+        query = select(AlertHookRow).order_by(AlertHookRow.c.created_at, AlertHookRow.c.id)
         if projects is not None:
             query = query.where(AlertHookRow.c.project.in_(list(projects)))
         with self.engine.connect() as conn:
@@ -231,14 +229,14 @@ class SqlAlerts:
         with self.engine.connect() as conn:
             _hook_row(conn, hook_id)
             rows = conn.execute(
-                select(DELIVERIES)
+                select(AlertDeliveryRow)
                 .where(AlertDeliveryRow.c.hook_id == hook_id)
                 .order_by(AlertDeliveryRow.c.created_at.desc(), AlertDeliveryRow.c.id)
                 .limit(limit)
             ).all()
             tries: dict[str, list[Attempt]] = {r.id: [] for r in rows}
             found = conn.execute(
-                select(ATTEMPTS)
+                select(AlertAttemptRow)
                 .where(AlertAttemptRow.c.delivery_id.in_(list(tries)))
                 .order_by(AlertAttemptRow.c.number)
             ).all()
@@ -262,7 +260,7 @@ class SqlAlerts:
 
     def claim_due(self, now: float, lease: float, limit: int = 20) -> list[Due]:
         query = (
-            select(DELIVERIES, AlertHookRow.c.url, AlertHookRow.c.secret)
+            select(AlertDeliveryRow, AlertHookRow.c.url, AlertHookRow.c.secret)
             .join(AlertHookRow, AlertHookRow.c.id == AlertDeliveryRow.c.hook_id)
             .where(AlertDeliveryRow.c.state == PENDING, AlertDeliveryRow.c.next_at <= now)
             .order_by(AlertDeliveryRow.c.next_at)
@@ -310,7 +308,7 @@ class SqlAlerts:
 
 def _hook_row(conn: Connection, hook_id: str) -> Row[Any]:
     check_hook_id(hook_id)
-    row = conn.execute(select(HOOKS).where(AlertHookRow.c.id == hook_id)).first()
+    row = conn.execute(select(AlertHookRow).where(AlertHookRow.c.id == hook_id)).first()
     if row is None:
         raise NotFound(f"alert hook {hook_id} does not exist (`phalanx alert ls` lists them)")
     return row

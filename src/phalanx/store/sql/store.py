@@ -1,6 +1,6 @@
 """SqlStore: the Store protocol on SQLAlchemy 2 (SQLite by default, PostgreSQL via PHALANX_DB_URL).
 
-The store owns its transactions: each public method is one transaction. ORM rows stay in this
+The store owns its transactions: each public method is one transaction. Table rows stay in this
 package; callers get the domain dataclasses of ``phalanx.domain`` and ``phalanx.store.base``.
 """
 
