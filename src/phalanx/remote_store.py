@@ -9,8 +9,12 @@ same in form wherever the experiment lives. Only what those commands ask for is 
 
 from __future__ import annotations
 
+import io
 import math
+import posixpath
+import zipfile
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 from phalanx.apiclient import Client, quote
@@ -201,12 +205,29 @@ class RemoteStore:
     def diff(self, a: str, b: str) -> dict[str, Any]:
         return dict(self.client.get(f"/experiments/{quote(a)}/diff/{quote(b)}"))
 
-    def download(self, experiment_id: str, name: str) -> tuple[bytes, str]:
-        """An artifact's bytes and content type (a folder comes as a zip)."""
-        _, data, content_type = self.client.raw(
-            "GET", f"/experiments/{quote(experiment_id)}/artifacts/{quote(name)}"
+    def download_artifact(self, experiment_id: str, artifact: ArtifactRecord, directory: Path) -> Path:
+        """The artifact through the server's API, to where this machine's store puts it
+        (``directory``/its file name); a folder (sent as a zip) is unpacked there."""
+        _, data, _ = self.client.raw(
+            "GET", f"/experiments/{quote(experiment_id)}/artifacts/{quote(artifact.name)}"
         )
-        return data, content_type
+        target = directory / posixpath.basename(artifact.path.rstrip("/"))
+        directory.mkdir(parents=True, exist_ok=True)
+        if artifact.kind == "folder":
+            target.mkdir(parents=True, exist_ok=True)
+            with zipfile.ZipFile(io.BytesIO(data)) as z:
+                root = target.resolve()
+                for member in z.infolist():
+                    dest = (target / member.filename).resolve()
+                    if not dest.is_relative_to(root) or member.is_dir():
+                        continue  # nothing lands outside the folder asked for
+                    dest.parent.mkdir(parents=True, exist_ok=True)
+                    dest.write_bytes(z.read(member))
+            return target
+        tmp = target.with_name(f".{target.name}.part")
+        tmp.write_bytes(data)
+        tmp.replace(target)
+        return target
 
     # -- groups -----------------------------------------------------------------------------------
     def group(self, group_id: str) -> dict[str, Any]:

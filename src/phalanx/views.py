@@ -97,51 +97,6 @@ def conflict_notes(records: list[ParamRecord]) -> dict[tuple[str, str], str]:
     return notes
 
 
-def run_details(store: Store, experiment_id: str) -> dict[str, Any]:
-    """Attempts, what ran (git, versions, host) and the pace of each rank: `get -o json` and the API."""
-    from phalanx.stragglers import pace  # why: `phalanx --help` imports this module
-
-    repro = store.repro(experiment_id)
-    git = dict(repro.get("git") or {})
-    git.pop("diff", None)  # `phalanx diff` shows code; get stays short
-    source = {
-        "git": git or None,
-        "python": repro.get("python"),
-        "phalanx": repro.get("phalanx"),
-        "host": repro.get("host"),
-        "packages": len(repro.get("packages") or []),
-        "snapshot": repro.get("snapshot"),
-        "launch": repro.get("launch"),
-    }
-    attempts = store.attempts(experiment_id)
-    code = _attempt_code(store, experiment_id, repro)
-    for a in attempts:  # what each attempt ran, where `phalanx resume` recorded it (docs/checkpoints.md)
-        if a["number"] in code:
-            a["code"] = code[a["number"]]
-    return {
-        "attempts": attempts,
-        "pod_attempts": store.replica_starts(experiment_id),
-        "source": source if repro else None,
-        "pace": pace(store, experiment_id),
-    }
-
-
-def _attempt_code(store: Store, experiment_id: str, record: dict[str, Any]) -> dict[int, dict[str, Any]]:
-    from phalanx import repro  # why: `phalanx --help` imports this module
-
-    artifacts = store.artifact_store
-
-    def read(path: str) -> bytes | None:
-        if artifacts is None or not artifacts.exists(experiment_id, path):
-            return None
-        return bytes(artifacts.read_bytes(experiment_id, path))
-
-    try:
-        return repro.attempt_changes(record, read)
-    except Exception:  # an unreadable snapshot must not take `get` down
-        return {}
-
-
 def _changed(a: Mapping[str, Any], b: Mapping[str, Any], keys: Iterable[str] | None = None) -> dict[str, Any]:
     """``{key: {"a": ..., "b": ...}}`` for the keys whose values differ (all keys of both by default)."""
     names = sorted(set(a) | set(b)) if keys is None else keys

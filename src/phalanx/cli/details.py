@@ -17,7 +17,6 @@ from phalanx.cli.listing import Format, _duration, _table, _when
 from phalanx.cli.reading import (
     _value,
     artifact_json,
-    details_of,
     experiment_json,
     is_remote,
     replica_json,
@@ -138,7 +137,7 @@ def show_experiment(store: Any, experiment_id: str, output: Format, file: bool) 
             notes=e.notes,
             reports=store.texts(e.id),
         )
-        doc.update(details_of(store, e.id))
+        doc.update(store.run_details(e.id))
         from phalanx.data.lineage import inputs_of
 
         doc["inputs"] = inputs_of(e.plan)  # the dataset versions and datastores it read
@@ -232,7 +231,7 @@ def _content_lines(
         for t in texts[-3:]:
             first = t["text"].splitlines()[0] if t["text"] else ""
             out.append(f"  {t['title'] or 'text'}: {first[:100]}")
-    out.extend(run_details_text(details_of(store, e.id)))
+    out.extend(run_details_text(store.run_details(e.id)))
     from phalanx.data.lineage import inputs_text
 
     out.extend(inputs_text(e.plan))

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from phalanx.cli.listing import open_for_reading
-from phalanx.views import PER_REPLICA, run_details
+from phalanx.views import PER_REPLICA
 
 if TYPE_CHECKING:
     from phalanx.domain import Experiment, Replica
@@ -37,11 +37,6 @@ def open_target(server: str | None = None, local: bool = False) -> Any:
 def is_remote(store: Any) -> bool:
     """Whether ``store`` is a server's (its declared door, ``store.base.Store.server_url``)."""
     return store.server_url is not None
-
-
-def details_of(store: Any, experiment_id: str) -> dict[str, Any]:
-    """Attempts, source and pace (``views.run_details``), from the server's /run when remote."""
-    return store.run_details(experiment_id) if is_remote(store) else run_details(store, experiment_id)
 
 
 # --- formatting ----------------------------------------------------------------------------------

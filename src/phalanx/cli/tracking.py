@@ -13,7 +13,7 @@ import csv
 import sys
 from enum import StrEnum
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import Annotated
 
 import typer
 
@@ -35,9 +35,6 @@ from phalanx.cli.reading import is_remote as is_remote
 from phalanx.cli.reading import open_target as open_target
 from phalanx.cli.target import LocalOpt, ServerOpt, ThisMachineOnlyOpt, this_machine_only
 from phalanx.views import conflict_notes, params_by_section
-
-if TYPE_CHECKING:
-    from phalanx.store.base import ArtifactRecord
 
 
 class MetricsFormat(StrEnum):
@@ -252,7 +249,7 @@ def artifacts(
 
     --kind report lists what logger.report_image/histogram/table/matplotlib_figure/plotly stored,
     named report/KIND/TITLE/SERIES/STEP@rankN (-o json adds their title, series, step and rank)."""
-    from phalanx.errors import NotFound, StoreError
+    from phalanx.errors import NotFound
 
     store = open_target(server, local)
     e = store.get_experiment(experiment_id)
@@ -262,12 +259,7 @@ def artifacts(
         if chosen is None:
             names = ", ".join(repr(a.name) for a in records) or "none"
             raise NotFound(f"experiment {e.id} has no artifact {download!r} (artifacts: {names})")
-        if is_remote(store):
-            target = download_remote(store, e.id, chosen, directory)
-        elif store.artifact_store is None:
-            raise StoreError("this store has no artifact store to download from")
-        else:
-            target = store.artifact_store.download(e.id, chosen.path, directory)
+        target = store.download_artifact(e.id, chosen, directory)
         if output is Format.JSON:
             emit_json({"name": chosen.name, "path": str(target)})
         else:
@@ -284,33 +276,6 @@ def artifacts(
         for a in records
     ]
     typer.echo(_table(["name", "kind", "size", "replica", "rank", "path"], rows))
-
-
-def download_remote(store: Any, experiment_id: str, chosen: ArtifactRecord, directory: Path) -> Path:
-    """Fetch an artifact through the server's API to where a local download puts it
-    (``directory``/its file name); a folder artifact (sent as a zip) is unpacked there."""
-    import io
-    import posixpath
-    import zipfile
-
-    data, _ = store.download(experiment_id, chosen.name)
-    target = directory / posixpath.basename(chosen.path.rstrip("/"))
-    directory.mkdir(parents=True, exist_ok=True)
-    if chosen.kind == "folder":
-        target.mkdir(parents=True, exist_ok=True)
-        with zipfile.ZipFile(io.BytesIO(data)) as z:
-            root = target.resolve()
-            for member in z.infolist():
-                dest = (target / member.filename).resolve()
-                if not dest.is_relative_to(root) or member.is_dir():
-                    continue  # nothing lands outside the folder asked for
-                dest.parent.mkdir(parents=True, exist_ok=True)
-                dest.write_bytes(z.read(member))
-        return target
-    tmp = target.with_name(f".{target.name}.part")
-    tmp.write_bytes(data)
-    tmp.replace(target)
-    return target
 
 
 @app.command("gc")

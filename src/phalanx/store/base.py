@@ -35,6 +35,8 @@ from phalanx.store.artifacts import ArtifactStore
 from phalanx.store.submissions import SubmissionStore
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from sqlalchemy.engine import Engine
 
 
@@ -444,6 +446,18 @@ class Store(Protocol):
 
     def repro(self, experiment_id: str) -> dict[str, Any]:
         """What ``set_repro`` recorded; {} when nothing was. Raises NotFound."""
+        ...
+
+    def download_artifact(self, experiment_id: str, artifact: ArtifactRecord, directory: Path) -> Path:
+        """Copy ``artifact`` (a file, or a folder with its files) into ``directory`` of this
+        machine, under its own name; returns where it landed. Raises StoreError when the store
+        keeps no artifacts, NotFound when it holds no such file."""
+        ...
+
+    def run_details(self, experiment_id: str) -> dict[str, Any]:
+        """Its attempts (with what each ran), what ran (git, versions, host, launch, snapshot) and
+        each rank's pace (``store.details``): what `phalanx get` shows and the API's
+        ``/experiments/ID/run`` answers, on either door. Raises NotFound."""
         ...
 
 

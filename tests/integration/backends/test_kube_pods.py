@@ -92,10 +92,9 @@ def test_a_restarted_or_replaced_pod_replaces_the_steps_it_reports_again(tmp_pat
             assert says in console
         # `phalanx get` (and the API's run details) show how often Kubernetes restarted each pod
         from phalanx.cli.details import run_details_text
-        from phalanx.views import run_details
 
         assert store.replica_starts(EXPERIMENT_ID) == {"master": 2, "worker-0": 0}
-        details = run_details(store, EXPERIMENT_ID)
+        details = store.run_details(EXPERIMENT_ID)
         assert details["pod_attempts"] == {"master": 2, "worker-0": 0}
         assert "pod attempts: master 2, worker-0 0" in run_details_text(details)
     finally:

@@ -15,7 +15,6 @@ from phalanx.server.deps import StoreDep, experiment_of
 from phalanx.server.policy import policy, require_experiment
 from phalanx.store.accounts import Role
 from phalanx.views import diff_doc
-from phalanx.views import run_details as details
 
 router = APIRouter(tags=["runs"])
 
@@ -41,7 +40,7 @@ def run_details(experiment_id: str, store: StoreDep) -> dict[str, Any]:
     """Attempts (start, restarts, resumes), what ran (git, versions, packages count, snapshot) and
     the pace of each rank with the straggler, as `phalanx get -o json` shows them."""
     e = experiment_of(store, experiment_id)
-    return {"experiment_id": e.id, **details(store, e.id)}
+    return {"experiment_id": e.id, **store.run_details(e.id)}
 
 
 @router.get("/experiments/{experiment_id}/source")

@@ -12,6 +12,7 @@ import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from operator import itemgetter
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from sqlalchemy import Connection, String, cast, delete, func, insert, or_, select, update
@@ -27,8 +28,10 @@ from phalanx.domain import (
     Role,
 )
 from phalanx.errors import Conflict, NotFound, StoreError, UsageError, not_resumable
+from phalanx.store import details
 from phalanx.store.artifacts import ArtifactStore
 from phalanx.store.base import (
+    ArtifactRecord,
     ExperimentFilter,
     GroupStore,
     IngestStore,
@@ -323,6 +326,14 @@ class SqlStore(AttemptBook, RecordReads, ManyReads, GroupBook, SubmissionBook):
             full = _resolve(conn, experiment_id)
             value = conn.execute(select(ExperimentRow.c.repro).where(ExperimentRow.c.id == full)).scalar()
         return dict(value or {})
+
+    def run_details(self, experiment_id: str) -> dict[str, Any]:
+        return details.run_details(self, experiment_id)
+
+    def download_artifact(self, experiment_id: str, artifact: ArtifactRecord, directory: Path) -> Path:
+        if self.artifact_store is None:
+            raise StoreError("this store has no artifact store to download from")
+        return self.artifact_store.download(experiment_id, artifact.path, directory)
 
     def delete_experiment(self, experiment_id: str) -> None:
         with self._writer.begin() as conn:

@@ -1,0 +1,55 @@
+"""An experiment's run details: its attempts (with what each ran), what ran (git, versions, host,
+launch, snapshot) and the pace of each rank. `phalanx get` shows them and the API's
+``/experiments/ID/run`` answers them; ``Store.run_details`` is the capability, this module the
+SQL store's side of it (a server's ``RemoteStore`` asks that route)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from phalanx import repro as repros
+from phalanx.stragglers import pace
+
+if TYPE_CHECKING:
+    from phalanx.store.base import Store
+
+
+def run_details(store: Store, experiment_id: str) -> dict[str, Any]:
+    """Attempts, what ran (git, versions, host) and the pace of each rank."""
+    repro = store.repro(experiment_id)
+    git = dict(repro.get("git") or {})
+    git.pop("diff", None)  # `phalanx diff` shows code; get stays short
+    source = {
+        "git": git or None,
+        "python": repro.get("python"),
+        "phalanx": repro.get("phalanx"),
+        "host": repro.get("host"),
+        "packages": len(repro.get("packages") or []),
+        "snapshot": repro.get("snapshot"),
+        "launch": repro.get("launch"),
+    }
+    attempts = store.attempts(experiment_id)
+    code = _attempt_code(store, experiment_id, repro)
+    for a in attempts:  # what each attempt ran, where `phalanx resume` recorded it (docs/checkpoints.md)
+        if a["number"] in code:
+            a["code"] = code[a["number"]]
+    return {
+        "attempts": attempts,
+        "pod_attempts": store.replica_starts(experiment_id),
+        "source": source if repro else None,
+        "pace": pace(store, experiment_id),
+    }
+
+
+def _attempt_code(store: Store, experiment_id: str, record: dict[str, Any]) -> dict[int, dict[str, Any]]:
+    artifacts = store.artifact_store
+
+    def read(path: str) -> bytes | None:
+        if artifacts is None or not artifacts.exists(experiment_id, path):
+            return None
+        return bytes(artifacts.read_bytes(experiment_id, path))
+
+    try:
+        return repros.attempt_changes(record, read)
+    except Exception:  # an unreadable snapshot must not take `get` down
+        return {}
