@@ -147,7 +147,11 @@ def set_up(home: Path, data: Path) -> None:
             folder = data / name
             folder.mkdir(parents=True, exist_ok=True)
             (folder / "part-0.csv").write_text(f"{project},1\n")
-            catalog.add_dataset(store, name, str(folder), project=project)
+            # as `phalanx data add` keeps it: copied into the server's home, which no box sees but
+            # this version's own folder, read-only
+            catalog.catalog_of(store, home).add_dataset(
+                name, str(folder), copy_to=None, project=project, shared=False
+            )
         for name, value in NLP_AWS.items():  # nlp reads its bucket with these, never the server's
             secrets.put(store, home, "nlp", name, value)
         catalog.add_datastore(store, "nlp-lake", f"s3://{BUCKET}/lake", project="nlp")

@@ -54,6 +54,7 @@ REACHED_UNBOXED = {
     "victim_artifacts",
     "victim_checkpoint",
     "victim_input",
+    "victim_dataset_copy",
     "victim_environ",
     "victim_secret_in_proc",
     "victim_signal",
@@ -108,6 +109,8 @@ def targets(team: Team, victim: str, pid: int) -> dict[str, Any]:
             "artifacts": str(artifacts),
             "checkpoint": str(checkpoint),
             "input": str(next(p for p in cache.rglob("*") if p.is_file())),
+            # its dataset's bytes as `data add` keeps them, in the server's home
+            "dataset_copy": str(next((home / "data" / "datasets" / "vision-digits").rglob("part-0.csv"))),
             "secret": SECRETS["vision"][1],
             "dataset": "vision-digits",
         },
