@@ -85,6 +85,9 @@ def _path(raw: str) -> Path | None:
     return Path(raw).expanduser()
 
 
+DEFAULT_SAMPLE_SECONDS = 5.0  # how often a replica's system series are sampled, unless told
+
+
 def _sample_interval(raw: str) -> float | None:
     if raw.lower() in ("0", "off", "false", "no"):
         return None
@@ -181,7 +184,7 @@ HOROVOD_WHEEL: Knob[Path | None] = Knob(
 SYSTEM_METRICS: Knob[float | None] = Knob(
     "PHALANX_SYSTEM_METRICS",
     _sample_interval,
-    5.0,  # machine.sysmetrics.DEFAULT_INTERVAL
+    DEFAULT_SAMPLE_SECONDS,
     "seconds > 0 between samples, or off",
     "how often each replica's CPU, memory and GPU use are sampled into its experiment (off: never,"
     " as `phalanx run --no-system-metrics`; under 1 s is 1 s)",

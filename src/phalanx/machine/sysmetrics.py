@@ -34,7 +34,7 @@ from phalanx.spool import SpoolWriter, encode_points, new_stream_id
 
 log = logging.getLogger(__name__)
 
-DEFAULT_INTERVAL = 5.0  # knobs.SYSTEM_METRICS's default
+DEFAULT_INTERVAL = knobs.DEFAULT_SAMPLE_SECONDS
 MIB = 1024 * 1024
 FIRST_LOOK_SECONDS = 1.0  # after the replicas start
 MIN_AGE_SECONDS = 0.5  # a younger process: too few clock ticks for a meaningful first CPU %
