@@ -59,14 +59,14 @@ def _sigint_as_it_was() -> Iterator[None]:
 _LEFT_BEHIND: list[str] = []
 
 
-_MARKS = (b"PHALANX_HOME=", b"PHALANX_BOX=")
+_MARKS = (b"PHALANX_HOME=", b"PHALANX_BOX=", b"PHALANX_SERVICE=")
 
 
 def _processes_under(root: Path) -> list[tuple[int, str]]:
     """Live processes (not zombies) whose PHALANX_HOME lies under ``root``: every experiment,
     supervisor, ingester and server a test starts has one under its tmp_path. A boxed replica (a
     server's submission) has no PHALANX_HOME: its mark PHALANX_BOX names its box folder, which lies
-    in the server's home."""
+    in the server's home; a server's service (TensorBoard) is marked PHALANX_SERVICE the same way."""
     prefix = str(root).encode()
     found = []
     for entry in os.scandir("/proc"):

@@ -351,3 +351,28 @@ class RemoteSecrets:
         except NotFound:
             return False
         return True
+
+
+class RemoteServices:
+    """A server's services (phalanx.server.services) through its API: TensorBoards that a project's
+    viewers start, list and stop; each answers at ``<server>/services/ID/``."""
+
+    def __init__(self, client: Client) -> None:
+        self.client = client
+
+    def start_tensorboard(self, kind: str, target: str) -> dict[str, Any]:
+        """The TensorBoard of the experiment, group or project ``target`` (``kind``): the one that
+        runs, else a new one (its ``started`` says which)."""
+        found: dict[str, Any] = self.client.send("POST", "/services", {"kind": "tensorboard", kind: target})
+        return found
+
+    def services(self) -> list[dict[str, Any]]:
+        found: list[dict[str, Any]] = self.client.get("/services")
+        return found
+
+    def stop(self, service_id: str) -> dict[str, Any]:
+        found: dict[str, Any] = self.client.send("DELETE", f"/services/{quote(service_id)}")
+        return found
+
+    def url_of(self, service: dict[str, Any]) -> str:
+        return self.client.url.rstrip("/") + str(service["path"])

@@ -24,6 +24,7 @@ COMMAND_MODULES = (
     "phalanx.cli.quota",
     "phalanx.cli.secret",
     "phalanx.cli.alert",
+    "phalanx.cli.tensorboard",
     "phalanx.cli.group",
     "phalanx.cli.resume",
     "phalanx.cli.annotate",
@@ -73,6 +74,7 @@ COMMAND_MODULE = {
     "quota": "phalanx.cli.quota",
     "secret": "phalanx.cli.secret",
     "alert": "phalanx.cli.alert",
+    "tensorboard": "phalanx.cli.tensorboard",
 }
 
 

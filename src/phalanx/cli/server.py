@@ -380,6 +380,16 @@ AlertBackoffOpt = Annotated[
     ),
 ]
 
+ServiceIdleOpt = Annotated[
+    float,
+    typer.Option(
+        "--service-idle-minutes",
+        min=0.01,
+        metavar="MINUTES",
+        help="a service (TensorBoard) nobody reached for this long is stopped (docs/services.md)",
+    ),
+]
+
 
 @app.command("server")
 def server(
@@ -405,6 +415,7 @@ def server(
     public_url: PublicUrlOpt = None,
     alert_attempts: AlertAttemptsOpt = 5,
     alert_backoff: AlertBackoffOpt = 10.0,
+    service_idle_minutes: ServiceIdleOpt = 30.0,
 ) -> None:
     """Serve the REST API (/api/v1) and the web UI (/) over this machine's Phalanx store."""
     from phalanx import knobs
@@ -456,6 +467,7 @@ def server(
             public_url=public_url,
             alert_attempts=alert_attempts,
             alert_backoff_seconds=alert_backoff,
+            service_idle_seconds=service_idle_minutes * 60,
         )
     )
     shown = f"[{host}]" if ":" in host else host

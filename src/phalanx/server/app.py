@@ -27,6 +27,7 @@ from phalanx.server.alerting import Deliverer, Retry
 from phalanx.server.apidocs import install_docs
 from phalanx.server.audit import AuditMiddleware
 from phalanx.server.auth import SecurityMiddleware, default_allowed_hosts
+from phalanx.server.boxing import isolation_for
 from phalanx.server.files import ArtifactFiles
 from phalanx.server.gate import ChartGate
 from phalanx.server.launcher import Launcher
@@ -55,7 +56,9 @@ from phalanx.server.routes import (
 from phalanx.server.routes import queue as queue_routes
 from phalanx.server.routes import quotas as quota_routes
 from phalanx.server.routes import secrets as secret_routes
+from phalanx.server.routes import services as service_routes
 from phalanx.server.schemas import ErrorOut
+from phalanx.server.services import Services, Timing
 from phalanx.server.sessions import STRONG_TOKEN_CHARS, BearerThrottle, LoginThrottle, Sessions
 from phalanx.server.settings import ServerSettings
 from phalanx.server.sweeper import Sweeper
@@ -90,6 +93,12 @@ def create_app(settings: ServerSettings, store: LocalStore | None = None) -> Fas
         store = open_store(settings.store)
     sweeper: Sweeper | None = None
     launcher = Launcher(store, settings.store, workers=settings.launch_workers, period=settings.watch_seconds)
+    services = Services(
+        store,
+        settings.store.home,
+        lambda project: isolation_for(settings.store, project),
+        Timing(idle_seconds=settings.service_idle_seconds, refresh_seconds=settings.service_refresh_seconds),
+    )
 
     @contextlib.asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
@@ -101,9 +110,11 @@ def create_app(settings: ServerSettings, store: LocalStore | None = None) -> Fas
             launcher.start()
         deliverer = _deliverer(settings, store)
         app.state.deliverer = deliverer
+        services.start()
         try:
             yield
         finally:
+            services.close()
             if deliverer is not None:
                 deliverer.stop()
             launcher.stop()
@@ -123,6 +134,7 @@ def create_app(settings: ServerSettings, store: LocalStore | None = None) -> Fas
     )
     _install_state(app, settings, store)
     app.state.launcher = launcher
+    app.state.services = services
     app.state.submit_slots = anyio.CapacityLimiter(settings.submit_slots)
     _install_routes(app, settings)
     _install_error_handlers(app)
@@ -214,9 +226,11 @@ def _install_routes(app: FastAPI, settings: ServerSettings) -> None:
         quota_routes,
         secret_routes,
         alert_routes,
+        service_routes,
     )
     for module in routers:
         app.include_router(module.router, prefix=API)
+    app.include_router(service_routes.page_router)  # the services themselves, for browsers and API clients
     if settings.ui_enabled:
         install_docs(app, f"{API}/openapi.json")
         app.include_router(pages.router)

@@ -13,10 +13,12 @@ Rules (docs/teams.md#policies):
 - ``site:admin``: a server admin;
 - ``any:editor``: an editor (or admin) of at least one project (registering a model version: the
   route then checks the experiment's project and the model's);
-- ``experiment:ROLE``, ``group:ROLE``, ``project:ROLE``, ``model:ROLE``, ``alert:ROLE``: that role
-  (viewer < editor < admin) in the project of the ``experiment_id``, ``group_id``, ``project``, (a
-  registered model's) ``name`` or (an alert hook's) ``hook_id`` path parameter; somebody in none of
-  the project's roles gets 404, as if it did not exist (its existence is not theirs to know);
+- ``experiment:ROLE``, ``group:ROLE``, ``project:ROLE``, ``model:ROLE``, ``alert:ROLE``,
+  ``service:ROLE``: that role (viewer < editor < admin) in the project of the ``experiment_id``,
+  ``group_id``, ``project``, (a registered model's) ``name``, (an alert hook's) ``hook_id`` or (a
+  running service's) ``service_id`` path parameter (a service may ask more: its own ``role``);
+  somebody in none of the project's roles gets 404, as if it did not exist (its existence is not
+  theirs to know);
 - ``body``: the route checks the role itself on what its body names (``require``), e.g. a submit's
   project or an ingest batch's experiments.
 
@@ -41,7 +43,7 @@ from phalanx.store.registry import registry_store
 F = TypeVar("F", bound=Callable[..., Any])
 
 ATTRIBUTE = "__phalanx_policy__"
-SCOPES = ("experiment", "group", "project", "model", "alert")
+SCOPES = ("experiment", "group", "project", "model", "alert", "service")
 RULES = frozenset(
     {"public", "signed-in", "site:admin", "body", "any:editor"}
     | {f"{s}:{r.name}" for s in SCOPES for r in Role}
@@ -199,6 +201,10 @@ def enforce(request: Request) -> None:
         require(
             request, alert_book(request.app.state.store).hook(hook_id).project, role, f"alert hook {hook_id}"
         )
+    elif scope == "service":
+        service_id = str(params["service_id"])  # a stopped or unknown one: the services' own NotFound
+        service = request.app.state.services.get(service_id)
+        require(request, service.project, max(role, service.role), f"service {service_id}")
     else:
         project = str(params["project"])
         require(request, project, role, f"project {project}")

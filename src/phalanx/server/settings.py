@@ -57,6 +57,10 @@ class ServerSettings(BaseModel):
     alert_attempts: int = Field(default=5, ge=1, le=20)
     alert_backoff_seconds: float = Field(default=10.0, gt=0)
     alert_timeout_seconds: float = Field(default=10.0, gt=0)
+    # services (server/services.py): one nobody reached for this long is stopped; boards take new
+    # points this often
+    service_idle_seconds: float = Field(default=1800.0, gt=0)
+    service_refresh_seconds: float = Field(default=5.0, gt=0)
     # the address people reach this server at, for the experiment links alerts carry; None:
     # http://HOST:PORT/ as it listens
     public_url: str | None = None

@@ -108,6 +108,32 @@ class Team:
         self.wait_done(exp_id)
 
 
+@dataclass(frozen=True)
+class BoardProcess:
+    """A TensorBoard service's process on this machine: its pid, uid and the socket it listens on."""
+
+    pid: int
+    uid: int
+    socket: str
+
+
+def board_process(service_id: str) -> BoardProcess:
+    """The TensorBoard (the Python process, inside its box when boxed) of service ``service_id``."""
+    for entry in Path("/proc").iterdir():
+        try:
+            argv = [a.decode() for a in (entry / "cmdline").read_bytes().split(b"\0")]
+            status = (entry / "status").read_text()
+        except OSError:
+            continue
+        if "phalanx.services.tensorboard" not in argv or f"/services/{service_id}" not in argv:
+            continue
+        if Path(argv[0]).name == "bwrap" or "setpriv" in Path(argv[0]).name:
+            continue  # the box's own processes before the exec
+        uid = int(next(line for line in status.splitlines() if line.startswith("Uid:")).split()[1])
+        return BoardProcess(int(entry.name), uid, argv[argv.index("--socket") + 1])
+    raise AssertionError(f"no TensorBoard process of service {service_id}")
+
+
 def phalanx(home: Path, *args: str, stdin: str = "") -> str:
     """A `phalanx` command on the server's machine, with the server's home (as its admin types it)."""
     r = subprocess.run(

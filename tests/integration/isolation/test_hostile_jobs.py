@@ -27,6 +27,7 @@ from tests.integration.isolation.team import (
     SERVER_SESSION,
     TOKEN,
     Team,
+    board_process,
     example_folder,
     job_folder,
     running_team,
@@ -58,6 +59,7 @@ REACHED_UNBOXED = {
     "victim_environ",
     "victim_secret_in_proc",
     "victim_signal",
+    "victim_board_socket",
 }
 
 
@@ -90,6 +92,7 @@ def targets(team: Team, victim: str, pid: int) -> dict[str, Any]:
     artifacts = home / "artifacts" / victim
     checkpoint = next(p for p in artifacts.rglob("*") if p.is_file() and "checkpoint" in str(p))
     cache = next((home / "cache").iterdir())
+    board = team.client("vic").send("POST", "/services", {"experiment": victim})  # vision's TensorBoard
     return {
         "api": team.server.url,
         "home": str(home),
@@ -113,6 +116,7 @@ def targets(team: Team, victim: str, pid: int) -> dict[str, Any]:
             "dataset_copy": str(next((home / "data" / "datasets" / "vision-digits").rglob("part-0.csv"))),
             "secret": SECRETS["vision"][1],
             "dataset": "vision-digits",
+            "board": {"id": board["id"], "socket": board_process(board["id"]).socket},
         },
     }
 
@@ -134,7 +138,8 @@ def test_a_hostile_job_reaches_nothing_of_the_server_or_another_project_and_stil
     team: Team, tmp_path: Path
 ) -> None:
     victim, pid = start_victim(team, tmp_path)
-    exp, states, lines = run_probe(team, tmp_path, targets(team, victim, pid))
+    aims = targets(team, victim, pid)
+    exp, states, lines = run_probe(team, tmp_path, aims)
     assert exp["status"] == "succeeded", lines[-30:]
     assert len(states) == PROBES, lines  # every probe ran
     opened = {name for name, state in states.items() if state != "blocked"}
@@ -175,6 +180,8 @@ def test_a_hostile_job_reaches_nothing_of_the_server_or_another_project_and_stil
     assert "step=5" in resumed and "weights" in resumed, resumed
     uid = ready.split("uid=")[1].split()[0]
     assert uid != "0" and f"uid={uid} home=None" in resumed, (ready, resumed)
+    # vision's TensorBoard, which the job could not reach, runs as vision's account too
+    assert board_process(aims["victim"]["board"]["id"]).uid == int(uid)
 
 
 def test_with_trust_submitters_the_same_probes_get_through(tmp_path: Path) -> None:

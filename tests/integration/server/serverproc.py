@@ -144,6 +144,12 @@ def supervisors_gone(server: Server) -> None:
     server's home but the server."""
     wait_for(
         "every supervisor and controller exited",
-        lambda: not [pid for pid, _ in _processes_under(server.home) if pid != server.proc.pid],
+        lambda: (
+            not [
+                pid
+                for pid, argv in _processes_under(server.home)
+                if pid != server.proc.pid and "phalanx.services." not in argv  # its services are the server's
+            ]
+        ),
         120,
     )

@@ -13,6 +13,9 @@ from phalanx.server.app import create_app
 from phalanx.server.settings import ServerSettings
 from phalanx.store import open_store
 from phalanx.store.base import Store
+from tests.unit.server.fake_services import fake_boards, started_without_a_process
+
+__all__ = ["fake_boards", "started_without_a_process"]  # fixtures: services without a process
 
 
 @pytest.fixture

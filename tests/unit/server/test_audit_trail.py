@@ -43,6 +43,7 @@ class World:
     group: str
     settings: ServerSettings
     hook: str = ""  # the alert hook _alert_add made
+    board: str = ""  # the TensorBoard _board_start started
 
     def auth(self, who: str = "root") -> dict[str, str]:
         return {"Authorization": f"Bearer {self.team.tokens[who]}"}
@@ -151,6 +152,17 @@ def _alert_add(w: World) -> tuple[int, str, str, str | None]:
 def _alert_rm(w: World) -> tuple[int, str, str, str | None]:
     r = w.client.delete(f"{API}/alerts/{w.hook}", headers=w.auth("editor_a"))
     return r.status_code, "alert.remove", w.hook, None
+
+
+def _board_start(w: World) -> tuple[int, str, str, str | None]:
+    r = w.client.post(f"{API}/services", json={"group": w.group}, headers=w.auth("viewer_a"))
+    w.board = r.json()["id"]
+    return r.status_code, "service.start", w.board, f"tensorboard of group {w.group}"
+
+
+def _board_stop(w: World) -> tuple[int, str, str, str | None]:
+    r = w.client.delete(f"{API}/services/{w.board}", headers=w.auth("viewer_a"))
+    return r.status_code, "service.stop", w.board, "tensorboard of group"
 
 
 def _quota_set(w: World) -> tuple[int, str, str, str | None]:
@@ -266,6 +278,8 @@ CALLS: dict[tuple[str, str], Call] = {
     ("POST", f"{API}/datasets"): _dataset_add,
     ("DELETE", f"{API}/datasets/{{name}}"): _dataset_rm,
     ("DELETE", f"{API}/datastores/{{name}}"): _datastore_rm,
+    ("POST", f"{API}/services"): _board_start,
+    ("DELETE", f"{API}/services/{{service_id}}"): _board_stop,
 }
 
 
@@ -290,6 +304,7 @@ def world(settings: ServerSettings, store: LocalStore) -> World:
     return World(client, store, team, exp, running, group, settings)
 
 
+@pytest.mark.usefixtures("started_without_a_process")
 def test_every_mutating_route_leaves_an_audit_entry(world: World) -> None:
     routes = mutating_routes(world.client)
     unlisted = sorted(routes - set(CALLS) - NOT_CHANGES)

@@ -21,6 +21,7 @@ from phalanx.server.settings import ServerSettings
 from phalanx.store.alerts import alert_book
 from phalanx.store.base import Store
 from tests.unit.server import fill
+from tests.unit.server.fake_services import FakeBoard
 from tests.unit.server.teams_fixtures import ROLES, Team, make_group, make_model, make_team
 
 TABLE: dict[tuple[str, str], str] = {
@@ -110,6 +111,14 @@ TABLE: dict[tuple[str, str], str] = {
     ("POST", "/api/v1/projects/{project}/alerts"): "project:editor",
     ("DELETE", "/api/v1/alerts/{hook_id}"): "alert:editor",
     ("GET", "/api/v1/alerts/{hook_id}/deliveries"): "alert:viewer",
+    # services (TensorBoard): a project's viewers start, reach and stop them; the proxy is the service
+    ("POST", "/api/v1/services"): "body",
+    ("GET", "/api/v1/services"): "signed-in",
+    ("GET", "/api/v1/services/{service_id}"): "service:viewer",
+    ("DELETE", "/api/v1/services/{service_id}"): "service:viewer",
+    ("GET", "/services/{service_id}"): "service:viewer",
+    ("GET", "/services/{service_id}/{path:path}"): "service:viewer",
+    ("POST", "/services/{service_id}/{path:path}"): "service:viewer",
     # UI pages: the shell holds no data (the API calls it makes check the role), but needs sign-in
     ("GET", "/docs"): "signed-in",
     ("GET", "/docs/init.js"): "signed-in",
@@ -212,12 +221,13 @@ def _fill(path: str, ids: dict[str, str]) -> str:
         "name": "x",
         "path": "x.txt",
         "hook_id": ids["hook"],
+        "service_id": ids["service"],
     }
     return re.sub(r"\{(\w+)(:path)?\}", lambda m: values[m.group(1)], path)
 
 
 def test_every_route_answers_each_role_as_the_table_says(
-    client: TestClient, team: Team, store: Store
+    client: TestClient, app: FastAPI, team: Team, store: Store, fake_boards: FakeBoard
 ) -> None:
     # mutations last (DELETE very last), so one role's reads see what it has not deleted yet
     order = sorted(TABLE, key=lambda k: (k[0] in MUTATING, k[0] == "DELETE", k[1]))
@@ -228,6 +238,7 @@ def test_every_route_answers_each_role_as_the_table_says(
             "experiment": fill.experiment(store, project="A").id,
             "group": make_group(store, "A").id,
             "hook": alert_book(store).add_hook("A", "http://127.0.0.1:9/h", ["failed"], None, None).id,
+            "service": fake_boards.add(app.state.services, store),
         }
         team.accounts.set_member("A", "spare", team.accounts.members("A").get("spare") or _viewer())
         headers = {} if role == "anonymous" else {"Authorization": f"Bearer {team.tokens[role]}"}
@@ -262,7 +273,9 @@ def _viewer() -> object:
 
 
 def test_a_viewer_gets_403_on_every_mutating_project_route() -> None:
-    scoped = [k for k, rule in TABLE.items() if k[0] in MUTATING and ":" in rule]
+    # but a board's: its viewers stop it (it changes nothing of the project's), and TensorBoard's own
+    # POSTs through the proxy are reads of its data
+    scoped = [k for k, rule in TABLE.items() if k[0] in MUTATING and ":" in rule and rule != "service:viewer"]
     assert scoped and all(expected(TABLE[k], "viewer_a") == "forbidden" for k in scoped)
 
 

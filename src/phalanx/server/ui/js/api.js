@@ -124,4 +124,7 @@ export const api = {
   reprioritise: (id, priority) => request(`/queue/${enc(id)}`, {
     method: "PATCH", headers: { "Content-Type": "application/json" }, body: JSON.stringify({ priority }) }),
   sweep: (params) => request(`/sweep?${query(params)}`),
+  // a TensorBoard service: {experiment: id} or {group: id}; the one that runs when there is one
+  tensorboard: (target) => request("/services", {
+    method: "POST", headers: { "Content-Type": "application/json" }, body: JSON.stringify({ kind: "tensorboard", ...target }) }),
 };

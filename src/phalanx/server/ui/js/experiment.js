@@ -9,6 +9,7 @@ import { rerunForm } from "./rerun.js";
 import { may, whoAmI } from "./roles.js";
 import { renderSamples } from "./samples.js";
 import { sourceDetails } from "./repro.js";
+import { tensorboardButton } from "./services.js";
 import { badge, byReplica, clear, durationSeconds, fmtBytes, fmtDuration, fmtResources, fmtTime, fmtValue, h, topologyText, add } from "./util.js";
 
 const TABS = [
@@ -79,6 +80,7 @@ export function renderExperiment(root, ctx, id) {
         )),
       h("div", { class: "toolbar" },
         h("a", { href: `/compare?ids=${exp.id}` }, h("button", {}, "Compare with…")),
+        tensorboardButton({ experiment: exp.id }),
         again, running ? (editor ? stop : null) : (may(me, exp.project, "admin") ? del : null)),
     );
   }

@@ -3,6 +3,7 @@
 // brushable parallel coordinates, a scatter and param importance). Refreshed every few seconds while the group runs.
 
 import { api } from "./api.js";
+import { tensorboardButton } from "./services.js";
 import { sweepAnalysis } from "./sweep.js";
 import { badge, clear, fmtTime, h, add } from "./util.js";
 
@@ -84,7 +85,8 @@ export function renderGroup(root, ctx, groupId) {
     clear(root);
     add(root,
       h("div", { class: "toolbar" }, h("h1", {}, `Group ${g.name}`), badge(g.status),
-        h("span", { class: "muted" }, ` ${g.search} search · ${g.trials.length}/${g.planned} trials · ${g.concurrency} at a time`)),
+        h("span", { class: "muted" }, ` ${g.search} search · ${g.trials.length}/${g.planned} trials · ${g.concurrency} at a time`),
+        tensorboardButton({ group: g.id })),
       g.reason ? h("p", { class: "muted" }, g.reason) : null,
       g.trials.length ? h("p", {}, h("a", { id: "overlay", href: `/compare?ids=${g.trials.map((t) => t.experiment_id).join(",")}` },
         "Every trial's scalars overlaid (Compare)")) : null,

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import sqlite3
 import urllib.request
 from collections.abc import Callable
@@ -50,11 +51,30 @@ def api(path: str) -> object:
         return r.status == 200 and r.read(100)
 
 
+def post_json(path: str, doc: object) -> object:
+    req = urllib.request.Request(T["api"] + path, data=json.dumps(doc).encode(), method="POST")
+    req.add_header("Authorization", f"Bearer {os.environ.get('PHALANX_TOKEN', '')}")
+    req.add_header("Content-Type", "application/json")
+    with urllib.request.urlopen(req, timeout=30) as r:
+        return r.status < 300 and r.read(100)
+
+
 def put(path: str) -> object:
     req = urllib.request.Request(T["api"] + path, data=b"planted", method="PUT")
     req.add_header("Authorization", f"Bearer {os.environ.get('PHALANX_TOKEN', '')}")
     with urllib.request.urlopen(req, timeout=30) as r:
         return r.status < 300
+
+
+def board_over_socket() -> object:
+    """Another project's TensorBoard, straight at its Unix socket (not through the server)."""
+    board = victim["board"]
+    with socket.socket(socket.AF_UNIX) as s:
+        s.settimeout(30)
+        s.connect(board["socket"])
+        s.sendall(f"GET /services/{board['id']}/data/runs HTTP/1.0\r\nHost: x\r\n\r\n".encode())
+        answer = s.recv(200)
+    return b" 200 " in answer.split(b"\r\n")[0] and answer
 
 
 def store_write() -> object:
@@ -108,6 +128,9 @@ probe("api_experiments", lambda: api("/api/v1/experiments"))
 probe("api_victim", lambda: api(f"/api/v1/experiments/{victim['id']}"))
 probe("api_audit", lambda: api("/api/v1/admin/audit"))
 probe("api_dataset", lambda: api(f"/api/v1/datasets/{victim['dataset']}/versions/1"))
+probe("victim_board_socket", board_over_socket)
+probe("api_victim_board", lambda: api(f"/services/{victim['board']['id']}/data/runs"))
+probe("api_start_board", lambda: post_json("/api/v1/services", {"experiment": victim["id"]}))
 probe("api_victim_files", lambda: put(f"/api/v1/experiments/{victim['id']}/files/planted.txt"))
 # what it must have: its own project's secret, and the GPU it asked for
 print(f"OWN secret={os.environ.get(T['own_secret_name'], '')!r}", flush=True)

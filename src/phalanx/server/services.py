@@ -1,0 +1,330 @@
+"""The services a server runs for its projects (docs/services.md): today TensorBoard boards.
+
+``Services`` keeps one TensorBoard per target object (an experiment, a group, a project): asked
+again, it hands back the one that runs. Each is a process in the project's box (the same account,
+namespaces and allow-listed environment as the project's experiments, phalanx.machine.box) that
+listens on a Unix socket in a folder of that account's, never on a TCP port: it is reached only
+through the server's ``/services/ID/`` proxy (phalanx.server.proxy), under the project's roles.
+
+One refresher thread renders what experiments reported since its last pass into each board's
+folder (phalanx.services.boards), stops a service nobody asked for in ``idle_seconds`` and forgets
+one whose process died (asking again starts a new one). The server's end stops them all; a box ends
+with the server anyway (bubblewrap's ``--die-with-parent``), so nothing outlives it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import secrets
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Protocol
+
+from phalanx.backends.local.boxes import PACKAGE_ROOT
+from phalanx.errors import NotFound, PhalanxError
+from phalanx.machine import box
+from phalanx.machine.box import Isolation
+from phalanx.services.boards import Board, Target
+from phalanx.store.accounts import Role
+from phalanx.store.base import Store
+
+log = logging.getLogger(__name__)
+
+TENSORBOARD = "tensorboard"
+SOCKET = "board.sock"
+LOG = "tensorboard.log"
+# in a service's environment: its folder (in the server's home), how a leftover is found (tests)
+MARK = "PHALANX_SERVICE"
+
+
+class Process(Protocol):
+    """A service's process as the services see it."""
+
+    def alive(self) -> bool: ...
+
+    def status(self) -> int | None:
+        """Its exit status once it ended (None while it runs)."""
+        ...
+
+    def end(self) -> None:
+        """Stop it (and what it started) and wait for it; nothing when it has ended."""
+        ...
+
+
+class Spawned:
+    """A service's process this server started, in a process group (a box: bubblewrap's own)."""
+
+    def __init__(self, popen: subprocess.Popen[bytes]) -> None:
+        self.popen = popen
+
+    def alive(self) -> bool:
+        return self.popen.poll() is None
+
+    def status(self) -> int | None:
+        return self.popen.poll()
+
+    def end(self) -> None:
+        """SIGTERM to its process group (a box: bubblewrap, whose box dies with it), then SIGKILL
+        after 10 s."""
+        if self.popen.poll() is not None:
+            return
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.popen.pid, signal.SIGTERM)
+        try:
+            self.popen.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.popen.pid, signal.SIGKILL)
+            self.popen.wait()
+
+
+class ServiceFailed(PhalanxError):
+    """A service's process ended before it listened (its log's last lines say why)."""
+
+    code = "unavailable"
+
+
+@dataclass
+class Service:
+    """One running service. ``role``: the least role in ``project`` that reaches it."""
+
+    id: str
+    kind: str
+    project: str
+    target: Target
+    folder: Path
+    socket: Path
+    process: Process
+    board: Board
+    started_by: str
+    role: Role = Role.viewer
+    started_at: float = field(default_factory=time.time)
+    last_used: float = field(default_factory=time.monotonic)
+
+    @property
+    def path(self) -> str:
+        return f"/services/{self.id}/"
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "id": self.id,
+            "kind": self.kind,
+            "project": self.project,
+            "target": {"kind": self.target.kind, "id": self.target.id},
+            "path": self.path,
+            "started_by": self.started_by,
+            "started_at": self.started_at,
+            "idle_seconds": round(time.monotonic() - self.last_used, 1),
+        }
+
+
+@dataclass(frozen=True)
+class Timing:
+    """``idle_seconds``: a service nobody reached for this long is stopped; ``refresh_seconds``:
+    how often boards take new points; ``start_seconds``: how long a start may take to listen."""
+
+    idle_seconds: float = 1800.0
+    refresh_seconds: float = 5.0
+    start_seconds: float = 120.0
+
+
+class Services:
+    """The server's running services. ``isolation_for(project)``: its box (None: not boxed)."""
+
+    def __init__(
+        self,
+        store: Store,
+        home: Path,
+        isolation_for: Callable[[str], Isolation | None],
+        timing: Timing = Timing(),
+    ) -> None:
+        self.store = store
+        self.home = home
+        self.isolation_for = isolation_for
+        self.timing = timing
+        self._services: dict[str, Service] = {}
+        self._lock = threading.Lock()
+        self._starting = threading.Lock()  # one start at a time: two asks for one board start it once
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> Services:
+        """Start the refresher (again after ``close``: an app's lifespan may run more than once)."""
+        if self._thread is None or not self._thread.is_alive():
+            self._stop = threading.Event()
+            self._thread = threading.Thread(target=self._loop, name="phalanx-services", daemon=True)
+            self._thread.start()
+        return self
+
+    def close(self) -> None:
+        """Stop the refresher and every service."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=30)
+        for service in self.listed():
+            self._end(service)
+
+    def listed(self, projects: tuple[str, ...] | None = None) -> list[Service]:
+        """The running services, those of ``projects`` only when given, oldest first."""
+        with self._lock:
+            found = list(self._services.values())
+        return [s for s in found if projects is None or s.project in projects]
+
+    def get(self, service_id: str) -> Service:
+        with self._lock:
+            found = self._services.get(service_id)
+        if found is None:
+            raise NotFound(f"service {service_id} does not exist (it was stopped, or it never ran)")
+        return found
+
+    def touch(self, service: Service) -> None:
+        service.last_used = time.monotonic()
+
+    def tensorboard(self, project: str, target: Target, who: str) -> tuple[Service, bool]:
+        """The TensorBoard of ``target`` (in ``project``), started unless one runs; (it, started)."""
+        with self._starting:
+            for service in self.listed((project,)):
+                if service.kind == TENSORBOARD and service.target == target and service.process.alive():
+                    self.touch(service)
+                    return service, False
+            service = self.add(self._start_tensorboard(project, target, who))
+        log.info("service %s: TensorBoard of %s %s started by %s", service.id, target.kind, target.id, who)
+        return service, True
+
+    def add(self, service: Service) -> Service:
+        """List a started service (what ``tensorboard`` does with the one it started)."""
+        with self._lock:
+            self._services[service.id] = service
+        return service
+
+    def stop(self, service_id: str) -> Service:
+        service = self.get(service_id)
+        self._end(service)
+        return service
+
+    def _start_tensorboard(self, project: str, target: Target, who: str) -> Service:
+        service_id = secrets.token_hex(6)
+        folder = self.home / "services" / service_id
+        logs = folder / "logs"
+        logs.mkdir(parents=True)
+        board = Board(self.store, target, logs)
+        board.render()  # what is there already shows at once
+        # a short path: a Unix socket's path holds at most 107 bytes, a home's may be long
+        listen = Path(tempfile.mkdtemp(prefix=f"phalanx-service-{service_id}-"))
+        socket = listen / SOCKET
+        argv = [
+            sys.executable,
+            "-m",
+            "phalanx.services.tensorboard",
+            "--logdir",
+            str(logs),
+            "--socket",
+            str(socket),
+            "--path-prefix",
+            f"/services/{service_id}",
+            "--reload-seconds",
+            str(self.timing.refresh_seconds),
+        ]
+        isolation = self.isolation_for(project)
+        if isolation is not None:
+            box.make_own_folder(listen, isolation)
+            layout = box.Layout(
+                cwd=str(listen),
+                tmp=None,
+                rw=(str(listen),),
+                ro=(str(logs), PACKAGE_ROOT, *box.interpreter_trees()),
+            )
+            argv = box.box_argv(isolation, layout) + argv
+            env = box.box_env(isolation, str(listen))
+        else:  # as the server, but with none of its environment (its tokens, its cloud keys)
+            env = {"PATH": os.environ.get("PATH", box.BOX_PATH), "HOME": str(listen), "TMPDIR": str(listen)}
+        env.update(box.inherited(), PYTHONPATH=PACKAGE_ROOT, **{MARK: str(folder)})
+        with open(folder / LOG, "ab") as out:
+            popen = subprocess.Popen(
+                argv,
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        service = Service(
+            id=service_id,
+            kind=TENSORBOARD,
+            project=project,
+            target=target,
+            folder=folder,
+            socket=socket,
+            process=Spawned(popen),
+            board=board,
+            started_by=who,
+        )
+        try:
+            self._await_listening(service)
+        except BaseException:
+            self._end(service)
+            raise
+        return service
+
+    def _await_listening(self, service: Service) -> None:
+        """Until the process listens on its socket; ServiceFailed when it ends or takes too long."""
+        deadline = time.monotonic() + self.timing.start_seconds
+        while not service.socket.exists():
+            if not service.process.alive():
+                raise ServiceFailed(
+                    f"TensorBoard ended (status {service.process.status()}) before it listened: "
+                    f"{_tail(service.folder / LOG)}"
+                )
+            if time.monotonic() > deadline:
+                raise ServiceFailed(f"TensorBoard did not listen within {self.timing.start_seconds:.0f} s")
+            if self._stop.wait(0.05):
+                raise ServiceFailed("the server is stopping")
+
+    def _end(self, service: Service) -> None:
+        """Its process ended and its folders gone, then it leaves the list (listed: still there)."""
+        service.process.end()
+        service.board.close()
+        shutil.rmtree(service.socket.parent, ignore_errors=True)
+        shutil.rmtree(service.folder, ignore_errors=True)
+        with self._lock:
+            self._services.pop(service.id, None)
+        log.info("service %s stopped", service.id)
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self.timing.refresh_seconds):
+            for service in self.listed():
+                self._tend(service)
+
+    def _tend(self, service: Service) -> None:
+        if not service.process.alive():
+            log.warning(
+                "service %s: its process ended (%s); asking again starts a new one",
+                service.id,
+                service.process.status(),
+            )
+            self._end(service)
+        elif time.monotonic() - service.last_used > self.timing.idle_seconds:
+            log.info("service %s: idle for %.0f s, stopped", service.id, self.timing.idle_seconds)
+            self._end(service)
+        else:
+            try:
+                service.board.render()
+            except Exception:  # a store hiccup: the next pass renders what this one missed
+                log.exception("service %s: rendering its board failed; trying again", service.id)
+
+
+def _tail(path: Path, lines: int = 5) -> str:
+    try:
+        return " | ".join(path.read_text(errors="replace").strip().splitlines()[-lines:]) or "(no output)"
+    except OSError:
+        return "(no output)"

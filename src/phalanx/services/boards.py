@@ -1,0 +1,137 @@
+"""What a TensorBoard service shows: the scalars Phalanx recorded, written as TensorBoard event files.
+
+A board is made for one target (an experiment, a group's trials, a project's experiments) and
+renders into its own folder one TensorBoard run per experiment (``<name>-<id8>``), tag
+``TITLE/SERIES`` (``TITLE`` when the series is named as its chart), each point at its step and
+wall time. ``render()`` writes what was reported since the last call (the refresher of
+phalanx.server.services calls it every few seconds while the service lives), so a running
+experiment's curves grow in TensorBoard as they do in the UI.
+
+Why render from the store rather than read the event files replicas wrote: the store holds every
+scalar of every replica on every engine (a Slurm node's or a pod's files never reach the server's
+disk), including what TensorBoard capture, Lightning, Keras and `Run.log` sent; the files a script
+wrote, where there are any, hold nothing more of scalars. Images and histograms are not recorded by
+Phalanx and so are not shown (docs/services.md).
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import BinaryIO
+
+from tensorboard.compat.proto import event_pb2, summary_pb2  # the `tensorboard` extra
+from tensorboard.summary.writer.record_writer import RecordWriter
+
+from phalanx.domain import Experiment
+from phalanx.store.base import ExperimentFilter, Store
+
+# the most experiments one board shows (a project's newest): TensorBoard's run list stays usable
+MAX_RUNS = 200
+# points read per chart and render: a first render of a long run reads its summary, not every point
+MAX_POINTS = 10_000
+_UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
+
+
+@dataclass(frozen=True)
+class Target:
+    """What a board shows: ``kind`` experiment, group or project, and its id (a project's name)."""
+
+    kind: str
+    id: str
+
+    def experiments(self, store: Store) -> list[Experiment]:
+        """The experiments it covers today, newest first (a group gains trials as it runs)."""
+        if self.kind == "experiment":
+            return [store.get_experiment(self.id)]
+        query = (
+            ExperimentFilter(group_id=self.id, limit=MAX_RUNS)
+            if self.kind == "group"
+            else ExperimentFilter(project=self.id, limit=MAX_RUNS)
+        )
+        return list(store.list_experiments(query).items)
+
+
+def run_name(experiment: Experiment) -> str:
+    """The experiment's run folder: its name (made safe for a path) and short id."""
+    name = _UNSAFE.sub("_", experiment.name or "experiment").strip("._") or "experiment"
+    return f"{name[:60]}-{experiment.id[:8]}"
+
+
+def tag_of(title: str, series: str) -> str:
+    return title if series == title else f"{title}/{series}"
+
+
+@dataclass
+class _Run:
+    """One experiment's event file and the last step written of each tag."""
+
+    file: BinaryIO
+    writer: RecordWriter
+    last: dict[str, int] = field(default_factory=dict)
+    done: bool = False  # ended and rendered after its end: nothing more will come
+
+
+class Board:
+    """Renders ``target``'s experiments from ``store`` into ``folder`` (one subfolder per run)."""
+
+    def __init__(self, store: Store, target: Target, folder: Path) -> None:
+        self.store = store
+        self.target = target
+        self.folder = folder
+        self._runs: dict[str, _Run] = {}
+
+    def render(self) -> int:
+        """Write every point reported since the last call; returns how many were written."""
+        written = 0
+        for experiment in self.target.experiments(self.store):
+            run = self._runs.get(experiment.id) or self._open(experiment)
+            if run.done:
+                continue
+            ended = experiment.status.done  # read before the points: none can follow them
+            written += self._write_new(experiment.id, run)
+            run.writer.flush()
+            run.done = ended
+        return written
+
+    def close(self) -> None:
+        for run in self._runs.values():
+            run.writer.close()
+        self._runs.clear()
+
+    def _open(self, experiment: Experiment) -> _Run:
+        folder = self.folder / run_name(experiment)
+        folder.mkdir(parents=True, exist_ok=True)
+        file = open(folder / f"events.out.tfevents.{int(time.time())}.phalanx", "ab")  # noqa: SIM115
+        run = _Run(file=file, writer=RecordWriter(file))
+        header = event_pb2.Event(wall_time=time.time(), file_version="brain.Event:2")
+        run.writer.write(header.SerializeToString())
+        self._runs[experiment.id] = run
+        return run
+
+    def _write_new(self, experiment_id: str, run: _Run) -> int:
+        written = 0
+        for title, names in self.store.metric_titles(experiment_id).items():
+            lasts = [run.last.get(tag_of(title, s)) for s in names]
+            after = None if None in lasts else min(v for v in lasts if v is not None)
+            views = self.store.metric_view(
+                experiment_id, title, x_min=None if after is None else after + 1, max_points=MAX_POINTS
+            )
+            for series, view in views.items():
+                tag = tag_of(title, series)
+                last = run.last.get(tag)
+                points = view.series
+                times = points.times or [0.0] * len(points.steps)
+                for step, value, at in zip(points.steps, points.values, times, strict=False):
+                    if last is not None and step <= last:
+                        continue
+                    value_pb = summary_pb2.Summary.Value(tag=tag, simple_value=float(value))
+                    event = event_pb2.Event(
+                        wall_time=at, step=int(step), summary=summary_pb2.Summary(value=[value_pb])
+                    )
+                    run.writer.write(event.SerializeToString())
+                    run.last[tag] = int(step)
+                    written += 1
+        return written

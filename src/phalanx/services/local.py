@@ -1,0 +1,57 @@
+"""`phalanx tensorboard start` on this machine alone: a board of this machine's store, rendered into
+a temporary folder, and TensorBoard on a loopback port in the foreground until Ctrl-C (or its end).
+A server runs the same two parts as a service instead (phalanx.server.services)."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from phalanx.errors import UsageError
+from phalanx.services.boards import Board, Target
+from phalanx.store.base import Store
+
+REFRESH_SECONDS = 5.0
+
+
+def serve_board(store: Store, target: Target, port: int) -> int:
+    """Run TensorBoard of ``target`` on 127.0.0.1:``port`` (0: any free one) until it ends or
+    Ctrl-C; its exit status. TensorBoard prints where it answers on stderr."""
+    folder = Path(tempfile.mkdtemp(prefix="phalanx-tensorboard-"))
+    board = Board(store, target, folder)
+    try:
+        board.render()
+        argv = [
+            sys.executable,
+            "-m",
+            "phalanx.services.tensorboard",
+            "--logdir",
+            str(folder),
+            "--port",
+            str(port),
+        ]
+        process = subprocess.Popen(argv, stdin=subprocess.DEVNULL)  # it says where it answers
+        try:
+            while True:
+                try:
+                    return process.wait(timeout=REFRESH_SECONDS)
+                except subprocess.TimeoutExpired:
+                    board.render()
+        except KeyboardInterrupt:
+            process.terminate()
+            return process.wait()
+        finally:
+            if process.poll() is None:
+                process.kill()
+                process.wait()
+    finally:
+        board.close()
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def check_port(port: int) -> None:
+    if not 0 <= port <= 65535:
+        raise UsageError(f"--port {port}: a TCP port is 1 to 65535 (0: any free one)")

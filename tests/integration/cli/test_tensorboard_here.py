@@ -1,0 +1,91 @@
+"""`phalanx tensorboard start` on this machine alone (docs/services.md): TensorBoard of an experiment
+of this machine's store on a loopback port, in the foreground, until Ctrl-C, with nothing left
+behind; a port in use is exit status 2 saying so; `ls` and `stop` say they are a server's."""
+
+from __future__ import annotations
+
+import json
+import re
+import signal
+import socket
+import subprocess
+import urllib.request
+from pathlib import Path
+
+import pytest
+from tests.integration.server.serverproc import PHALANX, clean_env
+from tests.support.cli import phalanx_cli
+from tests.unit.server import fill
+
+from phalanx.config import Settings
+from phalanx.services.boards import run_name
+from phalanx.store import open_store
+
+pytestmark = pytest.mark.slow
+
+
+def _start(home: Path, tmp: Path, *args: str) -> subprocess.Popen[str]:
+    tmp.mkdir(exist_ok=True)
+    return subprocess.Popen(
+        [str(PHALANX), "tensorboard", "start", *args],
+        env=clean_env(home, TMPDIR=str(tmp)),
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def test_an_experiments_tensorboard_runs_here_until_ctrl_c_and_leaves_nothing(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    store = open_store(Settings(home=home))
+    e = fill.experiment(store, name="here")
+    fill.scalars(store, e.id, "loss", "train", [0.5, 0.25])
+    store.close()
+    tmp = tmp_path / "tmp"
+    board = _start(home, tmp, e.id[:6], "--port", "0")
+    try:
+        assert board.stderr is not None
+        said = ""
+        while not (found := re.search(r"TensorBoard at (http://127\.0\.0\.1:\d+/)", said)):
+            line = board.stderr.readline()
+            assert line, f"it ended before it listened: {said}"
+            said += line
+        url = found.group(1)
+        with urllib.request.urlopen(f"{url}data/runs", timeout=60) as answer:
+            assert json.loads(answer.read()) == [run_name(e)]
+        query = f"{url}data/plugin/scalars/scalars?run={run_name(e)}&tag=loss/train"
+        with urllib.request.urlopen(query, timeout=60) as answer:
+            assert [p[1:] for p in json.loads(answer.read())] == [[0, 0.5], [1, 0.25]]
+        board.send_signal(signal.SIGINT)  # Ctrl-C
+        assert board.wait(timeout=120) == 0
+    finally:
+        if board.poll() is None:
+            board.kill()
+            board.wait()
+    assert not list(tmp.iterdir())  # its rendered board is gone with it
+
+
+def test_a_port_in_use_is_exit_2_saying_so(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    store = open_store(Settings(home=home))
+    e = fill.experiment(store, name="here")
+    store.close()
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        board = _start(home, tmp_path / "tmp", e.id, "--port", str(taken.getsockname()[1]))
+        _, err = board.communicate(timeout=300)
+    assert board.returncode == 2, err
+    assert "cannot listen" in err and "Traceback" not in err
+
+
+def test_ls_and_stop_are_a_servers_and_a_target_must_be_named(tmp_path: Path) -> None:
+    env = {"PHALANX_HOME": str(tmp_path / "home")}
+    for args in (("tensorboard", "ls"), ("tensorboard", "stop", "abc")):
+        done = phalanx_cli(*args, env=env)
+        assert done.returncode == 2 and "`phalanx login URL` first" in done.stderr
+    done = phalanx_cli("tensorboard", "start", "--group", "g1", "--project", "p", env=env)
+    assert done.returncode == 2 and "name one target" in done.stderr
+    done = phalanx_cli("tensorboard", "start", "--project", "nothing-here", env=env)
+    assert done.returncode != 0 and "has no experiment here" in done.stderr

@@ -1,0 +1,81 @@
+"""The services' routes in-process (docs/services.md), over boards without a process
+(tests/unit/server/fake_services.py): one board per target, handed back when asked again; a body
+naming no target or two is refused saying so; a project with no experiment and a replica's token get
+no board; the proxy forwards the path and query but not the caller's credentials, and keeps no
+cookie the board tries to set."""
+
+from __future__ import annotations
+
+import pytest
+from fastapi.testclient import TestClient
+
+from phalanx.server.app import create_app
+from phalanx.server.settings import ServerSettings
+from phalanx.store.base import Store
+from phalanx.tokens import experiment_token
+from tests.unit.server import fill
+from tests.unit.server.fake_services import SEEN
+from tests.unit.server.teams_fixtures import make_team
+
+pytestmark = pytest.mark.usefixtures("started_without_a_process")
+
+
+def test_one_board_per_target_handed_back_when_asked_again(settings: ServerSettings, store: Store) -> None:
+    tokens = make_team(store).tokens
+    e = fill.experiment(store, project="A")
+    with TestClient(create_app(settings, store)) as client:
+        viewer = {"Authorization": f"Bearer {tokens['viewer_a']}"}
+        first = client.post("/api/v1/services", json={"experiment": e.id[:6]}, headers=viewer)
+        again = client.post("/api/v1/services", json={"experiment": e.id}, headers=viewer)
+        project = client.post("/api/v1/services", json={"project": "A"}, headers=viewer)
+        listed = client.get("/api/v1/services", headers=viewer).json()
+    assert (first.status_code, first.json()["started"]) == (201, True)
+    assert (again.status_code, again.json()["started"], again.json()["id"]) == (
+        200,
+        False,
+        first.json()["id"],
+    )
+    assert first.json()["target"] == {"kind": "experiment", "id": e.id}
+    assert project.status_code == 201 and project.json()["id"] != first.json()["id"]
+    assert [s["id"] for s in listed] == [first.json()["id"], project.json()["id"]]
+
+
+def test_bad_asks_are_refused_saying_why(settings: ServerSettings, store: Store) -> None:
+    e = fill.experiment(store, project="A")
+    token = "server-token-of-the-services-test-0123"
+    app = create_app(settings.model_copy(update={"token": token}), store)
+    with TestClient(app, headers={"Authorization": f"Bearer {token}"}) as client:
+        none = client.post("/api/v1/services", json={})
+        two = client.post("/api/v1/services", json={"experiment": e.id, "project": "A"})
+        other = client.post("/api/v1/services", json={"kind": "notebook", "project": "A"})
+        empty = client.post("/api/v1/services", json={"project": "nothing-here"})
+        gone = client.get("/api/v1/services/abcdef012345")
+        replica = client.post(
+            "/api/v1/services",
+            json={"experiment": e.id},
+            headers={"Authorization": f"Bearer {experiment_token(token, e.id)}"},
+        )
+    assert none.status_code == two.status_code == 422
+    assert "exactly one of experiment, group or project" in none.text + two.text
+    assert other.status_code == 422 and "tensorboard" in other.text
+    assert empty.status_code == 404 and "has no experiment" in empty.json()["message"]
+    assert gone.status_code == 404 and "service abcdef012345 does not exist" in gone.json()["message"]
+    assert replica.status_code == 403 and "replica token" in replica.json()["message"]
+
+
+def test_the_proxy_forwards_no_credential_and_keeps_no_cookie(settings: ServerSettings, store: Store) -> None:
+    tokens = make_team(store).tokens
+    e = fill.experiment(store, project="A")
+    with TestClient(create_app(settings, store), follow_redirects=False) as client:
+        viewer = {"Authorization": f"Bearer {tokens['viewer_a']}"}
+        board = client.post("/api/v1/services", json={"experiment": e.id}, headers=viewer).json()
+        answer = client.get(
+            f"{board['path']}data/runs?a=1&b=two", headers={**viewer, "Cookie": "phalanx_session=mine"}
+        )
+        bare = client.get(f"/services/{board['id']}", headers=viewer)
+    assert answer.status_code == 200 and answer.text == "ok" and answer.headers["x-board"] == "fake"
+    assert "set-cookie" not in answer.headers
+    assert SEEN["path"] == f"/services/{board['id']}/data/runs?a=1&b=two"
+    sent = {k.lower() for k in SEEN["headers"]}  # type: ignore[attr-defined]
+    assert not sent & {"authorization", "cookie"}
+    assert bare.status_code == 307 and bare.headers["location"] == f"/services/{board['id']}/"

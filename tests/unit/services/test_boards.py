@@ -1,0 +1,62 @@
+"""A TensorBoard board (phalanx.services.boards) writes what Phalanx recorded as event files that
+TensorBoard's own reader reads back: one run per experiment, ``TITLE/SERIES`` tags at their steps,
+and each render adds only the points reported since the one before."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+from phalanx.config import Settings
+from phalanx.domain import ExperimentStatus, Trial, TrialState
+from phalanx.services.boards import Board, Target, run_name
+from phalanx.store import open_store
+from tests.unit.server import fill
+from tests.unit.server.teams_fixtures import make_group
+
+
+def _read(folder: Path) -> dict[str, list[tuple[int, float]]]:
+    found = EventAccumulator(str(folder), size_guidance={"scalars": 0})
+    found.Reload()
+    return {tag: [(e.step, round(e.value, 6)) for e in found.Scalars(tag)] for tag in found.Tags()["scalars"]}
+
+
+def test_a_running_experiments_points_are_rendered_once_each_as_they_come(tmp_path: Path) -> None:
+    store = open_store(Settings(home=tmp_path / "home"))
+    e = fill.experiment(store, name="mnist/ddp", status=ExperimentStatus.RUNNING)
+    fill.scalars(store, e.id, "loss", "train", [1.0, 0.5])
+    fill.scalars(store, e.id, "accuracy", "accuracy", [0.25])
+    board = Board(store, Target("experiment", e.id), tmp_path / "logs")
+    assert board.render() == 3
+    assert board.render() == 0  # nothing new: nothing written twice
+    fill.scalars(store, e.id, "loss", "train", [1.0, 0.5, 0.25, 0.125])  # steps 0-3: 2 and 3 are new
+    assert board.render() == 2
+    board.close()
+    run = tmp_path / "logs" / run_name(e)
+    assert run.name == f"mnist_ddp-{e.id[:8]}"
+    assert _read(run) == {
+        "loss/train": [(0, 1.0), (1, 0.5), (2, 0.25), (3, 0.125)],
+        "accuracy": [(0, 0.25)],  # a series named as its chart is the chart's tag
+    }
+
+
+def test_a_groups_board_shows_each_trial_and_gains_the_trials_that_start_later(tmp_path: Path) -> None:
+    store = open_store(Settings(home=tmp_path / "home"))
+    group = make_group(store, "A")
+    board = Board(store, Target("group", group.id), tmp_path / "logs")
+    trials = []
+    for number, loss in enumerate((0.3, 0.1)):
+        e = fill.experiment(store, name=f"trial-{number}", project="A")
+        store.add_trial(Trial(group.id, number, e.id, {"x": loss}, TrialState.RUNNING))
+        store.link_experiment(e.id, group.id)
+        fill.scalars(store, e.id, "loss", "loss", [loss])
+        trials.append(e)
+        board.render()
+    outsider = fill.experiment(store, name="not-a-trial", project="A")
+    fill.scalars(store, outsider.id, "loss", "loss", [9.0])
+    board.render()
+    board.close()
+    runs = sorted(p.name for p in (tmp_path / "logs").iterdir())
+    assert runs == sorted(run_name(e) for e in trials)
+    assert _read(tmp_path / "logs" / run_name(trials[1])) == {"loss": [(0, 0.1)]}
