@@ -480,6 +480,12 @@ class IngestStore(Store, Protocol):
         ``write_events`` raises."""
         ...
 
+    def notice_stall(self, experiment_id: str, replica: str, text: str) -> None:
+        """A running experiment's ``replica`` stalled (the supervisor's watchdog): ``text`` becomes
+        the experiment's reason and the project's alert hooks told about stalls get one
+        ``experiment.stalled`` delivery naming the replica, in one transaction. Raises NotFound."""
+        ...
+
 
 class GroupStore(Store, Protocol):
     """A store that also keeps experiment groups (``phalanx group``, hyperparameter searches) and

@@ -94,7 +94,12 @@ class StallNotices:
         self._say = say
 
     def noticed(self, replica: str, text: str) -> None:
-        self._reason(text)
+        store = self._store()
+        if store is not None:
+            try:  # the reason, and the project's hooks told (a server's: docs/alerts.md)
+                store.notice_stall(self.experiment_id, replica, text)
+            except Exception as exc:  # the store may be down: supervision goes on
+                log.warning("could not record the stall notice: %s", exc)
         self._say(text)
         alerts.send(alerts.Alert("stalled", self.experiment_id, replica, text))
 

@@ -32,6 +32,16 @@ run:
   cmd: python -c "import sys; print('about to fail'); sys.exit(3)"
 """
 
+HANGING = """version: 1
+kind: experiment
+name: hanging
+project: vision
+run:
+  cmd: python -c "import time; print('loading the data', flush=True); time.sleep(3600)"
+  stall_notice: 2
+  hang_timeout: 8
+"""
+
 SEARCH = """version: 1
 kind: group
 name: two-xs
@@ -104,6 +114,34 @@ def test_a_failed_experiments_webhook_survives_a_receiver_that_answers_500_twice
         ok(phalanx(laptop, "alert", "rm", hook, *remote, token=TOKEN)).stdout
         == f"alert hook {hook} removed\n"
     )
+
+
+def test_a_stalled_replica_is_told_once_by_name_then_the_hang_that_failed_it(
+    server: Server, tmp_path: Path
+) -> None:
+    """A replica that prints a line, then sleeps (no step, no output, no CPU): the hook hears
+    ``experiment.stalled`` naming it after the file's stall_notice while the experiment runs, then
+    its failure when hang_timeout ends it: one delivery each, signed."""
+    laptop = tmp_path / "laptop"
+    remote = ("--server", server.url)
+    (tmp_path / "hanging.yml").write_text(HANGING)
+    with Receiver([]) as receiver:
+        add = ["alert", "add", "--project", "vision", "--url", receiver.url, "--on", "stalled,failed"]
+        added = json.loads(ok(phalanx(laptop, *add, "-o", "json", *remote, token=TOKEN)).stdout)
+        r = ok(phalanx(laptop, "run", "-f", str(tmp_path / "hanging.yml"), *remote, token=TOKEN))
+        exp_id = r.stdout.split()[0]
+        assert wait_done(laptop, exp_id, *remote)["status"] == "failed"
+        log = _settled(laptop, added["id"], remote)
+        got = receiver.wait_for(2)
+    log.sort(key=lambda d: d["created_at"])  # the log lists the newest first
+    assert [d["event"] for d in log] == ["experiment.stalled", "experiment.failed"]  # once each
+    assert all(d["state"] == "delivered" for d in log)
+    assert [g.headers["x-phalanx-event"] for g in got] == ["experiment.stalled", "experiment.failed"]
+    assert all(g.signed_by(added["secret"]) for g in got)
+    stalled = json.loads(got[0].body)
+    assert (stalled["experiment_id"], stalled["replica"], stalled["status"]) == (exp_id, "master", "stalled")
+    assert stalled["reason"].startswith("master made no progress (no step, no output, no CPU time) for")
+    assert stalled["text"].startswith(f"phalanx: experiment hanging ({exp_id}) of vision stalled: master")
 
 
 def test_a_finished_groups_webhook_names_its_best_trial(server: Server, tmp_path: Path) -> None:

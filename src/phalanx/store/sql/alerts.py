@@ -1,8 +1,9 @@
 """The alert tables (``alert_rows``): a project's hooks, the outbox of their deliveries and each
 delivery's attempts. ``record_end`` is called by the store's status writers in the transaction that
-records an experiment's end, ``record_group_end`` by ``sql.groups`` in the one that records a
-group's, ``record_alias_moved`` by ``sql.registry`` in the one that points a model's alias at
-another version; ``SqlAlerts`` answers ``store.alerts.AlertBook`` and ``Outbox``."""
+records an experiment's end, ``notice_stall`` writes a stall notice with its deliveries,
+``record_group_end`` is called by ``sql.groups`` in the transaction that records a group's end,
+``record_alias_moved`` by ``sql.registry`` in the one that points a model's alias at another
+version; ``SqlAlerts`` answers ``store.alerts.AlertBook`` and ``Outbox``."""
 
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ from phalanx.store.alert_records import (
     EXPERIMENT_ENDS,
     GROUP_FINISHED,
     MODEL_ALIAS,
+    STALLED,
     Attempt,
     Delivery,
     Due,
@@ -47,6 +49,32 @@ def record_end(conn: Connection, experiment_id: str, before: str | None, after: 
     told = _told(conn, project, after)
     if told:
         payload = _payload(conn, experiment_id, after)
+        _queue(conn, told, payload, experiment_id=experiment_id)
+
+
+def notice_stall(conn: Connection, experiment_id: str, replica: str, text: str) -> None:
+    """``text`` as the experiment's reason, and an ``experiment.stalled`` delivery naming
+    ``replica`` for each of its project's hooks told about stalls, in the caller's transaction."""
+    conn.execute(update(ExperimentRow).where(ExperimentRow.c.id == experiment_id).values(reason=text))
+    exp = conn.execute(
+        select(ExperimentRow.c.project, ExperimentRow.c.name, ExperimentRow.c.status).where(
+            ExperimentRow.c.id == experiment_id
+        )
+    ).one()
+    told = _told(conn, exp.project, STALLED)
+    if told:
+        payload = {
+            "event": f"experiment.{STALLED}",
+            "project": exp.project,
+            "experiment_id": experiment_id,
+            "name": exp.name,
+            "status": STALLED,
+            "reason": text.removeprefix(
+                f"{STALLED}: "
+            ),  # the reason says "stalled: ..." where it stands alone
+            "replica": replica,
+            "noticed_at": time.time(),
+        }
         _queue(conn, told, payload, experiment_id=experiment_id)
 
 

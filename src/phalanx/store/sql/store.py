@@ -291,6 +291,10 @@ class SqlStore(AttemptBook, RecordReads, ManyReads, GroupBook, SubmissionBook):
                 alerts.record_end(conn, full, before, values["status"])
         return self.get_experiment(full)
 
+    def notice_stall(self, experiment_id: str, replica: str, text: str) -> None:
+        with self._writer.begin() as conn:
+            alerts.notice_stall(conn, _resolve(conn, experiment_id), replica, text)
+
     def reopen_experiment(self, experiment_id: str) -> Experiment:
         """A failed or stopped experiment starts again (`phalanx resume`): status starting, no
         reason or end; its replicas pending again. Conflict unless it is failed or stopped."""
@@ -437,8 +441,7 @@ class SqlStore(AttemptBook, RecordReads, ManyReads, GroupBook, SubmissionBook):
     def _remove_files(self, removed: Sequence[tuple[str, str]]) -> None:
         """Delete the files of checkpoints a retention policy dropped (their rows are gone). A
         crash before this leaves files no row names; nothing a user sees is wrong."""
-        store = self.artifact_store
-        if store is None:
+        if (store := self.artifact_store) is None:
             return
         for experiment_id, path in removed:
             with contextlib.suppress(Exception):
@@ -578,12 +581,9 @@ class SqlStore(AttemptBook, RecordReads, ManyReads, GroupBook, SubmissionBook):
 
     def event_count(self, stream: str) -> int:
         """How many events of a stream are stored (for tests and diagnostics)."""
+        query = select(func.count()).select_from(EventKeyRow).where(EventKeyRow.c.stream == stream)
         with self.engine.connect() as conn:
-            return int(
-                conn.execute(
-                    select(func.count()).select_from(EventKeyRow).where(EventKeyRow.c.stream == stream)
-                ).scalar_one()
-            )
+            return int(conn.execute(query).scalar_one())
 
 
 def _write(conn: Connection, events: Sequence[Event], removed: list[tuple[str, str]] | None = None) -> int:
