@@ -13,7 +13,7 @@ import io
 import math
 import posixpath
 import zipfile
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -354,8 +354,8 @@ class RemoteSecrets:
 
 
 class RemoteServices:
-    """A server's services (phalanx.server.services) through its API: TensorBoards that a project's
-    viewers start, list and stop; each answers at ``<server>/services/ID/``."""
+    """A server's services (phalanx.server.services) through its API: a project's TensorBoards
+    (its viewers') and its notebook server (its editors'); each answers at ``<server>/services/ID/``."""
 
     def __init__(self, client: Client) -> None:
         self.client = client
@@ -366,9 +366,16 @@ class RemoteServices:
         found: dict[str, Any] = self.client.send("POST", "/services", {"kind": "tensorboard", kind: target})
         return found
 
-    def services(self) -> list[dict[str, Any]]:
-        found: list[dict[str, Any]] = self.client.get("/services")
+    def start_notebook(self, project: str, inputs: Sequence[Mapping[str, str]]) -> dict[str, Any]:
+        """``project``'s notebook server with ``inputs`` (an experiment file's ``inputs:``), or the
+        one that runs."""
+        doc = {"kind": "notebook", "project": project, "inputs": [dict(i) for i in inputs]}
+        found: dict[str, Any] = self.client.send("POST", "/services", doc)
         return found
+
+    def services(self, kind: str | None = None) -> list[dict[str, Any]]:
+        found: list[dict[str, Any]] = self.client.get("/services")
+        return [s for s in found if kind is None or s["kind"] == kind]
 
     def stop(self, service_id: str) -> dict[str, Any]:
         found: dict[str, Any] = self.client.send("DELETE", f"/services/{quote(service_id)}")

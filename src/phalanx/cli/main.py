@@ -25,6 +25,7 @@ COMMAND_MODULES = (
     "phalanx.cli.secret",
     "phalanx.cli.alert",
     "phalanx.cli.tensorboard",
+    "phalanx.cli.notebook",
     "phalanx.cli.group",
     "phalanx.cli.resume",
     "phalanx.cli.annotate",
@@ -75,6 +76,7 @@ COMMAND_MODULE = {
     "secret": "phalanx.cli.secret",
     "alert": "phalanx.cli.alert",
     "tensorboard": "phalanx.cli.tensorboard",
+    "notebook": "phalanx.cli.notebook",
 }
 
 

@@ -9,19 +9,16 @@ alone it runs in the foreground on a loopback port until Ctrl-C; `ls` and `stop`
 
 from __future__ import annotations
 
-import time
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import Annotated
 
 import typer
 
-from phalanx.cli.app import app, emit_json
-from phalanx.cli.listing import Format, _table
+from phalanx.cli.app import app
+from phalanx.cli.listing import Format
+from phalanx.cli.service_commands import list_services, said_started, stop_service
 from phalanx.cli.target import LocalOpt, ServerOpt
 from phalanx.errors import NotFound, UsageError
 from phalanx.logins import choose
-
-if TYPE_CHECKING:
-    from phalanx.remote_store import RemoteServices
 
 tensorboard_app = typer.Typer(
     help="TensorBoard over what Phalanx recorded: of an experiment, a group's trials or a project.",
@@ -30,19 +27,6 @@ tensorboard_app = typer.Typer(
 app.add_typer(tensorboard_app, name="tensorboard")
 
 OutputOpt = Annotated[Format, typer.Option("-o", "--output", help="table or json")]
-
-
-def _services(server: str | None, command: str) -> RemoteServices:
-    from phalanx.remote_store import RemoteServices  # why: `phalanx --help` stays fast (no urllib)
-
-    client = choose(server, False, local_option=None)
-    if client is None:
-        raise UsageError(
-            f"`phalanx tensorboard {command}` lists or stops a server's TensorBoards: `phalanx login URL`"
-            " first, or give --server URL. On this machine, `phalanx tensorboard start` runs one in the"
-            " foreground (Ctrl-C stops it)"
-        )
-    return RemoteServices(client)
 
 
 def _target(experiment: str | None, group: str | None, project: str | None) -> tuple[str, str]:
@@ -79,18 +63,16 @@ def start(
 
     services = RemoteServices(client)
     found = services.start_tensorboard(kind, target)
-    if output is Format.JSON:
-        emit_json({**found, "url": services.url_of(found)})
-        return
-    said = "started" if found["started"] else "already running"
-    typer.echo(f"TensorBoard of {kind} {found['target']['id']} ({said}, service {found['id']}):")
-    typer.echo(services.url_of(found))
+    said_started("TensorBoard", found, services.url_of(found), output)
 
 
 def _start_here(kind: str, target: str, port: int) -> None:
-    from phalanx.config import Settings  # why: start-up time of the server door (no store there)
-    from phalanx.services.boards import Target
-    from phalanx.services.local import check_port, serve_board
+    from phalanx import extras  # why: start-up time of the server door (no store there), as below
+
+    extras.require("tensorboard", "services", "phalanx tensorboard start")
+    from phalanx.config import Settings
+    from phalanx.services.local import check_port, serve_board  # why: the services extra (TensorBoard)
+    from phalanx.services.targets import Target
     from phalanx.store import open_store
     from phalanx.store.base import ExperimentFilter
 
@@ -112,30 +94,7 @@ def _start_here(kind: str, target: str, port: int) -> None:
 @tensorboard_app.command("ls")
 def ls(output: OutputOpt = Format.TABLE, server: ServerOpt = None) -> None:
     """The server's running TensorBoards of your projects."""
-    services = _services(server, "ls")
-    found = services.services()
-    if output is Format.JSON:
-        emit_json([{**s, "url": services.url_of(s)} for s in found])
-        return
-    if not found:
-        typer.echo("no TensorBoard runs (`phalanx tensorboard start` starts one)")
-        return
-    rows = [_row(s, services.url_of(s)) for s in found]
-    typer.echo(_table(["id", "project", "of", "started by", "idle", "url"], rows))
-
-
-def _row(service: dict[str, Any], url: str) -> list[str]:
-    target = service["target"]
-    idle = f"{service['idle_seconds']:.0f}s"
-    started = time.strftime("%H:%M", time.localtime(service["started_at"]))
-    return [
-        service["id"],
-        service["project"],
-        f"{target['kind']} {target['id']}",
-        f"{service['started_by']} {started}",
-        idle,
-        url,
-    ]
+    list_services("tensorboard", output, server)
 
 
 @tensorboard_app.command("stop")
@@ -144,6 +103,4 @@ def stop(
     server: ServerOpt = None,
 ) -> None:
     """Stop one of the server's TensorBoards now (else it stops when nobody used it for a while)."""
-    services = _services(server, "stop")
-    services.stop(service_id)
-    typer.echo(f"stopped TensorBoard {service_id}")
+    stop_service("tensorboard", service_id, server)

@@ -20,6 +20,7 @@ from fastapi.openapi.utils import get_openapi
 from fastapi.responses import JSONResponse
 from fastapi.staticfiles import StaticFiles
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.routing import WebSocketRoute
 
 from phalanx._version import __version__
 from phalanx.errors import PhalanxError, UsageError, http_status
@@ -231,6 +232,9 @@ def _install_routes(app: FastAPI, settings: ServerSettings) -> None:
     for module in routers:
         app.include_router(module.router, prefix=API)
     app.include_router(service_routes.page_router)  # the services themselves, for browsers and API clients
+    app.router.routes.append(
+        WebSocketRoute("/services/{service_id}/{path:path}", service_routes.proxied_socket)
+    )
     if settings.ui_enabled:
         install_docs(app, f"{API}/openapi.json")
         app.include_router(pages.router)

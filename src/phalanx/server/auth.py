@@ -146,6 +146,9 @@ class SecurityMiddleware:
         self.throttle = throttle
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "websocket":
+            await self._websocket(scope, receive, send)
+            return
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
@@ -201,6 +204,23 @@ class SecurityMiddleware:
         access_log.info(
             '%s "%s %s" %s %.1fms', client[0], scope["method"], scope["path"], status or "-", seconds * 1000
         )
+
+    async def _websocket(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """A WebSocket (a notebook's kernel channels) is let in as a POST would be: with a credential,
+        and from this server's own pages unless it carries a bearer token (a browser opens one from
+        any site with the user's cookie). Else it is closed before it is accepted (a 403)."""
+        scope.setdefault("state", {})  # shared with the copy checked: the principal lands here
+        try:
+            refusal = await anyio.to_thread.run_sync(self.check, {**scope, "method": "POST"})
+        except Exception as exc:  # the store failing to say who this is: never let it through
+            refusal = exc
+        client = scope.get("client") or ("-", 0)
+        if refusal is not None:
+            access_log.info('%s "WEBSOCKET %s" refused', client[0], scope["path"])
+            await send({"type": "websocket.close", "code": 1008})
+            return
+        access_log.info('%s "WEBSOCKET %s"', client[0], scope["path"])
+        await self.app(scope, receive, send)
 
     def check(self, scope: Scope) -> Any:
         """A response refusing the request, or None to let it through."""

@@ -34,6 +34,7 @@ from typing import Any, TypeVar
 
 from fastapi import HTTPException, Request
 from fastapi.routing import APIRoute
+from starlette.requests import HTTPConnection
 
 from phalanx.errors import NotFound
 from phalanx.store.accounts import Role
@@ -95,7 +96,7 @@ def rule_of(endpoint: Any) -> str | None:
     return rule if isinstance(rule, str) else None
 
 
-def principal_of(request: Request) -> Principal:
+def principal_of(request: HTTPConnection) -> Principal:
     found = request.scope.get("state", {}).get("principal")
     return found if isinstance(found, Principal) else EVERYBODY
 

@@ -1,4 +1,5 @@
-"""The reverse proxy in front of services: ``/services/ID/...`` forwarded to the service's Unix socket.
+"""The reverse proxy in front of services: ``/services/ID/...`` forwarded to the service's Unix socket,
+HTTP requests (``forward``) and WebSockets (``forward_socket``: a notebook's kernel channels).
 
 Policy (phalanx.server.policy, scope ``service``) has checked the caller's role in the service's
 project before a request gets here. What the service receives carries none of the caller's
@@ -9,10 +10,17 @@ compressed answer stays compressed, its Content-Encoding kept).
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import asyncio
+import contextlib
+from collections.abc import Callable, Iterable
+from typing import cast
 
 import httpx
-from fastapi import Request, Response
+from fastapi import Request, Response, WebSocket
+from starlette.websockets import WebSocketDisconnect
+from websockets.asyncio.client import ClientConnection, unix_connect
+from websockets.exceptions import ConnectionClosed, WebSocketException
+from websockets.typing import Subprotocol
 
 # RFC 9110 7.6.1's hop-by-hop fields, the caller's credentials, and what the proxy sets itself
 DROPPED_REQUEST = frozenset(
@@ -35,6 +43,16 @@ DROPPED_RESPONSE = frozenset(
     {"set-cookie", "connection", "keep-alive", "transfer-encoding", "trailer", "upgrade", "content-length"}
 )
 TIMEOUT = httpx.Timeout(60.0, connect=10.0)
+# a WebSocket's own handshake fields (the proxy makes its own), and its Origin: the server checked
+# it is its own page; the service would compare it with the Host the proxy sends, another name
+DROPPED_SOCKET = DROPPED_REQUEST | {
+    "origin",
+    "sec-websocket-key",
+    "sec-websocket-version",
+    "sec-websocket-extensions",
+    "sec-websocket-protocol",
+}
+POLICY_VIOLATION, UNREACHABLE = 1008, 1011  # RFC 6455's close codes
 
 
 def _kept(headers: Iterable[tuple[str, str]], dropped: frozenset[str]) -> list[tuple[str, str]]:
@@ -68,3 +86,57 @@ async def forward(request: Request, socket: str) -> Response:
     for key, value in _kept(answer.headers.multi_items(), DROPPED_RESPONSE):
         response.headers.append(key, value)
     return response
+
+
+async def forward_socket(websocket: WebSocket, socket: str, touch: Callable[[], None]) -> None:
+    """Join ``websocket`` (not accepted yet) to the same path on the service's socket, both ways,
+    until either side closes; ``touch`` on every message (the service is in use)."""
+    url = websocket.url
+    target = f"ws://service{url.path}" + (f"?{url.query}" if url.query else "")
+    asked = [Subprotocol(p) for p in websocket.scope.get("subprotocols") or ()]
+    try:
+        upstream = await unix_connect(
+            socket,
+            target,
+            additional_headers=_kept(websocket.headers.items(), DROPPED_SOCKET),
+            subprotocols=asked or None,
+            open_timeout=30,
+            max_size=None,
+        )
+    except (OSError, WebSocketException, TimeoutError):
+        await websocket.close(code=UNREACHABLE)
+        return
+    async with upstream:
+        await websocket.accept(subprotocol=cast(str | None, upstream.subprotocol))
+        pumps = [
+            asyncio.create_task(_to_service(websocket, upstream, touch)),
+            asyncio.create_task(_to_caller(websocket, upstream, touch)),
+        ]
+        _, pending = await asyncio.wait(pumps, return_when=asyncio.FIRST_COMPLETED)
+        for pump in pending:
+            pump.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await pump
+    with contextlib.suppress(Exception):  # the caller may have gone already
+        await websocket.close()
+
+
+async def _to_service(websocket: WebSocket, upstream: ClientConnection, touch: Callable[[], None]) -> None:
+    with contextlib.suppress(WebSocketDisconnect, ConnectionClosed):
+        while True:
+            message = await websocket.receive()
+            if message["type"] == "websocket.disconnect":
+                return
+            touch()
+            text = message.get("text")
+            await upstream.send(text if text is not None else message.get("bytes") or b"")
+
+
+async def _to_caller(websocket: WebSocket, upstream: ClientConnection, touch: Callable[[], None]) -> None:
+    with contextlib.suppress(WebSocketDisconnect, ConnectionClosed, RuntimeError):
+        async for data in upstream:
+            touch()
+            if isinstance(data, str):
+                await websocket.send_text(data)
+            else:
+                await websocket.send_bytes(data)

@@ -25,22 +25,27 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
+from phalanx import extras
 from phalanx.backends.local.boxes import PACKAGE_ROOT
 from phalanx.errors import NotFound, PhalanxError
 from phalanx.machine import box
 from phalanx.machine.box import Isolation
-from phalanx.services.boards import Board, Target
+from phalanx.services.targets import Target
 from phalanx.store.accounts import Role
 from phalanx.store.base import Store
+
+if TYPE_CHECKING:
+    from phalanx.services.boards import Board
 
 log = logging.getLogger(__name__)
 
 TENSORBOARD = "tensorboard"
+NOTEBOOK = "notebook"
 SOCKET = "board.sock"
 LOG = "tensorboard.log"
 # in a service's environment: its folder (in the server's home), how a leftover is found (tests)
@@ -105,7 +110,7 @@ class Service:
     folder: Path
     socket: Path
     process: Process
-    board: Board
+    board: Board | None  # a TensorBoard's; a notebook has none
     started_by: str
     role: Role = Role.viewer
     started_at: float = field(default_factory=time.time)
@@ -126,6 +131,20 @@ class Service:
             "started_at": self.started_at,
             "idle_seconds": round(time.monotonic() - self.last_used, 1),
         }
+
+
+@dataclass(frozen=True)
+class Launch:
+    """What a service is, before its process: its id, kind, project, target, who asked, the least
+    role that reaches it and its board (a TensorBoard's)."""
+
+    id: str
+    kind: str
+    project: str
+    target: Target
+    who: str
+    role: Role
+    board: Board | None
 
 
 @dataclass(frozen=True)
@@ -192,13 +211,29 @@ class Services:
 
     def tensorboard(self, project: str, target: Target, who: str) -> tuple[Service, bool]:
         """The TensorBoard of ``target`` (in ``project``), started unless one runs; (it, started)."""
+        return self._one_of(
+            TENSORBOARD, project, target, who, lambda: self._start_tensorboard(project, target, who)
+        )
+
+    def notebook(self, project: str, inputs: Mapping[str, str], who: str) -> tuple[Service, bool]:
+        """The project's notebook server, started unless one runs; (it, started). ``inputs``: the
+        environment that names its inputs' folders (``PHALANX_INPUT_NAME``: a path), which its
+        kernels inherit and its box may read; one that runs keeps the inputs it started with."""
+        target = Target("project", project)
+        return self._one_of(
+            NOTEBOOK, project, target, who, lambda: self._start_notebook(project, inputs, who)
+        )
+
+    def _one_of(
+        self, kind: str, project: str, target: Target, who: str, start: Callable[[], Service]
+    ) -> tuple[Service, bool]:
         with self._starting:
             for service in self.listed((project,)):
-                if service.kind == TENSORBOARD and service.target == target and service.process.alive():
+                if service.kind == kind and service.target == target and service.process.alive():
                     self.touch(service)
                     return service, False
-            service = self.add(self._start_tensorboard(project, target, who))
-        log.info("service %s: TensorBoard of %s %s started by %s", service.id, target.kind, target.id, who)
+            service = self.add(start())
+        log.info("service %s: %s of %s %s started by %s", service.id, kind, target.kind, target.id, who)
         return service, True
 
     def add(self, service: Service) -> Service:
@@ -213,61 +248,119 @@ class Services:
         return service
 
     def _start_tensorboard(self, project: str, target: Target, who: str) -> Service:
+        extras.require("tensorboard", "services", "a TensorBoard service")
+        from phalanx.services.boards import Board  # why: the services extra (TensorBoard)
+
         service_id = secrets.token_hex(6)
-        folder = self.home / "services" / service_id
-        logs = folder / "logs"
+        logs = self.home / "services" / service_id / "logs"
         logs.mkdir(parents=True)
         board = Board(self.store, target, logs)
         board.render()  # what is there already shows at once
-        # a short path: a Unix socket's path holds at most 107 bytes, a home's may be long
-        listen = Path(tempfile.mkdtemp(prefix=f"phalanx-service-{service_id}-"))
-        socket = listen / SOCKET
-        argv = [
-            sys.executable,
-            "-m",
-            "phalanx.services.tensorboard",
-            "--logdir",
-            str(logs),
-            "--socket",
-            str(socket),
-            "--path-prefix",
-            f"/services/{service_id}",
-            "--reload-seconds",
-            str(self.timing.refresh_seconds),
-        ]
+        return self._spawn(
+            Launch(service_id, TENSORBOARD, project, target, who, Role.viewer, board),
+            lambda socket: [
+                sys.executable,
+                "-m",
+                "phalanx.services.tensorboard",
+                "--logdir",
+                str(logs),
+                "--socket",
+                socket,
+                "--path-prefix",
+                f"/services/{service_id}",
+                "--reload-seconds",
+                str(self.timing.refresh_seconds),
+            ],
+            ro=(str(logs),),
+        )
+
+    def _start_notebook(self, project: str, inputs: Mapping[str, str], who: str) -> Service:
+        extras.require("jupyterlab", "services", "a notebook service")
+        service_id = secrets.token_hex(6)
+        (self.home / "services" / service_id).mkdir(parents=True)
+        work = self.home / "notebooks" / project  # the project's notebooks outlive each server of them
         isolation = self.isolation_for(project)
+        if isolation is not None:
+            box.make_own_folder(work, isolation)
+        else:
+            work.mkdir(parents=True, exist_ok=True)
+        return self._spawn(
+            Launch(service_id, NOTEBOOK, project, Target("project", project), who, Role.editor, None),
+            lambda socket: [
+                sys.executable,
+                "-m",
+                "jupyterlab",
+                "--no-browser",
+                f"--ServerApp.sock={socket}",
+                f"--ServerApp.base_url=/services/{service_id}/",
+                f"--ServerApp.root_dir={work}",
+                # who may reach it is the server's proxy's to check (the project's editors): its own
+                # token, password and XSRF cookie would be the caller's credentials, never forwarded
+                "--IdentityProvider.token=",
+                "--ServerApp.password=",
+                "--ServerApp.disable_check_xsrf=True",
+                "--ServerApp.allow_remote_access=True",  # the proxy's Host is the server's name
+                "--ServerApp.allow_root=True",  # unboxed, as a server that runs as root
+            ],
+            ro=tuple(inputs.values()),
+            rw=(str(work),),
+            env=dict(inputs),
+        )
+
+    def _spawn(
+        self,
+        launch: Launch,
+        argv_for: Callable[[str], list[str]],
+        ro: tuple[str, ...] = (),
+        rw: tuple[str, ...] = (),
+        env: Mapping[str, str] | None = None,
+    ) -> Service:
+        """The service's process, in the project's box when the server boxes, listening on a socket
+        in a folder of its own; returned once it listens (ServiceFailed if it does not)."""
+        folder = self.home / "services" / launch.id
+        # a short path: a Unix socket's path holds at most 107 bytes, a home's may be long
+        listen = Path(tempfile.mkdtemp(prefix=f"phalanx-service-{launch.id}-"))
+        socket = listen / SOCKET
+        argv = argv_for(str(socket))
+        isolation = self.isolation_for(launch.project)
         if isolation is not None:
             box.make_own_folder(listen, isolation)
             layout = box.Layout(
-                cwd=str(listen),
+                cwd=rw[0] if rw else str(listen),
                 tmp=None,
-                rw=(str(listen),),
-                ro=(str(logs), PACKAGE_ROOT, *box.interpreter_trees()),
+                rw=(str(listen), *rw),
+                ro=(*ro, PACKAGE_ROOT, *box.interpreter_trees()),
             )
             argv = box.box_argv(isolation, layout) + argv
-            env = box.box_env(isolation, str(listen))
+            started = box.box_env(isolation, str(listen))
         else:  # as the server, but with none of its environment (its tokens, its cloud keys)
-            env = {"PATH": os.environ.get("PATH", box.BOX_PATH), "HOME": str(listen), "TMPDIR": str(listen)}
-        env.update(box.inherited(), PYTHONPATH=PACKAGE_ROOT, **{MARK: str(folder)})
+            started = {
+                "PATH": os.environ.get("PATH", box.BOX_PATH),
+                "HOME": str(listen),
+                "TMPDIR": str(listen),
+            }
+        started.update(box.inherited(), **(env or {}), PYTHONPATH=PACKAGE_ROOT, **{MARK: str(folder)})
         with open(folder / LOG, "ab") as out:
             popen = subprocess.Popen(
                 argv,
-                env=env,
+                env=started,
+                cwd=rw[0] if rw else str(listen),
                 stdin=subprocess.DEVNULL,
                 stdout=out,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
             )
         service = Service(
-            id=service_id,
-            kind=TENSORBOARD,
-            project=project,
-            target=target,
+            id=launch.id,
+            kind=launch.kind,
+            project=launch.project,
+            target=launch.target,
             folder=folder,
             socket=socket,
             process=Spawned(popen),
-            board=board,
-            started_by=who,
+            board=launch.board,
+            started_by=launch.who,
+            role=launch.role,
         )
         try:
             self._await_listening(service)
@@ -282,18 +375,21 @@ class Services:
         while not service.socket.exists():
             if not service.process.alive():
                 raise ServiceFailed(
-                    f"TensorBoard ended (status {service.process.status()}) before it listened: "
+                    f"the {service.kind} ended (status {service.process.status()}) before it listened: "
                     f"{_tail(service.folder / LOG)}"
                 )
             if time.monotonic() > deadline:
-                raise ServiceFailed(f"TensorBoard did not listen within {self.timing.start_seconds:.0f} s")
+                raise ServiceFailed(
+                    f"the {service.kind} did not listen within {self.timing.start_seconds:.0f} s"
+                )
             if self._stop.wait(0.05):
                 raise ServiceFailed("the server is stopping")
 
     def _end(self, service: Service) -> None:
         """Its process ended and its folders gone, then it leaves the list (listed: still there)."""
         service.process.end()
-        service.board.close()
+        if service.board is not None:
+            service.board.close()
         shutil.rmtree(service.socket.parent, ignore_errors=True)
         shutil.rmtree(service.folder, ignore_errors=True)
         with self._lock:
@@ -316,7 +412,7 @@ class Services:
         elif time.monotonic() - service.last_used > self.timing.idle_seconds:
             log.info("service %s: idle for %.0f s, stopped", service.id, self.timing.idle_seconds)
             self._end(service)
-        else:
+        elif service.board is not None:
             try:
                 service.board.render()
             except Exception:  # a store hiccup: the next pass renders what this one missed

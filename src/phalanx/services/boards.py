@@ -26,32 +26,12 @@ from tensorboard.compat.proto import event_pb2, summary_pb2  # the `tensorboard`
 from tensorboard.summary.writer.record_writer import RecordWriter
 
 from phalanx.domain import Experiment
-from phalanx.store.base import ExperimentFilter, Store
+from phalanx.services.targets import Target
+from phalanx.store.base import Store
 
-# the most experiments one board shows (a project's newest): TensorBoard's run list stays usable
-MAX_RUNS = 200
 # points read per chart and render: a first render of a long run reads its summary, not every point
 MAX_POINTS = 10_000
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
-
-
-@dataclass(frozen=True)
-class Target:
-    """What a board shows: ``kind`` experiment, group or project, and its id (a project's name)."""
-
-    kind: str
-    id: str
-
-    def experiments(self, store: Store) -> list[Experiment]:
-        """The experiments it covers today, newest first (a group gains trials as it runs)."""
-        if self.kind == "experiment":
-            return [store.get_experiment(self.id)]
-        query = (
-            ExperimentFilter(group_id=self.id, limit=MAX_RUNS)
-            if self.kind == "group"
-            else ExperimentFilter(project=self.id, limit=MAX_RUNS)
-        )
-        return list(store.list_experiments(query).items)
 
 
 def run_name(experiment: Experiment) -> str:

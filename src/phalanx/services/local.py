@@ -11,7 +11,8 @@ import tempfile
 from pathlib import Path
 
 from phalanx.errors import UsageError
-from phalanx.services.boards import Board, Target
+from phalanx.services.boards import Board
+from phalanx.services.targets import Target
 from phalanx.store.base import Store
 
 REFRESH_SECONDS = 5.0

@@ -26,6 +26,13 @@ from phalanx.tracking.labels import MAX_TAG, label_problem
 
 SUPPORTED_VERSION = 1
 KINDS = ("experiment", "group", "job", "build", "notebook", "tensorboard", "pipeline")
+# Polyaxon 0.x's services, which Phalanx starts with a command rather than a file (docs/services.md)
+SERVICE_KINDS = {
+    "notebook": "a notebook is started with `phalanx notebook start --project P [--input NAME=DATASET]`,"
+    " not run from a file (docs/services.md)",
+    "tensorboard": "a TensorBoard is started with `phalanx tensorboard start ID` (or --group G,"
+    " --project P), not run from a file (docs/services.md)",
+}
 TOP_KEYS = (
     "version",
     "kind",
@@ -333,6 +340,9 @@ def _read_kind(c: Collector, root: YMap, group: bool = False) -> bool:
         return False
     if group and v == "experiment":
         c.add(node, "kind", "an experiment file: run it with `phalanx run -f FILE`")
+        return False
+    if isinstance(v, str) and v in SERVICE_KINDS:
+        c.add(node, "kind", SERVICE_KINDS[v])
         return False
     if isinstance(v, str) and v in KINDS:
         c.add(node, "kind", f"'{v}' is not supported yet; Phalanx runs kind: experiment files")

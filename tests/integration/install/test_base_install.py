@@ -31,6 +31,8 @@ HEAVY = (
     "psycopg-binary",
     "jsonschema",
     "optuna",
+    "tensorboard",
+    "jupyterlab",
 )
 
 
@@ -155,6 +157,7 @@ def test_run_and_tracking_work_in_the_base_install(venv: Path, tracked: Tracked)
         ("postgres", ("ls",), {"PHALANX_DB_URL": "postgresql://nobody@127.0.0.1:1/none"}),
         ("kubernetes", ("run", "-f", "{file}", "--cluster", "k8s", "--dry-run"), {}),
         ("search", ("group", "run", "-f", "{group}"), {}),
+        ("services", ("tensorboard", "start", "--project", "vision"), {}),
     ],
 )
 def test_a_command_without_its_extra_names_the_pip_command(

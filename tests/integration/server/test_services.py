@@ -21,8 +21,9 @@ from tests.unit.server.teams_fixtures import make_group, make_team
 
 from phalanx.config import Settings
 from phalanx.domain import Trial, TrialState
-from phalanx.server.services import Services, Timing
-from phalanx.services.boards import Target, run_name
+from phalanx.server.services import MARK, Services, Timing
+from phalanx.services.boards import run_name
+from phalanx.services.targets import Target
 from phalanx.store import open_store
 
 pytestmark = pytest.mark.slow
@@ -58,15 +59,17 @@ def _unsigned(url: str) -> tuple[int, str | None]:
         return refused.code, refused.headers.get("location")
 
 
-def _board_processes(service_id: str) -> list[int]:
-    """The TensorBoard processes of ``service_id`` on this machine (its path prefix names it)."""
+def service_processes(home: Path, service_id: str) -> list[int]:
+    """The processes of service ``service_id`` of the server over ``home`` (its box's included):
+    those marked with its folder (phalanx.server.services.MARK)."""
+    mark = f"{MARK}={home / 'services' / service_id}".encode()
     found = []
     for entry in Path("/proc").iterdir():
         try:
-            argv = (entry / "cmdline").read_bytes().split(b"\0")
+            environ = (entry / "environ").read_bytes().split(b"\0")
         except OSError:
             continue
-        if b"phalanx.services.tensorboard" in argv and f"/services/{service_id}".encode() in argv:
+        if mark in environ:
             found.append(int(entry.name))
     return found
 
@@ -126,13 +129,13 @@ def test_a_groups_tensorboard_answers_its_projects_members_through_the_server_on
         # the CLI from a laptop: its list, then stop
         listed = ok(phalanx(laptop, "tensorboard", "ls", "--server", server.url, token=tokens["viewer_a"]))
         assert started["id"] in listed.stdout and f"group {group.id}" in listed.stdout
-        assert _board_processes(started["id"])
+        assert service_processes(home, started["id"])
         ok(
             phalanx(
                 laptop, "tensorboard", "stop", started["id"], "--server", server.url, token=tokens["viewer_a"]
             )
         )
-        assert not _board_processes(started["id"])
+        assert not service_processes(home, started["id"])
         assert _call(f"{board}data/runs", tokens["viewer_a"])[0] == 404
 
         # started again from the CLI, then the server stops: its board stops with it
@@ -152,9 +155,9 @@ def test_a_groups_tensorboard_answers_its_projects_members_through_the_server_on
         )
         second = json.loads(again_cli.stdout)
         assert second["url"] == f"{server.url}/services/{second['id']}/"
-        assert _board_processes(second["id"])
+        assert service_processes(home, second["id"])
         stop_server(server.proc)
-        assert not _board_processes(second["id"])
+        assert not service_processes(home, second["id"])
         assert not list((home / "services").iterdir())
 
 

@@ -11,14 +11,16 @@ import shutil
 import socketserver
 import tempfile
 import threading
-from collections.abc import Iterator
-from dataclasses import dataclass
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import pytest
 
 from phalanx.server.services import Service, Services
-from phalanx.services.boards import Board, Target
+from phalanx.services.boards import Board
+from phalanx.services.targets import Target
+from phalanx.store.accounts import Role
 from phalanx.store.base import Store
 
 
@@ -35,13 +37,14 @@ class _Answers200(http.server.BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(b"ok")
 
-    do_GET = do_POST = _ok
+    do_GET = do_POST = do_PUT = do_PATCH = do_DELETE = _ok
 
     def log_message(self, *args: object) -> None:
         pass
 
 
 SEEN: dict[str, object] = {}
+STARTED_WITH: dict[str, str] = {}  # the inputs' environment the last fake notebook started with
 
 
 class _UnixHttp(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
@@ -109,10 +112,17 @@ def fake_boards() -> Iterator[FakeBoard]:
 
 @pytest.fixture
 def started_without_a_process(fake_boards: FakeBoard, monkeypatch: pytest.MonkeyPatch) -> FakeBoard:
-    """``Services.tensorboard`` starts a fake board (no TensorBoard process) when none runs."""
+    """``Services.tensorboard`` and ``notebook`` start a fake service (no process) when none runs."""
 
-    def start(services: Services, project: str, target: Target, who: str) -> Service:
+    def board(services: Services, project: str, target: Target, who: str) -> Service:
         return fake_boards.make(services.store, project, target)
 
-    monkeypatch.setattr(Services, "_start_tensorboard", start)
+    def notebook(services: Services, project: str, inputs: Mapping[str, str], who: str) -> Service:
+        STARTED_WITH.clear()
+        STARTED_WITH.update(inputs)
+        service = fake_boards.make(services.store, project, Target("project", project))
+        return replace(service, kind="notebook", role=Role.editor, board=None)
+
+    monkeypatch.setattr(Services, "_start_tensorboard", board)
+    monkeypatch.setattr(Services, "_start_notebook", notebook)
     return fake_boards

@@ -119,6 +119,9 @@ TABLE: dict[tuple[str, str], str] = {
     ("GET", "/services/{service_id}"): "service:viewer",
     ("GET", "/services/{service_id}/{path:path}"): "service:viewer",
     ("POST", "/services/{service_id}/{path:path}"): "service:viewer",
+    ("PUT", "/services/{service_id}/{path:path}"): "service:viewer",
+    ("PATCH", "/services/{service_id}/{path:path}"): "service:viewer",
+    ("DELETE", "/services/{service_id}/{path:path}"): "service:viewer",
     # UI pages: the shell holds no data (the API calls it makes check the role), but needs sign-in
     ("GET", "/docs"): "signed-in",
     ("GET", "/docs/init.js"): "signed-in",

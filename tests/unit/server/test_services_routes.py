@@ -6,15 +6,19 @@ cookie the board tries to set."""
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import Any
+
 import pytest
 from fastapi.testclient import TestClient
 
 from phalanx.server.app import create_app
 from phalanx.server.settings import ServerSettings
+from phalanx.store import catalog
 from phalanx.store.base import Store
 from phalanx.tokens import experiment_token
 from tests.unit.server import fill
-from tests.unit.server.fake_services import SEEN
+from tests.unit.server.fake_services import SEEN, STARTED_WITH
 from tests.unit.server.teams_fixtures import make_team
 
 pytestmark = pytest.mark.usefixtures("started_without_a_process")
@@ -47,7 +51,15 @@ def test_bad_asks_are_refused_saying_why(settings: ServerSettings, store: Store)
     with TestClient(app, headers={"Authorization": f"Bearer {token}"}) as client:
         none = client.post("/api/v1/services", json={})
         two = client.post("/api/v1/services", json={"experiment": e.id, "project": "A"})
-        other = client.post("/api/v1/services", json={"kind": "notebook", "project": "A"})
+        other = client.post("/api/v1/services", json={"kind": "jupyter", "project": "A"})
+        notebook_of = client.post("/api/v1/services", json={"kind": "notebook", "experiment": e.id})
+        board_inputs = client.post(
+            "/api/v1/services", json={"project": "A", "inputs": [{"name": "x", "dataset": "x"}]}
+        )
+        no_data = client.post(
+            "/api/v1/services",
+            json={"kind": "notebook", "project": "A", "inputs": [{"name": "x", "dataset": "nothing@latest"}]},
+        )
         empty = client.post("/api/v1/services", json={"project": "nothing-here"})
         gone = client.get("/api/v1/services/abcdef012345")
         replica = client.post(
@@ -57,7 +69,10 @@ def test_bad_asks_are_refused_saying_why(settings: ServerSettings, store: Store)
         )
     assert none.status_code == two.status_code == 422
     assert "exactly one of experiment, group or project" in none.text + two.text
-    assert other.status_code == 422 and "tensorboard" in other.text
+    assert other.status_code == 422 and "tensorboard" in other.text and "notebook" in other.text
+    assert notebook_of.status_code == 422 and "a notebook is a project's: give project" in notebook_of.text
+    assert board_inputs.status_code == 422 and "inputs are a notebook's" in board_inputs.text
+    assert no_data.status_code == 404 and "nothing" in no_data.json()["message"]
     assert empty.status_code == 404 and "has no experiment" in empty.json()["message"]
     assert gone.status_code == 404 and "service abcdef012345 does not exist" in gone.json()["message"]
     assert replica.status_code == 403 and "replica token" in replica.json()["message"]
@@ -79,3 +94,33 @@ def test_the_proxy_forwards_no_credential_and_keeps_no_cookie(settings: ServerSe
     sent = {k.lower() for k in SEEN["headers"]}  # type: ignore[attr-defined]
     assert not sent & {"authorization", "cookie"}
     assert bare.status_code == 307 and bare.headers["location"] == f"/services/{board['id']}/"
+
+
+def test_a_projects_notebook_is_its_editors_and_gets_its_inputs(
+    settings: ServerSettings, store: Store
+) -> None:
+    tokens = make_team(store).tokens
+    folder = settings.store.home.parent / "digits"
+    folder.mkdir()
+    (folder / "part-0.csv").write_text("7,1\n")
+    catalog.add_dataset(store, "digits", str(folder), project="A", keep_in=settings.store.home / "kept")
+    ask = {"kind": "notebook", "project": "A", "inputs": [{"name": "digits", "dataset": "digits@latest"}]}
+    with TestClient(create_app(settings, store)) as client:
+
+        def post(role: str) -> Any:
+            return client.post(
+                "/api/v1/services", json=ask, headers={"Authorization": f"Bearer {tokens[role]}"}
+            )
+
+        viewer, outsider, editor, again = post("viewer_a"), post("admin_b"), post("editor_a"), post("admin_a")
+        reach = client.get(
+            f"{editor.json()['path']}api/status", headers={"Authorization": f"Bearer {tokens['viewer_a']}"}
+        )
+    assert viewer.status_code == 403 and "needs editor" in viewer.json()["message"]
+    assert outsider.status_code == 404
+    assert editor.status_code == 201 and editor.json()["kind"] == "notebook"
+    assert (again.status_code, again.json()["id"]) == (200, editor.json()["id"])  # the project's one
+    assert reach.status_code == 403  # its pages too: code runs there
+    (path,) = STARTED_WITH.values()
+    assert list(STARTED_WITH) == ["PHALANX_INPUT_DIGITS"]
+    assert (Path(path) / "part-0.csv").read_text() == "7,1\n"

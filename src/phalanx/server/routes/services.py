@@ -1,47 +1,62 @@
 """Services over HTTP (docs/services.md): ``POST /services`` starts (or hands back) a TensorBoard
-for an experiment, a group or a project; ``GET /services`` lists the caller's projects' ones;
+for an experiment, a group or a project, or a project's notebook server; ``GET /services`` lists
+the caller's projects' ones;
 ``GET``/``DELETE /services/{service_id}``; and ``/services/{service_id}/...`` (outside the API's
 prefix, for the browser) is the service itself, through the proxy.
 
-A project's viewers start, reach and stop its TensorBoards; somebody in none of its roles gets 404
-for each, as for its experiments.
+A project's viewers start, reach and stop its TensorBoards, its editors its notebooks (code runs
+there); somebody in none of its roles gets 404 for each, as for its experiments.
 """
 
 from __future__ import annotations
 
 from typing import Literal
 
-from fastapi import APIRouter, HTTPException, Request, Response
+from fastapi import APIRouter, HTTPException, Request, Response, WebSocket
 from fastapi.responses import RedirectResponse
 from pydantic import BaseModel, Field, model_validator
 
+from phalanx.data import inputs as data_inputs
 from phalanx.errors import NotFound
 from phalanx.server.audit import describe
 from phalanx.server.deps import StoreDep
 from phalanx.server.policy import policy, principal_of, require, require_experiment
-from phalanx.server.proxy import forward
-from phalanx.server.services import Service, Services
-from phalanx.services.boards import Target
+from phalanx.server.proxy import POLICY_VIOLATION, forward, forward_socket
+from phalanx.server.services import NOTEBOOK, Service, Services
+from phalanx.server.settings import ServerSettings
+from phalanx.services.targets import Target
+from phalanx.spec.inputs import parse_inputs
 from phalanx.store.accounts import Role
 from phalanx.store.base import ExperimentFilter
 
 router = APIRouter(tags=["services"])
 page_router = APIRouter(include_in_schema=False)
 
-PROXIED = ["GET", "POST", "HEAD"]
+PROXIED = ["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE"]  # a notebook saves, renames, deletes
 
 
 class ServiceIn(BaseModel):
-    kind: Literal["tensorboard"] = "tensorboard"
+    kind: Literal["tensorboard", "notebook"] = "tensorboard"
     experiment: str | None = Field(default=None, max_length=64, description="an experiment's id (or prefix)")
     group: str | None = Field(default=None, max_length=64, description="a group's id (or prefix): its trials")
-    project: str | None = Field(default=None, max_length=128, description="a project: its newest experiments")
+    project: str | None = Field(
+        default=None, max_length=128, description="a project: its newest experiments; a notebook's project"
+    )
+    inputs: list[dict[str, str]] = Field(
+        default_factory=list,
+        max_length=32,
+        description="a notebook's inputs, as an experiment file's `inputs:` (name and dataset or datastore)",
+    )
 
     @model_validator(mode="after")
     def _one_target(self) -> ServiceIn:
         given = [k for k in ("experiment", "group", "project") if getattr(self, k)]
         if len(given) != 1:
             raise ValueError("give exactly one of experiment, group or project")
+        if self.kind == "notebook" and given != ["project"]:
+            raise ValueError("a notebook is a project's: give project")
+        if self.kind == "tensorboard" and self.inputs:
+            raise ValueError("inputs are a notebook's; a TensorBoard reads what its experiments recorded")
         return self
 
 
@@ -82,6 +97,9 @@ def _target(request: Request, store: StoreDep, body: ServiceIn) -> tuple[str, Ta
         require(request, group.project, Role.viewer, f"group {body.group}")
         return group.project, Target("group", group.id)
     project = str(body.project)
+    if body.kind == NOTEBOOK:  # code runs in it: the project's editors
+        require(request, project, Role.editor, f"project {project!r}")
+        return project, Target("project", project)
     require(request, project, Role.viewer, f"project {project!r}")
     if not store.list_experiments(ExperimentFilter(project=project, limit=1)).items:
         raise NotFound(f"project {project!r} has no experiment: a TensorBoard of it would show nothing")
@@ -98,11 +116,24 @@ def start_service(body: ServiceIn, store: StoreDep, request: Request, response: 
             403, f"this is a replica token of experiment {who.replica_of}: it only sends its records"
         )
     project, target = _target(request, store, body)
-    service, started = services_of(request).tensorboard(project, target, who.name)
+    services = services_of(request)
+    if body.kind == NOTEBOOK:
+        inputs = _inputs(request, project, body.inputs)
+        service, started = services.notebook(project, inputs, who.name)
+    else:
+        service, started = services.tensorboard(project, target, who.name)
     response.status_code = 201 if started else 200
     if started:  # handing back the one that runs changes nothing
-        describe(request, "service.start", service.id, project, f"tensorboard of {target.kind} {target.id}")
+        describe(request, "service.start", service.id, project, f"{body.kind} of {target.kind} {target.id}")
     return _out(service, started)
+
+
+def _inputs(request: Request, project: str, given: list[dict[str, str]]) -> dict[str, str]:
+    """The environment that names a notebook's inputs' folders, fetched as an experiment's of
+    ``project`` are: its own and shared data only, read with its own credentials."""
+    settings: ServerSettings = request.app.state.settings
+    env, _ = data_inputs.resolve(parse_inputs(given, "inputs"), settings.store, reader=project)
+    return env
 
 
 @router.get("/services", response_model=list[ServiceOut])
@@ -142,3 +173,23 @@ async def proxied(service_id: str, path: str, request: Request) -> Response:
     service = services.get(service_id)
     services.touch(service)
     return await forward(request, str(service.socket))
+
+
+async def proxied_socket(websocket: WebSocket) -> None:
+    """A service's WebSocket (a notebook's kernel channels): the caller's role in its project checked
+    here (the app's policy dependency does not run for WebSockets; the auth middleware has said who
+    this is), then joined to the service's socket (phalanx.server.proxy). Refused before it is
+    accepted (403) for a caller below the service's role, or with no service of that id."""
+    services: Services = websocket.app.state.services
+    who = principal_of(websocket)
+    try:
+        service = services.get(str(websocket.path_params["service_id"]))
+    except NotFound:
+        await websocket.close(code=POLICY_VIOLATION)
+        return
+    held = None if who.replica_of is not None else who.role_in(service.project)
+    if held is None or held < service.role:
+        await websocket.close(code=POLICY_VIOLATION)
+        return
+    services.touch(service)
+    await forward_socket(websocket, str(service.socket), lambda: services.touch(service))
