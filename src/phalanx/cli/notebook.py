@@ -95,6 +95,8 @@ def _start_here(wanted: list[dict[str, str]], port: int) -> None:
         "--ServerApp.ip=127.0.0.1",
         f"--ServerApp.port={port}",
     ]
+    if os.geteuid() == 0:  # JupyterLab refuses root unless told: whoever typed this is root already
+        argv.append("--ServerApp.allow_root=True")
     try:
         status = subprocess.run(
             argv, env={**os.environ, **env}, stdin=subprocess.DEVNULL, check=False

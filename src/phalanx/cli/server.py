@@ -390,6 +390,17 @@ ServiceIdleOpt = Annotated[
     ),
 ]
 
+ServiceLimitOpt = Annotated[
+    int,
+    typer.Option(
+        "--service-limit",
+        min=1,
+        max=1000,
+        metavar="N",
+        help="the most services (TensorBoards, notebooks) one project may run at once",
+    ),
+]
+
 
 @app.command("server")
 def server(
@@ -416,6 +427,7 @@ def server(
     alert_attempts: AlertAttemptsOpt = 5,
     alert_backoff: AlertBackoffOpt = 10.0,
     service_idle_minutes: ServiceIdleOpt = 30.0,
+    service_limit: ServiceLimitOpt = 8,
 ) -> None:
     """Serve the REST API (/api/v1) and the web UI (/) over this machine's Phalanx store."""
     from phalanx import knobs
@@ -468,6 +480,7 @@ def server(
             alert_attempts=alert_attempts,
             alert_backoff_seconds=alert_backoff,
             service_idle_seconds=service_idle_minutes * 60,
+            service_limit=service_limit,
         )
     )
     shown = f"[{host}]" if ":" in host else host

@@ -98,7 +98,11 @@ def create_app(settings: ServerSettings, store: LocalStore | None = None) -> Fas
         store,
         settings.store.home,
         lambda project: isolation_for(settings.store, project),
-        Timing(idle_seconds=settings.service_idle_seconds, refresh_seconds=settings.service_refresh_seconds),
+        Timing(
+            idle_seconds=settings.service_idle_seconds,
+            refresh_seconds=settings.service_refresh_seconds,
+            per_project=settings.service_limit,
+        ),
     )
 
     @contextlib.asynccontextmanager

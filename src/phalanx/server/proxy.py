@@ -39,8 +39,24 @@ DROPPED_REQUEST = frozenset(
         "content-length",
     }
 )
+# and what the server sets itself (Date, Server), and no cross-origin grant of the service's own
 DROPPED_RESPONSE = frozenset(
-    {"set-cookie", "connection", "keep-alive", "transfer-encoding", "trailer", "upgrade", "content-length"}
+    {
+        "set-cookie",
+        "connection",
+        "keep-alive",
+        "transfer-encoding",
+        "trailer",
+        "upgrade",
+        "content-length",
+        "date",
+        "server",
+        "access-control-allow-origin",
+        "access-control-allow-credentials",
+        "access-control-allow-headers",
+        "access-control-allow-methods",
+        "access-control-expose-headers",
+    }
 )
 TIMEOUT = httpx.Timeout(60.0, connect=10.0)
 # a WebSocket's own handshake fields (the proxy makes its own), and its Origin: the server checked
@@ -56,17 +72,23 @@ POLICY_VIOLATION, UNREACHABLE = 1008, 1011  # RFC 6455's close codes
 
 
 def _kept(headers: Iterable[tuple[str, str]], dropped: frozenset[str]) -> list[tuple[str, str]]:
-    return [(k, v) for k, v in headers if k.lower() not in dropped]
+    """``headers`` less ``dropped`` and the fields a Connection header names (hop-by-hop too)."""
+    pairs = list(headers)
+    named = {f.strip().lower() for k, v in pairs if k.lower() == "connection" for f in v.split(",")}
+    return [(k, v) for k, v in pairs if k.lower() not in dropped and k.lower() not in named]
 
 
 async def forward(request: Request, socket: str) -> Response:
     """The service's answer to ``request`` (502 when it cannot be reached)."""
     transport = httpx.AsyncHTTPTransport(uds=socket)
     async with httpx.AsyncClient(transport=transport, timeout=TIMEOUT) as client:
+        headers = _kept(request.headers.items(), DROPPED_REQUEST)
+        if "accept-encoding" not in request.headers:  # else httpx would ask for gzip on the caller's behalf
+            headers.append(("accept-encoding", "identity"))
         outgoing = client.build_request(
             request.method,
             httpx.URL(scheme="http", host="service", path=request.url.path, query=request.url.query.encode()),
-            headers=_kept(request.headers.items(), DROPPED_REQUEST),
+            headers=headers,
             content=await request.body(),
         )
         try:

@@ -1,15 +1,18 @@
-"""The services a server runs for its projects (docs/services.md): today TensorBoard boards.
+"""The services a server runs for its projects (docs/services.md): TensorBoard boards and notebook
+servers.
 
-``Services`` keeps one TensorBoard per target object (an experiment, a group, a project): asked
-again, it hands back the one that runs. Each is a process in the project's box (the same account,
-namespaces and allow-listed environment as the project's experiments, phalanx.machine.box) that
-listens on a Unix socket in a folder of that account's, never on a TCP port: it is reached only
-through the server's ``/services/ID/`` proxy (phalanx.server.proxy), under the project's roles.
+``Services`` keeps one TensorBoard per target object (an experiment, a group, a project) and one
+notebook server (JupyterLab) per project: asked again, it hands back the one that runs. Each is a
+process in the project's box (the same account, namespaces and allow-listed environment as the
+project's experiments, phalanx.machine.box) that listens on a Unix socket in a folder of that
+account's, never on a TCP port: it is reached only through the server's ``/services/ID/`` proxy
+(phalanx.server.proxy), under the project's roles (a board: its viewers; a notebook: its editors).
 
 One refresher thread renders what experiments reported since its last pass into each board's
-folder (phalanx.services.boards), stops a service nobody asked for in ``idle_seconds`` and forgets
+folder (phalanx.services.boards), stops a service nobody reached in ``idle_seconds`` and forgets
 one whose process died (asking again starts a new one). The server's end stops them all; a box ends
-with the server anyway (bubblewrap's ``--die-with-parent``), so nothing outlives it.
+with the server anyway (bubblewrap's ``--die-with-parent``), and a notebook's kernels end with
+their notebook server (they watch their parent), so nothing outlives it.
 """
 
 from __future__ import annotations
@@ -26,13 +29,14 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
 from phalanx import extras
 from phalanx.backends.local.boxes import PACKAGE_ROOT
-from phalanx.errors import NotFound, PhalanxError
+from phalanx.errors import NotFound, PhalanxError, QuotaExceeded
 from phalanx.machine import box
 from phalanx.machine.box import Isolation
 from phalanx.services.targets import Target
@@ -46,8 +50,10 @@ log = logging.getLogger(__name__)
 
 TENSORBOARD = "tensorboard"
 NOTEBOOK = "notebook"
-SOCKET = "board.sock"
-LOG = "tensorboard.log"
+SOCKET = "service.sock"
+LISTEN = "listen"  # in a service's folder: the folder its socket is in
+LISTEN_PREFIX = "phalanx-service-"
+LOG = "service.log"  # its process's output, in its folder (the reason a start failed)
 # in a service's environment: its folder (in the server's home), how a leftover is found (tests)
 MARK = "PHALANX_SERVICE"
 
@@ -155,6 +161,7 @@ class Timing:
     idle_seconds: float = 1800.0
     refresh_seconds: float = 5.0
     start_seconds: float = 120.0
+    per_project: int = 8  # services one project may have running at once (each holds ~100 MiB)
 
 
 class Services:
@@ -176,11 +183,18 @@ class Services:
         self._starting = threading.Lock()  # one start at a time: two asks for one board start it once
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        # every process is started from this one thread, which lives as long as the services: what
+        # ties a process to the server's life (bubblewrap's --die-with-parent, setpriv's
+        # --pdeathsig) follows the thread that started it, and a request's worker thread may end
+        self._spawner: ThreadPoolExecutor | None = None
 
     def start(self) -> Services:
-        """Start the refresher (again after ``close``: an app's lifespan may run more than once)."""
+        """Start the refresher (again after ``close``: an app's lifespan may run more than once),
+        after removing what a killed server's services left."""
         if self._thread is None or not self._thread.is_alive():
+            self._sweep()
             self._stop = threading.Event()
+            self._spawner = ThreadPoolExecutor(max_workers=1, thread_name_prefix="phalanx-service-start")
             self._thread = threading.Thread(target=self._loop, name="phalanx-services", daemon=True)
             self._thread.start()
         return self
@@ -192,6 +206,19 @@ class Services:
             self._thread.join(timeout=30)
         for service in self.listed():
             self._end(service)
+        if self._spawner is not None:
+            self._spawner.shutdown(wait=True)
+
+    def _sweep(self) -> None:
+        """The folders of services a killed server left (none runs before it starts): their own and
+        the one they listened in (named in ``LISTEN``). Their processes ended with that server."""
+        root = self.home / "services"
+        for folder in root.iterdir() if root.is_dir() else ():
+            with contextlib.suppress(OSError):
+                listen = Path((folder / LISTEN).read_text().strip())
+                if listen.name.startswith(LISTEN_PREFIX):
+                    shutil.rmtree(listen, ignore_errors=True)
+            shutil.rmtree(folder, ignore_errors=True)
 
     def listed(self, projects: tuple[str, ...] | None = None) -> list[Service]:
         """The running services, those of ``projects`` only when given, oldest first."""
@@ -202,8 +229,10 @@ class Services:
     def get(self, service_id: str) -> Service:
         with self._lock:
             found = self._services.get(service_id)
-        if found is None:
-            raise NotFound(f"service {service_id} does not exist (it was stopped, or it never ran)")
+        if found is None:  # worded as for a service of a project the caller is not in: nothing told
+            raise NotFound(
+                f"service {service_id} does not exist (or is in a project you are not a member of)"
+            )
         return found
 
     def touch(self, service: Service) -> None:
@@ -228,10 +257,17 @@ class Services:
         self, kind: str, project: str, target: Target, who: str, start: Callable[[], Service]
     ) -> tuple[Service, bool]:
         with self._starting:
-            for service in self.listed((project,)):
+            running = self.listed((project,))
+            for service in running:
                 if service.kind == kind and service.target == target and service.process.alive():
                     self.touch(service)
                     return service, False
+            if len(running) >= self.timing.per_project:
+                raise QuotaExceeded(
+                    f"project {project} has {len(running)} services running, the most this server runs"
+                    " for one project: stop one (`phalanx tensorboard ls`, `phalanx notebook ls`) or let"
+                    " an idle one stop"
+                )
             service = self.add(start())
         log.info("service %s: %s of %s %s started by %s", service.id, kind, target.kind, target.id, who)
         return service, True
@@ -319,7 +355,8 @@ class Services:
         in a folder of its own; returned once it listens (ServiceFailed if it does not)."""
         folder = self.home / "services" / launch.id
         # a short path: a Unix socket's path holds at most 107 bytes, a home's may be long
-        listen = Path(tempfile.mkdtemp(prefix=f"phalanx-service-{launch.id}-"))
+        listen = Path(tempfile.mkdtemp(prefix=f"{LISTEN_PREFIX}{launch.id}-"))
+        (folder / LISTEN).write_text(str(listen))  # what a later server removes if this one is killed
         socket = listen / SOCKET
         argv = argv_for(str(socket))
         isolation = self.isolation_for(launch.project)
@@ -341,7 +378,9 @@ class Services:
             }
         started.update(box.inherited(), **(env or {}), PYTHONPATH=PACKAGE_ROOT, **{MARK: str(folder)})
         with open(folder / LOG, "ab") as out:
-            popen = subprocess.Popen(
+            assert self._spawner is not None, "Services.start() first"
+            popen = self._spawner.submit(
+                subprocess.Popen,
                 argv,
                 env=started,
                 cwd=rw[0] if rw else str(listen),
@@ -349,7 +388,7 @@ class Services:
                 stdout=out,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
-            )
+            ).result()
         service = Service(
             id=launch.id,
             kind=launch.kind,
@@ -402,6 +441,8 @@ class Services:
                 self._tend(service)
 
     def _tend(self, service: Service) -> None:
+        """One refresher pass over ``service``: forgotten when its process died, stopped when idle
+        or when its experiment is deleted, else its board brought up to date."""
         if not service.process.alive():
             log.warning(
                 "service %s: its process ended (%s); asking again starts a new one",
@@ -415,6 +456,9 @@ class Services:
         elif service.board is not None:
             try:
                 service.board.render()
+            except NotFound:  # the experiment (or group) it showed was deleted: nothing left to show
+                log.info("service %s: its %s was deleted, stopped", service.id, service.target.kind)
+                self._end(service)
             except Exception:  # a store hiccup: the next pass renders what this one missed
                 log.exception("service %s: rendering its board failed; trying again", service.id)
 

@@ -17,6 +17,7 @@ Phalanx and so are not shown (docs/services.md).
 from __future__ import annotations
 
 import re
+import shutil
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -48,6 +49,7 @@ def tag_of(title: str, series: str) -> str:
 class _Run:
     """One experiment's event file and the last step written of each tag."""
 
+    folder: Path
     file: BinaryIO
     writer: RecordWriter
     last: dict[str, int] = field(default_factory=dict)
@@ -66,7 +68,12 @@ class Board:
     def render(self) -> int:
         """Write every point reported since the last call; returns how many were written."""
         written = 0
-        for experiment in self.target.experiments(self.store):
+        experiments = self.target.experiments(self.store)
+        for gone in set(self._runs) - {e.id for e in experiments}:  # deleted since: off the board
+            run = self._runs.pop(gone)
+            run.writer.close()
+            shutil.rmtree(run.folder, ignore_errors=True)
+        for experiment in experiments:
             run = self._runs.get(experiment.id) or self._open(experiment)
             if run.done:
                 continue
@@ -85,7 +92,7 @@ class Board:
         folder = self.folder / run_name(experiment)
         folder.mkdir(parents=True, exist_ok=True)
         file = open(folder / f"events.out.tfevents.{int(time.time())}.phalanx", "ab")  # noqa: SIM115
-        run = _Run(file=file, writer=RecordWriter(file))
+        run = _Run(folder=folder, file=file, writer=RecordWriter(file))
         header = event_pb2.Event(wall_time=time.time(), file_version="brain.Event:2")
         run.writer.write(header.SerializeToString())
         self._runs[experiment.id] = run

@@ -5,6 +5,7 @@ A server runs the same two parts as a service instead (phalanx.server.services).
 from __future__ import annotations
 
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -35,6 +36,8 @@ def serve_board(store: Store, target: Target, port: int) -> int:
             str(port),
         ]
         process = subprocess.Popen(argv, stdin=subprocess.DEVNULL)  # it says where it answers
+        for ending in (signal.SIGTERM, signal.SIGHUP):  # as Ctrl-C: TensorBoard ends, its folder goes
+            signal.signal(ending, lambda *_: process.terminate())
         try:
             while True:
                 try:

@@ -9,6 +9,8 @@ import re
 import signal
 import socket
 import subprocess
+import time
+import urllib.error
 import urllib.request
 from pathlib import Path
 
@@ -19,7 +21,7 @@ from tests.unit.server import fill
 
 from phalanx.config import Settings
 from phalanx.services.boards import run_name
-from phalanx.store import open_store
+from phalanx.store import catalog, open_store
 
 pytestmark = pytest.mark.slow
 
@@ -80,7 +82,7 @@ def test_a_port_in_use_is_exit_2_saying_so(tmp_path: Path) -> None:
     assert "cannot listen" in err and "Traceback" not in err
 
 
-def test_ls_and_stop_are_a_servers_and_a_target_must_be_named(tmp_path: Path) -> None:
+def test_ls_and_stop_are_a_servers_and_mistakes_are_said(tmp_path: Path) -> None:
     env = {"PHALANX_HOME": str(tmp_path / "home")}
     for args in (("tensorboard", "ls"), ("tensorboard", "stop", "abc")):
         done = phalanx_cli(*args, env=env)
@@ -89,3 +91,65 @@ def test_ls_and_stop_are_a_servers_and_a_target_must_be_named(tmp_path: Path) ->
     assert done.returncode == 2 and "name one target" in done.stderr
     done = phalanx_cli("tensorboard", "start", "--project", "nothing-here", env=env)
     assert done.returncode != 0 and "has no experiment here" in done.stderr
+    for args in (("notebook", "ls"), ("notebook", "stop", "abc")):
+        done = phalanx_cli(*args, env=env)
+        assert done.returncode == 2 and "`phalanx login URL` first" in done.stderr
+    done = phalanx_cli("notebook", "start", "--input", "digits", env=env)
+    assert done.returncode == 2 and "give NAME=DATASET[@VERSION]" in done.stderr
+    done = phalanx_cli("notebook", "start", "--input", "digits=nothing@latest", env=env)
+    assert done.returncode == 2 and "nothing" in done.stderr and "Traceback" not in done.stderr
+
+
+def _status(url: str) -> int:
+    """The HTTP status of a GET, once something listens there (JupyterLab says its address a moment
+    before it does; the deadline is a safety net only)."""
+    deadline = time.monotonic() + 120
+    while True:
+        try:
+            with urllib.request.urlopen(url, timeout=60) as answer:
+                return int(answer.status)
+        except urllib.error.HTTPError as refused:
+            return refused.code
+        except urllib.error.URLError:
+            assert time.monotonic() < deadline, f"nothing listens at {url}"
+            time.sleep(0.1)
+
+
+def test_a_notebook_here_runs_in_this_folder_with_its_input_until_ctrl_c(tmp_path: Path) -> None:
+    """JupyterLab on a loopback port, its own token kept (other users of this machine reach the
+    port too), the input's folder in its environment; Ctrl-C ends it."""
+    home = tmp_path / "home"
+    rows = tmp_path / "rows"
+    rows.mkdir()
+    (rows / "part-0.csv").write_text("7,1\n")
+    store = open_store(Settings(home=home))
+    catalog.add_dataset(store, "digits", str(rows), keep_in=home / "kept")
+    store.close()
+    notebook = subprocess.Popen(
+        [str(PHALANX), "notebook", "start", "--input", "digits=digits@latest", "--port", "0"],
+        env=clean_env(home),
+        cwd=tmp_path,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        assert notebook.stdout is not None
+        said = ""
+        while not (found := re.search(r"(http://127\.0\.0\.1:\d+/)lab\?token=(\w+)", said)):
+            line = notebook.stdout.readline()
+            assert line, f"it ended before it listened: {said}"
+            said += line
+        url, token = found.groups()
+        assert _status(f"{url}api/kernels") == 403  # its own token is kept
+        request = urllib.request.Request(f"{url}api/kernelspecs", headers={"Authorization": f"token {token}"})
+        with urllib.request.urlopen(request, timeout=60) as answer:
+            assert "python3" in json.loads(answer.read())["kernelspecs"]
+        notebook.send_signal(signal.SIGINT)
+        notebook.send_signal(signal.SIGINT)  # JupyterLab asks to confirm a first Ctrl-C
+        assert notebook.wait(timeout=120) in (0, 130)
+    finally:
+        if notebook.poll() is None:
+            notebook.kill()
+            notebook.wait()

@@ -6,6 +6,8 @@ cookie the board tries to set."""
 
 from __future__ import annotations
 
+import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
@@ -13,12 +15,14 @@ import pytest
 from fastapi.testclient import TestClient
 
 from phalanx.server.app import create_app
+from phalanx.server.services import Services, Timing
 from phalanx.server.settings import ServerSettings
+from phalanx.services.targets import Target
 from phalanx.store import catalog
 from phalanx.store.base import Store
 from phalanx.tokens import experiment_token
 from tests.unit.server import fill
-from tests.unit.server.fake_services import SEEN, STARTED_WITH
+from tests.unit.server.fake_services import SEEN, STARTED_WITH, FakeBoard
 from tests.unit.server.teams_fixtures import make_team
 
 pytestmark = pytest.mark.usefixtures("started_without_a_process")
@@ -124,3 +128,38 @@ def test_a_projects_notebook_is_its_editors_and_gets_its_inputs(
     (path,) = STARTED_WITH.values()
     assert list(STARTED_WITH) == ["PHALANX_INPUT_DIGITS"]
     assert (Path(path) / "part-0.csv").read_text() == "7,1\n"
+
+
+def test_a_project_runs_at_most_the_servers_limit_of_services(settings: ServerSettings, store: Store) -> None:
+    tokens = make_team(store).tokens
+    first, second = fill.experiment(store, project="A"), fill.experiment(store, project="A")
+    app = create_app(settings.model_copy(update={"service_limit": 1}), store)
+    with TestClient(app, headers={"Authorization": f"Bearer {tokens['viewer_a']}"}) as client:
+        one = client.post("/api/v1/services", json={"experiment": first.id})
+        again = client.post("/api/v1/services", json={"experiment": first.id})  # the one that runs
+        two = client.post("/api/v1/services", json={"experiment": second.id})
+    assert (one.status_code, again.status_code) == (201, 200)
+    assert two.status_code == 429 and "1 services running" in two.json()["message"]
+    assert "phalanx tensorboard ls" in two.json()["message"]
+
+
+def test_a_board_of_a_deleted_experiment_stops_and_a_killed_servers_leftovers_go(
+    settings: ServerSettings, store: Store, fake_boards: FakeBoard
+) -> None:
+    home = settings.store.home
+    left = home / "services" / "0123456789ab"  # what a killed server's service left, and its socket folder
+    listen = Path(tempfile.mkdtemp(prefix="phalanx-service-0123456789ab-"))
+    left.mkdir(parents=True)
+    (left / "listen").write_text(str(listen))
+    e = fill.experiment(store, project="A")
+    services = Services(store, home, lambda _: None, Timing(refresh_seconds=0.05)).start()
+    try:
+        assert not left.exists() and not listen.exists()
+        service = services.add(fake_boards.make(store, "A", Target("experiment", e.id)))
+        store.delete_experiment(e.id)
+        deadline = time.monotonic() + 120  # a safety net: the refresher's next pass stops it
+        while services.listed() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert services.listed() == [] and not service.process.alive()
+    finally:
+        services.close()

@@ -60,3 +60,21 @@ def test_a_groups_board_shows_each_trial_and_gains_the_trials_that_start_later(t
     runs = sorted(p.name for p in (tmp_path / "logs").iterdir())
     assert runs == sorted(run_name(e) for e in trials)
     assert _read(tmp_path / "logs" / run_name(trials[1])) == {"loss": [(0, 0.1)]}
+
+
+def test_a_deleted_trial_leaves_its_groups_board(tmp_path: Path) -> None:
+    store = open_store(Settings(home=tmp_path / "home"))
+    group = make_group(store, "A")
+    trials = []
+    for number in range(2):
+        e = fill.experiment(store, name=f"trial-{number}", project="A")
+        store.add_trial(Trial(group.id, number, e.id, {"x": number}, TrialState.DONE))
+        store.link_experiment(e.id, group.id)
+        fill.scalars(store, e.id, "loss", "loss", [0.5])
+        trials.append(e)
+    board = Board(store, Target("group", group.id), tmp_path / "logs")
+    board.render()
+    store.delete_experiment(trials[0].id)
+    board.render()
+    board.close()
+    assert [p.name for p in (tmp_path / "logs").iterdir()] == [run_name(trials[1])]
