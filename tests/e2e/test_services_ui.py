@@ -1,10 +1,13 @@
 """TensorBoard from the experiment page, in a real browser: the page's TensorBoard button starts the
 experiment's board on the server and opens it at /services/ID/, where TensorBoard's own page shows
-the experiment's run and its scalar tag (docs/services.md)."""
+the experiment's run and its scalar tag; the Services page lists it, and its Stop button stops it
+(docs/services.md)."""
 
 from __future__ import annotations
 
+import json
 import re
+import urllib.request
 from typing import Any
 
 import pytest
@@ -34,3 +37,17 @@ def test_the_tensorboard_button_opens_the_experiments_board_behind_the_server(
     page.get_by_text(run_name(e)).first.wait_for(timeout=120_000)  # TensorBoard's run list
     page.get_by_text("loss/train").first.wait_for(timeout=120_000)  # its scalar card
     shot(page, "30-tensorboard")
+    found = re.search(r"/services/([0-9a-f]+)/", page.url)
+    assert found, page.url
+    service_id = found.group(1)
+
+    page.goto(f"{shared.url}/services")
+    row = page.locator(f'#services tr[data-id="{service_id}"]')
+    row.wait_for()
+    assert "tensorboard" in row.inner_text() and f"experiment {e.id[:8]}" in row.inner_text()
+    shot(page, "31-services")
+    page.once("dialog", lambda dialog: dialog.accept())
+    row.locator("button:has-text('Stop')").click()
+    row.wait_for(state="detached")
+    with urllib.request.urlopen(f"{shared.url}/api/v1/services", timeout=60) as answer:
+        assert service_id not in [s["id"] for s in json.load(answer)]

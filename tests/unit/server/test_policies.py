@@ -129,6 +129,7 @@ TABLE: dict[tuple[str, str], str] = {
     ("GET", "/experiments/{experiment_id}"): "signed-in",
     ("GET", "/compare"): "signed-in",
     ("GET", "/queue"): "signed-in",
+    ("GET", "/services"): "signed-in",
     ("GET", "/sweep"): "signed-in",
     ("GET", "/groups"): "signed-in",
     ("GET", "/groups/{group_id}"): "signed-in",

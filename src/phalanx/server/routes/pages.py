@@ -56,6 +56,12 @@ def queue_page() -> HTMLResponse:
     return _shell()
 
 
+@router.get("/services")
+@policy("signed-in")
+def services_page() -> HTMLResponse:
+    return _shell()
+
+
 TOKEN_FIELDS = """<p class="muted">This server needs its access token.</p>
     <label for="token">Token</label>
     <input id="token" name="token" type="password" autocomplete="current-password" autofocus required>

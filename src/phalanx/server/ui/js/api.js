@@ -127,4 +127,8 @@ export const api = {
   // a TensorBoard service: {experiment: id} or {group: id}; the one that runs when there is one
   tensorboard: (target) => request("/services", {
     method: "POST", headers: { "Content-Type": "application/json" }, body: JSON.stringify({ kind: "tensorboard", ...target }) }),
+  startService: (kind, body) => request("/services", {
+    method: "POST", headers: { "Content-Type": "application/json" }, body: JSON.stringify({ kind, ...body }) }),
+  services: () => request("/services"),
+  stopService: (id) => request(`/services/${enc(id)}`, { method: "DELETE" }),
 };

@@ -1,5 +1,5 @@
 // The UI's entry point: picks the view from the path. Pages are /, /experiments/{id}, /compare,
-// /groups[/{id}], /models[/{name}], /queue, /sweep, /datasets/{name}/versions/{version}.
+// /groups[/{id}], /models[/{name}], /queue, /services, /sweep, /datasets/{name}/versions/{version}.
 
 import { renderCompare } from "./compare.js";
 import { renderDatasetVersion } from "./datasets.js";
@@ -8,6 +8,7 @@ import { renderGroup, renderGroups } from "./groups.js";
 import { renderList } from "./list.js";
 import { renderModel, renderModels } from "./models.js";
 import { renderQueue } from "./queue.js";
+import { renderServices } from "./services.js";
 import { renderSweep } from "./sweeps.js";
 
 function route() {
@@ -27,6 +28,7 @@ function route() {
   else if (path === "/models" || path === "/models/") { nav = "models"; renderModels(root); }
   else if (path === "/compare" || path === "/compare/") { nav = "compare"; renderCompare(root, ctx); }
   else if (path === "/queue" || path === "/queue/") { nav = "queue"; renderQueue(root, ctx); }
+  else if (path === "/services" || path === "/services/") { nav = "services"; renderServices(root, ctx); }
   else if (path === "/sweep" || path === "/sweep/") renderSweep(root, ctx);
   else renderList(root, ctx);
   for (const a of document.querySelectorAll(".topbar nav a")) a.classList.toggle("active", a.dataset.nav === nav);
