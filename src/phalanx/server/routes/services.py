@@ -1,8 +1,8 @@
 """Services over HTTP (docs/services.md): ``POST /services`` starts (or hands back) a TensorBoard
 for an experiment, a group or a project, or a project's notebook server; ``GET /services`` lists
-the caller's projects' ones;
-``GET``/``DELETE /services/{service_id}``; and ``/services/{service_id}/...`` (outside the API's
-prefix, for the browser) is the service itself, through the proxy.
+the caller's projects' ones; ``GET``/``DELETE /services/{service_id}`` read or stop one; and
+``/services/{service_id}/...`` (outside the API's prefix, for the browser; WebSockets too) is the
+service itself, through the proxy.
 
 A project's viewers start, reach and stop its TensorBoards, its editors its notebooks (code runs
 there); somebody in none of its roles gets 404 for each, as for its experiments.
@@ -109,7 +109,8 @@ def _target(request: Request, store: StoreDep, body: ServiceIn) -> tuple[str, Ta
 @router.post("/services", response_model=ServiceOut)
 @policy("body")
 def start_service(body: ServiceIn, store: StoreDep, request: Request, response: Response) -> ServiceOut:
-    """The TensorBoard of an experiment, a group or a project: started, or the one that runs."""
+    """The TensorBoard of an experiment, a group or a project, or a project's notebook server:
+    started, or the one that runs."""
     who = principal_of(request)
     if who.replica_of is not None:
         raise HTTPException(
