@@ -22,7 +22,12 @@ EXTRAS: dict[str, tuple[str, ...]] = {
     "s3": ("s3fs",),  # PHALANX_ARTIFACTS_URL=s3://..., s3:// datastores
     "teams": ("pwdlib", "argon2"),  # users' passwords on a team server (argon2 hashes)
     "ray": ("ray",),  # the Ray engine: a placement group and an actor per replica
-    "services": ("tensorboard", "jupyterlab"),  # TensorBoard and notebooks as services (docs/services.md)
+    "services": ("tensorboard", "jupyterlab"),
+    "serve": (
+        "onnxruntime",
+        "prometheus_client",
+        "numpy",
+    ),  # phalanx serve, a served model service  # TensorBoard and notebooks as services (docs/services.md)
 }
 
 

@@ -373,6 +373,11 @@ class RemoteServices:
         found: dict[str, Any] = self.client.send("POST", "/services", doc)
         return found
 
+    def start_model(self, ref: str) -> dict[str, Any]:
+        """The registered model ``ref`` (``NAME@alias``) served on the server, or the one that is."""
+        found: dict[str, Any] = self.client.send("POST", "/services", {"kind": "model", "model": ref})
+        return found
+
     def services(self, kind: str | None = None) -> list[dict[str, Any]]:
         found: list[dict[str, Any]] = self.client.get("/services")
         return [s for s in found if kind is None or s["kind"] == kind]

@@ -80,6 +80,14 @@ ServeServerOpt = Annotated[
         "the version is pulled through its API with your token.",
     ),
 ]
+OnServerOpt = Annotated[
+    bool,
+    typer.Option(
+        "--on-server",
+        help="Run it on the server as a service instead (boxed, started again when it dies, reached at "
+        "URL/services/ID/ by the project's members); prints where, then returns.",
+    ),
+]
 
 
 @app.command("serve")
@@ -99,12 +107,17 @@ def serve(
     log_level: LogLevelOpt = "warning",
     server: ServeServerOpt = None,
     local: LocalOpt = False,
+    on_server: OnServerOpt = False,
 ) -> None:
     """Serve a registered ONNX model: POST /v1/models/NAME:predict (JSON or .npy), /healthz, /metrics.
-    After `phalanx login` (or with --server URL) the model is one of the server's registry."""
+    After `phalanx login` (or with --server URL) the model is one of the server's registry; with
+    --on-server the server serves it as a service."""
     from phalanx.store.registry_records import parse_ref
 
     parsed = parse_ref(ref)
+    if on_server:
+        _submit(str(parsed), server, local)
+        return
     _check_options(host, token, no_auth, log_level)
     _require_serve_extra()
     import uvicorn
@@ -145,6 +158,27 @@ def serve(
     )
     http_server = uvicorn.Server(config)
     http_server.run(sockets=[sock])
+
+
+def _submit(ref: str, server: str | None, local: bool) -> None:
+    """``ref`` served by the server as a service (docs/services.md): where it answers."""
+    from phalanx.logins import choose  # why: the server's client only when one is in play
+    from phalanx.remote_store import RemoteServices
+
+    if local:
+        raise fail("--on-server and --local contradict each other: a service runs on a server")
+    client = choose(server, False, local_option=None)
+    if client is None:
+        raise fail("--on-server runs it on a Phalanx server: `phalanx login URL` first, or give --server URL")
+    services = RemoteServices(client)
+    found = services.start_model(ref)
+    url = services.url_of(found)
+    said = "started" if found["started"] else "already served"
+    name = ref.split("@")[0]
+    typer.echo(f"{ref} on the server ({said}, service {found['id']}): POST {url}v1/models/{name}:predict")
+    typer.echo(
+        "(with Authorization: Bearer <your token>; the Services page or DELETE /api/v1/services/ID stops it)"
+    )
 
 
 def _check_options(host: str, token: str | None, no_auth: bool, log_level: str) -> None:

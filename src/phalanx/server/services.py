@@ -39,9 +39,12 @@ from phalanx.backends.local.boxes import PACKAGE_ROOT
 from phalanx.errors import NotFound, PhalanxError, QuotaExceeded
 from phalanx.machine import box
 from phalanx.machine.box import Isolation
+from phalanx.registry.service import Registry
 from phalanx.services.targets import Target
+from phalanx.serving.folder import publish, published
 from phalanx.store.accounts import Role
-from phalanx.store.base import Store
+from phalanx.store.base import LocalStore
+from phalanx.store.registry_records import ModelRef
 
 if TYPE_CHECKING:
     from phalanx.services.boards import Board
@@ -50,6 +53,7 @@ log = logging.getLogger(__name__)
 
 TENSORBOARD = "tensorboard"
 NOTEBOOK = "notebook"
+MODEL = "model"  # a registered model served (phalanx.serving.folder)
 SOCKET = "service.sock"
 LISTEN = "listen"  # in a service's folder: the folder its socket is in
 LISTEN_PREFIX = "phalanx-service-"
@@ -121,6 +125,17 @@ class Service:
     role: Role = Role.viewer
     started_at: float = field(default_factory=time.time)
     last_used: float = field(default_factory=time.monotonic)
+    # a served model's: its process again (a new one, same id and socket folder) when it dies, and
+    # what hands a moved alias's version over to it; how often it was started again
+    respawn: Callable[[], Service] | None = None
+    follow: Callable[[], None] | None = None
+    restarts: int = 0
+
+    @property
+    def manage_role(self) -> Role:
+        """The least role that starts or stops it: a board's viewers; a notebook's or a served
+        model's editors (code runs in one, the other holds the project's resources)."""
+        return Role.viewer if self.kind == TENSORBOARD else Role.editor
 
     @property
     def path(self) -> str:
@@ -136,6 +151,7 @@ class Service:
             "started_by": self.started_by,
             "started_at": self.started_at,
             "idle_seconds": round(time.monotonic() - self.last_used, 1),
+            "restarts": self.restarts,
         }
 
 
@@ -169,7 +185,7 @@ class Services:
 
     def __init__(
         self,
-        store: Store,
+        store: LocalStore,
         home: Path,
         isolation_for: Callable[[str], Isolation | None],
         timing: Timing = Timing(),
@@ -251,6 +267,17 @@ class Services:
         target = Target("project", project)
         return self._one_of(
             NOTEBOOK, project, target, who, lambda: self._start_notebook(project, inputs, who)
+        )
+
+    def model(self, ref: ModelRef, who: str) -> tuple[Service, bool]:
+        """``ref`` (``NAME@alias``, ``NAME@N``, ``NAME``: its latest) served in its model's project,
+        started unless it is: the version handed over as files, a moved alias followed by the
+        refresher, and its process started again whenever it dies, until it is stopped."""
+        registry = Registry(self.store)
+        project = registry.project_of(ref.name)
+        target = Target(MODEL, str(ref))
+        return self._one_of(
+            MODEL, project, target, who, lambda: self._start_model(project, ref, registry, who)
         )
 
     def _one_of(
@@ -342,6 +369,41 @@ class Services:
             rw=(str(work),),
             env=dict(inputs),
         )
+
+    def _start_model(self, project: str, ref: ModelRef, registry: Registry, who: str) -> Service:
+        extras.require("onnxruntime", "serve", "a served model")
+        service_id = secrets.token_hex(6)
+        models = self.home / "services" / service_id / "model"
+        version = registry.resolve(ref)
+        publish(models, version, registry.read_bytes(version))
+        launch = Launch(service_id, MODEL, project, Target(MODEL, str(ref)), who, Role.viewer, None)
+
+        def argv_for(socket: str) -> list[str]:
+            return [
+                sys.executable,
+                "-m",
+                "phalanx.serving.folder",
+                "--folder",
+                str(models),
+                "--socket",
+                socket,
+                "--root-path",
+                f"/services/{service_id}",
+                "--ref",
+                str(ref),
+            ]
+
+        def respawn() -> Service:
+            return self._spawn(launch, argv_for, ro=(str(models),))
+
+        def follow() -> None:
+            if ref.alias is not None and (found := registry.resolve(ref)).version != published(models):
+                publish(models, found, registry.read_bytes(found))
+                log.info("service %s: %s moved, version %d handed over", service_id, ref, found.version)
+
+        service = respawn()
+        service.respawn, service.follow = respawn, follow
+        return service
 
     def _spawn(
         self,
@@ -440,10 +502,42 @@ class Services:
             for service in self.listed():
                 self._tend(service)
 
+    def _keep_serving(self, service: Service) -> None:
+        """A served model: never stopped for idleness; started again when its process died (a
+        failed start ends it, logged); the version its alias names now handed over."""
+        assert service.respawn is not None
+        if not service.process.alive() and not self._stop.is_set():
+            log.warning(
+                "service %s: its process ended (%s); starting it again", service.id, service.process.status()
+            )
+            shutil.rmtree(service.socket.parent, ignore_errors=True)
+            try:
+                again = service.respawn()
+            except Exception:
+                log.exception("service %s: it could not be started again; it is stopped", service.id)
+                self._end(service)
+                return
+            again.respawn, again.follow, again.restarts = (
+                service.respawn,
+                service.follow,
+                service.restarts + 1,
+            )
+            again.started_at, again.last_used = service.started_at, service.last_used
+            self.add(again)
+            service = again
+        if service.follow is not None:
+            try:
+                service.follow()
+            except Exception:  # the store down, a bad file: it keeps serving what it has
+                log.exception("service %s: following its alias failed; trying again", service.id)
+
     def _tend(self, service: Service) -> None:
-        """One refresher pass over ``service``: forgotten when its process died, stopped when idle
-        or when its experiment is deleted, else its board brought up to date."""
-        if not service.process.alive():
+        """One refresher pass over ``service``: a served model's process started again when it died
+        and its alias followed; another forgotten when its process died, stopped when idle or when
+        its experiment is deleted, else its board brought up to date."""
+        if service.respawn is not None:
+            self._keep_serving(service)
+        elif not service.process.alive():
             log.warning(
                 "service %s: its process ended (%s); asking again starts a new one",
                 service.id,

@@ -60,6 +60,10 @@ def test_bad_asks_are_refused_saying_why(settings: ServerSettings, store: Store)
         board_inputs = client.post(
             "/api/v1/services", json={"project": "A", "inputs": [{"name": "x", "dataset": "x"}]}
         )
+        model_and_project = client.post(
+            "/api/v1/services", json={"kind": "model", "model": "x", "project": "A"}
+        )
+        no_model = client.post("/api/v1/services", json={"kind": "model", "model": "nothing@prod"})
         no_data = client.post(
             "/api/v1/services",
             json={"kind": "notebook", "project": "A", "inputs": [{"name": "x", "dataset": "nothing@latest"}]},
@@ -77,6 +81,8 @@ def test_bad_asks_are_refused_saying_why(settings: ServerSettings, store: Store)
     assert notebook_of.status_code == 422 and "a notebook is a project's: give project" in notebook_of.text
     assert board_inputs.status_code == 422 and "inputs are a notebook's" in board_inputs.text
     assert no_data.status_code == 404 and "nothing" in no_data.json()["message"]
+    assert model_and_project.status_code == 422 and "names its model only" in model_and_project.text
+    assert no_model.status_code == 404 and "nothing" in no_model.json()["message"]
     assert empty.status_code == 404 and "has no experiment" in empty.json()["message"]
     assert gone.status_code == 404 and "service abcdef012345 does not exist" in gone.json()["message"]
     assert replica.status_code == 403 and "replica token" in replica.json()["message"]

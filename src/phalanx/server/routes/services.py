@@ -22,12 +22,14 @@ from phalanx.server.audit import describe
 from phalanx.server.deps import StoreDep
 from phalanx.server.policy import policy, principal_of, require, require_experiment
 from phalanx.server.proxy import POLICY_VIOLATION, forward, forward_socket
-from phalanx.server.services import NOTEBOOK, Service, Services
+from phalanx.server.services import MODEL, NOTEBOOK, Service, Services
 from phalanx.server.settings import ServerSettings
 from phalanx.services.targets import Target
 from phalanx.spec.inputs import parse_inputs
 from phalanx.store.accounts import Role
 from phalanx.store.base import ExperimentFilter
+from phalanx.store.registry import registry_store
+from phalanx.store.registry_records import parse_ref
 
 router = APIRouter(tags=["services"])
 page_router = APIRouter(include_in_schema=False)
@@ -36,11 +38,14 @@ PROXIED = ["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE"]  # a notebook saves,
 
 
 class ServiceIn(BaseModel):
-    kind: Literal["tensorboard", "notebook"] = "tensorboard"
+    kind: Literal["tensorboard", "notebook", "model"] = "tensorboard"
     experiment: str | None = Field(default=None, max_length=64, description="an experiment's id (or prefix)")
     group: str | None = Field(default=None, max_length=64, description="a group's id (or prefix): its trials")
     project: str | None = Field(
         default=None, max_length=128, description="a project: its newest experiments; a notebook's project"
+    )
+    model: str | None = Field(
+        default=None, max_length=200, description="a served model's NAME@alias (followed), NAME@N or NAME"
     )
     inputs: list[dict[str, str]] = Field(
         default_factory=list,
@@ -50,8 +55,12 @@ class ServiceIn(BaseModel):
 
     @model_validator(mode="after")
     def _one_target(self) -> ServiceIn:
-        given = [k for k in ("experiment", "group", "project") if getattr(self, k)]
-        if len(given) != 1:
+        given = [k for k in ("experiment", "group", "project", "model") if getattr(self, k)]
+        if self.kind == "model":
+            if given != ["model"]:
+                raise ValueError("a served model names its model only: give model (NAME@alias)")
+            return self
+        if len(given) != 1 or given == ["model"]:
             raise ValueError("give exactly one of experiment, group or project")
         if self.kind == "notebook" and given != ["project"]:
             raise ValueError("a notebook is a project's: give project")
@@ -74,6 +83,7 @@ class ServiceOut(BaseModel):
     started_by: str
     started_at: float
     idle_seconds: float
+    restarts: int = Field(default=0, description="a served model's: how often its process was started again")
     started: bool = Field(default=False, description="this request started it (else it was running)")
 
 
@@ -116,8 +126,17 @@ def start_service(body: ServiceIn, store: StoreDep, request: Request, response: 
         raise HTTPException(
             403, f"this is a replica token of experiment {who.replica_of}: it only sends its records"
         )
-    project, target = _target(request, store, body)
     services = services_of(request)
+    if body.kind == MODEL:
+        ref = parse_ref(str(body.model))
+        project = registry_store(store).model_project(ref.name)  # an unknown model: its NotFound
+        require(request, project, Role.editor, f"model {ref.name}")
+        service, started = services.model(ref, who.name)
+        response.status_code = 201 if started else 200
+        if started:
+            describe(request, "service.start", service.id, project, f"model {ref}")
+        return _out(service, started)
+    project, target = _target(request, store, body)
     if body.kind == NOTEBOOK:
         inputs = _inputs(request, project, body.inputs)
         service, started = services.notebook(project, inputs, who.name)
@@ -154,8 +173,12 @@ def get_service(service_id: str, request: Request) -> ServiceOut:
 @router.delete("/services/{service_id}", response_model=ServiceOut)
 @policy("service:viewer")
 def stop_service(service_id: str, request: Request) -> ServiceOut:
-    """Stop it now (else it stops once nobody reached it for the server's idle time)."""
-    service = services_of(request).stop(service_id)
+    """Stop it now (else a board or a notebook stops once nobody reached it for the server's idle
+    time); a notebook's or a served model's editors stop it, a board's viewers."""
+    services = services_of(request)
+    found = services.get(service_id)
+    require(request, found.project, found.manage_role, f"service {service_id}")
+    service = services.stop(service_id)
     describe(request, "service.stop", service.id, service.project, f"{service.kind} of {service.target.kind}")
     return _out(service)
 

@@ -1,0 +1,135 @@
+"""A registered model served by a real `phalanx server` as a service (docs/services.md): submitted by
+a project editor with `phalanx serve NAME@prod --on-server` (a viewer may not), it answers predict
+requests through ``/services/ID/`` to the project's members only, survives a SIGKILL of its process
+(started again by the server), follows its alias to the version it is moved to, and is stopped
+from the API, leaving no process."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+from pathlib import Path
+
+import numpy as np
+import pytest
+from tests.integration.server.serverproc import running_server, wait_for
+from tests.integration.server.test_remote_commands import ok, phalanx
+from tests.integration.server.test_services import _call, service_processes
+from tests.support.onnx_models import random_linear, record_model, run_onnx
+from tests.unit.server.teams_fixtures import make_team
+
+from phalanx.config import Settings
+from phalanx.registry.service import Registry
+from phalanx.store import open_store
+
+pytestmark = pytest.mark.slow
+
+X = np.random.default_rng(7).normal(size=(3, 64)).astype(np.float32)
+
+
+def _serving_pid(home: Path, service_id: str) -> int | None:
+    """The serving process itself (python -m phalanx.serving.folder, inside its box)."""
+    for pid in service_processes(home, service_id):
+        try:
+            argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if b"phalanx.serving.folder" in argv and not argv[0].endswith((b"bwrap", b"setpriv")):
+            return pid
+    return None
+
+
+def test_a_model_served_on_the_server_survives_a_kill_follows_its_alias_and_stops(tmp_path: Path) -> None:
+    home = tmp_path / "server-home"
+    store = open_store(Settings(home=home))
+    tokens = make_team(store).tokens
+    registry = Registry(store)
+    outputs = {}
+    for version in (1, 2):
+        data = random_linear(version)
+        exp = store.create_experiment(name=f"v{version}", project="A").id
+        record_model(store, exp, "digits", data)
+        registry.register(exp, "digits")
+        outputs[version] = run_onnx(data, X)
+    registry.set_alias("digits", "prod", 1)
+    store.close()
+    laptop = tmp_path / "laptop"
+    with running_server(home) as server:
+        api = f"{server.url}/api/v1"
+        assert (
+            _call(f"{api}/services", tokens["viewer_a"], "POST", {"kind": "model", "model": "digits@prod"})[0]
+            == 403
+        )
+        said = ok(
+            phalanx(
+                laptop,
+                "serve",
+                "digits@prod",
+                "--on-server",
+                "--server",
+                server.url,
+                token=tokens["editor_a"],
+            )
+        ).stdout
+        found = re.search(r"service ([0-9a-f]{12})\): POST (\S+)", said)
+        assert found, said
+        service_id, predict = found.groups()
+        assert predict == f"{server.url}/services/{service_id}/v1/models/digits:predict"
+
+        def version_served(token: str = tokens["viewer_a"]) -> int | None:
+            status, doc = _call(predict, token, "POST", {"inputs": X.tolist()})
+            if status != 200:
+                return None
+            out = np.asarray(doc["outputs"]["output"], dtype=np.float32)
+            assert np.allclose(out, outputs[doc["version"]], atol=1e-5)
+            return int(doc["version"])
+
+        assert version_served() == 1  # a project viewer predicts
+        assert _call(predict, tokens["admin_b"], "POST", {"inputs": X.tolist()})[0] == 404
+
+        first = _serving_pid(home, service_id)
+        assert first is not None
+        os.kill(first, signal.SIGKILL)
+        wait_for(
+            "the server started it again", lambda: (p := _serving_pid(home, service_id)) and p != first, 120
+        )
+        wait_for("it answers again", lambda: version_served() == 1, 120)
+        assert _call(f"{api}/services/{service_id}", tokens["viewer_a"])[1]["restarts"] == 1
+
+        ok(
+            phalanx(
+                laptop,
+                "models",
+                "alias",
+                "digits@prod",
+                "2",
+                "--server",
+                server.url,
+                token=tokens["editor_a"],
+            )
+        )
+        wait_for("it follows prod to version 2", lambda: version_served() == 2, 120)
+
+        assert (
+            _call(f"{api}/services/{service_id}", tokens["viewer_a"], "DELETE")[0] == 403
+        )  # editors stop it
+        assert _call(f"{api}/services/{service_id}", tokens["editor_a"], "DELETE")[0] == 200
+        assert not service_processes(home, service_id)
+        assert _call(predict, tokens["viewer_a"], "POST", {"inputs": X.tolist()})[0] == 404
+        listed = json.loads(
+            ok(
+                phalanx(
+                    laptop,
+                    "tensorboard",
+                    "ls",
+                    "-o",
+                    "json",
+                    "--server",
+                    server.url,
+                    token=tokens["viewer_a"],
+                )
+            ).stdout
+        )
+        assert listed == []
