@@ -23,13 +23,25 @@ export function tensorboardButton(target) {
   return button;
 }
 
-const targetText = (t) => (t.kind === "project" ? `project ${t.id}` : `${t.kind} ${t.id.slice(0, 8)}`);
+const targetText = (t) => (t.kind === "project" ? `project ${t.id}` : t.kind === "model" ? `model ${t.id}` : `${t.kind} ${t.id.slice(0, 8)}`);
 
 export function renderServices(root, ctx) {
   let timer = null;
   const project = h("input", { id: "service-project", placeholder: "project", "aria-label": "project", size: 14 });
   const inputs = h("input", { id: "service-inputs", placeholder: "digits=digits@latest, ...", "aria-label": "a notebook's inputs", size: 30 });
+  const model = h("input", { id: "service-model", placeholder: "digits@prod", "aria-label": "a registered model to serve", size: 14 });
   const said = h("span", { class: "muted small", id: "service-said" });
+
+  async function serve() {
+    const ref = model.value.trim();
+    if (!ref) { said.textContent = "name a registered model first (NAME@alias)"; return; }
+    said.textContent = `serving ${ref}…`;
+    try {
+      const service = await api.startService("model", { model: ref });
+      said.textContent = `${ref} served: POST ${service.path}v1/models/${ref.split("@")[0]}:predict`;
+      load();
+    } catch (err) { said.textContent = `could not serve it: ${err.message}`; }
+  }
 
   async function start(kind) {
     const body = { project: project.value.trim() };
@@ -62,10 +74,11 @@ export function renderServices(root, ctx) {
         (() => { const b = h("button", { class: "danger", onclick: () => stop(s, b) }, "Stop"); return b; })())));
     add(clear(root),
       h("div", { class: "toolbar" }, h("h1", {}, "Services"),
-        h("span", { class: "muted" }, " TensorBoards and notebook servers of your projects, behind this server")),
+        h("span", { class: "muted" }, " TensorBoards, notebook servers and served models of your projects, behind this server")),
       h("div", { class: "toolbar" }, project, inputs,
         h("button", { id: "start-notebook", onclick: () => start("notebook") }, "Start notebook"),
-        h("button", { id: "start-board", onclick: () => start("tensorboard") }, "Start TensorBoard"), said),
+        h("button", { id: "start-board", onclick: () => start("tensorboard") }, "Start TensorBoard"),
+        model, h("button", { id: "serve-model", onclick: serve }, "Serve model"), said),
       found.length ? h("div", { class: "table-wrap" }, h("table", { class: "grid", id: "services" },
         h("thead", {}, h("tr", {}, ["kind", "project", "of", "started by", "started", "idle", ""].map((c) => h("th", {}, c)))),
         h("tbody", {}, rows)))
