@@ -11,6 +11,7 @@ JupyterLab in the current folder, on a loopback port, in the foreground until Ct
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 from typing import Annotated
@@ -97,13 +98,15 @@ def _start_here(wanted: list[dict[str, str]], port: int) -> None:
     ]
     if os.geteuid() == 0:  # JupyterLab refuses root unless told: whoever typed this is root already
         argv.append("--ServerApp.allow_root=True")
+    notebook = subprocess.Popen(argv, env={**os.environ, **env}, stdin=subprocess.DEVNULL)
+    for ending in (signal.SIGTERM, signal.SIGHUP):  # as Ctrl-C: JupyterLab ends with this command
+        signal.signal(ending, lambda *_: notebook.terminate())
     try:
-        status = subprocess.run(
-            argv, env={**os.environ, **env}, stdin=subprocess.DEVNULL, check=False
-        ).returncode
-    except KeyboardInterrupt:
-        return
-    if status not in (0, -2, -15):
+        status = notebook.wait()
+    except KeyboardInterrupt:  # JupyterLab got the terminal's Ctrl-C too, and asks to confirm it
+        notebook.terminate()
+        status = notebook.wait()
+    if status not in (0, -2, -15, 130):
         raise typer.Exit(1)
 
 

@@ -401,6 +401,15 @@ ServiceLimitOpt = Annotated[
     ),
 ]
 
+NotebooksOpt = Annotated[
+    bool,
+    typer.Option(
+        "--notebooks",
+        help="let projects' editors start notebook servers; their pages run on this server's origin, "
+        "so a notebook's author can act with the session of whoever opens it (docs/services.md)",
+    ),
+]
+
 
 @app.command("server")
 def server(
@@ -428,6 +437,7 @@ def server(
     alert_backoff: AlertBackoffOpt = 10.0,
     service_idle_minutes: ServiceIdleOpt = 30.0,
     service_limit: ServiceLimitOpt = 8,
+    notebooks: NotebooksOpt = False,
 ) -> None:
     """Serve the REST API (/api/v1) and the web UI (/) over this machine's Phalanx store."""
     from phalanx import knobs
@@ -481,6 +491,7 @@ def server(
             alert_backoff_seconds=alert_backoff,
             service_idle_seconds=service_idle_minutes * 60,
             service_limit=service_limit,
+            notebooks=notebooks,
         )
     )
     shown = f"[{host}]" if ":" in host else host

@@ -37,6 +37,9 @@ DROPPED_REQUEST = frozenset(
         "transfer-encoding",
         "upgrade",
         "content-length",
+        # the server checked that a browser's unsafe request comes from its own pages; the service
+        # would compare the Origin with the Host the proxy sends (JupyterLab refuses a mismatch)
+        "origin",
     }
 )
 # and what the server sets itself (Date, Server), and no cross-origin grant of the service's own
@@ -59,10 +62,8 @@ DROPPED_RESPONSE = frozenset(
     }
 )
 TIMEOUT = httpx.Timeout(60.0, connect=10.0)
-# a WebSocket's own handshake fields (the proxy makes its own), and its Origin: the server checked
-# it is its own page; the service would compare it with the Host the proxy sends, another name
+# a WebSocket's own handshake fields: the proxy makes its own
 DROPPED_SOCKET = DROPPED_REQUEST | {
-    "origin",
     "sec-websocket-key",
     "sec-websocket-version",
     "sec-websocket-extensions",

@@ -18,11 +18,11 @@ their notebook server (they watch their parent), so nothing outlives it.
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import os
 import secrets
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
@@ -32,7 +32,7 @@ from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING
 
 from phalanx import extras
 from phalanx.backends.local.boxes import PACKAGE_ROOT
@@ -40,11 +40,12 @@ from phalanx.errors import NotFound, PhalanxError, QuotaExceeded
 from phalanx.machine import box
 from phalanx.machine.box import Isolation
 from phalanx.registry.service import Registry
+from phalanx.server.service_process import Process, Spawned, tail
 from phalanx.services.targets import Target
 from phalanx.serving.folder import publish, published
 from phalanx.store.accounts import Role
 from phalanx.store.base import LocalStore
-from phalanx.store.registry_records import ModelRef
+from phalanx.store.registry_records import ModelRef, parse_ref
 
 if TYPE_CHECKING:
     from phalanx.services.boards import Board
@@ -57,50 +58,10 @@ MODEL = "model"  # a registered model served (phalanx.serving.folder)
 SOCKET = "service.sock"
 LISTEN = "listen"  # in a service's folder: the folder its socket is in
 LISTEN_PREFIX = "phalanx-service-"
+SERVED = "served.json"  # in a served model's folder: what it serves, for the next server
 LOG = "service.log"  # its process's output, in its folder (the reason a start failed)
 # in a service's environment: its folder (in the server's home), how a leftover is found (tests)
 MARK = "PHALANX_SERVICE"
-
-
-class Process(Protocol):
-    """A service's process as the services see it."""
-
-    def alive(self) -> bool: ...
-
-    def status(self) -> int | None:
-        """Its exit status once it ended (None while it runs)."""
-        ...
-
-    def end(self) -> None:
-        """Stop it (and what it started) and wait for it; nothing when it has ended."""
-        ...
-
-
-class Spawned:
-    """A service's process this server started, in a process group (a box: bubblewrap's own)."""
-
-    def __init__(self, popen: subprocess.Popen[bytes]) -> None:
-        self.popen = popen
-
-    def alive(self) -> bool:
-        return self.popen.poll() is None
-
-    def status(self) -> int | None:
-        return self.popen.poll()
-
-    def end(self) -> None:
-        """SIGTERM to its process group (a box: bubblewrap, whose box dies with it), then SIGKILL
-        after 10 s."""
-        if self.popen.poll() is not None:
-            return
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(self.popen.pid, signal.SIGTERM)
-        try:
-            self.popen.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(self.popen.pid, signal.SIGKILL)
-            self.popen.wait()
 
 
 class ServiceFailed(PhalanxError):
@@ -206,11 +167,11 @@ class Services:
 
     def start(self) -> Services:
         """Start the refresher (again after ``close``: an app's lifespan may run more than once),
-        after removing what a killed server's services left."""
+        after removing what an ended server's services left and serving its models again."""
         if self._thread is None or not self._thread.is_alive():
-            self._sweep()
             self._stop = threading.Event()
             self._spawner = ThreadPoolExecutor(max_workers=1, thread_name_prefix="phalanx-service-start")
+            self._sweep()
             self._thread = threading.Thread(target=self._loop, name="phalanx-services", daemon=True)
             self._thread.start()
         return self
@@ -220,21 +181,42 @@ class Services:
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout=30)
-        for service in self.listed():
-            self._end(service)
+        for service in self.listed():  # a served model is served again by the next server
+            self._end(service, keep=service.respawn is not None)
         if self._spawner is not None:
             self._spawner.shutdown(wait=True)
 
     def _sweep(self) -> None:
-        """The folders of services a killed server left (none runs before it starts): their own and
-        the one they listened in (named in ``LISTEN``). Their processes ended with that server."""
+        """What the services of a server that ended (stopped or killed) left, before any runs: the
+        folder each listened in (named in ``LISTEN``; its process ended with that server) and its
+        own folder, except a served model's, which is served again under its id (``SERVED``: an
+        answered serve lasts until it is stopped, across restarts)."""
         root = self.home / "services"
-        for folder in root.iterdir() if root.is_dir() else ():
+        for folder in sorted(root.iterdir()) if root.is_dir() else ():
             with contextlib.suppress(OSError):
                 listen = Path((folder / LISTEN).read_text().strip())
                 if listen.name.startswith(LISTEN_PREFIX):
                     shutil.rmtree(listen, ignore_errors=True)
-            shutil.rmtree(folder, ignore_errors=True)
+            try:
+                served = json.loads((folder / SERVED).read_text())
+            except (OSError, ValueError):
+                shutil.rmtree(folder, ignore_errors=True)
+                continue
+            self._serve_again(folder.name, served)
+
+    def _serve_again(self, service_id: str, served: Mapping[str, str]) -> None:
+        """The served model of ``served`` (its ref, who served it) started again under its id; a
+        model that cannot be (deleted since, a broken file) is logged and its folder removed."""
+        try:
+            ref = parse_ref(served["ref"])
+            registry = Registry(self.store)
+            self.add(
+                self._start_model(registry.project_of(ref.name), ref, registry, served["who"], service_id)
+            )
+            log.info("service %s: %s served again", service_id, ref)
+        except Exception:
+            log.exception("service %s: the model it served could not be served again", service_id)
+            shutil.rmtree(self.home / "services" / service_id, ignore_errors=True)
 
     def listed(self, projects: tuple[str, ...] | None = None) -> list[Service]:
         """The running services, those of ``projects`` only when given, oldest first."""
@@ -370,12 +352,16 @@ class Services:
             env=dict(inputs),
         )
 
-    def _start_model(self, project: str, ref: ModelRef, registry: Registry, who: str) -> Service:
+    def _start_model(
+        self, project: str, ref: ModelRef, registry: Registry, who: str, service_id: str | None = None
+    ) -> Service:
         extras.require("onnxruntime", "serve", "a served model")
-        service_id = secrets.token_hex(6)
+        service_id = service_id or secrets.token_hex(6)
         models = self.home / "services" / service_id / "model"
         version = registry.resolve(ref)
         publish(models, version, registry.read_bytes(version))
+        # what serves it again after a restart (``_sweep``); its stop removes the folder
+        (models.parent / SERVED).write_text(json.dumps({"ref": str(ref), "who": who}))
         launch = Launch(service_id, MODEL, project, Target(MODEL, str(ref)), who, Role.viewer, None)
 
         def argv_for(socket: str) -> list[str]:
@@ -420,24 +406,30 @@ class Services:
         listen = Path(tempfile.mkdtemp(prefix=f"{LISTEN_PREFIX}{launch.id}-"))
         (folder / LISTEN).write_text(str(listen))  # what a later server removes if this one is killed
         socket = listen / SOCKET
-        argv = argv_for(str(socket))
+        own_home = listen / "home"  # its HOME (JupyterLab's runtime files): writable after the lock below
+        # -P: nothing of its working folder is imported (a notebook folder's planted jupyterlab.py)
+        argv = [sys.executable, "-P", *argv_for(str(socket))[1:]]
         isolation = self.isolation_for(launch.project)
         if isolation is not None:
             box.make_own_folder(listen, isolation)
+            box.make_own_folder(own_home, isolation)
             layout = box.Layout(
-                cwd=rw[0] if rw else str(listen),
+                cwd=str(own_home),
                 tmp=None,
                 rw=(str(listen), *rw),
                 ro=(*ro, PACKAGE_ROOT, *box.interpreter_trees()),
             )
             argv = box.box_argv(isolation, layout) + argv
-            started = box.box_env(isolation, str(listen))
+            started = box.box_env(isolation, str(own_home))
         else:  # as the server, but with none of its environment (its tokens, its cloud keys)
+            own_home.mkdir()
             started = {
                 "PATH": os.environ.get("PATH", box.BOX_PATH),
-                "HOME": str(listen),
-                "TMPDIR": str(listen),
+                "HOME": str(own_home),
+                "TMPDIR": str(own_home),
             }
+            if setpriv := shutil.which(box.SETPRIV):  # ended with the server however it ends
+                argv = [setpriv, "--pdeathsig", "SIGKILL", "--", *argv]
         started.update(box.inherited(), **(env or {}), PYTHONPATH=PACKAGE_ROOT, **{MARK: str(folder)})
         with open(folder / LOG, "ab") as out:
             assert self._spawner is not None, "Services.start() first"
@@ -445,7 +437,7 @@ class Services:
                 subprocess.Popen,
                 argv,
                 env=started,
-                cwd=rw[0] if rw else str(listen),
+                cwd=str(own_home),
                 stdin=subprocess.DEVNULL,
                 stdout=out,
                 stderr=subprocess.STDOUT,
@@ -468,6 +460,9 @@ class Services:
         except BaseException:
             self._end(service)
             raise
+        if isolation is not None:  # its socket can no longer be replaced by what runs in its box
+            os.chown(listen, os.getuid(), os.getgid())
+            os.chmod(listen, 0o755)
         return service
 
     def _await_listening(self, service: Service) -> None:
@@ -477,7 +472,7 @@ class Services:
             if not service.process.alive():
                 raise ServiceFailed(
                     f"the {service.kind} ended (status {service.process.status()}) before it listened: "
-                    f"{_tail(service.folder / LOG)}"
+                    f"{tail(service.folder / LOG)}"
                 )
             if time.monotonic() > deadline:
                 raise ServiceFailed(
@@ -486,13 +481,15 @@ class Services:
             if self._stop.wait(0.05):
                 raise ServiceFailed("the server is stopping")
 
-    def _end(self, service: Service) -> None:
-        """Its process ended and its folders gone, then it leaves the list (listed: still there)."""
+    def _end(self, service: Service, keep: bool = False) -> None:
+        """Its process ended and its folders gone (``keep``: its own folder stays, for the next
+        server), then it leaves the list (listed: still there)."""
         service.process.end()
         if service.board is not None:
             service.board.close()
         shutil.rmtree(service.socket.parent, ignore_errors=True)
-        shutil.rmtree(service.folder, ignore_errors=True)
+        if not keep:
+            shutil.rmtree(service.folder, ignore_errors=True)
         with self._lock:
             self._services.pop(service.id, None)
         log.info("service %s stopped", service.id)
@@ -555,10 +552,3 @@ class Services:
                 self._end(service)
             except Exception:  # a store hiccup: the next pass renders what this one missed
                 log.exception("service %s: rendering its board failed; trying again", service.id)
-
-
-def _tail(path: Path, lines: int = 5) -> str:
-    try:
-        return " | ".join(path.read_text(errors="replace").strip().splitlines()[-lines:]) or "(no output)"
-    except OSError:
-        return "(no output)"

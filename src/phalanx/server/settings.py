@@ -62,6 +62,9 @@ class ServerSettings(BaseModel):
     service_idle_seconds: float = Field(default=1800.0, gt=0)
     service_refresh_seconds: float = Field(default=5.0, gt=0)
     service_limit: int = Field(default=8, ge=1, le=1000)  # services one project may run at once
+    # notebook servers (--notebooks): off unless the admin turns them on, as a notebook's pages run
+    # on this server's origin (docs/services.md#notebooks-and-the-servers-origin)
+    notebooks: bool = False
     # the address people reach this server at, for the experiment links alerts carry; None:
     # http://HOST:PORT/ as it listens
     public_url: str | None = None

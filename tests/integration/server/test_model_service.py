@@ -1,8 +1,8 @@
 """A registered model served by a real `phalanx server` as a service (docs/services.md): submitted by
 a project editor with `phalanx serve NAME@prod --on-server` (a viewer may not), it answers predict
 requests through ``/services/ID/`` to the project's members only, survives a SIGKILL of its process
-(started again by the server), follows its alias to the version it is moved to, and is stopped
-from the API, leaving no process."""
+(started again by the server), follows its alias to the version it is moved to, is served again
+by the next server after a restart, and is stopped from the API, leaving no process."""
 
 from __future__ import annotations
 
@@ -112,9 +112,15 @@ def test_a_model_served_on_the_server_survives_a_kill_follows_its_alias_and_stop
         )
         wait_for("it follows prod to version 2", lambda: version_served() == 2, 120)
 
-        assert (
-            _call(f"{api}/services/{service_id}", tokens["viewer_a"], "DELETE")[0] == 403
-        )  # editors stop it
+    # an answered serve outlives the server: the next one serves it again, at the same path
+    with running_server(home) as server:
+        api = f"{server.url}/api/v1"
+        predict = f"{server.url}/services/{service_id}/v1/models/digits:predict"  # version_served's now
+        assert version_served() == 2
+        assert _call(f"{api}/services/{service_id}", tokens["viewer_a"])[1]["started_by"] == "editor_a"
+
+        stop = f"{api}/services/{service_id}"
+        assert _call(stop, tokens["viewer_a"], "DELETE")[0] == 403  # its editors stop it
         assert _call(f"{api}/services/{service_id}", tokens["editor_a"], "DELETE")[0] == 200
         assert not service_processes(home, service_id)
         assert _call(predict, tokens["viewer_a"], "POST", {"inputs": X.tolist()})[0] == 404

@@ -7,6 +7,7 @@ WebSocket without credentials or from another site is refused."""
 from __future__ import annotations
 
 import json
+import os
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -110,7 +111,10 @@ def test_a_projects_notebook_runs_a_cell_over_the_proxy_with_its_input(tmp_path:
     catalog.catalog_of(store, home).add_dataset("digits", str(rows), copy_to=None, project="A", shared=False)
     store.close()
     laptop = tmp_path / "laptop"
-    with running_server(home) as server:
+    planted = home / "notebooks" / "A" / "jupyterlab.py"  # an editor's file where it starts: never run
+    planted.parent.mkdir(parents=True)
+    planted.write_text(f"open({str(tmp_path / 'planted-ran')!r}, 'w').close()\n")
+    with running_server(home, args=["--notebooks"]) as server:
         api = f"{server.url}/api/v1"
         ask = {"kind": "notebook", "project": "A", "inputs": [{"name": "digits", "dataset": "digits@latest"}]}
         assert _call(f"{api}/services", tokens["viewer_a"], "POST", ask)[0] == 403
@@ -135,6 +139,9 @@ def test_a_projects_notebook_runs_a_cell_over_the_proxy_with_its_input(tmp_path:
         )
         assert started["started"] and started["url"] == f"{server.url}/services/{started['id']}/"
         base = f"{server.url}{started['path']}"
+        assert not (tmp_path / "planted-ran").exists()
+        listen = next(Path(p) for p in [(home / "services" / started["id"] / "listen").read_text()])
+        assert listen.stat().st_uid == os.getuid()  # its socket cannot be swapped from its box
         status, kernel = _call(f"{base}api/kernels", tokens["editor_a"], "POST", {})
         assert status == 201, kernel
         assert _call(f"{base}api/kernels", tokens["viewer_a"])[0] == 403  # code runs there: editors'

@@ -51,7 +51,7 @@ def test_one_board_per_target_handed_back_when_asked_again(settings: ServerSetti
 def test_bad_asks_are_refused_saying_why(settings: ServerSettings, store: Store) -> None:
     e = fill.experiment(store, project="A")
     token = "server-token-of-the-services-test-0123"
-    app = create_app(settings.model_copy(update={"token": token}), store)
+    app = create_app(settings.model_copy(update={"token": token, "notebooks": True}), store)
     with TestClient(app, headers={"Authorization": f"Bearer {token}"}) as client:
         none = client.post("/api/v1/services", json={})
         two = client.post("/api/v1/services", json={"experiment": e.id, "project": "A"})
@@ -115,7 +115,12 @@ def test_a_projects_notebook_is_its_editors_and_gets_its_inputs(
     (folder / "part-0.csv").write_text("7,1\n")
     catalog.add_dataset(store, "digits", str(folder), project="A", keep_in=settings.store.home / "kept")
     ask = {"kind": "notebook", "project": "A", "inputs": [{"name": "digits", "dataset": "digits@latest"}]}
-    with TestClient(create_app(settings, store)) as client:
+    with TestClient(create_app(settings, store)) as client:  # a server that runs no notebooks
+        off = client.post(
+            "/api/v1/services", json=ask, headers={"Authorization": f"Bearer {tokens['editor_a']}"}
+        )
+    assert off.status_code == 403 and "phalanx server --notebooks" in off.json()["message"]
+    with TestClient(create_app(settings.model_copy(update={"notebooks": True}), store)) as client:
 
         def post(role: str) -> Any:
             return client.post(

@@ -109,6 +109,13 @@ def _target(request: Request, store: StoreDep, body: ServiceIn) -> tuple[str, Ta
     project = str(body.project)
     if body.kind == NOTEBOOK:  # code runs in it: the project's editors
         require(request, project, Role.editor, f"project {project!r}")
+        settings: ServerSettings = request.app.state.settings
+        if not settings.notebooks:
+            raise HTTPException(
+                403,
+                "this server runs no notebooks: its admin turns them on with `phalanx server --notebooks`"
+                " (a notebook's pages run on the server's origin: docs/services.md says what that means)",
+            )
         return project, Target("project", project)
     require(request, project, Role.viewer, f"project {project!r}")
     if not store.list_experiments(ExperimentFilter(project=project, limit=1)).items:
