@@ -9,13 +9,12 @@ import re
 import signal
 import socket
 import subprocess
-import time
 import urllib.error
 import urllib.request
 from pathlib import Path
 
 import pytest
-from tests.integration.server.serverproc import PHALANX, clean_env
+from tests.integration.server.serverproc import PHALANX, clean_env, wait_for
 from tests.support.cli import phalanx_cli
 from tests.unit.server import fill
 
@@ -27,15 +26,28 @@ pytestmark = pytest.mark.slow
 
 
 def _start(home: Path, tmp: Path, *args: str) -> subprocess.Popen[str]:
+    """`phalanx ARGS` as a process of its own in ``tmp`` (its TMPDIR too), its output in one pipe."""
     tmp.mkdir(exist_ok=True)
     return subprocess.Popen(
-        [str(PHALANX), "tensorboard", "start", *args],
+        [str(PHALANX), *args],
         env=clean_env(home, TMPDIR=str(tmp)),
+        cwd=tmp,
         stdin=subprocess.DEVNULL,
         stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
         text=True,
     )
+
+
+def _said(process: subprocess.Popen[str], pattern: str) -> re.Match[str]:
+    """The first match of ``pattern`` in what ``process`` prints (read line by line as it comes)."""
+    assert process.stdout is not None
+    said = ""
+    while not (found := re.search(pattern, said)):
+        line = process.stdout.readline()
+        assert line, f"it ended before it said {pattern!r}: {said}"
+        said += line
+    return found
 
 
 def test_an_experiments_tensorboard_runs_here_until_ctrl_c_and_leaves_nothing(tmp_path: Path) -> None:
@@ -45,15 +57,9 @@ def test_an_experiments_tensorboard_runs_here_until_ctrl_c_and_leaves_nothing(tm
     fill.scalars(store, e.id, "loss", "train", [0.5, 0.25])
     store.close()
     tmp = tmp_path / "tmp"
-    board = _start(home, tmp, e.id[:6], "--port", "0")
+    board = _start(home, tmp, "tensorboard", "start", e.id[:6], "--port", "0")
     try:
-        assert board.stderr is not None
-        said = ""
-        while not (found := re.search(r"TensorBoard at (http://127\.0\.0\.1:\d+/)", said)):
-            line = board.stderr.readline()
-            assert line, f"it ended before it listened: {said}"
-            said += line
-        url = found.group(1)
+        url = _said(board, r"TensorBoard at (http://127\.0\.0\.1:\d+/)").group(1)
         with urllib.request.urlopen(f"{url}data/runs", timeout=60) as answer:
             assert json.loads(answer.read()) == [run_name(e)]
         query = f"{url}data/plugin/scalars/scalars?run={run_name(e)}&tag=loss/train"
@@ -76,8 +82,10 @@ def test_a_port_in_use_is_exit_2_saying_so(tmp_path: Path) -> None:
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
-        board = _start(home, tmp_path / "tmp", e.id, "--port", str(taken.getsockname()[1]))
-        _, err = board.communicate(timeout=300)
+        board = _start(
+            home, tmp_path / "tmp", "tensorboard", "start", e.id, "--port", str(taken.getsockname()[1])
+        )
+        err, _ = board.communicate(timeout=300)
     assert board.returncode == 2, err
     assert "cannot listen" in err and "Traceback" not in err
 
@@ -100,21 +108,15 @@ def test_ls_and_stop_are_a_servers_and_mistakes_are_said(tmp_path: Path) -> None
     assert done.returncode == 2 and "nothing" in done.stderr and "Traceback" not in done.stderr
 
 
-def _status(url: str, wait: bool = True) -> int:
-    """The HTTP status of a GET, once something listens there (JupyterLab says its address a moment
-    before it does; the deadline is a safety net only); 0 when nothing listens and not ``wait``."""
-    deadline = time.monotonic() + 120
-    while True:
-        try:
-            with urllib.request.urlopen(url, timeout=60) as answer:
-                return int(answer.status)
-        except urllib.error.HTTPError as refused:
-            return refused.code
-        except urllib.error.URLError:
-            if not wait:
-                return 0
-            assert time.monotonic() < deadline, f"nothing listens at {url}"
-            time.sleep(0.1)
+def _status(url: str) -> int | None:
+    """The HTTP status of a GET there; None while nothing listens."""
+    try:
+        with urllib.request.urlopen(url, timeout=60) as answer:
+            return int(answer.status)
+    except urllib.error.HTTPError as refused:
+        return refused.code
+    except urllib.error.URLError:
+        return None
 
 
 def test_a_notebook_here_runs_in_this_folder_with_its_input_until_ctrl_c(tmp_path: Path) -> None:
@@ -127,30 +129,18 @@ def test_a_notebook_here_runs_in_this_folder_with_its_input_until_ctrl_c(tmp_pat
     store = open_store(Settings(home=home))
     catalog.add_dataset(store, "digits", str(rows), keep_in=home / "kept")
     store.close()
-    notebook = subprocess.Popen(
-        [str(PHALANX), "notebook", "start", "--input", "digits=digits@latest", "--port", "0"],
-        env=clean_env(home),
-        cwd=tmp_path,
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
+    notebook = _start(home, tmp_path, "notebook", "start", "--input", "digits=digits@latest", "--port", "0")
     try:
-        assert notebook.stdout is not None
-        said = ""
-        while not (found := re.search(r"(http://127\.0\.0\.1:\d+/)lab\?token=(\w+)", said)):
-            line = notebook.stdout.readline()
-            assert line, f"it ended before it listened: {said}"
-            said += line
+        found = _said(notebook, r"(http://127\.0\.0\.1:\d+/)lab\?token=(\w+)")
         url, token = found.groups()
-        assert _status(f"{url}api/kernels") == 403  # its own token is kept
+        # JupyterLab says its address a moment before it listens there
+        assert wait_for("JupyterLab listens", lambda: _status(f"{url}api/kernels"), 120) == 403  # token kept
         request = urllib.request.Request(f"{url}api/kernelspecs", headers={"Authorization": f"token {token}"})
         with urllib.request.urlopen(request, timeout=60) as answer:
             assert "python3" in json.loads(answer.read())["kernelspecs"]
         notebook.send_signal(signal.SIGTERM)  # JupyterLab ends with the command, its port freed
         assert notebook.wait(timeout=120) == 0
-        assert _status(f"{url}api/kernels", wait=False) == 0
+        assert _status(f"{url}api/kernels") is None  # nothing listens there any more
     finally:
         if notebook.poll() is None:
             notebook.kill()

@@ -19,7 +19,7 @@ import pytest
 import websocket  # websocket-client: a plain synchronous client, as a script would use
 from tests.integration.server.serverproc import running_server
 from tests.integration.server.test_remote_commands import ok, phalanx
-from tests.integration.server.test_services import _call, service_processes
+from tests.integration.server.test_services import NoRedirect, _call, service_processes
 from tests.unit.server.teams_fixtures import make_team
 
 from phalanx.config import Settings
@@ -81,18 +81,13 @@ def _refused(url: str, headers: list[str], origin: str | None = None) -> bool:
     return False
 
 
-class _Kept(urllib.request.HTTPRedirectHandler):
-    def redirect_request(self, *args: Any, **kwargs: Any) -> None:
-        return None
-
-
 def _signed_in(url: str, user: str, password: str) -> str:
     """The session cookie (``name=value``) that the sign-in form sets for ``user``."""
     form = urllib.parse.urlencode({"username": user, "password": password, "next": "/"}).encode()
     request = urllib.request.Request(f"{url}/login", data=form, method="POST")
     request.add_header("Origin", url)
     try:
-        urllib.request.build_opener(_Kept).open(request, timeout=60)
+        urllib.request.build_opener(NoRedirect).open(request, timeout=60)
     except urllib.error.HTTPError as answer:  # the 303 to where it goes next, with the cookie
         return str(answer.headers["set-cookie"]).split(";")[0]
     raise AssertionError("the sign-in form did not answer with a redirect")

@@ -45,7 +45,9 @@ def _call(url: str, token: str | None, method: str = "GET", doc: Any = None) -> 
         return refused.code, refused.read()
 
 
-class _NoRedirect(urllib.request.HTTPRedirectHandler):
+class NoRedirect(urllib.request.HTTPRedirectHandler):
+    """A browser's first answer, not where it is sent on (a redirect is not followed)."""
+
     def redirect_request(self, *args: Any, **kwargs: Any) -> None:
         return None
 
@@ -53,7 +55,7 @@ class _NoRedirect(urllib.request.HTTPRedirectHandler):
 def _unsigned(url: str) -> tuple[int, str | None]:
     """(status, Location) of a GET without credentials, redirects not followed (a browser's first)."""
     try:
-        with urllib.request.build_opener(_NoRedirect).open(url, timeout=60) as answer:
+        with urllib.request.build_opener(NoRedirect).open(url, timeout=60) as answer:
             return answer.status, answer.headers.get("location")
     except urllib.error.HTTPError as refused:
         return refused.code, refused.headers.get("location")
