@@ -129,7 +129,7 @@ STORE_RETRY_SECONDS: Knob[float] = Knob(
     _number(float, 0.0, above=True),
     30.0,
     "seconds > 0",
-    "how long a supervisor retries recording an outcome while the store is down, before the spool keeps it",
+    "how long a supervisor retries a status write while the store is down (an outcome's: then spooled)",
 )
 SQLITE_CACHE_KIB: Knob[int] = Knob(
     "PHALANX_SQLITE_CACHE_KIB",

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 from phalanx import knobs
 from phalanx.backends.base import JobStatus, ReplicaStatus
 from phalanx.domain import ExperimentStatus, Replica, ReplicaState
+from phalanx.errors import BackendUnavailable, NotFound
 from phalanx.spool import SpoolWriter
 from phalanx.supervisor.outcome import Observer, Outcome
 from phalanx.supervisor.preparing import Prepared, launch_json
@@ -124,8 +125,24 @@ class Recorder:
         status: ExperimentStatus = ExperimentStatus.STARTING,
         created_at: float | None = None,
     ) -> None:
-        create_experiment(self.store(), prepared, status, created_at)
+        tries = 0
+
+        def write() -> None:
+            nonlocal tries
+            tries += 1
+            # a try whose commit was made but whose answer was lost with the connection: done
+            if tries == 1 or not self._row_exists():
+                create_experiment(self.store(), prepared, status, created_at)
+
+        self._patiently(write, "recording the experiment")
         self.created = True
+
+    def _row_exists(self) -> bool:
+        try:
+            self.store().get_experiment(self.id)
+        except NotFound:
+            return False
+        return True
 
     def found(self) -> None:
         """The row exists already (a resume reopened it)."""
@@ -145,7 +162,12 @@ class Recorder:
     def started(self, prepared: Prepared) -> None:
         """Its first group started, the row recorded before (building, or by the server at submit):
         status starting, and the plan as it was launched."""
-        self.store().update_experiment(self.id, status=ExperimentStatus.STARTING, plan=plan_doc(prepared))
+        self._patiently(
+            lambda: self.store().update_experiment(
+                self.id, status=ExperimentStatus.STARTING, plan=plan_doc(prepared)
+            ),
+            "recording the start",
+        )
 
     def status(
         self,
@@ -156,9 +178,29 @@ class Recorder:
         started_at: float | None = None,
     ) -> None:
         """The experiment's status while it lives (None leaves a field as it is)."""
-        self.store().update_experiment(
-            self.id, status=status, reason=reason, handle=handle, started_at=started_at
+        self._patiently(
+            lambda: self.store().update_experiment(
+                self.id, status=status, reason=reason, handle=handle, started_at=started_at
+            ),
+            f"recording status {status.value}",
         )
+
+    def _patiently(self, write: Callable[[], None], what: str) -> None:
+        """``write``, tried again while the store cannot be reached (a database restarting: a
+        submit the server answered must run through it) for STORE_RETRY_SECONDS; after that its
+        BackendUnavailable propagates. Any other error propagates at once."""
+        deadline = time.monotonic() + knobs.STORE_RETRY_SECONDS.value()
+        delay = 0.2
+        while True:
+            try:
+                write()
+                return
+            except BackendUnavailable as exc:
+                if time.monotonic() >= deadline:
+                    raise
+                log.warning("%s failed (%s); retrying", what, _short(exc))
+                time.sleep(delay)
+                delay = min(delay * 2, 5.0)
 
     # -- replicas ----------------------------------------------------------------------------------
     def new_attempt(self) -> None:

@@ -13,6 +13,7 @@ import pytest
 from phalanx.backends.base import JobStatus, ReplicaStatus
 from phalanx.config import Settings
 from phalanx.domain import ExperimentStatus, ReplicaState
+from phalanx.errors import BackendUnavailable
 from phalanx.ingest import Ingester
 from phalanx.spec.model import ExperimentSpec, Topology
 from phalanx.spool import SpoolWriter
@@ -47,6 +48,31 @@ class FakeFlakyStore:
         if self.down and name.startswith("update_"):
             raise ConnectionError("the database is down")
         return getattr(self.store, name)
+
+
+class FakeRestartingDatabase:
+    """The real store, whose next ``failures`` writes fail as they do while PostgreSQL restarts
+    (``committed``: each is made, but its answer is lost with the connection)."""
+
+    def __init__(self, store: SqlStore, failures: int, committed: bool = False) -> None:
+        self.store = store
+        self.failures = failures
+        self.committed = committed
+
+    def __getattr__(self, name: str) -> Any:
+        method = getattr(self.store, name)
+        if not name.startswith(("update_", "create_")):
+            return method
+
+        def write(*args: Any, **kwargs: Any) -> Any:
+            if self.failures:
+                self.failures -= 1
+                if self.committed:
+                    method(*args, **kwargs)
+                raise BackendUnavailable("the database failed: server closed the connection unexpectedly")
+            return method(*args, **kwargs)
+
+        return write
 
 
 def recorder(
@@ -117,6 +143,55 @@ def test_a_row_the_server_accepted_says_starting_with_its_launch(
     exp = store.get_experiment("e1")
     assert exp.status is ExperimentStatus.STARTING
     assert exp.plan["launch"]["commands"]["worker-0"].endswith("python train.py")
+
+
+def test_the_status_of_an_accepted_experiment_is_written_through_a_database_restart(
+    prepared: Prepared,
+    store: SqlStore,
+    observer: FakeObserver,
+    settings: Settings,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(recording, "time", VirtualClock())
+    accepted_row(prepared, store)
+    restarting = FakeRestartingDatabase(store, failures=3)
+    rows = recorder(prepared, restarting, observer, settings, exists=True)
+    rows.started(prepared)  # the server answered its submit: it runs, the database back or not
+    assert store.get_experiment("e1").status is ExperimentStatus.STARTING
+    restarting.failures = 2
+    rows.status(RUNNING, handle="h")
+    assert store.get_experiment("e1").status is RUNNING
+
+
+def test_a_database_that_stays_away_fails_the_write_after_the_retry_time(
+    prepared: Prepared,
+    store: SqlStore,
+    observer: FakeObserver,
+    settings: Settings,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    clock = VirtualClock()
+    monkeypatch.setattr(recording, "time", clock)
+    accepted_row(prepared, store)
+    rows = recorder(prepared, FakeRestartingDatabase(store, failures=10**6), observer, settings, exists=True)
+    start = clock.monotonic()
+    with pytest.raises(BackendUnavailable):
+        rows.status(RUNNING)
+    assert 30 <= clock.monotonic() - start < 36  # PHALANX_STORE_RETRY_SECONDS, then the last try
+
+
+def test_a_row_whose_creation_answer_was_lost_is_created_once(
+    prepared: Prepared,
+    store: SqlStore,
+    observer: FakeObserver,
+    settings: Settings,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(recording, "time", VirtualClock())
+    rows = recorder(prepared, FakeRestartingDatabase(store, failures=1, committed=True), observer, settings)
+    rows.create(prepared)  # a second insert would clash with the first, which was made
+    assert rows.created
+    assert [e.id for e in store.list_experiments().items] == ["e1"]
 
 
 def test_only_changed_states_are_written_and_shown(
