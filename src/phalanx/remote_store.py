@@ -95,7 +95,7 @@ class RemoteStore:
         return [replica_of(experiment_id, r) for r in docs]
 
     def annotate(
-        self, experiment_id: str, *, tags: list[str] | None = None, notes: str | None = None
+        self, experiment_id: str, *, tags: Sequence[str] | None = None, notes: str | None = None
     ) -> Experiment:
         body: dict[str, Any] = {}
         if tags is not None:
@@ -230,10 +230,10 @@ class RemoteStore:
         return target
 
     # -- groups -----------------------------------------------------------------------------------
-    def group(self, group_id: str) -> dict[str, Any]:
+    def group_view(self, group_id: str) -> dict[str, Any]:
         return dict(self.client.get(f"/groups/{quote(group_id)}"))
 
-    def groups(self, limit: int) -> list[dict[str, Any]]:
+    def group_views(self, limit: int = 50) -> list[dict[str, Any]]:
         """The newest ``limit`` groups of the caller's projects, each with its trials' count."""
         return [dict(g) for g in self.client.get("/groups", limit=limit)]
 

@@ -25,7 +25,8 @@ from phalanx.views import param_conflicts, params_by_section
 
 if TYPE_CHECKING:
     from phalanx.domain import Experiment, Replica
-    from phalanx.store.base import ArtifactRecord, Store
+    from phalanx.store.base import ArtifactRecord
+    from phalanx.store.door import Door
 
 
 def _queue_place(experiment_id: str) -> str:
@@ -104,7 +105,7 @@ def run_details_text(details: dict[str, Any]) -> list[str]:
     return out
 
 
-def show_experiment(store: Any, experiment_id: str, output: Format, file: bool) -> None:
+def show_experiment(store: Door, experiment_id: str, output: Format, file: bool) -> None:
     """`phalanx get`'s answer from ``store`` (this machine's or a server's): the experiment file alone
     with ``file``, else everything about it, as text or one JSON document."""
     e = store.get_experiment(experiment_id)
@@ -153,7 +154,7 @@ def show_experiment(store: Any, experiment_id: str, output: Format, file: bool) 
     typer.echo("\n".join(out))
 
 
-def _summary_lines(store: Store, e: Experiment, launch: dict[str, Any]) -> list[str]:
+def _summary_lines(store: Door, e: Experiment, launch: dict[str, Any]) -> list[str]:
     """`phalanx get`'s head: status, times, where it runs and how it was launched."""
     out = [
         f"id:        {e.id}",
@@ -204,7 +205,7 @@ def _replica_and_param_lines(replicas: list[Replica], params: dict[str, dict[str
 
 
 def _content_lines(
-    store: Store,
+    store: Door,
     e: Experiment,
     artifacts: list[ArtifactRecord],
     models: list[Any],

@@ -15,9 +15,9 @@ from phalanx.cli.app import ExtraParamsOpt, app, emit_json
 from phalanx.cli.target import LocalOpt, ServerOpt, ThisMachineOnlyOpt, this_machine_only
 
 if TYPE_CHECKING:
-    from phalanx.domain import Group
     from phalanx.groups.launching import GroupLauncher
     from phalanx.spec.group import GroupSpec
+    from phalanx.store.door import Door
 
 group_app = typer.Typer(
     help="Hyperparameter search (kind: group files): every trial is a whole experiment.",
@@ -175,9 +175,7 @@ def run(
     if detach:
         launcher.start(record.id)
         if json_out:  # the group as it is now, the document a server submit of it prints
-            from phalanx.groups.ending import group_json
-
-            emit_json(group_json(launcher.store, launcher.store.get_group(record.id)))
+            emit_json(launcher.store.group_view(record.id))
         else:
             typer.echo(record.id)
         return
@@ -190,11 +188,9 @@ def run(
 
 
 def _drive(launcher: GroupLauncher, group_id: str, json_out: bool, quiet: bool = False) -> None:
-    from phalanx.groups.ending import group_json
-
     done = launcher.run(group_id, say=_printer(quiet))
     if json_out:
-        emit_json(group_json(launcher.store, done))
+        emit_json(launcher.store.group_view(done.id))
     raise typer.Exit({"succeeded": 0, "stopped": 130}.get(done.status, 1))
 
 
@@ -209,8 +205,8 @@ def resume(
     this_machine_only("group resume", server, "a server resumes its groups itself when it starts again")
     from phalanx.config import Settings
     from phalanx.errors import UsageError
-    from phalanx.groups import controller
     from phalanx.store import open_store
+    from phalanx.store.group_views import controller_alive
 
     settings = Settings()
     store = open_store(settings)
@@ -222,7 +218,7 @@ def resume(
             f" controller was killed); `phalanx group get {g.id}` shows its trials"
             + (f", {again}" if again else "")
         )
-    if controller.controller_alive(g):
+    if controller_alive(g):
         raise UsageError(
             f"group {g.id}: its controller still runs (pid {g.controller_pid}); nothing to resume"
         )
@@ -279,14 +275,6 @@ _ORPHANED = (
 )
 
 
-def _orphaned(g: Any) -> bool:
-    """A group not ended whose controller is gone: `running` alone would let a user wait for ever
-    for trials that nobody launches (after `kill -9` of `group run`, or a reboot)."""
-    from phalanx.groups import controller
-
-    return not g.done and g.status != "created" and not controller.controller_alive(g)
-
-
 @group_app.command("get")
 def get(
     group_id: IdArg,
@@ -295,29 +283,19 @@ def get(
     local: LocalOpt = False,
 ) -> None:
     """Show a group: its trials with their params and metric, and the best trial."""
-    from phalanx.cli.tracking import _table, is_remote, open_target
+    from phalanx.cli.tracking import _table, open_target
     from phalanx.errors import UsageError
-    from phalanx.groups import controller
+    from phalanx.remote_store import group_of
 
     if output not in ("table", "json"):
         raise UsageError(f"-o {output!r}: use table or json")
-    reading = open_target(server, local)
-    store: Any
-    if is_remote(reading):  # the server knows whether its controller runs; this machine does not
-        from phalanx.remote_store import group_of
-
-        store = reading
-        doc = reading.group(group_id)
-        g = group_of(doc)
-        orphaned = False
-    else:
-        store = reading
-        g = store.get_group(group_id)
-        doc = controller.group_json(store, g)
-        orphaned = _orphaned(g)
+    store = open_target(server, local)
+    doc = store.group_view(group_id)
     if output == "json":
-        emit_json({**doc, "controller_running": not orphaned})
+        emit_json(doc)
         return
+    g = group_of(doc)
+    orphaned = not doc["controller_running"]
     metric = g.metric or "metric"
     typer.echo(
         f"group {g.id}  {g.name}  {g.status}  {g.search} search  {len(doc['trials'])}/{g.planned} trials"
@@ -346,7 +324,7 @@ def get(
         typer.echo(f"best (*): trial {best['number']} ({best['experiment_id']}) {metric} {best['value']:.4g}")
 
 
-def _shown_state(store: Any, trial: dict[str, Any]) -> str:
+def _shown_state(store: Door, trial: dict[str, Any]) -> str:
     """A running trial whose experiment still waits in this machine's queue shows `queued`: a
     `running` trial with no value for minutes looked stuck."""
     from phalanx.domain import ExperimentStatus
@@ -371,20 +349,14 @@ def ls(
     local: LocalOpt = False,
 ) -> None:
     """List groups, newest first (after `phalanx login`, the server's groups of your projects)."""
-    from phalanx.cli.tracking import _table, _when, is_remote, open_target
+    from phalanx.cli.tracking import _table, _when, open_target
     from phalanx.errors import UsageError
     from phalanx.remote_store import group_of
 
     if output not in ("table", "json"):
         raise UsageError(f"-o {output!r}: use table or json")
-    reading = open_target(server, local)
-    found: list[tuple[Group, int, bool | None]]
-    if is_remote(reading):  # its controller is the server's to know (as `group get` on a server)
-        docs = reading.groups(limit)
-        found = [(group_of(doc), int(doc["trials"]), None) for doc in docs]
-    else:
-        found = [(g, reading.count_trials(g.id), _orphaned(g)) for g in reading.list_groups(limit=limit)]
-        docs = [{**g.to_json(), "trials": n, "controller_running": not orphaned} for g, n, orphaned in found]
+    docs = open_target(server, local).group_views(limit)
+    found = [(group_of(doc), int(doc["trials"]), not doc["controller_running"]) for doc in docs]
     if output == "json":
         emit_json(docs)
         return

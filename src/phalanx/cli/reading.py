@@ -17,11 +17,12 @@ from phalanx.views import PER_REPLICA
 if TYPE_CHECKING:
     from phalanx.domain import Experiment, Replica
     from phalanx.store.base import ArtifactRecord
+    from phalanx.store.door import Door
 
 IdArg = Annotated[str, typer.Argument(metavar="ID", help="Experiment id or a unique prefix of one.")]
 
 
-def open_target(server: str | None = None, local: bool = False) -> Any:
+def open_target(server: str | None = None, local: bool = False) -> Door:
     """The store a read or control command works on: a server's (``RemoteStore``, after `phalanx
     login` or with --server) or this machine's (after one ingest pass, ``open_for_reading``)."""
     from phalanx.logins import choose
@@ -34,8 +35,8 @@ def open_target(server: str | None = None, local: bool = False) -> Any:
     return RemoteStore(client)
 
 
-def is_remote(store: Any) -> bool:
-    """Whether ``store`` is a server's (its declared door, ``store.base.Store.server_url``)."""
+def is_remote(store: Door) -> bool:
+    """Whether ``store`` is a server's (``Door.server_url``)."""
     return store.server_url is not None
 
 

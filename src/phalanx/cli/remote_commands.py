@@ -77,7 +77,7 @@ def stop(store: RemoteStore, experiment_id: str, timeout: float) -> None:
 def stop_group(store: RemoteStore, group_id: str, timeout: float) -> None:
     """Stop a group on the server (no new trial starts, running trials are stopped); wait up to
     ``timeout`` for it to end (the server's own wait is shorter)."""
-    doc = store.group(group_id)
+    doc = store.group_view(group_id)
     if doc["status"] in DONE:
         typer.echo(f"group {doc['id']} already {doc['status']}")
         return
@@ -85,5 +85,5 @@ def stop_group(store: RemoteStore, group_id: str, timeout: float) -> None:
     deadline = time.monotonic() + timeout
     while done["status"] not in DONE and time.monotonic() < deadline:
         time.sleep(POLL_SECONDS)
-        done = store.group(doc["id"])
+        done = store.group_view(doc["id"])
     typer.echo(f"group {done['id']} {done['status']}")

@@ -15,6 +15,7 @@ from phalanx.cli.target import LocalOpt, ServerOpt
 if TYPE_CHECKING:
     from phalanx.config import Settings
     from phalanx.runner.rerunning import RerunSource
+    from phalanx.store.base import LocalStore
 
 IdArg = Annotated[str, typer.Argument(metavar="ID", help="experiment id or a unique prefix")]
 OutputOpt = Annotated[str, typer.Option("-o", "--output", metavar="table|json", help="table or json")]
@@ -25,7 +26,7 @@ def _check_output(output: str) -> None:
         raise fail(f"-o must be 'table' or 'json', not {output!r}")
 
 
-def _open() -> Any:
+def _open() -> LocalStore:
     from phalanx.config import Settings
     from phalanx.store import open_store
 
@@ -99,7 +100,7 @@ def _supervise(runner: Any, prepared: Any, options: Any, output: str, *, headlin
     raise typer.Exit(outcome.exit_code)
 
 
-def _launch_of(store: Any, experiment: Any) -> dict[str, Any]:
+def _launch_of(store: LocalStore, experiment: Any) -> dict[str, Any]:
     import os
 
     from phalanx.runner.rerunning import launch_of
@@ -332,7 +333,7 @@ def _shown(value: Any) -> str:
     return "(none)" if value is None else repr(value)
 
 
-def _side(store: Any, ref: str) -> tuple[Any, int | None]:
+def _side(store: LocalStore, ref: str) -> tuple[Any, int | None]:
     """``ID`` or ``ID@N`` (attempt N of it) -> (experiment, attempt)."""
     ident, sep, number = ref.partition("@")
     if sep and not number.isdigit():
@@ -340,7 +341,7 @@ def _side(store: Any, ref: str) -> tuple[Any, int | None]:
     return store.get_experiment(ident), int(number) if sep else None
 
 
-def _attempt_of(store: Any, exp: Any, attempt: int) -> dict[str, Any]:
+def _attempt_of(store: LocalStore, exp: Any, attempt: int) -> dict[str, Any]:
     from phalanx import repro
 
     found = repro.attempt_record(store.repro(exp.id), attempt)

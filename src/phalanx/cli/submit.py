@@ -149,7 +149,7 @@ def emit_group(client: Client, group_id: str) -> None:
     from phalanx.cli.app import emit_json
     from phalanx.remote_store import RemoteStore
 
-    emit_json(RemoteStore(client).group(group_id))
+    emit_json(RemoteStore(client).group_view(group_id))
 
 
 def resume_on_server(client: Client, experiment_id: str, output: Any) -> None:

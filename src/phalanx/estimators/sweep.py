@@ -34,7 +34,7 @@ import yaml
 from phalanx.config import Settings
 from phalanx.errors import PhalanxError, Problem, SpecError
 from phalanx.estimators.estimator import param_name
-from phalanx.groups.ending import group_json, stop_group
+from phalanx.groups.ending import stop_group
 from phalanx.runs import Run
 from phalanx.spec.dump import spec_to_dict
 from phalanx.spec.group import load_group, load_group_text
@@ -298,7 +298,7 @@ class GroupRun:
 
     def get_details(self) -> dict[str, Any]:
         """The group, every trial (experiment id, params, state, metric) and the best one."""
-        return group_json(self._store, self._store.get_group(self.id))
+        return self._store.group_view(self.id)
 
     def get_status(self) -> str:
         if self._process is not None:

@@ -44,15 +44,13 @@ from phalanx.domain import (
 from phalanx.errors import NotFound, PhalanxError
 from phalanx.groups import core, search
 from phalanx.groups.ending import (
-    controller_alive,
     dumps,
     ended_while_unwatched,
-    group_json,
     stop_all,
     stop_group,
 )
 from phalanx.groups.lock import ControllerRunning, controller_lock
-from phalanx.groups.setup import build_trials_env, check_trials_can_run, create, load, trial_build
+from phalanx.groups.setup import build_trials_env, check_trials_can_run, create, trial_build
 from phalanx.groups.waking import Waker
 from phalanx.machine.box import isolation_of
 from phalanx.machine.locks import held
@@ -61,6 +59,7 @@ from phalanx.runner import LaunchOptions, LaunchRecord, Runner
 from phalanx.runner.forking import preload
 from phalanx.runner.options import LAUNCH_LOCK
 from phalanx.spec.dump import spec_to_yaml
+from phalanx.spec.group import recorded_group_spec
 from phalanx.spec.model import ExperimentSpec
 from phalanx.store.base import LocalStore
 
@@ -118,7 +117,7 @@ class Controller:
         self.store = store
         self.settings = settings
         self.group = store.get_group(group_id)
-        self.spec = load(self.group)
+        self.spec = recorded_group_spec(self.group)
         self.hp = self.spec.hptuning
         self.say = say or (lambda text: log.info("%s", text))
         self.live: dict[int, _Live] = {}
@@ -589,11 +588,8 @@ __all__ = [
     "GroupError",
     "build_trials_env",
     "check_trials_can_run",
-    "controller_alive",
     "create",
     "dumps",
-    "group_json",
-    "load",
     "stop_all",
     "stop_group",
     "trial_build",

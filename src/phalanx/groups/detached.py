@@ -14,10 +14,10 @@ from pathlib import Path
 
 from phalanx.config import Settings
 from phalanx.errors import NotFound
-from phalanx.groups.ending import controller_alive
 from phalanx.groups.launching import GroupLauncher
 from phalanx.groups.lock import holder
 from phalanx.store.base import LocalStore
+from phalanx.store.group_views import controller_alive
 
 log = logging.getLogger(__name__)
 

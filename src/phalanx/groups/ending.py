@@ -7,55 +7,22 @@ from __future__ import annotations
 import contextlib
 import json
 import math
-import os
 import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from phalanx.config import Settings
-from phalanx.domain import Group, GroupStatus, Trial, TrialState, TrialUpdate, best_trial, trial_counts
-from phalanx.errors import NotFound, PhalanxError
+from phalanx.domain import Group, GroupStatus, Trial, TrialState, TrialUpdate
+from phalanx.errors import NotFound
 from phalanx.groups.lock import holder
-from phalanx.groups.setup import load
-from phalanx.machine.procs import Seen, judge
 from phalanx.store.base import GroupStore
-
-
-def controller_alive(group: Group) -> bool:
-    """Whether the group's controller still runs (on this machine; another host's is trusted)."""
-    if group.controller_pid is None or group.controller_pid == os.getpid():
-        return False
-    # no start time is recorded with a group's controller: its command line tells a reused pid apart
-    seen = judge(group.controller_pid, None, group.controller_host, program=b"phalanx")
-    return seen is not Seen.GONE
+from phalanx.store.group_views import controller_alive
 
 
 def controller_locked(group_id: str, settings: Settings) -> bool:
     """Whether a controller of this group holds its lock on this machine (one that is still
     starting has not yet written its pid to the group's record)."""
     return holder(settings.home / "groups" / group_id) is not None
-
-
-def group_json(store: GroupStore, group: Group) -> dict[str, Any]:
-    """`phalanx group get -o json` and the API: the group, its trials, the best one, and ``axes``:
-    each sampled param's chart axis ("log" or "linear") from its distribution."""
-    trials = store.list_trials(group.id)
-    best = best_trial(trials, group.optimization)
-    doc = group.to_json()
-    doc["trials"] = [t.to_json() for t in trials]
-    doc["best"] = best.to_json() if best else None
-    doc["counts"] = trial_counts(trials)
-    doc["axes"] = axes_of(group)
-    return doc
-
-
-def axes_of(group: Group) -> dict[str, str]:
-    """param -> "log" / "linear" from the group's matrix (its stored file); {} when it cannot be read."""
-    try:
-        spec = load(group)
-    except PhalanxError:  # a file an older Phalanx accepted: the chart guesses from the values
-        return {}
-    return {d.name: d.axis for d in spec.hptuning.matrix if d.axis is not None}
 
 
 def stop_group(store: GroupStore, settings: Settings, group: Group, timeout: float = 60.0) -> Group:

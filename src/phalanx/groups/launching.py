@@ -47,7 +47,7 @@ class GroupOptions:
     """Everything about a group's launch that is not its file: where its trials start (default:
     the file's folder), the `--param` values over every trial's, the cluster they run on (None:
     this machine), whether they share cores (`--oversubscribe`), how its file was read (kept to
-    read it back the same way: ``setup.load``), and ``isolation``: a server's group, its trials'
+    read it back the same way: ``recorded_group_spec``), and ``isolation``: a server's group, its trials'
     build and every trial boxed as its project's (phalanx.machine.box; None: as the caller)."""
 
     workdir: Path | None = None

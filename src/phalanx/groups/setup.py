@@ -14,7 +14,7 @@ from phalanx.domain import Framework, Group
 from phalanx.errors import SpecError, UsageError
 from phalanx.machine.box import Isolation
 from phalanx.plan import build_plan
-from phalanx.spec.group import GroupSpec, example_values, load_group_text
+from phalanx.spec.group import GroupSpec, example_values
 from phalanx.spec.model import Build, ExperimentSpec
 from phalanx.store.base import GroupStore
 
@@ -128,15 +128,3 @@ def build_trials_env(
         return  # the trial's own launch says what is wrong with it, as before
     except UsageError as exc:
         raise UsageError(f"{source or 'the group'}: the trials' environment cannot be built: {exc}") from None
-
-
-def load(group: Group) -> GroupSpec:
-    """The GroupSpec of a recorded group, from the text stored with it (the file may have changed)."""
-    spec = load_group_text(
-        group.spec_text,
-        group.source_file or "group.yml",
-        params=dict(group.options.get("params") or {}),
-        allow_unused=bool(group.options.get("allow_unused")),
-        extra_params=bool(group.options.get("extra_params")),
-    )
-    return replace(spec, base=replace(spec.base, source_file=group.source_file))

@@ -14,6 +14,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from phalanx.domain import Group
 from phalanx.errors import Problem, SpecError
 from phalanx.spec.errors import Collector, did_you_mean, join, sorted_problems
 from phalanx.spec.group_hptuning import _read_hptuning, hyperband_trials
@@ -342,3 +343,15 @@ def is_group_text(text: str, filename: str = "<text>") -> bool:
         return False
     node = root.get("kind") if isinstance(root, YMap) else None
     return isinstance(node, YScalar) and node.value == "group"
+
+
+def recorded_group_spec(group: Group) -> GroupSpec:
+    """The GroupSpec of a recorded group, from the text stored with it (the file may have changed)."""
+    spec = load_group_text(
+        group.spec_text,
+        group.source_file or "group.yml",
+        params=dict(group.options.get("params") or {}),
+        allow_unused=bool(group.options.get("allow_unused")),
+        extra_params=bool(group.options.get("extra_params")),
+    )
+    return replace(spec, base=replace(spec.base, source_file=group.source_file))

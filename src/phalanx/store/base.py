@@ -573,6 +573,14 @@ class GroupStore(Store, Protocol):
         an unknown id. Raises nothing of its own."""
         ...
 
+    def group_view(self, group_id: str) -> dict[str, Any]:
+        """Returns `group get -o json` (``store.group_views``). Raises NotFound for an unknown id."""
+        ...
+
+    def group_views(self, limit: int = 50, projects: Sequence[str] | None = None) -> list[dict[str, Any]]:
+        """Returns `group ls -o json`, newest first. Raises nothing of its own."""
+        ...
+
     def link_experiment(self, experiment_id: str, group_id: str) -> None:
         """Mark experiment ``experiment_id`` as a trial of group ``group_id`` (both full ids), so
         ``ExperimentFilter(group_id=...)`` (``phalanx ls --group``, the API) finds it. Returns None.

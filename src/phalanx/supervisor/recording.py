@@ -185,7 +185,7 @@ class Recorder:
             f"recording status {status.value}",
         )
 
-    def _patiently(self, write: Callable[[], None], what: str) -> None:
+    def _patiently(self, write: Callable[[], object], what: str) -> None:
         """``write``, tried again while the store cannot be reached (a database restarting: a
         submit the server answered must run through it) for STORE_RETRY_SECONDS; after that its
         BackendUnavailable propagates. Any other error propagates at once."""

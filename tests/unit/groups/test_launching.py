@@ -1,7 +1,7 @@
 """GroupLauncher, the one way a group starts (`phalanx group run|resume`, the server, HyperDrive):
 ``check`` refuses what cannot run; ``create`` checks before anything is recorded, then records
-the group with its typed options, which its controller reads back (``setup.load``). Starting the
-controller is a process: tests/integration/local/test_one_launch_path.py."""
+the group with its typed options, which its controller reads back (``recorded_group_spec``).
+Starting the controller is a process: tests/integration/local/test_one_launch_path.py."""
 
 from __future__ import annotations
 
@@ -12,10 +12,9 @@ import pytest
 from phalanx.config import Settings
 from phalanx.errors import NotFound
 from phalanx.groups.launching import GroupLauncher, GroupOptions
-from phalanx.groups.setup import load
 from phalanx.machine.box import Isolation, isolation_of
 from phalanx.plan import build_plan
-from phalanx.spec.group import load_group
+from phalanx.spec.group import load_group, recorded_group_spec
 from phalanx.store.artifacts import ArtifactStore
 from phalanx.store.sql import SqlStore
 
@@ -58,7 +57,7 @@ def test_a_group_is_recorded_with_its_options_and_read_back_the_same_way(
         "extra_params": False,
         "isolation": None,  # not a server's group: its trials run as the caller
     }
-    again = load(launcher.store.get_group(record.id))  # what its controller runs
+    again = recorded_group_spec(launcher.store.get_group(record.id))  # what its controller runs
     assert build_plan(again.trial_spec({"lr": 0.1})).command == "python train.py --lr 0.1 --epochs 5"
 
 

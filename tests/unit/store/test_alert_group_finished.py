@@ -13,7 +13,6 @@ from alembic import command
 from sqlalchemy import text
 
 from phalanx.domain import ExperimentStatus, Group, GroupStatus, Trial, TrialState
-from phalanx.groups.ending import group_json
 from phalanx.server.alerting import EVENT, Deliverer, Retry
 from phalanx.store.alert_records import Delivery
 from phalanx.store.alerts import alert_book, outbox
@@ -106,7 +105,7 @@ def test_the_payload_holds_the_best_trial_as_group_get_shows_it(store: SqlStore)
     group = _group(store)
     _end(store, group.id)
     payload = _payload(store)
-    shown = group_json(store, store.get_group(group.id))
+    shown = store.group_view(group.id)
 
     best = payload["best"]
     assert best == shown["best"] | {"metric": "loss"}  # `phalanx group get`'s best, with its metric

@@ -25,15 +25,14 @@ def list_groups(
     store: StoreDep, request: Request, limit: Annotated[int, Query(ge=1, le=500)] = 50
 ) -> list[dict[str, Any]]:
     """Groups, newest first, with how many trials each has started (of the caller's projects)."""
-    found = store.list_groups(limit=limit, projects=principal_of(request).visible_projects())
-    return [{**g.to_json(), "trials": store.count_trials(g.id)} for g in found]
+    return store.group_views(limit, projects=principal_of(request).visible_projects())
 
 
 @router.get("/groups/{group_id}")
 @policy("group:viewer")
 def get_group(store: StoreDep, group_id: str) -> dict[str, Any]:
     """One group: its search, every trial (experiment id, params, state, metric) and the best trial."""
-    return controller.group_json(store, store.get_group(group_id))
+    return store.group_view(group_id)
 
 
 @router.post("/groups/{group_id}/stop")
@@ -46,7 +45,7 @@ def stop_group(store: StoreDep, settings: SettingsDep, group_id: str, request: R
     if not group.done:
         controller.stop_group(store, settings.store, group, timeout=30)
         describe(request, "group.stop", group.id, group.project)
-    return controller.group_json(store, store.get_group(group.id))
+    return store.group_view(group.id)
 
 
 @page_router.get("/groups")

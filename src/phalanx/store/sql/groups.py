@@ -19,6 +19,7 @@ from sqlalchemy import Engine, delete, func, insert, select, update
 
 from phalanx.domain import Group, GroupStatus, GroupUpdate, Trial, TrialUpdate
 from phalanx.errors import NotFound, UsageError
+from phalanx.store import group_views
 from phalanx.store.sql import alerts
 from phalanx.store.sql.errors import phalanx_errors
 from phalanx.store.sql.models import ExperimentRow, GroupRow, TrialRow
@@ -244,6 +245,12 @@ class GroupBook:
 
     def list_trials(self, group_id: str) -> list[Trial]:
         return list_trials(self, group_id)
+
+    def group_view(self, group_id: str) -> dict[str, Any]:
+        return group_views.group_json(self, get_group(self, group_id))
+
+    def group_views(self, limit: int = 50, projects: Sequence[str] | None = None) -> list[dict[str, Any]]:
+        return group_views.group_summaries(self, limit, projects)
 
     def count_trials(self, group_id: str) -> int:
         return count_trials(self, group_id)
