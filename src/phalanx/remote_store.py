@@ -15,7 +15,7 @@ import posixpath
 import zipfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from phalanx.apiclient import Client, quote
 from phalanx.domain import Experiment, ExperimentStatus, Group, Page, Replica, ReplicaState, Role
@@ -29,6 +29,9 @@ from phalanx.store.base import (
     ParamRecord,
     Series,
 )
+
+if TYPE_CHECKING:
+    from phalanx.store.accounts import Role as ProjectRole  # its name is sent: no sqlalchemy here
 
 
 def _filter_query(f: ExperimentFilter, offset: int, limit: int) -> dict[str, Any]:
@@ -351,6 +354,39 @@ class RemoteSecrets:
         except NotFound:
             return False
         return True
+
+
+class RemoteDirectory:
+    """A server's people and projects (``store.directory.Directory``) through its API: users and
+    projects its admins only, a project's members its admins; the audit entry is the caller's."""
+
+    def __init__(self, client: Client) -> None:
+        self.client = client
+
+    def add_user(self, name: str, password: str | None, admin: bool = False) -> bool:
+        added = self.client.send("POST", "/admin/users", {"name": name, "password": password, "admin": admin})
+        return bool(added["team_mode_started"])
+
+    def users(self) -> list[dict[str, Any]]:
+        return [dict(u) for u in self.client.get("/admin/users")]
+
+    def set_disabled(self, name: str, disabled: bool) -> None:
+        self.client.send("PATCH", f"/admin/users/{quote(name)}", {"disabled": disabled})
+
+    def add_project(self, name: str) -> None:
+        self.client.send("POST", "/admin/projects", {"name": name})
+
+    def projects(self) -> dict[str, dict[str, str]]:
+        return {p: dict(m) for p, m in self.client.get("/admin/projects").items()}
+
+    def set_member(self, project: str, user: str, role: ProjectRole) -> None:
+        self.client.send("PUT", f"/projects/{quote(project)}/members/{quote(user)}", {"role": role.name})
+
+    def remove_member(self, project: str, user: str) -> None:
+        self.client.send("DELETE", f"/projects/{quote(project)}/members/{quote(user)}")
+
+    def audit_trail(self, limit: int = 100, project: str | None = None) -> list[dict[str, Any]]:
+        return [dict(r) for r in self.client.get("/admin/audit", limit=limit, project=project)]
 
 
 class RemoteServices:

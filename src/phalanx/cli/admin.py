@@ -1,20 +1,23 @@
 """`phalanx admin user|project|member|audit`: a shared server's people, projects and roles, and
-its audit trail (docs/teams.md). They work on the server's store directly (like `phalanx server`),
-so they run where the server's PHALANX_HOME or PHALANX_STORE is; each change goes to the audit trail
-as "cli:<login name>"."""
+its audit trail (docs/teams.md), through one door (``store.directory.Directory``): after `phalanx
+login` (or with --server) the server's API, as its admins (a project's admins for its members);
+else this machine's store, where the server's PHALANX_HOME is, each change audited as
+"cli:<login name>"."""
 
 from __future__ import annotations
 
 import getpass
 import sys
 import time
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from phalanx.apiclient import quote
 from phalanx.cli.app import app, emit_json
-from phalanx.cli.target import LocalOpt, ServerOpt, ThisMachineOnlyOpt, this_machine_only
+from phalanx.cli.target import LocalOpt, ServerOpt
+
+if TYPE_CHECKING:
+    from phalanx.store.directory import Directory
 
 admin_app = typer.Typer(
     help="A shared server's users, projects, roles and audit trail.", no_args_is_help=True
@@ -30,19 +33,23 @@ admin_app.add_typer(project_app, name="project")
 admin_app.add_typer(member_app, name="member")
 
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON.")]
-# what a command that changes the server's accounts says when given --server (it needs the store)
-ON_THE_SERVERS_MACHINE = (
-    "run it where the server's PHALANX_HOME is (docs/teams.md); a project's admins give roles from "
-    "anywhere with `phalanx admin member add`"
-)
 
 
-def _accounts() -> Any:
+def _door(server: str | None, local: bool) -> Directory:
+    """The people and projects the command acts on: the server's (after `phalanx login`, or with
+    --server), else this machine's store."""
+    from phalanx.logins import choose
+
+    client = choose(server, local)
+    if client is not None:
+        from phalanx.remote_store import RemoteDirectory
+
+        return RemoteDirectory(client)
     from phalanx.config import Settings
     from phalanx.store import open_store
-    from phalanx.store.accounts import Accounts
+    from phalanx.store.directory import LocalDirectory
 
-    return Accounts(open_store(Settings()))
+    return LocalDirectory(open_store(Settings()), _actor())
 
 
 def _actor() -> str:
@@ -73,20 +80,18 @@ def user_add(
         bool,
         typer.Option("--password-stdin", help="Read the password from the first line of stdin (scripts)."),
     ] = False,
-    server: ThisMachineOnlyOpt = None,
+    server: ServerOpt = None,
+    local: LocalOpt = False,
 ) -> None:
     """Add a user with a password (asked twice unless --password-stdin). The first --admin user
     turns the server into team mode: every route then checks roles, and the server token becomes
-    that admin's."""
-    this_machine_only("admin user add", server, ON_THE_SERVERS_MACHINE)
+    that admin's. After `phalanx login`, on the server (its admins)."""
+    directory = _door(server, local)
     if password_stdin:
         password = sys.stdin.readline().rstrip("\r\n")
     else:
         password = typer.prompt("Password", hide_input=True, confirmation_prompt=True)
-    accounts = _accounts()
-    first = accounts.first_admin() is None and admin
-    accounts.add_user(name, password, admin=admin)
-    accounts.audit(_actor(), "user.add", name, detail="admin" if admin else None)
+    first = directory.add_user(name, password, admin=admin)
     typer.echo(f"user {name} added{' (server admin)' if admin else ''}")
     if first:
         typer.echo(
@@ -95,71 +100,57 @@ def user_add(
 
 
 @user_app.command("ls")
-def user_ls(json_: JsonOpt = False, server: ThisMachineOnlyOpt = None) -> None:
+def user_ls(json_: JsonOpt = False, server: ServerOpt = None, local: LocalOpt = False) -> None:
     """Users, whether each is a server admin or disabled."""
-    this_machine_only("admin user ls", server, ON_THE_SERVERS_MACHINE)
-    users = _accounts().users()
+    users = _door(server, local).users()
     if json_:
-        emit_json(
-            [
-                {"name": u.name, "admin": u.is_admin, "disabled": u.disabled, "created_at": u.created_at}
-                for u in users
-            ]
-        )
+        emit_json(users)
         return
     rows = [
-        [u.name, "yes" if u.is_admin else "", "disabled" if u.disabled else "", _when(u.created_at)]
+        [u["name"], "yes" if u["admin"] else "", "disabled" if u["disabled"] else "", _when(u["created_at"])]
         for u in users
     ]
     typer.echo(_table(["USER", "ADMIN", "STATE", "CREATED"], rows))
 
 
-def _set_disabled(name: str, disabled: bool) -> None:
-    accounts = _accounts()
-    accounts.set_disabled(name, disabled)
-    accounts.audit(_actor(), "user.disable" if disabled else "user.enable", name)
+def _set_disabled(directory: Directory, name: str, disabled: bool) -> None:
+    directory.set_disabled(name, disabled)
     typer.echo(f"user {name} {'disabled: its tokens and sessions are refused' if disabled else 'enabled'}")
 
 
 @user_app.command("disable")
 def user_disable(
-    name: Annotated[str, typer.Argument(help="The user.")], server: ThisMachineOnlyOpt = None
+    name: Annotated[str, typer.Argument(help="The user.")], server: ServerOpt = None, local: LocalOpt = False
 ) -> None:
     """Disable a user: their tokens and sessions are refused from the next request on."""
-    this_machine_only("admin user disable", server, ON_THE_SERVERS_MACHINE)
-    _set_disabled(name, True)
+    _set_disabled(_door(server, local), name, True)
 
 
 @user_app.command("enable")
 def user_enable(
-    name: Annotated[str, typer.Argument(help="The user.")], server: ThisMachineOnlyOpt = None
+    name: Annotated[str, typer.Argument(help="The user.")], server: ServerOpt = None, local: LocalOpt = False
 ) -> None:
     """Enable a disabled user again."""
-    this_machine_only("admin user enable", server, ON_THE_SERVERS_MACHINE)
-    _set_disabled(name, False)
+    _set_disabled(_door(server, local), name, False)
 
 
 @project_app.command("add")
 def project_add(
     name: Annotated[str, typer.Argument(help="The project's name (experiments' `project:`).")],
-    server: ThisMachineOnlyOpt = None,
+    server: ServerOpt = None,
+    local: LocalOpt = False,
 ) -> None:
     """Add a project; experiments whose file says `project: NAME` belong to it."""
-    this_machine_only("admin project add", server, ON_THE_SERVERS_MACHINE)
-    accounts = _accounts()
-    accounts.add_project(name)
-    accounts.audit(_actor(), "project.add", name, project=name)
+    _door(server, local).add_project(name)
     typer.echo(
         f"project {name} added; give people roles with 'phalanx admin member add {name} USER --role editor'"
     )
 
 
 @project_app.command("ls")
-def project_ls(json_: JsonOpt = False, server: ThisMachineOnlyOpt = None) -> None:
+def project_ls(json_: JsonOpt = False, server: ServerOpt = None, local: LocalOpt = False) -> None:
     """Projects and their members."""
-    this_machine_only("admin project ls", server, ON_THE_SERVERS_MACHINE)
-    accounts = _accounts()
-    doc = {p: {u: r.name for u, r in accounts.members(p).items()} for p in accounts.projects()}
+    doc = _door(server, local).projects()
     if json_:
         emit_json(doc)
         return
@@ -177,17 +168,10 @@ def member_add(
 ) -> None:
     """Give a user a role in a project (or change it). After `phalanx login`, on the server (the
     project's admins), which writes the audit entry as the caller."""
-    from phalanx.logins import choose
-    from phalanx.store.accounts import Role
+    from phalanx.store.accounts import Role  # why: the parse only (its module imports SQLAlchemy)
 
     parsed = Role.parse(role)
-    client = choose(server, local)
-    if client is not None:
-        client.send("PUT", f"/projects/{quote(project)}/members/{quote(user)}", {"role": parsed.name})
-    else:
-        accounts = _accounts()
-        accounts.set_member(project, user, parsed)
-        accounts.audit(_actor(), "member.set", f"{project}/{user}", project=project, detail=parsed.name)
+    _door(server, local).set_member(project, user, parsed)
     typer.echo(f"{user} is now {parsed.name} of project {project}")
 
 
@@ -199,15 +183,7 @@ def member_rm(
     local: LocalOpt = False,
 ) -> None:
     """Take a user's role in a project away (after `phalanx login`, on the server)."""
-    from phalanx.logins import choose
-
-    client = choose(server, local)
-    if client is not None:
-        client.send("DELETE", f"/projects/{quote(project)}/members/{quote(user)}")
-    else:
-        accounts = _accounts()
-        accounts.remove_member(project, user)
-        accounts.audit(_actor(), "member.remove", f"{project}/{user}", project=project)
+    _door(server, local).remove_member(project, user)
     typer.echo(f"{user} is no longer a member of project {project}")
 
 
@@ -225,13 +201,7 @@ def audit(
 ) -> None:
     """Who submitted, stopped, deleted, changed a role, and when: the newest entries, oldest first
     (after `phalanx login`, the server's trail: its admins only)."""
-    from phalanx.logins import choose
-
-    client = choose(server, local)
-    if client is not None:
-        records: list[dict[str, Any]] = client.get("/admin/audit", limit=limit, project=project)
-    else:
-        records = [vars(r) for r in _accounts().audit_trail(limit, project)]
+    records = _door(server, local).audit_trail(limit, project)
     if json_:
         emit_json(records)
         return

@@ -21,11 +21,14 @@ from tests.integration.server.serverproc import (
     stop_server,
     supervisors_gone,
 )
+from tests.integration.server.test_remote_commands import ok, phalanx
 from tests.integration.server.test_submit import folder
 from tests.support.cli import Done, phalanx_cli
 
 from phalanx.bundles import pack
 from phalanx.cli.remote import Client
+
+SERVER_TOKEN = "team-setup-token-0123456789"
 
 
 def admin(home: Path, *args: str, stdin: str = "", process: bool = False) -> str:
@@ -120,3 +123,44 @@ def test_the_audit_trail_lists_a_members_submit_stop_and_delete_in_order(
     assert mine == [("ada", "experiment.submit"), ("ada", "experiment.stop"), ("ada", "experiment.delete")]
     assert [e["id"] for e in trail] == sorted(e["id"] for e in trail)
     assert any(e["action"] == "member.set" and e["target"] == "submit-tests/ada" for e in trail)
+
+
+def test_a_server_admin_sets_the_team_up_from_a_laptop(phalanx_home: Path, tmp_path: Path) -> None:
+    server = start_server(phalanx_home, token=SERVER_TOKEN)
+    laptop, remote = tmp_path / "laptop", ("--server", server.url)
+    try:
+        first = ok(phalanx(laptop, "admin", "user", "add", "root", "--admin", "--password-stdin", *remote,
+                           token=SERVER_TOKEN, stdin="root-password\n"))  # fmt: skip
+        assert "the server is now in team mode" in first.stdout
+        ok(phalanx(laptop, "admin", "user", "add", "ada", "--password-stdin", *remote,
+                   token=SERVER_TOKEN, stdin="ada-password\n"))  # fmt: skip
+        ok(phalanx(laptop, "admin", "project", "add", "vision", *remote, token=SERVER_TOKEN))
+        ok(phalanx(laptop, "admin", "member", "add", "vision", "ada", "--role", "editor", *remote,
+                   token=SERVER_TOKEN))  # fmt: skip
+        ada = token_of(server, "ada", "ada-password")
+        assert call(server, "GET", "/me", ada)[1]["projects"] == {"vision": "editor"}
+        refused = phalanx(laptop, "admin", "user", "ls", *remote, token=ada)  # ada is no server admin
+        assert refused.returncode != 0 and "admin" in refused.stderr and "Traceback" not in refused.stderr
+        users = json.loads(
+            ok(phalanx(laptop, "admin", "user", "ls", "--json", *remote, token=SERVER_TOKEN)).stdout
+        )
+        assert [(u["name"], u["admin"], u["disabled"]) for u in users] == [
+            ("ada", False, False),
+            ("root", True, False),
+        ]
+        there = ok(phalanx(laptop, "admin", "project", "ls", "--json", *remote, token=SERVER_TOKEN)).stdout
+        ok(phalanx(laptop, "admin", "user", "disable", "ada", *remote, token=SERVER_TOKEN))
+        assert call(server, "GET", "/me", ada)[0] == 401  # refused from the next request on
+    finally:
+        stop_server(server.proc)
+    assert there == admin(phalanx_home, "project", "ls", "--json")  # byte for byte the server's machine's
+    trail = json.loads(admin(phalanx_home, "audit", "--json"))
+    assert [(e["action"], e["target"]) for e in trail] == [
+        ("user.add", "root"),
+        ("user.add", "ada"),
+        ("project.add", "vision"),
+        ("member.set", "vision/ada"),
+        ("token.issue", "ada/cli"),
+        ("user.disable", "ada"),
+    ]
+    assert {e["actor"] for e in trail[1:4] + trail[5:]} == {"root"}  # the server token acts as its admin

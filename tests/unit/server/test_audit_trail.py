@@ -142,6 +142,21 @@ def _member_rm(w: World) -> tuple[int, str, str, str | None]:
     return r.status_code, "member.remove", "A/spare", "previous: viewer"
 
 
+def _user_add(w: World) -> tuple[int, str, str, str | None]:
+    r = w.client.post(f"{API}/admin/users", json={"name": "newcomer", "admin": True}, headers=w.auth())
+    return r.status_code, "user.add", "newcomer", "admin"
+
+
+def _user_change(w: World) -> tuple[int, str, str, str | None]:
+    r = w.client.patch(f"{API}/admin/users/spare", json={"disabled": True}, headers=w.auth())
+    return r.status_code, "user.disable", "spare", None
+
+
+def _project_add(w: World) -> tuple[int, str, str, str | None]:
+    r = w.client.post(f"{API}/admin/projects", json={"name": "C"}, headers=w.auth())
+    return r.status_code, "project.add", "C", None
+
+
 def _alert_add(w: World) -> tuple[int, str, str, str | None]:
     doc = {"url": "https://hooks.example/services/T0/B0/XXXX", "events": ["failed"]}
     r = w.client.post(f"{API}/projects/A/alerts", json=doc, headers=w.auth("editor_a"))
@@ -263,6 +278,9 @@ CALLS: dict[tuple[str, str], Call] = {
     ("DELETE", f"{API}/tokens/{{name}}"): _token_revoke,
     ("PUT", f"{API}/projects/{{project}}/members/{{user}}"): _member_set,
     ("DELETE", f"{API}/projects/{{project}}/members/{{user}}"): _member_rm,
+    ("POST", f"{API}/admin/users"): _user_add,
+    ("PATCH", f"{API}/admin/users/{{name}}"): _user_change,
+    ("POST", f"{API}/admin/projects"): _project_add,
     ("PUT", f"{API}/projects/{{project}}/quota"): _quota_set,
     ("DELETE", f"{API}/projects/{{project}}/quota"): _quota_rm,
     ("POST", f"{API}/projects/{{project}}/alerts"): _alert_add,

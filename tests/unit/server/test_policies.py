@@ -97,6 +97,11 @@ TABLE: dict[tuple[str, str], str] = {
     ("PUT", "/api/v1/projects/{project}/members/{user}"): "project:admin",
     ("DELETE", "/api/v1/projects/{project}/members/{user}"): "project:admin",
     ("GET", "/api/v1/admin/audit"): "site:admin",
+    ("GET", "/api/v1/admin/users"): "site:admin",
+    ("POST", "/api/v1/admin/users"): "site:admin",
+    ("PATCH", "/api/v1/admin/users/{name}"): "site:admin",
+    ("GET", "/api/v1/admin/projects"): "site:admin",
+    ("POST", "/api/v1/admin/projects"): "site:admin",
     # quotas are the server's to hand out: a project admin reads its own, only a server admin sets them
     ("GET", "/api/v1/projects/{project}/quota"): "project:viewer",
     ("PUT", "/api/v1/projects/{project}/quota"): "site:admin",

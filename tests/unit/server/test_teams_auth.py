@@ -219,6 +219,41 @@ def test_members_are_managed_by_the_projects_admin(client: TestClient, accounts:
     assert ("bob", "member.set", "vision/ada") in trail
 
 
+def test_users_and_projects_are_the_server_admins_to_manage(client: TestClient, accounts: Accounts) -> None:
+    root = bearer(accounts.issue_token("root", "t", None)[0])
+    ada = bearer(exchange(client)["token"])
+    calls = [
+        ("GET", "/api/v1/admin/users", None),
+        ("POST", "/api/v1/admin/users", {"name": "bob", "password": "bob-password", "admin": True}),
+        ("PATCH", "/api/v1/admin/users/ada", {"disabled": True}),
+        ("GET", "/api/v1/admin/projects", None),
+        ("POST", "/api/v1/admin/projects", {"name": "nlp"}),
+    ]
+    for method, path, body in calls:  # a project member, even its admin, is no server admin
+        assert client.request(method, path, json=body, headers=ada).status_code == 403, (method, path)
+    assert [u["name"] for u in client.get("/api/v1/admin/users", headers=root).json()] == ["ada", "root"]
+    added = client.post("/api/v1/admin/users", json={"name": "bob", "password": "bob-password"}, headers=root)
+    assert added.status_code == 201 and added.json()["team_mode_started"] is False
+    assert "password" not in added.text and "hash" not in added.text
+    taken = client.post("/api/v1/admin/users", json={"name": "bob"}, headers=root)
+    assert taken.status_code == 409 and "already exists" in taken.json()["message"]
+    short = client.post("/api/v1/admin/users", json={"name": "eve", "password": "short"}, headers=root)
+    assert short.status_code == 400 and "8 characters" in short.json()["message"]
+    bad = client.post("/api/v1/admin/projects", json={"name": "no/slash"}, headers=root)
+    assert bad.status_code == 400
+    assert client.post("/api/v1/admin/projects", json={"name": "nlp"}, headers=root).status_code == 201
+    assert client.get("/api/v1/admin/projects", headers=root).json() == {
+        "nlp": {},
+        "vision": {"ada": "viewer"},
+    }
+    missing = client.patch("/api/v1/admin/users/nobody", json={"disabled": True}, headers=root)
+    assert missing.status_code == 404
+    off = client.patch("/api/v1/admin/users/ada", json={"disabled": True}, headers=root)
+    assert off.status_code == 200 and off.json()["disabled"] is True
+    assert client.get("/api/v1/me", headers=ada).status_code == 401  # refused from the next request on
+    assert [u.name for u in accounts.users() if u.disabled] == ["ada"]
+
+
 @pytest.mark.usefixtures("real_password_hashing")
 def test_passwords_are_hashed_with_argon2id_at_its_recommended_cost(store: Store) -> None:
     """The other unit tests hash at argon2's cheapest cost (tests/unit/conftest.py); the product

@@ -1,4 +1,5 @@
-"""Users' personal tokens, projects and members, and the audit trail (docs/teams.md).
+"""Users' personal tokens, users and projects (the server's admins), members (a project's
+admins), and the audit trail (docs/teams.md).
 
 ``POST /tokens`` exchanges a username and password for a personal token (what ``phalanx login``
 calls); the token is in the answer once and kept only as its sha256."""
@@ -15,6 +16,7 @@ from phalanx.errors import UsageError
 from phalanx.server.audit import describe
 from phalanx.server.policy import policy, principal_of
 from phalanx.store.accounts import Accounts, Role
+from phalanx.store.directory import projects_json, user_json
 
 router = APIRouter(tags=["teams"])
 
@@ -44,6 +46,33 @@ class MeOut(BaseModel):
 
 class MemberIn(BaseModel):
     role: str = Field(description="viewer, editor or admin")
+
+
+class UserIn(BaseModel):
+    name: str = Field(max_length=64)
+    password: str | None = Field(
+        default=None, min_length=1, max_length=1024, description="none: single sign-on only"
+    )
+    admin: bool = Field(default=False, description="a server admin: every project, the audit trail")
+
+
+class UserOut(BaseModel):
+    name: str
+    admin: bool
+    disabled: bool
+    created_at: float
+
+
+class NewUserOut(UserOut):
+    team_mode_started: bool = Field(description="this first admin turned the server to team mode")
+
+
+class UserChange(BaseModel):
+    disabled: bool = Field(description="true: the user's tokens and sessions are refused from now on")
+
+
+class ProjectIn(BaseModel):
+    name: str = Field(max_length=64)
 
 
 class AuditOut(BaseModel):
@@ -122,6 +151,57 @@ def me(request: Request) -> MeOut:
     else:
         projects = {p: r.name for p, r in who.roles.items()}
     return MeOut(user=who.user, admin=who.superuser, projects=projects)
+
+
+@router.get("/admin/users", response_model=list[UserOut])
+@policy("site:admin")
+def list_users(request: Request) -> list[UserOut]:
+    """Every user, whether a server admin or disabled (never a password)."""
+    return [
+        UserOut(**user_json(u.name, u.is_admin, u.disabled, u.created_at)) for u in _accounts(request).users()
+    ]
+
+
+@router.post("/admin/users", response_model=NewUserOut, status_code=201)
+@policy("site:admin")
+def add_user(body: UserIn, request: Request) -> NewUserOut:
+    """Add a user, as `phalanx admin user add` where the server's home is. The first admin turns a
+    single-token server to team mode (its token then acts as that admin)."""
+    accounts = _accounts(request)
+    first = body.admin and accounts.first_admin() is None
+    accounts.add_user(body.name, body.password, admin=body.admin)
+    describe(request, "user.add", body.name, None, "admin" if body.admin else None)
+    user = accounts.user(body.name)
+    return NewUserOut(
+        **user_json(user.name, user.is_admin, user.disabled, user.created_at), team_mode_started=first
+    )
+
+
+@router.patch("/admin/users/{name}", response_model=UserOut)
+@policy("site:admin")
+def change_user(name: str, body: UserChange, request: Request) -> UserOut:
+    """Disable a user (refused from their next request on) or enable them again."""
+    accounts = _accounts(request)
+    accounts.set_disabled(name, body.disabled)
+    describe(request, "user.disable" if body.disabled else "user.enable", name)
+    user = accounts.user(name)
+    return UserOut(**user_json(user.name, user.is_admin, user.disabled, user.created_at))
+
+
+@router.get("/admin/projects")
+@policy("site:admin")
+def list_projects(request: Request) -> dict[str, dict[str, str]]:
+    """Every project with its members' roles."""
+    return projects_json(_accounts(request))
+
+
+@router.post("/admin/projects", status_code=201)
+@policy("site:admin")
+def add_project(body: ProjectIn, request: Request) -> dict[str, str]:
+    """Add a project; experiments whose file says `project: NAME` belong to it."""
+    _accounts(request).add_project(body.name)
+    describe(request, "project.add", body.name, body.name)
+    return {"name": body.name}
 
 
 @router.get("/projects/{project}/members")
