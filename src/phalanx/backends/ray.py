@@ -407,8 +407,10 @@ class RayBackend:
                 # asked before reading, so no line written before the end is missed; an actor not
                 # created yet (its group waits) does not answer: nothing new, not done
                 done = not follow or self._replica_done(ray, job, replica, actor)
+                if done and job.mine and not job.hosts:
+                    return  # its group was never placed: its actor never ran, so it wrote nothing
                 try:
-                    asking = job.hosts or done or not job.mine
+                    asking = job.hosts or not job.mine
                     data = ray.get(actor.read.remote(offset), timeout=READ_SECONDS) if asking else b""
                 except ray.exceptions.GetTimeoutError:
                     data = b""
@@ -467,7 +469,10 @@ class RayBackend:
         if job is None or (job.cancelled and not job.actors and job.group is None):
             return
         ray = self._connect()
-        if self._placed(ray, job):  # a group still waiting has no replica to stop, only actors to kill
+        # a group still waiting has no replica to stop nor files to clean, only actors to kill: its
+        # actors never run, so a call to one would only wait out its time-out
+        placed = self._placed(ray, job)
+        if placed:
             calls = {actor.stop.remote(GRACE_SECONDS): name for name, actor in job.actors.items()}
             done = (
                 ray.wait(list(calls), num_returns=len(calls), timeout=GRACE_SECONDS + 20)[0] if calls else []
@@ -479,9 +484,10 @@ class RayBackend:
                         job.ended.setdefault(calls[ref], {"ended_at": time.time(), **report})
         job.cancelled = True
         self._readers.wait_closed(handle)
-        cleanups = [actor.cleanup.remote() for actor in job.actors.values()]
-        with contextlib.suppress(ray.exceptions.RayError, TimeoutError):
-            ray.get(cleanups, timeout=30)
+        if placed:
+            cleanups = [actor.cleanup.remote() for actor in job.actors.values()]
+            with contextlib.suppress(ray.exceptions.RayError, TimeoutError):
+                ray.get(cleanups, timeout=30)
         for actor in job.actors.values():
             with contextlib.suppress(ray.exceptions.RayError, ValueError):
                 ray.kill(actor, no_restart=True)
