@@ -227,12 +227,12 @@ def _of_an_experiment(pid: int) -> bool:
 
 def _end_everything_in(pool: RayPool) -> None:
     """SIGTERM every process in the pool's namespace (Ray's and anything left of a test), SIGKILL
-    what is left after 10 s. Only the namespace's: `ray stop` would end every Ray of the machine,
-    another session's too."""
+    what is left after 3 s (some of Ray's never end on SIGTERM: a longer wait only costs the suite).
+    Only the namespace's: `ray stop` would end every Ray of the machine, another session's too."""
     for line in pool.leftovers():
         with contextlib.suppress(ProcessLookupError, ValueError):
             os.kill(int(line.split()[0]), signal.SIGTERM)
-    deadline = time.monotonic() + 10
+    deadline = time.monotonic() + 3
     while pool.leftovers() and time.monotonic() < deadline:
         time.sleep(0.2)
     deadline = time.monotonic() + 30

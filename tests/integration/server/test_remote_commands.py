@@ -226,6 +226,7 @@ def test_every_read_and_control_command_prints_on_the_server_what_it_prints_ther
     assert a_id in same("ls") and b_id in same("ls", "--project", "remote-tests")
     same("ls", "-o", "json")
     assert "loss" in same("get", a_id)
+    assert json.loads(same("get", a_id, "-o", "json"))["id"] == a_id
     same("get", a_id, "--file")
     assert "loss" in same("metrics", a_id)
     assert same("metrics", a_id, "--title", "loss", "-o", "csv").count("\n") == 4
