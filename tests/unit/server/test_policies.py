@@ -135,6 +135,7 @@ TABLE: dict[tuple[str, str], str] = {
     ("GET", "/compare"): "signed-in",
     ("GET", "/queue"): "signed-in",
     ("GET", "/services"): "signed-in",
+    ("GET", "/alerts"): "signed-in",
     ("GET", "/sweep"): "signed-in",
     ("GET", "/groups"): "signed-in",
     ("GET", "/groups/{group_id}"): "signed-in",

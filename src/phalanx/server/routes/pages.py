@@ -62,6 +62,12 @@ def services_page() -> HTMLResponse:
     return _shell()
 
 
+@router.get("/alerts")
+@policy("signed-in")  # the shell holds no data: the API it calls checks each hook's project role
+def alerts_page() -> HTMLResponse:
+    return _shell()
+
+
 TOKEN_FIELDS = """<p class="muted">This server needs its access token.</p>
     <label for="token">Token</label>
     <input id="token" name="token" type="password" autocomplete="current-password" autofocus required>

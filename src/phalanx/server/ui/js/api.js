@@ -131,4 +131,9 @@ export const api = {
     method: "POST", headers: { "Content-Type": "application/json" }, body: JSON.stringify({ kind, ...body }) }),
   services: () => request("/services"),
   stopService: (id) => request(`/services/${enc(id)}`, { method: "DELETE" }),
+  alerts: () => request("/alerts"),
+  addAlert: (project, body) => request(`/projects/${enc(project)}/alerts`, {
+    method: "POST", headers: { "Content-Type": "application/json" }, body: JSON.stringify(body) }),
+  removeAlert: (id) => request(`/alerts/${enc(id)}`, { method: "DELETE" }),
+  deliveries: (id, limit = 20) => request(`/alerts/${enc(id)}/deliveries?limit=${limit}`),
 };

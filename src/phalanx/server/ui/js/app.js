@@ -1,6 +1,7 @@
 // The UI's entry point: picks the view from the path. Pages are /, /experiments/{id}, /compare,
-// /groups[/{id}], /models[/{name}], /queue, /services, /sweep, /datasets/{name}/versions/{version}.
+// /groups[/{id}], /models[/{name}], /queue, /services, /alerts, /sweep, /datasets/{name}/versions/{version}.
 
+import { renderAlerts } from "./alerts.js";
 import { renderCompare } from "./compare.js";
 import { renderDatasetVersion } from "./datasets.js";
 import { renderExperiment } from "./experiment.js";
@@ -29,6 +30,7 @@ function route() {
   else if (path === "/compare" || path === "/compare/") { nav = "compare"; renderCompare(root, ctx); }
   else if (path === "/queue" || path === "/queue/") { nav = "queue"; renderQueue(root, ctx); }
   else if (path === "/services" || path === "/services/") { nav = "services"; renderServices(root, ctx); }
+  else if (path === "/alerts" || path === "/alerts/") { nav = "alerts"; renderAlerts(root, ctx); }
   else if (path === "/sweep" || path === "/sweep/") renderSweep(root, ctx);
   else renderList(root, ctx);
   for (const a of document.querySelectorAll(".topbar nav a")) a.classList.toggle("active", a.dataset.nav === nav);
