@@ -145,6 +145,14 @@ MAX_PENDING_POINTS: Knob[int] = Knob(
     "a whole number of points, at least 1",
     "points the SDK keeps in memory while the spool's disk is full (about 40 bytes each)",
 )
+WAIT_NOTICE: Knob[float] = Knob(
+    "PHALANX_WAIT_NOTICE",
+    _number(float, 0.0),
+    1800.0,
+    "seconds >= 0 (0: off)",
+    "seconds in this machine's queue after which a waiting run is told to its project's alert hooks"
+    " with why it waits (its project's quota, the cores it needs)",
+)
 STRAGGLER_THRESHOLD: Knob[float] = Knob(
     "PHALANX_STRAGGLER_THRESHOLD",
     _number(float, 0.0, above=True),
@@ -205,6 +213,7 @@ KNOBS: tuple[Knob[Any], ...] = (
     STORE_RETRY_SECONDS,
     SQLITE_CACHE_KIB,
     MAX_PENDING_POINTS,
+    WAIT_NOTICE,
     STRAGGLER_THRESHOLD,
     MAX_REPLICAS,
     DEFAULT_TORCH,

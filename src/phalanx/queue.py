@@ -165,6 +165,14 @@ class Admission:
             self.ledger.release(self.experiment_id)
             raise
 
+    def why(self) -> str:
+        """Why it still waits, as `phalanx queue` says it (its project's quota, what it needs and
+        what is free, the runs ahead of it)."""
+        cap = capacity(need_gpus=self.need.gpus > 0)
+        with self.ledger.locked() as state:
+            verdict = state.judge(cap, self._current_limits(), time.time()).get(self.experiment_id)
+        return verdict.why() if verdict is not None else f"waiting for {self.need.describe()}"
+
     def _try(self, cap: Capacity) -> tuple[Grant | None, list[Entry]]:
         grant, gone = self.ledger.admit(
             self.experiment_id,

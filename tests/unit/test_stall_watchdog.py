@@ -20,6 +20,7 @@ from phalanx.spec.model import Stall
 from phalanx.store.artifacts import ArtifactStore
 from phalanx.store.sql import SqlStore
 from phalanx.supervisor.liveness import Liveness, StallNotices, watchdog
+from phalanx.supervisor.notices import Notices
 
 BOTH = {"master": None, "worker-0": None}  # pids this machine cannot see: output and steps decide
 
@@ -74,7 +75,7 @@ def test_a_stall_is_noticed_once_then_taken_back(
     monkeypatch.setattr(alerts, "send", send)
     exp = store.create_experiment(name="a", project="p").id
     said: list[str] = []
-    liveness = Liveness(timeout=60, notice=5, notices=StallNotices(exp, lambda: store, said.append))
+    liveness = Liveness(timeout=60, notice=5, notices=StallNotices(Notices(exp, lambda: store, said.append)))
     _idle(liveness, {"master": 9, "worker-0": 7})
     assert liveness.check(BOTH) is None  # past the notice, not the fail time
     text = "stalled: master made no progress (no step, no output, no CPU time) for 9 s (stall_notice 5 s)"
@@ -105,7 +106,7 @@ def test_a_replica_that_reports_steps_is_not_stalled_though_it_prints_nothing() 
     """A chief that reports a step now and then but prints nothing and idles between them (it waits
     on the workers) makes progress."""
     said: list[str] = []
-    liveness = Liveness(timeout=None, notice=5, notices=StallNotices("e", lambda: None, said.append))
+    liveness = Liveness(timeout=None, notice=5, notices=StallNotices(Notices("e", lambda: None, said.append)))
     step = iter(range(100))
 
     def steps() -> dict[str, int]:  # a step more at each look
@@ -127,7 +128,7 @@ def test_the_failure_says_what_the_replica_was_doing() -> None:
     said: list[str] = []
     liveness = Liveness(
         timeout=5,
-        notices=StallNotices("e", lambda: None, said.append),
+        notices=StallNotices(Notices("e", lambda: None, said.append)),
         last_lines=lambda name: ["coordinating 2 workers, 100 steps", ""] if name == "master" else [],
     )
     _idle(liveness, {"master": 9})
@@ -149,7 +150,7 @@ def test_both_times_off_is_no_watchdog(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_the_end_of_an_attempt_takes_the_notice_back_without_saying_progress(store: SqlStore) -> None:
     exp = store.create_experiment(name="a", project="p").id
     said: list[str] = []
-    liveness = Liveness(timeout=60, notice=5, notices=StallNotices(exp, lambda: store, said.append))
+    liveness = Liveness(timeout=60, notice=5, notices=StallNotices(Notices(exp, lambda: store, said.append)))
     _idle(liveness, {"master": 9})
     assert liveness.check({"master": None}) is None and len(said) == 1
     liveness.close()  # the attempt failed or was stopped: its outcome says what happened

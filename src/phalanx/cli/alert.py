@@ -68,7 +68,8 @@ def add(
         typer.Option(
             "--on",
             help="the events it is told about, comma-separated: an experiment's end (failed, succeeded,"
-            " stopped; or experiment.failed ...), a stalled replica (stalled), a group's end"
+            " stopped; or experiment.failed ...), a stalled replica (stalled), a straggling rank"
+            " (straggling), a long wait in the queue (waiting), a group's end"
             " (group.finished), a model alias moved (model.alias)",
         ),
     ] = "failed",

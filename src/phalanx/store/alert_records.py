@@ -18,12 +18,15 @@ from phalanx.tracking.labels import label_problem
 # receiver's event is ``experiment.`` and the end, which ``check_hook`` also takes), a group's end
 # and a registered model's alias pointed at another version.
 EXPERIMENT_ENDS = ("failed", "succeeded", "stopped")
-# a running experiment's replica that made no progress for its stall notice (the supervisor's
-# watchdog, phalanx.supervisor.liveness): the receiver's event is ``experiment.stalled``
-STALLED = "stalled"
+# what an experiment's supervisor notices while it lives (its receiver's event is ``experiment.``
+# and the notice): a replica that made no progress for its stall notice (phalanx.supervisor.liveness),
+# a rank slower than the others' median by more than the straggler threshold, and a run that has
+# waited in this machine's queue longer than its wait notice (phalanx.supervisor.notices)
+STALLED, STRAGGLING, WAITING = "stalled", "straggling", "waiting"
+NOTICES = (STALLED, STRAGGLING, WAITING)
 GROUP_FINISHED = "group.finished"
 MODEL_ALIAS = "model.alias"
-EVENTS = (*EXPERIMENT_ENDS, STALLED, GROUP_FINISHED, MODEL_ALIAS)
+EVENTS = (*EXPERIMENT_ENDS, *NOTICES, GROUP_FINISHED, MODEL_ALIAS)
 URL_MAX = 2000
 SECRET_MIN, SECRET_MAX = 16, 256
 _HOOK_ID = re.compile(r"^h[0-9a-f]{11}$")
@@ -178,11 +181,11 @@ def check_hook(project: str, url: str, events: Iterable[str], secret: str | None
 
 def _event_name(given: str) -> str:
     """The name a hook keeps for ``given``: the receiver's ``experiment.failed`` is ``failed`` (how
-    hooks have always kept an experiment's ends; ``experiment.stalled`` likewise), any other name as
-    it is."""
+    hooks have always kept an experiment's ends; its notices, ``experiment.stalled``, likewise), any
+    other name as it is."""
     name = given.strip()
     short = name.removeprefix("experiment.")
-    return short if short in (*EXPERIMENT_ENDS, STALLED) else name
+    return short if short in (*EXPERIMENT_ENDS, *NOTICES) else name
 
 
 def check_hook_id(hook_id: str) -> str:

@@ -480,10 +480,11 @@ class IngestStore(Store, Protocol):
         ``write_events`` raises."""
         ...
 
-    def notice_stall(self, experiment_id: str, replica: str, text: str) -> None:
-        """A running experiment's ``replica`` stalled (the supervisor's watchdog): ``text`` becomes
-        the experiment's reason and the project's alert hooks told about stalls get one
-        ``experiment.stalled`` delivery naming the replica, in one transaction. Raises NotFound."""
+    def notice(self, experiment_id: str, kind: str, replica: str | None, text: str) -> None:
+        """What the supervisor noticed (``kind``: ``stalled``, ``straggling`` or ``waiting``; of
+        ``replica``, or None): the project's alert hooks told about it get one ``experiment.KIND``
+        delivery, and a stall's ``text`` becomes the experiment's reason, in one transaction.
+        Raises NotFound, UsageError for another kind."""
         ...
 
 

@@ -10,9 +10,10 @@ from collections.abc import Mapping
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
-from phalanx import queue, reconcile
+from phalanx import knobs, queue, reconcile
 from phalanx.domain import ExperimentStatus
 from phalanx.errors import UsageError
+from phalanx.supervisor.notices import Notices, WaitWatch
 from phalanx.supervisor.preparing import Prepared
 
 if TYPE_CHECKING:
@@ -31,7 +32,8 @@ class Admitter:
     (recorded before its ledger entry, see ``admit``); ``stop``: checked while it waits; ``clock``:
     restarted once admitted (the wait is not shown as elapsed). ``priority``: its place in the queue
     (higher first); ``wait``: False refuses (UsageError) instead of queueing when the topology does
-    not fit now. ``entry``: the ledger's ``queue.Admission`` while it holds the experiment."""
+    not fit now. ``notices``: where a wait longer than PHALANX_WAIT_NOTICE is told (None: nowhere).
+    ``entry``: the ledger's ``queue.Admission`` while it holds the experiment."""
 
     def __init__(
         self,
@@ -44,6 +46,7 @@ class Admitter:
         *,
         priority: int = 0,
         wait: bool = True,
+        notices: Notices | None = None,
     ) -> None:
         self.ledger = ledger
         self.store = store
@@ -53,6 +56,7 @@ class Admitter:
         self.clock = clock
         self.priority = priority
         self.wait = wait
+        self.notices = notices
         self.entry: queue.Admission | None = None
 
     def admit(self, prepared: Prepared) -> Prepared:
@@ -99,8 +103,11 @@ class Admitter:
                 reconcile.stop_abandoned(self.store(), entry.reclaimed or [])
             self.observer.message(text)
 
+        watch = None
+        if self.notices is not None:
+            watch = WaitWatch(self.notices, knobs.WAIT_NOTICE.value() or None, entry.why)
         try:
-            grant = entry.admit(self.stop.requested, queued)
+            grant = entry.admit(self.stop.requested, queued, None if watch is None else watch.check)
         except BaseException as exc:
             self.entry = None  # admit() left nothing in the ledger
             if recorded_here and isinstance(exc, UsageError):  # refused: nothing half-written

@@ -39,14 +39,12 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from phalanx import alerts, knobs
 from phalanx.machine import limits
 from phalanx.spec.model import Stall
-
-if TYPE_CHECKING:
-    from phalanx.store.base import IngestStore
+from phalanx.store.alert_records import STALLED
+from phalanx.supervisor.notices import Notices
 
 log = logging.getLogger(__name__)
 
@@ -83,29 +81,19 @@ class StallTimes:
 
 
 class StallNotices:
-    """Where a stall is said: the experiment's reason while it runs (`phalanx get`, the UI), the
-    supervisor's console (``say``) and the alert hooks. ``store``: the store once it is open."""
+    """Where a stall is said (``notices``): the experiment's reason while it runs (`phalanx get`,
+    the UI), the supervisor's console and the alert hooks."""
 
-    def __init__(
-        self, experiment_id: str, store: Callable[[], IngestStore | None], say: Callable[[str], None]
-    ) -> None:
-        self.experiment_id = experiment_id
-        self._store = store
-        self._say = say
+    def __init__(self, notices: Notices) -> None:
+        self.notices = notices
+        self.experiment_id = notices.experiment_id
 
     def noticed(self, replica: str, text: str) -> None:
-        store = self._store()
-        if store is not None:
-            try:  # the reason, and the project's hooks told (a server's: docs/alerts.md)
-                store.notice_stall(self.experiment_id, replica, text)
-            except Exception as exc:  # the store may be down: supervision goes on
-                log.warning("could not record the stall notice: %s", exc)
-        self._say(text)
-        alerts.send(alerts.Alert("stalled", self.experiment_id, replica, text))
+        self.notices.tell(STALLED, replica, text)  # its text is the reason while it lasts
 
     def cleared(self) -> None:
         self._reason("")
-        self._say("the stalled replicas make progress again")
+        self.notices.say("the stalled replicas make progress again")
 
     def withdrawn(self) -> None:
         """The attempt ended with a notice up: the reason is taken back (its outcome says the rest)."""
@@ -115,7 +103,7 @@ class StallNotices:
         alerts.send(alerts.Alert("hung", self.experiment_id, replica, reason))
 
     def _reason(self, text: str) -> None:
-        store = self._store()
+        store = self.notices.store()
         if store is None:
             return
         try:

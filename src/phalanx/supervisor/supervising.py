@@ -36,6 +36,7 @@ from phalanx.supervisor.attempts import Attempts
 from phalanx.supervisor.clock import RunClock
 from phalanx.supervisor.console import Console
 from phalanx.supervisor.liveness import StallNotices, watchdog
+from phalanx.supervisor.notices import Notices, StragglerWatch
 from phalanx.supervisor.opener import LazyStore
 from phalanx.supervisor.outcome import PID_FILE, LoggingObserver, Observer, Outcome, Shielded
 from phalanx.supervisor.preparing import Prepared, ingester_here
@@ -96,9 +97,11 @@ class Supervisor:
         self.replicas = replicas_of(prepared)
         self.observer: Observer = Shielded(observer or LoggingObserver())
         self.store = LazyStore(store)
+        self.notices = Notices(self.id, lambda: self.store.opened, self.observer.message)
+        self.pace = StragglerWatch(self.notices)
         self.liveness = watchdog(
             prepared.plan.stall,
-            StallNotices(self.id, lambda: self.store.opened, self.observer.message),
+            StallNotices(self.notices),
             lambda name: list(self.console.tails[name].last) if name in self.console.tails else [],
         )
         self.stop = StopRequests(self.run_dir)
@@ -128,6 +131,7 @@ class Supervisor:
             self.clock,
             priority=priority,
             wait=wait,
+            notices=self.notices,
         )
         self.attempts = Attempts(
             self.id,
@@ -370,6 +374,7 @@ class Supervisor:
         started_at = (self.submitted_at or time.time()) if first else None
         self.rows.status(ExperimentStatus.RUNNING, handle=handle, started_at=started_at)
         self.rows.new_attempt()
+        self.pace.new_attempt()
         try:
             return self._watch(handle)
         finally:
@@ -438,6 +443,8 @@ class Supervisor:
                 if stalled:
                     backend.cancel(handle)
                     return ExperimentStatus.FAILED, stalled
+            if job.status is ExperimentStatus.RUNNING:
+                self.pace.check()  # a straggling rank told once (docs/alerts.md)
             if plan.max_run_seconds and self.clock.run_seconds() > plan.max_run_seconds:
                 backend.cancel(handle)
                 return (

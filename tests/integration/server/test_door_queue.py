@@ -1,7 +1,8 @@
 """One door for `phalanx queue`: from a laptop home logged in to a real `phalanx server` on loopback,
 it shows the server's queue with the reason a run waits (its project's quota), in the shape the
 server's own machine prints (`-o json`: the same keys), and says on stderr which door it used; a
-command of this machine only (`gc`, `sync`) refuses --server with exit status 2.
+command of this machine only (`gc`, `sync`) refuses --server with exit status 2. A run that waits
+longer than PHALANX_WAIT_NOTICE is told to its project's alert hook, with why it waits.
 
 One server, two short jobs: a 1-core quota on project vision makes the second submit wait; a
 release file ends both. The CLI commands run in this process (tests/support/cli.py)."""
@@ -17,6 +18,7 @@ import pytest
 from tests.integration.server.serverproc import TRUSTING, Server, start_server, stop_server, supervisors_gone
 from tests.integration.server.test_remote_commands import ok, phalanx
 from tests.integration.server.test_submit import TOKEN, wait_done
+from tests.support.webhooks import Receiver
 
 from phalanx.bundles import pack
 from phalanx.cli.remote import Client
@@ -109,3 +111,31 @@ def test_commands_of_this_machine_only_refuse_a_server_with_status_2(tmp_path: P
         r = phalanx(laptop, command, "--server", "http://127.0.0.1:9")
         assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
         assert f"`phalanx {command}` acts on this machine only" in r.stderr and r.stdout == ""
+
+
+def test_a_run_waiting_past_its_notice_is_told_to_its_projects_hook_with_why(
+    phalanx_home: Path, tmp_path: Path
+) -> None:
+    server = start_server(phalanx_home, token=TOKEN, args=TRUSTING, env={"PHALANX_WAIT_NOTICE": "1"})
+    try:
+        with Receiver() as receiver:
+            hook = json.dumps({"url": receiver.url, "events": ["waiting"]}).encode()
+            Client(server.url, TOKEN).request(
+                "POST", "/projects/vision/alerts", hook, {"Content-Type": "application/json"}
+            )
+            _, ids, waiting, release = _one_waits(server, tmp_path)
+            try:
+                (got,) = receiver.wait_for(1)
+            finally:
+                release.touch()
+        body = json.loads(got.body)
+        assert (body["event"], body["experiment_id"], body["replica"]) == (
+            "experiment.waiting",
+            waiting,
+            None,
+        )
+        assert body["reason"].startswith("queued for ") and body["reason"].endswith(WHY), body["reason"]
+        assert [wait_done(server, i)["status"] for i in ids] == ["succeeded", "succeeded"]
+        supervisors_gone(server)
+    finally:
+        stop_server(server.proc)

@@ -110,7 +110,9 @@ def test_a_hook_may_ask_for_model_alias_and_a_wrong_name_lists_it() -> None:
         "model.alias",
         "failed",
     )
-    with pytest.raises(UsageError, match=r"failed,succeeded,stopped,stalled,group\.finished,model\.alias"):
+    with pytest.raises(
+        UsageError, match=r"failed,succeeded,stopped,stalled,straggling,waiting,group\.finished,model\.alias"
+    ):
         check_hook("A", "https://hooks.example/x", ["model.moved"], None)
 
 

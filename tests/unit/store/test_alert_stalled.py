@@ -7,7 +7,10 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from phalanx.domain import ExperimentStatus
+from phalanx.errors import UsageError
 from phalanx.server.alerting import EVENT, Deliverer, Retry
 from phalanx.store.alert_records import check_hook
 from phalanx.store.alerts import alert_book, outbox
@@ -27,7 +30,7 @@ def test_a_stall_notice_is_the_reason_and_one_delivery_for_each_hook_that_asked(
     ends_only = book.add_hook("A", "http://127.0.0.1:9/b", ["failed"], SECRET, None)
     elsewhere = book.add_hook("B", "http://127.0.0.1:9/c", ["stalled"], SECRET, None)
     exp = fill.experiment(store, name="ddp", project="A", status=ExperimentStatus.RUNNING)
-    store.notice_stall(exp.id[:8], "worker-1", NOTICE)
+    store.notice(exp.id[:8], "stalled", "worker-1", NOTICE)
     assert store.get_experiment(exp.id).reason == NOTICE
     (due,) = outbox(store).claim_due(now=2e9, lease=60)
     payload = json.loads(due.payload)
@@ -49,7 +52,7 @@ def test_a_stall_is_sent_signed_naming_the_replica(store: SqlStore) -> None:
     with Receiver([]) as receiver:
         alert_book(store).add_hook("A", receiver.url, ["stalled"], SECRET, None)
         exp = fill.experiment(store, name="ddp", project="A", status=ExperimentStatus.RUNNING)
-        store.notice_stall(exp.id, "worker-1", NOTICE)
+        store.notice(exp.id, "stalled", "worker-1", NOTICE)
         deliverer = Deliverer(
             outbox(store), "https://phalanx.example/", Retry(attempts=3, backoff=1), ManualClock(2e9)
         )
@@ -63,3 +66,20 @@ def test_a_stall_is_sent_signed_naming_the_replica(store: SqlStore) -> None:
 
 def test_a_hook_may_ask_for_stalls_either_way() -> None:
     assert check_hook("A", "https://hooks.example/x", ["experiment.stalled", "stalled"], None) == ("stalled",)
+
+
+def test_the_other_notices_leave_the_reason_and_an_unknown_one_is_refused(store: SqlStore) -> None:
+    book = alert_book(store)
+    hook = book.add_hook("A", "http://127.0.0.1:9/a", ["experiment.straggling", "waiting"], SECRET, None)
+    assert hook.events == ("straggling", "waiting")  # kept as the experiment's ends are
+    exp = fill.experiment(store, name="ddp", project="A", status=ExperimentStatus.RUNNING)
+    store.notice(exp.id, "straggling", "worker-1", "straggling: worker-1 makes 1 steps/s")
+    store.notice(exp.id, "waiting", None, "waiting: queued for 31 min: project A's quota")
+    assert store.get_experiment(exp.id).reason is None
+    told = sorted(
+        (doc["event"], doc["experiment_id"])
+        for doc in (json.loads(d.payload) for d in outbox(store).claim_due(2e9, 60))
+    )
+    assert told == [("experiment.straggling", exp.id), ("experiment.waiting", exp.id)]
+    with pytest.raises(UsageError, match="notice 'bored'"):
+        store.notice(exp.id, "bored", None, "bored: nothing happens")

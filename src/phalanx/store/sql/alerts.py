@@ -1,6 +1,6 @@
 """The alert tables (``alert_rows``): a project's hooks, the outbox of their deliveries and each
 delivery's attempts. ``record_end`` is called by the store's status writers in the transaction that
-records an experiment's end, ``notice_stall`` writes a stall notice with its deliveries,
+records an experiment's end, ``notice`` writes what a supervisor noticed with its deliveries,
 ``record_group_end`` is called by ``sql.groups`` in the transaction that records a group's end,
 ``record_alias_moved`` by ``sql.registry`` in the one that points a model's alias at another
 version; ``SqlAlerts`` answers ``store.alerts.AlertBook`` and ``Outbox``."""
@@ -17,11 +17,12 @@ from typing import Any
 from sqlalchemy import Connection, Engine, Row, delete, insert, select, update
 
 from phalanx.domain import ExperimentStatus, GroupStatus, ReplicaState, best_trial, trial_counts
-from phalanx.errors import NotFound
+from phalanx.errors import NotFound, UsageError
 from phalanx.store.alert_records import (
     EXPERIMENT_ENDS,
     GROUP_FINISHED,
     MODEL_ALIAS,
+    NOTICES,
     STALLED,
     Attempt,
     Delivery,
@@ -52,26 +53,26 @@ def record_end(conn: Connection, experiment_id: str, before: str | None, after: 
         _queue(conn, told, payload, experiment_id=experiment_id)
 
 
-def notice_stall(conn: Connection, experiment_id: str, replica: str, text: str) -> None:
-    """``text`` as the experiment's reason, and an ``experiment.stalled`` delivery naming
-    ``replica`` for each of its project's hooks told about stalls, in the caller's transaction."""
-    conn.execute(update(ExperimentRow).where(ExperimentRow.c.id == experiment_id).values(reason=text))
+def notice(conn: Connection, experiment_id: str, kind: str, replica: str | None, text: str) -> None:
+    """An ``experiment.KIND`` delivery (``kind``: one of NOTICES) naming ``replica`` (None: the
+    experiment as a whole) for each of its project's hooks told about it, in the caller's
+    transaction; a stall's ``text`` is also the experiment's reason while it lasts."""
+    if kind not in NOTICES:
+        raise UsageError(f"notice {kind!r}: give one of {', '.join(NOTICES)}")
+    if kind == STALLED:
+        conn.execute(update(ExperimentRow).where(ExperimentRow.c.id == experiment_id).values(reason=text))
     exp = conn.execute(
-        select(ExperimentRow.c.project, ExperimentRow.c.name, ExperimentRow.c.status).where(
-            ExperimentRow.c.id == experiment_id
-        )
+        select(ExperimentRow.c.project, ExperimentRow.c.name).where(ExperimentRow.c.id == experiment_id)
     ).one()
-    told = _told(conn, exp.project, STALLED)
+    told = _told(conn, exp.project, kind)
     if told:
         payload = {
-            "event": f"experiment.{STALLED}",
+            "event": f"experiment.{kind}",
             "project": exp.project,
             "experiment_id": experiment_id,
             "name": exp.name,
-            "status": STALLED,
-            "reason": text.removeprefix(
-                f"{STALLED}: "
-            ),  # the reason says "stalled: ..." where it stands alone
+            "status": kind,
+            "reason": text.removeprefix(f"{kind}: "),  # the reason says "stalled: ..." where it stands alone
             "replica": replica,
             "noticed_at": time.time(),
         }

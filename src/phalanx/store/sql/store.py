@@ -291,9 +291,9 @@ class SqlStore(AttemptBook, RecordReads, ManyReads, GroupBook, SubmissionBook):
                 alerts.record_end(conn, full, before, values["status"])
         return self.get_experiment(full)
 
-    def notice_stall(self, experiment_id: str, replica: str, text: str) -> None:
+    def notice(self, experiment_id: str, kind: str, replica: str | None, text: str) -> None:
         with self._writer.begin() as conn:
-            alerts.notice_stall(conn, _resolve(conn, experiment_id), replica, text)
+            alerts.notice(conn, _resolve(conn, experiment_id), kind, replica, text)
 
     def reopen_experiment(self, experiment_id: str) -> Experiment:
         """A failed or stopped experiment starts again (`phalanx resume`): status starting, no

@@ -6,7 +6,7 @@
 import { api } from "./api.js";
 import { add, clear, fmtAgo, h } from "./util.js";
 
-const EVENTS = ["failed", "succeeded", "stopped", "stalled", "group.finished", "model.alias"];
+const EVENTS = ["failed", "succeeded", "stopped", "stalled", "straggling", "waiting", "group.finished", "model.alias"];
 
 function about(d) {
   if (d.experiment_id) return h("a", { href: `/experiments/${encodeURIComponent(d.experiment_id)}` }, `experiment ${d.experiment_id.slice(0, 8)}`);
