@@ -207,8 +207,11 @@ def test_a_projects_roles_are_given_from_a_laptop_and_the_servers_trail_says_who
         ("root", "member.remove", "nlp/bob", "previous: viewer"),
     ]
     assert phalanx(ada, "admin", "audit").returncode == 2  # the trail is the server admins'
-    # what only the server's machine does says so, not acting on the laptop's own store unasked
-    r = phalanx(root, "admin", "user", "ls", "--server", team.server.url)
-    assert r.returncode == 2 and "acts on this machine only" in r.stderr and "PHALANX_HOME" in r.stderr
+    # the server's users are its admins' to list, from a laptop too; --local lists the laptop's own
     r = ok(phalanx(root, "admin", "user", "ls", "--json"))
+    assert r.stderr == f"phalanx: on server {team.server.url}\n"
+    assert {"root", "ada"} <= {u["name"] for u in json.loads(r.stdout)}
+    r = phalanx(ada, "admin", "user", "ls")  # a project's editor is no server admin
+    assert r.returncode == 2 and "admin" in r.stderr and "Traceback" not in r.stderr, r.stderr
+    r = ok(phalanx(root, "admin", "user", "ls", "--json", "--local"))
     assert r.stderr == "phalanx: on this machine\n" and json.loads(r.stdout) == []

@@ -140,7 +140,7 @@ def test_a_server_admin_sets_the_team_up_from_a_laptop(phalanx_home: Path, tmp_p
         ada = token_of(server, "ada", "ada-password")
         assert call(server, "GET", "/me", ada)[1]["projects"] == {"vision": "editor"}
         refused = phalanx(laptop, "admin", "user", "ls", *remote, token=ada)  # ada is no server admin
-        assert refused.returncode != 0 and "admin" in refused.stderr and "Traceback" not in refused.stderr
+        assert refused.returncode == 2 and "admin" in refused.stderr and "Traceback" not in refused.stderr
         users = json.loads(
             ok(phalanx(laptop, "admin", "user", "ls", "--json", *remote, token=SERVER_TOKEN)).stdout
         )
