@@ -15,14 +15,14 @@ from phalanx.errors import UsageError
 MIN_DESTRUCTIVE_PREFIX = 8
 
 
-def check_destructive(given: str, full: str, action: str = "delete") -> None:
+def check_destructive(given: str, full: str, action: str = "delete", kind: str = "experiment") -> None:
     """Raise UsageError (exit 2, HTTP 400) when ``given`` is a prefix of ``full`` shorter than
     MIN_DESTRUCTIVE_PREFIX characters; the message names the full id to type."""
     typed = given.strip().lower()
     if typed == full or len(typed) >= MIN_DESTRUCTIVE_PREFIX:
         return
+    article = "an" if kind[0] in "aeiou" else "a"
     raise UsageError(
-        f"{given.strip()!r} is a {len(typed)}-character prefix of experiment {full}: to {action} an"
-        f" experiment give its full id or at least {MIN_DESTRUCTIVE_PREFIX} characters of it"
-        f" (e.g. {full})"
+        f"{given.strip()!r} is a {len(typed)}-character prefix of {kind} {full}: to {action} {article}"
+        f" {kind} give its full id or at least {MIN_DESTRUCTIVE_PREFIX} characters of it (e.g. {full})"
     )

@@ -240,6 +240,9 @@ class RemoteStore:
         """The newest ``limit`` groups of the caller's projects, each with its trials' count."""
         return [dict(g) for g in self.client.get("/groups", limit=limit)]
 
+    def remove_group(self, group_id: str) -> list[str]:
+        return [str(i) for i in self.client.send("DELETE", f"/groups/{quote(group_id)}")["deleted"]]
+
     def stop_group(self, group_id: str) -> dict[str, Any]:
         return dict(self.client.send("POST", f"/groups/{quote(group_id)}/stop"))
 

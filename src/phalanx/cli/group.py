@@ -269,6 +269,53 @@ def stop(
     typer.echo(f"group {done.id} {done.status}")
 
 
+@group_app.command("delete")
+def delete(
+    group_id: IdArg,
+    yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask for confirmation.")] = False,
+    output: Annotated[str, typer.Option("-o", "--output", help="table or json")] = "table",
+    server: ServerOpt = None,
+    local: LocalOpt = False,
+) -> None:
+    """Delete an ended group with its trials' experiments and all they reported (not while it or one
+    of them runs: `phalanx group stop` first). All or nothing."""
+    import shutil
+
+    from phalanx.cli.tracking import open_target
+    from phalanx.config import Settings
+    from phalanx.errors import UsageError
+    from phalanx.ids import check_destructive
+
+    if output not in ("table", "json"):
+        raise UsageError(f"-o {output!r}: use table or json")
+    store = open_target(server, local)
+    doc = store.group_view(group_id)
+    check_destructive(group_id, doc["id"], kind="group")
+    if not yes:
+        if not sys.stdin.isatty():
+            raise UsageError(f"deleting group {doc['id']} and its trials needs confirmation: pass --yes")
+        question = (
+            f"Delete group {doc['id']} ({doc['name']}, {doc['status']}) and its {len(doc['trials'])} trials?"
+        )
+        if not typer.confirm(question):
+            typer.echo("nothing deleted", err=True)
+            raise typer.Exit(1)
+    deleted = store.remove_group(doc["id"])
+    if (
+        store.server_url is None
+    ):  # this machine's folders of the group and its trials (a server's gc sweeps its own)
+        settings = Settings()
+        for folder in [settings.home / "groups" / doc["id"]] + [
+            f for e in deleted for f in (settings.spool_dir / e, settings.runs_dir / e)
+        ]:
+            shutil.rmtree(folder, ignore_errors=True)
+    if output == "json":
+        emit_json({"group": doc["id"], "deleted": deleted})
+        return
+    plural = "" if len(deleted) == 1 else "s"
+    typer.echo(f"deleted group {doc['id']} and its {len(deleted)} experiment{plural}")
+
+
 _ORPHANED = (
     "controller: not running (killed, or the machine restarted): no new trial starts;"
     " `phalanx group resume {id}` finishes the search, `phalanx group stop {id}` ends it"

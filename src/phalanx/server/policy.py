@@ -132,11 +132,11 @@ def require_experiment(request: Request, experiment_id: str, role: Role) -> Any:
     return experiment
 
 
-def typed_id(request: Request, experiment_id: str) -> str:
-    """The id (or prefix) the caller typed for the ``experiment_id`` the route was given: what a
-    destructive route checks is long enough (phalanx.ids.check_destructive)."""
-    typed = request.scope.get("phalanx.typed_ids", {}).get(experiment_id)
-    return typed if isinstance(typed, str) else experiment_id
+def typed_id(request: Request, full_id: str) -> str:
+    """The id (or prefix) the caller typed for the experiment's or group's ``full_id`` the route
+    was given: what a destructive route checks is long enough (phalanx.ids.check_destructive)."""
+    typed = request.scope.get("phalanx.typed_ids", {}).get(full_id)
+    return typed if isinstance(typed, str) else full_id
 
 
 def checked_experiment(request: Request, experiment_id: str) -> Any:
@@ -194,6 +194,7 @@ def enforce(request: Request) -> None:
             raise NotFound(f"group {group_id} does not exist") from None
         require(request, group.project, role, f"group {group_id}")
         params["group_id"] = group.id
+        request.scope.setdefault("phalanx.typed_ids", {})[group.id] = group_id
     elif scope == "model":
         name = str(params["name"])  # an unknown name: the registry's own NotFound, as the CLI says it
         require(request, registry_store(request.app.state.store).model_project(name), role, f"model {name}")

@@ -542,14 +542,13 @@ class GroupStore(Store, Protocol):
     def update_group(self, group_id: str, **values: Unpack[GroupUpdate]) -> None:
         """Set the fields given (``GroupUpdate``: a key given is written, None included) on group
         ``group_id`` (the full id). Returns None. Raises no error for a group that does not exist
-        (it is left alone: the controller and ``group stop`` may race a ``delete_group``); Raises
+        (it is left alone: the controller and ``group stop`` may race a ``remove_group``); Raises
         UsageError for a value the database cannot hold."""
         ...
 
-    def delete_group(self, group_id: str) -> None:
-        """Remove group ``group_id`` (the full id) and its trial records; the trials' experiments
-        stay (``delete_experiment`` removes them). Returns None. Raises nothing of its own (an
-        unknown id is a no-op)."""
+    def remove_group(self, group_id: str) -> list[str]:
+        """Delete an ended group with its trials' experiments, all or nothing; returns their ids.
+        Raises NotFound, Conflict while the group or one of its experiments runs."""
         ...
 
     def add_trial(self, trial: Trial) -> None:

@@ -1,5 +1,5 @@
 """The door of the read and control commands (`get`, `metrics`, `params`, `artifacts`, `tag`,
-`note`, `texts`, `delete`, `resume`, `plot`, `group get|ls`): this machine's store (``SqlStore``,
+`note`, `texts`, `delete`, `resume`, `plot`, `group get|ls|delete`): this machine's store (``SqlStore``,
 after the read pass) or a server's API (``remote_store.RemoteStore``). Both implement it and
 ``cli.reading.open_target`` returns it, so the type checker proves that neither door lacks what a
 command asks, and a command never asks which door it holds. ``server_url`` says which door it is,
@@ -52,3 +52,5 @@ class Door(Protocol):
     def group_view(self, group_id: str) -> dict[str, Any]: ...
 
     def group_views(self, limit: int = 50) -> list[dict[str, Any]]: ...
+
+    def remove_group(self, group_id: str) -> list[str]: ...

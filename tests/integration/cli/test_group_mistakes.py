@@ -10,6 +10,12 @@ import sys
 from pathlib import Path
 
 from tests.support.cli import phalanx_cli as phalanx
+from tests.unit.server import fill
+from tests.unit.server.teams_fixtures import make_group
+
+from phalanx.config import Settings
+from phalanx.domain import ExperimentStatus, Trial
+from phalanx.store import open_store
 
 PHALANX = Path(sys.executable).parent / "phalanx"
 
@@ -185,3 +191,41 @@ def test_group_get_shows_a_trial_waiting_in_the_machines_queue_as_queued(
     lines = phalanx("group", "get", group.id).stdout.splitlines()
     rows = {line.split()[0]: line.split()[2] for line in lines if line[:1].isdigit()}
     assert rows == {"0": "running", "1": "queued"}, lines
+
+
+def test_group_delete_refuses_a_running_group_asks_first_then_takes_its_trials_with_it(
+    phalanx_home: Path,
+) -> None:
+    settings = Settings()
+    store = open_store(settings)
+    group = make_group(store, "p")
+    trial = fill.experiment(store, project="p")
+    store.add_trial(Trial(group.id, 0, trial.id, {}, "done"))
+    store.link_experiment(trial.id, group.id)
+    store.update_group(group.id, status="running")
+    folders = [
+        settings.home / "groups" / group.id,
+        settings.runs_dir / trial.id,
+        settings.spool_dir / trial.id,
+    ]
+    for folder in folders:
+        folder.mkdir(parents=True)
+    refused = phalanx("group", "delete", group.id, "--yes")
+    assert (
+        refused.returncode == 2
+        and f"group {group.id} is running; stop it before deleting it" in refused.stderr
+    )
+    assert (
+        "Traceback" not in refused.stderr
+        and store.get_experiment(trial.id).status is ExperimentStatus.SUCCEEDED
+    )
+    store.update_group(group.id, status="stopped")
+    unasked = phalanx("group", "delete", group.id)  # no terminal to ask on
+    assert unasked.returncode == 2 and "needs confirmation: pass --yes" in unasked.stderr
+    short = phalanx("group", "delete", group.id[:5], "--yes")
+    assert short.returncode == 2 and f"5-character prefix of group {group.id}" in short.stderr
+    done = phalanx("group", "delete", group.id[:8], "--yes")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == f"deleted group {group.id} and its 1 experiment\n"
+    assert store.list_groups() == [] and not any(f.exists() for f in folders)
+    assert phalanx("get", trial.id).returncode == 2

@@ -430,6 +430,21 @@ def test_group_get_and_stop_on_the_server(shared_server: Server, project: Path, 
     r = ok(phalanx(laptop, "group", "stop", held_id, "--timeout", "180", *remote, token=TOKEN))
     assert r.stdout == f"group {held_id} stopped\n"
     assert wait_done(server.home, trials[0]["experiment_id"])["status"] == "stopped"
+    # the stopped group deleted from the laptop: its trials' experiments go with it
+    r = phalanx(laptop, "group", "delete", held_id[:4], "--yes", *remote, token=TOKEN)
+    assert r.returncode == 2 and f"is a 4-character prefix of group {held_id}" in r.stderr, r.stderr
+    gone = ok(phalanx(laptop, "group", "delete", held_id, "--yes", "-o", "json", *remote, token=TOKEN)).stdout
+    assert json.loads(gone) == {
+        "group": held_id,
+        "deleted": sorted(t["experiment_id"] for t in doc["trials"]),
+    }
+    said = {
+        "group": f"group {held_id} does not exist",
+        "get": f"no experiment '{trials[0]['experiment_id']}'",
+    }
+    for args in (("group", "get", held_id), ("get", trials[0]["experiment_id"])):
+        r = phalanx(laptop, *args, *remote, token=TOKEN)
+        assert r.returncode == 2 and said[args[0]] in r.stderr, (args, r.stderr)
     # the detached group on this machine ends by itself (nothing of it may outlive the test); the
     # test's timeout bounds the wait
     while json.loads(ok(phalanx(laptop, "group", "get", detached["id"], "-o", "json")).stdout)["status"] != (

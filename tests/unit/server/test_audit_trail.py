@@ -106,6 +106,13 @@ def _group_stop(w: World) -> tuple[int, str, str, str | None]:
     return r.status_code, "group.stop", w.group, None
 
 
+def _group_delete(w: World) -> tuple[int, str, str, str | None]:
+    ended = make_group(w.store, "A")
+    w.store.update_group(ended.id, status="succeeded")
+    r = w.client.delete(f"{API}/groups/{ended.id}", headers=w.auth())
+    return r.status_code, "group.delete", ended.id, "0 experiments"
+
+
 def _secret_set(w: World) -> tuple[int, str, str, str | None]:
     w.client.put(f"{API}/projects/A/secrets/API_KEY", json={"value": "one"}, headers=w.auth())
     r = w.client.put(f"{API}/projects/A/secrets/API_KEY", json={"value": "two"}, headers=w.auth())
@@ -272,6 +279,7 @@ CALLS: dict[tuple[str, str], Call] = {
     ("POST", f"{API}/experiments/{{experiment_id}}/resume"): _resume,
     ("DELETE", f"{API}/experiments/{{experiment_id}}"): _delete,
     ("POST", f"{API}/groups/{{group_id}}/stop"): _group_stop,
+    ("DELETE", f"{API}/groups/{{group_id}}"): _group_delete,
     ("PUT", f"{API}/projects/{{project}}/secrets/{{name}}"): _secret_set,
     ("DELETE", f"{API}/projects/{{project}}/secrets/{{name}}"): _secret_rm,
     ("POST", f"{API}/tokens"): _token_issue,

@@ -73,6 +73,7 @@ TABLE: dict[tuple[str, str], str] = {
     ("GET", "/api/v1/groups"): "signed-in",
     ("GET", "/api/v1/groups/{group_id}"): "group:viewer",
     ("POST", "/api/v1/groups/{group_id}/stop"): "group:editor",
+    ("DELETE", "/api/v1/groups/{group_id}"): "group:admin",
     # a model belongs to the project of the experiment it was first registered from (model "x": A)
     ("GET", "/api/v1/models"): "signed-in",
     ("GET", "/api/v1/models/{name}"): "model:viewer",

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from phalanx.domain import Group, Trial, best_trial
+from phalanx.domain import ExperimentStatus, Group, Trial, best_trial
 from phalanx.errors import Conflict, NotFound, UsageError
 from phalanx.store.base import ExperimentFilter, GroupStore
 from phalanx.store.sql import SqlStore
@@ -59,9 +59,10 @@ def test_trials_are_recorded_linked_and_the_best_is_picked(store: SqlStore) -> N
     assert [x.id for x in groups.list_groups()] == [g.id]
     with pytest.raises(NotFound):
         groups.get_group("ffffffffffff")
-    groups.delete_group(g.id)
+    assert groups.remove_group(g.id) == sorted(e.id for e in linked)  # with its trials' experiments
     assert groups.list_groups() == []
     assert groups.count_trials(g.id) == 0
+    assert groups.list_experiments(ExperimentFilter(group_id=g.id)).items == []
 
 
 def test_a_trial_number_recorded_twice_is_a_conflict(store: SqlStore) -> None:
@@ -82,3 +83,25 @@ def test_an_ambiguous_or_empty_group_id_is_refused(store: SqlStore) -> None:
         store.get_group(shared)
     with pytest.raises(NotFound):
         store.resolve_group("  ")
+
+
+def test_a_group_is_deleted_only_once_it_and_all_its_experiments_have_ended(store: SqlStore) -> None:
+    g = new_group(store)
+    done = store.create_experiment(name="g-0", project="p")
+    live = store.create_experiment(name="g-1", project="p")
+    for number, exp in enumerate((done, live)):
+        store.add_trial(Trial(g.id, number, exp.id, {}, "launching"))
+        store.link_experiment(exp.id, g.id)
+    store.update_experiment(done.id, status=ExperimentStatus.SUCCEEDED)
+    store.update_experiment(live.id, status=ExperimentStatus.RUNNING)
+    store.update_group(g.id, status="running")
+    with pytest.raises(Conflict, match=f"group {g.id} is running; stop it before deleting it"):
+        store.remove_group(g.id)
+    store.update_group(g.id, status="stopped")  # its controller ended, one trial still running
+    with pytest.raises(Conflict, match=f"experiment {live.id} is running"):
+        store.remove_group(g.id)
+    assert store.get_group(g.id).status == "stopped" and store.get_experiment(done.id).status == "succeeded"
+    store.update_experiment(live.id, status=ExperimentStatus.STOPPED)
+    assert store.remove_group(g.id[:8]) == sorted([done.id, live.id])
+    with pytest.raises(NotFound):
+        store.get_experiment(done.id)

@@ -1,6 +1,6 @@
-"""Experiment groups (hyperparameter searches): list, detail with trials and the best one, stop;
-and the UI's /groups pages. Read through the store's ``GroupStore`` methods, as the group controller writes
-them."""
+"""Experiment groups (hyperparameter searches): list, detail with trials and the best one, stop,
+delete; and the UI's /groups pages. Read through the store's ``GroupStore`` methods, as the group
+controller writes them."""
 
 from __future__ import annotations
 
@@ -10,9 +10,10 @@ from fastapi import APIRouter, Query, Request
 from fastapi.responses import HTMLResponse
 
 from phalanx.groups import controller
+from phalanx.ids import check_destructive
 from phalanx.server.audit import describe
 from phalanx.server.deps import SettingsDep, StoreDep
-from phalanx.server.policy import policy, principal_of
+from phalanx.server.policy import policy, principal_of, typed_id
 from phalanx.server.routes.pages import _shell
 
 router = APIRouter(tags=["groups"])
@@ -46,6 +47,19 @@ def stop_group(store: StoreDep, settings: SettingsDep, group_id: str, request: R
         controller.stop_group(store, settings.store, group, timeout=30)
         describe(request, "group.stop", group.id, group.project)
     return store.group_view(group.id)
+
+
+@router.delete("/groups/{group_id}")
+@policy("group:admin")
+def delete_group(store: StoreDep, group_id: str, request: Request) -> dict[str, Any]:
+    """Delete an ended group with its trials' experiments and all they reported, all or nothing
+    (as `phalanx group delete`): 409 while it or one of them runs (stop it first); 400 for a prefix
+    shorter than 8 characters. Returns ``{"group": ID, "deleted": [experiment ids]}``."""
+    group = store.get_group(group_id)
+    check_destructive(typed_id(request, group_id), group.id, kind="group")
+    deleted = store.remove_group(group.id)
+    describe(request, "group.delete", group.id, group.project, f"{len(deleted)} experiments")
+    return {"group": group.id, "deleted": deleted}
 
 
 @page_router.get("/groups")

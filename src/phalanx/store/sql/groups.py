@@ -13,17 +13,20 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import Mapping, Sequence
-from typing import Any, Unpack
+from typing import TYPE_CHECKING, Any, Unpack
 
 from sqlalchemy import Engine, delete, func, insert, select, update
 
 from phalanx.domain import Group, GroupStatus, GroupUpdate, Trial, TrialUpdate
-from phalanx.errors import NotFound, UsageError
+from phalanx.errors import Conflict, NotFound, UsageError
 from phalanx.store import group_views
-from phalanx.store.sql import alerts
+from phalanx.store.sql import alerts, deletion
 from phalanx.store.sql.errors import phalanx_errors
 from phalanx.store.sql.models import ExperimentRow, GroupRow, TrialRow
 from phalanx.store.sql.trials import trials_of
+
+if TYPE_CHECKING:
+    from phalanx.store.artifacts import ArtifactStore
 
 
 def create_group(store: GroupBook, fields: Mapping[str, Any]) -> Group:
@@ -177,10 +180,25 @@ def link_experiment(store: GroupBook, experiment_id: str, group_id: str) -> None
         )
 
 
-def delete_group(store: GroupBook, group_id: str) -> None:
+def remove_group(store: GroupBook, group_id: str) -> list[str]:
+    gid = resolve_group(store, group_id)
     with store._writer.begin() as conn:
-        conn.execute(delete(TrialRow).where(TrialRow.c.group_id == group_id))
-        conn.execute(delete(GroupRow).where(GroupRow.c.id == group_id))
+        status = conn.execute(select(GroupRow.c.status).where(GroupRow.c.id == gid)).scalar_one()
+        if not GroupStatus(status).done:
+            raise Conflict(
+                f"group {gid} is {status}; stop it before deleting it (`phalanx group stop {gid}`);"
+                " nothing was deleted"
+            )
+        trials = select(TrialRow.c.experiment_id).where(TrialRow.c.group_id == gid)
+        linked = select(ExperimentRow.c.id).where(ExperimentRow.c.group_id == gid)
+        ids = sorted(set(conn.execute(trials).scalars()) | set(conn.execute(linked).scalars()))
+        deletion.delete_experiments(conn, ids)
+        conn.execute(delete(TrialRow).where(TrialRow.c.group_id == gid))
+        conn.execute(delete(GroupRow).where(GroupRow.c.id == gid))
+    if store.artifact_store is not None:
+        for experiment_id in ids:
+            store.artifact_store.delete_experiment(experiment_id)
+    return ids
 
 
 @phalanx_errors
@@ -189,6 +207,7 @@ class GroupBook:
 
     engine: Engine
     _writer: Engine
+    artifact_store: ArtifactStore | None
 
     def create_group(
         self,
@@ -234,8 +253,8 @@ class GroupBook:
     def update_group(self, group_id: str, **values: Unpack[GroupUpdate]) -> None:
         update_group(self, group_id, values)
 
-    def delete_group(self, group_id: str) -> None:
-        delete_group(self, group_id)
+    def remove_group(self, group_id: str) -> list[str]:
+        return remove_group(self, group_id)
 
     def add_trial(self, trial: Trial) -> None:
         add_trial(self, trial)

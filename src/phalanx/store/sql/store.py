@@ -15,7 +15,7 @@ from operator import itemgetter
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from sqlalchemy import Connection, String, cast, delete, func, insert, or_, select, update
+from sqlalchemy import Connection, String, cast, func, insert, or_, select, update
 from sqlalchemy.exc import IntegrityError, OperationalError
 
 from phalanx.domain import (
@@ -38,7 +38,7 @@ from phalanx.store.base import (
     Series,
     SeriesView,
 )
-from phalanx.store.sql import alerts, scalars
+from phalanx.store.sql import alerts, deletion, scalars
 from phalanx.store.sql import events as ev_sql
 from phalanx.store.sql.engine import make_engine, upgrade, writer
 from phalanx.store.sql.errors import phalanx_errors
@@ -50,21 +50,12 @@ from phalanx.store.sql.lookup import replica_values as _replica_values
 from phalanx.store.sql.lookup import resolve as _resolve
 from phalanx.store.sql.many import ManyReads
 from phalanx.store.sql.models import (
-    ArtifactRow,
-    AttemptRow,
     EventKeyRow,
     ExperimentRow,
     IngestPositionRow,
-    LogRow,
-    ModelRow,
     ParamRow,
     ReplicaRow,
-    ReplicaStartRow,
-    ScalarChunkRow,
-    ScalarSummaryRow,
-    SeriesAttemptRow,
     SeriesRow,
-    TextRow,
 )
 from phalanx.store.sql.records import RecordReads
 from phalanx.store.sql.starts import AttemptBook
@@ -342,25 +333,7 @@ class SqlStore(AttemptBook, RecordReads, ManyReads, GroupBook, SubmissionBook):
     def delete_experiment(self, experiment_id: str) -> None:
         with self._writer.begin() as conn:
             full = _resolve(conn, experiment_id)
-            status = conn.execute(
-                select(ExperimentRow.c.status).where(ExperimentRow.c.id == full)
-            ).scalar_one()
-            live = (
-                ExperimentStatus.RUNNING.value,
-                ExperimentStatus.STARTING.value,
-                ExperimentStatus.QUEUED.value,
-                ExperimentStatus.PENDING.value,
-            )
-            if status in live:
-                raise Conflict(f"experiment {full} is {status}; stop it before deleting it")
-            series = select(SeriesRow.c.id).where(SeriesRow.c.experiment_id == full)
-            conn.execute(delete(ScalarChunkRow).where(ScalarChunkRow.c.series_id.in_(series)))
-            conn.execute(delete(ScalarSummaryRow).where(ScalarSummaryRow.c.series_id.in_(series)))
-            conn.execute(delete(SeriesAttemptRow).where(SeriesAttemptRow.c.series_id.in_(series)))
-            for row in (SeriesRow, ParamRow, ArtifactRow, ModelRow, LogRow, TextRow, ReplicaRow, AttemptRow):
-                conn.execute(delete(row).where(row.c.experiment_id == full))
-            conn.execute(delete(ReplicaStartRow).where(ReplicaStartRow.c.experiment_id == full))
-            conn.execute(delete(ExperimentRow).where(ExperimentRow.c.id == full))
+            deletion.delete_experiments(conn, [full])
         if self.artifact_store is not None:
             self.artifact_store.delete_experiment(full)
 
