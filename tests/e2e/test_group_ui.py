@@ -211,3 +211,29 @@ def test_the_group_page_fits_a_phone(browser: Any, served: tuple[Server, str]) -
         assert width <= 390, f"the group page is {width} px wide on a 390 px screen"
     finally:
         context.close()
+
+
+def test_an_ended_groups_delete_button_deletes_it_with_its_trials(page: Any, shared: Server) -> None:
+    from phalanx.config import Settings
+    from phalanx.domain import Trial
+    from phalanx.store import open_store
+    from tests.unit.server import fill
+    from tests.unit.server.teams_fixtures import make_group
+
+    store = open_store(Settings(home=shared.home))
+    try:
+        group = make_group(store, "deleting")
+        trial = fill.experiment(store, name="t-0", project="deleting")
+        store.add_trial(Trial(group.id, 0, trial.id, {"x": 1}, "done", 0.5, 3))
+        store.link_experiment(trial.id, group.id)
+        store.update_group(group.id, status="succeeded")
+    finally:
+        store.close()
+    page.goto(f"{shared.url}/groups/{group.id}")
+    page.once("dialog", lambda dialog: dialog.accept())
+    page.click("button#delete-group")
+    page.wait_for_url(f"{shared.url}/groups")
+    for path in (f"/groups/{group.id}", f"/experiments/{trial.id}"):
+        with pytest.raises(urllib.error.HTTPError) as gone:
+            urllib.request.urlopen(f"{shared.url}/api/v1{path}", timeout=60)
+        assert gone.value.code == 404, path

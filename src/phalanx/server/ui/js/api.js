@@ -116,6 +116,7 @@ export const api = {
     method: "POST", headers: { "Content-Type": "application/json", "Idempotency-Key": key }, body: JSON.stringify(body) }),
   groups: () => request("/groups"),
   group: (id) => request(`/groups/${enc(id)}`),
+  removeGroup: (id) => request(`/groups/${enc(id)}`, { method: "DELETE" }),
   // the model registry (not an experiment's model files: `models` above)
   registeredModels: () => request("/models"),
   registeredModel: (name) => request(`/models/${enc(name)}`),

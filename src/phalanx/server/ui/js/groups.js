@@ -7,6 +7,18 @@ import { tensorboardButton } from "./services.js";
 import { sweepAnalysis } from "./sweep.js";
 import { badge, clear, fmtTime, h, add } from "./util.js";
 
+const ended = (status) => ["succeeded", "stopped", "failed"].includes(status);
+
+// an ended group's Delete (the project's admins: the API answers anybody else's with why)
+function deleteButton(g) {
+  const button = h("button", { class: "danger", id: "delete-group", onclick: async () => {
+    if (!confirm(`Delete group ${g.id} with its ${g.trials.length} trials' experiments and everything they reported? This cannot be undone.`)) return;
+    button.disabled = true;
+    try { await api.removeGroup(g.id); location.href = "/groups"; } catch (err) { alert(`Could not delete: ${err.message}`); button.disabled = false; }
+  } }, "Delete");
+  return button;
+}
+
 const fmt = (v) => (v === null || v === undefined ? "—" : typeof v === "number" ? String(Number(v.toPrecision(4))) : String(v));
 
 export async function renderGroups(root) {
@@ -39,7 +51,7 @@ export function renderGroup(root, ctx, groupId) {
     // not under a brush being dragged: the page is drawn again when the drag ends
     if (state.dragging) state.stale = true; else draw();
     clearTimeout(timer);
-    if (!["succeeded", "stopped", "failed"].includes(state.doc.status) && ctx.alive()) timer = setTimeout(load, 3000);
+    if (!ended(state.doc.status) && ctx.alive()) timer = setTimeout(load, 3000);
   }
 
   function paramNames(trials) {
@@ -86,7 +98,7 @@ export function renderGroup(root, ctx, groupId) {
     add(root,
       h("div", { class: "toolbar" }, h("h1", {}, `Group ${g.name}`), badge(g.status),
         h("span", { class: "muted" }, ` ${g.search} search · ${g.trials.length}/${g.planned} trials · ${g.concurrency} at a time`),
-        tensorboardButton({ group: g.id })),
+        tensorboardButton({ group: g.id }), ended(g.status) ? deleteButton(g) : null),
       g.reason ? h("p", { class: "muted" }, g.reason) : null,
       g.trials.length ? h("p", {}, h("a", { id: "overlay", href: `/compare?ids=${g.trials.map((t) => t.experiment_id).join(",")}` },
         "Every trial's scalars overlaid (Compare)")) : null,
