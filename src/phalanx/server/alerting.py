@@ -26,7 +26,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from phalanx._version import __version__
-from phalanx.store.alert_records import MODEL_ALIAS, Due
+from phalanx.store.alert_records import MODEL_ALIAS, Due, shown_url
 from phalanx.store.alerts import Outbox
 from phalanx.store.outages import STORAGE_ERRORS
 
@@ -133,7 +133,7 @@ class Deliverer:
                 d.id, now, status, error, None if ok else self.retry.next_at(now, d.attempts + 1)
             )
             if not ok:
-                log.warning("alerts: delivery %s of %s to %s: %s", d.id, d.event, d.url, error)
+                log.warning("alerts: delivery %s of %s to %s: %s", d.id, d.event, shown_url(d.url), error)
         return len(due)
 
     def _post(self, due: Due) -> tuple[int | None, str | None]:
@@ -152,5 +152,5 @@ class Deliverer:
                 return int(answer.status), None
         except urllib.error.HTTPError as exc:
             return exc.code, f"the receiver answered {exc.code} {exc.reason}"
-        except (OSError, ValueError) as exc:
-            return None, f"no answer: {exc}"[:500]
+        except Exception as exc:  # anything a URL or a socket raises is this try's failure, never the round's
+            return None, f"no answer: {type(exc).__name__}: {exc}"[:500]

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import Engine
 
-from phalanx.errors import NotFound, UsageError, account_disabled
+from phalanx.errors import Conflict, NotFound, UsageError, account_disabled
 from phalanx.extras import require
 from phalanx.store.sql import accounts
 
@@ -58,8 +58,8 @@ def _hasher() -> Any:
 
 
 def hash_password(password: str) -> str:
-    if len(password) < MIN_PASSWORD:
-        raise UsageError(f"a password needs at least {MIN_PASSWORD} characters")
+    if len(password) < MIN_PASSWORD or not password.strip():
+        raise UsageError(f"a password needs at least {MIN_PASSWORD} characters, not all of them spaces")
     return str(_hasher().hash(password))
 
 
@@ -95,8 +95,14 @@ class Accounts:
 
     # -- users -------------------------------------------------------------------------------------
     def add_user(self, name: str, password: str | None, admin: bool = False) -> None:
+        """``password`` None: the user signs in through single sign-on only (an empty one is refused)."""
         check_name("user", name)
-        accounts.add_user(self._engine, name, hash_password(password) if password else None, admin)
+        twin = next((u.name for u in self.users() if u.name.lower() == name.lower()), None)
+        if twin is not None:  # `root` and `ROOT` would be told apart by case alone in the trail
+            raise Conflict(f"user {twin!r} already exists; a name differing only in case is refused")
+        accounts.add_user(
+            self._engine, name, hash_password(password) if password is not None else None, admin
+        )
 
     def user(self, name: str) -> UserRecord:
         found = accounts.get_user(self._engine, name)
@@ -108,6 +114,14 @@ class Accounts:
         return accounts.list_users(self._engine)
 
     def set_disabled(self, name: str, disabled: bool) -> None:
+        """UsageError for the last enabled server admin: disabling them would lock every admin out
+        (the server token acts as the first admin)."""
+        others = [u for u in self.users() if u.is_admin and not u.disabled and u.name != name]
+        if disabled and self.user(name).is_admin and not others:
+            raise UsageError(
+                f"{name} is the server's last enabled admin: disabling them would lock every admin out;"
+                " make another admin first (`phalanx admin user add NAME --admin`)"
+            )
         if not accounts.update_user(self._engine, name, disabled=int(disabled)):
             raise NotFound(f"no user {name!r}; list them with 'phalanx admin user ls'")
 

@@ -31,6 +31,7 @@ URL_MAX = 2000
 SECRET_MIN, SECRET_MAX = 16, 256
 _HOOK_ID = re.compile(r"^h[0-9a-f]{11}$")
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")  # never in a URL or a secret (a database refuses NUL)
+_SPACE = re.compile(r"\s")  # never in a URL (urllib refuses to send one)
 
 
 @dataclass(frozen=True)
@@ -159,10 +160,16 @@ def check_hook(project: str, url: str, events: Iterable[str], secret: str | None
         usable = parts.scheme in ("http", "https") and bool(parts.hostname) and parts.port != 0
     except ValueError:  # a port that is no number, an unbalanced [
         usable = False
-    if not usable or len(url) > URL_MAX or _CONTROL.search(url):
+    if not usable or len(url) > URL_MAX or _CONTROL.search(url) or _SPACE.search(url):
         raise UsageError(
             f"url {url[:100]!r}: give the receiver's http:// or https:// address"
-            " (e.g. https://hooks.example.com/phalanx)"
+            " (e.g. https://hooks.example.com/phalanx; a space is written %20)"
+        )
+    if "@" in parts.netloc or parts.fragment:
+        raise UsageError(
+            f"url {shown_url(url)}: a user, password or #fragment in a hook's address would be shown to"
+            " the project's viewers and sent nowhere useful; put a receiver's credential in its path or"
+            " query (as Slack's incoming webhooks do), which only the project's editors see"
         )
     chosen = tuple(dict.fromkeys(_event_name(e) for e in events if e.strip()))
     wrong = [e for e in chosen if e not in EVENTS]
@@ -198,7 +205,14 @@ def check_hook_id(hook_id: str) -> str:
 
 
 def shown_url(url: str) -> str:
-    """``url`` for those who may not see where it points in full (a project's viewers): a path or
-    query of an incoming webhook (Slack's) is its credential, so only the scheme and host are shown."""
-    parts = urllib.parse.urlsplit(url)
-    return f"{parts.scheme}://{parts.netloc}/…" if parts.path.strip("/") or parts.query else url
+    """``url`` for those who may not see where it points in full (a project's viewers, the audit
+    trail, the server's log): a path or query of an incoming webhook (Slack's) is its credential,
+    and so is a user or password before its host, so only the scheme, host and port are shown."""
+    try:
+        parts = urllib.parse.urlsplit(url)
+        host = parts.hostname or ""
+        port = f":{parts.port}" if parts.port is not None else ""
+    except ValueError:  # stored before its checks were this strict: show nothing of it
+        return "(an address that cannot be read)"
+    host = f"[{host}]" if ":" in host else host
+    return f"{parts.scheme}://{host}{port}/…"

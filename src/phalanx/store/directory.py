@@ -60,8 +60,8 @@ class LocalDirectory:
         self.actor = actor
 
     def add_user(self, name: str, password: str | None, admin: bool = False) -> bool:
-        first = admin and self.accounts.first_admin() is None
         self.accounts.add_user(name, password, admin=admin)
+        first = admin and self.accounts.first_admin() == name
         self.accounts.audit(self.actor, "user.add", name, detail="admin" if admin else None)
         return first
 

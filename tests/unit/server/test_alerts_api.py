@@ -10,11 +10,14 @@ from collections.abc import Iterator
 
 import pytest
 from fastapi.testclient import TestClient
+from sqlalchemy import update
 
 from phalanx.domain import ExperimentStatus, GroupStatus, ReplicaState, Trial, TrialState
 from phalanx.server.app import create_app
 from phalanx.server.settings import ServerSettings
 from phalanx.store.base import Store
+from phalanx.store.sql import SqlStore
+from phalanx.store.sql.alert_rows import AlertHookRow
 from tests.support.webhooks import Receiver
 from tests.unit.server import fill
 from tests.unit.server.teams_fixtures import Team, make_group, make_team
@@ -92,6 +95,53 @@ def test_a_bad_hook_is_a_400_that_says_how_to_fix_it(client: TestClient, team: T
     assert r.status_code == 400 and "failed,succeeded,stopped" in r.json()["message"]
     r = client.delete(f"{API}/alerts/not-a-hook", headers=_as(team, "editor_a"))
     assert r.status_code == 400 and "not a hook id" in r.json()["message"]
+    for url in ("https://user:s3cr3t@hooks.example.org/x", "https://hooks.example.org/x#token=s3cr3t"):
+        r = _add(client, team, "editor_a", url=url)
+        assert r.status_code == 400 and "a user, password or #fragment" in r.json()["message"], url
+        assert "s3cr3t" not in r.json()["message"]
+    r = _add(client, team, "editor_a", url='https://hooks.example.org/"><img src=x onerror=alert(1)>')
+    assert r.status_code == 400 and "a space is written %20" in r.json()["message"]
+    assert client.get(f"{API}/alerts", headers=_as(team, "root")).json() == []  # nothing half-kept
+
+
+def test_a_viewer_sees_a_hooks_scheme_host_and_port_only(client: TestClient, team: Team) -> None:
+    for url in ("https://hooks.example.org", "http://10.0.0.7:8443/hook?key=s3cr3t"):
+        assert _add(client, team, "editor_a", url=url).status_code == 201
+    seen = client.get(f"{API}/alerts", headers=_as(team, "viewer_a")).json()
+    assert sorted(h["url"] for h in seen) == ["http://10.0.0.7:8443/…", "https://hooks.example.org/…"]
+
+
+def test_a_hook_that_cannot_be_sent_fails_its_own_try_and_the_others_go_out(
+    client: TestClient, team: Team, store: SqlStore
+) -> None:
+    """A hook kept before its address was checked this strictly (a user and password in it, which
+    urllib cannot send) must never stop the deliverer's round: its try fails, the others are sent."""
+    with Receiver() as receiver:
+        good = _add(client, team, "editor_a", url=receiver.url).json()["id"]
+        bad = _add(client, team, "editor_a", url="https://hooks.example.org/x").json()["id"]
+        with store.engine.begin() as conn:  # as an older Phalanx kept it
+            conn.execute(
+                update(AlertHookRow).where(AlertHookRow.c.id == bad).values(url="https://u:p@host:x/")
+            )
+        exp = fill.experiment(store, name="resnet", project="A", status=ExperimentStatus.RUNNING)
+        store.update_experiment(exp.id, status=ExperimentStatus.FAILED, reason="worker-0 failed")
+        (got,) = receiver.wait_for(1)
+        assert json.loads(got.body)["experiment_id"] == exp.id
+        (failed,) = _settled_try(client, team, bad)
+    assert failed["state"] == "pending" and failed["attempts"][0]["status_code"] is None
+    assert "InvalidURL" in failed["attempts"][0]["error"] and good
+
+
+def _settled_try(client: TestClient, team: Team, hook: str) -> list[dict[str, object]]:
+    """The hook's delivery log once its first try is recorded."""
+    deadline = time.monotonic() + 120
+    while True:
+        log: list[dict[str, object]] = client.get(
+            f"{API}/alerts/{hook}/deliveries", headers=_as(team, "editor_a")
+        ).json()
+        if (log and log[0]["attempts"]) or time.monotonic() > deadline:
+            return log
+        time.sleep(0.05)
 
 
 def test_a_failed_experiments_webhook_arrives_once_signed_with_the_failing_replicas_reason(

@@ -15,6 +15,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from phalanx.config import Settings
+from phalanx.errors import UsageError
 from phalanx.server.app import create_app
 from phalanx.server.settings import ServerSettings
 from phalanx.store import accounts as accounts_module
@@ -182,6 +183,9 @@ def test_single_token_mode_keeps_working_until_an_admin_exists(phalanx_home: Pat
         assert me["user"] == "root" and me["admin"] is True  # the old token is the admin's now
         ada = c.post("/api/v1/tokens", json={"username": "ada", "password": PASSWORD, "name": "x"}).json()
         assert c.get("/api/v1/admin/audit", headers=bearer(ada["token"])).status_code == 403
+        with pytest.raises(UsageError, match="root is the server's last enabled admin"):
+            accounts.set_disabled("root", True)  # that would lock every admin out
+        accounts.add_user("ops", "ops-password-1", admin=True)
         accounts.set_disabled("root", True)  # the token is root's: disabling root ends it too
         assert c.get("/api/v1/experiments", headers=bearer(SERVER_TOKEN)).status_code == 401
 
@@ -252,6 +256,18 @@ def test_users_and_projects_are_the_server_admins_to_manage(client: TestClient, 
     assert off.status_code == 200 and off.json()["disabled"] is True
     assert client.get("/api/v1/me", headers=ada).status_code == 401  # refused from the next request on
     assert [u.name for u in accounts.users() if u.disabled] == ["ada"]
+    for body in ({"name": "eve", "password": "        "}, {"name": "eve", "password": ""}):
+        blank = client.post("/api/v1/admin/users", json=body, headers=root)
+        assert blank.status_code == 400 and "not all of them spaces" in blank.json()["message"]
+    twin = client.post("/api/v1/admin/users", json={"name": "ROOT", "password": "x-password-1"}, headers=root)
+    assert twin.status_code == 409 and "differing only in case" in twin.json()["message"]
+    loose = [({"disabled": "yes"}, "ada"), ({"disabled": True, "admin": True}, "ada")]
+    for body, name in loose:  # a string is no boolean, an unknown field is no silent no-op
+        assert client.patch(f"/api/v1/admin/users/{name}", json=body, headers=root).status_code == 422
+    last = client.patch("/api/v1/admin/users/root", json={"disabled": True}, headers=root)
+    assert last.status_code == 400 and "last enabled admin" in last.json()["message"]
+    assert client.get("/api/v1/me", headers=root).json()["user"] == "root"  # still in
+    assert "eve" not in [u.name for u in accounts.users()]
 
 
 @pytest.mark.usefixtures("real_password_hashing")

@@ -10,7 +10,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, HTTPException, Query, Request
 from fastapi.responses import JSONResponse, Response
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field, StrictBool
 
 from phalanx.errors import UsageError
 from phalanx.server.audit import describe
@@ -49,11 +49,11 @@ class MemberIn(BaseModel):
 
 
 class UserIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
     name: str = Field(max_length=64)
-    password: str | None = Field(
-        default=None, min_length=1, max_length=1024, description="none: single sign-on only"
-    )
-    admin: bool = Field(default=False, description="a server admin: every project, the audit trail")
+    password: str | None = Field(default=None, max_length=1024, description="none: single sign-on only")
+    admin: StrictBool = Field(default=False, description="a server admin: every project, the audit trail")
 
 
 class UserOut(BaseModel):
@@ -68,10 +68,14 @@ class NewUserOut(UserOut):
 
 
 class UserChange(BaseModel):
-    disabled: bool = Field(description="true: the user's tokens and sessions are refused from now on")
+    model_config = ConfigDict(extra="forbid")
+
+    disabled: StrictBool = Field(description="true: the user's tokens and sessions are refused from now on")
 
 
 class ProjectIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
     name: str = Field(max_length=64)
 
 
@@ -168,8 +172,8 @@ def add_user(body: UserIn, request: Request) -> NewUserOut:
     """Add a user, as `phalanx admin user add` where the server's home is. The first admin turns a
     single-token server to team mode (its token then acts as that admin)."""
     accounts = _accounts(request)
-    first = body.admin and accounts.first_admin() is None
     accounts.add_user(body.name, body.password, admin=body.admin)
+    first = body.admin and accounts.first_admin() == body.name  # once, however many raced it
     describe(request, "user.add", body.name, None, "admin" if body.admin else None)
     user = accounts.user(body.name)
     return NewUserOut(
