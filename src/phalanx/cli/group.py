@@ -15,6 +15,7 @@ from phalanx.cli.app import ExtraParamsOpt, app, emit_json
 from phalanx.cli.target import LocalOpt, ServerOpt, ThisMachineOnlyOpt, this_machine_only
 
 if TYPE_CHECKING:
+    from phalanx.domain import Group
     from phalanx.groups.launching import GroupLauncher
     from phalanx.spec.group import GroupSpec
     from phalanx.store.door import Door
@@ -279,11 +280,10 @@ def delete(
 ) -> None:
     """Delete an ended group with its trials' experiments and all they reported (not while it or one
     of them runs: `phalanx group stop` first). All or nothing."""
-    import shutil
-
     from phalanx.cli.tracking import open_target
     from phalanx.config import Settings
     from phalanx.errors import UsageError
+    from phalanx.groups.ending import remove_folders
     from phalanx.ids import check_destructive
 
     if output not in ("table", "json"):
@@ -301,19 +301,19 @@ def delete(
             typer.echo("nothing deleted", err=True)
             raise typer.Exit(1)
     deleted = store.remove_group(doc["id"])
-    if (
-        store.server_url is None
-    ):  # this machine's folders of the group and its trials (a server's gc sweeps its own)
-        settings = Settings()
-        for folder in [settings.home / "groups" / doc["id"]] + [
-            f for e in deleted for f in (settings.spool_dir / e, settings.runs_dir / e)
-        ]:
-            shutil.rmtree(folder, ignore_errors=True)
+    if store.server_url is None:  # a server removes its own (routes/groups.py)
+        remove_folders(Settings(), doc["id"], deleted)
     if output == "json":
         emit_json({"group": doc["id"], "deleted": deleted})
         return
     plural = "" if len(deleted) == 1 else "s"
     typer.echo(f"deleted group {doc['id']} and its {len(deleted)} experiment{plural}")
+
+
+def _orphaned(g: Group, doc: dict[str, Any]) -> bool:
+    """A group neither ended nor created whose controller is gone: `running` alone would let a user
+    wait for ever for trials that nobody launches (after `kill -9` of `group run`, or a reboot)."""
+    return not g.done and g.status != "created" and not doc["controller_running"]
 
 
 _ORPHANED = (
@@ -342,7 +342,7 @@ def get(
         emit_json(doc)
         return
     g = group_of(doc)
-    orphaned = not doc["controller_running"]
+    orphaned = _orphaned(g, doc)
     metric = g.metric or "metric"
     typer.echo(
         f"group {g.id}  {g.name}  {g.status}  {g.search} search  {len(doc['trials'])}/{g.planned} trials"
@@ -403,7 +403,7 @@ def ls(
     if output not in ("table", "json"):
         raise UsageError(f"-o {output!r}: use table or json")
     docs = open_target(server, local).group_views(limit)
-    found = [(group_of(doc), int(doc["trials"]), not doc["controller_running"]) for doc in docs]
+    found = [(g, int(doc["trials"]), _orphaned(g, doc)) for doc in docs for g in [group_of(doc)]]
     if output == "json":
         emit_json(docs)
         return

@@ -1,13 +1,16 @@
-"""A group's end seen from outside its controller: whether the controller still runs, `phalanx
+"""A group's end seen from outside its controller: whether a controller holds its lock, `phalanx
 group stop` (ask the controller; if none runs, stop the trials here), stopping many experiments at
-once, and the group as `group get -o json` and the API show it."""
+once, and what a deleted group leaves in a home (``remove_folders``). The group as `group get -o
+json` and the API show it is the store's (``store.group_views``)."""
 
 from __future__ import annotations
 
 import contextlib
 import json
 import math
+import shutil
 import time
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -112,3 +115,11 @@ def stop_all(
 
 def dumps(doc: Any) -> str:
     return json.dumps(doc, indent=2, default=str)
+
+
+def remove_folders(settings: Settings, group_id: str, experiment_ids: Sequence[str]) -> None:
+    """What a deleted group (``Store.remove_group``) leaves in this machine's home: its own folder
+    (the study, its trials' files and the controller's log) and its trials' run and spool folders."""
+    trials = [f for e in experiment_ids for f in (settings.spool_dir / e, settings.runs_dir / e)]
+    for folder in [settings.home / "groups" / group_id, *trials]:
+        shutil.rmtree(folder, ignore_errors=True)

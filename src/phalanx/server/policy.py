@@ -111,7 +111,8 @@ def require(request: Request, project: str, role: Role, what: str) -> None:
     if held < role:
         raise HTTPException(
             403,
-            f"{who.name} is a {held.name} of project {project!r}; this needs {role.name}"
+            f"{who.name} is {'an' if held.name[0] in 'aeiou' else 'a'} {held.name} of project {project!r};"
+            f" this needs {role.name}"
             " (ask a project admin)",
         )
 

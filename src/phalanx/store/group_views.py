@@ -34,15 +34,10 @@ def controller_alive(group: Group) -> bool:
     return seen is not Seen.GONE
 
 
-def orphaned(group: Group) -> bool:
-    """A group not ended whose controller is gone: `running` alone would let a user wait for ever
-    for trials that nobody launches (after `kill -9` of `group run`, or a reboot)."""
-    return not group.done and group.status != "created" and not controller_alive(group)
-
-
 def group_json(store: GroupRows, group: Group) -> dict[str, Any]:
     """The group, its trials, the best one, ``axes``: each sampled param's chart axis ("log" or
-    "linear") from its distribution, and ``controller_running`` (false: `phalanx group resume`)."""
+    "linear") from its distribution, and ``controller_running``: whether its controller runs (a
+    group neither ended nor created without one was orphaned: `phalanx group resume`)."""
     trials = store.list_trials(group.id)
     best = best_trial(trials, group.optimization)
     doc = group.to_json()
@@ -50,7 +45,7 @@ def group_json(store: GroupRows, group: Group) -> dict[str, Any]:
     doc["best"] = best.to_json() if best else None
     doc["counts"] = trial_counts(trials)
     doc["axes"] = axes_of(group)
-    doc["controller_running"] = not orphaned(group)
+    doc["controller_running"] = controller_alive(group)
     return doc
 
 
@@ -60,7 +55,7 @@ def group_summaries(
     """The newest ``limit`` groups (of ``projects``; None: any), each with how many trials it has
     started and whether its controller runs."""
     return [
-        {**g.to_json(), "trials": store.count_trials(g.id), "controller_running": not orphaned(g)}
+        {**g.to_json(), "trials": store.count_trials(g.id), "controller_running": controller_alive(g)}
         for g in store.list_groups(limit=limit, projects=projects)
     ]
 

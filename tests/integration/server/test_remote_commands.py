@@ -395,7 +395,7 @@ def test_group_get_and_stop_on_the_server(shared_server: Server, project: Path, 
     here_json = ok(phalanx(server.home, "group", "ls", "-o", "json")).stdout
     there_json = ok(phalanx(laptop, "group", "ls", "-o", "json", *remote, token=TOKEN))
     assert there_json.stderr == f"phalanx: on server {server.url}\n"
-    assert there_json.stdout == here_json and '"controller_running": true' in here_json
+    assert there_json.stdout == here_json and '"controller_running": false' in here_json  # ended
     listed = ok(phalanx(laptop, "group", "ls", *remote, token=TOKEN)).stdout
     assert group_id in listed and "2/2" in listed, listed
     r = ok(phalanx(laptop, "group", "stop", group_id, *remote, token=TOKEN))
@@ -438,6 +438,7 @@ def test_group_get_and_stop_on_the_server(shared_server: Server, project: Path, 
         "group": held_id,
         "deleted": sorted(t["experiment_id"] for t in doc["trials"]),
     }
+    assert not (server.home / "groups" / held_id).exists()  # the server's folder of it goes too
     said = {
         "group": f"group {held_id} does not exist",
         "get": f"no experiment '{trials[0]['experiment_id']}'",

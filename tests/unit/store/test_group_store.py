@@ -102,6 +102,26 @@ def test_a_group_is_deleted_only_once_it_and_all_its_experiments_have_ended(stor
         store.remove_group(g.id)
     assert store.get_group(g.id).status == "stopped" and store.get_experiment(done.id).status == "succeeded"
     store.update_experiment(live.id, status=ExperimentStatus.STOPPED)
+    with pytest.raises(NotFound):  # `%` and `_` are no LIKE wildcards in an id
+        store.remove_group(g.id[:4] + "%%%%")
     assert store.remove_group(g.id[:8]) == sorted([done.id, live.id])
     with pytest.raises(NotFound):
         store.get_experiment(done.id)
+
+
+def test_deleting_a_group_leaves_another_projects_experiment_that_took_a_trials_id(store: SqlStore) -> None:
+    """A trial whose launch never made its row records an id that ingest may hand to an experiment of
+    another project: deleting the group must not take that experiment with it."""
+    g = new_group(store)
+    store.add_trial(Trial(g.id, 0, "0123456789ab", {}, "failed"))
+    other = store.create_experiment(name="audio-run", project="audio", experiment_id="0123456789ab")
+    store.update_experiment(other.id, status=ExperimentStatus.SUCCEEDED)
+    store.update_group(g.id, status="failed")
+    assert store.remove_group(g.id) == []
+    assert store.get_experiment(other.id).project == "audio"
+
+
+def test_an_experiment_building_its_environment_is_not_deleted(store: SqlStore) -> None:
+    exp = store.create_experiment(name="soon", project="p", status=ExperimentStatus.BUILDING)
+    with pytest.raises(Conflict, match=f"experiment {exp.id} is building"):
+        store.delete_experiment(exp.id)

@@ -10,6 +10,7 @@ from fastapi import APIRouter, Query, Request
 from fastapi.responses import HTMLResponse
 
 from phalanx.groups import controller
+from phalanx.groups.ending import remove_folders
 from phalanx.ids import check_destructive
 from phalanx.server.audit import describe
 from phalanx.server.deps import SettingsDep, StoreDep
@@ -51,14 +52,16 @@ def stop_group(store: StoreDep, settings: SettingsDep, group_id: str, request: R
 
 @router.delete("/groups/{group_id}")
 @policy("group:admin")
-def delete_group(store: StoreDep, group_id: str, request: Request) -> dict[str, Any]:
+def delete_group(store: StoreDep, settings: SettingsDep, group_id: str, request: Request) -> dict[str, Any]:
     """Delete an ended group with its trials' experiments and all they reported, all or nothing
     (as `phalanx group delete`): 409 while it or one of them runs (stop it first); 400 for a prefix
     shorter than 8 characters. Returns ``{"group": ID, "deleted": [experiment ids]}``."""
     group = store.get_group(group_id)
     check_destructive(typed_id(request, group_id), group.id, kind="group")
     deleted = store.remove_group(group.id)
-    describe(request, "group.delete", group.id, group.project, f"{len(deleted)} experiments")
+    remove_folders(settings.store, group.id, deleted)  # the server's home: nothing left behind
+    plural = "" if len(deleted) == 1 else "s"
+    describe(request, "group.delete", group.id, group.project, f"{len(deleted)} experiment{plural}")
     return {"group": group.id, "deleted": deleted}
 
 

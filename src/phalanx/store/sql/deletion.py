@@ -26,7 +26,8 @@ from phalanx.store.sql.models import (
     TextRow,
 )
 
-LIVE = (
+LIVE = (  # its supervisor writes its rows (one still created has none yet: the launcher skips it)
+    ExperimentStatus.BUILDING.value,
     ExperimentStatus.RUNNING.value,
     ExperimentStatus.STARTING.value,
     ExperimentStatus.QUEUED.value,

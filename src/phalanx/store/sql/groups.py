@@ -15,13 +15,14 @@ import uuid
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Unpack
 
-from sqlalchemy import Engine, delete, func, insert, select, update
+from sqlalchemy import Engine, delete, func, insert, or_, select, update
 
 from phalanx.domain import Group, GroupStatus, GroupUpdate, Trial, TrialUpdate
 from phalanx.errors import Conflict, NotFound, UsageError
 from phalanx.store import group_views
 from phalanx.store.sql import alerts, deletion
 from phalanx.store.sql.errors import phalanx_errors
+from phalanx.store.sql.lookup import ID_PREFIX
 from phalanx.store.sql.models import ExperimentRow, GroupRow, TrialRow
 from phalanx.store.sql.trials import trials_of
 
@@ -61,7 +62,7 @@ def _group(m: Any) -> Group:
 
 def _experiment_hint(store: GroupBook, text: str) -> str:
     """An experiment's id given where a group's is wanted (`phalanx group get TRIAL`): say what it is."""
-    if not text:
+    if not ID_PREFIX.match(text):
         return ""
     with store.engine.connect() as conn:
         found = conn.execute(
@@ -82,8 +83,10 @@ def resolve_group(store: GroupBook, group_id: str, projects: Sequence[str] | Non
     query = select(GroupRow.c.id).where(GroupRow.c.id.like(f"{gid}%"))
     if projects is not None:  # other projects' groups neither match nor make a prefix ambiguous
         query = query.where(GroupRow.c.project.in_(list(projects)))
-    with store.engine.connect() as conn:
-        found = conn.execute(query.limit(2)).scalars().all()
+    found: Sequence[str] = []
+    if ID_PREFIX.match(gid):  # `%` or `_` would be a LIKE wildcard: no id holds one
+        with store.engine.connect() as conn:
+            found = conn.execute(query.limit(2)).scalars().all()
     if (not found or not gid) and projects is not None:
         raise NotFound(f"group {group_id} does not exist (or is in a project you are not a member of)")
     if not found or not gid:
@@ -183,15 +186,22 @@ def link_experiment(store: GroupBook, experiment_id: str, group_id: str) -> None
 def remove_group(store: GroupBook, group_id: str) -> list[str]:
     gid = resolve_group(store, group_id)
     with store._writer.begin() as conn:
-        status = conn.execute(select(GroupRow.c.status).where(GroupRow.c.id == gid)).scalar_one()
+        status, project = conn.execute(
+            select(GroupRow.c.status, GroupRow.c.project).where(GroupRow.c.id == gid)
+        ).one()
         if not GroupStatus(status).done:
             raise Conflict(
                 f"group {gid} is {status}; stop it before deleting it (`phalanx group stop {gid}`);"
                 " nothing was deleted"
             )
+        # its trials' experiments of its own project: an id a trial recorded whose launch never made
+        # the row may have been taken since by an experiment of another project (ingest names ids)
         trials = select(TrialRow.c.experiment_id).where(TrialRow.c.group_id == gid)
-        linked = select(ExperimentRow.c.id).where(ExperimentRow.c.group_id == gid)
-        ids = sorted(set(conn.execute(trials).scalars()) | set(conn.execute(linked).scalars()))
+        mine = select(ExperimentRow.c.id).where(
+            ExperimentRow.c.project == project,
+            or_(ExperimentRow.c.group_id == gid, ExperimentRow.c.id.in_(trials)),
+        )
+        ids = sorted(conn.execute(mine).scalars())
         deletion.delete_experiments(conn, ids)
         conn.execute(delete(TrialRow).where(TrialRow.c.group_id == gid))
         conn.execute(delete(GroupRow).where(GroupRow.c.id == gid))

@@ -13,7 +13,8 @@ from phalanx.domain import Experiment, ExperimentStatus, Replica, ReplicaState, 
 from phalanx.errors import NotFound, UsageError
 from phalanx.store.sql.models import ExperimentRow, GroupRow
 
-_PREFIX = re.compile(r"^[0-9a-z]{1,32}$")
+# what an id (or a prefix of one) can be: never a LIKE wildcard
+ID_PREFIX = re.compile(r"^[0-9a-z]{1,32}$")
 
 
 def like(text: str) -> str:
@@ -34,7 +35,7 @@ def resolve(conn: Connection, experiment_id: str, projects: Sequence[str] | None
         return experiment_id
     if experiment_id.lower() != experiment_id:  # ids are lowercase hex; a copied id may not be
         return resolve(conn, experiment_id.lower(), projects)
-    if _PREFIX.match(experiment_id):
+    if ID_PREFIX.match(experiment_id):
         query = select(ExperimentRow.c.id).where(ExperimentRow.c.id.like(f"{experiment_id}%"))
         if projects is not None:
             query = query.where(ExperimentRow.c.project.in_(list(projects)))
@@ -62,7 +63,7 @@ def resolve(conn: Connection, experiment_id: str, projects: Sequence[str] | None
 
 def group_named(conn: Connection, text: str) -> tuple[str, str] | None:
     """The (id, name) of the one group whose id is or starts with ``text``, if any."""
-    if not _PREFIX.match(text):
+    if not ID_PREFIX.match(text):
         return None
     found = conn.execute(
         select(GroupRow.c.id, GroupRow.c.name).where(GroupRow.c.id.like(f"{text}%")).limit(2)

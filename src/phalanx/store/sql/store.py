@@ -7,7 +7,6 @@ package; callers get the domain dataclasses of ``phalanx.domain`` and ``phalanx.
 from __future__ import annotations
 
 import contextlib
-import re
 import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
@@ -64,7 +63,6 @@ from phalanx.store.sql.table import column_values
 from phalanx.tracking.labels import MAX_NAME, MAX_TAG, label_problem
 
 _first, _second, _third = itemgetter(0), itemgetter(1), itemgetter(2)
-_PREFIX = re.compile(r"^[0-9a-z]{1,32}$")
 _ORDER = {
     "created_at",
     "name",
