@@ -11,6 +11,7 @@ from phalanx.store.accounts import Accounts, Role
 
 if TYPE_CHECKING:
     from phalanx.store.base import LocalStore
+    from phalanx.store.sql.accounts import UserRecord
 
 
 class Directory(Protocol):
@@ -66,7 +67,7 @@ class LocalDirectory:
         return first
 
     def users(self) -> list[dict[str, Any]]:
-        return [user_json(u.name, u.is_admin, u.disabled, u.created_at) for u in self.accounts.users()]
+        return [user_json(u) for u in self.accounts.users()]
 
     def set_disabled(self, name: str, disabled: bool) -> None:
         self.accounts.set_disabled(name, disabled)
@@ -91,9 +92,14 @@ class LocalDirectory:
         return [vars(r) for r in self.accounts.audit_trail(limit, project)]
 
 
-def user_json(name: str, admin: bool, disabled: bool, created_at: float) -> dict[str, Any]:
-    """A user as `admin user ls --json` and ``GET /admin/users`` show it."""
-    return {"name": name, "admin": admin, "disabled": disabled, "created_at": created_at}
+def user_json(user: UserRecord) -> dict[str, Any]:
+    """A user as `admin user ls --json` and ``GET /admin/users`` show it: never its password."""
+    return {
+        "name": user.name,
+        "admin": user.is_admin,
+        "disabled": user.disabled,
+        "created_at": user.created_at,
+    }
 
 
 def projects_json(accounts: Accounts) -> dict[str, dict[str, str]]:

@@ -22,6 +22,7 @@ from phalanx.store.accounts import Accounts
 from phalanx.store.base import Store
 from phalanx.tokens import experiment_token
 from tests.unit.server import fill
+from tests.unit.server.teams_fixtures import make_group
 
 TOKEN = "the-server-token-0123456789"
 
@@ -112,14 +113,19 @@ def test_a_replica_token_writes_its_own_experiment_only(secured: TestClient, sto
         secured.put(f"/api/v1/experiments/{other.id}/files/a.txt", content=b"x", headers=auth).status_code
         == 403
     )
+    ended = make_group(store, "examples")
+    store.update_group(ended.id, status="succeeded")
     for method, path in [
         ("GET", "/api/v1/experiments"),
         ("GET", f"/api/v1/experiments/{mine.id}"),
         ("POST", f"/api/v1/experiments/{mine.id}/stop"),
         ("DELETE", f"/api/v1/experiments/{other.id}"),
+        ("DELETE", f"/api/v1/groups/{ended.id}"),
+        ("GET", "/api/v1/admin/users"),
+        ("POST", "/api/v1/admin/projects"),
     ]:
         assert secured.request(method, path, headers=auth).status_code == 403, (method, path)
-    assert store.get_experiment(other.id).id == other.id
+    assert store.get_experiment(other.id).id == other.id and store.get_group(ended.id).id == ended.id
     # a token made up for another experiment (not signed by the server's token) is no token at all
     forged = {"Authorization": f"Bearer {experiment_token('guess', other.id)}"}
     assert secured.post("/api/v1/ingest", json={"events": []}, headers=forged).status_code == 401

@@ -37,6 +37,14 @@ def prepared(settings: Settings, tmp_path: Path) -> Prepared:
     return prepare(spec, settings=settings, workdir=tmp_path, experiment_id="e1", dry=True)
 
 
+@pytest.fixture
+def clock(monkeypatch: pytest.MonkeyPatch) -> VirtualClock:
+    """The recorder's time: its retries' seconds pass at once, and can be read."""
+    virtual = VirtualClock()
+    monkeypatch.setattr(recording, "time", virtual)
+    return virtual
+
+
 class FakeFlakyStore:
     """The real store, but its writes fail while ``down`` (the database went away)."""
 
@@ -145,14 +153,10 @@ def test_a_row_the_server_accepted_says_starting_with_its_launch(
     assert exp.plan["launch"]["commands"]["worker-0"].endswith("python train.py")
 
 
+@pytest.mark.usefixtures("clock")
 def test_the_status_of_an_accepted_experiment_is_written_through_a_database_restart(
-    prepared: Prepared,
-    store: SqlStore,
-    observer: FakeObserver,
-    settings: Settings,
-    monkeypatch: pytest.MonkeyPatch,
+    prepared: Prepared, store: SqlStore, observer: FakeObserver, settings: Settings
 ) -> None:
-    monkeypatch.setattr(recording, "time", VirtualClock())
     accepted_row(prepared, store)
     restarting = FakeRestartingDatabase(store, failures=3)
     rows = recorder(prepared, restarting, observer, settings, exists=True)
@@ -164,30 +168,21 @@ def test_the_status_of_an_accepted_experiment_is_written_through_a_database_rest
 
 
 def test_a_database_that_stays_away_fails_the_write_after_the_retry_time(
-    prepared: Prepared,
-    store: SqlStore,
-    observer: FakeObserver,
-    settings: Settings,
-    monkeypatch: pytest.MonkeyPatch,
+    prepared: Prepared, store: SqlStore, observer: FakeObserver, settings: Settings, clock: VirtualClock
 ) -> None:
-    clock = VirtualClock()
-    monkeypatch.setattr(recording, "time", clock)
     accepted_row(prepared, store)
     rows = recorder(prepared, FakeRestartingDatabase(store, failures=10**6), observer, settings, exists=True)
     start = clock.monotonic()
     with pytest.raises(BackendUnavailable):
         rows.status(RUNNING)
-    assert 30 <= clock.monotonic() - start < 36  # PHALANX_STORE_RETRY_SECONDS, then the last try
+    # virtual seconds (no wall clock): PHALANX_STORE_RETRY_SECONDS of retries, then the last try
+    assert 30 <= clock.monotonic() - start < 36
 
 
+@pytest.mark.usefixtures("clock")
 def test_a_row_whose_creation_answer_was_lost_is_created_once(
-    prepared: Prepared,
-    store: SqlStore,
-    observer: FakeObserver,
-    settings: Settings,
-    monkeypatch: pytest.MonkeyPatch,
+    prepared: Prepared, store: SqlStore, observer: FakeObserver, settings: Settings
 ) -> None:
-    monkeypatch.setattr(recording, "time", VirtualClock())
     rows = recorder(prepared, FakeRestartingDatabase(store, failures=1, committed=True), observer, settings)
     rows.create(prepared)  # a second insert would clash with the first, which was made
     assert rows.created
@@ -249,14 +244,10 @@ def test_the_outcome_ends_unfinished_replicas_and_wakes_the_watcher(
     assert states == {"master": ReplicaState.FAILED, "worker-0": ReplicaState.STOPPED}
 
 
+@pytest.mark.usefixtures("clock")
 def test_an_outcome_the_store_cannot_take_is_kept_in_the_spool_for_the_next_reader(
-    prepared: Prepared,
-    store: SqlStore,
-    observer: FakeObserver,
-    settings: Settings,
-    monkeypatch: pytest.MonkeyPatch,
+    prepared: Prepared, store: SqlStore, observer: FakeObserver, settings: Settings
 ) -> None:
-    monkeypatch.setattr(recording, "time", VirtualClock())  # the retries' 30 s pass at once
     flaky = FakeFlakyStore(store)
     rows = recorder(prepared, flaky, observer, settings)
     rows.create(prepared)

@@ -161,9 +161,7 @@ def me(request: Request) -> MeOut:
 @policy("site:admin")
 def list_users(request: Request) -> list[UserOut]:
     """Every user, whether a server admin or disabled (never a password)."""
-    return [
-        UserOut(**user_json(u.name, u.is_admin, u.disabled, u.created_at)) for u in _accounts(request).users()
-    ]
+    return [UserOut(**user_json(u)) for u in _accounts(request).users()]
 
 
 @router.post("/admin/users", response_model=NewUserOut, status_code=201)
@@ -176,9 +174,7 @@ def add_user(body: UserIn, request: Request) -> NewUserOut:
     first = body.admin and accounts.first_admin() == body.name  # once, however many raced it
     describe(request, "user.add", body.name, None, "admin" if body.admin else None)
     user = accounts.user(body.name)
-    return NewUserOut(
-        **user_json(user.name, user.is_admin, user.disabled, user.created_at), team_mode_started=first
-    )
+    return NewUserOut(**user_json(user), team_mode_started=first)
 
 
 @router.patch("/admin/users/{name}", response_model=UserOut)
@@ -189,7 +185,7 @@ def change_user(name: str, body: UserChange, request: Request) -> UserOut:
     accounts.set_disabled(name, body.disabled)
     describe(request, "user.disable" if body.disabled else "user.enable", name)
     user = accounts.user(name)
-    return UserOut(**user_json(user.name, user.is_admin, user.disabled, user.created_at))
+    return UserOut(**user_json(user))
 
 
 @router.get("/admin/projects")
