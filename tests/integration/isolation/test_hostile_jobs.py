@@ -234,6 +234,30 @@ def test_ordinary_work_runs_in_the_box(team: Team, tmp_path: Path) -> None:
     assert venv.stat().st_uid == account.pw_uid
 
 
+def test_tensorflow_ps_and_horovod_run_in_the_box_with_venvs_built_there(team: Team, tmp_path: Path) -> None:
+    """The two frameworks whose wiring starts servers and an MPI launcher: a TensorFlow chief, two
+    workers and a ps (its tensorflow-cpu venv built in nlp's box), and Horovod on two ranks over
+    mpirun (its venv built in the box from the wheel this machine built once, bound read-only)."""
+    jobs = {
+        "ps": (example_folder(tmp_path, "tensorflow-ps", "nlp"), {"steps": 150}),
+        "horovod": (example_folder(tmp_path, "horovod", "nlp"), {"epochs": 3}),
+    }
+    ids = {name: team.submit("ada", folder, "polyaxonfile.yml", p) for name, (folder, p) in jobs.items()}
+    # a first build of either venv takes minutes on a loaded 2-core machine
+    done = {name: team.wait_done(exp_id, seconds=840) for name, exp_id in ids.items()}
+    for name, exp in done.items():
+        assert exp["status"] == "succeeded", (name, team.logs(ids[name])[-30:])
+    chief = team.api(f"/experiments/{ids['ps']}/metrics/accuracy")["series"]["test"]
+    assert chief["values"][-1] >= 0.9, chief
+    ranks = team.api(f"/experiments/{ids['horovod']}/metrics/accuracy")["series"]
+    assert sorted(ranks) == ["rank 0", "rank 1"], ranks
+    account = pwd.getpwnam("phx-nlp")
+    for exp_id in ids.values():
+        assert (team.home / "boxes" / exp_id).stat().st_uid == account.pw_uid
+    built = [p for p in (team.home / "venvs" / "boxes" / "phx-nlp").iterdir() if p.is_dir()]
+    assert len(built) >= 2 and all(p.stat().st_uid == account.pw_uid for p in built), built
+
+
 def test_a_groups_trials_run_boxed_and_are_pruned(team: Team, tmp_path: Path) -> None:
     folder = example_folder(
         tmp_path,

@@ -153,9 +153,10 @@ def test_replicas_with_different_resources_run_as_a_heterogeneous_job(
     assert "--mem-per-cpu=300" in dry.native
     handle = backend.submit(dry)
     status = _wait(lambda: (s := backend.describe(handle)) and s.status.done and s, what="the job to end")
-    assert status.status is ExperimentStatus.SUCCEEDED, status
+    consoles = {name: list(backend.logs(handle, name)) for name in ("master", "worker-0")}
+    assert status.status is ExperimentStatus.SUCCEEDED, (status, consoles)
     assert {r.name: r.host for r in status.replicas} == {"master": "n1", "worker-0": "n2"}
-    assert any("world=2 done" in line for line in backend.logs(handle, "worker-0"))
+    assert any("world=2 done" in line for line in consoles["worker-0"])
 
 
 def test_cancel_stops_the_job_and_is_idempotent(
