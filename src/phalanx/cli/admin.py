@@ -13,7 +13,8 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from phalanx.cli.app import app, emit_json
+from phalanx.cli.app import OutputOpt, app, emit_json
+from phalanx.cli.listing import Format
 from phalanx.cli.target import LocalOpt, ServerOpt
 
 if TYPE_CHECKING:
@@ -32,7 +33,7 @@ admin_app.add_typer(user_app, name="user")
 admin_app.add_typer(project_app, name="project")
 admin_app.add_typer(member_app, name="member")
 
-JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON.")]
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON (as -o json).")]
 
 
 def _door(server: str | None, local: bool) -> Directory:
@@ -100,10 +101,15 @@ def user_add(
 
 
 @user_app.command("ls")
-def user_ls(json_: JsonOpt = False, server: ServerOpt = None, local: LocalOpt = False) -> None:
+def user_ls(
+    output: OutputOpt = Format.TABLE,
+    json_: JsonOpt = False,
+    server: ServerOpt = None,
+    local: LocalOpt = False,
+) -> None:
     """Users, whether each is a server admin or disabled."""
     users = _door(server, local).users()
-    if json_:
+    if json_ or output is Format.JSON:
         emit_json(users)
         return
     rows = [
@@ -148,10 +154,15 @@ def project_add(
 
 
 @project_app.command("ls")
-def project_ls(json_: JsonOpt = False, server: ServerOpt = None, local: LocalOpt = False) -> None:
+def project_ls(
+    output: OutputOpt = Format.TABLE,
+    json_: JsonOpt = False,
+    server: ServerOpt = None,
+    local: LocalOpt = False,
+) -> None:
     """Projects and their members."""
     doc = _door(server, local).projects()
-    if json_:
+    if json_ or output is Format.JSON:
         emit_json(doc)
         return
     rows = [[p, ", ".join(f"{u} ({r})" for u, r in m.items()) or "-"] for p, m in doc.items()]
@@ -195,6 +206,7 @@ def audit(
     project: Annotated[
         str | None, typer.Option("--project", "-p", help="Only this project's entries.")
     ] = None,
+    output: OutputOpt = Format.TABLE,
     json_: JsonOpt = False,
     server: ServerOpt = None,
     local: LocalOpt = False,
@@ -202,7 +214,7 @@ def audit(
     """Who submitted, stopped, deleted, changed a role, and when: the newest entries, oldest first
     (after `phalanx login`, the server's trail: its admins only)."""
     records = _door(server, local).audit_trail(limit, project)
-    if json_:
+    if json_ or output is Format.JSON:
         emit_json(records)
         return
     rows = [

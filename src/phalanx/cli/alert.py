@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from phalanx.cli.app import app, emit_json
+from phalanx.cli.app import OutputOpt, app, emit_json
 from phalanx.cli.listing import Format, _table
 from phalanx.cli.target import ServerOpt
 from phalanx.errors import UsageError
@@ -28,7 +28,6 @@ alert_app = typer.Typer(
 )
 app.add_typer(alert_app, name="alert")
 
-OutputOpt = Annotated[Format, typer.Option("-o", "--output", help="table or json")]
 HookArg = Annotated[str, typer.Argument(help="the hook's id (`phalanx alert ls` lists them)")]
 
 

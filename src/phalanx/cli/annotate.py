@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from phalanx.cli.app import app, emit_json
+from phalanx.cli.app import OutputOpt, app, emit_json
 from phalanx.cli.target import LocalOpt, ServerOpt
 from phalanx.cli.tracking import Format, IdArg, open_target
 
@@ -67,7 +67,7 @@ def note(
 @app.command("reports")
 def reports(
     experiment_id: IdArg,
-    output: Annotated[Format, typer.Option("-o", "--output", help="table or json")] = Format.TABLE,
+    output: OutputOpt = Format.TABLE,
     server: ServerOpt = None,
     local: LocalOpt = False,
 ) -> None:

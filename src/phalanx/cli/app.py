@@ -12,6 +12,8 @@ from typing import Annotated, Any
 
 import typer
 
+from phalanx.cli.listing import Format
+
 app = typer.Typer(
     name="phalanx",
     help="Run and track distributed deep-learning experiments.",
@@ -30,6 +32,10 @@ ExtraParamsOpt = Annotated[
         help="Record --param names the file neither declares nor uses (refused without this flag).",
     ),
 ]
+
+
+# `-o table|json`, what every command that can print a document takes
+OutputOpt = Annotated[Format, typer.Option("-o", "--output", help="table or json")]
 
 
 def emit_json(document: Any) -> None:

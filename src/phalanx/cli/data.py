@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from phalanx.cli.app import app, emit_json, human_size
+from phalanx.cli.app import OutputOpt, app, emit_json, human_size
 from phalanx.cli.listing import Format
 from phalanx.cli.target import LocalOpt, ServerOpt
 from phalanx.config import Settings
@@ -33,7 +33,6 @@ app.add_typer(datastore_app, name="datastore")
 app.add_typer(data_app, name="data")
 
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON (as -o json).")]
-OutputOpt = Annotated[Format, typer.Option("-o", "--output", help="table or json")]
 ProjectOpt = Annotated[
     str | None,
     typer.Option(

@@ -18,7 +18,7 @@ from typing import Annotated
 
 import typer
 
-from phalanx.cli.app import app
+from phalanx.cli.app import OutputOpt, app
 from phalanx.cli.listing import Format
 from phalanx.cli.service_commands import list_services, said_started, stop_service
 from phalanx.cli.target import LocalOpt, ServerOpt
@@ -29,8 +29,6 @@ notebook_app = typer.Typer(
     help="A Jupyter notebook server on a project, with its inputs (JupyterLab).", no_args_is_help=True
 )
 app.add_typer(notebook_app, name="notebook")
-
-OutputOpt = Annotated[Format, typer.Option("-o", "--output", help="table or json")]
 
 
 def parse_input(given: str) -> dict[str, str]:

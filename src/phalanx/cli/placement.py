@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from phalanx.cli.app import emit_json
+from phalanx.cli.app import OutputOpt, emit_json
 from phalanx.cli.cluster import TARGETS_HERE, cluster_app
 from phalanx.cli.target import ThisMachineOnlyOpt, this_machine_only
 from phalanx.cli.tracking import Format
@@ -71,7 +71,7 @@ def unmap_project(
 @cluster_app.command("maps")
 def list_maps(
     cluster: Annotated[str | None, typer.Argument(help="only this cluster")] = None,
-    output: Annotated[Format, typer.Option("-o", "--output", help="table or json")] = Format.TABLE,
+    output: OutputOpt = Format.TABLE,
     server: ThisMachineOnlyOpt = None,
 ) -> None:
     """List the projects' mappings."""

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import contextlib
 import time
-from typing import Annotated, Any
+from typing import Any
 
 import typer
 
-from phalanx.cli.app import app, emit_json
+from phalanx.cli.app import OutputOpt, app, emit_json
 from phalanx.cli.target import LocalOpt, ServerOpt
 from phalanx.cli.tracking import Format
 
@@ -41,7 +41,7 @@ def _age(since: float) -> str:
 
 @app.command("queue")
 def queue(
-    output: Annotated[Format, typer.Option("-o", "--output", help="table or json")] = Format.TABLE,
+    output: OutputOpt = Format.TABLE,
     server: ServerOpt = None,
     local: LocalOpt = False,
 ) -> None:

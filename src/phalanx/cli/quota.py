@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from phalanx.cli.app import app, emit_json
+from phalanx.cli.app import OutputOpt, app, emit_json
 from phalanx.cli.target import LocalOpt
 from phalanx.cli.tracking import Format
 
@@ -150,7 +150,7 @@ def _describe(limit: object) -> str:
 @quota_app.command("ls")
 def list_quotas(
     target: Annotated[str | None, typer.Option("--target", help="only this target")] = None,
-    output: Annotated[Format, typer.Option("-o", "--output", help="table or json")] = Format.TABLE,
+    output: OutputOpt = Format.TABLE,
     server: ServerOption = None,
     local: LocalOpt = False,
     token_file: TokenOption = None,

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from phalanx.cli.app import app, emit_json
+from phalanx.cli.app import OutputOpt, app, emit_json
 from phalanx.cli.target import LocalOpt, ServerOpt
 from phalanx.cli.tracking import Format
 
@@ -65,7 +65,7 @@ def set_secret(
 @secret_app.command("ls")
 def list_secrets(
     project: Annotated[str | None, typer.Argument(help="only this project (on a server: required)")] = None,
-    output: Annotated[Format, typer.Option("-o", "--output", help="table or json")] = Format.TABLE,
+    output: OutputOpt = Format.TABLE,
     server: ServerOpt = None,
     local: LocalOpt = False,
 ) -> None:

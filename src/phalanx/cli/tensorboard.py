@@ -13,7 +13,7 @@ from typing import Annotated
 
 import typer
 
-from phalanx.cli.app import app
+from phalanx.cli.app import OutputOpt, app
 from phalanx.cli.listing import Format
 from phalanx.cli.service_commands import list_services, said_started, stop_service
 from phalanx.cli.target import LocalOpt, ServerOpt
@@ -25,8 +25,6 @@ tensorboard_app = typer.Typer(
     no_args_is_help=True,
 )
 app.add_typer(tensorboard_app, name="tensorboard")
-
-OutputOpt = Annotated[Format, typer.Option("-o", "--output", help="table or json")]
 
 
 def _target(experiment: str | None, group: str | None, project: str | None) -> tuple[str, str]:

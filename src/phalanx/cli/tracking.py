@@ -17,7 +17,7 @@ from typing import Annotated
 
 import typer
 
-from phalanx.cli.app import app, emit_json, human_size
+from phalanx.cli.app import OutputOpt, app, emit_json, human_size
 from phalanx.cli.details import show_experiment
 
 # the lean `phalanx ls` path lives in cli/listing.py (no typer); other modules import these from here
@@ -63,7 +63,7 @@ def ls(
     limit: Annotated[
         int, typer.Option("--limit", "-n", min=1, help="At most this many (newest first).")
     ] = 50,
-    output: Annotated[Format, typer.Option("-o", "--output", help="table or json")] = Format.TABLE,
+    output: OutputOpt = Format.TABLE,
     group: Annotated[
         str | None, typer.Option("--group", metavar="ID", help="Only the trials of this experiment group.")
     ] = None,
@@ -122,7 +122,7 @@ def ls(
 @app.command("get")
 def get(
     experiment_id: IdArg,
-    output: Annotated[Format, typer.Option("-o", "--output", help="table or json")] = Format.TABLE,
+    output: OutputOpt = Format.TABLE,
     file: Annotated[
         bool, typer.Option("--file", help="Print only the experiment file it was launched with.")
     ] = False,
@@ -198,7 +198,7 @@ def metrics(
 @app.command("params")
 def params(
     experiment_id: IdArg,
-    output: Annotated[Format, typer.Option("-o", "--output", help="table or json")] = Format.TABLE,
+    output: OutputOpt = Format.TABLE,
     server: ServerOpt = None,
     local: LocalOpt = False,
 ) -> None:
@@ -233,7 +233,7 @@ def artifacts(
     directory: Annotated[
         Path, typer.Option("-d", "--dir", metavar="DIR", help="Where --download writes.")
     ] = Path("."),
-    output: Annotated[Format, typer.Option("-o", "--output", help="table or json")] = Format.TABLE,
+    output: OutputOpt = Format.TABLE,
     kind: Annotated[
         str | None,
         typer.Option(
@@ -288,7 +288,7 @@ def gc(
             help="Leave orphaned folders younger than this (a run that is just starting has one).",
         ),
     ] = 600.0,
-    output: Annotated[Format, typer.Option("-o", "--output", help="table or json")] = Format.TABLE,
+    output: OutputOpt = Format.TABLE,
     server: ThisMachineOnlyOpt = None,
 ) -> None:
     """Remove what no experiment on this machine needs (run folders and spools of deleted or
