@@ -16,6 +16,7 @@ from phalanx.config import Settings
 from phalanx.store import open_store
 from tests.conftest import OUTPUT
 from tests.integration.server.serverproc import Server, running_server
+from tests.support.webhooks import ALLOW_LOOPBACK
 
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMIUM_ARGS = [
@@ -56,7 +57,7 @@ def shared(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     has a home and a server of its own."""
     home = tmp_path_factory.mktemp("shared-home")
     open_store(Settings(home=home)).close()  # migrated before the server opens it
-    with running_server(home) as server:
+    with running_server(home, args=ALLOW_LOOPBACK) as server:  # test_alerts_ui's receiver is on loopback
         yield server
 
 

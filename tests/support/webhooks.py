@@ -12,6 +12,12 @@ from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from types import TracebackType
 
+from phalanx.server.hook_guard import HookGuard
+
+# A receiver here listens on loopback, where a server sends hooks only when its admin allows it.
+ALLOW_LOOPBACK = ["--hook-allow", "127.0.0.1"]
+LOOPBACK = HookGuard.allowing(["127.0.0.1"])
+
 
 @dataclass(frozen=True)
 class Received:

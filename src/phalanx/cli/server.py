@@ -358,6 +358,15 @@ BoxReadOpt = Annotated[
     ),
 ]
 
+HookAllowOpt = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--hook-allow",
+        metavar="HOST|NETWORK",
+        help="a host, address or network alert hooks may reach although not public (repeat; docs/alerts.md)",
+    ),
+]
+
 PublicUrlOpt = Annotated[
     str | None,
     typer.Option(
@@ -435,6 +444,7 @@ def server(
     public_url: PublicUrlOpt = None,
     alert_attempts: AlertAttemptsOpt = 5,
     alert_backoff: AlertBackoffOpt = 10.0,
+    hook_allow: HookAllowOpt = None,
     service_idle_minutes: ServiceIdleOpt = 30.0,
     service_limit: ServiceLimitOpt = 8,
     notebooks: NotebooksOpt = False,
@@ -463,7 +473,10 @@ def server(
     from phalanx.server.app import create_app
     from phalanx.server.boxing import decide, start_line  # (start-up time: `phalanx server`'s own)
     from phalanx.server.boxing import recorded as box_recorded
+    from phalanx.server.hook_guard import HookGuard
     from phalanx.server.settings import ServerSettings
+
+    HookGuard.allowing(hook_allow or ())  # a malformed --hook-allow: exit 2 naming it, before serving
 
     box = decide(
         trust=trust_submitters,
@@ -489,6 +502,7 @@ def server(
             public_url=public_url,
             alert_attempts=alert_attempts,
             alert_backoff_seconds=alert_backoff,
+            hook_allow=tuple(hook_allow or ()),
             service_idle_seconds=service_idle_minutes * 60,
             service_limit=service_limit,
             notebooks=notebooks,

@@ -26,6 +26,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from phalanx._version import __version__
+from phalanx.server.hook_guard import HookGuard, HookRefused
 from phalanx.store.alert_records import MODEL_ALIAS, Due, shown_url
 from phalanx.store.alerts import Outbox
 from phalanx.store.outages import STORAGE_ERRORS
@@ -91,10 +92,12 @@ class Deliverer:
         public_url: str,
         retry: Retry | None = None,
         clock: Callable[[], float] = time.time,
+        guard: HookGuard | None = None,
     ) -> None:
         self.outbox = outbox
         self.public_url = public_url
         self.retry = retry or Retry()
+        self.guard = guard or HookGuard()
         self.clock = clock
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="phalanx-alerts", daemon=True)
@@ -148,9 +151,17 @@ class Deliverer:
         }
         request = urllib.request.Request(due.url, data=body, headers=headers, method="POST")
         try:
-            with urllib.request.urlopen(request, timeout=self.retry.timeout) as answer:
+            with self.guard.opener(due.url).open(request, timeout=self.retry.timeout) as answer:
                 return int(answer.status), None
         except urllib.error.HTTPError as exc:
+            if 300 <= exc.code < 400:
+                return exc.code, f"the receiver answered {exc.code} {exc.reason} (redirects are not followed)"
             return exc.code, f"the receiver answered {exc.code} {exc.reason}"
+        except HookRefused as exc:
+            return None, f"not sent: {exc}"[:500]
+        except urllib.error.URLError as exc:
+            if isinstance(exc.reason, HookRefused):
+                return None, f"not sent: {exc.reason}"[:500]
+            return None, f"no answer: {type(exc).__name__}: {exc}"[:500]
         except Exception as exc:  # anything a URL or a socket raises is this try's failure, never the round's
             return None, f"no answer: {type(exc).__name__}: {exc}"[:500]

@@ -31,6 +31,7 @@ from phalanx.server.auth import SecurityMiddleware, default_allowed_hosts
 from phalanx.server.boxing import isolation_for
 from phalanx.server.files import ArtifactFiles
 from phalanx.server.gate import ChartGate
+from phalanx.server.hook_guard import HookGuard
 from phalanx.server.launcher import Launcher
 from phalanx.server.limits import BodyLimitMiddleware
 from phalanx.server.oidc import RelyingParty
@@ -160,7 +161,7 @@ def _deliverer(settings: ServerSettings, store: LocalStore) -> Deliverer | None:
         timeout=settings.alert_timeout_seconds,
         poll=settings.alert_poll_seconds,
     )
-    return Deliverer(box, settings.link_base(), retry).start()
+    return Deliverer(box, settings.link_base(), retry, guard=HookGuard.allowing(settings.hook_allow)).start()
 
 
 def _install_state(app: FastAPI, settings: ServerSettings, store: LocalStore) -> None:

@@ -57,6 +57,8 @@ class ServerSettings(BaseModel):
     alert_attempts: int = Field(default=5, ge=1, le=20)
     alert_backoff_seconds: float = Field(default=10.0, gt=0)
     alert_timeout_seconds: float = Field(default=10.0, gt=0)
+    # hosts and networks hooks may reach although not public (--hook-allow; server/hook_guard.py)
+    hook_allow: tuple[str, ...] = ()
     # services (server/services.py): one nobody reached for this long is stopped; boards take new
     # points this often
     service_idle_seconds: float = Field(default=1800.0, gt=0)

@@ -20,7 +20,7 @@ from tests.integration.server.serverproc import (
     supervisors_gone,
 )
 from tests.integration.server.test_remote_commands import ok, phalanx, wait_done
-from tests.support.webhooks import Receiver
+from tests.support.webhooks import ALLOW_LOOPBACK, Receiver
 
 TOKEN = "remote-commands-token-0123456789"  # what the borrowed helpers send
 SECRET = "integration-hook-secret-0123456789"
@@ -60,7 +60,7 @@ run:
 @pytest.fixture(scope="module")
 def module_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     home = tmp_path_factory.mktemp("alerts-server-home")
-    with running_server(home, token=TOKEN, args=[*TRUSTING, "--alert-backoff", "0.2"]) as s:
+    with running_server(home, token=TOKEN, args=[*TRUSTING, *ALLOW_LOOPBACK, "--alert-backoff", "0.2"]) as s:
         yield s
 
 

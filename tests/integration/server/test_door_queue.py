@@ -18,7 +18,7 @@ import pytest
 from tests.integration.server.serverproc import TRUSTING, Server, start_server, stop_server, supervisors_gone
 from tests.integration.server.test_remote_commands import ok, phalanx
 from tests.integration.server.test_submit import TOKEN, wait_done
-from tests.support.webhooks import Receiver
+from tests.support.webhooks import ALLOW_LOOPBACK, Receiver
 
 from phalanx.bundles import pack
 from phalanx.cli.remote import Client
@@ -116,7 +116,9 @@ def test_commands_of_this_machine_only_refuse_a_server_with_status_2(tmp_path: P
 def test_a_run_waiting_past_its_notice_is_told_to_its_projects_hook_with_why(
     phalanx_home: Path, tmp_path: Path
 ) -> None:
-    server = start_server(phalanx_home, token=TOKEN, args=TRUSTING, env={"PHALANX_WAIT_NOTICE": "1"})
+    server = start_server(
+        phalanx_home, token=TOKEN, args=[*TRUSTING, *ALLOW_LOOPBACK], env={"PHALANX_WAIT_NOTICE": "1"}
+    )
     try:
         with Receiver() as receiver:
             hook = json.dumps({"url": receiver.url, "events": ["waiting"]}).encode()

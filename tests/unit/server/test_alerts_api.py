@@ -33,7 +33,13 @@ def team(store: Store) -> Team:
 
 @pytest.fixture
 def client(settings: ServerSettings, store: Store, team: Team) -> Iterator[TestClient]:
-    fast = settings.model_copy(update={"alert_poll_seconds": 0.05, "public_url": "https://phalanx.example/"})
+    fast = settings.model_copy(
+        update={
+            "alert_poll_seconds": 0.05,
+            "public_url": "https://phalanx.example/",
+            "hook_allow": ("127.0.0.1", "10.0.0.7"),
+        }
+    )
     with TestClient(create_app(fast, store)) as c:
         yield c
 

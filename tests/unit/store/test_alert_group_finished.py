@@ -19,7 +19,7 @@ from phalanx.store.alerts import alert_book, outbox
 from phalanx.store.sql import SqlStore
 from phalanx.store.sql.engine import alembic_config
 from tests.support.clock import ManualClock
-from tests.support.webhooks import Receiver
+from tests.support.webhooks import LOOPBACK, Receiver
 from tests.unit.server import fill
 
 SECRET = "0123456789abcdef-secret"
@@ -135,7 +135,9 @@ def test_a_stopped_group_is_sent_signed_with_its_address_and_best_trial(store: S
         hook = alert_book(store).add_hook("A", receiver.url, ["group.finished"], SECRET, None)
         group = _group(store)
         _end(store, group.id, GroupStatus.STOPPED, "stopped by phalanx group stop")
-        deliverer = Deliverer(outbox(store), "https://phalanx.example/", Retry(attempts=3, backoff=1), clock)
+        deliverer = Deliverer(
+            outbox(store), "https://phalanx.example/", Retry(attempts=3, backoff=1), clock, guard=LOOPBACK
+        )
         assert deliverer.run_once() == 1  # 500
         clock.now += 1
         assert deliverer.run_once() == 1  # 200

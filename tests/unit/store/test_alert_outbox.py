@@ -15,7 +15,7 @@ from phalanx.server.alerting import DELIVERY, Deliverer, Retry
 from phalanx.store.alerts import alert_book, outbox
 from phalanx.store.sql import SqlStore
 from tests.support.clock import ManualClock
-from tests.support.webhooks import Receiver
+from tests.support.webhooks import LOOPBACK, Receiver
 from tests.unit.server import fill
 
 SECRET = "0123456789abcdef-secret"
@@ -81,7 +81,9 @@ def test_a_receiver_answering_500_twice_gets_it_on_the_third_try(store: SqlStore
     with Receiver([500, 500]) as receiver:
         hook = alert_book(store).add_hook("A", receiver.url, ["failed"], SECRET, None)
         exp_id = _failed(store)
-        deliverer = Deliverer(outbox(store), "https://phalanx.example", Retry(attempts=5, backoff=10), clock)
+        deliverer = Deliverer(
+            outbox(store), "https://phalanx.example", Retry(attempts=5, backoff=10), clock, guard=LOOPBACK
+        )
         assert deliverer.run_once() == 1  # 500
         clock.now += 9.9
         assert deliverer.run_once() == 0  # not due before its back-off
@@ -108,7 +110,9 @@ def test_a_delivery_is_given_up_after_its_last_try(store: SqlStore) -> None:
         "A", "http://127.0.0.1:9/nobody", ["failed"], SECRET, None
     )  # port 9: refused
     _failed(store)
-    deliverer = Deliverer(outbox(store), "http://x", Retry(attempts=2, backoff=1, timeout=5), clock)
+    deliverer = Deliverer(
+        outbox(store), "http://x", Retry(attempts=2, backoff=1, timeout=5), clock, guard=LOOPBACK
+    )
     assert deliverer.run_once() == 1
     clock.now += 1
     assert deliverer.run_once() == 1

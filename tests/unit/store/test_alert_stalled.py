@@ -16,7 +16,7 @@ from phalanx.store.alert_records import check_hook
 from phalanx.store.alerts import alert_book, outbox
 from phalanx.store.sql import SqlStore
 from tests.support.clock import ManualClock
-from tests.support.webhooks import Receiver
+from tests.support.webhooks import LOOPBACK, Receiver
 from tests.unit.server import fill
 
 SECRET = "0123456789abcdef-secret"
@@ -54,7 +54,11 @@ def test_a_stall_is_sent_signed_naming_the_replica(store: SqlStore) -> None:
         exp = fill.experiment(store, name="ddp", project="A", status=ExperimentStatus.RUNNING)
         store.notice(exp.id, "stalled", "worker-1", NOTICE)
         deliverer = Deliverer(
-            outbox(store), "https://phalanx.example/", Retry(attempts=3, backoff=1), ManualClock(2e9)
+            outbox(store),
+            "https://phalanx.example/",
+            Retry(attempts=3, backoff=1),
+            ManualClock(2e9),
+            guard=LOOPBACK,
         )
         assert deliverer.run_once() == 1
         (got,) = receiver.wait_for(1)

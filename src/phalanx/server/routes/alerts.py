@@ -14,8 +14,10 @@ from typing import Annotated
 from fastapi import APIRouter, Query, Request, Response
 from pydantic import BaseModel, Field
 
+from phalanx.errors import UsageError
 from phalanx.server.audit import describe
 from phalanx.server.deps import StoreDep
+from phalanx.server.hook_guard import HookGuard, HookRefused
 from phalanx.server.policy import policy, principal_of
 from phalanx.store.accounts import Role
 from phalanx.store.alert_records import EVENTS, SECRET_MAX, URL_MAX, Delivery, Hook, shown_url
@@ -95,6 +97,10 @@ def list_all_hooks(store: StoreDep, request: Request) -> list[HookOut]:
 def add_hook(project: str, body: HookIn, store: StoreDep, request: Request) -> HookOut:
     """Add a hook: from now on, each end of the project's experiments it names is POSTed to it."""
     who = principal_of(request)
+    try:  # an address given outright; where a name points is checked on every send
+        HookGuard.allowing(request.app.state.settings.hook_allow).check_literal(body.url)
+    except HookRefused as exc:
+        raise UsageError(f"url {shown_url(body.url)}: {exc}") from None
     hook = alert_book(store).add_hook(project, body.url, body.events, body.secret, who.name)
     describe(request, "alert.add", hook.id, project, f"{shown_url(hook.url)} on {','.join(hook.events)}")
     return _out(hook, True)
