@@ -409,12 +409,18 @@ class SecurityMiddleware:
         return (False, None) if morsel is None else self.sessions.lookup(morsel.value)
 
     def _same_origin(self, scope: Scope, host: str) -> bool:
-        """Whether a browser says this request comes from a page of this server (or is no browser)."""
+        """Whether a browser says this request comes from a page of this server (or is no browser).
+        A page served over plain http never speaks for a server reached over https, even at the
+        same host name (whoever can answer for http://HOST, on its port 80 or on the path, could
+        otherwise act with the session); behind a TLS proxy the scheme is the proxy's
+        (X-Forwarded-Proto, with --forwarded-allow-ips)."""
         origin = _header(scope, b"origin")
         if origin:
             if origin == "null":
                 return False
             parts = urlsplit(origin)
+            if _downgraded(parts.scheme, scope):
+                return False
             return (parts.netloc.lower() == _header(scope, b"host").strip().lower()) and bool(host)
         site = _header(scope, b"sec-fetch-site").lower()
         if site:
@@ -423,8 +429,16 @@ class SecurityMiddleware:
         # a Referer from another site still says where the request comes from
         referer = _header(scope, b"referer")
         if referer:
-            return urlsplit(referer).netloc.lower() == _header(scope, b"host").strip().lower()
+            parts = urlsplit(referer)
+            if _downgraded(parts.scheme, scope):
+                return False
+            return parts.netloc.lower() == _header(scope, b"host").strip().lower()
         return True
+
+
+def _downgraded(scheme: str, scope: Scope) -> bool:
+    """Whether a page's ``scheme`` is plain http while the request came over https."""
+    return scheme.lower() == "http" and scope.get("scheme") == "https"
 
 
 def default_allowed_hosts(bind: str) -> list[str]:

@@ -166,6 +166,18 @@ def test_a_cross_site_post_is_refused(client: TestClient, store: Store) -> None:
     assert same.status_code == 200
 
 
+def test_a_plain_http_page_of_the_same_host_does_not_speak_for_the_server_over_https(
+    settings: ServerSettings, store: Store
+) -> None:
+    e = fill.experiment(store, status=ExperimentStatus.RUNNING)
+    with TestClient(create_app(settings, store), base_url="https://testserver") as c:
+        for headers in ({"Origin": "http://testserver"}, {"Referer": "http://testserver/experiments"}):
+            assert c.post(f"/api/v1/experiments/{e.id}/stop", headers=headers).status_code == 403, headers
+        assert store.get_experiment(e.id).status is ExperimentStatus.RUNNING
+        same = c.post(f"/api/v1/experiments/{e.id}/stop", headers={"Origin": "https://testserver"})
+        assert same.status_code == 200
+
+
 def test_a_post_whose_only_clue_is_a_foreign_referer_is_refused(client: TestClient, store: Store) -> None:
     """An older browser sends neither Origin nor Sec-Fetch-Site on a form POST, but a Referer."""
     e = fill.experiment(store, status=ExperimentStatus.RUNNING)
