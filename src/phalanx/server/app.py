@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import re
 import secrets
 from collections.abc import AsyncIterator, Mapping
 from typing import Any
@@ -338,9 +339,15 @@ def _install_openapi(app: FastAPI) -> None:
     app.openapi = openapi  # type: ignore[method-assign]
 
 
+# A word this long in an error message is what the caller sent (a 5,000-character id): it is
+# answered cut, never echoed whole.
+_ECHO = re.compile(r"\S{200,}")
+
+
 def _error(status: int, code: str, message: str, headers: Mapping[str, str] | None = None) -> JSONResponse:
+    cut = _ECHO.sub(lambda m: f"{m.group()[:80]}…({len(m.group())} characters)", message)
     return JSONResponse(
-        {"error": code, "message": message}, status_code=status, headers=dict(headers) if headers else None
+        {"error": code, "message": cut}, status_code=status, headers=dict(headers) if headers else None
     )
 
 

@@ -1,6 +1,7 @@
 from pathlib import Path
 from typing import Any
 
+import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import create_engine
 from sqlalchemy.pool import StaticPool
@@ -53,6 +54,14 @@ def test_bad_query_parameters_get_422_with_a_json_error(client: TestClient) -> N
         r = client.get("/api/v1/experiments", params=params)
         assert r.status_code == 422, params
         assert r.json()["error"] == "invalid_request"
+
+
+@pytest.mark.parametrize("path", ["/api/v1/experiments/{}", "/api/v1/groups/{}", "/api/v1/models/{}"])
+def test_an_unknown_name_of_5000_characters_is_answered_cut_not_echoed(client: TestClient, path: str) -> None:
+    r = client.get(path.format("a" * 5000))
+    assert r.status_code == 404 and r.json()["error"] == "not_found"
+    message = r.json()["message"]
+    assert len(message) < 400 and "a" * 200 not in message and "a" * 70 + "…(500" in message, message
 
 
 def test_detail_accepts_a_unique_prefix_and_has_replicas_and_file(client: TestClient, store: Store) -> None:
