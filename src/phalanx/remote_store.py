@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from phalanx.apiclient import Client, quote
+from phalanx.clusters import Cluster
 from phalanx.domain import Experiment, ExperimentStatus, Group, Page, Replica, ReplicaState, Role
 from phalanx.errors import NotFound, UsageError
 from phalanx.store.alert_records import Delivery, Hook
@@ -29,6 +30,7 @@ from phalanx.store.base import (
     ParamRecord,
     Series,
 )
+from phalanx.store.placements import Placement
 
 if TYPE_CHECKING:
     from phalanx.store.accounts import Role as ProjectRole  # its name is sent: no sqlalchemy here
@@ -390,6 +392,36 @@ class RemoteDirectory:
 
     def audit_trail(self, limit: int = 100, project: str | None = None) -> list[dict[str, Any]]:
         return [dict(r) for r in self.client.get("/admin/audit", limit=limit, project=project)]
+
+
+class RemoteClusterBook:
+    """A server's clusters and its projects' placements on them (``store.cluster_book.ClusterBook``)
+    through its API: its admins only, each change audited as the caller."""
+
+    def __init__(self, client: Client) -> None:
+        self.client = client
+
+    def clusters(self) -> list[Cluster]:
+        return [Cluster(**c) for c in self.client.get("/admin/clusters")]
+
+    def add(self, cluster: Cluster, replace: bool = False) -> Cluster:
+        return Cluster(
+            **self.client.send("POST", "/admin/clusters", {**cluster.to_json(), "replace": replace})
+        )
+
+    def remove(self, name: str) -> None:
+        self.client.send("DELETE", f"/admin/clusters/{quote(name)}")
+
+    def map(self, placement: Placement) -> Placement:
+        doc = {k: v for k, v in placement.to_json().items() if k not in ("project", "cluster")}
+        path = f"/admin/placements/{quote(placement.cluster)}/{quote(placement.project)}"
+        return Placement(**self.client.send("PUT", path, doc))
+
+    def unmap(self, project: str, cluster: str) -> None:
+        self.client.send("DELETE", f"/admin/placements/{quote(cluster)}/{quote(project)}")
+
+    def maps(self, cluster: str | None = None) -> list[Placement]:
+        return [Placement(**p) for p in self.client.get("/admin/placements", cluster=cluster)]
 
 
 class RemoteServices:

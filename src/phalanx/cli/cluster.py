@@ -1,11 +1,18 @@
-"""`phalanx cluster add|ls|rm`: name the engines `phalanx run --cluster NAME` can send experiments to."""
+"""`phalanx cluster add|ls|rm`: name the engines `phalanx run --cluster NAME` can send experiments to,
+on this machine or, after `phalanx login` (its admins), on the server (``store.cluster_book``)."""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import typer
 
-from phalanx.cli.app import app, emit_json
-from phalanx.cli.target import ThisMachineOnlyOpt, this_machine_only
+from phalanx.cli.app import OutputOpt, app, emit_json
+from phalanx.cli.listing import Format
+from phalanx.cli.target import LocalOpt, ServerOpt
+
+if TYPE_CHECKING:
+    from phalanx.store.cluster_book import ClusterBook
 
 cluster_app = typer.Typer(
     help="Register the Slurm, Kubernetes and Ray clusters `phalanx run --cluster NAME` uses.",
@@ -13,8 +20,21 @@ cluster_app = typer.Typer(
 )
 app.add_typer(cluster_app, name="cluster")
 
-# what `cluster` commands say when given --server: a home's clusters are that machine's
-TARGETS_HERE = "a server's compute targets are registered on its machine; `phalanx queue` shows them"
+
+def book(server: str | None, local: bool) -> ClusterBook:
+    """The clusters the command acts on: the server's (after `phalanx login`, or with --server),
+    else this machine's."""
+    from phalanx.logins import choose
+
+    client = choose(server, local)
+    if client is not None:
+        from phalanx.remote_store import RemoteClusterBook
+
+        return RemoteClusterBook(client)
+    from phalanx.config import Settings
+    from phalanx.store.cluster_book import LocalClusterBook
+
+    return LocalClusterBook(Settings())
 
 
 @cluster_app.command("add")
@@ -51,15 +71,15 @@ def add(
         None, "--node-dir", help="ray: each node's folder for code and environments (~/.cache/phalanx)"
     ),
     replace: bool = typer.Option(False, "--replace", help="overwrite a cluster of the same name"),
-    server: ThisMachineOnlyOpt = None,
+    server: ServerOpt = None,
+    local: LocalOpt = False,
 ) -> None:
-    """Register a cluster."""
-    this_machine_only("cluster add", server, TARGETS_HERE)
-    from phalanx.clusters import Cluster, add_cluster
+    """Register a cluster (on a server: its admins; its paths and contexts are the server machine's)."""
+    from phalanx.clusters import Cluster
 
     # every value is checked by its kind's typed options (phalanx.cluster_options), as a
     # hand-edited clusters.toml is
-    cluster = add_cluster(
+    cluster = book(server, local).add(
         Cluster(
             name=name,
             kind=kind,
@@ -82,19 +102,10 @@ def add(
 
 
 @cluster_app.command("ls")
-def ls(
-    output: str = typer.Option("table", "-o", "--output", help="table or json"),
-    server: ThisMachineOnlyOpt = None,
-) -> None:
+def ls(output: OutputOpt = Format.TABLE, server: ServerOpt = None, local: LocalOpt = False) -> None:
     """List registered clusters."""
-    this_machine_only("cluster ls", server, TARGETS_HERE)
-    from phalanx.clusters import load_clusters
-    from phalanx.errors import UsageError
-
-    if output not in ("table", "json"):
-        raise UsageError(f"-o must be table or json, not {output!r}")
-    clusters = load_clusters()
-    if output == "json":
+    clusters = {c.name: c for c in book(server, local).clusters()}
+    if output is Format.JSON:
         emit_json([c.to_json() for c in clusters.values()])
         return
     if not clusters:
@@ -118,11 +129,10 @@ def ls(
 
 @cluster_app.command("rm")
 def rm(
-    name: str = typer.Argument(..., help="The cluster to forget."), server: ThisMachineOnlyOpt = None
+    name: str = typer.Argument(..., help="The cluster to forget."),
+    server: ServerOpt = None,
+    local: LocalOpt = False,
 ) -> None:
     """Forget a cluster (nothing on the cluster itself is touched)."""
-    this_machine_only("cluster rm", server, TARGETS_HERE)
-    from phalanx.clusters import remove_cluster
-
-    remove_cluster(name)
+    book(server, local).remove(name)
     typer.echo(f"cluster {name!r} removed")

@@ -3,24 +3,14 @@ account and partition, a Kubernetes namespace), so the cluster's own accounting 
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Annotated
+from typing import Annotated
 
 import typer
 
 from phalanx.cli.app import OutputOpt, emit_json
-from phalanx.cli.cluster import TARGETS_HERE, cluster_app
-from phalanx.cli.target import ThisMachineOnlyOpt, this_machine_only
+from phalanx.cli.cluster import book, cluster_app
+from phalanx.cli.target import LocalOpt, ServerOpt
 from phalanx.cli.tracking import Format
-
-if TYPE_CHECKING:
-    from phalanx.store.base import LocalStore
-
-
-def _store() -> LocalStore:
-    from phalanx.config import Settings
-    from phalanx.store import open_store
-
-    return open_store(Settings())
 
 
 @cluster_app.command("map")
@@ -30,24 +20,14 @@ def map_project(
     account: Annotated[str | None, typer.Option("--account", help="slurm: --account")] = None,
     partition: Annotated[str | None, typer.Option("--partition", help="slurm: --partition")] = None,
     namespace: Annotated[str | None, typer.Option("--namespace", help="kubernetes: the namespace")] = None,
-    server: ThisMachineOnlyOpt = None,
+    server: ServerOpt = None,
+    local: LocalOpt = False,
 ) -> None:
     """Send the project's jobs on CLUSTER to this account, partition or namespace (replaces an
     earlier mapping; what is not given stays the cluster's own)."""
-    this_machine_only("cluster map", server, TARGETS_HERE)
-    from phalanx.clusters import get_cluster
-    from phalanx.config import Settings
-    from phalanx.errors import UsageError
-    from phalanx.store.placements import Placement, put
+    from phalanx.store.placements import Placement
 
-    conf = get_cluster(cluster, Settings().home)
-    if conf.kind == "slurm" and namespace is not None:
-        raise UsageError(f"--namespace is for kubernetes clusters; {cluster} is a slurm cluster")
-    if conf.kind == "kubernetes" and (account is not None or partition is not None):
-        raise UsageError(
-            f"--account and --partition are for slurm clusters; {cluster} is a kubernetes cluster"
-        )
-    done = put(_store(), Placement(project, cluster, account, partition, namespace))
+    done = book(server, local).map(Placement(project, cluster, account, partition, namespace))
     said = ", ".join(f"{k} {v}" for k, v in done.to_json().items() if k not in ("project", "cluster") and v)
     typer.echo(f"project {project} on {cluster}: {said}")
 
@@ -56,15 +36,11 @@ def map_project(
 def unmap_project(
     cluster: Annotated[str, typer.Argument(help="the cluster")],
     project: Annotated[str, typer.Argument(help="the project")],
-    server: ThisMachineOnlyOpt = None,
+    server: ServerOpt = None,
+    local: LocalOpt = False,
 ) -> None:
     """Remove the project's mapping on CLUSTER (its jobs use the cluster's own settings again)."""
-    this_machine_only("cluster unmap", server, TARGETS_HERE)
-    from phalanx.errors import NotFound
-    from phalanx.store.placements import remove
-
-    if not remove(_store(), project, cluster):
-        raise NotFound(f"project {project} has no mapping on {cluster} (`phalanx cluster maps`)")
+    book(server, local).unmap(project, cluster)
     typer.echo(f"project {project} on {cluster}: the cluster's own settings")
 
 
@@ -72,14 +48,13 @@ def unmap_project(
 def list_maps(
     cluster: Annotated[str | None, typer.Argument(help="only this cluster")] = None,
     output: OutputOpt = Format.TABLE,
-    server: ThisMachineOnlyOpt = None,
+    server: ServerOpt = None,
+    local: LocalOpt = False,
 ) -> None:
     """List the projects' mappings."""
-    this_machine_only("cluster maps", server, TARGETS_HERE)
     from phalanx.cli.tracking import _table
-    from phalanx.store.placements import list_placements
 
-    found = list_placements(_store(), cluster=cluster)
+    found = book(server, local).maps(cluster)
     if output is Format.JSON:
         emit_json([p.to_json() for p in found])
         return

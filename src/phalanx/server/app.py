@@ -41,6 +41,7 @@ from phalanx.server.policy import enforce, policy
 from phalanx.server.routes import alerts as alert_routes
 from phalanx.server.routes import (
     artifacts,
+    clusters,
     compare,
     data,
     experiments,
@@ -230,6 +231,7 @@ def _install_routes(app: FastAPI, settings: ServerSettings) -> None:
         models,
         queue_routes,
         teams,
+        clusters,
         quota_routes,
         secret_routes,
         alert_routes,

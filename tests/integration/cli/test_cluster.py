@@ -64,7 +64,7 @@ def test_mistakes_exit_2_with_a_message_and_change_nothing(phalanx_home: Path) -
         (("cluster", "add", "x", "--kind", "slurm", "--namespace", "ml"), "for kubernetes clusters"),
         (("cluster", "add", "bad name", "--kind", "slurm"), "not allowed"),
         (("cluster", "rm", "nope"), "no cluster named 'nope'"),
-        (("cluster", "ls", "-o", "xml"), "-o must be table or json"),
+        (("cluster", "ls", "-o", "xml"), "'xml' is not one of 'table', 'json'"),
         (("cluster", "add", "x", "--kind", "kubernetes", "--server-url", "gpu-box"), "give the server's URL"),
         (("cluster", "add", "x", "--kind", "slurm", "--shared-dir", "shared"), "give an absolute path"),
         (("cluster", "add", "x", "--kind", "kubernetes"), "a kubernetes cluster needs --server-url"),

@@ -106,6 +106,8 @@ def set_up(home: Path, folder: Path) -> dict[str, str]:
         ("admin", "project", "add", "vision"),
         ("quota", "set", "vision", "--cores", "2", "--max-waiting", "3"),
         ("models", "register", ids["m"], "--name", "tiny", "--alias", "prod"),
+        ("cluster", "add", "hpc", "--kind", "slurm", "--partition", "debug"),
+        ("cluster", "map", "hpc", "vision", "--account", "vision-lab"),
     ):
         ok(phalanx_cli(*args, env=env))
     ok(phalanx_cli("admin", "user", "add", "vic", "--password-stdin", env=env, input="vic-password-1\n"))
@@ -144,6 +146,8 @@ READS: dict[str, list[tuple[str, ...]]] = {
     "queue": [("queue",), ("queue", "-o", "json")],
     "models ls": [("models", "ls"), ("models", "ls", "-o", "json"), ("models", "{m}", "-o", "json")],
     "models get": [("models", "get", "tiny"), ("models", "get", "tiny@prod", "-o", "json")],
+    "cluster ls": [("cluster", "ls"), ("cluster", "ls", "-o", "json")],
+    "cluster maps": [("cluster", "maps"), ("cluster", "maps", "-o", "json"), ("cluster", "maps", "hpc")],
     "admin audit": [("admin", "audit", "--limit", "5", "-o", "json"), ("admin", "audit", "--json")],
     "admin user ls": [("admin", "user", "ls"), ("admin", "user", "ls", "-o", "json")],
     "admin project ls": [("admin", "project", "ls"), ("admin", "project", "ls", "-o", "json")],
@@ -171,6 +175,10 @@ WRITES: list[tuple[str, tuple[str, ...], str]] = [
     ("datastore rm", ("datastore", "rm", "store-{d}"), ""),
     ("models register", ("models", "register", "{m}", "--name", "m-{d}"), ""),
     ("models alias", ("models", "alias", "m-{d}@prod", "1"), ""),
+    ("cluster add", ("cluster", "add", "c-{d}", "--kind", "slurm", "--partition", "part-{d}"), ""),
+    ("cluster map", ("cluster", "map", "c-{d}", "p-{d}", "--account", "acct-{d}"), ""),
+    ("cluster unmap", ("cluster", "unmap", "c-{d}", "p-{d}"), ""),
+    ("cluster rm", ("cluster", "rm", "c-{d}"), ""),
     ("models update", ("models", "update", "m-{d}@1", "--description", "tiny {d}", "--tag", "door={d}"), ""),
 ]
 
@@ -253,6 +261,8 @@ def test_a_write_through_either_door_answers_the_same_and_lands_in_the_one_store
     assert projects["p-here"] == projects["p-there"] == {}  # each door's member came and went
     assert ok(doors.here("tag", doors.ids["b"])).stdout == "there-best\n"
     assert ok(doors.here("note", doors.ids["b"])).stdout == "tried there\n"
+    clusters = [c["name"] for c in json.loads(ok(doors.here("cluster", "ls", "-o", "json")).stdout)]
+    assert clusters == ["hpc"]  # each door's cluster came and went
     models = {m["name"]: m for m in json.loads(ok(doors.here("models", "ls", "-o", "json")).stdout)}
     assert models["m-here"]["aliases"] == models["m-there"]["aliases"] == {"prod": 1}
     stores = {s["name"] for s in json.loads(ok(doors.here("datastore", "ls", "-o", "json")).stdout)}

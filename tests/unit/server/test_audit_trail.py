@@ -164,6 +164,27 @@ def _project_add(w: World) -> tuple[int, str, str, str | None]:
     return r.status_code, "project.add", "C", None
 
 
+def _cluster_add(w: World) -> tuple[int, str, str, str | None]:
+    body = {"name": "hpc", "kind": "slurm", "partition": "gpu"}
+    r = w.client.post(f"{API}/admin/clusters", json=body, headers=w.auth())
+    return r.status_code, "cluster.add", "hpc", "slurm"
+
+
+def _cluster_map(w: World) -> tuple[int, str, str, str | None]:
+    r = w.client.put(f"{API}/admin/placements/hpc/A", json={"account": "vision-lab"}, headers=w.auth())
+    return r.status_code, "cluster.map", "hpc/A", "account vision-lab"
+
+
+def _cluster_unmap(w: World) -> tuple[int, str, str, str | None]:
+    r = w.client.delete(f"{API}/admin/placements/hpc/A", headers=w.auth())
+    return r.status_code, "cluster.unmap", "hpc/A", None
+
+
+def _cluster_rm(w: World) -> tuple[int, str, str, str | None]:
+    r = w.client.delete(f"{API}/admin/clusters/hpc", headers=w.auth())
+    return r.status_code, "cluster.remove", "hpc", None
+
+
 def _alert_add(w: World) -> tuple[int, str, str, str | None]:
     doc = {"url": "https://hooks.example/services/T0/B0/XXXX", "events": ["failed"]}
     r = w.client.post(f"{API}/projects/A/alerts", json=doc, headers=w.auth("editor_a"))
@@ -289,6 +310,10 @@ CALLS: dict[tuple[str, str], Call] = {
     ("POST", f"{API}/admin/users"): _user_add,
     ("PATCH", f"{API}/admin/users/{{name}}"): _user_change,
     ("POST", f"{API}/admin/projects"): _project_add,
+    ("POST", f"{API}/admin/clusters"): _cluster_add,
+    ("PUT", f"{API}/admin/placements/{{cluster}}/{{project}}"): _cluster_map,
+    ("DELETE", f"{API}/admin/placements/{{cluster}}/{{project}}"): _cluster_unmap,
+    ("DELETE", f"{API}/admin/clusters/{{name}}"): _cluster_rm,
     ("PUT", f"{API}/projects/{{project}}/quota"): _quota_set,
     ("DELETE", f"{API}/projects/{{project}}/quota"): _quota_rm,
     ("POST", f"{API}/projects/{{project}}/alerts"): _alert_add,

@@ -103,6 +103,12 @@ TABLE: dict[tuple[str, str], str] = {
     ("PATCH", "/api/v1/admin/users/{name}"): "site:admin",
     ("GET", "/api/v1/admin/projects"): "site:admin",
     ("POST", "/api/v1/admin/projects"): "site:admin",
+    ("GET", "/api/v1/admin/clusters"): "site:admin",
+    ("POST", "/api/v1/admin/clusters"): "site:admin",
+    ("DELETE", "/api/v1/admin/clusters/{name}"): "site:admin",
+    ("GET", "/api/v1/admin/placements"): "site:admin",
+    ("PUT", "/api/v1/admin/placements/{cluster}/{project}"): "site:admin",
+    ("DELETE", "/api/v1/admin/placements/{cluster}/{project}"): "site:admin",
     # quotas are the server's to hand out: a project admin reads its own, only a server admin sets them
     ("GET", "/api/v1/projects/{project}/quota"): "project:viewer",
     ("PUT", "/api/v1/projects/{project}/quota"): "site:admin",
@@ -232,6 +238,7 @@ def _fill(path: str, ids: dict[str, str]) -> str:
         "name": "x",
         "path": "x.txt",
         "hook_id": ids["hook"],
+        "cluster": "x",
         "service_id": ids["service"],
     }
     return re.sub(r"\{(\w+)(:path)?\}", lambda m: values[m.group(1)], path)
