@@ -9,7 +9,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-HEARTBEAT_SECONDS = 30.0  # docs/environments.md promises a line at least this often
+HEARTBEAT_SECONDS = 30.0  # docs/environments.md promises a line at least this often (PHALANX_BUILD_HEARTBEAT)
 
 
 class BuildProgress:

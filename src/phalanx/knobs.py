@@ -204,6 +204,14 @@ GPU_DEVICES_DIR: Knob[Path | None] = Knob(
     "a folder",
     "where a box takes a replica's GPU device nodes (nvidia0, nvidiactl...) from; default /dev",
 )
+BUILD_HEARTBEAT: Knob[float] = Knob(
+    "PHALANX_BUILD_HEARTBEAT",
+    _number(float, 0.0, above=True),
+    30.0,
+    "seconds > 0",
+    "the longest an environment build's console stays silent: while pip says nothing, a"
+    " `still building` line with the time and pip's last line comes this often",
+)
 
 KNOBS: tuple[Knob[Any], ...] = (
     STALL_NOTICE,
@@ -221,6 +229,7 @@ KNOBS: tuple[Knob[Any], ...] = (
     HOROVOD_WHEEL,
     SYSTEM_METRICS,
     GPU_DEVICES_DIR,
+    BUILD_HEARTBEAT,
 )
 
 

@@ -14,6 +14,7 @@ import threading
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from phalanx import knobs
 from phalanx.buildprogress import BuildProgress
 from phalanx.domain import BUILD_CONSOLE
 from phalanx.ingest import Ingester
@@ -48,7 +49,7 @@ class BuildConsole:
                 spool_dir, experiment_id=experiment_id, replica=BUILD_CONSOLE, role=BUILD_CONSOLE
             )
             self.ingester = Ingester(store, None, spool_dir, cleanup=False)
-        self.progress = BuildProgress(self.say)
+        self.progress = BuildProgress(self.say, every=knobs.BUILD_HEARTBEAT.value())
 
     def say(self, lines: list[str]) -> None:
         """``lines`` to the terminal and, as one record, to the store (never failing the build: a

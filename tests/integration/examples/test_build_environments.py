@@ -8,8 +8,13 @@ are exercised by test_framework_examples.py.
 from __future__ import annotations
 
 import json
+import threading
+import time
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
+import pytest
 from tests.integration.install.test_buildenv import write_wheel
 from tests.support.cli import phalanx_cli
 from tests.support.sandbox import wait_gone
@@ -63,6 +68,52 @@ def test_replicas_run_in_the_build_venv_and_report_through_phalanx(
     metrics = json.loads(phalanx_cli("metrics", exp_id, "-o", "json").stdout)
     assert {s: v["values"] for s, v in metrics["isolated"].items()} == {"master": [1.0], "worker-0": [1.0]}
     assert metrics["tinypkg"]["master"]["values"] == [1.0]
+
+
+@pytest.fixture
+def slow_wheel(tmp_path: Path) -> Iterator[str]:
+    """tinypkg's wheel over HTTP on loopback, answered 6 s after it is asked for: a pip that says
+    nothing for that long (a big download, a slow index)."""
+    wheel = write_wheel(tmp_path / "served")
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            time.sleep(6)
+            body = wheel.read_bytes()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/octet-stream")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, format: str, *args: object) -> None:
+            """Quiet."""
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}/{wheel.name}"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_a_silent_pip_gets_a_heartbeat_in_the_console(
+    phalanx_home: Path, tmp_path: Path, slow_wheel: str
+) -> None:
+    """A real pip waiting on a slow download: while it says nothing, `still building` lines with
+    the time and pip's last line (PHALANX_BUILD_HEARTBEAT: 1 s here, 30 s by default), in the run's
+    output and in the experiment's stored console."""
+    path = experiment_file(tmp_path, [slow_wheel])
+    done = phalanx_cli("run", "-f", path, "-o", "json", env={"PHALANX_BUILD_HEARTBEAT": "1"})
+    assert done.returncode == 0, done.stdout + done.stderr
+    beats = [
+        line for line in done.stderr.splitlines() + done.stdout.splitlines() if "still building (" in line
+    ]
+    waiting = [b for b in beats if "pip install of build.pip_packages; pip's last line: Collecting " in b]
+    assert len(waiting) >= 2, beats  # 6 s of a silent download: a line every second or so
+    stored = phalanx_cli("logs", json.loads(done.stdout)["id"]).stdout
+    assert sum(line.startswith("[build] still building (") for line in stored.splitlines()) == len(beats)
 
 
 def test_a_package_pip_cannot_find_is_refused_with_pip_words_and_nothing_left(
