@@ -33,6 +33,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from phalanx import knobs
 from phalanx.backends import kube_code, ray_actor
 from phalanx.backends.base import (
     DryRun,
@@ -265,6 +266,7 @@ class RayBackend:
             "processes": [{"argv": list(argv), "env": dict(env)} for argv, env in processes],
             "memory_mib": plan_replica.resources.memory.limits,
             "grace": GRACE_SECONDS,
+            "heartbeat": knobs.BUILD_HEARTBEAT.value(),  # a silent build's longest silence
         }
 
     # -- state ----------------------------------------------------------------------------------

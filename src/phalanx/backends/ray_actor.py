@@ -89,6 +89,14 @@ def unpack(bundle: Path, dest: Path) -> None:
         tar.extractall(dest, **kw)
 
 
+def _last_line(log: Path) -> str:
+    """The last non-blank line a build step wrote (of the log's last 4 KiB), but Phalanx's own."""
+    with open(log, "rb") as f:
+        f.seek(max(0, f.seek(0, os.SEEK_END) - 4096))
+        lines = f.read().decode(errors="replace").splitlines()
+    return next((x.strip() for x in reversed(lines) if x.strip() and not x.startswith("phalanx: ")), "")
+
+
 class ReplicaActor:
     """One replica on its node. ``order``: experiment_id, group, replica, code_url, code_sha256,
     token, env_build, node_dir, processes ([{argv, env}]), memory_mib, grace."""
@@ -183,7 +191,11 @@ class ReplicaActor:
         env_dir = node_dir(self.order) / "envs" / build["hash"]
         env_dir.parent.mkdir(parents=True, exist_ok=True)
         with open(self.log, "ab") as out, open(f"{env_dir}.lock", "a") as lock:
-            fcntl.flock(lock, fcntl.LOCK_EX)  # the first replica on this node builds; the rest reuse
+            try:  # the first replica on this node builds; the rest reuse
+                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                self._note(f"waiting for this node's build of the environment {build['hash']}")
+                fcntl.flock(lock, fcntl.LOCK_EX)
             if not (env_dir / ".ready").exists():
                 self._note(f"building the environment {build['hash']} on this node (once)")
                 self._build(env_dir, build, code, out)
@@ -195,22 +207,43 @@ class ReplicaActor:
         ``.ready`` mark says it is complete, so a build cut short is started again from scratch."""
         tmp = env_dir
         shutil.rmtree(tmp, ignore_errors=True)
-        steps = [[sys.executable, "-m", "venv", str(tmp)]]
+        steps = [("creating the venv", [sys.executable, "-m", "venv", str(tmp)])]
         if build["packages"]:
-            steps.append(
-                [str(tmp / "bin" / "python"), "-m", "pip", "install", "--no-input", *build["packages"]]
-            )
-        steps += [["/bin/sh", "-c", step] for step in build["steps"]]
+            pip = [str(tmp / "bin" / "python"), "-m", "pip", "install", "--no-input", *build["packages"]]
+            steps.append(("pip install of build.pip_packages", pip))
+        steps += [(f"build step {step!r}", ["/bin/sh", "-c", step]) for step in build["steps"]]
         path = f"{tmp / 'bin'}{os.pathsep}{os.environ.get('PATH', os.defpath)}"
-        for argv in steps:
+        started = time.monotonic()
+        for what, argv in steps:
             env = {**os.environ, "PATH": path, "VIRTUAL_ENV": str(tmp)}
             self._child = subprocess.Popen(
                 argv, stdout=out, stderr=out, stdin=subprocess.DEVNULL, cwd=str(code), env=env,
                 start_new_session=True,
             )  # fmt: skip
-            if self._child.wait() != 0 or self._stop.is_set():
+            if self._wait_saying(self._child, what, started) != 0 or self._stop.is_set():
                 raise OSError(f"building its environment failed: {argv[-1]} exited {self._child.returncode}")
         (env_dir / ".ready").touch()
+
+    def _wait_saying(self, child: subprocess.Popen[bytes], what: str, started: float) -> int:
+        """The step's exit status; while it writes nothing, a ``still building`` line in the console
+        at least every ``heartbeat`` seconds (the order's), with the step and its last line."""
+        every = float(self.order.get("heartbeat") or 30.0)
+        size, quiet_since = self.log.stat().st_size, time.monotonic()
+        while True:
+            try:
+                return child.wait(timeout=1.0)
+            except subprocess.TimeoutExpired:
+                pass
+            now, grown = time.monotonic(), self.log.stat().st_size
+            if grown != size:
+                size, quiet_since = grown, now
+            elif now - quiet_since >= every:
+                last = _last_line(self.log)
+                self._note(
+                    f"still building ({now - started:.0f} s): {what}"
+                    + (f"; last line: {last}" if last else "")
+                )
+                size, quiet_since = self.log.stat().st_size, now
 
     def _run(self, code: Path, paths: tuple[list[str], list[str]], addresses: list[str]) -> None:
         pythonpath, path = paths
