@@ -24,6 +24,7 @@ import urllib.parse
 import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from phalanx._version import __version__
 from phalanx.server.hook_guard import HookGuard, HookRefused
@@ -57,29 +58,83 @@ def sign(secret: str, body: bytes) -> str:
     return "sha256=" + hmac.new(secret.encode(), body, hashlib.sha256).hexdigest()
 
 
+# how a block's headline starts, by the status or notice it tells
+_EMOJI = {
+    "failed": ":x:",
+    "succeeded": ":white_check_mark:",
+    "stopped": ":octagonal_sign:",
+    "stalled": ":hourglass_flowing_sand:",
+    "straggling": ":turtle:",
+    "waiting": ":hourglass:",
+}
+_SECTION_MAX = 2900  # Slack takes 3,000 characters in a section's text
+
+
+def slack_text(text: str) -> str:
+    """``text`` as Slack's mrkdwn shows it as written: ``&``, ``<`` and ``>`` escaped, so a name or
+    a reason a job wrote cannot become a link or a mention (``<https://...|click>``, ``<!channel>``)."""
+    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
+def _blocks(headline: str, detail: str | None, context: list[str], url: str, button: str) -> list[Any]:
+    """Slack's Block Kit for one alert: the headline (mrkdwn), the detail quoted, what else is known
+    in small print, and a button to the page (all of it escaped already)."""
+    text = headline + ("\n" + "\n".join(f">{line}" for line in detail.splitlines()) if detail else "")
+    blocks: list[Any] = [{"type": "section", "text": {"type": "mrkdwn", "text": text[:_SECTION_MAX]}}]
+    if context:
+        blocks.append({"type": "context", "elements": [{"type": "mrkdwn", "text": " · ".join(context)}]})
+    blocks.append(
+        {
+            "type": "actions",
+            "elements": [{"type": "button", "text": {"type": "plain_text", "text": button}, "url": url}],
+        }
+    )
+    return blocks
+
+
 def body_of(due: Due, public_url: str) -> bytes:
-    """What is POSTed: the event as recorded, the address of its experiment (or group) on this
-    server, and a ``text`` line that Slack's and Mattermost's incoming webhooks show as it is."""
+    """What is POSTed: the event as recorded, the address of its experiment (or group, or model) on
+    this server, a ``text`` line that Slack's and Mattermost's incoming webhooks show as it is, and
+    ``blocks`` that Slack shows richer (a receiver that does not read them ignores them)."""
     doc = json.loads(due.payload)
     doc["delivery"] = due.id
+    base = public_url.rstrip("/")
     if doc["event"] == MODEL_ALIAS:
-        doc["url"] = f"{public_url.rstrip('/')}/models/{urllib.parse.quote(doc['model'], safe='')}"
+        doc["url"] = f"{base}/models/{urllib.parse.quote(doc['model'], safe='')}"
         was = "" if doc["previous"] is None else f" (was version {doc['previous']})"
-        doc["text"] = (
+        doc["text"] = slack_text(
             f"phalanx: model {doc['model']} of {doc['project']}: @{doc['alias']} now points at version"
             f" {doc['version']}{was}"
         )
+        model, alias = slack_text(doc["model"]), slack_text(doc["alias"])
+        headline = (
+            f":label: Model *<{doc['url']}|{model}>* of *{slack_text(doc['project'])}*: `@{alias}` now"
+            f" points at version {doc['version']}{was}"
+        )
+        doc["blocks"] = _blocks(headline, None, [f"delivery {due.id}"], doc["url"], "Open the model")
         return json.dumps(doc, sort_keys=True).encode()
-    about_group = "group_id" in doc  # group.finished; else an experiment's end
+    about_group = "group_id" in doc  # group.finished; else an experiment's end or notice
     kind, subject = ("group", doc["group_id"]) if about_group else ("experiment", doc["experiment_id"])
-    doc["url"] = f"{public_url.rstrip('/')}/{kind}s/{subject}"
+    doc["url"] = f"{base}/{kind}s/{subject}"
     why = f": {doc['reason']}" if doc.get("reason") else ""
-    doc["text"] = f"phalanx: {kind} {doc['name']} ({subject}) of {doc['project']} {doc['status']}{why}"
+    text = f"phalanx: {kind} {doc['name']} ({subject}) of {doc['project']} {doc['status']}{why}"
+    context = [f"replica {slack_text(doc['replica'])}"] if doc.get("replica") else []
     best = doc.get("best")
     if about_group and best:
         shown = ", ".join(f"{k}={v}" for k, v in best["params"].items())
         trial = f"trial {best['number']} ({best['experiment_id']})"
-        doc["text"] += f"; best: {trial} {best['metric']} {best['value']:.4g} ({shown})"
+        text += f"; best: {trial} {best['metric']} {best['value']:.4g} ({shown})"
+        context.append(slack_text(f"best: {trial} {best['metric']} {best['value']:.4g} ({shown})"))
+    doc["text"] = slack_text(text)
+    headline = (
+        f"{_EMOJI.get(str(doc['status']), ':information_source:')} {kind.capitalize()}"
+        f" *<{doc['url']}|{slack_text(str(doc['name']))}>* (`{subject}`) of *{slack_text(doc['project'])}*"
+        f" {slack_text(str(doc['status']))}"
+    )
+    reason = slack_text(str(doc["reason"])) if doc.get("reason") else None
+    doc["blocks"] = _blocks(
+        headline, reason, [*context, f"delivery {due.id}"], doc["url"], f"Open the {kind}"
+    )
     return json.dumps(doc, sort_keys=True).encode()
 
 
