@@ -1,10 +1,10 @@
-"""Launch overhead: the same trivial 2-process DDP job started three ways, in one run.
+"""Launch overhead: the same trivial DDP job (2 processes, or ``--ranks N``) started three ways, in one run.
 
-    .venv/bin/python bench/launch.py [--repeat 5] [--json FILE]
+    .venv/bin/python bench/launch.py [--repeat 5] [--ranks 2] [--json FILE]
 
 - `phalanx run -f job.yml`   (a temp PHALANX_HOME: store, spool, supervisor, ingest, logs)
-- `torchrun --standalone --nproc_per_node=2 job.py`   (the anchor users know)
-- a bare launcher that only sets MASTER_ADDR/PORT, RANK, WORLD_SIZE, LOCAL_RANK and starts the two
+- `torchrun --standalone --nproc_per_node=N job.py`   (the anchor users know)
+- a bare launcher that only sets MASTER_ADDR/PORT, RANK, WORLD_SIZE, LOCAL_RANK and starts the N
   processes (the limit: nothing can start the job faster)
 
 The job: init_process_group("gloo"), one all_reduce, barrier, destroy. Runs are interleaved (one of
@@ -51,7 +51,7 @@ name: bench-launch
 framework: pytorch
 environment:
   replicas:
-    n_workers: 1
+    n_workers: {workers}
 run:
   cmd: python job.py
 """
@@ -60,10 +60,10 @@ run:
 BARE = """\
 import os, socket, subprocess, sys
 s = socket.socket(); s.bind(("127.0.0.1", 0)); port = s.getsockname()[1]; s.close()
-procs = []
-for rank in range(2):
+procs, n = [], int(sys.argv[1])
+for rank in range(n):
     env = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank),
-               WORLD_SIZE="2", LOCAL_RANK=str(rank), LOCAL_WORLD_SIZE="2")
+               WORLD_SIZE=str(n), LOCAL_RANK=str(rank), LOCAL_WORLD_SIZE=str(n))
     procs.append(subprocess.Popen([sys.executable, "job.py"], env=env))
 sys.exit(max(p.wait() for p in procs))
 """
@@ -98,6 +98,7 @@ def main() -> None:
     )
     parser.add_argument("--repeat", type=int, default=5, help="runs of each launcher (default 5)")
     parser.add_argument("--json", type=Path, help="also write the figures to this file")
+    parser.add_argument("--ranks", type=int, default=2, help="processes of the job (default 2)")
     parser.add_argument("--without-phalanx", action="store_true", help="only the two anchors (debugging)")
     parser.add_argument(
         "--smoke",
@@ -116,15 +117,21 @@ def main() -> None:
     work = Path(tempfile.mkdtemp(prefix="phalanx-bench-launch-"))
     try:
         (work / "job.py").write_text(JOB)
-        (work / "job.yml").write_text(POLYAXONFILE)
+        (work / "job.yml").write_text(POLYAXONFILE.format(workers=args.ranks - 1))
         (work / "bare.py").write_text(BARE)
         home = work / "home"
         env = {k: v for k, v in os.environ.items() if not k.startswith(("PHALANX_", "OMP_", "MASTER_"))}
         env.update(PHALANX_HOME=str(home), OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
         launchers: dict[str, list[str]] = {
-            "bare": [sys.executable, "bare.py"],
-            "torchrun": [str(torchrun), "--standalone", "--nproc_per_node=2", "job.py"],
-            "phalanx run": [str(phalanx), "run", "-f", "job.yml"],
+            "bare": [sys.executable, "bare.py", str(args.ranks)],
+            "torchrun": [str(torchrun), "--standalone", f"--nproc_per_node={args.ranks}", "job.py"],
+            "phalanx run": [
+                str(phalanx),
+                "run",
+                "-f",
+                "job.yml",
+                *(["--oversubscribe"] if args.ranks > 2 else []),
+            ],
         }
         if args.without_phalanx:
             del launchers["phalanx run"]
@@ -142,10 +149,11 @@ def main() -> None:
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
-    report(wall, cpu, args.repeat)
+    report(wall, cpu, args.repeat, args.ranks)
     if args.json:
         figures = {
             "repeat": args.repeat,
+            "ranks": args.ranks,
             "cpus": os.cpu_count(),
             "load_average": os.getloadavg(),
             "wall_median_s": {k: statistics.median(v) for k, v in wall.items()},
@@ -156,12 +164,12 @@ def main() -> None:
         args.json.write_text(json.dumps(figures, indent=2))
 
 
-def report(wall: dict[str, list[float]], cpu: dict[str, list[float]], repeat: int) -> None:
+def report(wall: dict[str, list[float]], cpu: dict[str, list[float]], repeat: int, ranks: int) -> None:
     med = {k: statistics.median(v) for k, v in wall.items()}
     cpu_med = {k: statistics.median(v) for k, v in cpu.items()}
     load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
     print(
-        f"launch overhead: trivial 2-process gloo DDP job, median of {repeat} interleaved runs, "
+        f"launch overhead: trivial {ranks}-process gloo DDP job, median of {repeat} interleaved runs, "
         f"{os.cpu_count()} CPUs, load average {load}"
     )
     head = f"{'launcher':<16}{'wall s':>8}{'min':>7}{'max':>7}{'vs torchrun':>13}{'vs bare':>9}"
