@@ -17,6 +17,7 @@ import hashlib
 import hmac
 import json
 import logging
+import re
 import threading
 import time
 import urllib.error
@@ -138,6 +139,15 @@ def body_of(due: Due, public_url: str) -> bytes:
     return json.dumps(doc, sort_keys=True).encode()
 
 
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+
+
+def _said(text: str) -> str:
+    """Why a try failed, as the delivery log keeps it: one line of at most 500 characters (a
+    receiver's reason phrase is its own to choose, NUL bytes included)."""
+    return _CONTROL.sub(" ", text)[:500]
+
+
 class Deliverer:
     """Sends what ``outbox`` has due, in a daemon thread (``start``/``stop``), or once (``run_once``)."""
 
@@ -210,13 +220,15 @@ class Deliverer:
                 return int(answer.status), None
         except urllib.error.HTTPError as exc:
             if 300 <= exc.code < 400:
-                return exc.code, f"the receiver answered {exc.code} {exc.reason} (redirects are not followed)"
-            return exc.code, f"the receiver answered {exc.code} {exc.reason}"
+                return exc.code, _said(
+                    f"the receiver answered {exc.code} {exc.reason} (redirects are not followed)"
+                )
+            return exc.code, _said(f"the receiver answered {exc.code} {exc.reason}")
         except HookRefused as exc:
-            return None, f"not sent: {exc}"[:500]
+            return None, _said(f"not sent: {exc}")
         except urllib.error.URLError as exc:
             if isinstance(exc.reason, HookRefused):
-                return None, f"not sent: {exc.reason}"[:500]
-            return None, f"no answer: {type(exc).__name__}: {exc}"[:500]
+                return None, _said(f"not sent: {exc.reason}")
+            return None, _said(f"no answer: {type(exc).__name__}: {exc}")
         except Exception as exc:  # anything a URL or a socket raises is this try's failure, never the round's
-            return None, f"no answer: {type(exc).__name__}: {exc}"[:500]
+            return None, _said(f"no answer: {type(exc).__name__}: {exc}")

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import re
 import secrets
 from collections.abc import AsyncIterator, Mapping
 from typing import Any
@@ -30,6 +29,7 @@ from phalanx.server.apidocs import install_docs
 from phalanx.server.audit import AuditMiddleware
 from phalanx.server.auth import SecurityMiddleware, default_allowed_hosts
 from phalanx.server.boxing import isolation_for
+from phalanx.server.echoes import cut_echoes
 from phalanx.server.files import ArtifactFiles
 from phalanx.server.gate import ChartGate
 from phalanx.server.hook_guard import HookGuard
@@ -341,15 +341,11 @@ def _install_openapi(app: FastAPI) -> None:
     app.openapi = openapi  # type: ignore[method-assign]
 
 
-# A word this long in an error message is what the caller sent (a 5,000-character id): it is
-# answered cut, never echoed whole.
-_ECHO = re.compile(r"\S{200,}")
-
-
 def _error(status: int, code: str, message: str, headers: Mapping[str, str] | None = None) -> JSONResponse:
-    cut = _ECHO.sub(lambda m: f"{m.group()[:80]}…({len(m.group())} characters)", message)
     return JSONResponse(
-        {"error": code, "message": cut}, status_code=status, headers=dict(headers) if headers else None
+        {"error": code, "message": cut_echoes(message)},
+        status_code=status,
+        headers=dict(headers) if headers else None,
     )
 
 

@@ -37,6 +37,7 @@ from starlette.responses import RedirectResponse, Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from phalanx.errors import NotFound, account_disabled
+from phalanx.server.echoes import cut_echoes
 from phalanx.server.outages import RETRY_AFTER_SECONDS, OutageLog, unavailable
 from phalanx.server.policy import EVERYBODY, NOBODY, Principal
 from phalanx.server.sessions import BearerThrottle, Sessions
@@ -109,7 +110,7 @@ def _header(scope: Scope, name: bytes) -> str:
 
 
 def _json(status: int, code: str, message: str, headers: Iterable[tuple[bytes, bytes]] = ()) -> Any:
-    body = json.dumps({"error": code, "message": message}).encode()
+    body = json.dumps({"error": code, "message": cut_echoes(message)}).encode()
     response = Response(body, status_code=status, media_type="application/json")
     for k, v in headers:
         response.raw_headers.append((k, v))
@@ -243,7 +244,10 @@ class SecurityMiddleware:
             refusal = self._check_token(scope, path, method, authorization)
             if refusal is not None:
                 return refusal
-        if method in UNSAFE_METHODS and not authorization and not self._same_origin(scope, host):
+        # only a Bearer token is what a page cannot send across sites (a browser adds Basic or
+        # Negotiate credentials of a proxy or an intranet by itself, with the session cookie)
+        bearer = authorization.partition(" ")[0].lower() == "bearer"
+        if method in UNSAFE_METHODS and not bearer and not self._same_origin(scope, host):
             return _json(
                 403,
                 "forbidden",

@@ -39,10 +39,43 @@ class HookRefused(OSError):
     """A hook's address is one the server does not send to (an OSError: a try that failed)."""
 
 
+# IPv6 ranges that carry an IPv4 address in their last 32 bits (IPv4-compatible, IPv4-translated,
+# the well-known NAT64 prefix): a gateway may turn them into that IPv4 address
+_EMBEDDING = tuple(ipaddress.ip_network(n) for n in ("::/96", "::ffff:0:0:0/96", "64:ff9b::/96"))
+# IPv6 ranges refused whatever they carry: local-use NAT64 (RFC 8215) and deprecated site-local
+_LOCAL_V6 = tuple(ipaddress.ip_network(n) for n in ("64:ff9b:1::/48", "fec0::/10"))
+
+
+def _inner(ip: Address) -> Address:
+    """The IPv4 address an IPv6 address stands for (mapped, compatible, translated, NAT64, 6to4,
+    Teredo's client), else ``ip`` itself."""
+    if not isinstance(ip, ipaddress.IPv6Address):
+        return ip
+    if ip.ipv4_mapped is not None:
+        return ip.ipv4_mapped
+    if ip.sixtofour is not None:
+        return ip.sixtofour
+    if ip.teredo is not None:
+        return ip.teredo[1]
+    compatible, translated, nat64 = _EMBEDDING
+    if ip in translated or ip in nat64 or (ip in compatible and int(ip) > 1):  # (:: and ::1 are their own)
+        return ipaddress.IPv4Address(int(ip) & 0xFFFFFFFF)
+    return ip
+
+
+def _address_of(host: str) -> Address | None:
+    """The address a host is written as (None: a name)."""
+    try:
+        return ipaddress.ip_address(host.strip("[]").split("%", 1)[0])
+    except ValueError:
+        return None
+
+
 def _kind(ip: Address) -> str | None:
     """What makes ``ip`` no public address (None: it is one)."""
-    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
-        ip = ip.ipv4_mapped
+    if isinstance(ip, ipaddress.IPv6Address) and any(ip in n for n in _LOCAL_V6):
+        return "private"
+    ip = _inner(ip)
     for kind, test in (
         ("loopback", ip.is_loopback),
         ("link-local", ip.is_link_local),
@@ -85,19 +118,18 @@ class HookGuard:
     def refusal(self, host: str, address: str) -> str | None:
         """Why a hook to ``host`` may not connect to ``address`` (None: it may)."""
         ip = ipaddress.ip_address(address.split("%", 1)[0])
-        if host.lower().rstrip(".") in self.hosts or any(ip in n for n in self.networks):
+        named = host.lower().rstrip(".") in self.hosts
+        if named or any(ip in n or _inner(ip) in n for n in self.networks):
             return None
         kind = _kind(ip)
         if kind is None:
             return None
-        what = (
-            f"{ip} is a {kind} address"
-            if host.strip("[]") == str(ip)
-            else f"{host} is {ip}, a {kind} address"
-        )
+        article = "an" if kind[0] in "aeiou" else "a"
+        # a name's address is not said: the delivery log is the project's viewers' to read
+        what = f"{host} is" if _address_of(host) == ip else f"{host} resolves to"
         return (
-            f"{what}: hooks are sent only to public addresses unless the server's admin allows this"
-            f" one (`phalanx server --hook-allow {host}`)"
+            f"{what} {article} {kind} address: hooks are sent only to public addresses unless the"
+            f" server's admin allows this one (`phalanx server --hook-allow {host}`)"
         )
 
     def connect(
@@ -156,11 +188,14 @@ class HookGuard:
     def opener(self, url: str) -> urllib.request.OpenerDirector:
         """What sends one hook to ``url``: guarded connections, no redirects, and the server's proxy
         where its environment names one for this host (after ``check_resolved``)."""
-        host = urllib.parse.urlsplit(url).hostname or ""
-        proxies = urllib.request.getproxies()
-        if proxies and not urllib.request.proxy_bypass(host):
+        parts = urllib.parse.urlsplit(url)
+        host = parts.hostname or ""
+        proxy = urllib.request.getproxies().get(parts.scheme)  # NO_PROXY alone names no proxy
+        if proxy and not urllib.request.proxy_bypass(host):
             self.check_resolved(url)
-            return urllib.request.build_opener(_NoRedirect())
+            return urllib.request.build_opener(
+                urllib.request.ProxyHandler({parts.scheme: proxy}), _NoRedirect()
+            )
         return urllib.request.build_opener(
             urllib.request.ProxyHandler({}), _Guarded(self), _GuardedTLS(self), _NoRedirect()
         )

@@ -64,6 +64,13 @@ def test_an_unknown_name_of_5000_characters_is_answered_cut_not_echoed(client: T
     assert len(message) < 400 and "a" * 200 not in message and "a" * 70 + "…(500" in message, message
 
 
+def test_no_error_echoes_a_huge_input_whole(client: TestClient) -> None:
+    spaced = client.get("/api/v1/experiments/" + ("a" * 150 + " ") * 33)  # words under 200 characters
+    assert spaced.status_code == 404 and len(spaced.json()["message"]) < 1100
+    host = client.get("/api/v1/experiments", headers={"Host": "h" * 5000})  # the middleware's own answer
+    assert host.status_code == 400 and host.json()["error"] == "bad_host" and len(host.text) < 1200
+
+
 def test_detail_accepts_a_unique_prefix_and_has_replicas_and_file(client: TestClient, store: Store) -> None:
     e = fill.experiment(store, n_workers=2, spec_text="version: 1\nkind: experiment\nframework: pytorch\n")
     doc = client.get(f"/api/v1/experiments/{e.id[:5]}").json()

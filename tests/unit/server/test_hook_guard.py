@@ -16,7 +16,7 @@ from fastapi.testclient import TestClient
 from phalanx.errors import UsageError
 from phalanx.server.alerting import Deliverer, Retry
 from phalanx.server.app import create_app
-from phalanx.server.hook_guard import HookGuard, HookRefused
+from phalanx.server.hook_guard import HookGuard, HookRefused, _Guarded
 from phalanx.server.settings import ServerSettings
 from phalanx.store.alerts import alert_book, outbox
 from phalanx.store.sql import SqlStore
@@ -44,17 +44,29 @@ SECRET = "s" * 32
         ("fd00::7", "private"),
         ("100.64.0.1", "non-public"),  # shared (carrier-grade NAT)
         ("224.0.0.1", "multicast"),
+        # IPv4 inside IPv6: compatible, translated, NAT64, 6to4, Teredo; local NAT64 and site-local
+        ("::127.0.0.1", "loopback"),
+        ("::ffff:0:7f00:1", "loopback"),
+        ("64:ff9b::7f00:1", "loopback"),
+        ("64:ff9b::a00:5", "private"),
+        ("2002:7f00:1::", "loopback"),
+        ("2001:0:4136:e378:8000:63bf:80ff:fffe", "loopback"),
+        ("64:ff9b:1::5", "private"),
+        ("fec0::1", "private"),
     ],
 )
 def test_an_address_that_is_not_public_is_refused_naming_what_it_is_and_the_way_to_allow_it(
     address: str, kind: str
 ) -> None:
     why = HookGuard().refusal("receiver.example", address)
-    assert why is not None and f"a {kind} address" in why
+    assert why is not None and why.startswith(
+        f"receiver.example resolves to a{'n' if kind[0] in 'aeiou' else ''} {kind} address"
+    )
     assert "`phalanx server --hook-allow receiver.example`" in why
+    assert address not in why  # a name's address is not told to the delivery log's readers
 
 
-@pytest.mark.parametrize("address", ["8.8.8.8", "151.101.1.69", "2606:4700:4700::1111"])
+@pytest.mark.parametrize("address", ["8.8.8.8", "151.101.1.69", "2606:4700:4700::1111", "64:ff9b::808:808"])
 def test_a_public_address_is_let_through(address: str) -> None:
     assert HookGuard().refusal("hooks.slack.com", address) is None
 
@@ -65,6 +77,7 @@ def test_an_admin_allows_a_host_by_name_or_its_network() -> None:
     assert by_name.refusal("other.corp.example", "10.2.0.7") is not None
     by_network = HookGuard.allowing(["10.0.0.0/8", "::1"])
     assert by_network.refusal("anything", "10.200.1.1") is None
+    assert by_network.refusal("anything", "::ffff:10.200.1.1") is None  # the same address in IPv6
     assert by_network.refusal("anything", "::1") is None
     assert by_network.refusal("anything", "192.168.1.1") is not None
 
@@ -95,8 +108,41 @@ def test_the_server_does_not_send_to_its_own_loopback_unless_allowed(store: SqlS
         url = receiver.url.replace("127.0.0.1", host)
         status, error = _deliver_once(store, url, HookGuard())
         assert status is None and error is not None
-        assert error.startswith(f"not sent: {host} is ") and " a loopback address: " in error, error
+        said = "127.0.0.1 is" if host == "127.0.0.1" else "localhost resolves to"
+        assert error.startswith(f"not sent: {said} a loopback address: "), error
         assert receiver.received == []
+
+
+def test_naming_no_proxy_or_a_proxy_for_the_other_scheme_turns_no_check_off(
+    store: SqlStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """NO_PROXY alone, or HTTPS_PROXY for an http:// hook, names no proxy this send goes through:
+    the connection is the server's own, and guarded."""
+    for name in ("HTTP_PROXY", "http_proxy"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("NO_PROXY", "example.org")
+    monkeypatch.setenv("HTTPS_PROXY", "http://127.0.0.1:9")
+    url = "http://localhost:9/hook"
+    assert any(isinstance(h, _Guarded) for h in HookGuard().opener(url).handlers)  # its own connection
+    with Receiver() as receiver:
+        status, error = _deliver_once(store, receiver.url.replace("127.0.0.1", "localhost"), HookGuard())
+        assert status is None and error is not None and "a loopback address" in error, error
+        assert receiver.received == []
+
+
+def test_through_the_servers_proxy_a_public_receiver_is_sent_to(
+    store: SqlStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """HTTP_PROXY names a proxy for http:// hooks: the proxy (here a recording server on loopback)
+    makes the connection, so the guard checks the receiver's address, not the proxy's."""
+    with Receiver() as proxy:
+        for name in ("HTTP_PROXY", "http_proxy"):
+            monkeypatch.setenv(name, proxy.url.removesuffix("/hook"))
+        monkeypatch.delenv("NO_PROXY", raising=False)
+        monkeypatch.delenv("no_proxy", raising=False)
+        assert _deliver_once(store, "http://93.184.216.34/hook", HookGuard()) == (200, None)
+        (got,) = proxy.wait_for(1)
+    assert got.path == "http://93.184.216.34/hook"  # what a client asks of a proxy
 
 
 def test_allowed_it_is_sent(store: SqlStore) -> None:

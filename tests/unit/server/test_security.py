@@ -156,6 +156,9 @@ def test_a_cross_site_post_is_refused(client: TestClient, store: Store) -> None:
         {"Origin": "http://attacker.example"},
         {"Origin": "null"},
         {"Sec-Fetch-Site": "cross-site"},
+        # credentials a browser adds by itself (a proxy's Basic, an intranet's Negotiate) are no token
+        {"Origin": "http://attacker.example", "Authorization": "Basic dXNlcjpwYXNz"},
+        {"Sec-Fetch-Site": "cross-site", "Authorization": "Negotiate YIIB"},
     ):
         r = client.post(f"/api/v1/experiments/{e.id}/stop", headers=headers)
         assert r.status_code == 403, headers
