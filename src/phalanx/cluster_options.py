@@ -9,6 +9,7 @@ stays the flat record the engines read; ``Cluster.options`` is its typed view.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from typing import Annotated, Literal
 from urllib.parse import urlsplit
@@ -26,6 +27,10 @@ from pydantic import (
 from phalanx.errors import UsageError
 
 DNS_LABEL = r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$"  # a Kubernetes namespace (RFC 1123 label)
+# a Slurm partition or account as sbatch takes it (the same rule as a project's mapping): it is
+# written into the job's script, where a newline or a space would start a command of its own
+SLURM_NAME = r"^[A-Za-z0-9][A-Za-z0-9_.,-]{0,199}$"
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 DNS_SUBDOMAIN = r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$"  # a PersistentVolumeClaim's name
 
 
@@ -65,7 +70,7 @@ class SlurmOptions(_Options):
     """A Slurm cluster: sbatch/squeue on this machine, replicas' logs in a folder every node sees."""
 
     kind: Literal["slurm"] = "slurm"
-    partition: Text | None = None  # --partition
+    partition: Annotated[str, StringConstraints(pattern=SLURM_NAME)] | None = None  # --partition
     shared_dir: AbsolutePath | None = None  # replica logs and exit codes
     slurm_conf: AbsolutePath | None = None  # SLURM_CONF for the client commands (a private cluster)
     server_url: ServerUrl | None = None  # replicas report to this Phalanx server (else the spool)
@@ -99,6 +104,7 @@ _ADAPTER: TypeAdapter[Options] = TypeAdapter(ClusterOptions)
 
 _WHY = {  # pydantic's words for the constraints above, in the user's terms
     "string_pattern_mismatch": "use lowercase letters, digits and '-' (a Kubernetes name)",
+    "slurm_name": "use letters, digits, '_', '.', ',' and '-', from a letter or digit (as sbatch takes it)",
     "string_too_short": "must not be empty",
     "missing": "is required",
     "extra_forbidden": "is not an option of this kind of cluster",
@@ -109,6 +115,13 @@ def check_options(values: Mapping[str, str | None], where: str) -> Options:
     """The typed options of one cluster (its fields, None meaning not given), or a UsageError that
     names ``where`` (the command or the file and table) and every bad value with how to fix it."""
     given = {k: v for k, v in values.items() if v is not None}
+    bad = [k for k, v in given.items() if _CONTROL.search(str(v))]
+    if bad:
+        raise UsageError(
+            f"{where}: "
+            + "; ".join(f"{k} {given[k]!r}: a control character (a newline, a tab)" for k in bad)
+            + " has no place in a cluster's options; write it on one line"
+        )
     try:
         return _ADAPTER.validate_python(given)
     except ValidationError as exc:
@@ -117,6 +130,8 @@ def check_options(values: Mapping[str, str | None], where: str) -> Options:
             key = ".".join(str(p) for p in err["loc"][1:] if p) or "kind"
             shown = f" {given[key]!r}" if key in given else ""
             why = _WHY.get(err["type"], str(err["msg"]).removeprefix("Value error, "))
+            if err["type"] == "string_pattern_mismatch" and key == "partition":
+                why = _WHY["slurm_name"]
             if err["type"] == "literal_error":
                 why = str(err["msg"]).lower()
             problems.append(f"{key}{shown}: {why}")

@@ -80,35 +80,61 @@ def clusters_file(home: Path | None = None) -> Path:
     return Path(home) / "clusters.toml"
 
 
-def load_clusters(home: Path | None = None) -> dict[str, Cluster]:
-    """Every registered cluster by name; an absent file means none. A broken file is a UsageError."""
+def _tables(home: Path | None) -> dict[str, Any]:
+    """The file's tables as written (an absent file: none); a file that is no TOML is a UsageError."""
     path = clusters_file(home)
     if not path.exists():
         return {}
     try:
-        doc = tomllib.loads(path.read_text(encoding="utf-8"))
+        return tomllib.loads(path.read_text(encoding="utf-8"))
     except tomllib.TOMLDecodeError as exc:
         raise UsageError(f"{path}: not valid TOML ({exc}); fix or remove the file") from exc
+
+
+def _checked(path: Path, name: str, table: Any) -> Cluster:
+    """One table of the file as a cluster, with the checks `cluster add` makes (UsageError)."""
     known = {f.name for f in fields(Cluster)} - {"name"}
-    out: dict[str, Cluster] = {}
-    for name, table in doc.items():
-        if not isinstance(table, dict):
-            raise UsageError(f"{path}: [{name}] must be a table")
-        unknown = sorted(set(table) - known)
-        if unknown:
-            raise UsageError(f"{path}: [{name}] has unknown keys {unknown}; known: {sorted(known)}")
-        if table.get("kind") not in KINDS:
-            raise UsageError(f"{path}: [{name}] kind must be one of {list(KINDS)}")
-        cluster = Cluster(name=name, **{k: str(v) for k, v in table.items()})
+    if not isinstance(table, dict):
+        raise UsageError(f"{path}: [{name}] must be a table")
+    unknown = sorted(set(table) - known)
+    if unknown:
+        raise UsageError(f"{path}: [{name}] has unknown keys {unknown}; known: {sorted(known)}")
+    if table.get("kind") not in KINDS:
+        raise UsageError(f"{path}: [{name}] kind must be one of {list(KINDS)}")
+    cluster = Cluster(name=name, **{k: str(v) for k, v in table.items()})
+    try:
+        cluster.options  # noqa: B018  a hand-edited value gets the same checks as `cluster add`
+    except UsageError as exc:
+        raise UsageError(
+            f"{path}: [{name}] {str(exc).split(': ', 1)[1]} (fix it there, re-add it with"
+            f" `phalanx cluster add {name} --replace ...`, or `phalanx cluster rm {name}`)"
+        ) from None
+    return cluster
+
+
+def load_clusters(home: Path | None = None) -> dict[str, Cluster]:
+    """Every registered cluster by name; an absent file means none. A broken file is a UsageError."""
+    path = clusters_file(home)
+    return {name: _checked(path, name, table) for name, table in _tables(home).items()}
+
+
+def cluster_kinds(home: Path | None = None) -> dict[str, str]:
+    """Each entry's kind as written, broken entries too (what a replace or a removal acts on)."""
+    return {name: str(t.get("kind")) for name, t in _tables(home).items() if isinstance(t, dict)}
+
+
+def usable_clusters(home: Path | None = None) -> tuple[dict[str, Cluster], list[str]]:
+    """The clusters whose entries pass their checks, and why each other one does not (a broken
+    entry hides itself, not its neighbours: what a server lists as its members' targets)."""
+    path = clusters_file(home)
+    good: dict[str, Cluster] = {}
+    broken: list[str] = []
+    for name, table in _tables(home).items():
         try:
-            cluster.options  # noqa: B018  a hand-edited value gets the same checks as `cluster add`
+            good[name] = _checked(path, name, table)
         except UsageError as exc:
-            raise UsageError(
-                f"{path}: [{name}] {str(exc).split(': ', 1)[1]} (fix it there, or re-add it with"
-                f" `phalanx cluster add {name} --replace ...`)"
-            ) from None
-        out[name] = cluster
-    return out
+            broken.append(exc.message)
+    return good, broken
 
 
 def get_cluster(name: str, home: Path | None = None) -> Cluster:
@@ -124,15 +150,18 @@ def _toml_str(value: str) -> str:
     return json.dumps(value, ensure_ascii=False)
 
 
-def _write(clusters: dict[str, Cluster], home: Path | None) -> None:
+def _write(tables: dict[str, Any], home: Path | None) -> None:
+    """The file from its tables (each a mapping of option to value), written then renamed."""
     path = clusters_file(home)
     path.parent.mkdir(parents=True, exist_ok=True)
     lines = ["# Clusters for `phalanx run --cluster NAME` (managed by `phalanx cluster add|rm`).", ""]
-    for name in sorted(clusters):
+    for name in sorted(tables):
         lines.append(f"[{_toml_str(name)}]")
-        for key, value in clusters[name].to_json().items():
-            if key != "name":
-                lines.append(f"{key} = {_toml_str(str(value))}")
+        table = tables[name]
+        for key, value in table.items() if isinstance(table, dict) else ():
+            if key != "name" and value is not None:
+                shown = key if re.fullmatch(r"[A-Za-z0-9_-]+", key) else _toml_str(key)
+                lines.append(f"{shown} = {_toml_str(str(value))}")
         lines.append("")
     # Write then rename, so a crash never leaves half a file.
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".clusters-", suffix=".toml")
@@ -166,11 +195,11 @@ def add_cluster(cluster: Cluster, home: Path | None = None, replace: bool = Fals
             f"--kubeflow-api must be one of {', '.join(KUBEFLOW_APIS)}, not {cluster.kubeflow_api!r}"
         )
     cluster.options  # noqa: B018  every value checked by its kind's typed options, before writing
-    clusters = load_clusters(home)
-    if cluster.name in clusters and not replace:
+    tables = _tables(home)  # as written: a broken entry (this one, another) is replaced or kept as it is
+    if cluster.name in tables and not replace:
         raise Conflict(f"cluster {cluster.name!r} exists; remove it first or pass --replace")
-    clusters[cluster.name] = cluster
-    _write(clusters, home)
+    tables[cluster.name] = cluster.to_json()
+    _write(tables, home)
     return cluster
 
 
@@ -196,8 +225,9 @@ def _refuse_other_kinds_options(cluster: Cluster) -> None:
 
 
 def remove_cluster(name: str, home: Path | None = None) -> None:
-    clusters = load_clusters(home)
-    if name not in clusters:
-        raise NotFound(f"no cluster named {name!r}")
-    del clusters[name]
-    _write(clusters, home)
+    """Forget a cluster, even one whose entry is broken (the way out the checks' message names)."""
+    tables = _tables(home)
+    if name not in tables:
+        raise NotFound(f"no cluster named {name!r} (`phalanx cluster ls`)")
+    del tables[name]
+    _write(tables, home)

@@ -15,8 +15,8 @@ def test_a_cluster_round_trips_through_the_file_with_awkward_values(tmp_path: Pa
     c = Cluster(
         name="hpc.eu-1",
         kind="slurm",
-        partition='gpu "a"',
-        shared_dir="/shared/ü dir",
+        partition="gpu-a,b.c",
+        shared_dir='/shared/ü "dir"',
         slurm_conf="/etc/s.conf",
     )
     add_cluster(c, tmp_path)
@@ -75,7 +75,7 @@ def test_each_kind_has_typed_options_with_its_own_fields() -> None:
         ),
         (Cluster(name="s", kind="slurm", shared_dir="shared"), "give an absolute path"),
         (Cluster(name="s", kind="slurm", slurm_conf="etc/slurm.conf"), "slurm_conf 'etc/slurm.conf'"),
-        (Cluster(name="s", kind="slurm", partition=""), "partition '': must not be empty"),
+        (Cluster(name="s", kind="slurm", partition=""), "partition '': use letters, digits"),
         (
             Cluster(name="r", kind="ray", address="gpu-box-1", server_url="http://b:8000"),
             "address 'gpu-box-1': give the Ray head's address as HOST:PORT",

@@ -5,7 +5,9 @@ they submit; a refusal writes nothing."""
 
 from __future__ import annotations
 
-from phalanx.clusters import load_clusters
+import logging
+
+from phalanx.clusters import load_clusters, usable_clusters
 from phalanx.config import Settings
 from phalanx.errors import QuotaExceeded, UsageError
 from phalanx.plan import Plan
@@ -14,11 +16,16 @@ from phalanx.share import DEFAULT_PROJECT, LOCAL, TOO_MANY_WAITING
 from phalanx.store import quotas
 from phalanx.store.base import LocalStore
 
+log = logging.getLogger(__name__)
+
 
 def targets(settings: Settings) -> list[dict[str, str]]:
     """Where a submit may run: this machine, then the clusters registered in the server's home,
-    by name and kind only (a cluster's paths and contexts are the server's business)."""
-    clusters = load_clusters(settings.home)
+    by name and kind only (a cluster's paths and contexts are the server's business). A broken
+    entry of the server's clusters.toml is left out (and logged for its admin), never its neighbours."""
+    clusters, broken = usable_clusters(settings.home)
+    for why in broken:
+        log.warning("a cluster is not offered as a target: %s", why)
     return [{"name": LOCAL, "kind": LOCAL}] + [
         {"name": name, "kind": clusters[name].kind} for name in sorted(clusters) if name != LOCAL
     ]
@@ -32,7 +39,7 @@ def cluster_of(settings: Settings, target: str) -> str | None:
     if target not in known:
         raise UsageError(
             f"target {target!r}: no such compute target on this server; the registered ones are "
-            f"{', '.join(known)} (an admin adds a cluster with `phalanx cluster add` on the server's machine)"
+            f"{', '.join(known)} (a server admin adds one with `phalanx cluster add`)"
         )
     return target
 

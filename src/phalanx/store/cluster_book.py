@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Protocol
 
-from phalanx.clusters import Cluster, add_cluster, get_cluster, load_clusters, remove_cluster
+from phalanx.clusters import Cluster, add_cluster, cluster_kinds, get_cluster, load_clusters, remove_cluster
 from phalanx.config import Settings
 from phalanx.errors import NotFound, UsageError
 from phalanx.store import open_store
@@ -66,15 +66,38 @@ class LocalClusterBook:
         return list(load_clusters(self.home).values())
 
     def add(self, cluster: Cluster, replace: bool = False) -> Cluster:
-        return add_cluster(cluster, self.home, replace=replace)
+        """Register a cluster; one replaced by another kind loses its projects' mappings (what a
+        Slurm account meant is nothing to a Kubernetes cluster)."""
+        before = self.kind_of(cluster.name)
+        added = add_cluster(cluster, self.home, replace=replace)
+        if before is not None and before != added.kind:
+            self._forget_mappings(added.name)
+        return added
 
     def remove(self, name: str) -> None:
+        """Forget a cluster and its projects' mappings (a cluster added later under that name
+        starts with none)."""
         remove_cluster(name, self.home)
+        self._forget_mappings(name)
+
+    def kind_of(self, name: str) -> str | None:
+        """The kind a cluster's entry says, as written (None: no such entry)."""
+        return cluster_kinds(self.home).get(name)
+
+    def _forget_mappings(self, cluster: str) -> None:
+        with self._placements() as store:
+            for p in list_placements(store, cluster=cluster):
+                remove(store, p.project, cluster)
 
     def map(self, placement: Placement) -> Placement:
         """Send the project's jobs on a registered cluster to an account, partition or namespace
         (what the cluster's kind takes); replaces an earlier mapping."""
         kind = get_cluster(placement.cluster, self.home).kind
+        if kind == "ray":
+            raise UsageError(
+                f"{placement.cluster} is a ray cluster: its actors run as the Ray cluster's own user and"
+                " take no account, partition or namespace; map a slurm or kubernetes cluster"
+            )
         if kind == "slurm" and placement.namespace is not None:
             raise UsageError(
                 f"--namespace is for kubernetes clusters; {placement.cluster} is a slurm cluster"

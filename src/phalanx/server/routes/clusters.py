@@ -20,7 +20,9 @@ from phalanx.store.placements import Placement
 
 router = APIRouter(tags=["clusters"])
 
-_VALUE = Field(default=None, max_length=1000)
+# generous bounds: a value the domain would refuse is refused by its checks, in the words this
+# machine's `phalanx cluster` uses (the same answer on both doors); these only cap a request's size
+_VALUE = Field(default=None, max_length=4096)
 
 
 class ClusterIn(BaseModel):
@@ -28,8 +30,8 @@ class ClusterIn(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    name: str = Field(max_length=63)
-    kind: str = Field(max_length=16, description="slurm, kubernetes or ray")
+    name: str = Field(max_length=4096)
+    kind: str = Field(max_length=4096, description="slurm, kubernetes or ray")
     partition: str | None = _VALUE
     account: str | None = _VALUE
     namespace: str | None = _VALUE
@@ -48,9 +50,9 @@ class ClusterIn(BaseModel):
 class PlacementIn(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    account: str | None = Field(default=None, max_length=200, description="slurm: --account")
-    partition: str | None = Field(default=None, max_length=200, description="slurm: --partition")
-    namespace: str | None = Field(default=None, max_length=63, description="kubernetes: the namespace")
+    account: str | None = Field(default=None, max_length=4096, description="slurm: --account")
+    partition: str | None = Field(default=None, max_length=4096, description="slurm: --partition")
+    namespace: str | None = Field(default=None, max_length=4096, description="kubernetes: the namespace")
 
 
 def _book(request: Request, store: StoreDep) -> LocalClusterBook:
@@ -70,8 +72,11 @@ def add_cluster(body: ClusterIn, request: Request, store: StoreDep) -> dict[str,
     """Register a cluster (checked as `phalanx cluster add` checks it); 409 for a name in use
     without ``replace``."""
     fields = body.model_dump(exclude={"replace"})
-    cluster = _book(request, store).add(Cluster(**fields), replace=body.replace)
-    describe(request, "cluster.add", cluster.name, None, cluster.kind)
+    book = _book(request, store)
+    before = book.kind_of(body.name)
+    cluster = book.add(Cluster(**fields), replace=body.replace)
+    detail = cluster.kind if before is None else f"{cluster.kind}, previous: {before}"
+    describe(request, "cluster.add", cluster.name, None, detail)
     return cluster.to_json()
 
 
@@ -87,7 +92,7 @@ def remove_cluster(name: str, request: Request, store: StoreDep) -> Response:
 @router.get("/admin/placements")
 @policy("site:admin")
 def list_placements(
-    request: Request, store: StoreDep, cluster: str | None = Query(default=None, max_length=63)
+    request: Request, store: StoreDep, cluster: str | None = Query(default=None, max_length=4096)
 ) -> list[dict[str, Any]]:
     """The projects' mappings (only ``cluster``'s, when given)."""
     return [p.to_json() for p in _book(request, store).maps(cluster)]
