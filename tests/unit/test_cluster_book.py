@@ -12,6 +12,8 @@ import pytest
 from phalanx.clusters import Cluster, clusters_file, load_clusters, usable_clusters
 from phalanx.config import Settings
 from phalanx.errors import UsageError
+from phalanx.store import open_store
+from phalanx.store.accounts import Accounts
 from phalanx.store.cluster_book import LocalClusterBook
 from phalanx.store.placements import Placement
 
@@ -74,3 +76,24 @@ def test_a_ray_cluster_takes_no_mapping(book: LocalClusterBook) -> None:
     with pytest.raises(UsageError, match="pool is a ray cluster"):
         book.map(Placement("vision", "pool", account="a"))
     assert book.maps() == []
+
+
+def test_a_change_made_on_this_machine_is_audited_as_its_shell_login(phalanx_home: Path) -> None:
+    book = LocalClusterBook(Settings(home=phalanx_home), actor="cli:ada")
+    book.add(Cluster("hpc", "slurm"))
+    book.add(Cluster("hpc", "kubernetes", server_url="http://p:8000"), replace=True)
+    book.map(Placement("vision", "hpc", namespace="vision"))
+    book.unmap("vision", "hpc")
+    book.remove("hpc")
+    store = open_store(Settings(home=phalanx_home))
+    try:
+        trail = [(r.actor, r.action, r.target, r.detail) for r in Accounts(store).audit_trail(10)]
+    finally:
+        store.close()
+    assert trail == [
+        ("cli:ada", "cluster.add", "hpc", "slurm"),
+        ("cli:ada", "cluster.add", "hpc", "kubernetes, previous: slurm"),
+        ("cli:ada", "cluster.map", "hpc/vision", "namespace vision"),
+        ("cli:ada", "cluster.unmap", "hpc/vision", None),
+        ("cli:ada", "cluster.remove", "hpc", None),
+    ]

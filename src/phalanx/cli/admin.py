@@ -6,7 +6,6 @@ else this machine's store, where the server's PHALANX_HOME is, each change audit
 
 from __future__ import annotations
 
-import getpass
 import sys
 import time
 from typing import TYPE_CHECKING, Annotated
@@ -15,7 +14,7 @@ import typer
 
 from phalanx.cli.app import OutputOpt, app, emit_json
 from phalanx.cli.listing import Format
-from phalanx.cli.target import LocalOpt, ServerOpt
+from phalanx.cli.target import LocalOpt, ServerOpt, shell_actor
 
 if TYPE_CHECKING:
     from phalanx.store.directory import Directory
@@ -50,14 +49,7 @@ def _door(server: str | None, local: bool) -> Directory:
     from phalanx.store import open_store
     from phalanx.store.directory import LocalDirectory
 
-    return LocalDirectory(open_store(Settings()), _actor())
-
-
-def _actor() -> str:
-    try:
-        return f"cli:{getpass.getuser()}"
-    except (KeyError, OSError):
-        return "cli"
+    return LocalDirectory(open_store(Settings()), shell_actor())
 
 
 def _when(at: float | None) -> str:

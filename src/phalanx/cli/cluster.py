@@ -9,7 +9,7 @@ import typer
 
 from phalanx.cli.app import OutputOpt, app, emit_json
 from phalanx.cli.listing import Format
-from phalanx.cli.target import LocalOpt, ServerOpt
+from phalanx.cli.target import LocalOpt, ServerOpt, shell_actor
 
 if TYPE_CHECKING:
     from phalanx.store.cluster_book import ClusterBook
@@ -34,7 +34,7 @@ def book(server: str | None, local: bool) -> ClusterBook:
     from phalanx.config import Settings
     from phalanx.store.cluster_book import LocalClusterBook
 
-    return LocalClusterBook(Settings())
+    return LocalClusterBook(Settings(), actor=shell_actor())
 
 
 @cluster_app.command("add")

@@ -28,8 +28,7 @@ def map_project(
     from phalanx.store.placements import Placement
 
     done = book(server, local).map(Placement(project, cluster, account, partition, namespace))
-    said = ", ".join(f"{k} {v}" for k, v in done.to_json().items() if k not in ("project", "cluster") and v)
-    typer.echo(f"project {project} on {cluster}: {said}")
+    typer.echo(f"project {project} on {cluster}: {done.summary()}")
 
 
 @cluster_app.command("unmap")

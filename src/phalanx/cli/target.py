@@ -12,6 +12,7 @@ refuse it (``this_machine_only``: exit status 2, saying so), never to act on thi
 
 from __future__ import annotations
 
+import getpass
 from typing import Annotated
 
 import typer
@@ -45,3 +46,11 @@ def this_machine_only(command: str, server: str | None, instead: str) -> None:
         )
     if logins.load(Settings().home) is not None:
         logins.say_door(None)
+
+
+def shell_actor() -> str:
+    """Who a change made on this machine's store is audited as: ``cli:`` and the shell's login."""
+    try:
+        return f"cli:{getpass.getuser()}"
+    except (KeyError, OSError):
+        return "cli"

@@ -19,6 +19,7 @@ from phalanx.clusters import Cluster, add_cluster, cluster_kinds, get_cluster, l
 from phalanx.config import Settings
 from phalanx.errors import NotFound, UsageError
 from phalanx.store import open_store
+from phalanx.store.accounts import Accounts
 from phalanx.store.base import LocalStore
 from phalanx.store.placements import Placement, list_placements, put, remove
 
@@ -41,11 +42,14 @@ class ClusterBook(Protocol):
 
 class LocalClusterBook:
     """A home's clusters (its ``clusters.toml``) and its store's placements: ``store`` (a server's,
-    open), or else one opened for each call that reads or writes a placement (a command)."""
+    open), or else one opened for each call that reads or writes a placement (a command).
+    ``actor``: who each change is audited as (a command's ``cli:NAME``; None: the caller audits,
+    as the server's routes do with the request's principal)."""
 
-    def __init__(self, settings: Settings, store: LocalStore | None = None) -> None:
+    def __init__(self, settings: Settings, store: LocalStore | None = None, actor: str | None = None) -> None:
         self.settings = settings
         self.store = store
+        self.actor = actor
 
     @property
     def home(self) -> Path:
@@ -72,6 +76,12 @@ class LocalClusterBook:
         added = add_cluster(cluster, self.home, replace=replace)
         if before is not None and before != added.kind:
             self._forget_mappings(added.name)
+        self._audit(
+            "cluster.add",
+            added.name,
+            None,
+            added.kind if before is None else f"{added.kind}, previous: {before}",
+        )
         return added
 
     def remove(self, name: str) -> None:
@@ -79,10 +89,16 @@ class LocalClusterBook:
         starts with none)."""
         remove_cluster(name, self.home)
         self._forget_mappings(name)
+        self._audit("cluster.remove", name)
 
     def kind_of(self, name: str) -> str | None:
         """The kind a cluster's entry says, as written (None: no such entry)."""
         return cluster_kinds(self.home).get(name)
+
+    def _audit(self, action: str, target: str, project: str | None = None, detail: str | None = None) -> None:
+        if self.actor is not None:
+            with self._placements() as store:
+                Accounts(store).audit(self.actor, action, target, project, detail)
 
     def _forget_mappings(self, cluster: str) -> None:
         with self._placements() as store:
@@ -108,13 +124,16 @@ class LocalClusterBook:
                 f" {placement.cluster} is a kubernetes cluster"
             )
         with self._placements() as store:
-            return put(store, placement)
+            done = put(store, placement)
+        self._audit("cluster.map", f"{done.cluster}/{done.project}", done.project, done.summary())
+        return done
 
     def unmap(self, project: str, cluster: str) -> None:
         with self._placements() as store:
             removed = remove(store, project, cluster)
         if not removed:
             raise NotFound(f"project {project} has no mapping on {cluster} (`phalanx cluster maps`)")
+        self._audit("cluster.unmap", f"{cluster}/{project}", project)
 
     def maps(self, cluster: str | None = None) -> list[Placement]:
         with self._placements() as store:

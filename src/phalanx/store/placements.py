@@ -29,6 +29,11 @@ class Placement:
     partition: str | None = None
     namespace: str | None = None
 
+    def summary(self) -> str:
+        """What it sets, e.g. "account ml-vision, partition gpu"."""
+        chosen = (("account", self.account), ("partition", self.partition), ("namespace", self.namespace))
+        return ", ".join(f"{k} {v}" for k, v in chosen if v)
+
     def to_json(self) -> dict[str, Any]:
         return {
             "project": self.project,

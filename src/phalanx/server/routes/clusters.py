@@ -106,8 +106,7 @@ def map_project(
     """Send the project's jobs on the cluster to this account, partition or namespace."""
     placement = Placement(project, cluster, body.account, body.partition, body.namespace)
     done = _book(request, store).map(placement)
-    said = ", ".join(f"{k} {v}" for k, v in done.to_json().items() if k not in ("project", "cluster") and v)
-    describe(request, "cluster.map", f"{cluster}/{project}", project, said)
+    describe(request, "cluster.map", f"{cluster}/{project}", project, done.summary())
     return done.to_json()
 
 
