@@ -12,9 +12,11 @@ default), an address that is loopback, link-local, private (RFC 1918, unique-loc
 
 The address is checked where the connection is made, against the address it is made to: a name
 that resolves to a public address when the hook is added and to 127.0.0.1 when it is sent is still
-refused. Redirects are not followed (a public receiver could redirect anywhere). Through an HTTP(S)
-proxy (HTTP_PROXY/HTTPS_PROXY of the server's environment) the connection is the proxy's; the
-receiver's name is then checked as this machine resolves it, which is the most a client can do.
+refused. An IPv6 address that carries an IPv4 one (mapped, compatible, NAT64, 6to4, Teredo) is
+judged by the IPv4 address. Redirects are not followed (a public receiver could redirect anywhere).
+Through a proxy the server's environment names for the hook's scheme (HTTP_PROXY for http://,
+HTTPS_PROXY for https://, not bypassed by NO_PROXY) the connection is the proxy's; the receiver's
+name is then checked as this machine resolves it, which is the most a client can do.
 """
 
 from __future__ import annotations
