@@ -1,9 +1,9 @@
 """The framework examples run end to end through `phalanx run`: exit 0, the experiment succeeded,
 and the accuracy each script reports through `phalanx.Task` is in the store.
 
-The TensorFlow and MXNet examples run with every replica at `cpu: {limits: 1}` (`one_core`), as on a
-small machine: the local engine pins each to one core with OMP/MKL at 1 thread, which once hung a
-TensorFlow parameter-server worker for ever (issue 39: its inter-op pool of one thread). The
+The TensorFlow, MXNet and Horovod examples run with every replica at `cpu: {limits: 1}` (`one_core`),
+as on a small machine: the local engine pins each to one core with OMP/MKL at 1 thread, which once
+hung a TensorFlow parameter-server worker for ever (issue 39: its inter-op pool of one thread). The
 PyTorch DDP example ships with limit 1 per replica (tests/integration/local/test_run_cli.py runs it).
 
 The TensorFlow and MXNet examples run in venvs built from their `build.pip_packages`. Building one
@@ -177,11 +177,16 @@ def test_pytorch_over_mpirun_trains_without_horovod(home: Path) -> None:
 
 @pytest.mark.slow
 @pytest.mark.timeout(2700)  # a fresh machine's first Horovod build: 4 min idle, up to 26 loaded
-def test_horovod_example_trains_on_two_ranks_with_the_same_accuracy_and_per_rank_console(home: Path) -> None:
+def test_horovod_example_trains_on_two_ranks_with_the_same_accuracy_and_per_rank_console(
+    home: Path, tmp_path: Path
+) -> None:
     """framework: horovod gets Horovod built once per machine (cached under ~/.cache/phalanx/wheels;
-    the first run on a fresh machine builds it, 4+ minutes), then trains on 2 ranks over mpirun."""
+    the first run on a fresh machine builds it, 4+ minutes), then trains on 2 ranks over mpirun, each
+    rank at one core (`one_core`)."""
     assert shutil.which("mpirun"), "Open MPI is missing: `make system-deps` installs openmpi-bin"
-    exp_id, _ = phalanx_horovod()
+    exp_id, _ = phalanx_horovod(tmp_path)
+    ran = phalanx_cli("get", exp_id, "--file").stdout
+    assert ran.count("limits: 1") == 2, ran  # the master's and the worker's
     assert experiment(exp_id)["status"] == "succeeded"
     accuracies = final_accuracies(exp_id)
     assert sorted(accuracies) == ["rank 0", "rank 1"]
@@ -199,12 +204,11 @@ def test_horovod_example_trains_on_two_ranks_with_the_same_accuracy_and_per_rank
         assert "[rank 0] [rank 0]" not in text and "[rank 1] [rank 1]" not in text  # labelled once
 
 
-def phalanx_horovod() -> tuple[str, subprocess.CompletedProcess[str]]:
+def phalanx_horovod(folder: Path) -> tuple[str, subprocess.CompletedProcess[str]]:
     # the Horovod build may run first on a fresh machine: allow for it. 3 epochs score 0.964 (0.896
     # after the first), above the 0.9 asked; each epoch costs seconds on a loaded machine.
-    done = phalanx(
-        "run", "-f", str(EXAMPLES / "horovod" / "polyaxonfile.yml"), "--param", "epochs=3", timeout=2400
-    )
+    file, workdir = one_core("horovod", folder), EXAMPLES / "horovod"
+    done = phalanx("run", "-f", str(file), "--workdir", str(workdir), "--param", "epochs=3", timeout=2400)
     output = done.stdout + done.stderr
     assert done.returncode == 0, f"phalanx run horovod exited {done.returncode}:\n{output[-6000:]}"
     rows = json.loads(phalanx_cli("ls", "-o", "json").stdout)
