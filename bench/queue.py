@@ -53,8 +53,8 @@ def env_for(home: Path) -> dict[str, str]:
 def times(home: Path, exclude: frozenset[str] | set[str] = frozenset()) -> list[tuple[float, float]]:
     sys.path.insert(0, str(REPO / "src"))
     from phalanx.config import Settings
+    from phalanx.domain import ExperimentFilter
     from phalanx.store import open_store
-    from phalanx.store.base import ExperimentFilter
 
     store = open_store(Settings(home=home))
     items = store.list_experiments(ExperimentFilter(limit=10_000)).items

@@ -11,7 +11,9 @@ Printed: replica-seconds used (the sum over every replica of its run time: the c
 would bill), wall time, trials pruned and the best loss reached, for each run; and the controller's
 overhead per trial: from a trial's end in the store to the controller noticing it, and from a free
 slot to the next trial's experiment existing and to its replicas running (the launch: the Runner
-starts the trial's supervisor, one process, from the spec object).
+starts the trial's supervisor, one process, from the spec object); and the slot's whole idle time,
+from the replica exit that freed it to the next trial's first replica running, both as the store
+recorded them (issue 42's figure: it includes the supervisor's teardown and the controller's notice).
 
 Each search runs twice, alternated (A B A B): A, as before this change: each trial's supervisor
 is a new `python -m phalanx.runner` (an interpreter start-up and every import) and the controller
@@ -82,11 +84,16 @@ def one(home: Path, folder: Path, trials: int, steps: int, pruning: bool, wake: 
                 replica_seconds += r.finished_at - r.started_at
     best = records.best_trial(trials_done, done.optimization)
     running: list[float] = []  # slot free -> the next trial's first replica running
+    spans: list[tuple[float, float]] = []  # each trial's first replica start, last replica exit
     for t in trials_done:
         freed = ctl.freed_wall.get(t.number)
-        starts = [r.started_at for r in store.list_replicas(t.experiment_id) if r.started_at]
+        replicas = store.list_replicas(t.experiment_id)
+        starts = [r.started_at for r in replicas if r.started_at]
         if freed is not None and starts:
             running.append(max(0.0, min(starts) - freed))
+        ends = [r.finished_at for r in replicas if r.finished_at]
+        if starts and ends:
+            spans.append((min(starts), max(ends)))
     return {
         "pruning": pruning,
         "wake": wake,
@@ -100,7 +107,20 @@ def one(home: Path, folder: Path, trials: int, steps: int, pruning: bool, wake: 
         "launch_seconds": [round(s, 2) for s in ctl.launch_seconds],
         "notice_seconds": [round(s, 3) for s in ctl.notice_seconds],
         "running_seconds": [round(s, 2) for s in running],
+        "idle_seconds": [round(s, 3) for s in slot_idle(spans, concurrency=2)],
     }
+
+
+def slot_idle(spans: list[tuple[float, float]], concurrency: int) -> list[float]:
+    """For every trial after the first ``concurrency``: from the replica exit that freed its slot
+    (the slots freed first are filled first) to its own first replica running, as the store recorded
+    both: the time a slot stood idle, whatever the controller's own clocks say."""
+    exits = sorted(end for _, end in spans)
+    idle = []
+    for i, (start, _) in enumerate(sorted(spans)[concurrency:]):
+        if i < len(exits) and exits[i] <= start:
+            idle.append(start - exits[i])
+    return idle
 
 
 def main() -> None:
@@ -148,8 +168,14 @@ def main() -> None:
         launches = [s for r in runs if r["wake"] is wake for s in r["launch_seconds"]]
         notices = [s for r in runs if r["wake"] is wake for s in r["notice_seconds"]]
         running = [s for r in runs if r["wake"] is wake for s in r["running_seconds"]]
+        idle = [s for r in runs if r["wake"] is wake for s in r["idle_seconds"]]
         if not launches or not notices:
             continue
+        if idle:
+            print(
+                f"{'B' if wake else 'A'}: slot idle from a replica's exit to the next trial's first "
+                f"replica {statistics.median(idle):.2f} s (median of {len(idle)}; max {max(idle):.2f})"
+            )
         print(
             f"{'B: forked, woken' if wake else 'A: new interpreter, 0.3 s poll'}: "
             f"end noticed after {statistics.median(notices):.3f} s (median; max {max(notices):.3f}), "

@@ -244,6 +244,22 @@ class Page(Generic[T]):
 # -- experiment groups (hyperparameter searches): what the store keeps of a group and its trials --
 
 
+@dataclass(frozen=True)
+class ExperimentFilter:
+    """Which experiments a listing asks for, and in what order and page."""
+
+    status: ExperimentStatus | None = None
+    project: str | None = None
+    tag: str | None = None
+    text: str | None = None  # matches id, name or project
+    offset: int = 0
+    limit: int = 50
+    order_by: str = "-created_at"
+    group_id: str | None = None  # only the trials of this experiment group
+    projects: tuple[str, ...] | None = None  # only these projects (a team member's); None: any
+    ids: tuple[str, ...] | None = None  # only these full ids (Compare's runs); None: any
+
+
 class GroupStatus(StrEnum):
     """A group's life: created (recorded, no controller yet), running (a controller drives it), then
     one of the three ends."""

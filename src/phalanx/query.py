@@ -15,12 +15,11 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from phalanx.domain import ExperimentStatus
+from phalanx.domain import ExperimentFilter, ExperimentStatus
 from phalanx.errors import UsageError
 from phalanx.logins import choose
 from phalanx.readpass import open_for_reading
 from phalanx.remote_store import RemoteStore
-from phalanx.store.base import ExperimentFilter
 from phalanx.store.columns import parse_column
 from phalanx.store.filters import parse_filters
 from phalanx.store.selecting import MAX_SCAN, matching

@@ -24,7 +24,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
-from phalanx.domain import Experiment, ExperimentStatus, Page
+from phalanx.domain import Experiment, ExperimentFilter, ExperimentStatus, Page
 from phalanx.errors import UsageError
 from phalanx.machine import doorbell, limits
 from phalanx.machine import ledger as ledger_mod
@@ -32,7 +32,6 @@ from phalanx.machine.ledger import Capacity, Entry, Grant, Ledger, Need, NeverFi
 from phalanx.priority import MAX_PRIORITY, check_priority
 from phalanx.share import DEFAULT_PROJECT, LOCAL, Limit, never_within
 from phalanx.store import quotas
-from phalanx.store.base import ExperimentFilter
 
 if TYPE_CHECKING:
     from phalanx.config import Settings

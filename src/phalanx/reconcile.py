@@ -32,10 +32,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
-from phalanx.domain import ExperimentStatus, ReplicaState
+from phalanx.domain import ExperimentFilter, ExperimentStatus, ReplicaState
 from phalanx.errors import NotFound
 from phalanx.machine.procs import Seen, judge, read_record, recorded_but_gone, started_at
-from phalanx.store.base import ExperimentFilter
 
 if TYPE_CHECKING:
     from phalanx.config import Settings

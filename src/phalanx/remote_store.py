@@ -19,12 +19,20 @@ from typing import TYPE_CHECKING, Any
 
 from phalanx.apiclient import Client, quote
 from phalanx.clusters import Cluster
-from phalanx.domain import Experiment, ExperimentStatus, Group, Page, Replica, ReplicaState, Role
+from phalanx.domain import (
+    Experiment,
+    ExperimentFilter,
+    ExperimentStatus,
+    Group,
+    Page,
+    Replica,
+    ReplicaState,
+    Role,
+)
 from phalanx.errors import NotFound, UsageError
 from phalanx.store.alert_records import Delivery, Hook
 from phalanx.store.base import (
     ArtifactRecord,
-    ExperimentFilter,
     LogLine,
     ModelRecord,
     ParamRecord,

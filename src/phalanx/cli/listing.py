@@ -20,8 +20,7 @@ from phalanx.readpass import open_for_reading as open_for_reading
 
 if TYPE_CHECKING:
     from phalanx.config import Settings
-    from phalanx.domain import Experiment, Page
-    from phalanx.store.base import ExperimentFilter
+    from phalanx.domain import Experiment, ExperimentFilter, Page
 
 
 class Format(StrEnum):
@@ -65,9 +64,8 @@ def ls_experiments(
     ``columns``: ``param:KEY`` / ``metric:AGG:TITLE`` values shown for each experiment. ``store``:
     a server's (``RemoteStore``), which resolves a group prefix itself; None: this machine's."""
     from phalanx.config import Settings
-    from phalanx.domain import ExperimentStatus
+    from phalanx.domain import ExperimentFilter, ExperimentStatus
     from phalanx.errors import UsageError
-    from phalanx.store.base import ExperimentFilter
 
     wanted = None
     if status is not None:

@@ -69,10 +69,10 @@ def _start_here(kind: str, target: str, port: int) -> None:
 
     extras.require("tensorboard", "services", "phalanx tensorboard start")
     from phalanx.config import Settings
+    from phalanx.domain import ExperimentFilter
     from phalanx.services.local import check_port, serve_board  # why: the services extra (TensorBoard)
     from phalanx.services.targets import Target
     from phalanx.store import open_store
-    from phalanx.store.base import ExperimentFilter
 
     check_port(port)
     store = open_store(Settings())

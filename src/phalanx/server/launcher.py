@@ -37,7 +37,7 @@ from pathlib import Path
 
 from phalanx import bundles, reconcile, repro
 from phalanx.config import Settings
-from phalanx.domain import ExperimentStatus, GroupStatus
+from phalanx.domain import ExperimentFilter, ExperimentStatus, GroupStatus
 from phalanx.errors import NotFound, PhalanxError
 from phalanx.groups import detached
 from phalanx.groups.launching import GroupLauncher, GroupOptions
@@ -50,7 +50,7 @@ from phalanx.runner.running import SUPERVISOR_LOG, Runner, StartTimeout
 from phalanx.server import orders
 from phalanx.server.submitting import bundles_dir
 from phalanx.spec.group import load_group_text
-from phalanx.store.base import ExperimentFilter, LocalStore
+from phalanx.store.base import LocalStore
 from phalanx.store.submissions import Submission, SubmissionKind, SubmissionState
 from phalanx.supervisor.outcome import PID_FILE
 

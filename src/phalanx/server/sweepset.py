@@ -10,10 +10,11 @@ import json
 from dataclasses import replace
 from typing import Any
 
+from phalanx.domain import ExperimentFilter
 from phalanx.errors import NotFound, UsageError
 from phalanx.server import importance
 from phalanx.server.table import table_page
-from phalanx.store.base import ExperimentFilter, Store
+from phalanx.store.base import Store
 from phalanx.store.columns import parse_column
 from phalanx.store.paramshape import shown
 

@@ -17,10 +17,10 @@ from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
 
-from phalanx.domain import Experiment, ExperimentStatus
+from phalanx.domain import Experiment, ExperimentFilter, ExperimentStatus
 from phalanx.errors import UsageError
 from phalanx.server.schemas import ExperimentOut, ExperimentPage, experiment_out
-from phalanx.store.base import ExperimentFilter, Store
+from phalanx.store.base import Store
 from phalanx.store.columns import parse_column
 from phalanx.store.filters import parse_filters
 from phalanx.store.selecting import MAX_SCAN, matching, readable

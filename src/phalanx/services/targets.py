@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from phalanx.domain import Experiment
-from phalanx.store.base import ExperimentFilter, Store
+from phalanx.domain import Experiment, ExperimentFilter
+from phalanx.store.base import Store
 
 # the most experiments one board shows (a project's newest): TensorBoard's run list stays usable
 MAX_RUNS = 200

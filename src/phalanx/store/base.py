@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any, Protocol, Unpack
 from phalanx.domain import (
     Event,
     Experiment,
+    ExperimentFilter,
     ExperimentStatus,
     Group,
     GroupUpdate,
@@ -131,20 +132,6 @@ class LogLine:
     text: str
     time: float
     stream: str = "stdout"
-
-
-@dataclass(frozen=True)
-class ExperimentFilter:
-    status: ExperimentStatus | None = None
-    project: str | None = None
-    tag: str | None = None
-    text: str | None = None  # matches id, name or project
-    offset: int = 0
-    limit: int = 50
-    order_by: str = "-created_at"
-    group_id: str | None = None  # only the trials of this experiment group
-    projects: tuple[str, ...] | None = None  # only these projects (a team member's); None: any
-    ids: tuple[str, ...] | None = None  # only these full ids (Compare's runs); None: any
 
 
 class Store(Protocol):

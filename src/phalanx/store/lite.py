@@ -17,9 +17,8 @@ from typing import TYPE_CHECKING, Any
 
 from phalanx.errors import UsageError
 
-if TYPE_CHECKING:  # store.base imports the artifact store: `run --detach`'s probe does without it
-    from phalanx.domain import Experiment, Page, Replica
-    from phalanx.store.base import ExperimentFilter
+if TYPE_CHECKING:  # the domain's dataclasses: `run --detach`'s probe does without them
+    from phalanx.domain import Experiment, ExperimentFilter, Page, Replica
 
 # the columns ``SqlStore`` reads for an experiment (all but `repro`, which only store.repro() reads)
 _EXPERIMENT_COLUMNS = (
@@ -99,11 +98,9 @@ class LiteReader:
 
     def list_experiments(self, query: ExperimentFilter | None = None) -> Page[Experiment]:
         """As ``Store.list_experiments``: one page, with the total of all that match."""
-        from phalanx.domain import ExperimentStatus, Page  # why: `run --detach` needs no domain model
+        from phalanx.domain import ExperimentFilter, ExperimentStatus, Page  # why: `run --detach`: no domain
 
         if query is None:
-            from phalanx.store.base import ExperimentFilter  # why: `run --detach` needs no store.base
-
             query = ExperimentFilter()
         q = query
         where: list[str] = []

@@ -13,8 +13,8 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
-from phalanx.domain import Experiment
-from phalanx.store.base import ExperimentFilter, Store
+from phalanx.domain import Experiment, ExperimentFilter
+from phalanx.store.base import Store
 from phalanx.store.columns import parse_column
 from phalanx.store.filters import Filter
 from phalanx.store.paramshape import shown

@@ -19,10 +19,9 @@ from tests.support.onnx_models import random_linear, record_model
 
 from phalanx.cli.listing import open_for_reading
 from phalanx.config import Settings
-from phalanx.domain import ExperimentStatus
+from phalanx.domain import ExperimentFilter, ExperimentStatus
 from phalanx.registry.service import Registry
 from phalanx.store import open_store
-from phalanx.store.base import ExperimentFilter
 
 WAIT_SECONDS = 120  # the ingester's passes on a loaded 2-core machine
 

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import pytest
 
-from phalanx.domain import ExperimentStatus, Group, Trial, best_trial
+from phalanx.domain import ExperimentFilter, ExperimentStatus, Group, Trial, best_trial
 from phalanx.errors import Conflict, NotFound, UsageError
-from phalanx.store.base import ExperimentFilter, GroupStore
+from phalanx.store.base import GroupStore
 from phalanx.store.sql import SqlStore
 
 

@@ -7,9 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from phalanx.domain import ExperimentStatus, Replica, Role
+from phalanx.domain import ExperimentFilter, ExperimentStatus, Replica, Role
 from phalanx.store.artifacts import ArtifactStore
-from phalanx.store.base import ExperimentFilter
 from phalanx.store.lite import LiteReader, sqlite_path
 from phalanx.store.migrations import HEAD
 from phalanx.store.sql import SqlStore

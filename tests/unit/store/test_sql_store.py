@@ -7,9 +7,8 @@ import time
 
 import pytest
 
-from phalanx.domain import Event, EventKind, ExperimentStatus, Replica, ReplicaState, Role
+from phalanx.domain import Event, EventKind, ExperimentFilter, ExperimentStatus, Replica, ReplicaState, Role
 from phalanx.errors import Conflict, NotFound, UsageError
-from phalanx.store.base import ExperimentFilter
 from phalanx.store.sql import SqlStore
 
 

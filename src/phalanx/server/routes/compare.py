@@ -15,14 +15,14 @@ from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Query, Request, Response
 
-from phalanx.domain import Experiment
+from phalanx.domain import Experiment, ExperimentFilter
 from phalanx.errors import PhalanxError, UsageError
 from phalanx.server.chartdata import compress, encode_series
 from phalanx.server.deps import StoreDep
 from phalanx.server.policy import policy, principal_of
 from phalanx.server.routes.metrics import MAX_VIEW_POINTS, chart_pool
 from phalanx.server.schemas import ExperimentOut, ParamOut, experiment_out, finite_or_none
-from phalanx.store.base import ExperimentFilter, Store
+from phalanx.store.base import Store
 from phalanx.views import conflict_notes
 
 router = APIRouter(tags=["compare"])

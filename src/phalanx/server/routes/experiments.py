@@ -7,7 +7,7 @@ from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Depends, Query, Request, Response
 
-from phalanx.domain import ExperimentStatus
+from phalanx.domain import ExperimentFilter, ExperimentStatus
 from phalanx.errors import Conflict
 from phalanx.ids import check_destructive
 from phalanx.runner.resuming import resume_of
@@ -31,7 +31,6 @@ from phalanx.server.schemas import (
 )
 from phalanx.server.sweepset import sweep_of
 from phalanx.server.table import table_csv, table_page
-from phalanx.store.base import ExperimentFilter
 
 router = APIRouter(tags=["experiments"])
 

@@ -17,6 +17,7 @@ from fastapi.responses import RedirectResponse
 from pydantic import BaseModel, Field, model_validator
 
 from phalanx.data import inputs as data_inputs
+from phalanx.domain import ExperimentFilter
 from phalanx.errors import NotFound
 from phalanx.server.audit import describe
 from phalanx.server.deps import StoreDep
@@ -27,7 +28,6 @@ from phalanx.server.settings import ServerSettings
 from phalanx.services.targets import Target
 from phalanx.spec.inputs import parse_inputs
 from phalanx.store.accounts import Role
-from phalanx.store.base import ExperimentFilter
 from phalanx.store.registry import registry_store
 from phalanx.store.registry_records import parse_ref
 

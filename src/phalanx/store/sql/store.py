@@ -20,6 +20,7 @@ from sqlalchemy.exc import IntegrityError, OperationalError
 from phalanx.domain import (
     Event,
     Experiment,
+    ExperimentFilter,
     ExperimentStatus,
     Page,
     Replica,
@@ -31,7 +32,6 @@ from phalanx.store import details
 from phalanx.store.artifacts import ArtifactStore
 from phalanx.store.base import (
     ArtifactRecord,
-    ExperimentFilter,
     GroupStore,
     IngestStore,
     Series,
