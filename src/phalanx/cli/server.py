@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from phalanx.cli.app import app, fail
+from phalanx.cli.service_options import NotebooksOpt, ServiceIdleOpt, ServiceLimitOpt, ServiceOriginOpt
 
 if TYPE_CHECKING:
     from fastapi import FastAPI
@@ -389,35 +390,15 @@ AlertBackoffOpt = Annotated[
     ),
 ]
 
-ServiceIdleOpt = Annotated[
-    float,
-    typer.Option(
-        "--service-idle-minutes",
-        min=0.01,
-        metavar="MINUTES",
-        help="a service (TensorBoard) nobody reached for this long is stopped (docs/services.md)",
-    ),
-]
 
-ServiceLimitOpt = Annotated[
-    int,
-    typer.Option(
-        "--service-limit",
-        min=1,
-        max=1000,
-        metavar="N",
-        help="the most services (TensorBoards, notebooks) one project may run at once",
-    ),
-]
+def _check_addresses(hook_allow: list[str] | None, service_origin: str | None) -> None:
+    """A malformed --hook-allow or --service-origin: exit 2 naming it, before serving."""
+    from phalanx.server.hook_guard import HookGuard
+    from phalanx.server.service_origin import ServiceOrigin
 
-NotebooksOpt = Annotated[
-    bool,
-    typer.Option(
-        "--notebooks",
-        help="let projects' editors start notebook servers; their pages run on this server's origin, "
-        "so a notebook's author can act with the session of whoever opens it (docs/services.md)",
-    ),
-]
+    HookGuard.allowing(hook_allow or ())
+    if service_origin:
+        ServiceOrigin.parse(service_origin)
 
 
 @app.command("server")
@@ -448,6 +429,7 @@ def server(
     service_idle_minutes: ServiceIdleOpt = 30.0,
     service_limit: ServiceLimitOpt = 8,
     notebooks: NotebooksOpt = False,
+    service_origin: ServiceOriginOpt = None,
 ) -> None:
     """Serve the REST API (/api/v1) and the web UI (/) over this machine's Phalanx store."""
     from phalanx import knobs
@@ -473,10 +455,9 @@ def server(
     from phalanx.server.app import create_app
     from phalanx.server.boxing import decide, start_line  # (start-up time: `phalanx server`'s own)
     from phalanx.server.boxing import recorded as box_recorded
-    from phalanx.server.hook_guard import HookGuard
     from phalanx.server.settings import ServerSettings
 
-    HookGuard.allowing(hook_allow or ())  # a malformed --hook-allow: exit 2 naming it, before serving
+    _check_addresses(hook_allow, service_origin)
 
     box = decide(
         trust=trust_submitters,
@@ -506,6 +487,7 @@ def server(
             service_idle_seconds=service_idle_minutes * 60,
             service_limit=service_limit,
             notebooks=notebooks,
+            service_origin=service_origin,
         )
     )
     shown = f"[{host}]" if ":" in host else host

@@ -27,7 +27,7 @@ from phalanx.errors import PhalanxError, UsageError, http_status
 from phalanx.server.alerting import Deliverer, Retry
 from phalanx.server.apidocs import install_docs
 from phalanx.server.audit import AuditMiddleware
-from phalanx.server.auth import SecurityMiddleware, default_allowed_hosts
+from phalanx.server.auth import SecurityMiddleware, default_allowed_hosts, signed_in
 from phalanx.server.boxing import isolation_for
 from phalanx.server.echoes import cut_echoes
 from phalanx.server.files import ArtifactFiles
@@ -62,6 +62,7 @@ from phalanx.server.routes import quotas as quota_routes
 from phalanx.server.routes import secrets as secret_routes
 from phalanx.server.routes import services as service_routes
 from phalanx.server.schemas import ErrorOut
+from phalanx.server.service_origin import Passes, ServiceOrigin, ServiceOriginMiddleware
 from phalanx.server.services import Services, Timing
 from phalanx.server.sessions import STRONG_TOKEN_CHARS, BearerThrottle, LoginThrottle, Sessions
 from phalanx.server.settings import ServerSettings
@@ -143,6 +144,11 @@ def create_app(settings: ServerSettings, store: LocalStore | None = None) -> Fas
     _install_state(app, settings, store)
     app.state.launcher = launcher
     app.state.services = services
+    # services on origins of their own (--service-origin), and the passes their hosts take
+    app.state.service_origin = (
+        ServiceOrigin.parse(settings.service_origin) if settings.service_origin else None
+    )
+    app.state.passes = Passes()
     app.state.submit_slots = anyio.CapacityLimiter(settings.submit_slots)
     _install_routes(app, settings)
     _install_error_handlers(app)
@@ -288,6 +294,21 @@ def _install_middleware(app: FastAPI, settings: ServerSettings) -> None:
     )
     # outermost: a chart read waits for its turn before even the sign-in check (phalanx.server.gate)
     app.add_middleware(ChartGate, slots=metrics.CHART_SLOTS)
+    origin: ServiceOrigin | None = app.state.service_origin
+    if origin is not None:  # further out still: a service's host never reaches the server's routes
+
+        def who(user: str | None) -> Any:
+            admin = accounts.first_admin() if user is None and accounts is not None else None
+            return signed_in(accounts, user, admin)
+
+        app.add_middleware(
+            ServiceOriginMiddleware,
+            origin=origin,
+            passes=app.state.passes,
+            services=app.state.services,
+            who=who,
+            server_url=settings.link_base(),
+        )
 
 
 ERROR_RESPONSES = {

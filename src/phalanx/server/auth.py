@@ -275,19 +275,7 @@ class SecurityMiddleware:
     def _user_principal(self, user: str | None) -> Principal | None:
         """The principal of a signed-in user (None: the server token, an admin's once teams
         exist); None when the account is gone or disabled."""
-        if user is None:
-            user = self.team_admin()
-            if user is None:  # single-token mode: the server token can do everything
-                return Principal(user=None, superuser=True)
-        if self.accounts is None:
-            return None
-        try:
-            record = self.accounts.user(user)
-        except NotFound:
-            return None
-        if record.disabled:
-            return None
-        return Principal(user=user, superuser=record.is_admin, roles=self.accounts.roles_of(user))
+        return signed_in(self.accounts, user, self.team_admin() if user is None else None)
 
     def _check_token(self, scope: Scope, path: str, method: str, authorization: str) -> Any:
         scheme, _, given = authorization.partition(" ")
@@ -438,6 +426,24 @@ class SecurityMiddleware:
                 return False
             return parts.netloc.lower() == _header(scope, b"host").strip().lower()
         return True
+
+
+def signed_in(accounts: Accounts | None, user: str | None, team_admin: str | None) -> Principal | None:
+    """The principal of ``user`` (None: the server token's holder, who is ``team_admin`` once teams
+    exist, else allowed everything); None when the account is gone or disabled."""
+    if user is None:
+        user = team_admin
+        if user is None:  # single-token mode: the server token can do everything
+            return Principal(user=None, superuser=True)
+    if accounts is None:
+        return None
+    try:
+        record = accounts.user(user)
+    except NotFound:
+        return None
+    if record.disabled:
+        return None
+    return Principal(user=user, superuser=record.is_admin, roles=accounts.roles_of(user))
 
 
 def _downgraded(scheme: str, scope: Scope) -> bool:

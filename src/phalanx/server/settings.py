@@ -65,8 +65,11 @@ class ServerSettings(BaseModel):
     service_refresh_seconds: float = Field(default=5.0, gt=0)
     service_limit: int = Field(default=8, ge=1, le=1000)  # services one project may run at once
     # notebook servers (--notebooks): off unless the admin turns them on, as a notebook's pages run
-    # on this server's origin (docs/services.md#notebooks-and-the-servers-origin)
+    # on this server's origin unless services have their own (docs/services.md#an-origin-per-service)
     notebooks: bool = False
+    # where services are served, an origin of each one's own ('https://{id}.svc.example.com';
+    # server/service_origin.py); None: on this server's origin, under /services/ID/
+    service_origin: str | None = None
     # the address people reach this server at, for the experiment links alerts carry; None:
     # http://HOST:PORT/ as it listens
     public_url: str | None = None

@@ -35,9 +35,10 @@ CELL = (
 )
 
 
-def _execute(url: str, token: str, code: str) -> str:
-    """Run ``code`` in a new message on kernel channels ``url`` (ws://...); its stdout."""
-    conn = websocket.create_connection(url, header=[f"Authorization: Bearer {token}"], timeout=120)
+def _execute(url: str, code: str, **connect: Any) -> str:
+    """Run ``code`` in a new message on kernel channels ``url`` (ws://...), connected with
+    ``connect`` (websocket-client's header, host, origin, cookie); its stdout."""
+    conn = websocket.create_connection(url, timeout=120, **connect)
     try:
         msg_id = uuid.uuid4().hex
         conn.send(
@@ -72,10 +73,11 @@ def _execute(url: str, token: str, code: str) -> str:
         conn.close()
 
 
-def _refused(url: str, headers: list[str], origin: str | None = None) -> bool:
-    """Whether the handshake is answered 403 (``origin``: the page's site; else the client's own)."""
+def _refused(url: str, headers: list[str], origin: str | None = None, **connect: Any) -> bool:
+    """Whether the handshake is answered 403 (``origin``: the page's site; else the client's own;
+    ``connect``: websocket-client's host or cookie)."""
     try:
-        websocket.create_connection(url, header=headers, origin=origin, timeout=60).close()
+        websocket.create_connection(url, header=headers, origin=origin, timeout=60, **connect).close()
     except websocket.WebSocketBadStatusException as refused:
         return refused.status_code == 403
     return False
@@ -143,7 +145,7 @@ def test_a_projects_notebook_runs_a_cell_over_the_proxy_with_its_input(tmp_path:
         assert _call(f"{base}api/kernels", tokens["none"])[0] == 404
 
         channels = f"{base.replace('http://', 'ws://')}api/kernels/{kernel['id']}/channels"
-        said = _execute(channels, tokens["editor_a"], CELL)
+        said = _execute(channels, CELL, header=[f"Authorization: Bearer {tokens['editor_a']}"])
         uid, rows_seen = said.split("UID ")[1].split(" ROWS ")
         assert rows_seen.strip() == "7,1"
         assert int(uid) != 0  # the project's own account, not the server's root
@@ -171,3 +173,67 @@ def test_a_projects_notebook_runs_a_cell_over_the_proxy_with_its_input(tmp_path:
         assert not service_processes(home, started["id"])
         assert (home / "notebooks" / "A" / "kept.ipynb").is_file()
         assert _call(f"{base}api/status", tokens["editor_a"])[0] == 404
+
+
+def _browse(url: str, host: str, cookie: str, method: str = "GET") -> tuple[int, Any]:
+    """(status, headers) of a browser's request to ``url`` sent as to ``host`` (a service's name,
+    which resolves nowhere here: the server listens on loopback), redirects not followed."""
+    request = urllib.request.Request(url, method=method, data=b"{}" if method == "POST" else None)
+    request.add_header("Host", host)
+    if cookie:
+        request.add_header("Cookie", cookie)
+    try:
+        with urllib.request.build_opener(NoRedirect).open(request, timeout=60) as answer:
+            return answer.status, json.loads(answer.read())
+    except urllib.error.HTTPError as answer:
+        return answer.code, answer.headers
+
+
+def test_a_notebook_at_its_own_origin_runs_a_cell_for_its_editor_with_a_pass(tmp_path: Path) -> None:
+    """With --service-origin a notebook is served at http://ID.svc.localhost:PORT: the server hands a
+    signed-in editor a one-use ticket there, which buys a pass of that host alone; the kernel's
+    WebSocket runs a cell with the pass from a page of that origin, and is refused from the server's
+    own pages or with the server's session (what the notebook's page holds of the server: nothing)."""
+    home = tmp_path / "server-home"
+    store = open_store(Settings(home=home))
+    team = make_team(store)
+    team.accounts.add_user("eve", "eve-password-0123")
+    team.accounts.set_member("A", "eve", Role.editor)
+    store.close()
+    origin = ["--notebooks", "--service-origin", "http://{id}.svc.localhost"]
+    with running_server(home, args=origin) as server:
+        started = _call(
+            f"{server.url}/api/v1/services",
+            team.tokens["editor_a"],
+            "POST",
+            {"kind": "notebook", "project": "A"},
+        )
+        assert started[0] == 201, started
+        service, port = started[1]["id"], server.url.rsplit(":", 1)[1]
+        host = f"{service}.svc.localhost:{port}"
+        session = _signed_in(server.url, "eve", "eve-password-0123")
+        status, sent = _browse(
+            f"{server.url}/services/{service}/api/status", server.url.split("//")[1], session
+        )
+        ticket = urllib.parse.urlsplit(sent["location"])
+        assert (status, ticket.netloc, ticket.path) == (303, host, "/_phalanx/enter")
+        local = f"http://127.0.0.1:{port}"
+        assert _browse(f"{local}/services/{service}/api/status", host, session)[0] == 303  # no pass: back
+        status, entered = _browse(f"{local}{ticket.path}?{ticket.query}", host, "")
+        assert (status, entered["location"]) == (303, f"/services/{service}/api/status")
+        held = str(entered["set-cookie"]).split(";")[0]
+        assert held.startswith("phalanx_service=")
+        status, kernel = _browse(f"{local}/services/{service}/api/kernels", host, held, "POST")
+        assert status == 201, kernel
+
+        channels = f"ws://127.0.0.1:{port}/services/{service}/api/kernels/{kernel['id']}/channels"
+        said = _execute(
+            channels, "import os; print('UID', os.getuid())", host=host, origin=f"http://{host}", cookie=held
+        )
+        assert int(said.split("UID ")[1]) != 0  # in the project's box, as on the server's origin
+        assert _refused(channels, [], origin=server.url, host=host, cookie=held)  # a page of the server's
+        assert _refused(channels, [], origin=f"http://{host}", host=host)  # no pass
+        at_server = (
+            f"{server.url.replace('http://', 'ws://')}/services/{service}/api/kernels/{kernel['id']}/channels"
+        )
+        assert _refused(at_server, [f"Cookie: {session}"], origin=server.url)  # not served to a browser there

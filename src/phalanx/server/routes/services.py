@@ -23,6 +23,7 @@ from phalanx.server.audit import describe
 from phalanx.server.deps import StoreDep
 from phalanx.server.policy import policy, principal_of, require, require_experiment
 from phalanx.server.proxy import POLICY_VIOLATION, forward, forward_socket
+from phalanx.server.service_origin import ServiceOrigin, entry_url
 from phalanx.server.services import MODEL, NOTEBOOK, Service, Services
 from phalanx.server.settings import ServerSettings
 from phalanx.services.targets import Target
@@ -199,9 +200,19 @@ def service_root(service_id: str) -> RedirectResponse:
 @page_router.api_route("/services/{service_id}/{path:path}", methods=PROXIED)
 @policy("service:viewer")
 async def proxied(service_id: str, path: str, request: Request) -> Response:
-    """The service's own pages and data, forwarded to its socket (phalanx.server.proxy)."""
+    """The service's own pages and data, forwarded to its socket (phalanx.server.proxy); with
+    --service-origin, a browser's page is sent to the service's own origin with a ticket, and only a
+    script's request (a bearer token: no page of a service can send one) is forwarded here."""
     services = services_of(request)
     service = services.get(service_id)
+    origin: ServiceOrigin | None = request.app.state.service_origin
+    if origin is not None and not _bearer(request.headers.get("authorization", "")):
+        if request.method not in ("GET", "HEAD"):
+            raise HTTPException(403, f"service {service_id} is served at its own origin, not here")
+        passes = request.app.state.passes
+        return RedirectResponse(
+            entry_url(origin, passes, request, service_id, principal_of(request).user), status_code=303
+        )
     services.touch(service)
     return await forward(request, str(service.socket))
 
@@ -219,8 +230,18 @@ async def proxied_socket(websocket: WebSocket) -> None:
         await websocket.close(code=POLICY_VIOLATION)
         return
     held = None if who.replica_of is not None else who.role_in(service.project)
-    if held is None or held < service.role:
+    elsewhere = websocket.app.state.service_origin is not None  # then a browser's goes there
+    if (
+        held is None
+        or held < service.role
+        or (elsewhere and not _bearer(websocket.headers.get("authorization", "")))
+    ):
         await websocket.close(code=POLICY_VIOLATION)
         return
     services.touch(service)
     await forward_socket(websocket, str(service.socket), lambda: services.touch(service))
+
+
+def _bearer(authorization: str) -> bool:
+    """Whether a request carries a bearer token, which no page (a service's included) can send."""
+    return authorization.partition(" ")[0].lower() == "bearer"
