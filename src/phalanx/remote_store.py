@@ -452,9 +452,11 @@ class RemoteServices:
         found: dict[str, Any] = self.client.send("POST", "/services", doc)
         return found
 
-    def start_model(self, ref: str) -> dict[str, Any]:
-        """The registered model ``ref`` (``NAME@alias``) served on the server, or the one that is."""
-        found: dict[str, Any] = self.client.send("POST", "/services", {"kind": "model", "model": ref})
+    def start_model(self, ref: str, replicas: int = 1) -> dict[str, Any]:
+        """The registered model ``ref`` (``NAME@alias``) served on the server by ``replicas``
+        processes, or the one that is."""
+        doc = {"kind": "model", "model": ref, "replicas": replicas}
+        found: dict[str, Any] = self.client.send("POST", "/services", doc)
         return found
 
     def services(self, kind: str | None = None) -> list[dict[str, Any]]:

@@ -89,6 +89,18 @@ OnServerOpt = Annotated[
     ),
 ]
 
+ReplicasOpt = Annotated[
+    int,
+    typer.Option(
+        "--replicas",
+        min=1,
+        max=16,
+        metavar="N",
+        help="With --on-server: N processes behind its one address, taking turns at its requests (each "
+        "started again when it dies, the others serving meanwhile).",
+    ),
+]
+
 
 @app.command("serve")
 def serve(
@@ -108,6 +120,7 @@ def serve(
     server: ServeServerOpt = None,
     local: LocalOpt = False,
     on_server: OnServerOpt = False,
+    replicas: ReplicasOpt = 1,
 ) -> None:
     """Serve a registered ONNX model: POST /v1/models/NAME:predict (JSON or .npy), /healthz, /metrics.
     After `phalanx login` (or with --server URL) the model is one of the server's registry; with
@@ -116,8 +129,10 @@ def serve(
 
     parsed = parse_ref(ref)
     if on_server:
-        _submit(str(parsed), server, local)
+        _submit(str(parsed), server, local, replicas)
         return
+    if replicas != 1:
+        raise fail("--replicas is a service's, on a server (--on-server); here --workers serves more at once")
     _check_options(host, token, no_auth, log_level)
     _require_serve_extra()
     import uvicorn
@@ -160,7 +175,7 @@ def serve(
     http_server.run(sockets=[sock])
 
 
-def _submit(ref: str, server: str | None, local: bool) -> None:
+def _submit(ref: str, server: str | None, local: bool, replicas: int) -> None:
     """``ref`` served by the server as a service (docs/services.md): where it answers."""
     from phalanx.logins import choose  # why: the server's client only when one is in play
     from phalanx.remote_store import RemoteServices
@@ -171,9 +186,11 @@ def _submit(ref: str, server: str | None, local: bool) -> None:
     if client is None:
         raise fail("--on-server runs it on a Phalanx server: `phalanx login URL` first, or give --server URL")
     services = RemoteServices(client)
-    found = services.start_model(ref)
+    found = services.start_model(ref, replicas)
     url = services.url_of(found)
     said = "started" if found["started"] else "already served"
+    if found.get("replicas", 1) > 1:
+        said += f", {found['replicas']} replicas"
     name = ref.split("@")[0]
     typer.echo(f"{ref} on the server ({said}, service {found['id']}): POST {url}v1/models/{name}:predict")
     typer.echo(

@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
+from pathlib import Path
 from typing import cast
 
 import httpx
@@ -79,36 +80,47 @@ def _kept(headers: Iterable[tuple[str, str]], dropped: frozenset[str]) -> list[t
     return [(k, v) for k, v in pairs if k.lower() not in dropped and k.lower() not in named]
 
 
-async def forward(request: Request, socket: str) -> Response:
-    """The service's answer to ``request`` (502 when it cannot be reached)."""
-    transport = httpx.AsyncHTTPTransport(uds=socket)
-    async with httpx.AsyncClient(transport=transport, timeout=TIMEOUT) as client:
-        headers = _kept(request.headers.items(), DROPPED_REQUEST)
-        if "accept-encoding" not in request.headers:  # else httpx would ask for gzip on the caller's behalf
-            headers.append(("accept-encoding", "identity"))
-        outgoing = client.build_request(
-            request.method,
-            httpx.URL(scheme="http", host="service", path=request.url.path, query=request.url.query.encode()),
-            headers=headers,
-            content=await request.body(),
-        )
-        try:
-            answer = await client.send(outgoing, stream=True)
+async def forward(request: Request, sockets: Sequence[Path]) -> Response:
+    """The service's answer to ``request`` from the first of ``sockets`` that takes the connection
+    (a served model's replicas: one that has just died refuses it, and the next one answers; nothing
+    was sent to it); 502 when none can be reached."""
+    body = await request.body()
+    headers = _kept(request.headers.items(), DROPPED_REQUEST)
+    if "accept-encoding" not in request.headers:  # else httpx would ask for gzip on the caller's behalf
+        headers.append(("accept-encoding", "identity"))
+    url = httpx.URL(scheme="http", host="service", path=request.url.path, query=request.url.query.encode())
+    failure: httpx.HTTPError | None = None
+    for socket in sockets:
+        transport = httpx.AsyncHTTPTransport(uds=str(socket))
+        async with httpx.AsyncClient(transport=transport, timeout=TIMEOUT) as client:
+            outgoing = client.build_request(request.method, url, headers=headers, content=body)
             try:
-                body = b"".join([chunk async for chunk in answer.aiter_raw()])
+                answer = await client.send(outgoing, stream=True)
+            except httpx.ConnectError as exc:  # not taken: nothing reached it, the next one may
+                failure = exc
+                continue
+            except httpx.HTTPError as exc:
+                return _unreachable(exc)
+            try:
+                content = b"".join([chunk async for chunk in answer.aiter_raw()])
+            except httpx.HTTPError as exc:
+                return _unreachable(exc)
             finally:
                 await answer.aclose()
-        except httpx.HTTPError as exc:
-            return Response(
-                f"the service did not answer ({type(exc).__name__}); it may be starting or have ended:"
-                " `phalanx tensorboard ls` lists those that run\n",
-                status_code=502,
-                media_type="text/plain",
-            )
-    response = Response(content=body, status_code=answer.status_code)
-    for key, value in _kept(answer.headers.multi_items(), DROPPED_RESPONSE):
-        response.headers.append(key, value)
-    return response
+        response = Response(content=content, status_code=answer.status_code)
+        for key, value in _kept(answer.headers.multi_items(), DROPPED_RESPONSE):
+            response.headers.append(key, value)
+        return response
+    return _unreachable(failure)
+
+
+def _unreachable(exc: Exception | None) -> Response:
+    return Response(
+        f"the service did not answer ({type(exc).__name__}); it may be starting or have ended:"
+        " `phalanx tensorboard ls` lists those that run\n",
+        status_code=502,
+        media_type="text/plain",
+    )
 
 
 async def forward_socket(websocket: WebSocket, socket: str, touch: Callable[[], None]) -> None:

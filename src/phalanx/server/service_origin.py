@@ -43,7 +43,7 @@ from starlette.websockets import WebSocket
 from phalanx.errors import NotFound, UsageError
 from phalanx.server.policy import Principal
 from phalanx.server.proxy import POLICY_VIOLATION, forward, forward_socket
-from phalanx.server.services import Services
+from phalanx.server.services import Service, Services
 
 SERVICE_COOKIE = "phalanx_service"
 ENTER = "/_phalanx/enter"
@@ -203,7 +203,7 @@ class ServiceOriginMiddleware:
         if not path.startswith(base):
             return PlainTextResponse(f"not found: this origin serves {base} only\n", 404)
         self.services.touch(service)
-        return await forward(request, str(service.socket))
+        return await forward(request, service.in_turn())
 
     def _enter(self, request: Request, service_id: str, base: str) -> Any:
         held = self.passes.redeem(request.query_params.get("ticket", ""), service_id)
@@ -227,7 +227,7 @@ class ServiceOriginMiddleware:
         )
         return answer
 
-    async def _reachable(self, held: str, service_id: str) -> Any:
+    async def _reachable(self, held: str, service_id: str) -> Service | None:
         """The service, when ``held`` is a live pass to it whose holder still has its role."""
         live, user = self.passes.holder(held, service_id)
         if not live:
@@ -248,7 +248,7 @@ class ServiceOriginMiddleware:
             await websocket.close(code=POLICY_VIOLATION)
             return
         self.services.touch(service)
-        await forward_socket(websocket, str(service.socket), lambda: self.services.touch(service))
+        await forward_socket(websocket, str(service.in_turn()[0]), lambda: self.services.touch(service))
 
 
 def entry_url(

@@ -8,9 +8,13 @@ project's experiments, phalanx.machine.box) that listens on a Unix socket in a f
 account's, never on a TCP port: it is reached only through the server's ``/services/ID/`` proxy
 (phalanx.server.proxy), under the project's roles (a board: its viewers; a notebook: its editors).
 
+A served model is one address in front of one or more processes (its replicas), which take turns
+at its requests. Processes are started by phalanx.server.service_spawn.
+
 One refresher thread renders what experiments reported since its last pass into each board's
-folder (phalanx.services.boards), stops a service nobody reached in ``idle_seconds`` and forgets
-one whose process died (asking again starts a new one). The server's end stops them all; a box ends
+folder (phalanx.services.boards), stops a service nobody reached in ``idle_seconds``, forgets
+one whose process died (asking again starts a new one) and starts a served model's dead process
+again. The server's end stops them all; a box ends
 with the server anyway (bubblewrap's ``--die-with-parent``), and a notebook's kernels end with
 their notebook server (they watch their parent), so nothing outlives it.
 """
@@ -18,29 +22,25 @@ their notebook server (they watch their parent), so nothing outlives it.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import json
 import logging
-import os
 import secrets
 import shutil
-import subprocess
 import sys
-import tempfile
 import threading
 import time
-from collections.abc import Callable, Mapping
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from phalanx import extras
-from phalanx.backends.local.boxes import PACKAGE_ROOT
-from phalanx.errors import NotFound, PhalanxError, QuotaExceeded
+from phalanx.errors import NotFound, QuotaExceeded
 from phalanx.machine import box
 from phalanx.machine.box import Isolation
 from phalanx.registry.service import Registry
-from phalanx.server.service_process import Process, Spawned, tail
+from phalanx.server.service_spawn import LISTEN, Instance, Launch, Spawner, end_instance, listened_in
 from phalanx.services.targets import Target
 from phalanx.serving.folder import publish, published
 from phalanx.store.accounts import Role
@@ -55,19 +55,8 @@ log = logging.getLogger(__name__)
 TENSORBOARD = "tensorboard"
 NOTEBOOK = "notebook"
 MODEL = "model"  # a registered model served (phalanx.serving.folder)
-SOCKET = "service.sock"
-LISTEN = "listen"  # in a service's folder: the folder its socket is in
-LISTEN_PREFIX = "phalanx-service-"
 SERVED = "served.json"  # in a served model's folder: what it serves, for the next server
-LOG = "service.log"  # its process's output, in its folder (the reason a start failed)
-# in a service's environment: its folder (in the server's home), how a leftover is found (tests)
-MARK = "PHALANX_SERVICE"
-
-
-class ServiceFailed(PhalanxError):
-    """A service's process ended before it listened (its log's last lines say why)."""
-
-    code = "unavailable"
+MAX_REPLICAS = 16  # a served model's processes behind its one address
 
 
 @dataclass
@@ -79,18 +68,31 @@ class Service:
     project: str
     target: Target
     folder: Path
-    socket: Path
-    process: Process
+    instances: list[Instance]  # its processes: one, or a served model's replicas
     board: Board | None  # a TensorBoard's; a notebook has none
     started_by: str
     role: Role = Role.viewer
     started_at: float = field(default_factory=time.time)
     last_used: float = field(default_factory=time.monotonic)
-    # a served model's: its process again (a new one, same id and socket folder) when it dies, and
-    # what hands a moved alias's version over to it; how often it was started again
-    respawn: Callable[[], Service] | None = None
+    # a served model's: its instance N again (a new process, same service) when that one dies, and
+    # what hands a moved alias's version over to them; how often one was started again
+    respawn: Callable[[int], Instance] | None = None
     follow: Callable[[], None] | None = None
     restarts: int = 0
+    _turns: Iterator[int] = field(default_factory=itertools.count, repr=False)
+
+    def alive(self) -> bool:
+        """Whether any of its processes runs."""
+        return any(i.process.alive() for i in self.instances)
+
+    def in_turn(self) -> list[Path]:
+        """The sockets a request may go to, the first first: its running instances, each first in
+        turn; those whose process ended (until it is started again) only when none runs."""
+        running = [i.socket for i in self.instances if i.process.alive()]
+        if not running:
+            return [i.socket for i in self.instances]
+        turn = next(self._turns) % len(running)
+        return running[turn:] + running[:turn]
 
     @property
     def manage_role(self) -> Role:
@@ -113,21 +115,8 @@ class Service:
             "started_at": self.started_at,
             "idle_seconds": round(time.monotonic() - self.last_used, 1),
             "restarts": self.restarts,
+            "replicas": len(self.instances),
         }
-
-
-@dataclass(frozen=True)
-class Launch:
-    """What a service is, before its process: its id, kind, project, target, who asked, the least
-    role that reaches it and its board (a TensorBoard's)."""
-
-    id: str
-    kind: str
-    project: str
-    target: Target
-    who: str
-    role: Role
-    board: Board | None
 
 
 @dataclass(frozen=True)
@@ -160,17 +149,15 @@ class Services:
         self._starting = threading.Lock()  # one start at a time: two asks for one board start it once
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
-        # every process is started from this one thread, which lives as long as the services: what
-        # ties a process to the server's life (bubblewrap's --die-with-parent, setpriv's
-        # --pdeathsig) follows the thread that started it, and a request's worker thread may end
-        self._spawner: ThreadPoolExecutor | None = None
+        self._spawner: Spawner | None = None
 
     def start(self) -> Services:
         """Start the refresher (again after ``close``: an app's lifespan may run more than once),
         after removing what an ended server's services left and serving its models again."""
         if self._thread is None or not self._thread.is_alive():
             self._stop = threading.Event()
-            self._spawner = ThreadPoolExecutor(max_workers=1, thread_name_prefix="phalanx-service-start")
+            stop = self._stop
+            self._spawner = Spawner(self.home, self.isolation_for, self.timing.start_seconds, stop.wait)
             self._sweep()
             self._thread = threading.Thread(target=self._loop, name="phalanx-services", daemon=True)
             self._thread.start()
@@ -184,7 +171,7 @@ class Services:
         for service in self.listed():  # a served model is served again by the next server
             self._end(service, keep=service.respawn is not None)
         if self._spawner is not None:
-            self._spawner.shutdown(wait=True)
+            self._spawner.close()
 
     def _sweep(self) -> None:
         """What the services of a server that ended (stopped or killed) left, before any runs: the
@@ -193,10 +180,10 @@ class Services:
         answered serve lasts until it is stopped, across restarts)."""
         root = self.home / "services"
         for folder in sorted(root.iterdir()) if root.is_dir() else ():
+            for listen in listened_in(folder):
+                shutil.rmtree(listen, ignore_errors=True)
             with contextlib.suppress(OSError):
-                listen = Path((folder / LISTEN).read_text().strip())
-                if listen.name.startswith(LISTEN_PREFIX):
-                    shutil.rmtree(listen, ignore_errors=True)
+                (folder / LISTEN).unlink()
             try:
                 served = json.loads((folder / SERVED).read_text())
             except (OSError, ValueError):
@@ -204,15 +191,15 @@ class Services:
                 continue
             self._serve_again(folder.name, served)
 
-    def _serve_again(self, service_id: str, served: Mapping[str, str]) -> None:
-        """The served model of ``served`` (its ref, who served it) started again under its id; a
-        model that cannot be (deleted since, a broken file) is logged and its folder removed."""
+    def _serve_again(self, service_id: str, served: Mapping[str, Any]) -> None:
+        """The served model of ``served`` (its ref, who served it, its replicas) started again under
+        its id; a model that cannot be (deleted since, a broken file) is logged and its folder
+        removed."""
         try:
             ref = parse_ref(served["ref"])
             registry = Registry(self.store)
-            self.add(
-                self._start_model(registry.project_of(ref.name), ref, registry, served["who"], service_id)
-            )
+            project, replicas = registry.project_of(ref.name), int(served.get("replicas", 1))
+            self.add(self._start_model(project, ref, registry, served["who"], replicas, service_id))
             log.info("service %s: %s served again", service_id, ref)
         except Exception:
             log.exception("service %s: the model it served could not be served again", service_id)
@@ -251,15 +238,16 @@ class Services:
             NOTEBOOK, project, target, who, lambda: self._start_notebook(project, inputs, who)
         )
 
-    def model(self, ref: ModelRef, who: str) -> tuple[Service, bool]:
-        """``ref`` (``NAME@alias``, ``NAME@N``, ``NAME``: its latest) served in its model's project,
-        started unless it is: the version handed over as files, a moved alias followed by the
-        refresher, and its process started again whenever it dies, until it is stopped."""
+    def model(self, ref: ModelRef, who: str, replicas: int = 1) -> tuple[Service, bool]:
+        """``ref`` (``NAME@alias``, ``NAME@N``, ``NAME``: its latest) served in its model's project
+        by ``replicas`` processes behind its one address, started unless it is (one that serves is
+        handed back as it is): the version handed over as files, a moved alias followed by the
+        refresher, and each process started again whenever it dies, until it is stopped."""
         registry = Registry(self.store)
         project = registry.project_of(ref.name)
         target = Target(MODEL, str(ref))
         return self._one_of(
-            MODEL, project, target, who, lambda: self._start_model(project, ref, registry, who)
+            MODEL, project, target, who, lambda: self._start_model(project, ref, registry, who, replicas)
         )
 
     def _one_of(
@@ -268,7 +256,7 @@ class Services:
         with self._starting:
             running = self.listed((project,))
             for service in running:
-                if service.kind == kind and service.target == target and service.process.alive():
+                if service.kind == kind and service.target == target and service.alive():
                     self.touch(service)
                     return service, False
             if len(running) >= self.timing.per_project:
@@ -301,8 +289,9 @@ class Services:
         logs.mkdir(parents=True)
         board = Board(self.store, target, logs)
         board.render()  # what is there already shows at once
-        return self._spawn(
-            Launch(service_id, TENSORBOARD, project, target, who, Role.viewer, board),
+        launch = Launch(service_id, TENSORBOARD, project, target, who, Role.viewer, board)
+        return self._started(
+            launch,
             lambda socket: [
                 sys.executable,
                 "-m",
@@ -329,7 +318,7 @@ class Services:
             box.make_own_folder(work, isolation)
         else:
             work.mkdir(parents=True, exist_ok=True)
-        return self._spawn(
+        return self._started(
             Launch(service_id, NOTEBOOK, project, Target("project", project), who, Role.editor, None),
             lambda socket: [
                 sys.executable,
@@ -353,7 +342,13 @@ class Services:
         )
 
     def _start_model(
-        self, project: str, ref: ModelRef, registry: Registry, who: str, service_id: str | None = None
+        self,
+        project: str,
+        ref: ModelRef,
+        registry: Registry,
+        who: str,
+        replicas: int = 1,
+        service_id: str | None = None,
     ) -> Service:
         extras.require("onnxruntime", "serve", "a served model")
         service_id = service_id or secrets.token_hex(6)
@@ -361,7 +356,8 @@ class Services:
         version = registry.resolve(ref)
         publish(models, version, registry.read_bytes(version))
         # what serves it again after a restart (``_sweep``); its stop removes the folder
-        (models.parent / SERVED).write_text(json.dumps({"ref": str(ref), "who": who}))
+        served = {"ref": str(ref), "who": who, "replicas": replicas}
+        (models.parent / SERVED).write_text(json.dumps(served))
         launch = Launch(service_id, MODEL, project, Target(MODEL, str(ref)), who, Role.viewer, None)
 
         def argv_for(socket: str) -> list[str]:
@@ -379,115 +375,60 @@ class Services:
                 str(ref),
             ]
 
-        def respawn() -> Service:
-            return self._spawn(launch, argv_for, ro=(str(models),))
+        def respawn(_: int) -> Instance:  # every replica alike: they read the same folder
+            return self._spawner_now().spawn(launch, argv_for, ro=(str(models),))
 
         def follow() -> None:
             if ref.alias is not None and (found := registry.resolve(ref)).version != published(models):
                 publish(models, found, registry.read_bytes(found))
                 log.info("service %s: %s moved, version %d handed over", service_id, ref, found.version)
 
-        service = respawn()
+        service = self._started(launch, argv_for, ro=(str(models),), count=replicas)
         service.respawn, service.follow = respawn, follow
         return service
 
-    def _spawn(
+    def _spawner_now(self) -> Spawner:
+        assert self._spawner is not None, "Services.start() first"
+        return self._spawner
+
+    def _started(
         self,
         launch: Launch,
         argv_for: Callable[[str], list[str]],
         ro: tuple[str, ...] = (),
         rw: tuple[str, ...] = (),
         env: Mapping[str, str] | None = None,
+        count: int = 1,
     ) -> Service:
-        """The service's process, in the project's box when the server boxes, listening on a socket
-        in a folder of its own; returned once it listens (ServiceFailed if it does not)."""
-        folder = self.home / "services" / launch.id
-        # a short path: a Unix socket's path holds at most 107 bytes, a home's may be long
-        listen = Path(tempfile.mkdtemp(prefix=f"{LISTEN_PREFIX}{launch.id}-"))
-        (folder / LISTEN).write_text(str(listen))  # what a later server removes if this one is killed
-        socket = listen / SOCKET
-        own_home = listen / "home"  # its HOME (JupyterLab's runtime files): writable after the lock below
-        # -P: nothing of its working folder is imported (a notebook folder's planted jupyterlab.py)
-        argv = [sys.executable, "-P", *argv_for(str(socket))[1:]]
-        isolation = self.isolation_for(launch.project)
-        if isolation is not None:
-            box.make_own_folder(listen, isolation)
-            box.make_own_folder(own_home, isolation)
-            layout = box.Layout(
-                cwd=str(own_home),
-                tmp=None,
-                rw=(str(listen), *rw),
-                ro=(*ro, PACKAGE_ROOT, *box.interpreter_trees()),
-            )
-            argv = box.box_argv(isolation, layout) + argv
-            started = box.box_env(isolation, str(own_home))
-        else:  # as the server, but with none of its environment (its tokens, its cloud keys)
-            own_home.mkdir()
-            started = {
-                "PATH": os.environ.get("PATH", box.BOX_PATH),
-                "HOME": str(own_home),
-                "TMPDIR": str(own_home),
-            }
-            if setpriv := shutil.which(box.SETPRIV):  # ended with the server however it ends
-                argv = [setpriv, "--pdeathsig", "SIGKILL", "--", *argv]
-        started.update(box.inherited(), **(env or {}), PYTHONPATH=PACKAGE_ROOT, **{MARK: str(folder)})
-        with open(folder / LOG, "ab") as out:
-            assert self._spawner is not None, "Services.start() first"
-            popen = self._spawner.submit(
-                subprocess.Popen,
-                argv,
-                env=started,
-                cwd=str(own_home),
-                stdin=subprocess.DEVNULL,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-            ).result()
+        """The service of ``launch`` with ``count`` instances of ``argv_for``, each listening; if one
+        does not start, nothing of it is left (the others ended, its folder gone) and ServiceFailed
+        says why."""
         service = Service(
             id=launch.id,
             kind=launch.kind,
             project=launch.project,
             target=launch.target,
-            folder=folder,
-            socket=socket,
-            process=Spawned(popen),
+            folder=self.home / "services" / launch.id,
+            instances=[],
             board=launch.board,
             started_by=launch.who,
             role=launch.role,
         )
         try:
-            self._await_listening(service)
+            for _ in range(count):
+                service.instances.append(self._spawner_now().spawn(launch, argv_for, ro, rw, env))
         except BaseException:
             self._end(service)
             raise
-        if isolation is not None:  # its socket can no longer be replaced by what runs in its box
-            os.chown(listen, os.getuid(), os.getgid())
-            os.chmod(listen, 0o755)
         return service
 
-    def _await_listening(self, service: Service) -> None:
-        """Until the process listens on its socket; ServiceFailed when it ends or takes too long."""
-        deadline = time.monotonic() + self.timing.start_seconds
-        while not service.socket.exists():
-            if not service.process.alive():
-                raise ServiceFailed(
-                    f"the {service.kind} ended (status {service.process.status()}) before it listened: "
-                    f"{tail(service.folder / LOG)}"
-                )
-            if time.monotonic() > deadline:
-                raise ServiceFailed(
-                    f"the {service.kind} did not listen within {self.timing.start_seconds:.0f} s"
-                )
-            if self._stop.wait(0.05):
-                raise ServiceFailed("the server is stopping")
-
     def _end(self, service: Service, keep: bool = False) -> None:
-        """Its process ended and its folders gone (``keep``: its own folder stays, for the next
+        """Its processes ended and its folders gone (``keep``: its own folder stays, for the next
         server), then it leaves the list (listed: still there)."""
-        service.process.end()
+        for instance in service.instances:
+            end_instance(instance)
         if service.board is not None:
             service.board.close()
-        shutil.rmtree(service.socket.parent, ignore_errors=True)
         if not keep:
             shutil.rmtree(service.folder, ignore_errors=True)
         with self._lock:
@@ -500,28 +441,27 @@ class Services:
                 self._tend(service)
 
     def _keep_serving(self, service: Service) -> None:
-        """A served model: never stopped for idleness; started again when its process died (a
-        failed start ends it, logged); the version its alias names now handed over."""
+        """A served model: never stopped for idleness; each of its processes started again when it
+        died, while the others serve (a failed start ends the service, logged); the version its
+        alias names now handed over."""
         assert service.respawn is not None
-        if not service.process.alive() and not self._stop.is_set():
+        for slot, instance in enumerate(service.instances):
+            if instance.process.alive() or self._stop.is_set():
+                continue
             log.warning(
-                "service %s: its process ended (%s); starting it again", service.id, service.process.status()
+                "service %s: its process %d ended (%s); starting it again",
+                service.id,
+                slot,
+                instance.process.status(),
             )
-            shutil.rmtree(service.socket.parent, ignore_errors=True)
+            end_instance(instance)
             try:
-                again = service.respawn()
+                service.instances[slot] = service.respawn(slot)
             except Exception:
                 log.exception("service %s: it could not be started again; it is stopped", service.id)
                 self._end(service)
                 return
-            again.respawn, again.follow, again.restarts = (
-                service.respawn,
-                service.follow,
-                service.restarts + 1,
-            )
-            again.started_at, again.last_used = service.started_at, service.last_used
-            self.add(again)
-            service = again
+            service.restarts += 1
         if service.follow is not None:
             try:
                 service.follow()
@@ -534,11 +474,11 @@ class Services:
         its experiment is deleted, else its board brought up to date."""
         if service.respawn is not None:
             self._keep_serving(service)
-        elif not service.process.alive():
+        elif not service.alive():
             log.warning(
                 "service %s: its process ended (%s); asking again starts a new one",
                 service.id,
-                service.process.status(),
+                service.instances[0].process.status(),
             )
             self._end(service)
         elif time.monotonic() - service.last_used > self.timing.idle_seconds:

@@ -29,16 +29,31 @@ pytestmark = pytest.mark.slow
 X = np.random.default_rng(7).normal(size=(3, 64)).astype(np.float32)
 
 
-def _serving_pid(home: Path, service_id: str) -> int | None:
-    """The serving process itself (python -m phalanx.serving.folder, inside its box)."""
+def _serving_pids(home: Path, service_id: str) -> set[int]:
+    """The serving processes themselves (python -m phalanx.serving.folder, inside their boxes)."""
+    found = set()
     for pid in service_processes(home, service_id):
         try:
             argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
         except OSError:
             continue
         if b"phalanx.serving.folder" in argv and not argv[0].endswith((b"bwrap", b"setpriv")):
-            return pid
-    return None
+            found.add(pid)
+    return found
+
+
+def _dead(pid: int) -> bool:
+    """Whether ``pid`` has ended (gone, or a zombie its parent has not reaped yet)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] in ("Z", "X")
+    except OSError:
+        return True
+
+
+def _answered(metrics: bytes) -> float:
+    """The predict requests one serving process answered, as its /metrics says."""
+    lines = metrics.decode().splitlines()
+    return sum(float(line.split()[-1]) for line in lines if line.startswith("phalanx_serve_requests_total{"))
 
 
 def test_a_model_served_on_the_server_survives_a_kill_follows_its_alias_and_stops(tmp_path: Path) -> None:
@@ -68,6 +83,8 @@ def test_a_model_served_on_the_server_survives_a_kill_follows_its_alias_and_stop
                 "serve",
                 "digits@prod",
                 "--on-server",
+                "--replicas",
+                "2",
                 "--server",
                 server.url,
                 token=tokens["editor_a"],
@@ -86,17 +103,27 @@ def test_a_model_served_on_the_server_survives_a_kill_follows_its_alias_and_stop
             assert np.allclose(out, outputs[doc["version"]], atol=1e-5)
             return int(doc["version"])
 
-        assert version_served() == 1  # a project viewer predicts
+        assert "2 replicas" in said
+        assert [version_served() for _ in range(10)] == [1] * 10  # a project viewer predicts
         assert _call(predict, tokens["admin_b"], "POST", {"inputs": X.tolist()})[0] == 404
+        # the two processes took turns: each one's own /metrics (asked in turn too) counts half
+        metrics = f"{server.url}/services/{service_id}/metrics"
+        counted = sorted(_answered(_call(metrics, tokens["viewer_a"])[1]) for _ in range(2))
+        assert counted == [5.0, 5.0], counted
 
-        first = _serving_pid(home, service_id)
-        assert first is not None
+        first, other = sorted(_serving_pids(home, service_id))
         os.kill(first, signal.SIGKILL)
+        wait_for("the killed one is dead", lambda: _dead(first), 60)  # its socket closed: it took nothing
+        # the other one answers every request meanwhile: none fails while the first is started again
+        assert [version_served() for _ in range(6)] == [1] * 6
+        status = f"{api}/services/{service_id}"
         wait_for(
-            "the server started it again", lambda: (p := _serving_pid(home, service_id)) and p != first, 120
+            "the server started it again", lambda: _call(status, tokens["viewer_a"])[1]["restarts"] == 1, 120
         )
-        wait_for("it answers again", lambda: version_served() == 1, 120)
-        assert _call(f"{api}/services/{service_id}", tokens["viewer_a"])[1]["restarts"] == 1
+        now = _serving_pids(home, service_id)
+        assert len(now) == 2 and other in now and first not in now
+        assert _call(status, tokens["viewer_a"])[1]["replicas"] == 2
+        assert [version_served() for _ in range(4)] == [1] * 4
 
         ok(
             phalanx(

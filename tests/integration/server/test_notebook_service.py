@@ -23,6 +23,7 @@ from tests.integration.server.test_services import NoRedirect, _call, service_pr
 from tests.unit.server.teams_fixtures import make_team
 
 from phalanx.config import Settings
+from phalanx.server.service_spawn import listened_in
 from phalanx.store import catalog, open_store
 from phalanx.store.accounts import Role
 
@@ -137,7 +138,7 @@ def test_a_projects_notebook_runs_a_cell_over_the_proxy_with_its_input(tmp_path:
         assert started["started"] and started["url"] == f"{server.url}/services/{started['id']}/"
         base = f"{server.url}{started['path']}"
         assert not (tmp_path / "planted-ran").exists()
-        listen = next(Path(p) for p in [(home / "services" / started["id"] / "listen").read_text()])
+        [listen] = listened_in(home / "services" / started["id"])
         assert listen.stat().st_uid == os.getuid()  # its socket cannot be swapped from its box
         status, kernel = _call(f"{base}api/kernels", tokens["editor_a"], "POST", {})
         assert status == 201, kernel

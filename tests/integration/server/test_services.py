@@ -21,7 +21,8 @@ from tests.unit.server.teams_fixtures import make_group, make_team
 
 from phalanx.config import Settings
 from phalanx.domain import Trial, TrialState
-from phalanx.server.services import MARK, Services, Timing
+from phalanx.server.service_spawn import MARK
+from phalanx.server.services import Services, Timing
 from phalanx.services.boards import run_name
 from phalanx.services.targets import Target
 from phalanx.store import open_store
@@ -63,7 +64,7 @@ def _unsigned(url: str) -> tuple[int, str | None]:
 
 def service_processes(home: Path, service_id: str) -> list[int]:
     """The processes of service ``service_id`` of the server over ``home`` (its box's included):
-    those marked with its folder (phalanx.server.services.MARK)."""
+    those marked with its folder (phalanx.server.service_spawn.MARK)."""
     mark = f"{MARK}={home / 'services' / service_id}".encode()
     found = []
     for entry in Path("/proc").iterdir():
@@ -173,13 +174,14 @@ def test_a_board_nobody_reaches_is_stopped(tmp_path: Path) -> None:
     services.start()
     try:
         service, started = services.tensorboard(e.project, Target("experiment", e.id), "someone")
-        assert started and service.process.alive() and service.socket.exists()
+        [board] = service.instances
+        assert started and board.process.alive() and board.socket.exists()
         wait_for("the idle board stopped", lambda: not services.listed(), 120)
-        assert not service.process.alive()
-        assert not service.socket.parent.exists() and not service.folder.exists()
+        assert not board.process.alive()
+        assert not board.socket.parent.exists() and not service.folder.exists()
         fresh, started = services.tensorboard(e.project, Target("experiment", e.id), "someone")
         assert started and fresh.id != service.id  # asked again: a new one
     finally:
         services.close()
-    assert not fresh.process.alive()
-    assert not os.path.exists(fresh.socket)
+    assert not fresh.alive()
+    assert not os.path.exists(fresh.instances[0].socket)

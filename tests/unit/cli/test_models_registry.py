@@ -15,6 +15,7 @@ from phalanx.cli.app import app
 from phalanx.cli.main import _register
 from phalanx.config import Settings
 from phalanx.store import open_store
+from tests.support.cli import phalanx_cli
 from tests.support.onnx_models import random_linear, record_model, tamper
 
 CLI = CliRunner()
@@ -106,3 +107,11 @@ def test_mistakes_exit_2_with_a_message(
     status, err = _phalanx(capsys, *args)
     assert status == 2, err
     assert message in err and "Traceback" not in err
+
+
+def test_replicas_are_asked_of_a_server_only() -> None:
+    done = phalanx_cli("serve", "digits@prod", "--replicas", "2")
+    assert (done.returncode, done.stdout) == (2, "")
+    assert done.stderr == (
+        "error: --replicas is a service's, on a server (--on-server); here --workers serves more at once\n"
+    )

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from phalanx.server.service_spawn import Instance
 from phalanx.server.services import Service, Services
 from phalanx.services.boards import Board
 from phalanx.services.targets import Target
@@ -89,8 +90,7 @@ class FakeBoard:
             project=project,
             target=target,
             folder=own / "gone",
-            socket=own / "board.sock",
-            process=_Thread(),
+            instances=[Instance(own / "board.sock", _Thread())],
             board=Board(store, target, own / "gone"),
             started_by="root",
         )

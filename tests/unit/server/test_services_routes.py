@@ -15,7 +15,8 @@ import pytest
 from fastapi.testclient import TestClient
 
 from phalanx.server.app import create_app
-from phalanx.server.services import Services, Timing
+from phalanx.server.service_spawn import Instance
+from phalanx.server.services import Service, Services, Timing
 from phalanx.server.settings import ServerSettings
 from phalanx.services.targets import Target
 from phalanx.store import catalog
@@ -171,6 +172,54 @@ def test_a_board_of_a_deleted_experiment_stops_and_a_killed_servers_leftovers_go
         deadline = time.monotonic() + 120  # a safety net: the refresher's next pass stops it
         while services.listed() and time.monotonic() < deadline:
             time.sleep(0.05)
-        assert services.listed() == [] and not service.process.alive()
+        assert services.listed() == [] and not service.alive()
     finally:
         services.close()
+
+
+class _Running:
+    def __init__(self) -> None:
+        self.ended = False
+
+    def alive(self) -> bool:
+        return not self.ended
+
+    def status(self) -> int | None:
+        return 0 if self.ended else None
+
+    def end(self) -> None:
+        self.ended = True
+
+
+def test_a_served_models_replicas_take_turns_and_one_that_died_is_skipped(tmp_path: Path) -> None:
+    processes = [_Running(), _Running(), _Running()]
+    sockets = [tmp_path / f"{n}.sock" for n in range(3)]
+    service = Service(
+        id="0123456789ab",
+        kind="model",
+        project="A",
+        target=Target("model", "digits@prod"),
+        folder=tmp_path,
+        instances=[Instance(s, p) for s, p in zip(sockets, processes, strict=True)],
+        board=None,
+        started_by="ada",
+    )
+    assert [service.in_turn()[0] for _ in range(4)] == [sockets[0], sockets[1], sockets[2], sockets[0]]
+    processes[1].end()
+    firsts = [service.in_turn() for _ in range(4)]
+    assert all(sockets[1] not in order and len(order) == 2 for order in firsts)  # the others, in turn
+    assert {order[0] for order in firsts} == {sockets[0], sockets[2]}
+    for process in processes:
+        process.end()
+    assert service.in_turn() == sockets and not service.alive()  # none runs: the request fails there
+
+
+def test_replicas_are_a_served_models_only(settings: ServerSettings, store: Store) -> None:
+    e = fill.experiment(store, project="A")
+    token = "server-token-of-the-services-test-0123"
+    app = create_app(settings.model_copy(update={"token": token}), store)
+    with TestClient(app, headers={"Authorization": f"Bearer {token}"}) as client:
+        board = client.post("/api/v1/services", json={"experiment": e.id, "replicas": 2})
+        many = client.post("/api/v1/services", json={"kind": "model", "model": "digits", "replicas": 17})
+    assert board.status_code == 422 and "replicas are a served model's" in board.text
+    assert many.status_code == 422 and "16" in many.text

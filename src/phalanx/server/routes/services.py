@@ -24,7 +24,7 @@ from phalanx.server.deps import StoreDep
 from phalanx.server.policy import policy, principal_of, require, require_experiment
 from phalanx.server.proxy import POLICY_VIOLATION, forward, forward_socket
 from phalanx.server.service_origin import ServiceOrigin, entry_url
-from phalanx.server.services import MODEL, NOTEBOOK, Service, Services
+from phalanx.server.services import MAX_REPLICAS, MODEL, NOTEBOOK, Service, Services
 from phalanx.server.settings import ServerSettings
 from phalanx.services.targets import Target
 from phalanx.spec.inputs import parse_inputs
@@ -48,6 +48,12 @@ class ServiceIn(BaseModel):
     model: str | None = Field(
         default=None, max_length=200, description="a served model's NAME@alias (followed), NAME@N or NAME"
     )
+    replicas: int = Field(
+        default=1,
+        ge=1,
+        le=MAX_REPLICAS,
+        description="a served model's processes behind its one address, taking turns at its requests",
+    )
     inputs: list[dict[str, str]] = Field(
         default_factory=list,
         max_length=32,
@@ -61,6 +67,8 @@ class ServiceIn(BaseModel):
             if given != ["model"]:
                 raise ValueError("a served model names its model only: give model (NAME@alias)")
             return self
+        if self.replicas != 1:
+            raise ValueError("replicas are a served model's; a board or a notebook runs once")
         if len(given) != 1 or given == ["model"]:
             raise ValueError("give exactly one of experiment, group or project")
         if self.kind == "notebook" and given != ["project"]:
@@ -84,7 +92,10 @@ class ServiceOut(BaseModel):
     started_by: str
     started_at: float
     idle_seconds: float
-    restarts: int = Field(default=0, description="a served model's: how often its process was started again")
+    restarts: int = Field(
+        default=0, description="a served model's: how often one of its processes was started again"
+    )
+    replicas: int = Field(default=1, description="its processes behind its one address")
     started: bool = Field(default=False, description="this request started it (else it was running)")
 
 
@@ -115,7 +126,8 @@ def _target(request: Request, store: StoreDep, body: ServiceIn) -> tuple[str, Ta
             raise HTTPException(
                 403,
                 "this server runs no notebooks: its admin turns them on with `phalanx server --notebooks`"
-                " (a notebook's pages run on the server's origin: docs/services.md says what that means)",
+                " (without --service-origin a notebook's pages run on the server's origin: docs/services.md"
+                " says what that means)",
             )
         return project, Target("project", project)
     require(request, project, Role.viewer, f"project {project!r}")
@@ -139,7 +151,7 @@ def start_service(body: ServiceIn, store: StoreDep, request: Request, response: 
         ref = parse_ref(str(body.model))
         project = registry_store(store).model_project(ref.name)  # an unknown model: its NotFound
         require(request, project, Role.editor, f"model {ref.name}")
-        service, started = services.model(ref, who.name)
+        service, started = services.model(ref, who.name, body.replicas)
         response.status_code = 201 if started else 200
         if started:
             describe(request, "service.start", service.id, project, f"model {ref}")
@@ -214,7 +226,7 @@ async def proxied(service_id: str, path: str, request: Request) -> Response:
             entry_url(origin, passes, request, service_id, principal_of(request).user), status_code=303
         )
     services.touch(service)
-    return await forward(request, str(service.socket))
+    return await forward(request, service.in_turn())
 
 
 async def proxied_socket(websocket: WebSocket) -> None:
@@ -239,7 +251,7 @@ async def proxied_socket(websocket: WebSocket) -> None:
         await websocket.close(code=POLICY_VIOLATION)
         return
     services.touch(service)
-    await forward_socket(websocket, str(service.socket), lambda: services.touch(service))
+    await forward_socket(websocket, str(service.in_turn()[0]), lambda: services.touch(service))
 
 
 def _bearer(authorization: str) -> bool:

@@ -68,7 +68,7 @@ export function renderServices(root, ctx) {
 
   function draw(found) {
     const rows = found.map((s) => h("tr", { "data-id": s.id, "data-kind": s.kind },
-      h("td", {}, s.kind), h("td", {}, s.project), h("td", {}, targetText(s.target)),
+      h("td", {}, s.replicas > 1 ? `${s.kind} ×${s.replicas}` : s.kind), h("td", {}, s.project), h("td", {}, targetText(s.target)),
       h("td", {}, s.started_by), h("td", {}, fmtAgo(s.started_at)), h("td", { class: "num" }, `${Math.round(s.idle_seconds)} s`),
       h("td", {}, h("a", { href: s.path }, "Open"), " ",
         (() => { const b = h("button", { class: "danger", onclick: () => stop(s, b) }, "Stop"); return b; })())));
