@@ -394,11 +394,16 @@ AlertBackoffOpt = Annotated[
 def _check_addresses(hook_allow: list[str] | None, service_origin: str | None) -> None:
     """A malformed --hook-allow or --service-origin: exit 2 naming it, before serving."""
     from phalanx.server.hook_guard import HookGuard
-    from phalanx.server.service_origin import ServiceOrigin
+    from phalanx.server.service_passes import ServiceOrigin
 
     HookGuard.allowing(hook_allow or ())
-    if service_origin:
-        ServiceOrigin.parse(service_origin)
+    if service_origin is not None and ServiceOrigin.parse(service_origin).scheme == "http":
+        typer.echo(
+            "warning: --service-origin is plain http: a browser sends a host's cookies to every port of"
+            " it, where any program of this machine may listen (a job, a notebook's kernel): serve over"
+            " https for people who do not trust each other (docs/services.md#an-origin-per-service)",
+            err=True,
+        )
 
 
 @app.command("server")

@@ -62,7 +62,8 @@ from phalanx.server.routes import quotas as quota_routes
 from phalanx.server.routes import secrets as secret_routes
 from phalanx.server.routes import services as service_routes
 from phalanx.server.schemas import ErrorOut
-from phalanx.server.service_origin import Passes, ServiceOrigin, ServiceOriginMiddleware
+from phalanx.server.service_origin import ServiceOriginMiddleware
+from phalanx.server.service_passes import Passes, ServiceOrigin
 from phalanx.server.services import Services, Timing
 from phalanx.server.sessions import STRONG_TOKEN_CHARS, BearerThrottle, LoginThrottle, Sessions
 from phalanx.server.settings import ServerSettings
@@ -146,7 +147,7 @@ def create_app(settings: ServerSettings, store: LocalStore | None = None) -> Fas
     app.state.services = services
     # services on origins of their own (--service-origin), and the passes their hosts take
     app.state.service_origin = (
-        ServiceOrigin.parse(settings.service_origin) if settings.service_origin else None
+        ServiceOrigin.parse(settings.service_origin) if settings.service_origin is not None else None
     )
     app.state.passes = Passes()
     app.state.submit_slots = anyio.CapacityLimiter(settings.submit_slots)
@@ -272,6 +273,8 @@ def _install_middleware(app: FastAPI, settings: ServerSettings) -> None:
             return settings.max_file_bytes
         if method == "POST" and path == f"{API}/experiments":
             return settings.max_bundle_bytes + settings.max_request_bytes  # the bundle and the form
+        if path.startswith("/services/"):
+            return settings.max_service_bytes
         return settings.max_request_bytes
 
     # Added later = further out: the audit trail sees each change's answer (inside auth, which says
@@ -307,7 +310,10 @@ def _install_middleware(app: FastAPI, settings: ServerSettings) -> None:
             passes=app.state.passes,
             services=app.state.services,
             who=who,
+            sessions=sessions,
             server_url=settings.link_base(),
+            body_limit=settings.max_service_bytes,
+            idle_seconds=settings.body_idle_seconds,
         )
 
 

@@ -28,7 +28,6 @@ import re
 import socket
 import time
 from collections.abc import Iterable
-from http.cookies import SimpleCookie
 from typing import Any
 from urllib.parse import quote, urlsplit
 
@@ -45,6 +44,9 @@ from phalanx.store.accounts import Accounts
 from phalanx.tokens import token_experiment
 
 COOKIE = "phalanx_session"
+# over https the session cookie's name says it is this host's alone: a browser refuses such a cookie
+# set with a Domain (a page of a sibling host, such as a service's, cannot plant one) or without Secure
+HOST_COOKIE = "__Host-phalanx_session"
 
 access_log = logging.getLogger("phalanx.server.access")
 
@@ -53,6 +55,8 @@ access_log = logging.getLogger("phalanx.server.access")
 PUBLIC_PREFIXES = ("/login", "/logout", "/static/", "/api/v1/health")
 
 UNSAFE_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
+
+BEARER, SESSION, REPLICA, NONE = "bearer", "session", "replica", "none"  # credential_of
 
 LOOPBACK_HOSTS = ("localhost", "127.0.0.1", "::1", "localhost.localdomain", "ip6-localhost")
 
@@ -269,8 +273,10 @@ class SecurityMiddleware:
         return self._team_admin
 
     @staticmethod
-    def _set_principal(scope: Scope, principal: Principal) -> None:
-        scope.setdefault("state", {})["principal"] = principal
+    def _set_principal(scope: Scope, principal: Principal, credential: str = "none") -> None:
+        """Who asks, and with what they were let in (``credential_of``)."""
+        state = scope.setdefault("state", {})
+        state["principal"], state["credential"] = principal, credential
 
     def _user_principal(self, user: str | None) -> Principal | None:
         """The principal of a signed-in user (None: the server token, an admin's once teams
@@ -308,7 +314,7 @@ class SecurityMiddleware:
                         " (docs/teams.md)",
                         [(b"www-authenticate", b"Bearer")],
                     )
-                self._set_principal(scope, admin)
+                self._set_principal(scope, admin, BEARER)
                 return None
             experiment = self._replica_of(given)
             if experiment is not None:
@@ -316,7 +322,7 @@ class SecurityMiddleware:
             user = self.accounts.user_of_token(given) if self.accounts is not None else None
             principal = self._user_principal(user) if user is not None else None
             if principal is not None:
-                self._set_principal(scope, principal)
+                self._set_principal(scope, principal, BEARER)
                 return None
             if self.throttle is not None:
                 self.throttle.failed(given, client)
@@ -325,7 +331,7 @@ class SecurityMiddleware:
         live, session_user = self._cookie_session(scope)
         principal = self._user_principal(session_user) if live else None
         if principal is not None:
-            self._set_principal(scope, principal)
+            self._set_principal(scope, principal, SESSION)
             return None
         if path.startswith("/api/"):
             if given:
@@ -378,7 +384,7 @@ class SecurityMiddleware:
             or (attempt is not None and attempt["id"] == experiment and method == "POST")
         ):
             scope.setdefault("state", {})["experiment_scope"] = experiment
-            self._set_principal(scope, Principal(user=None, replica_of=experiment))
+            self._set_principal(scope, Principal(user=None, replica_of=experiment), REPLICA)
             return None
         return _json(
             403,
@@ -389,16 +395,10 @@ class SecurityMiddleware:
 
     def _cookie_session(self, scope: Scope) -> tuple[bool, str | None]:
         """(whether the request carries a live session cookie, the user it signed in)."""
-        raw = _header(scope, b"cookie")
-        if not raw or self.sessions is None:
+        value = session_cookie(scope)
+        if value is None or self.sessions is None:
             return False, None
-        cookie: SimpleCookie = SimpleCookie()
-        try:
-            cookie.load(raw)
-        except Exception:  # a malformed Cookie header is no session
-            return False, None
-        morsel = cookie.get(COOKIE)
-        return (False, None) if morsel is None else self.sessions.lookup(morsel.value)
+        return self.sessions.lookup(value)
 
     def _same_origin(self, scope: Scope, host: str) -> bool:
         """Whether a browser says this request comes from a page of this server (or is no browser).
@@ -426,6 +426,29 @@ class SecurityMiddleware:
                 return False
             return parts.netloc.lower() == _header(scope, b"host").strip().lower()
         return True
+
+
+def cookie_name(scheme: str) -> str:
+    """The session cookie's name for a request over ``scheme`` (``HOST_COOKIE`` over https)."""
+    return HOST_COOKIE if scheme == "https" else COOKIE
+
+
+def session_cookie(scope: Scope) -> str | None:
+    """The session cookie's value, or None: none, or two that differ (one set for a parent domain
+    by a page of a sibling host, over plain http: whose session is it? neither is taken)."""
+    name = cookie_name(str(scope.get("scheme", "http"))) + "="
+    values = {
+        part.strip()[len(name) :]
+        for part in _header(scope, b"cookie").split(";")
+        if part.strip().startswith(name)
+    }
+    return values.pop() if len(values) == 1 else None
+
+
+def credential_of(scope: Scope) -> str:
+    """What the request was let in with: ``BEARER`` (a user's or the server's token, which no page
+    can send), ``SESSION`` (a browser's cookie), ``REPLICA`` or ``NONE`` (a tokenless server)."""
+    return str(scope.get("state", {}).get("credential", NONE))
 
 
 def signed_in(accounts: Accounts | None, user: str | None, team_admin: str | None) -> Principal | None:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from pathlib import Path
 from typing import cast
 
@@ -60,6 +60,8 @@ DROPPED_RESPONSE = frozenset(
         "access-control-allow-headers",
         "access-control-allow-methods",
         "access-control-expose-headers",
+        # a service may not wipe what the browser keeps for the whole site (the server's session)
+        "clear-site-data",
     }
 )
 TIMEOUT = httpx.Timeout(60.0, connect=10.0)
@@ -123,9 +125,15 @@ def _unreachable(exc: Exception | None) -> Response:
     )
 
 
-async def forward_socket(websocket: WebSocket, socket: str, touch: Callable[[], None]) -> None:
+async def forward_socket(
+    websocket: WebSocket,
+    socket: str,
+    touch: Callable[[], None],
+    allowed: Callable[[], Awaitable[bool]] | None = None,
+) -> None:
     """Join ``websocket`` (not accepted yet) to the same path on the service's socket, both ways,
-    until either side closes; ``touch`` on every message (the service is in use)."""
+    until either side closes; ``touch`` on every message (the service is in use); ``allowed``
+    asked before each of the caller's messages is passed on: once it says no, both are closed."""
     url = websocket.url
     target = f"ws://service{url.path}" + (f"?{url.query}" if url.query else "")
     asked = [Subprotocol(p) for p in websocket.scope.get("subprotocols") or ()]
@@ -144,7 +152,7 @@ async def forward_socket(websocket: WebSocket, socket: str, touch: Callable[[], 
     async with upstream:
         await websocket.accept(subprotocol=cast(str | None, upstream.subprotocol))
         pumps = [
-            asyncio.create_task(_to_service(websocket, upstream, touch)),
+            asyncio.create_task(_to_service(websocket, upstream, touch, allowed)),
             asyncio.create_task(_to_caller(websocket, upstream, touch)),
         ]
         _, pending = await asyncio.wait(pumps, return_when=asyncio.FIRST_COMPLETED)
@@ -156,11 +164,18 @@ async def forward_socket(websocket: WebSocket, socket: str, touch: Callable[[], 
         await websocket.close()
 
 
-async def _to_service(websocket: WebSocket, upstream: ClientConnection, touch: Callable[[], None]) -> None:
+async def _to_service(
+    websocket: WebSocket,
+    upstream: ClientConnection,
+    touch: Callable[[], None],
+    allowed: Callable[[], Awaitable[bool]] | None,
+) -> None:
     with contextlib.suppress(WebSocketDisconnect, ConnectionClosed):
         while True:
             message = await websocket.receive()
             if message["type"] == "websocket.disconnect":
+                return
+            if allowed is not None and not await allowed():
                 return
             touch()
             text = message.get("text")

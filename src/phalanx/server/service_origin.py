@@ -19,142 +19,52 @@ A browser gets there in one hop through the server, as JupyterHub's subdomains d
    checked again each time (a disabled account or a lost role is refused at once), and a WebSocket
    must come from the service's own origin. Without a pass a page is sent back to step 1.
 
-Tickets and passes live in the server's memory, as its services do: after a restart a page's next
-navigation gets a new pass on its own.
+A pass lasts as long as the browser session that asked for it (a logout ends it), and a kernel's
+WebSocket is checked again while it is open (``RECHECK_SECONDS``). Requests there get the server's
+body limit and access log, not its other checks (they are not the server's pages).
+
+Tickets and passes live in the server's memory, as its services do (phalanx.server.service_passes):
+after a restart a page's next navigation gets a new pass on its own.
 """
 
 from __future__ import annotations
 
-import re
-import secrets
-import threading
+import logging
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
-from urllib.parse import quote, urlsplit
+from urllib.parse import quote
 
 import anyio
 from fastapi import Request
+from starlette.requests import ClientDisconnect
 from starlette.responses import PlainTextResponse, RedirectResponse
 from starlette.types import ASGIApp, Receive, Scope, Send
 from starlette.websockets import WebSocket
 
-from phalanx.errors import NotFound, UsageError
+from phalanx.errors import NotFound
+from phalanx.server.limits import BodyLimitMiddleware
 from phalanx.server.policy import Principal
 from phalanx.server.proxy import POLICY_VIOLATION, forward, forward_socket
+from phalanx.server.service_passes import PASS_SECONDS, Passes, ServiceOrigin
 from phalanx.server.services import Service, Services
+from phalanx.server.sessions import Sessions
 
 SERVICE_COOKIE = "phalanx_service"
 ENTER = "/_phalanx/enter"
-TICKET_SECONDS = 60.0
-PASS_SECONDS = 8 * 3600.0
-SERVICE_ID = re.compile(r"^[0-9a-f]{12}$")
-_LABEL = re.compile(r"^(?!-)[a-z0-9-]{1,63}(?<!-)$")
+RECHECK_SECONDS = 5.0  # an open kernel WebSocket's holder is checked again this often (on its messages)
 # the service's answers: no sniffing, no Referer with its paths to other sites
 HEADERS = [("x-content-type-options", "nosniff"), ("referrer-policy", "same-origin")]
 
-
-@dataclass(frozen=True)
-class ServiceOrigin:
-    """Where services are served: ``scheme://{id}SUFFIX[:port]`` (no port: the one the server was
-    reached on)."""
-
-    scheme: str
-    suffix: str  # ".svc.example.com": what follows the service's id in its host name
-    port: int | None
-
-    @classmethod
-    def parse(cls, template: str) -> ServiceOrigin:
-        """``template`` as ``--service-origin`` takes it; UsageError saying what is wrong."""
-        hint = "give it as SCHEME://{id}.DOMAIN[:PORT], e.g. 'https://{id}.svc.example.com'"
-        parts = urlsplit(template.strip())
-        if parts.scheme not in ("http", "https") or parts.path not in ("", "/") or parts.query:
-            raise UsageError(f"--service-origin {template!r}: an origin only (scheme, host, port); {hint}")
-        netloc = parts.netloc.lower()
-        host, _, port = netloc.partition(":") if not netloc.startswith("[") else (netloc, "", "")
-        if not host.startswith("{id}.") or "@" in netloc:
-            raise UsageError(f"--service-origin {template!r}: its host must begin with '{{id}}.'; {hint}")
-        suffix = host.removeprefix("{id}")
-        labels = suffix[1:].split(".")
-        if not all(_LABEL.match(label) for label in labels):
-            raise UsageError(f"--service-origin {template!r}: {suffix[1:]!r} is not a host name; {hint}")
-        if port and not (port.isdigit() and 0 < int(port) < 65536):
-            raise UsageError(f"--service-origin {template!r}: {port!r} is not a port; {hint}")
-        return cls(parts.scheme, suffix, int(port) if port else None)
-
-    def service_of(self, host_header: str) -> str | None:
-        """The service id a request's Host names, or None when it is not a service's host."""
-        host = host_header.strip().lower().partition(":")[0]  # a service's host is a name, never [v6]
-        if not host.endswith(self.suffix):
-            return None
-        service_id = host.removesuffix(self.suffix)
-        return service_id if SERVICE_ID.match(service_id) else None
-
-    def url(self, service_id: str, reached_on: str) -> str:
-        """The service's origin, for a caller that reached the server at Host ``reached_on``."""
-        port = self.port
-        if port is None and ":" in reached_on.rsplit("]", 1)[-1]:
-            port = int(reached_on.rsplit(":", 1)[1])
-        default = {"http": 80, "https": 443}[self.scheme]
-        shown = "" if port is None or port == default else f":{port}"
-        return f"{self.scheme}://{service_id}{self.suffix}{shown}"
-
-
-@dataclass(frozen=True)
-class _Grant:
-    service_id: str
-    user: str | None  # None: the server token's holder (a server without accounts)
-    expires: float
-
-
-class Passes:
-    """The tickets handed out and the passes they were redeemed for, in memory (thread-safe)."""
-
-    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
-        self._clock = clock
-        self._lock = threading.Lock()
-        self._tickets: dict[str, _Grant] = {}
-        self._passes: dict[str, _Grant] = {}
-
-    def ticket(self, service_id: str, user: str | None) -> str:
-        """A one-use ticket to ``service_id`` for ``user``."""
-        ticket = secrets.token_urlsafe(32)
-        with self._lock:
-            self._drop_expired()
-            self._tickets[ticket] = _Grant(service_id, user, self._clock() + TICKET_SECONDS)
-        return ticket
-
-    def redeem(self, ticket: str, service_id: str) -> str | None:
-        """A pass for the ticket's holder (the ticket is spent), or None: unknown, spent, expired or
-        for another service."""
-        with self._lock:
-            grant = self._tickets.pop(ticket, None)
-            if grant is None or grant.service_id != service_id or grant.expires < self._clock():
-                return None
-            held = secrets.token_urlsafe(32)
-            self._passes[held] = _Grant(service_id, grant.user, self._clock() + PASS_SECONDS)
-            return held
-
-    def holder(self, held: str, service_id: str) -> tuple[bool, str | None]:
-        """(whether ``held`` is a live pass to ``service_id``, the user it was given to)."""
-        with self._lock:
-            grant = self._passes.get(held)
-        if grant is None or grant.service_id != service_id or grant.expires < self._clock():
-            return False, None
-        return True, grant.user
-
-    def _drop_expired(self) -> None:
-        now = self._clock()
-        for book in (self._tickets, self._passes):
-            for key in [k for k, g in book.items() if g.expires < now]:
-                del book[key]
+access_log = logging.getLogger("phalanx.server.access")
 
 
 class ServiceOriginMiddleware:
     """Serves the service hosts (the steps above); every other host goes on to ``app``.
     ``who``: the principal of a signed-in user (None: the server token's holder), or None when the
-    account is gone or disabled; ``server_url``: where the server's own pages are."""
+    account is gone or disabled; ``sessions``: the server's browser sessions (None: it keeps none);
+    ``server_url``: where the server's own pages are; ``body_limit``, ``idle_seconds``: a request
+    body's most bytes and longest pause."""
 
     def __init__(
         self,
@@ -163,14 +73,21 @@ class ServiceOriginMiddleware:
         passes: Passes,
         services: Services,
         who: Callable[[str | None], Principal | None],
+        sessions: Sessions | None,
         server_url: str,
+        body_limit: int,
+        idle_seconds: float,
     ) -> None:
         self.app = app
         self.origin = origin
         self.passes = passes
         self.services = services
         self.who = who
+        self.sessions = sessions
         self.server_url = server_url.rstrip("/")
+        self.limited = BodyLimitMiddleware(
+            self._serve, limit_for=lambda *_: body_limit, idle_seconds=idle_seconds
+        )
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         host = _header(scope, b"host") if scope["type"] in ("http", "websocket") else ""
@@ -180,17 +97,37 @@ class ServiceOriginMiddleware:
         elif scope["type"] == "websocket":
             await self._socket(WebSocket(scope, receive, send), service_id, host)
         else:
-            answer = await self._http(Request(scope, receive), service_id)
-            for key, value in HEADERS:
-                answer.headers.setdefault(key, value)
-            await answer(scope, receive, send)
+            await self.limited(scope, receive, send)
+
+    async def _serve(self, scope: Scope, receive: Receive, send: Send) -> None:
+        started, status = time.monotonic(), [0]
+
+        async def sent(message: Any) -> None:
+            if message["type"] == "http.response.start":
+                status[0] = message["status"]
+            await send(message)
+
+        request = Request(scope, receive)
+        try:
+            answer = await self._http(request, str(self.origin.service_of(_header(scope, b"host"))))
+        except ClientDisconnect:  # the browser went away while sending: nobody to answer
+            return
+        for key, value in HEADERS:
+            answer.headers.setdefault(key, value)
+        try:
+            await answer(scope, receive, sent)
+        finally:
+            client = (scope.get("client") or ("-", 0))[0]
+            took = (time.monotonic() - started) * 1000
+            host, method, path = _header(scope, b"host"), scope["method"], scope["path"]
+            access_log.info('%s "%s %s%s" %s %.1fms', client, method, host, path, status[0] or "-", took)
 
     async def _http(self, request: Request, service_id: str) -> Any:
         path = request.url.path
         base = f"/services/{service_id}/"
         if path == ENTER and request.method == "GET":
             return self._enter(request, service_id, base)
-        service = await self._reachable(request.cookies.get(SERVICE_COOKIE, ""), service_id)
+        service = await self._reachable(_passes_in(request.headers.get("cookie", "")), service_id)
         if service is None:
             if request.method in ("GET", "HEAD") and (path + "/").startswith(base):
                 target = path + (f"?{request.url.query}" if request.url.query else "")
@@ -227,39 +164,61 @@ class ServiceOriginMiddleware:
         )
         return answer
 
-    async def _reachable(self, held: str, service_id: str) -> Service | None:
-        """The service, when ``held`` is a live pass to it whose holder still has its role."""
-        live, user = self.passes.holder(held, service_id)
-        if not live:
-            return None
-        principal = await anyio.to_thread.run_sync(self.who, user)  # the store may be a network away
-        try:
-            service = self.services.get(service_id)
-        except NotFound:
-            return None
-        role = principal.role_in(service.project) if principal is not None else None
-        return service if role is not None and role >= service.role else None
+    async def _reachable(self, held: list[str], service_id: str) -> Service | None:
+        """The service, when one of ``held`` (a browser may carry a second cookie of that name, set
+        for a parent domain by a sibling host's page) is a live pass to it whose session still lives
+        and whose holder still has its role there."""
+        grants = [g for h in held if (g := self.passes.grant(h, service_id)) is not None]
+        for grant in grants:
+            if grant.session is not None and (
+                self.sessions is None or not self.sessions.valid(grant.session)
+            ):
+                continue  # its browser session ended (a logout): the pass ends with it
+            principal = await anyio.to_thread.run_sync(self.who, grant.user)  # the store may be far
+            try:
+                service = self.services.get(service_id)
+            except NotFound:
+                return None
+            role = principal.role_in(service.project) if principal is not None else None
+            if role is not None and role >= service.role:
+                return service
+        return None
 
     async def _socket(self, websocket: WebSocket, service_id: str, host: str) -> None:
-        """A kernel's WebSocket: with a pass, from a page of the service's own origin."""
+        """A kernel's WebSocket: with a pass, from a page of the service's own origin; its holder
+        checked again while it is open, on its messages (``RECHECK_SECONDS``)."""
         own = f"{self.origin.scheme}://{host.strip().lower()}"
-        service = await self._reachable(websocket.cookies.get(SERVICE_COOKIE, ""), service_id)
+        held = _passes_in(websocket.headers.get("cookie", ""))
+        service = await self._reachable(held, service_id)
         if service is None or websocket.headers.get("origin", "").lower() != own:
             await websocket.close(code=POLICY_VIOLATION)
             return
+        checked = [time.monotonic()]
+
+        async def still_allowed() -> bool:
+            if time.monotonic() - checked[0] < RECHECK_SECONDS:
+                return True
+            checked[0] = time.monotonic()
+            return await self._reachable(held, service_id) is not None
+
         self.services.touch(service)
-        await forward_socket(websocket, str(service.in_turn()[0]), lambda: self.services.touch(service))
+        await forward_socket(
+            websocket, str(service.in_turn()[0]), lambda: self.services.touch(service), still_allowed
+        )
 
 
-def entry_url(
-    origin: ServiceOrigin, passes: Passes, request: Request, service_id: str, user: str | None
-) -> str:
-    """Where the server sends a browser asking for a service's page: the service's origin, with a
-    ticket for ``user`` and the page asked for."""
+def entry_url(origin: ServiceOrigin, request: Request, service_id: str, ticket: str) -> str:
+    """Where the server sends a browser asking for a service's page: the service's origin, with
+    ``ticket`` and the page asked for."""
     target = request.url.path + (f"?{request.url.query}" if request.url.query else "")
-    ticket = passes.ticket(service_id, user)
     site = origin.url(service_id, request.headers.get("host", ""))
     return f"{site}{ENTER}?ticket={ticket}&next={quote(target, safe='')}"
+
+
+def _passes_in(cookie_header: str) -> list[str]:
+    """Every ``SERVICE_COOKIE`` value a Cookie header carries."""
+    name = f"{SERVICE_COOKIE}="
+    return [p.strip()[len(name) :] for p in cookie_header.split(";") if p.strip().startswith(name)]
 
 
 def _header(scope: Scope, name: bytes) -> str:

@@ -28,6 +28,7 @@ class ServerSettings(BaseModel):
     max_file_bytes: int = 512 * MiB
     max_bundle_bytes: int = 64 * MiB  # a submitted experiment's code bundle (compressed): 413 above
     max_request_bytes: int = 1 * MiB  # every other request with a body (login form, stop)
+    max_service_bytes: int = 64 * MiB  # a request to a service (a notebook saved, a batch to predict)
     body_idle_seconds: float = 60.0  # a request body that pauses longer than this is refused (408)
     poll_seconds: float = 0.5  # how often a live log stream looks for new lines
     ui_enabled: bool = True

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -23,9 +24,10 @@ from tests.integration.server.test_services import NoRedirect, _call, service_pr
 from tests.unit.server.teams_fixtures import make_team
 
 from phalanx.config import Settings
+from phalanx.server.service_origin import RECHECK_SECONDS
 from phalanx.server.service_spawn import listened_in
 from phalanx.store import catalog, open_store
-from phalanx.store.accounts import Role
+from phalanx.store.accounts import Accounts, Role
 
 pytestmark = pytest.mark.slow
 
@@ -41,37 +43,45 @@ def _execute(url: str, code: str, **connect: Any) -> str:
     ``connect`` (websocket-client's header, host, origin, cookie); its stdout."""
     conn = websocket.create_connection(url, timeout=120, **connect)
     try:
-        msg_id = uuid.uuid4().hex
-        conn.send(
-            json.dumps(
-                {
-                    "header": {
-                        "msg_id": msg_id,
-                        "username": "test",
-                        "session": uuid.uuid4().hex,
-                        "msg_type": "execute_request",
-                        "version": "5.3",
-                    },
-                    "parent_header": {},
-                    "metadata": {},
-                    "channel": "shell",
-                    "content": {"code": code, "silent": False, "allow_stdin": False, "stop_on_error": True},
-                }
-            )
-        )
-        said = ""
-        while True:
-            reply: dict[str, Any] = json.loads(conn.recv())
-            if reply.get("parent_header", {}).get("msg_id") != msg_id:
-                continue
-            if reply["msg_type"] == "stream":
-                said += reply["content"]["text"]
-            if reply["msg_type"] == "error":
-                raise AssertionError(reply["content"])
-            if reply["msg_type"] == "status" and reply["content"]["execution_state"] == "idle":
-                return said
+        return _run_on(conn, code)
     finally:
         conn.close()
+
+
+def _run_on(conn: websocket.WebSocket, code: str) -> str:
+    """Run ``code`` over the open kernel channels ``conn``; its stdout."""
+    msg_id = uuid.uuid4().hex
+    conn.send(
+        json.dumps(
+            {
+                "header": {
+                    "msg_id": msg_id,
+                    "username": "test",
+                    "session": uuid.uuid4().hex,
+                    "msg_type": "execute_request",
+                    "version": "5.3",
+                },
+                "parent_header": {},
+                "metadata": {},
+                "channel": "shell",
+                "content": {"code": code, "silent": False, "allow_stdin": False, "stop_on_error": True},
+            }
+        )
+    )
+    said = ""
+    while True:
+        raw = conn.recv()
+        if not raw:  # a close frame: the server ended it
+            raise websocket.WebSocketConnectionClosedException("the server closed the socket")
+        reply: dict[str, Any] = json.loads(raw)
+        if reply.get("parent_header", {}).get("msg_id") != msg_id:
+            continue
+        if reply["msg_type"] == "stream":
+            said += reply["content"]["text"]
+        if reply["msg_type"] == "error":
+            raise AssertionError(reply["content"])
+        if reply["msg_type"] == "status" and reply["content"]["execution_state"] == "idle":
+            return said
 
 
 def _refused(url: str, headers: list[str], origin: str | None = None, **connect: Any) -> bool:
@@ -176,6 +186,18 @@ def test_a_projects_notebook_runs_a_cell_over_the_proxy_with_its_input(tmp_path:
         assert _call(f"{base}api/status", tokens["editor_a"])[0] == 404
 
 
+def _eve_in_a(home: Path, role: Role | None) -> None:
+    """eve made ``role`` of project A on the running server's store (None: no member)."""
+    store = open_store(Settings(home=home))
+    try:
+        if role is None:
+            Accounts(store).remove_member("A", "eve")
+        else:
+            Accounts(store).set_member("A", "eve", role)
+    finally:
+        store.close()
+
+
 def _browse(url: str, host: str, cookie: str, method: str = "GET") -> tuple[int, Any]:
     """(status, headers) of a browser's request to ``url`` sent as to ``host`` (a service's name,
     which resolves nowhere here: the server listens on loopback), redirects not followed."""
@@ -232,6 +254,17 @@ def test_a_notebook_at_its_own_origin_runs_a_cell_for_its_editor_with_a_pass(tmp
             channels, "import os; print('UID', os.getuid())", host=host, origin=f"http://{host}", cookie=held
         )
         assert int(said.split("UID ")[1]) != 0  # in the project's box, as on the server's origin
+        # an open socket follows its holder: once eve is no member, her next cell closes it
+        conn = websocket.create_connection(
+            channels, timeout=120, host=host, origin=f"http://{host}", cookie=held
+        )
+        assert "42" in _run_on(conn, "print(6 * 7)")
+        _eve_in_a(home, None)
+        time.sleep(RECHECK_SECONDS + 0.5)  # past the socket's next check: it is asked on this message
+        with pytest.raises(websocket.WebSocketConnectionClosedException):
+            _run_on(conn, "print('still here')")
+        conn.close()
+        _eve_in_a(home, Role.editor)  # again: what follows is refused for its own reason
         assert _refused(channels, [], origin=server.url, host=host, cookie=held)  # a page of the server's
         assert _refused(channels, [], origin=f"http://{host}", host=host)  # no pass
         at_server = (

@@ -34,6 +34,7 @@ class _Answers200(http.server.BaseHTTPRequestHandler):
         self.send_response(200)
         self.send_header("Content-Length", "2")
         self.send_header("Set-Cookie", "phalanx_session=planted; Path=/")
+        self.send_header("Clear-Site-Data", '"cookies"')
         self.send_header("X-Board", "fake")
         self.end_headers()
         self.wfile.write(b"ok")

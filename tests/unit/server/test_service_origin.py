@@ -18,7 +18,7 @@ from starlette.websockets import WebSocketDisconnect
 
 from phalanx.errors import UsageError
 from phalanx.server.app import create_app
-from phalanx.server.service_origin import PASS_SECONDS, TICKET_SECONDS, Passes, ServiceOrigin
+from phalanx.server.service_passes import PASS_SECONDS, TICKET_SECONDS, Passes, ServiceOrigin
 from phalanx.server.settings import ServerSettings
 from phalanx.store.accounts import Accounts, Role
 from phalanx.store.base import Store
@@ -211,6 +211,12 @@ def test_the_origin_template_is_read_or_refused_saying_how(
         ("https://user@{id}.svc.example.com", "must begin with"),
         ("https://{id}.bad_name.com", "is not a host name"),
         ("https://{id}.svc.example.com:99999", "is not a port"),
+        ("https://{id}.svc.example.com:", "is not a port"),
+        ("https://{id}.svc.example.com:\u0663", "is not a port"),  # an Arabic-Indic 3
+        ("https://{id}.svc.example.com#part", "an origin only"),
+        ("https://{id}.svc.example.com?", "an origin only"),
+        ("http://{id}.127.0.0.1", "is not a host name"),
+        ("", "an origin only"),
     ],
 )
 def test_a_malformed_origin_template_is_refused(template: str, says: str) -> None:
@@ -233,11 +239,90 @@ def test_the_service_host_and_its_port() -> None:
 def test_tickets_and_passes_expire() -> None:
     now = [1000.0]
     passes = Passes(clock=lambda: now[0])
-    late = passes.ticket("0123456789ab", "vic")
+    late = passes.ticket("0123456789ab", "vic", None)
     now[0] += TICKET_SECONDS + 1
     assert passes.redeem(late, "0123456789ab") is None
-    held = passes.redeem(passes.ticket("0123456789ab", "vic"), "0123456789ab")
-    assert held is not None and passes.holder(held, "0123456789ab") == (True, "vic")
-    assert passes.holder(held, "ba9876543210") == (False, None)
+    held = passes.redeem(passes.ticket("0123456789ab", "vic", "s1"), "0123456789ab")
+    grant = passes.grant(held or "", "0123456789ab")
+    assert grant is not None and (grant.user, grant.session) == ("vic", "s1")
+    assert passes.grant(held or "", "ba9876543210") is None
     now[0] += PASS_SECONDS + 1
-    assert passes.holder(held, "0123456789ab") == (False, None)
+    assert passes.grant(held or "", "0123456789ab") is None
+
+
+def test_a_pass_ends_with_the_session_that_asked_for_it(site: Site) -> None:
+    board = site.boards[0]
+    site.client.get(enter(site.client, board))
+    url = f"http://{board}.svc.phalanx.test/services/{board}/x"
+    assert site.client.get(url).status_code == 200
+    out = site.client.post("/logout", headers={"Origin": SERVER})
+    assert out.status_code == 303
+    assert site.client.get(url).status_code == 303  # signed out: the pass is worth nothing
+
+
+def test_two_pass_cookies_one_planted_by_a_sibling_still_let_the_right_one_in(site: Site) -> None:
+    board = site.boards[0]
+    site.client.get(enter(site.client, board))
+    held = site.client.cookies.get("phalanx_service", domain=f"{board}.svc.phalanx.test")
+    url = f"http://{board}.svc.phalanx.test/services/{board}/x"
+    site.client.cookies.clear()
+    both = site.client.get(url, headers={"Cookie": f"phalanx_service={held}; phalanx_service=planted"})
+    planted_only = site.client.get(url, headers={"Cookie": "phalanx_service=planted"})
+    assert (both.status_code, planted_only.status_code) == (200, 303)
+
+
+def test_a_junk_bearer_token_beside_the_session_is_no_script(site: Site) -> None:
+    """Only a bearer token that was accepted makes a request a script's: a wrong one beside the
+    browser's session is the browser's, sent to the service's origin as ever."""
+    board = site.boards[0]
+    junk = site.client.get(f"/services/{board}/x", headers={"Authorization": "Bearer junk"})
+    assert junk.status_code == 303 and ".svc.phalanx.test" in junk.headers["location"]
+
+
+def test_the_service_host_takes_no_body_over_the_services_limit(
+    settings: ServerSettings, store: Store
+) -> None:
+    accounts = Accounts(store)
+    accounts.add_user("root", "root-password-1", admin=True)
+    e = fill.experiment(store, project="A")
+    token = accounts.issue_token("root", "t", None)[0]
+    served = settings.model_copy(
+        update={
+            "allowed_hosts": ["phalanx.test"],
+            "public_url": SERVER,
+            "service_origin": "http://{id}.svc.phalanx.test",
+            "max_service_bytes": 1000,
+        }
+    )
+    with TestClient(create_app(served, store), base_url=SERVER, follow_redirects=False) as client:
+        bearer = {"Authorization": f"Bearer {token}"}
+        board = client.post("/api/v1/services", json={"experiment": e.id}, headers=bearer).json()["id"]
+        url = f"http://{board}.svc.phalanx.test/services/{board}/api/contents/x"
+        big = client.put(url, content=b"x" * 1001)
+        at_server = client.put(f"/services/{board}/api/contents/x", content=b"x" * 1001, headers=bearer)
+        fits = client.put(f"/services/{board}/api/contents/x", content=b"x" * 1000, headers=bearer)
+    assert (big.status_code, at_server.status_code, fits.status_code) == (413, 413, 200)
+
+
+def test_over_https_the_session_cookie_is_the_hosts_alone(settings: ServerSettings, store: Store) -> None:
+    """``__Host-`` cookies: a browser takes none set with a Domain (a sibling host's page cannot plant
+    one) nor without Secure; an unprefixed one is not read over https, and two sessions at once are
+    none."""
+    accounts = Accounts(store)
+    accounts.add_user("root", "root-password-1", admin=True)
+    accounts.add_user("vic", PASSWORD)
+    secure = "https://phalanx.test"
+    app = create_app(settings.model_copy(update={"allowed_hosts": ["phalanx.test"]}), store)
+    with TestClient(app, base_url=secure, follow_redirects=False) as client:
+        signed = client.post("/login", data={"username": "vic", "password": PASSWORD, "next": "/"})
+        cookie = SimpleCookie(signed.headers["set-cookie"])["__Host-phalanx_session"]
+        assert cookie["secure"] and cookie["httponly"] and cookie["path"] == "/" and not cookie["domain"]
+        value = cookie.value
+        client.cookies.clear()
+        mine = client.get("/api/v1/me", headers={"Cookie": f"__Host-phalanx_session={value}"})
+        plain = client.get("/api/v1/me", headers={"Cookie": f"phalanx_session={value}"})
+        two = client.get(
+            "/api/v1/me", headers={"Cookie": f"__Host-phalanx_session={value}; __Host-phalanx_session=other"}
+        )
+    assert mine.status_code == 200 and mine.json()["user"] == "vic"
+    assert plain.status_code == two.status_code == 401

@@ -100,7 +100,7 @@ def test_the_proxy_forwards_no_credential_and_keeps_no_cookie(settings: ServerSe
         )
         bare = client.get(f"/services/{board['id']}", headers=viewer)
     assert answer.status_code == 200 and answer.text == "ok" and answer.headers["x-board"] == "fake"
-    assert "set-cookie" not in answer.headers
+    assert "set-cookie" not in answer.headers and "clear-site-data" not in answer.headers
     assert SEEN["path"] == f"/services/{board['id']}/data/runs?a=1&b=two"
     sent = {k.lower() for k in SEEN["headers"]}  # type: ignore[attr-defined]
     assert not sent & {"authorization", "cookie"}

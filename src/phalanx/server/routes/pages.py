@@ -13,7 +13,7 @@ from fastapi import APIRouter, Form, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 
 from phalanx.errors import AccountDisabled
-from phalanx.server.auth import COOKIE
+from phalanx.server.auth import cookie_name, session_cookie
 from phalanx.server.deps import SettingsDep
 from phalanx.server.policy import policy
 
@@ -176,7 +176,7 @@ def start_session(request: Request, response: Response, user: str | None) -> Non
     (token, password, single sign-on) ends here, so the cookie's protections are written once."""
     sessions = request.app.state.sessions
     response.set_cookie(
-        COOKIE,
+        cookie_name(request.url.scheme),
         sessions.create(user),
         httponly=True,
         samesite="lax",
@@ -188,11 +188,11 @@ def start_session(request: Request, response: Response, user: str | None) -> Non
 def _end_session(request: Request) -> Response:
     """End this browser's session on the server (the cookie is worthless afterwards, even copied)."""
     sessions = request.app.state.sessions
-    value = request.cookies.get(COOKIE, "")
+    value = session_cookie(request.scope)
     if sessions is not None and value:
         sessions.end(value)
     response = RedirectResponse("/login", status_code=303)
-    response.delete_cookie(COOKIE)
+    response.delete_cookie(cookie_name(request.url.scheme), secure=request.url.scheme == "https")
     return response
 
 

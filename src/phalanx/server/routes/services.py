@@ -20,10 +20,12 @@ from phalanx.data import inputs as data_inputs
 from phalanx.domain import ExperimentFilter
 from phalanx.errors import NotFound
 from phalanx.server.audit import describe
+from phalanx.server.auth import BEARER, SESSION, credential_of, session_cookie
 from phalanx.server.deps import StoreDep
 from phalanx.server.policy import policy, principal_of, require, require_experiment
 from phalanx.server.proxy import POLICY_VIOLATION, forward, forward_socket
-from phalanx.server.service_origin import ServiceOrigin, entry_url
+from phalanx.server.service_origin import entry_url
+from phalanx.server.service_passes import ServiceOrigin
 from phalanx.server.services import MAX_REPLICAS, MODEL, NOTEBOOK, Service, Services
 from phalanx.server.settings import ServerSettings
 from phalanx.services.targets import Target
@@ -218,13 +220,12 @@ async def proxied(service_id: str, path: str, request: Request) -> Response:
     services = services_of(request)
     service = services.get(service_id)
     origin: ServiceOrigin | None = request.app.state.service_origin
-    if origin is not None and not _bearer(request.headers.get("authorization", "")):
+    if origin is not None and credential_of(request.scope) != BEARER:
         if request.method not in ("GET", "HEAD"):
             raise HTTPException(403, f"service {service_id} is served at its own origin, not here")
-        passes = request.app.state.passes
-        return RedirectResponse(
-            entry_url(origin, passes, request, service_id, principal_of(request).user), status_code=303
-        )
+        session = session_cookie(request.scope) if credential_of(request.scope) == SESSION else None
+        ticket = request.app.state.passes.ticket(service_id, principal_of(request).user, session)
+        return RedirectResponse(entry_url(origin, request, service_id, ticket), status_code=303)
     services.touch(service)
     return await forward(request, service.in_turn())
 
@@ -243,17 +244,8 @@ async def proxied_socket(websocket: WebSocket) -> None:
         return
     held = None if who.replica_of is not None else who.role_in(service.project)
     elsewhere = websocket.app.state.service_origin is not None  # then a browser's goes there
-    if (
-        held is None
-        or held < service.role
-        or (elsewhere and not _bearer(websocket.headers.get("authorization", "")))
-    ):
+    if held is None or held < service.role or (elsewhere and credential_of(websocket.scope) != BEARER):
         await websocket.close(code=POLICY_VIOLATION)
         return
     services.touch(service)
     await forward_socket(websocket, str(service.in_turn()[0]), lambda: services.touch(service))
-
-
-def _bearer(authorization: str) -> bool:
-    """Whether a request carries a bearer token, which no page (a service's included) can send."""
-    return authorization.partition(" ")[0].lower() == "bearer"
