@@ -423,16 +423,18 @@ class Services:
         return service
 
     def _end(self, service: Service, keep: bool = False) -> None:
-        """Its processes ended and its folders gone (``keep``: its own folder stays, for the next
-        server), then it leaves the list (listed: still there)."""
-        for instance in service.instances:
+        """Off the list first (a process started again meanwhile sees it gone and ends itself, see
+        ``_keep_serving``), then its processes ended and its folders gone (``keep``: its own folder
+        stays, for the next server)."""
+        with self._lock:
+            if self._services.get(service.id) is service:
+                del self._services[service.id]
+        for instance in list(service.instances):
             end_instance(instance)
         if service.board is not None:
             service.board.close()
         if not keep:
             shutil.rmtree(service.folder, ignore_errors=True)
-        with self._lock:
-            self._services.pop(service.id, None)
         log.info("service %s stopped", service.id)
 
     def _loop(self) -> None:
@@ -456,12 +458,19 @@ class Services:
             )
             end_instance(instance)
             try:
-                service.instances[slot] = service.respawn(slot)
+                again = service.respawn(slot)
             except Exception:
                 log.exception("service %s: it could not be started again; it is stopped", service.id)
                 self._end(service)
                 return
-            service.restarts += 1
+            with self._lock:  # stopped while it started: the new process goes too
+                listed = self._services.get(service.id) is service
+                if listed:
+                    service.instances[slot] = again
+                    service.restarts += 1
+            if not listed:
+                end_instance(again)
+                return
         if service.follow is not None:
             try:
                 service.follow()
