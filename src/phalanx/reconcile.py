@@ -25,7 +25,6 @@ import contextlib
 import enum
 import logging
 import shutil
-import socket
 import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
@@ -34,7 +33,7 @@ from typing import TYPE_CHECKING, Protocol
 
 from phalanx.domain import ExperimentFilter, ExperimentStatus, ReplicaState
 from phalanx.errors import NotFound
-from phalanx.machine.procs import Seen, judge, read_record, recorded_but_gone, started_at
+from phalanx.machine.procs import HOST, Seen, judge, read_record, recorded_but_gone, started_at
 
 if TYPE_CHECKING:
     from phalanx.config import Settings
@@ -181,7 +180,7 @@ def facts(
     """What this machine can see of ``exp``'s recorder (supervisor or script) and queue place.
     ``in_queue``: known already (a ledger snapshot); None: read the ledger if it is queued."""
     if exp.backend == "script":
-        host = here or socket.gethostname()
+        host = here or HOST
         pids = [r.pid for r in store.list_replicas(exp.id) if r.pid and r.host == host]
         if not pids:
             return Facts(exp.status, script=True)
@@ -271,7 +270,7 @@ def pending_ends(store: ExperimentReader, settings: Settings) -> Iterator[tuple[
     """Each unfinished experiment of this machine whose recorder is gone, with the end ``decide``
     gives it (queued ones checked against one ledger snapshot). Reads only: ``reconcile`` records
     them; the lean CLI asks whether there is any (``readpass``)."""
-    here = socket.gethostname()
+    here = HOST
     queued = store.list_experiments(ExperimentFilter(status=ExperimentStatus.QUEUED, limit=1000)).items
     known: set[str] = set()
     if queued:

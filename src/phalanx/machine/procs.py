@@ -16,11 +16,10 @@ from __future__ import annotations
 
 import enum
 import os
-import socket
 import stat
 from pathlib import Path
 
-HOST = socket.gethostname()
+HOST = os.uname().nodename  # socket.gethostname()'s answer (both are uname's), without socket
 
 # ``runs/<id>/ingester.pid``: the process whose ingester follows spool/<id> right now (the supervisor,
 # or a plain script's `python -m phalanx.ingest --follow-pid`); while it runs, a read command leaves
@@ -135,7 +134,7 @@ def record_process(path: Path, pid: int | None = None) -> None:
     pid = os.getpid() if pid is None else pid
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")  # two writers never share one
-    tmp.write_text(f"{pid} {start_time(pid) or 0} {socket.gethostname()}\n")
+    tmp.write_text(f"{pid} {start_time(pid) or 0} {HOST}\n")
     os.replace(tmp, path)
 
 
