@@ -188,9 +188,14 @@ def _submit(ref: str, server: str | None, local: bool, replicas: int) -> None:
     services = RemoteServices(client)
     found = services.start_model(ref, replicas)
     url = services.url_of(found)
-    said = "started" if found["started"] else "already served"
-    if found.get("replicas", 1) > 1:
-        said += f", {found['replicas']} replicas"
+    serving = int(found.get("replicas", 1))
+    said = f"{'started' if found['started'] else 'already served'}, {serving} replica{'s' * (serving > 1)}"
+    if not found["started"] and serving != replicas:
+        sys.stderr.write(
+            f"phalanx: it was served already with {serving} replica{'s' * (serving > 1)}, not the {replicas}"
+            f" asked: stop it (the Services page, or DELETE /api/v1/services/{found['id']}) and serve it"
+            " again to change them\n"
+        )
     name = ref.split("@")[0]
     typer.echo(f"{ref} on the server ({said}, service {found['id']}): POST {url}v1/models/{name}:predict")
     typer.echo(

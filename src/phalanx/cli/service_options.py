@@ -24,7 +24,8 @@ ServiceLimitOpt = Annotated[
         min=1,
         max=1000,
         metavar="N",
-        help="the most services (TensorBoards, notebooks) one project may run at once",
+        help="the most service processes (TensorBoards, notebooks, served models' replicas) one project "
+        "may run at once",
     ),
 ]
 

@@ -119,7 +119,7 @@ async def forward(request: Request, sockets: Sequence[Path]) -> Response:
 def _unreachable(exc: Exception | None) -> Response:
     return Response(
         f"the service did not answer ({type(exc).__name__}); it may be starting or have ended:"
-        " `phalanx tensorboard ls` lists those that run\n",
+        " GET /api/v1/services (or the Services page) lists those that run\n",
         status_code=502,
         media_type="text/plain",
     )
@@ -176,6 +176,8 @@ async def _to_service(
             if message["type"] == "websocket.disconnect":
                 return
             if allowed is not None and not await allowed():
+                with contextlib.suppress(Exception):
+                    await websocket.close(code=POLICY_VIOLATION)  # said before the pumps end it as 1000
                 return
             touch()
             text = message.get("text")

@@ -52,6 +52,7 @@ class Instance:
 
     socket: Path
     process: Process
+    boxed: bool = False  # its folder becomes the server's once it listens
 
 
 @dataclass(frozen=True)
@@ -100,8 +101,22 @@ class Spawner:
         rw: tuple[str, ...] = (),
         env: Mapping[str, str] | None = None,
     ) -> Instance:
-        """One instance of the service: its process, listening on a socket in a folder of its own;
-        returned once it listens (ServiceFailed, and nothing left running, if it does not)."""
+        """One instance of the service, returned once it listens (ServiceFailed, and nothing left
+        running, if it does not)."""
+        instance = self.start(launch, argv_for, ro, rw, env)
+        self.await_listening(instance, launch)
+        return instance
+
+    def start(
+        self,
+        launch: Launch,
+        argv_for: Callable[[str], list[str]],
+        ro: tuple[str, ...] = (),
+        rw: tuple[str, ...] = (),
+        env: Mapping[str, str] | None = None,
+    ) -> Instance:
+        """One instance of the service started: its process, to listen on a socket in a folder of
+        its own (``await_listening`` waits for that)."""
         folder = self.home / "services" / launch.id
         # a short path: a Unix socket's path holds at most 107 bytes, a home's may be long
         listen = Path(tempfile.mkdtemp(prefix=f"{LISTEN_PREFIX}{launch.id}-"))
@@ -144,19 +159,22 @@ class Spawner:
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
             ).result()
-        instance = Instance(socket, Spawned(popen))
+        return Instance(socket, Spawned(popen), boxed=isolation is not None)
+
+    def await_listening(self, instance: Instance, launch: Launch) -> None:
+        """Until its process listens on its socket, whose folder is then the server's (what runs in
+        its box can no longer replace the socket); ServiceFailed, and the process ended, when it
+        ends first or takes too long."""
         try:
-            self._await_listening(instance, launch.kind, folder)
+            self._wait(instance, launch.kind, self.home / "services" / launch.id)
         except BaseException:
             end_instance(instance)
             raise
-        if isolation is not None:  # its socket can no longer be replaced by what runs in its box
-            os.chown(listen, os.getuid(), os.getgid())
-            os.chmod(listen, 0o755)
-        return instance
+        if instance.boxed:
+            os.chown(instance.socket.parent, os.getuid(), os.getgid())
+            os.chmod(instance.socket.parent, 0o755)
 
-    def _await_listening(self, instance: Instance, kind: str, folder: Path) -> None:
-        """Until the process listens on its socket; ServiceFailed when it ends or takes too long."""
+    def _wait(self, instance: Instance, kind: str, folder: Path) -> None:
         deadline = time.monotonic() + self.start_seconds
         while not instance.socket.exists():
             if not instance.process.alive():

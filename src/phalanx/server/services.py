@@ -247,23 +247,40 @@ class Services:
         project = registry.project_of(ref.name)
         target = Target(MODEL, str(ref))
         return self._one_of(
-            MODEL, project, target, who, lambda: self._start_model(project, ref, registry, who, replicas)
+            MODEL,
+            project,
+            target,
+            who,
+            lambda: self._start_model(project, ref, registry, who, replicas),
+            processes=replicas,
         )
 
     def _one_of(
-        self, kind: str, project: str, target: Target, who: str, start: Callable[[], Service]
+        self,
+        kind: str,
+        project: str,
+        target: Target,
+        who: str,
+        start: Callable[[], Service],
+        processes: int = 1,
     ) -> tuple[Service, bool]:
+        """The service of ``target`` that runs (a served model's too while its processes are being
+        started again), else a new one of ``processes`` processes from ``start``, within the
+        project's limit on processes."""
         with self._starting:
             running = self.listed((project,))
             for service in running:
-                if service.kind == kind and service.target == target and service.alive():
+                kept = service.alive() or service.respawn is not None  # a model is started again
+                if service.kind == kind and service.target == target and kept:
                     self.touch(service)
                     return service, False
-            if len(running) >= self.timing.per_project:
+            held = sum(len(s.instances) for s in running)
+            if held + processes > self.timing.per_project:
                 raise QuotaExceeded(
-                    f"project {project} has {len(running)} services running, the most this server runs"
-                    " for one project: stop one (`phalanx tensorboard ls`, `phalanx notebook ls`) or let"
-                    " an idle one stop"
+                    f"project {project} has {held} service processes running and this needs {processes}"
+                    f" more; the most this server runs for one project is {self.timing.per_project}:"
+                    " stop a service (`phalanx tensorboard ls`, `phalanx notebook ls`) or let an idle one"
+                    " stop"
                 )
             service = self.add(start())
         log.info("service %s: %s of %s %s started by %s", service.id, kind, target.kind, target.id, who)
@@ -387,6 +404,10 @@ class Services:
         service.respawn, service.follow = respawn, follow
         return service
 
+    def _listed(self, service: Service) -> bool:
+        with self._lock:
+            return self._services.get(service.id) is service
+
     def _spawner_now(self) -> Spawner:
         assert self._spawner is not None, "Services.start() first"
         return self._spawner
@@ -414,9 +435,12 @@ class Services:
             started_by=launch.who,
             role=launch.role,
         )
-        try:
+        spawner = self._spawner_now()
+        try:  # all started at once, then each awaited: N replicas start in about the time of one
             for _ in range(count):
-                service.instances.append(self._spawner_now().spawn(launch, argv_for, ro, rw, env))
+                service.instances.append(spawner.start(launch, argv_for, ro, rw, env))
+            for instance in service.instances:
+                spawner.await_listening(instance, launch)
         except BaseException:
             self._end(service)
             raise
@@ -460,6 +484,16 @@ class Services:
             try:
                 again = service.respawn(slot)
             except Exception:
+                if self._stop.is_set() or not self._listed(service):
+                    return  # the server stops (the next one serves it), or it was stopped meanwhile
+                if service.alive():
+                    log.exception(
+                        "service %s: process %d could not be started again; the others serve,"
+                        " it is tried again on the next pass",
+                        service.id,
+                        slot,
+                    )
+                    continue
                 log.exception("service %s: it could not be started again; it is stopped", service.id)
                 self._end(service)
                 return

@@ -64,7 +64,7 @@ class ServerSettings(BaseModel):
     # points this often
     service_idle_seconds: float = Field(default=1800.0, gt=0)
     service_refresh_seconds: float = Field(default=5.0, gt=0)
-    service_limit: int = Field(default=8, ge=1, le=1000)  # services one project may run at once
+    service_limit: int = Field(default=8, ge=1, le=1000)  # service processes one project may run at once
     # notebook servers (--notebooks): off unless the admin turns them on, as a notebook's pages run
     # on this server's origin unless services have their own (docs/services.md#an-origin-per-service)
     notebooks: bool = False

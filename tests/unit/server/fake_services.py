@@ -17,12 +17,13 @@ from pathlib import Path
 
 import pytest
 
-from phalanx.server.service_spawn import Instance
+from phalanx.server.service_spawn import Instance, ServiceFailed
 from phalanx.server.services import Service, Services
 from phalanx.services.boards import Board
 from phalanx.services.targets import Target
 from phalanx.store.accounts import Role
 from phalanx.store.base import Store
+from phalanx.store.registry_records import ModelRef
 
 
 class _Answers200(http.server.BaseHTTPRequestHandler):
@@ -46,6 +47,8 @@ class _Answers200(http.server.BaseHTTPRequestHandler):
 
 
 SEEN: dict[str, object] = {}
+RESPAWNED: list[int] = []  # the slots a fake served model was asked to start again, in order
+RESPAWN_FAILS: list[bool] = []  # not empty: starting a fake model's process again fails
 STARTED_WITH: dict[str, str] = {}  # the inputs' environment the last fake notebook started with
 
 
@@ -113,7 +116,8 @@ def fake_boards() -> Iterator[FakeBoard]:
 
 @pytest.fixture
 def started_without_a_process(fake_boards: FakeBoard, monkeypatch: pytest.MonkeyPatch) -> FakeBoard:
-    """``Services.tensorboard`` and ``notebook`` start a fake service (no process) when none runs."""
+    """``Services.tensorboard``, ``notebook`` and ``model`` start a fake service (no process) when
+    none runs; a fake model's processes are started again as ``RESPAWN_FAILS`` says."""
 
     def board(services: Services, project: str, target: Target, who: str) -> Service:
         return fake_boards.make(services.store, project, target)
@@ -124,6 +128,32 @@ def started_without_a_process(fake_boards: FakeBoard, monkeypatch: pytest.Monkey
         service = fake_boards.make(services.store, project, Target("project", project))
         return replace(service, kind="notebook", role=Role.editor, board=None)
 
+    def model(
+        services: Services,
+        project: str,
+        ref: ModelRef,
+        registry: object,
+        who: str,
+        replicas: int = 1,
+        service_id: str | None = None,
+    ) -> Service:
+        service = fake_boards.make(services.store, project, Target("model", str(ref)))
+        socket = service.instances[0].socket
+        RESPAWNED.clear()
+
+        def respawn(slot: int) -> Instance:
+            RESPAWNED.append(slot)
+            if RESPAWN_FAILS:
+                raise ServiceFailed("the model ended (status 1) before it listened: (a fake)")
+            return Instance(socket, _Thread())
+
+        instances = [Instance(socket, _Thread()) for _ in range(replicas)]
+        return replace(
+            service, kind="model", role=Role.viewer, board=None, instances=instances, respawn=respawn
+        )
+
     monkeypatch.setattr(Services, "_start_tensorboard", board)
     monkeypatch.setattr(Services, "_start_notebook", notebook)
+    monkeypatch.setattr(Services, "_start_model", model)
+    RESPAWN_FAILS.clear()
     return fake_boards

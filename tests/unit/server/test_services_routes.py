@@ -21,10 +21,11 @@ from phalanx.server.settings import ServerSettings
 from phalanx.services.targets import Target
 from phalanx.store import catalog
 from phalanx.store.base import Store
+from phalanx.store.registry_records import parse_ref
 from phalanx.tokens import experiment_token
 from tests.unit.server import fill
-from tests.unit.server.fake_services import SEEN, STARTED_WITH, FakeBoard
-from tests.unit.server.teams_fixtures import make_team
+from tests.unit.server.fake_services import RESPAWN_FAILS, RESPAWNED, SEEN, STARTED_WITH, FakeBoard
+from tests.unit.server.teams_fixtures import make_model, make_team
 
 pytestmark = pytest.mark.usefixtures("started_without_a_process")
 
@@ -151,7 +152,7 @@ def test_a_project_runs_at_most_the_servers_limit_of_services(settings: ServerSe
         again = client.post("/api/v1/services", json={"experiment": first.id})  # the one that runs
         two = client.post("/api/v1/services", json={"experiment": second.id})
     assert (one.status_code, again.status_code) == (201, 200)
-    assert two.status_code == 429 and "1 services running" in two.json()["message"]
+    assert two.status_code == 429 and "1 service processes running" in two.json()["message"]
     assert "phalanx tensorboard ls" in two.json()["message"]
 
 
@@ -223,3 +224,50 @@ def test_replicas_are_a_served_models_only(settings: ServerSettings, store: Stor
         many = client.post("/api/v1/services", json={"kind": "model", "model": "digits", "replicas": 17})
     assert board.status_code == 422 and "replicas are a served model's" in board.text
     assert many.status_code == 422 and "16" in many.text
+
+
+def test_a_served_model_is_handed_back_while_its_processes_start_again_and_counts_each_replica(
+    settings: ServerSettings, store: Store
+) -> None:
+    e = fill.experiment(store, project="A")
+    make_model(store, "digits", e.id, "A")
+    token = "server-token-of-the-services-test-0123"
+    limited = settings.model_copy(update={"token": token, "service_limit": 3})
+    with TestClient(create_app(limited, store), headers={"Authorization": f"Bearer {token}"}) as client:
+        served = client.post("/api/v1/services", json={"kind": "model", "model": "digits", "replicas": 2})
+        service = client.app.state.services.get(served.json()["id"])  # type: ignore[attr-defined]
+        for instance in service.instances:  # every replica died (the refresher starts them again)
+            instance.process.end()
+        again = client.post("/api/v1/services", json={"kind": "model", "model": "digits", "replicas": 3})
+        board = client.post("/api/v1/services", json={"experiment": e.id})  # the 3rd process: fits
+        over = client.post("/api/v1/services", json={"kind": "model", "model": "digits@1", "replicas": 1})
+        text = client.post("/api/v1/services", json={"kind": "model", "model": "digits", "replicas": "2"})
+    assert (served.status_code, served.json()["replicas"]) == (201, 2)
+    assert (again.status_code, again.json()["id"], again.json()["replicas"]) == (200, served.json()["id"], 2)
+    assert board.status_code == 201
+    assert (
+        over.status_code == 429 and "3 service processes running and this needs 1" in over.json()["message"]
+    )
+    assert text.status_code == 422  # a number, not a string that looks like one
+
+
+def test_a_replica_that_cannot_start_again_is_retried_while_another_serves(
+    settings: ServerSettings, store: Store
+) -> None:
+    e = fill.experiment(store, project="A")
+    make_model(store, "digits", e.id, "A")
+    services = Services(store, settings.store.home, lambda _: None, Timing(refresh_seconds=0.05)).start()
+    try:
+        RESPAWN_FAILS.append(True)
+        service, _ = services.model(parse_ref("digits"), "ada", replicas=2)
+        service.instances[0].process.end()
+        deadline = time.monotonic() + 120  # a safety net: the refresher's passes try it
+        while RESPAWNED.count(0) < 2 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert RESPAWNED.count(0) >= 2 and services.listed() == [service]  # tried again, still served
+        service.instances[1].process.end()  # none serves now, and none starts: it stops
+        while services.listed() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert services.listed() == []
+    finally:
+        services.close()

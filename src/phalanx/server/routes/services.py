@@ -54,6 +54,7 @@ class ServiceIn(BaseModel):
         default=1,
         ge=1,
         le=MAX_REPLICAS,
+        strict=True,  # a number, not "2" nor true
         description="a served model's processes behind its one address, taking turns at its requests",
     )
     inputs: list[dict[str, str]] = Field(
