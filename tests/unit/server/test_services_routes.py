@@ -171,7 +171,7 @@ def test_a_board_of_a_deleted_experiment_stops_and_a_killed_servers_leftovers_go
         service = services.add(fake_boards.make(store, "A", Target("experiment", e.id)))
         store.delete_experiment(e.id)
         deadline = time.monotonic() + 120  # a safety net: the refresher's next pass stops it
-        while services.listed() and time.monotonic() < deadline:
+        while (services.listed() or service.alive()) and time.monotonic() < deadline:
             time.sleep(0.05)
         assert services.listed() == [] and not service.alive()
     finally:
