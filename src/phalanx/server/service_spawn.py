@@ -17,7 +17,7 @@ import tempfile
 import time
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -69,6 +69,17 @@ class Launch:
     board: Board | None
 
 
+@dataclass(frozen=True)
+class Recipe:
+    """How a service's process runs: ``argv_for(socket)``, its command for the socket it listens
+    on; what its box may read (``ro``) and write (``rw``); what it finds in its environment."""
+
+    argv_for: Callable[[str], list[str]]
+    ro: tuple[str, ...] = ()
+    rw: tuple[str, ...] = ()
+    env: Mapping[str, str] = field(default_factory=dict)
+
+
 class Spawner:
     """Starts instances of services under ``home``/services/ID. ``isolation_for(project)``: its box
     (None: not boxed); ``start_seconds``: how long a start may take to listen; ``stopping(s)``: waits
@@ -93,28 +104,14 @@ class Spawner:
     def close(self) -> None:
         self._thread.shutdown(wait=True)
 
-    def spawn(
-        self,
-        launch: Launch,
-        argv_for: Callable[[str], list[str]],
-        ro: tuple[str, ...] = (),
-        rw: tuple[str, ...] = (),
-        env: Mapping[str, str] | None = None,
-    ) -> Instance:
+    def spawn(self, launch: Launch, recipe: Recipe) -> Instance:
         """One instance of the service, returned once it listens (ServiceFailed, and nothing left
         running, if it does not)."""
-        instance = self.start(launch, argv_for, ro, rw, env)
+        instance = self.start(launch, recipe)
         self.await_listening(instance, launch)
         return instance
 
-    def start(
-        self,
-        launch: Launch,
-        argv_for: Callable[[str], list[str]],
-        ro: tuple[str, ...] = (),
-        rw: tuple[str, ...] = (),
-        env: Mapping[str, str] | None = None,
-    ) -> Instance:
+    def start(self, launch: Launch, recipe: Recipe) -> Instance:
         """One instance of the service started: its process, to listen on a socket in a folder of
         its own (``await_listening`` waits for that)."""
         folder = self.home / "services" / launch.id
@@ -125,7 +122,7 @@ class Spawner:
         socket = listen / SOCKET
         own_home = listen / "home"  # its HOME (JupyterLab's runtime files): writable after the lock below
         # -P: nothing of its working folder is imported (a notebook folder's planted jupyterlab.py)
-        argv = [sys.executable, "-P", *argv_for(str(socket))[1:]]
+        argv = [sys.executable, "-P", *recipe.argv_for(str(socket))[1:]]
         isolation = self.isolation_for(launch.project)
         if isolation is not None:
             box.make_own_folder(listen, isolation)
@@ -133,8 +130,8 @@ class Spawner:
             layout = box.Layout(
                 cwd=str(own_home),
                 tmp=None,
-                rw=(str(listen), *rw),
-                ro=(*ro, PACKAGE_ROOT, *box.interpreter_trees()),
+                rw=(str(listen), *recipe.rw),
+                ro=(*recipe.ro, PACKAGE_ROOT, *box.interpreter_trees()),
             )
             argv = box.box_argv(isolation, layout) + argv
             started = box.box_env(isolation, str(own_home))
@@ -147,7 +144,7 @@ class Spawner:
             }
             if setpriv := shutil.which(box.SETPRIV):  # ended with the server however it ends
                 argv = [setpriv, "--pdeathsig", "SIGKILL", "--", *argv]
-        started.update(box.inherited(), **(env or {}), PYTHONPATH=PACKAGE_ROOT, **{MARK: str(folder)})
+        started.update(box.inherited(), **recipe.env, PYTHONPATH=PACKAGE_ROOT, **{MARK: str(folder)})
         with open(folder / LOG, "ab") as out:
             popen = self._thread.submit(
                 subprocess.Popen,

@@ -40,7 +40,15 @@ from phalanx.errors import NotFound, QuotaExceeded
 from phalanx.machine import box
 from phalanx.machine.box import Isolation
 from phalanx.registry.service import Registry
-from phalanx.server.service_spawn import LISTEN, Instance, Launch, Spawner, end_instance, listened_in
+from phalanx.server.service_spawn import (
+    LISTEN,
+    Instance,
+    Launch,
+    Recipe,
+    Spawner,
+    end_instance,
+    listened_in,
+)
 from phalanx.services.targets import Target
 from phalanx.serving.folder import publish, published
 from phalanx.store.accounts import Role
@@ -309,20 +317,22 @@ class Services:
         launch = Launch(service_id, TENSORBOARD, project, target, who, Role.viewer, board)
         return self._started(
             launch,
-            lambda socket: [
-                sys.executable,
-                "-m",
-                "phalanx.services.tensorboard",
-                "--logdir",
-                str(logs),
-                "--socket",
-                socket,
-                "--path-prefix",
-                f"/services/{service_id}",
-                "--reload-seconds",
-                str(self.timing.refresh_seconds),
-            ],
-            ro=(str(logs),),
+            Recipe(
+                lambda socket: [
+                    sys.executable,
+                    "-m",
+                    "phalanx.services.tensorboard",
+                    "--logdir",
+                    str(logs),
+                    "--socket",
+                    socket,
+                    "--path-prefix",
+                    f"/services/{service_id}",
+                    "--reload-seconds",
+                    str(self.timing.refresh_seconds),
+                ],
+                ro=(str(logs),),
+            ),
         )
 
     def _start_notebook(self, project: str, inputs: Mapping[str, str], who: str) -> Service:
@@ -337,25 +347,27 @@ class Services:
             work.mkdir(parents=True, exist_ok=True)
         return self._started(
             Launch(service_id, NOTEBOOK, project, Target("project", project), who, Role.editor, None),
-            lambda socket: [
-                sys.executable,
-                "-m",
-                "jupyterlab",
-                "--no-browser",
-                f"--ServerApp.sock={socket}",
-                f"--ServerApp.base_url=/services/{service_id}/",
-                f"--ServerApp.root_dir={work}",
-                # who may reach it is the server's proxy's to check (the project's editors): its own
-                # token, password and XSRF cookie would be the caller's credentials, never forwarded
-                "--IdentityProvider.token=",
-                "--ServerApp.password=",
-                "--ServerApp.disable_check_xsrf=True",
-                "--ServerApp.allow_remote_access=True",  # the proxy's Host is the server's name
-                "--ServerApp.allow_root=True",  # unboxed, as a server that runs as root
-            ],
-            ro=tuple(inputs.values()),
-            rw=(str(work),),
-            env=dict(inputs),
+            Recipe(
+                lambda socket: [
+                    sys.executable,
+                    "-m",
+                    "jupyterlab",
+                    "--no-browser",
+                    f"--ServerApp.sock={socket}",
+                    f"--ServerApp.base_url=/services/{service_id}/",
+                    f"--ServerApp.root_dir={work}",
+                    # who may reach it is the server's proxy's to check (the project's editors): its own
+                    # token, password and XSRF cookie would be the caller's credentials, never forwarded
+                    "--IdentityProvider.token=",
+                    "--ServerApp.password=",
+                    "--ServerApp.disable_check_xsrf=True",
+                    "--ServerApp.allow_remote_access=True",  # the proxy's Host is the server's name
+                    "--ServerApp.allow_root=True",  # unboxed, as a server that runs as root
+                ],
+                ro=tuple(inputs.values()),
+                rw=(str(work),),
+                env=dict(inputs),
+            ),
         )
 
     def _start_model(
@@ -392,15 +404,17 @@ class Services:
                 str(ref),
             ]
 
+        recipe = Recipe(argv_for, ro=(str(models),))
+
         def respawn(_: int) -> Instance:  # every replica alike: they read the same folder
-            return self._spawner_now().spawn(launch, argv_for, ro=(str(models),))
+            return self._spawner_now().spawn(launch, recipe)
 
         def follow() -> None:
             if ref.alias is not None and (found := registry.resolve(ref)).version != published(models):
                 publish(models, found, registry.read_bytes(found))
                 log.info("service %s: %s moved, version %d handed over", service_id, ref, found.version)
 
-        service = self._started(launch, argv_for, ro=(str(models),), count=replicas)
+        service = self._started(launch, recipe, count=replicas)
         service.respawn, service.follow = respawn, follow
         return service
 
@@ -412,16 +426,8 @@ class Services:
         assert self._spawner is not None, "Services.start() first"
         return self._spawner
 
-    def _started(
-        self,
-        launch: Launch,
-        argv_for: Callable[[str], list[str]],
-        ro: tuple[str, ...] = (),
-        rw: tuple[str, ...] = (),
-        env: Mapping[str, str] | None = None,
-        count: int = 1,
-    ) -> Service:
-        """The service of ``launch`` with ``count`` instances of ``argv_for``, each listening; if one
+    def _started(self, launch: Launch, recipe: Recipe, count: int = 1) -> Service:
+        """The service of ``launch`` with ``count`` instances of ``recipe``, each listening; if one
         does not start, nothing of it is left (the others ended, its folder gone) and ServiceFailed
         says why."""
         service = Service(
@@ -438,7 +444,7 @@ class Services:
         spawner = self._spawner_now()
         try:  # all started at once, then each awaited: N replicas start in about the time of one
             for _ in range(count):
-                service.instances.append(spawner.start(launch, argv_for, ro, rw, env))
+                service.instances.append(spawner.start(launch, recipe))
             for instance in service.instances:
                 spawner.await_listening(instance, launch)
         except BaseException:

@@ -56,7 +56,7 @@ class _UnixHttp(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
     daemon_threads = True
 
 
-class _Thread:
+class FakeProcess:
     """A fake board's "process": alive until ended (the thread server stays for the next one)."""
 
     def __init__(self) -> None:
@@ -94,7 +94,7 @@ class FakeBoard:
             project=project,
             target=target,
             folder=own / "gone",
-            instances=[Instance(own / "board.sock", _Thread())],
+            instances=[Instance(own / "board.sock", FakeProcess())],
             board=Board(store, target, own / "gone"),
             started_by="root",
         )
@@ -145,9 +145,9 @@ def started_without_a_process(fake_boards: FakeBoard, monkeypatch: pytest.Monkey
             RESPAWNED.append(slot)
             if RESPAWN_FAILS:
                 raise ServiceFailed("the model ended (status 1) before it listened: (a fake)")
-            return Instance(socket, _Thread())
+            return Instance(socket, FakeProcess())
 
-        instances = [Instance(socket, _Thread()) for _ in range(replicas)]
+        instances = [Instance(socket, FakeProcess()) for _ in range(replicas)]
         return replace(
             service, kind="model", role=Role.viewer, board=None, instances=instances, respawn=respawn
         )

@@ -24,7 +24,14 @@ from phalanx.store.base import Store
 from phalanx.store.registry_records import parse_ref
 from phalanx.tokens import experiment_token
 from tests.unit.server import fill
-from tests.unit.server.fake_services import RESPAWN_FAILS, RESPAWNED, SEEN, STARTED_WITH, FakeBoard
+from tests.unit.server.fake_services import (
+    RESPAWN_FAILS,
+    RESPAWNED,
+    SEEN,
+    STARTED_WITH,
+    FakeBoard,
+    FakeProcess,
+)
 from tests.unit.server.teams_fixtures import make_model, make_team
 
 pytestmark = pytest.mark.usefixtures("started_without_a_process")
@@ -178,22 +185,8 @@ def test_a_board_of_a_deleted_experiment_stops_and_a_killed_servers_leftovers_go
         services.close()
 
 
-class _Running:
-    def __init__(self) -> None:
-        self.ended = False
-
-    def alive(self) -> bool:
-        return not self.ended
-
-    def status(self) -> int | None:
-        return 0 if self.ended else None
-
-    def end(self) -> None:
-        self.ended = True
-
-
 def test_a_served_models_replicas_take_turns_and_one_that_died_is_skipped(tmp_path: Path) -> None:
-    processes = [_Running(), _Running(), _Running()]
+    processes = [FakeProcess(), FakeProcess(), FakeProcess()]
     sockets = [tmp_path / f"{n}.sock" for n in range(3)]
     service = Service(
         id="0123456789ab",
