@@ -124,10 +124,15 @@ class Client:
         self.token_from = token_from
 
     def raw(
-        self, method: str, path: str, body: bytes | None = None, headers: Mapping[str, str] | None = None
+        self,
+        method: str,
+        path: str,
+        body: bytes | None = None,
+        headers: Mapping[str, str] | None = None,
+        timeout: float = TIMEOUT,
     ) -> tuple[int, bytes, str]:
         """(status, body, content type) of one request; errors raised as PhalanxErrors."""
-        with self.open(method, path, body, headers) as resp:
+        with self.open(method, path, body, headers, timeout) as resp:
             try:
                 data = resp.read()
             except OSError as exc:  # the connection lost while the answer came
@@ -135,17 +140,23 @@ class Client:
             return resp.status, data, resp.headers.get("Content-Type", "")
 
     def open(
-        self, method: str, path: str, body: bytes | None = None, headers: Mapping[str, str] | None = None
+        self,
+        method: str,
+        path: str,
+        body: bytes | None = None,
+        headers: Mapping[str, str] | None = None,
+        timeout: float = TIMEOUT,
     ) -> Any:
         """The answer to one request, its body not read yet (a file's bytes streamed in pieces);
-        errors raised as PhalanxErrors. Close it (``with``)."""
+        errors raised as PhalanxErrors. Close it (``with``). ``timeout``: the longest silence of
+        its socket (one that builds an environment before it answers waits longer)."""
         req = urllib.request.Request(f"{self.url}/api/v1{path}", data=body, method=method)
         for name, value in (headers or {}).items():
             req.add_header(name, value)
         if self.token:
             req.add_header("Authorization", f"Bearer {self.token}")
         try:
-            return urllib.request.urlopen(req, timeout=TIMEOUT)
+            return urllib.request.urlopen(req, timeout=timeout)
         except urllib.error.HTTPError as exc:
             raise self._refusal(_error(exc)) from None
         except (OSError, ValueError) as exc:
@@ -179,9 +190,14 @@ class Client:
         return error
 
     def request(
-        self, method: str, path: str, body: bytes | None = None, headers: Mapping[str, str] | None = None
+        self,
+        method: str,
+        path: str,
+        body: bytes | None = None,
+        headers: Mapping[str, str] | None = None,
+        timeout: float = TIMEOUT,
     ) -> tuple[int, Any]:
-        status, data, _ = self.raw(method, path, body, headers)
+        status, data, _ = self.raw(method, path, body, headers, timeout)
         try:
             return status, json.loads(data or b"null")
         except ValueError:
@@ -190,11 +206,11 @@ class Client:
     def get(self, path: str, **query: Any) -> Any:
         return self.request("GET", _with_query(path, query))[1]
 
-    def send(self, method: str, path: str, doc: Any = None) -> Any:
+    def send(self, method: str, path: str, doc: Any = None, timeout: float = TIMEOUT) -> Any:
         """``method`` with ``doc`` as a JSON body; the answer's JSON."""
         body = None if doc is None else json.dumps(doc).encode()
         headers = {"Content-Type": "application/json"} if body is not None else {}
-        return self.request(method, path, body, headers)[1]
+        return self.request(method, path, body, headers, timeout)[1]
 
     def submit(
         self,

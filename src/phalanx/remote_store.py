@@ -27,6 +27,7 @@ from phalanx.domain import (
     Page,
     Replica,
     ReplicaState,
+    Resources,
     Role,
 )
 from phalanx.errors import NotFound, UsageError
@@ -42,6 +43,9 @@ from phalanx.store.placements import Placement
 
 if TYPE_CHECKING:
     from phalanx.store.accounts import Role as ProjectRole  # its name is sent: no sqlalchemy here
+
+# how long a notebook's start may be silent while the server builds its kernels' environment
+BUILD_SECONDS = 3600.0
 
 
 def _filter_query(f: ExperimentFilter, offset: int, limit: int) -> dict[str, Any]:
@@ -445,11 +449,24 @@ class RemoteServices:
         found: dict[str, Any] = self.client.send("POST", "/services", {"kind": "tensorboard", kind: target})
         return found
 
-    def start_notebook(self, project: str, inputs: Sequence[Mapping[str, str]]) -> dict[str, Any]:
-        """``project``'s notebook server with ``inputs`` (an experiment file's ``inputs:``), or the
-        one that runs."""
-        doc = {"kind": "notebook", "project": project, "inputs": [dict(i) for i in inputs]}
-        found: dict[str, Any] = self.client.send("POST", "/services", doc)
+    def start_notebook(
+        self,
+        project: str,
+        inputs: Sequence[Mapping[str, str]],
+        build: Mapping[str, Any] | None = None,
+        resources: Resources | None = None,
+    ) -> dict[str, Any]:
+        """``project``'s notebook server with ``inputs`` (an experiment file's ``inputs:``), its
+        kernels in ``build`` (a notebook file's build: its requirements file as its text) and
+        ``resources`` held of the server's machine, or the one that runs. The server builds the
+        environment before it answers: minutes the first time."""
+        doc: dict[str, Any] = {"kind": "notebook", "project": project, "inputs": [dict(i) for i in inputs]}
+        if resources is not None:
+            doc["resources"] = resources.to_json()
+        if build is None:
+            found: dict[str, Any] = self.client.send("POST", "/services", doc)
+            return found
+        found = self.client.send("POST", "/services", {**doc, "build": dict(build)}, timeout=BUILD_SECONDS)
         return found
 
     def start_model(self, ref: str, replicas: int = 1) -> dict[str, Any]:

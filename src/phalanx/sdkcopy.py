@@ -13,7 +13,6 @@ from pathlib import Path
 
 from phalanx import tracking
 from phalanx._version import __version__
-from phalanx.config import Settings
 
 # The modules outside phalanx/tracking that the SDK imports (all standard-library only); a test imports
 # every module of the copy with a bare interpreter, so a missing one fails there, not in a user's venv.
@@ -43,8 +42,9 @@ SDK_TOP_MODULES = (
 )
 
 
-def sdk_path(settings: Settings, root: Path | None = None) -> Path:
-    """A standard-library-only copy of the tracking SDK under PHALANX_HOME/sdk/<version>-<hash>, so
+def sdk_path(home: Path) -> Path:
+    """A standard-library-only copy of the tracking SDK under ``home``/sdk/<version>-<hash> (a
+    Phalanx home, or a cluster's shared folder), so
     `from phalanx import Task` works inside a foreign venv (TensorFlow's, MXNet's)."""
     pkg = Path(__file__).parent  # the phalanx package: this module is phalanx/sdkcopy.py
     files = [*(pkg / name for name in SDK_TOP_MODULES), *sorted(Path(tracking.__file__).parent.rglob("*.py"))]
@@ -52,7 +52,7 @@ def sdk_path(settings: Settings, root: Path | None = None) -> Path:
     for f in files:
         digest.update(str(f.relative_to(pkg)).encode())
         digest.update(f.read_bytes())
-    target = (root or settings.home) / "sdk" / f"{__version__}-{digest.hexdigest()[:12]}"
+    target = home / "sdk" / f"{__version__}-{digest.hexdigest()[:12]}"
     if (target / "phalanx" / "__init__.py").exists():
         return target
     target.parent.mkdir(parents=True, exist_ok=True)

@@ -192,7 +192,7 @@ def bundle(workdir: Path, sdk: Path, cap: int = BUNDLE_CAP) -> bytes:
 
 def pack(workdir: str, settings: Settings) -> bytes:
     """The bundle of an experiment's folder with this Phalanx's tracking SDK copy."""
-    return bundle(Path(workdir), sdk_path(settings))
+    return bundle(Path(workdir), sdk_path(settings.home))
 
 
 def put_bundle(url: str, data: bytes, token: str | None) -> None:

@@ -10,20 +10,32 @@ JupyterLab in the current folder, on a loopback port, in the foreground until Ct
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
 import sys
-from typing import Annotated
+import tempfile
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
+from phalanx import queue
 from phalanx.cli.app import OutputOpt, app
 from phalanx.cli.listing import Format
 from phalanx.cli.service_commands import list_services, said_started, stop_service
 from phalanx.cli.target import LocalOpt, ServerOpt
 from phalanx.errors import UsageError
 from phalanx.logins import choose
+from phalanx.sdkcopy import sdk_path
+from phalanx.services.kernels import NO_NATIVE_KERNEL, environment_label, kernel_build, write_kernel
+from phalanx.services.seats import give_back, take_seat
+from phalanx.share import DEFAULT_PROJECT
+from phalanx.spec.service_files import NotebookFile, load_notebook_file
+
+if TYPE_CHECKING:
+    from phalanx.config import Settings
 
 notebook_app = typer.Typer(
     help="A Jupyter notebook server on a project, with its inputs (JupyterLab).", no_args_is_help=True
@@ -46,9 +58,17 @@ def parse_input(given: str) -> dict[str, str]:
 
 @notebook_app.command("start")
 def start(
+    file: Annotated[
+        Path | None,
+        typer.Option(
+            "-f",
+            "--file",
+            help="a `kind: notebook` file: its kernels' build environment and its inputs",
+        ),
+    ] = None,
     project: Annotated[
-        str, typer.Option("--project", help="whose notebook server (on a server)")
-    ] = "default",
+        str | None, typer.Option("--project", help="whose notebook server (on a server; default: the file's)")
+    ] = None,
     inputs: Annotated[
         list[str] | None,
         typer.Option(
@@ -64,28 +84,68 @@ def start(
 ) -> None:
     """Start the project's notebook server (on a server: or get the one that runs) and print where
     it answers."""
-    wanted = [parse_input(i) for i in inputs or ()]
+    notebook = load_notebook_file(file) if file is not None else NotebookFile(Path.cwd())
+    for note in notebook.notes:
+        typer.echo(f"note: {note}", err=True)
+    wanted = [i.to_json() for i in notebook.inputs] + [parse_input(i) for i in inputs or ()]
     client = choose(server, local)
     if client is None:
-        _start_here(wanted, port)
+        _start_here(wanted, port, notebook, project or notebook.project or DEFAULT_PROJECT)
         return
     from phalanx.remote_store import RemoteServices  # why: `phalanx --help` stays fast (no urllib)
 
     services = RemoteServices(client)
-    found = services.start_notebook(project, wanted)
+    build = _build_sent(notebook)
+    if build is not None:
+        typer.echo("building the kernels' environment on the server (the first time: minutes) ...", err=True)
+    found = services.start_notebook(
+        project or notebook.project or "default", wanted, build, notebook.resources
+    )
     said_started("notebook", found, services.url_of(found), output)
+    if found.get("holds") and output is not Format.JSON:
+        typer.echo(f"it holds {found['holds']}")
+    if build is not None and not found["started"] and found.get("environment") is None:
+        typer.echo(
+            "note: the notebook server that runs has Phalanx's own environment, not the file's build:"
+            " `phalanx notebook stop` it and start it again for the file's",
+            err=True,
+        )
 
 
-def _start_here(wanted: list[dict[str, str]], port: int) -> None:
+def _build_sent(notebook: NotebookFile) -> dict[str, Any] | None:
+    """The file's build as the server takes it (its requirements file as its text), or None."""
+    build = notebook.build
+    if not (build.pip_packages or build.requirements or build.build_steps):
+        return None
+    requirements = None
+    if build.requirements:
+        path = notebook.folder / build.requirements
+        try:
+            requirements = path.read_text()
+        except (OSError, UnicodeDecodeError) as exc:
+            raise UsageError(
+                f"build.requirements: cannot read {path} ({exc}); the path is relative to the file"
+            ) from None
+    return {
+        "pip_packages": list(build.pip_packages),
+        "requirements": requirements,
+        "build_steps": list(build.build_steps),
+        "env_vars": dict(build.env_vars),
+    }
+
+
+def _start_here(wanted: list[dict[str, str]], port: int, notebook: NotebookFile, project: str) -> None:
     from phalanx import extras  # why: start-up time of the server door (no store there), as below
     from phalanx.config import Settings
     from phalanx.data import inputs as data_inputs
     from phalanx.services.local import check_port
     from phalanx.spec.inputs import parse_inputs
+    from phalanx.store import open_store
 
     check_port(port)
     extras.require("jupyterlab", "services", "phalanx notebook start")
-    env, _ = data_inputs.resolve(parse_inputs(wanted, "--input"), Settings())
+    settings = Settings()
+    env, _ = data_inputs.resolve(parse_inputs(wanted, "--input"), settings)
     argv = [
         sys.executable,
         "-m",
@@ -96,7 +156,44 @@ def _start_here(wanted: list[dict[str, str]], port: int) -> None:
     ]
     if os.geteuid() == 0:  # JupyterLab refuses root unless told: whoever typed this is root already
         argv.append("--ServerApp.allow_root=True")
-    notebook = subprocess.Popen(argv, env={**os.environ, **env}, stdin=subprocess.DEVNULL)
+    with tempfile.TemporaryDirectory(prefix="phalanx-kernel-") as data:
+        if (python := _kernel_python(notebook, settings)) is not None:
+            label = environment_label(python)
+            write_kernel(Path(data), python, sdk_path(settings.home), label)
+            env = {**env, "JUPYTER_PATH": data}
+            argv.append(NO_NATIVE_KERNEL)
+            typer.echo(f"kernels run in {label} ({python})", err=True)
+        ledger = queue.ledger_for(settings)
+        quotas = queue.local_limits(open_store(settings)) if notebook.resources else {}
+        seat = take_seat(ledger, f"notebook-{os.getpid()}", notebook.resources, project, "notebook", quotas)
+        try:
+            if seat is not None:
+                typer.echo(f"the notebook holds {seat.describe()}", err=True)
+                env = {**env, **seat.env()}
+                argv = seat.command(argv)
+            with seat.pinned() if seat is not None else contextlib.nullcontext():
+                notebook_server = subprocess.Popen(argv, env={**os.environ, **env}, stdin=subprocess.DEVNULL)
+            _wait_here(notebook_server)
+        finally:
+            give_back(ledger, seat)
+
+
+def _kernel_python(notebook: NotebookFile, settings: Settings) -> Path | None:
+    """The python of the file's build environment with ipykernel (built here on first use, pip's
+    progress on stderr), or None when it builds nothing (the kernels run Phalanx's own)."""
+    from phalanx import buildenv  # why: start-up time (pip's machinery only for a build)
+    from phalanx.buildprogress import BuildProgress
+
+    if not buildenv.wants_env(notebook.build):
+        return None
+    progress = BuildProgress(lambda lines: typer.echo("\n".join(lines), err=True))
+    return buildenv.ensure_env(
+        kernel_build(notebook.build), notebook.folder, settings.venvs_dir, progress=progress
+    )
+
+
+def _wait_here(notebook: subprocess.Popen[bytes]) -> None:
+    """JupyterLab in the foreground until Ctrl-C or SIGTERM."""
     for ending in (signal.SIGTERM, signal.SIGHUP):  # as Ctrl-C: JupyterLab ends with this command
         signal.signal(ending, lambda *_: notebook.terminate())
     try:

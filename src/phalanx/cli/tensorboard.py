@@ -9,6 +9,7 @@ alone it runs in the foreground on a loopback port until Ctrl-C; `ls` and `stop`
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -19,6 +20,7 @@ from phalanx.cli.service_commands import list_services, said_started, stop_servi
 from phalanx.cli.target import LocalOpt, ServerOpt
 from phalanx.errors import NotFound, UsageError
 from phalanx.logins import choose
+from phalanx.spec.service_files import load_board_file
 
 tensorboard_app = typer.Typer(
     help="TensorBoard over what Phalanx recorded: of an experiment, a group's trials or a project.",
@@ -45,6 +47,12 @@ def start(
     project: Annotated[
         str | None, typer.Option("--project", help="a project: its newest experiments, one run each")
     ] = None,
+    file: Annotated[
+        Path | None,
+        typer.Option(
+            "-f", "--file", help="a `kind: tensorboard` file: the project's board, unless a target is named"
+        ),
+    ] = None,
     port: Annotated[int, typer.Option("--port", help="this machine alone: the loopback port")] = 6006,
     output: OutputOpt = Format.TABLE,
     server: ServerOpt = None,
@@ -52,6 +60,12 @@ def start(
 ) -> None:
     """Start TensorBoard for an experiment, a group or a project (on a server: or get the one that
     runs) and print where it answers."""
+    if file is not None:
+        board = load_board_file(file)
+        for note in board.notes:
+            typer.echo(f"note: {note}", err=True)
+        if not (experiment or group or project):
+            project = board.project
     kind, target = _target(experiment, group, project)
     client = choose(server, local)
     if client is None:

@@ -9,6 +9,7 @@ once it listens.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import subprocess
@@ -19,7 +20,7 @@ from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import IO, TYPE_CHECKING
 
 from phalanx.backends.local.boxes import PACKAGE_ROOT
 from phalanx.errors import PhalanxError
@@ -31,6 +32,9 @@ from phalanx.store.accounts import Role
 
 if TYPE_CHECKING:
     from phalanx.services.boards import Board
+    from phalanx.services.seats import Seat
+
+Popen = subprocess.Popen[bytes]
 
 SOCKET = "service.sock"
 LISTEN = "listen"  # in a service's folder: the folders its instances' sockets are in, one a line
@@ -58,7 +62,7 @@ class Instance:
 @dataclass(frozen=True)
 class Launch:
     """What a service is, before its processes: its id, kind, project, target, who asked, the least
-    role that reaches it and its board (a TensorBoard's)."""
+    role that reaches it, its board (a TensorBoard's) and its seat in the machine's ledger."""
 
     id: str
     kind: str
@@ -67,6 +71,7 @@ class Launch:
     who: str
     role: Role
     board: Board | None
+    seat: Seat | None = None  # what it holds of the machine (a notebook file's resources)
 
 
 @dataclass(frozen=True)
@@ -145,16 +150,13 @@ class Spawner:
             if setpriv := shutil.which(box.SETPRIV):  # ended with the server however it ends
                 argv = [setpriv, "--pdeathsig", "SIGKILL", "--", *argv]
         started.update(box.inherited(), **recipe.env, PYTHONPATH=PACKAGE_ROOT, **{MARK: str(folder)})
+        seat = launch.seat
+        if seat is not None:  # its threads, its GPUs; its cgroup joined before anything of it runs
+            started.update(seat.env())
+            argv = seat.command(argv)
         with open(folder / LOG, "ab") as out:
             popen = self._thread.submit(
-                subprocess.Popen,
-                argv,
-                env=started,
-                cwd=str(own_home),
-                stdin=subprocess.DEVNULL,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
+                _popen, seat, argv, env=started, cwd=str(own_home), stdout=out
             ).result()
         return Instance(socket, Spawned(popen), boxed=isolation is not None)
 
@@ -183,6 +185,20 @@ class Spawner:
                 raise ServiceFailed(f"the {kind} did not listen within {self.start_seconds:.0f} s")
             if self.stopping(0.05):
                 raise ServiceFailed("the server is stopping")
+
+
+def _popen(seat: Seat | None, argv: list[str], env: dict[str, str], cwd: str, stdout: IO[bytes]) -> Popen:
+    """``argv`` started from the calling thread, on the seat's cores (which it then inherits)."""
+    with seat.pinned() if seat is not None else contextlib.nullcontext():
+        return subprocess.Popen(
+            argv,
+            env=env,
+            cwd=cwd,
+            stdin=subprocess.DEVNULL,
+            stdout=stdout,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
 
 
 def end_instance(instance: Instance) -> None:

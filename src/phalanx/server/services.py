@@ -36,10 +36,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from phalanx import extras
+from phalanx.domain import Resources
 from phalanx.errors import NotFound, QuotaExceeded
 from phalanx.machine import box
 from phalanx.machine.box import Isolation
+from phalanx.machine.ledger import Ledger, ledger_path
+from phalanx.queue import local_limits
 from phalanx.registry.service import Registry
+from phalanx.sdkcopy import sdk_path
+from phalanx.server.notebook_env import build_environment, kernel_in
 from phalanx.server.service_spawn import (
     LISTEN,
     Instance,
@@ -49,8 +54,12 @@ from phalanx.server.service_spawn import (
     end_instance,
     listened_in,
 )
+from phalanx.services.kernels import NO_NATIVE_KERNEL
+from phalanx.services.seats import Seat, give_back, take_seat
 from phalanx.services.targets import Target
 from phalanx.serving.folder import publish, published
+from phalanx.share import Limit
+from phalanx.spec.model import Build
 from phalanx.store.accounts import Role
 from phalanx.store.base import LocalStore
 from phalanx.store.registry_records import ModelRef, parse_ref
@@ -87,6 +96,8 @@ class Service:
     respawn: Callable[[int], Instance] | None = None
     follow: Callable[[], None] | None = None
     restarts: int = 0
+    environment: str | None = None  # a notebook's kernels' build environment (None: Phalanx's)
+    seat: Seat | None = None  # what it holds of the machine's ledger (a notebook's resources)
     _turns: Iterator[int] = field(default_factory=itertools.count, repr=False)
 
     def alive(self) -> bool:
@@ -124,6 +135,8 @@ class Service:
             "idle_seconds": round(time.monotonic() - self.last_used, 1),
             "restarts": self.restarts,
             "replicas": len(self.instances),
+            "environment": self.environment,
+            "holds": self.seat.describe() if self.seat is not None else None,
         }
 
 
@@ -158,6 +171,7 @@ class Services:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._spawner: Spawner | None = None
+        self._ledger = Ledger(ledger_path(home))  # the machine's, shared with the server's experiments
 
     def start(self) -> Services:
         """Start the refresher (again after ``close``: an app's lifespan may run more than once),
@@ -237,14 +251,32 @@ class Services:
             TENSORBOARD, project, target, who, lambda: self._start_tensorboard(project, target, who)
         )
 
-    def notebook(self, project: str, inputs: Mapping[str, str], who: str) -> tuple[Service, bool]:
+    def notebook(
+        self,
+        project: str,
+        inputs: Mapping[str, str],
+        who: str,
+        python: Path | None = None,
+        resources: Resources | None = None,
+    ) -> tuple[Service, bool]:
         """The project's notebook server, started unless one runs; (it, started). ``inputs``: the
         environment that names its inputs' folders (``PHALANX_INPUT_NAME``: a path), which its
-        kernels inherit and its box may read; one that runs keeps the inputs it started with."""
+        kernels inherit and its box may read; ``python``: its kernels' (a build environment's; None:
+        Phalanx's own); ``resources``: what it takes of the machine's ledger while it runs (Conflict
+        when there is no room now). One that runs keeps what it started with."""
         target = Target("project", project)
         return self._one_of(
-            NOTEBOOK, project, target, who, lambda: self._start_notebook(project, inputs, who)
+            NOTEBOOK,
+            project,
+            target,
+            who,
+            lambda: self._start_notebook(project, inputs, who, python, resources),
         )
+
+    def environment(self, project: str, build: Build, requirements: str | None) -> Path:
+        """The python of a notebook file's ``build`` (``requirements``: its requirements file's
+        text), built as ``project``'s account on first use and cached as an experiment's."""
+        return build_environment(self.home, build, requirements, self.isolation_for(project))
 
     def model(self, ref: ModelRef, who: str, replicas: int = 1) -> tuple[Service, bool]:
         """``ref`` (``NAME@alias``, ``NAME@N``, ``NAME``: its latest) served in its model's project
@@ -335,23 +367,35 @@ class Services:
             ),
         )
 
-    def _start_notebook(self, project: str, inputs: Mapping[str, str], who: str) -> Service:
+    def _start_notebook(
+        self,
+        project: str,
+        inputs: Mapping[str, str],
+        who: str,
+        python: Path | None,
+        resources: Resources | None,
+    ) -> Service:
         extras.require("jupyterlab", "services", "a notebook service")
         service_id = secrets.token_hex(6)
-        (self.home / "services" / service_id).mkdir(parents=True)
+        label = f"notebook of project {project}"
+        seat = take_seat(self._ledger, f"notebook-{service_id}", resources, project, label, self._quotas())
+        folder = self.home / "services" / service_id
+        folder.mkdir(parents=True)
+        kernel = kernel_in(folder, python, sdk_path(self.home)) if python is not None else None
         work = self.home / "notebooks" / project  # the project's notebooks outlive each server of them
         isolation = self.isolation_for(project)
         if isolation is not None:
             box.make_own_folder(work, isolation)
         else:
             work.mkdir(parents=True, exist_ok=True)
-        return self._started(
-            Launch(service_id, NOTEBOOK, project, Target("project", project), who, Role.editor, None),
+        service = self._started(
+            Launch(service_id, NOTEBOOK, project, Target("project", project), who, Role.editor, None, seat),
             Recipe(
                 lambda socket: [
                     sys.executable,
                     "-m",
                     "jupyterlab",
+                    *([NO_NATIVE_KERNEL] if kernel is not None else []),
                     "--no-browser",
                     f"--ServerApp.sock={socket}",
                     f"--ServerApp.base_url=/services/{service_id}/",
@@ -364,11 +408,13 @@ class Services:
                     "--ServerApp.allow_remote_access=True",  # the proxy's Host is the server's name
                     "--ServerApp.allow_root=True",  # unboxed, as a server that runs as root
                 ],
-                ro=tuple(inputs.values()),
+                ro=(*inputs.values(), *(kernel.reads if kernel is not None else ())),
                 rw=(str(work),),
-                env=dict(inputs),
+                env={**inputs, **({"JUPYTER_PATH": str(kernel.data)} if kernel is not None else {})},
             ),
         )
+        service.environment = kernel.label if kernel is not None else None
+        return service
 
     def _start_model(
         self,
@@ -426,6 +472,9 @@ class Services:
         assert self._spawner is not None, "Services.start() first"
         return self._spawner
 
+    def _quotas(self) -> Mapping[str, Limit]:
+        return local_limits(self.store)
+
     def _started(self, launch: Launch, recipe: Recipe, count: int = 1) -> Service:
         """The service of ``launch`` with ``count`` instances of ``recipe``, each listening; if one
         does not start, nothing of it is left (the others ended, its folder gone) and ServiceFailed
@@ -440,6 +489,7 @@ class Services:
             board=launch.board,
             started_by=launch.who,
             role=launch.role,
+            seat=launch.seat,
         )
         spawner = self._spawner_now()
         try:  # all started at once, then each awaited: N replicas start in about the time of one
@@ -463,6 +513,7 @@ class Services:
             end_instance(instance)
         if service.board is not None:
             service.board.close()
+        give_back(self._ledger, service.seat)
         if not keep:
             shutil.rmtree(service.folder, ignore_errors=True)
         log.info("service %s stopped", service.id)

@@ -31,6 +31,14 @@ def load_spec(
     that does neither is refused unless ``extra_params`` (then it is recorded only).
     Raises SpecError (exit status 2) for a missing, unreadable or invalid file.
     """
+    text = read_file_text(path)
+    spec = load_spec_text(text, str(path), params=params, extra_params=extra_params)
+    return _with_source(spec, str(Path(path).resolve()))
+
+
+def read_file_text(path: str | Path) -> str:
+    """The text of an experiment (or service) file; SpecError (exit status 2) for a missing,
+    unreadable, oversized or non-UTF-8 one."""
     p = Path(path)
     name = str(path)
     try:
@@ -58,8 +66,7 @@ def load_spec(
         line = data[: exc.start].count(b"\n") + 1
         column = exc.start - (data.rfind(b"\n", 0, exc.start) + 1) + 1
         raise SpecError(Problem("the file is not UTF-8 text", file=name, line=line, column=column)) from None
-    spec = load_spec_text(text, name, params=params, extra_params=extra_params)
-    return _with_source(spec, str(p.resolve()))
+    return text
 
 
 def load_spec_text(
@@ -103,4 +110,11 @@ def refusal_text(exc: SpecError, file: str | Path, kind: str = "experiment file"
     return "\n".join(lines)
 
 
-__all__ = ["MAX_FILE_BYTES", "load_spec", "load_spec_text", "parse_param_overrides", "refusal_text"]
+__all__ = [
+    "MAX_FILE_BYTES",
+    "load_spec",
+    "load_spec_text",
+    "parse_param_overrides",
+    "read_file_text",
+    "refusal_text",
+]

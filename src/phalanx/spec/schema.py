@@ -26,12 +26,12 @@ from phalanx.tracking.labels import MAX_TAG, label_problem
 
 SUPPORTED_VERSION = 1
 KINDS = ("experiment", "group", "job", "build", "notebook", "tensorboard", "pipeline")
-# Polyaxon 0.x's services, which Phalanx starts with a command rather than a file (docs/services.md)
+# Polyaxon 0.x's services: started with their own commands, not run (phalanx.spec.service_files)
 SERVICE_KINDS = {
-    "notebook": "a notebook is started with `phalanx notebook start --project P [--input NAME=DATASET]`,"
-    " not run from a file (docs/services.md)",
-    "tensorboard": "a TensorBoard is started with `phalanx tensorboard start ID` (or --group G,"
-    " --project P), not run from a file (docs/services.md)",
+    "notebook": "a notebook file is started with `phalanx notebook start -f FILE`, not run"
+    " (docs/services.md)",
+    "tensorboard": "a TensorBoard file is started with `phalanx tensorboard start -f FILE`, not run"
+    " (docs/services.md)",
 }
 TOP_KEYS = (
     "version",
@@ -104,10 +104,10 @@ def read_spec(
         return None
     if _polyaxon_v1(c, root):
         return None  # one sentence says what the file is; its other keys would be seven more errors
-    version = _read_version(c, root)
+    version = read_version(c, root)
     if not _read_kind(c, root, group is not None):
         return None  # a group or job file: the rest would only be noise
-    data_inputs = group is None and _data_inputs(root.get("inputs"))
+    data_inputs = group is None and data_inputs_section(root.get("inputs"))
     _check_top_keys(c, root, group is not None, data_inputs)
 
     def opt(name: str) -> YNode | None:
@@ -116,12 +116,12 @@ def read_spec(
 
     framework = c.choice(n, "framework", Framework, "framework") if (n := opt("framework")) else None
     backend = c.choice(n, "backend", BackendKind, "backend") if (n := opt("backend")) else None
-    name, project, description, tags = _read_labels(c, opt)
+    name, project, description, tags = read_labels(c, opt)
     params = _read_params(c, root)
     env = c.str_mapping(n, "env", env_names=True) if (n := opt("env")) else {}
     if (n := opt("env")) is not None:
         _refuse_reserved(c, n, "env")
-    build = _read_build(c, n) if (n := opt("build")) else Build()
+    build = read_build(c, n) if (n := opt("build")) else Build()
 
     env_draft = read_environment(c, n) if (n := opt("environment")) else None
     framework = _section_framework(c, env_draft, framework, opt("framework"))
@@ -131,7 +131,7 @@ def read_spec(
     command, max_restarts, max_run_seconds = _read_run(c, root)
     checkpoints = _read_checkpoints(c, root)
     stall = read_stall(c, root)
-    inputs = _read_inputs(c, root) if data_inputs else ()
+    inputs = read_data_inputs(c, root) if data_inputs else ()
     known = {**(group.defaults if group else {}), **(params or {}), **overrides}
     if command is not None:
         names = {**known, **dict.fromkeys(group.sampled if group else ())}
@@ -177,7 +177,7 @@ def _check_top_keys(c: Collector, root: YMap, in_group: bool, data_inputs: bool)
         c.mapping(root, "", (*TOP_KEYS, *GROUP_KEYS), refused=refused, ignored=TOP_IGNORED)
 
 
-def _read_labels(
+def read_labels(
     c: Collector, opt: Callable[[str], YNode | None]
 ) -> tuple[str | None, str | None, str | None, tuple[str, ...]]:
     """name, project, description and tags, each checked as a label where it is one."""
@@ -220,7 +220,7 @@ def _declared(params: Mapping[str, Any], group: GroupReading | None) -> dict[str
     return {**params, **group.defaults, **dict.fromkeys(group.sampled)}
 
 
-def _data_inputs(node: YNode | None) -> bool:
+def data_inputs_section(node: YNode | None) -> bool:
     """Whether ``inputs:`` is the data section (items naming a dataset or datastore), not Polyaxon
     0.6's typed params (refused with their own message)."""
     return isinstance(node, YSeq) and any(
@@ -229,7 +229,7 @@ def _data_inputs(node: YNode | None) -> bool:
     )
 
 
-def _read_inputs(c: Collector, root: YMap) -> tuple[Any, ...]:
+def read_data_inputs(c: Collector, root: YMap) -> tuple[Any, ...]:
     """inputs: [{name, dataset | datastore, path, mode}]: the data every replica gets (phalanx.data)."""
     node = root.get("inputs")
     assert isinstance(node, YSeq)
@@ -299,7 +299,7 @@ def _polyaxon_v1(c: Collector, root: YMap) -> bool:
     return True
 
 
-def _read_version(c: Collector, root: YMap) -> int | None:
+def read_version(c: Collector, root: YMap) -> int | None:
     node = root.get("version")
     if node is None:
         c.add(root, "version", f"missing; add `version: {SUPPORTED_VERSION}` at the top")
@@ -382,7 +382,7 @@ def _read_params(c: Collector, root: YMap) -> dict[str, Any] | None:
     return {k.name: plain(v) for k, v in m.items} if m is not None else None
 
 
-def _read_build(c: Collector, node: YNode) -> Build:
+def read_build(c: Collector, node: YNode) -> Build:
     m = c.mapping(node, "build", BUILD_KEYS, ignored=BUILD_IGNORED)
     if m is None:
         return Build()

@@ -142,7 +142,7 @@ def tracking_env(
             env["PHALANX_TOKEN"] = experiment_token(settings.token, experiment_id)
     # abspath, not realpath: every venv's bin/python links to the same base interpreter
     if os.path.abspath(python) != os.path.abspath(sys.executable) and not dry:
-        env["PYTHONPATH"] = str(sdk_path(settings, sdk_root))
+        env["PYTHONPATH"] = str(sdk_path(sdk_root or settings.home))
     return env
 
 
@@ -164,7 +164,7 @@ def boxed_tracking_env(
         "PHALANX_TOKEN": experiment_token(box_key(settings.home), experiment_id),
     }
     if os.path.abspath(python) != os.path.abspath(sys.executable) and not dry:
-        env["PYTHONPATH"] = str(sdk_path(settings, sdk_root))
+        env["PYTHONPATH"] = str(sdk_path(sdk_root or settings.home))
     return env
 
 

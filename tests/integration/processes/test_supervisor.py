@@ -58,8 +58,8 @@ def test_dry_run_shows_each_replicas_argv_cwd_and_env_and_writes_nothing(
 def test_the_sdk_copy_imports_with_a_bare_interpreter(phalanx_home: Path) -> None:
     """Inside a foreign venv only the copy is on PYTHONPATH: it must need nothing but the stdlib."""
     python = shutil.which("python3", path="/usr/bin:/usr/local/bin") or sys.executable
-    path = sdk_path(Settings())
-    assert path == sdk_path(Settings())  # made once, reused
+    path = sdk_path(Settings().home)
+    assert path == sdk_path(Settings().home)  # made once, reused
     out = subprocess.run(
         [python, "-S", "-c", "import phalanx.spool, phalanx; print(phalanx.__file__)"],
         env={"PYTHONPATH": str(path)},

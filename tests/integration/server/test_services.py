@@ -141,14 +141,19 @@ def test_a_groups_tensorboard_answers_its_projects_members_through_the_server_on
         assert not service_processes(home, started["id"])
         assert _call(f"{board}data/runs", tokens["viewer_a"])[0] == 404
 
-        # started again from the CLI, then the server stops: its board stops with it
+        # started again from the CLI with Polyaxon's `kind: tensorboard` file of project A, then the
+        # server stops: its board stops with it
+        board_file = laptop / "tensorboard.yml"
+        board_file.write_text(
+            "version: 1\nkind: tensorboard\nproject: A\nbuild:\n  image: tensorflow/tensorflow\n"
+        )
         again_cli = ok(
             phalanx(
                 laptop,
                 "tensorboard",
                 "start",
-                "--project",
-                "A",
+                "-f",
+                str(board_file),
                 "-o",
                 "json",
                 "--server",
@@ -157,6 +162,8 @@ def test_a_groups_tensorboard_answers_its_projects_members_through_the_server_on
             )
         )
         second = json.loads(again_cli.stdout)
+        assert second["target"] == {"kind": "project", "id": "A"}
+        assert "build: accepted for Polyaxon compatibility and ignored" in again_cli.stderr
         assert second["url"] == f"{server.url}/services/{second['id']}/"
         assert service_processes(home, second["id"])
         stop_server(server.proc)

@@ -58,7 +58,7 @@ def sdk_modules(root: Path) -> list[str]:
 def test_every_module_of_the_sdk_copy_imports_and_reports_in_a_bare_interpreter(
     phalanx_home: Path, tmp_path: Path
 ) -> None:
-    sdk = sdk_path(Settings())
+    sdk = sdk_path(Settings().home)
     modules = sdk_modules(sdk)
     assert {"phalanx", "phalanx.errors", "phalanx.tracking.models", "phalanx.tracking.task"} <= set(modules)
     script = BARE_SCRIPT.format(sdk=str(sdk), modules=modules)

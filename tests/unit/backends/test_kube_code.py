@@ -36,7 +36,7 @@ def _names(data: bytes) -> set[str]:
 def _sdk(tmp_path: Path) -> Path:
     from phalanx.sdkcopy import sdk_path
 
-    return sdk_path(Settings(home=tmp_path / "home"))
+    return sdk_path(tmp_path / "home")
 
 
 def test_the_bundle_holds_the_code_and_the_sdk_but_no_vcs_venv_data_or_big_files(

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from phalanx.domain import Resources
 from phalanx.server.service_spawn import Instance, ServiceFailed
 from phalanx.server.services import Service, Services
 from phalanx.services.boards import Board
@@ -122,7 +123,14 @@ def started_without_a_process(fake_boards: FakeBoard, monkeypatch: pytest.Monkey
     def board(services: Services, project: str, target: Target, who: str) -> Service:
         return fake_boards.make(services.store, project, target)
 
-    def notebook(services: Services, project: str, inputs: Mapping[str, str], who: str) -> Service:
+    def notebook(
+        services: Services,
+        project: str,
+        inputs: Mapping[str, str],
+        who: str,
+        python: Path | None = None,
+        resources: Resources | None = None,
+    ) -> Service:
         STARTED_WITH.clear()
         STARTED_WITH.update(inputs)
         service = fake_boards.make(services.store, project, Target("project", project))

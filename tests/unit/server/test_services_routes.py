@@ -219,6 +219,36 @@ def test_replicas_are_a_served_models_only(settings: ServerSettings, store: Stor
     assert many.status_code == 422 and "16" in many.text
 
 
+def test_build_and_resources_are_a_notebooks_and_resources_must_make_sense(
+    settings: ServerSettings, store: Store
+) -> None:
+    e = fill.experiment(store, project="A")
+    token = "server-token-of-the-services-test-0123"
+    app = create_app(settings.model_copy(update={"token": token, "notebooks": True}), store)
+    with TestClient(app, headers={"Authorization": f"Bearer {token}"}) as client:
+        board_build = client.post(
+            "/api/v1/services", json={"experiment": e.id, "build": {"pip_packages": ["x"]}}
+        )
+        model_size = client.post(
+            "/api/v1/services", json={"kind": "model", "model": "digits", "resources": {"cpu": {"limits": 1}}}
+        )
+        upside_down = client.post(
+            "/api/v1/services",
+            json={"kind": "notebook", "project": "A", "resources": {"cpu": {"requests": 2, "limits": 1}}},
+        )
+        no_core = client.post(
+            "/api/v1/services", json={"kind": "notebook", "project": "A", "resources": {"cpu": {"limits": 0}}}
+        )
+        step = client.post(
+            "/api/v1/services", json={"kind": "notebook", "project": "A", "build": {"build_steps": "pip x"}}
+        )
+    assert board_build.status_code == 422 and "build and resources are a notebook's" in board_build.text
+    assert model_size.status_code == 422 and "build and resources are a notebook's" in model_size.text
+    assert upside_down.status_code == 422 and "limits must be at least the requests" in upside_down.text
+    assert no_core.status_code == 422 and "greater than 0" in no_core.text
+    assert step.status_code == 422 and "build_steps" in step.text
+
+
 def test_a_served_model_is_handed_back_while_its_processes_start_again_and_counts_each_replica(
     settings: ServerSettings, store: Store
 ) -> None:

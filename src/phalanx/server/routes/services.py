@@ -10,14 +10,14 @@ there); somebody in none of its roles gets 404 for each, as for its experiments.
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
 from fastapi import APIRouter, HTTPException, Request, Response, WebSocket
 from fastapi.responses import RedirectResponse
 from pydantic import BaseModel, Field, model_validator
 
 from phalanx.data import inputs as data_inputs
-from phalanx.domain import ExperimentFilter
+from phalanx.domain import ExperimentFilter, Range, Resources
 from phalanx.errors import NotFound
 from phalanx.server.audit import describe
 from phalanx.server.auth import BEARER, SESSION, credential_of, session_cookie
@@ -30,6 +30,7 @@ from phalanx.server.services import MAX_REPLICAS, MODEL, NOTEBOOK, Service, Serv
 from phalanx.server.settings import ServerSettings
 from phalanx.services.targets import Target
 from phalanx.spec.inputs import parse_inputs
+from phalanx.spec.model import Build
 from phalanx.store.accounts import Role
 from phalanx.store.registry import registry_store
 from phalanx.store.registry_records import parse_ref
@@ -38,6 +39,49 @@ router = APIRouter(tags=["services"])
 page_router = APIRouter(include_in_schema=False)
 
 PROXIED = ["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE"]  # a notebook saves, renames, deletes
+
+
+class BuildIn(BaseModel):
+    """A `kind: notebook` file's ``build:``: its kernels' environment, built as an experiment's."""
+
+    pip_packages: list[Annotated[str, Field(max_length=1000)]] = Field(default_factory=list, max_length=200)
+    requirements: str | None = Field(
+        default=None, max_length=256 * 1024, description="the requirements file's text (not its path)"
+    )
+    build_steps: list[Annotated[str, Field(max_length=10_000)]] = Field(default_factory=list, max_length=64)
+    env_vars: dict[str, str] = Field(default_factory=dict, max_length=64)
+
+    def as_build(self) -> Build:
+        return Build(
+            pip_packages=tuple(self.pip_packages),
+            build_steps=tuple(self.build_steps),
+            env_vars=dict(self.env_vars),
+        )
+
+
+class RangeIn(BaseModel):
+    requests: float | None = Field(default=None, ge=0)
+    limits: float | None = Field(default=None, gt=0)
+
+    @model_validator(mode="after")
+    def _ordered(self) -> RangeIn:
+        if self.requests is not None and self.limits is not None and self.limits < self.requests:
+            raise ValueError("limits must be at least the requests")
+        return self
+
+
+class ResourcesIn(BaseModel):
+    """A `kind: notebook` file's ``environment: resources:``: cores, MiB of memory, GPUs."""
+
+    cpu: RangeIn = Field(default_factory=RangeIn)
+    memory: RangeIn = Field(default_factory=RangeIn, description="in MiB")
+    gpu: RangeIn = Field(default_factory=RangeIn)
+
+    def as_resources(self) -> Resources:
+        def of(r: RangeIn) -> Range:
+            return Range(r.requests, r.limits)
+
+        return Resources(of(self.cpu), of(self.memory), of(self.gpu))
 
 
 class ServiceIn(BaseModel):
@@ -63,8 +107,19 @@ class ServiceIn(BaseModel):
         description="a notebook's inputs, as an experiment file's `inputs:` (name and dataset or datastore)",
     )
 
+    build: BuildIn | None = Field(
+        default=None, description="a notebook's kernels' environment, as a `kind: notebook` file's build:"
+    )
+
+    resources: ResourcesIn | None = Field(
+        default=None,
+        description="what a notebook takes of the machine's ledger while it runs (409 when there is no room)",
+    )
+
     @model_validator(mode="after")
     def _one_target(self) -> ServiceIn:
+        if self.kind != "notebook" and (self.build is not None or self.resources is not None):
+            raise ValueError("build and resources are a notebook's: its kernels' environment and size")
         given = [k for k in ("experiment", "group", "project", "model") if getattr(self, k)]
         if self.kind == "model":
             if given != ["model"]:
@@ -99,6 +154,12 @@ class ServiceOut(BaseModel):
         default=0, description="a served model's: how often one of its processes was started again"
     )
     replicas: int = Field(default=1, description="its processes behind its one address")
+    environment: str | None = Field(
+        default=None, description="a notebook's kernels' build environment (none: Phalanx's own)"
+    )
+    holds: str | None = Field(
+        default=None, description="what a notebook holds of the machine (its cores, GPUs, memory)"
+    )
     started: bool = Field(default=False, description="this request started it (else it was running)")
 
 
@@ -162,7 +223,10 @@ def start_service(body: ServiceIn, store: StoreDep, request: Request, response: 
     project, target = _target(request, store, body)
     if body.kind == NOTEBOOK:
         inputs = _inputs(request, project, body.inputs)
-        service, started = services.notebook(project, inputs, who.name)
+        built = body.build
+        python = services.environment(project, built.as_build(), built.requirements) if built else None
+        resources = body.resources.as_resources() if body.resources else None
+        service, started = services.notebook(project, inputs, who.name, python, resources)
     else:
         service, started = services.tensorboard(project, target, who.name)
     response.status_code = 201 if started else 200

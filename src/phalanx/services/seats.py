@@ -1,0 +1,130 @@
+"""What a notebook server holds of the machine: a `kind: notebook` file's ``environment:
+resources:`` taken in the machine's ledger (phalanx.machine.ledger), as an experiment's are, for as
+long as it runs (docs/services.md).
+
+Cores and GPUs are taken whole and by name: the notebook server and its kernels run on those cores
+(the affinity of the thread that starts it, which every process it starts inherits), see those GPUs
+only (``CUDA_VISIBLE_DEVICES``) and start that many threads per math library. Where this machine
+lets Phalanx write a cgroup, it caps their memory and holds their CPU time to those cores' worth
+(a process may widen its own affinity, never leave its cgroup); elsewhere memory is counted only. A
+notebook does not queue: a person waits at the other end, so a ledger with no room now is said at
+once, with who holds what. The seat is given back when the notebook stops, and a process that held
+one and died is reclaimed by the ledger's next reader, as an experiment's supervisor is.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import os
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+
+from phalanx.domain import Resources
+from phalanx.errors import Conflict, UsageError
+from phalanx.machine import cgroups, limits
+from phalanx.machine.ledger import Capacity, Grant, Ledger, NeverFits, NoRoom, need_of
+from phalanx.share import Limit
+
+MIB = 1024 * 1024
+# one shell between the caller and the program: it moves itself into the cgroup's folders (its
+# children are born there), then becomes the program
+_JOIN = 'n=$1; shift; while [ "$n" -gt 0 ]; do echo $$ > "$1"; shift; n=$((n-1)); done; exec "$@"'
+
+
+@dataclass(frozen=True)
+class Seat:
+    """A notebook's place in the ledger (``key``): the cores, GPUs and memory it was granted, and
+    the cgroup that caps its memory (None: none could be made here)."""
+
+    key: str
+    grant: Grant
+    cgroup: cgroups.Cgroup | None = None
+
+    def env(self) -> dict[str, str]:
+        """Thread counts for its cores, and its GPUs as the only ones visible."""
+        threads = len(self.grant.cpus) or None
+        return limits.limit_env(limits.ReplicaLimits(threads=threads, gpus=self.grant.gpus), {})
+
+    def command(self, argv: list[str]) -> list[str]:
+        """``argv`` started inside its cgroup (unchanged when it has none)."""
+        if self.cgroup is None:
+            return argv
+        procs = [os.path.join(folder, "cgroup.procs") for folder in self.cgroup.folders]
+        return ["/bin/sh", "-c", _JOIN, "sh", str(len(procs)), *procs, *argv]
+
+    @contextlib.contextmanager
+    def pinned(self) -> Iterator[None]:
+        """The calling thread on its cores while the block runs: a process started there inherits
+        them (Linux's affinity is per thread; pid 0 is the caller)."""
+        if not self.grant.cpus:
+            yield
+            return
+        was = os.sched_getaffinity(0)
+        os.sched_setaffinity(0, self.grant.cpus)
+        try:
+            yield
+        finally:
+            os.sched_setaffinity(0, was)
+
+    def describe(self) -> str:
+        parts = []
+        if self.grant.cpus:
+            parts.append(f"cores {','.join(map(str, self.grant.cpus))}")
+        if self.grant.gpus:
+            parts.append(f"GPUs {','.join(self.grant.gpus)}")
+        if self.grant.memory_mib:
+            capped = "capped" if self.cgroup is not None else "counted, not capped here"
+            parts.append(f"{limits.memory_label(self.grant.memory_mib)} ({capped})")
+        return ", ".join(parts)
+
+
+def take_seat(
+    ledger: Ledger,
+    key: str,
+    resources: Resources | None,
+    project: str,
+    label: str,
+    quotas: Mapping[str, Limit] | None = None,
+) -> Seat | None:
+    """``resources`` taken in ``ledger`` under ``key`` for this process's life (None: it asks for
+    nothing). Conflict when the machine (or the project's quota) has no room now; UsageError when
+    it never could."""
+    need = need_of([(resources, 1)]) if resources is not None else None
+    if need is None or need.empty:
+        return None
+    capacity = Capacity(
+        cpus=tuple(sorted(os.sched_getaffinity(0))),
+        gpus=limits.detect_gpus() if need.gpus else (),
+        memory_mib=limits.machine().memory_mib,
+    )
+    try:
+        grant, _ = ledger.admit(key, need, capacity, name=label, wait=False, project=project, limits=quotas)
+    except NoRoom as busy:
+        raise Conflict(f"no room for the {label} now (it asks for {need.describe()}): {busy}") from None
+    except NeverFits as never:
+        raise UsageError(f"the {label} can never start here: {never}") from None
+    assert grant is not None  # wait=False: admitted, or NoRoom raised
+    return Seat(key, grant, _cgroup(key, grant))
+
+
+def _cgroup(key: str, grant: Grant) -> cgroups.Cgroup | None:
+    """Its memory cap, and its CPU time held to its cores' worth (a process may widen its own
+    affinity, never leave its cgroup); None where none can be written here."""
+    if not (grant.memory_mib or grant.cpus):
+        return None
+    memory = math.ceil(grant.memory_mib * MIB) if grant.memory_mib else None
+    with contextlib.suppress(OSError):
+        return cgroups.Cgroup.create(key, memory_bytes=memory, cpus=len(grant.cpus) or None, pids_max=None)
+    return None
+
+
+def give_back(ledger: Ledger, seat: Seat | None) -> None:
+    """Its processes ended (what is left in its cgroup killed), its cgroup removed, its cores,
+    GPUs and memory back in the ledger (the queue's waiters woken)."""
+    if seat is None:
+        return
+    if seat.cgroup is not None:
+        seat.cgroup.kill()
+        seat.cgroup.remove()
+    ledger.release(seat.key)
