@@ -10,8 +10,9 @@ experiment's curves grow in TensorBoard as they do in the UI.
 Why render from the store rather than read the event files replicas wrote: the store holds every
 scalar of every replica on every engine (a Slurm node's or a pod's files never reach the server's
 disk), including what TensorBoard capture, Lightning, Keras and `Run.log` sent; the files a script
-wrote, where there are any, hold nothing more of scalars. Images and histograms are not recorded by
-Phalanx and so are not shown (docs/services.md).
+wrote, where there are any, hold nothing more of scalars. The images and histograms the Logger
+recorded (``report_image``, ``report_matplotlib_figure``, ``report_histogram``) are rendered too
+(phalanx.services.board_samples), each once, at its step.
 """
 
 from __future__ import annotations
@@ -27,6 +28,8 @@ from tensorboard.compat.proto import event_pb2, summary_pb2  # the `tensorboard`
 from tensorboard.summary.writer.record_writer import RecordWriter
 
 from phalanx.domain import Experiment
+from phalanx.errors import NotFound
+from phalanx.services.board_samples import SHOWN, sample_values
 from phalanx.services.targets import Target
 from phalanx.store.base import Store
 
@@ -53,6 +56,7 @@ class _Run:
     file: BinaryIO
     writer: RecordWriter
     last: dict[str, int] = field(default_factory=dict)
+    samples: set[str] = field(default_factory=set)  # the reports (images, histograms) written
     done: bool = False  # ended and rendered after its end: nothing more will come
 
 
@@ -79,6 +83,7 @@ class Board:
                 continue
             ended = experiment.status.done  # read before the points: none can follow them
             written += self._write_new(experiment.id, run)
+            written += self._write_samples(experiment.id, run)
             run.writer.flush()
             run.done = ended
         return written
@@ -121,4 +126,32 @@ class Board:
                     run.writer.write(event.SerializeToString())
                     run.last[tag] = int(step)
                     written += 1
+        return written
+
+    def _write_samples(self, experiment_id: str, run: _Run) -> int:
+        """Each image and histogram report not written yet, at its step and time."""
+        files = self.store.artifact_store
+        if files is None:
+            return 0
+        written = 0
+        for record in self.store.artifacts(experiment_id):
+            meta = record.metadata
+            if record.kind != "report" or record.name in run.samples or meta.get("report") not in SHOWN:
+                continue
+            run.samples.add(record.name)
+            tag = tag_of(str(meta.get("title")), str(meta.get("series")))
+            if meta.get("rank"):  # rank 0's (or a plain script's) is the report's own tag
+                tag = f"{tag}/rank{meta['rank']}"
+            try:
+                values = sample_values(str(meta["report"]), tag, files.read_bytes(experiment_id, record.path))
+            except NotFound:  # deleted meanwhile
+                continue
+            if values:
+                event = event_pb2.Event(
+                    wall_time=record.time,
+                    step=int(meta.get("step") or 0),
+                    summary=summary_pb2.Summary(value=values),
+                )
+                run.writer.write(event.SerializeToString())
+                written += 1
         return written

@@ -6,6 +6,7 @@ stopped from the CLI, and nothing of it outlives the server. A board nobody reac
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import urllib.error
@@ -14,10 +15,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from PIL import Image
 from tests.integration.server.serverproc import running_server, stop_server, wait_for
 from tests.integration.server.test_remote_commands import ok, phalanx
 from tests.unit.server import fill
 from tests.unit.server.teams_fixtures import make_group, make_team
+from tests.unit.services.test_boards import report
 
 from phalanx.config import Settings
 from phalanx.domain import Trial, TrialState
@@ -89,6 +92,10 @@ def test_a_groups_tensorboard_answers_its_projects_members_through_the_server_on
         store.link_experiment(e.id, group.id)
         fill.scalars(store, e.id, "loss", "loss", losses)
         trials.append(e)
+    picture = io.BytesIO()
+    Image.new("RGB", (4, 2), (0, 128, 255)).save(picture, format="PNG")
+    report(store, trials[1].id, "image", "inputs", 3, picture.getvalue())  # the Logger's report_image
+    report(store, trials[1].id, "histogram", "weights", 3, json.dumps({"values": [[2], [5]]}).encode())
     store.close()
     laptop = tmp_path / "laptop"
     with running_server(home) as server:
@@ -117,6 +124,22 @@ def test_a_groups_tensorboard_answers_its_projects_members_through_the_server_on
         assert [(step, round(value, 6)) for _, step, value in points] == [(0, 0.8), (1, 0.2), (2, 0.1)]
         status, page = _call(board, tokens["viewer_a"])
         assert status == 200 and b"tensorboard" in page.lower()
+        # its image and histogram, as TensorBoard's own Images and Histograms tabs read them
+        second = run_name(trials[1])
+        status, images = _call(
+            f"{board}data/plugin/images/images?run={second}&tag=inputs", tokens["viewer_a"]
+        )
+        assert status == 200 and [i["step"] for i in images] == [3], images
+        status, pixels = _call(
+            f"{board}data/plugin/images/individualImage?{images[0]['query']}", tokens["viewer_a"]
+        )
+        assert status == 200 and pixels == picture.getvalue()
+        status, bars = _call(
+            f"{board}data/plugin/histograms/histograms?run={second}&tag=weights", tokens["viewer_a"]
+        )
+        assert status == 200 and [(step, buckets) for _, step, buckets in bars] == [
+            (3, [[0, 1, 2], [1, 2, 5]])
+        ]
 
         # nobody outside project A learns it exists; nobody unsigned reaches it
         for outsider in ("none", "admin_b"):

@@ -4,14 +4,19 @@ and each render adds only the points reported since the one before."""
 
 from __future__ import annotations
 
+import io
+import json
 from pathlib import Path
 
+from PIL import Image
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+from tensorboard.util import tensor_util
 
 from phalanx.config import Settings
-from phalanx.domain import ExperimentStatus, Trial, TrialState
+from phalanx.domain import EventKind, ExperimentStatus, Trial, TrialState
 from phalanx.services.boards import Board, Target, run_name
 from phalanx.store import open_store
+from phalanx.store.base import Store
 from tests.unit.server import fill
 from tests.unit.server.teams_fixtures import make_group
 
@@ -78,3 +83,69 @@ def test_a_deleted_trial_leaves_its_groups_board(tmp_path: Path) -> None:
     board.render()
     board.close()
     assert [p.name for p in (tmp_path / "logs").iterdir()] == [run_name(trials[1])]
+
+
+def report(
+    store: Store, experiment_id: str, report: str, title: str, step: int, data: bytes, rank: int = 0
+) -> None:
+    """A Logger report (``report_image``, ``report_histogram``) as the ingester records it: its file
+    in the experiment's files, its artifact event naming it."""
+    path = f"reports/s/{report}-{title}-{step}-{rank}"
+    files = store.artifact_store
+    assert files is not None
+    files.put_bytes(experiment_id, path, data)
+    meta = {"report": report, "title": title, "series": title, "step": step, "rank": rank}
+    name = f"report/{report}/{title}/{title}/{step}@rank{rank}"
+    doc = {
+        "name": name,
+        "kind": "report",
+        "path": path,
+        "size": len(data),
+        "content_type": "",
+        "metadata": meta,
+    }
+    store.write_events([fill.event(experiment_id, EventKind.ARTIFACT, doc)])
+
+
+def test_the_loggers_images_and_histograms_are_on_the_board_once_each_at_their_step(tmp_path: Path) -> None:
+    store = open_store(Settings(home=tmp_path / "home"))
+    e = fill.experiment(store, name="cnn", status=ExperimentStatus.RUNNING)
+    png = io.BytesIO()
+    Image.new("RGB", (5, 3), (255, 0, 0)).save(png, format="PNG")
+    jpeg = io.BytesIO()
+    Image.new("RGB", (7, 4)).save(jpeg, format="JPEG")
+    report(store, e.id, "image", "inputs", 0, png.getvalue())
+    report(store, e.id, "image", "inputs", 0, jpeg.getvalue(), rank=1)  # rank 1's beside rank 0's
+    report(
+        store,
+        e.id,
+        "histogram",
+        "weights",
+        2,
+        json.dumps({"values": [[1, 4], [3, 0], [-2, 1]], "labels": ["w", "b"]}).encode(),
+    )
+    report(store, e.id, "table", "results", 0, b'{"columns": [], "rows": []}')  # no TensorBoard tab for it
+    board = Board(store, Target("experiment", e.id), tmp_path / "logs")
+    assert board.render() == 3
+    assert board.render() == 0  # each written once
+    board.close()
+
+    found = EventAccumulator(str(tmp_path / "logs" / run_name(e)), size_guidance={"tensors": 0})
+    found.Reload()
+    assert sorted(found.Tags()["tensors"]) == ["inputs", "inputs/rank1", "weights/b", "weights/w"]
+    [image] = found.Tensors("inputs")
+    width, height, encoded = tensor_util.make_ndarray(image.tensor_proto).tolist()
+    assert (image.step, width, height, encoded) == (0, b"5", b"3", png.getvalue())
+    assert tensor_util.make_ndarray(found.Tensors("inputs/rank1")[0].tensor_proto).tolist()[:2] == [
+        b"7",
+        b"4",
+    ]
+    [weights] = found.Tensors("weights/w")
+    assert weights.step == 2
+    assert tensor_util.make_ndarray(weights.tensor_proto).tolist() == [
+        [0, 1, 1],
+        [1, 2, 3],
+        [2, 3, 0],
+    ]  # -2: 0
+    assert found.SummaryMetadata("weights/b").plugin_data.plugin_name == "histograms"
+    assert found.SummaryMetadata("inputs").plugin_data.plugin_name == "images"
