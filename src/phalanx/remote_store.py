@@ -469,10 +469,12 @@ class RemoteServices:
         found = self.client.send("POST", "/services", {**doc, "build": dict(build)}, timeout=BUILD_SECONDS)
         return found
 
-    def start_model(self, ref: str, replicas: int = 1) -> dict[str, Any]:
+    def start_model(self, ref: str, replicas: int = 1, resources: Resources | None = None) -> dict[str, Any]:
         """The registered model ``ref`` (``NAME@alias``) served on the server by ``replicas``
-        processes, or the one that is."""
-        doc = {"kind": "model", "model": ref, "replicas": replicas}
+        processes (each with ``resources`` of the server's machine), or the one that is."""
+        doc: dict[str, Any] = {"kind": "model", "model": ref, "replicas": replicas}
+        if resources is not None:
+            doc["resources"] = resources.to_json()
         found: dict[str, Any] = self.client.send("POST", "/services", doc)
         return found
 

@@ -18,6 +18,7 @@ from phalanx.cli.server import bind_listener, is_loopback
 from phalanx.cli.target import LocalOpt
 
 if TYPE_CHECKING:
+    from phalanx.domain import Resources
     from phalanx.registry.service import Registry
     from phalanx.serving.app import ServeOptions
     from phalanx.serving.follower import Follower
@@ -102,6 +103,24 @@ ReplicasOpt = Annotated[
 ]
 
 
+CpuOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--cpu", metavar="CORES", help="With --on-server: each replica's cores (2, or 500m), from the ledger."
+    ),
+]
+MemoryOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--memory", metavar="SIZE", help="With --on-server: each replica's memory (512Mi, 2Gi), capped."
+    ),
+]
+GpuOpt = Annotated[
+    int | None,
+    typer.Option("--gpu", metavar="N", min=0, help="With --on-server: each replica's GPUs, by name."),
+]
+
+
 @app.command("serve")
 def serve(
     ref: RefArg,
@@ -121,6 +140,9 @@ def serve(
     local: LocalOpt = False,
     on_server: OnServerOpt = False,
     replicas: ReplicasOpt = 1,
+    cpu: CpuOpt = None,
+    memory: MemoryOpt = None,
+    gpu: GpuOpt = None,
 ) -> None:
     """Serve a registered ONNX model: POST /v1/models/NAME:predict (JSON or .npy), /healthz, /metrics.
     After `phalanx login` (or with --server URL) the model is one of the server's registry; with
@@ -128,11 +150,17 @@ def serve(
     from phalanx.store.registry_records import parse_ref
 
     parsed = parse_ref(ref)
+    resources = _resources(cpu, memory, gpu)
     if on_server:
-        _submit(str(parsed), server, local, replicas)
+        _submit(str(parsed), server, local, replicas, resources)
         return
     if replicas != 1:
         raise fail("--replicas is a service's, on a server (--on-server); here --workers serves more at once")
+    if resources is not None:
+        raise fail(
+            "--cpu, --memory and --gpu are what a served model takes of the server's machine (--on-server);"
+            " here it runs on what you start it with (taskset, CUDA_VISIBLE_DEVICES)"
+        )
     _check_options(host, token, no_auth, log_level)
     _require_serve_extra()
     import uvicorn
@@ -175,7 +203,24 @@ def serve(
     http_server.run(sockets=[sock])
 
 
-def _submit(ref: str, server: str | None, local: bool, replicas: int) -> None:
+def _resources(cpu: str | None, memory: str | None, gpu: int | None) -> Resources | None:
+    """Each replica's cores, memory and GPUs as limits (None: none asked); exit 2 for a bad size."""
+    from phalanx.domain import Range, Resources  # why: the foreground server's start stays lean
+    from phalanx.spec.quantities import parse_cpu, parse_memory
+
+    if cpu is None and memory is None and gpu is None:
+        return None
+    try:
+        cores = parse_cpu(cpu) if cpu is not None else None
+        mib = parse_memory(memory) if memory is not None else None
+    except ValueError as exc:
+        raise fail(f"--cpu/--memory: {exc}") from None
+    if cores == 0 or mib == 0:
+        raise fail("--cpu and --memory take a positive size (leave one out for none)")
+    return Resources(cpu=Range(limits=cores), memory=Range(limits=mib), gpu=Range(limits=gpu or None))
+
+
+def _submit(ref: str, server: str | None, local: bool, replicas: int, resources: Resources | None) -> None:
     """``ref`` served by the server as a service (docs/services.md): where it answers."""
     from phalanx.logins import choose  # why: the server's client only when one is in play
     from phalanx.remote_store import RemoteServices
@@ -186,7 +231,7 @@ def _submit(ref: str, server: str | None, local: bool, replicas: int) -> None:
     if client is None:
         raise fail("--on-server runs it on a Phalanx server: `phalanx login URL` first, or give --server URL")
     services = RemoteServices(client)
-    found = services.start_model(ref, replicas)
+    found = services.start_model(ref, replicas, resources)
     url = services.url_of(found)
     serving = int(found.get("replicas", 1))
     said = f"{'started' if found['started'] else 'already served'}, {serving} replica{'s' * (serving > 1)}"
@@ -198,6 +243,8 @@ def _submit(ref: str, server: str | None, local: bool, replicas: int) -> None:
         )
     name = ref.split("@")[0]
     typer.echo(f"{ref} on the server ({said}, service {found['id']}): POST {url}v1/models/{name}:predict")
+    if found.get("holds"):
+        typer.echo(f"its replicas hold {found['holds']} of the server's machine together")
     typer.echo(
         "(with Authorization: Bearer <your token>; the Services page or DELETE /api/v1/services/ID stops it)"
     )

@@ -47,7 +47,8 @@ from phalanx.server.limits import BodyLimitMiddleware
 from phalanx.server.policy import Principal
 from phalanx.server.proxy import POLICY_VIOLATION, forward, forward_socket
 from phalanx.server.service_passes import PASS_SECONDS, Passes, ServiceOrigin
-from phalanx.server.services import Service, Services
+from phalanx.server.service_record import Service
+from phalanx.server.services import Services
 from phalanx.server.sessions import Sessions
 
 SERVICE_COOKIE = "phalanx_service"

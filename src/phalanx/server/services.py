@@ -22,7 +22,6 @@ their notebook server (they watch their parent), so nothing outlives it.
 from __future__ import annotations
 
 import contextlib
-import itertools
 import json
 import logging
 import secrets
@@ -30,8 +29,8 @@ import shutil
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -45,6 +44,7 @@ from phalanx.queue import local_limits
 from phalanx.registry.service import Registry
 from phalanx.sdkcopy import sdk_path
 from phalanx.server.notebook_env import build_environment, kernel_in
+from phalanx.server.service_record import MODEL, NOTEBOOK, SERVED, TENSORBOARD, Service
 from phalanx.server.service_spawn import (
     LISTEN,
     Instance,
@@ -55,7 +55,7 @@ from phalanx.server.service_spawn import (
     listened_in,
 )
 from phalanx.services.kernels import NO_NATIVE_KERNEL
-from phalanx.services.seats import Seat, give_back, take_seat
+from phalanx.services.seats import give_back, resources_json, resources_of, take_seat
 from phalanx.services.targets import Target
 from phalanx.serving.folder import publish, published
 from phalanx.share import Limit
@@ -65,79 +65,9 @@ from phalanx.store.base import LocalStore
 from phalanx.store.registry_records import ModelRef, parse_ref
 
 if TYPE_CHECKING:
-    from phalanx.services.boards import Board
+    pass
 
 log = logging.getLogger(__name__)
-
-TENSORBOARD = "tensorboard"
-NOTEBOOK = "notebook"
-MODEL = "model"  # a registered model served (phalanx.serving.folder)
-SERVED = "served.json"  # in a served model's folder: what it serves, for the next server
-MAX_REPLICAS = 16  # a served model's processes behind its one address
-
-
-@dataclass
-class Service:
-    """One running service. ``role``: the least role in ``project`` that reaches it."""
-
-    id: str
-    kind: str
-    project: str
-    target: Target
-    folder: Path
-    instances: list[Instance]  # its processes: one, or a served model's replicas
-    board: Board | None  # a TensorBoard's; a notebook has none
-    started_by: str
-    role: Role = Role.viewer
-    started_at: float = field(default_factory=time.time)
-    last_used: float = field(default_factory=time.monotonic)
-    # a served model's: its instance N again (a new process, same service) when that one dies, and
-    # what hands a moved alias's version over to them; how often one was started again
-    respawn: Callable[[int], Instance] | None = None
-    follow: Callable[[], None] | None = None
-    restarts: int = 0
-    environment: str | None = None  # a notebook's kernels' build environment (None: Phalanx's)
-    seat: Seat | None = None  # what it holds of the machine's ledger (a notebook's resources)
-    _turns: Iterator[int] = field(default_factory=itertools.count, repr=False)
-
-    def alive(self) -> bool:
-        """Whether any of its processes runs."""
-        return any(i.process.alive() for i in self.instances)
-
-    def in_turn(self) -> list[Path]:
-        """The sockets a request may go to, the first first: its running instances, each first in
-        turn; those whose process ended (until it is started again) only when none runs."""
-        running = [i.socket for i in self.instances if i.process.alive()]
-        if not running:
-            return [i.socket for i in self.instances]
-        turn = next(self._turns) % len(running)
-        return running[turn:] + running[:turn]
-
-    @property
-    def manage_role(self) -> Role:
-        """The least role that starts or stops it: a board's viewers; a notebook's or a served
-        model's editors (code runs in one, the other holds the project's resources)."""
-        return Role.viewer if self.kind == TENSORBOARD else Role.editor
-
-    @property
-    def path(self) -> str:
-        return f"/services/{self.id}/"
-
-    def to_json(self) -> dict[str, object]:
-        return {
-            "id": self.id,
-            "kind": self.kind,
-            "project": self.project,
-            "target": {"kind": self.target.kind, "id": self.target.id},
-            "path": self.path,
-            "started_by": self.started_by,
-            "started_at": self.started_at,
-            "idle_seconds": round(time.monotonic() - self.last_used, 1),
-            "restarts": self.restarts,
-            "replicas": len(self.instances),
-            "environment": self.environment,
-            "holds": self.seat.describe() if self.seat is not None else None,
-        }
 
 
 @dataclass(frozen=True)
@@ -221,7 +151,10 @@ class Services:
             ref = parse_ref(served["ref"])
             registry = Registry(self.store)
             project, replicas = registry.project_of(ref.name), int(served.get("replicas", 1))
-            self.add(self._start_model(project, ref, registry, served["who"], replicas, service_id))
+            resources = resources_of(served.get("resources"))
+            self.add(
+                self._start_model(project, ref, registry, served["who"], replicas, service_id, resources)
+            )
             log.info("service %s: %s served again", service_id, ref)
         except Exception:
             log.exception("service %s: the model it served could not be served again", service_id)
@@ -278,11 +211,15 @@ class Services:
         text), built as ``project``'s account on first use and cached as an experiment's."""
         return build_environment(self.home, build, requirements, self.isolation_for(project))
 
-    def model(self, ref: ModelRef, who: str, replicas: int = 1) -> tuple[Service, bool]:
+    def model(
+        self, ref: ModelRef, who: str, replicas: int = 1, resources: Resources | None = None
+    ) -> tuple[Service, bool]:
         """``ref`` (``NAME@alias``, ``NAME@N``, ``NAME``: its latest) served in its model's project
         by ``replicas`` processes behind its one address, started unless it is (one that serves is
         handed back as it is): the version handed over as files, a moved alias followed by the
-        refresher, and each process started again whenever it dies, until it is stopped."""
+        refresher, and each process started again whenever it dies, until it is stopped.
+        ``resources``: each replica's, taken in the machine's ledger while it serves (the replicas
+        share what they hold together)."""
         registry = Registry(self.store)
         project = registry.project_of(ref.name)
         target = Target(MODEL, str(ref))
@@ -291,7 +228,7 @@ class Services:
             project,
             target,
             who,
-            lambda: self._start_model(project, ref, registry, who, replicas),
+            lambda: self._start_model(project, ref, registry, who, replicas, resources=resources),
             processes=replicas,
         )
 
@@ -424,16 +361,24 @@ class Services:
         who: str,
         replicas: int = 1,
         service_id: str | None = None,
+        resources: Resources | None = None,
     ) -> Service:
         extras.require("onnxruntime", "serve", "a served model")
         service_id = service_id or secrets.token_hex(6)
-        models = self.home / "services" / service_id / "model"
-        version = registry.resolve(ref)
-        publish(models, version, registry.read_bytes(version))
+        label = f"served model {ref}"
+        key = f"model-{service_id}"
+        seat = take_seat(self._ledger, key, resources, project, label, self._quotas(), copies=replicas)
+        try:
+            models = self.home / "services" / service_id / "model"
+            version = registry.resolve(ref)
+            publish(models, version, registry.read_bytes(version))
+        except BaseException:
+            give_back(self._ledger, seat)
+            raise
         # what serves it again after a restart (``_sweep``); its stop removes the folder
-        served = {"ref": str(ref), "who": who, "replicas": replicas}
+        served = {"ref": str(ref), "who": who, "replicas": replicas, "resources": resources_json(resources)}
         (models.parent / SERVED).write_text(json.dumps(served))
-        launch = Launch(service_id, MODEL, project, Target(MODEL, str(ref)), who, Role.viewer, None)
+        launch = Launch(service_id, MODEL, project, Target(MODEL, str(ref)), who, Role.viewer, None, seat)
 
         def argv_for(socket: str) -> list[str]:
             return [

@@ -19,8 +19,9 @@ import math
 import os
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
+from typing import Any
 
-from phalanx.domain import Resources
+from phalanx.domain import Range, Resources
 from phalanx.errors import Conflict, UsageError
 from phalanx.machine import cgroups, limits
 from phalanx.machine.ledger import Capacity, Grant, Ledger, NeverFits, NoRoom, need_of
@@ -86,11 +87,12 @@ def take_seat(
     project: str,
     label: str,
     quotas: Mapping[str, Limit] | None = None,
+    copies: int = 1,
 ) -> Seat | None:
-    """``resources`` taken in ``ledger`` under ``key`` for this process's life (None: it asks for
-    nothing). Conflict when the machine (or the project's quota) has no room now; UsageError when
-    it never could."""
-    need = need_of([(resources, 1)]) if resources is not None else None
+    """``resources`` (``copies`` times: a served model's replicas, which share them) taken in
+    ``ledger`` under ``key`` for this process's life (None: it asks for nothing). Conflict when the
+    machine (or the project's quota) has no room now; UsageError when it never could."""
+    need = need_of([(resources, 1)] * copies) if resources is not None else None
     if need is None or need.empty:
         return None
     capacity = Capacity(
@@ -128,3 +130,25 @@ def give_back(ledger: Ledger, seat: Seat | None) -> None:
         seat.cgroup.kill()
         seat.cgroup.remove()
     ledger.release(seat.key)
+
+
+def resources_json(resources: Resources | None) -> dict[str, Any] | None:
+    """``resources`` as a served model's record keeps them (for the next server)."""
+    return resources.to_json() if resources is not None else None
+
+
+def resources_of(doc: Any) -> Resources | None:
+    """What ``resources_json`` wrote, back (None for nothing, or a record of before resources)."""
+    if not isinstance(doc, Mapping):
+        return None
+
+    def part(name: str) -> Range:
+        found = doc.get(name)
+        pair = found if isinstance(found, Mapping) else {}
+        return Range(_number(pair.get("requests")), _number(pair.get("limits")))
+
+    return Resources(part("cpu"), part("memory"), part("gpu"))
+
+
+def _number(value: Any) -> float | None:
+    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None

@@ -21,6 +21,7 @@ from tests.support.onnx_models import random_linear, record_model, run_onnx
 from tests.unit.server.teams_fixtures import make_team
 
 from phalanx.config import Settings
+from phalanx.machine.ledger import Ledger, ledger_path
 from phalanx.registry.service import Registry
 from phalanx.store import open_store
 
@@ -71,7 +72,7 @@ def test_a_model_served_on_the_server_survives_a_kill_follows_its_alias_and_stop
     registry.set_alias("digits", "prod", 1)
     store.close()
     laptop = tmp_path / "laptop"
-    with running_server(home) as server:
+    with running_server(home, cpus=[0, 1]) as server:  # a machine of 2 cores
         api = f"{server.url}/api/v1"
         assert (
             _call(f"{api}/services", tokens["viewer_a"], "POST", {"kind": "model", "model": "digits@prod"})[0]
@@ -85,6 +86,10 @@ def test_a_model_served_on_the_server_survives_a_kill_follows_its_alias_and_stop
                 "--on-server",
                 "--replicas",
                 "2",
+                "--cpu",
+                "1",
+                "--memory",
+                "300Mi",
                 "--server",
                 server.url,
                 token=tokens["editor_a"],
@@ -104,6 +109,9 @@ def test_a_model_served_on_the_server_survives_a_kill_follows_its_alias_and_stop
             return int(doc["version"])
 
         assert "2 replicas" in said
+        # each replica's core and memory from the machine's ledger, held together while it serves
+        assert "its replicas hold cores 0,1, 600Mi (capped) of the server's machine together" in said
+        assert _held(home) == [(f"model-{service_id}", (0, 1), 600.0)]
         assert [version_served() for _ in range(10)] == [1] * 10  # a project viewer predicts
         assert _call(predict, tokens["admin_b"], "POST", {"inputs": X.tolist()})[0] == 404
         # the two processes took turns: each one's own /metrics (asked in turn too) counts half
@@ -139,17 +147,20 @@ def test_a_model_served_on_the_server_survives_a_kill_follows_its_alias_and_stop
         )
         wait_for("it follows prod to version 2", lambda: version_served() == 2, 120)
 
-    # an answered serve outlives the server: the next one serves it again, at the same path
-    with running_server(home) as server:
+    # an answered serve outlives the server: the next one serves it again, at the same path, holding
+    # what it held
+    with running_server(home, cpus=[0, 1]) as server:
         api = f"{server.url}/api/v1"
         predict = f"{server.url}/services/{service_id}/v1/models/digits:predict"  # version_served's now
         assert version_served() == 2
         assert _call(f"{api}/services/{service_id}", tokens["viewer_a"])[1]["started_by"] == "editor_a"
+        assert _held(home) == [(f"model-{service_id}", (0, 1), 600.0)]
 
         stop = f"{api}/services/{service_id}"
         assert _call(stop, tokens["viewer_a"], "DELETE")[0] == 403  # its editors stop it
         assert _call(f"{api}/services/{service_id}", tokens["editor_a"], "DELETE")[0] == 200
         assert not service_processes(home, service_id)
+        assert _held(home) == []  # given back with its stop
         assert _call(predict, tokens["viewer_a"], "POST", {"inputs": X.tolist()})[0] == 404
         listed = json.loads(
             ok(
@@ -166,3 +177,9 @@ def test_a_model_served_on_the_server_survives_a_kill_follows_its_alias_and_stop
             ).stdout
         )
         assert listed == []
+
+
+def _held(home: Path) -> list[tuple[str, tuple[int, ...], float]]:
+    """What the server's machine's ledger holds: (entry, cores, MiB) each."""
+    holding, _, _ = Ledger(ledger_path(home)).snapshot()
+    return [(e.experiment_id, e.cpus, e.need.memory_mib) for e in holding]

@@ -115,3 +115,22 @@ def test_replicas_are_asked_of_a_server_only() -> None:
     assert done.stderr == (
         "error: --replicas is a service's, on a server (--on-server); here --workers serves more at once\n"
     )
+
+
+@pytest.mark.parametrize(
+    ("args", "said"),
+    [
+        (
+            ["--cpu", "2"],
+            "error: --cpu, --memory and --gpu are what a served model takes of the server's machine",
+        ),
+        (["--on-server", "--memory", "2Gb"], "error: --cpu/--memory: '2Gb': unknown unit 'Gb'"),
+        (["--on-server", "--cpu", "0"], "error: --cpu and --memory take a positive size"),
+    ],
+)
+def test_a_served_models_resources_are_asked_of_a_server_and_must_be_sizes(
+    args: list[str], said: str
+) -> None:
+    done = phalanx_cli("serve", "digits@prod", *args)
+    assert (done.returncode, done.stdout) == (2, "")
+    assert done.stderr.startswith(said), done.stderr

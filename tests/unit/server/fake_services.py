@@ -18,8 +18,9 @@ from pathlib import Path
 import pytest
 
 from phalanx.domain import Resources
+from phalanx.server.service_record import Service
 from phalanx.server.service_spawn import Instance, ServiceFailed
-from phalanx.server.services import Service, Services
+from phalanx.server.services import Services
 from phalanx.services.boards import Board
 from phalanx.services.targets import Target
 from phalanx.store.accounts import Role
@@ -144,6 +145,7 @@ def started_without_a_process(fake_boards: FakeBoard, monkeypatch: pytest.Monkey
         who: str,
         replicas: int = 1,
         service_id: str | None = None,
+        resources: Resources | None = None,
     ) -> Service:
         service = fake_boards.make(services.store, project, Target("model", str(ref)))
         socket = service.instances[0].socket

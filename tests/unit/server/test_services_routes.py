@@ -15,8 +15,9 @@ import pytest
 from fastapi.testclient import TestClient
 
 from phalanx.server.app import create_app
+from phalanx.server.service_record import Service
 from phalanx.server.service_spawn import Instance
-from phalanx.server.services import Service, Services, Timing
+from phalanx.server.services import Services, Timing
 from phalanx.server.settings import ServerSettings
 from phalanx.services.targets import Target
 from phalanx.store import catalog
@@ -219,7 +220,7 @@ def test_replicas_are_a_served_models_only(settings: ServerSettings, store: Stor
     assert many.status_code == 422 and "16" in many.text
 
 
-def test_build_and_resources_are_a_notebooks_and_resources_must_make_sense(
+def test_build_is_a_notebooks_resources_not_a_boards_and_they_must_make_sense(
     settings: ServerSettings, store: Store
 ) -> None:
     e = fill.experiment(store, project="A")
@@ -229,8 +230,11 @@ def test_build_and_resources_are_a_notebooks_and_resources_must_make_sense(
         board_build = client.post(
             "/api/v1/services", json={"experiment": e.id, "build": {"pip_packages": ["x"]}}
         )
-        model_size = client.post(
-            "/api/v1/services", json={"kind": "model", "model": "digits", "resources": {"cpu": {"limits": 1}}}
+        board_size = client.post(
+            "/api/v1/services", json={"experiment": e.id, "resources": {"cpu": {"limits": 1}}}
+        )
+        model_build = client.post(
+            "/api/v1/services", json={"kind": "model", "model": "digits", "build": {"pip_packages": ["x"]}}
         )
         upside_down = client.post(
             "/api/v1/services",
@@ -242,8 +246,9 @@ def test_build_and_resources_are_a_notebooks_and_resources_must_make_sense(
         step = client.post(
             "/api/v1/services", json={"kind": "notebook", "project": "A", "build": {"build_steps": "pip x"}}
         )
-    assert board_build.status_code == 422 and "build and resources are a notebook's" in board_build.text
-    assert model_size.status_code == 422 and "build and resources are a notebook's" in model_size.text
+    assert board_build.status_code == 422 and "build is a notebook's" in board_build.text
+    assert model_build.status_code == 422 and "build is a notebook's" in model_build.text
+    assert board_size.status_code == 422 and "a board has none" in board_size.text
     assert upside_down.status_code == 422 and "limits must be at least the requests" in upside_down.text
     assert no_core.status_code == 422 and "greater than 0" in no_core.text
     assert step.status_code == 422 and "build_steps" in step.text

@@ -26,7 +26,8 @@ from phalanx.server.policy import policy, principal_of, require, require_experim
 from phalanx.server.proxy import POLICY_VIOLATION, forward, forward_socket
 from phalanx.server.service_origin import entry_url
 from phalanx.server.service_passes import ServiceOrigin
-from phalanx.server.services import MAX_REPLICAS, MODEL, NOTEBOOK, Service, Services
+from phalanx.server.service_record import MAX_REPLICAS, MODEL, NOTEBOOK, Service
+from phalanx.server.services import Services
 from phalanx.server.settings import ServerSettings
 from phalanx.services.targets import Target
 from phalanx.spec.inputs import parse_inputs
@@ -113,13 +114,18 @@ class ServiceIn(BaseModel):
 
     resources: ResourcesIn | None = Field(
         default=None,
-        description="what a notebook takes of the machine's ledger while it runs (409 when there is no room)",
+        description="what a notebook (or each replica of a served model) takes of the machine's ledger"
+        " while it runs (409 when there is no room now)",
     )
 
     @model_validator(mode="after")
     def _one_target(self) -> ServiceIn:
-        if self.kind != "notebook" and (self.build is not None or self.resources is not None):
-            raise ValueError("build and resources are a notebook's: its kernels' environment and size")
+        if self.kind != "notebook" and self.build is not None:
+            raise ValueError("build is a notebook's: its kernels' environment")
+        if self.kind == "tensorboard" and self.resources is not None:
+            raise ValueError(
+                "resources are a notebook's or a served model's (each replica's); a board has none"
+            )
         given = [k for k in ("experiment", "group", "project", "model") if getattr(self, k)]
         if self.kind == "model":
             if given != ["model"]:
@@ -215,7 +221,8 @@ def start_service(body: ServiceIn, store: StoreDep, request: Request, response: 
         ref = parse_ref(str(body.model))
         project = registry_store(store).model_project(ref.name)  # an unknown model: its NotFound
         require(request, project, Role.editor, f"model {ref.name}")
-        service, started = services.model(ref, who.name, body.replicas)
+        resources = body.resources.as_resources() if body.resources else None
+        service, started = services.model(ref, who.name, body.replicas, resources)
         response.status_code = 201 if started else 200
         if started:
             describe(request, "service.start", service.id, project, f"model {ref}")
