@@ -129,7 +129,9 @@ class ServiceOriginMiddleware:
         if path == ENTER and request.method == "GET":
             return self._enter(request, service_id, base)
         service = await self._reachable(_passes_in(request.headers.get("cookie", "")), service_id)
-        if service is None:
+        if service is None:  # a browser without a pass (yet) goes to the server, which hands one
+            if request.method in ("GET", "HEAD") and path == "/":
+                return RedirectResponse(f"{self.server_url}{base}", status_code=303)
             if request.method in ("GET", "HEAD") and (path + "/").startswith(base):
                 target = path + (f"?{request.url.query}" if request.url.query else "")
                 return RedirectResponse(f"{self.server_url}{target}", status_code=303)

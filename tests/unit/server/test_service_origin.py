@@ -103,6 +103,8 @@ def test_the_servers_session_never_reaches_a_service_host_and_the_server_refuses
     board = site.boards[0]
     no_pass = site.client.get(f"http://{board}.svc.phalanx.test/services/{board}/x")
     assert no_pass.status_code == 303 and no_pass.headers["location"] == f"{SERVER}/services/{board}/x"
+    bare = site.client.get(f"http://{board}.svc.phalanx.test/")  # the host's name typed alone
+    assert bare.status_code == 303 and bare.headers["location"] == f"{SERVER}/services/{board}/"
     forged = site.client.post(
         "/api/v1/services",
         json={"experiment": "x"},
