@@ -40,6 +40,7 @@ from phalanx.buildprogress import BuildProgress
 from phalanx.errors import NotFound, UsageError
 from phalanx.machine import box as boxes
 from phalanx.machine.box import Isolation
+from phalanx.machine.handoff import TRUSTED_PATH, handed
 from phalanx.spec.model import Build
 
 log = logging.getLogger(__name__)
@@ -345,6 +346,7 @@ def _build(
                 logfile,
                 progress,
                 build_box(box, target, workdir, scratch),
+                (box.uid, box.gid),
             )
         run([sys.executable, "-m", "venv", str(target)], "creating the venv")
         pip = [str(target / "bin" / "python"), "-m", "pip", "install", "--no-input"]
@@ -440,34 +442,58 @@ _PROXIES = ("http_proxy", "https_proxy", "no_proxy")
 @dataclass(frozen=True)
 class _Steps:
     """Runs the build's steps in ``cwd`` with ``env``, output to ``logfile`` (and, as it comes, to
-    ``progress``), each inside ``box`` (an argv prefix; empty: as this process)."""
+    ``progress``), each inside ``box`` (an argv prefix; empty: as this process) as the account
+    ``owner`` (uid, gid), which alone is handed ``env`` (phalanx.machine.handoff): the build's
+    ``env_vars`` never reach bubblewrap or setpriv, which run as root."""
 
     cwd: Path
     env: Mapping[str, str]
     logfile: Path
     progress: BuildProgress | None = None
     box: tuple[str, ...] | list[str] = ()
+    owner: tuple[int, int] = (0, 0)
 
     def __call__(self, argv: list[str], what: str) -> None:
-        _step([*self.box, *argv], self.cwd, self.env, self.logfile, what, self.progress)
+        if not self.box:
+            _step(argv, argv, self.cwd, self.env, self.logfile, what, self.progress)
+            return
+        try:
+            program, held = handed(argv, self.env, *self.owner)
+        except ValueError as exc:
+            raise UsageError(f"build.env_vars: {exc}") from None
+        with held:
+            started = [*self.box, *program]
+            _step(started, argv, self.cwd, {"PATH": TRUSTED_PATH}, self.logfile, what, self.progress, held)
 
 
 def _step(
     argv: list[str],
+    shown: list[str],
     cwd: Path,
     env: Mapping[str, str],
     logfile: Path,
     what: str,
     progress: BuildProgress | None = None,
+    held: IO[bytes] | None = None,
 ) -> None:
+    """``argv`` run to its end (its box's prefix and hand-over included), logged as ``shown`` (what
+    it runs: the box's bind mounts would hide pip's error in the tail a failure shows);
+    ``held``: the file its box's shell reads its environment from."""
     if progress is not None:
         progress.step(what)
     with open(logfile, "ab") as out:
-        out.write(f"$ {' '.join(argv)}\n".encode())
+        out.write(f"$ {' '.join(shown)}\n".encode())
         out.flush()
         seen = out.tell()  # pip's own lines start here
         try:
-            proc = subprocess.Popen(argv, cwd=cwd, env=dict(env), stdout=out, stderr=subprocess.STDOUT)
+            proc = subprocess.Popen(
+                argv,
+                cwd=cwd,
+                env=dict(env),
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                stdin=held,  # its environment, read first (phalanx.machine.handoff)
+            )
         except OSError as exc:
             raise UsageError(f"building the environment: {what} could not start: {exc}") from None
         try:

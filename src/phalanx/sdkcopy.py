@@ -39,6 +39,7 @@ SDK_TOP_MODULES = (
     "backends/logfiles.py",
     "backends/local/__init__.py",
     "backends/local/reaper.py",
+    "machine/handoff.py",  # the reaper hands a boxed replica its environment
 )
 
 

@@ -65,6 +65,11 @@ def start(
         for note in board.notes:
             typer.echo(f"note: {note}", err=True)
         if not (experiment or group or project):
+            if board.project is None:
+                raise UsageError(
+                    f"{file} names no project: add `project: NAME` to it, or name a target"
+                    " (`phalanx tensorboard start ID`, --group ID, --project NAME)"
+                )
             project = board.project
     kind, target = _target(experiment, group, project)
     client = choose(server, local)

@@ -85,6 +85,17 @@ def describe() -> str:
     return "no writable cgroups (memory kept by the reaper's watchdog, no process-count limit)"
 
 
+def remove_empty(prefixes: tuple[str, ...]) -> None:
+    """Remove the cgroups named ``PREFIX...`` that hold no process any more (what a killed holder
+    left); one with a process in it stays (rmdir refuses it)."""
+    parents = list((_v1_parents() or {}).values()) or [p for p in (_v2_parent(),) if p is not None]
+    for parent in parents:
+        for folder in parent.iterdir() if parent.is_dir() else ():
+            if folder.name.startswith(prefixes):
+                with contextlib.suppress(OSError):
+                    os.rmdir(folder)
+
+
 @dataclass(frozen=True)
 class Cgroup:
     """One replica's cgroup: a folder per v1 controller, or one v2 folder (``v2``)."""

@@ -63,6 +63,8 @@ __all__ = [
 ]
 
 FORMAT = 1
+NO_WAIT_ADVICE = "run it without --no-wait to queue it until it fits"
+SERVICE_PREFIXES = ("notebook-", "model-")  # the entries of services (phalanx.services.seats)
 
 
 @dataclass(frozen=True)
@@ -368,6 +370,8 @@ class Ledger:
         wait: bool = True,
         project: str = DEFAULT_PROJECT,
         limits: Mapping[str, Limit] | None = None,
+        asker: str = "the experiment",
+        advice: str = NO_WAIT_ADVICE,
     ) -> tuple[Grant | None, list[Entry]]:
         """Admit the experiment if its whole need fits now, within its project's quota (``limits``:
         per project), and nobody ahead in the queue is owed it.
@@ -408,7 +412,7 @@ class Ledger:
                 return grant, gone
             if not wait:
                 state.entries.pop(experiment_id, None)
-                raise NoRoom(busy_message(state, need, capacity) + f"\n  why: {verdict.why()}")
+                raise NoRoom(busy_message(state, need, capacity, asker, advice) + f"\n  why: {verdict.why()}")
             most = (limits.get(project) or Limit()).max_waiting
             if fresh and most is not None:
                 others = [
@@ -491,25 +495,33 @@ def never_fits(need: Need, capacity: Capacity) -> str | None:
     return "the experiment needs " + " and ".join(short) + f" on this machine{counted}"
 
 
-def busy_message(state: State, need: Need, capacity: Capacity) -> str:
-    """What --no-wait says: what the experiment needs, what is free, and who holds or is owed the rest."""
+def busy_message(
+    state: State, need: Need, capacity: Capacity, asker: str = "the experiment", advice: str = NO_WAIT_ADVICE
+) -> str:
+    """What --no-wait says (and a service that does not queue): what ``asker`` needs, what is free,
+    who holds or is owed the rest, and ``advice``."""
     free_cpus, free_gpus, free_mem = _free(state, capacity)
     lines = [
-        f"the experiment needs {need.describe()}"
+        f"{asker} needs {need.describe()}"
         + (f" ({need.counted})" if need.counted else "")
         + f"; free now: {len(free_cpus)} of {len(capacity.cpus)} cores"
         + (f", {len(free_gpus)} of {len(capacity.gpus)} GPUs" if capacity.gpus or need.gpus else "")
         + (f", {max(0.0, free_mem):g} MiB" if need.memory_mib else "")
     ]
     for e in state.holding():
-        lines.append(f"  held by experiment {e.experiment_id}{_named(e)} (pid {e.pid}): {_holds(e)}")
+        lines.append(f"  held by {_entry(e)}{_named(e)} (pid {e.pid}): {_holds(e)}")
     for e in state.waiting():
         lines.append(
             f"  waiting ahead: experiment {e.experiment_id}{_named(e)} (priority {e.priority}, pid {e.pid}) "
             f"needs {e.need.describe()}"
         )
-    lines.append("run it without --no-wait to queue it until it fits")
+    lines.append(advice)
     return "\n".join(lines)
+
+
+def _entry(e: Entry) -> str:
+    """An entry as a person knows it: an experiment, or a service (a notebook, a served model)."""
+    return f"{'service' if e.experiment_id.startswith(SERVICE_PREFIXES) else 'experiment'} {e.experiment_id}"
 
 
 def _named(e: Entry) -> str:

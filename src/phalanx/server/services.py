@@ -37,13 +37,13 @@ from typing import TYPE_CHECKING, Any
 from phalanx import extras
 from phalanx.domain import Resources
 from phalanx.errors import NotFound, QuotaExceeded
-from phalanx.machine import box
+from phalanx.machine import box, cgroups
 from phalanx.machine.box import Isolation
-from phalanx.machine.ledger import Ledger, ledger_path
+from phalanx.machine.ledger import SERVICE_PREFIXES, Ledger, ledger_path
 from phalanx.queue import local_limits
 from phalanx.registry.service import Registry
 from phalanx.sdkcopy import sdk_path
-from phalanx.server.notebook_env import build_environment, kernel_in
+from phalanx.server.notebook_env import Kernel, build_environment, kernel_in
 from phalanx.server.service_record import MODEL, NOTEBOOK, SERVED, TENSORBOARD, Service
 from phalanx.server.service_spawn import (
     LISTEN,
@@ -55,7 +55,7 @@ from phalanx.server.service_spawn import (
     listened_in,
 )
 from phalanx.services.kernels import NO_NATIVE_KERNEL
-from phalanx.services.seats import give_back, resources_json, resources_of, take_seat
+from phalanx.services.seats import check_fits, give_back, resources_json, resources_of, take_seat
 from phalanx.services.targets import Target
 from phalanx.serving.folder import publish, published
 from phalanx.share import Limit
@@ -131,6 +131,8 @@ class Services:
         own folder, except a served model's, which is served again under its id (``SERVED``: an
         answered serve lasts until it is stopped, across restarts)."""
         root = self.home / "services"
+        with contextlib.suppress(OSError):  # the cgroups of a killed server's seats, now empty
+            cgroups.remove_empty(SERVICE_PREFIXES)
         for folder in sorted(root.iterdir()) if root.is_dir() else ():
             for listen in listened_in(folder):
                 shutil.rmtree(listen, ignore_errors=True)
@@ -205,6 +207,15 @@ class Services:
             who,
             lambda: self._start_notebook(project, inputs, who, python, resources),
         )
+
+    def running(self, kind: str, target: Target) -> Service | None:
+        """The service of ``kind`` for ``target`` that runs, if one does."""
+        found = (s for s in self.listed() if s.kind == kind and s.target == target)
+        return next((s for s in found if s.alive()), None)
+
+    def check_fits(self, project: str, resources: Resources | None, label: str) -> None:
+        """UsageError now when ``resources`` could never be held on this machine (before a build)."""
+        check_fits(resources, project, label, self._quotas())
 
     def environment(self, project: str, build: Build, requirements: str | None) -> Path:
         """The python of a notebook file's ``build`` (``requirements``: its requirements file's
@@ -316,15 +327,12 @@ class Services:
         service_id = secrets.token_hex(6)
         label = f"notebook of project {project}"
         seat = take_seat(self._ledger, f"notebook-{service_id}", resources, project, label, self._quotas())
-        folder = self.home / "services" / service_id
-        folder.mkdir(parents=True)
-        kernel = kernel_in(folder, python, sdk_path(self.home)) if python is not None else None
-        work = self.home / "notebooks" / project  # the project's notebooks outlive each server of them
-        isolation = self.isolation_for(project)
-        if isolation is not None:
-            box.make_own_folder(work, isolation)
-        else:
-            work.mkdir(parents=True, exist_ok=True)
+        try:
+            kernel, work = self._notebook_folders(service_id, project, python)
+        except BaseException:  # nothing of it is left: its seat given back, its folder gone
+            give_back(self._ledger, seat)
+            shutil.rmtree(self.home / "services" / service_id, ignore_errors=True)
+            raise
         service = self._started(
             Launch(service_id, NOTEBOOK, project, Target("project", project), who, Role.editor, None, seat),
             Recipe(
@@ -352,6 +360,22 @@ class Services:
         )
         service.environment = kernel.label if kernel is not None else None
         return service
+
+    def _notebook_folders(
+        self, service_id: str, project: str, python: Path | None
+    ) -> tuple[Kernel | None, Path]:
+        """A notebook's folder with its kernel's spec (``python``: a build's), and the project's
+        notebook folder, which outlives each notebook server of it (the project's account's)."""
+        folder = self.home / "services" / service_id
+        folder.mkdir(parents=True)
+        kernel = kernel_in(folder, python, sdk_path(self.home)) if python is not None else None
+        work = self.home / "notebooks" / project
+        isolation = self.isolation_for(project)
+        if isolation is not None:
+            box.make_own_folder(work, isolation)
+        else:
+            work.mkdir(parents=True, exist_ok=True)
+        return kernel, work
 
     def _start_model(
         self,

@@ -21,10 +21,21 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from phalanx import share
 from phalanx.domain import Range, Resources
 from phalanx.errors import Conflict, UsageError
 from phalanx.machine import cgroups, limits
-from phalanx.machine.ledger import Capacity, Grant, Ledger, NeverFits, NoRoom, need_of
+from phalanx.machine.ledger import (
+    SERVICE_PREFIXES,
+    Capacity,
+    Grant,
+    Ledger,
+    Need,
+    NeverFits,
+    NoRoom,
+    need_of,
+    never_fits,
+)
 from phalanx.share import Limit
 
 MIB = 1024 * 1024
@@ -95,26 +106,56 @@ def take_seat(
     need = need_of([(resources, 1)] * copies) if resources is not None else None
     if need is None or need.empty:
         return None
-    capacity = Capacity(
-        cpus=tuple(sorted(os.sched_getaffinity(0))),
-        gpus=limits.detect_gpus() if need.gpus else (),
-        memory_mib=limits.machine().memory_mib,
-    )
+    capacity = _capacity(need)
     try:
-        grant, _ = ledger.admit(key, need, capacity, name=label, wait=False, project=project, limits=quotas)
+        grant, _ = ledger.admit(
+            key,
+            need,
+            capacity,
+            name=label,
+            wait=False,
+            project=project,
+            limits=quotas,
+            asker=f"the {label}",
+            advice="a service does not queue: stop one of these, or ask for less",
+        )
     except NoRoom as busy:
-        raise Conflict(f"no room for the {label} now (it asks for {need.describe()}): {busy}") from None
+        raise Conflict(f"no room for the {label} now: {busy}") from None
     except NeverFits as never:
         raise UsageError(f"the {label} can never start here: {never}") from None
     assert grant is not None  # wait=False: admitted, or NoRoom raised
     return Seat(key, grant, _cgroup(key, grant))
 
 
+def check_fits(resources: Resources | None, project: str, label: str, quotas: Mapping[str, Limit]) -> None:
+    """UsageError now when ``resources`` could never be held here (more than the machine, or the
+    project's quota, has): what a long build before ``take_seat`` would otherwise end with."""
+    need = need_of([(resources, 1)]) if resources is not None else None
+    if need is None or need.empty:
+        return
+    never = never_fits(need, _capacity(need)) or share.never_within(project, need, quotas.get(project))
+    if never:
+        raise UsageError(f"the {label} can never start here: {never}")
+
+
+def _capacity(need: Need) -> Capacity:
+    """What this machine offers: the cores this process may run on, its memory, its GPUs (asked
+    only when some are needed)."""
+    return Capacity(
+        cpus=tuple(sorted(os.sched_getaffinity(0))),
+        gpus=limits.detect_gpus() if need.gpus else (),
+        memory_mib=limits.machine().memory_mib,
+    )
+
+
 def _cgroup(key: str, grant: Grant) -> cgroups.Cgroup | None:
     """Its memory cap, and its CPU time held to its cores' worth (a process may widen its own
-    affinity, never leave its cgroup); None where none can be written here."""
+    affinity, never leave its cgroup); None where none can be written here. The empty ones that
+    killed holders left are removed first."""
     if not (grant.memory_mib or grant.cpus):
         return None
+    with contextlib.suppress(OSError):
+        cgroups.remove_empty(SERVICE_PREFIXES)
     memory = math.ceil(grant.memory_mib * MIB) if grant.memory_mib else None
     with contextlib.suppress(OSError):
         return cgroups.Cgroup.create(key, memory_bytes=memory, cpus=len(grant.cpus) or None, pids_max=None)

@@ -42,13 +42,19 @@ def _finite_non_negative(value: object, what: str) -> float:
     return number
 
 
+def _finite(number: float, written: str) -> float:
+    if not math.isfinite(number):
+        raise ValueError(f"{written!r} is too large to be a size")
+    return number
+
+
 def parse_memory(value: object) -> float:
     """MiB from a number (MiB) or a Kubernetes quantity string."""
     if isinstance(value, str):
         m = _NUMBER.match(value)
         if not m:
             raise ValueError(f"{value!r} is not a memory size (use MiB as a number, or e.g. '512Mi', '2Gi')")
-        number = float(m.group(1) + (m.group(2) or ""))
+        number = _finite(float(m.group(1) + (m.group(2) or "")), value)
         unit = m.group(3)
         if not unit:
             return number  # "256" means 256 MiB, like the number 256
@@ -57,7 +63,7 @@ def parse_memory(value: object) -> float:
         if unit not in _MEMORY_UNITS:
             hint = did_you_mean(unit, _MEMORY_UNITS)
             raise ValueError(f"{value!r}: unknown unit '{unit}'{hint} (units: Ki, Mi, Gi, Ti, k, M, G, T)")
-        return number * _MEMORY_UNITS[unit] / _MIB
+        return _finite(number * _MEMORY_UNITS[unit] / _MIB, value)
     return _finite_non_negative(value, "a memory size in MiB or a quantity like '512Mi'")
 
 
@@ -69,7 +75,7 @@ def parse_cpu(value: object) -> float:
             raise ValueError(
                 f"{value!r} is not a cpu amount (use cores as a number, or milli-cores like '500m')"
             )
-        number = float(m.group(1) + (m.group(2) or ""))
+        number = _finite(float(m.group(1) + (m.group(2) or "")), value)
         return number / 1000 if m.group(3) == "m" else number
     return _finite_non_negative(value, "a number of cores or milli-cores like '500m'")
 

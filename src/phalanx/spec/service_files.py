@@ -115,7 +115,8 @@ def _root(c: Collector, text: str, filename: str, kind: str) -> YMap:
         raise SpecError(sorted_problems(exc.problems)) from None
     c.problems.extend(problems)
     if not isinstance(root, YMap):
-        c.add(root or Mark(1, 1), "", f"expected a mapping of keys (version, kind, ...), got {_shape(root)}")
+        shown = describe(root) if root is not None else "an empty file"
+        c.add(root or Mark(1, 1), "", f"expected a mapping of keys (version, kind, ...), got {shown}")
         c.raise_if_any()
     assert isinstance(root, YMap)
     read_version(c, root)

@@ -8,9 +8,13 @@ through, which proves they would notice a hole."""
 from __future__ import annotations
 
 import json
+import os
 import pwd
 import re
+import shutil
 import sqlite3
+import subprocess
+import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -304,3 +308,45 @@ def test_a_servers_slurm_job_runs_as_its_projects_account_with_none_of_the_serve
     for leak in (AWS_SECRET, CANARY, TOKEN, "PHALANX_HOME=", str(team.home / "spool")):
         assert leak not in env, leak
     assert "PHALANX_TOKEN=phx-exp." + exp_id in env  # its write-only token, as every replica's
+
+
+PRELOADED = r"""
+#include <stdio.h>
+#include <unistd.h>
+__attribute__((constructor)) static void loaded(void) {
+    FILE *f = fopen("%s", "a");
+    if (f) { fprintf(f, "uid=%%d\n", (int)getuid()); fclose(f); }
+}
+"""
+
+
+def test_a_jobs_loader_variables_never_reach_what_runs_as_root(team: Team, tmp_path: Path) -> None:
+    """An editor's file names a library of theirs in LD_PRELOAD (its `env:` and its build's
+    `env_vars`): bubblewrap and setpriv, which run as root before the box drops to the project's
+    account, must never load it; the job's own processes get the variable as written."""
+    lab = Path(tempfile.mkdtemp(prefix="phalanx-preload-"))  # outside pytest's 0700 folder: any uid
+    try:
+        os.chmod(lab, 0o777)
+        marks = lab / "loaded-by"
+        (lab / "evil.c").write_text(PRELOADED % marks)
+        subprocess.run(
+            ["gcc", "-shared", "-fPIC", "-o", str(lab / "evil.so"), str(lab / "evil.c")], check=True
+        )
+        folder = tmp_path / "preload"
+        folder.mkdir()
+        (folder / "preload.yml").write_text(
+            "version: 1\nkind: experiment\nname: preload\nproject: nlp\n"
+            f"env: {{LD_PRELOAD: {lab / 'evil.so'}}}\n"
+            f"build: {{build_steps: ['true'], env_vars: {{LD_PRELOAD: {lab / 'evil.so'}}}}}\n"
+            'run: {cmd: echo "PRELOAD=$LD_PRELOAD UID=$(id -u)"}\n'
+        )
+        job = team.submit("ada", folder, "preload.yml")
+        done = team.wait_done(job)
+        lines = team.logs(job)
+        assert done["status"] == "succeeded", lines[-20:]
+        said = next(line for line in lines if line.startswith("PRELOAD="))
+        assert said.startswith(f"PRELOAD={lab / 'evil.so'} UID=") and not said.endswith("UID=0")
+        loaded = marks.read_text().split() if marks.exists() else []
+        assert "uid=0" not in loaded, loaded  # root never ran the library
+    finally:
+        shutil.rmtree(lab, ignore_errors=True)

@@ -102,7 +102,10 @@ def test_a_notebook_file_runs_its_kernels_in_its_build_and_holds_its_resources(t
         too_big = {"kind": "notebook", "project": "B", "resources": {"cpu": {"limits": 2}}}
         status, refused = _call(f"{server.url}/api/v1/services", tokens["admin_b"], "POST", too_big)
         assert status == 409, refused
-        assert b"notebook of project A" in refused  # who holds the machine
+        assert (
+            b"held by service notebook-" in refused and b"(notebook of project A)" in refused
+        )  # who holds it
+        assert b"a service does not queue" in refused and b"--no-wait" not in refused
         assert len(_notebook_entries(home)) == 1
 
         ok(

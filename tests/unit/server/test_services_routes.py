@@ -246,12 +246,29 @@ def test_build_is_a_notebooks_resources_not_a_boards_and_they_must_make_sense(
         step = client.post(
             "/api/v1/services", json={"kind": "notebook", "project": "A", "build": {"build_steps": "pip x"}}
         )
+        odd = [
+            client.post(
+                "/api/v1/services",
+                content='{"kind": "notebook", "project": "A", ' + extra + "}",
+                headers={"Content-Type": "application/json"},
+            )
+            for extra in (
+                '"resources": {"cpu": {"limits": 1e400}}',  # a number JSON readers take as infinity
+                '"resources": {"gpu": {"limits": 1.5}}',
+                '"resources": {"disk": {"limits": 1}}',
+                '"build": {"env_vars": {"A=B": "x"}}',
+                '"build": {"env_var": {"A": "x"}}',
+                '"build": {"pip_packages": ["numpy\\u0000"]}',
+            )
+        ]
     assert board_build.status_code == 422 and "build is a notebook's" in board_build.text
     assert model_build.status_code == 422 and "build is a notebook's" in model_build.text
     assert board_size.status_code == 422 and "a board has none" in board_size.text
     assert upside_down.status_code == 422 and "limits must be at least the requests" in upside_down.text
     assert no_core.status_code == 422 and "greater than 0" in no_core.text
     assert step.status_code == 422 and "build_steps" in step.text
+    assert [r.status_code for r in odd] == [422] * 6, [r.text for r in odd]
+    assert "whole devices" in odd[1].text and "not a variable name" in odd[3].text and "NUL" in odd[5].text
 
 
 def test_a_served_model_is_handed_back_while_its_processes_start_again_and_counts_each_replica(

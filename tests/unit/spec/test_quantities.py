@@ -35,6 +35,8 @@ def test_memory_is_mib(value: object, mib: float) -> None:
         ("lots", "not a memory size"),
         (-1, "must not be negative"),
         (float("inf"), "finite"),
+        ("1e400", "too large to be a size"),  # YAML reads it as text: still a number, too large
+        ("1e306Ti", "too large to be a size"),
         (True, "expected"),
     ],
 )
@@ -50,7 +52,7 @@ def test_cpu_is_cores(value: object, cores: float) -> None:
     assert parse_cpu(value) == cores
 
 
-@pytest.mark.parametrize("value", ["2Gi", "fast", -1, "m"])
+@pytest.mark.parametrize("value", ["2Gi", "fast", -1, "m", "1e400"])
 def test_bad_cpu_is_refused(value: object) -> None:
     with pytest.raises(ValueError):
         parse_cpu(value)

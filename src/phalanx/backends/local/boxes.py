@@ -126,6 +126,7 @@ def reaper_config(iso: Isolation, argv: list[str], cgroup: cgroups.Cgroup | None
         "argv": argv,
         "inherit": [*box.INHERITED, *secrets],
         "uid": iso.uid,
+        "gid": iso.gid,
         "cgroup": list(cgroup.folders) if cgroup else [],
         "v2": bool(cgroup and cgroup.v2),
     }

@@ -233,9 +233,9 @@ class LocalBackend:
         log = Path(unit.log)
         log.parent.mkdir(parents=True, exist_ok=True)
         offset = log.stat().st_size if log.exists() else 0
-        # the file holds only what Phalanx adds: the inherited environment (AWS keys, a user's
-        # secrets) reaches the reaper as its own environment, never a file on disk; the mark is how
-        # the engine finds the unit's processes once its reaper is gone (members)
+        # the file holds only what Phalanx adds: the inherited environment (AWS keys, secrets) reaches
+        # the reaper as its own, never a file on disk (a boxed one, root, gets no variable the user set:
+        # phalanx.machine.handoff); the mark finds the unit's processes once its reaper is gone
         mark = {members.ENV: members.marker(f"{exp_id}:{folder.name}", unit.name)}
         processes: list[dict[str, Any]] = [
             {"argv": list(p.argv), "cwd": unit.cwd, "env": {**p.env, **mark}} for p in unit.processes
@@ -265,7 +265,7 @@ class LocalBackend:
         with open(log, "ab") as errors:
             proc = subprocess.Popen(
                 [sys.executable, "-E", "-c", _REAPER_BOOT, _PACKAGE_ROOT, str(cfg)],
-                env={**os.environ, **processes[0]["env"]},
+                env={**os.environ, **(mark if "box" in config else processes[0]["env"])},
                 cwd=unit.cwd,
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.DEVNULL,

@@ -24,10 +24,11 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from phalanx.backends.logfiles import STDERR_MARK_BYTES
 from phalanx.machine import cgroups, limits, proctree
+from phalanx.machine.handoff import TRUSTED_PATH, handed
 
 PR_SET_PDEATHSIG = 1
 PR_SET_CHILD_SUBREAPER = 36
@@ -138,18 +139,27 @@ class Reaper:
     def start(self, log: LogSink, sel: selectors.BaseSelector) -> None:
         for local_rank, spec in enumerate(self.config["processes"]):
             argv, env = spec["argv"], {**os.environ, **spec["env"]}  # the file holds what Phalanx adds
+            held: IO[bytes] | None = None
             if self.box is not None:  # nothing inherited but the locale and the secrets, by name
-                argv = [*self.box["argv"], *argv]
                 env = {**{k: os.environ[k] for k in self.box["inherit"] if k in os.environ}, **spec["env"]}
-            proc = subprocess.Popen(
-                argv,
-                cwd=spec["cwd"],
-                env=env,
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,  # kept apart: its lines are marked stderr in the log
-                preexec_fn=self.box_cgroup.join if self.box_cgroup else None,
-            )
+                # none of it reaches bubblewrap or setpriv, which run as root: the account's shell
+                # exports it (phalanx.machine.handoff)
+                uid = int(self.box["uid"])
+                program, held = handed(argv, env, uid, int(self.box.get("gid", uid)))
+                argv, env = [*self.box["argv"], *program], {"PATH": TRUSTED_PATH}
+            try:
+                proc = subprocess.Popen(
+                    argv,
+                    cwd=spec["cwd"],
+                    env=env,
+                    stdin=held if held is not None else subprocess.DEVNULL,  # its environment, read first
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.PIPE,  # kept apart: its lines are marked stderr in the log
+                    preexec_fn=self.box_cgroup.join if self.box_cgroup else None,
+                )
+            finally:
+                if held is not None:
+                    held.close()
             self.procs.append(proc)
             for pipe, is_err in ((proc.stdout, False), (proc.stderr, True)):
                 assert pipe is not None

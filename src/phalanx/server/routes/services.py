@@ -14,11 +14,12 @@ from typing import Annotated, Literal
 
 from fastapi import APIRouter, HTTPException, Request, Response, WebSocket
 from fastapi.responses import RedirectResponse
-from pydantic import BaseModel, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from phalanx.data import inputs as data_inputs
 from phalanx.domain import ExperimentFilter, Range, Resources
 from phalanx.errors import NotFound
+from phalanx.machine.handoff import NAME as ENV_NAME
 from phalanx.server.audit import describe
 from phalanx.server.auth import BEARER, SESSION, credential_of, session_cookie
 from phalanx.server.deps import StoreDep
@@ -45,12 +46,24 @@ PROXIED = ["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE"]  # a notebook saves,
 class BuildIn(BaseModel):
     """A `kind: notebook` file's ``build:``: its kernels' environment, built as an experiment's."""
 
+    model_config = ConfigDict(extra="forbid")
+
     pip_packages: list[Annotated[str, Field(max_length=1000)]] = Field(default_factory=list, max_length=200)
     requirements: str | None = Field(
         default=None, max_length=256 * 1024, description="the requirements file's text (not its path)"
     )
     build_steps: list[Annotated[str, Field(max_length=10_000)]] = Field(default_factory=list, max_length=64)
     env_vars: dict[str, str] = Field(default_factory=dict, max_length=64)
+
+    @model_validator(mode="after")
+    def _passable(self) -> BuildIn:
+        for name in self.env_vars:
+            if not ENV_NAME.match(name):
+                raise ValueError(f"env_vars: {name!r} is not a variable name (letters, digits, '_')")
+        texts = [*self.pip_packages, *self.build_steps, *self.env_vars.values(), self.requirements or ""]
+        if any("\0" in text for text in texts):
+            raise ValueError("build: a NUL character cannot be passed to a program")
+        return self
 
     def as_build(self) -> Build:
         return Build(
@@ -61,8 +74,10 @@ class BuildIn(BaseModel):
 
 
 class RangeIn(BaseModel):
-    requests: float | None = Field(default=None, ge=0)
-    limits: float | None = Field(default=None, gt=0)
+    model_config = ConfigDict(extra="forbid")
+
+    requests: float | None = Field(default=None, ge=0, allow_inf_nan=False)
+    limits: float | None = Field(default=None, gt=0, allow_inf_nan=False)
 
     @model_validator(mode="after")
     def _ordered(self) -> RangeIn:
@@ -74,9 +89,17 @@ class RangeIn(BaseModel):
 class ResourcesIn(BaseModel):
     """A `kind: notebook` file's ``environment: resources:``: cores, MiB of memory, GPUs."""
 
+    model_config = ConfigDict(extra="forbid")
+
     cpu: RangeIn = Field(default_factory=RangeIn)
     memory: RangeIn = Field(default_factory=RangeIn, description="in MiB")
     gpu: RangeIn = Field(default_factory=RangeIn)
+
+    @model_validator(mode="after")
+    def _whole_gpus(self) -> ResourcesIn:
+        if any(v is not None and not float(v).is_integer() for v in (self.gpu.requests, self.gpu.limits)):
+            raise ValueError("gpu: whole devices (a GPU is not shared)")
+        return self
 
     def as_resources(self) -> Resources:
         def of(r: RangeIn) -> Range:
@@ -230,9 +253,12 @@ def start_service(body: ServiceIn, store: StoreDep, request: Request, response: 
     project, target = _target(request, store, body)
     if body.kind == NOTEBOOK:
         inputs = _inputs(request, project, body.inputs)
-        built = body.build
-        python = services.environment(project, built.as_build(), built.requirements) if built else None
         resources = body.resources.as_resources() if body.resources else None
+        python = None
+        built = body.build
+        if built is not None and services.running(NOTEBOOK, target) is None:  # built once it can run
+            services.check_fits(project, resources, f"notebook of project {project}")
+            python = services.environment(project, built.as_build(), built.requirements)
         service, started = services.notebook(project, inputs, who.name, python, resources)
     else:
         service, started = services.tensorboard(project, target, who.name)
