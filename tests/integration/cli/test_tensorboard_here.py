@@ -145,3 +145,40 @@ def test_a_notebook_here_runs_in_this_folder_with_its_input_until_ctrl_c(tmp_pat
         if notebook.poll() is None:
             notebook.kill()
             notebook.wait()
+
+
+def test_a_notebook_file_here_runs_its_kernels_in_its_build_on_the_cores_it_holds(tmp_path: Path) -> None:
+    """`phalanx notebook start -f` on this machine: its kernel is the file's build (a package of this
+    machine's own index), its core and memory are held in the ledger while it runs (`phalanx queue`
+    shows it) and given back when it ends; killed, it takes JupyterLab with it."""
+    home = tmp_path / "home"
+    (tmp_path / "notebook.yml").write_text(
+        "version: 1\nkind: notebook\nbuild:\n  pip_packages: [mergedeep==1.3.4]\n"
+        '  env_vars: {PIP_INDEX_URL: "file:///opt/pypi/simple", PIP_EXTRA_INDEX_URL: "file:///opt/pypi/simple"}\n'
+        "environment:\n  resources: {cpu: {limits: 1}, memory: {limits: 256Mi}}\n"
+    )
+    for ending in (signal.SIGTERM, signal.SIGKILL):
+        notebook = _start(home, tmp_path, "notebook", "start", "-f", "notebook.yml", "--port", "0")
+        try:
+            held = _said(notebook, r"the notebook holds cores (\d+), 256Mi")
+            url, token = _said(notebook, r"(http://127\.0\.0\.1:\d+/)lab\?token=(\w+)").groups()
+            wait_for("JupyterLab listens", lambda: _status(f"{url}api/kernels"), 120)  # noqa: B023
+            request = urllib.request.Request(
+                f"{url}api/kernelspecs", headers={"Authorization": f"token {token}"}
+            )
+            with urllib.request.urlopen(request, timeout=60) as answer:
+                specs = json.loads(answer.read())["kernelspecs"]
+            assert list(specs) == ["python3"]  # the build's kernel only, named as notebooks ask
+            python = Path(specs["python3"]["spec"]["argv"][0])
+            assert python.parent.parent.parent == home / "venvs"
+            assert phalanx_cli("queue", env=clean_env(home)).stdout.count("notebook-") == 1
+            assert f"cores {held.group(1)}" in phalanx_cli("queue", env=clean_env(home)).stdout
+            notebook.send_signal(ending)
+            notebook.wait(timeout=120)
+            # given back, and nothing listens any more (a killed command takes JupyterLab with it)
+            wait_for("JupyterLab ended", lambda: _status(f"{url}api/kernels") is None, 60)  # noqa: B023
+            assert "nothing holds resources" in phalanx_cli("queue", env=clean_env(home)).stdout
+        finally:
+            if notebook.poll() is None:
+                notebook.kill()
+                notebook.wait()
