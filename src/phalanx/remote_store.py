@@ -9,6 +9,7 @@ same in form wherever the experiment lives. Only what those commands ask for is 
 
 from __future__ import annotations
 
+import base64
 import io
 import math
 import posixpath
@@ -455,14 +456,18 @@ class RemoteServices:
         inputs: Sequence[Mapping[str, str]],
         build: Mapping[str, Any] | None = None,
         resources: Resources | None = None,
+        code: bytes | None = None,
     ) -> dict[str, Any]:
         """``project``'s notebook server with ``inputs`` (an experiment file's ``inputs:``), its
         kernels in ``build`` (a notebook file's build: its requirements file as its text) and
-        ``resources`` held of the server's machine, or the one that runs. The server builds the
+        ``resources`` held of the server's machine, ``code`` (a .tar.gz of the submitter's folder) in
+        the project's notebook folder's code/, or the one that runs. The server builds the
         environment before it answers: minutes the first time."""
         doc: dict[str, Any] = {"kind": "notebook", "project": project, "inputs": [dict(i) for i in inputs]}
         if resources is not None:
             doc["resources"] = resources.to_json()
+        if code is not None:  # the submitter's folder, as a submit's bundle
+            doc["code"] = base64.b64encode(code).decode()
         if build is None:
             found: dict[str, Any] = self.client.send("POST", "/services", doc)
             return found

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from phalanx import queue
+from phalanx.bundles import pack
 from phalanx.cli.app import OutputOpt, app
 from phalanx.cli.listing import Format
 from phalanx.cli.service_commands import list_services, said_started, stop_service
@@ -100,16 +101,16 @@ def start(
     build = _build_sent(notebook)
     if build is not None:
         typer.echo("building the kernels' environment on the server (the first time: minutes) ...", err=True)
-    found = services.start_notebook(
-        project or notebook.project or "default", wanted, build, notebook.resources
-    )
+    code = pack(notebook.folder) if file is not None else None  # the file's folder, as a submit sends it
+    where = project or notebook.project or "default"
+    found = services.start_notebook(where, wanted, build, notebook.resources, code)
     said_started("notebook", found, services.url_of(found), output)
     if found.get("holds") and output is not Format.JSON:
         typer.echo(f"it holds {found['holds']}")
-    if build is not None and not found["started"] and found.get("environment") is None:
+    if file is not None and not found["started"]:
         typer.echo(
-            "note: the notebook server that runs has Phalanx's own environment, not the file's build:"
-            " `phalanx notebook stop` it and start it again for the file's",
+            "note: the project's notebook server was running: it keeps the code, environment and"
+            " resources it started with; `phalanx notebook stop` it and start it again for this file's",
             err=True,
         )
 

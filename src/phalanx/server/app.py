@@ -273,6 +273,8 @@ def _install_middleware(app: FastAPI, settings: ServerSettings) -> None:
             return settings.max_file_bytes
         if method == "POST" and path == f"{API}/experiments":
             return settings.max_bundle_bytes + settings.max_request_bytes  # the bundle and the form
+        if method == "POST" and path == f"{API}/services":  # a notebook's code, base64
+            return settings.max_bundle_bytes * 4 // 3 + settings.max_request_bytes
         if path.startswith("/services/"):
             return settings.max_service_bytes
         return settings.max_request_bytes

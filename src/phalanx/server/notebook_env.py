@@ -10,17 +10,23 @@ from __future__ import annotations
 
 import os
 import shutil
+import subprocess
+import sys
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
 from phalanx import buildenv
+from phalanx.backends.local.boxes import PACKAGE_ROOT
+from phalanx.errors import UsageError
 from phalanx.machine import box
 from phalanx.machine.box import Isolation
 from phalanx.services.kernels import environment_label, kernel_build, write_kernel
 from phalanx.spec.model import Build
 
 REQUIREMENTS = "requirements.txt"
+CODE = "code"  # in the project's notebook folder: the code the notebook was last started with
+UNPACK_SECONDS = 300.0
 
 
 @dataclass(frozen=True)
@@ -57,6 +63,24 @@ def build_environment(
         return buildenv.ensure_env(wanted, work, home / "venvs", box=isolation)
     finally:
         shutil.rmtree(work, ignore_errors=True)
+
+
+def unpack_code(bundle: bytes, work: Path, isolation: Isolation | None) -> None:
+    """The submitter's code (a .tar.gz bundle) in ``work``/code, in place of the one before: as the
+    project's account in its box when the server boxes (the folder is that account's: root there
+    could follow a link it planted); UsageError for a bundle refused, with the reason."""
+    argv = [sys.executable, "-P", "-m", "phalanx.services.code_unpack", str(work / CODE)]
+    env = {"PATH": box.BOX_PATH, "PYTHONPATH": PACKAGE_ROOT}
+    if isolation is not None:
+        layout = box.Layout(
+            cwd=str(work), tmp=None, rw=(str(work),), ro=(PACKAGE_ROOT, *box.interpreter_trees())
+        )
+        argv = box.box_argv(isolation, layout) + argv
+        env.update(box.box_env(isolation, str(work)), PYTHONPATH=PACKAGE_ROOT)
+    done = subprocess.run(argv, input=bundle, env=env, cwd=work, capture_output=True, timeout=UNPACK_SECONDS)
+    if done.returncode != 0:
+        why = done.stderr.decode(errors="replace").strip().splitlines()[-1:] or ["(no output)"]
+        raise UsageError(f"the notebook's code could not be unpacked: {why[0]}")
 
 
 def kernel_in(folder: Path, python: Path, sdk: Path) -> Kernel:

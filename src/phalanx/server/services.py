@@ -43,7 +43,7 @@ from phalanx.machine.ledger import SERVICE_PREFIXES, Ledger, ledger_path
 from phalanx.queue import local_limits
 from phalanx.registry.service import Registry
 from phalanx.sdkcopy import sdk_path
-from phalanx.server.notebook_env import Kernel, build_environment, kernel_in
+from phalanx.server.notebook_env import Kernel, build_environment, kernel_in, unpack_code
 from phalanx.server.service_record import MODEL, NOTEBOOK, SERVED, TENSORBOARD, Service
 from phalanx.server.service_spawn import (
     LISTEN,
@@ -193,19 +193,21 @@ class Services:
         who: str,
         python: Path | None = None,
         resources: Resources | None = None,
+        code: bytes | None = None,
     ) -> tuple[Service, bool]:
         """The project's notebook server, started unless one runs; (it, started). ``inputs``: the
         environment that names its inputs' folders (``PHALANX_INPUT_NAME``: a path), which its
         kernels inherit and its box may read; ``python``: its kernels' (a build environment's; None:
         Phalanx's own); ``resources``: what it takes of the machine's ledger while it runs (Conflict
-        when there is no room now). One that runs keeps what it started with."""
+        when there is no room now); ``code``: a bundle of the submitter's folder, unpacked into the
+        project's notebook folder's ``code/``. One that runs keeps what it started with."""
         target = Target("project", project)
         return self._one_of(
             NOTEBOOK,
             project,
             target,
             who,
-            lambda: self._start_notebook(project, inputs, who, python, resources),
+            lambda: self._start_notebook(project, inputs, who, python, resources, code),
         )
 
     def running(self, kind: str, target: Target) -> Service | None:
@@ -322,13 +324,14 @@ class Services:
         who: str,
         python: Path | None,
         resources: Resources | None,
+        code: bytes | None = None,
     ) -> Service:
         extras.require("jupyterlab", "services", "a notebook service")
         service_id = secrets.token_hex(6)
         label = f"notebook of project {project}"
         seat = take_seat(self._ledger, f"notebook-{service_id}", resources, project, label, self._quotas())
         try:
-            kernel, work = self._notebook_folders(service_id, project, python)
+            kernel, work = self._notebook_folders(service_id, project, python, code)
         except BaseException:  # nothing of it is left: its seat given back, its folder gone
             give_back(self._ledger, seat)
             shutil.rmtree(self.home / "services" / service_id, ignore_errors=True)
@@ -362,10 +365,11 @@ class Services:
         return service
 
     def _notebook_folders(
-        self, service_id: str, project: str, python: Path | None
+        self, service_id: str, project: str, python: Path | None, code: bytes | None
     ) -> tuple[Kernel | None, Path]:
         """A notebook's folder with its kernel's spec (``python``: a build's), and the project's
-        notebook folder, which outlives each notebook server of it (the project's account's)."""
+        notebook folder, which outlives each notebook server of it (the project's account's), with
+        ``code`` (a bundle) unpacked into its ``code/``."""
         folder = self.home / "services" / service_id
         folder.mkdir(parents=True)
         kernel = kernel_in(folder, python, sdk_path(self.home)) if python is not None else None
@@ -375,6 +379,8 @@ class Services:
             box.make_own_folder(work, isolation)
         else:
             work.mkdir(parents=True, exist_ok=True)
+        if code is not None:
+            unpack_code(code, work, isolation)
         return kernel, work
 
     def _start_model(

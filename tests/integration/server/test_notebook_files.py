@@ -5,6 +5,7 @@ for in the machine's ledger while it runs, refusing another notebook that does n
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -61,6 +62,9 @@ def test_a_notebook_file_runs_its_kernels_in_its_build_and_holds_its_resources(t
     laptop = tmp_path / "laptop"
     laptop.mkdir()
     (laptop / "notebook.yml").write_text(NOTEBOOK)
+    (laptop / "helpers.py").write_text("ANSWER = 42\n")  # the project's code, sent with the file
+    (laptop / "data").mkdir()
+    (laptop / "data" / "big.bin").write_bytes(b"0" * 1000)  # a data folder is not sent, as for a submit
     with running_server(home, args=["--notebooks"], cpus=[0, 1]) as server:  # a machine of 2 cores
         started = json.loads(
             ok(
@@ -95,6 +99,13 @@ def test_a_notebook_file_runs_its_kernels_in_its_build_and_holds_its_resources(t
         assert seen["CORES"] == "1" and seen["OMP"] == "1"
         assert Path(seen["SDK"]).is_relative_to(home / "sdk")  # the tracking SDK's copy, as replicas get
         assert Path(seen["CGROUP"]).name == key  # its memory is capped there
+        # the laptop's folder is in the project's notebook folder's code/, the project account's
+        code = home / "notebooks" / "A" / "code"
+        assert sorted(p.name for p in code.iterdir()) == ["helpers.py", "notebook.yml"]
+        assert (code / "helpers.py").stat().st_uid == os.stat(home / "notebooks" / "A").st_uid != 0
+        cell = f"import sys; sys.path.insert(0, {str(code)!r}); import helpers; print(helpers.ANSWER)"
+        imported = _execute(channels, cell, header=[f"Authorization: Bearer {tokens['editor_a']}"])
+        assert imported.strip() == "42"
         limit = Path(f"/sys/fs/cgroup/memory{seen['CGROUP']}/memory.limit_in_bytes")
         assert not limit.exists() or int(limit.read_text()) == 768 * 1024 * 1024
 

@@ -131,6 +131,7 @@ def started_without_a_process(fake_boards: FakeBoard, monkeypatch: pytest.Monkey
         who: str,
         python: Path | None = None,
         resources: Resources | None = None,
+        code: bytes | None = None,
     ) -> Service:
         STARTED_WITH.clear()
         STARTED_WITH.update(inputs)

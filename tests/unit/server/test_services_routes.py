@@ -6,6 +6,7 @@ cookie the board tries to set."""
 
 from __future__ import annotations
 
+import base64
 import tempfile
 import time
 from pathlib import Path
@@ -246,6 +247,12 @@ def test_build_is_a_notebooks_resources_not_a_boards_and_they_must_make_sense(
         step = client.post(
             "/api/v1/services", json={"kind": "notebook", "project": "A", "build": {"build_steps": "pip x"}}
         )
+        board_code = client.post("/api/v1/services", json={"experiment": e.id, "code": "AAAA"})
+        not_base64 = client.post("/api/v1/services", json={"kind": "notebook", "project": "A", "code": "%%%"})
+        not_a_bundle = client.post(
+            "/api/v1/services",
+            json={"kind": "notebook", "project": "A", "code": base64.b64encode(b"plain text").decode()},
+        )
         odd = [
             client.post(
                 "/api/v1/services",
@@ -261,13 +268,16 @@ def test_build_is_a_notebooks_resources_not_a_boards_and_they_must_make_sense(
                 '"build": {"pip_packages": ["numpy\\u0000"]}',
             )
         ]
-    assert board_build.status_code == 422 and "build is a notebook's" in board_build.text
-    assert model_build.status_code == 422 and "build is a notebook's" in model_build.text
+    assert board_build.status_code == 422 and "build and code are a notebook's" in board_build.text
+    assert model_build.status_code == 422 and "build and code are a notebook's" in model_build.text
     assert board_size.status_code == 422 and "a board has none" in board_size.text
     assert upside_down.status_code == 422 and "limits must be at least the requests" in upside_down.text
     assert no_core.status_code == 422 and "greater than 0" in no_core.text
     assert step.status_code == 422 and "build_steps" in step.text
     assert [r.status_code for r in odd] == [422] * 6, [r.text for r in odd]
+    assert board_code.status_code == 422 and "code are a notebook's" in board_code.text
+    assert not_base64.status_code == 400 and "not base64" in not_base64.json()["message"]
+    assert not_a_bundle.status_code == 400 and "not a readable .tar.gz" in not_a_bundle.json()["message"]
     assert "whole devices" in odd[1].text and "not a variable name" in odd[3].text and "NUL" in odd[5].text
 
 

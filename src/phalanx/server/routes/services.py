@@ -10,15 +10,17 @@ there); somebody in none of its roles gets 404 for each, as for its experiments.
 
 from __future__ import annotations
 
+import base64
 from typing import Annotated, Literal
 
 from fastapi import APIRouter, HTTPException, Request, Response, WebSocket
 from fastapi.responses import RedirectResponse
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from phalanx import bundles
 from phalanx.data import inputs as data_inputs
 from phalanx.domain import ExperimentFilter, Range, Resources
-from phalanx.errors import NotFound
+from phalanx.errors import NotFound, UsageError
 from phalanx.machine.handoff import NAME as ENV_NAME
 from phalanx.server.audit import describe
 from phalanx.server.auth import BEARER, SESSION, credential_of, session_cookie
@@ -135,6 +137,11 @@ class ServiceIn(BaseModel):
         default=None, description="a notebook's kernels' environment, as a `kind: notebook` file's build:"
     )
 
+    code: str | None = Field(
+        default=None,
+        description="a notebook's code: the submitter's folder as a .tar.gz (as a submit's bundle), base64;"
+        " unpacked into the project's notebook folder's code/",
+    )
     resources: ResourcesIn | None = Field(
         default=None,
         description="what a notebook (or each replica of a served model) takes of the machine's ledger"
@@ -143,8 +150,8 @@ class ServiceIn(BaseModel):
 
     @model_validator(mode="after")
     def _one_target(self) -> ServiceIn:
-        if self.kind != "notebook" and self.build is not None:
-            raise ValueError("build is a notebook's: its kernels' environment")
+        if self.kind != "notebook" and (self.build is not None or self.code is not None):
+            raise ValueError("build and code are a notebook's: its kernels' environment and its files")
         if self.kind == "tensorboard" and self.resources is not None:
             raise ValueError(
                 "resources are a notebook's or a served model's (each replica's); a board has none"
@@ -253,19 +260,32 @@ def start_service(body: ServiceIn, store: StoreDep, request: Request, response: 
     project, target = _target(request, store, body)
     if body.kind == NOTEBOOK:
         inputs = _inputs(request, project, body.inputs)
+        code = _code(body.code)
         resources = body.resources.as_resources() if body.resources else None
         python = None
         built = body.build
         if built is not None and services.running(NOTEBOOK, target) is None:  # built once it can run
             services.check_fits(project, resources, f"notebook of project {project}")
             python = services.environment(project, built.as_build(), built.requirements)
-        service, started = services.notebook(project, inputs, who.name, python, resources)
+        service, started = services.notebook(project, inputs, who.name, python, resources, code)
     else:
         service, started = services.tensorboard(project, target, who.name)
     response.status_code = 201 if started else 200
     if started:  # handing back the one that runs changes nothing
         describe(request, "service.start", service.id, project, f"{body.kind} of {target.kind} {target.id}")
     return _out(service, started)
+
+
+def _code(given: str | None) -> bytes | None:
+    """The notebook's code bundle, checked as a submit's is before anything runs (UsageError)."""
+    if given is None:
+        return None
+    try:
+        data = base64.b64decode(given, validate=True)
+    except ValueError:
+        raise UsageError("code: not base64 (send the .tar.gz bundle base64-encoded)") from None
+    bundles.check(data)
+    return data
 
 
 def _inputs(request: Request, project: str, given: list[dict[str, str]]) -> dict[str, str]:
