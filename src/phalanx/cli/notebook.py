@@ -66,7 +66,7 @@ def start(
         typer.Option(
             "-f",
             "--file",
-            help="a `kind: notebook` file: its kernels' build environment and its inputs",
+            help="a `kind: notebook` file: its kernels' build, resources and inputs (a server gets its code)",
         ),
     ] = None,
     project: Annotated[
@@ -102,7 +102,7 @@ def start(
     if build is not None:
         typer.echo("building the kernels' environment on the server (the first time: minutes) ...", err=True)
     code = pack(notebook.folder) if file is not None else None  # the file's folder, as a submit sends it
-    where = project or notebook.project or "default"
+    where = project or notebook.project or DEFAULT_PROJECT
     found = services.start_notebook(where, wanted, build, notebook.resources, code)
     said_started("notebook", found, services.url_of(found), output)
     if found.get("holds") and output is not Format.JSON:

@@ -32,7 +32,7 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from phalanx import extras
 from phalanx.domain import Resources
@@ -63,9 +63,6 @@ from phalanx.spec.model import Build
 from phalanx.store.accounts import Role
 from phalanx.store.base import LocalStore
 from phalanx.store.registry_records import ModelRef, parse_ref
-
-if TYPE_CHECKING:
-    pass
 
 log = logging.getLogger(__name__)
 
