@@ -22,6 +22,10 @@ from phalanx.backends.kube_code import BUNDLE_CAP, _plain, _source_files
 from phalanx.errors import UsageError
 
 SHA256_HEX = 64
+# entries of a bundle at most (a source folder has far fewer): each is kept in memory while it is
+# read, so a small gzip of millions of empty headers must not be read to its end
+MAX_MEMBERS = 50_000
+BLOCK = 512  # a tar header's bytes
 
 
 def pack(folder: Path, cap: int = BUNDLE_CAP) -> bytes:
@@ -78,8 +82,13 @@ def _members(data: bytes, root: Path, cap: int) -> Iterator[tuple[Path, bytes, b
     total = 0
     try:
         with tarfile.open(fileobj=io.BytesIO(data), mode="r:gz") as tar:
-            for member in tar:
+            for count, member in enumerate(tar, 1):
+                total += BLOCK  # every member's header counts, a folder's or a link's too
+                if count > MAX_MEMBERS:
+                    raise UsageError(f"the code bundle holds more than {MAX_MEMBERS} entries")
                 if not member.isfile():
+                    if total > cap:
+                        raise UsageError(f"the code bundle unpacks to more than the cap of {cap >> 20} MiB")
                     continue
                 total += member.size
                 if total > cap:

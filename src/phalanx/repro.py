@@ -56,7 +56,12 @@ _PACKAGES = (
 def _git(folder: str, *args: str, box: Sequence[str] = ()) -> str | None:
     try:
         out = subprocess.run(
-            [*box, "git", "-C", folder, *args], capture_output=True, text=True, timeout=20, check=True
+            [*box, "git", "-C", folder, *args],
+            capture_output=True,
+            text=True,
+            timeout=20,
+            check=True,
+            env=_boxed_env() if box else None,
         )
     except (OSError, subprocess.SubprocessError):
         return None
@@ -96,11 +101,23 @@ def packages(python: str, box: Sequence[str] = (), cache: Path | None = None) ->
         return _distributions() if cache is None else _cached_here(cache)
     try:
         out = subprocess.run(
-            [*box, python, "-c", _PACKAGES], capture_output=True, text=True, timeout=60, check=True
+            [*box, python, "-c", _PACKAGES],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=True,
+            env=_boxed_env() if box else None,
         ).stdout
         return list(json.loads(out))
     except (OSError, subprocess.SubprocessError, ValueError):
         return []
+
+
+def _boxed_env() -> dict[str, str]:
+    """What a boxed look starts with: a PATH alone. bubblewrap runs as root, and this process's
+    environment may hold a project's secrets while its replicas start (one named LD_PRELOAD would
+    be loaded by root)."""
+    return {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": "/tmp"}  # machine.handoff.TRUSTED_PATH
 
 
 def _distributions() -> list[str]:

@@ -35,11 +35,11 @@ def handed(program: list[str], env: Mapping[str, str], uid: int, gid: int) -> tu
     held = tempfile.TemporaryFile()  # noqa: SIM115 (closed by the caller once the program started)
     try:
         for name, value in env.items():
-            if not NAME.match(name):
+            if not NAME.fullmatch(name):
                 raise ValueError(
                     f"environment variable {name!r}: a name is letters, digits and '_', not led by a digit"
                 )
-            held.write(f"{name}={shlex.quote(value)}\n".encode())
+            held.write(f"{name}={shlex.quote(value)}\n".encode("utf-8", "surrogateescape"))
         held.flush()
         held.seek(0)
         os.fchown(held.fileno(), uid, gid)  # the account reopens it (/dev/stdin): it must own it

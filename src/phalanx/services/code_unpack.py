@@ -24,6 +24,8 @@ def main(argv: list[str]) -> int:
     folder = Path(argv[0])
     data = sys.stdin.buffer.read()
     try:
+        if folder.is_symlink():  # a link planted in its place: removed, never followed
+            folder.unlink()
         shutil.rmtree(folder, ignore_errors=True)
         files = unpack(data, folder)
     except UsageError as exc:

@@ -122,7 +122,8 @@ def take_seat(
     except NoRoom as busy:
         raise Conflict(f"no room for the {label} now: {busy}") from None
     except NeverFits as never:
-        raise UsageError(f"the {label} can never start here: {never}") from None
+        said = str(never).replace("the experiment needs", "it needs")
+        raise UsageError(f"the {label} can never start here: {said}") from None
     assert grant is not None  # wait=False: admitted, or NoRoom raised
     return Seat(key, grant, _cgroup(key, grant))
 
@@ -135,7 +136,9 @@ def check_fits(resources: Resources | None, project: str, label: str, quotas: Ma
         return
     never = never_fits(need, _capacity(need)) or share.never_within(project, need, quotas.get(project))
     if never:
-        raise UsageError(f"the {label} can never start here: {never}")
+        raise UsageError(
+            f"the {label} can never start here: {never.replace('the experiment needs', 'it needs')}"
+        )
 
 
 def _capacity(need: Need) -> Capacity:

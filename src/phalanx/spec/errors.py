@@ -178,7 +178,7 @@ class Collector:
         ok = True
         for key, value in m.items:
             text = self.scalar_text(value, join(path, key.name))
-            if env_names and not _ENV_NAME.match(key.name):
+            if env_names and not _ENV_NAME.fullmatch(key.name):
                 self.add(key, join(path, key.name), "not a valid environment variable name")
                 ok = False
             if text is None:

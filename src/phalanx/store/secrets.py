@@ -52,11 +52,50 @@ def _fernet(home: Path) -> Any:
     return Fernet(path.read_bytes().strip())
 
 
+# names a program reads to load or run other code (the dynamic loader's, interpreters', shells'),
+# or to find what it runs: never a secret's, as root may start a program while they are set
+_NOT_SECRETS = frozenset(
+    {
+        "PATH",
+        "HOME",
+        "SHELL",
+        "ENV",
+        "BASH_ENV",
+        "IFS",
+        "PS4",
+        "SHELLOPTS",
+        "BASHOPTS",
+        "GCONV_PATH",
+        "GETCONF_DIR",
+        "HOSTALIASES",
+        "LOCALDOMAIN",
+        "LOCPATH",
+        "MALLOC_TRACE",
+        "NIS_PATH",
+        "NLSPATH",
+        "RESOLV_HOST_CONF",
+        "RES_OPTIONS",
+        "TMPDIR",
+        "TZDIR",
+        "OPENSSL_CONF",
+        "OPENSSL_ENGINES",
+        "PERL5LIB",
+        "PERL5OPT",
+        "RUBYOPT",
+        "RUBYLIB",
+        "NODE_OPTIONS",
+        "JAVA_TOOL_OPTIONS",
+    }
+)
+_NOT_SECRET_PREFIXES = ("PHALANX_", "LD_", "PYTHON", "GIT_", "BASH_FUNC_")
+
+
 def check_name(name: str) -> str:
-    if not _NAME.match(name) or name.startswith("PHALANX_"):
+    if not _NAME.fullmatch(name) or name.startswith(_NOT_SECRET_PREFIXES) or name in _NOT_SECRETS:
         raise UsageError(
             f"secret name {name!r}: an environment variable name in capitals, digits and '_'"
-            " (e.g. AWS_SECRET_ACCESS_KEY), not starting with PHALANX_"
+            " (e.g. AWS_SECRET_ACCESS_KEY), not one that programs read to load or run code (PATH,"
+            " LD_*, PYTHON*, GIT_*, ...) and not starting with PHALANX_"
         )
     return name
 
@@ -88,8 +127,11 @@ def environment(store: LocalStore, home: Path, project: str) -> dict[str, str]:
     found = secrets.ciphertexts(store.engine, project)
     if not found:
         return {}
-    fernet = _fernet(home)
-    return {name: fernet.decrypt(token.encode()).decode() for name, token in found.items()}
+    fernet = _fernet(home)  # one stored before such names were refused is never handed on
+    allowed = {
+        n: t for n, t in found.items() if not n.startswith(_NOT_SECRET_PREFIXES) and n not in _NOT_SECRETS
+    }
+    return {name: fernet.decrypt(token.encode()).decode() for name, token in allowed.items()}
 
 
 class SecretBook(Protocol):

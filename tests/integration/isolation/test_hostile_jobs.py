@@ -16,6 +16,8 @@ import sqlite3
 import subprocess
 import tempfile
 import time
+import urllib.error
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -340,6 +342,12 @@ def test_a_jobs_loader_variables_never_reach_what_runs_as_root(team: Team, tmp_p
             f"build: {{build_steps: ['true'], env_vars: {{LD_PRELOAD: {lab / 'evil.so'}}}}}\n"
             'run: {cmd: echo "PRELOAD=$LD_PRELOAD UID=$(id -u)"}\n'
         )
+        # nor may a project's admin name a secret after it (secrets join the environment root's
+        # processes start from while replicas start; a boxed unit's reaper reads them on its stdin)
+        secret = f"{team.server.url}/api/v1/projects/nlp/secrets/LD_PRELOAD"
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            _send(secret, "PUT", {"value": str(lab / "evil.so")})
+        assert refused.value.code == 400 and b"programs read to load or run code" in refused.value.read()
         job = team.submit("ada", folder, "preload.yml")
         done = team.wait_done(job)
         lines = team.logs(job)
@@ -350,3 +358,14 @@ def test_a_jobs_loader_variables_never_reach_what_runs_as_root(team: Team, tmp_p
         assert "uid=0" not in loaded, loaded  # root never ran the library
     finally:
         shutil.rmtree(lab, ignore_errors=True)
+
+
+def _send(url: str, method: str, doc: Any = None) -> None:
+    """``method`` ``url`` as the server's admin (a JSON body when ``doc``)."""
+    request = urllib.request.Request(
+        url, method=method, data=None if doc is None else json.dumps(doc).encode()
+    )
+    request.add_header("Authorization", f"Bearer {TOKEN}")
+    request.add_header("Content-Type", "application/json")
+    with urllib.request.urlopen(request, timeout=60):
+        pass

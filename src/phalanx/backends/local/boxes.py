@@ -12,11 +12,13 @@ unit.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import shutil
+import tempfile
 from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from phalanx.backends.base import LaunchContext
 from phalanx.machine import box, cgroups
@@ -130,6 +132,25 @@ def reaper_config(iso: Isolation, argv: list[str], cgroup: cgroups.Cgroup | None
         "cgroup": list(cgroup.folders) if cgroup else [],
         "v2": bool(cgroup and cgroup.v2),
     }
+
+
+def reaper_start(
+    config: Mapping[str, Any], replica_env: Mapping[str, str], mark: Mapping[str, str]
+) -> tuple[dict[str, str], IO[bytes]]:
+    """The environment and standard input a unit's reaper starts with. Unboxed: this process's
+    environment and the replica's, nothing to read. Boxed, the reaper runs as root, so no value a
+    project's admin chose (its secrets: ``phalanx secret set``) is in its environment, where the
+    loader would honour one named LD_PRELOAD: it reads them as JSON from its standard input (an
+    unlinked file) and hands them to its box (phalanx.machine.handoff)."""
+    boxed = config.get("box")
+    if boxed is None:
+        return {**os.environ, **replica_env}, open(os.devnull, "rb")
+    secrets = [n for n in boxed["inherit"] if n not in box.INHERITED]
+    held = tempfile.TemporaryFile()  # noqa: SIM115 (the caller closes it once the reaper started)
+    held.write(json.dumps({n: os.environ[n] for n in secrets if n in os.environ}).encode())
+    held.flush()
+    held.seek(0)
+    return {**{k: v for k, v in os.environ.items() if k not in secrets}, **mark}, held
 
 
 def procs(folders: Iterable[str], v2: bool = False) -> list[int]:

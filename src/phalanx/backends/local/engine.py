@@ -233,9 +233,8 @@ class LocalBackend:
         log = Path(unit.log)
         log.parent.mkdir(parents=True, exist_ok=True)
         offset = log.stat().st_size if log.exists() else 0
-        # the file holds only what Phalanx adds: the inherited environment (AWS keys, secrets) reaches
-        # the reaper as its own, never a file on disk (a boxed one, root, gets no variable the user set:
-        # phalanx.machine.handoff); the mark finds the unit's processes once its reaper is gone
+        # the file holds only what Phalanx adds (secrets reach the reaper in its environment, a boxed one
+        # on its stdin: boxes.reaper_start); the mark finds the unit's processes once its reaper is gone
         mark = {members.ENV: members.marker(f"{exp_id}:{folder.name}", unit.name)}
         processes: list[dict[str, Any]] = [
             {"argv": list(p.argv), "cwd": unit.cwd, "env": {**p.env, **mark}} for p in unit.processes
@@ -262,12 +261,13 @@ class LocalBackend:
         with os.fdopen(fd, "w") as f:
             json.dump(config, f)
         started_at = time.time()
-        with open(log, "ab") as errors:
+        env, given = boxes.reaper_start(config, processes[0]["env"], mark)
+        with open(log, "ab") as errors, given:
             proc = subprocess.Popen(
                 [sys.executable, "-E", "-c", _REAPER_BOOT, _PACKAGE_ROOT, str(cfg)],
-                env={**os.environ, **(mark if "box" in config else processes[0]["env"])},
+                env=env,
                 cwd=unit.cwd,
-                stdin=subprocess.DEVNULL,
+                stdin=given,
                 stdout=subprocess.DEVNULL,
                 stderr=errors,  # the reaper's own trouble, if any, lands in the replica's log
                 start_new_session=True,  # a process group per replica

@@ -141,7 +141,8 @@ class Reaper:
             argv, env = spec["argv"], {**os.environ, **spec["env"]}  # the file holds what Phalanx adds
             held: IO[bytes] | None = None
             if self.box is not None:  # nothing inherited but the locale and the secrets, by name
-                env = {**{k: os.environ[k] for k in self.box["inherit"] if k in os.environ}, **spec["env"]}
+                inherited = {k: os.environ[k] for k in self.box["inherit"] if k in os.environ}
+                env = {**inherited, **self.box.get("given", {}), **spec["env"]}
                 # none of it reaches bubblewrap or setpriv, which run as root: the account's shell
                 # exports it (phalanx.machine.handoff)
                 uid = int(self.box["uid"])
@@ -400,6 +401,8 @@ def _uid(pid: int) -> int | None:
 
 def main(argv: list[str]) -> int:
     config = json.loads(Path(argv[0]).read_text())
+    if config.get("box") is not None:  # the project's secrets: on standard input, never in our env
+        config["box"]["given"] = json.loads(sys.stdin.buffer.read() or b"{}")
     reaper = Reaper(config)
     reaper.install()
     if reaper.parent_gone():

@@ -60,7 +60,7 @@ class BuildIn(BaseModel):
     @model_validator(mode="after")
     def _passable(self) -> BuildIn:
         for name in self.env_vars:
-            if not ENV_NAME.match(name):
+            if not ENV_NAME.fullmatch(name):
                 raise ValueError(f"env_vars: {name!r} is not a variable name (letters, digits, '_')")
         texts = [*self.pip_packages, *self.build_steps, *self.env_vars.values(), self.requirements or ""]
         if any("\0" in text for text in texts):

@@ -1,0 +1,25 @@
+"""A secret's name: an environment variable a project's experiments read, never one that a program
+(the dynamic loader, an interpreter, a shell, git) reads to load or run other code, since root starts
+programs while a project's secrets are in its environment."""
+
+from __future__ import annotations
+
+import pytest
+
+from phalanx.errors import UsageError
+from phalanx.store.secrets import check_name
+
+
+@pytest.mark.parametrize("name", ["AWS_SECRET_ACCESS_KEY", "HF_TOKEN", "WANDB_API_KEY", "_X1"])
+def test_a_secrets_name_is_an_ordinary_variable(name: str) -> None:
+    assert check_name(name) == name
+
+
+@pytest.mark.parametrize(
+    "name",
+    ["LD_PRELOAD", "LD_LIBRARY_PATH", "LD_AUDIT", "PYTHONPATH", "PATH", "GCONV_PATH", "GIT_SSH_COMMAND",
+     "BASH_ENV", "OPENSSL_CONF", "PHALANX_TOKEN", "lower", "A-B", "KEY\n"],
+)  # fmt: skip
+def test_a_name_programs_read_to_run_code_is_refused_saying_so(name: str) -> None:
+    with pytest.raises(UsageError, match="not one that programs read to load or run code"):
+        check_name(name)
