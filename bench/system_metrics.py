@@ -24,7 +24,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "src"))
 
 import contextlib
 
-from phalanx.machine import limits, proctree
+from phalanx.machine import proctree
 from phalanx.machine.sysmetrics import Sampler, SystemMetrics, Target
 
 TREE = """
@@ -56,12 +56,12 @@ def main() -> None:
     try:
         time.sleep(2.0)  # let the children start
         targets = [Target(p.pid, f"r{i}") for i, p in enumerate(procs)]
-        tree = limits.children_map()
+        tree = proctree.children_map()
 
         def replicas_cpu() -> float:
-            t = limits.children_map()
+            t = proctree.children_map()
             return sum(
-                proctree.sample_tree([p.pid, *limits.descendants(p.pid, t)], 0, with_pss=False).cpu_seconds
+                proctree.sample_tree([p.pid, *proctree.descendants(p.pid, t)], 0, with_pss=False).cpu_seconds
                 for p in procs
             )
 
@@ -97,7 +97,7 @@ def main() -> None:
         print(json.dumps(result, indent=2))
     finally:
         for p in procs:
-            for pid in [*limits.descendants(p.pid), p.pid]:
+            for pid in [*proctree.descendants(p.pid), p.pid]:
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(pid, 9)
             p.wait()

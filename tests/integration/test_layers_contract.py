@@ -1,6 +1,7 @@
 """The layers contract (.importlinter, run by `make lint`) is live: it passes on the code as it is and
 fails, naming the arrow, as soon as a lower room imports a higher one (here: a temporary module of
-spec/ importing the CLI, and a server module importing the CLI) — on a copy of the package."""
+spec/ importing the CLI, and a server module importing the CLI) — on a copy of the package. So is
+the reaper's: a replica's reaper importing the machine's planning fails it."""
 
 from __future__ import annotations
 
@@ -42,7 +43,7 @@ def package_copy(tmp_path: Path) -> Path:
 def test_the_layers_hold_and_an_upward_import_breaks_the_contract(package_copy: Path) -> None:
     kept = _lint(package_copy)
     assert kept.returncode == 0, kept.stdout + kept.stderr
-    assert "1 kept, 0 broken" in kept.stdout
+    assert "2 kept, 0 broken" in kept.stdout  # the layers, the reaper's
     (package_copy / "phalanx" / "spec" / "upward.py").write_text(
         "def f() -> None:\n    from phalanx.cli import run  # inside a function: still an arrow\n"
     )
@@ -58,3 +59,13 @@ def test_the_server_may_not_import_the_cli(package_copy: Path) -> None:
     broken = _lint(package_copy)
     assert broken.returncode != 0, broken.stdout
     assert "phalanx.server.upward -> phalanx.cli.tracking" in broken.stdout, broken.stdout
+
+
+def test_the_reaper_may_not_import_what_plans_a_machine(package_copy: Path) -> None:
+    """Every replica starts a reaper: the domain model and the ledger would be paid once per replica."""
+    reaper = package_copy / "phalanx" / "backends" / "local" / "reaper.py"
+    lazy = "\n\ndef _plan() -> None:\n    from phalanx.machine import limits  # a lazy import counts\n"
+    reaper.write_text(reaper.read_text() + lazy)
+    broken = _lint(package_copy)
+    assert broken.returncode != 0, broken.stdout
+    assert "phalanx.backends.local.reaper -> phalanx.machine.limits" in broken.stdout, broken.stdout

@@ -6,7 +6,8 @@ import pytest
 
 from phalanx.domain import Range, Resources
 from phalanx.errors import UsageError
-from phalanx.machine.limits import Machine, allocate, limit_env, memory_exceeded_reason
+from phalanx.machine.limits import Machine, allocate, limit_env
+from phalanx.machine.proctree import memory_exceeded_reason
 
 TWO_CORES = Machine(cpus=(0, 1), memory_mib=4096, gpus=())
 

@@ -271,7 +271,7 @@ class ReplicaActor:
             json.dump(config, f)
         with open(self.log, "ab") as errors:
             self._child = subprocess.Popen(
-                [sys.executable, "-E", "-c", REAPER_BOOT, str(code / ".phalanx-sdk"), str(cfg)],
+                [sys.executable, "-I", "-c", REAPER_BOOT, str(code / ".phalanx-sdk"), str(cfg)],
                 env={**os.environ, **processes[0]["env"]},
                 cwd=str(code),
                 stdin=subprocess.DEVNULL,

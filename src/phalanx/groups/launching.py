@@ -119,7 +119,7 @@ class GroupLauncher:
         folder.mkdir(parents=True, exist_ok=True)
         with open(folder / CONTROLLER_LOG, "ab") as out:
             return subprocess.Popen(
-                [sys.executable, "-m", "phalanx.groups", group_id],
+                [sys.executable, "-P", "-m", "phalanx.groups", group_id],  # -P: no folder on its path
                 stdin=subprocess.DEVNULL,
                 stdout=out,
                 stderr=subprocess.STDOUT,

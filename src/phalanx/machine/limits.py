@@ -4,7 +4,8 @@ The plan's requests are checked against what the machine has before anything sta
 exist is always refused; more cores or memory than exist unless the user oversubscribes). Limits
 become a CPU affinity set plus OMP/MKL thread counts, a memory cap enforced per replica (cgroup v2
 where it is writable, else a watchdog over the replica's process tree, run by its reaper) and
-disjoint CUDA_VISIBLE_DEVICES. Standard library only: the reaper imports this module.
+disjoint CUDA_VISIBLE_DEVICES. The reaper sees a replica's processes and memory through
+``proctree`` alone, so it never imports this module (nor the domain and the ledger it needs).
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import math
 import os
 import shutil
 import subprocess
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -21,8 +22,7 @@ from phalanx import knobs
 from phalanx.domain import Resources
 from phalanx.errors import UsageError
 from phalanx.machine.ledger import bases, cores_counted, memory_counted
-
-MIB = 1024 * 1024
+from phalanx.machine.proctree import MIB, memory_label
 
 # Replicas one experiment may have. A file asking for more is almost always a typo (n_workers:
 # 1000000 used to make `phalanx check` expand a million replicas: 14 minutes, 7.6 GB); a larger
@@ -71,15 +71,6 @@ class ReplicaLimits:
             "memory": memory_label(self.memory_mib) if self.memory_mib is not None else None,
             "gpus": list(self.gpus) if self.gpus is not None else None,
         }
-
-
-def memory_label(mib: float) -> str:
-    """1024 -> "1024Mi", the unit the experiment file uses."""
-    return f"{mib:g}Mi"
-
-
-def memory_exceeded_reason(mib: float) -> str:
-    return f"memory limit {memory_label(mib)} exceeded"
 
 
 def detect_gpus() -> tuple[str, ...]:
@@ -268,46 +259,3 @@ def cgroup_v2_root() -> Path | None:
     except OSError:
         return None
     return parent if os.access(parent, os.W_OK) else None
-
-
-def children_map() -> dict[int, list[int]]:
-    """ppid -> pids, read from /proc in one pass."""
-    out: dict[int, list[int]] = {}
-    for entry in os.scandir("/proc"):
-        if not entry.name.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry.name}/stat", "rb") as f:
-                stat = f.read()
-        except OSError:
-            continue
-        # the command name may hold spaces and parentheses: fields start after the last ')'
-        fields = stat[stat.rfind(b")") + 2 :].split()
-        if len(fields) > 1:
-            out.setdefault(int(fields[1]), []).append(int(entry.name))
-    return out
-
-
-def descendants(root: int, tree: Mapping[int, list[int]] | None = None) -> list[int]:
-    """Every process below ``root`` (not root itself)."""
-    tree = children_map() if tree is None else tree
-    out: list[int] = []
-    todo = list(tree.get(root, ()))
-    while todo:
-        pid = todo.pop()
-        out.append(pid)
-        todo.extend(tree.get(pid, ()))
-    return out
-
-
-def rss_bytes(pids: Iterable[int]) -> int:
-    """Resident memory of these processes together (what the watchdog compares with the limit)."""
-    page = os.sysconf("SC_PAGE_SIZE")
-    total = 0
-    for pid in pids:
-        try:
-            with open(f"/proc/{pid}/statm", "rb") as f:
-                total += int(f.read().split()[1]) * page
-        except (OSError, IndexError, ValueError):
-            continue
-    return total

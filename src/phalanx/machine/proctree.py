@@ -15,12 +15,13 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 SHM = "/dev/shm/"
 PAGE = os.sysconf("SC_PAGE_SIZE")
 TICKS = os.sysconf("SC_CLK_TCK")
+MIB = 1024 * 1024
 
 
 def _pss_bytes(pid: int) -> int | None:
@@ -207,3 +208,42 @@ def sample_tree(pids: Iterable[int], now: float, with_pss: bool = True) -> TreeS
         read += rd
         write += wr
     return TreeSample(now, cpu, rss, pss, threads, count, read, write)
+
+
+def children_map() -> dict[int, list[int]]:
+    """ppid -> pids, read from /proc in one pass."""
+    out: dict[int, list[int]] = {}
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry.name}/stat", "rb") as f:
+                stat = f.read()
+        except OSError:
+            continue
+        # the command name may hold spaces and parentheses: fields start after the last ')'
+        fields = stat[stat.rfind(b")") + 2 :].split()
+        if len(fields) > 1:
+            out.setdefault(int(fields[1]), []).append(int(entry.name))
+    return out
+
+
+def descendants(root: int, tree: Mapping[int, list[int]] | None = None) -> list[int]:
+    """Every process below ``root`` (not root itself)."""
+    tree = children_map() if tree is None else tree
+    out: list[int] = []
+    todo = list(tree.get(root, ()))
+    while todo:
+        pid = todo.pop()
+        out.append(pid)
+        todo.extend(tree.get(pid, ()))
+    return out
+
+
+def memory_label(mib: float) -> str:
+    """1024 -> "1024Mi", the unit the experiment file uses."""
+    return f"{mib:g}Mi"
+
+
+def memory_exceeded_reason(mib: float) -> str:
+    return f"memory limit {memory_label(mib)} exceeded"

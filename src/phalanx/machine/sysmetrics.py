@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from phalanx import knobs
-from phalanx.machine import limits, proctree
+from phalanx.machine import proctree
 from phalanx.spool import SpoolWriter, encode_points, new_stream_id
 
 log = logging.getLogger(__name__)
@@ -170,12 +170,12 @@ class Sampler:
         """(target, [(title, value), ...]) for each target alive now; CPU % over the time since the
         last look (at the first look: since the replica started)."""
         cpu0 = time.thread_time()
-        tree = limits.children_map()
+        tree = proctree.children_map()
         now = time.monotonic()
         out: list[tuple[Target, list[tuple[str, float]]]] = []
         live = set()
         for t in targets:
-            pids = [t.pid, *limits.descendants(t.pid, tree)]
+            pids = [t.pid, *proctree.descendants(t.pid, tree)]
             sample = proctree.sample_tree(pids, now, with_pss=False)
             if sample.processes == 0:
                 continue

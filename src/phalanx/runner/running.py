@@ -255,7 +255,9 @@ class Runner:
             if lock is not None:  # the supervisor holds it from here on (detached.supervise_launch)
                 child_env[LAUNCH_LOCK_FD] = str(lock)
                 passed = (lock,)
-            argv = [sys.executable, "-m", "phalanx.runner", str(run_dir)]
+            # -P: the folder it starts in (a submitted bundle's, on a server) is never on its path, so
+            # a planted json.py is not what the supervisor imports (isolation/test_hostile_jobs.py)
+            argv = [sys.executable, "-P", "-m", "phalanx.runner", str(run_dir)]
             with open(log_path, "ab") as out:
                 proc = subprocess.Popen(
                     argv,

@@ -24,7 +24,7 @@ from typing import Any
 from phalanx import share
 from phalanx.domain import Range, Resources
 from phalanx.errors import Conflict, UsageError
-from phalanx.machine import cgroups, limits
+from phalanx.machine import cgroups, limits, proctree
 from phalanx.machine.ledger import (
     SERVICE_PREFIXES,
     Capacity,
@@ -87,7 +87,7 @@ class Seat:
             parts.append(f"GPUs {','.join(self.grant.gpus)}")
         if self.grant.memory_mib:
             capped = "capped" if self.cgroup is not None else "counted, not capped here"
-            parts.append(f"{limits.memory_label(self.grant.memory_mib)} ({capped})")
+            parts.append(f"{proctree.memory_label(self.grant.memory_mib)} ({capped})")
         return ", ".join(parts)
 
 

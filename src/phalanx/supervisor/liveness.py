@@ -41,7 +41,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from phalanx import alerts, knobs
-from phalanx.machine import limits
+from phalanx.machine import proctree
 from phalanx.spec.model import Stall
 from phalanx.store.alert_records import STALLED
 from phalanx.supervisor.notices import Notices
@@ -222,7 +222,7 @@ class Liveness:
         return None
 
     def _watch_cpu(self, running: Mapping[str, int | None], now: float) -> None:
-        tree = limits.children_map()
+        tree = proctree.children_map()
         for name, pid in running.items():
             self.last_progress.setdefault(name, now)
             self._pids[name] = pid
@@ -230,7 +230,7 @@ class Liveness:
                 if not self.unseen_cpu:  # its CPU cannot be seen: never judged by the defaults
                     self.last_progress[name] = now
                 continue
-            ticks, stopped = _cpu_and_stopped([pid, *limits.descendants(pid, tree)])
+            ticks, stopped = _cpu_and_stopped([pid, *proctree.descendants(pid, tree)])
             self._stopped[name] = stopped
             before, since = self._cpu.get(name), self._cpu_at.get(name)
             self._cpu[name], self._cpu_at[name] = ticks, now
@@ -329,7 +329,7 @@ def stacks(leader: int) -> list[str]:
 def _python_processes(leader: int) -> list[int]:
     """The Python interpreters among ``leader``'s descendants (the reaper itself is left out)."""
     found = []
-    for pid in limits.descendants(leader, limits.children_map()):
+    for pid in proctree.descendants(leader, proctree.children_map()):
         try:
             name = Path(os.readlink(f"/proc/{pid}/exe")).name
         except OSError:

@@ -360,6 +360,42 @@ def test_a_jobs_loader_variables_never_reach_what_runs_as_root(team: Team, tmp_p
         shutil.rmtree(lab, ignore_errors=True)
 
 
+PLANTED = """import os
+with open({marks!r}, "a") as marks:
+    marks.write(f"uid={{os.getuid()}} {{__name__}}\\n")
+"""
+# modules root's Python (the supervisor, a unit's reaper) imports after it started in the job's folder
+SHADOWED = ("json", "selectors", "ctypes", "subprocess", "yaml", "sqlalchemy")
+
+
+def test_a_bundle_that_shadows_python_modules_runs_nothing_as_root(team: Team, tmp_path: Path) -> None:
+    """An editor's bundle holds json.py, selectors.py, sqlalchemy.py...: the supervisor and the
+    reapers start in its folder, as root, and import those names after their start. Python puts
+    the folder a `-m` or `-c` program starts in first on its path: none of them may read it."""
+    lab = Path(tempfile.mkdtemp(prefix="phalanx-shadow-"))  # outside pytest's 0700 folder: any uid
+    try:
+        os.chmod(lab, 0o777)
+        marks = lab / "imported-by"
+        folder = tmp_path / "shadow"
+        folder.mkdir()
+        for name in SHADOWED:
+            (folder / f"{name}.py").write_text(PLANTED.format(marks=str(marks)))
+        (folder / "shadow.yml").write_text(
+            "version: 1\nkind: experiment\nname: shadow\nproject: nlp\n"
+            "environment: {replicas: {n_workers: 1}}\nframework: pytorch\n"
+            'run: {cmd: echo "SHADOW UID=$(id -u)"}\n'
+        )
+        job = team.submit("ada", folder, "shadow.yml")
+        done = team.wait_done(job)
+        lines = team.logs(job)
+        imported = marks.read_text().splitlines() if marks.exists() else []
+        assert imported == [], imported  # nothing of the bundle ran outside the job's own processes
+        assert done["status"] == "succeeded", lines[-20:]
+        assert sum(line.startswith("SHADOW UID=") for line in lines) == 2  # both replicas ran
+    finally:
+        shutil.rmtree(lab, ignore_errors=True)
+
+
 def _send(url: str, method: str, doc: Any = None) -> None:
     """``method`` ``url`` as the server's admin (a JSON body when ``doc``)."""
     request = urllib.request.Request(

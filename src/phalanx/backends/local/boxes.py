@@ -23,7 +23,8 @@ from typing import IO, Any
 from phalanx.backends.base import LaunchContext
 from phalanx.machine import box, cgroups
 from phalanx.machine.box import Isolation
-from phalanx.machine.limits import MIB, ReplicaLimits
+from phalanx.machine.limits import ReplicaLimits
+from phalanx.machine.proctree import MIB
 from phalanx.plan import Plan
 
 # the names (never the values) of the secrets the supervisor put in its environment for this submit

@@ -4,7 +4,7 @@
 per launch unit (one per replica; one mpirun launcher for MPI), the exact argv, working directory and
 environment added to the inherited one. ``submit`` writes each unit's config under
 ``<runs>/<id>/attempts/<n>/`` and starts the reaper (``phalanx.backends.local.reaper`` under
-``python -E``) for it in a new session. The job's state lives on disk (pids, status files written by
+``python -I``) for it in a new session. The job's state lives on disk (pids, status files written by
 the reapers, log files), so ``describe``, ``logs`` and ``cancel`` also work from a process other than
 the one that submitted (TorchX's local scheduler keeps jobs only in memory; ``phalanx stop`` needs better).
 """
@@ -36,7 +36,7 @@ from phalanx.config import Settings
 from phalanx.domain import ExperimentStatus, ReplicaState
 from phalanx.errors import BackendUnavailable, SpecError
 from phalanx.frameworks import Endpoints, mpi
-from phalanx.machine import limits
+from phalanx.machine import limits, proctree
 from phalanx.machine.box import Isolation
 from phalanx.machine.ports import address_in_use, free_port
 from phalanx.machine.procs import Seen, judge, start_time
@@ -96,8 +96,8 @@ def _proc_start(pid: int) -> str | None:
     return None if ticks is None else str(ticks)
 
 
-# The reaper runs with -E (the replica's PYTHONPATH may point into a foreign venv), so it is told
-# where Phalanx lives explicitly: this works whether Phalanx is installed or run from a source tree.
+# The reaper runs with -I: no PYTHON* variable, no user site, not the replica's folder (a planted json.py
+# would run as root) on its path; it is told where Phalanx lives (installed or a source tree).
 _PACKAGE_ROOT = str(Path(__file__).resolve().parents[3])
 _REAPER_BOOT = (
     "import sys; sys.path.insert(0, sys.argv.pop(1)); "
@@ -264,7 +264,7 @@ class LocalBackend:
         env, given = boxes.reaper_start(config, processes[0]["env"], mark)
         with open(log, "ab") as errors, given:
             proc = subprocess.Popen(
-                [sys.executable, "-E", "-c", _REAPER_BOOT, _PACKAGE_ROOT, str(cfg)],
+                [sys.executable, "-I", "-c", _REAPER_BOOT, _PACKAGE_ROOT, str(cfg)],
                 env=env,
                 cwd=unit.cwd,
                 stdin=given,
@@ -553,7 +553,7 @@ class LocalBackend:
         for unit in units:
             if self._alive(handle, unit):
                 mark = members.marker(handle, unit.name)
-                pids += [unit.pid, *members.find(mark, pgid=unit.pid), *limits.descendants(unit.pid)]
+                pids += [unit.pid, *members.find(mark, pgid=unit.pid), *proctree.descendants(unit.pid)]
                 pids += boxes.procs(unit.cgroup, unit.cgroup_v2)
             else:
                 pids += self._left_behind(handle, unit)

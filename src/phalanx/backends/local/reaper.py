@@ -1,6 +1,6 @@
 """The leader of one local replica: starts its processes and makes sure none outlives it.
 
-Runs as ``python -E -m phalanx.backends.local.reaper CONFIG.json`` (standard library only, fast to
+Runs as ``python -I -c ...reaper.main CONFIG.json`` (standard library only, fast to
 start). It asks the kernel for SIGTERM when its parent (``phalanx run``) dies (PR_SET_PDEATHSIG, set
 here and checked against the expected parent pid to close the race), and becomes a child subreaper
 (PR_SET_CHILD_SUBREAPER) so that every descendant, even one that daemonises or calls setsid, stays
@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from phalanx.backends.logfiles import STDERR_MARK_BYTES
-from phalanx.machine import cgroups, limits, proctree
+from phalanx.machine import cgroups, proctree
 from phalanx.machine.handoff import TRUSTED_PATH, handed
 
 PR_SET_PDEATHSIG = 1
@@ -123,7 +123,7 @@ class Reaper:
         if cpus:
             os.sched_setaffinity(0, cpus)  # inherited by every process the replica starts
         if self.memory_mib and self.config.get("cgroup"):
-            self._join_cgroup(Path(self.config["cgroup"]), int(self.memory_mib * limits.MIB))
+            self._join_cgroup(Path(self.config["cgroup"]), int(self.memory_mib * proctree.MIB))
 
     def _join_cgroup(self, path: Path, max_bytes: int) -> None:
         try:
@@ -218,7 +218,7 @@ class Reaper:
                 return
 
     def tree(self) -> list[int]:
-        return limits.descendants(os.getpid())
+        return proctree.descendants(os.getpid())
 
     def signal_tree(self, sig: int) -> int:
         pids = self.tree()
@@ -289,14 +289,14 @@ class Reaper:
                 return False
         # each page once: PSS across the tree (a forked DataLoader's shared pages are not counted
         # per worker) plus the /dev/shm files the tree holds without mapping them
-        return self.memory.usage(self.tree()).total > self.memory_mib * limits.MIB
+        return self.memory.usage(self.tree()).total > self.memory_mib * proctree.MIB
 
     def failure_of(self, code: int) -> tuple[int | None, int | None, str | None]:
         """A process's nonzero exit: the memory limit when the kernel (or the watch) killed it for
         that, even when its exit is seen before the next watch (a shell reports its child's SIGKILL
         as 137), else its code or signal."""
         if self.memory_mib and self.check_memory():
-            return (None, signal.SIGKILL, limits.memory_exceeded_reason(self.memory_mib))
+            return (None, signal.SIGKILL, proctree.memory_exceeded_reason(self.memory_mib))
         return (code, None, None) if code > 0 else (None, -code, None)
 
     def run(self) -> int:
@@ -320,7 +320,8 @@ class Reaper:
                     next_watch = now + WATCH_INTERVAL
                     if self.check_memory():
                         assert self.memory_mib is not None
-                        self.failure = (None, signal.SIGKILL, limits.memory_exceeded_reason(self.memory_mib))
+                        reason = proctree.memory_exceeded_reason(self.memory_mib)
+                        self.failure = (None, signal.SIGKILL, reason)
                         self.failed_at = time.time()
                         while self.signal_tree(signal.SIGKILL):
                             self.pump(sel, log, 0.05)
