@@ -14,7 +14,7 @@ from typing import Any, TypeVar
 
 from phalanx import suggest
 from phalanx.errors import Problem, SpecError
-from phalanx.spec.yamltree import Mark, YKey, YMap, YNode, YScalar, YSeq, plain
+from phalanx.spec.yamltree import Mark, TreeError, YKey, YMap, YNode, YScalar, YSeq, compose, plain
 
 E = TypeVar("E", bound=StrEnum)
 
@@ -69,6 +69,16 @@ class Collector:
     def raise_if_any(self) -> None:
         if self.problems:
             raise SpecError(sorted_problems(self.problems))
+
+    def compose(self, text: str) -> YNode | None:
+        """The file's tree (None: an empty file), what the YAML itself gets wrong collected here; a
+        file that is not YAML at all is a SpecError at once."""
+        try:
+            root, problems = compose(text, self.filename)
+        except TreeError as exc:
+            raise SpecError(sorted_problems(exc.problems)) from None
+        self.problems.extend(problems)
+        return root
 
     # -- shapes ---------------------------------------------------------------------------------
 

@@ -98,11 +98,7 @@ def load_group_text(
     with the file's value."""
 
     c = Collector(filename)
-    try:
-        root, problems = compose(text, filename)
-    except TreeError as exc:
-        raise SpecError(sorted_problems(exc.problems)) from None
-    c.problems.extend(problems)
+    root = c.compose(text)
     if not isinstance(root, YMap):
         c.add(
             root if root is not None else Mark(1, 1),

@@ -16,7 +16,6 @@ from phalanx.spec.errors import Collector, sorted_problems
 from phalanx.spec.model import ExperimentSpec
 from phalanx.spec.params import parse_param_overrides
 from phalanx.spec.schema import read_spec
-from phalanx.spec.yamltree import TreeError, compose
 
 MAX_FILE_BYTES = 1 << 20  # 1 MiB: a real experiment file is a few KiB
 
@@ -76,11 +75,7 @@ def load_spec_text(
     if len(text.encode("utf-8", "surrogatepass")) > MAX_FILE_BYTES:
         raise SpecError(Problem(f"{filename}: larger than 1 MiB; an experiment file is a few KiB, refused"))
     c = Collector(filename)
-    try:
-        root, problems = compose(text, filename)
-    except TreeError as exc:
-        raise SpecError(sorted_problems(exc.problems)) from None
-    c.problems.extend(problems)
+    root = c.compose(text)
     spec = read_spec(c, root, dict(params or {}), extra_params=extra_params)
     c.raise_if_any()
     assert spec is not None  # read_spec returns None only with problems recorded

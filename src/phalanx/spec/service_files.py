@@ -14,14 +14,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from phalanx.domain import Resources
-from phalanx.errors import SpecError
 from phalanx.spec.errors import Collector, describe, sorted_problems
 from phalanx.spec.inputs import InputSpec
 from phalanx.spec.loader import read_file_text
 from phalanx.spec.model import Build
 from phalanx.spec.schema import read_build, read_data_inputs, read_labels, read_version
 from phalanx.spec.topology import read_resources
-from phalanx.spec.yamltree import Mark, TreeError, YMap, YNode, YScalar, YSeq, compose, is_null
+from phalanx.spec.yamltree import Mark, YMap, YNode, YScalar, YSeq, is_null
 
 NOTEBOOK_KEYS = (
     "version",
@@ -77,7 +76,7 @@ class BoardFile:
 def load_notebook_file(path: str | Path) -> NotebookFile:
     """A `kind: notebook` file read and checked; SpecError listing every problem, located."""
     c = Collector(str(path))
-    root = _root(c, read_file_text(path), str(path), "notebook")
+    root = _root(c, read_file_text(path), "notebook")
     project = read_labels(c, lambda name: _given(root, name))[1]
     build = read_build(c, n) if (n := _given(root, "build")) else Build()
     resources = _resources(c, n) if (n := _given(root, "environment")) else None
@@ -100,20 +99,16 @@ def load_notebook_file(path: str | Path) -> NotebookFile:
 def load_board_file(path: str | Path) -> BoardFile:
     """A `kind: tensorboard` file read and checked; SpecError listing every problem, located."""
     c = Collector(str(path))
-    root = _root(c, read_file_text(path), str(path), "tensorboard")
+    root = _root(c, read_file_text(path), "tensorboard")
     project = read_labels(c, lambda name: _given(root, name))[1]
     c.raise_if_any()
     return BoardFile(project=project, notes=_notes(c))
 
 
-def _root(c: Collector, text: str, filename: str, kind: str) -> YMap:
+def _root(c: Collector, text: str, kind: str) -> YMap:
     """The file's top mapping, its version, kind and keys checked (SpecError at once when it is not
     a file of ``kind`` at all: its other keys would only be noise)."""
-    try:
-        root, problems = compose(text, filename)
-    except TreeError as exc:
-        raise SpecError(sorted_problems(exc.problems)) from None
-    c.problems.extend(problems)
+    root = c.compose(text)
     if not isinstance(root, YMap):
         shown = describe(root) if root is not None else "an empty file"
         c.add(root or Mark(1, 1), "", f"expected a mapping of keys (version, kind, ...), got {shown}")
