@@ -24,7 +24,6 @@ import os
 import subprocess
 import threading
 import time
-import urllib.request
 from dataclasses import dataclass
 from typing import Any
 
@@ -107,6 +106,8 @@ def _run_command(command: str, alert: Alert) -> None:
 
 
 def _post(url: str, alert: Alert) -> None:
+    import urllib.request  # why: at the first webhook, not in every supervisor (20 ms of http.client)
+
     body = json.dumps(alert.to_json()).encode()
     request = urllib.request.Request(url, body, {"Content-Type": "application/json"}, method="POST")
     try:

@@ -14,6 +14,7 @@ an object appears whole when its upload completes, and a failed upload is aborte
 
 from __future__ import annotations
 
+import functools
 import os
 import posixpath
 import re
@@ -54,6 +55,17 @@ def open_fs(url: str, credentials: Mapping[str, Any] | None = None) -> tuple[Any
         options = {**s3_options(), **(credentials or {})}
     fs, root = url_to_fs(url, **options)
     return fs, str(root)
+
+
+def local_path(url: str) -> str | None:
+    """The folder a local root names (a path, ``file://`` or ``local://``), as fsspec spells it
+    (absolute, ``~`` expanded, no trailing slash); None for any other URL."""
+    protocol, sep, rest = url.partition("://")
+    if not sep:
+        rest = url
+    elif protocol not in ("file", "local"):
+        return None
+    return os.path.abspath(os.path.expanduser(rest))
 
 
 def s3_options() -> dict[str, Any]:
@@ -117,10 +129,18 @@ class ArtifactStore:
 
     def __init__(self, root: str) -> None:
         self.root_url = root
-        self.fs, self.root = open_fs(root)
-        self.local = self.fs.protocol in ("file", "local") or "file" in (self.fs.protocol or ())
-        if self.local:
+        local_root = local_path(root)
+        self.local = local_root is not None
+        if local_root is None:
+            self.fs, self.root = open_fs(root)
+        else:  # fsspec is imported at the first file moved, not by every process that opens the store
+            self.root = local_root
             Path(self.root).mkdir(parents=True, exist_ok=True)
+
+    @functools.cached_property
+    def fs(self) -> Any:
+        """The fsspec filesystem (a local root's is opened at its first use: 0.1 CPU-s of imports)."""
+        return open_fs(self.root_url)[0]
 
     def url(self, experiment_id: str, path: str = "") -> str:
         base = posixpath.join(self.root, _check_id(experiment_id))
@@ -132,10 +152,12 @@ class ArtifactStore:
         if not self.local:  # an object appears whole when its upload completes
             self.fs.pipe_file(target, data)
             return len(data)
-        tmp = f"{target}.tmp-{uuid.uuid4().hex[:8]}"
-        with self.fs.open(tmp, "wb") as fh:
-            fh.write(data)
-        self.fs.mv(tmp, target)
+        tmp = Path(f"{target}.tmp-{uuid.uuid4().hex[:8]}")  # a folder: no fsspec for every run's snapshot
+        try:
+            tmp.write_bytes(data)
+            tmp.replace(target)
+        finally:
+            tmp.unlink(missing_ok=True)
         return len(data)
 
     def put_file(self, experiment_id: str, path: str, source: str | Path) -> int:

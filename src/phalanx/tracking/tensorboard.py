@@ -76,6 +76,12 @@ def stop() -> None:
             _finder = None
 
 
+def finder() -> importlib.abc.MetaPathFinder | None:
+    """The finder that patches writers as they are imported (None: not capturing); the boot's
+    sitecustomize hands it the import that turned capture on."""
+    return _finder
+
+
 def _capturing() -> bool:
     return _finder is not None
 

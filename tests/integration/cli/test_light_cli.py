@@ -135,6 +135,10 @@ def test_run_detach_returns_the_recorded_id_without_importing_sqlalchemy_or_type
     }
     assert {"sqlalchemy", "phalanx.store.sql.store"} <= supervised, sorted(supervised)[:20]
     assert not {m for m in supervised if m.startswith("sqlalchemy.orm")}, "the supervisor imported the ORM"
+    # nor what only moving an artifact to a bucket or posting an alert needs (0.05 CPU-s, issue 42):
+    # the code snapshot goes to the local artifact folder without fsspec
+    assert not {"fsspec", "urllib.request", "http.client"} & supervised, sorted(supervised)
+    assert (phalanx_home / "artifacts" / started["id"] / "_source" / "source.tar.gz").is_file()
 
 
 def test_ls_where_and_column_use_the_run_table_grammar(phalanx_home: Path) -> None:
