@@ -143,3 +143,15 @@ def test_a_wrong_shape_or_dtype_is_a_422_naming_the_input(
         text = r.read().decode()
     assert 'phalanx_serve_requests_total{model="digits",status="422",version="-"} 5.0' in text
     assert 'phalanx_serve_model_version{model="digits"} 1.0' in text
+
+
+def test_another_models_name_is_a_404_naming_the_served_one(
+    digits_served: tuple[Served, bytes, np.ndarray],
+) -> None:
+    served, _, x = digits_served
+    body = json.dumps({"inputs": x[:1].tolist()}).encode()
+    status, _, raw = post(served, "/v1/models/cats:predict", body)
+    assert status == 404, raw
+    assert "serves 'digits', not 'cats'" in json.loads(raw)["message"]
+    described = get_json(served, "/v1/models/digits")  # GET of the model's own path is its signature
+    assert described["model"] == "digits" and described["signature"]["inputs"][0]["name"] == "input"
