@@ -348,8 +348,10 @@ def _build(
                 build_box(box, target, workdir, scratch),
                 (box.uid, box.gid),
             )
-        run([sys.executable, "-m", "venv", str(target)], "creating the venv")
-        pip = [str(target / "bin" / "python"), "-m", "pip", "install", "--no-input"]
+        # -P: the folder the steps run in (the experiment's) is never on the interpreter's path, so
+        # a venv.py or pip.py of the user's is not what runs (as root, for the Horovod tools' build)
+        run([sys.executable, "-P", "-m", "venv", str(target)], "creating the venv")
+        pip = [str(target / "bin" / "python"), "-P", "-m", "pip", "install", "--no-input"]
         if build.pip_packages:
             args = [a for p in build.pip_packages if p.strip() for a in shlex.split(p)]
             run([*pip, *args], "pip install of build.pip_packages")

@@ -161,9 +161,9 @@ def _build(key: str, torch_pin: str, folder: Path, python: Path, say: Callable[[
         say(
             f"building Horovod {HOROVOD_VERSION} for torch {torch_pin} once (about 4 min on 2 idle cores) ..."
         )
-        pip = [str(python), "-m", "pip"]
+        pip = [str(python), "-P", "-m", "pip"]  # -P, and its own folder: no user's pip.py on its path
         sdist_argv = [*pip, "download", "--no-deps", "--no-binary", ":all:", f"horovod=={HOROVOD_VERSION}"]
-        _run([*sdist_argv, "-d", str(work)], env, logfile, "downloading the sdist")
+        _run([*sdist_argv, "-d", str(work)], env, logfile, "downloading the sdist", cwd=work)
         sdist = next(work.glob("horovod-*.tar.gz"))
         with tarfile.open(sdist) as tar:
             tar.extractall(work, filter="data")

@@ -96,9 +96,9 @@ def with_horovod(
     pin = pin or buildenv.torch_pin()
     if build:
         tools = Build(pip_packages=(f"torch=={pin}", *horovod.BUILD_PACKAGES))
-        wheel = horovod.ensure_wheel(
+        wheel = horovod.ensure_wheel(  # built by this process (root, on a server): in its own folder
             pin,
-            lambda: buildenv.ensure_env(tools, workdir, venvs, progress=progress),
+            lambda: buildenv.ensure_env(tools, venvs, venvs, progress=progress),
             progress=_progress if progress is None else progress.note,
         )
     else:

@@ -238,3 +238,17 @@ def test_a_package_source_is_part_of_the_environment_hash(tmp_path: Path) -> Non
         Build(pip_packages=("torch==2.13.0+cu126", "--extra-index-url https://x/cu126")), tmp_path
     )
     assert plain != sourced
+
+
+def test_a_venv_py_or_pip_py_in_the_folder_is_not_what_builds_the_venv(tmp_path: Path) -> None:
+    """The build's steps run in the experiment's folder, and root builds the Horovod tools' venv on a
+    server: `python -m venv` and `python -m pip` must not import a venv.py or pip.py found there."""
+    marks = tmp_path / "imported-by"
+    for name in ("venv", "pip", "ensurepip"):
+        (tmp_path / f"{name}.py").write_text(
+            f"with open({str(marks)!r}, 'a') as out:\n    out.write({name!r} + '\\n')\nraise SystemExit(9)\n"
+        )
+    wheel = write_wheel(tmp_path / "wheels")
+    python = ensure_env(tiny_build(wheel), tmp_path, tmp_path / "venvs")
+    assert not marks.exists(), marks.read_text()
+    assert run_python(python, "import tinypkg; print(tinypkg.VERSION)").stdout.strip() == "1.0"
