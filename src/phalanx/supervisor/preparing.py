@@ -70,11 +70,10 @@ def interpreter(
     ``isolation``: a boxed experiment's venv is its project's own (``<venvs>/boxes/<account>``),
     built in a box as that account (pip runs the packages' own code). ``progress``: told how the
     build goes (the experiment's console; else the terminal and the log)."""
-    venvs = venvs_dir or settings.venvs_dir
-    if isolation is not None:
-        venvs = venvs / "boxes" / isolation.account
-    if plan.framework is Framework.HOROVOD:
-        plan = replace(plan, build=with_horovod(plan.build, workdir, venvs, build, progress))
+    own = venvs_dir or settings.venvs_dir
+    venvs = own if isolation is None else own / "boxes" / isolation.account
+    if plan.framework is Framework.HOROVOD:  # its tools' venv is built by this process: in its folder
+        plan = replace(plan, build=with_horovod(plan.build, workdir, own, build, progress))
     if not buildenv.wants_env(plan.build):
         return sys.executable
     if not build:  # dry run: where the venv is or would be, without building it
