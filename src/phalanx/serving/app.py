@@ -182,7 +182,7 @@ def create_serving_app(
 
     # a plain Starlette route, the first one tried: FastAPI's dependency solving cost every request
     # 35 µs of the server's CPU (a tenth of its 0.4 ms a request, issue 42), and the other routes'
-    # patterns tried first another 10; the body is read and decoded here
+    # patterns were tried before it; the body is read and decoded here
     app.add_route("/v1/models/{model}:predict", predict, methods=["POST"])
     _install_info_routes(app, follower, metrics)
     if options.token:

@@ -32,7 +32,7 @@ lock = Path(os.environ["PHALANX_HOME"], "runs", os.environ["PHALANX_EXPERIMENT_I
 fds = [os.path.realpath(f"/proc/self/fd/{fd}") for fd in os.listdir("/proc/self/fd")]
 print(f"launch lock held: {held(lock)}, open here: {str(lock.resolve()) in fds}", flush=True)
 """
-SUPERVISOR = ["-m", "phalanx.runner"]
+SUPERVISOR = ["-P", "-m", "phalanx.runner"]  # -P: never the folder it starts in on its path
 
 
 def _traced(phalanx: Phalanx, monkeypatch: pytest.MonkeyPatch) -> Path:
@@ -78,7 +78,7 @@ def test_run_detach_starts_the_supervisor_and_nothing_else(
     # the supervisor recorded itself before it created the experiment, so before this returned
     cli = _the_cli(trace)  # the `phalanx run --detach` the test typed, and no other CLI process
     (child,) = _children(trace, cli)
-    assert child[1:3] == SUPERVISOR, child
+    assert child[1:4] == SUPERVISOR, child
     assert doc["supervisor_pid"] in [pid for pid, ppid, _ in _processes(trace) if ppid == cli]
     got = phalanx.cli("logs", doc["id"], "--follow")
     # the run folder's launch lock: held by the supervisor while it runs, not by its replica
@@ -103,7 +103,7 @@ def test_experiment_submit_starts_the_supervisor_and_nothing_else(
         assert run._process is not None
         stop_group(run._process)
     (child,) = _children(trace, os.getpid())
-    assert child[1:3] == SUPERVISOR, child
+    assert child[1:4] == SUPERVISOR, child
     assert not [argv for _pid, _ppid, argv in _processes(trace) if _is_cli(argv)]
     assert child[0] == sys.executable
 
@@ -174,7 +174,7 @@ def test_an_estimator_sweep_starts_its_groups_controller_and_no_cli(
             stop_group(controller)
     assert details["status"] == "succeeded" and details["best"]["params"] == {"x": 1}, details
     (child,) = _children(trace, os.getpid())
-    assert child == [sys.executable, "-m", "phalanx.groups", group.id], child
+    assert child == [sys.executable, "-P", "-m", "phalanx.groups", group.id], child
     assert not [argv for _pid, _ppid, argv in _processes(trace) if _is_cli(argv)]
 
 
