@@ -54,12 +54,13 @@ def pinned(name: str) -> str:
 
 def requirement_lines(path: str | None) -> list[str]:
     """The requirement lines of a requirements file (unreadable: none; buildenv reports it later).
-    Only a regular file, not through a link, and its first MiB: root reads it on a server (the
-    Horovod path), and a file named /dev/zero must not be read forever."""
+    Only a regular file (a link to one is common: requirements.txt -> requirements/prod.txt), and
+    its first MiB: root reads it on a server (the Horovod path), and a file named /dev/zero or a
+    fifo must not be read forever. What comes out is only which packages it names."""
     if path is None:
         return []
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)  # a fifo opens without waiting for a writer
     except OSError:
         return []
     if not stat.S_ISREG(os.fstat(fd).st_mode):  # a device, a fifo, a folder

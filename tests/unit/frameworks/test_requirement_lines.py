@@ -1,8 +1,9 @@
 """What Phalanx reads of a build's requirements file (to know which packages the user named): on
-a server root reads it, so only a regular file, never through a link, and at most its first MiB."""
+a server root reads it, so only a regular file (or a link to one) and at most its first MiB."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from phalanx.frameworks.packages import REQUIREMENTS_MAX_BYTES, framework_packages, requirement_lines
@@ -15,13 +16,17 @@ def test_the_lines_of_a_requirements_file_without_comments(tmp_path: Path) -> No
     assert requirement_lines(str(tmp_path / "missing.txt")) == []
 
 
-def test_a_device_or_a_link_is_not_read(tmp_path: Path) -> None:
+def test_a_device_a_fifo_or_a_folder_is_not_read_a_link_to_a_file_is(tmp_path: Path) -> None:
     assert requirement_lines("/dev/zero") == []  # a character device: never read (it never ends)
-    target = tmp_path / "elsewhere.txt"
-    target.write_text("secret-package\n")
-    (tmp_path / "requirements.txt").symlink_to(target)
-    assert requirement_lines(str(tmp_path / "requirements.txt")) == []
+    (tmp_path / "zero.txt").symlink_to("/dev/zero")
+    assert requirement_lines(str(tmp_path / "zero.txt")) == []
+    os.mkfifo(tmp_path / "fifo.txt")  # no writer: reading would wait for ever
+    assert requirement_lines(str(tmp_path / "fifo.txt")) == []
     assert requirement_lines(str(tmp_path)) == []  # a folder
+    (tmp_path / "requirements").mkdir()
+    (tmp_path / "requirements" / "prod.txt").write_text("torch==2.13.0\n")
+    (tmp_path / "requirements.txt").symlink_to("requirements/prod.txt")
+    assert requirement_lines(str(tmp_path / "requirements.txt")) == ["torch==2.13.0"]
 
 
 def test_only_the_first_mebibyte_is_read(tmp_path: Path) -> None:
