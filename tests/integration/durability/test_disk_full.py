@@ -3,10 +3,7 @@ waits in memory and is written once there is space again; nothing is lost or sto
 
 from __future__ import annotations
 
-import contextlib
 import json
-import os
-import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -14,6 +11,7 @@ import pytest
 from tests.integration.durability.figures import figure
 from tests.integration.local.conftest import Phalanx, wait_for
 from tests.support.sandbox import Sandbox, wait_gone
+from tests.support.small_disk import fill, tmpfs
 
 from phalanx.config import Settings
 from phalanx.domain import ExperimentStatus
@@ -23,32 +21,9 @@ from phalanx.store import open_store
 
 @pytest.fixture
 def small_disk(tmp_path: Path) -> Iterator[Path]:
-    """An 16 MiB tmpfs (root only; skipped elsewhere)."""
-    disk = tmp_path / "disk"
-    disk.mkdir()
-    if os.geteuid() != 0:
-        pytest.skip("mounting a tmpfs needs root")
-    mounted = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", "size=16m", "tmpfs", str(disk)], capture_output=True
-    )
-    if mounted.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs: {mounted.stderr.decode()}")
-    try:
+    """A 16 MiB tmpfs (root only; skipped elsewhere)."""
+    with tmpfs(tmp_path / "disk", 16) as disk:
         yield disk
-    finally:
-        subprocess.run(["umount", "-l", str(disk)], capture_output=True)
-
-
-def fill(disk: Path) -> Path:
-    """Write a file until the disk is full; returns it (remove it to free the space)."""
-    filler = disk / "filler"
-    with open(filler, "wb", buffering=0) as fh, contextlib.suppress(OSError):
-        while True:
-            fh.write(b"\0" * 65536)
-    with open(filler, "ab", buffering=0) as fh, contextlib.suppress(OSError):
-        while True:
-            fh.write(b"\0")
-    return filler
 
 
 SCRIPT = """

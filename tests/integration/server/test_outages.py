@@ -5,10 +5,7 @@ with their Idempotency-Keys, and once the outage ends every answered submit runs
 
 from __future__ import annotations
 
-import contextlib
 import json
-import os
-import subprocess
 import threading
 import time
 import urllib.error
@@ -21,6 +18,7 @@ import pytest
 from tests.conftest import _processes_under
 from tests.integration.server.serverproc import Server, start_server, stop_server, wait_for
 from tests.support import postgres
+from tests.support.small_disk import fill, tmpfs
 
 from phalanx.apiclient import Client, multipart
 from phalanx.bundles import pack
@@ -106,30 +104,8 @@ def test_postgresql_stopped_for_seconds_loses_and_doubles_nothing(phalanx_home: 
 @pytest.fixture
 def small_home(tmp_path: Path) -> Iterator[Path]:
     """The server's home on a 64 MiB tmpfs (root only; skipped elsewhere), so its disk can fill."""
-    if os.geteuid() != 0:
-        pytest.skip("mounting a tmpfs needs root")
-    disk = tmp_path / "disk"
-    disk.mkdir()
-    mounted = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", "size=64m", "tmpfs", str(disk)], capture_output=True
-    )
-    if mounted.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs: {mounted.stderr.decode()}")
-    try:
+    with tmpfs(tmp_path / "disk", 64) as disk:
         yield disk
-    finally:
-        subprocess.run(["umount", "-l", str(disk)], capture_output=True)
-
-
-def fill(disk: Path) -> Path:
-    filler = disk / "filler"
-    with open(filler, "wb", buffering=0) as fh, contextlib.suppress(OSError):
-        while True:
-            fh.write(b"\0" * 65536)
-    with open(filler, "ab", buffering=0) as fh, contextlib.suppress(OSError):
-        while True:
-            fh.write(b"\0")
-    return filler
 
 
 def test_a_full_disk_is_a_503_and_the_retried_submit_runs_once(
