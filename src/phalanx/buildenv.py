@@ -41,7 +41,7 @@ from phalanx.errors import NotFound, UsageError
 from phalanx.machine import box as boxes
 from phalanx.machine.box import Isolation
 from phalanx.machine.handoff import TRUSTED_PATH, handed
-from phalanx.spec.model import Build
+from phalanx.spec.model import REQUIREMENTS_MAX_BYTES, Build
 
 log = logging.getLogger(__name__)
 
@@ -191,11 +191,12 @@ def _contents(build: Build, workdir: Path, box: Isolation | None = None) -> dict
     if build.requirements:
         path = workdir / build.requirements
         try:  # a box's folder is read without following its links
-            requirements_text = (
-                path.read_text()
+            data = (
+                boxes.read_file(path, REQUIREMENTS_MAX_BYTES)
                 if box is None
-                else boxes.read_inside(workdir, _inside(path, workdir)).decode()
+                else boxes.read_inside(workdir, _inside(path, workdir), REQUIREMENTS_MAX_BYTES)
             )
+            requirements_text = data.decode()
         except (OSError, UnicodeDecodeError) as exc:
             raise UsageError(
                 f"build.requirements: cannot read {path} ({getattr(exc, 'strerror', None) or exc}); "

@@ -119,17 +119,29 @@ def test_read_inside_refuses_a_link_anywhere_on_the_way(tmp_path: Path) -> None:
     work = tmp_path / "work"
     (work / "sub").mkdir(parents=True)
     (work / "sub" / "req.txt").write_text("numpy\n")
-    assert box.read_inside(work, "sub/req.txt") == b"numpy\n"
+    assert box.read_inside(work, "sub/req.txt", 100) == b"numpy\n"
     (work / "link.txt").symlink_to(tmp_path / "secret")
     (work / "hop").symlink_to(tmp_path)
     for planted in ("link.txt", "hop/secret"):
         with pytest.raises(OSError):
-            box.read_inside(work, planted)
+            box.read_inside(work, planted, 100)
     os.mkfifo(work / "fifo")
     with pytest.raises(OSError, match="not a regular file"):
-        box.read_inside(work, "fifo")
+        box.read_inside(work, "fifo", 100)
     with pytest.raises(OSError):
-        box.read_inside(work, "../secret")
+        box.read_inside(work, "../secret", 100)
+
+
+def test_a_file_larger_than_asked_is_not_read_a_sparse_one_included(tmp_path: Path) -> None:
+    """A job's 8 GiB sparse state file costs it nothing on disk: root must not read it whole."""
+    with open(tmp_path / "state", "wb") as f:
+        f.truncate(8 << 30)
+    with pytest.raises(OSError, match="larger than 1,024 bytes"):
+        box.read_inside(tmp_path, "state", 1024)
+    with pytest.raises(OSError, match="larger than 1,024 bytes"):
+        box.read_file(tmp_path / "state", 1024)
+    (tmp_path / "small").write_bytes(b"x" * 1024)
+    assert box.read_file(tmp_path / "small", 1024) == b"x" * 1024
 
 
 @root_only

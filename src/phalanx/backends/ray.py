@@ -57,7 +57,7 @@ from phalanx.backends.ray_render import (
 from phalanx.clusters import Cluster
 from phalanx.config import Settings
 from phalanx.domain import ExperimentStatus, ReplicaState
-from phalanx.errors import BackendUnavailable, NotFound, Problem, SpecError
+from phalanx.errors import BackendUnavailable, NotFound, Problem, SpecError, UsageError
 from phalanx.extras import require
 from phalanx.plan import Plan
 from phalanx.tokens import experiment_token
@@ -158,6 +158,14 @@ class RayBackend:
         return self.cluster.server_url.rstrip("/")
 
     def dry_run(self, plan: Plan, context: LaunchContext) -> DryRun:
+        if context.isolation is not None:
+            raise UsageError(
+                f"Ray cluster {self.cluster.name} cannot run a server's boxed experiment: Ray runs every"
+                " job as its own daemons' account, with their environment and files, so a job there"
+                f" is not kept to project {context.isolation.project}'s account. Run it on this server"
+                " (no cluster), or on a Slurm or Kubernetes cluster, which keep each project to its own"
+                " identity (docs/security.md)"
+            )
         server = self._server()
         exp = context.experiment_id
         token = None

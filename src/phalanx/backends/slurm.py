@@ -20,7 +20,6 @@ import re
 import shutil
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import replace
@@ -29,6 +28,7 @@ from pathlib import Path
 from phalanx.backends import slurm_box
 from phalanx.backends.base import DryRun, JobStatus, LaunchContext, ReplicaStatus, expect_dry_run
 from phalanx.backends.dry_runs import SlurmDryRun
+from phalanx.backends.slurm_logs import LogFile
 from phalanx.backends.slurm_queue import SlurmQueue, queue_for
 from phalanx.backends.slurm_script import NodeFetch, layout, render
 from phalanx.clusters import Cluster
@@ -36,7 +36,13 @@ from phalanx.config import Settings
 from phalanx.domain import ExperimentStatus, ReplicaState
 from phalanx.errors import BackendUnavailable, NotFound, UsageError
 from phalanx.frameworks import uses_mpi
-from phalanx.machine.box import open_inside, read_inside, write_new
+from phalanx.machine.box import (
+    Isolation,
+    folders_inside,
+    read_inside,
+    remove_inside,
+    write_new,
+)
 from phalanx.plan import Plan
 
 log = logging.getLogger(__name__)
@@ -88,8 +94,10 @@ NEVER_REASONS = {
     "InvalidAccount": "its account is invalid",
 }
 MPI_PREFERENCE = ("pmix", "pmi2")  # Debian's Open MPI aborts in MPI_Init under pmi2; pmix works
+JOB_FILE_MAX_BYTES = 1 << 20  # the most read of a file the job writes (its tasks, its state files)
 
 _KV = re.compile(r"(\w[\w/:]*)=(\S*)")
+_TASK_KEY = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]*(\.[0-9]+)?")  # a replica's name, .N for its process N
 
 
 def node_fetch(context: LaunchContext) -> NodeFetch | None:
@@ -150,13 +158,21 @@ class SlurmBackend:
             env["SLURM_CONF"] = self.cluster.slurm_conf
         return env
 
-    def _cmd(self, argv: list[str], check: bool = True) -> subprocess.CompletedProcess[str]:
+    def _cmd(
+        self, argv: list[str], check: bool = True, script: str | None = None, boxed: bool = False
+    ) -> subprocess.CompletedProcess[str]:
+        """``argv`` run with Slurm's client; ``script``: its standard input (sbatch's job script);
+        ``boxed``: for a server's boxed job, with no variable of this process but PATH (the
+        server's token and database address stay here; ``--export=NONE`` keeps them from the job)."""
         if shutil.which(argv[0]) is None:
             raise BackendUnavailable(
                 f"{argv[0]} was not found: install Slurm's client (apt-get install slurm-client)"
             )
+        env = self._env()
+        if boxed:
+            env = {k: v for k, v in env.items() if k in ("PATH", "SLURM_CONF")}
         try:
-            proc = subprocess.run(argv, env=self._env(), capture_output=True, text=True, timeout=60)
+            proc = subprocess.run(argv, env=env, input=script, capture_output=True, text=True, timeout=60)
         except subprocess.TimeoutExpired as exc:
             raise BackendUnavailable(f"{' '.join(argv)} did not answer in 60 s: is slurmctld up?") from exc
         if check and proc.returncode != 0:
@@ -208,13 +224,12 @@ class SlurmBackend:
             (run_dir / "state").mkdir(parents=True, exist_ok=True)
             if iso is not None:
                 slurm_box.prepare(iso, run_dir, dry_run.context.workdir)
-            script = run_dir / "job.sbatch"
-            write_new(script, expect_dry_run(dry_run, SlurmDryRun, self.name).script.encode())
+            script = expect_dry_run(dry_run, SlurmDryRun, self.name).script
+            write_new(run_dir / "job.sbatch", script.encode())  # to read: sbatch is given it from here
             keys = [t.key for c in layout(dry_run.plan) for t in c.tasks]
             write_new(run_dir / "tasks", ("\n".join(keys) + "\n").encode())  # the script writes it too
-            identity = slurm_box.sbatch_identity(iso) if iso is not None else []
-            self._refuse_if_it_can_never_run(script, dry_run, identity)
-            out = self._cmd(["sbatch", "--parsable", *identity, str(script)]).stdout.strip()
+            self._refuse_if_it_can_never_run(script, dry_run, iso)
+            out = self._sbatch(["--parsable"], script, iso).stdout.strip()
             job_id = out.split(";")[0]
             if not job_id.isdigit():
                 raise BackendUnavailable(f"sbatch answered {out!r}, not a job id")
@@ -230,21 +245,30 @@ class SlurmBackend:
         """The check ``submit`` makes, on a dry run alone: `phalanx group run --cluster` asks it of
         one trial before it records the group, so a search whose trials Slurm can never hold is
         refused at once (exit 2) instead of failing every trial one by one."""
-        with tempfile.TemporaryDirectory(prefix="phalanx-sbatch-") as folder:
-            script = Path(folder) / "job.sbatch"
-            script.write_text(expect_dry_run(dry_run, SlurmDryRun, self.name).script)
-            self._refuse_if_it_can_never_run(script, dry_run)
+        self._refuse_if_it_can_never_run(
+            expect_dry_run(dry_run, SlurmDryRun, self.name).script, dry_run, dry_run.context.isolation
+        )
 
-    def _refuse_if_it_can_never_run(
-        self, script: Path, dry_run: DryRun, identity: Sequence[str] = ()
-    ) -> None:
+    def _sbatch(
+        self, options: Sequence[str], script: str, iso: Isolation | None, check: bool = True
+    ) -> subprocess.CompletedProcess[str]:
+        """sbatch of ``script``, given on its standard input. A server's boxed job is submitted as
+        its account, with ``--export=NONE`` on the command line (over anything its script says) and
+        none of the server's variables: the script comes from here, never from the account's
+        folder, where the account could swap it for one exporting sbatch's environment."""
+        if iso is None:
+            return self._cmd(["sbatch", *options], check=check, script=script)
+        boxed = [*options, *slurm_box.sbatch_identity(iso), "--export=NONE"]
+        return self._cmd(["sbatch", *boxed], check=check, script=script, boxed=True)
+
+    def _refuse_if_it_can_never_run(self, script: str, dry_run: DryRun, iso: Isolation | None) -> None:
         """``sbatch --test-only``: Slurm's own verdict, before anything is queued.
 
         Slurm accepts a job larger than its partition and leaves it pending forever (Reason
         PartitionConfig); the test-only submission says so at once, so it is refused with Slurm's words
         and what the job asked for.
         """
-        proc = self._cmd(["sbatch", "--test-only", *identity, str(script)], check=False)
+        proc = self._sbatch(["--test-only"], script, iso, check=False)
         if proc.returncode == 0:
             return
         said = " ".join(line.removeprefix("sbatch: error: ") for line in proc.stderr.strip().splitlines())
@@ -294,15 +318,19 @@ class SlurmBackend:
 
     @staticmethod
     def _tasks(run_dir: Path) -> list[str]:
+        """The task keys the job's script wrote (``master``, ``worker-0.1``): it may write anything
+        there, so only keys of that form are taken (never a path out of its folder)."""
         text = SlurmBackend._read(run_dir / "tasks")
-        return [k for k in (text or "").split() if k]
+        return [k for k in (text or "").split() if _TASK_KEY.fullmatch(k)]
 
     @staticmethod
     def _read(path: Path) -> str | None:
         """A file the job wrote, read without following a link it may have planted (a server's job
-        runs as another account, and its run folder is that account's)."""
+        runs as another account, and its run folder is that account's); a sparse 8 GiB one is not
+        read (None, as a file not there)."""
         try:
-            return read_inside(path.parent.parent, f"{path.parent.name}/{path.name}").decode().strip()
+            relative = f"{path.parent.name}/{path.name}"
+            return read_inside(path.parent.parent, relative, JOB_FILE_MAX_BYTES).decode().strip()
         except (OSError, UnicodeDecodeError):
             return None
 
@@ -477,7 +505,7 @@ class SlurmBackend:
         keys = [k for k in self._tasks(run_dir) if k.partition(".")[0] == replica] or [replica]
         ranks = self._ranks(replica, len(keys)) if len(keys) > 1 else {}
         files = {
-            k: _LogFile(run_dir / "logs" / f"{k}.log", f"[rank {ranks[k]}] " if k in ranks else "")
+            k: LogFile(run_dir / "logs" / f"{k}.log", f"[rank {ranks[k]}] " if k in ranks else "")
             for k in keys
         }
         last_check = 0.0
@@ -495,7 +523,7 @@ class SlurmBackend:
                 for line in f.read(final=done):
                     got = True
                     yield line
-            if done:
+            if done and not got:  # read to the end: a log is read a slice at a time
                 return
             if not got:
                 time.sleep(0.2)
@@ -517,8 +545,9 @@ class SlurmBackend:
         """The log files of every attempt in the shared run folder; the state files stay (what
         ``describe`` reads after the job has aged out of Slurm)."""
         _, run_dir = self._split(handle)
-        for logs in [run_dir / "logs", *run_dir.glob("attempts/*/logs")]:
-            shutil.rmtree(logs, ignore_errors=True)
+        attempts = [f"attempts/{n}/logs" for n in folders_inside(run_dir, "attempts")]
+        for logs in ["logs", *attempts]:  # never through a link the job planted (attempts -> ...)
+            remove_inside(run_dir, logs)
 
     def cancel(self, handle: str) -> None:
         """scancel the job; cancelling a finished or forgotten job is a no-op."""
@@ -530,34 +559,6 @@ class SlurmBackend:
         if proc.returncode != 0 and "Invalid job id" not in proc.stderr and "already" not in proc.stderr:
             raise BackendUnavailable(f"scancel {job_id} failed: {proc.stderr.strip()}")
         self.queue.forget_snapshot()
-
-
-class _LogFile:
-    """One process's log file, read incrementally into whole lines. A requeued job's script moves
-    the file to attempts/<n>/ and its tasks start a new one: that one is read from its start."""
-
-    def __init__(self, path: Path, prefix: str) -> None:
-        self.path, self.prefix, self.pos, self.pending = path, prefix, 0, b""
-        self.inode: int | None = None
-
-    def read(self, final: bool) -> list[str]:
-        try:  # never through a link the job planted (see SlurmBackend._read)
-            with os.fdopen(open_inside(self.path.parent.parent, f"logs/{self.path.name}"), "rb") as f:
-                inode = os.fstat(f.fileno()).st_ino
-                if self.inode is not None and inode != self.inode:
-                    self.pos, self.pending = 0, b""  # a new attempt's file
-                self.inode = inode
-                f.seek(self.pos)
-                chunk = f.read()
-        except FileNotFoundError:
-            chunk = b""
-        self.pos += len(chunk)
-        parts = (self.pending + chunk).split(b"\n")
-        self.pending = parts.pop()
-        if final and self.pending:
-            parts.append(self.pending)
-            self.pending = b""
-        return [self.prefix + p.decode("utf-8", "replace") for p in parts]
 
 
 _MPI_PLUGINS: dict[str, str] = {}  # slurm.conf -> the plugin srun --mpi=list offered

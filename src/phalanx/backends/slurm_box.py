@@ -23,6 +23,7 @@ from phalanx.machine import box
 from phalanx.machine.box import Isolation
 
 CODE = "code"  # <run dir>/code: the copy of the experiment's folder the job runs in
+COPY_TIMEOUT_S = 600  # the copy of an experiment's folder (a bundle holds at most a few GiB)
 SUBFOLDERS = ("logs", "state", "spool", CODE)
 
 
@@ -46,15 +47,45 @@ def sbatch_identity(iso: Isolation) -> list[str]:
 
 
 def prepare(iso: Isolation, run_dir: Path, workdir: str) -> None:
-    """The run folder and its subfolders as the account's, the experiment's folder copied into it
-    (from the server's own work folder, which only root writes) and given to the account."""
+    """The run folder and its subfolders as the account's, the experiment's folder (the server's
+    own work folder, which only root writes) copied into it by the account."""
     box.make_own_folder(run_dir, iso, 0o755)
     for name in SUBFOLDERS:
         box.make_own_folder(run_dir / name, iso, 0o755)
     code = run_dir / CODE
     if not any(code.iterdir()):
-        shutil.copytree(workdir, code, symlinks=True, dirs_exist_ok=True)
-    box.hand_over(code, iso)
+        copy_as_account(iso, workdir, code)
+
+
+def copy_as_account(iso: Isolation, source: str, folder: Path) -> None:
+    """``source`` (root's own files) copied into ``folder`` (the account's) by the account: root
+    reads them into a pipe (``tar -c``), the account unpacks it (``tar -x``, as its uid). root never
+    writes through a path the account controls: another job of the project, on a node that shares
+    the folder, could swap a folder being copied for a link (to /etc/cron.d), and root's copy
+    would follow it there. Symbolic links in ``source`` are copied as links."""
+    tar = shutil.which("tar", path=box.BOX_PATH) or "tar"
+    env = {"PATH": box.BOX_PATH, "LC_ALL": "C"}
+    with subprocess.Popen(
+        [tar, "-c", "-C", source, "."], stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env
+    ) as pack:
+        assert pack.stdout is not None and pack.stderr is not None
+        try:
+            unpack = subprocess.run(
+                [*box.drop_to(iso), tar, "-x", "-C", str(folder)],
+                stdin=pack.stdout,
+                capture_output=True,
+                text=True,
+                env=env,
+                timeout=COPY_TIMEOUT_S,
+                check=False,
+            )
+        finally:
+            pack.stdout.close()
+        packed = pack.wait(timeout=COPY_TIMEOUT_S)
+        said = pack.stderr.read().decode(errors="replace").strip()
+    if packed != 0 or unpack.returncode != 0:
+        why = said if packed != 0 else unpack.stderr.strip()
+        raise BackendUnavailable(f"copying the experiment's folder for {iso.account} failed: {why}")
 
 
 _ARCHIVE = """

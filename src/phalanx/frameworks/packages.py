@@ -11,17 +11,16 @@ estimator always gets a venv, since Phalanx's interpreter has neither Horovod no
 
 from __future__ import annotations
 
-import os
 import re
-import stat
 from collections.abc import Iterable, Sequence
 
 from phalanx.domain import Framework
+from phalanx.machine.box import read_file
+from phalanx.spec.model import REQUIREMENTS_MAX_BYTES
 
 # What task.save_model imports: torch.onnx's exporter (onnx, onnxscript), the check (onnxruntime,
 # numpy). Pinned to the versions Phalanx itself runs with when it has them (tested together).
 ONNX_PACKAGES = ("numpy", "onnx", "onnxscript", "onnxruntime")
-REQUIREMENTS_MAX_BYTES = 1 << 20  # what is read of a requirements file here
 TENSORFLOW_PIN = "tensorflow-cpu==2.21.0"  # the CPU build this machine's package sources hold
 _TENSORFLOW_NAMES = frozenset(
     {"tensorflow", "tensorflow-cpu", "tensorflow-gpu", "tf-nightly", "intel-tensorflow"}
@@ -54,20 +53,15 @@ def pinned(name: str) -> str:
 
 def requirement_lines(path: str | None) -> list[str]:
     """The requirement lines of a requirements file (unreadable: none; buildenv reports it later).
-    Only a regular file (a link to one is common: requirements.txt -> requirements/prod.txt), and
-    its first MiB: root reads it on a server (the Horovod path), and a file named /dev/zero or a
-    fifo must not be read forever. What comes out is only which packages it names."""
+    Only a regular file (a link to one is common: requirements.txt -> requirements/prod.txt) of at
+    most a MiB: root reads it on a server (the Horovod path), and a file named /dev/zero or a fifo
+    must not be read forever. What comes out is only which packages it names."""
     if path is None:
         return []
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)  # a fifo opens without waiting for a writer
-    except OSError:
+        text = read_file(path, REQUIREMENTS_MAX_BYTES).decode("utf-8", "replace")
+    except OSError:  # a device, a fifo, a folder, more than a MiB
         return []
-    if not stat.S_ISREG(os.fstat(fd).st_mode):  # a device, a fifo, a folder
-        os.close(fd)
-        return []
-    with os.fdopen(fd, "rb") as f:
-        text = f.read(REQUIREMENTS_MAX_BYTES).decode("utf-8", "replace")
     return [line.split(" #", 1)[0].strip() for line in text.splitlines() if line.strip()]
 
 

@@ -108,6 +108,7 @@ class GroupLauncher:
                 cluster=options.cluster,
                 workdir=options.workdir,
                 oversubscribe=options.oversubscribe,
+                isolation=options.isolation,
             )
         else:  # every trial shares one build: a failing one refused now, not once per trial
             build_trials_env(group, self.settings, workdir=options.workdir, isolation=options.isolation)

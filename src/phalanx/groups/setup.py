@@ -66,11 +66,14 @@ def check_trials_can_run(
     cluster: str,
     workdir: Path | None,
     oversubscribe: bool = False,
+    isolation: Isolation | None = None,
 ) -> None:
     """Before a group on a cluster is recorded: prepare one trial (the example values `phalanx
     check` shows) as its `phalanx run` would, without building or starting anything, and ask the
     engine whether it could ever run it (Slurm: ``sbatch --test-only``). A search whose every trial
-    Slurm would refuse is a UsageError here (exit 2, nothing recorded), not N failed trials."""
+    Slurm would refuse is a UsageError here (exit 2, nothing recorded), not N failed trials.
+    ``isolation``: a server's group, prepared boxed as its trials will be (its files read as the
+    box's are, never through a link; Ray refuses it)."""
     from phalanx.supervisor.preparing import prepare  # why: `phalanx group ls|get`: no supervisor
 
     values = example_values(group)
@@ -84,6 +87,7 @@ def check_trials_can_run(
             cluster=cluster,
             oversubscribe=oversubscribe,
             dry=True,
+            isolation=isolation,
         )
         prepared.backend.refuse_if_it_can_never_run(prepared.dry_run)
     except UsageError as exc:

@@ -331,12 +331,69 @@ def open_inside(root: Path, relative: str) -> int:
         os.close(fd)
 
 
-def read_inside(root: Path, relative: str) -> bytes:
-    """A regular file below ``root``, read as ``open_inside`` opens it (OSError for anything else)."""
-    with os.fdopen(open_inside(root, relative), "rb") as f:
-        if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
-            raise OSError(f"{relative}: not a regular file")
-        return f.read()
+def remove_inside(root: Path, relative: str) -> None:
+    """Remove the folder ``relative`` below ``root`` (a folder a box may write), reached and removed
+    without following any link (one planted on the way, ``attempts -> <home>/runs``, is never
+    followed: root would delete what it points to). Nothing there, or a link there: nothing done."""
+    parent, _, name = relative.rstrip("/").rpartition("/")
+    try:
+        fd = _open_folder(root, parent)
+    except OSError:
+        return
+    try:
+        if stat.S_ISDIR(os.stat(name, dir_fd=fd, follow_symlinks=False).st_mode):
+            shutil.rmtree(name, dir_fd=fd, ignore_errors=True)
+    except OSError:
+        return
+    finally:
+        os.close(fd)
+
+
+def folders_inside(root: Path, relative: str) -> list[str]:
+    """The names of the folders (not links) in the folder ``relative`` below ``root``, reached as
+    ``open_inside`` reaches a file; none when no folder is there."""
+    try:
+        fd = _open_folder(root, relative)
+    except OSError:
+        return []
+    try:
+        return sorted(e.name for e in os.scandir(fd) if e.is_dir(follow_symlinks=False))
+    except OSError:  # not a folder
+        return []
+    finally:
+        os.close(fd)
+
+
+def _open_folder(root: Path, relative: str) -> int:
+    """``root`` itself (``relative`` empty), or what ``open_inside`` opens below it."""
+    if not relative:
+        return os.open(root, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_DIRECTORY)
+    return open_inside(root, relative)
+
+
+def read_inside(root: Path, relative: str, most: int) -> bytes:
+    """A regular file below ``root`` of at most ``most`` bytes, read as ``open_inside`` opens it
+    (OSError for anything else)."""
+    return _read_whole(open_inside(root, relative), relative, most)
+
+
+def read_file(path: Path | str, most: int) -> bytes:
+    """A regular file (through links: what a user's own file names) of at most ``most`` bytes;
+    OSError for anything else. Opened without waiting for a fifo's writer."""
+    return _read_whole(os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC), str(path), most)
+
+
+def _read_whole(fd: int, name: str, most: int) -> bytes:
+    """All of the file open at ``fd`` (closed here): root reads files a job may have made, and
+    /dev/zero, a fifo or an 8 GiB sparse file would be read forever or fill its memory."""
+    with os.fdopen(fd, "rb") as f:
+        info = os.fstat(f.fileno())
+        if not stat.S_ISREG(info.st_mode):
+            raise OSError(f"{name}: not a regular file")
+        data = f.read(most + 1)
+    if info.st_size > most or len(data) > most:
+        raise OSError(f"{name}: larger than {most:,} bytes")
+    return data
 
 
 def write_new(path: Path, data: bytes) -> None:

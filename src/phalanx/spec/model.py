@@ -62,6 +62,9 @@ class Stall:
     fail: float | None = None
 
 
+REQUIREMENTS_MAX_BYTES = 1 << 20  # the largest build.requirements file read (root reads it on a server)
+
+
 @dataclass(frozen=True)
 class Build:
     """A per-experiment Python environment (cached venv) and engine image hints."""

@@ -221,7 +221,7 @@ def prepare(
     if backend is None:
         backend = get_backend(engine_name, settings=settings, cluster=cluster_conf)
     shared = _shared_dir(cluster_conf)
-    boxed = isolation  # the local engine boxes it; a cluster engine keeps the same boundary its own way
+    boxed = isolation  # the local engine boxes it, Slurm and Kubernetes their own way; Ray refuses it
     # a Ray node builds the environment itself (once per node): nothing to build on this machine
     on_nodes = cluster_conf is not None and cluster_conf.kind == "ray"
     python = interpreter(

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import sys
+from dataclasses import replace
 
 import pytest
 
@@ -15,7 +16,8 @@ from phalanx.backends.ray_render import bundle, strategy, unfit_reason
 from phalanx.clusters import Cluster
 from phalanx.config import Settings
 from phalanx.domain import BackendKind, Framework, Range, ReplicaState, Resources
-from phalanx.errors import MissingExtra, SpecError
+from phalanx.errors import MissingExtra, SpecError, UsageError
+from phalanx.machine.box import Isolation
 from phalanx.plan import Plan, build_plan
 from phalanx.spec.model import ExperimentSpec, ReplicaTemplate, Topology
 
@@ -119,3 +121,10 @@ def test_without_ray_installed_the_engine_names_the_extra_to_install(monkeypatch
     backend.dry_run(plan(), CONTEXT)  # the dry run needs no Ray
     with pytest.raises(MissingExtra, match=r"pip install 'phalanx\[ray\]'"):
         backend.describe("phalanx-abc123def456-0/master")
+
+
+def test_a_servers_boxed_experiment_is_refused_saying_where_it_can_run() -> None:
+    """Ray runs every job as its daemons' account: a project's job there would not be boxed."""
+    boxed = replace(CONTEXT, isolation=Isolation("phx-nlp", 1234, 1234, "nlp", "http://127.0.0.1:9"))
+    with pytest.raises(UsageError, match=r"cannot run a server's boxed experiment.*Slurm or Kubernetes"):
+        RayBackend(Settings(), POOL).dry_run(plan(), boxed)

@@ -3,18 +3,22 @@ resources differ, Slurm's resource options, wiring computed from the allocation,
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 from dataclasses import replace
 
 import pytest
 
+from phalanx.backends import slurm as slurm_mod
+from phalanx.backends import slurm_logs
 from phalanx.backends.slurm import JOB_STATES, SlurmBackend, status_of
 from phalanx.backends.slurm_script import layout
 from phalanx.clusters import Cluster
 from phalanx.config import Settings
 from phalanx.domain import ExperimentStatus, Framework
 from phalanx.errors import SpecError, UsageError
+from phalanx.machine.box import Isolation
 from phalanx.spec.model import ReplicaTemplate
 from tests.unit.backends.conftest import context, plan, resources
 
@@ -123,8 +127,6 @@ def test_the_mpi_plugin_is_the_one_the_cluster_offers_pmix_first() -> None:
         "MPI plugin types are...\n\tnone\n\tpmi2\n\tpmix\nspecific pmix plugin versions available: pmix_v4\n"
     )
     backend._cmd = lambda argv, check=True: subprocess.CompletedProcess(argv, 0, listing, "")  # type: ignore[method-assign]
-    from phalanx.backends import slurm as slurm_mod
-
     slurm_mod._MPI_PLUGINS.pop("/x/a.conf", None)
     assert backend.mpi_plugin() == "pmix"
     slurm_mod._MPI_PLUGINS.pop("/x/a.conf", None)
@@ -237,3 +239,87 @@ def test_every_process_log_reaches_its_replica_with_its_rank(tmp_path) -> None: 
     (logs / "worker-0.log").write_text("a\nb")
     (logs / "worker-0.1.log").write_text("c\n")
     assert list(backend.logs(handle, "worker-0")) == ["[rank 2] a", "[rank 2] b", "[rank 3] c"]
+
+
+def test_a_log_is_read_a_slice_at_a_time_to_its_end_and_a_line_without_end_is_cut(  # type: ignore[no-untyped-def]
+    tmp_path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A job's log is its own: root reads at most a slice of it at a time (a sparse 8 GiB log would
+    fill root's memory), a line without end comes as pieces of the reaper's MAX_LINE, and a finished
+    job's log is still read whole."""
+    monkeypatch.setattr(slurm_logs, "LOG_READ_BYTES", 64)
+    monkeypatch.setattr(slurm_logs, "MAX_LINE", 32)
+    backend = ForgetfulSlurm(Cluster(name="c", kind="slurm", slurm_conf="forgetful"), Settings(home=tmp_path))
+    handle = _state(tmp_path / "l", master="0")
+    logs = tmp_path / "l" / "logs"
+    logs.mkdir()
+    lines = [f"line {i}" for i in range(40)]  # 310 bytes: five slices
+    (logs / "master.log").write_text("\n".join(lines) + "\n" + "x" * 200)
+    got = list(backend.logs(handle, "master"))
+    assert got[:40] == lines
+    pieces = got[40:]  # each cut once it is over MAX_LINE: at most MAX_LINE + a slice
+    assert "".join(pieces) == "x" * 200 and len(pieces) >= 3 and all(len(p) <= 32 + 64 for p in pieces)
+
+
+def test_a_boxed_jobs_sbatch_reads_the_script_from_here_with_none_of_the_servers_variables(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Root submits a server's job as its account: the script is handed to sbatch on its standard
+    input (never read back from the account's folder, where it could be swapped for one saying
+    --export=ALL), --export=NONE is on the command line, and sbatch sees no variable of the server's."""
+    calls: list[dict[str, object]] = []
+
+    def run(argv: list[str], **kw: object) -> subprocess.CompletedProcess[str]:
+        calls.append({"argv": argv, **kw})
+        return subprocess.CompletedProcess(argv, 0, "", "")
+
+    monkeypatch.setattr(slurm_mod.subprocess, "run", run)
+    monkeypatch.setattr(slurm_mod.shutil, "which", lambda name, **kw: f"/usr/bin/{name}")
+    monkeypatch.setenv("PHALANX_TOKEN", "the-servers-token")
+    monkeypatch.setenv("PHALANX_DB_URL", "postgresql://phalanx:secret@db/phalanx")
+    backend = SlurmBackend(
+        Cluster(name="c", kind="slurm", shared_dir="/s", slurm_conf="/x/a.conf"), Settings(home="/h")
+    )
+    iso = Isolation("phx-nlp", 1234, 1234, "nlp", "http://127.0.0.1:9")
+    dry = backend.dry_run(plan(workers=0), replace(context(), isolation=iso))
+    backend.refuse_if_it_can_never_run(dry)
+    (call,) = calls
+    argv = call["argv"]
+    assert isinstance(argv, list) and argv[0] == "sbatch" and "--test-only" in argv
+    assert argv[-3:] == ["--uid=1234", "--gid=1234", "--export=NONE"]
+    assert call["input"] == dry.native  # the script itself, from memory: no file is named
+    assert not any(str(a).endswith(".sbatch") for a in argv)
+    assert call["env"] == {"PATH": os.environ["PATH"], "SLURM_CONF": "/x/a.conf"}
+
+
+def test_a_tasks_file_naming_a_path_out_of_the_run_folder_reads_nothing_there(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """The job writes its tasks file: a key like master.x/../../other/logs/master would have made
+    root read another experiment's log. Only keys of a replica's form are taken."""
+    other = tmp_path / "other" / "logs"
+    other.mkdir(parents=True)
+    (other / "master.log").write_text("AWS_SECRET_ACCESS_KEY=abc123\n")
+    backend = ForgetfulSlurm(Cluster(name="c", kind="slurm", slurm_conf="forgetful"), Settings(home=tmp_path))
+    handle = _state(tmp_path / "l", master="0")
+    (tmp_path / "l" / "tasks").write_text("master\nmaster.x/../../../other/logs/master\n")
+    (tmp_path / "l" / "logs").mkdir()
+    (tmp_path / "l" / "logs" / "master.log").write_text("mine\n")
+    assert list(backend.logs(handle, "master")) == ["mine"]
+
+
+def test_discarding_logs_follows_no_link_the_job_planted(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    runs = tmp_path / "home" / "runs"
+    (runs / "other" / "logs").mkdir(parents=True)
+    (runs / "other" / "logs" / "master.log").write_text("kept\n")
+    backend = ForgetfulSlurm(Cluster(name="c", kind="slurm", slurm_conf="forgetful"), Settings(home=tmp_path))
+    run = tmp_path / "l"
+    handle = _state(run, master="0")
+    (run / "logs").mkdir()
+    (run / "attempts" / "0" / "logs").mkdir(parents=True)
+    (run / "attempts" / "1").symlink_to(runs / "other")  # attempts/*/logs would reach other/logs
+    backend.discard_logs(handle)
+    assert not (run / "logs").exists() and not (run / "attempts" / "0" / "logs").exists()
+    assert (runs / "other" / "logs" / "master.log").read_text() == "kept\n"
+    (run / "attempts").rename(run / "old")
+    (run / "attempts").symlink_to(runs)  # attempts -> <home>/runs: every experiment's logs
+    backend.discard_logs(handle)
+    assert (runs / "other" / "logs" / "master.log").read_text() == "kept\n"

@@ -15,6 +15,7 @@ import pytest
 from phalanx.backends.slurm_script import NodeFetch, render
 from phalanx.data.inputs import fetch_order
 from phalanx.data.nodefetch import main, node_cache
+from phalanx.errors import UsageError
 from phalanx.plan import build_plan
 from phalanx.spec.inputs import InputSpec
 from phalanx.spec.loader import load_spec_text
@@ -92,3 +93,24 @@ def test_a_node_without_s3_credentials_is_exit_2_with_one_line_naming_them(
         " AWS_SHARED_CREDENTIALS_FILE naming a file it can read (the experiment file's env:)\n"
     )
     assert [p.name for p in (tmp_path / "cache").iterdir()] == [f"{m.digest}.lock"]  # no half folder
+
+
+def test_the_default_cache_is_this_accounts_own_folder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("PHALANX_NODE_CACHE", raising=False)
+    mine = tmp_path / f"phalanx-{os.getuid()}"
+    assert node_cache(tmp=str(tmp_path)) == mine / "data"
+    assert mine.stat().st_mode & 0o777 == 0o700
+
+
+def test_a_cache_folder_another_account_made_first_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Another project's job on the node made /tmp/phalanx-<this uid> to hand this job its files."""
+    monkeypatch.delenv("PHALANX_NODE_CACHE", raising=False)
+    squat = tmp_path / f"phalanx-{os.getuid()}"
+    squat.mkdir(mode=0o777)
+    squat.chmod(0o777)  # whoever made it lets anyone write there
+    with pytest.raises(UsageError, match="not this account's own folder"):
+        node_cache(tmp=str(tmp_path))

@@ -1,12 +1,17 @@
 """What Phalanx reads of a build's requirements file (to know which packages the user named): on
-a server root reads it, so only a regular file (or a link to one) and at most its first MiB."""
+a server root reads it, so only a regular file (or a link to one) of at most a MiB."""
 
 from __future__ import annotations
 
 import os
 from pathlib import Path
 
-from phalanx.frameworks.packages import REQUIREMENTS_MAX_BYTES, framework_packages, requirement_lines
+import pytest
+
+from phalanx.buildenv import env_hash
+from phalanx.errors import UsageError
+from phalanx.frameworks.packages import framework_packages, requirement_lines
+from phalanx.spec.model import REQUIREMENTS_MAX_BYTES, Build
 
 
 def test_the_lines_of_a_requirements_file_without_comments(tmp_path: Path) -> None:
@@ -29,8 +34,17 @@ def test_a_device_a_fifo_or_a_folder_is_not_read_a_link_to_a_file_is(tmp_path: P
     assert requirement_lines(str(tmp_path / "requirements.txt")) == ["torch==2.13.0"]
 
 
-def test_only_the_first_mebibyte_is_read(tmp_path: Path) -> None:
+def test_a_file_over_a_mebibyte_is_not_read_and_the_build_says_why(tmp_path: Path) -> None:
     req = tmp_path / "requirements.txt"
     req.write_text("numpy\n" + "#" * REQUIREMENTS_MAX_BYTES + "\nonnx\n")
-    assert requirement_lines(str(req)) == ["numpy", "#" * (REQUIREMENTS_MAX_BYTES - len("numpy\n"))]
+    assert requirement_lines(str(req)) == []
     assert "onnx" not in framework_packages(None, (), str(req))
+    with pytest.raises(UsageError, match="larger than 1,048,576 bytes"):
+        env_hash(Build(requirements="requirements.txt"), tmp_path)
+
+
+def test_the_build_refuses_a_device_it_is_pointed_at(tmp_path: Path) -> None:
+    """A group checked on a server before it is recorded reads its trial's requirements as root."""
+    (tmp_path / "requirements.txt").symlink_to("/dev/zero")
+    with pytest.raises(UsageError, match="not a regular file"):
+        env_hash(Build(requirements="requirements.txt"), tmp_path)
