@@ -132,11 +132,15 @@ def environment_key() -> list[Any]:
     interpreter, its prefix, and in each folder it imports from (``sys.path``, where
     ``importlib.metadata`` looks) the distributions' metadata entries (``name-version.dist-info``
     and the like) with their modification times. Other files there (a script's folder it writes
-    into) change nothing."""
+    into) change nothing, and neither does a folder holding no distribution: a foreground
+    `phalanx run` has the folder it is typed in on its path, a detached supervisor (``-P``) not, and
+    both keep one list."""
     folders: list[list[Any]] = []
     for entry in sys.path:
         folder = os.path.abspath(entry or ".")
-        folders.append([folder, _metadata_entries(folder)])
+        entries = _metadata_entries(folder)
+        if entries:  # no distribution there (or no folder): nothing importlib.metadata would find
+            folders.append([folder, entries])
     return [sys.executable, sys.prefix, sys.version, folders]
 
 

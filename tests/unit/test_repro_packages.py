@@ -96,3 +96,32 @@ def test_a_damaged_cache_is_read_over(site: Path, tmp_path: Path) -> None:
 def test_without_a_cache_every_call_reads(site: Path) -> None:
     assert repro.packages(sys.executable) == ["alpha==1.0"]
     assert not list(site.parent.glob("cache"))
+
+
+def test_a_folder_without_distributions_on_the_path_keeps_the_same_list(
+    site: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A foreground `phalanx run` has the folder it is typed in first on its path, its detached
+    supervisor (``python -P``) not: one list serves both while that folder holds no distribution."""
+    cache = tmp_path / "cache"
+    repro.packages(sys.executable, cache=cache)
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "train.py").write_text("print('hi')\n")
+    monkeypatch.setattr(sys, "path", [str(project), str(site)])
+    _refuse_reading(monkeypatch)
+    assert repro.packages(sys.executable, cache=cache) == ["alpha==1.0"]
+    monkeypatch.setattr(sys, "path", [str(site)])
+    assert repro.packages(sys.executable, cache=cache) == ["alpha==1.0"]
+
+
+def test_a_distribution_in_the_folder_on_the_path_is_seen(
+    site: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    cache = tmp_path / "cache"
+    repro.packages(sys.executable, cache=cache)
+    project = tmp_path / "project"
+    project.mkdir()
+    _dist(project, "local_pkg", "0.1")  # `pip install -e .` leaves its dist-info here
+    monkeypatch.setattr(sys, "path", [str(project), str(site)])
+    assert repro.packages(sys.executable, cache=cache) == ["alpha==1.0", "local_pkg==0.1"]

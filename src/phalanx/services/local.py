@@ -17,6 +17,7 @@ from phalanx.services.targets import Target
 from phalanx.store.base import Store
 
 REFRESH_SECONDS = 5.0
+STOP_SECONDS = 30.0  # how long TensorBoard has to end after Ctrl-C before it is killed
 
 
 def serve_board(store: Store, target: Target, port: int) -> int:
@@ -46,7 +47,12 @@ def serve_board(store: Store, target: Target, port: int) -> int:
                     board.render()
         except KeyboardInterrupt:
             process.terminate()
-            return process.wait()
+            try:
+                process.wait(timeout=STOP_SECONDS)
+            except subprocess.TimeoutExpired:  # a TensorBoard that does not go: Ctrl-C still ends it
+                process.kill()
+                process.wait()
+            return -signal.SIGINT
         finally:
             if process.poll() is None:
                 process.kill()

@@ -90,8 +90,13 @@ _NOT_SECRETS = frozenset(
 _NOT_SECRET_PREFIXES = ("PHALANX_", "LD_", "PYTHON", "GIT_", "BASH_FUNC_")
 
 
+def _loads_code(name: str) -> bool:
+    """A name programs read to load or run code: never a secret's, set or handed on."""
+    return name.startswith(_NOT_SECRET_PREFIXES) or name in _NOT_SECRETS
+
+
 def check_name(name: str) -> str:
-    if not _NAME.fullmatch(name) or name.startswith(_NOT_SECRET_PREFIXES) or name in _NOT_SECRETS:
+    if not _NAME.fullmatch(name) or _loads_code(name):
         raise UsageError(
             f"secret name {name!r}: an environment variable name in capitals, digits and '_'"
             " (e.g. AWS_SECRET_ACCESS_KEY), not one that programs read to load or run code (PATH,"
@@ -128,10 +133,11 @@ def environment(store: LocalStore, home: Path, project: str) -> dict[str, str]:
     if not found:
         return {}
     fernet = _fernet(home)  # one stored before such names were refused is never handed on
-    allowed = {
-        n: t for n, t in found.items() if not n.startswith(_NOT_SECRET_PREFIXES) and n not in _NOT_SECRETS
+    return {
+        name: fernet.decrypt(token.encode()).decode()
+        for name, token in found.items()
+        if not _loads_code(name)
     }
-    return {name: fernet.decrypt(token.encode()).decode() for name, token in allowed.items()}
 
 
 class SecretBook(Protocol):

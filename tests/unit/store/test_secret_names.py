@@ -4,10 +4,16 @@ programs while a project's secrets are in its environment."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from phalanx.errors import UsageError
-from phalanx.store.secrets import check_name
+from phalanx.store import secrets
+from phalanx.store.artifacts import ArtifactStore
+from phalanx.store.secrets import _fernet, check_name
+from phalanx.store.sql import secrets as rows
+from phalanx.store.sql.store import SqlStore
 
 
 @pytest.mark.parametrize("name", ["AWS_SECRET_ACCESS_KEY", "HF_TOKEN", "WANDB_API_KEY", "_X1"])
@@ -23,3 +29,15 @@ def test_a_secrets_name_is_an_ordinary_variable(name: str) -> None:
 def test_a_name_programs_read_to_run_code_is_refused_saying_so(name: str) -> None:
     with pytest.raises(UsageError, match="not one that programs read to load or run code"):
         check_name(name)
+
+
+def test_a_secret_stored_under_such_a_name_before_is_never_handed_on(tmp_path: Path) -> None:
+    """A store written before these names were refused may hold one: its experiments never get it."""
+    store = SqlStore(f"sqlite:///{tmp_path / 'phalanx.db'}", ArtifactStore(str(tmp_path / "artifacts")))
+    try:
+        secrets.put(store, tmp_path, "vision", "HF_TOKEN", "hf-1")
+        planted = _fernet(tmp_path).encrypt(b"/tmp/evil.so").decode()
+        rows.put(store.engine, "vision", "LD_PRELOAD", planted)  # as an older Phalanx stored it
+        assert secrets.environment(store, tmp_path, "vision") == {"HF_TOKEN": "hf-1"}
+    finally:
+        store.close()
