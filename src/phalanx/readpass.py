@@ -97,9 +97,9 @@ def _followed(settings: Settings, experiment_id: str) -> bool:
 def _orphan(reader: LiteReader, settings: Settings) -> str | None:
     """``reconcile.reconcile``'s own rule (``pending_ends``): an unfinished experiment whose
     supervisor or script is gone, a queued one whose `phalanx run` was killed."""
-    from phalanx.reconcile import pending_ends  # why: `phalanx --help` imports this module
+    from phalanx.ends import pending_ends  # why: `phalanx --help` imports this module
 
-    for exp, _ in pending_ends(reader, settings):
+    for exp, _ in pending_ends(reader, settings):  # an error: the lean check failed, the full path decides
         return f"{exp.id}: its recorder is gone"
     return None
 

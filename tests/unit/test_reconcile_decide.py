@@ -1,4 +1,4 @@
-"""The one rule for an experiment's end when its supervisor cannot record it (reconcile.decide), as a
+"""The one rule for an experiment's end when its supervisor cannot record it (ends.decide), as a
 table, and the one liveness check (procs.judge) on this very process. No process is started."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ import pytest
 
 from phalanx.domain import ExperimentStatus as S
 from phalanx.domain import ReplicaState
+from phalanx.ends import ABANDONED, GAVE_UP, Asker, Facts, decide
 from phalanx.machine.procs import HOST, Seen, judge, read_record, record_process, start_time
-from phalanx.reconcile import ABANDONED, GAVE_UP, Asker, Facts, decide
 
 UNFINISHED = [S.BUILDING, S.STARTING, S.RUNNING]
 

@@ -29,11 +29,12 @@ from typing import TYPE_CHECKING, Any
 from phalanx.checkpoints import ENV_RESUME, ENV_RESUME_STEP, from_artifacts, latest
 from phalanx.clusters import load_clusters
 from phalanx.config import Settings
+from phalanx.ends import Asker, Facts, decide
 from phalanx.errors import NotFound, PhalanxError, SpecError, UsageError
 from phalanx.estimators.estimator import Estimator
 from phalanx.estimators.sweep import HyperDriveConfig, submit_sweep
 from phalanx.priority import check_priority
-from phalanx.reconcile import Asker, Facts, decide, record_end
+from phalanx.reconcile import record_end
 from phalanx.run_api import RunAPI
 from phalanx.runner import LaunchOptions, LaunchRecord, Runner, StartFailed, StartTimeout
 from phalanx.runs import Run

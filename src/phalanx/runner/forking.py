@@ -97,6 +97,7 @@ PRELOAD = (
     "phalanx.machine.sysmetrics",
     "phalanx.store.secrets",
     "phalanx.queue",
+    "phalanx.ends",
     "phalanx.reconcile",
     "phalanx.repro",
     "phalanx.buildenv",

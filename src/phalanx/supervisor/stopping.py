@@ -23,9 +23,10 @@ from phalanx.backends.registry import get_backend
 from phalanx.clusters import get_cluster
 from phalanx.config import Settings
 from phalanx.domain import ExperimentStatus
+from phalanx.ends import Asker, Facts, decide
 from phalanx.machine.procs import pid_alive, recorded_process
 from phalanx.queue import ledger_for
-from phalanx.reconcile import Asker, Facts, decide, record_end
+from phalanx.reconcile import record_end
 
 if TYPE_CHECKING:
     from phalanx.domain import Experiment

@@ -10,9 +10,9 @@ from pathlib import Path
 
 from phalanx.config import Settings
 from phalanx.domain import ExperimentStatus
+from phalanx.ends import decide, facts
 from phalanx.ingest import Ingester
 from phalanx.machine.procs import Seen
-from phalanx.reconcile import decide, facts
 from phalanx.serving.session import ServiceSession
 from phalanx.store import open_store
 
