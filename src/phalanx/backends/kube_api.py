@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from typing import Any, Protocol
 
+from phalanx.backends.logfiles import Lines
 from phalanx.errors import BackendUnavailable
 from phalanx.extras import require
 
@@ -179,14 +180,12 @@ class ClientAPI:
         resp = self._call(
             self.core.read_namespaced_pod_log, name, namespace, follow=follow, _preload_content=False
         )
-        pending = b""
+        lines = Lines()  # a pod's line without end comes in pieces, as a local replica's
         for chunk in resp.stream(4096):
-            lines = (pending + chunk).split(b"\n")
-            pending = lines.pop()
-            for line in lines:
+            for line in lines.feed(chunk):
                 yield line.decode("utf-8", "replace")
-        if pending:
-            yield pending.decode("utf-8", "replace")
+        for line in lines.end():
+            yield line.decode("utf-8", "replace")
 
 
 def _snake(kind: str) -> str:

@@ -44,8 +44,10 @@ from phalanx.backends.kube_objects import TOKEN_SECRET
 from phalanx.codeignore import IgnoreRules, skipped_dir
 from phalanx.config import Settings
 from phalanx.errors import BackendUnavailable, Problem, SpecError
+from phalanx.machine.box import read_file
 from phalanx.plan import Plan
 from phalanx.sdkcopy import sdk_path
+from phalanx.spec.model import REQUIREMENTS_MAX_BYTES
 
 CODE_DIR = "/phalanx/code"
 ENVS_DIR = "/phalanx/envs"
@@ -94,7 +96,7 @@ def env_hash(plan: Plan, workdir: str | None = None) -> str | None:
     digest = hashlib.sha256()
     if plan.build.requirements and workdir:
         with contextlib.suppress(OSError):  # a missing file: pip says so in the build-env step
-            digest.update((Path(workdir) / plan.build.requirements).read_bytes())
+            digest.update(read_file(Path(workdir) / plan.build.requirements, REQUIREMENTS_MAX_BYTES))
     for part in (plan.build.image or "", *plan.build.pip_packages, "\0", *setup_steps(plan)):
         digest.update(part.encode())
         digest.update(b"\0")

@@ -11,6 +11,43 @@ from pathlib import Path
 # (the supervisor's tail) takes it off with ``split_stream`` and records the line as stderr.
 STDERR_MARK = "\x1b]phalanx;stderr\x07"
 STDERR_MARK_BYTES = STDERR_MARK.encode()
+MAX_LINE = 1 << 20  # bytes of a line without end kept before it is given as a line (progress bars)
+
+
+class Lines:
+    """Whole lines (without their newline) out of a stream's chunks: a line longer than ``most``
+    bytes (one that never ends: a progress bar, or a job's 8 GiB of zeros) comes in pieces of
+    ``most``, and what waits for its end is one growing buffer, never copied per chunk."""
+
+    def __init__(self, most: int = MAX_LINE) -> None:
+        self.most, self.pending = most, bytearray()
+
+    def feed(self, chunk: bytes) -> list[bytes]:
+        out: list[bytes] = []
+        start = 0
+        while (end := chunk.find(b"\n", start)) != -1:
+            self.pending += chunk[start:end]
+            out += self._pieces()
+            out.append(bytes(self.pending))
+            self.pending.clear()
+            start = end + 1
+        self.pending += chunk[start:]
+        out += self._pieces()
+        return out
+
+    def end(self) -> list[bytes]:
+        """The last line, had it no newline."""
+        last = [bytes(self.pending)] if self.pending else []
+        self.pending.clear()
+        return last
+
+    def _pieces(self) -> list[bytes]:
+        """Full pieces of a line over ``most`` bytes (the rest waits)."""
+        out = []
+        while len(self.pending) > self.most:
+            out.append(bytes(self.pending[: self.most]))
+            del self.pending[: self.most]
+        return out
 
 
 def split_stream(line: str) -> tuple[str, str]:

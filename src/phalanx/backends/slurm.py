@@ -94,6 +94,7 @@ NEVER_REASONS = {
     "InvalidAccount": "its account is invalid",
 }
 MPI_PREFERENCE = ("pmix", "pmi2")  # Debian's Open MPI aborts in MPI_Init under pmi2; pmix works
+MAX_ATTEMPTS = 100  # attempts/ is the job's: a million folders there are not a million requeues
 JOB_FILE_MAX_BYTES = 1 << 20  # the most read of a file the job writes (its tasks, its state files)
 
 _KV = re.compile(r"(\w[\w/:]*)=(\S*)")
@@ -412,10 +413,8 @@ class SlurmBackend:
         job = self._describe(handle)
         if job is None:
             return None
-        attempts = self._split(handle)[1] / "attempts"
-        with contextlib.suppress(OSError):
-            return replace(job, attempt=sum(1 for p in attempts.iterdir() if p.is_dir()))
-        return replace(job, attempt=0)
+        kept = folders_inside(self._split(handle)[1], "attempts")  # the job's own folder: no link
+        return replace(job, attempt=min(sum(1 for n in kept if n.isdigit()), MAX_ATTEMPTS))
 
     def _describe(self, handle: str) -> JobStatus | None:
         job_id, run_dir = self._split(handle)

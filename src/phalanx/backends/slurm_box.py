@@ -47,9 +47,10 @@ def sbatch_identity(iso: Isolation) -> list[str]:
 
 
 def prepare(iso: Isolation, run_dir: Path, workdir: str) -> None:
-    """The run folder and its subfolders as the account's, the experiment's folder (the server's
-    own work folder, which only root writes) copied into it by the account."""
-    box.make_own_folder(run_dir, iso, 0o755)
+    """The run folder (the account's alone: its script, logs and code are no other project's to
+    read) and its subfolders, the experiment's folder (the server's own work folder, which only
+    root writes) copied into it by the account."""
+    box.make_own_folder(run_dir, iso, 0o700)  # its script holds its token: no other account reads
     for name in SUBFOLDERS:
         box.make_own_folder(run_dir / name, iso, 0o755)
     code = run_dir / CODE

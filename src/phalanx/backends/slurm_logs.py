@@ -8,7 +8,7 @@ import os
 import stat
 from pathlib import Path
 
-from phalanx.backends.local.reaper import MAX_LINE
+from phalanx.backends.logfiles import Lines
 from phalanx.machine.box import open_inside
 
 LOG_READ_BYTES = 4 << 20  # the most read of a process's log at a time
@@ -19,30 +19,25 @@ class LogFile:
     the file to attempts/<n>/ and its tasks start a new one: that one is read from its start."""
 
     def __init__(self, path: Path, prefix: str) -> None:
-        self.path, self.prefix, self.pos, self.pending = path, prefix, 0, b""
+        self.path, self.prefix, self.pos, self.lines = path, prefix, 0, Lines()
         self.inode: int | None = None
 
     def read(self, final: bool) -> list[str]:
         """What was written since the last read, in whole lines: at most ``LOG_READ_BYTES`` a read
         (a job's sparse 8 GiB log costs it nothing; root reads it a slice at a time), and a line
-        without end is cut at the reaper's ``MAX_LINE``, as a local replica's is."""
+        without end comes in pieces of ``logfiles.MAX_LINE``, as a local replica's does."""
         try:  # never through a link the job planted (see SlurmBackend._read)
             with os.fdopen(open_inside(self.path.parent.parent, f"logs/{self.path.name}"), "rb") as f:
                 info = os.fstat(f.fileno())
                 if self.inode is not None and info.st_ino != self.inode:
-                    self.pos, self.pending = 0, b""  # a new attempt's file
+                    self.pos, self.lines = 0, Lines()  # a new attempt's file
                 self.inode = info.st_ino
                 f.seek(self.pos)
                 chunk = f.read(LOG_READ_BYTES) if stat.S_ISREG(info.st_mode) else b""
         except FileNotFoundError:
             chunk = b""
         self.pos += len(chunk)
-        parts = (self.pending + chunk).split(b"\n")
-        self.pending = parts.pop()
-        if len(self.pending) > MAX_LINE:  # progress bars without a newline: cut
-            parts.append(self.pending)
-            self.pending = b""
-        if final and len(chunk) < LOG_READ_BYTES and self.pending:  # the end of the file: its last line
-            parts.append(self.pending)
-            self.pending = b""
+        parts = self.lines.feed(chunk)
+        if final and len(chunk) < LOG_READ_BYTES:  # the end of the file: its last line
+            parts += self.lines.end()
         return [self.prefix + p.decode("utf-8", "replace") for p in parts]

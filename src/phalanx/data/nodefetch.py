@@ -24,38 +24,42 @@ import shlex
 import socket
 import stat
 import sys
+import tempfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from phalanx.data.cache import fetch_into
-from phalanx.errors import PhalanxError, UsageError, exit_status
+from phalanx.errors import PhalanxError, exit_status
 from phalanx.store.manifest import FileEntry, Manifest
 
 
 def node_cache(given: str | None = None, tmp: str = "/tmp") -> Path:
     """The node's cache folder, ``%n`` expanded to the node's name. The default one lies in
-    ``tmp`` (where anyone may make a folder): its ``phalanx-<uid>`` is made this account's alone,
-    and one that is not (another account made it first, to hand this one its own files) is
-    refused, saying so."""
+    ``tmp`` (where anyone may make a folder): its ``phalanx-<uid>`` is made this account's alone.
+    One that is not (another account made it first, to hand this one its files or to keep it
+    from caching) is never used: this job fetches into a new folder of its own instead."""
     raw = given or os.environ.get("PHALANX_NODE_CACHE")
     if raw is None:
-        return _own_folder(Path(tmp) / f"phalanx-{os.getuid()}") / "data"
+        return _own_folder(Path(tmp), f"phalanx-{os.getuid()}") / "data"
     node = os.environ.get("SLURMD_NODENAME") or socket.gethostname()
     return Path(raw.replace("%n", node))
 
 
-def _own_folder(folder: Path) -> Path:
+def _own_folder(tmp: Path, name: str) -> Path:
+    folder = tmp / name
     with contextlib.suppress(FileExistsError):
         os.mkdir(folder, 0o700)
     info = os.lstat(folder)
-    if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.getuid() or info.st_mode & 0o022:
-        raise UsageError(
-            f"{folder}: the node's data cache is not this account's own folder (owner uid "
-            f"{info.st_uid}, mode {stat.filemode(info.st_mode)}), so its files cannot be trusted. "
-            "Remove it, or give the job a cache folder of its own: PHALANX_NODE_CACHE=/scratch/$USER/%n"
-        )
-    return folder
+    if stat.S_ISDIR(info.st_mode) and info.st_uid == os.getuid() and not info.st_mode & 0o022:
+        return folder
+    print(
+        f"phalanx: {folder} is not this account's own folder (owner uid {info.st_uid}, mode "
+        f"{stat.filemode(info.st_mode)}): its files are not trusted; this job fetches into a folder "
+        "of its own (PHALANX_NODE_CACHE=/scratch/$USER/%n gives every job one cache)",
+        file=sys.stderr,
+    )
+    return Path(tempfile.mkdtemp(prefix=f"{name}-", dir=tmp))
 
 
 def manifest_of(order: Mapping[str, Any]) -> Manifest:

@@ -343,7 +343,7 @@ def remove_inside(root: Path, relative: str) -> None:
     try:
         if stat.S_ISDIR(os.stat(name, dir_fd=fd, follow_symlinks=False).st_mode):
             shutil.rmtree(name, dir_fd=fd, ignore_errors=True)
-    except OSError:
+    except (OSError, RecursionError):  # a tree deeper than rmtree recurses stays
         return
     finally:
         os.close(fd)

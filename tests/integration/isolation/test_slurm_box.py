@@ -56,6 +56,7 @@ def test_the_experiments_folder_is_copied_by_its_account_with_its_links(tmp_path
     assert (code / "pkg" / "payload.sh").read_text() == "echo owned\n"
     assert os.readlink(code / "link") == "train.py"
     assert {p.lstat().st_uid for p in [code, *code.rglob("*")]} == {iso.uid}
+    assert run.stat().st_mode & 0o777 == 0o700  # its script holds its token: no other account reads
 
 
 def test_a_link_the_account_put_in_the_copys_way_takes_nothing_of_roots_anywhere(

@@ -6,7 +6,7 @@ from __future__ import annotations
 import threading
 from pathlib import Path
 
-from phalanx.backends.logfiles import follow_file
+from phalanx.backends.logfiles import Lines, follow_file
 
 
 def test_without_follow_it_reads_what_is_there_from_the_offset(tmp_path: Path) -> None:
@@ -31,3 +31,13 @@ def test_following_reads_until_ended_including_what_was_written_just_before(tmp_
     reader.join(timeout=10)
     assert not reader.is_alive()
     assert lines == [f"step {i}" for i in range(50)] + ["last words"]
+
+
+def test_a_line_without_end_comes_in_pieces_and_whole_lines_as_they_were() -> None:
+    """A pod's or a Slurm job's stream: a line that never ends (a progress bar, 8 GiB of zeros) is
+    given in pieces of ``most`` bytes, not held (and copied) whole."""
+    lines = Lines(most=4)
+    assert lines.feed(b"ab\ncd") == [b"ab"]
+    assert lines.feed(b"efghij") == [b"cdef"]
+    assert lines.feed(b"\n\nxyz") == [b"ghij", b""]
+    assert lines.end() == [b"xyz"] and lines.end() == []

@@ -12,6 +12,7 @@ import pytest
 
 from phalanx.backends import slurm as slurm_mod
 from phalanx.backends import slurm_logs
+from phalanx.backends.logfiles import Lines
 from phalanx.backends.slurm import JOB_STATES, SlurmBackend, status_of
 from phalanx.backends.slurm_script import layout
 from phalanx.clusters import Cluster
@@ -248,7 +249,7 @@ def test_a_log_is_read_a_slice_at_a_time_to_its_end_and_a_line_without_end_is_cu
     fill root's memory), a line without end comes as pieces of the reaper's MAX_LINE, and a finished
     job's log is still read whole."""
     monkeypatch.setattr(slurm_logs, "LOG_READ_BYTES", 64)
-    monkeypatch.setattr(slurm_logs, "MAX_LINE", 32)
+    monkeypatch.setattr(slurm_logs, "Lines", lambda: Lines(most=32))
     backend = ForgetfulSlurm(Cluster(name="c", kind="slurm", slurm_conf="forgetful"), Settings(home=tmp_path))
     handle = _state(tmp_path / "l", master="0")
     logs = tmp_path / "l" / "logs"
@@ -257,8 +258,8 @@ def test_a_log_is_read_a_slice_at_a_time_to_its_end_and_a_line_without_end_is_cu
     (logs / "master.log").write_text("\n".join(lines) + "\n" + "x" * 200)
     got = list(backend.logs(handle, "master"))
     assert got[:40] == lines
-    pieces = got[40:]  # each cut once it is over MAX_LINE: at most MAX_LINE + a slice
-    assert "".join(pieces) == "x" * 200 and len(pieces) >= 3 and all(len(p) <= 32 + 64 for p in pieces)
+    pieces = got[40:]
+    assert pieces == ["x" * 32] * 6 + ["x" * 8]
 
 
 def test_a_boxed_jobs_sbatch_reads_the_script_from_here_with_none_of_the_servers_variables(
@@ -323,3 +324,24 @@ def test_discarding_logs_follows_no_link_the_job_planted(tmp_path) -> None:  # t
     (run / "attempts").symlink_to(runs)  # attempts -> <home>/runs: every experiment's logs
     backend.discard_logs(handle)
     assert (runs / "other" / "logs" / "master.log").read_text() == "kept\n"
+
+
+def test_the_attempt_counts_the_jobs_own_attempt_folders_only(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """attempts/ is the job's: a link there (to /usr/lib) or a million folders is no requeue."""
+    backend = ForgetfulSlurm(Cluster(name="c", kind="slurm", slurm_conf="forgetful"), Settings(home=tmp_path))
+    run = tmp_path / "l"
+    handle = _state(run, master="0")
+    (run / "attempts" / "0").mkdir(parents=True)
+    (run / "attempts" / "1").mkdir()
+    (run / "attempts" / "2").symlink_to(tmp_path)
+    (run / "attempts" / "notes").mkdir()
+    status = backend.describe(handle)
+    assert status is not None and status.attempt == 2
+    for n in range(3, 300):
+        (run / "attempts" / str(n)).mkdir()
+    status = backend.describe(handle)
+    assert status is not None and status.attempt == slurm_mod.MAX_ATTEMPTS
+    (run / "attempts").rename(run / "old")
+    (run / "attempts").symlink_to("/usr/lib")
+    status = backend.describe(handle)
+    assert status is not None and status.attempt == 0

@@ -26,7 +26,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import IO, Any
 
-from phalanx.backends.logfiles import STDERR_MARK_BYTES
+from phalanx.backends.logfiles import MAX_LINE, STDERR_MARK_BYTES
 from phalanx.machine import cgroups, proctree
 from phalanx.machine.handoff import TRUSTED_PATH, handed
 
@@ -37,7 +37,6 @@ STATUS_RETRY_SECONDS = 10.0  # how long a full disk may delay the status file
 # after the processes ended: a pipe that stays open with nothing in it this long, while we look, is
 # held by a process outside the tree (the tree is gone); measured from the last data, not the start
 DRAIN_STALL_SECONDS = 2.0
-MAX_LINE = 1 << 20  # bytes of an unterminated line kept before it is written as a line
 
 
 def _prctl(option: int, value: int) -> None:
