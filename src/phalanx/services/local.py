@@ -37,22 +37,27 @@ def serve_board(store: Store, target: Target, port: int) -> int:
             str(port),
         ]
         process = subprocess.Popen(argv, stdin=subprocess.DEVNULL)  # it says where it answers
-        for ending in (signal.SIGTERM, signal.SIGHUP):  # as Ctrl-C: TensorBoard ends, its folder goes
-            signal.signal(ending, lambda *_: process.terminate())
+        stopped: list[int] = []
+
+        def stop(signum: int, _frame: object) -> None:  # Ctrl-C, SIGTERM, SIGHUP: TensorBoard ends
+            stopped.append(signum)
+            process.terminate()
+
+        for ending in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):  # never an exception mid-render
+            if signal.getsignal(ending) is not signal.SIG_IGN:  # `... &` in a script ignores Ctrl-C
+                signal.signal(ending, stop)
         try:
-            while True:
+            while not stopped:
                 try:
                     return process.wait(timeout=REFRESH_SECONDS)
                 except subprocess.TimeoutExpired:
                     board.render()
-        except KeyboardInterrupt:
-            process.terminate()
             try:
                 process.wait(timeout=STOP_SECONDS)
-            except subprocess.TimeoutExpired:  # a TensorBoard that does not go: Ctrl-C still ends it
+            except subprocess.TimeoutExpired:  # a TensorBoard that does not go: the stop still ends it
                 process.kill()
                 process.wait()
-            return -signal.SIGINT
+            return -stopped[0]
         finally:
             if process.poll() is None:
                 process.kill()

@@ -26,7 +26,9 @@ pytestmark = pytest.mark.slow
 
 
 def _start(home: Path, tmp: Path, *args: str) -> subprocess.Popen[str]:
-    """`phalanx ARGS` as a process of its own in ``tmp`` (its TMPDIR too), its output in one pipe."""
+    """`phalanx ARGS` as a process of its own in ``tmp`` (its TMPDIR too), its output in one pipe,
+    taking Ctrl-C as from a terminal: a suite started in the background by a script (`make test &`)
+    ignores SIGINT, and every process it starts inherits that (the test then waited in vain)."""
     tmp.mkdir(exist_ok=True)
     return subprocess.Popen(
         [str(PHALANX), *args],
@@ -36,7 +38,13 @@ def _start(home: Path, tmp: Path, *args: str) -> subprocess.Popen[str]:
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
+        preexec_fn=_takes_ctrl_c,
     )
+
+
+def _takes_ctrl_c() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
 
 
 def _said(process: subprocess.Popen[str], pattern: str) -> re.Match[str]:
