@@ -6,9 +6,11 @@ launch API (estimators) is loaded on first use so `import phalanx` inside a repl
 
 from __future__ import annotations
 
-from typing import Any
-
 from phalanx._version import __version__
+
+TYPE_CHECKING = False  # typing is not imported: a replica's reaper imports this package
+if TYPE_CHECKING:
+    from typing import Any
 
 __all__ = [
     "Estimator",

@@ -30,7 +30,7 @@ from phalanx.backends.base import DryRun, JobStatus, LaunchContext, ReplicaStatu
 from phalanx.backends.dry_runs import SlurmDryRun
 from phalanx.backends.slurm_logs import LogFile
 from phalanx.backends.slurm_queue import SlurmQueue, queue_for
-from phalanx.backends.slurm_script import NodeFetch, layout, render
+from phalanx.backends.slurm_script import TOKEN_FILE, TOKEN_VARIABLE, NodeFetch, layout, render
 from phalanx.clusters import Cluster
 from phalanx.config import Settings
 from phalanx.domain import ExperimentStatus, ReplicaState
@@ -227,6 +227,8 @@ class SlurmBackend:
                 slurm_box.prepare(iso, run_dir, dry_run.context.workdir)
             script = expect_dry_run(dry_run, SlurmDryRun, self.name).script
             write_new(run_dir / "job.sbatch", script.encode())  # to read: sbatch is given it from here
+            if token := dry_run.context.tracking_env.get(TOKEN_VARIABLE):  # the script reads it here
+                write_new(run_dir / TOKEN_FILE, token.encode(), mode=0o600, owner=iso)
             keys = [t.key for c in layout(dry_run.plan) for t in c.tasks]
             write_new(run_dir / "tasks", ("\n".join(keys) + "\n").encode())  # the script writes it too
             self._refuse_if_it_can_never_run(script, dry_run, iso)

@@ -24,6 +24,7 @@ from phalanx.machine.box import Isolation
 
 CODE = "code"  # <run dir>/code: the copy of the experiment's folder the job runs in
 COPY_TIMEOUT_S = 600  # the copy of an experiment's folder (a bundle holds at most a few GiB)
+ARCHIVE_TIMEOUT_S = 60  # a restart's move of the last attempt's files aside (renames only)
 SUBFOLDERS = ("logs", "state", "spool", CODE)
 
 
@@ -80,9 +81,15 @@ def copy_as_account(iso: Isolation, source: str, folder: Path) -> None:
                 timeout=COPY_TIMEOUT_S,
                 check=False,
             )
+            packed = pack.wait(timeout=COPY_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            pack.kill()
+            raise BackendUnavailable(
+                f"copying the experiment's folder for {iso.account} took over {COPY_TIMEOUT_S:g} s:"
+                " is the cluster's shared file system slow or full? Submit again once it answers"
+            ) from None
         finally:
             pack.stdout.close()
-        packed = pack.wait(timeout=COPY_TIMEOUT_S)
         said = pack.stderr.read().decode(errors="replace").strip()
     if packed != 0 or unpack.returncode != 0:
         why = said if packed != 0 else unpack.stderr.strip()
@@ -107,7 +114,13 @@ def archive_as_account(iso: Isolation, run_dir: Path) -> None:
     """A restart's archive of the last attempt (engine restarts; a requeue's is the script's own),
     done as the job's account in its own folder: root moves nothing there."""
     argv = [*box.drop_to(iso), sys.executable, "-I", "-c", _ARCHIVE, str(run_dir)]
-    done = subprocess.run(argv, capture_output=True, text=True, timeout=60, check=False)
+    try:
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=ARCHIVE_TIMEOUT_S, check=False)
+    except subprocess.TimeoutExpired:
+        raise BackendUnavailable(
+            f"moving the last attempt's files aside took over {ARCHIVE_TIMEOUT_S:g} s:"
+            " is the cluster's shared file system slow?"
+        ) from None
     if done.returncode != 0:
         raise BackendUnavailable(f"moving the last attempt's files aside failed: {done.stderr.strip()}")
     for name in ("logs", "state"):

@@ -138,6 +138,9 @@ def _exports(env: Mapping[str, str], indent: str) -> list[str]:
     return [f"{indent}export {k}={_bash_value(v)}" for k, v in env.items()]
 
 
+TOKEN_VARIABLE = "PHALANX_TOKEN"  # the experiment's token: from TOKEN_FILE, which the submit writes 0600
+TOKEN_FILE = "token"  # <run dir>/token: not in the script, which Slurm's accounting stores and shows
+
 SIGNAL_SECONDS = 60  # Slurm sends --signal with a resolution of about a minute anyway
 
 # A requeued job (node failure, preemption) starts again in the same run folder: the last attempt's
@@ -415,8 +418,8 @@ def _shared_setup(
         REQUEUE,
         'mkdir -p "$PHALANX_RUN_DIR/logs" "$PHALANX_RUN_DIR/state"',
         'exec >>"$PHALANX_RUN_DIR/slurm-$SLURM_JOB_ID.out" 2>&1',
-        "# the tasks, one per line (the engine reads their state files)",
-        "cat >\"$PHALANX_RUN_DIR/tasks\" <<'PHALANX_TASKS'",
+        "# the tasks, one per line (the engine reads their state files; its submit wrote them already)",
+        '[ -e "$PHALANX_RUN_DIR/tasks" ] || cat >"$PHALANX_RUN_DIR/tasks" <<\'PHALANX_TASKS\'',
         *[t.key for t in tasks],
         "PHALANX_TASKS",
         "",
@@ -427,7 +430,10 @@ def _shared_setup(
         "# What every replica shares: tracking, the file's env, the experiment's interpreter first on PATH.",
     ]
     for k, v in env.items():
-        lines.append(f"export {k}={shlex.quote(v) if k != 'PATH' else _path_value(v)}")
+        if k != TOKEN_VARIABLE:
+            lines.append(f"export {k}={shlex.quote(v) if k != 'PATH' else _path_value(v)}")
+    if TOKEN_VARIABLE in env:  # the token's own file, never the script: slurmdbd keeps job scripts
+        lines.append(f'export {TOKEN_VARIABLE}="$(cat "$PHALANX_RUN_DIR/{TOKEN_FILE}")"')
     lines.append(f"export PHALANX_COMMAND={shlex.quote(plan.command)}")
     if fetch:
         lines += ["", *fetch.header()]

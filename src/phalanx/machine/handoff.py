@@ -17,9 +17,11 @@ from __future__ import annotations
 import os
 import re
 import shlex
-import tempfile
 from collections.abc import Mapping
-from typing import IO
+
+TYPE_CHECKING = False  # without importing typing: a replica's reaper imports this module
+if TYPE_CHECKING:
+    from typing import IO
 
 NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")  # what a shell can export
 # "$@": the program. `set -a` exports every assignment the file (its standard input) makes
@@ -32,6 +34,8 @@ def handed(program: list[str], env: Mapping[str, str], uid: int, gid: int) -> tu
     """(``program`` preceded by the shell that exports ``env``, the file it reads them from). Start
     the result with the file as its standard input and close the file once it has started.
     ValueError for a name no shell can export (say which)."""
+    import tempfile  # why: with shutil and random, only when a box's program is handed its variables
+
     held = tempfile.TemporaryFile()  # noqa: SIM115 (closed by the caller once the program started)
     try:
         for name, value in env.items():

@@ -55,12 +55,20 @@ def pid_alive(pid: int) -> bool:
 
 
 def pid_stopped(pid: int) -> bool:
-    """Whether process ``pid`` is stopped (SIGSTOP, SIGTSTP, a debugger)."""
+    """Whether process ``pid`` is stopped by a signal (SIGSTOP, SIGTSTP: a suspended `phalanx run`)."""
     try:
         with open(f"/proc/{pid}/stat") as fh:
-            return fh.read().rsplit(")", 1)[-1].split()[0] in ("T", "t")
-    except (OSError, IndexError):
+            return signal_stopped(fh.read())
+    except OSError:
         return False
+
+
+def signal_stopped(stat: str) -> bool:
+    """Whether a ``/proc/<pid>/stat`` line says stopped by a signal ("T"). A tracing stop ("t") is
+    not: a sampling profiler (py-spy) stops its target for every sample, and a flush that took that
+    for a stopped ingester gave up at once while its points were being stored."""
+    fields = stat.rsplit(")", 1)[-1].split()
+    return bool(fields) and fields[0] == "T"
 
 
 def start_time(pid: int) -> int | None:

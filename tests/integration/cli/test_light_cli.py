@@ -206,3 +206,20 @@ def test_run_detach_reports_the_files_mistakes_found_by_its_supervisor_with_stat
     assert done.stdout == ""
     runs = phalanx_home / "runs"
     assert not runs.exists() or not any(runs.iterdir())
+
+
+def test_a_replicas_reaper_imports_neither_typing_nor_tempfile() -> None:
+    """Every replica's processes are watched by a reaper of their own (`python -I`), so each module
+    it imports is paid once per replica: typing (8 ms) and tempfile (with shutil and random, 4 ms)
+    only for the type checker and for a boxed program's variables (issue 42, docs/cli-speed.md)."""
+    import phalanx
+
+    source = str(Path(phalanx.__file__).resolve().parents[1])
+    boot = f"import sys; sys.path.insert(0, {source!r}); import phalanx.backends.local.reaper"
+    done = subprocess.run(
+        [sys.executable, "-I", "-X", "importtime", "-c", boot], capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    imported = {line.rsplit("|", 1)[1].strip() for line in done.stderr.splitlines() if "|" in line}
+    assert "phalanx.backends.local.reaper" in imported  # the importtime lines were read
+    assert not {"typing", "tempfile", "shutil", "random"} & imported, sorted(imported)

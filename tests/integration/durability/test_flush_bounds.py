@@ -38,7 +38,7 @@ def test_flush_does_not_block_on_a_stopped_supervisor(phalanx: Phalanx) -> None:
     proc = phalanx.start("run", "-f", str(spec))
     wait_for(lambda: (marks / "ready").exists() or proc.poll() is not None, what="the replica")
     assert proc.poll() is None, proc.communicate()
-    os.kill(proc.pid, signal.SIGSTOP)  # `phalanx run` suspended (Ctrl-Z, a debugger)
+    os.kill(proc.pid, signal.SIGSTOP)  # `phalanx run` suspended (Ctrl-Z)
     try:
         (marks / "go").touch()
         wait_for(lambda: (marks / "result.json").exists(), timeout=120, what="flush() to return")

@@ -75,3 +75,25 @@ def test_a_link_the_account_put_in_the_copys_way_takes_nothing_of_roots_anywhere
     with contextlib.suppress(BackendUnavailable):
         slurm_box.copy_as_account(iso, str(experiment_folder(tmp_path)), code)
     assert list(guarded.iterdir()) == []
+
+
+def test_a_copy_that_never_ends_is_a_clear_refusal_and_leaves_no_process(
+    tmp_path: Path, shared: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A shared file system that stops answering: the account's unpacking hangs. The submit gets a
+    message, not a TimeoutExpired's traceback, and root's packing process is not left behind."""
+    iso = account(tmp_path / "home")
+    code = shared / "code"
+    box.make_own_folder(code, iso, 0o755)
+    dropped = box.drop_to(iso)
+    monkeypatch.setattr(box, "drop_to", lambda _: [*dropped, "sh", "-c", "exec sleep 600", "sh"])
+    monkeypatch.setattr(slurm_box, "COPY_TIMEOUT_S", 1)
+    with pytest.raises(BackendUnavailable, match=r"took over 1 s.*file system"):
+        slurm_box.copy_as_account(iso, str(experiment_folder(tmp_path)), code)
+    assert not [p for p in os.listdir("/proc") if p.isdigit() and _is_our_sleep(int(p))]
+
+
+def _is_our_sleep(pid: int) -> bool:
+    with contextlib.suppress(OSError):
+        return Path(f"/proc/{pid}/cmdline").read_bytes() == b"sleep\x00600\x00"
+    return False

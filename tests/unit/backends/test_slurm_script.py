@@ -293,6 +293,29 @@ def test_a_boxed_jobs_sbatch_reads_the_script_from_here_with_none_of_the_servers
     assert call["env"] == {"PATH": os.environ["PATH"], "SLURM_CONF": "/x/a.conf"}
 
 
+def test_the_experiments_token_is_in_a_file_of_its_own_never_in_the_script_slurm_stores(
+    tmp_path, monkeypatch: pytest.MonkeyPatch
+) -> None:  # type: ignore[no-untyped-def]
+    """slurmdbd keeps every job's script (`sacct --batch-script`): the script reads the token from
+    the run folder's 0600 file, which the submit writes."""
+    scripts: list[str] = []
+
+    def run(argv: list[str], **kw: object) -> subprocess.CompletedProcess[str]:
+        scripts.append(str(kw.get("input")))
+        return subprocess.CompletedProcess(argv, 0, "42\n" if "--parsable" in argv else "", "")
+
+    monkeypatch.setattr(slurm_mod.subprocess, "run", run)
+    monkeypatch.setattr(slurm_mod.shutil, "which", lambda name, **kw: f"/usr/bin/{name}")
+    backend = SlurmBackend(Cluster(name="c", kind="slurm", shared_dir=str(tmp_path)), Settings(home="/h"))
+    token = "phx-exp.0123456789ab.secret"
+    dry = backend.dry_run(plan(workers=0), context(PHALANX_TOKEN=token, PHALANX_HOST="http://s:8000"))
+    assert backend.submit(dry).startswith("42:")
+    assert scripts and all(token not in s for s in [dry.native, *scripts])
+    assert 'export PHALANX_TOKEN="$(cat "$PHALANX_RUN_DIR/token")"' in dry.native
+    written = tmp_path / "runs" / dry.context.experiment_id / "token"
+    assert written.read_text() == token and written.stat().st_mode & 0o777 == 0o600
+
+
 def test_a_tasks_file_naming_a_path_out_of_the_run_folder_reads_nothing_there(tmp_path) -> None:  # type: ignore[no-untyped-def]
     """The job writes its tasks file: a key like master.x/../../other/logs/master would have made
     root read another experiment's log. Only keys of a replica's form are taken."""

@@ -24,11 +24,14 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import IO, Any
 
 from phalanx.backends.logfiles import MAX_LINE, STDERR_MARK_BYTES
 from phalanx.machine import cgroups, proctree
 from phalanx.machine.handoff import TRUSTED_PATH, handed
+
+TYPE_CHECKING = False  # without importing typing (every replica's reaper pays for what it imports)
+if TYPE_CHECKING:
+    from typing import IO, Any
 
 PR_SET_PDEATHSIG = 1
 PR_SET_CHILD_SUBREAPER = 36
