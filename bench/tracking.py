@@ -231,8 +231,10 @@ class PhalanxCase:
         out: dict[str, Any] = {"rate": _rate(results, reported)}
         if not all(r["ok"] for r in results):  # a flush gave up waiting: late is not lost
             out["flush_timeouts"] = True
-            out["late"] = self._drained(exp, reported) - stored
-            stored += out["late"]
+            drained, when = self._drained(exp, reported)
+            out["late"] = drained - stored
+            stored = drained  # the rate then runs to when the last of them was seen stored
+            out["rate"] = reported / (when - min(r["t0"] for r in results))
         out["lost"] = reported - stored  # reported and never stored
         self.stored += stored
         if timed:
@@ -242,15 +244,16 @@ class PhalanxCase:
     def _stored(self, exp: str) -> int:
         return sum(len(s.steps) for s in self.store.metrics(exp, title="loss").get("loss", {}).values())
 
-    def _drained(self, exp: str, reported: int, quiet_s: float = 30.0) -> int:
-        """The points stored once the ingester has taken all it will: ``reported``, or as many as
-        it reached when ``quiet_s`` passed with none more stored."""
-        stored, since = self._stored(exp), time.monotonic()
-        while stored < reported and time.monotonic() - since < quiet_s:
-            time.sleep(0.2)
+    def _drained(self, exp: str, reported: int, quiet_s: float = 30.0) -> tuple[int, float]:
+        """(points stored, when the last of them was seen stored) once the ingester has taken all
+        it will: ``reported``, or as many as it reached when ``quiet_s`` passed with none more. It
+        looks once a second: each look reads the whole series, on the cores the ingester uses."""
+        stored, seen = self._stored(exp), time.time()
+        while stored < reported and time.time() - seen < quiet_s:
+            time.sleep(1.0)
             if (now := self._stored(exp)) > stored:
-                stored, since = now, time.monotonic()
-        return stored
+                stored, seen = now, time.time()
+        return stored, seen
 
     def finish(self, n: int) -> dict[str, Any]:
         """Bytes per stored point (the whole database after compaction: points, summary, keys) and
@@ -324,6 +327,7 @@ def bench_interleaved(n: int, rounds: int, work: Path, attempt: int | None) -> d
     p.update(phalanx.run("call", 1, n, timed=True))
     rates: dict[str, list[tuple[float, float]]] = {"1": [], "4": []}
     lost = {"raw": {"1": 0, "4": 0}, "phalanx": {"1": 0, "4": 0}}
+    late = {"1": 0, "4": 0}  # Phalanx's points stored after a writer's flush gave up waiting
     for r in range(rounds):
         for procs in (1, 4):
             label = str(procs)
@@ -332,6 +336,7 @@ def bench_interleaved(n: int, rounds: int, work: Path, attempt: int | None) -> d
             rates[label].append((a["rate"], b["rate"]))
             lost["raw"][label] += a["lost"]
             lost["phalanx"][label] += b["lost"]
+            late[label] += b.get("late", 0)
             print(f"round {r + 1}/{rounds}, {procs} process(es): raw {a['rate']:,.0f} points/s, "
                   f"Phalanx {b['rate']:,.0f} ({b['rate'] / a['rate']:.2f}x), "
                   f"load average {os.getloadavg()[0]:.1f}"
@@ -344,6 +349,7 @@ def bench_interleaved(n: int, rounds: int, work: Path, attempt: int | None) -> d
         out["raw"][f"lost_{label}"] = lost["raw"][label]
         p[f"rate_{label}"] = statistics.median(b for _, b in pairs)
         p[f"lost_{label}"] = lost["phalanx"][label]
+        p[f"late_{label}"] = late[label]
         p[f"ratio_{label}"] = statistics.median(b / a for a, b in pairs)
     return out
 

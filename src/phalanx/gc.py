@@ -32,7 +32,7 @@ from phalanx.data.cache import collect as collect_cache
 from phalanx.errors import NotFound
 from phalanx.ingest import Ingester
 from phalanx.machine.procs import writer_gone
-from phalanx.spool import ACK_SUFFIX, SUFFIX
+from phalanx.spool import ACK_SUFFIX, SUFFIX, unshipped
 from phalanx.supervisor.stopping import supervisor_pid
 
 if TYPE_CHECKING:
@@ -96,7 +96,8 @@ def collect(
         streams = list(folder.glob(f"*{SUFFIX}"))
         exists = _exists(store, folder.name)
         if not exists:
-            live = [s for s in streams if not _finished_writer(s.stem, settings, folder.name)]
+            # a server's experiment: its streams' records wait for `phalanx sync` until shipped
+            live = [s for s in streams if not _finished_writer(s.stem, settings, folder.name) or unshipped(s)]
             if not live and now - _newest(folder) >= min_age:
                 out.bytes_freed += _size(folder)
                 shutil.rmtree(folder, ignore_errors=True)

@@ -34,10 +34,10 @@ from phalanx.reconcile import reconcile
 from phalanx.spool import (
     ACK_SUFFIX,
     REFUSED_SUFFIX,
-    SUFFIX,
     SpoolWriter,
     check_columns,
     read_records,
+    spool_files,
     write_ack,
     write_refused,
 )
@@ -225,9 +225,7 @@ class Ingester:
         self._positions: dict[str, int] = {}  # stream -> committed offset, as far as we know
 
     def spool_files(self) -> list[Path]:
-        if not self.spool.is_dir():
-            return []
-        return sorted([*self.spool.glob(f"*{SUFFIX}"), *self.spool.glob(f"*/*{SUFFIX}")])
+        return spool_files(self.spool) if self.spool.is_dir() else []
 
     def run_once(self) -> int:
         """One pass over every spool file; returns how many new events were stored."""

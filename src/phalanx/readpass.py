@@ -67,9 +67,9 @@ def _spool_due(reader: LiteReader, settings: Settings) -> str | None:
     spool = settings.spool_dir
     if not spool.is_dir():
         return None
-    from phalanx.spool import SUFFIX  # why: `phalanx --help` imports this module
+    from phalanx.spool import spool_files  # why: `phalanx --help` imports this module
 
-    files = [*spool.glob(f"*{SUFFIX}"), *spool.glob(f"*/*{SUFFIX}")]
+    files = spool_files(spool)
     if not files:
         return None
     from phalanx.machine.procs import writer_gone  # why: `phalanx --help` imports this module

@@ -30,6 +30,47 @@ from typing import Any
 SUFFIX = ".spool"
 ACK_SUFFIX = ".ack"
 REFUSED_SUFFIX = ".refused"  # JSON lines {"seq", "why"}: records (or parts) ingest could not store
+# "OFFSET SEQ" the server has answered for: a stream with one is a server's (its writer reports over
+# HTTP, tracking.shipper), never ingested into this machine's store
+SHIPPED_SUFFIX = ".shipped"
+
+
+def shipped_path(spool_dir: Path, stream: str) -> Path:
+    return spool_dir / f"{stream}{SHIPPED_SUFFIX}"
+
+
+def read_shipped(spool_dir: Path, stream: str) -> tuple[int, int]:
+    """(byte offset, last seq) the server has answered for; (0, -1) when nothing was shipped."""
+    try:
+        offset, seq = shipped_path(spool_dir, stream).read_text().split()
+        return int(offset), int(seq)
+    except (OSError, ValueError):
+        return 0, -1
+
+
+def write_shipped(spool_dir: Path, stream: str, offset: int, seq: int) -> None:
+    target = shipped_path(spool_dir, stream)
+    tmp = target.with_name(f".{target.name}.{os.getpid()}.{threading.get_ident()}")
+    tmp.write_text(f"{offset} {seq}\n")
+    os.replace(tmp, target)
+
+
+def unshipped(path: Path) -> bool:
+    """Whether the spool file ``path`` is a server's stream holding records its server has not
+    answered for (``phalanx sync`` ships them: nothing may remove them before)."""
+    stream = path.name[: -len(SUFFIX)]
+    return (
+        shipped_path(path.parent, stream).exists()
+        and read_shipped(path.parent, stream)[0] < path.stat().st_size
+    )
+
+
+def spool_files(folder: Path) -> list[Path]:
+    """The spool files under ``folder`` (``<home>/spool`` or one experiment's folder of it) that
+    this machine's store takes: a stream a server takes (``SHIPPED_SUFFIX``) is left to its
+    shipper, or to `phalanx sync`."""
+    found = [*folder.glob(f"*{SUFFIX}"), *folder.glob(f"*/*{SUFFIX}")]
+    return sorted(p for p in found if not p.with_name(p.name[: -len(SUFFIX)] + SHIPPED_SUFFIX).exists())
 
 
 def host_tag() -> str:

@@ -15,6 +15,8 @@ from __future__ import annotations
 import shutil
 import subprocess
 import sys
+import tempfile
+import time
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -26,6 +28,10 @@ CODE = "code"  # <run dir>/code: the copy of the experiment's folder the job run
 COPY_TIMEOUT_S = 600  # the copy of an experiment's folder (a bundle holds at most a few GiB)
 ARCHIVE_TIMEOUT_S = 60  # a restart's move of the last attempt's files aside (renames only)
 SUBFOLDERS = ("logs", "state", "spool", CODE)
+MESSAGE_BYTES = 2000  # of a failed copy's own words, in the refusal
+# what root's helpers get, and so what runs as the account gets: never the server's environment (its
+# database password, its token), which the account's other processes could read in /proc/<pid>/environ
+_ENV = {"PATH": box.BOX_PATH, "LC_ALL": "C"}
 
 
 def job_env(env: Mapping[str, str], run_dir: Path) -> dict[str, str]:
@@ -51,7 +57,7 @@ def prepare(iso: Isolation, run_dir: Path, workdir: str) -> None:
     """The run folder (the account's alone: its script, logs and code are no other project's to
     read) and its subfolders, the experiment's folder (the server's own work folder, which only
     root writes) copied into it by the account."""
-    box.make_own_folder(run_dir, iso, 0o700)  # its script holds its token: no other account reads
+    box.make_own_folder(run_dir, iso, 0o700)  # its token file, logs and code: no other account reads
     for name in SUBFOLDERS:
         box.make_own_folder(run_dir / name, iso, 0o755)
     code = run_dir / CODE
@@ -66,22 +72,26 @@ def copy_as_account(iso: Isolation, source: str, folder: Path) -> None:
     the folder, could swap a folder being copied for a link (to /etc/cron.d), and root's copy
     would follow it there. Symbolic links in ``source`` are copied as links."""
     tar = shutil.which("tar", path=box.BOX_PATH) or "tar"
-    env = {"PATH": box.BOX_PATH, "LC_ALL": "C"}
-    with subprocess.Popen(
-        [tar, "-c", "-C", source, "."], stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env
-    ) as pack:
-        assert pack.stdout is not None and pack.stderr is not None
+    deadline = time.monotonic() + COPY_TIMEOUT_S  # the whole copy, both ends
+    with (
+        tempfile.TemporaryFile() as said,  # tar -c's complaints: a file never fills as a pipe would
+        subprocess.Popen(
+            [tar, "-c", "-C", source, "."], stdout=subprocess.PIPE, stderr=said, env=_ENV
+        ) as pack,
+    ):
+        assert pack.stdout is not None
         try:
             unpack = subprocess.run(
                 [*box.drop_to(iso), tar, "-x", "-C", str(folder)],
                 stdin=pack.stdout,
                 capture_output=True,
                 text=True,
-                env=env,
+                env=_ENV,
                 timeout=COPY_TIMEOUT_S,
                 check=False,
             )
-            packed = pack.wait(timeout=COPY_TIMEOUT_S)
+            pack.stdout.close()  # an unpacking that ended early: tar -c gets SIGPIPE, not a wait
+            packed = pack.wait(timeout=max(1.0, deadline - time.monotonic()))
         except subprocess.TimeoutExpired:
             pack.kill()
             raise BackendUnavailable(
@@ -90,10 +100,13 @@ def copy_as_account(iso: Isolation, source: str, folder: Path) -> None:
             ) from None
         finally:
             pack.stdout.close()
-        said = pack.stderr.read().decode(errors="replace").strip()
-    if packed != 0 or unpack.returncode != 0:
-        why = said if packed != 0 else unpack.stderr.strip()
+        said.seek(0)
+        packing = said.read(MESSAGE_BYTES).decode(errors="replace").strip()
+    if unpack.returncode != 0:  # its own words: tar -c then only says its pipe broke
+        why = unpack.stderr.strip()[:MESSAGE_BYTES]
         raise BackendUnavailable(f"copying the experiment's folder for {iso.account} failed: {why}")
+    if packed != 0:
+        raise BackendUnavailable(f"reading the experiment's folder {source} failed: {packing}")
 
 
 _ARCHIVE = """
@@ -114,8 +127,10 @@ def archive_as_account(iso: Isolation, run_dir: Path) -> None:
     """A restart's archive of the last attempt (engine restarts; a requeue's is the script's own),
     done as the job's account in its own folder: root moves nothing there."""
     argv = [*box.drop_to(iso), sys.executable, "-I", "-c", _ARCHIVE, str(run_dir)]
-    try:
-        done = subprocess.run(argv, capture_output=True, text=True, timeout=ARCHIVE_TIMEOUT_S, check=False)
+    try:  # with none of the server's variables: the account's other processes may read its environ
+        done = subprocess.run(
+            argv, capture_output=True, text=True, env=_ENV, timeout=ARCHIVE_TIMEOUT_S, check=False
+        )
     except subprocess.TimeoutExpired:
         raise BackendUnavailable(
             f"moving the last attempt's files aside took over {ARCHIVE_TIMEOUT_S:g} s:"

@@ -433,7 +433,13 @@ def _shared_setup(
         if k != TOKEN_VARIABLE:
             lines.append(f"export {k}={shlex.quote(v) if k != 'PATH' else _path_value(v)}")
     if TOKEN_VARIABLE in env:  # the token's own file, never the script: slurmdbd keeps job scripts
-        lines.append(f'export {TOKEN_VARIABLE}="$(cat "$PHALANX_RUN_DIR/{TOKEN_FILE}")"')
+        lines += [
+            f'{TOKEN_VARIABLE}=$(<"$PHALANX_RUN_DIR/{TOKEN_FILE}") || {{',
+            f'  echo "phalanx: no token in $PHALANX_RUN_DIR/{TOKEN_FILE} (the submit writes it, 0600)" >&2',
+            "  exit 1",
+            "}",
+            f"export {TOKEN_VARIABLE}",
+        ]
     lines.append(f"export PHALANX_COMMAND={shlex.quote(plan.command)}")
     if fetch:
         lines += ["", *fetch.header()]

@@ -396,20 +396,23 @@ def _read_whole(fd: int, name: str, most: int) -> bytes:
     return data
 
 
-def write_new(path: Path, data: bytes, mode: int = 0o644, owner: Isolation | None = None) -> None:
+def write_new(path: Path, data: bytes, mode: int | None = None, owner: Isolation | None = None) -> None:
     """A file root makes in a folder a box may write: whatever is at ``path`` (a planted link) is
     removed first and the new file is made exclusively, never through a link (OSError when
-    something is put back meanwhile); ``owner``: the box's account is given it (its file alone with
-    ``mode`` 0o600), through the file made, never by its name."""
+    something is put back meanwhile). ``mode``: exactly these permissions (else 0o644 less the
+    umask); ``owner``: the box's account is given it (its file alone with ``mode`` 0o600), through
+    the file made, never by its name."""
     fd = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     try:
         with contextlib.suppress(FileNotFoundError, IsADirectoryError):
             os.unlink(path.name, dir_fd=fd)
-        out = os.open(path.name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, mode, dir_fd=fd)
+        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
+        out = os.open(path.name, flags, 0o644 if mode is None else mode, dir_fd=fd)
     finally:
         os.close(fd)
     with os.fdopen(out, "wb") as f:
-        os.fchmod(out, mode)  # whatever the umask took away
+        if mode is not None:
+            os.fchmod(out, mode)  # whatever the umask took away
         if owner is not None:
             os.fchown(out, owner.uid, owner.gid)
         f.write(data)

@@ -22,7 +22,7 @@ from phalanx.spec.group_model import (
     Search,
     grid_size,
 )
-from phalanx.spec.yamltree import YMap, YNode, YScalar, YSeq, is_null, plain
+from phalanx.spec.yamltree import YKey, YMap, YNode, YScalar, YSeq, is_null, plain
 
 
 def _read_metric(c: Collector, node: YNode | None, path: str, at: YNode, why: str) -> Metric | None:
@@ -67,21 +67,21 @@ def _read_hptuning(c: Collector, node: YNode) -> HPTuning | None:
             join("hptuning", searches[1][0].name),
             f"give one search, not two ({searches[0][0].name} is at line {searches[0][0].mark.line})",
         )
-    if not searches:
-        c.add(
-            m,
-            "hptuning",
-            "no search given; add one of "
-            + ", ".join(SEARCHES)
-            + " (e.g. random_search: {n_experiments: 10})",
-        )
-        return None
-    key, snode = searches[0]
-    search = _read_search(c, key.name, snode, m, matrix)
+    key: YNode | YKey
+    if searches:
+        key, snode = searches[0]
+        search = _read_search(c, searches[0][0].name, snode, m, matrix)
+    else:  # Polyaxon's default: every point of the matrix (grid search)
+        key, search = m, _read_search(c, "grid_search", YMap([], m.mark), m, matrix)
+    grid = "grid_search" if searches else "grid_search (the search when none is given)"
     if (mn := m.get("metric")) is not None and not is_null(mn) and search is not None:
         # Phalanx's addition for grid and random search: the metric that picks the best trial
         if search.metric is not None:
-            c.add(m.key("metric") or mn, "hptuning.metric", f"{key.name} has its own metric; give it once")
+            c.add(
+                m.key("metric") or mn,
+                "hptuning.metric",
+                f"{searches[0][0].name} has its own metric; give it once",
+            )
         else:
             search = replace(search, metric=_read_metric(c, mn, "hptuning", m, "hptuning.metric"))
     early = _read_early_stopping(c, m.get("early_stopping"))
@@ -95,14 +95,14 @@ def _read_hptuning(c: Collector, node: YNode) -> HPTuning | None:
             c.add(
                 _matrix_mark(m, d.name),
                 join("hptuning.matrix", d.name),
-                f"grid_search needs a list of values; {d.kind} is continuous (use values, range, linspace, "
+                f"{grid} needs a list of values; {d.kind} is continuous (use values, range, linspace, "
                 "logspace or geomspace, or random_search)",
             )
         if not continuous and grid_size(matrix) > MAX_GRID:
             c.add(
                 key,
                 "hptuning.grid_search",
-                f"the grid has {grid_size(matrix)} points (at most {MAX_GRID}); "
+                f"the grid of {grid} has {grid_size(matrix)} points (at most {MAX_GRID}); "
                 "set n_experiments or use random_search",
             )
     return HPTuning(

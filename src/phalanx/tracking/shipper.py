@@ -12,7 +12,6 @@ import contextlib
 import fcntl
 import json
 import logging
-import os
 import shutil
 import threading
 import time
@@ -26,10 +25,14 @@ from phalanx.machine.procs import writer_gone
 from phalanx.spool import (
     ACK_SUFFIX,
     REFUSED_SUFFIX,
+    SHIPPED_SUFFIX,
     SUFFIX,
     SpoolWriter,
     _records_in,
     read_records,
+    read_shipped,
+    shipped_path,
+    write_shipped,
 )
 
 log = logging.getLogger("phalanx.tracking")
@@ -39,7 +42,6 @@ BATCH_BYTES = 4 << 20
 # the limit is answered 413 before it is read, which the client sees as a broken connection and would
 # retry for ever (texts are truncated to 1 Mi characters, so only an odd record gets here).
 MAX_RECORD_BYTES = 15 << 20
-SHIPPED_SUFFIX = ".shipped"
 DOWN_GRACE = 5.0  # seconds a flush() waits for a server that does not answer before returning False
 # A replica may report before its supervisor has recorded the experiment (the store is opened after
 # the replicas start): for this long after the shipper starts, "no such experiment" (404) is retried
@@ -92,6 +94,9 @@ class Shipper:
         self.token = token
         self.interval = interval
         self.offset, self.shipped = read_shipped(writer.spool_dir, writer.stream)
+        if self.shipped < 0 and not shipped_path(writer.spool_dir, writer.stream).exists():
+            # the stream is the server's from its first record: this machine's store never takes it
+            write_shipped(writer.spool_dir, writer.stream, 0, -1)
         self._refusals: list[str] = []  # why records were refused for good, since take_refusals()
         self.down_since: float | None = None  # when the server stopped answering (None: it answers)
         self.waiting_why: str | None = None  # why records wait (the server away, or not knowing them yet)
@@ -262,26 +267,6 @@ class Shipper:
                 # re-sending cannot help; do not stall every later report behind it
                 raise RejectedError(exc.code, exc.read()[:500].decode(errors="replace")) from None
             raise
-
-
-def shipped_path(spool_dir: Path, stream: str) -> Path:
-    return spool_dir / f"{stream}{SHIPPED_SUFFIX}"
-
-
-def read_shipped(spool_dir: Path, stream: str) -> tuple[int, int]:
-    """(byte offset, last seq) the server has answered for; (0, -1) when nothing was shipped."""
-    try:
-        offset, seq = shipped_path(spool_dir, stream).read_text().split()
-        return int(offset), int(seq)
-    except (OSError, ValueError):
-        return 0, -1
-
-
-def write_shipped(spool_dir: Path, stream: str, offset: int, seq: int) -> None:
-    target = shipped_path(spool_dir, stream)
-    tmp = target.with_name(f".{target.name}.{os.getpid()}.{threading.get_ident()}")
-    tmp.write_text(f"{offset} {seq}\n")
-    os.replace(tmp, target)
 
 
 def ship_leftovers(

@@ -229,6 +229,41 @@ def test_phalanx_run_against_a_server_on_another_store_says_so(tmp_path: Path, s
     assert "to see it in the web UI" not in done.stderr
 
 
+def test_what_a_script_ships_to_a_server_never_lands_in_this_machines_store(
+    tmp_path: Path, server: Server
+) -> None:
+    """The spool of a script reporting to a server is the server's from its first record: a local
+    read (`phalanx ls`, `phalanx gc`) neither ingests it into the laptop's own store nor warns
+    about its files."""
+    client_home, work = tmp_path / "client", tmp_path / "work"
+    client_home.mkdir()
+    work.mkdir()
+    code = (
+        "from phalanx import Task\n"
+        "task = Task.init('remote', 'shipped')\n"
+        "for i in range(100):\n"
+        "    task.get_logger().report_scalar('loss', 'm', 1.0, i)\n"
+        "print('FLUSH', task.flush(timeout=60), task.id)\n"
+    )
+    env = clean_env(client_home, PHALANX_HOST=server.url)
+    done = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120, cwd=work
+    )
+    assert done.returncode == 0, done.stderr
+    ok, exp_id = done.stdout.split("FLUSH ", 1)[1].split()[:2]
+    assert ok == "True" and _points(server.home, exp_id) == list(range(100)), done.stderr
+    local = {k: v for k, v in env.items() if k != "PHALANX_HOST"}  # the laptop's own store
+    listed = {}
+    for command in ("ls", "gc", "ls"):
+        read = subprocess.run(
+            [sys.executable, "-m", "phalanx.cli.main", command, "-o", "json"], env=local,
+            capture_output=True, text=True, timeout=120, cwd=tmp_path,
+        )  # fmt: skip
+        assert read.returncode == 0 and "stored without it" not in read.stderr, read.stderr
+        listed[command] = read.stdout
+    assert json.loads(listed["ls"]) == []  # after gc too: nothing of it was taken in
+
+
 def test_a_17_mib_text_does_not_stall_shipping(tmp_path: Path, server: Server) -> None:
     client_home, work = tmp_path / "client", tmp_path / "work"
     client_home.mkdir()

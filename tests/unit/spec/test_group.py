@@ -312,3 +312,15 @@ def test_a_wrong_distribution_in_a_hyperband_group_does_not_make_its_budget_plac
     )
     (only,) = problems(text)
     assert "hptuning.matrix.lr.uniform: bounds reversed or equal" in only
+
+
+def test_a_group_without_a_search_runs_its_whole_grid_as_polyaxons_did() -> None:
+    """Polyaxon 0.x: "grid search is the default algorithm used in case no other is defined"."""
+    g = load_group_text(group("  concurrency: 2\n  matrix:\n    lr: {values: [0.01, 0.05, 0.1]}\n"), "g.yml")
+    assert (g.hptuning.search.kind, g.hptuning.search.n_trials) == ("grid", None)  # every point
+    assert g.hptuning.concurrency == 2
+    found = problems(group("  matrix:\n    lr: {uniform: 0:1}\n"))
+    assert found == [
+        "g.yml:5:5: hptuning.matrix.lr: grid_search (the search when none is given) needs a list of values;"
+        " uniform is continuous (use values, range, linspace, logspace or geomspace, or random_search)"
+    ]
