@@ -115,6 +115,13 @@ class BackendUnavailable(PhalanxError):
     code = "backend_unavailable"
 
 
+class StoreUnavailable(BackendUnavailable):
+    """The store's database cannot be reached (a supervisor waits for it, as for any outage): exit
+    status 69, as a server that cannot be reached (nothing was started, and nothing failed)."""
+
+    code = "unavailable"
+
+
 class MissingExtra(UsageError):
     """A command needs an optional part of Phalanx (a pip extra) that is not installed."""
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from phalanx.config import Settings
-from phalanx.errors import BackendUnavailable
+from phalanx.errors import BackendUnavailable, StoreUnavailable
 from phalanx.runner import running
 
 
@@ -22,7 +22,7 @@ def test_the_store_is_opened_once_the_outage_ends_and_not_waited_for_without_pat
     def open_store(_: Settings) -> object:
         tries.append(1)
         if len(tries) < 3:
-            raise BackendUnavailable("cannot open the database: connection refused")
+            raise StoreUnavailable("cannot open the database: connection refused")
         return opened
 
     monkeypatch.setattr(running, "open_store", open_store)

@@ -66,9 +66,7 @@ def _ended(exp: Mapping[str, Any], out: Any) -> int:
         for r in failed
     )
     why = f": {exp['reason']}" if exp.get("reason") else ""
-    sys.stderr.write(
-        f"phalanx: experiment {exp['id']} failed{why}"
-        + (f"; failed replicas: {named}" if named else "")
-        + "\n"
-    )
+    sys.stderr.write(f"phalanx: experiment {exp['id']} failed{why}\n")
+    if named:  # a line of its own: a reason may end with the replica's last log lines
+        sys.stderr.write(f"phalanx: failed replicas: {named}\n")
     return 1

@@ -528,7 +528,9 @@ def _ingest(store: IngestStore, settings: Settings, experiment_id: str) -> None:
 
 @app.command("stop")
 def stop(
-    experiment: Annotated[str, typer.Argument(metavar="ID", help="Experiment id (or a unique prefix).")],
+    experiment: Annotated[
+        str, typer.Argument(metavar="ID", help="Experiment id: full, or at least 8 characters of one.")
+    ],
     timeout: Annotated[
         float, typer.Option("--timeout", min=0, metavar="SECONDS", help="Seconds to wait for it to stop.")
     ] = 60.0,
@@ -537,6 +539,7 @@ def stop(
 ) -> None:
     """Stop a running experiment: every replica is stopped and the experiment marked stopped."""
     from phalanx.config import Settings
+    from phalanx.ids import check_destructive
     from phalanx.logins import choose
     from phalanx.store import open_store
     from phalanx.supervisor import stop_experiment
@@ -551,6 +554,9 @@ def stop(
         return
     store = open_store(settings)
     exp = store.get_experiment(experiment)
+    check_destructive(
+        experiment, exp.id, "stop"
+    )  # as the server's stop: a short prefix names another tomorrow
     if exp.status.done:
         typer.echo(f"experiment {exp.id} already {exp.status}")
         return

@@ -31,7 +31,8 @@ from phalanx.spec.group_model import (
     grid_size,
 )
 from phalanx.spec.loader import MAX_FILE_BYTES
-from phalanx.spec.schema import PLACEHOLDER, GroupReading, read_spec
+from phalanx.spec.placeholders import PLACEHOLDER
+from phalanx.spec.schema import GroupReading, read_spec
 from phalanx.spec.yamltree import Mark, TreeError, YMap, YNode, YScalar, compose, is_null, plain
 
 # the public names: the reading lives in group_model (data), group_matrix (`matrix`),

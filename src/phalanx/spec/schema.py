@@ -13,12 +13,12 @@ from typing import Any
 
 from phalanx.checkpoints import POLICY_KEYS, Policy, PolicyError
 from phalanx.domain import BackendKind, Framework
-from phalanx.errors import Problem, UsageError
+from phalanx.errors import UsageError
 from phalanx.spec.errors import Collector, describe, did_you_mean, join
 from phalanx.spec.inputs import INPUT_KEYS, parse_inputs
 from phalanx.spec.model import Build, ExperimentSpec, ReplicaTemplate
+from phalanx.spec.placeholders import check_overrides, check_placeholders, note_empty_params
 from phalanx.spec.reserved import reserved_reason
-from phalanx.spec.shellwords import stands_alone
 from phalanx.spec.stall import read_stall
 from phalanx.spec.topology import EnvironmentDraft, finish_topology, read_environment
 from phalanx.spec.yamltree import Mark, YKey, YMap, YNode, YScalar, YSeq, is_null, plain
@@ -72,9 +72,6 @@ BUILD_IGNORED = {
 }
 RUN_KEYS = ("cmd", "max_restarts", "max_run_seconds", "stall_notice", "hang_timeout", "checkpoints")
 
-PLACEHOLDER = re.compile(r"\{\{(.*?)\}\}", re.S)
-_NAME = re.compile(r"^\s*([A-Za-z_][A-Za-z0-9_]*)\s*(\|\s*raw\s*)?$")  # `| raw`: not shell-quoted
-_INPUT_REF = re.compile(r"^\s*inputs\.([A-Za-z_][A-Za-z0-9_-]*)\s*$")  # {{ inputs.NAME }}
 _CONTINUATION = re.compile(r"\\[ \t]*$")
 
 
@@ -135,10 +132,10 @@ def read_spec(
     known = {**(group.defaults if group else {}), **(params or {}), **overrides}
     if command is not None:
         names = {**known, **dict.fromkeys(group.sampled if group else ())}
-        _check_placeholders(c, root, command, names, {i.name for i in inputs})
-        _note_empty_params(c, command, known)
+        check_placeholders(c, root, command, names, {i.name for i in inputs})
+        note_empty_params(c, command, known)
         if not extra_params and params is not None:
-            _check_overrides(c, command, _declared(params, group), overrides)
+            check_overrides(c, command, _declared(params, group), overrides)
 
     if c.problems or version is None or command is None:
         return None
@@ -497,104 +494,3 @@ def _join_continuations(node: YScalar) -> str:
         return str(node.value)
     parts = [_CONTINUATION.sub("", line).rstrip() for line in lines]
     return " ".join(p for p in parts if p)
-
-
-def _check_placeholders(
-    c: Collector,
-    root: YMap,
-    command: list[tuple[str, YScalar]],
-    known: Mapping[str, Any],
-    inputs: set[str] | frozenset[str] = frozenset(),
-) -> None:
-    for text, node in command:
-        start = 0
-        for match in PLACEHOLDER.finditer(text):
-            mark, start = _placeholder_mark(node, match.group(0), start)
-            name = _NAME.match(match.group(1))
-            path = "run.cmd"
-            data = _INPUT_REF.match(match.group(1))
-            if data is not None:
-                if data.group(1) not in inputs:
-                    listed = ", ".join(sorted(inputs)) or "none"
-                    c.add(
-                        mark,
-                        path,
-                        f"{match.group(0)!r} names no input (inputs: {listed}); add it under inputs:",
-                    )
-            elif name is None:
-                c.add(
-                    mark,
-                    path,
-                    f"unsupported placeholder {match.group(0)!r}:"
-                    " only {{ name }} with a name from params is filled",
-                )
-            elif name.group(1) not in known:
-                n = name.group(1)
-                hint = did_you_mean(n, known)
-                listed = f" (params: {', '.join(sorted(known))})" if known else ""
-                c.add(
-                    mark,
-                    path,
-                    f"unknown placeholder {{{{ {n} }}}}: not in params{hint}{listed}; "
-                    f"declare it under params: or pass --param {n}=VALUE",
-                )
-
-
-def _note_empty_params(c: Collector, command: list[tuple[str, YScalar]], values: Mapping[str, Any]) -> None:
-    """A note for each `{{ name }}` standing alone whose value is empty: it renders as nothing (no
-    argument, as Polyaxon 0.x did; spec.shellwords.stands_alone says why), which `phalanx check` says."""
-    for text, node in command:
-        start = 0
-        for match in PLACEHOLDER.finditer(text):
-            mark, start = _placeholder_mark(node, match.group(0), start)
-            name = _NAME.match(match.group(1))
-            if name is None or name.group(2) or values.get(name.group(1), None) != "":
-                continue
-            if stands_alone(text, match.start(), match.end()):
-                n = name.group(1)
-                c.note(
-                    mark,
-                    "run.cmd",
-                    f"{{{{ {n} }}}} is empty, so it adds no argument to the command (as in Polyaxon 0.x);"
-                    f' write "{{{{ {n} }}}}" (in quotes) to pass an empty argument',
-                )
-
-
-def _check_overrides(
-    c: Collector,
-    command: list[tuple[str, YScalar]],
-    declared: Mapping[str, Any],
-    overrides: Mapping[str, Any],
-) -> None:
-    used = {
-        m.group(1)
-        for text, _ in command
-        for p in PLACEHOLDER.finditer(text)
-        if (m := _NAME.match(p.group(1)))
-    }
-    for name in overrides:
-        if name in declared or name in used:
-            continue
-        choices = sorted(set(declared) | used)
-        hint = did_you_mean(name, choices)
-        listed = f" (it has: {', '.join(choices)})" if choices else ""
-        c.problems.append(
-            Problem(
-                f"the file neither declares a param {name!r} nor uses {{{{ {name} }}}} in run.cmd"
-                f"{listed}{hint}; fix the name, or pass --extra-params to record it anyway",
-                path=f"--param {name}",
-            )
-        )
-
-
-def _placeholder_mark(node: YScalar, placeholder: str, start: int) -> tuple[Mark, int]:
-    """The placeholder's own line and column when it is written verbatim in the source, and where
-    to look for the next one."""
-    offset = node.raw.find(placeholder, start)
-    if offset < 0:
-        return node.mark, start
-    before = node.raw[:offset]
-    end = offset + len(placeholder)
-    if "\n" not in before:
-        return Mark(node.mark.line, node.mark.column + offset), end
-    return Mark(node.mark.line + before.count("\n"), offset - before.rfind("\n")), end

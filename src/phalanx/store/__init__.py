@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from phalanx.config import Settings
-from phalanx.errors import BackendUnavailable, UsageError
+from phalanx.errors import StoreUnavailable, UsageError
 
 if TYPE_CHECKING:
     from phalanx.store.base import LocalStore
@@ -36,7 +36,7 @@ def open_store(settings: Settings | None = None) -> LocalStore:
 
         shown = make_url(settings.database_url).render_as_string(hide_password=True)
         reason = str(exc.orig or exc).strip().splitlines()[0]
-        raise BackendUnavailable(
+        raise StoreUnavailable(
             f"cannot open the database {shown} (PHALANX_DB_URL): {reason}; "
             "start the database server or fix PHALANX_DB_URL"
         ) from exc

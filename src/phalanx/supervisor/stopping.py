@@ -45,6 +45,9 @@ def supervisor_pid(settings: Settings, experiment_id: str) -> int | None:
     return recorded_process(settings.runs_dir / experiment_id / "supervisor.pid")
 
 
+ON_REQUEST = "stopped on request"  # a stop request's reason when it gives none (`phalanx stop`, the UI)
+
+
 def write_stop_request(settings: Settings, experiment_id: str, reason: str | None = None) -> Path:
     """Leave a stop request where the experiment's supervisor looks on every turn of its loop
     (``<runs>/<id>/stop``: the time, then ``reason`` if any), written whole (a temporary file
@@ -68,13 +71,15 @@ class StopRequests:
 
     def on_signal(self, signum: int, _frame: object) -> None:
         """The handler the supervisor installs for SIGINT, SIGTERM and SIGHUP."""
-        if self.reason is None:
-            self.reason = requested_reason(self.file) or f"stopped by {signal.Signals(signum).name}"
+        if self.reason is None and self.file.exists():  # `phalanx stop`: the request, then the signal
+            self.reason = requested_reason(self.file) or ON_REQUEST  # as a server's stop (the file alone)
+        elif self.reason is None:
+            self.reason = f"stopped by {signal.Signals(signum).name}"
 
     def requested(self) -> bool:
         """Whether a stop was asked for (a signal came, or the stop file is there)."""
         if self.reason is None and self.file.exists():
-            self.reason = requested_reason(self.file) or "stopped on request"
+            self.reason = requested_reason(self.file) or ON_REQUEST
         return self.reason is not None
 
     def stopped_while_queued(self) -> None:

@@ -91,8 +91,8 @@ def test_an_unreachable_database_is_named_without_its_password(phalanx_home: Pat
     for args in (("ls",), ("run", "-f", hello)):
         done = phalanx_cli(*args, env={"PHALANX_DB_URL": url})
         assert_user_error(
-            done, "cannot open the database postgresql+psycopg://nobody:***@127.0.0.1", status=1
-        )
+            done, "cannot open the database postgresql+psycopg://nobody:***@127.0.0.1", status=69
+        )  # as a server that cannot be reached: nothing started, nothing failed
         assert "start the database server or fix PHALANX_DB_URL" in done.stderr
         assert "s3cret" not in done.stderr
     # the run recorded nothing, so it leaves nothing behind

@@ -192,7 +192,9 @@ def test_phalanx_stop_stops_a_detached_run_and_logs_follow_ends_with_it(phalanx:
     exp_id = started.stdout.strip()
     wait_started(phalanx, ["master", "worker-0"])
     follower = phalanx.start("logs", exp_id, "--follow")
-    stopped = phalanx.run("stop", exp_id[:6])  # the `phalanx stop` process a user types
+    short = phalanx.run("stop", exp_id[:6])  # a prefix unique today names another tomorrow
+    assert short.returncode == 2 and f"at least 8 characters of it (e.g. {exp_id})" in short.stderr
+    stopped = phalanx.run("stop", exp_id[:8])  # the `phalanx stop` process a user types
     assert stopped.returncode == 0, stopped.stderr
     assert "stopped" in stopped.stdout
     out, _ = follower.communicate(timeout=60)

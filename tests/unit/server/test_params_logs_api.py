@@ -28,6 +28,20 @@ def test_logs_page_per_replica_from_an_offset(client: TestClient, store: Store) 
     assert {line["replica"] for line in everything} == {"worker-0", "worker-1"}
 
 
+def test_the_logs_of_a_replica_the_experiment_never_had_are_a_404_with_the_nearest_name(
+    client: TestClient, store: Store
+) -> None:
+    e = fill.experiment(store)  # master, worker-0, worker-1
+    fill.log_lines(store, e.id, "worker-0", ["w0 hello"])
+    for path in ("logs", "logs.txt", "logs/stream"):
+        r = client.get(f"/api/v1/experiments/{e.id}/{path}", params={"replica": "wrker-0"})
+        assert r.status_code == 404, (path, r.text)
+        assert "no replica 'wrker-0'" in r.text and "did you mean 'worker-0'?" in r.text
+    assert (
+        client.get(f"/api/v1/experiments/{e.id}/logs", params={"replica": "worker-1"}).json()["lines"] == []
+    )
+
+
 def _events(body: str) -> list[tuple[str, str]]:
     out = []
     for block in body.split("\n\n"):

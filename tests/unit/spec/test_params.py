@@ -85,3 +85,15 @@ def test_booleans_are_written_as_yaml_spells_them() -> None:
 def test_build_plan_params_override_too() -> None:
     spec = load_spec_text(FILE, "f.yml")
     assert build_plan(spec, {"epochs": 1}).command == "python x.py --lr=0.1 --epochs=1"
+
+
+def test_a_placeholder_never_closed_is_a_located_error_and_braces_of_code_are_not() -> None:
+    """`{{ lr }` used to run as written, its param never used (Polyaxon's Jinja refused it)."""
+    head = "version: 1\nkind: experiment\nparams: {lr: 0.1}\nrun:\n  cmd: "
+    with pytest.raises(SpecError) as err:
+        load_spec_text(head + "python x.py --lr={{ lr }} --wd={{ lr\n", "f.yml")
+    assert [str(p) for p in err.value.problems] == [
+        "f.yml:5:39: run.cmd: placeholder '{{ lr' is never closed: write {{ name }}"
+    ]
+    code = load_spec_text(head + "python -c 'd={1:{2:3}}; print(d)' --lr={{ lr }}\n", "f.yml")
+    assert build_plan(code).command == "python -c 'd={1:{2:3}}; print(d)' --lr=0.1"

@@ -40,6 +40,17 @@ def test_the_files_reason_wins_over_the_signal_that_came_with_it(settings: Setti
     assert stop.reason == "pruned"
 
 
+def test_phalanx_stop_here_gives_the_reason_a_servers_stop_gives(settings: Settings) -> None:
+    """`phalanx stop` on this machine leaves the request and signals; a server's stop leaves the
+    request alone: one reason either way, not "stopped by SIGTERM" for the one door."""
+    here = StopRequests(settings.runs_dir / "e1")
+    write_stop_request(settings, "e1")
+    here.on_signal(signal.SIGTERM, None)
+    served = StopRequests(settings.runs_dir / "e1")
+    assert served.requested()
+    assert here.reason == served.reason == "stopped on request"
+
+
 def test_a_stop_while_queued_says_it_never_ran(settings: Settings) -> None:
     by_signal = StopRequests(settings.runs_dir / "e1")
     by_signal.on_signal(signal.SIGTERM, None)

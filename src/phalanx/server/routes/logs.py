@@ -8,6 +8,7 @@ done and every line was sent.
 from __future__ import annotations
 
 import asyncio
+import difflib
 import json
 import time
 import urllib.parse
@@ -19,6 +20,7 @@ from fastapi.responses import StreamingResponse
 from starlette.concurrency import run_in_threadpool
 
 from phalanx.domain import BUILD_CONSOLE, console_sources
+from phalanx.errors import NotFound
 from phalanx.server.deps import SettingsDep, StoreDep, experiment_of
 from phalanx.server.policy import policy
 from phalanx.server.schemas import LogLineOut, LogsOut
@@ -49,8 +51,10 @@ def logs(
         ),
     ] = False,
 ) -> LogsOut:
-    """Lines from ``offset`` on (the offset counts lines of one replica when ``replica`` is given)."""
+    """Lines from ``offset`` on (the offset counts lines of one replica when ``replica`` is given);
+    404 for a replica the experiment never had."""
     e = experiment_of(store, experiment_id)
+    check_replica(store, e.id, replica)
     lines = store.logs(e.id, replica=replica or None, offset=offset, limit=limit, from_end=from_end)
     if from_end:
         return LogsOut(lines=[LogLineOut.of(line) for line in lines], next_offset=offset + len(lines))
@@ -67,6 +71,7 @@ def logs(
 def download_logs(experiment_id: str, store: StoreDep, replica: ReplicaQuery = None) -> StreamingResponse:
     """The whole console as plain text (the UI keeps only its last N lines on screen: this has all)."""
     e = experiment_of(store, experiment_id)
+    check_replica(store, e.id, replica)
 
     def lines() -> Iterator[bytes]:
         offset = 0
@@ -106,6 +111,7 @@ async def stream_logs(
     """Server-sent events: one ``line`` event per log line (JSON), live while the experiment runs,
     then one ``end`` event once it is done and everything was sent."""
     e = await run_in_threadpool(experiment_of, store, experiment_id)
+    await run_in_threadpool(check_replica, store, e.id, replica)
     follower = _Follower(store, e.id, replica or None, offset)
     # A browser reconnecting (server restart, network blip) sends the id of the last event it got:
     # resume after it instead of sending every line again.
@@ -118,6 +124,21 @@ async def stream_logs(
         _events(follower, request, settings.poll_seconds),
         media_type="text/event-stream",
         headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+    )
+
+
+def check_replica(store: Store, experiment_id: str, replica: str | None) -> None:
+    """NotFound (404) for a replica name the experiment has no row and no line of (a typo read as an
+    empty console before), with its names and the nearest one."""
+    if not replica:
+        return
+    names = [r.name for r in store.list_replicas(experiment_id)]
+    if replica in names or replica == BUILD_CONSOLE or store.logs(experiment_id, replica=replica, limit=1):
+        return
+    near = difflib.get_close_matches(replica, names, n=1)
+    hint = f"; did you mean {near[0]!r}?" if near else ""
+    raise NotFound(
+        f"experiment {experiment_id} has no replica {replica!r} (it has: {', '.join(names)}){hint}"
     )
 
 
