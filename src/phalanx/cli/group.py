@@ -26,7 +26,9 @@ group_app = typer.Typer(
 )
 app.add_typer(group_app, name="group")
 
-IdArg = Annotated[str, typer.Argument(metavar="ID", help="Group id (or a unique prefix).")]
+IdArg = Annotated[
+    str, typer.Argument(metavar="ID", help="Group id (or a unique prefix; 8 characters to stop or delete).")
+]
 
 
 def _load_group(
@@ -258,11 +260,13 @@ def stop(
         return
     from phalanx.config import Settings
     from phalanx.groups import controller
+    from phalanx.ids import check_destructive
     from phalanx.store import open_store
 
     settings = Settings()
     store = open_store(settings)
     g = store.get_group(group_id)
+    check_destructive(group_id, g.id, "stop", kind="group")  # as a server does, and `phalanx stop`
     if g.done:
         typer.echo(f"group {g.id} already {g.status}")
         return

@@ -303,7 +303,7 @@ def test_group_stop_stops_every_running_trial_and_hyperband_passes_the_budget(ph
 
     running = wait_for(two_running, timeout=180, what="two running trials")
     assert all(t.params["steps"] == 600 for t in running)  # hyperband's budget, as a param
-    stopped = phalanx.cli("group", "stop", group_id[:6])
+    stopped = phalanx.cli("group", "stop", group_id[:8])
     assert stopped.returncode == 0, stopped.stderr
     assert f"group {group_id} stopped" in stopped.stdout
     doc = group_doc(phalanx, group_id)

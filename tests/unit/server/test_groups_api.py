@@ -45,7 +45,9 @@ def test_stop_ends_the_group_and_its_running_trial(
     client: TestClient, store: Store, phalanx_home: Path
 ) -> None:
     gid = _group_with_a_running_trial(store, phalanx_home)
-    r = client.post(f"/api/v1/groups/{gid[:6]}/stop")
+    short = client.post(f"/api/v1/groups/{gid[:6]}/stop")  # a prefix unique today names another later
+    assert short.status_code == 400 and "at least 8 characters" in short.text
+    r = client.post(f"/api/v1/groups/{gid[:8]}/stop")
     assert r.status_code == 200, r.text
     doc = r.json()
     assert doc["status"] == "stopped"

@@ -3,6 +3,7 @@ waiting run waits."""
 
 from __future__ import annotations
 
+import json
 import os
 
 from fastapi.testclient import TestClient
@@ -36,6 +37,7 @@ def test_the_queue_lists_what_runs_and_what_waits_and_why(
     ]
     assert waiting[0]["why"] == "waits for 4 cores (0 free)"
     assert waiting[1]["why"] == "waits for 1 core (0 free); 1 run ahead of it in the queue"
+    assert "ledger" not in doc and str(settings.store.home) not in json.dumps(doc)  # no server path
 
 
 def test_why_a_run_waits_in_words() -> None:

@@ -42,8 +42,9 @@ def get_group(store: StoreDep, group_id: str) -> dict[str, Any]:
 def stop_group(store: StoreDep, settings: SettingsDep, group_id: str, request: Request) -> dict[str, Any]:
     """Stop a group as `phalanx group stop` does: no new trial starts and every running trial is
     stopped (by its controller, or here when none runs). Returns the group after; a finished group
-    is returned unchanged."""
+    is returned unchanged; 400 for a prefix shorter than 8 characters (as an experiment's stop)."""
     group = store.get_group(group_id)
+    check_destructive(typed_id(request, group_id), group.id, "stop", kind="group")
     if not group.done:
         controller.stop_group(store, settings.store, group, timeout=30)
         describe(request, "group.stop", group.id, group.project)
