@@ -206,7 +206,10 @@ class Ingester:
     """Moves what spool files hold into the store. ``spool``: a folder holding ``*.spool`` files or
     folders of them (``<home>/spool`` or one experiment's ``<home>/spool/<id>``). Several ingesters
     may run over the same files at once (the supervisor's and a CLI command's): positions are
-    compared-and-set in the store, so each record is stored once."""
+    compared-and-set in the store, so each record is stored once. ``claimed``: also the streams a
+    shipper claimed for a server (``spool.spool_files``): a supervisor's own experiment's folder,
+    whose store is where its records belong (the server's own, or this machine's); a read pass
+    over every folder leaves them to their shipper."""
 
     def __init__(
         self,
@@ -216,8 +219,10 @@ class Ingester:
         *,
         batch_bytes: int = 2 << 20,
         cleanup: bool = True,
+        claimed: bool = False,
     ) -> None:
         self.store = store
+        self.claimed = claimed
         self.artifacts = artifacts if artifacts is not None else store.artifact_store
         self.spool = Path(spool)
         self.batch_bytes = batch_bytes
@@ -225,7 +230,7 @@ class Ingester:
         self._positions: dict[str, int] = {}  # stream -> committed offset, as far as we know
 
     def spool_files(self) -> list[Path]:
-        return spool_files(self.spool) if self.spool.is_dir() else []
+        return spool_files(self.spool, claimed=self.claimed) if self.spool.is_dir() else []
 
     def run_once(self) -> int:
         """One pass over every spool file; returns how many new events were stored."""

@@ -304,7 +304,6 @@ def overview(settings: Settings, store: LocalStore | None = None) -> dict[str, A
         }
 
     return {
-        "ledger": str(ledger_for(settings).path),
         "machine": {"cpus": len(cap.cpus), "gpus": len(cap.gpus), "memory_mib": round(cap.memory_mib)},
         "free": {
             "cpus": max(0, len(cap.cpus) - held_cpus),

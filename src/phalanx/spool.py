@@ -65,11 +65,13 @@ def unshipped(path: Path) -> bool:
     )
 
 
-def spool_files(folder: Path) -> list[Path]:
+def spool_files(folder: Path, claimed: bool = False) -> list[Path]:
     """The spool files under ``folder`` (``<home>/spool`` or one experiment's folder of it) that
-    this machine's store takes: a stream a server takes (``SHIPPED_SUFFIX``) is left to its
-    shipper, or to `phalanx sync`."""
+    this machine's store takes: a stream a shipper claimed for a server (``SHIPPED_SUFFIX``: a
+    script reporting to a server) is left to it, or to `phalanx sync`, unless ``claimed``."""
     found = [*folder.glob(f"*{SUFFIX}"), *folder.glob(f"*/*{SUFFIX}")]
+    if claimed:
+        return sorted(found)
     return sorted(p for p in found if not p.with_name(p.name[: -len(SUFFIX)] + SHIPPED_SUFFIX).exists())
 
 

@@ -33,6 +33,7 @@ def run_on_server(
     from phalanx.bundles import pack
     from phalanx.errors import SpecError, UsageError
     from phalanx.logins import choose
+    from phalanx.spec.group import is_group_file
     from phalanx.spec.loader import parse_param_overrides
 
     if server is None:
@@ -59,11 +60,12 @@ def run_on_server(
     )
     try:
         answer = client.submit(file, bundle, params, priority, extra={"target": cluster} if cluster else None)
-    except SpecError as exc:
+    except SpecError as exc:  # the server's located words, then what `phalanx run` says of the file
         for problem in exc.problems:
             sys.stderr.write(f"{problem}\n")
         n = len(exc.problems)
-        sys.stderr.write(f"error: {file} is not a valid experiment file ({n} problem{'s' * (n != 1)})\n")
+        kind = "group file" if is_group_file(file) else "experiment file"
+        sys.stderr.write(f"error: {file} is not a valid {kind} ({n} problem{'s' * (n != 1)})\n")
         raise typer.Exit(2) from None
     answer_submitted(client, str(answer["id"]), answer.get("kind") == "group", str(output) == "json", follow)
 

@@ -48,7 +48,7 @@ class BuildConsole:
             self.spool = SpoolWriter(
                 spool_dir, experiment_id=experiment_id, replica=BUILD_CONSOLE, role=BUILD_CONSOLE
             )
-            self.ingester = Ingester(store, None, spool_dir, cleanup=False)
+            self.ingester = Ingester(store, None, spool_dir, cleanup=False, claimed=True)
         self.progress = BuildProgress(self.say, every=knobs.BUILD_HEARTBEAT.value())
 
     def say(self, lines: list[str]) -> None:

@@ -6,6 +6,7 @@ problem in a Collector instead of stopping at the first, so the user fixes a fil
 
 from __future__ import annotations
 
+import difflib
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -132,7 +133,7 @@ def read_spec(
     known = {**(group.defaults if group else {}), **(params or {}), **overrides}
     if command is not None:
         names = {**known, **dict.fromkeys(group.sampled if group else ())}
-        check_placeholders(c, root, command, names, {i.name for i in inputs})
+        check_placeholders(c, root, command, names, {i.name for i in inputs} | _input_names(root))
         note_empty_params(c, command, known)
         if not extra_params and params is not None:
             check_overrides(c, command, _declared(params, group), overrides)
@@ -221,8 +222,23 @@ def data_inputs_section(node: YNode | None) -> bool:
     """Whether ``inputs:`` is the data section (items naming a dataset or datastore), not Polyaxon
     0.6's typed params (refused with their own message)."""
     return isinstance(node, YSeq) and any(
-        isinstance(item, YMap) and (item.get("dataset") is not None or item.get("datastore") is not None)
-        for item in node.items
+        isinstance(item, YMap) and any(_names_data(k.name) for k, _ in item.items) for item in node.items
+    )
+
+
+def _input_names(root: YMap) -> set[str]:
+    """The names ``inputs:`` gives, valid or not (an input refused for its own mistake is not also
+    a placeholder naming no input)."""
+    node = root.get("inputs")
+    items = node.items if data_inputs_section(node) and isinstance(node, YSeq) else []
+    named = (item.get("name") for item in items if isinstance(item, YMap))
+    return {str(n.value) for n in named if isinstance(n, YScalar)}
+
+
+def _names_data(key: str) -> bool:
+    """A data input's key, or a near miss of one (`datset:` is a typo to point at, not Polyaxon)."""
+    return key in ("dataset", "datastore") or bool(
+        difflib.get_close_matches(key, ("dataset", "datastore"), n=1, cutoff=0.75)
     )
 
 

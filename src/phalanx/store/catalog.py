@@ -366,7 +366,11 @@ def parse_ref(ref: str) -> tuple[str, int | None]:
 def get_dataset(store: LocalStore, ref: str) -> DatasetVersion:
     name, version = parse_ref(ref)
     query = select(_dv()).where(_dv().c.name == name)
-    query = query.where(_dv().c.version == version) if version else query.order_by(_dv().c.version.desc())
+    query = (
+        query.where(_dv().c.version == version)
+        if version is not None
+        else query.order_by(_dv().c.version.desc())
+    )
     with store.engine.connect() as conn:
         row = conn.execute(query.limit(1)).mappings().first()
     if row is None:

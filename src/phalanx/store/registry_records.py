@@ -95,6 +95,8 @@ def parse_ref(text: str) -> ModelRef:
         return ModelRef(name)
     if rest.isdigit() and int(rest) > 0:
         return ModelRef(name, version=int(rest))
+    if rest.isdigit():
+        raise UsageError(f"{text!r}: versions of a model count from 1 (NAME@1 is its first)")
     if not rest:
         raise UsageError(f"{text!r}: give a version or an alias after '@' (NAME@3, NAME@prod)")
     return ModelRef(name, alias=check_alias(rest))

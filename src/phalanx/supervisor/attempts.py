@@ -208,7 +208,7 @@ class Attempts:
         the failed group wrote to the spool is in the store."""
         store = self.store()
         with contextlib.suppress(Exception):  # the ingest thread does the same work: this only hurries it
-            Ingester(store, None, self.spool_dir, cleanup=False).run_once()
+            Ingester(store, None, self.spool_dir, cleanup=False, claimed=True).run_once()
         context = self.with_attempt(context)
         self.resume_step = None
         try:

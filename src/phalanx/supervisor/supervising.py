@@ -294,7 +294,7 @@ class Supervisor:
         return handle
 
     def _start_ingester(self, stop: threading.Event) -> threading.Thread:
-        ingester = Ingester(self.store(), None, self.spool_dir)
+        ingester = Ingester(self.store(), None, self.spool_dir, claimed=True)  # its own experiment's
         lease = {"lease": self.run_dir / INGESTER_RECORD}  # reads leave this folder to it meanwhile
         thread = threading.Thread(target=ingester.run, args=(stop,), kwargs=lease, name="ingest", daemon=True)
         thread.start()
@@ -457,7 +457,7 @@ class Supervisor:
         """replica -> the last step it reported, once what the spool holds is in the store."""
         store = self.store()
         with contextlib.suppress(Exception):  # the ingest thread does the same: this only hurries it
-            Ingester(store, None, self.spool_dir, cleanup=False).run_once()
+            Ingester(store, None, self.spool_dir, cleanup=False, claimed=True).run_once()
         return stragglers.last_steps(store, self.id)
 
     def _chief_done(self, job: JobStatus) -> bool:

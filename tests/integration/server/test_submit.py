@@ -131,6 +131,11 @@ def test_a_submitted_two_replica_experiment_runs_from_the_uploaded_code_and_reru
     assert r.returncode == 2, r.stdout + r.stderr
     assert "exp.yml:12:16: environment.replicas.n_workers:" in r.stderr, r.stderr
     assert "Traceback" not in r.stderr
+    assert f"error: {bad} is not a valid experiment file (1 problem)" in r.stderr
+    group = bad.with_name("group.yml")  # as `phalanx run` says it of a group file it reads
+    group.write_text("version: 1\nkind: group\nhptuning:\n  matrix: {lr: {uniform: 0:1}}\nrun: {cmd: echo}\n")
+    g = client_cli(tmp_path, "run", "-f", str(group), "--server", server.url)
+    assert g.returncode == 2 and f"error: {group} is not a valid group file" in g.stderr, g.stderr
     # the API's own answer: 422 with the same problems; nothing was created
     body, content_type = multipart(
         {"file_name": "exp.yml", "file_text": bad.read_text()}, "bundle", "code.tar.gz", pack(bad.parent)

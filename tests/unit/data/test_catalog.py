@@ -112,6 +112,17 @@ def test_a_version_or_every_version_is_forgotten_and_the_bytes_stay(store: Any, 
         catalog.remove_dataset(store, "digits")
 
 
+def test_version_0_is_no_version_and_never_the_newest(store: Any, folder: Path) -> None:
+    """`NAME@0` read as "no version given" once: `phalanx data rm digits@0` removed the newest."""
+    catalog.add_dataset(store, "digits", str(folder))
+    (folder / "extra.txt").write_text("more\n")
+    catalog.add_dataset(store, "digits", str(folder))
+    for call in (catalog.get_dataset, catalog.remove_dataset):
+        with pytest.raises(NotFound, match=r"dataset 'digits' has no version 0 \(versions: 1\.\.2\)"):
+            call(store, "digits@0")
+    assert [v.version for v in catalog.list_datasets(store, "digits")] == [1, 2]
+
+
 def test_records_travel_as_json_unchanged(store: Any, folder: Path) -> None:
     """What a server answers is what this machine's catalog holds (the remote door's records)."""
     ds = catalog.add_datastore(store, "lake", str(folder.parent), project="nlp", profile="reader")

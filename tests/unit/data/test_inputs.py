@@ -50,6 +50,18 @@ def test_polyaxon_typed_inputs_are_still_refused_with_their_message() -> None:
         load_spec_text("version: 1\nkind: experiment\ninputs: [{name: lr, type: float}]\nrun: {cmd: echo}\n")
 
 
+def test_a_misspelt_dataset_key_is_pointed_at_not_read_as_polyaxons_typed_inputs() -> None:
+    text = (
+        "version: 1\nkind: experiment\ninputs:\n  - {name: d, datset: x@1}\n"
+        "run: {cmd: 'echo {{ inputs.d }}'}\n"
+    )
+    with pytest.raises(SpecError) as err:
+        load_spec_text(text, "f.yml")
+    found = [str(p) for p in err.value.problems]
+    assert any("inputs[0].datset: unknown key; did you mean 'dataset'?" in p for p in found), found
+    assert not any("Polyaxon 0.6" in p or "names no input" in p for p in found), found
+
+
 def test_seed_004_datastore_in_script_params(tmp_path: Path) -> None:
     (tmp_path / "train.py").write_text("print('hi')\n")
     ds = Datastore("digits-store", str(tmp_path))

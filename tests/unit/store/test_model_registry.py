@@ -14,6 +14,7 @@ from phalanx.errors import NotFound, UsageError
 from phalanx.registry.model import Model
 from phalanx.registry.parity import ParityFailed
 from phalanx.registry.service import Registry
+from phalanx.store.registry_records import ModelRef, parse_ref
 from phalanx.store.sql import SqlStore
 from tests.support.onnx_models import random_linear, record_model, run_onnx, tamper
 
@@ -135,3 +136,10 @@ def test_model_api_registers_aliases_and_downloads(store: SqlStore, tmp_path) ->
     path = again.download(tmp_path)
     assert path.name == "digits-v1.onnx"
     assert path.read_bytes() == store.artifact_store.read_bytes(exp, "models/digits.onnx")  # type: ignore[union-attr]
+
+
+def test_version_0_of_a_model_is_a_clear_mistake_not_an_alias() -> None:
+    assert parse_ref("digits@3") == ModelRef("digits", version=3)
+    assert parse_ref("digits@prod") == ModelRef("digits", alias="prod")
+    with pytest.raises(UsageError, match="versions of a model count from 1"):
+        parse_ref("digits@0")

@@ -7,7 +7,15 @@ from pathlib import Path
 
 import pytest
 
-from phalanx.spool import SpoolWriter, decode_points, encode_points, read_records
+from phalanx.spool import (
+    SpoolWriter,
+    decode_points,
+    encode_points,
+    read_records,
+    spool_files,
+    unshipped,
+    write_shipped,
+)
 
 
 def test_points_round_trip_through_columns() -> None:
@@ -44,3 +52,21 @@ def test_reading_stops_before_a_partial_line(tmp_path: Path) -> None:
     records, end = read_records(path, 0)
     assert records == [{"a": 1}, {"b": 2}] and end == 18
     assert read_records(path, end) == ([], end)
+
+
+def test_a_stream_a_shipper_claimed_for_a_server_is_left_by_every_reader_but_its_supervisor(
+    tmp_path: Path,
+) -> None:
+    """A script reporting to a server spools in this machine's home too: `phalanx ls` must not take
+    it into this machine's store; the supervisor of its own experiment still takes everything."""
+    folder = tmp_path / "spool" / "e1"
+    folder.mkdir(parents=True)
+    local, shipped = folder / "host-1-aa.spool", folder / "host-2-bb.spool"
+    local.write_bytes(b"{}\n")
+    shipped.write_bytes(b"{}\n")
+    write_shipped(folder, "host-2-bb", 0, -1)  # what a Shipper writes when it starts
+    assert spool_files(tmp_path / "spool") == [local]
+    assert spool_files(folder, claimed=True) == [local, shipped]
+    assert unshipped(shipped) and not unshipped(local)  # gc keeps it until the server has it all
+    write_shipped(folder, "host-2-bb", shipped.stat().st_size, 0)
+    assert not unshipped(shipped)

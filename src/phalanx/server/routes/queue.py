@@ -41,7 +41,6 @@ def queue(settings: SettingsDep, store: StoreDep, request: Request) -> dict[str,
         reconcile(store, settings.store)  # a killed waiter's row shows stopped, not queued
     # each queued row has its ``why`` from the admission pass
     doc = with_targets(overview(settings.store, store), store)
-    doc.pop("ledger", None)  # the server's own file: no path of the server's leaves it
     who = principal_of(request)
     visible = who.visible_projects()
     for row in doc["running"] + doc["queued"] + doc["elsewhere"]:
