@@ -116,13 +116,20 @@ def layout(plan: Plan) -> list[Component]:
     return components
 
 
+PORTS_FROM = 20000  # the first of the ranges, each PORTS_PER_JOB ports wide
+PORTS_PER_JOB = 16
+PORT_RANGES = 768  # ranges end at 32288: below Linux's ephemeral ports (32768-60999), which the
+# kernel hands to any outgoing connection on the node; a master port there was taken at times (a DDP
+# master's EADDRINUSE on the loopback test cluster)
+
+
 def base_port(experiment_id: str) -> int:
     """A deterministic port range per experiment (tasks add their index), so renders are stable."""
     try:
         seed = int(experiment_id[:6], 16)
     except ValueError:
         seed = sum(experiment_id.encode())
-    return 20000 + (seed % 2000) * 16
+    return PORTS_FROM + (seed % PORT_RANGES) * PORTS_PER_JOB
 
 
 _ADDR = re.compile(r"@@ADDR(\d+)@@")

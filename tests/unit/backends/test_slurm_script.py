@@ -14,7 +14,7 @@ from phalanx.backends import slurm as slurm_mod
 from phalanx.backends import slurm_logs
 from phalanx.backends.logfiles import Lines
 from phalanx.backends.slurm import JOB_STATES, SlurmBackend, status_of
-from phalanx.backends.slurm_script import layout
+from phalanx.backends.slurm_script import PORTS_PER_JOB, base_port, layout
 from phalanx.clusters import Cluster
 from phalanx.config import Settings
 from phalanx.domain import ExperimentStatus, Framework
@@ -368,3 +368,11 @@ def test_the_attempt_counts_the_jobs_own_attempt_folders_only(tmp_path) -> None:
     (run / "attempts").symlink_to("/usr/lib")
     status = backend.describe(handle)
     assert status is not None and status.attempt == 0
+
+
+def test_a_jobs_ports_stay_below_the_ports_the_kernel_hands_to_outgoing_connections() -> None:
+    """Linux gives any outgoing connection a port from 32768 on: a DDP master port there was taken
+    at times (EADDRINUSE on a busy node)."""
+    ports = {base_port(f"{i:06x}abcdef") for i in range(0, 1 << 24, 4099)}
+    assert min(ports) >= 20000 and max(ports) + PORTS_PER_JOB <= 32768
+    assert len(ports) > 700  # experiments spread over the ranges
