@@ -23,6 +23,7 @@ from sqlalchemy import Engine
 from phalanx.errors import Conflict, NotFound, UsageError, account_disabled
 from phalanx.extras import require
 from phalanx.store.sql import accounts
+from phalanx.store.sql.engine import CommitWatch
 
 if TYPE_CHECKING:
     from phalanx.store.base import LocalStore
@@ -86,6 +87,8 @@ class Accounts:
 
     def __init__(self, store: LocalStore) -> None:
         self._engine: Engine = store.engine
+        self._commits = CommitWatch(self._engine)
+        self._no_admin_at: int | None = None  # the commit count when the store last had no admin
 
     @property
     def over_network(self) -> bool:
@@ -146,8 +149,15 @@ class Accounts:
         return found.name
 
     def first_admin(self) -> str | None:
-        """None while the server is in single-token mode (no admin user yet)."""
-        return accounts.first_admin(self._engine)
+        """None while the server is in single-token mode (no admin user yet). A server asks on every
+        request; on SQLite a "no admin" answer is reused while nothing at all was committed since
+        (``CommitWatch``), so the first admin added by any process counts from the next request."""
+        seen = self._commits.count()  # taken before the query: a commit racing it changes the count
+        if seen is not None and seen == self._no_admin_at:
+            return None
+        found = accounts.first_admin(self._engine)
+        self._no_admin_at = seen if found is None else None
+        return found
 
     # -- personal tokens ---------------------------------------------------------------------------
     def issue_token(self, user: str, name: str, expires_days: float | None) -> tuple[str, TokenRecord]:

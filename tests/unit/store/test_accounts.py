@@ -3,10 +3,15 @@ personal tokens kept as hashes, roles, the audit trail in order and who launched
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import Any
+
 import pytest
+from sqlalchemy import event
 
 from phalanx.errors import AccountDisabled, Conflict, NotFound, UsageError
 from phalanx.store.accounts import Accounts, Role
+from phalanx.store.artifacts import ArtifactStore
 from phalanx.store.sql import SqlStore
 
 
@@ -29,6 +34,36 @@ def test_users_passwords_and_the_first_admin(store: SqlStore) -> None:
     assert accounts.authenticate("ada", "wrong-password") is None  # a wrong password learns nothing
     with pytest.raises(AccountDisabled, match="the account 'ada' is disabled"):  # the right one, why
         accounts.authenticate("ada", "a-long-password")
+
+
+def test_an_admin_added_elsewhere_counts_at_once_while_asking_again_costs_sqlite_no_query(
+    store: SqlStore, tmp_path: Path
+) -> None:
+    """A server asks for the first admin on every request; `phalanx admin user add` runs in another
+    process (here: another engine, connections of its own)."""
+    accounts = Accounts(store)
+    queries: list[str] = []
+
+    def count(_conn: Any, _cursor: Any, statement: str, *_: Any) -> None:
+        if "FROM users" in statement:
+            queries.append(statement)
+
+    event.listen(store.engine, "before_cursor_execute", count)
+    assert accounts.first_admin() is None
+    assert accounts.first_admin() is None
+    assert accounts.first_admin() is None
+    # SQLite: asked once, then nothing was committed; PostgreSQL has no commit counter: asked each time
+    assert len(queries) == (1 if store.engine.dialect.name == "sqlite" else 3)
+    elsewhere = SqlStore(
+        store.engine.url.render_as_string(hide_password=False), ArtifactStore(str(tmp_path / "other"))
+    )
+    try:
+        Accounts(elsewhere).add_user("ada", "a-long-password")
+        assert accounts.first_admin() is None  # a commit: asked again, still none
+        Accounts(elsewhere).add_user("root", "another-password", admin=True)
+        assert accounts.first_admin() == "root"  # the very next request is in team mode
+    finally:
+        elsewhere.close()
 
 
 def test_tokens_are_kept_hashed_and_revoked(store: SqlStore) -> None:

@@ -13,6 +13,7 @@ import fcntl
 import gc
 import logging
 import sqlite3
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -123,6 +124,34 @@ def _switch_to_wal(cur: Any) -> None:
             raise sqlite3.OperationalError("database is locked (the switch to WAL mode never succeeded)")
         time.sleep(delay)
         delay = min(delay * 2, 0.1)
+
+
+class CommitWatch:
+    """Whether anything was committed to a SQLite store since a count was taken, for a few µs:
+    SQLite's ``PRAGMA data_version`` on a read-only connection of the watch's own, which changes
+    with every commit of any other connection, of this process or another. ``count`` is None where
+    no such counter exists (PostgreSQL, an in-memory database): ask the store then."""
+
+    def __init__(self, engine: Engine) -> None:
+        database = engine.url.database if engine.dialect.name == "sqlite" else None
+        self._uri = (
+            f"{Path(database).resolve().as_uri()}?mode=ro" if database and database != ":memory:" else None
+        )
+        self._conn: sqlite3.Connection | None = None
+        self._lock = threading.Lock()  # the server asks from its event loop and from route threads
+
+    def count(self) -> int | None:
+        if self._uri is None:
+            return None
+        with self._lock:
+            try:
+                if self._conn is None:
+                    self._conn = sqlite3.connect(
+                        self._uri, uri=True, isolation_level=None, check_same_thread=False
+                    )
+                return int(self._conn.execute("PRAGMA data_version").fetchone()[0])
+            except sqlite3.Error:
+                return None  # cannot tell: the caller asks the store itself
 
 
 def writer(engine: Engine) -> Engine:
