@@ -51,6 +51,29 @@ def _points(server_home: Path, exp_id: str) -> list[int]:
         return []
 
 
+def _script_to_server(
+    tmp_path: Path, server: Server, code: str, **env: str
+) -> tuple[subprocess.CompletedProcess[str], dict[str, str]]:
+    """``code`` run as a script on a laptop (a home of its own, an empty work folder) that reports
+    to ``server``; what it printed, and the laptop's environment."""
+    client_home, work = tmp_path / "client", tmp_path / "work"
+    client_home.mkdir()
+    work.mkdir()
+    laptop = clean_env(client_home, PHALANX_HOST=server.url, **env)
+    done = subprocess.run(
+        [sys.executable, "-c", code], env=laptop, capture_output=True, text=True, timeout=120, cwd=work
+    )
+    assert done.returncode == 0, done.stderr
+    return done, laptop
+
+
+def _flushed(done: subprocess.CompletedProcess[str]) -> str:
+    """The experiment of a script that printed ``FLUSH <flush()'s answer> <id>``, once it said True."""
+    ok, exp_id = done.stdout.split("FLUSH ", 1)[1].split()[:2]
+    assert ok == "True", done.stderr
+    return exp_id
+
+
 SHIPPERS = ["phalanx sync", "the next process"]
 
 # The next reporting process on the host: Task.init ships what earlier processes left in a daemon
@@ -235,9 +258,6 @@ def test_what_a_script_ships_to_a_server_never_lands_in_this_machines_store(
     """The spool of a script reporting to a server is the server's from its first record: a local
     read (`phalanx ls`, `phalanx gc`) neither ingests it into the laptop's own store nor warns
     about its files."""
-    client_home, work = tmp_path / "client", tmp_path / "work"
-    client_home.mkdir()
-    work.mkdir()
     code = (
         "from phalanx import Task\n"
         "task = Task.init('remote', 'shipped')\n"
@@ -245,13 +265,8 @@ def test_what_a_script_ships_to_a_server_never_lands_in_this_machines_store(
         "    task.get_logger().report_scalar('loss', 'm', 1.0, i)\n"
         "print('FLUSH', task.flush(timeout=60), task.id)\n"
     )
-    env = clean_env(client_home, PHALANX_HOST=server.url)
-    done = subprocess.run(
-        [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120, cwd=work
-    )
-    assert done.returncode == 0, done.stderr
-    ok, exp_id = done.stdout.split("FLUSH ", 1)[1].split()[:2]
-    assert ok == "True" and _points(server.home, exp_id) == list(range(100)), done.stderr
+    done, env = _script_to_server(tmp_path, server, code)
+    assert _points(server.home, _flushed(done)) == list(range(100))
     local = {k: v for k, v in env.items() if k != "PHALANX_HOST"}  # the laptop's own store
     listed = {}
     for command in ("ls", "gc", "ls"):
@@ -265,9 +280,6 @@ def test_what_a_script_ships_to_a_server_never_lands_in_this_machines_store(
 
 
 def test_a_17_mib_text_does_not_stall_shipping(tmp_path: Path, server: Server) -> None:
-    client_home, work = tmp_path / "client", tmp_path / "work"
-    client_home.mkdir()
-    work.mkdir()
     code = (
         "from phalanx import Task\n"
         "task = Task.init('remote', 'huge text')\n"
@@ -277,13 +289,7 @@ def test_a_17_mib_text_does_not_stall_shipping(tmp_path: Path, server: Server) -
         "    log.report_scalar('loss', 'm', 1.0, i)\n"
         "print('FLUSH', task.flush(timeout=60), task.id)\n"
     )
-    done = subprocess.run(
-        [sys.executable, "-c", code], env=clean_env(client_home, PHALANX_HOST=server.url),
-        capture_output=True, text=True, timeout=120, cwd=work,  # (its snapshot: an empty folder)
-    )  # fmt: skip
-    assert done.returncode == 0, done.stderr
-    ok, exp_id = done.stdout.split("FLUSH ", 1)[1].split()[:2]
-    assert ok == "True", done.stderr
+    exp_id = _flushed(_script_to_server(tmp_path, server, code)[0])
     assert _points(server.home, exp_id) == list(range(1000))
     text = open_store(Settings(home=server.home)).texts(exp_id)[0]["text"]
     assert text.endswith("more characters]") and len(text) < (2 << 20)  # truncated, documented
@@ -294,9 +300,6 @@ def test_flush_says_false_with_why_when_the_server_refuses_an_unknown_experiment
 ) -> None:
     """A replica reporting to a server that does not have its experiment (another store): the server
     refuses (404), and flush() returns False with the server's reason instead of True."""
-    client_home, work = tmp_path / "client", tmp_path / "work"
-    client_home.mkdir()
-    work.mkdir()
     code = (
         "import json\n"
         "from phalanx import Task\n"
@@ -304,11 +307,7 @@ def test_flush_says_false_with_why_when_the_server_refuses_an_unknown_experiment
         "task.get_logger().report_scalar('loss', 'm', 1.0, 0)\n"
         "print('RESULT', json.dumps({'ok': task.flush(timeout=30), 'why': task.flush_problems}))\n"
     )
-    env = clean_env(client_home, PHALANX_HOST=server.url, PHALANX_EXPERIMENT_ID="0123456789ab")
-    done = subprocess.run(
-        [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120, cwd=work
-    )
-    assert done.returncode == 0, done.stderr
+    done = _script_to_server(tmp_path, server, code, PHALANX_EXPERIMENT_ID="0123456789ab")[0]
     result = json.loads(done.stdout.split("RESULT ", 1)[1])
     assert result["ok"] is False, result
     assert any("404" in why and "does not exist" in why for why in result["why"]), result
