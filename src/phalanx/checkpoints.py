@@ -32,12 +32,13 @@ POLICY_KEYS = ("keep_last", "keep_best", "metric", "mode")
 
 
 class PolicyError(ValueError):
-    """A policy that cannot be applied: ``path`` names the key, ``message`` says what to do."""
+    """A policy that cannot be applied: every ``problems`` entry names a key (``path``) and says
+    what to do (``message``); ``path`` and ``message`` are the first's."""
 
-    def __init__(self, path: str, message: str) -> None:
-        super().__init__(f"{path}: {message}")
-        self.path = path
-        self.message = message
+    def __init__(self, problems: Sequence[tuple[str, str]]) -> None:
+        self.problems = list(problems)
+        self.path, self.message = self.problems[0]
+        super().__init__("; ".join(f"{path}: {message}" for path, message in self.problems))
 
 
 @dataclass(frozen=True)
@@ -49,32 +50,37 @@ class Policy:
 
     @classmethod
     def parse(cls, value: Mapping[str, Any] | None, where: str = "checkpoints") -> Policy:
-        """A policy from a mapping; PolicyError naming ``where.key`` for what is wrong."""
+        """A policy from a mapping; PolicyError naming ``where.key`` for each thing wrong, all in
+        one pass."""
         if not value:
             return cls()
         if not isinstance(value, Mapping):
-            raise PolicyError(where, f"expected a mapping like {{keep_last: 3}}, got {value!r}")
+            raise PolicyError([(where, f"expected a mapping like {{keep_last: 3}}, got {value!r}")])
+        problems: list[tuple[str, str]] = []
         unknown = [k for k in value if k not in POLICY_KEYS]
         if unknown:
-            raise PolicyError(f"{where}.{unknown[0]}", f"unknown key; use {', '.join(POLICY_KEYS)}")
+            problems.append((f"{where}.{unknown[0]}", f"unknown key; use {', '.join(POLICY_KEYS)}"))
         out: dict[str, Any] = {}
         for key in ("keep_last", "keep_best"):
             n = value.get(key)
             if n is None:
                 continue
             if isinstance(n, bool) or not isinstance(n, int) or n < 0:
-                raise PolicyError(f"{where}.{key}", f"expected a whole number >= 0, got {n!r}")
-            out[key] = n
+                problems.append((f"{where}.{key}", f"expected a whole number >= 0, got {n!r}"))
+            else:
+                out[key] = n
         metric = value.get("metric")
         if metric is not None and (not isinstance(metric, str) or not metric.strip()):
-            raise PolicyError(f"{where}.metric", f"expected the name of a reported metric, got {metric!r}")
+            problems.append((f"{where}.metric", f"expected the name of a reported metric, got {metric!r}"))
         mode = value.get("mode")
         if mode is not None and mode not in ("max", "min"):
-            raise PolicyError(f"{where}.mode", f"expected max or min, got {mode!r}")
-        if out.get("keep_best") and not metric:
-            raise PolicyError(f"{where}.keep_best", f"needs {where}.metric: the metric that decides the best")
+            problems.append((f"{where}.mode", f"expected max or min, got {mode!r}"))
+        if out.get("keep_best") and metric is None:
+            problems.append((f"{where}.keep_best", f"needs {where}.metric: the metric that decides the best"))
         if out.get("keep_last") == 0 and not out.get("keep_best"):
-            raise PolicyError(f"{where}.keep_last", "0 would keep no checkpoint; give 1 or more")
+            problems.append((f"{where}.keep_last", "0 would keep no checkpoint; give 1 or more"))
+        if problems:
+            raise PolicyError(problems)
         return cls(out.get("keep_last"), out.get("keep_best"), metric, mode)
 
     @property

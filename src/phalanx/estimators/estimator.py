@@ -191,7 +191,9 @@ class Estimator:
         try:
             return Policy.parse(value, "checkpoint_policy").to_json() or None
         except PolicyError as exc:
-            problems.append(Problem(f"{exc.path}: {exc.message}", "checkpoint_policy"))
+            problems.extend(
+                Problem(f"{path}: {message}", "checkpoint_policy") for path, message in exc.problems
+            )
             return None
 
     @staticmethod

@@ -276,8 +276,9 @@ def _read_checkpoints(c: Collector, root: YMap) -> dict[str, Any] | None:
     try:
         return Policy.parse(known, "run.checkpoints").to_json()
     except PolicyError as exc:
-        key = exc.path.rsplit(".", 1)[-1]
-        c.add(m.get(key) or m.key(key) or m if key in POLICY_KEYS else m, exc.path, exc.message)
+        for path, message in exc.problems:
+            key = path.rsplit(".", 1)[-1]
+            c.add(m.get(key) or m.key(key) or m if key in POLICY_KEYS else m, path, message)
         return None
 
 

@@ -85,6 +85,7 @@ class TopologyDraft:
     defaults: dict[str, ReplicaTemplate] = field(default_factory=dict)  # "worker"/"ps"
     entries: dict[str, list[IndexEntry]] = field(default_factory=dict)
     ps_keys: list[YKey] = field(default_factory=list)  # every key that asks for parameter servers
+    refused: set[str] = field(default_factory=set)  # counts already said to be wrong ("n_workers")
 
 
 @dataclass
@@ -131,7 +132,9 @@ def read_topology(c: Collector, node: YNode, path: str, section: YKey) -> Topolo
             draft.ps_keys.append(key)
         if key.name in ("n_workers", "n_ps"):
             n = c.integer(value, sub, what="a whole number of replicas")
-            if n is not None:
+            if n is None:
+                draft.refused.add(key.name)
+            else:
                 draft.counts[key.name] = (n, key)
                 if key.name == "n_ps" and n > 0:
                     draft.ps_keys.append(key)
@@ -361,6 +364,8 @@ def finish_topology(
             if role == "ps" and no_ps:
                 continue
             count = "n_workers" if role == "worker" else "n_ps"
+            if count in draft.refused:
+                continue  # its range is unknown: the count's own problem is what to fix
             if 0 <= e.index < n:
                 indexed[role][e.index] = e.template
             elif n == 0:

@@ -48,3 +48,14 @@ def test_an_unknown_policy_key_is_one_problem_with_a_hint() -> None:
     text = str(info.value)
     assert text.count("keep_lst") == 1, text
     assert "did you mean 'keep_last'?" in text
+
+
+def test_every_mistake_of_the_policy_is_said_in_one_pass() -> None:
+    """A wrong mode and a keep_best without its metric: both at once, each at its line, not the
+    second only after the first is fixed."""
+    with pytest.raises(SpecError) as info:
+        load_spec_text(FILE.format(policy="    keep_best: 1\n    mode: biggest"), "p.yml")
+    assert [(p.line, p.path) for p in info.value.problems] == [
+        (6, "run.checkpoints.keep_best"),
+        (7, "run.checkpoints.mode"),
+    ], str(info.value)

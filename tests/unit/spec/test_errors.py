@@ -122,6 +122,17 @@ def test_worker_and_ps_indexes_out_of_range_say_the_valid_range() -> None:
     ]
 
 
+def test_an_index_under_a_wrong_count_is_not_a_second_problem() -> None:
+    """n_workers: 1.5 is the mistake; its worker[0] is not also "out of range: n_workers is 0"."""
+    text = HEAD + (
+        "framework: pytorch\nenvironment:\n  replicas:\n    n_workers: 1.5\n"
+        "    worker: [{index: 0}]\nrun: {cmd: x}\n"
+    )
+    assert problems(text) == [
+        "f.yml:6:16: environment.replicas.n_workers: expected a whole number of replicas, got the number 1.5"
+    ]
+
+
 def test_an_index_without_workers_says_there_is_none() -> None:
     text = HEAD + "framework: pytorch\nenvironment:\n  replicas:\n    worker: [{index: 0}]\nrun: {cmd: x}\n"
     assert problems(text) == [
