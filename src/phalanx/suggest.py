@@ -1,13 +1,13 @@
 """Did-you-mean: the choice nearest to what was typed, or none.
 
-Choices are ranked by edit distance (Levenshtein) between normalised tokens: case folded, `_` and
-`-` dropped, so `1gi` is one step from nothing but `Gi` (difflib's ratio used to offer 'Ti') and
-`Workers` reads like `workers`. Only choices within about a third of the word's letters count (or
-that the word contains, or is part of: `pytorch-ignite` -> pytorch), and a farther choice is never
-offered over a nearer one. When several are equally near, the one that fits the value given
-(``fits``: `workers: 2` is a count, so `n_workers`, not the `worker` list) wins, then the one
-closest as written. Standard library only.
-"""
+Choices are ranked by edit distance (Levenshtein, with a swap of two neighbouring letters as one
+step: `prdo` -> prod) between normalised tokens: case folded, `_` and `-` dropped, so `1gi` is one
+step from nothing but `Gi` (difflib's ratio used to offer 'Ti') and `Workers` reads like `workers`.
+Only choices within about a third of the word's letters count (or that the word contains, or is
+part of: `pytorch-ignite` -> pytorch), and a farther choice is never offered over a nearer one.
+When several are equally near, the one that fits the value given (``fits``: `workers: 2` is a
+count, so `n_workers`, not the `worker` list) wins, then the one closest as written. Standard
+library only."""
 
 from __future__ import annotations
 
@@ -20,15 +20,20 @@ def normalise(token: str) -> str:
 
 
 def distance(a: str, b: str) -> int:
-    """Levenshtein distance: insertions, deletions and substitutions."""
+    """Edit distance: insertions, deletions, substitutions and swaps of two neighbouring letters
+    (optimal string alignment), so `prdo` is one step from `prod`, as `prd` is, not two."""
     if len(a) < len(b):
         a, b = b, a
+    before: list[int] = []
     previous = list(range(len(b) + 1))
     for i, ca in enumerate(a, 1):
         current = [i]
         for j, cb in enumerate(b, 1):
-            current.append(min(previous[j] + 1, current[j - 1] + 1, previous[j - 1] + (ca != cb)))
-        previous = current
+            step = min(previous[j] + 1, current[j - 1] + 1, previous[j - 1] + (ca != cb))
+            if i > 1 and j > 1 and ca == b[j - 2] and a[i - 2] == cb:
+                step = min(step, before[j - 2] + 1)
+            current.append(step)
+        before, previous = previous, current
     return previous[-1]
 
 

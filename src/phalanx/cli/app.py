@@ -8,11 +8,14 @@ from __future__ import annotations
 
 import json
 import sys
-from typing import Annotated, Any
+from collections.abc import Callable
+from enum import StrEnum
+from typing import Annotated, Any, TypeVar
 
 import typer
 
 from phalanx.cli.listing import Format
+from phalanx.suggest import did_you_mean
 
 app = typer.Typer(
     name="phalanx",
@@ -34,8 +37,36 @@ ExtraParamsOpt = Annotated[
 ]
 
 
+Choice = TypeVar("Choice", bound=StrEnum)
+
+
+def choice(kind: type[Choice]) -> Callable[[str | Choice], Choice]:
+    """The parser of an option whose values are ``kind``'s (see ``choice_option``)."""
+    values = [c.value for c in kind]
+
+    def parse(value: str | Choice) -> Choice:
+        if isinstance(value, kind):
+            return value
+        try:
+            return kind(value)
+        except ValueError:
+            listed = ", ".join(repr(v) for v in values)
+            hint = did_you_mean(str(value), values)
+            raise typer.BadParameter(f"{value!r} is not one of {listed}{hint}") from None
+
+    return parse
+
+
+def choice_option(kind: type[StrEnum], *declarations: str, help: str) -> Any:
+    """A typer option taking one of ``kind``'s values. Typed as the Enum itself, typer had pydantic
+    check it, whose message began "Value error, "; this one says only what was given and the choices
+    (and the nearest one)."""
+    metavar = "|".join(c.value for c in kind)
+    return typer.Option(*declarations, parser=choice(kind), metavar=metavar, help=help)
+
+
 # `-o table|json`, what every command that can print a document takes
-OutputOpt = Annotated[Format, typer.Option("-o", "--output", help="table or json")]
+OutputOpt = Annotated[Format, choice_option(Format, "-o", "--output", help="table or json")]
 
 
 def emit_json(document: Any) -> None:

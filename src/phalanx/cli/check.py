@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from phalanx.cli.app import app, emit_json
+from phalanx.cli.app import app, choice_option, emit_json
 from phalanx.cli.plan_table import print_plan_table
 
 if TYPE_CHECKING:
@@ -40,8 +40,8 @@ def check(
         ),
     ] = None,
     output: Annotated[
-        Output, typer.Option("-o", "--output", help="table (for people) or json (for scripts).")
-    ] = (Output.TABLE),
+        Output, choice_option(Output, "-o", "--output", help="table (for people) or json (for scripts).")
+    ] = Output.TABLE,
     allow_unused: Annotated[
         bool,
         typer.Option(

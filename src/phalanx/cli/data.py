@@ -195,6 +195,10 @@ def data_ls(
     """List datasets and their versions (on a server: your projects' and the shared ones)."""
     with _open(server, local) as catalog:
         versions = catalog.datasets(name)
+        if name is not None and not versions:  # the same on both doors: among the names one may see
+            from phalanx.store.catalog import no_dataset
+
+            raise no_dataset(name, {v.name for v in catalog.datasets()})
     if _json(output, json_):
         emit_json([v.to_json() for v in versions])
     elif not versions:

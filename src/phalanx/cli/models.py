@@ -11,6 +11,7 @@ One command group, two kinds of first word:
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
@@ -20,20 +21,39 @@ from typer.core import TyperGroup
 
 from phalanx.cli.app import app, emit_json, fail, human_size
 from phalanx.cli.target import LocalOpt, ServerOpt
+from phalanx.suggest import closest
 
 if TYPE_CHECKING:
     from phalanx.registry.door import ModelRegistry
     from phalanx.registry.service import Registry
     from phalanx.store.base import ModelRecord
 
+# what an experiment id (or a prefix of one) is made of: an id is never mistaken for a misspelt verb
+_HEX = re.compile(r"[0-9a-f]+")
+
 
 class _ModelsGroup(TyperGroup):
-    """`phalanx models ID ...` (an experiment, not a verb) runs `phalanx models experiment ID ...`."""
+    """`phalanx models ID ...` (an experiment, not a verb) runs `phalanx models experiment ID ...`.
+
+    A first word that cannot be an id (ids are hex) and is near a verb (`phalanx models regster`)
+    is left to typer, which answers "No such command 'regster'. Did you mean 'register'?" as for
+    every other command group; routed, it was "no experiment 'regster'" (or, with the verb's own
+    options after it, "No such option")."""
 
     def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
-        if args and args[0] not in self.commands and args[0] not in ("--help", "-h"):
+        if (
+            args
+            and args[0] not in self.commands
+            and args[0] not in ("--help", "-h")
+            and not self._slip(args[0])
+        ):
             args = ["experiment", *args]
         return super().parse_args(ctx, args)
+
+    def _slip(self, word: str) -> bool:
+        """Whether ``word`` is a misspelt verb rather than an experiment id."""
+        verbs = [name for name, command in self.commands.items() if not command.hidden]
+        return not _HEX.fullmatch(word.lower()) and closest(word, verbs) is not None
 
 
 models_app = typer.Typer(

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
 import typer
 
-from phalanx.cli.app import ExtraParamsOpt, app, emit_json
+from phalanx.cli.app import ExtraParamsOpt, app, choice_option, emit_json
 
 # typer-free (the lean `run --detach` uses them too); resume.py and group.py import them from here
 from phalanx.cli.launching import Output as Output
@@ -59,7 +59,7 @@ DryRunOpt = Annotated[
     typer.Option("--dry-run", help="Print each replica's command, folder and environment; start nothing."),
 ]
 RunOutputOpt = Annotated[
-    Output, typer.Option("-o", "--output", help="text, json for scripts, or yaml (with --dry-run).")
+    Output, choice_option(Output, "-o", "--output", help="text, json for scripts, or yaml (with --dry-run).")
 ]
 OversubscribeOpt = Annotated[
     bool,

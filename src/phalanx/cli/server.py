@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from phalanx.cli.app import app, fail
+from phalanx.cli.app import app, choice_option, fail
 from phalanx.cli.service_options import NotebooksOpt, ServiceIdleOpt, ServiceLimitOpt, ServiceOriginOpt
 
 if TYPE_CHECKING:
@@ -234,7 +234,7 @@ TokenFileOpt = Annotated[
     Path | None,
     typer.Option("--token-file", metavar="FILE", help="file holding the token (else PHALANX_TOKEN)"),
 ]
-LogLevelOpt = Annotated[LogLevel, typer.Option(help="how much the server logs")]
+LogLevelOpt = Annotated[LogLevel, choice_option(LogLevel, "--log-level", help="how much the server logs")]
 AllowedHostOpt = Annotated[
     list[str] | None,
     typer.Option(

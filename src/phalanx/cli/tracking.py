@@ -17,7 +17,7 @@ from typing import Annotated
 
 import typer
 
-from phalanx.cli.app import OutputOpt, app, emit_json, human_size
+from phalanx.cli.app import OutputOpt, app, choice_option, emit_json, fail, human_size
 from phalanx.cli.details import show_experiment
 
 # the lean `phalanx ls` path lives in cli/listing.py (no typer); other modules import these from here
@@ -144,7 +144,7 @@ def metrics(
         str | None, typer.Option("--series", metavar="SERIES", help="Only this series (e.g. 'worker 00').")
     ] = None,
     output: Annotated[
-        MetricsFormat, typer.Option("-o", "--output", help="table, json or csv")
+        MetricsFormat, choice_option(MetricsFormat, "-o", "--output", help="table, json or csv")
     ] = MetricsFormat.TABLE,
     server: ServerOpt = None,
     local: LocalOpt = False,
@@ -224,6 +224,30 @@ def params(
     typer.echo(_table(headers, rows))
 
 
+# The kinds of artifact Phalanx's SDK writes (tracking/objects.py, reports.py, checkpointing.py). The
+# store keeps whatever kind a record names (another client may write its own), so a --kind is
+# checked against these and the experiment's own, never refused by the store.
+ARTIFACT_KINDS: tuple[str, ...] = (
+    *("json", "bytes", "file", "folder", "numpy", "pandas", "image", "pickle", "text"),  # objects.py
+    *("report", "checkpoint"),
+)
+
+
+def _check_kind(kind: str, experiment_id: str, has: list[str]) -> None:
+    """A --kind that neither Phalanx's SDK writes nor this experiment has is a mistake (exit 2),
+    named with the nearest kind; kinds are open (another client may write its own), so the
+    experiment's own are named too. A known kind it has none of is an empty answer, not an error."""
+    from phalanx.suggest import did_you_mean
+
+    if kind in ARTIFACT_KINDS:
+        return
+    raise fail(
+        f"--kind {kind!r}: no artifact is of that kind{did_you_mean(kind, [*has, *ARTIFACT_KINDS])}"
+        f" (experiment {experiment_id} has {', '.join(has) or 'none'};"
+        f" Phalanx's SDK writes {', '.join(ARTIFACT_KINDS)})"
+    )
+
+
 @app.command("artifacts")
 def artifacts(
     experiment_id: IdArg,
@@ -253,7 +277,10 @@ def artifacts(
 
     store = open_target(server, local)
     e = store.get_experiment(experiment_id)
-    records = [a for a in store.artifacts(e.id) if kind is None or a.kind == kind]
+    every = store.artifacts(e.id)
+    records = [a for a in every if kind is None or a.kind == kind]
+    if kind is not None and not records:
+        _check_kind(kind, e.id, sorted({a.kind for a in every}))
     if download is not None:
         chosen = next((a for a in records if a.name == download), None)
         if chosen is None:

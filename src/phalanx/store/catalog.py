@@ -21,6 +21,7 @@ import re
 import shutil
 import tempfile
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
@@ -32,6 +33,7 @@ from phalanx.extras import require
 from phalanx.store.manifest import FileEntry, Manifest, build_manifest, copy_tree, join_url
 from phalanx.store.sql.engine import writer
 from phalanx.store.sql.models import DatasetVersionRow, DatastoreRow
+from phalanx.suggest import did_you_mean
 from phalanx.tracking.labels import label_problem
 
 if TYPE_CHECKING:
@@ -379,8 +381,17 @@ def get_dataset(store: LocalStore, ref: str) -> DatasetVersion:
             raise NotFound(
                 f"dataset {name!r} has no version {version} (versions: {versions[0]}..{versions[-1]})"
             )
-        raise NotFound(f"no dataset {name!r}; record one with `phalanx data add {name} PATH`")
+        raise no_dataset(name, (v.name for v in list_datasets(store)))
     return _version(row)
+
+
+def no_dataset(name: str, names: Iterable[str]) -> NotFound:
+    """Why ``name`` names no dataset: the nearest of ``names`` (those the caller may see; on a
+    server, its projects' and the shared) when one is near, else how to record one."""
+    hint = did_you_mean(name, names)
+    if hint:
+        return NotFound(f"no dataset {name!r}{hint}")
+    return NotFound(f"no dataset {name!r}; record one with `phalanx data add {name} PATH`")
 
 
 def list_datasets(store: LocalStore, name: str | None = None) -> list[DatasetVersion]:

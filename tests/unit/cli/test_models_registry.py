@@ -134,3 +134,15 @@ def test_a_served_models_resources_are_asked_of_a_server_and_must_be_sizes(
     done = phalanx_cli("serve", "digits@prod", *args)
     assert (done.returncode, done.stdout) == (2, "")
     assert done.stderr.startswith(said), done.stderr
+
+
+def test_a_misspelt_alias_names_the_alias_meant(
+    phalanx_home: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = CLI.invoke(app, ["models", "register", _saved(1), "--name", "digits", "--alias", "prod"])
+    assert out.exit_code == 0, out.output
+    status, err = _phalanx(capsys, "models", "get", "digits@prdo")
+    assert status == 2
+    assert err == "error: model digits has no alias 'prdo' (aliases: prod); did you mean digits@prod?\n"
+    status, err = _phalanx(capsys, "models", "get", "digits@staging")  # near none: setting it is the fix
+    assert status == 2 and "set one with `phalanx models alias digits@staging VERSION`" in err

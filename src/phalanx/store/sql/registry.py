@@ -22,6 +22,7 @@ from phalanx.store.sql import alerts
 from phalanx.store.sql.engine import writer
 from phalanx.store.sql.errors import phalanx_errors
 from phalanx.store.sql.models import ModelAliasRow, ModelVersionRow, RegisteredModelRow
+from phalanx.suggest import closest
 
 if TYPE_CHECKING:
     from sqlalchemy.engine import Engine
@@ -125,16 +126,22 @@ class SqlRegistry:
             ).scalar()
             if version is None:
                 self._require_name(conn, name)
-                known = conn.execute(
-                    select(ModelAliasRow.c.alias)
-                    .where(ModelAliasRow.c.name == name)
-                    .order_by(ModelAliasRow.c.alias)
-                ).scalars()
-                shown = ", ".join(known) or "none"
-                raise NotFound(
-                    f"model {name} has no alias {alias!r} (aliases: {shown}); set one with "
-                    f"`phalanx models alias {name}@{alias} VERSION`"
+                known = list(
+                    conn.execute(
+                        select(ModelAliasRow.c.alias)
+                        .where(ModelAliasRow.c.name == name)
+                        .order_by(ModelAliasRow.c.alias)
+                    ).scalars()
                 )
+                shown = ", ".join(known) or "none"
+                near = closest(alias, known)
+                # a misspelt alias is pointed at the one meant; setting it is the fix only when none is near
+                fix = (
+                    f"did you mean {name}@{near}?"
+                    if near is not None
+                    else f"set one with `phalanx models alias {name}@{alias} VERSION`"
+                )
+                raise NotFound(f"model {name} has no alias {alias!r} (aliases: {shown}); {fix}")
         return int(version)
 
     def latest_version(self, name: str) -> int:
