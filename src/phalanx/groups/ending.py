@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import math
 import shutil
 import time
 from collections.abc import Sequence
@@ -19,7 +18,7 @@ from phalanx.domain import Group, GroupStatus, Trial, TrialState, TrialUpdate
 from phalanx.errors import NotFound
 from phalanx.groups.lock import holder
 from phalanx.store.base import GroupStore
-from phalanx.store.group_views import controller_alive
+from phalanx.store.group_views import controller_alive, last_point
 
 
 def controller_locked(group_id: str, settings: Settings) -> bool:
@@ -79,18 +78,10 @@ def ended_while_unwatched(store: GroupStore, group: Group, trial: Trial) -> Tria
         return {"state": TrialState.FAILED, "reason": exp.reason, "finished_at": finished}
     if status != "succeeded" or not group.metric:
         return None
-    found = store.metrics(trial.experiment_id, title=group.metric).get(group.metric) or {}
-    if not found:
+    last = last_point(store, trial.experiment_id, group.metric)
+    if last is None:
         return None
-    series = found["master" if "master" in found else sorted(found)[0]]
-    points = [
-        (int(st), float(v))
-        for st, v in zip(series.steps, series.values, strict=False)
-        if v is not None and math.isfinite(float(v))
-    ]
-    if not points:
-        return None
-    step, value = max(points)
+    step, value = last
     return {"state": TrialState.DONE, "value": value, "step": step, "finished_at": finished}
 
 

@@ -5,14 +5,17 @@ module the SQL store's side of it, as ``details`` is for an experiment's run."""
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any, Protocol
 
-from phalanx.domain import Group, Trial, best_trial, trial_counts
-from phalanx.errors import PhalanxError
+from phalanx.domain import Experiment, ExperimentStatus, Group, Trial, TrialState, best_trial, trial_counts
+from phalanx.errors import NotFound, PhalanxError
 from phalanx.machine.procs import Seen, judge
 from phalanx.spec.group import recorded_group_spec
+from phalanx.store.base import Series
 
 
 class GroupRows(Protocol):
@@ -23,6 +26,12 @@ class GroupRows(Protocol):
     def count_trials(self, group_id: str) -> int: ...
 
     def list_groups(self, limit: int = 50, projects: Sequence[str] | None = None) -> list[Group]: ...
+
+    def get_experiment(self, experiment_id: str) -> Experiment: ...
+
+    def metrics(
+        self, experiment_id: str, title: str | None = None, series: str | None = None
+    ) -> dict[str, dict[str, Series]]: ...
 
 
 def controller_alive(group: Group) -> bool:
@@ -38,7 +47,7 @@ def group_json(store: GroupRows, group: Group) -> dict[str, Any]:
     """The group, its trials, the best one, ``axes``: each sampled param's chart axis ("log" or
     "linear") from its distribution, and ``controller_running``: whether its controller runs (a
     group neither ended nor created without one was orphaned: `phalanx group resume`)."""
-    trials = store.list_trials(group.id)
+    trials = [as_its_experiment_ended(store, group, t) for t in store.list_trials(group.id)]
     best = best_trial(trials, group.optimization)
     doc = group.to_json()
     doc["trials"] = [t.to_json() for t in trials]
@@ -47,6 +56,49 @@ def group_json(store: GroupRows, group: Group) -> dict[str, Any]:
     doc["axes"] = axes_of(group)
     doc["controller_running"] = controller_alive(group)
     return doc
+
+
+def as_its_experiment_ended(store: GroupRows, group: Group, trial: Trial) -> Trial:
+    """``trial`` as its experiment's record says, which is the truth: a trial row still `running` (or
+    `launching`) whose experiment has ended is shown ended, as its controller records it once it sees
+    the end (succeeded: `done` with the metric's last value; failed: `failed`; stopped: `stopped`, or
+    `pruned` for a prune the controller carried out), not `running` until `group stop|resume` when
+    no controller watches it (killed) or while it has not yet written the row."""
+    if trial.state.finished:
+        return trial
+    try:
+        exp = store.get_experiment(trial.experiment_id)
+    except NotFound:  # its launch has not created it yet
+        return trial
+    if not exp.status.done:
+        return trial
+    finished_at = exp.finished_at or trial.created_at
+    if exp.status is ExperimentStatus.SUCCEEDED:
+        last = last_point(store, trial.experiment_id, group.metric) if group.metric else None
+        step, value = last if last is not None else (None, None)
+        return replace(trial, state=TrialState.DONE, value=value, step=step, finished_at=finished_at)
+    state = TrialState.FAILED if exp.status is ExperimentStatus.FAILED else TrialState.STOPPED
+    if state is TrialState.STOPPED and (exp.reason or "").startswith("pruned at step"):
+        state = TrialState.PRUNED
+    return replace(trial, state=state, reason=exp.reason, finished_at=finished_at)
+
+
+def last_point(store: GroupRows, experiment_id: str, metric: str) -> tuple[int, float] | None:
+    """The last finite (step, value) of ``metric`` an experiment reported (its master's series, or
+    the first by name); None when it reported none."""
+    try:
+        found = store.metrics(experiment_id, title=metric).get(metric) or {}
+    except NotFound:
+        return None
+    if not found:
+        return None
+    series = found["master" if "master" in found else sorted(found)[0]]
+    points = [
+        (int(st), float(v))
+        for st, v in zip(series.steps, series.values, strict=False)
+        if v is not None and math.isfinite(float(v))
+    ]
+    return max(points) if points else None
 
 
 def group_summaries(

@@ -10,6 +10,7 @@ from phalanx.domain import ExperimentFilter, ExperimentStatus, Group, Trial, bes
 from phalanx.errors import Conflict, NotFound, UsageError
 from phalanx.store.base import GroupStore
 from phalanx.store.sql import SqlStore
+from tests.unit.server import fill
 
 
 def new_group(store: GroupStore, optimization: str = "minimize") -> Group:
@@ -125,3 +126,35 @@ def test_an_experiment_building_its_environment_is_not_deleted(store: SqlStore) 
     exp = store.create_experiment(name="soon", project="p", status=ExperimentStatus.BUILDING)
     with pytest.raises(Conflict, match=f"experiment {exp.id} is building"):
         store.delete_experiment(exp.id)
+
+
+def test_group_view_shows_each_trial_as_its_experiment_ended_when_the_row_lags(store: SqlStore) -> None:
+    """A killed controller leaves its trials' rows `running`; `group get` (both doors: the view is the
+    store's) shows what each experiment's record says: done with its last value, failed, pruned, or
+    still running; the best and the counts follow."""
+    g = new_group(store)
+    store.update_group(g.id, status="running")
+    ends = [
+        (ExperimentStatus.SUCCEEDED, None),
+        (ExperimentStatus.FAILED, "master exited 1"),
+        (ExperimentStatus.STOPPED, "pruned at step 3: worse than the median"),
+        (ExperimentStatus.RUNNING, None),
+    ]
+    for number, (status, reason) in enumerate(ends):
+        exp = fill.experiment(store, name=f"g-{number}", project="p", status=status)
+        store.update_experiment(exp.id, reason=reason)
+        store.add_trial(Trial(g.id, number, exp.id, {"x": number}, "launching"))
+        store.update_trial(g.id, number, state="running")
+        if number == 0:
+            fill.scalars(store, exp.id, "loss", "master", [0.9, 0.4, 0.2])
+    doc = store.group_view(g.id)
+    shown = [(t["state"], t["value"], t["step"], t["reason"]) for t in doc["trials"]]
+    assert shown == [
+        ("done", 0.2, 2, None),
+        ("failed", None, None, "master exited 1"),
+        ("pruned", None, None, "pruned at step 3: worse than the median"),
+        ("running", None, None, None),
+    ]
+    assert doc["best"]["number"] == 0 and doc["best"]["value"] == 0.2
+    assert doc["counts"]["done"] == 1 and doc["counts"]["running"] == 1
+    assert [t.state for t in store.list_trials(g.id)] == ["running"] * 4  # a view: nothing written

@@ -27,7 +27,9 @@ from phalanx.store.sql.models import ExperimentRow, GroupRow, TrialRow
 from phalanx.store.sql.trials import trials_of
 
 if TYPE_CHECKING:
+    from phalanx.domain import Experiment
     from phalanx.store.artifacts import ArtifactStore
+    from phalanx.store.base import Series
 
 
 def create_group(store: GroupBook, fields: Mapping[str, Any]) -> Group:
@@ -218,6 +220,14 @@ class GroupBook:
     engine: Engine
     _writer: Engine
     artifact_store: ArtifactStore | None
+
+    if TYPE_CHECKING:  # SqlStore's own (its subclass): a group's view reads its trials' experiments
+
+        def get_experiment(self, experiment_id: str) -> Experiment: ...
+
+        def metrics(
+            self, experiment_id: str, title: str | None = None, series: str | None = None
+        ) -> dict[str, dict[str, Series]]: ...
 
     def create_group(
         self,
