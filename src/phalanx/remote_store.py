@@ -206,9 +206,11 @@ class RemoteStore:
                 out[t] = by
         return out
 
-    def logs(self, experiment_id: str, replica: str | None = None, offset: int = 0) -> list[LogLine]:
+    def logs(
+        self, experiment_id: str, replica: str | None = None, offset: int = 0, limit: int = 1000
+    ) -> list[LogLine]:
         doc = self.client.get(
-            f"/experiments/{quote(experiment_id)}/logs", replica=replica, offset=offset, limit=1000
+            f"/experiments/{quote(experiment_id)}/logs", replica=replica, offset=offset, limit=limit
         )
         return [
             LogLine(line["offset"], line["replica"], line["text"], line["time"], line.get("stream", "stdout"))

@@ -9,14 +9,57 @@ from __future__ import annotations
 import difflib
 import json
 from collections.abc import Iterable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
-from phalanx.domain import DECLARED_SECTIONS
+from phalanx.domain import BUILD_CONSOLE, DECLARED_SECTIONS, ExperimentStatus, console_sources
+from phalanx.errors import NotFound
 from phalanx.store.filters import NUMBER
 
 if TYPE_CHECKING:
-    from phalanx.domain import Experiment
-    from phalanx.store.base import ParamRecord, Store
+    from phalanx.domain import Experiment, Replica
+    from phalanx.store.base import LogLine, ParamRecord, Store
+
+# an experiment whose environment may still be built: its build console may not have a line yet
+BUILD_MAY_COME = (ExperimentStatus.CREATED, ExperimentStatus.BUILDING)
+
+
+class Consoles(Protocol):
+    """What reading an experiment's console asks of a door (this machine's store or a server's)."""
+
+    def list_replicas(self, experiment_id: str) -> list[Replica]: ...
+
+    def logs(
+        self, experiment_id: str, replica: str | None = None, offset: int = 0, limit: int = 1000
+    ) -> list[LogLine]: ...
+
+
+def check_console(store: Consoles, experiment: Experiment, replica: str | None) -> None:
+    """NotFound (exit 2, 404) for a console ``replica`` the experiment does not have, naming the ones
+    it has (and the nearest): a typo read as an empty console before, and so was ``build`` of an
+    experiment that had no environment build. A name with lines of its own is always read."""
+    if not replica:
+        return
+    names = [r.name for r in store.list_replicas(experiment.id)]
+    if replica in names:
+        return
+    had_build = experiment.status in BUILD_MAY_COME or bool(
+        store.logs(experiment.id, replica=BUILD_CONSOLE, limit=1)
+    )
+    if replica == BUILD_CONSOLE:
+        if had_build:
+            return
+        raise NotFound(
+            f"experiment {experiment.id} had no build (its file asked for no environment), so it has no"
+            f" build console: --replica takes one of its replicas ({', '.join(names) or 'none yet'})"
+        )
+    if store.logs(experiment.id, replica=replica, limit=1):
+        return
+    known = console_sources(names) if had_build else names
+    near = difflib.get_close_matches(replica, known, n=1)
+    hint = f"; did you mean {near[0]!r}?" if near else ""
+    raise NotFound(
+        f"experiment {experiment.id} has no replica {replica!r} (it has: {', '.join(known)}){hint}"
+    )
 
 
 def params_by_section(records: list[ParamRecord]) -> dict[str, dict[str, Any]]:

@@ -442,6 +442,7 @@ def logs(
     from phalanx.errors import UsageError
     from phalanx.logins import choose
     from phalanx.store import open_store
+    from phalanx.views import check_console
 
     if output is Output.YAML:
         raise UsageError("phalanx logs -o yaml: use -o text, or -o json for one JSON document a line")
@@ -452,12 +453,12 @@ def logs(
 
         remote = RemoteStore(client)
         exp = remote.get_experiment(experiment)
-        _check_replica(exp.id, replica, console_sources([r.name for r in remote.list_replicas(exp.id)]))
+        check_console(remote, exp, replica)
         remote_commands.logs(remote, exp.id, replica, follow, output is Output.JSON)
         return
     store = open_store(settings)
     exp = store.get_experiment(experiment)
-    _check_replica(exp.id, replica, console_sources([r.name for r in store.list_replicas(exp.id)]))
+    check_console(store, exp, replica)
     offsets: dict[str, int] = {}
     script_gone_at: float | None = None
     while True:
@@ -496,13 +497,6 @@ def logs(
             raise typer.Exit(1)
         if not printed:
             time.sleep(0.3)
-
-
-def _check_replica(experiment_id: str, replica: str | None, names: list[str]) -> None:
-    from phalanx.errors import NotFound
-
-    if replica is not None and replica not in names:
-        raise NotFound(f"experiment {experiment_id} has no replica {replica!r} (it has {', '.join(names)})")
 
 
 def _gone(store: Store, settings: Settings, exp: Experiment) -> str | None:

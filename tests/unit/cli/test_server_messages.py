@@ -3,63 +3,21 @@
 `phalanx login` stored, and for a server nobody answers at, exit status 69 (not 1, "it failed") with
 one line naming the server and what works on this machine instead.
 
-The server is the real app on a real loopback socket, served by uvicorn in a thread of this process,
-and the CLI runs in-process (tests/support/cli.py)."""
+The server is the real app on a real loopback socket (``served``, conftest.py), and the CLI runs
+in-process (tests/support/cli.py)."""
 
 from __future__ import annotations
 
 import socket
-import threading
-from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-import uvicorn
 
 from phalanx import logins
-from phalanx.config import Settings
 from phalanx.errors import UNAVAILABLE_EXIT
-from phalanx.server.app import create_app
-from phalanx.server.settings import ServerSettings
-from phalanx.store import open_store
 from phalanx.store.accounts import Accounts
-from phalanx.store.base import Store
 from tests.support.cli import phalanx_cli
-
-TOKEN = "the-servers-token-0123456789"
-
-
-@dataclass(frozen=True)
-class Served:
-    url: str
-    store: Store
-
-
-@pytest.fixture
-def served(tmp_path: Path, phalanx_home: Path) -> Iterator[Served]:
-    """A token-guarded server with its own home (not the CLI's), on a socket bound here."""
-    settings = ServerSettings(
-        store=Settings(home=tmp_path / "server-home"),
-        token=TOKEN,
-        allowed_hosts=["127.0.0.1"],
-        launch_workers=0,
-    )
-    store = open_store(settings.store)
-    listener = socket.create_server(("127.0.0.1", 0))
-    server = uvicorn.Server(uvicorn.Config(create_app(settings, store), log_level="warning", lifespan="on"))
-    serving = threading.Thread(target=server.run, kwargs={"sockets": [listener]}, daemon=True)
-    serving.start()
-    try:
-        while not server.started:  # start-up is a few ms of work; the thread says when it is done
-            assert serving.is_alive(), "the server did not start"
-            threading.Event().wait(0.01)
-        yield Served(f"http://127.0.0.1:{listener.getsockname()[1]}", store)
-    finally:
-        server.should_exit = True
-        serving.join(timeout=30)
-        listener.close()
-        store.close()
+from tests.unit.cli.conftest import TOKEN, Served
 
 
 def test_a_wrong_token_at_login_is_told_it_was_refused_and_nothing_is_stored(

@@ -8,7 +8,6 @@ done and every line was sent.
 from __future__ import annotations
 
 import asyncio
-import difflib
 import json
 import time
 import urllib.parse
@@ -19,12 +18,12 @@ from fastapi import APIRouter, Query, Request
 from fastapi.responses import StreamingResponse
 from starlette.concurrency import run_in_threadpool
 
-from phalanx.domain import BUILD_CONSOLE, console_sources
-from phalanx.errors import NotFound
+from phalanx.domain import BUILD_CONSOLE, Experiment, console_sources
 from phalanx.server.deps import SettingsDep, StoreDep, experiment_of
 from phalanx.server.policy import policy
 from phalanx.server.schemas import LogLineOut, LogsOut
 from phalanx.store.base import LogLine, Store
+from phalanx.views import check_console
 
 router = APIRouter(tags=["logs"])
 
@@ -54,7 +53,7 @@ def logs(
     """Lines from ``offset`` on (the offset counts lines of one replica when ``replica`` is given);
     404 for a replica the experiment never had."""
     e = experiment_of(store, experiment_id)
-    check_replica(store, e.id, replica)
+    check_replica(store, e, replica)
     lines = store.logs(e.id, replica=replica or None, offset=offset, limit=limit, from_end=from_end)
     if from_end:
         return LogsOut(lines=[LogLineOut.of(line) for line in lines], next_offset=offset + len(lines))
@@ -71,7 +70,7 @@ def logs(
 def download_logs(experiment_id: str, store: StoreDep, replica: ReplicaQuery = None) -> StreamingResponse:
     """The whole console as plain text (the UI keeps only its last N lines on screen: this has all)."""
     e = experiment_of(store, experiment_id)
-    check_replica(store, e.id, replica)
+    check_replica(store, e, replica)
 
     def lines() -> Iterator[bytes]:
         offset = 0
@@ -111,7 +110,7 @@ async def stream_logs(
     """Server-sent events: one ``line`` event per log line (JSON), live while the experiment runs,
     then one ``end`` event once it is done and everything was sent."""
     e = await run_in_threadpool(experiment_of, store, experiment_id)
-    await run_in_threadpool(check_replica, store, e.id, replica)
+    await run_in_threadpool(check_replica, store, e, replica)
     follower = _Follower(store, e.id, replica or None, offset)
     # A browser reconnecting (server restart, network blip) sends the id of the last event it got:
     # resume after it instead of sending every line again.
@@ -127,19 +126,14 @@ async def stream_logs(
     )
 
 
-def check_replica(store: Store, experiment_id: str, replica: str | None) -> None:
+def check_replica(store: Store, experiment: Experiment, replica: str | None) -> None:
     """NotFound (404) for a replica name the experiment has no row and no line of (a typo read as an
-    empty console before), with its names and the nearest one."""
-    if not replica:
-        return
-    names = [r.name for r in store.list_replicas(experiment_id)]
-    if replica in names or replica == BUILD_CONSOLE or store.logs(experiment_id, replica=replica, limit=1):
-        return
-    near = difflib.get_close_matches(replica, names, n=1)
-    hint = f"; did you mean {near[0]!r}?" if near else ""
-    raise NotFound(
-        f"experiment {experiment_id} has no replica {replica!r} (it has: {', '.join(names)}){hint}"
-    )
+    empty console before), with its names and the nearest one (``views.check_console``, as the CLI
+    on either door). ``build`` is an empty page, not a 404, for an experiment that had no build:
+    every follower (`phalanx logs` over a server, ``ExperimentFollower``, an older CLI) reads each
+    experiment's build console first; `phalanx logs --replica build` refuses it itself."""
+    if replica != BUILD_CONSOLE:
+        check_console(store, experiment, replica)
 
 
 class _Follower:
