@@ -29,7 +29,11 @@ def login(
     ] = None,
     user: Annotated[
         str | None,
-        typer.Option("--user", metavar="NAME", help="Log in with your user name; the password is asked."),
+        typer.Option(
+            "--user",
+            metavar="NAME",
+            help="Log in with your user name; the password is asked (or read from stdin).",
+        ),
     ] = None,
     expires_days: Annotated[
         int | None,
@@ -56,11 +60,7 @@ def login(
     secret = token.strip() if token is not None else read_token(token_file, settings.token)
     client = Client(url, secret, instead=NOTHING_STORED)
     if user is not None:
-        import getpass
-
-        password = getpass.getpass(f"password for {user} on {url}: ")
-        if not password:
-            raise UsageError("no password given; nothing was stored")
+        password = _password(user, url)
         secret = client.new_token(user, password, f"phalanx login from {socket.gethostname()}", expires_days)
         client = Client(url, secret, instead=NOTHING_STORED)
     try:
@@ -73,6 +73,29 @@ def login(
         f"phalanx: logged in to {url} {how} (kept in {file}); commands now use it, "
         "--local this machine, `phalanx logout` forgets it\n"
     )
+
+
+def _password(user: str, url: str) -> str:
+    """Asked without echo on a terminal; without one (a script, a pipe) the first line of stdin,
+    read quietly as `phalanx secret set` reads a value (getpass would warn that it cannot hide it)."""
+    from phalanx.errors import UsageError
+
+    stdin = sys.stdin if sys.stdin is not None and not sys.stdin.closed else None
+    if stdin is not None and stdin.isatty():
+        import getpass
+
+        password = getpass.getpass(f"password for {user} on {url}: ")
+        if not password:
+            raise UsageError(f"no password given; {NOTHING_STORED}")
+        return password
+    password = stdin.readline().rstrip("\r\n") if stdin is not None else ""
+    if not password:
+        raise UsageError(
+            f"--user {user}: no terminal to ask the password on, and no password on stdin: pipe it in"
+            f" (`phalanx login {url} --user {user} < password.txt`, its first line), or log in with"
+            f" --token-file FILE; {NOTHING_STORED}"
+        )
+    return password
 
 
 @app.command("logout")

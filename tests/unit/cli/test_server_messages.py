@@ -9,9 +9,8 @@ in-process (tests/support/cli.py)."""
 from __future__ import annotations
 
 import socket
+import warnings
 from pathlib import Path
-
-import pytest
 
 from phalanx import logins
 from phalanx.errors import UNAVAILABLE_EXIT
@@ -57,7 +56,6 @@ def test_a_stored_token_the_server_no_longer_takes_says_how_to_log_in_again(
     )
 
 
-@pytest.mark.filterwarnings("ignore::getpass.GetPassWarning")  # the password comes on stdin, no terminal
 def test_a_disabled_account_is_told_so_at_login_and_after_it(served: Served, phalanx_home: Path) -> None:
     accounts = Accounts(served.store)
     accounts.add_user("root", "root-password-1", admin=True)  # a team server
@@ -73,6 +71,28 @@ def test_a_disabled_account_is_told_so_at_login_and_after_it(served: Served, pha
     assert after.returncode == 2 and after.stderr.splitlines()[-1] == said, after.stderr
     again = phalanx_cli("login", served.url, "--user", "ada", input="ada-password-1\n")
     assert again.returncode == 2 and again.stderr.splitlines()[-1] == said, again.stderr
+
+
+def test_a_password_piped_to_login_is_read_quietly_and_none_is_refused_saying_how(
+    served: Served, phalanx_home: Path
+) -> None:
+    """No terminal (a script, a pipe): the password is stdin's first line, read without getpass's
+    "Can not control echo on the terminal" warning; with nothing piped, exit 2 saying how."""
+    Accounts(served.store).add_user("ada", "ada-password-1")
+    with warnings.catch_warnings(record=True) as warned:
+        warnings.simplefilter("always")
+        done = phalanx_cli("login", served.url, "--user", "ada", input="ada-password-1\n")
+    assert done.returncode == 0, done.stderr
+    assert [str(w.message) for w in warned] == [] and "echo" not in done.stderr.lower(), done.stderr
+    assert done.stderr.startswith(f"phalanx: logged in to {served.url} with a token")
+    assert phalanx_cli("logout").returncode == 0
+    nothing = phalanx_cli("login", served.url, "--user", "ada", input="")
+    assert nothing.returncode == 2 and nothing.stderr == (
+        "error: --user ada: no terminal to ask the password on, and no password on stdin: pipe it in"
+        f" (`phalanx login {served.url} --user ada < password.txt`, its first line), or log in with"
+        " --token-file FILE; nothing was stored\n"
+    )
+    assert not logins.path(phalanx_home).exists()
 
 
 def test_a_server_nobody_answers_at_is_its_own_exit_status_with_the_way_back_to_this_machine(
