@@ -194,6 +194,13 @@ DECLARED_SECTIONS = (DECLARED_PARAMS, TRIAL_PARAMS)
 BUILD_CONSOLE = "build"
 
 
+def plural(n: int, noun: str, nouns: str | None = None) -> str:
+    """``n`` with its noun as a message says it: "1 trial", "0 trials", "3 replicas" (``nouns``: an
+    irregular plural, "processes"). Every layer's messages use it: here because all of them import
+    this module."""
+    return f"{n} {noun if n == 1 else nouns or noun + 's'}"
+
+
 def console_sources(replicas: Sequence[str]) -> list[str]:
     """The names an experiment's console is read by, in order: its build's, then ``replicas``'."""
     return [BUILD_CONSOLE, *(name for name in replicas if name != BUILD_CONSOLE)]

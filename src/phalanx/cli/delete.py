@@ -43,6 +43,7 @@ def delete(
     import shutil
 
     from phalanx.config import Settings
+    from phalanx.domain import plural
     from phalanx.errors import Conflict, UsageError
     from phalanx.ids import check_destructive
 
@@ -61,7 +62,7 @@ def delete(
         if not sys.stdin.isatty():
             raise UsageError(f"deleting {', '.join(e.id for e in found)} needs confirmation: pass --yes")
         listed = "\n".join(f"  {e.id} ({e.project}/{e.name}, {e.status})" for e in found)
-        if not typer.confirm(f"Delete {len(found)} experiment(s)?\n{listed}\n"):
+        if not typer.confirm(f"Delete {plural(len(found), 'experiment')}?\n{listed}\n"):
             typer.echo("nothing deleted", err=True)
             raise typer.Exit(1)
     here = None if store.server_url else Settings()  # a server's gc sweeps its own folders

@@ -147,6 +147,7 @@ def run(
     this_machine_only("group run", server, "`phalanx run -f FILE --server URL` submits a group to the server")
     from phalanx.cli.launching import _check_home_and_db
     from phalanx.config import Settings
+    from phalanx.domain import plural
     from phalanx.errors import UsageError
     from phalanx.spec.loader import parse_param_overrides
 
@@ -184,7 +185,7 @@ def run(
         return
     on = f" on cluster {cluster}" if cluster else ""
     sys.stderr.write(
-        f"phalanx: group {record.id}: {record.search} search, {record.planned} trials,"
+        f"phalanx: group {record.id}: {record.search} search, {plural(record.planned, 'trial')},"
         f" {record.concurrency} at a time{on}\n"
     )
     _drive(launcher, record.id, json_out)
@@ -286,6 +287,7 @@ def delete(
     of them runs: `phalanx group stop` first). All or nothing."""
     from phalanx.cli.tracking import open_target
     from phalanx.config import Settings
+    from phalanx.domain import plural
     from phalanx.errors import UsageError
     from phalanx.groups.ending import remove_folders
     from phalanx.ids import check_destructive
@@ -299,7 +301,8 @@ def delete(
         if not sys.stdin.isatty():
             raise UsageError(f"deleting group {doc['id']} and its trials needs confirmation: pass --yes")
         question = (
-            f"Delete group {doc['id']} ({doc['name']}, {doc['status']}) and its {len(doc['trials'])} trials?"
+            f"Delete group {doc['id']} ({doc['name']}, {doc['status']})"
+            f" and its {plural(len(doc['trials']), 'trial')}?"
         )
         if not typer.confirm(question):
             typer.echo("nothing deleted", err=True)
@@ -310,8 +313,7 @@ def delete(
     if output == "json":
         emit_json({"group": doc["id"], "deleted": deleted})
         return
-    plural = "" if len(deleted) == 1 else "s"
-    typer.echo(f"deleted group {doc['id']} and its {len(deleted)} experiment{plural}")
+    typer.echo(f"deleted group {doc['id']} and its {plural(len(deleted), 'experiment')}")
 
 
 def _orphaned(g: Group, doc: dict[str, Any]) -> bool:
@@ -335,6 +337,7 @@ def get(
 ) -> None:
     """Show a group: its trials with their params and metric, and the best trial."""
     from phalanx.cli.tracking import _table, open_target
+    from phalanx.domain import plural
     from phalanx.errors import UsageError
     from phalanx.remote_store import group_of
 
@@ -349,7 +352,8 @@ def get(
     orphaned = _orphaned(g, doc)
     metric = g.metric or "metric"
     typer.echo(
-        f"group {g.id}  {g.name}  {g.status}  {g.search} search  {len(doc['trials'])}/{g.planned} trials"
+        f"group {g.id}  {g.name}  {g.status}  {g.search} search"
+        f"  {len(doc['trials'])}/{plural(g.planned, 'trial')}"
     )
     if g.reason:
         typer.echo(f"reason: {g.reason}")

@@ -27,7 +27,7 @@ def print_plan_table(plan: Plan) -> None:
     from rich.table import Table
     from rich.text import Text
 
-    from phalanx.domain import Framework, Role
+    from phalanx.domain import Framework, Role, plural
 
     native = {
         Framework.MXNET: {Role.MASTER: "scheduler", Role.PS: "server"},
@@ -36,7 +36,7 @@ def print_plan_table(plan: Plan) -> None:
     counts = plan.topology()
     console.print(
         f"framework: {plan.framework or '-'}   backend: {plan.backend or 'native'}   "
-        f"replicas: {counts['master']} master, {counts['worker']} workers, {counts['ps']} ps"
+        f"replicas: {counts['master']} master, {plural(counts['worker'], 'worker')}, {counts['ps']} ps"
     )
     table = Table(show_edge=False, pad_edge=False)
     many = any(r.processes > 1 for r in plan.replicas)

@@ -50,6 +50,7 @@ def queue(
     and fair share), what each needs and why it waits (its project's quota, resources, runs ahead),
     then what waits on cluster targets."""
     from phalanx.cli.tracking import _table  # why: start-up time of `phalanx queue` (as below)
+    from phalanx.domain import plural
     from phalanx.logins import choose  # why: the server's client only when one is in play
 
     client = choose(server, local)
@@ -58,10 +59,10 @@ def queue(
         emit_json(doc)
         return
     m, free = doc["machine"], doc["free"]
-    gpus = f", {free['gpus']} of {m['gpus']} GPUs" if m["gpus"] else ""
+    gpus = f", {free['gpus']} of {plural(m['gpus'], 'GPU')}" if m["gpus"] else ""
     where = "this machine" if client is None else f"server {client.url}"
     typer.echo(
-        f"{where}: {free['cpus']} of {m['cpus']} cores free{gpus}, "
+        f"{where}: {free['cpus']} of {plural(m['cpus'], 'core')} free{gpus}, "
         f"{free['memory_mib']} of {m['memory_mib']} MiB"
     )
     rows = table_rows(doc)

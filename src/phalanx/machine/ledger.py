@@ -46,6 +46,7 @@ from pathlib import Path
 from typing import Any
 
 from phalanx import share
+from phalanx.domain import plural
 from phalanx.machine import doorbell
 from phalanx.machine.procs import Seen, judge, start_time
 from phalanx.share import AGING_SECONDS, DEFAULT_PROJECT, Limit
@@ -89,11 +90,9 @@ class Need:
         return Need(int(doc.get("cpus", 0)), int(doc.get("gpus", 0)), float(doc.get("memory_mib", 0.0)))
 
     def describe(self) -> str:
-        parts = []
-        if self.cpus:
-            parts.append(f"{self.cpus} core{'s' * (self.cpus != 1)}")
+        parts = [plural(self.cpus, "core")] if self.cpus else []
         if self.gpus:
-            parts.append(f"{self.gpus} GPU{'s' * (self.gpus != 1)}")
+            parts.append(plural(self.gpus, "GPU"))
         if self.memory_mib:
             parts.append(f"{self.memory_mib:g} MiB")
         return ", ".join(parts) or "nothing"
@@ -484,9 +483,9 @@ def never_fits(need: Need, capacity: Capacity) -> str | None:
     """Why ``need`` exceeds this machine itself (it could never start here), or None."""
     short = []
     if need.cpus > len(capacity.cpus):
-        short.append(f"{need.cpus} cores (it has {len(capacity.cpus)})")
+        short.append(f"{plural(need.cpus, 'core')} (it has {len(capacity.cpus)})")
     if need.gpus > len(capacity.gpus):
-        short.append(f"{need.gpus} GPUs (it has {len(capacity.gpus)})")
+        short.append(f"{plural(need.gpus, 'GPU')} (it has {len(capacity.gpus)})")
     if need.memory_mib > capacity.memory_mib + 1e-9:
         short.append(f"{need.memory_mib:g} MiB of memory (it has {capacity.memory_mib:g})")
     if not short:
@@ -504,8 +503,8 @@ def busy_message(
     lines = [
         f"{asker} needs {need.describe()}"
         + (f" ({need.counted})" if need.counted else "")
-        + f"; free now: {len(free_cpus)} of {len(capacity.cpus)} cores"
-        + (f", {len(free_gpus)} of {len(capacity.gpus)} GPUs" if capacity.gpus or need.gpus else "")
+        + f"; free now: {len(free_cpus)} of {plural(len(capacity.cpus), 'core')}"
+        + (f", {len(free_gpus)} of {plural(len(capacity.gpus), 'GPU')}" if capacity.gpus or need.gpus else "")
         + (f", {max(0.0, free_mem):g} MiB" if need.memory_mib else "")
     ]
     for e in state.holding():

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from phalanx import knobs
-from phalanx.domain import Resources
+from phalanx.domain import Resources, plural
 from phalanx.errors import UsageError
 from phalanx.machine.ledger import bases, cores_counted, memory_counted
 from phalanx.machine.proctree import MIB, memory_label
@@ -221,8 +221,9 @@ def crowding_warning(replicas: Sequence[tuple[str, Resources, int]], here: Machi
     if processes <= len(here.cpus):
         return None
     return (
-        f"{processes} processes ({len(loose)} replicas without cpu requests) will share this machine's "
-        f"{len(here.cpus)} cores and run slowly; give the replicas `resources: {{cpu: {{requests: N}}}}`"
+        f"{plural(processes, 'process', 'processes')} ({plural(len(loose), 'replica')} without cpu requests)"
+        f" will share this machine's {plural(len(here.cpus), 'core')} and run slowly; give the replicas"
+        " `resources: {cpu: {requests: N}}`"
         " (Phalanx then refuses what does not fit), lower n_workers, or run on a cluster (--cluster NAME)"
     )
 

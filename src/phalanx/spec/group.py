@@ -14,7 +14,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from phalanx.domain import Group
+from phalanx.domain import Group, plural
 from phalanx.errors import Problem, SpecError
 from phalanx.spec.errors import Collector, did_you_mean, join, sorted_problems
 from phalanx.spec.group_hptuning import _read_hptuning, hyperband_trials
@@ -277,9 +277,9 @@ def search_space_text(group: GroupSpec) -> str:
     lines = [
         f"search: {s.kind}"
         + (
-            f" ({s.n_trials} trials)"
+            f" ({plural(s.n_trials, 'trial')})"
             if s.n_trials and s.n_trials == hp.planned_trials()
-            else f" ({hp.planned_trials()} trials: the whole grid)"
+            else f" ({plural(hp.planned_trials(), 'trial')}: the whole grid)"
         )
         + f", concurrency {hp.concurrency}"
         + (f", seed {s.seed}" if s.seed is not None else "")

@@ -8,6 +8,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from phalanx.domain import plural
 from phalanx.spec.model import ExperimentSpec
 
 # name -> the arguments, in the order of both the list form [a, b, c] and the string form 'a:b:c'
@@ -67,7 +68,7 @@ class Distribution:
                 f"{c}: {w:g}" for c, w in zip(self.choices, self.weights, strict=True)
             )
         shown = ", ".join(f"{k}={_num(v)}" for k, v in self.args.items())
-        extra = f" -> {len(self.choices)} values" if self.discrete else ""
+        extra = f" -> {plural(len(self.choices), 'value')}" if self.discrete else ""
         return f"{self.kind}({shown}){extra}"
 
     def to_json(self) -> dict[str, Any]:

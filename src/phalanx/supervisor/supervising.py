@@ -25,7 +25,7 @@ from phalanx import queue, stragglers
 from phalanx.backends.base import DryRun, JobStatus, ReplicaStatus
 from phalanx.backends.local.boxes import SECRET_NAMES
 from phalanx.config import Settings
-from phalanx.domain import ExperimentStatus, Framework, ReplicaState, Role
+from phalanx.domain import ExperimentStatus, Framework, ReplicaState, Role, plural
 from phalanx.ingest import Ingester
 from phalanx.machine import sysmetrics
 from phalanx.machine.procs import INGESTER_RECORD, record_process, recorded_process
@@ -177,7 +177,7 @@ class Supervisor:
             handle = self._start_resumed() if self.resume else self._start_first()
             # announced once the engine has taken it: a submit that fails names no experiment
             self.observer.message(
-                f"experiment {self.id} ({len(self.replicas)} replicas, {self.p.backend.name})"
+                f"experiment {self.id} ({plural(len(self.replicas), 'replica')}, {self.p.backend.name})"
             )
             created = True
             params = self.p.plan.params

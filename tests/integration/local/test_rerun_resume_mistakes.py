@@ -55,10 +55,10 @@ def test_a_refused_rerun_writes_nothing_and_extra_params_survive_resume_and_reru
     assert resumed.returncode == 0, resumed.stderr[-2000:]
     assert store.get_experiment(exp_id).status == "succeeded"
 
-    assert resumed.stderr.count("replicas, local)") == 1, resumed.stderr  # one headline, not two
+    assert resumed.stderr.count("(1 replica, local)") == 1, resumed.stderr  # one headline, not two
     again = phalanx.run("rerun", exp_id, "-o", "json")
     assert again.returncode == 0, again.stderr[-2000:]
-    assert again.stderr.count("replicas, local)") == 1 and f"rerun of {exp_id}" in again.stderr
+    assert again.stderr.count("(1 replica, local)") == 1 and f"rerun of {exp_id}" in again.stderr
     assert "the snapshot left out data/: the rerun runs without them" in again.stderr, again.stderr
     # a name only the rerun adds is checked as `phalanx run` checks it, and --extra-params lets it in
     assert phalanx.cli("rerun", exp_id, "--param", "seed=1").returncode == 2

@@ -9,6 +9,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import HTMLResponse
 
+from phalanx.domain import plural
 from phalanx.groups import controller
 from phalanx.groups.ending import remove_folders
 from phalanx.ids import check_destructive
@@ -61,8 +62,7 @@ def delete_group(store: StoreDep, settings: SettingsDep, group_id: str, request:
     check_destructive(typed_id(request, group_id), group.id, kind="group")
     deleted = store.remove_group(group.id)
     remove_folders(settings.store, group.id, deleted)  # the server's home: nothing left behind
-    plural = "" if len(deleted) == 1 else "s"
-    describe(request, "group.delete", group.id, group.project, f"{len(deleted)} experiment{plural}")
+    describe(request, "group.delete", group.id, group.project, plural(len(deleted), "experiment"))
     return {"group": group.id, "deleted": deleted}
 
 
