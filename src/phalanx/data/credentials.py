@@ -11,6 +11,7 @@ it did not exist, as its experiments are.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, TypeVar
 
 from phalanx.config import Settings
@@ -35,13 +36,29 @@ class Access:
         self.reader = reader
         self.profile: str | None = None  # the datastore's AWS profile, when it names one
 
+    def find(self, lookup: Callable[[], R], what: str) -> R:
+        """The record ``lookup`` finds, when this reader may read it; NotFound as for a name that
+        does not exist. A project's reader is told no more of a missing name either: what the
+        catalog says of one (the nearest name, the names there are, another project's versions)
+        may be another project's."""
+        try:
+            record = lookup()
+        except NotFound:
+            if self.reader is None:
+                raise
+            raise self._missing(what) from None
+        return self.check(record, what)
+
     def check(self, record: R, what: str) -> R:
         """``record`` when this reader may read it; NotFound as for a name that does not exist."""
         from phalanx.store.catalog import readable_by  # the store's SQL: only once data is read
 
         if self.reader is None or readable_by(record, self.reader):  # type: ignore[arg-type]
             return record
-        raise NotFound(f"no {what} in project {self.reader}, nor shared with it")
+        raise self._missing(what)
+
+    def _missing(self, what: str) -> NotFound:
+        return NotFound(f"no {what} in project {self.reader}, nor shared with it")
 
     def credentials(self, url: str) -> dict[str, Any] | None:
         """fsspec options naming the credentials to read ``url`` with; None: the environment's (a

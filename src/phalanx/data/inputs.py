@@ -20,12 +20,13 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Mapping, Sequence
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from phalanx.data import cache
 from phalanx.data.credentials import Access
-from phalanx.errors import UsageError
+from phalanx.errors import NotFound, UsageError
 from phalanx.spec.inputs import InputSpec
 from phalanx.store import catalog, open_store
 from phalanx.store.manifest import DataChanged, FileEntry, Manifest, build_manifest, filesystem, join_url
@@ -61,14 +62,16 @@ def resolve(
     try:
         for spec in inputs:
             access = Access(store, settings, reader)
-            if spec.dataset is not None:
-                record = _dataset(store, spec, settings, dry, orders, access)
-            else:
-                ds = access.check(
-                    catalog.get_datastore(store, str(spec.datastore)), f"datastore {spec.datastore!r}"
-                )
-                access.profile = ds.profile
-                record = _datastore(ds.url, spec, settings, dry, orders, access)
+            try:
+                if spec.dataset is not None:
+                    record = _dataset(store, spec, settings, dry, orders, access)
+                else:
+                    name = str(spec.datastore)
+                    ds = access.find(partial(catalog.get_datastore, store, name), f"datastore {name!r}")
+                    access.profile = ds.profile
+                    record = _datastore(ds.url, spec, settings, dry, orders, access)
+            except NotFound as exc:  # which of the file's inputs names it
+                raise NotFound(f"inputs: {spec.name}: {exc}") from None
             if "local_path" in record:
                 env[spec.env] = record["local_path"]
             records.append(record)
@@ -99,7 +102,8 @@ def _dataset(
     orders: list[dict[str, Any]] | None,
     access: Access,
 ) -> dict[str, Any]:
-    version = access.check(catalog.get_dataset(store, str(spec.dataset)), f"dataset {spec.dataset!r}")
+    ref = str(spec.dataset)
+    version = access.find(partial(catalog.get_dataset, store, ref), f"dataset {ref!r}")
     record: dict[str, Any] = {
         "name": spec.name,
         "kind": "dataset",

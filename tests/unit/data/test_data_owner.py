@@ -47,6 +47,18 @@ def test_a_boxed_run_reads_only_its_projects_and_shared_data(
         resolve([spec], settings, dry=True, reader="nlp")
     with pytest.raises(NotFound, match="no datastore 'lake' in project nlp"):
         resolve([lake], settings, dry=True, reader="nlp")
+    # a name that exists nowhere gets the same answer: what the catalog would say of it (the nearest
+    # name, every datastore's name, another project's versions) is not the reader's to know
+    for missing in (
+        InputSpec(name="d", dataset="digitz@latest"),
+        InputSpec(name="d", dataset="digits@7"),
+        InputSpec(name="r", datastore="lakes", path="train"),
+    ):
+        with pytest.raises(NotFound) as refused:
+            resolve([missing], settings, dry=True, reader="nlp")
+        said = str(refused.value)
+        assert said.endswith("in project nlp, nor shared with it") and "lake'" not in said, said
+        assert "digits'" not in said and "versions" not in said, said
 
 
 def test_an_object_store_is_read_with_the_projects_credentials_never_the_servers(
@@ -67,3 +79,12 @@ def test_an_object_store_is_read_with_the_projects_credentials_never_the_servers
     profiled = Access(store, settings, "nlp")
     profiled.profile = "nlp-reader"  # the datastore names the profile its project reads it with
     assert profiled.credentials("s3://b/x") == {"profile": "nlp-reader"}
+
+
+def test_a_missing_name_says_which_input_and_on_ones_own_machine_the_name_meant(
+    store: Any, folder: Path, phalanx_home: Path
+) -> None:
+    catalog.add_dataset(store, "digits", str(folder))
+    with pytest.raises(NotFound) as refused:
+        resolve([InputSpec(name="train", dataset="digitz@latest")], Settings(home=phalanx_home), dry=True)
+    assert str(refused.value) == "inputs: train: no dataset 'digitz'; did you mean 'digits'?"
