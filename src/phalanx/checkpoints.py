@@ -77,7 +77,8 @@ class Policy:
             problems.append((f"{where}.mode", f"expected max or min, got {mode!r}"))
         if out.get("keep_best") and metric is None:
             problems.append((f"{where}.keep_best", f"needs {where}.metric: the metric that decides the best"))
-        if out.get("keep_last") == 0 and not out.get("keep_best"):
+        best_refused = value.get("keep_best") is not None and "keep_best" not in out
+        if out.get("keep_last") == 0 and not out.get("keep_best") and not best_refused:
             problems.append((f"{where}.keep_last", "0 would keep no checkpoint; give 1 or more"))
         if problems:
             raise PolicyError(problems)

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from phalanx.domain import BUILD_CONSOLE, DECLARED_SECTIONS, ExperimentStatus, console_sources
 from phalanx.errors import NotFound
 from phalanx.store.filters import NUMBER
+from phalanx.suggest import did_you_mean
 
 if TYPE_CHECKING:
     from phalanx.domain import Experiment, Replica
@@ -49,14 +50,13 @@ def check_console(store: Consoles, experiment: Experiment, replica: str | None) 
         if had_build:
             return
         raise NotFound(
-            f"experiment {experiment.id} had no build (its file asked for no environment), so it has no"
-            f" build console: --replica takes one of its replicas ({', '.join(names) or 'none yet'})"
+            f"experiment {experiment.id} had no environment built for it, so it has no build console:"
+            f" --replica takes one of its replicas ({', '.join(names) or 'none yet'})"
         )
     if store.logs(experiment.id, replica=replica, limit=1):
         return
     known = console_sources(names) if had_build else names
-    near = difflib.get_close_matches(replica, known, n=1)
-    hint = f"; did you mean {near[0]!r}?" if near else ""
+    hint = did_you_mean(replica, known)
     raise NotFound(
         f"experiment {experiment.id} has no replica {replica!r} (it has: {', '.join(known)}){hint}"
     )

@@ -19,7 +19,8 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 from typer.core import TyperGroup
 
-from phalanx.cli.app import app, emit_json, fail, human_size
+from phalanx.cli.app import OutputOpt, app, emit_json, fail, human_size
+from phalanx.cli.listing import Format
 from phalanx.cli.target import LocalOpt, ServerOpt
 from phalanx.suggest import closest
 
@@ -66,7 +67,6 @@ models_app = typer.Typer(
 )
 app.add_typer(models_app, name="models")
 
-OutputOpt = Annotated[str, typer.Option("-o", "--output", metavar="table|json", help="table or json")]
 RefArg = Annotated[
     str, typer.Argument(metavar="NAME[@ALIAS|@N]", help="a registered model: latest, an alias or a version")
 ]
@@ -124,9 +124,7 @@ def _saved_models(server: str | None, local: bool) -> tuple[Any, Callable[[str, 
 @models_app.command("experiment", hidden=True)
 def experiment_models(
     experiment_id: Annotated[str, typer.Argument(metavar="ID", help="experiment id or a unique prefix")],
-    output: Annotated[
-        str, typer.Option("-o", "--output", metavar="table|json", help="table or json")
-    ] = "table",
+    output: OutputOpt = Format.TABLE,
     download: Annotated[
         str | None,
         typer.Option(
@@ -143,8 +141,6 @@ def experiment_models(
 ) -> None:
     """List the models experiment ID saved (name, format, size, replica, ONNX check), or download one
     (`phalanx models ID` runs this)."""
-    if output not in ("table", "json"):
-        raise fail(f"-o must be 'table' or 'json', not {output!r}")
     store, fetch = _saved_models(server, local)
     experiment = store.get_experiment(experiment_id)
     records = store.models(experiment.id)
@@ -211,11 +207,6 @@ def registry_door(server: str | None, local: bool) -> tuple[ModelRegistry, Regis
     return here, here
 
 
-def _check_output(output: str) -> None:
-    if output not in ("table", "json"):
-        raise fail(f"-o must be 'table' or 'json', not {output!r}")
-
-
 def _tags(values: list[str] | None) -> dict[str, str]:
     found: dict[str, str] = {}
     for item in values or []:
@@ -261,13 +252,12 @@ def register(
     alias: Annotated[
         str | None, typer.Option("--alias", metavar="ALIAS", help="also point NAME@ALIAS at the new version")
     ] = None,
-    output: OutputOpt = "table",
+    output: OutputOpt = Format.TABLE,
     server: ServerOpt = None,
     local: LocalOpt = False,
 ) -> None:
     """Register an experiment's ONNX model as the next version of NAME, after re-running its ONNX
     check on the stored file (a file that fails it is refused, with its parity figure)."""
-    _check_output(output)
     tags = _tags(tag)
     if alias is not None:
         from phalanx.store.registry_records import check_alias
@@ -290,12 +280,11 @@ def register(
 @models_app.command("ls")
 def ls(
     name: Annotated[str | None, typer.Argument(metavar="[NAME]", help="list this model's versions")] = None,
-    output: OutputOpt = "table",
+    output: OutputOpt = Format.TABLE,
     server: ServerOpt = None,
     local: LocalOpt = False,
 ) -> None:
     """List the registered models, or the versions of NAME."""
-    _check_output(output)
     from phalanx.registry.service import model_json, version_json
 
     registry = open_registry(server, local)
@@ -334,9 +323,10 @@ def ls(
 
 
 @models_app.command("get")
-def get(ref: RefArg, output: OutputOpt = "table", server: ServerOpt = None, local: LocalOpt = False) -> None:
+def get(
+    ref: RefArg, output: OutputOpt = Format.TABLE, server: ServerOpt = None, local: LocalOpt = False
+) -> None:
     """Show one version: lineage (experiment, params, final metrics, snapshot), signature, aliases."""
-    _check_output(output)
     from phalanx.registry.service import version_json
 
     v = open_registry(server, local).resolve(ref)

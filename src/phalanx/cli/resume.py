@@ -8,8 +8,9 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from phalanx.cli.app import ExtraParamsOpt, app, emit_json, fail, human_size
+from phalanx.cli.app import ExtraParamsOpt, OutputOpt, app, emit_json, fail, human_size
 from phalanx.cli.launching import detached_json, launched_json
+from phalanx.cli.listing import Format
 from phalanx.cli.target import LocalOpt, ServerOpt
 
 if TYPE_CHECKING:
@@ -18,12 +19,6 @@ if TYPE_CHECKING:
     from phalanx.store.base import LocalStore
 
 IdArg = Annotated[str, typer.Argument(metavar="ID", help="experiment id or a unique prefix")]
-OutputOpt = Annotated[str, typer.Option("-o", "--output", metavar="table|json", help="table or json")]
-
-
-def _check_output(output: str) -> None:
-    if output not in ("table", "json"):
-        raise fail(f"-o must be 'table' or 'json', not {output!r}")
 
 
 def _open() -> LocalStore:
@@ -35,10 +30,9 @@ def _open() -> LocalStore:
 
 @app.command("checkpoints")
 def checkpoints(
-    experiment_id: IdArg, output: OutputOpt = "table", server: ServerOpt = None, local: LocalOpt = False
+    experiment_id: IdArg, output: OutputOpt = Format.TABLE, server: ServerOpt = None, local: LocalOpt = False
 ) -> None:
     """List an experiment's checkpoints (step, metrics, size, replica), the latest and the policy."""
-    _check_output(output)
     from phalanx.checkpoints import from_artifacts, latest
     from phalanx.cli.reading import open_target
 
@@ -138,7 +132,7 @@ def resume(
     detach: Annotated[
         bool, typer.Option("--detach", "-d", help="Resume it in the background and print its id.")
     ] = False,
-    output: OutputOpt = "table",
+    output: OutputOpt = Format.TABLE,
     server: ServerOpt = None,
     local: LocalOpt = False,
 ) -> None:
@@ -147,7 +141,6 @@ def resume(
     the same series. Exit status as for `phalanx run`. After `phalanx login` (or with --server) the
     server resumes its experiment on its machine and the command prints the id (`phalanx logs ID -f`
     follows it)."""
-    _check_output(output)
     from phalanx.logins import choose
 
     client = choose(server, local)
@@ -240,7 +233,7 @@ def rerun(
     latest_data: RerunLatestDataOpt = False,
     server: RerunServerOpt = None,
     token_file: RerunTokenFileOpt = None,
-    output: OutputOpt = "table",
+    output: OutputOpt = Format.TABLE,
     local: LocalOpt = False,
     follow: RerunFollowOpt = False,
 ) -> None:
@@ -249,7 +242,6 @@ def rerun(
     resume` with edited code, the edited code), or what --attempt N ran. Exit status as for
     `phalanx run`; with -d, 0 once it has started. Dataset inputs read the versions the original
     read, or with --latest-data each dataset's latest version."""
-    _check_output(output)
     from phalanx.config import Settings
     from phalanx.logins import choose
     from phalanx.runner.rerunning import rerun_source
@@ -364,14 +356,13 @@ def diff(
             metavar="[B]", help="another experiment (or ID@N); left out: A's first and last attempts"
         ),
     ] = None,
-    output: OutputOpt = "table",
+    output: OutputOpt = Format.TABLE,
     server: ServerOpt = None,
     local: LocalOpt = False,
 ) -> None:
     """What differs between two experiments, or two attempts of one: params, the experiment file,
     the code (their source snapshots), packages, git commit and versions. `phalanx diff ID` compares
     the first attempt of ID with its last (what a `phalanx resume` after an edit changed)."""
-    _check_output(output)
     from phalanx.logins import choose
 
     client = choose(server, local)

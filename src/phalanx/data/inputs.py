@@ -103,7 +103,9 @@ def _dataset(
     access: Access,
 ) -> dict[str, Any]:
     ref = str(spec.dataset)
-    version = access.find(partial(catalog.get_dataset, store, ref), f"dataset {ref!r}")
+    # this machine's user may hear of the nearest name; a project's reader only of its own data
+    lookup = partial(catalog.get_dataset, store, ref, near=access.reader is None)
+    version = access.find(lookup, f"dataset {ref!r}")
     record: dict[str, Any] = {
         "name": spec.name,
         "kind": "dataset",

@@ -131,6 +131,7 @@ def create_app(settings: ServerSettings, store: LocalStore | None = None) -> Fas
             if sweeper is not None:
                 sweeper.stop()
             metrics.close_chart_pool(app)
+            app.state.accounts.close()
 
     app = FastAPI(
         lifespan=lifespan,

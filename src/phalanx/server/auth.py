@@ -267,7 +267,8 @@ class SecurityMiddleware:
     def team_admin(self) -> str | None:
         """The first admin user: None while the server is in single-token mode. Once an admin
         exists the server stays in team mode (admins are disabled, never deleted), so a found
-        name is kept; until then every request asks the store (one indexed row at most)."""
+        name is kept; until then every request asks the store (on SQLite, again only after a
+        commit: ``Accounts.first_admin``)."""
         if self._team_admin is None and self.accounts is not None:
             self._team_admin = self.accounts.first_admin()
         return self._team_admin

@@ -15,7 +15,8 @@ the loop and its thread waited behind them (2.5-3.9x its idle p99). So a chart r
 turn also lets any other GET that is waiting for its answer go first, for at most ``yield_s``: a
 stream of lists (or a slow one) delays a chart by that much at most. A GET counts until its answer
 starts, so a live console (server-sent events, which never end) does not hold charts back; writes
-(a replica's records) do not count.
+(a replica's records) and a running service's proxied pages (they answer when the service does)
+do not count.
 
 Only the chart points of one title (``GET /api/v1/experiments/{id}/metrics/{title}``) take turns:
 what the UI asks for in bulk and what costs the most per request. Everything else goes straight in.
@@ -32,6 +33,7 @@ from dataclasses import dataclass, field
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 CHART_PATH = re.compile(r"^/api/v1/experiments/[^/]+/metrics/.+")
+PROXIED = "/services/"  # a service's pages, proxied: they answer when the service does
 
 
 def is_chart_read(method: str, path: str) -> bool:
@@ -83,7 +85,11 @@ class ChartGate:
         return door
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or scope["method"] not in ("GET", "HEAD"):
+        if (
+            scope["type"] != "http"
+            or scope["method"] not in ("GET", "HEAD")
+            or scope["path"].startswith(PROXIED)
+        ):
             await self.app(scope, receive, send)
         elif is_chart_read(scope["method"], scope["path"]):
             door = self._door()

@@ -333,6 +333,7 @@ def finish_topology(
         key = workers_key if n_workers >= n_ps else ps_key
         c.add(key, join(draft.path, key.name), f"1 master + {n_workers} workers + {n_ps} ps = {too_many}")
         n_workers = n_ps = 0
+        draft.refused.update(("n_workers", "n_ps"))  # their indexes are not further problems
     if procs > limits.MAX_PROCESSES_PER_REPLICA:
         c.add(
             procs_key,

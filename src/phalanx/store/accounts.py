@@ -90,6 +90,10 @@ class Accounts:
         self._commits = CommitWatch(self._engine)
         self._no_admin_at: int | None = None  # the commit count when the store last had no admin
 
+    def close(self) -> None:
+        """Close what ``first_admin`` keeps open (its commit watch's connection)."""
+        self._commits.close()
+
     @property
     def over_network(self) -> bool:
         """Whether a question costs a round trip to a database server (PostgreSQL), not a read of a

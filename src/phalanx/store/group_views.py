@@ -17,6 +17,8 @@ from phalanx.machine.procs import Seen, judge
 from phalanx.spec.group import recorded_group_spec
 from phalanx.store.base import Series
 
+LAST_FEW = 16  # points of a trial's metric read for its last value, before the whole series
+
 
 class GroupRows(Protocol):
     """What a group's view reads of the store."""
@@ -32,6 +34,8 @@ class GroupRows(Protocol):
     def metrics(
         self, experiment_id: str, title: str | None = None, series: str | None = None
     ) -> dict[str, dict[str, Series]]: ...
+
+    def last_points(self, experiment_id: str, title: str, n: int) -> dict[str, Series]: ...
 
 
 def controller_alive(group: Group) -> bool:
@@ -60,10 +64,10 @@ def group_json(store: GroupRows, group: Group) -> dict[str, Any]:
 
 def as_its_experiment_ended(store: GroupRows, group: Group, trial: Trial) -> Trial:
     """``trial`` as its experiment's record says, which is the truth: a trial row still `running` (or
-    `launching`) whose experiment has ended is shown ended, as its controller records it once it sees
-    the end (succeeded: `done` with the metric's last value; failed: `failed`; stopped: `stopped`, or
-    `pruned` for a prune the controller carried out), not `running` until `group stop|resume` when
-    no controller watches it (killed) or while it has not yet written the row."""
+    `launching`) whose experiment has ended is shown in the state its controller records once it
+    sees the end (``groups.core.Search.ended``: succeeded, `done` with the metric's last value;
+    stopped with a prune's reason, `pruned`; else `failed`), not `running` until `group stop|resume`
+    when no controller watches it (killed) or while it has not yet written the row."""
     if trial.state.finished:
         return trial
     try:
@@ -75,30 +79,40 @@ def as_its_experiment_ended(store: GroupRows, group: Group, trial: Trial) -> Tri
     finished_at = exp.finished_at or trial.created_at
     if exp.status is ExperimentStatus.SUCCEEDED:
         last = last_point(store, trial.experiment_id, group.metric) if group.metric else None
-        step, value = last if last is not None else (None, None)
+        if last is None:
+            why = f"succeeded without reporting {group.metric}" if group.metric else "no metric to compare"
+            return replace(trial, state=TrialState.DONE, reason=why, finished_at=finished_at)
+        step, value = last
         return replace(trial, state=TrialState.DONE, value=value, step=step, finished_at=finished_at)
-    state = TrialState.FAILED if exp.status is ExperimentStatus.FAILED else TrialState.STOPPED
-    if state is TrialState.STOPPED and (exp.reason or "").startswith("pruned at step"):
-        state = TrialState.PRUNED
+    pruned = exp.status is ExperimentStatus.STOPPED and (exp.reason or "").startswith("pruned at step")
+    state = TrialState.PRUNED if pruned else TrialState.FAILED
     return replace(trial, state=state, reason=exp.reason, finished_at=finished_at)
 
 
 def last_point(store: GroupRows, experiment_id: str, metric: str) -> tuple[int, float] | None:
     """The last finite (step, value) of ``metric`` an experiment reported (its master's series, or
-    the first by name); None when it reported none."""
-    try:
-        found = store.metrics(experiment_id, title=metric).get(metric) or {}
-    except NotFound:
-        return None
-    if not found:
-        return None
-    series = found["master" if "master" in found else sorted(found)[0]]
-    points = [
-        (int(st), float(v))
-        for st, v in zip(series.steps, series.values, strict=False)
-        if v is not None and math.isfinite(float(v))
-    ]
-    return max(points) if points else None
+    the first by name); None when it reported none. Reads the last few points of the series (the
+    group's page asks every 3 s), the whole series only when those are all NaN or infinite."""
+    for whole in (False, True):
+        try:
+            found = (
+                store.metrics(experiment_id, title=metric).get(metric, {})
+                if whole
+                else store.last_points(experiment_id, metric, LAST_FEW)
+            )
+        except NotFound:
+            return None
+        if not found:
+            return None
+        series = found["master" if "master" in found else sorted(found)[0]]
+        points = [
+            (int(st), float(v))
+            for st, v in zip(series.steps, series.values, strict=False)
+            if v is not None and math.isfinite(float(v))
+        ]
+        if points:
+            return max(points)
+    return None
 
 
 def group_summaries(

@@ -40,8 +40,8 @@ def test_logs_of_a_build_the_experiment_never_had_is_refused_naming_its_replicas
     done = phalanx_cli("logs", plain.id, "--replica", "build")
     assert done.returncode == 2, done.stderr
     assert done.stderr.splitlines()[-1] == (
-        f"error: experiment {plain.id} had no build (its file asked for no environment), so it has no"
-        " build console: --replica takes one of its replicas (master, worker-0)"
+        f"error: experiment {plain.id} had no environment built for it, so it has no build console:"
+        " --replica takes one of its replicas (master, worker-0)"
     )
     typo = phalanx_cli("logs", plain.id, "--replica", "mastr")
     assert typo.returncode == 2 and typo.stderr.splitlines()[-1] == (

@@ -118,6 +118,8 @@ def test_a_live_console_a_write_or_a_slow_list_hold_a_chart_back_at_most_a_momen
     assert run_in_own_loop(lambda: scenario("/api/v1/experiments/e1/console", "GET", 60))
     # a replica's records (a write) are not a read a person waits on
     assert run_in_own_loop(lambda: scenario("/api/v1/ingest", "POST", 60))
+    # nor a running service's page, which answers when the service does (a slow TensorBoard)
+    assert run_in_own_loop(lambda: scenario("/services/s1/data/runs", "GET", 60))
     # a list that never answers holds the chart back for yield_s, then the chart goes on
     assert run_in_own_loop(lambda: scenario("/api/v1/experiments", "GET", 0.05))
 

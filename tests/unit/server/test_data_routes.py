@@ -61,6 +61,8 @@ def test_an_editor_adds_to_its_project_and_a_viewer_reads(api: Any, lake: Path) 
     assert api("admin_b", "GET", "/datasets/digits/versions/1").status_code == 404
     r = api("admin_b", "GET", "/datasets/digits/versions/9")  # nothing of A's versions or names
     assert r.status_code == 404 and "versions" not in r.json()["message"], r.json()
+    r = api("admin_b", "GET", "/datasets/digitz/versions/latest")  # nor the name nearest a typo
+    assert r.status_code == 404 and "digits'" not in r.json()["message"], r.json()
     r = api("admin_b", "GET", "/datastores/nope")
     assert r.status_code == 404 and "lake" not in r.json()["message"], r.json()
     assert api("viewer_a", "DELETE", "/datasets/digits").status_code == 403

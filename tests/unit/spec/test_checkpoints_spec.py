@@ -59,3 +59,7 @@ def test_every_mistake_of_the_policy_is_said_in_one_pass() -> None:
         (6, "run.checkpoints.keep_best"),
         (7, "run.checkpoints.mode"),
     ], str(info.value)
+    # a refused keep_best is not also "keep_last: 0 would keep no checkpoint"
+    with pytest.raises(SpecError) as info:
+        load_spec_text(FILE.format(policy="    keep_best: -1\n    keep_last: 0"), "p.yml")
+    assert [p.path for p in info.value.problems] == ["run.checkpoints.keep_best"], str(info.value)

@@ -131,6 +131,8 @@ def test_an_index_under_a_wrong_count_is_not_a_second_problem() -> None:
     assert problems(text) == [
         "f.yml:6:16: environment.replicas.n_workers: expected a whole number of replicas, got the number 1.5"
     ]
+    too_many = text.replace("n_workers: 1.5", "n_workers: 100000000")
+    assert [p.split(": ")[1] for p in problems(too_many)] == ["environment.replicas.n_workers"]
 
 
 def test_an_index_without_workers_says_there_is_none() -> None:

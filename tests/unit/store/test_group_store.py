@@ -139,14 +139,18 @@ def test_group_view_shows_each_trial_as_its_experiment_ended_when_the_row_lags(s
         (ExperimentStatus.FAILED, "master exited 1"),
         (ExperimentStatus.STOPPED, "pruned at step 3: worse than the median"),
         (ExperimentStatus.RUNNING, None),
+        (ExperimentStatus.STOPPED, "stopped on request"),  # not a prune: failed, as the controller says
+        (ExperimentStatus.SUCCEEDED, None),  # without its metric
+        (ExperimentStatus.SUCCEEDED, None),  # its last 20 values NaN: the last finite one counts
     ]
+    reported = {0: [0.9, 0.4, 0.2], 6: [0.5, *[float("nan")] * 20]}
     for number, (status, reason) in enumerate(ends):
         exp = fill.experiment(store, name=f"g-{number}", project="p", status=status)
         store.update_experiment(exp.id, reason=reason)
         store.add_trial(Trial(g.id, number, exp.id, {"x": number}, "launching"))
         store.update_trial(g.id, number, state="running")
-        if number == 0:
-            fill.scalars(store, exp.id, "loss", "master", [0.9, 0.4, 0.2])
+        if number in reported:
+            fill.scalars(store, exp.id, "loss", "master", reported[number])
     doc = store.group_view(g.id)
     shown = [(t["state"], t["value"], t["step"], t["reason"]) for t in doc["trials"]]
     assert shown == [
@@ -154,7 +158,10 @@ def test_group_view_shows_each_trial_as_its_experiment_ended_when_the_row_lags(s
         ("failed", None, None, "master exited 1"),
         ("pruned", None, None, "pruned at step 3: worse than the median"),
         ("running", None, None, None),
+        ("failed", None, None, "stopped on request"),
+        ("done", None, None, "succeeded without reporting loss"),
+        ("done", 0.5, 0, None),
     ]
     assert doc["best"]["number"] == 0 and doc["best"]["value"] == 0.2
-    assert doc["counts"]["done"] == 1 and doc["counts"]["running"] == 1
-    assert [t.state for t in store.list_trials(g.id)] == ["running"] * 4  # a view: nothing written
+    assert doc["counts"]["done"] == 3 and doc["counts"]["running"] == 1
+    assert [t.state for t in store.list_trials(g.id)] == ["running"] * 7  # a view: nothing written

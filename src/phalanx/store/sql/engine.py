@@ -153,6 +153,12 @@ class CommitWatch:
             except sqlite3.Error:
                 return None  # cannot tell: the caller asks the store itself
 
+    def close(self) -> None:
+        with self._lock:
+            if self._conn is not None:
+                self._conn.close()
+                self._conn = None
+
 
 def writer(engine: Engine) -> Engine:
     """The same engine, but SQLite transactions take the write lock at BEGIN."""

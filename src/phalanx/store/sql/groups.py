@@ -229,6 +229,8 @@ class GroupBook:
             self, experiment_id: str, title: str | None = None, series: str | None = None
         ) -> dict[str, dict[str, Series]]: ...
 
+        def last_points(self, experiment_id: str, title: str, n: int) -> dict[str, Series]: ...
+
     def create_group(
         self,
         *,
