@@ -175,6 +175,11 @@ def test_a_hostile_job_reaches_nothing_of_the_server_or_another_project_and_stil
     assert refused["status"] == "failed", refused
     assert "no dataset 'vision-digits@latest' in project nlp" in str(refused["reason"]), refused
     assert not any("stolen" in line for line in team.logs(stolen))
+    # nor learn vision's names from a near miss: no "did you mean 'vision-digits'?"
+    near = team.wait_done(team.submit("ada", job_folder(tmp_path, "nlp-near"), "steal_near.yml"))
+    said = str(near["reason"])
+    assert near["status"] == "failed" and "in project nlp, nor shared with it" in said, near
+    assert "vision-digits'" not in said and "did you mean" not in said, near
 
     # vision's job was not disturbed: stopped now, then resumed by its editor through the server's
     # door (POST .../resume), in the same box as its first run, from its checkpoint
