@@ -16,7 +16,7 @@ import contextlib
 import os
 import signal
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -85,13 +85,15 @@ def describe() -> str:
     return "no writable cgroups (memory kept by the reaper's watchdog, no process-count limit)"
 
 
-def remove_empty(prefixes: tuple[str, ...]) -> None:
-    """Remove the cgroups named ``PREFIX...`` that hold no process any more (what a killed holder
-    left); one with a process in it stays (rmdir refuses it)."""
+def remove_empty(left: Callable[[str], bool]) -> None:
+    """Remove the cgroups whose name ``left`` says a holder left behind, once they hold no process
+    (one with a process in it stays: rmdir refuses it). Every Phalanx process of this machine under
+    one parent cgroup makes its cgroups in the same folder, so ``left`` must say no to any name
+    another process may have just made and not yet joined."""
     parents = list((_v1_parents() or {}).values()) or [p for p in (_v2_parent(),) if p is not None]
     for parent in parents:
         for folder in parent.iterdir() if parent.is_dir() else ():
-            if folder.name.startswith(prefixes):
+            if left(folder.name):
                 with contextlib.suppress(OSError):
                     os.rmdir(folder)
 

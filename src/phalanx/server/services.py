@@ -37,9 +37,9 @@ from typing import Any
 from phalanx import extras
 from phalanx.domain import Resources
 from phalanx.errors import NotFound, QuotaExceeded
-from phalanx.machine import box, cgroups
+from phalanx.machine import box
 from phalanx.machine.box import Isolation
-from phalanx.machine.ledger import SERVICE_PREFIXES, Ledger, ledger_path
+from phalanx.machine.ledger import Ledger, ledger_path
 from phalanx.queue import local_limits
 from phalanx.registry.service import Registry
 from phalanx.sdkcopy import sdk_path
@@ -55,7 +55,14 @@ from phalanx.server.service_spawn import (
     listened_in,
 )
 from phalanx.services.kernels import NO_NATIVE_KERNEL
-from phalanx.services.seats import check_fits, give_back, resources_json, resources_of, take_seat
+from phalanx.services.seats import (
+    check_fits,
+    give_back,
+    resources_json,
+    resources_of,
+    sweep_cgroups,
+    take_seat,
+)
 from phalanx.services.targets import Target
 from phalanx.serving.folder import publish, published
 from phalanx.share import Limit
@@ -128,8 +135,7 @@ class Services:
         own folder, except a served model's, which is served again under its id (``SERVED``: an
         answered serve lasts until it is stopped, across restarts)."""
         root = self.home / "services"
-        with contextlib.suppress(OSError):  # the cgroups of a killed server's seats, now empty
-            cgroups.remove_empty(SERVICE_PREFIXES)
+        sweep_cgroups(self._ledger)  # the cgroups of a killed server's seats, now empty
         for folder in sorted(root.iterdir()) if root.is_dir() else ():
             for listen in listened_in(folder):
                 shutil.rmtree(listen, ignore_errors=True)

@@ -15,6 +15,7 @@ one and died is reclaimed by the ledger's next reader, as an experiment's superv
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import math
 import os
 from collections.abc import Iterator, Mapping
@@ -40,8 +41,9 @@ from phalanx.share import Limit
 
 MIB = 1024 * 1024
 # one shell between the caller and the program: it moves itself into the cgroup's folders (its
-# children are born there), then becomes the program
-_JOIN = 'n=$1; shift; while [ "$n" -gt 0 ]; do echo $$ > "$1"; shift; n=$((n-1)); done; exec "$@"'
+# children are born there), then becomes the program; a folder it cannot join stops it (exit 126),
+# so nothing runs outside its cap
+_JOIN = 'n=$1; shift; while [ "$n" -gt 0 ]; do echo $$ > "$1" || exit 126; shift; n=$((n-1)); done; exec "$@"'
 
 
 @dataclass(frozen=True)
@@ -125,7 +127,7 @@ def take_seat(
         said = str(never).replace("the experiment needs", "it needs")
         raise UsageError(f"the {label} can never start here: {said}") from None
     assert grant is not None  # wait=False: admitted, or NoRoom raised
-    return Seat(key, grant, _cgroup(key, grant))
+    return Seat(key, grant, _cgroup(ledger, key, grant))
 
 
 def check_fits(resources: Resources | None, project: str, label: str, quotas: Mapping[str, Limit]) -> None:
@@ -151,18 +153,45 @@ def _capacity(need: Need) -> Capacity:
     )
 
 
-def _cgroup(key: str, grant: Grant) -> cgroups.Cgroup | None:
+def _cgroup(ledger: Ledger, key: str, grant: Grant) -> cgroups.Cgroup | None:
     """Its memory cap, and its CPU time held to its cores' worth (a process may widen its own
     affinity, never leave its cgroup); None where none can be written here. The empty ones that
     killed holders left are removed first."""
     if not (grant.memory_mib or grant.cpus):
         return None
-    with contextlib.suppress(OSError):
-        cgroups.remove_empty(SERVICE_PREFIXES)
+    sweep_cgroups(ledger)
     memory = math.ceil(grant.memory_mib * MIB) if grant.memory_mib else None
     with contextlib.suppress(OSError):
-        return cgroups.Cgroup.create(key, memory_bytes=memory, cpus=len(grant.cpus) or None, pids_max=None)
+        return cgroups.Cgroup.create(
+            cgroup_name(ledger, key), memory_bytes=memory, cpus=len(grant.cpus) or None, pids_max=None
+        )
     return None
+
+
+def cgroup_name(ledger: Ledger, key: str) -> str:
+    """The cgroup of the seat ``key`` of ``ledger``: its key, and its ledger's tag (every Phalanx
+    process of this machine makes its cgroups in one folder, whichever ledger it uses)."""
+    return f"{key}@{_tag(ledger)}"
+
+
+def sweep_cgroups(ledger: Ledger) -> None:
+    """Remove the empty cgroups that killed holders of ``ledger``'s seats left: those of its keys
+    that it no longer holds. A seat's key is held before its cgroup is made and until it is
+    removed, so a seat being started, here or by another process, is never swept; and another
+    ledger's are never looked at."""
+    tag = f"@{_tag(ledger)}"
+    held = {entry.experiment_id for entry in ledger.snapshot()[0]}
+
+    def left(name: str) -> bool:
+        key = name.removesuffix(tag)
+        return name.endswith(tag) and key.startswith(SERVICE_PREFIXES) and key not in held
+
+    with contextlib.suppress(OSError):
+        cgroups.remove_empty(left)
+
+
+def _tag(ledger: Ledger) -> str:
+    return hashlib.sha256(str(ledger.path.resolve()).encode()).hexdigest()[:8]
 
 
 def give_back(ledger: Ledger, seat: Seat | None) -> None:

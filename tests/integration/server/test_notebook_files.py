@@ -17,6 +17,7 @@ from tests.unit.server.teams_fixtures import make_team
 
 from phalanx.config import Settings
 from phalanx.machine.ledger import Ledger, ledger_path
+from phalanx.services.seats import cgroup_name
 from phalanx.store import open_store
 
 pytestmark = pytest.mark.slow
@@ -98,7 +99,7 @@ def test_a_notebook_file_runs_its_kernels_in_its_build_and_holds_its_resources(t
         assert seen["TORCH"] == "False"  # nothing of Phalanx's environment leaks into it
         assert seen["CORES"] == "1" and seen["OMP"] == "1"
         assert Path(seen["SDK"]).is_relative_to(home / "sdk")  # the tracking SDK's copy, as replicas get
-        assert Path(seen["CGROUP"]).name == key  # its memory is capped there
+        assert Path(seen["CGROUP"]).name == cgroup_name(Ledger(ledger_path(home)), key)  # capped there
         # the laptop's folder is in the project's notebook folder's code/, the project account's
         code = home / "notebooks" / "A" / "code"
         assert sorted(p.name for p in code.iterdir()) == ["helpers.py", "notebook.yml"]

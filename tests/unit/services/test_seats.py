@@ -14,9 +14,10 @@ import pytest
 
 from phalanx.domain import Range, Resources
 from phalanx.errors import Conflict, UsageError
+from phalanx.machine.cgroups import Cgroup
 from phalanx.machine.ledger import Grant, Ledger
 from phalanx.services.kernels import kernel_build, write_kernel
-from phalanx.services.seats import Seat, give_back, take_seat
+from phalanx.services.seats import Seat, cgroup_name, give_back, sweep_cgroups, take_seat
 from phalanx.spec.model import Build
 
 ONE_CORE = Resources(cpu=Range(limits=1), memory=Range(limits=256))
@@ -60,6 +61,34 @@ def test_no_room_now_is_said_at_once_with_who_holds_the_machine(tmp_path: Path) 
     fits = take_seat(ledger, "notebook-b", everything, "nlp", "notebook")
     assert fits is not None
     give_back(ledger, fits)  # its cgroup too (one is made where this machine lets us)
+
+
+def test_a_sweep_removes_only_what_dead_holders_of_its_own_ledger_left(tmp_path: Path) -> None:
+    # two homes (two servers, or a server and a notebook started here) make their cgroups in one
+    # folder: one's sweep at start must never remove the other's cgroup made and not yet joined
+    mine, theirs = Ledger(tmp_path / "a" / "ledger.json"), Ledger(tmp_path / "b" / "ledger.json")
+    seat = take_seat(mine, "notebook-a", ONE_CORE, "vision", "notebook")
+    assert seat is not None
+    if seat.cgroup is None:
+        give_back(mine, seat)
+        pytest.skip("no writable cgroups on this machine")
+    left = {
+        ledger: Cgroup.create(cgroup_name(ledger, "notebook-dead"), memory_bytes=None, cpus=1, pids_max=None)
+        for ledger in (mine, theirs)
+    }
+    try:
+        sweep_cgroups(theirs)  # another home's server starts
+        assert all(Path(f).is_dir() for f in seat.cgroup.folders)  # still there, empty, to be joined
+        assert not any(Path(f).exists() for f in left[theirs].folders)  # what its own dead holder left
+        assert all(Path(f).is_dir() for f in left[mine].folders)
+        sweep_cgroups(mine)
+        assert all(Path(f).is_dir() for f in seat.cgroup.folders)  # held in its ledger
+        assert not any(Path(f).exists() for f in left[mine].folders)
+    finally:
+        for made in left.values():
+            made.remove()
+        give_back(mine, seat)
+    assert not any(Path(f).exists() for f in seat.cgroup.folders)
 
 
 def test_more_than_the_machine_has_can_never_start(tmp_path: Path) -> None:
