@@ -35,7 +35,7 @@ def queued(shared: Server) -> tuple[Server, str, str]:
     ledger = ledger_for(Settings(home=home))
     me = os.getpid()  # a live owner, as each entry's `phalanx run` is
     ledger.admit(holder.id, Need(cpus=4096), HUGE, pid=me, name="holder")
-    ledger.admit(waiter.id, Need(cpus=4), HUGE, pid=me, name="waiter")
+    ledger.admit(waiter.id, Need(cpus=1), HUGE, pid=me, name="waiter")
     return shared, holder.id, waiter.id
 
 
@@ -45,7 +45,10 @@ def test_the_queue_page_says_why_a_run_waits_and_stops_it(page: Any, queued: tup
     page.click(".topbar nav a[data-nav=queue]")
     page.locator(f'#queue-running tr[data-id="{holder}"]').wait_for()
     row = page.locator(f'#queue-waiting tr[data-id="{waiter}"]')
-    assert row.locator("td.why").inner_text() == "waits for 4 cores (0 free)"
+    assert row.locator("td.why").inner_text() == "waits for 1 core (0 free)"
+    assert row.locator("td").nth(4).inner_text() == "1 core"  # what it needs, in the singular
+    held = page.locator(f'#queue-running tr[data-id="{holder}"] td').nth(3).inner_text()
+    assert held == f"{4096:,} cores"
     assert page.locator(".topbar nav a.active").inner_text() == "Queue"
     shot(page, "60-queue")
     page.once("dialog", lambda d: d.accept())

@@ -2,7 +2,7 @@
 // per series. The server already downsampled each series (min/max per bucket keeps peaks); here we
 // only align series on a shared x axis, smooth (EMA, as TensorBoard does) and draw.
 
-import { color, fmtTime, h, add } from "./util.js";
+import { color, plural, fmtTime, h, add } from "./util.js";
 
 export const MAX_POINTS = 2000;
 export const MAX_LEGEND = 30; // series a chart's legend lists
@@ -277,7 +277,7 @@ export class ScalarChart {
   describe(lines) {
     const total = lines.reduce((a, l) => a + (l.count || l.xs.length), 0);
     const shown = lines.reduce((a, l) => a + l.xs.length, 0);
-    return `${lines.length} series · ${total.toLocaleString()} points` +
+    return `${lines.length} series · ${plural(total, "point")}` +
       (shown < total ? ` (showing ${shown.toLocaleString()}, peaks kept)` : "") +
       " · drag to zoom, double-click to reset";
   }
@@ -383,7 +383,7 @@ export class ScalarChart {
         });
         this.card.dataset.detail = "true";
         const shown = lines.reduce((a, l) => a + l.xs.length, 0);
-        this.note.textContent = `zoomed: ${shown.toLocaleString()} points in view · double-click to see all`;
+        this.note.textContent = `zoomed: ${plural(shown, "point")} in view · double-click to see all`;
       } catch { /* keep the downsampled view */ }
     }, 200);
   }

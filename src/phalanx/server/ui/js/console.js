@@ -3,7 +3,7 @@
 
 import { ansiRuns, collapseCR, stripAnsi } from "./ansi.js";
 import { api } from "./api.js";
-import { byReplica, clear, color, h, add } from "./util.js";
+import { byReplica, clear, color, plural, h, add } from "./util.js";
 
 // Lines kept on screen (a browser tab slows down past a few hundred thousand); older ones are counted
 // and announced, and the whole log is one click away (logs.txt). The user picks the cap.
@@ -85,8 +85,8 @@ export function renderConsole(panel, ctx, exp) {
   let matched = 0;
   function showCount() {
     const needle = search.value.trim();
-    if (needle) state.textContent = `${matched.toLocaleString()} of ${lines.length.toLocaleString()} lines`;
-    else if (ended) state.textContent = `${lines.length.toLocaleString()} lines`;
+    if (needle) state.textContent = `${matched.toLocaleString()} of ${plural(lines.length, "line")}`;
+    else if (ended) state.textContent = plural(lines.length, "line");
     else state.textContent = ctx.live() && source && source.readyState === EventSource.OPEN ? "live" : "";
     const none = out.querySelector(".no-match");
     if (needle && !matched && lines.length) {

@@ -10,7 +10,7 @@ import { may, whoAmI } from "./roles.js";
 import { renderSamples } from "./samples.js";
 import { sourceDetails } from "./repro.js";
 import { tensorboardButton } from "./services.js";
-import { badge, byReplica, clear, durationSeconds, fmtBytes, fmtDuration, fmtResources, fmtTime, fmtValue, h, topologyText, add } from "./util.js";
+import { badge, byReplica, clear, plural, durationSeconds, fmtBytes, fmtDuration, fmtResources, fmtTime, fmtValue, h, topologyText, add } from "./util.js";
 
 const TABS = [
   ["overview", "Overview"], ["scalars", "Scalars"], ["hyperparameters", "Hyperparameters"],
@@ -253,7 +253,7 @@ function renderRun(panel, exp) {
       ? h("div", { id: "source", class: "mono small" },
         s.git ? `git ${String(s.git.commit).slice(0, 12)} (${s.git.branch})${s.git.dirty ? " + uncommitted changes" : ""}` : "not a git work tree",
         [s.python ? `python ${s.python}` : "", s.phalanx ? `phalanx ${s.phalanx}` : "",
-          s.packages ? `${s.packages} packages` : "", s.host || ""].filter(Boolean).map((x) => ` · ${x}`).join(""))
+          s.packages ? plural(s.packages, "package") : "", s.host || ""].filter(Boolean).map((x) => ` · ${x}`).join(""))
       : h("p", { class: "muted" }, "Not recorded."));
     if (s) {
       add(box, sourceDetails(rec),

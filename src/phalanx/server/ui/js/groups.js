@@ -5,14 +5,14 @@
 import { api } from "./api.js";
 import { tensorboardButton } from "./services.js";
 import { sweepAnalysis } from "./sweep.js";
-import { badge, clear, fmtTime, h, add } from "./util.js";
+import { badge, clear, plural, fmtTime, h, add } from "./util.js";
 
 const ended = (status) => ["succeeded", "stopped", "failed"].includes(status);
 
 // an ended group's Delete (the project's admins: the API answers anybody else's with why)
 function deleteButton(g) {
   const button = h("button", { class: "danger", id: "delete-group", onclick: async () => {
-    if (!confirm(`Delete group ${g.id} with its ${g.trials.length} trials' experiments and everything they reported? This cannot be undone.`)) return;
+    if (!confirm(`Delete group ${g.id} with the experiments of its ${plural(g.trials.length, "trial")} and everything they reported? This cannot be undone.`)) return;
     button.disabled = true;
     try { await api.removeGroup(g.id); location.href = "/groups"; } catch (err) { alert(`Could not delete: ${err.message}`); button.disabled = false; }
   } }, "Delete");
@@ -85,7 +85,7 @@ export function renderGroup(root, ctx, groupId) {
     const shown = h("span", { class: "muted small", id: "brushed" });
     const onFilter = (keep) => {
       for (const tr of rows) tr.hidden = keep !== null && !keep.has(Number(tr.dataset.trial));
-      shown.textContent = keep === null ? "" : `${keep.size} of ${g.trials.length} trials inside the brushes`;
+      shown.textContent = keep === null ? "" : `${keep.size} of ${plural(g.trials.length, "trial")} inside the brushes`;
     };
     const rows = sorted(g.trials).map((t) => h("tr", { class: t.number === bestNo ? "best" : "", "data-trial": t.number },
       h("td", {}, t.number === bestNo ? `★ ${t.number}` : String(t.number)),

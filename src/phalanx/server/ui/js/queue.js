@@ -5,11 +5,11 @@
 // Refreshed every few seconds (not while a priority is being typed).
 
 import { api } from "./api.js";
-import { clear, fmtAgo, h, add } from "./util.js";
+import { clear, plural, fmtAgo, h, add } from "./util.js";
 
-const needText = (n) => [n.cpus ? `${n.cpus} cores` : "", n.gpus ? `${n.gpus} GPUs` : "",
+const needText = (n) => [n.cpus ? plural(n.cpus, "core") : "", n.gpus ? plural(n.gpus, "GPU") : "",
   n.memory_mib ? `${n.memory_mib} MiB` : ""].filter(Boolean).join(", ") || "—";
-const quotaText = (q) => !q ? "no quota" : [q.cores != null ? `${q.cores} cores` : "", q.gpus != null ? `${q.gpus} GPUs` : "",
+const quotaText = (q) => !q ? "no quota" : [q.cores != null ? plural(q.cores, "core") : "", q.gpus != null ? plural(q.gpus, "GPU") : "",
   q.memory_mib != null ? `${q.memory_mib} MiB` : "", q.max_waiting != null ? `${q.max_waiting} waiting` : ""].filter(Boolean).join(", ") || "no limit";
 const share = (p) => (p ? `−${Number(p).toFixed(2)}` : "0");
 const table = (id, heads, rows) => h("div", { class: "table-wrap" }, h("table", { class: "grid", id },
@@ -57,7 +57,7 @@ export function renderQueue(root, ctx) {
     const elsewhere = doc.elsewhere || [];
     add(clear(root),
       h("div", { class: "toolbar" }, h("h1", {}, "Queue"),
-        h("span", { class: "muted" }, ` this machine (target ${doc.target || "local"}): ${m.cpus} cores, ${m.gpus} GPUs, ${m.memory_mib} MiB · free: ${f.cpus} cores, ${f.gpus} GPUs, ${f.memory_mib} MiB`)),
+        h("span", { class: "muted" }, ` this machine (target ${doc.target || "local"}): ${plural(m.cpus, "core")}, ${plural(m.gpus, "GPU")}, ${m.memory_mib} MiB · free: ${plural(f.cpus, "core")}, ${plural(f.gpus, "GPU")}, ${f.memory_mib} MiB`)),
       h("h2", {}, "Running ", h("span", { class: "muted small" }, String(doc.running.length))),
       doc.running.length ? table("queue-running", ["experiment", "project", "target", "holds", "cores", "GPUs", "since"],
         doc.running.map((r) => h("tr", rowAttrs(r),

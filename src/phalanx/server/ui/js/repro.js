@@ -3,7 +3,7 @@
 // Diffs and file text come from the user's tree, so every line goes in as a text node (h() never
 // uses innerHTML): a line holding "<script>" shows as those characters and never runs.
 
-import { add, fmtBytes, fmtValue, h } from "./util.js";
+import { add, plural, fmtBytes, fmtValue, h } from "./util.js";
 
 // A unified diff, one block element per line, coloured by its first character.
 export function diffBlock(lines, attrs = {}) {
@@ -29,7 +29,7 @@ export function sourceDetails(record) {
     git && git.root ? ["work tree", h("span", { class: "mono" }, git.root)] : null,
     record.platform ? ["platform", record.platform] : null,
     ["snapshot", snap
-      ? h("span", { id: "source-snapshot" }, `${snap.files} files, ${fmtBytes(snap.bytes)}`,
+      ? h("span", { id: "source-snapshot" }, `${plural(snap.files, "file")}, ${fmtBytes(snap.bytes)}`,
         snap.capped_count ? ` (${snap.capped_count} left out over the caps)` : "",
         (snap.skipped || []).length ? h("span", { class: "muted" }, ` · skipped ${snap.skipped.join(", ")}`) : "")
       : "none stored"],
@@ -45,7 +45,7 @@ export function sourceDetails(record) {
   if (packages.length) {
     // redrawn every few seconds while the experiment runs: an opened list stays open
     out.push(h("details", { id: "source-package-list", open: record.packagesOpen === true,
-      ontoggle: (ev) => { record.packagesOpen = ev.target.open; } }, h("summary", {}, `${packages.length} packages`),
+      ontoggle: (ev) => { record.packagesOpen = ev.target.open; } }, h("summary", {}, plural(packages.length, "package")),
       h("div", { class: "mono small" }, packages.map((p) => h("div", {}, p)))));
   }
   return out;

@@ -3,7 +3,7 @@
 // charts whose title matches (a case-insensitive regular expression, or plain text when it is not
 // one). A section with no match hides; which sections are folded is remembered in the browser.
 
-import { add, h } from "./util.js";
+import { add, plural, h } from "./util.js";
 
 const FOLDED = "phalanx.folded-sections";
 
@@ -70,6 +70,6 @@ export class ChartSections {
       details.hidden = !here;
       if (t && here) details.open = true; // a match inside a folded section shows
     }
-    this.count.textContent = t ? `${shown} of ${all} charts` : "";
+    this.count.textContent = t ? `${shown} of ${plural(all, "chart")}` : "";
   }
 }

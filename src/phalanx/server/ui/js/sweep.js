@@ -8,7 +8,7 @@
 // log and categorical axes, brushing and hover, which is ~200 lines here, keeps the page light at
 // 2,000 runs and is tested in the browser (tests/e2e/test_group_ui.py, test_table.py).
 
-import { h } from "./util.js";
+import { plural, h } from "./util.js";
 
 const NS = "http://www.w3.org/2000/svg";
 const fmt = (v) => (v === null || v === undefined ? "—" : typeof v === "number" ? String(Number(v.toPrecision(4))) : String(v));
@@ -238,7 +238,7 @@ function importancePanel(scored, names, metric, given) {
   const ranked = names.map((n) => [n, of(n)]).sort((a, b) => b[1] - a[1]);
   return h("div", { class: "card", id: "importance", "data-ready": "true" },
     h("h3", {}, "Param importance"),
-    h("p", { class: "muted small" }, `The share of ${metric}'s variance each param explains alone (η², first order), over ${scored.length} trials.`),
+    h("p", { class: "muted small" }, `The share of ${metric}'s variance each param explains alone (η², first order), over ${plural(scored.length, "trial")}.`),
     h("table", { class: "grid" }, h("tbody", {}, ranked.map(([n, v]) => h("tr", { "data-param": n, "data-importance": String(v) },
       h("td", { class: "mono" }, n),
       h("td", { style: { width: "55%" } }, h("div", { class: "bar", style: { width: `${Math.round(v * 100)}%` } })),

@@ -6,7 +6,7 @@
 
 import { api } from "./api.js";
 import { sweepAnalysis } from "./sweep.js";
-import { add, badge, clear, fmtShort, fmtValue, h } from "./util.js";
+import { add, badge, clear, plural, fmtShort, fmtValue, h } from "./util.js";
 
 const FILTERS = ["q", "status", "project", "tag", "where", "group", "ids"];
 
@@ -89,13 +89,13 @@ export function renderSweep(root, ctx) {
       doc.params.map((n) => h("td", { class: "num", title: n in t.params ? fmtValue(t.params[n]) : null }, n in t.params ? fmtShort(t.params[n]) : "—"))));
     const onFilter = (keep) => {
       for (const tr of rows) tr.hidden = keep !== null && !keep.has(Number(tr.dataset.trial));
-      shown.textContent = keep === null ? "" : `${keep.size} of ${trials.length} runs inside the brushes`;
+      shown.textContent = keep === null ? "" : `${keep.size} of ${plural(trials.length, "run")} inside the brushes`;
     };
     const imp = doc.importance.ready ? doc.importance.values : null;
     add(clear(body),
       doc.missing.length ? h("p", { class: "muted" }, `Not found (left out): ${doc.missing.join(", ")}`) : null,
       doc.total > doc.runs.length ? h("p", { class: "muted" }, `The first ${doc.runs.length} of ${doc.total} runs.`) : null,
-      h("p", { class: "muted", id: "sweep-count" }, `${doc.runs.length} runs, ${scored.length} with ${title}; ${doc.params.length} params vary.`),
+      h("p", { class: "muted", id: "sweep-count" }, `${plural(doc.runs.length, "run")}, ${scored.length} with ${title}; ${plural(doc.params.length, "param")} ${doc.params.length === 1 ? "varies" : "vary"}.`),
       h("h2", {}, "Parameters against the metric ", shown),
       sweepAnalysis(trials, doc.params, title, bestNo, { brushes: state.brushes, onFilter, importance: imp, goal,
         label: (t) => `${t.name} (${t.experiment_id})`, when: (t) => t.finished, whenLabel: "time",

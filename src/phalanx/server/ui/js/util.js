@@ -27,6 +27,11 @@ export function add(el, ...children) {
   return el;
 }
 
+// "1 trial", "3 trials", "1,200 points": a count and its noun, in the plural unless it is one.
+export function plural(n, one, many = `${one}s`) {
+  return `${Number(n).toLocaleString()} ${n === 1 ? one : many}`;
+}
+
 export function clear(el) { while (el.firstChild) el.removeChild(el.firstChild); return el; }
 
 export function badge(status) { return h("span", { class: `badge ${status}`, "data-status": status }, status); }
