@@ -63,8 +63,16 @@ def test_an_editor_adds_to_its_project_and_a_viewer_reads(api: Any, lake: Path) 
     assert r.status_code == 404 and "versions" not in r.json()["message"], r.json()
     r = api("admin_b", "GET", "/datasets/digitz/versions/latest")  # nor the name nearest a typo
     assert r.status_code == 404 and "digits'" not in r.json()["message"], r.json()
+    r = api("viewer_a", "GET", "/datasets/digitz/versions/latest")  # its own project's: named
+    assert r.status_code == 404 and "did you mean 'digits'?" in r.json()["message"], r.json()
+    r = api("viewer_a", "GET", "/datasets/digits/versions/9")
+    assert r.status_code == 404 and "has no version 9 (versions: 1..1)" in r.json()["message"], r.json()
     r = api("admin_b", "GET", "/datastores/nope")
     assert r.status_code == 404 and "lake" not in r.json()["message"], r.json()
+    r = api("admin_b", "GET", "/datastores/lakes")
+    assert r.status_code == 404 and "lake" not in r.json()["message"].replace("'lakes'", ""), r.json()
+    r = api("viewer_a", "GET", "/datastores/lakes")
+    assert r.status_code == 404 and "did you mean 'lake'?" in r.json()["message"], r.json()
     assert api("viewer_a", "DELETE", "/datasets/digits").status_code == 403
     assert api("admin_b", "DELETE", "/datastores/lake").status_code == 404
     r = api("editor_a", "DELETE", "/datasets/digits?version=latest")

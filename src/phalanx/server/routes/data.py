@@ -29,6 +29,7 @@ from phalanx.server.routes.pages import _shell
 from phalanx.store import catalog
 from phalanx.store.accounts import Role
 from phalanx.store.manifest import filesystem, join_url
+from phalanx.suggest import did_you_mean
 
 router = APIRouter(tags=["data"])
 page_router = APIRouter(include_in_schema=False)
@@ -212,32 +213,45 @@ def remove_dataset(
 
 def _visible_datastore(request: Request, store: Any, name: str) -> catalog.DatastoreRecord:
     """The datastore, if the caller may see it; else NotFound naming nothing of other projects'
-    (the catalog's own message lists every datastore)."""
-    missing = NotFound(f"no datastore {name!r} in your projects")
+    (the catalog's own message lists every datastore), only the nearest of those it may see."""
+    cat = _catalog(request, store)
     try:
-        record = _catalog(request, store).datastore(name)
+        record = cat.datastore(name)
     except NotFound:
         if principal_of(request).superuser:
             raise
-        raise missing from None
-    if not _visible(request, record):
-        raise missing
+        record = None
+    if record is None or not _visible(request, record):
+        seen = {d.name for d in cat.datastores() if _visible(request, d)}
+        raise NotFound(f"no datastore {name!r} in your projects{did_you_mean(name, seen)}")
     return record
 
 
 def _visible_dataset(request: Request, store: Any, ref: str) -> catalog.DatasetVersion:
     """The version, if the caller may see it; else NotFound saying nothing of another project's
     versions."""
-    missing = NotFound(f"no dataset {ref.partition('@')[0]!r} in your projects")
     try:
         found = _catalog(request, store).dataset(ref)
     except NotFound:
         if principal_of(request).superuser:
             raise
-        raise missing from None
+        raise _missing_dataset(request, store, ref) from None
     if not _visible(request, found):
-        raise missing
+        raise _missing_dataset(request, store, ref)
     return found
+
+
+def _missing_dataset(request: Request, store: Any, ref: str) -> NotFound:
+    """Why ``ref`` names nothing the caller may see, from what it may see only: the versions of
+    one of its datasets, else the nearest name among its projects' and the shared datasets."""
+    name, version = catalog.parse_ref(ref)
+    seen = [v for v in _catalog(request, store).datasets() if _visible(request, v)]
+    versions = [v.version for v in seen if v.name == name]
+    if versions:
+        return NotFound(
+            f"dataset {name!r} has no version {version} (versions: {versions[0]}..{versions[-1]})"
+        )
+    return NotFound(f"no dataset {name!r} in your projects{did_you_mean(name, {v.name for v in seen})}")
 
 
 def _may_change(request: Request, project: str | None, shared: bool, what: str) -> None:
