@@ -36,6 +36,7 @@ from phalanx.machine.ledger import (
     NoRoom,
     need_of,
     never_fits,
+    reclaim,
 )
 from phalanx.share import Limit
 
@@ -177,16 +178,19 @@ def cgroup_name(ledger: Ledger, key: str) -> str:
 def sweep_cgroups(ledger: Ledger) -> None:
     """Remove the empty cgroups that killed holders of ``ledger``'s seats left: those of its keys
     that it no longer holds. A seat's key is held before its cgroup is made and until it is
-    removed, so a seat being started, here or by another process, is never swept; and another
-    ledger's are never looked at."""
+    removed, and the sweep holds the ledger's lock from its look at the keys to its last rmdir
+    (a look, then rmdirs after it, would remove the cgroup of a seat another process took and
+    made meanwhile); so a seat being started, here or by another process, is never swept; and
+    another ledger's are never looked at."""
     tag = f"@{_tag(ledger)}"
-    held = {entry.experiment_id for entry in ledger.snapshot()[0]}
+    with contextlib.suppress(OSError), ledger.locked() as state:
+        reclaim(state)
+        held = set(state.entries)
 
-    def left(name: str) -> bool:
-        key = name.removesuffix(tag)
-        return name.endswith(tag) and key.startswith(SERVICE_PREFIXES) and key not in held
+        def left(name: str) -> bool:
+            key = name.removesuffix(tag)
+            return name.endswith(tag) and key.startswith(SERVICE_PREFIXES) and key not in held
 
-    with contextlib.suppress(OSError):
         cgroups.remove_empty(left)
 
 

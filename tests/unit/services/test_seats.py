@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import threading
+from collections.abc import Callable
 from importlib import metadata
 from pathlib import Path
 
@@ -14,6 +15,7 @@ import pytest
 
 from phalanx.domain import Range, Resources
 from phalanx.errors import Conflict, UsageError
+from phalanx.machine import cgroups
 from phalanx.machine.cgroups import Cgroup
 from phalanx.machine.ledger import Grant, Ledger
 from phalanx.services.kernels import kernel_build, write_kernel
@@ -89,6 +91,45 @@ def test_a_sweep_removes_only_what_dead_holders_of_its_own_ledger_left(tmp_path:
             made.remove()
         give_back(mine, seat)
     assert not any(Path(f).exists() for f in seat.cgroup.folders)
+
+
+def test_a_sweep_never_removes_the_cgroup_another_process_of_its_ledger_makes_meanwhile(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # two processes over one ledger (PHALANX_LEDGER, or a server and `phalanx notebook` in one home):
+    # one sweeps; between its look at the ledger and its rmdirs the other takes a seat and makes
+    # its cgroup, empty until its program joins: the sweep must not take that for a dead holder's
+    ledger = Ledger(tmp_path / "ledger.json")
+    probe = take_seat(ledger, "notebook-probe", ONE_CORE, "vision", "notebook")
+    writable = probe is not None and probe.cgroup is not None
+    give_back(ledger, probe)
+    if not writable:
+        pytest.skip("no writable cgroups on this machine")
+    other = Ledger(ledger.path)  # the other process's own view (its own lock descriptor)
+    taken: list[Seat | None] = []
+    starts: list[threading.Thread] = []
+    remove_empty = cgroups.remove_empty
+
+    def racing(left: Callable[[str], bool]) -> None:
+        if not starts:  # the sweep under test: the other process starts its seat now
+            starts.append(
+                threading.Thread(
+                    target=lambda: taken.append(take_seat(other, "notebook-b", ONE_CORE, "nlp", "notebook"))
+                )
+            )
+            starts[0].start()
+            starts[0].join(timeout=1.0)  # done by now, unless the sweep holds the ledger
+        remove_empty(left)
+
+    monkeypatch.setattr(cgroups, "remove_empty", racing)
+    sweep_cgroups(ledger)
+    starts[0].join(timeout=30)
+    [seat] = taken
+    assert seat is not None and seat.cgroup is not None
+    try:
+        assert all(Path(f).is_dir() for f in seat.cgroup.folders), "the sweep removed a seat being started"
+    finally:
+        give_back(other, seat)
 
 
 def test_more_than_the_machine_has_can_never_start(tmp_path: Path) -> None:
