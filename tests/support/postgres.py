@@ -13,6 +13,7 @@ import glob
 import os
 import pwd
 import shutil
+import socket
 import subprocess
 import tempfile
 import threading
@@ -56,6 +57,7 @@ class PostgresServer:
     host: str = "127.0.0.1"
     user: str = "postgres"
     _stopped: bool = field(default=False, repr=False)
+    _held: socket.socket | None = field(default=None, repr=False)  # its port while paused
 
     def url(self, database: str = "postgres") -> str:
         return f"postgresql+psycopg://{self.user}@{self.host}:{self.port}/{database}"
@@ -74,6 +76,9 @@ class PostgresServer:
         if self._stopped:
             return
         self._stopped = True
+        if self._held is not None:
+            self._held.close()
+            self._held = None
         _as_postgres([_bin_or("pg_ctl"), "-D", str(self.directory / "data"), "-m", "immediate", "-w", "stop"],
                      check=False)  # fmt: skip
         shutil.rmtree(self.directory, ignore_errors=True)
@@ -96,7 +101,10 @@ def _as_postgres(argv: list[str], check: bool = True) -> subprocess.CompletedPro
 
 
 def start_postgres() -> PostgresServer:
-    """initdb + start a server on a free port; RuntimeError with the server's log if it fails."""
+    """initdb + start a server on a free port; RuntimeError with the server's log if it fails.
+    free_port's port is only free when it is picked: another process of the machine (the other
+    test worker's server or replica) may bind it before the postmaster does, so a start that
+    could not bind is tried again on another port."""
     reason = unavailable_reason()
     if reason:
         raise RuntimeError(reason)
@@ -106,29 +114,27 @@ def start_postgres() -> PostgresServer:
         os.chown(directory, pw.pw_uid, pw.pw_gid)
     data = directory / "data"
     _as_postgres([_bin_or("initdb"), "-D", str(data), "-U", "postgres", "--auth=trust", "-E", "UTF8"])
-    port = free_port()
-    options = f"-p {port} -k {directory} -c listen_addresses=127.0.0.1 -c fsync=off -c max_connections=100"
-    started = _as_postgres(
-        [
-            _bin_or("pg_ctl"),
-            "-D",
-            str(data),
-            "-l",
-            str(directory / "log"),
-            "-o",
-            options,
-            "-w",
-            "-t",
-            "60",
-            "start",
-        ],
-        check=False,
-    )
-    if started.returncode != 0:
+    for attempt in range(3):
+        port = free_port()
+        started = _pg_start(directory, port)
+        if started.returncode == 0:
+            return PostgresServer(directory=directory, port=port)
         log = (directory / "log").read_text() if (directory / "log").exists() else ""
+        if attempt < 2 and "could not bind" in log and "already in use" in log:
+            (directory / "log").unlink()
+            continue
         shutil.rmtree(directory, ignore_errors=True)
         raise RuntimeError(f"PostgreSQL did not start: {started.stderr}\n{log}")
-    return PostgresServer(directory=directory, port=port)
+    raise AssertionError("unreachable")
+
+
+def _pg_start(directory: Path, port: int) -> subprocess.CompletedProcess[str]:
+    options = f"-p {port} -k {directory} -c listen_addresses=127.0.0.1 -c fsync=off -c max_connections=100"
+    pg_ctl = _bin_or("pg_ctl")
+    data, log = str(directory / "data"), str(directory / "log")
+    return _as_postgres(
+        [pg_ctl, "-D", data, "-l", log, "-o", options, "-w", "-t", "60", "start"], check=False
+    )
 
 
 def shared_postgres() -> PostgresServer:
@@ -142,17 +148,22 @@ def shared_postgres() -> PostgresServer:
 
 
 def pause(server: PostgresServer) -> None:
-    """Stop the server but keep its data (a database outage); ``resume`` starts it again."""
+    """Stop the server but keep its data (a database outage); ``resume`` starts it again. Its port
+    stays taken meanwhile (bound, not listening: a client is refused as by a stopped server), or
+    another process of the machine (the other test worker's ``free_port``) could take it, and the
+    server could not come back on it."""
     _as_postgres([_bin_or("pg_ctl"), "-D", str(server.directory / "data"), "-m", "immediate", "-w", "stop"])
+    held = socket.socket()
+    held.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # over its connections' TIME_WAIT
+    held.bind((server.host, server.port))
+    server._held = held
 
 
 def resume(server: PostgresServer) -> None:
     """Start a paused server again, on the same port."""
-    options = (
-        f"-p {server.port} -k {server.directory} -c listen_addresses=127.0.0.1 -c fsync=off "
-        "-c max_connections=100"
-    )
-    _as_postgres(
-        [_bin_or("pg_ctl"), "-D", str(server.directory / "data"), "-l", str(server.directory / "log"),
-         "-o", options, "-w", "-t", "60", "start"]
-    )  # fmt: skip
+    if server._held is not None:
+        server._held.close()
+        server._held = None
+    started = _pg_start(server.directory, server.port)
+    if started.returncode != 0:
+        raise RuntimeError(f"PostgreSQL did not start again: {started.stderr}")
