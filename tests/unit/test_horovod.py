@@ -36,7 +36,7 @@ def _lines(replica: str, raw: str, ranks_per_replica: int = 1) -> list[str]:
 
 
 def _unit(ranks_per_replica: int) -> Any:
-    from phalanx.backends.local.engine import _Unit
+    from phalanx.backends.local.units import StartedUnit as _Unit
 
     return _Unit("master", ["master", "worker-0"], 1, "", "", "", 0, ranks_per_replica=ranks_per_replica)
 

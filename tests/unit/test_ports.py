@@ -56,11 +56,27 @@ def test_without_room_below_the_range_the_kernel_picks(
 def test_a_console_that_ends_with_a_failed_bind_says_address_in_use(tmp_path: Path, line: str) -> None:
     log = tmp_path / "master.log"
     log.write_text("x" * (2 * ports.TAIL_BYTES) + "\nTraceback (most recent call last):\n" + line + "\n")
-    assert ports.address_in_use(log)
+    assert ports.address_in_use(log) == (True, None)  # no port was picked for it
 
 
 def test_a_console_without_a_failed_bind_or_no_console_says_nothing(tmp_path: Path) -> None:
     log = tmp_path / "master.log"
     log.write_text("address already in use\n" + "x" * (2 * ports.TAIL_BYTES))  # long ago, not at the end
-    assert not ports.address_in_use(log)
-    assert not ports.address_in_use(tmp_path / "missing.log")
+    assert ports.address_in_use(log) == (False, None)
+    assert ports.address_in_use(tmp_path / "missing.log") == (False, None)
+
+
+def test_a_console_that_names_a_probed_port_in_use_lost_it(tmp_path: Path) -> None:
+    log = tmp_path / "master.log"
+    torch_said = (
+        "torch.distributed.DistNetworkError: The server socket has failed to listen on any local network"
+        " address. port: 23456, useIpv6: false, code: -98, name: EADDRINUSE, message: address already in use"
+    )
+    log.write_text(f"epoch 1 on 10.0.0.23456\n{torch_said}\n")
+    assert ports.address_in_use(log, picked=(23456, 24000)) == (True, 23456)
+    assert ports.address_in_use(log, picked=(24000,)) == (True, None)  # not a port Phalanx picked
+    log.write_text("rank 0 listens on 23456\nOSError: [Errno 98] Address already in use\n")
+    assert ports.address_in_use(log, picked=(23456,)) == (True, None)  # the failing line names none
+    log.write_text("port: 23456\nall good\n")
+    assert ports.address_in_use(log, picked=(23456,)) == (False, None)
+    assert ports.address_in_use(tmp_path / "none.log", picked=(23456,)) == (False, None)

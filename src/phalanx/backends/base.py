@@ -88,6 +88,9 @@ class ReplicaStatus:
     # when the engine started it (its process, on this machine); None: unknown, the supervisor then
     # records when it first saw it running (a poll later, after its own store writes)
     started_at: float | None = None
+    # it failed binding a rendezvous port the engine probed for it (another process took it first):
+    # a new group on new ports is owed, not counted as a restart (phalanx.machine.ports)
+    port_lost: bool = False
 
 
 @dataclass(frozen=True)

@@ -65,6 +65,9 @@ class LocalDryRun(DryRun):
     """The local engine's request: process units, each argv, working directory and environment."""
 
     units: tuple[LocalUnit, ...]
+    # the loopback ports Phalanx probed for the replicas' rendezvous (phalanx.machine.ports): a
+    # failure that names one as in use lost it to another process, and the group starts again
+    ports: tuple[int, ...] = ()
     format: ClassVar[str] = "json"
 
     @property

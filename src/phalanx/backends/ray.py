@@ -44,7 +44,7 @@ from phalanx.backends.base import (
     job_status,
 )
 from phalanx.backends.kube_objects import LogReaders
-from phalanx.backends.local.engine import exit_reason
+from phalanx.backends.local.units import exit_reason
 from phalanx.backends.ray_render import (
     NAMESPACE,
     RayDryRun,

@@ -12,13 +12,17 @@ given and says so when it is taken. The rendezvous ports are bound by a child, t
 the master replica, which takes a number (MASTER_PORT), not a socket: a probe is the only way to
 choose one for it. The window is kept small (the port is outside the ephemeral range, picked at
 random) and, when it is lost, the replica's failure says "address in use" (``address_in_use``)
-instead of only an exit code.
+instead of only an exit code; when its console names the very port Phalanx picked (torch's TCPStore
+does: ``port: N ... EADDRINUSE``), the port was lost, not the user's own, and the supervisor starts
+the group again on new ports (``lost_port``).
 """
 
 from __future__ import annotations
 
 import random
+import re
 import socket
+from collections.abc import Collection
 from pathlib import Path
 
 RANGE_FILE = Path("/proc/sys/net/ipv4/ip_local_port_range")
@@ -58,13 +62,18 @@ def _bindable(host: str, port: int) -> bool:
     return True
 
 
-def address_in_use(log: Path) -> bool:
-    """Whether the end of a replica's console says a bind failed because the address was in use
-    (a probed rendezvous port taken by another process before the replica bound it)."""
+def address_in_use(log: Path, picked: Collection[int] = ()) -> tuple[bool, int | None]:
+    """Whether the end of a replica's console says a bind failed because the address was in use,
+    and the port of ``picked`` (those Phalanx probed for it) that a line saying so names, if one
+    does: that probe was lost to another process before the replica bound it."""
     try:
         with log.open("rb") as f:
             f.seek(max(0, f.seek(0, 2) - TAIL_BYTES))
             tail = f.read().decode("utf-8", "replace").lower()
     except OSError:
-        return False
-    return any(mark in tail for mark in IN_USE_MARKS)
+        return False, None
+    lines = [line for line in tail.splitlines() if any(mark in line for mark in IN_USE_MARKS)]
+    if not lines:
+        return False, None
+    named = {int(n) for line in lines for n in re.findall(r"(?<![\d.])(\d{2,5})(?![\d.])", line)}
+    return True, next((port for port in picked if port in named), None)

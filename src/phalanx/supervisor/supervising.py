@@ -55,6 +55,10 @@ POLL_SECONDS = 0.1
 # never end (ParameterServerStrategy's tf.distribute.Server.join()) are stopped. Once every worker
 # has ended, the ps servers are stopped at once.
 TF_SERVER_GRACE_SECONDS = 5.0
+# A group whose replica lost the rendezvous port Phalanx probed for it to another process (between
+# the probe and the replica's bind: phalanx.machine.ports) starts again on new ports, this many
+# times at most, without counting against max_restarts: the run did not fail, the machine's port did.
+PORTS_LOST_RETRIES = 3
 
 
 class Supervisor:
@@ -342,41 +346,52 @@ class Supervisor:
         # an engine that restarts failed replicas itself (the Kubeflow operator, from backoffLimit)
         # must not be restarted a second time by us
         max_restarts = 0 if self.p.backend.restarts_itself else plan.max_restarts
-        restarts = 0
+        restarts = ports_lost = 0
         kind = "resume" if self.resume else "start"
         while True:
             self.attempts.add(kind)
-            status, reason = self._attempt(handle, first=restarts == 0 and not self.resume)
+            first = restarts == ports_lost == 0 and not self.resume
+            status, reason, port_lost = self._attempt(handle, first=first)
             self.attempts.finish(self.attempts.number, status, reason)  # a requeue may have moved it on
-            if (
+            again = (
                 status is ExperimentStatus.FAILED
-                and restarts < max_restarts
                 and not self.stop.requested()
                 and not self.clock.past(plan.max_run_seconds)  # a new group would be stopped at once
-            ):
+            )
+            if again and port_lost and ports_lost < PORTS_LOST_RETRIES:
+                ports_lost += 1  # another process took a port Phalanx probed: not the run's failure
+                kind = "restart"
+                said = (
+                    f"starting the group again on new ports ({ports_lost}/{PORTS_LOST_RETRIES},"
+                    " not counted as a restart)"
+                )
+                self.observer.message(f"{reason}; {said}")
+                self.console.emit_all(f"phalanx: {said} after: {reason}")
+            elif again and restarts < max_restarts:
                 restarts += 1
                 kind = "restart"
                 self.observer.message(f"{reason}; restarting the group ({restarts}/{max_restarts})")
                 self.console.emit_all(
                     f"phalanx: restarting the group ({restarts}/{max_restarts}) after: {reason}"
                 )
-                # a fresh dry run: new ports for the new group, and the latest checkpoint to go on from
-                handle = self._submit(
-                    self.p.backend.dry_run(plan, self.attempts.resume_context(self.p.context))
-                )
-                continue
-            return Outcome(self.id, status, reason, restarts)
+            else:
+                return Outcome(self.id, status, reason, restarts)
+            # a fresh dry run: new ports for the new group, and the latest checkpoint to go on from
+            handle = self._submit(self.p.backend.dry_run(plan, self.attempts.resume_context(self.p.context)))
 
-    def _attempt(self, handle: str | None, first: bool) -> tuple[ExperimentStatus, str | None]:
+    def _attempt(self, handle: str | None, first: bool) -> tuple[ExperimentStatus, str | None, bool]:
+        """How the group's attempt ended, and whether a replica of it lost a port the engine probed
+        for it (ReplicaStatus.port_lost)."""
         backend = self.p.backend
         if handle is None:
-            return ExperimentStatus.STOPPED, self.stop.reason
+            return ExperimentStatus.STOPPED, self.stop.reason, False
         started_at = (self.submitted_at or time.time()) if first else None
         self.rows.status(ExperimentStatus.RUNNING, handle=handle, started_at=started_at)
         self.rows.new_attempt()
         self.pace.new_attempt()
+        final: JobStatus | None = None
         try:
-            return self._watch(handle)
+            status, reason = self._watch(handle)
         finally:
             self.clock.pause()  # the attempt has ended: its running time is counted
             if self.liveness is not None:
@@ -386,6 +401,12 @@ class Supervisor:
             final = backend.describe(handle)
             if final is not None:
                 self.rows.record(final)
+        lost = (
+            status is ExperimentStatus.FAILED
+            and final is not None
+            and any(r.port_lost for r in final.replicas)
+        )
+        return status, reason, lost
 
     def _watch(self, handle: str) -> tuple[ExperimentStatus, str | None]:
         backend = self.p.backend

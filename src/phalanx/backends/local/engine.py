@@ -22,7 +22,6 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +30,7 @@ from phalanx.backends.base import DryRun, JobStatus, LaunchContext, ReplicaStatu
 from phalanx.backends.dry_runs import LocalDryRun, LocalProcess, LocalUnit
 from phalanx.backends.local import boxes, members
 from phalanx.backends.local.mpi_output import RankFailure, TaggedStream, rank_failure
+from phalanx.backends.local.units import Ended, StartedUnit, exit_reason, proc_start
 from phalanx.backends.logfiles import follow_file, split_stream
 from phalanx.config import Settings
 from phalanx.domain import ExperimentStatus, ReplicaState
@@ -39,7 +39,7 @@ from phalanx.frameworks import Endpoints, mpi
 from phalanx.machine import limits, proctree
 from phalanx.machine.box import Isolation
 from phalanx.machine.ports import address_in_use, free_port
-from phalanx.machine.procs import Seen, judge, start_time
+from phalanx.machine.procs import Seen, judge
 from phalanx.plan import Plan, command_argv
 from phalanx.tracking.tensorboard import BOOT_DIR, ENV_CAPTURE
 
@@ -52,48 +52,6 @@ def with_interpreter(command: str, python: str) -> str:
     """`python` at the start of each command of run.cmd means the experiment's interpreter."""
     quoted = shlex.quote(python)
     return _LEADING_PYTHON.sub(lambda m: f"{m.group(1)}{m.group(2)}{quoted}", command)
-
-
-def signal_name(sig: int) -> str:
-    try:
-        return signal.Signals(sig).name
-    except ValueError:
-        return f"signal {sig}"
-
-
-# the rendezvous port (MASTER_PORT) is probed, then bound by torch in the replica: it can be lost
-IN_USE_HINT = "if it is the rendezvous port Phalanx picked, run it again"
-
-
-def exit_reason(code: int) -> str:
-    """How a replica ended, in words; a shell reports a command killed by signal N as 128 + N."""
-    if code < 0:
-        return f"was killed by {signal_name(-code)}"
-    if 128 < code < 128 + 65:
-        return f"exited with code {code} (its command was killed by {signal_name(code - 128)})"
-    return f"exited with code {code}"
-
-
-@dataclass
-class _Unit:
-    name: str
-    replicas: list[str]
-    pid: int
-    start: str  # /proc start time, to tell our pid from a reused one
-    status: str
-    log: str
-    offset: int
-    ranks_per_replica: int = 1  # an mpirun unit: its tagged lines go to replica rank // this
-    tagged: bool = False  # an mpirun unit: its log is mpirun's --tag-output stream
-    started_at: float = 0.0  # wall clock when its leader was started (0: not recorded)
-    cgroup: list[str] = field(default_factory=list)  # a boxed unit's cgroup folders
-    cgroup_v2: bool = False
-
-
-def _proc_start(pid: int) -> str | None:
-    """``procs.start_time`` as the string state.json keeps (None: gone, or a zombie)."""
-    ticks = start_time(pid)
-    return None if ticks is None else str(ticks)
 
 
 # The reaper runs with -I: no PYTHON* variable, no user site, not the replica's folder (a planted json.py
@@ -173,7 +131,9 @@ class LocalBackend:
                     procs.append(LocalProcess(tuple(command_argv(command)), env))
                 lim = allotted[replica.name]
                 units.append(_unit(replica.name, (replica.name,), lim, log_dir, context, tuple(procs), home))
-        return LocalDryRun(backend=self.name, plan=plan, context=context, units=tuple(units))
+        return LocalDryRun(
+            backend=self.name, plan=plan, context=context, units=tuple(units), ports=tuple(ports.values())
+        )
 
     def _base_env(self, plan: Plan, context: LaunchContext) -> dict[str, str]:
         """The plan's env, the interpreter first on PATH, unbuffered output, the SDK importable."""
@@ -193,7 +153,8 @@ class LocalBackend:
 
     # -- submit ---------------------------------------------------------------------------------
     def submit(self, dry_run: DryRun) -> str:
-        units = expect_dry_run(dry_run, LocalDryRun, self.name).units
+        request = expect_dry_run(dry_run, LocalDryRun, self.name)
+        units = request.units
         exp_id = dry_run.context.experiment_id
         run_dir = self.settings.runs_dir / exp_id
         attempts = run_dir / "attempts"
@@ -213,7 +174,12 @@ class LocalBackend:
         self._popen[handle] = popens
         try:
             for unit in units:
-                state.append(self._start_unit(unit, folder, cgroup_root, exp_id, popens, iso))
+                state.append(
+                    {
+                        **self._start_unit(unit, folder, cgroup_root, exp_id, popens, iso),
+                        "ports": list(request.ports),
+                    }
+                )
         except BaseException:
             self._write_state(folder, state)
             self.cancel(handle)
@@ -279,7 +245,7 @@ class LocalBackend:
             "ranks_per_replica": int(unit.processes[0].env.get("PHALANX_PROCESSES", "1") or 1),
             "tagged": "--tag-output" in unit.processes[0].argv,
             "pid": proc.pid,
-            "start": _proc_start(proc.pid) or "",
+            "start": proc_start(proc.pid) or "",
             "status": config["status"],
             "log": str(log),
             "offset": offset,
@@ -299,14 +265,14 @@ class LocalBackend:
         exp_id, _, attempt = handle.partition(":")
         return self.settings.runs_dir / exp_id / "attempts" / (attempt or "0")
 
-    def _units(self, handle: str) -> list[_Unit] | None:
+    def _units(self, handle: str) -> list[StartedUnit] | None:
         try:
             doc = json.loads((self._folder(handle) / "state.json").read_text())
         except (OSError, ValueError):
             return None
-        return [_Unit(**u) for u in doc["units"]]
+        return [StartedUnit(**u) for u in doc["units"]]
 
-    def _alive(self, handle: str, unit: _Unit) -> bool:
+    def _alive(self, handle: str, unit: StartedUnit) -> bool:
         proc = self._popen.get(handle, {}).get(unit.name)
         if proc is not None:
             return proc.poll() is None
@@ -314,7 +280,7 @@ class LocalBackend:
         start = int(unit.start) if unit.start.isdigit() else -1
         return judge(unit.pid, start) is Seen.RUNS
 
-    def _returncode(self, handle: str, unit: _Unit) -> int | None:
+    def _returncode(self, handle: str, unit: StartedUnit) -> int | None:
         proc = self._popen.get(handle, {}).get(unit.name)
         return proc.returncode if proc is not None else None
 
@@ -330,7 +296,7 @@ class LocalBackend:
         except ValueError:  # an empty file (older versions): every unit was told to stop
             return {u.name for u in self._units(handle) or []}
 
-    def _left_behind(self, handle: str, unit: _Unit) -> list[int]:
+    def _left_behind(self, handle: str, unit: StartedUnit) -> list[int]:
         """The unit's processes still running although its leader is gone (none once settled)."""
         key = (handle, unit.name)
         if key in self._settled:
@@ -341,7 +307,7 @@ class LocalBackend:
             self._settled.add(key)  # a gone tree cannot grow again: no need to look twice
         return found
 
-    def _end_orphans(self, handle: str, unit: _Unit, pids: list[int]) -> None:
+    def _end_orphans(self, handle: str, unit: StartedUnit, pids: list[int]) -> None:
         """The reaper died before its processes: do its job. SIGTERM first, as it would have (a
         failed process's siblings get the grace period), SIGKILL once the grace has passed."""
         key = (handle, unit.name)
@@ -352,14 +318,14 @@ class LocalBackend:
         elif time.monotonic() - first[0] > self.grace:
             members.signal_all(pids, signal.SIGKILL)
 
-    def _unit_status(self, handle: str, unit: _Unit) -> tuple[ReplicaState, int | None, str | None, float]:
+    def _unit_status(self, handle: str, unit: StartedUnit) -> Ended:
         key = (handle, unit.name)
         if self._alive(handle, unit):
-            return ReplicaState.RUNNING, None, None, 0.0
+            return Ended(ReplicaState.RUNNING, None, None, 0.0)
         left = self._left_behind(handle, unit)
         if left:  # never `stopped` nor `failed` while a process of it runs: its cores are still used
             self._end_orphans(handle, unit, left)
-            return ReplicaState.RUNNING, None, None, 0.0
+            return Ended(ReplicaState.RUNNING, None, None, 0.0)
         finished = self._finished.setdefault(key, time.time())
         try:
             status = json.loads(Path(unit.status).read_text())
@@ -377,7 +343,7 @@ class LocalBackend:
             code = rc if rc is not None else -signal.SIGKILL
             reason = None
         if code == 0:
-            return ReplicaState.SUCCEEDED, 0, None, finished
+            return Ended(ReplicaState.SUCCEEDED, 0, None, finished)
         # stopped: its leader was told to stop (cancel), or vanished while we were cancelling
         stopped = unit.name in (self._cancelled(handle) or ()) and (reason == "stopped" or status is None)
         if reason is None or reason == "stopped":
@@ -392,11 +358,17 @@ class LocalBackend:
         )
         if disk:  # say what is wrong with the machine, not only the exit code it led to
             reason = f"{reason} (the disk is full: {disk})"
-        if not stopped and address_in_use(Path(unit.log)):  # a probed port lost (see phalanx.machine.ports)
-            reason = f"{reason} (address in use: a port it binds was taken by another process; {IN_USE_HINT})"
+        in_use, lost = address_in_use(Path(unit.log), unit.ports) if not stopped else (False, None)
+        if lost is not None:  # a probed port lost (see phalanx.machine.ports): the supervisor starts again
+            reason = (
+                f"{reason} (address in use: port {lost}, which Phalanx picked for the rendezvous,"
+                " was taken by another process first)"
+            )
+        elif in_use:
+            reason = f"{reason} (address in use: a port it binds was taken by another process)"
         if stopped:
-            return ReplicaState.STOPPED, code, "stopped", finished
-        return ReplicaState.FAILED, code, reason, finished
+            return Ended(ReplicaState.STOPPED, code, "stopped", finished)
+        return Ended(ReplicaState.FAILED, code, reason, finished, port_lost=lost is not None)
 
     def describe(self, handle: str) -> JobStatus | None:
         units = self._units(handle)
@@ -404,7 +376,7 @@ class LocalBackend:
             return None
         replicas: list[ReplicaStatus] = []
         for unit in units:
-            state, code, reason, finished = self._unit_status(handle, unit)
+            state, code, reason, finished, port_lost = self._unit_status(handle, unit)
             failure = self._rank_failure(handle, unit) if state is ReplicaState.FAILED else None
             for name in unit.replicas:
                 own_state, own_reason = state, reason
@@ -423,6 +395,7 @@ class LocalBackend:
                         pid=unit.pid,
                         finished_at=finished or None,
                         started_at=unit.started_at or None,
+                        port_lost=port_lost and own_state is ReplicaState.FAILED,
                     )
                 )
         states = [r.state for r in replicas]
@@ -462,7 +435,7 @@ class LocalBackend:
         yield from self._unit_lines(lines, found, replica)
 
     @classmethod
-    def _unit_lines(cls, lines: Iterator[str], unit: _Unit, replica: str) -> Iterator[str]:
+    def _unit_lines(cls, lines: Iterator[str], unit: StartedUnit, replica: str) -> Iterator[str]:
         """``replica``'s lines of an mpirun unit's log: its ranks' lines, prefixed ``[rank R]``."""
         stream = TaggedStream()
         for raw in lines:  # mpirun tags each rank's lines itself: its own stderr mark is dropped
@@ -474,13 +447,13 @@ class LocalBackend:
                 yield _ranked(rank, text)
 
     @staticmethod
-    def _owner(unit: _Unit, rank: int | None) -> str:
+    def _owner(unit: StartedUnit, rank: int | None) -> str:
         """The replica a rank's lines belong to; mpirun's own words go to the first."""
         if rank is None:
             return unit.replicas[0]
         return unit.replicas[min(rank // max(1, unit.ranks_per_replica), len(unit.replicas) - 1)]
 
-    def _rank_failure(self, handle: str, unit: _Unit) -> RankFailure | None:
+    def _rank_failure(self, handle: str, unit: StartedUnit) -> RankFailure | None:
         """The rank that ended a failed mpirun unit and its last lines, read once from the end of
         the unit's log (the last RANK_FAILURE_BYTES: a traceback and mpirun's summary are there)."""
         if not unit.tagged:
@@ -547,7 +520,7 @@ class LocalBackend:
         if boxed and not self._running(handle, units):
             boxes.finish(handle.partition(":")[0], self.settings.home, boxed)
 
-    def _running(self, handle: str, units: list[_Unit]) -> list[int]:
+    def _running(self, handle: str, units: list[StartedUnit]) -> list[int]:
         """Every live process of the job: leaders, their trees and what a dead leader left."""
         pids: list[int] = []
         for unit in units:
