@@ -150,6 +150,11 @@ class Client:
         """The answer to one request, its body not read yet (a file's bytes streamed in pieces);
         errors raised as PhalanxErrors. Close it (``with``). ``timeout``: the longest silence of
         its socket (one that builds an environment before it answers waits longer)."""
+        route = path.partition("?")[0]
+        if "//" in route or route.endswith("/"):  # an empty id or name: another route, or a redirect
+            raise UsageError(
+                f"an empty argument where {method} /api/v1{route} needs a name or id: give a non-empty one"
+            )
         req = urllib.request.Request(f"{self.url}/api/v1{path}", data=body, method=method)
         for name, value in (headers or {}).items():
             req.add_header(name, value)

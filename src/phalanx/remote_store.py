@@ -63,6 +63,24 @@ def _filter_query(f: ExperimentFilter, offset: int, limit: int) -> dict[str, Any
     }
 
 
+def _eid(experiment_id: str) -> str:
+    """An experiment id as its URL segment. What cannot be an id is answered here as this machine's
+    store answers it: an empty one would name the list route (whose page is no experiment) and one
+    with a ``/`` no route at all (the server's bare ``Not Found``)."""
+    if not experiment_id.strip():
+        raise UsageError("an experiment id is required")
+    if "/" in experiment_id:
+        raise NotFound(f"no experiment {experiment_id!r}; `phalanx ls` lists them")
+    return quote(experiment_id.strip())
+
+
+def _gid(group_id: str) -> str:
+    """A group id as its URL segment; an empty one or one with a ``/`` is no group (as here)."""
+    if not group_id.strip() or "/" in group_id:
+        raise NotFound(f"no group {group_id!r}; `phalanx group ls` lists them")
+    return quote(group_id.strip())
+
+
 class RemoteStore:
     """What the read and control commands ask of a store, from the server behind ``client``."""
 
@@ -74,7 +92,7 @@ class RemoteStore:
 
     # -- experiments ------------------------------------------------------------------------------
     def get_experiment(self, experiment_id: str) -> Experiment:
-        return experiment_of(self.client.get(f"/experiments/{quote(experiment_id)}"))
+        return experiment_of(self.client.get(f"/experiments/{_eid(experiment_id)}"))
 
     def list_experiments(self, f: ExperimentFilter) -> Page[Experiment]:
         doc = self.client.get("/experiments", **_filter_query(f, f.offset, min(f.limit, 500)))
@@ -109,7 +127,7 @@ class RemoteStore:
         return Page(items, total, f.offset, f.limit), values
 
     def list_replicas(self, experiment_id: str) -> list[Replica]:
-        docs = self.client.get(f"/experiments/{quote(experiment_id)}/replicas")
+        docs = self.client.get(f"/experiments/{_eid(experiment_id)}/replicas")
         return [replica_of(experiment_id, r) for r in docs]
 
     def annotate(
@@ -120,30 +138,30 @@ class RemoteStore:
             body["tags"] = list(tags)
         if notes is not None:
             body["notes"] = notes
-        return experiment_of(self.client.send("PATCH", f"/experiments/{quote(experiment_id)}", body))
+        return experiment_of(self.client.send("PATCH", f"/experiments/{_eid(experiment_id)}", body))
 
     def delete_experiment(self, experiment_id: str) -> None:
         """``DELETE /experiments/{id}``: the server deletes it with everything it reported (its
         project's admins only); Conflict while it runs, UsageError for a short prefix."""
-        self.client.send("DELETE", f"/experiments/{quote(experiment_id)}")
+        self.client.send("DELETE", f"/experiments/{_eid(experiment_id)}")
 
     def stop(self, experiment_id: str) -> dict[str, Any]:
-        return dict(self.client.send("POST", f"/experiments/{quote(experiment_id)}/stop"))
+        return dict(self.client.send("POST", f"/experiments/{_eid(experiment_id)}/stop"))
 
     def resume(self, experiment_id: str) -> dict[str, Any]:
         """``POST /experiments/{id}/resume``: ``{"id", "status"}`` once the server's supervisor has
         reopened it; Conflict unless it is failed or stopped, UsageError when its folder is gone."""
-        return dict(self.client.send("POST", f"/experiments/{quote(experiment_id)}/resume"))
+        return dict(self.client.send("POST", f"/experiments/{_eid(experiment_id)}/resume"))
 
     # -- what it reported -------------------------------------------------------------------------
     def params(self, experiment_id: str) -> list[ParamRecord]:
-        docs = self.client.get(f"/experiments/{quote(experiment_id)}/params")
+        docs = self.client.get(f"/experiments/{_eid(experiment_id)}/params")
         return [
             ParamRecord(p["section"], p["key"], p["value"], p["replica"], p["rank"], p["time"]) for p in docs
         ]
 
     def artifacts(self, experiment_id: str) -> list[ArtifactRecord]:
-        docs = self.client.get(f"/experiments/{quote(experiment_id)}/artifacts")
+        docs = self.client.get(f"/experiments/{_eid(experiment_id)}/artifacts")
         return [
             ArtifactRecord(
                 a["name"],
@@ -160,7 +178,7 @@ class RemoteStore:
         ]
 
     def models(self, experiment_id: str) -> list[ModelRecord]:
-        docs = self.client.get(f"/experiments/{quote(experiment_id)}/models")
+        docs = self.client.get(f"/experiments/{_eid(experiment_id)}/models")
         return [
             ModelRecord(
                 m["name"],
@@ -175,10 +193,10 @@ class RemoteStore:
         ]
 
     def texts(self, experiment_id: str) -> list[dict[str, Any]]:
-        return list(self.client.get(f"/experiments/{quote(experiment_id)}/texts"))
+        return list(self.client.get(f"/experiments/{_eid(experiment_id)}/texts"))
 
     def metric_titles(self, experiment_id: str) -> dict[str, list[str]]:
-        doc = self.client.get(f"/experiments/{quote(experiment_id)}/metrics")
+        doc = self.client.get(f"/experiments/{_eid(experiment_id)}/metrics")
         return {t: list(s) for t, s in doc["titles"].items()}
 
     def metrics(
@@ -189,9 +207,7 @@ class RemoteStore:
         out: dict[str, dict[str, Series]] = {}
         for t in titles:
             try:
-                doc = self.client.get(
-                    f"/experiments/{quote(experiment_id)}/metrics/{quote(t)}", series=series
-                )
+                doc = self.client.get(f"/experiments/{_eid(experiment_id)}/metrics/{quote(t)}", series=series)
             except NotFound:
                 continue
             by = {
@@ -210,7 +226,7 @@ class RemoteStore:
         self, experiment_id: str, replica: str | None = None, offset: int = 0, limit: int = 1000
     ) -> list[LogLine]:
         doc = self.client.get(
-            f"/experiments/{quote(experiment_id)}/logs", replica=replica, offset=offset, limit=limit
+            f"/experiments/{_eid(experiment_id)}/logs", replica=replica, offset=offset, limit=limit
         )
         return [
             LogLine(line["offset"], line["replica"], line["text"], line["time"], line.get("stream", "stdout"))
@@ -218,18 +234,18 @@ class RemoteStore:
         ]
 
     def run_details(self, experiment_id: str) -> dict[str, Any]:
-        doc = dict(self.client.get(f"/experiments/{quote(experiment_id)}/run"))
+        doc = dict(self.client.get(f"/experiments/{_eid(experiment_id)}/run"))
         doc.pop("experiment_id", None)
         return doc
 
     def diff(self, a: str, b: str) -> dict[str, Any]:
-        return dict(self.client.get(f"/experiments/{quote(a)}/diff/{quote(b)}"))
+        return dict(self.client.get(f"/experiments/{_eid(a)}/diff/{_eid(b)}"))
 
     def download_artifact(self, experiment_id: str, artifact: ArtifactRecord, directory: Path) -> Path:
         """The artifact through the server's API, to where this machine's store puts it
         (``directory``/its file name); a folder (sent as a zip) is unpacked there."""
         _, data, _ = self.client.raw(
-            "GET", f"/experiments/{quote(experiment_id)}/artifacts/{quote(artifact.name)}"
+            "GET", f"/experiments/{_eid(experiment_id)}/artifacts/{quote(artifact.name)}"
         )
         target = directory / posixpath.basename(artifact.path.rstrip("/"))
         directory.mkdir(parents=True, exist_ok=True)
@@ -251,17 +267,17 @@ class RemoteStore:
 
     # -- groups -----------------------------------------------------------------------------------
     def group_view(self, group_id: str) -> dict[str, Any]:
-        return dict(self.client.get(f"/groups/{quote(group_id)}"))
+        return dict(self.client.get(f"/groups/{_gid(group_id)}"))
 
     def group_views(self, limit: int = 50) -> list[dict[str, Any]]:
         """The newest ``limit`` groups of the caller's projects, each with its trials' count."""
         return [dict(g) for g in self.client.get("/groups", limit=limit)]
 
     def remove_group(self, group_id: str) -> list[str]:
-        return [str(i) for i in self.client.send("DELETE", f"/groups/{quote(group_id)}")["deleted"]]
+        return [str(i) for i in self.client.send("DELETE", f"/groups/{_gid(group_id)}")["deleted"]]
 
     def stop_group(self, group_id: str) -> dict[str, Any]:
-        return dict(self.client.send("POST", f"/groups/{quote(group_id)}/stop"))
+        return dict(self.client.send("POST", f"/groups/{_gid(group_id)}/stop"))
 
 
 def experiment_of(doc: dict[str, Any]) -> Experiment:

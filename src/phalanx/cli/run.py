@@ -224,9 +224,13 @@ def _run_on_server(
 ) -> None:
     """Submit to the server (the options a server run does not take are refused by ``run_on_server``)."""
     from phalanx.cli.submit import run_on_server
+    from phalanx.errors import UsageError
 
     r = request
-    given: dict[str, object] = {"--workdir": r.workdir, "--dry-run": r.dry_run, "--detach": r.detach}
+    if r.detach and follow:
+        raise UsageError("--detach and --follow: give one (a server run is detached unless --follow)")
+    # a server run is detached already: --detach (a script's `phalanx run -d`) changes nothing there
+    given: dict[str, object] = {"--workdir": r.workdir, "--dry-run": r.dry_run}
     given |= {"--no-wait": r.no_wait, "--experiment-id": r.experiment_id, "--oversubscribe": r.oversubscribe}
     given |= {"--extra-params": r.extra_params, "--no-system-metrics": r.no_system_metrics}
     run_on_server(

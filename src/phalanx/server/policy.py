@@ -187,12 +187,10 @@ def enforce(request: Request) -> None:
         group_id = str(params["group_id"])
         groups = request.app.state.store
         visible = principal_of(request).visible_projects()
-        try:  # a prefix names only the caller's projects' groups (nor is ambiguous by others')
-            group = groups.get_group(groups.resolve_group(group_id, projects=visible))
-        except NotFound:
-            if visible is not None:
-                raise  # "... or is in a project you are not a member of"
-            raise NotFound(f"group {group_id} does not exist") from None
+        # a prefix names only the caller's projects' groups (nor is ambiguous by others'); a missing
+        # one is the store's own words: "... or is in a project you are not a member of" for a
+        # member, what `phalanx group get` says on the server's machine for whoever sees every project
+        group = groups.get_group(groups.resolve_group(group_id, projects=visible))
         require(request, group.project, role, f"group {group_id}")
         params["group_id"] = group.id
         request.scope.setdefault("phalanx.typed_ids", {})[group.id] = group_id

@@ -32,8 +32,10 @@ def test_local_only_options_and_a_missing_server_are_refused(
 ) -> None:
     code, err = phalanx(capfd, "run", "-f", str(spec), "--follow")
     assert code == 2 and "--server URL" in err
-    code, err = phalanx(capfd, "run", "-f", str(spec), "--server", "http://127.0.0.1:9", "--detach")
-    assert code == 2 and "--detach: not available on a server" in err
+    code, err = phalanx(capfd, "run", "-f", str(spec), "--server", "http://127.0.0.1:9", "--dry-run")
+    assert code == 2 and "--dry-run: not available on a server" in err
+    code, err = phalanx(capfd, "run", "-f", str(spec), "--server", "http://127.0.0.1:9", "-d", "--follow")
+    assert code == 2 and "--detach and --follow: give one" in err
     code, err = phalanx(capfd, "run", "-f", str(spec), "--server", "gpu-box:8000")
     assert code == 2 and "http://gpu-box:8000" in err
     empty = spec.with_name("token")

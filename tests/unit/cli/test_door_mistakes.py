@@ -1,0 +1,88 @@
+"""One door: a mistake typed against a server is told as this machine tells it (the same words,
+exit status 2, no traceback), and an option that means nothing different there is taken.
+
+What these guard against: an empty id named the list route (`GET /experiments/`), whose page the
+CLI read as an experiment (a KeyError traceback, exit 1); a write to an empty name was answered
+with a trailing-slash redirect (`the server answered 307`, exit 1); an id holding `/` matched no
+route (the bare `error: Not Found`); a missing group was `group X does not exist` on a server and
+`no group 'X'; ...` here; and `phalanx run -d`, which a script types on this machine, was refused
+after a login although a server run is detached anyway.
+
+The server is the real app on a real loopback socket (``served``), the CLI runs in-process."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.support.cli import phalanx_cli
+from tests.unit.cli.conftest import TOKEN, Served
+
+SPEC = "version: 1\nkind: experiment\nrun:\n  cmd: python -c pass\n"
+
+
+def both(served: Served, *args: str) -> tuple[tuple[int, str], tuple[int, str]]:
+    """(exit status, stderr) of ``args`` on this machine and on the server."""
+    here = phalanx_cli(*args, "--local")
+    there = phalanx_cli(*args, "--server", served.url, env={"PHALANX_TOKEN": TOKEN})
+    for done in (here, there):
+        assert "Traceback" not in done.stderr, (args, done.stderr)
+    return (here.returncode, _said(here.stderr)), (there.returncode, _said(there.stderr))
+
+
+def _said(stderr: str) -> str:
+    return "\n".join(line for line in stderr.splitlines() if not line.startswith("phalanx: on "))
+
+
+@pytest.mark.parametrize(
+    ("args", "said"),
+    [
+        (("get", ""), "error: an experiment id is required"),
+        (("logs", "  "), "error: an experiment id is required"),
+        (("metrics", ""), "error: an experiment id is required"),
+        (("tag", ""), "error: an experiment id is required"),
+        (("get", "a/b"), "error: no experiment 'a/b'; `phalanx ls` lists them"),
+        (("params", "../x"), "error: no experiment '../x'; `phalanx ls` lists them"),
+        (("group", "get", ""), "error: no group ''; `phalanx group ls` lists them"),
+        (("group", "get", "nosuch"), "error: no group 'nosuch'; `phalanx group ls` lists them"),
+        (("group", "stop", "a/b"), "error: no group 'a/b'; `phalanx group ls` lists them"),
+    ],
+)
+def test_a_bad_id_is_told_the_same_on_both_doors(
+    served: Served, phalanx_home: Path, args: tuple[str, ...], said: str
+) -> None:
+    here, there = both(served, *args)
+    assert here == (2, said), here
+    assert there == (2, said), there
+
+
+def test_an_empty_name_in_a_write_to_a_server_is_a_usage_error_not_a_redirect(
+    served: Served, phalanx_home: Path
+) -> None:
+    done = phalanx_cli(
+        "secret", "set", "vision", "", "--server", served.url, env={"PHALANX_TOKEN": TOKEN}, input="v\n"
+    )
+    assert done.returncode == 2, done.stderr
+    assert "Traceback" not in done.stderr and "307" not in done.stderr, done.stderr
+    assert done.stderr.splitlines()[-1] == (
+        "error: an empty argument where PUT /api/v1/projects/vision/secrets/ needs a name or id:"
+        " give a non-empty one"
+    )
+
+
+def test_run_detach_on_a_server_prints_the_id_as_it_does_here(
+    served: Served, phalanx_home: Path, tmp_path: Path
+) -> None:
+    spec = tmp_path / "exp" / "exp.yml"
+    spec.parent.mkdir()
+    spec.write_text(SPEC)
+    env = {"PHALANX_TOKEN": TOKEN}
+    done = phalanx_cli("run", "-f", spec, "--detach", "--server", served.url, env=env)
+    assert done.returncode == 0, done.stderr
+    exp_id = done.stdout.strip()
+    assert served.store.get_experiment(exp_id).id == exp_id
+    both_ways = phalanx_cli("run", "-f", spec, "-d", "--follow", "--server", served.url, env=env)
+    assert both_ways.returncode == 2 and both_ways.stderr.splitlines()[-1] == (
+        "error: --detach and --follow: give one (a server run is detached unless --follow)"
+    )
