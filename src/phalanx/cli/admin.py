@@ -79,11 +79,22 @@ def user_add(
     """Add a user with a password (asked twice unless --password-stdin). The first --admin user
     turns the server into team mode: every route then checks roles, and the server token becomes
     that admin's. After `phalanx login`, on the server (its admins)."""
+    from phalanx.errors import UsageError
+    from phalanx.store.accounts import check_name
+
+    check_name("user", name)  # before a password is asked for a name that cannot be
     directory = _door(server, local)
     if password_stdin:
         password = sys.stdin.readline().rstrip("\r\n")
+    elif sys.stdin is None or sys.stdin.closed or not sys.stdin.isatty():
+        raise UsageError(
+            f"no terminal to ask {name}'s password on: pipe it in with --password-stdin"
+            f" (`phalanx admin user add {name} --password-stdin < password.txt`, its first line)"
+        )
     else:
         password = typer.prompt("Password", hide_input=True, confirmation_prompt=True)
+    if not password:
+        raise UsageError(f"an empty password for {name}: give one (nothing was added)")
     first = directory.add_user(name, password, admin=admin)
     typer.echo(f"user {name} added{' (server admin)' if admin else ''}")
     if first:

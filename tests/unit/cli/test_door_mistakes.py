@@ -86,3 +86,17 @@ def test_run_detach_on_a_server_prints_the_id_as_it_does_here(
     assert both_ways.returncode == 2 and both_ways.stderr.splitlines()[-1] == (
         "error: --detach and --follow: give one (a server run is detached unless --follow)"
     )
+
+
+def test_a_user_added_without_a_terminal_is_told_to_pipe_the_password_on_both_doors(
+    served: Served, phalanx_home: Path
+) -> None:
+    here, there = both(served, "admin", "user", "add", "ada")  # no terminal, no --password-stdin
+    said = (
+        "error: no terminal to ask ada's password on: pipe it in with --password-stdin"
+        " (`phalanx admin user add ada --password-stdin < password.txt`, its first line)"
+    )
+    assert here == (2, said) and there == (2, said), (here, there)
+    here, there = both(served, "admin", "user", "add", "", "--password-stdin")
+    assert here[0] == there[0] == 2 and here[1] == there[1], (here, there)
+    assert here[1].startswith("error: invalid user name ''"), here
