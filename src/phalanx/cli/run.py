@@ -232,9 +232,19 @@ def _run_on_server(
     # a server run is detached already: --detach (a script's `phalanx run -d`) changes nothing there
     given: dict[str, object] = {"--workdir": r.workdir, "--dry-run": r.dry_run}
     given |= {"--no-wait": r.no_wait, "--experiment-id": r.experiment_id, "--oversubscribe": r.oversubscribe}
-    given |= {"--extra-params": r.extra_params, "--no-system-metrics": r.no_system_metrics}
+    given |= {"--no-system-metrics": r.no_system_metrics}
     run_on_server(
-        r.file, r.param, r.priority, server, follow, token_file, r.output, given, settings, r.cluster
+        r.file,
+        r.param,
+        r.priority,
+        server,
+        follow,
+        token_file,
+        r.output,
+        given,
+        settings,
+        r.cluster,
+        extra_params=r.extra_params,
     )
 
 

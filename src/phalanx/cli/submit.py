@@ -27,9 +27,11 @@ def run_on_server(
     given: Mapping[str, Any],
     settings: Settings,
     cluster: str | None = None,
+    extra_params: bool = False,
 ) -> None:
     """Bundle the file's folder, submit, print the id; with ``follow``, exit as the experiment ends.
-    ``cluster``: the submit's target, a cluster registered on the server (default: its own machine)."""
+    ``cluster``: the submit's target, a cluster registered on the server (default: its own machine);
+    ``extra_params``: params the file does not declare are recorded (`--extra-params`)."""
     from phalanx.bundles import pack
     from phalanx.errors import SpecError, UsageError
     from phalanx.logins import choose
@@ -59,7 +61,10 @@ def run_on_server(
         f"phalanx: submitting {file} with {folder} ({len(bundle) >> 10} KiB) to {client.url}{on}\n"
     )
     try:
-        answer = client.submit(file, bundle, params, priority, extra={"target": cluster} if cluster else None)
+        fields = {"target": cluster} if cluster else {}
+        if extra_params:
+            fields["extra_params"] = "true"
+        answer = client.submit(file, bundle, params, priority, extra=fields)
     except SpecError as exc:  # the server's located words, then what `phalanx run` says of the file
         for problem in exc.problems:
             sys.stderr.write(f"{problem}\n")

@@ -75,6 +75,7 @@ class SubmitRequest:
     bundle: bytes
     idempotency_key: str | None = None
     target: str = LOCAL
+    extra_params: bool = False  # params the file does not declare are recorded (`--extra-params`)
 
 
 @dataclass(frozen=True)
@@ -147,11 +148,12 @@ def submit(store: LocalStore, settings: Settings, request: SubmitRequest, who: S
             "priority": request.priority,
             "target": request.target,
             "bundle": sha,
+            "extra_params": request.extra_params,
         }
     )
     if is_group_text(request.file_text, name):
         return _submit_group(store, settings, request, name, sha, print_, who, cluster)
-    spec = load_spec_text(request.file_text, name, params=request.params)
+    spec = load_spec_text(request.file_text, name, params=request.params, extra_params=request.extra_params)
     project = spec.project or DEFAULT_PROJECT
     who.authorize(project)
     replayed = _replay(store, who, request.idempotency_key, print_, SubmissionKind.EXPERIMENT)
@@ -352,7 +354,7 @@ def _submit_group(
     """A `kind: group` file: validated and recorded as `phalanx group run` does; the launcher then
     unpacks it, builds the trials' environment (or checks a cluster could run them) and starts its
     controller in its own process (``groups.detached``), which a restarted server adopts."""
-    group = load_group_text(request.file_text, name, params=request.params)
+    group = load_group_text(request.file_text, name, params=request.params, extra_params=request.extra_params)
     project = group.base.project or DEFAULT_PROJECT
     who.authorize(project)
     require("optuna", "search", "a group on the server")
@@ -384,7 +386,7 @@ def _submit_group(
             "cluster": cluster,
             "oversubscribe": False,
             "allow_unused": False,
-            "extra_params": False,
+            "extra_params": request.extra_params,
             "isolation": box.to_json() if box else None,  # every trial's, and its build's
         },
     )

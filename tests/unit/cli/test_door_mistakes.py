@@ -100,3 +100,21 @@ def test_a_user_added_without_a_terminal_is_told_to_pipe_the_password_on_both_do
     here, there = both(served, "admin", "user", "add", "", "--password-stdin")
     assert here[0] == there[0] == 2 and here[1] == there[1], (here, there)
     assert here[1].startswith("error: invalid user name ''"), here
+
+
+def test_a_param_the_file_does_not_declare_is_kept_with_extra_params_on_a_server(
+    served: Served, phalanx_home: Path, tmp_path: Path
+) -> None:
+    spec = tmp_path / "exp" / "exp.yml"
+    spec.parent.mkdir()
+    spec.write_text("version: 1\nkind: experiment\ndeclarations:\n  lr: 0.1\nrun:\n  cmd: python -c pass\n")
+    env = {"PHALANX_TOKEN": TOKEN}
+    refused = phalanx_cli("run", "-f", spec, "--param", "lrr=0.5", "--server", served.url, env=env)
+    assert refused.returncode == 2 and "did you mean 'lr'?" in refused.stderr, refused.stderr
+    assert "--extra-params" in refused.stderr and "Traceback" not in refused.stderr
+    kept = phalanx_cli(
+        "run", "-f", spec, "--param", "lrr=0.5", "--extra-params", "--server", served.url, env=env
+    )
+    assert kept.returncode == 0, kept.stderr
+    exp = served.store.get_experiment(kept.stdout.strip())
+    assert exp.plan["params"]["lrr"] == 0.5, exp.plan

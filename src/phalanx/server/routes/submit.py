@@ -58,6 +58,7 @@ class SubmitForm(BaseModel):
     file_name: str = Field(max_length=500, description="the file's path in the bundle")
     file_text: str = Field(max_length=1 << 20, description="the experiment file's text")
     params: str | None = Field(None, max_length=1 << 20, description='JSON: {"lr": 0.1}')
+    extra_params: bool = Field(False, description="accept params the experiment file does not declare")
     priority: int = Field(0, ge=-(10**6), le=10**6)
     target: str = Field(
         "local",
@@ -231,6 +232,7 @@ async def _submit_bundle(
             params=parse_params(fields.params),
             priority=fields.priority,
             bundle=data,
+            extra_params=fields.extra_params,
             idempotency_key=idempotency_key,
             target=fields.target,
         ),
