@@ -128,6 +128,9 @@ def datastore_rm(
     local: LocalOpt = False,
 ) -> None:
     """Forget a datastore (nothing is deleted where it points)."""
+    from phalanx.store.catalog import check_name
+
+    check_name(name, "datastore")  # what cannot be a name is said as such, on both doors
     with _open(server, local) as catalog:
         catalog.remove_datastore(name)
     typer.echo(f"removed datastore {name}")
@@ -193,6 +196,10 @@ def data_ls(
     local: LocalOpt = False,
 ) -> None:
     """List datasets and their versions (on a server: your projects' and the shared ones)."""
+    from phalanx.store.catalog import check_name
+
+    if name is not None:
+        check_name(name, "dataset")  # '' is no name: said, not 'no dataset' with an empty command
     with _open(server, local) as catalog:
         versions = catalog.datasets(name)
         if name is not None and not versions:  # the same on both doors: among the names one may see

@@ -45,10 +45,19 @@ def _client(server: str | None, local: bool, token_file: Path | None) -> Client 
     return choose(server, local, token_file)
 
 
+def _checked(project: str) -> str:
+    """The project named, or UsageError for none ('' on either door)."""
+    from phalanx.errors import UsageError
+
+    if not project.strip():
+        raise UsageError("a project name is required")
+    return project
+
+
 def _quoted(project: str) -> str:
     from urllib.parse import quote
 
-    return quote(project, safe="")
+    return quote(_checked(project), safe="")
 
 
 def _store() -> LocalStore:
@@ -109,6 +118,7 @@ def set_quota(
         "memory_mib": _memory(memory),
         "max_waiting": max_waiting,
     }
+    project = _checked(project)
     client = _client(server, local, token_file)
     if client is not None:
         path = f"/projects/{_quoted(project)}/quota"
@@ -231,6 +241,7 @@ def remove_quota(
     from phalanx.errors import NotFound, UsageError
     from phalanx.store import quotas
 
+    project = _checked(project)
     client = _client(server, local, token_file)
     if client is not None:
         try:

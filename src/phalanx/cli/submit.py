@@ -133,6 +133,10 @@ def rerun_on_server(
     """`phalanx rerun ID` after `phalanx login` (or with --server URL): the server starts what its
     experiment ID ran, with these params, from its stored snapshot; prints the new id, and with
     ``follow`` follows it as `phalanx run --follow` does."""
+    from phalanx.errors import UsageError
+
+    if not origin.strip():  # as this machine's store says it
+        raise UsageError("an experiment id is required")
     sys.stderr.write(f"phalanx: rerunning {origin} on {client.url}\n")
     answer = client.clone(
         origin, params, priority, attempt=attempt, extra_params=extra_params, latest_data=latest_data

@@ -216,12 +216,14 @@ def list_datastores(store: LocalStore) -> list[DatastoreRecord]:
 
 
 def get_datastore(store: LocalStore, name: str) -> DatastoreRecord:
+    check_name(name, "datastore")  # what no datastore can be named is said as such
     with store.engine.connect() as conn:
         row = conn.execute(select(_ds()).where(_ds().c.name == name)).mappings().first()
     if row is None:
-        known = ", ".join(d.name for d in list_datastores(store)) or "none"
+        names = [d.name for d in list_datastores(store)]
         raise NotFound(
-            f"no datastore {name!r} (datastores: {known}); add it with `phalanx datastore add {name} URL`"
+            f"no datastore {name!r}{did_you_mean(name, names)} (datastores: {', '.join(names) or 'none'});"
+            f" add it with `phalanx datastore add {name} URL`"
         )
     return _datastore(row)
 

@@ -20,6 +20,7 @@ from tests.support.cli import phalanx_cli
 from tests.unit.cli.conftest import TOKEN, Served
 
 SPEC = "version: 1\nkind: experiment\nrun:\n  cmd: python -c pass\n"
+NAMES = "use letters, digits, '.', '_' and '-' (at most 128, not starting with '.', '_' or '-')"
 
 
 def both(served: Served, *args: str) -> tuple[tuple[int, str], tuple[int, str]]:
@@ -47,6 +48,12 @@ def _said(stderr: str) -> str:
         (("group", "get", ""), "error: no group ''; `phalanx group ls` lists them"),
         (("group", "get", "nosuch"), "error: no group 'nosuch'; `phalanx group ls` lists them"),
         (("group", "stop", "a/b"), "error: no group 'a/b'; `phalanx group ls` lists them"),
+        (("rerun", ""), "error: an experiment id is required"),
+        (("quota", "rm", ""), "error: a project name is required"),
+        (("quota", "set", " ", "--cores", "1"), "error: a project name is required"),
+        (("data", "ls", ""), f"error: dataset name '': {NAMES}"),
+        (("datastore", "rm", ""), f"error: datastore name '': {NAMES}"),
+        (("datastore", "rm", "a/b"), f"error: datastore name 'a/b': {NAMES}"),
     ],
 )
 def test_a_bad_id_is_told_the_same_on_both_doors(

@@ -17,6 +17,8 @@ def test_a_datastore_is_added_listed_and_removed(store: Any, folder: Path) -> No
     record = catalog.add_datastore(store, "digits-store", str(folder))
     assert record.url == str(folder.resolve())
     assert [d.name for d in catalog.list_datastores(store)] == ["digits-store"]
+    with pytest.raises(NotFound, match=r"no datastore 'digit-store'; did you mean 'digits-store'\?"):
+        catalog.get_datastore(store, "digit-store")
     with pytest.raises(Conflict):
         catalog.add_datastore(store, "digits-store", str(folder))
     catalog.remove_datastore(store, "digits-store")
