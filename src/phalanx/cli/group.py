@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from phalanx.cli.app import ExtraParamsOpt, app, emit_json
-from phalanx.cli.target import LocalOpt, ServerOpt, ThisMachineOnlyOpt, this_machine_only
+from phalanx.cli.target import LocalOpt, ServerOpt, ThisMachineOnlyOpt, submit_server, this_machine_only
 
 if TYPE_CHECKING:
     from phalanx.domain import Group
@@ -138,20 +138,29 @@ def run(
             help="Print the group as JSON (as group get -o json): once it ends, or as it starts (--detach).",
         ),
     ] = False,
-    server: ThisMachineOnlyOpt = None,
+    server: ServerOpt = None,
+    local: LocalOpt = False,
 ) -> None:
-    """Run a hyperparameter search: each trial is a whole experiment, `concurrency` at a time.
+    """Run a hyperparameter search: each trial is a whole experiment, `concurrency` at a time. After
+    `phalanx login` (or with --server URL) the server runs it, and this command follows it until it
+    ends (--detach: prints its id), as `phalanx run -f FILE` does with a group file.
 
     Exit status: 0 the search finished, 1 every trial failed, 130 stopped, 2 invalid file.
     """
-    this_machine_only("group run", server, "`phalanx run -f FILE --server URL` submits a group to the server")
     from phalanx.cli.launching import _check_home_and_db
+    from phalanx.cli.submit import run_on_server
     from phalanx.config import Settings
     from phalanx.domain import plural
     from phalanx.errors import UsageError
     from phalanx.spec.loader import parse_param_overrides
 
     settings = Settings()
+    url = submit_server(server, local, settings)
+    if url is not None:  # the trials' folder and options are the server's: these are refused there
+        given = {"--workdir": workdir, "--oversubscribe": oversubscribe, "--allow-unused": allow_unused}
+        output = "json" if json_out else "table"
+        run_on_server(file, param, 0, url, not detach, None, output, given, settings, cluster, extra_params)
+        return
     overrides = parse_param_overrides(param or [])
     group = _load_group(file, overrides, allow_unused, extra_params)
     for note in group.notes:

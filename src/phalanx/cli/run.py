@@ -25,7 +25,7 @@ from phalanx.cli.launching import _load as _load
 from phalanx.cli.launching import launch_options, launched_json, start_detached
 from phalanx.cli.launching import submit_detached as submit_detached
 from phalanx.cli.live_table import RichObserver
-from phalanx.cli.target import LocalOpt, ServerOpt
+from phalanx.cli.target import LocalOpt, ServerOpt, submit_server
 from phalanx.cli.terminal import guard_std_streams
 
 if TYPE_CHECKING:
@@ -193,7 +193,7 @@ def run(
         experiment_id=experiment_id,
         no_system_metrics=no_system_metrics,
     )
-    server = _target_server(server, local, settings)
+    server = submit_server(server, local, settings)
     if server is not None or follow or token_file is not None:
         _run_on_server(request, server, follow, token_file, settings)
     elif str(file) != "-" and _is_group_file(file):  # a search: `phalanx group run`, as `polyaxon run -f` did
@@ -202,21 +202,6 @@ def run(
         _start_detached(request, settings)
     else:
         _run_here(request, settings)
-
-
-def _target_server(server: str | None, local: bool, settings: Settings) -> str | None:
-    """The server to submit to: --server, else the one `phalanx login` stored; None with --local."""
-    from phalanx import logins
-    from phalanx.errors import UsageError
-
-    if server is None and not local:  # after `phalanx login URL`, the server is the default
-        stored = logins.load(settings.home)
-        return stored.url if stored is not None else None
-    if local:
-        if server is not None:
-            raise UsageError("--server and --local: give one (--local runs it on this machine)")
-        logins.say_door(None)
-    return server
 
 
 def _run_on_server(

@@ -13,11 +13,14 @@ refuse it (``this_machine_only``: exit status 2, saying so), never to act on thi
 from __future__ import annotations
 
 import getpass
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from phalanx.errors import UsageError
+
+if TYPE_CHECKING:
+    from phalanx.config import Settings
 
 ServerOpt = Annotated[
     str | None,
@@ -46,6 +49,21 @@ def this_machine_only(command: str, server: str | None, instead: str) -> None:
         )
     if logins.load(Settings().home) is not None:
         logins.say_door(None)
+
+
+def submit_server(server: str | None, local: bool, settings: Settings) -> str | None:
+    """The server a run or a group is submitted to: --server, else the one `phalanx login` stored;
+    None with --local (said, after a login)."""
+    from phalanx import logins  # why: the command modules import this one for its options (start-up)
+
+    if server is None and not local:  # after `phalanx login URL`, the server is the default
+        stored = logins.load(settings.home)
+        return stored.url if stored is not None else None
+    if local:
+        if server is not None:
+            raise UsageError("--server and --local: give one (--local runs it on this machine)")
+        logins.say_door(None)
+    return server
 
 
 def shell_actor() -> str:

@@ -125,3 +125,29 @@ def test_a_param_the_file_does_not_declare_is_kept_with_extra_params_on_a_server
     assert kept.returncode == 0, kept.stderr
     exp = served.store.get_experiment(kept.stdout.strip())
     assert exp.plan["params"]["lrr"] == 0.5, exp.plan
+
+
+GROUP = """version: 1
+kind: group
+hptuning:
+  concurrency: 1
+  matrix:
+    x: {values: [1, 2]}
+run:
+  cmd: python -c pass {{ x }}
+"""
+
+
+def test_group_run_after_a_login_submits_the_group_to_the_server(
+    served: Served, phalanx_home: Path, tmp_path: Path
+) -> None:
+    spec = tmp_path / "sweep" / "group.yml"
+    spec.parent.mkdir()
+    spec.write_text(GROUP)
+    env = {"PHALANX_TOKEN": TOKEN}
+    done = phalanx_cli("group", "run", "-f", spec, "--detach", "--server", served.url, env=env)
+    assert done.returncode == 0, done.stderr
+    group = served.store.get_group(done.stdout.strip())
+    assert group.planned == 2 and f"phalanx: on server {served.url}" in done.stderr
+    refused = phalanx_cli("group", "run", "-f", spec, "--workdir", tmp_path, "--server", served.url, env=env)
+    assert refused.returncode == 2 and "--workdir: not available on a server yet" in refused.stderr
