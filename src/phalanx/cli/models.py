@@ -2,7 +2,7 @@
 
 One command group, two kinds of first word:
 
-- a verb (``register``, ``ls``, ``get``, ``alias``, ``download``, ``update``): the registry
+- a verb (``register``, ``ls``, ``get``, ``alias``, ``download``, ``update``, ``rm``): the registry
   (phalanx.registry): named, versioned ONNX models with aliases that `phalanx serve` follows;
 - anything else is an experiment id, as before the registry existed: `phalanx models ID` lists the
   models experiment ID saved (task.save_model) and `--download NAME` fetches one. It is the hidden
@@ -12,6 +12,7 @@ One command group, two kinds of first word:
 from __future__ import annotations
 
 import re
+import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
@@ -60,7 +61,7 @@ class _ModelsGroup(TyperGroup):
 models_app = typer.Typer(
     cls=_ModelsGroup,
     help=(
-        "The model registry (register, ls, get, alias, download, update), or an experiment's saved "
+        "The model registry (register, ls, get, alias, download, update, rm), or an experiment's saved "
         "models: `phalanx models ID [--download NAME]`."
     ),
     no_args_is_help=True,
@@ -394,6 +395,63 @@ def alias(
     before = registry.set_alias(ref.name, ref.alias, version)
     moved = "" if before is None or before == version else f" (was {before})"
     typer.echo(f"{ref} -> version {version}{moved}")
+
+
+@models_app.command("rm")
+def rm(
+    ref: Annotated[str, typer.Argument(metavar="NAME[@N]", help="the model (every version), or one version")],
+    yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask for confirmation.")] = False,
+    output: OutputOpt = Format.TABLE,
+    server: ServerOpt = None,
+    local: LocalOpt = False,
+) -> None:
+    """Remove a registered model (NAME: every version and alias) or one version (NAME@N: the aliases
+    naming it go too). Its registry copy of the file goes; the experiment's own file stays."""
+    from phalanx.domain import plural
+    from phalanx.errors import NotFound, UsageError
+    from phalanx.registry.service import version_json
+    from phalanx.store.registry_records import ModelRef, parse_ref
+    from phalanx.suggest import did_you_mean
+
+    parsed = parse_ref(ref)
+    if parsed.alias is not None:
+        raise UsageError(
+            f"{ref!r}: rm takes NAME or NAME@VERSION, not an alias (`phalanx models get {ref}` names "
+            f"its version; `phalanx models alias {ref} --delete` removes only the alias)"
+        )
+    registry = open_registry(server, local)
+    try:
+        if parsed.version is None:
+            found = registry.versions(parsed.name)
+        else:
+            found = [registry.resolve(ModelRef(parsed.name, version=parsed.version))]
+    except NotFound as exc:
+        if parsed.version is not None or parsed.name in {m.name for m in registry.models()}:
+            raise
+        raise NotFound(f"{exc}{did_you_mean(parsed.name, (m.name for m in registry.models()))}") from None
+    if not yes:
+        if not sys.stdin.isatty():
+            raise UsageError(f"removing {ref} needs confirmation: pass --yes")
+        listed = "\n".join(
+            f"  {v.name}@{v.version}"
+            + "".join(f" @{a}" for a in v.aliases)
+            + f" (experiment {v.experiment_id})"
+            for v in found
+        )
+        what = (
+            f"model {parsed.name} and its {plural(len(found), 'version')}" if parsed.version is None else ref
+        )
+        if not typer.confirm(f"Remove {what}?\n{listed}\n"):
+            typer.echo("nothing removed", err=True)
+            raise typer.Exit(1)
+    gone = registry.remove(parsed.name, parsed.version)
+    if output == "json":
+        emit_json([version_json(v) for v in gone])
+        return
+    aliases = [f"{v.name}@{a}" for v in gone for a in v.aliases]
+    removed = ", ".join(f"{v.name}@{v.version}" for v in gone) or "no versions"
+    head = f"removed model {parsed.name} ({removed})" if parsed.version is None else f"removed {removed}"
+    typer.echo(head + (f"; aliases removed: {', '.join(aliases)}" if aliases else ""))
 
 
 @models_app.command("download")

@@ -35,6 +35,8 @@ class ModelRegistry(Protocol):
 
     def delete_alias(self, name: str, alias: str) -> None: ...
 
+    def remove(self, name: str, version: int | None = None) -> list[ModelVersion]: ...
+
     def update(
         self,
         name: str,

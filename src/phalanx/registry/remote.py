@@ -80,6 +80,14 @@ class RemoteRegistry:
         path = f"/models/{quote(check_model_name(name))}/aliases/{quote(check_alias(alias))}"
         self.client.request("DELETE", path)
 
+    def remove(self, name: str, version: int | None = None) -> list[ModelVersion]:
+        """Remove a version (``DELETE /models/{name}/versions/{n}``) or the model with every version
+        (``DELETE /models/{name}``); the server refuses (409) one a service of it serves."""
+        path = f"/models/{quote(check_model_name(name))}"
+        if version is not None:
+            path += f"/versions/{int(version)}"
+        return [version_of(v) for v in self.client.request("DELETE", path)[1]]
+
     def update(
         self,
         name: str,

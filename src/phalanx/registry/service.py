@@ -221,6 +221,20 @@ class Registry:
     def delete_alias(self, name: str, alias: str) -> None:
         self.sql.delete_alias(check_model_name(name), check_alias(alias))
 
+    def remove(self, name: str, version: int | None = None) -> list[ModelVersion]:
+        """Remove version ``version`` of ``name`` (the aliases naming it go too) or, ``version``
+        None, the model with every version and alias; what was removed. The registry's copy of a
+        file goes with the last version naming it (the rows first: a crash between the two leaves an
+        unreferenced file, never a version without its file); the experiment's own file stays."""
+        gone = self.sql.remove(check_model_name(name), None if version is None else int(version))
+        try:  # content-addressed: two versions of the same bytes share one file
+            kept = {v.path for v in self.sql.versions(name)}
+        except NotFound:  # the whole model went
+            kept = set()
+        for path in sorted({v.path for v in gone} - kept):
+            self.artifacts.delete(REGISTRY_ID, path)
+        return gone
+
     def update(
         self,
         name: str,

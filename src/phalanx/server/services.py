@@ -171,6 +171,17 @@ class Services:
             found = list(self._services.values())
         return [s for s in found if projects is None or s.project in projects]
 
+    def serving(self, name: str) -> dict[int, list[str]]:
+        """The versions of registered model ``name`` its running services hand over now: version ->
+        the ids of the services serving it (what `phalanx models rm` must not pull from under one)."""
+        found: dict[int, list[str]] = {}
+        for service in self.listed():
+            if service.kind == MODEL and parse_ref(service.target.id).name == name:
+                version = published(service.folder / "model")
+                if version is not None:
+                    found.setdefault(version, []).append(service.id)
+        return found
+
     def get(self, service_id: str) -> Service:
         with self._lock:
             found = self._services.get(service_id)

@@ -180,6 +180,8 @@ WRITES: list[tuple[str, tuple[str, ...], str]] = [
     ("cluster unmap", ("cluster", "unmap", "c-{d}", "p-{d}"), ""),
     ("cluster rm", ("cluster", "rm", "c-{d}"), ""),
     ("models update", ("models", "update", "m-{d}@1", "--description", "tiny {d}", "--tag", "door={d}"), ""),
+    ("models register", ("models", "register", "{m}", "--name", "m-{d}", "--alias", "next"), ""),
+    ("models rm", ("models", "rm", "m-{d}@2", "--yes"), ""),
 ]
 
 # Commands of both doors that start or follow processes, proved on both doors by another test of
@@ -264,7 +266,10 @@ def test_a_write_through_either_door_answers_the_same_and_lands_in_the_one_store
     clusters = [c["name"] for c in json.loads(ok(doors.here("cluster", "ls", "-o", "json")).stdout)]
     assert clusters == ["hpc"]  # each door's cluster came and went
     models = {m["name"]: m for m in json.loads(ok(doors.here("models", "ls", "-o", "json")).stdout)}
-    assert models["m-here"]["aliases"] == models["m-there"]["aliases"] == {"prod": 1}
+    assert models["m-here"]["aliases"] == models["m-there"]["aliases"] == {"prod": 1}  # @next went with 2
+    assert [
+        v["version"] for v in json.loads(ok(doors.here("models", "ls", "m-there", "-o", "json")).stdout)
+    ] == [1]
     stores = {s["name"] for s in json.loads(ok(doors.here("datastore", "ls", "-o", "json")).stdout)}
     assert stores == {"lake"}
 

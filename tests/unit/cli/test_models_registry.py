@@ -4,6 +4,7 @@ saved models as before the registry."""
 from __future__ import annotations
 
 import json
+import types
 from pathlib import Path
 
 import pytest
@@ -146,3 +147,61 @@ def test_a_misspelt_alias_names_the_alias_meant(
     assert err == "error: model digits has no alias 'prdo' (aliases: prod); did you mean digits@prod?\n"
     status, err = _phalanx(capsys, "models", "get", "digits@staging")  # near none: setting it is the fix
     assert status == 2 and "set one with `phalanx models alias digits@staging VERSION`" in err
+
+
+def _removable(capsys: pytest.CaptureFixture[str]) -> None:
+    """digits versions 1 and 2 (@prod -> 1), and lin version 1."""
+    for seed, name in ((1, "digits"), (2, "digits"), (3, "lin")):
+        assert _phalanx(capsys, "models", "register", _saved(seed), "--name", name)[0] == 0
+    assert _phalanx(capsys, "models", "alias", "digits@prod", "1")[0] == 0
+
+
+def test_rm_removes_a_version_with_its_aliases_or_a_whole_model(
+    phalanx_home: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _removable(capsys)
+    assert "rm" in CLI.invoke(app, ["models", "--help"]).output
+    status, err = _phalanx(capsys, "models", "rm", "digits@1")  # no terminal: --yes or nothing
+    assert (status, err) == (2, "error: removing digits@1 needs confirmation: pass --yes\n")
+    terminal = types.SimpleNamespace(stdin=types.SimpleNamespace(isatty=lambda: True))
+    with monkeypatch.context() as patched:
+        patched.setattr("phalanx.cli.models.sys", terminal)  # on a terminal: asked
+        declined = CLI.invoke(app, ["models", "rm", "digits@1"], input="n\n")
+    assert declined.exit_code == 1 and "digits@1 @prod" in declined.output
+    assert [
+        v["version"] for v in json.loads(CLI.invoke(app, ["models", "ls", "digits", "-o", "json"]).output)
+    ] == [1, 2]
+    out = CLI.invoke(app, ["models", "rm", "digits@1", "--yes"])
+    assert out.exit_code == 0, out.output
+    assert out.output == "removed digits@1; aliases removed: digits@prod\n"
+    listed = {m["name"]: m for m in json.loads(CLI.invoke(app, ["models", "ls", "-o", "json"]).output)}
+    assert (listed["digits"]["latest_version"], listed["digits"]["aliases"]) == (2, {})
+    out = CLI.invoke(app, ["models", "rm", "lin", "-y", "-o", "json"])
+    assert out.exit_code == 0, out.output
+    assert [(v["ref"], v["source"]) for v in json.loads(out.output)] == [("lin@1", "digits.onnx")]
+    assert [m["name"] for m in json.loads(CLI.invoke(app, ["models", "ls", "-o", "json"]).output)] == [
+        "digits"
+    ]
+
+
+@pytest.mark.parametrize(
+    ("args", "said"),
+    [
+        (["lin@7"], "error: model lin has no version 7 (versions: 1)\n"),
+        (["digts"], "did you mean 'digits'?"),
+        (["nothing"], "no registered model 'nothing'"),
+        (["digits@prod"], "rm takes NAME or NAME@VERSION, not an alias"),
+    ],
+)
+def test_rm_of_what_does_not_exist_says_so_and_removes_nothing(
+    phalanx_home: Path, capsys: pytest.CaptureFixture[str], args: list[str], said: str
+) -> None:
+    _removable(capsys)
+    status, err = _phalanx(capsys, "models", "rm", *args, "--yes")
+    assert status == 2 and said in err and "Traceback" not in err, err
+    assert "experiment" not in err  # not routed to the hidden `models experiment ID`
+    listed = {
+        m["name"]: m["latest_version"]
+        for m in json.loads(CLI.invoke(app, ["models", "ls", "-o", "json"]).output)
+    }
+    assert listed == {"digits": 2, "lin": 1}

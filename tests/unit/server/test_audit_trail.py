@@ -266,6 +266,17 @@ def _alias_rm(w: World) -> tuple[int, str, str, str | None]:
     return r.status_code, "model.alias.remove", "digits@prod", "previous: version 2"
 
 
+def _version_rm(w: World) -> tuple[int, str, str, str | None]:
+    w.client.put(f"{API}/models/digits/aliases/old", json={"version": 1}, headers=w.auth())
+    r = w.client.delete(f"{API}/models/digits/versions/1", headers=w.auth())
+    return r.status_code, "model.version.remove", "digits/1", "digits@1 @old"
+
+
+def _model_rm(w: World) -> tuple[int, str, str, str | None]:
+    r = w.client.delete(f"{API}/models/digits", headers=w.auth())
+    return r.status_code, "model.remove", "digits", "digits@2"
+
+
 def _datastore_add(w: World) -> tuple[int, str, str, str | None]:
     lake = w.settings.store.home / "lake"
     (lake / "digits").mkdir(parents=True, exist_ok=True)
@@ -324,6 +335,8 @@ CALLS: dict[tuple[str, str], Call] = {
     ("PATCH", f"{API}/models/{{name}}/versions/{{version}}"): _version_update,
     ("PUT", f"{API}/models/{{name}}/aliases/{{alias}}"): _alias_set,
     ("DELETE", f"{API}/models/{{name}}/aliases/{{alias}}"): _alias_rm,
+    ("DELETE", f"{API}/models/{{name}}/versions/{{version}}"): _version_rm,
+    ("DELETE", f"{API}/models/{{name}}"): _model_rm,
     ("PATCH", f"{API}/queue/{{experiment_id}}"): _priority,
     ("POST", f"{API}/datastores"): _datastore_add,
     ("POST", f"{API}/datasets"): _dataset_add,

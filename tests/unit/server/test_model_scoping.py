@@ -5,12 +5,16 @@ single-token mode everybody still reads and writes every model."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import httpx
 import pytest
 from fastapi.testclient import TestClient
 
+from phalanx.services.targets import Target
 from phalanx.store.base import Store
 from tests.unit.server import fill
+from tests.unit.server.fake_services import FakeBoard
 from tests.unit.server.teams_fixtures import Team, make_model, make_team
 
 
@@ -120,3 +124,45 @@ def test_single_token_mode_reads_and_writes_every_model(client: TestClient) -> N
     assert client.put("/api/v1/models/ma/aliases/prod", json={"version": 1}).status_code == 200
     r = client.get("/api/v1/models/nothing")  # the registry's own message, as before
     assert r.status_code == 404 and "phalanx models register" in r.text
+
+
+@pytest.mark.usefixtures("models")
+@pytest.mark.parametrize("path", ["/api/v1/models/ma/versions/1", "/api/v1/models/ma"])
+def test_a_models_editors_remove_it_viewers_may_not_and_outsiders_get_404(
+    client: TestClient, team: Team, path: str
+) -> None:
+    r = client.delete(path, headers=_as(team, "viewer_a"))
+    assert r.status_code == 403 and "needs editor" in r.text, r.text
+    for role in ("none", "admin_b"):
+        assert _hidden(client.delete(path, headers=_as(team, role))), role
+    assert client.get("/api/v1/models/ma/versions/1", headers=_as(team, "viewer_a")).status_code == 200
+    r = client.delete(path, headers=_as(team, "editor_a"))
+    assert r.status_code == 200, r.text
+    assert [(v["name"], v["version"]) for v in r.json()] == [("ma", 1)]
+    assert client.get("/api/v1/models/ma/versions/1", headers=_as(team, "viewer_a")).status_code == 404
+    assert [m["name"] for m in client.get("/api/v1/models", headers=_as(team, "root")).json()] == (
+        ["ma", "mb"] if path.endswith("/1") else ["mb"]
+    )
+    r = client.delete("/api/v1/models/ma/versions/7", headers=_as(team, "editor_a"))
+    assert r.status_code == 404, r.text
+
+
+@pytest.mark.usefixtures("models")
+def test_a_served_version_is_not_removed(
+    client: TestClient, team: Team, store: Store, fake_boards: FakeBoard
+) -> None:
+    from phalanx.registry.service import Registry
+    from phalanx.serving.folder import publish
+
+    registry = Registry(store)
+    service = replace(fake_boards.make(store, "A", Target("model", "ma@prod")), kind="model")
+    version = registry.resolve("ma@1")
+    publish(service.folder / "model", version, registry.read_bytes(version))
+    client.app.state.services.add(service)  # type: ignore[attr-defined]
+    for path in ("/api/v1/models/ma/versions/1", "/api/v1/models/ma"):
+        r = client.delete(path, headers=_as(team, "editor_a"))
+        assert r.status_code == 409, r.text
+        assert f"version 1 by service {service.id}" in r.text and "stop the service" in r.text
+    assert client.get("/api/v1/models/ma/versions/1", headers=_as(team, "viewer_a")).status_code == 200
+    client.app.state.services.stop(service.id)  # type: ignore[attr-defined]
+    assert client.delete("/api/v1/models/ma", headers=_as(team, "editor_a")).status_code == 200

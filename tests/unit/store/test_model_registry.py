@@ -13,7 +13,7 @@ from phalanx.domain import Event, EventKind
 from phalanx.errors import NotFound, UsageError
 from phalanx.registry.model import Model
 from phalanx.registry.parity import ParityFailed
-from phalanx.registry.service import Registry
+from phalanx.registry.service import REGISTRY_ID, Registry
 from phalanx.store.registry_records import ModelRef, parse_ref
 from phalanx.store.sql import SqlStore
 from tests.support.onnx_models import random_linear, record_model, run_onnx, tamper
@@ -143,3 +143,50 @@ def test_version_0_of_a_model_is_a_clear_mistake_not_an_alias() -> None:
     assert parse_ref("digits@prod") == ModelRef("digits", alias="prod")
     with pytest.raises(UsageError, match="versions of a model count from 1"):
         parse_ref("digits@0")
+
+
+def test_removing_a_version_drops_its_aliases_its_file_last_and_never_gives_its_number_again(
+    store: SqlStore,
+) -> None:
+    registry = Registry(store)
+    first, second = _experiment(store, 1), _experiment(store, 2)
+    for exp in (first, first, second):  # versions 1 and 2 share one file (the same bytes)
+        registry.register(exp, "digits")
+    registry.set_alias("digits", "prod", 3)
+    registry.set_alias("digits", "old", 1)
+    files = store.artifact_store
+    assert files is not None
+    shared, own = registry.resolve("digits@1").path, registry.resolve("digits@3").path
+    assert shared == registry.resolve("digits@2").path != own
+    [gone] = registry.remove("digits", 3)
+    assert (gone.version, gone.aliases) == (3, ["prod"])
+    assert [v.version for v in registry.versions("digits")] == [1, 2]
+    assert registry.models()[0].aliases == {"old": 1}
+    assert not files.exists(REGISTRY_ID, own) and files.exists(REGISTRY_ID, shared)
+    assert registry.register(second, "digits").version == 4  # 3 named another file: never again
+    registry.remove("digits", 1)
+    assert files.exists(REGISTRY_ID, shared)  # version 2 still names it
+    with pytest.raises(NotFound, match=r"no version 1 \(versions: 2, 4\)"):
+        registry.remove("digits", 1)
+    with pytest.raises(NotFound, match="no registered model 'digts'"):
+        registry.remove("digts")
+    assert [v.version for v in registry.versions("digits")] == [2, 4]  # a refused removal changes nothing
+
+
+def test_removing_a_model_removes_every_version_alias_and_file(store: SqlStore) -> None:
+    registry = Registry(store)
+    exp = _experiment(store, 1)
+    registry.register(exp, "digits")
+    registry.register(_experiment(store, 2), "digits")
+    registry.register(exp, "other")
+    registry.set_alias("digits", "prod", 2)
+    paths = [v.path for v in registry.versions("digits")]
+    gone = registry.remove("digits")
+    assert [(v.version, v.aliases) for v in gone] == [(1, []), (2, ["prod"])]
+    assert [m.name for m in registry.models()] == ["other"]
+    assert not any(store.artifact_store.exists(REGISTRY_ID, p) for p in paths)  # type: ignore[union-attr]
+    assert store.artifact_store.exists(exp, "models/digits.onnx")  # type: ignore[union-attr]
+    with pytest.raises(NotFound, match="no registered model 'digits'"):
+        registry.resolve("digits@prod")
+    assert registry.register(exp, "digits").version == 1  # a new model of the name starts again
+    assert registry.read_bytes(registry.resolve("other")) == registry.read_bytes(registry.resolve("digits"))

@@ -1,9 +1,11 @@
 """The model registry over REST (phalanx.registry): list and read registered models and their
-versions, register an experiment's ONNX model, move aliases, download a version's file.
+versions, register an experiment's ONNX model, move aliases, download a version's file, remove a
+version or a model.
 
 A model belongs to the project of the experiment it was first registered from: on a team server its
-viewers read it (``model:viewer``), its editors add versions, move aliases and edit it
-(``model:editor``), lists show only the caller's projects' models, and an outsider gets 404.
+viewers read it (``model:viewer``), its editors add versions, move aliases, edit and remove it
+(``model:editor``; not a version a service of the server serves: 409), lists show only the
+caller's projects' models, and an outsider gets 404.
 
 Registering re-runs the model's ONNX check on the stored bytes (onnxruntime, in a worker thread:
 these routes are plain ``def``), so a tampered file is refused (400, with its parity figure)."""
@@ -13,7 +15,7 @@ from __future__ import annotations
 from fastapi import APIRouter, Request, Response
 from fastapi.responses import HTMLResponse
 
-from phalanx.errors import NotFound
+from phalanx.errors import Conflict, NotFound
 from phalanx.registry.service import Registry
 from phalanx.server.audit import describe
 from phalanx.server.deps import StoreDep
@@ -27,6 +29,7 @@ from phalanx.server.registry_schemas import (
     RegisterIn,
 )
 from phalanx.server.routes.pages import _shell
+from phalanx.server.services import Services
 from phalanx.store.accounts import Role
 from phalanx.store.registry_records import ModelRef, check_alias, check_model_name
 
@@ -92,6 +95,41 @@ def register(name: str, body: RegisterIn, store: StoreDep, request: Request) -> 
     created = Registry(store).register(source, name, description=body.description, tags=body.tags)
     describe(request, "model.register", f"{name}/{created.version}", experiment.project, f"from {source}")
     return ModelVersionOut.of(created)
+
+
+@router.delete("/models/{name}", response_model=list[ModelVersionOut])
+@policy("model:editor")
+def remove_model(name: str, store: StoreDep, request: Request) -> list[ModelVersionOut]:
+    """Remove the model with every version and alias (its editors); 409 while a service serves it.
+    Answers the versions removed."""
+    return _remove(request, Registry(store), name, None)
+
+
+@router.delete("/models/{name}/versions/{version}", response_model=list[ModelVersionOut])
+@policy("model:editor")
+def remove_version(name: str, version: int, store: StoreDep, request: Request) -> list[ModelVersionOut]:
+    """Remove one version and the aliases naming it (its editors); 409 while a service serves it."""
+    return _remove(request, Registry(store), name, version)
+
+
+def _remove(request: Request, registry: Registry, name: str, version: int | None) -> list[ModelVersionOut]:
+    project = registry.project_of(name)
+    target = name if version is None else f"{name}/{version}"
+    if version is not None:
+        registry.resolve(ModelRef(name, version=version))  # NotFound (naming the versions) first
+    services: Services = request.app.state.services
+    served = {v: ids for v, ids in services.serving(name).items() if version in (None, v)}
+    if served:
+        said = "; ".join(f"version {v} by service {', '.join(ids)}" for v, ids in sorted(served.items()))
+        raise Conflict(
+            f"{target} is being served ({said}): stop the service first (the Services page, or "
+            "DELETE /api/v1/services/ID); nothing was removed"
+        )
+    gone = registry.remove(name, version)
+    removed = ", ".join(f"{v.name}@{v.version}" + "".join(f" @{a}" for a in v.aliases) for v in gone)
+    action = "model.remove" if version is None else "model.version.remove"
+    describe(request, action, target, project, removed or "no versions")
+    return [ModelVersionOut.of(v) for v in gone]
 
 
 @router.get("/models/{name}/versions/{version}", response_model=ModelVersionOut)

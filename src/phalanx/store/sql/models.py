@@ -348,6 +348,9 @@ RegisteredModelRow = Table(
     Column("tags", JSON, default=dict, nullable=False),
     Column("created_at", Float, nullable=False),
     Column("updated_at", Float, nullable=False),
+    # the highest version number it ever had, removed ones too (migration 0020_registry_last_version):
+    # the next is one more, so a number never names two files (NULL: the highest version row's)
+    Column("last_version", Integer),
 )
 
 

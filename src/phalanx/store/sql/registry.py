@@ -66,11 +66,19 @@ class SqlRegistry:
                     latest = conn.execute(
                         select(func.max(ModelVersionRow.c.version)).where(ModelVersionRow.c.name == name)
                     ).scalar()
-                    number = int(latest or 0) + 1
+                    given = conn.execute(
+                        select(RegisteredModelRow.c.last_version).where(RegisteredModelRow.c.name == name)
+                    ).scalar()
+                    number = max(int(latest or 0), int(given or 0)) + 1  # a removed number is not reused
                     conn.execute(
                         insert(ModelVersionRow).values(
                             {**fields, "name": name, "version": number, "created_at": now}
                         )
+                    )
+                    conn.execute(
+                        update(RegisteredModelRow)
+                        .where(RegisteredModelRow.c.name == name)
+                        .values(last_version=number)
                     )
                 return number
             except IntegrityError:
@@ -116,6 +124,41 @@ class SqlRegistry:
             ).rowcount
         if not gone:
             raise NotFound(f"model {name} has no alias {alias!r}")
+
+    def remove(self, name: str, version: int | None = None) -> list[ModelVersion]:
+        """Remove one version of ``name`` (with the aliases naming it) or, ``version`` None, the
+        name with every version and alias; returns what was removed, each with the aliases it had.
+        Nothing is removed when the name or version does not exist (NotFound names what does)."""
+        with self._writer.begin() as conn:
+            self._require_name(conn, name)
+            query = select(ModelVersionRow).where(ModelVersionRow.c.name == name)
+            if version is not None:
+                query = query.where(ModelVersionRow.c.version == version)
+            rows = conn.execute(query.order_by(ModelVersionRow.c.version)).all()
+            if version is not None and not rows:
+                raise NotFound(f"model {name} has no version {version}{self._versions_hint(conn, name)}")
+            aliases = self._aliases(conn, name)
+            if version is None:
+                conn.execute(delete(ModelAliasRow).where(ModelAliasRow.c.name == name))
+                conn.execute(delete(ModelVersionRow).where(ModelVersionRow.c.name == name))
+                conn.execute(delete(RegisteredModelRow).where(RegisteredModelRow.c.name == name))
+            else:
+                conn.execute(
+                    delete(ModelAliasRow).where(
+                        ModelAliasRow.c.name == name, ModelAliasRow.c.version == version
+                    )
+                )
+                conn.execute(
+                    delete(ModelVersionRow).where(
+                        ModelVersionRow.c.name == name, ModelVersionRow.c.version == version
+                    )
+                )
+                conn.execute(
+                    update(RegisteredModelRow)
+                    .where(RegisteredModelRow.c.name == name)
+                    .values(updated_at=time.time())
+                )
+        return [_version(r._mapping, aliases) for r in rows]
 
     def alias_version(self, name: str, alias: str) -> int:
         with self.engine.connect() as conn:
