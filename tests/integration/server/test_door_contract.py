@@ -208,6 +208,7 @@ ELSEWHERE = {
         "test_remote_commands.py",
         "test_every_read_and_control_command_prints_on_the_server_what_it_prints_there",
     ),
+    "group run": ("test_remote_commands.py", "test_group_get_and_stop_on_the_server"),
     "group stop": ("test_remote_commands.py", "test_group_get_and_stop_on_the_server"),
     "group delete": ("test_remote_commands.py", "test_group_get_and_stop_on_the_server"),
     "models download": (

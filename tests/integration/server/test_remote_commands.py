@@ -368,12 +368,11 @@ def test_group_get_and_stop_on_the_server(shared_server: Server, project: Path, 
         ok(phalanx_process(laptop, "run", "-f", str(project / "one.yml"), "-d", "-o", "json")).stdout
     )
     here_run = phalanx_start(laptop, "run", "-f", str(project / "one.yml"), "-o", "json")
-    # submitted from the laptop and followed there: one line per trial state, the group's status
-    # last, and with -o json the ended group's document, as a run of the file on this machine prints
+    # submitted from the laptop by `group run` (as `run -f FILE --follow` does: test_alerts_server)
+    # and followed there: one line per trial state, the group's status last, and with --json the
+    # ended group's document, as a run of the file on this machine prints
     done = ok(
-        phalanx(
-            laptop, "run", "-f", str(project / "group.yml"), "--follow", "-o", "json", *remote, token=TOKEN
-        )
+        phalanx(laptop, "group", "run", "-f", str(project / "group.yml"), "--json", *remote, token=TOKEN)
     )
     doc = json.loads(done.stdout)
     group_id = doc["id"]
