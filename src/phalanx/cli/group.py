@@ -157,6 +157,11 @@ def run(
     settings = Settings()
     url = submit_server(server, local, settings)
     if url is not None:  # the trials' folder and options are the server's: these are refused there
+        from phalanx.spec.group import is_group_file
+
+        if str(file) == "-" or (file.is_file() and not is_group_file(file)):
+            # what is no group file is refused as here (the server's submit would run an experiment)
+            _load_group(file, parse_param_overrides(param or []), allow_unused, extra_params)
         given = {"--workdir": workdir, "--oversubscribe": oversubscribe, "--allow-unused": allow_unused}
         output = "json" if json_out else "table"
         run_on_server(file, param, 0, url, not detach, None, output, given, settings, cluster, extra_params)

@@ -151,3 +151,15 @@ def test_group_run_after_a_login_submits_the_group_to_the_server(
     assert group.planned == 2 and f"phalanx: on server {served.url}" in done.stderr
     refused = phalanx_cli("group", "run", "-f", spec, "--workdir", tmp_path, "--server", served.url, env=env)
     assert refused.returncode == 2 and "--workdir: not available on a server yet" in refused.stderr
+
+
+def test_group_run_of_an_experiment_file_is_refused_on_both_doors(
+    served: Served, phalanx_home: Path, tmp_path: Path
+) -> None:
+    # here `group run` refuses a file that is no group (exit 2); on a server it must not submit and
+    # run it as an experiment (the server's submit takes either kind)
+    spec = tmp_path / "exp.yaml"
+    spec.write_text(SPEC)
+    (here_rc, here), (there_rc, there) = both(served, "group", "run", "-f", str(spec), "-d")
+    assert here_rc == there_rc == 2, (here, there)
+    assert "is not a valid group file" in there, there
