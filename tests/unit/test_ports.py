@@ -80,3 +80,13 @@ def test_a_console_that_names_a_probed_port_in_use_lost_it(tmp_path: Path) -> No
     log.write_text("port: 23456\nall good\n")
     assert ports.address_in_use(log, picked=(23456,)) == (False, None)
     assert ports.address_in_use(tmp_path / "none.log", picked=(23456,)) == (False, None)
+
+
+def test_an_earlier_attempts_failed_bind_is_not_this_attempts(tmp_path: Path) -> None:
+    # one console file holds every attempt's lines: the group started again after attempt 1 lost its
+    # port, and attempt 2 failed on the user's own error, which is no "address in use"
+    log = tmp_path / "master.log"
+    first = "OSError: [Errno 98] Address already in use: port 23456\n"
+    log.write_text(first + "Traceback (most recent call last):\nZeroDivisionError: division by zero\n")
+    assert ports.address_in_use(log, picked=(23456,)) == (True, 23456)  # the whole file: attempt 1's
+    assert ports.address_in_use(log, picked=(23456,), since=len(first)) == (False, None)

@@ -62,13 +62,15 @@ def _bindable(host: str, port: int) -> bool:
     return True
 
 
-def address_in_use(log: Path, picked: Collection[int] = ()) -> tuple[bool, int | None]:
+def address_in_use(log: Path, picked: Collection[int] = (), since: int = 0) -> tuple[bool, int | None]:
     """Whether the end of a replica's console says a bind failed because the address was in use,
     and the port of ``picked`` (those Phalanx probed for it) that a line saying so names, if one
-    does: that probe was lost to another process before the replica bound it."""
+    does: that probe was lost to another process before the replica bound it. ``since``: where
+    this attempt's part of the console starts (the file keeps every attempt's, one after another:
+    an earlier attempt's lost port is not this one's failure)."""
     try:
         with log.open("rb") as f:
-            f.seek(max(0, f.seek(0, 2) - TAIL_BYTES))
+            f.seek(max(since, f.seek(0, 2) - TAIL_BYTES))
             tail = f.read().decode("utf-8", "replace").lower()
     except OSError:
         return False, None
