@@ -358,7 +358,9 @@ class LocalBackend:
         )
         if disk:  # say what is wrong with the machine, not only the exit code it led to
             reason = f"{reason} (the disk is full: {disk})"
-        in_use, lost = address_in_use(Path(unit.log), unit.ports, unit.offset) if not stopped else (False, None)
+        in_use, lost = (
+            address_in_use(Path(unit.log), unit.ports, unit.offset) if not stopped else (False, None)
+        )
         if lost is not None:  # a probed port lost (see phalanx.machine.ports): the supervisor starts again
             reason = (
                 f"{reason} (address in use: port {lost}, which Phalanx picked for the rendezvous,"
