@@ -66,7 +66,9 @@ def test_an_editor_adds_to_its_project_and_a_viewer_reads(api: Any, lake: Path) 
     r = api("viewer_a", "GET", "/datasets/digitz/versions/latest")  # its own project's: named
     assert r.status_code == 404 and "did you mean 'digits'?" in r.json()["message"], r.json()
     r = api("viewer_a", "GET", "/datasets/digits/versions/9")
-    assert r.status_code == 404 and "has no version 9 (versions: 1..1)" in r.json()["message"], r.json()
+    assert (
+        r.status_code == 404 and "has no version 9 in your projects (versions: 1..1)" in r.json()["message"]
+    ), r.json()
     r = api("admin_b", "GET", "/datastores/nope")
     assert r.status_code == 404 and "lake" not in r.json()["message"], r.json()
     r = api("admin_b", "GET", "/datastores/lakes")
@@ -114,3 +116,18 @@ def test_bad_input_is_answered_with_what_to_fix(api: Any, lake: Path) -> None:
     assert r.status_code == 400 and "datastore name" in r.json()["message"]
     r = api("root", "POST", "/datastores", {"url": str(lake)})
     assert r.status_code == 422 and "name" in r.json()["message"]
+
+
+def test_a_missing_version_names_only_the_versions_the_caller_reads(api: Any, lake: Path) -> None:
+    # version 1 shared with every project, version 2 project A's own: B is told of 1 only, in words
+    assert (
+        api("root", "POST", "/datastores", {"name": "lake", "url": str(lake), "project": "A"}).status_code
+        == 201
+    )
+    body = {"name": "digits", "source": "lake:digits", "project": "A"}
+    assert api("root", "POST", "/datasets", {**body, "shared": True}).status_code == 201
+    (lake / "digits" / "b.csv").write_text("3,4\n")
+    assert api("editor_a", "POST", "/datasets", body).json()["ref"] == "digits@2"
+    r = api("admin_b", "GET", "/datasets/digits/versions/latest")
+    assert r.status_code == 404, r.json()
+    assert r.json()["message"] == "dataset 'digits' has no latest version in your projects (versions: 1..1)"

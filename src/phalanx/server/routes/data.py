@@ -247,10 +247,11 @@ def _missing_dataset(request: Request, store: Any, ref: str) -> NotFound:
     name, version = catalog.parse_ref(ref)
     seen = [v for v in _catalog(request, store).datasets() if _visible(request, v)]
     versions = [v.version for v in seen if v.name == name]
-    if versions:
-        return NotFound(
-            f"dataset {name!r} has no version {version} (versions: {versions[0]}..{versions[-1]})"
-        )
+    if versions:  # only those it may read: a gap or a newer one of another's is not named
+        contiguous = versions == list(range(versions[0], versions[-1] + 1))
+        span = f"{versions[0]}..{versions[-1]}" if contiguous else ", ".join(map(str, versions))
+        which = "latest version" if version is None else f"version {version}"
+        return NotFound(f"dataset {name!r} has no {which} in your projects (versions: {span})")
     return NotFound(f"no dataset {name!r} in your projects{did_you_mean(name, {v.name for v in seen})}")
 
 
