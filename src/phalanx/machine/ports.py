@@ -13,8 +13,9 @@ the master replica, which takes a number (MASTER_PORT), not a socket: a probe is
 choose one for it. The window is kept small (the port is outside the ephemeral range, picked at
 random) and, when it is lost, the replica's failure says "address in use" (``address_in_use``)
 instead of only an exit code; when its console names the very port Phalanx picked (torch's TCPStore
-does: ``port: N ... EADDRINUSE``), the port was lost, not the user's own, and the supervisor starts
-the group again on new ports (``lost_port``).
+does: ``port: N ... EADDRINUSE``) and the port is still held once the replica has ended (another
+process's, not the job's own), the probe was lost and the supervisor starts the group again on new
+ports.
 """
 
 from __future__ import annotations
@@ -51,6 +52,12 @@ def _ephemeral_low() -> int:
         return int(RANGE_FILE.read_text().split()[0])
     except (OSError, ValueError, IndexError):
         return 32768
+
+
+def still_taken(port: int, host: str = "127.0.0.1") -> bool:
+    """Whether something holds ``port`` now: asked once a replica that failed binding it has ended,
+    a port still taken was another process's; a free one was its own (it bound it twice)."""
+    return not _bindable(host, port)
 
 
 def _bindable(host: str, port: int) -> bool:

@@ -38,7 +38,7 @@ from phalanx.errors import BackendUnavailable, SpecError
 from phalanx.frameworks import Endpoints, mpi
 from phalanx.machine import limits, proctree
 from phalanx.machine.box import Isolation
-from phalanx.machine.ports import address_in_use, free_port
+from phalanx.machine.ports import address_in_use, free_port, still_taken
 from phalanx.machine.procs import Seen, judge
 from phalanx.plan import Plan, command_argv
 from phalanx.tracking.tensorboard import BOOT_DIR, ENV_CAPTURE
@@ -80,6 +80,8 @@ class LocalBackend:
         # units whose reaper died before its processes: when we first told them to end, how many
         self._orphaned: dict[tuple[str, str], tuple[float, int]] = {}
         self._settled: set[tuple[str, str]] = set()  # leader and every process of the unit gone
+        # a failed unit's console read once for "address in use": (it says so, the probed port lost)
+        self._in_use: dict[tuple[str, str], tuple[bool, int | None]] = {}
 
     # -- dry run --------------------------------------------------------------------------------
     def dry_run(self, plan: Plan, context: LaunchContext) -> LocalDryRun:
@@ -358,9 +360,12 @@ class LocalBackend:
         )
         if disk:  # say what is wrong with the machine, not only the exit code it led to
             reason = f"{reason} (the disk is full: {disk})"
-        in_use, lost = (
-            address_in_use(Path(unit.log), unit.ports, unit.offset) if not stopped else (False, None)
-        )
+        in_use, lost = self._in_use.get(key) or (False, None)
+        if key not in self._in_use and not stopped:
+            in_use, lost = address_in_use(Path(unit.log), unit.ports, unit.offset)
+            if lost is not None and not still_taken(lost, HOST):  # free once its processes are gone:
+                lost = None  # the job held it itself (or bound it twice), not another process
+            self._in_use[key] = (in_use, lost)
         if lost is not None:  # a probed port lost (see phalanx.machine.ports): the supervisor starts again
             reason = (
                 f"{reason} (address in use: port {lost}, which Phalanx picked for the rendezvous,"
