@@ -195,8 +195,16 @@ def enforce(request: Request) -> None:
         params["group_id"] = group.id
         request.scope.setdefault("phalanx.typed_ids", {})[group.id] = group_id
     elif scope == "model":
-        name = str(params["name"])  # an unknown name: the registry's own NotFound, as the CLI says it
-        require(request, registry_store(request.app.state.store).model_project(name), role, f"model {name}")
+        name = str(params["name"])
+        try:
+            project = registry_store(request.app.state.store).model_project(name)
+        except NotFound:  # the registry's own words (how to register one) for whoever sees every
+            if principal_of(request).visible_projects() is None:  # project; the others learn nothing
+                raise  # of which names another project's models have: as for another's model
+            raise NotFound(
+                f"model {name} does not exist (or is in a project you are not a member of)"
+            ) from None
+        require(request, project, role, f"model {name}")
     elif scope == "alert":
         hook_id = str(params["hook_id"])  # an unknown hook: the book's own NotFound
         require(

@@ -67,6 +67,11 @@ def test_a_models_viewers_read_it_and_outsiders_get_404(client: TestClient, team
     assert client.get(path, headers=_as(team, "viewer_a")).content != b""
     for role in ("none", "admin_b"):
         assert _hidden(client.get(path, headers=_as(team, role))), role
+        # a name no model has is told in the same words: no probing which names another project uses
+        nothing = client.get(path.replace("/ma", "/nothing"), headers=_as(team, role))
+        assert nothing.json()["message"] == client.get(path, headers=_as(team, role)).json()[
+            "message"
+        ].replace("model ma", "model nothing"), nothing.text
 
 
 @pytest.mark.usefixtures("models")

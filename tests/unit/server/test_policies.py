@@ -251,11 +251,10 @@ def test_every_route_answers_each_role_as_the_table_says(
     client: TestClient, app: FastAPI, team: Team, store: Store, fake_boards: FakeBoard
 ) -> None:
     # mutations last (DELETE very last), so one role's reads see what it has not deleted yet
-    # (and a service's stop after its own pages, whose DELETE is the service's, not its end)
-    order = sorted(
-        TABLE,
-        key=lambda k: (k[0] in MUTATING, k[0] == "DELETE", k[1] == "/api/v1/services/{service_id}", k[1]),
-    )
+    # (and a service's stop after its own pages, whose DELETE is the service's, not its end; a
+    # model's removal after its alias's and version's)
+    last = ("/api/v1/services/{service_id}", "/api/v1/models/{name}")
+    order = sorted(TABLE, key=lambda k: (k[0] in MUTATING, k[0] == "DELETE", k[1] in last, k[1]))
     wrong = []
     for role in ("anonymous", *ROLES):
         if "x" not in {m.name for m in registry_store(store).list_models()}:  # a role before removed it
