@@ -6,6 +6,7 @@ Only typer and the standard library at module level; Optuna is imported by the c
 from __future__ import annotations
 
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -15,6 +16,7 @@ from phalanx.cli.app import ExtraParamsOpt, app, emit_json
 from phalanx.cli.target import LocalOpt, ServerOpt, ThisMachineOnlyOpt, submit_server, this_machine_only
 
 if TYPE_CHECKING:
+    from phalanx.config import Settings
     from phalanx.domain import Group
     from phalanx.groups.launching import GroupLauncher
     from phalanx.spec.group import GroupSpec
@@ -148,7 +150,6 @@ def run(
     Exit status: 0 the search finished, 1 every trial failed, 130 stopped, 2 invalid file.
     """
     from phalanx.cli.launching import _check_home_and_db
-    from phalanx.cli.submit import run_on_server
     from phalanx.config import Settings
     from phalanx.domain import plural
     from phalanx.errors import UsageError
@@ -157,14 +158,8 @@ def run(
     settings = Settings()
     url = submit_server(server, local, settings)
     if url is not None:  # the trials' folder and options are the server's: these are refused there
-        from phalanx.spec.group import is_group_file
-
-        if str(file) == "-" or (file.is_file() and not is_group_file(file)):
-            # what is no group file is refused as here (the server's submit would run an experiment)
-            _load_group(file, parse_param_overrides(param or []), allow_unused, extra_params)
         given = {"--workdir": workdir, "--oversubscribe": oversubscribe, "--allow-unused": allow_unused}
-        output = "json" if json_out else "table"
-        run_on_server(file, param, 0, url, not detach, None, output, given, settings, cluster, extra_params)
+        _submit(file, param, url, given, settings, cluster, extra_params, detach=detach, json_out=json_out)
         return
     overrides = parse_param_overrides(param or [])
     group = _load_group(file, overrides, allow_unused, extra_params)
@@ -203,6 +198,30 @@ def run(
         f" {record.concurrency} at a time{on}\n"
     )
     _drive(launcher, record.id, json_out)
+
+
+def _submit(
+    file: Path,
+    param: list[str] | None,
+    url: str,
+    given: Mapping[str, object],
+    settings: Settings,
+    cluster: str | None,
+    extra_params: bool,
+    *,
+    detach: bool,
+    json_out: bool,
+) -> None:
+    """`group run` on a server: as `phalanx run -f FILE` with a group file, followed unless --detach."""
+    from phalanx.cli.submit import run_on_server
+    from phalanx.spec.group import is_group_file
+    from phalanx.spec.loader import parse_param_overrides
+
+    if str(file) == "-" or (file.is_file() and not is_group_file(file)):
+        # what is no group file is refused as here (the server's submit would run an experiment)
+        _load_group(file, parse_param_overrides(param or []), False, extra_params)
+    output = "json" if json_out else "table"
+    run_on_server(file, param, 0, url, not detach, None, output, given, settings, cluster, extra_params)
 
 
 def _drive(launcher: GroupLauncher, group_id: str, json_out: bool, quiet: bool = False) -> None:
