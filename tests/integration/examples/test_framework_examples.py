@@ -64,10 +64,11 @@ def phalanx(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]
     return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
 
 
-def one_core(name: str, folder: Path) -> Path:
+def one_core(name: str, folder: Path, restarts: int = 0) -> Path:
     """The example's file with `cpu: {limits: 1}` for the master, every worker and every ps, written
     into ``folder`` (run it with `--workdir` the example's folder and `--oversubscribe`: the replicas
-    are more than this machine's 2 cores, and each is pinned to one of them)."""
+    are more than this machine's 2 cores, and each is pinned to one of them); ``restarts``: its
+    run.max_restarts."""
     doc = yaml.safe_load((EXAMPLES / name / "polyaxonfile.yml").read_text())
 
     def limit() -> dict[str, Any]:  # a dict of its own each time: safe_dump would write aliases
@@ -78,19 +79,21 @@ def one_core(name: str, folder: Path) -> Path:
     replicas["default_worker"] = {"resources": limit()}
     if replicas.get("n_ps"):
         replicas["default_ps"] = {"resources": limit()}
+    if restarts:
+        doc["run"]["max_restarts"] = restarts
     path = folder / f"{name}-one-core.yml"
     path.write_text(yaml.safe_dump(doc, sort_keys=False))
     return path
 
 
 def run_example(
-    name: str, *extra: str, folder: Path | None = None
+    name: str, *extra: str, folder: Path | None = None, restarts: int = 0
 ) -> tuple[str, subprocess.CompletedProcess[str]]:
     """`phalanx run` the example (with ``folder``: at one core per replica, see ``one_core``);
     returns its experiment id and the finished process."""
     file = EXAMPLES / name / "polyaxonfile.yml"
     if folder is not None:
-        file = one_core(name, folder)
+        file = one_core(name, folder, restarts)
         extra = (*extra, "--workdir", str(EXAMPLES / name), "--oversubscribe")
     done = phalanx("run", "-f", str(file), *extra, timeout=RUN_TIMEOUT)
     output = done.stdout + done.stderr
@@ -150,9 +153,14 @@ def test_tensorflow_parameter_server_succeeds_on_one_core_each_when_the_chief_is
 ) -> None:
     """At one core per replica a worker's inter-op pool used to be one thread and the job hung for
     ever after "coordinating 2 workers" (issue 39); every engine now gives it two."""
-    exp_id, _ = run_example("tensorflow-ps", "--param", "steps=150", folder=tmp_path)
+    # TensorFlow's coordinator (not Phalanx) segfaults now and then under CI load right after it
+    # starts coordinating (the Slurm and boxed PS tests met it); a user meets that with
+    # run.max_restarts, and so does this test: any restart must be that crash
+    exp_id, _ = run_example("tensorflow-ps", "--param", "steps=150", folder=tmp_path, restarts=1)
     got = experiment(exp_id)
     assert got["status"] == "succeeded"  # although the worker and ps servers had to be stopped
+    for attempt in got["attempts"][:-1]:
+        assert "killed by SIGSEGV" in (attempt["reason"] or ""), got["attempts"]
     ran = phalanx_cli("get", exp_id, "--file").stdout  # the file it ran: one core for each of the 3 roles
     assert ran.count("limits: 1") == 3, ran
     assert final_accuracies(exp_id)["test"] >= 0.9
