@@ -28,7 +28,7 @@ from phalanx.data import cache
 from phalanx.data.credentials import Access
 from phalanx.errors import NotFound, UsageError
 from phalanx.spec.inputs import InputSpec
-from phalanx.store import catalog, open_store
+from phalanx.store import open_store
 from phalanx.store.manifest import DataChanged, FileEntry, Manifest, build_manifest, filesystem, join_url
 
 if TYPE_CHECKING:
@@ -55,6 +55,9 @@ def resolve(
     credentials (``data.credentials``), never the server's own."""
     if not inputs:
         return {}, []
+    # why: the catalog's SQL imports SQLAlchemy; the supervisor imports this module before its
+    # replicas start, and an experiment without inputs opens the store only once they run
+    from phalanx.store import catalog
 
     store: Any = open_store(settings)
     env: dict[str, str] = {}
@@ -102,6 +105,8 @@ def _dataset(
     orders: list[dict[str, Any]] | None,
     access: Access,
 ) -> dict[str, Any]:
+    from phalanx.store import catalog  # why: SQLAlchemy only for an experiment with inputs (resolve)
+
     ref = str(spec.dataset)
     # this machine's user may hear of the nearest name; a project's reader only of its own data
     lookup = partial(catalog.get_dataset, store, ref, near=access.reader is None)

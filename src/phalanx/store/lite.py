@@ -154,6 +154,12 @@ class LiteReader:
             raise ValueError(f"not a table name: {table!r}")
         return self._conn.execute(f'SELECT 1 FROM "{table}" LIMIT 1').fetchone() is not None
 
+    def secret_ciphertexts(self, project: str) -> dict[str, str]:
+        """As ``store.sql.secrets.ciphertexts``: the project's secrets by name, still encrypted."""
+        query = "SELECT name, ciphertext FROM project_secrets WHERE project = ?"
+        rows = self._conn.execute(query, (project,))
+        return {str(name): str(text) for name, text in rows}
+
     def ingest_offsets(self) -> dict[str, int]:
         """How far ingest has read each spool stream (bytes), by stream name."""
         return {s: int(o) for s, o in self._conn.execute('SELECT stream, "offset" FROM ingest_positions')}

@@ -30,7 +30,6 @@ from phalanx.sdkcopy import sdk_path
 from phalanx.spec.inputs import from_record
 from phalanx.spec.model import Build, ExperimentSpec
 from phalanx.store import open_store
-from phalanx.store.placements import placed
 from phalanx.tokens import box_key, experiment_token
 from phalanx.tracking.identity import ENV_INGESTER_PID as INGESTER_PID
 
@@ -172,6 +171,10 @@ def _placed(cluster: Cluster, project: str, settings: Settings) -> Cluster:
     `phalanx cluster map`), read from the home's store when there is one (a dry run creates none)."""
     if not (settings.db_url or (settings.home / "phalanx.db").exists()):
         return cluster
+    # why: its SQL imports SQLAlchemy, which a local experiment's supervisor leaves for after its
+    # replicas have started (supervisor.opener)
+    from phalanx.store.placements import placed
+
     store = open_store(settings)
     try:
         return placed(cluster, project, store)

@@ -30,7 +30,9 @@ from phalanx.ingest import Ingester
 from phalanx.machine import sysmetrics
 from phalanx.machine.procs import INGESTER_RECORD, record_process, recorded_process
 from phalanx.spool import SpoolWriter
-from phalanx.store import secrets as project_secrets
+from phalanx.store.lite import LiteReader
+from phalanx.store.migrations import HEAD
+from phalanx.store.sealing import unseal
 from phalanx.supervisor.admitting import Admitter
 from phalanx.supervisor.attempts import Attempts
 from phalanx.supervisor.clock import RunClock
@@ -264,6 +266,19 @@ class Supervisor:
             (self.run_dir / PID_FILE).unlink(missing_ok=True)  # leaves the winner's record
         return outcome
 
+    def _project_secrets(self) -> dict[str, str]:
+        """The project's secrets in clear. Before the store is open they are read through the lean
+        reader when it can (an up-to-date SQLite file), so that opening the store (SQLAlchemy, the
+        schema check) waits until the replicas have started (``opener.LazyStore``)."""
+        project, home = self.p.plan.project, self.settings.home
+        reader = None if self.store.opened else LiteReader.open(self.settings.database_url, HEAD)
+        if reader is not None:
+            with reader:
+                return unseal(reader.secret_ciphertexts(project), home)
+        from phalanx.store import secrets  # why: its SQL imports SQLAlchemy (see the docstring)
+
+        return secrets.environment(self.store(), home, project)
+
     @contextlib.contextmanager
     def _secrets_handed(self) -> Iterator[None]:
         """The project's secrets (``phalanx secret set``), on this machine only, while the engine
@@ -274,7 +289,7 @@ class Supervisor:
         if self.p.backend.name != "local":
             yield
             return
-        handed = project_secrets.environment(self.store(), self.settings.home, self.p.plan.project)
+        handed = self._project_secrets()
         if self.p.context.isolation is not None:  # a box inherits nothing but these, by name
             handed[SECRET_NAMES] = ",".join(sorted(handed))
         before = {name: os.environ.get(name) for name in handed}

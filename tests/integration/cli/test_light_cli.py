@@ -223,3 +223,21 @@ def test_a_replicas_reaper_imports_neither_typing_nor_tempfile() -> None:
     imported = {line.rsplit("|", 1)[1].strip() for line in done.stderr.splitlines() if "|" in line}
     assert "phalanx.backends.local.reaper" in imported  # the importtime lines were read
     assert not {"typing", "tempfile", "shutil", "random"} & imported, sorted(imported)
+
+
+def test_a_supervisor_starts_its_replicas_before_it_imports_the_stores_sql() -> None:
+    """A detached supervisor opens its store (SQLAlchemy and the schema check: 0.2-0.3 s) only once
+    its first replicas have started (``supervisor.opener``), so neither it nor anything it imports to
+    prepare and start them may import SQLAlchemy: a project's secrets, a dataset input's module and a
+    cluster's placements read the store only when they are needed (issue 42)."""
+    import phalanx
+
+    source = str(Path(phalanx.__file__).resolve().parents[1])
+    boot = f"import sys; sys.path.insert(0, {source!r}); import phalanx.runner.__main__, phalanx.supervisor"
+    done = subprocess.run(
+        [sys.executable, "-P", "-X", "importtime", "-c", boot], capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    imported = {line.rsplit("|", 1)[1].strip() for line in done.stderr.splitlines() if "|" in line}
+    assert {"phalanx.supervisor.supervising", "phalanx.data.inputs"} <= imported  # the lines were read
+    assert not {"sqlalchemy", "phalanx.store.sql", "alembic"} & imported, sorted(imported)

@@ -11,7 +11,9 @@ import pytest
 from phalanx.errors import UsageError
 from phalanx.store import secrets
 from phalanx.store.artifacts import ArtifactStore
-from phalanx.store.secrets import _fernet, check_name
+from phalanx.store.lite import LiteReader
+from phalanx.store.migrations import HEAD
+from phalanx.store.sealing import check_name, fernet, unseal
 from phalanx.store.sql import secrets as rows
 from phalanx.store.sql.store import SqlStore
 
@@ -36,8 +38,14 @@ def test_a_secret_stored_under_such_a_name_before_is_never_handed_on(tmp_path: P
     store = SqlStore(f"sqlite:///{tmp_path / 'phalanx.db'}", ArtifactStore(str(tmp_path / "artifacts")))
     try:
         secrets.put(store, tmp_path, "vision", "HF_TOKEN", "hf-1")
-        planted = _fernet(tmp_path).encrypt(b"/tmp/evil.so").decode()
+        planted = fernet(tmp_path).encrypt(b"/tmp/evil.so").decode()
         rows.put(store.engine, "vision", "LD_PRELOAD", planted)  # as an older Phalanx stored it
         assert secrets.environment(store, tmp_path, "vision") == {"HF_TOKEN": "hf-1"}
+        # the supervisor reads them through the lean reader before its replicas start: the same
+        reader = LiteReader.open(f"sqlite:///{tmp_path / 'phalanx.db'}", HEAD)
+        assert reader is not None
+        with reader:
+            assert unseal(reader.secret_ciphertexts("vision"), tmp_path) == {"HF_TOKEN": "hf-1"}
+            assert reader.secret_ciphertexts("nlp") == {}
     finally:
         store.close()

@@ -1,0 +1,19 @@
+"""The platform an experiment ran on, as its reproducibility record says it: what
+``platform.platform()`` answers on Linux, without running `uname -p` (tests/unit starts no process:
+its conftest fails a test that does) or reading the interpreter's binary."""
+
+from __future__ import annotations
+
+import platform
+import sys
+
+import pytest
+
+from phalanx.repro import platform_name
+
+
+@pytest.mark.skipif(sys.platform != "linux" or platform.libc_ver()[0] != "glibc", reason="Linux with glibc")
+def test_the_platform_is_named_as_the_standard_library_names_it() -> None:
+    libc, version = platform.libc_ver()  # as platform.platform() finds it: in the interpreter's binary
+    parts = (platform.system(), platform.release(), platform.machine(), "with", f"{libc}{version}")
+    assert platform_name() == "-".join(parts)
