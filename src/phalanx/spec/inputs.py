@@ -47,6 +47,8 @@ class InputSpec:
             return f"mode {self.mode!r}: use download or mount"
         if self.path and self.dataset is not None:
             return "path: is a folder inside a datastore; a dataset is used whole"
+        if self.path.strip("/ ") and not _inside(self.path):
+            return f"path {self.path!r}: give a folder inside the datastore, relative, without '..'"
         return None
 
     @property
@@ -62,6 +64,15 @@ class InputSpec:
             if self.path:
                 doc["path"] = self.path
         return doc
+
+
+def _inside(path: str) -> bool:
+    """Whether ``path`` names a folder inside its datastore (the artifact store's rule, checked again
+    when the input is resolved: ``store.artifacts.safe_path``), so a file that names one outside is
+    refused with the file's other mistakes, before anything is recorded."""
+    if "\x00" in path or "\\" in path or "://" in path or path.startswith("/"):
+        return False
+    return ".." not in path.split("/")
 
 
 def env_name(name: str) -> str:

@@ -38,6 +38,10 @@ run:
         ("[{name: d, dataset: x, datastore: y}]", "echo", "give one of dataset"),
         ("[{name: d, dataset: x}, {name: d, dataset: y}]", "echo", "two inputs are named 'd'"),
         ("[{name: d, dataset: x, where: /data}]", "echo", "unknown key"),
+        # a folder outside the datastore is refused with the file, before a server records anything
+        ("[{name: d, datastore: lake, path: ../srv}]", "echo", r"path '\.\./srv': give a folder inside"),
+        ("[{name: d, datastore: lake, path: a/../../b}]", "echo", "relative, without '..'"),
+        ("[{name: d, datastore: lake, path: /etc}]", "echo", r"path '/etc': give a folder inside"),
     ],
 )
 def test_input_mistakes_name_the_key(inputs: str, cmd: str, message: str) -> None:
