@@ -2,14 +2,15 @@
 `phalanx server` versus `phalanx run --detach` on the machine itself, and the server queue's
 hand-over gap (a slot frees -> the next experiment starts) against ClearML's agent poll, in one run.
 
-    .venv/bin/python bench/submit.py [--rounds 8] [--n 20] [--json FILE] [--smoke]
+    .venv/bin/python bench/submit.py [--rounds 8] [--n 20] [--baseline-src DIR] [--json FILE] [--smoke]
 
 - latency: one one-replica experiment (`python -c` writing time.time() to a file: the replica's own
   start) at a time, rounds interleaved server, local, server, local... so both see the same load.
   server = `Client.submit` (the file's folder bundled, POSTed; the server validates, unpacks and
   starts a detached supervisor) until the replica writes its time; local = the `phalanx run
   --detach` process started until the same. Each mode has its own PHALANX_HOME; the load average
-  (1 min) is printed with the figures, as they depend on it.
+  (1 min) is printed with the figures, as they depend on it. ``--baseline-src`` (another checkout's
+  src/) adds its `run --detach` to every round, with a home of its own: a change's effect, same load.
 - hand-over: a blocker submitted through the server holds every core; N trivial experiments, each
   asking for every core (so one at a time), are submitted and wait in the queue; the blocker is
   released. Gap = next started_at - previous finished_at (both written by the supervisors). The
@@ -39,13 +40,14 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "src"))
 CLI = [sys.executable, "-m", "phalanx.cli.main"]
+BASELINE = "local @baseline"
 CLEARML_POLL_S = 5.0  # clearml-agent: the queue poll interval cannot be set below 5 s
 
 
-def env_for(home: Path) -> dict[str, str]:
+def env_for(home: Path, src: Path = REPO / "src") -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("PHALANX_")}
     env["PHALANX_HOME"] = str(home)
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO / "src"), os.environ.get("PYTHONPATH")) if p)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(src), os.environ.get("PYTHONPATH")) if p)
     return env
 
 
@@ -142,14 +144,17 @@ def local_idle(home: Path, timeout: float = 300) -> None:
         time.sleep(0.1)
 
 
-def latency(rounds: int, work: Path, server: Server) -> dict[str, list[float]]:
+def latency(rounds: int, work: Path, server: Server, baseline: Path | None) -> dict[str, list[float]]:
+    """``baseline``: another checkout's src/ whose `run --detach` takes its turn after this one's."""
     from phalanx.bundles import pack
     from phalanx.cli.remote import Client
 
     client = Client(server.url, None)
-    local_home = work / "local-home"
-    out: dict[str, list[float]] = {"server": [], "local": []}
-    for i, mode in itertools.product(range(rounds), ("server", "local")):
+    srcs = {"local": REPO / "src"}
+    if baseline is not None:
+        srcs[BASELINE] = baseline
+    out: dict[str, list[float]] = {"server": [], **{mode: [] for mode in srcs}}
+    for i, mode in itertools.product(range(rounds), out):
         folder = work / f"{mode}-{i}"
         stamp = work / f"{mode}-{i}.stamp"
         spec = write_spec(folder, "one", stamp_cmd(stamp))
@@ -160,14 +165,15 @@ def latency(rounds: int, work: Path, server: Server) -> dict[str, list[float]]:
             server.wait_idle()
         else:
             t0 = time.time()
+            home = work / f"{mode}-home"
             subprocess.run(
                 [*CLI, "run", "--detach", "-f", str(spec)],
-                env=env_for(local_home),
+                env=env_for(home, srcs[mode]),
                 capture_output=True,
                 check=True,
             )
             out[mode].append(wait_file(stamp) - t0)
-            local_idle(local_home)
+            local_idle(home)
         print(f"\rlatency round {i + 1}/{rounds} {mode}", end="", file=sys.stderr, flush=True)
     print(file=sys.stderr)
     return out
@@ -212,6 +218,11 @@ def main() -> None:
     parser.add_argument("--n", type=int, default=20, help="experiments handed over by the queue")
     parser.add_argument("--json", type=Path)
     parser.add_argument(
+        "--baseline-src",
+        type=Path,
+        help="another checkout's src/ (e.g. main's): its `run --detach` alternates with this one's",
+    )
+    parser.add_argument(
         "--smoke",
         action="store_true",
         help="tiny sizes, one round: the suite's check that the bench runs (its figures mean nothing)",
@@ -223,7 +234,7 @@ def main() -> None:
     work = Path(tempfile.mkdtemp(prefix="phalanx-bench-submit-"))
     server = Server(work / "server-home")
     try:
-        lat = latency(args.rounds, work, server)
+        lat = latency(args.rounds, work, server, args.baseline_src.resolve() if args.baseline_src else None)
         gaps = handover(args.n, work, server, cores)
     finally:
         server.stop()
@@ -247,6 +258,10 @@ def main() -> None:
     print(f"  through the server        {s_med:7.3f} s")
     print(f"  phalanx run --detach      {l_med:7.3f} s")
     print(f"  server / local            {s_med / l_med:7.2f} x")
+    if BASELINE in lat:
+        b_med = statistics.median(lat[BASELINE])
+        results["latency_median_s"][BASELINE] = b_med  # type: ignore[index]
+        print(f"  {BASELINE:<25} {b_med:7.3f} s (local / baseline {l_med / b_med:.2f} x)")
     print(f"queue hand-over (slot frees -> next starts), {len(gaps)} gaps through the server:")
     print(f"  median {g_med:.3f} s, max {max(gaps):.3f} s")
     print(f"  vs clearml-agent's {CLEARML_POLL_S:.0f} s minimum poll: {CLEARML_POLL_S / g_med:.1f}x shorter")
