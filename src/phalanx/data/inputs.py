@@ -108,8 +108,10 @@ def _dataset(
     from phalanx.store import catalog  # why: SQLAlchemy only for an experiment with inputs (resolve)
 
     ref = str(spec.dataset)
-    # this machine's user may hear of the nearest name; a project's reader only of its own data
-    lookup = partial(catalog.get_dataset, store, ref, near=access.reader is None)
+    # this machine's user may hear of the nearest name; a project's reader only of its own data, and
+    # NAME@latest is the newest version it may read (a newer one of another project's is not there)
+    readable = None if access.reader is None else (access.reader,)
+    lookup = partial(catalog.get_dataset, store, ref, near=access.reader is None, projects=readable)
     version = access.find(lookup, f"dataset {ref!r}")
     record: dict[str, Any] = {
         "name": spec.name,

@@ -21,7 +21,7 @@ import re
 import shutil
 import tempfile
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
@@ -367,12 +367,20 @@ def parse_ref(ref: str) -> tuple[str, int | None]:
     return check_name(m.group("name"), "dataset"), (int(version) if version and version != "latest" else None)
 
 
-def get_dataset(store: LocalStore, ref: str, *, near: bool = False) -> DatasetVersion:
+def get_dataset(
+    store: LocalStore, ref: str, *, near: bool = False, projects: Sequence[str] | None = None
+) -> DatasetVersion:
     """The version ``ref`` names; NotFound when there is none. ``near``: a missing name's answer
     names the nearest dataset of all projects, so only for a caller who may see them all (this
-    machine's user, a server admin); a server answers others from what they may see."""
+    machine's user, a server admin); a server answers others from what they may see.
+
+    ``projects``: a server's caller who reads only those projects' and the shared versions (None:
+    every version). ``NAME`` or ``NAME@latest`` is then the newest of those, and a version not
+    among them is answered as one that does not exist, naming nothing (the caller words it)."""
     name, version = parse_ref(ref)
     query = select(_dv()).where(_dv().c.name == name)
+    if projects is not None:
+        query = query.where((_dv().c.shared == 1) | _dv().c.project.in_(list(projects)))
     query = (
         query.where(_dv().c.version == version)
         if version is not None
@@ -380,6 +388,8 @@ def get_dataset(store: LocalStore, ref: str, *, near: bool = False) -> DatasetVe
     )
     with store.engine.connect() as conn:
         row = conn.execute(query.limit(1)).mappings().first()
+    if row is None and projects is not None:
+        raise NotFound(f"no dataset {ref!r}")
     if row is None:
         versions = [v.version for v in list_datasets(store, name)]
         if versions:

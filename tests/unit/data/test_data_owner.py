@@ -61,6 +61,25 @@ def test_a_boxed_run_reads_only_its_projects_and_shared_data(
         assert "digits'" not in said and "versions" not in said, said
 
 
+def test_latest_is_the_newest_version_the_boxed_runs_project_reads(
+    store: Any, folder: Path, phalanx_home: Path
+) -> None:
+    catalog.add_dataset(store, "digits", str(folder), shared=True)  # digits@1: every project's
+    (folder / "more.txt").write_text("x")
+    catalog.add_dataset(store, "digits", str(folder), project="vision")  # digits@2: vision's own
+    settings = Settings(home=phalanx_home)
+    for reader, newest in (("nlp", "digits@1"), ("vision", "digits@2"), (None, "digits@2")):
+        for ref in ("digits", "digits@latest"):
+            _, [record] = resolve([InputSpec(name="d", dataset=ref)], settings, dry=True, reader=reader)
+            assert record["ref"] == newest, (reader, ref, record)
+    with pytest.raises(NotFound) as refused:  # vision's version is no more there for nlp than a 3rd
+        resolve([InputSpec(name="d", dataset="digits@2")], settings, dry=True, reader="nlp")
+    assert str(refused.value) == "inputs: d: no dataset 'digits@2' in project nlp, nor shared with it"
+    catalog.add_dataset(store, "own", str(folder), project="vision")
+    with pytest.raises(NotFound, match=r"^inputs: d: no dataset 'own@latest' in project nlp, nor shared"):
+        resolve([InputSpec(name="d", dataset="own@latest")], settings, dry=True, reader="nlp")
+
+
 def test_an_object_store_is_read_with_the_projects_credentials_never_the_servers(
     store: Any, phalanx_home: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

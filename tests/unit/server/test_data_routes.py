@@ -119,7 +119,7 @@ def test_bad_input_is_answered_with_what_to_fix(api: Any, lake: Path) -> None:
 
 
 def test_a_missing_version_names_only_the_versions_the_caller_reads(api: Any, lake: Path) -> None:
-    # version 1 shared with every project, version 2 project A's own: B is told of 1 only, in words
+    # version 1 shared with every project, version 2 project A's own: B is told of 1 only
     assert (
         api("root", "POST", "/datastores", {"name": "lake", "url": str(lake), "project": "A"}).status_code
         == 201
@@ -128,6 +128,31 @@ def test_a_missing_version_names_only_the_versions_the_caller_reads(api: Any, la
     assert api("root", "POST", "/datasets", {**body, "shared": True}).status_code == 201
     (lake / "digits" / "b.csv").write_text("3,4\n")
     assert api("editor_a", "POST", "/datasets", body).json()["ref"] == "digits@2"
-    r = api("admin_b", "GET", "/datasets/digits/versions/latest")
+    r = api("admin_b", "GET", "/datasets/digits/versions/2")
     assert r.status_code == 404, r.json()
-    assert r.json()["message"] == "dataset 'digits' has no latest version in your projects (versions: 1..1)"
+    assert r.json()["message"] == "dataset 'digits' has no version 2 in your projects (versions: 1..1)"
+    r = api("admin_b", "GET", "/datasets/digits/versions/3")  # one that does not exist: the same words
+    assert r.json()["message"] == "dataset 'digits' has no version 3 in your projects (versions: 1..1)"
+
+
+def test_latest_is_the_newest_version_the_caller_reads(api: Any, lake: Path) -> None:
+    # digits@1 shared, digits@2 A's own: B's latest is 1, and nothing says a newer one exists
+    assert api("root", "POST", "/datastores", {"name": "lake", "url": str(lake), "project": "A"}).is_success
+    body = {"name": "digits", "source": "lake:digits", "project": "A"}
+    assert api("root", "POST", "/datasets", {**body, "shared": True}).json()["ref"] == "digits@1"
+    (lake / "digits" / "b.csv").write_text("3,4\n")
+    assert api("editor_a", "POST", "/datasets", body).json()["ref"] == "digits@2"
+    for who, newest in (("admin_b", 1), ("none", 1), ("viewer_a", 2), ("root", 2)):
+        for version in ("latest", str(newest)):
+            r = api(who, "GET", f"/datasets/digits/versions/{version}")
+            assert r.status_code == 200 and r.json()["version"] == newest, (who, r.json())
+    r = api("admin_b", "GET", "/datasets/digits/versions/latest/files/a.csv")  # `data get --dir`
+    assert r.status_code == 200 and r.content == b"1,2\n"
+    assert api("admin_b", "GET", "/datasets/digits/versions/latest/files/b.csv").status_code == 404
+    # a dataset of which the caller reads no version: latest is answered as a name that does not exist
+    assert api("editor_a", "POST", "/datasets", {**body, "name": "private"}).json()["ref"] == "private@1"
+    never = api("admin_b", "GET", "/datasets/privat3/versions/latest").json()["message"]
+    for ref in ("private/versions/latest", "private/versions/1"):
+        r = api("admin_b", "GET", f"/datasets/{ref}")
+        assert r.status_code == 404 and r.json()["message"] == never.replace("privat3", "private")
+    assert never == "no dataset 'privat3' in your projects", never

@@ -206,7 +206,7 @@ def remove_dataset(
     cat = _catalog(request, store)
     target = _visible_dataset(request, store, ref)
     _may_change(request, target.project, target.shared, f"dataset {name!r}")
-    gone = cat.remove_dataset(ref)
+    gone = cat.remove_dataset(ref if version is None else target.ref)  # latest: the newest it sees
     describe(request, "dataset.remove", ref, target.project, ", ".join(v.ref for v in gone))
     return [v.to_json(with_files=True) for v in gone]
 
@@ -228,17 +228,15 @@ def _visible_datastore(request: Request, store: Any, name: str) -> catalog.Datas
 
 
 def _visible_dataset(request: Request, store: Any, ref: str) -> catalog.DatasetVersion:
-    """The version, if the caller may see it; else NotFound saying nothing of another project's
-    versions."""
+    """The version, if the caller may see it (``NAME@latest``: the newest of those it may see);
+    else NotFound saying nothing of another project's versions, not even that a newer one exists."""
+    projects = principal_of(request).visible_projects()
     try:
-        found = _catalog(request, store).dataset(ref)
+        return catalog.get_dataset(store, ref, near=True, projects=projects)
     except NotFound:
-        if principal_of(request).superuser:
+        if projects is None:
             raise
         raise _missing_dataset(request, store, ref) from None
-    if not _visible(request, found):
-        raise _missing_dataset(request, store, ref)
-    return found
 
 
 def _missing_dataset(request: Request, store: Any, ref: str) -> NotFound:
@@ -247,11 +245,12 @@ def _missing_dataset(request: Request, store: Any, ref: str) -> NotFound:
     name, version = catalog.parse_ref(ref)
     seen = [v for v in _catalog(request, store).datasets() if _visible(request, v)]
     versions = [v.version for v in seen if v.name == name]
-    if versions:  # only those it may read: a gap or a newer one of another's is not named
+    # only those it may read: a gap or a newer one of another's is not named. NAME@latest is missing
+    # only when it may read no version: then the name is answered as one that does not exist
+    if versions and version is not None:
         contiguous = versions == list(range(versions[0], versions[-1] + 1))
         span = f"{versions[0]}..{versions[-1]}" if contiguous else ", ".join(map(str, versions))
-        which = "latest version" if version is None else f"version {version}"
-        return NotFound(f"dataset {name!r} has no {which} in your projects (versions: {span})")
+        return NotFound(f"dataset {name!r} has no version {version} in your projects (versions: {span})")
     return NotFound(f"no dataset {name!r} in your projects{did_you_mean(name, {v.name for v in seen})}")
 
 
