@@ -112,10 +112,20 @@ class Registry:
             "tags": dict(tags or {}),
         }
         # the file first, under a name of its own (content-addressed), then the row that points to it:
-        # a crash between the two leaves an unreferenced file, never a version without its file
+        # a crash between the two leaves an unreferenced file, never a version without its file. The
+        # upload runs before the transaction (no lock held while it moves); under the name's lock the
+        # file is only checked, and put again if a removal of the last version naming it took it
+        # meanwhile (see remove)
         path = f"{name}/{digest}.onnx"
         self.artifacts.put_bytes(REGISTRY_ID, path, data)
-        version = self.sql.add_version(name, {**fields, "path": path}, project=experiment.project)
+
+        def keep_file() -> None:
+            if not self.artifacts.exists(REGISTRY_ID, path):
+                self.artifacts.put_bytes(REGISTRY_ID, path, data)
+
+        version = self.sql.add_version(
+            name, {**fields, "path": path}, project=experiment.project, keep_file=keep_file
+        )
         return self.sql.get_version(name, version)
 
     def _onnx_record(self, experiment_id: str, model: str | None) -> ModelRecord:
@@ -224,16 +234,24 @@ class Registry:
     def remove(self, name: str, version: int | None = None) -> list[ModelVersion]:
         """Remove version ``version`` of ``name`` (the aliases naming it go too) or, ``version``
         None, the model with every version and alias; what was removed. The registry's copy of a
-        file goes with the last version naming it (the rows first: a crash between the two leaves an
-        unreferenced file, never a version without its file); the experiment's own file stays."""
-        gone = self.sql.remove(check_model_name(name), None if version is None else int(version))
-        try:  # content-addressed: two versions of the same bytes share one file
-            kept = {v.path for v in self.sql.versions(name)}
-        except NotFound:  # the whole model went
-            kept = set()
-        for path in sorted({v.path for v in gone} - kept):
-            self.artifacts.delete(REGISTRY_ID, path)
-        return gone
+        file goes with the last version naming it (content-addressed: two versions of the same bytes
+        share one); the experiment's own file stays."""
+
+        # The rows go first (their own commit: a crash after it leaves an unreferenced file, never a
+        # version without its file). Then "no version names this file" is decided and the file deleted
+        # in one transaction under the name's lock (SqlRegistry._lock_name), the lock register's
+        # add_version takes to check the file (keep_file) and insert its row; a copy is shared only
+        # within a name (the name is in its path). So a registration of the same bytes either committed
+        # first (the file is named: kept) or waits, then finds the file gone and puts it back. Deciding
+        # and deleting outside that lock let a registration reuse the file in between and lose it.
+        # The same on a folder and on S3 (its listings are not cached: exists asks the bucket).
+        def drop_files(paths: list[str]) -> None:
+            for path in paths:
+                self.artifacts.delete(REGISTRY_ID, path)
+
+        return self.sql.remove(
+            check_model_name(name), None if version is None else int(version), drop_files=drop_files
+        )
 
     def update(
         self,

@@ -4,7 +4,7 @@ SQL store (``sql.registry.SqlRegistry``; tables of migration 0007_model_registry
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 from phalanx.store.sql.registry import SqlRegistry
@@ -15,11 +15,21 @@ if TYPE_CHECKING:
 
 
 class RegistryStore(Protocol):
-    """Every method is one transaction; errors are Phalanx errors (NotFound names what exists)."""
+    """Every method is one transaction (``remove`` with ``drop_files``: two); errors are Phalanx errors
+    (NotFound names what exists). A name's files are checked and deleted only under that name's lock,
+    which ``add_version`` (with ``keep_file``) and ``remove`` (with ``drop_files``) hold for it."""
 
-    def add_version(self, name: str, fields: Mapping[str, Any], project: str = "default") -> int:
+    def add_version(
+        self,
+        name: str,
+        fields: Mapping[str, Any],
+        project: str = "default",
+        *,
+        keep_file: Callable[[], None] | None = None,
+    ) -> int:
         """Insert the next version of ``name`` (creating the name in ``project``; an existing name
-        keeps its project); returns its number."""
+        keeps its project); returns its number. ``keep_file`` is called under the name's lock before
+        the row is inserted, to make sure the file the version names is there."""
         ...
 
     def model_project(self, name: str) -> str:
@@ -33,9 +43,17 @@ class RegistryStore(Protocol):
 
     def delete_alias(self, name: str, alias: str) -> None: ...
 
-    def remove(self, name: str, version: int | None = None) -> list[ModelVersion]:
+    def remove(
+        self,
+        name: str,
+        version: int | None = None,
+        *,
+        drop_files: Callable[[list[str]], None] | None = None,
+    ) -> list[ModelVersion]:
         """Remove one version (and the aliases naming it) or, ``version`` None, the name with every
-        version and alias; what was removed. A removed version's number is never given again."""
+        version and alias; what was removed. A removed version's number is never given again.
+        After the rows' commit, ``drop_files`` is called under the name's lock with the removed paths
+        that no version names now (so no ``add_version`` of the name decides on them meanwhile)."""
         ...
 
     def alias_version(self, name: str, alias: str) -> int: ...

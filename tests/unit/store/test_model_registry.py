@@ -1,8 +1,13 @@
 """The model registry on the SQL store (SQLite and PostgreSQL): versions numbered per name with their
 lineage and signature, aliases that move, a tampered or corrupt file refused with its parity figure
-and nothing recorded, and a version that outlives a change of its experiment's file."""
+and nothing recorded, a version that outlives a change of its experiment's file, and a removal that
+never takes the file of a version registered meanwhile."""
 
 from __future__ import annotations
+
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 
 import numpy as np
 import pytest
@@ -190,3 +195,41 @@ def test_removing_a_model_removes_every_version_alias_and_file(store: SqlStore) 
         registry.resolve("digits@prod")
     assert registry.register(exp, "digits").version == 1  # a new model of the name starts again
     assert registry.read_bytes(registry.resolve("other")) == registry.read_bytes(registry.resolve("digits"))
+
+
+@pytest.mark.parametrize("removed", [1, None], ids=["version", "model"])
+def test_a_removal_racing_a_registration_of_the_same_bytes_leaves_the_new_version_its_file(
+    store: SqlStore, removed: int | None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`models rm digits@1` (or `rm digits`) decides that no version names the shared file and is held
+    just before it deletes it, until a registration of the same bytes has copied the file and is
+    recording its version: the new version still has its file once both are done."""
+    remover, registerer = Registry(store), Registry(store)
+    exp = _experiment(store, 1)
+    registerer.register(exp, "digits")
+    files = remover.artifacts
+    deciding, recording = threading.Event(), threading.Event()
+    delete, add_version = files.delete, registerer.sql.add_version
+
+    def held_delete(experiment_id: str, path: str) -> None:
+        deciding.set()
+        assert recording.wait(30)
+        delete(experiment_id, path)
+
+    def recording_add_version(*args: Any, **kwargs: Any) -> int:
+        recording.set()  # the file is copied; the version's row is next
+        return add_version(*args, **kwargs)
+
+    monkeypatch.setattr(files, "delete", held_delete)
+    monkeypatch.setattr(registerer.sql, "add_version", recording_add_version)
+    with ThreadPoolExecutor(2) as pool:
+        removing = pool.submit(remover.remove, "digits", removed)
+        assert deciding.wait(30)
+        again = pool.submit(registerer.register, exp, "digits").result(timeout=60)
+        [gone] = removing.result(timeout=60)
+    assert gone.version == 1 and again.path == gone.path
+    assert [v.version for v in registerer.versions("digits")] == [again.version]
+    assert files.exists(REGISTRY_ID, again.path)
+    assert registerer.read_bytes(registerer.resolve("digits")) == store.artifact_store.read_bytes(  # type: ignore[union-attr]
+        exp, "models/digits.onnx"
+    )

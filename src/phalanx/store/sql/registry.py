@@ -5,15 +5,19 @@ else does. Every method is one transaction, and SQLAlchemy's errors leave it as 
 Version numbers are taken as max + 1 inside the inserting transaction; two registrations racing on
 PostgreSQL collide on the primary key and the loser retries, so numbers stay dense and unique.
 Moving an alias is one upsert of its row: readers see the old version or the new one, never none.
+
+A name's files (the registry's copies, under a path holding the name) change only under the name's
+lock (``_lock_name``): ``add_version`` checks its file there before it inserts the row, ``remove``
+decides which files no version names any more and deletes them there, after its rows' commit.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import Table, delete, func, insert, select, update
+from sqlalchemy import Table, delete, func, insert, select, text, update
 from sqlalchemy.exc import IntegrityError
 
 from phalanx.errors import NotFound
@@ -28,6 +32,7 @@ if TYPE_CHECKING:
     from sqlalchemy.engine import Engine
 
 _RETRIES = 5
+_LOCK_SPACE = 0x72656769  # the first key of the registry's PostgreSQL advisory locks ("regi")
 
 
 def _upsert(dialect: str) -> Any:
@@ -50,13 +55,24 @@ class SqlRegistry:
         self._writer = writer(engine)
         self.dialect = engine.dialect.name
 
-    def add_version(self, name: str, fields: Mapping[str, Any], project: str = "default") -> int:
+    def add_version(
+        self,
+        name: str,
+        fields: Mapping[str, Any],
+        project: str = "default",
+        *,
+        keep_file: Callable[[], None] | None = None,
+    ) -> int:
         """Insert the next version of ``name`` (creating the name in ``project``; an existing name
-        keeps its own) and return its number."""
+        keeps its own) and return its number. ``keep_file`` is called in the transaction under the
+        name's lock, before the row is inserted (it puts the version's file back if a removal took it)."""
         for attempt in range(_RETRIES):
             now = time.time()
             try:
                 with self._writer.begin() as conn:
+                    if keep_file is not None:
+                        self._lock_name(conn, name)
+                        keep_file()
                     stmt = _upsert(self.dialect)(RegisteredModelRow).values(
                         name=name, project=project, description=None, tags={}, created_at=now, updated_at=now
                     )
@@ -125,10 +141,33 @@ class SqlRegistry:
         if not gone:
             raise NotFound(f"model {name} has no alias {alias!r}")
 
-    def remove(self, name: str, version: int | None = None) -> list[ModelVersion]:
+    def remove(
+        self,
+        name: str,
+        version: int | None = None,
+        *,
+        drop_files: Callable[[list[str]], None] | None = None,
+    ) -> list[ModelVersion]:
         """Remove one version of ``name`` (with the aliases naming it) or, ``version`` None, the
         name with every version and alias; returns what was removed, each with the aliases it had.
-        Nothing is removed when the name or version does not exist (NotFound names what does)."""
+        Nothing is removed when the name or version does not exist (NotFound names what does).
+        After the commit, ``drop_files`` is called with the removed paths no version names now, in a
+        second transaction under the name's lock (an ``add_version`` of the name waits for it)."""
+        removed = self._remove_rows(name, version)
+        paths = sorted({v.path for v in removed})
+        if drop_files is not None and paths:
+            with self._writer.begin() as conn:
+                self._lock_name(conn, name)
+                named = set(
+                    conn.execute(select(ModelVersionRow.c.path).where(ModelVersionRow.c.path.in_(paths)))
+                    .scalars()
+                    .all()
+                )
+                if set(paths) - named:
+                    drop_files(sorted(set(paths) - named))
+        return removed
+
+    def _remove_rows(self, name: str, version: int | None) -> list[ModelVersion]:
         with self._writer.begin() as conn:
             self._require_name(conn, name)
             query = select(ModelVersionRow).where(ModelVersionRow.c.name == name)
@@ -289,6 +328,15 @@ class SqlRegistry:
                 values["updated_at"] = time.time()
             if values:
                 conn.execute(update(table).where(*where).values(values))
+
+    def _lock_name(self, conn: Any, name: str) -> None:
+        """Hold ``name``'s registry lock until ``conn``'s transaction ends: a PostgreSQL advisory lock
+        of the name (a hash clash only makes two names wait for each other); a SQLite writer already
+        holds the database's one write lock (BEGIN IMMEDIATE)."""
+        if self.dialect == "postgresql":
+            conn.execute(
+                text(f"SELECT pg_advisory_xact_lock({_LOCK_SPACE}, hashtext(:name))"), {"name": name}
+            )
 
     def _require_name(self, conn: Any, name: str) -> None:
         if (
