@@ -40,6 +40,7 @@ from phalanx.errors import NotFound
 from phalanx.store.accounts import Role
 from phalanx.store.alerts import alert_book
 from phalanx.store.registry import registry_store
+from phalanx.suggest import did_you_mean
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -101,13 +102,13 @@ def principal_of(request: HTTPConnection) -> Principal:
     return found if isinstance(found, Principal) else EVERYBODY
 
 
-def require(request: Request, project: str, role: Role, what: str) -> None:
-    """403 unless the caller holds ``role`` in ``project``; 404 (``what`` "does not exist") when
-    the caller is in none of its roles."""
+def require(request: Request, project: str, role: Role, what: str, hint: str = "") -> None:
+    """403 unless the caller holds ``role`` in ``project``; 404 (``what`` "does not exist", then
+    ``hint``) when the caller is in none of its roles."""
     who = principal_of(request)
     held = who.role_in(project)
     if held is None:
-        raise NotFound(f"{what} does not exist (or is in a project you are not a member of)")
+        raise NotFound(f"{what} does not exist (or is in a project you are not a member of){hint}")
     if held < role:
         raise HTTPException(
             403,
@@ -115,6 +116,14 @@ def require(request: Request, project: str, role: Role, what: str) -> None:
             f" this needs {role.name}"
             " (ask a project admin)",
         )
+
+
+def require_project(request: Request, project: str, role: Role) -> None:
+    """``require`` for a project the caller named: one they are in none of the roles of is answered
+    with the nearest of their own projects (`visoin`: vision), theirs alone, so the answer is the
+    same whether another project or none has that name. Whoever sees every project gets through; a
+    write then refuses a name the server does not know in its own words (``check_project``)."""
+    require(request, project, role, f"project {project}", did_you_mean(project, principal_of(request).roles))
 
 
 def require_experiment(request: Request, experiment_id: str, role: Role) -> Any:
@@ -215,8 +224,7 @@ def enforce(request: Request) -> None:
         service = request.app.state.services.get(service_id)
         require(request, service.project, max(role, service.role), f"service {service_id}")
     else:
-        project = str(params["project"])
-        require(request, project, role, f"project {project}")
+        require_project(request, str(params["project"]), role)
 
 
 def declared_routes(app: Any) -> list[tuple[frozenset[str], str, str | None]]:

@@ -24,6 +24,7 @@ from phalanx.errors import Conflict, NotFound, UsageError, account_disabled
 from phalanx.extras import require
 from phalanx.store.sql import accounts
 from phalanx.store.sql.engine import CommitWatch
+from phalanx.suggest import did_you_mean
 
 if TYPE_CHECKING:
     from phalanx.store.base import LocalStore
@@ -71,6 +72,28 @@ def check_name(kind: str, name: str) -> str:
             "starting with a letter or digit"
         )
     return name
+
+
+def check_project(store: LocalStore, project: str) -> None:
+    """NotFound, before anything is written, for a project a team server does not know: what a
+    secret, quota, datastore or dataset names (a typo such as `visoin` would otherwise make one that
+    nobody ever uses).
+
+    On a team server's store (an admin user exists) a project is a record (`phalanx admin project
+    add`, a server admin's); one that holds experiments counts too (a server admin may run in a
+    project with no record, e.g. `default`, or runs from before the server had teams). On a
+    single-user machine's store, or a single-token server's, projects are labels: nothing is checked.
+    Over HTTP only a caller who sees every project gets here with an unknown name (the route's policy
+    answers the others as for a project they are not a member of), so naming the projects is no leak.
+    """
+    engine = store.engine
+    if accounts.first_admin(engine) is None or accounts.project_in_use(engine, project):
+        return
+    raise NotFound(
+        f"no project {project!r} on this server{did_you_mean(project, accounts.list_projects(engine))}"
+        f" (a server admin creates it with `phalanx admin project add {project}`;"
+        " `phalanx admin project ls` lists them)"
+    )
 
 
 @dataclass(frozen=True)

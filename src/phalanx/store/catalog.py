@@ -30,6 +30,7 @@ from sqlalchemy import delete, func, insert, select
 
 from phalanx.errors import Conflict, NotFound, UsageError
 from phalanx.extras import require
+from phalanx.store.accounts import check_project
 from phalanx.store.manifest import FileEntry, Manifest, build_manifest, copy_tree, join_url
 from phalanx.store.sql.engine import writer
 from phalanx.store.sql.models import DatasetVersionRow, DatastoreRow
@@ -136,12 +137,14 @@ def readable_by(record: DatastoreRecord | DatasetVersion, project: str) -> bool:
     return record.shared or record.project == project
 
 
-def check_owner(project: str | None, shared: bool, what: str) -> None:
-    """``--project`` names a project (a label), and the data is either a project's or shared."""
+def check_owner(store: LocalStore, project: str | None, shared: bool, what: str) -> None:
+    """``--project`` names a project (a label; on a team server one it knows: ``check_project``),
+    and the data is either a project's or shared."""
     if project is not None:
         problem = label_problem(project, "project")
         if problem:
             raise UsageError(f"{what}: {problem}")
+        check_project(store, project)
 
 
 def check_name(name: str, what: str) -> str:
@@ -185,7 +188,7 @@ def add_datastore(
     """``project``: who owns it; ``shared``: every project may read it; ``profile``: the AWS profile
     (of the server's machine) a server's run reads it with, else its project's secrets."""
     check_name(name, "datastore")
-    check_owner(project, shared, f"datastore {name!r}")
+    check_owner(store, project, shared, f"datastore {name!r}")
     url = normalise_url(url, f"datastore {name!r}:")
     with writer(store.engine).begin() as conn:
         if conn.execute(select(_ds().c.name).where(_ds().c.name == name)).first() is not None:
@@ -262,7 +265,7 @@ def add_dataset(
     check_name(name, "dataset")
     if not source.strip():
         raise UsageError(f"dataset {name!r}: no source; give a folder, an fsspec URL or DATASTORE:sub/dir")
-    check_owner(project, shared, f"dataset {name!r}")
+    check_owner(store, project, shared, f"dataset {name!r}")
     latest = _latest(store, name)
     if latest is not None and latest.project is not None and latest.project != project:
         owner = f"project {latest.project}" if latest.project else "no project"

@@ -53,9 +53,11 @@ def check(project: str, target: str, limit: Limit) -> Quota:
 
 def put(store: LocalStore, quota: Quota) -> Quota:
     """Set (replace) the project's quota on the target, after ``check``."""
-    from phalanx.store.sql import quotas  # why: `phalanx queue` reads the ledger alone
+    from phalanx.store.accounts import check_project  # why: `phalanx queue` reads the ledger alone
+    from phalanx.store.sql import quotas  # why: as above
 
     quota = check(quota.project, quota.target, quota.limit)
+    check_project(store, quota.project)
     quotas.put(store.engine, quota)
     return quota
 

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
 from phalanx.errors import UsageError
+from phalanx.store.accounts import check_project
 from phalanx.store.sealing import MAX_VALUE, check_name, fernet, unseal
 from phalanx.store.sql import secrets
 from phalanx.tracking.labels import label_problem
@@ -31,6 +32,7 @@ def put(store: LocalStore, home: Path, project: str, name: str, value: str) -> N
     check_name(name)
     if not value or len(value.encode()) > MAX_VALUE or "\0" in value:
         raise UsageError(f"secret {name}: give a value of 1 byte to 64 KiB, without NUL characters")
+    check_project(store, project)
     token = fernet(home).encrypt(value.encode()).decode()
     secrets.put(store.engine, project, name, token)
 

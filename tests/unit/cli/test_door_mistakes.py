@@ -16,6 +16,10 @@ from pathlib import Path
 
 import pytest
 
+from phalanx.config import Settings
+from phalanx.store import catalog, open_store, quotas, secrets
+from phalanx.store.accounts import Accounts, Role
+from phalanx.store.base import Store
 from tests.support.cli import phalanx_cli
 from tests.unit.cli.conftest import TOKEN, Served
 
@@ -163,3 +167,101 @@ def test_group_run_of_an_experiment_file_is_refused_on_both_doors(
     (here_rc, here), (there_rc, there) = both(served, "group", "run", "-f", str(spec), "-d")
     assert here_rc == there_rc == 2, (here, there)
     assert "is not a valid group file" in there, there
+
+
+# -- a project a team server does not know ---------------------------------------------------------
+# On a team server projects are records (`phalanx admin project add`, a server admin's): a secret,
+# quota, datastore or dataset naming one with no record (a typo) was accepted, exit 0, and nobody's.
+
+UNKNOWN = (
+    "error: no project 'visoin' on this server; did you mean 'vision'? (a server admin creates it with"
+    " `phalanx admin project add visoin`; `phalanx admin project ls` lists them)"
+)
+
+
+def _team(store: Store) -> Accounts:
+    """``store`` made a team server's: an admin (whom the server token acts as), projects vision and
+    nlp, and ada, an admin of vision only."""
+    accounts = Accounts(store)
+    accounts.add_user("root", None, admin=True)
+    for project in ("vision", "nlp"):
+        accounts.add_project(project)
+    accounts.add_user("ada", None)
+    accounts.set_member("vision", "ada", Role.admin)
+    return accounts
+
+
+def _writes(data: Path, project: str) -> list[tuple[tuple[str, ...], str]]:
+    """The writes naming ``project``: (arguments, stdin)."""
+    return [
+        (("secret", "set", project, "API_KEY"), "v\n"),
+        (("quota", "set", project, "--cores", "1"), ""),
+        (("datastore", "add", "lake", str(data), "--project", project), ""),
+        (("data", "add", "digits", str(data), "--project", project), ""),
+    ]
+
+
+def _nothing_written(store: Store) -> None:
+    assert secrets.names(store) == [] and quotas.list_quotas(store) == []
+    assert catalog.list_datastores(store) == [] and catalog.list_datasets(store) == []
+
+
+def test_a_write_naming_a_project_a_team_server_does_not_know_is_refused_on_both_doors(
+    served: Served, phalanx_home: Path, tmp_path: Path
+) -> None:
+    here_store = open_store(Settings())
+    for store in (served.store, here_store):  # the server's, and this machine's as a server's store
+        _team(store)
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "a.txt").write_text("a")
+    for args, stdin in _writes(data, "visoin"):
+        here = phalanx_cli(*args, "--local", input=stdin)
+        there = phalanx_cli(*args, "--server", served.url, env={"PHALANX_TOKEN": TOKEN}, input=stdin)
+        for done in (here, there):
+            assert (done.returncode, _said(done.stderr)) == (2, UNKNOWN), (args, done.stderr)
+    for store in (served.store, here_store):
+        _nothing_written(store)
+    here_store.close()
+
+
+def test_a_member_is_told_of_an_unknown_project_as_of_anothers_with_only_their_own_projects_near(
+    served: Served, phalanx_home: Path, tmp_path: Path
+) -> None:
+    accounts = _team(served.store)
+    env = {"PHALANX_TOKEN": accounts.issue_token("ada", "test", None)[0]}
+    data = tmp_path / "data"
+    data.mkdir()
+    for unknown, anothers in zip(_writes(data, "visoin"), _writes(data, "nlp"), strict=True):
+        (args, stdin), (other_args, _) = unknown, anothers
+        refused = phalanx_cli(*args, "--server", served.url, env=env, input=stdin)
+        other = phalanx_cli(*other_args, "--server", served.url, env=env, input=stdin)
+        said, other_said = _said(refused.stderr), _said(other.stderr)
+        assert (refused.returncode, other.returncode) == (2, 2), (refused.stderr, other.stderr)
+        assert said == (
+            "error: project visoin does not exist (or is in a project you are not a member of);"
+            " did you mean 'vision'?"
+        ), said
+        # nlp exists, ada is not in it: the same words, and never another's project as the near one
+        assert other_said == "error: project nlp does not exist (or is in a project you are not a member of)"
+    _nothing_written(served.store)
+
+
+def test_projects_are_labels_without_teams_and_one_holding_experiments_counts(
+    served: Served, phalanx_home: Path, tmp_path: Path
+) -> None:
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "a.txt").write_text("a")
+    for args, stdin in _writes(data, "visoin")[:2]:  # a single-user machine, a single-token server
+        assert phalanx_cli(*args, "--local", input=stdin).returncode == 0
+        env = {"PHALANX_TOKEN": TOKEN}
+        assert phalanx_cli(*args, "--server", served.url, env=env, input=stdin).returncode == 0
+    _team(served.store)  # a team server now; `default` has no record but holds a server admin's run
+    spec = tmp_path / "exp" / "exp.yml"
+    spec.parent.mkdir()
+    spec.write_text(SPEC)
+    env = {"PHALANX_TOKEN": TOKEN}
+    assert phalanx_cli("run", "-f", spec, "-d", "--server", served.url, env=env).returncode == 0
+    done = phalanx_cli("quota", "set", "default", "--gpus", "1", "--server", served.url, env=env)
+    assert done.returncode == 0, done.stderr

@@ -24,7 +24,7 @@ from phalanx.data.lineage import inputs_of
 from phalanx.errors import NotFound, UsageError
 from phalanx.server.audit import describe
 from phalanx.server.deps import StoreDep, experiment_of, get_settings
-from phalanx.server.policy import policy, principal_of, require
+from phalanx.server.policy import policy, principal_of, require_project
 from phalanx.server.routes.pages import _shell
 from phalanx.store import catalog
 from phalanx.store.accounts import Role
@@ -265,7 +265,7 @@ def _may_change(request: Request, project: str | None, shared: bool, what: str) 
                 "give the project it belongs to (--project P)",
             )
         return
-    require(request, project, Role.editor, f"project {project}")
+    require_project(request, project, Role.editor)
 
 
 def _visible(request: Request, record: Any) -> bool:

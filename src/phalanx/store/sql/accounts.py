@@ -15,6 +15,7 @@ from phalanx.errors import Conflict
 from phalanx.store.sql.engine import writer
 from phalanx.store.sql.models import (
     AuditRow,
+    ExperimentRow,
     LaunchRow,
     PersonalTokenRow,
     ProjectMemberRow,
@@ -178,6 +179,15 @@ def add_project(engine: Engine, name: str) -> None:
 def list_projects(engine: Engine) -> list[str]:
     with engine.connect() as conn:
         return [str(n) for n in conn.execute(select(ProjectRow.c.name).order_by(ProjectRow.c.name)).scalars()]
+
+
+def project_in_use(engine: Engine, project: str) -> bool:
+    """Whether ``project`` has a record or holds an experiment (one index lookup each)."""
+    with engine.connect() as conn:
+        for column in (ProjectRow.c.name, ExperimentRow.c.project):
+            if conn.execute(select(column).where(column == project).limit(1)).first() is not None:
+                return True
+    return False
 
 
 def set_member(engine: Engine, project: str, user: str, role: str) -> None:
