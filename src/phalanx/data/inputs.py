@@ -55,9 +55,9 @@ def resolve(
     credentials (``data.credentials``), never the server's own."""
     if not inputs:
         return {}, []
-    # why: the catalog's SQL imports SQLAlchemy; the supervisor imports this module before its
-    # replicas start, and an experiment without inputs opens the store only once they run
-    from phalanx.store import catalog
+    # the supervisor imports this module before its replicas start, and opens the store (SQLAlchemy)
+    # only once they run when the experiment has no inputs
+    from phalanx.store import catalog  # why: its SQL imports SQLAlchemy (see above)
 
     store: Any = open_store(settings)
     env: dict[str, str] = {}

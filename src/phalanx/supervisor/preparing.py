@@ -171,9 +171,8 @@ def _placed(cluster: Cluster, project: str, settings: Settings) -> Cluster:
     `phalanx cluster map`), read from the home's store when there is one (a dry run creates none)."""
     if not (settings.db_url or (settings.home / "phalanx.db").exists()):
         return cluster
-    # why: its SQL imports SQLAlchemy, which a local experiment's supervisor leaves for after its
-    # replicas have started (supervisor.opener)
-    from phalanx.store.placements import placed
+    # a local experiment's supervisor imports SQLAlchemy only once its replicas have started (opener)
+    from phalanx.store.placements import placed  # why: its SQL imports SQLAlchemy
 
     store = open_store(settings)
     try:
