@@ -17,6 +17,7 @@ from typing import IO, Any, TypeVar
 
 from phalanx.apiclient import Client, Unavailable, quote
 from phalanx.domain import console_sources
+from phalanx.terminal_text import for_stream
 
 FOLLOW_RETRY_SECONDS = 300.0  # longer than a server restart with its database (docs/server-submit.md)
 POLL_SECONDS = 0.5
@@ -83,6 +84,7 @@ class ExperimentFollower:
         return details
 
     def _print_new(self, replica: str, out: IO[str]) -> None:
+        shown = for_stream(out)  # a terminal gets no escape sequence but colours from a replica
         while True:
             page = self.client.get(
                 f"/experiments/{quote(self.experiment_id)}/logs",
@@ -91,7 +93,7 @@ class ExperimentFollower:
                 limit=1000,
             )
             for line in page["lines"]:
-                out.write(f"[{line['replica']}] {line['text']}\n")
+                out.write(f"[{line['replica']}] {shown(line['text'])}\n")
             out.flush()
             self.offsets[replica] = int(page["next_offset"])
             if len(page["lines"]) < 1000:

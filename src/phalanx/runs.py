@@ -29,6 +29,7 @@ from phalanx.run_api import (
     resolve_file,
     write_whole,
 )
+from phalanx.terminal_text import for_stream
 
 if TYPE_CHECKING:
     from phalanx.config import Settings
@@ -246,10 +247,11 @@ class Run:
         return details
 
     def _print_new_lines(self, offsets: dict[str, int], stream: IO[str]) -> None:
+        shown = for_stream(stream)  # a terminal: a replica's escape sequences shown, not obeyed
         for replica in console_sources([r.name for r in self._store.list_replicas(self.id)] or ["master"]):
             lines = self._store.logs(self.id, replica=replica, offset=offsets.get(replica, 0))
             for line in lines:
-                stream.write(f"[{line.replica}] {line.text}\n")
+                stream.write(f"[{line.replica}] {shown(line.text)}\n")
             if lines:
                 offsets[replica] = lines[-1].offset + 1
         stream.flush()

@@ -21,6 +21,7 @@ from phalanx.cli.reading import (
     is_remote,
     replica_json,
 )
+from phalanx.terminal_text import for_stream
 from phalanx.views import param_conflicts, params_by_section
 
 if TYPE_CHECKING:
@@ -151,7 +152,9 @@ def show_experiment(store: Door, experiment_id: str, output: Format, file: bool)
         declared = f"{c['declared']['section']} {_value(c['declared']['value'])}"
         out.append(f"  conflict: {c['key']} declared {declared}, the script reported {reported}")
     out.extend(_content_lines(store, e, artifacts, models, titles))
-    typer.echo("\n".join(out))
+    # reasons quote replicas' last lines, params and notes are the script's: a terminal gets no escape
+    # sequence from them but colours (phalanx.terminal_text)
+    typer.echo(for_stream(sys.stdout)("\n".join(out)))
 
 
 def _summary_lines(store: Door, e: Experiment, launch: dict[str, Any]) -> list[str]:

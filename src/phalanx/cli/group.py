@@ -14,6 +14,7 @@ import typer
 
 from phalanx.cli.app import ExtraParamsOpt, app, emit_json
 from phalanx.cli.target import LocalOpt, ServerOpt, ThisMachineOnlyOpt, submit_server, this_machine_only
+from phalanx.terminal_text import for_stream
 
 if TYPE_CHECKING:
     from phalanx.config import Settings
@@ -96,8 +97,8 @@ def check_group(
 
 def _printer(quiet: bool) -> Any:
     def say(text: str) -> None:
-        if not quiet:
-            sys.stderr.write(f"phalanx: {text}\n")
+        if not quiet:  # a trial's reason may quote its replica's last lines: escaped on a terminal
+            sys.stderr.write(f"phalanx: {for_stream(sys.stderr)(text)}\n")
             sys.stderr.flush()
 
     return say

@@ -8,6 +8,8 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING, Any
 
+from phalanx.terminal_text import terminal_safe
+
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
@@ -52,7 +54,9 @@ class RichObserver:
         self.live.__exit__(None, None, None)
 
     def line(self, replica: str, text: str) -> None:
-        self.console.print(f"[{replica}] {text}", markup=False, highlight=False, soft_wrap=True)
+        # on a terminal only (`phalanx run` makes this observer for one): escape sequences shown, not obeyed
+        line = f"[{replica}] {terminal_safe(text)}"
+        self.console.print(line, markup=False, highlight=False, soft_wrap=True)
 
     def states(self, replicas: Mapping[str, ReplicaState], elapsed: float) -> None:
         now = time.monotonic()

@@ -16,6 +16,7 @@ from typing import Any
 
 from phalanx.apiclient import TIMEOUT, Client, ServerError, multipart, read_token
 from phalanx.following import DONE, POLL_SECONDS, ExperimentFollower, Patience
+from phalanx.terminal_text import for_stream
 
 __all__ = ["TIMEOUT", "Client", "ServerError", "follow", "multipart", "read_token"]
 
@@ -65,7 +66,8 @@ def _ended(exp: Mapping[str, Any], out: Any) -> int:
         f"{r['name']} (exit code {r['exit_code']})" if r.get("exit_code") is not None else r["name"]
         for r in failed
     )
-    why = f": {exp['reason']}" if exp.get("reason") else ""
+    # a failure's reason may quote the replica's last lines: escaped on a terminal as its lines are
+    why = f": {for_stream(sys.stderr)(exp['reason'])}" if exp.get("reason") else ""
     sys.stderr.write(f"phalanx: experiment {exp['id']} failed{why}\n")
     if named:  # a line of its own: a reason may end with the replica's last log lines
         sys.stderr.write(f"phalanx: failed replicas: {named}\n")

@@ -13,21 +13,24 @@ import typer
 from phalanx.domain import console_sources
 from phalanx.following import DONE, POLL_SECONDS
 from phalanx.remote_store import RemoteStore
+from phalanx.terminal_text import for_stream
 
 
 def print_lines(lines: list[Any], replica: str | None, as_json: bool) -> None:
     """Log lines as `phalanx logs` prints them: `[replica] text`, the text alone with --replica, or
-    one JSON document a line."""
+    one JSON document a line. On a terminal a line's control characters and escape sequences but
+    its colours are shown escaped (``phalanx.terminal_text``); a file or pipe gets the exact text."""
     import json
 
+    shown = for_stream(sys.stdout)
     for line in lines:
         if as_json:
             doc = {"replica": line.replica, "offset": line.offset, "time": line.time, "text": line.text}
             sys.stdout.write(json.dumps(doc) + "\n")
         elif replica:
-            sys.stdout.write(line.text + "\n")
+            sys.stdout.write(shown(line.text) + "\n")
         else:
-            sys.stdout.write(f"[{line.replica}] {line.text}\n")
+            sys.stdout.write(f"[{line.replica}] {shown(line.text)}\n")
 
 
 def logs(store: RemoteStore, experiment_id: str, replica: str | None, follow: bool, as_json: bool) -> None:

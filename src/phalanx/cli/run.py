@@ -27,6 +27,7 @@ from phalanx.cli.launching import submit_detached as submit_detached
 from phalanx.cli.live_table import RichObserver
 from phalanx.cli.target import LocalOpt, ServerOpt, submit_server
 from phalanx.cli.terminal import guard_std_streams
+from phalanx.terminal_text import for_stream
 
 if TYPE_CHECKING:
     from phalanx.config import Settings
@@ -357,7 +358,8 @@ def _report_outcome(outcome: RunOutcome, output: Output, settings: Settings) -> 
     if output is Output.JSON:
         emit_json(launched_json(outcome.experiment_id, str(outcome.status), outcome.reason))
     else:
-        tail = f": {outcome.reason}" if outcome.reason else ""
+        # a failure's reason may quote the replica's last lines: escaped on a terminal as its lines are
+        tail = f": {for_stream(sys.stderr)(outcome.reason)}" if outcome.reason else ""
         sys.stderr.write(f"phalanx: experiment {outcome.experiment_id} {outcome.status}{tail}\n")
         from phalanx.cli.server import ui_hint
 

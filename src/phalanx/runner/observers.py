@@ -8,6 +8,7 @@ from collections.abc import Mapping
 from typing import IO
 
 from phalanx.domain import ReplicaState
+from phalanx.terminal_text import for_stream
 
 
 class PlainObserver:
@@ -15,6 +16,7 @@ class PlainObserver:
 
     def __init__(self, out: IO[str] | None = None) -> None:
         self._out: IO[str] | None = out or sys.stdout  # stderr under -o json: stdout holds one JSON doc
+        self._shown = for_stream(self._out)  # a terminal: replicas' escape sequences shown, not obeyed
         self._lock = threading.Lock()
         self._last: dict[str, str] = {}
 
@@ -23,7 +25,7 @@ class PlainObserver:
             if self._out is None:
                 return
             try:
-                self._out.write(f"[{replica}] {text}\n")
+                self._out.write(f"[{replica}] {self._shown(text)}\n")
                 self._out.flush()
             except BrokenPipeError:  # `phalanx run ... | head`: stop printing; the experiment goes on
                 self._out = None

@@ -1,0 +1,68 @@
+"""`phalanx logs ID` of an experiment whose replica printed escape sequences (a terminal title, a
+screen clear) writes them visibly escaped to a terminal, colours kept, on both doors (this machine's
+store, a server's after `phalanx login`); a file or pipe and `-o json` get the exact text."""
+
+from __future__ import annotations
+
+import io
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from phalanx import logins
+from phalanx.cli import main as cli_main
+from phalanx.config import Settings
+from phalanx.store import open_store
+from phalanx.store.base import Store
+from tests.support.cli import phalanx_cli
+from tests.unit.cli.conftest import TOKEN, Served
+from tests.unit.server import fill
+
+HOSTILE = "\x1b]0;PWNED-TITLE\x07\x1b[2J\x1b[31mRED\x1b[0m\r 50%"
+SHOWN = "\\x1b]0;PWNED-TITLE\\x07\\x1b[2J\x1b[31mRED\x1b[0m\r 50%"
+
+
+class Terminal(io.StringIO):
+    """sys.stdout as a reader's terminal: it says it is one."""
+
+    def isatty(self) -> bool:
+        return True
+
+
+@pytest.fixture(params=["here", "server"])
+def door(request: pytest.FixtureRequest, phalanx_home: Path) -> Store:
+    """The store the experiment is written to: this machine's, or a served one logged in to."""
+    if request.param == "here":
+        store = open_store(Settings())
+        request.addfinalizer(store.close)
+        return store
+    served: Served = request.getfixturevalue("served")
+    logins.save(phalanx_home, logins.Login(served.url, TOKEN))
+    return served.store
+
+
+def on_terminal(monkeypatch: pytest.MonkeyPatch, *args: str) -> str:
+    """What `phalanx ARGS`, run in this process, writes to a terminal on stdout."""
+    terminal = Terminal()
+    with monkeypatch.context() as patched:
+        patched.setattr(sys, "stdout", terminal)
+        try:
+            cli_main.main(list(args))
+        except SystemExit as exc:
+            assert exc.code in (0, None), exc.code
+    return terminal.getvalue()
+
+
+def test_logs_on_a_terminal_show_escape_sequences_escaped_and_keep_colours(
+    door: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    exp = fill.experiment(door, n_workers=0)
+    fill.log_lines(door, exp.id, "master", ["epoch 1", HOSTILE])
+    assert on_terminal(monkeypatch, "logs", exp.id) == f"[master] epoch 1\n[master] {SHOWN}\n"
+    assert on_terminal(monkeypatch, "logs", exp.id, "--replica", "master") == f"epoch 1\n{SHOWN}\n"
+    piped = phalanx_cli("logs", exp.id)  # a file or pipe: the exact text
+    assert piped.returncode == 0 and piped.stdout == f"[master] epoch 1\n[master] {HOSTILE}\n"
+    as_json = phalanx_cli("logs", exp.id, "-o", "json")
+    assert [json.loads(line)["text"] for line in as_json.stdout.splitlines()] == ["epoch 1", HOSTILE]
