@@ -10,11 +10,17 @@ from pathlib import Path
 
 import pytest
 
-from phalanx.machine import box
+from phalanx.machine import box, box_accounts
 from phalanx.machine.box import Isolation, Layout
 
 ISO = Isolation("phx-nlp", 61000, 61001, "nlp", "http://127.0.0.1:8000", hidden=("/etc/phalanx",))
 root_only = pytest.mark.skipif(os.geteuid() != 0, reason="giving files to another account needs root")
+
+
+@pytest.fixture(autouse=True)
+def account_files(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The box's copies of /etc/passwd... in a folder of the test's, not the machine's /run."""
+    monkeypatch.setattr(box_accounts, "FOLDER", tmp_path_factory.mktemp("run") / "phalanx-box")
 
 
 def pairs(argv: list[str], flag: str) -> list[tuple[str, str]]:
@@ -170,3 +176,92 @@ def test_a_boxs_own_folder_is_made_fresh_never_through_a_planted_link(tmp_path: 
     with pytest.raises(OSError, match="not a folder"):
         box.make_own_folder(tmp_path / "planted", ISO)
     assert Path("/etc").stat().st_uid == 0
+
+
+PASSWD = """root:x:0:0:root:/root:/bin/bash
+postgres:x:105:110:PostgreSQL administrator:/var/lib/postgresql:/bin/bash
+phx-vision:x:995:994:phalanx box for project vision:/home/phx-vision:/usr/sbin/nologin
+phx-nlp:x:994:993:phalanx box for project nlp:/home/phx-nlp:/usr/sbin/nologin
+renamed:x:993:992:phalanx box for project Odd.Name:/home/renamed:/usr/sbin/nologin
+alice:x:1000:1000:Alice:/home/alice:/bin/bash
+"""
+GROUP = """root:x:0:
+video:x:44:alice,phx-vision,phx-nlp
+phx-vision:x:994:
+phx-nlp:x:993:
+renamed:x:992:
+alice:x:1000:
+"""
+SHADOW = "root:*:19000::::::\nphx-vision:!:19000::::::\nphx-nlp:!:19000::::::\n"
+GSHADOW = "video:!:phx-vision:alice,phx-vision,phx-nlp\nphx-vision:!::\nphx-nlp:!::\n"
+
+
+def test_a_box_sees_the_machines_accounts_but_no_other_projects() -> None:
+    files = {
+        box_accounts.PASSWD: PASSWD,
+        box_accounts.GROUP: GROUP,
+        box_accounts.SHADOW: SHADOW,
+        box_accounts.GSHADOW: GSHADOW,
+    }
+    seen = box_accounts.views(files, "phx-nlp", 994, 993)
+    assert [line.split(":")[0] for line in seen[box_accounts.PASSWD].splitlines()] == [
+        "root",
+        "postgres",
+        "phx-nlp",
+        "alice",
+    ]
+    assert seen[box_accounts.GROUP].splitlines() == [
+        "root:x:0:",
+        "video:x:44:alice,phx-nlp",
+        "phx-nlp:x:993:",
+        "alice:x:1000:",
+    ]
+    assert seen[box_accounts.SHADOW] == "root:*:19000::::::\nphx-nlp:!:19000::::::\n"
+    assert seen[box_accounts.GSHADOW] == "video:!::alice,phx-nlp\nphx-nlp:!::\n"
+    # a uid range's account has no entry on the machine: the box gets one (whoami, pip, git)
+    ranged = box_accounts.views(files, "phx-200001", 200001, 200001)
+    assert ranged[box_accounts.PASSWD].endswith(
+        "phx-200001:x:200001:200001:phalanx box:/nonexistent:/usr/sbin/nologin\n"
+    )
+    assert ranged[box_accounts.GROUP].endswith("alice:x:1000:\nphx-200001:x:200001:\n")
+    assert "phx-" not in ranged[box_accounts.PASSWD].replace("phx-200001", "")
+    assert box_accounts.views({}, "phx-nlp", 994, 993) == {}
+
+
+def test_the_box_binds_its_account_files_over_the_machines_and_hides_every_cgroup() -> None:
+    argv = box.box_argv(ISO, Layout(cwd="/", tmp=None))
+    bound = dict((target, source) for source, target in pairs(argv, "--ro-bind"))
+    if os.access("/etc/passwd", os.R_OK):
+        copy = Path(bound["/etc/passwd"])
+        assert copy != Path("/etc/passwd") and "phx-nlp:x:61000:61001:" in copy.read_text()
+        assert argv.index("/etc/passwd") > argv.index("/etc")  # on top of the machine's /etc
+    for backup in box_accounts.BACKUPS:
+        if os.path.lexists(backup):
+            assert bound[backup] == "/dev/null"
+    if os.path.isdir("/sys/fs/cgroup"):
+        assert argv[argv.index("--tmpfs", argv.index("/sys")) + 1] == "/sys/fs/cgroup"
+
+
+def test_a_box_is_shown_its_own_cgroup_alone(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    root = tmp_path / "cgroup"
+    own = [root / "memory" / "server" / "phalanx" / "e1.0.master", root / "pids" / "phalanx" / "e1.0.master"]
+    for folder in own:
+        folder.mkdir(parents=True)
+    monkeypatch.setattr(box, "CGROUPS", str(root))
+    argv = box.box_argv(ISO, Layout(cwd="/", tmp=None))
+    shown = box.with_cgroup([*argv, "python", "--chdir"], [*map(str, own), "/elsewhere", str(root / "gone")])
+    assert (
+        shown[-2:] == ["python", "--chdir"]
+        and shown[: argv.index("--chdir")] == argv[: argv.index("--chdir")]
+    )
+    added = shown[argv.index("--chdir") : shown.index("--chdir")]
+    assert [p for p in pairs(added, "--ro-bind")] == [(str(f), str(f)) for f in own]
+    made = [added[i + 3] for i, a in enumerate(added) if a == "--perms" and added[i + 1] == "0755"]
+    assert made == [
+        str(root / "memory"),
+        str(root / "memory" / "server"),
+        str(root / "memory" / "server" / "phalanx"),
+        str(root / "pids"),
+        str(root / "pids" / "phalanx"),
+    ]
+    assert box.with_cgroup(argv, []) == argv

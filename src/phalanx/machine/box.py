@@ -18,7 +18,10 @@ hardened hosts turn off, and files the box writes would then belong to a mapped 
 
 Everything is bound at the path it has on the host (a venv's scripts name their interpreter by
 absolute path), so the box sees the same paths, and only those: the server's home, store, keys,
-other experiments' folders and other processes do not exist in it. Standard library only.
+other experiments' folders and other processes do not exist in it, nor do other projects'
+accounts in its /etc/passwd and /etc/group (``box_accounts``) or other boxes' cgroups under
+/sys/fs/cgroup (an empty tmpfs there, its own cgroup bound in: ``with_cgroup``). Standard library
+only.
 """
 
 from __future__ import annotations
@@ -34,12 +37,14 @@ from pathlib import Path
 from typing import Any
 
 from phalanx import knobs
+from phalanx.machine import box_accounts
 
 BWRAP = "bwrap"
 SETPRIV = "setpriv"
 # The machine's programs and libraries, read-only. /etc holds the loader's cache, CA certificates,
-# passwd/group (name lookups) and Open MPI's defaults; what in it is secret is root's and mode
-# 0600/0640, which the box's account cannot read, and the server's own paths are hidden on top.
+# passwd/group (name lookups: copies without the other projects' accounts, box_accounts) and Open
+# MPI's defaults; what in it is secret is root's and mode 0600/0640, which the box's account cannot
+# read, and the server's own paths are hidden on top.
 MACHINE_TREES = ("/usr", "/etc", "/opt")
 MERGED_USR = ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
 # The box's own environment, whatever the server's holds: set by Phalanx, never inherited.
@@ -49,6 +54,8 @@ INHERITED = ("LANG", "LANGUAGE", "LC_ALL", "LC_CTYPE", "TZ")
 # GPUs: /dev/nvidia<N> per granted device plus these control nodes (knobs.GPU_DEVICES_DIR names
 # another folder to take them from: a test's fake nodes).
 GPU_CONTROL_NODES = ("nvidiactl", "nvidia-uvm", "nvidia-uvm-tools", "nvidia-modeset")
+# Every cgroup of the machine: an empty tmpfs in a box, but for its own (with_cgroup)
+CGROUPS = "/sys/fs/cgroup"
 # Mark of a boxed process (its value: the box folder), how the tests' clean-up finds leftovers.
 ENV_BOX = "PHALANX_BOX"
 
@@ -144,6 +151,8 @@ def box_argv(isolation: Isolation, layout: Layout) -> list[str]:
     for tree in MACHINE_TREES:
         if os.path.isdir(tree):
             argv += ["--ro-bind", tree, tree]
+    # its account database without the other projects' accounts (a server path hidden wins: below)
+    argv += box_accounts.account_binds(isolation.account, isolation.uid, isolation.gid)
     for link in MERGED_USR:
         if os.path.islink(link):
             argv += ["--symlink", os.readlink(link), link]
@@ -169,8 +178,29 @@ def box_argv(isolation: Isolation, layout: Layout) -> list[str]:
         argv += ["--dev-bind", node, f"/dev/{Path(node).name}"]
     if os.path.isdir("/sys"):
         argv += ["--ro-bind", "/sys", "/sys"]
+        if os.path.isdir(CGROUPS):  # no other box's cgroups: its own are bound in by with_cgroup
+            argv += ["--tmpfs", CGROUPS]
     argv += ["--chdir", layout.cwd, "--", *drop_to(isolation)]
     return argv
+
+
+def with_cgroup(argv: Sequence[str], folders: Iterable[str]) -> list[str]:
+    """A box's argv (``box_argv``'s, maybe with its program after it) that also shows the box its
+    own cgroup: each of ``folders`` (one per v1 controller, or the v2 one) read-only at its path,
+    on top of the empty /sys/fs/cgroup, where /proc/self/cgroup says it is (a program that sizes
+    its threads or caches by its limits reads them there). The box's processes must be in that
+    cgroup before bubblewrap starts (its reaper joins them): the folders exist then."""
+    binds: list[str] = []
+    made = {CGROUPS, *(str(p) for p in Path(CGROUPS).parents)}
+    for folder in folders:
+        if not _under(folder, (CGROUPS,)) or not os.path.isdir(folder):
+            continue
+        for source, target in _at(os.path.abspath(folder)):
+            binds += _parents(target, made)
+            binds += ["--ro-bind", source, target]
+            made.add(target)
+    cut = list(argv).index("--chdir")  # bubblewrap's own, before its "--": the binds go before it
+    return [*argv[:cut], *binds, *argv[cut:]]
 
 
 def drop_to(isolation: Isolation) -> list[str]:

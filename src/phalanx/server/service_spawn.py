@@ -153,6 +153,8 @@ class Spawner:
         seat = launch.seat
         if seat is not None:  # its threads, its GPUs; its cgroup joined before anything of it runs
             started.update(seat.env())
+            if isolation is not None and seat.cgroup is not None:  # the one cgroup its box shows
+                argv = box.with_cgroup(argv, seat.cgroup.folders)
             argv = seat.command(argv)
         with open(folder / LOG, "ab") as out:
             popen = self._thread.submit(

@@ -1,9 +1,10 @@
 """Hostile jobs on a team server (issue 36, invariant 6): an editor of nlp submits an ordinary job
 that tries to reach the server's home, store, keys, token file and environment, another project's
-experiment (its folder, code, artifacts, checkpoint, input, environment, processes) and the API
-beyond its own experiment, while vision's experiment runs. On a server that runs as root every
-probe fails and the job still succeeds; with `--trust-submitters` (the box off) the same probes get
-through, which proves they would notice a hole."""
+experiment (its folder, code, artifacts, checkpoint, input, environment, processes, cgroup), other
+projects' accounts (their names, in /etc/passwd and /etc/group) and the API beyond its own
+experiment, while vision's experiment runs. On a server that runs as root every probe fails and the
+job still succeeds; with `--trust-submitters` (the box off) the same probes get through, which
+proves they would notice a hole."""
 
 from __future__ import annotations
 
@@ -42,6 +43,7 @@ from tests.support.slurm import LocalSlurm
 
 from phalanx.bundles import pack
 from phalanx.clusters import add_cluster
+from phalanx.machine import cgroups
 
 pytestmark = pytest.mark.timeout(900)
 
@@ -167,6 +169,12 @@ def test_a_hostile_job_reaches_nothing_of_the_server_or_another_project_and_stil
     uid = int(own["uid"].split("uid=")[1].split(" ")[0])
     assert uid != 0
     assert len(own["uid"].split("processes=")[1].split(",")) <= 3, own["uid"]  # bwrap's init, itself
+    # its own account still resolves, though no other project's shows (probe other_accounts), and
+    # its own cgroup is where /proc/self/cgroup says, though no other experiment's is (other_cgroups)
+    assert "whoami=phx-nlp pwd=phx-nlp getuser=phx-nlp group=phx-nlp" in own["account"], own["account"]
+    assert f"uid={uid}(phx-nlp)" in own["account"], own["account"]
+    if cgroups.describe().startswith("cgroup"):
+        assert own["cgroup"].endswith("pids.max=4096"), own["cgroup"]
 
     # nor may it name vision's dataset as its input: the submit is accepted (inputs resolve when it
     # starts), and the start refuses it as if there were none; its command never runs

@@ -126,7 +126,7 @@ def reaper_config(iso: Isolation, argv: list[str], cgroup: cgroups.Cgroup | None
     """The ``box`` part of a unit's reaper config: names only, never a secret's value."""
     secrets = [n for n in os.environ.get(SECRET_NAMES, "").split(",") if n]
     return {
-        "argv": argv,
+        "argv": box.with_cgroup(argv, cgroup.folders) if cgroup else argv,  # its own cgroup, read-only
         "inherit": [*box.INHERITED, *secrets],
         "uid": iso.uid,
         "gid": iso.gid,

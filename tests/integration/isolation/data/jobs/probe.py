@@ -4,10 +4,16 @@ What it aims at is in targets.json, written beside it by the test before the fol
 
 from __future__ import annotations
 
+import contextlib
+import getpass
+import grp
 import json
 import os
+import pwd
+import re
 import socket
 import sqlite3
+import subprocess
 import urllib.request
 from collections.abc import Callable
 from pathlib import Path
@@ -98,6 +104,43 @@ def inherited() -> list[str]:
     return found
 
 
+def other_accounts() -> list[str]:
+    """Other projects' box accounts (``phx-<project>``, the names of the machine's projects) that
+    the account database shows: its files, their backups, and what the name service lists."""
+    own = os.environ.get("USER", "")
+    names: set[str] = set()
+    for path in ("/etc/passwd", "/etc/group", "/etc/passwd-", "/etc/group-", "/etc/shadow", "/etc/gshadow"):
+        with contextlib.suppress(OSError):
+            names |= set(re.findall(r"phx-[A-Za-z0-9_.-]+", Path(path).read_text(errors="replace")))
+    names |= {p.pw_name for p in pwd.getpwall()} | {g.gr_name for g in grp.getgrall()}
+    names |= {m for g in grp.getgrall() for m in g.gr_mem}
+    return sorted(n for n in names if n.startswith("phx-") and n != own)
+
+
+def other_cgroups() -> list[str]:
+    """Cgroups under /sys/fs/cgroup of anything but this experiment: another experiment's (its id,
+    its memory use), a notebook's, the victim's."""
+    own = os.environ.get("PHALANX_EXPERIMENT_ID", "?")
+    found = []
+    for folder, dirs, _files in os.walk("/sys/fs/cgroup"):
+        for name in dirs:
+            theirs = Path(folder).name == "phalanx" and not name.startswith(f"{own}.")
+            if theirs or victim["id"] in name:
+                found.append(f"{folder}/{name}")
+    return found
+
+
+def own_cgroup_limit() -> str:
+    """This replica's process-count limit, read where /proc/self/cgroup says its cgroup is."""
+    for line in Path("/proc/self/cgroup").read_text().splitlines():
+        _, names, path = line.split(":", 2)
+        for mount in ["pids"] if "pids" in names.split(",") else ["", "unified"] if names == "" else []:
+            limit = Path("/sys/fs/cgroup", mount, path.lstrip("/"), "pids.max")
+            if limit.exists():
+                return limit.read_text().strip()
+    return "none"
+
+
 home, victim = T["home"], T["victim"]
 probe("inherited_fds", inherited)  # first: before any probe opens a file of its own
 probe("env_home", lambda: os.environ.get("PHALANX_HOME"))
@@ -134,10 +177,20 @@ probe("victim_board_socket", board_over_socket)
 probe("api_victim_board", lambda: api(f"/services/{victim['board']['id']}/data/runs"))
 probe("api_start_board", lambda: post_json("/api/v1/services", {"experiment": victim["id"]}))
 probe("api_victim_files", lambda: put(f"/api/v1/experiments/{victim['id']}/files/planted.txt"))
-# what it must have: its own project's secret, and the GPU it asked for
+probe("other_accounts", other_accounts)
+probe("other_cgroups", other_cgroups)
+# what it must have: its own project's secret, the GPU it asked for, its own account's name, its limit
 print(f"OWN secret={os.environ.get(T['own_secret_name'], '')!r}", flush=True)
 print(f"OWN gpus={os.environ.get('CUDA_VISIBLE_DEVICES')!r} nodes={sorted(os.listdir('/dev'))!r}", flush=True)
 print(
     f"OWN uid={os.getuid()} processes={sorted(int(p) for p in os.listdir('/proc') if p.isdigit())}",
     flush=True,
 )
+whoami = subprocess.run(["whoami"], capture_output=True, text=True).stdout.strip()
+ids = subprocess.run(["id"], capture_output=True, text=True).stdout.strip()
+print(
+    f"OWN account whoami={whoami} pwd={pwd.getpwuid(os.getuid()).pw_name} getuser={getpass.getuser()}"
+    f" group={grp.getgrgid(os.getgid()).gr_name} id={ids!r}",
+    flush=True,
+)
+print(f"OWN cgroup pids.max={own_cgroup_limit()}", flush=True)
