@@ -17,8 +17,9 @@ import os
 import signal
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
 from pathlib import Path
+
+from phalanx.machine.record import Record
 
 ROOT = Path("/sys/fs/cgroup")
 V1 = ("memory", "cpu", "pids", "freezer")
@@ -98,12 +99,15 @@ def remove_empty(left: Callable[[str], bool]) -> None:
                     os.rmdir(folder)
 
 
-@dataclass(frozen=True)
-class Cgroup:
-    """One replica's cgroup: a folder per v1 controller, or one v2 folder (``v2``)."""
+class Cgroup(Record):
+    """One replica's cgroup: a folder per v1 controller, or one v2 folder (``v2``). A ``Record``:
+    every replica's reaper imports this module."""
 
-    folders: tuple[str, ...]
-    v2: bool = False
+    __slots__ = ("folders", "v2")
+
+    def __init__(self, folders: tuple[str, ...], v2: bool = False) -> None:
+        self.folders = folders
+        self.v2 = v2
 
     @classmethod
     def create(

@@ -16,7 +16,8 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+
+from phalanx.machine.record import Record
 
 SHM = "/dev/shm/"
 PAGE = os.sysconf("SC_PAGE_SIZE")
@@ -78,12 +79,12 @@ def _shm_mapped(pid: int) -> set[str]:
     return out
 
 
-@dataclass
 class MemoryWatch:
     """The memory of one process tree, each page counted once, across successive looks (it remembers
     the /dev/shm files the tree has had open, so one written then closed still counts)."""
 
-    known: dict[tuple[int, int], str] = field(default_factory=dict)  # shm (dev, inode) -> path
+    def __init__(self) -> None:
+        self.known: dict[tuple[int, int], str] = {}  # shm (dev, inode) -> path
 
     def usage(self, pids: Iterable[int]) -> MemoryUse:
         pss = 0
@@ -122,12 +123,16 @@ class MemoryWatch:
         return MemoryUse(pss=pss, shm=shm, rss=rss, exact=exact)
 
 
-@dataclass(frozen=True)
-class MemoryUse:
-    pss: int  # bytes: proportional set size of the tree (RSS where PSS cannot be read)
-    shm: int  # bytes of /dev/shm files the tree holds but does not map
-    rss: int  # bytes: plain RSS sum (shared pages counted per process), for comparison only
-    exact: bool = True  # False when some process's PSS could not be read
+class MemoryUse(Record):
+    """``pss``: bytes, the proportional set size of the tree (RSS where PSS cannot be read); ``shm``:
+    bytes of /dev/shm files the tree holds but does not map; ``rss``: the plain RSS sum (shared pages
+    counted per process), for comparison only; ``exact``: False when some process's PSS could not be
+    read."""
+
+    __slots__ = ("exact", "pss", "rss", "shm")
+
+    def __init__(self, pss: int, shm: int, rss: int, exact: bool = True) -> None:
+        self.pss, self.shm, self.rss, self.exact = pss, shm, rss, exact
 
     @property
     def total(self) -> int:
@@ -137,18 +142,27 @@ class MemoryUse:
 # ---- CPU, threads, I/O (the system-metrics sampler) --------------------------------------------
 
 
-@dataclass(frozen=True)
-class TreeSample:
-    """One look at a process tree: cumulative counters (CPU seconds, I/O bytes) and levels."""
+class TreeSample(Record):
+    """One look at a process tree: cumulative counters (CPU seconds, I/O bytes) and levels. ``time``:
+    time.monotonic() of the look; ``cpu_seconds``: user + system of the live processes plus their
+    reaped children."""
 
-    time: float  # time.monotonic() of the look
-    cpu_seconds: float  # user + system of the live processes plus their reaped children
-    rss: int
-    pss: int
-    threads: int
-    processes: int
-    read_bytes: int
-    write_bytes: int
+    __slots__ = ("cpu_seconds", "processes", "pss", "read_bytes", "rss", "threads", "time", "write_bytes")
+
+    def __init__(
+        self,
+        time: float,
+        cpu_seconds: float,
+        rss: int,
+        pss: int,
+        threads: int,
+        processes: int,
+        read_bytes: int,
+        write_bytes: int,
+    ) -> None:
+        self.time, self.cpu_seconds, self.rss, self.pss = time, cpu_seconds, rss, pss
+        self.threads, self.processes = threads, processes
+        self.read_bytes, self.write_bytes = read_bytes, write_bytes
 
 
 def _stat_fields(pid: int) -> list[bytes] | None:

@@ -1,0 +1,23 @@
+"""``Record``: a few named values, compared and shown by them, as ``@dataclass(frozen=True)`` would
+give, without importing ``dataclasses`` (with ``inspect``, ``ast`` and ``dis``): every replica's
+reaper imports the modules that use it (``proctree``, ``cgroups``), and ``dataclasses`` was a third of
+its start-up (issue 42). A subclass names its values in ``__slots__`` and sets them in ``__init__``."""
+
+from __future__ import annotations
+
+
+class Record:
+    __slots__: tuple[str, ...] = ()
+
+    def _values(self) -> tuple[object, ...]:
+        return tuple(getattr(self, name) for name in self.__slots__)
+
+    def __eq__(self, other: object) -> bool:
+        return type(other) is type(self) and self._values() == other._values()
+
+    def __hash__(self) -> int:
+        return hash(self._values())
+
+    def __repr__(self) -> str:
+        shown = ", ".join(f"{name}={getattr(self, name)!r}" for name in self.__slots__)
+        return f"{type(self).__name__}({shown})"
