@@ -92,6 +92,27 @@ def fail(message: str, status: int = 2) -> typer.Exit:
     return typer.Exit(status)
 
 
+YesOpt = Annotated[bool, typer.Option("--yes", "-y", help="Do not ask for confirmation.")]
+
+
+def on_terminal() -> bool:
+    """Whether someone can answer a question (stdin is a terminal)."""
+    return sys.stdin.isatty()
+
+
+def confirm(question: str, doing: str, declined: str = "nothing removed") -> None:
+    """What a destructive command does without --yes: asks ``question`` on a terminal (no:
+    ``declined`` on stderr, exit 1); without one (a script, stdin from /dev/null) refuses, exit 2,
+    with "``doing`` needs confirmation: pass --yes". Every rm/delete that asks goes through here."""
+    from phalanx.errors import UsageError
+
+    if not on_terminal():
+        raise UsageError(f"{doing} needs confirmation: pass --yes")
+    if not typer.confirm(question):
+        typer.echo(declined, err=True)
+        raise typer.Exit(1)
+
+
 @app.command("version")
 def version() -> None:
     """Print Phalanx's version."""

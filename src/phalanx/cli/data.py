@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from phalanx.cli.app import OutputOpt, app, emit_json, human_size
+from phalanx.cli.app import OutputOpt, YesOpt, app, confirm, emit_json, human_size
 from phalanx.cli.listing import Format
 from phalanx.cli.target import LocalOpt, ServerOpt
 from phalanx.config import Settings
@@ -236,7 +236,7 @@ def data_get(
             "-d",
             "--dir",
             metavar="DIR",
-            help="Copy the files into this folder (checked against their hashes).",
+            help="Copy the files into this folder (checked against their hashes; all or nothing).",
         ),
     ] = None,
     output: OutputOpt = Format.TABLE,
@@ -247,8 +247,7 @@ def data_get(
     """Show a dataset version and its files, or copy them to --dir (refused if a file changed)."""
     with _open(server, local) as catalog:
         version = catalog.dataset(ref)
-        if directory is not None:
-            directory.mkdir(parents=True, exist_ok=True)
+        if directory is not None:  # all or nothing: a refused file leaves no partial copy
             catalog.fetch(version, directory)
     if directory is not None:
         emit_json({**version.to_json(), "dir": str(directory)}) if _json(output, json_) else typer.echo(
@@ -272,15 +271,43 @@ def data_rm(
     ref: Annotated[
         str, typer.Argument(help="NAME@VERSION (or NAME@latest) to forget one version; NAME: every version.")
     ],
+    yes: YesOpt = False,
     output: OutputOpt = Format.TABLE,
     server: ServerOpt = None,
     local: LocalOpt = False,
 ) -> None:
     """Forget a dataset's version, or every version of it. The bytes the catalog copied into its own
-    folder go with the last version naming them; a source, or a --copy-to datastore's copy, stays."""
+    folder go with the last version naming them; a source, or a --copy-to datastore's copy, stays.
+    Asks first (on a terminal; elsewhere --yes), saying how many experiments read it."""
+    from phalanx.store.catalog import check_name, no_dataset, parse_ref
+
+    name, _ = parse_ref(ref)
     with _open(server, local) as catalog:
+        if "@" in ref:
+            named = [catalog.dataset(ref)]
+            ref = named[0].ref  # NAME@latest: the version asked about is the one removed
+        else:
+            named = catalog.datasets(check_name(name, "dataset"))
+            if not named:
+                raise no_dataset(name, {v.name for v in catalog.datasets()})
+        if not yes:
+            _confirm_rm(ref, named, catalog.readers(name, [v.version for v in named]))
         gone = catalog.remove_dataset(ref)
     if output is Format.JSON:
         emit_json([v.to_json() for v in gone])
     else:
         typer.echo(f"removed {', '.join(v.ref for v in gone)}")
+
+
+def _confirm_rm(ref: str, named: list[DatasetVersion], readers: int) -> None:
+    from phalanx.domain import plural
+
+    what = ref if "@" in ref else f"dataset {ref} and its {plural(len(named), 'version')}"
+    them = "it" if len(named) == 1 else "them"
+    read = (
+        f"{plural(readers, 'experiment')} read {them}: their reruns will no longer find {them}"
+        if readers
+        else f"no experiment read {them}"
+    )
+    listed = "\n".join(f"  {v.ref} ({plural(len(v.files), 'file')}, {human_size(v.size)})" for v in named)
+    confirm(f"Remove {what}? {read[0].upper()}{read[1:]}.\n{listed}\n", f"removing {what} ({read})")

@@ -9,12 +9,11 @@ the first two deleted and the user unsure which.
 
 from __future__ import annotations
 
-import sys
 from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from phalanx.cli.app import OutputOpt, app, emit_json
+from phalanx.cli.app import OutputOpt, YesOpt, app, confirm, emit_json
 from phalanx.cli.target import LocalOpt, ServerOpt
 from phalanx.cli.tracking import Format, open_target
 
@@ -34,7 +33,7 @@ def delete(
             help="Experiment ids: full, or at least 8 characters of one (a destructive call).",
         ),
     ],
-    yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask for confirmation.")] = False,
+    yes: YesOpt = False,
     output: OutputOpt = Format.TABLE,
     server: ServerOpt = None,
     local: LocalOpt = False,
@@ -44,7 +43,7 @@ def delete(
 
     from phalanx.config import Settings
     from phalanx.domain import plural
-    from phalanx.errors import Conflict, UsageError
+    from phalanx.errors import Conflict
     from phalanx.ids import check_destructive
 
     store = open_target(server, local)
@@ -59,12 +58,9 @@ def delete(
         if all(e.id != seen.id for seen in found):
             found.append(e)
     if not yes:
-        if not sys.stdin.isatty():
-            raise UsageError(f"deleting {', '.join(e.id for e in found)} needs confirmation: pass --yes")
         listed = "\n".join(f"  {e.id} ({e.project}/{e.name}, {e.status})" for e in found)
-        if not typer.confirm(f"Delete {plural(len(found), 'experiment')}?\n{listed}\n"):
-            typer.echo("nothing deleted", err=True)
-            raise typer.Exit(1)
+        question = f"Delete {plural(len(found), 'experiment')}?\n{listed}\n"
+        confirm(question, f"deleting {', '.join(e.id for e in found)}", "nothing deleted")
     here = None if store.server_url else Settings()  # a server's gc sweeps its own folders
     for e in found:
         store.delete_experiment(e.id)

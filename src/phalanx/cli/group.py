@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from phalanx.cli.app import ExtraParamsOpt, app, emit_json
+from phalanx.cli.app import ExtraParamsOpt, YesOpt, app, confirm, emit_json
 from phalanx.cli.target import LocalOpt, ServerOpt, ThisMachineOnlyOpt, submit_server, this_machine_only
 from phalanx.terminal_text import for_stream
 
@@ -312,7 +312,7 @@ def stop(
 @group_app.command("delete")
 def delete(
     group_id: IdArg,
-    yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask for confirmation.")] = False,
+    yes: YesOpt = False,
     output: Annotated[str, typer.Option("-o", "--output", help="table or json")] = "table",
     server: ServerOpt = None,
     local: LocalOpt = False,
@@ -332,15 +332,11 @@ def delete(
     doc = store.group_view(group_id)
     check_destructive(group_id, doc["id"], kind="group")
     if not yes:
-        if not sys.stdin.isatty():
-            raise UsageError(f"deleting group {doc['id']} and its trials needs confirmation: pass --yes")
         question = (
             f"Delete group {doc['id']} ({doc['name']}, {doc['status']})"
             f" and its {plural(len(doc['trials']), 'trial')}?"
         )
-        if not typer.confirm(question):
-            typer.echo("nothing deleted", err=True)
-            raise typer.Exit(1)
+        confirm(question, f"deleting group {doc['id']} and its trials", "nothing deleted")
     deleted = store.remove_group(doc["id"])
     if store.server_url is None:  # a server removes its own (routes/groups.py)
         remove_folders(Settings(), doc["id"], deleted)

@@ -12,7 +12,6 @@ One command group, two kinds of first word:
 from __future__ import annotations
 
 import re
-import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
@@ -20,7 +19,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 from typer.core import TyperGroup
 
-from phalanx.cli.app import OutputOpt, app, emit_json, fail, human_size
+from phalanx.cli.app import OutputOpt, YesOpt, app, confirm, emit_json, fail, human_size
 from phalanx.cli.listing import Format
 from phalanx.cli.target import LocalOpt, ServerOpt
 from phalanx.suggest import closest
@@ -400,7 +399,7 @@ def alias(
 @models_app.command("rm")
 def rm(
     ref: Annotated[str, typer.Argument(metavar="NAME[@N]", help="the model (every version), or one version")],
-    yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask for confirmation.")] = False,
+    yes: YesOpt = False,
     output: OutputOpt = Format.TABLE,
     server: ServerOpt = None,
     local: LocalOpt = False,
@@ -430,8 +429,6 @@ def rm(
             raise
         raise NotFound(f"{exc}{did_you_mean(parsed.name, (m.name for m in registry.models()))}") from None
     if not yes:
-        if not sys.stdin.isatty():
-            raise UsageError(f"removing {ref} needs confirmation: pass --yes")
         listed = "\n".join(
             f"  {v.name}@{v.version}"
             + "".join(f" @{a}" for a in v.aliases)
@@ -441,9 +438,7 @@ def rm(
         what = (
             f"model {parsed.name} and its {plural(len(found), 'version')}" if parsed.version is None else ref
         )
-        if not typer.confirm(f"Remove {what}?\n{listed}\n"):
-            typer.echo("nothing removed", err=True)
-            raise typer.Exit(1)
+        confirm(f"Remove {what}?\n{listed}\n", f"removing {ref}")
     gone = registry.remove(parsed.name, parsed.version)
     if output == "json":
         emit_json([version_json(v) for v in gone])

@@ -5,6 +5,7 @@ through the server's API, which applies its project rules (docs/data.md#on-a-ser
 from __future__ import annotations
 
 import urllib.parse
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +20,7 @@ from phalanx.store.catalog import (
     check_keeping,
     parse_ref,
 )
-from phalanx.store.manifest import copy_tree
+from phalanx.store.manifest import fetch_tree
 
 
 class RemoteCatalog:
@@ -79,17 +80,22 @@ class RemoteCatalog:
         answer = self.client.request("DELETE", _query(f"/datasets/{quote(name)}", which))[1]
         return [DatasetVersion.from_json(v) for v in answer]
 
+    def readers(self, name: str, versions: Sequence[int]) -> int:
+        """Counted by the server, among the experiments of the caller's projects."""
+        answer = self.client.get(f"/datasets/{quote(name)}/readers", versions=",".join(map(str, versions)))
+        return int(answer["experiments"])
+
     def fetch(self, version: DatasetVersion, directory: Path) -> None:
         """The files through the server (``GET .../files/PATH``), checked as this machine's are."""
         files = _ApiFiles(self.client, f"/datasets/{quote(version.name)}/versions/{version.version}/files")
-        copy_tree(version.manifest, str(directory.resolve()), f"dataset {version.ref}", source=(files, ""))
+        fetch_tree(version.manifest, directory, f"dataset {version.ref}", source=(files, ""))
 
     def close(self) -> None:
         """Nothing held between requests."""
 
 
 class _ApiFiles:
-    """A dataset version's files on a server, as ``copy_tree`` reads a filesystem."""
+    """A dataset version's files on a server, as ``copy_tree`` (``fetch_tree``) reads a filesystem."""
 
     def __init__(self, client: Client, base: str) -> None:
         self.client = client

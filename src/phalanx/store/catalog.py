@@ -31,7 +31,8 @@ from sqlalchemy import delete, func, insert, select
 from phalanx.errors import Conflict, NotFound, UsageError
 from phalanx.extras import require
 from phalanx.store.accounts import check_project
-from phalanx.store.manifest import FileEntry, Manifest, build_manifest, copy_tree, join_url
+from phalanx.store.dataset_reads import readers, versions_text
+from phalanx.store.manifest import FileEntry, Manifest, build_manifest, copy_tree, fetch_tree, join_url
 from phalanx.store.sql.engine import writer
 from phalanx.store.sql.models import DatasetVersionRow, DatastoreRow
 from phalanx.suggest import did_you_mean
@@ -396,9 +397,7 @@ def get_dataset(
     if row is None:
         versions = [v.version for v in list_datasets(store, name)]
         if versions:
-            raise NotFound(
-                f"dataset {name!r} has no version {version} (versions: {versions[0]}..{versions[-1]})"
-            )
+            raise NotFound(f"dataset {name!r} has no version {version} (versions: {versions_text(versions)})")
         raise no_dataset(name, dataset_names(store) if near else ())
     return _version(row)
 
@@ -515,9 +514,13 @@ class Catalog(Protocol):
 
     def remove_dataset(self, ref: str) -> list[DatasetVersion]: ...
 
+    def readers(self, name: str, versions: Sequence[int]) -> int:
+        """How many experiments read one of these versions of ``name`` (their lineage records)."""
+        ...
+
     def fetch(self, version: DatasetVersion, directory: Path) -> None:
         """Copy ``version``'s files into ``directory`` (this machine's), each checked against its
-        sha256 (DataChanged, exit 2, for one that changed)."""
+        sha256 (DataChanged, exit 2, for one that changed), all or nothing (``fetch_tree``)."""
         ...
 
     def close(self) -> None: ...
@@ -574,8 +577,11 @@ class SqlCatalog:
     def remove_dataset(self, ref: str) -> list[DatasetVersion]:
         return remove_dataset(self.store, ref, self.kept)
 
+    def readers(self, name: str, versions: Sequence[int]) -> int:
+        return readers(self.store, name, versions)
+
     def fetch(self, version: DatasetVersion, directory: Path) -> None:
-        copy_tree(version.manifest, str(directory.resolve()), f"dataset {version.ref}")
+        fetch_tree(version.manifest, directory, f"dataset {version.ref}")
 
     def close(self) -> None:
         self.store.close()

@@ -7,7 +7,10 @@ In the store's vocabulary: the catalog records manifests, and ``phalanx.data`` s
 from __future__ import annotations
 
 import hashlib
+import os
 import posixpath
+import shutil
+import uuid
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -139,6 +142,60 @@ def copy_tree(
         if "file" in _protocols(dest):
             Path(target).parent.mkdir(parents=True, exist_ok=True)
         copy_file(fs, f"{root.rstrip('/')}/{entry.path}", entry, dest, target, what)
+
+
+def fetch_tree(
+    manifest: Manifest, directory: Path, what: str = "dataset", source: tuple[Any, str] | None = None
+) -> None:
+    """Copy every file of ``manifest`` into the local folder ``directory``, checked, all or nothing
+    (`phalanx data get --dir`): into a hidden folder first (beside ``directory``, or inside it when
+    it exists: the same filesystem), moved into place once every file arrived with its recorded
+    bytes. An existing folder keeps what it held, the version's files added (or replacing files of
+    the same path); on any failure nothing of this fetch is left, not even a folder made for it."""
+    directory = directory.absolute()
+    if directory.exists() and not directory.is_dir():
+        raise UsageError(f"{directory}: not a folder; give a folder to copy {what}'s files into")
+    _check_room(manifest, directory, what)
+    base = directory if directory.is_dir() else directory.parent
+    while not base.exists():  # the folders to make come with the move, not before
+        base = base.parent
+    partial = base / f".{directory.name or 'data'}.phalanx-get-{uuid.uuid4().hex[:8]}"
+    partial.mkdir()  # the umask's mode, as the folder `mkdir` would make
+    try:
+        copy_tree(manifest, str(partial), what, source)
+        if directory.is_dir():
+            for entry in manifest.files:
+                target = directory / entry.path
+                target.parent.mkdir(parents=True, exist_ok=True)
+                os.replace(partial / entry.path, target)
+        else:
+            directory.parent.mkdir(parents=True, exist_ok=True)
+            partial.rename(directory)
+    finally:
+        shutil.rmtree(partial, ignore_errors=True)
+
+
+def _check_room(manifest: Manifest, directory: Path, what: str) -> None:
+    """Refused before a byte is read: a version's file whose place in an existing ``directory`` is a
+    folder, or under a file (the files move in whole, or not at all); a path leaving the folder."""
+    for entry in manifest.files:
+        safe_path(entry.path)  # a server's manifest too: never a file outside the folder
+        target = directory / entry.path
+        if not directory.is_dir():
+            continue
+        blocked = (
+            target
+            if target.is_dir()
+            else next(
+                (p for p in target.parents if p.is_relative_to(directory) and p.exists() and not p.is_dir()),
+                None,
+            )
+        )
+        if blocked is not None:
+            raise UsageError(
+                f"{what}: its file {entry.path!r} cannot go into {directory}: {blocked} is "
+                f"{'a folder' if blocked.is_dir() else 'a file'} there; give another --dir (nothing copied)"
+            )
 
 
 def _protocols(fs: Any) -> tuple[str, ...]:

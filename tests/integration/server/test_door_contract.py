@@ -171,7 +171,7 @@ WRITES: list[tuple[str, tuple[str, ...], str]] = [
     ("secret rm", ("secret", "rm", "p-{d}", "API_TOKEN"), ""),
     ("datastore add", ("datastore", "add", "store-{d}", "{folder}/lake"), ""),
     ("data add", ("data", "add", "set-{d}", "store-{d}:digits"), ""),
-    ("data rm", ("data", "rm", "set-{d}"), ""),
+    ("data rm", ("data", "rm", "set-{d}", "--yes"), ""),
     ("datastore rm", ("datastore", "rm", "store-{d}"), ""),
     ("models register", ("models", "register", "{m}", "--name", "m-{d}"), ""),
     ("models alias", ("models", "alias", "m-{d}@prod", "1"), ""),

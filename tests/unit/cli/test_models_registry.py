@@ -4,7 +4,6 @@ saved models as before the registry."""
 from __future__ import annotations
 
 import json
-import types
 from pathlib import Path
 
 import pytest
@@ -163,9 +162,8 @@ def test_rm_removes_a_version_with_its_aliases_or_a_whole_model(
     assert "rm" in CLI.invoke(app, ["models", "--help"]).output
     status, err = _phalanx(capsys, "models", "rm", "digits@1")  # no terminal: --yes or nothing
     assert (status, err) == (2, "error: removing digits@1 needs confirmation: pass --yes\n")
-    terminal = types.SimpleNamespace(stdin=types.SimpleNamespace(isatty=lambda: True))
     with monkeypatch.context() as patched:
-        patched.setattr("phalanx.cli.models.sys", terminal)  # on a terminal: asked
+        patched.setattr("phalanx.cli.app.on_terminal", lambda: True)  # on a terminal: asked
         declined = CLI.invoke(app, ["models", "rm", "digits@1"], input="n\n")
     assert declined.exit_code == 1 and "digits@1 @prod" in declined.output
     assert [

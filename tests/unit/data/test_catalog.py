@@ -114,13 +114,24 @@ def test_a_version_or_every_version_is_forgotten_and_the_bytes_stay(store: Any, 
         catalog.remove_dataset(store, "digits")
 
 
+def test_a_missing_version_names_the_versions_that_exist_not_a_span_over_a_gap(
+    store: Any, folder: Path
+) -> None:
+    for n in range(5):
+        (folder / "labels.txt").write_text(f"{n}\n")
+        catalog.add_dataset(store, "digits", str(folder))
+    catalog.remove_dataset(store, "digits@2")
+    with pytest.raises(NotFound, match=r"dataset 'digits' has no version 2 \(versions: 1, 3-5\)$"):
+        catalog.get_dataset(store, "digits@2")
+
+
 def test_version_0_is_no_version_and_never_the_newest(store: Any, folder: Path) -> None:
     """`NAME@0` read as "no version given" once: `phalanx data rm digits@0` removed the newest."""
     catalog.add_dataset(store, "digits", str(folder))
     (folder / "extra.txt").write_text("more\n")
     catalog.add_dataset(store, "digits", str(folder))
     for call in (catalog.get_dataset, catalog.remove_dataset):
-        with pytest.raises(NotFound, match=r"dataset 'digits' has no version 0 \(versions: 1\.\.2\)"):
+        with pytest.raises(NotFound, match=r"dataset 'digits' has no version 0 \(versions: 1, 2\)"):
             call(store, "digits@0")
     assert [v.version for v in catalog.list_datasets(store, "digits")] == [1, 2]
 

@@ -67,7 +67,7 @@ def test_an_editor_adds_to_its_project_and_a_viewer_reads(api: Any, lake: Path) 
     assert r.status_code == 404 and "did you mean 'digits'?" in r.json()["message"], r.json()
     r = api("viewer_a", "GET", "/datasets/digits/versions/9")
     assert (
-        r.status_code == 404 and "has no version 9 in your projects (versions: 1..1)" in r.json()["message"]
+        r.status_code == 404 and "has no version 9 in your projects (versions: 1)" in r.json()["message"]
     ), r.json()
     r = api("admin_b", "GET", "/datastores/nope")
     assert r.status_code == 404 and "lake" not in r.json()["message"], r.json()
@@ -130,9 +130,9 @@ def test_a_missing_version_names_only_the_versions_the_caller_reads(api: Any, la
     assert api("editor_a", "POST", "/datasets", body).json()["ref"] == "digits@2"
     r = api("admin_b", "GET", "/datasets/digits/versions/2")
     assert r.status_code == 404, r.json()
-    assert r.json()["message"] == "dataset 'digits' has no version 2 in your projects (versions: 1..1)"
+    assert r.json()["message"] == "dataset 'digits' has no version 2 in your projects (versions: 1)"
     r = api("admin_b", "GET", "/datasets/digits/versions/3")  # one that does not exist: the same words
-    assert r.json()["message"] == "dataset 'digits' has no version 3 in your projects (versions: 1..1)"
+    assert r.json()["message"] == "dataset 'digits' has no version 3 in your projects (versions: 1)"
 
 
 def test_latest_is_the_newest_version_the_caller_reads(api: Any, lake: Path) -> None:
@@ -156,3 +156,23 @@ def test_latest_is_the_newest_version_the_caller_reads(api: Any, lake: Path) -> 
         r = api("admin_b", "GET", f"/datasets/{ref}")
         assert r.status_code == 404 and r.json()["message"] == never.replace("privat3", "private")
     assert never == "no dataset 'privat3' in your projects", never
+
+
+def test_readers_of_a_version_are_counted_among_the_callers_projects(
+    api: Any, lake: Path, store: LocalStore
+) -> None:
+    assert (
+        api("root", "POST", "/datastores", {"name": "lake", "url": str(lake), "project": "A"}).status_code
+        == 201
+    )
+    body = {"name": "digits", "source": "lake:digits", "project": "A"}
+    assert api("editor_a", "POST", "/datasets", body).status_code == 201
+    read = {"name": "d", "kind": "dataset", "dataset": "digits", "version": 1, "ref": "digits@1"}
+    for project in ("A", "A", "B"):
+        store.create_experiment(name="train", project=project, plan={"inputs": [read]})
+    assert api("viewer_a", "GET", "/datasets/digits/readers?versions=1").json() == {"experiments": 2}
+    assert api("root", "GET", "/datasets/digits/readers").json() == {"experiments": 3}
+    assert api("viewer_a", "GET", "/datasets/digits/readers?versions=2").json() == {"experiments": 0}
+    assert api("admin_b", "GET", "/datasets/digits/readers").status_code == 404  # not B's to know about
+    r = api("viewer_a", "GET", "/datasets/digits/readers?versions=x")
+    assert r.status_code == 400 and "give version numbers" in r.json()["message"], r.json()

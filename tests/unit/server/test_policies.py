@@ -51,6 +51,7 @@ TABLE: dict[tuple[str, str], str] = {
     ("POST", "/api/v1/datasets"): "body",
     ("GET", "/api/v1/datasets/{name}/versions/{version}/files/{path:path}"): "signed-in",
     ("DELETE", "/api/v1/datasets/{name}"): "signed-in",
+    ("GET", "/api/v1/datasets/{name}/readers"): "signed-in",
     ("GET", "/api/v1/datastores"): "signed-in",
     ("GET", "/api/v1/datastores/{name}"): "signed-in",
     ("POST", "/api/v1/datastores"): "body",

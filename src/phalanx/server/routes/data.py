@@ -28,6 +28,7 @@ from phalanx.server.policy import policy, principal_of, require_project
 from phalanx.server.routes.pages import _shell
 from phalanx.store import catalog
 from phalanx.store.accounts import Role
+from phalanx.store.dataset_reads import readers, versions_text
 from phalanx.store.manifest import filesystem, join_url
 from phalanx.suggest import did_you_mean
 
@@ -211,6 +212,22 @@ def remove_dataset(
     return [v.to_json(with_files=True) for v in gone]
 
 
+@router.get("/datasets/{name}/readers")
+@policy("signed-in")
+def dataset_readers(request: Request, name: str, store: StoreDep, versions: str = "") -> dict[str, int]:
+    """How many experiments of the caller's projects read one of ``versions`` (``1,3``; none: every
+    version) of a dataset it may see: what `phalanx data rm` says before it forgets them."""
+    _visible_dataset(request, store, name)
+    try:
+        wanted = [int(v) for v in versions.split(",") if v.strip()]
+    except ValueError:
+        raise UsageError(f"versions {versions!r}: give version numbers, e.g. 1,3") from None
+    if not wanted:
+        wanted = [v.version for v in _catalog(request, store).datasets(name) if _visible(request, v)]
+    count = readers(store, name, wanted, principal_of(request).visible_projects())
+    return {"experiments": count}
+
+
 def _visible_datastore(request: Request, store: Any, name: str) -> catalog.DatastoreRecord:
     """The datastore, if the caller may see it; else NotFound naming nothing of other projects'
     (the catalog's own message lists every datastore), only the nearest of those it may see."""
@@ -248,8 +265,7 @@ def _missing_dataset(request: Request, store: Any, ref: str) -> NotFound:
     # only those it may read: a gap or a newer one of another's is not named. NAME@latest is missing
     # only when it may read no version: then the name is answered as one that does not exist
     if versions and version is not None:
-        contiguous = versions == list(range(versions[0], versions[-1] + 1))
-        span = f"{versions[0]}..{versions[-1]}" if contiguous else ", ".join(map(str, versions))
+        span = versions_text(versions)
         return NotFound(f"dataset {name!r} has no version {version} in your projects (versions: {span})")
     return NotFound(f"no dataset {name!r} in your projects{did_you_mean(name, {v.name for v in seen})}")
 
