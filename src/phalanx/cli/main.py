@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import importlib
 import os
 import sys
 from collections.abc import Callable
+from typing import NoReturn
 
 # One module per command group; each registers its commands on phalanx.cli.app.app when imported.
 COMMAND_MODULES = (
@@ -193,7 +195,11 @@ def _answer(work: Callable[[], object], args: list[str]) -> bool:
     from phalanx.errors import PhalanxError, SpecError, exit_status
 
     try:
-        return bool(work())
+        answered = bool(work())
+        sys.stdout.flush()  # a reader gone shows here, not as "Exception ignored" at exit
+        return answered
+    except BrokenPipeError:
+        _output_cut()
     except PhalanxError as exc:
         text = str(exc)
         # a file's problems are one located line each (FILE:LINE:COL: ...); any other message,
@@ -210,9 +216,48 @@ def _answer(work: Callable[[], object], args: list[str]) -> bool:
         sys.stderr.write(f"error: {_os_error_message(exc)}\n")
         sys.exit(1 if exc.errno in (errno.ENOSPC, errno.EDQUOT) else 2)
     except SystemExit as exc:
+        if _typer_met_a_cut_pipe():
+            _output_cut()
+        try:
+            sys.stdout.flush()
+        except BrokenPipeError:
+            _output_cut()
         if args[:1] and args[0] in FAST_EXIT_COMMANDS and (exc.code is None or isinstance(exc.code, int)):
             _fast_exit(exc.code or 0)
         raise
+
+
+# `phalanx ls | head -1`: the reader closed the pipe before the command was done writing. The status
+# is the one the shell reports for coreutils cut the same way (`seq 100000 | head -1` under `set -o
+# pipefail`: 141, 128 + SIGPIPE), the same for every command and both entry points, so a script can
+# tell "output cut" from 1 (failed) and 2 (invalid). SIGPIPE is not left at its default (it would
+# kill the process the same way): a foreground `phalanx run` must survive a closed pipe and finish
+# recording its replicas (cli/terminal.py's GuardedStream drops its echo instead).
+OUTPUT_CUT = 141
+
+
+def _output_cut() -> NoReturn:
+    """End a command whose stdout reader has gone: no traceback, and stdout pointed at /dev/null
+    (the Python docs' recipe, signal module, "Note on SIGPIPE") so that the interpreter's flush at
+    exit meets no broken pipe ("Exception ignored ... BrokenPipeError")."""
+    with contextlib.suppress(OSError, ValueError):
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        try:
+            os.dup2(devnull, sys.stdout.fileno())
+        finally:
+            os.close(devnull)
+    sys.exit(OUTPUT_CUT)
+
+
+def _typer_met_a_cut_pipe() -> bool:
+    """Typer (like click) answers EPIPE itself: it wraps sys.stdout in click's PacifyFlushWrapper
+    and exits 1, silently. Seen here, it becomes the same exit as on the lean path."""
+    for module in ("typer._click.utils", "click.utils"):  # typer 0.29 carries its own click
+        utils = sys.modules.get(module)
+        wrapper = getattr(utils, "_PacifyFlushWrapper", None) or getattr(utils, "PacifyFlushWrapper", None)
+        if isinstance(wrapper, type) and isinstance(sys.stdout, wrapper):
+            return True
+    return False
 
 
 # Errors of the file system under PHALANX_HOME (a file where a folder should be, no permission, a
