@@ -42,6 +42,10 @@ def plot(
     """
     if output.suffix.lower() not in SUFFIXES:
         raise fail(f"cannot write {output}: give a file name ending in {', '.join(SUFFIXES)}")
+    folder = output.parent
+    if not folder.is_dir():  # a mistyped folder is refused, never created (nothing is written)
+        what = f"{folder} is a file, not a folder" if folder.exists() else f"no folder {folder}"
+        raise fail(f"-o {output}: {what}; create it first, or give another")
     if x not in ("step", "time"):
         raise fail(f"--x must be 'step' or 'time', not {x!r}")
     from phalanx.cli.reading import open_target
@@ -107,6 +111,5 @@ def render_scalars(
     if heading:
         fig.suptitle(heading)
     fig.tight_layout()
-    output.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(output, dpi=110)
     plt.close(fig)
