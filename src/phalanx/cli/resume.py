@@ -335,7 +335,11 @@ def _side(store: LocalStore, ref: str) -> tuple[Any, int | None]:
 
 def _attempt_of(store: LocalStore, exp: Any, attempt: int) -> dict[str, Any]:
     from phalanx import repro
+    from phalanx.runner.rerunning import attempt_numbers, no_such_attempt
 
+    known = attempt_numbers(store, exp.id)
+    if attempt not in known:
+        raise fail(no_such_attempt(exp.id, attempt, known))
     found = repro.attempt_record(store.repro(exp.id), attempt)
     if found is None:
         raise fail(
@@ -386,7 +390,17 @@ def diff(
     ea, at_a = _side(store, a)
     at_b: int | None
     if b is None:
+        from phalanx.runner.rerunning import attempt_numbers
+
         numbers = [int(r.get("attempt") or 0) for r in store.repro(ea.id).get("attempts") or []] or [0]
+        if at_a is None and len(attempt_numbers(store, ea.id)) == 1 and output != "json":
+            # nothing to compare is said, not shown as "no differences" (exit 0, like a diff of
+            # what one side never recorded: named, not an error)
+            typer.echo(
+                f"experiment {ea.id} has one attempt only: nothing to compare"
+                f" (`phalanx diff {ea.id} OTHER` compares it with another experiment)"
+            )
+            return
         eb, at_a, at_b = ea, at_a if at_a is not None else numbers[0], numbers[-1]
     else:
         eb, at_b = _side(store, b)

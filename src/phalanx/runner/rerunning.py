@@ -98,11 +98,34 @@ def never_started(experiment: Experiment) -> str:
     )
 
 
+def attempt_numbers(store: Store, experiment_id: str) -> list[int]:
+    """The numbers of the attempts ``experiment_id`` has (its attempt rows, and those its record
+    names), in order; [0] for one that kept no attempt rows (a `Task.init` script)."""
+    rows = {int(a.get("number") or 0) for a in store.attempts(experiment_id)}
+    recorded = {int(a.get("attempt") or 0) for a in store.repro(experiment_id).get("attempts") or []}
+    return sorted(rows | recorded) or [0]
+
+
+def no_such_attempt(experiment_id: str, attempt: int, known: list[int]) -> str:
+    """`experiment 3f2a has no attempt 5; its only attempt is 0 (...)`: what an ID@N or --attempt N
+    past the last attempt is told."""
+    which = f"its only attempt is {known[0]}" if len(known) == 1 else f"its attempts are {_listed(known)}"
+    listing = f"`phalanx get {experiment_id}` lists them"
+    return f"experiment {experiment_id} has no attempt {attempt}; {which} ({listing})"
+
+
+def _listed(numbers: list[int]) -> str:
+    return ", ".join(map(str, numbers))
+
+
 def rerun_record(store: Store, experiment_id: str, attempt: int | None) -> dict[str, Any]:
     """The record a rerun starts from: attempt ``attempt``'s, else the last successful attempt's."""
     record = store.repro(experiment_id)
     if attempt is None:
         return repro.rerun_record(record, store.attempts(experiment_id))
+    known = attempt_numbers(store, experiment_id)
+    if attempt not in known:
+        raise UsageError(no_such_attempt(experiment_id, attempt, known))
     found = repro.attempt_record(record, attempt)
     if found is None:
         numbers = [int(a.get("attempt") or 0) for a in record.get("attempts") or []] or [0]
