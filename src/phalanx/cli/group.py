@@ -148,7 +148,8 @@ def run(
     `phalanx login` (or with --server URL) the server runs it, and this command follows it until it
     ends (--detach: prints its id), as `phalanx run -f FILE` does with a group file.
 
-    Exit status: 0 the search finished, 1 every trial failed, 130 stopped, 2 invalid file.
+    Exit status: 0 the search finished, 1 every trial failed, 130 stopped, 2 invalid file, 69 server or
+    database unreachable.
     """
     from phalanx.cli.launching import _check_home_and_db
     from phalanx.config import Settings

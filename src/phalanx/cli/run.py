@@ -161,7 +161,8 @@ def run(
 ) -> None:
     """Run an experiment: start every replica wired for its framework and supervise it to the end.
 
-    Exit status: 0 succeeded, 1 failed, 130 stopped, 2 invalid file or request.
+    Exit status: 0 succeeded, 1 failed, 130 stopped, 2 invalid file or request, 69 server or database
+    unreachable.
     """
     import faulthandler
     import signal
