@@ -139,11 +139,12 @@ class Experiment:
             "created_at": self.created_at,
             "started_at": self.started_at,
             "finished_at": self.finished_at,
+            "notes": self.notes,
+            # every experiment carries both, as the REST API's ExperimentOut does: one set of keys
+            # for a trial, a plain run and a `phalanx serve` session, on every path and door
+            "group_id": self.group_id,
+            "kind": self.kind,
         }
-        if self.group_id:  # only trials carry it: other experiments' JSON is unchanged
-            doc["group_id"] = self.group_id
-        if self.kind != "training":  # only services carry it, likewise
-            doc["kind"] = self.kind
         return doc
 
 
