@@ -34,6 +34,7 @@ from phalanx.cli.reading import _value, artifact_json, finite_or_none
 from phalanx.cli.reading import is_remote as is_remote
 from phalanx.cli.reading import open_target as open_target
 from phalanx.cli.target import LocalOpt, ServerOpt, ThisMachineOnlyOpt, this_machine_only
+from phalanx.terminal_text import for_stream
 from phalanx.views import conflict_notes, params_by_section
 
 
@@ -192,7 +193,7 @@ def metrics(
         if not rows:
             typer.echo(f"experiment {e.id} reported no metrics yet")
             return
-        typer.echo(_table(["title", "series", "points", "last step", "last", "min", "max"], rows))
+        _echo_table(["title", "series", "points", "last step", "last", "min", "max"], rows)
 
 
 @app.command("params")
@@ -221,7 +222,7 @@ def params(
         for p in records
     ]
     headers = ["section", "key", "value", "replica", "rank"] + (["conflict"] if notes else [])
-    typer.echo(_table(headers, rows))
+    _echo_table(headers, rows)
 
 
 # The kinds of artifact Phalanx's SDK writes (tracking/objects.py, reports.py, checkpointing.py). The
@@ -302,7 +303,7 @@ def artifacts(
         [a.name, a.kind, human_size(a.size), a.replica, "-" if a.rank is None else str(a.rank), a.path]
         for a in records
     ]
-    typer.echo(_table(["name", "kind", "size", "replica", "rank", "path"], rows))
+    _echo_table(["name", "kind", "size", "replica", "rank", "path"], rows)
 
 
 @app.command("gc")
@@ -346,3 +347,9 @@ def gc(
     else:
         lines.append("store compacted (VACUUM)")
     typer.echo("\n".join(lines))
+
+
+def _echo_table(headers: list[str], rows: list[list[str]]) -> None:
+    """A table of what a job reported (titles, values, names): on a terminal, escape sequences in it
+    are shown, not acted on (phalanx.terminal_text)."""
+    typer.echo(for_stream(sys.stdout)(_table(headers, rows)))

@@ -66,3 +66,17 @@ def test_logs_on_a_terminal_show_escape_sequences_escaped_and_keep_colours(
     assert piped.returncode == 0 and piped.stdout == f"[master] epoch 1\n[master] {HOSTILE}\n"
     as_json = phalanx_cli("logs", exp.id, "-o", "json")
     assert [json.loads(line)["text"] for line in as_json.stdout.splitlines()] == ["epoch 1", HOSTILE]
+
+
+def test_what_a_job_reported_is_shown_escaped_in_the_params_and_metrics_tables(
+    door: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A parameter's value and a metric's title come from the job too: `phalanx params` and
+    `phalanx metrics` show their escape sequences, as `phalanx get` does."""
+    exp = fill.experiment(door, n_workers=0)
+    fill.param(door, exp.id, "Args", "note", "\x1b]52;c;cm0gLXJmIH4=\x07")
+    fill.scalars(door, exp.id, "loss\x1b]0;T\x07", "master", [0.5])
+    params = on_terminal(monkeypatch, "params", exp.id)
+    assert "\\x1b]52;c;cm0gLXJmIH4=\\x07" in params and "\x1b" not in params, params
+    metrics = on_terminal(monkeypatch, "metrics", exp.id)
+    assert "loss\\x1b]0;T\\x07" in metrics and "\x1b" not in metrics, metrics

@@ -176,3 +176,21 @@ def test_readers_of_a_version_are_counted_among_the_callers_projects(
     assert api("admin_b", "GET", "/datasets/digits/readers").status_code == 404  # not B's to know about
     r = api("viewer_a", "GET", "/datasets/digits/readers?versions=x")
     assert r.status_code == 400 and "give version numbers" in r.json()["message"], r.json()
+
+
+def test_a_name_another_project_holds_is_refused_without_naming_that_project(api: Any, lake: Path) -> None:
+    """Dataset names are one namespace on a server: B cannot take A's name, and is not told whose it is."""
+    for project, store_name in (("A", "lake"), ("B", "lakeb")):
+        body = {"name": store_name, "url": str(lake), "project": project}
+        assert api("root", "POST", "/datastores", body).is_success
+    r = api("editor_a", "POST", "/datasets", {"name": "secretname", "source": "lake:digits", "project": "A"})
+    assert r.status_code == 201, r.json()
+    r = api("admin_b", "POST", "/datasets", {"name": "secretname", "source": "lakeb:digits", "project": "B"})
+    assert r.status_code == 409, r.json()
+    assert r.json()["message"] == (
+        "dataset 'secretname': the name is taken by a project you are not a member of;"
+        " record it under another name"
+    ), r.json()
+    # a caller who reads the owner is told whose it is (here: a server admin)
+    r = api("root", "POST", "/datasets", {"name": "secretname", "source": "lakeb:digits", "project": "B"})
+    assert r.status_code == 409 and "belongs to project A" in r.json()["message"], r.json()

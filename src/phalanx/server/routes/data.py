@@ -21,7 +21,7 @@ from fastapi.responses import HTMLResponse, StreamingResponse
 from pydantic import BaseModel, Field
 
 from phalanx.data.lineage import inputs_of
-from phalanx.errors import NotFound, UsageError
+from phalanx.errors import Conflict, NotFound, UsageError
 from phalanx.server.audit import describe
 from phalanx.server.deps import StoreDep, experiment_of, get_settings
 from phalanx.server.policy import policy, principal_of, require_project
@@ -183,14 +183,17 @@ def add_dataset(request: Request, body: DatasetIn, store: StoreDep) -> dict[str,
             and _visible_datastore(request, store, body.copy_to).project != body.project
         ):
             raise NotFound(f"no datastore {body.copy_to!r} of project {body.project} to copy into")
-    version, new = cat.add_dataset(
-        body.name,
-        body.source,
-        copy_to=body.copy_to,
-        project=body.project,
-        shared=body.shared,
-        reference=body.reference,
-    )
+    try:
+        version, new = cat.add_dataset(
+            body.name,
+            body.source,
+            copy_to=body.copy_to,
+            project=body.project,
+            shared=body.shared,
+            reference=body.reference,
+        )
+    except Conflict as exc:
+        raise _name_taken(request, store, body.name, exc) from None
     describe(request, "dataset.add", version.ref, version.project, "new" if new else "unchanged")
     return {**version.to_json(with_files=True), "new": new}
 
@@ -242,6 +245,23 @@ def _visible_datastore(request: Request, store: Any, name: str) -> catalog.Datas
         seen = {d.name for d in cat.datastores() if _visible(request, d)}
         raise NotFound(f"no datastore {name!r} in your projects{did_you_mean(name, seen)}")
     return record
+
+
+def _name_taken(request: Request, store: Any, name: str, conflict: Conflict) -> Conflict:
+    """``conflict`` (the name's versions are another project's, which it names) for a caller who may
+    read that project; for anyone else the same refusal naming no project. Names are one namespace
+    on a server, so that the name is taken cannot be hidden; whose it is can."""
+    projects = principal_of(request).visible_projects()
+    try:
+        owner = catalog.get_dataset(store, name).project
+    except NotFound:  # removed meanwhile
+        owner = None
+    if projects is None or (owner is not None and owner in projects):
+        return conflict
+    return Conflict(
+        f"dataset {name!r}: the name is taken by a project you are not a member of;"
+        " record it under another name"
+    )
 
 
 def _visible_dataset(request: Request, store: Any, ref: str) -> catalog.DatasetVersion:
