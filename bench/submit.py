@@ -165,7 +165,7 @@ def latency(rounds: int, work: Path, server: Server, baseline: Path | None) -> d
             server.wait_idle()
         else:
             t0 = time.time()
-            home = work / f"{mode}-home"
+            home = work / ("baseline-home" if mode == BASELINE else "local-home")
             subprocess.run(
                 [*CLI, "run", "--detach", "-f", str(spec)],
                 env=env_for(home, srcs[mode]),

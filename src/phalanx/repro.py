@@ -360,9 +360,9 @@ def collect(
 
 
 def platform_name() -> str:
-    """``platform.platform()``'s answer (``Linux-6.1.0-x86_64-with-glibc2.36``) without its cost on
-    Linux, where it runs `uname -p` and scans the interpreter's binary for the C library's version:
-    the kernel and the C library say both at once."""
+    """The platform an experiment ran on (``Linux-6.1.0-x86_64-with-glibc2.36``): on Linux with glibc,
+    ``platform.platform()`` without the processor it runs `uname -p` for (a process per record; on
+    Debian its answer is `unknown` and left out, elsewhere it repeats the machine, `x86_64-x86_64`)."""
     if sys.platform != "linux":
         return platform.platform()
     try:

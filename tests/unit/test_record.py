@@ -3,6 +3,8 @@ sample) need of a frozen dataclass: equal by their values, hashable, shown by na
 
 from __future__ import annotations
 
+import pytest
+
 from phalanx.machine.cgroups import Cgroup
 from phalanx.machine.proctree import MemoryUse, TreeSample
 
@@ -15,6 +17,13 @@ def test_records_are_equal_by_their_values_and_kind() -> None:
     sample = TreeSample(1.0, 2.0, 3, 4, 5, 6, 7, 8)
     assert sample != MemoryUse(1, 2, 3) and sample == TreeSample(1.0, 2.0, 3, 4, 5, 6, 7, 8)
     assert len({Cgroup(("/a",)), Cgroup(("/a",)), Cgroup(("/b",))}) == 2
+
+
+def test_a_record_is_read_only_once_made() -> None:
+    group = Cgroup(("/a",))
+    with pytest.raises(AttributeError, match=r"Cgroup\.v2 is read-only"):
+        group.v2 = True
+    assert group == Cgroup(("/a",)) and not group.v2
 
 
 def test_a_record_is_shown_with_its_names_and_keeps_its_behaviour() -> None:

@@ -1,6 +1,6 @@
 """The platform an experiment ran on, as its reproducibility record says it: what
-``platform.platform()`` answers on Linux, without running `uname -p` (tests/unit starts no process:
-its conftest fails a test that does) or reading the interpreter's binary."""
+``platform.platform()`` answers on Linux without the processor, for which it runs `uname -p`
+(tests/unit starts no process: its conftest fails a test that does)."""
 
 from __future__ import annotations
 
