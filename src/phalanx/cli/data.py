@@ -299,15 +299,17 @@ def data_rm(
         typer.echo(f"removed {', '.join(v.ref for v in gone)}")
 
 
-def _confirm_rm(ref: str, named: list[DatasetVersion], readers: int) -> None:
+def _confirm_rm(ref: str, named: list[DatasetVersion], readers: int | None) -> None:
     from phalanx.domain import plural
 
     what = ref if "@" in ref else f"dataset {ref} and its {plural(len(named), 'version')}"
     them = "it" if len(named) == 1 else "them"
-    read = (
-        f"{plural(readers, 'experiment')} read {them}: their reruns will no longer find {them}"
-        if readers
-        else f"no experiment read {them}"
-    )
+    if readers is None:
+        read = f"the server cannot tell which experiments read {them}"
+    elif readers:
+        reruns = "its rerun" if readers == 1 else "their reruns"
+        read = f"{plural(readers, 'experiment')} read {them}: {reruns} will no longer find {them}"
+    else:
+        read = f"no experiment read {them}"
     listed = "\n".join(f"  {v.ref} ({plural(len(v.files), 'file')}, {human_size(v.size)})" for v in named)
     confirm(f"Remove {what}? {read[0].upper()}{read[1:]}.\n{listed}\n", f"removing {what} ({read})")

@@ -6,6 +6,7 @@ import contextlib
 import errno
 import importlib
 import os
+import select
 import sys
 from collections.abc import Callable
 from typing import NoReturn
@@ -199,6 +200,8 @@ def _answer(work: Callable[[], object], args: list[str]) -> bool:
         sys.stdout.flush()  # a reader gone shows here, not as "Exception ignored" at exit
         return answered
     except BrokenPipeError:
+        if not _stdout_gone():
+            raise  # another pipe's (a child's stdin, a socket): a failure of its own, not a cut output
         _output_cut()
     except PhalanxError as exc:
         text = str(exc)
@@ -247,6 +250,18 @@ def _output_cut() -> NoReturn:
         finally:
             os.close(devnull)
     sys.exit(OUTPUT_CUT)
+
+
+def _stdout_gone() -> bool:
+    """Whether stdout is a pipe whose reader has gone (the kernel flags its write end with POLLERR);
+    True when it cannot be asked (no descriptor: a stream of the caller's)."""
+    try:
+        fd = sys.stdout.fileno()
+    except (OSError, ValueError, AttributeError):
+        return True
+    poller = select.poll()
+    poller.register(fd, select.POLLOUT)
+    return any(events & (select.POLLERR | select.POLLNVAL) for _, events in poller.poll(0))
 
 
 def _typer_met_a_cut_pipe() -> bool:

@@ -11,6 +11,7 @@ from typing import Any
 
 from phalanx.apiclient import Client, quote
 from phalanx.config import Settings
+from phalanx.errors import NotFound
 from phalanx.store import open_store
 from phalanx.store.catalog import (
     Catalog,
@@ -80,9 +81,15 @@ class RemoteCatalog:
         answer = self.client.request("DELETE", _query(f"/datasets/{quote(name)}", which))[1]
         return [DatasetVersion.from_json(v) for v in answer]
 
-    def readers(self, name: str, versions: Sequence[int]) -> int:
-        """Counted by the server, among the experiments of the caller's projects."""
-        answer = self.client.get(f"/datasets/{quote(name)}/readers", versions=",".join(map(str, versions)))
+    def readers(self, name: str, versions: Sequence[int]) -> int | None:
+        """Counted by the server, among the experiments of the caller's projects; None from a server
+        without the route (older than this client): `data rm` then asks without a count."""
+        try:
+            answer = self.client.get(
+                f"/datasets/{quote(name)}/readers", versions=",".join(map(str, versions))
+            )
+        except NotFound:
+            return None
         return int(answer["experiments"])
 
     def fetch(self, version: DatasetVersion, directory: Path) -> None:

@@ -514,8 +514,9 @@ class Catalog(Protocol):
 
     def remove_dataset(self, ref: str) -> list[DatasetVersion]: ...
 
-    def readers(self, name: str, versions: Sequence[int]) -> int:
-        """How many experiments read one of these versions of ``name`` (their lineage records)."""
+    def readers(self, name: str, versions: Sequence[int]) -> int | None:
+        """How many experiments read one of these versions of ``name`` (their lineage records); None
+        when the catalog cannot tell (a server older than this question)."""
         ...
 
     def fetch(self, version: DatasetVersion, directory: Path) -> None:
@@ -577,7 +578,7 @@ class SqlCatalog:
     def remove_dataset(self, ref: str) -> list[DatasetVersion]:
         return remove_dataset(self.store, ref, self.kept)
 
-    def readers(self, name: str, versions: Sequence[int]) -> int:
+    def readers(self, name: str, versions: Sequence[int]) -> int | None:
         return readers(self.store, name, versions)
 
     def fetch(self, version: DatasetVersion, directory: Path) -> None:

@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import String, cast, select
+from sqlalchemy import String, cast, or_, select
 
 from phalanx.store.sql.models import ExperimentRow
 
@@ -36,11 +36,16 @@ def readers(
     store: LocalStore, name: str, versions: Iterable[int], projects: Sequence[str] | None = None
 ) -> int:
     """How many experiments read one of ``name``'s ``versions`` (their lineage records); only those
-    of ``projects`` when given (a server's caller: its own projects'). The plans that do not even
-    hold the name are left in the database (a text match), the others read here."""
+    of ``projects`` when given (a server's caller: its own projects'). The plans that do not hold
+    one of the versions' refs (``"NAME@N"``, as every dataset input's record has it) are left in the
+    database (a text match: a name common in commands, ``train``, narrows nothing alone); the others
+    are read here."""
     wanted = set(versions)
+    if not wanted:
+        return 0
+    text = cast(ExperimentRow.c.plan, String)
     query = select(ExperimentRow.c.plan).where(
-        cast(ExperimentRow.c.plan, String).contains(name, autoescape=True)
+        or_(*(text.contains(f'"{name}@{v}"', autoescape=True) for v in sorted(wanted)))
     )
     if projects is not None:
         query = query.where(ExperimentRow.c.project.in_(list(projects)))

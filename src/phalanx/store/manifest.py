@@ -6,6 +6,8 @@ In the store's vocabulary: the catalog records manifests, and ``phalanx.data`` s
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import hashlib
 import os
 import posixpath
@@ -164,15 +166,48 @@ def fetch_tree(
     try:
         copy_tree(manifest, str(partial), what, source)
         if directory.is_dir():
-            for entry in manifest.files:
-                target = directory / entry.path
-                target.parent.mkdir(parents=True, exist_ok=True)
-                os.replace(partial / entry.path, target)
+            _merge(manifest, partial, directory, what)
         else:
             directory.parent.mkdir(parents=True, exist_ok=True)
             partial.rename(directory)
     finally:
         shutil.rmtree(partial, ignore_errors=True)
+
+
+def _merge(manifest: Manifest, partial: Path, directory: Path, what: str) -> None:
+    """Move the fetched files into the existing ``directory``: each first beside its place (a hidden
+    name; copied where its folder is on another filesystem, a mount or a link under ``directory``),
+    then, once every one is there, renamed over it (the same folder: nothing left to fail). Until
+    then nothing of the folder changed: what was staged and the folders made for it are removed."""
+    staged: list[tuple[Path, Path]] = []
+    made: list[Path] = []
+    try:
+        for entry in manifest.files:
+            target = directory / entry.path
+            for folder in reversed([*target.parents][: len(Path(entry.path).parents) - 1]):
+                if not folder.exists():
+                    folder.mkdir()
+                    made.append(folder)
+            beside = target.with_name(f".{target.name}.phalanx-get-{uuid.uuid4().hex[:8]}")
+            try:
+                os.replace(partial / entry.path, beside)
+            except OSError as exc:
+                if exc.errno != errno.EXDEV:
+                    raise
+                shutil.copy2(partial / entry.path, beside)
+            staged.append((beside, target))
+    except OSError as exc:
+        for beside, _ in staged:
+            beside.unlink(missing_ok=True)
+        for folder in reversed(made):
+            with contextlib.suppress(OSError):
+                folder.rmdir()
+        raise UsageError(
+            f"{what}: cannot place its files in {directory} ({exc.strerror or exc}: {exc.filename});"
+            " nothing in the folder was changed"
+        ) from None
+    for beside, target in staged:
+        os.replace(beside, target)
 
 
 def _check_room(manifest: Manifest, directory: Path, what: str) -> None:

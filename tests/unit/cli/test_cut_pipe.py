@@ -70,3 +70,21 @@ def test_a_closed_pipe_ends_a_server_command_the_same_way(served: Served, phalan
     finally:
         del os.environ["PHALANX_TOKEN"]
     assert (status, stderr, to_null) == (cli_main.OUTPUT_CUT, "", True), stderr
+
+
+def test_another_pipes_break_is_not_taken_for_a_cut_output(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A BrokenPipeError of another pipe (a child's stdin, a socket) while stdout's reader is still
+    there is the command's own failure: it is not ended quietly with 141."""
+    read_end, write_end = os.pipe()
+    healthy = io.TextIOWrapper(io.FileIO(write_end, "w", closefd=False), write_through=True)
+    monkeypatch.setattr(sys, "stdout", healthy)
+
+    def fails() -> bool:
+        raise BrokenPipeError(32, "Broken pipe")
+
+    try:
+        with pytest.raises(BrokenPipeError):
+            cli_main._answer(fails, ["ls"])
+    finally:
+        os.close(read_end)
+        os.close(write_end)

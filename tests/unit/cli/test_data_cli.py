@@ -8,12 +8,17 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from phalanx.cli.data import _confirm_rm
 from phalanx.config import Settings
+from phalanx.data.remote import RemoteCatalog
+from phalanx.errors import NotFound, UsageError
 from phalanx.store import open_store
 from phalanx.store.base import Store
+from phalanx.store.catalog import DatasetVersion
 from phalanx.store.dataset_reads import versions_text
 from tests.support.cli import Done, phalanx_cli
 from tests.unit.cli.conftest import TOKEN, Served
@@ -138,3 +143,23 @@ def test_data_rm_asks_first_and_says_who_read_it(
 )
 def test_versions_are_listed_as_they_exist(versions: list[int], said: str) -> None:
     assert versions_text(versions) == said
+
+
+def test_data_rm_on_a_server_without_the_readers_route_asks_without_a_count(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A server older than this client answers 404 to `GET /datasets/NAME/readers`: `data rm` still
+    asks (or wants --yes), saying it cannot tell who read the version, not 'no such dataset'."""
+
+    class OlderServer:
+        def get(self, path: str, **params: str) -> Any:
+            raise NotFound("Not Found")
+
+    assert RemoteCatalog(OlderServer()).readers("digits", [1]) is None  # type: ignore[arg-type]
+    monkeypatch.setattr("phalanx.cli.app.on_terminal", lambda: False)
+    version = DatasetVersion("digits", 1, "x", "file:///d", False, (), 0, 0.0)
+    with pytest.raises(UsageError) as refused:
+        _confirm_rm("digits@1", [version], None)
+    assert refused.value.message == (
+        "removing digits@1 (the server cannot tell which experiments read it) needs confirmation: pass --yes"
+    )
