@@ -27,6 +27,7 @@ SDK_TOP_MODULES = (
     # `python -m phalanx.machine.sysmetrics` beside a replica on a cluster node (the Slurm task runner)
     "machine/sysmetrics.py",
     "machine/proctree.py",
+    "machine/record.py",  # proctree's and cgroups' records
     "machine/limits.py",
     "machine/ledger.py",  # limits counts cores as the ledger does (and its doorbell, share's rules)
     "machine/doorbell.py",

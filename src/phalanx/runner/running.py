@@ -15,12 +15,12 @@ from typing import TYPE_CHECKING, Any
 
 from phalanx import knobs
 from phalanx.config import Settings
-from phalanx.errors import BackendUnavailable, NotFound, PhalanxError
+from phalanx.errors import NotFound, PhalanxError
 from phalanx.machine.locks import hold
 from phalanx.machine.procs import record_process, recorded_process
 from phalanx.runner.forking import can_fork, fork_supervisor
 from phalanx.runner.options import LAUNCH_LOCK, LAUNCH_LOCK_FD, Launch, LaunchOptions, SpecFile, write_launch
-from phalanx.store import open_store
+from phalanx.store import open_store, through_outage
 from phalanx.store.lite import LiteReader, sqlite_path
 from phalanx.store.migrations import HEAD
 
@@ -138,11 +138,12 @@ class Runner:
         exp_id = options.experiment_id
         opened: list[LocalStore] = [] if store is None else [store]  # the store, once opened
 
+        # a submit the server accepted is started even through a database outage: its answer
+        # promised it would run (a client's submit waits as long, apiclient)
+        patience = STORE_OUTAGE_SECONDS if options.accepted else 0.0
+
         def opener() -> LocalStore:  # opened once the replicas are starting (see Supervisor.run)
             if not opened:
-                # a submit the server accepted is started even through a database outage: its
-                # answer promised it would run (a client's submit waits as long, apiclient)
-                patience = STORE_OUTAGE_SECONDS if options.accepted else 0.0
                 opened.append(open_store_through_outage(self.settings, patience))
             return opened[0]
 
@@ -170,6 +171,7 @@ class Runner:
                 exists=exists,
                 params_section=options.params_section,
                 notify=options.notify,
+                store_patience=patience,
             )
             return supervisor.run()
         except BaseException:
@@ -564,11 +566,4 @@ def _supervise_in_child(argv: list[str], store: LocalStore | None) -> int:
 def open_store_through_outage(settings: Settings, patience: float) -> LocalStore:
     """The settings' store, tried again every second while it cannot be reached, for ``patience``
     seconds (0: once)."""
-    deadline = time.monotonic() + patience
-    while True:
-        try:
-            return open_store(settings)
-        except BackendUnavailable:
-            if time.monotonic() >= deadline:
-                raise
-            time.sleep(1.0)
+    return through_outage(lambda: open_store(settings), patience)

@@ -4,10 +4,12 @@ the CLI, the supervisor and the server open it."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, TypeVar
 
 from phalanx.config import Settings
-from phalanx.errors import StoreUnavailable, UsageError
+from phalanx.errors import BackendUnavailable, StoreUnavailable, UsageError
 
 if TYPE_CHECKING:
     from phalanx.store.base import LocalStore
@@ -42,6 +44,23 @@ def open_store(settings: Settings | None = None) -> LocalStore:
         ) from exc
 
 
+_T = TypeVar("_T")
+
+
+def through_outage(call: Callable[[], _T], patience: float) -> _T:
+    """``call()`` (opening the store, a read), tried again every second while the database cannot be
+    reached (BackendUnavailable), for ``patience`` seconds (0: once). A submit a server accepted is
+    started through an outage of its database: its answer promised it would run."""
+    deadline = time.monotonic() + patience
+    while True:
+        try:
+            return call()
+        except BackendUnavailable:
+            if time.monotonic() >= deadline:
+                raise
+            time.sleep(1.0)
+
+
 def reuse_after_fork(store: LocalStore) -> LocalStore:
     """``store``, opened by the process this one was forked from, made safe to use here. Its
     inherited connections are the parent's: they are forgotten, never used or closed here, and new
@@ -52,4 +71,4 @@ def reuse_after_fork(store: LocalStore) -> LocalStore:
     return store
 
 
-__all__ = ["open_store", "reuse_after_fork"]
+__all__ = ["open_store", "reuse_after_fork", "through_outage"]

@@ -18,6 +18,7 @@ from phalanx.errors import UsageError
 from phalanx.store.accounts import check_project
 from phalanx.store.sealing import MAX_VALUE, check_name, fernet, unseal
 from phalanx.store.sql import secrets
+from phalanx.store.sql.errors import translating
 from phalanx.tracking.labels import label_problem
 
 if TYPE_CHECKING:
@@ -46,6 +47,7 @@ def remove(store: LocalStore, project: str, name: str) -> bool:
     return secrets.remove(store.engine, project, name)
 
 
+@translating  # a database that cannot be reached: BackendUnavailable (the supervisor waits it out)
 def environment(store: LocalStore, home: Path, project: str) -> dict[str, str]:
     """The project's secrets in clear, for its experiments' environment only. A project without
     secrets gives none (and needs no key)."""

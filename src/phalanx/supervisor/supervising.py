@@ -30,6 +30,7 @@ from phalanx.ingest import Ingester
 from phalanx.machine import sysmetrics
 from phalanx.machine.procs import INGESTER_RECORD, record_process, recorded_process
 from phalanx.spool import SpoolWriter
+from phalanx.store import through_outage
 from phalanx.store.lite import LiteReader
 from phalanx.store.migrations import HEAD
 from phalanx.store.sealing import unseal
@@ -78,8 +79,11 @@ class Supervisor:
         exists: bool = False,
         params_section: str | None = None,
         notify: str | None = None,
+        store_patience: float = 0.0,
     ) -> None:
         """``store``: the store, or a function that opens it (called once the replicas have started).
+        ``store_patience``: how long what it must read before the start (the project's secrets) waits
+        through an outage of the database (a submit a server accepted: as long as its opener).
         ``notify``: a FIFO that gets one byte once the outcome is recorded (a group's controller
         waits on it: it notices a trial's end at once instead of at its next poll).
         ``params_section``: record the declared params as the experiment's params in this section
@@ -103,6 +107,7 @@ class Supervisor:
         self.replicas = replicas_of(prepared)
         self.observer: Observer = Shielded(observer or LoggingObserver())
         self.store = LazyStore(store)
+        self.store_patience = store_patience
         self.notices = Notices(self.id, lambda: self.store.opened, self.observer.message)
         self.pace = StragglerWatch(self.notices)
         self.liveness = watchdog(
@@ -277,7 +282,7 @@ class Supervisor:
                 return unseal(reader.secret_ciphertexts(project), home)
         from phalanx.store import secrets  # why: its SQL imports SQLAlchemy (see the docstring)
 
-        return secrets.environment(self.store(), home, project)
+        return through_outage(lambda: secrets.environment(self.store(), home, project), self.store_patience)
 
     @contextlib.contextmanager
     def _secrets_handed(self) -> Iterator[None]:
