@@ -1,4 +1,4 @@
-"""What a CLI command costs in CPU: `phalanx --help`, `ls` and `run --detach` against `python -c pass`.
+"""What a CLI command costs in CPU: `phalanx --help`, `ls`, `logs`, `run --detach` against `python -c pass`.
 
     .venv/bin/python bench/cli.py [--rounds 7] [--json FILE] [--smoke]
 
@@ -11,12 +11,14 @@ Cases: `phalanx --help`; `phalanx ls` over a store of 10 and of 1,000 finished e
 `phalanx ls` while ``--reporters`` experiments (`phalanx run --detach` of a script logging a metric
 every 50 ms) report into their store all through the rounds: their spool is always a little ahead of
 the store, which the read pass must leave to their own ingesters (issue 42: `ls` <= python-start +
-0.05 CPU-s idle and while 4 experiments report); `phalanx run --detach` of a trivial file (its own
-CPU: the supervisor it starts runs in its own session and is not its child, so it is not counted;
-the bench waits for it to end between rounds); and the **whole submission** of that file: the CLI,
-the supervisor it detaches, the replica's reaper and the job itself (`python -c pass`), counted by a
-helper that makes itself their child subreaper (Linux's PR_SET_CHILD_SUBREAPER), so the detached
-supervisor is reparented to it and its CPU, with its children's, comes back through wait().
+0.05 CPU-s idle and while 4 experiments report); `phalanx logs ID` of an experiment with 200 console
+lines; `phalanx run --detach` of a file whose job waits for the bench (the CLI's own CPU: the
+supervisor it starts runs in its own session and would be counted only if it ended first, the CLI
+reaping it; the bench then releases the job and waits for the supervisor to end between rounds);
+and the **whole submission** of a trivial file: the CLI, the supervisor it detaches, the replica's
+reaper and the job itself (`python -c pass`), counted by a helper that makes itself their child
+subreaper (Linux's PR_SET_CHILD_SUBREAPER), so the detached supervisor is reparented to it and its
+CPU, with its children's, comes back through wait().
 Issue 30's target: `ls` and `run --detach` under 0.2 CPU-s each on this machine; issue 42's: the
 whole submission of a trivial job under 0.3 CPU-s.
 """
@@ -43,6 +45,7 @@ TARGET_CPU_S = 0.2
 LS_OVER_FLOOR_S = 0.05
 WHOLE_TARGET_CPU_S = 0.3
 WHOLE = "phalanx run --detach (whole)"
+LOGS = "phalanx logs ID (200 lines)"
 
 # Runs argv, then waits for every process it left behind (a subreaper: the detached supervisor is
 # reparented here when the CLI exits) and prints the CPU-s of all of them.
@@ -63,17 +66,22 @@ print(json.dumps(used.ru_utime + used.ru_stime))
 """
 
 
-def fill(home: Path, n: int) -> None:
-    """``n`` finished experiments in the store under ``home``."""
+def fill(home: Path, n: int, lines: int = 0) -> str:
+    """``n`` finished experiments in the store under ``home``, the last with ``lines`` console lines
+    of its master; that one's id."""
     from phalanx.config import Settings
-    from phalanx.domain import ExperimentStatus
+    from phalanx.domain import Event, EventKind, ExperimentStatus, Replica, Role
     from phalanx.store import open_store
 
     store = open_store(Settings(home=home, db_url=None, artifacts_url=None))
     try:
         for i in range(n):
-            e = store.create_experiment(name=f"e{i}", project="bench", backend="local")
+            master = Replica("", "master", Role.MASTER, 0, 0)
+            e = store.create_experiment(name=f"e{i}", project="bench", backend="local", replicas=[master])
             store.update_experiment(e.id, status=ExperimentStatus.SUCCEEDED, started_at=1.0, finished_at=2.0)
+        text = {"stream": "stdout", "text": "epoch 1 loss 0.25 accuracy 0.91 (bench line)"}
+        store.write_events([Event(e.id, EventKind.LOG, text, time=1.0 + j, seq=j) for j in range(lines)])
+        return e.id
     finally:
         store.close()
 
@@ -88,6 +96,9 @@ def cpu_of(argv: list[str], env: dict[str, str]) -> tuple[float, str]:
     spent = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     return spent, done.stdout
 
+
+# the held job: waits until the file named by its argument exists
+HELD_JOB = "import os, sys, time\nwhile not os.path.exists(sys.argv[1]):\n    time.sleep(0.05)\n"
 
 REPORTER = """\
 import pathlib, time
@@ -151,10 +162,19 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="phalanx-bench-cli-") as tmp:
         root = Path(tmp)
         small, big, runs, live = root / "small", root / "big", root / "runs", root / "live"
-        fill(small, 10)
+        logged = fill(small, 10, lines=200)
         fill(big, args.experiments)
         spec = root / "trivial.yml"
         spec.write_text("version: 1\nkind: experiment\nrun:\n  cmd: python -c pass\n")
+        # The CLI's own case runs a job that waits for ``release``: a trivial job's supervisor can
+        # end before the CLI does, and the CLI, watching it for a refused file, then reaps it: its
+        # CPU would be counted as the CLI's (it was, in most rounds under load).
+        release = root / "release"
+        (root / "held.py").write_text(HELD_JOB)
+        held = root / "held.yml"
+        held.write_text(
+            f"version: 1\nkind: experiment\nrun:\n  cmd: {sys.executable} {root / 'held.py'} {release}\n"
+        )
         base = {k: v for k, v in os.environ.items() if not k.startswith("PHALANX_")}
         base["PYTHONPATH"] = os.pathsep.join([str(REPO / "src"), base.get("PYTHONPATH", "")]).rstrip(
             os.pathsep
@@ -164,14 +184,21 @@ def main() -> int:
             "python -c pass": ([sys.executable, "-c", "pass"], small),
             "phalanx --help": ([*PHALANX, "--help"], small),
             "phalanx ls (10)": ([*PHALANX, "ls"], small),
+            LOGS: ([*PHALANX, "logs", logged], small),
             f"phalanx ls ({args.experiments:,})": ([*PHALANX, "ls"], big),
             reporting: ([*PHALANX, "ls"], live),
-            "phalanx run --detach": ([*PHALANX, "run", "-f", str(spec), "--detach", "-o", "json"], runs),
+            "phalanx run --detach": ([*PHALANX, "run", "-f", str(held), "--detach", "-o", "json"], runs),
             WHOLE: ([sys.executable, "-c", SUBREAPER, *PHALANX, "run", "-f", str(spec), "--detach"], runs),
         }
         paths = {name: str(REPO / "src") for name in cases}
         if args.baseline_src is not None:
-            for name in (f"phalanx ls ({args.experiments:,})", reporting, "phalanx run --detach", WHOLE):
+            for name in (
+                f"phalanx ls ({args.experiments:,})",
+                reporting,
+                LOGS,
+                "phalanx run --detach",
+                WHOLE,
+            ):
                 cases[f"{name} @baseline"] = cases[name]
                 paths[f"{name} @baseline"] = str(args.baseline_src.resolve())
         spent: dict[str, list[float]] = {name: [] for name in cases}
@@ -185,7 +212,9 @@ def main() -> int:
                         cpu = float(out)  # the CLI's, its supervisor's and theirs, not the helper's
                     spent[name].append(cpu)
                     if "--detach" in argv and not name.startswith(WHOLE):
+                        release.touch()
                         wait_gone(json.loads(out)["supervisor_pid"])
+                        release.unlink()
         finally:
             stop.touch()
             for pid in reporters:
@@ -198,7 +227,7 @@ def main() -> int:
         median = statistics.median(values)
         results[name] = {"cpu_s": median, "ratio_to_floor": median / floor if floor else None, "all": values}
         ratio = f"{median / floor:.1f}x" if floor else "-"
-        if name.startswith(("python", "phalanx --help")):
+        if name.startswith(("python", "phalanx --help", LOGS)):
             mark = ""
         elif name.startswith("phalanx ls"):  # issue 42: python-start + 0.05 CPU-s, idle or not
             over = median - floor

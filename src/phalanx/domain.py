@@ -207,6 +207,17 @@ def console_sources(replicas: Sequence[str]) -> list[str]:
     return [BUILD_CONSOLE, *(name for name in replicas if name != BUILD_CONSOLE)]
 
 
+@dataclass(frozen=True)
+class LogLine:
+    """A line of a console (a replica's, the build's)."""
+
+    offset: int  # position of the line in its replica's log, 0-based, stable
+    replica: str
+    text: str
+    time: float
+    stream: str = "stdout"
+
+
 class EventKind(StrEnum):
     """What a tracking event carries; the store has one write primitive, a batch of these."""
 

@@ -25,6 +25,7 @@ from phalanx.domain import (
     ExperimentFilter,
     ExperimentStatus,
     Group,
+    LogLine,
     Page,
     Replica,
     ReplicaState,
@@ -35,7 +36,6 @@ from phalanx.errors import NotFound, UsageError
 from phalanx.store.alert_records import Delivery, Hook
 from phalanx.store.base import (
     ArtifactRecord,
-    LogLine,
     ModelRecord,
     ParamRecord,
     Series,

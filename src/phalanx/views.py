@@ -17,8 +17,8 @@ from phalanx.store.filters import NUMBER
 from phalanx.suggest import did_you_mean
 
 if TYPE_CHECKING:
-    from phalanx.domain import Experiment, Replica
-    from phalanx.store.base import LogLine, ParamRecord, Store
+    from phalanx.domain import Experiment, LogLine, Replica
+    from phalanx.store.base import ParamRecord, Store
 
 # an experiment whose environment may still be built: its build console may not have a line yet
 BUILD_MAY_COME = (ExperimentStatus.CREATED, ExperimentStatus.BUILDING)

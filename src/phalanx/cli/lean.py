@@ -1,11 +1,11 @@
-"""The lean door for the commands users type most: `phalanx ls` and `phalanx run --detach` without
-typer.
+"""The lean door for the commands users type most: `phalanx ls`, `phalanx logs ID` and `phalanx run
+--detach` without typer.
 
 Typer (0.29) builds a pydantic TypeAdapter for every option it parses: a one-command Typer app costs
 0.19 CPU-s before it does anything, the whole of issue 30's 0.2 CPU-s budget for `phalanx ls`. So
-``main`` first offers the arguments to ``dispatch``: when they are a plain `phalanx ls` or
-`phalanx run -f FILE --detach` (options it knows, values it accepts) it runs the command itself with
-argparse from the standard library; anything else — `--help`, a typo, a value out of range, an option
+``main`` first offers the arguments to ``dispatch``: when they are a plain `phalanx ls`, `phalanx logs
+ID` or `phalanx run -f FILE --detach` (options it knows, values it accepts) it runs the command itself
+with argparse from the standard library; anything else — `--help`, a typo, a value out of range, an option
 it does not know — returns None and the Typer app answers exactly as before (its usage message, its
 exit status). The Typer commands stay the definition: tests/unit/cli/test_lean_dispatch.py checks
 that the options here are theirs, with their defaults.
@@ -126,9 +126,44 @@ def _run(ns: argparse.Namespace) -> bool:
     return True
 
 
+def _logs_parser() -> _Parser:
+    """`phalanx logs`'s options but --server and --local (a server's console: Typer's)."""
+    p = _Parser(prog="phalanx logs", add_help=False, allow_abbrev=False)
+    p.add_argument("experiment")
+    p.add_argument("--replica", "-r")
+    p.add_argument("--follow", "-f", action="store_true")
+    p.add_argument("--output", "-o", choices=("text", "json"))
+    return p
+
+
+def _logs(ns: argparse.Namespace) -> bool:
+    """What an experiment's consoles hold now, read by the lean reader when no upkeep is due (the
+    full path would ingest the experiment's spool first: a live ingester's lines are at most its
+    poll behind). Following, a server's console or an id the reader cannot tell alone (none,
+    several, a group's name): Typer's command answers."""
+    if ns.follow or _logged_in():
+        return False
+    from phalanx.cli.console_lines import print_console
+    from phalanx.config import Settings
+    from phalanx.readpass import open_lean
+    from phalanx.views import check_console
+
+    reader = open_lean(Settings())
+    if reader is None:
+        return False
+    with reader:
+        experiment = reader.find_experiment(ns.experiment)
+        if experiment is None:
+            return False
+        check_console(reader, experiment, ns.replica)
+        print_console(reader, experiment.id, ns.replica, ns.output == "json", {})
+    return True
+
+
 # command -> (its parser, its runner: False when the Typer app must answer after all)
 LEAN_COMMANDS: dict[str, tuple[Callable[[], _Parser], Callable[[argparse.Namespace], bool]]] = {
     "ls": (_ls_parser, _ls),
+    "logs": (_logs_parser, _logs),
     "run": (_run_parser, _run),
 }
 

@@ -6,31 +6,14 @@ from __future__ import annotations
 
 import sys
 import time
-from typing import Any
 
 import typer
 
-from phalanx.domain import console_sources
+from phalanx.cli.console_lines import print_console
 from phalanx.following import DONE, POLL_SECONDS
 from phalanx.remote_store import RemoteStore
-from phalanx.terminal_text import for_stream
 
-
-def print_lines(lines: list[Any], replica: str | None, as_json: bool) -> None:
-    """Log lines as `phalanx logs` prints them: `[replica] text`, the text alone with --replica, or
-    one JSON document a line. On a terminal a line's control characters and escape sequences but
-    its colours are shown escaped (``phalanx.terminal_text``); a file or pipe gets the exact text."""
-    import json
-
-    shown = for_stream(sys.stdout)
-    for line in lines:
-        if as_json:
-            doc = {"replica": line.replica, "offset": line.offset, "time": line.time, "text": line.text}
-            sys.stdout.write(json.dumps(doc) + "\n")
-        elif replica:
-            sys.stdout.write(shown(line.text) + "\n")
-        else:
-            sys.stdout.write(f"[{line.replica}] {shown(line.text)}\n")
+LOG_PAGE = 1000  # the most lines the API answers a call (routes/logs.py)
 
 
 def logs(store: RemoteStore, experiment_id: str, replica: str | None, follow: bool, as_json: bool) -> None:
@@ -39,19 +22,7 @@ def logs(store: RemoteStore, experiment_id: str, replica: str | None, follow: bo
     offsets: dict[str, int] = {}
     while True:
         done = store.get_experiment(experiment_id).status.done  # read before the lines: none is missed
-        names = (
-            [replica] if replica else console_sources([r.name for r in store.list_replicas(experiment_id)])
-        )
-        printed = 0
-        for name in names:
-            while True:
-                lines = store.logs(experiment_id, replica=name, offset=offsets.get(name, 0))
-                print_lines(lines, replica, as_json)
-                if lines:
-                    offsets[name] = lines[-1].offset + 1
-                    printed += len(lines)
-                if len(lines) < 1000:  # the API's page
-                    break
+        printed = print_console(store, experiment_id, replica, as_json, offsets, page=LOG_PAGE)
         sys.stdout.flush()
         if not follow or done:
             return

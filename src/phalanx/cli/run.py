@@ -439,8 +439,8 @@ def logs(
 ) -> None:
     """Print the console output of an experiment's replicas (as `[worker-1] line` without --replica)."""
     from phalanx.cli import remote_commands
+    from phalanx.cli.console_lines import print_console
     from phalanx.config import Settings
-    from phalanx.domain import console_sources
     from phalanx.errors import UsageError
     from phalanx.logins import choose
     from phalanx.store import open_store
@@ -466,14 +466,7 @@ def logs(
     while True:
         done = store.get_experiment(exp.id).status.done  # read before the lines: none is missed
         _ingest(store, settings, exp.id)
-        names = [replica] if replica else console_sources([r.name for r in store.list_replicas(exp.id)])
-        printed = 0
-        for name in names:
-            lines = store.logs(exp.id, replica=name, offset=offsets.get(name, 0))
-            remote_commands.print_lines(lines, replica, output is Output.JSON)
-            if lines:
-                offsets[name] = lines[-1].offset + 1
-                printed += len(lines)
+        printed = print_console(store, exp.id, replica, output is Output.JSON, offsets)
         sys.stdout.flush()
         if not follow or done:
             return

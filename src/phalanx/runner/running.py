@@ -26,10 +26,10 @@ from phalanx.store.migrations import HEAD
 
 if TYPE_CHECKING:
     from phalanx.buildprogress import BuildProgress
-    from phalanx.domain import Experiment
+    from phalanx.domain import Experiment, LogLine
     from phalanx.runner.forking import Forked
     from phalanx.spec.model import ExperimentSpec
-    from phalanx.store.base import LocalStore, LogLine, Store
+    from phalanx.store.base import LocalStore, Store
     from phalanx.supervisor import Observer, Outcome, Prepared
 
 SUPERVISOR_LOG = "supervisor.log"  # runs/<id>/supervisor.log: a detached supervisor's output

@@ -8,8 +8,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
-from phalanx.domain import Experiment, Replica
-from phalanx.store.base import ArtifactRecord, LogLine, ModelRecord, ParamRecord
+from phalanx.domain import Experiment, LogLine, Replica
+from phalanx.store.base import ArtifactRecord, ModelRecord, ParamRecord
 from phalanx.store.paramshape import shown
 
 

@@ -26,6 +26,7 @@ from phalanx.domain import (
     ExperimentStatus,
     Group,
     GroupUpdate,
+    LogLine,
     Page,
     Replica,
     ReplicaState,
@@ -123,15 +124,6 @@ class ModelRecord:
     replica: str
     time: float
     metadata: Mapping[str, Any] = field(default_factory=dict)
-
-
-@dataclass(frozen=True)
-class LogLine:
-    offset: int  # position of the line in its replica's log, 0-based, stable
-    replica: str
-    text: str
-    time: float
-    stream: str = "stdout"
 
 
 class Store(Protocol):

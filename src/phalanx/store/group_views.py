@@ -14,7 +14,6 @@ from typing import Any, Protocol
 from phalanx.domain import Experiment, ExperimentStatus, Group, Trial, TrialState, best_trial, trial_counts
 from phalanx.errors import NotFound, PhalanxError
 from phalanx.machine.procs import Seen, judge
-from phalanx.spec.group import recorded_group_spec
 from phalanx.store.base import Series
 
 LAST_FEW = 16  # points of a trial's metric read for its last value, before the whole series
@@ -128,6 +127,8 @@ def group_summaries(
 
 def axes_of(group: Group) -> dict[str, str]:
     """param -> "log" / "linear" from the group's matrix (its stored file); {} when it cannot be read."""
+    from phalanx.spec.group import recorded_group_spec  # why: every store imports this module
+
     try:
         spec = recorded_group_spec(group)
     except PhalanxError:  # a file an older Phalanx accepted: the chart guesses from the values

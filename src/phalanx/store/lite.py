@@ -1,11 +1,12 @@
 """A lean read path into a SQLite store: the standard library's sqlite3, no SQLAlchemy, no Alembic.
 
-`phalanx ls` and `phalanx run --detach` (which waits for its experiment's row) used to pay 0.3-0.4
-CPU-s for importing SQLAlchemy before reading a few rows (issue 30, docs/cli-speed.md). ``LiteReader``
-answers the few reads those paths make, returning exactly the domain objects ``SqlStore`` returns
-(tests/unit/store/test_lite_reader.py compares them). It never writes and never migrates:
-``LiteReader.open`` returns None whenever the full store must be opened instead — not SQLite, no file
-yet, or a schema not at the newest revision (opening the full store migrates it).
+`phalanx ls`, `phalanx logs` and `phalanx run --detach` (which waits for its experiment's row) used to
+pay 0.3-0.4 CPU-s for importing SQLAlchemy before reading a few rows (issues 30 and 42,
+docs/cli-speed.md). ``LiteReader`` answers the few reads those paths make, returning exactly the
+domain objects ``SqlStore`` returns (tests/unit/store/test_lite_reader.py compares them). It never
+writes and never migrates: ``LiteReader.open`` returns None whenever the full store must be opened
+instead — not SQLite, no file yet, or a schema not at the newest revision (opening the full store
+migrates it).
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 from phalanx.errors import UsageError
 
 if TYPE_CHECKING:  # the domain's dataclasses: `run --detach`'s probe does without them
-    from phalanx.domain import Experiment, ExperimentFilter, Page, Replica
+    from phalanx.domain import Experiment, ExperimentFilter, LogLine, Page, Replica
 
 # the columns ``SqlStore`` reads for an experiment (all but `repro`, which only store.repro() reads)
 _EXPERIMENT_COLUMNS = (
@@ -34,6 +35,7 @@ ORDER_COLUMNS = frozenset(
     {"created_at", "name", "project", "status", "started_at", "finished_at", "id", "framework", "group_id"}
 )
 _ROLE_ORDER = {"master": 0, "worker": 1, "ps": 2}  # Role values (a StrEnum: equal keys)
+_ID_MOST = 32  # the longest id prefix (store.sql.lookup.ID_PREFIX)
 BUSY_TIMEOUT_S = 120.0  # as long as SqlStore waits for a writer (engine.BUSY_TIMEOUT_MS)
 
 
@@ -95,6 +97,36 @@ class LiteReader:
             "SELECT status, reason FROM experiments WHERE id = ?", (experiment_id,)
         ).fetchone()
         return None if row is None else (str(row[0]), row[1])
+
+    def find_experiment(self, experiment_id: str) -> Experiment | None:
+        """The experiment an id or a unique prefix of one names (as ``Store.get_experiment``); None
+        when none or several match or the text is no id: the full store words those answers (a
+        group's name, "ambiguous", "did you mean")."""
+        text = experiment_id.strip().lower()
+        if not (text.isascii() and text.isalnum() and len(text) <= _ID_MOST):  # lookup.ID_PREFIX
+            return None
+        select = f"SELECT {_EXPERIMENT_COLUMNS} FROM experiments WHERE "
+        rows = self._conn.execute(select + "id = ?", (text,)).fetchall()
+        if not rows:
+            rows = self._conn.execute(select + "id LIKE ? LIMIT 2", (f"{text}%",)).fetchall()
+        return _experiment(rows[0]) if len(rows) == 1 else None
+
+    def logs(
+        self, experiment_id: str, replica: str | None = None, offset: int = 0, limit: int | None = None
+    ) -> list[LogLine]:
+        """As ``Store.logs`` for an exact id (no prefix): ``replica``'s lines from its ``offset`` on,
+        or every replica's by time, skipping ``offset`` lines."""
+        from phalanx.domain import LogLine  # why: `run --detach` needs no domain model
+
+        query = 'SELECT "offset", replica, text, time, stream FROM logs WHERE experiment_id = ?'
+        if replica is not None:
+            query += ' AND replica = ? AND "offset" >= ? ORDER BY "offset" LIMIT ?'
+            params: tuple[Any, ...] = (experiment_id, replica, offset, -1 if limit is None else limit)
+        else:
+            query += " ORDER BY time, id LIMIT ? OFFSET ?"
+            params = (experiment_id, -1 if limit is None else limit, offset)
+        rows = self._conn.execute(query, params).fetchall()
+        return [LogLine(offset=o, replica=r, text=t, time=tm, stream=s) for o, r, t, tm, s in rows]
 
     def list_experiments(self, query: ExperimentFilter | None = None) -> Page[Experiment]:
         """As ``Store.list_experiments``: one page, with the total of all that match."""

@@ -14,7 +14,7 @@ from pathlib import Path
 from tests.support.cli import phalanx_cli
 
 from phalanx.config import Settings
-from phalanx.domain import ExperimentStatus
+from phalanx.domain import Event, EventKind, ExperimentStatus, Replica, Role
 from phalanx.machine.procs import record_process
 from phalanx.store import open_store
 
@@ -35,6 +35,12 @@ DETACH_LEAVES_OUT = (
 
 def _phalanx(home: Path, *args: str) -> tuple[dict[str, object] | list[object], set[str]]:
     """Run `phalanx ARGS` under -X importtime: its JSON output and the top packages it imported."""
+    out, imported = _printed(home, *args)
+    return json.loads(out), imported
+
+
+def _printed(home: Path, *args: str) -> tuple[str, set[str]]:
+    """Run `phalanx ARGS` under -X importtime: what it printed and the top packages it imported."""
     env = {**os.environ, "PHALANX_HOME": str(home)}
     done = subprocess.run(
         [sys.executable, "-X", "importtime", "-m", "phalanx.cli.main", *args],
@@ -49,7 +55,7 @@ def _phalanx(home: Path, *args: str) -> tuple[dict[str, object] | list[object], 
         for line in done.stderr.splitlines()
         if line.startswith("import time:") and "|" in line
     }
-    return json.loads(done.stdout), imported
+    return done.stdout, imported
 
 
 def _experiments(home: Path, statuses: list[ExperimentStatus]) -> list[str]:
@@ -140,6 +146,8 @@ def test_run_detach_returns_the_recorded_id_without_importing_sqlalchemy_or_type
     # nor what only moving an artifact to a bucket or posting an alert needs (0.05 CPU-s, issue 42):
     # the code snapshot goes to the local artifact folder without fsspec
     assert not {"fsspec", "urllib.request", "http.client"} & supervised, sorted(supervised)
+    # nor a group file's model (0.02-0.04 CPU-s), which every store used to import for a chart's axes
+    assert not {"phalanx.spec.group", "phalanx.spec.group_model"} & supervised, sorted(supervised)
     assert (phalanx_home / "artifacts" / started["id"] / "_source" / "source.tar.gz").is_file()
 
 
@@ -182,6 +190,45 @@ def test_ls_where_and_column_use_the_run_table_grammar(phalanx_home: Path) -> No
     wrong = phalanx_cli("ls", "--where", "lr < 0.1")
     assert wrong.returncode == 2 and "Traceback" not in wrong.stderr
     assert "param:KEY" in wrong.stderr  # says how to name the column
+
+
+def test_logs_prints_what_the_full_path_prints_without_importing_the_heavy_libraries(
+    phalanx_home: Path,
+) -> None:
+    """`phalanx logs ID` (0.55 -> 0.06 CPU-s, issue 42): the lean reader's lines are the full
+    store's (`--local` takes the full path), for every console, one replica's and as JSON lines."""
+    store = open_store(Settings(home=phalanx_home))
+    try:
+        replicas = [Replica("", "master", Role.MASTER, 0, 0), Replica("", "worker-0", Role.WORKER, 0, 1)]
+        exp = store.create_experiment(
+            name="n", project="p", backend="local", replicas=replicas, status=ExperimentStatus.FAILED
+        )
+        store.write_events(
+            [
+                Event(
+                    exp.id, EventKind.LOG, {"stream": "stdout", "text": text}, replica=replica, time=t, seq=n
+                )
+                for n, (replica, text, t) in enumerate(
+                    [
+                        ("master", "step 1", 1.0),
+                        ("worker-0", "ready", 2.0),
+                        ("master", "done \x1b]0;x\x07", 3.0),
+                    ]
+                )
+            ]
+        )
+    finally:
+        store.close()
+    for args in ([exp.id[:5]], [exp.id, "-r", "worker-0"], [exp.id, "-o", "json"]):
+        lean, imported = _printed(phalanx_home, "logs", *args)
+        full, full_imported = _printed(phalanx_home, "logs", *args, "--local")
+        assert lean == full, args
+        assert "phalanx" in imported and "sqlalchemy" in full_imported  # both importtime lines read
+        assert not imported & set(HEAVY), sorted(imported & set(HEAVY))
+    assert lean.splitlines()[0] == json.dumps(
+        {"replica": "master", "offset": 0, "time": 1.0, "text": "step 1"}
+    )
+    assert "[worker-0] ready" in _printed(phalanx_home, "logs", exp.id)[0].splitlines()
 
 
 def test_queue_reads_the_ledger_without_the_store_when_nothing_is_abandoned(phalanx_home: Path) -> None:

@@ -55,6 +55,29 @@ def test_lean_run_takes_a_subset_of_the_typer_run_options_with_its_defaults() ->
         assert lean.parse(args) is None, args
 
 
+def test_lean_logs_takes_the_options_of_the_typer_logs_but_the_servers() -> None:
+    typer_opts = _typer_options("logs")
+    parser = lean.LEAN_COMMANDS["logs"][0]()
+    lean_opts = {"/".join(sorted(a.option_strings)): a.default for a in parser._actions if a.option_strings}
+    assert set(lean_opts) == set(typer_opts) - {"--server", "--local", "experiment"}, (
+        "a new `logs` option: teach cli/lean.py or let Typer take it"
+    )
+    for name, default in lean_opts.items():  # argparse's None/False stand for Typer's defaults
+        assert default in (None, False) and typer_opts[name] in (None, False, "text"), name
+    parsed = lean.parse(["logs", "abc", "-r", "worker-1", "-o", "json"])
+    assert parsed is not None
+    assert (parsed[1].experiment, parsed[1].replica, parsed[1].output) == ("abc", "worker-1", "json")
+    for args in (
+        ["logs"],  # no id: Typer's "Missing argument 'ID'"
+        ["logs", "abc", "--server", "http://x"],
+        ["logs", "abc", "--local"],
+        ["logs", "abc", "-o", "yaml"],  # Typer's command says how
+        ["logs", "abc", "def"],
+        ["logs", "abc", "--help"],
+    ):
+        assert lean.parse(args) is None, args
+
+
 def test_lean_ls_parses_what_a_user_types() -> None:
     parsed = lean.parse(["ls", "-n", "3", "--output=json", "--status", "running", "--tag", "t"])
     assert parsed is not None

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from phalanx.domain import ExperimentFilter, ExperimentStatus, Replica, Role
+from phalanx.domain import Event, EventKind, ExperimentFilter, ExperimentStatus, Replica, Role
 from phalanx.store.artifacts import ArtifactStore
 from phalanx.store.lite import LiteReader, sqlite_path
 from phalanx.store.migrations import HEAD
@@ -95,3 +95,39 @@ def test_sqlite_path_takes_plain_file_urls_only() -> None:
     assert sqlite_path("sqlite:///:memory:") is None
     assert sqlite_path("sqlite:///p.db?timeout=3") is None
     assert sqlite_path("postgresql+psycopg://x/y") is None
+
+
+def test_finds_an_experiment_and_reads_its_consoles_as_the_sql_store(tmp_path: Path) -> None:
+    """`phalanx logs ID` on the lean path: the id or a unique prefix, and the same lines."""
+    url = f"sqlite:///{tmp_path / 'phalanx.db'}"
+    store = SqlStore(url, ArtifactStore(str(tmp_path / "artifacts")))
+    for eid in ("abc111111111", "abc222222222", "def333333333"):
+        store.create_experiment(name="n", project="p", experiment_id=eid, backend="local")
+    lines = [
+        ("master", "stdout", 0, 2.0),
+        ("worker-1", "stderr", 0, 1.0),
+        ("master", "stdout", 1, 3.0),
+        ("build", "stdout", 0, 0.5),
+        ("worker-1", "stdout", 1, 2.5),
+    ]
+    store.write_events(
+        [
+            Event("def333333333", EventKind.LOG, {"stream": s, "text": f"{r} {i}"}, replica=r, time=t, seq=n)
+            for n, (r, s, i, t) in enumerate(lines)
+        ]
+    )
+    reader = LiteReader.open(url, HEAD)
+    assert reader is not None
+    with reader:
+        for text in ("def333333333", "def", " DEF3 ", "abc1", "abc222222222"):
+            found = reader.find_experiment(text)
+            assert found == store.get_experiment(text), text
+        for text in ("abc", "zzz", "", "de-f", "d" * 40, "def333333333x"):  # the full store words these
+            assert reader.find_experiment(text) is None, text
+        for replica in ("master", "worker-1", "build", "nope", None):
+            for offset in (0, 1, 5):
+                for limit in (None, 1, 2):
+                    assert reader.logs("def333333333", replica, offset, limit) == store.logs(
+                        "def333333333", replica=replica, offset=offset, limit=limit
+                    ), (replica, offset, limit)
+    store.close()

@@ -18,11 +18,11 @@ from fastapi import APIRouter, Query, Request
 from fastapi.responses import StreamingResponse
 from starlette.concurrency import run_in_threadpool
 
-from phalanx.domain import BUILD_CONSOLE, Experiment, console_sources
+from phalanx.domain import BUILD_CONSOLE, Experiment, LogLine, console_sources
 from phalanx.server.deps import SettingsDep, StoreDep, experiment_of
 from phalanx.server.policy import policy
 from phalanx.server.schemas import LogLineOut, LogsOut
-from phalanx.store.base import LogLine, Store
+from phalanx.store.base import Store
 from phalanx.views import check_console
 
 router = APIRouter(tags=["logs"])

@@ -7,7 +7,8 @@ from typing import Any
 
 from sqlalchemy import Engine, select
 
-from phalanx.store.base import ArtifactRecord, LogLine, ModelRecord, ParamRecord, merge_params
+from phalanx.domain import LogLine
+from phalanx.store.base import ArtifactRecord, ModelRecord, ParamRecord, merge_params
 from phalanx.store.sql.errors import phalanx_errors
 from phalanx.store.sql.lookup import resolve as _resolve
 from phalanx.store.sql.models import ArtifactRow, LogRow, ModelRow, ParamRow, TextRow
