@@ -1,5 +1,6 @@
 """``served``: the real server app on a real loopback socket, served by uvicorn in a thread of this
-process (no process started), for the CLI run in-process (tests/support/cli.py) against a server."""
+process (no process started), for the CLI run in-process (tests/support/cli.py) against a server;
+``door``: a test run once on each door, with that door's store (a module's own ``door`` overrides it)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from pathlib import Path
 import pytest
 import uvicorn
 
+from phalanx import logins
 from phalanx.config import Settings
 from phalanx.server.app import create_app
 from phalanx.server.settings import ServerSettings
@@ -51,3 +53,16 @@ def served(tmp_path: Path, phalanx_home: Path) -> Iterator[Served]:
         serving.join(timeout=30)
         listener.close()
         store.close()
+
+
+@pytest.fixture(params=["here", "server"])
+def door(request: pytest.FixtureRequest, phalanx_home: Path) -> Store:
+    """The store a test writes its experiments to: this machine's, or a served one logged in to (so
+    the CLI's commands act there)."""
+    if request.param == "here":
+        store = open_store(Settings())
+        request.addfinalizer(store.close)
+        return store
+    served: Served = request.getfixturevalue("served")
+    logins.save(phalanx_home, logins.Login(served.url, TOKEN))
+    return served.store

@@ -7,17 +7,12 @@ from __future__ import annotations
 import io
 import json
 import sys
-from pathlib import Path
 
 import pytest
 
-from phalanx import logins
 from phalanx.cli import main as cli_main
-from phalanx.config import Settings
-from phalanx.store import open_store
 from phalanx.store.base import Store
 from tests.support.cli import phalanx_cli
-from tests.unit.cli.conftest import TOKEN, Served
 from tests.unit.server import fill
 
 HOSTILE = "\x1b]0;PWNED-TITLE\x07\x1b[2J\x1b[31mRED\x1b[0m\r 50%"
@@ -29,18 +24,6 @@ class Terminal(io.StringIO):
 
     def isatty(self) -> bool:
         return True
-
-
-@pytest.fixture(params=["here", "server"])
-def door(request: pytest.FixtureRequest, phalanx_home: Path) -> Store:
-    """The store the experiment is written to: this machine's, or a served one logged in to."""
-    if request.param == "here":
-        store = open_store(Settings())
-        request.addfinalizer(store.close)
-        return store
-    served: Served = request.getfixturevalue("served")
-    logins.save(phalanx_home, logins.Login(served.url, TOKEN))
-    return served.store
 
 
 def on_terminal(monkeypatch: pytest.MonkeyPatch, *args: str) -> str:

@@ -6,32 +6,13 @@ empty page (every follower reads each experiment's build console first)."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
-import pytest
-
-from phalanx import logins
 from phalanx.apiclient import Client
-from phalanx.config import Settings
 from phalanx.domain import BUILD_CONSOLE, ExperimentStatus
 from phalanx.remote_store import RemoteStore
-from phalanx.store import open_store
 from phalanx.store.base import Store
 from tests.support.cli import phalanx_cli
 from tests.unit.cli.conftest import TOKEN, Served
 from tests.unit.server import fill
-
-
-@pytest.fixture(params=["here", "server"])
-def door(request: pytest.FixtureRequest, phalanx_home: Path) -> Store:
-    """The store the experiments are written to: this machine's, or a served one logged in to."""
-    if request.param == "here":
-        store = open_store(Settings())
-        request.addfinalizer(store.close)
-        return store
-    served: Served = request.getfixturevalue("served")
-    logins.save(phalanx_home, logins.Login(served.url, TOKEN))
-    return served.store
 
 
 def test_logs_of_a_build_the_experiment_never_had_is_refused_naming_its_replicas(door: Store) -> None:
