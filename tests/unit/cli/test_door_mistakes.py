@@ -171,12 +171,14 @@ def test_group_run_of_an_experiment_file_is_refused_on_both_doors(
 
 # -- a project a team server does not know ---------------------------------------------------------
 # On a team server projects are records (`phalanx admin project add`, a server admin's): a secret,
-# quota, datastore or dataset naming one with no record (a typo) was accepted, exit 0, and nobody's.
+# quota, datastore or dataset naming one with no record (a typo) was accepted, exit 0, and nobody's;
+# so was a server admin's run into one.
 
 UNKNOWN = (
     "error: no project 'visoin' on this server; did you mean 'vision'? (a server admin creates it with"
     " `phalanx admin project add visoin`; `phalanx admin project ls` lists them)"
 )
+NOT_THEIRS = "error: project {} does not exist (or is in a project you are not a member of)"
 
 
 def _team(store: Store) -> Accounts:
@@ -199,6 +201,16 @@ def _writes(data: Path, project: str) -> list[tuple[tuple[str, ...], str]]:
         (("datastore", "add", "lake", str(data), "--project", project), ""),
         (("data", "add", "digits", str(data), "--project", project), ""),
     ]
+
+
+def _spec(tmp_path: Path, project: str | None, text: str = SPEC) -> Path:
+    """``text`` (an experiment or group file) in a folder of its own, in ``project`` (None: none
+    named, so `default`)."""
+    folder = tmp_path / f"in-{project}"
+    folder.mkdir(exist_ok=True)
+    spec = folder / ("group.yml" if "kind: group" in text else "exp.yml")
+    spec.write_text(text if project is None else text.replace("kind:", f"project: {project}\nkind:", 1))
+    return spec
 
 
 def _nothing_written(store: Store) -> None:
@@ -238,13 +250,32 @@ def test_a_member_is_told_of_an_unknown_project_as_of_anothers_with_only_their_o
         other = phalanx_cli(*other_args, "--server", served.url, env=env, input=stdin)
         said, other_said = _said(refused.stderr), _said(other.stderr)
         assert (refused.returncode, other.returncode) == (2, 2), (refused.stderr, other.stderr)
-        assert said == (
-            "error: project visoin does not exist (or is in a project you are not a member of);"
-            " did you mean 'vision'?"
-        ), said
+        assert said == f"{NOT_THEIRS.format('visoin')}; did you mean 'vision'?", said
         # nlp exists, ada is not in it: the same words, and never another's project as the near one
-        assert other_said == "error: project nlp does not exist (or is in a project you are not a member of)"
+        assert other_said == NOT_THEIRS.format("nlp")
     _nothing_written(served.store)
+
+
+def test_a_run_into_a_project_a_team_server_does_not_know_is_refused_as_a_write_is(
+    served: Served, phalanx_home: Path, tmp_path: Path
+) -> None:
+    accounts = _team(served.store)
+    root = {"PHALANX_TOKEN": TOKEN}
+    ada = {"PHALANX_TOKEN": accounts.issue_token("ada", "test", None)[0]}
+    for command, text in ((("run",), SPEC), (("group", "run"), GROUP)):
+        for project, env, said in (
+            ("visoin", root, UNKNOWN),  # a server admin's typo
+            ("visoin", ada, f"{NOT_THEIRS.format('visoin')}; did you mean 'vision'?"),
+            ("nlp", ada, NOT_THEIRS.format("nlp")),  # another's project: the same words
+        ):
+            done = phalanx_cli(
+                *command, "-f", _spec(tmp_path, project, text), "-d", "--server", served.url, env=env
+            )
+            assert (done.returncode, done.stderr.splitlines()[-1]) == (2, said), done.stderr
+    assert served.store.list_experiments().total == 0 and served.store.list_groups() == []
+    for env in (root, ada):  # a project it knows, by a server admin and by a member
+        done = phalanx_cli("run", "-f", _spec(tmp_path, "vision"), "-d", "--server", served.url, env=env)
+        assert done.returncode == 0, done.stderr
 
 
 def test_projects_are_labels_without_teams_and_one_holding_experiments_counts(
@@ -253,15 +284,13 @@ def test_projects_are_labels_without_teams_and_one_holding_experiments_counts(
     data = tmp_path / "data"
     data.mkdir()
     (data / "a.txt").write_text("a")
+    env = {"PHALANX_TOKEN": TOKEN}
     for args, stdin in _writes(data, "visoin")[:2]:  # a single-user machine, a single-token server
         assert phalanx_cli(*args, "--local", input=stdin).returncode == 0
-        env = {"PHALANX_TOKEN": TOKEN}
         assert phalanx_cli(*args, "--server", served.url, env=env, input=stdin).returncode == 0
-    _team(served.store)  # a team server now; `default` has no record but holds a server admin's run
-    spec = tmp_path / "exp" / "exp.yml"
-    spec.parent.mkdir()
-    spec.write_text(SPEC)
-    env = {"PHALANX_TOKEN": TOKEN}
-    assert phalanx_cli("run", "-f", spec, "-d", "--server", served.url, env=env).returncode == 0
+    run = ("run", "-f", _spec(tmp_path, None), "-d", "--server", served.url)
+    assert phalanx_cli(*run, env=env).returncode == 0  # into `default`, a label
+    _team(served.store)  # a team server now: `default` has no record but holds a run from before
+    assert phalanx_cli(*run, env=env).returncode == 0
     done = phalanx_cli("quota", "set", "default", "--gpus", "1", "--server", served.url, env=env)
     assert done.returncode == 0, done.stderr

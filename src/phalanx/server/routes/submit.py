@@ -19,7 +19,7 @@ from phalanx.server.admission import cluster_of, targets
 from phalanx.server.audit import mark_audited
 from phalanx.server.boxing import check_submitter
 from phalanx.server.deps import SettingsDep, StoreDep, experiment_of
-from phalanx.server.policy import policy, principal_of, require, require_experiment
+from phalanx.server.policy import policy, principal_of, require_experiment, require_project
 from phalanx.server.submitting import (
     CloneRequest,
     SubmitRequest,
@@ -30,7 +30,7 @@ from phalanx.server.submitting import (
     submit,
 )
 from phalanx.spec.loader import parse_param_overrides
-from phalanx.store.accounts import Role
+from phalanx.store.accounts import Role, check_project
 
 if TYPE_CHECKING:
     from phalanx.server.settings import ServerSettings
@@ -142,13 +142,18 @@ async def submit_experiment(
     Answered 201 once the submit is written (the experiment exists, status created); its code is
     unpacked and its supervisor started after the answer. An experiment that could never start
     (bigger than its project's whole quota on the target, or than this machine) is refused (400).
+    A file's project the caller is in none of the roles of is refused (404, as if it did not
+    exist), and so is, on a team server, one it does not know (a server admin's typo: nothing runs).
     ``Idempotency-Key`` (per user, kept 7 days): a retry of the same request answers the first
     submit's id (200) and starts nothing; the same key with another request is refused (409)."""
     who = principal_of(request)
     check_submitter(settings.box, who)  # a server that cannot box: admins only
 
     def authorize(project: str) -> None:
-        require(request, project, Role.editor, f"project {project}")
+        # as a secret's or a quota's project: somebody in none of its roles is answered as for a
+        # project they are not in; a server admin, for a project a team server does not know
+        require_project(request, project, Role.editor)
+        check_project(store, project)
 
     submitter = Submitter(who.name, authorize)
     kind = request.headers.get("content-type", "").split(";")[0].strip().lower()
