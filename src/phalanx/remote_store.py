@@ -384,12 +384,8 @@ class RemoteSecrets:
             (d["project"], d["name"], float(d["updated_at"])) for d in self.client.get(self._path(project))
         ]
 
-    def remove(self, project: str, name: str) -> bool:
-        try:
-            self.client.send("DELETE", self._path(project, name))
-        except NotFound:
-            return False
-        return True
+    def remove(self, project: str, name: str) -> None:
+        self.client.send("DELETE", self._path(project, name))  # a 404 is the server's NotFound, its words
 
 
 class RemoteDirectory:

@@ -76,13 +76,13 @@ def check_name(kind: str, name: str) -> str:
 
 def check_project(store: LocalStore, project: str) -> None:
     """NotFound, before anything is written, for a project a team server does not know: what a
-    secret, quota, datastore or dataset names (a typo such as `visoin` would otherwise make one that
-    nobody ever uses).
+    submit, secret, quota, datastore or dataset names (a typo such as `visoin` would otherwise make
+    one that nobody ever uses), or a secret's or quota's removal that found nothing to remove.
 
     On a team server's store (an admin user exists) a project is a record (`phalanx admin project
-    add`, a server admin's); one that holds experiments counts too (a server admin may run in a
-    project with no record, e.g. `default`, or runs from before the server had teams). On a
-    single-user machine's store, or a single-token server's, projects are labels: nothing is checked.
+    add`, a server admin's); one that holds experiments counts too (runs from before the server had
+    teams, e.g. in `default`). On a single-user machine's store, or a single-token server's,
+    projects are labels: nothing is checked.
     Over HTTP only a caller who sees every project gets here with an unknown name (the route's policy
     answers the others as for a project they are not a member of), so naming the projects is no leak.
     """

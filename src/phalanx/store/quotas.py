@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from phalanx.errors import UsageError
+from phalanx.errors import NotFound, UsageError
 from phalanx.share import Limit, Quota
 
 if TYPE_CHECKING:
@@ -74,11 +74,17 @@ def list_quotas(store: LocalStore, target: str | None = None) -> list[Quota]:
     return quotas.list_quotas(store.engine, target)
 
 
-def remove(store: LocalStore, project: str, target: str) -> bool:
-    """Remove the project's quota on the target; whether there was one."""
-    from phalanx.store.sql import quotas  # why: `phalanx queue` reads the ledger alone
+def remove(store: LocalStore, project: str, target: str) -> None:
+    """Remove the project's quota on the target. NotFound when it has none there: for a project a
+    team server does not know, in ``check_project``'s words (one set while projects were labels is
+    removed)."""
+    from phalanx.store.accounts import check_project  # why: `phalanx queue` reads the ledger alone
+    from phalanx.store.sql import quotas  # why: as above
 
-    return quotas.remove(store.engine, project, target)
+    if quotas.remove(store.engine, project, target):
+        return
+    check_project(store, project)
+    raise NotFound(f"project {project} has no quota on {target} (`phalanx quota ls` lists them)")
 
 
 def limits(store: LocalStore, target: str) -> dict[str, Limit]:

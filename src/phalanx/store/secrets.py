@@ -14,7 +14,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
-from phalanx.errors import UsageError
+from phalanx.errors import NotFound, UsageError
 from phalanx.store.accounts import check_project
 from phalanx.store.sealing import MAX_VALUE, check_name, fernet, unseal
 from phalanx.store.sql import secrets
@@ -43,8 +43,13 @@ def names(store: LocalStore, project: str | None = None) -> list[tuple[str, str,
     return secrets.names(store.engine, project)
 
 
-def remove(store: LocalStore, project: str, name: str) -> bool:
-    return secrets.remove(store.engine, project, name)
+def remove(store: LocalStore, project: str, name: str) -> None:
+    """Remove the project's secret ``name``. NotFound when it has none: for a project a team server
+    does not know, in ``check_project``'s words (one set while projects were labels is removed)."""
+    if secrets.remove(store.engine, project, name):
+        return
+    check_project(store, project)
+    raise NotFound(f"project {project} has no secret {name} (`phalanx secret ls {project}`)")
 
 
 @translating  # a database that cannot be reached: BackendUnavailable (the supervisor waits it out)
@@ -66,8 +71,9 @@ class SecretBook(Protocol):
         """(project, name, updated_at) of every secret, or of one project's: never a value."""
         ...
 
-    def remove(self, project: str, name: str) -> bool:
-        """Remove the project's secret ``name``; whether there was one."""
+    def remove(self, project: str, name: str) -> None:
+        """Remove the project's secret ``name``. NotFound when it has none, or for a project a team
+        server does not know (``check_project``), in the same words on both doors."""
         ...
 
 
@@ -84,5 +90,5 @@ class LocalSecrets:
     def names(self, project: str | None = None) -> list[tuple[str, str, float]]:
         return names(self.store, project)
 
-    def remove(self, project: str, name: str) -> bool:
-        return remove(self.store, project, name)
+    def remove(self, project: str, name: str) -> None:
+        remove(self.store, project, name)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import httpx
 import pytest
 
 from phalanx.config import Settings
@@ -172,7 +173,8 @@ def test_group_run_of_an_experiment_file_is_refused_on_both_doors(
 # -- a project a team server does not know ---------------------------------------------------------
 # On a team server projects are records (`phalanx admin project add`, a server admin's): a secret,
 # quota, datastore or dataset naming one with no record (a typo) was accepted, exit 0, and nobody's;
-# so was a server admin's run into one.
+# so was a server admin's run into one; `secret rm` and `quota rm` of one said it had no such secret
+# or quota (and a non-member's `secret rm` was told so too, the server's 404 swallowed).
 
 UNKNOWN = (
     "error: no project 'visoin' on this server; did you mean 'vision'? (a server admin creates it with"
@@ -203,6 +205,11 @@ def _writes(data: Path, project: str) -> list[tuple[tuple[str, ...], str]]:
     ]
 
 
+def _removes(project: str) -> list[tuple[tuple[str, ...], str]]:
+    """The removals naming ``project``: (arguments, stdin)."""
+    return [(("secret", "rm", project, "API_KEY"), ""), (("quota", "rm", project), "")]
+
+
 def _spec(tmp_path: Path, project: str | None, text: str = SPEC) -> Path:
     """``text`` (an experiment or group file) in a folder of its own, in ``project`` (None: none
     named, so `default`)."""
@@ -227,7 +234,7 @@ def test_a_write_naming_a_project_a_team_server_does_not_know_is_refused_on_both
     data = tmp_path / "data"
     data.mkdir()
     (data / "a.txt").write_text("a")
-    for args, stdin in _writes(data, "visoin"):
+    for args, stdin in _writes(data, "visoin") + _removes("visoin"):
         here = phalanx_cli(*args, "--local", input=stdin)
         there = phalanx_cli(*args, "--server", served.url, env={"PHALANX_TOKEN": TOKEN}, input=stdin)
         for done in (here, there):
@@ -235,6 +242,20 @@ def test_a_write_naming_a_project_a_team_server_does_not_know_is_refused_on_both
     for store in (served.store, here_store):
         _nothing_written(store)
     here_store.close()
+    for path in ("quota", "secrets/API_KEY"):  # the API's answer: 404, in the same words
+        r = httpx.delete(
+            f"{served.url}/api/v1/projects/visoin/{path}", headers={"Authorization": f"Bearer {TOKEN}"}
+        )
+        assert (r.status_code, r.json()["message"]) == (404, UNKNOWN.removeprefix("error: ")), r.text
+    for args, said in zip(  # a project it knows: no such secret or quota, the same words on both doors
+        (args for args, _ in _removes("vision")),
+        (
+            "error: project vision has no secret API_KEY (`phalanx secret ls vision`)",
+            "error: project vision has no quota on local (`phalanx quota ls` lists them)",
+        ),
+        strict=True,
+    ):
+        assert both(served, *args) == ((2, said), (2, said)), args
 
 
 def test_a_member_is_told_of_an_unknown_project_as_of_anothers_with_only_their_own_projects_near(
@@ -244,7 +265,8 @@ def test_a_member_is_told_of_an_unknown_project_as_of_anothers_with_only_their_o
     env = {"PHALANX_TOKEN": accounts.issue_token("ada", "test", None)[0]}
     data = tmp_path / "data"
     data.mkdir()
-    for unknown, anothers in zip(_writes(data, "visoin"), _writes(data, "nlp"), strict=True):
+    writes = (_writes(data, project) + _removes(project)[:1] for project in ("visoin", "nlp"))
+    for unknown, anothers in zip(*writes, strict=True):
         (args, stdin), (other_args, _) = unknown, anothers
         refused = phalanx_cli(*args, "--server", served.url, env=env, input=stdin)
         other = phalanx_cli(*other_args, "--server", served.url, env=env, input=stdin)
@@ -253,6 +275,9 @@ def test_a_member_is_told_of_an_unknown_project_as_of_anothers_with_only_their_o
         assert said == f"{NOT_THEIRS.format('visoin')}; did you mean 'vision'?", said
         # nlp exists, ada is not in it: the same words, and never another's project as the near one
         assert other_said == NOT_THEIRS.format("nlp")
+    for project in ("visoin", "nlp", "vision"):  # a quota is a server admin's, whichever project
+        done = phalanx_cli("quota", "rm", project, "--server", served.url, env=env)
+        assert (done.returncode, _said(done.stderr)) == (2, "error: ada is not a server admin"), done.stderr
     _nothing_written(served.store)
 
 
@@ -290,7 +315,16 @@ def test_projects_are_labels_without_teams_and_one_holding_experiments_counts(
         assert phalanx_cli(*args, "--server", served.url, env=env, input=stdin).returncode == 0
     run = ("run", "-f", _spec(tmp_path, None), "-d", "--server", served.url)
     assert phalanx_cli(*run, env=env).returncode == 0  # into `default`, a label
-    _team(served.store)  # a team server now: `default` has no record but holds a run from before
+    here_store = open_store(Settings())
+    for store in (served.store, here_store):  # team servers' stores now
+        _team(store)
+    # `default` has no record but holds a run from before the teams: it counts
     assert phalanx_cli(*run, env=env).returncode == 0
     done = phalanx_cli("quota", "set", "default", "--gpus", "1", "--server", served.url, env=env)
     assert done.returncode == 0, done.stderr
+    # what was set while visoin was a label is still removed, on both doors; then it is not known
+    for args, _ in _removes("visoin"):
+        here, there = phalanx_cli(*args, "--local"), phalanx_cli(*args, "--server", served.url, env=env)
+        assert (here.returncode, there.returncode) == (0, 0), (here.stderr, there.stderr)
+        assert both(served, *args) == ((2, UNKNOWN), (2, UNKNOWN)), args
+    here_store.close()

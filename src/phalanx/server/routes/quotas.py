@@ -13,7 +13,7 @@ from typing import Annotated
 from fastapi import APIRouter, Query, Request, Response
 from pydantic import BaseModel, Field
 
-from phalanx.errors import NotFound, UsageError
+from phalanx.errors import UsageError
 from phalanx.server.audit import describe
 from phalanx.server.deps import StoreDep
 from phalanx.server.policy import policy
@@ -111,10 +111,10 @@ def _limits(quota: Quota | None) -> str | None:
 @router.delete("/projects/{project}/quota", status_code=204)
 @policy("site:admin")
 def delete_quota(project: str, store: StoreDep, request: Request, target: TargetQuery = LOCAL) -> Response:
-    """Remove the project's quota on the target (404 when it has none)."""
+    """Remove the project's quota on the target (404 when it has none, or, on a team server, for a
+    project it does not know)."""
     before = quotas.get(store, project, target)
-    if not quotas.remove(store, project, target):
-        raise NotFound(f"project {project} has no quota on {target}")
+    quotas.remove(store, project, target)
     describe(request, "quota.remove", f"{project}/{target}", project, None, _limits(before))
     return Response(status_code=204)
 
