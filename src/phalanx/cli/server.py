@@ -463,6 +463,7 @@ def server(
     from phalanx.server.settings import ServerSettings
 
     _check_addresses(hook_allow, service_origin)
+    _keep_home_private(settings.home)
 
     box = decide(
         trust=trust_submitters,
@@ -505,6 +506,15 @@ def server(
         box_recorded(settings.home, box),
     ):
         _serve(api, listener, host, port, log_level, proxies)
+
+
+def _keep_home_private(home: Path) -> None:
+    """Its home mode 0700: its store, every project's logs and files are no other account's to read
+    (boxes are bound their own folders: server.private_home); a warning where that fails."""
+    from phalanx.server.private_home import keep_private
+
+    if warning := keep_private(home):
+        typer.echo(warning, err=True)
 
 
 def _uid_range(text: str | None) -> tuple[int, int] | None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 import subprocess
 import sys
 import urllib.error
@@ -154,6 +155,22 @@ def test_run_names_the_address_of_the_server_running_over_its_store(
         stop_server(server.proc)
     after = run(phalanx_home, "run", "-f", str(spec))  # a stopped server's address is not named
     assert "phalanx server` and open http://127.0.0.1:8000/experiments/" in after.stderr
+
+
+def test_the_servers_home_and_store_are_its_accounts_alone(phalanx_home: Path) -> None:
+    """Its store holds every project's records, its home every project's logs and files: made with
+    the umask's modes, a home others could enter was readable by every account of the machine."""
+    phalanx_home.chmod(0o755)
+    server = start_server(phalanx_home)
+    try:
+        assert stat.S_IMODE(phalanx_home.stat().st_mode) == 0o700
+        store = sorted(phalanx_home.glob("phalanx.db*"))
+        assert phalanx_home / "phalanx.db" in store
+        assert {p.name: stat.S_IMODE(p.stat().st_mode) for p in store if not p.name.endswith(".lock")} == {
+            p.name: 0o600 for p in store if not p.name.endswith(".lock")
+        }
+    finally:
+        stop_server(server.proc)
 
 
 def test_the_ui_hint_names_the_venvs_phalanx_when_the_shell_would_not_find_it(
