@@ -175,6 +175,8 @@ def parse(args: Sequence[str]) -> tuple[str, argparse.Namespace] | None:
     rest = list(args[1:])
     if any(a in ("--help", "-h", "--") for a in rest):
         return None
+    if any(a[:1] == "-" and a[2:3] == "=" and a[1:2] != "-" for a in rest):
+        return None  # `-o=json`: Click takes "=json" as the value, argparse "json": Typer's answer
     make_parser, _ = LEAN_COMMANDS[args[0]]
     try:
         ns, extra = make_parser().parse_known_args(rest)

@@ -28,7 +28,7 @@ policy. In single-token mode (no admin user yet) the server token is all-powerfu
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -37,6 +37,7 @@ from fastapi.routing import APIRoute
 from starlette.requests import HTTPConnection
 
 from phalanx.errors import NotFound
+from phalanx.share import DEFAULT_PROJECT
 from phalanx.store.accounts import Role
 from phalanx.store.alerts import alert_book
 from phalanx.store.registry import registry_store
@@ -45,6 +46,7 @@ from phalanx.suggest import did_you_mean
 F = TypeVar("F", bound=Callable[..., Any])
 
 ATTRIBUTE = "__phalanx_policy__"
+_LISTED = 10  # a caller's projects named in a refusal, at most
 SCOPES = ("experiment", "group", "project", "model", "alert", "service")
 RULES = frozenset(
     {"public", "signed-in", "site:admin", "body", "any:editor"}
@@ -120,10 +122,28 @@ def require(request: Request, project: str, role: Role, what: str, hint: str = "
 
 def require_project(request: Request, project: str, role: Role) -> None:
     """``require`` for a project the caller named: one they are in none of the roles of is answered
-    with the nearest of their own projects (`visoin`: vision), theirs alone, so the answer is the
-    same whether another project or none has that name. Whoever sees every project gets through; a
-    write then refuses a name the server does not know in its own words (``check_project``)."""
-    require(request, project, role, f"project {project}", did_you_mean(project, principal_of(request).roles))
+    with their own projects and the nearest of them (`visoin`: vision), theirs alone, so the answer
+    is the same whether another project or none has that name (``not_theirs``). Whoever sees every
+    project gets through; a write then refuses a name the server does not know in its own words
+    (``check_project``)."""
+    who = principal_of(request)
+    if who.role_in(project) is None:
+        raise NotFound(not_theirs(project, sorted(who.roles)))
+    require(request, project, role, f"project {project}")
+
+
+def not_theirs(project: str, theirs: Sequence[str]) -> str:
+    """What somebody in none of ``project``'s roles is told of it (``theirs``: their projects): the
+    same whether it exists or not, with how to go on."""
+    listed = ", ".join(theirs[:_LISTED]) + (", ..." if len(theirs) > _LISTED else "") or "none"
+    if project == DEFAULT_PROJECT:
+        fix = f"a file that names no `project:` runs in {DEFAULT_PROJECT!r}: name one of yours in it"
+    else:
+        fix = "a project's admin adds members: `phalanx admin member add PROJECT USER`"
+    return (
+        f"project {project!r} does not exist or you are not a member of it{did_you_mean(project, theirs)}"
+        f" (your projects: {listed}; {fix})"
+    )
 
 
 def require_experiment(request: Request, experiment_id: str, role: Role) -> Any:

@@ -22,6 +22,7 @@ from sqlalchemy import Engine
 
 from phalanx.errors import Conflict, NotFound, UsageError, account_disabled
 from phalanx.extras import require
+from phalanx.share import DEFAULT_PROJECT
 from phalanx.store.sql import accounts
 from phalanx.store.sql.engine import CommitWatch
 from phalanx.suggest import did_you_mean
@@ -89,10 +90,13 @@ def check_project(store: LocalStore, project: str) -> None:
     engine = store.engine
     if accounts.first_admin(engine) is None or accounts.project_in_use(engine, project):
         return
+    unnamed = (  # `default` is what a file that names no project runs in
+        "; or name a project in the file (`project: NAME`)" if project == DEFAULT_PROJECT else ""
+    )
     raise NotFound(
         f"no project {project!r} on this server{did_you_mean(project, accounts.list_projects(engine))}"
         f" (a server admin creates it with `phalanx admin project add {project}`;"
-        " `phalanx admin project ls` lists them)"
+        f" `phalanx admin project ls` lists them{unnamed})"
     )
 
 

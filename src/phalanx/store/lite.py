@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from phalanx.errors import UsageError
+from phalanx.store.private_file import tighten
 
 if TYPE_CHECKING:  # the domain's dataclasses: `run --detach`'s probe does without them
     from phalanx.domain import Experiment, ExperimentFilter, LogLine, Page, Replica
@@ -63,6 +64,7 @@ class LiteReader:
         path = sqlite_path(database_url)
         if path is None or not path.is_file():
             return None
+        tighten(path)  # an older version's 0644 store is its owner's alone once read
         try:
             conn = sqlite3.connect(f"file:{path}?mode=rw", uri=True, timeout=BUSY_TIMEOUT_S)
         except sqlite3.Error:

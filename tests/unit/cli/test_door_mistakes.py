@@ -180,7 +180,15 @@ UNKNOWN = (
     "error: no project 'visoin' on this server; did you mean 'vision'? (a server admin creates it with"
     " `phalanx admin project add visoin`; `phalanx admin project ls` lists them)"
 )
-NOT_THEIRS = "error: project {} does not exist (or is in a project you are not a member of)"
+
+
+def _not_theirs(project: str, near: str = "", fix: str = "") -> str:
+    """What ada (a member of vision only) is told of a project she is in none of the roles of."""
+    fix = fix or "a project's admin adds members: `phalanx admin member add PROJECT USER`"
+    return (
+        f"error: project '{project}' does not exist or you are not a member of it{near}"
+        f" (your projects: vision; {fix})"
+    )
 
 
 def _team(store: Store) -> Accounts:
@@ -272,9 +280,9 @@ def test_a_member_is_told_of_an_unknown_project_as_of_anothers_with_only_their_o
         other = phalanx_cli(*other_args, "--server", served.url, env=env, input=stdin)
         said, other_said = _said(refused.stderr), _said(other.stderr)
         assert (refused.returncode, other.returncode) == (2, 2), (refused.stderr, other.stderr)
-        assert said == f"{NOT_THEIRS.format('visoin')}; did you mean 'vision'?", said
+        assert said == _not_theirs("visoin", "; did you mean 'vision'?"), said
         # nlp exists, ada is not in it: the same words, and never another's project as the near one
-        assert other_said == NOT_THEIRS.format("nlp")
+        assert other_said == _not_theirs("nlp")
     for project in ("visoin", "nlp", "vision"):  # a quota is a server admin's, whichever project
         done = phalanx_cli("quota", "rm", project, "--server", served.url, env=env)
         assert (done.returncode, _said(done.stderr)) == (2, "error: ada is not a server admin"), done.stderr
@@ -290,9 +298,14 @@ def test_a_run_into_a_project_a_team_server_does_not_know_is_refused_as_a_write_
     for command, text in ((("run",), SPEC), (("group", "run"), GROUP)):
         for project, env, said in (
             ("visoin", root, UNKNOWN),  # a server admin's typo
-            ("visoin", ada, f"{NOT_THEIRS.format('visoin')}; did you mean 'vision'?"),
-            ("nlp", ada, NOT_THEIRS.format("nlp")),  # another's project: the same words
-        ):
+            ("visoin", ada, _not_theirs("visoin", "; did you mean 'vision'?")),
+            ("nlp", ada, _not_theirs("nlp")),  # another's project: the same words
+            # a file that names none runs in `default`: each is told the way forward
+            (None, root, UNKNOWN.replace("visoin", "default").replace("; did you mean 'vision'?", "")[:-1]
+             + "; or name a project in the file (`project: NAME`))"),
+            (None, ada, _not_theirs("default", fix="a file that names no `project:` runs in 'default': "
+                                    "name one of yours in it")),
+        ):  # fmt: skip
             done = phalanx_cli(
                 *command, "-f", _spec(tmp_path, project, text), "-d", "--server", served.url, env=env
             )

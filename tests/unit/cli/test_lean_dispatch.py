@@ -94,6 +94,8 @@ def test_typer_answers_help_mistakes_and_other_commands() -> None:
         ["ls", "-n", "x"],
         ["ls", "-o", "yaml"],
         ["ls", "--lim", "3"],  # click would not take an abbreviation either: Typer says so
+        ["ls", "-o=json"],  # click's value is "=json" (refused), argparse's "json": Typer says so
+        ["logs", "abc", "-r=master"],  # click's replica is "=master" (none such)
         ["get", "abc"],
         ["--help"],
         [],

@@ -13,8 +13,10 @@ import pytest
 
 from phalanx.config import Settings
 from phalanx.domain import Replica, Role
-from phalanx.store import open_store
+from phalanx.store import open_store, private_file
 from phalanx.store.base import LocalStore
+from phalanx.store.lite import LiteReader
+from phalanx.store.migrations import HEAD
 from phalanx.store.sql import engine
 
 
@@ -83,8 +85,32 @@ def test_a_database_of_another_account_is_left_as_it_is(
     database.touch()
     database.chmod(0o644)
     monkeypatch.setattr(os, "geteuid", lambda: database.stat().st_uid + 1)
-    engine.owner_only(database)
+    private_file.tighten(database)
     assert _mode(database) == 0o644
+
+
+def test_the_lean_reader_tightens_an_older_store_too(tmp_path: Path) -> None:
+    """`phalanx ls` and `phalanx logs` alone (no SQLAlchemy) leave no world-readable store behind."""
+    home = tmp_path / "home"
+    store = open_store(Settings(home=home, db_url=None, artifacts_url=None))
+    _write(store, "before")
+    store.close()
+    (home / "phalanx.db").chmod(0o644)
+    reader = LiteReader.open(f"sqlite:///{home / 'phalanx.db'}", HEAD)
+    assert reader is not None
+    reader.close()
+    assert _mode(home / "phalanx.db") == 0o600
+
+
+def test_a_symbolic_link_in_the_stores_place_is_never_followed(tmp_path: Path) -> None:
+    victim = tmp_path / "elsewhere"
+    victim.write_text("not a store")
+    victim.chmod(0o644)
+    database = tmp_path / "phalanx.db"
+    database.symlink_to(victim)
+    private_file.create_private(database)
+    private_file.tighten(database)
+    assert _mode(victim) == 0o644 and victim.read_text() == "not a store"
 
 
 def test_a_mode_that_cannot_be_changed_never_stops_the_store_from_opening(

@@ -5,9 +5,7 @@ SQLite: the driver's own transaction handling is switched off so that writes sta
 ``BEGIN IMMEDIATE`` (take the write lock up front: no deadlock between two upgrading readers) while
 reads start with a plain ``BEGIN`` and never block a writer (WAL).
 
-A SQLite database file is its owner's alone (mode 0600; SQLite gives its -wal and -shm the
-database file's mode): it holds every project's records, the secrets' ciphertexts and the users'
-token hashes, which no other account of the machine may read (docs/security.md).
+A SQLite database file is its owner's alone (``store.private_file``).
 """
 
 from __future__ import annotations
@@ -16,9 +14,7 @@ import contextlib
 import fcntl
 import gc
 import logging
-import os
 import sqlite3
-import stat
 import threading
 import time
 from collections.abc import Iterator
@@ -32,12 +28,11 @@ from phalanx import knobs
 from phalanx.errors import StoreError, UsageError
 from phalanx.extras import require
 from phalanx.store.migrations import HEAD
+from phalanx.store.private_file import create_private, tighten
 
 log = logging.getLogger(__name__)
 
 BUSY_TIMEOUT_MS = 120_000
-OWNER_ONLY = 0o600  # a SQLite database's mode, and so its -wal's and -shm's
-SQLITE_SIDE_FILES = ("-wal", "-shm")
 
 
 @contextlib.contextmanager
@@ -85,7 +80,8 @@ def _sqlite_engine(url: str, database: str | None) -> Engine:
     if database and database != ":memory:":
         Path(database).parent.mkdir(parents=True, exist_ok=True)
         if not database.startswith("file:"):  # (a URI's file is the user's to make)
-            owner_only(Path(database))
+            create_private(Path(database))
+            tighten(Path(database))
     engine = create_engine(url, connect_args={"timeout": BUSY_TIMEOUT_MS / 1000, "check_same_thread": False})
     file_backed = bool(database) and database != ":memory:"
     cache_kib = knobs.SQLITE_CACHE_KIB.value()  # read once: a bad value is refused here, not per connection
@@ -108,27 +104,6 @@ def _sqlite_engine(url: str, database: str | None) -> Engine:
         conn.exec_driver_sql(f"BEGIN {mode}".strip())
 
     return engine
-
-
-def owner_only(database: Path) -> None:
-    """Make a SQLite database its owner's alone before SQLite opens it: a missing file is created
-    empty (an empty file is an empty database) with mode 0600, and SQLite makes its -wal and -shm
-    with that mode; an existing one (an older version made it 0644) is tightened to its owner's bits,
-    its -wal and -shm too, where this process's user owns it. Never fails: a file it may not create
-    or change is left to SQLite, which opens it or says why not."""
-    try:
-        fd = os.open(database, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, OWNER_ONLY)
-    except OSError:  # there already (or a folder it may not write: SQLite's error says so)
-        pass
-    else:
-        with contextlib.suppress(OSError):
-            os.fchmod(fd, OWNER_ONLY)  # exactly, whatever the umask took away
-        os.close(fd)
-    for path in (database, *(Path(f"{database}{side}") for side in SQLITE_SIDE_FILES)):
-        with contextlib.suppress(OSError):
-            info = os.stat(path)
-            if stat.S_ISREG(info.st_mode) and info.st_uid == os.geteuid() and info.st_mode & 0o077:
-                os.chmod(path, stat.S_IMODE(info.st_mode) & 0o700)
 
 
 def _switch_to_wal(cur: Any) -> None:
