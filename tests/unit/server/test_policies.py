@@ -308,6 +308,8 @@ def test_a_viewer_gets_403_on_every_mutating_project_route() -> None:
 def test_ingest_writes_only_projects_the_sender_edits(client: TestClient, team: Team, store: Store) -> None:
     a = fill.experiment(store, project="A", status=fill.ExperimentStatus.RUNNING)
 
+    answers: list[str] = []
+
     def send(role: str, experiment_id: str, project: str | None = None) -> int:
         record: dict[str, object] = {"experiment_id": experiment_id, "stream": "x", "seq": 1, "time": 1.0}
         if project is None:
@@ -319,12 +321,17 @@ def test_ingest_writes_only_projects_the_sender_edits(client: TestClient, team: 
             json={"events": [record]},
             headers={"Authorization": f"Bearer {team.tokens[role]}"},
         )
+        answers.append(r.text)
         return r.status_code
 
     assert send("viewer_a", a.id) == 403
     assert send("admin_b", a.id) == 404
     assert send("editor_a", a.id) == 200
     assert send("editor_a", "newscript1", project="B") == 404  # not a member of B
+    b_said = answers[-1]
+    assert send("editor_a", "newscript1", project="Z") == 404  # no such project: the same words
+    assert answers[-1] == b_said.replace("'B'", "'Z'")
+    assert "does not exist or you are not a member of it (your projects: A;" in b_said, b_said
     assert send("viewer_a", "newscript2", project="A") == 403
     assert send("admin_b", "newscript3", project="B") == 200
     assert team.accounts.launched_by("experiment", "newscript3") == "admin_b"

@@ -23,8 +23,9 @@ from phalanx.ingest import records_to_events
 from phalanx.server.audit import record_launch
 from phalanx.server.deps import FilesDep, StoreDep, experiment_of
 from phalanx.server.files import safe_relpath
-from phalanx.server.policy import policy, principal_of, require
+from phalanx.server.policy import policy, principal_of, require, require_project
 from phalanx.server.schemas import AttemptIn, AttemptOut, FileOut, IngestIn, IngestOut
+from phalanx.share import DEFAULT_PROJECT
 from phalanx.store.accounts import Role
 from phalanx.store.base import Store
 
@@ -86,8 +87,8 @@ def authorize_batch(request: Request, store: Store, events: Sequence[Event]) -> 
         if current is not None:
             require(request, current.project, Role.editor, f"experiment {experiment_id}")
         else:
-            project = str(creating[experiment_id].data.get("project") or "default")
-            require(request, project, Role.editor, f"project {project}")
+            project = str(creating[experiment_id].data.get("project") or DEFAULT_PROJECT)
+            require_project(request, project, Role.editor)
     return new
 
 

@@ -25,7 +25,7 @@ from phalanx.machine.handoff import NAME as ENV_NAME
 from phalanx.server.audit import describe
 from phalanx.server.auth import BEARER, SESSION, credential_of, session_cookie
 from phalanx.server.deps import StoreDep
-from phalanx.server.policy import policy, principal_of, require, require_experiment
+from phalanx.server.policy import policy, principal_of, require, require_experiment, require_project
 from phalanx.server.proxy import POLICY_VIOLATION, forward, forward_socket
 from phalanx.server.service_origin import entry_url
 from phalanx.server.service_passes import ServiceOrigin
@@ -220,7 +220,7 @@ def _target(request: Request, store: StoreDep, body: ServiceIn) -> tuple[str, Ta
         return group.project, Target("group", group.id)
     project = str(body.project)
     if body.kind == NOTEBOOK:  # code runs in it: the project's editors
-        require(request, project, Role.editor, f"project {project!r}")
+        require_project(request, project, Role.editor)
         settings: ServerSettings = request.app.state.settings
         if not settings.notebooks:
             raise HTTPException(
@@ -230,7 +230,7 @@ def _target(request: Request, store: StoreDep, body: ServiceIn) -> tuple[str, Ta
                 " says what that means)",
             )
         return project, Target("project", project)
-    require(request, project, Role.viewer, f"project {project!r}")
+    require_project(request, project, Role.viewer)
     if not store.list_experiments(ExperimentFilter(project=project, limit=1)).items:
         raise NotFound(f"project {project!r} has no experiment: a TensorBoard of it would show nothing")
     return project, Target("project", project)
