@@ -68,20 +68,22 @@ print(json.dumps(used.ru_utime + used.ru_stime))
 
 def fill(home: Path, n: int, lines: int = 0) -> str:
     """``n`` finished experiments in the store under ``home``, the last with ``lines`` console lines
-    of its master; that one's id."""
+    of its master; that one's id ("" when ``n`` is 0)."""
     from phalanx.config import Settings
     from phalanx.domain import Event, EventKind, ExperimentStatus, Replica, Role
     from phalanx.store import open_store
 
     store = open_store(Settings(home=home, db_url=None, artifacts_url=None))
+    last = ""
     try:
         for i in range(n):
-            master = Replica("", "master", Role.MASTER, 0, 0)
-            e = store.create_experiment(name=f"e{i}", project="bench", backend="local", replicas=[master])
-            store.update_experiment(e.id, status=ExperimentStatus.SUCCEEDED, started_at=1.0, finished_at=2.0)
+            masters = [Replica("", "master", Role.MASTER, 0, 0)]
+            last = store.create_experiment(name=f"e{i}", project="b", backend="local", replicas=masters).id
+            store.update_experiment(last, status=ExperimentStatus.SUCCEEDED, started_at=1.0, finished_at=2.0)
         text = {"stream": "stdout", "text": "epoch 1 loss 0.25 accuracy 0.91 (bench line)"}
-        store.write_events([Event(e.id, EventKind.LOG, text, time=1.0 + j, seq=j) for j in range(lines)])
-        return e.id
+        if last:
+            store.write_events([Event(last, EventKind.LOG, text, time=1.0 + j, seq=j) for j in range(lines)])
+        return last
     finally:
         store.close()
 
@@ -213,8 +215,10 @@ def main() -> int:
                     spent[name].append(cpu)
                     if "--detach" in argv and not name.startswith(WHOLE):
                         release.touch()
-                        wait_gone(json.loads(out)["supervisor_pid"])
-                        release.unlink()
+                        try:
+                            wait_gone(json.loads(out)["supervisor_pid"])
+                        finally:
+                            release.unlink()
         finally:
             stop.touch()
             for pid in reporters:

@@ -120,23 +120,24 @@ def require(request: Request, project: str, role: Role, what: str, hint: str = "
         )
 
 
-def require_project(request: Request, project: str, role: Role) -> None:
+def require_project(request: Request, project: str, role: Role, *, from_file: bool = False) -> None:
     """``require`` for a project the caller named: one they are in none of the roles of is answered
     with their own projects and the nearest of them (`visoin`: vision), theirs alone, so the answer
     is the same whether another project or none has that name (``not_theirs``). Whoever sees every
     project gets through; a write then refuses a name the server does not know in its own words
-    (``check_project``)."""
+    (``check_project``). ``from_file``: the project is a run's file's (`default` when it names
+    none), which the answer says how to change."""
     who = principal_of(request)
     if who.role_in(project) is None:
-        raise NotFound(not_theirs(project, sorted(who.roles)))
+        raise NotFound(not_theirs(project, sorted(who.roles), from_file=from_file))
     require(request, project, role, f"project {project}")
 
 
-def not_theirs(project: str, theirs: Sequence[str]) -> str:
+def not_theirs(project: str, theirs: Sequence[str], *, from_file: bool = False) -> str:
     """What somebody in none of ``project``'s roles is told of it (``theirs``: their projects): the
-    same whether it exists or not, with how to go on."""
+    same whether it exists or not, with how to go on (``from_file``: a run's file named it)."""
     listed = ", ".join(theirs[:_LISTED]) + (", ..." if len(theirs) > _LISTED else "") or "none"
-    if project == DEFAULT_PROJECT:
+    if from_file and project == DEFAULT_PROJECT:
         fix = f"a file that names no `project:` runs in {DEFAULT_PROJECT!r}: name one of yours in it"
     else:
         fix = "a project's admin adds members: `phalanx admin member add PROJECT USER`"

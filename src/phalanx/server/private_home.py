@@ -8,7 +8,8 @@ folder itself is what keeps other accounts of the machine out: ``phalanx server`
 
 Boxes are not hindered: bubblewrap binds each box's own folders from the home as root, at the same
 path, under folders it makes 0755 in the box (``phalanx.machine.box``), so a box's account never
-goes through the home folder of the host. Standard library only.
+goes through the home folder of the host, unless the home lies in a tree a box sees whole (/usr,
+/etc, /opt): that home keeps its mode, with a warning.
 """
 
 from __future__ import annotations
@@ -18,13 +19,24 @@ import os
 import stat
 from pathlib import Path
 
+from phalanx.machine.box import MACHINE_TREES
+
 OWNER_ONLY = 0o700
 
 
 def keep_private(home: Path) -> str | None:
     """Make ``home`` (created if missing) mode 0700 where this process's user owns it. Returns a
     warning to show when other accounts may still enter it (another user's folder, a file system
-    that keeps no modes), else None. Never raises: the server still starts."""
+    that keeps no modes, a home a box must walk through), else None. Never raises: the server
+    still starts."""
+    if any(home.resolve().is_relative_to(tree) for tree in MACHINE_TREES):
+        with contextlib.suppress(OSError):
+            home.mkdir(parents=True, exist_ok=True)
+        return (  # a box binds /usr, /etc and /opt whole: its account walks through the real home
+            f"warning: the server's home {home} is under {', '.join(MACHINE_TREES)}, which every box"
+            " sees as it is: it keeps its mode so that boxed jobs reach their folders, and other"
+            " accounts of this machine may enter it; put PHALANX_HOME elsewhere (e.g. /srv/phalanx)"
+        )
     with contextlib.suppress(FileExistsError, OSError):
         home.parent.mkdir(parents=True, exist_ok=True)
         os.mkdir(home, OWNER_ONLY)

@@ -75,7 +75,7 @@ def check_name(kind: str, name: str) -> str:
     return name
 
 
-def check_project(store: LocalStore, project: str) -> None:
+def check_project(store: LocalStore, project: str, *, from_file: bool = False) -> None:
     """NotFound, before anything is written, for a project a team server does not know: what a
     submit, secret, quota, datastore or dataset names (a typo such as `visoin` would otherwise make
     one that nobody ever uses), or a secret's or quota's removal that found nothing to remove.
@@ -86,12 +86,15 @@ def check_project(store: LocalStore, project: str) -> None:
     projects are labels: nothing is checked.
     Over HTTP only a caller who sees every project gets here with an unknown name (the route's policy
     answers the others as for a project they are not a member of), so naming the projects is no leak.
+    ``from_file``: the project is a run's file's (`default` when it names none).
     """
     engine = store.engine
     if accounts.first_admin(engine) is None or accounts.project_in_use(engine, project):
         return
     unnamed = (  # `default` is what a file that names no project runs in
-        "; or name a project in the file (`project: NAME`)" if project == DEFAULT_PROJECT else ""
+        "; or name a project in the file (`project: NAME`)"
+        if from_file and project == DEFAULT_PROJECT
+        else ""
     )
     raise NotFound(
         f"no project {project!r} on this server{did_you_mean(project, accounts.list_projects(engine))}"

@@ -104,12 +104,13 @@ class LiteReader:
         """The experiment an id or a unique prefix of one names (as ``Store.get_experiment``); None
         when none or several match or the text is no id: the full store words those answers (a
         group's name, "ambiguous", "did you mean")."""
-        text = experiment_id.strip().lower()
-        if not (text.isascii() and text.isalnum() and len(text) <= _ID_MOST):  # lookup.ID_PREFIX
-            return None
+        typed = experiment_id.strip()
         select = f"SELECT {_EXPERIMENT_COLUMNS} FROM experiments WHERE "
-        rows = self._conn.execute(select + "id = ?", (text,)).fetchall()
-        if not rows:
+        rows = self._conn.execute(select + "id = ?", (typed,)).fetchall()  # exactly, as typed, first
+        text = typed.lower()
+        if not rows and text != typed:
+            rows = self._conn.execute(select + "id = ?", (text,)).fetchall()
+        if not rows and text.isascii() and text.isalnum() and len(text) <= _ID_MOST:  # lookup.ID_PREFIX
             rows = self._conn.execute(select + "id LIKE ? LIMIT 2", (f"{text}%",)).fetchall()
         return _experiment(rows[0]) if len(rows) == 1 else None
 

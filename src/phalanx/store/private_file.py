@@ -29,10 +29,15 @@ def create_private(database: Path) -> None:
 
 def tighten(database: Path) -> None:
     """Take the group's and others' bits from the database file and its -wal and -shm (an older
-    version made them 0644) where this process's user owns them: regular files only, never
-    through a symbolic link. Never fails."""
+    version made them 0644) where this process's user owns them: regular files only, through a
+    descriptor opened without following a symbolic link (so what is checked is what is changed;
+    ``chmod(follow_symlinks=False)`` is NotImplementedError on older C libraries). Never fails."""
     for path in (database, *(Path(f"{database}{side}") for side in SQLITE_SIDE_FILES)):
         with contextlib.suppress(OSError):
-            info = os.lstat(path)
-            if stat.S_ISREG(info.st_mode) and info.st_uid == os.geteuid() and info.st_mode & 0o077:
-                os.chmod(path, stat.S_IMODE(info.st_mode) & 0o700, follow_symlinks=False)
+            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+            try:
+                info = os.fstat(fd)
+                if stat.S_ISREG(info.st_mode) and info.st_uid == os.geteuid() and info.st_mode & 0o077:
+                    os.fchmod(fd, stat.S_IMODE(info.st_mode) & 0o700)
+            finally:
+                os.close(fd)

@@ -283,6 +283,9 @@ def test_a_member_is_told_of_an_unknown_project_as_of_anothers_with_only_their_o
         assert said == _not_theirs("visoin", "; did you mean 'vision'?"), said
         # nlp exists, ada is not in it: the same words, and never another's project as the near one
         assert other_said == _not_theirs("nlp")
+    args, stdin = _writes(data, "default")[0]  # no file here: no word of one
+    done = phalanx_cli(*args, "--server", served.url, env=env, input=stdin)
+    assert (done.returncode, _said(done.stderr)) == (2, _not_theirs("default")), done.stderr
     for project in ("visoin", "nlp", "vision"):  # a quota is a server admin's, whichever project
         done = phalanx_cli("quota", "rm", project, "--server", served.url, env=env)
         assert (done.returncode, _said(done.stderr)) == (2, "error: ada is not a server admin"), done.stderr

@@ -67,3 +67,24 @@ def test_a_home_whose_mode_cannot_be_changed_gets_a_warning_never_an_error(
 
     monkeypatch.setattr(os, "chmod", refused)
     assert "chmod 700" in (keep_private(home) or "")
+
+
+def test_a_home_in_a_tree_every_box_sees_whole_keeps_its_mode_with_a_warning(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A box binds /usr, /etc and /opt from the machine as they are: a job's account walks through
+    the real folders to its own, so a 0700 home there would lock every boxed job out."""
+    opt = tmp_path / "opt"
+    monkeypatch.setattr("phalanx.server.private_home.MACHINE_TREES", (str(opt),))
+    new = opt / "phalanx"
+    was = os.umask(0o022)  # most accounts' umask, whatever this process's is
+    try:
+        said = keep_private(new)
+    finally:
+        os.umask(was)
+    assert said is not None and "put PHALANX_HOME elsewhere" in said
+    assert new.is_dir() and _mode(new) & 0o055 == 0o055  # others may walk through (the umask's 0755)
+    old = opt / "old"
+    old.mkdir(mode=0o755)
+    old.chmod(0o755)
+    assert keep_private(old) is not None and _mode(old) == 0o755

@@ -126,7 +126,7 @@ def test_a_mode_that_cannot_be_changed_never_stops_the_store_from_opening(
     def refused(*_args: object, **_kwargs: object) -> None:
         raise PermissionError("not permitted")
 
-    monkeypatch.setattr(os, "chmod", refused)
+    monkeypatch.setattr(os, "fchmod", refused)
     store = open_store(settings)
     try:
         assert store.get_experiment(made).name == "kept"

@@ -101,7 +101,7 @@ def test_finds_an_experiment_and_reads_its_consoles_as_the_sql_store(tmp_path: P
     """`phalanx logs ID` on the lean path: the id or a unique prefix, and the same lines."""
     url = f"sqlite:///{tmp_path / 'phalanx.db'}"
     store = SqlStore(url, ArtifactStore(str(tmp_path / "artifacts")))
-    for eid in ("abc111111111", "abc222222222", "def333333333"):
+    for eid in ("abc111111111", "abc222222222", "def333333333", "RunA", "runa"):  # (ingest's ids)
         store.create_experiment(name="n", project="p", experiment_id=eid, backend="local")
     lines = [
         ("master", "stdout", 0, 2.0),
@@ -119,7 +119,7 @@ def test_finds_an_experiment_and_reads_its_consoles_as_the_sql_store(tmp_path: P
     reader = LiteReader.open(url, HEAD)
     assert reader is not None
     with reader:
-        for text in ("def333333333", "def", " DEF3 ", "abc1", "abc222222222"):
+        for text in ("def333333333", "def", " DEF3 ", "abc1", "abc222222222", "RunA", "runa", "RUNA"):
             found = reader.find_experiment(text)
             assert found == store.get_experiment(text), text
         for text in ("abc", "zzz", "", "de-f", "d" * 40, "def333333333x"):  # the full store words these

@@ -152,8 +152,8 @@ async def submit_experiment(
     def authorize(project: str) -> None:
         # as a secret's or a quota's project: somebody in none of its roles is answered as for a
         # project they are not in; a server admin, for a project a team server does not know
-        require_project(request, project, Role.editor)
-        check_project(store, project)
+        require_project(request, project, Role.editor, from_file=True)
+        check_project(store, project, from_file=True)
 
     submitter = Submitter(who.name, authorize)
     kind = request.headers.get("content-type", "").split(";")[0].strip().lower()
