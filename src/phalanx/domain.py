@@ -208,6 +208,15 @@ def console_sources(replicas: Sequence[str]) -> list[str]:
 
 
 @dataclass(frozen=True)
+class Series:
+    """One scalar series, columns as parallel lists (cheap to serialise, cheap to plot)."""
+
+    steps: list[int]
+    values: list[float]
+    times: list[float] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
 class LogLine:
     """A line of a console (a replica's, the build's)."""
 

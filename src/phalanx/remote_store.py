@@ -31,6 +31,7 @@ from phalanx.domain import (
     ReplicaState,
     Resources,
     Role,
+    Series,
 )
 from phalanx.errors import NotFound, UsageError
 from phalanx.store.alert_records import Delivery, Hook
@@ -38,7 +39,6 @@ from phalanx.store.base import (
     ArtifactRecord,
     ModelRecord,
     ParamRecord,
-    Series,
 )
 from phalanx.store.placements import Placement
 

@@ -14,7 +14,7 @@ from phalanx.cli.target import LocalOpt, ServerOpt
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
-    from phalanx.store.base import Series
+    from phalanx.domain import Series
 
 SUFFIXES = (".png", ".svg", ".pdf", ".jpg", ".jpeg")
 

@@ -30,6 +30,7 @@ from phalanx.domain import (
     Page,
     Replica,
     ReplicaState,
+    Series,
     Trial,
     TrialUpdate,
 )
@@ -40,15 +41,6 @@ if TYPE_CHECKING:
     from pathlib import Path
 
     from sqlalchemy.engine import Engine
-
-
-@dataclass(frozen=True)
-class Series:
-    """One scalar series, columns as parallel lists (cheap to serialise, cheap to plot)."""
-
-    steps: list[int]
-    values: list[float]
-    times: list[float] = field(default_factory=list)
 
 
 @dataclass(frozen=True)

@@ -11,8 +11,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
-from phalanx.domain import Experiment, Replica
-from phalanx.store.base import ArtifactRecord, ModelRecord, ParamRecord, Series
+from phalanx.domain import Experiment, Replica, Series
+from phalanx.store.base import ArtifactRecord, ModelRecord, ParamRecord
 
 
 class Door(Protocol):

@@ -11,10 +11,18 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any, Protocol
 
-from phalanx.domain import Experiment, ExperimentStatus, Group, Trial, TrialState, best_trial, trial_counts
+from phalanx.domain import (
+    Experiment,
+    ExperimentStatus,
+    Group,
+    Series,
+    Trial,
+    TrialState,
+    best_trial,
+    trial_counts,
+)
 from phalanx.errors import NotFound, PhalanxError
 from phalanx.machine.procs import Seen, judge
-from phalanx.store.base import Series
 
 LAST_FEW = 16  # points of a trial's metric read for its last value, before the whole series
 

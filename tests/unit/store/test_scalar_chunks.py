@@ -13,8 +13,9 @@ from sqlalchemy import text
 
 from phalanx.domain import Event, EventKind
 from phalanx.spool import encode_points
+from phalanx.store import chunks
 from phalanx.store.migrations import HEAD
-from phalanx.store.sql import SqlStore, points
+from phalanx.store.sql import SqlStore
 from phalanx.store.sql.engine import make_engine, writer
 from tests.unit.store.test_event_keys import _migrate, _url
 
@@ -37,12 +38,12 @@ def test_the_codec_keeps_every_value_as_reported() -> None:
     steps = [0, -5, 2**63 - 1, -(2**63), 7, 7]
     values = [math.nan, -0.0, math.inf, -math.inf, 1e-310, 0.1 + 0.2]
     times = [1.7e9 + 0.123456789, 0.0, -1.0, 5e-324, 1e308, 3.0]
-    got = points.decode(points.encode(steps, values, times), len(steps))
+    got = chunks.decode(chunks.encode(steps, values, times), len(steps))
     assert list(got[0]) == steps
     assert _same(list(got[1]), values)
     assert list(got[2]) == times
     with pytest.raises(ValueError, match="not the"):
-        points.decode(points.encode(steps, values, times), len(steps) + 1)
+        chunks.decode(chunks.encode(steps, values, times), len(steps) + 1)
 
 
 def test_the_summary_taken_a_bucket_at_a_time_equals_the_one_taken_point_by_point() -> None:

@@ -9,7 +9,7 @@ from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Query, Request, Response
 
-from phalanx.domain import Experiment
+from phalanx.domain import Experiment, Series
 from phalanx.downsample import downsample_indices
 from phalanx.errors import NotFound, UsageError
 from phalanx.server.chartcache import ChartCache
@@ -17,7 +17,7 @@ from phalanx.server.chartdata import compress, encode_series, render
 from phalanx.server.deps import StoreDep, experiment_of
 from phalanx.server.policy import checked_experiment, policy
 from phalanx.server.schemas import MetricOut, MetricTitles, SeriesOut, finite_or_none
-from phalanx.store.base import Series, SeriesView, Store
+from phalanx.store.base import SeriesView, Store
 
 router = APIRouter(tags=["metrics"])
 

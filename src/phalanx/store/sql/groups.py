@@ -27,9 +27,8 @@ from phalanx.store.sql.models import ExperimentRow, GroupRow, TrialRow
 from phalanx.store.sql.trials import trials_of
 
 if TYPE_CHECKING:
-    from phalanx.domain import Experiment
+    from phalanx.domain import Experiment, Series
     from phalanx.store.artifacts import ArtifactStore
-    from phalanx.store.base import Series
 
 
 def create_group(store: GroupBook, fields: Mapping[str, Any]) -> Group:

@@ -9,7 +9,8 @@ from collections.abc import Sequence
 
 from sqlalchemy import Engine, select
 
-from phalanx.store.base import ParamRecord, Series, SeriesView, merge_params
+from phalanx.domain import Series
+from phalanx.store.base import ParamRecord, SeriesView, merge_params
 from phalanx.store.sql.errors import phalanx_errors
 from phalanx.store.sql.models import ParamRow, SeriesRow
 from phalanx.store.sql.summary import read_view

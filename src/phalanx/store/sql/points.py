@@ -6,8 +6,9 @@ ingester spent half its time. Every read of points is per series and in step ord
 of a series are kept as chunks instead: a row of ``scalar_chunks`` (primary key (series id, seq),
 ``WITHOUT ROWID`` on SQLite, no other index) holds one writer's points (replica, rank) of one batch,
 up to ``MAX_CHUNK`` of them, as int64 steps, float64 values and float64 times, byte-shuffled and
-zlib-compressed (``encode``): a value is stored exactly as reported (NaN and -0.0 included), and a
-point costs about 9 bytes where its value is noise, almost nothing where steps and times are regular.
+zlib-compressed (``store.chunks.encode``): a value is stored exactly as reported (NaN and -0.0
+included), and a point costs about 9 bytes where its value is noise, almost nothing where steps and
+times are regular.
 
 Order: ``seq`` grows per series with each chunk written, so "step, then seq, then position in the
 chunk" is the order the points arrived in, the order the old rowid gave to points of one step (a
@@ -18,59 +19,21 @@ starting one, so a live run reporting a few points a second does not pay a row p
 
 from __future__ import annotations
 
-import sys
-import zlib
 from array import array
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from itertools import islice
-from operator import le
 from typing import Any
 
 from sqlalchemy import Connection, delete, func, insert, select, update
 
+from phalanx.store import chunks
+from phalanx.store.chunks import Columns, Points, decode, encode, ordered, pick
 from phalanx.store.sql.models import ScalarChunkRow, SeriesRow
 
 C = ScalarChunkRow.c  # the chunk table's columns
 
 MAX_CHUNK = 4096  # points a chunk holds at most: a zoomed read decodes a few of them, not a series
 SMALL = 256  # a series' last chunk below this many points takes the next points of its writer
-_LEVEL = 1  # zlib's fastest level: as small as level 6 on shuffled columns, at ingest speed
-_WORD = 8
-Columns = tuple[Sequence[int], Sequence[float], Sequence[float]]  # steps, values, times
-
-
-def encode(steps: Sequence[int], values: Sequence[float], times: Sequence[float]) -> bytes:
-    """The points as one blob: int64 steps, float64 values and times (little-endian), each byte of
-    the 8-byte words gathered with the same byte of the others (a shuffle: the high bytes of steps
-    and times that change slowly become long runs), then zlib. OverflowError for a step beyond 64
-    bits (the store's UsageError)."""
-    s, v, t = array("q", steps), array("d", values), array("d", times)
-    if sys.byteorder == "big":
-        for column in (s, v, t):
-            column.byteswap()
-    raw = s.tobytes() + v.tobytes() + t.tobytes()
-    return zlib.compress(b"".join(raw[i::_WORD] for i in range(_WORD)), _LEVEL)
-
-
-def decode(blob: bytes, n: int) -> tuple[array[int], array[float], array[float]]:
-    """(steps, values, times) of a blob ``encode`` made of ``n`` points."""
-    planes = zlib.decompress(blob)
-    words = 3 * n
-    if len(planes) != _WORD * words:
-        raise ValueError(f"a scalar chunk holds {len(planes)} bytes, not the {_WORD * words} of {n} points")
-    raw = bytearray(len(planes))
-    for i in range(_WORD):
-        raw[i::_WORD] = planes[i * words : (i + 1) * words]
-    view = memoryview(raw)
-    steps, values, times = array("q"), array("d"), array("d")
-    steps.frombytes(view[: _WORD * n])
-    values.frombytes(view[_WORD * n : 2 * _WORD * n])
-    times.frombytes(view[2 * _WORD * n :])
-    if sys.byteorder == "big":
-        for column in (steps, values, times):
-            column.byteswap()
-    return steps, values, times
 
 
 @dataclass
@@ -165,27 +128,9 @@ def _rewrite(conn: Connection, sid: int, seq: int, replica: str, rank: int | Non
 # --- reading -------------------------------------------------------------------------------------
 
 
-@dataclass
-class Points:
-    """A series' points in order: by step, then in the order they arrived."""
-
-    steps: list[int]
-    values: list[float]
-    times: list[float]
-
-
 def read(conn: Connection, sid: int, lo: int | None = None, hi: int | None = None) -> Points:
     """The points of series ``sid`` with ``lo <= step <= hi`` (None: no bound), in order."""
-    sql = "SELECT n, data FROM scalar_chunks WHERE series_id = ?"
-    params: list[Any] = [sid]
-    if lo is not None:
-        sql += " AND last_step >= ?"
-        params.append(lo)
-    if hi is not None:
-        sql += " AND first_step <= ?"
-        params.append(hi)
-    rows = fetch(conn, sql + " ORDER BY seq", tuple(params))
-    return _ordered([decode(blob, int(n)) for n, blob in rows], lo, hi)
+    return chunks.read(lambda sql, params: fetch(conn, sql, params), sid, lo, hi)
 
 
 def fetch(conn: Connection, sql: str, params: tuple[Any, ...]) -> list[Any]:
@@ -202,33 +147,6 @@ def fetch(conn: Connection, sql: str, params: tuple[Any, ...]) -> list[Any]:
         return list(cur.fetchall())
     finally:
         cur.close()
-
-
-def _ordered(
-    chunks: Sequence[tuple[array[int], array[float], array[float]]], lo: int | None, hi: int | None
-) -> Points:
-    steps: list[int] = []
-    values: list[float] = []
-    times: list[float] = []
-    for s, v, t in chunks:
-        steps.extend(s)
-        values.extend(v)
-        times.extend(t)
-    if (lo is not None or hi is not None) and steps:
-        low = min(steps) if lo is None else lo
-        high = max(steps) if hi is None else hi
-        keep = [i for i, step in enumerate(steps) if low <= step <= high]
-        if len(keep) < len(steps):
-            steps, values, times = _pick((steps, values, times), keep)
-    if not all(map(le, steps, islice(steps, 1, None))):  # a stable sort: ties keep their arrival order
-        steps, values, times = _pick((steps, values, times), sorted(range(len(steps)), key=steps.__getitem__))
-    return Points(steps, values, times)
-
-
-def _pick(cols: Columns, keep: Sequence[int]) -> tuple[list[int], list[float], list[float]]:
-    """The points at positions ``keep`` of the columns, in that order."""
-    s, v, t = cols
-    return [s[i] for i in keep], [v[i] for i in keep], [t[i] for i in keep]
 
 
 def last(conn: Connection, sid: int, n: int) -> Points:
@@ -250,7 +168,7 @@ def last(conn: Connection, sid: int, n: int) -> Points:
         if count >= n and (following is None or int(following) < low):
             break
     rows = conn.execute(select(C.n, C.data).where(C.series_id == sid, C.seq.in_(chosen)).order_by(C.seq))
-    found = _ordered([decode(blob, int(size)) for size, blob in rows], None, None)
+    found = ordered([decode(blob, int(size)) for size, blob in rows], None, None)
     return Points(found.steps[-n:], found.values[-n:], found.times[-n:])
 
 
@@ -289,7 +207,7 @@ def delete_steps(conn: Connection, sid: int, replica: str, lo: int, hi: int | No
         if not keep:
             conn.execute(delete(ScalarChunkRow).where(*where))
         elif len(keep) < len(steps):
-            _rewrite(conn, sid, int(seq), replica, rank, _pick((steps, values, times), keep))
+            _rewrite(conn, sid, int(seq), replica, rank, pick((steps, values, times), keep))
     return gone
 
 

@@ -12,7 +12,8 @@ from typing import Any
 
 from sqlalchemy import Connection, select
 
-from phalanx.store.base import Series, SeriesView
+from phalanx.domain import Series
+from phalanx.store.base import SeriesView
 from phalanx.store.sql import points
 from phalanx.store.sql.engine import no_gc
 from phalanx.store.sql.models import SeriesRow

@@ -26,6 +26,7 @@ from phalanx.domain import (
     Replica,
     ReplicaState,
     Role,
+    Series,
 )
 from phalanx.errors import Conflict, NotFound, StoreError, UsageError, not_resumable
 from phalanx.store import details
@@ -34,7 +35,6 @@ from phalanx.store.base import (
     ArtifactRecord,
     GroupStore,
     IngestStore,
-    Series,
     SeriesView,
 )
 from phalanx.store.sql import alerts, deletion, scalars

@@ -72,7 +72,7 @@ def _old_runs(conn: Connection) -> Iterator[tuple[int, str, int | None, list[Any
 
 
 def _move_points(conn: Connection) -> None:
-    from phalanx.store.sql.points import encode  # why: Alembic loads every revision file
+    from phalanx.store.chunks import encode  # why: Alembic loads every revision file
 
     insert = text(
         "INSERT INTO scalar_chunks (series_id, seq, first_step, last_step, n, replica, rank, data) "
@@ -104,7 +104,7 @@ def _move_points(conn: Connection) -> None:
 
 
 def downgrade() -> None:
-    from phalanx.store.sql.points import decode  # why: Alembic loads every revision file
+    from phalanx.store.chunks import decode  # why: Alembic loads every revision file
 
     op.create_table(
         "scalars",
