@@ -1,4 +1,4 @@
-"""What a CLI command costs in CPU: `phalanx --help`, `ls`, `logs`, `run --detach` against `python -c pass`.
+"""What a CLI command costs in CPU (`--help`, `ls`, `logs`, `metrics`, `run --detach`) against `python`.
 
     .venv/bin/python bench/cli.py [--rounds 7] [--json FILE] [--smoke]
 
@@ -11,14 +11,14 @@ Cases: `phalanx --help`; `phalanx ls` over a store of 10 and of 1,000 finished e
 `phalanx ls` while ``--reporters`` experiments (`phalanx run --detach` of a script logging a metric
 every 50 ms) report into their store all through the rounds: their spool is always a little ahead of
 the store, which the read pass must leave to their own ingesters (issue 42: `ls` <= python-start +
-0.05 CPU-s idle and while 4 experiments report); `phalanx logs ID` of an experiment with 200 console
-lines; `phalanx run --detach` of a file whose job waits for the bench (the CLI's own CPU: the
-supervisor it starts runs in its own session and would be counted only if it ended first, the CLI
-reaping it; the bench then releases the job and waits for the supervisor to end between rounds);
-and the **whole submission** of a trivial file: the CLI, the supervisor it detaches, the replica's
-reaper and the job itself (`python -c pass`), counted by a helper that makes itself their child
-subreaper (Linux's PR_SET_CHILD_SUBREAPER), so the detached supervisor is reparented to it and its
-CPU, with its children's, comes back through wait().
+0.05 CPU-s idle and while 4 experiments report); `phalanx logs ID` and `phalanx metrics ID` of an
+experiment with 200 console lines and 2 series of 200 points; `phalanx run --detach` of a file whose
+job waits for the bench (the CLI's own CPU: the supervisor it starts runs in its own session and
+would be counted only if it ended first, the CLI reaping it; the bench then releases the job and
+waits for the supervisor to end between rounds); and the **whole submission** of a trivial file: the
+CLI, the supervisor it detaches, the replica's reaper and the job itself (`python -c pass`), counted
+by a helper that makes itself their child subreaper (Linux's PR_SET_CHILD_SUBREAPER), so the
+detached supervisor is reparented to it and its CPU, with its children's, comes back through wait().
 Issue 30's target: `ls` and `run --detach` under 0.2 CPU-s each on this machine; issue 42's: the
 whole submission of a trivial job under 0.3 CPU-s.
 """
@@ -46,6 +46,7 @@ LS_OVER_FLOOR_S = 0.05
 WHOLE_TARGET_CPU_S = 0.3
 WHOLE = "phalanx run --detach (whole)"
 LOGS = "phalanx logs ID (200 lines)"
+METRICS = "phalanx metrics ID (2 x 200 points)"
 
 # Runs argv, then waits for every process it left behind (a subreaper: the detached supervisor is
 # reparented here when the CLI exits) and prints the CPU-s of all of them.
@@ -83,6 +84,13 @@ def fill(home: Path, n: int, lines: int = 0) -> str:
         text = {"stream": "stdout", "text": "epoch 1 loss 0.25 accuracy 0.91 (bench line)"}
         if last:
             store.write_events([Event(last, EventKind.LOG, text, time=1.0 + j, seq=j) for j in range(lines)])
+            points = [  # and as many points of 2 series, after the lines in the writer's numbering
+                Event(last, EventKind.SCALAR, {"title": "loss", "series": s, "value": 1 / (j + 1),
+                      "iteration": j}, time=1.0 + j, seq=lines + 2 * j + k)
+                for j in range(lines)
+                for k, s in enumerate(("train", "val"))
+            ]  # fmt: skip
+            store.write_events(points)
         return last
     finally:
         store.close()
@@ -187,6 +195,7 @@ def main() -> int:
             "phalanx --help": ([*PHALANX, "--help"], small),
             "phalanx ls (10)": ([*PHALANX, "ls"], small),
             LOGS: ([*PHALANX, "logs", logged], small),
+            METRICS: ([*PHALANX, "metrics", logged], small),
             f"phalanx ls ({args.experiments:,})": ([*PHALANX, "ls"], big),
             reporting: ([*PHALANX, "ls"], live),
             "phalanx run --detach": ([*PHALANX, "run", "-f", str(held), "--detach", "-o", "json"], runs),
@@ -198,6 +207,7 @@ def main() -> int:
                 f"phalanx ls ({args.experiments:,})",
                 reporting,
                 LOGS,
+                METRICS,
                 "phalanx run --detach",
                 WHOLE,
             ):
@@ -231,7 +241,7 @@ def main() -> int:
         median = statistics.median(values)
         results[name] = {"cpu_s": median, "ratio_to_floor": median / floor if floor else None, "all": values}
         ratio = f"{median / floor:.1f}x" if floor else "-"
-        if name.startswith(("python", "phalanx --help", LOGS)):
+        if name.startswith(("python", "phalanx --help", LOGS, METRICS)):
             mark = ""
         elif name.startswith("phalanx ls"):  # issue 42: python-start + 0.05 CPU-s, idle or not
             over = median - floor

@@ -1,10 +1,10 @@
-"""The lean door for the commands users type most: `phalanx ls`, `phalanx logs ID` and `phalanx run
+"""The lean door for the commands users type most: `phalanx ls`, `logs ID`, `metrics ID` and `run
 --detach` without typer.
 
 Typer (0.29) builds a pydantic TypeAdapter for every option it parses: a one-command Typer app costs
 0.19 CPU-s before it does anything, the whole of issue 30's 0.2 CPU-s budget for `phalanx ls`. So
-``main`` first offers the arguments to ``dispatch``: when they are a plain `phalanx ls`, `phalanx logs
-ID` or `phalanx run -f FILE --detach` (options it knows, values it accepts) it runs the command itself
+``main`` first offers the arguments to ``dispatch``: when they are a plain `phalanx ls`, `logs ID`,
+`metrics ID` or `run -f FILE --detach` (options it knows, values it accepts) it runs the command itself
 with argparse from the standard library; anything else — `--help`, a typo, a value out of range, an option
 it does not know — returns None and the Typer app answers exactly as before (its usage message, its
 exit status). The Typer commands stay the definition: tests/unit/cli/test_lean_dispatch.py checks
@@ -160,10 +160,40 @@ def _logs(ns: argparse.Namespace) -> bool:
     return True
 
 
+def _metrics_parser() -> _Parser:
+    """`phalanx metrics`'s options but --server and --local (a server's scalars: Typer's)."""
+    p = _Parser(prog="phalanx metrics", add_help=False, allow_abbrev=False)
+    p.add_argument("experiment_id")
+    p.add_argument("--title")
+    p.add_argument("--series")
+    p.add_argument("--output", "-o", choices=("table", "json", "csv"))
+    return p
+
+
+def _metrics(ns: argparse.Namespace) -> bool:
+    """An experiment's scalars read by the lean reader when no upkeep is due (as `phalanx logs`)."""
+    if _logged_in():
+        return False
+    from phalanx.cli.metrics_output import print_metrics
+    from phalanx.config import Settings
+    from phalanx.readpass import open_lean
+
+    reader = open_lean(Settings())
+    if reader is None:
+        return False
+    with reader:
+        experiment = reader.find_experiment(ns.experiment_id)
+        if experiment is None:
+            return False
+        print_metrics(reader, experiment.id, ns.title, ns.series, ns.output or "table")
+    return True
+
+
 # command -> (its parser, its runner: False when the Typer app must answer after all)
 LEAN_COMMANDS: dict[str, tuple[Callable[[], _Parser], Callable[[argparse.Namespace], bool]]] = {
     "ls": (_ls_parser, _ls),
     "logs": (_logs_parser, _logs),
+    "metrics": (_metrics_parser, _metrics),
     "run": (_run_parser, _run),
 }
 

@@ -6,7 +6,6 @@ Only typer and the standard library at module level (`phalanx --help` stays fast
 
 from __future__ import annotations
 
-import math
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
@@ -49,13 +48,6 @@ def experiment_json(e: Experiment) -> dict[str, Any]:
 
 def replica_json(r: Replica) -> dict[str, Any]:
     return r.to_json()
-
-
-def finite_or_none(values: list[float]) -> list[float | None]:
-    """Strict JSON has no NaN/Infinity (jq, JavaScript reject them): -o json writes null instead."""
-    if all(map(math.isfinite, values)):
-        return values  # type: ignore[return-value]
-    return [v if math.isfinite(v) else None for v in values]
 
 
 def artifact_json(a: ArtifactRecord) -> dict[str, Any]:

@@ -9,7 +9,6 @@ imported at module level; the store is imported inside the commands.
 
 from __future__ import annotations
 
-import csv
 import sys
 from enum import StrEnum
 from pathlib import Path
@@ -27,10 +26,11 @@ from phalanx.cli.listing import _table as _table
 from phalanx.cli.listing import _when as _when
 from phalanx.cli.listing import ls_experiments
 from phalanx.cli.listing import open_for_reading as open_for_reading
+from phalanx.cli.metrics_output import print_metrics
 
 # shared with cli/details.py; other command modules import some of them from here
 from phalanx.cli.reading import IdArg as IdArg
-from phalanx.cli.reading import _value, artifact_json, finite_or_none
+from phalanx.cli.reading import _value, artifact_json
 from phalanx.cli.reading import is_remote as is_remote
 from phalanx.cli.reading import open_target as open_target
 from phalanx.cli.target import LocalOpt, ServerOpt, ThisMachineOnlyOpt, this_machine_only
@@ -151,49 +151,8 @@ def metrics(
     local: LocalOpt = False,
 ) -> None:
     """Scalars an experiment reported. json: {"loss": {"worker 00": {"steps": [...], "values": [...]}}}."""
-    from phalanx.errors import NotFound
-
     store = open_target(server, local)
-    e = store.get_experiment(experiment_id)
-    data = store.metrics(e.id, title=title, series=series)
-    if (title is not None or series is not None) and not data:
-        known = ", ".join(store.metric_titles(e.id)) or "none"
-        which = (
-            f"series {series!r}"
-            if title is None
-            else repr(title)
-            if series is None
-            else f"{title!r}/{series!r}"
-        )
-        raise NotFound(f"experiment {e.id} has no metric {which} (titles: {known})")
-    if output is MetricsFormat.JSON:
-        emit_json(
-            {
-                t: {s: {"steps": v.steps, "values": finite_or_none(v.values)} for s, v in by.items()}
-                for t, by in data.items()
-            }
-        )
-    elif output is MetricsFormat.CSV:
-        writer = csv.writer(sys.stdout, lineterminator="\n")
-        writer.writerow(["title", "series", "step", "value", "time"])
-        for t, by in data.items():
-            for s, v in by.items():
-                times: list[float | None] = list(v.times) or [None] * len(v.steps)
-                writer.writerows(
-                    [t, s, st, val, tm] for st, val, tm in zip(v.steps, v.values, times, strict=True)
-                )
-        sys.stdout.flush()
-    else:
-        rows = [
-            [t, s, str(len(v.steps)), str(v.steps[-1]), f"{v.values[-1]:.6g}", f"{min(v.values):.6g}",
-             f"{max(v.values):.6g}"]
-            for t, by in data.items()
-            for s, v in by.items()
-        ]  # fmt: skip
-        if not rows:
-            typer.echo(f"experiment {e.id} reported no metrics yet")
-            return
-        _echo_table(["title", "series", "points", "last step", "last", "min", "max"], rows)
+    print_metrics(store, store.get_experiment(experiment_id).id, title, series, output.value)
 
 
 @app.command("params")

@@ -1,6 +1,6 @@
 """A lean read path into a SQLite store: the standard library's sqlite3, no SQLAlchemy, no Alembic.
 
-`phalanx ls`, `phalanx logs` and `phalanx run --detach` (which waits for its experiment's row) used to
+`phalanx ls`, `logs`, `metrics` and `run --detach` (which waits for its experiment's row) used to
 pay 0.3-0.4 CPU-s for importing SQLAlchemy before reading a few rows (issues 30 and 42,
 docs/cli-speed.md). ``LiteReader`` answers the few reads those paths make, returning exactly the
 domain objects ``SqlStore`` returns (tests/unit/store/test_lite_reader.py compares them). It never
@@ -20,7 +20,7 @@ from phalanx.errors import UsageError
 from phalanx.store.private_file import tighten
 
 if TYPE_CHECKING:  # the domain's dataclasses: `run --detach`'s probe does without them
-    from phalanx.domain import Experiment, ExperimentFilter, LogLine, Page, Replica
+    from phalanx.domain import Experiment, ExperimentFilter, LogLine, Page, Replica, Series
 
 # the columns ``SqlStore`` reads for an experiment (all but `repro`, which only store.repro() reads)
 _EXPERIMENT_COLUMNS = (
@@ -130,6 +130,44 @@ class LiteReader:
             params = (experiment_id, -1 if limit is None else limit, offset)
         rows = self._conn.execute(query, params).fetchall()
         return [LogLine(offset=o, replica=r, text=t, time=tm, stream=s) for o, r, t, tm, s in rows]
+
+    def metric_titles(self, experiment_id: str) -> dict[str, list[str]]:
+        """As ``Store.metric_titles`` for an exact id: chart title -> its series names, sorted."""
+        out: dict[str, list[str]] = {}
+        for _, title, series in self._series(experiment_id, None, None):
+            out.setdefault(title, []).append(series)
+        return out
+
+    def metrics(
+        self, experiment_id: str, title: str | None = None, series: str | None = None
+    ) -> dict[str, dict[str, Series]]:
+        """As ``Store.metrics`` for an exact id: title -> series -> its points by step (a series
+        with no point left out), decoded as the full store decodes them (``store.chunks``)."""
+        from phalanx.domain import Series  # why: `run --detach` needs no domain model
+        from phalanx.store import chunks  # why: nor zlib and the chunks' codec
+
+        def fetch(sql: str, params: tuple[Any, ...]) -> list[Any]:
+            return self._conn.execute(sql, params).fetchall()
+
+        out: dict[str, dict[str, Series]] = {}
+        for sid, t, s in self._series(experiment_id, title, series):
+            found = chunks.read(fetch, sid)
+            if found.steps:
+                out.setdefault(t, {})[s] = Series(found.steps, found.values, found.times)
+        return out
+
+    def _series(
+        self, experiment_id: str, title: str | None, series: str | None
+    ) -> list[tuple[int, str, str]]:
+        """(id, title, series) of the experiment's series, by title then series (scalars._keys)."""
+        query = "SELECT id, title, series FROM series WHERE experiment_id = ?"
+        params: list[Any] = [experiment_id]
+        for column, value in (("title", title), ("series", series)):
+            if value is not None:
+                query += f" AND {column} = ?"
+                params.append(value)
+        rows = self._conn.execute(query + " ORDER BY title, series", params).fetchall()
+        return [(int(i), str(t), str(s)) for i, t, s in rows]
 
     def list_experiments(self, query: ExperimentFilter | None = None) -> Page[Experiment]:
         """As ``Store.list_experiments``: one page, with the total of all that match."""

@@ -231,6 +231,46 @@ def test_logs_prints_what_the_full_path_prints_without_importing_the_heavy_libra
     assert "[worker-0] ready" in _printed(phalanx_home, "logs", exp.id)[0].splitlines()
 
 
+def test_metrics_prints_what_the_full_path_prints_without_importing_the_heavy_libraries(
+    phalanx_home: Path,
+) -> None:
+    """`phalanx metrics ID` (0.55 -> 0.07 CPU-s, issue 42): the lean reader's table, JSON and CSV
+    are the full store's (`--local`), and a title it lacks is refused in the same words."""
+    from tests.unit.server import fill
+
+    store = open_store(Settings(home=phalanx_home))
+    try:
+        exp = fill.experiment(store, name="m", project="p", n_workers=0)
+        fill.scalars(store, exp.id, "loss", "master", [0.9, float("nan"), 0.25])
+        fill.scalars(store, exp.id, "acc", "master", [0.5, 0.75])
+        store.update_experiment(exp.id, status=ExperimentStatus.SUCCEEDED)
+    finally:
+        store.close()
+    for args in ([exp.id[:6]], [exp.id, "-o", "json"], [exp.id, "-o", "csv", "--title", "loss"]):
+        lean, imported = _printed(phalanx_home, "metrics", *args)
+        full, full_imported = _printed(phalanx_home, "metrics", *args, "--local")
+        assert lean == full, args
+        assert "phalanx" in imported and "sqlalchemy" in full_imported  # both importtime lines read
+        assert not imported & set(HEAVY), sorted(imported & set(HEAVY))
+    assert json.loads(_printed(phalanx_home, "metrics", exp.id, "-o", "json")[0])["loss"]["master"] == {
+        "steps": [0, 1, 2],
+        "values": [0.9, None, 0.25],
+    }
+    env = {**os.environ, "PHALANX_HOME": str(phalanx_home)}
+    said = [
+        subprocess.run(
+            [sys.executable, "-m", "phalanx.cli.main", "metrics", exp.id, "--title", "los", *more],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=120,
+        )
+        for more in ([], ["--local"])
+    ]
+    last = [(d.returncode, d.stderr.splitlines()[-1]) for d in said]  # (--local says "on this machine")
+    assert last == [(2, f"error: experiment {exp.id} has no metric 'los' (titles: acc, loss)")] * 2, last
+
+
 def test_queue_reads_the_ledger_without_the_store_when_nothing_is_abandoned(phalanx_home: Path) -> None:
     _experiments(phalanx_home, [ExperimentStatus.SUCCEEDED])
     doc, imported = _phalanx(phalanx_home, "queue", "-o", "json")

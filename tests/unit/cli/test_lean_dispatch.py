@@ -78,6 +78,27 @@ def test_lean_logs_takes_the_options_of_the_typer_logs_but_the_servers() -> None
         assert lean.parse(args) is None, args
 
 
+def test_lean_metrics_takes_the_options_of_the_typer_metrics_but_the_servers() -> None:
+    typer_opts = _typer_options("metrics")
+    parser = lean.LEAN_COMMANDS["metrics"][0]()
+    lean_opts = {"/".join(sorted(a.option_strings)): a.default for a in parser._actions if a.option_strings}
+    assert set(lean_opts) == set(typer_opts) - {"--server", "--local", "experiment_id"}, (
+        "a new `metrics` option: teach cli/lean.py or let Typer take it"
+    )
+    for name, default in lean_opts.items():  # argparse's None stands for Typer's defaults
+        assert default is None and typer_opts[name] in (None, "table"), name
+    parsed = lean.parse(["metrics", "abc", "--title", "loss", "--series", "worker 00", "-o", "csv"])
+    assert parsed is not None
+    assert (parsed[1].experiment_id, parsed[1].title, parsed[1].series, parsed[1].output) == (
+        "abc",
+        "loss",
+        "worker 00",
+        "csv",
+    )
+    for args in (["metrics"], ["metrics", "abc", "--local"], ["metrics", "abc", "-o", "yaml"]):
+        assert lean.parse(args) is None, args
+
+
 def test_lean_ls_parses_what_a_user_types() -> None:
     parsed = lean.parse(["ls", "-n", "3", "--output=json", "--status", "running", "--tag", "t"])
     assert parsed is not None

@@ -12,6 +12,7 @@ from phalanx.store.artifacts import ArtifactStore
 from phalanx.store.lite import LiteReader, sqlite_path
 from phalanx.store.migrations import HEAD
 from phalanx.store.sql import SqlStore
+from tests.unit.server import fill
 
 
 @pytest.fixture
@@ -130,4 +131,36 @@ def test_finds_an_experiment_and_reads_its_consoles_as_the_sql_store(tmp_path: P
                     assert reader.logs("def333333333", replica, offset, limit) == store.logs(
                         "def333333333", replica=replica, offset=offset, limit=limit
                     ), (replica, offset, limit)
+    store.close()
+
+
+def test_reads_an_experiments_scalars_as_the_sql_store(tmp_path: Path) -> None:
+    """`phalanx metrics ID` on the lean path: every series, one title's, one series', none."""
+    url = f"sqlite:///{tmp_path / 'phalanx.db'}"
+    store = SqlStore(url, ArtifactStore(str(tmp_path / "artifacts")))
+    exp = store.create_experiment(name="n", project="p", backend="local")
+    fill.scalars(store, exp.id, "loss", "worker 00", [0.9, float("nan"), 0.4, -0.0])
+    fill.scalars(store, exp.id, "loss", "worker 01", [1.0 / (i + 1) for i in range(5000)])  # 2 chunks
+    fill.scalars(store, exp.id, "acc", "master", [0.5, 0.75])
+    fill.scalars(store, exp.id, "loss", "worker 00", [0.3])  # a later batch of the same series
+    reader = LiteReader.open(url, HEAD)
+    assert reader is not None
+    with reader:
+        assert (
+            reader.metric_titles(exp.id)
+            == store.metric_titles(exp.id)
+            == {
+                "acc": ["master"],
+                "loss": ["worker 00", "worker 01"],
+            }
+        )
+        for title, series in (
+            (None, None),
+            ("loss", None),
+            (None, "master"),
+            ("loss", "worker 01"),
+            ("x", None),
+        ):
+            assert repr(reader.metrics(exp.id, title, series)) == repr(store.metrics(exp.id, title, series))
+        assert len(reader.metrics(exp.id, "loss", "worker 01")["loss"]["worker 01"].steps) == 5000
     store.close()
