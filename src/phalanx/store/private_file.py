@@ -29,15 +29,14 @@ def create_private(database: Path) -> None:
 
 def tighten(database: Path) -> None:
     """Take the group's and others' bits from the database file and its -wal and -shm (an older
-    version made them 0644) where this process's user owns them: regular files only, through a
-    descriptor opened without following a symbolic link (so what is checked is what is changed;
-    ``chmod(follow_symlinks=False)`` is NotImplementedError on older C libraries). Never fails."""
+    version made them 0644) where this process's user owns them: regular files only (``lstat``: a
+    symbolic link in their place is left alone). Never fails.
+
+    By path, never through a descriptor of its own: closing any descriptor of a SQLite file drops
+    every POSIX lock this process holds on it, those of its open connections too (sqlite.org,
+    "How To Corrupt": a store opened twice in one process would be corrupted)."""
     for path in (database, *(Path(f"{database}{side}") for side in SQLITE_SIDE_FILES)):
-        with contextlib.suppress(OSError):
-            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
-            try:
-                info = os.fstat(fd)
-                if stat.S_ISREG(info.st_mode) and info.st_uid == os.geteuid() and info.st_mode & 0o077:
-                    os.fchmod(fd, stat.S_IMODE(info.st_mode) & 0o700)
-            finally:
-                os.close(fd)
+        with contextlib.suppress(OSError, NotImplementedError):
+            info = os.lstat(path)
+            if stat.S_ISREG(info.st_mode) and info.st_uid == os.geteuid() and info.st_mode & 0o077:
+                os.chmod(path, stat.S_IMODE(info.st_mode) & 0o700)

@@ -126,7 +126,7 @@ def test_a_mode_that_cannot_be_changed_never_stops_the_store_from_opening(
     def refused(*_args: object, **_kwargs: object) -> None:
         raise PermissionError("not permitted")
 
-    monkeypatch.setattr(os, "fchmod", refused)
+    monkeypatch.setattr(os, "chmod", refused)
     store = open_store(settings)
     try:
         assert store.get_experiment(made).name == "kept"
@@ -139,3 +139,29 @@ def test_an_in_memory_database_needs_no_file(tmp_path: Path, monkeypatch: pytest
     monkeypatch.chdir(tmp_path)
     engine.make_engine("sqlite:///:memory:").dispose()
     assert not list(tmp_path.iterdir())
+
+
+def test_tightening_never_opens_a_descriptor_of_the_stores_files(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Closing any descriptor of a SQLite file drops every POSIX lock this process holds on it, its
+    open connections' too: a store opened twice in one process (the supervisor's lean read of its
+    secrets, then its store) was corrupted ("database disk image is malformed") when the second
+    open tightened the file through a descriptor of its own."""
+    home = tmp_path / "home"
+    store = open_store(Settings(home=home, db_url=None, artifacts_url=None))
+    _write(store, "open")
+    for path in home.glob("phalanx.db*"):
+        path.chmod(0o644)
+    opened: list[str] = []
+    real_open = os.open
+
+    def watched(path: object, *args: object, **kwargs: object) -> int:
+        opened.append(str(path))
+        return real_open(path, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(os, "open", watched)
+    private_file.tighten(home / "phalanx.db")
+    store.close()
+    assert not [p for p in opened if "phalanx.db" in p], opened
+    assert _files(home)["phalanx.db"] == 0o600
