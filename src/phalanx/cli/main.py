@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import codecs
 import contextlib
 import errno
 import importlib
+import io
 import os
 import select
 import sys
@@ -164,8 +166,20 @@ def _several_files(args: list[str]) -> str | None:
     return None
 
 
+def _show_unencodable() -> None:
+    """On a stream whose encoding cannot show every character (PYTHONIOENCODING=ascii, a C locale
+    with Python's UTF-8 mode off) a name a job reported (a metric's title, a console line) is shown
+    escaped (`\xfc`), as Python shows it on stderr, instead of ending the command with a traceback."""
+    for stream in (sys.stdout, sys.stderr):
+        if isinstance(stream, io.TextIOWrapper) and stream.errors == "strict":
+            with contextlib.suppress(LookupError, ValueError):
+                if codecs.lookup(stream.encoding).name != "utf-8":
+                    stream.reconfigure(errors="backslashreplace")
+
+
 def main(argv: list[str] | None = None) -> None:
     args = sys.argv[1:] if argv is None else list(argv)
+    _show_unencodable()
     slip = _file_without_f(args) or _several_files(args)
     if slip is not None:
         sys.stderr.write(slip)

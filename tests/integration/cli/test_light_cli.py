@@ -271,6 +271,31 @@ def test_metrics_prints_what_the_full_path_prints_without_importing_the_heavy_li
     assert last == [(2, f"error: experiment {exp.id} has no metric 'los' (titles: acc, loss)")] * 2, last
 
 
+def test_a_name_an_ascii_terminal_cannot_show_is_shown_escaped_not_a_traceback(phalanx_home: Path) -> None:
+    """PYTHONIOENCODING=ascii (or a C locale with Python's UTF-8 mode off): a title a script reported
+    in another alphabet is shown escaped, on the lean path and the full one alike."""
+    from tests.unit.server import fill
+
+    store = open_store(Settings(home=phalanx_home))
+    try:
+        exp = fill.experiment(store, name="m", project="p", n_workers=0)
+        fill.scalars(store, exp.id, "größe", "master", [1.0])
+        store.update_experiment(exp.id, status=ExperimentStatus.SUCCEEDED)
+    finally:
+        store.close()
+    env = {**os.environ, "PHALANX_HOME": str(phalanx_home), "PYTHONIOENCODING": "ascii"}
+    for more in ([], ["--local"]):
+        done = subprocess.run(
+            [sys.executable, "-m", "phalanx.cli.main", "metrics", exp.id, *more],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=120,
+        )
+        assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr
+        assert "gr\\xf6\\xdfe" in done.stdout, done.stdout
+
+
 def test_queue_reads_the_ledger_without_the_store_when_nothing_is_abandoned(phalanx_home: Path) -> None:
     _experiments(phalanx_home, [ExperimentStatus.SUCCEEDED])
     doc, imported = _phalanx(phalanx_home, "queue", "-o", "json")
