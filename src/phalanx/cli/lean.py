@@ -15,7 +15,11 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Callable, Sequence
-from typing import NoReturn
+from typing import TYPE_CHECKING, NoReturn
+
+if TYPE_CHECKING:
+    from phalanx.domain import Experiment
+    from phalanx.store.lite import LiteReader
 
 
 class _Refused(Exception):
@@ -139,25 +143,17 @@ def _logs_parser() -> _Parser:
 def _logs(ns: argparse.Namespace) -> bool:
     """What an experiment's consoles hold now, read by the lean reader when no upkeep is due (the
     full path would ingest the experiment's spool first: a live ingester's lines are at most its
-    poll behind). Following, a server's console or an id the reader cannot tell alone (none,
-    several, a group's name): Typer's command answers."""
-    if ns.follow or _logged_in():
+    poll behind). Following: Typer's command answers."""
+    if ns.follow:
         return False
     from phalanx.cli.console_lines import print_console
-    from phalanx.config import Settings
-    from phalanx.readpass import open_lean
     from phalanx.views import check_console
 
-    reader = open_lean(Settings())
-    if reader is None:
-        return False
-    with reader:
-        experiment = reader.find_experiment(ns.experiment)
-        if experiment is None:
-            return False
+    def answer(reader: LiteReader, experiment: Experiment) -> None:
         check_console(reader, experiment, ns.replica)
         print_console(reader, experiment.id, ns.replica, ns.output == "json", {})
-    return True
+
+    return _on_experiment(ns.experiment, answer)
 
 
 def _metrics_parser() -> _Parser:
@@ -172,9 +168,20 @@ def _metrics_parser() -> _Parser:
 
 def _metrics(ns: argparse.Namespace) -> bool:
     """An experiment's scalars read by the lean reader when no upkeep is due (as `phalanx logs`)."""
+    from phalanx.cli.metrics_output import print_metrics
+
+    def answer(reader: LiteReader, experiment: Experiment) -> None:
+        print_metrics(reader, experiment.id, ns.title, ns.series, ns.output or "table")
+
+    return _on_experiment(ns.experiment_id, answer)
+
+
+def _on_experiment(typed: str, answer: Callable[[LiteReader, Experiment], None]) -> bool:
+    """``answer`` from the lean reader for the experiment ``typed`` names; False when Typer's
+    command must answer: a login (a server's experiment), upkeep due, or an id the reader cannot
+    tell alone (none, several, a group's name: the full store words those)."""
     if _logged_in():
         return False
-    from phalanx.cli.metrics_output import print_metrics
     from phalanx.config import Settings
     from phalanx.readpass import open_lean
 
@@ -182,10 +189,10 @@ def _metrics(ns: argparse.Namespace) -> bool:
     if reader is None:
         return False
     with reader:
-        experiment = reader.find_experiment(ns.experiment_id)
+        experiment = reader.find_experiment(typed)
         if experiment is None:
             return False
-        print_metrics(reader, experiment.id, ns.title, ns.series, ns.output or "table")
+        answer(reader, experiment)
     return True
 
 
