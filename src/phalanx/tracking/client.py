@@ -33,6 +33,7 @@ CHUNK = 10_000  # scalar points per spool record: encoding one holds the GIL for
 # While the spool's disk is full, records wait in memory up to this many points (about 40 bytes each,
 # so 160 MB); beyond it new points are dropped, with a warning, and flush() returns False.
 INTERVAL = 0.2  # seconds between background drains
+DRAIN_POINTS = 4 * CHUNK  # scalar points a background drain writes at most before it looks again
 FLUSH_TIMEOUT = 60.0
 
 ScalarItem = tuple[str, str, int, float, float, int | None]  # title, series, step, value, time, rank
@@ -120,20 +121,24 @@ class Reporter:
 
     def _run(self) -> None:
         while not self._stopped:
-            self._wake.wait(self.interval)
-            self._wake.clear()
+            # a full chunk waiting is written at once, not an interval later (unless the disk is full)
+            if len(self.scalars) < CHUNK or self.disk_error is not None:
+                self._wake.wait(self.interval)
+                self._wake.clear()
             try:
-                self.drain()
+                self.drain(most=DRAIN_POINTS)
             except Exception:  # never kill the training process over reporting
                 log.exception("phalanx: writing the spool failed; will retry")
 
-    def drain(self) -> int:
-        """Write everything buffered to the spool; returns the last seq written."""
+    def drain(self, most: int | None = None) -> int:
+        """Write what is buffered to the spool (at most ``most`` scalar points of it: the background
+        thread writes while a fast loop reports, so the ingester starts on the first chunks while
+        the next are encoded); returns the last seq written."""
         with self._drain_lock:
             if os.getpid() != self.pid:  # forked without our at-fork hook (os.fork in C code)
                 self.after_fork()
             records = []
-            n = len(self.scalars)
+            n = len(self.scalars) if most is None else min(most, len(self.scalars))
             if n:
                 pop = self.scalars.popleft
                 points = [pop() for _ in range(n)]

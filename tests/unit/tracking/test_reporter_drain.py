@@ -1,0 +1,56 @@
+"""The reporter's background writer under a loop that reports faster than one drain writes: the
+points go to the spool a few chunks at a time, one drain after the other, not all at once an
+interval later (the ingester starts on the first chunks while the next are encoded, issue 42)."""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from phalanx import spool
+from phalanx.tracking.client import CHUNK, DRAIN_POINTS, Reporter
+from phalanx.tracking.identity import Identity
+
+
+def _points_in_spool(reporter: Reporter) -> list[int]:
+    """The number of points of each scalar record written so far, in order."""
+    records, _ = spool.read_records(reporter.writer.path, 0, 1 << 30)
+    return [r["data"]["n"] for r in records if r["kind"] == "scalar"]
+
+
+def test_while_chunks_are_waiting_the_writer_writes_them_without_waiting_an_interval(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    release, entered = threading.Event(), threading.Event()
+    real_append = spool.SpoolWriter.append
+
+    def first_append_waits(writer: spool.SpoolWriter, records: list[dict[str, object]]) -> int:
+        if not entered.is_set():
+            entered.set()
+            release.wait(120)
+        return real_append(writer, records)
+
+    monkeypatch.setattr(spool.SpoolWriter, "append", first_append_waits)
+    ident = Identity("0123456789ab", "master", "master", 0, 0, tmp_path / "spool", None, None)
+    reporter = Reporter(ident, interval=600.0)  # the next interval's drain would be 10 minutes away
+    try:
+        reporter.scalars.append(("loss", "master", 0, 0.0, 1.0, 0))
+        reporter.wake()
+        assert entered.wait(60)  # the writer is inside its first write
+        reported = 3 * DRAIN_POINTS + CHUNK // 2
+        for i in range(1, reported):
+            reporter.scalars.append(("loss", "master", i, float(i), 1.0, 0))
+        release.set()  # no further wake-up: the writer must see the full chunks on its own
+        deadline = time.monotonic() + 120  # the bound is for a failing run; a passing one is at once
+        while sum(_points_in_spool(reporter)) < reported - CHUNK and time.monotonic() < deadline:
+            time.sleep(0.01)
+        written = _points_in_spool(reporter)
+        assert sum(written) >= reported - CHUNK, "full chunks waited for the next interval"
+        assert max(written) <= CHUNK  # a record is one chunk, and a drain writes a few of them
+        assert len(written) >= 1 + 3 * DRAIN_POINTS // CHUNK
+    finally:
+        release.set()
+        reporter.close(wait=False)
