@@ -53,3 +53,9 @@ def is_terminal(stream: IO[Any] | Any) -> bool:
 def for_stream(stream: IO[Any] | Any) -> Callable[[str], str]:
     """How a job's text is written to ``stream``: ``terminal_safe`` on a terminal, exact otherwise."""
     return terminal_safe if is_terminal(stream) else _exact
+
+
+def write_shown(text: str, stream: IO[str]) -> None:
+    """Write a job's ``text`` and a newline to ``stream`` as ``for_stream`` says: shown escaped on a
+    terminal, exact to a file or a pipe (an ``echo`` that strips colours off a pipe would not)."""
+    stream.write(for_stream(stream)(text) + "\n")

@@ -2,15 +2,13 @@
 params, artifacts, metrics, attempts, source and pace), as text or `-o json`.
 
 The command itself (its options) stays in cli/tracking.py with the other read commands; this module
-renders. Only typer and the standard library are imported at module level; the store is passed in.
+renders. Only the standard library is imported at module level; the store is passed in.
 """
 
 from __future__ import annotations
 
 import sys
 from typing import TYPE_CHECKING, Any
-
-import typer
 
 from phalanx.cli.app import emit_json, human_size
 from phalanx.cli.listing import Format, _duration, _table, _when
@@ -21,7 +19,7 @@ from phalanx.cli.reading import (
     is_remote,
     replica_json,
 )
-from phalanx.terminal_text import for_stream
+from phalanx.terminal_text import write_shown
 from phalanx.views import param_conflicts, params_by_section
 
 if TYPE_CHECKING:
@@ -154,7 +152,7 @@ def show_experiment(store: Door, experiment_id: str, output: Format, file: bool)
     out.extend(_content_lines(store, e, artifacts, models, titles))
     # reasons quote replicas' last lines, params and notes are the script's: a terminal gets no escape
     # sequence from them but colours (phalanx.terminal_text)
-    typer.echo(for_stream(sys.stdout)("\n".join(out)))
+    write_shown("\n".join(out), sys.stdout)
 
 
 def _summary_lines(store: Door, e: Experiment, launch: dict[str, Any]) -> list[str]:

@@ -17,7 +17,7 @@ from enum import StrEnum
 from typing import TYPE_CHECKING, Any
 
 from phalanx.readpass import open_for_reading as open_for_reading
-from phalanx.terminal_text import for_stream
+from phalanx.terminal_text import write_shown
 
 if TYPE_CHECKING:
     from phalanx.config import Settings
@@ -185,7 +185,7 @@ def status_text(e: Experiment) -> str:
 
 def _echo(text: str) -> None:
     """A line of the listing: names and tags a teammate wrote are shown, not acted on, by a terminal."""
-    sys.stdout.write(f"{for_stream(sys.stdout)(text)}\n")
+    write_shown(text, sys.stdout)
     sys.stdout.flush()
 
 

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Protocol
 
 from phalanx.cli.listing import _emit_json, _table
 from phalanx.errors import NotFound
-from phalanx.terminal_text import for_stream
+from phalanx.terminal_text import write_shown
 
 if TYPE_CHECKING:
     from phalanx.domain import Series
@@ -75,7 +75,7 @@ def print_metrics(
             return
         # titles and series names are the script's: a terminal shows their escape sequences
         table = _table(["title", "series", "points", "last step", "last", "min", "max"], rows)
-        sys.stdout.write(for_stream(sys.stdout)(table) + "\n")
+        write_shown(table, sys.stdout)
         sys.stdout.flush()
 
 

@@ -34,7 +34,7 @@ from phalanx.cli.reading import _value, artifact_json
 from phalanx.cli.reading import is_remote as is_remote
 from phalanx.cli.reading import open_target as open_target
 from phalanx.cli.target import LocalOpt, ServerOpt, ThisMachineOnlyOpt, this_machine_only
-from phalanx.terminal_text import for_stream
+from phalanx.terminal_text import write_shown
 from phalanx.views import conflict_notes, params_by_section
 
 
@@ -311,4 +311,4 @@ def gc(
 def _echo_table(headers: list[str], rows: list[list[str]]) -> None:
     """A table of what a job reported (titles, values, names): on a terminal, escape sequences in it
     are shown, not acted on (phalanx.terminal_text)."""
-    typer.echo(for_stream(sys.stdout)(_table(headers, rows)))
+    write_shown(_table(headers, rows), sys.stdout)

@@ -63,3 +63,16 @@ def test_what_a_job_reported_is_shown_escaped_in_the_params_and_metrics_tables(
     assert "\\x1b]52;c;cm0gLXJmIH4=\\x07" in params and "\x1b" not in params, params
     metrics = on_terminal(monkeypatch, "metrics", exp.id)
     assert "loss\\x1b]0;T\\x07" in metrics and "\x1b" not in metrics, metrics
+
+
+def test_a_pipe_gets_what_the_job_reported_exactly_from_every_read_command(door: Store) -> None:
+    """A file or a pipe gets a value's and a title's escape sequences as reported, as `phalanx
+    logs` gives its lines (`phalanx params ID | grep` sees what the job wrote): no command strips
+    them off the way an echo to a pipe would."""
+    exp = fill.experiment(door, n_workers=0)
+    red = "\x1b[31mRED\x1b[0m"
+    fill.param(door, exp.id, "Args", "note", red)
+    fill.scalars(door, exp.id, f"loss {red}", "master", [0.5])
+    for command in (["params", exp.id], ["get", exp.id], ["metrics", exp.id]):
+        piped = phalanx_cli(*command)
+        assert piped.returncode == 0 and red in piped.stdout, (command, piped.stdout)
