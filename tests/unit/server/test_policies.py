@@ -335,6 +335,12 @@ def test_ingest_writes_only_projects_the_sender_edits(client: TestClient, team: 
     assert send("viewer_a", "newscript2", project="A") == 403
     assert send("admin_b", "newscript3", project="B") == 200
     assert team.accounts.launched_by("experiment", "newscript3") == "admin_b"
+    # a server admin sees every project, but creates none by a typo (as a submit does not)
+    assert send("root", "newscript4", project="Bb") == 404
+    assert "no project 'Bb' on this server; did you mean 'B'?" in answers[-1], answers[-1]
+    assert "phalanx admin project add Bb" in answers[-1]
+    assert all(e.project != "Bb" for e in store.list_experiments().items)
+    assert send("root", "newscript5", project="B") == 200
 
 
 def test_lists_show_only_the_callers_projects(client: TestClient, team: Team, store: Store) -> None:

@@ -26,8 +26,8 @@ from phalanx.server.files import safe_relpath
 from phalanx.server.policy import policy, principal_of, require, require_project
 from phalanx.server.schemas import AttemptIn, AttemptOut, FileOut, IngestIn, IngestOut
 from phalanx.share import DEFAULT_PROJECT
-from phalanx.store.accounts import Role
-from phalanx.store.base import Store
+from phalanx.store.accounts import Role, check_project
+from phalanx.store.base import LocalStore, Store
 
 router = APIRouter(tags=["ingest"])
 
@@ -74,21 +74,26 @@ def ingest(batch: IngestIn, store: StoreDep, request: Request) -> IngestOut:
     return IngestOut(accepted=accepted)
 
 
-def authorize_batch(request: Request, store: Store, events: Sequence[Event]) -> list[str]:
+def authorize_batch(request: Request, store: LocalStore, events: Sequence[Event]) -> list[str]:
     """A person's token (not a replica's) writes only experiments of projects they edit, and
-    creates plain-script experiments only there. Returns the ids the batch creates."""
+    creates plain-script experiments only there, in a project the server knows (a server admin's
+    `Task.init(project_name=...)` typo or `phalanx sync` of another machine's project makes no
+    project nobody is a member of, as a submit does not). Returns the ids the batch creates."""
     who = principal_of(request)
     creating = {ev.experiment_id: ev for ev in events if ev.kind is EventKind.EXPERIMENT}
     new = [i for i in sorted(creating) if _exact(store, i) is None]
-    if who.replica_of is not None or who.superuser:
+    if who.replica_of is not None:
         return new
-    for experiment_id in sorted({ev.experiment_id for ev in events}):
+    for experiment_id in new:
+        project = str(creating[experiment_id].data.get("project") or DEFAULT_PROJECT)
+        require_project(request, project, Role.editor)
+        check_project(store, project)
+    if who.superuser:
+        return new
+    for experiment_id in sorted({ev.experiment_id for ev in events} - set(new)):
         current = _exact(store, experiment_id)
-        if current is not None:
+        if current is not None:  # check_owners refused records of one that does not exist
             require(request, current.project, Role.editor, f"experiment {experiment_id}")
-        else:
-            project = str(creating[experiment_id].data.get("project") or DEFAULT_PROJECT)
-            require_project(request, project, Role.editor)
     return new
 
 
