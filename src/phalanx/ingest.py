@@ -43,7 +43,7 @@ from phalanx.spool import (
 )
 from phalanx.store import open_store
 from phalanx.store.artifacts import ArtifactStore, safe_path
-from phalanx.store.batch import check_event, name, scalar_block, text_field
+from phalanx.store.batch import check_event, check_log, name, scalar_block, text_field
 from phalanx.tracking.console import relay, relay_lock_path
 from phalanx.tracking.identity import Identity
 from phalanx.tracking.labels import MAX_TAG, label_problem
@@ -129,6 +129,11 @@ def record_to_event(record: Mapping[str, Any]) -> Event:
             check_columns(data)
         except (KeyError, TypeError, ValueError) as exc:
             raise UsageError(f"malformed scalar columns: {exc}") from None
+    elif kind is EventKind.LOG:  # its lines are cut and cleaned once, when they are stored
+        try:
+            check_log(data)
+        except (TypeError, ValueError) as exc:
+            raise UsageError(f"malformed log lines: {exc}") from None
     else:
         check_event(event)  # malformed data is refused here, never inside a store transaction
     return event

@@ -18,6 +18,7 @@ from phalanx.machine.procs import INGESTER_RECORD, record_process, recorded_proc
 from phalanx.spool import SpoolWriter, encode_points, read_ack
 from phalanx.store.artifacts import ArtifactStore
 from phalanx.store.sql import SqlStore
+from phalanx.tracking.screen import TEXT_LIMIT
 from tests.support import postgres
 
 
@@ -88,6 +89,30 @@ def test_a_malformed_line_is_skipped_and_later_records_still_arrive(store: SqlSt
     w.write("scalar", _points(5, 5))
     assert Ingester(store, None, tmp_path / "spool").run_once() == 2
     assert _steps(store, exp) == list(range(10))
+
+
+def test_console_lines_are_stored_once_each_as_printed_and_a_malformed_log_record_is_left_out(
+    store: SqlStore, tmp_path: Path
+) -> None:
+    """A chatty replica's lines go in through the driver (store.sql.driver), checked for their shape
+    before the batch's transaction: every line stored once, in order, cut and cleaned as before; a
+    record whose lines are not texts is refused alone."""
+    exp = store.create_experiment(name="a", project="p").id
+    w = _writer(tmp_path, exp)
+    long = "x" * (TEXT_LIMIT + 5)
+    w.write("log", {"stream": "stdout", "lines": [f"step {i}" for i in range(3_000)]})
+    w.write("log", {"stream": "stdout", "lines": "not a list of lines"})
+    w.write("log", {"stream": "stdout", "lines": ["ok", {"an": "object"}]})
+    w.write("log", {"stream": "stderr", "lines": ["nul \x00 here", long, "last"]})
+    Ingester(store, None, tmp_path / "spool").run_once()
+    lines = store.logs(exp, limit=10_000)
+    texts = [line.text for line in lines]
+    assert texts[:3_000] == [f"step {i}" for i in range(3_000)]
+    assert texts[3_000] == "nul \ufffd here"
+    assert texts[3_001] == "x" * TEXT_LIMIT + " [truncated by phalanx: 5 more characters]"
+    assert texts[3_002:] == ["last"]
+    assert [line.offset for line in lines] == list(range(3_003))
+    assert {line.stream for line in lines[3_000:]} == {"stderr"}
 
 
 def test_concurrent_ingesters_store_each_record_once(store: SqlStore, tmp_path: Path) -> None:

@@ -73,6 +73,13 @@ def check_event(ev: Event) -> None:
     collect([ev])
 
 
+def check_log(d: Mapping[str, Any]) -> None:
+    """``check_event`` of a LOG event's data without building its rows: ingest checks every record
+    before its batch's transaction, and a chatty replica's lines were cut and cleaned twice."""
+    text_field(d, "stream", "stdout", limit=16)
+    _log_lines(d)
+
+
 def _collect_one(batch: Batch, ev: Event) -> None:
     kind = EventKind(ev.kind)
     d = ev.data

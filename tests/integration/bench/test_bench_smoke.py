@@ -25,6 +25,7 @@ LIGHT = [
     "cli",
     "compare",
     "console",
+    "console_capture",
     "dedup",
     "install",
     "integrations",

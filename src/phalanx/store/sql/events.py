@@ -19,6 +19,7 @@ from phalanx.checkpoints import KIND, Checkpoint, Policy, PolicyError, retain
 from phalanx.domain import Event, ExperimentStatus, ReplicaState, Role
 from phalanx.store.batch import ScalarBlock, collect, qualified_name
 from phalanx.store.sql import alerts, attempts, points, summary
+from phalanx.store.sql.driver import executemany
 from phalanx.store.sql.engine import no_gc
 from phalanx.store.sql.models import (
     LEGACY_KEY,
@@ -276,20 +277,17 @@ def _insert_logs(
         )
     ).scalar()
     base = 0 if last is None else int(last) + 1
-    conn.execute(
-        insert(LogRow),
-        [
-            {
-                "experiment_id": experiment_id,
-                "replica": replica,
-                "offset": base + i,
-                "stream": stream,
-                "text": text,
-                "time": t,
-            }
-            for i, (text, stream, t) in enumerate(lines)
-        ],
+    # through the driver: a chatty replica's 200,000 lines cost 6.6 µs each through SQLAlchemy's
+    # per-row parameters, most of the ingester's time (store.sql.driver)
+    executemany(
+        conn,
+        _INSERT_LOG,
+        [(experiment_id, replica, base + i, stream, text, t) for i, (text, stream, t) in enumerate(lines)],
     )
+
+
+_INSERT_LOG = f"""INSERT INTO {LogRow.name} (experiment_id, replica, "offset", stream, text, time)
+    VALUES (?, ?, ?, ?, ?, ?)"""
 
 
 def _create_from_event(conn: Connection, ev: Event) -> None:

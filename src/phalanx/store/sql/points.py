@@ -28,6 +28,7 @@ from sqlalchemy import Connection, delete, func, insert, select, update
 
 from phalanx.store import chunks
 from phalanx.store.chunks import Columns, Points, decode, encode, ordered, pick
+from phalanx.store.sql.driver import fetch
 from phalanx.store.sql.models import ScalarChunkRow, SeriesRow
 
 C = ScalarChunkRow.c  # the chunk table's columns
@@ -131,22 +132,6 @@ def _rewrite(conn: Connection, sid: int, seq: int, replica: str, rank: int | Non
 def read(conn: Connection, sid: int, lo: int | None = None, hi: int | None = None) -> Points:
     """The points of series ``sid`` with ``lo <= step <= hi`` (None: no bound), in order."""
     return chunks.read(lambda sql, params: fetch(conn, sql, params), sid, lo, hi)
-
-
-def fetch(conn: Connection, sql: str, params: tuple[Any, ...]) -> list[Any]:
-    """Rows through the driver's own cursor ('?' placeholders). Why: a chart's read is a handful
-    of small queries per series, and building, compiling and wrapping each through SQLAlchemy cost
-    more than SQLite answering it (a third of a cold chart request in the profile)."""
-    raw = conn.connection.driver_connection
-    assert raw is not None
-    if conn.dialect.name == "postgresql":
-        sql = sql.replace("?", "%s")
-    cur = raw.cursor()
-    try:
-        cur.execute(sql, params)
-        return list(cur.fetchall())
-    finally:
-        cur.close()
 
 
 def last(conn: Connection, sid: int, n: int) -> Points:

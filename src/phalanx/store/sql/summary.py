@@ -28,7 +28,7 @@ from sqlalchemy import Connection, text
 
 from phalanx.downsample import downsample_indices
 from phalanx.store.sql import points
-from phalanx.store.sql.points import fetch
+from phalanx.store.sql.driver import executemany, fetch
 
 BASE = 16
 LEVELS = (1, 2, 3, 4, 5)
@@ -98,7 +98,7 @@ SHIFT = 4  # 2**SHIFT == BASE: step >> SHIFT is floor(step / 16), negative steps
 _MERGE = """
     INSERT INTO scalar_summary (series_id, level, bucket, n, min_value, max_value, first_step,
         last_step, min_time, max_time, first_value, last_value, last_time, min_step, max_step)
-    VALUES ({p}, 1, {p}, {p}, {p}, {p}, {p}, {p}, {p}, {p}, {p}, {p}, {p}, {p}, {p})
+    VALUES (?, 1, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
     ON CONFLICT (series_id, level, bucket) DO UPDATE SET
         n = scalar_summary.n + excluded.n,
         min_step = CASE WHEN excluded.min_value IS NOT NULL AND (scalar_summary.min_value IS NULL
@@ -254,10 +254,6 @@ def merge_level1(conn: Connection, buckets: Mapping[tuple[int, int], list[Any]])
     """Merge freshly aggregated level-1 buckets into the stored ones."""
     if not buckets:
         return
-    raw = conn.connection.driver_connection
-    assert raw is not None
-    postgres = conn.dialect.name == "postgresql"
-    sql = _MERGE.format(p="%s" if postgres else "?")
 
     def nan_free(x: Any) -> Any:
         return None if isinstance(x, float) and x != x else x  # NaN is NULL (SQLite does so anyway)
@@ -281,11 +277,7 @@ def merge_level1(conn: Connection, buckets: Mapping[tuple[int, int], list[Any]])
         )
         for (sid, bucket), b in sorted(buckets.items())
     ]
-    cur = raw.cursor()
-    try:
-        cur.executemany(sql, params)
-    finally:
-        cur.close()
+    executemany(conn, _MERGE, params)
 
 
 def refresh_upper(conn: Connection, spans: Mapping[int, tuple[int, int]]) -> None:
@@ -328,7 +320,7 @@ class View:
 
 
 def _stats(conn: Connection, sid: int) -> tuple[int, int, int, float, float] | None:
-    found = _fetch(
+    found = fetch(
         conn,
         "SELECT sum(n), min(first_step), max(last_step), min(min_time), max(max_time) "
         f"FROM scalar_summary WHERE series_id = ? AND level = {LEVELS[-1]}",
@@ -400,7 +392,7 @@ def read_view(
     # points in the window, to a bucket or two at each end: read from a level with few buckets there
     est_level = _level_for(hi - lo, 64)
     w = width(est_level)
-    in_window = _fetch(
+    in_window = fetch(
         conn,
         "SELECT sum(n) FROM scalar_summary WHERE series_id = ? AND level = ? AND bucket >= ? AND bucket <= ?",
         (sid, est_level, lo // w, hi // w),
@@ -409,7 +401,7 @@ def read_view(
         return _raw(conn, sid, lo, hi, tlo, thi, count, max_points)
     level = _level_for(hi - lo, max(max_points // 2, 2))
     w = width(level)
-    rows = _fetch(
+    rows = fetch(
         conn,
         "SELECT first_step, last_step, min_step, max_step, first_value, min_value, max_value, "
         "last_value, min_time, max_time FROM scalar_summary WHERE series_id = ? "
@@ -450,12 +442,6 @@ def read_view(
         values.append(nan if last_value is None else last_value)
         times.append(tl or 0.0)
     return View(steps, values, times, count, True)
-
-
-def _fetch(conn: Connection, sql: str, params: tuple[Any, ...]) -> list[Any]:
-    """Rows through the driver's own cursor ('?' placeholders): a chart reads thousands of rows,
-    and SQLAlchemy's row objects would cost more than the query (phalanx.store.sql.points.fetch)."""
-    return fetch(conn, sql, params)
 
 
 def _raw(
