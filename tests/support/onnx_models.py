@@ -79,3 +79,39 @@ def tamper(store: Any, experiment_id: str, name: str) -> None:
     w[0, 0] += 0.5
     model.graph.initializer[0].CopyFrom(numpy_helper.from_array(w, "W"))
     store.artifact_store.put_bytes(experiment_id, path, model.SerializeToString())
+
+
+def external_data_onnx(location: str, size: int = 16, where: str = "initializer") -> bytes:
+    """``output = input + sum(W)`` where W (``size`` bytes, uint8) lies in the file ``location``
+    (ONNX external data, which onnxruntime reads from its working directory): what a hostile
+    editor sends to make the loading process read a file of its machine. ``where``: W is the
+    graph's ``initializer``, or a Constant's ``subgraph`` value inside an If's branch."""
+    from onnx import TensorProto, helper
+
+    w = TensorProto(name="W", data_type=TensorProto.UINT8, dims=[size], data_location=TensorProto.EXTERNAL)
+    for key, value in (("location", location), ("length", str(size))):
+        w.external_data.add(key=key, value=value)
+    use = [
+        helper.make_node("Cast", ["W"], ["wf"], to=TensorProto.FLOAT),
+        helper.make_node("ReduceSum", ["wf"], ["s"], keepdims=0),
+        helper.make_node("Add", ["input", "s"], ["output"]),
+    ]
+    inputs = [helper.make_tensor_value_info("input", TensorProto.FLOAT, ["batch", 1])]
+    outputs = [helper.make_tensor_value_info("output", TensorProto.FLOAT, ["batch", 1])]
+    if where == "initializer":
+        graph = helper.make_graph(use, "leak", inputs, outputs, [w])
+    else:
+        branch = helper.make_graph(
+            [helper.make_node("Constant", [], ["W"], value=w), *use], "branch", [], outputs
+        )
+        cond = helper.make_tensor("cond", TensorProto.BOOL, [], [True])
+        graph = helper.make_graph(
+            [helper.make_node("If", ["cond"], ["output"], then_branch=branch, else_branch=branch)],
+            "leak",
+            inputs,
+            outputs,
+            [cond],
+        )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    return bytes(model.SerializeToString())

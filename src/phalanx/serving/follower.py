@@ -17,6 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from phalanx.registry.parity import refuse_external_data
 from phalanx.store.registry_records import ModelRef, ModelVersion
 
 log = logging.getLogger(__name__)
@@ -42,6 +43,7 @@ class Loaded:
 def load(version: ModelVersion, data: bytes, intra_threads: int = 0) -> Loaded:
     import onnxruntime as ort  # why: onnxruntime is optional (the `serve` extra)
 
+    refuse_external_data(data)  # a version registered before the registry refused such files
     options = ort.SessionOptions()
     if intra_threads:
         options.intra_op_num_threads = intra_threads

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import threading
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -17,11 +18,11 @@ pytest.importorskip("onnxruntime")
 from phalanx.domain import Event, EventKind
 from phalanx.errors import NotFound, UsageError
 from phalanx.registry.model import Model
-from phalanx.registry.parity import ParityFailed
+from phalanx.registry.parity import ParityFailed, refuse_external_data
 from phalanx.registry.service import REGISTRY_ID, Registry
 from phalanx.store.registry_records import ModelRef, parse_ref
 from phalanx.store.sql import SqlStore
-from tests.support.onnx_models import random_linear, record_model, run_onnx, tamper
+from tests.support.onnx_models import external_data_onnx, random_linear, record_model, run_onnx, tamper
 
 
 def _experiment(store: SqlStore, seed: int, name: str = "digits") -> str:
@@ -105,6 +106,37 @@ def test_a_corrupt_file_is_refused(store: SqlStore) -> None:
     with pytest.raises(ParityFailed, match="does not run"):
         registry.register(exp, "digits")
     assert registry.models() == []
+
+
+def test_a_model_whose_weights_lie_in_another_file_is_refused_before_anything_reads_it(
+    store: SqlStore, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """ONNX external data is read from the loading process's working directory: an editor's model
+    naming the server's secrets key (or its token, its store) would have the server read it as root
+    and report a number computed from it (the parity figure). Such a file is refused, unread."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "secrets.key").write_bytes(b"s3cr3t-key-bytes")
+    registry = Registry(store)
+    exp = store.create_experiment(name="leak", project="p").id
+    record_model(store, exp, "leak", external_data_onnx("secrets.key"), n_in=1)  # its check passes
+    with pytest.raises(UsageError, match="external data"):
+        registry.register(exp, "leak")
+    assert registry.models() == []
+
+
+@pytest.mark.parametrize("where", ["initializer", "subgraph"])
+def test_external_data_is_found_wherever_a_tensor_is(where: str) -> None:
+    with pytest.raises(UsageError, match="external data"):
+        refuse_external_data(external_data_onnx("../x", where=where))
+    refuse_external_data(random_linear(1))  # a self-contained model passes
+    refuse_external_data(random_linear(1)[:40])  # a cut one is onnxruntime's to refuse
+
+
+def test_serving_refuses_a_version_with_external_data_registered_before_the_registry_did() -> None:
+    from phalanx.serving.follower import load
+
+    with pytest.raises(UsageError, match="external data"):
+        load(None, external_data_onnx("secrets.key"))  # type: ignore[arg-type]
 
 
 def test_mistakes_are_named(store: SqlStore) -> None:
