@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from phalanx.errors import UsageError
+from phalanx.registry.onnx_load import open_session
 
 
 class ParityFailed(UsageError):
@@ -45,76 +46,6 @@ class Parity:
         }
 
 
-# The messages of onnx.proto that hold tensors, and in which fields (field number -> message).
-_TENSOR_HOLDERS: dict[str, dict[int, str]] = {
-    "model": {7: "graph", 20: "training", 25: "function"},
-    "training": {1: "graph", 2: "graph"},
-    "function": {7: "node", 11: "attribute"},
-    "graph": {1: "node", 5: "tensor", 15: "sparse"},
-    "node": {5: "attribute"},
-    "attribute": {5: "tensor", 6: "graph", 10: "tensor", 11: "graph", 22: "sparse", 23: "sparse"},
-    "sparse": {1: "tensor", 2: "tensor"},
-    "tensor": {},
-}
-_EXTERNAL_DATA, _DATA_LOCATION = 13, 14  # TensorProto's external_data and data_location fields
-
-
-def refuse_external_data(onnx_bytes: bytes) -> None:
-    """UsageError when a tensor of the ONNX file keeps its bytes in another file (``data_location:
-    EXTERNAL``). onnxruntime reads such a file from the loading process's working directory, any path
-    below it (``../x`` that ends there included): a model sent by an editor would make the server
-    read a file of its machine (its secrets key, its token, its store) and report the numbers it
-    computed from it (the parity figure). save_model writes one self-contained file, so nothing
-    Phalanx saves has external data; a file this walk cannot read is left to onnxruntime, which
-    refuses it as well."""
-    stack: list[tuple[str, int, int]] = [("model", 0, len(onnx_bytes))]
-    while stack:
-        kind, pos, end = stack.pop()
-        while pos < end:
-            key, pos = _varint(onnx_bytes, pos, end)
-            if pos < 0:
-                break
-            field, wire = key >> 3, key & 7
-            external = kind == "tensor" and field == _EXTERNAL_DATA
-            if wire == 0:
-                value, pos = _varint(onnx_bytes, pos, end)
-                external = external or (kind == "tensor" and field == _DATA_LOCATION and value != 0)
-            if external:
-                raise UsageError(
-                    "the ONNX file keeps tensor data in another file (external data): a model must be"
-                    " one self-contained file (task.save_model writes one); refusing to load it"
-                )
-            if wire == 1:
-                pos += 8
-            elif wire == 5:
-                pos += 4
-            elif wire == 2:
-                size, pos = _varint(onnx_bytes, pos, end)
-                if pos < 0 or pos + size > end:
-                    break
-                inner = _TENSOR_HOLDERS[kind].get(field)
-                if inner is not None:
-                    stack.append((inner, pos, pos + size))
-                pos += size
-            elif wire not in (0, 3, 4):  # (a group's fields are read as its holder's: onnx.proto has none)
-                break
-            if pos < 0:
-                break
-
-
-def _varint(data: bytes, pos: int, end: int) -> tuple[int, int]:
-    """The varint at ``pos`` and the position after it; (0, -1) when it is cut off or too long."""
-    value = shift = 0
-    while pos < end and shift < 70:
-        byte = data[pos]
-        pos += 1
-        value |= (byte & 0x7F) << shift
-        if not byte & 0x80:
-            return value, pos
-        shift += 7
-    return 0, -1
-
-
 def decode_array(record: dict[str, Any]) -> Any:
     """One of the metadata's arrays (base64 of the raw bytes, dtype, shape) as a numpy array."""
     import numpy as np  # why: numpy is optional (the `serve` extra)
@@ -144,9 +75,8 @@ def recheck(onnx_bytes: bytes, metadata: dict[str, Any]) -> Parity:
             f"the model keeps no example input to re-run its ONNX check on ({why}); save it again "
             "with task.save_model(model, name, example_input=one_small_batch)"
         )
-    refuse_external_data(onnx_bytes)
     try:
-        session = ort.InferenceSession(onnx_bytes, providers=["CPUExecutionProvider"])
+        session = open_session(onnx_bytes)
         feed = {r["name"]: decode_array(r) for r in parity["inputs"]}
         got = session.run(None, feed)
     except Exception as exc:  # onnxruntime raises its own types for a corrupt or mismatched file
@@ -171,10 +101,7 @@ def recheck(onnx_bytes: bytes, metadata: dict[str, Any]) -> Parity:
 def signature(onnx_bytes: bytes) -> dict[str, Any]:
     """Input and output names, dtypes (numpy's names) and shapes (None for a dynamic axis) of the
     ONNX graph: what a serving endpoint checks a request against."""
-    import onnxruntime as ort  # why: onnxruntime is optional (the `serve` extra)
-
-    refuse_external_data(onnx_bytes)
-    session = ort.InferenceSession(onnx_bytes, providers=["CPUExecutionProvider"])
+    session = open_session(onnx_bytes)
 
     def describe(args: Any) -> list[dict[str, Any]]:
         return [

@@ -17,7 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from phalanx.registry.parity import refuse_external_data
+from phalanx.registry.onnx_load import open_session
 from phalanx.store.registry_records import ModelRef, ModelVersion
 
 log = logging.getLogger(__name__)
@@ -43,11 +43,11 @@ class Loaded:
 def load(version: ModelVersion, data: bytes, intra_threads: int = 0) -> Loaded:
     import onnxruntime as ort  # why: onnxruntime is optional (the `serve` extra)
 
-    refuse_external_data(data)  # a version registered before the registry refused such files
     options = ort.SessionOptions()
     if intra_threads:
         options.intra_op_num_threads = intra_threads
-    session = ort.InferenceSession(data, sess_options=options, providers=providers())
+    # a version registered before the registry refused external data is refused here too
+    session = open_session(data, options, providers())
     return Loaded(version.name, version.version, session, version.signature, session.get_providers()[0])
 
 

@@ -18,7 +18,8 @@ pytest.importorskip("onnxruntime")
 from phalanx.domain import Event, EventKind
 from phalanx.errors import NotFound, UsageError
 from phalanx.registry.model import Model
-from phalanx.registry.parity import ParityFailed, refuse_external_data
+from phalanx.registry.onnx_load import open_session, refuse_external_data
+from phalanx.registry.parity import ParityFailed
 from phalanx.registry.service import REGISTRY_ID, Registry
 from phalanx.store.registry_records import ModelRef, parse_ref
 from phalanx.store.sql import SqlStore
@@ -130,6 +131,22 @@ def test_external_data_is_found_wherever_a_tensor_is(where: str) -> None:
         refuse_external_data(external_data_onnx("../x", where=where))
     refuse_external_data(random_linear(1))  # a self-contained model passes
     refuse_external_data(random_linear(1)[:40])  # a cut one is onnxruntime's to refuse
+
+
+def test_a_reference_the_check_missed_still_names_no_file_of_the_machine(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The second layer alone: onnxruntime loads the model from a file alone in a fresh folder, so
+    external data it names resolves there, never in the process's working directory."""
+    from phalanx.registry import onnx_load
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "secrets.key").write_bytes(bytes(range(16)))
+    monkeypatch.setattr(onnx_load, "refuse_external_data", lambda data: None)  # as if it missed it
+    with pytest.raises(Exception, match=r"secrets\.key") as raised:
+        open_session(external_data_onnx("secrets.key"))
+    assert not isinstance(raised.value, UsageError)  # onnxruntime's own: no such file where it looked
+    assert open_session(random_linear(1)).get_inputs()[0].name == "input"  # a plain model loads
 
 
 def test_serving_refuses_a_version_with_external_data_registered_before_the_registry_did() -> None:
