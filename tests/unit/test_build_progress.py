@@ -76,6 +76,9 @@ class Terminal:
     def message(self, text: str) -> None:
         return None
 
+    def flush(self) -> None:
+        return None
+
 
 @pytest.fixture
 def store(tmp_path: Path) -> Iterator[SqlStore]:

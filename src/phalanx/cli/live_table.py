@@ -68,3 +68,6 @@ class RichObserver:
 
     def message(self, text: str) -> None:
         self.console.print(f"phalanx: {text}", markup=False, highlight=False)
+
+    def flush(self) -> None:
+        return None  # a terminal: Rich prints each line as it comes

@@ -57,6 +57,7 @@ class BuildConsole:
         with self._lock:
             for text in lines:
                 self.observer.line(BUILD_CONSOLE, text)
+            self.observer.flush()
             if self.spool is None or self.ingester is None:
                 return
             try:

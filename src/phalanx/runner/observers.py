@@ -21,17 +21,31 @@ class PlainObserver:
         self._last: dict[str, str] = {}
 
     def line(self, replica: str, text: str) -> None:
+        """Written to the stream's buffer, not flushed: a replica printing 200,000 lines cost as
+        many system calls (``flush`` does, at every poll of the supervisor and before a note)."""
         with self._lock:
             if self._out is None:
                 return
             try:
                 self._out.write(f"[{replica}] {self._shown(text)}\n")
-                self._out.flush()
             except BrokenPipeError:  # `phalanx run ... | head`: stop printing; the experiment goes on
                 self._out = None
 
+    def flush(self) -> None:
+        with self._lock:
+            self._flush_lines()
+
+    def _flush_lines(self) -> None:
+        if self._out is None:
+            return
+        try:
+            self._out.flush()
+        except BrokenPipeError:
+            self._out = None
+
     def states(self, replicas: Mapping[str, ReplicaState], elapsed: float) -> None:
         with self._lock:
+            self._flush_lines()  # the lines before the note, in a `2>&1` pipe too
             for name, state in replicas.items():
                 if self._last.get(name) != str(state):
                     self._last[name] = str(state)
@@ -40,5 +54,6 @@ class PlainObserver:
 
     def message(self, text: str) -> None:
         with self._lock:
+            self._flush_lines()
             sys.stderr.write(f"phalanx: {text}\n")
             sys.stderr.flush()

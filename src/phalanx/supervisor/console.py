@@ -46,9 +46,10 @@ class Console:
         }
 
     def flush(self) -> None:
-        """What the replicas printed since the last poll reaches the spool."""
+        """What the replicas printed since the last poll reaches the spool and the observer's reader."""
         for tail in list(self.tails.values()):
             tail.flush()
+        self.observer.flush()  # and the terminal (or the detached supervisor's log)
 
     def join(self) -> None:
         """Wait for every tail to reach the end of its replica's log (the replicas have ended)."""

@@ -40,6 +40,10 @@ class Observer(Protocol):
 
     def message(self, text: str) -> None: ...
 
+    def flush(self) -> None:
+        """What ``line`` took reaches its reader now (the supervisor calls it at every poll and at
+        the end): an echo may keep a chatty replica's lines and write them together."""
+
 
 class LoggingObserver:
     """The default observer: Python logging (for API users without a terminal)."""
@@ -52,6 +56,9 @@ class LoggingObserver:
 
     def message(self, text: str) -> None:
         log.info("%s", text)
+
+    def flush(self) -> None:
+        return None
 
 
 class Shielded:
@@ -81,3 +88,6 @@ class Shielded:
 
     def message(self, text: str) -> None:
         self._call("message", text)
+
+    def flush(self) -> None:
+        self._call("flush")

@@ -247,6 +247,7 @@ class Supervisor:
         """Whatever happened: the threads stopped, the outcome recorded (with the console lines
         that could not be stored), the spool tidied, the ledger left and the pid file removed."""
         self._restore_signals(previous)
+        self.observer.flush()  # the replicas' last lines, before any note of the end
         if self._system is not None:
             self._system.stop()
         self.spool.close()

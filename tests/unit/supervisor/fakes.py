@@ -28,6 +28,9 @@ class FakeObserver:
     def message(self, text: str) -> None:
         self.messages.append(text)
 
+    def flush(self) -> None:
+        return None
+
 
 def spooled(spool_dir: Path, kind: str | None = None) -> list[dict[str, Any]]:
     """Every record in the folder's spool files (of ``kind``, if given), stream by stream."""
