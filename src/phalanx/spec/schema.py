@@ -247,15 +247,27 @@ def read_data_inputs(c: Collector, root: YMap) -> tuple[Any, ...]:
     node = root.get("inputs")
     assert isinstance(node, YSeq)
     items = []
+    maps: list[YMap] = []
     for i, item in enumerate(node.items):
         m = c.mapping(item, join("inputs", i), INPUT_KEYS)
         if m is None:
             return ()
+        maps.append(m)
         items.append({k: v for k, v in plain(m).items() if k in INPUT_KEYS})
+    # each input on its own, so that every one's mistake is said at that input's line
+    wrong = False
+    for i, (m, given) in enumerate(zip(maps, items, strict=True)):
+        try:
+            parse_inputs([given])
+        except UsageError as exc:
+            c.add(m, join("inputs", i), exc.message.removeprefix("inputs[0]: "))
+            wrong = True
+    if wrong:
+        return ()
     try:
         return parse_inputs(items)
     except UsageError as exc:
-        c.add(node, "inputs", exc.message)
+        c.add(node, "inputs", exc.message.removeprefix("inputs: "))
         return ()
 
 

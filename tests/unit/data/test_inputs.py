@@ -133,3 +133,20 @@ def test_resume_and_rerun_read_the_versions_the_run_used() -> None:
     assert inputs_diff(recorded, other) == {
         "digits": {"a": f"digits@5 ({'ab' * 6})", "b": f"digits@6 ({'cd' * 6})"}
     }
+
+
+def test_each_inputs_mistake_is_said_at_its_own_input() -> None:
+    """Every input's mistake at that input's line, each one, not the first only at the list's start
+    (`inputs: inputs[1]: ...` pointed at the line of inputs[0])."""
+    text = (
+        "version: 1\nkind: experiment\ninputs:\n"
+        "  - name: digits\n    dataset: digits@1\n    datastore: lake\n"
+        "  - name: raw\n    datastore: lake\n    mode: mnt\n"
+        "run: {cmd: 'echo {{ inputs.digits }} {{ inputs.raw }}'}\n"
+    )
+    with pytest.raises(SpecError) as err:
+        load_spec_text(text, "f.yml")
+    assert [str(p) for p in err.value.problems] == [
+        "f.yml:4:5: inputs[0]: input 'digits': give one of dataset: NAME[@VERSION] or datastore: NAME",
+        "f.yml:7:5: inputs[1]: input 'raw': mode 'mnt': use download or mount",
+    ]

@@ -80,7 +80,7 @@ inputs:
         " resources only",
         f"{tmp_path}/notebook.yml:7:21: environment.resources.cpu.limit: unknown key; did you mean"
         " 'limits'? (allowed here: requests, limits)",
-        f"{tmp_path}/notebook.yml:9:3: inputs: inputs[0]: input 'digits': give one of dataset:"
+        f"{tmp_path}/notebook.yml:9:5: inputs[0]: input 'digits': give one of dataset:"
         " NAME[@VERSION] or datastore: NAME",
     ]
 
