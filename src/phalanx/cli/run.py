@@ -10,6 +10,7 @@ from __future__ import annotations
 import sys
 import time
 from dataclasses import dataclass
+from enum import StrEnum
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
@@ -413,6 +414,14 @@ def _warn_if_crowded(prepared: Any) -> None:
 # ---- phalanx logs -----------------------------------------------------------------------------
 
 
+class LogsOutput(StrEnum):
+    """`phalanx logs -o`: the lines as printed, or one JSON document a line (no yaml: it has no
+    document of its own to render)."""
+
+    TEXT = "text"
+    JSON = "json"
+
+
 SCRIPT_END_GRACE_SECONDS = 2.0  # a killed plain script's own ingester records its end in ~0.5 s
 
 
@@ -432,8 +441,8 @@ def logs(
         bool, typer.Option("--follow", "-f", help="Keep printing until the experiment ends.")
     ] = False,
     output: Annotated[
-        Output, typer.Option("-o", "--output", help="text, or json lines for scripts.")
-    ] = Output.TEXT,
+        LogsOutput, choice_option(LogsOutput, "-o", "--output", help="text, or json lines for scripts.")
+    ] = LogsOutput.TEXT,
     server: ServerOpt = None,
     local: LocalOpt = False,
 ) -> None:
@@ -441,13 +450,10 @@ def logs(
     from phalanx.cli import remote_commands
     from phalanx.cli.console_lines import print_console
     from phalanx.config import Settings
-    from phalanx.errors import UsageError
     from phalanx.logins import choose
     from phalanx.store import open_store
     from phalanx.views import check_console
 
-    if output is Output.YAML:
-        raise UsageError("phalanx logs -o yaml: use -o text, or -o json for one JSON document a line")
     settings = Settings()
     client = choose(server, local, settings=settings)
     if client is not None:
@@ -456,7 +462,7 @@ def logs(
         remote = RemoteStore(client)
         exp = remote.get_experiment(experiment)
         check_console(remote, exp, replica)
-        remote_commands.logs(remote, exp.id, replica, follow, output is Output.JSON)
+        remote_commands.logs(remote, exp.id, replica, follow, output is LogsOutput.JSON)
         return
     store = open_store(settings)
     exp = store.get_experiment(experiment)
@@ -466,7 +472,7 @@ def logs(
     while True:
         done = store.get_experiment(exp.id).status.done  # read before the lines: none is missed
         _ingest(store, settings, exp.id)
-        printed = print_console(store, exp.id, replica, output is Output.JSON, offsets)
+        printed = print_console(store, exp.id, replica, output is LogsOutput.JSON, offsets)
         sys.stdout.flush()
         if not follow or done:
             return

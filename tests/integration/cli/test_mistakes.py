@@ -116,7 +116,7 @@ def test_metrics_of_an_unknown_series_and_logs_as_yaml_are_errors(phalanx_home: 
     # the run in this process too: its replica is a real process (`run`'s own smoke is below)
     assert phalanx_cli("run", "-f", hello, "--experiment-id", "aaaaaaaaaaa1").returncode == 0
     assert_user_error(phalanx_cli("metrics", "aaaa", "--series", "nope"), "has no metric series 'nope'")
-    assert_user_error(phalanx_cli("logs", "aaaa", "-o", "yaml"), "use -o text, or -o json")
+    assert_user_error(phalanx_cli("logs", "aaaa", "-o", "yaml"), "'yaml' is not one of 'text', 'json'")
 
 
 def test_ctrl_c_while_starting_exits_130_without_a_traceback(

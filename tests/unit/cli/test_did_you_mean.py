@@ -73,6 +73,9 @@ def test_an_unknown_artifact_kind_is_a_usage_error_naming_the_nearest(with_repor
         (("check", "-f", "x.yml", "-o", "xml"), "'xml' is not one of 'table', 'json'\n"),
         (("run", "-f", "x.yml", "-o", "xml"), "'xml' is not one of 'text', 'json', 'yaml'\n"),
         (("metrics", "abc", "-o", "xml"), "'xml' is not one of 'table', 'json', 'csv'\n"),
+        # logs has no yaml: its -o lists only what it prints (it listed yaml, then refused it)
+        (("logs", "abc", "-o", "csv"), "'csv' is not one of 'text', 'json'\n"),
+        (("logs", "abc", "-o", "yaml"), "'yaml' is not one of 'text', 'json'\n"),
         (
             ("server", "--log-level", "loud"),
             "'loud' is not one of 'critical', 'error', 'warning', 'info', 'debug'\n",
