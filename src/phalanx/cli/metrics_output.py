@@ -37,7 +37,13 @@ def print_metrics(
     max per series), one JSON document or CSV rows."""
     data = door.metrics(experiment_id, title=title, series=series)
     if (title is not None or series is not None) and not data:
-        known = ", ".join(door.metric_titles(experiment_id)) or "none"
+        titles = door.metric_titles(experiment_id)
+        if series is not None and (title is None or title in titles):
+            # the series it has (of that title): a misspelt series is looked for among those
+            names = sorted({s for t, by in titles.items() if title in (None, t) for s in by})
+            known = "series: " + (", ".join(names) or "none")
+        else:
+            known = "titles: " + (", ".join(titles) or "none")
         which = (
             f"series {series!r}"
             if title is None
@@ -45,7 +51,7 @@ def print_metrics(
             if series is None
             else f"{title!r}/{series!r}"
         )
-        raise NotFound(f"experiment {experiment_id} has no metric {which} (titles: {known})")
+        raise NotFound(f"experiment {experiment_id} has no metric {which} ({known})")
     if output == "json":
         _emit_json(
             {
@@ -65,8 +71,8 @@ def print_metrics(
         sys.stdout.flush()
     else:
         rows = [
-            [t, s, str(len(v.steps)), str(v.steps[-1]), f"{v.values[-1]:.6g}", f"{min(v.values):.6g}",
-             f"{max(v.values):.6g}"]
+            [t, s, str(len(v.steps)), str(v.steps[-1]), f"{v.values[-1]:.6g}",
+             *(f"{x:.6g}" for x in least_and_most(v.values))]
             for t, by in data.items()
             for s, v in by.items()
         ]  # fmt: skip
@@ -84,3 +90,11 @@ def finite_or_none(values: list[float]) -> list[float | None]:
     if all(map(math.isfinite, values)):
         return values  # type: ignore[return-value]
     return [v if math.isfinite(v) else None for v in values]
+
+
+def least_and_most(values: list[float]) -> tuple[float, float]:
+    """The lowest and highest of a series' values, NaN left out as the run table's metric:min and
+    metric:max leave it (Python's min and max answered NaN when a NaN came first, and skipped it
+    elsewhere); NaN only when every value is."""
+    numbers = [v for v in values if not math.isnan(v)]
+    return (min(numbers), max(numbers)) if numbers else (math.nan, math.nan)
