@@ -32,7 +32,7 @@ from phalanx.spec.group_model import (
 )
 from phalanx.spec.loader import MAX_FILE_BYTES
 from phalanx.spec.placeholders import PLACEHOLDER
-from phalanx.spec.schema import GroupReading, read_spec
+from phalanx.spec.schema import GroupReading, data_inputs_section, read_spec
 from phalanx.spec.yamltree import Mark, TreeError, YMap, YNode, YScalar, compose, is_null, plain
 
 # the public names: the reading lives in group_model (data), group_matrix (`matrix`),
@@ -156,6 +156,16 @@ def _single_process_framework(c: Collector, root: YMap) -> None:
 def _read_inputs(c: Collector, node: YNode | None) -> dict[str, Any]:
     """Polyaxon 0.6 `inputs: [{name, type, default, is_optional}]`: their defaults become params."""
     if node is None or is_null(node):
+        return {}
+    if data_inputs_section(node):
+        # read as Polyaxon's typed inputs, each dataset: was "unknown key" and each input "has no
+        # default; pass --param", which sent the user after the wrong fix
+        c.add(
+            node,
+            "inputs",
+            "a group's trials do not read data inputs (dataset: or datastore:, an experiment file's"
+            " inputs); give the data's folder as a param instead (params: {data: /path/to/data})",
+        )
         return {}
     seq = c.sequence(node, "inputs")
     out: dict[str, Any] = {}

@@ -324,3 +324,15 @@ def test_a_group_without_a_search_runs_its_whole_grid_as_polyaxons_did() -> None
         "g.yml:5:5: hptuning.matrix.lr: grid_search (the search when none is given) needs a list of values;"
         " uniform is continuous (use values, range, linspace, logspace or geomspace, or random_search)"
     ]
+
+
+def test_data_inputs_in_a_group_are_one_problem_saying_trials_do_not_read_them() -> None:
+    """`inputs:` naming a dataset was read as Polyaxon's typed inputs: "dataset: unknown key" and
+    "has no default; pass --param d=VALUE" for each, which sent the user after the wrong fix."""
+    inputs = "inputs:\n  - {name: d, dataset: digits@1}\n  - {name: r, datastore: lake, mode: mount}\n"
+    found = problems(HEAD + inputs + "hptuning:\n  matrix:\n    lr: {values: [0.1, 0.2]}\n" + RUN)
+    assert found == [
+        "g.yml:4:3: inputs: a group's trials do not read data inputs (dataset: or datastore:, an"
+        " experiment file's inputs); give the data's folder as a param instead"
+        " (params: {data: /path/to/data})"
+    ]
