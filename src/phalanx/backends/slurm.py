@@ -195,7 +195,8 @@ class SlurmBackend:
         if self.cluster.server_url:
             env["PHALANX_HOST"] = self.cluster.server_url
         env.setdefault("PYTHONUNBUFFERED", "1")
-        env["PATH"] = f"{Path(context.python).parent}:$PATH"
+        # the interpreter first, then the file's PATH when it gives one, else the node's own
+        env["PATH"] = f"{Path(context.python).parent}:{env.get('PATH', '$PATH')}"
         script = render(
             plan,
             context.experiment_id,

@@ -376,3 +376,11 @@ def test_a_jobs_ports_stay_below_the_ports_the_kernel_hands_to_outgoing_connecti
     ports = {base_port(f"{i:06x}abcdef") for i in range(0, 1 << 24, 4099)}
     assert min(ports) >= 20000 and max(ports) + PORTS_PER_JOB <= 32768
     assert len(ports) > 700  # experiments spread over the ranges
+
+
+def test_a_files_path_follows_the_interpreters_folder_and_its_path_is_the_nodes() -> None:
+    """`env: {PATH: ...}` was overwritten without a word: it now comes after the experiment's
+    interpreter, `$PATH` in it being the node's own."""
+    script = render(plan(workers=1, env={"PATH": "/opt/tools/bin:$PATH"}))
+    assert 'export PATH=/opt/venv/bin:/opt/tools/bin:"$PATH"' in script
+    assert "export PATH=/opt/venv/bin:/opt/only" in render(plan(workers=1, env={"PATH": "/opt/only"}))

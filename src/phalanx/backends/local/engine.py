@@ -138,10 +138,14 @@ class LocalBackend:
         )
 
     def _base_env(self, plan: Plan, context: LaunchContext) -> dict[str, str]:
-        """The plan's env, the interpreter first on PATH, unbuffered output, the SDK importable."""
+        """The plan's env, the interpreter first on PATH (before the file's PATH when it gives one,
+        where ``$PATH`` is this machine's, else this machine's), unbuffered output, the SDK
+        importable."""
         env = {**plan.build.env_vars, **plan.env}
         bindir = str(Path(context.python).parent)
-        env["PATH"] = os.pathsep.join([bindir, os.environ.get("PATH", os.defpath)])
+        machine = os.environ.get("PATH", os.defpath)
+        given = env.get("PATH", machine).replace("${PATH}", machine).replace("$PATH", machine)
+        env["PATH"] = os.pathsep.join([bindir, given])
         env.setdefault("PYTHONUNBUFFERED", "1")
         sdk = context.tracking_env.get("PYTHONPATH")
         # TensorBoard capture without a wrapper (docs/integrations.md): every Python process of the
