@@ -272,6 +272,7 @@ def gc(
         typer.Option(
             "--min-age",
             metavar="SECONDS",
+            min=0,
             help="Leave orphaned folders younger than this (a run that is just starting has one).",
         ),
     ] = 600.0,

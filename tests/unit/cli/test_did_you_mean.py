@@ -89,3 +89,13 @@ def test_an_unknown_choice_lists_the_choices_without_pydantics_prefix(
     assert done.returncode == 2
     assert done.stderr.endswith(said), done.stderr
     assert "Value error" not in done.stderr and "Traceback" not in done.stderr
+
+
+def test_gc_refuses_a_negative_age_instead_of_removing_a_starting_runs_folder(phalanx_home: Path) -> None:
+    """`--min-age` keeps the folders younger than it (a run just starting has one): below 0 it
+    would keep none of them."""
+    starting = phalanx_home / "runs" / "0123456789ab"
+    starting.mkdir(parents=True)
+    done = phalanx_cli("gc", "--min-age", "-5")
+    assert done.returncode == 2 and "--min-age" in done.stderr and "Traceback" not in done.stderr
+    assert starting.is_dir()
