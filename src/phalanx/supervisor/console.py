@@ -68,12 +68,15 @@ class Console:
 
     def line(self, replica: Replica, text: str) -> None:
         """A supervisor note in a replica's console: spooled (after what the replica printed
-        before it), then shown."""
+        before it), then shown; one console line per line of it (a restart's reason quotes the
+        replica's last lines: as one stored line they printed without the replica's name)."""
         tail = self.tails.get(replica.name)
         if tail is not None:
             tail.flush()
-        self.spool_lines(replica, [text])
-        self.show(replica, text)
+        lines = text.split("\n")
+        self.spool_lines(replica, lines)
+        for each in lines:
+            self.show(replica, each)
 
     def emit_all(self, text: str) -> None:
         """A supervisor note in the console of every replica (restarts, servers stopped)."""

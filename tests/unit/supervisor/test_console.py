@@ -97,6 +97,18 @@ def test_a_note_lands_after_what_the_replica_printed_before_it(spool: SpoolWrite
     assert observer.lines[-1] == ("worker-0", "phalanx: restarting the group (1/1)")
 
 
+def test_a_note_of_several_lines_is_as_many_console_lines_of_the_replica(
+    spool: SpoolWriter, observer: FakeObserver
+) -> None:
+    """A restart's reason quotes the replica's last lines: stored as one line, `phalanx logs` printed
+    them without the replica's name, as if the job had printed them."""
+    console = Console(spool, observer, REPLICAS)
+    console.line(REPLICAS["master"], "phalanx: restarting after: exit 1; last lines:\n  Traceback\n  Boom")
+    expected = ["phalanx: restarting after: exit 1; last lines:", "  Traceback", "  Boom"]
+    assert [line for rec in spooled(spool.spool_dir, "log") for line in rec["data"]["lines"]] == expected
+    assert observer.lines == [("master", text) for text in expected]
+
+
 def test_lines_the_spool_cannot_take_are_counted_and_still_shown(
     spool: SpoolWriter, observer: FakeObserver
 ) -> None:
