@@ -126,7 +126,9 @@ class Reporter:
                 self._wake.wait(self.interval)
                 self._wake.clear()
             try:
-                self.drain(most=DRAIN_POINTS)
+                # while the disk is full, everything buffered goes through the bound at once (at most
+                # DRAIN_POINTS a pass, a fast loop's points piled up in the deque past the bound)
+                self.drain(most=DRAIN_POINTS if self.disk_error is None else None)
             except Exception:  # never kill the training process over reporting
                 log.exception("phalanx: writing the spool failed; will retry")
 

@@ -4,6 +4,7 @@ interval later (the ingester starts on the first chunks while the next are encod
 
 from __future__ import annotations
 
+import errno
 import threading
 import time
 from pathlib import Path
@@ -53,4 +54,38 @@ def test_while_chunks_are_waiting_the_writer_writes_them_without_waiting_an_inte
         assert len(written) >= 1 + 3 * DRAIN_POINTS // CHUNK
     finally:
         release.set()
+        reporter.close(wait=False)
+
+
+def test_while_the_disk_is_full_everything_buffered_is_held_to_the_bound(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A fast loop while the spool's disk is full: one drain takes all that is buffered through the
+    PHALANX_MAX_PENDING_POINTS bound (the points past it are dropped and counted), not DRAIN_POINTS
+    an interval while the rest piles up in memory without a bound."""
+
+    def disk_full(writer: spool.SpoolWriter, records: list[dict[str, object]]) -> int:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(spool.SpoolWriter, "append", disk_full)
+    monkeypatch.setenv("PHALANX_MAX_PENDING_POINTS", "1000")
+    ident = Identity("0123456789ab", "master", "master", 0, 0, tmp_path / "spool", None, None)
+    reporter = Reporter(ident, interval=600.0)  # no drain but the ones this test wakes
+    try:
+        reporter.scalars.append(("loss", "master", 0, 0.0, 1.0, 0))
+        reporter.wake()
+        deadline = time.monotonic() + 60
+        while reporter.disk_error is None and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert reporter.disk_error is not None
+        reported = 3 * DRAIN_POINTS
+        for i in range(1, reported + 1):
+            reporter.scalars.append(("loss", "master", i, float(i), 1.0, 0))
+        reporter.wake()  # one drain
+        deadline = time.monotonic() + 10  # a passing run is at once; a failing one waits 600 s
+        while reporter.scalars and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert not reporter.scalars, "points past the bound stayed in memory"
+        assert reporter._pending_points <= 1000
+    finally:
         reporter.close(wait=False)
