@@ -37,7 +37,8 @@ DRAIN_POINTS = 4 * CHUNK  # scalar points a background drain writes at most befo
 FLUSH_TIMEOUT = 60.0
 
 ScalarItem = tuple[str, str, int, float, float, int | None]  # title, series, step, value, time, rank
-EventItem = tuple[str, dict[str, Any], float, int | None]  # kind, data, time, rank
+# kind, data, time, rank, and the scalars reported before it (a drain writes it after those)
+EventItem = tuple[str, dict[str, Any], float, int | None, int]
 
 
 class Reporter:
@@ -48,6 +49,7 @@ class Reporter:
         self.interval = interval
         self.scalars: deque[ScalarItem] = deque()
         self.events: deque[EventItem] = deque()
+        self._taken = 0  # scalars drained from the deque so far (the events' order, see event())
         self.rank = rank_probe(identity.replica_rank)  # read at call time: see rank_probe
         self.ingester_alive: Callable[[], bool] | None = _ingester_from_env()
         self._files = itertools.count()
@@ -92,12 +94,16 @@ class Reporter:
         """In a forked child: forget the parent's buffered items and stream, start our own."""
         self.scalars.clear()
         self.events.clear()
+        self._taken = 0
         self._start()
 
     # --- the hot path --------------------------------------------------------------------------
 
     def event(self, kind: str, data: dict[str, Any]) -> None:
-        self.events.append((kind, data, time.time(), self.rank()))
+        # the scalars reported before this event: the length is read first, then what drains took
+        # (drain adds to it before it pops), so a drain running meanwhile can only make it larger
+        before = len(self.scalars) + self._taken
+        self.events.append((kind, data, time.time(), self.rank(), before))
 
     def file_slot(self, filename: str) -> tuple[str, Path]:
         """A fresh place in the spool for a file an event will name: (path relative to the spool
@@ -142,6 +148,7 @@ class Reporter:
             records = []
             n = len(self.scalars) if most is None else min(most, len(self.scalars))
             if n:
+                self._taken += n  # before popping: see event()
                 pop = self.scalars.popleft
                 points = [pop() for _ in range(n)]
                 for rank, group in itertools.groupby(points, key=_RANK_OF):
@@ -152,11 +159,15 @@ class Reporter:
                         if data is None:
                             continue
                         records.append(self.writer.record("scalar", data, time_=chunk[0][4], rank=rank))
+            # an event goes after the scalars reported before it: a drain that leaves some of those
+            # buffered leaves the event too (a status 'succeeded' written before 300,000 points)
             n = len(self.events)
             if n:
                 pop_event = self.events.popleft
                 for _ in range(n):
-                    kind, data, when, rank = pop_event()
+                    if self.events[0][4] > self._taken:
+                        break
+                    kind, data, when, rank, _ = pop_event()
                     screened = screen_event(kind, data, self.problems)
                     if screened is not None:
                         records.append(self.writer.record(kind, screened, time_=when, rank=rank))

@@ -89,3 +89,42 @@ def test_while_the_disk_is_full_everything_buffered_is_held_to_the_bound(
         assert reporter._pending_points <= 1000
     finally:
         reporter.close(wait=False)
+
+
+def test_an_event_is_written_after_the_scalars_reported_before_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A drain that writes DRAIN_POINTS of a longer backlog leaves an event reported after the
+    backlog for a later drain: the status 'succeeded' a script queues at exit went into the spool
+    before 80,000 of the points it reported, and a reader saw the run ended with them missing."""
+    release, entered = threading.Event(), threading.Event()
+    real_append = spool.SpoolWriter.append
+
+    def first_append_waits(writer: spool.SpoolWriter, records: list[dict[str, object]]) -> int:
+        if not entered.is_set():
+            entered.set()
+            release.wait(120)
+        return real_append(writer, records)
+
+    monkeypatch.setattr(spool.SpoolWriter, "append", first_append_waits)
+    ident = Identity("0123456789ab", "master", "master", 0, 0, tmp_path / "spool", None, None)
+    reporter = Reporter(ident, interval=600.0)
+    try:
+        reporter.scalars.append(("loss", "master", 0, 0.0, 1.0, 0))
+        reporter.wake()
+        assert entered.wait(60)  # the writer is inside its first write
+        for i in range(1, 3 * DRAIN_POINTS + 1):
+            reporter.scalars.append(("loss", "master", i, float(i), 1.0, 0))
+        reporter.event("status", {"status": "succeeded"})
+        release.set()  # the writer goes on through the backlog, DRAIN_POINTS a drain
+        deadline = time.monotonic() + 60
+        kinds: list[str] = []
+        while "status" not in kinds and time.monotonic() < deadline:
+            time.sleep(0.01)
+            kinds = [r["kind"] for r in spool.read_records(reporter.writer.path, 0, 1 << 30)[0]]
+        assert "status" in kinds
+        assert kinds.index("status") == len(kinds) - 1, "the status went before points reported earlier"
+        assert sum(_points_in_spool(reporter)) == 3 * DRAIN_POINTS + 1
+    finally:
+        release.set()
+        reporter.close(wait=False)
