@@ -95,6 +95,10 @@ class Reporter:
         self.scalars.clear()
         self.events.clear()
         self._taken = 0
+        # and the parent's records waiting for disk space: written by the child too, they were
+        # stored twice (and the parent's problems made the child's flush() return False)
+        self.pending, self._pending_points, self.disk_error = [], 0, None
+        self.problems, self.last_problems, self._refused_offset = Problems(), [], 0
         self._start()
 
     # --- the hot path --------------------------------------------------------------------------

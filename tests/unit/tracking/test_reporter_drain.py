@@ -128,3 +128,37 @@ def test_an_event_is_written_after_the_scalars_reported_before_it(
     finally:
         release.set()
         reporter.close(wait=False)
+
+
+def test_a_forked_child_does_not_write_what_the_parent_keeps_for_disk_space(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Records the parent keeps in memory while its disk is full are the parent's to write: a child
+    that inherited them wrote them into its own stream, and the points were stored twice."""
+    full = True
+    real_append = spool.SpoolWriter.append
+
+    def append(writer: spool.SpoolWriter, records: list[dict[str, object]]) -> int:
+        if full:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real_append(writer, records)
+
+    monkeypatch.setattr(spool.SpoolWriter, "append", append)
+    ident = Identity("0123456789ab", "master", "master", 0, 0, tmp_path / "spool", None, None)
+    reporter = Reporter(ident, interval=600.0)
+    try:
+        reporter.scalars.extend(("loss", "parent", i, float(i), 1.0, 0) for i in range(100))
+        reporter.scalars.append(("bad\x00", "parent", 0, 1.0, 1.0, 0))
+        assert reporter.flush(wait=False) is False
+        assert reporter.pending and reporter.disk_error
+        reporter.after_fork()  # what the at-fork hook runs in a child (no process is started here)
+        full = False
+        reporter.scalars.append(("loss", "child", 0, 5.0, 1.0, 0))
+        assert reporter.flush(wait=False) is True
+        assert reporter.last_problems == []
+        records, _ = spool.read_records(reporter.writer.path, 0, 1 << 30)
+        keys = [k for r in records if r["kind"] == "scalar" for k in r["data"]["keys"]]
+        assert keys == [["loss", "child"]]
+        assert _points_in_spool(reporter) == [1]
+    finally:
+        reporter.close(wait=False)
