@@ -106,6 +106,7 @@ class Reporter:
     def event(self, kind: str, data: dict[str, Any]) -> None:
         # the scalars reported before this event: the length is read first, then what drains took
         # (drain adds to it before it pops), so a drain running meanwhile can only make it larger
+        # (never smaller: the event never goes first; larger is harmless, see drain)
         before = len(self.scalars) + self._taken
         self.events.append((kind, data, time.time(), self.rank(), before))
 
@@ -169,7 +170,10 @@ class Reporter:
             if n:
                 pop_event = self.events.popleft
                 for _ in range(n):
-                    if self.events[0][4] > self._taken:
+                    # held only while scalars wait: once none does, every one reported before the
+                    # event is written (a count that a racing drain made too large held a script's
+                    # final status for good)
+                    if self.events[0][4] > self._taken and self.scalars:
                         break
                     kind, data, when, rank, _ = pop_event()
                     screened = screen_event(kind, data, self.problems)

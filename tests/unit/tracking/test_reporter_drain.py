@@ -130,6 +130,22 @@ def test_an_event_is_written_after_the_scalars_reported_before_it(
         reporter.close(wait=False)
 
 
+def test_an_event_held_back_is_written_once_no_scalar_waits(tmp_path: Path) -> None:
+    """An event's count of the scalars before it can be too large (a drain ran between the two
+    reads of it); held for scalars that never come, a script's final status was never written."""
+    ident = Identity("0123456789ab", "master", "master", 0, 0, tmp_path / "spool", None, None)
+    reporter = Reporter(ident, interval=600.0)
+    try:
+        for i in range(5):
+            reporter.scalars.append(("loss", "master", i, float(i), 1.0, 0))
+        reporter.events.append(("status", {"status": "succeeded"}, 1.0, 0, 5 + DRAIN_POINTS))
+        reporter.flush(wait=False)
+        kinds = [r["kind"] for r in spool.read_records(reporter.writer.path, 0, 1 << 30)[0]]
+        assert kinds == ["scalar", "status"]
+    finally:
+        reporter.close(wait=False)
+
+
 def test_a_forked_child_does_not_write_what_the_parent_keeps_for_disk_space(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
