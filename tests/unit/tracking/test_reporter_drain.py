@@ -22,9 +22,8 @@ def _points_in_spool(reporter: Reporter) -> list[int]:
     return [r["data"]["n"] for r in records if r["kind"] == "scalar"]
 
 
-def test_while_chunks_are_waiting_the_writer_writes_them_without_waiting_an_interval(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def first_write_held(monkeypatch: pytest.MonkeyPatch) -> tuple[threading.Event, threading.Event]:
+    """The writer's first spool write waits for ``release``; ``entered``: it is waiting."""
     release, entered = threading.Event(), threading.Event()
     real_append = spool.SpoolWriter.append
 
@@ -35,6 +34,13 @@ def test_while_chunks_are_waiting_the_writer_writes_them_without_waiting_an_inte
         return real_append(writer, records)
 
     monkeypatch.setattr(spool.SpoolWriter, "append", first_append_waits)
+    return release, entered
+
+
+def test_while_chunks_are_waiting_the_writer_writes_them_without_waiting_an_interval(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    release, entered = first_write_held(monkeypatch)
     ident = Identity("0123456789ab", "master", "master", 0, 0, tmp_path / "spool", None, None)
     reporter = Reporter(ident, interval=600.0)  # the next interval's drain would be 10 minutes away
     try:
@@ -97,16 +103,7 @@ def test_an_event_is_written_after_the_scalars_reported_before_it(
     """A drain that writes DRAIN_POINTS of a longer backlog leaves an event reported after the
     backlog for a later drain: the status 'succeeded' a script queues at exit went into the spool
     before 80,000 of the points it reported, and a reader saw the run ended with them missing."""
-    release, entered = threading.Event(), threading.Event()
-    real_append = spool.SpoolWriter.append
-
-    def first_append_waits(writer: spool.SpoolWriter, records: list[dict[str, object]]) -> int:
-        if not entered.is_set():
-            entered.set()
-            release.wait(120)
-        return real_append(writer, records)
-
-    monkeypatch.setattr(spool.SpoolWriter, "append", first_append_waits)
+    release, entered = first_write_held(monkeypatch)
     ident = Identity("0123456789ab", "master", "master", 0, 0, tmp_path / "spool", None, None)
     reporter = Reporter(ident, interval=600.0)
     try:
