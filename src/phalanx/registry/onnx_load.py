@@ -9,8 +9,9 @@ own secrets key, token and store as root and report their bytes in the parity fi
 - ``refuse_external_data``: the file is refused when any tensor names external data (save_model
   writes one self-contained file, so nothing Phalanx saves has any);
 - ``open_session``: onnxruntime is told the bytes are ONNX (not its own ORT format, which the first
-  layer does not read) and loads them from a file alone in a fresh private folder, so a reference
-  the first layer missed could name no file but that one.
+  layer does not read) and loads them from a file alone in a fresh private folder, so a relative
+  reference the first layer missed could name no file but that one (an absolute one is refused by
+  onnxruntime 1.24 and later only: on earlier ones the first layer alone stops it).
 """
 
 from __future__ import annotations
@@ -67,6 +68,8 @@ def refuse_external_data(onnx_bytes: bytes) -> None:
             key, pos = _varint(onnx_bytes, pos, end)
             if pos < 0:
                 break
+            # protobuf keeps a tag's low 32 bits (a padded tag, 106 + 2**32, is external_data to it)
+            key &= 0xFFFFFFFF
             field, wire = key >> 3, key & 7
             external = kind == "tensor" and field == _EXTERNAL_DATA
             if wire == 0:

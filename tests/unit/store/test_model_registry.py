@@ -282,3 +282,56 @@ def test_a_removal_racing_a_registration_of_the_same_bytes_leaves_the_new_versio
     assert registerer.read_bytes(registerer.resolve("digits")) == store.artifact_store.read_bytes(  # type: ignore[union-attr]
         exp, "models/digits.onnx"
     )
+
+
+def _varint(value: int) -> bytes:
+    out = bytearray()
+    while True:
+        byte, value = value & 0x7F, value >> 7
+        out.append(byte | (0x80 if value else 0))
+        if not value:
+            return bytes(out)
+
+
+def _padded_external_data_onnx(location: str) -> bytes:
+    """``Y = W`` (4 floats) with W's data_location and external_data written as their tags plus
+    2**32: protobuf (C++, onnxruntime's) keeps a tag's low 32 bits, so to onnxruntime W lies in
+    ``location``."""
+    from onnx import TensorProto, helper
+
+    def field(number: int, payload: bytes) -> bytes:
+        return _varint(number << 3 | 2) + _varint(len(payload)) + payload
+
+    def padded(number: int, wire: int) -> bytes:
+        return _varint((number << 3 | wire) + (1 << 32))
+
+    entry = field(1, b"location") + field(2, location.encode())
+    tensor = b"\x08\x04\x10\x01" + field(8, b"W")  # dims [4], FLOAT, named W
+    tensor += padded(13, 2) + _varint(len(entry)) + entry + padded(14, 0) + b"\x01"
+    out = helper.make_tensor_value_info("Y", TensorProto.FLOAT, [4])
+    graph = helper.make_graph([helper.make_node("Identity", ["W"], ["Y"])], "g", [], [out])
+    model = helper.make_model(helper.make_graph([], "x", [], []), opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    model.ClearField("graph")
+    return model.SerializeToString() + field(7, graph.SerializeToString() + field(5, tensor))
+
+
+def test_external_data_is_found_behind_a_tag_padded_past_32_bits(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A tag padded past 32 bits is still external data to onnxruntime, which then reads the named
+    file (an absolute path as it is, before onnxruntime 1.24): the walk reads a tag as protobuf does."""
+    from phalanx.registry import onnx_load
+
+    secret = tmp_path / "secret.bin"
+    secret.write_bytes(np.array([1.5, 2.5, 3.5, 4.5], dtype="<f4").tobytes())
+    model = _padded_external_data_onnx(str(secret))
+    with pytest.raises(UsageError, match="external data"):
+        refuse_external_data(model)
+    monkeypatch.setattr(onnx_load, "refuse_external_data", lambda data: None)  # as before the fix
+    try:  # onnxruntime sees the external data: it reads the file, or refuses the absolute path
+        leaked = open_session(model).run(None, {})[0].tolist()
+    except Exception as exc:
+        assert "xternal data" in str(exc)
+    else:
+        assert leaked == [1.5, 2.5, 3.5, 4.5]
