@@ -506,7 +506,10 @@ def _sbatch_value(value: str) -> str:
     return f'"{value}"' if any(c.isspace() for c in value) else value
 
 
+_NODE_PATH = re.compile(r"\$\{PATH\}|\$PATH(?![A-Za-z0-9_])")
+
+
 def _path_value(value: str) -> str:
-    """PATH keeps the node's own PATH after the interpreter's folder."""
-    head, sep, _ = value.partition(":$PATH")
-    return (shlex.quote(head) + ':"$PATH"') if sep else shlex.quote(value)
+    """PATH keeps the node's own PATH after the interpreter's folder: each ``$PATH`` or ``${PATH}``
+    in it is the node's, the rest literal (what follows one kept too, as the local engine does)."""
+    return '"$PATH"'.join(shlex.quote(part) if part else "" for part in _NODE_PATH.split(value))

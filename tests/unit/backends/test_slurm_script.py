@@ -384,3 +384,18 @@ def test_a_files_path_follows_the_interpreters_folder_and_its_path_is_the_nodes(
     script = render(plan(workers=1, env={"PATH": "/opt/tools/bin:$PATH"}))
     assert 'export PATH=/opt/venv/bin:/opt/tools/bin:"$PATH"' in script
     assert "export PATH=/opt/venv/bin:/opt/only" in render(plan(workers=1, env={"PATH": "/opt/only"}))
+
+
+@pytest.mark.parametrize(
+    ("given", "exported"),
+    [
+        ("$PATH:/opt/tools/bin", 'export PATH=/opt/venv/bin:"$PATH":/opt/tools/bin'),
+        ("${PATH}:/opt/tools/bin", 'export PATH=/opt/venv/bin:"$PATH":/opt/tools/bin'),
+        ("/a:$PATH:/b c", "export PATH=/opt/venv/bin:/a:\"$PATH\"':/b c'"),
+    ],
+)
+def test_what_a_files_path_gives_after_the_nodes_path_is_kept(given: str, exported: str) -> None:
+    """`$PATH:/opt/tools/bin` lost /opt/tools/bin (all after the first `:$PATH` was dropped) and
+    `${PATH}` reached the replicas as those seven characters, the node's PATH gone: the local
+    engine keeps both (test_local_path)."""
+    assert exported in render(plan(workers=1, env={"PATH": given})).splitlines()
