@@ -80,3 +80,28 @@ def test_every_poll_of_the_supervisor_flushes_its_observer(tmp_path: Path) -> No
     console.flush()
     console.flush()
     assert inner.flushes == 2
+
+
+def test_an_observer_without_flush_keeps_its_echo() -> None:
+    """A Runner.run caller's observer written to the protocol before flush() (line, states,
+    message): a poll's flush was its first failure, and every later line went unshown."""
+
+    class Older:
+        def __init__(self) -> None:
+            self.lines: list[str] = []
+
+        def line(self, replica: str, text: str) -> None:
+            self.lines.append(text)
+
+        def states(self, replicas: object, elapsed: float) -> None:
+            return None
+
+        def message(self, text: str) -> None:
+            return None
+
+    inner = Older()
+    shielded = Shielded(inner)  # type: ignore[arg-type]  # the older protocol, on purpose
+    shielded.line("master", "one")
+    shielded.flush()
+    shielded.line("master", "two")
+    assert inner.lines == ["one", "two"] and not shielded.broken
