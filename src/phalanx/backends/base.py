@@ -10,6 +10,7 @@ method's contract is on ``Backend``. Engine SDKs are imported inside the engine 
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Protocol, TypeVar
@@ -18,6 +19,10 @@ from phalanx.domain import ExperimentStatus, ReplicaState
 from phalanx.errors import UsageError
 from phalanx.machine.box import Isolation
 from phalanx.plan import Plan
+
+# In the PATH an experiment file gives: the machine's own PATH (a Slurm node's there), ``$PATH`` or
+# ``${PATH}`` as a whole name (``$PATH_EXTRA`` is another variable)
+MACHINE_PATH = re.compile(r"\$\{PATH\}|\$PATH(?![A-Za-z0-9_])")
 
 
 @dataclass(frozen=True)

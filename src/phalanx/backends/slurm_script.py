@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from phalanx import frameworks
+from phalanx.backends.base import MACHINE_PATH
 from phalanx.domain import Framework, Range, Resources, Role
 from phalanx.errors import SpecError
 from phalanx.frameworks import Endpoints, mpi, pytorch
@@ -506,10 +507,7 @@ def _sbatch_value(value: str) -> str:
     return f'"{value}"' if any(c.isspace() for c in value) else value
 
 
-_NODE_PATH = re.compile(r"\$\{PATH\}|\$PATH(?![A-Za-z0-9_])")
-
-
 def _path_value(value: str) -> str:
     """PATH keeps the node's own PATH after the interpreter's folder: each ``$PATH`` or ``${PATH}``
     in it is the node's, the rest literal (what follows one kept too, as the local engine does)."""
-    return '"$PATH"'.join(shlex.quote(part) if part else "" for part in _NODE_PATH.split(value))
+    return '"$PATH"'.join(shlex.quote(part) if part else "" for part in MACHINE_PATH.split(value))

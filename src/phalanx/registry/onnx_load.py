@@ -10,8 +10,8 @@ own secrets key, token and store as root and report their bytes in the parity fi
   writes one self-contained file, so nothing Phalanx saves has any);
 - ``open_session``: onnxruntime is told the bytes are ONNX (not its own ORT format, which the first
   layer does not read) and loads them from a file alone in a fresh private folder, so a relative
-  reference the first layer missed could name no file but that one (an absolute one is refused by
-  onnxruntime 1.24 and later only: on earlier ones the first layer alone stops it).
+  reference the first layer missed could name no file but that one (an absolute one onnxruntime
+  refuses itself from 1.24 on, the least the `serve` extra installs).
 """
 
 from __future__ import annotations

@@ -73,7 +73,7 @@ class Console:
         tail = self.tails.get(replica.name)
         if tail is not None:
             tail.flush()
-        lines = text.split("\n")
+        lines = text.rstrip("\n").split("\n")
         self.spool_lines(replica, lines)
         for each in lines:
             self.show(replica, each)

@@ -20,6 +20,8 @@ from tests.unit.backends.conftest import context, plan
         ("/opt/tools/bin:$PATH", "/opt/venv/bin:/opt/tools/bin:/usr/bin:/bin"),
         ("${PATH}:/opt/tools/bin", "/opt/venv/bin:/usr/bin:/bin:/opt/tools/bin"),
         ("/opt/only", "/opt/venv/bin:/opt/only"),
+        ("$PATH_EXTRA:$PATH", "/opt/venv/bin:$PATH_EXTRA:/usr/bin:/bin"),  # only PATH is the machine's
+        ("", "/opt/venv/bin"),  # no empty entry: it would be the current folder
     ],
 )
 def test_a_files_path_follows_the_interpreters_folder(

@@ -103,7 +103,7 @@ def test_a_note_of_several_lines_is_as_many_console_lines_of_the_replica(
     """A restart's reason quotes the replica's last lines: stored as one line, `phalanx logs` printed
     them without the replica's name, as if the job had printed them."""
     console = Console(spool, observer, REPLICAS)
-    console.line(REPLICAS["master"], "phalanx: restarting after: exit 1; last lines:\n  Traceback\n  Boom")
+    console.line(REPLICAS["master"], "phalanx: restarting after: exit 1; last lines:\n  Traceback\n  Boom\n")
     expected = ["phalanx: restarting after: exit 1; last lines:", "  Traceback", "  Boom"]
     assert [line for rec in spooled(spool.spool_dir, "log") for line in rec["data"]["lines"]] == expected
     assert observer.lines == [("master", text) for text in expected]

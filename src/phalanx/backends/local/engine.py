@@ -26,7 +26,14 @@ from pathlib import Path
 from typing import Any
 
 from phalanx import frameworks
-from phalanx.backends.base import DryRun, JobStatus, LaunchContext, ReplicaStatus, expect_dry_run
+from phalanx.backends.base import (
+    MACHINE_PATH,
+    DryRun,
+    JobStatus,
+    LaunchContext,
+    ReplicaStatus,
+    expect_dry_run,
+)
 from phalanx.backends.dry_runs import LocalDryRun, LocalProcess, LocalUnit
 from phalanx.backends.local import boxes, members
 from phalanx.backends.local.mpi_output import RankFailure, TaggedStream, rank_failure
@@ -144,8 +151,9 @@ class LocalBackend:
         env = {**plan.build.env_vars, **plan.env}
         bindir = str(Path(context.python).parent)
         machine = os.environ.get("PATH", os.defpath)
-        given = env.get("PATH", machine).replace("${PATH}", machine).replace("$PATH", machine)
-        env["PATH"] = os.pathsep.join([bindir, given])
+        given = MACHINE_PATH.sub(lambda _: machine, env.get("PATH", machine))
+        # an empty entry would be the current folder: none is added
+        env["PATH"] = os.pathsep.join([bindir, *(p for p in given.split(os.pathsep) if p)])
         env.setdefault("PYTHONUNBUFFERED", "1")
         sdk = context.tracking_env.get("PYTHONPATH")
         # TensorBoard capture without a wrapper (docs/integrations.md): every Python process of the
