@@ -11,7 +11,6 @@ import json
 import os
 import re
 import tempfile
-import tomllib
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -53,6 +52,17 @@ class Cluster:
     def to_json(self) -> dict[str, Any]:
         return {k: v for k, v in asdict(self).items() if v is not None}
 
+    def slurm_shared_dir(self) -> str:
+        """A Slurm cluster's shared folder (venvs, the SDK copy, run folders), or a UsageError saying
+        how to register one."""
+        if not self.shared_dir:
+            raise UsageError(
+                f"Slurm cluster {self.name} has no shared directory: the nodes must see the experiment's "
+                "venv, the tracking SDK and its run folder. Register a folder every node mounts: "
+                f"phalanx cluster add {self.name} --kind slurm --shared-dir /shared/phalanx --replace"
+            )
+        return self.shared_dir
+
     @property
     def options(self) -> SlurmOptions | KubernetesOptions | RayOptions:
         """The typed options of its kind (phalanx.cluster_options); UsageError if a value is bad."""
@@ -85,6 +95,8 @@ def _tables(home: Path | None) -> dict[str, Any]:
     path = clusters_file(home)
     if not path.exists():
         return {}
+    import tomllib  # why: every supervisor imports this module; only one that names a cluster reads it
+
     try:
         return tomllib.loads(path.read_text(encoding="utf-8"))
     except tomllib.TOMLDecodeError as exc:

@@ -16,8 +16,10 @@ from __future__ import annotations
 import os
 import stat
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from pathspec import GitIgnoreSpec
+if TYPE_CHECKING:
+    from pathspec import GitIgnoreSpec
 
 IGNORE_FILES = (".gitignore", ".phalanxignore")
 IGNORE_FILE_MAX = 1 << 20  # bytes read of one ignore file (a huge one is not a list of patterns)
@@ -65,9 +67,7 @@ class IgnoreRules:
             finally:
                 os.close(fd)
             if lines:
-                rules._above.append(
-                    (top.relative_to(folder).as_posix() + "/", GitIgnoreSpec.from_lines(lines))
-                )
+                rules._above.append((top.relative_to(folder).as_posix() + "/", _spec(lines)))
         return rules
 
     def add_folder(self, rel_dir: str, dir_fd: int) -> None:
@@ -76,7 +76,7 @@ class IgnoreRules:
         for name in IGNORE_FILES:
             lines += _read_lines(name, dir_fd)
         if lines:
-            self._specs[rel_dir] = GitIgnoreSpec.from_lines(lines)
+            self._specs[rel_dir] = _spec(lines)
 
     def ignored(self, rel: str, is_dir: bool = False) -> bool:
         """Whether ``rel`` (a path relative to the top, "/"-separated) is excluded."""
@@ -95,6 +95,13 @@ class IgnoreRules:
             if result.include is not None:
                 verdict = result.include
         return verdict
+
+
+def _spec(lines: list[str]) -> GitIgnoreSpec:
+    """The rules of an ignore file's lines."""
+    from pathspec import GitIgnoreSpec  # why: every run's snapshot walks; most folders have no ignore file
+
+    return GitIgnoreSpec.from_lines(lines)
 
 
 def skipped_dir(name: str) -> bool:

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import importlib.metadata as md
 import io
 import json
 import os
@@ -121,6 +120,8 @@ def _boxed_env() -> dict[str, str]:
 
 
 def _distributions() -> list[str]:
+    import importlib.metadata as md  # why: listed once per environment (cached): most runs never list
+
     return sorted({f"{d.metadata['Name'] or '?'}=={d.version}" for d in md.distributions()})
 
 

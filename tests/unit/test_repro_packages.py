@@ -32,7 +32,7 @@ def _refuse_reading(monkeypatch: pytest.MonkeyPatch) -> None:
     def refuse() -> None:
         raise AssertionError("read the metadata again")
 
-    monkeypatch.setattr(repro.md, "distributions", refuse)
+    monkeypatch.setattr(repro, "_distributions", refuse)
 
 
 def test_a_second_run_reads_no_metadata(site: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

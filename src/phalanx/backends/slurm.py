@@ -182,7 +182,7 @@ class SlurmBackend:
 
     # -- dry run --------------------------------------------------------------------------------
     def run_dir(self, experiment_id: str) -> Path:
-        return Path(require_shared_dir(self.cluster)) / "runs" / experiment_id
+        return Path(self.cluster.slurm_shared_dir()) / "runs" / experiment_id
 
     def dry_run(self, plan: Plan, context: LaunchContext) -> DryRun:
         env: dict[str, str] = {**plan.build.env_vars, **plan.env, **context.tracking_env}
@@ -564,17 +564,6 @@ class SlurmBackend:
 
 
 _MPI_PLUGINS: dict[str, str] = {}  # slurm.conf -> the plugin srun --mpi=list offered
-
-
-def require_shared_dir(cluster: Cluster) -> str:
-    """The cluster's shared folder (venvs, the SDK copy, run folders), or a UsageError saying how."""
-    if not cluster.shared_dir:
-        raise UsageError(
-            f"Slurm cluster {cluster.name} has no shared directory: the nodes must see the experiment's "
-            "venv, the tracking SDK and its run folder. Register a folder every node mounts: "
-            f"phalanx cluster add {cluster.name} --kind slurm --shared-dir /shared/phalanx --replace"
-        )
-    return cluster.shared_dir
 
 
 def create(cluster: Cluster | None = None, settings: Settings | None = None) -> SlurmBackend:

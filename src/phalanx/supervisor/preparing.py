@@ -16,7 +16,6 @@ from phalanx import buildenv, horovod
 from phalanx.backends.base import Backend, DryRun, LaunchContext
 from phalanx.backends.dry_runs import LocalDryRun
 from phalanx.backends.registry import get_backend
-from phalanx.backends.slurm import require_shared_dir
 from phalanx.buildprogress import BuildProgress
 from phalanx.checkpoints import policy_env
 from phalanx.clusters import get_cluster
@@ -289,12 +288,12 @@ def _with_inputs(
     return replace(plan, inputs=tuple(records)), env, orders or []
 
 
-def _shared_dir(cluster_conf: Any) -> Path | None:
+def _shared_dir(cluster_conf: Cluster | None) -> Path | None:
     """A Slurm cluster's shared folder, where the venv and the SDK copy go so every node sees them
     (refused with how to register one when the cluster has none)."""
     if cluster_conf is None or cluster_conf.kind != "slurm":
         return None
-    return Path(require_shared_dir(cluster_conf))
+    return Path(cluster_conf.slurm_shared_dir())
 
 
 def ingester_here(prepared: Prepared) -> Prepared:

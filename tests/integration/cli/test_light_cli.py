@@ -148,6 +148,10 @@ def test_run_detach_returns_the_recorded_id_without_importing_sqlalchemy_or_type
     assert not {"fsspec", "urllib.request", "http.client"} & supervised, sorted(supervised)
     # nor a group file's model (0.02-0.04 CPU-s), which every store used to import for a chart's axes
     assert not {"phalanx.spec.group", "phalanx.spec.group_model"} & supervised, sorted(supervised)
+    # nor, on this machine, another engine, nor, in a folder with no ignore file, their parser
+    assert not {"phalanx.backends.slurm", "pathspec"} & supervised, sorted(
+        {"phalanx.backends.slurm", "pathspec"} & supervised
+    )
     assert (phalanx_home / "artifacts" / started["id"] / "_source" / "source.tar.gz").is_file()
 
 
