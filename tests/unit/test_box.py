@@ -88,6 +88,12 @@ def test_server_paths_under_a_machine_tree_are_masked(tmp_path: Path) -> None:
     assert str(tmp_path) not in argv  # not under a machine tree: not in the box at all
 
 
+def test_a_box_without_network_has_a_network_namespace_of_its_own_a_jobs_shares_the_machines() -> None:
+    offline = box.box_argv(ISO, Layout(cwd="/", tmp=None, network=False))
+    assert "--unshare-net" in offline[: offline.index("--ro-bind")]  # bubblewrap's, not the program's
+    assert "--unshare-net" not in box.box_argv(ISO, Layout(cwd="/", tmp=None))  # replicas report over HTTP
+
+
 def test_gpus_are_their_device_nodes_and_the_control_nodes(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

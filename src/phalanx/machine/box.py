@@ -107,7 +107,9 @@ def isolation_of(doc: Mapping[str, Any] | None) -> Isolation | None:
 class Layout:
     """What one box sees besides the machine's libraries: ``rw`` and ``ro`` host paths bound at
     the same path; ``tmp`` bound at /tmp, ``shm`` at /dev/shm; ``devices``: device nodes bound at
-    /dev/<name>; ``cwd``: where the program starts; ``tmp`` None: a small tmpfs of its own."""
+    /dev/<name>; ``cwd``: where the program starts; ``tmp`` None: a small tmpfs of its own;
+    ``network`` False: a network namespace of its own, with only a loopback (a program that
+    reports nothing over HTTP: the registry's parity check)."""
 
     cwd: str
     tmp: str | None
@@ -115,6 +117,7 @@ class Layout:
     ro: tuple[str, ...] = ()
     shm: str | None = None
     devices: tuple[str, ...] = field(default_factory=tuple)
+    network: bool = True
 
 
 def box_folder(home: Path, experiment_id: str) -> Path:
@@ -148,6 +151,8 @@ def box_argv(isolation: Isolation, layout: Layout) -> list[str]:
         "--unshare-pid",
         "--unshare-ipc",
     ]
+    if not layout.network:
+        argv.append("--unshare-net")
     for tree in MACHINE_TREES:
         if os.path.isdir(tree):
             argv += ["--ro-bind", tree, tree]
