@@ -50,9 +50,12 @@ def run_onnx(data: bytes, x: np.ndarray) -> np.ndarray:
     return out
 
 
-def record_model(store: Any, experiment_id: str, name: str, data: bytes, n_in: int = 64) -> None:
+def record_model(
+    store: Any, experiment_id: str, name: str, data: bytes, n_in: int = 64, output: np.ndarray | None = None
+) -> None:
     """Store ``data`` as experiment ``experiment_id``'s ONNX model ``name`` (with its check's
-    example input and output), as save_model and ingest would."""
+    example input and output), as save_model and ingest would. ``output``: the output recorded as
+    the check's (default: what ``data`` computes, run here)."""
     x = np.random.default_rng(1).normal(size=(2, n_in)).astype(np.float32)
     path = f"models/{name}.onnx"
     store.artifact_store.put_bytes(experiment_id, path, data)
@@ -62,10 +65,67 @@ def record_model(store: Any, experiment_id: str, name: str, data: bytes, n_in: i
         "output_names": ["output"],
         "check": {"passed": True, "max_abs_diff": 0.0, "rtol": 1e-3, "atol": 1e-5},
         "sha256": hashlib.sha256(data).hexdigest(),
-        **_parity_arrays(["input"], [x], ["output"], [run_onnx(data, x)]),
+        **_parity_arrays(["input"], [x], ["output"], [run_onnx(data, x) if output is None else output]),
     }
     event = {"name": f"{name}.onnx", "format": "onnx", "path": path, "size": len(data), "metadata": metadata}
     store.write_events([Event(experiment_id, EventKind.MODEL, event)])
+
+
+def spinning_onnx(n_in: int = 64) -> bytes:
+    """``output = input``, after a Loop of 2**62 turns: a file that onnxruntime runs without end (a
+    hostile model whose check would hold whatever runs it)."""
+    from onnx import TensorProto, helper
+
+    value = helper.make_tensor_value_info
+    body = helper.make_graph(
+        [helper.make_node("Identity", ["go"], ["go_on"]), helper.make_node("Identity", ["x"], ["x_on"])],
+        "turn",
+        [
+            value("i", TensorProto.INT64, []),
+            value("go", TensorProto.BOOL, []),
+            value("x", TensorProto.FLOAT, None),
+        ],
+        [value("go_on", TensorProto.BOOL, []), value("x_on", TensorProto.FLOAT, None)],
+    )
+    graph = helper.make_graph(
+        [helper.make_node("Loop", ["turns", "go", "input"], ["output"], body=body)],
+        "spin",
+        [value("input", TensorProto.FLOAT, ["batch", n_in])],
+        [value("output", TensorProto.FLOAT, ["batch", n_in])],
+        [
+            helper.make_tensor("turns", TensorProto.INT64, [], [2**62]),
+            helper.make_tensor("go", TensorProto.BOOL, [], [True]),
+        ],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    return bytes(model.SerializeToString())
+
+
+def hungry_onnx(mib: int, n_in: int = 64) -> bytes:
+    """``output = input``, after making a float32 tensor of ``mib`` MiB (ConstantOfShape, summed
+    into nothing): a file whose check asks onnxruntime for that much memory."""
+    from onnx import TensorProto, helper
+
+    value = helper.make_tensor_value_info
+    graph = helper.make_graph(
+        [
+            helper.make_node("ConstantOfShape", ["size"], ["big"]),
+            helper.make_node("ReduceSum", ["big"], ["total"], keepdims=0),
+            helper.make_node("Mul", ["total", "zero"], ["nothing"]),
+            helper.make_node("Add", ["input", "nothing"], ["output"]),
+        ],
+        "hungry",
+        [value("input", TensorProto.FLOAT, ["batch", n_in])],
+        [value("output", TensorProto.FLOAT, ["batch", n_in])],
+        [
+            helper.make_tensor("size", TensorProto.INT64, [1], [mib * 2**18]),
+            helper.make_tensor("zero", TensorProto.FLOAT, [], [0.0]),
+        ],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    return bytes(model.SerializeToString())
 
 
 def tamper(store: Any, experiment_id: str, name: str) -> None:

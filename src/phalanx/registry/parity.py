@@ -45,6 +45,23 @@ class Parity:
             "problem": self.problem,
         }
 
+    @classmethod
+    def from_dict(cls, doc: Any) -> Parity:
+        """As ``as_dict`` wrote it (the answer of a check's own process); ValueError for anything
+        else, field types included."""
+        if not isinstance(doc, dict):
+            raise ValueError("not an object")
+        numbers = [doc.get(key) for key in ("max_abs_diff", "rtol", "atol")]
+        if (
+            not isinstance(doc.get("passed"), bool)
+            or not all(isinstance(n, int | float) and not isinstance(n, bool) for n in numbers)
+            or not isinstance(doc.get("runtime"), str)
+            or not isinstance(doc.get("problem"), str | None)
+        ):
+            raise ValueError(f"not a parity check's result: {sorted(doc)}")
+        diff, rtol, atol = (float(n) for n in numbers)  # type: ignore[arg-type]
+        return cls(doc["passed"], diff, rtol, atol, doc["runtime"], doc.get("problem"))
+
 
 def decode_array(record: dict[str, Any]) -> Any:
     """One of the metadata's arrays (base64 of the raw bytes, dtype, shape) as a numpy array."""
@@ -54,8 +71,9 @@ def decode_array(record: dict[str, Any]) -> Any:
     return np.frombuffer(raw, dtype=np.dtype(record["dtype"])).reshape(record["shape"]).copy()
 
 
-def recheck(onnx_bytes: bytes, metadata: dict[str, Any]) -> Parity:
+def recheck(onnx_bytes: bytes, metadata: dict[str, Any], options: Any = None) -> Parity:
     """Run ``onnx_bytes`` on the saved example input and compare with the saved output.
+    ``options``: the onnxruntime SessionOptions to load it with (its defaults when None).
 
     Raises:
         UsageError: the metadata keeps no example input (a model saved before inputs were kept, or
@@ -76,7 +94,7 @@ def recheck(onnx_bytes: bytes, metadata: dict[str, Any]) -> Parity:
             "with task.save_model(model, name, example_input=one_small_batch)"
         )
     try:
-        session = open_session(onnx_bytes)
+        session = open_session(onnx_bytes, options)
         feed = {r["name"]: decode_array(r) for r in parity["inputs"]}
         got = session.run(None, feed)
     except Exception as exc:  # onnxruntime raises its own types for a corrupt or mismatched file
@@ -98,10 +116,10 @@ def recheck(onnx_bytes: bytes, metadata: dict[str, Any]) -> Parity:
     return Parity(passed, worst, rtol, atol, runtime)
 
 
-def signature(onnx_bytes: bytes) -> dict[str, Any]:
+def signature(onnx_bytes: bytes, options: Any = None) -> dict[str, Any]:
     """Input and output names, dtypes (numpy's names) and shapes (None for a dynamic axis) of the
     ONNX graph: what a serving endpoint checks a request against."""
-    session = open_session(onnx_bytes)
+    session = open_session(onnx_bytes, options)
 
     def describe(args: Any) -> list[dict[str, Any]]:
         return [

@@ -8,7 +8,8 @@ viewers read it (``model:viewer``), its editors add versions, move aliases, edit
 caller's projects' models, and an outsider gets 404.
 
 Registering re-runs the model's ONNX check on the stored bytes (onnxruntime, in a worker thread:
-these routes are plain ``def``), so a tampered file is refused (400, with its parity figure)."""
+these routes are plain ``def``), so a tampered file is refused (400, with its parity figure); on a
+server that boxes the project's jobs, in a process in the project's box (the file is an editor's)."""
 
 from __future__ import annotations
 
@@ -18,7 +19,8 @@ from fastapi.responses import HTMLResponse
 from phalanx.errors import Conflict, NotFound
 from phalanx.registry.service import Registry
 from phalanx.server.audit import describe
-from phalanx.server.deps import StoreDep
+from phalanx.server.boxing import isolation_for
+from phalanx.server.deps import SettingsDep, StoreDep
 from phalanx.server.policy import policy, principal_of, require, require_experiment
 from phalanx.server.registry_schemas import (
     AliasIn,
@@ -81,9 +83,12 @@ def update_model(name: str, body: ModelUpdateIn, store: StoreDep, request: Reque
 
 @router.post("/models/{name}/versions", response_model=ModelVersionOut, status_code=201)
 @policy("any:editor")
-def register(name: str, body: RegisterIn, store: StoreDep, request: Request) -> ModelVersionOut:
+def register(
+    name: str, body: RegisterIn, store: StoreDep, settings: SettingsDep, request: Request
+) -> ModelVersionOut:
     """Register an experiment's model; the caller edits that experiment's project and, for a name
-    already registered, the model's project too (a new name belongs to the experiment's project)."""
+    already registered, the model's project too (a new name belongs to the experiment's project).
+    Its parity check runs where the project's jobs run: in the project's box when the server boxes."""
     experiment = require_experiment(request, body.experiment_id, Role.editor)
     try:
         project = Registry(store).project_of(name)
@@ -92,7 +97,8 @@ def register(name: str, body: RegisterIn, store: StoreDep, request: Request) -> 
     if project is not None:
         require(request, project, Role.editor, f"model {name}")
     source = experiment.id if body.model is None else f"{experiment.id}/{body.model}"
-    created = Registry(store).register(source, name, description=body.description, tags=body.tags)
+    registry = Registry(store, box_for=lambda project: isolation_for(settings.store, project))
+    created = registry.register(source, name, description=body.description, tags=body.tags)
     describe(request, "model.register", f"{name}/{created.version}", experiment.project, f"from {source}")
     return ModelVersionOut.of(created)
 

@@ -1,0 +1,195 @@
+"""The registry's parity check (phalanx.registry.parity) in a short-lived process of its own, boxed
+as its project's jobs are (docs/security.md): what a server that boxes runs when an editor registers
+a model.
+
+The ONNX file was written by the editor's job: it is untrusted input to onnxruntime, a large native
+library, and the server never runs a user's work in its own trust domain. So the check runs as
+``python -m phalanx.registry.parity_child`` in the project's box (phalanx.machine.box): the
+project's account, its own mount and PID namespaces and no network, an allow-listed environment,
+nothing of the server's home, store or keys; the model and its metadata go in on standard input,
+and it sees only the machine's libraries, Python and Phalanx's code, read-only. It is held to a
+deadline, an address-space cap and a bounded answer: a crash, a hang or garbage becomes a
+ParityFailed that says what happened, never a traceback of the server or a request that never ends.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, Any
+
+from phalanx.backends.local.boxes import PACKAGE_ROOT
+from phalanx.errors import UsageError
+from phalanx.machine import box
+from phalanx.machine.box import Isolation
+from phalanx.machine.proctree import MIB
+from phalanx.registry.parity import Parity, ParityFailed
+
+CHILD = "phalanx.registry.parity_child"
+CHECK_SECONDS = 300.0  # loading a large model and running it once on one small batch
+ANSWER_MOST = MIB  # its JSON answer: a parity figure and a signature
+ERRORS_KEPT = 16 * 1024  # the end of its standard error, for the refusal's reason
+BASE_MEMORY = 2048 * MIB  # Python, numpy and onnxruntime with one thread (about 250 MiB), with room
+
+
+@dataclass(frozen=True)
+class Checked:
+    """What the check found: the parity figure, and the graph's signature when it passed."""
+
+    parity: Parity
+    signature: dict[str, Any] | None
+
+
+@dataclass(frozen=True)
+class Ran:
+    """A finished (or killed) check process: its status, the start of its output, the end of its
+    errors; ``timed_out``: killed at the deadline; ``overflow``: it wrote more than was kept."""
+
+    status: int
+    out: bytes
+    errors: bytes
+    timed_out: bool
+    overflow: bool
+
+
+def memory_for(onnx_bytes: bytes) -> int:
+    """The check's address-space cap: room for Phalanx's Python, and for the file a few times over
+    (read from standard input, written to its private folder, parsed and laid out by onnxruntime)."""
+    return BASE_MEMORY + 4 * len(onnx_bytes)
+
+
+def check_boxed(
+    onnx_bytes: bytes,
+    metadata: dict[str, Any],
+    isolation: Isolation,
+    where: str,
+    *,
+    seconds: float = CHECK_SECONDS,
+    memory: int | None = None,
+) -> Checked:
+    """Re-check ``onnx_bytes`` (the model ``where`` names) in ``isolation``'s box.
+
+    Raises:
+        UsageError: the model keeps no example input, or names external data (as ``recheck``).
+        ParityFailed: the check's process crashed, ran past ``seconds`` or gave no readable answer.
+    """
+    cap = memory_for(onnx_bytes) if memory is None else memory
+    env = {
+        **box.box_env(isolation, "/tmp"),
+        **box.inherited(),
+        "PYTHONPATH": PACKAGE_ROOT,
+        "MALLOC_ARENA_MAX": "2",  # glibc's arenas reserve 64 MiB of address space a thread
+    }
+    head = json.dumps(metadata).encode() + b"\n"
+    # its /tmp (where onnxruntime loads the file from): a fresh folder of the account's, removed after
+    with tempfile.TemporaryDirectory(prefix="phalanx-parity-") as folder:
+        box.make_own_folder(Path(folder), isolation)
+        ro = (PACKAGE_ROOT, *box.interpreter_trees())
+        layout = box.Layout(cwd="/tmp", tmp=folder, ro=ro, network=False)
+        # ended with the server however it ends (bubblewrap's --die-with-parent then ends the box);
+        # -P: nothing of its working folder is imported; PYTHONPATH: this very Phalanx
+        ends = [shutil.which(box.SETPRIV) or box.SETPRIV, "--pdeathsig", "SIGKILL", "--"]
+        argv = [*ends, *box.box_argv(isolation, layout), sys.executable, "-P", "-m", CHILD, str(cap)]
+        ran = run_bounded(argv, env, (head, onnx_bytes), seconds)
+    return read_answer(ran, where, seconds)
+
+
+def run_bounded(argv: list[str], env: dict[str, str], feed: tuple[bytes, ...], seconds: float) -> Ran:
+    """``argv`` fed ``feed`` on its standard input, killed at ``seconds``: the first ANSWER_MOST
+    bytes of its output and the last ERRORS_KEPT of its errors are kept, the rest read and dropped
+    (a child that writes without end neither blocks nor fills the server's memory)."""
+    proc = subprocess.Popen(
+        argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, cwd="/"
+    )
+    assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
+    out: list[bytes] = []
+    errors: list[bytes] = []
+    overflow = threading.Event()
+    threads = [
+        threading.Thread(target=_feed, args=(proc.stdin, feed), daemon=True),
+        threading.Thread(target=_keep, args=(proc.stdout, out, False, overflow), daemon=True),
+        threading.Thread(target=_keep, args=(proc.stderr, errors, True, overflow), daemon=True),
+    ]
+    for thread in threads:
+        thread.start()
+    timed_out = False
+    try:
+        proc.wait(timeout=seconds)
+    except subprocess.TimeoutExpired:
+        timed_out = True
+        proc.kill()  # bubblewrap's --die-with-parent ends the box with it
+        proc.wait()
+    for thread in threads:
+        thread.join(timeout=10)  # (nothing of the box outlives bubblewrap to hold a pipe open)
+    return Ran(proc.returncode, b"".join(out), b"".join(errors), timed_out, overflow.is_set())
+
+
+def _feed(pipe: IO[bytes], parts: tuple[bytes, ...]) -> None:
+    with contextlib.suppress(OSError):  # it ended without reading all: its status says why
+        for part in parts:
+            pipe.write(part)
+    with contextlib.suppress(OSError):
+        pipe.close()
+
+
+def _keep(pipe: IO[bytes], kept: list[bytes], tail: bool, overflow: threading.Event) -> None:
+    """Read ``pipe`` to its end, keeping the first ANSWER_MOST bytes (``tail``: the last
+    ERRORS_KEPT); ``overflow`` is set when output beyond ANSWER_MOST was dropped."""
+    held = b""
+    while chunk := os.read(pipe.fileno(), 64 * 1024):
+        if tail:
+            held = (held + chunk)[-ERRORS_KEPT:]
+            continue
+        room = ANSWER_MOST - len(held)
+        if len(chunk) > room:
+            overflow.set()
+        held += chunk[:room]
+    kept.append(held)
+
+
+def read_answer(ran: Ran, where: str, seconds: float) -> Checked:
+    """The check's result from its process's end (see ``check_boxed`` for what is raised)."""
+    if ran.timed_out:
+        raise ParityFailed(
+            f"{where}: the parity check did not finish within {seconds:g} s (onnxruntime ran the file "
+            "on its example input for longer than a check may take); refusing to register it"
+        )
+    if ran.status != 0:
+        said = ran.errors.decode(errors="replace").strip().splitlines()
+        raise ParityFailed(
+            f"{where}: the parity check's process ended without an answer ({_ended(ran.status)}"
+            f"{': ' + said[-1][:300] if said else ''}); the ONNX file crashed onnxruntime or exhausted "
+            "what a check may use; refusing to register it"
+        )
+    try:
+        if ran.overflow:
+            raise ValueError(f"more than {ANSWER_MOST:,} bytes")
+        doc = json.loads(ran.out)
+        if isinstance(doc, dict) and isinstance(doc.get("refused"), str):
+            raise UsageError(doc["refused"])
+        if not isinstance(doc, dict) or not isinstance(doc.get("signature"), dict | None):
+            raise ValueError("not an answer")
+        return Checked(Parity.from_dict(doc.get("parity")), doc["signature"])
+    except (ValueError, KeyError) as exc:  # (json's own errors are ValueErrors)
+        raise ParityFailed(
+            f"{where}: the parity check's answer could not be read ({exc}): "
+            f"{ran.out[:200].decode(errors='replace')!r}; refusing to register it"
+        ) from None
+
+
+def _ended(status: int) -> str:
+    """How a process ended, from its status (bubblewrap reports a signal as 128 + its number)."""
+    number = -status if status < 0 else status - 128 if status > 128 else 0
+    try:
+        return f"killed by {signal.Signals(number).name}" if number else f"exit status {status}"
+    except ValueError:
+        return f"exit status {status}"
