@@ -83,9 +83,9 @@ def _kept(headers: Iterable[tuple[str, str]], dropped: frozenset[str]) -> list[t
 
 
 async def forward(request: Request, sockets: Sequence[Path]) -> Response:
-    """The service's answer to ``request`` from the first of ``sockets`` that takes the connection
-    (a served model's replicas: one that has just died refuses it, and the next one answers; nothing
-    was sent to it); 502 when none can be reached."""
+    """The service's answer to ``request`` from the first of ``sockets`` that takes it (a served
+    model's replicas: one that has just died did not, and the next one answers), each tried once;
+    502 when none can be reached, or when the one that took it fails before its answer ends."""
     body = await request.body()
     headers = _kept(request.headers.items(), DROPPED_REQUEST)
     if "accept-encoding" not in request.headers:  # else httpx would ask for gzip on the caller's behalf
@@ -98,11 +98,11 @@ async def forward(request: Request, sockets: Sequence[Path]) -> Response:
             outgoing = client.build_request(request.method, url, headers=headers, content=body)
             try:
                 answer = await client.send(outgoing, stream=True)
-            except httpx.ConnectError as exc:  # not taken: nothing reached it, the next one may
-                failure = exc
-                continue
             except httpx.HTTPError as exc:
-                return _unreachable(exc)
+                if not _not_taken(exc):
+                    return _unreachable(exc)
+                failure = exc  # the next one may take it
+                continue
             try:
                 content = b"".join([chunk async for chunk in answer.aiter_raw()])
             except httpx.HTTPError as exc:
@@ -113,12 +113,37 @@ async def forward(request: Request, sockets: Sequence[Path]) -> Response:
         for key, value in _kept(answer.headers.multi_items(), DROPPED_RESPONSE):
             response.headers.append(key, value)
         return response
-    return _unreachable(failure)
+    return _unreachable(failure, tried=len(sockets))
 
 
-def _unreachable(exc: Exception | None) -> Response:
+def _not_taken(exc: httpx.HTTPError) -> bool:
+    """Whether the process behind the socket never took the request, so that another may answer it
+    without it being done twice: its connection refused (it has ended) or its socket gone, or the
+    connection reset before any of the answer came. On a Unix socket the kernel resets a connection
+    only when the process at its end closed it with what was sent still unread: one waiting in the
+    queue of a process that died before accepting it (its listening socket lives until the last of
+    its threads has ended). A process that read the request and then closed or died gives an end of
+    stream instead (RemoteProtocolError): that request is never sent again."""
+    if isinstance(exc, httpx.ConnectError):
+        return True
+    if not isinstance(exc, httpx.ReadError | httpx.WriteError):
+        return False
+    # httpx's error, from httpcore's (its pool raises that one again "from None"), from anyio's,
+    # from the socket's
+    cause: BaseException | None = exc
+    while cause is not None:
+        if isinstance(cause, ConnectionResetError):
+            return True
+        cause = cause.__cause__ or cause.__context__
+    return False
+
+
+def _unreachable(exc: Exception | None, tried: int = 1) -> Response:
+    said = f"the service did not answer ({type(exc).__name__})"
+    if tried > 1:
+        said = f"none of the service's {tried} processes took the request ({type(exc).__name__})"
     return Response(
-        f"the service did not answer ({type(exc).__name__}); it may be starting or have ended:"
+        f"{said}; it may be starting or have ended:"
         " GET /api/v1/services (or the Services page) lists those that run\n",
         status_code=502,
         media_type="text/plain",

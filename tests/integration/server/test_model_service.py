@@ -121,8 +121,9 @@ def test_a_model_served_on_the_server_survives_a_kill_follows_its_alias_and_stop
 
         first, other = sorted(_serving_pids(home, service_id))
         os.kill(first, signal.SIGKILL)
-        wait_for("the killed one is dead", lambda: _dead(first), 60)  # its socket closed: it took nothing
+        wait_for("the killed one is dead", lambda: _dead(first), 60)
         # the other one answers every request meanwhile: none fails while the first is started again
+        # (a request the dead one's socket still queued while its last threads ended included)
         assert [version_served() for _ in range(6)] == [1] * 6
         status = f"{api}/services/{service_id}"
         wait_for(
