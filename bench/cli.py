@@ -1,4 +1,4 @@
-"""What a CLI command costs in CPU (`--help`, `ls`, `logs`, `metrics`, `run --detach`) against `python`.
+"""What a CLI command costs in CPU (`--help`, `ls`, one experiment's reads, `run --detach`) vs `python`.
 
     .venv/bin/python bench/cli.py [--rounds 7] [--json FILE] [--smoke]
 
@@ -12,7 +12,8 @@ Cases: `phalanx --help`; `phalanx ls` over a store of 10 and of 1,000 finished e
 every 50 ms) report into their store all through the rounds: their spool is always a little ahead of
 the store, which the read pass must leave to their own ingesters (issue 42: `ls` <= python-start +
 0.05 CPU-s idle and while 4 experiments report); `phalanx logs ID` and `phalanx metrics ID` of an
-experiment with 200 console lines and 2 series of 200 points; `phalanx run --detach` of a file whose
+experiment with 200 console lines and 2 series of 200 points; `phalanx params ID` and `artifacts ID`
+of the same experiment (20 parameters, 20 artifacts); `phalanx run --detach` of a file whose
 job waits for the bench (the CLI's own CPU: the supervisor it starts runs in its own session and
 would be counted only if it ended first, the CLI reaping it; the bench then releases the job and
 waits for the supervisor to end between rounds); and the **whole submission** of a trivial file: the
@@ -47,6 +48,8 @@ WHOLE_TARGET_CPU_S = 0.3
 WHOLE = "phalanx run --detach (whole)"
 LOGS = "phalanx logs ID (200 lines)"
 METRICS = "phalanx metrics ID (2 x 200 points)"
+PARAMS = "phalanx params ID (20 params)"
+ARTIFACTS = "phalanx artifacts ID (20 files)"
 
 # Runs argv, then waits for every process it left behind (a subreaper: the detached supervisor is
 # reparented here when the CLI exits) and prints the CPU-s of all of them.
@@ -91,6 +94,16 @@ def fill(home: Path, n: int, lines: int = 0) -> str:
                 for k, s in enumerate(("train", "val"))
             ]  # fmt: skip
             store.write_events(points)
+            seq = lines * 3
+            reported = [  # and 20 parameters and 20 artifacts, after those
+                Event(last, EventKind.PARAM, {"section": "Args", "key": f"p{j}", "value": j / 7}, seq=seq + j)
+                for j in range(20)
+            ] + [
+                Event(last, EventKind.ARTIFACT, {"name": f"f{j}.json", "kind": "json", "path": f"a/f{j}.json",
+                      "size": 1000 * j}, seq=seq + 20 + j)
+                for j in range(20)
+            ]  # fmt: skip
+            store.write_events(reported)
         return last
     finally:
         store.close()
@@ -196,6 +209,8 @@ def main() -> int:
             "phalanx ls (10)": ([*PHALANX, "ls"], small),
             LOGS: ([*PHALANX, "logs", logged], small),
             METRICS: ([*PHALANX, "metrics", logged], small),
+            PARAMS: ([*PHALANX, "params", logged], small),
+            ARTIFACTS: ([*PHALANX, "artifacts", logged], small),
             f"phalanx ls ({args.experiments:,})": ([*PHALANX, "ls"], big),
             reporting: ([*PHALANX, "ls"], live),
             "phalanx run --detach": ([*PHALANX, "run", "-f", str(held), "--detach", "-o", "json"], runs),
@@ -208,6 +223,8 @@ def main() -> int:
                 reporting,
                 LOGS,
                 METRICS,
+                PARAMS,
+                ARTIFACTS,
                 "phalanx run --detach",
                 WHOLE,
             ):
@@ -241,7 +258,7 @@ def main() -> int:
         median = statistics.median(values)
         results[name] = {"cpu_s": median, "ratio_to_floor": median / floor if floor else None, "all": values}
         ratio = f"{median / floor:.1f}x" if floor else "-"
-        if name.startswith(("python", "phalanx --help", LOGS, METRICS)):
+        if name.startswith(("python", "phalanx --help", LOGS, METRICS, PARAMS, ARTIFACTS)):
             mark = ""
         elif name.startswith("phalanx ls"):  # issue 42: python-start + 0.05 CPU-s, idle or not
             over = median - floor

@@ -76,16 +76,6 @@ def emit_json(document: Any) -> None:
     sys.stdout.flush()
 
 
-def human_size(n: int) -> str:
-    """A byte count as every command shows it: "512 B", "1.5 KiB", ... up to GiB."""
-    value = float(n)
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if value < 1024 or unit == "GiB":
-            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
-        value /= 1024
-    return f"{n} B"
-
-
 def fail(message: str, status: int = 2) -> typer.Exit:
     """Print a user-facing error to stderr and return the Exit to raise."""
     sys.stderr.write(f"error: {message}\n")

@@ -11,8 +11,9 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from phalanx.cli.app import OutputOpt, YesOpt, app, confirm, emit_json, human_size
+from phalanx.cli.app import OutputOpt, YesOpt, app, confirm, emit_json
 from phalanx.cli.listing import Format
+from phalanx.cli.record_tables import human_size
 from phalanx.cli.target import LocalOpt, ServerOpt
 from phalanx.config import Settings
 from phalanx.logins import choose

@@ -10,15 +10,10 @@ from __future__ import annotations
 import sys
 from typing import TYPE_CHECKING, Any
 
-from phalanx.cli.app import emit_json, human_size
+from phalanx.cli.app import emit_json
 from phalanx.cli.listing import Format, _duration, _table, _when
-from phalanx.cli.reading import (
-    _value,
-    artifact_json,
-    experiment_json,
-    is_remote,
-    replica_json,
-)
+from phalanx.cli.reading import experiment_json, is_remote, replica_json
+from phalanx.cli.record_tables import artifact_json, human_size, shown_value
 from phalanx.terminal_text import write_shown
 from phalanx.views import param_conflicts, params_by_section
 
@@ -146,8 +141,8 @@ def show_experiment(store: Door, experiment_id: str, output: Format, file: bool)
     out = _summary_lines(store, e, launch)
     out.extend(_replica_and_param_lines(replicas, params))
     for c in conflicts:  # declared one value, the script reported another: said, never hidden
-        reported = ", ".join(f"{r['section']} {_value(r['value'])}" for r in c["reported"])
-        declared = f"{c['declared']['section']} {_value(c['declared']['value'])}"
+        reported = ", ".join(f"{r['section']} {shown_value(r['value'])}" for r in c["reported"])
+        declared = f"{c['declared']['section']} {shown_value(c['declared']['value'])}"
         out.append(f"  conflict: {c['key']} declared {declared}, the script reported {reported}")
     out.extend(_content_lines(store, e, artifacts, models, titles))
     # reasons quote replicas' last lines, params and notes are the script's: a terminal gets no escape
@@ -177,7 +172,7 @@ def _summary_lines(store: Door, e: Experiment, launch: dict[str, Any]) -> list[s
     if launch["file"] or e.spec_text:
         out.append(f"file:      {launch['file'] or '(text kept)'}  (phalanx get {e.id} --file prints it)")
     if launch["params"]:
-        given = " ".join(f"{k}={_value(v)}" for k, v in launch["params"].items())
+        given = " ".join(f"{k}={shown_value(v)}" for k, v in launch["params"].items())
         out.append(f"--param:   {given}")
     if launch["commands"]:
         out.append("")
@@ -201,7 +196,7 @@ def _replica_and_param_lines(replicas: list[Replica], params: dict[str, dict[str
         out.append("  (none)")
     for section, values in sorted(params.items()):
         out.append(f"  {section}:")
-        out.extend(f"    {k} = {_value(v)}" for k, v in sorted(values.items()))
+        out.extend(f"    {k} = {shown_value(v)}" for k, v in sorted(values.items()))
     return out
 
 

@@ -1,14 +1,15 @@
-"""The lean door for the commands users type most: `phalanx ls`, `logs ID`, `metrics ID` and `run
---detach` without typer.
+"""The lean door for the commands users type most: `phalanx ls`, `logs ID`, `metrics ID`, `params
+ID`, `artifacts ID` and `run --detach` without typer.
 
 Typer (0.29) builds a pydantic TypeAdapter for every option it parses: a one-command Typer app costs
 0.19 CPU-s before it does anything, the whole of issue 30's 0.2 CPU-s budget for `phalanx ls`. So
 ``main`` first offers the arguments to ``dispatch``: when they are a plain `phalanx ls`, `logs ID`,
-`metrics ID` or `run -f FILE --detach` (options it knows, values it accepts) it runs the command itself
-with argparse from the standard library; anything else — `--help`, a typo, a value out of range, an option
-it does not know — returns None and the Typer app answers exactly as before (its usage message, its
-exit status). The Typer commands stay the definition: tests/unit/cli/test_lean_dispatch.py checks
-that the options here are theirs, with their defaults.
+`metrics ID`, `params ID`, `artifacts ID` (a listing) or `run -f FILE --detach` (options it knows,
+values it accepts) it runs the command itself with argparse from the standard library; anything
+else — `--help`, a typo, a value out of range, an option it does not know — returns None and the
+Typer app answers exactly as before (its usage message, its exit status). The Typer commands stay
+the definition: tests/unit/cli/test_lean_dispatch.py checks that the options here are theirs, with
+their defaults.
 """
 
 from __future__ import annotations
@@ -176,6 +177,44 @@ def _metrics(ns: argparse.Namespace) -> bool:
     return _on_experiment(ns.experiment_id, answer)
 
 
+def _params_parser() -> _Parser:
+    """`phalanx params`'s options but --server and --local (a server's parameters: Typer's)."""
+    p = _Parser(prog="phalanx params", add_help=False, allow_abbrev=False)
+    p.add_argument("experiment_id")
+    p.add_argument("--output", "-o", choices=("table", "json"))
+    return p
+
+
+def _params(ns: argparse.Namespace) -> bool:
+    """An experiment's parameters read by the lean reader when no upkeep is due (as `phalanx logs`)."""
+    from phalanx.cli.record_tables import print_params
+
+    def answer(reader: LiteReader, experiment: Experiment) -> None:
+        print_params(reader, experiment.id, ns.output or "table")
+
+    return _on_experiment(ns.experiment_id, answer)
+
+
+def _artifacts_parser() -> _Parser:
+    """`phalanx artifacts`' listing options (--download, --dir, --server and --local: Typer's)."""
+    p = _Parser(prog="phalanx artifacts", add_help=False, allow_abbrev=False)
+    p.add_argument("experiment_id")
+    p.add_argument("--output", "-o", choices=("table", "json"))
+    p.add_argument("--kind")
+    return p
+
+
+def _artifacts(ns: argparse.Namespace) -> bool:
+    """An experiment's artifacts listed by the lean reader when no upkeep is due (as `phalanx logs`)."""
+    from phalanx.cli.record_tables import artifacts_of_kind, print_artifacts
+
+    def answer(reader: LiteReader, experiment: Experiment) -> None:
+        records = artifacts_of_kind(reader, experiment.id, ns.kind)
+        print_artifacts(records, experiment.id, ns.kind, ns.output or "table")
+
+    return _on_experiment(ns.experiment_id, answer)
+
+
 def _on_experiment(typed: str, answer: Callable[[LiteReader, Experiment], None]) -> bool:
     """``answer`` from the lean reader for the experiment ``typed`` names; False when Typer's
     command must answer: a login (a server's experiment), upkeep due, or an id the reader cannot
@@ -201,6 +240,8 @@ LEAN_COMMANDS: dict[str, tuple[Callable[[], _Parser], Callable[[argparse.Namespa
     "ls": (_ls_parser, _ls),
     "logs": (_logs_parser, _logs),
     "metrics": (_metrics_parser, _metrics),
+    "params": (_params_parser, _params),
+    "artifacts": (_artifacts_parser, _artifacts),
     "run": (_run_parser, _run),
 }
 

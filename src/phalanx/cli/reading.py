@@ -11,11 +11,9 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from phalanx.cli.listing import open_for_reading
-from phalanx.views import PER_REPLICA
 
 if TYPE_CHECKING:
     from phalanx.domain import Experiment, Replica
-    from phalanx.store.base import ArtifactRecord
     from phalanx.store.door import Door
 
 IdArg = Annotated[str, typer.Argument(metavar="ID", help="Experiment id or a unique prefix of one.")]
@@ -48,29 +46,3 @@ def experiment_json(e: Experiment) -> dict[str, Any]:
 
 def replica_json(r: Replica) -> dict[str, Any]:
     return r.to_json()
-
-
-def artifact_json(a: ArtifactRecord) -> dict[str, Any]:
-    return {
-        "name": a.name,
-        "kind": a.kind,
-        "path": a.path,
-        "size": a.size,
-        "content_type": a.content_type,
-        "replica": a.replica,
-        "rank": a.rank,
-        "time": a.time,
-        "metadata": dict(a.metadata),
-    }
-
-
-def _writer(replica: str, rank: int | None) -> str:
-    return replica if rank is None else f"{replica} rank {rank}"
-
-
-def _value(v: Any) -> str:
-    import json
-
-    if isinstance(v, dict) and list(v) == [PER_REPLICA]:  # ranks differ: each value with its writer
-        return ", ".join(f"{_value(r['value'])} ({_writer(r['replica'], r['rank'])})" for r in v[PER_REPLICA])
-    return v if isinstance(v, str) else json.dumps(v)

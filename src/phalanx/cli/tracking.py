@@ -9,14 +9,13 @@ imported at module level; the store is imported inside the commands.
 
 from __future__ import annotations
 
-import sys
 from enum import StrEnum
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
-from phalanx.cli.app import OutputOpt, app, choice_option, emit_json, fail, human_size
+from phalanx.cli.app import OutputOpt, app, choice_option, emit_json
 from phalanx.cli.details import show_experiment
 
 # the lean `phalanx ls` path lives in cli/listing.py (no typer); other modules import these from here
@@ -30,12 +29,10 @@ from phalanx.cli.metrics_output import print_metrics
 
 # shared with cli/details.py; other command modules import some of them from here
 from phalanx.cli.reading import IdArg as IdArg
-from phalanx.cli.reading import _value, artifact_json
 from phalanx.cli.reading import is_remote as is_remote
 from phalanx.cli.reading import open_target as open_target
+from phalanx.cli.record_tables import artifacts_of_kind, human_size, print_artifacts, print_params
 from phalanx.cli.target import LocalOpt, ServerOpt, ThisMachineOnlyOpt, this_machine_only
-from phalanx.terminal_text import write_shown
-from phalanx.views import conflict_notes, params_by_section
 
 
 class MetricsFormat(StrEnum):
@@ -166,46 +163,7 @@ def params(
     script_params; a group trial's are in Trial), Args from argparse, General from task.connect,
     ... A declared value the script reported differently is marked in the table's last column."""
     store = open_target(server, local)
-    e = store.get_experiment(experiment_id)
-    records = store.params(e.id)
-    if output is Format.JSON:
-        emit_json(params_by_section(records))
-        return
-    if not records:
-        typer.echo(f"experiment {e.id} recorded no parameters")
-        return
-    notes = conflict_notes(records)
-    rows = [
-        [p.section, p.key, _value(p.value), p.replica, "-" if p.rank is None else str(p.rank)]
-        + ([f"≠ {notes[(p.section, p.key)]}" if (p.section, p.key) in notes else ""] if notes else [])
-        for p in records
-    ]
-    headers = ["section", "key", "value", "replica", "rank"] + (["conflict"] if notes else [])
-    _echo_table(headers, rows)
-
-
-# The kinds of artifact Phalanx's SDK writes (tracking/objects.py, reports.py, checkpointing.py). The
-# store keeps whatever kind a record names (another client may write its own), so a --kind is
-# checked against these and the experiment's own, never refused by the store.
-ARTIFACT_KINDS: tuple[str, ...] = (
-    *("json", "bytes", "file", "folder", "numpy", "pandas", "image", "pickle", "text"),  # objects.py
-    *("report", "checkpoint"),
-)
-
-
-def _check_kind(kind: str, experiment_id: str, has: list[str]) -> None:
-    """A --kind that neither Phalanx's SDK writes nor this experiment has is a mistake (exit 2),
-    named with the nearest kind; kinds are open (another client may write its own), so the
-    experiment's own are named too. A known kind it has none of is an empty answer, not an error."""
-    from phalanx.suggest import did_you_mean
-
-    if kind in ARTIFACT_KINDS:
-        return
-    raise fail(
-        f"--kind {kind!r}: no artifact is of that kind{did_you_mean(kind, [*has, *ARTIFACT_KINDS])}"
-        f" (experiment {experiment_id} has {', '.join(has) or 'none'};"
-        f" Phalanx's SDK writes {', '.join(ARTIFACT_KINDS)})"
-    )
+    print_params(store, store.get_experiment(experiment_id).id, output.value)
 
 
 @app.command("artifacts")
@@ -237,10 +195,7 @@ def artifacts(
 
     store = open_target(server, local)
     e = store.get_experiment(experiment_id)
-    every = store.artifacts(e.id)
-    records = [a for a in every if kind is None or a.kind == kind]
-    if kind is not None and not records:
-        _check_kind(kind, e.id, sorted({a.kind for a in every}))
+    records = artifacts_of_kind(store, e.id, kind)
     if download is not None:
         chosen = next((a for a in records if a.name == download), None)
         if chosen is None:
@@ -252,17 +207,7 @@ def artifacts(
         else:
             typer.echo(str(target))
         return
-    if output is Format.JSON:
-        emit_json([artifact_json(a) for a in records])
-        return
-    if not records:
-        typer.echo(f"experiment {e.id} has no artifacts" + (f" of kind {kind!r}" if kind else ""))
-        return
-    rows = [
-        [a.name, a.kind, human_size(a.size), a.replica, "-" if a.rank is None else str(a.rank), a.path]
-        for a in records
-    ]
-    _echo_table(["name", "kind", "size", "replica", "rank", "path"], rows)
+    print_artifacts(records, e.id, kind, output.value)
 
 
 @app.command("gc")
@@ -307,9 +252,3 @@ def gc(
     else:
         lines.append("store compacted (VACUUM)")
     typer.echo("\n".join(lines))
-
-
-def _echo_table(headers: list[str], rows: list[list[str]]) -> None:
-    """A table of what a job reported (titles, values, names): on a terminal, escape sequences in it
-    are shown, not acted on (phalanx.terminal_text)."""
-    write_shown(_table(headers, rows), sys.stdout)

@@ -1,12 +1,12 @@
 """A lean read path into a SQLite store: the standard library's sqlite3, no SQLAlchemy, no Alembic.
 
-`phalanx ls`, `logs`, `metrics` and `run --detach` (which waits for its experiment's row) used to
-pay 0.3-0.4 CPU-s for importing SQLAlchemy before reading a few rows (issues 30 and 42,
-docs/cli-speed.md). ``LiteReader`` answers the few reads those paths make, returning exactly the
-domain objects ``SqlStore`` returns (tests/unit/store/test_lite_reader.py compares them). It never
-writes and never migrates: ``LiteReader.open`` returns None whenever the full store must be opened
-instead — not SQLite, no file yet, or a schema not at the newest revision (opening the full store
-migrates it).
+`phalanx ls`, `logs`, `metrics`, `params`, `artifacts` and `run --detach` (which waits for its
+experiment's row) used to pay 0.3-0.4 CPU-s for importing SQLAlchemy before reading a few rows
+(issues 30 and 42, docs/cli-speed.md). ``LiteReader`` answers the few reads those paths make,
+returning exactly the domain objects ``SqlStore`` returns (tests/unit/store/test_lite_reader.py
+compares them). It never writes and never migrates: ``LiteReader.open`` returns None whenever the
+full store must be opened instead — not SQLite, no file yet, or a schema not at the newest revision
+(opening the full store migrates it).
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from phalanx.store.private_file import tighten
 
 if TYPE_CHECKING:  # the domain's dataclasses: `run --detach`'s probe does without them
     from phalanx.domain import Experiment, ExperimentFilter, LogLine, Page, Replica, Series
+    from phalanx.store.base import ArtifactRecord, ParamRecord
 
 # the columns ``SqlStore`` reads for an experiment (all but `repro`, which only store.repro() reads)
 _EXPERIMENT_COLUMNS = (
@@ -221,6 +222,34 @@ class LiteReader:
         replicas = [_replica(r) for r in rows]
         return sorted(replicas, key=lambda r: (_ROLE_ORDER.get(r.role, 3), r.index, r.name))
 
+    def params(self, experiment_id: str) -> list[ParamRecord]:
+        """As ``Store.params`` for an exact id (no prefix): each writer's latest report, merged."""
+        from phalanx.store.base import ParamRecord, merge_params  # why: only `params` reads them
+
+        rows = self._conn.execute(
+            "SELECT section, key, value, replica, rank, time FROM params WHERE experiment_id = ?"
+            " ORDER BY time, id",
+            (experiment_id,),
+        ).fetchall()
+        return merge_params(ParamRecord(s, k, _json(v), r, rank, t) for s, k, v, r, rank, t in rows)
+
+    def artifacts(self, experiment_id: str) -> list[ArtifactRecord]:
+        """As ``Store.artifacts`` for an exact id (no prefix): by name."""
+        from phalanx.store.base import ArtifactRecord  # why: only `artifacts` reads them
+
+        rows = self._conn.execute(
+            "SELECT name, kind, path, size, content_type, replica, rank, time, meta FROM artifacts"
+            " WHERE experiment_id = ? ORDER BY name",
+            (experiment_id,),
+        ).fetchall()
+        return [
+            ArtifactRecord(
+                name=n, kind=k, path=p, size=z, content_type=c, replica=r, rank=rank, time=t,
+                metadata=_json(m) or {},
+            )
+            for n, k, p, z, c, r, rank, t, m in rows
+        ]  # fmt: skip
+
     def has_rows(self, table: str) -> bool:
         """Whether one of the store's own tables (a name of ours, never a user's) has a row."""
         if not table.replace("_", "").isalnum():
@@ -242,8 +271,12 @@ def _like(text: str) -> str:
     return text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
 
 
-def _json(text: str | None) -> Any:
-    return None if text is None else json.loads(text)
+def _json(text: str | float | None) -> Any:
+    """A JSON column's value: its text parsed; a number SQLite already made one (a column typed JSON
+    has numeric affinity: a scalar parameter's text "0.1" is stored as the real 0.1)."""
+    if text is None or isinstance(text, int | float):
+        return text
+    return json.loads(text)
 
 
 def _experiment(r: tuple[Any, ...]) -> Experiment:

@@ -359,3 +359,55 @@ def test_a_supervisor_starts_its_replicas_before_it_imports_the_stores_sql() -> 
     imported = {line.rsplit("|", 1)[1].strip() for line in done.stderr.splitlines() if "|" in line}
     assert {"phalanx.supervisor.supervising", "phalanx.data.inputs"} <= imported  # the lines were read
     assert not {"sqlalchemy", "phalanx.store.sql", "alembic"} & imported, sorted(imported)
+
+
+def test_params_and_artifacts_print_what_the_full_path_prints_without_importing_the_heavy_libraries(
+    phalanx_home: Path,
+) -> None:
+    """`phalanx params ID` and `artifacts ID` (0.30 -> ~0.05 CPU-s, issue 42): the lean reader's
+    tables and JSON are the full store's (`--local`), and a --kind mistake is refused alike."""
+    from tests.unit.server import fill
+
+    store = open_store(Settings(home=phalanx_home))
+    try:
+        exp = fill.experiment(store, name="p", project="p", n_workers=1)
+        fill.param(store, exp.id, "Args", "lr", 0.1)
+        fill.param(store, exp.id, "Args", "lr", 0.2, replica="worker-0")  # ranks differ: both shown
+        fill.param(store, exp.id, "General", "layers", {"sizes": [64, 32]})
+        store.write_events(
+            [
+                fill.event(exp.id, EventKind.ARTIFACT, {"name": n, "kind": k, "path": f"a/{n}", "size": z})
+                for n, k, z in (("weights.bin", "bytes", 3 << 20), ("report/image/x", "report", 10))
+            ]
+        )
+        store.update_experiment(exp.id, status=ExperimentStatus.SUCCEEDED)
+    finally:
+        store.close()
+    for args in (
+        ["params", exp.id[:6]],
+        ["params", exp.id, "-o", "json"],
+        ["artifacts", exp.id],
+        ["artifacts", exp.id, "--kind", "report", "-o", "json"],
+        ["artifacts", exp.id, "--kind", "image"],  # a kind it has none of: an empty answer
+    ):
+        lean, imported = _printed(phalanx_home, *args)
+        full, full_imported = _printed(phalanx_home, *args, "--local")
+        assert lean == full, args
+        assert "phalanx" in imported and "sqlalchemy" in full_imported  # both importtime lines read
+        assert not imported & set(HEAVY), sorted(imported & set(HEAVY))
+    assert "lr      0.2                  worker-0  1" in _printed(phalanx_home, "params", exp.id)[0]
+    assert "3.0 MiB" in _printed(phalanx_home, "artifacts", exp.id)[0]
+    env = {**os.environ, "PHALANX_HOME": str(phalanx_home)}
+    said = [
+        subprocess.run(
+            [sys.executable, "-m", "phalanx.cli.main", "artifacts", exp.id, "--kind", "reprot", *more],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=120,
+        )
+        for more in ([], ["--local"])
+    ]
+    last = [(d.returncode, d.stderr.splitlines()[-1]) for d in said]  # (--local says "on this machine")
+    assert last[0] == last[1] and last[0][0] == 2, last
+    assert "did you mean 'report'" in said[0].stderr and "Traceback" not in said[0].stderr

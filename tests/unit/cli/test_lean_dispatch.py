@@ -141,3 +141,28 @@ def test_every_command_is_imported_from_the_module_that_registers_it() -> None:
     assert {"add", "map", "maps"} <= set(cluster.commands)
     assert modules_for(["--help"]) == COMMAND_MODULES
     assert modules_for(["lss"]) == COMMAND_MODULES  # Typer's "No such command" lists them all
+
+
+def test_lean_params_and_artifacts_take_the_listing_options_of_the_typer_commands() -> None:
+    for command, leaves in (
+        ("params", {"--server", "--local", "experiment_id"}),
+        ("artifacts", {"--server", "--local", "experiment_id", "--download", "--dir/-d"}),
+    ):
+        typer_opts = _typer_options(command)
+        parser = lean.LEAN_COMMANDS[command][0]()
+        given = [a for a in parser._actions if a.option_strings]
+        lean_opts = {"/".join(sorted(a.option_strings)): a.default for a in given}
+        assert set(lean_opts) == set(typer_opts) - leaves, f"a new `{command}` option: teach cli/lean.py"
+        for name, default in lean_opts.items():  # argparse's None stands for Typer's defaults
+            assert default is None and typer_opts[name] in (None, "table"), (command, name)
+    parsed = lean.parse(["artifacts", "abc", "--kind", "report", "-o", "json"])
+    assert parsed is not None and (parsed[1].kind, parsed[1].output) == ("report", "json")
+    for args in (
+        ["params"],
+        ["params", "abc", "--server", "http://x"],
+        ["params", "abc", "-o", "csv"],
+        ["artifacts", "abc", "--download", "model.pt"],  # a download: Typer's (the full store's files)
+        ["artifacts", "abc", "-d", "out"],
+        ["artifacts", "abc", "--local"],
+    ):
+        assert lean.parse(args) is None, args

@@ -164,3 +164,57 @@ def test_reads_an_experiments_scalars_as_the_sql_store(tmp_path: Path) -> None:
             assert repr(reader.metrics(exp.id, title, series)) == repr(store.metrics(exp.id, title, series))
         assert len(reader.metrics(exp.id, "loss", "worker 01")["loss"]["worker 01"].steps) == 5000
     store.close()
+
+
+def test_reads_an_experiments_params_and_artifacts_as_the_sql_store(tmp_path: Path) -> None:
+    """`phalanx params ID` and `artifacts ID` on the lean path: the same merged records (a writer's
+    latest report, ranks that differ each kept, JSON values of every shape) and artifacts by name."""
+    url = f"sqlite:///{tmp_path / 'phalanx.db'}"
+    store = SqlStore(url, ArtifactStore(str(tmp_path / "artifacts")))
+    exp = fill.experiment(store, name="p", project="p", n_workers=1)
+    empty = fill.experiment(store, name="e", project="p", n_workers=0)
+    for replica, rank, key, value, t in [
+        ("master", 0, "lr", 0.1, 1.0),
+        ("worker-0", 1, "lr", 0.1, 1.5),
+        ("master", 0, "seed", 1, 2.0),
+        ("worker-0", 1, "seed", 2, 2.5),
+        ("master", 0, "lr", 0.05, 3.0),  # the master's latest report: now the ranks differ
+        ("master", 0, "layers", {"sizes": [64, 32], "act": None, "deep": [[1.5]]}, 4.0),
+        ("master", 0, "name", "résumé \x1b[31m", 5.0),
+    ]:
+        store.write_events(
+            [
+                Event(
+                    exp.id,
+                    EventKind.PARAM,
+                    {"section": "Args", "key": key, "value": value},
+                    replica=replica,
+                    rank=rank,
+                    time=t,
+                    stream=f"s-{replica}",
+                    seq=int(t * 10),
+                )
+            ]
+        )
+    for n, (name, rank, meta) in enumerate([("b.json", 0, {"title": "t"}), ("a.txt", None, None)]):
+        data = {"name": name, "kind": "json", "path": f"artifacts/{name}", "size": 3 + n, "content_type": "x"}
+        if meta is not None:
+            data["meta"] = meta
+        artifact = Event(exp.id, EventKind.ARTIFACT, data, rank=rank, time=9.0 + n, stream="a", seq=n)
+        store.write_events([artifact])
+    reader = LiteReader.open(url, HEAD)
+    assert reader is not None
+    with reader:
+        for eid in (exp.id, empty.id):
+            assert reader.params(eid) == store.params(eid)
+            assert reader.artifacts(eid) == store.artifacts(eid)
+        assert reader.params("nope") == [] and reader.artifacts("nope") == []  # found first (find_experiment)
+        params = reader.params(exp.id)
+        assert sorted((p.key, p.replica, p.value) for p in params if p.key in ("lr", "seed")) == [
+            ("lr", "master", 0.05),
+            ("lr", "worker-0", 0.1),
+            ("seed", "master", 1),
+            ("seed", "worker-0", 2),
+        ]
+        assert [a.name for a in reader.artifacts(exp.id)] == ["a.txt", "b.json"]
+    store.close()
