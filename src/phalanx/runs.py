@@ -177,11 +177,14 @@ class Run:
         Raises:
             NotFound, UsageError, ParityFailed (a file that fails its ONNX check).
         """
+        from phalanx.registry.checker import check_in_process  # why: `from phalanx import Run` stays light
         from phalanx.registry.door import register_version  # why: `from phalanx import Run` stays light
         from phalanx.registry.service import Registry  # why: `from phalanx import Run` stays light
 
         source = register_source(self.id, model_path, self.get_models())
-        return register_version(Registry(self._store), source, model_name, description, tags, alias)
+        # the embedded mode: the user's own file, checked in the user's own process (registry.checker)
+        registry = Registry(self._store, check_in_process)
+        return register_version(registry, source, model_name, description, tags, alias)
 
     def _artifact_store(self) -> ArtifactStore:
         if self._artifacts is None:

@@ -17,12 +17,13 @@ pytest.importorskip("onnxruntime")
 
 def fill_registry(home: Path) -> list[str]:
     from phalanx.config import Settings
+    from phalanx.registry.checker import check_in_process
     from phalanx.registry.service import Registry
     from phalanx.store import open_store
     from tests.support.onnx_models import random_linear, record_model
 
     store = open_store(Settings(home=home))
-    registry = Registry(store)
+    registry = Registry(store, check_in_process)
     ids = []
     for seed in (1, 2):
         data = {"name": "digits", "kind": "dataset", "ref": f"digits-data@{seed}", "digest": "cd" * 32}

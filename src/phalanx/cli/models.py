@@ -201,10 +201,12 @@ def registry_door(server: str | None, local: bool) -> tuple[ModelRegistry, Regis
 
         return RemoteRegistry(client), None
     from phalanx.config import Settings
+    from phalanx.registry.checker import check_in_process
     from phalanx.registry.service import Registry
     from phalanx.store import open_store
 
-    here = Registry(open_store(Settings()))
+    # no server: the user's own file, checked in the user's own process (phalanx.registry.checker)
+    here = Registry(open_store(Settings()), check_in_process)
     return here, here
 
 

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from phalanx.config import Settings
+from phalanx.registry.checker import check_in_process
 from phalanx.registry.service import Registry, model_json, version_json
 from phalanx.store import open_store
 from phalanx.store.registry_records import ModelRef, ModelVersion, parse_ref
@@ -26,7 +27,8 @@ if TYPE_CHECKING:
 def _registry(store: LocalStore | None) -> Registry:
     if store is None:
         store = open_store(Settings())
-    return Registry(store)
+    # the embedded mode: the user's own file, checked in the user's own process (registry.checker)
+    return Registry(store, check_in_process)
 
 
 class Model:

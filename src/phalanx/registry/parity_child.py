@@ -7,10 +7,12 @@ signature only when the check passed), or ``{"refused": "why"}`` for a model the
 before running it (no example input kept, external data). Anything else (a crash of onnxruntime,
 a traceback, no answer) is the parent's to report.
 
-On a server that boxes, it runs in the project's box as the project's account: the file was written
-by an editor's job and is input to a large native library, which must not run in the server's own
-trust domain. ``MEMORY_BYTES`` (0: none) caps its address space before onnxruntime is loaded, so a
-model that asks for more memory than a check needs fails to allocate rather than fill the machine.
+A server runs it for every registration (the file was written by an editor's job, or uploaded, and
+is input to a large native library, which must not run in the server's own process): in the
+project's box as the project's account when the server boxes it, else as a plain child process with
+an allow-listed environment. ``MEMORY_BYTES`` (0: none) caps its address space before onnxruntime is
+loaded, so a model that asks for more memory than a check needs fails to allocate rather than fill
+the machine.
 """
 
 from __future__ import annotations

@@ -1,15 +1,27 @@
-"""The registry's parity check (phalanx.registry.parity) in a short-lived process of its own, boxed
-as its project's jobs are (docs/security.md): what a server that boxes runs when an editor registers
-a model.
+"""The registry's parity check (phalanx.registry.parity) in a short-lived process of its own: what a
+server runs whenever somebody registers a model through it (``ProcessChecker``, the server's
+``ModelChecker``: phalanx.registry.checker).
 
-The ONNX file was written by the editor's job: it is untrusted input to onnxruntime, a large native
-library, and the server never runs a user's work in its own trust domain. So the check runs as
-``python -m phalanx.registry.parity_child`` in the project's box (phalanx.machine.box): the
-project's account, its own mount and PID namespaces and no network, an allow-listed environment,
-nothing of the server's home, store or keys; the model and its metadata go in on standard input,
-and it sees only the machine's libraries, Python and Phalanx's code, read-only. It is held to a
-deadline, an address-space cap and a bounded answer: a crash, a hang or garbage becomes a
-ParityFailed that says what happened, never a traceback of the server or a request that never ends.
+The ONNX file was written by an editor's job, or uploaded through the ingest API: it is untrusted
+input to onnxruntime, a large native library, and a crafted file can crash the process that parses
+it or run without end. So the server never parses it itself:
+
+- on a server that boxes the project (``check_boxed``), the check runs as
+  ``python -m phalanx.registry.parity_child`` in the project's box (phalanx.machine.box): the
+  project's account, its own mount and PID namespaces and no network, an allow-listed environment,
+  nothing of the server's home, store or keys; it sees only the machine's libraries, Python and
+  Phalanx's code, read-only;
+- on a server that does not box (not root, or ``--trust-submitters``: ``check_plain``), the same
+  child runs as the server's account, in a session of its own, with an environment built from
+  nothing but an allow-list (no token, no cloud keys, no PHALANX_* of the server's) and a fresh
+  private folder for its home and temporary files. It could read what the server's account reads
+  (the box's job, which such a server cannot do), but a crash or a hang is its own, not the server's.
+
+Either way the model and its metadata go in on standard input; the child is held to a deadline
+(killed with its process group then, and whenever the request that started it ends), an
+address-space cap and a bounded answer, and ends with the server however the server ends (setpriv's
+--pdeathsig): a crash, a hang or garbage becomes a ParityFailed that says what happened, never a
+traceback of the server or a request that never ends.
 """
 
 from __future__ import annotations
@@ -23,6 +35,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
@@ -32,6 +45,7 @@ from phalanx.errors import UsageError
 from phalanx.machine import box
 from phalanx.machine.box import Isolation
 from phalanx.machine.proctree import MIB
+from phalanx.registry.checker import Checked
 from phalanx.registry.parity import Parity, ParityFailed
 
 CHILD = "phalanx.registry.parity_child"
@@ -39,14 +53,7 @@ CHECK_SECONDS = 300.0  # loading a large model and running it once on one small 
 ANSWER_MOST = MIB  # its JSON answer: a parity figure and a signature
 ERRORS_KEPT = 16 * 1024  # the end of its standard error, for the refusal's reason
 BASE_MEMORY = 2048 * MIB  # Python, numpy and onnxruntime with one thread (about 250 MiB), with room
-
-
-@dataclass(frozen=True)
-class Checked:
-    """What the check found: the parity figure, and the graph's signature when it passed."""
-
-    parity: Parity
-    signature: dict[str, Any] | None
+MALLOC = {"MALLOC_ARENA_MAX": "2"}  # glibc's arenas reserve 64 MiB of address space a thread
 
 
 @dataclass(frozen=True)
@@ -59,6 +66,21 @@ class Ran:
     errors: bytes
     timed_out: bool
     overflow: bool
+
+
+@dataclass(frozen=True)
+class ProcessChecker:
+    """A server's ModelChecker: each check in a process of its own, in the project's box when
+    ``isolation_for(project)`` names one (the server boxes it), else a plain child process."""
+
+    isolation_for: Callable[[str], Isolation | None]
+    seconds: float = CHECK_SECONDS
+
+    def __call__(self, data: bytes, metadata: dict[str, Any], project: str, where: str) -> Checked:
+        isolation = self.isolation_for(project)
+        if isolation is not None:
+            return check_boxed(data, metadata, isolation, where, seconds=self.seconds)
+        return check_plain(data, metadata, where, seconds=self.seconds)
 
 
 def memory_for(onnx_bytes: bytes) -> int:
@@ -83,13 +105,7 @@ def check_boxed(
         ParityFailed: the check's process crashed, ran past ``seconds`` or gave no readable answer.
     """
     cap = memory_for(onnx_bytes) if memory is None else memory
-    env = {
-        **box.box_env(isolation, "/tmp"),
-        **box.inherited(),
-        "PYTHONPATH": PACKAGE_ROOT,
-        "MALLOC_ARENA_MAX": "2",  # glibc's arenas reserve 64 MiB of address space a thread
-    }
-    head = json.dumps(metadata).encode() + b"\n"
+    env = {**box.box_env(isolation, "/tmp"), **box.inherited(), "PYTHONPATH": PACKAGE_ROOT, **MALLOC}
     # its /tmp (where onnxruntime loads the file from): a fresh folder of the account's, removed after
     with tempfile.TemporaryDirectory(prefix="phalanx-parity-") as folder:
         box.make_own_folder(Path(folder), isolation)
@@ -99,16 +115,59 @@ def check_boxed(
         # -P: nothing of its working folder is imported; PYTHONPATH: this very Phalanx
         ends = [shutil.which(box.SETPRIV) or box.SETPRIV, "--pdeathsig", "SIGKILL", "--"]
         argv = [*ends, *box.box_argv(isolation, layout), sys.executable, "-P", "-m", CHILD, str(cap)]
-        ran = run_bounded(argv, env, (head, onnx_bytes), seconds)
+        ran = run_bounded(argv, env, (json.dumps(metadata).encode() + b"\n", onnx_bytes), seconds)
     return read_answer(ran, where, seconds)
 
 
-def run_bounded(argv: list[str], env: dict[str, str], feed: tuple[bytes, ...], seconds: float) -> Ran:
-    """``argv`` fed ``feed`` on its standard input, killed at ``seconds``: the first ANSWER_MOST
-    bytes of its output and the last ERRORS_KEPT of its errors are kept, the rest read and dropped
-    (a child that writes without end neither blocks nor fills the server's memory)."""
+def check_plain(
+    onnx_bytes: bytes,
+    metadata: dict[str, Any],
+    where: str,
+    *,
+    seconds: float = CHECK_SECONDS,
+    memory: int | None = None,
+) -> Checked:
+    """Re-check ``onnx_bytes`` (the model ``where`` names) in a plain child process of the server's
+    account (a server that does not box): what ``check_boxed`` raises, for the same reasons."""
+    cap = memory_for(onnx_bytes) if memory is None else memory
+    # its home, working folder and temporary files (where onnxruntime loads the file from): a fresh
+    # private folder, removed after
+    with tempfile.TemporaryDirectory(prefix="phalanx-parity-") as folder:
+        # built from nothing: none of the server's environment (its token, cloud keys, PHALANX_*)
+        env = {
+            "PATH": box.BOX_PATH,
+            "HOME": folder,
+            "TMPDIR": folder,
+            **box.inherited(),
+            "PYTHONPATH": PACKAGE_ROOT,
+            **MALLOC,
+        }
+        # -s -P (with -E, what -I is): no user site packages, nothing of its working folder; not -E,
+        # which would drop the PYTHONPATH that names this very Phalanx (the environment has nothing
+        # else for -E to drop)
+        argv = [sys.executable, "-s", "-P", "-m", CHILD, str(cap)]
+        if setpriv := shutil.which(box.SETPRIV):  # ended with the server however it ends
+            argv = [setpriv, "--pdeathsig", "SIGKILL", "--", *argv]
+        feed = (json.dumps(metadata).encode() + b"\n", onnx_bytes)
+        ran = run_bounded(argv, env, feed, seconds, cwd=folder)
+    return read_answer(ran, where, seconds)
+
+
+def run_bounded(
+    argv: list[str], env: dict[str, str], feed: tuple[bytes, ...], seconds: float, cwd: str = "/"
+) -> Ran:
+    """``argv`` fed ``feed`` on its standard input, in a session of its own, killed with its
+    process group at ``seconds`` or when this call ends otherwise (the thread interrupted): the
+    first ANSWER_MOST bytes of its output and the last ERRORS_KEPT of its errors are kept, the rest
+    read and dropped (a child that writes without end neither blocks nor fills the server's memory)."""
     proc = subprocess.Popen(
-        argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, cwd="/"
+        argv,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=env,
+        cwd=cwd,
+        start_new_session=True,
     )
     assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
     out: list[bytes] = []
@@ -126,11 +185,21 @@ def run_bounded(argv: list[str], env: dict[str, str], feed: tuple[bytes, ...], s
         proc.wait(timeout=seconds)
     except subprocess.TimeoutExpired:
         timed_out = True
-        proc.kill()  # bubblewrap's --die-with-parent ends the box with it
-        proc.wait()
+    finally:
+        if proc.poll() is None:  # past its deadline, or this request's thread is ending
+            _kill_group(proc)
     for thread in threads:
-        thread.join(timeout=10)  # (nothing of the box outlives bubblewrap to hold a pipe open)
+        thread.join(timeout=10)  # (nothing of its group outlives it to hold a pipe open)
     return Ran(proc.returncode, b"".join(out), b"".join(errors), timed_out, overflow.is_set())
+
+
+def _kill_group(proc: subprocess.Popen[bytes]) -> None:
+    """End ``proc`` and its process group (a boxed one: bubblewrap's --die-with-parent ends the box
+    with it), and reap it."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    proc.kill()
+    proc.wait()
 
 
 def _feed(pipe: IO[bytes], parts: tuple[bytes, ...]) -> None:

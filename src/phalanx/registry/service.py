@@ -5,22 +5,22 @@ routes, `phalanx serve`): register an experiment's ONNX model as version N of a 
 Registering copies the file out of the experiment (under ``REGISTRY_ID`` in the artifact store), so
 a version outlives the experiment it came from, and re-runs save_model's ONNX check on the copied
 bytes first (phalanx.registry.parity): a file altered or corrupted since it was saved is refused
-with its parity figure, and nothing is recorded. On a server that boxes the experiment's project,
-the check runs in that project's box, in a process of its own (phalanx.registry.parity_process);
-elsewhere in this process, as the project's jobs run (as the server, or the user who typed it).
+with its parity figure, and nothing is recorded. Where the check runs is the door's to say, through
+the one seam of phalanx.registry.checker (``checker``): a server's runs it in a process of its own,
+in the project's box when it boxes the project (phalanx.registry.parity_process); the embedded
+single-user mode in the user's own process.
 """
 
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from phalanx.data.lineage import inputs_of
 from phalanx.errors import NotFound, UsageError
-from phalanx.machine.box import Isolation
-from phalanx.registry.parity import ParityFailed, recheck, signature
-from phalanx.registry.parity_process import Checked, check_boxed
+from phalanx.registry.checker import ModelChecker
+from phalanx.registry.parity import ParityFailed
 from phalanx.store.registry import registry_store
 from phalanx.store.registry_records import (
     ModelRef,
@@ -41,11 +41,12 @@ REGISTRY_ID = "_registry"
 
 class Registry:
     """The registry over ``store`` (the SQL store, SQLite or PostgreSQL, with its artifact store).
-    ``box_for(project)``: the box a project's jobs run in (a server's; None, or no ``box_for``: not
-    boxed), where registering re-checks a model of that project."""
+    ``checker``: how ``register`` checks a model (phalanx.registry.checker); a registry opened
+    without one reads and changes versions but registers none (no door checks in a place it did not
+    choose)."""
 
-    def __init__(self, store: LocalStore, box_for: Callable[[str], Isolation | None] | None = None) -> None:
-        self.box_for = box_for
+    def __init__(self, store: LocalStore, checker: ModelChecker | None = None) -> None:
+        self.checker = checker
         self.sql: RegistryStore = registry_store(store)
         if store.artifact_store is None:
             raise UsageError("the model registry needs an artifact store to keep the models' files in")
@@ -69,7 +70,10 @@ class Registry:
             UsageError: the experiment has several ONNX models and none was named; the model keeps
                 no example input to re-check.
             ParityFailed: the stored file does not compute what it did when it was saved.
+            TypeError: the registry was opened without a checker (a door's mistake).
         """
+        if self.checker is None:
+            raise TypeError("this Registry was opened without a checker: pass one to register models")
         check_model_name(name)
         experiment_text, _, model_text = source.partition("/")
         experiment = self.store.get_experiment(experiment_text)
@@ -77,7 +81,7 @@ class Registry:
         data = self.artifacts.read_bytes(experiment.id, record.path)
         metadata = dict(record.metadata)
         digest = hashlib.sha256(data).hexdigest()
-        checked = self._check(data, metadata, experiment.project, f"{experiment.id}/{record.name}")
+        checked = self.checker(data, metadata, experiment.project, f"{experiment.id}/{record.name}")
         parity = checked.parity
         saved_digest = metadata.get("sha256")
         if saved_digest and saved_digest != digest and parity.passed:
@@ -135,16 +139,6 @@ class Registry:
             name, {**fields, "path": path}, project=experiment.project, keep_file=keep_file
         )
         return self.sql.get_version(name, version)
-
-    def _check(self, data: bytes, metadata: dict[str, Any], project: str, where: str) -> Checked:
-        """The parity check and (when it passes) the signature of ``data``: in ``project``'s box when
-        its jobs are boxed (an editor's job wrote the file: onnxruntime must not read it in the
-        server's trust domain), else here, where its jobs run too."""
-        box = self.box_for(project) if self.box_for is not None else None
-        if box is not None:
-            return check_boxed(data, metadata, box, where)
-        parity = recheck(data, metadata)
-        return Checked(parity, signature(data) if parity.passed else None)
 
     def _onnx_record(self, experiment_id: str, model: str | None) -> ModelRecord:
         records = [r for r in self.store.models(experiment_id) if r.format == "onnx"]

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pydantic import BaseModel, ConfigDict, Field
 
 from phalanx.config import Settings
+from phalanx.registry.parity_process import CHECK_SECONDS
 from phalanx.server.boxing import BoxPolicy
 from phalanx.server.oidc import OidcConfig
 
@@ -74,6 +75,9 @@ class ServerSettings(BaseModel):
     # the address people reach this server at, for the experiment links alerts carry; None:
     # http://HOST:PORT/ as it listens
     public_url: str | None = None
+    # how long a registration's model check (its own process: phalanx.registry.parity_process) may
+    # run before it is killed and the model refused
+    model_check_seconds: float = Field(default=CHECK_SECONDS, gt=0)
 
     def link_base(self) -> str:
         """Where this server's pages are, as an alert links to them."""

@@ -21,6 +21,7 @@ from tests.integration.serving.serveproc import get_json, post, start_serve, sto
 from tests.support.onnx_models import random_linear, record_model, run_onnx
 
 from phalanx.config import Settings
+from phalanx.registry.checker import check_in_process
 from phalanx.registry.service import Registry
 from phalanx.store import open_store
 
@@ -36,7 +37,7 @@ def server(phalanx_home: Path) -> Iterator[Server]:
 
 def test_serve_after_login_serves_and_follows_the_servers_model(server: Server, tmp_path: Path) -> None:
     store = open_store(Settings(home=server.home, db_url=None, artifacts_url=None))
-    registry = Registry(store)
+    registry = Registry(store, check_in_process)
     models = {}
     for version in (1, 2):  # two versions on the server's machine, @prod on the first
         data = random_linear(version)

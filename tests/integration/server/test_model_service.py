@@ -22,6 +22,7 @@ from tests.unit.server.teams_fixtures import make_team
 
 from phalanx.config import Settings
 from phalanx.machine.ledger import Ledger, ledger_path
+from phalanx.registry.checker import check_in_process
 from phalanx.registry.service import Registry
 from phalanx.store import open_store
 
@@ -61,7 +62,7 @@ def test_a_model_served_on_the_server_survives_a_kill_follows_its_alias_and_stop
     home = tmp_path / "server-home"
     store = open_store(Settings(home=home))
     tokens = make_team(store).tokens
-    registry = Registry(store)
+    registry = Registry(store, check_in_process)
     outputs = {}
     for version in (1, 2):
         data = random_linear(version)

@@ -23,6 +23,7 @@ from tests.support.cli import phalanx_cli
 from tests.support.onnx_models import random_linear, record_model, run_onnx
 
 from phalanx.config import Settings
+from phalanx.registry.checker import check_in_process
 from phalanx.registry.service import Registry
 from phalanx.store import open_store
 
@@ -66,7 +67,7 @@ for _ in range(rounds):
 @pytest.mark.timeout(900)  # the movers are given 600 s: under CI's load 20 moves took over 300 s once
 def test_moving_prod_between_two_versions_from_two_processes_drops_no_request(phalanx_home: Path) -> None:
     store = open_store(Settings())
-    registry = Registry(store)
+    registry = Registry(store, check_in_process)
     models = {}
     for version in (1, 2):
         data = random_linear(version)
@@ -156,7 +157,7 @@ def test_a_token_is_required_unless_no_auth_on_loopback(phalanx_home: Path) -> N
     store = open_store(Settings())
     exp = store.create_experiment(name="v1", project="p").id
     record_model(store, exp, "digits", random_linear(1))
-    Registry(store).register(exp, "digits")
+    Registry(store, check_in_process).register(exp, "digits")
     store.close()
     served = start_serve(phalanx_home, "digits@1", token="s3cret")
     try:

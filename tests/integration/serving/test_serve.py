@@ -21,6 +21,7 @@ from tests.integration.serving.serveproc import Served, get_json, post, start_se
 
 from phalanx.config import Settings  # noqa: E402
 from phalanx.domain import Event, EventKind  # noqa: E402
+from phalanx.registry.checker import check_in_process  # noqa: E402
 from phalanx.registry.service import Registry  # noqa: E402
 from phalanx.store import open_store  # noqa: E402
 from phalanx.tracking.models import export_model  # noqa: E402
@@ -72,7 +73,7 @@ def digits_served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Se
     x, y = _digits()
     exp = _save(phalanx_home, _train(x, y), x[:2])
     store = open_store(Settings(home=phalanx_home))
-    registry = Registry(store)
+    registry = Registry(store, check_in_process)
     version = registry.register(exp, "digits")
     registry.set_alias("digits", "prod", version.version)
     data = registry.read_bytes(version)

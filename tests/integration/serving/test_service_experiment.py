@@ -20,6 +20,7 @@ from tests.support.onnx_models import random_linear, record_model
 from phalanx.cli.listing import open_for_reading
 from phalanx.config import Settings
 from phalanx.domain import ExperimentFilter, ExperimentStatus
+from phalanx.registry.checker import check_in_process
 from phalanx.registry.service import Registry
 from phalanx.store import open_store
 
@@ -40,7 +41,7 @@ def test_a_serve_session_counts_its_requests_into_a_service_experiment(phalanx_h
     store = open_store(Settings())
     exp = store.create_experiment(name="train", project="vision").id
     record_model(store, exp, "digits", random_linear(1))
-    Registry(store).register(exp, "digits")
+    Registry(store, check_in_process).register(exp, "digits")
     store.close()
 
     served = start_serve(phalanx_home, "digits@1", "--track-seconds", "0.2")

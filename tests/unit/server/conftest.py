@@ -14,6 +14,7 @@ from phalanx.server.settings import ServerSettings
 from phalanx.store import open_store
 from phalanx.store.base import Store
 from tests.unit.server.fake_services import fake_boards, started_without_a_process
+from tests.unit.server.model_checks import checking_models_in_process
 
 __all__ = ["fake_boards", "started_without_a_process"]  # fixtures: services without a process
 
@@ -36,5 +37,6 @@ def store(settings: ServerSettings) -> Iterator[Store]:
 
 @pytest.fixture
 def client(settings: ServerSettings, store: Store) -> Iterator[TestClient]:
-    with TestClient(create_app(settings, store)) as c:
+    # registering a model checks it in this process (the test seam: tests/unit starts none)
+    with TestClient(checking_models_in_process(create_app(settings, store))) as c:
         yield c

@@ -21,6 +21,7 @@ from phalanx.store.accounts import Role
 from phalanx.store.base import LocalStore
 from tests.support.onnx_models import random_linear, record_model
 from tests.unit.server import fill
+from tests.unit.server.model_checks import checking_models_in_process
 from tests.unit.server.teams_fixtures import Team, make_group, make_team
 from tests.unit.server.test_durable_submit import bundle
 
@@ -364,7 +365,7 @@ def world(settings: ServerSettings, store: LocalStore) -> World:
     record_model(store, exp, "digits", random_linear(7))
     running = fill.experiment(store, project="A", status=ExperimentStatus.RUNNING).id
     group = make_group(store, "A").id
-    client = TestClient(create_app(settings, store))
+    client = TestClient(checking_models_in_process(create_app(settings, store)))  # (the test seam)
     return World(client, store, team, exp, running, group, settings)
 
 

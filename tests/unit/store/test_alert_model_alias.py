@@ -17,6 +17,7 @@ from sqlalchemy import text
 
 from phalanx.domain import ExperimentStatus
 from phalanx.errors import UsageError
+from phalanx.registry.checker import check_in_process
 from phalanx.registry.service import Registry
 from phalanx.server.alerting import EVENT, Deliverer, Retry
 from phalanx.store.alert_records import Delivery, check_hook
@@ -33,7 +34,7 @@ SECRET = "0123456789abcdef-secret"
 
 def _two_versions(store: SqlStore, project: str = "A") -> Registry:
     """``digits`` versions 1 and 2, registered from two experiments of ``project``."""
-    registry = Registry(store)
+    registry = Registry(store, check_in_process)
     for seed in (1, 2):
         exp = store.create_experiment(name=f"train-{seed}", project=project).id
         record_model(store, exp, "digits", random_linear(seed))

@@ -17,6 +17,7 @@ pytest.importorskip("onnxruntime")
 
 from phalanx.domain import Event, EventKind
 from phalanx.errors import NotFound, UsageError
+from phalanx.registry.checker import check_in_process
 from phalanx.registry.model import Model
 from phalanx.registry.onnx_load import open_session, refuse_external_data
 from phalanx.registry.parity import ParityFailed
@@ -41,7 +42,7 @@ def _experiment(store: SqlStore, seed: int, name: str = "digits") -> str:
 
 
 def test_register_numbers_versions_and_keeps_lineage_and_signature(store: SqlStore) -> None:
-    registry = Registry(store)
+    registry = Registry(store, check_in_process)
     first, second = _experiment(store, 1), _experiment(store, 2)
     v1 = registry.register(first, "digits", description="first", tags={"team": "vision"})
     v2 = registry.register(f"{second}/digits", "digits")
@@ -59,7 +60,7 @@ def test_register_numbers_versions_and_keeps_lineage_and_signature(store: SqlSto
 
 
 def test_a_version_keeps_its_own_copy_of_the_file(store: SqlStore) -> None:
-    registry = Registry(store)
+    registry = Registry(store, check_in_process)
     exp = _experiment(store, 1)
     original = store.artifact_store.read_bytes(exp, "models/digits.onnx")  # type: ignore[union-attr]
     v1 = registry.register(exp, "digits")
@@ -70,7 +71,7 @@ def test_a_version_keeps_its_own_copy_of_the_file(store: SqlStore) -> None:
 
 
 def test_aliases_move_and_resolve(store: SqlStore) -> None:
-    registry = Registry(store)
+    registry = Registry(store, check_in_process)
     for seed in (1, 2):
         registry.register(_experiment(store, seed), "digits")
     assert registry.set_alias("digits", "prod", 1) is None
@@ -90,7 +91,7 @@ def test_aliases_move_and_resolve(store: SqlStore) -> None:
 
 
 def test_a_tampered_file_is_refused_with_its_parity_figure_and_nothing_is_recorded(store: SqlStore) -> None:
-    registry = Registry(store)
+    registry = Registry(store, check_in_process)
     exp = _experiment(store, 1)
     tamper(store, exp, "digits")
     with pytest.raises(ParityFailed, match=r"max abs diff \d") as caught:
@@ -100,7 +101,7 @@ def test_a_tampered_file_is_refused_with_its_parity_figure_and_nothing_is_record
 
 
 def test_a_corrupt_file_is_refused(store: SqlStore) -> None:
-    registry = Registry(store)
+    registry = Registry(store, check_in_process)
     exp = _experiment(store, 1)
     data = store.artifact_store.read_bytes(exp, "models/digits.onnx")  # type: ignore[union-attr]
     store.artifact_store.put_bytes(exp, "models/digits.onnx", data[: len(data) // 2])  # type: ignore[union-attr]
@@ -117,7 +118,7 @@ def test_a_model_whose_weights_lie_in_another_file_is_refused_before_anything_re
     and report a number computed from it (the parity figure). Such a file is refused, unread."""
     monkeypatch.chdir(tmp_path)
     (tmp_path / "secrets.key").write_bytes(b"s3cr3t-key-bytes")
-    registry = Registry(store)
+    registry = Registry(store, check_in_process)
     exp = store.create_experiment(name="leak", project="p").id
     record_model(store, exp, "leak", external_data_onnx("secrets.key"), n_in=1)  # its check passes
     with pytest.raises(UsageError, match="external data"):
@@ -157,7 +158,7 @@ def test_serving_refuses_a_version_with_external_data_registered_before_the_regi
 
 
 def test_mistakes_are_named(store: SqlStore) -> None:
-    registry = Registry(store)
+    registry = Registry(store, check_in_process)
     exp = _experiment(store, 1)
     with pytest.raises(UsageError, match="model name"):
         registry.register(exp, "bad name")
@@ -171,7 +172,7 @@ def test_mistakes_are_named(store: SqlStore) -> None:
 
 
 def test_tags_and_description_update(store: SqlStore) -> None:
-    registry = Registry(store)
+    registry = Registry(store, check_in_process)
     registry.register(_experiment(store, 1), "digits", tags={"a": "1", "b": "2"})
     registry.update("digits", 1, description="better", tags={"a": None, "c": "3"})
     registry.update("digits", description="the digits classifier")
@@ -202,7 +203,7 @@ def test_version_0_of_a_model_is_a_clear_mistake_not_an_alias() -> None:
 def test_removing_a_version_drops_its_aliases_its_file_last_and_never_gives_its_number_again(
     store: SqlStore,
 ) -> None:
-    registry = Registry(store)
+    registry = Registry(store, check_in_process)
     first, second = _experiment(store, 1), _experiment(store, 2)
     for exp in (first, first, second):  # versions 1 and 2 share one file (the same bytes)
         registry.register(exp, "digits")
@@ -228,7 +229,7 @@ def test_removing_a_version_drops_its_aliases_its_file_last_and_never_gives_its_
 
 
 def test_removing_a_model_removes_every_version_alias_and_file(store: SqlStore) -> None:
-    registry = Registry(store)
+    registry = Registry(store, check_in_process)
     exp = _experiment(store, 1)
     registry.register(exp, "digits")
     registry.register(_experiment(store, 2), "digits")
@@ -253,7 +254,7 @@ def test_a_removal_racing_a_registration_of_the_same_bytes_leaves_the_new_versio
     """`models rm digits@1` (or `rm digits`) decides that no version names the shared file and is held
     just before it deletes it, until a registration of the same bytes has copied the file and is
     recording its version: the new version still has its file once both are done."""
-    remover, registerer = Registry(store), Registry(store)
+    remover, registerer = Registry(store), Registry(store, check_in_process)
     exp = _experiment(store, 1)
     registerer.register(exp, "digits")
     files = remover.artifacts

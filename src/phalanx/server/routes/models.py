@@ -7,9 +7,12 @@ viewers read it (``model:viewer``), its editors add versions, move aliases, edit
 (``model:editor``; not a version a service of the server serves: 409), lists show only the
 caller's projects' models, and an outsider gets 404.
 
-Registering re-runs the model's ONNX check on the stored bytes (onnxruntime, in a worker thread:
-these routes are plain ``def``), so a tampered file is refused (400, with its parity figure); on a
-server that boxes the project's jobs, in a process in the project's box (the file is an editor's)."""
+Registering re-runs the model's ONNX check on the stored bytes, so a tampered file is refused (400,
+with its parity figure). The file is an editor's, so onnxruntime never reads it in the server's
+process: the check runs in a short-lived process of its own (``ModelCheckerDep``), in the project's
+box when the server boxes the project, else a plain child with nothing of the server's environment;
+a file that crashes or hangs it is refused (400) and the server goes on answering. The request's
+worker thread (these routes are plain ``def``) waits for it."""
 
 from __future__ import annotations
 
@@ -19,8 +22,7 @@ from fastapi.responses import HTMLResponse
 from phalanx.errors import Conflict, NotFound
 from phalanx.registry.service import Registry
 from phalanx.server.audit import describe
-from phalanx.server.boxing import isolation_for
-from phalanx.server.deps import SettingsDep, StoreDep
+from phalanx.server.deps import ModelCheckerDep, StoreDep
 from phalanx.server.policy import policy, principal_of, require, require_experiment
 from phalanx.server.registry_schemas import (
     AliasIn,
@@ -84,11 +86,11 @@ def update_model(name: str, body: ModelUpdateIn, store: StoreDep, request: Reque
 @router.post("/models/{name}/versions", response_model=ModelVersionOut, status_code=201)
 @policy("any:editor")
 def register(
-    name: str, body: RegisterIn, store: StoreDep, settings: SettingsDep, request: Request
+    name: str, body: RegisterIn, store: StoreDep, checker: ModelCheckerDep, request: Request
 ) -> ModelVersionOut:
     """Register an experiment's model; the caller edits that experiment's project and, for a name
     already registered, the model's project too (a new name belongs to the experiment's project).
-    Its parity check runs where the project's jobs run: in the project's box when the server boxes."""
+    Its parity check runs in a process of its own: in the project's box when the server boxes."""
     experiment = require_experiment(request, body.experiment_id, Role.editor)
     try:
         project = Registry(store).project_of(name)
@@ -97,7 +99,7 @@ def register(
     if project is not None:
         require(request, project, Role.editor, f"model {name}")
     source = experiment.id if body.model is None else f"{experiment.id}/{body.model}"
-    registry = Registry(store, box_for=lambda project: isolation_for(settings.store, project))
+    registry = Registry(store, checker)
     created = registry.register(source, name, description=body.description, tags=body.tags)
     describe(request, "model.register", f"{name}/{created.version}", experiment.project, f"from {source}")
     return ModelVersionOut.of(created)

@@ -1,0 +1,138 @@
+"""A server that does not box (not root, or `--trust-submitters`) still never parses an editor's ONNX
+file in its own process: registering re-runs the model's check in a plain child process of its own
+(phalanx.registry.parity_process.check_plain), in a session of its own, with none of the server's
+environment, held to the server's deadline (``model_check_seconds``, the test seam that makes it
+short here). A model that hangs onnxruntime or crashes it is refused with a 400 that says so, and the
+server goes on answering (docs/security.md). The app is the real one, in this process, with its real
+checker (tests/unit checks models in-process instead: tests/unit/server/model_checks.py)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from fastapi.testclient import TestClient
+
+pytest.importorskip("onnxruntime")
+
+from tests.support.onnx_models import random_linear, record_model, spinning_onnx
+
+from phalanx.config import Settings
+from phalanx.registry.parity_process import CHILD
+from phalanx.server.app import create_app
+from phalanx.server.settings import ServerSettings
+from phalanx.store import open_store
+from phalanx.store.base import Store
+
+X = np.random.default_rng(1).normal(size=(2, 64)).astype(np.float32)  # record_model's example input
+CANARY = "server-secret-5f0c9a"  # in the server's environment: never in the check's
+
+
+@pytest.fixture
+def store(phalanx_home: Path) -> Iterator[Store]:
+    s = open_store(Settings(home=phalanx_home))
+    yield s
+    s.close()
+
+
+def server(store: Store, phalanx_home: Path, check_seconds: float) -> TestClient:
+    """The server's app over ``store`` (no box policy: it does not box), its model checks held to
+    ``check_seconds``."""
+    settings = ServerSettings(
+        store=Settings(home=phalanx_home),
+        allowed_hosts=["testserver"],
+        launch_workers=0,
+        model_check_seconds=check_seconds,
+    )
+    return TestClient(create_app(settings, store))
+
+
+def experiment(store: Store) -> str:
+    """An experiment holding an ordinary model and one that onnxruntime runs without end, as an
+    editor's job (or an upload through the ingest API) leaves them."""
+    exp = store.create_experiment(name="hostile-model", project="p").id
+    record_model(store, exp, "digits", random_linear(3))
+    record_model(store, exp, "spin", spinning_onnx(), output=X)
+    return exp
+
+
+def register(client: TestClient, name: str, exp: str, model: str) -> tuple[int, Any]:
+    r = client.post(f"/api/v1/models/{name}/versions", json={"experiment_id": exp, "model": model})
+    return r.status_code, r.json()
+
+
+def check_processes() -> list[int]:
+    """This process's children that run the parity check (setpriv execs into the check itself)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        try:
+            argv = (entry / "cmdline").read_bytes().split(b"\0")
+            parent = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            continue
+        if CHILD.encode() in argv and parent == os.getpid():
+            found.append(int(entry.name))
+    return found
+
+
+@pytest.mark.timeout(300)
+def test_a_model_that_hangs_its_check_is_refused_at_the_deadline_and_the_server_answers_on(
+    store: Store, phalanx_home: Path
+) -> None:
+    exp = experiment(store)
+    with server(store, phalanx_home, check_seconds=3) as client:
+        status, refused = register(client, "spin", exp, "spin")
+        assert status == 400, refused
+        assert "spin.onnx: the parity check did not finish within 3 s" in refused["message"], refused
+        assert "refusing to register it" in refused["message"]
+        assert not check_processes()  # killed, not left spinning
+        assert client.get("/api/v1/models").json() == []  # the server answers; nothing was registered
+        assert client.get("/api/v1/models/spin").status_code == 404
+
+
+@pytest.mark.timeout(300)
+def test_a_check_runs_in_a_process_of_its_own_and_its_crash_is_a_clear_refusal(
+    store: Store, phalanx_home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", CANARY)
+    exp = experiment(store)
+    with server(store, phalanx_home, check_seconds=300) as client:
+        answers: list[tuple[int, Any]] = []
+        waiting = threading.Thread(target=lambda: answers.append(register(client, "spin", exp, "spin")))
+        waiting.start()
+        deadline = time.monotonic() + 120
+        while not (found := check_processes()):
+            assert waiting.is_alive(), f"the registration ended with no check process of its own: {answers}"
+            assert time.monotonic() < deadline, "no parity check process appeared: it ran in the server's"
+            time.sleep(0.1)
+        [pid] = found
+        # a session of its own, an environment with nothing of the server's
+        assert os.getsid(pid) == pid != os.getsid(0)
+        environ = Path(f"/proc/{pid}/environ").read_bytes().decode(errors="replace")
+        for leak in (CANARY, "PHALANX_HOME=", str(phalanx_home)):
+            assert leak not in environ, leak
+        # the server answers while the check runs
+        assert client.get("/api/v1/models").status_code == 200
+
+        # onnxruntime crashes in it (a native fault): the editor gets a refusal that says so
+        os.kill(pid, signal.SIGSEGV)
+        waiting.join(timeout=120)
+        [(status, refused)] = answers
+        assert status == 400, refused
+        said = "spin.onnx: the parity check's process ended without an answer (killed by SIGSEGV"
+        assert said in refused["message"], refused
+        assert not check_processes()
+
+        # and the server goes on: it answers, and checks and registers an ordinary model
+        assert client.get("/api/v1/models/spin").status_code == 404
+        status, created = register(client, "digits", exp, "digits")
+        assert status == 201, created
+        assert created["lineage"]["parity"]["passed"] is True, created
+        assert created["signature"]["inputs"] == [{"name": "input", "dtype": "float32", "shape": [None, 64]}]
