@@ -77,17 +77,32 @@ def register(team: Team, name: str, experiment: str, model: str) -> tuple[int, A
         return exc.code, json.load(exc)
 
 
-def check_processes() -> list[int]:
-    """The parity check's Python processes on this machine (not the box's bubblewrap or setpriv)."""
+def check_processes(ancestor: int) -> list[int]:
+    """The parity check's Python processes (not the box's bubblewrap or setpriv) that ``ancestor``
+    started (the server, or this process): never another test's, which may run beside this one."""
     found = []
     for entry in Path("/proc").iterdir():
         try:
             argv = [a.decode() for a in (entry / "cmdline").read_bytes().split(b"\0")]
         except OSError:
             continue
-        if CHILD in argv and Path(argv[0]).name not in ("bwrap", "setpriv"):
+        if CHILD in argv and Path(argv[0]).name not in ("bwrap", "setpriv") and ancestor in _parents(entry):
             found.append(int(entry.name))
     return found
+
+
+def _parents(proc: Path) -> list[int]:
+    """The process ids above ``proc`` (/proc/PID), up to the first that is gone or init."""
+    chain: list[int] = []
+    while True:
+        try:
+            parent = int((proc / "stat").read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            return chain
+        if parent <= 1 or parent in chain:
+            return chain
+        chain.append(parent)
+        proc = Path(f"/proc/{parent}")
 
 
 def test_a_models_check_runs_in_its_projects_box_and_its_crash_is_a_clear_refusal(team: Team) -> None:
@@ -105,7 +120,7 @@ def test_a_models_check_runs_in_its_projects_box_and_its_crash_is_a_clear_refusa
     )
     waiting.start()
     deadline = time.monotonic() + 120
-    while not (found := check_processes()):
+    while not (found := check_processes(team.server.proc.pid)):
         assert waiting.is_alive(), f"the registration ended with no check process of its own: {answers}"
         assert time.monotonic() < deadline, "no parity check process appeared: it ran in the server's"
         time.sleep(0.2)
@@ -137,7 +152,7 @@ def test_a_models_check_runs_in_its_projects_box_and_its_crash_is_a_clear_refusa
         "spin.onnx: the parity check's process ended without an answer (killed by SIGKILL"
         in refused["message"]
     )
-    assert not check_processes()
+    assert not check_processes(team.server.proc.pid)
     with pytest.raises(urllib.error.HTTPError) as missing:
         team.api("/models/spin")
     assert missing.value.code == 404
@@ -152,7 +167,7 @@ def test_a_check_past_its_deadline_is_refused_and_its_box_ends(phalanx_home: Pat
     metadata = _parity_arrays(["input"], [X], ["output"], [X])
     with pytest.raises(UsageError, match=r"spin\.onnx: the parity check did not finish within 3 s"):
         check_boxed(spinning_onnx(), metadata, box_of(phalanx_home), "e/spin.onnx", seconds=3)
-    assert not check_processes()
+    assert not check_processes(os.getpid())
 
 
 def test_a_model_that_asks_for_more_memory_than_the_check_may_use_fails_to_load_it(
