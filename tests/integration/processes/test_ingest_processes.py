@@ -127,3 +127,40 @@ def test_a_followed_spool_is_left_to_its_ingester_and_read_once_it_is_killed(tmp
         read.close()
         w.close()
         store.close()
+
+
+def test_a_stopped_ingesters_spool_is_read_as_an_abandoned_one(tmp_path: Path) -> None:
+    """A `phalanx run` suspended with Ctrl-Z stops its ingester, not its replicas (sessions of their
+    own): they report on, and the lean `phalanx params`/`logs`/`ls` that left the folder to the
+    stopped ingester showed the store as it was when it stopped, however long ago, while the same
+    command with --local showed everything. A stopped ingester follows nothing: the read ingests."""
+    home = tmp_path / "home"
+    env = {**os.environ, "PHALANX_HOME": str(home)}
+    env.pop("PHALANX_DB_URL", None)
+    settings = Settings(home=home, db_url=None, artifacts_url=None)
+    store = open_store(settings)
+    exp = store.create_experiment(name="a", project="p").id
+    w = SpoolWriter(settings.spool_dir / exp, experiment_id=exp)  # this process: a live writer
+    w.write("scalar", _points(0, 10))
+    argv = [sys.executable, "-m", "phalanx.ingest", "--spool", str(settings.spool_dir / exp)]
+    proc = subprocess.Popen([*argv, "--follow-pid", str(os.getpid()), "--interval", "0.05"], env=env)
+    try:
+        assert w.wait_for_ack(timeout=120, alive=lambda: proc.poll() is None)  # it follows the folder
+        proc.send_signal(signal.SIGSTOP)
+        os.waitpid(proc.pid, os.WUNTRACED)  # returns once it is stopped (it is not reaped)
+        w.write("scalar", _points(10, 10))  # reported while the ingester is stopped
+        assert recorded_process(settings.runs_dir / exp / INGESTER_RECORD) == proc.pid  # it still runs
+        assert open_lean(settings) is None
+        read, _ = open_for_reading(settings)
+        try:
+            assert _steps(read, exp) == list(range(20))
+        finally:
+            read.close()
+        reader = open_lean(settings)  # nothing left to ingest: the lean door again
+        assert reader is not None
+        reader.close()
+    finally:
+        proc.kill()
+        proc.wait(60)
+        w.close()
+        store.close()
