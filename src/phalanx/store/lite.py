@@ -106,6 +106,8 @@ class LiteReader:
         when none or several match or the text is no id: the full store words those answers (a
         group's name, "ambiguous", "did you mean")."""
         typed = experiment_id.strip()
+        if any("\ud800" <= c <= "\udfff" for c in typed):  # $'\xff' typed: in no id, and unbindable
+            return None
         select = f"SELECT {_EXPERIMENT_COLUMNS} FROM experiments WHERE "
         rows = self._conn.execute(select + "id = ?", (typed,)).fetchall()  # exactly, as typed, first
         text = typed.lower()

@@ -411,3 +411,25 @@ def test_params_and_artifacts_print_what_the_full_path_prints_without_importing_
     last = [(d.returncode, d.stderr.splitlines()[-1]) for d in said]  # (--local says "on this machine")
     assert last[0] == last[1] and last[0][0] == 2, last
     assert "did you mean 'report'" in said[0].stderr and "Traceback" not in said[0].stderr
+
+
+def test_an_id_with_a_byte_the_locale_cannot_decode_is_no_experiment_not_a_traceback(
+    phalanx_home: Path,
+) -> None:
+    """`phalanx params $'\\xff'` (a byte pasted from a Latin-1 terminal): Python hands it over as a
+    lone surrogate, which sqlite3 cannot bind; both doors ended with a UnicodeEncodeError traceback."""
+    _experiments(phalanx_home, [ExperimentStatus.SUCCEEDED])
+    env = {**os.environ, "PHALANX_HOME": str(phalanx_home)}
+    for command in ("params", "artifacts"):
+        said = [
+            subprocess.run(
+                [sys.executable, "-m", "phalanx.cli.main", command, "e\udcff", *more],
+                capture_output=True,
+                text=True,
+                env=env,
+                timeout=120,
+            )
+            for more in ([], ["--local"])
+        ]
+        last = [(d.returncode, d.stderr.splitlines()[-1]) for d in said]  # (--local says "on this machine")
+        assert last == [(2, "error: no experiment 'e\\udcff'; `phalanx ls` lists them")] * 2, last

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from phalanx.domain import Event, EventKind, ExperimentFilter, ExperimentStatus, Replica, Role
+from phalanx.errors import NotFound
 from phalanx.store.artifacts import ArtifactStore
 from phalanx.store.lite import LiteReader, sqlite_path
 from phalanx.store.migrations import HEAD
@@ -123,8 +124,11 @@ def test_finds_an_experiment_and_reads_its_consoles_as_the_sql_store(tmp_path: P
         for text in ("def333333333", "def", " DEF3 ", "abc1", "abc222222222", "RunA", "runa", "RUNA"):
             found = reader.find_experiment(text)
             assert found == store.get_experiment(text), text
-        for text in ("abc", "zzz", "", "de-f", "d" * 40, "def333333333x"):  # the full store words these
+        wordy = ("abc", "zzz", "", "de-f", "d" * 40, "def333333333x", "def\udcff")  # (`$'def\xff'`)
+        for text in wordy:  # the full store words these
             assert reader.find_experiment(text) is None, text
+        with pytest.raises(NotFound, match="no experiment 'def\\\\udcff'"):  # `phalanx logs $'def\xff'`
+            store.get_experiment("def\udcff")  # (sqlite3 cannot bind a lone surrogate: a traceback)
         for replica in ("master", "worker-1", "build", "nope", None):
             for offset in (0, 1, 5):
                 for limit in (None, 1, 2):

@@ -28,6 +28,8 @@ def resolve(conn: Connection, experiment_id: str, projects: Sequence[str] | None
     experiment_id = experiment_id.strip()
     if not experiment_id:
         raise UsageError("an experiment id is required")
+    if any("\ud800" <= c <= "\udfff" for c in experiment_id):  # $'\xff' typed: in no id, and unbindable
+        raise NotFound(f"no experiment {experiment_id!r}; `phalanx ls` lists them")
     if (
         conn.execute(select(ExperimentRow.c.id).where(ExperimentRow.c.id == experiment_id)).scalar()
         is not None
