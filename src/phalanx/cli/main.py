@@ -169,9 +169,10 @@ def _several_files(args: list[str]) -> str | None:
 def _show_unencodable() -> None:
     """On a stream whose encoding cannot show every character (PYTHONIOENCODING=ascii, a C locale
     with Python's UTF-8 mode off) a name a job reported (a metric's title, a console line) is shown
-    escaped (`\xfc`), as Python shows it on stderr, instead of ending the command with a traceback."""
+    escaped (`\xfc`), as Python shows it on stderr, instead of ending the command with a traceback.
+    In a C locale Python writes with "surrogateescape", which fails on such a character just the same."""
     for stream in (sys.stdout, sys.stderr):
-        if isinstance(stream, io.TextIOWrapper) and stream.errors == "strict":
+        if isinstance(stream, io.TextIOWrapper) and stream.errors in ("strict", "surrogateescape"):
             with contextlib.suppress(LookupError, ValueError):
                 if codecs.lookup(stream.encoding).name != "utf-8":
                     stream.reconfigure(errors="backslashreplace")

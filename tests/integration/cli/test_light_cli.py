@@ -11,6 +11,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from tests.support.cli import phalanx_cli
 
 from phalanx.config import Settings
@@ -275,29 +276,44 @@ def test_metrics_prints_what_the_full_path_prints_without_importing_the_heavy_li
     assert last == [(2, f"error: experiment {exp.id} has no metric 'los' (titles: acc, loss)")] * 2, last
 
 
-def test_a_name_an_ascii_terminal_cannot_show_is_shown_escaped_not_a_traceback(phalanx_home: Path) -> None:
-    """PYTHONIOENCODING=ascii (or a C locale with Python's UTF-8 mode off): a title a script reported
-    in another alphabet is shown escaped, on the lean path and the full one alike."""
+@pytest.mark.parametrize(
+    "encoding",
+    [
+        {"PYTHONIOENCODING": "ascii"},
+        # a C locale with Python's UTF-8 mode and locale coercion off: stdout's errors are
+        # "surrogateescape", which raised UnicodeEncodeError as "strict" does
+        {"LC_ALL": "C", "LANG": "C", "PYTHONUTF8": "0", "PYTHONCOERCECLOCALE": "0", "PYTHONIOENCODING": ""},
+    ],
+    ids=["PYTHONIOENCODING=ascii", "C-locale"],
+)
+def test_a_name_an_ascii_terminal_cannot_show_is_shown_escaped_not_a_traceback(
+    phalanx_home: Path, encoding: dict[str, str]
+) -> None:
+    """PYTHONIOENCODING=ascii (or a C locale with Python's UTF-8 mode off): a title or a parameter a
+    script reported in another alphabet is shown escaped, on the lean path and the full one alike."""
     from tests.unit.server import fill
 
     store = open_store(Settings(home=phalanx_home))
     try:
         exp = fill.experiment(store, name="m", project="p", n_workers=0)
         fill.scalars(store, exp.id, "größe", "master", [1.0])
+        fill.param(store, exp.id, "Args", "größe", "groß")
         store.update_experiment(exp.id, status=ExperimentStatus.SUCCEEDED)
     finally:
         store.close()
-    env = {**os.environ, "PHALANX_HOME": str(phalanx_home), "PYTHONIOENCODING": "ascii"}
-    for more in ([], ["--local"]):
-        done = subprocess.run(
-            [sys.executable, "-m", "phalanx.cli.main", "metrics", exp.id, *more],
-            capture_output=True,
-            text=True,
-            env=env,
-            timeout=120,
-        )
-        assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr
-        assert "gr\\xf6\\xdfe" in done.stdout, done.stdout
+    env = {**os.environ, "PHALANX_HOME": str(phalanx_home), **encoding}
+    for command in ("metrics", "params"):
+        for more in ([], ["--local"]):
+            done = subprocess.run(
+                [sys.executable, "-m", "phalanx.cli.main", command, exp.id, *more],
+                capture_output=True,
+                text=True,
+                errors="replace",
+                env=env,
+                timeout=120,
+            )
+            assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr
+            assert "gr\\xf6\\xdfe" in done.stdout, done.stdout
 
 
 def test_queue_reads_the_ledger_without_the_store_when_nothing_is_abandoned(phalanx_home: Path) -> None:
