@@ -274,8 +274,9 @@ def _like(text: str) -> str:
 
 
 def _json(text: str | float | None) -> Any:
-    """A JSON column's value: its text parsed; a number SQLite already made one (a column typed JSON
-    has numeric affinity: a scalar parameter's text "0.1" is stored as the real 0.1)."""
+    """A JSON column's value: its text parsed; a number SQLite already made one (a column declared
+    JSON has numeric affinity: a parameter's value stored before migration 0021 declared its column
+    TEXT may be one)."""
     if text is None or isinstance(text, int | float):
         return text
     return json.loads(text)

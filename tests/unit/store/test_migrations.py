@@ -60,3 +60,54 @@ def test_a_store_migrated_from_0004_keeps_the_attempt_state_of_each_replica(tmp_
         rows = conn.execute(text("SELECT series_id, replica, attempt, attempt_step FROM series_attempts"))
         assert sorted(tuple(r) for r in rows) == [(1, "master", 1, 5), (1, "worker-0", 1, 5)]
     store.close()
+
+
+def test_a_parameters_value_reads_back_as_reported_and_one_stored_before_0021_as_it_became(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """SQLite turned a value's text that looked like a number into one (1.0 -> 1, a 20-digit integer
+    -> a rounded real): since 0021 each reads back as reported; one stored before keeps its number."""
+    from alembic import command
+    from sqlalchemy import create_engine, text
+
+    from phalanx.domain import Event, EventKind
+    from phalanx.store.sql.engine import alembic_config
+
+    url = f"sqlite:///{tmp_path / 'db.sqlite'}"
+    engine = create_engine(url)
+    cfg = alembic_config()
+    with engine.begin() as conn:
+        cfg.attributes["connection"] = conn
+        command.upgrade(cfg, "0020_registry_last_version")
+        conn.execute(
+            text(
+                "INSERT INTO experiments (id, name, project, status, tags, topology, plan, created_at)"
+                " VALUES ('e', 'n', 'p', 'succeeded', '[]', '{}', '{}', 0)"
+            )
+        )
+        conn.execute(
+            text(
+                "INSERT INTO params (experiment_id, section, key, value, replica, rank, time)"
+                " VALUES ('e', 'Args', 'old', '1.0', 'master', 0, 0)"
+            )
+        )
+    engine.dispose()
+    store = SqlStore(url)
+    values = {"lr": 1.0, "big": 12345678901234567890, "neg": -0.0, "sci": 3e5, "s": "1", "b": True, "n": None}
+    store.write_events(
+        [
+            Event(
+                "e",
+                EventKind.PARAM,
+                {"section": "Args", "key": k, "value": v},
+                time=1.0 + i,
+                stream="s",
+                seq=i,
+            )
+            for i, (k, v) in enumerate(values.items())
+        ]
+    )
+    read = {p.key: p.value for p in store.params("e")}
+    assert read.pop("old") == 1  # stored as the integer 1 before: it stays what it became
+    assert read == values
+    assert [type(read[k]) for k in ("lr", "big", "neg", "sci")] == [float, int, float, float]
+    assert str(read["neg"]) == "-0.0"
+    store.close()

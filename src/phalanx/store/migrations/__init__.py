@@ -4,4 +4,4 @@ HEAD names the newest revision so that opening an up-to-date store needs no Alem
 checks it against the scripts (and the scripts against the tables of store.sql.models).
 """
 
-HEAD = "0020_registry_last_version"
+HEAD = "0021_params_value_text_on_sqlite"

@@ -10,6 +10,8 @@ the UI call a series) keeps its points in chunks of compressed columns keyed by 
 
 from __future__ import annotations
 
+from typing import Any
+
 from sqlalchemy import (
     JSON,
     BigInteger,
@@ -26,9 +28,24 @@ from sqlalchemy import (
     Text,
     UniqueConstraint,
 )
+from sqlalchemy.ext.compiler import compiles
 
 # 64-bit ids on PostgreSQL; on SQLite only INTEGER PRIMARY KEY is the (already 64-bit) rowid alias.
 BIG_ID = BigInteger().with_variant(Integer, "sqlite")
+
+
+class JsonText(JSON):
+    """JSON whose SQLite column is declared TEXT: a column declared JSON has numeric affinity there,
+    so SQLite turns a value's text that looks like a number into one (``1.0`` became the integer 1,
+    ``3e5`` 300000, ``-0.0`` 0, an integer past 2**63 a rounded real). For a column that holds bare
+    scalars (a parameter's value); on PostgreSQL it is JSON."""
+
+    cache_ok = True
+
+
+@compiles(JsonText, "sqlite")
+def _json_text_on_sqlite(type_: JsonText, compiler: Any, **kw: Any) -> str:
+    return "TEXT"
 
 
 metadata = MetaData()  # every table of the store; Alembic's migrations are compared with it
@@ -146,7 +163,7 @@ ParamRow = Table(
     Column("experiment_id", String(32), nullable=False),
     Column("section", String(255), nullable=False),
     Column("key", String(255), nullable=False),
-    Column("value", JSON, nullable=False),
+    Column("value", JsonText, nullable=False),  # a bare scalar as often as not: TEXT on SQLite
     Column("replica", String(64), nullable=False),
     Column("rank", Integer),
     Column("time", Float, nullable=False),
