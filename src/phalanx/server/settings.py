@@ -78,6 +78,10 @@ class ServerSettings(BaseModel):
     # how long a registration's model check (its own process: phalanx.registry.parity_process) may
     # run before it is killed and the model refused
     model_check_seconds: float = Field(default=CHECK_SECONDS, gt=0)
+    # how many registrations check their model at once (each a process of up to 2 GiB and more); the
+    # others wait for a slot without holding one of the request threads, so a burst of registrations
+    # (one editor's hung models) neither fills the machine's memory nor stops the server answering
+    model_check_slots: int = Field(default=2, ge=1, le=64)
 
     def link_base(self) -> str:
         """Where this server's pages are, as an alert links to them."""

@@ -8,6 +8,7 @@ checker (tests/unit checks models in-process instead: tests/unit/server/model_ch
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import threading
@@ -16,6 +17,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import anyio
 import numpy as np
 import pytest
 from fastapi.testclient import TestClient
@@ -42,22 +44,23 @@ def store(phalanx_home: Path) -> Iterator[Store]:
     s.close()
 
 
-def server(store: Store, phalanx_home: Path, check_seconds: float) -> TestClient:
+def server(store: Store, phalanx_home: Path, check_seconds: float, check_slots: int = 2) -> TestClient:
     """The server's app over ``store`` (no box policy: it does not box), its model checks held to
-    ``check_seconds``."""
+    ``check_seconds``, ``check_slots`` of them at once."""
     settings = ServerSettings(
         store=Settings(home=phalanx_home),
         allowed_hosts=["testserver"],
         launch_workers=0,
         model_check_seconds=check_seconds,
+        model_check_slots=check_slots,
     )
     return TestClient(create_app(settings, store))
 
 
-def experiment(store: Store) -> str:
-    """An experiment holding an ordinary model and one that onnxruntime runs without end, as an
-    editor's job (or an upload through the ingest API) leaves them."""
-    exp = store.create_experiment(name="hostile-model", project="p").id
+def experiment(store: Store, project: str = "p") -> str:
+    """An experiment of ``project`` holding an ordinary model and one that onnxruntime runs without
+    end, as an editor's job (or an upload through the ingest API) leaves them."""
+    exp = store.create_experiment(name="hostile-model", project=project).id
     record_model(store, exp, "digits", random_linear(3))
     record_model(store, exp, "spin", spinning_onnx(), output=X)
     return exp
@@ -136,3 +139,77 @@ def test_a_check_runs_in_a_process_of_its_own_and_its_crash_is_a_clear_refusal(
         assert status == 201, created
         assert created["lineage"]["parity"]["passed"] is True, created
         assert created["signature"]["inputs"] == [{"name": "input", "dtype": "float32", "shape": [None, 64]}]
+
+
+async def _request_threads(count: int) -> None:
+    """The app's request threads (anyio's default limiter: 40 on a real server) cut to ``count``."""
+    anyio.to_thread.current_default_thread_limiter().total_tokens = count
+
+
+def burst(client: TestClient, registrations: list[tuple[str, str]]) -> list[tuple[int, Any]]:
+    """Register each (name, experiment)'s hanging model at once, in threads of their own: the
+    answers as they come."""
+    answers: list[tuple[int, Any]] = []
+    for name, exp in registrations:
+        send = threading.Thread(
+            target=lambda n=name, e=exp: answers.append(register(client, n, e, "spin")), daemon=True
+        )
+        send.start()
+    deadline = time.monotonic() + 120
+    while not check_processes():
+        assert time.monotonic() < deadline, f"no check process appeared: {answers}"
+        time.sleep(0.1)
+    return answers
+
+
+def kill_checks_until(answers: list[tuple[int, Any]], count: int) -> int:
+    """Kill each check process as it appears until ``count`` registrations were answered (each then
+    refused): the most check processes seen at once."""
+    most = 0
+    while len(answers) < count:
+        found = check_processes()
+        most = max(most, len(found))
+        for pid in found:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        time.sleep(0.05)
+    assert [status for status, _ in answers] == [400] * count, answers
+    assert all("killed by SIGKILL" in refused["message"] for _, refused in answers), answers
+    return most
+
+
+@pytest.mark.timeout(300)
+def test_a_burst_of_registrations_checks_a_slot_at_a_time_and_the_server_answers_meanwhile(
+    store: Store, phalanx_home: Path
+) -> None:
+    # registrations of models that hang their check: each check is a process that may take GiBs for
+    # minutes, and each request used to hold one of the server's request threads for as long (40 of
+    # them stopped every route, /health included). Here the server has 3, and one check slot
+    p, q = experiment(store, "p"), experiment(store, "q")
+    with server(store, phalanx_home, check_seconds=120, check_slots=1) as client:
+        client.portal.call(_request_threads, 3)  # (the portal: the app's event loop)
+        answers = burst(client, [("p1", p), ("p2", p), ("q1", q), ("q2", q)])
+        # the server answers while every registration still waits for its check
+        listed: list[int] = []
+        lister = threading.Thread(
+            target=lambda: listed.append(client.get("/api/v1/models").status_code), daemon=True
+        )
+        lister.start()
+        lister.join(timeout=60)
+        assert listed == [200], "the server stopped answering while registrations checked their models"
+        assert answers == []
+        assert kill_checks_until(answers, 4) == 1  # one check process at a time: the slot's
+
+
+@pytest.mark.timeout(300)
+def test_one_projects_burst_of_registrations_does_not_hold_another_projects(
+    store: Store, phalanx_home: Path
+) -> None:
+    p, q = experiment(store, "p"), experiment(store, "q")
+    with server(store, phalanx_home, check_seconds=120, check_slots=2) as client:
+        answers = burst(client, [("p1", p), ("p2", p), ("p3", p)])
+        # p's registrations take their turns one at a time: q's is checked in the other slot at once
+        status, created = register(client, "digits", q, "digits")
+        assert status == 201, created
+        assert answers == []  # p's all still wait (one checking, two for their turn)
+        assert kill_checks_until(answers, 3) == 1

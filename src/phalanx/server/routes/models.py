@@ -11,13 +11,18 @@ Registering re-runs the model's ONNX check on the stored bytes, so a tampered fi
 with its parity figure). The file is an editor's, so onnxruntime never reads it in the server's
 process: the check runs in a short-lived process of its own (``ModelCheckerDep``), in the project's
 box when the server boxes the project, else a plain child with nothing of the server's environment;
-a file that crashes or hangs it is refused (400) and the server goes on answering. The request's
-worker thread (these routes are plain ``def``) waits for it."""
+a file that crashes or hangs it is refused (400) and the server goes on answering. A worker thread
+waits for it, one of ``model_check_slots`` (ServerSettings), one of a project at a time: a
+registration past them waits for its turn, holding no request thread."""
 
 from __future__ import annotations
 
+import functools
+
+import anyio
 from fastapi import APIRouter, Request, Response
 from fastapi.responses import HTMLResponse
+from starlette.concurrency import run_in_threadpool
 
 from phalanx.errors import Conflict, NotFound
 from phalanx.registry.service import Registry
@@ -35,6 +40,7 @@ from phalanx.server.registry_schemas import (
 from phalanx.server.routes.pages import _shell
 from phalanx.server.services import Services
 from phalanx.store.accounts import Role
+from phalanx.store.base import LocalStore
 from phalanx.store.registry_records import ModelRef, check_alias, check_model_name
 
 router = APIRouter(tags=["models"])
@@ -85,24 +91,38 @@ def update_model(name: str, body: ModelUpdateIn, store: StoreDep, request: Reque
 
 @router.post("/models/{name}/versions", response_model=ModelVersionOut, status_code=201)
 @policy("any:editor")
-def register(
+async def register(
     name: str, body: RegisterIn, store: StoreDep, checker: ModelCheckerDep, request: Request
 ) -> ModelVersionOut:
     """Register an experiment's model; the caller edits that experiment's project and, for a name
     already registered, the model's project too (a new name belongs to the experiment's project).
-    Its parity check runs in a process of its own: in the project's box when the server boxes."""
-    experiment = require_experiment(request, body.experiment_id, Role.editor)
+    Its parity check runs in a process of its own: in the project's box when the server boxes. At
+    most ``model_check_slots`` registrations check at once, one of a project at a time; the others
+    wait for their turn, holding no request thread (a check may take minutes: a burst of them must
+    not stop the server answering, nor hold the other projects' registrations)."""
+    experiment = await run_in_threadpool(require_experiment, request, body.experiment_id, Role.editor)
+    await run_in_threadpool(_require_model_editor, request, store, name)
+    source = experiment.id if body.model is None else f"{experiment.id}/{body.model}"
+    registry = Registry(store, checker)
+    # a project's registrations take their turns one at a time: a burst of one project's waits
+    # behind itself, not in front of the other projects'
+    turns: dict[str, anyio.Lock] = request.app.state.model_check_turns
+    async with turns.setdefault(experiment.project, anyio.Lock()):
+        created = await anyio.to_thread.run_sync(
+            functools.partial(registry.register, source, name, description=body.description, tags=body.tags),
+            limiter=request.app.state.model_check_slots,
+        )
+    describe(request, "model.register", f"{name}/{created.version}", experiment.project, f"from {source}")
+    return ModelVersionOut.of(created)
+
+
+def _require_model_editor(request: Request, store: LocalStore, name: str) -> None:
+    """For a name already registered: the caller edits the model's project."""
     try:
         project = Registry(store).project_of(name)
     except NotFound:
-        project = None  # a new name
-    if project is not None:
-        require(request, project, Role.editor, f"model {name}")
-    source = experiment.id if body.model is None else f"{experiment.id}/{body.model}"
-    registry = Registry(store, checker)
-    created = registry.register(source, name, description=body.description, tags=body.tags)
-    describe(request, "model.register", f"{name}/{created.version}", experiment.project, f"from {source}")
-    return ModelVersionOut.of(created)
+        return  # a new name
+    require(request, project, Role.editor, f"model {name}")
 
 
 @router.delete("/models/{name}", response_model=list[ModelVersionOut])
