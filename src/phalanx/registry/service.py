@@ -14,7 +14,7 @@ single-user mode in the user's own process.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from phalanx.data.lineage import inputs_of
@@ -62,8 +62,12 @@ class Registry:
         *,
         description: str | None = None,
         tags: Mapping[str, str] | None = None,
+        may_add: Callable[[str | None], None] | None = None,
     ) -> ModelVersion:
         """Register ``EXPERIMENT[/MODEL]``'s ONNX model as the next version of ``name``.
+        ``may_add``: a door's access rule, called with the project ``name`` belongs to (None: a new
+        name) under the name's lock as the version is added, after the check (which may take
+        minutes); what it raises refuses the registration, and nothing is recorded.
 
         Raises:
             NotFound: no such experiment or model.
@@ -136,7 +140,7 @@ class Registry:
                 self.artifacts.put_bytes(REGISTRY_ID, path, data)
 
         version = self.sql.add_version(
-            name, {**fields, "path": path}, project=experiment.project, keep_file=keep_file
+            name, {**fields, "path": path}, project=experiment.project, keep_file=keep_file, may_add=may_add
         )
         return self.sql.get_version(name, version)
 

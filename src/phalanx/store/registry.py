@@ -26,10 +26,12 @@ class RegistryStore(Protocol):
         project: str = "default",
         *,
         keep_file: Callable[[], None] | None = None,
+        may_add: Callable[[str | None], None] | None = None,
     ) -> int:
         """Insert the next version of ``name`` (creating the name in ``project``; an existing name
         keeps its project); returns its number. ``keep_file`` is called under the name's lock before
-        the row is inserted, to make sure the file the version names is there."""
+        the row is inserted, to make sure the file the version names is there; ``may_add`` before
+        it, with the project the name belongs to (None: a new name), to refuse (by raising)."""
         ...
 
     def model_project(self, name: str) -> str:

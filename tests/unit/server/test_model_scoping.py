@@ -6,11 +6,14 @@ single-token mode everybody still reads and writes every model."""
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import Any
 
 import httpx
 import pytest
 from fastapi.testclient import TestClient
 
+from phalanx.registry.checker import Checked, check_in_process
+from phalanx.server.deps import get_model_checker
 from phalanx.services.targets import Target
 from phalanx.store.base import Store
 from tests.unit.server import fill
@@ -120,6 +123,30 @@ def test_a_new_name_belongs_to_its_experiments_project(client: TestClient, team:
     assert r.status_code == 201, r.text
     assert _hidden(client.get("/api/v1/models/fresh", headers=_as(team, "admin_a")))
     assert client.get("/api/v1/models/fresh", headers=_as(team, "admin_b")).json()["project"] == "B"
+
+
+def test_a_name_another_project_registers_while_the_check_runs_gets_no_version_from_outside(
+    client: TestClient, team: Team, store: Store
+) -> None:
+    # B's admin registers a new name; while its check runs (minutes, for a large model, in a process
+    # of its own), A registers the same name: A's model, which B's version must not join
+    pytest.importorskip("onnxruntime")
+    from tests.support.onnx_models import random_linear, record_model
+
+    b = store.create_experiment(name="train", project="B").id
+    record_model(store, b, "digits", random_linear(1))
+
+    def checked_while_a_registers(data: bytes, metadata: dict[str, Any], project: str, where: str) -> Checked:
+        make_model(store, "raced", fill.experiment(store, project="A").id, "A")
+        return check_in_process(data, metadata, project, where)
+
+    client.app.dependency_overrides[get_model_checker] = lambda: checked_while_a_registers  # type: ignore[attr-defined]
+    r = client.post("/api/v1/models/raced/versions", json={"experiment_id": b}, headers=_as(team, "admin_b"))
+    assert _hidden(r) and "model raced" in r.text, r.text
+    model = client.get("/api/v1/models/raced", headers=_as(team, "admin_a")).json()
+    assert model["project"] == "A"
+    assert [v["version"] for v in model["versions"]] == [1]  # A's own, nothing of B's experiment
+    assert model["versions"][0]["experiment_id"] != b
 
 
 @pytest.mark.usefixtures("models")

@@ -18,6 +18,7 @@ registration past them waits for its turn, holding no request thread."""
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 
 import anyio
 from fastapi import APIRouter, Request, Response
@@ -101,7 +102,8 @@ async def register(
     wait for their turn, holding no request thread (a check may take minutes: a burst of them must
     not stop the server answering, nor hold the other projects' registrations)."""
     experiment = await run_in_threadpool(require_experiment, request, body.experiment_id, Role.editor)
-    await run_in_threadpool(_require_model_editor, request, store, name)
+    may_add = _model_editor(request, name)
+    await run_in_threadpool(_require_model_editor, store, name, may_add)  # before a check is spent
     source = experiment.id if body.model is None else f"{experiment.id}/{body.model}"
     registry = Registry(store, checker)
     # a project's registrations take their turns one at a time: a burst of one project's waits
@@ -109,20 +111,34 @@ async def register(
     turns: dict[str, anyio.Lock] = request.app.state.model_check_turns
     async with turns.setdefault(experiment.project, anyio.Lock()):
         created = await anyio.to_thread.run_sync(
-            functools.partial(registry.register, source, name, description=body.description, tags=body.tags),
+            functools.partial(
+                registry.register, source, name, description=body.description, tags=body.tags, may_add=may_add
+            ),
             limiter=request.app.state.model_check_slots,
         )
     describe(request, "model.register", f"{name}/{created.version}", experiment.project, f"from {source}")
     return ModelVersionOut.of(created)
 
 
-def _require_model_editor(request: Request, store: LocalStore, name: str) -> None:
-    """For a name already registered: the caller edits the model's project."""
+def _model_editor(request: Request, name: str) -> Callable[[str | None], None]:
+    """The rule a version of ``name`` is added under, given the project the name belongs to (None:
+    a new name, which becomes its experiment's project's): the caller edits that project. The
+    registry applies it again as it adds the version (the name may have been registered meanwhile,
+    by another project, while the check ran)."""
+
+    def may_add(project: str | None) -> None:
+        if project is not None:
+            require(request, project, Role.editor, f"model {name}")
+
+    return may_add
+
+
+def _require_model_editor(store: LocalStore, name: str, may_add: Callable[[str | None], None]) -> None:
     try:
-        project = Registry(store).project_of(name)
+        project: str | None = Registry(store).project_of(name)
     except NotFound:
-        return  # a new name
-    require(request, project, Role.editor, f"model {name}")
+        project = None  # a new name
+    may_add(project)
 
 
 @router.delete("/models/{name}", response_model=list[ModelVersionOut])

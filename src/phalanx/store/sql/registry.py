@@ -62,16 +62,26 @@ class SqlRegistry:
         project: str = "default",
         *,
         keep_file: Callable[[], None] | None = None,
+        may_add: Callable[[str | None], None] | None = None,
     ) -> int:
         """Insert the next version of ``name`` (creating the name in ``project``; an existing name
         keeps its own) and return its number. ``keep_file`` is called in the transaction under the
-        name's lock, before the row is inserted (it puts the version's file back if a removal took it)."""
+        name's lock, before the row is inserted (it puts the version's file back if a removal took it);
+        ``may_add`` before it, with the project the name belongs to now (None: a new name): what it
+        raises refuses the version, nothing written."""
         for attempt in range(_RETRIES):
             now = time.time()
             try:
                 with self._writer.begin() as conn:
-                    if keep_file is not None:
+                    if keep_file is not None or may_add is not None:
                         self._lock_name(conn, name)
+                    if may_add is not None:
+                        may_add(
+                            conn.execute(
+                                select(RegisteredModelRow.c.project).where(RegisteredModelRow.c.name == name)
+                            ).scalar()
+                        )
+                    if keep_file is not None:
                         keep_file()
                     stmt = _upsert(self.dialect)(RegisteredModelRow).values(
                         name=name, project=project, description=None, tags={}, created_at=now, updated_at=now
