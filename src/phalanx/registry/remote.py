@@ -23,6 +23,12 @@ if TYPE_CHECKING:
     from phalanx.registry.door import ModelRegistry
     from phalanx.registry.service import Registry
 
+# A registration is answered once the server has checked the model, in a process of its own that
+# may run 5 minutes (phalanx.registry.parity_process.CHECK_SECONDS), after its turn behind the
+# checks running then: a request's usual 2 minutes of silence ended the command with "cannot reach
+# the server" while the server went on and registered the model.
+REGISTER_SECONDS = 900.0
+
 
 class RemoteRegistry:
     """The registry of the server behind ``client``."""
@@ -45,7 +51,8 @@ class RemoteRegistry:
             "description": description,
             "tags": dict(tags or {}),
         }
-        return version_of(self.client.send("POST", f"/models/{quote(check_model_name(name))}/versions", doc))
+        path = f"/models/{quote(check_model_name(name))}/versions"
+        return version_of(self.client.send("POST", path, doc, timeout=REGISTER_SECONDS))
 
     def resolve(self, ref: str | ModelRef) -> ModelVersion:
         parsed = parse_ref(ref) if isinstance(ref, str) else ref
