@@ -129,9 +129,9 @@ def datastore_rm(
     local: LocalOpt = False,
 ) -> None:
     """Forget a datastore (nothing is deleted where it points)."""
-    from phalanx.store.catalog import check_name
+    from phalanx.spec.inputs import check_catalog_name
 
-    check_name(name, "datastore")  # what cannot be a name is said as such, on both doors
+    check_catalog_name(name, "datastore")  # what cannot be a name is said as such, on both doors
     with _open(server, local) as catalog:
         catalog.remove_datastore(name)
     typer.echo(f"removed datastore {name}")
@@ -197,10 +197,10 @@ def data_ls(
     local: LocalOpt = False,
 ) -> None:
     """List datasets and their versions (on a server: your projects' and the shared ones)."""
-    from phalanx.store.catalog import check_name
+    from phalanx.spec.inputs import check_catalog_name
 
     if name is not None:
-        check_name(name, "dataset")  # '' is no name: said, not 'no dataset' with an empty command
+        check_catalog_name(name, "dataset")  # '' is no name: said, not 'no dataset' with an empty command
     with _open(server, local) as catalog:
         versions = catalog.datasets(name)
         if name is not None and not versions:  # the same on both doors: among the names one may see
@@ -280,15 +280,16 @@ def data_rm(
     """Forget a dataset's version, or every version of it. The bytes the catalog copied into its own
     folder go with the last version naming them; a source, or a --copy-to datastore's copy, stays.
     Asks first (on a terminal; elsewhere --yes), saying how many experiments read it."""
-    from phalanx.store.catalog import check_name, no_dataset, parse_ref
+    from phalanx.spec.inputs import check_catalog_name, parse_dataset_ref
+    from phalanx.store.catalog import no_dataset
 
-    name, _ = parse_ref(ref)
+    name, _ = parse_dataset_ref(ref)
     with _open(server, local) as catalog:
         if "@" in ref:
             named = [catalog.dataset(ref)]
             ref = named[0].ref  # NAME@latest: the version asked about is the one removed
         else:
-            named = catalog.datasets(check_name(name, "dataset"))
+            named = catalog.datasets(check_catalog_name(name, "dataset"))
             if not named:
                 raise no_dataset(name, {v.name for v in catalog.datasets()})
         if not yes:

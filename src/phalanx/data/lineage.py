@@ -7,8 +7,7 @@ from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 
-from phalanx.spec.inputs import from_record
-from phalanx.store.catalog import parse_ref
+from phalanx.spec.inputs import from_record, parse_dataset_ref
 
 
 def inputs_of(plan: Mapping[str, Any] | None) -> list[dict[str, Any]]:
@@ -65,7 +64,7 @@ def latest_inputs(spec: Any) -> Any:
     return replace(
         spec,
         inputs=tuple(
-            replace(i, dataset=f"{parse_ref(i.dataset)[0]}@latest") if i.dataset is not None else i
+            replace(i, dataset=f"{parse_dataset_ref(i.dataset)[0]}@latest") if i.dataset is not None else i
             for i in spec.inputs
         ),
     )

@@ -12,6 +12,7 @@ from typing import Any
 from phalanx.apiclient import Client, quote
 from phalanx.config import Settings
 from phalanx.errors import NotFound
+from phalanx.spec.inputs import parse_dataset_ref
 from phalanx.store import open_store
 from phalanx.store.catalog import (
     Catalog,
@@ -19,7 +20,6 @@ from phalanx.store.catalog import (
     DatastoreRecord,
     catalog_of,
     check_keeping,
-    parse_ref,
 )
 from phalanx.store.manifest import fetch_tree
 
@@ -71,12 +71,12 @@ class RemoteCatalog:
         return [DatasetVersion.from_json(v) for v in self.client.get("/datasets", name=name, manifest="true")]
 
     def dataset(self, ref: str) -> DatasetVersion:
-        name, version = parse_ref(ref)
+        name, version = parse_dataset_ref(ref)
         path = f"/datasets/{quote(name)}/versions/{version or 'latest'}"
         return DatasetVersion.from_json(self.client.get(path))
 
     def remove_dataset(self, ref: str) -> list[DatasetVersion]:
-        name, version = parse_ref(ref)
+        name, version = parse_dataset_ref(ref)
         which = None if "@" not in ref else str(version or "latest")
         answer = self.client.request("DELETE", _query(f"/datasets/{quote(name)}", which))[1]
         return [DatasetVersion.from_json(v) for v in answer]

@@ -21,6 +21,10 @@ MODES = ("download", "mount")
 INPUT_KEYS = ("name", "dataset", "datastore", "path", "mode")
 ENV_PREFIX = "PHALANX_INPUT_"
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_-]{0,63}$")
+# a dataset's or a datastore's name in the data catalog (phalanx.store.catalog keeps them)
+CATALOG_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
+_VERSION = re.compile(r"^[0-9]+$")
+_REF_FORMS = "write NAME, NAME@latest or NAME@VERSION (e.g. digits@3)"
 
 
 @dataclass(frozen=True)
@@ -43,6 +47,8 @@ class InputSpec:
             return "a name is letters, digits, '_' and '-' (at most 64, starting with a letter or '_')"
         if (self.dataset is None) == (self.datastore is None):
             return "give one of dataset: NAME[@VERSION] or datastore: NAME"
+        if self.dataset is not None and (wrong := dataset_ref_problem(self.dataset)):
+            return wrong
         if self.mode not in MODES:
             return f"mode {self.mode!r}: use download or mount"
         if self.path and self.dataset is not None:
@@ -64,6 +70,44 @@ class InputSpec:
             if self.path:
                 doc["path"] = self.path
         return doc
+
+
+def catalog_name_problem(name: object, what: str) -> str | None:
+    """What is wrong with ``name`` as a ``what`` (dataset, datastore) name in the catalog, if anything."""
+    if isinstance(name, str) and CATALOG_NAME.match(name):
+        return None
+    return (
+        f"{what} name {name!r}: use letters, digits, '.', '_' and '-' (at most 128, not starting with"
+        " '.', '_' or '-')"
+    )
+
+
+def check_catalog_name(name: str, what: str) -> str:
+    """``name`` if it can name a ``what`` (dataset, datastore) in the catalog; UsageError if not."""
+    problem = catalog_name_problem(name, what)
+    if problem:
+        raise UsageError(problem)
+    return name
+
+
+def dataset_ref_problem(ref: object) -> str | None:
+    """What is wrong with a dataset reference (``digits``, ``digits@latest``, ``digits@3``), if
+    anything: the one rule the file's check, the estimators and the catalog's look-up all apply."""
+    if not isinstance(ref, str) or not ref.strip():
+        return f"dataset {ref!r}: {_REF_FORMS}"
+    name, at, version = ref.strip().partition("@")
+    if at and version != "latest" and not _VERSION.match(version):
+        return f"dataset {ref!r}: the version {version!r} is neither a whole number nor latest; {_REF_FORMS}"
+    return catalog_name_problem(name, "dataset")
+
+
+def parse_dataset_ref(ref: str) -> tuple[str, int | None]:
+    """``name``, ``name@latest`` -> (name, None); ``name@3`` -> (name, 3); UsageError if malformed."""
+    problem = dataset_ref_problem(ref)
+    if problem:
+        raise UsageError(problem)
+    name, _, version = ref.strip().partition("@")
+    return name, (int(version) if version and version != "latest" else None)
 
 
 def _inside(path: str) -> bool:

@@ -16,7 +16,7 @@ from phalanx.checkpoints import POLICY_KEYS, Policy, PolicyError
 from phalanx.domain import BackendKind, Framework
 from phalanx.errors import UsageError
 from phalanx.spec.errors import Collector, describe, did_you_mean, join
-from phalanx.spec.inputs import INPUT_KEYS, parse_inputs
+from phalanx.spec.inputs import INPUT_KEYS, dataset_ref_problem, parse_inputs
 from phalanx.spec.model import Build, ExperimentSpec, ReplicaTemplate
 from phalanx.spec.placeholders import check_overrides, check_placeholders, note_empty_params
 from phalanx.spec.reserved import reserved_reason
@@ -257,6 +257,12 @@ def read_data_inputs(c: Collector, root: YMap) -> tuple[Any, ...]:
     # each input on its own, so that every one's mistake is said at that input's line
     wrong = False
     for i, (m, given) in enumerate(zip(maps, items, strict=True)):
+        ref = m.get("dataset")  # a malformed reference is said at its own line (`phalanx run` refuses it)
+        ref_problem = None if given.get("dataset") is None else dataset_ref_problem(str(given["dataset"]))
+        if ref is not None and ref_problem:
+            c.add(ref, join(join("inputs", i), "dataset"), ref_problem)
+            wrong = True
+            continue
         try:
             parse_inputs([given])
         except UsageError as exc:

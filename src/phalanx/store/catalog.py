@@ -17,7 +17,6 @@ used). Adding the same content again returns the latest version; any change make
 
 from __future__ import annotations
 
-import re
 import shutil
 import tempfile
 import time
@@ -30,6 +29,7 @@ from sqlalchemy import delete, func, insert, select
 
 from phalanx.errors import Conflict, NotFound, UsageError
 from phalanx.extras import require
+from phalanx.spec.inputs import CATALOG_NAME, check_catalog_name, parse_dataset_ref
 from phalanx.store.accounts import check_project
 from phalanx.store.dataset_reads import readers, versions_text
 from phalanx.store.manifest import FileEntry, Manifest, build_manifest, copy_tree, fetch_tree, join_url
@@ -40,9 +40,6 @@ from phalanx.tracking.labels import label_problem
 
 if TYPE_CHECKING:
     from phalanx.store.base import LocalStore
-
-NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
-_REF = re.compile(r"^(?P<name>[^@]+?)(?:@(?P<version>[0-9]+|latest))?$")
 
 
 @dataclass(frozen=True)
@@ -148,15 +145,6 @@ def check_owner(store: LocalStore, project: str | None, shared: bool, what: str)
         check_project(store, project)
 
 
-def check_name(name: str, what: str) -> str:
-    if not isinstance(name, str) or not NAME.match(name):
-        raise UsageError(
-            f"{what} name {name!r}: use letters, digits, '.', '_' and '-' (at most 128, not starting with"
-            " '.', '_' or '-')"
-        )
-    return name
-
-
 def normalise_url(url: str, what: str) -> str:
     """A local path as an absolute folder path that exists; a URL as given (its package checked)."""
     if "://" in url and "@" in url.split("://", 1)[1].split("/", 1)[0]:
@@ -188,7 +176,7 @@ def add_datastore(
 ) -> DatastoreRecord:
     """``project``: who owns it; ``shared``: every project may read it; ``profile``: the AWS profile
     (of the server's machine) a server's run reads it with, else its project's secrets."""
-    check_name(name, "datastore")
+    check_catalog_name(name, "datastore")
     check_owner(store, project, shared, f"datastore {name!r}")
     url = normalise_url(url, f"datastore {name!r}:")
     with writer(store.engine).begin() as conn:
@@ -220,7 +208,7 @@ def list_datastores(store: LocalStore) -> list[DatastoreRecord]:
 
 
 def get_datastore(store: LocalStore, name: str) -> DatastoreRecord:
-    check_name(name, "datastore")  # what no datastore can be named is said as such
+    check_catalog_name(name, "datastore")  # what no datastore can be named is said as such
     with store.engine.connect() as conn:
         row = conn.execute(select(_ds()).where(_ds().c.name == name)).mappings().first()
     if row is None:
@@ -263,7 +251,7 @@ def add_dataset(
     (referenced: an object store's prefix is read where it is by every machine, a copy in one
     machine's home would not be). ``project`` owns it (every version of a name is the same
     project's); ``shared``: every project may read it."""
-    check_name(name, "dataset")
+    check_catalog_name(name, "dataset")
     if not source.strip():
         raise UsageError(f"dataset {name!r}: no source; give a folder, an fsspec URL or DATASTORE:sub/dir")
     check_owner(store, project, shared, f"dataset {name!r}")
@@ -349,7 +337,7 @@ def check_keeping(copy_to: str | None, reference: bool) -> None:
 def source_datastore(source: str) -> tuple[str, str] | None:
     """``STORE:sub/dir`` as (datastore, sub/dir); None for a path or URL."""
     head, sep, rest = source.partition(":")
-    if sep and not rest.startswith("//") and NAME.match(head) and len(head) > 1:
+    if sep and not rest.startswith("//") and CATALOG_NAME.match(head) and len(head) > 1:
         return head, rest
     return None
 
@@ -362,15 +350,6 @@ def resolve_source(store: LocalStore, source: str) -> str:
     return normalise_url(source, "dataset source:")
 
 
-def parse_ref(ref: str) -> tuple[str, int | None]:
-    """``name``, ``name@latest`` -> (name, None); ``name@3`` -> (name, 3)."""
-    m = _REF.match(ref.strip()) if isinstance(ref, str) else None
-    if m is None:
-        raise UsageError(f"dataset {ref!r}: write NAME, NAME@latest or NAME@VERSION (e.g. digits@3)")
-    version = m.group("version")
-    return check_name(m.group("name"), "dataset"), (int(version) if version and version != "latest" else None)
-
-
 def get_dataset(
     store: LocalStore, ref: str, *, near: bool = False, projects: Sequence[str] | None = None
 ) -> DatasetVersion:
@@ -381,7 +360,7 @@ def get_dataset(
     ``projects``: a server's caller who reads only those projects' and the shared versions (None:
     every version). ``NAME`` or ``NAME@latest`` is then the newest of those, and a version not
     among them is answered as one that does not exist, naming nothing (the caller words it)."""
-    name, version = parse_ref(ref)
+    name, version = parse_dataset_ref(ref)
     query = select(_dv()).where(_dv().c.name == name)
     if projects is not None:
         query = query.where((_dv().c.shared == 1) | _dv().c.project.in_(list(projects)))
@@ -430,7 +409,7 @@ def remove_dataset(store: LocalStore, ref: str, kept: Path | None = None) -> lis
     of it; returns what was forgotten. The bytes of a forgotten version that the catalog keeps
     itself (under ``kept``, its ``kept_folder``) go with the last version naming them; others stay
     where they are (a source folder, a datastore's copy)."""
-    name, _ = parse_ref(ref)
+    name, _ = parse_dataset_ref(ref)
     gone = [get_dataset(store, ref)] if "@" in ref else list_datasets(store, name)
     if not gone:
         get_dataset(store, name)  # NotFound, saying how to record one

@@ -4,16 +4,18 @@ reads the path from the same environment variable."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
 
 from phalanx.data import Datastore
-from phalanx.errors import SpecError
+from phalanx.errors import SpecError, UsageError
 from phalanx.estimators import PyTorch
 from phalanx.plan import build_plan
 from phalanx.spec.inputs import InputSpec, env_name
 from phalanx.spec.loader import load_spec_text
+from tests.support.cli import phalanx_cli
 
 FILE = """
 version: 1
@@ -150,3 +152,44 @@ def test_each_inputs_mistake_is_said_at_its_own_input() -> None:
         "f.yml:4:5: inputs[0]: input 'digits': give one of dataset: NAME[@VERSION] or datastore: NAME",
         "f.yml:7:5: inputs[1]: input 'raw': mode 'mnt': use download or mount",
     ]
+
+
+def test_check_refuses_a_malformed_dataset_version_as_run_does(tmp_path: Path) -> None:
+    """`phalanx check` passed `dataset: digits@x`, which `phalanx run` then refused when it looked the
+    dataset up: the file's check applies the catalog's rule, said at the reference's own line."""
+    path = tmp_path / "f.yml"
+    path.write_text(
+        "version: 1\nkind: experiment\ninputs:\n  - name: d\n    dataset: digits@x\n"
+        "run: {cmd: 'echo {{ inputs.d }}'}\n"
+    )
+    done = phalanx_cli("check", "-f", path)
+    assert done.returncode == 2, done.stdout
+    assert done.stderr.splitlines()[0] == (
+        f"{path}:5:14: inputs[0].dataset: dataset 'digits@x': the version 'x' is neither a whole number"
+        " nor latest; write NAME, NAME@latest or NAME@VERSION (e.g. digits@3)"
+    )
+    assert "Traceback" not in done.stderr and done.stdout == ""
+
+
+@pytest.mark.parametrize(
+    ("ref", "message"),
+    [
+        ("digits@", "the version '' is neither a whole number nor latest"),
+        ("digits@1.5", "the version '1.5' is neither a whole number nor latest"),
+        ("digits@v2", "the version 'v2' is neither a whole number nor latest"),
+        ("digits@3@4", "the version '3@4' is neither a whole number nor latest"),
+        ("-digits@3", "dataset name '-digits': use letters, digits"),
+    ],
+)
+def test_every_malformed_dataset_reference_is_refused_with_the_file(ref: str, message: str) -> None:
+    text = f"version: 1\nkind: experiment\ninputs: [{{name: d, dataset: '{ref}'}}]\nrun: {{cmd: echo}}\n"
+    with pytest.raises(SpecError, match=re.escape(message)):
+        load_spec_text(text, "f.yml")
+    with pytest.raises(UsageError, match=re.escape(message)):  # the estimators' inputs= too
+        InputSpec("d", dataset=ref)
+
+
+@pytest.mark.parametrize("ref", ["digits", "digits@latest", "digits@3", "mnist.v2@12"])
+def test_the_dataset_reference_forms_are_accepted(ref: str) -> None:
+    text = f"version: 1\nkind: experiment\ninputs: [{{name: d, dataset: '{ref}'}}]\nrun: {{cmd: echo}}\n"
+    assert load_spec_text(text).inputs == (InputSpec("d", dataset=ref),)

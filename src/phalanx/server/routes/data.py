@@ -26,6 +26,7 @@ from phalanx.server.audit import describe
 from phalanx.server.deps import StoreDep, experiment_of, get_settings
 from phalanx.server.policy import policy, principal_of, require_project
 from phalanx.server.routes.pages import _shell
+from phalanx.spec.inputs import parse_dataset_ref
 from phalanx.store import catalog
 from phalanx.store.accounts import Role
 from phalanx.store.dataset_reads import readers, versions_text
@@ -279,7 +280,7 @@ def _visible_dataset(request: Request, store: Any, ref: str) -> catalog.DatasetV
 def _missing_dataset(request: Request, store: Any, ref: str) -> NotFound:
     """Why ``ref`` names nothing the caller may see, from what it may see only: the versions of
     one of its datasets, else the nearest name among its projects' and the shared datasets."""
-    name, version = catalog.parse_ref(ref)
+    name, version = parse_dataset_ref(ref)
     seen = [v for v in _catalog(request, store).datasets() if _visible(request, v)]
     versions = [v.version for v in seen if v.name == name]
     # only those it may read: a gap or a newer one of another's is not named. NAME@latest is missing
