@@ -14,7 +14,7 @@ import typer
 
 from phalanx.cli.app import OutputOpt, app, emit_json
 from phalanx.cli.listing import Format, _table
-from phalanx.cli.target import ServerOpt
+from phalanx.cli.target import ServerOpt, hints_on_door
 from phalanx.errors import UsageError
 from phalanx.logins import choose
 
@@ -116,7 +116,9 @@ def ls(
 @alert_app.command("rm")
 def rm(hook_id: HookArg, server: ServerOpt = None) -> None:
     """Remove a hook; what it had not been delivered yet is never sent."""
-    _book(server).remove_hook(hook_id)
+    book = _book(server)
+    with hints_on_door(server, False):
+        book.remove_hook(hook_id)
     typer.echo(f"alert hook {hook_id} removed")
 
 

@@ -9,7 +9,7 @@ import typer
 
 from phalanx.cli.app import OutputOpt, app, emit_json
 from phalanx.cli.listing import Format
-from phalanx.cli.target import LocalOpt, ServerOpt, shell_actor
+from phalanx.cli.target import LocalOpt, ServerOpt, hints_on_door, shell_actor
 
 if TYPE_CHECKING:
     from phalanx.store.cluster_book import ClusterBook
@@ -134,5 +134,7 @@ def rm(
     local: LocalOpt = False,
 ) -> None:
     """Forget a cluster (nothing on the cluster itself is touched)."""
-    book(server, local).remove(name)
+    clusters = book(server, local)
+    with hints_on_door(server, local):
+        clusters.remove(name)
     typer.echo(f"cluster {name!r} removed")

@@ -13,7 +13,14 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from phalanx.cli.app import ExtraParamsOpt, YesOpt, app, confirm, emit_json
-from phalanx.cli.target import LocalOpt, ServerOpt, ThisMachineOnlyOpt, submit_server, this_machine_only
+from phalanx.cli.target import (
+    LocalOpt,
+    ServerOpt,
+    ThisMachineOnlyOpt,
+    hints_on_door,
+    submit_server,
+    this_machine_only,
+)
 from phalanx.terminal_text import for_stream
 
 if TYPE_CHECKING:
@@ -330,15 +337,16 @@ def delete(
     if output not in ("table", "json"):
         raise UsageError(f"-o {output!r}: use table or json")
     store = open_target(server, local)
-    doc = store.group_view(group_id)
-    check_destructive(group_id, doc["id"], kind="group")
-    if not yes:
-        question = (
-            f"Delete group {doc['id']} ({doc['name']}, {doc['status']})"
-            f" and its {plural(len(doc['trials']), 'trial')}?"
-        )
-        confirm(question, f"deleting group {doc['id']} and its trials", "nothing deleted")
-    deleted = store.remove_group(doc["id"])
+    with hints_on_door(server, local):  # a hint's `phalanx group ls` acts where this delete does
+        doc = store.group_view(group_id)
+        check_destructive(group_id, doc["id"], kind="group")
+        if not yes:
+            question = (
+                f"Delete group {doc['id']} ({doc['name']}, {doc['status']})"
+                f" and its {plural(len(doc['trials']), 'trial')}?"
+            )
+            confirm(question, f"deleting group {doc['id']} and its trials", "nothing deleted")
+        deleted = store.remove_group(doc["id"])
     if store.server_url is None:  # a server removes its own (routes/groups.py)
         remove_folders(Settings(), doc["id"], deleted)
     if output == "json":

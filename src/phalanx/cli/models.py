@@ -22,7 +22,7 @@ from typer.core import TyperGroup
 from phalanx.cli.app import OutputOpt, YesOpt, app, confirm, emit_json, fail
 from phalanx.cli.listing import Format
 from phalanx.cli.record_tables import human_size
-from phalanx.cli.target import LocalOpt, ServerOpt
+from phalanx.cli.target import LocalOpt, ServerOpt, hints_on_door
 from phalanx.suggest import closest
 
 if TYPE_CHECKING:
@@ -416,21 +416,23 @@ def rm(
     from phalanx.suggest import did_you_mean
 
     parsed = parse_ref(ref)
-    if parsed.alias is not None:
-        raise UsageError(
-            f"{ref!r}: rm takes NAME or NAME@VERSION, not an alias (`phalanx models get {ref}` names "
-            f"its version; `phalanx models alias {ref} --delete` removes only the alias)"
-        )
-    registry = open_registry(server, local)
-    try:
-        if parsed.version is None:
-            found = registry.versions(parsed.name)
-        else:
-            found = [registry.resolve(ModelRef(parsed.name, version=parsed.version))]
-    except NotFound as exc:
-        if parsed.version is not None or parsed.name in {m.name for m in registry.models()}:
-            raise
-        raise NotFound(f"{exc}{did_you_mean(parsed.name, (m.name for m in registry.models()))}") from None
+    with hints_on_door(server, local):  # the hints' commands act where this rm does
+        if parsed.alias is not None:
+            raise UsageError(
+                f"{ref!r}: rm takes NAME or NAME@VERSION, not an alias (`phalanx models get {ref}` names "
+                f"its version; `phalanx models alias {ref} --delete` removes only the alias)"
+            )
+        registry = open_registry(server, local)
+        try:
+            if parsed.version is None:
+                found = registry.versions(parsed.name)
+            else:
+                found = [registry.resolve(ModelRef(parsed.name, version=parsed.version))]
+        except NotFound as exc:
+            if parsed.version is not None or parsed.name in {m.name for m in registry.models()}:
+                raise
+            names = (m.name for m in registry.models())
+            raise NotFound(f"{exc}{did_you_mean(parsed.name, names)}") from None
     if not yes:
         listed = "\n".join(
             f"  {v.name}@{v.version}"

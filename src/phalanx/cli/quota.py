@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from phalanx.cli.app import OutputOpt, app, emit_json
-from phalanx.cli.target import LocalOpt
+from phalanx.cli.target import LocalOpt, hints_on_door
 from phalanx.cli.tracking import Format
 
 if TYPE_CHECKING:
@@ -242,9 +242,10 @@ def remove_quota(
 
     project = _checked(project)
     client = _client(server, local, token_file)
-    if client is not None:  # a 404 is the server's NotFound, in the words this machine's store says
-        client.request("DELETE", f"/projects/{_quoted(project)}/quota?target={quote(target)}")
-        typer.echo(f"project {project}: no quota on {target} at {client.url} any more")
-        return
-    quotas.remove(_store(), project, target)  # NotFound: none there, or a project the server lacks
+    with hints_on_door(server, local):
+        if client is not None:  # a 404 is the server's NotFound, in the words this machine's store says
+            client.request("DELETE", f"/projects/{_quoted(project)}/quota?target={quote(target)}")
+            typer.echo(f"project {project}: no quota on {target} at {client.url} any more")
+            return
+        quotas.remove(_store(), project, target)  # NotFound: none there, or a project the server lacks
     typer.echo(f"project {project}: no quota on {target} any more")

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from phalanx.cli.app import OutputOpt, app, emit_json
-from phalanx.cli.target import LocalOpt, ServerOpt
+from phalanx.cli.target import LocalOpt, ServerOpt, hints_on_door
 from phalanx.cli.tracking import Format
 
 if TYPE_CHECKING:
@@ -93,5 +93,6 @@ def remove_secret(
 ) -> None:
     """Remove a secret (experiments already running keep their environment)."""
     book, _ = _door(server, local)
-    book.remove(project, name)  # NotFound: no such secret, or a project a team server does not know
+    with hints_on_door(server, local):
+        book.remove(project, name)  # NotFound: no such secret, or a project a team server does not know
     typer.echo(f"project {project}: secret {name} removed")

@@ -8,16 +8,23 @@ without the options, nothing is printed and everything is local, as before login
 
 A command meaningful only on this machine (`phalanx gc`, `phalanx sync`) takes `--server` only to
 refuse it (``this_machine_only``: exit status 2, saying so), never to act on this machine instead.
+
+A hint a command gives (`phalanx ls` lists them) names the door the user gave it (``hints_on_door``),
+so that repeating the hinted command acts where this one did, not on this machine's store.
 """
 
 from __future__ import annotations
 
+import contextlib
 import getpass
+import re
+import shlex
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from phalanx.errors import UsageError
+from phalanx.errors import PhalanxError, UsageError
 
 if TYPE_CHECKING:
     from phalanx.config import Settings
@@ -34,6 +41,67 @@ ThisMachineOnlyOpt = Annotated[
     str | None,
     typer.Option("--server", metavar="URL", help="Refused: this command acts on this machine only."),
 ]
+
+
+# A hint naming one of these is left as it is: they take no door (they act on this machine only, or
+# read no store), or only a server's (never --local). tests/unit/cli/test_doors.py holds both to the code.
+NO_DOOR = frozenset({"check", "gc", "group resume", "login", "logout", "server", "sync", "version"})
+SERVER_ONLY = frozenset(
+    {
+        "alert add",
+        "alert deliveries",
+        "alert ls",
+        "alert rm",
+        "notebook ls",
+        "notebook stop",
+        "tensorboard ls",
+        "tensorboard stop",
+    }
+)
+_HINT = re.compile(r"`phalanx ([^`]*)`")
+
+
+def door_words(server: str | None, local: bool) -> str:
+    """What sends a command to the door this one was given: `--server URL`, `--local`, or '' (none
+    given: the login's server, or this machine, as for the command itself)."""
+    if server is not None:
+        return f"--server {shlex.quote(server)}"
+    return "--local" if local else ""
+
+
+def on_door(text: str, server: str | None, local: bool) -> str:
+    """``text`` with each `phalanx ...` command it names given this command's door (one that names a
+    door already, or takes none, is left as it is)."""
+    words = door_words(server, local)
+
+    def told(hint: re.Match[str]) -> str:
+        command = hint.group(1)
+        first, _, rest = command.partition(" ")
+        second = rest.split(" ", 1)[0]
+        names = {first, *(f"{first} {alt}" for alt in second.split("|"))}
+        if (
+            not words
+            or "--server" in command.split()
+            or "--local" in command.split()
+            or names & NO_DOOR
+            or (local and names & SERVER_ONLY)
+        ):
+            return hint.group(0)
+        return f"`phalanx {command} {words}`"
+
+    return _HINT.sub(told, text)
+
+
+@contextlib.contextmanager
+def hints_on_door(server: str | None, local: bool) -> Iterator[None]:
+    """Errors raised inside name commands on the door given (``on_door``): a bare `phalanx ls` after
+    --server URL would read this machine's store, or the login's server after --local."""
+    try:
+        yield
+    except PhalanxError as exc:
+        exc.message = on_door(exc.message, server, local)
+        exc.args = (exc.message,)
+        raise
 
 
 def this_machine_only(command: str, server: str | None, instead: str) -> None:

@@ -12,6 +12,7 @@ The server is the real app on a real loopback socket (``served``), the CLI runs 
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import httpx
@@ -38,7 +39,10 @@ def both(served: Served, *args: str) -> tuple[tuple[int, str], tuple[int, str]]:
 
 
 def _said(stderr: str) -> str:
-    return "\n".join(line for line in stderr.splitlines() if not line.startswith("phalanx: on "))
+    """The words, less the door line and the door a hint's command repeats (`phalanx ls --local`,
+    `phalanx ls --server URL`: tests/unit/cli/test_door_hints.py)."""
+    said = "\n".join(line for line in stderr.splitlines() if not line.startswith("phalanx: on "))
+    return re.sub(r" (?:--local|--server \S+?)`", "`", said)
 
 
 @pytest.mark.parametrize(

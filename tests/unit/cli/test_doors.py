@@ -17,6 +17,7 @@ import typer.main
 
 from phalanx.cli.app import app
 from phalanx.cli.main import _register
+from phalanx.cli.target import NO_DOOR, SERVER_ONLY
 from tests.support.cli import phalanx_cli
 
 DOCS = Path(__file__).resolve().parents[3] / "docs" / "server-submit.md"
@@ -70,6 +71,12 @@ def test_every_command_has_a_door_and_the_docs_place_each_as_the_code_does() -> 
         if documented.get(name) != DOORS.get(name)
     }
     assert {SERVER, HERE, BOTH, NONE} <= set(DOORS.values())
+
+
+def test_hints_are_given_a_door_by_what_each_command_takes() -> None:
+    """cli/target.py's lists (a hint naming one of these keeps its words) are the code's doors."""
+    assert {name for name, door in DOORS.items() if door in (NONE, HERE)} == NO_DOOR
+    assert {name for name, door in DOORS.items() if door == SERVER} == SERVER_ONLY
 
 
 def _placeholders(command: Any) -> list[str]:
