@@ -382,7 +382,10 @@ def diff(
             )
         remote = RemoteStore(client)
         ea, eb = remote.get_experiment(a), remote.get_experiment(b)
-        _print_diff(remote.diff(ea.id, eb.id), ea.id, eb.id, output)
+        if ea.id == eb.id and output != "json":
+            _nothing_to_compare(f"both sides are experiment {ea.id}", ea.id, server, local)
+            return
+        _print_diff(remote.diff(ea.id, eb.id), output)
         return
     store = _open()
     from phalanx import repro
@@ -397,14 +400,15 @@ def diff(
         if at_a is None and len(attempt_numbers(store, ea.id)) == 1 and output != "json":
             # nothing to compare is said, not shown as "no differences" (exit 0, like a diff of
             # what one side never recorded: named, not an error)
-            typer.echo(
-                f"experiment {ea.id} has one attempt only: nothing to compare"
-                f" (`phalanx diff {ea.id} OTHER` compares it with another experiment)"
-            )
+            _nothing_to_compare(f"experiment {ea.id} has one attempt only", ea.id, server, local)
             return
         eb, at_a, at_b = ea, at_a if at_a is not None else numbers[0], numbers[-1]
     else:
         eb, at_b = _side(store, b)
+        if (ea.id, at_a) == (eb.id, at_b) and output != "json":
+            side = f"experiment {ea.id}" if at_a is None else f"attempt {at_a} of experiment {ea.id}"
+            _nothing_to_compare(f"both sides are {side}", ea.id, server, local)
+            return
     if at_a is None and at_b is None:
         doc = diff_doc(store, ea, eb)
     else:
@@ -423,10 +427,25 @@ def diff(
             eb.id if at_b is None else f"{eb.id}@{at_b}",
         )
         doc = diff_doc(store, ea, eb, (ra or {}, rb or {}), labels)
-    _print_diff(doc, ea.id, eb.id, output)
+    _print_diff(doc, output)
 
 
-def _print_diff(doc: dict[str, Any], a_id: str, b_id: str, output: str) -> None:
+def _nothing_to_compare(why: str, exp_id: str, server: str | None, local: bool) -> None:
+    """What a diff with nothing to compare says (`phalanx diff X X`; X with one attempt only): why,
+    on stdout with exit 0 (named, not an error, as a diff of what a side never recorded is), and
+    how to compare it with another, on the door given."""
+    from phalanx.cli.target import on_door
+
+    typer.echo(
+        on_door(
+            f"{why}: nothing to compare (`phalanx diff {exp_id} OTHER` compares it with another experiment)",
+            server,
+            local,
+        )
+    )
+
+
+def _print_diff(doc: dict[str, Any], output: str) -> None:
     if output == "json":
         emit_json(doc)
         return
@@ -447,11 +466,11 @@ def _print_diff(doc: dict[str, Any], a_id: str, b_id: str, output: str) -> None:
     if doc["code"]:
         out.append("code:")
         out.extend(f"  {line}" for line in doc["code"])
-    for side, exp_id in (("a", a_id), ("b", b_id)):
+    for side in ("a", "b"):  # each side as the diff names it: ID, or ID@N for an attempt
         missing = doc["unrecorded"].get(side)
         if missing:
             out.append(
-                f"not compared: {exp_id} recorded no {', '.join(missing)} "
+                f"not compared: {doc[side]} recorded no {', '.join(missing)} "
                 "(a plain script's run, or one recorded before Phalanx kept them)"
             )
     if len(out) == 1:
