@@ -22,13 +22,17 @@ def _points_in_spool(reporter: Reporter) -> list[int]:
     return [r["data"]["n"] for r in records if r["kind"] == "scalar"]
 
 
-def first_write_held(monkeypatch: pytest.MonkeyPatch) -> tuple[threading.Event, threading.Event]:
-    """The writer's first spool write waits for ``release``; ``entered``: it is waiting."""
+def first_write_held(
+    monkeypatch: pytest.MonkeyPatch, spool_dir: Path
+) -> tuple[threading.Event, threading.Event]:
+    """The first spool write of a writer under ``spool_dir`` (this test's reporter: never the writer
+    thread of an earlier test's, which may still be winding down) waits for ``release``;
+    ``entered``: it is waiting."""
     release, entered = threading.Event(), threading.Event()
     real_append = spool.SpoolWriter.append
 
     def first_append_waits(writer: spool.SpoolWriter, records: list[dict[str, object]]) -> int:
-        if not entered.is_set():
+        if writer.path.is_relative_to(spool_dir) and not entered.is_set():
             entered.set()
             release.wait(120)
         return real_append(writer, records)
@@ -40,7 +44,7 @@ def first_write_held(monkeypatch: pytest.MonkeyPatch) -> tuple[threading.Event, 
 def test_while_chunks_are_waiting_the_writer_writes_them_without_waiting_an_interval(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    release, entered = first_write_held(monkeypatch)
+    release, entered = first_write_held(monkeypatch, tmp_path / "spool")
     ident = Identity("0123456789ab", "master", "master", 0, 0, tmp_path / "spool", None, None)
     reporter = Reporter(ident, interval=600.0)  # the next interval's drain would be 10 minutes away
     try:
@@ -103,7 +107,7 @@ def test_an_event_is_written_after_the_scalars_reported_before_it(
     """A drain that writes DRAIN_POINTS of a longer backlog leaves an event reported after the
     backlog for a later drain: the status 'succeeded' a script queues at exit went into the spool
     before 80,000 of the points it reported, and a reader saw the run ended with them missing."""
-    release, entered = first_write_held(monkeypatch)
+    release, entered = first_write_held(monkeypatch, tmp_path / "spool")
     ident = Identity("0123456789ab", "master", "master", 0, 0, tmp_path / "spool", None, None)
     reporter = Reporter(ident, interval=600.0)
     try:
