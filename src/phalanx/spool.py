@@ -205,7 +205,6 @@ class SpoolWriter:
         self.attempt = attempt  # PHALANX_ATTEMPT: a later attempt's steps replace an earlier one's
         self._lock = threading.RLock()  # re-entered by a signal handler flushing mid-write
         self._seq = _records_in(self.path)  # resume a stream's numbering if the file exists
-        self._on_file = self._seq - 1  # the last seq written to the file
         self._fd: int | None = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
 
     @property
@@ -252,46 +251,29 @@ class SpoolWriter:
         return self.write("log", {"stream": stream, "lines": lines}, replica=replica, **overrides)
 
     def append(self, records: Iterable[dict[str, Any]]) -> int:
-        """Number and append records in one write; returns the last seq (or last_seq if none).
-
-        A record is numbered once: given again (by a call that re-entered this one from a signal
-        handler on the same thread, or after a failed write) it keeps its seq, and one already in
-        the file is not written again (were it, the store would keep one copy of its seq)."""
+        """Number and append records in one write; returns the last seq (or last_seq if none)."""
         with self._lock:
             if self._fd is None:
                 raise ValueError(f"spool writer {self.path} is closed")
-            records = list(records)
+            chunks = []
             first = self._seq
-            numbered = []
             for rec in records:
-                if rec.get("seq") is None:
-                    rec["stream"] = self.stream
-                    rec["seq"] = self._seq
-                    self._seq += 1
-                    numbered.append(rec)
-            encoded = [(rec["seq"], encode(rec)) for rec in records if rec["seq"] > self._on_file]
-            # what a call re-entered meanwhile (while these were encoded) wrote is not written again
-            unwritten = [(seq, line) for seq, line in encoded if seq > self._on_file]
-            if unwritten:
+                rec["stream"] = self.stream
+                rec["seq"] = self._seq
+                self._seq += 1
+                chunks.append(encode(rec))
+            if chunks:
                 size = os.fstat(self._fd).st_size
                 try:
-                    _write_all(self._fd, b"".join(line for _, line in unwritten))
+                    _write_all(self._fd, b"".join(chunks))
                 except OSError:
                     # disk full (or quota): take back the half-written tail so the next write does
                     # not glue a record onto it, and the seqs, so these records can be written again
                     with contextlib.suppress(OSError):
                         os.ftruncate(self._fd, size)
                     self._seq = first
-                    for rec in numbered:
-                        rec["seq"] = None
                     raise
-                self._on_file = max(self._on_file, *(seq for seq, _ in unwritten))
             return self._seq - 1
-
-    def written(self, record: Mapping[str, Any]) -> bool:
-        """Whether ``record`` (given to ``append``) is in the file."""
-        seq = record.get("seq")
-        return seq is not None and record.get("stream") == self.stream and seq <= self._on_file
 
     def sync(self) -> None:
         """Make everything appended so far durable."""
@@ -330,8 +312,7 @@ def _write_all(fd: int, data: bytes) -> None:
 
 
 def _records_in(path: Path) -> int:
-    """Complete records already in a spool file (so reopening a stream continues its seq): past the
-    highest seq, whatever the order (a record written again by a re-entered append comes later)."""
+    """Complete records already in a spool file (so reopening a stream continues its seq)."""
     if not path.exists():
         return 0
     last = -1
@@ -339,7 +320,7 @@ def _records_in(path: Path) -> int:
         for line in fh:
             if line.endswith(b"\n"):
                 try:
-                    last = max(last, int(json.loads(line)["seq"]))
+                    last = int(json.loads(line)["seq"])
                 except (ValueError, KeyError, TypeError):
                     continue
     return last + 1

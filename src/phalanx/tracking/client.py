@@ -56,14 +56,8 @@ class Reporter:
         self.problems = Problems()  # items that will not reach the store, and why (since last flush)
         self.last_problems: list[str] = []  # what the last flush() that returned False said
         self._refused_offset = 0  # how much of this stream's ingest refusals we have read
-        # What a drain has taken and not yet written lives here, never only in a drain's locals: a
-        # drain re-entered on this thread (a SIGTERM handler's flush while the main thread flushes,
-        # after which the handler ends the process) finds it and writes it (see drain).
-        self._taking: list[ScalarItem] = []  # scalars taken from the deque; those from _taking_at
-        self._taking_at = 0  # on are not in a record yet
-        self.pending: list[dict[str, Any]] = []  # records not in the spool yet (or no room there), in order
+        self.pending: list[dict[str, Any]] = []  # records the disk had no room for yet, in order
         self._pending_points = 0
-        self._drains = 0  # drains begun: a drain that sees it move was re-entered meanwhile
         self._max_pending = knobs.MAX_PENDING_POINTS.value()  # PHALANX_MAX_PENDING_POINTS
         self.disk_error: str | None = None  # set while the spool cannot be written
         self._start()
@@ -104,7 +98,6 @@ class Reporter:
         # and the parent's records waiting for disk space: written by the child too, they were
         # stored twice (and the parent's problems made the child's flush() return False)
         self.pending, self._pending_points, self.disk_error = [], 0, None
-        self._taking, self._taking_at = [], 0
         self.problems, self.last_problems, self._refused_offset = Problems(), [], 0
         self._start()
 
@@ -153,103 +146,77 @@ class Reporter:
     def drain(self, most: int | None = None) -> int:
         """Write what is buffered to the spool (at most ``most`` scalar points of it: the background
         thread writes while a fast loop reports, so the ingester starts on the first chunks while
-        the next are encoded); returns the last seq written.
-
-        Re-entrant on one thread: a signal handler that flushes (SIGTERM's, then the process ends)
-        may run in the middle of a drain. Everything taken is on the reporter at every step (points
-        in ``_taking``, records in ``pending``), so the inner drain writes it; the writer numbers a
-        record once and does not write one already in the file again (and the store keeps one copy
-        of a (stream, seq)), so the outer drain, if it resumes, finds its work done."""
+        the next are encoded); returns the last seq written."""
         with self._drain_lock:
             if os.getpid() != self.pid:  # forked without our at-fork hook (os.fork in C code)
                 self.after_fork()
-            self._drains += 1
+            records = []
             n = len(self.scalars) if most is None else min(most, len(self.scalars))
             if n:
                 self._taken += n  # before popping: see event()
-                # one call moves them: no handler runs between a point leaving the deque and its
-                # arrival in _taking
-                self._taking.extend(map(deque.popleft, itertools.repeat(self.scalars, n)))
-            self._records_of_taken()
-            self._records_of_events()
-            return self._write_pending()
+                pop = self.scalars.popleft
+                points = [pop() for _ in range(n)]
+                for rank, group in itertools.groupby(points, key=_RANK_OF):
+                    same = list(group)
+                    for i in range(0, len(same), CHUNK):
+                        chunk = same[i : i + CHUNK]
+                        data = self._encode(chunk)
+                        if data is None:
+                            continue
+                        records.append(self.writer.record("scalar", data, time_=chunk[0][4], rank=rank))
+            # an event goes after the scalars reported before it: a drain that leaves some of those
+            # buffered leaves the event too (a status 'succeeded' written before 300,000 points)
+            n = len(self.events)
+            if n:
+                pop_event = self.events.popleft
+                for _ in range(n):
+                    # held only while scalars wait: once none does, every one reported before the
+                    # event is written (a count that a racing drain made too large held a script's
+                    # final status for good)
+                    if self.events[0][4] > self._taken and self.scalars:
+                        break
+                    kind, data, when, rank, _ = pop_event()
+                    screened = screen_event(kind, data, self.problems)
+                    if screened is not None:
+                        records.append(self.writer.record(kind, screened, time_=when, rank=rank))
+            if self.pending:
+                records = self._keep_within_bound(records)
+                records, self.pending = self.pending + records, []
+            if not records:
+                return self.writer.last_seq
+            try:
+                last = self.writer.append(records)
+            except OSError as exc:  # the disk is full: keep them (bounded) and try again next drain
+                self.pending = records
+                self._pending_points = sum(_points(r) for r in records)
+                if self.disk_error is None:
+                    log.warning(
+                        "phalanx: cannot write the spool %s (%s); keeping what is reported in memory "
+                        "(up to %d points) and writing it once there is space",
+                        self.writer.path, exc.strerror or exc, self._max_pending,
+                    )  # fmt: skip
+                self.disk_error = f"{exc.strerror or exc} ({self.writer.spool_dir})"
+                return self.writer.last_seq
+            if self.disk_error is not None:
+                log.warning("phalanx: the spool can be written again; %d records written", len(records))
+            self.disk_error, self._pending_points = None, 0
+            return last
 
-    def _records_of_taken(self) -> None:
-        """The points taken, as scalar records on ``pending``: a run of one rank, CHUNK at most."""
-        while self._taking_at < len(self._taking):
-            drains, at = self._drains, self._taking_at
-            chunk = list(next(itertools.groupby(self._taking[at : at + CHUNK], _RANK_OF))[1])
-            data = self._encode(chunk)  # about a millisecond: a handler may drain meanwhile
-            time_, rank, size = chunk[0][4], chunk[0][5], len(chunk)
-            record = None if data is None else self.writer.record("scalar", data, time_=time_, rank=rank)
-            points = 0 if record is None else _points(record)
-            kept = self._within_bound(points)
-            if self._drains != drains:
-                return  # a re-entered drain wrote these points
-            # nothing from here to the append calls Python code (where a handler could run): the
-            # points are taken or held, never neither
-            self._taking_at = at + size
-            if record is not None and kept:
-                self._pending_points += points
-                self.pending.append(record)
-            elif record is not None:
-                self._dropped_for_space(points)
-        self._taking, self._taking_at = [], 0
-
-    def _records_of_events(self) -> None:
-        """The events whose scalars are written (or taken), as records on ``pending``, in order."""
-        for _ in range(len(self.events)):
-            if not self.events:  # a drain re-entered between two of these took them
-                return
-            drains = self._drains
-            kind, data, when, rank, before = self.events[0]
-            # an event goes after the scalars reported before it: held only while scalars wait; once
-            # none does, every one reported before the event is written (a count that a racing drain
-            # made too large held a script's final status for good)
-            if before > self._taken and self.scalars:
-                return
-            screened = screen_event(kind, data, self.problems)
-            record = None if screened is None else self.writer.record(kind, screened, time_=when, rank=rank)
-            if self._drains != drains:
-                return  # a re-entered drain wrote this event
-            del self.events[0]  # and no Python code runs before it is held
-            if record is not None:
-                self.pending.append(record)
-
-    def _write_pending(self) -> int:
-        """Write ``pending``; while the disk is full, keep it (bounded) for the next drain."""
-        if not self.pending:
-            return self.writer.last_seq
-        batch = list(self.pending)
-        try:
-            last = self.writer.append(batch)
-        except OSError as exc:  # the disk is full: keep them (bounded) and try again next drain
-            self._pending_points = sum(_points(r) for r in self.pending)
-            if self.disk_error is None:
-                log.warning(
-                    "phalanx: cannot write the spool %s (%s); keeping what is reported in memory "
-                    "(up to %d points) and writing it once there is space",
-                    self.writer.path, exc.strerror or exc, self._max_pending,
+    def _keep_within_bound(self, records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """New records while older ones wait for disk space: scalar points past the bound are
+        dropped (counted, so flush() says so); other events are small and kept."""
+        kept = []
+        for rec in records:
+            n = _points(rec)
+            if n and self._pending_points + n > self._max_pending:
+                self.problems.add(
+                    f"the disk is full ({self.disk_error}) and {self._max_pending} points already "
+                    "wait in memory: newer points were dropped", n
                 )  # fmt: skip
-            self.disk_error = f"{exc.strerror or exc} ({self.writer.spool_dir})"
-            return self.writer.last_seq
-        # those in the spool leave (a drain re-entered meanwhile may have written more, or kept some)
-        self.pending = [r for r in self.pending if not self.writer.written(r)]
-        if self.disk_error is not None:
-            log.warning("phalanx: the spool can be written again; %d records written", len(batch))
-        self.disk_error, self._pending_points = None, sum(_points(r) for r in self.pending)
-        return last
-
-    def _within_bound(self, points: int) -> bool:
-        """Whether a record of ``points`` scalars may be held: while older records wait for disk
-        space, points past the bound are dropped (other events are small and kept)."""
-        return self.disk_error is None or not points or self._pending_points + points <= self._max_pending
-
-    def _dropped_for_space(self, points: int) -> None:
-        self.problems.add(
-            f"the disk is full ({self.disk_error}) and {self._max_pending} points already "
-            "wait in memory: newer points were dropped", points
-        )  # fmt: skip
+                continue
+            self._pending_points += n
+            kept.append(rec)
+        return kept
 
     def _encode(self, chunk: list[ScalarItem]) -> dict[str, Any] | None:
         """A chunk as one record's columns, without the points the store would refuse (a bad name or
