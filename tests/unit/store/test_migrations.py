@@ -85,8 +85,10 @@ def test_a_parameters_value_reads_back_as_reported_and_one_stored_before_0021_as
         )
         conn.execute(
             text(
-                "INSERT INTO params (experiment_id, section, key, value, replica, rank, time)"
-                " VALUES ('e', 'Args', 'old', '1.0', 'master', 0, 0)"
+                "INSERT INTO params (experiment_id, section, key, value, replica, rank, time) VALUES"
+                " ('e', 'Args', 'old', '1.0', 'master', 0, 0),"
+                " ('e', 'Args', 'real', '0.30000000000000004', 'master', 0, 0),"
+                " ('e', 'Args', 'huge', '12345678901234567890', 'master', 0, 0)"
             )
         )
     engine.dispose()
@@ -106,8 +108,16 @@ def test_a_parameters_value_reads_back_as_reported_and_one_stored_before_0021_as
         ]
     )
     read = {p.key: p.value for p in store.params("e")}
-    assert read.pop("old") == 1  # stored as the integer 1 before: it stays what it became
+    # stored as numbers before: each stays exactly the number it became (not 15 digits of it)
+    assert (read.pop("old"), read.pop("real"), read.pop("huge")) == (
+        1,
+        0.30000000000000004,
+        1.2345678901234567e19,
+    )
     assert read == values
     assert [type(read[k]) for k in ("lr", "big", "neg", "sci")] == [float, int, float, float]
     assert str(read["neg"]) == "-0.0"
+    with store.engine.connect() as conn:  # the copied table keeps its index
+        indexes = conn.execute(text("SELECT name FROM sqlite_master WHERE tbl_name = 'params'")).scalars()
+        assert "ix_params_experiment" in set(indexes)
     store.close()
