@@ -18,7 +18,7 @@ it or run without end. So the server never parses it itself:
   (the box's job, which such a server cannot do), but a crash or a hang is its own, not the server's.
 
 Either way the model and its metadata go in on standard input; the child is held to a deadline
-(killed with its process group then, and whenever the request that started it ends), an
+(killed with its process group then), an
 address-space cap and a bounded answer, and ends with the server however the server ends (setpriv's
 --pdeathsig): a crash, a hang or garbage becomes a ParityFailed that says what happened, never a
 traceback of the server or a request that never ends.

@@ -154,6 +154,7 @@ def create_app(settings: ServerSettings, store: LocalStore | None = None) -> Fas
     app.state.submit_slots = anyio.CapacityLimiter(settings.submit_slots)
     app.state.model_check_slots = anyio.CapacityLimiter(settings.model_check_slots)
     app.state.model_check_turns = {}  # project -> its registrations' turn (routes/models.py)
+    app.state.model_checks_held = {}  # project -> its registrations in the server (routes/models.py)
     _install_routes(app, settings)
     _install_error_handlers(app)
     _install_openapi(app)

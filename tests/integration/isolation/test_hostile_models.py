@@ -77,16 +77,20 @@ def register(team: Team, name: str, experiment: str, model: str) -> tuple[int, A
         return exc.code, json.load(exc)
 
 
-def check_processes(ancestor: int) -> list[int]:
-    """The parity check's Python processes (not the box's bubblewrap or setpriv) that ``ancestor``
-    started (the server, or this process): never another test's, which may run beside this one."""
+def check_processes(uid: int | None = None, ancestor: int | None = None) -> list[int]:
+    """The parity check's Python processes (not the box's bubblewrap or setpriv) running as ``uid``
+    (a box's account: no other test's check runs as it, and one its box left behind, reparented,
+    is found all the same) or started by ``ancestor`` (whatever account they run as)."""
     found = []
     for entry in Path("/proc").iterdir():
         try:
             argv = [a.decode() for a in (entry / "cmdline").read_bytes().split(b"\0")]
+            owner = entry.stat().st_uid
         except OSError:
             continue
-        if CHILD in argv and Path(argv[0]).name not in ("bwrap", "setpriv") and ancestor in _parents(entry):
+        if CHILD not in argv or Path(argv[0]).name in ("bwrap", "setpriv"):
+            continue
+        if owner == uid or (ancestor is not None and ancestor in _parents(entry)):
             found.append(int(entry.name))
     return found
 
@@ -120,7 +124,8 @@ def test_a_models_check_runs_in_its_projects_box_and_its_crash_is_a_clear_refusa
     )
     waiting.start()
     deadline = time.monotonic() + 120
-    while not (found := check_processes(team.server.proc.pid)):
+    nlp = pwd.getpwnam("phx-nlp").pw_uid
+    while not (found := check_processes(ancestor=team.server.proc.pid)):
         assert waiting.is_alive(), f"the registration ended with no check process of its own: {answers}"
         assert time.monotonic() < deadline, "no parity check process appeared: it ran in the server's"
         time.sleep(0.2)
@@ -131,7 +136,7 @@ def test_a_models_check_runs_in_its_projects_box_and_its_crash_is_a_clear_refusa
             1
         ]
     )
-    assert uid == pwd.getpwnam("phx-nlp").pw_uid  # nlp's account, not the server's (root)
+    assert uid == nlp  # nlp's account, not the server's (root)
     # the server's home (store, keys, token) does not exist in its view of the files; /usr does
     seen = Path(f"/proc/{pid}/root")
     assert (seen / "usr").is_dir()
@@ -152,7 +157,7 @@ def test_a_models_check_runs_in_its_projects_box_and_its_crash_is_a_clear_refusa
         "spin.onnx: the parity check's process ended without an answer (killed by SIGKILL"
         in refused["message"]
     )
-    assert not check_processes(team.server.proc.pid)
+    assert not check_processes(nlp)
     with pytest.raises(urllib.error.HTTPError) as missing:
         team.api("/models/spin")
     assert missing.value.code == 404
@@ -167,7 +172,7 @@ def test_a_check_past_its_deadline_is_refused_and_its_box_ends(phalanx_home: Pat
     metadata = _parity_arrays(["input"], [X], ["output"], [X])
     with pytest.raises(UsageError, match=r"spin\.onnx: the parity check did not finish within 3 s"):
         check_boxed(spinning_onnx(), metadata, box_of(phalanx_home), "e/spin.onnx", seconds=3)
-    assert not check_processes(os.getpid())
+    assert not check_processes(box_of(phalanx_home).uid)
 
 
 def test_a_model_that_asks_for_more_memory_than_the_check_may_use_fails_to_load_it(

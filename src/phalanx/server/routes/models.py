@@ -25,7 +25,7 @@ from fastapi import APIRouter, Request, Response
 from fastapi.responses import HTMLResponse
 from starlette.concurrency import run_in_threadpool
 
-from phalanx.errors import Conflict, NotFound
+from phalanx.errors import Conflict, NotFound, QuotaExceeded
 from phalanx.registry.service import Registry
 from phalanx.server.audit import describe
 from phalanx.server.deps import ModelCheckerDep, StoreDep
@@ -45,6 +45,9 @@ from phalanx.store.base import LocalStore
 from phalanx.store.registry_records import ModelRef, check_alias, check_model_name
 
 router = APIRouter(tags=["models"])
+# a project's registrations in the server at once: one checking its model, one waiting for its turn
+# (a third is refused, 429: the one waiting may wait a whole check, which its client waits for)
+PROJECT_CHECKS = 2
 page_router = APIRouter(include_in_schema=False)
 
 
@@ -100,22 +103,37 @@ async def register(
     Its parity check runs in a process of its own: in the project's box when the server boxes. At
     most ``model_check_slots`` registrations check at once, one of a project at a time; the others
     wait for their turn, holding no request thread (a check may take minutes: a burst of them must
-    not stop the server answering, nor hold the other projects' registrations)."""
+    not stop the server answering, nor hold the other projects' registrations); a project's third
+    at once is refused (429). A client that gives up does not stop its check: the version is added
+    if the check passes."""
     experiment = await run_in_threadpool(require_experiment, request, body.experiment_id, Role.editor)
     may_add = _model_editor(request, name)
     await run_in_threadpool(_require_model_editor, store, name, may_add)  # before a check is spent
     source = experiment.id if body.model is None else f"{experiment.id}/{body.model}"
     registry = Registry(store, checker)
     # a project's registrations take their turns one at a time: a burst of one project's waits
-    # behind itself, not in front of the other projects'
-    turns: dict[str, anyio.Lock] = request.app.state.model_check_turns
-    async with turns.setdefault(experiment.project, anyio.Lock()):
-        created = await anyio.to_thread.run_sync(
-            functools.partial(
-                registry.register, source, name, description=body.description, tags=body.tags, may_add=may_add
-            ),
-            limiter=request.app.state.model_check_slots,
+    # behind itself, not in front of the other projects'; and no more than PROJECT_CHECKS of them
+    # are in the server at once, so none waits past what its client waits for (REGISTER_SECONDS)
+    held: dict[str, int] = request.app.state.model_checks_held
+    project = experiment.project
+    if held.get(project, 0) >= PROJECT_CHECKS:
+        raise QuotaExceeded(
+            f"project {project} already has {PROJECT_CHECKS} model registrations being checked here "
+            "(a check may take minutes); register again once one has been answered"
         )
+    held[project] = held.get(project, 0) + 1
+    try:
+        turns: dict[str, anyio.Lock] = request.app.state.model_check_turns
+        async with turns.setdefault(project, anyio.Lock()):
+            created = await anyio.to_thread.run_sync(
+                functools.partial(
+                    registry.register, source, name, description=body.description, tags=body.tags,
+                    may_add=may_add,
+                ),
+                limiter=request.app.state.model_check_slots,
+            )  # fmt: skip
+    finally:
+        held[project] -= 1
     describe(request, "model.register", f"{name}/{created.version}", experiment.project, f"from {source}")
     return ModelVersionOut.of(created)
 
