@@ -250,9 +250,15 @@ def main() -> int:
             stop.touch()
             for pid in reporters:
                 wait_gone(pid)
+    report(spent, args.rounds, args.json)
+    return 0
+
+
+def report(spent: dict[str, list[float]], rounds: int, json_path: Path | None) -> None:
+    """Each case's median CPU-s, its ratio to the floor and its target; into ``json_path`` too."""
     floor = statistics.median(spent["python -c pass"])
     load = os.getloadavg()
-    print(f"{'case':<34} {'CPU-s (median)':>15} {'x floor':>8}   (rounds: {args.rounds})")
+    print(f"{'case':<34} {'CPU-s (median)':>15} {'x floor':>8}   (rounds: {rounds})")
     results: dict[str, Any] = {}
     for name, values in spent.items():
         median = statistics.median(values)
@@ -269,11 +275,8 @@ def main() -> int:
             mark = "  (target < 0.2)" if median < TARGET_CPU_S else "  (over the 0.2 target)"
         print(f"{name:<34} {median:>15.3f} {ratio:>8}{mark}")
     print(f"load average {load[0]:.1f} {load[1]:.1f} {load[2]:.1f} on {os.cpu_count()} CPUs")
-    if args.json:
-        args.json.write_text(
-            json.dumps({"cases": results, "load_average": load, "rounds": args.rounds}, indent=2)
-        )
-    return 0
+    if json_path:
+        json_path.write_text(json.dumps({"cases": results, "load_average": load, "rounds": rounds}, indent=2))
 
 
 if __name__ == "__main__":
