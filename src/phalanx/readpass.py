@@ -88,13 +88,10 @@ def _spool_due(reader: LiteReader, settings: Settings) -> str | None:
 
 
 def _followed(settings: Settings, experiment_id: str) -> bool:
-    """Whether a live ingester follows ``spool/<experiment_id>`` (``ingest.following``). One stopped
-    by a signal (a `phalanx run` suspended with Ctrl-Z, whose replicas, in sessions of their own,
-    report on) follows nothing until it is continued: its folder is due like an abandoned one."""
-    from phalanx.machine.procs import INGESTER_RECORD, pid_stopped, recorded_process  # why: `phalanx --help`
+    """Whether a live ingester follows ``spool/<experiment_id>`` (``ingest.following``)."""
+    from phalanx.machine.procs import INGESTER_RECORD, recorded_process  # why: `phalanx --help`
 
-    pid = recorded_process(settings.runs_dir / experiment_id / INGESTER_RECORD)
-    return pid is not None and not pid_stopped(pid)
+    return recorded_process(settings.runs_dir / experiment_id / INGESTER_RECORD) is not None
 
 
 def _orphan(reader: LiteReader, settings: Settings) -> str | None:
