@@ -83,10 +83,11 @@ class ProcessChecker:
         return check_plain(data, metadata, where, seconds=self.seconds)
 
 
-def memory_for(onnx_bytes: bytes) -> int:
-    """The check's address-space cap: room for Phalanx's Python, and for the file a few times over
-    (read from standard input, written to its private folder, parsed and laid out by onnxruntime)."""
-    return BASE_MEMORY + 4 * len(onnx_bytes)
+def memory_for(onnx_bytes: bytes, metadata: dict[str, Any]) -> int:
+    """The check's address-space cap: room for Phalanx's Python, and for the file and its metadata
+    (the example input and output, as JSON) a few times over (read from standard input, written to
+    its private folder, parsed and laid out by onnxruntime or numpy)."""
+    return BASE_MEMORY + 4 * (len(onnx_bytes) + len(json.dumps(metadata)))
 
 
 def check_boxed(
@@ -104,7 +105,7 @@ def check_boxed(
         UsageError: the model keeps no example input, or names external data (as ``recheck``).
         ParityFailed: the check's process crashed, ran past ``seconds`` or gave no readable answer.
     """
-    cap = memory_for(onnx_bytes) if memory is None else memory
+    cap = memory_for(onnx_bytes, metadata) if memory is None else memory
     env = {**box.box_env(isolation, "/tmp"), **box.inherited(), "PYTHONPATH": PACKAGE_ROOT, **MALLOC}
     # its /tmp (where onnxruntime loads the file from): a fresh folder of the account's, removed after
     with tempfile.TemporaryDirectory(prefix="phalanx-parity-") as folder:
@@ -129,7 +130,7 @@ def check_plain(
 ) -> Checked:
     """Re-check ``onnx_bytes`` (the model ``where`` names) in a plain child process of the server's
     account (a server that does not box): what ``check_boxed`` raises, for the same reasons."""
-    cap = memory_for(onnx_bytes) if memory is None else memory
+    cap = memory_for(onnx_bytes, metadata) if memory is None else memory
     # its home, working folder and temporary files (where onnxruntime loads the file from): a fresh
     # private folder, removed after
     with tempfile.TemporaryDirectory(prefix="phalanx-parity-") as folder:
