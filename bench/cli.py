@@ -13,7 +13,8 @@ every 50 ms) report into their store all through the rounds: their spool is alwa
 the store, which the read pass must leave to their own ingesters (issue 42: `ls` <= python-start +
 0.05 CPU-s idle and while 4 experiments report); `phalanx logs ID` and `phalanx metrics ID` of an
 experiment with 200 console lines and 2 series of 200 points; `phalanx params ID` and `artifacts ID`
-of the same experiment (20 parameters, 20 artifacts); `phalanx run --detach` of a file whose
+of the same experiment (20 parameters, 20 artifacts), and `phalanx get ID` of it (all of that on one
+page, with the pace of its series); `phalanx run --detach` of a file whose
 job waits for the bench (the CLI's own CPU: the supervisor it starts runs in its own session and
 would be counted only if it ended first, the CLI reaping it; the bench then releases the job and
 waits for the supervisor to end between rounds); and the **whole submission** of a trivial file: the
@@ -50,6 +51,7 @@ LOGS = "phalanx logs ID (200 lines)"
 METRICS = "phalanx metrics ID (2 x 200 points)"
 PARAMS = "phalanx params ID (20 params)"
 ARTIFACTS = "phalanx artifacts ID (20 files)"
+GET = "phalanx get ID (all of the above)"
 
 # Runs argv, then waits for every process it left behind (a subreaper: the detached supervisor is
 # reparented here when the CLI exits) and prints the CPU-s of all of them.
@@ -211,6 +213,7 @@ def main() -> int:
             METRICS: ([*PHALANX, "metrics", logged], small),
             PARAMS: ([*PHALANX, "params", logged], small),
             ARTIFACTS: ([*PHALANX, "artifacts", logged], small),
+            GET: ([*PHALANX, "get", logged], small),
             f"phalanx ls ({args.experiments:,})": ([*PHALANX, "ls"], big),
             reporting: ([*PHALANX, "ls"], live),
             "phalanx run --detach": ([*PHALANX, "run", "-f", str(held), "--detach", "-o", "json"], runs),
@@ -225,6 +228,7 @@ def main() -> int:
                 METRICS,
                 PARAMS,
                 ARTIFACTS,
+                GET,
                 "phalanx run --detach",
                 WHOLE,
             ):
@@ -264,7 +268,7 @@ def report(spent: dict[str, list[float]], rounds: int, json_path: Path | None) -
         median = statistics.median(values)
         results[name] = {"cpu_s": median, "ratio_to_floor": median / floor if floor else None, "all": values}
         ratio = f"{median / floor:.1f}x" if floor else "-"
-        if name.startswith(("python", "phalanx --help", LOGS, METRICS, PARAMS, ARTIFACTS)):
+        if name.startswith(("python", "phalanx --help", LOGS, METRICS, PARAMS, ARTIFACTS, GET)):
             mark = ""
         elif name.startswith("phalanx ls"):  # issue 42: python-start + 0.05 CPU-s, idle or not
             over = median - floor

@@ -25,7 +25,7 @@ def open_lean(settings: Settings) -> LiteReader | None:
     from phalanx.store.lite import LiteReader  # why: `phalanx --help` imports this module
     from phalanx.store.migrations import HEAD  # why: `phalanx --help` imports this module
 
-    reader = LiteReader.open(settings.database_url, HEAD)
+    reader = LiteReader.open(settings.database_url, HEAD, settings.artifacts_root)
     if reader is None:
         return None
     try:

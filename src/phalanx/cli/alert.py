@@ -12,8 +12,8 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from phalanx.cli.app import OutputOpt, app, emit_json
-from phalanx.cli.listing import Format, _table
+from phalanx.cli.app import OutputOpt, app
+from phalanx.cli.listing import Format, _table, emit_json
 from phalanx.cli.target import ServerOpt, hints_on_door
 from phalanx.errors import UsageError
 from phalanx.logins import choose

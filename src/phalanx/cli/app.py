@@ -6,7 +6,6 @@ answer fast, and the supervisor must never import torch or other heavy modules.
 
 from __future__ import annotations
 
-import json
 import sys
 from collections.abc import Callable
 from enum import StrEnum
@@ -67,13 +66,6 @@ def choice_option(kind: type[StrEnum], *declarations: str, help: str) -> Any:
 
 # `-o table|json`, what every command that can print a document takes
 OutputOpt = Annotated[Format, choice_option(Format, "-o", "--output", help="table or json")]
-
-
-def emit_json(document: Any) -> None:
-    """Print exactly one JSON document on stdout (what `-o json` promises scripts)."""
-    sys.stdout.write(json.dumps(document, indent=2, default=str))
-    sys.stdout.write("\n")
-    sys.stdout.flush()
 
 
 def fail(message: str, status: int = 2) -> typer.Exit:

@@ -13,7 +13,8 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from phalanx.cli.app import app, choice_option, emit_json
+from phalanx.cli.app import app, choice_option
+from phalanx.cli.listing import emit_json
 from phalanx.cli.plan_table import print_plan_table
 
 if TYPE_CHECKING:

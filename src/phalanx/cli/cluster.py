@@ -7,8 +7,8 @@ from typing import TYPE_CHECKING
 
 import typer
 
-from phalanx.cli.app import OutputOpt, app, emit_json
-from phalanx.cli.listing import Format
+from phalanx.cli.app import OutputOpt, app
+from phalanx.cli.listing import Format, emit_json
 from phalanx.cli.target import LocalOpt, ServerOpt, hints_on_door, shell_actor
 
 if TYPE_CHECKING:

@@ -11,8 +11,8 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from phalanx.cli.app import OutputOpt, YesOpt, app, confirm, emit_json
-from phalanx.cli.listing import Format
+from phalanx.cli.app import OutputOpt, YesOpt, app, confirm
+from phalanx.cli.listing import Format, emit_json
 from phalanx.cli.record_tables import human_size
 from phalanx.cli.target import LocalOpt, ServerOpt, hints_on_door
 from phalanx.config import Settings

@@ -13,7 +13,8 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from phalanx.cli.app import OutputOpt, YesOpt, app, confirm, emit_json
+from phalanx.cli.app import OutputOpt, YesOpt, app, confirm
+from phalanx.cli.listing import emit_json
 from phalanx.cli.target import LocalOpt, ServerOpt, hints_on_door
 from phalanx.cli.tracking import Format, open_target
 

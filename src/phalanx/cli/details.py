@@ -8,19 +8,39 @@ renders. Only the standard library is imported at module level; the store is pas
 from __future__ import annotations
 
 import sys
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
-from phalanx.cli.app import emit_json
-from phalanx.cli.listing import Format, _duration, _table, _when
-from phalanx.cli.reading import experiment_json, is_remote, replica_json
+from phalanx.cli.listing import Format, _duration, _table, _when, emit_json
 from phalanx.cli.record_tables import artifact_json, human_size, shown_value
 from phalanx.terminal_text import write_shown
 from phalanx.views import param_conflicts, params_by_section
 
 if TYPE_CHECKING:
     from phalanx.domain import Experiment, Replica
-    from phalanx.store.base import ArtifactRecord
-    from phalanx.store.door import Door
+    from phalanx.store.base import ArtifactRecord, ModelRecord, ParamRecord
+
+
+class ExperimentRecords(Protocol):
+    """What `phalanx get` reads: either door's store (``Door``: this machine's or a server's) or
+    the lean reader (``LiteReader``: this machine's SQLite store without SQLAlchemy)."""
+
+    server_url: str | None
+
+    def get_experiment(self, experiment_id: str) -> Experiment: ...
+
+    def list_replicas(self, experiment_id: str) -> list[Replica]: ...
+
+    def params(self, experiment_id: str) -> list[ParamRecord]: ...
+
+    def artifacts(self, experiment_id: str) -> list[ArtifactRecord]: ...
+
+    def models(self, experiment_id: str) -> list[ModelRecord]: ...
+
+    def metric_titles(self, experiment_id: str) -> dict[str, list[str]]: ...
+
+    def texts(self, experiment_id: str) -> list[dict[str, Any]]: ...
+
+    def run_details(self, experiment_id: str) -> dict[str, Any]: ...
 
 
 def _queue_place(experiment_id: str) -> str:
@@ -99,7 +119,7 @@ def run_details_text(details: dict[str, Any]) -> list[str]:
     return out
 
 
-def show_experiment(store: Door, experiment_id: str, output: Format, file: bool) -> None:
+def show_experiment(store: ExperimentRecords, experiment_id: str, output: Format, file: bool) -> None:
     """`phalanx get`'s answer from ``store`` (this machine's or a server's): the experiment file alone
     with ``file``, else everything about it, as text or one JSON document."""
     e = store.get_experiment(experiment_id)
@@ -119,11 +139,11 @@ def show_experiment(store: Door, experiment_id: str, output: Format, file: bool)
     titles = store.metric_titles(e.id)
     models = store.models(e.id)
     if output is Format.JSON:
-        doc = experiment_json(e)
+        doc = e.to_json()
         doc.update(
             launch=launch,
             spec_text=e.spec_text,
-            replicas=[replica_json(r) for r in replicas],
+            replicas=[r.to_json() for r in replicas],
             params=params,
             param_conflicts=conflicts,
             artifacts=[artifact_json(a) for a in artifacts],
@@ -150,7 +170,7 @@ def show_experiment(store: Door, experiment_id: str, output: Format, file: bool)
     write_shown("\n".join(out), sys.stdout)
 
 
-def _summary_lines(store: Door, e: Experiment, launch: dict[str, Any]) -> list[str]:
+def _summary_lines(store: ExperimentRecords, e: Experiment, launch: dict[str, Any]) -> list[str]:
     """`phalanx get`'s head: status, times, where it runs and how it was launched."""
     out = [
         f"id:        {e.id}",
@@ -179,7 +199,7 @@ def _summary_lines(store: Door, e: Experiment, launch: dict[str, Any]) -> list[s
         out.append("commands:")
         out.extend(f"  {name}: {command}" for name, command in launch["commands"].items())
     if str(e.status) == "queued":
-        place = "waiting in the server's queue" if is_remote(store) else _queue_place(e.id)
+        place = "waiting in the server's queue" if store.server_url else _queue_place(e.id)
         out.append(f"queue:     {place}")
     if e.notes:
         out.append("notes:     " + e.notes.replace("\n", "\n           "))
@@ -201,10 +221,10 @@ def _replica_and_param_lines(replicas: list[Replica], params: dict[str, dict[str
 
 
 def _content_lines(
-    store: Door,
+    store: ExperimentRecords,
     e: Experiment,
     artifacts: list[ArtifactRecord],
-    models: list[Any],
+    models: list[ModelRecord],
     titles: dict[str, list[str]],
 ) -> list[str]:
     """What it produced: artifacts, models, metrics, text reports, run details and its data inputs."""

@@ -12,7 +12,8 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from phalanx.cli.app import ExtraParamsOpt, YesOpt, app, confirm, emit_json
+from phalanx.cli.app import ExtraParamsOpt, YesOpt, app, confirm
+from phalanx.cli.listing import emit_json
 from phalanx.cli.target import (
     LocalOpt,
     ServerOpt,

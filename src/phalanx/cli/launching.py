@@ -6,11 +6,12 @@ docs/cli-speed.md); the Typer command (cli/run.py) calls the same function.
 
 from __future__ import annotations
 
-import json
 import sys
 from enum import StrEnum
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+from phalanx.cli.listing import emit_json
 
 if TYPE_CHECKING:
     from phalanx.config import Settings
@@ -93,7 +94,7 @@ def submit_detached(
     if isinstance(spec, SpecFile):
         _echo_notes(submitted.log)
     if output is Output.JSON:
-        _emit_json(detached_json(submitted))
+        emit_json(detached_json(submitted))
     else:
         sys.stdout.write(f"{submitted.experiment_id}\n")
         sys.stdout.flush()
@@ -241,10 +242,3 @@ def launch_options(
         # what `phalanx rerun` and `phalanx resume` start again from
         record=LaunchRecord(file=str(file.resolve()), params=parse_param_overrides(param or [])),
     )
-
-
-def _emit_json(document: Any) -> None:
-    """One JSON document on stdout, as cli.app.emit_json writes it."""
-    sys.stdout.write(json.dumps(document, indent=2, default=str))
-    sys.stdout.write("\n")
-    sys.stdout.flush()

@@ -1,11 +1,11 @@
-"""The lean door for the commands users type most: `phalanx ls`, `logs ID`, `metrics ID`, `params
-ID`, `artifacts ID` and `run --detach` without typer.
+"""The lean door for the commands users type most: `phalanx ls`, `get ID`, `logs ID`, `metrics ID`,
+`params ID`, `artifacts ID` and `run --detach` without typer.
 
 Typer (0.29) builds a pydantic TypeAdapter for every option it parses: a one-command Typer app costs
 0.19 CPU-s before it does anything, the whole of issue 30's 0.2 CPU-s budget for `phalanx ls`. So
-``main`` first offers the arguments to ``dispatch``: when they are a plain `phalanx ls`, `logs ID`,
-`metrics ID`, `params ID`, `artifacts ID` (a listing) or `run -f FILE --detach` (options it knows,
-values it accepts) it runs the command itself with argparse from the standard library; anything
+``main`` first offers the arguments to ``dispatch``: when they are a plain `phalanx ls`, `get ID`,
+`logs ID`, `metrics ID`, `params ID`, `artifacts ID` (a listing) or `run -f FILE --detach` (options
+it knows, values it accepts) it runs the command itself with argparse from the standard library; anything
 else — `--help`, a typo, a value out of range, an option it does not know — returns None and the
 Typer app answers exactly as before (its usage message, its exit status). The Typer commands stay
 the definition: tests/unit/cli/test_lean_dispatch.py checks that the options here are theirs, with
@@ -215,6 +215,26 @@ def _artifacts(ns: argparse.Namespace) -> bool:
     return _on_experiment(ns.experiment_id, answer)
 
 
+def _get_parser() -> _Parser:
+    """`phalanx get`'s options but --server and --local (a server's experiment: Typer's)."""
+    p = _Parser(prog="phalanx get", add_help=False, allow_abbrev=False)
+    p.add_argument("experiment_id")
+    p.add_argument("--output", "-o", choices=("table", "json"))
+    p.add_argument("--file", action="store_true")
+    return p
+
+
+def _get(ns: argparse.Namespace) -> bool:
+    """One experiment in full read by the lean reader when no upkeep is due (as `phalanx logs`)."""
+    from phalanx.cli.details import show_experiment
+    from phalanx.cli.listing import Format
+
+    def answer(reader: LiteReader, experiment: Experiment) -> None:
+        show_experiment(reader, experiment.id, Format(ns.output or "table"), ns.file)
+
+    return _on_experiment(ns.experiment_id, answer)
+
+
 def _on_experiment(typed: str, answer: Callable[[LiteReader, Experiment], None]) -> bool:
     """``answer`` from the lean reader for the experiment ``typed`` names; False when Typer's
     command must answer: a login (a server's experiment), upkeep due, or an id the reader cannot
@@ -242,6 +262,7 @@ LEAN_COMMANDS: dict[str, tuple[Callable[[], _Parser], Callable[[argparse.Namespa
     "metrics": (_metrics_parser, _metrics),
     "params": (_params_parser, _params),
     "artifacts": (_artifacts_parser, _artifacts),
+    "get": (_get_parser, _get),
     "run": (_run_parser, _run),
 }
 

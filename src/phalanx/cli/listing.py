@@ -102,7 +102,7 @@ def ls_experiments(
         if shown:
             for doc, e in zip(documents, page.items, strict=True):
                 doc["columns"] = {c: values.get(e.id, {}).get(c) for c in shown}
-        _emit_json(documents)
+        emit_json(documents)
         return
     if not page.items:
         given = [
@@ -189,8 +189,8 @@ def _echo(text: str) -> None:
     sys.stdout.flush()
 
 
-def _emit_json(document: Any) -> None:
-    """One JSON document on stdout, as cli.app.emit_json writes it."""
+def emit_json(document: Any) -> None:
+    """Print exactly one JSON document on stdout (what `-o json` promises scripts)."""
     sys.stdout.write(json.dumps(document, indent=2, default=str))
     sys.stdout.write("\n")
     sys.stdout.flush()

@@ -9,7 +9,7 @@ import math
 import sys
 from typing import TYPE_CHECKING, Protocol
 
-from phalanx.cli.listing import _emit_json, _table
+from phalanx.cli.listing import _table, emit_json
 from phalanx.errors import NotFound
 from phalanx.terminal_text import write_shown
 
@@ -53,7 +53,7 @@ def print_metrics(
         )
         raise NotFound(f"experiment {experiment_id} has no metric {which} ({known})")
     if output == "json":
-        _emit_json(
+        emit_json(
             {
                 t: {s: {"steps": v.steps, "values": finite_or_none(v.values)} for s, v in by.items()}
                 for t, by in data.items()

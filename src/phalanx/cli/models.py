@@ -19,8 +19,8 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 from typer.core import TyperGroup
 
-from phalanx.cli.app import OutputOpt, YesOpt, app, confirm, emit_json, fail
-from phalanx.cli.listing import Format
+from phalanx.cli.app import OutputOpt, YesOpt, app, confirm, fail
+from phalanx.cli.listing import Format, emit_json
 from phalanx.cli.record_tables import human_size
 from phalanx.cli.target import LocalOpt, ServerOpt, hints_on_door
 from phalanx.suggest import closest

@@ -7,8 +7,9 @@ from typing import Annotated
 
 import typer
 
-from phalanx.cli.app import OutputOpt, emit_json
+from phalanx.cli.app import OutputOpt
 from phalanx.cli.cluster import book, cluster_app
+from phalanx.cli.listing import emit_json
 from phalanx.cli.target import LocalOpt, ServerOpt
 from phalanx.cli.tracking import Format
 

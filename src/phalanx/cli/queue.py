@@ -8,7 +8,8 @@ from typing import Any
 
 import typer
 
-from phalanx.cli.app import OutputOpt, app, emit_json
+from phalanx.cli.app import OutputOpt, app
+from phalanx.cli.listing import emit_json
 from phalanx.cli.target import LocalOpt, ServerOpt
 from phalanx.cli.tracking import Format
 

@@ -6,14 +6,13 @@ Only typer and the standard library at module level (`phalanx --help` stays fast
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from phalanx.cli.listing import open_for_reading
 
 if TYPE_CHECKING:
-    from phalanx.domain import Experiment, Replica
     from phalanx.store.door import Door
 
 IdArg = Annotated[str, typer.Argument(metavar="ID", help="Experiment id or a unique prefix of one.")]
@@ -30,19 +29,3 @@ def open_target(server: str | None = None, local: bool = False) -> Door:
     from phalanx.remote_store import RemoteStore
 
     return RemoteStore(client)
-
-
-def is_remote(store: Door) -> bool:
-    """Whether ``store`` is a server's (``Door.server_url``)."""
-    return store.server_url is not None
-
-
-# --- formatting ----------------------------------------------------------------------------------
-
-
-def experiment_json(e: Experiment) -> dict[str, Any]:
-    return e.to_json()
-
-
-def replica_json(r: Replica) -> dict[str, Any]:
-    return r.to_json()

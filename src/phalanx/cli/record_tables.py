@@ -9,7 +9,7 @@ import json
 import sys
 from typing import TYPE_CHECKING, Any, Protocol
 
-from phalanx.cli.listing import _emit_json, _table
+from phalanx.cli.listing import _table, emit_json
 from phalanx.errors import UsageError
 from phalanx.suggest import did_you_mean
 from phalanx.terminal_text import write_shown
@@ -44,7 +44,7 @@ def print_params(door: Params, experiment_id: str, output: str) -> None:
     value the script reported differently marked in its last column) or one JSON document."""
     records = door.params(experiment_id)
     if output == "json":
-        _emit_json(params_by_section(records))
+        emit_json(params_by_section(records))
         return
     if not records:
         print(f"experiment {experiment_id} recorded no parameters")
@@ -72,7 +72,7 @@ def artifacts_of_kind(door: Artifacts, experiment_id: str, kind: str | None) -> 
 def print_artifacts(records: list[ArtifactRecord], experiment_id: str, kind: str | None, output: str) -> None:
     """``records`` (an experiment's artifacts, of ``kind`` when given) as a table or JSON."""
     if output == "json":
-        _emit_json([artifact_json(a) for a in records])
+        emit_json([artifact_json(a) for a in records])
         return
     if not records:
         print(f"experiment {experiment_id} has no artifacts" + (f" of kind {kind!r}" if kind else ""))

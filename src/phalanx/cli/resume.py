@@ -8,9 +8,9 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from phalanx.cli.app import ExtraParamsOpt, OutputOpt, app, emit_json, fail
+from phalanx.cli.app import ExtraParamsOpt, OutputOpt, app, fail
 from phalanx.cli.launching import detached_json, launched_json
-from phalanx.cli.listing import Format
+from phalanx.cli.listing import Format, emit_json
 from phalanx.cli.record_tables import human_size
 from phalanx.cli.target import LocalOpt, ServerOpt
 

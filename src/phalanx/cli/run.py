@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
 import typer
 
-from phalanx.cli.app import ExtraParamsOpt, app, choice_option, emit_json
+from phalanx.cli.app import ExtraParamsOpt, app, choice_option
 
 # typer-free (the lean `run --detach` uses them too); resume.py and group.py import them from here
 from phalanx.cli.launching import Output as Output
@@ -25,6 +25,7 @@ from phalanx.cli.launching import _check_id as _check_id
 from phalanx.cli.launching import _load as _load
 from phalanx.cli.launching import launch_options, launched_json, start_detached
 from phalanx.cli.launching import submit_detached as submit_detached
+from phalanx.cli.listing import emit_json
 from phalanx.cli.live_table import RichObserver
 from phalanx.cli.target import LocalOpt, ServerOpt, submit_server
 from phalanx.cli.terminal import guard_std_streams

@@ -12,7 +12,8 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from phalanx.cli.app import OutputOpt, app, emit_json
+from phalanx.cli.app import OutputOpt, app
+from phalanx.cli.listing import emit_json
 from phalanx.cli.target import LocalOpt, ServerOpt, hints_on_door
 from phalanx.cli.tracking import Format
 

@@ -8,8 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 import typer
 
-from phalanx.cli.app import emit_json
-from phalanx.cli.listing import Format, _table
+from phalanx.cli.listing import Format, _table, emit_json
 from phalanx.errors import UsageError
 from phalanx.logins import choose
 

@@ -147,7 +147,7 @@ def rerun_on_server(
 def emit_launched(client: Client, experiment_id: str) -> None:
     """The `-o json` of a run, rerun or resume on a server: the document a local one prints
     (``launched_json``), its status and reason as the server holds them now."""
-    from phalanx.cli.app import emit_json
+    from phalanx.cli.listing import emit_json
     from phalanx.remote_store import RemoteStore
 
     exp = RemoteStore(client).get_experiment(experiment_id)
@@ -157,7 +157,7 @@ def emit_launched(client: Client, experiment_id: str) -> None:
 def emit_group(client: Client, group_id: str) -> None:
     """The `-o json` of a group file run on a server: the group's document as the server holds it
     now (``group_json``, what `/groups/ID` answers), the one a run of it on this machine prints."""
-    from phalanx.cli.app import emit_json
+    from phalanx.cli.listing import emit_json
     from phalanx.remote_store import RemoteStore
 
     emit_json(RemoteStore(client).group_view(group_id))

@@ -15,7 +15,7 @@ from typing import Annotated
 
 import typer
 
-from phalanx.cli.app import OutputOpt, app, choice_option, emit_json
+from phalanx.cli.app import OutputOpt, app, choice_option
 from phalanx.cli.details import show_experiment
 
 # the lean `phalanx ls` path lives in cli/listing.py (no typer); other modules import these from here
@@ -23,13 +23,12 @@ from phalanx.cli.listing import Format as Format
 from phalanx.cli.listing import _duration as _duration
 from phalanx.cli.listing import _table as _table
 from phalanx.cli.listing import _when as _when
-from phalanx.cli.listing import ls_experiments
+from phalanx.cli.listing import emit_json, ls_experiments
 from phalanx.cli.listing import open_for_reading as open_for_reading
 from phalanx.cli.metrics_output import print_metrics
 
 # shared with cli/details.py; other command modules import some of them from here
 from phalanx.cli.reading import IdArg as IdArg
-from phalanx.cli.reading import is_remote as is_remote
 from phalanx.cli.reading import open_target as open_target
 from phalanx.cli.record_tables import artifacts_of_kind, human_size, print_artifacts, print_params
 from phalanx.cli.target import LocalOpt, ServerOpt, ThisMachineOnlyOpt, this_machine_only

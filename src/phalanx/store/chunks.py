@@ -77,6 +77,46 @@ def read(fetch: Fetch, sid: int, lo: int | None = None, hi: int | None = None) -
     return ordered([decode(blob, int(n)) for n, blob in rows], lo, hi)
 
 
+def last(fetch: Fetch, sid: int, n: int) -> Points:
+    """The last ``n`` points by step of series ``sid``, in order; reads the chunks that hold them,
+    not the series."""
+    if n <= 0:
+        return Points([], [], [])
+    meta = fetch(
+        "SELECT seq, n, first_step, last_step FROM scalar_chunks WHERE series_id = ? ORDER BY last_step DESC",
+        (sid,),
+    )
+    chosen: list[int] = []
+    count = 0
+    low: int | None = None
+    for i, (seq, size, first, _) in enumerate(meta):
+        chosen.append(int(seq))
+        count += int(size)
+        low = int(first) if low is None else min(low, int(first))
+        following = meta[i + 1][3] if i + 1 < len(meta) else None
+        # enough points, and none of the chunks left can hold a step this high
+        if count >= n and (following is None or int(following) < low):
+            break
+    if not chosen:
+        return Points([], [], [])
+    marks = ", ".join("?" * len(chosen))
+    rows = fetch(
+        f"SELECT n, data FROM scalar_chunks WHERE series_id = ? AND seq IN ({marks}) ORDER BY seq",
+        (sid, *chosen),
+    )
+    found = ordered([decode(blob, int(size)) for size, blob in rows], None, None)
+    return Points(found.steps[-n:], found.values[-n:], found.times[-n:])
+
+
+def latest_replica(fetch: Fetch, sid: int) -> str | None:
+    """The replica that reported the highest step of series ``sid``."""
+    rows = fetch(
+        "SELECT replica FROM scalar_chunks WHERE series_id = ? ORDER BY last_step DESC, seq DESC LIMIT 1",
+        (sid,),
+    )
+    return str(rows[0][0]) if rows else None
+
+
 def ordered(
     chunks: Sequence[tuple[array[int], array[float], array[float]]], lo: int | None, hi: int | None
 ) -> Points:

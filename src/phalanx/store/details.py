@@ -5,16 +5,42 @@ SQL store's side of it (a server's ``RemoteStore`` asks that route)."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from phalanx import repro as repros
 from phalanx.stragglers import pace
 
 if TYPE_CHECKING:
-    from phalanx.store.base import Store
+    from phalanx.domain import Experiment, Replica, Series
+    from phalanx.store.artifacts import ArtifactStore
 
 
-def run_details(store: Store, experiment_id: str) -> dict[str, Any]:
+class RunRecords(Protocol):
+    """The reads run details are made of: the full store's (``SqlStore``) or the lean reader's
+    (``LiteReader``, `phalanx get` without SQLAlchemy)."""
+
+    @property
+    def artifact_store(self) -> ArtifactStore | None: ...
+
+    def repro(self, experiment_id: str) -> dict[str, Any]: ...
+
+    def attempts(self, experiment_id: str) -> list[dict[str, Any]]: ...
+
+    def replica_starts(self, experiment_id: str) -> dict[str, int]: ...
+
+    # what the pace of each rank reads (phalanx.stragglers)
+    def get_experiment(self, experiment_id: str) -> Experiment: ...
+
+    def list_replicas(self, experiment_id: str) -> list[Replica]: ...
+
+    def metric_titles(self, experiment_id: str) -> dict[str, list[str]]: ...
+
+    def last_points(self, experiment_id: str, title: str, n: int) -> dict[str, Series]: ...
+
+    def series_replicas(self, experiment_id: str, title: str) -> dict[str, str]: ...
+
+
+def run_details(store: RunRecords, experiment_id: str) -> dict[str, Any]:
     """Attempts, what ran (git, versions, host) and the pace of each rank."""
     repro = store.repro(experiment_id)
     git = dict(repro.get("git") or {})
@@ -41,10 +67,9 @@ def run_details(store: Store, experiment_id: str) -> dict[str, Any]:
     }
 
 
-def _attempt_code(store: Store, experiment_id: str, record: dict[str, Any]) -> dict[int, dict[str, Any]]:
-    artifacts = store.artifact_store
-
+def _attempt_code(store: RunRecords, experiment_id: str, record: dict[str, Any]) -> dict[int, dict[str, Any]]:
     def read(path: str) -> bytes | None:
+        artifacts = store.artifact_store  # opened only for a resumed run's snapshots
         if artifacts is None or not artifacts.exists(experiment_id, path):
             return None
         return bytes(artifacts.read_bytes(experiment_id, path))

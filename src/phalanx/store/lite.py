@@ -21,7 +21,8 @@ from phalanx.store.private_file import tighten
 
 if TYPE_CHECKING:  # the domain's dataclasses: `run --detach`'s probe does without them
     from phalanx.domain import Experiment, ExperimentFilter, LogLine, Page, Replica, Series
-    from phalanx.store.base import ArtifactRecord, ParamRecord
+    from phalanx.store.artifacts import ArtifactStore
+    from phalanx.store.base import ArtifactRecord, ModelRecord, ParamRecord
 
 # the columns ``SqlStore`` reads for an experiment (all but `repro`, which only store.repro() reads)
 _EXPERIMENT_COLUMNS = (
@@ -55,13 +56,19 @@ def sqlite_path(database_url: str) -> Path | None:
 class LiteReader:
     """Reads experiments and replicas of an up-to-date SQLite store (see the module's docstring)."""
 
-    def __init__(self, connection: sqlite3.Connection) -> None:
+    server_url: str | None = None  # this machine's store (``Door.server_url``)
+
+    def __init__(self, connection: sqlite3.Connection, artifacts_root: str | None = None) -> None:
         self._conn = connection
+        self._artifacts_root = artifacts_root
+        self._artifact_store: ArtifactStore | None = None
 
     @classmethod
-    def open(cls, database_url: str, head: str) -> LiteReader | None:
+    def open(cls, database_url: str, head: str, artifacts_root: str | None = None) -> LiteReader | None:
         """A reader of the store at ``database_url`` if it is a SQLite file stamped with revision
-        ``head``; None when the full store must be opened instead. Raises nothing."""
+        ``head``; None when the full store must be opened instead. Raises nothing. ``artifacts_root``:
+        where the experiments' files are (``Settings.artifacts_root``), for what reads them
+        (``run_details``: the code each attempt ran)."""
         path = sqlite_path(database_url)
         if path is None or not path.is_file():
             return None
@@ -78,7 +85,16 @@ class LiteReader:
         if stamp != [(head,)]:
             conn.close()
             return None
-        return cls(conn)
+        return cls(conn, artifacts_root)
+
+    @property
+    def artifact_store(self) -> ArtifactStore | None:
+        """The experiments' files (``SqlStore.artifact_store``), opened at the first use."""
+        if self._artifact_store is None and self._artifacts_root is not None:
+            from phalanx.store.artifacts import ArtifactStore  # why: only a resumed run's details read files
+
+            self._artifact_store = ArtifactStore(self._artifacts_root)
+        return self._artifact_store
 
     def close(self) -> None:
         self._conn.close()
@@ -117,6 +133,15 @@ class LiteReader:
             rows = self._conn.execute(select + "id LIKE ? LIMIT 2", (f"{text}%",)).fetchall()
         return _experiment(rows[0]) if len(rows) == 1 else None
 
+    def get_experiment(self, experiment_id: str) -> Experiment:
+        """As ``Store.get_experiment`` for an id ``find_experiment`` answers; NotFound otherwise."""
+        found = self.find_experiment(experiment_id)
+        if found is None:
+            from phalanx.errors import NotFound  # why: `run --detach`'s probe raises none
+
+            raise NotFound(f"no experiment {experiment_id!r}")
+        return found
+
     def logs(
         self, experiment_id: str, replica: str | None = None, offset: int = 0, limit: int | None = None
     ) -> list[LogLine]:
@@ -149,12 +174,9 @@ class LiteReader:
         from phalanx.domain import Series  # why: `run --detach` needs no domain model
         from phalanx.store import chunks  # why: nor zlib and the chunks' codec
 
-        def fetch(sql: str, params: tuple[Any, ...]) -> list[Any]:
-            return self._conn.execute(sql, params).fetchall()
-
         out: dict[str, dict[str, Series]] = {}
         for sid, t, s in self._series(experiment_id, title, series):
-            found = chunks.read(fetch, sid)
+            found = chunks.read(self._fetch, sid)
             if found.steps:
                 out.setdefault(t, {})[s] = Series(found.steps, found.values, found.times)
         return out
@@ -251,6 +273,84 @@ class LiteReader:
             )
             for n, k, p, z, c, r, rank, t, m in rows
         ]  # fmt: skip
+
+    def models(self, experiment_id: str) -> list[ModelRecord]:
+        """As ``Store.models`` for an exact id (no prefix): by name."""
+        from phalanx.store.base import ModelRecord  # why: only `get` reads them
+
+        rows = self._conn.execute(
+            "SELECT name, format, path, size, replica, time, meta FROM models WHERE experiment_id = ?"
+            " ORDER BY name",
+            (experiment_id,),
+        ).fetchall()
+        return [
+            ModelRecord(name=n, format=f, path=p, size=z, replica=r, time=t, metadata=_json(m) or {})
+            for n, f, p, z, r, t, m in rows
+        ]
+
+    def texts(self, experiment_id: str) -> list[dict[str, Any]]:
+        """As ``Store.texts`` for an exact id (no prefix): in order, each a dict of its columns."""
+        rows = self._conn.execute(
+            "SELECT title, text, step, replica, rank, time FROM texts WHERE experiment_id = ?"
+            " ORDER BY time, id",
+            (experiment_id,),
+        ).fetchall()
+        keys = ("title", "text", "step", "replica", "rank", "time")
+        return [dict(zip(keys, r, strict=True)) for r in rows]
+
+    def repro(self, experiment_id: str) -> dict[str, Any]:
+        """As ``Store.repro`` for an exact id (no prefix): {} when nothing was recorded."""
+        row = self._conn.execute("SELECT repro FROM experiments WHERE id = ?", (experiment_id,)).fetchone()
+        return dict(_json(row[0]) or {}) if row is not None else {}
+
+    def attempts(self, experiment_id: str) -> list[dict[str, Any]]:
+        """As ``Store.attempts`` for an exact id (no prefix): in order."""
+        rows = self._conn.execute(
+            "SELECT number, kind, status, reason, checkpoint_step, started_at, finished_at FROM attempts"
+            " WHERE experiment_id = ? ORDER BY number",
+            (experiment_id,),
+        ).fetchall()
+        keys = ("number", "kind", "status", "reason", "checkpoint_step", "started_at", "finished_at")
+        return [dict(zip(keys, r, strict=True)) for r in rows]
+
+    def replica_starts(self, experiment_id: str) -> dict[str, int]:
+        """As ``Store.replica_starts`` for an exact id (no prefix)."""
+        rows = self._conn.execute(
+            'SELECT replica, "last" FROM replica_starts WHERE experiment_id = ? ORDER BY replica',
+            (experiment_id,),
+        )
+        return {str(r): int(n) for r, n in rows}
+
+    def last_points(self, experiment_id: str, title: str, n: int) -> dict[str, Series]:
+        """As ``Store.last_points`` for an exact id: series -> its last ``n`` points by step."""
+        from phalanx.domain import Series  # why: `run --detach` needs no domain model
+        from phalanx.store import chunks  # why: nor zlib and the chunks' codec
+
+        out: dict[str, Series] = {}
+        for sid, _, name in self._series(experiment_id, title, None):
+            found = chunks.last(self._fetch, sid, n)
+            out[name] = Series(found.steps, found.values, found.times)
+        return out
+
+    def series_replicas(self, experiment_id: str, title: str) -> dict[str, str]:
+        """As ``Store.series_replicas`` for an exact id: series -> the replica of its latest point."""
+        from phalanx.store import chunks  # why: `run --detach` needs no codec
+
+        out: dict[str, str] = {}
+        for sid, _, name in self._series(experiment_id, title, None):
+            replica = chunks.latest_replica(self._fetch, sid)
+            if replica:
+                out[name] = replica
+        return out
+
+    def run_details(self, experiment_id: str) -> dict[str, Any]:
+        """As ``Store.run_details`` for an exact id (``store.details``, as the full store)."""
+        from phalanx.store.details import run_details  # why: only `get` reads them
+
+        return run_details(self, experiment_id)
+
+    def _fetch(self, sql: str, params: tuple[Any, ...]) -> list[Any]:
+        return self._conn.execute(sql, params).fetchall()
 
     def has_rows(self, table: str) -> bool:
         """Whether one of the store's own tables (a name of ours, never a user's) has a row."""

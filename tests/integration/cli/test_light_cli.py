@@ -429,6 +429,75 @@ def test_params_and_artifacts_print_what_the_full_path_prints_without_importing_
     assert "did you mean 'report'" in said[0].stderr and "Traceback" not in said[0].stderr
 
 
+def test_get_prints_what_the_full_path_prints_without_importing_the_heavy_libraries(
+    phalanx_home: Path,
+) -> None:
+    """`phalanx get ID` (0.34 -> ~0.1 CPU-s, issue 42): the lean reader's page and JSON are the full
+    store's (`--local`): replicas, parameters, artifacts, models, metrics, reports, attempts, what
+    ran, the pace of each rank; `--file` prints the file, or refuses alike where there is none."""
+    from tests.unit.server import fill
+
+    store = open_store(Settings(home=phalanx_home))
+    try:
+        exp = fill.experiment(store, name="g", project="p", n_workers=1)
+        bare = store.create_experiment(name="script", project="p", backend="local")  # no file, nothing else
+        fill.param(store, exp.id, "Args", "lr", 0.1)
+        for replica, every in (("master", 1), ("worker-0", 2)):
+            fill.scalars(store, exp.id, "loss", f"rank {replica}", [0.5] * (40 // every), replica)
+        store.write_events(
+            [
+                fill.event(
+                    exp.id, EventKind.ARTIFACT, {"name": "w.bin", "kind": "bytes", "path": "a/w", "size": 3}
+                ),
+                fill.event(
+                    exp.id, EventKind.MODEL, {"name": "m", "format": "onnx", "path": "models/m", "size": 9}
+                ),
+                fill.event(exp.id, EventKind.TEXT, {"title": "notes", "text": "first\nsecond", "step": 1}),
+            ]
+        )
+        first = store.add_attempt(exp.id, kind="start", started_at=10.0)
+        store.finish_attempt(exp.id, first, status=ExperimentStatus.FAILED, reason="worker-0 exited 1")
+        store.add_attempt(exp.id, kind="resume", checkpoint_step=20, started_at=20.0)
+        store.set_repro(
+            exp.id, {"git": {"commit": "c0ffee", "branch": "main"}, "python": "3.11", "host": "h"}
+        )
+        store.update_experiment(exp.id, status=ExperimentStatus.SUCCEEDED)
+    finally:
+        store.close()
+    for args in (
+        ["get", exp.id[:6]],
+        ["get", exp.id, "-o", "json"],
+        ["get", exp.id, "--file"],
+        ["get", bare.id],
+    ):
+        lean, imported = _printed(phalanx_home, *args)
+        full, full_imported = _printed(phalanx_home, *args, "--local")
+        assert lean == full, args
+        assert "phalanx" in imported and "sqlalchemy" in full_imported  # both importtime lines read
+        assert not imported & set(HEAVY), sorted(imported & set(HEAVY))
+    page = _printed(phalanx_home, "get", exp.id)[0]
+    for shown in (
+        "models:\n  m  (onnx, 9 B)",
+        "resume from checkpoint step 20",
+        "git c0ffee",
+        "pace (loss):",
+    ):
+        assert shown in page, shown
+    env = {**os.environ, "PHALANX_HOME": str(phalanx_home)}
+    said = [
+        subprocess.run(
+            [sys.executable, "-m", "phalanx.cli.main", "get", bare.id, "--file", *more],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=120,
+        )
+        for more in ([], ["--local"])
+    ]
+    last = [(d.returncode, d.stderr.splitlines()[-1]) for d in said]  # (--local says "on this machine")
+    assert last[0] == last[1] and last[0][0] == 2 and "not launched from a file" in last[0][1], last
+
+
 def test_an_id_with_a_byte_the_locale_cannot_decode_is_no_experiment_not_a_traceback(
     phalanx_home: Path,
 ) -> None:

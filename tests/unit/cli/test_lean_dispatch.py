@@ -117,7 +117,7 @@ def test_typer_answers_help_mistakes_and_other_commands() -> None:
         ["ls", "--lim", "3"],  # click would not take an abbreviation either: Typer says so
         ["ls", "-o=json"],  # click's value is "=json" (refused), argparse's "json": Typer says so
         ["logs", "abc", "-r=master"],  # click's replica is "=master" (none such)
-        ["get", "abc"],
+        ["stop", "abc"],  # a command the lean door does not take
         ["--help"],
         [],
     ):
@@ -164,5 +164,29 @@ def test_lean_params_and_artifacts_take_the_listing_options_of_the_typer_command
         ["artifacts", "abc", "--download", "model.pt"],  # a download: Typer's (the full store's files)
         ["artifacts", "abc", "-d", "out"],
         ["artifacts", "abc", "--local"],
+    ):
+        assert lean.parse(args) is None, args
+
+
+def test_lean_get_takes_the_options_of_the_typer_get_but_the_servers() -> None:
+    typer_opts = _typer_options("get")
+    parser = lean.LEAN_COMMANDS["get"][0]()
+    lean_opts = {"/".join(sorted(a.option_strings)): a.default for a in parser._actions if a.option_strings}
+    assert set(lean_opts) == set(typer_opts) - {"--server", "--local", "experiment_id"}, (
+        "a new `get` option: teach cli/lean.py"
+    )
+    assert (lean_opts["--output/-o"], typer_opts["--output/-o"]) == (None, "table")  # None: Typer's default
+    assert lean_opts["--file"] is typer_opts["--file"] is False
+    parsed = lean.parse(["get", "abc", "--file", "-o", "json"])
+    assert parsed is not None and (parsed[1].experiment_id, parsed[1].file, parsed[1].output) == (
+        "abc",
+        True,
+        "json",
+    )
+    for args in (
+        ["get"],
+        ["get", "abc", "--server", "http://x"],
+        ["get", "abc", "--local"],
+        ["get", "abc", "-o", "csv"],
     ):
         assert lean.parse(args) is None, args

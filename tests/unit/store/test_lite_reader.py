@@ -222,3 +222,69 @@ def test_reads_an_experiments_params_and_artifacts_as_the_sql_store(tmp_path: Pa
         ]
         assert [a.name for a in reader.artifacts(exp.id)] == ["a.txt", "b.json"]
     store.close()
+
+
+def test_reads_what_get_shows_as_the_sql_store(tmp_path: Path) -> None:
+    """`phalanx get ID` on the lean path: models, reports, attempts (with the code each ran), what
+    ran, the pods' own starts and the pace of each rank, the same as the full store's; an
+    experiment without any of them answers the same empty values."""
+    url = f"sqlite:///{tmp_path / 'phalanx.db'}"
+    store = SqlStore(url, ArtifactStore(str(tmp_path / "artifacts")))
+    exp = fill.experiment(store, name="g", project="p", n_workers=1, status=ExperimentStatus.RUNNING)
+    empty = fill.experiment(store, name="e", project="p", n_workers=0)
+    for replica, pace in (("master", 1), ("worker-0", 3)):  # two ranks of one title: a pace to show
+        fill.scalars(
+            store, exp.id, "loss", f"rank {replica}", [1.0 / (i + 1) for i in range(0, 60, pace)], replica
+        )
+    fill.scalars(store, exp.id, "acc", "master", [0.5] * 5000)  # more than one chunk: the last points only
+    store.write_events(
+        [
+            fill.event(exp.id, EventKind.TEXT, {"title": "notes", "text": "line 1\nline 2", "step": 3}),
+            fill.event(exp.id, EventKind.TEXT, {"title": "", "text": "no step"}, "worker-0"),
+            fill.event(
+                exp.id, EventKind.MODEL, {"name": "b", "format": "onnx", "path": "models/b", "size": 9}
+            ),
+            fill.event(
+                exp.id,
+                EventKind.MODEL,
+                {"name": "a", "format": "pytorch", "path": "models/a", "size": 1, "metadata": {"k": [1.5]}},
+            ),
+        ]
+    )
+    first = store.add_attempt(exp.id, kind="start", started_at=10.0)
+    store.finish_attempt(exp.id, first, status=ExperimentStatus.FAILED, reason="worker-0 exited 1")
+    store.add_attempt(exp.id, kind="resume", checkpoint_step=40, started_at=20.0)
+    store.next_attempt(exp.id, "worker-0", at_least=1)
+    snapshots = [{"attempt": n, "snapshot": {"path": f"code/{n}.tar.gz"}} for n in (0, 1)]  # files gone
+    store.set_repro(
+        exp.id, {"git": {"commit": "c0ffee", "diff": "d"}, "python": "3.11", "attempts": snapshots}
+    )
+    reader = LiteReader.open(url, HEAD, str(tmp_path / "artifacts"))
+    assert reader is not None
+    with reader:
+        assert reader.get_experiment(exp.id) == store.get_experiment(exp.id)
+        for eid in (exp.id, empty.id):
+            assert reader.models(eid) == store.models(eid)
+            assert reader.texts(eid) == store.texts(eid)
+            assert reader.repro(eid) == store.repro(eid)
+            assert reader.attempts(eid) == store.attempts(eid)
+            assert reader.replica_starts(eid) == store.replica_starts(eid)
+            for title in ("loss", "acc", "nope"):
+                assert reader.series_replicas(eid, title) == store.series_replicas(eid, title)
+                for n in (0, 1, 7, 10_000):
+                    assert repr(reader.last_points(eid, title, n)) == repr(store.last_points(eid, title, n))
+        details = reader.run_details(exp.id)
+        pace = details.pop("pace")
+        expected = store.run_details(exp.id)
+        expected_pace = expected.pop("pace")
+        assert details == expected
+        assert [r["replica"] for r in pace["ranks"]] == [r["replica"] for r in expected_pace["ranks"]]
+        assert [r["replica"] for r in pace["ranks"]] == ["master", "worker-0"]  # series mapped to replicas
+        assert [a["kind"] for a in details["attempts"]] == ["start", "resume"]
+        assert details["pod_attempts"] == {"worker-0": 1} and details["source"]["git"] == {"commit": "c0ffee"}
+        assert [m.name for m in reader.models(exp.id)] == ["a", "b"]
+        assert list(reader.last_points(exp.id, "acc", 7)["master"].steps) == list(range(4993, 5000))
+        assert reader.run_details(empty.id) == store.run_details(empty.id)
+        with pytest.raises(NotFound):
+            reader.get_experiment("nope")
+    store.close()

@@ -27,7 +27,7 @@ from typing import Any
 from sqlalchemy import Connection, delete, func, insert, select, update
 
 from phalanx.store import chunks
-from phalanx.store.chunks import Columns, Points, decode, encode, ordered, pick
+from phalanx.store.chunks import Columns, Points, decode, encode, pick
 from phalanx.store.sql.driver import fetch
 from phalanx.store.sql.models import ScalarChunkRow, SeriesRow
 
@@ -136,33 +136,12 @@ def read(conn: Connection, sid: int, lo: int | None = None, hi: int | None = Non
 
 def last(conn: Connection, sid: int, n: int) -> Points:
     """The last ``n`` points by step, in order; reads the chunks that hold them, not the series."""
-    if n <= 0:
-        return Points([], [], [])
-    meta = conn.execute(
-        select(C.seq, C.n, C.first_step, C.last_step).where(C.series_id == sid).order_by(C.last_step.desc())
-    ).all()
-    chosen: list[int] = []
-    count = 0
-    low: int | None = None
-    for i, (seq, size, first, _) in enumerate(meta):
-        chosen.append(int(seq))
-        count += int(size)
-        low = int(first) if low is None else min(low, int(first))
-        following = meta[i + 1][3] if i + 1 < len(meta) else None
-        # enough points, and none of the chunks left can hold a step this high
-        if count >= n and (following is None or int(following) < low):
-            break
-    rows = conn.execute(select(C.n, C.data).where(C.series_id == sid, C.seq.in_(chosen)).order_by(C.seq))
-    found = ordered([decode(blob, int(size)) for size, blob in rows], None, None)
-    return Points(found.steps[-n:], found.values[-n:], found.times[-n:])
+    return chunks.last(lambda sql, params: fetch(conn, sql, params), sid, n)
 
 
 def latest_replica(conn: Connection, sid: int) -> str | None:
     """The replica that reported the series' highest step."""
-    row = conn.execute(
-        select(C.replica).where(C.series_id == sid).order_by(C.last_step.desc(), C.seq.desc()).limit(1)
-    ).first()
-    return None if row is None else str(row[0])
+    return chunks.latest_replica(lambda sql, params: fetch(conn, sql, params), sid)
 
 
 def span(conn: Connection, sid: int) -> tuple[int, int] | None:
