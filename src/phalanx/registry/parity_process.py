@@ -18,10 +18,10 @@ it or run without end. So the server never parses it itself:
   (the box's job, which such a server cannot do), but a crash or a hang is its own, not the server's.
 
 Either way the model and its metadata go in on standard input; the child is held to a deadline
-(killed with its process group then), an
-address-space cap and a bounded answer, and ends with the server however the server ends (setpriv's
---pdeathsig): a crash, a hang or garbage becomes a ParityFailed that says what happened, never a
-traceback of the server or a request that never ends.
+(killed with its process group then, or as soon as its ``stop`` is set: its registration's client
+went away), an address-space cap and a bounded answer, and ends with the server however the server
+ends (setpriv's --pdeathsig): a crash, a hang or garbage becomes a ParityFailed that says what
+happened, never a traceback of the server or a request that never ends.
 """
 
 from __future__ import annotations
@@ -35,6 +35,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -45,7 +46,7 @@ from phalanx.errors import UsageError
 from phalanx.machine import box
 from phalanx.machine.box import Isolation
 from phalanx.machine.proctree import MIB
-from phalanx.registry.checker import Checked
+from phalanx.registry.checker import Checked, CheckStopped
 from phalanx.registry.parity import Parity, ParityFailed
 
 CHILD = "phalanx.registry.parity_child"
@@ -54,18 +55,21 @@ ANSWER_MOST = MIB  # its JSON answer: a parity figure and a signature
 ERRORS_KEPT = 16 * 1024  # the end of its standard error, for the refusal's reason
 BASE_MEMORY = 2048 * MIB  # Python, numpy and onnxruntime with one thread (about 250 MiB), with room
 MALLOC = {"MALLOC_ARENA_MAX": "2"}  # glibc's arenas reserve 64 MiB of address space a thread
+STOP_POLL = 0.25  # how often a running check looks at its ``stop`` (its wait polls the child anyway)
 
 
 @dataclass(frozen=True)
 class Ran:
     """A finished (or killed) check process: its status, the start of its output, the end of its
-    errors; ``timed_out``: killed at the deadline; ``overflow``: it wrote more than was kept."""
+    errors; ``timed_out``: killed at the deadline; ``overflow``: it wrote more than was kept;
+    ``stopped``: killed (or never started) because its ``stop`` was set."""
 
     status: int
     out: bytes
     errors: bytes
     timed_out: bool
     overflow: bool
+    stopped: bool = False
 
 
 @dataclass(frozen=True)
@@ -76,11 +80,18 @@ class ProcessChecker:
     isolation_for: Callable[[str], Isolation | None]
     seconds: float = CHECK_SECONDS
 
-    def __call__(self, data: bytes, metadata: dict[str, Any], project: str, where: str) -> Checked:
+    def __call__(
+        self,
+        data: bytes,
+        metadata: dict[str, Any],
+        project: str,
+        where: str,
+        stop: threading.Event | None = None,
+    ) -> Checked:
         isolation = self.isolation_for(project)
         if isolation is not None:
-            return check_boxed(data, metadata, isolation, where, seconds=self.seconds)
-        return check_plain(data, metadata, where, seconds=self.seconds)
+            return check_boxed(data, metadata, isolation, where, seconds=self.seconds, stop=stop)
+        return check_plain(data, metadata, where, seconds=self.seconds, stop=stop)
 
 
 def memory_for(onnx_bytes: bytes, metadata: dict[str, Any]) -> int:
@@ -98,12 +109,15 @@ def check_boxed(
     *,
     seconds: float = CHECK_SECONDS,
     memory: int | None = None,
+    stop: threading.Event | None = None,
 ) -> Checked:
-    """Re-check ``onnx_bytes`` (the model ``where`` names) in ``isolation``'s box.
+    """Re-check ``onnx_bytes`` (the model ``where`` names) in ``isolation``'s box; ``stop``, once
+    set, kills the check.
 
     Raises:
         UsageError: the model keeps no example input, or names external data (as ``recheck``).
         ParityFailed: the check's process crashed, ran past ``seconds`` or gave no readable answer.
+        CheckStopped: ``stop`` was set before the check answered.
     """
     cap = memory_for(onnx_bytes, metadata) if memory is None else memory
     env = {**box.box_env(isolation, "/tmp"), **box.inherited(), "PYTHONPATH": PACKAGE_ROOT, **MALLOC}
@@ -116,7 +130,8 @@ def check_boxed(
         # -P: nothing of its working folder is imported; PYTHONPATH: this very Phalanx
         ends = [shutil.which(box.SETPRIV) or box.SETPRIV, "--pdeathsig", "SIGKILL", "--"]
         argv = [*ends, *box.box_argv(isolation, layout), sys.executable, "-P", "-m", CHILD, str(cap)]
-        ran = run_bounded(argv, env, (json.dumps(metadata).encode() + b"\n", onnx_bytes), seconds)
+        feed = (json.dumps(metadata).encode() + b"\n", onnx_bytes)
+        ran = run_bounded(argv, env, feed, seconds, stop=stop)
     return read_answer(ran, where, seconds)
 
 
@@ -127,6 +142,7 @@ def check_plain(
     *,
     seconds: float = CHECK_SECONDS,
     memory: int | None = None,
+    stop: threading.Event | None = None,
 ) -> Checked:
     """Re-check ``onnx_bytes`` (the model ``where`` names) in a plain child process of the server's
     account (a server that does not box): what ``check_boxed`` raises, for the same reasons."""
@@ -150,17 +166,25 @@ def check_plain(
         if setpriv := shutil.which(box.SETPRIV):  # ended with the server however it ends
             argv = [setpriv, "--pdeathsig", "SIGKILL", "--", *argv]
         feed = (json.dumps(metadata).encode() + b"\n", onnx_bytes)
-        ran = run_bounded(argv, env, feed, seconds, cwd=folder)
+        ran = run_bounded(argv, env, feed, seconds, cwd=folder, stop=stop)
     return read_answer(ran, where, seconds)
 
 
 def run_bounded(
-    argv: list[str], env: dict[str, str], feed: tuple[bytes, ...], seconds: float, cwd: str = "/"
+    argv: list[str],
+    env: dict[str, str],
+    feed: tuple[bytes, ...],
+    seconds: float,
+    cwd: str = "/",
+    stop: threading.Event | None = None,
 ) -> Ran:
     """``argv`` fed ``feed`` on its standard input, in a session of its own, killed with its
-    process group at ``seconds`` or when this call ends otherwise (the thread interrupted): the
+    process group at ``seconds``, within STOP_POLL of ``stop`` being set (another thread's way to
+    end it: the thread that waits here cannot be cancelled) or when this call ends otherwise: the
     first ANSWER_MOST bytes of its output and the last ERRORS_KEPT of its errors are kept, the rest
     read and dropped (a child that writes without end neither blocks nor fills the server's memory)."""
+    if stop is not None and stop.is_set():
+        return Ran(-signal.SIGKILL, b"", b"", timed_out=False, overflow=False, stopped=True)
     proc = subprocess.Popen(
         argv,
         stdin=subprocess.PIPE,
@@ -181,17 +205,29 @@ def run_bounded(
     ]
     for thread in threads:
         thread.start()
-    timed_out = False
     try:
-        proc.wait(timeout=seconds)
-    except subprocess.TimeoutExpired:
-        timed_out = True
+        timed_out, stopped = _wait(proc, time.monotonic() + seconds, stop)
     finally:
-        if proc.poll() is None:  # past its deadline, or this request's thread is ending
+        if proc.poll() is None:  # past its deadline, stopped, or this call is ending otherwise
             _kill_group(proc)
     for thread in threads:
         thread.join(timeout=10)  # (nothing of its group outlives it to hold a pipe open)
-    return Ran(proc.returncode, b"".join(out), b"".join(errors), timed_out, overflow.is_set())
+    return Ran(proc.returncode, b"".join(out), b"".join(errors), timed_out, overflow.is_set(), stopped)
+
+
+def _wait(proc: subprocess.Popen[bytes], deadline: float, stop: threading.Event | None) -> tuple[bool, bool]:
+    """Wait for ``proc`` to end, until ``deadline`` (time.monotonic) or ``stop`` is set: (timed out,
+    stopped), both False when it ended."""
+    while True:
+        left = deadline - time.monotonic()
+        try:
+            proc.wait(timeout=max(0.0, left) if stop is None else min(STOP_POLL, max(0.0, left)))
+            return False, False
+        except subprocess.TimeoutExpired:
+            if stop is not None and stop.is_set():
+                return False, True
+            if time.monotonic() >= deadline:
+                return True, False
 
 
 def _kill_group(proc: subprocess.Popen[bytes]) -> None:
@@ -228,6 +264,8 @@ def _keep(pipe: IO[bytes], kept: list[bytes], tail: bool, overflow: threading.Ev
 
 def read_answer(ran: Ran, where: str, seconds: float) -> Checked:
     """The check's result from its process's end (see ``check_boxed`` for what is raised)."""
+    if ran.stopped:
+        raise CheckStopped(where)
     if ran.timed_out:
         raise ParityFailed(
             f"{where}: the parity check did not finish within {seconds:g} s (onnxruntime ran the file "

@@ -14,12 +14,13 @@ single-user mode in the user's own process.
 from __future__ import annotations
 
 import hashlib
+import threading
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from phalanx.data.lineage import inputs_of
 from phalanx.errors import NotFound, UsageError
-from phalanx.registry.checker import ModelChecker
+from phalanx.registry.checker import CheckStopped, ModelChecker
 from phalanx.registry.parity import ParityFailed
 from phalanx.store.registry import registry_store
 from phalanx.store.registry_records import (
@@ -63,17 +64,21 @@ class Registry:
         description: str | None = None,
         tags: Mapping[str, str] | None = None,
         may_add: Callable[[str | None], None] | None = None,
+        stop: threading.Event | None = None,
     ) -> ModelVersion:
         """Register ``EXPERIMENT[/MODEL]``'s ONNX model as the next version of ``name``.
         ``may_add``: a door's access rule, called with the project ``name`` belongs to (None: a new
         name) under the name's lock as the version is added, after the check (which may take
-        minutes); what it raises refuses the registration, and nothing is recorded.
+        minutes); what it raises refuses the registration, and nothing is recorded. ``stop``
+        (another thread's, a server's whose client went away): once set, the check is stopped and
+        nothing is recorded; a version already being added (its file stored, then its row) is added.
 
         Raises:
             NotFound: no such experiment or model.
             UsageError: the experiment has several ONNX models and none was named; the model keeps
                 no example input to re-check.
             ParityFailed: the stored file does not compute what it did when it was saved.
+            CheckStopped: ``stop`` was set before the version was being added.
             TypeError: the registry was opened without a checker (a door's mistake).
         """
         if self.checker is None:
@@ -85,7 +90,10 @@ class Registry:
         data = self.artifacts.read_bytes(experiment.id, record.path)
         metadata = dict(record.metadata)
         digest = hashlib.sha256(data).hexdigest()
-        checked = self.checker(data, metadata, experiment.project, f"{experiment.id}/{record.name}")
+        where = f"{experiment.id}/{record.name}"
+        checked = self.checker(data, metadata, experiment.project, where, stop=stop)
+        if stop is not None and stop.is_set():  # it was given up as its check answered
+            raise CheckStopped(where)
         parity = checked.parity
         saved_digest = metadata.get("sha256")
         if saved_digest and saved_digest != digest and parity.passed:

@@ -3,23 +3,32 @@ file in its own process: registering re-runs the model's check in a plain child 
 (phalanx.registry.parity_process.check_plain), in a session of its own, with none of the server's
 environment, held to the server's deadline (``model_check_seconds``, the test seam that makes it
 short here). A model that hangs onnxruntime or crashes it is refused with a 400 that says so, and the
-server goes on answering (docs/security.md). The app is the real one, in this process, with its real
-checker (tests/unit checks models in-process instead: tests/unit/server/model_checks.py)."""
+server goes on answering (docs/security.md). A registration whose client goes away stops: its check's
+process is killed, or it leaves the queue it waits in, and nothing is registered. The app is the real
+one, in this process, with its real checker (tests/unit checks models in-process instead:
+tests/unit/server/model_checks.py), behind a TestClient or served by uvicorn on a socket bound here
+(``served``: a client that can go away)."""
 
 from __future__ import annotations
 
 import contextlib
+import http.client
+import json
 import os
 import signal
+import socket
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import anyio
+import httpx
 import numpy as np
 import pytest
+import uvicorn
+from fastapi import FastAPI
 from fastapi.testclient import TestClient
 
 pytest.importorskip("onnxruntime")
@@ -28,6 +37,7 @@ from tests.support.onnx_models import random_linear, record_model, spinning_onnx
 
 from phalanx.config import Settings
 from phalanx.registry.parity_process import CHILD
+from phalanx.registry.service import REGISTRY_ID
 from phalanx.server.app import create_app
 from phalanx.server.settings import ServerSettings
 from phalanx.store import open_store
@@ -55,6 +65,54 @@ def server(store: Store, phalanx_home: Path, check_seconds: float, check_slots: 
         model_check_slots=check_slots,
     )
     return TestClient(create_app(settings, store))
+
+
+@contextlib.contextmanager
+def served(store: Store, phalanx_home: Path, check_seconds: float) -> Iterator[tuple[str, FastAPI]]:
+    """The server's app (as ``server``, two check slots) served by uvicorn in a thread of this process
+    on a loopback socket bound here: its URL and the app. Check processes left behind are killed."""
+    settings = ServerSettings(
+        store=Settings(home=phalanx_home),
+        allowed_hosts=["127.0.0.1"],
+        launch_workers=0,
+        model_check_seconds=check_seconds,
+        model_check_slots=2,
+    )
+    app = create_app(settings, store)
+    listener = socket.create_server(("127.0.0.1", 0))
+    config = uvicorn.Config(app, log_level="warning", lifespan="on", timeout_graceful_shutdown=5)
+    server_ = uvicorn.Server(config)
+    serving = threading.Thread(target=server_.run, kwargs={"sockets": [listener]}, daemon=True)
+    serving.start()
+    try:
+        wait_until("the server started", lambda: server_.started or not serving.is_alive())
+        assert serving.is_alive(), "the server did not start"
+        yield f"http://127.0.0.1:{listener.getsockname()[1]}", app
+    finally:
+        for pid in check_processes():  # (a registration that did not stop: its check runs on)
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        server_.should_exit = True
+        serving.join(timeout=30)
+        listener.close()
+
+
+def wait_until(what: str, check: Callable[[], Any], seconds: float = 60) -> Any:
+    """``check()``'s first true answer, polled; fails naming ``what`` after ``seconds``."""
+    deadline = time.monotonic() + seconds
+    while not (found := check()):
+        assert time.monotonic() < deadline, f"not within {seconds:.0f} s: {what}"
+        time.sleep(0.05)
+    return found
+
+
+def leaving_client(url: str, name: str, exp: str, model: str) -> http.client.HTTPConnection:
+    """A registration sent on a connection of its own that the test closes (the client goes away:
+    Ctrl-C, a dropped connection) instead of reading its answer."""
+    connection = http.client.HTTPConnection(url.removeprefix("http://"), timeout=120)
+    body = json.dumps({"experiment_id": exp, "model": model})
+    connection.request("POST", f"/api/v1/models/{name}/versions", body, {"content-type": "application/json"})
+    return connection
 
 
 def experiment(store: Store, project: str = "p") -> str:
@@ -218,3 +276,66 @@ def test_one_projects_burst_of_registrations_does_not_hold_another_projects(
         assert kill_checks_until(answers, 2) == 1
         status, created = register(client, "digits", p, "digits")  # p's turn is free again
         assert status == 201, created
+
+
+def registry_files(store: Store) -> list[str]:
+    """The files under the artifact store's registry folder (its copies of registered models)."""
+    assert store.artifact_store is not None
+    return store.artifact_store.list(REGISTRY_ID)
+
+
+@pytest.mark.timeout(300)
+def test_a_client_that_goes_away_stops_its_check_and_frees_its_projects_turn(
+    store: Store, phalanx_home: Path
+) -> None:
+    # its check hangs for as long as the server lets it (10 minutes here): the client gives up
+    exp = experiment(store)
+    with served(store, phalanx_home, check_seconds=600) as (url, _app):
+        leaving = leaving_client(url, "spin", exp, "spin")
+        [pid] = wait_until("the registration's check process started", check_processes, 120)
+        leaving.close()
+        # killed and reaped (not after its 10 minutes)
+        wait_until(
+            "its check's process ended once its client went away", lambda: not Path(f"/proc/{pid}").exists()
+        )
+        assert not check_processes()
+        with httpx.Client(base_url=url, timeout=120) as client:
+            assert client.get("/api/v1/models/spin").status_code == 404  # nothing was registered
+            assert registry_files(store) == []
+            # the project's turn and the slot are free at once: not after the hanging check's 10 minutes
+            r = client.post("/api/v1/models/digits/versions", json={"experiment_id": exp, "model": "digits"})
+            assert r.status_code == 201, r.text
+            assert r.json()["lineage"]["parity"]["passed"] is True
+
+
+@pytest.mark.timeout(300)
+def test_a_client_that_goes_away_while_its_registration_waits_for_its_turn_never_runs_its_check(
+    store: Store, phalanx_home: Path
+) -> None:
+    exp = experiment(store)
+    with served(store, phalanx_home, check_seconds=600) as (url, app):
+        held: dict[str, int] = app.state.model_checks_held  # the project's registrations in the server
+        answers: list[httpx.Response] = []
+
+        def first() -> None:
+            with httpx.Client(base_url=url, timeout=300) as client:
+                answers.append(
+                    client.post("/api/v1/models/spin1/versions", json={"experiment_id": exp, "model": "spin"})
+                )
+
+        checking = threading.Thread(target=first, daemon=True)
+        checking.start()
+        [pid] = wait_until("the first registration's check process started", check_processes, 120)
+        leaving = leaving_client(url, "spin2", exp, "spin")
+        wait_until("the second registration waits for its turn", lambda: held.get("p") == 2)
+        leaving.close()
+        wait_until("the registration whose client went away left the queue", lambda: held.get("p") == 1)
+
+        os.kill(pid, signal.SIGKILL)  # the first one's check ends: its turn would pass to the second
+        checking.join(timeout=120)
+        [refused] = answers
+        assert refused.status_code == 400 and "killed by SIGKILL" in refused.text, refused.text
+        assert held.get("p") == 0 and not check_processes()  # the second is gone: no check of its ran
+        with httpx.Client(base_url=url, timeout=120) as client:
+            assert client.get("/api/v1/models/spin2").status_code == 404
+        assert registry_files(store) == []

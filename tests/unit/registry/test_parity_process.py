@@ -10,6 +10,7 @@ import json
 import pytest
 
 from phalanx.errors import UsageError
+from phalanx.registry.checker import CheckStopped
 from phalanx.registry.parity import Parity, ParityFailed
 from phalanx.registry.parity_process import ANSWER_MOST, Ran, read_answer
 
@@ -18,7 +19,14 @@ SIGNATURE = {"inputs": [{"name": "input", "dtype": "float32", "shape": [None, 4]
 
 
 def ended(out: bytes = b"", status: int = 0, errors: bytes = b"", **how: bool) -> Ran:
-    return Ran(status, out, errors, how.get("timed_out", False), how.get("overflow", False))
+    return Ran(
+        status,
+        out,
+        errors,
+        how.get("timed_out", False),
+        how.get("overflow", False),
+        how.get("stopped", False),
+    )
 
 
 def refusal(ran: Ran) -> str:
@@ -54,6 +62,13 @@ def test_a_killed_or_failed_process_is_refused_with_how_it_ended_and_its_last_er
 
 def test_a_check_past_its_deadline_is_refused_saying_so() -> None:
     assert "did not finish within 300 s" in refusal(ended(status=-9, timed_out=True))
+
+
+def test_a_check_stopped_because_its_client_went_away_says_so_not_how_its_process_was_killed() -> None:
+    with pytest.raises(
+        CheckStopped, match=r"^e/m.onnx: the registration was given up \(its client went away\)"
+    ):
+        read_answer(ended(status=-9, stopped=True), "e/m.onnx", 300)
 
 
 @pytest.mark.parametrize(

@@ -5,6 +5,7 @@ single-token mode everybody still reads and writes every model."""
 
 from __future__ import annotations
 
+import threading
 from dataclasses import replace
 from typing import Any
 
@@ -136,9 +137,11 @@ def test_a_name_another_project_registers_while_the_check_runs_gets_no_version_f
     b = store.create_experiment(name="train", project="B").id
     record_model(store, b, "digits", random_linear(1))
 
-    def checked_while_a_registers(data: bytes, metadata: dict[str, Any], project: str, where: str) -> Checked:
+    def checked_while_a_registers(
+        data: bytes, metadata: dict[str, Any], project: str, where: str, stop: threading.Event | None = None
+    ) -> Checked:
         make_model(store, "raced", fill.experiment(store, project="A").id, "A")
-        return check_in_process(data, metadata, project, where)
+        return check_in_process(data, metadata, project, where, stop)
 
     client.app.dependency_overrides[get_model_checker] = lambda: checked_while_a_registers  # type: ignore[attr-defined]
     r = client.post("/api/v1/models/raced/versions", json={"experiment_id": b}, headers=_as(team, "admin_b"))

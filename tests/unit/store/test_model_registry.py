@@ -17,7 +17,7 @@ pytest.importorskip("onnxruntime")
 
 from phalanx.domain import Event, EventKind
 from phalanx.errors import NotFound, UsageError
-from phalanx.registry.checker import check_in_process
+from phalanx.registry.checker import Checked, CheckStopped, check_in_process
 from phalanx.registry.model import Model
 from phalanx.registry.onnx_load import open_session, refuse_external_data
 from phalanx.registry.parity import ParityFailed
@@ -57,6 +57,25 @@ def test_register_numbers_versions_and_keeps_lineage_and_signature(store: SqlSto
     assert registry.resolve("digits@1").experiment_id == first
     [listed] = registry.models()
     assert (listed.name, listed.latest_version) == ("digits", 2)
+
+
+def test_a_registration_given_up_as_its_check_answers_records_nothing(store: SqlStore) -> None:
+    # a server's registration whose client went away as its check answered: no version, no file
+    exp = _experiment(store, 1)
+    stop = threading.Event()
+
+    def checked_as_the_client_leaves(
+        data: bytes, metadata: dict[str, Any], project: str, where: str, stop: threading.Event | None = None
+    ) -> Checked:
+        checked = check_in_process(data, metadata, project, where)
+        assert stop is not None
+        stop.set()
+        return checked
+
+    with pytest.raises(CheckStopped, match=r"given up .* nothing was registered"):
+        Registry(store, checked_as_the_client_leaves).register(exp, "digits", stop=stop)
+    assert Registry(store).models() == []
+    assert store.artifact_store.list(REGISTRY_ID) == []  # type: ignore[union-attr]
 
 
 def test_a_version_keeps_its_own_copy_of_the_file(store: SqlStore) -> None:

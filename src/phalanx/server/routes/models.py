@@ -13,12 +13,15 @@ process: the check runs in a short-lived process of its own (``ModelCheckerDep``
 box when the server boxes the project, else a plain child with nothing of the server's environment;
 a file that crashes or hangs it is refused (400) and the server goes on answering. A worker thread
 waits for it, one of ``model_check_slots`` (ServerSettings), one of a project at a time: a
-registration past them waits for its turn, holding no request thread."""
+registration past them waits for its turn, holding no request thread. A registration whose client
+goes away stops: it leaves its queue, or its check's process is killed, and nothing is registered
+(once its version is being added, it is added)."""
 
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable
+import threading
+from collections.abc import Awaitable, Callable
 
 import anyio
 from fastapi import APIRouter, Request, Response
@@ -26,6 +29,7 @@ from fastapi.responses import HTMLResponse
 from starlette.concurrency import run_in_threadpool
 
 from phalanx.errors import Conflict, NotFound, QuotaExceeded
+from phalanx.registry.checker import CheckStopped
 from phalanx.registry.service import Registry
 from phalanx.server.audit import describe
 from phalanx.server.deps import ModelCheckerDep, StoreDep
@@ -42,12 +46,13 @@ from phalanx.server.routes.pages import _shell
 from phalanx.server.services import Services
 from phalanx.store.accounts import Role
 from phalanx.store.base import LocalStore
-from phalanx.store.registry_records import ModelRef, check_alias, check_model_name
+from phalanx.store.registry_records import ModelRef, ModelVersion, check_alias, check_model_name
 
 router = APIRouter(tags=["models"])
 # a project's registrations in the server at once: one checking its model, one waiting for its turn
 # (a third is refused, 429: the one waiting may wait a whole check, which its client waits for)
 PROJECT_CHECKS = 2
+CLIENT_POLL_SECONDS = 0.5  # how often a registration looks whether its client is still there
 page_router = APIRouter(include_in_schema=False)
 
 
@@ -104,8 +109,9 @@ async def register(
     most ``model_check_slots`` registrations check at once, one of a project at a time; the others
     wait for their turn, holding no request thread (a check may take minutes: a burst of them must
     not stop the server answering, nor hold the other projects' registrations); a project's third
-    at once is refused (429). A client that gives up does not stop its check: the version is added
-    if the check passes."""
+    at once is refused (429). A client that goes away (Ctrl-C, a dropped connection) stops its
+    registration: a wait for its turn or its slot ends, a check that runs is killed, nothing is
+    registered, and the next registration takes the turn and the slot at once."""
     experiment = await run_in_threadpool(require_experiment, request, body.experiment_id, Role.editor)
     may_add = _model_editor(request, name)
     await run_in_threadpool(_require_model_editor, store, name, may_add)  # before a check is spent
@@ -122,20 +128,66 @@ async def register(
             "(a check may take minutes); register again once one has been answered"
         )
     held[project] = held.get(project, 0) + 1
+    stop = threading.Event()  # set when the client goes away: the check's process is then killed
+    # kept by the worker thread itself: a version added as its client went away is still audited
+    added: list[ModelVersion] = []
+
+    def work() -> None:
+        added.append(
+            registry.register(
+                source, name, description=body.description, tags=body.tags, may_add=may_add, stop=stop
+            )
+        )
+
     try:
-        turns: dict[str, anyio.Lock] = request.app.state.model_check_turns
-        async with turns.setdefault(project, anyio.Lock()):
-            created = await anyio.to_thread.run_sync(
-                functools.partial(
-                    registry.register, source, name, description=body.description, tags=body.tags,
-                    may_add=may_add,
-                ),
-                limiter=request.app.state.model_check_slots,
-            )  # fmt: skip
+        await _while_connected(request, stop, functools.partial(_in_turn, request, project, work))
     finally:
         held[project] -= 1
+    if not added:  # (nobody reads this answer: its client is gone)
+        raise CheckStopped(source)
+    [created] = added
     describe(request, "model.register", f"{name}/{created.version}", experiment.project, f"from {source}")
     return ModelVersionOut.of(created)
+
+
+async def _in_turn(request: Request, project: str, work: Callable[[], None]) -> None:
+    """``work`` (a registration) in a worker thread, in ``project``'s turn and one of the server's
+    check slots; cancelled, it leaves the queue it waits in (the thread, once started, is waited for:
+    its ``stop`` ends it)."""
+    turns: dict[str, anyio.Lock] = request.app.state.model_check_turns
+    async with turns.setdefault(project, anyio.Lock()):
+        await anyio.to_thread.run_sync(work, limiter=request.app.state.model_check_slots)
+
+
+async def _while_connected(
+    request: Request, stop: threading.Event, registering: Callable[[], Awaitable[None]]
+) -> None:
+    """Await ``registering()`` unless the client goes away first: ``stop`` is then set (a check that
+    runs is killed; a version already being added is added) and ``registering`` cancelled (a wait
+    for its turn or its slot leaves the queue; a worker thread that runs is waited for). Raises what
+    ``registering`` raises."""
+    failed: list[Exception] = []
+    async with anyio.create_task_group() as group:
+        group.start_soon(_until_client_leaves, request, stop, group.cancel_scope)
+        try:
+            await registering()
+        except Exception as exc:  # raised below, as it is (the task group would wrap it in a group)
+            failed.append(exc)
+        group.cancel_scope.cancel()
+    if failed:
+        raise failed[0]
+
+
+async def _until_client_leaves(request: Request, stop: threading.Event, scope: anyio.CancelScope) -> None:
+    """Return when the client has gone away (looked at every CLIENT_POLL_SECONDS), setting ``stop``
+    and cancelling ``scope``; ``stop`` is set too when this is cancelled (the registration answered,
+    or the server is stopping)."""
+    try:
+        while not await request.is_disconnected():
+            await anyio.sleep(CLIENT_POLL_SECONDS)
+    finally:
+        stop.set()
+    scope.cancel()
 
 
 def _model_editor(request: Request, name: str) -> Callable[[str | None], None]:
