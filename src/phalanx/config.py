@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 ENV_PREFIX = "PHALANX_"
 _UNSET: Any = object()
@@ -20,6 +21,13 @@ _UNSET: Any = object()
 
 def default_home() -> Path:
     return Path.home() / ".phalanx"
+
+
+def sqlite_url(path: Path) -> str:
+    """The ``sqlite:///PATH`` URL of a database file, its path percent-quoted: SQLAlchemy decodes
+    escapes in a URL's path and ends the path at `?`, so a folder named `%41b` or `a?b` would
+    otherwise name another file (store/lite.py's ``sqlite_path`` reads it back the same way)."""
+    return f"sqlite:///{quote(str(path))}"
 
 
 def _env() -> dict[str, str]:
@@ -74,7 +82,7 @@ class Settings:
 
     @property
     def database_url(self) -> str:
-        return self.db_url or f"sqlite:///{self.home / 'phalanx.db'}"
+        return self.db_url or sqlite_url(self.home / "phalanx.db")
 
     @property
     def artifacts_root(self) -> str:

@@ -33,6 +33,7 @@ from phalanx.errors import NotFound
 from phalanx.ingest import Ingester
 from phalanx.machine.procs import writer_gone
 from phalanx.spool import ACK_SUFFIX, SUFFIX, unshipped
+from phalanx.store.lite import sqlite_path
 from phalanx.supervisor.stopping import supervisor_pid
 
 if TYPE_CHECKING:
@@ -211,11 +212,7 @@ def _size(folder: Path) -> int:
 
 def _store_bytes(settings: Settings) -> int | None:
     """The SQLite database's size on disk (with its WAL); None for a database server."""
-    if settings.db_url and not settings.db_url.startswith("sqlite"):
+    db = sqlite_path(settings.database_url)
+    if db is None:
         return None
-    db = (
-        Path(settings.database_url.removeprefix("sqlite:///"))
-        if settings.db_url
-        else settings.home / "phalanx.db"
-    )
     return sum(p.stat().st_size for p in (db, db.with_name(db.name + "-wal")) if p.exists()) or None

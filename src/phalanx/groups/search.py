@@ -20,6 +20,7 @@ from pathlib import Path
 from statistics import NormalDist
 from typing import Any
 
+from phalanx.config import sqlite_url
 from phalanx.extras import require
 from phalanx.spec.group import Distribution, HPTuning, Pruning
 
@@ -52,7 +53,7 @@ def study_storage(folder: Path) -> Any:
     study outlives the controller (docs/groups.md says why this and not the Phalanx store)."""
     op = optuna()
     folder.mkdir(parents=True, exist_ok=True)
-    return op.storages.RDBStorage(f"sqlite:///{folder / 'study.sqlite'}")
+    return op.storages.RDBStorage(sqlite_url(folder / "study.sqlite"))
 
 
 def trial_seed(seed: int, number: int) -> int:

@@ -15,6 +15,7 @@ import json
 import sqlite3
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+from urllib.parse import quote, unquote
 
 from phalanx.errors import UsageError
 from phalanx.store.private_file import tighten
@@ -43,13 +44,14 @@ BUSY_TIMEOUT_S = 120.0  # as long as SqlStore waits for a writer (engine.BUSY_TI
 
 
 def sqlite_path(database_url: str) -> Path | None:
-    """The file a ``sqlite:///PATH`` URL names; None for any other URL (PostgreSQL, in-memory, a URL
-    with query options SQLAlchemy would interpret)."""
+    """The file a ``sqlite:///PATH`` URL names, its percent escapes decoded as SQLAlchemy decodes
+    them; None for any other URL (PostgreSQL, in-memory, a URL with query options SQLAlchemy would
+    interpret)."""
     for prefix in ("sqlite:///", "sqlite+pysqlite:///"):
         if database_url.startswith(prefix):
             rest = database_url[len(prefix) :]
             if rest and "?" not in rest and rest != ":memory:":
-                return Path(rest)
+                return Path(unquote(rest))
     return None
 
 
@@ -74,7 +76,7 @@ class LiteReader:
             return None
         tighten(path)  # an older version's 0644 store is its owner's alone once read
         try:
-            conn = sqlite3.connect(f"file:{path}?mode=rw", uri=True, timeout=BUSY_TIMEOUT_S)
+            conn = sqlite3.connect(f"file:{quote(str(path))}?mode=rw", uri=True, timeout=BUSY_TIMEOUT_S)
         except sqlite3.Error:
             return None
         try:
