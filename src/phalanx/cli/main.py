@@ -5,6 +5,7 @@ from __future__ import annotations
 import codecs
 import contextlib
 import errno
+import fcntl
 import importlib
 import io
 import os
@@ -180,6 +181,7 @@ def _show_unencodable() -> None:
 
 def main(argv: list[str] | None = None) -> None:
     args = sys.argv[1:] if argv is None else list(argv)
+    _stand_in_for_closed_streams()
     _show_unencodable()
     slip = _file_without_f(args) or _several_files(args)
     if slip is not None:
@@ -229,6 +231,8 @@ def _answer(work: Callable[[], object], args: list[str]) -> bool:
         sys.stderr.write("phalanx: interrupted\n")
         sys.exit(130)
     except OSError as exc:
+        if exc.errno == errno.EBADF and _stdout_closed():
+            _output_refused()
         if exc.errno not in HOME_ERRNOS:
             raise
         sys.stderr.write(f"error: {_os_error_message(exc)}\n")
@@ -240,6 +244,10 @@ def _answer(work: Callable[[], object], args: list[str]) -> bool:
             sys.stdout.flush()
         except BrokenPipeError:
             _output_cut()
+        except OSError as flushed:
+            if flushed.errno == errno.EBADF and _stdout_closed():
+                _output_refused()
+            raise
         if args[:1] and args[0] in FAST_EXIT_COMMANDS and (exc.code is None or isinstance(exc.code, int)):
             _fast_exit(exc.code or 0)
         raise
@@ -265,6 +273,62 @@ def _output_cut() -> NoReturn:
         finally:
             os.close(devnull)
     sys.exit(OUTPUT_CUT)
+
+
+# `phalanx ls >&-`: stdout closed before the command started. Python leaves sys.stdout None (a write
+# was an AttributeError traceback), and the first file the command opened (the store's database)
+# would have taken descriptor 1 and so received what a child process writes to its stdout. Descriptor
+# 1 is held by /dev/null opened read-only instead: nothing else can take it, and a write there fails
+# with EBADF as on the closed descriptor. The command ends with a short message and status 1, as
+# coreutils do (`ls >&-`: "write error: Bad file descriptor"); one that writes nothing is unaffected.
+# A closed stdin reads as empty and a closed stderr swallows what is written to it (/dev/null).
+STAND_INS = ((0, "stdin", os.O_RDONLY), (1, "stdout", os.O_RDONLY), (2, "stderr", os.O_WRONLY))
+
+
+def _stand_in_for_closed_streams() -> None:
+    """Put /dev/null on each standard descriptor that is closed, and a text stream on it where
+    Python left none (see STAND_INS)."""
+    for fd, name, flags in STAND_INS:
+        if getattr(sys, name) is not None:
+            continue
+        try:
+            os.fstat(fd)
+        except OSError:
+            held = os.open(os.devnull, flags)
+            if held != fd:
+                os.dup2(held, fd)
+                os.close(held)
+        if fd == 0:
+            sys.stdin = io.TextIOWrapper(io.BufferedReader(io.FileIO(fd, "r", closefd=False)))
+            continue
+        stream = io.TextIOWrapper(
+            io.BufferedWriter(io.FileIO(fd, "w", closefd=False)), errors="backslashreplace"
+        )
+        if fd == 1:
+            sys.stdout = stream
+        else:
+            sys.stderr = stream
+
+
+def _stdout_closed() -> bool:
+    """Whether descriptor 1 is the read-only stand-in of a closed stdout (see STAND_INS)."""
+    try:
+        return fcntl.fcntl(1, fcntl.F_GETFL) & os.O_ACCMODE == os.O_RDONLY
+    except OSError:
+        return False
+
+
+def _output_refused() -> NoReturn:
+    """End a command that wrote to a closed stdout: a line on stderr, status 1, and stdout pointed
+    at /dev/null (writable) so that the interpreter's flush at exit fails no more."""
+    sys.stderr.write("phalanx: cannot write the output: stdout is closed (Bad file descriptor)\n")
+    with contextlib.suppress(OSError):
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        try:
+            os.dup2(devnull, 1)
+        finally:
+            os.close(devnull)
+    sys.exit(1)
 
 
 def _stdout_gone() -> bool:
