@@ -14,19 +14,15 @@ import typer
 
 from phalanx.cli.app import OutputOpt, app
 from phalanx.cli.listing import Format, emit_json
-from phalanx.cli.target import LocalOpt, ServerOpt, shell_actor
+from phalanx.cli.target import DoorTyper, LocalOpt, ServerOpt, shell_actor
 
 if TYPE_CHECKING:
     from phalanx.store.directory import Directory
 
-admin_app = typer.Typer(
-    help="A shared server's users, projects, roles and audit trail.", no_args_is_help=True
-)
-user_app = typer.Typer(help="Local accounts: add, list, disable, enable.", no_args_is_help=True)
-project_app = typer.Typer(help="Projects people are members of.", no_args_is_help=True)
-member_app = typer.Typer(
-    help="Who has which role (viewer, editor, admin) in a project.", no_args_is_help=True
-)
+admin_app = DoorTyper(help="A shared server's users, projects, roles and audit trail.", no_args_is_help=True)
+user_app = DoorTyper(help="Local accounts: add, list, disable, enable.", no_args_is_help=True)
+project_app = DoorTyper(help="Projects people are members of.", no_args_is_help=True)
+member_app = DoorTyper(help="Who has which role (viewer, editor, admin) in a project.", no_args_is_help=True)
 app.add_typer(admin_app, name="admin")
 admin_app.add_typer(user_app, name="user")
 admin_app.add_typer(project_app, name="project")

@@ -14,14 +14,14 @@ import typer
 
 from phalanx.cli.app import OutputOpt, app
 from phalanx.cli.listing import Format, _table, emit_json
-from phalanx.cli.target import ServerOpt, hints_on_door
+from phalanx.cli.target import DoorTyper, ServerOpt
 from phalanx.errors import UsageError
 from phalanx.logins import choose
 
 if TYPE_CHECKING:
     from phalanx.store.alerts import AlertBook
 
-alert_app = typer.Typer(
+alert_app = DoorTyper(
     help="A project's webhooks on a Phalanx server: told when its experiments fail, succeed or stop,"
     " and when its groups finish.",
     no_args_is_help=True,
@@ -117,8 +117,7 @@ def ls(
 def rm(hook_id: HookArg, server: ServerOpt = None) -> None:
     """Remove a hook; what it had not been delivered yet is never sent."""
     book = _book(server)
-    with hints_on_door(server, False):
-        book.remove_hook(hook_id)
+    book.remove_hook(hook_id)
     typer.echo(f"alert hook {hook_id} removed")
 
 

@@ -14,9 +14,10 @@ from typing import Annotated, Any, TypeVar
 import typer
 
 from phalanx.cli.listing import Format
+from phalanx.cli.target import DoorTyper
 from phalanx.suggest import did_you_mean
 
-app = typer.Typer(
+app = DoorTyper(
     name="phalanx",
     help="Run and track distributed deep-learning experiments.",
     no_args_is_help=True,

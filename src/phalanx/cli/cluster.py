@@ -9,12 +9,12 @@ import typer
 
 from phalanx.cli.app import OutputOpt, app
 from phalanx.cli.listing import Format, emit_json
-from phalanx.cli.target import LocalOpt, ServerOpt, hints_on_door, shell_actor
+from phalanx.cli.target import DoorTyper, LocalOpt, ServerOpt, shell_actor
 
 if TYPE_CHECKING:
     from phalanx.store.cluster_book import ClusterBook
 
-cluster_app = typer.Typer(
+cluster_app = DoorTyper(
     help="Register the Slurm, Kubernetes and Ray clusters `phalanx run --cluster NAME` uses.",
     no_args_is_help=True,
 )
@@ -135,6 +135,5 @@ def rm(
 ) -> None:
     """Forget a cluster (nothing on the cluster itself is touched)."""
     clusters = book(server, local)
-    with hints_on_door(server, local):
-        clusters.remove(name)
+    clusters.remove(name)
     typer.echo(f"cluster {name!r} removed")

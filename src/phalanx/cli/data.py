@@ -14,7 +14,7 @@ import typer
 from phalanx.cli.app import OutputOpt, YesOpt, app, confirm
 from phalanx.cli.listing import Format, emit_json
 from phalanx.cli.record_tables import human_size
-from phalanx.cli.target import LocalOpt, ServerOpt, hints_on_door
+from phalanx.cli.target import DoorTyper, LocalOpt, ServerOpt
 from phalanx.config import Settings
 from phalanx.logins import choose
 
@@ -22,11 +22,11 @@ if TYPE_CHECKING:
     from phalanx.apiclient import Client
     from phalanx.store.catalog import Catalog, DatasetVersion
 
-datastore_app = typer.Typer(
+datastore_app = DoorTyper(
     help="Named places holding data (a folder, an NFS path, s3://bucket/prefix) that experiments read.",
     no_args_is_help=True,
 )
-data_app = typer.Typer(
+data_app = DoorTyper(
     help="Versioned datasets: immutable, content-addressed file lists experiments name as NAME@VERSION.",
     no_args_is_help=True,
 )
@@ -132,7 +132,7 @@ def datastore_rm(
     from phalanx.spec.inputs import check_catalog_name
 
     check_catalog_name(name, "datastore")  # what cannot be a name is said as such, on both doors
-    with _open(server, local) as catalog, hints_on_door(server, local):
+    with _open(server, local) as catalog:
         catalog.remove_datastore(name)
     typer.echo(f"removed datastore {name}")
 
@@ -284,7 +284,7 @@ def data_rm(
     from phalanx.store.catalog import no_dataset
 
     name, _ = parse_dataset_ref(ref)
-    with _open(server, local) as catalog, hints_on_door(server, local):
+    with _open(server, local) as catalog:
         if "@" in ref:
             named = [catalog.dataset(ref)]
             ref = named[0].ref  # NAME@latest: the version asked about is the one removed

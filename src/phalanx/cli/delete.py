@@ -15,7 +15,7 @@ import typer
 
 from phalanx.cli.app import OutputOpt, YesOpt, app, confirm
 from phalanx.cli.listing import emit_json
-from phalanx.cli.target import LocalOpt, ServerOpt, hints_on_door
+from phalanx.cli.target import LocalOpt, ServerOpt
 from phalanx.cli.tracking import Format, open_target
 
 if TYPE_CHECKING:
@@ -49,16 +49,15 @@ def delete(
 
     store = open_target(server, local)
     found: list[Experiment] = []
-    with hints_on_door(server, local):  # a hint's `phalanx ls` acts where this delete does
-        for given in experiment_ids:
-            e = store.get_experiment(given)
-            check_destructive(given, e.id)
-            if e.status in _LIVE:
-                raise Conflict(
-                    f"experiment {e.id} is {e.status}; stop it before deleting it (nothing was deleted)"
-                )
-            if all(e.id != seen.id for seen in found):
-                found.append(e)
+    for given in experiment_ids:
+        e = store.get_experiment(given)
+        check_destructive(given, e.id)
+        if e.status in _LIVE:
+            raise Conflict(
+                f"experiment {e.id} is {e.status}; stop it before deleting it (nothing was deleted)"
+            )
+        if all(e.id != seen.id for seen in found):
+            found.append(e)
     if not yes:
         listed = "\n".join(f"  {e.id} ({e.project}/{e.name}, {e.status})" for e in found)
         question = f"Delete {plural(len(found), 'experiment')}?\n{listed}\n"

@@ -15,10 +15,10 @@ import typer
 from phalanx.cli.app import ExtraParamsOpt, YesOpt, app, confirm
 from phalanx.cli.listing import emit_json
 from phalanx.cli.target import (
+    DoorTyper,
     LocalOpt,
     ServerOpt,
     ThisMachineOnlyOpt,
-    hints_on_door,
     submit_server,
     this_machine_only,
 )
@@ -31,7 +31,7 @@ if TYPE_CHECKING:
     from phalanx.spec.group import GroupSpec
     from phalanx.store.door import Door
 
-group_app = typer.Typer(
+group_app = DoorTyper(
     help="Hyperparameter search (kind: group files): every trial is a whole experiment.",
     no_args_is_help=True,
 )
@@ -338,16 +338,15 @@ def delete(
     if output not in ("table", "json"):
         raise UsageError(f"-o {output!r}: use table or json")
     store = open_target(server, local)
-    with hints_on_door(server, local):  # a hint's `phalanx group ls` acts where this delete does
-        doc = store.group_view(group_id)
-        check_destructive(group_id, doc["id"], kind="group")
-        if not yes:
-            question = (
-                f"Delete group {doc['id']} ({doc['name']}, {doc['status']})"
-                f" and its {plural(len(doc['trials']), 'trial')}?"
-            )
-            confirm(question, f"deleting group {doc['id']} and its trials", "nothing deleted")
-        deleted = store.remove_group(doc["id"])
+    doc = store.group_view(group_id)
+    check_destructive(group_id, doc["id"], kind="group")
+    if not yes:
+        question = (
+            f"Delete group {doc['id']} ({doc['name']}, {doc['status']})"
+            f" and its {plural(len(doc['trials']), 'trial')}?"
+        )
+        confirm(question, f"deleting group {doc['id']} and its trials", "nothing deleted")
+    deleted = store.remove_group(doc["id"])
     if store.server_url is None:  # a server removes its own (routes/groups.py)
         remove_folders(Settings(), doc["id"], deleted)
     if output == "json":

@@ -22,7 +22,7 @@ from typer.core import TyperGroup
 from phalanx.cli.app import OutputOpt, YesOpt, app, confirm, fail
 from phalanx.cli.listing import Format, emit_json
 from phalanx.cli.record_tables import human_size
-from phalanx.cli.target import LocalOpt, ServerOpt, hints_on_door
+from phalanx.cli.target import DoorTyper, LocalOpt, ServerOpt
 from phalanx.suggest import closest
 
 if TYPE_CHECKING:
@@ -58,7 +58,7 @@ class _ModelsGroup(TyperGroup):
         return not _HEX.fullmatch(word.lower()) and closest(word, verbs) is not None
 
 
-models_app = typer.Typer(
+models_app = DoorTyper(
     cls=_ModelsGroup,
     help=(
         "The model registry (register, ls, get, alias, download, update, rm), or an experiment's saved "
@@ -379,15 +379,16 @@ def alias(
     local: LocalOpt = False,
 ) -> None:
     """Point NAME@ALIAS at VERSION (moved in one transaction: a server following it never sees none)."""
+    from phalanx.errors import UsageError
     from phalanx.store.registry_records import parse_ref
 
-    ref = parse_ref(target)
+    ref = parse_ref(target)  # (UsageErrors below: their hints are given this command's door)
     if ref.alias is None:
-        raise fail(f"{target!r}: give NAME@ALIAS, e.g. `phalanx models alias {ref.name}@prod 3`")
+        raise UsageError(f"{target!r}: give NAME@ALIAS, e.g. `phalanx models alias {ref.name}@prod 3`")
     if delete and version is not None:
-        raise fail("--delete takes no VERSION")
+        raise UsageError("--delete takes no VERSION")
     if not delete and version is None:
-        raise fail(f"give the version {ref} names, e.g. `phalanx models alias {ref} 3`")
+        raise UsageError(f"give the version {ref} names, e.g. `phalanx models alias {ref} 3`")
     registry = open_registry(server, local)
     if delete:
         registry.delete_alias(ref.name, ref.alias)
@@ -416,23 +417,22 @@ def rm(
     from phalanx.suggest import did_you_mean
 
     parsed = parse_ref(ref)
-    with hints_on_door(server, local):  # the hints' commands act where this rm does
-        if parsed.alias is not None:
-            raise UsageError(
-                f"{ref!r}: rm takes NAME or NAME@VERSION, not an alias (`phalanx models get {ref}` names "
-                f"its version; `phalanx models alias {ref} --delete` removes only the alias)"
-            )
-        registry = open_registry(server, local)
-        try:
-            if parsed.version is None:
-                found = registry.versions(parsed.name)
-            else:
-                found = [registry.resolve(ModelRef(parsed.name, version=parsed.version))]
-        except NotFound as exc:
-            if parsed.version is not None or parsed.name in {m.name for m in registry.models()}:
-                raise
-            names = (m.name for m in registry.models())
-            raise NotFound(f"{exc}{did_you_mean(parsed.name, names)}") from None
+    if parsed.alias is not None:
+        raise UsageError(
+            f"{ref!r}: rm takes NAME or NAME@VERSION, not an alias (`phalanx models get {ref}` names "
+            f"its version; `phalanx models alias {ref} --delete` removes only the alias)"
+        )
+    registry = open_registry(server, local)
+    try:
+        if parsed.version is None:
+            found = registry.versions(parsed.name)
+        else:
+            found = [registry.resolve(ModelRef(parsed.name, version=parsed.version))]
+    except NotFound as exc:
+        if parsed.version is not None or parsed.name in {m.name for m in registry.models()}:
+            raise
+        names = (m.name for m in registry.models())
+        raise NotFound(f"{exc}{did_you_mean(parsed.name, names)}") from None
     if not yes:
         listed = "\n".join(
             f"  {v.name}@{v.version}"

@@ -27,7 +27,7 @@ from phalanx.bundles import pack
 from phalanx.cli.app import OutputOpt, app
 from phalanx.cli.listing import Format
 from phalanx.cli.service_commands import list_services, said_started, stop_service
-from phalanx.cli.target import LocalOpt, ServerOpt
+from phalanx.cli.target import DoorTyper, LocalOpt, ServerOpt
 from phalanx.errors import UsageError
 from phalanx.logins import choose
 from phalanx.machine.box import SETPRIV
@@ -40,7 +40,7 @@ from phalanx.spec.service_files import NotebookFile, load_notebook_file
 if TYPE_CHECKING:
     from phalanx.config import Settings
 
-notebook_app = typer.Typer(
+notebook_app = DoorTyper(
     help="A Jupyter notebook server on a project, with its inputs (JupyterLab).", no_args_is_help=True
 )
 app.add_typer(notebook_app, name="notebook")

@@ -14,14 +14,14 @@ import typer
 
 from phalanx.cli.app import OutputOpt, app
 from phalanx.cli.listing import emit_json
-from phalanx.cli.target import LocalOpt, hints_on_door
+from phalanx.cli.target import DoorTyper, LocalOpt
 from phalanx.cli.tracking import Format
 
 if TYPE_CHECKING:
     from phalanx.cli.remote import Client
     from phalanx.store.base import LocalStore
 
-quota_app = typer.Typer(
+quota_app = DoorTyper(
     help="Per-project quotas: cores, GPUs and memory held at once, and experiments waiting.",
     no_args_is_help=True,
 )
@@ -243,10 +243,9 @@ def remove_quota(
 
     project = _checked(project)
     client = _client(server, local, token_file)
-    with hints_on_door(server, local):
-        if client is not None:  # a 404 is the server's NotFound, in the words this machine's store says
-            client.request("DELETE", f"/projects/{_quoted(project)}/quota?target={quote(target)}")
-            typer.echo(f"project {project}: no quota on {target} at {client.url} any more")
-            return
-        quotas.remove(_store(), project, target)  # NotFound: none there, or a project the server lacks
+    if client is not None:  # a 404 is the server's NotFound, in the words this machine's store says
+        client.request("DELETE", f"/projects/{_quoted(project)}/quota?target={quote(target)}")
+        typer.echo(f"project {project}: no quota on {target} at {client.url} any more")
+        return
+    quotas.remove(_store(), project, target)  # NotFound: none there, or a project the server lacks
     typer.echo(f"project {project}: no quota on {target} any more")

@@ -328,9 +328,13 @@ def _shown(value: Any) -> str:
 
 def _side(store: LocalStore, ref: str) -> tuple[Any, int | None]:
     """``ID`` or ``ID@N`` (attempt N of it) -> (experiment, attempt)."""
+    from phalanx.errors import UsageError
+
     ident, sep, number = ref.partition("@")
-    if sep and not number.isdigit():
-        raise fail(f"{ref!r}: write an attempt as ID@N, N its number (`phalanx get {ident}` lists them)")
+    if sep and not number.isdigit():  # (a UsageError: its hint is given this command's door)
+        raise UsageError(
+            f"{ref!r}: write an attempt as ID@N, N its number (`phalanx get {ident}` lists them)"
+        )
     return store.get_experiment(ident), int(number) if sep else None
 
 

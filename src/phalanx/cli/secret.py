@@ -14,13 +14,13 @@ import typer
 
 from phalanx.cli.app import OutputOpt, app
 from phalanx.cli.listing import emit_json
-from phalanx.cli.target import LocalOpt, ServerOpt, hints_on_door
+from phalanx.cli.target import DoorTyper, LocalOpt, ServerOpt
 from phalanx.cli.tracking import Format
 
 if TYPE_CHECKING:
     from phalanx.store.secrets import SecretBook
 
-secret_app = typer.Typer(
+secret_app = DoorTyper(
     help="Per-project secrets, handed to the project's experiments as environment variables.",
     no_args_is_help=True,
 )
@@ -94,6 +94,5 @@ def remove_secret(
 ) -> None:
     """Remove a secret (experiments already running keep their environment)."""
     book, _ = _door(server, local)
-    with hints_on_door(server, local):
-        book.remove(project, name)  # NotFound: no such secret, or a project a team server does not know
+    book.remove(project, name)  # NotFound: no such secret, or a project a team server does not know
     typer.echo(f"project {project}: secret {name} removed")

@@ -10,17 +10,21 @@ A command meaningful only on this machine (`phalanx gc`, `phalanx sync`) takes `
 refuse it (``this_machine_only``: exit status 2, saying so), never to act on this machine instead.
 
 A hint a command gives (`phalanx ls` lists them) names the door the user gave it (``hints_on_door``),
-so that repeating the hinted command acts where this one did, not on this machine's store.
+so that repeating the hinted command acts where this one did, not on this machine's store. Every
+command registered on a ``DoorTyper`` (all of Phalanx's) that takes --server has its errors' hints
+given so.
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import getpass
+import inspect
 import re
 import shlex
-from collections.abc import Iterator
-from typing import TYPE_CHECKING, Annotated
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
 import typer
 
@@ -71,7 +75,7 @@ def door_words(server: str | None, local: bool) -> str:
 
 def on_door(text: str, server: str | None, local: bool) -> str:
     """``text`` with each `phalanx ...` command it names given this command's door (one that names a
-    door already, or takes none, is left as it is)."""
+    door already, takes none, or is to be run "on the server's machine", is left as it is)."""
     words = door_words(server, local)
 
     def told(hint: re.Match[str]) -> str:
@@ -81,6 +85,7 @@ def on_door(text: str, server: str | None, local: bool) -> str:
         names = {first, *(f"{first} {alt}" for alt in second.split("|"))}
         if (
             not words
+            or text.startswith(" on the server's machine", hint.end())
             or "--server" in command.split()
             or "--local" in command.split()
             or names & NO_DOOR
@@ -102,6 +107,38 @@ def hints_on_door(server: str | None, local: bool) -> Iterator[None]:
         exc.message = on_door(exc.message, server, local)
         exc.args = (exc.message,)
         raise
+
+
+Command = TypeVar("Command", bound=Callable[..., Any])
+
+
+def door_hints_of(command: Command) -> Command:
+    """``command`` with the hints of its errors on the door it was given (``hints_on_door``), when it
+    takes --server (a parameter ``server``, and ``local`` where it takes --local too); else itself."""
+    if "server" not in inspect.signature(command).parameters:
+        return command
+
+    @functools.wraps(command)
+    def on_its_door(*args: Any, **kwargs: Any) -> Any:  # Typer passes every parameter by name
+        with hints_on_door(kwargs.get("server"), bool(kwargs.get("local", False))):
+            return command(*args, **kwargs)
+
+    return on_its_door  # type: ignore[return-value]
+
+
+class DoorTyper(typer.Typer):
+    """A Typer app whose commands give their hints on the door they were given (``door_hints_of``):
+    `phalanx get zz --server URL` refused says `phalanx ls --server URL` lists them, not a bare
+    `phalanx ls` that would read this machine's store."""
+
+    def command(self, name: str | None = None, **options: Any) -> Callable[[Command], Command]:
+        register = super().command(name, **options)
+
+        def decorator(command: Command) -> Command:
+            register(door_hints_of(command))
+            return command
+
+        return decorator
 
 
 def this_machine_only(command: str, server: str | None, instead: str) -> None:

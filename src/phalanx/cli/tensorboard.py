@@ -17,12 +17,12 @@ import typer
 from phalanx.cli.app import OutputOpt, app
 from phalanx.cli.listing import Format
 from phalanx.cli.service_commands import list_services, said_started, stop_service
-from phalanx.cli.target import LocalOpt, ServerOpt
+from phalanx.cli.target import DoorTyper, LocalOpt, ServerOpt
 from phalanx.errors import NotFound, UsageError
 from phalanx.logins import choose
 from phalanx.spec.service_files import load_board_file
 
-tensorboard_app = typer.Typer(
+tensorboard_app = DoorTyper(
     help="TensorBoard over what Phalanx recorded: of an experiment, a group's trials or a project.",
     no_args_is_help=True,
 )

@@ -517,4 +517,7 @@ def test_an_id_with_a_byte_the_locale_cannot_decode_is_no_experiment_not_a_trace
             for more in ([], ["--local"])
         ]
         last = [(d.returncode, d.stderr.splitlines()[-1]) for d in said]  # (--local says "on this machine")
-        assert last == [(2, "error: no experiment 'e\\udcff'; `phalanx ls` lists them")] * 2, last
+        assert last == [
+            (2, "error: no experiment 'e\\udcff'; `phalanx ls` lists them"),
+            (2, "error: no experiment 'e\\udcff'; `phalanx ls --local` lists them"),  # its door's hint
+        ], last

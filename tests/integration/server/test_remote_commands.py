@@ -439,7 +439,7 @@ def test_group_get_and_stop_on_the_server(shared_server: Server, project: Path, 
     }
     assert not (server.home / "groups" / held_id).exists()  # the server's folder of it goes too
     said = {
-        "group": f"no group '{held_id}'; `phalanx group ls` lists them",
+        "group": f"no group '{held_id}'; `phalanx group ls --server {server.url}` lists them",
         "get": f"no experiment '{trials[0]['experiment_id']}'",
     }
     for args in (("group", "get", held_id), ("get", trials[0]["experiment_id"])):

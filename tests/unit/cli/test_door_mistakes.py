@@ -316,7 +316,7 @@ def test_a_run_into_a_project_a_team_server_does_not_know_is_refused_as_a_write_
             done = phalanx_cli(
                 *command, "-f", _spec(tmp_path, project, text), "-d", "--server", served.url, env=env
             )
-            assert (done.returncode, done.stderr.splitlines()[-1]) == (2, said), done.stderr
+            assert (done.returncode, _said(done.stderr).splitlines()[-1]) == (2, said), done.stderr
     assert served.store.list_experiments().total == 0 and served.store.list_groups() == []
     for env in (root, ada):  # a project it knows, by a server admin and by a member
         done = phalanx_cli("run", "-f", _spec(tmp_path, "vision"), "-d", "--server", served.url, env=env)
