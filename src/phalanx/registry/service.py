@@ -13,6 +13,7 @@ single-user mode in the user's own process.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import threading
 from collections.abc import Callable, Mapping, Sequence
@@ -139,18 +140,32 @@ class Registry:
         # a crash between the two leaves an unreferenced file, never a version without its file. The
         # upload runs before the transaction (no lock held while it moves); under the name's lock the
         # file is only checked, and put again if a removal of the last version naming it took it
-        # meanwhile (see remove)
+        # meanwhile (see remove). A registration refused there (``may_add``) or failing after the
+        # copy takes it away again, under the same lock, unless a version of the same bytes names it
         path = f"{name}/{digest}.onnx"
-        self.artifacts.put_bytes(REGISTRY_ID, path, data)
 
         def keep_file() -> None:
             if not self.artifacts.exists(REGISTRY_ID, path):
                 self.artifacts.put_bytes(REGISTRY_ID, path, data)
 
-        version = self.sql.add_version(
-            name, {**fields, "path": path}, project=experiment.project, keep_file=keep_file, may_add=may_add
-        )
+        try:
+            self.artifacts.put_bytes(REGISTRY_ID, path, data)
+            version = self.sql.add_version(
+                name,
+                {**fields, "path": path},
+                project=experiment.project,
+                keep_file=keep_file,
+                may_add=may_add,
+            )
+        except Exception:
+            with contextlib.suppress(Exception):  # the refusal or failure is the answer, not this
+                self.sql.drop_unnamed(name, [path], self._drop_files)
+            raise
         return self.sql.get_version(name, version)
+
+    def _drop_files(self, paths: list[str]) -> None:
+        for path in paths:
+            self.artifacts.delete(REGISTRY_ID, path)
 
     def _onnx_record(self, experiment_id: str, model: str | None) -> ModelRecord:
         records = [r for r in self.store.models(experiment_id) if r.format == "onnx"]
@@ -269,12 +284,8 @@ class Registry:
         # first (the file is named: kept) or waits, then finds the file gone and puts it back. Deciding
         # and deleting outside that lock let a registration reuse the file in between and lose it.
         # The same on a folder and on S3 (its listings are not cached: exists asks the bucket).
-        def drop_files(paths: list[str]) -> None:
-            for path in paths:
-                self.artifacts.delete(REGISTRY_ID, path)
-
         return self.sql.remove(
-            check_model_name(name), None if version is None else int(version), drop_files=drop_files
+            check_model_name(name), None if version is None else int(version), drop_files=self._drop_files
         )
 
     def update(

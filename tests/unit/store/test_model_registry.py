@@ -16,7 +16,7 @@ import pytest
 pytest.importorskip("onnxruntime")
 
 from phalanx.domain import Event, EventKind
-from phalanx.errors import NotFound, UsageError
+from phalanx.errors import NotFound, StoreError, Unauthorized, UsageError
 from phalanx.registry.checker import Checked, CheckStopped, check_in_process
 from phalanx.registry.model import Model
 from phalanx.registry.onnx_load import open_session, refuse_external_data
@@ -300,6 +300,48 @@ def test_a_removal_racing_a_registration_of_the_same_bytes_leaves_the_new_versio
     assert [v.version for v in registerer.versions("digits")] == [again.version]
     assert files.exists(REGISTRY_ID, again.path)
     assert registerer.read_bytes(registerer.resolve("digits")) == store.artifact_store.read_bytes(  # type: ignore[union-attr]
+        exp, "models/digits.onnx"
+    )
+
+
+def _refused(project: str | None) -> None:
+    """A door's rule that refuses (a server's: the caller edits no project the name belongs to)."""
+    raise Unauthorized(f"you may not add a version to project {project}'s model")
+
+
+def test_a_registration_refused_under_the_names_lock_leaves_no_copy_of_its_file(store: SqlStore) -> None:
+    """The door's rule, applied again as the version is added (the name may have been registered by
+    another project while the check ran), refuses it: the copy made for it goes too. Before, an
+    unreferenced file stayed under the artifact root's `_registry/digits/`."""
+    registry = Registry(store, check_in_process)
+    with pytest.raises(Unauthorized):
+        registry.register(_experiment(store, 1), "digits", may_add=_refused)
+    assert registry.models() == []
+    assert registry.artifacts.list(REGISTRY_ID, "digits") == []
+
+
+def test_a_registration_that_fails_after_the_copy_leaves_none(
+    store: SqlStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    registry = Registry(store, check_in_process)
+
+    def failing_add_version(*args: Any, **kwargs: Any) -> int:
+        raise StoreError("the database went away")
+
+    monkeypatch.setattr(registry.sql, "add_version", failing_add_version)
+    with pytest.raises(StoreError):
+        registry.register(_experiment(store, 1), "digits")
+    assert registry.artifacts.list(REGISTRY_ID, "digits") == []
+
+
+def test_a_refused_registration_keeps_the_file_a_version_of_the_same_bytes_names(store: SqlStore) -> None:
+    registry = Registry(store, check_in_process)
+    exp = _experiment(store, 1)
+    kept = registry.register(exp, "digits")
+    with pytest.raises(Unauthorized):
+        registry.register(exp, "digits", may_add=_refused)  # the same bytes: the same copy
+    assert registry.artifacts.list(REGISTRY_ID, "digits") == [kept.path]
+    assert registry.read_bytes(registry.resolve("digits@1")) == registry.artifacts.read_bytes(
         exp, "models/digits.onnx"
     )
 

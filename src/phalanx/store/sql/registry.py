@@ -166,16 +166,21 @@ class SqlRegistry:
         removed = self._remove_rows(name, version)
         paths = sorted({v.path for v in removed})
         if drop_files is not None and paths:
-            with self._writer.begin() as conn:
-                self._lock_name(conn, name)
-                named = set(
-                    conn.execute(select(ModelVersionRow.c.path).where(ModelVersionRow.c.path.in_(paths)))
-                    .scalars()
-                    .all()
-                )
-                if set(paths) - named:
-                    drop_files(sorted(set(paths) - named))
+            self.drop_unnamed(name, paths, drop_files)
         return removed
+
+    def drop_unnamed(self, name: str, paths: Sequence[str], drop_files: Callable[[list[str]], None]) -> None:
+        """Call ``drop_files`` with those of ``paths`` (files of ``name``) that no version names, in
+        a transaction under the name's lock (an ``add_version`` of the name waits for it)."""
+        with self._writer.begin() as conn:
+            self._lock_name(conn, name)
+            named = set(
+                conn.execute(select(ModelVersionRow.c.path).where(ModelVersionRow.c.path.in_(paths)))
+                .scalars()
+                .all()
+            )
+            if set(paths) - named:
+                drop_files(sorted(set(paths) - named))
 
     def _remove_rows(self, name: str, version: int | None) -> list[ModelVersion]:
         with self._writer.begin() as conn:
