@@ -5,8 +5,9 @@ a run or watches its echo. Escape sequences in it would act on that terminal: se
 the screen, write the clipboard (OSC 52), or make some terminals type input back (title reports).
 ``terminal_safe`` passes printable text, tab, newline, carriage return (progress bars redraw with
 it) and SGR colour sequences (``ESC [ 1;31 m``); every other control character (C0 but those three,
-DEL, C1) is written visibly as ``\\xNN``, never dropped, so the reader still sees that the program
-printed something. Escaping the introducer (ESC, CSI ``\\x9b``, OSC ``\\x9d``, ...) disarms the
+DEL, C1) is written visibly as ``\\xNN``, and a bidirectional override or isolate as ``\\uNNNN``
+(it would show the rest of the line reordered), never dropped, so the reader still sees that the
+program printed something. Escaping the introducer (ESC, CSI ``\\x9b``, OSC ``\\x9d``, ...) disarms the
 whole sequence: what follows it is plain text to a terminal, ended or not.
 
 Only a terminal gets the escaped text (``for_stream``): a file or a pipe (`phalanx logs ID >
@@ -21,13 +22,20 @@ import re
 from collections.abc import Callable
 from typing import IO, Any
 
-# An SGR sequence (kept whole), or any one control character but \t \n \r (escaped).
-_SGR_OR_CONTROL = re.compile(r"(\x1b\[[0-9;:]*m)|[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]")
-_CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]")
+# Any one control character but \t \n \r, or a bidirectional override or isolate (U+202A-U+202E,
+# U+2066-U+2069: they reorder what follows on the line, so a name or a log line could show text that
+# is not what it holds, as "Trojan Source" does in code): escaped.
+_CONTROLS = "\\x00-\\x08\\x0b\\x0c\\x0e-\\x1f\\x7f-\\x9f\\u202a-\\u202e\\u2066-\\u2069"
+# An SGR sequence (kept whole), or one of those (escaped).
+_SGR_OR_CONTROL = re.compile(rf"(\x1b\[[0-9;:]*m)|[{_CONTROLS}]")
+_CONTROL = re.compile(rf"[{_CONTROLS}]")
 
 
 def _shown(match: re.Match[str]) -> str:
-    return match.group(1) or f"\\x{ord(match.group(0)):02x}"
+    if match.group(1):
+        return match.group(1)
+    code = ord(match.group(0))
+    return f"\\x{code:02x}" if code <= 0xFF else f"\\u{code:04x}"
 
 
 def terminal_safe(text: str) -> str:

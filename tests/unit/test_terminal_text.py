@@ -38,6 +38,9 @@ class Terminal(io.StringIO):
         ("\x9b2J\x9d0;t\x9c \x85", "\\x9b2J\\x9d0;t\\x9c \\x85"),  # C1 controls (CSI, OSC, ST, NEL)
         ("bell\x07 back\x08 del\x7f nul\x00 ff\x0c", "bell\\x07 back\\x08 del\\x7f nul\\x00 ff\\x0c"),
         ("unended \x1b]0;title", "unended \\x1b]0;title"),  # a sequence the line cuts off
+        # bidirectional overrides and isolates: `evil\u202egpj.exe` would show as "evilexe.jpg"
+        ("evil\u202egpj.exe \u2066x\u2069 \u202a", "evil\\u202egpj.exe \\u2066x\\u2069 \\u202a"),
+        ("\u200f\u05d0 \u2067", "\u200f\u05d0 \\u2067"),  # a right-to-left mark and Hebrew stay as text
         ("unended \x1b[31", "unended \\x1b[31"),  # an SGR without its m is no SGR
         ("a lone escape \x1b", "a lone escape \\x1b"),
     ],
