@@ -212,11 +212,33 @@ def _duration(start: float | None, end: float | None) -> str:
 
 
 def _table(headers: list[str], rows: list[list[str]], upper: int | None = None) -> str:
-    """Columns padded to their widest cell; the first ``upper`` headers (all by default) in capitals
-    (a `--column` name is shown as typed, so it can be pasted back)."""
-    widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(headers)]
+    """Columns padded to their widest cell as a terminal shows it (``_width``: a CJK character takes
+    two columns, a combining mark none); a line break in a cell is shown as ``\\n``, keeping the row on
+    one line. The first ``upper`` headers (all by default) in capitals (a `--column` name is shown
+    as typed, so it can be pasted back)."""
     upper = len(headers) if upper is None else upper
-    shown = [h.upper() if i < upper else h for i, h in enumerate(headers)]
-    lines = ["  ".join(h.ljust(w) for h, w in zip(shown, widths, strict=True)).rstrip()]
-    lines += ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows]
+    shown = [[h.upper() if i < upper else h for i, h in enumerate(headers)]]
+    shown += [[c.replace("\r\n", "\\n").replace("\n", "\\n") for c in r] for r in rows]
+    sizes = [[_width(c) for c in r] for r in shown]
+    widths = [max(size[i] for size in sizes) for i in range(len(headers))]
+    lines = [
+        "  ".join(c + " " * (w - n) for c, n, w in zip(r, size, widths, strict=True)).rstrip()
+        for r, size in zip(shown, sizes, strict=True)
+    ]
     return "\n".join(lines)
+
+
+def _width(text: str) -> int:
+    """The columns ``text`` takes on a terminal: East Asian wide and full-width characters two,
+    combining marks and zero-width characters none, the rest one (what wcwidth answers for them)."""
+    if text.isascii():
+        return len(text)
+    import unicodedata  # why: only a table with non-ASCII text measures it (the lean `ls`)
+
+    wide = ("W", "F")
+    return sum(
+        0 if unicodedata.combining(ch) or unicodedata.category(ch) in ("Mn", "Me", "Cf")
+        else 2 if unicodedata.east_asian_width(ch) in wide
+        else 1
+        for ch in text
+    )  # fmt: skip
