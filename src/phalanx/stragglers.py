@@ -51,15 +51,24 @@ def _rate(steps: list[int], times: list[float], now: float | None = None) -> tup
     return (steps[-1] - steps[0]) / span, silent
 
 
-def _owners(store: Any, experiment_id: str, title: str) -> dict[str, str]:
+def _owners(store: Any, experiment_id: str, title: str) -> dict[str, str] | None:
     """series -> the replica reporting it, when each series comes from a replica of its own (the
     pace's premise: one series per rank). Otherwise (one process reporting every rank's series,
-    or a store without the mapping) the series' names stand for the replicas, as they say."""
+    or a store without the mapping) the series' names stand for the replicas, as they say, when
+    each is a replica's name or numbered like a rank (``rank 1``, ``gpu-0``); None when they are
+    not ranks at all (one script's ``train`` and ``val``: no pace is measured between them)."""
     try:
         owners = dict(store.series_replicas(experiment_id, title))
     except Exception:  # a view: without the mapping, series names stand for replicas as before
         return {}
-    return owners if len(set(owners.values())) == len(owners) else {}
+    if len(set(owners.values())) == len(owners):
+        return owners
+    try:
+        replicas = {r.name for r in store.list_replicas(experiment_id)}
+    except Exception:  # as above
+        replicas = set()
+    ranks = all(name in replicas or any(c.isdigit() for c in name) for name in owners)
+    return {} if ranks else None
 
 
 def last_steps(store: Any, experiment_id: str) -> dict[str, int]:
@@ -73,6 +82,8 @@ def last_steps(store: Any, experiment_id: str) -> dict[str, int]:
         return {}
     _, title = max(candidates)
     owners = _owners(store, experiment_id, title)
+    if owners is None:
+        return {}
     out: dict[str, int] = {}
     for name, series in store.last_points(experiment_id, title, 1).items():
         if series.steps:
@@ -93,7 +104,8 @@ def _running_replicas(store: Any, experiment_id: str) -> set[str]:
 
 def pace(store: Any, experiment_id: str, threshold_percent: float | None = None) -> dict[str, Any] | None:
     """{title, ranks: [{replica, steps_per_second, last_step}], median, threshold_percent, straggler}
-    or None when fewer than two replicas report a common series."""
+    or None when fewer than two replicas report a common series (or its series are no ranks:
+    ``_owners``)."""
     titles = store.metric_titles(experiment_id)
     candidates = [
         (len(series), t) for t, series in titles.items() if not t.startswith("system/") and len(series) > 1
@@ -101,8 +113,10 @@ def pace(store: Any, experiment_id: str, threshold_percent: float | None = None)
     if not candidates:
         return None
     _, title = max(candidates)
-    by_series = store.last_points(experiment_id, title, WINDOW)
     owners = _owners(store, experiment_id, title)
+    if owners is None:
+        return None
+    by_series = store.last_points(experiment_id, title, WINDOW)
     running = _running_replicas(store, experiment_id)
     now = time.time()
     ranks = []

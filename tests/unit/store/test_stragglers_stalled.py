@@ -67,3 +67,31 @@ def test_series_named_by_rank_are_measured_and_named_as_their_replica(store: Sql
     assert doc["straggler"]["replica"] == "worker-0" and doc["straggler"]["series"] == "rank 1"
     assert doc["straggler"]["silent_seconds"] > 30
     assert last_steps(store, exp) == {"master": 39, "worker-0": 2, "worker-1": 39}
+
+
+def test_one_scripts_train_and_val_series_are_no_ranks_and_name_no_straggler(store: SqlStore) -> None:
+    """`report_scalar("loss", "train", ...)` every step and `("loss", "val", ...)` every fifth, from one
+    process: two series of one title are not two ranks, so `phalanx get` shows no pace (it showed
+    `val` as a straggler 63 % below the median) and the liveness check sees no rank behind."""
+    exp = store.create_experiment(
+        name="script", project="p", replicas=[Replica("", "master", Role.MASTER, 0, 0)], backend="local"
+    ).id
+    now = time.time()
+    points = [["loss", "train", s, 1.0, now - 40 + s] for s in range(40)]
+    points += [["loss", "val", s, 1.0, now - 40 + 5 * s] for s in range(8)]
+    store.write_events(
+        [Event(exp, EventKind.SCALAR, {"points": points}, replica="master", rank=0, stream="m")]
+    )
+    store.update_experiment(exp, status=ExperimentStatus.SUCCEEDED)
+    assert pace(store, exp) is None
+    assert last_steps(store, exp) == {}
+    gpus = store.create_experiment(
+        name="gpus", project="p", replicas=[Replica("", "master", Role.MASTER, 0, 0)], backend="local"
+    ).id
+    numbered = [["loss", f"gpu-{g}", s, 1.0, now - 40 + s * (g + 1)] for g in range(2) for s in range(10)]
+    store.write_events(
+        [Event(gpus, EventKind.SCALAR, {"points": numbered}, replica="master", rank=0, stream="n")]
+    )
+    store.update_experiment(gpus, status=ExperimentStatus.SUCCEEDED)
+    doc = pace(store, gpus)  # one process reporting each GPU's series: they stand for ranks, as named
+    assert doc is not None and doc["straggler"]["replica"] == "gpu-1", doc
