@@ -9,6 +9,7 @@ parent's unflushed points stay the parent's). Standard library only.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import logging
 import operator
@@ -17,7 +18,7 @@ import shutil
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -60,6 +61,7 @@ class Reporter:
         self._pending_points = 0
         self._max_pending = knobs.MAX_PENDING_POINTS.value()  # PHALANX_MAX_PENDING_POINTS
         self.disk_error: str | None = None  # set while the spool cannot be written
+        self._in_drain = _InDrain()  # per thread: see _holding_stops
         self._start()
 
     def _start(self) -> None:
@@ -74,7 +76,7 @@ class Reporter:
             rank=ident.replica_rank,
             attempt=ident.attempt,
         )
-        self._drain_lock = threading.RLock()  # a SIGTERM handler may flush mid-drain
+        self._drain_lock = threading.RLock()
         self._wake = threading.Event()
         self._stopped = False
         self._thread = threading.Thread(target=self._run, name="phalanx-spool", daemon=True)
@@ -147,7 +149,7 @@ class Reporter:
         """Write what is buffered to the spool (at most ``most`` scalar points of it: the background
         thread writes while a fast loop reports, so the ingester starts on the first chunks while
         the next are encoded); returns the last seq written."""
-        with self._drain_lock:
+        with self._holding_stops(), self._drain_lock:
             if os.getpid() != self.pid:  # forked without our at-fork hook (os.fork in C code)
                 self.after_fork()
             records = []
@@ -236,13 +238,15 @@ class Reporter:
         when no ingester is running (the records stay in the spool for the next one), or when
         something reported since the last flush will never be stored: then the reasons are logged
         and kept in ``last_problems``."""
-        last = self.drain()
-        try:
-            self.writer.sync()
-        except OSError as exc:
-            self.disk_error = self.disk_error or str(exc)
+        with self._holding_stops():  # the fsync holds the writer's lock, which the writer thread may want
+            last = self.drain()
+            try:
+                self.writer.sync()
+            except OSError as exc:
+                self.disk_error = self.disk_error or str(exc)
         stored = True
         waiting: str | None = None
+        refused: list[str] = []
         if self.pending:  # nothing to wait for: these are not even in the spool yet
             log.warning(
                 "phalanx: flush: %d records wait in memory for disk space (%s)",
@@ -250,11 +254,10 @@ class Reporter:
                 self.disk_error,
             )
             stored = False
-        elif wait and last >= 0:
+        elif wait and last >= 0:  # a SIGTERM while waiting is handled at once (nothing is held)
             if self.shipper is not None:
                 stored = bool(self.shipper.wait(last, timeout))
-                for why in self.shipper.take_refusals():
-                    self.problems.add(why)
+                refused = self.shipper.take_refusals()
                 waiting = None if stored else self.shipper.waiting_why
             else:
                 alive = self.ingester_alive
@@ -265,9 +268,10 @@ class Reporter:
                 refused, self._refused_offset = read_refused(
                     self.writer.spool_dir, self.writer.stream, self._refused_offset
                 )
-                for why in refused:
-                    self.problems.add(why)
-        dropped, reasons = self.problems.take()
+        with self._holding_stops():  # the problems' lock is not re-entrant: no flush from a handler inside
+            for why in refused:
+                self.problems.add(why)
+            dropped, reasons = self.problems.take()
         if dropped:
             self.last_problems = reasons
             log.warning("phalanx: %d reported item(s) will not be stored: %s", dropped, "; ".join(reasons))
@@ -287,6 +291,45 @@ class Reporter:
 
     def wake(self) -> None:
         self._wake.set()
+
+    # --- SIGTERM in the middle of a drain ----------------------------------------------------------
+
+    def stop_after_drain(self, stop: Callable[[], None]) -> bool:
+        """For SIGTERM's handler (tracking.lifecycle), which flushes and then ends the process: when
+        the thread it interrupted is in the middle of a drain, keep ``stop`` for the moment that
+        drain ends and return True (the handler returns at once); False when it is not (the handler
+        goes on). A flush started inside the interrupted drain would not see the points that drain
+        had taken (only in its locals), and the process ended without them."""
+        here = self._in_drain
+        if not here.depth:
+            return False
+        here.stop = stop
+        return True
+
+    @contextlib.contextmanager
+    def _holding_stops(self) -> Iterator[None]:
+        """Around a drain (from waiting for its lock on) and the other steps of flush() that hold a
+        lock a flush needs: a SIGTERM arriving in there is left for the end (``stop_after_drain``).
+        As the outermost of them ends, the stop runs: it flushes what is left, records the status
+        and ends the process. Counted per thread: SIGTERM interrupts the main thread, while the
+        writer thread drains too (the main thread's flush then waits for its drain to end)."""
+        here = self._in_drain
+        here.depth += 1
+        try:
+            yield
+        finally:
+            here.depth -= 1
+            if not here.depth and here.stop is not None:
+                stop, here.stop = here.stop, None
+                stop()
+
+
+class _InDrain(threading.local):
+    """One thread's drains: how many it is inside, and a stop a signal handler left for their end."""
+
+    def __init__(self) -> None:
+        self.depth = 0
+        self.stop: Callable[[], None] | None = None
 
 
 _RANK_OF = operator.itemgetter(5)

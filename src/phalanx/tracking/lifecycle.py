@@ -81,8 +81,13 @@ def on_args(listener: Callable[[dict[str, Any]], None]) -> None:
 class Lifecycle:
     """Hooks for one process. ``finalize`` runs once per process (fork children get their own)."""
 
-    def __init__(self, finalize: Callable[[str, str | None], None]) -> None:
+    def __init__(
+        self,
+        finalize: Callable[[str, str | None], None],
+        stop_after_drain: Callable[[Callable[[], None]], bool],
+    ) -> None:
         self._finalize = finalize
+        self._stop_after_drain = stop_after_drain  # see Reporter.stop_after_drain
         self.outcome: tuple[str, str | None] = ("succeeded", None)
         self._done_pid: int | None = None
         self._lock = threading.RLock()
@@ -129,6 +134,12 @@ class Lifecycle:
 
     def _on_sigterm(self, signum: int, frame: Any) -> None:
         self.outcome = ("stopped", "terminated (SIGTERM)")
+        # in the middle of a drain, a flush from here would lose what that drain took: it ends first
+        # and then stops the process as below (the same final flush, status and exit)
+        if not self._stop_after_drain(lambda: self._stop(signum, frame)):
+            self._stop(signum, frame)
+
+    def _stop(self, signum: int, frame: Any) -> None:
         self.finalize()
         prev = self._prev_sigterm
         if callable(prev):

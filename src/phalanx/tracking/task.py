@@ -106,7 +106,7 @@ class Task:
         self._console: ConsoleCapture | ExternalCapture | None = None
         self._closed = False
         self._args_enabled: bool | Mapping[str, bool] = True
-        self._lifecycle = lifecycle.Lifecycle(self._finalize)
+        self._lifecycle = lifecycle.Lifecycle(self._finalize, self._reporter.stop_after_drain)
         self._checkpoints: list[tuple[Any, str]] = []  # (Checkpoint, path in the artifact store)
         self._whatran: threading.Thread | None = None  # a plain script's "what ran" recorder
         self._warned_unscored = False  # keep_best by a metric a checkpoint lacked: said once
