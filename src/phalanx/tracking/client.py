@@ -227,7 +227,7 @@ class Reporter:
             data = encode_points(chunk)
             if names_ok(data["keys"]):
                 return data
-        except OverflowError:  # a step beyond 64 bits
+        except (OverflowError, TypeError):  # a step beyond 64 bits; a name that is a list (unhashable)
             pass
         kept = screen_points(chunk, self.problems)
         return encode_points(kept) if kept else None

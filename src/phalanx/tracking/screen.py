@@ -14,7 +14,7 @@ Standard library only (the SDK copy imports it in a bare interpreter).
 from __future__ import annotations
 
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Hashable, Mapping, Sequence
 from typing import Any, TypeVar
 
 NAME_LIMIT = 255  # the store's column width (phalanx.store.batch.name)
@@ -88,15 +88,24 @@ def screen_points(points: Sequence[Point], problems: Problems) -> list[Point]:
     verdict: dict[tuple[str, str], str | None] = {}
     kept = []
     for p in points:
-        key = (p[0], p[1])
-        if key not in verdict:
-            verdict[key] = name_problem(p[0]) or name_problem(p[1])
-        why = verdict[key] or step_problem(p[2])
+        why = _names_problem(p[0], p[1], verdict) or step_problem(p[2])
         if why:
-            problems.add(f"metric {p[0][:40]!r}/{p[1][:40]!r}: {why}")
+            problems.add(f"metric {str(p[0])[:40]!r}/{str(p[1])[:40]!r}: {why}")
         else:
             kept.append(p)
     return kept
+
+
+def _names_problem(title: Any, series: Any, verdict: dict[tuple[str, str], str | None]) -> str | None:
+    """Why the store would refuse this (title, series) pair, or None; ``verdict`` remembers pairs."""
+    key = (title, series)
+    try:
+        if key not in verdict:
+            verdict[key] = name_problem(title) or name_problem(series)
+    except TypeError:  # unhashable: a list or a dict given as a name (encoding it failed for the chunk)
+        name = title if not isinstance(title, Hashable) else series
+        return f"a name must be a string, not a {type(name).__name__}"
+    return verdict[key]
 
 
 def names_ok(keys: Sequence[Sequence[str]]) -> bool:

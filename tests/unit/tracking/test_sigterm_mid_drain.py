@@ -305,3 +305,30 @@ def test_a_flush_while_the_writer_thread_drains_console_lines_answers_true(
     points, records = _in_spool(reporter)
     assert [r["data"]["lines"] for r in records if r["kind"] == "log"] == [["epoch 1"], ["epoch 2"]]
     assert points == [("master", 0, 0)]
+
+
+def test_a_name_that_cannot_be_encoded_is_left_out_alone_and_stops_no_later_write(
+    task: Task, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A title that is a list made the whole drain fail (flush() raised TypeError, the points beside it
+    were lost, and the final status with them when it was in that drain)."""
+    reporter = task._reporter
+    logger = task.get_logger()
+    for step in range(3):
+        logger.report_scalar("loss", "master", float(step), step)
+    logger.report_scalar(["loss"], "master", 1.0, 3)  # type: ignore[arg-type]
+    logger.report_scalar("loss", "master", 4.0, 4)
+    assert task.flush(wait_for_uploads=False) is False
+    assert task.flush_problems == ["metric \"['loss']\"/'master': a name must be a string, not a list"]
+    # and again in the drain that SIGTERM interrupts: the rest and the final status are written
+    logger.report_scalar("loss", "master", 5.0, 5)
+    logger.report_scalar("loss", ["master"], 1.0, 6)  # type: ignore[arg-type]
+    logger.report_scalar("loss", "master", 7.0, 7)
+    fired = _sigterm_at(monkeypatch, client, "encode_points")
+    with pytest.raises(Ended):
+        task.flush(wait_for_uploads=False)
+    assert fired
+    points, records = _in_spool(reporter)
+    assert points == [("master", 0, step) for step in (0, 1, 2, 4, 5, 7)]
+    assert [r["kind"] for r in records] == ["scalar", "scalar", "status"]
+    assert records[-1]["data"]["status"] == "stopped"
