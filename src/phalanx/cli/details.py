@@ -128,7 +128,10 @@ def show_experiment(store: ExperimentRecords, experiment_id: str, output: Format
         if e.spec_text is None:
             from phalanx.errors import UsageError
 
-            raise UsageError(f"experiment {e.id} was not launched from a file (Task.init or an estimator)")
+            raise UsageError(
+                f"experiment {e.id} was not launched from a file (a script that called Task.init itself"
+                f" keeps none); `phalanx get {e.id}` shows what it ran"
+            )
         sys.stdout.write(e.spec_text if e.spec_text.endswith("\n") else e.spec_text + "\n")
         return
     replicas = store.list_replicas(e.id)
