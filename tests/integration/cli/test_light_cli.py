@@ -59,6 +59,23 @@ def _printed(home: Path, *args: str) -> tuple[str, set[str]]:
     return done.stdout, imported
 
 
+def _refused_on_both_doors(home: Path, *args: str) -> list[tuple[int, str, str]]:
+    """Run `phalanx ARGS` (the lean door) and `phalanx ARGS --local` (the full store): each one's exit
+    status, the last line of its stderr (--local first says "on this machine") and its whole stderr."""
+    env = {**os.environ, "PHALANX_HOME": str(home)}
+    said = [
+        subprocess.run(
+            [sys.executable, "-m", "phalanx.cli.main", *args, *more],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=120,
+        )
+        for more in ([], ["--local"])
+    ]
+    return [(d.returncode, d.stderr.splitlines()[-1], d.stderr) for d in said]
+
+
 def _experiments(home: Path, statuses: list[ExperimentStatus]) -> list[str]:
     store = open_store(Settings(home=home))
     try:
@@ -261,18 +278,7 @@ def test_metrics_prints_what_the_full_path_prints_without_importing_the_heavy_li
         "steps": [0, 1, 2],
         "values": [0.9, None, 0.25],
     }
-    env = {**os.environ, "PHALANX_HOME": str(phalanx_home)}
-    said = [
-        subprocess.run(
-            [sys.executable, "-m", "phalanx.cli.main", "metrics", exp.id, "--title", "los", *more],
-            capture_output=True,
-            text=True,
-            env=env,
-            timeout=120,
-        )
-        for more in ([], ["--local"])
-    ]
-    last = [(d.returncode, d.stderr.splitlines()[-1]) for d in said]  # (--local says "on this machine")
+    last = [said[:2] for said in _refused_on_both_doors(phalanx_home, "metrics", exp.id, "--title", "los")]
     assert last == [(2, f"error: experiment {exp.id} has no metric 'los' (titles: acc, loss)")] * 2, last
 
 
@@ -413,20 +419,9 @@ def test_params_and_artifacts_print_what_the_full_path_prints_without_importing_
         assert not imported & set(HEAVY), sorted(imported & set(HEAVY))
     assert "lr      0.2                  worker-0  1" in _printed(phalanx_home, "params", exp.id)[0]
     assert "3.0 MiB" in _printed(phalanx_home, "artifacts", exp.id)[0]
-    env = {**os.environ, "PHALANX_HOME": str(phalanx_home)}
-    said = [
-        subprocess.run(
-            [sys.executable, "-m", "phalanx.cli.main", "artifacts", exp.id, "--kind", "reprot", *more],
-            capture_output=True,
-            text=True,
-            env=env,
-            timeout=120,
-        )
-        for more in ([], ["--local"])
-    ]
-    last = [(d.returncode, d.stderr.splitlines()[-1]) for d in said]  # (--local says "on this machine")
-    assert last[0] == last[1] and last[0][0] == 2, last
-    assert "did you mean 'report'" in said[0].stderr and "Traceback" not in said[0].stderr
+    refused, refused_local = _refused_on_both_doors(phalanx_home, "artifacts", exp.id, "--kind", "reprot")
+    assert refused[:2] == refused_local[:2] and refused[0] == 2, (refused, refused_local)
+    assert "did you mean 'report'" in refused[2] and "Traceback" not in refused[2]
 
 
 def test_get_prints_what_the_full_path_prints_without_importing_the_heavy_libraries(
@@ -483,20 +478,10 @@ def test_get_prints_what_the_full_path_prints_without_importing_the_heavy_librar
         "pace (loss):",
     ):
         assert shown in page, shown
-    env = {**os.environ, "PHALANX_HOME": str(phalanx_home)}
-    said = [
-        subprocess.run(
-            [sys.executable, "-m", "phalanx.cli.main", "get", bare.id, "--file", *more],
-            capture_output=True,
-            text=True,
-            env=env,
-            timeout=120,
-        )
-        for more in ([], ["--local"])
-    ]
-    last = [(d.returncode, d.stderr.splitlines()[-1]) for d in said]  # (--local says "on this machine")
-    assert last[0] == (last[1][0], last[1][1].replace(" --local", "")), last  # (its hint keeps the door)
-    assert last[0][0] == 2 and "not launched from a file" in last[0][1], last
+    refused, refused_local = _refused_on_both_doors(phalanx_home, "get", bare.id, "--file")
+    hint_here = refused_local[1].replace(" --local", "")  # (its hint keeps the door)
+    assert refused[:2] == (refused_local[0], hint_here), (refused, refused_local)
+    assert refused[0] == 2 and "not launched from a file" in refused[1], refused
 
 
 def test_an_id_with_a_byte_the_locale_cannot_decode_is_no_experiment_not_a_traceback(
@@ -505,19 +490,8 @@ def test_an_id_with_a_byte_the_locale_cannot_decode_is_no_experiment_not_a_trace
     """`phalanx params $'\\xff'` (a byte pasted from a Latin-1 terminal): Python hands it over as a
     lone surrogate, which sqlite3 cannot bind; both doors ended with a UnicodeEncodeError traceback."""
     _experiments(phalanx_home, [ExperimentStatus.SUCCEEDED])
-    env = {**os.environ, "PHALANX_HOME": str(phalanx_home)}
     for command in ("params", "artifacts"):
-        said = [
-            subprocess.run(
-                [sys.executable, "-m", "phalanx.cli.main", command, "e\udcff", *more],
-                capture_output=True,
-                text=True,
-                env=env,
-                timeout=120,
-            )
-            for more in ([], ["--local"])
-        ]
-        last = [(d.returncode, d.stderr.splitlines()[-1]) for d in said]  # (--local says "on this machine")
+        last = [said[:2] for said in _refused_on_both_doors(phalanx_home, command, "e\udcff")]
         assert last == [
             (2, "error: no experiment 'e\\udcff'; `phalanx ls` lists them"),
             (2, "error: no experiment 'e\\udcff'; `phalanx ls --local` lists them"),  # its door's hint
