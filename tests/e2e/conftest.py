@@ -34,8 +34,12 @@ CHROMIUM_ARGS = [
 SCREENSHOTS = OUTPUT / "screenshots"
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def browser() -> Iterator[Any]:
+    """chromium, one for each stretch of this folder's tests that a test process runs (`make test`'s
+    workers take a file at a time, this folder's first), closed before a test outside it. While sync
+    Playwright is open it marks its event loop running on this thread, between its calls too, and
+    asyncio.run refuses to start there: kept for the session, it failed a later test's asyncio.run."""
     if not CHROMIUM.exists():
         pytest.skip(
             "chromium is not installed (scripts/system-deps installs it: apt-get install -y chromium)"
