@@ -1,8 +1,5 @@
-"""Run a coroutine to its end from a test, whatever already runs in the test's thread.
-
-A session-scoped Playwright browser (tests/e2e) leaves its event loop marked as running in the main
-thread for the rest of the session, and asyncio.run refuses to nest in it, so the coroutine gets a
-thread of its own."""
+"""Run a coroutine to its end from a test, with a time limit: in a thread of its own, so that a
+scenario that never ends fails its test instead of hanging it."""
 
 from __future__ import annotations
 

@@ -10,7 +10,6 @@ import asyncio
 import socket
 import tempfile
 from collections.abc import AsyncIterator, Callable, Coroutine
-from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -96,12 +95,8 @@ def _refuses(path: Path) -> None:
 
 
 def _run(scenario: Callable[[Path], Coroutine[Any, Any, Response]]) -> Response:
-    """``scenario`` on an event loop of its own, in a thread of its own: an earlier test in this
-    process may have left a loop marked running on this thread (a notebook client's nested loop),
-    where asyncio.run refuses to start."""
-    # (a socket's path is short: a folder of its own under /tmp)
-    with tempfile.TemporaryDirectory(prefix="phx-proxy-") as folder, ThreadPoolExecutor(1) as own:
-        return own.submit(asyncio.run, scenario(Path(folder))).result()
+    with tempfile.TemporaryDirectory(prefix="phx-proxy-") as folder:  # a socket's path is short
+        return asyncio.run(scenario(Path(folder)))
 
 
 def test_a_request_waiting_on_a_replica_that_dies_is_answered_by_the_next() -> None:

@@ -80,15 +80,6 @@ def _loaded(version: int) -> Loaded:
     return Loaded("m", version, session, SIGNATURE, "CPUExecutionProvider")
 
 
-def _run(coro: Any) -> Any:
-    """``asyncio.run`` in a thread of its own: the browser tests' sync Playwright leaves an event
-    loop running in the main thread of the same pytest process."""
-    from concurrent.futures import ThreadPoolExecutor
-
-    with ThreadPoolExecutor(max_workers=1) as pool:
-        return pool.submit(asyncio.run, coro).result(timeout=300)
-
-
 def test_concurrent_requests_are_joined_and_each_gets_its_own_rows() -> None:
     loaded = _loaded(1)
     sizes: list[int] = []
@@ -102,7 +93,7 @@ def test_concurrent_requests_are_joined_and_each_gets_its_own_rows() -> None:
         await batcher.stop()
         return [(a[0].version, x, a[1][0]) for a, x in zip(answers, inputs, strict=True)]
 
-    for version, x, out in _run(scenario()):
+    for version, x, out in asyncio.run(scenario()):
         assert version == 1
         assert np.allclose(out, loaded.session.run(None, {"input": x})[0], atol=1e-6)
     assert sum(sizes) == sum(1 + i % 3 for i in range(12))
@@ -134,7 +125,7 @@ def test_a_batch_runs_on_one_version_even_when_the_model_is_swapped_meanwhile() 
         await batcher.stop()
         return results
 
-    results = _run(scenario())
+    results = asyncio.run(scenario())
     assert all(ok for _, ok in results)  # each answer is the output of the version it names
     assert {v for v, _ in results} == {1, 2}
 
@@ -149,7 +140,7 @@ def test_without_batching_each_request_is_its_own_call() -> None:
         await asyncio.gather(*(batcher.predict({"input": np.ones((2, 4), np.float32)}) for _ in range(5)))
         await batcher.stop()
 
-    _run(scenario())
+    asyncio.run(scenario())
     assert sizes == [2] * 5
 
 
@@ -181,7 +172,7 @@ def test_a_model_with_short_calls_runs_on_the_loop_and_a_lone_request_does_not_w
         await batcher.stop()
         return inline, took, threading.current_thread().name
 
-    inline, took, loop_thread = _run(scenario())
+    inline, took, loop_thread = asyncio.run(scenario())
     assert took < 600  # none waited max_wait (an hour): a generous bound, far from both
     assert inline
     assert callers[0].startswith("phalanx-serve")  # a version's first call: in the pool, timed
