@@ -40,10 +40,14 @@ def task(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Task]:
         raise Ended
 
     monkeypatch.setattr(sys, "excepthook", sys.excepthook)  # install() replaces it
+    # no background drain but the ones a test wakes, from the writer thread's first wait on: set
+    # after the Task is made, its first wait of 0.2 s drained on its own when a test took longer
+    # (a loaded machine), and the main thread's flush found nothing left to be interrupted in
+    monkeypatch.setattr(Reporter.__init__, "__kwdefaults__", {"interval": 600.0})
     before = signal.signal(signal.SIGTERM, default_action)
     ident = Identity("0123456789ab", "master", "master", 0, 0, tmp_path / "spool", None, None)
     made = Task(ident, owner=True, name="sigterm", project="tests")
-    made._reporter.interval = 600.0  # no background drain but the ones a test wakes
+    assert made._reporter.interval == 600.0
     made._lifecycle.install()
     try:
         yield made
