@@ -213,12 +213,13 @@ def _duration(start: float | None, end: float | None) -> str:
 
 def _table(headers: list[str], rows: list[list[str]], upper: int | None = None) -> str:
     """Columns padded to their widest cell as a terminal shows it (``_width``: a CJK character takes
-    two columns, a combining mark none); a line break in a cell is shown as ``\\n``, keeping the row on
-    one line. The first ``upper`` headers (all by default) in capitals (a `--column` name is shown
-    as typed, so it can be pasted back)."""
+    two columns, a combining mark none); a line break in a cell is shown as ``\\n`` and a lone
+    carriage return as ``\\r`` (on a terminal it would write the rest of the cell over the row),
+    keeping the row on one line. The first ``upper`` headers (all by default) in capitals (a
+    `--column` name is shown as typed, so it can be pasted back)."""
     upper = len(headers) if upper is None else upper
     shown = [[h.upper() if i < upper else h for i, h in enumerate(headers)]]
-    shown += [[c.replace("\r\n", "\\n").replace("\n", "\\n") for c in r] for r in rows]
+    shown += [[_one_line(c) for c in r] for r in rows]
     sizes = [[_width(c) for c in r] for r in shown]
     widths = [max(size[i] for size in sizes) for i in range(len(headers))]
     lines = [
@@ -226,6 +227,11 @@ def _table(headers: list[str], rows: list[list[str]], upper: int | None = None) 
         for r, size in zip(shown, sizes, strict=True)
     ]
     return "\n".join(lines)
+
+
+def _one_line(cell: str) -> str:
+    """``cell`` on one line: its line breaks as ``\\n``, a lone carriage return as ``\\r``."""
+    return cell.replace("\r\n", "\\n").replace("\n", "\\n").replace("\r", "\\r")
 
 
 def _width(text: str) -> int:

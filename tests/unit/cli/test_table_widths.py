@@ -24,3 +24,10 @@ def test_columns_line_up_for_wide_combining_and_multi_line_cells() -> None:
 
 def test_an_ascii_table_is_padded_as_before() -> None:
     assert _table(["id", "x"], [["a", "1"], ["bbb", ""]], upper=1) == "ID   x\na    1\nbbb"
+
+
+def test_a_lone_carriage_return_in_a_cell_cannot_write_over_its_row() -> None:
+    """A parameter's value "0.1\\rlr  0.5" showed as `lr  0.5` on a terminal (the carriage return
+    took the cursor back to the row's start): it is shown as \\r, like a line break as \\n."""
+    lines = _table(["name", "value"], [["lr", "0.1\rlr  0.5"], ["m", "0.9"]]).split("\n")
+    assert lines == ["NAME  VALUE", "lr    0.1\\rlr  0.5", "m     0.9"]
