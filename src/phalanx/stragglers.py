@@ -71,19 +71,27 @@ def _owners(store: Any, experiment_id: str, title: str) -> dict[str, str] | None
     return {} if ranks else None
 
 
-def last_steps(store: Any, experiment_id: str) -> dict[str, int]:
-    """replica -> the last step it reported in the series most replicas report (the pace's), for
-    the liveness check: in a synchronous job, the ranks that got further wait for the one behind."""
+def _ranks_title(store: Any, experiment_id: str) -> tuple[str, dict[str, str]] | None:
+    """The title whose series the pace reads, with its series' owners (``_owners``): of the titles
+    whose series are ranks, the one most series report (``system/...`` left out); None when none."""
     titles = store.metric_titles(experiment_id)
     candidates = [
         (len(series), t) for t, series in titles.items() if not t.startswith("system/") and len(series) > 1
     ]
-    if not candidates:
+    for _, title in sorted(candidates, reverse=True):
+        owners = _owners(store, experiment_id, title)
+        if owners is not None:
+            return title, owners
+    return None
+
+
+def last_steps(store: Any, experiment_id: str) -> dict[str, int]:
+    """replica -> the last step it reported in the series most replicas report (the pace's), for
+    the liveness check: in a synchronous job, the ranks that got further wait for the one behind."""
+    ranked = _ranks_title(store, experiment_id)
+    if ranked is None:
         return {}
-    _, title = max(candidates)
-    owners = _owners(store, experiment_id, title)
-    if owners is None:
-        return {}
+    title, owners = ranked
     out: dict[str, int] = {}
     for name, series in store.last_points(experiment_id, title, 1).items():
         if series.steps:
@@ -106,16 +114,10 @@ def pace(store: Any, experiment_id: str, threshold_percent: float | None = None)
     """{title, ranks: [{replica, steps_per_second, last_step}], median, threshold_percent, straggler}
     or None when fewer than two replicas report a common series (or its series are no ranks:
     ``_owners``)."""
-    titles = store.metric_titles(experiment_id)
-    candidates = [
-        (len(series), t) for t, series in titles.items() if not t.startswith("system/") and len(series) > 1
-    ]
-    if not candidates:
+    ranked = _ranks_title(store, experiment_id)
+    if ranked is None:
         return None
-    _, title = max(candidates)
-    owners = _owners(store, experiment_id, title)
-    if owners is None:
-        return None
+    title, owners = ranked
     by_series = store.last_points(experiment_id, title, WINDOW)
     running = _running_replicas(store, experiment_id)
     now = time.time()

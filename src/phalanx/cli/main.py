@@ -266,13 +266,18 @@ def _output_cut() -> NoReturn:
     """End a command whose stdout reader has gone: no traceback, and stdout pointed at /dev/null
     (the Python docs' recipe, signal module, "Note on SIGPIPE") so that the interpreter's flush at
     exit meets no broken pipe ("Exception ignored ... BrokenPipeError")."""
-    with contextlib.suppress(OSError, ValueError):
+    _stdout_to_devnull()
+    sys.exit(OUTPUT_CUT)
+
+
+def _stdout_to_devnull() -> None:
+    """Point descriptor 1 at /dev/null (writable): the interpreter's flush at exit then fails no more."""
+    with contextlib.suppress(OSError):
         devnull = os.open(os.devnull, os.O_WRONLY)
         try:
-            os.dup2(devnull, sys.stdout.fileno())
+            os.dup2(devnull, 1)
         finally:
             os.close(devnull)
-    sys.exit(OUTPUT_CUT)
 
 
 # `phalanx ls >&-`: stdout closed before the command started. Python leaves sys.stdout None (a write
@@ -298,6 +303,7 @@ def _stand_in_for_closed_streams() -> None:
             if held != fd:
                 os.dup2(held, fd)
                 os.close(held)
+            os.set_inheritable(fd, False)  # a child it starts finds it closed, as this command did
         if fd == 0:
             sys.stdin = io.TextIOWrapper(io.BufferedReader(io.FileIO(fd, "r", closefd=False)))
             continue
@@ -322,12 +328,7 @@ def _output_refused() -> NoReturn:
     """End a command that wrote to a closed stdout: a line on stderr, status 1, and stdout pointed
     at /dev/null (writable) so that the interpreter's flush at exit fails no more."""
     sys.stderr.write("phalanx: cannot write the output: stdout is closed (Bad file descriptor)\n")
-    with contextlib.suppress(OSError):
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        try:
-            os.dup2(devnull, 1)
-        finally:
-            os.close(devnull)
+    _stdout_to_devnull()
     sys.exit(1)
 
 

@@ -1,6 +1,6 @@
 """A lean read path into a SQLite store: the standard library's sqlite3, no SQLAlchemy, no Alembic.
 
-`phalanx ls`, `logs`, `metrics`, `params`, `artifacts` and `run --detach` (which waits for its
+`phalanx ls`, `get`, `logs`, `metrics`, `params`, `artifacts` and `run --detach` (which waits for its
 experiment's row) used to pay 0.3-0.4 CPU-s for importing SQLAlchemy before reading a few rows
 (issues 30 and 42, docs/cli-speed.md). ``LiteReader`` answers the few reads those paths make,
 returning exactly the domain objects ``SqlStore`` returns (tests/unit/store/test_lite_reader.py

@@ -91,3 +91,22 @@ def test_a_command_that_writes_nothing_still_works_with_stdout_closed(made: str)
         timeout=120,
     )
     assert [e["id"] for e in json.loads(listed.stdout)] == [made]
+
+
+def test_a_child_the_command_starts_finds_stdout_closed_as_the_command_did() -> None:
+    """The stand-in on a closed descriptor is the command's own: a process it starts (a service, a
+    notebook server keeping phalanx's stdout) finds the descriptor closed, as it was given, and its
+    prints are dropped by Python (sys.stdout None), not failed with "Bad file descriptor"."""
+    probe = (
+        "import subprocess, sys; from phalanx.cli.main import _stand_in_for_closed_streams;"
+        " _stand_in_for_closed_streams();"
+        " subprocess.run([sys.executable, '-c', 'import sys; sys.stderr.write(repr(sys.stdout))'],"
+        " check=True)"
+    )
+    done = subprocess.run(
+        ["/bin/sh", "-c", 'exec "$@" >&-', "sh", sys.executable, "-c", probe],
+        stderr=subprocess.PIPE,
+        text=True,
+        timeout=120,
+    )
+    assert (done.returncode, done.stderr) == (0, "None"), done.stderr

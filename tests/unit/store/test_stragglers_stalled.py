@@ -92,6 +92,11 @@ def test_one_scripts_train_and_val_series_are_no_ranks_and_name_no_straggler(sto
     store.write_events(
         [Event(gpus, EventKind.SCALAR, {"points": numbered}, replica="master", rank=0, stream="n")]
     )
+    split = [["acc", name, s, 1.0, now - 40 + s] for name in ("train", "val", "test") for s in range(10)]
+    store.write_events(
+        [Event(gpus, EventKind.SCALAR, {"points": split}, replica="master", rank=0, stream="t")]
+    )
     store.update_experiment(gpus, status=ExperimentStatus.SUCCEEDED)
     doc = pace(store, gpus)  # one process reporting each GPU's series: they stand for ranks, as named
+    # (a title of more series that are no ranks, train/val/test, does not hide them)
     assert doc is not None and doc["straggler"]["replica"] == "gpu-1", doc
