@@ -266,16 +266,18 @@ def _output_cut() -> NoReturn:
     """End a command whose stdout reader has gone: no traceback, and stdout pointed at /dev/null
     (the Python docs' recipe, signal module, "Note on SIGPIPE") so that the interpreter's flush at
     exit meets no broken pipe ("Exception ignored ... BrokenPipeError")."""
-    _stdout_to_devnull()
+    with contextlib.suppress(OSError, ValueError):
+        _stdout_to_devnull(sys.stdout.fileno())
     sys.exit(OUTPUT_CUT)
 
 
-def _stdout_to_devnull() -> None:
-    """Point descriptor 1 at /dev/null (writable): the interpreter's flush at exit then fails no more."""
+def _stdout_to_devnull(fd: int) -> None:
+    """Point ``fd`` (stdout's) at /dev/null (writable): the interpreter's flush at exit then fails
+    no more."""
     with contextlib.suppress(OSError):
         devnull = os.open(os.devnull, os.O_WRONLY)
         try:
-            os.dup2(devnull, 1)
+            os.dup2(devnull, fd)
         finally:
             os.close(devnull)
 
@@ -328,7 +330,7 @@ def _output_refused() -> NoReturn:
     """End a command that wrote to a closed stdout: a line on stderr, status 1, and stdout pointed
     at /dev/null (writable) so that the interpreter's flush at exit fails no more."""
     sys.stderr.write("phalanx: cannot write the output: stdout is closed (Bad file descriptor)\n")
-    _stdout_to_devnull()
+    _stdout_to_devnull(1)
     sys.exit(1)
 
 
