@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 from phalanx.data.lineage import inputs_of
 from phalanx.errors import NotFound, UsageError
 from phalanx.registry.checker import CheckStopped, ModelChecker
-from phalanx.registry.parity import ParityFailed
+from phalanx.registry.parity import Parity, ParityFailed
 from phalanx.store.registry import registry_store
 from phalanx.store.registry_records import (
     ModelRef,
@@ -34,6 +34,7 @@ from phalanx.store.registry_records import (
 )
 
 if TYPE_CHECKING:
+    from phalanx.domain import Experiment
     from phalanx.store.base import LocalStore, ModelRecord
     from phalanx.store.registry import RegistryStore
 
@@ -110,21 +111,7 @@ class Registry:
                 f"({parity.figure()}): it was altered or corrupted after it was saved; refusing to "
                 "register it. Save the model again (task.save_model) and register the new file"
             )
-        lineage: dict[str, Any] = {
-            "experiment": {"id": experiment.id, "name": experiment.name, "project": experiment.project},
-            "status": str(experiment.status),
-            "model": metadata.get("model", record.name),
-            "replica": record.replica,
-            "params": self._params(experiment.id),
-            "metrics": self._final_metrics(experiment.id),
-            "snapshot": self._snapshot(experiment.id),
-            # the data it read (issue 26's inputs: dataset version and digest, or a datastore path)
-            "inputs": inputs_of(experiment.plan),
-            "parity": parity.as_dict(),
-            "saved_check": metadata.get("check"),
-            "exporter": metadata.get("exporter"),
-            "opset": metadata.get("opset"),
-        }
+        lineage = self._lineage(experiment, record, metadata, parity)
         fields = {
             "experiment_id": experiment.id,
             "source": record.name,
@@ -162,6 +149,26 @@ class Registry:
                 self.sql.drop_unnamed(name, [path], self._drop_files)
             raise
         return self.sql.get_version(name, version)
+
+    def _lineage(
+        self, experiment: Experiment, record: ModelRecord, metadata: Mapping[str, Any], parity: Parity
+    ) -> dict[str, Any]:
+        """Where a version comes from: its experiment, what it ran with and reached, and its check."""
+        return {
+            "experiment": {"id": experiment.id, "name": experiment.name, "project": experiment.project},
+            "status": str(experiment.status),
+            "model": metadata.get("model", record.name),
+            "replica": record.replica,
+            "params": self._params(experiment.id),
+            "metrics": self._final_metrics(experiment.id),
+            "snapshot": self._snapshot(experiment.id),
+            # the data it read (issue 26's inputs: dataset version and digest, or a datastore path)
+            "inputs": inputs_of(experiment.plan),
+            "parity": parity.as_dict(),
+            "saved_check": metadata.get("check"),
+            "exporter": metadata.get("exporter"),
+            "opset": metadata.get("opset"),
+        }
 
     def _drop_files(self, paths: list[str]) -> None:
         for path in paths:
