@@ -59,6 +59,16 @@ def _printed(home: Path, *args: str) -> tuple[str, set[str]]:
     return done.stdout, imported
 
 
+def _prints_as_the_full_store_without_the_heavy_libraries(home: Path, args: list[str]) -> None:
+    """`phalanx ARGS` (the lean door) prints what `phalanx ARGS --local` (the full store) prints,
+    importing none of HEAVY."""
+    lean, imported = _printed(home, *args)
+    full, full_imported = _printed(home, *args, "--local")
+    assert lean == full, args
+    assert "phalanx" in imported and "sqlalchemy" in full_imported  # both importtime lines read
+    assert not imported & set(HEAVY), sorted(imported & set(HEAVY))
+
+
 def _refused_on_both_doors(home: Path, *args: str) -> list[tuple[int, str, str]]:
     """Run `phalanx ARGS` (the lean door) and `phalanx ARGS --local` (the full store): each one's exit
     status, the last line of its stderr (--local first says "on this machine") and its whole stderr."""
@@ -412,11 +422,7 @@ def test_params_and_artifacts_print_what_the_full_path_prints_without_importing_
         ["artifacts", exp.id, "--kind", "report", "-o", "json"],
         ["artifacts", exp.id, "--kind", "image"],  # a kind it has none of: an empty answer
     ):
-        lean, imported = _printed(phalanx_home, *args)
-        full, full_imported = _printed(phalanx_home, *args, "--local")
-        assert lean == full, args
-        assert "phalanx" in imported and "sqlalchemy" in full_imported  # both importtime lines read
-        assert not imported & set(HEAVY), sorted(imported & set(HEAVY))
+        _prints_as_the_full_store_without_the_heavy_libraries(phalanx_home, args)
     assert "lr      0.2                  worker-0  1" in _printed(phalanx_home, "params", exp.id)[0]
     assert "3.0 MiB" in _printed(phalanx_home, "artifacts", exp.id)[0]
     refused, refused_local = _refused_on_both_doors(phalanx_home, "artifacts", exp.id, "--kind", "reprot")
@@ -465,11 +471,7 @@ def test_get_prints_what_the_full_path_prints_without_importing_the_heavy_librar
         ["get", exp.id, "--file"],
         ["get", bare.id],
     ):
-        lean, imported = _printed(phalanx_home, *args)
-        full, full_imported = _printed(phalanx_home, *args, "--local")
-        assert lean == full, args
-        assert "phalanx" in imported and "sqlalchemy" in full_imported  # both importtime lines read
-        assert not imported & set(HEAVY), sorted(imported & set(HEAVY))
+        _prints_as_the_full_store_without_the_heavy_libraries(phalanx_home, args)
     page = _printed(phalanx_home, "get", exp.id)[0]
     for shown in (
         "models:\n  m  (onnx, 9 B)",
