@@ -146,7 +146,9 @@ def test_delete_takes_several_ids_all_or_nothing_and_refuses_a_short_prefix(tmp_
     from phalanx.store import open_store
 
     store = open_store(Settings(home=cli.home, db_url=None, artifacts_url=None))
-    a, b, c = (store.create_experiment(name=n, project="p").id for n in "abc")
+    # ids of distinct first characters: a random pair sharing two would make the short prefix
+    # ambiguous, an answer that comes before the length's
+    a, b, c = (store.create_experiment(name=n, project="p", experiment_id=n * 12).id for n in "abc")
     short = cli("delete", a[:2], "--yes", ok=False)
     assert short.returncode == 2 and "at least 8 characters" in short.stderr and a in short.stderr
     typo = cli("delete", a, b, "0123456789ab", "--yes", ok=False)
