@@ -50,9 +50,8 @@ def fill(home: Path, series: int, points: int) -> tuple[str, str]:
 
     from phalanx.config import Settings
     from phalanx.domain import Event, EventKind, ExperimentStatus, Replica, Role
-    from phalanx.store import open_store
-    from phalanx.store.sql import points as chunks
-    from phalanx.store.sql import summary
+    from phalanx.store import chunk_writes, open_store, summary_writes
+    from phalanx.store.sql.driver import DriverDb
 
     store: Any = open_store(Settings(home=home))
     ids = []
@@ -87,17 +86,18 @@ def fill(home: Path, series: int, points: int) -> tuple[str, str]:
             for sid in sids:  # the points as ingest stores them: chunks of compressed columns
                 steps = list(range(n))
                 values = [1.0 / (i + 1) + (i % 977) * 1e-4 for i in steps]
-                chunk = chunks.Piece(sid, "master", 0, steps, values, [1000.0 + i for i in steps])
-                chunks.append(conn, [chunk])
+                chunk = chunk_writes.Piece(sid, "master", 0, steps, values, [1000.0 + i for i in steps])
+                chunk_writes.append(DriverDb(conn), [chunk])
             inserted = time.monotonic()
             # the summary as ingest builds it: level 1 aggregated from the points, the rest in SQL
             for sid in sids:
                 steps = list(range(n))
                 values = [1.0 / (i + 1) + (i % 977) * 1e-4 for i in steps]
-                summary.merge_level1(
-                    conn, summary.aggregate([(sid, steps, values, [1000.0 + i for i in steps])])
+                summary_writes.merge_level1(
+                    DriverDb(conn),
+                    summary_writes.aggregate([(sid, steps, values, [1000.0 + i for i in steps])]),
                 )
-            summary.refresh_upper(conn, {sid: (0, n - 1) for sid in sids})
+            summary_writes.refresh_upper(DriverDb(conn), {sid: (0, n - 1) for sid in sids})
         print(
             f"filled {series} x {n:,} points: insert {inserted - started:.1f} s, "
             f"summary {time.monotonic() - inserted:.1f} s",

@@ -51,6 +51,7 @@ from phalanx.tracking.screen import truncate_line
 
 if TYPE_CHECKING:
     from phalanx.store.base import IngestStore
+    from phalanx.store.run_store import SpoolSink
 
 log = logging.getLogger(__name__)
 
@@ -218,7 +219,7 @@ class Ingester:
 
     def __init__(
         self,
-        store: IngestStore,
+        store: SpoolSink,
         artifacts: ArtifactStore | None,
         spool: str | os.PathLike[str],
         *,

@@ -31,7 +31,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 HALF_LIFE_SECONDS = 3600.0
 SHARE_POINTS = 10.0
@@ -75,6 +75,21 @@ class Quota:
             "memory_mib": self.limit.memory_mib,
             "max_waiting": self.limit.max_waiting,
         }
+
+
+def quota_of(row: Sequence[Any]) -> Quota:
+    """The quota a ``project_quotas`` row (project, target, cores, gpus, memory_mib, max_waiting) holds."""
+    project, target, cores, gpus, memory_mib, max_waiting = row
+    return Quota(
+        str(project),
+        str(target),
+        Limit(
+            cores=None if cores is None else int(cores),
+            gpus=None if gpus is None else int(gpus),
+            memory_mib=None if memory_mib is None else float(memory_mib),
+            max_waiting=None if max_waiting is None else int(max_waiting),
+        ),
+    )
 
 
 class Amounts(Protocol):

@@ -17,10 +17,28 @@ from __future__ import annotations
 
 import statistics
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from phalanx import knobs
 from phalanx.domain import ExperimentStatus, ReplicaState
+
+if TYPE_CHECKING:
+    from phalanx.domain import Experiment, Replica, Series
+
+
+class PaceRecords(Protocol):
+    """What the pace of each rank reads: the full store's, the lean reader's or the lean writer's."""
+
+    def get_experiment(self, experiment_id: str) -> Experiment: ...
+
+    def list_replicas(self, experiment_id: str) -> list[Replica]: ...
+
+    def metric_titles(self, experiment_id: str) -> dict[str, list[str]]: ...
+
+    def last_points(self, experiment_id: str, title: str, n: int) -> dict[str, Series]: ...
+
+    def series_replicas(self, experiment_id: str, title: str) -> dict[str, str]: ...
+
 
 WINDOW = 20
 THRESHOLD_PERCENT = 20.0
@@ -51,7 +69,7 @@ def _rate(steps: list[int], times: list[float], now: float | None = None) -> tup
     return (steps[-1] - steps[0]) / span, silent
 
 
-def _owners(store: Any, experiment_id: str, title: str) -> dict[str, str] | None:
+def _owners(store: PaceRecords, experiment_id: str, title: str) -> dict[str, str] | None:
     """series -> the replica reporting it, when each series comes from a replica of its own (the
     pace's premise: one series per rank). Otherwise (one process reporting every rank's series,
     or a store without the mapping) the series' names stand for the replicas, as they say, when
@@ -71,7 +89,7 @@ def _owners(store: Any, experiment_id: str, title: str) -> dict[str, str] | None
     return {} if ranks else None
 
 
-def _ranks_title(store: Any, experiment_id: str) -> tuple[str, dict[str, str]] | None:
+def _ranks_title(store: PaceRecords, experiment_id: str) -> tuple[str, dict[str, str]] | None:
     """The title whose series the pace reads, with its series' owners (``_owners``): of the titles
     whose series are ranks, the one most series report (``system/...`` left out); None when none."""
     titles = store.metric_titles(experiment_id)
@@ -85,7 +103,7 @@ def _ranks_title(store: Any, experiment_id: str) -> tuple[str, dict[str, str]] |
     return None
 
 
-def last_steps(store: Any, experiment_id: str) -> dict[str, int]:
+def last_steps(store: PaceRecords, experiment_id: str) -> dict[str, int]:
     """replica -> the last step it reported in the series most replicas report (the pace's), for
     the liveness check: in a synchronous job, the ranks that got further wait for the one behind."""
     ranked = _ranks_title(store, experiment_id)
@@ -100,7 +118,7 @@ def last_steps(store: Any, experiment_id: str) -> dict[str, int]:
     return out
 
 
-def _running_replicas(store: Any, experiment_id: str) -> set[str]:
+def _running_replicas(store: PaceRecords, experiment_id: str) -> set[str]:
     """The replicas running now (none unless the experiment runs): only they can be stalled."""
     try:
         if store.get_experiment(experiment_id).status is not ExperimentStatus.RUNNING:
@@ -110,7 +128,9 @@ def _running_replicas(store: Any, experiment_id: str) -> set[str]:
         return set()
 
 
-def pace(store: Any, experiment_id: str, threshold_percent: float | None = None) -> dict[str, Any] | None:
+def pace(
+    store: PaceRecords, experiment_id: str, threshold_percent: float | None = None
+) -> dict[str, Any] | None:
     """{title, ranks: [{replica, steps_per_second, last_step}], median, threshold_percent, straggler}
     or None when fewer than two replicas report a common series (or its series are no ranks:
     ``_owners``)."""

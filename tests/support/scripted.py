@@ -28,6 +28,7 @@ from phalanx.spec.model import ExperimentSpec
 from phalanx.store.base import Store
 from phalanx.supervisor import clock as run_clock
 from phalanx.supervisor import recording, supervising
+from phalanx.supervisor.opener import LazyStore
 from phalanx.supervisor.outcome import Outcome
 from phalanx.supervisor.preparing import prepare
 from phalanx.supervisor.supervising import Supervisor
@@ -212,7 +213,7 @@ def supervise(
     if before_run is not None:
         before_run(prepared)
     with virtual_time(clock):
-        outcome = Supervisor(prepared, store, settings, handle_signals=False).run()
+        outcome = Supervisor(prepared, LazyStore(store), settings, handle_signals=False).run()
     return outcome, engine
 
 

@@ -30,6 +30,7 @@ if TYPE_CHECKING:
     from phalanx.runner.forking import Forked
     from phalanx.spec.model import ExperimentSpec
     from phalanx.store.base import LocalStore, Store
+    from phalanx.store.run_store import RunStore
     from phalanx.supervisor import Observer, Outcome, Prepared
 
 SUPERVISOR_LOG = "supervisor.log"  # runs/<id>/supervisor.log: a detached supervisor's output
@@ -130,22 +131,23 @@ class Runner:
         never show: its spool, and its run folder when this launch owns it (``owns_run_dir``;
         default: no id was given, else the caller that gave the id reads its log there).
         ``store``: the open store to use (else the settings' store, opened when first needed)."""
+        from phalanx.store.lite_writer import LiteWriter  # why: `run --detach`: no domain model
         from phalanx.supervisor import Prepared, Supervisor  # why: `run --detach`: no supervisor
+        from phalanx.supervisor.opener import LazyStore  # why: `run --detach`: no supervisor
 
         options.apply_environment()
         if owns_run_dir is None:
             owns_run_dir = options.experiment_id is None
         exp_id = options.experiment_id
-        opened: list[LocalStore] = [] if store is None else [store]  # the store, once opened
-
         # a submit the server accepted is started even through a database outage: its answer
         # promised it would run (a client's submit waits as long, apiclient)
         patience = STORE_OUTAGE_SECONDS if options.accepted else 0.0
-
-        def opener() -> LocalStore:  # opened once the replicas are starting (see Supervisor.run)
-            if not opened:
-                opened.append(open_store_through_outage(self.settings, patience))
-            return opened[0]
+        settings = self.settings
+        # opened once the replicas are starting (see Supervisor.run); the lean writer where it can
+        records = LazyStore(
+            store or (lambda: open_store_through_outage(settings, patience)),
+            lambda full: LiteWriter.open(settings.database_url, HEAD, full, settings.artifacts_root),
+        )
 
         exists = options.accepted  # the server recorded it at submit: its row is updated, not created
         try:
@@ -156,12 +158,14 @@ class Runner:
                 exp_id = dry.experiment_id
                 options = replace(options, experiment_id=exp_id)
                 if not options.resume and _builds(dry):
-                    exists = self._record_building(dry, opener(), observer, options.accepted)
-                prepared = self._build(spec_or_prepared, options, observer, opener() if exists else None)
+                    exists = self._record_building(dry, records.full(), observer, options.accepted)
+                prepared = self._build(
+                    spec_or_prepared, options, observer, records.full() if exists else None
+                )
             exp_id = prepared.experiment_id
             supervisor = Supervisor(
                 prepared,
-                opener,
+                records,
                 self.settings,
                 observer,
                 handle_signals=handle_signals,
@@ -175,7 +179,7 @@ class Runner:
             )
             return supervisor.run()
         except BaseException:
-            if not options.resume and exp_id is not None and not _recorded(opened, exp_id):
+            if not options.resume and exp_id is not None and not _recorded(records.opened, exp_id):
                 shutil.rmtree(self.settings.spool_dir / exp_id, ignore_errors=True)
                 if owns_run_dir:
                     shutil.rmtree(self.settings.runs_dir / exp_id, ignore_errors=True)
@@ -475,12 +479,12 @@ def _exists(store: Store, experiment_id: str) -> bool:
     return True
 
 
-def _recorded(opened: list[LocalStore], experiment_id: str) -> bool:
+def _recorded(store: RunStore | None, experiment_id: str) -> bool:
     """Whether the experiment was recorded (True when the store cannot tell: keep its files)."""
-    if not opened:
+    if store is None:
         return False
     try:
-        opened[0].get_experiment(experiment_id)
+        store.get_experiment(experiment_id)
     except NotFound:
         return False
     except Exception:

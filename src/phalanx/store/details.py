@@ -8,14 +8,13 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Protocol
 
 from phalanx import repro as repros
-from phalanx.stragglers import pace
+from phalanx.stragglers import PaceRecords, pace
 
 if TYPE_CHECKING:
-    from phalanx.domain import Experiment, Replica, Series
     from phalanx.store.artifacts import ArtifactStore
 
 
-class RunRecords(Protocol):
+class RunRecords(PaceRecords, Protocol):
     """The reads run details are made of: the full store's (``SqlStore``) or the lean reader's
     (``LiteReader``, `phalanx get` without SQLAlchemy)."""
 
@@ -27,17 +26,6 @@ class RunRecords(Protocol):
     def attempts(self, experiment_id: str) -> list[dict[str, Any]]: ...
 
     def replica_starts(self, experiment_id: str) -> dict[str, int]: ...
-
-    # what the pace of each rank reads (phalanx.stragglers)
-    def get_experiment(self, experiment_id: str) -> Experiment: ...
-
-    def list_replicas(self, experiment_id: str) -> list[Replica]: ...
-
-    def metric_titles(self, experiment_id: str) -> dict[str, list[str]]: ...
-
-    def last_points(self, experiment_id: str, title: str, n: int) -> dict[str, Series]: ...
-
-    def series_replicas(self, experiment_id: str, title: str) -> dict[str, str]: ...
 
 
 def run_details(store: RunRecords, experiment_id: str) -> dict[str, Any]:

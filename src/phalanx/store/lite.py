@@ -22,6 +22,7 @@ from phalanx.store.private_file import tighten
 
 if TYPE_CHECKING:  # the domain's dataclasses: `run --detach`'s probe does without them
     from phalanx.domain import Experiment, ExperimentFilter, LogLine, Page, Replica, Series
+    from phalanx.share import Limit
     from phalanx.store.artifacts import ArtifactStore
     from phalanx.store.base import ArtifactRecord, ModelRecord, ParamRecord
 
@@ -359,6 +360,17 @@ class LiteReader:
         if not table.replace("_", "").isalnum():
             raise ValueError(f"not a table name: {table!r}")
         return self._conn.execute(f'SELECT 1 FROM "{table}" LIMIT 1').fetchone() is not None
+
+    def limits(self, target: str) -> dict[str, Limit]:
+        """Every project's quota on ``target`` (as ``store.quotas.limits``)."""
+        from phalanx.share import quota_of  # why: `phalanx ls` imports this module: no domain
+
+        rows = self._conn.execute(
+            "SELECT project, target, cores, gpus, memory_mib, max_waiting FROM project_quotas"
+            " WHERE target = ?",
+            (target,),
+        ).fetchall()
+        return {q.project: q.limit for q in map(quota_of, rows)}
 
     def secret_ciphertexts(self, project: str) -> dict[str, str]:
         """As ``store.sql.secrets.ciphertexts``: the project's secrets by name, still encrypted."""

@@ -13,6 +13,8 @@ from typing import TYPE_CHECKING
 from phalanx import knobs, queue, reconcile
 from phalanx.domain import ExperimentStatus
 from phalanx.errors import UsageError
+from phalanx.store.lite import LiteReader
+from phalanx.store.migrations import HEAD
 from phalanx.supervisor.notices import Notices, WaitWatch
 from phalanx.supervisor.preparing import Prepared
 
@@ -47,8 +49,11 @@ class Admitter:
         priority: int = 0,
         wait: bool = True,
         notices: Notices | None = None,
+        database_url: str,
     ) -> None:
+        """``database_url``: the store's, for reading quotas without opening the full store."""
         self.ledger = ledger
+        self.database_url = database_url
         self.store = store
         self.rows = rows
         self.observer = observer
@@ -100,7 +105,7 @@ class Admitter:
             else:
                 self.rows.create(prepared, ExperimentStatus.QUEUED)
             with contextlib.suppress(Exception):  # others' leftovers must not stop this experiment
-                reconcile.stop_abandoned(self.store(), entry.reclaimed or [])
+                reconcile.stop_abandoned(self.store.full(), entry.reclaimed or [])
             self.observer.message(text)
 
         watch = None
@@ -130,7 +135,7 @@ class Admitter:
         """Queued rows of `phalanx run`s killed while waiting, found while we were admitted."""
         if self.entry is not None and self.entry.reclaimed:
             with contextlib.suppress(Exception):
-                reconcile.stop_abandoned(self.store(), self.entry.reclaimed)
+                reconcile.stop_abandoned(self.store.full(), self.entry.reclaimed)
 
     def release(self) -> None:
         """Leave the ledger (after the replicas are gone: their cores are free)."""
@@ -138,5 +143,10 @@ class Admitter:
             self.entry.release()
 
     def _quotas(self) -> Mapping[str, Limit]:
-        """Every project's quota on this machine, from the store (read again while it waits)."""
-        return queue.local_limits(self.store())
+        """Every project's quota on this machine, from the store (read again while it waits):
+        through the lean reader where it can (an up-to-date SQLite file: no SQLAlchemy)."""
+        reader = LiteReader.open(self.database_url, HEAD)
+        if reader is None:
+            return queue.local_limits(self.store.full())
+        with reader:
+            return reader.limits("local")

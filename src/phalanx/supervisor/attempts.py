@@ -26,7 +26,7 @@ from phalanx.machine.procs import own_output_files, record_process
 from phalanx.supervisor.outcome import PID_FILE
 
 if TYPE_CHECKING:
-    from phalanx.store.base import IngestStore
+    from phalanx.store.run_store import RunStore
     from phalanx.supervisor.console import Console
     from phalanx.supervisor.opener import LazyStore
     from phalanx.supervisor.outcome import Observer
@@ -144,7 +144,7 @@ class Attempts:
 
     def _store_repro(
         self,
-        store: IngestStore,
+        store: RunStore,
         record: dict[str, Any],
         data: bytes,
         launch: dict[str, Any],

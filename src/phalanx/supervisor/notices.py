@@ -17,7 +17,7 @@ from phalanx import alerts, stragglers
 from phalanx.store.alert_records import STRAGGLING, WAITING
 
 if TYPE_CHECKING:
-    from phalanx.store.base import IngestStore
+    from phalanx.store.run_store import RunStore
 
 log = logging.getLogger(__name__)
 
@@ -28,7 +28,7 @@ class Notices:
     """Where a notice is said. ``store``: the store once it is open (None before)."""
 
     def __init__(
-        self, experiment_id: str, store: Callable[[], IngestStore | None], say: Callable[[str], None]
+        self, experiment_id: str, store: Callable[[], RunStore | None], say: Callable[[str], None]
     ) -> None:
         self.experiment_id = experiment_id
         self.store = store

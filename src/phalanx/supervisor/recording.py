@@ -22,6 +22,7 @@ from phalanx.supervisor.preparing import Prepared, launch_json
 
 if TYPE_CHECKING:
     from phalanx.store.base import IngestStore
+    from phalanx.store.run_store import RunStore
     from phalanx.supervisor.opener import LazyStore
 
 log = logging.getLogger(__name__)
@@ -45,7 +46,7 @@ def replicas_of(prepared: Prepared) -> dict[str, Replica]:
 
 
 def create_experiment(
-    store: IngestStore,
+    store: RunStore,
     prepared: Prepared,
     status: ExperimentStatus = ExperimentStatus.STARTING,
     created_at: float | None = None,

@@ -17,7 +17,7 @@ import secrets
 import signal
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
@@ -47,7 +47,7 @@ from phalanx.supervisor.recording import Recorder, replicas_of
 from phalanx.supervisor.stopping import StopRequests
 
 if TYPE_CHECKING:
-    from phalanx.store.base import LocalStore
+    pass
 
 log = logging.getLogger(__name__)
 
@@ -68,7 +68,7 @@ class Supervisor:
     def __init__(
         self,
         prepared: Prepared,
-        store: LocalStore | Callable[[], LocalStore],
+        store: LazyStore,
         settings: Settings,
         observer: Observer | None = None,
         *,
@@ -81,7 +81,7 @@ class Supervisor:
         notify: str | None = None,
         store_patience: float = 0.0,
     ) -> None:
-        """``store``: the store, or a function that opens it (called once the replicas have started).
+        """``store``: the store, opened when first needed (once the replicas have started).
         ``store_patience``: how long what it must read before the start (the project's secrets) waits
         through an outage of the database (a submit a server accepted: as long as its opener).
         ``notify``: a FIFO that gets one byte once the outcome is recorded (a group's controller
@@ -106,7 +106,7 @@ class Supervisor:
         self.spool_dir = settings.spool_dir / self.id
         self.replicas = replicas_of(prepared)
         self.observer: Observer = Shielded(observer or LoggingObserver())
-        self.store = LazyStore(store)
+        self.store = store
         self.store_patience = store_patience
         self.notices = Notices(self.id, lambda: self.store.opened, self.observer.message)
         self.pace = StragglerWatch(self.notices)
@@ -143,6 +143,7 @@ class Supervisor:
             priority=priority,
             wait=wait,
             notices=self.notices,
+            database_url=settings.database_url,
         )
         self.attempts = Attempts(
             self.id,
@@ -273,17 +274,19 @@ class Supervisor:
         return outcome
 
     def _project_secrets(self) -> dict[str, str]:
-        """The project's secrets in clear. Before the store is open they are read through the lean
-        reader when it can (an up-to-date SQLite file), so that opening the store (SQLAlchemy, the
-        schema check) waits until the replicas have started (``opener.LazyStore``)."""
+        """The project's secrets in clear, read through the lean reader when it can (an up-to-date
+        SQLite file): they are read before the store is opened (``opener.LazyStore``), and a run
+        that records through the lean writer never opens the full store (SQLAlchemy)."""
         project, home = self.p.plan.project, self.settings.home
-        reader = None if self.store.opened else LiteReader.open(self.settings.database_url, HEAD)
+        reader = LiteReader.open(self.settings.database_url, HEAD)
         if reader is not None:
             with reader:
                 return unseal(reader.secret_ciphertexts(project), home)
         from phalanx.store import secrets  # why: its SQL imports SQLAlchemy (see the docstring)
 
-        return through_outage(lambda: secrets.environment(self.store(), home, project), self.store_patience)
+        return through_outage(
+            lambda: secrets.environment(self.store.full(), home, project), self.store_patience
+        )
 
     @contextlib.contextmanager
     def _secrets_handed(self) -> Iterator[None]:

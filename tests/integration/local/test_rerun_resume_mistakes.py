@@ -230,6 +230,7 @@ def test_a_resume_finding_the_experiment_reopened_by_another_leaves_the_pid_reco
     from phalanx.config import Settings
     from phalanx.errors import Conflict
     from phalanx.spec.loader import load_spec_text
+    from phalanx.supervisor.opener import LazyStore
 
     exp_id = _failed_experiment(phalanx)
     store = phalanx.store()
@@ -260,7 +261,7 @@ def test_a_resume_finding_the_experiment_reopened_by_another_leaves_the_pid_reco
         prepared = supervisor.prepare(
             spec, settings=settings, workdir=launch["workdir"], experiment_id=exp_id, launch=launch
         )
-        loser = supervisor.Supervisor(prepared, store, settings, handle_signals=False, resume=True)
+        loser = supervisor.Supervisor(prepared, LazyStore(store), settings, handle_signals=False, resume=True)
         with pytest.raises(Conflict, match="only a failed or stopped one can be resumed"):
             loser.run()
         after = pid_file.stat()

@@ -122,7 +122,8 @@ def test_time_limit_signal_and_requeue_from_the_file() -> None:
     assert "--no-requeue" in sbatch(render(plan(workers=1)))
 
 
-def test_the_mpi_plugin_is_the_one_the_cluster_offers_pmix_first() -> None:
+def test_the_mpi_plugin_is_the_one_the_cluster_offers_pmix_first(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(slurm_mod.shutil, "which", lambda name: f"/usr/bin/{name}")  # srun is asked (below)
     backend = SlurmBackend(Cluster(name="c", kind="slurm", shared_dir="/s", slurm_conf="/x/a.conf"))
     listing = (
         "MPI plugin types are...\n\tnone\n\tpmi2\n\tpmix\nspecific pmix plugin versions available: pmix_v4\n"

@@ -49,7 +49,7 @@ def test_the_codec_keeps_every_value_as_reported() -> None:
 def test_the_summary_taken_a_bucket_at_a_time_equals_the_one_taken_point_by_point() -> None:
     """Ingest aggregates ordered columns by slices of a bucket: ties (equal values, repeated steps),
     pieces of one series splitting a bucket, and negative steps give what the per-point rule gives."""
-    from phalanx.store.sql import summary
+    from phalanx.store import summary_writes as summary
 
     rng = random.Random(11)
     for _ in range(50):

@@ -9,7 +9,7 @@ from sqlalchemy import text
 
 from phalanx.domain import Event, EventKind, Replica, Role
 from phalanx.store.sql import SqlStore
-from phalanx.store.sql.summary import BASE, LEVELS, width
+from phalanx.store.summary_writes import BASE, LEVELS, width
 
 
 def _experiment(store: SqlStore) -> str:

@@ -52,7 +52,9 @@ def admitter(
         "e1", replicas_of(prepared), lazy, observer, elapsed=lambda: 0.0, spool_dir=settings.spool_dir / "e1"
     )
     stop = StopRequests(settings.runs_dir / "e1")
-    return Admitter(ledger, lazy, rows, observer, stop, RunClock(), wait=wait)
+    return Admitter(
+        ledger, lazy, rows, observer, stop, RunClock(), wait=wait, database_url=settings.database_url
+    )
 
 
 @pytest.fixture

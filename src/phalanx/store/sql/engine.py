@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
-import gc
 import logging
 import sqlite3
 import threading
@@ -33,20 +32,6 @@ from phalanx.store.private_file import create_private, tighten
 log = logging.getLogger(__name__)
 
 BUSY_TIMEOUT_MS = 120_000
-
-
-@contextlib.contextmanager
-def no_gc() -> Iterator[None]:
-    """Pause the cyclic garbage collector while building many small tuples (rows to insert, rows
-    read back): none of them can form a cycle, and collecting every 700 allocations over a million
-    of them costs more than the work itself."""
-    was = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was:
-            gc.enable()
 
 
 def normalize_url(url: str) -> str:

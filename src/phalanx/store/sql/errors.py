@@ -18,6 +18,7 @@ from typing import Any, TypeVar
 from sqlalchemy import exc as sa
 
 from phalanx.errors import BackendUnavailable, Conflict, PhalanxError, StoreError, UsageError
+from phalanx.store.db import driver_clash, driver_error, first_line
 
 C = TypeVar("C", bound=type)
 
@@ -31,28 +32,23 @@ def translate(exc: BaseException) -> PhalanxError | None:
             f"a number is out of range for the database ({type(exc).__name__}); integers must fit in 64 bits"
         )
     if isinstance(exc, sa.IntegrityError):
-        return Conflict(f"the change clashes with what is stored: {_first_line(exc)}")
+        return Conflict(f"the change clashes with what is stored: {first_line(exc)}")
     if isinstance(exc, sa.OperationalError):
-        return BackendUnavailable(f"the database failed: {_first_line(exc)}; check that it runs, then retry")
+        return BackendUnavailable(f"the database failed: {first_line(exc)}; check that it runs, then retry")
     if isinstance(exc, sa.SQLAlchemyError):
-        return StoreError(f"the store failed: {_first_line(exc)}")
-    if type(exc).__module__.split(".")[0] in _DRIVERS:  # a raw driver cursor's (fast reads, COPY)
-        kinds = {k.__name__ for k in type(exc).__mro__}
-        if "DataError" in kinds:
-            return UsageError(f"a value is out of range for the database: {_first_line(exc)}")
-        if "OperationalError" in kinds:
-            return BackendUnavailable(f"the database failed: {_first_line(exc)}")
-        return StoreError(f"the store failed: {_first_line(exc)}")
-    return None
+        return StoreError(f"the store failed: {first_line(exc)}")
+    return driver_error(exc)  # a raw driver cursor's (store.db's statements, fast reads, COPY)
 
 
-_DRIVERS = {"sqlite3", "psycopg", "psycopg2"}
-
-
-def _first_line(exc: BaseException) -> str:
-    orig = getattr(exc, "orig", None)
-    text = str(orig if orig is not None else exc).strip()
-    return text.splitlines()[0] if text else type(exc).__name__
+def clash(exc: BaseException) -> str | None:
+    """``IntegrityError`` or ``OperationalError`` when ``exc`` is one, raised through SQLAlchemy or
+    by the driver's own cursor (``store.db``'s statements): a write clash or a busy database that
+    a retried transaction may get past; None for anything else."""
+    if isinstance(exc, sa.IntegrityError):
+        return "IntegrityError"
+    if isinstance(exc, sa.OperationalError):
+        return "OperationalError"
+    return driver_clash(exc)
 
 
 def translating(method: Callable[..., Any]) -> Callable[..., Any]:

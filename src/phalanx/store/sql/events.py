@@ -4,75 +4,33 @@ Idempotent on each event's (experiment, stream, seq): keys already stored are sk
 stored with the rows they produced, in the same transaction, so a retried batch (ingest after a
 crash, a client re-POSTing to the server) adds nothing twice. Scalars go in as a few compressed
 chunks per series (store.sql.points): a batch of 60,000 points is a handful of rows, not 60,000.
+The rows every door shares (keys, console lines, points, positions) are written by
+``store.event_writes``; this module writes the other kinds.
 """
 
 from __future__ import annotations
 
 import time as _time
-from collections import defaultdict
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
-from sqlalchemy import Connection, Table, bindparam, delete, func, insert, or_, select, update
+from sqlalchemy import Connection, Table, delete, insert, or_, select, update
 
 from phalanx.checkpoints import KIND, Checkpoint, Policy, PolicyError, retain
 from phalanx.domain import Event, ExperimentStatus, ReplicaState, Role
 from phalanx.store.batch import ScalarBlock, collect, qualified_name
-from phalanx.store.sql import alerts, attempts, points, summary
-from phalanx.store.sql.driver import executemany
-from phalanx.store.sql.engine import no_gc
+from phalanx.store.event_writes import append_scalars, insert_logs, insert_params, series_ids
+from phalanx.store.sql import alerts, attempts, summary
+from phalanx.store.sql.driver import DriverDb
 from phalanx.store.sql.models import (
-    LEGACY_KEY,
     ArtifactRow,
-    EventKeyRow,
     ExperimentRow,
-    LogRow,
     ModelRow,
-    ParamRow,
     ReplicaRow,
-    SeriesRow,
     TextRow,
 )
-from phalanx.store.sql.points import Piece
 
 SCRIPT_BACKEND = "script"  # the backend column of an experiment a plain script created
-
-
-# built once (a batch's work is mostly per event; building the statement was a part of it)
-_STORED_SEQS = select(EventKeyRow.c.seq).where(
-    EventKeyRow.c.stream == bindparam("stream"),
-    EventKeyRow.c.seq.between(bindparam("lo"), bindparam("hi")),
-    or_(EventKeyRow.c.experiment_id == bindparam("experiment"), EventKeyRow.c.experiment_id == LEGACY_KEY),
-)
-
-
-def new_events(conn: Connection, events: Sequence[Event]) -> list[Event]:
-    """The events whose (experiment, stream, seq) is not stored yet (nor repeated earlier in the
-    batch); their keys are stored now. Events without a stream are always new. A key stored before
-    the experiment was part of it (``LEGACY_KEY``) still counts for every experiment."""
-    wanted: dict[tuple[str, str], set[int]] = defaultdict(set)
-    for ev in events:
-        if ev.stream:
-            wanted[(ev.experiment_id, ev.stream)].add(ev.seq)
-    # per (experiment, stream): the seqs already stored, fetched in one go (fetchall: iterating a
-    # result row by row cost more than the query)
-    held: dict[tuple[str, str], set[int]] = {}
-    for (experiment_id, stream), seqs in wanted.items():
-        params = {"stream": stream, "lo": min(seqs), "hi": max(seqs), "experiment": experiment_id}
-        held[(experiment_id, stream)] = set(conn.execute(_STORED_SEQS, params).scalars().all())
-    fresh: list[Event] = []
-    keys: list[dict[str, Any]] = []
-    for ev in events:
-        if ev.stream:
-            stored = held[(ev.experiment_id, ev.stream)]
-            if ev.seq in stored:
-                continue
-            stored.add(ev.seq)
-            keys.append({"stream": ev.stream, "seq": ev.seq, "experiment_id": ev.experiment_id})
-        fresh.append(ev)
-    if keys:
-        conn.execute(insert(EventKeyRow), keys)
-    return fresh
 
 
 def apply_events(
@@ -87,13 +45,13 @@ def apply_events(
     if batch.scalars:
         insert_scalars(conn, batch.scalars)
     if batch.params:
-        conn.execute(insert(ParamRow), batch.params)
+        insert_params(DriverDb(conn), batch.params)
     if batch.texts:
         texts = _texts_of_latest_attempts(conn, batch.texts)
         if texts:
             conn.execute(insert(TextRow), texts)
     for (experiment_id, replica), lines in batch.logs.items():
-        _insert_logs(conn, experiment_id, replica, lines)
+        insert_logs(DriverDb(conn), experiment_id, replica, lines)
     for row, values in ((ArtifactRow, batch.artifacts), (ModelRow, batch.models)):
         for v in values:
             _upsert_named(conn, row, v)
@@ -194,100 +152,15 @@ def _retain_checkpoints(conn: Connection, experiment_id: str, policy: Any) -> li
     return [r.path for r in gone]
 
 
-def series_ids(conn: Connection, keys: set[tuple[str, str, str]]) -> dict[tuple[str, str, str], int]:
-    """Ids of (experiment, title, series), created on first use (concurrent creators are fine)."""
-    ids: dict[tuple[str, str, str], int] = {}
-    for exp, title, series in keys:
-        cond = (SeriesRow.c.experiment_id == exp, SeriesRow.c.title == title, SeriesRow.c.series == series)
-        found = conn.execute(select(SeriesRow.c.id).where(*cond)).scalar()
-        if found is None:
-            stmt = _dialect_insert(conn, SeriesRow).values(experiment_id=exp, title=title, series=series)
-            conn.execute(stmt.on_conflict_do_nothing())
-            found = conn.execute(select(SeriesRow.c.id).where(*cond)).scalar_one()
-        ids[(exp, title, series)] = int(found)
-    return ids
-
-
-def _dialect_insert(conn: Connection, row: Any) -> Any:
-    if conn.dialect.name == "postgresql":
-        from sqlalchemy.dialects.postgresql import insert as pg_insert  # why: on PostgreSQL only (0.25 s)
-
-        return pg_insert(row)
-    from sqlalchemy.dialects.sqlite import insert as sqlite_insert  # why: the dialect in use only
-
-    return sqlite_insert(row)
-
-
 def insert_scalars(conn: Connection, blocks: Sequence[ScalarBlock]) -> None:
-    ids = series_ids(conn, {(b.experiment_id, t, s) for b in blocks for t, s in b.keys})
+    db = DriverDb(conn)
+    ids = series_ids(db, {(b.experiment_id, t, s) for b in blocks for t, s in b.keys})
     rebuild: set[int] = set()
     if any(b.attempt is not None for b in blocks):  # a point of a later attempt replaces the step
         blocks, rebuild = attempts.reconcile(conn, blocks, ids)
-
-    pieces = list(_pieces(blocks, ids))
-    with no_gc():
-        points.append(conn, pieces)
-        buckets = summary.aggregate((p.series_id, p.steps, p.values, p.times) for p in pieces)
-    summary.merge_level1(conn, buckets)
-    summary.refresh_upper(conn, _spans(blocks, ids))
+    append_scalars(db, blocks, ids)
     if rebuild:
         summary.rebuild(conn, rebuild)
-
-
-def _pieces(blocks: Sequence[ScalarBlock], ids: dict[tuple[str, str, str], int]) -> Iterator[Piece]:
-    """The points of each block per series, as columns, in the order they arrived."""
-    for b in blocks:
-        sids = [ids[(b.experiment_id, t, s)] for t, s in b.keys]
-        if b.idx is None or len(sids) == 1:
-            yield Piece(sids[0], b.replica, b.rank, b.steps, b.values, b.times)
-            continue
-        split: dict[int, tuple[list[int], list[float], list[float]]] = {}
-        for k, step, v, t in zip(b.idx, b.steps, b.values, b.times, strict=True):
-            cols = split.get(k)
-            if cols is None:
-                cols = split[k] = ([], [], [])
-            cols[0].append(step)
-            cols[1].append(v)
-            cols[2].append(t)
-        for k, (steps, values, times) in split.items():
-            yield Piece(sids[k], b.replica, b.rank, steps, values, times)
-
-
-def _spans(blocks: Sequence[ScalarBlock], ids: dict[tuple[str, str, str], int]) -> dict[int, tuple[int, int]]:
-    """Per series id, the step range the blocks wrote (a block's whole range for each of its
-    series: a little more than needed when a block mixes series, never less)."""
-    spans: dict[int, tuple[int, int]] = {}
-    for b in blocks:
-        if not b.steps:
-            continue
-        lo, hi = min(b.steps), max(b.steps)
-        for t, s in b.keys:
-            sid = ids[(b.experiment_id, t, s)]
-            old = spans.get(sid)
-            spans[sid] = (lo, hi) if old is None else (min(old[0], lo), max(old[1], hi))
-    return spans
-
-
-def _insert_logs(
-    conn: Connection, experiment_id: str, replica: str, lines: list[tuple[str, str, float]]
-) -> None:
-    last = conn.execute(
-        select(func.max(LogRow.c.offset)).where(
-            LogRow.c.experiment_id == experiment_id, LogRow.c.replica == replica
-        )
-    ).scalar()
-    base = 0 if last is None else int(last) + 1
-    # through the driver: a chatty replica's 200,000 lines cost 6.6 µs each through SQLAlchemy's
-    # per-row parameters, most of the ingester's time (store.sql.driver)
-    executemany(
-        conn,
-        _INSERT_LOG,
-        [(experiment_id, replica, base + i, stream, text, t) for i, (text, stream, t) in enumerate(lines)],
-    )
-
-
-_INSERT_LOG = f"""INSERT INTO {LogRow.name} (experiment_id, replica, "offset", stream, text, time)
-    VALUES (?, ?, ?, ?, ?, ?)"""
 
 
 def _create_from_event(conn: Connection, ev: Event) -> None:

@@ -30,6 +30,8 @@ from sqlalchemy import (
 )
 from sqlalchemy.ext.compiler import compiles
 
+from phalanx.store.event_writes import LEGACY_KEY
+
 # 64-bit ids on PostgreSQL; on SQLite only INTEGER PRIMARY KEY is the (already 64-bit) rowid alias.
 BIG_ID = BigInteger().with_variant(Integer, "sqlite")
 
@@ -234,10 +236,6 @@ TextRow = Table(
     Column("attempt", Integer, nullable=True),  # a later one replaces its step
     Index("ix_texts_experiment", "experiment_id"),
 )
-
-
-# experiment_id of an event key stored before migration 0006_event_key_experiment: any experiment
-LEGACY_KEY = ""
 
 
 # (stream, seq, experiment) of every stored event: what makes write_events idempotent.

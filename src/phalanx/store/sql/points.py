@@ -19,111 +19,15 @@ starting one, so a live run reporting a few points a second does not pay a row p
 
 from __future__ import annotations
 
-from array import array
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
-from typing import Any
-
-from sqlalchemy import Connection, delete, func, insert, select, update
+from sqlalchemy import Connection, delete, func, select
 
 from phalanx.store import chunks
-from phalanx.store.chunks import Columns, Points, decode, encode, pick
-from phalanx.store.sql.driver import fetch
+from phalanx.store.chunk_writes import rewrite
+from phalanx.store.chunks import Points, decode, pick
+from phalanx.store.sql.driver import DriverDb, fetch
 from phalanx.store.sql.models import ScalarChunkRow, SeriesRow
 
 C = ScalarChunkRow.c  # the chunk table's columns
-
-MAX_CHUNK = 4096  # points a chunk holds at most: a zoomed read decodes a few of them, not a series
-SMALL = 256  # a series' last chunk below this many points takes the next points of its writer
-
-
-@dataclass
-class Piece:
-    """Points of one series from one writer, in the order they arrived."""
-
-    series_id: int
-    replica: str
-    rank: int | None
-    steps: Sequence[int]
-    values: Sequence[float]
-    times: Sequence[float]
-
-
-def _row(sid: int, seq: int, replica: str, rank: int | None, cols: Columns) -> dict[str, Any]:
-    steps = cols[0]
-    return {
-        "series_id": sid,
-        "seq": seq,
-        "first_step": min(steps),
-        "last_step": max(steps),
-        "n": len(steps),
-        "replica": replica,
-        "rank": rank,
-        "data": encode(*cols),
-    }
-
-
-def append(conn: Connection, pieces: Iterable[Piece]) -> None:
-    """Store the pieces (in arrival order) as chunks after each series' last one."""
-    per_series: dict[int, list[Piece]] = {}
-    for p in pieces:
-        if len(p.steps):
-            per_series.setdefault(p.series_id, []).append(p)
-    if not per_series:
-        return
-    sids = sorted(per_series)
-    if conn.dialect.name == "postgresql":  # one writer of a series' seq at a time, locked in one order
-        conn.execute(
-            select(SeriesRow.c.id).where(SeriesRow.c.id.in_(sids)).order_by(SeriesRow.c.id).with_for_update()
-        )
-    rows: list[dict[str, Any]] = []
-    for sid in sids:
-        last = conn.execute(
-            select(C.seq, C.n, C.replica, C.rank).where(C.series_id == sid).order_by(C.seq.desc()).limit(1)
-        ).first()
-        seq = -1 if last is None else int(last[0])
-        runs = _runs(per_series[sid])
-        if last is not None and int(last[1]) < SMALL and runs and runs[0][:2] == (last[2], last[3]):
-            replica, rank, (steps, values, times) = runs[0]
-            blob = conn.execute(select(C.data).where(C.series_id == sid, C.seq == seq)).scalar_one()
-            old_steps, old_values, old_times = decode(blob, int(last[1]))
-            room = MAX_CHUNK - len(old_steps)
-            grown = ([*old_steps, *steps[:room]], [*old_values, *values[:room]], [*old_times, *times[:room]])
-            _rewrite(conn, sid, seq, replica, rank, grown)
-            runs[0] = (replica, rank, (steps[room:], values[room:], times[room:]))
-        for replica, rank, (steps, values, times) in runs:
-            for start in range(0, len(steps), MAX_CHUNK):
-                seq += 1
-                end = start + MAX_CHUNK
-                rows.append(
-                    _row(sid, seq, replica, rank, (steps[start:end], values[start:end], times[start:end]))
-                )
-    if rows:
-        conn.execute(insert(ScalarChunkRow), rows)
-
-
-def _runs(pieces: list[Piece]) -> list[tuple[str, int | None, Columns]]:
-    """Consecutive pieces of one writer joined: (replica, rank, (steps, values, times)), as arrays
-    (joining arrays is a copy of their bytes; a list would box every point)."""
-    runs: list[tuple[str, int | None, tuple[array[int], array[float], array[float]]]] = []
-    for p in pieces:
-        if not runs or runs[-1][:2] != (p.replica, p.rank):
-            runs.append((p.replica, p.rank, (array("q"), array("d"), array("d"))))
-        steps, values, times = runs[-1][2]
-        steps.extend(_as_array("q", p.steps))
-        values.extend(_as_array("d", p.values))
-        times.extend(_as_array("d", p.times))
-    return [(replica, rank, cols) for replica, rank, cols in runs]
-
-
-def _as_array(code: str, column: Sequence[Any]) -> array[Any]:
-    return column if isinstance(column, array) and column.typecode == code else array(code, column)
-
-
-def _rewrite(conn: Connection, sid: int, seq: int, replica: str, rank: int | None, cols: Columns) -> None:
-    """Replace the points of chunk ``seq`` of series ``sid``."""
-    values = {k: v for k, v in _row(sid, seq, replica, rank, cols).items() if k not in ("series_id", "seq")}
-    conn.execute(update(ScalarChunkRow).where(C.series_id == sid, C.seq == seq).values(values))
 
 
 # --- reading -------------------------------------------------------------------------------------
@@ -171,7 +75,7 @@ def delete_steps(conn: Connection, sid: int, replica: str, lo: int, hi: int | No
         if not keep:
             conn.execute(delete(ScalarChunkRow).where(*where))
         elif len(keep) < len(steps):
-            _rewrite(conn, sid, int(seq), replica, rank, pick((steps, values, times), keep))
+            rewrite(DriverDb(conn), sid, int(seq), replica, rank, pick((steps, values, times), keep))
     return gone
 
 

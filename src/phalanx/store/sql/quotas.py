@@ -7,11 +7,10 @@ without a dialect-specific upsert); a NULL column is no limit.
 from __future__ import annotations
 
 import time
-from typing import Any
 
 from sqlalchemy import Engine, delete, insert, select
 
-from phalanx.share import Limit, Quota
+from phalanx.share import Quota, quota_of
 from phalanx.store.sql.engine import writer
 from phalanx.store.sql.models import ProjectQuotaRow
 
@@ -23,20 +22,6 @@ _COLUMNS = (
     ProjectQuotaRow.c.memory_mib,
     ProjectQuotaRow.c.max_waiting,
 )
-
-
-def _quota(row: Any) -> Quota:
-    project, target, cores, gpus, memory_mib, max_waiting = row
-    return Quota(
-        str(project),
-        str(target),
-        Limit(
-            cores=None if cores is None else int(cores),
-            gpus=None if gpus is None else int(gpus),
-            memory_mib=None if memory_mib is None else float(memory_mib),
-            max_waiting=None if max_waiting is None else int(max_waiting),
-        ),
-    )
 
 
 def put(engine: Engine, quota: Quota) -> None:
@@ -61,7 +46,7 @@ def get(engine: Engine, project: str, target: str) -> Quota | None:
         row = conn.execute(
             select(*_COLUMNS).where(ProjectQuotaRow.c.project == project, ProjectQuotaRow.c.target == target)
         ).one_or_none()
-        return None if row is None else _quota(row)
+        return None if row is None else quota_of(row)
 
 
 def list_quotas(engine: Engine, target: str | None = None) -> list[Quota]:
@@ -69,7 +54,7 @@ def list_quotas(engine: Engine, target: str | None = None) -> list[Quota]:
     if target is not None:
         query = query.where(ProjectQuotaRow.c.target == target)
     with engine.connect() as conn:
-        return [_quota(row) for row in conn.execute(query)]
+        return [quota_of(row) for row in conn.execute(query)]
 
 
 def remove(engine: Engine, project: str, target: str) -> bool:

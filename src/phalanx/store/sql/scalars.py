@@ -14,8 +14,8 @@ from sqlalchemy import Connection, select
 
 from phalanx.domain import Series
 from phalanx.store.base import SeriesView
+from phalanx.store.db import no_gc
 from phalanx.store.sql import points
-from phalanx.store.sql.engine import no_gc
 from phalanx.store.sql.models import SeriesRow
 from phalanx.store.sql.summary import read_view
 

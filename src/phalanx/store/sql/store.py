@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from sqlalchemy import Connection, String, cast, func, insert, or_, select, update
-from sqlalchemy.exc import IntegrityError, OperationalError
+from sqlalchemy.exc import IntegrityError
 
 from phalanx.domain import (
     Event,
@@ -37,10 +37,12 @@ from phalanx.store.base import (
     IngestStore,
     SeriesView,
 )
+from phalanx.store.event_writes import ingest, new_events, position
 from phalanx.store.sql import alerts, deletion, scalars
 from phalanx.store.sql import events as ev_sql
+from phalanx.store.sql.driver import DriverDb
 from phalanx.store.sql.engine import make_engine, upgrade, writer
-from phalanx.store.sql.errors import phalanx_errors
+from phalanx.store.sql.errors import clash, phalanx_errors
 from phalanx.store.sql.groups import GroupBook
 from phalanx.store.sql.lookup import experiment as _experiment
 from phalanx.store.sql.lookup import like as _like
@@ -51,7 +53,6 @@ from phalanx.store.sql.many import ManyReads
 from phalanx.store.sql.models import (
     EventKeyRow,
     ExperimentRow,
-    IngestPositionRow,
     ParamRow,
     ReplicaRow,
     SeriesRow,
@@ -427,20 +428,15 @@ class SqlStore(AttemptBook, RecordReads, ManyReads, GroupBook, SubmissionBook):
         ingester got there first)."""
 
         def work(conn: Connection) -> int | None:
-            row = conn.execute(
-                select(IngestPositionRow.c.offset).where(IngestPositionRow.c.stream == stream)
-            ).scalar()
-            if int(row or 0) != start:
-                return None
-            n = _write(conn, events, removed) if events else 0
-            values = {"offset": end, "seq": last_seq, "updated_at": time.time()}
-            if row is None:
-                conn.execute(insert(IngestPositionRow).values(stream=stream, **values))
-            else:
-                conn.execute(
-                    update(IngestPositionRow).where(IngestPositionRow.c.stream == stream).values(**values)
-                )
-            return n
+            removed.clear()  # a retried transaction starts over
+            return ingest(
+                DriverDb(conn),
+                stream,
+                (start, end),
+                last_seq,
+                events,
+                lambda fresh: ev_sql.apply_events(conn, fresh, removed),
+            )
 
         removed: list[tuple[str, str]] = []
         result = self._retry(work)
@@ -450,12 +446,7 @@ class SqlStore(AttemptBook, RecordReads, ManyReads, GroupBook, SubmissionBook):
     def ingest_position(self, stream: str) -> tuple[int, int]:
         """(byte offset, last seq) ingest has committed for a spool stream; (0, -1) if none."""
         with self.engine.connect() as conn:
-            row = conn.execute(
-                select(IngestPositionRow.c.offset, IngestPositionRow.c.seq).where(
-                    IngestPositionRow.c.stream == stream
-                )
-            ).first()
-        return (0, -1) if row is None else (int(row[0]), int(row[1]))
+            return position(DriverDb(conn), stream) or (0, -1)
 
     def _retry(self, work: Callable[[Connection], _T]) -> _T:
         """Run ``work(conn)`` in a write transaction, retrying on a write clash (PostgreSQL unique
@@ -464,11 +455,14 @@ class SqlStore(AttemptBook, RecordReads, ManyReads, GroupBook, SubmissionBook):
             try:
                 with self._writer.begin() as conn:
                     return work(conn)
-            except (IntegrityError, OperationalError) as exc:
+            except Exception as exc:  # through SQLAlchemy, or the driver's own (store.db's statements)
+                kind = clash(exc)
+                if kind is None:
+                    raise
                 if attempt == _RETRIES - 1:
-                    if isinstance(exc, OperationalError):
+                    if kind == "OperationalError":
                         raise  # the database is down or stays locked: BackendUnavailable (errors.py)
-                    raise StoreError(f"cannot write events: {exc.orig}") from exc
+                    raise StoreError(f"cannot write events: {getattr(exc, 'orig', exc)}") from exc
                 time.sleep(0.05 * (attempt + 1))
         raise AssertionError("unreachable")
 
@@ -557,10 +551,9 @@ class SqlStore(AttemptBook, RecordReads, ManyReads, GroupBook, SubmissionBook):
             return int(conn.execute(query).scalar_one())
 
 
-def _write(conn: Connection, events: Sequence[Event], removed: list[tuple[str, str]] | None = None) -> int:
-    if removed is not None:
-        removed.clear()  # a retried transaction starts over
-    fresh = ev_sql.new_events(conn, events)
+def _write(conn: Connection, events: Sequence[Event], removed: list[tuple[str, str]]) -> int:
+    removed.clear()  # a retried transaction starts over
+    fresh = new_events(DriverDb(conn), events)
     ev_sql.apply_events(conn, fresh, removed)
     return len(fresh)
 

@@ -24,7 +24,7 @@ from phalanx.domain import DECLARED_SECTIONS
 from phalanx.store.base import ParamRecord, merge_params
 from phalanx.store.columns import parse_column, split_rank
 from phalanx.store.sql.models import ParamRow, ScalarChunkRow, ScalarSummaryRow, SeriesRow
-from phalanx.store.sql.summary import LEVELS
+from phalanx.store.summary_writes import LEVELS
 
 
 def column_values(conn: Connection, ids: Sequence[str], columns: Sequence[str]) -> dict[str, dict[str, Any]]:

@@ -54,7 +54,7 @@ def downgrade() -> None:
 
 
 def _level1() -> tuple[str, str]:
-    from phalanx.store.sql.summary import (  # why: Alembic loads every revision file
+    from phalanx.store.summary_writes import (  # why: Alembic loads every revision file
         _COLUMNS,
         _UPSERT,
         BASE,
@@ -92,12 +92,8 @@ def _level1() -> tuple[str, str]:
 
 
 def _backfill(conn: Connection) -> None:
-    from phalanx.store.sql.summary import (  # why: Alembic loads every revision file
-        BASE,
-        LEVELS,
-        _level_up,
-        width,
-    )
+    from phalanx.store.sql.driver import DriverDb  # why: Alembic loads every revision file
+    from phalanx.store.summary_writes import refresh_upper, width  # why: Alembic loads every revision file
 
     series_ids = [int(s) for (s,) in conn.execute(text("SELECT DISTINCT series_id FROM scalars"))]
     spans: dict[int, tuple[int, int]] = {}
@@ -109,15 +105,9 @@ def _backfill(conn: Connection) -> None:
             spans[sid] = (int(row[0]), int(row[1]))
     level1, level1_last = _level1()
     first, first_last = text(level1), text(level1_last)
-    ups = {level: tuple(text(q) for q in _level_up(level)) for level in LEVELS[1:]}
     for sid, (lo, hi) in spans.items():
         w = width(1)
         blo, bhi = lo // w, hi // w
         conn.execute(first, {"sid": sid, "lo": blo * w, "hi": bhi * w + w - 1})
         conn.execute(first_last, {"sid": sid, "blo": blo, "bhi": bhi})
-        for level in LEVELS[1:]:
-            plo, phi = lo // width(level), hi // width(level)
-            up, last = ups[level]
-            # the children (level - 1) of the parent buckets covering lo..hi
-            conn.execute(up, {"sid": sid, "lo": plo * BASE, "hi": phi * BASE + BASE - 1})
-            conn.execute(last, {"sid": sid, "blo": plo, "bhi": phi})
+    refresh_upper(DriverDb(conn), spans)  # the levels above, from level 1

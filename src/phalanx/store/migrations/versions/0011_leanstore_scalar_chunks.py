@@ -1,7 +1,7 @@
 """scalar_chunks: a series' points as compressed chunks, not a row (and an index entry) per point
 
 Every stored point moves: per series, in the order the points arrived (the old rowid), one writer's
-(replica, rank) consecutive points become chunks of up to ``points.MAX_CHUNK``. The summary and
+(replica, rank) consecutive points become chunks of up to ``chunk_writes.MAX_CHUNK``. The summary and
 the series ids stay as they are. A NaN that SQLite kept as NULL becomes NaN again.
 
 Revision ID: 0011_leanstore_scalar_chunks
@@ -51,7 +51,7 @@ def upgrade() -> None:
 def _old_runs(conn: Connection) -> Iterator[tuple[int, str, int | None, list[Any]]]:
     """(series id, replica, rank, rows) for each run of one writer's consecutive points of a
     series, at most MAX_CHUNK long, in the order the points arrived."""
-    from phalanx.store.sql.points import MAX_CHUNK  # why: Alembic loads every revision file
+    from phalanx.store.chunk_writes import MAX_CHUNK  # why: Alembic loads every revision file
 
     result = conn.execute(
         text("SELECT series_id, step, value, time, replica, rank FROM scalars ORDER BY series_id, id"),
