@@ -92,16 +92,19 @@ class LiteWriter:
                 isolation_level=None,  # BEGIN IMMEDIATE and COMMIT are ours (as the full store's)
                 check_same_thread=False,
             )
+        except sqlite3.Error:
+            return None
+        try:
             stamp = conn.execute("SELECT version_num FROM alembic_version").fetchall()
-            if stamp != [(head,)]:
-                conn.close()
-                return None
             # as the full store sets every connection up (store.sql.engine); the file is in WAL mode
             # already: the full store that created it switched it
             conn.execute(f"PRAGMA busy_timeout={int(BUSY_TIMEOUT_S * 1000)}")
             conn.execute("PRAGMA synchronous=NORMAL")
             conn.execute("PRAGMA foreign_keys=ON")
         except sqlite3.Error:
+            stamp = []
+        if stamp != [(head,)]:
+            conn.close()
             return None
         return cls(conn, full, artifacts_root)
 
@@ -114,18 +117,12 @@ class LiteWriter:
             self._conn.close()
 
     @contextlib.contextmanager
-    def _writing(self) -> Iterator[Db]:
-        """One write transaction (the database's write lock taken at its start); the driver's
-        errors are Phalanx errors (as ``store.sql.errors`` makes the full store's)."""
+    def _held(self) -> Iterator[None]:
+        """The connection, this thread's alone meanwhile; the driver's errors become Phalanx
+        errors (as ``store.sql.errors`` makes the full store's)."""
         with self._lock:
             try:
-                self._conn.execute("BEGIN IMMEDIATE")
-                try:
-                    yield self._db
-                except BaseException:
-                    self._conn.rollback()
-                    raise
-                self._conn.commit()
+                yield
             except PhalanxError:
                 raise
             except Exception as exc:
@@ -134,8 +131,17 @@ class LiteWriter:
                     raise
                 raise error from exc
 
-    def _reading(self) -> contextlib.AbstractContextManager[LiteReader]:
-        return _held(self._lock, self._reader)
+    @contextlib.contextmanager
+    def _writing(self) -> Iterator[Db]:
+        """One write transaction, the database's write lock taken at its start."""
+        with self._held():
+            self._conn.execute("BEGIN IMMEDIATE")
+            try:
+                yield self._db
+            except BaseException:
+                self._conn.rollback()
+                raise
+            self._conn.commit()
 
     # --- the experiment's rows ---------------------------------------------------------------
 
@@ -183,24 +189,24 @@ class LiteWriter:
         return self.get_experiment(exp_id)
 
     def get_experiment(self, experiment_id: str) -> Experiment:
-        with self._reading() as reader:
-            return reader.get_experiment(experiment_id)
+        with self._held():
+            return self._reader.get_experiment(experiment_id)
 
     def list_replicas(self, experiment_id: str) -> list[Replica]:
-        with self._reading() as reader:
-            return reader.list_replicas(experiment_id)
+        with self._held():
+            return self._reader.list_replicas(experiment_id)
 
     def metric_titles(self, experiment_id: str) -> dict[str, list[str]]:
-        with self._reading() as reader:
-            return reader.metric_titles(experiment_id)
+        with self._held():
+            return self._reader.metric_titles(experiment_id)
 
     def last_points(self, experiment_id: str, title: str, n: int) -> dict[str, Series]:
-        with self._reading() as reader:
-            return reader.last_points(experiment_id, title, n)
+        with self._held():
+            return self._reader.last_points(experiment_id, title, n)
 
     def series_replicas(self, experiment_id: str, title: str) -> dict[str, str]:
-        with self._reading() as reader:
-            return reader.series_replicas(experiment_id, title)
+        with self._held():
+            return self._reader.series_replicas(experiment_id, title)
 
     def update_experiment(
         self,
@@ -247,7 +253,7 @@ class LiteWriter:
 
     def _hooked(self, experiment_id: str) -> bool:
         """Whether the experiment's project has alert hooks (told about any end)."""
-        with self._reading():
+        with self._held():
             return bool(self._conn.execute(_HOOKED, (experiment_id,)).fetchall())
 
     def update_replica(
@@ -336,8 +342,8 @@ class LiteWriter:
             )
 
     def attempts(self, experiment_id: str) -> list[dict[str, Any]]:
-        with self._reading() as reader:
-            return reader.attempts(experiment_id)
+        with self._held():
+            return self._reader.attempts(experiment_id)
 
     def set_repro(self, experiment_id: str, repro: Mapping[str, Any]) -> None:
         with self._writing() as db:
@@ -347,17 +353,17 @@ class LiteWriter:
             )
 
     def repro(self, experiment_id: str) -> dict[str, Any]:
-        with self._reading() as reader:
-            return reader.repro(experiment_id)
+        with self._held():
+            return self._reader.repro(experiment_id)
 
     def artifacts(self, experiment_id: str) -> list[ArtifactRecord]:
-        with self._reading() as reader:
-            return reader.artifacts(experiment_id)
+        with self._held():
+            return self._reader.artifacts(experiment_id)
 
     # --- what the replicas report ------------------------------------------------------------
 
     def ingest_position(self, stream: str) -> tuple[int, int]:
-        with self._reading():
+        with self._held():
             return position(self._db, stream) or (0, -1)
 
     def ingest_batch(
@@ -434,20 +440,6 @@ def _replica_row(experiment_id: str, r: Replica) -> tuple[Any, ...]:
         r.started_at,
         r.finished_at,
     )
-
-
-@contextlib.contextmanager
-def _held(lock: threading.Lock, reader: LiteReader) -> Iterator[LiteReader]:
-    with lock:
-        try:
-            yield reader
-        except PhalanxError:
-            raise
-        except Exception as exc:
-            error = driver_error(exc)
-            if error is None:
-                raise
-            raise error from exc
 
 
 if TYPE_CHECKING:  # mypy checks here that both stores are what a supervisor records through

@@ -187,7 +187,12 @@ from phalanx import Task
 task = Task.init("faults", "reader killed")
 reader = int(os.environ["PHALANX_INGESTER_PID"])
 os.kill(reader, signal.SIGKILL)  # the console's reader dies (with nothing of ours in flight)
-while os.path.exists(f"/proc/{reader}") and open(f"/proc/{reader}/stat").read().split()[2] != "Z":
+def alive(pid):  # gone, or a zombie: dead (reaped between two looks is gone too)
+    try:
+        return open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+while alive(reader):
     time.sleep(0.01)
 print("before", flush=True)
 for i in range(20000):                                              # more than a pipe holds
