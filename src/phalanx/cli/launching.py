@@ -1,7 +1,8 @@
 """Starting an experiment in the background (`phalanx run --detach`), and the checks `run`,
 `rerun` and `group run` share. No typer here: cli/lean.py runs a plain `phalanx run -f FILE --detach`
 through ``start_detached`` without importing typer and its pydantic adapters (issue 30,
-docs/cli-speed.md); the Typer command (cli/run.py) calls the same function.
+docs/cli-speed.md); the Typer command (cli/run.py) calls the same function. A foreground run is
+cli/foreground.py's.
 """
 
 from __future__ import annotations
@@ -70,6 +71,19 @@ def _check_id(experiment_id: str) -> None:
 
     if not re.fullmatch(r"[0-9a-f]{12}", experiment_id):
         raise UsageError(f"--experiment-id {experiment_id!r}: expected 12 lowercase hex characters")
+
+
+def check_request(experiment_id: str | None, priority: int, output: Output, dry_run: bool = False) -> None:
+    """`phalanx run`'s options that are wrong whatever the file says (exit 2): a malformed
+    --experiment-id, a --priority out of range, -o yaml without --dry-run."""
+    from phalanx.errors import UsageError
+    from phalanx.priority import check_priority
+
+    if experiment_id is not None:
+        _check_id(experiment_id)
+    check_priority(priority, "--priority")
+    if output is Output.YAML and not dry_run:
+        raise UsageError("-o yaml shows what --dry-run would submit: add --dry-run, or use -o text or json")
 
 
 def submit_detached(
@@ -168,15 +182,9 @@ def start_detached(
     id (or JSON with ``output``) once it exists. Every mistake is found before the experiment
     exists and anything starts (exit 2): the options here, the file by the supervisor."""
     from phalanx.config import Settings
-    from phalanx.errors import UsageError
-    from phalanx.priority import check_priority
 
     settings = settings or Settings()
-    if experiment_id is not None:
-        _check_id(experiment_id)
-    check_priority(priority, "--priority")
-    if output is Output.YAML:
-        raise UsageError("-o yaml shows what --dry-run would submit: add --dry-run, or use -o text or json")
+    check_request(experiment_id, priority, output)
     _refuse_stdin(file)
     from phalanx.runner import SpecFile
     from phalanx.spec.params import parse_param_overrides

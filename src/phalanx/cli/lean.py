@@ -1,15 +1,16 @@
 """The lean door for the commands users type most: `phalanx ls`, `get ID`, `logs ID`, `metrics ID`,
-`params ID`, `artifacts ID` and `run --detach` without typer.
+`params ID`, `artifacts ID` and `run -f FILE` (in the foreground or `--detach`) without typer.
 
 Typer (0.29) builds a pydantic TypeAdapter for every option it parses: a one-command Typer app costs
 0.19 CPU-s before it does anything, the whole of issue 30's 0.2 CPU-s budget for `phalanx ls`. So
 ``main`` first offers the arguments to ``dispatch``: when they are a plain `phalanx ls`, `get ID`,
-`logs ID`, `metrics ID`, `params ID`, `artifacts ID` (a listing) or `run -f FILE --detach` (options
+`logs ID`, `metrics ID`, `params ID`, `artifacts ID` (a listing) or `run -f FILE [--detach]` (options
 it knows, values it accepts) it runs the command itself with argparse from the standard library; anything
 else — `--help`, a typo, a value out of range, an option it does not know — returns None and the
 Typer app answers exactly as before (its usage message, its exit status). The Typer commands stay
 the definition: tests/unit/cli/test_lean_dispatch.py checks that the options here are theirs, with
-their defaults.
+their defaults. A foreground run ends with ``SystemExit`` and the experiment's status on both doors
+(cli/foreground.py), which ``main`` takes as it takes Typer's.
 """
 
 from __future__ import annotations
@@ -82,8 +83,8 @@ def _ls(ns: argparse.Namespace) -> bool:
 
 
 def _run_parser() -> _Parser:
-    """`phalanx run`'s options that a detached start may take (--dry-run, --server, --follow,
-    --token-file and --experiment-id are left to Typer)."""
+    """`phalanx run`'s options that a start on this machine may take, in the foreground or detached
+    (--dry-run, --server, --local, --follow, --token-file and --experiment-id are left to Typer)."""
     p = _Parser(prog="phalanx run", add_help=False, allow_abbrev=False)
     p.add_argument("--file", "-f", required=True)
     p.add_argument("--param", action="append")
@@ -100,8 +101,9 @@ def _run_parser() -> _Parser:
 
 
 def _run(ns: argparse.Namespace) -> bool:
-    if not ns.detach:
-        return False  # a supervised run: Typer's command (its observers, its exit status)
+    """A start on this machine: detached (``start_detached``) or supervised here to its end
+    (``run_foreground``, which exits with the experiment's status). A login (its server runs it)
+    and a group file are Typer's."""
     if _logged_in():
         return False
     try:  # a `kind: group` file (or one that may be): Typer's command runs the group
@@ -110,13 +112,18 @@ def _run(ns: argparse.Namespace) -> bool:
                 return False
     except OSError:
         return False  # Typer says what is wrong with the file
+    import faulthandler
+    import signal
     from pathlib import Path
 
+    from phalanx.cli.foreground import run_foreground
     from phalanx.cli.launching import Output, start_detached
     from phalanx.cli.terminal import guard_std_streams
 
-    guard_std_streams()  # `phalanx run --detach ... | head`: a closed pipe is not an error
-    start_detached(
+    faulthandler.register(signal.SIGUSR1, all_threads=True)  # `kill -USR1 PID`: where is it stuck?
+    guard_std_streams()  # `phalanx run ... | head`: a closed pipe ends the echo, not the experiment
+    start = start_detached if ns.detach else run_foreground
+    start(
         Path(ns.file),
         param=ns.param,
         extra_params=ns.extra_params,

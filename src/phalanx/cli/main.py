@@ -103,9 +103,10 @@ def _register(args: list[str] | None = None) -> None:
                 raise
 
 
-# Commands that end by leaving the interpreter at once: `phalanx run` has imported SQLAlchemy, pydantic
-# and typer, whose teardown (module finalisation, SQLite's WAL checkpoint) took 0.3-0.5 s after the
-# experiment had ended (bench/README.md). Its outcome is committed and its threads joined by then.
+# Commands that end by leaving the interpreter at once: `phalanx run` has imported SQLAlchemy (and on
+# Typer's door pydantic and typer), whose teardown (module finalisation, SQLite's WAL checkpoint) took
+# 0.3-0.5 s after the experiment had ended (bench/README.md). Its outcome is committed and its threads
+# joined by then; it ends with a SystemExit of the experiment's status on both doors (cli/foreground.py).
 FAST_EXIT_COMMANDS = frozenset({"run"})
 
 

@@ -12,31 +12,27 @@ import time
 from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, NoReturn
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
 from phalanx.cli.app import ExtraParamsOpt, app, choice_option
 
-# typer-free (the lean `run --detach` uses them too); resume.py and group.py import them from here
+# typer-free (the lean `run` uses them too); resume.py imports them from here
+from phalanx.cli.foreground import prepare_launch, run_foreground, warn_if_crowded
 from phalanx.cli.launching import Output as Output
-from phalanx.cli.launching import _check_home_and_db as _check_home_and_db
 from phalanx.cli.launching import _check_id as _check_id
-from phalanx.cli.launching import _load as _load
-from phalanx.cli.launching import launch_options, launched_json, start_detached
+from phalanx.cli.launching import check_request, start_detached
 from phalanx.cli.launching import submit_detached as submit_detached
 from phalanx.cli.listing import emit_json
-from phalanx.cli.live_table import RichObserver
 from phalanx.cli.target import LocalOpt, ServerOpt, submit_server
 from phalanx.cli.terminal import guard_std_streams
-from phalanx.terminal_text import for_stream
 
 if TYPE_CHECKING:
     from phalanx.config import Settings
     from phalanx.domain import Experiment
     from phalanx.runner import LaunchOptions, Runner
     from phalanx.store.base import IngestStore, Store
-    from phalanx.supervisor import Outcome as RunOutcome
 
 
 # ---- phalanx run ------------------------------------------------------------------------------
@@ -170,18 +166,11 @@ def run(
     import signal
 
     from phalanx.config import Settings
-    from phalanx.errors import UsageError
 
     faulthandler.register(signal.SIGUSR1, all_threads=True)  # `kill -USR1 PID`: where is it stuck?
     guard_std_streams()  # `phalanx run ... | head`: a closed pipe ends the echo, not the experiment
     settings = Settings()
-    if experiment_id is not None:
-        _check_id(experiment_id)
-    from phalanx.queue import check_priority
-
-    check_priority(priority, "--priority")
-    if output is Output.YAML and not dry_run:
-        raise UsageError("-o yaml shows what --dry-run would submit: add --dry-run, or use -o text or json")
+    check_request(experiment_id, priority, output, dry_run)
     request = RunRequest(
         file=file,
         param=param,
@@ -288,14 +277,28 @@ def _start_detached(request: RunRequest, settings: Settings) -> None:
 
 
 def _run_here(request: RunRequest, settings: Settings) -> None:
-    """Validate, then either show the dry run or supervise the experiment here to its end."""
+    """Show the dry run, or supervise the experiment here to its end (cli/foreground.py, which the
+    lean door runs too)."""
     r = request
-    spec = _load(r.file, r.param, r.extra_params)
-    for note in getattr(spec, "notes", ()):
-        sys.stderr.write(f"note: {note}\n")
-    options = launch_options(  # mistakes found now, before anything starts
+    if not r.dry_run:
+        run_foreground(
+            r.file,
+            param=r.param,
+            extra_params=r.extra_params,
+            workdir=r.workdir,
+            oversubscribe=r.oversubscribe,
+            cluster=r.cluster,
+            priority=r.priority,
+            no_wait=r.no_wait,
+            no_system_metrics=r.no_system_metrics,
+            output=r.output,
+            experiment_id=r.experiment_id,
+            settings=settings,
+        )
+    spec, options = prepare_launch(
         r.file,
         param=r.param,
+        extra_params=r.extra_params,
         workdir=r.workdir,
         oversubscribe=r.oversubscribe,
         cluster=r.cluster,
@@ -304,16 +307,11 @@ def _run_here(request: RunRequest, settings: Settings) -> None:
         no_system_metrics=r.no_system_metrics,
         experiment_id=r.experiment_id,
         settings=settings,
-        check_home=not r.dry_run,
+        check_home=False,
     )
     from phalanx.runner import Runner
 
-    runner = Runner(settings)
-    if r.dry_run:
-        _show_dry_run(runner, spec, options, r.output)
-        return
-    outcome = _supervise(runner, spec, options, r)
-    _report_outcome(outcome, r.output, settings)
+    _show_dry_run(Runner(settings), spec, options, r.output)
 
 
 def _show_dry_run(runner: Runner, spec: Any, options: LaunchOptions, output: Output) -> None:
@@ -321,7 +319,7 @@ def _show_dry_run(runner: Runner, spec: Any, options: LaunchOptions, output: Out
     from phalanx.errors import UsageError
 
     prepared = runner.dry_run(spec, options)
-    _warn_if_crowded(prepared)
+    warn_if_crowded(prepared)
     if output is Output.YAML and prepared.dry_run.format == "json":
         raise UsageError(
             f"-o yaml: the {prepared.backend.name} engine has no YAML to show (Kubernetes clusters do); "
@@ -331,85 +329,6 @@ def _show_dry_run(runner: Runner, spec: Any, options: LaunchOptions, output: Out
         emit_json(supervisor.dry_run_json(prepared))
     else:
         typer.echo(supervisor.render_dry_run(prepared))
-
-
-def _supervise(runner: Runner, spec: Any, options: LaunchOptions, request: RunRequest) -> RunOutcome:
-    """Start the experiment and watch it to its end: a live table on a terminal, plain lines else."""
-    from dataclasses import replace
-
-    prepared = runner.dry_run(spec, options)  # its id, and what is refused before anything is built
-    _warn_if_crowded(prepared)
-    owns_run_dir = request.experiment_id is None
-    options = replace(options, experiment_id=prepared.experiment_id)
-    names = [r.name for r in prepared.plan.replicas]
-    output = request.output
-    try:  # may build the experiment's venv first (recorded as building meanwhile)
-        if sys.stdout.isatty() and output is Output.TEXT:
-            with RichObserver(names) as rich_observer:
-                return runner.run(spec, options, rich_observer, owns_run_dir=owns_run_dir)
-        from phalanx.runner.observers import PlainObserver
-
-        observer = PlainObserver(sys.stderr if output is Output.JSON else sys.stdout)
-        return runner.run(spec, options, observer, owns_run_dir=owns_run_dir)
-    except KeyboardInterrupt:  # the supervisor answers Ctrl-C itself once it runs: this is before
-        sys.stderr.write("phalanx: interrupted before anything started\n")
-        raise typer.Exit(130) from None
-
-
-def _report_outcome(outcome: RunOutcome, output: Output, settings: Settings) -> NoReturn:
-    """Say how it ended (and where to see it) and exit with its status."""
-    if output is Output.JSON:
-        emit_json(launched_json(outcome.experiment_id, str(outcome.status), outcome.reason))
-    else:
-        # a failure's reason may quote the replica's last lines: escaped on a terminal as its lines are
-        tail = f": {for_stream(sys.stderr)(outcome.reason)}" if outcome.reason else ""
-        sys.stderr.write(f"phalanx: experiment {outcome.experiment_id} {outcome.status}{tail}\n")
-        from phalanx.cli.server import ui_hint
-
-        if settings.host and _server_knows(settings.host, settings.token, outcome.experiment_id) is False:
-            sys.stderr.write(
-                f"phalanx: the server at {settings.host} (PHALANX_HOST) does not know experiment "
-                f"{outcome.experiment_id}: it keeps another store than this machine's "
-                f"({settings.database_url}), so it refused what the replicas reported and its web UI "
-                f"cannot show it. It is in this machine's store: `phalanx get {outcome.experiment_id}`. "
-                "Give `phalanx run` the server's database (PHALANX_DB_URL) to record it there.\n"
-            )
-        else:
-            from phalanx.server.address import running_url
-
-            running = running_url(settings.home, settings.database_url)
-            sys.stderr.write(ui_hint(outcome.experiment_id, settings.host, running) + "\n")
-    raise typer.Exit(outcome.exit_code)
-
-
-def _server_knows(host: str, token: str | None, experiment_id: str) -> bool | None:
-    """Whether the server at ``host`` has the experiment: False on 404 (it keeps another store),
-    None when it cannot be asked (down, no access)."""
-    import urllib.error
-    import urllib.request
-
-    req = urllib.request.Request(f"{host.rstrip('/')}/api/v1/experiments/{experiment_id}")
-    if token:
-        req.add_header("Authorization", f"Bearer {token}")
-    try:
-        with urllib.request.urlopen(req, timeout=5) as resp:
-            return bool(resp.status == 200)
-    except urllib.error.HTTPError as exc:
-        return False if exc.code == 404 else None
-    except (OSError, ValueError):
-        return None
-
-
-def _warn_if_crowded(prepared: Any) -> None:
-    """More local processes than cores, none of them asking for cores: say so before they start."""
-    if prepared.backend.name != "local":
-        return
-    from phalanx.machine import limits
-
-    replicas = [(r.name, r.resources, r.processes) for r in prepared.plan.replicas]
-    warning = limits.crowding_warning(replicas, limits.machine())
-    if warning:
-        sys.stderr.write(f"warning: {warning}\n")
 
 
 # ---- phalanx logs -----------------------------------------------------------------------------

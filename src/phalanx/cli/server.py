@@ -38,37 +38,6 @@ def is_loopback(host: str) -> bool:
         return False
 
 
-def ui_hint(experiment_id: str, host: str | None = None, running: str | None = None) -> str:
-    """The line `phalanx run` ends with: how to see this experiment in the web UI. ``host`` is the
-    server replicas reported to (PHALANX_HOST), if any; ``running`` the URL of the `phalanx server`
-    running over this machine's store (server.address.running_url); else how to start one (on its
-    default port)."""
-    if host or running:
-        url = (host or running or "").rstrip("/")
-        return f"phalanx: open {url}/experiments/{experiment_id} to see it in the web UI"
-    return (
-        f"phalanx: see it in the web UI: run `{_phalanx_command()} server` and open "
-        f"http://127.0.0.1:8000/experiments/{experiment_id}"
-    )
-
-
-def _phalanx_command() -> str:
-    """`phalanx` when that is what the shell finds, else the path this one was started by
-    (`make run` starts `.venv/bin/phalanx`, which is not on the user's PATH)."""
-    import os
-    import shutil
-    import sys
-
-    started = Path(sys.argv[0])
-    if started.name != "phalanx":
-        return "phalanx"
-    found = shutil.which("phalanx")
-    if found and Path(found).resolve() == started.resolve():
-        return "phalanx"
-    relative = os.path.relpath(started)
-    return relative if not relative.startswith("..") else str(started.resolve())
-
-
 def read_token_file(path: Path) -> str:
     try:
         token = path.read_text().strip()

@@ -185,6 +185,86 @@ def test_run_detach_returns_the_recorded_id_and_neither_it_nor_its_supervisor_im
     assert (phalanx_home / "artifacts" / started["id"] / "_source" / "source.tar.gz").is_file()
 
 
+# what a foreground `phalanx run` never imports: Typer's parsing (0.15-0.2 CPU-s of every run, issue 42)
+TYPERS = {"typer", "click", "pydantic", "pydantic_core"}
+
+
+def _run_here(home: Path, spec: Path, *more: str) -> tuple[int, str, list[str], set[str]]:
+    """`phalanx run -f SPEC MORE` in the foreground under -X importtime: its exit status, stdout and
+    stderr lines with the experiment's id as ID, the replicas' states (whose elapsed times and
+    whether `running` is seen before the end vary with the load) and --local's "on this machine"
+    left out, and the packages and modules it imported."""
+    import re
+
+    env = {**os.environ, "PHALANX_HOME": str(home)}
+    done = subprocess.run(
+        [sys.executable, "-X", "importtime", "-m", "phalanx.cli.main", "run", "-f", str(spec), *more],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=180,
+    )
+    timed = [line for line in done.stderr.splitlines() if line.startswith("import time:") and "|" in line]
+    imported = {line.rsplit("|", 1)[1].strip() for line in timed}
+    said = [
+        re.sub(r"\b[0-9a-f]{12}\b", "ID", line)
+        for line in done.stderr.splitlines()
+        if not line.startswith("import time:")
+        and line != "phalanx: on this machine"
+        and not re.fullmatch(r"phalanx: master \w+ \(\d+\.\d s\)", line)
+    ]
+    return done.returncode, re.sub(r"\b[0-9a-f]{12}\b", "ID", done.stdout), said, imported
+
+
+def test_a_foreground_run_says_what_typers_says_without_importing_typer(
+    phalanx_home: Path, tmp_path: Path
+) -> None:
+    """A plain `phalanx run -f FILE` takes the lean door (0.15-0.2 CPU-s of Typer and pydantic less,
+    issue 42) and prints, and exits with, what the Typer command prints (`--local` is Typer's)."""
+    spec = tmp_path / "trivial.yml"
+    spec.write_text("version: 1\nkind: experiment\nrun:\n  cmd: python -c pass\n")
+    lean = _run_here(phalanx_home, spec)
+    full = _run_here(phalanx_home, spec, "--local")
+    assert lean[0] == full[0] == 0, (lean[2], full[2])
+    assert lean[1:3] == full[1:3]
+    assert lean[2] == [
+        "phalanx: experiment ID (1 replica, local)",
+        "phalanx: experiment ID succeeded",
+        "phalanx: see it in the web UI: run `phalanx server` and open http://127.0.0.1:8000/experiments/ID",
+    ], lean[2]
+    assert "phalanx.supervisor" in lean[3] and "typer" in full[3]  # the importtime lines were read
+    assert not TYPERS & lean[3], sorted(TYPERS & lean[3])
+
+
+def test_a_failed_foreground_run_says_so_and_exits_1_on_both_doors(
+    phalanx_home: Path, tmp_path: Path
+) -> None:
+    """The failure's reason (the replica's last lines) and exit status 1 on the lean door as on
+    Typer's; with -o json one JSON document on stdout, the replica's lines and states on stderr."""
+    spec = tmp_path / "fails.yml"
+    spec.write_text(
+        "version: 1\nkind: experiment\nrun:\n  cmd: python -c \"import sys; print('bye'); sys.exit(3)\"\n"
+    )
+    lean = _run_here(phalanx_home, spec)
+    full = _run_here(phalanx_home, spec, "--local")
+    assert lean[0] == full[0] == 1, (lean[2], full[2])
+    assert lean[1:3] == full[1:3]
+    assert lean[1] == "[master] bye\n"
+    assert "phalanx: experiment ID failed: master exited with code 3; last lines of its log:" in lean[2]
+    assert not TYPERS & lean[3], sorted(TYPERS & lean[3])
+    status, out, said, imported = _run_here(phalanx_home, spec, "-o", "json")
+    assert status == 1 and not TYPERS & imported, said
+    assert json.loads(out) == {
+        "id": "ID",
+        "status": "failed",
+        "reason": "master exited with code 3; last lines of its log:\n  bye",
+        "server": None,
+        "supervisor_pid": None,
+        "log": None,
+    }
+    assert "[master] bye" in said
+
+
 def test_ls_where_and_column_use_the_run_table_grammar(phalanx_home: Path) -> None:
     from tests.unit.server import fill
 

@@ -18,7 +18,8 @@ from tests.integration.server.serverproc import Server, clean_env, start_server,
 from tests.support.cli import Done, phalanx_cli
 from tests.unit.server import fill
 
-from phalanx.cli.server import is_loopback, ui_hint
+from phalanx.cli.foreground import ui_hint
+from phalanx.cli.server import is_loopback
 from phalanx.config import Settings
 from phalanx.store import open_store
 

@@ -3,10 +3,14 @@ leaves to Typer everything it does not take whole."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
+import pytest
 import typer.main
 
 import phalanx.cli.run
 import phalanx.cli.tracking  # noqa: F401  (registers `ls` on the app)
+from phalanx import logins
 from phalanx.cli import lean
 from phalanx.cli.app import app
 from phalanx.cli.main import COMMAND_MODULE, COMMAND_MODULES, modules_for
@@ -46,13 +50,46 @@ def test_lean_run_takes_a_subset_of_the_typer_run_options_with_its_defaults() ->
     assert parsed is not None
     _, ns = parsed
     assert (ns.file, ns.detach, ns.param, ns.priority) == ("a.yml", True, ["x=1", "y=2"], 3)
+    parsed = lean.parse(["run", "-f", "a.yml", "-o", "json", "--no-wait"])  # a run supervised here
+    assert parsed is not None
+    _, ns = parsed
+    assert (ns.file, ns.detach, ns.output, ns.no_wait) == ("a.yml", False, "json", True)
     for args in (
         ["run", "-f", "a.yml", "--detach", "--dry-run"],
         ["run", "-f", "a.yml", "--detach", "--server", "http://x"],
         ["run", "-f", "a.yml", "--detach", "-o", "yaml"],
         ["run", "--detach"],  # no file: Typer's "Missing option '-f'"
+        ["run", "-f", "a.yml", "--dry-run"],
+        ["run", "-f", "a.yml", "-o", "yaml", "--dry-run"],
+        ["run", "-f", "a.yml", "--local"],  # Typer's ("on this machine" said)
+        ["run", "-f", "a.yml", "--follow"],
+        ["run", "-f", "a.yml", "--experiment-id", "0123456789ab"],
+        ["run", "-f", "a.yml", "--priority", "high"],  # Typer says how
     ):
         assert lean.parse(args) is None, args
+
+
+def test_lean_run_leaves_a_login_and_a_group_file_to_typer(
+    phalanx_home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """In the foreground as detached: after `phalanx login` the server runs it, and a group file is
+    `phalanx group run`'s; Typer's command decides both."""
+
+    def started(*args: object, **kwargs: object) -> None:
+        raise AssertionError("the lean door started it")
+
+    monkeypatch.setattr("phalanx.cli.foreground.run_foreground", started)
+    monkeypatch.setattr("phalanx.cli.launching.start_detached", started)
+    group = tmp_path / "group.yml"
+    group.write_text("version: 1\nkind: group\n")
+    experiment = tmp_path / "e.yml"
+    experiment.write_text("version: 1\nkind: experiment\nrun:\n  cmd: python -c pass\n")
+    for detach in ([], ["--detach"]):
+        assert lean.dispatch(["run", "-f", str(group), *detach]) is False
+        assert lean.dispatch(["run", "-f", str(tmp_path / "missing.yml"), *detach]) is False  # Typer says
+    logins.save(phalanx_home, logins.Login("http://127.0.0.1:9", "t" * 16))
+    for detach in ([], ["--detach"]):
+        assert lean.dispatch(["run", "-f", str(experiment), *detach]) is False
 
 
 def test_lean_logs_takes_the_options_of_the_typer_logs_but_the_servers() -> None:
