@@ -59,7 +59,7 @@ def run_foreground(
     from phalanx.runner import Runner
 
     outcome = _supervise(Runner(settings), spec, options, output, owns_run_dir=experiment_id is None)
-    _report_outcome(outcome, output, settings)
+    report_outcome(outcome, output, settings)
 
 
 def prepare_launch(
@@ -121,7 +121,7 @@ def _supervise(
         raise SystemExit(130) from None
 
 
-def _report_outcome(outcome: Outcome, output: Output, settings: Settings) -> NoReturn:
+def report_outcome(outcome: Outcome, output: Output, settings: Settings) -> NoReturn:
     """Say how it ended (and where to see it) and exit with its status."""
     if output is Output.JSON:
         emit_json(launched_json(outcome.experiment_id, str(outcome.status), outcome.reason))

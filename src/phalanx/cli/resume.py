@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
 import typer
 
 from phalanx.cli.app import ExtraParamsOpt, OutputOpt, app, fail
-from phalanx.cli.launching import detached_json, launched_json
+from phalanx.cli.launching import detached_json
 from phalanx.cli.listing import Format, emit_json
 from phalanx.cli.record_tables import human_size
 from phalanx.cli.target import LocalOpt, ServerOpt
@@ -70,12 +70,15 @@ def checkpoints(
         typer.echo("retention: " + ", ".join(f"{k}={v}" for k, v in policy.items()))
 
 
-def _supervise(runner: Any, prepared: Any, options: Any, output: str, *, headline: str) -> None:
+def _supervise(runner: Any, prepared: Any, options: Any, output: str, *, headline: str) -> NoReturn:
     """Run a prepared experiment to its end with `phalanx run`'s terminal output; exits with its code.
     ``headline`` says what starts; the supervisor then prints its own `experiment ID (N replicas)`."""
     import sys
 
+    from phalanx.cli.foreground import report_outcome
+    from phalanx.cli.launching import Output
     from phalanx.cli.live_table import RichObserver
+    from phalanx.config import Settings
     from phalanx.runner.observers import PlainObserver
 
     names = [r.name for r in prepared.plan.replicas]
@@ -87,12 +90,7 @@ def _supervise(runner: Any, prepared: Any, options: Any, output: str, *, headlin
     else:
         plain = PlainObserver(sys.stderr if output == "json" else sys.stdout)
         outcome = runner.run(prepared, options, plain, owns_run_dir=False)
-    if output == "json":
-        emit_json(launched_json(outcome.experiment_id, str(outcome.status), outcome.reason))
-    else:
-        tail = f": {outcome.reason}" if outcome.reason else ""
-        sys.stderr.write(f"phalanx: experiment {outcome.experiment_id} {outcome.status}{tail}\n")
-    raise typer.Exit(outcome.exit_code)
+    report_outcome(outcome, Output.JSON if output == "json" else Output.TEXT, Settings())
 
 
 def _launch_of(store: LocalStore, experiment: Any) -> dict[str, Any]:
