@@ -179,7 +179,7 @@ class Runner:
             )
             return supervisor.run()
         except BaseException:
-            if not options.resume and exp_id is not None and not _recorded(records.opened, exp_id):
+            if not options.resume and exp_id is not None and not _recorded(records.any_open, exp_id):
                 shutil.rmtree(self.settings.spool_dir / exp_id, ignore_errors=True)
                 if owns_run_dir:
                     shutil.rmtree(self.settings.runs_dir / exp_id, ignore_errors=True)

@@ -54,6 +54,12 @@ class LazyStore:
                 self._full = self._source()
             return self._full
 
+    @property
+    def any_open(self) -> RunStore | None:
+        """What is open of the two (the recording store first), None when neither was opened yet:
+        a store to ask whether the experiment was recorded, opening nothing."""
+        return self.opened or self._full
+
     def ready(self) -> None:
         self._ready.set()
 

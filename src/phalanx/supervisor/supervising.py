@@ -19,7 +19,7 @@ import threading
 import time
 from collections.abc import Iterator, Mapping
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from phalanx import queue, stragglers
 from phalanx.backends.base import DryRun, JobStatus, ReplicaStatus
@@ -45,9 +45,6 @@ from phalanx.supervisor.outcome import PID_FILE, LoggingObserver, Observer, Outc
 from phalanx.supervisor.preparing import Prepared, ingester_here
 from phalanx.supervisor.recording import Recorder, replicas_of
 from phalanx.supervisor.stopping import StopRequests
-
-if TYPE_CHECKING:
-    pass
 
 log = logging.getLogger(__name__)
 
