@@ -27,6 +27,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
+from phalanx import knobs
 from phalanx.domain import Event, Experiment, ExperimentStatus, Replica, ReplicaState, Role, Series
 from phalanx.errors import Conflict, NotFound, PhalanxError, UsageError
 from phalanx.store.alert_records import NOTICES, STALLED
@@ -79,11 +80,13 @@ class LiteWriter:
     ) -> LiteWriter | None:
         """A writer into the SQLite file ``database_url`` names when it is stamped with revision
         ``head``; None when the full store must be opened instead. ``full`` opens the full store
-        (called at most once, for what this writer hands on). Raises nothing."""
+        (called at most once, for what this writer hands on). Raises only what opening the full
+        store would raise for the same settings (a bad PHALANX_SQLITE_CACHE_KIB)."""
         path = sqlite_path(database_url)
         if path is None or not path.is_file():
             return None
         tighten(path)
+        cache_kib = knobs.SQLITE_CACHE_KIB.value()  # as the full store's (a bad value is refused alike)
         try:
             conn = sqlite3.connect(
                 f"file:{quote(str(path))}?mode=rw",
@@ -100,6 +103,9 @@ class LiteWriter:
             # already: the full store that created it switched it
             conn.execute(f"PRAGMA busy_timeout={int(BUSY_TIMEOUT_S * 1000)}")
             conn.execute("PRAGMA synchronous=NORMAL")
+            conn.execute(
+                f"PRAGMA cache_size=-{cache_kib}"
+            )  # a batch of points fits: no spill mid-transaction
             conn.execute("PRAGMA foreign_keys=ON")
         except sqlite3.Error:
             stamp = []
