@@ -68,7 +68,12 @@ class SqliteDb:
 
 def driver_error(exc: BaseException) -> PhalanxError | None:
     """The Phalanx error a database driver's exception means (``store.sql.errors`` says which);
-    None when ``exc`` is not a driver's."""
+    None when ``exc`` is not a driver's. An integer beyond 64 bits (SQLite's driver raises
+    OverflowError binding it) is the caller's UsageError."""
+    if isinstance(exc, OverflowError):
+        return UsageError(
+            f"a number is out of range for the database ({type(exc).__name__}); integers must fit in 64 bits"
+        )
     if type(exc).__module__.split(".")[0] not in _DRIVERS:
         return None
     kinds = {k.__name__ for k in type(exc).__mro__}
@@ -100,6 +105,7 @@ def first_line(exc: BaseException) -> str:
 
 
 _DRIVERS = {"sqlite3", "psycopg", "psycopg2"}
+LEGACY_KEY = ""  # the experiment of an event key stored before migration 0006 (any experiment)
 
 
 def marks(n: int) -> str:

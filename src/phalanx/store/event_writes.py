@@ -14,10 +14,8 @@ from typing import Any
 from phalanx.domain import Event
 from phalanx.store.batch import ScalarBlock
 from phalanx.store.chunk_writes import Piece, append
-from phalanx.store.db import Db, no_gc
+from phalanx.store.db import LEGACY_KEY, Db, no_gc
 from phalanx.store.summary_writes import aggregate, merge_level1, refresh_upper
-
-LEGACY_KEY = ""  # the experiment of an event key stored before migration 0006 (any experiment)
 
 _STORED_SEQS = (
     "SELECT seq FROM event_keys WHERE stream = ? AND seq BETWEEN ? AND ?"

@@ -94,7 +94,7 @@ class LiteReader:
     def artifact_store(self) -> ArtifactStore | None:
         """The experiments' files (``SqlStore.artifact_store``), opened at the first use."""
         if self._artifact_store is None and self._artifacts_root is not None:
-            from phalanx.store.artifacts import ArtifactStore  # why: only a resumed run's details read files
+            from phalanx.store.artifacts import ArtifactStore  # why: `phalanx ls` reads no files
 
             self._artifact_store = ArtifactStore(self._artifacts_root)
         return self._artifact_store

@@ -2,7 +2,7 @@
 library's ``sqlite3``: no SQLAlchemy, no Alembic (issue 42: importing them was about 0.2 of the
 0.5-0.6 CPU-s a whole submission of a trivial job cost, docs/cli-speed.md).
 
-``LiteWriter`` is the supervisor's store (``store.base.RunStore``) where ``LiteWriter.open`` finds a
+``LiteWriter`` is the supervisor's store (``store.run_store.RunStore``) where ``LiteWriter.open`` finds a
 SQLite file at the newest schema revision; anywhere else (PostgreSQL, no file yet, an older schema
 that opening the full store migrates) the supervisor opens the full store as before. Its rows are
 those the full store writes: the statements a batch of events shares with the full store
@@ -11,8 +11,8 @@ the very same code; an experiment's, its replicas' and its attempts' rows are a 
 statements of their own here, compared with the full store's in
 tests/unit/store/test_lite_writer.py. What it does not write itself it hands to the full store,
 opened then (``full``): a batch with other kinds of events (artifacts, models, texts, a later
-attempt's points, a plain script's own experiment), an end or a notice that a project's alert hooks
-are told about, a resume, a deletion.
+attempt's points, a plain script's own experiment, status or record of what ran), an end or a
+notice that a project's alert hooks are told about, a resume, a deletion.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
 from phalanx import knobs
-from phalanx.domain import Event, Experiment, ExperimentStatus, Replica, ReplicaState, Role, Series
+from phalanx.domain import Event, Experiment, ExperimentStatus, Replica, ReplicaState, Series
 from phalanx.errors import Conflict, NotFound, PhalanxError, UsageError
 from phalanx.store.alert_records import NOTICES, STALLED
 from phalanx.store.batch import collect
@@ -43,7 +43,7 @@ from phalanx.store.event_writes import (
 )
 from phalanx.store.lite import BUSY_TIMEOUT_S, LiteReader, sqlite_path
 from phalanx.store.private_file import tighten
-from phalanx.tracking.labels import MAX_NAME, MAX_TAG, label_problem
+from phalanx.store.row_values import check_labels, experiment_changes, replica_changes, replica_values
 
 if TYPE_CHECKING:
     from phalanx.store.artifacts import ArtifactStore
@@ -144,10 +144,11 @@ class LiteWriter:
             self._conn.execute("BEGIN IMMEDIATE")
             try:
                 yield self._db
+                self._conn.commit()
             except BaseException:
-                self._conn.rollback()
+                if self._conn.in_transaction:  # a failed COMMIT too: the write lock is let go
+                    self._conn.rollback()
                 raise
-            self._conn.commit()
 
     # --- the experiment's rows ---------------------------------------------------------------
 
@@ -169,12 +170,7 @@ class LiteWriter:
         created_at: float | None = None,
     ) -> Experiment:
         """As ``Store.create_experiment``."""
-        for value, what, most in ((name, "name", MAX_NAME), (project, "project", MAX_NAME)):
-            if value.strip() and (problem := label_problem(value, what, most)):
-                raise UsageError(problem)
-        for tag in tags:
-            if tag.strip() and (problem := label_problem(tag, "tag", MAX_TAG)):
-                raise UsageError(problem)
+        check_labels(name, project, tags)
         exp_id = experiment_id or uuid.uuid4().hex[:12]
         now = time.time() if created_at is None else created_at
         try:
@@ -228,8 +224,26 @@ class LiteWriter:
     ) -> Experiment:
         """As ``Store.update_experiment``; an end its project's alert hooks are told about is the
         full store's to write (it queues their deliveries in the same transaction)."""
+        values = experiment_changes(
+            status=status,
+            reason=reason,
+            started_at=started_at,
+            finished_at=finished_at,
+            handle=handle,
+            cluster=cluster,
+            plan=plan,
+        )
+        if "plan" in values:
+            values["plan"] = json.dumps(values["plan"])
         ends = status is not None and ExperimentStatus(status).done
-        if ends and self._hooked(experiment_id):
+        with self._writing() as db:
+            _must_exist(db, experiment_id)
+            # checked in the write transaction (it holds the write lock: no hook is added meanwhile)
+            hooked = ends and _hooked(db, experiment_id)
+            if values and not hooked:
+                sets = ", ".join(f"{k} = ?" for k in values)
+                db.execute(f"UPDATE experiments SET {sets} WHERE id = ?", (*values.values(), experiment_id))
+        if hooked:  # the full store queues the hooks' deliveries in the transaction that ends it
             return self._full().update_experiment(
                 experiment_id,
                 status=status,
@@ -240,27 +254,7 @@ class LiteWriter:
                 cluster=cluster,
                 plan=plan,
             )
-        given = {
-            "status": None if status is None else ExperimentStatus(status).value,
-            "reason": reason,
-            "started_at": started_at,
-            "finished_at": finished_at,
-            "handle": handle,
-            "cluster": cluster,
-            "plan": None if plan is None else json.dumps(dict(plan)),
-        }
-        values = {k: v for k, v in given.items() if v is not None}
-        with self._writing() as db:
-            _must_exist(db, experiment_id)
-            if values:
-                sets = ", ".join(f"{k} = ?" for k in values)
-                db.execute(f"UPDATE experiments SET {sets} WHERE id = ?", (*values.values(), experiment_id))
         return self.get_experiment(experiment_id)
-
-    def _hooked(self, experiment_id: str) -> bool:
-        """Whether the experiment's project has alert hooks (told about any end)."""
-        with self._held():
-            return bool(self._conn.execute(_HOOKED, (experiment_id,)).fetchall())
 
     def update_replica(
         self,
@@ -277,19 +271,16 @@ class LiteWriter:
         fresh: bool = False,
     ) -> None:
         """As ``Store.update_replica``."""
-        given = {
-            "state": None if state is None else ReplicaState(state).value,
-            "host": host,
-            "pid": pid,
-            "exit_code": exit_code,
-            "reason": reason,
-            "started_at": started_at,
-            "finished_at": finished_at,
-        }
-        values: dict[str, Any] = {k: v for k, v in given.items() if v is not None}
-        if fresh:  # a new attempt of the replica: what the last one ended with is not this one's
-            for column in ("exit_code", "reason", "finished_at"):
-                values.setdefault(column, None)
+        values = replica_changes(
+            state=state,
+            host=host,
+            pid=pid,
+            exit_code=exit_code,
+            reason=reason,
+            started_at=started_at,
+            finished_at=finished_at,
+            fresh=fresh,
+        )
         with self._writing() as db:
             _must_exist(db, experiment_id)
             key = (experiment_id, name)
@@ -410,13 +401,13 @@ class LiteWriter:
         queues their deliveries)."""
         if kind not in NOTICES:
             raise UsageError(f"notice {kind!r}: give one of {', '.join(NOTICES)}")
-        if self._hooked(experiment_id):
-            self._full().notice(experiment_id, kind, replica, text)
-            return
         with self._writing() as db:
             _must_exist(db, experiment_id)
-            if kind == STALLED:  # a stall's text is the experiment's reason while it lasts
+            hooked = _hooked(db, experiment_id)  # as for an end (update_experiment)
+            if kind == STALLED and not hooked:  # a stall's text is the experiment's reason while it lasts
                 db.execute("UPDATE experiments SET reason = ? WHERE id = ?", (text, experiment_id))
+        if hooked:
+            self._full().notice(experiment_id, kind, replica, text)
 
     def reopen_experiment(self, experiment_id: str) -> Experiment:
         return self._full().reopen_experiment(experiment_id)
@@ -425,27 +416,21 @@ class LiteWriter:
         self._full().delete_experiment(experiment_id)
 
 
+def _hooked(db: Db, experiment_id: str) -> bool:
+    """Whether the experiment's project has alert hooks (told about an end or a notice)."""
+    return bool(db.fetch(_HOOKED, (experiment_id,)))
+
+
 def _must_exist(db: Db, experiment_id: str) -> None:
     if not db.fetch("SELECT 1 FROM experiments WHERE id = ?", (experiment_id,)):
         raise NotFound(f"no experiment {experiment_id!r}")
 
 
 def _replica_row(experiment_id: str, r: Replica) -> tuple[Any, ...]:
-    return (
-        experiment_id,
-        r.name,
-        Role(r.role).value,
-        r.index,
-        r.rank,
-        ReplicaState(r.state).value,
-        r.host,
-        r.pid,
-        r.exit_code,
-        r.reason,
-        json.dumps(dict(r.resources)),
-        r.started_at,
-        r.finished_at,
-    )
+    """``_INSERT_REPLICA``'s values: the full store's row, its resources as SQLite's JSON text."""
+    row = replica_values(experiment_id, r)
+    row["resources"] = json.dumps(row["resources"])
+    return tuple(row.values())
 
 
 if TYPE_CHECKING:  # mypy checks here that both stores are what a supervisor records through

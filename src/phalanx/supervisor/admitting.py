@@ -104,8 +104,9 @@ class Admitter:
                 self.rows.status(ExperimentStatus.QUEUED)
             else:
                 self.rows.create(prepared, ExperimentStatus.QUEUED)
-            with contextlib.suppress(Exception):  # others' leftovers must not stop this experiment
-                reconcile.stop_abandoned(self.store.full(), entry.reclaimed or [])
+            if entry.reclaimed:  # others' leftovers (the full store's to stop) must not stop this one
+                with contextlib.suppress(Exception):
+                    reconcile.stop_abandoned(self.store.full(), entry.reclaimed)
             self.observer.message(text)
 
         watch = None

@@ -220,9 +220,11 @@ def test_a_foreground_run_says_what_typers_says_without_importing_typer(
     phalanx_home: Path, tmp_path: Path
 ) -> None:
     """A plain `phalanx run -f FILE` takes the lean door (0.15-0.2 CPU-s of Typer and pydantic less,
-    issue 42) and prints, and exits with, what the Typer command prints (`--local` is Typer's)."""
+    issue 42) and prints, and exits with, what the Typer command prints (`--local` is Typer's); on an
+    existing store its supervisor records without SQLAlchemy too."""
     spec = tmp_path / "trivial.yml"
     spec.write_text("version: 1\nkind: experiment\nrun:\n  cmd: python -c pass\n")
+    open_store(Settings(home=phalanx_home)).close()  # a store at the newest revision: the lean writer's
     lean = _run_here(phalanx_home, spec)
     full = _run_here(phalanx_home, spec, "--local")
     assert lean[0] == full[0] == 0, (lean[2], full[2])
@@ -234,6 +236,7 @@ def test_a_foreground_run_says_what_typers_says_without_importing_typer(
     ], lean[2]
     assert "phalanx.supervisor" in lean[3] and "typer" in full[3]  # the importtime lines were read
     assert not TYPERS & lean[3], sorted(TYPERS & lean[3])
+    assert "sqlalchemy" not in lean[3] and "phalanx.store.lite_writer" in lean[3]
 
 
 def test_a_failed_foreground_run_says_so_and_exits_1_on_both_doors(

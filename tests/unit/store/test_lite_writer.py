@@ -157,6 +157,9 @@ def test_the_lean_writer_refuses_what_the_full_store_refuses(
         lite.ingest_batch(
             "s", 0, 10, 1, [Event(EXP, EventKind.PARAM, {"values": {"k" * 300: 1}}, stream="s")]
         )
+    huge = [Event(EXP, EventKind.SCALAR, {"points": [["loss", "m", 2**64, 1.0, 1.0]]}, stream="s")]
+    with pytest.raises(UsageError, match="64 bits"):  # as the full store says it
+        lite.ingest_batch("s", 0, 10, 0, huge)
     assert lite.ingest_position("s") == (0, -1)
 
 

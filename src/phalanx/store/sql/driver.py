@@ -64,8 +64,3 @@ class DriverDb:
 def fetch(conn: Connection, sql: str, params: tuple[Any, ...]) -> list[Any]:
     """The rows ``sql`` answers for ``params``."""
     return DriverDb(conn).fetch(sql, params)
-
-
-def executemany(conn: Connection, sql: str, rows: Iterable[Sequence[Any]]) -> None:
-    """``sql`` once per row of ``rows``."""
-    DriverDb(conn).executemany(sql, rows)

@@ -27,7 +27,7 @@ def translate(exc: BaseException) -> PhalanxError | None:
     """The Phalanx error a storage exception means; None for one that is not the storage's (a bug)."""
     if isinstance(exc, PhalanxError):
         return exc
-    if isinstance(exc, OverflowError | sa.DataError):
+    if isinstance(exc, sa.DataError):
         return UsageError(
             f"a number is out of range for the database ({type(exc).__name__}); integers must fit in 64 bits"
         )

@@ -73,24 +73,6 @@ def group_named(conn: Connection, text: str) -> tuple[str, str] | None:
     return (str(found[0][0]), str(found[0][1])) if len(found) == 1 else None
 
 
-def replica_values(experiment_id: str, r: Replica) -> dict[str, Any]:
-    return {
-        "experiment_id": experiment_id,
-        "name": r.name,
-        "role": Role(r.role).value,
-        "index": r.index,
-        "rank": r.rank,
-        "state": ReplicaState(r.state).value,
-        "host": r.host,
-        "pid": r.pid,
-        "exit_code": r.exit_code,
-        "reason": r.reason,
-        "resources": dict(r.resources),
-        "started_at": r.started_at,
-        "finished_at": r.finished_at,
-    }
-
-
 def experiment(m: Any) -> Experiment:
     return Experiment(
         id=m["id"],

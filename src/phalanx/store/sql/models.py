@@ -30,7 +30,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.ext.compiler import compiles
 
-from phalanx.store.event_writes import LEGACY_KEY
+from phalanx.store.db import LEGACY_KEY
 
 # 64-bit ids on PostgreSQL; on SQLite only INTEGER PRIMARY KEY is the (already 64-bit) rowid alias.
 BIG_ID = BigInteger().with_variant(Integer, "sqlite")

@@ -38,6 +38,7 @@ from phalanx.store.base import (
     SeriesView,
 )
 from phalanx.store.event_writes import ingest, new_events, position
+from phalanx.store.row_values import check_labels, experiment_changes, replica_changes, replica_values
 from phalanx.store.sql import alerts, deletion, scalars
 from phalanx.store.sql import events as ev_sql
 from phalanx.store.sql.driver import DriverDb
@@ -47,7 +48,6 @@ from phalanx.store.sql.groups import GroupBook
 from phalanx.store.sql.lookup import experiment as _experiment
 from phalanx.store.sql.lookup import like as _like
 from phalanx.store.sql.lookup import replica as _replica
-from phalanx.store.sql.lookup import replica_values as _replica_values
 from phalanx.store.sql.lookup import resolve as _resolve
 from phalanx.store.sql.many import ManyReads
 from phalanx.store.sql.models import (
@@ -61,7 +61,7 @@ from phalanx.store.sql.records import RecordReads
 from phalanx.store.sql.starts import AttemptBook
 from phalanx.store.sql.submissions import SubmissionBook
 from phalanx.store.sql.table import column_values
-from phalanx.tracking.labels import MAX_NAME, MAX_TAG, label_problem
+from phalanx.tracking.labels import MAX_TAG, label_problem
 
 _first, _second, _third = itemgetter(0), itemgetter(1), itemgetter(2)
 _ORDER = {
@@ -145,14 +145,7 @@ class SqlStore(AttemptBook, RecordReads, ManyReads, GroupBook, SubmissionBook):
         status: ExperimentStatus = ExperimentStatus.CREATED,
         created_at: float | None = None,
     ) -> Experiment:
-        # the last gate for names (files, Task.init and the API check them first, with positions)
-        for value, what, most in (
-            (name, "name", MAX_NAME),
-            (project, "project", MAX_NAME),
-            *((t, "tag", MAX_TAG) for t in tags),
-        ):
-            if value.strip() and (problem := label_problem(value, what, most)):
-                raise UsageError(problem)
+        check_labels(name, project, tags)
         exp_id = experiment_id or uuid.uuid4().hex[:12]
         now = time.time() if created_at is None else created_at
         try:
@@ -180,7 +173,7 @@ class SqlStore(AttemptBook, RecordReads, ManyReads, GroupBook, SubmissionBook):
                     )
                 )
                 if replicas:
-                    conn.execute(insert(ReplicaRow), [_replica_values(exp_id, r) for r in replicas])
+                    conn.execute(insert(ReplicaRow), [replica_values(exp_id, r) for r in replicas])
         except IntegrityError as exc:
             raise Conflict(f"experiment {exp_id} already exists") from exc
         return self.get_experiment(exp_id)
@@ -255,19 +248,15 @@ class SqlStore(AttemptBook, RecordReads, ManyReads, GroupBook, SubmissionBook):
         cluster: str | None = None,
         plan: Mapping[str, Any] | None = None,
     ) -> Experiment:
-        values: dict[str, Any] = {
-            k: v
-            for k, v in {
-                "status": None if status is None else ExperimentStatus(status).value,
-                "reason": reason,
-                "started_at": started_at,
-                "finished_at": finished_at,
-                "handle": handle,
-                "cluster": cluster,
-                "plan": None if plan is None else dict(plan),
-            }.items()
-            if v is not None
-        }
+        values = experiment_changes(
+            status=status,
+            reason=reason,
+            started_at=started_at,
+            finished_at=finished_at,
+            handle=handle,
+            cluster=cluster,
+            plan=plan,
+        )
         with self._writer.begin() as conn:
             full = _resolve(conn, experiment_id)
             ends, before = status is not None and ExperimentStatus(status).done, None
@@ -351,7 +340,7 @@ class SqlStore(AttemptBook, RecordReads, ManyReads, GroupBook, SubmissionBook):
         try:
             with self._writer.begin() as conn:
                 full = _resolve(conn, experiment_id)
-                conn.execute(insert(ReplicaRow), [_replica_values(full, r) for r in replicas])
+                conn.execute(insert(ReplicaRow), [replica_values(full, r) for r in replicas])
         except IntegrityError as exc:
             raise Conflict(f"a replica of {experiment_id} already exists: {exc.orig}") from exc
 
@@ -369,22 +358,16 @@ class SqlStore(AttemptBook, RecordReads, ManyReads, GroupBook, SubmissionBook):
         finished_at: float | None = None,
         fresh: bool = False,
     ) -> None:
-        values: dict[str, Any] = {
-            k: v
-            for k, v in {
-                "state": None if state is None else ReplicaState(state).value,
-                "host": host,
-                "pid": pid,
-                "exit_code": exit_code,
-                "reason": reason,
-                "started_at": started_at,
-                "finished_at": finished_at,
-            }.items()
-            if v is not None
-        }
-        if fresh:  # a new attempt of the replica: what the last one ended with is not this one's
-            for key in ("exit_code", "reason", "finished_at"):
-                values.setdefault(key, None)
+        values = replica_changes(
+            state=state,
+            host=host,
+            pid=pid,
+            exit_code=exit_code,
+            reason=reason,
+            started_at=started_at,
+            finished_at=finished_at,
+            fresh=fresh,
+        )
         with self._writer.begin() as conn:
             full = _resolve(conn, experiment_id)
             result = conn.execute(

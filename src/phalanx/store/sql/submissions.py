@@ -16,8 +16,8 @@ from sqlalchemy.exc import IntegrityError
 
 from phalanx.domain import GroupStatus
 from phalanx.errors import Conflict
+from phalanx.store.row_values import replica_values
 from phalanx.store.sql.errors import phalanx_errors
-from phalanx.store.sql.lookup import replica_values
 from phalanx.store.sql.models import (
     AuditRow,
     ExperimentRow,
