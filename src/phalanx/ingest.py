@@ -47,7 +47,7 @@ from phalanx.store.batch import check_event, check_log, name, scalar_block, text
 from phalanx.tracking.console import relay, relay_lock_path
 from phalanx.tracking.identity import Identity
 from phalanx.tracking.labels import MAX_TAG, label_problem
-from phalanx.tracking.screen import truncate_line
+from phalanx.tracking.screen import step_problem, truncate_line
 
 if TYPE_CHECKING:
     from phalanx.store.base import IngestStore
@@ -58,15 +58,40 @@ log = logging.getLogger(__name__)
 _FILE_KINDS = (EventKind.ARTIFACT.value, EventKind.MODEL.value, EventKind.REPRO.value)
 
 
-def _integer(value: Any, field: str) -> int:
-    """An integer field of a record, naming the field when it is not one. A fractional number is
-    refused, not truncated: seq 1.5 read as 1 would be taken for a re-sent event and dropped."""
+def _integer(value: Any, field: str, bits: int = 64) -> int:
+    """An integer field of a record, naming the field when it is not one or does not fit the
+    column's ``bits`` (a number the database cannot hold would make the stream's every later batch
+    fail). A fractional number is refused, not truncated: seq 1.5 read as 1 would be taken for a
+    re-sent event and dropped."""
     if isinstance(value, bool) or (isinstance(value, float) and not value.is_integer()):
         raise UsageError(f"event {field!r} must be an integer, not {value!r}")
     try:
-        return int(value)
+        number = int(value)
     except (TypeError, ValueError, OverflowError):
         raise UsageError(f"event {field!r} must be an integer, not {value!r}") from None
+    if not -(2 ** (bits - 1)) <= number < 2 ** (bits - 1):
+        raise UsageError(f"event {field!r} {number} is out of range (a {bits}-bit integer)")
+    return number
+
+
+def _check_steps(ev: Event) -> None:
+    """UsageError naming the point whose step is beyond 64 bits (JSON integers have no bound; the
+    SDK's packed form cannot hold one): stored, it would fail the whole batch at every retry, and
+    every later record of its stream with it. Anything else malformed is the store's to say."""
+    if ev.kind not in (EventKind.SCALAR, EventKind.TEXT) or "keys" in ev.data:
+        return
+    points = ev.data.get("points") if ev.kind is EventKind.SCALAR else None
+    if isinstance(points, list):
+        steps = [(f"points[{j}] step", p[2]) for j, p in enumerate(points) if isinstance(p, list) and p[2:]]
+    else:
+        steps = [("step", ev.data.get("step", ev.data.get("iteration")))]
+    for where, value in steps:
+        try:
+            number = int(value) if isinstance(value, (int, str)) and not isinstance(value, bool) else None
+        except ValueError:
+            continue  # not a number at all: the store names it
+        if number is not None and step_problem(number):
+            raise UsageError(f"{where} {number} is out of range (a 64-bit integer)")
 
 
 def record_to_event(record: Mapping[str, Any]) -> Event:
@@ -98,9 +123,9 @@ def record_to_event(record: Mapping[str, Any]) -> Event:
     if kind is EventKind.EXPERIMENT:
         data = _clean_created(data)
     seq = _integer(record.get("seq", 0), "seq")
-    index = _integer(record.get("index", 0) or 0, "index")
+    index = _integer(record.get("index", 0) or 0, "index", 32)
     rank = record.get("rank")
-    rank = None if rank is None or rank == "" else _integer(rank, "rank")
+    rank = None if rank is None or rank == "" else _integer(rank, "rank", 32)
     try:
         when = float(record.get("time") or time.time())
     except (TypeError, ValueError):
@@ -125,6 +150,7 @@ def record_to_event(record: Mapping[str, Any]) -> Event:
         attempt=attempt,
     )
     _check_names(event)
+    _check_steps(event)
     if kind is EventKind.SCALAR and "keys" in data:
         try:  # columns: check their shape here; decoding them twice would cost more than storing
             check_columns(data)

@@ -91,6 +91,38 @@ def test_a_malformed_line_is_skipped_and_later_records_still_arrive(store: SqlSt
     assert _steps(store, exp) == list(range(10))
 
 
+def test_a_number_the_database_cannot_hold_is_left_out_and_never_stops_the_stream(
+    store: SqlStore, tmp_path: Path
+) -> None:
+    """A step beyond 64 bits, a rank beyond 32 (a job writes its spool as it likes): that record is
+    refused like any malformed one; the stream's later records are stored (they used to fail with
+    it at every pass, for good)."""
+    exp = store.create_experiment(name="a", project="p").id
+    w = _writer(tmp_path, exp)
+    w.write("scalar", {"points": [["loss", "worker 00", 2**64, 1.0, 1.0]]})
+    with open(w.path, "a") as fh:
+        fh.write(
+            json.dumps(
+                {
+                    "stream": w.stream,
+                    "seq": 1,
+                    "kind": "scalar",
+                    "experiment_id": exp,
+                    "rank": 2**40,
+                    "data": _points(0, 1),
+                }
+            )
+            + "\n"
+        )
+    w._seq = 2
+    w.write("scalar", _points(5, 5))
+    w.log("after")
+    ingester = Ingester(store, None, tmp_path / "spool")
+    assert ingester.run_once() == 2
+    assert _steps(store, exp) == list(range(5, 10))
+    assert [line.text for line in store.logs(exp)] == ["after"]
+
+
 def test_console_lines_are_stored_once_each_as_printed_and_a_malformed_log_record_is_left_out(
     store: SqlStore, tmp_path: Path
 ) -> None:

@@ -63,8 +63,7 @@ def ingest(batch: IngestIn, store: StoreDep, request: Request) -> IngestOut:
                 ", at most 32 (Phalanx makes 12 hex digits)"
             )
     for i, ev in enumerate(events):
-        _check_envelope(i, ev.seq, ev.index, ev.rank, ev.time)
-        _check_steps(i, ev)
+        _check_time(i, ev.time)
     check_owners(store, events, getattr(request.state, "experiment_scope", None))
     created = authorize_batch(request, store, events)
     # a number the database cannot hold (a step beyond 64 bits) is the store's UsageError (400)
@@ -173,41 +172,15 @@ def _exact(store: Store, experiment_id: str) -> Experiment | None:
     return found if found.id == experiment_id else None
 
 
-INT64 = (-(2**63), 2**63 - 1)
 # Ids end up in URLs and artifact folders: nothing that could name another folder ('..', '/', NUL).
 SAFE_ID = re.compile(r"[A-Za-z0-9_-]{1,32}")  # the id column holds 32
 
 
-def _check_envelope(i: int, seq: int, index: int, rank: int | None, when: float) -> None:
-    """UsageError naming the record when its integers cannot be stored (the database holds 64-bit
-    integers: a bigger one would fail inside the store's transaction) or its time is not finite."""
-    for field, value in (("seq", seq), ("index", index), ("rank", rank)):
-        if value is not None and not INT64[0] <= value <= INT64[1]:
-            raise UsageError(f"events[{i}]: {field} {value} is out of range (a 64-bit integer)")
+def _check_time(i: int, when: float) -> None:
+    """UsageError naming the record when its time is not finite (its integers are checked where
+    every door reads records, ``ingest.record_to_event``)."""
     if not math.isfinite(when):
         raise UsageError(f"events[{i}]: time must be a finite number of seconds since the epoch")
-
-
-def _check_steps(i: int, ev: Event) -> None:
-    """UsageError naming the record and the point whose step is beyond 64 bits (JSON integers have
-    no bound; the SDK's packed form cannot hold one). Anything else malformed is the store's to say."""
-    if ev.kind not in (EventKind.SCALAR, EventKind.TEXT) or not isinstance(ev.data, dict):
-        return
-    d = ev.data
-    if "keys" in d:  # the SDK's packed points: 64-bit by construction
-        return
-    points = d.get("points") if ev.kind is EventKind.SCALAR else None
-    if isinstance(points, list):
-        steps = [(f"points[{j}] step", p[2]) for j, p in enumerate(points) if isinstance(p, list) and p[2:]]
-    else:
-        steps = [("step", d.get("step", d.get("iteration")))]
-    for where, value in steps:
-        try:
-            number = int(value) if isinstance(value, (int, str)) and not isinstance(value, bool) else None
-        except ValueError:
-            continue  # not a number at all: the store names it
-        if number is not None and not INT64[0] <= number <= INT64[1]:
-            raise UsageError(f"events[{i}]: {where} {number} is out of range (a 64-bit integer)")
 
 
 @router.put(
