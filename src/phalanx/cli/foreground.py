@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
-from phalanx.cli.launching import Output, _load, check_request, launch_options, launched_json
+from phalanx.cli.launching import Output, check_request, launched_json, prepare_launch
 from phalanx.cli.listing import emit_json
 from phalanx.cli.live_table import RichObserver
 from phalanx.terminal_text import for_stream
@@ -60,42 +60,6 @@ def run_foreground(
 
     outcome = _supervise(Runner(settings), spec, options, output, owns_run_dir=experiment_id is None)
     report_outcome(outcome, output, settings)
-
-
-def prepare_launch(
-    file: Path,
-    *,
-    param: list[str] | None,
-    extra_params: bool,
-    workdir: Path | None,
-    oversubscribe: bool,
-    cluster: str | None,
-    priority: int,
-    no_wait: bool,
-    no_system_metrics: bool,
-    experiment_id: str | None,
-    settings: Settings,
-    check_home: bool = True,
-) -> tuple[Any, LaunchOptions]:
-    """The file loaded (its notes shown) and `phalanx run`'s options as the runner takes them: the
-    mistakes of both found before anything starts (``check_home``: not for a dry run)."""
-    spec = _load(file, param, extra_params)
-    for note in getattr(spec, "notes", ()):
-        sys.stderr.write(f"note: {note}\n")
-    options = launch_options(
-        file,
-        param=param,
-        workdir=workdir,
-        oversubscribe=oversubscribe,
-        cluster=cluster,
-        priority=priority,
-        no_wait=no_wait,
-        no_system_metrics=no_system_metrics,
-        experiment_id=experiment_id,
-        settings=settings,
-        check_home=check_home,
-    )
-    return spec, options
 
 
 def _supervise(

@@ -16,7 +16,7 @@ from phalanx.cli.listing import emit_json
 
 if TYPE_CHECKING:
     from phalanx.config import Settings
-    from phalanx.runner import LaunchOptions, Runner, SpecFile
+    from phalanx.runner import LaunchOptions, Runner
     from phalanx.runner.running import Submitted
     from phalanx.spec.model import ExperimentSpec
 
@@ -88,25 +88,23 @@ def check_request(experiment_id: str | None, priority: int, output: Output, dry_
 
 def submit_detached(
     runner: Runner,
-    spec: ExperimentSpec | SpecFile,
+    spec: ExperimentSpec,
     options: LaunchOptions,
     output: Output,
     headline: str | None = None,
+    fork: bool = False,
 ) -> None:
-    """Start the experiment's supervisor in its own session (its output in runs/<id>/supervisor.log),
-    wait (bounded) until the experiment exists and print its id. If the supervisor ends before, its
-    own messages are shown and its exit status is ours (its run folder is removed: nothing
-    half-written): for a ``SpecFile``, the file's problems (exit status 2); once it exists, the
-    notes the supervisor found in the file are shown too."""
-    from phalanx.runner import SpecFile, StartFailed
+    """Start the experiment's supervisor in its own session (its output in runs/<id>/supervisor.log;
+    ``fork``: forked from this process, ``Runner.submit``), wait (bounded) until the experiment
+    exists and print its id. If the supervisor ends before, its own messages are shown and its exit
+    status is ours (its run folder is removed: nothing half-written)."""
+    from phalanx.runner import StartFailed
 
     try:
-        submitted = runner.submit(spec, options, headline=headline)
+        submitted = runner.submit(spec, options, headline=headline, fork=fork)
     except StartFailed as exc:
         sys.stderr.write((exc.text or f"error: the supervisor exited with status {exc.exit_code}") + "\n")
         raise SystemExit(exc.exit_code or 1) from None
-    if isinstance(spec, SpecFile):
-        _echo_notes(submitted.log)
     if output is Output.JSON:
         emit_json(detached_json(submitted))
     else:
@@ -150,19 +148,6 @@ def launched_json(
     }
 
 
-def _echo_notes(log: Path) -> None:
-    """The `note: ...` lines a supervisor wrote after validating its file (before it created the
-    experiment, so they are in its log by now), as `phalanx run` shows a file's notes."""
-    try:
-        with open(log, "rb") as fh:
-            head = fh.read(1 << 16).decode(errors="replace")
-    except OSError:
-        return
-    for line in head.splitlines():
-        if line.startswith("note: "):
-            sys.stderr.write(line + "\n")
-
-
 def start_detached(
     file: Path,
     *,
@@ -178,23 +163,18 @@ def start_detached(
     experiment_id: str | None = None,
     settings: Settings | None = None,
 ) -> None:
-    """`phalanx run --detach`: the supervisor started in its own session; prints the experiment's
-    id (or JSON with ``output``) once it exists. Every mistake is found before the experiment
-    exists and anything starts (exit 2): the options here, the file by the supervisor."""
+    """`phalanx run --detach`: every mistake found before the experiment exists and anything starts
+    (exit 2), then its supervisor forked from this process, in its own session (``Runner.fork``:
+    the file validated and the modules imported once for the whole submission, issue 42); prints
+    the experiment's id (or JSON with ``output``) once it exists."""
     from phalanx.config import Settings
 
     settings = settings or Settings()
     check_request(experiment_id, priority, output)
-    _refuse_stdin(file)
-    from phalanx.runner import SpecFile
-    from phalanx.spec.params import parse_param_overrides
-
-    # the file itself is loaded and validated by the supervisor, which imports the spec model anyway:
-    # its mistakes come back as ours, exit status 2 (``submit_detached``; docs/cli-speed.md)
-    spec = SpecFile(str(file), parse_param_overrides(param or []), extra_params)
-    options = launch_options(
+    spec, options = prepare_launch(
         file,
         param=param,
+        extra_params=extra_params,
         workdir=workdir,
         oversubscribe=oversubscribe,
         cluster=cluster,
@@ -206,7 +186,43 @@ def start_detached(
     )
     from phalanx.runner import Runner
 
-    submit_detached(Runner(settings), spec, options, output)
+    submit_detached(Runner(settings), spec, options, output, fork=True)
+
+
+def prepare_launch(
+    file: Path,
+    *,
+    param: list[str] | None,
+    extra_params: bool,
+    workdir: Path | None,
+    oversubscribe: bool,
+    cluster: str | None,
+    priority: int,
+    no_wait: bool,
+    no_system_metrics: bool,
+    experiment_id: str | None,
+    settings: Settings,
+    check_home: bool = True,
+) -> tuple[Any, LaunchOptions]:
+    """The file loaded (its notes shown) and `phalanx run`'s options as the runner takes them: the
+    mistakes of both found before anything starts (``check_home``: not for a dry run)."""
+    spec = _load(file, param, extra_params)
+    for note in getattr(spec, "notes", ()):
+        sys.stderr.write(f"note: {note}\n")
+    options = launch_options(
+        file,
+        param=param,
+        workdir=workdir,
+        oversubscribe=oversubscribe,
+        cluster=cluster,
+        priority=priority,
+        no_wait=no_wait,
+        no_system_metrics=no_system_metrics,
+        experiment_id=experiment_id,
+        settings=settings,
+        check_home=check_home,
+    )
+    return spec, options
 
 
 def launch_options(

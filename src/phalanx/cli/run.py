@@ -19,10 +19,10 @@ import typer
 from phalanx.cli.app import ExtraParamsOpt, app, choice_option
 
 # typer-free (the lean `run` uses them too); resume.py imports them from here
-from phalanx.cli.foreground import prepare_launch, run_foreground, warn_if_crowded
+from phalanx.cli.foreground import run_foreground, warn_if_crowded
 from phalanx.cli.launching import Output as Output
 from phalanx.cli.launching import _check_id as _check_id
-from phalanx.cli.launching import check_request, start_detached
+from phalanx.cli.launching import check_request, prepare_launch, start_detached
 from phalanx.cli.launching import submit_detached as submit_detached
 from phalanx.cli.listing import emit_json
 from phalanx.cli.target import LocalOpt, ServerOpt, submit_server

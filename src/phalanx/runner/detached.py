@@ -9,7 +9,6 @@ from __future__ import annotations
 import contextlib
 import faulthandler
 import os
-import shutil
 import signal
 import sys
 from collections.abc import Callable
@@ -19,8 +18,7 @@ from typing import TYPE_CHECKING
 from phalanx.errors import PhalanxError, SpecError, exit_status
 from phalanx.machine.locks import hold
 from phalanx.runner.observers import PlainObserver
-from phalanx.runner.options import LAUNCH_LOCK_FD, SpecFile, read_launch
-from phalanx.spec.loader import refusal_text
+from phalanx.runner.options import LAUNCH_LOCK_FD, read_launch
 
 SUPERVISOR_LOCK = "supervisor.lock"  # runs/<id>/supervisor.lock: held by an accepted launch's supervisor
 
@@ -58,22 +56,9 @@ def supervise_launch(
         return 0
     if launch.headline:
         sys.stderr.write(f"phalanx: {launch.headline}\n")
-    spec = launch.spec
-    if isinstance(spec, SpecFile):  # `phalanx run --detach`: the file is validated here, first
-        source = spec
-        try:
-            spec = source.load()
-        except SpecError as exc:  # nothing written yet; the waiting `phalanx run` prints this
-            sys.stderr.write(refusal_text(exc, source.path) + "\n")
-            if launch.remove_run_dir:
-                shutil.rmtree(run_dir, ignore_errors=True)
-            return exit_status(exc)
-        for note in spec.notes:  # `phalanx run --detach` echoes these once the experiment exists
-            sys.stderr.write(f"note: {note}\n")
-        sys.stderr.flush()
     try:
         outcome = make_runner().run(
-            spec,
+            launch.spec,
             launch.options,
             PlainObserver(sys.stdout),
             owns_run_dir=launch.remove_run_dir,

@@ -5,6 +5,9 @@ pays an interpreter start-up and every import again (seconds on a loaded machine
 controller has all of it in memory already. A fork starts the trial's supervisor in
 milliseconds, from the very spec object the controller built.
 
+`phalanx run --detach` forks its supervisor too, from the spec it validated: one interpreter
+start and one set of imports for the whole submission instead of two (issue 42).
+
 Only for a single-threaded caller that owns its process (a fork copies only the calling thread:
 a lock another thread held would never be released in the child), which is what ``can_fork``
 checks; the Runner falls back to ``start`` otherwise. The child starts its own session (a Ctrl-C
@@ -27,13 +30,27 @@ import time
 import traceback
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from phalanx import alerts
 from phalanx.store import reuse_after_fork
 
 if TYPE_CHECKING:
     from phalanx.store.base import LocalStore
+
+
+class SupervisorProcess(Protocol):
+    """A detached supervisor as the process that started it holds it: a ``subprocess.Popen`` or a
+    ``Forked``."""
+
+    pid: int
+    args: Any  # what runs: ``Popen.args``, or ["fork", PID]
+
+    def poll(self) -> int | None: ...
+
+    def wait(self, timeout: float | None = None) -> int: ...
+
+    def terminate(self) -> None: ...
 
 
 def can_fork() -> bool:
@@ -114,6 +131,22 @@ def preload() -> None:
             importlib.import_module(name)
 
 
+def _close_inherited() -> None:
+    """Close every inheritable fd beyond stderr: the ones this process was handed by whatever started
+    it (Python opens its own non-inheritable, PEP 446), such as the write end of a pipe a caller
+    reads to its end (`id=$(phalanx run --detach ... 3>&1)`), which the supervisor would otherwise
+    hold open for its whole life, as `start`'s ``close_fds`` does not let it."""
+    try:
+        names = os.listdir("/proc/self/fd")
+    except OSError:  # no /proc (not Linux): left as they are
+        return
+    for name in names:
+        fd = int(name)
+        with contextlib.suppress(OSError):  # the listing's own fd, already closed
+            if fd > 2 and os.get_inheritable(fd):
+                os.close(fd)
+
+
 def fork_supervisor(
     run_dir: Path,
     log: Path,
@@ -146,6 +179,7 @@ def fork_supervisor(
         for fd in closing:
             with contextlib.suppress(OSError):
                 os.close(fd)
+        _close_inherited()
         devnull = os.open(os.devnull, os.O_RDONLY)
         os.dup2(devnull, 0)
         os.dup2(out, 1)

@@ -95,41 +95,16 @@ class LaunchOptions:
 
 
 @dataclass(frozen=True)
-class SpecFile:
-    """An experiment file that the detached supervisor loads and validates itself.
-
-    Why: `phalanx run --detach` must not pay for the schema, the YAML tree and the spec model (most
-    of its CPU; issue 30's 0.2 CPU-s target) when the supervisor it starts imports them anyway. The
-    supervisor loads the file first, before it writes anything; a mistake in it ends the supervisor
-    with status 2 and the file's problems as `phalanx run` words them (``spec.loader.refusal_text``),
-    which the waiting `phalanx run --detach` prints as its own (``Runner.submit``: StartFailed), its
-    run folder removed. ``path`` as the user gave it (messages name it so), read from the caller's
-    working directory (the supervisor's own); ``params``: the `--param` values, already parsed.
-    """
-
-    path: str
-    params: Mapping[str, Any] = field(default_factory=dict)
-    extra_params: bool = False
-
-    def load(self) -> ExperimentSpec:
-        """The validated spec (SpecError with every problem, as ``spec.loader.load_spec``)."""
-        from phalanx.spec.loader import load_spec  # why: `run --detach` imports these options: no spec loader
-
-        return load_spec(self.path, params=self.params, extra_params=self.extra_params)
-
-
-@dataclass(frozen=True)
 class Launch:
     """What a detached supervisor reads from its run folder: the validated spec and its options.
 
     Pickled, not dumped as YAML: the supervisor gets the very object the caller validated (the same
-    Phalanx on the same machine wrote it into the user's own PHALANX_HOME), or the ``SpecFile`` it
-    validates itself (`phalanx run --detach`). ``remove_run_dir``: the
+    Phalanx on the same machine wrote it into the user's own PHALANX_HOME). ``remove_run_dir``: the
     supervisor removes its run folder itself if it fails before the experiment exists (its log is
     elsewhere, as a group trial's is); else the caller that waits reads the log there and removes it.
     """
 
-    spec: ExperimentSpec | SpecFile
+    spec: ExperimentSpec
     options: LaunchOptions
     remove_run_dir: bool = False
     headline: str | None = None  # said first in its log (`rerun of ID from its snapshot`)

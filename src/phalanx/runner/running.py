@@ -19,7 +19,7 @@ from phalanx.errors import NotFound, PhalanxError
 from phalanx.machine.locks import hold
 from phalanx.machine.procs import record_process, recorded_process
 from phalanx.runner.forking import can_fork, fork_supervisor
-from phalanx.runner.options import LAUNCH_LOCK, LAUNCH_LOCK_FD, Launch, LaunchOptions, SpecFile, write_launch
+from phalanx.runner.options import LAUNCH_LOCK, LAUNCH_LOCK_FD, Launch, LaunchOptions, write_launch
 from phalanx.store import open_store, through_outage
 from phalanx.store.lite import LiteReader, sqlite_path
 from phalanx.store.migrations import HEAD
@@ -27,7 +27,7 @@ from phalanx.store.migrations import HEAD
 if TYPE_CHECKING:
     from phalanx.buildprogress import BuildProgress
     from phalanx.domain import Experiment, LogLine
-    from phalanx.runner.forking import Forked
+    from phalanx.runner.forking import Forked, SupervisorProcess
     from phalanx.spec.model import ExperimentSpec
     from phalanx.store.base import LocalStore, Store
     from phalanx.store.run_store import RunStore
@@ -53,7 +53,7 @@ class StartFailed(PhalanxError):
 class StartTimeout(PhalanxError):
     """A detached supervisor did not create its experiment in time; ``process`` still runs."""
 
-    def __init__(self, message: str, process: subprocess.Popen[bytes]) -> None:
+    def __init__(self, message: str, process: SupervisorProcess) -> None:
         super().__init__(message)
         self.process = process
 
@@ -64,7 +64,7 @@ class Submitted:
     its status (and reason) as the store held them once it existed (or was reopened)."""
 
     experiment_id: str
-    process: subprocess.Popen[bytes]
+    process: SupervisorProcess
     log: Path
     status: str = "created"
     reason: str | None = None
@@ -235,7 +235,7 @@ class Runner:
     # -- detached ----------------------------------------------------------------------------------
     def start(
         self,
-        spec: ExperimentSpec | SpecFile,
+        spec: ExperimentSpec,
         options: LaunchOptions,
         *,
         log: Path | None = None,
@@ -245,8 +245,7 @@ class Runner:
     ) -> tuple[str, subprocess.Popen[bytes], Path]:
         """Start the experiment's supervisor (`python -m phalanx.runner RUN_DIR`) in its own session
         (a Ctrl-C at the caller's terminal does not reach it) and return at once: its id, its
-        process and its log (``log``, default runs/<id>/supervisor.log, appended to). ``spec``: the
-        validated spec, or a ``SpecFile`` that the supervisor validates first (exit status 2)."""
+        process and its log (``log``, default runs/<id>/supervisor.log, appended to)."""
         exp_id = options.experiment_id or uuid.uuid4().hex[:12]
         options = replace(options, experiment_id=exp_id)
         run_dir = self.settings.runs_dir / exp_id
@@ -286,20 +285,22 @@ class Runner:
         spec: ExperimentSpec,
         options: LaunchOptions,
         *,
-        log: Path,
+        log: Path | None = None,
         close: Iterable[int] = (),
         store: LocalStore | None = None,
     ) -> tuple[str, Forked | subprocess.Popen[bytes], Path]:
-        """``start``, but the supervisor is forked from this process (no Python start-up: a group's
-        trial starts in milliseconds) when this process may fork (``forking.can_fork``: no other
-        thread runs); else ``start``. ``close``: fds the supervisor must not keep (a lock);
-        ``store``: this process's open store, which a forked supervisor uses rather than opening
-        its own (``store.reuse_after_fork``)."""
+        """``start``, but the supervisor is forked from this process (no Python start-up, and no
+        import or validation done twice: a group's trial starts in milliseconds, `phalanx run
+        --detach` costs one interpreter) when this process may fork (``forking.can_fork``: no other
+        thread runs); else ``start``. ``log``: as ``start``'s. ``close``: fds the supervisor must
+        not keep (a lock); ``store``: this process's open store, which a forked supervisor uses
+        rather than opening its own (``store.reuse_after_fork``)."""
         if not can_fork():
             return self.start(spec, options, log=log)
         exp_id = options.experiment_id or uuid.uuid4().hex[:12]
         options = replace(options, experiment_id=exp_id)
         run_dir = self.settings.runs_dir / exp_id
+        log = log or run_dir / SUPERVISOR_LOG
         outside = not log.resolve().is_relative_to(run_dir.resolve())
         lock = _take_launch_lock(run_dir)  # the forked supervisor keeps it (an inherited fd)
         try:
@@ -328,23 +329,29 @@ class Runner:
 
     def submit(
         self,
-        spec: ExperimentSpec | SpecFile,
+        spec: ExperimentSpec,
         options: LaunchOptions,
         *,
         env: Mapping[str, str] | None = None,
         cwd: Path | None = None,
         headline: str | None = None,
         timeout: float = STARTUP_TIMEOUT,
+        fork: bool = False,
     ) -> Submitted:
         """``start``, then return once the experiment exists (for a resume: once its supervisor has
         reopened it). StartFailed when the supervisor ended before that (its run folder removed:
-        nothing half-written); StartTimeout past ``timeout`` (the supervisor is left running)."""
+        nothing half-written); StartTimeout past ``timeout`` (the supervisor is left running).
+        ``fork``: the supervisor is forked from this process (``fork``), unless it needs its own
+        ``env``, ``cwd`` or ``headline``."""
         run_dir = self.settings.runs_dir / (options.experiment_id or "")
         log_start = 0
         if options.resume:
             log_path = run_dir / SUPERVISOR_LOG
             log_start = log_path.stat().st_size if log_path.exists() else 0
-        exp_id, proc, log = self.start(spec, options, env=env, cwd=cwd, headline=headline)
+        if fork and env is None and cwd is None and headline is None:
+            exp_id, proc, log = self.fork(spec, options)
+        else:
+            exp_id, proc, log = self.start(spec, options, env=env, cwd=cwd, headline=headline)
         status, reason = self._wait_started(
             exp_id, proc, log, timeout, resume=options.resume, log_start=log_start
         )
@@ -353,7 +360,7 @@ class Runner:
     def _wait_started(
         self,
         exp_id: str,
-        proc: subprocess.Popen[bytes],
+        proc: SupervisorProcess,
         log: Path,
         timeout: float,
         *,
@@ -385,7 +392,7 @@ class Runner:
         started: Callable[[Any, Settings, str, int], bool],
         store: Any,
         exp_id: str,
-        proc: subprocess.Popen[bytes],
+        proc: SupervisorProcess,
         log: Path,
         timeout: float,
         *,

@@ -28,7 +28,6 @@ from __future__ import annotations
 import collections
 import contextlib
 import logging
-import subprocess
 import threading
 import time
 from collections.abc import Callable
@@ -45,6 +44,7 @@ from phalanx.groups.lock import holder
 from phalanx.machine.box import isolation_of
 from phalanx.machine.locks import held
 from phalanx.runner.detached import SUPERVISOR_LOCK
+from phalanx.runner.forking import SupervisorProcess
 from phalanx.runner.resuming import Resume
 from phalanx.runner.running import SUPERVISOR_LOG, Runner, StartTimeout
 from phalanx.server import orders
@@ -212,12 +212,12 @@ class Launcher:
         log.info("experiment %s: resumed by supervisor pid %s", exp_id, submitted.process.pid)
         self._reap_later(exp_id, submitted.process)
 
-    def _reap_later(self, experiment_id: str, process: subprocess.Popen[bytes]) -> None:
+    def _reap_later(self, experiment_id: str, process: SupervisorProcess) -> None:
         threading.Thread(
             target=self._reap, args=(experiment_id, process), name=f"reap-{experiment_id}", daemon=True
         ).start()
 
-    def _await_start(self, run_dir: Path, process: subprocess.Popen[bytes]) -> None:
+    def _await_start(self, run_dir: Path, process: SupervisorProcess) -> None:
         """Until the supervisor has passed its start (its pid file written) or ended: the worker
         then takes the next one, so at most ``workers`` supervisors start at a time."""
         deadline = time.monotonic() + START_WAIT_SECONDS
@@ -226,7 +226,7 @@ class Launcher:
                 return
             time.sleep(0.05)
 
-    def _reap(self, experiment_id: str, process: subprocess.Popen[bytes]) -> None:
+    def _reap(self, experiment_id: str, process: SupervisorProcess) -> None:
         process.wait()
         with contextlib.suppress(Exception):  # the watcher's pass settles it otherwise
             self._settle_unstarted(experiment_id)

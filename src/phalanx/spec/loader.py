@@ -94,9 +94,8 @@ def _with_source(spec: ExperimentSpec, source: str) -> ExperimentSpec:
 def refusal_text(exc: SpecError, file: str | Path, kind: str = "experiment file") -> str:
     """How `phalanx run`, `check` and `group run` report a file they refused (exit status 2): one
     located line per problem and a last line counting them, or the one `error: ...` line for a file
-    that could not be read (missing, a directory, too large). The same text whichever process
-    validated the file (the CLI, or a detached supervisor that loads it: ``runner.options.SpecFile``).
-    ``kind``: what the file should have been ("experiment file", "group file")."""
+    that could not be read (missing, a directory, too large). ``kind``: what the file should have
+    been ("experiment file", "group file")."""
     if len(exc.problems) == 1 and exc.problems[0].line is None:
         return f"error: {exc.problems[0]}"
     n = len(exc.problems)

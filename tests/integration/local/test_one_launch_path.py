@@ -1,7 +1,7 @@
-"""One launch path: `phalanx run --detach` and ``Experiment.submit`` each start their experiment's
-supervisor directly (`python -m phalanx.runner`), from the validated spec: no second `phalanx` CLI
-process, and exactly one new process per experiment; a group's trials fork theirs from the
-controller (no Python start-up at all); a HyperDrive sweep starts its group's controller directly.
+"""One launch path: ``Experiment.submit`` starts its experiment's supervisor directly (`python -m
+phalanx.runner`), from the validated spec: no `phalanx` CLI process, and exactly one new process
+per experiment; `phalanx run --detach` and a group's controller fork their supervisors (no Python
+start-up at all); a HyperDrive sweep starts its group's controller directly.
 
 Every Python process the test's commands start records itself (pid, parent, argv) through a
 ``sitecustomize`` on PYTHONPATH, so a process that ended before anyone looked is counted too.
@@ -75,12 +75,15 @@ def test_run_detach_starts_the_supervisor_and_nothing_else(
     done = phalanx.run("run", "--detach", "-o", "json", "-f", str(spec))
     assert done.returncode == 0, done.stderr
     doc = json.loads(done.stdout)
-    # the supervisor recorded itself before it created the experiment, so before this returned
     cli = _the_cli(trace)  # the `phalanx run --detach` the test typed, and no other CLI process
-    (child,) = _children(trace, cli)
-    assert child[1:4] == SUPERVISOR, child
-    assert doc["supervisor_pid"] in [pid for pid, ppid, _ in _processes(trace) if ppid == cli]
+    # its supervisor is forked from it (runner.forking: the file validated and the modules imported
+    # once for the whole submission), so no Python process starts before the replica's own
     got = phalanx.cli("logs", doc["id"], "--follow")
+    assert _children(trace, cli) == [], _children(trace, cli)
+    started = _processes(trace)
+    assert len([argv for _pid, _ppid, argv in started if "look.py" in argv]) == 1, started  # the replica
+    assert doc["supervisor_pid"] not in [pid for pid, _ppid, _argv in started], started
+    assert [argv for _pid, _ppid, argv in _processes(trace) if _is_cli(argv)] == [_argv(trace, cli)]
     # the run folder's launch lock: held by the supervisor while it runs, not by its replica
     assert "launch lock held: True, open here: False" in got.stdout, got.stdout + got.stderr
     lock = phalanx.home / "runs" / doc["id"] / LAUNCH_LOCK  # let go when the supervisor exits
