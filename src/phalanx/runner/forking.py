@@ -32,6 +32,8 @@ from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
+from setproctitle import setproctitle
+
 from phalanx import alerts
 from phalanx.store import reuse_after_fork
 
@@ -174,6 +176,7 @@ def fork_supervisor(
     try:  # the child: never returns into the caller
         gc.freeze()  # the caller's objects are never finalized here (their fds are the caller's)
         os.setsid()
+        setproctitle(f"phalanx supervisor {run_dir.name}")  # in `ps`, not the caller's command line
         for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGCHLD):
             signal.signal(signum, signal.SIG_DFL)
         for fd in closing:

@@ -20,6 +20,8 @@ from phalanx.machine.procs import record_process
 from phalanx.store import open_store
 
 HEAVY = ("sqlalchemy", "alembic", "pydantic", "pydantic_core", "typer", "torch", "fsspec", "yaml")
+
+
 def _phalanx(home: Path, *args: str) -> tuple[dict[str, object] | list[object], set[str]]:
     """Run `phalanx ARGS` under -X importtime: its JSON output and the top packages it imported."""
     out, imported = _printed(home, *args)

@@ -31,6 +31,10 @@ from phalanx.machine.locks import held
 lock = Path(os.environ["PHALANX_HOME"], "runs", os.environ["PHALANX_EXPERIMENT_ID"], "launch.lock")
 fds = [os.path.realpath(f"/proc/self/fd/{fd}") for fd in os.listdir("/proc/self/fd")]
 print(f"launch lock held: {held(lock)}, open here: {str(lock.resolve()) in fds}", flush=True)
+pid = os.getppid()  # its reaper's, then the supervisor's command line as `ps` shows them
+for _ in range(3):
+    print("ancestor:", Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\\0", b" ").decode().strip())
+    pid = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
 """
 SUPERVISOR = ["-P", "-m", "phalanx.runner"]  # -P: never the folder it starts in on its path
 
@@ -86,6 +90,8 @@ def test_run_detach_starts_the_supervisor_and_nothing_else(
     assert [argv for _pid, _ppid, argv in _processes(trace) if _is_cli(argv)] == [_argv(trace, cli)]
     # the run folder's launch lock: held by the supervisor while it runs, not by its replica
     assert "launch lock held: True, open here: False" in got.stdout, got.stdout + got.stderr
+    # `ps` names it for what it is, not for the command it was forked from
+    assert f"ancestor: phalanx supervisor {doc['id']}\n" in got.stdout, got.stdout
     lock = phalanx.home / "runs" / doc["id"] / LAUNCH_LOCK  # let go when the supervisor exits
     wait_for(lambda: not held(lock), what="the supervisor's exit to free its launch lock")
 
@@ -142,6 +148,7 @@ def test_a_group_trial_starts_its_supervisor_and_nothing_else(
         # a forked supervisor keeps the launch lock the controller took for it, its replica has none
         logs = phalanx.cli("logs", t["experiment_id"]).stdout
         assert "launch lock held: True, open here: False" in logs, logs
+        assert f"ancestor: phalanx supervisor {t['experiment_id']}\n" in logs, logs
 
 
 def test_an_estimator_sweep_starts_its_groups_controller_and_no_cli(
