@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import json
 import os
+import select
+import subprocess
 import sys
 from pathlib import Path
 
@@ -94,6 +96,31 @@ def test_run_detach_starts_the_supervisor_and_nothing_else(
     assert f"ancestor: phalanx supervisor {doc['id']}\n" in got.stdout, got.stdout
     lock = phalanx.home / "runs" / doc["id"] / LAUNCH_LOCK  # let go when the supervisor exits
     wait_for(lambda: not held(lock), what="the supervisor's exit to free its launch lock")
+
+
+def test_run_detach_leaves_no_pipe_its_caller_handed_it_open(phalanx: Phalanx) -> None:
+    """`out=$(phalanx run --detach ... 3>&1)`: the write end of a pipe the command was handed beside
+    its output is not held by the supervisor it forks (for its job's whole life), so the caller's
+    read ends when the command does, as it did when the supervisor was a process of its own."""
+    spec = phalanx.spec("version: 1\nkind: experiment\nrun:\n  cmd: sleep 600\n")
+    read_end, write_end = os.pipe()
+    os.set_inheritable(write_end, True)
+    cli = subprocess.Popen(
+        [sys.executable, "-m", "phalanx.cli.main", "run", "--detach", "-o", "json", "-f", str(spec)],
+        env=phalanx.env,
+        stdout=subprocess.PIPE,
+        pass_fds=(write_end,),
+    )
+    os.close(write_end)
+    out, _ = cli.communicate(timeout=180)
+    try:
+        assert cli.returncode == 0
+        # every holder of the write end gone: end of file (the sleeping job's supervisor would hold it)
+        assert select.select([read_end], [], [], 60)[0] == [read_end]
+        assert os.read(read_end, 1) == b""
+    finally:
+        os.close(read_end)
+        assert phalanx.cli("stop", json.loads(out)["id"]).returncode == 0
 
 
 def test_experiment_submit_starts_the_supervisor_and_nothing_else(
