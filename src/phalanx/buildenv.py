@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
-from phalanx import horovod, knobs
+from phalanx import knobs
 from phalanx.buildprogress import BuildProgress
 from phalanx.errors import NotFound, UsageError
 from phalanx.machine import box as boxes
@@ -397,6 +397,8 @@ def build_box(box: Isolation, target: Path, workdir: Path, scratch: Path) -> lis
 def _machine_wheels() -> list[str]:
     """The wheels Phalanx built on this machine (its wheels folder) and the one an admin named
     (PHALANX_HOROVOD_WHEEL): framework: horovod installs one of them by its path."""
+    from phalanx import horovod  # why: a boxed build only: a local run's build binds no wheels
+
     given = knobs.HOROVOD_WHEEL.value()
     paths = [str(horovod.wheels_dir()), *([str(given)] if given else [])]
     return [p for p in paths if os.path.exists(p)]  # bubblewrap refuses to bind a missing path

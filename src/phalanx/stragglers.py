@@ -15,7 +15,6 @@ stall and the straggler name the replica whatever its series is called.
 
 from __future__ import annotations
 
-import statistics
 import time
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -159,6 +158,8 @@ def pace(
         ranks.append(rank)
     if len(ranks) < 2:
         return None
+    import statistics  # why: its fractions and decimal only once two ranks report a pace (issue 42)
+
     median = statistics.median(r["steps_per_second"] for r in ranks)
     threshold = _threshold() if threshold_percent is None else threshold_percent
     slowest = min(ranks, key=lambda r: r["steps_per_second"])

@@ -37,7 +37,6 @@ from pathlib import Path
 from typing import Any
 
 from phalanx import knobs
-from phalanx.machine import box_accounts
 
 BWRAP = "bwrap"
 SETPRIV = "setpriv"
@@ -144,6 +143,8 @@ def interpreter_trees(python: str | None = None) -> tuple[str, ...]:
 
 def box_argv(isolation: Isolation, layout: Layout) -> list[str]:
     """The argv prefix that runs a program in the box (the program's argv follows it)."""
+    from phalanx.machine import box_accounts  # why: boxed runs only: a local run reads no accounts
+
     argv = [
         shutil.which(BWRAP) or BWRAP,
         "--die-with-parent",  # the box ends with the process that started it (its reaper)

@@ -34,7 +34,6 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from setproctitle import setproctitle
 
-from phalanx import alerts
 from phalanx.store import reuse_after_fork
 
 if TYPE_CHECKING:
@@ -201,7 +200,11 @@ def fork_supervisor(
             traceback.print_exc()
     finally:
         with contextlib.suppress(Exception):
-            alerts.drain()  # os._exit waits for no thread: a hung trial's alert must still go out
+            # os._exit waits for no thread: a hung trial's alert must still go out (a supervisor
+            # that sent none never imported the hooks)
+            alerts = sys.modules.get("phalanx.alerts")
+            if alerts is not None:
+                alerts.drain()
             sys.stdout.flush()
             sys.stderr.flush()
         os._exit(code)

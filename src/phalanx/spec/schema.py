@@ -12,7 +12,6 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from phalanx.checkpoints import POLICY_KEYS, Policy, PolicyError
 from phalanx.domain import BackendKind, Framework
 from phalanx.errors import UsageError
 from phalanx.spec.errors import Collector, describe, did_you_mean, join
@@ -285,6 +284,8 @@ def _read_checkpoints(c: Collector, root: YMap) -> dict[str, Any] | None:
     node = run.get("checkpoints")
     if node is None or is_null(node):
         return None
+    from phalanx.checkpoints import POLICY_KEYS, Policy, PolicyError  # why: only a file that has one
+
     m = c.mapping(node, "run.checkpoints", POLICY_KEYS)
     if m is None:
         return None

@@ -12,18 +12,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from phalanx.errors import UsageError
+from phalanx.store.notice_kinds import NOTICES
 from phalanx.tracking.labels import label_problem
 
 # What a hook may be told about, as its ``events`` keep them: an experiment's three ends (the
-# receiver's event is ``experiment.`` and the end, which ``check_hook`` also takes), a group's end
-# and a registered model's alias pointed at another version.
+# receiver's event is ``experiment.`` and the end, which ``check_hook`` also takes), what its
+# supervisor notices while it lives (``store.notice_kinds``), a group's end and a registered model's
+# alias pointed at another version.
 EXPERIMENT_ENDS = ("failed", "succeeded", "stopped")
-# what an experiment's supervisor notices while it lives (its receiver's event is ``experiment.``
-# and the notice): a replica that made no progress for its stall notice (phalanx.supervisor.liveness),
-# a rank slower than the others' median by more than the straggler threshold, and a run that has
-# waited in this machine's queue longer than its wait notice (phalanx.supervisor.notices)
-STALLED, STRAGGLING, WAITING = "stalled", "straggling", "waiting"
-NOTICES = (STALLED, STRAGGLING, WAITING)
 GROUP_FINISHED = "group.finished"
 MODEL_ALIAS = "model.alias"
 EVENTS = (*EXPERIMENT_ENDS, *NOTICES, GROUP_FINISHED, MODEL_ALIAS)

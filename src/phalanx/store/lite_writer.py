@@ -30,7 +30,6 @@ from urllib.parse import quote
 from phalanx import knobs
 from phalanx.domain import Event, Experiment, ExperimentStatus, Replica, ReplicaState, Series
 from phalanx.errors import Conflict, NotFound, PhalanxError, UsageError
-from phalanx.store.alert_records import NOTICES, STALLED
 from phalanx.store.batch import collect
 from phalanx.store.db import Db, SqliteDb, driver_error
 from phalanx.store.event_writes import (
@@ -42,6 +41,7 @@ from phalanx.store.event_writes import (
     series_ids,
 )
 from phalanx.store.lite import BUSY_TIMEOUT_S, LiteReader, sqlite_path
+from phalanx.store.notice_kinds import NOTICES, STALLED
 from phalanx.store.private_file import tighten
 from phalanx.store.row_values import check_labels, experiment_changes, replica_changes, replica_values
 

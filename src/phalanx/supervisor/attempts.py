@@ -18,7 +18,6 @@ from typing import TYPE_CHECKING, Any
 from phalanx import repro
 from phalanx.backends.base import Backend, JobStatus, LaunchContext
 from phalanx.backends.local.boxes import helper_argv
-from phalanx.checkpoints import ENV_RESUME, ENV_RESUME_STEP, from_artifacts, latest
 from phalanx.domain import ExperimentStatus
 from phalanx.errors import not_resumable
 from phalanx.ingest import Ingester
@@ -206,13 +205,15 @@ class Attempts:
         """The launch context of a new group: PHALANX_RESUME_CHECKPOINT / _STEP / _METRICS name the
         experiment's latest checkpoint (what ``task.latest_checkpoint()`` returns), once everything
         the failed group wrote to the spool is in the store."""
+        from phalanx import checkpoints  # why: a restart only: a run that never fails reads none
+
         store = self.store()
         with contextlib.suppress(Exception):  # the ingest thread does the same work: this only hurries it
             Ingester(store, None, self.spool_dir, cleanup=False, claimed=True).run_once()
         context = self.with_attempt(context)
         self.resume_step = None
         try:
-            ckpt = latest(from_artifacts(store.artifacts(self.id)))
+            ckpt = checkpoints.latest(checkpoints.from_artifacts(store.artifacts(self.id)))
         except Exception:
             log.exception("looking up the latest checkpoint failed; restarting from scratch")
             return context
@@ -224,8 +225,8 @@ class Attempts:
         self.resume_step = ckpt.step
         self.console.emit_all(f"phalanx: continuing from checkpoint step {ckpt.step} ({ckpt.name})")
         env = {
-            ENV_RESUME: path,
-            ENV_RESUME_STEP: str(ckpt.step),
+            checkpoints.ENV_RESUME: path,
+            checkpoints.ENV_RESUME_STEP: str(ckpt.step),
             "PHALANX_RESUME_METRICS": json.dumps(dict(ckpt.metrics)),
         }
         return replace(context, tracking_env={**context.tracking_env, **env})

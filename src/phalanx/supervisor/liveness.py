@@ -40,11 +40,11 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from phalanx import alerts, knobs
+from phalanx import knobs
 from phalanx.machine import proctree
 from phalanx.spec.model import Stall
-from phalanx.store.alert_records import STALLED
-from phalanx.supervisor.notices import Notices
+from phalanx.store.notice_kinds import STALLED
+from phalanx.supervisor.notices import Notices, alert
 
 log = logging.getLogger(__name__)
 
@@ -100,7 +100,7 @@ class StallNotices:
         self._reason("")
 
     def hung(self, replica: str, reason: str) -> None:
-        alerts.send(alerts.Alert("hung", self.experiment_id, replica, reason))
+        alert("hung", self.experiment_id, replica, reason)
 
     def _reason(self, text: str) -> None:
         store = self.notices.store()

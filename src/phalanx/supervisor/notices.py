@@ -13,8 +13,8 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from phalanx import alerts, stragglers
-from phalanx.store.alert_records import STRAGGLING, WAITING
+from phalanx import stragglers
+from phalanx.store.notice_kinds import STRAGGLING, WAITING
 
 if TYPE_CHECKING:
     from phalanx.store.run_store import RunStore
@@ -42,7 +42,14 @@ class Notices:
             except Exception as exc:  # the store may be down: supervision goes on
                 log.warning("could not record the %s notice: %s", kind, exc)
         self.say(text)
-        alerts.send(alerts.Alert(kind, self.experiment_id, replica, text))
+        alert(kind, self.experiment_id, replica, text)
+
+
+def alert(kind: str, experiment_id: str, replica: str | None, text: str) -> None:
+    """``text`` to PHALANX_ALERT_URL / PHALANX_ALERT_COMMAND, when either is set (``phalanx.alerts``)."""
+    from phalanx import alerts  # why: at the first notice, not in every supervisor (issue 42)
+
+    alerts.send(alerts.Alert(kind, experiment_id, replica, text))
 
 
 class StragglerWatch:

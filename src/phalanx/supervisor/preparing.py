@@ -12,17 +12,13 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from phalanx import buildenv, horovod
+from phalanx import buildenv
 from phalanx.backends.base import Backend, DryRun, LaunchContext
 from phalanx.backends.dry_runs import LocalDryRun
 from phalanx.backends.registry import get_backend
 from phalanx.buildprogress import BuildProgress
-from phalanx.checkpoints import policy_env
-from phalanx.clusters import get_cluster
 from phalanx.config import Settings
-from phalanx.data.inputs import resolve
 from phalanx.domain import Framework
-from phalanx.frameworks.packages import framework_packages
 from phalanx.machine.box import Isolation, box_folder
 from phalanx.plan import Plan, build_plan
 from phalanx.sdkcopy import sdk_path
@@ -84,6 +80,9 @@ def with_horovod(
 ) -> Build:
     """The experiment's build plus Horovod: its torch pin (this machine's default when it names none)
     and the Horovod wheel built for it (built once per machine, see ``phalanx.horovod``)."""
+    from phalanx import horovod  # why: `framework: horovod` only (issue 42)
+    from phalanx.frameworks.packages import framework_packages  # why: `framework: horovod` only
+
     pin = horovod.torch_pin_of(build_spec.pip_packages)
     # torch (this machine's pin unless named), numpy and what save_model's ONNX export needs
     packages = framework_packages(
@@ -217,6 +216,8 @@ def prepare(
     cluster_conf = None
     engine_name = "local"
     if cluster:
+        from phalanx.clusters import get_cluster  # why: `--cluster` only: a local run reads none (issue 42)
+
         cluster_conf = _placed(get_cluster(cluster, settings.home), plan.project, settings)
         engine_name = cluster_conf.backend_for(str(plan.backend) if plan.backend else None)
     if backend is None:
@@ -235,7 +236,10 @@ def prepare(
         progress=progress,
     )
     env = tracking_env(exp_id, settings, python, dry=dry, sdk_root=shared, isolation=boxed)
-    env.update(policy_env(plan.checkpoints))
+    if plan.checkpoints:
+        from phalanx.checkpoints import policy_env  # why: `run.checkpoints` only (issue 42)
+
+        env.update(policy_env(plan.checkpoints))
     reader = isolation.project if isolation is not None else None  # its project's data, its credentials
     plan, input_env, fetches = _with_inputs(
         plan, settings, dry, on_nodes=backend.name != LOCAL, reader=reader
@@ -281,6 +285,8 @@ def _with_inputs(
     ``reader``: a server's boxed run's project (its own and shared data only, its credentials)."""
     if not plan.inputs:
         return plan, {}, []
+    from phalanx.data.inputs import resolve  # why: `inputs` only: the data catalog (issue 42)
+
     # a plan resolved before (read back from the store) names the exact versions it used
     specs = [i if not isinstance(i, Mapping) else from_record(i) for i in plan.inputs]
     orders: list[dict[str, Any]] | None = [] if on_nodes else None

@@ -20,7 +20,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from phalanx.backends.registry import get_backend
-from phalanx.clusters import get_cluster
 from phalanx.config import Settings
 from phalanx.domain import ExperimentStatus
 from phalanx.ends import Asker, Facts, decide
@@ -154,6 +153,8 @@ def stop_experiment(
     elif current.handle:
         cluster = None
         if current.cluster:
+            from phalanx.clusters import get_cluster  # why: a cluster's run only (issue 42)
+
             cluster = get_cluster(current.cluster, settings.home)
         backend = get_backend(current.backend or "local", settings=settings, cluster=cluster)
         backend.cancel(current.handle)

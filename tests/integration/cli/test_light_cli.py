@@ -227,6 +227,28 @@ def test_a_foreground_run_says_what_typers_says_without_importing_typer(
     assert "sqlalchemy" not in lean[3] and "phalanx.store.lite_writer" in lean[3]
 
 
+# what a trivial local run never uses, each a module (and its dataclasses: 1-2 ms each to create)
+# of its own paid on every run before issue 42: the alert hooks (a notice or a hang sends one), a
+# box's accounts (a server's boxed run), checkpoints (`run.checkpoints`, a restart), clusters
+# (`--cluster`), the data catalog (`inputs`), Horovod (`framework: horovod`), mpirun's tagged output
+# and `statistics` (two ranks' pace)
+UNUSED_BY_A_TRIVIAL_RUN = {
+    *("phalanx.alerts", "phalanx.store.alert_records", "phalanx.machine.box_accounts"),
+    *("phalanx.machine.identities", "phalanx.checkpoints", "phalanx.clusters", "phalanx.data"),
+    *("phalanx.data.inputs", "phalanx.horovod", "phalanx.backends.local.mpi_output", "statistics"),
+}
+
+
+def test_a_trivial_foreground_run_imports_nothing_it_does_not_use(phalanx_home: Path, tmp_path: Path) -> None:
+    spec = tmp_path / "trivial.yml"
+    spec.write_text("version: 1\nkind: experiment\nrun:\n  cmd: python -c pass\n")
+    open_store(Settings(home=phalanx_home)).close()  # at the newest revision: the lean writer records
+    code, _, said, imported = _run_here(phalanx_home, spec)
+    assert code == 0, said
+    assert {"phalanx.supervisor", "phalanx.backends.local.units"} <= imported  # the lines were read
+    assert not UNUSED_BY_A_TRIVIAL_RUN & imported, sorted(UNUSED_BY_A_TRIVIAL_RUN & imported)
+
+
 def test_a_failed_foreground_run_says_so_and_exits_1_on_both_doors(
     phalanx_home: Path, tmp_path: Path
 ) -> None:

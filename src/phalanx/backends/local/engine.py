@@ -23,7 +23,7 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from phalanx import frameworks
 from phalanx.backends.base import (
@@ -36,7 +36,6 @@ from phalanx.backends.base import (
 )
 from phalanx.backends.dry_runs import LocalDryRun, LocalProcess, LocalUnit
 from phalanx.backends.local import boxes, members
-from phalanx.backends.local.mpi_output import RankFailure, TaggedStream, rank_failure
 from phalanx.backends.local.units import Ended, StartedUnit, exit_reason, proc_start
 from phalanx.backends.logfiles import follow_file, split_stream
 from phalanx.config import Settings
@@ -49,6 +48,9 @@ from phalanx.machine.ports import address_in_use, free_port, still_taken
 from phalanx.machine.procs import Seen, judge
 from phalanx.plan import Plan, command_argv
 from phalanx.tracking.tensorboard import BOOT_DIR, ENV_CAPTURE
+
+if TYPE_CHECKING:
+    from phalanx.backends.local.mpi_output import RankFailure
 
 HOST = "127.0.0.1"
 RANK_FAILURE_BYTES = 256 * 1024  # how much of a failed mpirun unit's log is read for its culprit
@@ -456,6 +458,8 @@ class LocalBackend:
     @classmethod
     def _unit_lines(cls, lines: Iterator[str], unit: StartedUnit, replica: str) -> Iterator[str]:
         """``replica``'s lines of an mpirun unit's log: its ranks' lines, prefixed ``[rank R]``."""
+        from phalanx.backends.local.mpi_output import TaggedStream  # why: an mpirun unit only (issue 42)
+
         stream = TaggedStream()
         for raw in lines:  # mpirun tags each rank's lines itself: its own stderr mark is dropped
             for rank, text in stream.feed(split_stream(raw)[1]):
@@ -477,6 +481,8 @@ class LocalBackend:
         the unit's log (the last RANK_FAILURE_BYTES: a traceback and mpirun's summary are there)."""
         if not unit.tagged:
             return None
+        from phalanx.backends.local.mpi_output import rank_failure  # why: an mpirun unit only (issue 42)
+
         key = (handle, unit.name)
         if key not in self._rank_failures:
             try:

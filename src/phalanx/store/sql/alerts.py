@@ -22,8 +22,6 @@ from phalanx.store.alert_records import (
     EXPERIMENT_ENDS,
     GROUP_FINISHED,
     MODEL_ALIAS,
-    NOTICES,
-    STALLED,
     Attempt,
     Delivery,
     Due,
@@ -31,6 +29,7 @@ from phalanx.store.alert_records import (
     check_hook,
     check_hook_id,
 )
+from phalanx.store.notice_kinds import NOTICES, STALLED
 from phalanx.store.sql.alert_rows import AlertAttemptRow, AlertDeliveryRow, AlertHookRow
 from phalanx.store.sql.engine import writer
 from phalanx.store.sql.models import ExperimentRow, GroupRow, RegisteredModelRow, ReplicaRow
