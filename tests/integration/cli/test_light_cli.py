@@ -478,7 +478,9 @@ def test_a_supervisor_starts_its_replicas_before_it_imports_the_stores_sql() -> 
     import phalanx
 
     source = str(Path(phalanx.__file__).resolve().parents[1])
+    # a run with inputs imports their module as it prepares (a trivial run does not: UNUSED_BY_A_TRIVIAL_RUN)
     boot = f"import sys; sys.path.insert(0, {source!r}); import phalanx.runner.__main__, phalanx.supervisor"
+    boot += ", phalanx.data.inputs"
     done = subprocess.run(
         [sys.executable, "-P", "-X", "importtime", "-c", boot], capture_output=True, text=True, timeout=120
     )
