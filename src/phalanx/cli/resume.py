@@ -13,6 +13,7 @@ from phalanx.cli.launching import detached_json
 from phalanx.cli.listing import Format, emit_json
 from phalanx.cli.record_tables import human_size
 from phalanx.cli.target import LocalOpt, ServerOpt
+from phalanx.ids import new_id
 
 if TYPE_CHECKING:
     from phalanx.config import Settings
@@ -290,18 +291,17 @@ def _launch_rerun(
     """Start the rerun from the original's source snapshot, extracted into its own run folder;
     should anything fail before it starts, that folder is removed (nothing half-written)."""
     import shutil
-    import uuid
 
     from phalanx import repro
     from phalanx.runner import Runner
 
-    new_id = new_experiment_id or uuid.uuid4().hex[:12]
+    rerun_id = new_experiment_id or new_id()
     runner = Runner(settings)
-    folder = settings.runs_dir / new_id / "source"
+    folder = settings.runs_dir / rerun_id / "source"
     headline = f"rerun of {source.origin.id} from its snapshot"
     try:
         repro.extract(source.snapshot, folder)
-        options = source.options(new_id, folder, priority)
+        options = source.options(rerun_id, folder, priority)
         if detach:  # every mistake above is found before it goes to the background
             from phalanx.cli.run import Output, submit_detached
 

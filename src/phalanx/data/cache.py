@@ -17,12 +17,12 @@ import shutil
 import socket
 import sys
 import time
-import uuid
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
 from phalanx.errors import UsageError
+from phalanx.ids import random_hex
 from phalanx.store.manifest import Manifest, copy_file, filesystem
 
 CACHE_MAX_AGE = 7 * 24 * 3600.0
@@ -64,7 +64,7 @@ def fetch_into(
     if not final.is_dir():
         with _locked(root / f"{key}.lock"):
             if not final.is_dir():
-                tmp = root / f".tmp-{key[:16]}-{uuid.uuid4().hex[:8]}"
+                tmp = root / f".tmp-{key[:16]}-{random_hex(8)}"
                 try:
                     _download(manifest, tmp, what, credentials)
                     os.rename(tmp, final)

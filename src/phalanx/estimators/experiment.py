@@ -20,7 +20,6 @@ import shutil
 import signal
 import subprocess
 import time
-import uuid
 from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
@@ -33,6 +32,7 @@ from phalanx.ends import Asker, Facts, decide
 from phalanx.errors import NotFound, PhalanxError, SpecError, UsageError
 from phalanx.estimators.estimator import Estimator
 from phalanx.estimators.sweep import HyperDriveConfig, submit_sweep
+from phalanx.ids import new_id
 from phalanx.priority import check_priority
 from phalanx.reconcile import record_end
 from phalanx.run_api import RunAPI
@@ -167,7 +167,7 @@ class Experiment:
     ) -> Run:
         """Validate, write the run folder and start the supervisor on this machine (or its cluster)."""
         text = self._spec_text(config, tags)
-        experiment_id = uuid.uuid4().hex[:12]
+        experiment_id = new_id()
         run_dir = self.settings.runs_dir / experiment_id
         spec_path = run_dir / SPEC_FILE
         # the spec the supervisor runs is validated here, as `phalanx run -f` would validate the file

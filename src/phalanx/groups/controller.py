@@ -24,7 +24,6 @@ import signal
 import socket
 import subprocess
 import time
-import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -52,6 +51,7 @@ from phalanx.groups.ending import (
 from phalanx.groups.lock import ControllerRunning, controller_lock
 from phalanx.groups.setup import build_trials_env, check_trials_can_run, create, trial_build
 from phalanx.groups.waking import Waker
+from phalanx.ids import new_id
 from phalanx.machine.box import isolation_of
 from phalanx.machine.locks import held
 from phalanx.reconcile import settle
@@ -258,7 +258,7 @@ class Controller:
         trial = Trial(
             group_id=self.group.id,
             number=op.number,
-            experiment_id=uuid.uuid4().hex[:12],
+            experiment_id=new_id(),
             params=op.params,
             state=TrialState.LAUNCHING,
             internal=op.internal,

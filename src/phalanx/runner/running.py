@@ -7,7 +7,6 @@ import shutil
 import subprocess
 import sys
 import time
-import uuid
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -16,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 from phalanx import knobs
 from phalanx.config import Settings
 from phalanx.errors import NotFound, PhalanxError
+from phalanx.ids import new_id
 from phalanx.machine.locks import hold
 from phalanx.machine.procs import record_process, recorded_process
 from phalanx.runner.forking import can_fork, fork_supervisor
@@ -246,7 +246,7 @@ class Runner:
         """Start the experiment's supervisor (`python -m phalanx.runner RUN_DIR`) in its own session
         (a Ctrl-C at the caller's terminal does not reach it) and return at once: its id, its
         process and its log (``log``, default runs/<id>/supervisor.log, appended to)."""
-        exp_id = options.experiment_id or uuid.uuid4().hex[:12]
+        exp_id = options.experiment_id or new_id()
         options = replace(options, experiment_id=exp_id)
         run_dir = self.settings.runs_dir / exp_id
         log_path = log or run_dir / SUPERVISOR_LOG
@@ -297,7 +297,7 @@ class Runner:
         rather than opening its own (``store.reuse_after_fork``)."""
         if not can_fork():
             return self.start(spec, options, log=log)
-        exp_id = options.experiment_id or uuid.uuid4().hex[:12]
+        exp_id = options.experiment_id or new_id()
         options = replace(options, experiment_id=exp_id)
         run_dir = self.settings.runs_dir / exp_id
         log = log or run_dir / SUPERVISOR_LOG

@@ -12,11 +12,11 @@ from __future__ import annotations
 
 import os
 import posixpath
-import uuid
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 from phalanx.errors import Conflict, NotFound, UsageError
+from phalanx.ids import random_hex
 from phalanx.store.artifacts import open_fs, safe_path
 
 CHUNK = 1024 * 1024
@@ -102,7 +102,7 @@ class ArtifactFiles:
         """Write a request body to ``path``; a partial upload never replaces a complete file."""
         full = self._full(experiment_id, path)
         # an object store shows an object only once its upload completes: no temporary name there
-        tmp = f"{full}.tmp-{uuid.uuid4().hex[:8]}" if self.local else full
+        tmp = f"{full}.tmp-{random_hex(8)}" if self.local else full
         if self.fs.isdir(full):
             raise Conflict(f"{path!r} is a folder in experiment {experiment_id}: it cannot become a file")
         try:

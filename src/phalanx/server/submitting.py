@@ -20,7 +20,6 @@ import hashlib
 import json
 import re
 import time
-import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path, PurePosixPath
@@ -32,6 +31,7 @@ from phalanx.config import Settings
 from phalanx.domain import Replica
 from phalanx.errors import UsageError
 from phalanx.extras import require
+from phalanx.ids import new_id
 from phalanx.plan import Plan, build_plan
 from phalanx.queue import check_priority
 from phalanx.runner.options import Launch, LaunchOptions, LaunchRecord
@@ -164,7 +164,7 @@ def submit(store: LocalStore, settings: Settings, request: SubmitRequest, who: S
     if cluster is None:
         check_max_waiting(store, settings, project)
     bundles.check(request.bundle)  # what the launcher's unpack would refuse, refused now
-    exp_id = uuid.uuid4().hex[:12]
+    exp_id = new_id()
     work = settings.home / "server" / "work" / exp_id
     file = work / name
     options = LaunchOptions(
@@ -215,7 +215,7 @@ def clone(store: LocalStore, settings: Settings, request: CloneRequest, who: Sub
         latest_data=request.latest_data,
     )
     project = source.spec.project or DEFAULT_PROJECT
-    exp_id = uuid.uuid4().hex[:12]
+    exp_id = new_id()
     work = settings.home / "server" / "work" / exp_id
     # a clone is boxed as its project's submits are (whatever its origin was)
     options = replace(
@@ -363,7 +363,7 @@ def _submit_group(
         return replayed
     check_size(store, build_plan(group.trial_spec(example_values(group))), cluster)
     bundles.check(request.bundle)
-    group_id = uuid.uuid4().hex[:12]
+    group_id = new_id()
     work = settings.home / "server" / "work" / f"group-{group_id}"
     file = work / name
     box = isolation_for(settings, project)

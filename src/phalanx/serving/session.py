@@ -24,11 +24,11 @@ import socket
 import subprocess
 import sys
 import time
-import uuid
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+from phalanx.ids import new_id
 from phalanx.machine.procs import record_process
 from phalanx.tracking.client import Reporter
 from phalanx.tracking.identity import ENV_HOST, ENV_TOKEN, Identity
@@ -79,7 +79,7 @@ class ServiceSession:
         """Create the experiment (its first record is written to the spool before this returns)
         and start an ingester for it (unless reports go to a server, PHALANX_HOST, or
         ``start_ingester`` is False: then the next `phalanx` read command ingests it)."""
-        experiment_id = uuid.uuid4().hex[:12]
+        experiment_id = new_id()
         host = (os.environ.get(ENV_HOST) or "").rstrip("/") or None
         ident = Identity(
             experiment_id=experiment_id,

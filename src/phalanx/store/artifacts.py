@@ -18,12 +18,12 @@ import functools
 import os
 import posixpath
 import re
-import uuid
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from phalanx.errors import MissingExtra, NotFound, UsageError
+from phalanx.ids import random_hex
 
 _ID = re.compile(r"^[0-9a-zA-Z_-]{1,64}$")
 # Beyond these a file system refuses the name (ENAMETOOLONG; 255 bytes a name, less the ".tmp-xxxxxxxx"
@@ -152,7 +152,7 @@ class ArtifactStore:
         if not self.local:  # an object appears whole when its upload completes
             self.fs.pipe_file(target, data)
             return len(data)
-        tmp = Path(f"{target}.tmp-{uuid.uuid4().hex[:8]}")  # a folder: no fsspec for every run's snapshot
+        tmp = Path(f"{target}.tmp-{random_hex(8)}")  # a folder: no fsspec for every run's snapshot
         try:
             tmp.write_bytes(data)
             tmp.replace(target)
@@ -175,7 +175,7 @@ class ArtifactStore:
         if not self.local:  # multipart in PART_BYTES parts; a failed upload is aborted, never seen
             self.fs.put_file(str(source), target, chunksize=PART_BYTES)
             return source.stat().st_size
-        tmp = f"{target}.tmp-{uuid.uuid4().hex[:8]}"
+        tmp = f"{target}.tmp-{random_hex(8)}"
         self.fs.put_file(str(source), tmp)
         self.fs.mv(tmp, target)
         return source.stat().st_size
@@ -196,7 +196,7 @@ class ArtifactStore:
             raise NotFound(f"no file {path!r} in experiment {experiment_id}")
         dest = Path(dest)
         dest.parent.mkdir(parents=True, exist_ok=True)
-        tmp = dest.with_name(f".{dest.name}.part-{uuid.uuid4().hex[:8]}")
+        tmp = dest.with_name(f".{dest.name}.part-{random_hex(8)}")
         try:
             self.fs.get_file(target, str(tmp))
             tmp.replace(dest)

@@ -22,7 +22,6 @@ import json
 import sqlite3
 import threading
 import time
-import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
@@ -30,6 +29,7 @@ from urllib.parse import quote
 from phalanx import knobs
 from phalanx.domain import Event, Experiment, ExperimentStatus, Replica, ReplicaState, Series
 from phalanx.errors import Conflict, NotFound, PhalanxError, UsageError
+from phalanx.ids import new_id
 from phalanx.store.batch import collect
 from phalanx.store.db import Db, SqliteDb, driver_error
 from phalanx.store.event_writes import (
@@ -171,7 +171,7 @@ class LiteWriter:
     ) -> Experiment:
         """As ``Store.create_experiment``."""
         check_labels(name, project, tags)
-        exp_id = experiment_id or uuid.uuid4().hex[:12]
+        exp_id = experiment_id or new_id()
         now = time.time() if created_at is None else created_at
         try:
             with self._writing() as db:

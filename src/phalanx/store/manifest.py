@@ -12,13 +12,13 @@ import hashlib
 import os
 import posixpath
 import shutil
-import uuid
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO
 
 from phalanx.errors import UsageError
+from phalanx.ids import random_hex
 from phalanx.store.artifacts import open_fs, safe_path
 
 CHUNK = 1024 * 1024
@@ -161,7 +161,7 @@ def fetch_tree(
     base = directory if directory.is_dir() else directory.parent
     while not base.exists():  # the folders to make come with the move, not before
         base = base.parent
-    partial = base / f".{directory.name or 'data'}.phalanx-get-{uuid.uuid4().hex[:8]}"
+    partial = base / f".{directory.name or 'data'}.phalanx-get-{random_hex(8)}"
     partial.mkdir()  # the umask's mode, as the folder `mkdir` would make
     try:
         copy_tree(manifest, str(partial), what, source)
@@ -188,7 +188,7 @@ def _merge(manifest: Manifest, partial: Path, directory: Path, what: str) -> Non
                 if not folder.exists():
                     folder.mkdir()
                     made.append(folder)
-            beside = target.with_name(f".{target.name}.phalanx-get-{uuid.uuid4().hex[:8]}")
+            beside = target.with_name(f".{target.name}.phalanx-get-{random_hex(8)}")
             try:
                 os.replace(partial / entry.path, beside)
             except OSError as exc:

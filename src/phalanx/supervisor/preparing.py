@@ -6,7 +6,6 @@ import logging
 import os
 import shlex
 import sys
-import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -19,6 +18,7 @@ from phalanx.backends.registry import get_backend
 from phalanx.buildprogress import BuildProgress
 from phalanx.config import Settings
 from phalanx.domain import Framework
+from phalanx.ids import new_id
 from phalanx.machine.box import Isolation, box_folder
 from phalanx.plan import Plan, build_plan
 from phalanx.sdkcopy import sdk_path
@@ -212,7 +212,7 @@ def prepare(
     if workdir is None:
         workdir = Path(source).parent if source else Path.cwd()
     workdir = str(Path(workdir).resolve())
-    exp_id = experiment_id or uuid.uuid4().hex[:12]
+    exp_id = experiment_id or new_id()
     cluster_conf = None
     engine_name = "local"
     if cluster:

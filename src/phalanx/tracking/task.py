@@ -18,12 +18,12 @@ import subprocess
 import sys
 import threading
 import time
-import uuid
 from collections.abc import Iterable, Mapping, MutableMapping
 from pathlib import Path
 from typing import Any
 
 from phalanx.errors import UsageError
+from phalanx.ids import new_id
 from phalanx.machine.procs import record_process
 from phalanx.tracking import identity as idm
 from phalanx.tracking import lifecycle, series, whatran
@@ -175,7 +175,7 @@ class Task:
 
     @classmethod
     def _create(cls, project: str, name: str, tags: list[str]) -> Task:
-        experiment_id = uuid.uuid4().hex[:12]
+        experiment_id = new_id()
         home = idm.home()
         spool = home / "spool" / experiment_id
         os.environ.update(

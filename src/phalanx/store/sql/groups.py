@@ -11,7 +11,6 @@ queues its alert hooks' deliveries (``group.finished``) in the transaction that 
 from __future__ import annotations
 
 import time
-import uuid
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Unpack
 
@@ -19,6 +18,7 @@ from sqlalchemy import Engine, delete, func, insert, or_, select, update
 
 from phalanx.domain import Group, GroupStatus, GroupUpdate, Trial, TrialUpdate
 from phalanx.errors import Conflict, NotFound, UsageError
+from phalanx.ids import new_id
 from phalanx.store import group_views
 from phalanx.store.sql import alerts, deletion
 from phalanx.store.sql.errors import phalanx_errors
@@ -33,7 +33,7 @@ if TYPE_CHECKING:
 
 def create_group(store: GroupBook, fields: Mapping[str, Any]) -> Group:
     """``fields``: what ``GroupStore.create_group`` takes (name, project, search, ... options)."""
-    gid = uuid.uuid4().hex[:12]
+    gid = new_id()
     with store._writer.begin() as conn:
         conn.execute(
             insert(GroupRow).values(

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import contextlib
 import time
-import uuid
 from collections.abc import Callable, Mapping, Sequence
 from operator import itemgetter
 from pathlib import Path
@@ -29,6 +28,7 @@ from phalanx.domain import (
     Series,
 )
 from phalanx.errors import Conflict, NotFound, StoreError, UsageError, not_resumable
+from phalanx.ids import new_id
 from phalanx.store import details
 from phalanx.store.artifacts import ArtifactStore
 from phalanx.store.base import (
@@ -146,7 +146,7 @@ class SqlStore(AttemptBook, RecordReads, ManyReads, GroupBook, SubmissionBook):
         created_at: float | None = None,
     ) -> Experiment:
         check_labels(name, project, tags)
-        exp_id = experiment_id or uuid.uuid4().hex[:12]
+        exp_id = experiment_id or new_id()
         now = time.time() if created_at is None else created_at
         try:
             with self._writer.begin() as conn:
