@@ -111,7 +111,7 @@ def decide(f: Facts) -> End | None:
                 "it cannot catch (SIGKILL, the OOM killer) or crashed"
             )
     else:
-        why = f"phalanx run (pid {f.recorder_pid}) was killed before it recorded the outcome"
+        why = f"its supervisor (pid {f.recorder_pid}) was killed before it recorded the outcome"
     return End(ExperimentStatus.FAILED, why, ReplicaState.FAILED, why)
 
 

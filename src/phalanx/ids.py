@@ -20,7 +20,7 @@ ID_LENGTH = 12
 
 def random_hex(n: int) -> str:
     """``n`` random lowercase hex characters (``os.urandom``): what ``uuid.uuid4().hex[:n]`` gave
-    for n <= 12, without importing ``uuid``, which imports ``platform`` (3-4 ms of every run)."""
+    for n <= 12, without importing ``uuid`` into every run and every reporting script."""
     return os.urandom((n + 1) // 2).hex()[:n]
 
 

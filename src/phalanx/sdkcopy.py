@@ -21,6 +21,7 @@ SDK_TOP_MODULES = (
     "_version.py",
     "machine/__init__.py",
     "errors.py",
+    "ids.py",  # a plain script's own experiment id (tracking.task)
     "machine/procs.py",
     "spool.py",
     "checkpoints.py",

@@ -14,7 +14,8 @@ handlers and level, sys.stdin/stdout/stderr (``phalanx run`` wraps them in Guard
 What it does not prove, each command's real-process smoke does (one per entry point, kept in
 tests/integration): the ``phalanx`` script, start-up imports, the fast exit of ``phalanx run``
 (in-process it must not end pytest: ``_fast_exit`` is made a no-op, so the SystemExit goes on), and
-anything a command does to its own process (signals from a terminal, a detached child).
+anything a command does to its own process (signals from a terminal, a detached child: `run
+--detach` starts its supervisor as a process here, where a real one forks it).
 """
 
 from __future__ import annotations
@@ -134,6 +135,10 @@ def phalanx_cli(
     with (
         _process_state_put_back(env, cwd),
         mock.patch.object(cli_main, "_fast_exit", lambda code: None),
+        # `run --detach` starts its supervisor as a process of its own here (Runner.start): a fork
+        # would carry pytest and these patches into it; real processes prove the fork
+        # (tests/integration/local/test_one_launch_path.py)
+        mock.patch("phalanx.runner.running.can_fork", lambda: False),
         _standard_streams(input) as (out, err),
     ):
         try:

@@ -33,7 +33,7 @@ def test_a_killed_supervisor_fails_its_experiment_and_its_unfinished_replicas(st
     end = decide(Facts(status, recorder=Seen.GONE, recorder_pid=4242))
     assert end is not None
     assert end.status is S.FAILED and end.replica_state is ReplicaState.FAILED
-    assert "phalanx run (pid 4242) was killed" in end.reason
+    assert "its supervisor (pid 4242) was killed" in end.reason
     assert end.replica_reason == end.reason
 
 

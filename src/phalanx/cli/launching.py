@@ -97,7 +97,8 @@ def submit_detached(
     """Start the experiment's supervisor in its own session (its output in runs/<id>/supervisor.log;
     ``fork``: forked from this process, ``Runner.submit``), wait (bounded) until the experiment
     exists and print its id. If the supervisor ends before, its own messages are shown and its exit
-    status is ours (its run folder is removed: nothing half-written)."""
+    status is ours (its run folder is removed: nothing half-written). A Ctrl-C meanwhile names the
+    experiment, which may have started and runs on (``options.experiment_id``: given by the caller)."""
     from phalanx.runner import StartFailed
 
     try:
@@ -105,6 +106,15 @@ def submit_detached(
     except StartFailed as exc:
         sys.stderr.write((exc.text or f"error: the supervisor exited with status {exc.exit_code}") + "\n")
         raise SystemExit(exc.exit_code or 1) from None
+    except KeyboardInterrupt:
+        exp_id = options.experiment_id
+        if exp_id is None:
+            raise
+        sys.stderr.write(
+            f"phalanx: interrupted; experiment {exp_id} may have started, and then it runs on: "
+            f"`phalanx get {exp_id}` shows it, `phalanx stop {exp_id}` stops it\n"
+        )
+        raise SystemExit(130) from None
     if output is Output.JSON:
         emit_json(detached_json(submitted))
     else:
@@ -184,8 +194,13 @@ def start_detached(
         experiment_id=experiment_id,
         settings=settings,
     )
+    from dataclasses import replace
+
+    from phalanx.ids import new_id
     from phalanx.runner import Runner
 
+    # its id decided here: a Ctrl-C while it starts can name it (``submit_detached``)
+    options = replace(options, experiment_id=options.experiment_id or new_id())
     submit_detached(Runner(settings), spec, options, output, fork=True)
 
 

@@ -32,8 +32,6 @@ from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
-from setproctitle import setproctitle
-
 from phalanx.store import reuse_after_fork
 
 if TYPE_CHECKING:
@@ -148,6 +146,41 @@ def _close_inherited() -> None:
                 os.close(fd)
 
 
+_STOPPING = (signal.SIGINT, signal.SIGTERM)
+
+
+def _leave_the_caller(run_dir: Path, out: int, closing: list[int], held: set[int | signal.Signals]) -> None:
+    """The forked child made a supervisor as `python -P -m phalanx.runner` starts one: its own
+    session, titled for `ps`; the caller's pending Ctrl-C or SIGTERM dropped, then Ctrl-C raising
+    KeyboardInterrupt (reported as interrupted, exit 130) and SIGTERM and SIGCHLD at their defaults;
+    none of the caller's fds but what it keeps (``closing`` closed, inherited ones too); stdin
+    /dev/null and its output ``out``; and not the caller's folder on its import path (a user's
+    `statistics.py` is not what it imports)."""
+    gc.freeze()  # the caller's objects are never finalized here (their fds are the caller's)
+    os.setsid()
+    from setproctitle import setproctitle  # why: in a forked supervisor only, not in every runner
+
+    setproctitle(f"phalanx supervisor {run_dir.name}")  # in `ps`, not the caller's command line
+    for signum in _STOPPING:  # pending ones are discarded as they become ignored
+        signal.signal(signum, signal.SIG_IGN)
+    signal.pthread_sigmask(signal.SIG_SETMASK, held)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    for signum in (signal.SIGTERM, signal.SIGCHLD):
+        signal.signal(signum, signal.SIG_DFL)
+    for fd in closing:
+        with contextlib.suppress(OSError):
+            os.close(fd)
+    _close_inherited()
+    devnull = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(devnull, 0)
+    os.dup2(out, 1)
+    os.dup2(out, 2)
+    os.close(devnull)
+    os.close(out)
+    if not sys.flags.safe_path and sys.path and sys.path[0] in ("", os.getcwd()):
+        del sys.path[0]  # `python -m ...` and `-c` put the folder they started in first
+
+
 def fork_supervisor(
     run_dir: Path,
     log: Path,
@@ -167,27 +200,17 @@ def fork_supervisor(
     sys.stdout.flush()
     sys.stderr.flush()
     out = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    # a Ctrl-C at the caller's terminal (or a SIGTERM to its process group) between the fork and the
+    # child's own session is the caller's: held back here, then delivered to the caller alone
+    held = signal.pthread_sigmask(signal.SIG_BLOCK, _STOPPING)
     pid = os.fork()
     if pid:
+        signal.pthread_sigmask(signal.SIG_SETMASK, held)
         os.close(out)
         return Forked(pid)
     code = 1
     try:  # the child: never returns into the caller
-        gc.freeze()  # the caller's objects are never finalized here (their fds are the caller's)
-        os.setsid()
-        setproctitle(f"phalanx supervisor {run_dir.name}")  # in `ps`, not the caller's command line
-        for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGCHLD):
-            signal.signal(signum, signal.SIG_DFL)
-        for fd in closing:
-            with contextlib.suppress(OSError):
-                os.close(fd)
-        _close_inherited()
-        devnull = os.open(os.devnull, os.O_RDONLY)
-        os.dup2(devnull, 0)
-        os.dup2(out, 1)
-        os.dup2(out, 2)
-        os.close(devnull)
-        os.close(out)
+        _leave_the_caller(run_dir, out, closing, held)
         os.environ.update(env)
         inherited = None
         if store is not None:

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -131,7 +132,7 @@ class Runner:
         never show: its spool, and its run folder when this launch owns it (``owns_run_dir``;
         default: no id was given, else the caller that gave the id reads its log there).
         ``store``: the open store to use (else the settings' store, opened when first needed)."""
-        from phalanx.store.lite_writer import LiteWriter  # why: `run --detach`: no domain model
+        from phalanx.store.lite_writer import LiteWriter  # why: the supervisor's, not the waiting CLI's
         from phalanx.supervisor import Prepared, Supervisor  # why: `run --detach`: no supervisor
         from phalanx.supervisor.opener import LazyStore  # why: `run --detach`: no supervisor
 
@@ -218,7 +219,7 @@ class Runner:
         except BaseException as exc:
             console.close()
             if store is not None and options.experiment_id is not None:
-                from phalanx.domain import ExperimentStatus  # why: `run --detach`: no domain model
+                from phalanx.domain import ExperimentStatus  # why: a failed build only
 
                 stopped = isinstance(exc, KeyboardInterrupt)
                 status = ExperimentStatus.STOPPED if stopped else ExperimentStatus.FAILED
@@ -246,14 +247,7 @@ class Runner:
         """Start the experiment's supervisor (`python -m phalanx.runner RUN_DIR`) in its own session
         (a Ctrl-C at the caller's terminal does not reach it) and return at once: its id, its
         process and its log (``log``, default runs/<id>/supervisor.log, appended to)."""
-        exp_id = options.experiment_id or new_id()
-        options = replace(options, experiment_id=exp_id)
-        run_dir = self.settings.runs_dir / exp_id
-        log_path = log or run_dir / SUPERVISOR_LOG
-        outside = not log_path.resolve().is_relative_to(run_dir.resolve())
-        lock = _take_launch_lock(run_dir)
-        try:
-            write_launch(run_dir, Launch(spec, options, remove_run_dir=outside, headline=headline))
+        with self._launch_written(spec, options, log, headline) as (exp_id, run_dir, log_path, lock):
             child_env = dict(os.environ if env is None else env)
             child_env.update(self._store_env())
             passed: tuple[int, ...] = ()
@@ -275,9 +269,6 @@ class Runner:
                     close_fds=True,
                     pass_fds=passed,
                 )
-        finally:
-            if lock is not None:
-                os.close(lock)
         return exp_id, proc, log_path
 
     def fork(
@@ -294,24 +285,38 @@ class Runner:
         --detach` costs one interpreter) when this process may fork (``forking.can_fork``: no other
         thread runs); else ``start``. ``log``: as ``start``'s. ``close``: fds the supervisor must
         not keep (a lock); ``store``: this process's open store, which a forked supervisor uses
-        rather than opening its own (``store.reuse_after_fork``)."""
+        rather than opening its own (``store.reuse_after_fork``). The forked supervisor is this
+        process's child: a caller that outlives it reaps it (``Forked.poll`` or ``wait``), or it
+        stays a zombie until the caller exits."""
         if not can_fork():
             return self.start(spec, options, log=log)
+        # the forked supervisor keeps the launch lock (an inherited fd)
+        with self._launch_written(spec, options, log) as (exp_id, run_dir, log_path, _lock):
+            forked = fork_supervisor(
+                run_dir, log_path, self._store_env(), close, store, supervise=_supervise_in_child
+            )
+        return exp_id, forked, log_path
+
+    @contextlib.contextmanager
+    def _launch_written(
+        self, spec: ExperimentSpec, options: LaunchOptions, log: Path | None, headline: str | None = None
+    ) -> Iterator[tuple[str, Path, Path, int | None]]:
+        """The launch written into its run folder under the folder's launch lock, for a supervisor
+        started or forked in the block: its id, run folder, log (``log``, default
+        runs/<id>/supervisor.log) and the lock's fd (None: a supervisor of that folder still holds
+        it), closed here after the block (the supervisor has its own copy by then)."""
         exp_id = options.experiment_id or new_id()
         options = replace(options, experiment_id=exp_id)
         run_dir = self.settings.runs_dir / exp_id
-        log = log or run_dir / SUPERVISOR_LOG
-        outside = not log.resolve().is_relative_to(run_dir.resolve())
-        lock = _take_launch_lock(run_dir)  # the forked supervisor keeps it (an inherited fd)
+        log_path = log or run_dir / SUPERVISOR_LOG
+        outside = not log_path.resolve().is_relative_to(run_dir.resolve())
+        lock = _take_launch_lock(run_dir)
         try:
-            write_launch(run_dir, Launch(spec, options, remove_run_dir=outside))
-            forked = fork_supervisor(
-                run_dir, log, self._store_env(), close, store, supervise=_supervise_in_child
-            )
+            write_launch(run_dir, Launch(spec, options, remove_run_dir=outside, headline=headline))
+            yield exp_id, run_dir, log_path, lock
         finally:
             if lock is not None:
                 os.close(lock)
-        return exp_id, forked, log
 
     def _store_env(self) -> dict[str, str]:
         """Where the store is, as this Runner's settings say (they may not come from the environment)."""
@@ -440,7 +445,7 @@ class Runner:
 
     def status(self, experiment_id: str) -> Experiment:
         """The experiment as it stands, its end decided if its supervisor is gone."""
-        from phalanx.reconcile import settle  # why: `run --detach`: no domain model
+        from phalanx.reconcile import settle  # why: a caller following a run, not `run --detach`
 
         store = self._store()
         return settle(store, self.settings, store.get_experiment(experiment_id))
@@ -569,7 +574,7 @@ def _say(observer: Observer | None, text: str) -> None:
 def _supervise_in_child(argv: list[str], store: LocalStore | None) -> int:
     """A forked trial's supervision: a Runner of its own, on the settings its environment names
     (the fork added ``Runner._store_env``), exactly as `python -m phalanx.runner RUN_DIR`."""
-    from phalanx.runner.detached import supervise_launch  # why: `run --detach`: no spec loader
+    from phalanx.runner.detached import supervise_launch  # why: in the forked child only
 
     return supervise_launch(argv, lambda: Runner(Settings()), store)
 

@@ -205,14 +205,14 @@ class Attempts:
         """The launch context of a new group: PHALANX_RESUME_CHECKPOINT / _STEP / _METRICS name the
         experiment's latest checkpoint (what ``task.latest_checkpoint()`` returns), once everything
         the failed group wrote to the spool is in the store."""
-        from phalanx import checkpoints  # why: a restart only: a run that never fails reads none
-
         store = self.store()
         with contextlib.suppress(Exception):  # the ingest thread does the same work: this only hurries it
             Ingester(store, None, self.spool_dir, cleanup=False, claimed=True).run_once()
         context = self.with_attempt(context)
         self.resume_step = None
         try:
+            from phalanx import checkpoints  # why: a restart only: a run that never fails reads none
+
             ckpt = checkpoints.latest(checkpoints.from_artifacts(store.artifacts(self.id)))
         except Exception:
             log.exception("looking up the latest checkpoint failed; restarting from scratch")

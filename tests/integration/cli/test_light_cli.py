@@ -236,6 +236,7 @@ UNUSED_BY_A_TRIVIAL_RUN = {
     *("phalanx.alerts", "phalanx.store.alert_records", "phalanx.machine.box_accounts"),
     *("phalanx.machine.identities", "phalanx.checkpoints", "phalanx.clusters", "phalanx.data"),
     *("phalanx.data.inputs", "phalanx.horovod", "phalanx.backends.local.mpi_output", "statistics"),
+    "uuid",  # new ids come from phalanx.ids
 }
 
 

@@ -78,7 +78,7 @@ def test_a_sigkilled_phalanx_run_is_marked_failed_by_the_next_reader(phalanx: Ph
     assert shown.returncode == 0, shown.stderr
     exp = phalanx.store().get_experiment(exp.id)
     assert exp.status == ExperimentStatus.FAILED, (exp, shown.stdout)
-    assert "phalanx run (pid" in (exp.reason or "") and "killed" in (exp.reason or "")
+    assert "its supervisor (pid" in (exp.reason or "") and "killed" in (exp.reason or "")
     figure("phalanx run SIGKILLed", status=str(exp.status), final_at="the next read command")
 
 

@@ -209,6 +209,6 @@ def test_a_trial_whose_supervisor_is_sigkilled_ends_failed_and_the_group_goes_on
     os.kill(int(pid_file.read_text().split()[0]), signal.SIGKILL)
     _, err = controller.communicate(timeout=60)  # hung for ever before
     assert controller.returncode == 1, err  # its only trial failed
-    assert f"trial 0: {experiment_id} failed: phalanx run (pid" in err, err
+    assert f"trial 0: {experiment_id} failed: its supervisor (pid" in err, err
     assert "was killed before it recorded the outcome" in err
     assert phalanx.store().get_experiment(experiment_id).status.value == "failed"

@@ -113,14 +113,15 @@ def test_run_detach_leaves_no_pipe_its_caller_handed_it_open(phalanx: Phalanx) -
     )
     os.close(write_end)
     out, _ = cli.communicate(timeout=180)
+    assert cli.returncode == 0
+    started = json.loads(out)
     try:
-        assert cli.returncode == 0
         # every holder of the write end gone: end of file (the sleeping job's supervisor would hold it)
         assert select.select([read_end], [], [], 60)[0] == [read_end]
         assert os.read(read_end, 1) == b""
     finally:
         os.close(read_end)
-        assert phalanx.cli("stop", json.loads(out)["id"]).returncode == 0
+        assert phalanx.cli("stop", started["id"]).returncode == 0
 
 
 def test_experiment_submit_starts_the_supervisor_and_nothing_else(

@@ -18,6 +18,7 @@ from sqlalchemy import Connection, Engine, Row, delete, insert, select, update
 
 from phalanx.domain import ExperimentStatus, GroupStatus, ReplicaState, best_trial, trial_counts
 from phalanx.errors import NotFound, UsageError
+from phalanx.ids import random_hex
 from phalanx.store.alert_records import (
     EXPERIMENT_ENDS,
     GROUP_FINISHED,
@@ -219,7 +220,7 @@ class SqlAlerts:
     ) -> Hook:
         chosen = check_hook(project, url, events, secret)
         hook = Hook(
-            id=f"h{uuid.uuid4().hex[:11]}",
+            id=f"h{random_hex(11)}",
             project=project,
             url=url,
             events=chosen,
