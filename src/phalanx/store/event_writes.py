@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import time
 from collections import defaultdict
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 from phalanx.domain import Event
@@ -92,7 +92,7 @@ def append_scalars(db: Db, blocks: Sequence[ScalarBlock], ids: dict[tuple[str, s
         append(db, pieces)
         buckets = aggregate((p.series_id, p.steps, p.values, p.times) for p in pieces)
     merge_level1(db, buckets)
-    refresh_upper(db, _spans(blocks, ids))
+    refresh_upper(db, _spans(buckets))
 
 
 def _pieces(blocks: Sequence[ScalarBlock], ids: dict[tuple[str, str, str], int]) -> Iterator[Piece]:
@@ -114,19 +114,20 @@ def _pieces(blocks: Sequence[ScalarBlock], ids: dict[tuple[str, str, str], int])
             yield Piece(sids[k], b.replica, b.rank, steps, values, times)
 
 
-def _spans(blocks: Sequence[ScalarBlock], ids: dict[tuple[str, str, str], int]) -> dict[int, tuple[int, int]]:
-    """Per series id, the step range the blocks wrote (a block's whole range for each of its
-    series: a little more than needed when a block mixes series, never less)."""
-    spans: dict[int, tuple[int, int]] = {}
-    for b in blocks:
-        if not b.steps:
-            continue
-        lo, hi = min(b.steps), max(b.steps)
-        for t, s in b.keys:
-            sid = ids[(b.experiment_id, t, s)]
-            old = spans.get(sid)
-            spans[sid] = (lo, hi) if old is None else (min(old[0], lo), max(old[1], hi))
-    return spans
+def _spans(buckets: Mapping[tuple[int, int], list[Any]]) -> dict[int, tuple[int, int]]:
+    """Per series id, the step range the points wrote: from its first level-1 bucket's first step
+    to its last one's last step (a bucket holds the steps ``bucket * 16`` to ``bucket * 16 + 15``),
+    read from the buckets, not by a min and a max over every point."""
+    ends: dict[int, list[int]] = {}  # series id -> [lowest bucket, highest bucket]
+    for sid, bucket in buckets:
+        held = ends.get(sid)
+        if held is None:
+            ends[sid] = [bucket, bucket]
+        elif bucket < held[0]:
+            held[0] = bucket
+        elif bucket > held[1]:
+            held[1] = bucket
+    return {sid: (buckets[(sid, lo)][3], buckets[(sid, hi)][4]) for sid, (lo, hi) in ends.items()}
 
 
 def position(db: Db, stream: str) -> tuple[int, int] | None:

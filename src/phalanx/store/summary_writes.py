@@ -7,10 +7,11 @@ supervisor's ``sqlite3`` writer run the same statements. Standard library only."
 from __future__ import annotations
 
 import math
+from array import array
 from bisect import bisect_left
 from collections.abc import Iterable, Mapping, Sequence
-from itertools import islice
-from operator import le
+from itertools import islice, repeat
+from operator import add, rshift, sub
 from typing import Any
 
 from phalanx.store.db import Db
@@ -122,9 +123,11 @@ def aggregate(
     order the points arrived. A bucket: [n, min, max, first_step, last_step, min_time, max_time,
     first_value, last_value, last_time, min_step, max_step]; NaN values count as points but never
     as min or max. Columns in step order without NaN (what a training loop reports) are taken a
-    bucket at a time with C-speed slices; others point by point, with the same result."""
+    bucket at a time by C loops; others point by point, with the same result."""
     out: dict[tuple[int, int], list[Any]] = {}
     for sid, steps, values, times in rows:
+        # as lists: each number is made an object once, not at every look (an order check, a min)
+        steps, values, times = _listed(steps), _listed(values), _listed(times)
         if _in_order(steps) and _no_nan(values):
             _by_bucket(out, sid, steps, values, times)
         else:
@@ -132,8 +135,12 @@ def aggregate(
     return out
 
 
-def _in_order(steps: Sequence[int]) -> bool:
-    return all(map(le, steps, islice(steps, 1, None)))
+def _listed(column: Sequence[Any]) -> list[Any]:
+    return column.tolist() if isinstance(column, array) else list(column)
+
+
+def _in_order(steps: list[int]) -> bool:
+    return steps == sorted(steps)  # timsort checks a sorted list in one pass, in C
 
 
 def _no_nan(values: Sequence[float]) -> bool:
@@ -146,36 +153,47 @@ def _no_nan(values: Sequence[float]) -> bool:
 def _by_bucket(
     out: dict[tuple[int, int], list[Any]],
     sid: int,
-    steps: Sequence[int],
-    values: Sequence[float],
-    times: Sequence[float],
+    steps: list[int],
+    values: list[float],
+    times: list[float],
 ) -> None:
-    n, i = len(steps), 0
+    """Ordered columns without NaN, a bucket's statistics at a time, each gathered for every bucket
+    by a C loop (``map`` over the buckets' slices), not by Python statements per bucket: the
+    summary was most of what ingest paid per point."""
+    n, starts, i = len(steps), [], 0
     while i < n:
-        bucket = steps[i] >> SHIFT
-        j = bisect_left(steps, (bucket + 1) << SHIFT, i + 1, n)
-        vs, ts = values[i:j], times[i:j]
-        low, high = min(vs), max(vs)
-        fresh = [
-            j - i,
-            low,
-            high,
-            steps[i],
-            steps[j - 1],
-            min(ts),
-            max(ts),
-            values[i],
-            values[j - 1],
-            times[j - 1],
-            steps[i + vs.index(low)],
-            steps[i + vs.index(high)],
-        ]
-        held = out.get((sid, bucket))
-        if held is None:
-            out[(sid, bucket)] = fresh
-        else:
-            _combine(held, fresh)
-        i = j
+        starts.append(i)
+        i = bisect_left(steps, ((steps[i] >> SHIFT) + 1) << SHIFT, i + 1, n)
+    ends = [*islice(starts, 1, None), n]
+    lasts = list(map(sub, ends, repeat(1)))
+    vs = list(map(values.__getitem__, map(slice, starts, ends)))
+    lows, highs = list(map(min, vs)), list(map(max, vs))
+    if _no_nan(times) and times == sorted(times):  # the clock went forward (a loop's points): the ends
+        min_times, max_times = map(times.__getitem__, starts), map(times.__getitem__, lasts)
+    else:
+        ts = list(map(times.__getitem__, map(slice, starts, ends)))
+        min_times, max_times = map(min, ts), map(max, ts)
+    first_steps = list(map(steps.__getitem__, starts))
+    columns = (
+        map(sub, ends, starts),
+        lows,
+        highs,
+        first_steps,
+        map(steps.__getitem__, lasts),
+        min_times,
+        max_times,
+        map(values.__getitem__, starts),
+        map(values.__getitem__, lasts),
+        map(times.__getitem__, lasts),
+        # the first step holding the bucket's min (max), as the point-by-point rule keeps
+        map(steps.__getitem__, map(add, starts, map(list.index, vs, lows))),
+        map(steps.__getitem__, map(add, starts, map(list.index, vs, highs))),
+    )
+    keys = zip(repeat(sid), map(rshift, first_steps, repeat(SHIFT)))
+    fresh = dict(zip(keys, map(list, zip(*columns, strict=True)), strict=True))
+    for key in fresh.keys() & out.keys():  # a bucket an earlier piece of the series began
+        _combine(out[key], fresh.pop(key))
+    out.update(fresh)
 
 
 def _combine(b: list[Any], later: list[Any]) -> None:
@@ -240,28 +258,14 @@ def merge_level1(db: Db, buckets: Mapping[tuple[int, int], list[Any]]) -> None:
     if not buckets:
         return
 
-    def nan_free(x: Any) -> Any:
-        return None if isinstance(x, float) and x != x else x  # NaN is NULL (SQLite does so anyway)
-
+    # a NaN first or last value is stored as NULL (SQLite does so anyway); ``x == x`` is False
+    # only for NaN. One tuple per bucket by unpacking, no call per field: a batch has thousands
     params = [
-        (
-            sid,
-            bucket,
-            b[0],
-            b[1],
-            b[2],
-            b[3],
-            b[4],
-            b[5],
-            b[6],
-            nan_free(b[7]),
-            nan_free(b[8]),
-            b[9],
-            b[10],
-            b[11],
-        )
-        for (sid, bucket), b in sorted(buckets.items())
-    ]
+        (sid, bucket, n, low, high, first, last, tmin, tmax, fv if fv == fv else None,
+         lv if lv == lv else None, tlast, at_low, at_high)
+        for (sid, bucket), (n, low, high, first, last, tmin, tmax, fv, lv, tlast, at_low, at_high)
+        in sorted(buckets.items())
+    ]  # fmt: skip
     db.executemany(_MERGE, params)
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 from pathlib import Path
 
@@ -10,6 +11,7 @@ import pytest
 from phalanx.spool import (
     SpoolWriter,
     decode_points,
+    encode,
     encode_points,
     read_records,
     spool_files,
@@ -32,6 +34,41 @@ def test_malformed_columns_are_refused() -> None:
         decode_points({**data, "n": 4})
     with pytest.raises(ValueError):
         decode_points({**data, "keys": []})
+
+
+def test_a_scalar_record_line_is_the_json_of_the_record() -> None:
+    """Columns spliced into the line as they are (no JSON scan) still make the same JSON object,
+    names that need escapes (quotes, backslashes, non-ASCII) included."""
+    data = encode_points([("loss", 'w "0" \\ é', 0, 0.5, 1.0), ("acc", "x\n", 1, math.nan, 2.0)])
+    record = {"kind": "scalar", "experiment_id": "e", "rank": None, "time": 1.0, "data": data, "seq": 3}
+    line = encode(record)
+    assert line.endswith(b"}\n") and line.count(b"\n") == 1
+    assert json.loads(line) == json.loads(json.dumps(record))
+    assert json.loads(encode({"data": {"step": data["step"]}})) == {"data": {"step": data["step"]}}
+
+
+# A line the writer of the previous release wrote (json.dumps of the whole record, data in the
+# middle): a spool left by a killed run of it is ingested after an upgrade.
+PREVIOUS_LINE = (
+    b'{"kind":"scalar","experiment_id":"EXP","replica":"worker-0","role":"worker","index":0,"rank":1,'
+    b'"time":1.0,"data":{"keys":[["loss","w \\"0\\" \xc3\xa9"],["acc","x"]],"n":3,'
+    b'"step":"AAAAAAAAAAABAAAAAAAAAAEAAAAAAAAA","value":"AAAAAAAA4D8AAAAAAAD4fwAAAAAAANA/",'
+    b'"time":"AAAAAAAA8D8AAAAAAAAAQAAAAAAAAABA","k":"AAAAAAAAAAABAAAA"},"attempt":0,"stream":"STREAM",'
+    b'"seq":0}\n'
+)
+
+
+def test_a_line_of_the_previous_writer_reads_as_the_points_it_held(tmp_path: Path) -> None:
+    spool = tmp_path / "STREAM.spool"
+    spool.write_bytes(PREVIOUS_LINE)
+    (record,), end = read_records(spool, 0)
+    assert end == len(PREVIOUS_LINE) and (record["stream"], record["seq"]) == ("STREAM", 0)
+    keys, idx, steps, values, times = decode_points(record["data"])
+    points = [(*keys[i], s, v, t) for i, s, v, t in zip(idx or [], steps, values, times, strict=True)]
+    assert points[0] == ("loss", 'w "0" é', 0, 0.5, 1.0) and points[2] == ("acc", "x", 1, 0.25, 2.0)
+    assert math.isnan(points[1][3])
+    rewritten = encode({k: v for k, v in record.items() if k != "data"} | {"data": encode_points(points)})
+    assert json.loads(rewritten) == record  # what this writer writes is the same record
 
 
 def test_a_reopened_stream_continues_its_numbering(tmp_path: Path) -> None:
