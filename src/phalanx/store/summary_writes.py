@@ -161,6 +161,8 @@ def _by_bucket(
     by a C loop (``map`` over the buckets' slices), not by Python statements per bucket: the
     summary was most of what ingest paid per point."""
     n, starts, i = len(steps), [], 0
+    if not n:
+        return
     while i < n:
         starts.append(i)
         i = bisect_left(steps, ((steps[i] >> SHIFT) + 1) << SHIFT, i + 1, n)
