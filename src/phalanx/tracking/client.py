@@ -156,8 +156,8 @@ class Reporter:
             n = len(self.scalars) if most is None else min(most, len(self.scalars))
             if n:
                 self._taken += n  # before popping: see event()
-                pop = self.scalars.popleft
-                points = [pop() for _ in range(n)]
+                # n calls of popleft made by a C loop, not a Python statement per point
+                points = list(itertools.starmap(self.scalars.popleft, itertools.repeat((), n)))
                 for rank, group in itertools.groupby(points, key=_RANK_OF):
                     same = list(group)
                     for i in range(0, len(same), CHUNK):
