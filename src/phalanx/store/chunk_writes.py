@@ -7,6 +7,8 @@ from __future__ import annotations
 from array import array
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from itertools import islice
+from operator import le
 from typing import Any
 
 from phalanx.store.chunks import Columns, decode, encode
@@ -41,8 +43,16 @@ class Piece:
 
 def _row(sid: int, seq: int, replica: str, rank: int | None, cols: Columns) -> tuple[Any, ...]:
     """The chunk's columns in ``_INSERT``'s order."""
-    steps = cols[0]
-    return (sid, seq, min(steps), max(steps), len(steps), replica, rank, encode(*cols))
+    steps = _listed(cols[0])  # each step made an object once (a min and a max over an array made it twice)
+    if all(map(le, steps, islice(steps, 1, None))):  # a training loop's: its ends
+        first, last = steps[0], steps[-1]
+    else:
+        first, last = min(steps), max(steps)
+    return (sid, seq, first, last, len(steps), replica, rank, encode(*cols))
+
+
+def _listed(column: Sequence[int]) -> list[int]:
+    return column.tolist() if isinstance(column, array) else list(column)
 
 
 def lock_series(db: Db, sids: Sequence[int]) -> None:
