@@ -196,7 +196,7 @@ def encode(record: Mapping[str, Any]) -> bytes:
     rest = _dumps({k: v for k, v in data.items() if type(v) is not Base64})[:-1]
     parts = [head, "," if head != "{" else "", '"data":', rest]
     for key, text in columns:
-        parts += ["," if parts[-1] != "{" else "", _dumps(key), ':"', text, '"']
+        parts += ["," if parts[-1] != "{" else "", _dumps(str(key)), ':"', text, '"']
     parts.append("}}\n")
     return "".join(parts).encode()
 
