@@ -7,11 +7,9 @@ from __future__ import annotations
 from array import array
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from itertools import islice
-from operator import le
 from typing import Any
 
-from phalanx.store.chunks import Columns, decode, encode
+from phalanx.store.chunks import Columns, decode, encode, in_order, listed
 from phalanx.store.db import Db, marks
 
 MAX_CHUNK = 4096  # points a chunk holds at most: a zoomed read decodes a few of them, not a series
@@ -43,16 +41,12 @@ class Piece:
 
 def _row(sid: int, seq: int, replica: str, rank: int | None, cols: Columns) -> tuple[Any, ...]:
     """The chunk's columns in ``_INSERT``'s order."""
-    steps = _listed(cols[0])  # each step made an object once (a min and a max over an array made it twice)
-    if all(map(le, steps, islice(steps, 1, None))):  # a training loop's: its ends
+    steps = listed(cols[0])
+    if in_order(steps):  # a training loop's: its ends
         first, last = steps[0], steps[-1]
     else:
         first, last = min(steps), max(steps)
     return (sid, seq, first, last, len(steps), replica, rank, encode(*cols))
-
-
-def _listed(column: Sequence[int]) -> list[int]:
-    return column.tolist() if isinstance(column, array) else list(column)
 
 
 def lock_series(db: Db, sids: Sequence[int]) -> None:

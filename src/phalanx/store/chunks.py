@@ -133,9 +133,20 @@ def ordered(
         keep = [i for i, step in enumerate(steps) if low <= step <= high]
         if len(keep) < len(steps):
             steps, values, times = pick((steps, values, times), keep)
-    if not all(map(le, steps, islice(steps, 1, None))):  # a stable sort: ties keep their arrival order
+    if not in_order(steps):  # a stable sort: ties keep their arrival order
         steps, values, times = pick((steps, values, times), sorted(range(len(steps)), key=steps.__getitem__))
     return Points(steps, values, times)
+
+
+def in_order(xs: Sequence[Any]) -> bool:
+    """Whether ``xs`` never goes down (a C loop that stops at the first step back)."""
+    return all(map(le, xs, islice(xs, 1, None)))
+
+
+def listed(column: Sequence[Any]) -> list[Any]:
+    """A column as a list: each number made an object once, not at every look (an order check, a
+    min, a slice)."""
+    return column.tolist() if isinstance(column, array) else list(column)
 
 
 def pick(cols: Columns, keep: Sequence[int]) -> tuple[list[int], list[float], list[float]]:

@@ -7,13 +7,13 @@ supervisor's ``sqlite3`` writer run the same statements. Standard library only."
 from __future__ import annotations
 
 import math
-from array import array
 from bisect import bisect_left
 from collections.abc import Iterable, Mapping, Sequence
 from itertools import chain, islice, repeat
 from operator import add, rshift, sub
 from typing import Any
 
+from phalanx.store.chunks import in_order, listed
 from phalanx.store.db import Db
 
 BASE = 16
@@ -136,20 +136,12 @@ def aggregate(
     out: dict[tuple[int, int], list[Any]] = {}
     for sid, steps, values, times in rows:
         # as lists: each number is made an object once, not at every look (an order check, a min)
-        steps, values, times = _listed(steps), _listed(values), _listed(times)
-        if _in_order(steps) and _no_nan(values):
+        steps, values, times = listed(steps), listed(values), listed(times)
+        if in_order(steps) and _no_nan(values):
             _by_bucket(out, sid, steps, values, times)
         else:
             _by_point(out, sid, steps, values, times)
     return out
-
-
-def _listed(column: Sequence[Any]) -> list[Any]:
-    return column.tolist() if isinstance(column, array) else list(column)
-
-
-def _in_order(steps: list[int]) -> bool:
-    return steps == sorted(steps)  # timsort checks a sorted list in one pass, in C
 
 
 def _no_nan(values: Sequence[float]) -> bool:
@@ -179,7 +171,9 @@ def _by_bucket(
     lasts = list(map(sub, ends, repeat(1)))
     vs = list(map(values.__getitem__, map(slice, starts, ends)))
     lows, highs = list(map(min, vs)), list(map(max, vs))
-    if _no_nan(times) and times == sorted(times):  # the clock went forward (a loop's points): the ends
+    # the clock went forward (a loop's points): a bucket's first and last times are its ends (where
+    # two times are equal, the last one: only 0.0 and -0.0 tell equal times apart)
+    if _no_nan(times) and in_order(times):
         min_times, max_times = map(times.__getitem__, starts), map(times.__getitem__, lasts)
     else:
         ts = list(map(times.__getitem__, map(slice, starts, ends)))
