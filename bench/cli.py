@@ -238,7 +238,10 @@ def main() -> int:
                 WHOLE,
                 FOREGROUND,
             ):
-                cases[f"{name} @baseline"] = cases[name]
+                argv, home = cases[name]
+                if home == runs:  # its own: the package list's cache is keyed on the import path
+                    home = root / "runs-baseline"
+                cases[f"{name} @baseline"] = (argv, home)
                 paths[f"{name} @baseline"] = str(args.baseline_src.resolve())
         spent: dict[str, list[float]] = {name: [] for name in cases}
         stop, reporters = start_reporters(live, args.reporters, {**base, "PHALANX_HOME": str(live)})

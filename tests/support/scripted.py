@@ -35,7 +35,8 @@ from phalanx.supervisor.supervising import Supervisor
 
 
 class VirtualClock:
-    """``time.monotonic``, ``time.time`` and ``time.sleep`` on a clock that moves only when slept.
+    """``time.monotonic``, ``time.time``, ``time.time_ns`` and ``time.sleep`` on a clock that moves
+    only when slept.
     Past ``limit`` virtual seconds it raises, so a supervisor that would never end fails its test
     at once instead of spinning until pytest's timeout."""
 
@@ -48,6 +49,9 @@ class VirtualClock:
 
     def time(self) -> float:
         return self.now
+
+    def time_ns(self) -> int:
+        return int(self.now * 1e9)
 
     def sleep(self, seconds: float) -> None:
         self.now += max(seconds, 0.0)

@@ -43,7 +43,7 @@ from phalanx.spec.loader import load_spec_text
 from phalanx.store import open_store
 
 if TYPE_CHECKING:
-    from phalanx.runner.forking import SupervisorProcess
+    from phalanx.machine.forks import ChildProcess
     from phalanx.store.catalog import Catalog
 
 log = logging.getLogger(__name__)
@@ -210,7 +210,7 @@ class Experiment:
         log.info("submitted experiment %s (supervisor pid %d)", experiment_id, proc.pid)
         return Run(experiment_id, settings=self.settings, _process=proc)
 
-    def _abandon(self, proc: SupervisorProcess, experiment_id: str, run_dir: Path) -> None:
+    def _abandon(self, proc: ChildProcess, experiment_id: str, run_dir: Path) -> None:
         """A supervisor too slow to create its experiment: stop it rather than let it start unseen
         later, and once it has ended leave nothing behind, as the timeout error promises."""
         if proc.poll() is None:

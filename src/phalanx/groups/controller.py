@@ -64,7 +64,7 @@ from phalanx.spec.model import ExperimentSpec
 from phalanx.store.base import LocalStore
 
 if TYPE_CHECKING:
-    from phalanx.runner.forking import Forked
+    from phalanx.machine.forks import Forked
 
 log = logging.getLogger(__name__)
 

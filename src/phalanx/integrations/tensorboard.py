@@ -13,7 +13,7 @@ When it is on:
   the SDK is therefore captured by default;
 * ``phalanx.integrations.tensorboard.capture()`` turns it on from code;
 * every replica of `phalanx run` on this machine: the local engine puts the SDK's sitecustomize
-  (``phalanx.tracking.tensorboard.BOOT_DIR``) on its PYTHONPATH, so a script with no Phalanx call
+  (``phalanx.tracking.boot.BOOT_DIR``) on its PYTHONPATH, so a script with no Phalanx call
   at all is captured, and the processes it starts (torchrun's, ``mp.spawn``'s) too;
 * on other engines: run it as ``python -m phalanx.integrations.tensorboard train.py ARGS`` (the
   experiment file's ``run.cmd``), which does the same from the command line.
@@ -29,11 +29,11 @@ import sys
 
 from phalanx.tracking import series
 from phalanx.tracking import tensorboard as _capture
+from phalanx.tracking.boot import BOOT_DIR, ENV_CAPTURE
 from phalanx.tracking.identity import ENV_EXPERIMENT, Identity
+from phalanx.tracking.tensorboard import WRITER_MODULES, enabled_by_env, stop
 
-# the capture itself is part of the SDK (Task.init turns it on): its public names are here
-from phalanx.tracking.tensorboard import BOOT_DIR, ENV_CAPTURE, WRITER_MODULES, enabled_by_env, stop
-
+# the capture itself is part of the SDK (Task.init turns it on): its public names are here too
 __all__ = ["BOOT_DIR", "ENV_CAPTURE", "WRITER_MODULES", "capture", "enabled_by_env", "main", "stop"]
 
 

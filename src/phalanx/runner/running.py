@@ -17,9 +17,10 @@ from phalanx import knobs
 from phalanx.config import Settings
 from phalanx.errors import NotFound, PhalanxError
 from phalanx.ids import new_id
+from phalanx.machine.forks import can_fork
 from phalanx.machine.locks import hold
 from phalanx.machine.procs import record_process, recorded_process
-from phalanx.runner.forking import can_fork, fork_supervisor
+from phalanx.runner.forking import fork_supervisor
 from phalanx.runner.options import LAUNCH_LOCK, LAUNCH_LOCK_FD, Launch, LaunchOptions, write_launch
 from phalanx.store import open_store, through_outage
 from phalanx.store.lite import LiteReader, sqlite_path
@@ -28,7 +29,7 @@ from phalanx.store.migrations import HEAD
 if TYPE_CHECKING:
     from phalanx.buildprogress import BuildProgress
     from phalanx.domain import Experiment, LogLine
-    from phalanx.runner.forking import Forked, SupervisorProcess
+    from phalanx.machine.forks import ChildProcess, Forked
     from phalanx.spec.model import ExperimentSpec
     from phalanx.store.base import LocalStore, Store
     from phalanx.store.run_store import RunStore
@@ -54,7 +55,7 @@ class StartFailed(PhalanxError):
 class StartTimeout(PhalanxError):
     """A detached supervisor did not create its experiment in time; ``process`` still runs."""
 
-    def __init__(self, message: str, process: SupervisorProcess) -> None:
+    def __init__(self, message: str, process: ChildProcess) -> None:
         super().__init__(message)
         self.process = process
 
@@ -65,7 +66,7 @@ class Submitted:
     its status (and reason) as the store held them once it existed (or was reopened)."""
 
     experiment_id: str
-    process: SupervisorProcess
+    process: ChildProcess
     log: Path
     status: str = "created"
     reason: str | None = None
@@ -282,7 +283,7 @@ class Runner:
     ) -> tuple[str, Forked | subprocess.Popen[bytes], Path]:
         """``start``, but the supervisor is forked from this process (no Python start-up, and no
         import or validation done twice: a group's trial starts in milliseconds, `phalanx run
-        --detach` costs one interpreter) when this process may fork (``forking.can_fork``: no other
+        --detach` costs one interpreter) when this process may fork (``forks.can_fork``: no other
         thread runs); else ``start``. ``log``: as ``start``'s. ``close``: fds the supervisor must
         not keep (a lock); ``store``: this process's open store, which a forked supervisor uses
         rather than opening its own (``store.reuse_after_fork``). The forked supervisor is this
@@ -365,7 +366,7 @@ class Runner:
     def _wait_started(
         self,
         exp_id: str,
-        proc: SupervisorProcess,
+        proc: ChildProcess,
         log: Path,
         timeout: float,
         *,
@@ -397,7 +398,7 @@ class Runner:
         started: Callable[[Any, Settings, str, int], bool],
         store: Any,
         exp_id: str,
-        proc: SupervisorProcess,
+        proc: ChildProcess,
         log: Path,
         timeout: float,
         *,

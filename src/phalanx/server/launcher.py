@@ -33,6 +33,7 @@ import time
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from phalanx import bundles, reconcile, repro
 from phalanx.config import Settings
@@ -44,7 +45,6 @@ from phalanx.groups.lock import holder
 from phalanx.machine.box import isolation_of
 from phalanx.machine.locks import held
 from phalanx.runner.detached import SUPERVISOR_LOCK
-from phalanx.runner.forking import SupervisorProcess
 from phalanx.runner.resuming import Resume
 from phalanx.runner.running import SUPERVISOR_LOG, Runner, StartTimeout
 from phalanx.server import orders
@@ -53,6 +53,9 @@ from phalanx.spec.group import load_group_text
 from phalanx.store.base import LocalStore
 from phalanx.store.submissions import Submission, SubmissionKind, SubmissionState
 from phalanx.supervisor.outcome import PID_FILE
+
+if TYPE_CHECKING:
+    from phalanx.machine.forks import ChildProcess
 
 log = logging.getLogger(__name__)
 
@@ -212,12 +215,12 @@ class Launcher:
         log.info("experiment %s: resumed by supervisor pid %s", exp_id, submitted.process.pid)
         self._reap_later(exp_id, submitted.process)
 
-    def _reap_later(self, experiment_id: str, process: SupervisorProcess) -> None:
+    def _reap_later(self, experiment_id: str, process: ChildProcess) -> None:
         threading.Thread(
             target=self._reap, args=(experiment_id, process), name=f"reap-{experiment_id}", daemon=True
         ).start()
 
-    def _await_start(self, run_dir: Path, process: SupervisorProcess) -> None:
+    def _await_start(self, run_dir: Path, process: ChildProcess) -> None:
         """Until the supervisor has passed its start (its pid file written) or ended: the worker
         then takes the next one, so at most ``workers`` supervisors start at a time."""
         deadline = time.monotonic() + START_WAIT_SECONDS
@@ -226,7 +229,7 @@ class Launcher:
                 return
             time.sleep(0.05)
 
-    def _reap(self, experiment_id: str, process: SupervisorProcess) -> None:
+    def _reap(self, experiment_id: str, process: ChildProcess) -> None:
         process.wait()
         with contextlib.suppress(Exception):  # the watcher's pass settles it otherwise
             self._settle_unstarted(experiment_id)

@@ -19,7 +19,7 @@ from phalanx import repro
 from phalanx.backends.base import Backend, JobStatus, LaunchContext
 from phalanx.backends.local.boxes import helper_argv
 from phalanx.domain import ExperimentStatus
-from phalanx.errors import not_resumable
+from phalanx.errors import BackendUnavailable, not_resumable
 from phalanx.ingest import Ingester
 from phalanx.machine.procs import own_output_files, record_process
 from phalanx.supervisor.outcome import PID_FILE
@@ -100,9 +100,13 @@ class Attempts:
             (self.run_dir / "stop").unlink()
 
     # -- what each attempt runs --------------------------------------------------------------------
-    def start_repro(self, prepared: Prepared, attempt: int | None = None) -> None:
+    def start_repro(
+        self, prepared: Prepared, attempt: int | None = None, started_ns: int | None = None
+    ) -> None:
         """Record what runs (phalanx.repro) in a thread: the replicas do not wait for git or pip.
         It writes once the store is ready (``LazyStore.ready``), and not at all if it never opened.
+        ``started_ns``: when the replicas started (default: now), after which what changes in the
+        folder is their output, not code.
 
         ``attempt``: a later attempt of the experiment (`phalanx resume`), whose folder may hold
         edited code. Its record becomes the experiment's (what produced its latest result), its
@@ -113,7 +117,7 @@ class Attempts:
         launch.setdefault("cluster", prepared.cluster)
         workdir, python = prepared.context.workdir, prepared.context.python
         box = helper_argv(prepared.context)  # a box's folder and venv: git and python run boxed
-        started_ns = time.time_ns()  # the replicas start now: what changes after is their output
+        started_ns = time.time_ns() if started_ns is None else started_ns
         own_output = own_output_files()  # `phalanx run ... > run.log` in the folder
 
         def work() -> None:
@@ -135,6 +139,8 @@ class Attempts:
                 return
             try:
                 self._store_repro(store, record, data, launch, attempt)
+            except BackendUnavailable as exc:  # an outage: said in a line, as every other write says it
+                log.warning("what the experiment runs could not be stored (%s)", exc)
             except Exception:
                 log.exception("storing what the experiment runs failed")
 

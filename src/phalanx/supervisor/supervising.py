@@ -203,8 +203,10 @@ class Supervisor:
 
     def _start_first(self) -> str | None:
         """The first group (None: a stop came first), then the experiment's row in the store."""
-        self.attempts.start_repro(self.p)
+        started_ns = time.time_ns()  # what changes in the folder after this is the replicas' output
         handle = None if self.stop.requested() else self._submit(self.p.dry_run)
+        # after the replicas: a reaper is forked from here only while no other thread runs (issue 42)
+        self.attempts.start_repro(self.p, started_ns=started_ns)
         self._start_system_metrics()  # before the store opens: the replicas are starting now
         try:
             self.store()  # opened now, whatever comes next (the repro thread waits for it)

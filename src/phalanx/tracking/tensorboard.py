@@ -21,16 +21,12 @@ import os
 import sys
 import threading
 from collections.abc import Callable, Sequence
-from pathlib import Path
 from types import ModuleType
 from typing import Any
 
 from phalanx.tracking import series as _series
+from phalanx.tracking.boot import ENV_CAPTURE
 
-ENV_CAPTURE = "PHALANX_CAPTURE_TENSORBOARD"
-# a sitecustomize that turns capture on at interpreter start: on a replica's PYTHONPATH (the local
-# engine puts it there for every replica) or the ``python -m phalanx.integrations.tensorboard`` wrapper's
-BOOT_DIR = Path(__file__).resolve().parent / "_boot"
 WRITER_MODULES = ("torch.utils.tensorboard.writer", "tensorboardX.writer")
 _PATCHED = "__phalanx_captured__"
 

@@ -9,7 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from phalanx.backends.local import engine
+from phalanx.backends.local import leaders
 
 
 def test_a_reaper_whose_parent_died_before_it_started_writes_nothing(tmp_path: Path) -> None:
@@ -27,7 +27,7 @@ def test_a_reaper_whose_parent_died_before_it_started_writes_nothing(tmp_path: P
     cfg = tmp_path / "master.json"
     cfg.write_text(json.dumps(config))
     done = subprocess.run(
-        [sys.executable, "-E", "-c", engine._REAPER_BOOT, engine._PACKAGE_ROOT, str(cfg)],
+        [sys.executable, "-E", "-c", leaders._REAPER_BOOT, leaders._PACKAGE_ROOT, str(cfg)],
         capture_output=True,
         text=True,
         timeout=60,

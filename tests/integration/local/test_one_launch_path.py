@@ -94,6 +94,8 @@ def test_run_detach_starts_the_supervisor_and_nothing_else(
     assert "launch lock held: True, open here: False" in got.stdout, got.stdout + got.stderr
     # `ps` names it for what it is, not for the command it was forked from
     assert f"ancestor: phalanx supervisor {doc['id']}\n" in got.stdout, got.stdout
+    # and the replica's reaper is forked from the supervisor in turn (machine.forks): no `python -I`
+    assert f"ancestor: phalanx replica {doc['id']} master\n" in got.stdout, got.stdout
     lock = phalanx.home / "runs" / doc["id"] / LAUNCH_LOCK  # let go when the supervisor exits
     wait_for(lambda: not held(lock), what="the supervisor's exit to free its launch lock")
 

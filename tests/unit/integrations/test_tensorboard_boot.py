@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import ast
 
-from phalanx.tracking import tensorboard
+from phalanx.tracking import boot, tensorboard
 
 
 def test_the_boot_arms_the_same_writer_modules_the_capture_patches() -> None:
-    source = (tensorboard.BOOT_DIR / "sitecustomize.py").read_text()
+    source = (boot.BOOT_DIR / "sitecustomize.py").read_text()
     assigned = {
         getattr(target, "id", ""): node.value
         for node in ast.parse(source).body

@@ -1,12 +1,15 @@
 """The local engine: every replica is a process group on this machine, led by its reaper.
 
 ``dry_run`` chooses free ports, checks the topology fits the machine (limits.allocate) and returns,
-per launch unit (one per replica; one mpirun launcher for MPI), the exact argv, working directory and
-environment added to the inherited one. ``submit`` writes each unit's config under
-``<runs>/<id>/attempts/<n>/`` and starts the reaper (``phalanx.backends.local.reaper`` under
-``python -I``) for it in a new session. The job's state lives on disk (pids, status files written by
-the reapers, log files), so ``describe``, ``logs`` and ``cancel`` also work from a process other than
-the one that submitted (TorchX's local scheduler keeps jobs only in memory; ``phalanx stop`` needs better).
+per launch unit (one per replica; one mpirun launcher for MPI), the exact argv, working directory
+and environment added to the inherited one. ``submit`` writes each unit's config under
+``<runs>/<id>/attempts/<n>/`` and starts the reaper (``phalanx.backends.local.reaper``) for it in a
+new session: forked from this process while no other thread runs (``reaper.fork``: no interpreter
+start per replica, issue 42), else, and always for a boxed replica, under ``python -I``
+(``leaders``). The job's
+state lives on disk (pids, status files written by the reapers, log files), so ``describe``,
+``logs`` and ``cancel`` also work from a process other than the one that submitted (TorchX's local
+scheduler keeps jobs only in memory; ``phalanx stop`` needs better).
 """
 
 from __future__ import annotations
@@ -19,7 +22,6 @@ import shlex
 import shutil
 import signal
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -36,6 +38,7 @@ from phalanx.backends.base import (
 )
 from phalanx.backends.dry_runs import LocalDryRun, LocalProcess, LocalUnit
 from phalanx.backends.local import boxes, members
+from phalanx.backends.local.leaders import start_leader
 from phalanx.backends.local.units import Ended, StartedUnit, exit_reason, proc_start
 from phalanx.backends.logfiles import follow_file, split_stream
 from phalanx.config import Settings
@@ -47,10 +50,11 @@ from phalanx.machine.box import Isolation
 from phalanx.machine.ports import address_in_use, free_port, still_taken
 from phalanx.machine.procs import Seen, judge
 from phalanx.plan import Plan, command_argv
-from phalanx.tracking.tensorboard import BOOT_DIR, ENV_CAPTURE
+from phalanx.tracking.boot import BOOT_DIR, ENV_CAPTURE
 
 if TYPE_CHECKING:
     from phalanx.backends.local.mpi_output import RankFailure
+    from phalanx.machine.forks import ChildProcess
 
 HOST = "127.0.0.1"
 RANK_FAILURE_BYTES = 256 * 1024  # how much of a failed mpirun unit's log is read for its culprit
@@ -61,15 +65,6 @@ def with_interpreter(command: str, python: str) -> str:
     """`python` at the start of each command of run.cmd means the experiment's interpreter."""
     quoted = shlex.quote(python)
     return _LEADING_PYTHON.sub(lambda m: f"{m.group(1)}{m.group(2)}{quoted}", command)
-
-
-# The reaper runs with -I: no PYTHON* variable, no user site, not the replica's folder (a planted json.py
-# would run as root) on its path; it is told where Phalanx lives (installed or a source tree).
-_PACKAGE_ROOT = str(Path(__file__).resolve().parents[3])
-_REAPER_BOOT = (
-    "import sys; sys.path.insert(0, sys.argv.pop(1)); "
-    "from phalanx.backends.local.reaper import main; sys.exit(main(sys.argv[1:]))"
-)
 
 
 class LocalBackend:
@@ -83,7 +78,7 @@ class LocalBackend:
     ) -> None:
         self.settings = settings or Settings()
         self.grace = grace_seconds
-        self._popen: dict[str, dict[str, subprocess.Popen[bytes]]] = {}
+        self._popen: dict[str, dict[str, ChildProcess]] = {}
         self._finished: dict[tuple[str, str], float] = {}
         self._rank_failures: dict[tuple[str, str], RankFailure | None] = {}
         # units whose reaper died before its processes: when we first told them to end, how many
@@ -186,7 +181,7 @@ class LocalBackend:
         if iso is not None:  # its folders, and its code given to its account
             boxes.prepare(iso, dry_run.context, self.settings.home, [u.name for u in units])
         state: list[dict[str, Any]] = []
-        popens: dict[str, subprocess.Popen[bytes]] = {}
+        popens: dict[str, ChildProcess] = {}
         self._popen[handle] = popens
         try:
             for unit in units:
@@ -209,7 +204,7 @@ class LocalBackend:
         folder: Path,
         cgroup_root: Path | None,
         exp_id: str,
-        popens: dict[str, subprocess.Popen[bytes]],
+        popens: dict[str, ChildProcess],
         iso: Isolation | None = None,
     ) -> dict[str, Any]:
         log = Path(unit.log)
@@ -235,8 +230,9 @@ class LocalBackend:
             "cgroup": str(cgroup_root / f"phalanx-{exp_id}-{unit.name}") if cgroup_root and memory else None,
         }
         name = f"{exp_id}.{folder.name}.{unit.name}"
-        group = boxes.cgroup_for(name, iso, lim) if iso and unit.box else None
-        if iso is not None and unit.box:  # its own cgroup: no v2 memory group, no watchdog
+        boxed = iso is not None and bool(unit.box)
+        group = boxes.cgroup_for(name, iso, lim) if iso is not None and boxed else None
+        if iso is not None and boxed:  # its own cgroup: no v2 memory group, no watchdog
             config.update(cgroup=None, box=boxes.reaper_config(iso, list(unit.box), group))
         cfg = folder / f"{unit.name}.json"
         fd = os.open(cfg, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)  # holds PHALANX_TOKEN
@@ -244,16 +240,9 @@ class LocalBackend:
             json.dump(config, f)
         started_at = time.time()
         env, given = boxes.reaper_start(config, processes[0]["env"], mark)
-        with open(log, "ab") as errors, given:
-            proc = subprocess.Popen(
-                [sys.executable, "-I", "-c", _REAPER_BOOT, _PACKAGE_ROOT, str(cfg)],
-                env=env,
-                cwd=unit.cwd,
-                stdin=given,
-                stdout=subprocess.DEVNULL,
-                stderr=errors,  # the reaper's own trouble, if any, lands in the replica's log
-                start_new_session=True,  # a process group per replica
-            )
+        with open(log, "ab") as errors, given:  # the reaper's own trouble, if any, lands in the log
+            title = f"phalanx replica {exp_id} {unit.name}"
+            proc = start_leader(cfg, env, unit.cwd, given, errors, title, boxed)
         popens[unit.name] = proc
         return {
             "name": unit.name,

@@ -1,13 +1,15 @@
 """The leader of one local replica: starts its processes and makes sure none outlives it.
 
-Runs as ``python -I -c ...reaper.main CONFIG.json`` (standard library only, fast to
-start). It asks the kernel for SIGTERM when its parent (``phalanx run``) dies (PR_SET_PDEATHSIG, set
-here and checked against the expected parent pid to close the race), and becomes a child subreaper
-(PR_SET_CHILD_SUBREAPER) so that every descendant, even one that daemonises or calls setsid, stays
-below it and is killed with it. It starts the replica's k processes (torchrun's nproc_per_node),
-copies their output line by line to the replica's log file, enforces the memory limit when no cgroup
-can, and, like torchrun, stops the siblings when one process fails. It then exits the way its first
-failing process did (same code, or the same signal), after writing a status file with the reason.
+Forked from its supervisor (``fork``), or run as ``python -I -c ...reaper.main CONFIG.json``
+(standard library only, fast to start) where a fork is not safe, for a boxed replica, and on other
+engines' nodes. It asks the kernel for SIGTERM when its parent (``phalanx run``) dies
+(PR_SET_PDEATHSIG, set here and checked against the expected parent pid to close the race), and
+becomes a child subreaper (PR_SET_CHILD_SUBREAPER) so that every descendant, even one that
+daemonises or calls setsid, stays below it and is killed with it. It starts the replica's k
+processes (torchrun's nproc_per_node), copies their output line by line to the replica's log file,
+enforces the memory limit when no cgroup can, and, like torchrun, stops the siblings when one
+process fails. It then exits the way its first failing process did (same code, or the same signal),
+after writing a status file with the reason.
 """
 
 from __future__ import annotations
@@ -27,10 +29,12 @@ from pathlib import Path
 
 from phalanx.backends.logfiles import MAX_LINE, STDERR_MARK_BYTES
 from phalanx.machine import cgroups, proctree
+from phalanx.machine.forks import Forked, fork_apart, ready
 from phalanx.machine.handoff import TRUSTED_PATH, handed
 
 TYPE_CHECKING = False  # without importing typing (every replica's reaper pays for what it imports)
 if TYPE_CHECKING:
+    from collections.abc import Mapping
     from typing import IO, Any
 
 PR_SET_PDEATHSIG = 1
@@ -414,6 +418,43 @@ def main(argv: list[str]) -> int:
         # the run folder the next reader removed as an aborted start
         return 128 + signal.SIGTERM
     return reaper.run()
+
+
+def fork(config: Path, env: Mapping[str, str], cwd: str, stdin: int, stderr: int, title: str) -> Forked:
+    """The reaper of ``config`` forked from this process (its supervisor, single-threaded:
+    ``forks.can_fork``) rather than started as `python -I -c ...main CONFIG`: the same reaper,
+    without an interpreter's start-up and imports for every replica (issue 42). Like the started
+    one it leads its own session, titled ``title`` in `ps`, in the folder ``cwd`` (a missing one
+    fails here, as Popen's ``cwd`` does), with ``env`` as its whole environment, ``stdin`` and
+    ``stderr`` as its own, its output nowhere, and none of the supervisor's other fds (its store,
+    its locks, its pipes)."""
+    folder = os.open(cwd, os.O_RDONLY | os.O_DIRECTORY)
+    quiet = os.open(os.devnull, os.O_WRONLY)
+    try:
+        pid, held = fork_apart(title, stdin, quiet, stderr)
+    except BaseException:
+        os.close(folder)
+        os.close(quiet)
+        raise
+    if pid:
+        os.close(folder)
+        os.close(quiet)
+        return Forked(pid)
+    code = 1
+    try:  # the child: never returns into the supervisor's code
+        os.fchdir(folder)
+        os.closerange(3, os.sysconf("SC_OPEN_MAX"))
+        os.environ.clear()
+        os.environ.update(env)
+        ready(held)
+        code = main([str(config)])
+    except SystemExit as exc:
+        code = exc.code if isinstance(exc.code, int) else 1
+    except BaseException:
+        with contextlib.suppress(Exception):
+            sys.excepthook(*sys.exc_info())  # the interpreter's own print, no import
+    finally:
+        os._exit(code)
 
 
 if __name__ == "__main__":
