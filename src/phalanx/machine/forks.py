@@ -1,7 +1,7 @@
 """A process forked from this one and set apart as if it had been started anew: no Python start-up,
 no import done twice (issue 42). Two use it: a detached supervisor forked from `phalanx run
 --detach` or a group's controller (runner.forking), and a replica's reaper forked from its
-supervisor (backends.local.forked).
+supervisor (``backends.local.reaper.fork``, through ``backends.local.leaders``).
 
 Only for a single-threaded process (``can_fork``): a fork copies the calling thread alone, and a
 lock another thread held would never be released in the child. The child (``fork_apart``) starts
@@ -21,7 +21,6 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterable
 
 TYPE_CHECKING = False  # without importing typing: a replica's reaper (started, not forked) imports this
 if TYPE_CHECKING:
@@ -84,20 +83,36 @@ class Forked:
         return code
 
 
-def close_inherited(keep: Iterable[int] = ()) -> None:
-    """Close every inheritable fd beyond stderr but ``keep``: the ones this process was handed by
-    whatever started it (Python opens its own non-inheritable, PEP 446), such as the write end of a
-    pipe a caller reads to its end (`id=$(phalanx run --detach ... 3>&1)`)."""
-    kept = set(keep)
+def _fds_beyond_stderr() -> list[int] | None:
+    """The fds this process holds beyond stderr, as /proc/self/fd lists them (None: no /proc)."""
     try:
         names = os.listdir("/proc/self/fd")
-    except OSError:  # no /proc (not Linux): left as they are
-        return
-    for name in names:
-        fd = int(name)
+    except OSError:
+        return None
+    return [fd for fd in map(int, names) if fd > 2]
+
+
+def close_inherited() -> None:
+    """Close every inheritable fd beyond stderr: the ones this process was handed by whatever started
+    it (Python opens its own non-inheritable, PEP 446), such as the write end of a pipe a caller
+    reads to its end (`id=$(phalanx run --detach ... 3>&1)`). Without /proc (not Linux): left."""
+    for fd in _fds_beyond_stderr() or ():
         with contextlib.suppress(OSError):  # the listing's own fd, already closed
-            if fd > 2 and fd not in kept and os.get_inheritable(fd):
+            if os.get_inheritable(fd):
                 os.close(fd)
+
+
+def close_all() -> None:
+    """Close every fd beyond stderr, those that /proc/self/fd lists (as subprocess does): not
+    ``os.closerange`` up to the fd limit, which is that many close calls wherever close_range is
+    missing (kernels before 5.9, a seccomp profile, a Python built without it) and the limit high."""
+    fds = _fds_beyond_stderr()
+    if fds is None:  # no /proc (not Linux)
+        os.closerange(3, os.sysconf("SC_OPEN_MAX"))
+        return
+    for fd in fds:
+        with contextlib.suppress(OSError):  # the listing's own fd, already closed
+            os.close(fd)
 
 
 def fork_apart(title: str, stdin: int, stdout: int, stderr: int) -> tuple[int, set[int | signal.Signals]]:

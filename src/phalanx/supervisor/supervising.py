@@ -228,11 +228,12 @@ class Supervisor:
         if self.stop.requested():
             return None
         context = self.attempts.resume_context(self.p.context)
+        started_ns = time.time_ns()  # as _start_first's: what changes after is the replicas' output
         handle = self._submit(self.p.backend.dry_run(self.p.plan, context))
         attempt = context.tracking_env.get("PHALANX_ATTEMPT")
-        self.attempts.start_repro(
-            self.p, attempt=int(attempt) if attempt else None
-        )  # the code may have been edited
+        self.attempts.start_repro(  # the code may have been edited
+            self.p, attempt=int(attempt) if attempt else None, started_ns=started_ns
+        )
         self._start_system_metrics()
         return handle
 

@@ -35,7 +35,11 @@ fds = [os.path.realpath(f"/proc/self/fd/{fd}") for fd in os.listdir("/proc/self/
 print(f"launch lock held: {held(lock)}, open here: {str(lock.resolve()) in fds}", flush=True)
 pid = os.getppid()  # its reaper's, then the supervisor's command line as `ps` shows them
 for _ in range(3):
-    print("ancestor:", Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\\0", b" ").decode().strip())
+    title = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\\0", b" ").decode().strip()
+    print("ancestor:", title)
+    if title.startswith("phalanx replica"):  # a forked reaper keeps none of its supervisor's fds
+        held_there = [os.path.realpath(f"/proc/{pid}/fd/{fd}") for fd in os.listdir(f"/proc/{pid}/fd")]
+        print(f"open by its reaper: {str(lock.resolve()) in held_there}", flush=True)
     pid = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
 """
 SUPERVISOR = ["-P", "-m", "phalanx.runner"]  # -P: never the folder it starts in on its path
@@ -96,6 +100,7 @@ def test_run_detach_starts_the_supervisor_and_nothing_else(
     assert f"ancestor: phalanx supervisor {doc['id']}\n" in got.stdout, got.stdout
     # and the replica's reaper is forked from the supervisor in turn (machine.forks): no `python -I`
     assert f"ancestor: phalanx replica {doc['id']} master\n" in got.stdout, got.stdout
+    assert "open by its reaper: False" in got.stdout, got.stdout  # the supervisor's lock stays its own
     lock = phalanx.home / "runs" / doc["id"] / LAUNCH_LOCK  # let go when the supervisor exits
     wait_for(lambda: not held(lock), what="the supervisor's exit to free its launch lock")
 

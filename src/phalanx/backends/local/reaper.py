@@ -29,7 +29,7 @@ from pathlib import Path
 
 from phalanx.backends.logfiles import MAX_LINE, STDERR_MARK_BYTES
 from phalanx.machine import cgroups, proctree
-from phalanx.machine.forks import Forked, fork_apart, ready
+from phalanx.machine.forks import Forked, close_all, fork_apart, ready
 from phalanx.machine.handoff import TRUSTED_PATH, handed
 
 TYPE_CHECKING = False  # without importing typing (every replica's reaper pays for what it imports)
@@ -428,7 +428,7 @@ def fork(config: Path, env: Mapping[str, str], cwd: str, stdin: int, stderr: int
     fails here, as Popen's ``cwd`` does), with ``env`` as its whole environment, ``stdin`` and
     ``stderr`` as its own, its output nowhere, and none of the supervisor's other fds (its store,
     its locks, its pipes)."""
-    folder = os.open(cwd, os.O_RDONLY | os.O_DIRECTORY)
+    folder = os.open(cwd, os.O_PATH | os.O_DIRECTORY)  # O_PATH: a folder it may enter, not list, too
     quiet = os.open(os.devnull, os.O_WRONLY)
     try:
         pid, held = fork_apart(title, stdin, quiet, stderr)
@@ -443,7 +443,7 @@ def fork(config: Path, env: Mapping[str, str], cwd: str, stdin: int, stderr: int
     code = 1
     try:  # the child: never returns into the supervisor's code
         os.fchdir(folder)
-        os.closerange(3, os.sysconf("SC_OPEN_MAX"))
+        close_all()
         os.environ.clear()
         os.environ.update(env)
         ready(held)
