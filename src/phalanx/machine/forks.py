@@ -148,6 +148,9 @@ def _apart(title: str, stdin: int, stdout: int, stderr: int) -> None:
     (Ctrl-C raising KeyboardInterrupt, the others at their defaults, as in a new interpreter), the
     pending Ctrl-C or SIGTERM of the fork's window dropped, and its standard streams."""
     gc.freeze()
+    faulthandler = sys.modules.get("faulthandler")  # the parent's `kill -USR1 PID` stack dumps
+    if faulthandler is not None:
+        faulthandler.unregister(signal.SIGUSR1)
     os.setsid()
     from setproctitle import setproctitle  # why: in a forked child only, never in the CLI's own run
 

@@ -37,6 +37,21 @@ def _pss_bytes(pid: int) -> int | None:
     return None
 
 
+def own_bytes(pid: int) -> int | None:
+    """The memory only this process holds (smaps_rollup's Private_Clean and Private_Dirty), or None
+    when smaps_rollup cannot be read. A replica's reaper forked from its supervisor shares most of
+    its resident pages with it, copy-on-write: its RSS counts them again."""
+    total: int | None = None
+    try:
+        with open(f"/proc/{pid}/smaps_rollup", "rb") as f:
+            for line in f:
+                if line.startswith((b"Private_Clean:", b"Private_Dirty:")):
+                    total = (total or 0) + int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        return None
+    return total
+
+
 def _rss_bytes(pid: int) -> int:
     try:
         with open(f"/proc/{pid}/statm", "rb") as f:

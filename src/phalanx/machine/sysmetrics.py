@@ -157,6 +157,16 @@ class _Nvml:
         return float(util.gpu)
 
 
+def _rss(sample: proctree.TreeSample, leader: int, now: float) -> int:
+    """The resident memory of a replica's tree, its leader counted by what it alone holds: a reaper
+    forked from its supervisor shares most of its pages with it (40 MB and more), which its RSS
+    would count as the replica's."""
+    own = proctree.own_bytes(leader)
+    if own is None:
+        return sample.rss
+    return max(0, sample.rss - proctree.sample_tree([leader], now, with_pss=False).rss + own)
+
+
 class Sampler:
     """Looks at each target's tree and turns two successive looks into points."""
 
@@ -181,7 +191,7 @@ class Sampler:
                 continue
             live.add(t.pid)
             values: list[tuple[str, float]] = [
-                ("system/rss_mib", sample.rss / MIB),
+                ("system/rss_mib", _rss(sample, t.pid, now) / MIB),
                 ("system/threads", float(sample.threads)),
                 ("system/processes", float(sample.processes)),
                 ("system/disk_read_mib", sample.read_bytes / MIB),

@@ -4,8 +4,9 @@ A unit's reaper leads a process group (its pid) and is the subreaper of everythi
 starts; it is also the process a fault kills. Once it is gone, its processes are reparented to
 whatever reaps orphans on this machine and would run on unseen, holding cores the ledger has handed
 to the next experiment. So the engine, which outlives the reaper, finds them itself in /proc, by two
-mark that needs no leader: ``PHALANX_UNIT`` in the process's environment, set for every process of
-the unit at its start (a child that called setsid and left the group still carries it). While the
+mark that needs no leader: ``PHALANX_UNIT`` in the process's environment, set for every process the
+unit starts (a child that called setsid and left the group still carries it; a leader forked from its
+supervisor shows the supervisor's environment in /proc, and is never looked for by it). While the
 leader lives, the members of its process group count too (a process that cleared its environment);
 once it is dead the group's number could be reused by an unrelated process, so it is not trusted.
 

@@ -449,7 +449,7 @@ def fork(config: Path, env: Mapping[str, str], cwd: str, stdin: int, stderr: int
         ready(held)
         code = main([str(config)])
     except SystemExit as exc:
-        code = exc.code if isinstance(exc.code, int) else 1
+        code = exc.code if isinstance(exc.code, int) else int(exc.code is not None)
     except BaseException:
         with contextlib.suppress(Exception):
             sys.excepthook(*sys.exc_info())  # the interpreter's own print, no import
