@@ -131,6 +131,9 @@ class Attempts:
                     since_ns=started_ns,
                     own_output=own_output,
                 )
+            except OSError as exc:  # its folder gone or unreadable: said in a line
+                log.warning("recording what the experiment runs failed (%s)", exc)
+                return
             except Exception:
                 log.exception("recording what the experiment runs failed")
                 return

@@ -446,6 +446,7 @@ class Supervisor:
             if job is None:
                 return ExperimentStatus.FAILED, f"the {backend.name} engine no longer knows the job {handle}"
             self.attempts.follow_requeue(job)
+            self.console.settle(r.name for r in job.replicas if r.state.done)  # its lines, then its end
             if job.status is ExperimentStatus.PENDING:
                 self.clock.pause()  # pending (again, after a requeue): not the experiment's time
                 if pending_reason != (job.reason or ""):
