@@ -89,15 +89,12 @@ def fill(home: Path, series: int, points: int) -> tuple[str, str]:
                 chunk = chunk_writes.Piece(sid, "master", 0, steps, values, [1000.0 + i for i in steps])
                 chunk_writes.append(DriverDb(conn), [chunk])
             inserted = time.monotonic()
-            # the summary as ingest builds it: level 1 aggregated from the points, the rest in SQL
+            # the summary as ingest builds it (summary_writes.write)
             for sid in sids:
                 steps = list(range(n))
                 values = [1.0 / (i + 1) + (i % 977) * 1e-4 for i in steps]
-                summary_writes.merge_level1(
-                    DriverDb(conn),
-                    summary_writes.aggregate([(sid, steps, values, [1000.0 + i for i in steps])]),
-                )
-            summary_writes.refresh_upper(DriverDb(conn), {sid: (0, n - 1) for sid in sids})
+                buckets = summary_writes.aggregate([(sid, steps, values, [1000.0 + i for i in steps])])
+                summary_writes.write(DriverDb(conn), buckets)
         print(
             f"filled {series} x {n:,} points: insert {inserted - started:.1f} s, "
             f"summary {time.monotonic() - inserted:.1f} s",

@@ -11,7 +11,7 @@ from array import array
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from itertools import islice
-from operator import le
+from operator import le, lt
 from typing import Any
 
 _LEVEL = 1  # zlib's fastest level: as small as level 6 on shuffled columns, at ingest speed
@@ -141,6 +141,11 @@ def ordered(
 def in_order(xs: Sequence[Any]) -> bool:
     """Whether ``xs`` never goes down (a C loop that stops at the first step back)."""
     return all(map(le, xs, islice(xs, 1, None)))
+
+
+def rising(xs: Sequence[Any]) -> bool:
+    """Whether ``xs`` only goes up, never repeating (a C loop that stops at the first step not up)."""
+    return all(map(lt, xs, islice(xs, 1, None)))
 
 
 def listed(column: Sequence[Any]) -> list[Any]:

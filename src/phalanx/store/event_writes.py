@@ -8,14 +8,14 @@ from __future__ import annotations
 
 import time
 from collections import defaultdict
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from phalanx.domain import Event
+from phalanx.store import summary_writes as summary
 from phalanx.store.batch import ScalarBlock
 from phalanx.store.chunk_writes import Piece, append
 from phalanx.store.db import LEGACY_KEY, Db, no_gc
-from phalanx.store.summary_writes import aggregate, merge_level1, refresh_upper
 
 _STORED_SEQS = (
     "SELECT seq FROM event_keys WHERE stream = ? AND seq BETWEEN ? AND ?"
@@ -90,9 +90,8 @@ def append_scalars(db: Db, blocks: Sequence[ScalarBlock], ids: dict[tuple[str, s
     pieces = list(_pieces(blocks, ids))
     with no_gc():
         append(db, pieces)
-        buckets = aggregate((p.series_id, p.steps, p.values, p.times) for p in pieces)
-    merge_level1(db, buckets)
-    refresh_upper(db, _spans(buckets))
+        buckets = summary.aggregate((p.series_id, p.steps, p.values, p.times) for p in pieces)
+    summary.write(db, buckets)
 
 
 def _pieces(blocks: Sequence[ScalarBlock], ids: dict[tuple[str, str, str], int]) -> Iterator[Piece]:
@@ -112,22 +111,6 @@ def _pieces(blocks: Sequence[ScalarBlock], ids: dict[tuple[str, str, str], int])
             cols[2].append(t)
         for k, (steps, values, times) in split.items():
             yield Piece(sids[k], b.replica, b.rank, steps, values, times)
-
-
-def _spans(buckets: Mapping[tuple[int, int], list[Any]]) -> dict[int, tuple[int, int]]:
-    """Per series id, the step range the points wrote: from its first level-1 bucket's first step
-    to its last one's last step (a bucket holds the steps ``bucket * 16`` to ``bucket * 16 + 15``),
-    read from the buckets, not by a min and a max over every point."""
-    ends: dict[int, list[int]] = {}  # series id -> [lowest bucket, highest bucket]
-    for sid, bucket in buckets:
-        held = ends.get(sid)
-        if held is None:
-            ends[sid] = [bucket, bucket]
-        elif bucket < held[0]:
-            held[0] = bucket
-        elif bucket > held[1]:
-            held[1] = bucket
-    return {sid: (buckets[(sid, lo)][3], buckets[(sid, hi)][4]) for sid, (lo, hi) in ends.items()}
 
 
 def position(db: Db, stream: str) -> tuple[int, int] | None:

@@ -1,7 +1,8 @@
 """Keeping a scalar series' summary at ingest (``store.sql.summary`` says what it holds and reads
 it): level 1 aggregated in memory from a batch's points (``aggregate``) and merged into the stored
-buckets (``merge_level1``), the levels above recomputed from level 1 over the buckets the batch
-touched (``refresh_upper``). Written once for every door (``store.db.Db``): the full store and a
+buckets, level 2 computed in memory from level 1 (``store.summary_level2``), the levels above
+recomputed in SQL from the level beneath over the buckets the batch touched (``refresh_upper``);
+``write`` does all of it. Written once for every door (``store.db.Db``): the full store and a
 supervisor's ``sqlite3`` writer run the same statements. Standard library only."""
 
 from __future__ import annotations
@@ -13,10 +14,11 @@ from itertools import chain, islice, repeat
 from operator import add, rshift, sub
 from typing import Any
 
-from phalanx.store.chunks import in_order, listed
+from phalanx.store.chunks import in_order, listed, rising
 from phalanx.store.db import Db
+from phalanx.store.summary_level2 import SHIFT, Row, level2, merged, plain
 
-BASE = 16
+BASE = 1 << SHIFT
 LEVELS = (1, 2, 3, 4, 5)
 
 
@@ -76,17 +78,19 @@ def _level_up(level: int) -> tuple[str, str]:
 # Level 1 is aggregated here, in Python, from the points the batch brings (they are in memory
 # already), and merged into the stored buckets by an upsert whose SET combines old and new
 # (both databases apply it atomically per row, so concurrent writers of one bucket do not lose
-# each other's points; the store's (stream, seq) keys make sure no point is counted twice). The
-# levels above are then recomputed from level 1 in SQL, over the few buckets touched.
-
-SHIFT = 4  # 2**SHIFT == BASE: step >> SHIFT is floor(step / 16), negative steps included
+# each other's points; the store's (stream, seq) keys make sure no point is counted twice).
 
 _INTO = """
     INSERT INTO scalar_summary (series_id, level, bucket, n, min_value, max_value, first_step,
         last_step, min_time, max_time, first_value, last_value, last_time, min_step, max_step)
     VALUES """
-_ROW = "(?, 1, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
-_FIELDS = _ROW.count("?")
+
+
+def _row(level: int) -> str:
+    return f"(?, {level}, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+
+
+_FIELDS = _row(1).count("?")
 _MERGE_SET = """
     ON CONFLICT (series_id, level, bucket) DO UPDATE SET
         n = scalar_summary.n + excluded.n,
@@ -117,31 +121,88 @@ _MERGE_SET = """
         max_time = CASE WHEN excluded.max_time > scalar_summary.max_time
             THEN excluded.max_time ELSE scalar_summary.max_time END
 """
-_MERGE = _INTO + _ROW + _MERGE_SET
+# level 2, computed from all its children: the row replaces the stored one
+_REPLACE_SET = """
+    ON CONFLICT (series_id, level, bucket) DO UPDATE SET
+        n = excluded.n, min_value = excluded.min_value, max_value = excluded.max_value,
+        first_step = excluded.first_step, last_step = excluded.last_step, min_time = excluded.min_time,
+        max_time = excluded.max_time, first_value = excluded.first_value, last_value = excluded.last_value,
+        last_time = excluded.last_time, min_step = excluded.min_step, max_step = excluded.max_step
+"""
 # buckets per statement: a statement's fixed cost (its execution, the driver's call) spread over
 # them, a fifth to a third of the merge's time (a batch has thousands of buckets, their keys unique:
 # PostgreSQL refuses one statement that updates a row twice)
 _MANY = 50
-_MERGE_MANY = _INTO + ", ".join([_ROW] * _MANY) + _MERGE_SET
+_STORED = (
+    "SELECT series_id, bucket, n, min_value, max_value, first_step, last_step, min_time, max_time,"
+    " first_value, last_value, last_time, min_step, max_step FROM scalar_summary"
+    " WHERE series_id = ? AND level = 1 AND bucket >= ? AND bucket <= ? ORDER BY bucket"
+)
 
 
 def aggregate(
-    rows: Iterable[tuple[int, Sequence[int], Sequence[float], Sequence[float]]],
-) -> dict[tuple[int, int], list[Any]]:
-    """Level-1 buckets of points given as (series id, steps, values, times) columns, each in the
-    order the points arrived. A bucket: [n, min, max, first_step, last_step, min_time, max_time,
-    first_value, last_value, last_time, min_step, max_step]; NaN values count as points but never
-    as min or max. Columns in step order without NaN (what a training loop reports) are taken a
-    bucket at a time by C loops; others point by point, with the same result."""
-    out: dict[tuple[int, int], list[Any]] = {}
-    for sid, steps, values, times in rows:
+    pieces: Iterable[tuple[int, Sequence[int], Sequence[float], Sequence[float]]],
+) -> dict[int, list[Row]]:
+    """Per series id, the level-1 buckets (in bucket order) of points given as (series id, steps,
+    values, times) columns, each in the order the points arrived. NaN values count as points but
+    never as min or max; a NaN first or last value is NULL (SQLite stores it so anyway). Columns in
+    step order without NaN (what a training loop reports) are taken a bucket at a time by C loops,
+    and a series' next such piece joins its buckets (``summary_level2.merged``, which adds later
+    points to a bucket as the merge upsert does); others point by point, with the same result."""
+    ordered: dict[int, list[Row]] = {}  # series whose buckets are rows in bucket order
+    loose: dict[int, dict[int, list[Any]]] = {}  # series taken point by point: bucket -> its fields
+    for sid, steps, values, times in pieces:
         # as lists: each number is made an object once, not at every look (an order check, a min)
         steps, values, times = listed(steps), listed(values), listed(times)
-        if in_order(steps) and _no_nan(values):
-            _by_bucket(out, sid, steps, values, times)
+        if not steps:
+            continue
+        strictly = rising(steps)
+        if (strictly or in_order(steps)) and _no_nan(values):
+            # steps one apart (a loop's): bucket boundaries by arithmetic, not a search per bucket
+            fresh = _by_bucket(sid, steps, values, times, strictly and steps[-1] - steps[0] == len(steps) - 1)
+            if sid in loose:
+                _add(loose[sid], fresh)
+            else:
+                held = ordered.get(sid)
+                ordered[sid] = fresh if held is None else _joined(held, fresh)
         else:
-            _by_point(out, sid, steps, values, times)
-    return out
+            buckets = loose.get(sid)
+            if buckets is None:
+                buckets = loose[sid] = {row[1]: list(row[2:]) for row in ordered.pop(sid, [])}
+            _by_point(buckets, steps, values, times)
+    for sid, buckets in loose.items():
+        # ``x == x`` is False only for NaN. One tuple per bucket by unpacking, no call per field
+        ordered[sid] = [
+            (sid, bucket, n, low, high, first, last, tmin, tmax, fv if fv == fv else None,
+             lv if lv == lv else None, tlast, at_low, at_high)
+            for bucket, (n, low, high, first, last, tmin, tmax, fv, lv, tlast, at_low, at_high)
+            in sorted(buckets.items())
+        ]  # fmt: skip
+    return ordered
+
+
+def _joined(held: list[Row], fresh: list[Row]) -> list[Row]:
+    """A series' buckets ``held`` with those of its next piece added (both in bucket order): a
+    loop's piece begins in the last bucket held or after it."""
+    if fresh[0][1] > held[-1][1]:
+        held += fresh
+    elif fresh[0][1] == held[-1][1]:
+        held[-1] = merged(held[-1], fresh[0])
+        held += islice(fresh, 1, None)
+    else:
+        by_bucket = {row[1]: row for row in held}
+        for row in fresh:
+            old = by_bucket.get(row[1])
+            by_bucket[row[1]] = row if old is None else merged(old, row)
+        held = [by_bucket[bucket] for bucket in sorted(by_bucket)]
+    return held
+
+
+def _add(buckets: dict[int, list[Any]], fresh: list[Row]) -> None:
+    """Buckets taken point by point with those of a later piece added."""
+    for row in fresh:
+        old = buckets.get(row[1])
+        buckets[row[1]] = list(row[2:] if old is None else merged((*row[:2], *old), row)[2:])
 
 
 def _no_nan(values: Sequence[float]) -> bool:
@@ -152,21 +213,19 @@ def _no_nan(values: Sequence[float]) -> bool:
 
 
 def _by_bucket(
-    out: dict[tuple[int, int], list[Any]],
-    sid: int,
-    steps: list[int],
-    values: list[float],
-    times: list[float],
-) -> None:
+    sid: int, steps: list[int], values: list[float], times: list[float], contiguous: bool
+) -> list[Row]:
     """Ordered columns without NaN, a bucket's statistics at a time, each gathered for every bucket
     by a C loop (``map`` over the buckets' slices), not by Python statements per bucket: the
-    summary was most of what ingest paid per point."""
-    n, starts, i = len(steps), [], 0
-    if not n:
-        return
-    while i < n:
-        starts.append(i)
-        i = bisect_left(steps, ((steps[i] >> SHIFT) + 1) << SHIFT, i + 1, n)
+    summary was most of what ingest paid per point. The rows are made by ``zip``, a C loop too."""
+    n = len(steps)
+    if contiguous:
+        starts = [0, *range((((steps[0] >> SHIFT) + 1) << SHIFT) - steps[0], n, BASE)]
+    else:
+        starts, i = [], 0
+        while i < n:
+            starts.append(i)
+            i = bisect_left(steps, ((steps[i] >> SHIFT) + 1) << SHIFT, i + 1, n)
     ends = [*islice(starts, 1, None), n]
     lasts = list(map(sub, ends, repeat(1)))
     vs = list(map(values.__getitem__, map(slice, starts, ends)))
@@ -179,51 +238,35 @@ def _by_bucket(
         ts = list(map(times.__getitem__, map(slice, starts, ends)))
         min_times, max_times = map(min, ts), map(max, ts)
     first_steps = list(map(steps.__getitem__, starts))
-    columns = (
-        map(sub, ends, starts),
-        lows,
-        highs,
-        first_steps,
-        map(steps.__getitem__, lasts),
-        min_times,
-        max_times,
-        map(values.__getitem__, starts),
-        map(values.__getitem__, lasts),
-        map(times.__getitem__, lasts),
-        # the first step holding the bucket's min (max), as the point-by-point rule keeps
-        map(steps.__getitem__, map(add, starts, map(list.index, vs, lows))),
-        map(steps.__getitem__, map(add, starts, map(list.index, vs, highs))),
+    return list(
+        zip(
+            repeat(sid, len(starts)),
+            map(rshift, first_steps, repeat(SHIFT)),
+            map(sub, ends, starts),
+            lows,
+            highs,
+            first_steps,
+            map(steps.__getitem__, lasts),
+            min_times,
+            max_times,
+            map(values.__getitem__, starts),
+            map(values.__getitem__, lasts),
+            map(times.__getitem__, lasts),
+            # the first step holding the bucket's min (max), as the point-by-point rule keeps
+            map(steps.__getitem__, map(add, starts, map(list.index, vs, lows))),
+            map(steps.__getitem__, map(add, starts, map(list.index, vs, highs))),
+            strict=True,
+        )
     )
-    keys = zip(repeat(sid), map(rshift, first_steps, repeat(SHIFT)))
-    fresh = dict(zip(keys, map(list, zip(*columns, strict=True)), strict=True))
-    for key in fresh.keys() & out.keys():  # a bucket an earlier piece of the series began
-        _combine(out[key], fresh.pop(key))
-    out.update(fresh)
-
-
-def _combine(b: list[Any], later: list[Any]) -> None:
-    """Bucket ``b`` with the points of ``later`` (which arrived after them) added."""
-    b[0] += later[0]
-    if later[1] is not None and (b[1] is None or later[1] < b[1]):
-        b[1], b[10] = later[1], later[10]
-    if later[2] is not None and (b[2] is None or later[2] > b[2]):
-        b[2], b[11] = later[2], later[11]
-    if later[3] < b[3]:
-        b[3], b[7] = later[3], later[7]
-    if later[4] >= b[4]:
-        b[4], b[8], b[9] = later[4], later[8], later[9]
-    b[5], b[6] = min(b[5], later[5]), max(b[6], later[6])
 
 
 def _by_point(
-    out: dict[tuple[int, int], list[Any]],
-    sid: int,
-    steps: Sequence[int],
-    values: Sequence[float],
-    times: Sequence[float],
+    out: dict[int, list[Any]], steps: Sequence[int], values: Sequence[float], times: Sequence[float]
 ) -> None:
+    """Buckets ``[n, min, max, first_step, last_step, min_time, max_time, first_value, last_value,
+    last_time, min_step, max_step]`` by bucket, the points added one at a time."""
     for step, v, t in zip(steps, values, times, strict=True):
-        key = (sid, step >> SHIFT)
+        key = step >> SHIFT
         b = out.get(key)
         real = v == v and v is not None  # NaN (and a NULL) is no min or max
         if b is None:
@@ -258,32 +301,59 @@ def _by_point(
             b[6] = t
 
 
-def merge_level1(db: Db, buckets: Mapping[tuple[int, int], list[Any]]) -> None:
-    """Merge freshly aggregated level-1 buckets into the stored ones."""
-    if not buckets:
-        return
+def write(db: Db, buckets: Mapping[int, list[Row]]) -> None:
+    """Merge each series' freshly aggregated level-1 buckets (``aggregate``) into the stored ones and
+    bring the levels above up to date. Level 2 is computed in memory from the level-1 buckets under
+    the level-2 buckets touched: the batch's, merged with those stored before (read first; the
+    series' rows are the writer's until it commits: ``chunk_writes.lock_series``, SQLite's single
+    writer). A series whose times are not all numbers, or one holding a -0.0 on PostgreSQL, takes the
+    SQL recompute (``summary_level2.plain``)."""
+    series = {sid: rows for sid, rows in sorted(buckets.items()) if rows}
+    stored = {sid: db.fetch(_STORED, (sid, *_under_level2(rows))) for sid, rows in series.items()}
+    _upsert(db, _MERGE_SET, 1, list(chain.from_iterable(series.values())))
+    upper: list[Row] = []
+    spans = {sid: (rows[0][5], rows[-1][6]) for sid, rows in series.items()}
+    for sid, rows in series.items():
+        if plain(rows, db.dialect == "postgresql") and plain(stored[sid], db.dialect == "postgresql"):
+            upper += level2(_children(stored[sid], rows))
+        else:
+            refresh_upper(db, {sid: spans.pop(sid)})
+    _upsert(db, _REPLACE_SET, 2, upper)
+    refresh_upper(db, spans, LEVELS[2:])
 
-    # a NaN first or last value is stored as NULL (SQLite does so anyway); ``x == x`` is False
-    # only for NaN. One tuple per bucket by unpacking, no call per field: a batch has thousands
-    params = [
-        (sid, bucket, n, low, high, first, last, tmin, tmax, fv if fv == fv else None,
-         lv if lv == lv else None, tlast, at_low, at_high)
-        for (sid, bucket), (n, low, high, first, last, tmin, tmax, fv, lv, tlast, at_low, at_high)
-        in sorted(buckets.items())
-    ]  # fmt: skip
-    whole = len(params) - len(params) % _MANY  # in statements of _MANY buckets, the rest one by one
+
+def _under_level2(rows: list[Row]) -> tuple[int, int]:
+    """The level-1 buckets under the level-2 buckets the rows fall in: the first and the last."""
+    return rows[0][1] >> SHIFT << SHIFT, (rows[-1][1] >> SHIFT << SHIFT) + BASE - 1
+
+
+def _children(stored: list[Row], fresh: list[Row]) -> list[Row]:
+    """The level-1 buckets after the merge: the stored ones with the fresh ones merged in."""
+    if not stored:
+        return fresh
+    held = {row[1]: tuple(row) for row in stored}
+    for row in fresh:
+        old = held.get(row[1])
+        held[row[1]] = row if old is None else merged(old, row)
+    return [held[bucket] for bucket in sorted(held)]
+
+
+def _upsert(db: Db, conflict: str, level: int, rows: list[Row]) -> None:
+    """Rows of ``level`` in statements of ``_MANY``, the rest one by one."""
+    whole = len(rows) - len(rows) % _MANY
     if whole:
-        flat = list(chain.from_iterable(params[:whole]))
-        width = _MANY * _FIELDS
-        db.executemany(_MERGE_MANY, [flat[i : i + width] for i in range(0, len(flat), width)])
-    if whole < len(params):
-        db.executemany(_MERGE, params[whole:])
+        flat = list(chain.from_iterable(rows[:whole]))
+        size = _MANY * _FIELDS
+        many = _INTO + ", ".join([_row(level)] * _MANY) + conflict
+        db.executemany(many, [flat[i : i + size] for i in range(0, len(flat), size)])
+    if whole < len(rows):
+        db.executemany(_INTO + _row(level) + conflict, rows[whole:])
 
 
-def refresh_upper(db: Db, spans: Mapping[int, tuple[int, int]]) -> None:
-    """Recompute levels 2.. over steps ``lo..hi`` of each series from level 1."""
+def refresh_upper(db: Db, spans: Mapping[int, tuple[int, int]], levels: Sequence[int] = LEVELS[1:]) -> None:
+    """Recompute ``levels`` (default 2..) over steps ``lo..hi`` of each series from the level beneath."""
     for sid, (lo, hi) in spans.items():
-        for level in LEVELS[1:]:
+        for level in levels:
             plo, phi = lo // width(level), hi // width(level)
             up, last = _LEVEL_UP[level]
             db.execute(up, (sid, plo * BASE, phi * BASE + BASE - 1))

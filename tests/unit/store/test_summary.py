@@ -3,13 +3,17 @@ that reads a bounded number of points but keeps every spike, the first and the l
 
 from __future__ import annotations
 
+import math
 import random
 
+import pytest
 from sqlalchemy import text
 
 from phalanx.domain import Event, EventKind, Replica, Role
+from phalanx.spool import encode_points
 from phalanx.store.sql import SqlStore
-from phalanx.store.summary_writes import BASE, LEVELS, width
+from phalanx.store.sql.driver import DriverDb
+from phalanx.store.summary_writes import BASE, LEVELS, refresh_upper, width
 
 
 def _experiment(store: SqlStore) -> str:
@@ -52,6 +56,63 @@ def test_the_summary_is_exact_at_every_level_whatever_the_batch_order(store: Sql
                 assert mn == min(values[s] for s in members) and values[mns] == mn
                 assert mx == max(values[s] for s in members) and values[mxs] == mx
                 assert (fs, ls, lv) == (members[0], members[-1], values[members[-1]])
+
+
+_SPECIAL = [math.nan, math.inf, -math.inf, -0.0]
+
+
+def _summary_rows(store: SqlStore) -> list[str]:
+    with store.engine.connect() as conn:
+        rows = conn.execute(text("SELECT * FROM scalar_summary ORDER BY series_id, level, bucket")).all()
+    return [repr(tuple(r)) for r in rows]  # repr: -0.0 and 0.0, NaN and NULL told apart
+
+
+@pytest.mark.parametrize("nan_times", [False, True])
+def test_the_levels_computed_at_ingest_are_those_sql_recomputes_from_level_1(
+    store: SqlStore, nan_times: bool
+) -> None:
+    """Level 2 is computed in memory from the level-1 buckets (the batch's merged into the stored
+    ones in Python, as the database's upsert merges them): recomputing every level above 1 in SQL
+    from the stored level 1 must change nothing. Batches of several series and writers, loops
+    continuing across batches, steps out of order and repeated, batches landing in buckets stored
+    before, NaN, inf and -0.0 values; with NaN and infinite times (and -0.0 on PostgreSQL), the SQL
+    recompute's own path."""
+    exp = _experiment(store)
+    rng = random.Random(5 + nan_times)
+    keys = [("loss", "a"), ("loss", "b"), ("acc", "a")]
+    loop = dict.fromkeys(keys, 0)
+    seqs = {"w0": 0, "w1": 0}
+    for batch in range(40):
+        events = []
+        for _ in range(rng.randrange(1, 4)):
+            stream = rng.choice(list(seqs))
+            points = []
+            for _ in range(rng.choice([1, 1, 2, 5, 40, 300, 1500])):
+                key = rng.choice(keys)
+                if batch % 3:  # a loop's steps, now and then one repeated or going back
+                    step = loop[key] = loop[key] + rng.choice([1] * 12 + [0] * 3 + [-20])
+                else:
+                    step = rng.randrange(-600, 6000)
+                value = rng.choice(
+                    [rng.gauss(0, 1)] * 7 + [float(rng.randrange(3))] * 2 + [rng.choice(_SPECIAL)]
+                )
+                when = 1000.0 + batch + rng.random()
+                if nan_times and rng.random() < 0.02:
+                    when = rng.choice([math.nan, math.inf, -math.inf])
+                points.append((*key, step, value, when))
+            events.append(
+                Event(exp, EventKind.SCALAR, encode_points(points), stream=stream, seq=seqs[stream])
+            )
+            seqs[stream] += 1
+        store.write_events(events)
+    stored = _summary_rows(store)
+    assert len(stored) > 1000
+    with store.engine.begin() as conn:
+        spans = conn.execute(
+            text("SELECT series_id, min(first_step), max(last_step) FROM scalar_summary GROUP BY series_id")
+        ).all()
+        refresh_upper(DriverDb(conn), {int(sid): (int(lo), int(hi)) for sid, lo, hi in spans})
+    assert _summary_rows(store) == stored
 
 
 def test_a_view_of_a_long_series_is_bounded_and_keeps_spikes_first_and_last(store: SqlStore) -> None:

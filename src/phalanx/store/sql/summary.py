@@ -7,10 +7,11 @@ point count, min, max, first and last step, and the value and time at its last s
 (``scalar_summary``). A view of N pixels then reads about N rows of the right level, whatever the
 size of the series, and a zoomed view reads only the buckets in its window.
 
-The summary is maintained at ingest, in the same transaction as the points: level 1 is aggregated
-from the batch's points in memory and merged into the stored buckets (``merge_level1``), the levels
-above are recomputed from the level beneath over the buckets the batch touched (``refresh_upper``),
-so the result is exact whatever order batches arrive in; ``rebuild`` starts a series' summary over
+The summary is maintained at ingest, in the same transaction as the points
+(``summary_writes.write``): level 1 is aggregated from the batch's points in memory and merged into
+the stored buckets, level 2 is computed from level 1 in memory and the levels above are recomputed
+in SQL from the level beneath, over the buckets the batch touched, so the result is exact whatever
+order batches arrive in; ``rebuild`` starts a series' summary over
 from its points after a later attempt replaced some of them.
 """
 
@@ -23,9 +24,10 @@ from dataclasses import dataclass
 from sqlalchemy import Connection, text
 
 from phalanx.downsample import downsample_indices
+from phalanx.store import summary_writes
 from phalanx.store.sql import points
 from phalanx.store.sql.driver import DriverDb, fetch
-from phalanx.store.summary_writes import LEVELS, aggregate, merge_level1, refresh_upper, width
+from phalanx.store.summary_writes import LEVELS, width
 
 
 def rebuild(conn: Connection, series_ids: Iterable[int]) -> None:
@@ -38,9 +40,8 @@ def rebuild(conn: Connection, series_ids: Iterable[int]) -> None:
         found = points.read(conn, sid)
         if not found.steps:
             continue
-        db = DriverDb(conn)
-        merge_level1(db, aggregate([(sid, found.steps, found.values, found.times)]))
-        refresh_upper(db, {sid: (found.steps[0], found.steps[-1])})
+        buckets = summary_writes.aggregate([(sid, found.steps, found.values, found.times)])
+        summary_writes.write(DriverDb(conn), buckets)
 
 
 # --- reading a view ------------------------------------------------------------------------------
