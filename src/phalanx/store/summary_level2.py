@@ -4,7 +4,8 @@ store, without its two statements per batch (an upsert grouping level 1, then an
 correlated lookups per bucket), which were a twelfth of what ingest paid per point. The level-1
 buckets are those the batch aggregated, merged here with the ones stored before it as the merge's
 upsert merges them in the database (``merged``); ``plain`` says when the result is the database's
-to the bit (no NaN or NULL times; on PostgreSQL, no -0.0 either). Standard library only."""
+to the bit (no NaN or NULL times, no NaN min or max; on PostgreSQL, no -0.0 either). Standard library
+only."""
 
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ Row = tuple[Any, ...]
 _BUCKET = itemgetter(1)
 _TIMES = itemgetter(7, 8, 11)
 _COMPARED = itemgetter(3, 4, 7, 8)  # min, max, min_time, max_time
+_EXTREMES = itemgetter(3, 4)  # min, max
 
 
 def plain(rows: Sequence[Row], signed_zeros: bool) -> bool:
@@ -35,6 +37,11 @@ def plain(rows: Sequence[Row], signed_zeros: bool) -> bool:
         if math.isnan(sum(chain.from_iterable(map(_TIMES, rows)))):
             return False
     except TypeError:  # a NULL
+        return False
+    # a NaN min or max: ingest never stores one, but migration 0003's backfill did on PostgreSQL (its
+    # max() of a bucket holding a NaN point is NaN), whose max() then takes it where Python's may not.
+    # ``filter(None, ...)`` drops the NULLs (an all-NaN bucket's) and the zeros: neither makes a NaN sum
+    if math.isnan(sum(filter(None, chain.from_iterable(map(_EXTREMES, rows))))):
         return False
     if signed_zeros:  # the zeros picked by a C loop (``not_``), their signs looked at
         zeros = filter(not_, chain.from_iterable(map(_COMPARED, rows)))

@@ -11,7 +11,7 @@ import math
 from bisect import bisect_left
 from collections.abc import Iterable, Mapping, Sequence
 from itertools import chain, islice, repeat
-from operator import add, rshift, sub
+from operator import add, itemgetter, rshift, sub
 from typing import Any
 
 from phalanx.store.chunks import in_order, listed, rising
@@ -309,7 +309,7 @@ def write(db: Db, buckets: Mapping[int, list[Row]]) -> None:
     writer). A series whose times are not all numbers, or one holding a -0.0 on PostgreSQL, takes the
     SQL recompute (``summary_level2.plain``)."""
     series = {sid: rows for sid, rows in sorted(buckets.items()) if rows}
-    stored = {sid: db.fetch(_STORED, (sid, *_under_level2(rows))) for sid, rows in series.items()}
+    stored = {sid: _stored_under(db, sid, rows) for sid, rows in series.items()}
     _upsert(db, _MERGE_SET, 1, list(chain.from_iterable(series.values())))
     upper: list[Row] = []
     spans = {sid: (rows[0][5], rows[-1][6]) for sid, rows in series.items()}
@@ -322,9 +322,21 @@ def write(db: Db, buckets: Mapping[int, list[Row]]) -> None:
     refresh_upper(db, spans, LEVELS[2:])
 
 
-def _under_level2(rows: list[Row]) -> tuple[int, int]:
-    """The level-1 buckets under the level-2 buckets the rows fall in: the first and the last."""
-    return rows[0][1] >> SHIFT << SHIFT, (rows[-1][1] >> SHIFT << SHIFT) + BASE - 1
+def _stored_under(db: Db, sid: int, rows: list[Row]) -> list[Row]:
+    """The stored level-1 buckets under the level-2 buckets the rows (in bucket order) fall in: one
+    SELECT per run of adjacent level-2 buckets, not every bucket from the first to the last (a batch
+    holding a late point of a long series would read the whole series' level 1 into memory). Only
+    those level-2 buckets change: the ones between keep their children, and so their rows."""
+    found: list[Row] = []
+    runs: list[list[int]] = []  # [first, last] level-2 bucket of each run
+    for parent in sorted(set(map(rshift, map(itemgetter(1), rows), repeat(SHIFT)))):
+        if runs and parent == runs[-1][1] + 1:
+            runs[-1][1] = parent
+        else:
+            runs.append([parent, parent])
+    for first, last in runs:
+        found += db.fetch(_STORED, (sid, first << SHIFT, (last << SHIFT) + BASE - 1))
+    return found
 
 
 def _children(stored: list[Row], fresh: list[Row]) -> list[Row]:

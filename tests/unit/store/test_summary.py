@@ -107,12 +107,38 @@ def test_the_levels_computed_at_ingest_are_those_sql_recomputes_from_level_1(
         store.write_events(events)
     stored = _summary_rows(store)
     assert len(stored) > 1000
+    assert _recomputed(store) == stored
+
+
+def _recomputed(store: SqlStore) -> list[str]:
+    """The summary rows after every level above 1 is recomputed in SQL from the stored level 1."""
     with store.engine.begin() as conn:
         spans = conn.execute(
             text("SELECT series_id, min(first_step), max(last_step) FROM scalar_summary GROUP BY series_id")
         ).all()
         refresh_upper(DriverDb(conn), {int(sid): (int(lo), int(hi)) for sid, lo, hi in spans})
-    assert _summary_rows(store) == stored
+    return _summary_rows(store)
+
+
+def test_a_nan_max_the_backfill_stored_is_taken_as_sql_takes_it(store: SqlStore) -> None:
+    """Migration 0003's backfill stored a level-1 bucket holding a NaN point with max() of its values:
+    NaN on PostgreSQL, whose max() over level 1 then takes it. A later batch under the same level-2
+    bucket must store the rows the SQL recompute stores (Python's max() skips a NaN after a number)."""
+    exp = _experiment(store)
+
+    def points(steps: range, seq: int) -> Event:
+        data = encode_points([("loss", "a", s, float(s), 1000.0 + s) for s in steps])
+        return Event(exp, EventKind.SCALAR, data, stream="w", seq=seq)
+
+    store.write_events([points(range(32), 0)])
+    with store.engine.begin() as conn:  # as the backfill left it (SQLite keeps a NaN as NULL)
+        conn.execute(
+            text("UPDATE scalar_summary SET max_value = :nan WHERE level = 1 AND bucket = 1"),
+            {"nan": math.nan},
+        )
+    store.write_events([points(range(40, 50), 1)])
+    stored = _summary_rows(store)
+    assert _recomputed(store) == stored
 
 
 def test_a_view_of_a_long_series_is_bounded_and_keeps_spikes_first_and_last(store: SqlStore) -> None:
