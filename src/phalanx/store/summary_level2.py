@@ -40,8 +40,9 @@ def plain(rows: Sequence[Row], signed_zeros: bool) -> bool:
         return False
     # a NaN min or max: ingest never stores one, but migration 0003's backfill did on PostgreSQL (its
     # max() of a bucket holding a NaN point is NaN), whose max() then takes it where Python's may not.
-    # ``filter(None, ...)`` drops the NULLs (an all-NaN bucket's) and the zeros: neither makes a NaN sum
-    if math.isnan(sum(filter(None, chain.from_iterable(map(_EXTREMES, rows))))):
+    # ``filter(None, ...)`` drops the NULLs (an all-NaN bucket's) and the zeros (no NaN); not a sum: an
+    # inf and a -inf would make a NaN of it, and every series holding both would take the recompute
+    if any(map(math.isnan, filter(None, chain.from_iterable(map(_EXTREMES, rows))))):
         return False
     if signed_zeros:  # the zeros picked by a C loop (``not_``), their signs looked at
         zeros = filter(not_, chain.from_iterable(map(_COMPARED, rows)))

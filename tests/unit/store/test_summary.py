@@ -176,3 +176,20 @@ def test_deleting_an_experiment_deletes_its_summary(store: SqlStore) -> None:
     store.delete_experiment(exp)
     with store.engine.connect() as conn:
         assert conn.execute(text("SELECT count(*) FROM scalar_summary")).scalar() == 0
+
+
+def test_a_tie_for_the_min_and_max_across_batches_keeps_the_step_that_arrived_first(store: SqlStore) -> None:
+    """A bucket's min (max) reached again by a later batch keeps the step it had (the merge keeps
+    the stored one on a tie): level 2, computed in memory, marks that same step."""
+    exp = _experiment(store)
+    batches = [[(5, 0.0), (6, 9.0)], [(3, 0.0), (2, 9.0), (4, 1.0)]]
+    for seq, batch in enumerate(batches):
+        data = encode_points([("loss", "a", step, value, 1000.0 + step) for step, value in batch])
+        store.write_events([Event(exp, EventKind.SCALAR, data, stream="w", seq=seq)])
+    stored = _summary_rows(store)
+    assert _recomputed(store) == stored
+    with store.engine.connect() as conn:
+        marks = conn.execute(
+            text("SELECT level, min_step, max_step FROM scalar_summary ORDER BY level")
+        ).all()
+    assert [tuple(m) for m in marks] == [(level, 5, 6) for level in LEVELS]
