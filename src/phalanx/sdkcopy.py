@@ -42,6 +42,7 @@ SDK_TOP_MODULES = (
     "backends/local/__init__.py",
     "backends/local/reaper.py",
     "machine/handoff.py",  # the reaper hands a boxed replica its environment
+    "machine/forks.py",  # the reaper forked from a local supervisor (imported wherever it runs)
 )
 
 

@@ -190,12 +190,17 @@ def _joined(held: list[Row], fresh: list[Row]) -> list[Row]:
         held[-1] = merged(held[-1], fresh[0])
         held += islice(fresh, 1, None)
     else:
-        by_bucket = {row[1]: row for row in held}
-        for row in fresh:
-            old = by_bucket.get(row[1])
-            by_bucket[row[1]] = row if old is None else merged(old, row)
-        held = [by_bucket[bucket] for bucket in sorted(by_bucket)]
+        held = _merged_in(held, fresh)
     return held
+
+
+def _merged_in(held: Iterable[Row], fresh: list[Row]) -> list[Row]:
+    """The buckets ``held`` with the ``fresh`` ones merged in (the upsert's rule), in bucket order."""
+    by_bucket = {row[1]: tuple(row) for row in held}
+    for row in fresh:
+        old = by_bucket.get(row[1])
+        by_bucket[row[1]] = row if old is None else merged(old, row)
+    return [by_bucket[bucket] for bucket in sorted(by_bucket)]
 
 
 def _add(buckets: dict[int, list[Any]], fresh: list[Row]) -> None:
@@ -341,13 +346,7 @@ def _stored_under(db: Db, sid: int, rows: list[Row]) -> list[Row]:
 
 def _children(stored: list[Row], fresh: list[Row]) -> list[Row]:
     """The level-1 buckets after the merge: the stored ones with the fresh ones merged in."""
-    if not stored:
-        return fresh
-    held = {row[1]: tuple(row) for row in stored}
-    for row in fresh:
-        old = held.get(row[1])
-        held[row[1]] = row if old is None else merged(old, row)
-    return [held[bucket] for bucket in sorted(held)]
+    return _merged_in(stored, fresh) if stored else fresh
 
 
 def _upsert(db: Db, conflict: str, level: int, rows: list[Row]) -> None:
