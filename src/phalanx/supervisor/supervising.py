@@ -437,6 +437,7 @@ class Supervisor:
         plan = self.p.plan
         pending_reason: str | None = None
         chief_done_at: float | None = None
+        settled = False
         while True:
             self.console.flush()  # what the replicas printed since the last poll reaches the spool
             if self.stop.requested():
@@ -446,7 +447,9 @@ class Supervisor:
             if job is None:
                 return ExperimentStatus.FAILED, f"the {backend.name} engine no longer knows the job {handle}"
             self.attempts.follow_requeue(job)
-            self.console.settle(r.name for r in job.replicas if r.state.done)  # its lines, then its end
+            if not settled and job.replicas and all(r.state.done for r in job.replicas):
+                settled = True  # once: every replica's lines, then the note of its end
+                self.console.settle(r.name for r in job.replicas)
             if job.status is ExperimentStatus.PENDING:
                 self.clock.pause()  # pending (again, after a requeue): not the experiment's time
                 if pending_reason != (job.reason or ""):
