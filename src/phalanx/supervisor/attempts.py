@@ -142,7 +142,7 @@ class Attempts:
                 return
             try:
                 self._store_repro(store, record, data, launch, attempt)
-            except BackendUnavailable as exc:  # an outage: said in a line, as every other write says it
+            except (BackendUnavailable, OSError) as exc:  # an outage, a full disk: said in a line
                 log.warning("what the experiment runs could not be stored (%s)", exc)
             except Exception:
                 log.exception("storing what the experiment runs failed")
