@@ -56,9 +56,9 @@ class Console:
         join_tails(self.tails.values())
 
     def settle(self, ended: Iterable[str]) -> None:
-        """Wait for the tails of these replicas to reach the end of their logs, once all of the
-        group's replicas have ended (an engine may follow a replica's log until the whole job
-        ends, as Slurm's does): their last lines are shown before their end is (a short job's
+        """Wait for the tails of these replicas to reach the end of their logs, once the job has
+        ended (an engine may follow a replica's log until the whole job ends, as Slurm's does, and
+        a requeued job has not): their last lines are shown before their end is (a short job's
         reaper may end it before its reader has read a line). At once for a tail that did already."""
         join_tails([self.tails[name] for name in ended if name in self.tails])
 

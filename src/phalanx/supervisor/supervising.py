@@ -447,8 +447,8 @@ class Supervisor:
             if job is None:
                 return ExperimentStatus.FAILED, f"the {backend.name} engine no longer knows the job {handle}"
             self.attempts.follow_requeue(job)
-            if not settled and job.replicas and all(r.state.done for r in job.replicas):
-                settled = True  # once: every replica's lines, then the note of its end
+            if not settled and job.status.done:
+                settled = True  # once: every replica's lines, then the note of their end
                 self.console.settle(r.name for r in job.replicas)
             if job.status is ExperimentStatus.PENDING:
                 self.clock.pause()  # pending (again, after a requeue): not the experiment's time
