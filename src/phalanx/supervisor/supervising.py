@@ -447,7 +447,7 @@ class Supervisor:
             if job is None:
                 return ExperimentStatus.FAILED, f"the {backend.name} engine no longer knows the job {handle}"
             self.attempts.follow_requeue(job)
-            if not settled and job.status.done:
+            if not settled and job.status is ExperimentStatus.SUCCEEDED:  # a failure stops the others first
                 settled = True  # once: every replica's lines, then the note of their end
                 self.console.settle(r.name for r in job.replicas)
             if job.status is ExperimentStatus.PENDING:
