@@ -135,7 +135,10 @@ def _phalanx_command() -> str:
     found = shutil.which("phalanx")
     if found and Path(found).resolve() == started.resolve():
         return "phalanx"
-    relative = os.path.relpath(started)
+    try:
+        relative = os.path.relpath(started)
+    except FileNotFoundError:  # the shell's folder was removed meanwhile: no path is relative to it
+        return str(started)
     return relative if not relative.startswith("..") else str(started.resolve())
 
 

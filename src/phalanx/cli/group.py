@@ -159,7 +159,7 @@ def run(
     Exit status: 0 the search finished, 1 every trial failed, 130 stopped, 2 invalid file, 69 server or
     database unreachable.
     """
-    from phalanx.cli.launching import _check_home_and_db
+    from phalanx.cli.launching import check_home_and_limits
     from phalanx.config import Settings
     from phalanx.domain import plural
     from phalanx.errors import UsageError
@@ -181,7 +181,7 @@ def run(
         from phalanx.clusters import get_cluster
 
         get_cluster(cluster, settings.home)
-    _check_home_and_db(settings)
+    check_home_and_limits(settings)
     from phalanx.groups.launching import GroupLauncher, GroupOptions
 
     launcher = GroupLauncher(settings)

@@ -49,11 +49,26 @@ def _refuse_stdin(file: Path) -> None:
         )
 
 
-def _check_home_and_db(settings: Settings) -> None:
-    """PHALANX_HOME and PHALANX_DB_URL mistakes, found before any replica starts (the store itself
-    is opened only once they are starting). A string check: SQLAlchemy is not imported here."""
+# Open files a supervisor needs with a few replicas (its store, spool, logs and the tails that follow
+# them); under about 20 it loses lines or fails half-way (issue 42's QA), so a lower `ulimit -n` is
+# refused before anything starts.
+OPEN_FILES_NEEDED = 64
+
+
+def check_home_and_limits(settings: Settings) -> None:
+    """PHALANX_HOME and PHALANX_DB_URL mistakes, and a `ulimit -n` too low to supervise anything,
+    found before any replica starts (the store itself is opened only once they are starting). A
+    string check: SQLAlchemy is not imported here."""
+    import resource
+
     from phalanx.errors import UsageError
 
+    allowed = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    if allowed != resource.RLIM_INFINITY and allowed < OPEN_FILES_NEEDED:
+        raise UsageError(
+            f"this shell lets a process open {allowed} files (`ulimit -n`); a run needs at least"
+            f" {OPEN_FILES_NEEDED}: raise it, e.g. `ulimit -n 1024`, and run again"
+        )
     if settings.home.exists() and not settings.home.is_dir():
         raise UsageError(f"PHALANX_HOME {settings.home} is a file; point PHALANX_HOME at a folder")
     url = settings.database_url
@@ -269,7 +284,7 @@ def launch_options(
 
         get_cluster(cluster, settings.home)
     if check_home:
-        _check_home_and_db(settings)
+        check_home_and_limits(settings)
     return LaunchOptions(
         workdir=workdir.resolve() if workdir is not None else None,
         cluster=cluster,

@@ -238,6 +238,9 @@ def _answer(work: Callable[[], object], args: list[str]) -> bool:
     except OSError as exc:
         if exc.errno == errno.EBADF and _stdout_closed():
             _output_refused()
+        if exc.errno in (errno.EMFILE, errno.ENFILE):
+            sys.stderr.write(f"error: {_open_files_message(exc)}\n")
+            sys.exit(1)
         if exc.errno not in HOME_ERRNOS:
             raise
         sys.stderr.write(f"error: {_os_error_message(exc)}\n")
@@ -386,6 +389,19 @@ def _os_error_message(exc: OSError) -> str:
     else:
         fix = f"PHALANX_HOME ({home}) must be a folder you can write to: fix its permissions or move it"
     return f"cannot use {path}: {what}; {fix}"
+
+
+def _open_files_message(exc: OSError) -> str:
+    """Too many open files, for this process (EMFILE: its `ulimit -n`) or the whole machine."""
+    import resource
+
+    if exc.errno == errno.ENFILE:
+        return f"the machine has too many files open ({exc.filename or 'a file'}): close some, and run again"
+    allowed = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    return (
+        f"too many open files ({exc.filename or 'a file'}): this shell lets a process open {allowed}"
+        " (`ulimit -n`); raise it, e.g. `ulimit -n 4096`, and run again"
+    )
 
 
 def _fast_exit(code: int) -> None:

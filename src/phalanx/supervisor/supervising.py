@@ -26,6 +26,7 @@ from phalanx.backends.base import DryRun, JobStatus, ReplicaStatus
 from phalanx.backends.local.boxes import SECRET_NAMES
 from phalanx.config import Settings
 from phalanx.domain import ExperimentStatus, Framework, ReplicaState, Role, plural
+from phalanx.errors import PhalanxError
 from phalanx.ingest import Ingester
 from phalanx.machine import sysmetrics
 from phalanx.machine.procs import INGESTER_RECORD, record_process, recorded_process
@@ -195,7 +196,8 @@ class Supervisor:
             ingest_thread = self._start_ingester(stop_ingest)
             outcome = self._run_attempts(handle)
         except BaseException as exc:
-            outcome = Outcome(self.id, ExperimentStatus.FAILED, f"the supervisor failed: {exc}")
+            said = str(exc) if isinstance(exc, PhalanxError) else f"the supervisor failed: {exc}"
+            outcome = Outcome(self.id, ExperimentStatus.FAILED, said)
             raise
         finally:
             outcome = self._wind_up(outcome, previous, stop_ingest, ingest_thread, created)
@@ -401,7 +403,11 @@ class Supervisor:
             else:
                 return Outcome(self.id, status, reason, restarts)
             # a fresh dry run: new ports for the new group, and the latest checkpoint to go on from
-            handle = self._submit(self.p.backend.dry_run(plan, self.attempts.resume_context(self.p.context)))
+            context = self.attempts.resume_context(self.p.context)
+            try:
+                handle = self._submit(self.p.backend.dry_run(plan, context))
+            except PhalanxError as exc:  # its work folder gone, its engine down: it failed, with why
+                return Outcome(self.id, status, f"{reason}; the group could not start again: {exc}", restarts)
 
     def _attempt(self, handle: str | None, first: bool) -> tuple[ExperimentStatus, str | None, bool]:
         """How the group's attempt ended, and whether a replica of it lost a port the engine probed

@@ -86,6 +86,33 @@ def test_a_garbage_database_url_stops_run_before_any_replica_starts(phalanx_home
     assert "hello from the replica" not in done.stdout
 
 
+def test_a_ulimit_too_low_to_supervise_is_refused_before_anything_starts(
+    phalanx_home: Path, hello: Path
+) -> None:
+    # a process: the limit is its own; under ~20 open files a run lost lines or failed half-way
+    for detach in ([], ["--detach"]):
+        low = f"ulimit -n 16 && exec {PHALANX} run -f {hello} {' '.join(detach)}"
+        done = subprocess.run(["bash", "-c", low], capture_output=True, text=True, timeout=120)
+        assert_user_error(done, "lets a process open 16 files (`ulimit -n`); a run needs at least 64")
+        assert "hello from the replica" not in done.stdout
+    for folder in (phalanx_home / "runs", phalanx_home / "spool"):
+        assert not folder.exists() or not any(folder.iterdir()), list(folder.iterdir())
+
+
+def test_too_many_open_files_mid_command_is_one_line_naming_the_limit(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    def runs_out() -> None:
+        raise OSError(errno.EMFILE, "Too many open files", "/home/u/.phalanx/spool/x.spool")
+
+    with pytest.raises(SystemExit) as ended:
+        cli_main._answer(runs_out, ["run"])
+    assert ended.value.code == 1
+    said = capsys.readouterr().err
+    assert said.startswith("error: too many open files (/home/u/.phalanx/spool/x.spool)"), said
+    assert "`ulimit -n`); raise it" in said
+
+
 def test_an_unreachable_database_is_named_without_its_password(phalanx_home: Path, hello: Path) -> None:
     url = f"postgresql+psycopg://nobody:s3cret@127.0.0.1:{free_port()}/x"
     for args in (("ls",), ("run", "-f", hello)):

@@ -165,6 +165,30 @@ def test_a_group_that_keeps_failing_fails_after_its_restarts(phalanx: Phalanx) -
     assert len(list((phalanx.home / "runs" / exp.id / "attempts").iterdir())) == 2
 
 
+def test_a_restart_whose_work_folder_is_gone_fails_with_that_reason_not_a_traceback(
+    phalanx: Phalanx, tmp_path: Path
+) -> None:
+    work = tmp_path / "work"
+    work.mkdir()
+    spec = phalanx.spec(
+        """
+        version: 1
+        kind: experiment
+        run:
+          cmd: rm -rf "$PWD"; exit 4
+          max_restarts: 1
+        """
+    )
+    result = phalanx.run("run", "-f", str(spec), "--workdir", str(work))
+    assert result.returncode == 1, result.stderr
+    assert "Traceback" not in result.stderr
+    exp = phalanx.only_experiment()
+    assert exp.status == "failed"
+    assert exp.reason.startswith("master exited with code 4; the group could not start again:"), exp.reason
+    assert f"the work folder {work} is gone" in exp.reason
+    assert f"the work folder {work} is gone" in result.stderr
+
+
 def test_a_replica_over_its_memory_limit_is_killed_with_that_reason(phalanx: Phalanx) -> None:
     hog = "python -c \"import time\nb = []\nwhile True:\n    b.append(b'x' * (8 << 20)); time.sleep(0.02)\""
     spec = phalanx.spec(

@@ -43,7 +43,7 @@ from phalanx.backends.local.units import Ended, StartedUnit, exit_reason, proc_s
 from phalanx.backends.logfiles import follow_file, split_stream
 from phalanx.config import Settings
 from phalanx.domain import ExperimentStatus, ReplicaState
-from phalanx.errors import BackendUnavailable, SpecError
+from phalanx.errors import BackendUnavailable, NotFound, SpecError
 from phalanx.frameworks import Endpoints, mpi
 from phalanx.machine import limits, proctree
 from phalanx.machine.box import Isolation
@@ -242,7 +242,16 @@ class LocalBackend:
         env, given = boxes.reaper_start(config, processes[0]["env"], mark)
         with open(log, "ab") as errors, given:  # the reaper's own trouble, if any, lands in the log
             title = f"phalanx replica {exp_id} {unit.name}"
-            proc = start_leader(cfg, env, unit.cwd, given, errors, title, boxed)
+            try:
+                proc = start_leader(cfg, env, unit.cwd, given, errors, title, boxed)
+            except (FileNotFoundError, NotADirectoryError) as exc:
+                if os.path.isdir(unit.cwd):
+                    raise
+                raise NotFound(
+                    f"the work folder {unit.cwd} is gone (removed after the experiment was submitted):"
+                    f" {unit.name} cannot start there; restore it, or run the experiment again from a folder"
+                    " that exists"
+                ) from exc
         popens[unit.name] = proc
         return {
             "name": unit.name,
