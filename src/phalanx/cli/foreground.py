@@ -132,13 +132,14 @@ def _phalanx_command() -> str:
     started = Path(sys.argv[0])
     if started.name != "phalanx":
         return "phalanx"
+    try:
+        os.getcwd()
+    except FileNotFoundError:  # the shell's folder was removed meanwhile: nothing is relative to it
+        return str(started) if started.is_absolute() else "phalanx"
     found = shutil.which("phalanx")
     if found and Path(found).resolve() == started.resolve():
         return "phalanx"
-    try:
-        relative = os.path.relpath(started)
-    except FileNotFoundError:  # the shell's folder was removed meanwhile: no path is relative to it
-        return str(started)
+    relative = os.path.relpath(started)
     return relative if not relative.startswith("..") else str(started.resolve())
 
 

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from phalanx.cli.app import ExtraParamsOpt, YesOpt, app, confirm
+from phalanx.cli.launching import check_home_and_limits
 from phalanx.cli.listing import emit_json
 from phalanx.cli.target import (
     DoorTyper,
@@ -159,7 +160,6 @@ def run(
     Exit status: 0 the search finished, 1 every trial failed, 130 stopped, 2 invalid file, 69 server or
     database unreachable.
     """
-    from phalanx.cli.launching import check_home_and_limits
     from phalanx.config import Settings
     from phalanx.domain import plural
     from phalanx.errors import UsageError
@@ -256,6 +256,7 @@ def resume(
     from phalanx.store.group_views import controller_alive
 
     settings = Settings()
+    check_home_and_limits(settings)
     store = open_store(settings)
     g = store.get_group(group_id)
     if g.done:  # as `phalanx resume` of a finished experiment: a mistake, said with what to do instead

@@ -7,6 +7,7 @@ cli/foreground.py's.
 
 from __future__ import annotations
 
+import os
 import sys
 from enum import StrEnum
 from pathlib import Path
@@ -278,6 +279,8 @@ def launch_options(
 
     if workdir is not None and not workdir.is_dir():
         raise UsageError(f"--workdir {workdir}: no such folder")
+    if workdir is not None and not os.access(workdir, os.X_OK):
+        raise UsageError(f"--workdir {workdir}: this account may not enter it; fix its permissions")
     knobs.check()
     if cluster is not None:
         from phalanx.clusters import get_cluster

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 import typer
 
 from phalanx.cli.app import ExtraParamsOpt, OutputOpt, app, fail
-from phalanx.cli.launching import detached_json
+from phalanx.cli.launching import check_home_and_limits, detached_json
 from phalanx.cli.listing import Format, emit_json
 from phalanx.cli.record_tables import human_size
 from phalanx.cli.target import LocalOpt, ServerOpt
@@ -154,6 +154,7 @@ def resume(
     from phalanx.runner.resuming import resume_of
 
     settings = Settings()
+    check_home_and_limits(settings)
     store = _open()
     experiment = store.get_experiment(experiment_id)
     planned = resume_of(store, experiment)
@@ -266,6 +267,7 @@ def rerun(
             " the foreground until it ends already (-d sends it to the background)"
         )
     settings = Settings()
+    check_home_and_limits(settings)
     store = _open()
     _launch_of(store, store.get_experiment(experiment_id))  # the sampling it was launched with
     source = rerun_source(

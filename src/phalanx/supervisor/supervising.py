@@ -26,7 +26,7 @@ from phalanx.backends.base import DryRun, JobStatus, ReplicaStatus
 from phalanx.backends.local.boxes import SECRET_NAMES
 from phalanx.config import Settings
 from phalanx.domain import ExperimentStatus, Framework, ReplicaState, Role, plural
-from phalanx.errors import PhalanxError
+from phalanx.errors import PhalanxError, StoreUnavailable
 from phalanx.ingest import Ingester
 from phalanx.machine import sysmetrics
 from phalanx.machine.procs import INGESTER_RECORD, record_process, recorded_process
@@ -195,9 +195,13 @@ class Supervisor:
                 self.console.record_params(self.params_section, params)
             ingest_thread = self._start_ingester(stop_ingest)
             outcome = self._run_attempts(handle)
+        except PhalanxError as exc:  # why it could not start (its folder gone, its engine down)
+            outcome = Outcome(self.id, ExperimentStatus.FAILED, str(exc))
+            if not (created or self.rows.created) or isinstance(exc, StoreUnavailable):
+                raise  # nothing recorded (the caller says why: exit 2 for a mistake), or no store to say it
+            # recorded (queued, accepted by a server, a resume): it failed, and is reported as failures are
         except BaseException as exc:
-            said = str(exc) if isinstance(exc, PhalanxError) else f"the supervisor failed: {exc}"
-            outcome = Outcome(self.id, ExperimentStatus.FAILED, said)
+            outcome = Outcome(self.id, ExperimentStatus.FAILED, f"the supervisor failed: {exc}")
             raise
         finally:
             outcome = self._wind_up(outcome, previous, stop_ingest, ingest_thread, created)
@@ -407,6 +411,8 @@ class Supervisor:
             try:
                 handle = self._submit(self.p.backend.dry_run(plan, context))
             except PhalanxError as exc:  # its work folder gone, its engine down: it failed, with why
+                if self.stop.requested():
+                    return Outcome(self.id, ExperimentStatus.STOPPED, self.stop.reason, restarts)
                 return Outcome(self.id, status, f"{reason}; the group could not start again: {exc}", restarts)
 
     def _attempt(self, handle: str | None, first: bool) -> tuple[ExperimentStatus, str | None, bool]:

@@ -97,6 +97,18 @@ def test_a_ulimit_too_low_to_supervise_is_refused_before_anything_starts(
         assert "hello from the replica" not in done.stdout
     for folder in (phalanx_home / "runs", phalanx_home / "spool"):
         assert not folder.exists() or not any(folder.iterdir()), list(folder.iterdir())
+    ran = phalanx_process("run", "-f", hello, "-o", "json")
+    assert ran.returncode == 0, ran.stderr
+    first = json.loads(ran.stdout)["id"]
+    for again in (f"rerun {first}", f"resume {first}"):
+        done = subprocess.run(
+            ["bash", "-c", f"ulimit -n 16 && exec {PHALANX} {again}"],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert_user_error(done, "lets a process open 16 files (`ulimit -n`); a run needs at least 64")
+    assert [p.name for p in (phalanx_home / "runs").iterdir()] == [first]
 
 
 def test_too_many_open_files_mid_command_is_one_line_naming_the_limit(

@@ -9,6 +9,13 @@ import signal
 import time
 from pathlib import Path
 
+from phalanx.config import Settings
+from phalanx.domain import ExperimentStatus
+from phalanx.runner import LaunchOptions, Runner
+from phalanx.spec.loader import load_spec
+from phalanx.spec.model import ExperimentSpec
+from phalanx.supervisor import prepare
+
 from .conftest import Phalanx, experiment_pids, replica_pid, wait_for
 
 SLEEPER = "python -c \"import time; print('ready', flush=True); time.sleep(600)\""
@@ -187,6 +194,28 @@ def test_a_restart_whose_work_folder_is_gone_fails_with_that_reason_not_a_traceb
     assert exp.reason.startswith("master exited with code 4; the group could not start again:"), exp.reason
     assert f"the work folder {work} is gone" in exp.reason
     assert f"the work folder {work} is gone" in result.stderr
+    # the group that could not start left no attempt folder: the next one's number stays free
+    assert [p.name for p in (phalanx.home / "runs" / exp.id / "attempts").iterdir()] == ["0"]
+
+
+def test_a_recorded_experiment_whose_folder_went_away_before_its_start_fails_with_that_reason(
+    phalanx: Phalanx, tmp_path: Path
+) -> None:
+    """As after a wait in the machine's queue: the experiment exists (`phalanx ls` lists it), so its
+    start failing is its failure, reported as one (exit 1, its id), not a refusal (exit 2)."""
+    settings = Settings(home=phalanx.home)
+    work = tmp_path / "work"
+    work.mkdir()
+    # a core asked for: it goes through the machine's queue, which records it before its start
+    asks = "version: 1\nkind: experiment\nenvironment:\n  resources:\n    cpu:\n      requests: 1\n"
+    spec = load_spec(phalanx.spec(asks + "run:\n  cmd: echo hi\n"))
+    prepared = prepare(spec, settings=settings, workdir=work)
+    work.rmdir()
+    outcome = Runner(settings).run(prepared, LaunchOptions(), handle_signals=False)
+    assert outcome.status is ExperimentStatus.FAILED
+    assert outcome.reason is not None and f"the work folder {work} is gone" in outcome.reason
+    exp = phalanx.only_experiment()
+    assert (exp.id, exp.status, exp.reason) == (outcome.experiment_id, "failed", outcome.reason)
 
 
 def test_a_replica_over_its_memory_limit_is_killed_with_that_reason(phalanx: Phalanx) -> None:
@@ -249,11 +278,6 @@ def test_an_engine_that_restarts_replicas_itself_is_not_restarted_again(
 ) -> None:
     """The Kubeflow operator restarts from backoffLimit; a second restart loop would double them."""
     from phalanx.backends.local.engine import LocalBackend
-    from phalanx.config import Settings
-    from phalanx.domain import ExperimentStatus
-    from phalanx.runner import LaunchOptions, Runner
-    from phalanx.spec.model import ExperimentSpec
-    from phalanx.supervisor import prepare
 
     class SelfRestartingEngine(LocalBackend):
         restarts_itself = True

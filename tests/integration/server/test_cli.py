@@ -190,6 +190,24 @@ def test_the_ui_hint_names_the_venvs_phalanx_when_the_shell_would_not_find_it(
     assert "run `phalanx server`" in ui_hint("0123456789ab")
 
 
+def test_the_ui_hint_survives_a_shell_folder_removed_while_the_run_ran(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    exe = tmp_path / ".venv" / "bin" / "phalanx"
+    exe.parent.mkdir(parents=True)
+    exe.write_text("#!/bin/sh\n")
+    exe.chmod(0o755)
+    gone = tmp_path / "work"
+    gone.mkdir()
+    monkeypatch.chdir(gone)
+    monkeypatch.setenv("PATH", f"{exe.parent}:/usr/bin:/bin")
+    gone.rmdir()  # the job removed the folder the shell ran `phalanx run` in
+    monkeypatch.setattr("sys.argv", ["../.venv/bin/phalanx", "run"])
+    assert "run `phalanx server`" in ui_hint("0123456789ab")
+    monkeypatch.setattr("sys.argv", [str(exe), "run"])
+    assert f"run `{exe} server`" in ui_hint("0123456789ab")
+
+
 def test_plot_writes_one_chart_per_title_as_png(phalanx_home: Path, tmp_path: Path) -> None:
     store = open_store(Settings(home=phalanx_home))
     e = fill.experiment(store)

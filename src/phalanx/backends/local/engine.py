@@ -38,12 +38,12 @@ from phalanx.backends.base import (
 )
 from phalanx.backends.dry_runs import LocalDryRun, LocalProcess, LocalUnit
 from phalanx.backends.local import boxes, members
-from phalanx.backends.local.leaders import start_leader
+from phalanx.backends.local.leaders import check_work_folder, start_leader
 from phalanx.backends.local.units import Ended, StartedUnit, exit_reason, proc_start
 from phalanx.backends.logfiles import follow_file, split_stream
 from phalanx.config import Settings
 from phalanx.domain import ExperimentStatus, ReplicaState
-from phalanx.errors import BackendUnavailable, NotFound, SpecError
+from phalanx.errors import BackendUnavailable, SpecError
 from phalanx.frameworks import Endpoints, mpi
 from phalanx.machine import limits, proctree
 from phalanx.machine.box import Isolation
@@ -167,6 +167,8 @@ class LocalBackend:
         request = expect_dry_run(dry_run, LocalDryRun, self.name)
         units = request.units
         exp_id = dry_run.context.experiment_id
+        if any(u.processes[0].argv[0] == "mpirun" for u in units) and not shutil.which("mpirun"):
+            raise BackendUnavailable("mpirun was not found: install Open MPI (apt-get install openmpi-bin)")
         run_dir = self.settings.runs_dir / exp_id
         attempts = run_dir / "attempts"
         attempts.mkdir(parents=True, exist_ok=True)
@@ -174,8 +176,6 @@ class LocalBackend:
         folder = attempts / str(attempt)
         folder.mkdir()
         handle = f"{exp_id}:{attempt}"
-        if any(u.processes[0].argv[0] == "mpirun" for u in units) and not shutil.which("mpirun"):
-            raise BackendUnavailable("mpirun was not found: install Open MPI (apt-get install openmpi-bin)")
         cgroup_root = limits.cgroup_v2_root()
         iso = dry_run.context.isolation
         if iso is not None:  # its folders, and its code given to its account
@@ -192,6 +192,10 @@ class LocalBackend:
                     }
                 )
         except BaseException:
+            if not popens:  # nothing started: no attempt to keep, its number is the next one's
+                del self._popen[handle]
+                shutil.rmtree(folder, ignore_errors=True)
+                raise
             self._write_state(folder, state)
             self.cancel(handle)
             raise
@@ -207,6 +211,8 @@ class LocalBackend:
         popens: dict[str, ChildProcess],
         iso: Isolation | None = None,
     ) -> dict[str, Any]:
+        boxed = iso is not None and bool(unit.box)
+        check_work_folder(unit.cwd, unit.name, boxed)
         log = Path(unit.log)
         log.parent.mkdir(parents=True, exist_ok=True)
         offset = log.stat().st_size if log.exists() else 0
@@ -230,7 +236,6 @@ class LocalBackend:
             "cgroup": str(cgroup_root / f"phalanx-{exp_id}-{unit.name}") if cgroup_root and memory else None,
         }
         name = f"{exp_id}.{folder.name}.{unit.name}"
-        boxed = iso is not None and bool(unit.box)
         group = boxes.cgroup_for(name, iso, lim) if iso is not None and boxed else None
         if iso is not None and boxed:  # its own cgroup: no v2 memory group, no watchdog
             config.update(cgroup=None, box=boxes.reaper_config(iso, list(unit.box), group))
@@ -242,16 +247,7 @@ class LocalBackend:
         env, given = boxes.reaper_start(config, processes[0]["env"], mark)
         with open(log, "ab") as errors, given:  # the reaper's own trouble, if any, lands in the log
             title = f"phalanx replica {exp_id} {unit.name}"
-            try:
-                proc = start_leader(cfg, env, unit.cwd, given, errors, title, boxed)
-            except (FileNotFoundError, NotADirectoryError) as exc:
-                if os.path.isdir(unit.cwd):
-                    raise
-                raise NotFound(
-                    f"the work folder {unit.cwd} is gone (removed after the experiment was submitted):"
-                    f" {unit.name} cannot start there; restore it, or run the experiment again from a folder"
-                    " that exists"
-                ) from exc
+            proc = start_leader(cfg, env, unit.cwd, given, errors, title, boxed)
         popens[unit.name] = proc
         return {
             "name": unit.name,

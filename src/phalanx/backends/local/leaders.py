@@ -9,6 +9,7 @@ replica's folder (a planted json.py would run as root) on its path; it is told w
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from collections.abc import Mapping
@@ -16,6 +17,7 @@ from pathlib import Path
 from typing import IO, TYPE_CHECKING
 
 from phalanx.backends.local import reaper
+from phalanx.errors import UsageError
 from phalanx.machine.forks import can_fork
 
 if TYPE_CHECKING:
@@ -50,4 +52,20 @@ def start_leader(
         stdout=subprocess.DEVNULL,
         stderr=stderr,
         start_new_session=True,  # a process group per replica
+    )
+
+
+def check_work_folder(cwd: str, replica: str, boxed: bool) -> None:
+    """UsageError when ``cwd`` cannot be the replica's folder (any more): gone, replaced by a file,
+    or not to be entered by this account (a boxed replica's own account is checked in its box).
+    Checked as each group starts: after a restart, or a wait in the queue, too."""
+    if not os.path.isdir(cwd):
+        why = "is gone or no longer a folder"
+    elif not boxed and not os.access(cwd, os.X_OK):
+        why = "cannot be entered (no permission)"
+    else:
+        return
+    raise UsageError(
+        f"the work folder {cwd} {why} (changed after the experiment was submitted?): {replica} cannot"
+        " start there; restore it, or run the experiment again from a folder that exists"
     )
