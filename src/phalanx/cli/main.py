@@ -400,7 +400,7 @@ def _open_files_message(exc: OSError) -> str:
     allowed = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
     return (
         f"too many open files ({exc.filename or 'a file'}): this shell lets a process open {allowed}"
-        " (`ulimit -n`); raise it, e.g. `ulimit -n 1024`, and run again"
+        f" (`ulimit -n`); raise it, e.g. `ulimit -n {max(4096, 2 * allowed)}`, and run again"
     )
 
 

@@ -6,6 +6,7 @@ ask here, so the rules and the refusals are the same on both doors.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -47,9 +48,10 @@ def resume_of(store: Store, experiment: Experiment) -> Resume:
             " resume (`phalanx get` shows the resumed run)"
         )
     workdir = launch.get("workdir")
-    if not workdir or not Path(workdir).is_dir():
+    if not workdir or not Path(workdir).is_dir() or not os.access(workdir, os.X_OK):
         raise UsageError(
-            f"the experiment's folder {workdir} is gone; use `phalanx rerun {experiment.id}` (its snapshot)"
+            f"the experiment's folder {workdir} is gone, or this account may not enter it; use"
+            f" `phalanx rerun {experiment.id}` (its snapshot)"
         )
     # the recorded params were accepted at launch (some perhaps with --extra-params): not checked again
     spec = load_spec_text(

@@ -434,7 +434,7 @@ class Runner:
         except OSError:
             text = ""
         if resume:  # a resume that lost the race: its own error, not the winner's lines
-            errors = [ln for ln in text.splitlines() if ln.startswith("error: ")]
+            errors = [ln for ln in text.splitlines() if ln.startswith("error: ") or _failed_line(ln, exp_id)]
             text = "\n".join(errors) or text
         else:  # nothing half-written: the experiment never existed
             shutil.rmtree(self.settings.runs_dir / exp_id, ignore_errors=True)
@@ -584,3 +584,8 @@ def open_store_through_outage(settings: Settings, patience: float) -> LocalStore
     """The settings' store, tried again every second while it cannot be reached, for ``patience``
     seconds (0: once)."""
     return through_outage(lambda: open_store(settings), patience)
+
+
+def _failed_line(line: str, experiment_id: str) -> bool:
+    """The supervisor's line saying the experiment failed (its start failed once it was recorded)."""
+    return line.startswith(f"phalanx: experiment {experiment_id} failed: ")

@@ -195,17 +195,28 @@ class Supervisor:
                 self.console.record_params(self.params_section, params)
             ingest_thread = self._start_ingester(stop_ingest)
             outcome = self._run_attempts(handle)
-        except PhalanxError as exc:  # why it could not start (its folder gone, its engine down)
+        except PhalanxError as exc:  # why it could not go on (its folder gone, its engine down)
+            self._cancel_group()
             outcome = Outcome(self.id, ExperimentStatus.FAILED, str(exc))
+            if self.stop.requested():
+                outcome = Outcome(self.id, ExperimentStatus.STOPPED, self.stop.reason)
             if not (created or self.rows.created) or isinstance(exc, StoreUnavailable):
-                raise  # nothing recorded (the caller says why: exit 2 for a mistake), or no store to say it
+                raise  # nothing recorded (the caller says why: exit 2 for a mistake), or no store opens
             # recorded (queued, accepted by a server, a resume): it failed, and is reported as failures are
         except BaseException as exc:
+            self._cancel_group()
             outcome = Outcome(self.id, ExperimentStatus.FAILED, f"the supervisor failed: {exc}")
             raise
         finally:
             outcome = self._wind_up(outcome, previous, stop_ingest, ingest_thread, created)
         return outcome
+
+    def _cancel_group(self) -> None:
+        """The group started last, ended whatever stopped the supervision: nothing outlives its
+        experiment (a cluster job would; a local replica's leader would end with this process)."""
+        if self._handle is not None:
+            with contextlib.suppress(Exception):
+                self.p.backend.cancel(self._handle)
 
     def _start_first(self) -> str | None:
         """The first group (None: a stop came first), then the experiment's row in the store."""

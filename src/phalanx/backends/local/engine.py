@@ -247,8 +247,12 @@ class LocalBackend:
         env, given = boxes.reaper_start(config, processes[0]["env"], mark)
         with open(log, "ab") as errors, given:  # the reaper's own trouble, if any, lands in the log
             title = f"phalanx replica {exp_id} {unit.name}"
-            proc = start_leader(cfg, env, unit.cwd, given, errors, title, boxed)
-        popens[unit.name] = proc
+            try:
+                proc = start_leader(cfg, env, unit.cwd, given, errors, title, boxed)
+            except OSError:
+                check_work_folder(unit.cwd, unit.name, boxed)  # changed since the check above?
+                raise
+            popens[unit.name] = proc
         return {
             "name": unit.name,
             "replicas": list(unit.replicas),
