@@ -174,14 +174,20 @@ def test_the_servers_home_and_store_are_its_accounts_alone(phalanx_home: Path) -
         stop_server(server.proc)
 
 
+def venv_phalanx(folder: Path) -> Path:
+    """A `phalanx` script in ``folder``/.venv/bin, as `make venv` installs it."""
+    exe = folder / ".venv" / "bin" / "phalanx"
+    exe.parent.mkdir(parents=True)
+    exe.write_text("#!/bin/sh\n")
+    exe.chmod(0o755)
+    return exe
+
+
 def test_the_ui_hint_names_the_venvs_phalanx_when_the_shell_would_not_find_it(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """`make run` starts .venv/bin/phalanx, which is not on the user's PATH."""
-    exe = tmp_path / ".venv" / "bin" / "phalanx"
-    exe.parent.mkdir(parents=True)
-    exe.write_text("#!/bin/sh\n")
-    exe.chmod(0o755)
+    exe = venv_phalanx(tmp_path)
     monkeypatch.chdir(tmp_path)
     monkeypatch.setattr("sys.argv", [".venv/bin/phalanx", "run"])
     monkeypatch.setenv("PATH", "/usr/bin:/bin")
@@ -193,10 +199,7 @@ def test_the_ui_hint_names_the_venvs_phalanx_when_the_shell_would_not_find_it(
 def test_the_ui_hint_survives_a_shell_folder_removed_while_the_run_ran(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    exe = tmp_path / ".venv" / "bin" / "phalanx"
-    exe.parent.mkdir(parents=True)
-    exe.write_text("#!/bin/sh\n")
-    exe.chmod(0o755)
+    exe = venv_phalanx(tmp_path)
     gone = tmp_path / "work"
     gone.mkdir()
     monkeypatch.chdir(gone)
