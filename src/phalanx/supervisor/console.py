@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import json
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
 from phalanx.domain import Replica
@@ -52,15 +52,10 @@ class Console:
         self.observer.flush()  # and the terminal (or the detached supervisor's log)
 
     def join(self) -> None:
-        """Wait for every tail to reach the end of its replica's log (the replicas have ended)."""
+        """Wait for every tail to reach the end of its replica's log, once the replicas have ended
+        (an engine may follow a replica's log until the whole job ends, as Slurm's does): their
+        last lines are shown before their end is. At once for a tail that did already."""
         join_tails(self.tails.values())
-
-    def settle(self, ended: Iterable[str]) -> None:
-        """Wait for the tails of these replicas to reach the end of their logs, once the job has
-        ended (an engine may follow a replica's log until the whole job ends, as Slurm's does, and
-        a requeued job has not): their last lines are shown before their end is (a short job's
-        reaper may end it before its reader has read a line). At once for a tail that did already."""
-        join_tails([self.tails[name] for name in ended if name in self.tails])
 
     def last_lines(self, replica: str) -> list[str]:
         """The last non-blank lines the replica printed (a failure's reason quotes them), once its

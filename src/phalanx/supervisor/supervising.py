@@ -472,7 +472,7 @@ class Supervisor:
             self.attempts.follow_requeue(job)
             if not settled and job.status is ExperimentStatus.SUCCEEDED:  # a failure stops the others first
                 settled = True  # once: every replica's lines, then the note of their end
-                self.console.settle(r.name for r in job.replicas)
+                self.console.join()  # a short job's reaper may end it before its reader read a line
             if job.status is ExperimentStatus.PENDING:
                 self.clock.pause()  # pending (again, after a requeue): not the experiment's time
                 if pending_reason != (job.reason or ""):
