@@ -11,8 +11,10 @@ For each contender, the same scalar points ("loss", "worker NN", step, value, ti
 - the time to read a 100,000-point series back.
 
 Phalanx runs as under `phalanx run`: the writers are replicas reporting into an existing experiment,
-an Ingester thread in this process plays the supervisor's, and a writer's time ends when
-``task.flush()`` returns, i.e. when its points are visible in the store. MLflow (the best anchor:
+an Ingester thread in this process plays the supervisor's (its store the supervisor's lean
+``sqlite3`` writer, its helper processes started as a supervisor's are: ``--no-helpers`` leaves it
+alone), and a writer's time ends when ``task.flush()`` returns, i.e. when its points are visible in
+the store. MLflow (the best anchor:
 a SQLAlchemy store on SQLite, log_batch) is installed into its own venv under
 ~/.cache/phalanx-bench (or PHALANX_BENCH_DIR), never into the project's. raw sqlite3 executemany of
 the same rows (rowid, series, step, value, time, replica, rank) into a plain table is the anchor,
@@ -194,17 +196,28 @@ class PhalanxCase:
     """Phalanx's side: one store and an Ingester thread (the supervisor's) for every round; each case
     reports into an experiment of its own."""
 
-    def __init__(self, work: Path, attempt: int | None) -> None:
+    def __init__(self, work: Path, attempt: int | None, helpers: bool = True) -> None:
         sys.path.insert(0, str(REPO / "src"))
         from phalanx.config import Settings
         from phalanx.ingest import Ingester
+        from phalanx.ingest_helpers import Helpers
         from phalanx.store import open_store
+        from phalanx.store.lite_writer import LiteWriter
+        from phalanx.store.migrations import HEAD
 
         self.work, self.attempt, self.home = work, attempt, work / "phalanx"
-        self.store = open_store(Settings(home=self.home, db_url=None, artifacts_url=None))
+        settings = Settings(home=self.home, db_url=None, artifacts_url=None)
+        self.store = open_store(settings)
+        # a supervisor's writer: the standard library's sqlite3 on an up-to-date SQLite file
+        lean = LiteWriter.open(settings.database_url, HEAD, lambda: self.store, settings.artifacts_root)
         self.stop = threading.Event()
+        spool = self.home / "spool"
+        # as a supervisor's: helper processes join it while several replicas flood it
+        joining = Helpers(settings, spool, claimed=False, most=None if helpers else 0)
         self.ingester = threading.Thread(
-            target=Ingester(self.store, None, self.home / "spool").run, args=(self.stop, 0.05), daemon=True
+            target=Ingester(lean or self.store, None, spool, helpers=joining).run,
+            args=(self.stop, 0.05),
+            daemon=True,
         )
         self.ingester.start()
         self.script = work / "phalanx_writer.py"
@@ -319,10 +332,12 @@ class RawCase:
         return {"rate": _rate(results, per * procs), "lost": per * procs - stored}
 
 
-def bench_interleaved(n: int, rounds: int, work: Path, attempt: int | None) -> dict[str, dict[str, Any]]:
+def bench_interleaved(
+    n: int, rounds: int, work: Path, attempt: int | None, helpers: bool = True
+) -> dict[str, dict[str, Any]]:
     """Raw and Phalanx, 1 then 4 processes, alternating (raw, Phalanx, raw, Phalanx per round), so
     that a swing of the machine's load hits both; the ratio is taken per round, then its median."""
-    phalanx, raw = PhalanxCase(work, attempt), RawCase(work)
+    phalanx, raw = PhalanxCase(work, attempt, helpers), RawCase(work)
     p: dict[str, Any] = {}
     p.update(phalanx.run("call", 1, n, timed=True))
     rates: dict[str, list[tuple[float, float]]] = {"1": [], "4": []}
@@ -455,6 +470,9 @@ def main() -> None:
     parser.add_argument("--mlflow-points", type=int, default=100_000, help="points per run for MLflow")
     parser.add_argument("--rounds", type=int, default=3, help="rounds of raw, Phalanx (1 and 4 processes)")
     parser.add_argument("--skip-mlflow", action="store_true")
+    parser.add_argument(
+        "--no-helpers", action="store_true", help="Phalanx's ingester alone, as before issue 42's helpers"
+    )
     parser.add_argument("--attempt", type=int, help="writers report as this attempt (PHALANX_ATTEMPT)")
     parser.add_argument("--json", type=Path, help="also write the figures here")
     parser.add_argument(
@@ -469,7 +487,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="phalanx-bench-") as tmp:
         work = Path(tmp)
         load = os.getloadavg()[0]
-        results.update(bench_interleaved(args.points, args.rounds, work, args.attempt))
+        results.update(bench_interleaved(args.points, args.rounds, work, args.attempt, not args.no_helpers))
         if not args.skip_mlflow:
             results["mlflow"] = bench_mlflow(args.mlflow_points, work)
     cpus = os.cpu_count()

@@ -8,8 +8,9 @@ record names (artifacts, models) are copied into the artifact store before that 
 (an idempotent overwrite) and removed from the spool after it. After each commit an ack file tells
 ``task.flush()`` that its records are visible.
 
-The server's ingest endpoint uses ``records_to_events`` and ``store_artifact_bytes`` for the same
-records arriving over HTTP. ``python -m phalanx.ingest --spool DIR [--follow-pid PID]`` runs it.
+Records become events as ``store.spool_records`` checks them (the server's ingest endpoint checks
+those arriving over HTTP alike). ``python -m phalanx.ingest --spool DIR [--follow-pid PID]`` runs
+it.
 """
 
 from __future__ import annotations
@@ -20,34 +21,39 @@ import dataclasses
 import logging
 import os
 import shutil
+import signal
+import sys
 import threading
 import time
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from phalanx.config import Settings
 from phalanx.domain import Event, EventKind
 from phalanx.errors import UsageError
+from phalanx.ingest_helpers import CANNOT_HELP, STOP_BYTES, Helpers
 from phalanx.machine.procs import INGESTER_RECORD, pid_alive, record_process, recorded_process, writer_gone
 from phalanx.reconcile import reconcile
 from phalanx.spool import (
     ACK_SUFFIX,
     REFUSED_SUFFIX,
     SpoolWriter,
-    check_columns,
     read_records,
     spool_files,
+    taking,
     write_ack,
     write_refused,
 )
 from phalanx.store import open_store
 from phalanx.store.artifacts import ArtifactStore, safe_path
-from phalanx.store.batch import check_event, check_log, name, scalar_block, text_field
+from phalanx.store.batch import check_event, name, scalar_block
+from phalanx.store.lite_writer import LiteWriter
+from phalanx.store.migrations import HEAD
+from phalanx.store.spool_records import FILE_KINDS, record_to_event
 from phalanx.tracking.console import relay, relay_lock_path
 from phalanx.tracking.identity import Identity
-from phalanx.tracking.labels import MAX_TAG, label_problem
-from phalanx.tracking.screen import step_problem, truncate_line
+from phalanx.tracking.screen import truncate_line
 
 if TYPE_CHECKING:
     from phalanx.store.base import IngestStore
@@ -55,183 +61,9 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-_FILE_KINDS = (EventKind.ARTIFACT.value, EventKind.MODEL.value, EventKind.REPRO.value)
-
-
-def _integer(value: Any, field: str, bits: int = 64) -> int:
-    """An integer field of a record, naming the field when it is not one or does not fit the
-    column's ``bits`` (a number the database cannot hold would make the stream's every later batch
-    fail). A fractional number is refused, not truncated: seq 1.5 read as 1 would be taken for a
-    re-sent event and dropped."""
-    if isinstance(value, bool) or (isinstance(value, float) and not value.is_integer()):
-        raise UsageError(f"event {field!r} must be an integer, not {value!r}")
-    try:
-        number = int(value)
-    except (TypeError, ValueError, OverflowError):
-        raise UsageError(f"event {field!r} must be an integer, not {value!r}") from None
-    if not -(2 ** (bits - 1)) <= number < 2 ** (bits - 1):
-        raise UsageError(f"event {field!r} {number} is out of range (a {bits}-bit integer)")
-    return number
-
-
-def _check_steps(ev: Event) -> None:
-    """UsageError naming the point whose step is beyond 64 bits (JSON integers have no bound; the
-    SDK's packed form cannot hold one): stored, it would fail the whole batch at every retry, and
-    every later record of its stream with it. Anything else malformed is the store's to say."""
-    if ev.kind not in (EventKind.SCALAR, EventKind.TEXT) or "keys" in ev.data:
-        return
-    points = ev.data.get("points") if ev.kind is EventKind.SCALAR else None
-    if isinstance(points, list):
-        steps = [(f"points[{j}] step", p[2]) for j, p in enumerate(points) if isinstance(p, list) and p[2:]]
-    else:
-        steps = [("step", ev.data.get("step", ev.data.get("iteration")))]
-    for where, value in steps:
-        try:
-            number = int(value) if isinstance(value, (int, str)) and not isinstance(value, bool) else None
-        except ValueError:
-            continue  # not a number at all: the store names it
-        if number is not None and step_problem(number):
-            raise UsageError(f"{where} {number} is out of range (a 64-bit integer)")
-
-
-def record_to_event(record: Mapping[str, Any]) -> Event:
-    """One spool record (or one item of a POSTed ``{"events": [...]}``) as an Event.
-    UsageError, naming the field, when it is malformed."""
-    if not isinstance(record, Mapping):
-        raise UsageError("an event must be a JSON object")
-    try:
-        kind = EventKind(record["kind"])
-    except KeyError:
-        raise UsageError("event has no 'kind'") from None
-    except ValueError:
-        raise UsageError(
-            f"unknown event kind {record.get('kind')!r}; one of {', '.join(k.value for k in EventKind)}"
-        ) from None
-    exp = record.get("experiment_id")
-    if exp is None or exp == "":
-        raise UsageError("event has no 'experiment_id'")
-    if not isinstance(exp, str):
-        raise UsageError(f"event 'experiment_id' must be text, not {exp!r}")
-    data = record.get("data") or {}
-    if not isinstance(data, Mapping):
-        raise UsageError("event 'data' must be an object")
-    if kind.value in _FILE_KINDS:
-        if "name" not in data or "path" not in data:
-            raise UsageError(f"{kind.value} event needs 'name' and 'path' in its data")
-        data = {k: v for k, v in data.items() if k != "spool_path"}
-        data["path"] = safe_path(text_field(data, "path", None))
-    if kind is EventKind.EXPERIMENT:
-        data = _clean_created(data)
-    seq = _integer(record.get("seq", 0), "seq")
-    index = _integer(record.get("index", 0) or 0, "index", 32)
-    rank = record.get("rank")
-    rank = None if rank is None or rank == "" else _integer(rank, "rank", 32)
-    try:
-        when = float(record.get("time") or time.time())
-    except (TypeError, ValueError):
-        raise UsageError(
-            f"event 'time' must be seconds since the epoch, not {record.get('time')!r}"
-        ) from None
-    attempt = record.get("attempt")  # absent in records of writers before attempts: None
-    attempt = None if attempt is None or attempt == "" else _integer(attempt, "attempt")
-    if attempt is not None and not 0 <= attempt < 2**31:
-        raise UsageError(f"event attempt {attempt} is out of range (0 to 2147483647; PHALANX_ATTEMPT)")
-    event = Event(
-        experiment_id=exp,
-        kind=kind,
-        data=data,
-        replica=str(record.get("replica") or "master"),
-        role=str(record.get("role") or "master"),
-        index=index,
-        rank=rank,
-        time=when,
-        stream=str(record.get("stream") or ""),
-        seq=seq,
-        attempt=attempt,
-    )
-    _check_names(event)
-    _check_steps(event)
-    if kind is EventKind.SCALAR and "keys" in data:
-        try:  # columns: check their shape here; decoding them twice would cost more than storing
-            check_columns(data)
-        except (KeyError, TypeError, ValueError) as exc:
-            raise UsageError(f"malformed scalar columns: {exc}") from None
-    elif kind is EventKind.LOG:  # its lines are cut and cleaned once, when they are stored
-        try:
-            check_log(data)
-        except (TypeError, ValueError) as exc:
-            raise UsageError(f"malformed log lines: {exc}") from None
-    else:
-        check_event(event)  # malformed data is refused here, never inside a store transaction
-    return event
-
-
-# The envelope's strings land in columns of bounded length (PostgreSQL enforces them, SQLite does
-# not) and PostgreSQL cannot store a NUL: a record either store could not hold is refused here.
-ENVELOPE_LIMITS = {"stream": 128, "replica": 64, "role": 16}
-
-
-def _check_names(event: Event) -> None:
-    for field, most in ENVELOPE_LIMITS.items():
-        value = getattr(event, field)
-        if "\x00" in value:
-            raise UsageError(f"event {field} {value[:40]!r} contains a NUL character")
-        if len(value) > most:
-            raise UsageError(f"event {field} {value[:40]!r}... is longer than {most} characters")
-
-
-def _text(data: dict[str, Any], field: str, most: int) -> None:
-    value = data.get(field)
-    if value is None:
-        return
-    if not isinstance(value, str):
-        raise UsageError(f"experiment record: {field} must be text, not {type(value).__name__}")
-    data[field] = value.replace("\x00", "")[:most]  # what a column can hold (PostgreSQL: no NUL)
-
-
-def _clean_created(data: Mapping[str, Any]) -> dict[str, Any]:
-    """The fields of a plain script's ``experiment`` record that become columns, made storable:
-    a wrong type is a 400 here rather than an internal error inside the store (or tags given as
-    text stored as a list of characters); text too long for its column is cut, as a script's long
-    name must not lose the whole experiment."""
-    out = dict(data)
-    for field in ("name", "project"):  # refused (400), not cut: tables and logs show them
-        value = out.get(field)
-        if isinstance(value, str) and (problem := label_problem(value, field)):
-            raise UsageError(f"experiment record: {problem}")
-    _text(out, "name", 255)
-    _text(out, "project", 255)
-    _text(out, "framework", 32)
-    _text(out, "host", 255)
-    tags = out.get("tags")
-    if tags is not None:
-        if not isinstance(tags, list) or any(not isinstance(t, str) for t in tags):
-            raise UsageError("experiment record: tags must be a list of texts")
-        for t in tags:
-            if problem := label_problem(t, "tag", MAX_TAG):
-                raise UsageError(f"experiment record: {problem}")
-        out["tags"] = tags[:100]
-    pid = out.get("pid")
-    if pid is not None and (not isinstance(pid, int) or isinstance(pid, bool) or not 0 <= pid < 2**31):
-        raise UsageError(f"experiment record: pid must be a process id (an integer from 0), not {pid!r}")
-    return out
-
-
-def records_to_events(records: Iterable[Mapping[str, Any]]) -> list[Event]:
-    """Spool records as Events (UsageError on the first malformed one; nothing is written)."""
-    events = []
-    for i, rec in enumerate(records):
-        try:
-            events.append(record_to_event(rec))
-        except UsageError as exc:
-            raise UsageError(f"events[{i}]: {exc.message}") from None
-    return events
-
-
-def store_artifact_bytes(artifacts: ArtifactStore, experiment_id: str, path: str, data: bytes) -> int:
-    """Store a file's bytes at ``path`` inside the experiment's folder (the server's PUT of a file);
-    UsageError if the path would leave the folder. Returns the size."""
-    return artifacts.put_bytes(experiment_id, safe_path(path), data)
+# how long a pass that must see everything waits for a batch another ingester holds before it reads
+# the file beside it (the store's compare-and-set still keeps each record once)
+PATIENCE_S = 2.0
 
 
 class Ingester:
@@ -252,8 +84,10 @@ class Ingester:
         batch_bytes: int = 2 << 20,
         cleanup: bool = True,
         claimed: bool = False,
+        helpers: Helpers | None = None,
     ) -> None:
         self.store = store
+        self.helpers = helpers  # processes started to share a flood of points (``ingest_helpers``)
         self.claimed = claimed
         self.artifacts = artifacts if artifacts is not None else store.artifact_store
         self.spool = Path(spool)
@@ -264,12 +98,16 @@ class Ingester:
     def spool_files(self) -> list[Path]:
         return spool_files(self.spool, claimed=self.claimed) if self.spool.is_dir() else []
 
-    def run_once(self) -> int:
-        """One pass over every spool file; returns how many new events were stored."""
+    def run_once(self, skip_held: bool = False) -> int:
+        """One pass over every spool file; returns how many new events were stored. A file another
+        ingester is working on (``spool.taking``) is left to it with ``skip_held`` (an ingester that
+        passes again soon, or one of several sharing a flood); else its batch is waited for, up to
+        PATIENCE_S, and the file read beside it after that (a stopped holder never holds a
+        pass that must see everything)."""
         total = 0
         for path in self.spool_files():
             try:
-                total += self._ingest_file(path)
+                total += self.ingest_file(path, skip_held)
             except FileNotFoundError:
                 continue  # removed meanwhile (experiment deleted)
             except Exception as exc:  # one stream's trouble must not hold up every other stream
@@ -278,6 +116,16 @@ class Ingester:
                 log.debug("ingest failure", exc_info=True)
                 self._positions.pop(path.stem, None)
         return total
+
+    def waiting(self) -> tuple[int, int]:
+        """(bytes of spool files not ingested yet as far as this ingester knows, files holding them)."""
+        waiting = files = 0
+        for path in self.spool_files():
+            with contextlib.suppress(FileNotFoundError):
+                left = path.stat().st_size - self._positions.get(path.stem, 0)
+                if left > 0:
+                    waiting, files = waiting + left, files + 1
+        return waiting, files
 
     def pending(self) -> bool:
         """Whether some spool file holds bytes not yet ingested."""
@@ -294,30 +142,52 @@ class Ingester:
         with following(lease):
             while not stop.is_set():
                 try:
-                    n = self.run_once()
+                    n = self.run_once(skip_held=True)
                 except Exception:  # keep the supervisor's ingester alive through a transient error
                     log.exception("ingest pass failed; retrying")
                     n = 0
                 if n == 0:
                     stop.wait(interval)
-            self.run_once()
+            if self.helpers is not None:
+                self.helpers.stop()
+            self.run_once()  # the last: what another ingester holds too
 
-    def _ingest_file(self, path: Path) -> int:
+    def ingest_file(self, path: Path, skip_held: bool = False) -> int:
+        """Ingest what spool file ``path`` holds, a batch at a time; returns how many new events
+        were stored. A batch another ingester holds: see ``run_once``."""
         stream = path.stem
         total = 0
+        patience = 0.0 if skip_held else PATIENCE_S
+        while True:
+            known = self._positions.get(stream)
+            if known is not None and path.stat().st_size <= known:
+                self._remove_if_finished(path, stream)
+                return total
+            with taking(path, patience) as held:
+                if not held and skip_held:
+                    return total
+                if not held:  # its holder is slow or stopped: this file's next batches neither wait
+                    patience = 0.0
+                n = self._ingest_batch(path, stream)
+            if n is None:
+                self._remove_if_finished(path, stream)
+                return total
+            total += n
+            if self.helpers is not None:
+                self.helpers.grow(*self.waiting())
+
+    def _ingest_batch(self, path: Path, stream: str) -> int | None:
+        """The next batch of ``path``, ingested (how many of its events were new); None when the
+        file holds no complete record past the committed position. Its caller holds the file."""
         while True:
             size = path.stat().st_size
-            start = self._positions.get(stream)
-            if start is None:
-                start = self.store.ingest_position(stream)[0]
-                self._positions[stream] = start
+            # what is committed now: another ingester may have taken batches since this one looked
+            start = self._positions[stream] = self.store.ingest_position(stream)[0]
             if size <= start:
-                self._remove_if_finished(path, stream)
-                return total
+                return None
             records, end = read_records(path, start, self.batch_bytes)
             if end == start:  # only a partial record so far (or forever, if its writer was killed)
-                self._remove_if_finished(path, stream)
-                return total
+                return None
             events, files, last_seq = self._convert(path, records)
             missing = self._copy_files(files)
             if missing:
@@ -332,15 +202,14 @@ class Ingester:
                 log.warning("%s: %s; storing the batch without the malformed parts", path, exc)
                 events = salvage(events, lambda ev, why: write_refused(path.parent, stream, ev.seq, why))
                 n = self.store.ingest_batch(stream, start, end, last_seq, events)
-            if n is None:  # another ingester moved the position: reread it
-                self._positions[stream] = self.store.ingest_position(stream)[0]
+            if n is None:  # another ingester moved the position (one that takes no lock): reread it
                 continue
             self._positions[stream] = end
-            total += n
             if last_seq >= 0:
                 write_ack(path.parent, stream, last_seq)
             for src, _, _ in files:
                 _remove(src)
+            return n
 
     def _remove_if_finished(self, path: Path, stream: str) -> None:
         """A fully ingested file whose writer has exited is done: remove it (its position stays in
@@ -372,7 +241,7 @@ class Ingester:
                 if isinstance(seq, int):
                     write_refused(path.parent, path.stem, seq, exc.message)
                 continue
-            spool_path = rec.get("data", {}).get("spool_path") if ev.kind.value in _FILE_KINDS else None
+            spool_path = rec.get("data", {}).get("spool_path") if ev.kind.value in FILE_KINDS else None
             if spool_path:
                 src = path.parent / safe_path(str(spool_path))
                 files.append((src, ev.experiment_id, str(ev.data["path"])))
@@ -532,10 +401,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--console-fds", help="OUT,ERR,TERM_OUT,TERM_ERR: relay the followed script's console pipes"
     )
+    parser.add_argument(
+        "--until-idle", action="store_true", help="help another ingester until little waits (ingest_helpers)"
+    )
+    parser.add_argument("--claimed", action="store_true", help="also the streams a shipper claimed")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
 
     settings = Settings()
+    if args.until_idle:
+        return _help(settings, Path(args.spool or settings.spool_dir), args.claimed, args.batch_bytes)
     store = open_store(settings)
     ingester = Ingester(
         store, store.artifact_store, args.spool or settings.spool_dir, batch_bytes=args.batch_bytes
@@ -554,11 +429,36 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+def _help(settings: Settings, spool: Path, claimed: bool, batch_bytes: int) -> int:
+    """A helper's life (``ingest_helpers``): passes over ``spool`` through the standard library's
+    ``sqlite3`` until what waits there falls under ``STOP_BYTES`` (or its supervisor is gone)."""
+    held: list[IngestStore] = []
+
+    def full() -> IngestStore:  # a batch the lean writer hands on (files, a later attempt's points)
+        if not held:
+            held.append(open_store(settings))
+        return held[0]
+
+    store = LiteWriter.open(settings.database_url, HEAD, full, settings.artifacts_root)
+    if store is None:  # not an up-to-date SQLite file: its ingester goes on alone
+        return CANNOT_HELP
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))  # a batch under way is rolled back
+    parent = os.getppid()
+    ingester = Ingester(store, None, spool, batch_bytes=batch_bytes, cleanup=False, claimed=claimed)
+    while os.getppid() == parent:
+        if ingester.run_once(skip_held=True) == 0:
+            waiting, _ = ingester.waiting()
+            if waiting < STOP_BYTES:
+                return 0
+            time.sleep(0.01)  # every waiting file is another ingester's this moment
+    return 0
+
+
 def _follow(ingester: Ingester, pid: int, interval: float, relays: Sequence[threading.Thread]) -> None:
     """Ingest while process ``pid`` runs, then until its last records are in."""
     while pid_alive(pid):
         try:
-            if ingester.run_once() == 0:
+            if ingester.run_once(skip_held=True) == 0:
                 time.sleep(interval)
         except Exception:
             log.exception("ingest pass failed; retrying")

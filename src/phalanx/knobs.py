@@ -212,6 +212,14 @@ BUILD_HEARTBEAT: Knob[float] = Knob(
     "the longest an environment build's console stays silent: while pip says nothing, a"
     " `still building` line with the time and pip's last line comes this often",
 )
+INGEST_HELPERS: Knob[int | None] = Knob(
+    "PHALANX_INGEST_HELPERS",
+    _whole(0),
+    None,
+    "a whole number of processes, at least 0",
+    "the most helper processes a run's ingester starts while several replicas report faster than it"
+    " stores (0: never; unset: one per other core it may use, at most 3; only on a SQLite store)",
+)
 
 KNOBS: tuple[Knob[Any], ...] = (
     STALL_NOTICE,
@@ -230,6 +238,7 @@ KNOBS: tuple[Knob[Any], ...] = (
     SYSTEM_METRICS,
     GPU_DEVICES_DIR,
     BUILD_HEARTBEAT,
+    INGEST_HELPERS,
 )
 
 

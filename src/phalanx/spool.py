@@ -23,7 +23,7 @@ import sys
 import threading
 import time
 from array import array
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from operator import itemgetter
 from pathlib import Path
 from typing import Any
@@ -379,13 +379,40 @@ def read_records(
     return records, offset + end + 1
 
 
+@contextlib.contextmanager
+def taking(path: str | os.PathLike[str], patience: float = 0.0) -> Iterator[bool]:
+    """Inside, whether this ingester holds spool file ``path`` for one batch: an exclusive flock on
+    it, which another ingester holds while it works on a batch of the same file (a supervisor's, a
+    read command's, the replica whose ``flush()`` helps, ``tracking.helping``). Positions are
+    compared-and-set in the store, so two ingesters never store a record twice; the lock spares the
+    loser its wasted batch. ``patience``: seconds to wait for it (0: not at all). The kernel lets
+    it go when its holder exits. FileNotFoundError once the file is removed."""
+    import fcntl  # why: POSIX only, and only ingesters take a spool file
+
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        deadline = time.monotonic() + patience
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() >= deadline:
+                    yield False
+                    return
+                time.sleep(0.002)
+        yield True
+    finally:
+        os.close(fd)  # closing lets it go
+
+
 def ack_path(spool_dir: str | os.PathLike[str], stream: str) -> Path:
     return Path(spool_dir) / f"{stream}{ACK_SUFFIX}"
 
 
 def write_ack(spool_dir: str | os.PathLike[str], stream: str, seq: int) -> None:
     """Record (atomically) that records up to ``seq`` of ``stream`` are committed to the store."""
-    import fcntl  # POSIX only, and only ingesters write acks
+    import fcntl  # why: POSIX only, and only ingesters write acks
 
     target = ack_path(spool_dir, stream)
     dir_fd = os.open(spool_dir, os.O_RDONLY)
@@ -419,7 +446,7 @@ def wait_for_ack(
         if time.monotonic() >= deadline or (alive is not None and not alive()):
             return read_ack(spool_dir, stream) >= seq
         time.sleep(delay)
-        delay = min(delay * 2, 0.05)
+        delay = min(delay * 2, 0.01)
 
 
 def refused_path(spool_dir: str | os.PathLike[str], stream: str) -> Path:

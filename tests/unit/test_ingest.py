@@ -13,10 +13,11 @@ import pytest
 
 from phalanx.config import Settings
 from phalanx.errors import UsageError
-from phalanx.ingest import Ingester, following, lease_for, records_to_events, store_artifact_bytes
+from phalanx.ingest import Ingester, following, lease_for
 from phalanx.machine.procs import INGESTER_RECORD, record_process, recorded_process
 from phalanx.spool import SpoolWriter, encode_points, read_ack
 from phalanx.store.artifacts import ArtifactStore
+from phalanx.store.spool_records import records_to_events, store_artifact_bytes
 from phalanx.store.sql import SqlStore
 from phalanx.tracking.screen import TEXT_LIMIT
 from tests.support import postgres

@@ -5,8 +5,8 @@ and a supervisor's ``sqlite3`` writer run the same statements. Standard library 
 from __future__ import annotations
 
 from array import array
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, replace
 from typing import Any
 
 from phalanx.store.chunks import Columns, decode, encode, in_order, listed
@@ -39,14 +39,36 @@ class Piece:
     times: Sequence[float]
 
 
-def _row(sid: int, seq: int, replica: str, rank: int | None, cols: Columns) -> tuple[Any, ...]:
-    """The chunk's columns in ``_INSERT``'s order."""
+Chunk = tuple[int, int, int, bytes]  # (first step, last step, n, blob): a chunk's columns but its ids
+
+
+@dataclass(frozen=True)
+class Run:
+    """Consecutive points of one series from one writer, as arrays (joining arrays is a copy of
+    their bytes; a list would box every point), and, once ``encoded``, its chunks: one per
+    MAX_CHUNK points, cut from its first point."""
+
+    replica: str
+    rank: int | None
+    cols: tuple[array[int], array[float], array[float]]
+    chunks: tuple[Chunk, ...] | None = None
+
+
+def _chunk(cols: Columns) -> Chunk:
     steps = listed(cols[0])
     if in_order(steps):  # a training loop's: its ends
         first, last = steps[0], steps[-1]
     else:
         first, last = min(steps), max(steps)
-    return (sid, seq, first, last, len(steps), replica, rank, encode(*cols))
+    return (first, last, len(steps), encode(*cols))
+
+
+def _cut(cols: Columns) -> tuple[Chunk, ...]:
+    steps, values, times = cols
+    return tuple(
+        _chunk((steps[i : i + MAX_CHUNK], values[i : i + MAX_CHUNK], times[i : i + MAX_CHUNK]))
+        for i in range(0, len(steps), MAX_CHUNK)
+    )
 
 
 def lock_series(db: Db, sids: Sequence[int]) -> None:
@@ -58,10 +80,35 @@ def lock_series(db: Db, sids: Sequence[int]) -> None:
 
 def append(db: Db, pieces: Iterable[Piece]) -> None:
     """Store the pieces (in arrival order) as chunks after each series' last one."""
-    per_series: dict[int, list[Piece]] = {}
+    append_runs(db, runs(pieces))
+
+
+def runs(pieces: Iterable[Piece]) -> dict[int, list[Run]]:
+    """Per series id, its pieces' points (in arrival order), consecutive ones of one writer joined."""
+    per_series: dict[int, list[Run]] = {}
     for p in pieces:
-        if len(p.steps):
-            per_series.setdefault(p.series_id, []).append(p)
+        if not len(p.steps):
+            continue
+        held = per_series.setdefault(p.series_id, [])
+        if not held or (held[-1].replica, held[-1].rank) != (p.replica, p.rank):
+            held.append(Run(p.replica, p.rank, (array("q"), array("d"), array("d"))))
+        steps, values, times = held[-1].cols
+        steps.extend(_as_array("q", p.steps))
+        values.extend(_as_array("d", p.values))
+        times.extend(_as_array("d", p.times))
+    return per_series
+
+
+def encoded(per_series: Mapping[int, list[Run]]) -> dict[int, list[Run]]:
+    """The runs with their chunks compressed: what costs most of a batch's points, done before its
+    transaction (``event_writes.prepare_points``); the series' stored last chunk may still take a
+    run's first points there (``append_runs``), which then cuts that run again."""
+    return {sid: [replace(run, chunks=_cut(run.cols)) for run in held] for sid, held in per_series.items()}
+
+
+def append_runs(db: Db, per_series: Mapping[int, list[Run]]) -> None:
+    """Store the runs as chunks after each series' last one: a last chunk below SMALL points from
+    the same writer first takes the series' first run's points (up to MAX_CHUNK)."""
     if not per_series:
         return
     sids = sorted(per_series)
@@ -71,38 +118,22 @@ def append(db: Db, pieces: Iterable[Piece]) -> None:
         found = db.fetch(_LAST, (sid,))
         last = found[0] if found else None
         seq = -1 if last is None else int(last[0])
-        runs = _runs(per_series[sid])
-        if last is not None and int(last[1]) < SMALL and runs and runs[0][:2] == (last[2], last[3]):
-            replica, rank, (steps, values, times) = runs[0]
+        held = list(per_series[sid])  # never the caller's: a retried transaction starts over
+        first = held[0]
+        if last is not None and int(last[1]) < SMALL and (first.replica, first.rank) == (last[2], last[3]):
+            steps, values, times = first.cols
             blob = db.fetch(_DATA, (sid, seq))[0][0]
             old_steps, old_values, old_times = decode(bytes(blob), int(last[1]))
             room = MAX_CHUNK - len(old_steps)
             grown = ([*old_steps, *steps[:room]], [*old_values, *values[:room]], [*old_times, *times[:room]])
-            rewrite(db, sid, seq, replica, rank, grown)
-            runs[0] = (replica, rank, (steps[room:], values[room:], times[room:]))
-        for replica, rank, (steps, values, times) in runs:
-            for start in range(0, len(steps), MAX_CHUNK):
+            rewrite(db, sid, seq, first.replica, first.rank, grown)
+            held[0] = Run(first.replica, first.rank, (steps[room:], values[room:], times[room:]))
+        for run in held:
+            for chunk in run.chunks if run.chunks is not None else _cut(run.cols):
                 seq += 1
-                end = start + MAX_CHUNK
-                rows.append(
-                    _row(sid, seq, replica, rank, (steps[start:end], values[start:end], times[start:end]))
-                )
+                rows.append((sid, seq, *chunk[:3], run.replica, run.rank, chunk[3]))
     if rows:
         db.executemany(_INSERT, rows)
-
-
-def _runs(pieces: list[Piece]) -> list[tuple[str, int | None, Columns]]:
-    """Consecutive pieces of one writer joined: (replica, rank, (steps, values, times)), as arrays
-    (joining arrays is a copy of their bytes; a list would box every point)."""
-    runs: list[tuple[str, int | None, tuple[array[int], array[float], array[float]]]] = []
-    for p in pieces:
-        if not runs or runs[-1][:2] != (p.replica, p.rank):
-            runs.append((p.replica, p.rank, (array("q"), array("d"), array("d"))))
-        steps, values, times = runs[-1][2]
-        steps.extend(_as_array("q", p.steps))
-        values.extend(_as_array("d", p.values))
-        times.extend(_as_array("d", p.times))
-    return [(replica, rank, cols) for replica, rank, cols in runs]
 
 
 def _as_array(code: str, column: Sequence[Any]) -> array[Any]:
@@ -111,5 +142,5 @@ def _as_array(code: str, column: Sequence[Any]) -> array[Any]:
 
 def rewrite(db: Db, sid: int, seq: int, replica: str, rank: int | None, cols: Columns) -> None:
     """Replace the points of chunk ``seq`` of series ``sid``."""
-    _, _, first, last, n, _, _, data = _row(sid, seq, replica, rank, cols)
+    first, last, n, data = _chunk(cols)
     db.execute(_REWRITE, (first, last, n, replica, rank, data, sid, seq))

@@ -11,7 +11,7 @@ from array import array
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from itertools import islice
-from operator import le, lt
+from operator import lt
 from typing import Any
 
 _LEVEL = 1  # zlib's fastest level: as small as level 6 on shuffled columns, at ingest speed
@@ -139,8 +139,11 @@ def ordered(
 
 
 def in_order(xs: Sequence[Any]) -> bool:
-    """Whether ``xs`` never goes down (a C loop that stops at the first step back)."""
-    return all(map(le, xs, islice(xs, 1, None)))
+    """Whether ``xs``, numbers without NaN (steps; times known to hold none), never goes down. A
+    sort of ordered numbers is one C comparison each, and the sorted list is then the very same
+    objects: a third of what a comparison per pair through ``map`` costs (issue 42)."""
+    numbers = xs if isinstance(xs, list) else list(xs)
+    return numbers == sorted(numbers)
 
 
 def rising(xs: Sequence[Any]) -> bool:

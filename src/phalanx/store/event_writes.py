@@ -8,14 +8,17 @@ from __future__ import annotations
 
 import time
 from collections import defaultdict
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from phalanx.domain import Event
 from phalanx.store import summary_writes as summary
 from phalanx.store.batch import ScalarBlock
-from phalanx.store.chunk_writes import Piece, append
+from phalanx.store.chunk_writes import Piece, Run, append, append_runs, encoded
+from phalanx.store.chunk_writes import runs as chunk_runs
 from phalanx.store.db import LEGACY_KEY, Db, no_gc
+from phalanx.store.summary_level2 import Row
 
 _STORED_SEQS = (
     "SELECT seq FROM event_keys WHERE stream = ? AND seq BETWEEN ? AND ?"
@@ -84,17 +87,62 @@ def series_ids(db: Db, keys: set[tuple[str, str, str]]) -> dict[tuple[str, str, 
     return ids
 
 
-def append_scalars(db: Db, blocks: Sequence[ScalarBlock], ids: dict[tuple[str, str, str], int]) -> None:
+SeriesKey = tuple[str, str, str]  # (experiment, title, series)
+
+
+@dataclass(frozen=True)
+class ReadyPoints:
+    """A batch's points made ready before its transaction (``prepare_points``): cut into compressed
+    chunks and aggregated into level-1 summary buckets, most of what its points cost, done while no
+    lock is held, so that ingesters working at once (a supervisor's, and the replicas whose
+    ``flush()`` helps it, ``tracking.helping``) share the cores instead of queueing for the
+    database's one writer with that work. Series are numbered by their place in ``keys`` until the
+    transaction knows their ids."""
+
+    keys: tuple[SeriesKey, ...]
+    runs: dict[int, list[Run]]
+    buckets: dict[int, list[Row]]
+
+
+def prepare_points(blocks: Sequence[ScalarBlock]) -> ReadyPoints | None:
+    """The blocks' points made ready (``ReadyPoints``); None when some are of an attempt (the
+    transaction reconciles those with what earlier attempts stored: ``store.sql.attempts``) or
+    cannot be stored (left to the transaction, which says why)."""
+    if not blocks or any(b.attempt is not None for b in blocks):
+        return None
+    places = {
+        key: i
+        for i, key in enumerate(dict.fromkeys((b.experiment_id, t, s) for b in blocks for t, s in b.keys))
+    }
+    pieces = list(_pieces(blocks, places))
+    try:
+        with no_gc():
+            runs = encoded(chunk_runs(pieces))
+            buckets = summary.aggregate((p.series_id, p.steps, p.values, p.times) for p in pieces)
+    except OverflowError:  # a step beyond 64 bits: the transaction refuses it, as every door says it
+        return None
+    return ReadyPoints(tuple(places), runs, buckets)
+
+
+def append_scalars(
+    db: Db, blocks: Sequence[ScalarBlock], ids: dict[SeriesKey, int], ready: ReadyPoints | None = None
+) -> None:
     """The blocks' points after their series' stored ones, and the summary over them. Points of
-    later attempts are reconciled before (``store.sql.attempts``)."""
-    pieces = list(_pieces(blocks, ids))
-    with no_gc():
-        append(db, pieces)
-        buckets = summary.aggregate((p.series_id, p.steps, p.values, p.times) for p in pieces)
+    later attempts are reconciled before (``store.sql.attempts``). ``ready``: the same blocks'
+    points as ``prepare_points`` made them."""
+    if ready is None:
+        pieces = list(_pieces(blocks, ids))
+        with no_gc():
+            append(db, pieces)
+            buckets = summary.aggregate((p.series_id, p.steps, p.values, p.times) for p in pieces)
+    else:
+        sid = [ids[key] for key in ready.keys]
+        append_runs(db, {sid[i]: held for i, held in ready.runs.items()})
+        buckets = {sid[i]: [(sid[i], *row[1:]) for row in rows] for i, rows in ready.buckets.items()}
     summary.write(db, buckets)
 
 
-def _pieces(blocks: Sequence[ScalarBlock], ids: dict[tuple[str, str, str], int]) -> Iterator[Piece]:
+def _pieces(blocks: Sequence[ScalarBlock], ids: Mapping[SeriesKey, int]) -> Iterator[Piece]:
     """The points of each block per series, as columns, in the order they arrived."""
     for b in blocks:
         sids = [ids[(b.experiment_id, t, s)] for t, s in b.keys]

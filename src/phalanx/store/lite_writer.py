@@ -38,6 +38,7 @@ from phalanx.store.event_writes import (
     insert_logs,
     insert_params,
     position,
+    prepare_points,
     series_ids,
 )
 from phalanx.store.lite import BUSY_TIMEOUT_S, LiteReader, sqlite_path
@@ -380,12 +381,14 @@ class LiteWriter:
             return self._full().ingest_batch(stream, start, end, last_seq, events)
         if any(b.attempt is not None for b in batch.scalars):
             return self._full().ingest_batch(stream, start, end, last_seq, events)
+        ready = prepare_points(batch.scalars)  # before the write lock is taken
 
         def write(fresh: list[Event]) -> None:
-            rows = collect(fresh)
+            # fresh: the events not stored before, in order; all of them, unless a batch is re-sent
+            rows, points = (batch, ready) if len(fresh) == len(events) else (collect(fresh), None)
             if rows.scalars:
                 ids = series_ids(db, {(b.experiment_id, t, s) for b in rows.scalars for t, s in b.keys})
-                append_scalars(db, rows.scalars, ids)
+                append_scalars(db, rows.scalars, ids, points)
             if rows.params:
                 insert_params(db, rows.params)
             for (experiment_id, replica), lines in rows.logs.items():

@@ -9,8 +9,9 @@ from pathlib import Path
 from sqlalchemy import text
 
 from phalanx.domain import Event, EventKind, ExperimentStatus
-from phalanx.ingest import Ingester, record_to_event
+from phalanx.ingest import Ingester
 from phalanx.spool import SpoolWriter, encode_points
+from phalanx.store.spool_records import record_to_event
 from phalanx.store.sql import SqlStore, points
 
 

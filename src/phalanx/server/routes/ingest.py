@@ -19,7 +19,6 @@ from starlette.concurrency import run_in_threadpool
 
 from phalanx.domain import Event, EventKind, Experiment, ExperimentStatus
 from phalanx.errors import Conflict, NotFound, UsageError
-from phalanx.ingest import records_to_events
 from phalanx.server.audit import record_launch
 from phalanx.server.deps import FilesDep, StoreDep, experiment_of
 from phalanx.server.files import safe_relpath
@@ -28,6 +27,7 @@ from phalanx.server.schemas import AttemptIn, AttemptOut, FileOut, IngestIn, Ing
 from phalanx.share import DEFAULT_PROJECT
 from phalanx.store.accounts import Role, check_project
 from phalanx.store.base import LocalStore, Store
+from phalanx.store.spool_records import records_to_events
 
 router = APIRouter(tags=["ingest"])
 
@@ -178,7 +178,7 @@ SAFE_ID = re.compile(r"[A-Za-z0-9_-]{1,32}")  # the id column holds 32
 
 def _check_time(i: int, when: float) -> None:
     """UsageError naming the record when its time is not finite (its integers are checked where
-    every door reads records, ``ingest.record_to_event``)."""
+    every door reads records, ``store.spool_records.record_to_event``)."""
     if not math.isfinite(when):
         raise UsageError(f"events[{i}]: time must be a finite number of seconds since the epoch")
 

@@ -18,8 +18,14 @@ from sqlalchemy import Connection, Table, delete, insert, or_, select, update
 
 from phalanx.checkpoints import KIND, Checkpoint, Policy, PolicyError, retain
 from phalanx.domain import Event, ExperimentStatus, ReplicaState, Role
-from phalanx.store.batch import ScalarBlock, collect, qualified_name
-from phalanx.store.event_writes import append_scalars, insert_logs, insert_params, series_ids
+from phalanx.store.batch import Batch, ScalarBlock, collect, qualified_name
+from phalanx.store.event_writes import (
+    ReadyPoints,
+    append_scalars,
+    insert_logs,
+    insert_params,
+    series_ids,
+)
 from phalanx.store.sql import alerts, attempts, summary
 from phalanx.store.sql.driver import DriverDb
 from phalanx.store.sql.models import (
@@ -34,16 +40,21 @@ SCRIPT_BACKEND = "script"  # the backend column of an experiment a plain script 
 
 
 def apply_events(
-    conn: Connection, events: Sequence[Event], removed: list[tuple[str, str]] | None = None
+    conn: Connection,
+    events: Sequence[Event],
+    removed: list[tuple[str, str]] | None = None,
+    ready: tuple[Batch, ReadyPoints | None] | None = None,
 ) -> None:
     """Write the rows of already-deduplicated events. Order inside the batch is kept per kind.
     ``removed`` collects (experiment, artifact path) of checkpoints a retention policy dropped: their
-    rows are gone with this transaction, their files are the caller's to delete after it commits."""
-    batch = collect(events)
+    rows are gone with this transaction, their files are the caller's to delete after it commits.
+    ``ready``: these events' rows (``collect``) and points (``prepare_points``), made before the
+    transaction."""
+    batch, points = ready if ready is not None else (collect(events), None)
     for ev in batch.experiments:
         _create_from_event(conn, ev)
     if batch.scalars:
-        insert_scalars(conn, batch.scalars)
+        insert_scalars(conn, batch.scalars, points)
     if batch.params:
         insert_params(DriverDb(conn), batch.params)
     if batch.texts:
@@ -152,13 +163,14 @@ def _retain_checkpoints(conn: Connection, experiment_id: str, policy: Any) -> li
     return [r.path for r in gone]
 
 
-def insert_scalars(conn: Connection, blocks: Sequence[ScalarBlock]) -> None:
+def insert_scalars(conn: Connection, blocks: Sequence[ScalarBlock], ready: ReadyPoints | None = None) -> None:
     db = DriverDb(conn)
     ids = series_ids(db, {(b.experiment_id, t, s) for b in blocks for t, s in b.keys})
     rebuild: set[int] = set()
     if any(b.attempt is not None for b in blocks):  # a point of a later attempt replaces the step
         blocks, rebuild = attempts.reconcile(conn, blocks, ids)
-    append_scalars(db, blocks, ids)
+        ready = None
+    append_scalars(db, blocks, ids, ready)
     if rebuild:
         summary.rebuild(conn, rebuild)
 

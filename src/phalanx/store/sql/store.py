@@ -37,7 +37,8 @@ from phalanx.store.base import (
     IngestStore,
     SeriesView,
 )
-from phalanx.store.event_writes import ingest, new_events, position
+from phalanx.store.batch import collect
+from phalanx.store.event_writes import ingest, new_events, position, prepare_points
 from phalanx.store.row_values import check_labels, experiment_changes, replica_changes, replica_values
 from phalanx.store.sql import alerts, deletion, scalars
 from phalanx.store.sql import events as ev_sql
@@ -410,6 +411,9 @@ class SqlStore(AttemptBook, RecordReads, ManyReads, GroupBook, SubmissionBook):
         new, or None (nothing written) if the stored position is no longer ``start`` (another
         ingester got there first)."""
 
+        batch = collect(events)  # rows and points made before the write lock is taken
+        ready = (batch, prepare_points(batch.scalars))
+
         def work(conn: Connection) -> int | None:
             removed.clear()  # a retried transaction starts over
             return ingest(
@@ -418,7 +422,10 @@ class SqlStore(AttemptBook, RecordReads, ManyReads, GroupBook, SubmissionBook):
                 (start, end),
                 last_seq,
                 events,
-                lambda fresh: ev_sql.apply_events(conn, fresh, removed),
+                # all of them fresh, unless a batch is re-sent: then only those are collected
+                lambda fresh: ev_sql.apply_events(
+                    conn, fresh, removed, ready if len(fresh) == len(events) else None
+                ),
             )
 
         removed: list[tuple[str, str]] = []

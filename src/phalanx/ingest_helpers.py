@@ -1,0 +1,133 @@
+"""Ingesters that join a supervisor's when its replicas report faster than one can store (issue 42:
+one ingester thread was the ceiling of what several replicas report; from 4 processes Phalanx
+stored 0.9-1.0x what raw ``sqlite3`` ``executemany`` did).
+
+While a supervisor's ingester finds more than ``START_BYTES`` waiting in two or more of its spool
+files, it starts ``python -m phalanx.ingest --until-idle`` over the same folder, up to one process
+per other core and one per other waiting file. Each takes the files no other ingester holds at that
+moment (``spool.taking``: one ingester per file and batch) and ends once what waits in the folder
+falls under ``STOP_BYTES``; a later flood starts new ones. The store is what keeps each record once
+(its position compared-and-set); the lock spares two ingesters the same batch. A batch's points are
+compressed and summarised before its transaction (``store.event_writes.prepare_points``), so the
+ingesters share the cores and queue for the database's one writer only for their SQL.
+
+Only on a store in a SQLite file, which a helper writes through the standard library
+(``store.lite_writer``): it starts in a few hundredths of a CPU-second. A helper ends with the
+supervisor (PR_SET_PDEATHSIG through ``setpriv``, where there is one) and is stopped with its
+ingester; a batch it had begun is rolled back by the database and taken by the last pass.
+Standard library only.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+from phalanx import knobs
+from phalanx.config import Settings
+from phalanx.store.lite import sqlite_path
+
+log = logging.getLogger(__name__)
+
+START_BYTES = 4 << 20  # spool bytes waiting (about 250,000 points) before a helper is worth its start
+STOP_BYTES = 1 << 20  # a helper ends once less than this waits in its folder
+MOST = 3  # by default: the store's one writer takes a batch's SQL, a third of its cost, from all of them
+CANNOT_HELP = 3  # a helper's exit status where its store is not an up-to-date SQLite file
+LOG = "ingest.log"  # in the folder: what the helpers say
+_STOP_GRACE_S = 10.0
+
+
+class Helpers:
+    """The helper processes of one ingester over ``spool`` (see the module's docstring)."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        spool: Path,
+        *,
+        claimed: bool,
+        most: int | None = None,
+        start_bytes: int = START_BYTES,
+    ) -> None:
+        self.spool = spool
+        self.claimed = claimed
+        self.start_bytes = start_bytes
+        if most is None:  # PHALANX_INGEST_HELPERS, else one per other core this process may use
+            given = knobs.INGEST_HELPERS.value()
+            most = min(len(os.sched_getaffinity(0)) - 1, MOST) if given is None else given
+        self.most = most if sqlite_path(settings.database_url) is not None else 0
+        self._env = helper_env(settings)
+        self._procs: list[subprocess.Popen[bytes]] = []
+
+    def grow(self, waiting: int, files: int) -> None:
+        """Start helpers while ``waiting`` bytes in ``files`` spool files call for more."""
+        failed = [p.returncode for p in self._procs if p.poll() not in (None, 0)]
+        if failed:  # could not help (no lean writer: CANNOT_HELP), or failed: none again
+            log.warning("ingest: a helper ended with status %s (see %s); ingesting alone", failed[0], LOG)
+            self.most = 0
+        self._procs = [p for p in self._procs if p.returncode is None]
+        wanted = min(self.most, files - 1) if waiting >= self.start_bytes else 0
+        while len(self._procs) < wanted:
+            try:
+                self._procs.append(self._start())
+            except OSError as exc:  # no process to spare (EAGAIN, ENOMEM, no file left): alone
+                log.warning("ingest: no helper could start (%s); ingesting alone", exc)
+                self.most = 0
+
+    def stop(self) -> None:
+        """End the helpers (their ingester is stopping: its last pass takes what they leave)."""
+        for proc in self._procs:
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
+        for proc in self._procs:
+            try:
+                proc.wait(timeout=_STOP_GRACE_S)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+        self._procs = []
+
+    @property
+    def running(self) -> int:
+        return sum(p.poll() is None for p in self._procs)
+
+    def _start(self) -> subprocess.Popen[bytes]:
+        argv = [sys.executable, "-m", "phalanx.ingest", "--spool", str(self.spool), "--until-idle"]
+        if self.claimed:
+            argv.append("--claimed")
+        setpriv = shutil.which("setpriv")
+        if setpriv:  # ends with the supervisor's ingest thread's process, whatever kills it
+            argv = [setpriv, "--pdeathsig", "SIGKILL", "--", *argv]
+        log_path = self.spool / LOG
+        with open(log_path, "ab") as out:
+            return subprocess.Popen(
+                argv,
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                env=self._env,
+                close_fds=True,
+            )
+
+
+def helper_env(settings: Settings) -> dict[str, str]:
+    """This process's environment with the store's settings (given as keywords, perhaps) spelled
+    out, and this Phalanx first on the path."""
+    env = dict(os.environ)
+    env["PHALANX_HOME"] = str(settings.home)
+    for name, value in (
+        ("PHALANX_DB_URL", settings.db_url),
+        ("PHALANX_ARTIFACTS_URL", settings.artifacts_url),
+    ):
+        if value is None:
+            env.pop(name, None)
+        else:
+            env[name] = value
+    package_root = str(Path(__file__).resolve().parents[1])
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, env.get("PYTHONPATH", "")) if p)
+    return env
