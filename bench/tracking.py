@@ -213,7 +213,9 @@ class PhalanxCase:
         self.stop = threading.Event()
         spool = self.home / "spool"
         # as a supervisor's: helper processes join it while several replicas flood it
-        joining = Helpers(settings, spool, claimed=False, most=None if helpers else 0)
+        joining = Helpers(
+            settings, spool, work / "ingest-helpers.log", claimed=False, most=None if helpers else 0
+        )
         self.ingester = threading.Thread(
             target=Ingester(lean or self.store, None, spool, helpers=joining).run,
             args=(self.stop, 0.05),

@@ -39,6 +39,7 @@ from phalanx.spool import (
     ACK_SUFFIX,
     REFUSED_SUFFIX,
     SpoolWriter,
+    read_ack,
     read_records,
     spool_files,
     taking,
@@ -173,7 +174,7 @@ class Ingester:
                 self._remove_if_finished(path, stream)
                 return total
             total += n
-            if self.helpers is not None:
+            if self.helpers is not None and self.helpers.most:
                 self.helpers.grow(*self.waiting())
 
     def _ingest_batch(self, path: Path, stream: str) -> int | None:
@@ -182,8 +183,11 @@ class Ingester:
         while True:
             size = path.stat().st_size
             # what is committed now: another ingester may have taken batches since this one looked
-            start = self._positions[stream] = self.store.ingest_position(stream)[0]
+            start, committed = self.store.ingest_position(stream)
+            self._positions[stream] = start
             if size <= start:
+                if committed >= 0 and read_ack(path.parent, stream) < committed:
+                    write_ack(path.parent, stream, committed)  # its ingester ended between commit and ack
                 return None
             records, end = read_records(path, start, self.batch_bytes)
             if end == start:  # only a partial record so far (or forever, if its writer was killed)
@@ -446,7 +450,16 @@ def _help(settings: Settings, spool: Path, claimed: bool, batch_bytes: int) -> i
     parent = os.getppid()
     ingester = Ingester(store, None, spool, batch_bytes=batch_bytes, cleanup=False, claimed=claimed)
     while os.getppid() == parent:
-        if ingester.run_once(skip_held=True) == 0:
+        stored = 0
+        for path in ingester.spool_files():
+            try:
+                stored += ingester.ingest_file(path, skip_held=True)
+            except FileNotFoundError:
+                continue  # ingested and removed meanwhile
+            except Exception as exc:  # its ingester goes on alone, and says why if it fails too
+                log.warning("%s: ingest failed (%s); this helper ends", path, _one_line(exc))
+                return 1
+        if stored == 0:
             waiting, _ = ingester.waiting()
             if waiting < STOP_BYTES:
                 return 0

@@ -6,16 +6,20 @@ While a supervisor's ingester finds more than ``START_BYTES`` waiting in two or 
 files, it starts ``python -m phalanx.ingest --until-idle`` over the same folder, up to one process
 per other core and one per other waiting file. Each takes the files no other ingester holds at that
 moment (``spool.taking``: one ingester per file and batch) and ends once what waits in the folder
-falls under ``STOP_BYTES``; a later flood starts new ones. The store is what keeps each record once
-(its position compared-and-set); the lock spares two ingesters the same batch. A batch's points are
-compressed and summarised before its transaction (``store.event_writes.prepare_points``), so the
-ingesters share the cores and queue for the database's one writer only for their SQL.
+falls under ``STOP_BYTES``, or after a pass that failed (a full disk, a database refusing writes:
+it says why in its log, and no helper is started again); a later flood starts new ones. The store
+is what keeps each record once (its position compared-and-set); the lock spares two ingesters the
+same batch. A batch's points are compressed and summarised before its transaction
+(``store.event_writes.prepare_points``), so the ingesters share the cores and queue for the
+database's one writer only for their SQL.
 
 Only on a store in a SQLite file, which a helper writes through the standard library
-(``store.lite_writer``): it starts in a few hundredths of a CPU-second. A helper ends with the
-supervisor (PR_SET_PDEATHSIG through ``setpriv``, where there is one) and is stopped with its
-ingester; a batch it had begun is rolled back by the database and taken by the last pass.
-Standard library only.
+(``store.lite_writer``): it starts in about 0.08 CPU-second. A helper is stopped before its
+ingester's last pass, and killed when the thread that started it ends (PR_SET_PDEATHSIG through
+``setpriv``, where there is one); a batch it had begun is rolled back by the database and taken by
+that last pass, and an acknowledgement it had no time to write is written by the next ingester that
+looks at its file. It runs Phalanx's code only: ``python -P``, its working folder the store's
+home, never the supervisor's (a submitted bundle's, on a server). Standard library only.
 """
 
 from __future__ import annotations
@@ -38,37 +42,43 @@ START_BYTES = 4 << 20  # spool bytes waiting (about 250,000 points) before a hel
 STOP_BYTES = 1 << 20  # a helper ends once less than this waits in its folder
 MOST = 3  # by default: the store's one writer takes a batch's SQL, a third of its cost, from all of them
 CANNOT_HELP = 3  # a helper's exit status where its store is not an up-to-date SQLite file
-LOG = "ingest.log"  # in the folder: what the helpers say
+HELPERS_LOG = "ingest-helpers.log"  # a run's helpers' words, in its run folder
 _STOP_GRACE_S = 10.0
 
 
 class Helpers:
-    """The helper processes of one ingester over ``spool`` (see the module's docstring)."""
+    """The helper processes of one ingester over ``spool`` (see the module's docstring); what they
+    say goes to ``log``."""
 
     def __init__(
         self,
         settings: Settings,
         spool: Path,
+        log_path: Path,
         *,
         claimed: bool,
         most: int | None = None,
         start_bytes: int = START_BYTES,
     ) -> None:
         self.spool = spool
+        self.log_path = log_path
         self.claimed = claimed
         self.start_bytes = start_bytes
         if most is None:  # PHALANX_INGEST_HELPERS, else one per other core this process may use
             given = knobs.INGEST_HELPERS.value()
             most = min(len(os.sched_getaffinity(0)) - 1, MOST) if given is None else given
         self.most = most if sqlite_path(settings.database_url) is not None else 0
+        self._home = settings.home
         self._env = helper_env(settings)
         self._procs: list[subprocess.Popen[bytes]] = []
 
     def grow(self, waiting: int, files: int) -> None:
         """Start helpers while ``waiting`` bytes in ``files`` spool files call for more."""
         failed = [p.returncode for p in self._procs if p.poll() not in (None, 0)]
-        if failed:  # could not help (no lean writer: CANNOT_HELP), or failed: none again
-            log.warning("ingest: a helper ended with status %s (see %s); ingesting alone", failed[0], LOG)
+        if failed and self.most:  # could not help (no lean writer: CANNOT_HELP), or failed: none again
+            log.warning(
+                "ingest: a helper ended with status %s (see %s); ingesting alone", failed[0], self.log_path
+            )
             self.most = 0
         self._procs = [p for p in self._procs if p.returncode is None]
         wanted = min(self.most, files - 1) if waiting >= self.start_bytes else 0
@@ -78,9 +88,12 @@ class Helpers:
             except OSError as exc:  # no process to spare (EAGAIN, ENOMEM, no file left): alone
                 log.warning("ingest: no helper could start (%s); ingesting alone", exc)
                 self.most = 0
+                return
 
     def stop(self) -> None:
-        """End the helpers (their ingester is stopping: its last pass takes what they leave)."""
+        """End the helpers for good: their ingester is stopping, and its last pass takes what they
+        leave (a batch one had begun is rolled back by the database)."""
+        self.most = 0  # that last pass starts none
         for proc in self._procs:
             if proc.poll() is None:
                 proc.send_signal(signal.SIGTERM)
@@ -97,20 +110,22 @@ class Helpers:
         return sum(p.poll() is None for p in self._procs)
 
     def _start(self) -> subprocess.Popen[bytes]:
-        argv = [sys.executable, "-m", "phalanx.ingest", "--spool", str(self.spool), "--until-idle"]
+        # -P: not the supervisor's working folder (a submitted bundle's, on a server) on the path, so
+        # no module a job put there is imported into the server's account
+        argv = [sys.executable, "-P", "-m", "phalanx.ingest", "--spool", str(self.spool), "--until-idle"]
         if self.claimed:
             argv.append("--claimed")
         setpriv = shutil.which("setpriv")
-        if setpriv:  # ends with the supervisor's ingest thread's process, whatever kills it
+        if setpriv:  # killed when the thread that started it ends (the ingest thread), whatever ends it
             argv = [setpriv, "--pdeathsig", "SIGKILL", "--", *argv]
-        log_path = self.spool / LOG
-        with open(log_path, "ab") as out:
+        with open(self.log_path, "ab") as out:
             return subprocess.Popen(
                 argv,
                 stdin=subprocess.DEVNULL,
                 stdout=out,
                 stderr=subprocess.STDOUT,
                 env=self._env,
+                cwd=self._home,
                 close_fds=True,
             )
 

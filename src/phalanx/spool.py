@@ -382,11 +382,12 @@ def read_records(
 @contextlib.contextmanager
 def taking(path: str | os.PathLike[str], patience: float = 0.0) -> Iterator[bool]:
     """Inside, whether this ingester holds spool file ``path`` for one batch: an exclusive flock on
-    it, which another ingester holds while it works on a batch of the same file (a supervisor's, a
-    read command's, the replica whose ``flush()`` helps, ``tracking.helping``). Positions are
+    it, which another ingester holds while it works on a batch of the same file (a supervisor's, its
+    helper processes, a read command's). Positions are
     compared-and-set in the store, so two ingesters never store a record twice; the lock spares the
     loser its wasted batch. ``patience``: seconds to wait for it (0: not at all). The kernel lets
-    it go when its holder exits. FileNotFoundError once the file is removed."""
+    it go when its holder exits. FileNotFoundError once the file is removed. (A shipper sending a
+    stream's leftovers to a server holds its whole file, ``tracking.shipper.ship_leftovers``.)"""
     import fcntl  # why: POSIX only, and only ingesters take a spool file
 
     fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
@@ -401,6 +402,8 @@ def taking(path: str | os.PathLike[str], patience: float = 0.0) -> Iterator[bool
                     yield False
                     return
                 time.sleep(0.002)
+            except OSError:  # no flock on this file system (NFS without its lock daemon): unlocked
+                break
         yield True
     finally:
         os.close(fd)  # closing lets it go

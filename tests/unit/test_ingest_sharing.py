@@ -4,12 +4,15 @@ once. The helper processes themselves: tests/integration/processes/test_ingest_h
 
 from __future__ import annotations
 
+import errno
+import fcntl
 import threading
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from phalanx import ingest_helpers
 from phalanx.config import Settings
 from phalanx.ingest import Ingester
 from phalanx.ingest_helpers import Helpers, helper_env
@@ -94,12 +97,12 @@ def test_an_ingesters_last_pass_waits_for_a_file_another_holds(
 
 def test_no_helper_for_one_file_little_waiting_or_another_database(tmp_path: Path) -> None:
     settings = Settings(home=tmp_path, db_url=None, artifacts_url=None)
-    helpers = Helpers(settings, tmp_path / "spool", claimed=False, most=4)
+    helpers = Helpers(settings, tmp_path / "spool", tmp_path / "helpers.log", claimed=False, most=4)
     helpers.grow(1 << 30, files=1)  # one replica: its ingester keeps its order
     helpers.grow(1 << 10, files=8)  # little waiting: not worth a process's start
     assert helpers.running == 0
     remote = Settings(home=tmp_path, db_url="postgresql://db.invalid/phalanx", artifacts_url=None)
-    assert Helpers(remote, tmp_path / "spool", claimed=False).most == 0
+    assert Helpers(remote, tmp_path / "spool", tmp_path / "helpers.log", claimed=False).most == 0
 
 
 def test_a_helper_is_told_the_store_its_ingester_was_given(
@@ -116,6 +119,56 @@ def test_a_helper_is_told_the_store_its_ingester_was_given(
 def test_the_helpers_knob_bounds_them(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     settings = Settings(home=tmp_path, db_url=None, artifacts_url=None)
     monkeypatch.setenv("PHALANX_INGEST_HELPERS", "0")
-    assert Helpers(settings, tmp_path, claimed=False).most == 0
+    assert Helpers(settings, tmp_path, tmp_path / "helpers.log", claimed=False).most == 0
     monkeypatch.setenv("PHALANX_INGEST_HELPERS", "3")
-    assert Helpers(settings, tmp_path, claimed=False).most == 3
+    assert Helpers(settings, tmp_path, tmp_path / "helpers.log", claimed=False).most == 3
+
+
+def test_an_acknowledgement_lost_between_commit_and_ack_is_written_by_the_next_ingester(
+    home: tuple[Settings, LocalStore, str],
+) -> None:
+    """A helper stopped (or killed) right after its commit: the replica's flush() still hears that
+    its records are stored, from the next ingester that looks at the file."""
+    settings, store, exp = home
+    (w,) = _report(settings, exp, writers=1, records=2)
+    assert Ingester(store, None, settings.spool_dir / exp, cleanup=False).run_once() == 2
+    w.path.with_suffix(".ack").unlink()
+    assert w.acked() == -1
+    assert Ingester(store, None, settings.spool_dir / exp, cleanup=False).run_once() == 0
+    assert w.acked() == 1
+
+
+def test_a_file_system_without_flock_is_ingested_unlocked(
+    home: tuple[Settings, LocalStore, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """NFS without its lock daemon (ENOLCK): ingest goes on, the store keeping each record once."""
+    settings, store, exp = home
+    _report(settings, exp, writers=2, records=2)
+    flock = fcntl.flock
+
+    def no_lock(fd: int, how: int) -> None:
+        if how & fcntl.LOCK_NB:
+            raise OSError(errno.ENOLCK, "No locks available")
+        flock(fd, how)
+
+    monkeypatch.setattr(fcntl, "flock", no_lock)
+    assert Ingester(store, None, settings.spool_dir / exp, cleanup=False).run_once(skip_held=True) == 4
+    assert _stored(store, exp) == {"r0": list(range(1000)), "r1": list(range(1000))}
+
+
+def test_a_helper_that_cannot_start_leaves_its_ingester_alone(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No process to spare (EAGAIN): one try, a warning, and none again, never a loop."""
+    settings = Settings(home=tmp_path, db_url=None, artifacts_url=None)
+    tries: list[int] = []
+
+    def refused(*args: object, **kwargs: object) -> None:
+        tries.append(1)
+        raise BlockingIOError(errno.EAGAIN, "Resource temporarily unavailable")
+
+    monkeypatch.setattr(ingest_helpers.subprocess, "Popen", refused)
+    helpers = Helpers(settings, tmp_path, tmp_path / "helpers.log", claimed=False, most=3, start_bytes=1)
+    helpers.grow(1 << 20, files=4)
+    helpers.grow(1 << 20, files=4)
+    assert (len(tries), helpers.most, helpers.running) == (1, 0, 0)

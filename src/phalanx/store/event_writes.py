@@ -94,9 +94,9 @@ SeriesKey = tuple[str, str, str]  # (experiment, title, series)
 class ReadyPoints:
     """A batch's points made ready before its transaction (``prepare_points``): cut into compressed
     chunks and aggregated into level-1 summary buckets, most of what its points cost, done while no
-    lock is held, so that ingesters working at once (a supervisor's, and the replicas whose
-    ``flush()`` helps it, ``tracking.helping``) share the cores instead of queueing for the
-    database's one writer with that work. Series are numbered by their place in ``keys`` until the
+    lock is held, so that ingesters working at once (a supervisor's and its helper processes,
+    ``phalanx.ingest_helpers``) share the cores instead of queueing for the database's one writer
+    with that work. Series are numbered by their place in ``keys`` until the
     transaction knows their ids."""
 
     keys: tuple[SeriesKey, ...]

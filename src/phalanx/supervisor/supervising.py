@@ -28,7 +28,7 @@ from phalanx.config import Settings
 from phalanx.domain import ExperimentStatus, Framework, ReplicaState, Role, plural
 from phalanx.errors import PhalanxError, StoreUnavailable
 from phalanx.ingest import Ingester
-from phalanx.ingest_helpers import Helpers
+from phalanx.ingest_helpers import HELPERS_LOG, Helpers
 from phalanx.machine import sysmetrics
 from phalanx.machine.procs import INGESTER_RECORD, record_process, recorded_process
 from phalanx.spool import SpoolWriter
@@ -340,7 +340,8 @@ class Supervisor:
         return handle
 
     def _start_ingester(self, stop: threading.Event) -> threading.Thread:
-        helpers = Helpers(self.settings, self.spool_dir, claimed=True)  # when its replicas flood it
+        # processes that join it when its replicas flood it (ingest_helpers), their words in the run folder
+        helpers = Helpers(self.settings, self.spool_dir, self.run_dir / HELPERS_LOG, claimed=True)
         ingester = Ingester(self.store(), None, self.spool_dir, claimed=True, helpers=helpers)  # its own
         lease = {"lease": self.run_dir / INGESTER_RECORD}  # reads leave this folder to it meanwhile
         thread = threading.Thread(target=ingester.run, args=(stop,), kwargs=lease, name="ingest", daemon=True)

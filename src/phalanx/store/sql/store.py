@@ -37,8 +37,8 @@ from phalanx.store.base import (
     IngestStore,
     SeriesView,
 )
-from phalanx.store.batch import collect
-from phalanx.store.event_writes import ingest, new_events, position, prepare_points
+from phalanx.store.batch import Batch, collect
+from phalanx.store.event_writes import ReadyPoints, ingest, new_events, position, prepare_points
 from phalanx.store.row_values import check_labels, experiment_changes, replica_changes, replica_values
 from phalanx.store.sql import alerts, deletion, scalars
 from phalanx.store.sql import events as ev_sql
@@ -411,8 +411,11 @@ class SqlStore(AttemptBook, RecordReads, ManyReads, GroupBook, SubmissionBook):
         new, or None (nothing written) if the stored position is no longer ``start`` (another
         ingester got there first)."""
 
-        batch = collect(events)  # rows and points made before the write lock is taken
-        ready = (batch, prepare_points(batch.scalars))
+        try:  # rows and points made before the write lock is taken
+            batch = collect(events)
+            ready: tuple[Batch, ReadyPoints | None] | None = (batch, prepare_points(batch.scalars))
+        except UsageError:  # said in the transaction, of its new events only (a stored batch: None)
+            ready = None
 
         def work(conn: Connection) -> int | None:
             removed.clear()  # a retried transaction starts over
@@ -424,7 +427,7 @@ class SqlStore(AttemptBook, RecordReads, ManyReads, GroupBook, SubmissionBook):
                 events,
                 # all of them fresh, unless a batch is re-sent: then only those are collected
                 lambda fresh: ev_sql.apply_events(
-                    conn, fresh, removed, ready if len(fresh) == len(events) else None
+                    conn, fresh, removed, ready if ready is not None and len(fresh) == len(events) else None
                 ),
             )
 
