@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any
 from phalanx.config import Settings
 from phalanx.domain import Event, EventKind
 from phalanx.errors import UsageError
-from phalanx.ingest_helpers import CANNOT_HELP, STOP_BYTES, Helpers
+from phalanx.ingest_helpers import CANNOT_HELP, IDLE_PASSES, STOP_BYTES, Helpers
 from phalanx.machine.procs import INGESTER_RECORD, pid_alive, record_process, recorded_process, writer_gone
 from phalanx.reconcile import reconcile
 from phalanx.spool import (
@@ -449,7 +449,8 @@ def _help(settings: Settings, spool: Path, claimed: bool, batch_bytes: int) -> i
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))  # a batch under way is rolled back
     parent = os.getppid()
     ingester = Ingester(store, None, spool, batch_bytes=batch_bytes, cleanup=False, claimed=claimed)
-    while os.getppid() == parent:
+    idle = 0  # passes in a row that stored nothing
+    while os.getppid() == parent and idle < IDLE_PASSES:
         stored = 0
         for path in ingester.spool_files():
             try:
@@ -459,12 +460,13 @@ def _help(settings: Settings, spool: Path, claimed: bool, batch_bytes: int) -> i
             except Exception as exc:  # its ingester goes on alone, and says why if it fails too
                 log.warning("%s: ingest failed (%s); this helper ends", path, _one_line(exc))
                 return 1
+        idle = 0 if stored else idle + 1
         if stored == 0:
             waiting, _ = ingester.waiting()
             if waiting < STOP_BYTES:
                 return 0
             time.sleep(0.01)  # every waiting file is another ingester's this moment
-    return 0
+    return 0  # its ingester is gone, or none of what waits has been its own for a while
 
 
 def _follow(ingester: Ingester, pid: int, interval: float, relays: Sequence[threading.Thread]) -> None:

@@ -5,13 +5,14 @@ stored 0.9-1.0x what raw ``sqlite3`` ``executemany`` did).
 While a supervisor's ingester finds more than ``START_BYTES`` waiting in two or more of its spool
 files, it starts ``python -m phalanx.ingest --until-idle`` over the same folder, up to one process
 per other core and one per other waiting file. Each takes the files no other ingester holds at that
-moment (``spool.taking``: one ingester per file and batch) and ends once what waits in the folder
-falls under ``STOP_BYTES``, or after a pass that failed (a full disk, a database refusing writes:
-it says why in its log, and no helper is started again); a later flood starts new ones. The store
-is what keeps each record once (its position compared-and-set); the lock spares two ingesters the
-same batch. A batch's points are compressed and summarised before its transaction
-(``store.event_writes.prepare_points``), so the ingesters share the cores and queue for the
-database's one writer only for their SQL.
+moment (``spool.taking``: one ingester per file and batch). It ends once what waits in the folder
+falls under ``STOP_BYTES``, or it found nothing to take for about a second (every waiting file
+another's, a record still being written), or after a pass that failed (a full disk, a database
+refusing writes: it says why in its log, and no helper is started again); a later flood starts new
+ones. The store is what keeps each record once (its position compared-and-set); the lock spares
+two ingesters the same batch. A batch's points are compressed and summarised before its
+transaction (``store.event_writes.prepare_points``), so the ingesters share the cores and queue
+for the database's one writer only for their SQL.
 
 Only on a store in a SQLite file, which a helper writes through the standard library
 (``store.lite_writer``): it starts in about 0.08 CPU-second. A helper is stopped before its
@@ -33,13 +34,14 @@ import sys
 from pathlib import Path
 
 from phalanx import knobs
-from phalanx.config import Settings
+from phalanx.config import Settings, sqlite_url
 from phalanx.store.lite import sqlite_path
 
 log = logging.getLogger(__name__)
 
 START_BYTES = 4 << 20  # spool bytes waiting (about 250,000 points) before a helper is worth its start
 STOP_BYTES = 1 << 20  # a helper ends once less than this waits in its folder
+IDLE_PASSES = 100  # ... or once its passes (0.01 s apart) found nothing to take this many times in a row
 MOST = 3  # by default: the store's one writer takes a batch's SQL, a third of its cost, from all of them
 CANNOT_HELP = 3  # a helper's exit status where its store is not an up-to-date SQLite file
 HELPERS_LOG = "ingest-helpers.log"  # a run's helpers' words, in its run folder
@@ -127,22 +129,23 @@ class Helpers:
                 env=self._env,
                 cwd=self._home,
                 close_fds=True,
+                start_new_session=True,  # a terminal's Ctrl-C or hang-up is the supervisor's to handle
             )
 
 
 def helper_env(settings: Settings) -> dict[str, str]:
     """This process's environment with the store's settings (given as keywords, perhaps) spelled
-    out, and this Phalanx first on the path."""
+    out as absolute paths (a helper works in the store's home, not in this process's folder, which
+    a relative path would be read from), and this Phalanx first on the path."""
     env = dict(os.environ)
-    env["PHALANX_HOME"] = str(settings.home)
-    for name, value in (
-        ("PHALANX_DB_URL", settings.db_url),
-        ("PHALANX_ARTIFACTS_URL", settings.artifacts_url),
-    ):
-        if value is None:
-            env.pop(name, None)
-        else:
-            env[name] = value
+    env["PHALANX_HOME"] = str(settings.home.absolute())
+    database = sqlite_path(settings.database_url)
+    if database is None:
+        env.pop("PHALANX_DB_URL", None)  # no helper is started for it
+    else:
+        env["PHALANX_DB_URL"] = sqlite_url(database.absolute())
+    artifacts = settings.artifacts_root
+    env["PHALANX_ARTIFACTS_URL"] = artifacts if "://" in artifacts else str(Path(artifacts).absolute())
     package_root = str(Path(__file__).resolve().parents[1])
     env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, env.get("PYTHONPATH", "")) if p)
     return env

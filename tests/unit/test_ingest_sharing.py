@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from phalanx import ingest_helpers
-from phalanx.config import Settings
+from phalanx.config import Settings, sqlite_url
 from phalanx.ingest import Ingester
 from phalanx.ingest_helpers import Helpers, helper_env
 from phalanx.spool import SpoolWriter, encode_points, read_ack, taking
@@ -108,12 +108,19 @@ def test_no_helper_for_one_file_little_waiting_or_another_database(tmp_path: Pat
 def test_a_helper_is_told_the_store_its_ingester_was_given(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Settings given as keywords (a bench's, a test's) reach the helper, never another home's."""
+    """Settings given as keywords (a bench's, a test's) reach the helper, never another home's, and
+    relative ones as absolute paths: a helper works in the store's home, not in this folder."""
     monkeypatch.setenv("PHALANX_HOME", str(tmp_path / "elsewhere"))
     monkeypatch.setenv("PHALANX_DB_URL", "sqlite:////elsewhere.db")
     env = helper_env(Settings(home=tmp_path / "mine", db_url=None, artifacts_url=None))
     assert env["PHALANX_HOME"] == str(tmp_path / "mine")
-    assert "PHALANX_DB_URL" not in env and "PHALANX_ARTIFACTS_URL" not in env
+    assert env["PHALANX_DB_URL"] == sqlite_url(tmp_path / "mine" / "phalanx.db")
+    assert env["PHALANX_ARTIFACTS_URL"] == str(tmp_path / "mine" / "artifacts")
+    monkeypatch.chdir(tmp_path)
+    env = helper_env(Settings(home=Path("h"), db_url="sqlite:///w/my%20db", artifacts_url="s3://bucket/a"))
+    assert env["PHALANX_HOME"] == str(tmp_path / "h")
+    assert env["PHALANX_DB_URL"] == sqlite_url(tmp_path / "w" / "my db")
+    assert env["PHALANX_ARTIFACTS_URL"] == "s3://bucket/a"
 
 
 def test_the_helpers_knob_bounds_them(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

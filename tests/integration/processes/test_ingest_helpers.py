@@ -51,6 +51,18 @@ def test_a_helper_process_stores_what_waits_and_ends(home: tuple[Settings, Local
     assert _stored(store, exp) == {f"r{i}": list(range(2000)) for i in range(3)}
 
 
+def test_a_helper_ends_beside_a_record_still_being_written(home: tuple[Settings, LocalStore, str]) -> None:
+    """More than STOP_BYTES of one record not yet ended (a writer in the middle of a huge line):
+    nothing for a helper to take, so it ends after about a second rather than polling on."""
+    settings, store, exp = home
+    (w,) = _report(settings, exp, writers=1, records=1)
+    with open(w.path, "ab") as spool:
+        spool.write(b'{"kind": "log", "data": {"lines": ["' + b"x" * (2 << 20))
+    done = _helper(settings, settings.spool_dir / exp)
+    assert done.returncode == 0, done.stderr
+    assert _stored(store, exp) == {"r0": list(range(500))}
+
+
 def test_a_helper_whose_batches_fail_ends_instead_of_trying_forever(
     home: tuple[Settings, LocalStore, str],
 ) -> None:
