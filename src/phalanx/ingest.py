@@ -22,7 +22,6 @@ import logging
 import os
 import shutil
 import signal
-import sys
 import threading
 import time
 from collections.abc import Iterator, Sequence
@@ -153,13 +152,13 @@ class Ingester:
                 self.helpers.stop()
             self.run_once()  # the last: what another ingester holds too
 
-    def ingest_file(self, path: Path, skip_held: bool = False) -> int:
-        """Ingest what spool file ``path`` holds, a batch at a time; returns how many new events
-        were stored. A batch another ingester holds: see ``run_once``."""
+    def ingest_file(self, path: Path, skip_held: bool = False, stop: threading.Event | None = None) -> int:
+        """Ingest what spool file ``path`` holds, a batch at a time (none once ``stop`` is set);
+        returns how many new events were stored. A batch another ingester holds: see ``run_once``."""
         stream = path.stem
         total = 0
         patience = 0.0 if skip_held else PATIENCE_S
-        while True:
+        while stop is None or not stop.is_set():
             known = self._positions.get(stream)
             if known is not None and path.stat().st_size <= known:
                 self._remove_if_finished(path, stream)
@@ -176,6 +175,7 @@ class Ingester:
             total += n
             if self.helpers is not None and self.helpers.most:
                 self.helpers.grow(*self.waiting())
+        return total
 
     def _ingest_batch(self, path: Path, stream: str) -> int | None:
         """The next batch of ``path``, ingested (how many of its events were new); None when the
@@ -186,8 +186,9 @@ class Ingester:
             start, committed = self.store.ingest_position(stream)
             self._positions[stream] = start
             if size <= start:
-                if committed >= 0 and read_ack(path.parent, stream) < committed:
-                    write_ack(path.parent, stream, committed)  # its ingester ended between commit and ack
+                # its ingester ended between commit and ack (a file removed meanwhile needs none)
+                if committed >= 0 and read_ack(path.parent, stream) < committed and path.exists():
+                    write_ack(path.parent, stream, committed)
                 return None
             records, end = read_records(path, start, self.batch_bytes)
             if end == start:  # only a partial record so far (or forever, if its writer was killed)
@@ -446,15 +447,16 @@ def _help(settings: Settings, spool: Path, claimed: bool, batch_bytes: int) -> i
     store = LiteWriter.open(settings.database_url, HEAD, full, settings.artifacts_root)
     if store is None:  # not an up-to-date SQLite file: its ingester goes on alone
         return CANNOT_HELP
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))  # a batch under way is rolled back
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())  # its ingester's last pass: after this batch
     parent = os.getppid()
     ingester = Ingester(store, None, spool, batch_bytes=batch_bytes, cleanup=False, claimed=claimed)
     idle = 0  # passes in a row that stored nothing
-    while os.getppid() == parent and idle < IDLE_PASSES:
+    while os.getppid() == parent and idle < IDLE_PASSES and not stop.is_set():
         stored = 0
         for path in ingester.spool_files():
             try:
-                stored += ingester.ingest_file(path, skip_held=True)
+                stored += ingester.ingest_file(path, skip_held=True, stop=stop)
             except FileNotFoundError:
                 continue  # ingested and removed meanwhile
             except Exception as exc:  # its ingester goes on alone, and says why if it fails too

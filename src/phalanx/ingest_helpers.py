@@ -35,6 +35,8 @@ from pathlib import Path
 
 from phalanx import knobs
 from phalanx.config import Settings, sqlite_url
+from phalanx.spool import can_lock
+from phalanx.store.artifacts import local_path
 from phalanx.store.lite import sqlite_path
 
 log = logging.getLogger(__name__)
@@ -69,7 +71,10 @@ class Helpers:
         if most is None:  # PHALANX_INGEST_HELPERS, else one per other core this process may use
             given = knobs.INGEST_HELPERS.value()
             most = min(len(os.sched_getaffinity(0)) - 1, MOST) if given is None else given
-        self.most = most if sqlite_path(settings.database_url) is not None else 0
+        # helpers only where a file can be held for a batch (NFS without its lock daemon cannot:
+        # each ingester would redo the others' batches) and the store is a SQLite file
+        usable = sqlite_path(settings.database_url) is not None and can_lock(spool)
+        self.most = most if usable else 0
         self._home = settings.home
         self._env = helper_env(settings)
         self._procs: list[subprocess.Popen[bytes]] = []
@@ -144,8 +149,8 @@ def helper_env(settings: Settings) -> dict[str, str]:
         env.pop("PHALANX_DB_URL", None)  # no helper is started for it
     else:
         env["PHALANX_DB_URL"] = sqlite_url(database.absolute())
-    artifacts = settings.artifacts_root
-    env["PHALANX_ARTIFACTS_URL"] = artifacts if "://" in artifacts else str(Path(artifacts).absolute())
+    artifacts = settings.artifacts_root  # a local root as fsspec resolves it here (~, file://relative)
+    env["PHALANX_ARTIFACTS_URL"] = local_path(artifacts) or artifacts
     package_root = str(Path(__file__).resolve().parents[1])
     env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, env.get("PYTHONPATH", "")) if p)
     return env

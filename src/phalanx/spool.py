@@ -402,11 +402,31 @@ def taking(path: str | os.PathLike[str], patience: float = 0.0) -> Iterator[bool
                     yield False
                     return
                 time.sleep(0.002)
-            except OSError:  # no flock on this file system (NFS without its lock daemon): unlocked
-                break
+            except OSError:  # no flock on this file system (NFS without its lock daemon): unlocked,
+                break  # as before locks were taken (helpers are not started there: ``can_lock``)
         yield True
     finally:
         os.close(fd)  # closing lets it go
+
+
+def can_lock(folder: Path) -> bool:
+    """Whether this file system lets an ingester hold a file (``taking``); a folder not made yet is
+    the spool's, made on this machine's file system: True."""
+    import fcntl  # why: POSIX only, and only ingesters take a spool file
+
+    try:
+        fd = os.open(folder, os.O_RDONLY | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return True
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        return True
+    except BlockingIOError:  # held by another: it can
+        return True
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
 
 
 def ack_path(spool_dir: str | os.PathLike[str], stream: str) -> Path:
@@ -420,7 +440,8 @@ def write_ack(spool_dir: str | os.PathLike[str], stream: str, seq: int) -> None:
     target = ack_path(spool_dir, stream)
     dir_fd = os.open(spool_dir, os.O_RDONLY)
     try:
-        fcntl.flock(dir_fd, fcntl.LOCK_EX)  # two ingesters must not move an ack backwards
+        with contextlib.suppress(OSError):  # no flock here (NFS without its lock daemon): unlocked
+            fcntl.flock(dir_fd, fcntl.LOCK_EX)  # two ingesters must not move an ack backwards
         if read_ack(spool_dir, stream) >= seq:
             return
         tmp = target.with_name(f".{target.name}.{os.getpid()}.{threading.get_ident()}")

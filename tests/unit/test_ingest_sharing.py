@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from phalanx import ingest_helpers
+from phalanx import ingest, ingest_helpers
 from phalanx.config import Settings, sqlite_url
 from phalanx.ingest import Ingester
 from phalanx.ingest_helpers import Helpers, helper_env
@@ -78,13 +78,15 @@ def test_a_pass_that_must_see_everything_reads_beside_a_holder_that_never_lets_g
 
 
 def test_an_ingesters_last_pass_waits_for_a_file_another_holds(
-    home: tuple[Settings, LocalStore, str],
+    home: tuple[Settings, LocalStore, str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Its replicas have exited: what they left is stored before the supervisor records the end."""
+    """Its replicas have exited: what they left is stored before the supervisor records the end,
+    after the batch another ingester (a helper) holds rather than beside it."""
     settings, store, exp = home
     (held,) = _report(settings, exp, writers=1, records=2)
     stop = threading.Event()
     stop.set()  # straight to the last pass
+    monkeypatch.setattr(ingest, "PATIENCE_S", 600.0)  # this test lets go long before; a loaded CI too
     ingester = Ingester(store, None, settings.spool_dir / exp, cleanup=False)
     with taking(held.path):
         thread = threading.Thread(target=ingester.run, args=(stop,))
@@ -121,6 +123,13 @@ def test_a_helper_is_told_the_store_its_ingester_was_given(
     assert env["PHALANX_HOME"] == str(tmp_path / "h")
     assert env["PHALANX_DB_URL"] == sqlite_url(tmp_path / "w" / "my db")
     assert env["PHALANX_ARTIFACTS_URL"] == "s3://bucket/a"
+    monkeypatch.setenv("HOME", str(tmp_path / "user"))
+    for given, meant in (
+        ("~/arts", tmp_path / "user" / "arts"),
+        ("file://rel/arts", tmp_path / "rel" / "arts"),
+    ):
+        env = helper_env(Settings(home=Path("h"), db_url=None, artifacts_url=given))
+        assert env["PHALANX_ARTIFACTS_URL"] == str(meant)  # where fsspec puts this process's files
 
 
 def test_the_helpers_knob_bounds_them(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -145,22 +154,24 @@ def test_an_acknowledgement_lost_between_commit_and_ack_is_written_by_the_next_i
     assert w.acked() == 1
 
 
-def test_a_file_system_without_flock_is_ingested_unlocked(
+def test_a_file_system_without_flock_is_ingested_unlocked_and_gets_no_helpers(
     home: tuple[Settings, LocalStore, str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """NFS without its lock daemon (ENOLCK): ingest goes on, the store keeping each record once."""
+    """NFS without its lock daemon (ENOLCK): records are stored once and acknowledged, as before
+    files were locked; no helper would be held off another's batch there, so none is started."""
     settings, store, exp = home
-    _report(settings, exp, writers=2, records=2)
-    flock = fcntl.flock
+    writers = _report(settings, exp, writers=2, records=2)
 
     def no_lock(fd: int, how: int) -> None:
-        if how & fcntl.LOCK_NB:
-            raise OSError(errno.ENOLCK, "No locks available")
-        flock(fd, how)
+        raise OSError(errno.ENOLCK, "No locks available")
 
     monkeypatch.setattr(fcntl, "flock", no_lock)
     assert Ingester(store, None, settings.spool_dir / exp, cleanup=False).run_once(skip_held=True) == 4
     assert _stored(store, exp) == {"r0": list(range(1000)), "r1": list(range(1000))}
+    assert [w.acked() for w in writers] == [1, 1]
+    assert (
+        Helpers(settings, settings.spool_dir / exp, settings.home / "h.log", claimed=True, most=3).most == 0
+    )
 
 
 def test_a_helper_that_cannot_start_leaves_its_ingester_alone(

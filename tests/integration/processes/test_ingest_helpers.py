@@ -11,11 +11,13 @@ import sys
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 from tests.unit.test_ingest_sharing import _report, _stored
 from tests.unit.test_ingest_sharing import home as home  # the fixture: a store and an experiment
 
+from phalanx import ingest_helpers
 from phalanx.config import Settings
 from phalanx.ingest import Ingester
 from phalanx.ingest_helpers import Helpers
@@ -79,10 +81,24 @@ def test_a_helper_whose_batches_fail_ends_instead_of_trying_forever(
     assert "this helper ends" in done.stderr
 
 
+def _started(monkeypatch: pytest.MonkeyPatch) -> list[subprocess.Popen[bytes]]:
+    """Every helper process started from now on."""
+    started: list[subprocess.Popen[bytes]] = []
+    popen = subprocess.Popen
+
+    def recorded(*args: Any, **kwargs: Any) -> subprocess.Popen[bytes]:
+        started.append(popen(*args, **kwargs))
+        return started[-1]
+
+    monkeypatch.setattr(ingest_helpers.subprocess, "Popen", recorded)
+    return started
+
+
 def test_an_ingester_behind_several_writers_starts_helpers_and_stops_them(
     home: tuple[Settings, LocalStore, str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     settings, store, exp = home
+    processes = _started(monkeypatch)
     writers = _report(settings, exp, writers=3, records=6)
     log_path = settings.home / "helpers.log"
     helpers = Helpers(settings, settings.spool_dir / exp, log_path, claimed=True, most=2, start_bytes=1)
@@ -100,16 +116,17 @@ def test_an_ingester_behind_several_writers_starts_helpers_and_stops_them(
     stop.set()
     thread.join()
     assert max(started) >= 1  # three files waiting: helpers joined
-    assert helpers.running == 0  # none outlives its ingester
+    assert all(p.poll() is not None for p in processes)  # none outlives its ingester
     assert _stored(store, exp) == {f"r{i}": list(range(3000)) for i in range(3)}
 
 
 def test_helpers_are_stopped_before_the_last_pass_and_none_starts_in_it(
-    home: tuple[Settings, LocalStore, str],
+    home: tuple[Settings, LocalStore, str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Stopped while a flood still waits: the helpers are ended, the last pass stores the rest
     without starting new ones, and every record is stored once."""
     settings, store, exp = home
+    processes = _started(monkeypatch)
     writers = _report(settings, exp, writers=3, records=40)
     helpers = Helpers(
         settings, settings.spool_dir / exp, settings.home / "helpers.log", claimed=True, most=2, start_bytes=1
@@ -123,9 +140,12 @@ def test_helpers_are_stopped_before_the_last_pass_and_none_starts_in_it(
     deadline = time.monotonic() + 120
     while helpers.running == 0 and thread.is_alive() and time.monotonic() < deadline:
         time.sleep(0.01)
+    assert helpers.running >= 1
     stop.set()
     thread.join()
-    assert helpers.running == 0 and helpers.most == 0
+    running = len(processes)
+    assert all(p.poll() is not None for p in processes) and helpers.most == 0
+    assert len(processes) == running  # the last pass started none
     assert _stored(store, exp) == {f"r{i}": list(range(20_000)) for i in range(3)}
     assert all(w.acked() == 39 for w in writers)
 
