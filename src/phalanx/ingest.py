@@ -436,7 +436,9 @@ def main(argv: list[str] | None = None) -> int:
 
 def _help(settings: Settings, spool: Path, claimed: bool, batch_bytes: int) -> int:
     """A helper's life (``ingest_helpers``): passes over ``spool`` through the standard library's
-    ``sqlite3`` until what waits there falls under ``STOP_BYTES`` (or its supervisor is gone)."""
+    ``sqlite3`` until what waits there falls under ``STOP_BYTES``, nothing was its to take for
+    IDLE_PASSES passes, it is stopped (after its batch), a pass failed (1), or its supervisor is
+    gone. CANNOT_HELP where the store is not an up-to-date SQLite file."""
     held: list[IngestStore] = []
 
     def full() -> IngestStore:  # a batch the lean writer hands on (files, a later attempt's points)

@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import logging
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -35,6 +34,7 @@ from pathlib import Path
 
 from phalanx import knobs
 from phalanx.config import Settings, sqlite_url
+from phalanx.machine.box import ended_with_parent
 from phalanx.spool import can_lock
 from phalanx.store.artifacts import local_path
 from phalanx.store.lite import sqlite_path
@@ -122,9 +122,7 @@ class Helpers:
         argv = [sys.executable, "-P", "-m", "phalanx.ingest", "--spool", str(self.spool), "--until-idle"]
         if self.claimed:
             argv.append("--claimed")
-        setpriv = shutil.which("setpriv")
-        if setpriv:  # killed when the thread that started it ends (the ingest thread), whatever ends it
-            argv = [setpriv, "--pdeathsig", "SIGKILL", "--", *argv]
+        argv = ended_with_parent(argv)  # with the thread that started it: the ingest thread
         with open(self.log_path, "ab") as out:
             return subprocess.Popen(
                 argv,

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -30,7 +29,7 @@ from phalanx.cli.service_commands import list_services, said_started, stop_servi
 from phalanx.cli.target import DoorTyper, LocalOpt, ServerOpt
 from phalanx.errors import UsageError
 from phalanx.logins import choose
-from phalanx.machine.box import SETPRIV
+from phalanx.machine.box import ended_with_parent
 from phalanx.sdkcopy import sdk_path
 from phalanx.services.kernels import NO_NATIVE_KERNEL, environment_label, kernel_build, write_kernel
 from phalanx.services.seats import give_back, take_seat
@@ -159,8 +158,7 @@ def _start_here(wanted: list[dict[str, str]], port: int, notebook: NotebookFile,
     ]
     if os.geteuid() == 0:  # JupyterLab refuses root unless told: whoever typed this is root already
         argv.append("--ServerApp.allow_root=True")
-    if setpriv := shutil.which(SETPRIV):  # it ends with this command however it ends (its seat too)
-        argv = [setpriv, "--pdeathsig", "SIGKILL", "--", *argv]
+    argv = ended_with_parent(argv)  # it ends with this command however it ends (its seat too)
     with tempfile.TemporaryDirectory(prefix="phalanx-kernel-") as data:
         if (python := _kernel_python(notebook, settings)) is not None:
             label = environment_label(python)

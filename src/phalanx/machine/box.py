@@ -452,3 +452,10 @@ def write_new(path: Path, data: bytes, mode: int | None = None, owner: Isolation
         if owner is not None:
             os.fchown(out, owner.uid, owner.gid)
         f.write(data)
+
+
+def ended_with_parent(argv: Sequence[str]) -> list[str]:
+    """``argv`` run through ``setpriv --pdeathsig SIGKILL`` where there is one: killed when the
+    thread that started it ends, however that ends (a crash, SIGKILL). As it is where there is none."""
+    setpriv = shutil.which(SETPRIV)
+    return [setpriv, "--pdeathsig", "SIGKILL", "--", *argv] if setpriv else list(argv)

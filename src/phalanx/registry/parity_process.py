@@ -163,8 +163,7 @@ def check_plain(
         # which would drop the PYTHONPATH that names this very Phalanx (the environment has nothing
         # else for -E to drop)
         argv = [sys.executable, "-s", "-P", "-m", CHILD, str(cap)]
-        if setpriv := shutil.which(box.SETPRIV):  # ended with the server however it ends
-            argv = [setpriv, "--pdeathsig", "SIGKILL", "--", *argv]
+        argv = box.ended_with_parent(argv)  # ended with the server however it ends
         feed = (json.dumps(metadata).encode() + b"\n", onnx_bytes)
         ran = run_bounded(argv, env, feed, seconds, cwd=folder, stop=stop)
     return read_answer(ran, where, seconds)

@@ -147,8 +147,7 @@ class Spawner:
                 "HOME": str(own_home),
                 "TMPDIR": str(own_home),
             }
-            if setpriv := shutil.which(box.SETPRIV):  # ended with the server however it ends
-                argv = [setpriv, "--pdeathsig", "SIGKILL", "--", *argv]
+            argv = box.ended_with_parent(argv)  # ended with the server however it ends
         started.update(box.inherited(), **recipe.env, PYTHONPATH=PACKAGE_ROOT, **{MARK: str(folder)})
         seat = launch.seat
         if seat is not None:  # its threads, its GPUs; its cgroup joined before anything of it runs
