@@ -1,4 +1,4 @@
-"""The per-process reporter behind Task and Logger: report calls append to in-memory deques (no
+"""The per-process reporter behind Task and Logger: report calls append to in-memory buffers (no
 lock, no I/O); a daemon thread drains them into this process's spool file in batches.
 
 ``flush()`` drains, fsyncs, then waits (bounded) until the records are visible in the store: the
@@ -24,7 +24,7 @@ from typing import Any
 
 from phalanx import knobs
 from phalanx.machine.procs import pid_alive, pid_stopped
-from phalanx.spool import SpoolWriter, encode_points, read_refused
+from phalanx.spool import SpoolWriter, encode_columns, encode_points, read_refused
 from phalanx.tracking.identity import ENV_INGESTER_PID, Identity, rank_probe
 from phalanx.tracking.screen import Problems, names_ok, screen_event, screen_points
 
@@ -38,8 +38,38 @@ DRAIN_POINTS = 4 * CHUNK  # scalar points a background drain writes at most befo
 FLUSH_TIMEOUT = 60.0
 
 ScalarItem = tuple[str, str, int, float, float, int | None]  # title, series, step, value, time, rank
+FIELDS = 6  # of a ScalarItem
 # kind, data, time, rank, and the scalars reported before it (a drain writes it after those)
 EventItem = tuple[str, dict[str, Any], float, int | None, int]
+
+
+class Scalars:
+    """The scalar points reported and not written yet, in order: one flat list, FIELDS items a
+    point. ``append`` is the list's ``extend``: a report call adds its point in one step under the
+    interpreter's lock (no lock of ours, safe from any thread), and leaves no object for the garbage
+    collector to scan (a tuple per point cost the reporting thread a collection every 700 calls),
+    while a drain takes each field of many points as one slice (issue 42)."""
+
+    __slots__ = ("_flat", "append")
+
+    def __init__(self) -> None:
+        self._flat: list[Any] = []
+        self.append: Callable[[ScalarItem], None] = self._flat.extend
+
+    def __len__(self) -> int:
+        return len(self._flat) // FIELDS
+
+    def __iter__(self) -> Iterator[ScalarItem]:
+        return iter(_as_items(self._flat[:]))
+
+    def take(self, n: int) -> list[Any]:
+        """The first ``n`` points, flat, out of the buffer (reporters only ever add at its end)."""
+        taken = self._flat[: n * FIELDS]
+        del self._flat[: n * FIELDS]
+        return taken
+
+    def clear(self) -> None:
+        self._flat.clear()
 
 
 class Reporter:
@@ -48,9 +78,9 @@ class Reporter:
     def __init__(self, identity: Identity, *, interval: float = INTERVAL) -> None:
         self.identity = identity
         self.interval = interval
-        self.scalars: deque[ScalarItem] = deque()
+        self.scalars = Scalars()
         self.events: deque[EventItem] = deque()
-        self._taken = 0  # scalars drained from the deque so far (the events' order, see event())
+        self._taken = 0  # scalars drained from the buffer so far (the events' order, see event())
         self.rank = rank_probe(identity.replica_rank)  # read at call time: see rank_probe
         self.ingester_alive: Callable[[], bool] | None = _ingester_from_env()
         self._files = itertools.count()
@@ -140,7 +170,7 @@ class Reporter:
                 self._wake.clear()
             try:
                 # while the disk is full, everything buffered goes through the bound at once (at most
-                # DRAIN_POINTS a pass, a fast loop's points piled up in the deque past the bound)
+                # DRAIN_POINTS a pass, a fast loop's points piled up in the buffer past the bound)
                 self.drain(most=DRAIN_POINTS if self.disk_error is None else None)
             except Exception:  # never kill the training process over reporting
                 log.exception("phalanx: writing the spool failed; will retry")
@@ -155,17 +185,14 @@ class Reporter:
             records = []
             n = len(self.scalars) if most is None else min(most, len(self.scalars))
             if n:
-                self._taken += n  # before popping: see event()
-                # n calls of popleft made by a C loop, not a Python statement per point
-                points = list(itertools.starmap(self.scalars.popleft, itertools.repeat((), n)))
-                for rank, group in itertools.groupby(points, key=_RANK_OF):
-                    same = list(group)
-                    for i in range(0, len(same), CHUNK):
-                        chunk = same[i : i + CHUNK]
-                        data = self._encode(chunk)
+                self._taken += n  # before taking: see event()
+                for rank, same in _by_rank(self.scalars.take(n)):
+                    for i in range(0, len(same), CHUNK * FIELDS):
+                        piece = same[i : i + CHUNK * FIELDS]
+                        data = self._encode(piece)
                         if data is None:
                             continue
-                        records.append(self.writer.record("scalar", data, time_=chunk[0][4], rank=rank))
+                        records.append(self.writer.record("scalar", data, time_=piece[4], rank=rank))
             # an event goes after the scalars reported before it: a drain that leaves some of those
             # buffered leaves the event too (a status 'succeeded' written before 300,000 points)
             n = len(self.events)
@@ -204,6 +231,17 @@ class Reporter:
             self.disk_error, self._pending_points = None, 0
             return last
 
+    def _drain_in_pieces(self) -> int:
+        """``drain`` everything, DRAIN_POINTS scalar points a spool write: the ingester stores the
+        first pieces while the next are encoded (issue 42: a fast loop leaves most of its points to
+        its flush, since the writer thread shares the interpreter's lock with it, and written in one
+        piece they reached the spool, and the store, only once all were encoded). Returns the last
+        seq written."""
+        if self.disk_error is None:
+            for _ in range(len(self.scalars) // DRAIN_POINTS):
+                self.drain(most=DRAIN_POINTS)
+        return self.drain()
+
     def _keep_within_bound(self, records: list[dict[str, Any]]) -> list[dict[str, Any]]:
         """New records while older ones wait for disk space: scalar points past the bound are
         dropped (counted, so flush() says so); other events are small and kept."""
@@ -220,16 +258,18 @@ class Reporter:
             kept.append(rec)
         return kept
 
-    def _encode(self, chunk: list[ScalarItem]) -> dict[str, Any] | None:
-        """A chunk as one record's columns, without the points the store would refuse (a bad name or
-        step used to make ingest drop the whole record: 10,000 good points with it)."""
+    def _encode(self, piece: list[Any]) -> dict[str, Any] | None:
+        """Points (flat, see Scalars) as one record's columns, without those the store would refuse
+        (a bad name or step used to make ingest drop the whole record: 10,000 good points with it)."""
         try:
-            data = encode_points(chunk)
+            data = encode_columns(
+                piece[0::FIELDS], piece[1::FIELDS], piece[2::FIELDS], piece[3::FIELDS], piece[4::FIELDS]
+            )
             if names_ok(data["keys"]):
                 return data
-        except (OverflowError, TypeError):  # a step beyond 64 bits; a name that is a list (unhashable)
+        except TypeError:  # a step beyond 64 bits or not an integer; a name that is a list (unhashable)
             pass
-        kept = screen_points(chunk, self.problems)
+        kept = screen_points(_as_items(piece), self.problems)
         return encode_points(kept) if kept else None
 
     def flush(self, wait: bool = True, timeout: float = FLUSH_TIMEOUT) -> bool:
@@ -239,7 +279,7 @@ class Reporter:
         something reported since the last flush will never be stored: then the reasons are logged
         and kept in ``last_problems``."""
         with self._holding_stops():  # the fsync holds the writer's lock, which the writer thread may want
-            last = self.drain()
+            last = self._drain_in_pieces()
             try:
                 self.writer.sync()
             except OSError as exc:
@@ -332,7 +372,24 @@ class _InDrain(threading.local):
         self.stop: Callable[[], None] | None = None
 
 
-_RANK_OF = operator.itemgetter(5)
+def _as_items(flat: list[Any]) -> list[ScalarItem]:
+    """Flat points (see Scalars) as tuples."""
+    items = iter(flat)
+    return list(zip(*[items] * FIELDS, strict=True))
+
+
+def _by_rank(flat: list[Any]) -> Iterator[tuple[int | None, list[Any]]]:
+    """Flat points in runs of one rank: (rank, the run's points, flat). A process's points are of
+    one rank but where it changed (a spawned rank leaving its process group): then in order."""
+    ranks = flat[FIELDS - 1 :: FIELDS]
+    if len(set(ranks)) == 1:
+        yield ranks[0], flat
+        return
+    for rank, run in itertools.groupby(_as_items(flat), key=_RANK_OF):
+        yield rank, list(itertools.chain.from_iterable(run))
+
+
+_RANK_OF = operator.itemgetter(FIELDS - 1)
 
 
 def _points(record: Mapping[str, Any]) -> int:

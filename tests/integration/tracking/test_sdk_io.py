@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 from tests.support.sandbox import Sandbox
+from tests.support.spooled import scalar_points
 
 from phalanx import spool
 from phalanx.tracking.identity import Identity
@@ -57,14 +58,7 @@ def test_one_steps_values_reported_together_land_as_separate_titles_at_that_step
     logger.report_scalars("master", [("train/loss", 0.5), ("train/learning_rate", 1)], iteration=7)
     logger.report_scalars("master", iter([("train/loss", 0.25)]), iteration=8)
     task.flush(wait_for_uploads=False)
-    records, _ = spool.read_records(task._reporter.writer.path, 0, 1 << 30)
-    points = []
-    for r in records:
-        if r["kind"] == "scalar":
-            keys, index, steps, values, _ = spool.decode_points(r["data"])
-            for i, (step, value) in enumerate(zip(steps, values, strict=True)):
-                title, series = keys[index[i] if index is not None else 0]
-                points.append((title, series, step, value))
+    points = scalar_points(task._reporter.writer.path)
     assert sorted(points) == [
         ("train/learning_rate", "master", 7, 1.0),
         ("train/loss", "master", 7, 0.5),

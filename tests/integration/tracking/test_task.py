@@ -118,20 +118,20 @@ def test_sigterm_in_the_middle_of_a_flush_keeps_every_point_of_that_flush(sandbo
         from phalanx.tracking import client
         task = Task.init("examples", "sigterm mid-flush")
         logger = task.get_logger()
-        real_encode = client.encode_points
+        real_encode = client.encode_columns
 
-        def encode_points(points):  # the drain has taken every point, and encodes the first chunk
+        def encode_columns(*columns):  # the drain has taken every point, and encodes the first chunk
             if threading.current_thread() is threading.main_thread():
-                client.encode_points = real_encode
+                client.encode_columns = real_encode
                 sys.stdout.write("SIGTERM\\n"); sys.stdout.flush()
                 signal.raise_signal(signal.SIGTERM)
-            return real_encode(points)
+            return real_encode(*columns)
 
         sys.stdout.write(f"ID {task.id}\\n"); sys.stdout.flush()
         with task._reporter._drain_lock:  # the writer thread drains none of them: this flush takes all
             for i in range(25000):          # three records
                 logger.report_scalar("loss", "master", float(i), i)
-            client.encode_points = encode_points
+            client.encode_columns = encode_columns
             task.flush()
         sys.stdout.write("NOT ENDED\\n")
         """

@@ -8,6 +8,7 @@ import errno
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -131,6 +132,41 @@ def test_an_event_is_written_after_the_scalars_reported_before_it(
         reporter.close(wait=False)
 
 
+def test_a_flush_writes_a_long_backlog_a_piece_at_a_time(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A fast loop leaves most of its points to its flush (the writer thread shares the interpreter's
+    lock with it): the flush writes them DRAIN_POINTS a spool write, so the ingester stores the first
+    pieces while the next are encoded; written in one piece, none reached the store before the last
+    was encoded (issue 42)."""
+    spool_dir = tmp_path / "spool"
+    points_per_write: list[int] = []
+    real_append = spool.SpoolWriter.append
+
+    def counted(writer: spool.SpoolWriter, records: list[dict[str, Any]]) -> int:
+        if writer.path.is_relative_to(spool_dir):
+            points_per_write.append(sum(r["data"]["n"] for r in records if r["kind"] == "scalar"))
+        return real_append(writer, records)
+
+    monkeypatch.setattr(spool.SpoolWriter, "append", counted)
+    ident = Identity("0123456789ab", "master", "master", 0, 0, spool_dir, None, None)
+    reporter = Reporter(ident, interval=600.0)
+    try:
+        reported = 3 * DRAIN_POINTS + CHUNK // 2
+        for i in range(reported):
+            reporter.scalars.append(("loss", "master", i, float(i), 1.0, 0))
+        reporter.event("status", {"status": "succeeded"})
+        assert reporter.flush(wait=False)
+        assert sum(points_per_write) == reported and len(points_per_write) >= 4
+        assert max(points_per_write) <= DRAIN_POINTS, "the backlog went to the spool in one piece"
+        records = spool.read_records(reporter.writer.path, 0, 1 << 30)[0]
+        assert records[-1]["kind"] == "status"  # after every point reported before it
+        steps = [s for r in records[:-1] for s in spool.decode_points(r["data"])[2]]
+        assert steps == list(range(reported))
+    finally:
+        reporter.close(wait=False)
+
+
 def test_an_event_held_back_is_written_once_no_scalar_waits(tmp_path: Path) -> None:
     """An event's count of the scalars before it can be too large (a drain ran between the two
     reads of it); held for scalars that never come, a script's final status was never written."""
@@ -164,7 +200,8 @@ def test_a_forked_child_does_not_write_what_the_parent_keeps_for_disk_space(
     ident = Identity("0123456789ab", "master", "master", 0, 0, tmp_path / "spool", None, None)
     reporter = Reporter(ident, interval=600.0)
     try:
-        reporter.scalars.extend(("loss", "parent", i, float(i), 1.0, 0) for i in range(100))
+        for i in range(100):
+            reporter.scalars.append(("loss", "parent", i, float(i), 1.0, 0))
         reporter.scalars.append(("bad\x00", "parent", 0, 1.0, 1.0, 0))
         assert reporter.flush(wait=False) is False
         assert reporter.pending and reporter.disk_error

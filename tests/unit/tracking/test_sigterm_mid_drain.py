@@ -109,7 +109,7 @@ def _assert_all_there_once_and_stopped(reporter: Reporter, sent: set[tuple[str, 
 
 # where in the main thread's flush the SIGTERM lands: (object, attribute) whose first call it precedes
 STEPS: dict[str, tuple[object, str]] = {
-    "encoding the points it took": (client, "encode_points"),
+    "encoding the points it took": (client, "encode_columns"),
     "screening the events it took": (client, "screen_event"),
     "handing the records to the spool writer": (spool.SpoolWriter, "append"),
     "inside the spool writer (records numbered)": (spool, "encode"),

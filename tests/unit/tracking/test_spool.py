@@ -107,3 +107,10 @@ def test_a_stream_a_shipper_claimed_for_a_server_is_left_by_every_reader_but_its
     assert unshipped(shipped) and not unshipped(local)  # gc keeps it until the server has it all
     write_shipped(folder, "host-2-bb", shipped.stat().st_size, 0)
     assert not unshipped(shipped)
+
+
+@pytest.mark.parametrize("step", [2**63, -(2**63) - 1, 1.5, "1"])
+def test_a_step_the_column_cannot_hold_is_a_type_error(step: object) -> None:
+    """What the reporting thread catches to screen the record point by point (tracking.client)."""
+    with pytest.raises(TypeError):
+        encode_points([("loss", "w0", 0, 0.5, 1.0), ("loss", "w0", step, 0.5, 1.0)])
