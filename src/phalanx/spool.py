@@ -115,7 +115,7 @@ def encode_columns(
     values: Sequence[Any],
     times: Sequence[Any],
 ) -> dict[str, Any]:
-    """A SCALAR event's data for many points, given as columns, as columns: ``keys`` lists the
+    """A SCALAR event's data for many points given as columns: ``keys`` lists the
     distinct [title, series] pairs, ``k`` each point's index into it (omitted when there is one
     key), and ``step`` / ``value`` / ``time`` are little-endian int64 / float64 arrays in base64.
     Decoding these is a memcpy, where parsing the same points as JSON lists costs microseconds each.

@@ -45,30 +45,37 @@ EventItem = tuple[str, dict[str, Any], float, int | None, int]
 
 class Scalars:
     """The scalar points reported and not written yet, in order: one flat list, FIELDS items a
-    point. ``append`` is the list's ``extend``: a report call adds its point in one step under the
-    interpreter's lock (no lock of ours, safe from any thread), and leaves no object for the garbage
-    collector to scan (a tuple per point cost the reporting thread a collection every 700 calls),
-    while a drain takes each field of many points as one slice (issue 42)."""
+    point (every caller of ``append`` hands a whole ScalarItem: anything shorter would shift every
+    later point). ``append`` is the list's ``extend``: a report call adds its point in one step under
+    the interpreter's lock (no lock of ours, safe from any thread), and leaves no object for the
+    garbage collector to scan (a tuple per point cost the reporting thread a collection every 700
+    calls), while a drain takes each field of many points as one slice (issue 42)."""
 
-    __slots__ = ("_flat", "append")
+    __slots__ = ("_flat", "_start", "append")
 
     def __init__(self) -> None:
         self._flat: list[Any] = []
+        self._start = 0  # the points before it are taken: the list's front is cut once it is half
         self.append: Callable[[ScalarItem], None] = self._flat.extend
 
     def __len__(self) -> int:
-        return len(self._flat) // FIELDS
-
-    def __iter__(self) -> Iterator[ScalarItem]:
-        return iter(_as_items(self._flat[:]))
+        return (len(self._flat) - self._start) // FIELDS
 
     def take(self, n: int) -> list[Any]:
-        """The first ``n`` points, flat, out of the buffer (reporters only ever add at its end)."""
-        taken = self._flat[: n * FIELDS]
-        del self._flat[: n * FIELDS]
+        """The first ``n`` points, flat, out of the buffer (by one drain at a time; reporters only
+        ever add at its end). Cutting the front at every take moved the whole rest of a long backlog
+        each time; a count read meanwhile (``Reporter.event``) may be too large, never too small."""
+        end = self._start + n * FIELDS
+        taken = self._flat[self._start : end]
+        if 2 * end >= len(self._flat):
+            self._start = 0  # first: a length read between the two steps counts the taken points too
+            del self._flat[:end]
+        else:
+            self._start = end
         return taken
 
     def clear(self) -> None:
+        self._start = 0
         self._flat.clear()
 
 
@@ -137,7 +144,7 @@ class Reporter:
 
     def event(self, kind: str, data: dict[str, Any]) -> None:
         # the scalars reported before this event: the length is read first, then what drains took
-        # (drain adds to it before it pops), so a drain running meanwhile can only make it larger
+        # (drain adds to it before it takes), so a drain running meanwhile can only make it larger
         # (never smaller: the event never goes first; larger is harmless, see drain)
         before = len(self.scalars) + self._taken
         self.events.append((kind, data, time.time(), self.rank(), before))
@@ -237,9 +244,10 @@ class Reporter:
         its flush, since the writer thread shares the interpreter's lock with it, and written in one
         piece they reached the spool, and the store, only once all were encoded). Returns the last
         seq written."""
-        if self.disk_error is None:
-            for _ in range(len(self.scalars) // DRAIN_POINTS):
-                self.drain(most=DRAIN_POINTS)
+        for _ in range(len(self.scalars) // DRAIN_POINTS):
+            if self.disk_error is not None:  # the rest through the bound at once, not a try a piece
+                break
+            self.drain(most=DRAIN_POINTS)
         return self.drain()
 
     def _keep_within_bound(self, records: list[dict[str, Any]]) -> list[dict[str, Any]]:

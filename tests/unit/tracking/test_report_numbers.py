@@ -55,8 +55,6 @@ def test_numbers_that_are_not_plain_are_read_at_the_call(task: Task) -> None:
     loss.value = 9.0  # changed after the call: the point keeps what it was then
     logger.report_scalar("loss", "w", 3, True)
     logger.report_scalar("loss", "w", 0.5, 2)
-    queued = list(task._reporter.scalars)
-    assert [(type(p[2]), type(p[3])) for p in queued] == [(int, float)] * 3
     assert _stored(task) == [("loss", "w", 7, 0.25), ("loss", "w", 1, 3.0), ("loss", "w", 2, 0.5)]
 
 

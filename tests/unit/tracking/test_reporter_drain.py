@@ -167,6 +167,31 @@ def test_a_flush_writes_a_long_backlog_a_piece_at_a_time(
         reporter.close(wait=False)
 
 
+def test_a_flush_on_a_full_disk_tries_its_backlog_once_not_a_piece_at_a_time(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Once a piece finds the disk full, the rest of the backlog goes through the bound in one try:
+    a try a piece encoded every kept record again each time (a stopping process's flush took twice
+    as long as before pieces)."""
+    tries: list[int] = []
+
+    def full(writer: spool.SpoolWriter, records: list[dict[str, Any]]) -> int:
+        tries.append(len(records))
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(spool.SpoolWriter, "append", full)
+    ident = Identity("0123456789ab", "master", "master", 0, 0, tmp_path / "spool", None, None)
+    reporter = Reporter(ident, interval=600.0)
+    try:
+        for i in range(3 * DRAIN_POINTS):
+            reporter.scalars.append(("loss", "master", i, float(i), 1.0, 0))
+        assert reporter.flush(wait=False) is False
+        assert len(tries) <= 2, tries
+        assert reporter.disk_error and not reporter.scalars  # all of it kept (to the bound) or counted
+    finally:
+        reporter.close(wait=False)
+
+
 def test_an_event_held_back_is_written_once_no_scalar_waits(tmp_path: Path) -> None:
     """An event's count of the scalars before it can be too large (a drain ran between the two
     reads of it); held for scalars that never come, a script's final status was never written."""
