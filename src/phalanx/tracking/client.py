@@ -138,6 +138,9 @@ class Reporter:
         # stored twice (and the parent's problems made the child's flush() return False)
         self.pending, self._pending_points, self.disk_error = [], 0, None
         self.problems, self.last_problems, self._refused_offset = Problems(), [], 0
+        # the ingester by its pid: a plain script's parent polls the one it started, which a child
+        # cannot (it looked ended at once, and the child's flush() returned False, saying nothing)
+        self.ingester_alive = _ingester_from_env()
         self._start()
 
     # --- the hot path --------------------------------------------------------------------------
@@ -296,17 +299,17 @@ class Reporter:
         waiting: str | None = None
         refused: list[str] = []
         if self.pending:  # nothing to wait for: these are not even in the spool yet
-            log.warning(
-                "phalanx: flush: %d records wait in memory for disk space (%s)",
-                len(self.pending),
-                self.disk_error,
+            waiting = (
+                f"the spool cannot be written ({self.disk_error}): {len(self.pending)} records wait in "
+                "memory and are written once it can"
             )
             stored = False
         elif wait and last >= 0:  # a SIGTERM while waiting is handled at once (nothing is held)
             if self.shipper is not None:
                 stored = bool(self.shipper.wait(last, timeout))
                 refused = self.shipper.take_refusals()
-                waiting = None if stored else self.shipper.waiting_why
+                why = None if stored else self.shipper.waiting_why
+                waiting = None if why is None else f"kept in the spool: {why}"
             else:
                 alive = self.ingester_alive
                 if alive is not None and not alive():
@@ -324,8 +327,8 @@ class Reporter:
             self.last_problems = reasons
             log.warning("phalanx: %d reported item(s) will not be stored: %s", dropped, "; ".join(reasons))
             return False
-        if waiting:  # nothing is lost (the spool keeps it and it is shipped later), but say why now
-            self.last_problems = [f"not stored yet, kept in the spool: {waiting}"]
+        if waiting:  # nothing is lost (the spool or memory keeps it, written or shipped later): say why
+            self.last_problems = [f"not stored yet, {waiting}"]
             log.warning("phalanx: flush: %s", self.last_problems[0])
         return stored
 

@@ -264,6 +264,31 @@ def test_flush_waits_for_the_ingester_of_the_launcher(sandbox: Sandbox) -> None:
     assert store.metrics(exp)["loss"]["worker 01"].values == [1.0]
 
 
+def test_a_forked_child_of_a_plain_script_waits_until_its_points_are_stored(sandbox: Sandbox) -> None:
+    """A plain script's forked child used to poll the ingester its parent had started, which only the
+    parent can: it looked ended, and the child's flush() returned False at once, saying nothing,
+    while its points were stored a moment later."""
+    done = sandbox.run(
+        """
+        import os, sys
+        from phalanx import Task
+        task = Task.init("examples", "forked flush")
+        logger = task.get_logger()
+        pid = os.fork()
+        if pid == 0:
+            logger.report_scalar("loss", "child", 1.0, 0)
+            ok = task.flush()
+            sys.stdout.write(f"child {ok} {task.flush_problems}\\n"); sys.stdout.flush()
+            os._exit(0)
+        os.waitpid(pid, 0)
+        logger.report_scalar("loss", "parent", 2.0, 0)
+        sys.stdout.write(f"parent {task.flush()}\\n")
+        """
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split("\n")[:2] == ["child True []", "parent True"], done.stdout
+
+
 def test_a_replicas_forked_children_report_into_its_experiment(sandbox: Sandbox) -> None:
     store = sandbox.store()
     exp = store.create_experiment(name="a", project="p").id

@@ -188,6 +188,7 @@ def test_a_flush_on_a_full_disk_tries_its_backlog_once_not_a_piece_at_a_time(
         assert reporter.flush(wait=False) is False
         assert len(tries) <= 2, tries
         assert reporter.disk_error and not reporter.scalars  # all of it kept (to the bound) or counted
+        assert "No space left on device" in reporter.last_problems[0]  # task.flush_problems says why
     finally:
         reporter.close(wait=False)
 
