@@ -80,8 +80,10 @@ class Logger(DebugSamples, Plots):
         rank = self._rank()
         step = int(iteration)
         append = self._append
-        for title, value in values:
-            append((title, series, step, float(value), now, rank))
+        # all of the call's points or none: a value that is no number refuses the call before any
+        points = [(title, series, step, float(value), now, rank) for title, value in values]
+        for point in points:
+            append(point)
 
     def report_text(
         self, msg: str, level: int = logging.INFO, print_console: bool = False, *, title: str = "text",

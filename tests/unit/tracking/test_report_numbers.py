@@ -72,3 +72,11 @@ def test_a_value_that_is_not_a_number_is_refused_at_the_call(task: Task) -> None
     with pytest.raises((TypeError, ValueError)):
         task.get_logger().report_scalar("loss", "w", "high", 1)  # type: ignore[arg-type]
     assert not task._reporter.scalars
+
+
+def test_several_titles_at_a_step_are_stored_all_or_none(task: Task) -> None:
+    logger = task.get_logger()
+    with pytest.raises(ValueError):
+        logger.report_scalars("w", [("loss", 1.0), ("lr", "high"), ("acc", 2.0)], 3)  # type: ignore[list-item]
+    logger.report_scalars("w", [("loss", 1.0), ("acc", 2.0)], 4)
+    assert _stored(task) == [("loss", "w", 4, 1.0), ("acc", "w", 4, 2.0)]
