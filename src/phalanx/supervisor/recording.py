@@ -186,6 +186,29 @@ class Recorder:
             f"recording status {status.value}",
         )
 
+    def status_while_running(
+        self,
+        status: ExperimentStatus,
+        *,
+        reason: str | None = None,
+        handle: str | None = None,
+        started_at: float | None = None,
+    ) -> None:
+        """``status`` of a group that runs (running, pending again): a store still away after the
+        retries does not stop supervision, as a replica's row does not (``record``); the outcome,
+        recorded at the end or kept in the spool for the next reader, says how it ended. A database
+        that went away at that write used to fail an experiment whose replicas were running."""
+        try:
+            self.status(status, reason=reason, handle=handle, started_at=started_at)
+        except BackendUnavailable as exc:
+            self._say_unreachable(exc)
+
+    def _say_unreachable(self, exc: Exception) -> None:
+        now = time.monotonic()
+        if now - self._warned > STORE_WARN_SECONDS:
+            self._warned = now
+            self.observer.message(f"the store cannot be reached ({_short(exc)}); retrying")
+
     def _patiently(self, write: Callable[[], object], what: str) -> None:
         """``write``, tried again while the store cannot be reached (a database restarting: a
         submit the server answered must run through it) for STORE_RETRY_SECONDS; after that its
@@ -215,10 +238,7 @@ class Recorder:
         try:
             self._record_rows(job)
         except Exception as exc:
-            now = time.monotonic()
-            if now - self._warned > STORE_WARN_SECONDS:
-                self._warned = now
-                self.observer.message(f"the store cannot be reached ({_short(exc)}); retrying")
+            self._say_unreachable(exc)
 
     def _record_rows(self, job: JobStatus) -> None:
         changed = False

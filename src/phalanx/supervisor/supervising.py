@@ -436,7 +436,7 @@ class Supervisor:
         if handle is None:
             return ExperimentStatus.STOPPED, self.stop.reason, False
         started_at = (self.submitted_at or time.time()) if first else None
-        self.rows.status(ExperimentStatus.RUNNING, handle=handle, started_at=started_at)
+        self.rows.status_while_running(ExperimentStatus.RUNNING, handle=handle, started_at=started_at)
         self.rows.new_attempt()
         self.pace.new_attempt()
         final: JobStatus | None = None
@@ -480,12 +480,12 @@ class Supervisor:
                 self.clock.pause()  # pending (again, after a requeue): not the experiment's time
                 if pending_reason != (job.reason or ""):
                     pending_reason = job.reason or ""
-                    self.rows.status(ExperimentStatus.PENDING, reason=pending_reason)
+                    self.rows.status_while_running(ExperimentStatus.PENDING, reason=pending_reason)
                     self.observer.message(f"pending ({pending_reason or 'queued'})")
             else:
                 if pending_reason is not None:
                     pending_reason = None
-                    self.rows.status(ExperimentStatus.RUNNING, reason="")
+                    self.rows.status_while_running(ExperimentStatus.RUNNING, reason="")
                 self.clock.running()
             self.rows.record(job)
             if self._chief_done(job):

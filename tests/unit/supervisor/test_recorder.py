@@ -179,6 +179,26 @@ def test_a_database_that_stays_away_fails_the_write_after_the_retry_time(
     assert 30 <= clock.monotonic() - start < 36
 
 
+def test_a_database_away_at_a_running_groups_status_write_does_not_stop_supervision(
+    prepared: Prepared, store: SqlStore, observer: FakeObserver, settings: Settings, clock: VirtualClock
+) -> None:
+    """A database that went away just as the supervisor wrote 'running' failed an experiment whose
+    replicas ran (CI: PostgreSQL stopped while that write's answer was on its way): the write is
+    given up after the retries, said once, and the outcome records how it ended."""
+    accepted_row(prepared, store)
+    away = FakeRestartingDatabase(store, failures=10**6)
+    rows = recorder(prepared, away, observer, settings, exists=True)
+    rows.status_while_running(RUNNING, handle="h")  # returns after the retries (virtual seconds)
+    assert observer.messages == [
+        "the store cannot be reached (BackendUnavailable: the database failed: server closed the "
+        "connection unexpectedly); retrying"
+    ]
+    rows.status_while_running(ExperimentStatus.PENDING, reason="waiting for a node")
+    away.failures = 0  # back
+    rows.status_while_running(RUNNING, reason="")
+    assert store.get_experiment("e1").status is RUNNING
+
+
 @pytest.mark.usefixtures("clock")
 def test_a_row_whose_creation_answer_was_lost_is_created_once(
     prepared: Prepared, store: SqlStore, observer: FakeObserver, settings: Settings
